@@ -1,0 +1,487 @@
+import { randomUUID } from 'node:crypto';
+import { type Duration, toMilliseconds } from './duration.js';
+import { IdempotencyError, isIdempotencyError } from './errors.js';
+import type { IdempotencyEvent } from './events.js';
+import { fingerprintsMatch } from './fingerprint.js';
+import { type Outcome, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
+import { recordId } from './record-id.js';
+import type { Store, StoredResponse, StoreRecord } from './store.js';
+import { isTransactionalStore, type TransactionalStore } from './transactional.js';
+
+const DAY_MS = 86_400_000;
+
+/** Options of {@link createIdempotency}. */
+export interface IdempotencyOptions {
+  /** Where records live. */
+  store: Store;
+  /**
+   * How long a completed outcome is kept and replayed. Default `'24h'` (spec part 8). Shorter needs
+   * `acknowledgeShortRetention: true`: retention must outlive the client's retry horizon, or a late
+   * retry executes again.
+   */
+  retention?: Duration;
+  /** Set to true to allow `retention` below 24 hours. */
+  acknowledgeShortRetention?: boolean;
+  /**
+   * How long a claim lives without renewal. Default `'10s'`. While the handler runs the lease is
+   * renewed every third of this, so a crashed executor's key is free again after one lease.
+   */
+  lease?: Duration;
+  /** Renew leases in the background while a handler runs. Default true. */
+  heartbeat?: boolean;
+  /**
+   * How long a request that finds its key in progress waits for the first one's outcome before it
+   * gets 409. Default off (answer 409 at once, as the spec says).
+   */
+  wait?: Duration | false;
+  /** Which outcomes are stored. Default `'all'`. See {@link OutcomePolicy}. */
+  storeOutcome?: OutcomePolicy;
+  /** Status for "same key, other request": 422 (default) or 400 with code `idempotency_error` (spec part 7). */
+  mismatchStatus?: 422 | 400;
+  /** Longest time one store operation may take before the request gets 503. Default `'2s'`. */
+  storeTimeout?: Duration;
+  /** Seconds in `Retry-After` on 409. Default 1. */
+  conflictRetryAfter?: number;
+  /** Seconds in `Retry-After` on 503. Default 2. */
+  unavailableRetryAfter?: number;
+  /** Called for every state change, with timings. Exceptions it throws are swallowed. */
+  onEvent?: (event: IdempotencyEvent) => void;
+  /** Clock for timings and wait deadlines (epoch ms). Lease and retention are timed by the store. */
+  now?: () => number;
+}
+
+/** What {@link IdempotencyEngine.begin} needs to know about a request. */
+export interface BeginInput {
+  /** The client's (or server-minted) idempotency key, already parsed. */
+  key: string;
+  /** Who is calling: the authenticated principal. Different scopes never share a record. */
+  scope: string;
+  /** What is being done, e.g. `POST /charges`. The same key on another operation is another record. */
+  operation: string;
+  /** The request fingerprint, or `''` to skip the comparison. */
+  fingerprint?: string;
+}
+
+/** A claim on a key: hold it while the handler runs, then `complete` or `release` it. */
+export interface Lease {
+  readonly id: string;
+  readonly key: string;
+  readonly scope: string;
+  readonly operation: string;
+  /** The fencing token: only the holder of the current token can complete or release the record. */
+  readonly token: string;
+  readonly fingerprint: string;
+  readonly startedAt: number;
+  /** Aborted when the lease is lost (renewal refused or impossible for a whole lease period). */
+  readonly signal: AbortSignal;
+  /** True once the lease is known to be lost. */
+  readonly lost: boolean;
+}
+
+/** The outcome of {@link IdempotencyEngine.begin}. */
+export type BeginResult =
+  | { kind: 'execute'; lease: Lease }
+  | { kind: 'replay'; response: StoredResponse }
+  | { kind: 'reject'; error: IdempotencyError };
+
+/** The outcome of {@link IdempotencyEngine.complete}. */
+export type CompleteResult =
+  | { ok: true; stored: boolean }
+  | { ok: false; reason: 'lease-lost' | 'store-error'; error?: unknown };
+
+/** The outcome of {@link IdempotencyEngine.release}. */
+export type ReleaseResult = { ok: true } | { ok: false; reason: 'lease-lost' | 'store-error'; error?: unknown };
+
+/** The outcome of {@link IdempotencyEngine.transaction}. */
+export type TransactionResult<T> =
+  | { committed: true; value: T; stored: boolean }
+  | { committed: false; reason: 'lease-lost' | 'store-error'; error?: unknown };
+
+/** The idempotency engine: one per service, shared by every request. */
+export interface IdempotencyEngine {
+  begin(input: BeginInput): Promise<BeginResult>;
+  /** Stores `response` per the outcome policy (or releases the key when the policy says so). */
+  complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Promise<CompleteResult>;
+  /** Forgets the claim so that a retry runs. */
+  release(lease: Lease): Promise<ReleaseResult>;
+  /**
+   * Transactional mode (stores that support it, such as PostgreSQL): runs `fn` in one transaction
+   * that also completes the record, so the handler's writes and the stored outcome commit together or
+   * not at all. If the lease was lost, nothing of `fn` commits.
+   */
+  transaction<T, Tx = unknown>(
+    lease: Lease,
+    fn: (tx: Tx) => Promise<{ value: T; response: StoredResponse; outcome?: Partial<Outcome> }>,
+  ): Promise<TransactionResult<T>>;
+  /** True when the store supports {@link IdempotencyEngine.transaction}. */
+  readonly transactional: boolean;
+  /** The resolved settings, in milliseconds. */
+  readonly settings: Readonly<{ retentionMs: number; leaseMs: number; waitMs: number; storeTimeoutMs: number }>;
+}
+
+interface LeaseState extends Lease {
+  lost: boolean;
+  controller: AbortController;
+  timer: ReturnType<typeof setInterval> | undefined;
+  lastRenewedAt: number;
+}
+
+/**
+ * Creates the idempotency engine: the state machine of spec part 3 over any {@link Store}.
+ *
+ * @example
+ * const engine = createIdempotency({ store: memoryStore() });
+ * const started = await engine.begin({ key, scope: 'user:42', operation: 'POST /charges', fingerprint });
+ * if (started.kind === 'execute') {
+ *   const response = await runHandler();
+ *   await engine.complete(started.lease, response);
+ * }
+ */
+export function createIdempotency(options: IdempotencyOptions): IdempotencyEngine {
+  if (!options || typeof options !== 'object') throw new TypeError('createIdempotency needs an options object');
+  const { store } = options;
+  if (!store || typeof store.claim !== 'function' || typeof store.complete !== 'function') {
+    throw new TypeError('store must implement the Store contract (claim, renew, complete, release, get)');
+  }
+  const retentionMs = toMilliseconds(options.retention ?? '24h', 'retention');
+  if (retentionMs < DAY_MS && options.acknowledgeShortRetention !== true) {
+    throw new TypeError(
+      'retention below 24h lets a late retry execute again (spec part 8); set acknowledgeShortRetention: true if that is intended',
+    );
+  }
+  const leaseMs = toMilliseconds(options.lease ?? '10s', 'lease');
+  if (leaseMs < 100) throw new TypeError('lease must be at least 100ms');
+  const waitMs = options.wait === undefined || options.wait === false ? 0 : toMilliseconds(options.wait, 'wait');
+  const storeTimeoutMs = toMilliseconds(options.storeTimeout ?? '2s', 'storeTimeout');
+  const mismatchStatus = options.mismatchStatus ?? 422;
+  if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
+  const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
+  const heartbeat = options.heartbeat ?? true;
+  const conflictRetryAfter = options.conflictRetryAfter ?? 1;
+  const unavailableRetryAfter = options.unavailableRetryAfter ?? 2;
+  const now = options.now ?? Date.now;
+  const onEvent = options.onEvent;
+
+  // Leases this process holds right now. A second request for the same record in this process is
+  // answered without a store round trip: the hot-key case costs nothing.
+  const held = new Map<string, LeaseState>();
+  // One poll loop per record being waited on, shared by every waiter in this process.
+  const polls = new Map<string, Promise<StoreRecord | undefined>>();
+
+  const emit = (event: IdempotencyEvent) => {
+    if (!onEvent) return;
+    try {
+      onEvent(event);
+    } catch {
+      // An observer must never break a request.
+    }
+  };
+
+  const withTimeout = <T>(operation: string, work: () => Promise<T>): Promise<T> => {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`store ${operation} timed out after ${storeTimeoutMs}ms`)), storeTimeoutMs);
+    });
+    let call: Promise<T>;
+    try {
+      call = work();
+    } catch (error) {
+      call = Promise.reject(error);
+    }
+    return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
+  };
+
+  const unavailable = (cause: unknown) =>
+    new IdempotencyError('store_unavailable', 'The idempotency store could not be reached; retry with the same key.', {
+      retryAfter: unavailableRetryAfter,
+      cause,
+    });
+
+  const conflict = () =>
+    new IdempotencyError('in_progress', 'The first request with this key is still in progress; retry later with the same key.', {
+      retryAfter: conflictRetryAfter,
+    });
+
+  const mismatch = () =>
+    mismatchStatus === 400
+      ? new IdempotencyError('idempotency_error', 'This key was already used with different request parameters.', {
+          status: 400,
+        })
+      : new IdempotencyError('fingerprint_mismatch', 'This key was already used with different request parameters.');
+
+  const stopHeartbeat = (lease: LeaseState) => {
+    if (lease.timer !== undefined) clearInterval(lease.timer);
+    lease.timer = undefined;
+    if (held.get(lease.id) === lease) held.delete(lease.id);
+  };
+
+  const markLost = (lease: LeaseState, reason: string) => {
+    if (lease.lost) return;
+    lease.lost = true;
+    stopHeartbeat(lease);
+    lease.controller.abort(new Error(`lease lost: ${reason}`));
+    emit({ type: 'lease-lost', id: lease.id, operation: lease.operation, reason, at: now() });
+  };
+
+  const startHeartbeat = (lease: LeaseState) => {
+    if (!heartbeat) return;
+    // Renewing every third of the lease leaves two chances to renew before it could expire.
+    const every = Math.max(50, Math.floor(leaseMs / 3));
+    let renewing = false;
+    lease.timer = setInterval(() => {
+      if (renewing || lease.lost) return;
+      renewing = true;
+      const started = now();
+      withTimeout('renew', () => store.renew({ id: lease.id, token: lease.token, leaseMs }))
+        .then((renewed) => {
+          if (renewed) lease.lastRenewedAt = started;
+          else markLost(lease, 'token no longer current');
+        })
+        .catch((error) => {
+          emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
+          // Without a successful renewal for a whole lease, the store may have let another executor in.
+          if (now() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
+        })
+        .finally(() => {
+          renewing = false;
+        });
+    }, every);
+    lease.timer.unref?.();
+  };
+
+  // Waits (sharing one poll loop per record) until the record is no longer in progress or the
+  // deadline passes. Resolves to the last record seen.
+  const waitForOutcome = (id: string, deadline: number): Promise<StoreRecord | undefined> => {
+    const existing = polls.get(id);
+    if (existing) return existing;
+    const poll = (async () => {
+      let delay = 10;
+      for (;;) {
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        const record = await withTimeout('get', () => store.get(id));
+        if (record === undefined || record.state === 'completed') return record;
+        if (now() + delay >= deadline) return record;
+        delay = Math.min(delay * 2, 250);
+      }
+    })().finally(() => polls.delete(id));
+    polls.set(id, poll);
+    return poll;
+  };
+
+  const settle = (input: Required<BeginInput>, id: string, record: StoreRecord, started: number): BeginResult | undefined => {
+    if (record.state === 'completed') {
+      if (!fingerprintsMatch(record.fingerprint, input.fingerprint)) {
+        emit({ type: 'mismatch', id, operation: input.operation, at: now(), durationMs: now() - started });
+        return { kind: 'reject', error: mismatch() };
+      }
+      emit({
+        type: 'replay',
+        id,
+        operation: input.operation,
+        status: record.response.status,
+        at: now(),
+        durationMs: now() - started,
+      });
+      return { kind: 'replay', response: record.response };
+    }
+    return undefined;
+  };
+
+  const begin = async (raw: BeginInput): Promise<BeginResult> => {
+    if (!raw || typeof raw.key !== 'string' || raw.key.length === 0) throw new TypeError('begin needs a non-empty key');
+    if (typeof raw.scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
+    if (typeof raw.operation !== 'string' || raw.operation.length === 0) throw new TypeError('begin needs an operation');
+    const input = { key: raw.key, scope: raw.scope, operation: raw.operation, fingerprint: raw.fingerprint ?? '' };
+    const id = recordId(input.scope, input.operation, input.key);
+    const started = now();
+    const deadline = started + waitMs;
+
+    for (;;) {
+      // In flight in this very process: no need to ask the store.
+      if (held.has(id) && waitMs === 0) {
+        emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+        return { kind: 'reject', error: conflict() };
+      }
+      const token = randomUUID();
+      let claimed: Awaited<ReturnType<Store['claim']>>;
+      try {
+        claimed = await withTimeout('claim', () =>
+          store.claim({ id, token, fingerprint: input.fingerprint, leaseMs }),
+        );
+      } catch (error) {
+        emit({ type: 'store-error', id, operation: input.operation, phase: 'claim', error, at: now() });
+        return { kind: 'reject', error: unavailable(error) };
+      }
+      if (claimed.claimed) {
+        const controller = new AbortController();
+        const lease: LeaseState = {
+          id,
+          key: input.key,
+          scope: input.scope,
+          operation: input.operation,
+          token,
+          fingerprint: input.fingerprint,
+          startedAt: started,
+          signal: controller.signal,
+          lost: false,
+          controller,
+          timer: undefined,
+          lastRenewedAt: started,
+        };
+        held.set(id, lease);
+        startHeartbeat(lease);
+        emit({ type: 'claim', id, operation: input.operation, at: now(), durationMs: now() - started });
+        return { kind: 'execute', lease };
+      }
+
+      const settled = settle(input, id, claimed.record, started);
+      if (settled) return settled;
+
+      // In progress elsewhere.
+      if (now() >= deadline) {
+        emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+        return { kind: 'reject', error: conflict() };
+      }
+      let record: StoreRecord | undefined;
+      try {
+        record = await waitForOutcome(id, deadline);
+      } catch (error) {
+        emit({ type: 'store-error', id, operation: input.operation, phase: 'get', error, at: now() });
+        return { kind: 'reject', error: unavailable(error) };
+      }
+      if (record !== undefined) {
+        const done = settle(input, id, record, started);
+        if (done) return done;
+        if (now() >= deadline) {
+          emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+          return { kind: 'reject', error: conflict() };
+        }
+      }
+      // The key was released or its lease expired: try to claim it ourselves.
+    }
+  };
+
+  const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined) => {
+    const decision = policy({ status: response.status, ...outcome });
+    if (decision === false) return { store: false as const, retentionMs };
+    if (decision === true) return { store: true as const, retentionMs };
+    return { store: true as const, retentionMs: toMilliseconds(decision.retention, 'retention') };
+  };
+
+  const release = async (lease: Lease): Promise<ReleaseResult> => {
+    const state = lease as LeaseState;
+    stopHeartbeat(state);
+    const started = now();
+    try {
+      const released = await withTimeout('release', () => store.release({ id: lease.id, token: lease.token }));
+      if (!released) {
+        markLost(state, 'token no longer current at release');
+        return { ok: false, reason: 'lease-lost' };
+      }
+      emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
+      return { ok: true };
+    } catch (error) {
+      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
+      return { ok: false, reason: 'store-error', error };
+    }
+  };
+
+  const complete = async (lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Promise<CompleteResult> => {
+    const state = lease as LeaseState;
+    if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
+    const decision = decide(response, outcome);
+    if (!decision.store) {
+      const released = await release(lease);
+      emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
+      return released.ok ? { ok: true, stored: false } : released;
+    }
+    stopHeartbeat(state);
+    const started = now();
+    try {
+      const completed = await withTimeout('complete', () =>
+        store.complete({ id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs }),
+      );
+      if (!completed) {
+        // Someone else holds the record now: a late finisher must never overwrite it.
+        markLost(state, 'token no longer current at complete');
+        return { ok: false, reason: 'lease-lost' };
+      }
+      emit({
+        type: 'complete',
+        id: lease.id,
+        operation: lease.operation,
+        status: response.status,
+        at: now(),
+        durationMs: now() - started,
+        executionMs: now() - lease.startedAt,
+      });
+      return { ok: true, stored: true };
+    } catch (error) {
+      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
+      // The outcome could not be stored: free the key so a retry is not refused with 409 until the
+      // lease runs out. If this fails too, the short lease frees it within seconds.
+      await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
+      return { ok: false, reason: 'store-error', error };
+    }
+  };
+
+  const transaction = async <T, Tx>(
+    lease: Lease,
+    fn: (tx: Tx) => Promise<{ value: T; response: StoredResponse; outcome?: Partial<Outcome> }>,
+  ): Promise<TransactionResult<T>> => {
+    if (!isTransactionalStore(store)) throw new TypeError('this store does not support transactions');
+    const state = lease as LeaseState;
+    const started = now();
+    let stored = false;
+    // A failure of the handler itself is rethrown after the rollback with the lease still held, so
+    // the caller can store its error outcome or release per policy; only store failures end here.
+    let handlerError: { error: unknown } | undefined;
+    try {
+      const result = await (store as TransactionalStore<Tx>).transaction({ id: lease.id, token: lease.token }, async (tx) => {
+        let produced: Awaited<ReturnType<typeof fn>>;
+        try {
+          produced = await fn(tx);
+        } catch (error) {
+          handlerError = { error };
+          throw error;
+        }
+        const { value, response, outcome } = produced;
+        const decision = decide(response, outcome);
+        stored = decision.store;
+        return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
+      });
+      stopHeartbeat(state);
+      if (!result.committed) {
+        markLost(state, 'token no longer current at commit');
+        return { committed: false, reason: 'lease-lost' };
+      }
+      emit({
+        type: stored ? 'complete' : 'release',
+        id: lease.id,
+        operation: lease.operation,
+        at: now(),
+        durationMs: now() - started,
+        executionMs: now() - lease.startedAt,
+      } as IdempotencyEvent);
+      return { committed: true, value: result.value as T, stored };
+    } catch (error) {
+      if (handlerError) throw handlerError.error;
+      stopHeartbeat(state);
+      if (!isIdempotencyError(error)) {
+        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'transaction', error, at: now() });
+      }
+      // The transaction rolled back: nothing of the handler happened, so the key is freed for a retry.
+      await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
+      return { committed: false, reason: 'store-error', error };
+    }
+  };
+
+  return {
+    begin,
+    complete,
+    release,
+    transaction,
+    transactional: isTransactionalStore(store),
+    settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs }),
+  };
+}

@@ -1,0 +1,101 @@
+/**
+ * Every error code idem can produce, with the HTTP status an adapter answers with.
+ * Callers match on `code`, never on messages. The table is the single source of truth for statuses.
+ */
+export const errorTable = {
+  key_missing: { status: 400, title: 'Idempotency-Key is missing', retryable: false },
+  key_invalid: { status: 400, title: 'Idempotency-Key is malformed', retryable: false },
+  fingerprint_mismatch: { status: 422, title: 'Idempotency-Key is already used with another request', retryable: false },
+  idempotency_error: { status: 400, title: 'Idempotency-Key is already used with another request', retryable: false },
+  in_progress: { status: 409, title: 'A request is outstanding for this Idempotency-Key', retryable: true },
+  store_unavailable: { status: 503, title: 'Idempotency store unavailable', retryable: true },
+  body_too_large: { status: 413, title: 'Request body too large', retryable: false },
+  scope_missing: { status: 500, title: 'No idempotency scope for this request', retryable: false },
+} as const;
+
+/** A stable idem error code. */
+export type IdempotencyErrorCode = keyof typeof errorTable;
+
+/** Base of the problem `type` URIs; each code's URI is documented in docs/errors.md. */
+export const problemTypeBase = 'https://idem.dev/problems/';
+
+/** The RFC 9457 problem type URI of an error code, e.g. `https://idem.dev/problems/in-progress`. */
+export function problemType(code: string): string {
+  return problemTypeBase + code.replaceAll('_', '-');
+}
+
+/** An RFC 9457 problem details body, with idem's `code` and `retryable` extensions. */
+export interface ProblemDetails {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+  retryable: boolean;
+  [extension: string]: unknown;
+}
+
+/** Options of an {@link IdempotencyError}. */
+export interface IdempotencyErrorOptions {
+  /** Overrides the status of the error table (used for the 400 `idempotency_error` mismatch mode). */
+  status?: number;
+  /** Seconds a client should wait before retrying (409 and 503). */
+  retryAfter?: number;
+  cause?: unknown;
+}
+
+/**
+ * The one error class of idem's idempotency layer. `begin()` returns it inside `{ kind: 'reject' }`;
+ * adapters turn it into a response with {@link IdempotencyError.toProblem}.
+ *
+ * Messages never contain keys, tokens or payloads: they are written from a fixed table.
+ *
+ * @example
+ * const error = new IdempotencyError('in_progress', 'The first request with this key is still running.', { retryAfter: 1 });
+ * error.toProblem(); // { type: 'https://idem.dev/problems/in-progress', status: 409, code: 'in_progress', ... }
+ */
+export class IdempotencyError extends Error {
+  override readonly name = 'IdempotencyError' as const;
+  readonly code: IdempotencyErrorCode;
+  readonly status: number;
+  readonly retryable: boolean;
+  readonly retryAfter: number | undefined;
+
+  constructor(code: IdempotencyErrorCode, detail: string, options: IdempotencyErrorOptions = {}) {
+    super(detail, options.cause === undefined ? undefined : { cause: options.cause });
+    const row = errorTable[code];
+    this.code = code;
+    this.status = options.status ?? row.status;
+    this.retryable = row.retryable;
+    this.retryAfter = options.retryAfter;
+  }
+
+  /** The RFC 9457 body for this error. */
+  toProblem(): ProblemDetails {
+    return {
+      type: problemType(this.code),
+      title: errorTable[this.code].title,
+      status: this.status,
+      detail: this.message,
+      code: this.code,
+      retryable: this.retryable,
+    };
+  }
+}
+
+/** True when `value` is an {@link IdempotencyError} (works across copies of the package). */
+export function isIdempotencyError(value: unknown): value is IdempotencyError {
+  return value instanceof Error && value.name === 'IdempotencyError' && typeof (value as IdempotencyError).code === 'string';
+}
+
+/**
+ * Thrown by stores when the backing service cannot be reached or fails mid-operation.
+ * The engine turns it into a `store_unavailable` rejection (503 + Retry-After).
+ */
+export class StoreUnavailableError extends Error {
+  override readonly name = 'StoreUnavailableError' as const;
+  readonly code = 'store_unavailable' as const;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}

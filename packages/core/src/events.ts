@@ -1,0 +1,36 @@
+/** Fields every event carries. `id` is the hashed record id, never the raw key. */
+interface EventBase {
+  id: string;
+  operation: string;
+  /** When the event happened (engine clock, epoch ms). */
+  at: number;
+}
+
+/**
+ * What the engine reports through `onEvent`, for metrics, traces and logs:
+ * - `claim`: a key was claimed; the handler runs.
+ * - `replay`: a stored outcome was served.
+ * - `conflict`: the key was in progress; the request got 409.
+ * - `mismatch`: the key was used with another request; 422 (or 400).
+ * - `complete`: an outcome was stored.
+ * - `not-stored`: the policy chose not to store an outcome; the key was released.
+ * - `release`: a claim was released.
+ * - `lease-lost`: the lease could not be renewed or its token was no longer current; the late
+ *   finisher's outcome was refused.
+ * - `store-error`: a store operation failed or timed out.
+ * - `response-not-stored`: an adapter served a response it could not store (too large, streaming).
+ */
+export type IdempotencyEvent =
+  | (EventBase & { type: 'claim'; durationMs: number })
+  | (EventBase & { type: 'replay'; status: number; durationMs: number })
+  | (EventBase & { type: 'conflict'; durationMs: number })
+  | (EventBase & { type: 'mismatch'; durationMs: number })
+  | (EventBase & { type: 'complete'; status?: number; durationMs: number; executionMs: number })
+  | (EventBase & { type: 'not-stored'; status: number })
+  | (EventBase & { type: 'release'; durationMs: number; executionMs?: number })
+  | (EventBase & { type: 'lease-lost'; reason: string })
+  | (EventBase & { type: 'store-error'; phase: 'claim' | 'get' | 'renew' | 'complete' | 'release' | 'transaction'; error: unknown })
+  | (EventBase & { type: 'response-not-stored'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number });
+
+/** The names of all events. */
+export type IdempotencyEventType = IdempotencyEvent['type'];

@@ -1,0 +1,134 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { canonicalJson } from './canonical-json.js';
+
+/** The parts of a request that make up its identity. */
+export interface RequestParts {
+  method: string;
+  /** The route template, e.g. `/charges/:id`. */
+  route?: string;
+  /** The concrete path, e.g. `/charges/ch_1`. */
+  path?: string;
+  /** The query string (with or without `?`), or already-parsed pairs. */
+  query?: string | URLSearchParams | Record<string, string | readonly string[] | undefined>;
+  contentType?: string;
+  body?: Uint8Array | string;
+  /** Extra request headers that are part of the identity (e.g. an API version), name to value. */
+  headers?: Record<string, string | undefined>;
+}
+
+/** Options of {@link fingerprintRequest}. */
+export interface FingerprintOptions {
+  /**
+   * JSON Pointers (RFC 6901) of body fields to leave out, for volatile fields such as a client
+   * timestamp or nonce: `['/sentAt', '/meta/nonce']`. Only applies to JSON bodies.
+   */
+  exclude?: readonly string[];
+}
+
+const textDecoder = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * SHA-256 fingerprint (hex) of a request: method, route template, concrete path, normalised query,
+ * media type and body. JSON bodies are canonicalised (RFC 8785) so key order and whitespace do not
+ * matter; other bodies (form, multipart, binary, invalid JSON) hash their exact bytes. Each part is
+ * length-prefixed so no two different requests can be framed into the same input.
+ *
+ * @example
+ * const fp = fingerprintRequest({ method: 'POST', route: '/charges', path: '/charges',
+ *   contentType: 'application/json', body: '{"amount":100}' });
+ */
+export function fingerprintRequest(parts: RequestParts, options: FingerprintOptions = {}): string {
+  const hash = createHash('sha256');
+  const add = (label: string, value: string | Uint8Array) => {
+    const bytes = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
+    hash.update(`${label}${bytes.length}:`);
+    hash.update(bytes);
+  };
+  add('m', parts.method.toUpperCase());
+  add('r', parts.route ?? '');
+  add('p', parts.path ?? '');
+  add('q', normaliseQuery(parts.query));
+  const mediaType = (parts.contentType ?? '').split(';')[0]!.trim().toLowerCase();
+  add('t', mediaType);
+  if (parts.headers) {
+    for (const name of Object.keys(parts.headers).sort()) add('h', `${name.toLowerCase()}=${parts.headers[name] ?? ''}`);
+  }
+  add('b', bodyForHash(parts.body, mediaType, options.exclude));
+  return hash.digest('hex');
+}
+
+/**
+ * Compares two fingerprints in constant time. Empty strings mean "not fingerprinted" and match anything,
+ * so a record made without a fingerprint never causes a mismatch.
+ */
+export function fingerprintsMatch(a: string, b: string): boolean {
+  if (a === '' || b === '') return true;
+  const left = Buffer.from(a, 'utf8');
+  const right = Buffer.from(b, 'utf8');
+  if (left.length !== right.length) return false;
+  return timingSafeEqual(left, right);
+}
+
+function normaliseQuery(query: RequestParts['query']): string {
+  if (query === undefined) return '';
+  let params: URLSearchParams;
+  if (typeof query === 'string') params = new URLSearchParams(query.startsWith('?') ? query.slice(1) : query);
+  else if (query instanceof URLSearchParams) params = new URLSearchParams(query);
+  else {
+    params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query)) {
+      if (value === undefined) continue;
+      for (const item of typeof value === 'string' ? [value] : value) params.append(name, item);
+    }
+  }
+  // Sorting by name and then value makes `?b=2&a=1` and `?a=1&b=2` one request; repeated names
+  // keep every value, so `?a=1&a=2` never equals `?a=1`.
+  const pairs = [...params].sort(([an, av], [bn, bv]) => (an < bn ? -1 : an > bn ? 1 : av < bv ? -1 : av > bv ? 1 : 0));
+  return pairs.map(([n, v]) => `${encodeURIComponent(n)}=${encodeURIComponent(v)}`).join('&');
+}
+
+function isJsonMediaType(mediaType: string): boolean {
+  return mediaType === 'application/json' || mediaType.endsWith('+json');
+}
+
+function bodyForHash(body: Uint8Array | string | undefined, mediaType: string, exclude?: readonly string[]): Uint8Array | string {
+  if (body === undefined) return '';
+  if (!isJsonMediaType(mediaType)) return body;
+  let text: string;
+  try {
+    text = typeof body === 'string' ? body : textDecoder.decode(body);
+  } catch {
+    return body; // invalid UTF-8: not JSON, hash the bytes as they are
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return body;
+  }
+  if (exclude && exclude.length > 0) value = withoutPointers(value, exclude);
+  // `json:` marks canonical text so it can never equal a raw body that happens to hold the same bytes.
+  const canonical = canonicalJson(value);
+  return canonical === undefined ? body : `json:${canonical}`;
+}
+
+function withoutPointers(value: unknown, pointers: readonly string[]): unknown {
+  const copy = structuredClone(value);
+  for (const pointer of pointers) {
+    if (!pointer.startsWith('/')) continue;
+    const path = pointer
+      .slice(1)
+      .split('/')
+      .map((token) => token.replaceAll('~1', '/').replaceAll('~0', '~'));
+    let parent: unknown = copy;
+    for (let i = 0; i < path.length - 1 && parent !== null && typeof parent === 'object'; i++) {
+      parent = (parent as Record<string, unknown>)[path[i] as string];
+    }
+    const last = path[path.length - 1] as string;
+    if (parent !== null && typeof parent === 'object' && Object.hasOwn(parent, last)) {
+      if (Array.isArray(parent)) parent.splice(Number(last), 1);
+      else delete (parent as Record<string, unknown>)[last];
+    }
+  }
+  return copy;
+}

@@ -1,0 +1,42 @@
+export { canonicalJson } from './canonical-json.js';
+export { type Duration, toMilliseconds } from './duration.js';
+export {
+  type BeginInput,
+  type BeginResult,
+  type CompleteResult,
+  createIdempotency,
+  type IdempotencyEngine,
+  type IdempotencyOptions,
+  type Lease,
+  type ReleaseResult,
+  type TransactionResult,
+} from './engine.js';
+export {
+  errorTable,
+  IdempotencyError,
+  type IdempotencyErrorCode,
+  type IdempotencyErrorOptions,
+  isIdempotencyError,
+  type ProblemDetails,
+  problemType,
+  problemTypeBase,
+  StoreUnavailableError,
+} from './errors.js';
+export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
+export { type FingerprintOptions, fingerprintRequest, fingerprintsMatch, type RequestParts } from './fingerprint.js';
+export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key.js';
+export { type MemoryStoreOptions, memoryStore } from './memory-store.js';
+export { mintKey } from './mint.js';
+export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
+export { recordId } from './record-id.js';
+export type {
+  ClaimInput,
+  ClaimResult,
+  CompleteInput,
+  ReleaseInput,
+  RenewInput,
+  Store,
+  StoredResponse,
+  StoreRecord,
+} from './store.js';
+export { isTransactionalStore, type TransactionalStore } from './transactional.js';

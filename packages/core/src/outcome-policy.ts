@@ -1,0 +1,39 @@
+import type { Duration } from './duration.js';
+
+/** What the policy sees of a finished execution. `thrown` is set when the handler threw. */
+export interface Outcome {
+  status: number;
+  thrown?: boolean;
+}
+
+/**
+ * The decision for one outcome: store it (optionally with its own retention), or release the key
+ * so that a retry runs again.
+ */
+export type OutcomeDecision = boolean | { store: true; retention: Duration };
+
+/** A named preset or a function deciding per outcome. */
+export type OutcomePolicy = 'all' | 'success' | 'stripe' | ((outcome: Outcome) => OutcomeDecision);
+
+/**
+ * Presets:
+ * - `all` (default, the spec's rule): every response of an execution that began is stored,
+ *   except 401, 403 and 429, which say the request was refused before doing anything, so a retry
+ *   with a fixed token or after a pause must be able to run.
+ * - `success`: only 2xx is stored (Checkout.com, express-idempotency); anything else releases.
+ * - `stripe`: Stripe's documented behaviour: everything once execution began, including 500s,
+ *   but not 401, 429 nor a thrown handler (which Stripe never sees as an execution).
+ */
+export function resolveOutcomePolicy(policy: OutcomePolicy): (outcome: Outcome) => OutcomeDecision {
+  if (typeof policy === 'function') return policy;
+  switch (policy) {
+    case 'all':
+      return ({ status }) => status !== 401 && status !== 403 && status !== 429;
+    case 'success':
+      return ({ status, thrown }) => !thrown && status >= 200 && status < 300;
+    case 'stripe':
+      return ({ status, thrown }) => !thrown && status !== 401 && status !== 429;
+    default:
+      throw new TypeError(`storeOutcome must be 'all', 'success', 'stripe' or a function`);
+  }
+}

@@ -1,0 +1,21 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * Derives the store id of a record from the caller's scope, the operation and the client's key.
+ *
+ * Each part is length-prefixed before hashing, so no choice of characters in one part can make two
+ * different triples collide (`a:b` + `c` versus `a` + `b:c`), and the result is 43 base64url
+ * characters that are safe in any Redis key or SQL column: hostile keys can neither collide nor inject.
+ *
+ * @example
+ * recordId('user:42', 'POST /charges', 'k-1'); // 'q3J...'
+ */
+export function recordId(scope: string, operation: string, key: string): string {
+  const hash = createHash('sha256');
+  for (const part of [scope, operation, key]) {
+    const bytes = Buffer.from(part, 'utf8');
+    hash.update(`${bytes.length}:`);
+    hash.update(bytes);
+  }
+  return hash.digest('base64url');
+}

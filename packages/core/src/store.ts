@@ -1,0 +1,72 @@
+/**
+ * The Store contract: what a backend must do for the engine to give exactly one execution per key.
+ *
+ * Rules every store follows (checked by `describeStore()` in @idem/testkit):
+ * - `claim` is one atomic step: of N concurrent claims of an absent (or expired) id, exactly one wins.
+ * - A record in progress expires after `leaseMs`, measured by the store's own clock. An expired lease
+ *   can be claimed again, with a new token: that is crash recovery.
+ * - `renew`, `complete` and `release` are compare-and-set on the fencing token: with a token that is not
+ *   the record's current one (the lease was lost and someone else took over) they change nothing and
+ *   resolve to `false`.
+ * - A completed record lives `retentionMs` (store clock), then the id is unseen again.
+ * - Durations are relative; a store never trusts the application's wall clock.
+ * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
+ *   (lost race, stale token) are values.
+ * - Response bodies are bytes and come back byte for byte.
+ */
+export interface Store {
+  /** Atomically claims `id` for a new execution, or returns the live record that holds it. */
+  claim(input: ClaimInput): Promise<ClaimResult>;
+  /** Extends a live lease held by `token`. False when the token is no longer current. */
+  renew(input: RenewInput): Promise<boolean>;
+  /** Stores the outcome and moves the record to completed. False when the token is no longer current. */
+  complete(input: CompleteInput): Promise<boolean>;
+  /** Deletes an in-progress record held by `token`, so a retry runs. False when the token is no longer current. */
+  release(input: ReleaseInput): Promise<boolean>;
+  /** Reads the live record, or `undefined` when the id is unseen (never claimed, released, or expired). */
+  get(id: string): Promise<StoreRecord | undefined>;
+}
+
+/** A response as stored and replayed. Header names are lower case. */
+export interface StoredResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Uint8Array;
+}
+
+/** A live record as a store returns it. */
+export type StoreRecord =
+  | { state: 'in_progress'; token: string; fingerprint: string }
+  | { state: 'completed'; token: string; fingerprint: string; response: StoredResponse };
+
+export interface ClaimInput {
+  /** The record id: a hash of scope, operation and key, safe to use in any store key. */
+  id: string;
+  /** The new fencing token. */
+  token: string;
+  /** The request fingerprint, stored for comparison on repeats. */
+  fingerprint: string;
+  /** How long the claim lives without renewal, in milliseconds, measured by the store. */
+  leaseMs: number;
+}
+
+export type ClaimResult = { claimed: true } | { claimed: false; record: StoreRecord };
+
+export interface RenewInput {
+  id: string;
+  token: string;
+  leaseMs: number;
+}
+
+export interface CompleteInput {
+  id: string;
+  token: string;
+  response: StoredResponse;
+  /** How long the completed record is kept, in milliseconds, measured by the store. */
+  retentionMs: number;
+}
+
+export interface ReleaseInput {
+  id: string;
+  token: string;
+}

@@ -1,0 +1,37 @@
+import { fileURLToPath } from 'node:url';
+import { defineConfig } from 'vitest/config';
+
+const packages = ['core', 'testkit', 'redis', 'postgres', 'guard', 'webhooks', 'client', 'express', 'fastify', 'koa'];
+
+// Tests import the packages by name; point each name at its source so no build is needed first.
+const alias = Object.fromEntries(
+  packages.map((name) => [`@idem/${name}`, fileURLToPath(new URL(`./packages/${name}/src/index.ts`, import.meta.url))]),
+);
+
+export default defineConfig({
+  resolve: { alias },
+  test: {
+    projects: [
+      {
+        resolve: { alias },
+        test: {
+          name: 'unit',
+          include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts'],
+          exclude: ['**/*.int.test.ts', '**/*.e2e.test.ts', '**/node_modules/**'],
+          testTimeout: 20_000,
+        },
+      },
+      {
+        resolve: { alias },
+        test: {
+          name: 'integration',
+          include: ['packages/*/test/**/*.int.test.ts', 'examples/*/test/**/*.int.test.ts', 'examples/*/test/**/*.e2e.test.ts', 'docs/test/**/*.test.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+          // Integration files share real Redis and PostgreSQL; keep the pressure on a 2-core box sane.
+          maxWorkers: 2,
+        },
+      },
+    ],
+  },
+});
