@@ -1,1 +1,1 @@
-export {};
+export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';

@@ -1,0 +1,220 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { createIdempotency, recordId, type Store, type StoredResponse } from '@idem/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+/**
+ * What a store's test file gives {@link describeStore}: the store, and a way to make a record's
+ * lease or retention run out *now*, as the store's own clock would, so no test sleeps out a TTL.
+ */
+export interface StoreHarness {
+  store: Store;
+  /** Makes the live record `id` expire now (Redis: PEXPIRE/DEL; SQL: move its expiry into the past; memory: advance the clock). */
+  expire(id: string): Promise<void>;
+  /** Remaining lifetime of record `id` in ms as the store measures it, if the store can tell. Enables the duration checks. */
+  ttl?(id: string): Promise<number | undefined>;
+  close?(): Promise<void>;
+}
+
+/** Options of {@link describeStore}. */
+export interface DescribeStoreOptions {
+  /** Concurrent claims in the race test. Default 50. */
+  concurrency?: number;
+  /** Size of the large body round trip. Default 1 MiB. */
+  largeBodyBytes?: number;
+}
+
+const response = (body: Uint8Array, status = 201, headers: Record<string, string> = {}): StoredResponse => ({
+  status,
+  headers: { 'content-type': 'application/octet-stream', ...headers },
+  body,
+});
+
+const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomUUID());
+
+/**
+ * The conformance suite every idem {@link Store} passes. Call it from a vitest file:
+ *
+ * @example
+ * import { describeStore } from '@idem/testkit';
+ * describeStore('my store', async () => ({
+ *   store: myStore(client),
+ *   expire: (id) => client.expireNow(id),
+ * }));
+ */
+export function describeStore(name: string, makeHarness: () => Promise<StoreHarness>, options: DescribeStoreOptions = {}): void {
+  const concurrency = options.concurrency ?? 50;
+  const largeBodyBytes = options.largeBodyBytes ?? 1024 * 1024;
+
+  describe(`Store contract: ${name}`, () => {
+    let harness: StoreHarness;
+    let store: Store;
+    beforeAll(async () => {
+      harness = await makeHarness();
+      store = harness.store;
+    });
+    afterAll(async () => {
+      await harness?.close?.();
+    });
+
+    it('claims an unseen id and reports it in progress with its token and fingerprint', async () => {
+      const id = freshId();
+      expect(await store.get(id)).toBeUndefined();
+      expect(await store.claim({ id, token: 't1', fingerprint: 'fp1', leaseMs: 5_000 })).toEqual({ claimed: true });
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't1', fingerprint: 'fp1' });
+    });
+
+    it(`gives exactly one winner among ${concurrency} parallel claims of one id`, async () => {
+      const id = freshId();
+      const results = await Promise.all(
+        Array.from({ length: concurrency }, (_, i) => store.claim({ id, token: `t${i}`, fingerprint: 'fp', leaseMs: 5_000 })),
+      );
+      const winners = results.flatMap((result, i) => (result.claimed ? [i] : []));
+      expect(winners).toHaveLength(1);
+      for (const result of results) {
+        if (result.claimed) continue;
+        expect(result.record.state).toBe('in_progress');
+        expect(result.record.token).toBe(`t${winners[0]}`);
+      }
+    });
+
+    it('renews a live lease only with the current token', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'current', fingerprint: '', leaseMs: 5_000 });
+      expect(await store.renew({ id, token: 'stale', leaseMs: 5_000 })).toBe(false);
+      expect(await store.renew({ id, token: 'current', leaseMs: 5_000 })).toBe(true);
+      expect(await store.renew({ id: freshId(), token: 'current', leaseMs: 5_000 })).toBe(false);
+      await store.complete({ id, token: 'current', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+      expect(await store.renew({ id, token: 'current', leaseMs: 5_000 })).toBe(false);
+    });
+
+    it('refuses complete and release with a stale token and leaves the record unchanged', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'current', fingerprint: 'fp', leaseMs: 5_000 });
+      expect(await store.complete({ id, token: 'stale', response: response(new Uint8Array([9])), retentionMs: 60_000 })).toBe(false);
+      expect(await store.release({ id, token: 'stale' })).toBe(false);
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'current', fingerprint: 'fp' });
+    });
+
+    it('completes once, then replays the stored response to every later claim', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
+      const stored = response(new TextEncoder().encode('{"id":"ch_1"}'), 201, {
+        'content-type': 'application/json',
+        location: '/charges/ch_1',
+      });
+      expect(await store.complete({ id, token: 'a', response: stored, retentionMs: 60_000 })).toBe(true);
+      expect(await store.complete({ id, token: 'a', response: response(new Uint8Array([0])), retentionMs: 60_000 })).toBe(false);
+      const again = await store.claim({ id, token: 'b', fingerprint: 'fp', leaseMs: 5_000 });
+      expect(again.claimed).toBe(false);
+      if (again.claimed) return;
+      expect(again.record.state).toBe('completed');
+      if (again.record.state !== 'completed') return;
+      expect(again.record.fingerprint).toBe('fp');
+      expect(again.record.response.status).toBe(201);
+      expect(again.record.response.headers).toEqual(stored.headers);
+      expect(Buffer.from(again.record.response.body).toString()).toBe('{"id":"ch_1"}');
+      expect(await store.release({ id, token: 'a' })).toBe(false);
+    });
+
+    it('keeps bodies byte for byte: every byte value, empty, and a large random body', async () => {
+      const every = new Uint8Array(256).map((_, i) => i);
+      const large = new Uint8Array(randomBytes(largeBodyBytes));
+      for (const body of [every, new Uint8Array(0), large]) {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id, token: 't', response: response(body, 200, { etag: '"v1"', link: '</a>; rel="next", </b>; rel="prev"' }), retentionMs: 60_000 });
+        const record = await store.get(id);
+        expect(record?.state).toBe('completed');
+        if (record?.state !== 'completed') return;
+        expect(record.response.body).toBeInstanceOf(Uint8Array);
+        expect(Buffer.from(record.response.body).equals(Buffer.from(body))).toBe(true);
+        expect(record.response.headers.link).toBe('</a>; rel="next", </b>; rel="prev"');
+        expect(record.response.headers.etag).toBe('"v1"');
+      }
+    });
+
+    it('forgets a released id, so the next claim runs with a new token', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'first', fingerprint: '', leaseMs: 5_000 });
+      expect(await store.release({ id, token: 'first' })).toBe(true);
+      expect(await store.get(id)).toBeUndefined();
+      expect(await store.claim({ id, token: 'second', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+      expect(await store.release({ id, token: 'first' })).toBe(false);
+    });
+
+    it('lets an expired lease be taken over with a new token, and fences the old holder', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'old', fingerprint: 'fp', leaseMs: 5_000 });
+      await harness.expire(id);
+      expect(await store.claim({ id, token: 'new', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+      expect(await store.renew({ id, token: 'old', leaseMs: 5_000 })).toBe(false);
+      expect(await store.complete({ id, token: 'old', response: response(new Uint8Array([1])), retentionMs: 60_000 })).toBe(false);
+      expect(await store.release({ id, token: 'old' })).toBe(false);
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'new', fingerprint: 'fp' });
+      expect(await store.complete({ id, token: 'new', response: response(new Uint8Array([2])), retentionMs: 60_000 })).toBe(true);
+    });
+
+    it('forgets a completed record when its retention ends', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+      await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+      await harness.expire(id);
+      expect(await store.get(id)).toBeUndefined();
+      expect(await store.claim({ id, token: 'u', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+    });
+
+    it('keeps hostile keys and different scopes apart', async () => {
+      const keys = ['a:b', 'a', 'a/b', 'a%2Fb', 'line\nbreak', 'x'.repeat(255), 'x'.repeat(254), ' spaced ', '*', 'é'];
+      // A nonce per run keeps records of earlier runs in a persistent store out of the way.
+      const run = randomUUID();
+      const ids = new Set<string>();
+      for (const key of keys) {
+        for (const scope of ['user:1', 'user:2', 'user:1:POST']) ids.add(recordId(`${scope}:${run}`, 'POST /charges', key));
+      }
+      // Raw ids with separators too: a store must not build colliding keys out of them either.
+      const raw = [`raw:${run}:a`, `raw:${run}`, `raw/${run}`, `raw:${run}\n`];
+      for (const id of raw) ids.add(id);
+      expect(ids.size).toBe(keys.length * 3 + raw.length);
+      const list = [...ids];
+      for (const [i, id] of list.entries()) {
+        expect(await store.claim({ id, token: `t${i}`, fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+      }
+      for (const [i, id] of list.entries()) {
+        expect((await store.get(id))?.token).toBe(`t${i}`);
+      }
+    });
+
+    it('measures lease and retention with the store clock when it can tell', async () => {
+      if (!harness.ttl) return;
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+      const lease = (await harness.ttl(id)) ?? 0;
+      expect(lease).toBeGreaterThan(3_000);
+      expect(lease).toBeLessThanOrEqual(5_000);
+      await store.renew({ id, token: 't', leaseMs: 30_000 });
+      expect((await harness.ttl(id)) ?? 0).toBeGreaterThan(20_000);
+      await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 86_400_000 });
+      const retention = (await harness.ttl(id)) ?? 0;
+      expect(retention).toBeGreaterThan(86_000_000);
+      expect(retention).toBeLessThanOrEqual(86_400_000);
+    });
+
+    it(`runs exactly one of ${concurrency} concurrent engine requests with one key`, async () => {
+      const engine = createIdempotency({ store, heartbeat: false });
+      let executions = 0;
+      const key = randomUUID();
+      const outcomes = await Promise.all(
+        Array.from({ length: concurrency }, async () => {
+          const started = await engine.begin({ key, scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+          if (started.kind !== 'execute') return started.kind === 'reject' ? started.error.code : started.kind;
+          executions++;
+          await engine.complete(started.lease, response(new Uint8Array([42])));
+          return 'execute';
+        }),
+      );
+      expect(executions).toBe(1);
+      expect(outcomes.filter((o) => o === 'execute')).toHaveLength(1);
+      for (const outcome of outcomes) expect(['execute', 'in_progress', 'replay']).toContain(outcome);
+    });
+  });
+}
