@@ -297,8 +297,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const deadline = started + waitMs;
 
     for (;;) {
-      // In flight in this very process: no need to ask the store.
-      if (held.has(id) && waitMs === 0) {
+      // In flight in this very process and renewed within one lease: no need to ask the store.
+      // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
+      const local = held.get(id);
+      if (local && waitMs === 0 && !local.lost && now() - local.lastRenewedAt < leaseMs) {
         emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: conflict() };
       }

@@ -1,0 +1,423 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
+import type { IdempotencyEvent } from '../src/events.js';
+import { fingerprintRequest } from '../src/fingerprint.js';
+import { memoryStore } from '../src/memory-store.js';
+import { mintKey } from '../src/mint.js';
+import type { Store, StoredResponse } from '../src/store.js';
+
+const ok = (body = '{"id":"ch_1"}', status = 201): StoredResponse => ({
+  status,
+  headers: { 'content-type': 'application/json' },
+  body: new TextEncoder().encode(body),
+});
+
+function setup(options: Partial<IdempotencyOptions> = {}) {
+  const clock = { now: 1_700_000_000_000 };
+  const store = memoryStore({ now: () => clock.now });
+  const events: IdempotencyEvent[] = [];
+  const engine = createIdempotency({
+    store,
+    heartbeat: false,
+    now: () => clock.now,
+    onEvent: (event) => events.push(event),
+    ...options,
+  });
+  const request = { key: 'k-1', scope: 'user:alice', operation: 'POST /charges', fingerprint: 'fp-a' };
+  return { clock, store, engine, events, request };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('spec part 3: the key state machine', () => {
+  it('unseen → in progress: the first request executes', async () => {
+    const { engine, request, events } = setup();
+    const started = await engine.begin(request);
+    expect(started.kind).toBe('execute');
+    expect(events.map((e) => e.type)).toEqual(['claim']);
+  });
+
+  it('in progress + same key: 409 with Retry-After, nothing executed', async () => {
+    const { engine, request } = setup();
+    await engine.begin(request);
+    const second = await engine.begin(request);
+    expect(second.kind).toBe('reject');
+    if (second.kind !== 'reject') return;
+    expect(second.error.code).toBe('in_progress');
+    expect(second.error.status).toBe(409);
+    expect(second.error.retryAfter).toBe(1);
+    expect(second.error.retryable).toBe(true);
+  });
+
+  it('in progress → completed: the response is stored; completed + same key replays it, nothing executed', async () => {
+    const { engine, request, events } = setup();
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    expect(await engine.complete(first.lease, ok())).toEqual({ ok: true, stored: true });
+    const again = await engine.begin(request);
+    expect(again.kind).toBe('replay');
+    if (again.kind !== 'replay') return;
+    expect(again.response.status).toBe(201);
+    expect(new TextDecoder().decode(again.response.body)).toBe('{"id":"ch_1"}');
+    expect(events.map((e) => e.type)).toEqual(['claim', 'complete', 'replay']);
+  });
+
+  it('completed + retention expires → unseen: the key executes fresh', async () => {
+    const { engine, request, clock } = setup();
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok());
+    clock.now += 24 * 3_600_000 - 1;
+    expect((await engine.begin(request)).kind).toBe('replay');
+    clock.now += 1;
+    expect((await engine.begin(request)).kind).toBe('execute');
+  });
+
+  it('rule 1: of 50 simultaneous requests exactly one executes; the others get 409 or, once done, the replay', async () => {
+    const { engine, request } = setup();
+    let executions = 0;
+    const results = await Promise.all(
+      Array.from({ length: 50 }, async () => {
+        const started = await engine.begin(request);
+        if (started.kind === 'execute') {
+          executions++;
+          await engine.complete(started.lease, ok());
+        }
+        return started.kind === 'reject' ? started.error.code : started.kind;
+      }),
+    );
+    expect(executions).toBe(1);
+    expect(results.filter((r) => r === 'execute')).toHaveLength(1);
+    expect(results.every((r) => r === 'execute' || r === 'in_progress' || r === 'replay')).toBe(true);
+  });
+
+  it('rule 1, wait mode: losers wait for the winner and all get its stored response', async () => {
+    const clockless = memoryStore();
+    const engine = createIdempotency({ store: clockless, wait: '5s', heartbeat: false });
+    const request = { key: 'k', scope: 's', operation: 'POST /charges', fingerprint: 'fp' };
+    let executions = 0;
+    const results = await Promise.all(
+      Array.from({ length: 20 }, async (_, i) => {
+        const started = await engine.begin(request);
+        if (started.kind === 'execute') {
+          executions++;
+          await new Promise((resolve) => setTimeout(resolve, 30));
+          await engine.complete(started.lease, ok(`{"n":${i}}`));
+          return 'execute';
+        }
+        return started.kind === 'replay' ? new TextDecoder().decode(started.response.body) : started.kind;
+      }),
+    );
+    expect(executions).toBe(1);
+    const winner = results.indexOf('execute');
+    expect(results.filter((r) => r === `{"n":${winner}}`)).toHaveLength(19);
+  });
+
+  it('rule 2: same key with different parameters is rejected (422) and never executed', async () => {
+    const { engine, request, events } = setup();
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok());
+    const other = await engine.begin({ ...request, fingerprint: 'fp-b' });
+    expect(other.kind).toBe('reject');
+    if (other.kind !== 'reject') return;
+    expect(other.error.code).toBe('fingerprint_mismatch');
+    expect(other.error.status).toBe(422);
+    expect(other.error.toProblem()).toMatchObject({ status: 422, type: 'https://idem.dev/problems/fingerprint-mismatch' });
+    expect(events.at(-1)?.type).toBe('mismatch');
+  });
+
+  it('rule 2 with mismatchStatus 400: error type idempotency_error', async () => {
+    const { engine, request } = setup({ mismatchStatus: 400 });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok());
+    const other = await engine.begin({ ...request, fingerprint: 'fp-b' });
+    if (other.kind !== 'reject') throw new Error('expected reject');
+    expect(other.error.code).toBe('idempotency_error');
+    expect(other.error.status).toBe(400);
+  });
+
+  it('rule 3: a server-minted key runs once and replays on the retry that carries it', async () => {
+    const { engine, request } = setup();
+    const key = mintKey();
+    expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(mintKey()).not.toBe(key);
+    const first = await engine.begin({ ...request, key });
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok());
+    expect((await engine.begin({ ...request, key })).kind).toBe('replay');
+  });
+});
+
+describe('anchor cases at engine level', () => {
+  it('case 2: different bodies at once → one run; the other gets 409 in flight, 422 after', async () => {
+    const { engine, request } = setup();
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    const during = await engine.begin({ ...request, fingerprint: 'fp-b' });
+    expect(during.kind === 'reject' && during.error.code).toBe('in_progress');
+    await engine.complete(first.lease, ok());
+    const after = await engine.begin({ ...request, fingerprint: 'fp-b' });
+    expect(after.kind === 'reject' && after.error.code).toBe('fingerprint_mismatch');
+  });
+
+  it('case 4: a loser whose winner record vanished before it could read it retries the claim, never throws', async () => {
+    const inner = memoryStore();
+    let firstClaim = true;
+    // A store that reports "taken" once, then shows the record gone, as when the winner's lease
+    // expired between the two calls.
+    const store: Store = {
+      ...inner,
+      claim: async (input) => {
+        if (firstClaim) {
+          firstClaim = false;
+          return { claimed: false, record: { state: 'in_progress', token: 'ghost', fingerprint: '' } };
+        }
+        return inner.claim(input);
+      },
+      get: (id) => inner.get(id),
+    };
+    const waiting = createIdempotency({ store, wait: '2s', heartbeat: false });
+    expect((await waiting.begin({ key: 'k', scope: 's', operation: 'op' })).kind).toBe('execute');
+    firstClaim = true;
+    const immediate = createIdempotency({ store, heartbeat: false });
+    const result = await immediate.begin({ key: 'k2', scope: 's', operation: 'op' });
+    expect(result.kind === 'reject' && result.error.code).toBe('in_progress');
+  });
+
+  it('case 7: an abandoned lease (crashed worker) frees the key after one lease, not after retention', async () => {
+    const { engine, request, clock } = setup({ lease: '5s' });
+    expect((await engine.begin(request)).kind).toBe('execute'); // the worker dies holding it
+    clock.now += 4_999;
+    expect((await engine.begin(request)).kind).toBe('reject');
+    clock.now += 1;
+    expect((await engine.begin(request)).kind).toBe('execute');
+  });
+
+  it('case 8 and 31: a handler running past its lease keeps ownership through the heartbeat', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now() });
+    const request = { key: 'k', scope: 's', operation: 'op', fingerprint: '' };
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    // Ten leases pass while the handler is still running.
+    for (let i = 0; i < 30; i++) await vi.advanceTimersByTimeAsync(350);
+    expect(first.lease.lost).toBe(false);
+    const second = await engine.begin(request);
+    expect(second.kind === 'reject' && second.error.code).toBe('in_progress');
+    // The store agrees: a second engine (another process) cannot claim it either.
+    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+    expect((await other.begin(request)).kind).toBe('reject');
+    expect(await engine.complete(first.lease, ok())).toEqual({ ok: true, stored: true });
+    expect((await other.begin(request)).kind).toBe('replay');
+  });
+
+  it('case 9: after a takeover, the old owner cannot complete or release; the event says so', async () => {
+    const { engine, request, clock, events } = setup({ lease: '1s' });
+    const old = await engine.begin(request);
+    if (old.kind !== 'execute') throw new Error('expected execute');
+    clock.now += 1_000;
+    const taker = await engine.begin(request);
+    if (taker.kind !== 'execute') throw new Error('expected takeover');
+    expect(await engine.complete(old.lease, ok('{"late":true}'))).toEqual({ ok: false, reason: 'lease-lost' });
+    expect(old.lease.lost).toBe(true);
+    expect(old.lease.signal.aborted).toBe(true);
+    expect(events.some((e) => e.type === 'lease-lost')).toBe(true);
+    expect(await engine.release(old.lease)).toEqual({ ok: false, reason: 'lease-lost' });
+    await engine.complete(taker.lease, ok('{"winner":true}'));
+    const replay = await engine.begin(request);
+    expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('{"winner":true}');
+  });
+
+  it('case 9: a lease whose renewal is refused is marked lost and its signal aborts', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now() });
+    const started = await engine.begin({ key: 'k', scope: 's', operation: 'op' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    // Someone else's release or takeover: the record's token changes under us.
+    await store.release({ id: started.lease.id, token: started.lease.token });
+    await store.claim({ id: started.lease.id, token: 'intruder', fingerprint: '', leaseMs: 60_000 });
+    await vi.advanceTimersByTimeAsync(400);
+    expect(started.lease.lost).toBe(true);
+    expect(started.lease.signal.aborted).toBe(true);
+  });
+
+  it('case 10: a thrown handler ends released or stored per policy, never stuck in progress', async () => {
+    const stored = setup({ storeOutcome: 'all' });
+    const a = await stored.engine.begin(stored.request);
+    if (a.kind !== 'execute') throw new Error('expected execute');
+    expect(await stored.engine.complete(a.lease, ok('{"error":"boom"}', 500), { thrown: true })).toEqual({ ok: true, stored: true });
+    expect((await stored.engine.begin(stored.request)).kind).toBe('replay');
+
+    const released = setup({ storeOutcome: 'success' });
+    const b = await released.engine.begin(released.request);
+    if (b.kind !== 'execute') throw new Error('expected execute');
+    expect(await released.engine.complete(b.lease, ok('{"error":"boom"}', 500), { thrown: true })).toEqual({ ok: true, stored: false });
+    expect((await released.engine.begin(released.request)).kind).toBe('execute');
+  });
+
+  it('case 13: when storing the outcome fails, the key is released and a store-error is reported', async () => {
+    const inner = memoryStore();
+    const store: Store = { ...inner, complete: async () => Promise.reject(new Error('connection reset')) };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, heartbeat: false, onEvent: (e) => events.push(e) });
+    const request = { key: 'k', scope: 's', operation: 'op' };
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const result = await engine.complete(started.lease, ok());
+    expect(result.ok).toBe(false);
+    expect(result.ok === false && result.reason).toBe('store-error');
+    expect(events.some((e) => e.type === 'store-error' && e.phase === 'complete')).toBe(true);
+    expect(await inner.get(started.lease.id)).toBeUndefined();
+  });
+
+  it('case 14: a store that is down or hangs gives store_unavailable (503 + Retry-After), within the timeout', async () => {
+    const down: Store = { ...memoryStore(), claim: async () => Promise.reject(new Error('ECONNREFUSED')) };
+    const engine = createIdempotency({ store: down });
+    const result = await engine.begin({ key: 'k', scope: 's', operation: 'op' });
+    if (result.kind !== 'reject') throw new Error('expected reject');
+    expect(result.error.code).toBe('store_unavailable');
+    expect(result.error.status).toBe(503);
+    expect(result.error.retryAfter).toBe(2);
+
+    vi.useFakeTimers();
+    const hung: Store = { ...memoryStore(), claim: () => new Promise(() => undefined) };
+    const slow = createIdempotency({ store: hung, storeTimeout: '500ms' });
+    const pending = slow.begin({ key: 'k', scope: 's', operation: 'op' });
+    await vi.advanceTimersByTimeAsync(500);
+    const timedOut = await pending;
+    expect(timedOut.kind === 'reject' && timedOut.error.code).toBe('store_unavailable');
+  });
+
+  it('case 15-17 and 19: the fingerprint ignores JSON key order and whitespace and excluded fields, not the query', () => {
+    const base = { method: 'POST', route: '/charges', path: '/charges', contentType: 'application/json' };
+    const a = fingerprintRequest({ ...base, body: '{"amount":100,"currency":"eur"}' });
+    expect(fingerprintRequest({ ...base, body: '{ "currency" : "eur",\n "amount": 100 }' })).toBe(a);
+    expect(fingerprintRequest({ ...base, body: '{"amount":101,"currency":"eur"}' })).not.toBe(a);
+    expect(fingerprintRequest({ ...base, query: 'dryRun=true', body: '{"amount":100,"currency":"eur"}' })).not.toBe(a);
+    const withTime = fingerprintRequest({ ...base, body: '{"amount":100,"sentAt":1}' }, { exclude: ['/sentAt'] });
+    expect(fingerprintRequest({ ...base, body: '{"sentAt":2,"amount":100}' }, { exclude: ['/sentAt'] })).toBe(withTime);
+  });
+
+  it('case 16-17: a different body or query under the same key is refused, never replayed', async () => {
+    const { engine } = setup();
+    const base = { method: 'POST', route: '/charges', path: '/charges', contentType: 'application/json', body: '{"a":1}' };
+    const request = { key: 'k', scope: 's', operation: 'POST /charges' };
+    const first = await engine.begin({ ...request, fingerprint: fingerprintRequest({ ...base, query: 'dryRun=true' }) });
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok());
+    const other = await engine.begin({ ...request, fingerprint: fingerprintRequest({ ...base, query: 'dryRun=false' }) });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+  });
+
+  it('case 18 and 21: another operation or another caller with the same key is an independent record', async () => {
+    const { engine, request } = setup();
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok('{"owner":"alice"}'));
+    const bob = await engine.begin({ ...request, scope: 'user:bob' });
+    expect(bob.kind).toBe('execute'); // never alice's stored response
+    const otherRoute = await engine.begin({ ...request, operation: 'POST /refunds' });
+    expect(otherRoute.kind).toBe('execute');
+  });
+
+  it('case 22: keys with separators and newlines never collide across scopes or operations', async () => {
+    const { engine } = setup();
+    const pairs = [
+      { scope: 'a:b', operation: 'c', key: 'd' },
+      { scope: 'a', operation: 'b:c', key: 'd' },
+      { scope: 'a', operation: 'b', key: 'c:d' },
+      { scope: 'a', operation: 'b', key: 'c\nd' },
+      { scope: 'a', operation: 'b', key: 'c%0Ad' },
+      { scope: 'a', operation: 'b', key: 'c/d' },
+    ];
+    for (const pair of pairs) expect((await engine.begin(pair)).kind).toBe('execute');
+  });
+
+  it('case 30: after the retention a key runs fresh', async () => {
+    const { engine, request, clock } = setup({ retention: '48h' });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(first.lease, ok());
+    clock.now += 47 * 3_600_000;
+    expect((await engine.begin(request)).kind).toBe('replay');
+    clock.now += 3_600_000;
+    expect((await engine.begin(request)).kind).toBe('execute');
+  });
+
+  it('case 32: a per-outcome retention is honoured (5xx kept 1 h, 2xx the full day)', async () => {
+    const { engine, clock } = setup({
+      storeOutcome: ({ status }) => (status >= 500 ? { store: true, retention: '1h' } : true),
+    });
+    const failing = { key: 'k5', scope: 's', operation: 'op' };
+    const fine = { key: 'k2', scope: 's', operation: 'op' };
+    for (const [request, status] of [
+      [failing, 502],
+      [fine, 201],
+    ] as const) {
+      const started = await engine.begin(request);
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      await engine.complete(started.lease, ok('{}', status));
+    }
+    clock.now += 3_600_000;
+    expect((await engine.begin(failing)).kind).toBe('execute');
+    expect((await engine.begin(fine)).kind).toBe('replay');
+  });
+
+  it('case 33: expiry follows the store clock, not a skewed application clock', async () => {
+    let storeNow = 0;
+    const store = memoryStore({ now: () => storeNow });
+    // This node's clock is an hour ahead of everyone else's.
+    const skewed = createIdempotency({ store, heartbeat: false, lease: '5s', now: () => storeNow + 3_600_000 });
+    const request = { key: 'k', scope: 's', operation: 'op' };
+    expect((await skewed.begin(request)).kind).toBe('execute');
+    storeNow += 4_000;
+    const fresh = createIdempotency({ store, heartbeat: false, lease: '5s', now: () => storeNow });
+    expect((await fresh.begin(request)).kind).toBe('reject');
+  });
+
+  it('storeOutcome presets: 401 and 429 are never stored by default; stripe keeps 500s', async () => {
+    for (const [policy, status, stored] of [
+      ['all', 401, false],
+      ['all', 429, false],
+      ['all', 500, true],
+      ['all', 404, true],
+      ['success', 404, false],
+      ['stripe', 500, true],
+      ['stripe', 429, false],
+    ] as const) {
+      const { engine, request } = setup({ storeOutcome: policy });
+      const started = await engine.begin(request);
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      expect(await engine.complete(started.lease, ok('{}', status))).toEqual({ ok: true, stored });
+    }
+  });
+});
+
+describe('options are checked once, at construction', () => {
+  const store = memoryStore();
+  it.each([
+    [{ store, retention: '1h' }, /acknowledgeShortRetention/],
+    [{ store, retention: 'a day' }, /retention/],
+    [{ store, lease: 10 }, /lease/],
+    [{ store, mismatchStatus: 409 as 422 }, /mismatchStatus/],
+    [{ store, storeOutcome: 'some' as 'all' }, /storeOutcome/],
+    [{ store: {} as Store }, /Store contract/],
+  ])('%# rejects a bad option with a TypeError', (options, message) => {
+    expect(() => createIdempotency(options as IdempotencyOptions)).toThrow(message);
+  });
+
+  it('accepts a short retention when acknowledged', () => {
+    expect(createIdempotency({ store, retention: '1h', acknowledgeShortRetention: true }).settings.retentionMs).toBe(3_600_000);
+  });
+
+  it('refuses misuse of begin with a TypeError', async () => {
+    const engine = createIdempotency({ store });
+    await expect(engine.begin({ key: '', scope: 's', operation: 'op' })).rejects.toThrow(TypeError);
+  });
+});

@@ -1,0 +1,79 @@
+import { describe, expect, it } from 'vitest';
+import { canonicalJson } from '../src/canonical-json.js';
+import { toMilliseconds } from '../src/duration.js';
+import { fingerprintRequest, fingerprintsMatch } from '../src/fingerprint.js';
+import { recordId } from '../src/record-id.js';
+
+describe('canonicalJson (RFC 8785)', () => {
+  it('sorts members by UTF-16 code units and writes numbers the ECMAScript way', () => {
+    // The RFC's own sorting example: keys ordered by code units, not by code points or locale.
+    const value = { '\u20ac': 'Euro Sign', '\r': 'Carriage Return', '\ufb33': 'Hebrew', '1': 'One', '\ud83d\ude00': 'Emoji', '\u0080': 'Control', '\u00f6': 'Latin' };
+    const text = canonicalJson(value) as string;
+    const order = ['\r', '1', '\u0080', '\u00f6', '\u20ac', '\ud83d\ude00', '\ufb33'].map((key) => text.indexOf(JSON.stringify(key)));
+    expect(order.every((position, i) => position > 0 && (i === 0 || position > (order[i - 1] as number)))).toBe(true);
+    expect(canonicalJson({ b: [1e21, 0.1, -0, 1e-7], a: null })).toBe('{"a":null,"b":[1e+21,0.1,0,1e-7]}');
+    expect(canonicalJson({ s: 'é\u2028"' })).toBe('{"s":"é\u2028\\""}');
+  });
+
+  it('gives up on hostile depth instead of overflowing the stack', () => {
+    let deep: unknown = 1;
+    for (let i = 0; i < 10_000; i++) deep = [deep];
+    expect(canonicalJson(deep)).toBeUndefined();
+  });
+});
+
+describe('fingerprintRequest', () => {
+  const base = { method: 'POST', route: '/charges', path: '/charges', contentType: 'application/json; charset=utf-8' };
+
+  it('treats method, route, path, query order, media type and body as the identity', () => {
+    const a = fingerprintRequest({ ...base, query: 'a=1&b=2', body: '{"x":1}' });
+    expect(fingerprintRequest({ ...base, query: '?b=2&a=1', body: '{"x":1}' })).toBe(a);
+    expect(fingerprintRequest({ ...base, query: { b: '2', a: '1' }, body: '{"x":1}' })).toBe(a);
+    expect(fingerprintRequest({ ...base, query: 'a=1&a=2&b=2', body: '{"x":1}' })).not.toBe(a);
+    expect(fingerprintRequest({ ...base, method: 'PATCH', query: 'a=1&b=2', body: '{"x":1}' })).not.toBe(a);
+    expect(fingerprintRequest({ ...base, path: '/charges/2', query: 'a=1&b=2', body: '{"x":1}' })).not.toBe(a);
+    expect(fingerprintRequest({ ...base, contentType: 'text/plain', query: 'a=1&b=2', body: '{"x":1}' })).not.toBe(a);
+  });
+
+  it('case 20: form, multipart, binary and invalid JSON hash their bytes deterministically', () => {
+    const form = { ...base, contentType: 'application/x-www-form-urlencoded' };
+    expect(fingerprintRequest({ ...form, body: 'a=1&b=2' })).toBe(fingerprintRequest({ ...form, body: 'a=1&b=2' }));
+    expect(fingerprintRequest({ ...form, body: 'a=1&b=2' })).not.toBe(fingerprintRequest({ ...form, body: 'b=2&a=1' }));
+    const binary = new Uint8Array([0xff, 0xfe, 0x00, 0x01]);
+    expect(fingerprintRequest({ ...base, body: binary })).toBe(fingerprintRequest({ ...base, body: new Uint8Array(binary) }));
+    expect(fingerprintRequest({ ...base, body: '{"x":' })).toBe(fingerprintRequest({ ...base, body: '{"x":' }));
+    // Canonical JSON text can never be confused with a raw body holding the same characters.
+    expect(fingerprintRequest({ ...base, body: '{"x":1}' })).not.toBe(fingerprintRequest({ ...base, contentType: 'text/plain', body: 'json:{"x":1}' }));
+  });
+
+  it('excludes nested and array fields named by JSON Pointer', () => {
+    const fp = (body: string) => fingerprintRequest({ ...base, body }, { exclude: ['/meta/nonce', '/tags/0', '/a~1b'] });
+    expect(fp('{"amount":1,"meta":{"nonce":"x"},"tags":["t1","t2"],"a/b":1}')).toBe(fp('{"amount":1,"meta":{"nonce":"y"},"tags":["t9","t2"],"a/b":2}'));
+    expect(fp('{"amount":1}')).not.toBe(fp('{"amount":2}'));
+  });
+
+  it('compares in constant time and treats an empty fingerprint as "not fingerprinted"', () => {
+    expect(fingerprintsMatch('abc', 'abc')).toBe(true);
+    expect(fingerprintsMatch('abc', 'abd')).toBe(false);
+    expect(fingerprintsMatch('abc', 'abcd')).toBe(false);
+    expect(fingerprintsMatch('', 'abc')).toBe(true);
+  });
+});
+
+describe('recordId and durations', () => {
+  it('is 43 base64url characters and separates its parts', () => {
+    expect(recordId('a', 'b', 'c')).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(recordId('a:b', 'c', 'd')).not.toBe(recordId('a', 'b:c', 'd'));
+  });
+
+  it('reads durations and refuses nonsense', () => {
+    expect(toMilliseconds('24h')).toBe(86_400_000);
+    expect(toMilliseconds('1.5s')).toBe(1_500);
+    expect(toMilliseconds('250ms')).toBe(250);
+    expect(toMilliseconds('7d')).toBe(604_800_000);
+    expect(toMilliseconds(10)).toBe(10);
+    for (const bad of ['10 parsecs', '-1s', '', 'h', Number.NaN, -5, Number.POSITIVE_INFINITY]) {
+      expect(() => toMilliseconds(bad as never)).toThrow(TypeError);
+    }
+  });
+});
