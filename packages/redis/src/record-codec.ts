@@ -1,0 +1,114 @@
+import type { StoredResponse, StoreRecord } from '@idem/core';
+
+/*
+ * One Redis string per record, binary safe, laid out so that the Lua scripts never parse anything:
+ *
+ *   in progress:  'p' <token as JSON> '\n' <fingerprint as JSON> '\n'
+ *   completed:    'c' <token as JSON> '\n' <fingerprint as JSON> '\n' <{"s":status,"h":headers} as JSON> '\n' <raw body bytes>
+ *
+ * JSON never contains a raw 0x0A byte (JSON.stringify escapes every control character, and UTF-8
+ * continuation bytes are all >= 0x80), so the first three newlines are always separators, and the
+ * body after the third one is the response's bytes exactly as they were, with no base64 inflation.
+ *
+ * The compare-and-set scripts check that the value starts with 'p' + token + '\n' (see
+ * {@link leasePrefix}): a byte comparison of a prefix. Completing replaces the leading 'p' with 'c'
+ * and appends the response, which carries the claim's fingerprint over without Lua ever decoding it.
+ */
+
+const NEWLINE = 0x0a;
+const IN_PROGRESS = 0x70; // 'p'
+const COMPLETED = 0x63; // 'c'
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/** Thrown by {@link decodeRecord} for a value idem did not write (another app's key, or corruption). */
+export class RecordFormatError extends Error {
+  override readonly name = 'RecordFormatError' as const;
+}
+
+/**
+ * The bytes every in-progress value held by `token` starts with. The scripts compare this prefix to
+ * fence stale holders: a different token, or a completed record, never matches.
+ *
+ * @example
+ * leasePrefix('t1'); // Buffer of 'p"t1"\n'
+ */
+export function leasePrefix(token: string): Buffer {
+  return Buffer.from(`p${JSON.stringify(token)}\n`, 'utf8');
+}
+
+/**
+ * Encodes a fresh claim: the value `SET NX PX` writes.
+ *
+ * @example
+ * encodeClaim('t1', 'fp'); // Buffer of 'p"t1"\n"fp"\n'
+ */
+export function encodeClaim(token: string, fingerprint: string): Buffer {
+  return Buffer.from(`p${JSON.stringify(token)}\n${JSON.stringify(fingerprint)}\n`, 'utf8');
+}
+
+/**
+ * Encodes what the completion script appends to the claim: status and headers, then the raw body.
+ * Its length is what the size cap measures.
+ *
+ * @example
+ * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 22
+ */
+export function encodeOutcome(response: StoredResponse): Buffer {
+  const meta = encoder.encode(`${JSON.stringify({ s: response.status, h: response.headers })}\n`);
+  const out = Buffer.allocUnsafe(meta.length + response.body.length);
+  out.set(meta, 0);
+  out.set(response.body, meta.length);
+  return out;
+}
+
+/**
+ * Decodes a record value read from Redis. Throws {@link RecordFormatError} for bytes idem did not write.
+ *
+ * @example
+ * decodeRecord(encodeClaim('t1', 'fp')); // { state: 'in_progress', token: 't1', fingerprint: 'fp' }
+ */
+export function decodeRecord(value: Uint8Array): StoreRecord {
+  const state = value[0];
+  if (state !== IN_PROGRESS && state !== COMPLETED) throw new RecordFormatError('not an idem record');
+  const tokenEnd = value.indexOf(NEWLINE, 1);
+  const fingerprintEnd = tokenEnd < 0 ? -1 : value.indexOf(NEWLINE, tokenEnd + 1);
+  if (fingerprintEnd < 0) throw new RecordFormatError('truncated idem record');
+  const token = parseString(value.subarray(1, tokenEnd));
+  const fingerprint = parseString(value.subarray(tokenEnd + 1, fingerprintEnd));
+  if (state === IN_PROGRESS) {
+    if (fingerprintEnd !== value.length - 1) throw new RecordFormatError('trailing bytes after an idem claim');
+    return { state: 'in_progress', token, fingerprint };
+  }
+  const metaEnd = value.indexOf(NEWLINE, fingerprintEnd + 1);
+  if (metaEnd < 0) throw new RecordFormatError('truncated idem record');
+  const meta = parseJson(value.subarray(fingerprintEnd + 1, metaEnd)) as { s?: unknown; h?: unknown };
+  if (!meta || typeof meta !== 'object' || typeof meta.s !== 'number' || !isHeaders(meta.h)) {
+    throw new RecordFormatError('malformed idem response');
+  }
+  // A copy, not a view: the client may hand out slices of a reused socket buffer, and a caller may
+  // keep the body long after this reply.
+  const body = new Uint8Array(value.subarray(metaEnd + 1));
+  return { state: 'completed', token, fingerprint, response: { status: meta.s, headers: meta.h, body } };
+}
+
+const parseJson = (bytes: Uint8Array): unknown => {
+  try {
+    return JSON.parse(decoder.decode(bytes));
+  } catch (cause) {
+    throw new RecordFormatError('malformed idem record', { cause });
+  }
+};
+
+const parseString = (bytes: Uint8Array): string => {
+  const parsed = parseJson(bytes);
+  if (typeof parsed !== 'string') throw new RecordFormatError('malformed idem record');
+  return parsed;
+};
+
+const isHeaders = (value: unknown): value is Record<string, string> =>
+  typeof value === 'object' &&
+  value !== null &&
+  !Array.isArray(value) &&
+  Object.values(value).every((header) => typeof header === 'string');

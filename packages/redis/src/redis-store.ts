@@ -1,0 +1,166 @@
+import {
+  type ClaimInput,
+  type ClaimResult,
+  type CompleteInput,
+  type ReleaseInput,
+  type RenewInput,
+  type Store,
+  type StoreRecord,
+  StoreUnavailableError,
+} from '@idem/core';
+import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
+import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
+import { ResponseTooLargeError } from './response-too-large-error.js';
+import { claimScript, completeScript, releaseScript, renewScript, runScript } from './scripts.js';
+
+/** Options of {@link redisStore}. */
+export interface RedisStoreOptions {
+  /**
+   * A connected client the caller owns: an ioredis `Redis` or `Cluster`, a node-redis v5 client or
+   * cluster, or any {@link RedisCommandRunner}. The store never connects, quits or listens to it.
+   */
+  client: RedisClientLike;
+  /**
+   * Prepended to every record id to form its Redis key. Default `'idem:'`. Use one prefix per
+   * service (or environment) sharing a Redis. Avoid `{...}` in it on a cluster: a hash tag in the
+   * prefix would put every record in one slot, on one node.
+   */
+  prefix?: string;
+  /**
+   * Largest encoded response (status, headers and body) that is stored. A bigger one is refused with
+   * {@link ResponseTooLargeError}: served to the client, not stored, the key released. Default 4 MiB.
+   */
+  maxResponseBytes?: number;
+}
+
+/** A {@link Store} on Redis, with the key layout exposed for operators and tests. */
+export interface RedisStore extends Store {
+  /** The key prefix in use. */
+  readonly prefix: string;
+  /** The Redis key that holds record `id`. */
+  key(id: string): string;
+}
+
+const DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
+// Redis refuses strings over 512 MB; leave room for the claim part of the value.
+const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
+
+/**
+ * Creates a {@link Store} on Redis. Every operation is one command on one key, so it is atomic and
+ * runs unchanged on Redis Cluster:
+ * - `claim` is `SET key value NX PX lease` inside a script that returns the existing record when the
+ *   key is taken (one round trip either way);
+ * - `renew`, `complete` and `release` are Lua compare-and-set on the fencing token (EVALSHA, with
+ *   EVAL as the fallback on NOSCRIPT);
+ * - leases and retention are `PX` durations, timed by the Redis server's clock;
+ * - bodies are stored as raw bytes.
+ *
+ * Every failure of Redis or the connection rejects with `StoreUnavailableError` (the engine answers
+ * 503). Redis does not bound how long a command waits while the client is disconnected: the
+ * engine's `storeTimeout` does.
+ *
+ * @example
+ * import Redis from 'ioredis';
+ * import { createIdempotency } from '@idem/core';
+ * import { redisStore } from '@idem/redis';
+ *
+ * const redis = new Redis(process.env.REDIS_URL);
+ * const engine = createIdempotency({ store: redisStore({ client: redis, prefix: 'billing:idem:' }) });
+ */
+export function redisStore(options: RedisStoreOptions): RedisStore {
+  if (!options || typeof options !== 'object') throw new TypeError('redisStore needs an options object');
+  const runner = redisCommandRunner(options.client);
+  const prefix = options.prefix ?? 'idem:';
+  if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
+  const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes < 1 || maxResponseBytes > REDIS_STRING_LIMIT) {
+    throw new TypeError(`maxResponseBytes must be an integer from 1 to ${REDIS_STRING_LIMIT}`);
+  }
+
+  const key = (id: string) => {
+    if (typeof id !== 'string' || id.length === 0) throw new TypeError('a record id must be a non-empty string');
+    return prefix + id;
+  };
+
+  // Anything that goes wrong between us and Redis (refused, reset, timeout, reply error, a value we
+  // cannot read) is the same thing to the engine: the store is unavailable right now, answer 503.
+  const guarded = async <T>(operation: string, work: () => Promise<T>): Promise<T> => {
+    try {
+      return await work();
+    } catch (cause) {
+      if (cause instanceof StoreUnavailableError) throw cause;
+      throw new StoreUnavailableError(`Redis ${operation} failed`, { cause });
+    }
+  };
+
+  const flag = (operation: string, reply: unknown): boolean => {
+    if (reply === 1) return true;
+    if (reply === 0) return false;
+    throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+  };
+
+  const record = (operation: string, reply: unknown): StoreRecord => {
+    if (!(reply instanceof Uint8Array))
+      throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    return decodeRecord(reply);
+  };
+
+  return {
+    prefix,
+    key,
+
+    claim: async ({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> => {
+      const k = key(id);
+      const value = encodeClaim(token, fingerprint);
+      const px = milliseconds(leaseMs, 'leaseMs');
+      return guarded('claim', async () => {
+        const reply = await runScript(runner, claimScript, k, [value, px]);
+        if (reply === 1) return { claimed: true };
+        return { claimed: false, record: record('claim', reply) };
+      });
+    },
+
+    renew: async ({ id, token, leaseMs }: RenewInput): Promise<boolean> => {
+      const k = key(id);
+      const px = milliseconds(leaseMs, 'leaseMs');
+      return guarded('renew', async () =>
+        flag('renew', await runScript(runner, renewScript, k, [leasePrefix(token), px])),
+      );
+    },
+
+    complete: async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
+      const k = key(id);
+      const px = milliseconds(retentionMs, 'retentionMs');
+      const outcome = encodeOutcome(response);
+      // Checked before anything is sent: an oversized response leaves the claim as it was, and the
+      // engine releases it so a retry runs instead of waiting out the lease.
+      if (outcome.length > maxResponseBytes) throw new ResponseTooLargeError(outcome.length, maxResponseBytes);
+      return guarded('complete', async () =>
+        flag('complete', await runScript(runner, completeScript, k, [leasePrefix(token), outcome, px])),
+      );
+    },
+
+    release: async ({ id, token }: ReleaseInput): Promise<boolean> => {
+      const k = key(id);
+      return guarded('release', async () =>
+        flag('release', await runScript(runner, releaseScript, k, [leasePrefix(token)])),
+      );
+    },
+
+    get: async (id: string): Promise<StoreRecord | undefined> => {
+      const k = key(id);
+      return guarded('get', async () => {
+        const reply = await runner.send(k, ['GET', k]);
+        return reply === null || reply === undefined ? undefined : record('get', reply);
+      });
+    },
+  };
+}
+
+// PX takes a positive integer; a fraction rounds up so a lease is never shorter than asked for.
+const milliseconds = (value: number, name: string): string => {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new TypeError(`${name} must be a positive number of milliseconds`);
+  }
+  return String(Math.ceil(value));
+};
