@@ -1,1 +1,41 @@
-export {};
+export { toBodyBytes, type WebhookBody } from './body.js';
+export {
+  isWebhookError,
+  WebhookError,
+  type WebhookErrorCode,
+  type WebhookErrorOptions,
+  webhookErrorTable,
+} from './errors.js';
+export {
+  type HeaderInput,
+  isValidWebhookId,
+  type ParsedWebhookHeaders,
+  parseWebhookHeaders,
+  type WebhookHeaders,
+} from './headers.js';
+export {
+  type GeneratedSecret,
+  generateSecret,
+  type ParsedSecret,
+  parseSecret,
+  parseSecrets,
+  type SignatureVersion,
+  type SigningKey,
+  type VerifyingKey,
+  type WebhookSecret,
+} from './secrets.js';
+export {
+  createSigner,
+  createVerifier,
+  type Signer,
+  type SignerOptions,
+  type SignInput,
+  sign,
+  type Tolerance,
+  type VerifiedWebhook,
+  type Verifier,
+  type VerifierOptions,
+  type VerifyInput,
+  type VerifyResult,
+  verify,
+} from './signature.js';

@@ -1,0 +1,112 @@
+import { WebhookError } from './errors.js';
+
+/** The three Standard Webhooks headers, as a sender sets them. */
+export type WebhookHeaders = {
+  'webhook-id': string;
+  'webhook-timestamp': string;
+  'webhook-signature': string;
+};
+
+/** Request headers in any common shape: a fetch `Headers`, or Node's (or a framework's) plain object. */
+export type HeaderInput = Headers | Readonly<Record<string, string | readonly string[] | number | undefined>>;
+
+/** The parsed, validated Standard Webhooks headers. */
+export interface ParsedWebhookHeaders {
+  id: string;
+  /** Unix seconds. */
+  timestamp: number;
+  /** The raw timestamp text, exactly as signed. */
+  timestampText: string;
+  signatures: { version: string; signature: Buffer }[];
+}
+
+// Printable ASCII without space and without '.': the signed content is `id.timestamp.body`, and an id
+// holding a dot could be re-split against a different timestamp and body (Standard Webhooks asks for no dots).
+const ID = /^[\x21-\x2d\x2f-\x7e]{1,256}$/;
+// Digits only: no sign, no spaces, no fraction, no exponent. parseInt-style leniency lets `123abc` pass.
+const TIMESTAMP = /^[0-9]{1,15}$/;
+const ENTRY = /^([a-z0-9]{1,16}),([A-Za-z0-9+/]+={0,2})$/;
+// Each entry may cost an Ed25519 verification; a bounded list keeps a hostile header cheap.
+const MAX_ENTRIES = 32;
+
+/**
+ * Reads one header by lower-case name. Two field lines for one name count as malformed: a proxy
+ * or an attacker appending a second value must not get a say in which one is checked.
+ */
+function readHeader(headers: HeaderInput, name: string): string | undefined | false {
+  if (typeof (headers as Headers).get === 'function' && typeof (headers as Headers).has === 'function') {
+    return (headers as Headers).get(name) ?? undefined;
+  }
+  const bag = headers as Record<string, string | readonly string[] | number | undefined>;
+  let value = bag[name];
+  if (value === undefined) {
+    for (const key of Object.keys(bag)) {
+      if (key.toLowerCase() === name) {
+        value = bag[key];
+        break;
+      }
+    }
+  }
+  if (value === undefined) return undefined;
+  if (Array.isArray(value)) return value.length === 1 && typeof value[0] === 'string' ? value[0] : false;
+  return String(value);
+}
+
+const malformed = (which: string) =>
+  new WebhookError('header_invalid', `The ${which} header is malformed.`, { details: { header: which } });
+
+/**
+ * Parses and validates the three Standard Webhooks headers, strictly: the id is 1 to 256 printable
+ * ASCII characters without spaces or dots, the timestamp is digits only, and the signature header is a
+ * space-separated list of `version,base64` entries (at most 32). Returns the typed error otherwise.
+ *
+ * @example
+ * const parsed = parseWebhookHeaders(req.headers);
+ * if (!parsed.ok) return reply(parsed.error.status, parsed.error.toProblem());
+ */
+export function parseWebhookHeaders(
+  headers: HeaderInput,
+): { ok: true; value: ParsedWebhookHeaders } | { ok: false; error: WebhookError } {
+  if (!headers || typeof headers !== 'object')
+    throw new TypeError('headers must be a Headers object or a plain object');
+  const id = readHeader(headers, 'webhook-id');
+  const timestampText = readHeader(headers, 'webhook-timestamp');
+  const signature = readHeader(headers, 'webhook-signature');
+  if (id === undefined || timestampText === undefined || signature === undefined) {
+    const missing = [
+      id === undefined ? 'webhook-id' : undefined,
+      timestampText === undefined ? 'webhook-timestamp' : undefined,
+      signature === undefined ? 'webhook-signature' : undefined,
+    ].filter((name): name is string => name !== undefined);
+    return {
+      ok: false,
+      error: new WebhookError('headers_missing', `Missing webhook headers: ${missing.join(', ')}.`, {
+        details: { missing: missing.join(',') },
+      }),
+    };
+  }
+  if (id === false || !ID.test(id)) return { ok: false, error: malformed('webhook-id') };
+  if (timestampText === false || !TIMESTAMP.test(timestampText))
+    return { ok: false, error: malformed('webhook-timestamp') };
+  if (signature === false) return { ok: false, error: malformed('webhook-signature') };
+  const entries = signature.trim().split(/ +/);
+  if (entries.length > MAX_ENTRIES || entries[0] === '') return { ok: false, error: malformed('webhook-signature') };
+  const signatures: ParsedWebhookHeaders['signatures'] = [];
+  for (const entry of entries) {
+    const match = ENTRY.exec(entry);
+    if (!match) return { ok: false, error: malformed('webhook-signature') };
+    signatures.push({ version: match[1] as string, signature: Buffer.from(match[2] as string, 'base64') });
+  }
+  return { ok: true, value: { id, timestamp: Number(timestampText), timestampText, signatures } };
+}
+
+/**
+ * True when `id` may be used as a `webhook-id` (see {@link parseWebhookHeaders} for the rule).
+ *
+ * @example
+ * isValidWebhookId('evt_123'); // true
+ * isValidWebhookId('a.b');     // false
+ */
+export function isValidWebhookId(id: string): boolean {
+  return typeof id === 'string' && ID.test(id);
+}
