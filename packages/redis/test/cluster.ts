@@ -1,0 +1,95 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { freePort } from './redis-env.js';
+import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+
+const run = promisify(execFile);
+
+/** A throwaway Redis Cluster of three masters on loopback ports. */
+export interface LocalRedisCluster {
+  /** One `{ host, port }` per master, for ioredis `new Cluster(nodes)`. */
+  readonly nodes: ReadonlyArray<{ host: string; port: number }>;
+  /** `redis://127.0.0.1:port` per master, for node-redis `createCluster({ rootNodes })`. */
+  readonly urls: readonly string[];
+  /** Kills the servers and removes their directory. */
+  stop(): Promise<void>;
+}
+
+// A cluster node also listens on port + 10000 (the cluster bus), so both must be free and valid.
+const clusterPort = async (taken: Set<number>): Promise<number> => {
+  for (;;) {
+    const port = await freePort();
+    if (port + 10_000 > 65_535 || taken.has(port) || taken.has(port + 10_000)) continue;
+    return port;
+  }
+};
+
+const clusterOk = async (port: number) => {
+  const { stdout } = await run('redis-cli', ['-p', String(port), 'cluster', 'info']);
+  return /cluster_state:ok/.test(stdout);
+};
+
+/**
+ * Starts a real 3-master Redis Cluster (no replicas, no persistence) in a temporary directory and
+ * resolves once every node reports `cluster_state:ok`. Call `stop()` in `afterAll`.
+ *
+ * @example
+ * const cluster = await startRedisCluster();
+ * const client = new Cluster(cluster.nodes);
+ * // ...
+ * await client.quit();
+ * await cluster.stop();
+ */
+export async function startRedisCluster(): Promise<LocalRedisCluster> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'idem-redis-cluster-'));
+  const servers: RedisServerProcess[] = [];
+  const stop = async () => {
+    await Promise.all(servers.map((server) => server.stop({ hard: true })));
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    const taken = new Set<number>();
+    let failures = 0;
+    while (servers.length < 3) {
+      const port = await clusterPort(taken);
+      taken.add(port);
+      taken.add(port + 10_000);
+      try {
+        servers.push(
+          await startRedisServer(port, [
+            '--cluster-enabled',
+            'yes',
+            '--cluster-config-file',
+            path.join(dir, `nodes-${port}.conf`),
+            '--cluster-node-timeout',
+            '5000',
+            '--dir',
+            dir,
+          ]),
+        );
+      } catch (error) {
+        // Someone took the port (or its bus port) between the check and the start: pick another.
+        if (++failures >= 5) throw error;
+      }
+    }
+    await run('redis-cli', ['--cluster', 'create', ...servers.map((s) => `127.0.0.1:${s.port}`), '--cluster-yes']);
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const states = await Promise.all(servers.map((server) => clusterOk(server.port)));
+      if (states.every(Boolean)) break;
+      if (Date.now() > deadline) throw new Error('the local Redis Cluster did not reach cluster_state:ok');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    return {
+      nodes: servers.map((server) => ({ host: '127.0.0.1', port: server.port })),
+      urls: servers.map((server) => server.url),
+      stop,
+    };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}

@@ -1,0 +1,303 @@
+import { randomUUID } from 'node:crypto';
+import {
+  createIdempotency,
+  type IdempotencyEvent,
+  recordId,
+  type StoredResponse,
+  StoreUnavailableError,
+} from '@idem/core';
+import { describeStore, type StoreHarness } from '@idem/testkit';
+import { Cluster, Redis } from 'ioredis';
+import { createClient, createCluster } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type RedisClientLike,
+  type RedisStore,
+  ResponseTooLargeError,
+  redisCommandRunner,
+  redisStore,
+} from '../src/index.js';
+import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
+import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
+import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+
+const withRedis = await redisAvailable();
+const withBinaries = await redisBinariesAvailable();
+
+// One prefix per file and run, so parallel files and earlier runs never meet.
+const prefix = `idem-test:redis-int:${randomUUID()}:`;
+
+const harness = (client: RedisClientLike, store: RedisStore, close: () => Promise<unknown>): StoreHarness => {
+  const runner = redisCommandRunner(client);
+  return {
+    store,
+    // PEXPIRE with 0 deletes the key: the same as the server's clock running out the lease.
+    expire: async (id) => {
+      await runner.send(store.key(id), ['PEXPIRE', store.key(id), '0']);
+    },
+    ttl: async (id) => {
+      const ms = Number(await runner.send(store.key(id), ['PTTL', store.key(id)]));
+      return ms >= 0 ? ms : undefined;
+    },
+    close: async () => {
+      await close();
+    },
+  };
+};
+
+const response = (body: Uint8Array, status = 201): StoredResponse => ({
+  status,
+  headers: { 'content-type': 'application/json' },
+  body,
+});
+
+describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
+  const admin = new Redis(redisUrl);
+  afterAll(async () => {
+    await deleteKeys(admin, prefix);
+    await admin.quit();
+  });
+
+  describeStore('redisStore with ioredis', async () => {
+    const client = new Redis(redisUrl);
+    return harness(client, redisStore({ client, prefix: `${prefix}io:` }), () => client.quit());
+  });
+
+  describeStore('redisStore with node-redis', async () => {
+    const client = createClient({ url: redisUrl });
+    await client.connect();
+    return harness(client, redisStore({ client, prefix: `${prefix}nr:` }), () => client.close());
+  });
+
+  describe('key layout and clock', () => {
+    const store = redisStore({ client: admin, prefix: `${prefix}layout:` });
+
+    it('keeps one record per key, prefix + id, with the lease as the Redis TTL', async () => {
+      const id = recordId('user:1', 'POST /charges', randomUUID());
+      expect(store.key(id)).toBe(`${prefix}layout:${id}`);
+      await store.claim({ id, token: 'tok', fingerprint: 'fp', leaseMs: 4_000 });
+      expect(await admin.type(store.key(id))).toBe('string');
+      const ttl = await admin.pttl(store.key(id));
+      expect(ttl).toBeGreaterThan(2_000);
+      expect(ttl).toBeLessThanOrEqual(4_000);
+      expect(await admin.keys(`${prefix}layout:*`)).toEqual([store.key(id)]);
+    });
+
+    it('stores the body as raw bytes, not base64', async () => {
+      const id = randomUUID();
+      await store.claim({ id, token: 'tok', fingerprint: '', leaseMs: 4_000 });
+      const body = new Uint8Array(10_000).fill(0xff);
+      await store.complete({ id, token: 'tok', response: response(body), retentionMs: 60_000 });
+      const raw = await admin.getBuffer(store.key(id));
+      expect(raw?.subarray(raw.length - body.length).equals(Buffer.from(body))).toBe(true);
+      expect(raw?.length).toBeLessThan(body.length + 200);
+    });
+
+    it('rounds a fractional lease up and refuses a non-positive one', async () => {
+      const id = randomUUID();
+      expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_500.2 })).toEqual({ claimed: true });
+      expect(await admin.pttl(store.key(id))).toBeLessThanOrEqual(1_501);
+      await expect(store.claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 0 })).rejects.toThrow(
+        TypeError,
+      );
+      await expect(store.renew({ id, token: 't', leaseMs: Number.NaN })).rejects.toThrow(TypeError);
+    });
+  });
+
+  describe('size cap', () => {
+    const store = redisStore({ client: admin, prefix: `${prefix}cap:`, maxResponseBytes: 1_000 });
+
+    it('refuses an oversized response with ResponseTooLargeError and leaves the claim untouched', async () => {
+      const id = randomUUID();
+      await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 4_000 });
+      const error = await store
+        .complete({ id, token: 't', response: response(new Uint8Array(1_000)), retentionMs: 60_000 })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ResponseTooLargeError);
+      expect((error as ResponseTooLargeError).code).toBe('response_too_large');
+      expect((error as ResponseTooLargeError).limit).toBe(1_000);
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+    });
+
+    it('stores a response of exactly the limit', async () => {
+      const id = randomUUID();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 4_000 });
+      // The encoded meta line {"s":201,"h":{"content-type":"application/json"}}\n is 50 bytes.
+      const body = new Uint8Array(1_000 - 50).fill(7);
+      expect(await store.complete({ id, token: 't', response: response(body), retentionMs: 60_000 })).toBe(true);
+      const record = await store.get(id);
+      expect(record?.state === 'completed' && record.response.body.length).toBe(950);
+    });
+
+    it('through the engine: served, not stored, an event, and the key free for a retry', async () => {
+      const events: IdempotencyEvent[] = [];
+      const engine = createIdempotency({ store, onEvent: (event) => events.push(event) });
+      const key = randomUUID();
+      const first = await engine.begin({ key, scope: 'user:1', operation: 'POST /exports' });
+      expect(first.kind).toBe('execute');
+      if (first.kind !== 'execute') return;
+      const result = await engine.complete(first.lease, response(new Uint8Array(5_000), 200));
+      expect(result.ok).toBe(false);
+      expect(!result.ok && result.reason).toBe('store-error');
+      expect(!result.ok && result.error).toBeInstanceOf(ResponseTooLargeError);
+      expect(
+        events.some(
+          (e) => e.type === 'store-error' && e.phase === 'complete' && e.error instanceof ResponseTooLargeError,
+        ),
+      ).toBe(true);
+      expect(await store.get(first.lease.id)).toBeUndefined();
+      expect((await engine.begin({ key, scope: 'user:1', operation: 'POST /exports' })).kind).toBe('execute');
+    });
+  });
+
+  describe('failures are StoreUnavailableError', () => {
+    const store = redisStore({ client: admin, prefix: `${prefix}fail:` });
+
+    it('for a reply error (the key holds another type)', async () => {
+      const id = randomUUID();
+      await admin.hset(store.key(id), 'f', 'v');
+      await admin.pexpire(store.key(id), 60_000);
+      for (const attempt of [
+        store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
+        store.get(id),
+        store.renew({ id, token: 't', leaseMs: 1_000 }),
+        store.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
+        store.release({ id, token: 't' }),
+      ]) {
+        const error = await attempt.catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(StoreUnavailableError);
+        expect((error as StoreUnavailableError).cause).toBeInstanceOf(Error);
+        expect((error as Error).message).not.toContain(id);
+      }
+    });
+
+    it('for a value idem did not write', async () => {
+      const id = randomUUID();
+      await admin.set(store.key(id), 'hello', 'PX', 60_000);
+      await expect(store.get(id)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 })).rejects.toBeInstanceOf(
+        StoreUnavailableError,
+      );
+      // And a CAS never touches it.
+      expect(await store.release({ id, token: 'hello' })).toBe(false);
+      expect(await admin.get(store.key(id))).toBe('hello');
+    });
+
+    it('for a refused connection, with ioredis and node-redis, and the engine answers store_unavailable', async () => {
+      const port = await freePort();
+      const io = new Redis(port, '127.0.0.1', {
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+      });
+      io.on('error', () => undefined);
+      const nr = createClient({ url: `redis://127.0.0.1:${port}`, disableOfflineQueue: true });
+      nr.on('error', () => undefined);
+      for (const client of [io, nr] as RedisClientLike[]) {
+        const dead = redisStore({ client, prefix: `${prefix}dead:` });
+        const id = randomUUID();
+        for (const attempt of [
+          dead.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
+          dead.get(id),
+          dead.renew({ id, token: 't', leaseMs: 1_000 }),
+          dead.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
+          dead.release({ id, token: 't' }),
+        ]) {
+          await expect(attempt).rejects.toBeInstanceOf(StoreUnavailableError);
+        }
+        const engine = createIdempotency({ store: dead, storeTimeout: '1s' });
+        const started = await engine.begin({ key: randomUUID(), scope: 'user:1', operation: 'POST /charges' });
+        expect(started.kind === 'reject' && started.error.code).toBe('store_unavailable');
+      }
+      io.disconnect();
+    });
+  });
+
+  it('refuses bad options once, at construction', () => {
+    expect(() => redisStore({ client: {} as RedisClientLike })).toThrow(TypeError);
+    expect(() => redisStore({ client: admin, maxResponseBytes: 0 })).toThrow(TypeError);
+    expect(() => redisStore({ client: admin, maxResponseBytes: 1.5 })).toThrow(TypeError);
+    expect(() => redisStore({ client: admin, prefix: 5 as unknown as string })).toThrow(TypeError);
+  });
+});
+
+describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)', () => {
+  let server: RedisServerProcess;
+  let client: Redis;
+  beforeAll(async () => {
+    server = await startRedisServer(await freePort());
+    client = new Redis(server.url);
+  });
+  afterAll(async () => {
+    await client?.quit();
+    await server?.stop();
+  });
+
+  it('falls back from EVALSHA to EVAL on NOSCRIPT, after a start and after SCRIPT FLUSH', async () => {
+    const store = redisStore({ client, prefix: 'fresh:' });
+    const evals = async () => {
+      const info = await client.info('commandstats');
+      return Number(/cmdstat_eval:calls=(\d+)/.exec(info)?.[1] ?? 0);
+    };
+    expect(await evals()).toBe(0);
+    const id = randomUUID();
+    expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+    expect(await evals()).toBe(1);
+    // Cached now: the next claim goes by SHA only.
+    await store.claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 });
+    expect(await evals()).toBe(1);
+    await client.script('FLUSH');
+    expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
+    expect(await evals()).toBe(2);
+    expect(await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 5_000 })).toBe(
+      true,
+    );
+    expect(await evals()).toBe(3);
+  });
+});
+
+describe.runIf(withBinaries)('@idem/redis on a 3-master Redis Cluster', () => {
+  let cluster: LocalRedisCluster | undefined;
+  let starting: Promise<LocalRedisCluster> | undefined;
+  const local = () => {
+    starting ??= startRedisCluster().then((started) => {
+      cluster = started;
+      return started;
+    });
+    return starting;
+  };
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  describeStore('redisStore with ioredis Cluster', async () => {
+    const { nodes } = await local();
+    const client = new Cluster([...nodes]);
+    return harness(client, redisStore({ client, prefix: 'idem:io:' }), () => client.quit());
+  });
+
+  describeStore('redisStore with node-redis cluster', async () => {
+    const { urls } = await local();
+    const client = createCluster({ rootNodes: urls.map((url) => ({ url })) });
+    await client.connect();
+    return harness(client, redisStore({ client, prefix: 'idem:nr:' }), () => client.close());
+  });
+
+  it('spreads records over the masters (no hash tag funnels them into one slot)', async () => {
+    const { nodes } = await local();
+    const client = new Cluster([...nodes]);
+    const store = redisStore({ client, prefix: 'spread:' });
+    for (let i = 0; i < 60; i++) await store.claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 60_000 });
+    const counts = await Promise.all(
+      nodes.map(async (node) => {
+        const one = new Redis(node.port, node.host);
+        const keys = await one.keys('spread:*');
+        one.disconnect();
+        return keys.length;
+      }),
+    );
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(60);
+    for (const count of counts) expect(count).toBeGreaterThan(0);
+    await client.quit();
+  });
+});
