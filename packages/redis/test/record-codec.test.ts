@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix, RecordFormatError } from '../src/record-codec.js';
+
+const bytes = (text: string) => Buffer.from(text, 'utf8');
+
+describe('record codec', () => {
+  it('writes a claim as p<token>\\n<fingerprint>\\n and reads it back', () => {
+    expect(encodeClaim('t1', 'fp').toString()).toBe('p"t1"\n"fp"\n');
+    expect(decodeRecord(encodeClaim('t1', 'fp'))).toEqual({ state: 'in_progress', token: 't1', fingerprint: 'fp' });
+  });
+
+  it('makes the lease prefix a prefix of its own claim only', () => {
+    const claim = encodeClaim('tok', 'fp');
+    expect(claim.subarray(0, leasePrefix('tok').length).equals(leasePrefix('tok'))).toBe(true);
+    // A token that is a prefix of another must not match it: the closing quote fences it.
+    expect(encodeClaim('tok2', 'fp').subarray(0, leasePrefix('tok').length).equals(leasePrefix('tok'))).toBe(false);
+  });
+
+  it('reads a completed record as the completion script builds it', () => {
+    const claim = encodeClaim('t\n"x', 'f\\p');
+    const body = new Uint8Array([0, 10, 13, 255, 10]);
+    const completed = Buffer.concat([
+      bytes('c'),
+      claim.subarray(1),
+      encodeOutcome({ status: 204, headers: { a: 'b\nc' }, body }),
+    ]);
+    const record = decodeRecord(completed);
+    expect(record).toEqual({
+      state: 'completed',
+      token: 't\n"x',
+      fingerprint: 'f\\p',
+      response: { status: 204, headers: { a: 'b\nc' }, body },
+    });
+  });
+
+  it('copies the body out of the reply buffer', () => {
+    const completed = Buffer.concat([
+      bytes('c"t"\n""\n'),
+      encodeOutcome({ status: 200, headers: {}, body: new Uint8Array([1, 2]) }),
+    ]);
+    const record = decodeRecord(completed);
+    completed[completed.length - 1] = 9;
+    expect(record.state === 'completed' && [...record.response.body]).toEqual([1, 2]);
+  });
+
+  it.each([
+    ['empty', ''],
+    ['another app value', 'hello'],
+    ['truncated claim', 'p"t"\n'],
+    ['claim with trailing bytes', 'p"t"\n"f"\nx'],
+    ['completed without meta', 'c"t"\n"f"\n'],
+    ['token not a string', 'p1\n"f"\n'],
+    ['meta without status', 'c"t"\n"f"\n{"h":{}}\n'],
+    ['headers not strings', 'c"t"\n"f"\n{"s":200,"h":{"a":1}}\n'],
+    ['invalid UTF-8 in JSON', Buffer.from([0x70, 0x22, 0xff, 0x22, 0x0a, 0x22, 0x22, 0x0a])],
+  ])('refuses %s with RecordFormatError', (_, value) => {
+    expect(() => decodeRecord(typeof value === 'string' ? bytes(value) : value)).toThrow(RecordFormatError);
+  });
+});
