@@ -1,1 +1,26 @@
-export {};
+export type { Attempt, AttemptOutcome } from './attempt.js';
+export { type BackoffSchedule, backoffCeiling, backoffDelay, type Jitter } from './backoff.js';
+export {
+  type Client,
+  type ClientOptions,
+  type ClientResult,
+  createClient,
+  type FetchFunction,
+  type QueryValue,
+  type RequestOptions,
+  type RequestWithBodyOptions,
+} from './create-client.js';
+export { type Duration, durationToMs } from './duration.js';
+export {
+  isRequestFailedError,
+  type RequestFailedCode,
+  type RequestFailedDetails,
+  RequestFailedError,
+  requestFailedCodes,
+} from './errors.js';
+export { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
+export type { ParseMode } from './response-body.js';
+export { parseHttpDate, parseRetryAfter } from './retry-after.js';
+export { isIdempotentMethod, isRetryableStatus, isSafeToRepeat, type RetryContext } from './retry-decision.js';
+export { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
+export { abortableSleep } from './sleep.js';

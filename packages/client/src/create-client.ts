@@ -1,0 +1,460 @@
+import type { Attempt, AttemptOutcome } from './attempt.js';
+import { backoffDelay } from './backoff.js';
+import { type RequestFailedCode, RequestFailedError } from './errors.js';
+import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
+import { encodeBody } from './request-body.js';
+import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
+import { parseRetryAfter } from './retry-after.js';
+import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat } from './retry-decision.js';
+import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
+import { abortableSleep } from './sleep.js';
+
+/** The `fetch` the client calls: the standard one, or any function with its shape. */
+export type FetchFunction = (input: string, init: RequestInit) => Promise<Response>;
+
+/**
+ * Options of {@link createClient}.
+ *
+ * @example
+ * const client = createClient({
+ *   baseUrl: 'https://api.example.com/v1',
+ *   getToken: () => auth.accessToken(),
+ *   retry: { maxAttempts: 5, deadline: '60s' },
+ * });
+ */
+export interface ClientOptions {
+  /** Absolute http(s) URL every path is relative to, e.g. `https://api.example.com/v1`. */
+  baseUrl: string | URL;
+  /** Default `globalThis.fetch`. */
+  fetch?: FetchFunction;
+  /**
+   * Called before every attempt; a non-empty result is sent as `Authorization: Bearer <token>`.
+   * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
+   */
+  getToken?: () => string | null | undefined | Promise<string | null | undefined>;
+  /** Headers sent with every request. */
+  headers?: HeadersInit;
+  /** How requests are retried; each request can override it. */
+  retry?: RetryOptions;
+  /** How client-made keys are written in the header. Default `'sf-string'`. */
+  keyFormat?: KeyFormat;
+  /** Uniform in `[0, 1)`, for the backoff jitter. Default `Math.random`; inject a seeded one in tests. */
+  random?: () => number;
+  /** Waits between attempts; must reject when `signal` aborts. Inject one that records waits in tests. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /** The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default `Date.now`. */
+  now?: () => number;
+}
+
+/** Values of a query string: repeated for arrays, left out when `undefined`. */
+export type QueryValue = string | number | boolean | readonly (string | number | boolean)[] | undefined;
+
+/**
+ * Options of one request.
+ *
+ * @example
+ * await client.post('/charges', { amount: 500 }, { idempotencyKey: order.chargeKey, signal });
+ */
+export interface RequestOptions {
+  /**
+   * The operation's key. By default POST and PATCH get a fresh UUIDv4, made once and sent on every
+   * attempt; other methods get none. Pass your own to retry one logical operation across calls (or
+   * restarts), or `false` to send none and rely on a key the server mints.
+   */
+  idempotencyKey?: string | false;
+  headers?: HeadersInit;
+  query?: URLSearchParams | Record<string, QueryValue>;
+  signal?: AbortSignal;
+  /** Overrides the client's retry options for this request. */
+  retry?: RetryOptions;
+  /** How the response body is read. Default `'auto'`. */
+  parse?: ParseMode;
+}
+
+/** Options of {@link Client.request}: {@link RequestOptions} plus a body. */
+export interface RequestWithBodyOptions extends RequestOptions {
+  body?: unknown;
+}
+
+/**
+ * A successful outcome (status below 400) of one logical operation.
+ *
+ * @example
+ * const charge = await client.post<{ id: string }>('/charges', { amount: 500 });
+ * charge.body.id; charge.replayed; charge.key; charge.attempts.length;
+ */
+export interface ClientResult<T = unknown> {
+  readonly status: number;
+  readonly headers: Headers;
+  /** The parsed body (see {@link ParseMode}). */
+  readonly body: T;
+  /** The last response; its body has been read unless `parse: 'none'`. */
+  readonly response: Response;
+  /** True when the server answered with a stored outcome (`Idempotent-Replayed: true`): nothing ran again. */
+  readonly replayed: boolean;
+  /** The key the operation used (decoded), a server-minted one if the server sent one; else `undefined`. */
+  readonly key: string | undefined;
+  readonly attempts: readonly Attempt[];
+}
+
+/**
+ * A fetch client whose writes are safe to retry. Create one with {@link createClient}.
+ *
+ * @example
+ * const { body } = await client.get<Stock>('/stock', { query: { item: 'sku-1' } });
+ */
+export interface Client {
+  get<T = unknown>(path: string, options?: RequestOptions): Promise<ClientResult<T>>;
+  delete<T = unknown>(path: string, options?: RequestOptions): Promise<ClientResult<T>>;
+  post<T = unknown>(path: string, body?: unknown, options?: RequestOptions): Promise<ClientResult<T>>;
+  put<T = unknown>(path: string, body?: unknown, options?: RequestOptions): Promise<ClientResult<T>>;
+  patch<T = unknown>(path: string, body?: unknown, options?: RequestOptions): Promise<ClientResult<T>>;
+  /** Any method; POST, PATCH and other non-idempotent methods get a key like `post` does. */
+  request<T = unknown>(method: string, path: string, options?: RequestWithBodyOptions): Promise<ClientResult<T>>;
+  /**
+   * The longest time, in milliseconds, after an operation's first attempt at which one of its retries
+   * can still start, for these retry options (or the client's). A server's retention must be longer,
+   * or a late retry executes again (spec part 8). `Infinity` when nothing bounds it.
+   */
+  retryHorizon(retry?: RetryOptions): number;
+  /** The normalized base URL, without a trailing slash. */
+  readonly baseUrl: string;
+}
+
+type AttemptRecord = { -readonly [K in keyof Attempt]: Attempt[K] };
+
+type AttemptRun =
+  | { kind: 'response'; response: Response; bytes: Uint8Array | undefined }
+  | { kind: 'network-error' | 'timeout'; error: unknown }
+  | { kind: 'aborted'; reason: unknown };
+
+const methodToken = /^[!#$%&'*+.^`|~\w-]+$/;
+const parseModes: readonly ParseMode[] = ['auto', 'json', 'text', 'bytes', 'none'];
+// setTimeout fires at once for delays above 2^31 - 1 ms; longer timeouts are as good as none.
+const maxTimerMs = 2_147_483_647;
+
+const isReplay = (response: Response) => response.headers.get('idempotent-replayed')?.trim().toLowerCase() === 'true';
+
+/**
+ * Creates a client on the standard `fetch` that gets the client half of idempotency right by default:
+ * one key per logical operation, reused on every attempt; retries only where a repeat is safe;
+ * exponential backoff with full jitter; `Retry-After`, a total deadline and `AbortSignal` honoured;
+ * server-minted keys adopted. No runtime dependencies; runs in Node and browsers.
+ *
+ * @example
+ * const client = createClient({ baseUrl: 'https://api.example.com', getToken: () => session.token });
+ * const charge = await client.post<{ id: string }>('/charges', { amount: 500 });
+ * console.log(charge.body.id, charge.replayed ? 'replayed' : 'executed', charge.key);
+ */
+export function createClient(options: ClientOptions): Client {
+  if (!options || typeof options !== 'object') throw new TypeError('createClient needs an options object');
+  const baseUrl = normalizeBaseUrl(options.baseUrl);
+  const fetchFn: FetchFunction =
+    options.fetch ??
+    // Called through globalThis: browsers refuse a fetch detached from its window ("Illegal invocation").
+    ((input, init) => globalThis.fetch(input, init));
+  if (typeof fetchFn !== 'function' || (options.fetch === undefined && typeof globalThis.fetch !== 'function')) {
+    throw new TypeError('no fetch in this runtime: pass the fetch option');
+  }
+  if (options.getToken !== undefined && typeof options.getToken !== 'function') {
+    throw new TypeError('getToken must be a function');
+  }
+  const keyFormat = options.keyFormat ?? 'sf-string';
+  if (keyFormat !== 'sf-string' && keyFormat !== 'bare') throw new TypeError("keyFormat must be 'sf-string' or 'bare'");
+  const defaultHeaders = new Headers(options.headers);
+  const clientRetry = resolveRetry(options.retry);
+  const random = options.random ?? Math.random;
+  const sleep = options.sleep ?? abortableSleep;
+  const now = options.now ?? Date.now;
+  const getToken = options.getToken;
+  for (const [name, value] of [
+    ['random', random],
+    ['sleep', sleep],
+    ['now', now],
+  ] as const) {
+    if (typeof value !== 'function') throw new TypeError(`${name} must be a function`);
+  }
+
+  const buildUrl = (path: string, query: RequestOptions['query']): string => {
+    if (typeof path !== 'string') throw new TypeError('path must be a string');
+    // An absolute URL would send the bearer token to whatever host it names.
+    if (/^[a-z][a-z\d+.-]*:/i.test(path) || path.startsWith('//')) {
+      throw new TypeError('path must be relative to baseUrl; create another client for another origin');
+    }
+    const url = new URL(`${baseUrl}/${path.replace(/^\/+/, '')}`);
+    if (query instanceof URLSearchParams) {
+      query.forEach((value, name) => {
+        url.searchParams.append(name, value);
+      });
+    } else if (query !== undefined) {
+      for (const [name, value] of Object.entries(query)) {
+        if (value === undefined) continue;
+        for (const item of Array.isArray(value) ? value : [value]) url.searchParams.append(name, String(item));
+      }
+    }
+    return url.href;
+  };
+
+  const send = async <T>(
+    method: string,
+    path: string,
+    body: unknown,
+    request: RequestOptions = {},
+  ): Promise<ClientResult<T>> => {
+    if (typeof method !== 'string' || !methodToken.test(method))
+      throw new TypeError('method must be an HTTP method name');
+    const verb = method.toUpperCase();
+    const retry: ResolvedRetry = request.retry === undefined ? clientRetry : resolveRetry(request.retry, clientRetry);
+    const parse = request.parse ?? 'auto';
+    if (!parseModes.includes(parse)) throw new TypeError("parse must be 'auto', 'json', 'text', 'bytes' or 'none'");
+    const url = buildUrl(path, request.query);
+    const encoded = encodeBody(body);
+    const callerSignal = request.signal;
+
+    const baseHeaders = new Headers(defaultHeaders);
+    new Headers(request.headers).forEach((value, name) => {
+      baseHeaders.set(name, value);
+    });
+    if (encoded.contentType !== undefined && !baseHeaders.has('content-type')) {
+      baseHeaders.set('content-type', encoded.contentType);
+    }
+
+    // The key belongs to the logical operation: chosen here, once, before the first attempt. Making
+    // a new one per attempt would turn every retry into a new operation (spec 2.1: "a new key per
+    // retry is wrong").
+    let key: string | undefined;
+    let keyField: string | undefined;
+    if (
+      request.idempotencyKey !== undefined &&
+      request.idempotencyKey !== false &&
+      typeof request.idempotencyKey !== 'string'
+    ) {
+      throw new TypeError('idempotencyKey must be a string or false');
+    }
+    const headerKey = baseHeaders.get('idempotency-key');
+    baseHeaders.delete('idempotency-key');
+    if (typeof request.idempotencyKey === 'string') {
+      key = request.idempotencyKey;
+      keyField = formatKeyField(key, keyFormat);
+    } else if (request.idempotencyKey === false) {
+      // No key until the server mints one.
+    } else if (headerKey !== null) {
+      // A key set by hand as a header is sent as written.
+      keyField = headerKey;
+      key = parseKeyField(headerKey) ?? headerKey;
+    } else if (!isIdempotentMethod(verb)) {
+      key = newIdempotencyKey();
+      keyField = formatKeyField(key, keyFormat);
+    }
+
+    const attempts: AttemptRecord[] = [];
+    const startedAt = now();
+    const deadlineAt = startedAt + retry.deadlineMs;
+    let lastResponse: Response | undefined;
+    let lastBody: unknown;
+
+    const fail = (code: RequestFailedCode, cause?: unknown): RequestFailedError =>
+      new RequestFailedError(code, {
+        response: lastResponse,
+        body: lastBody,
+        key,
+        attempts: Object.freeze(attempts.map((a) => Object.freeze({ ...a }))),
+        cause,
+      });
+
+    if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
+
+    for (let number = 1; ; number++) {
+      const headers = new Headers(baseHeaders);
+      if (keyField !== undefined) headers.set('idempotency-key', keyField);
+      if (getToken) {
+        const token = await getToken();
+        if (typeof token === 'string' && token.length > 0) headers.set('authorization', `Bearer ${token}`);
+      }
+      if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
+
+      const attemptStart = now();
+      const remaining = deadlineAt - attemptStart;
+      if (remaining <= 0) throw fail('deadline_exceeded');
+      const cutByDeadline = remaining < retry.timeoutMs;
+      const run = await runAttempt(
+        fetchFn,
+        url,
+        { method: verb, headers, body: encoded.body },
+        Math.min(retry.timeoutMs, remaining),
+        callerSignal,
+        parse !== 'none',
+      );
+      const attempt: AttemptRecord = {
+        number,
+        key,
+        startedAt: attemptStart,
+        durationMs: now() - attemptStart,
+        outcome: (run.kind === 'aborted' ? 'network-error' : run.kind) as AttemptOutcome,
+        status: undefined,
+        replayed: false,
+        retryAfterMs: undefined,
+        waitMs: undefined,
+        error: run.kind === 'network-error' || run.kind === 'timeout' ? run.error : undefined,
+      };
+      if (run.kind === 'aborted') {
+        attempt.error = run.reason;
+        attempts.push(attempt);
+        throw fail('aborted', run.reason);
+      }
+      attempts.push(attempt);
+
+      let retryable: boolean;
+      if (run.kind === 'response') {
+        const { response } = run;
+        attempt.status = response.status;
+        attempt.replayed = isReplay(response);
+        attempt.retryAfterMs = parseRetryAfter(response.headers.get('retry-after'), now());
+        // Spec 3.1 rule 3: a key the server minted is attached to every later retry, exactly as the
+        // server wrote it, so the server recognises its own key whatever syntax it prefers.
+        const echoed = response.headers.get('idempotency-key');
+        const echoedKey = parseKeyField(echoed);
+        if (echoed !== null && echoedKey !== undefined && echoedKey !== key) {
+          key = echoedKey;
+          keyField = echoed.trim();
+        }
+        // A replay is the stored outcome itself: asking again returns the same thing.
+        retryable =
+          !attempt.replayed && isRetryableStatus(response.status, { method: verb, keyed: keyField !== undefined });
+        lastResponse = response;
+        lastBody = undefined;
+        if (!retryable || number >= retry.maxAttempts) {
+          if (run.bytes !== undefined) {
+            try {
+              lastBody = decodeBody(
+                run.bytes,
+                response.headers.get('content-type'),
+                parse === 'none' ? 'bytes' : parse,
+              );
+            } catch (error) {
+              if (!(error instanceof BodyParseError)) throw error;
+              if (response.status < 400) throw fail('invalid_response_body', error);
+              // An error page that claims JSON and is not: keep its text for the error.
+              lastBody = new TextDecoder().decode(run.bytes);
+            }
+          }
+        }
+        if (!retryable) {
+          if (response.status < 400) {
+            return {
+              status: response.status,
+              headers: response.headers,
+              body: lastBody as T,
+              response,
+              replayed: attempt.replayed,
+              key,
+              attempts: Object.freeze(attempts.map((a) => Object.freeze({ ...a }))),
+            };
+          }
+          throw fail('http_error');
+        }
+      } else {
+        // The outcome is unknown: the server may have run the request. Only a key or an idempotent
+        // method makes a repeat harmless.
+        retryable = isSafeToRepeat({ method: verb, keyed: keyField !== undefined });
+        if (!retryable) throw fail(run.kind === 'timeout' ? 'timeout' : 'network_error', run.error);
+        if (run.kind === 'timeout' && cutByDeadline) throw fail('deadline_exceeded', run.error);
+      }
+
+      const cause = run.kind === 'response' ? undefined : run.error;
+      if (number >= retry.maxAttempts) throw fail('attempts_exhausted', cause);
+      if (attempt.retryAfterMs !== undefined && attempt.retryAfterMs > retry.maxRetryAfterMs) {
+        throw fail('retry_after_too_long', cause);
+      }
+      // Retry-After is a floor ("not before"), and the backoff keeps growing under it, so a key that
+      // stays in progress is asked about less and less often.
+      const wait = Math.max(backoffDelay(number, { ...retry, random }), attempt.retryAfterMs ?? 0);
+      if (now() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
+      attempt.waitMs = wait;
+      if (run.kind === 'response' && run.bytes === undefined) {
+        // parse: 'none' left the body unread; release the connection before waiting.
+        run.response.body?.cancel().catch(() => undefined);
+      }
+      try {
+        await sleep(wait, callerSignal);
+      } catch (error) {
+        if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
+        throw error;
+      }
+      if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
+    }
+  };
+
+  return {
+    get: (path, request) => send('GET', path, undefined, request),
+    delete: (path, request) => send('DELETE', path, undefined, request),
+    post: (path, body, request) => send('POST', path, body, request),
+    put: (path, body, request) => send('PUT', path, body, request),
+    patch: (path, body, request) => send('PATCH', path, body, request),
+    request: (method, path, request = {}) => send(method, path, request.body, request),
+    retryHorizon: (retry) => retryHorizonMs(retry === undefined ? clientRetry : resolveRetry(retry, clientRetry)),
+    baseUrl,
+  };
+}
+
+function normalizeBaseUrl(value: string | URL): string {
+  let url: URL;
+  try {
+    url = new URL(String(value));
+  } catch {
+    throw new TypeError('baseUrl must be an absolute URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new TypeError('baseUrl must be an http or https URL');
+  if (url.search !== '' || url.hash !== '') throw new TypeError('baseUrl must not have a query or a fragment');
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+}
+
+/**
+ * One attempt: the fetch and, unless `readBody` is false, the whole body, under one timeout. A body
+ * that breaks off half way is a network error like a refused connection: the outcome is unknown.
+ */
+async function runAttempt(
+  fetchFn: FetchFunction,
+  url: string,
+  init: RequestInit,
+  timeoutMs: number,
+  callerSignal: AbortSignal | undefined,
+  readBody: boolean,
+): Promise<AttemptRun> {
+  const controller = new AbortController();
+  let timedOut = false;
+  const onCallerAbort = () => controller.abort(callerSignal?.reason);
+  callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
+  const timer = Number.isFinite(timeoutMs)
+    ? setTimeout(
+        () => {
+          timedOut = true;
+          controller.abort(new DOMException('The attempt timed out.', 'TimeoutError'));
+        },
+        Math.min(Math.max(0, timeoutMs), maxTimerMs),
+      )
+    : undefined;
+  // A fetch that ignores its signal must still not hold the attempt past its timeout.
+  const abortion = new Promise<never>((_, reject) => {
+    controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
+  });
+  const work = (async () => {
+    const response = await fetchFn(url, { ...init, signal: controller.signal });
+    const bytes = readBody ? new Uint8Array(await response.arrayBuffer()) : undefined;
+    return { response, bytes };
+  })();
+  work.catch(() => undefined);
+  abortion.catch(() => undefined);
+  try {
+    const { response, bytes } = await Promise.race([work, abortion]);
+    return { kind: 'response', response, bytes };
+  } catch (error) {
+    if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason };
+    if (timedOut) return { kind: 'timeout', error };
+    return { kind: 'network-error', error };
+  } finally {
+    clearTimeout(timer);
+    callerSignal?.removeEventListener('abort', onCallerAbort);
+  }
+}

@@ -1,0 +1,108 @@
+const months: Readonly<Record<string, number>> = {
+  Jan: 0,
+  Feb: 1,
+  Mar: 2,
+  Apr: 3,
+  May: 4,
+  Jun: 5,
+  Jul: 6,
+  Aug: 7,
+  Sep: 8,
+  Oct: 9,
+  Nov: 10,
+  Dec: 11,
+};
+
+// The three HTTP-date forms a recipient must accept (RFC 9110 5.6.7). Date.parse is not used: it
+// accepts many other shapes and reads the zone-less asctime form as local time.
+const imfFixdate = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
+const rfc850Date =
+  /^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (\d{2})-([A-Z][a-z]{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
+const asctimeDate = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) ([ \d]\d) (\d{2}):(\d{2}):(\d{2}) (\d{4})$/;
+
+/**
+ * Parses an HTTP-date (IMF-fixdate, obsolete RFC 850 or asctime) to epoch milliseconds, or
+ * `undefined` when the text is none of them.
+ *
+ * @example
+ * parseHttpDate('Sun, 06 Nov 1994 08:49:37 GMT'); // 784111777000
+ *
+ * `now` (epoch ms) only places the two-digit years of the RFC 850 form in their century.
+ */
+export function parseHttpDate(text: string, now: number = Date.now()): number | undefined {
+  const parts = dateParts(text, now);
+  if (parts === undefined) return undefined;
+  const monthIndex = months[parts.month];
+  if (monthIndex === undefined) return undefined;
+  const ms = Date.UTC(parts.year, monthIndex, parts.day, parts.hour, parts.minute, parts.second);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+interface DateParts {
+  year: number;
+  month: string;
+  day: number;
+  hour: number;
+  minute: number;
+  second: number;
+}
+
+function dateParts(text: string, now: number): DateParts | undefined {
+  const imf = imfFixdate.exec(text);
+  if (imf) {
+    const [, day, month, year, hour, minute, second] = imf;
+    return {
+      year: Number(year),
+      month: month as string,
+      day: Number(day),
+      hour: Number(hour),
+      minute: Number(minute),
+      second: Number(second),
+    };
+  }
+  const rfc850 = rfc850Date.exec(text);
+  if (rfc850) {
+    const [, day, month, yy, hour, minute, second] = rfc850;
+    // RFC 9110: a two-digit year that looks more than 50 years in the future is in the past century.
+    const thisYear = new Date(now).getUTCFullYear();
+    const year = 2000 + Number(yy) > thisYear + 50 ? 1900 + Number(yy) : 2000 + Number(yy);
+    return {
+      year,
+      month: month as string,
+      day: Number(day),
+      hour: Number(hour),
+      minute: Number(minute),
+      second: Number(second),
+    };
+  }
+  const asctime = asctimeDate.exec(text);
+  if (asctime) {
+    const [, month, day, hour, minute, second, year] = asctime;
+    return {
+      year: Number(year),
+      month: month as string,
+      day: Number(day?.trim()),
+      hour: Number(hour),
+      minute: Number(minute),
+      second: Number(second),
+    };
+  }
+  return undefined;
+}
+
+/**
+ * Reads a `Retry-After` field value as a wait in milliseconds from `now` (epoch ms): either
+ * delay-seconds (`'3'` gives 3000) or an HTTP-date (a date in the past gives 0). Anything else, or
+ * no value, gives `undefined`, and the client falls back to its backoff.
+ *
+ * @example
+ * parseRetryAfter('3', Date.now()); // 3000
+ * parseRetryAfter('Wed, 21 Oct 2026 07:28:00 GMT', Date.parse('2026-10-21T07:27:55Z')); // 5000
+ */
+export function parseRetryAfter(value: string | null | undefined, now: number): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  const at = parseHttpDate(text, now);
+  return at === undefined ? undefined : Math.max(0, at - now);
+}

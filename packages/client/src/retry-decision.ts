@@ -1,0 +1,52 @@
+// Methods whose repeat leaves the same result (RFC 9110 9.2.2; spec part 1: PUT and DELETE).
+const idempotentMethods: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+
+/**
+ * True for methods that are safe to repeat without a key: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
+ * POST and PATCH are not, and get an `Idempotency-Key`.
+ *
+ * @example
+ * isIdempotentMethod('PUT');  // true
+ * isIdempotentMethod('POST'); // false
+ */
+export function isIdempotentMethod(method: string): boolean {
+  return idempotentMethods.has(method.toUpperCase());
+}
+
+/** What a retry decision depends on besides the outcome itself. */
+export interface RetryContext {
+  method: string;
+  /** Whether the attempt carried an `Idempotency-Key`. */
+  keyed: boolean;
+}
+
+/**
+ * Whether a response status is worth retrying:
+ * - 429: always; the server refused the request before doing anything.
+ * - 409: only with a key. With a key it means "the first request with this key is still running"
+ *   (spec part 7), which a later retry resolves; without one it is a real state conflict.
+ * - 500, 502, 503, 504: only when a repeat is safe (an idempotent method, or a key). Without a key
+ *   a POST may have run before the error, and a repeat could run it twice.
+ * - Anything else, including every other 4xx: never. The request itself must change first.
+ *
+ * @example
+ * isRetryableStatus(409, { method: 'POST', keyed: true }); // true
+ * isRetryableStatus(422, { method: 'POST', keyed: true }); // false
+ */
+export function isRetryableStatus(status: number, context: RetryContext): boolean {
+  if (status === 429) return true;
+  if (status === 409) return context.keyed;
+  if (status === 500 || status === 502 || status === 503 || status === 504) return isSafeToRepeat(context);
+  return false;
+}
+
+/**
+ * Whether a request whose outcome is unknown (connection lost, timed out) may be sent again: only
+ * when the method is idempotent or a key makes the server run it at most once.
+ *
+ * @example
+ * isSafeToRepeat({ method: 'POST', keyed: false }); // false
+ */
+export function isSafeToRepeat(context: RetryContext): boolean {
+  return context.keyed || isIdempotentMethod(context.method);
+}

@@ -1,0 +1,107 @@
+import { backoffCeiling, type Jitter } from './backoff.js';
+import { type Duration, durationToMs } from './duration.js';
+
+/**
+ * How the client retries. Every field is optional; the defaults follow spec part 8 (waits of about
+ * 1 s, 2 s, 4 s, randomized) and keep one operation's retries inside a minute, far inside the 24 h
+ * retention servers keep keys for.
+ *
+ * @example
+ * createClient({ baseUrl, retry: { maxAttempts: 8, maxDelay: '20s', deadline: '2m' } });
+ */
+export interface RetryOptions {
+  /** Attempts in total, the first included. Default 5. `1` turns retries off. */
+  maxAttempts?: number;
+  /** Ceiling of the first retry's wait; each later ceiling doubles. Default `'1s'`. */
+  baseDelay?: Duration;
+  /** No wait's ceiling grows beyond this. Default `'30s'`. */
+  maxDelay?: Duration;
+  /** How waits are randomized. Default `'full'`. */
+  jitter?: Jitter;
+  /** Longest one attempt may take, body included. Default `'10s'`; `false` for none. */
+  timeout?: Duration | false;
+  /** Longest the whole operation may take, retries and waits included. Default `'60s'`; `false` for none. */
+  deadline?: Duration | false;
+  /**
+   * Longest `Retry-After` the client accepts. A server asking for more ends the operation with
+   * `retry_after_too_long` instead of retrying early against its wish. Default `'60s'`.
+   */
+  maxRetryAfter?: Duration;
+}
+
+/** {@link RetryOptions} with defaults applied, in milliseconds (`Infinity` for "none"). */
+export interface ResolvedRetry {
+  readonly maxAttempts: number;
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+  readonly jitter: Jitter;
+  readonly timeoutMs: number;
+  readonly deadlineMs: number;
+  readonly maxRetryAfterMs: number;
+}
+
+const jitters: readonly Jitter[] = ['full', 'equal', 'none'];
+
+/**
+ * Applies defaults and checks `options` (layered over `base`), throwing a `TypeError` that names
+ * the bad field.
+ *
+ * @example
+ * resolveRetry({ maxAttempts: 3 }).baseDelayMs; // 1000
+ */
+export function resolveRetry(options: RetryOptions | undefined, base?: ResolvedRetry): ResolvedRetry {
+  if (options !== undefined && (options === null || typeof options !== 'object')) {
+    throw new TypeError('retry must be an object');
+  }
+  const o = options ?? {};
+  const maxAttempts = o.maxAttempts ?? base?.maxAttempts ?? 5;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+    throw new TypeError('retry.maxAttempts must be an integer of at least 1');
+  const jitter = o.jitter ?? base?.jitter ?? 'full';
+  if (!jitters.includes(jitter)) throw new TypeError("retry.jitter must be 'full', 'equal' or 'none'");
+  const optional = (value: Duration | false | undefined, fallback: number, name: string) => {
+    if (value === undefined) return fallback;
+    if (value === false) return Number.POSITIVE_INFINITY;
+    const ms = durationToMs(value, name);
+    if (ms <= 0) throw new TypeError(`${name} must be above zero, or false for none`);
+    return ms;
+  };
+  return Object.freeze({
+    maxAttempts,
+    baseDelayMs:
+      o.baseDelay === undefined ? (base?.baseDelayMs ?? 1_000) : durationToMs(o.baseDelay, 'retry.baseDelay'),
+    maxDelayMs: o.maxDelay === undefined ? (base?.maxDelayMs ?? 30_000) : durationToMs(o.maxDelay, 'retry.maxDelay'),
+    jitter,
+    timeoutMs: optional(o.timeout, base?.timeoutMs ?? 10_000, 'retry.timeout'),
+    deadlineMs: optional(o.deadline, base?.deadlineMs ?? 60_000, 'retry.deadline'),
+    maxRetryAfterMs:
+      o.maxRetryAfter === undefined
+        ? (base?.maxRetryAfterMs ?? 60_000)
+        : durationToMs(o.maxRetryAfter, 'retry.maxRetryAfter'),
+  });
+}
+
+/**
+ * The longest time, in milliseconds, after the first attempt starts at which a retry of the same
+ * operation can still start: the total deadline, or, if that is longer, every attempt timing out and
+ * every wait at its longest (the backoff ceiling or the largest accepted `Retry-After`).
+ * `Infinity` when neither a deadline nor a per-attempt timeout bounds it.
+ *
+ * A server's retention must outlive this, or a late retry executes again (spec part 8).
+ *
+ * @example
+ * retryHorizonMs(resolveRetry({ maxAttempts: 3, timeout: '5s', deadline: false, maxRetryAfter: '2s' }));
+ * // (5000 + 2000) + (5000 + 2000) = 14000
+ */
+export function retryHorizonMs(retry: ResolvedRetry): number {
+  let horizon = 0;
+  for (let retryNumber = 1; retryNumber < retry.maxAttempts; retryNumber++) {
+    const longestWait = Math.max(
+      backoffCeiling(retryNumber, retry.baseDelayMs, retry.maxDelayMs),
+      retry.maxRetryAfterMs,
+    );
+    horizon += retry.timeoutMs + longestWait;
+    if (horizon >= retry.deadlineMs) return retry.deadlineMs;
+  }
+  return Math.min(horizon, retry.deadlineMs);
+}
