@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
@@ -121,8 +122,9 @@ export interface IdempotencyEngine {
 
 interface LeaseState extends Lease {
   lost: boolean;
-  controller: AbortController;
-  timer: ReturnType<typeof setInterval> | undefined;
+  /** Made on first use of `signal`: most handlers never look at it. */
+  controller: AbortController | undefined;
+  renewing: boolean;
   lastRenewedAt: number;
 }
 
@@ -177,19 +179,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     }
   };
 
-  const withTimeout = <T>(operation: string, work: () => Promise<T>): Promise<T> => {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`store ${operation} timed out after ${storeTimeoutMs}ms`)), storeTimeoutMs);
-    });
-    let call: Promise<T>;
-    try {
-      call = work();
-    } catch (error) {
-      call = Promise.reject(error);
-    }
-    return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
-  };
+  const withTimeout: <T>(operation: string, work: () => Promise<T>) => Promise<T> =
+    store.inProcess === true ? (_operation, work) => work() : createDeadlines(storeTimeoutMs);
 
   const unavailable = (cause: unknown) =>
     new IdempotencyError('store_unavailable', 'The idempotency store could not be reached; retry with the same key.', {
@@ -209,9 +200,13 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         })
       : new IdempotencyError('fingerprint_mismatch', 'This key was already used with different request parameters.');
 
+  // One heartbeat for all leases of this engine: a timer per lease would cost more than a claim.
+  // Each tick renews the leases last renewed a third of a lease ago or more, so a lease is renewed
+  // before about 0.6 of its life has passed, leaving time for a slow or failed renewal to be retried.
+  let beat: ReturnType<typeof setInterval> | undefined;
+  const beatEvery = Math.max(25, Math.floor(leaseMs / 4));
+
   const stopHeartbeat = (lease: LeaseState) => {
-    if (lease.timer !== undefined) clearInterval(lease.timer);
-    lease.timer = undefined;
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
 
@@ -219,34 +214,44 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     if (lease.lost) return;
     lease.lost = true;
     stopHeartbeat(lease);
-    lease.controller.abort(new Error(`lease lost: ${reason}`));
+    lease.controller?.abort(new Error(`lease lost: ${reason}`));
     emit({ type: 'lease-lost', id: lease.id, operation: lease.operation, reason, at: now() });
   };
 
-  const startHeartbeat = (lease: LeaseState) => {
-    if (!heartbeat) return;
-    // Renewing every third of the lease leaves two chances to renew before it could expire.
-    const every = Math.max(50, Math.floor(leaseMs / 3));
-    let renewing = false;
-    lease.timer = setInterval(() => {
-      if (renewing || lease.lost) return;
-      renewing = true;
-      const started = now();
-      withTimeout('renew', () => store.renew({ id: lease.id, token: lease.token, leaseMs }))
-        .then((renewed) => {
-          if (renewed) lease.lastRenewedAt = started;
-          else markLost(lease, 'token no longer current');
-        })
-        .catch((error) => {
-          emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
-          // Without a successful renewal for a whole lease, the store may have let another executor in.
-          if (now() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
-        })
-        .finally(() => {
-          renewing = false;
-        });
-    }, every);
-    lease.timer.unref?.();
+  const renew = (lease: LeaseState) => {
+    lease.renewing = true;
+    const started = now();
+    withTimeout('renew', () => store.renew({ id: lease.id, token: lease.token, leaseMs }))
+      .then((renewed) => {
+        if (renewed) lease.lastRenewedAt = started;
+        else markLost(lease, 'token no longer current');
+      })
+      .catch((error) => {
+        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
+        // Without a successful renewal for a whole lease, the store may have let another executor in.
+        if (now() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
+      })
+      .finally(() => {
+        lease.renewing = false;
+      });
+  };
+
+  const tick = () => {
+    if (held.size === 0) {
+      clearInterval(beat);
+      beat = undefined;
+      return;
+    }
+    const t = now();
+    for (const lease of held.values()) {
+      if (!lease.renewing && !lease.lost && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
+    }
+  };
+
+  const startHeartbeat = () => {
+    if (!heartbeat || beat !== undefined) return;
+    beat = setInterval(tick, beatEvery);
+    beat.unref?.();
   };
 
   // Waits (sharing one poll loop per record) until the record is no longer in progress or the
@@ -300,7 +305,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
       const local = held.get(id);
-      if (local && waitMs === 0 && !local.lost && now() - local.lastRenewedAt < leaseMs) {
+      if (local && now() - local.lastRenewedAt >= leaseMs) held.delete(id); // abandoned, not renewed
+      else if (local && waitMs === 0 && !local.lost) {
         emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: conflict() };
       }
@@ -315,7 +321,6 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         return { kind: 'reject', error: unavailable(error) };
       }
       if (claimed.claimed) {
-        const controller = new AbortController();
         const lease: LeaseState = {
           id,
           key: input.key,
@@ -324,14 +329,20 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           token,
           fingerprint: input.fingerprint,
           startedAt: started,
-          signal: controller.signal,
+          get signal() {
+            if (this.controller === undefined) {
+              this.controller = new AbortController();
+              if (this.lost) this.controller.abort(new Error('lease lost'));
+            }
+            return this.controller.signal;
+          },
           lost: false,
-          controller,
-          timer: undefined,
+          controller: undefined,
+          renewing: false,
           lastRenewedAt: started,
         };
         held.set(id, lease);
-        startHeartbeat(lease);
+        startHeartbeat();
         emit({ type: 'claim', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'execute', lease };
       }

@@ -11,11 +11,7 @@ import { createHash } from 'node:crypto';
  * recordId('user:42', 'POST /charges', 'k-1'); // 'q3J...'
  */
 export function recordId(scope: string, operation: string, key: string): string {
-  const hash = createHash('sha256');
-  for (const part of [scope, operation, key]) {
-    const bytes = Buffer.from(part, 'utf8');
-    hash.update(`${bytes.length}:`);
-    hash.update(bytes);
-  }
-  return hash.digest('base64url');
+  // One string, one update: the same bytes as hashing each length prefix and part in turn.
+  const framed = `${Buffer.byteLength(scope)}:${scope}${Buffer.byteLength(operation)}:${operation}${Buffer.byteLength(key)}:${key}`;
+  return createHash('sha256').update(framed).digest('base64url');
 }

@@ -25,6 +25,11 @@ export interface Store {
   release(input: ReleaseInput): Promise<boolean>;
   /** Reads the live record, or `undefined` when the id is unseen (never claimed, released, or expired). */
   get(id: string): Promise<StoreRecord | undefined>;
+  /**
+   * True for stores whose operations never wait on I/O (the memory store): the engine then skips
+   * its per-operation time limit, which costs more than such an operation.
+   */
+  readonly inProcess?: boolean;
 }
 
 /** A response as stored and replayed. Header names are lower case. */

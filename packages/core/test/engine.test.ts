@@ -242,7 +242,7 @@ describe('anchor cases at engine level', () => {
     // Someone else's release or takeover: the record's token changes under us.
     await store.release({ id: started.lease.id, token: started.lease.token });
     await store.claim({ id: started.lease.id, token: 'intruder', fingerprint: '', leaseMs: 60_000 });
-    await vi.advanceTimersByTimeAsync(400);
+    await vi.advanceTimersByTimeAsync(600);
     expect(started.lease.lost).toBe(true);
     expect(started.lease.signal.aborted).toBe(true);
   });
@@ -286,10 +286,18 @@ describe('anchor cases at engine level', () => {
     expect(result.error.retryAfter).toBe(2);
 
     vi.useFakeTimers();
-    const hung: Store = { ...memoryStore(), claim: () => new Promise(() => undefined) };
+    const hung: Store = { ...memoryStore(), inProcess: false, claim: () => new Promise(() => undefined) };
     const slow = createIdempotency({ store: hung, storeTimeout: '500ms' });
     const pending = slow.begin({ key: 'k', scope: 's', operation: 'op' });
-    await vi.advanceTimersByTimeAsync(500);
+    // The deadline sweeper may fire up to a quarter of the limit late, never early.
+    await vi.advanceTimersByTimeAsync(499);
+    let settled = false;
+    void pending.then(() => {
+      settled = true;
+    });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(130);
     const timedOut = await pending;
     expect(timedOut.kind === 'reject' && timedOut.error.code).toBe('store_unavailable');
   });

@@ -1,0 +1,50 @@
+// Core engine throughput on memoryStore, in one process: begin+complete with fresh keys, and replays.
+// Run: node --import tsx benchmarks/core.bench.ts. The store is bounded (50k records, oldest completed
+// evicted first) so the figure is the engine's cost, not the garbage collector's cost of a growing heap.
+import { createIdempotency, memoryStore, type StoredResponse } from '../packages/core/src/index.ts';
+
+const durationMs = Number(process.env.BENCH_MS ?? 2_000);
+const concurrency = 64;
+const response: StoredResponse = { status: 201, headers: { 'content-type': 'application/json' }, body: new TextEncoder().encode('{"id":"ch_1"}') };
+
+async function measure(name: string, run: (i: number) => Promise<void>): Promise<{ name: string; opsPerSecond: number }> {
+  // Warm up the JIT first, then count what fits in the window with `concurrency` callers in flight.
+  for (let i = 0; i < 20_000; i++) await run(-i - 1);
+  let next = 0;
+  let done = 0;
+  const end = performance.now() + durationMs;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        await run(next++);
+        done++;
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1_000;
+  return { name, opsPerSecond: Math.round(done / seconds) };
+}
+
+const store = memoryStore({ maxEntries: 50_000 });
+const engine = createIdempotency({ store });
+const run = Date.now().toString(36);
+
+const fresh = await measure('begin+complete (fresh keys)', async (i) => {
+  const started = await engine.begin({ key: `${run}-${i}`, scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+  if (started.kind !== 'execute') throw new Error(`expected execute, got ${started.kind}`);
+  await engine.complete(started.lease, response);
+});
+
+await (async () => {
+  const started = await engine.begin({ key: 'replayed', scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+  if (started.kind === 'execute') await engine.complete(started.lease, response);
+})();
+const replay = await measure('replay', async () => {
+  const started = await engine.begin({ key: 'replayed', scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+  if (started.kind !== 'replay') throw new Error(`expected replay, got ${started.kind}`);
+});
+
+const results = { benchmark: 'core', node: process.version, durationMs, concurrency, results: [fresh, replay] };
+for (const r of results.results) console.log(`${r.name.padEnd(30)} ${r.opsPerSecond.toLocaleString('en')} ops/s`);
+console.log(JSON.stringify(results));
