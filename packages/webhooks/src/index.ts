@@ -1,3 +1,4 @@
+export { type Backoff, type BackoffOptions, createBackoff, parseRetryAfter, seededRandom } from './backoff.js';
 export { toBodyBytes, type WebhookBody } from './body.js';
 export {
   isWebhookError,
@@ -24,6 +25,16 @@ export {
   type VerifyingKey,
   type WebhookSecret,
 } from './secrets.js';
+export {
+  type AttemptRecord,
+  createSender,
+  type DeadLetterReason,
+  type DeliveryResult,
+  type ScheduleOptions,
+  type Sender,
+  type SenderOptions,
+  type WebhookMessage,
+} from './sender.js';
 export {
   createSigner,
   createVerifier,

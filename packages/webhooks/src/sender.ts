@@ -1,0 +1,305 @@
+import { type Duration, toMilliseconds } from '@idem/core';
+import { type BackoffOptions, createBackoff, parseRetryAfter } from './backoff.js';
+import { toBodyBytes, type WebhookBody } from './body.js';
+import type { WebhookSecret } from './secrets.js';
+import { createSigner } from './signature.js';
+
+/** One event to deliver to one endpoint. */
+export interface WebhookMessage {
+  /** The endpoint. Redirects are not followed: a 3xx is a failed attempt. */
+  url: string | URL;
+  /** The event id, sent as `webhook-id` on every attempt: the receiver's idempotency key. */
+  id: string;
+  /** The exact bytes to send. */
+  body: WebhookBody;
+  /** Default `application/json`. */
+  contentType?: string;
+  /** Extra headers for this message. The three `webhook-*` headers are always ours. */
+  headers?: Record<string, string>;
+}
+
+/** The retry schedule of a {@link createSender}. */
+export interface ScheduleOptions extends BackoffOptions {
+  /** Most attempts in all, the first included. Default unlimited (the horizon ends the retries). */
+  maxAttempts?: number;
+  /**
+   * No attempt starts later than this after the first one. Default `'24h'`. Receivers must keep event
+   * ids at least this long (their retention), or a late retry is applied twice.
+   */
+  horizon?: Duration;
+  /**
+   * The longest `Retry-After` honoured. A larger value is cut to this, so an endpoint cannot park a
+   * message forever. Default: the backoff cap.
+   */
+  maxRetryAfter?: Duration;
+}
+
+/** Options of {@link createSender}. */
+export interface SenderOptions {
+  /** Signing secret(s): `whsec_...` for v1, `whsk_...` for v1a; several sign with each. */
+  secret: WebhookSecret | readonly WebhookSecret[];
+  /** Default `globalThis.fetch`. */
+  fetch?: typeof fetch;
+  schedule?: ScheduleOptions;
+  /** Per-attempt limit, covering the response head and the first KiB of its body. Default `'15s'`. */
+  timeout?: Duration;
+  /** Source of jitter in [0, 1). Default `Math.random`; inject {@link seededRandom} in tests. */
+  random?: () => number;
+  /** Waits between attempts. Default: a timer that an abort signal cancels. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /** Clock, epoch milliseconds: signs timestamps and measures the horizon. Default `Date.now`. */
+  now?: () => number;
+  /** Headers sent with every message, e.g. `user-agent`. */
+  headers?: Record<string, string>;
+  /** Called after every attempt, for logs and metrics. Exceptions it throws are swallowed. */
+  onAttempt?: (attempt: AttemptRecord, message: WebhookMessage) => void;
+}
+
+/** What happened in one attempt. */
+export interface AttemptRecord {
+  /** 1 for the first attempt. */
+  attempt: number;
+  /** When it started, epoch ms (sender clock). */
+  startedAt: number;
+  /** The signed `webhook-timestamp`, Unix seconds: fresh on every attempt. */
+  timestamp: number;
+  durationMs: number;
+  /**
+   * - `delivered`: a 2xx.
+   * - `gone`: 410; the endpoint asked never to be called again.
+   * - `failed`: any other status (3xx included: redirects are not followed).
+   * - `timeout`: no response within the per-attempt timeout.
+   * - `network-error`: the connection failed or broke.
+   */
+  result: 'delivered' | 'gone' | 'failed' | 'timeout' | 'network-error';
+  status?: number;
+  /** The `Retry-After` the endpoint asked for, in ms. */
+  retryAfterMs?: number;
+  /** The first KiB of the response body, as text, for the dead-letter record. */
+  responseBody?: string;
+  /** A short description of a network error. */
+  error?: string;
+  /** How long the sender waited after this attempt before the next one. */
+  waitMs?: number;
+}
+
+/** Why a message was given up. */
+export type DeadLetterReason = 'gone' | 'max-attempts' | 'horizon' | 'aborted';
+
+/** The outcome of {@link Sender.send}: a value for every expected end, never an exception. */
+export type DeliveryResult =
+  | { outcome: 'delivered'; id: string; attempts: AttemptRecord[] }
+  | {
+      outcome: 'dead-letter';
+      id: string;
+      reason: DeadLetterReason;
+      attempts: AttemptRecord[];
+      lastAttempt: AttemptRecord | undefined;
+    };
+
+/** A retrying Standard Webhooks sender. */
+export interface Sender {
+  /**
+   * Delivers `message` until a 2xx, with full-jitter exponential backoff, `Retry-After`, a stop on 410,
+   * a fresh signature per attempt, and a dead-letter outcome carrying every attempt.
+   */
+  send(message: WebhookMessage, options?: { signal?: AbortSignal }): Promise<DeliveryResult>;
+  /** Makes exactly one signed attempt (a relay schedules the retries itself). */
+  attempt(message: WebhookMessage, attempt: number, options?: { signal?: AbortSignal }): Promise<AttemptRecord>;
+  /**
+   * The wait before retry `retry` (1 = after the first attempt): a full-jitter draw, raised to
+   * `Retry-After` when that is larger (cut to `maxRetryAfter`).
+   */
+  nextDelay(retry: number, retryAfterMs?: number): number;
+  /** The resolved schedule, in milliseconds. */
+  readonly schedule: Readonly<{
+    baseMs: number;
+    capMs: number;
+    maxAttempts: number;
+    horizonMs: number;
+    maxRetryAfterMs: number;
+    timeoutMs: number;
+  }>;
+}
+
+const RESPONSE_SNIPPET_BYTES = 1024;
+
+function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+async function readSnippet(response: Response): Promise<string> {
+  if (!response.body) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < RESPONSE_SNIPPET_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.length;
+    }
+  } finally {
+    // Release the connection without downloading the rest of a large error page.
+    await reader.cancel().catch(() => undefined);
+  }
+  return Buffer.concat(chunks).subarray(0, RESPONSE_SNIPPET_BYTES).toString('utf8');
+}
+
+/**
+ * Creates a sender that POSTs signed events until they are acknowledged.
+ *
+ * Schedule: attempt 1 at once; before retry n a wait drawn from `[0, min(cap, base * 2^(n-1)))`
+ * (about 1 s, 2 s, 4 s, ... randomized), or the endpoint's `Retry-After` when larger. A 410 stops at
+ * once; the horizon and `maxAttempts` end the retries with a dead-letter outcome.
+ *
+ * @example
+ * const sender = createSender({ secret: process.env.WEBHOOK_SECRET!, schedule: { cap: '10m', horizon: '24h' } });
+ * const result = await sender.send({ url: 'https://example.com/hooks', id: 'evt_1', body: JSON.stringify(event) });
+ * if (result.outcome === 'dead-letter') await saveForReplay(result);
+ */
+export function createSender(options: SenderOptions): Sender {
+  if (!options || typeof options !== 'object') throw new TypeError('createSender needs an options object');
+  const signer = createSigner({ secret: options.secret });
+  const fetchImpl = options.fetch ?? globalThis.fetch;
+  if (typeof fetchImpl !== 'function') throw new TypeError('fetch must be a function');
+  const schedule = options.schedule ?? {};
+  const backoff = createBackoff(schedule);
+  const maxAttempts = schedule.maxAttempts ?? Number.POSITIVE_INFINITY;
+  if (!(maxAttempts >= 1) || (Number.isFinite(maxAttempts) && !Number.isInteger(maxAttempts))) {
+    throw new TypeError('maxAttempts must be a positive integer');
+  }
+  const horizonMs = toMilliseconds(schedule.horizon ?? '24h', 'horizon');
+  const maxRetryAfterMs =
+    schedule.maxRetryAfter === undefined ? backoff.capMs : toMilliseconds(schedule.maxRetryAfter, 'maxRetryAfter');
+  const timeoutMs = toMilliseconds(options.timeout ?? '15s', 'timeout');
+  if (timeoutMs <= 0) throw new TypeError('timeout must be positive');
+  const random = options.random ?? Math.random;
+  const sleep = options.sleep ?? defaultSleep;
+  const now = options.now ?? Date.now;
+  const baseHeaders = options.headers ?? {};
+  const onAttempt = options.onAttempt;
+
+  const nextDelay = (retry: number, retryAfterMs?: number) => {
+    const jittered = backoff.delay(retry, random);
+    if (retryAfterMs === undefined) return jittered;
+    return Math.max(jittered, Math.min(retryAfterMs, maxRetryAfterMs));
+  };
+
+  const attempt = async (
+    message: WebhookMessage,
+    number: number,
+    attemptOptions: { signal?: AbortSignal } = {},
+  ): Promise<AttemptRecord> => {
+    const startedAt = now();
+    const timestamp = Math.floor(startedAt / 1000);
+    const body = toBodyBytes(message.body);
+    // Signed now, for this attempt: a stored first attempt replayed later would fail any receiver's
+    // timestamp tolerance.
+    const signed = signer.sign({ id: message.id, body, timestamp });
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new Error('attempt timed out')), timeoutMs);
+    const outer = attemptOptions.signal;
+    const forward = () => controller.abort(outer?.reason);
+    outer?.addEventListener('abort', forward, { once: true });
+    const finish = (
+      record: Omit<AttemptRecord, 'attempt' | 'startedAt' | 'timestamp' | 'durationMs'>,
+    ): AttemptRecord => {
+      const full: AttemptRecord = { attempt: number, startedAt, timestamp, durationMs: now() - startedAt, ...record };
+      if (onAttempt) {
+        try {
+          onAttempt(full, message);
+        } catch {
+          // An observer must never break a delivery.
+        }
+      }
+      return full;
+    };
+    try {
+      const response = await fetchImpl(message.url, {
+        method: 'POST',
+        redirect: 'manual',
+        signal: controller.signal,
+        headers: {
+          ...baseHeaders,
+          ...message.headers,
+          'content-type': message.contentType ?? 'application/json',
+          ...signed,
+        },
+        body: new Uint8Array(body),
+      });
+      const status = response.status;
+      const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'), now());
+      const responseBody = await readSnippet(response).catch(() => '');
+      const result = status >= 200 && status < 300 ? 'delivered' : status === 410 ? 'gone' : 'failed';
+      return finish({ result, status, responseBody, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) });
+    } catch (error) {
+      if (controller.signal.aborted && !outer?.aborted)
+        return finish({ result: 'timeout', error: `no response within ${timeoutMs}ms` });
+      if (outer?.aborted) return finish({ result: 'network-error', error: 'aborted by the caller' });
+      const cause = (error as { cause?: { code?: string } }).cause;
+      return finish({ result: 'network-error', error: cause?.code ?? (error as Error).name ?? 'network error' });
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener('abort', forward);
+    }
+  };
+
+  const send = async (message: WebhookMessage, sendOptions: { signal?: AbortSignal } = {}): Promise<DeliveryResult> => {
+    if (!message || typeof message !== 'object') throw new TypeError('send needs a message');
+    const signal = sendOptions.signal;
+    const attempts: AttemptRecord[] = [];
+    const firstAt = now();
+    const deadLetter = (reason: DeadLetterReason): DeliveryResult => ({
+      outcome: 'dead-letter',
+      id: message.id,
+      reason,
+      attempts,
+      lastAttempt: attempts.at(-1),
+    });
+    for (let number = 1; ; number++) {
+      if (signal?.aborted) return deadLetter('aborted');
+      const record = await attempt(message, number, signal ? { signal } : {});
+      attempts.push(record);
+      if (record.result === 'delivered') return { outcome: 'delivered', id: message.id, attempts };
+      if (record.result === 'gone') return deadLetter('gone');
+      if (signal?.aborted) return deadLetter('aborted');
+      if (number >= maxAttempts) return deadLetter('max-attempts');
+      const wait = nextDelay(number, record.retryAfterMs);
+      // Give up rather than start an attempt past the horizon that receivers were promised.
+      if (now() + wait - firstAt > horizonMs) return deadLetter('horizon');
+      record.waitMs = wait;
+      try {
+        await sleep(wait, signal);
+      } catch {
+        return deadLetter('aborted');
+      }
+    }
+  };
+
+  return {
+    send,
+    attempt,
+    nextDelay,
+    schedule: Object.freeze({
+      baseMs: backoff.baseMs,
+      capMs: backoff.capMs,
+      maxAttempts,
+      horizonMs,
+      maxRetryAfterMs,
+      timeoutMs,
+    }),
+  };
+}
