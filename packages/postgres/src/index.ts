@@ -1,1 +1,22 @@
-export {};
+export {
+  type PostgresStore,
+  type PostgresStoreOptions,
+  type PostgresTransaction,
+  type PurgeOptions,
+  postgresStore,
+} from './postgres-store.js';
+export { type MigrateOptions, migrate, schemaSql, schemaStatements } from './schema.js';
+export type {
+  PGliteLike,
+  PGliteTransactionLike,
+  PgClientLike,
+  PgPoolClientLike,
+  PgPoolLike,
+  PgQueryConfig,
+  PgQueryResult,
+  PostgresClient,
+  SqlExecutor,
+  SqlResult,
+} from './sql-client.js';
+export { defaultTable } from './table-name.js';
+export { isTransientDatabaseError } from './unavailable.js';

@@ -1,0 +1,240 @@
+import { createHash } from 'node:crypto';
+import {
+  type ClaimInput,
+  type ClaimResult,
+  type CompleteInput,
+  type ReleaseInput,
+  type RenewInput,
+  type StoredResponse,
+  type StoreRecord,
+  StoreUnavailableError,
+  type TransactionalStore,
+} from '@idem/core';
+import { createSqlClient, type PostgresClient, type SqlExecutor, type SqlResult } from './sql-client.js';
+import { buildStatements, type Statement } from './statements.js';
+import { defaultTable, parseTableName } from './table-name.js';
+
+/**
+ * What a transactional handler receives: run your own SQL in the same transaction that completes
+ * the idempotency record. Parameters are positional (`$1`, `$2`, ...).
+ */
+export type PostgresTransaction = SqlExecutor;
+
+/** Options of {@link postgresStore}. */
+export interface PostgresStoreOptions {
+  /**
+   * A `pg` Pool (recommended for servers), a connected `pg` Client, or a PGlite instance. The caller
+   * owns it: connects, ends, and (for a Pool) listens for its `'error'` events, which pg emits when an
+   * idle connection dies and which crash the process when nobody listens.
+   */
+  client: PostgresClient;
+  /** The records table, `name` or `schema.name`, created by {@link migrate}. Default `idem_records`. */
+  table?: string;
+  /**
+   * Use named prepared statements on pg, parsed once per connection. Default true. Turn off behind
+   * a pooler that cannot keep them (PgBouncer in transaction mode before 1.21).
+   */
+  preparedStatements?: boolean;
+}
+
+/** Options of {@link PostgresStore.purgeExpired}. */
+export interface PurgeOptions {
+  /** Most rows deleted by this call. Default 1000. */
+  batchSize?: number;
+}
+
+/** The PostgreSQL store: the Store contract, transactional mode, and purging. */
+export interface PostgresStore extends TransactionalStore<PostgresTransaction> {
+  /** The table this store uses, as given. */
+  readonly table: string;
+  /**
+   * Deletes up to `batchSize` records whose lease or retention has run out and resolves to how
+   * many it deleted. Expired records are already invisible; this only reclaims space. Call it from
+   * a timer or cron, again while it returns `batchSize`.
+   */
+  purgeExpired(options?: PurgeOptions): Promise<number>;
+}
+
+interface RecordRow {
+  state: 'in_progress' | 'completed';
+  token: string;
+  fingerprint: string;
+  status: number | null;
+  headers: Record<string, string> | null;
+  body: Uint8Array | null;
+}
+
+interface ClaimRow extends Omit<RecordRow, 'state'> {
+  claimed: boolean;
+  state: RecordRow['state'] | null;
+}
+
+// A claim returns no row only when the record it conflicted with was committed after the
+// statement's snapshot (see statements.ts); a fresh statement sees it. More than a few rounds in a
+// row would mean a pathological churn of claims and releases on one id.
+const claimAttempts = 5;
+
+const toRecord = (row: RecordRow): StoreRecord => {
+  if (row.state === 'completed') {
+    return {
+      state: 'completed',
+      token: row.token,
+      fingerprint: row.fingerprint,
+      response: {
+        status: row.status ?? 0,
+        headers: row.headers ?? {},
+        // pg hands back a Buffer, PGlite a Uint8Array; a plain copy is the same for both and does not
+        // pin the driver's receive buffer.
+        body: new Uint8Array(row.body ?? new Uint8Array(0)),
+      },
+    };
+  }
+  return { state: 'in_progress', token: row.token, fingerprint: row.fingerprint };
+};
+
+const checkId = (id: unknown) => {
+  if (typeof id !== 'string' || id.length === 0) throw new TypeError('id must be a non-empty string');
+};
+
+const checkToken = (token: unknown) => {
+  if (typeof token !== 'string' || token.length === 0) throw new TypeError('token must be a non-empty string');
+};
+
+const checkMs = (value: unknown, what: string) => {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new TypeError(`${what} must be a positive number of milliseconds`);
+  }
+};
+
+const checkResponse = (response: StoredResponse) => {
+  if (!response || !Number.isInteger(response.status) || !(response.body instanceof Uint8Array)) {
+    throw new TypeError('response needs an integer status, a headers object and a Uint8Array body');
+  }
+};
+
+/**
+ * Creates the PostgreSQL {@link Store} for a `pg` Pool or Client, or for PGlite (the embedded
+ * default): the same SQL on all three. Every time is the database's own clock; every operation is one
+ * statement. Run {@link migrate} (or `schema.sql`) first: construction never runs DDL.
+ *
+ * Transactional mode: `store.transaction({ id, token }, fn)` runs `fn(tx)` in one transaction (a
+ * dedicated connection of the Pool; PGlite's transaction) and completes the record in that same
+ * transaction, so the handler's writes and the stored response commit together or not at all.
+ *
+ * @example
+ * import pg from 'pg';
+ * import { createIdempotency } from '@idem/core';
+ * import { migrate, postgresStore } from '@idem/postgres';
+ *
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * pool.on('error', (error) => log.warn({ error }, 'idle PostgreSQL connection lost'));
+ * await migrate(pool);
+ * const engine = createIdempotency({ store: postgresStore({ client: pool }) });
+ *
+ * @example
+ * import { PGlite } from '@electric-sql/pglite';
+ * const db = new PGlite(); // in memory; new PGlite('./data') keeps it on disk
+ * await migrate(db);
+ * const store = postgresStore({ client: db });
+ */
+export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+  if (!options || typeof options !== 'object') throw new TypeError('postgresStore needs an options object');
+  const table = parseTableName(options.table ?? defaultTable);
+  const sql = createSqlClient(options.client, { preparedStatements: options.preparedStatements ?? true });
+  const tag = createHash('sha256').update(table.name).digest('hex').slice(0, 12);
+  const statements = buildStatements(table, tag);
+
+  const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
+    sql.run<Row>(statement.name, statement.text, params);
+
+  const claim = async ({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> => {
+    checkId(id);
+    checkToken(token);
+    checkMs(leaseMs, 'leaseMs');
+    if (typeof fingerprint !== 'string') throw new TypeError('fingerprint must be a string');
+    for (let attempt = 0; attempt < claimAttempts; attempt++) {
+      const { rows } = await run<ClaimRow>(statements.claim, [id, token, fingerprint, leaseMs]);
+      const row = rows[0];
+      if (row === undefined) continue;
+      if (row.claimed) return { claimed: true };
+      return { claimed: false, record: toRecord(row as RecordRow) };
+    }
+    throw new StoreUnavailableError('PostgreSQL store could not settle a claim; the record kept changing');
+  };
+
+  const renew = async ({ id, token, leaseMs }: RenewInput): Promise<boolean> => {
+    checkId(id);
+    checkToken(token);
+    checkMs(leaseMs, 'leaseMs');
+    const { rowCount } = await run(statements.renew, [id, token, leaseMs]);
+    return rowCount > 0;
+  };
+
+  const completeParams = (id: string, token: string, response: StoredResponse, retentionMs: number) => [
+    id,
+    token,
+    response.status,
+    JSON.stringify(response.headers ?? {}),
+    response.body,
+    retentionMs,
+  ];
+
+  const complete = async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
+    checkId(id);
+    checkToken(token);
+    checkResponse(response);
+    checkMs(retentionMs, 'retentionMs');
+    const { rowCount } = await run(statements.complete, completeParams(id, token, response, retentionMs));
+    return rowCount > 0;
+  };
+
+  const release = async ({ id, token }: ReleaseInput): Promise<boolean> => {
+    checkId(id);
+    checkToken(token);
+    const { rowCount } = await run(statements.release, [id, token]);
+    return rowCount > 0;
+  };
+
+  const get = async (id: string): Promise<StoreRecord | undefined> => {
+    checkId(id);
+    const { rows } = await run<RecordRow>(statements.get, [id]);
+    const row = rows[0];
+    return row === undefined ? undefined : toRecord(row);
+  };
+
+  const purgeExpired = async ({ batchSize = 1000 }: PurgeOptions = {}): Promise<number> => {
+    if (!Number.isInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    const { rowCount } = await run(statements.purge, [batchSize]);
+    return rowCount;
+  };
+
+  const transaction: PostgresStore['transaction'] = async <T>(
+    input: { id: string; token: string },
+    fn: (tx: PostgresTransaction) => Promise<{ value: T; response: StoredResponse | undefined; retentionMs: number }>,
+  ) => {
+    checkId(input?.id);
+    checkToken(input?.token);
+    const { id, token } = input;
+    type Outcome = { committed: true; value: T } | { committed: false };
+    return sql.transaction<Outcome>(async (tx) => {
+      const produced = await fn(tx);
+      let cas: SqlResult;
+      if (produced.response === undefined) {
+        cas = await tx.query(statements.releaseInTransaction.text, [id, token]);
+      } else {
+        checkResponse(produced.response);
+        checkMs(produced.retentionMs, 'retentionMs');
+        cas = await tx.query(
+          statements.completeInTransaction.text,
+          completeParams(id, token, produced.response, produced.retentionMs),
+        );
+      }
+      // The token is no longer current: someone else owns the record, so nothing of this run may
+      // commit, neither the handler's writes nor the outcome.
+      if (cas.rowCount === 0) return { commit: false, value: { committed: false } };
+      return { commit: true, value: { committed: true, value: produced.value } };
+    });
+  };
+
+  return { table: table.name, claim, renew, complete, release, get, transaction, purgeExpired };
+}

@@ -1,0 +1,349 @@
+import { toStoreError } from './unavailable.js';
+
+/** Rows and the number of rows a statement touched, the same shape for pg and PGlite. */
+export interface SqlResult<Row = Record<string, unknown>> {
+  rows: Row[];
+  rowCount: number;
+}
+
+/** What the store and a transactional handler can run: one statement with positional parameters. */
+export interface SqlExecutor {
+  query<Row = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<SqlResult<Row>>;
+}
+
+/** The subset of a `pg` query config the store uses. */
+export interface PgQueryConfig {
+  text: string;
+  values?: unknown[];
+  name?: string;
+}
+
+/** The subset of a `pg` result the store reads. */
+export interface PgQueryResult {
+  rows: any[];
+  rowCount: number | null;
+}
+
+/** A connection checked out of a `pg` Pool (`PoolClient`). */
+export interface PgPoolClientLike {
+  query(config: PgQueryConfig): Promise<PgQueryResult>;
+  release(destroy?: boolean | Error): void;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener(event: 'error', listener: (error: Error) => void): unknown;
+}
+
+/** A `pg` Pool. The caller creates, configures and ends it, and listens for its `'error'` events. */
+export interface PgPoolLike {
+  query(config: PgQueryConfig): Promise<PgQueryResult>;
+  connect(): Promise<PgPoolClientLike>;
+  readonly totalCount: number;
+  readonly idleCount: number;
+}
+
+/** A single connected `pg` Client (or a `PoolClient` the caller keeps checked out). */
+export interface PgClientLike {
+  query(config: PgQueryConfig): Promise<PgQueryResult>;
+}
+
+/** The handle PGlite passes to `transaction()` callbacks. */
+export interface PGliteTransactionLike {
+  query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
+  rollback(): Promise<void>;
+}
+
+/** A PGlite instance (`@electric-sql/pglite`), in memory or on disk. */
+export interface PGliteLike {
+  query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
+  transaction<T>(callback: (tx: PGliteTransactionLike) => Promise<T>): Promise<T>;
+}
+
+/** Any client the PostgreSQL store accepts: a `pg` Pool, a `pg` Client, or PGlite. */
+export type PostgresClient = PgPoolLike | PgClientLike | PGliteLike;
+
+/** Which kind of client a {@link SqlClient} wraps. */
+export type SqlClientKind = 'pg-pool' | 'pg-client' | 'pglite';
+
+/** The outcome `fn` hands back to {@link SqlClient.transaction}: commit or roll back, and a value. */
+export interface TransactionDecision<T> {
+  commit: boolean;
+  value: T;
+}
+
+/**
+ * The one shim between the store and its driver: the same SQL runs through it on pg and PGlite.
+ * Infrastructure failures reject with `StoreUnavailableError`; SQL errors pass through unchanged.
+ */
+export interface SqlClient extends SqlExecutor {
+  readonly kind: SqlClientKind;
+  /** Runs one statement, as a named prepared statement where the driver supports it. */
+  run<Row = Record<string, unknown>>(name: string, text: string, params: readonly unknown[]): Promise<SqlResult<Row>>;
+  /**
+   * Runs `fn` inside BEGIN ... COMMIT on one connection; `fn` decides commit or rollback. If `fn`
+   * throws, the transaction rolls back and the error propagates unchanged.
+   */
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T>;
+}
+
+/** Options of {@link createSqlClient}. */
+export interface SqlClientOptions {
+  /** Use named prepared statements on pg (parsed once per connection). Default true. */
+  preparedStatements?: boolean;
+}
+
+const isPGlite = (client: object): client is PGliteLike =>
+  typeof (client as Partial<PGliteLike>).transaction === 'function' &&
+  typeof (client as Partial<PGliteLike>).query === 'function';
+
+const isPgPool = (client: object): client is PgPoolLike =>
+  typeof (client as Partial<PgPoolLike>).connect === 'function' &&
+  typeof (client as Partial<PgPoolLike>).totalCount === 'number' &&
+  typeof (client as Partial<PgPoolLike>).idleCount === 'number';
+
+// Rows are typed by the caller's query (`query<Row>`), so the shim itself handles them untyped.
+type AnyResult = SqlResult<any>;
+
+const fromPg = (result: PgQueryResult): AnyResult => ({
+  rows: result.rows,
+  rowCount: result.rowCount ?? 0,
+});
+
+const fromPGlite = (result: { rows: unknown[]; affectedRows?: number }): AnyResult => ({
+  rows: result.rows,
+  rowCount: result.affectedRows ?? result.rows.length,
+});
+
+// A transaction handle must not outlive its transaction: after COMMIT the pg connection goes back to
+// the pool, and a late query through a kept handle would run in some other request's session.
+const guarded = (
+  query: (text: string, params?: readonly unknown[]) => Promise<AnyResult>,
+  isOpen: () => boolean,
+): SqlExecutor => ({
+  query: async (text, params) => {
+    if (!isOpen()) throw new TypeError('this transaction is over; run queries inside the callback');
+    try {
+      return await query(text, params);
+    } catch (error) {
+      throw toStoreError(error, 'transaction query');
+    }
+  },
+});
+
+/**
+ * Wraps a `pg` Pool, a `pg` Client or a PGlite instance in the store's {@link SqlClient} shim.
+ * The caller keeps owning the client: the shim never connects, ends or closes it.
+ *
+ * @example
+ * const sql = createSqlClient(new pg.Pool({ connectionString }));
+ * const { rows } = await sql.query('SELECT 1 AS one');
+ */
+export function createSqlClient(client: PostgresClient, options: SqlClientOptions = {}): SqlClient {
+  if (!client || typeof client !== 'object' || typeof (client as { query?: unknown }).query !== 'function') {
+    throw new TypeError('client must be a pg Pool, a pg Client or a PGlite instance');
+  }
+  const prepared = options.preparedStatements ?? true;
+  if (isPGlite(client)) return pgliteClient(client);
+  if (isPgPool(client)) return pgPoolClient(client, prepared);
+  return pgSingleClient(client as PgClientLike, prepared);
+}
+
+function pgliteClient(db: PGliteLike): SqlClient {
+  const query = async (text: string, params: readonly unknown[] = []) => fromPGlite(await db.query(text, [...params]));
+  return {
+    kind: 'pglite',
+    query: (text, params) =>
+      query(text, params).catch((error) => {
+        throw toStoreError(error, 'query');
+      }),
+    run: (name, text, params) =>
+      query(text, params).catch((error) => {
+        throw toStoreError(error, name);
+      }),
+    // PGlite is one connection; its transaction() holds a lock that makes every other query wait
+    // until the transaction ends, so nothing else can slip into it.
+    async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
+      let open = true;
+      try {
+        return await db.transaction(async (raw) => {
+          const tx = guarded(
+            async (text, params) => fromPGlite(await raw.query(text, params ? [...params] : [])),
+            () => open,
+          );
+          let decision: TransactionDecision<T>;
+          try {
+            decision = await fn(tx);
+          } catch (error) {
+            // PGlite rolls back on any exception; the wrapper keeps the handler's error apart from
+            // the store's own failures so it is rethrown unchanged.
+            throw new HandlerFailure(error);
+          } finally {
+            open = false;
+          }
+          if (!decision.commit) await raw.rollback();
+          return decision.value;
+        });
+      } catch (error) {
+        if (error instanceof HandlerFailure) throw error.error;
+        throw toStoreError(error, 'transaction');
+      }
+    },
+  };
+}
+
+// Shared by the Pool and Client flavours: one connection, BEGIN, fn, COMMIT or ROLLBACK. Failures
+// carry `broken` (the error that left the connection in an unknown state) for the clean-up.
+async function runPgTransaction<T>(
+  connection: { query(config: PgQueryConfig): Promise<PgQueryResult> },
+  fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>,
+): Promise<T> {
+  let open = true;
+  const tx = guarded(
+    async (text, params) => fromPg(await connection.query({ text, values: params ? [...params] : [] })),
+    () => open,
+  );
+  try {
+    await connection.query({ text: 'BEGIN' });
+  } catch (error) {
+    open = false;
+    throw new ConnectionFailure(toStoreError(error, 'transaction begin'), error);
+  }
+  let decision: TransactionDecision<T>;
+  try {
+    decision = await fn(tx);
+  } catch (error) {
+    open = false;
+    const broken = await connection.query({ text: 'ROLLBACK' }).then(
+      () => undefined,
+      (rollbackError: unknown) => rollbackError,
+    );
+    // The handler's own error is what the caller needs to see, even when the rollback failed too:
+    // a connection that cannot roll back is destroyed, which aborts the transaction anyway.
+    throw new HandlerFailure(error, broken);
+  }
+  open = false;
+  try {
+    await connection.query({ text: decision.commit ? 'COMMIT' : 'ROLLBACK' });
+  } catch (error) {
+    // A COMMIT cut off by a dropped connection has an unknown outcome; the caller gets
+    // store_unavailable, and a release() by the engine afterwards is a harmless no-op if it did commit.
+    throw new ConnectionFailure(toStoreError(error, decision.commit ? 'commit' : 'rollback'), error);
+  }
+  return decision.value;
+}
+
+// Carries a handler's error through the clean-up so it is rethrown unchanged.
+class HandlerFailure {
+  constructor(
+    readonly error: unknown,
+    readonly broken?: unknown,
+  ) {}
+}
+
+// Carries the store's error and the cause that broke the connection.
+class ConnectionFailure {
+  constructor(
+    readonly error: unknown,
+    readonly broken: unknown,
+  ) {}
+}
+
+// Runs a pg transaction, hands `done` the error that broke the connection (if any) so the
+// connection can be destroyed or returned, and unwraps the error to rethrow.
+async function settle<T>(work: Promise<T>, done: (broken: unknown) => void): Promise<T> {
+  try {
+    const value = await work;
+    done(undefined);
+    return value;
+  } catch (failure) {
+    if (failure instanceof HandlerFailure || failure instanceof ConnectionFailure) {
+      done(failure.broken);
+      throw failure.error;
+    }
+    // fn's errors are all wrapped above; anything else is an unexpected failure of the shim itself.
+    done(failure);
+    throw failure;
+  }
+}
+
+function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
+  const query = async (text: string, params: readonly unknown[] = []) =>
+    fromPg(await pool.query({ text, values: [...params] }));
+  return {
+    kind: 'pg-pool',
+    query: (text, params) =>
+      query(text, params).catch((error) => {
+        throw toStoreError(error, 'query');
+      }),
+    run: async (name, text, params) => {
+      try {
+        return fromPg(await pool.query(prepared ? { name, text, values: [...params] } : { text, values: [...params] }));
+      } catch (error) {
+        throw toStoreError(error, name);
+      }
+    },
+    // A dedicated connection for the whole transaction: the heartbeat and other requests keep
+    // using the rest of the pool meanwhile.
+    async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
+      let connection: PgPoolClientLike;
+      try {
+        connection = await pool.connect();
+      } catch (error) {
+        throw toStoreError(error, 'transaction connect');
+      }
+      // A checked-out pg client emits 'error' when its backend dies between queries (for example
+      // pg_terminate_backend while the handler awaits something else). Unheard, that event would
+      // crash the process; the next query on the dead connection rejects instead.
+      let lost: Error | undefined;
+      const onError = (error: Error) => {
+        lost = error;
+      };
+      connection.on('error', onError);
+      return settle(runPgTransaction(connection, fn), (broken) => {
+        connection.removeListener('error', onError);
+        const reason = broken ?? lost;
+        // A connection that failed mid-transaction is in an unknown state: destroy it rather than
+        // hand it back to the pool.
+        connection.release(reason instanceof Error ? reason : reason === undefined ? undefined : true);
+      });
+    },
+  };
+}
+
+function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
+  // One connection shared by everything: while a transaction is open, the store's other statements
+  // (claims for other keys, heartbeats) must wait, or they would run inside that transaction and
+  // vanish with its rollback. A Pool does not need this; use one for transactional mode under load.
+  let tail: Promise<void> = Promise.resolve();
+  let busy = false;
+  const query = async (config: PgQueryConfig): Promise<AnyResult> => {
+    while (busy) await tail;
+    // No await between the check above and this call: pg queues statements in call order, so a
+    // statement sent while `busy` is false is queued before any later BEGIN.
+    return fromPg(await client.query(config));
+  };
+  return {
+    kind: 'pg-client',
+    query: (text, params) =>
+      query({ text, values: params ? [...params] : [] }).catch((error) => {
+        throw toStoreError(error, 'query');
+      }),
+    run: (name, text, params) =>
+      query(prepared ? { name, text, values: [...params] } : { text, values: [...params] }).catch((error) => {
+        throw toStoreError(error, name);
+      }),
+    async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
+      const previous = tail;
+      let done: () => void = () => undefined;
+      tail = new Promise<void>((resolve) => {
+        done = resolve;
+      });
+      await previous;
+      busy = true;
+      try {
+        return await settle(runPgTransaction(client, fn), () => undefined);
+      } finally {
+        busy = false;
+        done();
+      }
+    },
+  };
+}

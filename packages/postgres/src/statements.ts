@@ -1,0 +1,102 @@
+import type { TableName } from './table-name.js';
+
+/** One SQL statement and the name it is prepared under on each pg connection. */
+export interface Statement {
+  readonly name: string;
+  readonly text: string;
+}
+
+/** Every statement the store runs, for one table. */
+export interface Statements {
+  claim: Statement;
+  renew: Statement;
+  complete: Statement;
+  release: Statement;
+  get: Statement;
+  completeInTransaction: Statement;
+  releaseInTransaction: Statement;
+  purge: Statement;
+}
+
+const columns = 'state, token, fingerprint, status, headers, body';
+
+// The database's clock, never the application's. clock_timestamp() rather than now(): inside a long
+// transaction now() is the time the transaction began, not the time of the statement.
+const clock = 'clock_timestamp()';
+// A duration arrives as milliseconds in parameter $n and becomes an interval in SQL.
+const after = (n: number) => `(clock_timestamp() + $${n}::float8 * interval '1 millisecond')`;
+
+/**
+ * Builds the store's SQL for `table`. Statement names carry a hash of the table so two stores on
+ * different tables never reuse each other's prepared statements on a shared connection.
+ *
+ * @example
+ * const sql = buildStatements(parseTableName('idem_records'), 'a1b2c3d4');
+ * await pool.query({ ...sql.get, values: [id, 0] });
+ */
+export function buildStatements(table: TableName, tag: string): Statements {
+  const t = table.sql;
+  const named = (op: string, text: string): Statement => ({ name: `idem_${op}_${tag}`, text });
+  return {
+    // One statement: insert, or take over a record whose lease or retention has run out, or else
+    // return the live record. ON CONFLICT DO UPDATE locks the conflicting row and evaluates its WHERE
+    // against the newest committed version, so of N concurrent claims exactly one sees `claimed`.
+    // The second branch reads with the statement's snapshot; if the conflicting row was committed
+    // after that snapshot it is invisible there and the statement returns no row at all: the caller
+    // simply runs it again with a fresh snapshot.
+    claim: named(
+      'claim',
+      `WITH claimed AS (
+  INSERT INTO ${t} AS r (id, state, token, fingerprint, expires_at)
+  VALUES ($1, 'in_progress', $2, $3, ${after(4)})
+  ON CONFLICT (id) DO UPDATE
+    SET state = 'in_progress', token = excluded.token, fingerprint = excluded.fingerprint,
+        status = NULL, headers = NULL, body = NULL, expires_at = excluded.expires_at
+    WHERE r.expires_at <= ${clock}
+  RETURNING r.id
+)
+SELECT true AS claimed, NULL::text AS state, NULL::text AS token, NULL::text AS fingerprint,
+       NULL::integer AS status, NULL::jsonb AS headers, NULL::bytea AS body
+FROM claimed
+UNION ALL
+SELECT false, ${columns} FROM ${t}
+WHERE id = $1 AND expires_at > ${clock} AND NOT EXISTS (SELECT 1 FROM claimed)`,
+    ),
+    renew: named(
+      'renew',
+      `UPDATE ${t} SET expires_at = ${after(3)}
+WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
+    ),
+    complete: named(
+      'complete',
+      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, expires_at = ${after(6)}
+WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
+    ),
+    release: named(
+      'release',
+      `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
+    ),
+    get: named('get', `SELECT ${columns} FROM ${t} WHERE id = $1 AND expires_at > ${clock}`),
+    // Inside a transaction the compare-and-set is on the token alone. A lease that ran out while the
+    // handler worked is still safe to complete if nobody took it over: a takeover replaces the token
+    // (so this matches nothing), and a takeover attempted after this UPDATE waits for the row lock
+    // and then finds the record completed.
+    completeInTransaction: named(
+      'complete_tx',
+      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, expires_at = ${after(6)}
+WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
+    ),
+    releaseInTransaction: named(
+      'release_tx',
+      `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
+    ),
+    // Bounded: at most $1 rows per call, oldest first, skipping rows another session holds (a claim
+    // taking one over right now). The outer condition re-checks expiry on the row actually deleted.
+    purge: named(
+      'purge',
+      `DELETE FROM ${t} WHERE id IN (
+  SELECT id FROM ${t} WHERE expires_at <= ${clock} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) AND expires_at <= ${clock}`,
+    ),
+  };
+}
