@@ -1,0 +1,484 @@
+import { type ClientOptions, createClient, isRequestFailedError, type RequestFailedError } from '@idem/client';
+import { describe, expect, it } from 'vitest';
+import { empty, json, type Step, scriptedFetch } from './support/fake-fetch.js';
+import { fakeTime, seededRandom } from './support/fake-time.js';
+
+const uuidV4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+function setup(steps: Step[], options: Partial<ClientOptions> = {}) {
+  const time = fakeTime();
+  const { fetch, seen } = scriptedFetch(steps);
+  const client = createClient({
+    baseUrl: 'https://api.example.test/v1/',
+    fetch,
+    random: seededRandom(7),
+    sleep: time.sleep,
+    now: time.now,
+    ...options,
+  });
+  return { client, seen, time };
+}
+
+async function failure(promise: Promise<unknown>): Promise<RequestFailedError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (isRequestFailedError(error)) return error;
+    throw error;
+  }
+  throw new Error('expected the request to fail');
+}
+
+describe('keys: one per logical operation', () => {
+  it('gives a POST a fresh UUIDv4 and sends the same key on every attempt', async () => {
+    const { client, seen } = setup([empty(503), new TypeError('fetch failed'), json(201, { id: 'ch_1' })]);
+    const result = await client.post<{ id: string }>('/charges', { amount: 500 });
+    expect(result.status).toBe(201);
+    expect(result.body).toEqual({ id: 'ch_1' });
+    expect(seen).toHaveLength(3);
+    const fields = seen.map((r) => r.headers.get('idempotency-key'));
+    expect(new Set(fields).size).toBe(1);
+    expect(fields[0]).toBe(`"${result.key}"`);
+    expect(result.key).toMatch(uuidV4);
+    expect(result.attempts.map((a) => a.key)).toEqual([result.key, result.key, result.key]);
+    // The body is encoded once: every attempt carries the same bytes.
+    expect(new Set(seen.map((r) => r.body))).toEqual(new Set(['{"amount":500}']));
+    expect(seen[0]?.headers.get('content-type')).toBe('application/json');
+  });
+
+  it('makes a new key for each logical operation', async () => {
+    const { client } = setup([json(201, {})]);
+    const a = await client.post('/charges', { amount: 1 });
+    const b = await client.post('/charges', { amount: 1 });
+    expect(a.key).not.toBe(b.key);
+  });
+
+  it('gives PATCH a key and leaves GET, PUT and DELETE without one', async () => {
+    const { client, seen } = setup([json(200, {})]);
+    await client.patch('/orders/1', { note: 'x' });
+    await client.get('/stock', { query: { item: 'sku-1' } });
+    await client.put('/settings', { theme: 'dark' });
+    await client.delete('/photos/1');
+    expect(seen.map((r) => [r.method, r.headers.has('idempotency-key')])).toEqual([
+      ['PATCH', true],
+      ['GET', false],
+      ['PUT', false],
+      ['DELETE', false],
+    ]);
+  });
+
+  it('uses a given key, in sf-string or bare format', async () => {
+    const { client, seen } = setup([json(201, {})]);
+    const result = await client.post('/charges', {}, { idempotencyKey: 'order-42-charge' });
+    expect(result.key).toBe('order-42-charge');
+    expect(seen[0]?.headers.get('idempotency-key')).toBe('"order-42-charge"');
+    const bare = setup([json(201, {})], { keyFormat: 'bare' });
+    await bare.client.post('/charges', {}, { idempotencyKey: 'order-42-charge' });
+    expect(bare.seen[0]?.headers.get('idempotency-key')).toBe('order-42-charge');
+  });
+
+  it('refuses a key the header cannot carry', async () => {
+    const { client, seen } = setup([json(201, {})]);
+    await expect(client.post('/charges', {}, { idempotencyKey: '' })).rejects.toThrow(TypeError);
+    await expect(client.post('/charges', {}, { idempotencyKey: 'caf\u00e9' })).rejects.toThrow(TypeError);
+    const bare = setup([json(201, {})], { keyFormat: 'bare' });
+    await expect(bare.client.post('/charges', {}, { idempotencyKey: 'a b' })).rejects.toThrow(TypeError);
+    expect(seen).toHaveLength(0);
+  });
+
+  it('sends a key set by hand as a header exactly as written', async () => {
+    const { client, seen } = setup([empty(503), json(201, {})]);
+    const result = await client.post('/charges', {}, { headers: { 'Idempotency-Key': 'k-123' } });
+    expect(seen.map((r) => r.headers.get('idempotency-key'))).toEqual(['k-123', 'k-123']);
+    expect(result.key).toBe('k-123');
+  });
+
+  it('adopts a server-minted key for the later attempts', async () => {
+    const { client, seen } = setup([empty(503, { 'Idempotency-Key': 'srv-minted-1' }), json(201, { id: 'ch_9' })]);
+    const result = await client.post('/charges', { amount: 5 });
+    expect(seen[0]?.headers.get('idempotency-key')).toMatch(/^"[0-9a-f-]{36}"$/);
+    expect(seen[1]?.headers.get('idempotency-key')).toBe('srv-minted-1');
+    expect(result.key).toBe('srv-minted-1');
+    expect(result.attempts[1]?.key).toBe('srv-minted-1');
+  });
+
+  it('with idempotencyKey false sends no key, and a minted one makes the retry safe', async () => {
+    const unsafe = setup([new TypeError('socket hang up'), json(201, {})]);
+    const lost = await failure(unsafe.client.post('/charges', {}, { idempotencyKey: false }));
+    expect(lost.code).toBe('network_error');
+    expect(unsafe.seen).toHaveLength(1);
+    expect(unsafe.seen[0]?.headers.has('idempotency-key')).toBe(false);
+
+    const minted = setup([empty(503, { 'Idempotency-Key': '"m-1"' }), json(201, {})]);
+    const result = await minted.client.post('/charges', {}, { idempotencyKey: false });
+    expect(minted.seen.map((r) => r.headers.get('idempotency-key'))).toEqual([null, '"m-1"']);
+    expect(result.key).toBe('m-1');
+  });
+
+  it('does not adopt an ambiguous minted key (two values)', async () => {
+    const { client, seen } = setup([empty(503, { 'Idempotency-Key': 'a, b' }), json(201, {})]);
+    const result = await client.post('/charges', {});
+    expect(seen[1]?.headers.get('idempotency-key')).toBe(seen[0]?.headers.get('idempotency-key'));
+    expect(result.key).not.toBe('a, b');
+  });
+});
+
+describe('what is retried', () => {
+  for (const status of [409, 429, 502, 503, 504, 500]) {
+    it(`retries a keyed POST on ${status}`, async () => {
+      const { client, seen } = setup([empty(status), json(201, {})]);
+      const result = await client.post('/charges', {});
+      expect(result.status).toBe(201);
+      expect(seen).toHaveLength(2);
+    });
+  }
+
+  for (const status of [400, 401, 403, 404, 405, 410, 413, 422]) {
+    it(`never retries ${status}`, async () => {
+      const { client, seen, time } = setup([json(status, { code: 'nope' }), json(201, {})]);
+      const error = await failure(client.post('/charges', {}));
+      expect(error.code).toBe('http_error');
+      expect(error.status).toBe(status);
+      expect(error.body).toEqual({ code: 'nope' });
+      expect(error.response?.status).toBe(status);
+      expect(error.retried).toBe(false);
+      expect(seen).toHaveLength(1);
+      expect(time.waits).toEqual([]);
+    });
+  }
+
+  it('retries GET, PUT and DELETE on network errors, timeouts and 500', async () => {
+    for (const method of ['get', 'put', 'delete'] as const) {
+      const { client, seen } = setup([new TypeError('fetch failed'), empty(500), json(200, { ok: true })]);
+      const result = await client[method]('/settings');
+      expect(result.body).toEqual({ ok: true });
+      expect(seen).toHaveLength(3);
+    }
+  });
+
+  it('never repeats an unkeyed POST whose outcome is unknown (500, 502, 503, 504), but does on 429', async () => {
+    for (const status of [500, 502, 503, 504]) {
+      const { client, seen } = setup([empty(status), json(201, {})]);
+      const error = await failure(client.post('/charges', {}, { idempotencyKey: false }));
+      expect(error.code).toBe('http_error');
+      expect(seen).toHaveLength(1);
+    }
+    const { client, seen } = setup([empty(429), json(201, {})]);
+    await client.post('/charges', {}, { idempotencyKey: false });
+    expect(seen).toHaveLength(2);
+  });
+
+  it('does not retry 409 without a key (a real conflict, not "in progress")', async () => {
+    const { client, seen } = setup([json(409, { code: 'version_conflict' }), json(200, {})]);
+    const error = await failure(client.put('/settings', { theme: 'dark' }));
+    expect(error.code).toBe('http_error');
+    expect(seen).toHaveLength(1);
+  });
+
+  it('does not retry a replayed outcome: asking again returns the same stored response', async () => {
+    const { client, seen } = setup([json(500, { code: 'boom' }, { 'Idempotent-Replayed': 'true' }), json(201, {})]);
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('http_error');
+    expect(error.replayed).toBe(true);
+    expect(seen).toHaveLength(1);
+  });
+
+  it('retries a body that breaks off half way like a network error', async () => {
+    const broken = () =>
+      new Response(
+        new ReadableStream({
+          start(controller) {
+            controller.enqueue(new TextEncoder().encode('{"id":'));
+            controller.error(new TypeError('terminated'));
+          },
+        }),
+        { status: 201, headers: { 'content-type': 'application/json' } },
+      );
+    const { client, seen } = setup([broken, json(201, { id: 'ch_1' }, { 'Idempotent-Replayed': 'true' })]);
+    const result = await client.post('/charges', { amount: 1 });
+    expect(result.attempts.map((a) => a.outcome)).toEqual(['network-error', 'response']);
+    expect(result.replayed).toBe(true);
+    expect(seen[1]?.headers.get('idempotency-key')).toBe(seen[0]?.headers.get('idempotency-key'));
+  });
+
+  it('times an attempt out and retries it with the same key', async () => {
+    const hang = (_request: unknown, signal: AbortSignal) =>
+      new Promise<Response>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+    const { client, seen } = setup([hang, json(201, {})], { retry: { timeout: 20 } });
+    const result = await client.post('/charges', {});
+    expect(result.attempts.map((a) => a.outcome)).toEqual(['timeout', 'response']);
+    expect((result.attempts[0]?.error as Error).name).toBe('TimeoutError');
+    expect(seen[1]?.headers.get('idempotency-key')).toBe(seen[0]?.headers.get('idempotency-key'));
+  });
+
+  it('times out even a fetch that ignores its signal', async () => {
+    const never = () => new Promise<Response>(() => undefined);
+    const { client } = setup([never], { retry: { timeout: 15, maxAttempts: 2 } });
+    const error = await failure(client.get('/stock'));
+    expect(error.code).toBe('attempts_exhausted');
+    expect(error.attempts.map((a) => a.outcome)).toEqual(['timeout', 'timeout']);
+  });
+
+  it('reports an unkeyed POST timeout as timeout, not retried', async () => {
+    const never = () => new Promise<Response>(() => undefined);
+    const { client, seen } = setup([never], { retry: { timeout: 15 } });
+    const error = await failure(client.post('/charges', {}, { idempotencyKey: false }));
+    expect(error.code).toBe('timeout');
+    expect(seen).toHaveLength(1);
+  });
+});
+
+describe('waits, limits and deadlines', () => {
+  it('honours Retry-After in seconds as a floor over the backoff', async () => {
+    const { client, time } = setup([empty(503, { 'Retry-After': '3' }), json(201, {})]);
+    const result = await client.post('/charges', {});
+    expect(time.waits).toEqual([3000]);
+    expect(result.attempts[0]?.retryAfterMs).toBe(3000);
+    expect(result.attempts[0]?.waitMs).toBe(3000);
+  });
+
+  it('honours Retry-After as an HTTP-date against the injected clock', async () => {
+    const time = fakeTime(Date.UTC(2026, 9, 21, 7, 27, 55));
+    const { fetch } = scriptedFetch([empty(429, { 'Retry-After': 'Wed, 21 Oct 2026 07:28:00 GMT' }), json(200, {})]);
+    const client = createClient({
+      baseUrl: 'https://api.example.test',
+      fetch,
+      sleep: time.sleep,
+      now: time.now,
+      random: () => 0,
+    });
+    await client.get('/stock');
+    expect(time.waits).toEqual([5000]);
+  });
+
+  it('gives up with retry_after_too_long instead of retrying early', async () => {
+    const { client, seen } = setup([empty(503, { 'Retry-After': '120' })], {
+      retry: { maxRetryAfter: '60s', deadline: false },
+    });
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('retry_after_too_long');
+    expect(error.status).toBe(503);
+    expect(seen).toHaveLength(1);
+  });
+
+  it('stops after maxAttempts with the last response', async () => {
+    const { client, seen, time } = setup([json(503, { title: 'down' })], { retry: { maxAttempts: 4 } });
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('attempts_exhausted');
+    expect(error.status).toBe(503);
+    expect(error.body).toEqual({ title: 'down' });
+    expect(error.key).toMatch(uuidV4);
+    expect(error.attempts).toHaveLength(4);
+    expect(seen).toHaveLength(4);
+    expect(time.waits).toHaveLength(3);
+    expect(error.attempts[3]?.waitMs).toBeUndefined();
+  });
+
+  it('stops when the next wait would end past the deadline', async () => {
+    const { client, seen, time } = setup([empty(503, { 'Retry-After': '2' })], {
+      retry: { deadline: '5s', maxAttempts: 100 },
+    });
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('deadline_exceeded');
+    expect(error.status).toBe(503);
+    // 0 s: first attempt; waits of at least 2 s each; a third wait would pass 5 s.
+    expect(seen).toHaveLength(3);
+    expect(time.waits.reduce((a, b) => a + b, 0)).toBeLessThan(5000);
+  });
+
+  it('cuts the last attempt at the deadline and reports deadline_exceeded', async () => {
+    const hang = (_request: unknown, signal: AbortSignal) =>
+      new Promise<Response>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+    const { client } = setup([hang], { retry: { deadline: 25, timeout: '10s' } });
+    const error = await failure(client.get('/stock'));
+    expect(error.code).toBe('deadline_exceeded');
+    expect(error.attempts[0]?.outcome).toBe('timeout');
+  });
+
+  it('retries with no limit but maxAttempts when deadline and timeout are false', async () => {
+    const { client, seen } = setup([empty(503), empty(503), json(200, {})], {
+      retry: { deadline: false, timeout: false, maxAttempts: 3 },
+    });
+    await client.get('/stock');
+    expect(seen).toHaveLength(3);
+  });
+
+  it('uses a per-request retry override on top of the client defaults', async () => {
+    const { client, seen } = setup([empty(503)], { retry: { maxAttempts: 5 } });
+    const error = await failure(client.get('/stock', { retry: { maxAttempts: 2 } }));
+    expect(error.attempts).toHaveLength(2);
+    expect(seen).toHaveLength(2);
+  });
+});
+
+describe('abort', () => {
+  it('rejects at once when the signal is already aborted, without a request', async () => {
+    const { client, seen } = setup([json(200, {})]);
+    const error = await failure(client.get('/stock', { signal: AbortSignal.abort(new Error('user left')) }));
+    expect(error.code).toBe('aborted');
+    expect((error.cause as Error).message).toBe('user left');
+    expect(seen).toHaveLength(0);
+  });
+
+  it('aborts during the backoff wait', async () => {
+    const controller = new AbortController();
+    const { client, seen, time } = setup([empty(503), json(201, {})]);
+    time.onSleep(() => controller.abort(new Error('cancelled')));
+    const error = await failure(client.post('/charges', {}, { signal: controller.signal }));
+    expect(error.code).toBe('aborted');
+    expect(error.status).toBe(503);
+    expect(seen).toHaveLength(1);
+  });
+
+  it('aborts an attempt in flight', async () => {
+    const controller = new AbortController();
+    const hang = (_request: unknown, signal: AbortSignal) => {
+      queueMicrotask(() => controller.abort(new Error('cancelled')));
+      return new Promise<Response>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+    };
+    const { client } = setup([hang]);
+    const error = await failure(client.post('/charges', {}, { signal: controller.signal }));
+    expect(error.code).toBe('aborted');
+    expect(error.attempts).toHaveLength(1);
+  });
+
+  it('the default sleep really waits and rejects on abort', async () => {
+    const { fetch } = scriptedFetch([empty(503), json(200, { ok: 1 })]);
+    const client = createClient({ baseUrl: 'http://x.test', fetch, retry: { baseDelay: 5, jitter: 'none' } });
+    const result = await client.get('/a');
+    expect(result.attempts[0]?.waitMs).toBe(5);
+    const controller = new AbortController();
+    const slow = createClient({
+      baseUrl: 'http://x.test',
+      fetch: scriptedFetch([empty(503)]).fetch,
+      retry: { baseDelay: '1m', jitter: 'none', deadline: false },
+    });
+    const pending = failure(slow.get('/a', { signal: controller.signal }));
+    setTimeout(() => controller.abort(new Error('stop')), 5);
+    expect((await pending).code).toBe('aborted');
+  });
+});
+
+describe('tokens, results and bodies', () => {
+  it('calls getToken before every attempt, so a refreshed token is used on the retry', async () => {
+    const tokens = ['t1', 't2', 't3'];
+    let calls = 0;
+    const { client, seen } = setup([empty(503), empty(503), json(200, {})], {
+      getToken: async () => tokens[calls++],
+    });
+    await client.get('/photos');
+    expect(seen.map((r) => r.headers.get('authorization'))).toEqual(['Bearer t1', 'Bearer t2', 'Bearer t3']);
+  });
+
+  it('lets an error thrown by getToken through unchanged', async () => {
+    const boom = new Error('refresh failed');
+    const { client } = setup([json(200, {})], { getToken: () => Promise.reject(boom) });
+    await expect(client.get('/photos')).rejects.toBe(boom);
+  });
+
+  it('exposes replayed, status, headers and history', async () => {
+    const { client } = setup([
+      empty(409, { 'Retry-After': '1' }),
+      json(201, { id: 'ch_1' }, { 'Idempotent-Replayed': 'true', Location: '/charges/ch_1' }),
+    ]);
+    const result = await client.post<{ id: string }>('/charges', { amount: 1 });
+    expect(result.replayed).toBe(true);
+    expect(result.status).toBe(201);
+    expect(result.headers.get('location')).toBe('/charges/ch_1');
+    expect(result.attempts.map((a) => [a.number, a.status, a.replayed])).toEqual([
+      [1, 409, false],
+      [2, 201, true],
+    ]);
+    expect(Object.isFrozen(result.attempts)).toBe(true);
+  });
+
+  it('parses bodies per mode', async () => {
+    const { client } = setup([
+      new Response('plain', { headers: { 'content-type': 'text/plain' } }),
+      new Response(new Uint8Array([1, 2, 3]), { headers: { 'content-type': 'application/octet-stream' } }),
+      empty(204),
+      new Response('{"a":1}', { headers: { 'content-type': 'application/problem+json' } }),
+    ]);
+    expect((await client.get('/a')).body).toBe('plain');
+    expect((await client.get('/b')).body).toEqual(new Uint8Array([1, 2, 3]));
+    expect((await client.get('/c')).body).toBeUndefined();
+    expect((await client.get('/d')).body).toEqual({ a: 1 });
+  });
+
+  it('leaves the body unread with parse: none', async () => {
+    const { client } = setup([new Response('raw', { headers: { 'content-type': 'text/plain' } })]);
+    const result = await client.get('/a', { parse: 'none' });
+    expect(result.body).toBeUndefined();
+    expect(await result.response.text()).toBe('raw');
+  });
+
+  it('rejects a success that claims JSON and is not, and keeps an error page as text', async () => {
+    const bad = setup([new Response('<html>', { status: 200, headers: { 'content-type': 'application/json' } })]);
+    expect((await failure(bad.client.get('/a'))).code).toBe('invalid_response_body');
+    const page = setup([new Response('<html>', { status: 404, headers: { 'content-type': 'application/json' } })]);
+    const error = await failure(page.client.get('/a'));
+    expect(error.code).toBe('http_error');
+    expect(error.body).toBe('<html>');
+  });
+
+  it('sends strings, bytes and form bodies as they are, and refuses streams', async () => {
+    const { client, seen } = setup([json(200, {})]);
+    await client.put('/a', 'text body');
+    await client.put('/b', new URLSearchParams({ q: '1' }));
+    expect(seen[0]?.body).toBe('text body');
+    // The client sets no type for these: fetch derives it from the body.
+    expect(seen[0]?.headers.get('content-type')).toBeNull();
+    expect(seen[1]?.body).toBe('q=1');
+    await expect(client.post('/c', new ReadableStream())).rejects.toThrow(/cannot be retried/);
+  });
+});
+
+describe('URLs and options', () => {
+  it('joins paths under the base path and appends the query', async () => {
+    const { client, seen } = setup([json(200, {})]);
+    await client.get('/stock', { query: { item: 'sku 1', tag: ['a', 'b'], skip: undefined } });
+    await client.get('stock/batch?x=1');
+    expect(seen.map((r) => r.url)).toEqual([
+      'https://api.example.test/v1/stock?item=sku+1&tag=a&tag=b',
+      'https://api.example.test/v1/stock/batch?x=1',
+    ]);
+    expect(client.baseUrl).toBe('https://api.example.test/v1');
+  });
+
+  it('refuses absolute URLs, so the bearer token never leaves the base origin', async () => {
+    const { client, seen } = setup([json(200, {})], { getToken: () => 'secret' });
+    await expect(client.get('https://evil.test/steal')).rejects.toThrow(TypeError);
+    await expect(client.get('//evil.test/steal')).rejects.toThrow(TypeError);
+    expect(seen).toHaveLength(0);
+  });
+
+  it('throws a TypeError for bad options at construction', () => {
+    const fetch = scriptedFetch([]).fetch;
+    expect(() => createClient({ baseUrl: 'not a url', fetch })).toThrow(TypeError);
+    expect(() => createClient({ baseUrl: 'ftp://x.test', fetch })).toThrow(TypeError);
+    expect(() => createClient({ baseUrl: 'https://x.test/?a=1', fetch })).toThrow(TypeError);
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { maxAttempts: 0 } })).toThrow(/maxAttempts/);
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { baseDelay: -1 } })).toThrow(/baseDelay/);
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { timeout: 0 } })).toThrow(/timeout/);
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { deadline: '5 minutes' as never } })).toThrow(
+      /deadline/,
+    );
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { jitter: 'some' as never } })).toThrow(
+      /jitter/,
+    );
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, keyFormat: 'json' as never })).toThrow(/keyFormat/);
+  });
+
+  it('computes the retry horizon from the options', () => {
+    const fetch = scriptedFetch([]).fetch;
+    const client = createClient({ baseUrl: 'https://x.test', fetch });
+    expect(client.retryHorizon()).toBe(60_000);
+    expect(client.retryHorizon({ maxAttempts: 1 })).toBe(0);
+    expect(client.retryHorizon({ maxAttempts: 3, timeout: '5s', deadline: false, maxRetryAfter: '2s' })).toBe(14_000);
+    expect(client.retryHorizon({ maxAttempts: 4, timeout: '1s', deadline: false, maxRetryAfter: 0 })).toBe(
+      3_000 + 1_000 + 2_000 + 4_000,
+    );
+    expect(client.retryHorizon({ timeout: false, deadline: false })).toBe(Number.POSITIVE_INFINITY);
+    expect(client.retryHorizon({ deadline: '2h', timeout: false })).toBe(7_200_000);
+  });
+});

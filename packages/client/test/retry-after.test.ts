@@ -1,0 +1,44 @@
+import { parseHttpDate, parseRetryAfter } from '@idem/client';
+import { describe, expect, it } from 'vitest';
+
+const now = Date.UTC(2026, 10, 21, 6, 0, 0);
+
+describe('parseRetryAfter', () => {
+  it('reads delay-seconds', () => {
+    expect(parseRetryAfter('3', now)).toBe(3000);
+    expect(parseRetryAfter(' 0 ', now)).toBe(0);
+    expect(parseRetryAfter('120', now)).toBe(120_000);
+  });
+
+  it('reads the three HTTP-date forms as a wait from now', () => {
+    expect(parseRetryAfter('Sat, 21 Nov 2026 06:00:05 GMT', now)).toBe(5000);
+    expect(parseRetryAfter('Saturday, 21-Nov-26 06:00:07 GMT', now)).toBe(7000);
+    expect(parseRetryAfter('Sat Nov 21 06:00:09 2026', now)).toBe(9000);
+    expect(parseRetryAfter('Sat Nov  1 06:00:00 2026', Date.UTC(2026, 10, 1, 5, 59, 59))).toBe(1000);
+  });
+
+  it('gives 0 for a date in the past', () => {
+    expect(parseRetryAfter('Sun, 06 Nov 1994 08:49:37 GMT', now)).toBe(0);
+  });
+
+  it('ignores anything else', () => {
+    for (const value of [
+      null,
+      undefined,
+      '',
+      '-1',
+      '1.5',
+      'soon',
+      '2026-11-21T06:00:05Z',
+      'Sat, 21 Nov 2026 06:00:05 PST',
+    ]) {
+      expect(parseRetryAfter(value, now)).toBeUndefined();
+    }
+  });
+
+  it('parses IMF-fixdate exactly and places two-digit years', () => {
+    expect(parseHttpDate('Sun, 06 Nov 1994 08:49:37 GMT')).toBe(784111777000);
+    expect(parseHttpDate('Sunday, 06-Nov-94 08:49:37 GMT', now)).toBe(784111777000);
+    expect(parseHttpDate('Sun, 06 Foo 1994 08:49:37 GMT')).toBeUndefined();
+  });
+});
