@@ -207,7 +207,7 @@ describe('what is retried', () => {
     const { client, seen } = setup([hang, json(201, {})], { retry: { timeout: 20 } });
     const result = await client.post('/charges', {});
     expect(result.attempts.map((a) => a.outcome)).toEqual(['timeout', 'response']);
-    expect((result.attempts[0]?.error as Error).name).toBe('TimeoutError');
+    expect((result.attempts[0]?.error as Error | undefined)?.name).toBe('TimeoutError');
     expect(seen[1]?.headers.get('idempotency-key')).toBe(seen[0]?.headers.get('idempotency-key'));
   });
 
