@@ -24,6 +24,23 @@ export {
 } from './errors.js';
 export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
 export { type FingerprintOptions, fingerprintRequest, fingerprintsMatch, type RequestParts } from './fingerprint.js';
+export {
+  type CaptureResult,
+  createHttpIdempotency,
+  defaultReplayHeaders,
+  type HttpBeginResult,
+  type HttpIdempotency,
+  type HttpIdempotencyOptions,
+  type HttpRequestInfo,
+  type HttpResponse,
+  type IdempotencyContext,
+  principalScope,
+  type ReadBodyResult,
+  type ResponseCapture,
+  readRequestBody,
+  readStream,
+  writeResponse,
+} from './http.js';
 export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key.js';
 export { type MemoryStoreOptions, memoryStore } from './memory-store.js';
 export { mintKey } from './mint.js';

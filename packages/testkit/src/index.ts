@@ -1,1 +1,2 @@
+export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';

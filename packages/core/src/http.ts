@@ -1,0 +1,701 @@
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+import { createIdempotency, type IdempotencyEngine, type IdempotencyOptions, type Lease } from './engine.js';
+import { IdempotencyError } from './errors.js';
+import type { IdempotencyEvent } from './events.js';
+import { type FingerprintOptions, fingerprintRequest } from './fingerprint.js';
+import { parseIdempotencyKey } from './key.js';
+import { mintKey } from './mint.js';
+import type { StoredResponse } from './store.js';
+
+/**
+ * Options shared by the Express, Fastify and Koa adapters: the engine's options plus the HTTP ones.
+ * `Req` is the framework's request object (`req`, `request` or `ctx`), as seen by `scope`.
+ */
+export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
+  /** Answer 400 when a covered request has no key. Default true. With false, such requests pass through untouched. */
+  required?: boolean;
+  /** Methods that are covered. Default `['POST', 'PATCH']`: PUT and DELETE are idempotent by definition (spec part 1). */
+  methods?: readonly string[];
+  /**
+   * Who is calling, as a string; requests with different scopes never share a record. Default: the
+   * principal the guard attached (`sub` and `iss` of `req.auth`, `request.auth` or `ctx.state.auth`).
+   * Return `undefined` when there is no caller: the request is refused with 500 `scope_missing`.
+   */
+  scope?: (request: Req) => string | undefined;
+  /** Mint a key for a covered request that has none and return it in `Idempotency-Key` (spec part 3, rule 3). Default false. */
+  mintKeys?: boolean;
+  /** Largest request body hashed, in bytes; larger bodies get 413 before any hashing or claim. Default 1 MiB. */
+  maxBodyBytes?: number;
+  /** Largest response body stored, in bytes; larger responses are served but not stored. Default 1 MiB. */
+  maxResponseBytes?: number;
+  /** Response headers replayed on top of the built-in allowlist (lower or mixed case). */
+  replayHeaders?: readonly string[];
+  /** Run the handler inside the store's transaction and hold the response until it commits. Default false. */
+  transactional?: boolean;
+  /** Accept only RFC 9651 sf-string keys (`"abc"`). Default false. */
+  strictKeys?: boolean;
+  /** Fingerprint options, e.g. JSON Pointers of volatile body fields to leave out. */
+  fingerprint?: FingerprintOptions;
+}
+
+/**
+ * What a handler sees of its own execution: `req.idempotency` (Express), `request.idempotency`
+ * (Fastify), `ctx.state.idempotency` (Koa).
+ *
+ * @example
+ * app.post('/charges', (req, res) => res.status(201).json({ key: req.idempotency?.key }));
+ */
+export interface IdempotencyContext {
+  /** The key of this execution (the client's, or the minted one). */
+  key: string;
+  /** True when the server minted the key (`mintKeys`). */
+  minted: boolean;
+  /** The store's transaction in `transactional` mode (for PostgreSQL, a client inside BEGIN), else undefined. */
+  tx: unknown;
+}
+
+/** A response an adapter writes as is: status, headers (lower case) and body bytes. */
+export interface HttpResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Uint8Array;
+}
+
+/** What an adapter knows about a request once its body has been read. */
+export interface HttpRequestInfo {
+  method: string;
+  /** The route template (`/charges/:id`) or, where the framework has not matched one yet, the path. */
+  route: string;
+  path: string;
+  query: string;
+  contentType: string | undefined;
+  /** The raw `Idempotency-Key` field value(s). */
+  keyHeader: string | readonly string[] | undefined;
+  /** The raw request body bytes, or undefined when there is none. */
+  body: Uint8Array | undefined;
+  /** The caller, from the `scope` option or the default principal; undefined when unknown. */
+  scope: string | undefined;
+}
+
+/** The outcome of {@link HttpIdempotency.begin}. */
+export type HttpBeginResult =
+  | { kind: 'pass' }
+  | { kind: 'respond'; response: HttpResponse }
+  | { kind: 'execute'; key: string; lease: Lease; minted: boolean };
+
+/** The result of watching a response: either the complete response, or why it cannot be stored. */
+export type CaptureResult =
+  | { kind: 'complete'; response: StoredResponse }
+  | { kind: 'unstorable'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number };
+
+/** A live capture of one response. See {@link HttpIdempotency.capture}. */
+export interface ResponseCapture {
+  /** Settles once the response ended, or once it is known that it cannot be stored. */
+  readonly result: Promise<CaptureResult>;
+  /** True once `end` has been called (or the response was completed from the framework's state). */
+  readonly ended: boolean;
+  /**
+   * Completes the capture from a response the framework will never write (Koa skips writing when the
+   * client has gone). No-op when the response already ended.
+   */
+  completeWith(response: StoredResponse): void;
+  /** Held mode: writes the held response to the client. */
+  flush(): void;
+  /** Held mode: drops the held response and writes `response` instead. */
+  replace(response: HttpResponse): void;
+}
+
+/** The framework-free half of every adapter. Created once per middleware by {@link createHttpIdempotency}. */
+export interface HttpIdempotency<Req> {
+  readonly engine: IdempotencyEngine;
+  readonly required: boolean;
+  readonly mintKeys: boolean;
+  readonly maxBodyBytes: number;
+  readonly transactional: boolean;
+  /** The `scope` option, if any. */
+  readonly scope: ((request: Req) => string | undefined) | undefined;
+  /** True when requests with this method are covered. */
+  covers(method: string): boolean;
+  /** True when a request with this method and key header must be handled (read its body, then call `begin`). */
+  handles(method: string, keyHeader: string | readonly string[] | undefined): boolean;
+  /** Parses the key, checks the scope, fingerprints the request and claims the key. */
+  begin(request: HttpRequestInfo): Promise<HttpBeginResult>;
+  /** The problem+json response for an error. */
+  problem(error: IdempotencyError): HttpResponse;
+  /** The response that replays `stored` for a request that sent `key`. */
+  replay(stored: StoredResponse, key: string): HttpResponse;
+  /**
+   * Watches `res` (Node's `ServerResponse`, which every framework ends up writing to) and copies what
+   * is written. In held mode nothing reaches the client until `flush()` or `replace()`.
+   */
+  capture(res: ServerResponse, options?: { hold?: boolean }): ResponseCapture;
+  /**
+   * Settles an execution once its response is known: stores it per the outcome policy, or releases
+   * the key when it cannot be stored. Never throws; never leaves the record in progress on purpose.
+   */
+  settle(lease: Lease, result: CaptureResult, thrown: boolean): Promise<void>;
+  /** Runs an execution in the store's transaction (`transactional: true`). See {@link runTransaction}. */
+  runTransaction(
+    lease: Lease,
+    capture: ResponseCapture,
+    start: (tx: unknown) => void,
+    thrown: () => boolean,
+  ): Promise<void>;
+  /** Reports an adapter event through `onEvent`. */
+  emit(event: IdempotencyEvent): void;
+}
+
+/** Headers a replay carries when the handler set them; the user adds more with `replayHeaders`. */
+export const defaultReplayHeaders = [
+  'content-type',
+  'content-encoding',
+  'content-language',
+  'location',
+  'content-location',
+  'etag',
+  'last-modified',
+  'link',
+] as const;
+
+// Per-request or per-client headers: replaying them would hand one response's cookie, date, quota
+// or trace id to another request. They are refused even when listed in `replayHeaders`.
+const neverReplayed =
+  /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|traceparent|tracestate|x-ratelimit-.*|ratelimit.*|retry-after)$/;
+
+const MIB = 1_048_576;
+
+/**
+ * The default scope: the principal a guard attached to the request (`sub` and `iss` of a verified
+ * token), or undefined when there is none. Never a client-sent header.
+ *
+ * @example
+ * principalScope({ sub: 'user_1', iss: 'https://id.example' }); // '["https://id.example","user_1"]'
+ * principalScope(undefined); // undefined
+ */
+export function principalScope(auth: unknown): string | undefined {
+  if (auth === null || typeof auth !== 'object') return undefined;
+  const { sub, iss } = auth as { sub?: unknown; iss?: unknown };
+  if (typeof sub !== 'string' || sub.length === 0) return undefined;
+  // JSON framing keeps `iss`/`sub` pairs apart whatever characters they contain.
+  return JSON.stringify([typeof iss === 'string' ? iss : '', sub]);
+}
+
+/**
+ * Creates the framework-free part of an idempotency adapter: option checks, key parsing, scoping,
+ * fingerprinting, problem and replay responses, response capture and settlement. The Express,
+ * Fastify and Koa packages only translate their request and response objects to this.
+ *
+ * Bad options throw a `TypeError` here, once.
+ *
+ * @example
+ * const http = createHttpIdempotency({ store: memoryStore() });
+ * const started = await http.begin({ method: 'POST', route: '/charges', path: '/charges', query: '',
+ *   contentType: 'application/json', keyHeader: '"k-1"', body: Buffer.from('{}'), scope: 'user_1' });
+ */
+export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>): HttpIdempotency<Req> {
+  if (!options || typeof options !== 'object') throw new TypeError('idempotency needs an options object with a store');
+  const engine = createIdempotency(options);
+  const required = options.required ?? true;
+  if (typeof required !== 'boolean') throw new TypeError('required must be a boolean');
+  const mintKeys = options.mintKeys ?? false;
+  if (typeof mintKeys !== 'boolean') throw new TypeError('mintKeys must be a boolean');
+  const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => String(m).toUpperCase()));
+  for (const method of methods) {
+    if (method === 'GET' || method === 'HEAD' || method === 'OPTIONS') {
+      throw new TypeError(`methods must not include ${method}: safe methods never change state (spec part 1)`);
+    }
+  }
+  const maxBodyBytes = positiveInteger(options.maxBodyBytes ?? MIB, 'maxBodyBytes');
+  const maxResponseBytes = positiveInteger(options.maxResponseBytes ?? MIB, 'maxResponseBytes');
+  if (options.scope !== undefined && typeof options.scope !== 'function') {
+    throw new TypeError('scope must be a function of the request returning the caller');
+  }
+  const allow = new Set<string>(defaultReplayHeaders);
+  for (const name of options.replayHeaders ?? []) {
+    const lower = String(name).toLowerCase();
+    if (neverReplayed.test(lower))
+      throw new TypeError(`replayHeaders must not include ${lower}: it belongs to one request only`);
+    allow.add(lower);
+  }
+  const transactional = options.transactional ?? false;
+  if (transactional && !engine.transactional) {
+    throw new TypeError('transactional: true needs a store that supports transactions (such as postgresStore)');
+  }
+  const onEvent = options.onEvent;
+  const emit = (event: IdempotencyEvent) => {
+    if (!onEvent) return;
+    try {
+      onEvent(event);
+    } catch {
+      // An observer must never break a request.
+    }
+  };
+
+  const covers = (method: string) => methods.has(method.toUpperCase());
+  const handles = (method: string, keyHeader: string | readonly string[] | undefined) =>
+    covers(method) && (keyHeader !== undefined || required || mintKeys);
+
+  const problem = (error: IdempotencyError): HttpResponse => {
+    const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+    if (error.retryAfter !== undefined) headers['retry-after'] = String(error.retryAfter);
+    // Problem answers are about this attempt only; nothing in between may cache them.
+    headers['cache-control'] = 'no-store';
+    return { status: error.status, headers, body: Buffer.from(JSON.stringify(error.toProblem())) };
+  };
+
+  const replay = (stored: StoredResponse, key: string): HttpResponse => {
+    const headers: Record<string, string> = {};
+    for (const [name, value] of Object.entries(stored.headers)) if (allow.has(name)) headers[name] = value;
+    headers['idempotency-key'] = key;
+    headers['idempotent-replayed'] = 'true';
+    // A replay is one caller's result: shared caches must not keep it (anchors case 40).
+    headers['cache-control'] = 'no-store';
+    return { status: stored.status, headers, body: stored.body };
+  };
+
+  const begin = async (request: HttpRequestInfo): Promise<HttpBeginResult> => {
+    if (!covers(request.method)) return { kind: 'pass' };
+    let key: string;
+    let minted = false;
+    if (request.keyHeader === undefined && mintKeys) {
+      key = mintKey();
+      minted = true;
+    } else {
+      if (request.keyHeader === undefined && !required) return { kind: 'pass' };
+      const parsed = parseIdempotencyKey(request.keyHeader, { strict: options.strictKeys ?? false });
+      if (!parsed.ok) return { kind: 'respond', response: problem(parsed.error) };
+      key = parsed.key;
+    }
+    if (request.scope === undefined) {
+      return {
+        kind: 'respond',
+        response: problem(
+          new IdempotencyError(
+            'scope_missing',
+            'No authenticated caller to scope the Idempotency-Key to; run the guard first or pass a scope option.',
+          ),
+        ),
+      };
+    }
+    if (request.body !== undefined && request.body.length > maxBodyBytes) {
+      return { kind: 'respond', response: problem(tooLarge(maxBodyBytes)) };
+    }
+    const fingerprint = fingerprintRequest(
+      {
+        method: request.method,
+        route: request.route,
+        path: request.path,
+        query: request.query,
+        ...(request.contentType === undefined ? {} : { contentType: request.contentType }),
+        ...(request.body === undefined ? {} : { body: request.body }),
+      },
+      options.fingerprint,
+    );
+    const started = await engine.begin({
+      key,
+      scope: request.scope,
+      operation: `${request.method.toUpperCase()} ${request.route}`,
+      fingerprint,
+    });
+    if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
+    if (started.kind === 'replay') return { kind: 'respond', response: replay(started.response, key) };
+    return { kind: 'execute', key, lease: started.lease, minted };
+  };
+
+  const settle = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
+    try {
+      if (result.kind === 'complete') {
+        const response = { ...result.response, headers: pick(result.response.headers, allow) };
+        await engine.complete(lease, response, { thrown });
+        return;
+      }
+      emit({
+        type: 'response-not-stored',
+        id: lease.id,
+        operation: lease.operation,
+        reason: result.reason,
+        status: result.status,
+        at: Date.now(),
+      });
+      await engine.release(lease);
+    } catch {
+      // complete and release report store failures as values and events; this only guards against
+      // a misbehaving custom store, so the request path never sees an unhandled rejection.
+    }
+  };
+
+  const runTransaction = async (
+    lease: Lease,
+    capture: ResponseCapture,
+    start: (tx: unknown) => void,
+    thrown: () => boolean,
+  ): Promise<void> => {
+    let failed: CaptureResult | undefined;
+    try {
+      const result = await engine.transaction(lease, async (tx) => {
+        start(tx);
+        const outcome = await capture.result;
+        // A server error or a response that cannot be stored rolls the handler's writes back, so
+        // the database never keeps the effects of an outcome that is not recorded with them.
+        if (outcome.kind !== 'complete' || outcome.response.status >= 500) {
+          failed = outcome;
+          throw new RolledBack();
+        }
+        const response = { ...outcome.response, headers: pick(outcome.response.headers, allow) };
+        return { value: undefined, response, outcome: { thrown: thrown() } };
+      });
+      if (result.committed) {
+        capture.flush();
+        return;
+      }
+      capture.replace(problem(uncommitted(result.error)));
+    } catch (error) {
+      if (!(error instanceof RolledBack) || failed === undefined) {
+        await engine.release(lease).catch(() => undefined);
+        capture.replace(problem(uncommitted(error)));
+        return;
+      }
+      if (failed.kind === 'complete') {
+        await settle(lease, failed, true);
+        capture.flush();
+        return;
+      }
+      await settle(lease, failed, thrown());
+      capture.replace(
+        problem(
+          new IdempotencyError(
+            'store_unavailable',
+            'The response could not be stored with the transaction; retry with the same key.',
+            {
+              retryAfter: 1,
+            },
+          ),
+        ),
+      );
+    }
+  };
+
+  return {
+    engine,
+    required,
+    mintKeys,
+    maxBodyBytes,
+    transactional,
+    scope: options.scope,
+    covers,
+    handles,
+    begin,
+    problem,
+    replay,
+    capture: (res, captureOptions) => captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes),
+    settle,
+    runTransaction,
+    emit,
+  };
+}
+
+class RolledBack extends Error {}
+
+const uncommitted = (cause: unknown) =>
+  new IdempotencyError('store_unavailable', 'The transaction could not be committed; retry with the same key.', {
+    retryAfter: 1,
+    cause,
+  });
+
+const tooLarge = (limit: number) =>
+  new IdempotencyError('body_too_large', `The request body is larger than ${limit} bytes.`);
+
+function positiveInteger(value: number, name: string): number {
+  if (!Number.isInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer`);
+  return value;
+}
+
+function pick(headers: Record<string, string>, allow: ReadonlySet<string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) if (allow.has(name)) out[name] = value;
+  return out;
+}
+
+/** The result of {@link readRequestBody}. */
+export type ReadBodyResult = { ok: true; body: Buffer | undefined } | { ok: false; error: IdempotencyError };
+
+/**
+ * Reads a Node request body into memory, up to `maxBytes`, and puts the bytes back into the stream
+ * with `unshift`, so a body parser that runs afterwards (express.json, @koa/bodyparser, multer) reads
+ * the very same bytes as if nothing had happened. Over the limit: 413 at once, nothing hashed.
+ * When the stream was already consumed by an earlier parser, resolves `{ ok: true, body: undefined }`.
+ *
+ * @example
+ * const read = await readRequestBody(req, 1_048_576);
+ * if (!read.ok) return send(problem(read.error));
+ */
+export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise<ReadBodyResult> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > maxBytes)
+    return Promise.resolve({ ok: false, error: tooLarge(maxBytes) });
+  if (req.readableEnded || (req.complete && req.readableLength === 0 && !hasPendingBody(req))) {
+    return Promise.resolve({ ok: true, body: undefined });
+  }
+  if (declared === 0 || (!Number.isFinite(declared) && req.headers['transfer-encoding'] === undefined)) {
+    return Promise.resolve({ ok: true, body: undefined });
+  }
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (result: ReadBodyResult) => {
+      req.removeListener('readable', onReadable);
+      req.removeListener('error', onError);
+      req.removeListener('end', onEnd);
+      resolve(result);
+    };
+    const onError = () => done({ ok: true, body: undefined });
+    // 'end' only fires when something else consumed the data; with our own reads we stop before it.
+    const onEnd = () => done({ ok: true, body: Buffer.concat(chunks) });
+    const onReadable = () => {
+      for (;;) {
+        const chunk: Buffer | null = req.read();
+        if (chunk === null) break;
+        size += chunk.length;
+        if (size > maxBytes) {
+          done({ ok: false, error: tooLarge(maxBytes) });
+          return;
+        }
+        chunks.push(chunk);
+      }
+      // `complete` is set when the last byte arrived. Read returned null, so everything is in
+      // hand; 'end' is only scheduled for the next tick, and unshifting now cancels it, so the next
+      // reader sees the whole body and then its end.
+      if (req.complete) {
+        const body = Buffer.concat(chunks);
+        if (body.length > 0) req.unshift(body);
+        done({ ok: true, body });
+      }
+    };
+    req.on('readable', onReadable);
+    req.on('error', onError);
+    req.on('end', onEnd);
+  });
+}
+
+function hasPendingBody(req: IncomingMessage): boolean {
+  return req.readable && req.readableLength > 0;
+}
+
+/**
+ * Reads a whole stream into memory, up to `maxBytes` (for frameworks such as Fastify that hand over the
+ * payload stream and accept a replacement). Over the limit resolves `{ ok: false }` with a 413 error.
+ *
+ * @example
+ * const read = await readStream(payload, 1_048_576);
+ */
+export async function readStream(stream: Readable, maxBytes: number): Promise<ReadBodyResult> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+    size += bytes.length;
+    if (size > maxBytes) {
+      stream.destroy();
+      return { ok: false, error: tooLarge(maxBytes) };
+    }
+    chunks.push(bytes);
+  }
+  return { ok: true, body: Buffer.concat(chunks) };
+}
+
+/**
+ * Writes an {@link HttpResponse} straight to Node's response, bypassing the framework, so replays and
+ * problems are byte-identical whichever framework serves them.
+ *
+ * @example
+ * writeResponse(res, http.problem(error));
+ */
+export function writeResponse(res: ServerResponse, response: HttpResponse): void {
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  const bodyless = response.status === 204 || response.status === 304;
+  const headers: OutgoingHttpHeaders = { ...response.headers };
+  if (!bodyless) headers['content-length'] = String(response.body.length);
+  res.writeHead(response.status, headers);
+  res.end(bodyless ? undefined : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.length));
+}
+
+function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
+  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
+  if (typeof chunk === 'string')
+    return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  return undefined;
+}
+
+function headerRecord(raw: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(raw)) {
+    if (value === undefined) continue;
+    out[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  return out;
+}
+
+// writeHead(status, [reason], [headers]) where headers is an object or a flat [name, value, ...] array.
+function writeHeadHeaders(args: unknown[]): Record<string, string> {
+  const last = args.find((arg) => arg !== null && typeof arg === 'object');
+  if (last === undefined) return {};
+  if (Array.isArray(last)) {
+    const out: Record<string, string> = {};
+    for (let i = 0; i + 1 < last.length; i += 2) out[String(last[i]).toLowerCase()] = String(last[i + 1]);
+    return out;
+  }
+  return headerRecord(last as Record<string, unknown>);
+}
+
+type Write = ServerResponse['write'];
+type End = ServerResponse['end'];
+type WriteHead = ServerResponse['writeHead'];
+
+/**
+ * Wraps one response's `writeHead`, `write` and `end`. Every way a framework writes (Express
+ * `res.json/send/end/write/sendFile`, a piped stream, Fastify's reply, Koa's `ctx.body`) goes through
+ * these three, so nothing the client receives escapes the copy.
+ */
+function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): ResponseCapture {
+  const originalWriteHead = res.writeHead;
+  const originalWrite = res.write;
+  const originalEnd = res.end;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let overflow = false;
+  let eventStream = false;
+  let status: number | undefined;
+  let headArgs: unknown[] | undefined;
+  let headHeaders: Record<string, string> = {};
+  let ended = false;
+  let settled = false;
+  let resolveResult!: (result: CaptureResult) => void;
+  const result = new Promise<CaptureResult>((resolve) => {
+    resolveResult = resolve;
+  });
+  const finish = (value: CaptureResult) => {
+    if (settled) return;
+    settled = true;
+    resolveResult(value);
+  };
+  const currentHeaders = () => ({ ...headerRecord(res.getHeaders() as Record<string, unknown>), ...headHeaders });
+  const copy = (chunk: unknown, encoding: unknown) => {
+    const bytes = toBuffer(chunk, encoding);
+    if (bytes === undefined || bytes.length === 0) return;
+    size += bytes.length;
+    // In held mode every byte is kept, because it still has to be sent; only storing is capped.
+    if (!hold && size > maxBytes) {
+      overflow = true;
+      chunks.length = 0;
+      return;
+    }
+    chunks.push(Buffer.from(bytes));
+  };
+  const restore = () => {
+    res.writeHead = originalWriteHead;
+    res.write = originalWrite;
+    res.end = originalEnd;
+  };
+
+  const onHead = (args: unknown[]) => {
+    status = Number(args[0]);
+    headHeaders = writeHeadHeaders(args.slice(1));
+    const type = currentHeaders()['content-type'] ?? '';
+    // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
+    // so the feed does not hold a lease open for as long as it streams.
+    if (!hold && /^text\/event-stream/i.test(type)) {
+      eventStream = true;
+      chunks.length = 0;
+      finish({ kind: 'unstorable', reason: 'event-stream', status });
+    }
+  };
+
+  res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
+    onHead(args);
+    if (hold) {
+      headArgs = args;
+      return this;
+    }
+    return (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
+  } as WriteHead;
+
+  res.write = function write(this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {
+    if (status === undefined && !hold) {
+      // Node writes the implicit head inside write; capture status and headers now in case it does
+      // not go through our writeHead (it does on current Node, this is belt and braces).
+      status = res.statusCode;
+    }
+    if (!eventStream) copy(chunk, encoding);
+    if (hold) {
+      if (status === undefined) onHead([res.statusCode]);
+      const cb = typeof encoding === 'function' ? encoding : callback;
+      if (typeof cb === 'function') process.nextTick(cb as () => void);
+      return true;
+    }
+    return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, encoding, callback);
+  } as Write;
+
+  res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
+    if (ended) return (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
+    ended = true;
+    if (!eventStream) copy(chunk, encoding);
+    let returned: ServerResponse = this;
+    if (hold) {
+      if (status === undefined) onHead([res.statusCode]);
+      const cb = [chunk, encoding, callback].find((arg) => typeof arg === 'function');
+      if (typeof cb === 'function') process.nextTick(cb as () => void);
+    } else {
+      returned = (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
+      restore();
+    }
+    const finalStatus = status ?? res.statusCode;
+    if (overflow) finish({ kind: 'unstorable', reason: 'too-large', status: finalStatus });
+    else if (!eventStream) {
+      finish({
+        kind: 'complete',
+        response: { status: finalStatus, headers: currentHeaders(), body: Buffer.concat(chunks) },
+      });
+    }
+    return returned;
+  } as End;
+
+  // The client went away while a streamed body was being written: the pipe stops and `end` never
+  // comes, so the outcome cannot be known in full. Before the head is written the handler is still
+  // working and will end the response itself (the outcome is stored even though nobody reads it).
+  res.once('close', () => {
+    if (!ended && !hold && (res.headersSent || status !== undefined)) {
+      finish({ kind: 'unstorable', reason: 'streaming', status: status ?? res.statusCode });
+    }
+  });
+
+  return {
+    result,
+    get ended() {
+      return ended;
+    },
+    completeWith(response) {
+      if (ended) return;
+      ended = true;
+      restore();
+      finish({ kind: 'complete', response });
+    },
+    flush() {
+      restore();
+      if (res.writableEnded) return;
+      const head = headArgs ?? [status ?? res.statusCode];
+      (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(res, head);
+      res.end(Buffer.concat(chunks));
+    },
+    replace(response) {
+      restore();
+      if (res.writableEnded) return;
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      writeResponse(res, response);
+    },
+  };
+}

@@ -1,0 +1,115 @@
+import {
+  createHttpIdempotency,
+  type HttpIdempotencyOptions,
+  type IdempotencyContext,
+  principalScope,
+  readRequestBody,
+  writeResponse,
+} from '@idem/core';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+
+declare module 'express-serve-static-core' {
+  interface Request {
+    /** Set by `idempotency()` while a covered request executes: its key and, in transactional mode, the transaction. */
+    idempotency?: IdempotencyContext;
+  }
+}
+
+/** Options of the Express {@link idempotency} middleware: the core's options plus the HTTP ones. */
+export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
+
+/**
+ * Express middleware (Express 5 and 4) that makes covered requests (POST and PATCH by default) safe to
+ * retry with an `Idempotency-Key`: the first request runs the handler and its response is stored, a
+ * retry gets the stored response with `Idempotent-Replayed: true`, and every error is problem+json.
+ *
+ * Mount it after the guard (the default scope is `req.auth`) and before any body parser: it reads the
+ * raw body to fingerprint it and puts the bytes back for the parser. Mounted after a parser it falls
+ * back to `req.rawBody` or the parsed `req.body` (fine for JSON, which is canonicalised anyway), and
+ * `maxBodyBytes` is then the parser's `limit`. Mounted on a route (`app.post('/x', idempotency(), h)`),
+ * the operation is the route template; mounted with `app.use`, it is the concrete path.
+ *
+ * @example
+ * import express from 'express';
+ * import { memoryStore } from '@idem/core';
+ * import { idempotency } from '@idem/express';
+ *
+ * const app = express();
+ * app.post('/charges', idempotency({ store: memoryStore(), scope: (req) => req.get('x-tenant') }), express.json(),
+ *   (req, res) => res.status(201).json({ id: 'ch_1' }));
+ */
+export function idempotency(options: ExpressIdempotencyOptions): RequestHandler {
+  const http = createHttpIdempotency<Request>(options);
+
+  const run = async (req: Request, res: Response, next: NextFunction) => {
+    const keyHeader = req.headersDistinct?.['idempotency-key'] ?? req.headers['idempotency-key'];
+    const read = await readRequestBody(req, http.maxBodyBytes);
+    if (!read.ok) {
+      writeResponse(res, http.problem(read.error));
+      return;
+    }
+    const url = req.originalUrl ?? req.url;
+    const queryAt = url.indexOf('?');
+    const path = req.baseUrl + req.path;
+    const started = await http.begin({
+      method: req.method,
+      route: req.route?.path === undefined ? path : req.baseUrl + String(req.route.path),
+      path,
+      query: queryAt === -1 ? '' : url.slice(queryAt + 1),
+      contentType: req.headers['content-type'],
+      keyHeader,
+      body: read.body ?? parsedBody(req),
+      scope: http.scope ? http.scope(req) : principalScope((req as { auth?: unknown }).auth),
+    });
+    if (started.kind === 'pass') {
+      next();
+      return;
+    }
+    if (started.kind === 'respond') {
+      writeResponse(res, started.response);
+      return;
+    }
+    const { lease, key, minted } = started;
+    res.setHeader('Idempotency-Key', key);
+    const context: IdempotencyContext = { key, minted, tx: undefined };
+    req.idempotency = context;
+    if (http.transactional) {
+      const capture = http.capture(res, { hold: true });
+      void http.runTransaction(
+        lease,
+        capture,
+        (tx) => {
+          context.tx = tx;
+          next();
+        },
+        () => false,
+      );
+      return;
+    }
+    // Express hands a thrown error to the error handlers, whose response is captured like any
+    // other; whether it was thrown is not visible from here, so the policy sees its status only.
+    const capture = http.capture(res);
+    void capture.result.then((result) => http.settle(lease, result, false));
+    next();
+  };
+
+  return function idempotencyMiddleware(req, res, next) {
+    if (!http.handles(req.method, req.headers['idempotency-key'])) {
+      next();
+      return;
+    }
+    run(req, res, next).catch(next);
+  };
+}
+
+// A parser mounted before the middleware already drained the stream: hash what it left behind.
+function parsedBody(req: Request): Uint8Array | undefined {
+  const raw = (req as { rawBody?: unknown }).rawBody;
+  if (raw instanceof Uint8Array) return raw;
+  if (typeof raw === 'string') return Buffer.from(raw);
+  const body: unknown = req.body;
+  if (body === undefined) return undefined;
+  if (body instanceof Uint8Array) return body;
+  if (typeof body === 'string') return Buffer.from(body);
+  return Buffer.from(JSON.stringify(body) ?? '');
+}

@@ -1,0 +1,1017 @@
+import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { gzipSync } from 'node:zlib';
+import {
+  type HttpIdempotencyOptions,
+  type IdempotencyEvent,
+  memoryStore,
+  principalScope,
+  problemType,
+  recordId,
+  type Store,
+  type StoredResponse,
+  type TransactionalStore,
+} from '@idem/core';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * What a route handler answers, in framework-neutral terms. Each framework's test server writes it
+ * the idiomatic way, so the table exercises every write path:
+ * - `json`: Express `res.json`, Fastify `reply.send(object)`, Koa `ctx.body = object`
+ * - `text`: Express `res.send(string)`, Fastify `reply.send(string)`, Koa `ctx.body = string`
+ * - `bytes`: Express `res.write` + `res.end`, Fastify `reply.send(buffer)`, Koa `ctx.body = buffer`
+ * - `stream`: a `Readable` piped (Express `stream.pipe(res)`, Fastify `reply.send(stream)`, Koa `ctx.body = stream`)
+ * - `file`: Express `res.sendFile`, Fastify/Koa a file read stream
+ * - `events`: `text/event-stream`, each event written separately
+ * - `none`: no body (204)
+ * - `throw`: the handler throws an `Error`
+ */
+export type ScenarioReply =
+  | { kind: 'json'; status: number; headers: Record<string, string>; json: unknown }
+  | { kind: 'text'; status: number; headers: Record<string, string>; text: string }
+  | { kind: 'bytes'; status: number; headers: Record<string, string>; bytes: Buffer }
+  | { kind: 'stream'; status: number; headers: Record<string, string>; stream: () => Readable }
+  | { kind: 'file'; status: number; headers: Record<string, string>; file: string }
+  | { kind: 'events'; status: number; headers: Record<string, string>; events: string[] }
+  | { kind: 'none'; status: number; headers: Record<string, string> }
+  | { kind: 'throw' };
+
+/** What a route handler passes to {@link AdapterServerOptions.handle}. */
+export interface ScenarioRequest {
+  /** The method, as in {@link scenarioRoutes}. */
+  method: string;
+  /** The route template, as in {@link scenarioRoutes}. */
+  route: string;
+  /** The body as the framework's own parser left it (JSON object, form fields as an object, or undefined). */
+  body: unknown;
+  /** The transaction exposed by the adapter (`req.idempotency.tx` and friends), if any. */
+  tx: unknown;
+}
+
+/**
+ * The routes every server under test mounts, all with the adapter in front and the framework's JSON
+ * and form parsers behind it. Each calls `handle` and writes its reply.
+ */
+export const scenarioRoutes = [
+  { method: 'POST', path: '/charges' },
+  { method: 'PATCH', path: '/charges/:id' },
+  { method: 'GET', path: '/charges' },
+  { method: 'POST', path: '/empty' },
+  { method: 'POST', path: '/text' },
+  { method: 'POST', path: '/binary' },
+  { method: 'POST', path: '/gzip' },
+  { method: 'POST', path: '/stream' },
+  { method: 'POST', path: '/file' },
+  { method: 'POST', path: '/events' },
+  { method: 'POST', path: '/declined' },
+  { method: 'POST', path: '/limited' },
+  { method: 'POST', path: '/boom' },
+  { method: 'POST', path: '/form' },
+] as const;
+
+/** Options a {@link MakeAdapterServer} receives. */
+export interface AdapterServerOptions {
+  /**
+   * Passed as is to the adapter (`idempotency(options)`, the Fastify plugin's options). No `scope`
+   * unless a scenario sets one: the default principal is used.
+   */
+  idempotency: HttpIdempotencyOptions<any>;
+  /** Every route handler calls this once and writes what it returns. */
+  handle: (request: ScenarioRequest) => Promise<ScenarioReply>;
+}
+
+/**
+ * A running server under test. The server must, before the adapter, set the principal from the
+ * `x-test-user` request header (as a guard would): `{ sub: <header>, iss: 'https://issuer.test' }` on
+ * `req.auth` / `request.auth` / `ctx.state.auth`, and nothing when the header is absent.
+ */
+export interface AdapterServer {
+  /** Base URL, e.g. `http://127.0.0.1:41234`. Listen on port 0. */
+  url: string;
+  close(): Promise<void>;
+  /** How many times a route handler ran. */
+  executions(): number;
+}
+
+/** Starts one server under test. */
+export type MakeAdapterServer = (options: AdapterServerOptions) => Promise<AdapterServer>;
+
+/** A store for the table, and (for stores with an injectable clock) a way to move time on. */
+export interface AdapterStoreHarness {
+  store: Store;
+  /** Advances the store's clock; enables the lease expiry scenario. */
+  advance?(ms: number): void;
+}
+
+/** Options of {@link describeAdapter}. */
+export interface DescribeAdapterOptions {
+  /** Makes a fresh store per scenario. Default: a `memoryStore` on a test clock. */
+  store?: () => Promise<AdapterStoreHarness> | AdapterStoreHarness;
+  /** A store supporting transactions, for the transactional scenarios. Default: a memory store with a recording transaction. */
+  transactionalStore?: () => Promise<AdapterStoreHarness> | AdapterStoreHarness;
+  /** Concurrent identical requests in the race scenario. Default 100. */
+  concurrency?: number;
+}
+
+interface Sent {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+interface SendOptions {
+  method?: string;
+  key?: string | string[] | null;
+  user?: string | null;
+  body?: string | Buffer;
+  contentType?: string | null;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+const ISSUER = 'https://issuer.test';
+const FIXED_DATE = 'Wed, 21 Oct 2015 07:28:00 GMT';
+
+// A raw HTTP client: fetch would decompress gzip and merge repeated headers, hiding exactly what the
+// table checks.
+function send(base: string, path: string, options: SendOptions = {}): Promise<Sent> {
+  const url = new URL(path, base);
+  const headers: Record<string, string | string[]> = { ...(options.headers ?? {}) };
+  if (options.key !== null) headers['idempotency-key'] = options.key ?? `"${randomUUID()}"`;
+  if (options.user !== null) headers['x-test-user'] = options.user ?? 'alice';
+  const body = options.body ?? (options.method === 'GET' ? undefined : '{"amount":100}');
+  if (body !== undefined) {
+    if (options.contentType !== null) headers['content-type'] = options.contentType ?? 'application/json';
+    headers['content-length'] = String(Buffer.byteLength(body));
+  }
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      { method: options.method ?? 'POST', headers, ...(options.signal ? { signal: options.signal } : {}) },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+function deferred<T = void>() {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+function expectProblem(sent: Sent, status: number, code: string) {
+  expect(sent.status).toBe(status);
+  expect(sent.headers['content-type']).toMatch(/^application\/problem\+json/);
+  const problem = JSON.parse(sent.body.toString('utf8'));
+  expect(problem).toMatchObject({ status, code, type: problemType(code) });
+  expect(typeof problem.title).toBe('string');
+  expect(typeof problem.detail).toBe('string');
+  expect(sent.headers['idempotent-replayed']).toBeUndefined();
+  return problem;
+}
+
+// Wraps a store to count calls and inject failures, without changing what it does otherwise.
+function instrument(store: Store) {
+  const calls = { claim: 0, complete: 0, release: 0 };
+  const faults = { claim: undefined as undefined | 'throw' | 'lose-ack' };
+  const wrapped: Store = {
+    async claim(input) {
+      calls.claim++;
+      if (faults.claim === 'throw') throw new Error('store down (injected)');
+      const result = await store.claim(input);
+      if (faults.claim === 'lose-ack') throw new Error('claim written, reply lost (injected)');
+      return result;
+    },
+    renew: (input) => store.renew(input),
+    async complete(input) {
+      calls.complete++;
+      return store.complete(input);
+    },
+    async release(input) {
+      calls.release++;
+      return store.release(input);
+    },
+    get: (id) => store.get(id),
+  };
+  if (typeof (store as Partial<TransactionalStore>).transaction === 'function') {
+    const inner = store as TransactionalStore;
+    (wrapped as TransactionalStore).transaction = (input, fn) => inner.transaction(input, fn);
+  }
+  return { store: wrapped, calls, faults };
+}
+
+function memoryHarness(): AdapterStoreHarness {
+  let now = Date.now();
+  return {
+    store: memoryStore({ now: () => now }),
+    advance(ms) {
+      now += ms;
+    },
+  };
+}
+
+/** What the recording transactional memory store saw, and a gate in front of its commits. */
+interface TransactionLog {
+  entries: { id: string; outcome: 'committed' | 'rolled-back' | 'lost' }[];
+  /** When set, each commit waits for it after calling `committing`. */
+  gate?: { committing(): void; open: Promise<void> };
+}
+
+// A memory store with a transaction whose "writes" are the completion itself: enough to prove that
+// the adapter runs the handler inside `transaction`, exposes `tx` and holds the response until commit.
+function transactionalMemoryHarness(log: TransactionLog): AdapterStoreHarness {
+  const base = memoryHarness();
+  const store = base.store;
+  const transactional: TransactionalStore<{ id: string }> = {
+    ...store,
+    claim: (input) => store.claim(input),
+    renew: (input) => store.renew(input),
+    complete: (input) => store.complete(input),
+    release: (input) => store.release(input),
+    get: (id) => store.get(id),
+    async transaction(input, fn) {
+      const tx = { id: input.id };
+      let produced: Awaited<ReturnType<typeof fn>>;
+      try {
+        produced = await fn(tx);
+      } catch (error) {
+        log.entries.push({ id: input.id, outcome: 'rolled-back' });
+        throw error;
+      }
+      if (log.gate) {
+        log.gate.committing();
+        await log.gate.open;
+      }
+      const ok =
+        produced.response === undefined
+          ? await store.release(input)
+          : await store.complete({ ...input, response: produced.response, retentionMs: produced.retentionMs });
+      log.entries.push({ id: input.id, outcome: ok ? 'committed' : 'lost' });
+      return ok ? { committed: true, value: produced.value } : { committed: false };
+    },
+  };
+  return { store: transactional, ...(base.advance ? { advance: base.advance } : {}) };
+}
+
+/**
+ * The scenario table every idem adapter passes (anchors section 7, cases 1-3, 5, 6, 11, 12, 14, 20,
+ * 23, 24, 29, 34-40, and every row of the HTTP table), run against real servers on ephemeral ports.
+ * One table for every framework: the same requests must give the same answers.
+ *
+ * @example
+ * import { describeAdapter } from '@idem/testkit';
+ * describeAdapter('express', async ({ idempotency, handle }) => {
+ *   const app = express();
+ *   // ...x-test-user to req.auth, app.use(idempotency(options)), parsers, scenarioRoutes calling handle()
+ *   const server = app.listen(0);
+ *   return { url: `http://127.0.0.1:${port}`, close, executions: () => runs };
+ * });
+ */
+export function describeAdapter(
+  name: string,
+  makeServer: MakeAdapterServer,
+  options: DescribeAdapterOptions = {},
+): void {
+  const makeStore = options.store ?? memoryHarness;
+  const concurrency = options.concurrency ?? 100;
+  const file = join(tmpdir(), `idem-adapter-${randomUUID()}.bin`);
+  const fileBytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 31) % 256));
+  writeFileSync(file, fileBytes);
+
+  interface World {
+    server: AdapterServer;
+    store: ReturnType<typeof instrument>;
+    harness: AdapterStoreHarness;
+    events: IdempotencyEvent[];
+    /** Set to make the next handlers wait until `open()` is called. */
+    hold(): { entered: Promise<void>; open(): void };
+    send(path: string, options?: SendOptions): Promise<Sent>;
+    waitForEvent(type: IdempotencyEvent['type']): Promise<IdempotencyEvent>;
+    close(): Promise<void>;
+  }
+
+  const start = async (
+    adapterOptions: Partial<HttpIdempotencyOptions<any>> = {},
+    harness?: AdapterStoreHarness,
+  ): Promise<World> => {
+    const storeHarness = harness ?? (await makeStore());
+    const store = instrument(storeHarness.store);
+    const events: IdempotencyEvent[] = [];
+    const waiters: { type: string; resolve: (e: IdempotencyEvent) => void }[] = [];
+    let gate: { promise: Promise<void>; entered: () => void } | undefined;
+    let counter = 0;
+    const onEvent = (event: IdempotencyEvent) => {
+      events.push(event);
+      for (const waiter of waiters.splice(0)) {
+        if (waiter.type === event.type) waiter.resolve(event);
+        else waiters.push(waiter);
+      }
+    };
+    const handle = async (request: ScenarioRequest): Promise<ScenarioReply> => {
+      const n = ++counter;
+      if (gate) {
+        const current = gate;
+        current.entered();
+        await current.promise;
+      }
+      return reply(request, n);
+    };
+    const reply = (request: ScenarioRequest, n: number): ScenarioReply => {
+      const plain = { 'content-type': 'text/plain; charset=utf-8' };
+      if (request.method === 'GET') return { kind: 'json', status: 200, headers: {}, json: { n } };
+      switch (request.route) {
+        case '/charges':
+        case '/charges/:id':
+          return {
+            kind: 'json',
+            status: request.route === '/charges' ? 201 : 200,
+            headers: {
+              location: `/charges/ch_${n}`,
+              'content-location': `/charges/ch_${n}`,
+              etag: `"v${n}"`,
+              'last-modified': FIXED_DATE,
+              link: '</charges>; rel="collection"',
+              'set-cookie': `session=s${n}; HttpOnly`,
+              'x-request-id': `req-${n}`,
+              'ratelimit-remaining': String(100 - n),
+              'x-ratelimit-remaining': String(100 - n),
+            },
+            json: {
+              id: `ch_${n}`,
+              amount: (request.body as { amount?: unknown } | undefined)?.amount ?? null,
+              tx: request.tx === undefined ? null : 'present',
+            },
+          };
+        case '/empty':
+          return { kind: 'none', status: 204, headers: {} };
+        case '/text':
+          return { kind: 'text', status: 200, headers: plain, text: `plain text ${n} ✓` };
+        case '/binary':
+          return {
+            kind: 'bytes',
+            status: 200,
+            headers: { 'content-type': 'application/octet-stream' },
+            bytes: Buffer.concat([Buffer.from(Array.from({ length: 256 }, (_, i) => i)), Buffer.from([n % 256])]),
+          };
+        case '/gzip':
+          return {
+            kind: 'bytes',
+            status: 200,
+            headers: { 'content-type': 'application/json', 'content-encoding': 'gzip', vary: 'accept-encoding' },
+            bytes: gzipSync(Buffer.from(JSON.stringify({ n, pad: 'z'.repeat(500) }))),
+          };
+        case '/stream': {
+          const size = Number((request.body as { size?: number } | undefined)?.size ?? 100_000);
+          return {
+            kind: 'stream',
+            status: 200,
+            headers: { 'content-type': 'text/plain' },
+            stream: () => Readable.from(chunksOf(size, n)),
+          };
+        }
+        case '/file':
+          return { kind: 'file', status: 200, headers: { 'content-type': 'application/octet-stream' }, file };
+        case '/events':
+          return {
+            kind: 'events',
+            status: 200,
+            headers: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' },
+            events: [`data: ${n}\n\n`, 'data: done\n\n'],
+          };
+        case '/declined':
+          return { kind: 'json', status: 402, headers: {}, json: { error: 'card_declined', n } };
+        case '/limited':
+          return { kind: 'json', status: 429, headers: { 'retry-after': '1' }, json: { error: 'slow_down', n } };
+        case '/boom':
+          return { kind: 'throw' };
+        case '/form':
+          return { kind: 'json', status: 201, headers: {}, json: { fields: request.body ?? null, n } };
+        default:
+          return { kind: 'json', status: 200, headers: {}, json: { n } };
+      }
+    };
+    const server = await makeServer({
+      idempotency: { store: store.store, onEvent, ...adapterOptions },
+      handle,
+    });
+    return {
+      server,
+      store,
+      harness: storeHarness,
+      events,
+      hold() {
+        const entered = deferred();
+        const opened = deferred();
+        gate = { promise: opened.promise, entered: entered.resolve };
+        return {
+          entered: entered.promise,
+          open() {
+            gate = undefined;
+            opened.resolve();
+          },
+        };
+      },
+      send: (path, sendOptions) => send(server.url, path, sendOptions),
+      waitForEvent(type) {
+        const seen = events.find((event) => event.type === type);
+        if (seen) return Promise.resolve(seen);
+        return new Promise((resolve) => waiters.push({ type, resolve }));
+      },
+      close: () => server.close(),
+    };
+  };
+
+  const withWorld = async (
+    run: (world: World) => Promise<void>,
+    adapterOptions?: Partial<HttpIdempotencyOptions<any>>,
+    harness?: AdapterStoreHarness,
+  ) => {
+    const world = await start(adapterOptions, harness);
+    try {
+      await run(world);
+    } finally {
+      await world.close();
+    }
+  };
+
+  const storedRecord = (world: World, key: string, operation = 'POST /charges', user = 'alice') =>
+    world.store.store.get(recordId(principalScope({ sub: user, iss: ISSUER })!, operation, key));
+
+  describe(`Adapter scenarios: ${name}`, () => {
+    it('first execution: the handler status and body, Idempotency-Key echoed, not marked replayed', async () => {
+      await withWorld(async (world) => {
+        const sent = await world.send('/charges', { key: '"first-1"' });
+        expect(sent.status).toBe(201);
+        expect(JSON.parse(sent.body.toString())).toEqual({ id: 'ch_1', amount: 100, tx: null });
+        expect(sent.headers['idempotency-key']).toBe('first-1');
+        expect(sent.headers['idempotent-replayed']).toBeUndefined();
+        expect(sent.headers['set-cookie']).toEqual(['session=s1; HttpOnly']);
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('replay: 201 stays 201, same bytes and allowlisted headers, Idempotent-Replayed and no-store, handler not run (34, 35, 36, 40)', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/charges', { key: '"replay-1"' });
+        const again = await world.send('/charges', { key: '"replay-1"' });
+        expect(again.status).toBe(201);
+        expect(again.body.equals(first.body)).toBe(true);
+        for (const name of ['content-type', 'location', 'content-location', 'etag', 'last-modified', 'link']) {
+          expect(again.headers[name], name).toBe(first.headers[name]);
+        }
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.headers['cache-control']).toBe('no-store');
+        expect(again.headers['idempotency-key']).toBe('replay-1');
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('never replays Set-Cookie, Date, request-id or rate-limit headers (24)', async () => {
+      await withWorld(async (world) => {
+        await world.send('/charges', { key: '"cookie-1"' });
+        const again = await world.send('/charges', { key: '"cookie-1"' });
+        expect(again.headers['set-cookie']).toBeUndefined();
+        expect(again.headers['x-request-id']).toBeUndefined();
+        expect(again.headers['ratelimit-remaining']).toBeUndefined();
+        expect(again.headers['x-ratelimit-remaining']).toBeUndefined();
+        const record = await storedRecord(world, 'cookie-1');
+        expect(record?.state).toBe('completed');
+        const stored = (record as { response: StoredResponse }).response;
+        for (const name of [
+          'set-cookie',
+          'date',
+          'x-request-id',
+          'ratelimit-remaining',
+          'x-ratelimit-remaining',
+          'idempotency-key',
+        ]) {
+          expect(stored.headers[name], name).toBeUndefined();
+        }
+        expect(stored.headers.location).toBe('/charges/ch_1');
+      });
+    });
+
+    it('204 stays 204 on replay, with no body', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/empty', { key: 'empty-1' });
+        const again = await world.send('/empty', { key: 'empty-1' });
+        expect(first.status).toBe(204);
+        expect(again.status).toBe(204);
+        expect(again.body.length).toBe(0);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('text, binary, gzip, streamed and file bodies replay byte for byte with their encoding (12, 35)', async () => {
+      await withWorld(async (world) => {
+        for (const path of ['/text', '/binary', '/gzip', '/stream', '/file']) {
+          const key = `bytes-${path.slice(1)}`;
+          const first = await world.send(path, { key });
+          expect(first.status, path).toBe(200);
+          const again = await world.send(path, { key });
+          expect(again.status, path).toBe(200);
+          expect(again.headers['idempotent-replayed'], path).toBe('true');
+          expect(again.body.equals(first.body), path).toBe(true);
+          expect(again.headers['content-type'], path).toBe(first.headers['content-type']);
+          expect(again.headers['content-encoding'], path).toBe(first.headers['content-encoding']);
+        }
+        const file = await world.send('/file', { key: 'bytes-file' });
+        expect(file.body.equals(fileBytes)).toBe(true);
+        expect((await world.send('/gzip', { key: 'bytes-gzip' })).headers['content-encoding']).toBe('gzip');
+        expect(world.server.executions()).toBe(5);
+      });
+    });
+
+    it('a stored 4xx business error replays exactly; 429 is never stored (37)', async () => {
+      await withWorld(async (world) => {
+        const declined = await world.send('/declined', { key: 'declined-1' });
+        const again = await world.send('/declined', { key: 'declined-1' });
+        expect(declined.status).toBe(402);
+        expect(again.status).toBe(402);
+        expect(again.body.equals(declined.body)).toBe(true);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        const limited = await world.send('/limited', { key: 'limited-1' });
+        const retried = await world.send('/limited', { key: 'limited-1' });
+        expect(limited.status).toBe(429);
+        expect(retried.status).toBe(429);
+        expect(retried.headers['idempotent-replayed']).toBeUndefined();
+        expect(world.server.executions()).toBe(3);
+      });
+    });
+
+    it('a throwing handler is settled per policy and never left in progress (10)', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/boom', { key: 'boom-1' });
+        expect(first.status).toBe(500);
+        const again = await world.send('/boom', { key: 'boom-1' });
+        // Policy 'all': the 500 of an execution that began is the outcome, replayed as is.
+        expect(again.status).toBe(500);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(world.server.executions()).toBe(1);
+      });
+      await withWorld(
+        async (world) => {
+          expect((await world.send('/boom', { key: 'boom-2' })).status).toBe(500);
+          const again = await world.send('/boom', { key: 'boom-2' });
+          // Policy 'success': the key was released, so the retry runs (not 409).
+          expect(again.status).toBe(500);
+          expect(again.headers['idempotent-replayed']).toBeUndefined();
+          expect(world.server.executions()).toBe(2);
+        },
+        { storeOutcome: 'success' },
+      );
+    });
+
+    it('missing key on a covered route: 400 problem+json key_missing, handler not run (25)', async () => {
+      await withWorld(async (world) => {
+        const sent = await world.send('/charges', { key: null });
+        expectProblem(sent, 400, 'key_missing');
+        expect(world.server.executions()).toBe(0);
+        expect(world.store.calls.claim).toBe(0);
+      });
+    });
+
+    it('malformed keys: 400 problem+json key_invalid (26, 27, 28)', async () => {
+      await withWorld(async (world) => {
+        for (const key of ['', '   ', 'a, b', ['one', 'two'], '"unterminated', 'x'.repeat(256), 'semi;colon']) {
+          const sent = await world.send('/charges', { key });
+          expectProblem(sent, 400, 'key_invalid');
+        }
+        expect(world.server.executions()).toBe(0);
+        expect(world.store.calls.claim).toBe(0);
+      });
+    });
+
+    it('same key, other body: 422 problem+json, or 400 idempotency_error with mismatchStatus 400 (16)', async () => {
+      await withWorld(async (world) => {
+        await world.send('/charges', { key: 'mismatch-1', body: '{"amount":100}' });
+        // Same JSON, other key order and spacing: the same request (15).
+        const same = await world.send('/charges', { key: 'mismatch-1', body: '{ "amount" : 100 }' });
+        expect(same.headers['idempotent-replayed']).toBe('true');
+        const other = await world.send('/charges', { key: 'mismatch-1', body: '{"amount":999}' });
+        expectProblem(other, 422, 'fingerprint_mismatch');
+        const query = await world.send('/charges?currency=eur', { key: 'mismatch-1', body: '{"amount":100}' });
+        expectProblem(query, 422, 'fingerprint_mismatch');
+        expect(world.server.executions()).toBe(1);
+      });
+      await withWorld(
+        async (world) => {
+          await world.send('/charges', { key: 'mismatch-2', body: '{"amount":1}' });
+          expectProblem(
+            await world.send('/charges', { key: 'mismatch-2', body: '{"amount":2}' }),
+            400,
+            'idempotency_error',
+          );
+        },
+        { mismatchStatus: 400 },
+      );
+    });
+
+    it('first still running: 409 + Retry-After; once it completed, a different body gets 422 (2)', async () => {
+      await withWorld(async (world) => {
+        const gate = world.hold();
+        const first = world.send('/charges', { key: 'busy-1', body: '{"amount":1}' });
+        await gate.entered;
+        const during = await world.send('/charges', { key: 'busy-1', body: '{"amount":2}' });
+        const problem = expectProblem(during, 409, 'in_progress');
+        expect(problem.retryable).toBe(true);
+        expect(Number(during.headers['retry-after'])).toBeGreaterThan(0);
+        gate.open();
+        expect((await first).status).toBe(201);
+        await world.waitForEvent('complete');
+        expectProblem(
+          await world.send('/charges', { key: 'busy-1', body: '{"amount":2}' }),
+          422,
+          'fingerprint_mismatch',
+        );
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it(`${concurrency} concurrent identical requests with one key: exactly one handler run, no 5xx (1)`, async () => {
+      await withWorld(async (world) => {
+        const all = await Promise.all(
+          Array.from({ length: concurrency }, () => world.send('/charges', { key: 'race-1' })),
+        );
+        expect(world.server.executions()).toBe(1);
+        const statuses = all.map((sent) => sent.status);
+        expect(statuses.filter((status) => status >= 500)).toEqual([]);
+        for (const sent of all) {
+          if (sent.status === 409) expect(sent.headers['retry-after']).toBeDefined();
+          else expect(sent.status).toBe(201);
+        }
+        const winners = all.filter((sent) => sent.status === 201 && sent.headers['idempotent-replayed'] === undefined);
+        expect(winners.length).toBe(1);
+      });
+    });
+
+    it('while a key is in flight, duplicates are answered without store round trips (6)', async () => {
+      await withWorld(async (world) => {
+        const gate = world.hold();
+        const first = world.send('/charges', { key: 'hot-1' });
+        await gate.entered;
+        const claimsBefore = world.store.calls.claim;
+        const storm = await Promise.all(Array.from({ length: 50 }, () => world.send('/charges', { key: 'hot-1' })));
+        expect(storm.every((sent) => sent.status === 409)).toBe(true);
+        expect(world.store.calls.claim).toBe(claimsBefore);
+        gate.open();
+        await first;
+      });
+    });
+
+    it('two servers sharing one store: concurrent identical requests run once (3)', async () => {
+      const harness = await makeStore();
+      const a = await start({}, harness);
+      const b = await start({}, { store: a.store.store });
+      try {
+        const all = await Promise.all(
+          Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? a : b).send('/charges', { key: 'shared-1' })),
+        );
+        expect(a.server.executions() + b.server.executions()).toBe(1);
+        expect(all.filter((sent) => sent.status >= 500)).toEqual([]);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
+    it('store unavailable: 503 + Retry-After problem+json, handler never runs (14)', async () => {
+      await withWorld(async (world) => {
+        world.store.faults.claim = 'throw';
+        const sent = await world.send('/charges', { key: 'down-1' });
+        const problem = expectProblem(sent, 503, 'store_unavailable');
+        expect(problem.retryable).toBe(true);
+        expect(Number(sent.headers['retry-after'])).toBeGreaterThan(0);
+        expect(world.server.executions()).toBe(0);
+      });
+    });
+
+    it('claim written but its reply lost: 409 only until the lease ends, not for the retention (5)', async () => {
+      const harness = await makeStore();
+      if (!harness.advance) {
+        // Stores without an injectable clock cannot show the lease end without sleeping; the
+        // memory table covers the adapter behaviour, the store tables cover lease expiry.
+        expect(harness.store).toBeDefined();
+        return;
+      }
+      await withWorld(
+        async (world) => {
+          world.store.faults.claim = 'lose-ack';
+          expectProblem(await world.send('/charges', { key: 'lost-ack-1' }), 503, 'store_unavailable');
+          world.store.faults.claim = undefined;
+          expectProblem(await world.send('/charges', { key: 'lost-ack-1' }), 409, 'in_progress');
+          harness.advance?.(10_001);
+          const retried = await world.send('/charges', { key: 'lost-ack-1' });
+          expect(retried.status).toBe(201);
+          expect(world.server.executions()).toBe(1);
+        },
+        { lease: '10s' },
+        harness,
+      );
+    });
+
+    it('body over maxBodyBytes: 413 problem+json before hashing or claiming (20)', async () => {
+      await withWorld(
+        async (world) => {
+          const sent = await world.send('/charges', {
+            key: 'big-1',
+            body: JSON.stringify({ amount: 1, pad: 'p'.repeat(2000) }),
+          });
+          expectProblem(sent, 413, 'body_too_large');
+          expect(world.store.calls.claim).toBe(0);
+          expect(world.server.executions()).toBe(0);
+          // Right at the limit is fine.
+          const small = await world.send('/charges', { key: 'big-2', body: JSON.stringify({ amount: 1 }) });
+          expect(small.status).toBe(201);
+        },
+        { maxBodyBytes: 1024 },
+      );
+    });
+
+    it('form and binary bodies fingerprint deterministically and still reach the body parser (20)', async () => {
+      await withWorld(async (world) => {
+        const form = { body: 'a=1&b=two', contentType: 'application/x-www-form-urlencoded' };
+        const first = await world.send('/form', { key: 'form-1', ...form });
+        expect(first.status).toBe(201);
+        expect(JSON.parse(first.body.toString()).fields).toEqual({ a: '1', b: 'two' });
+        const again = await world.send('/form', { key: 'form-1', ...form });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expectProblem(
+          await world.send('/form', { key: 'form-1', body: 'a=1&b=three', contentType: form.contentType }),
+          422,
+          'fingerprint_mismatch',
+        );
+        const bytes = Buffer.from([0, 1, 2, 255, 254]);
+        await world.send('/binary', { key: 'bin-1', body: bytes, contentType: 'application/octet-stream' });
+        const binAgain = await world.send('/binary', {
+          key: 'bin-1',
+          body: bytes,
+          contentType: 'application/octet-stream',
+        });
+        expect(binAgain.headers['idempotent-replayed']).toBe('true');
+        const binOther = await world.send('/binary', {
+          key: 'bin-1',
+          body: Buffer.from([0, 1, 2, 255, 253]),
+          contentType: 'application/octet-stream',
+        });
+        expectProblem(binOther, 422, 'fingerprint_mismatch');
+        expect(world.server.executions()).toBe(2);
+      });
+    });
+
+    it('client-sent internal headers have no effect (23)', async () => {
+      await withWorld(async (world) => {
+        const sent = await world.send('/charges', {
+          key: 'internal-1',
+          headers: { 'idempotent-replayed': 'true', 'x-idempotency-scope': 'bob', 'x-idempotency-replay': '1' },
+        });
+        expect(sent.status).toBe(201);
+        expect(sent.headers['idempotent-replayed']).toBeUndefined();
+        // Bob cannot reach Alice's record by claiming her scope in a header.
+        const bob = await world.send('/charges', {
+          key: 'internal-1',
+          user: 'bob',
+          headers: { 'x-idempotency-scope': 'alice' },
+        });
+        expect(bob.headers['idempotent-replayed']).toBeUndefined();
+        expect(world.server.executions()).toBe(2);
+      });
+    });
+
+    it('a key on GET, or on a method not covered, is ignored and nothing is stored (29)', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/charges', { method: 'GET', key: 'get-1' });
+        const again = await world.send('/charges', { method: 'GET', key: 'get-1' });
+        expect(first.status).toBe(200);
+        expect(again.headers['idempotent-replayed']).toBeUndefined();
+        expect(again.headers['idempotency-key']).toBeUndefined();
+        expect(world.server.executions()).toBe(2);
+        expect(world.store.calls.claim).toBe(0);
+      });
+      await withWorld(
+        async (world) => {
+          const noKey = await world.send('/charges', { key: null });
+          expect(noKey.status).toBe(201);
+          expect(world.store.calls.claim).toBe(0);
+        },
+        { required: false },
+      );
+    });
+
+    it('PATCH is covered by default; its operation is separate from POST (18)', async () => {
+      await withWorld(async (world) => {
+        const patched = await world.send('/charges/ch_9', { method: 'PATCH', key: 'patch-1' });
+        const again = await world.send('/charges/ch_9', { method: 'PATCH', key: 'patch-1' });
+        expect(patched.status).toBe(200);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        const post = await world.send('/charges', { key: 'patch-1' });
+        expect(post.headers['idempotent-replayed']).toBeUndefined();
+        expect(world.server.executions()).toBe(2);
+      });
+    });
+
+    it('client disconnects mid-request: the outcome is still stored and replayed (11)', async () => {
+      await withWorld(async (world) => {
+        const gate = world.hold();
+        const abort = new AbortController();
+        const first = world.send('/charges', { key: 'gone-1', signal: abort.signal }).catch((error: unknown) => error);
+        await gate.entered;
+        abort.abort();
+        await first;
+        gate.open();
+        await world.waitForEvent('complete');
+        const retried = await world.send('/charges', { key: 'gone-1' });
+        expect(retried.status).toBe(201);
+        expect(retried.headers['idempotent-replayed']).toBe('true');
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('response over maxResponseBytes: served in full, not stored, key released, event emitted (38)', async () => {
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/stream', { key: 'huge-1', body: '{"size":300000}' });
+          expect(first.status).toBe(200);
+          expect(first.body.length).toBe(300_000);
+          const event = await world.waitForEvent('response-not-stored');
+          expect(event).toMatchObject({ type: 'response-not-stored', reason: 'too-large', status: 200 });
+          await world.waitForEvent('release');
+          const again = await world.send('/stream', { key: 'huge-1', body: '{"size":300000}' });
+          expect(again.headers['idempotent-replayed']).toBeUndefined();
+          expect(again.body.length).toBe(300_000);
+          expect(world.server.executions()).toBe(2);
+        },
+        { maxResponseBytes: 100_000 },
+      );
+    });
+
+    it('server-sent events are served and never stored (39)', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/events', { key: 'sse-1' });
+        expect(first.status).toBe(200);
+        expect(first.body.toString()).toBe('data: 1\n\ndata: done\n\n');
+        const event = await world.waitForEvent('response-not-stored');
+        expect(event).toMatchObject({ reason: 'event-stream' });
+        await world.waitForEvent('release');
+        const again = await world.send('/events', { key: 'sse-1' });
+        expect(again.headers['idempotent-replayed']).toBeUndefined();
+        expect(again.body.toString()).toBe('data: 2\n\ndata: done\n\n');
+        expect(world.store.calls.complete).toBe(0);
+      });
+    });
+
+    it('callers never share a record; without a caller or scope option: 500 scope_missing (21)', async () => {
+      await withWorld(async (world) => {
+        const alice = await world.send('/charges', { key: 'who-1', user: 'alice' });
+        const bob = await world.send('/charges', { key: 'who-1', user: 'bob' });
+        expect(JSON.parse(alice.body.toString()).id).toBe('ch_1');
+        expect(JSON.parse(bob.body.toString()).id).toBe('ch_2');
+        expect(bob.headers['idempotent-replayed']).toBeUndefined();
+        expectProblem(await world.send('/charges', { key: 'who-1', user: null }), 500, 'scope_missing');
+        expect(world.server.executions()).toBe(2);
+      });
+      await withWorld(
+        async (world) => {
+          const tenant = await world.send('/charges', { key: 'who-2', user: null, headers: { 'x-tenant': 't1' } });
+          expect(tenant.status).toBe(201);
+          const again = await world.send('/charges', { key: 'who-2', user: null, headers: { 'x-tenant': 't1' } });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+        },
+        { scope: (request: any) => tenantOf(request) },
+      );
+    });
+
+    it('mintKeys: a request without a key runs once and gets a fresh key; a retry with it replays', async () => {
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/charges', { key: null });
+          expect(first.status).toBe(201);
+          const minted = first.headers['idempotency-key'];
+          expect(minted).toMatch(/^[0-9a-f-]{36}$/);
+          const again = await world.send('/charges', { key: String(minted) });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.body.equals(first.body)).toBe(true);
+          const other = await world.send('/charges', { key: null });
+          expect(other.headers['idempotency-key']).not.toBe(minted);
+          expect(world.server.executions()).toBe(2);
+        },
+        { mintKeys: true },
+      );
+    });
+
+    it('wait mode: a duplicate waits for the first and gets its replay instead of 409', async () => {
+      await withWorld(
+        async (world) => {
+          const gate = world.hold();
+          const first = world.send('/charges', { key: 'wait-1' });
+          await gate.entered;
+          const second = world.send('/charges', { key: 'wait-1' });
+          setImmediate(gate.open);
+          const [a, b] = await Promise.all([first, second]);
+          expect(a.status).toBe(201);
+          expect(b.status).toBe(201);
+          expect(b.headers['idempotent-replayed']).toBe('true');
+          expect(b.body.equals(a.body)).toBe(true);
+          expect(world.server.executions()).toBe(1);
+        },
+        { wait: '5s' },
+      );
+    });
+
+    describe('transactional mode', () => {
+      const log: TransactionLog = { entries: [] };
+      const makeTransactional = options.transactionalStore ?? (() => transactionalMemoryHarness(log));
+
+      it('refuses transactional: true over a store without transactions, at construction', async () => {
+        await expect(start({ transactional: true }, memoryHarness())).rejects.toThrow(TypeError);
+      });
+
+      it('runs the handler inside the transaction with tx exposed, and replays what committed', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const first = await world.send('/charges', { key: 'tx-1' });
+            expect(first.status).toBe(201);
+            expect(JSON.parse(first.body.toString()).tx).toBe('present');
+            const again = await world.send('/charges', { key: 'tx-1' });
+            expect(again.headers['idempotent-replayed']).toBe('true');
+            expect(again.body.equals(first.body)).toBe(true);
+            expect(world.server.executions()).toBe(1);
+            if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
+      it('holds the response until the commit; a throwing handler rolls back and is settled per policy', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            if (!options.transactionalStore) {
+              // The handler has answered, the commit has not happened: nothing may reach the client yet.
+              const committing = deferred();
+              const open = deferred();
+              log.gate = { committing: committing.resolve, open: open.promise };
+              const pending = world.send('/charges', { key: 'tx-2' });
+              await committing.promise;
+              const early = await Promise.race([
+                pending.then(() => 'answered'),
+                new Promise((resolve) => setTimeout(resolve, 100, 'held')),
+              ]);
+              expect(early).toBe('held');
+              log.gate = undefined;
+              open.resolve();
+              expect((await pending).status).toBe(201);
+            }
+            const boom = await world.send('/boom', { key: 'tx-3' });
+            expect(boom.status).toBe(500);
+            if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('rolled-back');
+            const again = await world.send('/boom', { key: 'tx-3' });
+            expect(again.status).toBe(500);
+            expect(again.headers['idempotent-replayed']).toBe('true');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+    });
+  });
+}
+
+function tenantOf(request: any): string | undefined {
+  const headers = request?.headers ?? request?.request?.headers ?? request?.req?.headers;
+  const value = headers?.['x-tenant'];
+  return typeof value === 'string' ? `tenant:${value}` : undefined;
+}
+
+function* chunksOf(size: number, n: number): Generator<Buffer> {
+  const line = Buffer.from(
+    `${String(n).padStart(7, '0')}-abcdefghijklmnopqrstuvwxyz-0123456789-ABCDEFGHIJKLMNOPQRSTUVWXYZ-xyz\n`,
+  );
+  let left = size;
+  while (left > 0) {
+    const take = Math.min(left, 16_384);
+    const chunk = Buffer.alloc(take);
+    for (let i = 0; i < take; i += line.length) line.copy(chunk, i, 0, Math.min(line.length, take - i));
+    left -= take;
+    yield chunk;
+  }
+}
