@@ -323,20 +323,14 @@ export function createClient(options: ClientOptions): Client {
           !attempt.replayed && isRetryableStatus(response.status, { method: verb, keyed: keyField !== undefined });
         lastResponse = response;
         lastBody = undefined;
-        if (!retryable || number >= retry.maxAttempts) {
-          if (run.bytes !== undefined) {
-            try {
-              lastBody = decodeBody(
-                run.bytes,
-                response.headers.get('content-type'),
-                parse === 'none' ? 'bytes' : parse,
-              );
-            } catch (error) {
-              if (!(error instanceof BodyParseError)) throw error;
-              if (response.status < 400) throw fail('invalid_response_body', error);
-              // An error page that claims JSON and is not: keep its text for the error.
-              lastBody = new TextDecoder().decode(run.bytes);
-            }
+        if (run.bytes !== undefined) {
+          try {
+            lastBody = decodeBody(run.bytes, response.headers.get('content-type'), parse === 'none' ? 'bytes' : parse);
+          } catch (error) {
+            if (!(error instanceof BodyParseError)) throw error;
+            // An error page that claims JSON and is not: keep its text for the error.
+            lastBody = new TextDecoder().decode(run.bytes);
+            if (!retryable && response.status < 400) throw fail('invalid_response_body', error);
           }
         }
         if (!retryable) {
