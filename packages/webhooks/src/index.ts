@@ -15,6 +15,16 @@ export {
   type WebhookHeaders,
 } from './headers.js';
 export {
+  createReceiver,
+  type ReceivedEvent,
+  type Receiver,
+  type ReceiverEvent,
+  type ReceiverOptions,
+  type ReceiverRequest,
+  type ReceiverResponse,
+  type ReceiverWarning,
+} from './receiver.js';
+export {
   type GeneratedSecret,
   generateSecret,
   type ParsedSecret,

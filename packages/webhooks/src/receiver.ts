@@ -1,0 +1,336 @@
+import { createHash } from 'node:crypto';
+import {
+  createIdempotency,
+  type Duration,
+  type IdempotencyEngine,
+  IdempotencyError,
+  type IdempotencyEvent,
+  type Lease,
+  type Store,
+  type StoredResponse,
+  toMilliseconds,
+} from '@idem/core';
+import { toBodyBytes } from './body.js';
+import { WebhookError } from './errors.js';
+import type { HeaderInput } from './headers.js';
+import type { WebhookSecret } from './secrets.js';
+import { createVerifier, type Tolerance } from './signature.js';
+
+/** A verified event, as `apply` receives it. */
+export interface ReceivedEvent {
+  /** The `webhook-id`: the same on every retry of this event. */
+  id: string;
+  /** The signed timestamp of this attempt, Unix seconds. */
+  timestamp: number;
+  /** The exact verified bytes. */
+  body: Buffer;
+  /** The scope (sender or endpoint) this receiver records ids under. */
+  scope: string;
+  /** The body parsed as JSON (throws a `SyntaxError` on a body that is not JSON). */
+  json<T = unknown>(): T;
+}
+
+/** A framework-neutral response: write `status`, `headers` and `body` as they are. */
+export interface ReceiverResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Uint8Array;
+  /**
+   * - `applied`: first delivery, `apply` ran and its effect is recorded.
+   * - `duplicate`: seen before; acknowledged without applying again.
+   * - `rejected`: verification failed (bad signature, headers or timestamp); nothing was recorded.
+   * - `in-progress`: the same event is being applied right now; 409, the sender retries.
+   * - `mismatch`: the id was already used for another body; 422, never acknowledged.
+   * - `failed`: `apply` threw; nothing is recorded, the retry applies.
+   * - `unavailable`: the store could not be reached; 503, the sender retries.
+   */
+  outcome: 'applied' | 'duplicate' | 'rejected' | 'in-progress' | 'mismatch' | 'failed' | 'unavailable';
+  /** The event id, once the headers were verified. */
+  id?: string;
+}
+
+/** What a receiver reports through `onEvent`. */
+export type ReceiverEvent =
+  | { type: ReceiverResponse['outcome']; id?: string; code?: string; at: number; error?: unknown }
+  | { type: 'record-failed'; id: string; reason: 'lease-lost' | 'store-error'; at: number; error?: unknown };
+
+/** A warning a receiver raises about its own configuration. */
+export interface ReceiverWarning {
+  code: 'retention_below_sender_horizon';
+  message: string;
+}
+
+/** Options of {@link createReceiver}. */
+export interface ReceiverOptions<Tx = unknown> {
+  /** Where event ids are recorded: memory, Redis or PostgreSQL (transactional). */
+  store: Store;
+  /** The sender's secret(s); several during rotation. */
+  secret: WebhookSecret | readonly WebhookSecret[];
+  /**
+   * Applies the event's effect. In transactional mode `tx` is the store's transaction: write through
+   * it and the effect commits together with the record of the event id, or not at all.
+   */
+  apply: (event: ReceivedEvent, tx: Tx | undefined) => unknown;
+  /**
+   * How long event ids are remembered. Default `'72h'`: longer than the common senders' retry
+   * horizons (Svix about 28 h, Stripe 3 days). Below 24 h needs `acknowledgeShortRetention`.
+   */
+  retention?: Duration;
+  acknowledgeShortRetention?: boolean;
+  /**
+   * How long the sender keeps retrying (and redelivering by hand). A retention shorter than this
+   * raises a warning: a late retry would be applied a second time. Default `'72h'`.
+   */
+  senderHorizon?: Duration;
+  /** Receives configuration warnings. Default `process.emitWarning`. */
+  onWarning?: (warning: ReceiverWarning) => void;
+  /** Signature timestamp tolerance. Default `'5m'` both ways. */
+  tolerance?: Tolerance;
+  /** The sender or endpoint; ids are unique per scope. Default `'webhooks'`. */
+  scope?: string;
+  /**
+   * A duplicate arriving while the first delivery is being applied: wait up to this long for its
+   * outcome (then acknowledge it), or answer 409 at once (`false`, the default) so the sender retries.
+   */
+  wait?: Duration | false;
+  /** The claim lease while `apply` runs; renewed in the background. Default `'10s'`. */
+  lease?: Duration;
+  /** Use the store's transactions when it has them. Default true. */
+  transactional?: boolean;
+  /** Clock for the signature tolerance and timings, epoch ms. Default `Date.now`. */
+  now?: () => number;
+  /** Called once per delivery with its outcome. Exceptions it throws are swallowed. */
+  onEvent?: (event: ReceiverEvent) => void;
+  /** Passed to the idempotency engine, for metrics of the store itself. */
+  onStoreEvent?: (event: IdempotencyEvent) => void;
+}
+
+/** What {@link Receiver.handle} takes: the request's headers and its raw body. */
+export interface ReceiverRequest {
+  headers: HeaderInput;
+  /** The raw bytes. A parsed object throws `raw_body_required`. */
+  body: unknown;
+}
+
+/** An idempotent webhook receiver. */
+export interface Receiver {
+  /** Verifies, deduplicates and applies one delivery, and says what to answer. */
+  handle(request: ReceiverRequest): Promise<ReceiverResponse>;
+  /** The idempotency engine underneath. */
+  readonly engine: IdempotencyEngine;
+  /** The resolved settings, in milliseconds. */
+  readonly settings: Readonly<{ retentionMs: number; senderHorizonMs: number; transactional: boolean; scope: string }>;
+}
+
+const OPERATION = 'webhook';
+const ACK_BODY = Buffer.from('{"received":true}');
+const ACK: StoredResponse = { status: 200, headers: { 'content-type': 'application/json' }, body: ACK_BODY };
+
+function problemResponse(
+  error: WebhookError | IdempotencyError,
+  outcome: ReceiverResponse['outcome'],
+  id?: string,
+): ReceiverResponse {
+  const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+  const retryAfter = (error as { retryAfter?: number }).retryAfter;
+  if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter);
+  return {
+    status: error.status,
+    headers,
+    body: Buffer.from(JSON.stringify(error.toProblem())),
+    outcome,
+    ...(id === undefined ? {} : { id }),
+  };
+}
+
+/**
+ * Creates an idempotent webhook receiver on the core engine: the `webhook-id` is the idempotency key,
+ * the sender (scope) is the caller, the SHA-256 of the body is the fingerprint.
+ *
+ * - A bad signature, header or timestamp is refused before the store is touched, so an unsigned
+ *   request carrying a real id can never mark it as seen.
+ * - The first delivery runs `apply` and is acknowledged 200; a repeat is acknowledged without applying.
+ * - A concurrent duplicate gets 409 (or waits, with `wait`); the same id with another body gets 422 and
+ *   an `onEvent` report, never a silent 2xx.
+ * - If `apply` throws, nothing is recorded and the answer is 500, so the sender's retry applies it.
+ * - With a transactional store (PostgreSQL) the effect and the record commit in one transaction.
+ *
+ * @example
+ * const receiver = createReceiver({
+ *   store: memoryStore(),
+ *   secret: process.env.WEBHOOK_SECRET!,
+ *   apply: async (event) => { await credit(event.json<{ amount: number }>().amount); },
+ * });
+ * const { status, headers, body } = await receiver.handle({ headers: req.headers, body: rawBody });
+ */
+export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Receiver {
+  if (!options || typeof options !== 'object') throw new TypeError('createReceiver needs an options object');
+  if (typeof options.apply !== 'function') throw new TypeError('apply must be a function');
+  const now = options.now ?? Date.now;
+  const verifier = createVerifier({
+    secret: options.secret,
+    now,
+    ...(options.tolerance === undefined ? {} : { tolerance: options.tolerance }),
+  });
+  const retention = options.retention ?? '72h';
+  const engine = createIdempotency({
+    store: options.store,
+    retention,
+    acknowledgeShortRetention: options.acknowledgeShortRetention ?? false,
+    wait: options.wait ?? false,
+    now,
+    // An acknowledgement is only stored for a 2xx; every other outcome leaves the id free for a retry.
+    storeOutcome: 'success',
+    ...(options.lease === undefined ? {} : { lease: options.lease }),
+    ...(options.onStoreEvent === undefined ? {} : { onEvent: options.onStoreEvent }),
+  });
+  const retentionMs = engine.settings.retentionMs;
+  const senderHorizonMs = toMilliseconds(options.senderHorizon ?? '72h', 'senderHorizon');
+  const transactional = (options.transactional ?? true) && engine.transactional;
+  const scope = options.scope ?? 'webhooks';
+  if (typeof scope !== 'string' || scope.length === 0) throw new TypeError('scope must be a non-empty string');
+  const onEvent = options.onEvent;
+
+  if (retentionMs < senderHorizonMs) {
+    const warning: ReceiverWarning = {
+      code: 'retention_below_sender_horizon',
+      message: `webhook retention (${retentionMs / 3_600_000}h) is shorter than the sender's retry horizon (${senderHorizonMs / 3_600_000}h): a late retry of an event will be applied again`,
+    };
+    if (options.onWarning) options.onWarning(warning);
+    else process.emitWarning(warning.message, { code: 'IDEM_WEBHOOK_RETENTION' });
+  }
+
+  const report = (event: ReceiverEvent) => {
+    if (!onEvent) return;
+    try {
+      onEvent(event);
+    } catch {
+      // An observer must never break a delivery.
+    }
+  };
+
+  const done = (response: ReceiverResponse, extra: { code?: string; error?: unknown } = {}): ReceiverResponse => {
+    report({
+      type: response.outcome,
+      at: now(),
+      ...(response.id === undefined ? {} : { id: response.id }),
+      ...(extra.code === undefined ? {} : { code: extra.code }),
+      ...(extra.error === undefined ? {} : { error: extra.error }),
+    });
+    return response;
+  };
+
+  const ack = (id: string): ReceiverResponse => ({
+    status: ACK.status,
+    headers: { ...ACK.headers },
+    body: ACK_BODY,
+    outcome: 'applied',
+    id,
+  });
+
+  const applyFailed = async (lease: Lease, id: string, error: unknown) => {
+    // Forget the claim so the sender's retry applies the event; nothing of it was recorded.
+    await engine.release(lease);
+    return done(
+      problemResponse(
+        new WebhookError('apply_failed', 'The webhook could not be applied; it will be retried.', { cause: error }),
+        'failed',
+        id,
+      ),
+      { code: 'apply_failed', error },
+    );
+  };
+
+  const handle = async (request: ReceiverRequest): Promise<ReceiverResponse> => {
+    if (!request || typeof request !== 'object') throw new TypeError('handle needs { headers, body }');
+    const body = toBodyBytes(request.body);
+    const verified = verifier.verify({ headers: request.headers, body });
+    if (!verified.ok) return done(problemResponse(verified.error, 'rejected'), { code: verified.error.code });
+    const { id, timestamp } = verified.webhook;
+    const fingerprint = createHash('sha256').update(body).digest('hex');
+    const started = await engine.begin({ key: id, scope, operation: OPERATION, fingerprint });
+
+    if (started.kind === 'replay') {
+      const { response } = started;
+      return done({
+        status: response.status,
+        headers: { ...response.headers, 'idempotent-replayed': 'true' },
+        body: response.body,
+        outcome: 'duplicate',
+        id,
+      });
+    }
+    if (started.kind === 'reject') {
+      const { error } = started;
+      if (error.code === 'in_progress') return done(problemResponse(error, 'in-progress', id), { code: error.code });
+      if (error.code === 'fingerprint_mismatch' || error.code === 'idempotency_error') {
+        const reused = new WebhookError(
+          'event_id_reused',
+          'This webhook id was already received with a different body; it is not applied.',
+        );
+        return done(problemResponse(reused, 'mismatch', id), { code: reused.code });
+      }
+      return done(problemResponse(error, 'unavailable', id), { code: error.code, error: error.cause });
+    }
+
+    const { lease } = started;
+    const event: ReceivedEvent = {
+      id,
+      timestamp,
+      body,
+      scope,
+      json: <T>() => JSON.parse(body.toString('utf8')) as T,
+    };
+
+    if (transactional) {
+      let result: Awaited<ReturnType<IdempotencyEngine['transaction']>>;
+      try {
+        result = await engine.transaction<undefined, Tx>(lease, async (tx) => {
+          await options.apply(event, tx);
+          return { value: undefined, response: ACK };
+        });
+      } catch (error) {
+        return applyFailed(lease, id, error);
+      }
+      if (result.committed) return done(ack(id));
+      // Rolled back: nothing of the effect happened. Lease lost means another delivery of the same
+      // event now holds it; store failure means nobody does. Either way the sender must retry.
+      report({ type: 'record-failed', id, reason: result.reason, at: now(), error: result.error });
+      if (result.reason === 'lease-lost') {
+        const busy = new IdempotencyError(
+          'in_progress',
+          'This webhook is being applied by another delivery; retry later.',
+          {
+            retryAfter: 1,
+          },
+        );
+        return done(problemResponse(busy, 'in-progress', id), { code: busy.code });
+      }
+      const unavailable = new IdempotencyError('store_unavailable', 'The webhook could not be recorded; retry later.', {
+        retryAfter: 2,
+        cause: result.error,
+      });
+      return done(problemResponse(unavailable, 'unavailable', id), { code: unavailable.code, error: result.error });
+    }
+
+    try {
+      await options.apply(event, undefined);
+    } catch (error) {
+      return applyFailed(lease, id, error);
+    }
+    const completed = await engine.complete(lease, ACK);
+    if (!completed.ok) {
+      // The effect happened but could not be recorded. Acknowledging is still right: answering with
+      // an error would make the sender retry and apply it again for sure. Reported for alerting;
+      // transactional mode closes this window.
+      report({ type: 'record-failed', id, reason: completed.reason, at: now(), error: completed.error });
+    }
+    return done(ack(id));
+  };
+
+  return {
+    handle,
+    engine,
+    settings: Object.freeze({ retentionMs, senderHorizonMs, transactional, scope }),
+  };
+}

@@ -1,0 +1,359 @@
+import { createHash } from 'node:crypto';
+import { memoryStore, recordId, type Store } from '@idem/core';
+import { describe, expect, it } from 'vitest';
+import {
+  createReceiver,
+  createSender,
+  createSigner,
+  isWebhookError,
+  type ReceiverEvent,
+  type ReceiverOptions,
+  type ReceiverWarning,
+} from '../src/index.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const HOUR = 3_600_000;
+const signer = createSigner({ secret: SECRET });
+
+function setup(options: Partial<ReceiverOptions> = {}) {
+  let t = Date.UTC(2026, 0, 1);
+  const clock = () => t;
+  const store = memoryStore({ now: clock });
+  const applied: string[] = [];
+  const events: ReceiverEvent[] = [];
+  const warnings: ReceiverWarning[] = [];
+  const receiver = createReceiver({
+    store,
+    secret: SECRET,
+    now: clock,
+    apply: (event) => {
+      applied.push(event.id);
+    },
+    onEvent: (event) => events.push(event),
+    onWarning: (warning) => warnings.push(warning),
+    ...options,
+  });
+  const deliver = (id: string, body: string | Buffer) => {
+    const headers = signer.sign({ id, body, timestamp: Math.floor((options.now ?? clock)() / 1000) });
+    return receiver.handle({ headers, body: Buffer.from(body) });
+  };
+  return { receiver, store, applied, events, warnings, deliver, clock, advance: (ms: number) => (t += ms) };
+}
+
+const paymentBody = JSON.stringify({ type: 'payment.succeeded', data: { id: 'pay_1', amount: 4200 } });
+const recordOf = (store: Store, id: string, scope = 'webhooks') => store.get(recordId(scope, 'webhook', id));
+
+describe('duplicates (cases 1, 2, 13)', () => {
+  it('applies the first delivery once and records the id with the body hash', async () => {
+    const { deliver, applied, store } = setup();
+    const response = await deliver('E1', paymentBody);
+    expect(response).toMatchObject({ status: 200, outcome: 'applied', id: 'E1' });
+    expect(Buffer.from(response.body).toString()).toBe('{"received":true}');
+    expect(applied).toEqual(['E1']);
+    const record = await recordOf(store, 'E1');
+    expect(record?.state).toBe('completed');
+    expect(record?.fingerprint).toBe(createHash('sha256').update(paymentBody).digest('hex'));
+  });
+
+  it('acknowledges a retry with a fresh timestamp and signature without applying it again', async () => {
+    const { deliver, applied, advance } = setup();
+    await deliver('E1', paymentBody);
+    advance(90_000);
+    const again = await deliver('E1', paymentBody);
+    expect(again).toMatchObject({ status: 200, outcome: 'duplicate' });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(applied).toEqual(['E1']);
+  });
+
+  it('absorbs a captured request replayed 60 s later inside the tolerance', async () => {
+    const { receiver, applied, advance, clock } = setup();
+    const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(clock() / 1000) });
+    expect((await receiver.handle({ headers, body: Buffer.from(paymentBody) })).outcome).toBe('applied');
+    advance(60_000);
+    expect((await receiver.handle({ headers, body: Buffer.from(paymentBody) })).outcome).toBe('duplicate');
+    expect(applied).toHaveLength(1);
+  });
+});
+
+describe('concurrent duplicates (case 3)', () => {
+  it('applies once; the others get 409 with Retry-After, and none is acknowledged before the winner commits', async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let applies = 0;
+    const { deliver } = setup({
+      apply: async () => {
+        applies++;
+        await gate;
+      },
+    });
+    const settled: string[] = [];
+    const deliveries = Array.from({ length: 20 }, () =>
+      deliver('E1', paymentBody).then((response) => {
+        settled.push(response.outcome);
+        return response;
+      }),
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled.filter((outcome) => outcome === 'in-progress')).toHaveLength(19);
+    expect(settled).not.toContain('applied');
+    open();
+    const responses = await Promise.all(deliveries);
+    expect(applies).toBe(1);
+    expect(responses.filter((r) => r.status === 200)).toHaveLength(1);
+    const losers = responses.filter((r) => r.status === 409);
+    expect(losers).toHaveLength(19);
+    expect(losers[0]?.headers['retry-after']).toBe('1');
+  });
+
+  it('with wait, the others wait for the winner and are then acknowledged as duplicates', async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let applies = 0;
+    const { deliver } = setup({
+      wait: '5s',
+      now: Date.now,
+      apply: async () => {
+        applies++;
+        await gate;
+      },
+    });
+    const settled: string[] = [];
+    const deliveries = Array.from({ length: 5 }, () =>
+      deliver('E1', paymentBody).then((r) => {
+        settled.push(r.outcome);
+        return r;
+      }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    expect(settled).toEqual([]);
+    open();
+    const responses = await Promise.all(deliveries);
+    expect(applies).toBe(1);
+    expect(responses.map((r) => r.outcome).sort()).toEqual([
+      'applied',
+      'duplicate',
+      'duplicate',
+      'duplicate',
+      'duplicate',
+    ]);
+  });
+});
+
+describe('failures (cases 6, 9, 11, 14)', () => {
+  it('records nothing when apply throws, answers 500, and the next retry applies once', async () => {
+    let fail = true;
+    const applied: string[] = [];
+    const { deliver, store } = setup({
+      apply: (event) => {
+        if (fail) throw new Error('database down');
+        applied.push(event.id);
+      },
+    });
+    const first = await deliver('E1', paymentBody);
+    expect(first).toMatchObject({ status: 500, outcome: 'failed' });
+    expect(JSON.parse(Buffer.from(first.body).toString())).toMatchObject({ code: 'apply_failed', retryable: true });
+    expect(await recordOf(store, 'E1')).toBeUndefined();
+    fail = false;
+    expect((await deliver('E1', paymentBody)).outcome).toBe('applied');
+    expect((await deliver('E1', paymentBody)).outcome).toBe('duplicate');
+    expect(applied).toEqual(['E1']);
+  });
+
+  it('refuses the same id with another body, never acknowledges it, and reports it', async () => {
+    const { deliver, applied, events } = setup();
+    await deliver('E1', paymentBody);
+    const changed = await deliver('E1', paymentBody.replace('4200', '9999'));
+    expect(changed).toMatchObject({ status: 422, outcome: 'mismatch' });
+    expect(JSON.parse(Buffer.from(changed.body).toString()).code).toBe('event_id_reused');
+    expect(applied).toEqual(['E1']);
+    expect(events.at(-1)).toMatchObject({ type: 'mismatch', id: 'E1', code: 'event_id_reused' });
+  });
+
+  it('leaves the inbox untouched for a tampered body: an unsigned request cannot mark a real id as seen', async () => {
+    const { receiver, store, deliver, applied, clock } = setup();
+    const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(clock() / 1000) });
+    const tampered = Buffer.from(paymentBody);
+    tampered[10] = (tampered[10] as number) ^ 1;
+    const response = await receiver.handle({ headers, body: tampered });
+    expect(response).toMatchObject({ status: 400, outcome: 'rejected' });
+    expect(await recordOf(store, 'E1')).toBeUndefined();
+    expect(store.size).toBe(0);
+    expect((await deliver('E1', paymentBody)).outcome).toBe('applied');
+    expect(applied).toEqual(['E1']);
+  });
+
+  it('refuses a capture replayed past the tolerance before any store access', async () => {
+    let t = Date.UTC(2026, 0, 1);
+    const inner = memoryStore({ now: () => t });
+    let storeCalls = 0;
+    const counting: Store = {
+      claim: (input) => {
+        storeCalls++;
+        return inner.claim(input);
+      },
+      renew: (input) => inner.renew(input),
+      complete: (input) => inner.complete(input),
+      release: (input) => inner.release(input),
+      get: (id) => {
+        storeCalls++;
+        return inner.get(id);
+      },
+    };
+    const receiver = createReceiver({ store: counting, secret: SECRET, now: () => t, apply: () => undefined });
+    const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(t / 1000) });
+    t += 301_000;
+    const response = await receiver.handle({ headers, body: Buffer.from(paymentBody) });
+    expect(JSON.parse(Buffer.from(response.body).toString()).code).toBe('timestamp_too_old');
+    expect(storeCalls).toBe(0);
+  });
+
+  it('answers 503 with Retry-After when the store is down, and applies nothing', async () => {
+    const broken: Store = {
+      claim: async () => {
+        throw new Error('connection refused');
+      },
+      renew: async () => false,
+      complete: async () => false,
+      release: async () => false,
+      get: async () => undefined,
+    };
+    const applied: string[] = [];
+    const { deliver } = setup({ store: broken, apply: (event) => void applied.push(event.id) });
+    const response = await deliver('E1', paymentBody);
+    expect(response).toMatchObject({ status: 503, outcome: 'unavailable' });
+    expect(response.headers['retry-after']).toBe('2');
+    expect(applied).toEqual([]);
+  });
+
+  it('throws raw_body_required for a parsed body', async () => {
+    const { receiver, clock } = setup();
+    const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(clock() / 1000) });
+    await expect(receiver.handle({ headers, body: JSON.parse(paymentBody) })).rejects.toSatisfy(
+      (error: unknown) => isWebhookError(error) && error.code === 'raw_body_required',
+    );
+  });
+});
+
+describe('retention (case 8)', () => {
+  it('still absorbs a redelivery 73 h later with the default 72 h retention counted from the first delivery', async () => {
+    const { deliver, applied, advance, warnings, receiver } = setup();
+    expect(receiver.settings.retentionMs).toBe(72 * HOUR);
+    await deliver('E1', paymentBody);
+    advance(71 * HOUR);
+    expect((await deliver('E1', paymentBody)).outcome).toBe('duplicate');
+    // Retention counts from the completion; 73 h after the first delivery lies inside it only if it
+    // is longer than 73 h, so this shows what the default covers and where it ends.
+    advance(2 * HOUR);
+    const late = await deliver('E1', paymentBody);
+    expect(late.outcome).toBe('applied');
+    expect(applied).toHaveLength(2);
+    expect(warnings).toEqual([]);
+  });
+
+  it('absorbs a redelivery at 73 h with a retention matching a 3-day sender, and a 1 h store fails that', async () => {
+    const long = setup({ retention: '96h', senderHorizon: '75h' });
+    await long.deliver('E1', paymentBody);
+    long.advance(73 * HOUR);
+    expect((await long.deliver('E1', paymentBody)).outcome).toBe('duplicate');
+    expect(long.applied).toHaveLength(1);
+
+    const short = setup({ retention: '1h', acknowledgeShortRetention: true });
+    await short.deliver('E1', paymentBody);
+    short.advance(73 * HOUR);
+    expect((await short.deliver('E1', paymentBody)).outcome).toBe('applied');
+    expect(short.applied).toHaveLength(2);
+    expect(short.warnings.map((w) => w.code)).toEqual(['retention_below_sender_horizon']);
+  });
+
+  it('warns when retention is below the sender horizon, and refuses under 24 h without acknowledgement', () => {
+    const warned = setup({ retention: '24h' });
+    expect(warned.warnings).toHaveLength(1);
+    expect(warned.warnings[0]?.message).toMatch(/24h.*72h/);
+    expect(() => setup({ retention: '1h' })).toThrow(TypeError);
+  });
+});
+
+describe('sender and receiver together (cases 31, 32)', () => {
+  it('a dead-lettered event replayed by hand is re-signed with the same id and absorbed if already applied', async () => {
+    const { receiver, applied } = setup({ now: Date.now });
+    // The network loses every acknowledgement: the receiver applies, the sender never hears back.
+    const lossy = (async (_url: string | URL, init: RequestInit = {}) => {
+      const headers = init.headers as Record<string, string>;
+      await receiver.handle({ headers, body: Buffer.from(init.body as Uint8Array) });
+      throw new TypeError('fetch failed', { cause: { code: 'ECONNRESET' } });
+    }) as typeof fetch;
+    const message = { url: 'https://receiver.test/hooks', id: 'E1', body: paymentBody };
+    const sender = createSender({
+      secret: SECRET,
+      fetch: lossy,
+      schedule: { maxAttempts: 3 },
+      sleep: async () => undefined,
+    });
+    const result = await sender.send(message);
+    expect(result).toMatchObject({ outcome: 'dead-letter', reason: 'max-attempts' });
+    expect(applied).toEqual(['E1']);
+
+    const direct = (async (_url: string | URL, init: RequestInit = {}) => {
+      const response = await receiver.handle({
+        headers: init.headers as Record<string, string>,
+        body: Buffer.from(init.body as Uint8Array),
+      });
+      return new Response(Buffer.from(response.body), { status: response.status, headers: response.headers });
+    }) as typeof fetch;
+    const replay = await createSender({ secret: SECRET, fetch: direct }).send(message);
+    expect(replay.outcome).toBe('delivered');
+    expect(applied).toEqual(['E1']);
+  });
+
+  it('keeps the newer state when events arrive out of order, and acknowledges both', async () => {
+    const payments = new Map<string, { status: string; version: number }>();
+    const { deliver } = setup({
+      apply: (event) => {
+        const { data } = event.json<{ data: { id: string; status: string; version: number } }>();
+        const current = payments.get(data.id);
+        // A per-entity version guard: an older event is recorded as seen but changes nothing.
+        if (current && current.version >= data.version) return;
+        payments.set(data.id, { status: data.status, version: data.version });
+      },
+    });
+    const refunded = await deliver(
+      'E2',
+      JSON.stringify({ type: 'payment.refunded', data: { id: 'pay_1', status: 'refunded', version: 2 } }),
+    );
+    const succeeded = await deliver(
+      'E1',
+      JSON.stringify({ type: 'payment.succeeded', data: { id: 'pay_1', status: 'succeeded', version: 1 } }),
+    );
+    expect([refunded.status, succeeded.status]).toEqual([200, 200]);
+    expect(payments.get('pay_1')).toEqual({ status: 'refunded', version: 2 });
+  });
+});
+
+describe('scopes and options', () => {
+  it('keeps ids of different senders apart', async () => {
+    let t = Date.UTC(2026, 0, 1);
+    const store = memoryStore({ now: () => t });
+    const applied: string[] = [];
+    const make = (scope: string) =>
+      createReceiver({
+        store,
+        scope,
+        secret: SECRET,
+        now: () => t,
+        apply: (e) => void applied.push(`${e.scope}:${e.id}`),
+      });
+    const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(t / 1000) });
+    await make('stripe').handle({ headers, body: paymentBody });
+    await make('github').handle({ headers, body: paymentBody });
+    t += 1;
+    expect(applied).toEqual(['stripe:E1', 'github:E1']);
+  });
+
+  it('refuses bad options at construction', () => {
+    expect(() => createReceiver({ store: memoryStore(), secret: SECRET } as unknown as ReceiverOptions)).toThrow(
+      TypeError,
+    );
+    expect(() => createReceiver({ store: memoryStore(), secret: '', apply: () => undefined })).toThrow(/empty/);
+  });
+});
