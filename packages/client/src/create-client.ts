@@ -44,6 +44,28 @@ export interface ClientOptions {
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /** The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default `Date.now`. */
   now?: () => number;
+  /**
+   * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws is
+   * ignored: an observer must never change the outcome of a request.
+   */
+  onRetry?: (event: RetryEvent) => void;
+}
+
+/**
+ * What {@link ClientOptions.onRetry} is told before each wait.
+ *
+ * @example
+ * createClient({ baseUrl, onRetry: ({ attempt, waitMs }) => log.info({ status: attempt.status, waitMs }, 'retrying') });
+ */
+export interface RetryEvent {
+  method: string;
+  url: string;
+  /** The attempt that failed. */
+  attempt: Attempt;
+  /** How long the client waits before the next attempt, in milliseconds. */
+  waitMs: number;
+  /** The key the next attempt carries (decoded), if any. */
+  key: string | undefined;
 }
 
 /** Values of a query string: repeated for arrays, left out when `undefined`. */
@@ -167,6 +189,8 @@ export function createClient(options: ClientOptions): Client {
   const sleep = options.sleep ?? abortableSleep;
   const now = options.now ?? Date.now;
   const getToken = options.getToken;
+  const onRetry = options.onRetry;
+  if (onRetry !== undefined && typeof onRetry !== 'function') throw new TypeError('onRetry must be a function');
   for (const [name, value] of [
     ['random', random],
     ['sleep', sleep],
@@ -365,6 +389,13 @@ export function createClient(options: ClientOptions): Client {
       const wait = Math.max(backoffDelay(number, { ...retry, random }), attempt.retryAfterMs ?? 0);
       if (now() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
       attempt.waitMs = wait;
+      if (onRetry) {
+        try {
+          onRetry({ method: verb, url, attempt: Object.freeze({ ...attempt }), waitMs: wait, key });
+        } catch {
+          // Observers never change the outcome.
+        }
+      }
       if (run.kind === 'response' && run.bytes === undefined) {
         // parse: 'none' left the body unread; release the connection before waiting.
         run.response.body?.cancel().catch(() => undefined);

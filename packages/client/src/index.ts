@@ -9,6 +9,7 @@ export {
   type QueryValue,
   type RequestOptions,
   type RequestWithBodyOptions,
+  type RetryEvent,
 } from './create-client.js';
 export { type Duration, durationToMs } from './duration.js';
 export {

@@ -370,6 +370,21 @@ describe('tokens, results and bodies', () => {
     expect(seen.map((r) => r.headers.get('authorization'))).toEqual(['Bearer t1', 'Bearer t2', 'Bearer t3']);
   });
 
+  it('tells onRetry about each retry, and ignores what it throws', async () => {
+    const events: Array<[number | undefined, number, string | undefined]> = [];
+    const { client } = setup([empty(503, { 'Retry-After': '2' }), empty(429), json(201, {})], {
+      onRetry: ({ attempt, waitMs, key }) => {
+        events.push([attempt.status, waitMs, key]);
+        throw new Error('observer bug');
+      },
+    });
+    const result = await client.post('/charges', {});
+    expect(events).toHaveLength(2);
+    expect(events[0]).toEqual([503, 2000, result.key]);
+    expect(events[1]?.[0]).toBe(429);
+    expect(result.status).toBe(201);
+  });
+
   it('lets an error thrown by getToken through unchanged', async () => {
     const boom = new Error('refresh failed');
     const { client } = setup([json(200, {})], { getToken: () => Promise.reject(boom) });
