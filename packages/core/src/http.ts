@@ -55,6 +55,12 @@ export interface IdempotencyContext {
   tx: unknown;
 }
 
+/** Per-route settings that override the middleware's (Fastify route `config.idempotency`). */
+export interface RouteOverrides {
+  required?: boolean;
+  mintKeys?: boolean;
+}
+
 /** A response an adapter writes as is: status, headers (lower case) and body bytes. */
 export interface HttpResponse {
   status: number;
@@ -100,6 +106,8 @@ export interface ResponseCapture {
    * client has gone). No-op when the response already ended.
    */
   completeWith(response: StoredResponse): void;
+  /** Gives up on a response the framework will never finish writing (the client left mid-stream). */
+  abandon(status: number): void;
   /** Held mode: writes the held response to the client. */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
@@ -118,9 +126,9 @@ export interface HttpIdempotency<Req> {
   /** True when requests with this method are covered. */
   covers(method: string): boolean;
   /** True when a request with this method and key header must be handled (read its body, then call `begin`). */
-  handles(method: string, keyHeader: string | readonly string[] | undefined): boolean;
+  handles(method: string, keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides): boolean;
   /** Parses the key, checks the scope, fingerprints the request and claims the key. */
-  begin(request: HttpRequestInfo): Promise<HttpBeginResult>;
+  begin(request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult>;
   /** The problem+json response for an error. */
   problem(error: IdempotencyError): HttpResponse;
   /** The response that replays `stored` for a request that sent `key`. */
@@ -233,8 +241,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   };
 
   const covers = (method: string) => methods.has(method.toUpperCase());
-  const handles = (method: string, keyHeader: string | readonly string[] | undefined) =>
-    covers(method) && (keyHeader !== undefined || required || mintKeys);
+  const handles = (method: string, keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides) =>
+    covers(method) &&
+    (keyHeader !== undefined || (overrides?.required ?? required) || (overrides?.mintKeys ?? mintKeys));
 
   const problem = (error: IdempotencyError): HttpResponse => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
@@ -254,15 +263,15 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return { status: stored.status, headers, body: stored.body };
   };
 
-  const begin = async (request: HttpRequestInfo): Promise<HttpBeginResult> => {
+  const begin = async (request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult> => {
     if (!covers(request.method)) return { kind: 'pass' };
     let key: string;
     let minted = false;
-    if (request.keyHeader === undefined && mintKeys) {
+    if (request.keyHeader === undefined && (overrides?.mintKeys ?? mintKeys)) {
       key = mintKey();
       minted = true;
     } else {
-      if (request.keyHeader === undefined && !required) return { kind: 'pass' };
+      if (request.keyHeader === undefined && !(overrides?.required ?? required)) return { kind: 'pass' };
       const parsed = parseIdempotencyKey(request.keyHeader, { strict: options.strictKeys ?? false });
       if (!parsed.ok) return { kind: 'respond', response: problem(parsed.error) };
       key = parsed.key;
@@ -489,19 +498,34 @@ function hasPendingBody(req: IncomingMessage): boolean {
  * @example
  * const read = await readStream(payload, 1_048_576);
  */
-export async function readStream(stream: Readable, maxBytes: number): Promise<ReadBodyResult> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
-    size += bytes.length;
-    if (size > maxBytes) {
-      stream.destroy();
-      return { ok: false, error: tooLarge(maxBytes) };
-    }
-    chunks.push(bytes);
-  }
-  return { ok: true, body: Buffer.concat(chunks) };
+export function readStream(stream: Readable, maxBytes: number): Promise<ReadBodyResult> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (result: ReadBodyResult) => {
+      stream.removeListener('data', onData);
+      stream.removeListener('end', onEnd);
+      stream.removeListener('error', onError);
+      resolve(result);
+    };
+    const onData = (chunk: Buffer | string) => {
+      const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+      size += bytes.length;
+      if (size > maxBytes) {
+        // Not destroyed: on a request, that would kill the socket before the 413 is written. The
+        // rest of the body is drained and dropped instead.
+        done({ ok: false, error: tooLarge(maxBytes) });
+        stream.resume();
+        return;
+      }
+      chunks.push(bytes);
+    };
+    const onEnd = () => done({ ok: true, body: Buffer.concat(chunks) });
+    const onError = () => done({ ok: true, body: undefined });
+    stream.on('data', onData);
+    stream.on('end', onEnd);
+    stream.on('error', onError);
+  });
 }
 
 /**
@@ -683,6 +707,12 @@ function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): 
       ended = true;
       restore();
       finish({ kind: 'complete', response });
+    },
+    abandon(finalStatus) {
+      if (ended) return;
+      ended = true;
+      restore();
+      finish({ kind: 'unstorable', reason: 'streaming', status: finalStatus });
     },
     flush() {
       restore();

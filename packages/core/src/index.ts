@@ -37,6 +37,7 @@ export {
   principalScope,
   type ReadBodyResult,
   type ResponseCapture,
+  type RouteOverrides,
   readRequestBody,
   readStream,
   writeResponse,

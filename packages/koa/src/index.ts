@@ -1,1 +1,2 @@
-export {};
+export * from './auth.js';
+export * from './idempotency.js';

@@ -1,0 +1,182 @@
+import { Readable } from 'node:stream';
+import {
+  createHttpIdempotency,
+  type HttpIdempotencyOptions,
+  type IdempotencyContext,
+  type Lease,
+  principalScope,
+  type ResponseCapture,
+  readStream,
+  writeResponse,
+} from '@idem/core';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+
+/** Per-route settings in the route's `config.idempotency`; `false` turns the plugin off for that route. */
+export interface RouteIdempotencyOptions {
+  required?: boolean;
+  mintKeys?: boolean;
+  /** The caller for this route's records; overrides the plugin's `scope`. */
+  scope?: (request: FastifyRequest) => string | undefined;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set while a covered request executes: its key and, in transactional mode, the transaction. */
+    idempotency?: IdempotencyContext;
+  }
+  interface FastifyContextConfig {
+    /** Per-route idempotency settings, or `false` to leave the route alone. */
+    idempotency?: RouteIdempotencyOptions | false;
+  }
+}
+
+/** Options of the Fastify {@link idempotency} plugin: the core's options plus the HTTP ones. */
+export type FastifyIdempotencyOptions = HttpIdempotencyOptions<FastifyRequest>;
+
+interface Execution {
+  lease: Lease;
+  capture: ResponseCapture;
+  thrown: boolean;
+}
+
+const bodies = new WeakMap<FastifyRequest, Buffer | undefined>();
+const executions = new WeakMap<FastifyRequest, Execution>();
+
+function routeConfig(request: FastifyRequest): RouteIdempotencyOptions | false {
+  const config = (request.routeOptions?.config as { idempotency?: RouteIdempotencyOptions | false } | undefined)
+    ?.idempotency;
+  return config === undefined ? {} : config;
+}
+
+function overridesOf(route: RouteIdempotencyOptions) {
+  return {
+    ...(route.required === undefined ? {} : { required: route.required }),
+    ...(route.mintKeys === undefined ? {} : { mintKeys: route.mintKeys }),
+  };
+}
+
+function keyHeaderOf(request: FastifyRequest) {
+  return request.raw.headersDistinct?.['idempotency-key'] ?? request.headers['idempotency-key'];
+}
+
+// Answers without Fastify's serialisation, so problems and replays are the same bytes in every adapter.
+function answer(reply: FastifyReply, response: Parameters<typeof writeResponse>[1]) {
+  reply.hijack();
+  writeResponse(reply.raw, response);
+}
+
+const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
+  const http = createHttpIdempotency<FastifyRequest>(options);
+
+  // The raw body is read here, before Fastify's own parser, and handed on as a fresh stream of the
+  // same bytes: parsers and bodyLimit behave exactly as without the plugin.
+  fastify.addHook('preParsing', async (request, reply, payload) => {
+    const route = routeConfig(request);
+    if (route === false || !http.handles(request.method, keyHeaderOf(request), overridesOf(route))) return payload;
+    const read = await readStream(payload, http.maxBodyBytes);
+    if (!read.ok) {
+      answer(reply, http.problem(read.error));
+      return payload;
+    }
+    const body = read.body ?? Buffer.alloc(0);
+    bodies.set(request, body);
+    const replacement = Readable.from(body.length === 0 ? [] : [body]) as Readable & { receivedEncodedLength?: number };
+    replacement.receivedEncodedLength = body.length;
+    return replacement;
+  });
+
+  fastify.addHook('preHandler', async (request, reply) => {
+    const route = routeConfig(request);
+    if (route === false) return;
+    const overrides = overridesOf(route);
+    const keyHeader = keyHeaderOf(request);
+    if (!http.handles(request.method, keyHeader, overrides)) return;
+    const url = request.url;
+    const queryAt = url.indexOf('?');
+    const path = queryAt === -1 ? url : url.slice(0, queryAt);
+    const scope = route.scope ?? http.scope;
+    const body = bodies.get(request);
+    const started = await http.begin(
+      {
+        method: request.method,
+        route: request.routeOptions.url ?? path,
+        path,
+        query: queryAt === -1 ? '' : url.slice(queryAt + 1),
+        contentType: request.headers['content-type'],
+        keyHeader,
+        body: body !== undefined && body.length > 0 ? body : undefined,
+        scope: scope ? scope(request) : principalScope((request as { auth?: unknown }).auth),
+      },
+      overrides,
+    );
+    if (started.kind === 'pass') return;
+    if (started.kind === 'respond') {
+      answer(reply, started.response);
+      return reply;
+    }
+    const { lease, key, minted } = started;
+    reply.header('idempotency-key', key);
+    const context: IdempotencyContext = { key, minted, tx: undefined };
+    request.idempotency = context;
+    const capture = http.capture(reply.raw, { hold: http.transactional });
+    const execution: Execution = { lease, capture, thrown: false };
+    executions.set(request, execution);
+    if (!http.transactional) {
+      void capture.result.then((result) => http.settle(lease, result, execution.thrown));
+      return;
+    }
+    // The handler must run inside the transaction: this hook returns (letting Fastify call the
+    // handler) only from within the transaction's callback.
+    await new Promise<void>((resolve) => {
+      let began = false;
+      void http
+        .runTransaction(
+          lease,
+          capture,
+          (tx) => {
+            began = true;
+            context.tx = tx;
+            resolve();
+          },
+          () => execution.thrown,
+        )
+        .then(() => {
+          if (!began) {
+            // The transaction never started; runTransaction already answered 503.
+            reply.hijack();
+            resolve();
+          }
+        });
+    });
+    if (reply.sent) return reply;
+  });
+
+  // Runs before the error response is sent, so the policy knows the handler threw.
+  fastify.addHook('onError', async (request) => {
+    const execution = executions.get(request);
+    if (execution) execution.thrown = true;
+  });
+};
+
+/**
+ * Fastify 5 plugin that makes covered requests (POST and PATCH by default) safe to retry with an
+ * `Idempotency-Key`. It applies to every route of the instance it is registered on (it is wrapped
+ * with fastify-plugin); a route opts out or changes `required`, `mintKeys` or `scope` in its
+ * `config.idempotency`. Register it after the guard, whose principal (`request.auth`) is the default scope.
+ *
+ * The raw body is read in a `preParsing` hook and handed back to Fastify's parser unchanged; the key
+ * is claimed in `preHandler`; every response (objects, strings, buffers, streams, even hijacked
+ * replies) is captured where Fastify writes it.
+ *
+ * @example
+ * import Fastify from 'fastify';
+ * import { memoryStore } from '@idem/core';
+ * import { idempotency } from '@idem/fastify';
+ *
+ * const app = Fastify();
+ * await app.register(idempotency, { store: memoryStore() });
+ * app.post('/charges', async (request, reply) => reply.code(201).send({ id: 'ch_1' }));
+ * app.post('/webhooks', { config: { idempotency: false } }, async () => ({ ok: true }));
+ */
+export const idempotency = fp(plugin, { fastify: '5.x', name: '@idem/fastify' });
