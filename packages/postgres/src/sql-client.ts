@@ -308,18 +308,33 @@ function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
   };
 }
 
-function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
-  // One connection shared by everything: while a transaction is open, the store's other statements
-  // (claims for other keys, heartbeats) must wait, or they would run inside that transaction and
-  // vanish with its rollback. A Pool does not need this; use one for transactional mode under load.
-  let tail: Promise<void> = Promise.resolve();
-  let busy = false;
-  const query = async (config: PgQueryConfig): Promise<AnyResult> => {
-    while (busy) await tail;
-    // No await between the check above and this call: pg queues statements in call order, so a
-    // statement sent while `busy` is false is queued before any later BEGIN.
-    return fromPg(await client.query(config));
+type Exclusive = <T>(work: () => Promise<T>) => Promise<T>;
+
+// One turn queue per pg Client object, shared by every store and migrate() call on that client, so
+// two stores (or a store and a migration) on one connection cannot interleave either.
+const turns = new WeakMap<object, Exclusive>();
+
+const turnsOf = (client: object): Exclusive => {
+  const existing = turns.get(client);
+  if (existing) return existing;
+  let tail: Promise<unknown> = Promise.resolve();
+  const exclusive: Exclusive = (work) => {
+    const turn = tail.then(work, work);
+    tail = turn.catch(() => undefined);
+    return turn;
   };
+  turns.set(client, exclusive);
+  return exclusive;
+};
+
+function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
+  // One connection shared by everything, so one statement or transaction at a time, in call order.
+  // A transaction holds the turn from BEGIN to COMMIT: the store's other statements (claims for
+  // other keys, heartbeats) wait, or they would run inside it and vanish with its rollback. pg 8
+  // would queue concurrent queries itself, but that is deprecated and goes away in pg 9.
+  const exclusive = turnsOf(client);
+  const query = (config: PgQueryConfig): Promise<AnyResult> =>
+    exclusive(async () => fromPg(await client.query(config)));
   return {
     kind: 'pg-client',
     query: (text, params) =>
@@ -330,20 +345,7 @@ function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
       query(prepared ? { name, text, values: [...params] } : { text, values: [...params] }).catch((error) => {
         throw toStoreError(error, name);
       }),
-    async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
-      const previous = tail;
-      let done: () => void = () => undefined;
-      tail = new Promise<void>((resolve) => {
-        done = resolve;
-      });
-      await previous;
-      busy = true;
-      try {
-        return await settle(runPgTransaction(client, fn), () => undefined);
-      } finally {
-        busy = false;
-        done();
-      }
-    },
+    transaction: <T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> =>
+      exclusive(() => settle(runPgTransaction(client, fn), () => undefined)),
   };
 }

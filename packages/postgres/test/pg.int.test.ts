@@ -1,0 +1,226 @@
+// The store against the real PostgreSQL at DATABASE_URL, through a pg Pool and a single pg Client:
+// the shared contract, the focused behaviours, and what only a real server with many connections
+// can show (takeover racing a transaction, one Client shared by a transaction and other calls,
+// refused connections).
+import { randomUUID } from 'node:crypto';
+import net from 'node:net';
+import { recordId, StoreUnavailableError } from '@idem/core';
+import { describeStore } from '@idem/testkit';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrate, type PostgresStore, postgresStore } from '../src/index.js';
+import { describePostgresBehaviour } from './behaviour.js';
+import { databaseUrl, freshTable, harness, postgresAvailable, sql, testPool } from './database.js';
+
+const available = await postgresAvailable();
+
+const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomUUID());
+const body = (text: string) => ({ status: 200, headers: {}, body: new TextEncoder().encode(text) });
+
+describe.runIf(available)('PostgreSQL server', () => {
+  describeStore('postgresStore on a pg Pool', async () => {
+    const pool = testPool({ max: 20 });
+    const { table, drop } = await freshTable(pool, 'pool_contract');
+    const store = postgresStore({ client: pool, table });
+    return harness(pool, store, async () => {
+      await drop();
+      await pool.end();
+    });
+  });
+
+  describeStore('postgresStore on a single pg Client', async () => {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    client.on('error', () => undefined);
+    await client.connect();
+    const { table, drop } = await freshTable(client, 'client_contract');
+    const store = postgresStore({ client, table });
+    return harness(client, store, async () => {
+      await drop();
+      await client.end();
+    });
+  });
+
+  describePostgresBehaviour('a pg Pool', async () => {
+    const pool = testPool();
+    return { client: pool, close: () => pool.end() };
+  });
+
+  describePostgresBehaviour('a single pg Client', async () => {
+    const client = new pg.Client({ connectionString: databaseUrl });
+    client.on('error', () => undefined);
+    await client.connect();
+    return { client, close: () => client.end() };
+  });
+
+  describe('pg specifics', () => {
+    let pool: pg.Pool;
+    let table: string;
+    let drop: () => Promise<void>;
+    let store: PostgresStore;
+
+    beforeAll(async () => {
+      pool = testPool();
+      ({ table, drop } = await freshTable(pool, 'pg_specifics'));
+      store = postgresStore({ client: pool, table });
+    });
+    afterAll(async () => {
+      await drop();
+      await pool.end();
+    });
+
+    it('a takeover racing a transaction wins and the transaction commits nothing', async () => {
+      const id = freshId();
+      const marker = randomUUID();
+      await sql(pool, `CREATE TABLE IF NOT EXISTS "${table}_effects" (marker text)`);
+      await store.claim({ id, token: 'slow', fingerprint: '', leaseMs: 5_000 });
+      const result = await store.transaction({ id, token: 'slow' }, async (tx) => {
+        await tx.query(`INSERT INTO "${table}_effects" (marker) VALUES ($1)`, [marker]);
+        // Meanwhile, on other connections: the lease runs out and another executor claims the id.
+        await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
+        expect(await store.claim({ id, token: 'fast', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        return { value: 'slow', response: body('slow'), retentionMs: 60_000 };
+      });
+      expect(result).toEqual({ committed: false });
+      expect(await sql(pool, `SELECT count(*)::int AS n FROM "${table}_effects" WHERE marker = $1`, [marker])).toEqual([
+        { n: 0 },
+      ]);
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'fast', fingerprint: '' });
+      await sql(pool, `DROP TABLE "${table}_effects"`);
+    });
+
+    it('a claim blocked by an uncommitted completion waits, then returns the completed record', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+      await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
+      // What transactional mode does at its end: the completion holds the row lock until COMMIT.
+      const holder = await pool.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query(
+          `UPDATE "${table}" SET state = 'completed', status = 201, headers = '{}', body = '\\x6f6b',
+             expires_at = clock_timestamp() + interval '1 minute' WHERE id = $1 AND token = 't'`,
+          [id],
+        );
+        // The lease looked expired when this claim started, so it must wait for the lock, not take over.
+        const contender = store.claim({ id, token: 'other', fingerprint: 'fp', leaseMs: 5_000 });
+        const early = await Promise.race([
+          contender.then(() => 'settled'),
+          new Promise((r) => setTimeout(r, 200, 'waiting')),
+        ]);
+        expect(early).toBe('waiting');
+        await holder.query('COMMIT');
+        const claimed = await contender;
+        expect(claimed.claimed).toBe(false);
+        if (!claimed.claimed) {
+          expect(claimed.record.state).toBe('completed');
+          if (claimed.record.state === 'completed')
+            expect(new TextDecoder().decode(claimed.record.response.body)).toBe('ok');
+        }
+      } finally {
+        holder.release();
+      }
+    });
+
+    it('the pool connection of a transaction goes back to the pool, or is destroyed when broken', async () => {
+      const before = pool.totalCount;
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+      const failure = await store
+        .transaction({ id, token: 't' }, async (tx) => {
+          await tx.query('SELECT pg_terminate_backend(pg_backend_pid())').catch(() => undefined);
+          await tx.query('SELECT 1');
+          return { value: 1, response: body('x'), retentionMs: 60_000 };
+        })
+        .catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(StoreUnavailableError);
+      expect(pool.totalCount).toBeLessThanOrEqual(before);
+      // The pool keeps working with fresh connections.
+      expect((await store.get(id))?.state).toBe('in_progress');
+    });
+
+    it('on a single Client, calls made during a transaction wait for it instead of joining it', async () => {
+      const client = new pg.Client({ connectionString: databaseUrl });
+      client.on('error', () => undefined);
+      await client.connect();
+      try {
+        const single = postgresStore({ client, table });
+        const id = freshId();
+        const other = freshId();
+        await single.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        let sideClaim: Promise<unknown> | undefined;
+        const failure = await single
+          .transaction({ id, token: 't' }, async (tx) => {
+            sideClaim = single.claim({ id: other, token: 'side', fingerprint: '', leaseMs: 5_000 });
+            await tx.query('SELECT 1');
+            throw new Error('handler failed');
+          })
+          .catch((error: unknown) => error);
+        expect((failure as Error).message).toBe('handler failed');
+        expect(await sideClaim).toEqual({ claimed: true });
+        // Had the side claim run inside the transaction, the rollback would have erased it.
+        expect(await single.get(other)).toEqual({ state: 'in_progress', token: 'side', fingerprint: '' });
+      } finally {
+        await client.end();
+      }
+    });
+
+    it('works in another schema with a qualified table name and without prepared statements', async () => {
+      const schema = `idem_schema_${randomUUID().slice(0, 8)}`;
+      await sql(pool, `CREATE SCHEMA "${schema}"`);
+      try {
+        await migrate(pool, { table: `${schema}.records` });
+        const scoped = postgresStore({ client: pool, table: `${schema}.records`, preparedStatements: false });
+        const id = freshId();
+        expect(await scoped.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await sql(pool, `SELECT count(*)::int AS n FROM "${schema}"."records"`)).toEqual([{ n: 1 }]);
+        expect(await store.get(id)).toBeUndefined();
+      } finally {
+        await sql(pool, `DROP SCHEMA "${schema}" CASCADE`);
+      }
+    });
+  });
+
+  describe('unreachable server', () => {
+    let port: number;
+    let closed: net.Server;
+    beforeAll(async () => {
+      // A port that was just free: connecting to it is refused.
+      closed = net.createServer();
+      await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+      port = (closed.address() as net.AddressInfo).port;
+      await new Promise<void>((resolve) => closed.close(() => resolve()));
+    });
+
+    it('rejects every operation with StoreUnavailableError, quickly and without unhandled errors', async () => {
+      const pool = new pg.Pool({
+        host: '127.0.0.1',
+        port,
+        user: 'postgres',
+        database: 'test',
+        connectionTimeoutMillis: 1000,
+      });
+      pool.on('error', () => undefined);
+      const store = postgresStore({ client: pool, table: 'idem_records' });
+      const id = freshId();
+      const calls: Array<Promise<unknown>> = [
+        store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
+        store.renew({ id, token: 't', leaseMs: 1_000 }),
+        store.complete({ id, token: 't', response: body('x'), retentionMs: 1_000 }),
+        store.release({ id, token: 't' }),
+        store.get(id),
+        store.purgeExpired(),
+        store.transaction({ id, token: 't' }, async () => ({ value: 1, response: body('x'), retentionMs: 1_000 })),
+        migrate(pool, { table: 'idem_records' }),
+      ];
+      for (const call of calls) {
+        const error = await call.then(
+          () => undefined,
+          (failure: unknown) => failure,
+        );
+        expect(error).toBeInstanceOf(StoreUnavailableError);
+        expect((error as Error).message).not.toContain(id);
+      }
+      await pool.end();
+    });
+  });
+});
