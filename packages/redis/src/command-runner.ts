@@ -16,17 +16,33 @@ export interface RedisCommandRunner {
   send(key: string, args: readonly (string | Buffer)[]): Promise<unknown>;
 }
 
-/** The part of an ioredis `Redis` or `Cluster` the store uses. */
+/**
+ * The part of an ioredis `Redis` or `Cluster` the store uses.
+ *
+ * @example
+ * const store = redisStore({ client: new Redis(process.env.REDIS_URL) }); // or new Cluster(nodes)
+ */
 export interface IoredisLike {
   callBuffer(command: string, ...args: (string | Buffer | number)[]): Promise<unknown>;
 }
 
-/** The part of a node-redis (v4, v5) client the store uses. */
+/**
+ * The part of a node-redis v5 client the store uses.
+ *
+ * @example
+ * const store = redisStore({ client: await createClient({ url: process.env.REDIS_URL }).connect() });
+ */
 export interface NodeRedisClientLike {
   sendCommand(args: (string | Buffer)[], options?: object): Promise<unknown>;
 }
 
-/** The part of a node-redis (v4, v5) cluster the store uses. */
+/**
+ * The part of a node-redis v5 cluster the store uses.
+ *
+ * @example
+ * const cluster = await createCluster({ rootNodes: [{ url: 'redis://10.0.0.1:6379' }] }).connect();
+ * const store = redisStore({ client: cluster });
+ */
 export interface NodeRedisClusterLike {
   sendCommand(
     firstKey: string | Buffer | undefined,
@@ -37,7 +53,12 @@ export interface NodeRedisClusterLike {
   readonly masters: readonly unknown[];
 }
 
-/** Every client {@link redisStore} accepts. */
+/**
+ * Every client {@link redisStore} accepts.
+ *
+ * @example
+ * const fromEnv = (client: RedisClientLike) => redisStore({ client, prefix: `${process.env.SERVICE}:idem:` });
+ */
 export type RedisClientLike = IoredisLike | NodeRedisClientLike | NodeRedisClusterLike | RedisCommandRunner;
 
 // node-redis v5 maps RESP types through `typeMapping`; 36 is '$', the blob (bulk) string. Spelled

@@ -22,7 +22,13 @@ const COMPLETED = 0x63; // 'c'
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
-/** Thrown by {@link decodeRecord} for a value idem did not write (another app's key, or corruption). */
+/**
+ * Thrown by {@link decodeRecord} for a value idem did not write (another app's key, or corruption).
+ * The store wraps it in a `StoreUnavailableError` (its `cause`).
+ *
+ * @example
+ * decodeRecord(Buffer.from('hello')); // throws RecordFormatError
+ */
 export class RecordFormatError extends Error {
   override readonly name = 'RecordFormatError' as const;
 }
@@ -53,7 +59,7 @@ export function encodeClaim(token: string, fingerprint: string): Buffer {
  * Its length is what the size cap measures.
  *
  * @example
- * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 22
+ * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 18
  */
 export function encodeOutcome(response: StoredResponse): Buffer {
   const meta = encoder.encode(`${JSON.stringify({ s: response.status, h: response.headers })}\n`);

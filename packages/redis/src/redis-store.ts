@@ -13,7 +13,12 @@ import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-
 import { ResponseTooLargeError } from './response-too-large-error.js';
 import { claimScript, completeScript, releaseScript, renewScript, runScript } from './scripts.js';
 
-/** Options of {@link redisStore}. */
+/**
+ * Options of {@link redisStore}.
+ *
+ * @example
+ * const options: RedisStoreOptions = { client: redis, prefix: 'billing:idem:', maxResponseBytes: 256 * 1024 };
+ */
 export interface RedisStoreOptions {
   /**
    * A connected client the caller owns: an ioredis `Redis` or `Cluster`, a node-redis v5 client or
@@ -33,7 +38,13 @@ export interface RedisStoreOptions {
   maxResponseBytes?: number;
 }
 
-/** A {@link Store} on Redis, with the key layout exposed for operators and tests. */
+/**
+ * A {@link Store} on Redis, with the key layout exposed for operators and tests.
+ *
+ * @example
+ * const store = redisStore({ client: redis });
+ * await redis.pttl(store.key(lease.id)); // the lease left, by the Redis clock
+ */
 export interface RedisStore extends Store {
   /** The key prefix in use. */
   readonly prefix: string;

@@ -1,7 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { RedisCommandRunner } from './command-runner.js';
 
-/** A Lua script with its SHA1, the name EVALSHA knows it by. */
+/**
+ * A Lua script with its SHA1, the name EVALSHA knows it by.
+ *
+ * @example
+ * await runner.send(key, ['EVALSHA', claimScript.sha, '1', key, value, '10000']);
+ */
 export interface LuaScript {
   readonly source: string;
   readonly sha: string;
