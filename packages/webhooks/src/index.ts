@@ -7,6 +7,16 @@ export {
   type WebhookErrorOptions,
   webhookErrorTable,
 } from './errors.js';
+export { type ExpressLikeRequest, expressWebhook } from './express.js';
+export {
+  type FastifyLikeInstance,
+  type FastifyLikeReply,
+  type FastifyLikeRequest,
+  type FastifyWebhookOptions,
+  fastifyWebhook,
+  fastifyWebhookHandler,
+} from './fastify.js';
+export type { GlueOptions } from './glue.js';
 export {
   type HeaderInput,
   isValidWebhookId,
@@ -14,6 +24,8 @@ export {
   parseWebhookHeaders,
   type WebhookHeaders,
 } from './headers.js';
+export { type KoaLikeContext, type KoaWebhookOptions, koaWebhook } from './koa.js';
+export { decodeBody, defaultBodyLimit, type RawBodyOptions, readRawBody } from './raw-body.js';
 export {
   createReceiver,
   type ReceivedEvent,

@@ -1,0 +1,45 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
+import { readRawBody } from './raw-body.js';
+import type { Receiver } from './receiver.js';
+
+/** The parts of an Express (or plain Node) request the handler uses. */
+export type ExpressLikeRequest = IncomingMessage & { body?: unknown };
+
+/**
+ * An Express route handler for a {@link Receiver}. It reads the raw body itself (no body parser is
+ * needed), or takes the Buffer of `express.raw()`. If a parser already turned the body into an object
+ * or a string, or consumed the stream, it fails closed: 500 `raw_body_required`, never a misleading
+ * "signature mismatch". Works with a plain `node:http` server too.
+ *
+ * @example
+ * import express from 'express';
+ * import { expressWebhook } from '@idem/webhooks';
+ * const app = express();
+ * app.post('/webhooks/payments', expressWebhook(receiver)); // before app.use(express.json())
+ * app.use(express.json());
+ */
+export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
+  return async (req: ExpressLikeRequest, res: ServerResponse, next: (error?: unknown) => void): Promise<void> => {
+    let response: Awaited<ReturnType<Receiver['handle']>>;
+    try {
+      // A Buffer from express.raw() holds the exact (already decompressed) bytes; any other parsed
+      // value lost them.
+      const body =
+        req.body === undefined
+          ? await readRawBody(req, options)
+          : requireBuffer(
+              req.body,
+              'Mount the webhook route before express.json()/express.text(), or use express.raw() on it.',
+            );
+      response = await receiver.handle({ headers: req.headers, body });
+    } catch (error) {
+      const failed = glueErrorResponse(error, options);
+      if (!failed) return next(error);
+      response = failed;
+    }
+    res.statusCode = response.status;
+    for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+    res.end(Buffer.from(response.body));
+  };
+}

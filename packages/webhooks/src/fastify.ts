@@ -1,0 +1,102 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
+import { decodeBody, defaultBodyLimit } from './raw-body.js';
+import type { Receiver, ReceiverResponse } from './receiver.js';
+
+/** The parts of a Fastify request the handler uses. */
+export interface FastifyLikeRequest {
+  headers: IncomingHttpHeaders;
+  body?: unknown;
+}
+
+/** The parts of a Fastify reply the handler uses. */
+export interface FastifyLikeReply {
+  code(status: number): FastifyLikeReply;
+  header(name: string, value: string): FastifyLikeReply;
+  send(payload: Buffer): unknown;
+}
+
+/** The parts of a Fastify instance {@link fastifyWebhook} uses. */
+export interface FastifyLikeInstance {
+  removeAllContentTypeParsers(): void;
+  addContentTypeParser(
+    contentType: string,
+    options: { parseAs: 'buffer'; bodyLimit?: number },
+    parser: (request: any, body: Buffer, done: (error: Error | null, body?: Buffer) => void) => void,
+  ): void;
+  post(path: string, handler: (request: any, reply: any) => Promise<unknown>): unknown;
+}
+
+/** Options of {@link fastifyWebhook}. */
+export interface FastifyWebhookOptions extends GlueOptions {
+  /** The route path, e.g. `/webhooks/payments`. */
+  path: string;
+}
+
+const hasNoBody = (headers: IncomingHttpHeaders) =>
+  headers['transfer-encoding'] === undefined &&
+  (headers['content-length'] === undefined || headers['content-length'] === '0');
+
+/**
+ * A Fastify route handler for a {@link Receiver}. The route must receive its body as a Buffer (as
+ * {@link fastifyWebhook} arranges); under Fastify's default JSON parser the body is an object and the
+ * handler fails closed with 500 `raw_body_required`. A `Content-Encoding` is decoded here, since
+ * Fastify's buffer parser keeps it.
+ *
+ * @example
+ * app.register(async (scope) => {
+ *   scope.removeAllContentTypeParsers();
+ *   scope.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+ *   scope.post('/webhooks/payments', fastifyWebhookHandler(receiver));
+ * });
+ */
+export function fastifyWebhookHandler(receiver: Receiver, options: GlueOptions = {}) {
+  const limit = options.limit ?? defaultBodyLimit;
+  return async (request: FastifyLikeRequest, reply: FastifyLikeReply): Promise<unknown> => {
+    let response: ReceiverResponse;
+    try {
+      const raw =
+        request.body === undefined && hasNoBody(request.headers)
+          ? Buffer.alloc(0)
+          : requireBuffer(
+              request.body,
+              "Register the route with a buffer parser (parseAs: 'buffer'), e.g. with fastifyWebhook().",
+            );
+      const body = await decodeBody(raw, request.headers['content-encoding'], { limit });
+      response = await receiver.handle({ headers: request.headers, body });
+    } catch (error) {
+      const failed = glueErrorResponse(error, options);
+      if (!failed) throw error;
+      response = failed;
+    }
+    reply.code(response.status);
+    for (const [name, value] of Object.entries(response.headers)) reply.header(name, value);
+    return reply.send(Buffer.from(response.body));
+  };
+}
+
+/**
+ * A Fastify plugin that registers `POST path` for a {@link Receiver}, with a catch-all buffer parser
+ * scoped to this plugin only (Fastify encapsulation): the rest of the app keeps its JSON parser, the
+ * webhook route gets the exact bytes.
+ *
+ * @example
+ * import Fastify from 'fastify';
+ * const app = Fastify();
+ * app.register(fastifyWebhook(receiver, { path: '/webhooks/payments' }));
+ */
+export function fastifyWebhook(receiver: Receiver, options: FastifyWebhookOptions) {
+  if (!options || typeof options.path !== 'string' || !options.path.startsWith('/')) {
+    throw new TypeError("fastifyWebhook needs a path starting with '/'");
+  }
+  const handler = fastifyWebhookHandler(receiver, options);
+  const limit = options.limit ?? defaultBodyLimit;
+  return async (instance: FastifyLikeInstance): Promise<void> => {
+    instance.removeAllContentTypeParsers();
+    // The wire limit also bounds compressed bodies; decodeBody bounds what they expand to.
+    instance.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limit }, (_request, body, done) =>
+      done(null, body),
+    );
+    instance.post(options.path, handler);
+  };
+}

@@ -1,0 +1,45 @@
+import { isWebhookError, WebhookError } from './errors.js';
+import type { ReceiverResponse } from './receiver.js';
+
+/** Options shared by the Express, Fastify and Koa glue. */
+export interface GlueOptions {
+  /** Largest body in bytes, after decompression. Default 1 MiB. */
+  limit?: number;
+  /**
+   * Called with a `raw_body_required` error (the server is misconfigured: the body was parsed before
+   * the webhook route). Default: `process.emitWarning`, so the deployment bug is visible in logs while
+   * the sender, answered 500, keeps retrying.
+   */
+  onMisconfigured?: (error: WebhookError) => void;
+}
+
+/** Turns a glue-level {@link WebhookError} into the response to send, or `undefined` for other errors. */
+export function glueErrorResponse(error: unknown, options: GlueOptions): ReceiverResponse | undefined {
+  if (!isWebhookError(error)) return undefined;
+  if (error.code === 'raw_body_required') {
+    if (options.onMisconfigured) options.onMisconfigured(error);
+    else process.emitWarning(error.message, { code: 'IDEM_WEBHOOK_RAW_BODY' });
+  }
+  return {
+    status: error.status,
+    headers: { 'content-type': 'application/problem+json' },
+    body: Buffer.from(JSON.stringify(error.toProblem())),
+    outcome: 'rejected',
+  };
+}
+
+/**
+ * Accepts a body a framework already read only if it is still the exact bytes (a Buffer). An object
+ * or a string was parsed or decoded with a charset, so its bytes may differ from the signed ones.
+ */
+export function requireBuffer(body: unknown, hint: string): Buffer {
+  if (Buffer.isBuffer(body)) return body;
+  const got = typeof body === 'string' ? 'a decoded string' : body === null ? 'null' : `a parsed ${typeof body}`;
+  throw new WebhookError(
+    'raw_body_required',
+    `Webhook verification needs the raw request body but a body parser produced ${got}. ${hint}`,
+    {
+      details: { received: got },
+    },
+  );
+}

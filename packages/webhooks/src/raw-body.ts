@@ -1,0 +1,136 @@
+import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { WebhookError } from './errors.js';
+
+/** Default largest webhook body, after decompression: 1 MiB. */
+export const defaultBodyLimit = 1024 * 1024;
+
+/** Options of {@link readRawBody}. */
+export interface RawBodyOptions {
+  /** Largest body in bytes, after decompression. Default 1 MiB. */
+  limit?: number;
+}
+
+const tooLarge = (limit: number) =>
+  new WebhookError('body_too_large', `The webhook body is larger than ${limit} bytes.`, { details: { limit } });
+
+const alreadyRead = () =>
+  new WebhookError(
+    'raw_body_required',
+    'The request body stream was already read by another middleware (a body parser), so its exact bytes are gone. ' +
+      'Register the webhook route before any body parser, or scope the parsers away from it.',
+    { details: { received: 'consumed stream' } },
+  );
+
+function decoderFor(encoding: string | undefined): (() => NodeJS.ReadWriteStream) | undefined | false {
+  const value = (encoding ?? '').trim().toLowerCase();
+  if (value === '' || value === 'identity') return undefined;
+  if (value === 'gzip' || value === 'x-gzip') return createGunzip;
+  if (value === 'deflate') return createInflate;
+  if (value === 'br') return createBrotliDecompress;
+  return false;
+}
+
+async function collect(stream: AsyncIterable<Buffer | string>, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk;
+    size += bytes.length;
+    // Checked while reading, so a compressed bomb or an endless stream stops at the limit.
+    if (size > limit) throw tooLarge(limit);
+    chunks.push(bytes);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+/**
+ * Reads a request's exact body bytes, decompressing a `Content-Encoding` of gzip, deflate or br
+ * (a signature covers the payload, not its transfer compression), under a size limit.
+ *
+ * Fails closed: a stream another middleware already read throws `raw_body_required`; an unknown
+ * encoding throws `body_encoding_unsupported`; too many bytes throw `body_too_large`.
+ *
+ * @example
+ * const body = await readRawBody(req, { limit: 256 * 1024 });
+ * const response = await receiver.handle({ headers: req.headers, body });
+ */
+export async function readRawBody(request: IncomingMessage, options: RawBodyOptions = {}): Promise<Buffer> {
+  const limit = options.limit ?? defaultBodyLimit;
+  if (!Number.isSafeInteger(limit) || limit < 0)
+    throw new TypeError('limit must be a non-negative integer number of bytes');
+  if (request.readableDidRead || request.readableEnded) throw alreadyRead();
+  const declared = Number(request.headers['content-length']);
+  const decoder = decoderFor(request.headers['content-encoding']);
+  if (decoder === false) {
+    request.resume();
+    throw new WebhookError(
+      'body_encoding_unsupported',
+      'The webhook body uses a Content-Encoding other than gzip, deflate or br.',
+      {
+        details: { encoding: String(request.headers['content-encoding']).slice(0, 32) },
+      },
+    );
+  }
+  if (decoder === undefined && Number.isFinite(declared) && declared > limit) {
+    request.resume();
+    throw tooLarge(limit);
+  }
+  if (decoder === undefined) return collect(request, limit);
+  return decodeStream(request, decoder(), limit);
+}
+
+async function decodeStream(source: Readable, decoder: NodeJS.ReadWriteStream, limit: number): Promise<Buffer> {
+  source.pipe(decoder as unknown as NodeJS.WritableStream);
+  try {
+    return await collect(decoder as unknown as AsyncIterable<Buffer>, limit);
+  } catch (error) {
+    source.unpipe();
+    source.resume();
+    if (error instanceof WebhookError) throw error;
+    throw new WebhookError('body_encoding_unsupported', 'The webhook body could not be decompressed.', {
+      cause: error,
+    });
+  }
+}
+
+/**
+ * Decompresses bytes a framework read without decoding them (Fastify's buffer parser keeps the
+ * `Content-Encoding`), under the same limit. Identity bodies come back as they are.
+ *
+ * @example
+ * const body = await decodeBody(request.body as Buffer, request.headers['content-encoding']);
+ */
+export async function decodeBody(
+  body: Buffer,
+  encoding: string | undefined,
+  options: RawBodyOptions = {},
+): Promise<Buffer> {
+  const limit = options.limit ?? defaultBodyLimit;
+  const decoder = decoderFor(encoding);
+  if (decoder === undefined) {
+    if (body.length > limit) throw tooLarge(limit);
+    return body;
+  }
+  if (decoder === false) {
+    throw new WebhookError(
+      'body_encoding_unsupported',
+      'The webhook body uses a Content-Encoding other than gzip, deflate or br.',
+      {
+        details: { encoding: String(encoding).slice(0, 32) },
+      },
+    );
+  }
+  const stream = decoder();
+  const done = collect(stream as unknown as AsyncIterable<Buffer>, limit);
+  stream.end(body);
+  try {
+    return await done;
+  } catch (error) {
+    if (error instanceof WebhookError) throw error;
+    throw new WebhookError('body_encoding_unsupported', 'The webhook body could not be decompressed.', {
+      cause: error,
+    });
+  }
+}
