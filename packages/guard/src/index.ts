@@ -1,1 +1,47 @@
-export {};
+export { type JwsAlgorithm, jwsAlgorithms } from './algorithms.js';
+export {
+  type AuthorizationResult,
+  authorizeRequest,
+  policy,
+  type Requirement,
+  requireAnyRole,
+  requireRoles,
+  requireScopes,
+} from './authorization.js';
+export { isNumericDate } from './claims.js';
+export { defaultTokenLimits, type TokenLimits } from './compact-jws.js';
+export {
+  GuardError,
+  type GuardErrorCode,
+  type GuardErrorOptions,
+  type GuardProblem,
+  guardErrorTable,
+  isGuardError,
+} from './errors.js';
+export type { GuardEvent, GuardEventType, GuardStats } from './events.js';
+export { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
+export { type ForwardOptions, forwardHeaders } from './forward-headers.js';
+export {
+  createGuard,
+  type Guard,
+  type GuardOptions,
+  type GuardResult,
+  type IssuerOptions,
+  internalTokenType,
+  normalizeTyp,
+  type PublicKeyInput,
+  type TokenRules,
+} from './guard.js';
+export {
+  createInternalTokenIssuer,
+  createInternalVerifier,
+  defaultInternalTokenHeader,
+  type InternalSigningKey,
+  type InternalTokenIssuer,
+  type InternalTokenIssuerOptions,
+  type InternalVerifierOptions,
+  verifyInternalToken,
+} from './internal-token.js';
+export type { RemoteJwksOptions } from './key-source.js';
+export { type Principal, principalFromClaims } from './principal.js';
+export { defaultIdentityHeaders, type StripOptions, stripIdentityHeaders } from './strip-headers.js';

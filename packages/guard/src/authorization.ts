@@ -1,0 +1,100 @@
+import { assertScopeToken, GuardError } from './errors.js';
+import type { GuardRequest } from './extract-token.js';
+import type { Principal } from './principal.js';
+
+/** One authorization rule. Build them with {@link requireScopes}, {@link requireRoles}, {@link policy}. */
+export type Requirement =
+  | { readonly kind: 'scopes'; readonly scopes: readonly string[] }
+  | { readonly kind: 'roles'; readonly roles: readonly string[]; readonly match: 'all' | 'any' }
+  | { readonly kind: 'policy'; readonly check: (principal: Principal, request: GuardRequest) => boolean };
+
+/** The outcome of {@link authorizeRequest}. */
+export type AuthorizationResult = { ok: true } | { ok: false; error: GuardError };
+
+/**
+ * Requires every listed scope. A refusal names them in the challenge:
+ * `Bearer realm="api", error="insufficient_scope", ..., scope="orders:write"`.
+ *
+ * @example
+ * const canWrite = requireScopes('orders:write');
+ */
+export function requireScopes(...scopes: string[]): Requirement {
+  if (scopes.length === 0) throw new TypeError('requireScopes needs at least one scope');
+  for (const scope of scopes) assertScopeToken(scope, 'requireScopes');
+  return Object.freeze({ kind: 'scopes', scopes: Object.freeze([...scopes]) });
+}
+
+/**
+ * Requires every listed role (from the `roles` claim, or the guard's `rolesClaim`).
+ *
+ * @example
+ * const adminOnly = requireRoles('admin');
+ */
+export function requireRoles(...roles: string[]): Requirement {
+  if (roles.length === 0) throw new TypeError('requireRoles needs at least one role');
+  return Object.freeze({ kind: 'roles', roles: Object.freeze([...roles]), match: 'all' });
+}
+
+/**
+ * Requires at least one of the listed roles.
+ *
+ * @example
+ * const editors = requireAnyRole('editor', 'admin');
+ */
+export function requireAnyRole(...roles: string[]): Requirement {
+  if (roles.length === 0) throw new TypeError('requireAnyRole needs at least one role');
+  return Object.freeze({ kind: 'roles', roles: Object.freeze([...roles]), match: 'any' });
+}
+
+/**
+ * An attribute policy: any predicate over the principal and the request. A predicate that throws
+ * counts as a refusal (fail closed).
+ *
+ * @example
+ * const ownTenant = policy((principal, request) => request.url?.startsWith(`/tenants/${principal.claims.tenant}/`) === true);
+ */
+export function policy(check: (principal: Principal, request: GuardRequest) => boolean): Requirement {
+  if (typeof check !== 'function') throw new TypeError('policy needs a function');
+  return Object.freeze({ kind: 'policy', check });
+}
+
+/**
+ * Checks every requirement in order. The first failing one gives a 403 `insufficient_scope`
+ * (RFC 6750 §3.1) whose challenge lists the scopes of that requirement when it is a scope rule; a
+ * role or attribute refusal is the same 403 without a `scope` attribute. Never 401: the caller is
+ * authenticated (Oathkeeper #387).
+ *
+ * @example
+ * const decision = authorizeRequest(principal, [requireScopes('orders:write')], { headers: {} });
+ * if (!decision.ok) console.log(decision.error.wwwAuthenticate);
+ */
+export function authorizeRequest(
+  principal: Principal,
+  requirements: readonly Requirement[],
+  request: GuardRequest,
+  options: { realm?: string } = {},
+): AuthorizationResult {
+  for (const requirement of requirements) {
+    if (requirement.kind === 'scopes') {
+      if (!requirement.scopes.every((scope) => principal.scope.has(scope))) {
+        return {
+          ok: false,
+          error: new GuardError('insufficient_scope', { ...options, scope: requirement.scopes }),
+        };
+      }
+    } else if (requirement.kind === 'roles') {
+      const has = (role: string) => principal.roles.has(role);
+      const allowed = requirement.match === 'all' ? requirement.roles.every(has) : requirement.roles.some(has);
+      if (!allowed) return { ok: false, error: new GuardError('insufficient_scope', options) };
+    } else {
+      let allowed = false;
+      try {
+        allowed = requirement.check(principal, request) === true;
+      } catch {
+        allowed = false;
+      }
+      if (!allowed) return { ok: false, error: new GuardError('insufficient_scope', options) };
+    }
+  }
+  return { ok: true };
+}

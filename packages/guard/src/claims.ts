@@ -1,0 +1,85 @@
+import type { GuardErrorCode } from './errors.js';
+import { isWordList } from './principal.js';
+
+/** The claim rules of one issuer. Durations are in seconds. */
+export interface ClaimProfile {
+  /** Accepted audiences; the token's `aud` must contain at least one. */
+  audiences: readonly string[];
+  /** Allowed clock skew for `exp`, `nbf` and `iat`. */
+  clockTolerance: number;
+  /** Maximum age since `iat` (then `iat` is required). */
+  maxTokenAge: number | undefined;
+  /** Maximum `exp - iat` (or `exp - nbf`, or `exp - now` without either). */
+  maxLifetime: number | undefined;
+  /** Claims that must be present besides `iss`, `sub`, `aud`, `exp`. */
+  requiredClaims: readonly string[];
+}
+
+/**
+ * A NumericDate as the guard accepts it: a non-negative safe integer. Strings, booleans, null,
+ * Infinity (`1e999`), negatives and fractions are refused (Hono CVE-2026-44459; research case 31).
+ *
+ * @example
+ * isNumericDate(1767225600); // true
+ * isNumericDate('1767225600'); // false
+ */
+export function isNumericDate(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+}
+
+/** Whether `aud` is a non-empty string or a non-empty array of non-empty strings. */
+function audienceList(value: unknown): string[] | undefined {
+  if (typeof value === 'string') return value.length > 0 ? [value] : undefined;
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  for (const item of value) if (typeof item !== 'string' || item.length === 0) return undefined;
+  return value as string[];
+}
+
+/**
+ * Checks the claims of a token whose signature already verified. Returns the error code of the first
+ * failed rule, or `undefined` when every rule holds. `nowMs` is the injected clock.
+ *
+ * @example
+ * checkClaims(payload, profile, Date.now()); // undefined, or 'token_expired', 'audience_invalid', ...
+ */
+export function checkClaims(
+  payload: Record<string, unknown>,
+  profile: ClaimProfile,
+  nowMs: number,
+): GuardErrorCode | undefined {
+  const now = nowMs / 1000;
+  const tolerance = profile.clockTolerance;
+  const { exp, nbf, iat } = payload;
+
+  if (typeof payload.sub !== 'string' || payload.sub.length === 0) return 'claim_invalid';
+  if (!isNumericDate(exp)) return 'claim_invalid';
+  if (nbf !== undefined && !isNumericDate(nbf)) return 'claim_invalid';
+  if (iat !== undefined && !isNumericDate(iat)) return 'claim_invalid';
+  for (const name of ['jti', 'client_id'] as const) {
+    if (payload[name] !== undefined && typeof payload[name] !== 'string') return 'claim_invalid';
+  }
+  if (payload.scope !== undefined && typeof payload.scope !== 'string') return 'claim_invalid';
+  if (payload.scp !== undefined && !isWordList(payload.scp)) return 'claim_invalid';
+  for (const name of profile.requiredClaims) if (payload[name] === undefined) return 'claim_invalid';
+
+  // RFC 7519 §4.1.4: the current time must be before `exp`; equality is expired.
+  if (now >= exp + tolerance) return 'token_expired';
+  if (nbf !== undefined && now + tolerance < nbf) return 'token_not_yet_valid';
+  if (iat !== undefined && iat > now + tolerance) return 'token_issued_in_future';
+  if (profile.maxTokenAge !== undefined) {
+    if (iat === undefined) return 'claim_invalid';
+    if (now - iat > profile.maxTokenAge + tolerance) return 'token_too_old';
+  }
+  if (profile.maxLifetime !== undefined) {
+    const start = iat ?? nbf ?? now;
+    if (exp - (start as number) > profile.maxLifetime) return 'lifetime_too_long';
+  }
+
+  const audiences = audienceList(payload.aud);
+  if (audiences === undefined) return 'claim_invalid';
+  if (!audiences.some((audience) => profile.audiences.includes(audience))) return 'audience_invalid';
+
+  // A sender-constrained token (DPoP `cnf.jkt`, mTLS `cnf.x5t#S256`) is not a bearer token.
+  if (payload.cnf !== undefined) return 'token_bound';
+  return undefined;
+}

@@ -1,0 +1,266 @@
+/**
+ * Every error code the guard produces, the HTTP status it maps to, the RFC 6750 `error` value of the
+ * challenge, and the fixed `error_description`. Descriptions are written here once and never built from
+ * input: a token, a claim or a header value can never end up in a response (research case 54).
+ *
+ * `error: undefined` means the challenge carries no `error` attribute, as RFC 6750 §3.1 asks when the
+ * request had no credentials at all.
+ */
+export const guardErrorTable = {
+  token_missing: {
+    status: 401,
+    error: undefined,
+    title: 'Authentication required',
+    description: 'No bearer token was presented',
+  },
+  multiple_tokens: {
+    status: 400,
+    error: 'invalid_request',
+    title: 'More than one token was presented',
+    description: 'The request presented more than one access token',
+  },
+  authorization_malformed: {
+    status: 400,
+    error: 'invalid_request',
+    title: 'Malformed Authorization header',
+    description: 'The Authorization header is not a well-formed Bearer credential',
+  },
+  token_too_large: {
+    status: 400,
+    error: 'invalid_request',
+    title: 'Access token too large',
+    description: 'The access token exceeds the size limit',
+  },
+  token_malformed: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Malformed access token',
+    description: 'The access token is malformed',
+  },
+  header_unsupported: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Unsupported token header',
+    description: 'The access token uses a header parameter that is not accepted',
+  },
+  type_invalid: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Wrong token type',
+    description: 'The token type is not accepted here',
+  },
+  algorithm_not_allowed: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Signing algorithm not allowed',
+    description: 'The signing algorithm of the access token is not accepted',
+  },
+  issuer_unknown: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Untrusted issuer',
+    description: 'The access token issuer is not trusted',
+  },
+  key_unknown: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Unknown signing key',
+    description: 'No signing key is known for the access token',
+  },
+  keys_unavailable: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Signing keys unavailable',
+    description: 'The signing keys of the issuer could not be retrieved',
+  },
+  signature_invalid: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Invalid signature',
+    description: 'The access token signature is invalid',
+  },
+  token_expired: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Access token expired',
+    description: 'The access token expired',
+  },
+  token_not_yet_valid: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Access token not yet valid',
+    description: 'The access token is not valid yet',
+  },
+  token_issued_in_future: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Access token issued in the future',
+    description: 'The access token was issued in the future',
+  },
+  token_too_old: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Access token too old',
+    description: 'The access token is older than the accepted maximum age',
+  },
+  lifetime_too_long: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Access token lifetime too long',
+    description: 'The access token lifetime exceeds the accepted maximum',
+  },
+  audience_invalid: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Wrong audience',
+    description: 'The access token is not meant for this audience',
+  },
+  claim_invalid: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Invalid claims',
+    description: 'A required claim of the access token is missing or invalid',
+  },
+  token_bound: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Sender-constrained token',
+    description: 'A sender-constrained token cannot be used as a bearer token',
+  },
+  insufficient_scope: {
+    status: 403,
+    error: 'insufficient_scope',
+    title: 'Insufficient privileges',
+    description: 'The access token lacks the privileges this request needs',
+  },
+} as const;
+
+/** A stable guard error code; callers match on it, never on messages. */
+export type GuardErrorCode = keyof typeof guardErrorTable;
+
+/** Base of the RFC 9457 `type` URIs, shared with the rest of idem. */
+const problemTypeBase = 'https://idem.dev/problems/';
+
+/** Characters RFC 6750 §3 allows inside a quoted `realm`, `error_description` or `scope`. */
+const challengeSafe = /^[\x20\x21\x23-\x5B\x5D-\x7E]*$/;
+
+/** A scope token per RFC 6749 §3.3: printable ASCII without space, `"` and `\`. */
+const scopeToken = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
+
+/**
+ * Throws a `TypeError` unless `value` can be placed inside a quoted challenge attribute. Used at
+ * construction for configured realms, scopes and URLs, so a response never needs escaping.
+ *
+ * @example
+ * assertChallengeSafe('api', 'realm'); // ok
+ */
+export function assertChallengeSafe(value: string, name: string): void {
+  if (typeof value !== 'string' || !challengeSafe.test(value)) {
+    throw new TypeError(`${name} must be printable ASCII without '"' or '\\'`);
+  }
+}
+
+/**
+ * Throws a `TypeError` unless `value` is an RFC 6749 scope token.
+ *
+ * @example
+ * assertScopeToken('orders:write', 'scope'); // ok
+ */
+export function assertScopeToken(value: string, name: string): void {
+  if (typeof value !== 'string' || !scopeToken.test(value)) {
+    throw new TypeError(`${name} must be a scope token (printable ASCII, no spaces, quotes or backslashes)`);
+  }
+}
+
+/** Options of a {@link GuardError}. */
+export interface GuardErrorOptions {
+  /** The `realm` of the challenge (default `api`). Configured, never taken from a request. */
+  realm?: string;
+  /** Scopes named in an `insufficient_scope` challenge. Configured, never taken from a request. */
+  scope?: readonly string[];
+  /** RFC 9728 protected-resource metadata URL added to the challenge. */
+  resourceMetadata?: string;
+  /** The underlying failure, for logs; never sent to a client. */
+  cause?: unknown;
+}
+
+/** The RFC 9457 body of a guard error. */
+export interface GuardProblem {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: GuardErrorCode;
+  retryable: false;
+  [extension: string]: unknown;
+}
+
+/**
+ * The one error of the guard. It is returned (not thrown) by `authenticate`, `verify` and
+ * `authorizeRequest`; an adapter answers it with {@link GuardError.status},
+ * `WWW-Authenticate: {@link GuardError.wwwAuthenticate}` and the body of {@link GuardError.toProblem}.
+ *
+ * @example
+ * const error = new GuardError('token_expired', { realm: 'orders' });
+ * error.status; // 401
+ * error.wwwAuthenticate; // 'Bearer realm="orders", error="invalid_token", error_description="The access token expired"'
+ */
+export class GuardError extends Error {
+  override readonly name = 'GuardError' as const;
+  readonly code: GuardErrorCode;
+  readonly status: 400 | 401 | 403;
+  readonly retryable = false as const;
+  /** The complete `WWW-Authenticate` header value (RFC 6750 §3). */
+  readonly wwwAuthenticate: string;
+
+  constructor(code: GuardErrorCode, options: GuardErrorOptions = {}) {
+    const row = guardErrorTable[code];
+    super(row.description, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.status = row.status;
+    this.wwwAuthenticate = buildChallenge(row.error, row.description, options);
+  }
+
+  /** The RFC 9457 problem details body (`application/problem+json`). */
+  toProblem(): GuardProblem {
+    const row = guardErrorTable[this.code];
+    return {
+      type: problemTypeBase + this.code.replaceAll('_', '-'),
+      title: row.title,
+      status: this.status,
+      detail: row.description,
+      code: this.code,
+      retryable: false,
+    };
+  }
+}
+
+function buildChallenge(
+  error: string | undefined,
+  description: string,
+  { realm = 'api', scope, resourceMetadata }: GuardErrorOptions,
+): string {
+  // Every value below is either from the fixed table or validated configuration: nothing to escape.
+  assertChallengeSafe(realm, 'realm');
+  let challenge = `Bearer realm="${realm}"`;
+  if (error !== undefined) challenge += `, error="${error}", error_description="${description}"`;
+  if (scope !== undefined && scope.length > 0) {
+    for (const item of scope) assertScopeToken(item, 'scope');
+    challenge += `, scope="${scope.join(' ')}"`;
+  }
+  if (resourceMetadata !== undefined) {
+    assertChallengeSafe(resourceMetadata, 'resourceMetadata');
+    challenge += `, resource_metadata="${resourceMetadata}"`;
+  }
+  return challenge;
+}
+
+/**
+ * True when `value` is a {@link GuardError}, also across copies of the package.
+ *
+ * @example
+ * if (isGuardError(result.error)) console.log(result.error.code);
+ */
+export function isGuardError(value: unknown): value is GuardError {
+  return value instanceof Error && value.name === 'GuardError' && typeof (value as GuardError).code === 'string';
+}

@@ -1,0 +1,84 @@
+import type { GuardErrorCode } from './errors.js';
+
+/** The request shape the guard reads: a header map (Node's, or `headersDistinct`) and the URL. */
+export interface GuardRequest {
+  headers: Record<string, string | string[] | undefined>;
+  url?: string;
+  method?: string;
+}
+
+/** Where the token was found, or why the request is refused before any token work. */
+export type TokenExtraction = { ok: true; token: string } | { ok: false; code: GuardErrorCode };
+
+// RFC 6750 §2.1: credentials = "Bearer" 1*SP b64token; the scheme is case-insensitive (RFC 7235).
+const bearerCredentials = /^bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
+const bearerPrefix = /^bearer(?:$|[^A-Za-z0-9!#$%&'*+.^_`|~-])/i;
+
+function values(value: string | string[] | undefined): string[] {
+  if (value === undefined) return [];
+  return Array.isArray(value) ? value : [value];
+}
+
+function queryTokens(url: string | undefined): string[] {
+  if (url === undefined) return [];
+  const question = url.indexOf('?');
+  if (question === -1) return [];
+  return new URLSearchParams(url.slice(question + 1)).getAll('access_token');
+}
+
+/**
+ * Finds the bearer token of a request:
+ * - no Authorization header, or another scheme (`Basic`, `Token`, `DPoP`): `token_missing`
+ *   (401 without an `error` attribute: the request carried no bearer credentials at all);
+ * - two Authorization headers, or a header and an `access_token` query parameter: `multiple_tokens` (400);
+ * - `Bearer` followed by nothing, a tab, or more than one token: `authorization_malformed` (400);
+ * - a header longer than `maxLength`: `token_too_large` (400), before any parsing.
+ * The query parameter counts as a token only with `allowQueryToken` (RFC 6750 §2.3 discourages it).
+ *
+ * @example
+ * extractBearerToken({ headers: { authorization: 'Bearer abc.def.ghi' } }, { allowQueryToken: false, maxLength: 8192 });
+ * // { ok: true, token: 'abc.def.ghi' }
+ */
+export function extractBearerToken(
+  request: GuardRequest,
+  options: { allowQueryToken: boolean; maxLength: number },
+): TokenExtraction {
+  const headers = values(request.headers.authorization);
+  const queries = queryTokens(request.url);
+  if (headers.length > 1 || queries.length > 1 || (headers.length === 1 && queries.length === 1)) {
+    return { ok: false, code: 'multiple_tokens' };
+  }
+  if (headers.length === 1) {
+    const header = headers[0] as string;
+    // The length check comes first: nothing below runs on an oversized value.
+    if (header.length > options.maxLength + 7) return { ok: false, code: 'token_too_large' };
+    if (!bearerPrefix.test(header)) return { ok: false, code: 'token_missing' };
+    const match = bearerCredentials.exec(header);
+    if (match === null) return { ok: false, code: 'authorization_malformed' };
+    return { ok: true, token: match[1] as string };
+  }
+  if (queries.length === 1 && options.allowQueryToken) {
+    const token = queries[0] as string;
+    if (token.length > options.maxLength) return { ok: false, code: 'token_too_large' };
+    if (token.length === 0) return { ok: false, code: 'authorization_malformed' };
+    return { ok: true, token };
+  }
+  return { ok: false, code: 'token_missing' };
+}
+
+/**
+ * Reads a single-valued token header (the internal token behind the gateway). Two values are
+ * `multiple_tokens`; none is `token_missing`.
+ *
+ * @example
+ * extractHeaderToken({ headers: { 'idem-internal-token': 'a.b.c' } }, 'idem-internal-token', 8192);
+ */
+export function extractHeaderToken(request: GuardRequest, name: string, maxLength: number): TokenExtraction {
+  const found = values(request.headers[name]);
+  if (found.length === 0) return { ok: false, code: 'token_missing' };
+  if (found.length > 1) return { ok: false, code: 'multiple_tokens' };
+  const token = (found[0] as string).trim();
+  if (token.length > maxLength) return { ok: false, code: 'token_too_large' };
+  if (token.length === 0) return { ok: false, code: 'authorization_malformed' };
+  return { ok: true, token };
+}

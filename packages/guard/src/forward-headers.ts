@@ -1,0 +1,41 @@
+import { defaultInternalTokenHeader, type InternalTokenIssuer } from './internal-token.js';
+import type { Principal } from './principal.js';
+import { type StripOptions, stripIdentityHeaders } from './strip-headers.js';
+
+/** Options of {@link forwardHeaders}. */
+export interface ForwardOptions extends StripOptions {
+  /** The gateway's internal token issuer. */
+  issuer: InternalTokenIssuer;
+  /** The upstream the request goes to: the internal token's `aud`. */
+  audience: string;
+  /** Header carrying the internal token (default `idem-internal-token`); always stripped first. */
+  header?: string;
+  /** Keep the caller's `Authorization` header (default false: the bearer never reaches the upstream). */
+  keepAuthorization?: boolean;
+}
+
+/**
+ * The headers a gateway sends upstream: the incoming headers without every identity family
+ * (case-, underscore- and duplicate-proof), without the caller's bearer token, plus a freshly minted
+ * internal token for `audience`. The input is not modified.
+ *
+ * @example
+ * const headers = await forwardHeaders(req.headers, req.auth, { issuer: internal, audience: 'orders-service' });
+ * await fetch('http://orders.internal' + req.url, { method: req.method, headers });
+ */
+export async function forwardHeaders<T extends string | string[] | number | undefined>(
+  incoming: Readonly<Record<string, T>>,
+  principal: Principal,
+  options: ForwardOptions,
+): Promise<Record<string, T | string>> {
+  const header = (options.header ?? defaultInternalTokenHeader).toLowerCase();
+  const stripped: Record<string, T | string> = stripIdentityHeaders(incoming, {
+    ...(options.namespaces === undefined ? {} : { namespaces: options.namespaces }),
+    extra: [...(options.extra ?? []), header],
+  });
+  if (options.keepAuthorization !== true) {
+    for (const name of Object.keys(stripped)) if (name.toLowerCase() === 'authorization') delete stripped[name];
+  }
+  stripped[header] = await options.issuer.mint(principal, { audience: options.audience });
+  return stripped;
+}

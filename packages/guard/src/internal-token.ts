@@ -1,0 +1,252 @@
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { importJWK, type JWK, SignJWT } from 'jose';
+import type { JwsAlgorithm } from './algorithms.js';
+import type { GuardEvent } from './events.js';
+import { extractHeaderToken } from './extract-token.js';
+import { buildEngine, type Guard, guardFromEngine, internalTokenType, type PublicKeyInput } from './guard.js';
+import type { RemoteJwksOptions } from './key-source.js';
+import { type Principal, principalFromClaims } from './principal.js';
+
+/** The default header carrying the internal token from the gateway to a service. */
+export const defaultInternalTokenHeader = 'idem-internal-token';
+
+/** A signing key of the gateway: Ed25519 (EdDSA) or P-256 (ES256). */
+export interface InternalSigningKey {
+  /** Key id published in the JWKS (default: the RFC 7638 thumbprint). */
+  kid?: string;
+  /** The private key: a `KeyObject`, PKCS#8 PEM, or a private JWK. */
+  privateKey: KeyObject | string | Record<string, unknown>;
+}
+
+/** Options of {@link createInternalTokenIssuer}. */
+export interface InternalTokenIssuerOptions {
+  /** The gateway's issuer name (`iss` of every internal token). */
+  issuer: string;
+  /** Signing keys, newest first; the first signs. Default: one fresh Ed25519 key. */
+  keys?: readonly InternalSigningKey[];
+  /** Lifetime of an internal token in seconds (default 60). */
+  ttl?: number;
+  /** Names of further claims copied from the caller's token (e.g. `['email', 'tenant']`). */
+  claims?: readonly string[];
+  /** How many keys `jwks()` publishes, current one included (default 3), so rotation overlaps. */
+  maxPublishedKeys?: number;
+  /** Clock in epoch milliseconds (default `Date.now`). */
+  now?: () => number;
+}
+
+/** Mints the gateway's internal tokens and publishes their keys. */
+export interface InternalTokenIssuer {
+  readonly issuer: string;
+  /** The kid of the signing key in use. */
+  readonly currentKid: string;
+  /** Mints a token for one upstream (`aud`) carrying the caller's identity. */
+  mint(principal: Principal, options: { audience: string }): Promise<string>;
+  /** The public keys as a JWKS, for services to verify with (serve it, or pass it to `createInternalVerifier`). */
+  jwks(): { keys: JWK[] };
+  /** Makes `key` (default: a fresh Ed25519 key) the signing key; older keys stay published. Returns its kid. */
+  rotate(key?: InternalSigningKey): string;
+}
+
+interface SigningEntry {
+  kid: string;
+  alg: 'EdDSA' | 'ES256';
+  publicJwk: JWK;
+  signingKey: Promise<CryptoKey>;
+}
+
+/** Claims reserved by the internal token; extra claims never overwrite them. */
+const reservedClaims = new Set([
+  'iss',
+  'sub',
+  'aud',
+  'exp',
+  'iat',
+  'nbf',
+  'jti',
+  'scope',
+  'roles',
+  'client_id',
+  'orig_iss',
+  'orig_aud',
+  'cnf',
+  'nonce',
+]);
+
+function thumbprint(jwk: JWK): string {
+  const members =
+    jwk.kty === 'OKP' ? { crv: jwk.crv, kty: jwk.kty, x: jwk.x } : { crv: jwk.crv, kty: jwk.kty, x: jwk.x, y: jwk.y };
+  return createHash('sha256').update(JSON.stringify(members)).digest('base64url');
+}
+
+function toSigningEntry(input: InternalSigningKey | undefined): SigningEntry {
+  let privateKey: KeyObject;
+  if (input === undefined) privateKey = generateKeyPairSync('ed25519').privateKey;
+  else if (typeof input.privateKey === 'string') privateKey = createPrivateKey(input.privateKey);
+  else if ('asymmetricKeyType' in input.privateKey) privateKey = input.privateKey as KeyObject;
+  else privateKey = createPrivateKey({ key: input.privateKey as never, format: 'jwk' });
+  if (privateKey.type !== 'private') throw new TypeError('internal token keys must be private keys');
+  let alg: 'EdDSA' | 'ES256';
+  if (privateKey.asymmetricKeyType === 'ed25519') alg = 'EdDSA';
+  else if (privateKey.asymmetricKeyType === 'ec' && privateKey.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
+    alg = 'ES256';
+  } else throw new TypeError('internal token keys must be Ed25519 (EdDSA) or P-256 (ES256)');
+  const publicJwk = createPublicKey(privateKey).export({ format: 'jwk' }) as JWK;
+  const kid = input?.kid ?? thumbprint(publicJwk);
+  const privateJwk = privateKey.export({ format: 'jwk' }) as JWK;
+  const signingKey = importJWK(privateJwk, alg) as Promise<CryptoKey>;
+  signingKey.catch(() => {});
+  return { kid, alg, publicJwk: { ...publicJwk, kid, alg, use: 'sig' }, signingKey };
+}
+
+/**
+ * The gateway's internal token issuer (research section 4, lesson 2). Tokens are short-lived (60 s),
+ * `aud` is the one upstream they are minted for, `iss` is the gateway, `typ` is `internal+jwt` so
+ * they never pass as edge tokens (and edge tokens never pass as them), and they carry `sub`, `scope`,
+ * `roles`, `client_id`, the original `jti`, and the original `iss`/`aud` as `orig_iss`/`orig_aud`.
+ *
+ * @example
+ * const internal = createInternalTokenIssuer({ issuer: 'https://gateway.example' });
+ * const token = await internal.mint(principal, { audience: 'orders-service' });
+ * app.get('/.well-known/jwks.json', (_req, res) => res.json(internal.jwks()));
+ */
+export function createInternalTokenIssuer(options: InternalTokenIssuerOptions): InternalTokenIssuer {
+  if (typeof options?.issuer !== 'string' || options.issuer.length === 0) {
+    throw new TypeError('createInternalTokenIssuer needs an issuer');
+  }
+  const ttl = options.ttl ?? 60;
+  if (!Number.isSafeInteger(ttl) || ttl < 1 || ttl > 3600) throw new TypeError('ttl must be 1 to 3600 seconds');
+  const maxPublished = options.maxPublishedKeys ?? 3;
+  if (!Number.isSafeInteger(maxPublished) || maxPublished < 1) throw new TypeError('maxPublishedKeys must be ≥ 1');
+  const now = options.now ?? Date.now;
+  const extraClaims = (options.claims ?? []).filter((name) => !reservedClaims.has(name));
+  let entries: SigningEntry[] =
+    options.keys !== undefined && options.keys.length > 0
+      ? options.keys.map(toSigningEntry)
+      : [toSigningEntry(undefined)];
+  if (new Set(entries.map((entry) => entry.kid)).size !== entries.length) throw new TypeError('duplicate internal kid');
+
+  return {
+    issuer: options.issuer,
+    get currentKid() {
+      return (entries[0] as SigningEntry).kid;
+    },
+    async mint(principal, { audience }) {
+      if (typeof audience !== 'string' || audience.length === 0) throw new TypeError('mint needs an audience');
+      const current = entries[0] as SigningEntry;
+      const issuedAt = Math.floor(now() / 1000);
+      const claims: Record<string, unknown> = {};
+      for (const name of extraClaims) if (principal.claims[name] !== undefined) claims[name] = principal.claims[name];
+      if (principal.scope.size > 0) claims.scope = [...principal.scope].join(' ');
+      if (principal.roles.size > 0) claims.roles = [...principal.roles];
+      if (principal.clientId !== undefined) claims.client_id = principal.clientId;
+      if (principal.jti !== undefined) claims.jti = principal.jti;
+      claims.orig_iss = principal.iss;
+      claims.orig_aud = [...principal.aud];
+      return new SignJWT(claims)
+        .setProtectedHeader({ alg: current.alg, kid: current.kid, typ: internalTokenType })
+        .setIssuer(options.issuer)
+        .setSubject(principal.sub)
+        .setAudience(audience)
+        .setIssuedAt(issuedAt)
+        .setExpirationTime(issuedAt + ttl)
+        .sign(await current.signingKey);
+    },
+    jwks() {
+      return { keys: entries.map((entry) => ({ ...entry.publicJwk })) };
+    },
+    rotate(key) {
+      const entry = toSigningEntry(key);
+      if (entries.some((existing) => existing.kid === entry.kid)) throw new TypeError('duplicate internal kid');
+      entries = [entry, ...entries].slice(0, maxPublished);
+      return entry.kid;
+    },
+  };
+}
+
+/** Options of {@link createInternalVerifier}. Durations in seconds. */
+export interface InternalVerifierOptions {
+  /** The gateway's issuer name. */
+  issuer: string;
+  /** This service's name: the `aud` the gateway minted for it. */
+  audience: string | readonly string[];
+  /** The gateway's public keys (PEM or JWK). */
+  keys?: readonly PublicKeyInput[];
+  /** The gateway's JWKS object (e.g. `issuer.jwks()` in one process, or loaded from a file). */
+  jwks?: { keys: readonly unknown[] };
+  /** The gateway's JWKS URL. */
+  jwksUri?: string;
+  jwksOptions?: Omit<RemoteJwksOptions, 'uri'>;
+  /** Accepted algorithms (default `['EdDSA', 'ES256']`). */
+  algorithms?: readonly JwsAlgorithm[];
+  /** Header carrying the token (default `idem-internal-token`). */
+  header?: string;
+  /** Allowed clock skew (default 5, at most 60). */
+  clockTolerance?: number;
+  realm?: string;
+  now?: () => number;
+  fetch?: typeof globalThis.fetch;
+  onEvent?: (event: GuardEvent) => void;
+  cache?: false | { maxEntries?: number };
+}
+
+/**
+ * The verifier for services behind the gateway. It checks only what spec 5.3 asks of them: the
+ * gateway's signature, this service's audience, expiry, and the `internal+jwt` type. The caller's own
+ * token was validated at the edge and is not re-validated. It yields the same {@link Principal} shape
+ * (with the original issuer and audience) and reads the token from the internal header.
+ *
+ * @example
+ * const verifier = createInternalVerifier({ issuer: 'https://gateway.example', audience: 'orders-service', jwks });
+ * const result = await verifier.authenticate({ headers: req.headers });
+ */
+export function createInternalVerifier(options: InternalVerifierOptions): Guard {
+  if (options === null || typeof options !== 'object') throw new TypeError('createInternalVerifier needs options');
+  const header = (options.header ?? defaultInternalTokenHeader).toLowerCase();
+  const { engine, stats, realm } = buildEngine(
+    {
+      issuers: [
+        {
+          issuer: options.issuer,
+          audience: options.audience,
+          algorithms: options.algorithms ?? ['EdDSA', 'ES256'],
+          ...(options.keys === undefined ? {} : { publicKeys: options.keys }),
+          ...(options.jwks === undefined ? {} : { jwks: options.jwks }),
+          ...(options.jwksUri === undefined ? {} : { jwksUri: options.jwksUri }),
+          ...(options.jwksOptions === undefined ? {} : { jwksOptions: options.jwksOptions }),
+          typ: [internalTokenType],
+          ...(options.clockTolerance === undefined ? {} : { clockTolerance: options.clockTolerance }),
+        },
+      ],
+      ...(options.realm === undefined ? {} : { realm: options.realm }),
+      ...(options.now === undefined ? {} : { now: options.now }),
+      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+      ...(options.onEvent === undefined ? {} : { onEvent: options.onEvent }),
+      ...(options.cache === undefined ? {} : { cache: options.cache }),
+    },
+    {
+      refusedTypes: new Set(),
+      principal: (claims, issuer) =>
+        principalFromClaims(claims, {
+          rolesClaim: issuer.rolesClaim,
+          issuer: typeof claims.orig_iss === 'string' ? claims.orig_iss : issuer.issuer,
+          ...(Array.isArray(claims.orig_aud) && claims.orig_aud.every((item) => typeof item === 'string')
+            ? { audience: claims.orig_aud as string[] }
+            : {}),
+        }),
+    },
+  );
+  return guardFromEngine(engine, stats, realm, (request) =>
+    extractHeaderToken(request, header, engine.limits.maxTokenLength),
+  );
+}
+
+/**
+ * One-shot form of {@link createInternalVerifier}: verifies a single internal token. Prefer a verifier
+ * built once per process; this one imports the keys on every call.
+ *
+ * @example
+ * const result = await verifyInternalToken(token, { issuer: 'https://gateway.example', audience: 'orders', jwks });
+ */
+export function verifyInternalToken(token: string, options: InternalVerifierOptions) {
+  return createInternalVerifier({ ...options, cache: false }).verify(token);
+}

@@ -1,0 +1,231 @@
+import { createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto';
+import { importJWK, type JWK } from 'jose';
+import { ecCurveOf, hmacMinimumBytes, isJwsAlgorithm, type JwsAlgorithm, keyFamilyOf } from './algorithms.js';
+import { decodeCanonicalBase64url, isPlainObject } from './compact-jws.js';
+import { isRocaModulus } from './roca.js';
+
+/** A key ready to verify signatures of exactly one algorithm. */
+export interface VerificationKey {
+  kid: string | undefined;
+  /** The one algorithm this key verifies; a token naming another algorithm never reaches it. */
+  alg: JwsAlgorithm;
+  key: CryptoKey;
+}
+
+/** Why a single key was left out of a key set. */
+export type KeyDropReason =
+  | 'not-an-object'
+  | 'wrong-use'
+  | 'wrong-key-ops'
+  | 'unknown-alg'
+  | 'alg-mismatch'
+  | 'alg-not-allowed'
+  | 'no-allowed-alg'
+  | 'symmetric-not-allowed'
+  | 'weak-key'
+  | 'unsupported-key-type'
+  | 'invalid-kid'
+  | 'invalid-key';
+
+/** Why a whole key set was refused (the previous set, if any, stays in use). */
+export type KeySetRejection = 'not-a-key-set' | 'private-key' | 'duplicate-kid' | 'mixed-key-types';
+
+/** How keys are checked. */
+export interface KeyPolicy {
+  /** Algorithms the issuer accepts; a key's algorithm must be one of them. */
+  algorithms: readonly JwsAlgorithm[];
+  /** Whether `oct` (HMAC) keys may be used; never for keys fetched over the network. */
+  allowSymmetric: boolean;
+}
+
+/** A key that passed every check and only waits for its asynchronous import. */
+export interface CheckedKey {
+  kid: string | undefined;
+  alg: JwsAlgorithm;
+  jwk: JWK;
+}
+
+const privateMembers = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth'] as const;
+
+function bytesToBigInt(bytes: Uint8Array): bigint {
+  let value = 0n;
+  for (const byte of bytes) value = (value << 8n) | BigInt(byte);
+  return value;
+}
+
+function bitLength(bytes: Uint8Array): number {
+  let index = 0;
+  while (index < bytes.length && bytes[index] === 0) index++;
+  if (index === bytes.length) return 0;
+  return (bytes.length - index - 1) * 8 + (32 - Math.clz32(bytes[index] as number));
+}
+
+function inferAlgorithm(jwk: Record<string, unknown>, policy: KeyPolicy): JwsAlgorithm | undefined {
+  // A JWK without `alg` gets the first algorithm of the issuer's own list that fits its type:
+  // pinned by configuration, never chosen by the token header (research case 14).
+  for (const alg of policy.algorithms) {
+    const family = keyFamilyOf(alg);
+    if (family !== jwk.kty) continue;
+    if (family === 'EC' && ecCurveOf[alg as keyof typeof ecCurveOf] !== jwk.crv) continue;
+    if (family === 'OKP' && jwk.crv !== 'Ed25519') continue;
+    return alg;
+  }
+  return undefined;
+}
+
+/**
+ * Checks one public JWK (or, when allowed, an HMAC secret as an `oct` JWK) synchronously: use and
+ * key_ops, the algorithm binding, key strength (RSA ≥ 2048 bits, odd e ≥ 3, no ROCA modulus; HMAC at
+ * least the hash length), and that the key material parses (an EC point must be on its curve).
+ *
+ * @example
+ * checkJwk({ kty: 'OKP', crv: 'Ed25519', x: '...' }, { algorithms: ['EdDSA'], allowSymmetric: false });
+ */
+export function checkJwk(
+  input: unknown,
+  policy: KeyPolicy,
+): { ok: true; key: CheckedKey } | { ok: false; reason: KeyDropReason } {
+  if (!isPlainObject(input)) return { ok: false, reason: 'not-an-object' };
+  const jwk = input;
+  if (jwk.kid !== undefined && (typeof jwk.kid !== 'string' || jwk.kid.length === 0)) {
+    return { ok: false, reason: 'invalid-kid' };
+  }
+  if (jwk.use !== undefined && jwk.use !== 'sig') return { ok: false, reason: 'wrong-use' };
+  if (jwk.key_ops !== undefined && (!Array.isArray(jwk.key_ops) || !jwk.key_ops.includes('verify'))) {
+    return { ok: false, reason: 'wrong-key-ops' };
+  }
+  if (jwk.kty !== 'oct' && jwk.kty !== 'RSA' && jwk.kty !== 'EC' && jwk.kty !== 'OKP') {
+    return { ok: false, reason: 'unsupported-key-type' };
+  }
+  let alg: JwsAlgorithm | undefined;
+  if (jwk.alg !== undefined) {
+    // RFC 7520's first drafts named the P-521 algorithm "ES521"; it can only mean ES512 on P-521.
+    const named = jwk.alg === 'ES521' && jwk.crv === 'P-521' ? 'ES512' : jwk.alg;
+    if (!isJwsAlgorithm(named)) return { ok: false, reason: 'unknown-alg' };
+    if (keyFamilyOf(named) !== jwk.kty) return { ok: false, reason: 'alg-mismatch' };
+    if (keyFamilyOf(named) === 'EC' && ecCurveOf[named as keyof typeof ecCurveOf] !== jwk.crv) {
+      return { ok: false, reason: 'alg-mismatch' };
+    }
+    if (!policy.algorithms.includes(named)) return { ok: false, reason: 'alg-not-allowed' };
+    alg = named;
+  } else {
+    alg = inferAlgorithm(jwk, policy);
+    if (alg === undefined) return { ok: false, reason: 'no-allowed-alg' };
+  }
+  const kid = jwk.kid as string | undefined;
+
+  if (jwk.kty === 'oct') {
+    if (!policy.allowSymmetric) return { ok: false, reason: 'symmetric-not-allowed' };
+    const secret = typeof jwk.k === 'string' ? decodeCanonicalBase64url(jwk.k) : undefined;
+    if (secret === undefined) return { ok: false, reason: 'invalid-key' };
+    if (secret.length < hmacMinimumBytes[alg as keyof typeof hmacMinimumBytes])
+      return { ok: false, reason: 'weak-key' };
+    return { ok: true, key: { kid, alg, jwk: { kty: 'oct', k: jwk.k as string } } };
+  }
+
+  let publicJwk: JWK;
+  if (jwk.kty === 'RSA') {
+    const n = typeof jwk.n === 'string' ? decodeCanonicalBase64url(jwk.n) : undefined;
+    const e = typeof jwk.e === 'string' ? decodeCanonicalBase64url(jwk.e) : undefined;
+    if (n === undefined || e === undefined || e.length > 8) return { ok: false, reason: 'invalid-key' };
+    const exponent = bytesToBigInt(e);
+    const modulus = bytesToBigInt(n);
+    if (bitLength(n) < 2048 || exponent < 3n || exponent % 2n === 0n || isRocaModulus(modulus)) {
+      return { ok: false, reason: 'weak-key' };
+    }
+    publicJwk = { kty: 'RSA', n: jwk.n as string, e: jwk.e as string };
+  } else if (jwk.kty === 'EC') {
+    publicJwk = { kty: 'EC', crv: jwk.crv as string, x: jwk.x as string, y: jwk.y as string };
+  } else {
+    if (jwk.crv !== 'Ed25519') return { ok: false, reason: 'unsupported-key-type' };
+    publicJwk = { kty: 'OKP', crv: 'Ed25519', x: jwk.x as string };
+  }
+  try {
+    // Parses the material now (curve membership, encodings) so a bad key fails at load, not per request.
+    createPublicKey({ key: publicJwk as JsonWebKey, format: 'jwk' });
+  } catch {
+    return { ok: false, reason: 'invalid-key' };
+  }
+  return { ok: true, key: { kid, alg, jwk: publicJwk } };
+}
+
+/**
+ * Imports a checked key as a non-extractable `CryptoKey` for its one algorithm.
+ *
+ * @example
+ * const key = await importCheckedKey(checked.key);
+ */
+export async function importCheckedKey(checked: CheckedKey): Promise<VerificationKey> {
+  if (checked.jwk.kty === 'oct') {
+    const hash = `SHA-${checked.alg.slice(2)}`;
+    const raw = decodeCanonicalBase64url(checked.jwk.k as string) as Uint8Array<ArrayBuffer>;
+    const key = await crypto.subtle.importKey('raw', raw, { name: 'HMAC', hash }, false, ['verify']);
+    return { kid: checked.kid, alg: checked.alg, key };
+  }
+  const key = (await importJWK(checked.jwk, checked.alg)) as CryptoKey;
+  return { kid: checked.kid, alg: checked.alg, key };
+}
+
+/** The outcome of {@link importKeySet}. */
+export type KeySetResult =
+  | { ok: true; keys: VerificationKey[]; dropped: Array<{ kid: string | undefined; reason: KeyDropReason }> }
+  | { ok: false; reason: KeySetRejection };
+
+/**
+ * Imports a JWKS. The whole set is refused when it is not `{ keys: [...] }`, holds private key
+ * material, repeats a `kid`, or mixes symmetric and asymmetric keys (Wycheproof `MixedKeySet`,
+ * `DuplicateKid`). Single unusable keys are dropped and reported.
+ *
+ * @example
+ * const result = await importKeySet(await response.json(), { algorithms: ['RS256'], allowSymmetric: false });
+ */
+export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<KeySetResult> {
+  if (!isPlainObject(input) || !Array.isArray(input.keys)) return { ok: false, reason: 'not-a-key-set' };
+  const kids = new Set<string>();
+  let symmetric = false;
+  let asymmetric = false;
+  for (const entry of input.keys) {
+    if (!isPlainObject(entry)) continue;
+    if (privateMembers.some((member) => member in entry)) return { ok: false, reason: 'private-key' };
+    if (typeof entry.kid === 'string') {
+      if (kids.has(entry.kid)) return { ok: false, reason: 'duplicate-kid' };
+      kids.add(entry.kid);
+    }
+    if (entry.kty === 'oct') symmetric = true;
+    else asymmetric = true;
+  }
+  if (symmetric && asymmetric) return { ok: false, reason: 'mixed-key-types' };
+  const keys: VerificationKey[] = [];
+  const dropped: Array<{ kid: string | undefined; reason: KeyDropReason }> = [];
+  for (const entry of input.keys) {
+    const checked = checkJwk(entry, policy);
+    const kid = isPlainObject(entry) && typeof entry.kid === 'string' ? entry.kid : undefined;
+    if (!checked.ok) {
+      dropped.push({ kid, reason: checked.reason });
+      continue;
+    }
+    try {
+      keys.push(await importCheckedKey(checked.key));
+    } catch {
+      dropped.push({ kid, reason: 'invalid-key' });
+    }
+  }
+  return { ok: true, keys, dropped };
+}
+
+/**
+ * Turns a PEM public key or certificate (SPKI, PKCS#1 `RSA PUBLIC KEY`, X.509) into a JWK.
+ * Throws a `TypeError` when the text is not a public key.
+ *
+ * @example
+ * const jwk = pemToJwk(readFileSync('issuer.pub', 'utf8'));
+ */
+export function pemToJwk(pem: string): Record<string, unknown> {
+  let keyObject: KeyObject;
+  try {
+    keyObject = createPublicKey(pem);
+  } catch (cause) {
+    throw new TypeError('publicKeys: a PEM entry is not a public key or certificate', { cause });
+  }
+  return keyObject.export({ format: 'jwk' }) as Record<string, unknown>;
+}

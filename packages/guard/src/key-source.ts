@@ -1,0 +1,313 @@
+import type { JwsAlgorithm } from './algorithms.js';
+import type { GuardEvent } from './events.js';
+import { importKeySet, type KeyPolicy, type VerificationKey } from './key-import.js';
+import { parseStrictJson } from './strict-json.js';
+
+/** What a key source answers for a token's `kid` and `alg`. */
+export type KeyLookup =
+  | { kind: 'found'; keys: readonly VerificationKey[] }
+  | { kind: 'unknown-kid' }
+  | { kind: 'alg-mismatch' }
+  | { kind: 'unavailable' };
+
+/** Where an issuer's verification keys come from. */
+export interface KeySource {
+  lookup(kid: string | undefined, alg: JwsAlgorithm): Promise<KeyLookup>;
+}
+
+function match(keys: readonly VerificationKey[], kid: string | undefined, alg: JwsAlgorithm): KeyLookup | undefined {
+  if (kid !== undefined) {
+    // `kid` is only ever an exact map key: no paths, no queries, no patterns (research case 17).
+    const sameKid = keys.filter((key) => key.kid === kid);
+    if (sameKid.length === 0) return undefined;
+    const usable = sameKid.filter((key) => key.alg === alg);
+    return usable.length === 0 ? { kind: 'alg-mismatch' } : { kind: 'found', keys: usable };
+  }
+  const usable = keys.filter((key) => key.alg === alg);
+  return usable.length === 0 ? undefined : { kind: 'found', keys: usable };
+}
+
+/**
+ * A fixed set of keys (configured secret, PEM or JWK keys).
+ *
+ * @example
+ * const source = staticKeySource(Promise.resolve([key]));
+ */
+export function staticKeySource(keys: Promise<readonly VerificationKey[]>): KeySource {
+  return {
+    async lookup(kid, alg) {
+      const resolved = await keys;
+      return match(resolved, kid, alg) ?? { kind: 'unknown-kid' };
+    },
+  };
+}
+
+/** Options of a remote JWKS. Durations are in seconds. */
+export interface RemoteJwksOptions {
+  /** The JWKS URL. `https:` unless the host is loopback (tests, sidecars). */
+  uri: string;
+  /** Fetch timeout (default 5). */
+  timeout?: number;
+  /** Minimum time between two fetches triggered by unknown kids or failures (default 30). */
+  cooldown?: number;
+  /** Cache lifetime when the response has no usable cache headers (default 600). */
+  defaultTtl?: number;
+  /** Lower bound on a cache lifetime taken from headers (default 30). */
+  minTtl?: number;
+  /** Upper bound on a cache lifetime taken from headers (default 86400). */
+  maxTtl?: number;
+  /** How long past expiry the last good keys stay usable while the endpoint fails (default 3600; 0 disables). */
+  staleIfError?: number;
+  /** How long a kid that a fresh fetch did not contain is answered from memory (default: the cooldown). */
+  negativeTtl?: number;
+  /** Largest accepted response body in bytes (default 262144). */
+  maxBytes?: number;
+  /** Largest number of remembered unknown kids (default 10000). */
+  maxUnknownKids?: number;
+  /** Extra request headers (for example an API key of a private JWKS). */
+  headers?: Record<string, string>;
+}
+
+interface KeySetState {
+  keys: readonly VerificationKey[];
+  fetchedAt: number;
+  expiresAt: number;
+}
+
+/** A remote JWKS source with its cache, exposed so tests and operators can inspect it. */
+export interface RemoteKeySource extends KeySource {
+  /** Fetches now (shares a fetch already in flight). Resolves to whether the fetch succeeded. */
+  refresh(): Promise<boolean>;
+}
+
+function parseCacheLifetime(headers: Headers, now: number): number | undefined {
+  const cacheControl = headers.get('cache-control');
+  if (cacheControl !== null) {
+    const directives = cacheControl.toLowerCase();
+    if (/(?:^|[,\s])(?:no-store|no-cache)(?:$|[,\s=])/.test(directives)) return 0;
+    const maxAge = /(?:^|[,\s])max-age\s*=\s*"?(\d+)"?/.exec(directives);
+    if (maxAge !== null) return Number(maxAge[1]);
+  }
+  const expires = headers.get('expires');
+  if (expires !== null) {
+    const expiresAt = Date.parse(expires);
+    const date = headers.get('date');
+    const reference = date !== null && !Number.isNaN(Date.parse(date)) ? Date.parse(date) : now;
+    if (!Number.isNaN(expiresAt)) return Math.max(0, Math.floor((expiresAt - reference) / 1000));
+  }
+  return undefined;
+}
+
+function seconds(value: number | undefined, fallback: number, name: string): number {
+  const result = value ?? fallback;
+  if (typeof result !== 'number' || !Number.isFinite(result) || result < 0) {
+    throw new TypeError(`${name} must be a finite, non-negative number of seconds`);
+  }
+  return result;
+}
+
+class FetchFailure extends Error {
+  constructor(
+    readonly reason: 'timeout' | 'network' | 'status' | 'too-large' | 'invalid-json',
+    readonly status?: number,
+  ) {
+    super(reason);
+  }
+}
+
+async function readLimited(response: Response, maxBytes: number): Promise<string> {
+  const declared = Number(response.headers.get('content-length'));
+  if (Number.isFinite(declared) && declared > maxBytes) throw new FailureTooLarge();
+  if (response.body === null) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel();
+      throw new FailureTooLarge();
+    }
+    chunks.push(value);
+  }
+  return new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks));
+}
+
+class FailureTooLarge extends FetchFailure {
+  constructor() {
+    super('too-large');
+  }
+}
+
+/**
+ * A remote JWKS with the behaviour none of the anchors combine (research section 10, items 1 and 2):
+ * - cached for the server's `Cache-Control: max-age` / `Expires`, clamped to [minTtl, maxTtl];
+ * - an unknown `kid` triggers at most one refetch per cooldown, and every caller waiting meanwhile
+ *   shares the one request in flight; kids a fresh fetch did not contain are remembered for
+ *   `negativeTtl`, so a flood of random kids costs one fetch;
+ * - when the cache has expired and the endpoint fails, the last good keys keep working for
+ *   `staleIfError` seconds past expiry, then lookups fail closed (`unavailable`);
+ * - fetches time out, never follow redirects, refuse bodies over `maxBytes`, duplicate-key JSON,
+ *   private keys, duplicate kids and symmetric keys, and keep the previous set when they do.
+ *
+ * @example
+ * const source = remoteKeySource({ uri: 'https://id.example/jwks' }, { algorithms: ['RS256'], allowSymmetric: false }, {
+ *   now: Date.now, fetch: globalThis.fetch, emit: () => {},
+ * });
+ */
+export function remoteKeySource(
+  options: RemoteJwksOptions,
+  policy: KeyPolicy,
+  context: {
+    now: () => number;
+    fetch: typeof globalThis.fetch;
+    emit: (event: GuardEvent) => void;
+    /** Called when a new set no longer holds a key of the previous one (a key was retired). */
+    onKeysRetired?: () => void;
+  },
+): RemoteKeySource {
+  let url: URL;
+  try {
+    url = new URL(options.uri);
+  } catch (cause) {
+    throw new TypeError('jwksUri must be an absolute URL', { cause });
+  }
+  const loopback = url.hostname === 'localhost' || url.hostname === '127.0.0.1' || url.hostname === '[::1]';
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
+    throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
+  }
+  const uri = url.href;
+  const timeoutMs = seconds(options.timeout, 5, 'jwks timeout') * 1000;
+  const cooldownMs = seconds(options.cooldown, 30, 'jwks cooldown') * 1000;
+  const defaultTtlMs = seconds(options.defaultTtl, 600, 'jwks defaultTtl') * 1000;
+  const minTtlMs = seconds(options.minTtl, 30, 'jwks minTtl') * 1000;
+  const maxTtlMs = seconds(options.maxTtl, 86_400, 'jwks maxTtl') * 1000;
+  const staleMs = seconds(options.staleIfError, 3600, 'jwks staleIfError') * 1000;
+  const negativeTtlMs = seconds(options.negativeTtl, cooldownMs / 1000, 'jwks negativeTtl') * 1000;
+  const maxBytes = options.maxBytes ?? 262_144;
+  const maxUnknownKids = options.maxUnknownKids ?? 10_000;
+  const { now, emit } = context;
+
+  let state: KeySetState | undefined;
+  let inFlight: Promise<boolean> | undefined;
+  let lastAttemptAt = Number.NEGATIVE_INFINITY;
+  const unknownKids = new Map<string, number>();
+
+  async function fetchOnce(): Promise<boolean> {
+    const started = now();
+    lastAttemptAt = started;
+    const startedClock = performance.now();
+    const finish = (event: Omit<Extract<GuardEvent, { type: 'jwks-fetch' }>, 'type' | 'uri' | 'durationMs' | 'at'>) =>
+      emit({ type: 'jwks-fetch', uri, durationMs: performance.now() - startedClock, at: now(), ...event });
+    try {
+      let response: Response;
+      try {
+        response = await context.fetch(uri, {
+          // A redirect is a failure: the configured URL is the trust anchor, not wherever it points.
+          redirect: 'manual',
+          signal: AbortSignal.timeout(timeoutMs),
+          headers: { accept: 'application/jwk-set+json, application/json', ...options.headers },
+        });
+      } catch (cause) {
+        const name = (cause as { name?: string })?.name;
+        throw new FetchFailure(name === 'TimeoutError' || name === 'AbortError' ? 'timeout' : 'network');
+      }
+      if (response.status !== 200) {
+        await response.body?.cancel().catch(() => {});
+        throw new FetchFailure('status', response.status);
+      }
+      let text: string;
+      try {
+        text = await readLimited(response, maxBytes);
+      } catch (cause) {
+        if (cause instanceof FetchFailure) throw cause;
+        const name = (cause as { name?: string })?.name;
+        throw new FetchFailure(name === 'TimeoutError' || name === 'AbortError' ? 'timeout' : 'invalid-json');
+      }
+      const parsed = parseStrictJson(text, 8);
+      if (!parsed.ok) throw new FetchFailure('invalid-json', response.status);
+      const imported = await importKeySet(parsed.value, policy);
+      if (!imported.ok) {
+        emit({ type: 'jwks-rejected', uri, reason: imported.reason, at: now() });
+        finish({ ok: false, status: 200, reason: imported.reason });
+        return false;
+      }
+      for (const drop of imported.dropped) {
+        emit({ type: 'jwks-key-dropped', uri, kid: drop.kid, reason: drop.reason, at: now() });
+      }
+      const lifetime = parseCacheLifetime(response.headers, now());
+      const ttlMs = lifetime === undefined ? defaultTtlMs : Math.min(maxTtlMs, Math.max(minTtlMs, lifetime * 1000));
+      const fetchedAt = now();
+      const previous = state?.keys ?? [];
+      state = { keys: imported.keys, fetchedAt, expiresAt: fetchedAt + ttlMs };
+      // Tokens cached under a retired key must be verified again (research section 10, item 10).
+      if (previous.some((old) => !imported.keys.some((key) => key.kid === old.kid && key.alg === old.alg))) {
+        context.onKeysRetired?.();
+      }
+      // Kids remembered as unknown may be in the new set.
+      unknownKids.clear();
+      finish({ ok: true, status: 200, keys: imported.keys.length });
+      return true;
+    } catch (error) {
+      if (error instanceof FetchFailure) {
+        finish({ ok: false, reason: error.reason, ...(error.status === undefined ? {} : { status: error.status }) });
+        return false;
+      }
+      finish({ ok: false, reason: 'network' });
+      return false;
+    }
+  }
+
+  function refresh(): Promise<boolean> {
+    inFlight ??= fetchOnce().finally(() => {
+      inFlight = undefined;
+    });
+    return inFlight;
+  }
+
+  function rememberUnknown(kid: string): void {
+    if (unknownKids.size >= maxUnknownKids) {
+      const oldest = unknownKids.keys().next();
+      if (!oldest.done) unknownKids.delete(oldest.value);
+    }
+    unknownKids.set(kid, now() + negativeTtlMs);
+  }
+
+  async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {
+    const at = now();
+    if (state !== undefined && at < state.expiresAt) return state.keys;
+    // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
+    if (inFlight !== undefined || at - lastAttemptAt >= cooldownMs) await refresh();
+    const after = now();
+    if (state === undefined) return undefined;
+    if (after < state.expiresAt) return state.keys;
+    if (after < state.expiresAt + staleMs) {
+      emit({ type: 'jwks-stale', uri, ageMs: after - state.fetchedAt, at: after });
+      return state.keys;
+    }
+    return undefined;
+  }
+
+  return {
+    refresh,
+    async lookup(kid, alg) {
+      const keys = await currentKeys();
+      if (keys === undefined) return { kind: 'unavailable' };
+      const found = match(keys, kid, alg);
+      if (found !== undefined) return found;
+      const memoryKey = kid ?? '';
+      const rememberedUntil = unknownKids.get(memoryKey);
+      if (rememberedUntil !== undefined && now() < rememberedUntil) return { kind: 'unknown-kid' };
+      if (inFlight !== undefined || now() - lastAttemptAt >= cooldownMs) {
+        // One fetch per cooldown, shared by every caller that arrives while it runs.
+        await refresh();
+        const again = state === undefined ? undefined : match(state.keys, kid, alg);
+        if (again !== undefined) return again;
+      }
+      rememberUnknown(memoryKey);
+      return { kind: 'unknown-kid' };
+    },
+  };
+}

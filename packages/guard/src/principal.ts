@@ -1,0 +1,65 @@
+/**
+ * Who the caller is, as the guard established it. Immutable; `scope` and `roles` are sets so a check
+ * reads `principal.scope.has('orders:write')` whatever the issuer's claim shape was.
+ */
+export interface Principal {
+  readonly sub: string;
+  /** The issuer of the caller's token (behind the gateway: the original issuer, not the gateway). */
+  readonly iss: string;
+  readonly aud: readonly string[];
+  readonly scope: ReadonlySet<string>;
+  readonly roles: ReadonlySet<string>;
+  readonly clientId: string | undefined;
+  readonly jti: string | undefined;
+  /** Every claim of the verified token. */
+  readonly claims: Readonly<Record<string, unknown>>;
+}
+
+function addWords(target: Set<string>, value: unknown): void {
+  if (typeof value === 'string') {
+    for (const word of value.split(' ')) if (word.length > 0) target.add(word);
+  } else if (Array.isArray(value)) {
+    for (const item of value) if (typeof item === 'string' && item.length > 0) target.add(item);
+  }
+}
+
+/**
+ * True when a claim is a string or an array of strings (the shapes scope and role claims may take).
+ *
+ * @example
+ * isWordList(['a', 'b']); // true
+ */
+export function isWordList(value: unknown): boolean {
+  return typeof value === 'string' || (Array.isArray(value) && value.every((item) => typeof item === 'string'));
+}
+
+/**
+ * Builds a principal from verified claims. Scopes come from `scope` (space-delimited, RFC 9068) and
+ * `scp` (string or array, as some issuers send), so both shapes give the same decision (research case
+ * 49). Roles come from the configured claim (default `roles`).
+ *
+ * @example
+ * const principal = principalFromClaims({ sub: 'u1', iss: 'https://id.example', aud: 'api', scope: 'a b' });
+ * principal.scope.has('a'); // true
+ */
+export function principalFromClaims(
+  claims: Record<string, unknown>,
+  options: { rolesClaim?: string; issuer?: string; audience?: readonly string[] } = {},
+): Principal {
+  const scope = new Set<string>();
+  addWords(scope, claims.scope);
+  addWords(scope, claims.scp);
+  const roles = new Set<string>();
+  addWords(roles, claims[options.rolesClaim ?? 'roles']);
+  const aud = options.audience ?? (typeof claims.aud === 'string' ? [claims.aud] : ((claims.aud as string[]) ?? []));
+  return Object.freeze({
+    sub: claims.sub as string,
+    iss: options.issuer ?? (claims.iss as string),
+    aud: Object.freeze([...aud]),
+    scope,
+    roles,
+    clientId: typeof claims.client_id === 'string' ? claims.client_id : undefined,
+    jti: typeof claims.jti === 'string' ? claims.jti : undefined,
+    claims: Object.freeze({ ...claims }),
+  });
+}

@@ -1,0 +1,70 @@
+/** The default identity header families removed from client requests (spec 5.4). */
+export const defaultIdentityHeaders = [
+  'x-auth-*',
+  'x-user-*',
+  'x-internal-*',
+  'x-forwarded-user',
+  'x-remote-user',
+  'idem-internal-token',
+] as const;
+
+/** Options of {@link stripIdentityHeaders}. */
+export interface StripOptions {
+  /**
+   * Header families to remove: an exact name, or a prefix ending in `*` (`x-user-*`). Matching is
+   * case-insensitive and treats `_` as `-`. Default {@link defaultIdentityHeaders}.
+   */
+  namespaces?: readonly string[];
+  /** Families added to the defaults (or to `namespaces`). */
+  extra?: readonly string[];
+}
+
+/** Lower case with `_` read as `-`: how proxies and CGI-style servers may alias a header name. */
+function normalizeName(name: string): string {
+  return name.toLowerCase().replaceAll('_', '-');
+}
+
+/**
+ * Builds a matcher for header families. Used by stripping and by the internal token header check.
+ *
+ * @example
+ * const matches = identityHeaderMatcher(['x-user-*']);
+ * matches('X_User_Id'); // true
+ */
+export function identityHeaderMatcher(families: readonly string[]): (name: string) => boolean {
+  const exact = new Set<string>();
+  const prefixes: string[] = [];
+  for (const family of families) {
+    if (typeof family !== 'string' || family.length === 0)
+      throw new TypeError('header families must be non-empty strings');
+    const normalized = normalizeName(family);
+    if (normalized.endsWith('*')) prefixes.push(normalized.slice(0, -1));
+    else exact.add(normalized);
+  }
+  return (name) => {
+    const normalized = normalizeName(name);
+    return exact.has(normalized) || prefixes.some((prefix) => normalized.startsWith(prefix));
+  };
+}
+
+/**
+ * Returns a copy of `headers` without any header of the identity families, by namespace rather than by
+ * name: `X-User-Id`, `x_user_id`, `X-USER-ID` and duplicated values all go (oauth2-proxy
+ * CVE-2025-64484 was the underscore variant getting through). The input is not modified.
+ *
+ * @example
+ * stripIdentityHeaders({ 'x-user-id': 'admin', x_user_role: 'root', accept: 'application/json' });
+ * // { accept: 'application/json' }
+ */
+export function stripIdentityHeaders<T extends string | string[] | number | undefined>(
+  headers: Readonly<Record<string, T>>,
+  options: StripOptions = {},
+): Record<string, T> {
+  const matches = identityHeaderMatcher([...(options.namespaces ?? defaultIdentityHeaders), ...(options.extra ?? [])]);
+  const result: Record<string, T> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || matches(name)) continue;
+    result[name] = value;
+  }
+  return result;
+}

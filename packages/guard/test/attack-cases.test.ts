@@ -1,0 +1,567 @@
+import { createPublicKey } from 'node:crypto';
+import { describe, expect, it, vi } from 'vitest';
+import {
+  createGuard,
+  type GuardErrorCode,
+  type GuardOptions,
+  type GuardResult,
+  type IssuerOptions,
+} from '../src/index.js';
+import { startJwksServer } from './support/jwks-server.js';
+import {
+  AUDIENCE,
+  b64url,
+  ISSUER,
+  makeToken,
+  manualClock,
+  SECRET,
+  START_MS,
+  signSegments,
+  testKeys,
+} from './support/tokens.js';
+
+// Research section 2 (jwt-guard-anchors.md), one `case N` per row. HTTP-level rows (1-6, 44, 47, 48,
+// 53-55) also run on Express, Fastify and Koa through the glue (packages/*/test/auth.test.ts).
+
+const keys = testKeys();
+
+function guardWith(issuer: Record<string, unknown> = {}, options: Partial<GuardOptions> = {}) {
+  const clock = manualClock();
+  return createGuard({
+    audience: AUDIENCE,
+    now: clock.now,
+    cache: false,
+    ...options,
+    issuers: [{ issuer: ISSUER, secret: SECRET, ...issuer } as unknown as IssuerOptions],
+  });
+}
+
+const rsaIssuer = (extra: Record<string, unknown> = {}) =>
+  guardWith({ secret: undefined, publicKeys: [keys.rsa.publicPem], algorithms: ['RS256'], ...extra });
+
+function expectCode(result: GuardResult, code: GuardErrorCode) {
+  expect(result.ok).toBe(false);
+  if (!result.ok) expect(result.error.code).toBe(code);
+}
+
+function expectOk(result: GuardResult) {
+  if (!result.ok) throw new Error(`expected success, got ${result.error.code}`);
+  return result.principal;
+}
+
+const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
+
+describe('request-level cases', () => {
+  const guard = guardWith();
+  const token = makeToken();
+
+  it('case 1: no Authorization header gives 401 with a challenge without error', async () => {
+    const result = await guard.authenticate({ headers: {} });
+    expectCode(result, 'token_missing');
+    if (!result.ok) {
+      expect(result.error.status).toBe(401);
+      expect(result.error.wwwAuthenticate).toBe('Bearer realm="api"');
+    }
+  });
+
+  it('case 2: Basic, Token and DPoP schemes are treated as no bearer token', async () => {
+    for (const scheme of ['Basic', 'Token', 'DPoP']) {
+      const result = await guard.authenticate({ headers: { authorization: `${scheme} ${token}` } });
+      expectCode(result, 'token_missing');
+    }
+  });
+
+  it('case 3: scheme case variants and several spaces are accepted; tabs and junk are not', async () => {
+    for (const value of [`bearer ${token}`, `BEARER ${token}`, `Bearer  ${token}`]) {
+      expectOk(await guard.authenticate({ headers: { authorization: value } }));
+    }
+    for (const value of [`Bearer\t${token}`, `Bearer ${token} junk`, `Bearer ${token}\t`]) {
+      const result = await guard.authenticate({ headers: { authorization: value } });
+      expectCode(result, 'authorization_malformed');
+      if (!result.ok) expect(result.error.status).toBe(400);
+    }
+  });
+
+  it('case 4: an empty bearer token is 400 invalid_request', async () => {
+    for (const value of ['Bearer', 'Bearer ', 'Bearer   ']) {
+      const result = await guard.authenticate({ headers: { authorization: value } });
+      expectCode(result, 'authorization_malformed');
+      if (!result.ok) expect(result.error.wwwAuthenticate).toContain('error="invalid_request"');
+    }
+  });
+
+  it('case 5: two Authorization headers, or header plus query token, are 400', async () => {
+    expectCode(
+      await guard.authenticate({ headers: { authorization: [`Bearer ${token}`, `Bearer ${token}`] } }),
+      'multiple_tokens',
+    );
+    expectCode(
+      await guard.authenticate({ headers: { authorization: `Bearer ${token}` }, url: `/x?access_token=${token}` }),
+      'multiple_tokens',
+    );
+  });
+
+  it('case 6: a token only in the query is ignored unless allowQueryToken is set', async () => {
+    expectCode(await guard.authenticate({ headers: {}, url: `/x?access_token=${token}` }), 'token_missing');
+    const lax = guardWith({}, { allowQueryToken: true });
+    expectOk(await lax.authenticate({ headers: {}, url: `/x?access_token=${token}` }));
+  });
+
+  it('case 44: an oversized header or token is refused before parsing', async () => {
+    const huge = 'a'.repeat(20_000);
+    const result = await guard.authenticate({ headers: { authorization: `Bearer ${huge}` } });
+    expectCode(result, 'token_too_large');
+    if (!result.ok) expect(result.error.status).toBe(400);
+    expectCode(await guard.verify(makeToken({ claims: { pad: 'x'.repeat(9000) } })), 'token_too_large');
+  });
+});
+
+describe('algorithm and key cases', () => {
+  it('case 7: alg none in any case is refused, with or without a signature', async () => {
+    const guard = guardWith();
+    for (const alg of ['none', 'None', 'NONE', 'nOnE']) {
+      const header = b64url({ alg, typ: 'at+jwt' });
+      const payload = makeToken().split('.')[1];
+      expect((await guard.verify(`${header}.${payload}.`)).ok).toBe(false);
+      expectCode(await guard.verify(`${header}.${payload}.c2ln`), 'algorithm_not_allowed');
+    }
+  });
+
+  it('case 8: a null signature is refused', async () => {
+    const [h, p] = makeToken().split('.');
+    expectCode(await guardWith().verify(`${h}.${p}.`), 'token_malformed');
+  });
+
+  it('case 9: HS256 keyed with the RSA public key PEM is refused by an RS256 issuer', async () => {
+    const forged = makeToken({ alg: 'HS256', key: keys.rsa.publicPem });
+    expectCode(await rsaIssuer().verify(forged), 'algorithm_not_allowed');
+    // Even an issuer that lists HS256 next to a public key cannot be built: no secret/public mix.
+    expect(() => guardWith({ publicKeys: [keys.rsa.publicPem], algorithms: ['RS256', 'HS256'] })).toThrow(TypeError);
+  });
+
+  it('case 10: prefixed PEM or PKCS#1 PEM as HMAC key is refused, and cannot be configured as a secret', async () => {
+    const pkcs1 = createPublicKey(keys.rsa.publicPem).export({ type: 'pkcs1', format: 'pem' }) as string;
+    const guard = rsaIssuer({ publicKeys: [pkcs1] });
+    expectOk(await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey })));
+    for (const material of [
+      `  ${keys.rsa.publicPem}`,
+      `\u200b${keys.rsa.publicPem}`,
+      `# c\n${keys.rsa.publicPem}`,
+      pkcs1,
+    ]) {
+      expect((await guard.verify(makeToken({ alg: 'HS256', key: material }))).ok).toBe(false);
+      expect(() => guardWith({ secret: material })).toThrow(TypeError);
+    }
+  });
+
+  it('case 11: HS256 keyed with the public JWK JSON text is refused, and cannot be configured', async () => {
+    const jwkText = JSON.stringify(keys.rsa.publicJwk);
+    expectCode(await rsaIssuer().verify(makeToken({ alg: 'HS256', key: jwkText })), 'algorithm_not_allowed');
+    expect(() => guardWith({ secret: jwkText })).toThrow(TypeError);
+  });
+
+  it('case 12: HS256 against a JWKS-only issuer is refused without any JWKS fetch', async () => {
+    const server = await startJwksServer({ kind: 'json', body: { keys: [{ ...keys.rsa.publicJwk, kid: 'r1' }] } });
+    try {
+      const guard = guardWith({ secret: undefined, jwksUri: server.url });
+      const forged = makeToken({ alg: 'HS256', key: keys.rsa.publicPem, header: { kid: 'r1' } });
+      expectCode(await guard.verify(forged), 'algorithm_not_allowed');
+      expect(server.requests).toBe(0);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('case 13: algorithms off the allowlist are refused (PS256 under RS256, ES384 under ES256)', async () => {
+    expectCode(
+      await rsaIssuer().verify(makeToken({ alg: 'PS256', key: keys.rsa.privateKey })),
+      'algorithm_not_allowed',
+    );
+    const ec = guardWith({
+      secret: undefined,
+      publicKeys: [keys.ec.publicPem],
+      algorithms: ['ES256'],
+    });
+    expectOk(await ec.verify(makeToken({ alg: 'ES256', key: keys.ec.privateKey })));
+    expectCode(await ec.verify(makeToken({ alg: 'ES384', key: keys.ec384.privateKey })), 'algorithm_not_allowed');
+    expect(() => guardWith({ secret: undefined, publicKeys: [keys.ec384.publicPem], algorithms: ['ES256'] })).toThrow(
+      TypeError,
+    );
+  });
+
+  it('case 14: a key is pinned to its JWK alg, or to the issuer alg, never to the header', async () => {
+    const pinned = guardWith({
+      secret: undefined,
+      algorithms: ['RS256', 'PS256'],
+      publicKeys: [{ ...keys.rsa.publicJwk, alg: 'RS256', kid: 'k' }],
+    });
+    expectCode(
+      await pinned.verify(makeToken({ alg: 'PS256', key: keys.rsa.privateKey, header: { kid: 'k' } })),
+      'algorithm_not_allowed',
+    );
+    const inferred = guardWith({
+      secret: undefined,
+      algorithms: ['RS256', 'PS256'],
+      publicKeys: [{ ...keys.rsa.publicJwk, kid: 'k' }],
+    });
+    expectOk(await inferred.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, header: { kid: 'k' } })));
+    expectCode(
+      await inferred.verify(makeToken({ alg: 'PS256', key: keys.rsa.privateKey, header: { kid: 'k' } })),
+      'algorithm_not_allowed',
+    );
+  });
+
+  it('case 15: keys with use "enc" or key_ops without verify are refused', async () => {
+    for (const bad of [{ use: 'enc' }, { key_ops: ['encrypt'] }]) {
+      expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.rsa.publicJwk, ...bad }] })).toThrow(
+        TypeError,
+      );
+    }
+    const server = await startJwksServer({
+      kind: 'json',
+      body: { keys: [{ ...keys.rsa.publicJwk, kid: 'e1', use: 'enc' }] },
+    });
+    try {
+      const guard = guardWith({ secret: undefined, jwksUri: server.url });
+      expectCode(
+        await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, header: { kid: 'e1' } })),
+        'key_unknown',
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('case 17: kid is only an exact key: traversal, injections, empty, huge and non-string kids fail', async () => {
+    const guard = rsaIssuer({ publicKeys: [{ ...keys.rsa.publicJwk, kid: 'good' }] });
+    for (const kid of ['../../../../dev/null', "' OR '1'='1", '$(sleep 5)', '', 'GOOD', 'good ']) {
+      expectCode(
+        await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, header: { kid } })),
+        'key_unknown',
+      );
+    }
+    expectCode(
+      await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, header: { kid: 'k'.repeat(10_000) } })),
+      'token_too_large',
+    );
+    for (const kid of [7, ['good'], { id: 'good' }]) {
+      expectCode(
+        await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, header: { kid } })),
+        'token_malformed',
+      );
+    }
+  });
+
+  it('case 18: jku and x5u are refused and never fetched', async () => {
+    const attacker = await startJwksServer({ kind: 'json', body: { keys: [keys.ec.publicJwk] } });
+    try {
+      const guard = guardWith();
+      for (const name of ['jku', 'x5u']) {
+        expectCode(await guard.verify(makeToken({ header: { [name]: attacker.url } })), 'header_unsupported');
+      }
+      expect(attacker.requests).toBe(0);
+    } finally {
+      await attacker.close();
+    }
+  });
+
+  it('case 19: an embedded jwk is refused; an x5c chain is ignored, so a foreign signature fails', async () => {
+    const guard = rsaIssuer();
+    const embedded = makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { jwk: keys.ec.publicJwk } });
+    expectCode(await guard.verify(embedded), 'header_unsupported');
+    const rsaEmbedded = makeToken({ alg: 'RS256', key: keys.rsa2.privateKey, header: { jwk: keys.rsa2.publicJwk } });
+    expectCode(await guard.verify(rsaEmbedded), 'header_unsupported');
+    const x5c = makeToken({ alg: 'RS256', key: keys.rsa2.privateKey, header: { x5c: ['MIIBfake'] } });
+    expectCode(await guard.verify(x5c), 'signature_invalid');
+  });
+
+  it('case 20: crit with unknown names, registered claims or an empty list is refused', async () => {
+    const guard = guardWith();
+    for (const crit of [['x-unknown'], ['exp'], [], 'x-unknown']) {
+      expectCode(await guard.verify(makeToken({ header: { crit, 'x-unknown': 1, exp: 1 } })), 'header_unsupported');
+    }
+    // Understood extensions pass (compact JWS has no unprotected header, so `crit` is always protected).
+    const understood = guardWith({ crit: ['x-tenant'] });
+    expectOk(await understood.verify(makeToken({ header: { crit: ['x-tenant'], 'x-tenant': 't1' } })));
+    expectCode(await understood.verify(makeToken({ header: { crit: ['x-tenant'] } })), 'header_unsupported');
+  });
+
+  it('case 21: b64 false is refused', async () => {
+    expectCode(await guardWith().verify(makeToken({ header: { b64: false, crit: ['b64'] } })), 'header_unsupported');
+  });
+
+  it('case 22: JWE, nested JWT and JSON serialization are refused without decryption', async () => {
+    const guard = guardWith();
+    expectCode(await guard.verify(`${b64url({ alg: 'dir', enc: 'A256GCM' })}.a.b.c.d`), 'token_malformed');
+    expectCode(await guard.verify(makeToken({ header: { cty: 'JWT' } })), 'header_unsupported');
+    const [h, p, s] = makeToken().split('.');
+    expectCode(await guard.verify(JSON.stringify({ protected: h, payload: p, signature: s })), 'token_malformed');
+  });
+
+  it('case 23: PBES2 and zip headers are refused before any key work', async () => {
+    const guard = guardWith();
+    const pbes2 = `${b64url({ alg: 'PBES2-HS256+A128KW', enc: 'A128GCM', p2c: 2 ** 31, p2s: 'AAAA' })}.e.i.c.t`;
+    expectCode(await guard.verify(pbes2), 'token_malformed');
+    expectCode(await guard.verify(makeToken({ header: { zip: 'DEF' } })), 'header_unsupported');
+    const compactPbes2 = makeToken({ header: { alg: 'PBES2-HS256+A128KW', p2c: 2 ** 31 } });
+    expectCode(await guard.verify(compactPbes2), 'algorithm_not_allowed');
+  });
+
+  it('case 40: a key only verifies tokens of its own issuer', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [
+        { issuer: 'https://a.example', publicKeys: [keys.rsa.publicPem], algorithms: ['RS256'] },
+        { issuer: 'https://b.example', publicKeys: [keys.rsa2.publicPem], algorithms: ['RS256'] },
+      ],
+    });
+    expectOk(
+      await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, claims: { iss: 'https://a.example' } })),
+    );
+    expectCode(
+      await guard.verify(makeToken({ alg: 'RS256', key: keys.rsa.privateKey, claims: { iss: 'https://b.example' } })),
+      'signature_invalid',
+    );
+  });
+
+  it('case 41: malformed ES256 signatures are refused (zeros, too large, DER, wrong length)', async () => {
+    const guard = guardWith({
+      secret: undefined,
+      publicKeys: [keys.ec.publicPem],
+      algorithms: ['ES256'],
+    });
+    const valid = makeToken({ alg: 'ES256', key: keys.ec.privateKey });
+    expectOk(await guard.verify(valid));
+    const [h, p] = valid.split('.');
+    const n = Buffer.from('ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551', 'hex');
+    const signatures = [
+      Buffer.alloc(64),
+      Buffer.concat([n, n]),
+      Buffer.concat([
+        Buffer.from([0x30, 0x44, 0x02, 0x20]),
+        Buffer.alloc(32, 1),
+        Buffer.from([0x02, 0x20]),
+        Buffer.alloc(32, 1),
+      ]),
+      Buffer.alloc(63, 1),
+    ];
+    for (const signature of signatures) {
+      expectCode(await guard.verify(`${h}.${p}.${signature.toString('base64url')}`), 'signature_invalid');
+    }
+  });
+
+  it('case 42: weak RSA keys (1024 bits, e=1) are refused at configuration', () => {
+    expect(() => guardWith({ secret: undefined, publicKeys: [keys.rsa1024.publicPem] })).toThrow(/weak-key/);
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.rsa.publicJwk, e: 'AQ' }] })).toThrow(
+      /weak-key/,
+    );
+  });
+
+  it('case 43: empty, short or guessable HMAC secrets are refused at startup', () => {
+    for (const secret of ['', 'secret', 'x'.repeat(31), new Uint8Array(16)]) {
+      expect(() => guardWith({ secret })).toThrow(TypeError);
+    }
+    expect(() => guardWith({ secret: 'x'.repeat(47), algorithms: ['HS384'] })).toThrow(TypeError);
+    expect(() => guardWith({ secret: 'x'.repeat(32) })).not.toThrow();
+  });
+
+  it('case 56: HMAC is compared by WebCrypto verify (constant time), never by string comparison', async () => {
+    const spy = vi.spyOn(crypto.subtle, 'verify');
+    try {
+      const guard = guardWith();
+      const token = makeToken();
+      expectOk(await guard.verify(token));
+      const calls = spy.mock.calls.length;
+      expect(calls).toBeGreaterThan(0);
+      expect(JSON.stringify(spy.mock.calls[0]?.[0])).toContain('HMAC');
+      const tampered = `${token.slice(0, -2)}${token.endsWith('A') ? 'B' : 'A'}${token.slice(-1)}`;
+      expect((await guard.verify(tampered)).ok).toBe(false);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+});
+
+describe('parsing cases', () => {
+  const guard = guardWith();
+  const signed = (header: string, payload: string) => signSegments(header, payload, 'HS256', SECRET);
+  const goodHeader = b64url({ alg: 'HS256', typ: 'at+jwt' });
+  const goodPayload = makeToken().split('.')[1] as string;
+
+  it('case 24: wrong segment counts and empty segments are refused', async () => {
+    const [h, p, s] = makeToken().split('.');
+    for (const token of [`${h}.${p}`, `${h}.${p}.${s}.${s}`, `${h}.${p}.${s}.`, `.${p}.${s}`, signed(goodHeader, '')]) {
+      expect((await guard.verify(token)).ok).toBe(false);
+    }
+    expectCode(await guard.verify(`${h}.${p}`), 'token_malformed');
+    expectCode(await guard.verify(signed(goodHeader, '')), 'token_malformed');
+  });
+
+  it('case 25: non-canonical base64url is refused even when the signature matches', async () => {
+    const variants = [
+      signed(`${goodHeader}=`, goodPayload),
+      signed(goodHeader.replace(/_/g, '/').replace(/-/g, '+') + '+', goodPayload),
+      signed(` ${goodHeader}`, goodPayload),
+      signed(goodHeader, `${goodPayload.slice(0, 10)}\r\n${goodPayload.slice(10)}`),
+    ];
+    for (const token of variants) expectCode(await guard.verify(token), 'token_malformed');
+    // Set bits in the unused tail: same bytes, different text.
+    const tail = goodPayload.length % 4 === 2 || goodPayload.length % 4 === 3;
+    if (tail) {
+      const last = goodPayload.at(-1) as string;
+      const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+      const bumped = goodPayload.slice(0, -1) + alphabet[alphabet.indexOf(last) + 1];
+      expectCode(await guard.verify(signed(goodHeader, bumped)), 'token_malformed');
+    }
+  });
+
+  it('case 26: header or payload that is not a JSON object is refused', async () => {
+    for (const value of ['[]', '"x"', '1', 'null']) {
+      expectCode(await guard.verify(signed(b64url(value), goodPayload)), 'token_malformed');
+      expectCode(await guard.verify(signed(goodHeader, b64url(value))), 'token_malformed');
+    }
+  });
+
+  it('case 27: duplicate member names and __proto__ are refused', async () => {
+    const payload = JSON.parse(Buffer.from(goodPayload, 'base64url').toString()) as Record<string, unknown>;
+    const text = JSON.stringify(payload);
+    expectCode(await guard.verify(signed(goodHeader, b64url(text.replace('{', '{"sub":"admin",')))), 'token_malformed');
+    expectCode(
+      await guard.verify(signed(goodHeader, b64url(text.replace('{', '{"__proto__":{"admin":true},')))),
+      'token_malformed',
+    );
+    expectCode(
+      await guard.verify(signed(b64url('{"alg":"HS256","alg":"none","typ":"at+jwt"}'), goodPayload)),
+      'token_malformed',
+    );
+  });
+
+  it('case 28: invalid UTF-8 in header or payload is refused', async () => {
+    const text = Buffer.from(goodPayload, 'base64url').toString();
+    const broken = Buffer.concat([
+      Buffer.from(text.slice(0, -1) + ',"x":"'),
+      Buffer.from([0xc3, 0x28]),
+      Buffer.from('"}'),
+    ]);
+    expectCode(await guard.verify(signed(goodHeader, broken.toString('base64url'))), 'token_malformed');
+    const brokenHeader = Buffer.concat([
+      Buffer.from('{"alg":"HS256","typ":"at+jwt","x":"'),
+      Buffer.from([0xff]),
+      Buffer.from('"}'),
+    ]);
+    expectCode(await guard.verify(signed(brokenHeader.toString('base64url'), goodPayload)), 'token_malformed');
+  });
+
+  it('case 45: a payload nested 10,000 levels deep fails fast without a stack overflow', async () => {
+    const deep = `{"iss":"${ISSUER}","x":${'['.repeat(10_000)}${']'.repeat(10_000)}}`;
+    const result = await createGuard({
+      audience: AUDIENCE,
+      limits: { maxTokenLength: 100_000 },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    }).verify(signed(goodHeader, b64url(deep)));
+    expectCode(result, 'token_malformed');
+  });
+});
+
+describe('claim cases', () => {
+  const nowSeconds = START_MS / 1000;
+
+  it('case 29: exp missing is refused', async () => {
+    expectCode(await guardWith().verify(makeToken({ omit: ['exp'] })), 'claim_invalid');
+  });
+
+  it('case 30: exp equal to now is expired, now+1 is not (tolerance 0); default tolerance is 5 s', async () => {
+    const strict = guardWith({ clockTolerance: 0 });
+    expectCode(await strict.verify(makeToken({ claims: { exp: nowSeconds } })), 'token_expired');
+    expectOk(await strict.verify(makeToken({ claims: { exp: nowSeconds + 1 } })));
+    const lenient = guardWith();
+    expectOk(await lenient.verify(makeToken({ claims: { exp: nowSeconds - 4 } })));
+    expectCode(await lenient.verify(makeToken({ claims: { exp: nowSeconds - 5 - 1 } })), 'token_expired');
+  });
+
+  it('case 31: non-number, non-finite, negative and fractional exp are refused', async () => {
+    const guard = guardWith();
+    for (const exp of ['9999999999', true, null, -1, nowSeconds + 100.5]) {
+      expectCode(await guard.verify(makeToken({ claims: { exp } })), 'claim_invalid');
+    }
+    const raw = `{"iss":"${ISSUER}","sub":"u","aud":"${AUDIENCE}","exp":1e999}`;
+    expectCode(await guard.verify(makeToken({ rawPayload: raw })), 'claim_invalid');
+  });
+
+  it('case 32: nbf beyond the tolerance, or not a number, is refused', async () => {
+    const guard = guardWith();
+    expectCode(await guard.verify(makeToken({ claims: { nbf: nowSeconds + 60 } })), 'token_not_yet_valid');
+    expectCode(await guard.verify(makeToken({ claims: { nbf: 'soon' } })), 'claim_invalid');
+    expectOk(await guard.verify(makeToken({ claims: { nbf: nowSeconds + 3 } })));
+  });
+
+  it('case 33: iat in the future beyond the tolerance is refused (no maxTokenAge needed)', async () => {
+    expectCode(await guardWith().verify(makeToken({ claims: { iat: nowSeconds + 60 } })), 'token_issued_in_future');
+  });
+
+  it('case 34: iat older than maxTokenAge, or a lifetime over maxLifetime, is refused', async () => {
+    expectCode(
+      await guardWith({ maxTokenAge: 60 }).verify(makeToken({ claims: { iat: nowSeconds - 120 } })),
+      'token_too_old',
+    );
+    expectCode(await guardWith({ maxTokenAge: 60 }).verify(makeToken({ omit: ['iat'] })), 'claim_invalid');
+    expectCode(
+      await guardWith({ maxLifetime: 120 }).verify(makeToken({ claims: { exp: nowSeconds + 3600 } })),
+      'lifetime_too_long',
+    );
+  });
+
+  it('case 35: iss wrong, missing, with a trailing slash or in another case is refused', async () => {
+    const guard = guardWith();
+    for (const iss of ['https://evil.example', `${ISSUER}/`, ISSUER.toUpperCase(), 42]) {
+      expectCode(await guard.verify(makeToken({ claims: { iss } })), 'issuer_unknown');
+    }
+    expectCode(await guard.verify(makeToken({ omit: ['iss'] })), 'issuer_unknown');
+  });
+
+  it('case 36: aud missing, wrong, without us, with a non-string member or empty is refused', async () => {
+    const guard = guardWith();
+    expectCode(await guard.verify(makeToken({ omit: ['aud'] })), 'claim_invalid');
+    expectCode(await guard.verify(makeToken({ claims: { aud: 'https://other.example' } })), 'audience_invalid');
+    expectCode(await guard.verify(makeToken({ claims: { aud: ['a', 'b'] } })), 'audience_invalid');
+    expectCode(await guard.verify(makeToken({ claims: { aud: [AUDIENCE, 7] } })), 'claim_invalid');
+    expectCode(await guard.verify(makeToken({ claims: { aud: '' } })), 'claim_invalid');
+    expectOk(await guard.verify(makeToken({ claims: { aud: ['x', AUDIENCE] } })));
+  });
+
+  it('case 37: sub missing or not a string, client_id missing in a strict profile, are refused', async () => {
+    expectCode(await guardWith().verify(makeToken({ omit: ['sub'] })), 'claim_invalid');
+    expectCode(await guardWith().verify(makeToken({ claims: { sub: 12 } })), 'claim_invalid');
+    const strict = guardWith({ requiredClaims: ['client_id', 'jti', 'iat'] });
+    expectCode(await strict.verify(makeToken({ omit: ['client_id'] })), 'claim_invalid');
+    expectOk(await strict.verify(makeToken()));
+  });
+
+  it('case 38: ID tokens (typ JWT, or nonce) and internal tokens are refused as access tokens', async () => {
+    const guard = guardWith();
+    expectCode(await guard.verify(makeToken({ header: { typ: 'JWT' } })), 'type_invalid');
+    expectCode(await guard.verify(makeToken({ header: { typ: undefined } })), 'type_invalid');
+    const lax = guardWith({ typ: ['at+jwt', 'jwt', null, 'internal+jwt'] });
+    expectOk(await lax.verify(makeToken({ header: { typ: 'JWT' } })));
+    expectCode(
+      await lax.verify(makeToken({ header: { typ: 'JWT' }, claims: { nonce: 'n', aud: AUDIENCE } })),
+      'type_invalid',
+    );
+    expectCode(await lax.verify(makeToken({ header: { typ: 'internal+jwt' } })), 'type_invalid');
+  });
+
+  it('case 39: typ application/AT+JWT is accepted', async () => {
+    expectOk(await guardWith().verify(makeToken({ header: { typ: 'application/AT+JWT' } })));
+  });
+
+  it('case 52 (bearer part): a sender-constrained token (cnf) presented as Bearer is refused', async () => {
+    expectCode(await guardWith().verify(makeToken({ claims: { cnf: { jkt: 'abc' } } })), 'token_bound');
+  });
+
+  it('case 55: an expired token has no accept path', async () => {
+    const result = await guardWith().authenticate(bearer(makeToken({ claims: { exp: nowSeconds - 3600 } })));
+    expectCode(result, 'token_expired');
+    if (!result.ok) expect(result.error.status).toBe(401);
+  });
+});

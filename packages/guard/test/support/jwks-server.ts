@@ -1,0 +1,52 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/** What the local JWKS server answers; tests swap it between requests. */
+export type JwksReply =
+  | { kind: 'json'; body: unknown; headers?: Record<string, string> }
+  | { kind: 'raw'; status: number; body: string; headers?: Record<string, string> }
+  | { kind: 'hang' }
+  | { kind: 'destroy' };
+
+/** A real HTTP JWKS endpoint on an ephemeral port, counting requests. */
+export async function startJwksServer(initial: JwksReply) {
+  let reply = initial;
+  let requests = 0;
+  const hanging: ServerResponse[] = [];
+  const server = createServer((_request: IncomingMessage, response: ServerResponse) => {
+    requests++;
+    const current = reply;
+    if (current.kind === 'hang') {
+      hanging.push(response);
+      return;
+    }
+    if (current.kind === 'destroy') {
+      response.socket?.destroy();
+      return;
+    }
+    if (current.kind === 'json') {
+      response.writeHead(200, { 'content-type': 'application/json', ...current.headers });
+      response.end(JSON.stringify(current.body));
+      return;
+    }
+    response.writeHead(current.status, { 'content-type': 'application/json', ...current.headers });
+    response.end(current.body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/jwks`,
+    origin: `http://127.0.0.1:${port}`,
+    get requests() {
+      return requests;
+    },
+    set(next: JwksReply) {
+      reply = next;
+    },
+    async close() {
+      for (const response of hanging) response.socket?.destroy();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
