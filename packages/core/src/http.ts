@@ -95,6 +95,14 @@ export type CaptureResult =
   | { kind: 'complete'; response: StoredResponse }
   | { kind: 'unstorable'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number };
 
+/** Options of {@link HttpIdempotency.capture}. */
+export interface CaptureOptions {
+  /** Hold the whole response until `flush()` or `replace()` (transactional mode). */
+  hold?: boolean;
+  /** Settle this lease with the outcome; `thrown` is read when the outcome is known. */
+  settle?: { lease: Lease; thrown: () => boolean };
+}
+
 /** A live capture of one response. See {@link HttpIdempotency.capture}. */
 export interface ResponseCapture {
   /** Settles once the response ended, or once it is known that it cannot be stored. */
@@ -135,9 +143,12 @@ export interface HttpIdempotency<Req> {
   replay(stored: StoredResponse, key: string): HttpResponse;
   /**
    * Watches `res` (Node's `ServerResponse`, which every framework ends up writing to) and copies what
-   * is written. In held mode nothing reaches the client until `flush()` or `replace()`.
+   * is written. With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
+   * the end of the response is held until it is stored: a client that read the whole response and
+   * retries at once gets the replay, never a 409. In held mode (`hold: true`, transactional) nothing
+   * reaches the client until `flush()` or `replace()`.
    */
-  capture(res: ServerResponse, options?: { hold?: boolean }): ResponseCapture;
+  capture(res: ServerResponse, options?: CaptureOptions): ResponseCapture;
   /**
    * Settles an execution once its response is known: stores it per the outcome policy, or releases
    * the key when it cannot be stored. Never throws; never leaves the record in progress on purpose.
@@ -397,7 +408,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     begin,
     problem,
     replay,
-    capture: (res, captureOptions) => captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes),
+    capture: (res, captureOptions) => {
+      const target = captureOptions?.settle;
+      const onResult = target ? (result: CaptureResult) => settle(target.lease, result, target.thrown()) : undefined;
+      return captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes, onResult);
+    },
     settle,
     runTransaction,
     emit,
@@ -585,7 +600,12 @@ type WriteHead = ServerResponse['writeHead'];
  * `res.json/send/end/write/sendFile`, a piped stream, Fastify's reply, Koa's `ctx.body`) goes through
  * these three, so nothing the client receives escapes the copy.
  */
-function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): ResponseCapture {
+function captureResponse(
+  res: ServerResponse,
+  hold: boolean,
+  maxBytes: number,
+  onResult: ((result: CaptureResult) => Promise<void>) | undefined,
+): ResponseCapture {
   const originalWriteHead = res.writeHead;
   const originalWrite = res.write;
   const originalEnd = res.end;
@@ -598,6 +618,7 @@ function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): 
   let headHeaders: Record<string, string> = {};
   let ended = false;
   let settled = false;
+  let settling: Promise<void> = Promise.resolve();
   let resolveResult!: (result: CaptureResult) => void;
   const result = new Promise<CaptureResult>((resolve) => {
     resolveResult = resolve;
@@ -606,6 +627,7 @@ function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): 
     if (settled) return;
     settled = true;
     resolveResult(value);
+    if (onResult) settling = onResult(value);
   };
   const currentHeaders = () => ({ ...headerRecord(res.getHeaders() as Record<string, unknown>), ...headHeaders });
   const copy = (chunk: unknown, encoding: unknown) => {
@@ -668,13 +690,11 @@ function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): 
     if (ended) return (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
     ended = true;
     if (!eventStream) copy(chunk, encoding);
-    let returned: ServerResponse = this;
     if (hold) {
       if (status === undefined) onHead([res.statusCode]);
       const cb = [chunk, encoding, callback].find((arg) => typeof arg === 'function');
       if (typeof cb === 'function') process.nextTick(cb as () => void);
     } else {
-      returned = (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
       restore();
     }
     const finalStatus = status ?? res.statusCode;
@@ -685,7 +705,12 @@ function captureResponse(res: ServerResponse, hold: boolean, maxBytes: number): 
         response: { status: finalStatus, headers: currentHeaders(), body: Buffer.concat(chunks) },
       });
     }
-    return returned;
+    if (!hold) {
+      void settling.then(() =>
+        (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback),
+      );
+    }
+    return this;
   } as End;
 
   // The client went away while a streamed body was being written: the pipe stops and `end` never

@@ -88,8 +88,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; whether it was thrown is not visible from here, so the policy sees its status only.
-    const capture = http.capture(res);
-    void capture.result.then((result) => http.settle(lease, result, false));
+    http.capture(res, { settle: { lease, thrown: () => false } });
     next();
   };
 

@@ -3,9 +3,7 @@ import {
   createHttpIdempotency,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
-  type Lease,
   principalScope,
-  type ResponseCapture,
   readStream,
   writeResponse,
 } from '@idem/core';
@@ -35,8 +33,6 @@ declare module 'fastify' {
 export type FastifyIdempotencyOptions = HttpIdempotencyOptions<FastifyRequest>;
 
 interface Execution {
-  lease: Lease;
-  capture: ResponseCapture;
   thrown: boolean;
 }
 
@@ -119,13 +115,13 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     reply.header('idempotency-key', key);
     const context: IdempotencyContext = { key, minted, tx: undefined };
     request.idempotency = context;
-    const capture = http.capture(reply.raw, { hold: http.transactional });
-    const execution: Execution = { lease, capture, thrown: false };
+    const execution: Execution = { thrown: false };
     executions.set(request, execution);
     if (!http.transactional) {
-      void capture.result.then((result) => http.settle(lease, result, execution.thrown));
+      http.capture(reply.raw, { settle: { lease, thrown: () => execution.thrown } });
       return;
     }
+    const capture = http.capture(reply.raw, { hold: true });
     // The handler must run inside the transaction: this hook returns (letting Fastify call the
     // handler) only from within the transaction's callback.
     await new Promise<void>((resolve) => {

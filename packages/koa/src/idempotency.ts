@@ -130,8 +130,11 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     ctx.set('Idempotency-Key', key);
     const context: IdempotencyContext = { key, minted, tx: undefined };
     ctx.state.idempotency = context;
-    const capture = http.capture(ctx.res, { hold: http.transactional });
     let thrown = false;
+    const capture = http.capture(
+      ctx.res,
+      http.transactional ? { hold: true } : { settle: { lease, thrown: () => thrown } },
+    );
     const runNext = async () => {
       try {
         await next();
@@ -144,10 +147,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       settleUnwritten(ctx, capture);
     };
 
-    if (!http.transactional) {
-      void capture.result.then((result) => http.settle(lease, result, thrown));
-      return runNext();
-    }
+    if (!http.transactional) return runNext();
     // The handler must run inside the transaction, whose callback waits for the response that Koa
     // writes after this middleware returns: so the middleware returns from within the callback.
     await new Promise<void>((resolve, reject) => {

@@ -1,0 +1,98 @@
+// Runs the describeAdapter table over the real Redis and PostgreSQL stores, for any framework's
+// test server. Shared by the Express, Fastify and Koa integration files; each call uses its own
+// Redis key prefix and its own table, so the files never meet.
+import { randomBytes } from 'node:crypto';
+import { migrate, postgresStore } from '@idem/postgres';
+import { redisStore } from '@idem/redis';
+import { describeAdapter, type MakeAdapterServer } from '@idem/testkit';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe } from 'vitest';
+
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+// Unreachable services are announced loudly and skipped; under CI=true they fail the run instead.
+function announce(what: string, available: boolean): boolean {
+  if (available) return true;
+  const message = `${what} is not reachable: the adapter tables over it are SKIPPED.`;
+  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
+  console.warn(`\n!!! ${message}\n`);
+  return false;
+}
+
+async function redisReachable(): Promise<boolean> {
+  const client = new Redis(redisUrl, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    connectTimeout: 1500,
+  });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    return (await client.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    client.disconnect();
+  }
+}
+
+async function postgresReachable(): Promise<boolean> {
+  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 2000 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** Registers the adapter table for `name` over Redis and over PostgreSQL (plain and transactional). */
+export async function describeOnRealStores(name: string, makeServer: MakeAdapterServer): Promise<void> {
+  const withRedis = announce(`Redis at ${redisUrl}`, await redisReachable());
+  const withPostgres = announce(`PostgreSQL at ${databaseUrl}`, await postgresReachable());
+  const run = randomBytes(4).toString('hex');
+
+  describe.runIf(withRedis)(`${name} over Redis`, () => {
+    const prefix = `idem-test:adapter-${name}:${run}:`;
+    let client: Redis;
+    let scenario = 0;
+    beforeAll(() => {
+      client = new Redis(redisUrl);
+    });
+    afterAll(async () => {
+      let cursor = '0';
+      do {
+        const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length > 0) await client.unlink(...keys);
+      } while (cursor !== '0');
+      await client.quit();
+    });
+    describeAdapter(`${name} on Redis`, makeServer, {
+      store: () => ({ store: redisStore({ client, prefix: `${prefix}${++scenario}:` }) }),
+    });
+  });
+
+  describe.runIf(withPostgres)(`${name} over PostgreSQL`, () => {
+    const table = `idem_test_adapter_${name}_${run}`;
+    let pool: pg.Pool;
+    beforeAll(async () => {
+      pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
+      pool.on('error', () => undefined);
+      await migrate(pool, { table });
+    });
+    afterAll(async () => {
+      await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+      await pool.end();
+    });
+    const store = () => ({ store: postgresStore({ client: pool, table }) });
+    describeAdapter(`${name} on PostgreSQL`, makeServer, { store, transactionalStore: store });
+  });
+}

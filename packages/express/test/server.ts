@@ -1,0 +1,70 @@
+// The Express server of the describeAdapter table, shared by the memory and the real-store runs.
+import type { AddressInfo } from 'node:net';
+import { idempotency } from '@idem/express';
+import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
+import express, { type Response } from 'express';
+
+export async function makeExpressServer({ idempotency: options, handle }: AdapterServerOptions) {
+  let runs = 0;
+  const app = express();
+  // The guard's job in production: a verified principal on req.auth, never a client header as such.
+  app.use((req, _res, next) => {
+    const user = req.get('x-test-user');
+    if (user) (req as { auth?: unknown }).auth = { sub: user, iss: 'https://issuer.test' };
+    next();
+  });
+  // Mounted before the body parsers, which still see the body it read.
+  app.use(idempotency(options));
+  app.use(express.json(), express.urlencoded({ extended: false }));
+  for (const route of scenarioRoutes) {
+    const method = route.method.toLowerCase() as 'post' | 'patch' | 'get';
+    app[method](route.path, async (req, res) => {
+      runs++;
+      const reply = await handle({ method: route.method, route: route.path, body: req.body, tx: req.idempotency?.tx });
+      write(res, reply);
+    });
+  }
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    executions: () => runs,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function write(res: Response, reply: ScenarioReply) {
+  if (reply.kind === 'throw') throw new Error('handler failed');
+  res.status(reply.status).set(reply.headers);
+  switch (reply.kind) {
+    case 'json':
+      res.json(reply.json);
+      return;
+    case 'text':
+      res.send(reply.text);
+      return;
+    case 'bytes':
+      res.write(reply.bytes.subarray(0, 10));
+      res.end(reply.bytes.subarray(10));
+      return;
+    case 'stream':
+      reply.stream().pipe(res);
+      return;
+    case 'file':
+      res.sendFile(reply.file);
+      return;
+    case 'events':
+      res.flushHeaders();
+      for (const event of reply.events) res.write(event);
+      res.end();
+      return;
+    case 'none':
+      res.end();
+      return;
+  }
+}

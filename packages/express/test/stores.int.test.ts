@@ -1,0 +1,4 @@
+import { describeOnRealStores } from './real-stores.js';
+import { makeExpressServer } from './server.js';
+
+await describeOnRealStores('express', makeExpressServer);

@@ -1,0 +1,4 @@
+import { describeOnRealStores } from '../../express/test/real-stores.js';
+import { makeFastifyServer } from './server.js';
+
+await describeOnRealStores('fastify', makeFastifyServer);

@@ -1,0 +1,95 @@
+// The Koa server of the describeAdapter table, shared by the memory and the real-store runs.
+import { createReadStream } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { PassThrough } from 'node:stream';
+import { idempotency } from '@idem/koa';
+import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
+import Koa, { type Context } from 'koa';
+
+export async function makeKoaServer({ idempotency: options, handle }: AdapterServerOptions) {
+  let runs = 0;
+  const app = new Koa();
+  // Thrown handler errors are part of the table; keep them out of the test output.
+  app.silent = true;
+  // The guard's job in production: a verified principal on ctx.state.auth.
+  app.use(async (ctx, next) => {
+    const user = ctx.get('x-test-user');
+    if (user) ctx.state.auth = { sub: user, iss: 'https://issuer.test' };
+    await next();
+  });
+  app.use(idempotency(options));
+  // A body parser mounted after the middleware, reading ctx.req as @koa/bodyparser does.
+  app.use(async (ctx, next) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of ctx.req) chunks.push(chunk as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    const type = ctx.get('content-type');
+    const request = ctx.request as { body?: unknown };
+    if (type.startsWith('application/json') && text) request.body = JSON.parse(text);
+    else if (type.startsWith('application/x-www-form-urlencoded'))
+      request.body = Object.fromEntries(new URLSearchParams(text));
+    await next();
+  });
+  app.use(async (ctx) => {
+    const route = scenarioRoutes.find(
+      (candidate) =>
+        candidate.method === ctx.method &&
+        (candidate.path === ctx.path || (candidate.path === '/charges/:id' && /^\/charges\/[^/]+$/.test(ctx.path))),
+    );
+    if (!route) return;
+    runs++;
+    const reply = await handle({
+      method: route.method,
+      route: route.path,
+      body: (ctx.request as { body?: unknown }).body,
+      tx: ctx.state.idempotency?.tx,
+    });
+    write(ctx, reply);
+  });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    executions: () => runs,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function write(ctx: Context, reply: ScenarioReply) {
+  if (reply.kind === 'throw') throw new Error('handler failed');
+  ctx.status = reply.status;
+  ctx.set(reply.headers);
+  switch (reply.kind) {
+    case 'json':
+      ctx.body = reply.json;
+      return;
+    case 'text':
+      ctx.body = reply.text;
+      return;
+    case 'bytes':
+      ctx.body = reply.bytes;
+      return;
+    case 'stream':
+      ctx.body = reply.stream();
+      return;
+    case 'file':
+      ctx.body = createReadStream(reply.file);
+      return;
+    case 'events': {
+      const feed = new PassThrough();
+      ctx.body = feed;
+      for (const event of reply.events) feed.write(event);
+      feed.end();
+      return;
+    }
+    case 'none':
+      ctx.body = null;
+      ctx.status = reply.status;
+      return;
+  }
+}
