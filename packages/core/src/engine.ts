@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
@@ -167,6 +167,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   // Leases this process holds right now. A second request for the same record in this process is
   // answered without a store round trip: the hot-key case costs nothing.
   const held = new Map<string, LeaseState>();
+  // Fencing tokens only need to be unique (they never leave the server), so a random per-engine
+  // nonce plus a counter does, at a fraction of the cost of a UUID per claim.
+  const tokenPrefix = randomBytes(12).toString('base64url');
+  let tokenSequence = 0;
   // One poll loop per record being waited on, shared by every waiter in this process.
   const polls = new Map<string, Promise<StoreRecord | undefined>>();
 
@@ -215,7 +219,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     lease.lost = true;
     stopHeartbeat(lease);
     lease.controller?.abort(new Error(`lease lost: ${reason}`));
-    emit({ type: 'lease-lost', id: lease.id, operation: lease.operation, reason, at: now() });
+    if (onEvent) emit({ type: 'lease-lost', id: lease.id, operation: lease.operation, reason, at: now() });
   };
 
   const renew = (lease: LeaseState) => {
@@ -227,7 +231,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         else markLost(lease, 'token no longer current');
       })
       .catch((error) => {
-        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
+        if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
         // Without a successful renewal for a whole lease, the store may have let another executor in.
         if (now() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
       })
@@ -276,10 +280,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const settle = (input: Required<BeginInput>, id: string, record: StoreRecord, started: number): BeginResult | undefined => {
     if (record.state === 'completed') {
       if (!fingerprintsMatch(record.fingerprint, input.fingerprint)) {
-        emit({ type: 'mismatch', id, operation: input.operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'mismatch', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: mismatch() };
       }
-      emit({
+      if (onEvent) emit({
         type: 'replay',
         id,
         operation: input.operation,
@@ -307,17 +311,15 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       const local = held.get(id);
       if (local && now() - local.lastRenewedAt >= leaseMs) held.delete(id); // abandoned, not renewed
       else if (local && waitMs === 0 && !local.lost) {
-        emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: conflict() };
       }
-      const token = randomUUID();
+      const token = `${tokenPrefix}.${(++tokenSequence).toString(36)}`;
       let claimed: Awaited<ReturnType<Store['claim']>>;
       try {
-        claimed = await withTimeout('claim', () =>
-          store.claim({ id, token, fingerprint: input.fingerprint, leaseMs }),
-        );
+        claimed = await withTimeout('claim', () => store.claim({ id, token, fingerprint: input.fingerprint, leaseMs }));
       } catch (error) {
-        emit({ type: 'store-error', id, operation: input.operation, phase: 'claim', error, at: now() });
+        if (onEvent) emit({ type: 'store-error', id, operation: input.operation, phase: 'claim', error, at: now() });
         return { kind: 'reject', error: unavailable(error) };
       }
       if (claimed.claimed) {
@@ -343,7 +345,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         };
         held.set(id, lease);
         startHeartbeat();
-        emit({ type: 'claim', id, operation: input.operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'claim', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'execute', lease };
       }
 
@@ -352,21 +354,21 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
 
       // In progress elsewhere.
       if (now() >= deadline) {
-        emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: conflict() };
       }
       let record: StoreRecord | undefined;
       try {
         record = await waitForOutcome(id, deadline);
       } catch (error) {
-        emit({ type: 'store-error', id, operation: input.operation, phase: 'get', error, at: now() });
+        if (onEvent) emit({ type: 'store-error', id, operation: input.operation, phase: 'get', error, at: now() });
         return { kind: 'reject', error: unavailable(error) };
       }
       if (record !== undefined) {
         const done = settle(input, id, record, started);
         if (done) return done;
         if (now() >= deadline) {
-          emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+          if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
           return { kind: 'reject', error: conflict() };
         }
       }
@@ -391,10 +393,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         markLost(state, 'token no longer current at release');
         return { ok: false, reason: 'lease-lost' };
       }
-      emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
+      if (onEvent) emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
       return { ok: true };
     } catch (error) {
-      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
+      if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
       return { ok: false, reason: 'store-error', error };
     }
   };
@@ -405,21 +407,20 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const decision = decide(response, outcome);
     if (!decision.store) {
       const released = await release(lease);
-      emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
+      if (onEvent) emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
       return released.ok ? { ok: true, stored: false } : released;
     }
     stopHeartbeat(state);
     const started = now();
     try {
-      const completed = await withTimeout('complete', () =>
-        store.complete({ id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs }),
-      );
+      const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
+      const completed = await withTimeout('complete', () => store.complete(input));
       if (!completed) {
         // Someone else holds the record now: a late finisher must never overwrite it.
         markLost(state, 'token no longer current at complete');
         return { ok: false, reason: 'lease-lost' };
       }
-      emit({
+      if (onEvent) emit({
         type: 'complete',
         id: lease.id,
         operation: lease.operation,
@@ -430,7 +431,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       });
       return { ok: true, stored: true };
     } catch (error) {
-      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
+      if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
       // The outcome could not be stored: free the key so a retry is not refused with 409 until the
       // lease runs out. If this fails too, the short lease frees it within seconds.
       await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
@@ -468,7 +469,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         markLost(state, 'token no longer current at commit');
         return { committed: false, reason: 'lease-lost' };
       }
-      emit({
+      if (onEvent) emit({
         type: stored ? 'complete' : 'release',
         id: lease.id,
         operation: lease.operation,
@@ -481,7 +482,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       if (handlerError) throw handlerError.error;
       stopHeartbeat(state);
       if (!isIdempotencyError(error)) {
-        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'transaction', error, at: now() });
+        if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'transaction', error, at: now() });
       }
       // The transaction rolled back: nothing of the handler happened, so the key is freed for a retry.
       await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /**
  * Derives the store id of a record from the caller's scope, the operation and the client's key.
@@ -13,5 +13,5 @@ import { createHash } from 'node:crypto';
 export function recordId(scope: string, operation: string, key: string): string {
   // One string, one update: the same bytes as hashing each length prefix and part in turn.
   const framed = `${Buffer.byteLength(scope)}:${scope}${Buffer.byteLength(operation)}:${operation}${Buffer.byteLength(key)}:${key}`;
-  return createHash('sha256').update(framed).digest('base64url');
+  return hash('sha256', framed, 'base64url');
 }
