@@ -10,7 +10,12 @@
  */
 export type Jitter = 'full' | 'equal' | 'none';
 
-/** What {@link backoffDelay} needs: the schedule and a source of randomness. */
+/**
+ * What {@link backoffDelay} needs: the schedule and a source of randomness.
+ *
+ * @example
+ * backoffDelay(1, { baseDelayMs: 1000, maxDelayMs: 30_000, jitter: 'full', random: Math.random });
+ */
 export interface BackoffSchedule {
   /** Ceiling of the first retry's wait, in milliseconds (spec part 8: about 1 s). */
   baseDelayMs: number;

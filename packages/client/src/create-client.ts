@@ -9,7 +9,12 @@ import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat } from './retry-d
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 import { abortableSleep } from './sleep.js';
 
-/** The `fetch` the client calls: the standard one, or any function with its shape. */
+/**
+ * The `fetch` the client calls: the standard one, or any function with its shape.
+ *
+ * @example
+ * createClient({ baseUrl, fetch: (url, init) => fetch(url, { ...init, credentials: 'include' }) });
+ */
 export type FetchFunction = (input: string, init: RequestInit) => Promise<Response>;
 
 /**
@@ -68,7 +73,12 @@ export interface RetryEvent {
   key: string | undefined;
 }
 
-/** Values of a query string: repeated for arrays, left out when `undefined`. */
+/**
+ * Values of a query string: repeated for arrays, left out when `undefined`.
+ *
+ * @example
+ * await client.get('/stock', { query: { item: 'sku-1', tag: ['a', 'b'], page: undefined } }); // ?item=sku-1&tag=a&tag=b
+ */
 export type QueryValue = string | number | boolean | readonly (string | number | boolean)[] | undefined;
 
 /**
@@ -93,7 +103,12 @@ export interface RequestOptions {
   parse?: ParseMode;
 }
 
-/** Options of {@link Client.request}: {@link RequestOptions} plus a body. */
+/**
+ * Options of {@link Client.request}: {@link RequestOptions} plus a body.
+ *
+ * @example
+ * await client.request('POST', '/charges', { body: { amount: 500 }, idempotencyKey: key });
+ */
 export interface RequestWithBodyOptions extends RequestOptions {
   body?: unknown;
 }

@@ -3,6 +3,9 @@ import type { Attempt } from './attempt.js';
 /**
  * Every way a request made through the client can fail, with what it means. Callers match on `code`.
  * `retried` says whether the client retried before giving up.
+ *
+ * @example
+ * requestFailedCodes.deadline_exceeded; // 'The total deadline ran out before the request succeeded.'
  */
 export const requestFailedCodes = {
   http_error: 'The server answered with a status that retrying cannot fix (for example 400, 404, 422).',
@@ -15,10 +18,20 @@ export const requestFailedCodes = {
   invalid_response_body: 'A successful response declared JSON but its body is not JSON.',
 } as const;
 
-/** A stable code of {@link RequestFailedError}. */
+/**
+ * A stable code of {@link RequestFailedError}.
+ *
+ * @example
+ * const retryLater: RequestFailedCode[] = ['deadline_exceeded', 'attempts_exhausted'];
+ */
 export type RequestFailedCode = keyof typeof requestFailedCodes;
 
-/** What a {@link RequestFailedError} carries besides its code. */
+/**
+ * What a {@link RequestFailedError} carries besides its code.
+ *
+ * @example
+ * new RequestFailedError('http_error', { response, body, key, attempts });
+ */
 export interface RequestFailedDetails {
   /** The last response, if any attempt got one. Its body has been read: use `body`. */
   response?: Response | undefined;

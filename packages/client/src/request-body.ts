@@ -1,4 +1,9 @@
-/** A request body once encoded: sent as-is on every attempt. */
+/**
+ * A request body once encoded: sent as-is on every attempt.
+ *
+ * @example
+ * const { body, contentType } = encodeBody({ amount: 500 });
+ */
 export interface EncodedBody {
   body: BodyInit | undefined;
   /** Set when the client chose the encoding (JSON); otherwise `fetch` derives it or the caller sets it. */

@@ -10,7 +10,12 @@
  */
 export type ParseMode = 'auto' | 'json' | 'text' | 'bytes' | 'none';
 
-/** A body that declared JSON but did not parse. */
+/**
+ * A body that declared JSON but did not parse.
+ *
+ * @example
+ * decodeBody(new TextEncoder().encode('<html>'), 'application/json', 'auto'); // throws BodyParseError
+ */
 export class BodyParseError extends Error {
   override readonly name = 'BodyParseError' as const;
 }

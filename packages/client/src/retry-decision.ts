@@ -13,7 +13,12 @@ export function isIdempotentMethod(method: string): boolean {
   return idempotentMethods.has(method.toUpperCase());
 }
 
-/** What a retry decision depends on besides the outcome itself. */
+/**
+ * What a retry decision depends on besides the outcome itself.
+ *
+ * @example
+ * isSafeToRepeat({ method: 'POST', keyed: true }); // true
+ */
 export interface RetryContext {
   method: string;
   /** Whether the attempt carried an `Idempotency-Key`. */

@@ -29,7 +29,12 @@ export interface RetryOptions {
   maxRetryAfter?: Duration;
 }
 
-/** {@link RetryOptions} with defaults applied, in milliseconds (`Infinity` for "none"). */
+/**
+ * {@link RetryOptions} with defaults applied, in milliseconds (`Infinity` for "none").
+ *
+ * @example
+ * resolveRetry({ deadline: false }).deadlineMs; // Infinity
+ */
 export interface ResolvedRetry {
   readonly maxAttempts: number;
   readonly baseDelayMs: number;
