@@ -1,0 +1,90 @@
+// Every code block in the documentation is exercised: TypeScript blocks are type-checked against
+// the packages' sources (one compiler program for all of them), JSON blocks must parse.
+// A block that is deliberately not checkable is fenced as ```text.
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const scratch = join(root, 'node_modules', '.cache', 'idem-doc-blocks');
+
+function markdownFiles(): string[] {
+  const files = ['README.md'];
+  const walk = (dir: string) => {
+    for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory() && entry.name !== 'node_modules' && entry.name !== 'test') walk(path);
+      else if (entry.name.endsWith('.md')) files.push(path);
+    }
+  };
+  walk('docs');
+  for (const pkg of readdirSync(join(root, 'packages'))) {
+    try {
+      readFileSync(join(root, 'packages', pkg, 'README.md'));
+      files.push(join('packages', pkg, 'README.md'));
+    } catch {
+      // a package without a README yet
+    }
+  }
+  return files;
+}
+
+interface Block {
+  file: string;
+  line: number;
+  lang: string;
+  code: string;
+}
+
+function blocks(file: string): Block[] {
+  const text = readFileSync(join(root, file), 'utf8');
+  const found: Block[] = [];
+  const fence = /^```([\w+-]*)[^\n]*\n([\s\S]*?)^```\s*$/gm;
+  for (let match = fence.exec(text); match; match = fence.exec(text)) {
+    const line = text.slice(0, match.index).split('\n').length;
+    found.push({ file, line, lang: (match[1] ?? '').toLowerCase(), code: match[2] ?? '' });
+  }
+  return found;
+}
+
+const all = markdownFiles().flatMap(blocks);
+const typescriptBlocks = all.filter((b) => ['ts', 'typescript', 'js', 'javascript'].includes(b.lang));
+const jsonBlocks = all.filter((b) => b.lang === 'json');
+
+describe('documentation code blocks', () => {
+  it('finds the documentation', () => {
+    expect(typescriptBlocks.length).toBeGreaterThan(0);
+  });
+
+  it('every JSON block parses', () => {
+    for (const block of jsonBlocks) {
+      expect(() => JSON.parse(block.code), `${block.file}:${block.line}`).not.toThrow();
+    }
+  });
+
+  it('every TypeScript block type-checks against the packages', () => {
+    rmSync(scratch, { recursive: true, force: true });
+    mkdirSync(scratch, { recursive: true });
+    const names = new Map<string, Block>();
+    typescriptBlocks.forEach((block, i) => {
+      const name = join(scratch, `${block.file.replace(/[^\w]+/g, '_')}_${block.line}_${i}.ts`);
+      // `export {}` makes each block its own module, so blocks may reuse names and use top-level await.
+      writeFileSync(name, `${block.code}\nexport {};\n`);
+      names.set(name, block);
+    });
+    const config = ts.readConfigFile(join(root, 'tsconfig.json'), ts.sys.readFile);
+    const parsed = ts.parseJsonConfigFileContent(config.config, ts.sys, root);
+    const program = ts.createProgram([...names.keys()], { ...parsed.options, noEmit: true, noUnusedLocals: false });
+    const problems = ts
+      .getPreEmitDiagnostics(program)
+      .filter((d) => d.file && names.has(d.file.fileName))
+      .map((d) => {
+        const block = names.get(d.file!.fileName)!;
+        const { line } = d.file!.getLineAndCharacterOfPosition(d.start ?? 0);
+        return `${block.file}:${block.line + 1 + line}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`;
+      });
+    expect(problems, `${problems.length} problems in doc blocks (relative to ${relative(process.cwd(), root) || '.'})`).toEqual([]);
+  }, 120_000);
+});
