@@ -47,7 +47,10 @@ export interface ClientOptions {
   random?: () => number;
   /** Waits between attempts; must reject when `signal` aborts. Inject one that records waits in tests. */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
-  /** The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default `Date.now`. */
+  /**
+   * The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default `Date.now`.
+   * The per-attempt timeout itself runs on a real timer: it cuts off a real connection.
+   */
   now?: () => number;
   /**
    * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws is
