@@ -1,0 +1,129 @@
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type IdempotencyEvent, memoryStore } from '@idem/core';
+import { type ExpressIdempotencyOptions, idempotency } from '@idem/express';
+import express, { type Express } from 'express';
+import { describe, expect, it } from 'vitest';
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+async function serve(app: Express, run: (url: string) => Promise<void>) {
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  try {
+    await run(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+// Sends `chunks` one by one; without a content-length the body goes out chunked.
+function post(url: string, key: string, chunks: string[], contentLength = true): Promise<Answer> {
+  const body = chunks.join('');
+  const headers: Record<string, string> = { 'idempotency-key': key, 'content-type': 'application/json' };
+  if (contentLength) headers['content-length'] = String(Buffer.byteLength(body));
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: 'POST', headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        text += chunk;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+    });
+    req.on('error', reject);
+    for (const chunk of chunks) req.write(chunk);
+    req.end();
+  });
+}
+
+const options = (extra: Partial<ExpressIdempotencyOptions> = {}): ExpressIdempotencyOptions => ({
+  store: memoryStore(),
+  scope: () => 'tenant-1',
+  ...extra,
+});
+
+describe('@idem/express specifics', () => {
+  it('reads a chunked body before express.json, which still parses it', async () => {
+    const app = express();
+    let runs = 0;
+    app.post('/charges', idempotency(options()), express.json({ limit: '1mb' }), (req, res) => {
+      runs++;
+      res.status(201).json({ got: req.body });
+    });
+    await serve(app, async (url) => {
+      const chunks = ['{"amount":', '100,', '"note":"', 'x'.repeat(200_000), '"}'];
+      const first = await post(`${url}/charges`, 'chunked-1', chunks, false);
+      expect(first.status).toBe(201);
+      expect(JSON.parse(first.body).got.amount).toBe(100);
+      expect(JSON.parse(first.body).got.note.length).toBe(200_000);
+      const again = await post(`${url}/charges`, 'chunked-1', chunks, true);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      const other = await post(`${url}/charges`, 'chunked-1', ['{"amount":101}']);
+      expect(other.status).toBe(422);
+      expect(runs).toBe(1);
+    });
+  });
+
+  it('mounted after express.json: fingerprints the parsed JSON, so replays and mismatches still work', async () => {
+    const app = express();
+    let runs = 0;
+    app.use(express.json());
+    app.use(idempotency(options()));
+    app.post('/charges', (req, res) => {
+      runs++;
+      res.status(201).json({ amount: req.body.amount, run: runs });
+    });
+    await serve(app, async (url) => {
+      const first = await post(`${url}/charges`, 'after-1', ['{"amount":5}']);
+      const same = await post(`${url}/charges`, 'after-1', ['{ "amount": 5 }']);
+      const other = await post(`${url}/charges`, 'after-1', ['{"amount":6}']);
+      expect(first.status).toBe(201);
+      expect(same.headers['idempotent-replayed']).toBe('true');
+      expect(same.body).toBe(first.body);
+      expect(other.status).toBe(422);
+      expect(runs).toBe(1);
+    });
+  });
+
+  it('mounted on a route, the operation is the route template: one key spans /charges/:id only with the same path', async () => {
+    const app = express();
+    const events: IdempotencyEvent[] = [];
+    app.post('/charges/:id/capture', idempotency(options({ onEvent: (event) => events.push(event) })), (req, res) => {
+      res.status(200).json({ id: req.params.id });
+    });
+    await serve(app, async (url) => {
+      expect((await post(`${url}/charges/a/capture`, 'route-1', ['{}'])).status).toBe(200);
+      // Same key and template, other concrete path: the same record, another request.
+      expect((await post(`${url}/charges/b/capture`, 'route-1', ['{}'])).status).toBe(422);
+      expect(events.find((event) => event.type === 'claim')?.operation).toBe('POST /charges/:id/capture');
+    });
+  });
+
+  it('refuses bad options once, at construction', () => {
+    expect(() => idempotency(options({ replayHeaders: ['Set-Cookie'] }))).toThrow(TypeError);
+    expect(() => idempotency(options({ replayHeaders: ['x-request-id'] }))).toThrow(TypeError);
+    expect(() => idempotency(options({ methods: ['GET'] }))).toThrow(TypeError);
+    expect(() => idempotency(options({ maxBodyBytes: 0 }))).toThrow(TypeError);
+    expect(() => idempotency(options({ scope: 'user' as never }))).toThrow(TypeError);
+    expect(() => idempotency({} as ExpressIdempotencyOptions)).toThrow(TypeError);
+  });
+
+  it('replays user-listed headers on top of the allowlist', async () => {
+    const app = express();
+    app.post('/charges', idempotency(options({ replayHeaders: ['X-Charge-Version'] })), (_req, res) => {
+      res.status(201).set({ 'x-charge-version': '7', 'x-other': 'no' }).json({ ok: true });
+    });
+    await serve(app, async (url) => {
+      await post(`${url}/charges`, 'headers-1', ['{}']);
+      const again = await post(`${url}/charges`, 'headers-1', ['{}']);
+      expect(again.headers['x-charge-version']).toBe('7');
+      expect(again.headers['x-other']).toBeUndefined();
+    });
+  });
+});
