@@ -1,0 +1,248 @@
+import { randomBytes } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createGuard, type GuardEvent, type GuardOptions } from '../src/index.js';
+import { type JwksReply, startJwksServer } from './support/jwks-server.js';
+import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, START_MS, testKeys } from './support/tokens.js';
+
+// Research cases 16 (kid flood), 50 (outage), 51 (bad JWKS responses), plus rotation, cache headers
+// and the verified-token cache interplay. A real HTTP server on an ephemeral port; time is injected.
+
+const keys = testKeys();
+const jwk = (kid: string, pair = keys.ec) => ({ ...pair.publicJwk, kid, alg: 'ES256', use: 'sig' });
+const set = (...entries: object[]): JwksReply => ({
+  kind: 'json',
+  body: { keys: entries },
+  headers: { 'cache-control': 'max-age=60' },
+});
+
+let servers: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  await Promise.all(servers.map((server) => server.close()));
+  servers = [];
+});
+
+async function setup(
+  reply: JwksReply,
+  jwksOptions: NonNullable<GuardOptions['issuers'][number]['jwksOptions']> = {},
+  cache = false,
+) {
+  const server = await startJwksServer(reply);
+  servers.push(server);
+  const clock = manualClock();
+  const events: GuardEvent[] = [];
+  const guard = createGuard({
+    audience: AUDIENCE,
+    now: clock.now,
+    cache: cache ? { maxEntries: 100 } : false,
+    onEvent: (event) => events.push(event),
+    issuers: [{ issuer: ISSUER, jwksUri: server.url, algorithms: ['ES256'], jwksOptions }],
+  });
+  const token = (kid: string, pair = keys.ec) =>
+    makeToken({ alg: 'ES256', key: pair.privateKey, header: { kid }, now: clock.now() });
+  return { server, clock, guard, events, token };
+}
+
+describe('remote JWKS', () => {
+  it('fetches once and honours Cache-Control max-age', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')));
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    clock.advance(59);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    expect(server.requests).toBe(1);
+    clock.advance(2);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    expect(server.requests).toBe(2);
+  });
+
+  it('uses a longer max-age than the default TTL, and clamps no-store to the minimum TTL', async () => {
+    const long = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { 'cache-control': 'public, max-age=3600' },
+    });
+    await long.guard.verify(long.token('k1'));
+    long.clock.advance(601);
+    expect((await long.guard.verify(long.token('k1'))).ok).toBe(true);
+    expect(long.server.requests).toBe(1);
+
+    const noStore = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { 'cache-control': 'no-store' },
+    });
+    await noStore.guard.verify(noStore.token('k1'));
+    noStore.clock.advance(29);
+    await noStore.guard.verify(noStore.token('k1'));
+    expect(noStore.server.requests).toBe(1);
+    noStore.clock.advance(2);
+    await noStore.guard.verify(noStore.token('k1'));
+    expect(noStore.server.requests).toBe(2);
+  });
+
+  it('rotation: a key published after the cooldown is picked up on its first token', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')));
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    clock.advance(31);
+    server.set(set(jwk('k1'), jwk('k2')));
+    expect((await guard.verify(token('k2'))).ok).toBe(true);
+    expect(server.requests).toBe(2);
+    // A key retired from the set stops verifying once the set is refetched.
+    clock.advance(61);
+    server.set(set(jwk('k2')));
+    expect((await guard.verify(token('k2'))).ok).toBe(true);
+    const retired = await guard.verify(token('k1'));
+    expect(retired.ok ? 'ok' : retired.error.code).toBe('key_unknown');
+    expect(server.requests).toBe(3);
+  });
+
+  it('case 16: 10,000 random kids cost at most one fetch per cooldown, all refused', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')));
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    clock.advance(31);
+    const payload = token('k1').split('.')[1];
+    const flood = (count: number) =>
+      Array.from(
+        { length: count },
+        () => `${b64url({ alg: 'ES256', typ: 'at+jwt', kid: randomBytes(12).toString('hex') })}.${payload}.c2ln`,
+      );
+    const started = performance.now();
+    const results = await Promise.all(flood(10_000).map((forged) => guard.verify(forged)));
+    const elapsed = performance.now() - started;
+    expect(results.every((result) => !result.ok && result.error.code === 'key_unknown')).toBe(true);
+    expect(server.requests).toBe(2);
+    // Sequential arrivals inside the cooldown: no fetch at all.
+    for (const forged of flood(1000)) await guard.verify(forged);
+    expect(server.requests).toBe(2);
+    clock.advance(31);
+    await Promise.all(flood(1000).map((forged) => guard.verify(forged)));
+    expect(server.requests).toBe(3);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    expect(guard.stats().rejected.key_unknown).toBe(12_000);
+    console.info(`kid flood: 10,000 random kids verified in ${Math.round(elapsed)} ms`);
+  });
+
+  it('remembers unknown kids for negativeTtl even after the cooldown', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')), { cooldown: 30, negativeTtl: 120 });
+    await guard.verify(token('k1'));
+    clock.advance(31);
+    await guard.verify(token('ghost'));
+    expect(server.requests).toBe(2);
+    clock.advance(31);
+    expect((await guard.verify(token('ghost'))).ok).toBe(false);
+    expect(server.requests).toBe(2);
+    await guard.verify(token('other'));
+    expect(server.requests).toBe(3);
+  });
+
+  it('case 50: the last good keys work for staleIfError past expiry while the endpoint fails, then fail closed', async () => {
+    const { server, clock, guard, events, token } = await setup(set(jwk('k1')), { staleIfError: 600, cooldown: 30 });
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    server.set({ kind: 'raw', status: 503, body: 'down' });
+    clock.advance(61);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    expect(events.some((event) => event.type === 'jwks-stale')).toBe(true);
+    const attempts = server.requests;
+    // Inside the failure cooldown no new attempt is made, however many requests arrive.
+    for (let i = 0; i < 50; i++) await guard.verify(token('k1'));
+    expect(server.requests).toBe(attempts);
+    clock.advance(60 + 600 - 61 - 1);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    clock.advance(2);
+    const closed = await guard.verify(token('k1'));
+    expect(closed.ok).toBe(false);
+    if (!closed.ok) {
+      expect(closed.error.code).toBe('keys_unavailable');
+      expect(closed.error.status).toBe(401);
+    }
+    // Recovery: the endpoint is back, the next attempt after the cooldown succeeds.
+    server.set(set(jwk('k1')));
+    clock.advance(31);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+  });
+
+  it('case 50: a hanging endpoint times out and the stale keys are used', async () => {
+    const { server, clock, guard, events, token } = await setup(set(jwk('k1')), { timeout: 0.2 });
+    await guard.verify(token('k1'));
+    server.set({ kind: 'hang' });
+    clock.advance(61);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    expect(events.some((event) => event.type === 'jwks-fetch' && !event.ok && event.reason === 'timeout')).toBe(true);
+  });
+
+  it('no keys at all when the first fetch fails: keys_unavailable', async () => {
+    const { guard, token } = await setup({ kind: 'raw', status: 500, body: '' });
+    const result = await guard.verify(token('k1'));
+    expect(result.ok ? 'ok' : result.error.code).toBe('keys_unavailable');
+  });
+
+  const badReplies: Array<[string, JwksReply, string]> = [
+    ['a redirect', { kind: 'raw', status: 302, body: '', headers: { location: '/elsewhere' } }, 'status'],
+    ['a non-200 status', { kind: 'raw', status: 404, body: '{}' }, 'status'],
+    ['invalid JSON', { kind: 'raw', status: 200, body: '{"keys": [' }, 'invalid-json'],
+    ['duplicate JSON members', { kind: 'raw', status: 200, body: '{"keys":[],"keys":[]}' }, 'invalid-json'],
+    [
+      'a 10 MB body',
+      { kind: 'raw', status: 200, body: `{"keys":[],"pad":"${'x'.repeat(10 * 1024 * 1024)}"}` },
+      'too-large',
+    ],
+    ['a private key', set({ ...jwk('k9'), d: 'AAAA' }), 'private-key'],
+    ['a duplicate kid', set(jwk('k1'), jwk('k1', keys.ec384)), 'duplicate-kid'],
+    ['not a key set', { kind: 'json', body: [jwk('k1')] }, 'not-a-key-set'],
+    ['a symmetric key', set({ kty: 'oct', k: 'x'.repeat(43), kid: 'h' }, jwk('k1')), 'mixed-key-types'],
+  ];
+  for (const [label, reply, reason] of badReplies) {
+    it(`case 51: ${label} is rejected and the previous set is kept`, async () => {
+      const { server, clock, guard, events, token } = await setup(set(jwk('k1')));
+      await guard.verify(token('k1'));
+      server.set(reply);
+      clock.advance(61);
+      expect((await guard.verify(token('k1'))).ok).toBe(true);
+      const failure = events.find((event) => event.type === 'jwks-fetch' && !event.ok);
+      expect(failure?.type === 'jwks-fetch' ? failure.reason : undefined).toBe(reason);
+    });
+  }
+
+  it('refuses a non-https JWKS URL (except loopback) at construction', () => {
+    expect(() =>
+      createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, jwksUri: 'http://id.example/jwks' }] }),
+    ).toThrow(TypeError);
+  });
+
+  it('verified-token cache: hits are counted, errors are never cached, retired keys evict', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')), {}, true);
+    const first = token('k1');
+    expect((await guard.verify(first)).ok).toBe(true);
+    expect((await guard.verify(first)).ok).toBe(true);
+    expect(guard.stats().cacheHits).toBe(1);
+
+    // An unknown kid fails; once the key is published (after the cooldown) the same token passes.
+    const early = token('k2');
+    expect((await guard.verify(early)).ok).toBe(false);
+    server.set(set(jwk('k1'), jwk('k2')));
+    clock.advance(31);
+    expect((await guard.verify(early)).ok).toBe(true);
+
+    // k1 is retired: the refetch clears cached k1 tokens, which then fail.
+    server.set(set(jwk('k2')));
+    clock.advance(61);
+    expect((await guard.verify(token('k2'))).ok).toBe(true);
+    const after = await guard.verify(first);
+    expect(after.ok ? 'ok' : after.error.code).toBe('key_unknown');
+  });
+
+  it('verified-token cache entries die at exp', async () => {
+    const { clock, guard } = await setup(set(jwk('k1')), {}, true);
+    const shortLived = makeToken({
+      alg: 'ES256',
+      key: keys.ec.privateKey,
+      header: { kid: 'k1' },
+      claims: { exp: START_MS / 1000 + 10 },
+    });
+    expect((await guard.verify(shortLived)).ok).toBe(true);
+    // Past exp plus the 5 s tolerance: the cache must not answer for it.
+    clock.advance(16);
+    const result = await guard.verify(shortLived);
+    expect(result.ok ? 'ok' : result.error.code).toBe('token_expired');
+    expect(guard.stats().cacheHits).toBe(0);
+  });
+});
