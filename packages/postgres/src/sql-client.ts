@@ -35,7 +35,9 @@ export interface PgPoolClientLike {
 /** A `pg` Pool. The caller creates, configures and ends it, and listens for its `'error'` events. */
 export interface PgPoolLike {
   query(config: PgQueryConfig): Promise<PgQueryResult>;
-  connect(): Promise<PgPoolClientLike>;
+  connect(
+    callback: (error: Error | undefined, client: PgPoolClientLike | undefined, done: (release?: any) => void) => void,
+  ): void;
   readonly totalCount: number;
   readonly idleCount: number;
 }
@@ -283,20 +285,27 @@ function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
     // A dedicated connection for the whole transaction: the heartbeat and other requests keep
     // using the rest of the pool meanwhile.
     async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
-      let connection: PgPoolClientLike;
-      try {
-        connection = await pool.connect();
-      } catch (error) {
-        throw toStoreError(error, 'transaction connect');
-      }
       // A checked-out pg client emits 'error' when its backend dies between queries (for example
-      // pg_terminate_backend while the handler awaits something else). Unheard, that event would
-      // crash the process; the next query on the dead connection rejects instead.
+      // pg_terminate_backend while the handler awaits something else); unheard, that event crashes
+      // the process. The listener goes on inside connect's callback, synchronously: with the promise
+      // form it would come a microtask late, and pg can hand over a connection whose socket still
+      // holds an unread "terminating connection" message, parsed in the same tick.
       let lost: Error | undefined;
       const onError = (error: Error) => {
         lost = error;
       };
-      connection.on('error', onError);
+      let connection: PgPoolClientLike;
+      try {
+        connection = await new Promise<PgPoolClientLike>((resolve, reject) => {
+          pool.connect((error, client) => {
+            if (error || !client) return reject(error ?? new Error('pg Pool returned no client'));
+            client.on('error', onError);
+            resolve(client);
+          });
+        });
+      } catch (error) {
+        throw toStoreError(error, 'transaction connect');
+      }
       return settle(runPgTransaction(connection, fn), (broken) => {
         connection.removeListener('error', onError);
         const reason = broken ?? lost;

@@ -1,0 +1,70 @@
+// Pure unit tests: the shipped schema.sql is what migrate() runs, table names are validated before
+// they reach SQL, and infrastructure failures are told apart from mistakes.
+import { readFile } from 'node:fs/promises';
+import { StoreUnavailableError } from '@idem/core';
+import { describe, expect, it } from 'vitest';
+import { defaultTable, isTransientDatabaseError, schemaSql, schemaStatements } from '../src/index.js';
+import { parseTableName } from '../src/table-name.js';
+import { toStoreError } from '../src/unavailable.js';
+
+describe('schema', () => {
+  it('schema.sql is exactly schemaSql() for the default table', async () => {
+    const shipped = await readFile(new URL('../schema.sql', import.meta.url), 'utf8');
+    expect(shipped).toBe(schemaSql());
+    expect(shipped).toContain(`CREATE TABLE IF NOT EXISTS "${defaultTable}"`);
+  });
+
+  it('quotes every part of a qualified name and names the index after the table', () => {
+    const [table, index] = schemaStatements('app.records');
+    expect(table).toContain('CREATE TABLE IF NOT EXISTS "app"."records"');
+    expect(index).toBe('CREATE INDEX IF NOT EXISTS "records_expires_at" ON "app"."records" (expires_at)');
+  });
+
+  it('accepts plain identifiers and refuses everything that would need escaping', () => {
+    expect(parseTableName('idem_records')).toEqual({
+      name: 'idem_records',
+      sql: '"idem_records"',
+      base: 'idem_records',
+    });
+    expect(parseTableName('App.Records_2').sql).toBe('"App"."Records_2"');
+    for (const bad of ['', 'a"b', 'a;b', 'a b', 'a.b.c', '.a', 'a.', '9a', 'x'.repeat(64), 'é', 42, null]) {
+      expect(() => parseTableName(bad as string)).toThrow(TypeError);
+    }
+  });
+});
+
+describe('infrastructure errors', () => {
+  const coded = (code: string, message = 'failure') => Object.assign(new Error(message), { code });
+
+  it('treats connection, resource, shutdown, timeout and transient SQLSTATEs as unavailability', () => {
+    for (const code of ['08006', '08001', '53300', '57P01', '57P03', '57014', '55P03', '40001', '40P01']) {
+      expect(isTransientDatabaseError(coded(code)), code).toBe(true);
+    }
+    for (const code of ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND']) {
+      expect(isTransientDatabaseError(coded(code)), code).toBe(true);
+    }
+    expect(isTransientDatabaseError(new Error('Connection terminated unexpectedly'))).toBe(true);
+    expect(isTransientDatabaseError(new Error('timeout exceeded when trying to connect'))).toBe(true);
+    expect(isTransientDatabaseError(new AggregateError([coded('ECONNREFUSED')], ''))).toBe(true);
+  });
+
+  it('leaves mistakes alone: syntax, missing table, constraint violations, non-errors', () => {
+    for (const code of ['42601', '42P01', '23505', '22P02']) {
+      expect(isTransientDatabaseError(coded(code)), code).toBe(false);
+    }
+    expect(isTransientDatabaseError(new Error('something else'))).toBe(false);
+    expect(isTransientDatabaseError('ECONNREFUSED')).toBe(false);
+    expect(isTransientDatabaseError(undefined)).toBe(false);
+  });
+
+  it('wraps only transient failures, with a message that names the operation and nothing else', () => {
+    const cause = coded('57P01', 'terminating connection due to administrator command');
+    const wrapped = toStoreError(cause, 'claim');
+    expect(wrapped).toBeInstanceOf(StoreUnavailableError);
+    expect((wrapped as StoreUnavailableError).code).toBe('store_unavailable');
+    expect((wrapped as Error).message).toBe('PostgreSQL store unavailable during claim');
+    expect((wrapped as Error).cause).toBe(cause);
+    const mistake = coded('42P01');
+    expect(toStoreError(mistake, 'claim')).toBe(mistake);
+  });
+});
