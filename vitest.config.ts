@@ -30,6 +30,8 @@ export default defineConfig({
           hookTimeout: 60_000,
           // Integration files share real Redis and PostgreSQL; keep the pressure on a 2-core box sane.
           maxWorkers: 2,
+          // Unit tests run first, then these; vitest 4 needs distinct groups for distinct maxWorkers.
+          sequence: { groupOrder: 1 },
         },
       },
     ],
