@@ -1,2 +1,3 @@
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
+export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
