@@ -25,6 +25,17 @@ export {
   type WebhookHeaders,
 } from './headers.js';
 export { type KoaLikeContext, type KoaWebhookOptions, koaWebhook } from './koa.js';
+export {
+  createOutbox,
+  type Outbox,
+  type OutboxEvent,
+  type OutboxOptions,
+  type OutboxRow,
+  type Queryable,
+  type Relay,
+  type RelayOptions,
+  type RelayRound,
+} from './outbox.js';
 export { decodeBody, defaultBodyLimit, type RawBodyOptions, readRawBody } from './raw-body.js';
 export {
   createReceiver,

@@ -1,0 +1,373 @@
+import { randomUUID } from 'node:crypto';
+import { type Duration, toMilliseconds } from '@idem/core';
+import { toBodyBytes, type WebhookBody } from './body.js';
+import { isValidWebhookId } from './headers.js';
+import type { AttemptRecord, Sender } from './sender.js';
+
+/**
+ * Anything that runs a parameterised query the way `pg` does: a `Pool`, a `Client`, or the client of
+ * an open transaction. The outbox never opens, closes or releases connections.
+ */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+/** Options of {@link createOutbox}. */
+export interface OutboxOptions {
+  /** Table name, optionally schema-qualified. Default `idem_webhook_outbox`. */
+  table?: string;
+}
+
+/** An event to deliver, as the business transaction records it. */
+export interface OutboxEvent {
+  /** The event id (`webhook-id`). Default: a fresh `evt_<uuid>`. */
+  id?: string;
+  /** The endpoint. */
+  url: string;
+  /** The exact bytes to send; an object is sent as its JSON. */
+  body: WebhookBody | Record<string, unknown>;
+  /** Default `application/json`. */
+  contentType?: string;
+  /** Extra headers for this event. */
+  headers?: Record<string, string>;
+}
+
+/** A row of the outbox, as {@link Outbox.deadLetters} lists it. */
+export interface OutboxRow {
+  id: string;
+  url: string;
+  status: 'pending' | 'delivered' | 'dead';
+  attempts: number;
+  createdAt: Date;
+  deadReason: string | null;
+  lastAttempt: AttemptRecord | null;
+  history: AttemptRecord[];
+}
+
+/** Options of {@link Outbox.relay}. */
+export interface RelayOptions {
+  /** Where the relay reads and updates rows: a `pg` Pool (or any {@link Queryable}). */
+  db: Queryable;
+  /** Delivers and signs; its schedule (backoff, horizon, max attempts) is the outbox's schedule. */
+  sender: Sender;
+  /** Rows claimed per round. Default 10. */
+  batchSize?: number;
+  /**
+   * How long a claimed row stays reserved for this relay. A relay that dies mid-delivery frees its rows
+   * after this. Must exceed the sender's per-attempt timeout. Default: the timeout plus 15 s.
+   */
+  lease?: Duration;
+  /** Pause between rounds that found nothing to do. Default `'1s'`. */
+  pollInterval?: Duration;
+  /** Identifies this relay in `locked_by`. Default a random UUID. */
+  relayId?: string;
+  /** Called after every attempt. Exceptions it throws are swallowed. */
+  onAttempt?: (row: { id: string; url: string }, attempt: AttemptRecord) => void;
+}
+
+/** What one relay round did. */
+export interface RelayRound {
+  claimed: number;
+  delivered: number;
+  retrying: number;
+  dead: number;
+}
+
+/** A relay process loop. */
+export interface Relay {
+  /** Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. */
+  runOnce(): Promise<RelayRound>;
+  /** Starts polling in the background. */
+  start(): void;
+  /** Stops polling and waits for the round in flight. */
+  stop(): Promise<void>;
+  readonly relayId: string;
+}
+
+/** A PostgreSQL transactional outbox for webhooks. */
+export interface Outbox {
+  readonly table: string;
+  /** Creates the table and its index if missing. Safe to run from several processes at once. */
+  migrate(db: Queryable): Promise<void>;
+  /**
+   * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
+   * if that transaction commits. Adding an id twice keeps the first (`added: false`).
+   */
+  add(tx: Queryable, event: OutboxEvent): Promise<{ id: string; added: boolean }>;
+  /** Creates a relay that delivers the committed events. */
+  relay(options: RelayOptions): Relay;
+  /** Lists dead-lettered events, oldest first. */
+  deadLetters(db: Queryable, options?: { limit?: number }): Promise<OutboxRow[]>;
+  /** Moves a dead-lettered event back to pending, due now, with a fresh horizon. True if it was dead. */
+  requeue(db: Queryable, id: string): Promise<boolean>;
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+function quoteTable(name: string): { sql: string; base: string } {
+  const parts = name.split('.');
+  if (parts.length > 2 || !parts.every((part) => IDENT.test(part))) {
+    throw new TypeError('table must be an identifier (letters, digits, _), optionally schema-qualified');
+  }
+  return { sql: parts.map((part) => `"${part}"`).join('.'), base: parts.at(-1) as string };
+}
+
+function toRow(row: Record<string, any>): OutboxRow {
+  return {
+    id: row.id,
+    url: row.url,
+    status: row.status,
+    attempts: row.attempts,
+    createdAt: row.created_at,
+    deadReason: row.dead_reason,
+    lastAttempt: row.last_attempt,
+    history: row.history,
+  };
+}
+
+/**
+ * Creates a transactional outbox: `add(tx, event)` writes the event in the business transaction, and
+ * relays deliver committed events with a {@link Sender}, at least once.
+ *
+ * Why it is safe:
+ * - An event exists only if the business change committed, and it stays until a 2xx was recorded.
+ * - Relays claim rows with `FOR UPDATE SKIP LOCKED` and a lease (`locked_until`), so several relays
+ *   share the work without waiting on each other or taking the same row.
+ * - A relay that crashes mid-delivery leaves its rows leased; when the lease ends another relay
+ *   delivers them again. The receiver absorbs that duplicate by `webhook-id`.
+ * - Results are written with `locked_by = me`: a relay whose lease ran out cannot overwrite the
+ *   outcome recorded by the relay that took over.
+ * - Retries follow the sender's schedule, timed by PostgreSQL's clock (`now()`).
+ *
+ * @example
+ * const outbox = createOutbox({ table: 'webhook_outbox' });
+ * await outbox.migrate(pool);
+ * const client = await pool.connect();
+ * await client.query('BEGIN');
+ * await client.query('UPDATE orders SET paid = true WHERE id = $1', [orderId]);
+ * await outbox.add(client, { url: endpoint, body: { type: 'order.paid', orderId } });
+ * await client.query('COMMIT');
+ * client.release();
+ * outbox.relay({ db: pool, sender }).start();
+ */
+export function createOutbox(options: OutboxOptions = {}): Outbox {
+  const { sql: table, base } = quoteTable(options.table ?? 'idem_webhook_outbox');
+  const name = options.table ?? 'idem_webhook_outbox';
+
+  const migrate = async (db: Queryable) => {
+    // One simple-protocol query runs as one implicit transaction; the advisory lock makes concurrent
+    // migrations (several processes booting at once) wait instead of racing on the catalog.
+    await db.query(`
+      SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox:' || '${name}'));
+      CREATE TABLE IF NOT EXISTS ${table} (
+        id text PRIMARY KEY,
+        url text NOT NULL,
+        body bytea NOT NULL,
+        content_type text NOT NULL DEFAULT 'application/json',
+        headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+        status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
+        attempts integer NOT NULL DEFAULT 0,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        next_attempt_at timestamptz NOT NULL DEFAULT now(),
+        locked_until timestamptz,
+        locked_by text,
+        delivered_at timestamptz,
+        dead_reason text,
+        last_attempt jsonb,
+        history jsonb NOT NULL DEFAULT '[]'::jsonb
+      );
+      CREATE INDEX IF NOT EXISTS "${base}_due" ON ${table} (next_attempt_at) WHERE status = 'pending';
+    `);
+  };
+
+  const add = async (tx: Queryable, event: OutboxEvent) => {
+    if (!tx || typeof tx.query !== 'function') throw new TypeError('add needs the transaction client (with query())');
+    if (!event || typeof event.url !== 'string') throw new TypeError('add needs an event with a url');
+    if (!URL.canParse(event.url)) throw new TypeError('url must be an absolute URL');
+    const id = event.id ?? `evt_${randomUUID()}`;
+    if (!isValidWebhookId(id))
+      throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
+    const raw = event.body;
+    const body =
+      typeof raw === 'string' || raw instanceof Uint8Array || raw instanceof ArrayBuffer
+        ? toBodyBytes(raw)
+        : Buffer.from(JSON.stringify(raw), 'utf8');
+    const result = await tx.query(
+      `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
+       ON CONFLICT (id) DO NOTHING`,
+      [id, event.url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})],
+    );
+    return { id, added: result.rowCount === 1 };
+  };
+
+  const relay = (relayOptions: RelayOptions): Relay => {
+    const { db, sender } = relayOptions;
+    if (!db || typeof db.query !== 'function') throw new TypeError('relay needs db (a pg Pool or client)');
+    if (!sender || typeof sender.attempt !== 'function') throw new TypeError('relay needs a sender');
+    const batchSize = relayOptions.batchSize ?? 10;
+    if (!Number.isInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    const leaseMs =
+      relayOptions.lease === undefined
+        ? sender.schedule.timeoutMs + 15_000
+        : toMilliseconds(relayOptions.lease, 'lease');
+    if (leaseMs <= sender.schedule.timeoutMs)
+      throw new TypeError("lease must be longer than the sender's per-attempt timeout");
+    const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
+    const relayId = relayOptions.relayId ?? randomUUID();
+    const { horizonMs, maxAttempts } = sender.schedule;
+
+    const claim = async () => {
+      const { rows } = await db.query(
+        `UPDATE ${table} AS o
+            SET locked_until = now() + ($2::double precision * interval '1 millisecond'),
+                locked_by = $3,
+                attempts = o.attempts + 1
+          WHERE o.id IN (
+                SELECT id FROM ${table}
+                 WHERE status = 'pending'
+                   AND next_attempt_at <= now()
+                   AND (locked_until IS NULL OR locked_until <= now())
+                 ORDER BY next_attempt_at
+                 LIMIT $1
+                   FOR UPDATE SKIP LOCKED)
+        RETURNING o.id, o.url, o.body, o.content_type, o.headers, o.attempts`,
+        [batchSize, leaseMs, relayId],
+      );
+      return rows as {
+        id: string;
+        url: string;
+        body: Buffer;
+        content_type: string;
+        headers: Record<string, string>;
+        attempts: number;
+      }[];
+    };
+
+    const record = async (
+      id: string,
+      attempt: AttemptRecord,
+      delivered: boolean,
+      stop: string | null,
+      waitMs: number,
+    ) => {
+      const saved = { ...attempt, ...(delivered || stop ? {} : { waitMs }) };
+      // Fenced by locked_by: if this relay's lease ran out and another relay took the row over, the
+      // other relay's result stands and this late one changes nothing.
+      const { rows } = await db.query(
+        `UPDATE ${table}
+            SET status = CASE
+                  WHEN $3 THEN 'delivered'
+                  WHEN $4::text IS NOT NULL THEN 'dead'
+                  WHEN now() + ($5::double precision * interval '1 millisecond') > created_at + ($6::double precision * interval '1 millisecond') THEN 'dead'
+                  ELSE 'pending' END,
+                dead_reason = CASE
+                  WHEN $3 THEN NULL
+                  WHEN $4::text IS NOT NULL THEN $4::text
+                  WHEN now() + ($5::double precision * interval '1 millisecond') > created_at + ($6::double precision * interval '1 millisecond') THEN 'horizon'
+                  ELSE NULL END,
+                delivered_at = CASE WHEN $3 THEN now() ELSE NULL END,
+                next_attempt_at = now() + ($5::double precision * interval '1 millisecond'),
+                locked_until = NULL,
+                locked_by = NULL,
+                last_attempt = $7::jsonb,
+                history = history || jsonb_build_array($7::jsonb)
+          WHERE id = $1 AND locked_by = $2
+        RETURNING status`,
+        [id, relayId, delivered, stop, waitMs, Number.isFinite(horizonMs) ? horizonMs : 1e15, JSON.stringify(saved)],
+      );
+      return (rows[0]?.status as OutboxRow['status'] | undefined) ?? 'pending';
+    };
+
+    const runOnce = async (): Promise<RelayRound> => {
+      const rows = await claim();
+      const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0 };
+      await Promise.all(
+        rows.map(async (row) => {
+          const attempt = await sender.attempt(
+            { url: row.url, id: row.id, body: row.body, contentType: row.content_type, headers: row.headers },
+            row.attempts,
+          );
+          if (relayOptions.onAttempt) {
+            try {
+              relayOptions.onAttempt({ id: row.id, url: row.url }, attempt);
+            } catch {
+              // An observer must never break the relay.
+            }
+          }
+          const delivered = attempt.result === 'delivered';
+          const stop =
+            attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
+          const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
+          const status = await record(row.id, attempt, delivered, stop, waitMs);
+          if (status === 'delivered') round.delivered++;
+          else if (status === 'dead') round.dead++;
+          else round.retrying++;
+        }),
+      );
+      return round;
+    };
+
+    let running: Promise<void> | undefined;
+    let stopping: AbortController | undefined;
+
+    const loop = async (signal: AbortSignal) => {
+      while (!signal.aborted) {
+        let round: RelayRound | undefined;
+        try {
+          round = await runOnce();
+        } catch {
+          // The database is down or a round failed: rows stay leased or pending; try again later.
+        }
+        if (signal.aborted) return;
+        if (round && round.claimed === batchSize) continue;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, pollMs);
+          signal.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(timer);
+              resolve();
+            },
+            { once: true },
+          );
+        });
+      }
+    };
+
+    return {
+      relayId,
+      runOnce,
+      start() {
+        if (running) return;
+        stopping = new AbortController();
+        running = loop(stopping.signal);
+      },
+      async stop() {
+        stopping?.abort();
+        await running;
+        running = undefined;
+      },
+    };
+  };
+
+  const deadLetters = async (db: Queryable, listOptions: { limit?: number } = {}) => {
+    const { rows } = await db.query(
+      `SELECT id, url, status, attempts, created_at, dead_reason, last_attempt, history
+         FROM ${table} WHERE status = 'dead' ORDER BY created_at LIMIT $1`,
+      [listOptions.limit ?? 100],
+    );
+    return rows.map(toRow);
+  };
+
+  const requeue = async (db: Queryable, id: string) => {
+    const result = await db.query(
+      `UPDATE ${table} SET status = 'pending', dead_reason = NULL, next_attempt_at = now(), created_at = now(),
+              locked_until = NULL, locked_by = NULL
+        WHERE id = $1 AND status = 'dead'`,
+      [id],
+    );
+    return result.rowCount === 1;
+  };
+
+  return { table: name, migrate, add, relay, deadLetters, requeue };
+}
