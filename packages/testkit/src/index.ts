@@ -1,3 +1,4 @@
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
 export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
+export { startWorkers, type Worker, type Workers, type WorkersOptions } from './workers.js';
