@@ -1,0 +1,105 @@
+import { escapeHtml, htmlPage } from '../html.js';
+import type { ApiResult } from './api-client.js';
+import type { Flash, SignedInUser } from './sessions.js';
+
+/**
+ * The page for a visitor who is not signed in.
+ *
+ * @example
+ * ```ts
+ * res.send(signedOutPage());
+ * ```
+ */
+export function signedOutPage(message?: string): string {
+  const note = message ? `<p role="status">${escapeHtml(message)}</p>` : '';
+  return htmlPage(
+    'Photo app',
+    `<h1>Photo app</h1>
+${note}
+<p>A third-party app. It never sees your password: you sign in at the identity provider.</p>
+<p><a href="/signin">Sign in</a></p>`,
+  );
+}
+
+function apiSection(heading: string, id: string, result: ApiResult, extra = ''): string {
+  let content: string;
+  if (result.kind === 'unavailable') {
+    content = `<p class="error" role="alert">API unavailable (${escapeHtml(result.reason)}). Try again later.</p>`;
+  } else if (result.kind === 'refused') {
+    content = `<p class="error">The API refused: ${escapeHtml(result.status)} ${escapeHtml(result.title)}</p>`;
+  } else {
+    content = `<pre>${escapeHtml(JSON.stringify(result.body, null, 2))}</pre>`;
+  }
+  return `<section aria-labelledby="${id}">\n<h2 id="${id}">${escapeHtml(heading)}</h2>\n${content}\n${extra}</section>`;
+}
+
+/** What the signed-in page shows. */
+export interface HomePageInput {
+  user: SignedInUser;
+  csrf: string;
+  photos: ApiResult;
+  stock: ApiResult;
+  settings: ApiResult;
+  flash?: Flash;
+}
+
+/**
+ * The signed-in page: who you are (from the ID token) and the API sections. Each section renders its
+ * own outcome, so a missing API shows "API unavailable" and the rest of the page still works.
+ *
+ * @example
+ * ```ts
+ * res.send(homePage({ user, csrf, photos, stock, settings }));
+ * ```
+ */
+export function homePage(input: HomePageInput): string {
+  const { user, csrf } = input;
+  const hidden = `<input type="hidden" name="csrf" value="${escapeHtml(csrf)}">`;
+  const flash = input.flash
+    ? `<section aria-labelledby="flash" role="status"><h2 id="flash">${escapeHtml(input.flash.title)}</h2>\n<ul>${input.flash.lines
+        .map((line) => `<li>${escapeHtml(line)}</li>`)
+        .join('')}</ul></section>`
+    : '';
+  const themeForm = `<form method="post" action="/theme">${hidden}
+<label for="theme">Theme</label>
+<select id="theme" name="theme"><option value="light">Light</option><option value="dark">Dark</option></select>
+<button type="submit">Save theme</button>
+</form>`;
+  return htmlPage(
+    'Photo app',
+    `<h1>Photo app</h1>
+<p>Signed in as <strong id="user-name">${escapeHtml(user.name ?? user.sub)}</strong>${
+      user.email ? ` (<span id="user-email">${escapeHtml(user.email)}</span>)` : ''
+    }, subject <code>${escapeHtml(user.sub)}</code>.</p>
+<form method="post" action="/signout">${hidden}<button type="submit">Sign out</button></form>
+${flash}
+${apiSection('Your photos', 'photos', input.photos)}
+${apiSection('Stock', 'stock', input.stock)}
+${apiSection('Theme', 'settings', input.settings, themeForm)}
+<section aria-labelledby="charge">
+<h2 id="charge">Create charge</h2>
+<form method="post" action="/charges">${hidden}
+<label for="amount">Amount (smallest currency unit)</label>
+<input id="amount" name="amount" type="number" min="1" step="1" required value="1000">
+<label for="currency">Currency</label>
+<input id="currency" name="currency" required value="EUR" maxlength="3">
+<button type="submit">Create charge</button>
+</form>
+</section>`,
+  );
+}
+
+/**
+ * The page for a failed or refused sign-in. The text is fixed: no provider message is echoed.
+ *
+ * @example
+ * ```ts
+ * res.status(400).send(signInFailedPage());
+ * ```
+ */
+export function signInFailedPage(detail = 'The sign-in could not be completed.'): string {
+  return htmlPage(
+    'Sign-in failed',
+    `<h1>Sign-in failed</h1>\n<p>${escapeHtml(detail)}</p>\n<p><a href="/">Back</a></p>`,
+  );
+}

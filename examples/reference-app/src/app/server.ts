@@ -1,0 +1,333 @@
+import { randomUUID } from 'node:crypto';
+import express, { type Express, type Request, type Response } from 'express';
+import * as oauth from 'oauth4webapi';
+import { readCookie, serializeCookie } from '../cookies.js';
+import { createCsrf } from '../csrf.js';
+import type { Database } from '../db.js';
+import { pageHeaders } from '../html.js';
+import { loadCsrfKey } from '../idp/secrets.js';
+import { type ApiResult, callApi } from './api-client.js';
+import { createOidcClient } from './oidc-client.js';
+import { homePage, signedOutPage, signInFailedPage } from './pages.js';
+import { createSessionStore, type SessionData } from './sessions.js';
+
+/** The scopes the third-party app asks for. */
+export const appScope = 'openid profile email offline_access photos:read stock:read charges:write settings:write';
+
+/** What {@link createThirdPartyApp} needs. */
+export interface ThirdPartyAppOptions {
+  db: Database;
+  /** The identity provider's issuer. */
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  /** The app's own public URL; the callback is `<appUrl>/callback`. */
+  appUrl: string;
+  /** The API through the gateway ({base_url}). */
+  baseUrl: string;
+  /** The resource indicator to ask tokens for; the base URL by default. */
+  resource?: string;
+  /** Epoch milliseconds; injected so tests can age tokens without waiting. */
+  now?: () => number;
+  /** Items whose stock the page shows. */
+  stockItems?: readonly string[];
+  /** Refresh this long before the access token expires (ms); default 30 s. */
+  refreshMargin?: number;
+}
+
+/** The third-party app, an Express app. */
+export interface ThirdPartyApp {
+  readonly app: Express;
+}
+
+const sessionCookie = 'app_session';
+
+/**
+ * Only same-origin relative paths: `/photos` yes; `//evil.example`, `/\evil.example`, `https://...` no.
+ * Anything else becomes `/`, so "return to" can never be an open redirector (RFC 9700 section 4.11).
+ */
+export function safeReturnTo(value: unknown): string {
+  if (typeof value !== 'string' || !value.startsWith('/') || value.startsWith('//') || value.startsWith('/\\'))
+    return '/';
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what is refused.
+  if (/[\u0000-\u001f\\]/.test(value)) return '/';
+  return value;
+}
+
+/**
+ * Builds the third-party app: "Sign in" (authorization code with state, nonce and PKCE), the callback
+ * (state and `iss` checked, code exchanged server-to-server with the client secret, ID token validated
+ * including its signature), tokens kept server-side behind an HttpOnly, SameSite=Lax cookie, refresh when
+ * the access token is about to expire (one refresh at a time per session: two concurrent refreshes of a
+ * rotating token would look like reuse and revoke the grant), and revocation on sign-out.
+ *
+ * @example
+ * ```ts
+ * const port = await listen(8083);
+ * const { app } = await createThirdPartyApp({ db, issuer, clientId, clientSecret, appUrl: port.url, baseUrl });
+ * port.use(app);
+ * ```
+ */
+export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promise<ThirdPartyApp> {
+  const now = options.now ?? Date.now;
+  const secure = options.appUrl.startsWith('https:');
+  const redirectUri = new URL('/callback', options.appUrl).href;
+  const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600 });
+  const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: 'app_csrf', path: '/', secure });
+  const oidc = createOidcClient({
+    issuer: options.issuer,
+    clientId: options.clientId,
+    clientSecret: options.clientSecret,
+    redirectUri,
+    resource: options.resource ?? options.baseUrl,
+    scope: appScope,
+    now,
+  });
+  const stockItems = options.stockItems ?? ['item-1', 'item-2', 'item-3'];
+  const refreshMargin = options.refreshMargin ?? 30_000;
+  const refreshing = new Map<string, Promise<SessionData | undefined>>();
+
+  const send = (res: Response, status: number, html: string) => res.status(status).set(pageHeaders).send(html);
+  const setSession = (res: Response, id: string) =>
+    res.appendHeader('Set-Cookie', serializeCookie(sessionCookie, id, { path: '/', sameSite: 'Lax', secure }));
+  const clearSession = (res: Response) =>
+    res.appendHeader(
+      'Set-Cookie',
+      serializeCookie(sessionCookie, '', { path: '/', sameSite: 'Lax', secure, maxAge: 0 }),
+    );
+
+  /** The signed-in session with fresh tokens, or undefined (signed out, or the grant is gone). */
+  const signedIn = async (req: Request): Promise<{ id: string; data: SessionData } | undefined> => {
+    const id = readCookie(req, sessionCookie);
+    const data = await sessions.get(id);
+    if (!id || !data?.tokens || !data.user) return undefined;
+    if (data.tokens.expiresAt - refreshMargin > now()) return { id, data };
+    let pending = refreshing.get(id);
+    if (!pending) {
+      pending = refreshSession(id, data).finally(() => refreshing.delete(id));
+      refreshing.set(id, pending);
+    }
+    const fresh = await pending;
+    return fresh ? { id, data: fresh } : undefined;
+  };
+
+  const refreshSession = async (id: string, data: SessionData): Promise<SessionData | undefined> => {
+    const refreshToken = data.tokens?.refreshToken;
+    if (!refreshToken) {
+      await sessions.destroy(id);
+      return undefined;
+    }
+    try {
+      const result = await oidc.refresh(refreshToken);
+      const next: SessionData = {
+        ...data,
+        user: result.user ?? data.user,
+        tokens: { ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken },
+      };
+      await sessions.save(id, next);
+      return next;
+    } catch (error) {
+      if (error instanceof oauth.ResponseBodyError) {
+        // invalid_grant: the refresh token was revoked, reused or expired; the session is over.
+        await sessions.destroy(id);
+        return undefined;
+      }
+      // The provider is unreachable: keep the session and the old token; the API will say if it expired.
+      return data;
+    }
+  };
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', process.env.TRUST_PROXY === '1');
+  const form = express.urlencoded({ extended: false, limit: '8kb' });
+
+  app.get('/', async (req, res) => {
+    const session = await signedIn(req);
+    if (!session) {
+      if (readCookie(req, sessionCookie)) clearSession(res);
+      send(res, 200, signedOutPage());
+      return;
+    }
+    const { id, data } = session;
+    const token = data.tokens!.accessToken;
+    const [photos, stock, settings] = await Promise.all([
+      callApi(options.baseUrl, token, { method: 'GET', path: '/photos' }),
+      fetchStock(options.baseUrl, token, stockItems),
+      callApi(options.baseUrl, token, { method: 'GET', path: '/settings' }),
+    ]);
+    const flash = data.flash;
+    if (flash) {
+      const { flash: _shown, ...rest } = data;
+      await sessions.save(id, rest);
+    }
+    send(
+      res,
+      200,
+      homePage({
+        user: data.user!,
+        csrf: csrf.issue(req, res, id),
+        photos,
+        stock,
+        settings,
+        ...(flash ? { flash } : {}),
+      }),
+    );
+  });
+
+  app.get('/signin', async (req, res) => {
+    let started: Awaited<ReturnType<typeof oidc.startSignIn>>;
+    try {
+      started = await oidc.startSignIn(safeReturnTo(req.query.return_to));
+    } catch {
+      send(res, 503, signInFailedPage('The identity provider is unavailable. Try again later.'));
+      return;
+    }
+    // A fresh session per sign-in: the transaction (state, nonce, verifier) is bound to this browser.
+    await sessions.destroy(readCookie(req, sessionCookie));
+    const id = await sessions.create({ pending: started.pending });
+    setSession(res, id);
+    res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
+  });
+
+  app.get('/callback', async (req, res) => {
+    res.set('Referrer-Policy', 'no-referrer');
+    const oldId = readCookie(req, sessionCookie);
+    const data = await sessions.get(oldId);
+    const pending = data?.pending;
+    if (!oldId || !pending) {
+      send(res, 400, signInFailedPage('This sign-in is unknown or was already used. Start again.'));
+      return;
+    }
+    // Single use: the transaction is gone before anything else happens, so a replayed callback fails.
+    await sessions.destroy(oldId);
+    clearSession(res);
+    const callbackUrl = new URL(req.originalUrl, options.appUrl);
+    let result: Awaited<ReturnType<typeof oidc.finishSignIn>>;
+    try {
+      result = await oidc.finishSignIn(callbackUrl, pending);
+    } catch (error) {
+      const cancelled = error instanceof oauth.AuthorizationResponseError && error.error === 'access_denied';
+      send(res, 400, signInFailedPage(cancelled ? 'You cancelled the sign-in.' : undefined));
+      return;
+    }
+    if (!result.user) {
+      send(res, 400, signInFailedPage());
+      return;
+    }
+    // A new session id after sign-in: an id planted before it (session fixation) is worthless.
+    const id = await sessions.create({ user: result.user, tokens: result.tokens });
+    setSession(res, id);
+    res.set('Cache-Control', 'no-store').redirect(303, pending.returnTo);
+  });
+
+  app.post('/signout', form, async (req, res) => {
+    const id = readCookie(req, sessionCookie);
+    if (!id || !csrf.verify(req, id, req.body?.csrf)) {
+      send(res, 403, signInFailedPage('This form was not sent from this app.'));
+      return;
+    }
+    const data = await sessions.get(id);
+    await sessions.destroy(id);
+    clearSession(res);
+    const refreshToken = data?.tokens?.refreshToken;
+    // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
+    let message = 'You are signed out.';
+    if (refreshToken) {
+      await oidc.revoke(refreshToken, 'refresh_token').catch(() => {
+        message = 'You are signed out here; the identity provider could not be reached to revoke the tokens.';
+      });
+    }
+    res.set('Cache-Control', 'no-store');
+    send(res, 200, signedOutPage(message));
+  });
+
+  const withSession =
+    (handler: (req: Request, res: Response, id: string, data: SessionData) => Promise<void>) =>
+    async (req: Request, res: Response) => {
+      const id = readCookie(req, sessionCookie);
+      if (!id || !csrf.verify(req, id, req.body?.csrf)) {
+        send(res, 403, signInFailedPage('This form was not sent from this app.'));
+        return;
+      }
+      const session = await signedIn(req);
+      if (!session) {
+        res.redirect(303, '/');
+        return;
+      }
+      await handler(req, res, session.id, session.data);
+    };
+
+  app.post(
+    '/theme',
+    form,
+    withSession(async (req, res, id, data) => {
+      const theme = req.body?.theme === 'dark' ? 'dark' : 'light';
+      const result = await callApi(options.baseUrl, data.tokens!.accessToken, {
+        method: 'PUT',
+        path: '/settings',
+        body: { theme },
+      });
+      await sessions.save(id, {
+        ...data,
+        flash: { title: 'Theme', lines: describe(result, `Theme set to ${theme}.`) },
+      });
+      res.redirect(303, '/');
+    }),
+  );
+
+  app.post(
+    '/charges',
+    form,
+    withSession(async (req, res, id, data) => {
+      const amount = Number(req.body?.amount);
+      const currency = String(req.body?.currency ?? '').toUpperCase();
+      const key = randomUUID();
+      const result = await callApi(options.baseUrl, data.tokens!.accessToken, {
+        method: 'POST',
+        path: '/charges',
+        body: { amount, currency },
+        headers: { 'Idempotency-Key': `"${key}"` },
+      });
+      const lines = [`Idempotency-Key: ${key}`, ...describe(result, 'Charge created.')];
+      if (result.kind !== 'unavailable') {
+        lines.push(`Replayed: ${result.headers.get('idempotent-replayed') === 'true' ? 'yes' : 'no'}`);
+      }
+      await sessions.save(id, { ...data, flash: { title: 'Create charge', lines } });
+      res.redirect(303, '/');
+    }),
+  );
+
+  app.use((error: unknown, _req: Request, res: Response, next: (error: unknown) => void) => {
+    if (res.headersSent) {
+      next(error);
+      return;
+    }
+    send(res, 500, signInFailedPage('Something went wrong. Please try again.'));
+  });
+
+  return { app };
+}
+
+function describe(result: ApiResult, success: string): string[] {
+  if (result.kind === 'unavailable') return [`API unavailable (${result.reason}).`];
+  if (result.kind === 'refused') return [`The API refused: ${result.status} ${result.title}`];
+  return [success, `Status ${result.status}`, JSON.stringify(result.body)];
+}
+
+async function fetchStock(baseUrl: string, token: string, items: readonly string[]): Promise<ApiResult> {
+  const results = await Promise.all(
+    items.map((item) => callApi(baseUrl, token, { method: 'GET', path: `/stock?item=${encodeURIComponent(item)}` })),
+  );
+  const unavailable = results.find((result) => result.kind === 'unavailable');
+  if (unavailable) return unavailable;
+  const refused = results.find((result) => result.kind === 'refused');
+  if (refused) return refused;
+  const first = results[0];
+  return {
+    kind: 'ok',
+    status: 200,
+    body: results.map((result) => (result.kind === 'ok' ? result.body : null)),
+    headers: first && first.kind === 'ok' ? first.headers : new Headers(),
+  };
+}

@@ -1,0 +1,71 @@
+import { createHash } from 'node:crypto';
+
+const entities: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+
+/**
+ * Escapes text for HTML element content and quoted attribute values.
+ *
+ * @example
+ * ```ts
+ * escapeHtml('<b>"hi"</b>'); // '&lt;b&gt;&quot;hi&quot;&lt;/b&gt;'
+ * ```
+ */
+export function escapeHtml(value: unknown): string {
+  return String(value).replace(/[&<>"']/g, (char) => entities[char] ?? char);
+}
+
+/** The one stylesheet every page embeds; the CSP allows exactly this text by its hash. */
+const style =
+  'body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem;line-height:1.5}' +
+  'label{display:block;margin-top:.75rem}input,button{font:inherit;padding:.35rem .5rem}' +
+  'button{margin-top:1rem}.error{color:#a00;font-weight:600}section{border-top:1px solid #ccc;margin-top:1.5rem}' +
+  'pre{white-space:pre-wrap;background:#f4f4f4;padding:.5rem}';
+
+const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')}'`;
+
+/**
+ * The headers every HTML page of the reference app carries: a strict CSP with no framing (RFC 9700
+ * clickjacking defence), no referrer (codes and state never leak through `Referer`), and no caching.
+ * `form-action` is left out on purpose: the login form's 303 chain ends at the client's redirect URI,
+ * and browsers apply `form-action` to every hop of that chain.
+ *
+ * @example
+ * ```ts
+ * for (const [name, value] of Object.entries(pageHeaders)) res.setHeader(name, value);
+ * ```
+ */
+export const pageHeaders: Readonly<Record<string, string>> = {
+  'Content-Security-Policy': `default-src 'none'; style-src ${styleHash}; img-src 'self'; base-uri 'none'; frame-ancestors 'none'`,
+  'X-Frame-Options': 'DENY',
+  'Referrer-Policy': 'no-referrer',
+  'X-Content-Type-Options': 'nosniff',
+  'Cache-Control': 'no-store',
+  'Content-Type': 'text/html; charset=utf-8',
+};
+
+/**
+ * Wraps page content in a small accessible HTML document: `lang`, a title, one `main` landmark.
+ * `body` must already be escaped.
+ *
+ * @example
+ * ```ts
+ * res.send(htmlPage('Sign in', '<h1>Sign in</h1>'));
+ * ```
+ */
+export function htmlPage(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${escapeHtml(title)}</title>
+<style>${style}</style>
+</head>
+<body>
+<main>
+${body}
+</main>
+</body>
+</html>
+`;
+}

@@ -1,0 +1,99 @@
+import type { Adapter, AdapterPayload } from 'oidc-provider';
+import { errors } from 'oidc-provider';
+import type { Database } from '../db.js';
+
+/**
+ * An oidc-provider storage adapter on the shared database (PGlite or PostgreSQL): one row per stored
+ * model instance in `idp_models`, keyed by model name and id, with the grant id, session uid and user
+ * code pulled out into indexed columns for the lookups oidc-provider makes by them.
+ *
+ * `consume` is a compare-and-set (`where consumed_at is null`): oidc-provider checks `consumed` and then
+ * calls `consume`, so two truly concurrent redemptions of one code (or one refresh token) would both pass
+ * that check. Only one of them wins the update; the other is refused with `invalid_grant`.
+ *
+ * @example
+ * ```ts
+ * const provider = new Provider(issuer, { adapter: sqlAdapterFactory(db), ... });
+ * ```
+ */
+export function sqlAdapterFactory(db: Database): (model: string) => Adapter {
+  return (model) => createSqlAdapter(db, model);
+}
+
+interface PayloadRow {
+  payload: AdapterPayload;
+}
+
+function createSqlAdapter(db: Database, model: string): Adapter {
+  const findOne = async (column: 'id' | 'uid' | 'user_code', value: string) => {
+    const { rows } = await db.query<PayloadRow>(
+      `select payload from idp_models
+       where model = $1 and ${column} = $2 and (expires_at is null or expires_at > now())
+       limit 1`,
+      [model, value],
+    );
+    return rows[0]?.payload;
+  };
+
+  return {
+    async upsert(id, payload, expiresIn) {
+      // The database's clock sets the expiry, so a skewed app clock cannot stretch a stored token.
+      await db.query(
+        `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
+         values ($1, $2, $3, $4, $5, $6, case when $7::int is null then null else now() + make_interval(secs => $7::int) end)
+         on conflict (model, id) do update set
+           payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
+           user_code = excluded.user_code, expires_at = excluded.expires_at`,
+        [
+          model,
+          id,
+          JSON.stringify(payload),
+          payload.grantId ?? null,
+          payload.uid ?? null,
+          payload.userCode ?? null,
+          typeof expiresIn === 'number' ? Math.ceil(expiresIn) : null,
+        ],
+      );
+    },
+    find(id) {
+      return findOne('id', id);
+    },
+    findByUid(uid) {
+      return findOne('uid', uid);
+    },
+    findByUserCode(userCode) {
+      return findOne('user_code', userCode);
+    },
+    async consume(id) {
+      const consumed = Math.floor(Date.now() / 1000);
+      const { rows } = await db.query(
+        `update idp_models
+         set consumed_at = now(), payload = jsonb_set(payload, '{consumed}', to_jsonb($3::bigint))
+         where model = $1 and id = $2 and consumed_at is null
+         returning id`,
+        [model, id, consumed],
+      );
+      if (rows.length === 0) throw new errors.InvalidGrant(`${model} already consumed`);
+    },
+    async destroy(id) {
+      await db.query('delete from idp_models where model = $1 and id = $2', [model, id]);
+    },
+    async revokeByGrantId(grantId) {
+      // Every model instance issued under the grant goes: codes, access and refresh tokens alike.
+      await db.query('delete from idp_models where grant_id = $1', [grantId]);
+    },
+  };
+}
+
+/**
+ * Deletes expired rows. oidc-provider never asks for this; call it from a timer or a maintenance job.
+ *
+ * @example
+ * ```ts
+ * const removed = await purgeExpiredModels(db);
+ * ```
+ */
+export async function purgeExpiredModels(db: Database): Promise<number> {
+  const { rowCount } = await db.query('delete from idp_models where expires_at is not null and expires_at <= now()');
+  return rowCount;
+}

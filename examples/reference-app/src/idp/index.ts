@@ -1,0 +1,9 @@
+export { purgeExpiredModels, sqlAdapterFactory } from './adapter.js';
+export { assertRedirectUris, findClient, saveClient } from './clients.js';
+export { consentPage, errorPage, invalidLoginMessage, loginPage } from './pages.js';
+export { createPasswordChecker, hashPassword, type PasswordChecker, passwordHashOptions } from './passwords.js';
+export { apiScopes, createProvider, oidcScopes, type ProviderOptions, tokenLifetimes } from './provider.js';
+export { migrateIdp } from './schema.js';
+export { loadCookieKeys, loadCsrfKey, loadSigningKeys, type SigningJwk } from './secrets.js';
+export { createIdp, type Idp, type IdpOptions } from './server.js';
+export { createUser, findUserById, findUserByUsername, type NewUser, type User } from './users.js';

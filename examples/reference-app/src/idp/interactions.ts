@@ -1,0 +1,184 @@
+import express, { type Request, type Response, type Router } from 'express';
+import type Provider from 'oidc-provider';
+import { errors } from 'oidc-provider';
+import type { Csrf } from '../csrf.js';
+import type { Database } from '../db.js';
+import { pageHeaders } from '../html.js';
+import { consentPage, errorPage, invalidLoginMessage, loginPage } from './pages.js';
+import type { PasswordChecker } from './passwords.js';
+import { findUserById, findUserByUsername } from './users.js';
+
+/** What {@link interactionRoutes} needs. */
+export interface InteractionRoutesOptions {
+  provider: Provider;
+  db: Database;
+  csrf: Csrf;
+  passwords: PasswordChecker;
+  /** The provider's own origin; a form posted from any other origin is refused. */
+  origin: string;
+}
+
+function send(res: Response, status: number, html: string): void {
+  res.status(status).set(pageHeaders).send(html);
+}
+
+/**
+ * A form may come with no `Origin` (old browsers), with `Origin: null` (our pages send
+ * `Referrer-Policy: no-referrer`, which makes browsers hide the origin of form posts) or with ours.
+ * Any other origin is a cross-site post and is refused before the CSRF token is even looked at.
+ */
+function foreignOrigin(req: Request, origin: string): boolean {
+  const sent = req.headers.origin;
+  return sent !== undefined && sent !== 'null' && sent !== origin;
+}
+
+const formBody = express.urlencoded({ extended: false, limit: '8kb' });
+
+/**
+ * Our own login and consent pages on oidc-provider's interaction API, as an Express router mounted
+ * before the provider. Body parsing is applied to these routes only: the provider parses its own.
+ * Every POST answers with a 303 (never 307, which would re-post the password to the client).
+ *
+ * @example
+ * ```ts
+ * app.use(interactionRoutes({ provider, db, csrf, passwords, origin: issuer }));
+ * app.use(provider.callback());
+ * ```
+ */
+export function interactionRoutes(options: InteractionRoutesOptions): Router {
+  const { provider, db, csrf, passwords, origin } = options;
+  const router = express.Router();
+
+  const clientName = async (clientId: unknown) => {
+    const client = typeof clientId === 'string' ? await provider.Client.find(clientId) : undefined;
+    return client?.clientName ?? (typeof clientId === 'string' ? clientId : 'an application');
+  };
+
+  const guardPost = (req: Request, res: Response, uid: string): boolean => {
+    if (foreignOrigin(req, origin) || !csrf.verify(req, uid, req.body?.csrf)) {
+      send(res, 403, errorPage('Request refused', 'This form was not sent from this sign-in page. Start again.'));
+      return false;
+    }
+    return true;
+  };
+
+  router.get('/interaction/:uid', async (req, res) => {
+    const details = await provider.interactionDetails(req, res);
+    const uid = details.uid;
+    const token = csrf.issue(req, res, uid);
+    const name = await clientName(details.params.client_id);
+    if (details.prompt.name === 'login') {
+      send(res, 200, loginPage({ uid, csrf: token, clientName: name }));
+      return;
+    }
+    const accountId = details.session?.accountId;
+    const user = accountId ? await findUserById(db, accountId) : undefined;
+    const missingScopes = (details.prompt.details.missingOIDCScope as string[] | undefined) ?? [];
+    const missingResources =
+      (details.prompt.details.missingResourceScopes as Record<string, string[]> | undefined) ?? {};
+    send(
+      res,
+      200,
+      consentPage({
+        uid,
+        csrf: token,
+        clientName: name,
+        userName: user?.name ?? 'unknown user',
+        scopes: missingScopes,
+        resources: Object.entries(missingResources).map(([resource, scopes]) => ({ resource, scopes })),
+      }),
+    );
+  });
+
+  router.post('/interaction/:uid/login', formBody, async (req, res) => {
+    const details = await provider.interactionDetails(req, res);
+    if (!guardPost(req, res, details.uid)) return;
+    if (details.prompt.name !== 'login') {
+      send(res, 400, errorPage('Nothing to sign in', 'This step is already done. Start again from the application.'));
+      return;
+    }
+    const username = typeof req.body.username === 'string' ? req.body.username.slice(0, 200) : '';
+    const password = typeof req.body.password === 'string' ? req.body.password.slice(0, 1024) : '';
+    const user = username ? await findUserByUsername(db, username) : undefined;
+    // Always one full argon2id verify, user or not: the response time must not say who exists.
+    const ok = await passwords.check(user?.passwordHash, password);
+    if (!user || !ok) {
+      const token = csrf.issue(req, res, details.uid);
+      const name = await clientName(details.params.client_id);
+      send(
+        res,
+        200,
+        loginPage({ uid: details.uid, csrf: token, clientName: name, username, error: invalidLoginMessage }),
+      );
+      return;
+    }
+    res.set('Cache-Control', 'no-store');
+    await provider.interactionFinished(req, res, { login: { accountId: user.id } }, { mergeWithLastSubmission: false });
+  });
+
+  router.post('/interaction/:uid/consent', formBody, async (req, res) => {
+    const details = await provider.interactionDetails(req, res);
+    if (!guardPost(req, res, details.uid)) return;
+    const accountId = details.session?.accountId;
+    if (details.prompt.name !== 'consent' || !accountId) {
+      send(res, 400, errorPage('Nothing to allow', 'This step is already done. Start again from the application.'));
+      return;
+    }
+    const clientId = String(details.params.client_id);
+    const grant = details.grantId
+      ? await provider.Grant.find(details.grantId)
+      : new provider.Grant({ accountId, clientId });
+    if (!grant) throw new errors.SessionNotFound('grant not found');
+    const promptDetails = details.prompt.details;
+    const scopes = promptDetails.missingOIDCScope as string[] | undefined;
+    if (scopes?.length) grant.addOIDCScope(scopes.join(' '));
+    const claims = promptDetails.missingOIDCClaims as string[] | undefined;
+    if (claims?.length) grant.addOIDCClaims(claims);
+    const resources = promptDetails.missingResourceScopes as Record<string, string[]> | undefined;
+    for (const [resource, resourceScopes] of Object.entries(resources ?? {})) {
+      grant.addResourceScope(resource, resourceScopes.join(' '));
+    }
+    const grantId = await grant.save();
+    res.set('Cache-Control', 'no-store');
+    await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
+  });
+
+  router.post('/interaction/:uid/abort', formBody, async (req, res) => {
+    const details = await provider.interactionDetails(req, res);
+    if (!guardPost(req, res, details.uid)) return;
+    res.set('Cache-Control', 'no-store');
+    await provider.interactionFinished(
+      req,
+      res,
+      { error: 'access_denied', error_description: 'The user cancelled the request' },
+      { mergeWithLastSubmission: false },
+    );
+  });
+
+  return router;
+}
+
+/**
+ * Express error handler for the interaction routes: a lost or expired interaction (the cookie is
+ * gone, the uid is unknown) gets a plain page, not a stack trace.
+ *
+ * @example
+ * ```ts
+ * app.use(interactionErrors);
+ * ```
+ */
+export function interactionErrors(error: unknown, _req: Request, res: Response, next: (error: unknown) => void): void {
+  if (res.headersSent) {
+    next(error);
+    return;
+  }
+  if (error instanceof errors.SessionNotFound || error instanceof errors.InvalidRequest) {
+    send(
+      res,
+      400,
+      errorPage('Sign-in expired', 'This sign-in link is no longer valid. Start again from the application.'),
+    );
+    return;
+  }
+  send(res, 500, errorPage('Something went wrong', 'Please start again from the application.'));
+}

@@ -1,0 +1,140 @@
+import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
+import type { Database } from '../db.js';
+import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
+import { sqlAdapterFactory } from './adapter.js';
+import { loadCookieKeys, loadSigningKeys } from './secrets.js';
+import { findUserById } from './users.js';
+
+/** The scopes an access token for the API can carry. */
+export const apiScopes = ['photos:read', 'stock:read', 'charges:write', 'settings:write'] as const;
+
+/** The OpenID Connect scopes, with the claims each one releases. */
+export const oidcScopes = ['openid', 'profile', 'email', 'offline_access'] as const;
+
+/** Lifetimes in seconds. Access and ID tokens live 5 minutes: a JWT access token cannot be revoked. */
+export const tokenLifetimes = {
+  AccessToken: 300,
+  IdToken: 300,
+  AuthorizationCode: 60,
+  Interaction: 600,
+  RefreshToken: 14 * 24 * 3600,
+  Session: 14 * 24 * 3600,
+  Grant: 14 * 24 * 3600,
+} as const;
+
+/** What {@link createProvider} needs. */
+export interface ProviderOptions {
+  db: Database;
+  /** The issuer identifier, e.g. `http://localhost:8081`; every endpoint lives under it. */
+  issuer: string;
+  /** The API's resource indicator (RFC 8707), the gateway's base URL; access tokens carry it as `aud`. */
+  resource: string;
+}
+
+/**
+ * The identity provider on oidc-provider v9, configured to the reference app's rules:
+ * authorization code only; PKCE S256 for every client; refresh tokens rotated on each use (a reused one
+ * revokes the grant, oidc-provider's default on a consumed token); revocation (RFC 7009) and
+ * introspection (RFC 7662); `iss` in authorization responses (RFC 9207, always on in v9); JWT access
+ * tokens (`at+jwt`, RFC 9068) for one audience through resource indicators (RFC 8707), 5 minutes,
+ * with the user's `roles`; ID tokens with `sub`, `name`, `email`; storage on the shared database;
+ * no development interactions (our own pages are in `interactions.ts`).
+ *
+ * @example
+ * ```ts
+ * const provider = await createProvider({ db, issuer: 'http://localhost:8081', resource: 'http://localhost:8080' });
+ * expressApp.use(provider.callback());
+ * ```
+ */
+export async function createProvider(options: ProviderOptions): Promise<Provider> {
+  const { db, issuer, resource } = options;
+  const [keys, cookieKeys] = await Promise.all([loadSigningKeys(db), loadCookieKeys(db)]);
+
+  const configuration: Configuration = {
+    adapter: sqlAdapterFactory(db),
+    jwks: { keys: keys as NonNullable<Configuration['jwks']>['keys'] },
+    cookies: {
+      keys: cookieKeys,
+      long: { httpOnly: true, sameSite: 'lax' },
+      short: { httpOnly: true, sameSite: 'lax' },
+    },
+    responseTypes: ['code'],
+    // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
+    pkce: { required: () => true },
+    // Every refresh rotates; presenting a consumed refresh token revokes the whole grant.
+    rotateRefreshToken: true,
+    scopes: [...oidcScopes],
+    claims: { openid: ['sub'], profile: ['name'], email: ['email'] },
+    // The access token is bound to the API, so it cannot call UserInfo: the ID token carries the claims.
+    conformIdTokenClaims: false,
+    allowOmittingSingleRegisteredRedirectUri: false,
+    clientDefaults: {
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      id_token_signed_response_alg: 'RS256',
+      token_endpoint_auth_method: 'client_secret_basic',
+    },
+    // No CORS beyond discovery and JWKS: the clients here are server-side or native.
+    clientBasedCORS: () => false,
+    ttl: { ...tokenLifetimes },
+    interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
+    features: {
+      devInteractions: { enabled: false },
+      revocation: {
+        enabled: true,
+        // A client may revoke only its own tokens; answering 200 for anything else gives no oracle.
+        allowedPolicy: async (_ctx, client, token) => token.clientId === client.clientId,
+      },
+      introspection: {
+        enabled: true,
+        allowedPolicy: async (_ctx, client, token) => token.clientId === client.clientId,
+      },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => resource,
+        // The token request need not repeat `resource`: the granted one is used.
+        useGrantedResource: () => true,
+        getResourceServerInfo: (_ctx, indicator) => {
+          if (indicator !== resource) throw new errors.InvalidTarget();
+          return {
+            scope: apiScopes.join(' '),
+            audience: resource,
+            accessTokenTTL: tokenLifetimes.AccessToken,
+            accessTokenFormat: 'jwt',
+            jwt: { sign: { alg: 'RS256' } },
+          };
+        },
+      },
+    },
+    async findAccount(_ctx, sub) {
+      const user = await findUserById(db, sub);
+      if (!user) return undefined;
+      return {
+        accountId: user.id,
+        async claims() {
+          return { sub: user.id, name: user.name, email: user.email };
+        },
+      };
+    },
+    // Roles travel in the access token so the API can authorize without calling back here.
+    async extraTokenClaims(_ctx, token) {
+      const accountId = 'accountId' in token ? token.accountId : undefined;
+      if (!accountId) return undefined;
+      const user = await findUserById(db, accountId);
+      return user ? { roles: user.roles } : undefined;
+    },
+    async renderError(ctx: KoaContextWithOIDC, out) {
+      ctx.set(pageHeaders);
+      ctx.type = 'html';
+      const lines = Object.entries(out)
+        .map(([key, value]) => `<p><strong>${escapeHtml(key)}</strong>: ${escapeHtml(value)}</p>`)
+        .join('\n');
+      ctx.body = htmlPage('Sign-in error', `<h1>Sign-in error</h1>\n${lines}`);
+    },
+  };
+
+  const provider = new Provider(issuer, configuration);
+  // Behind a TLS-terminating proxy, trust X-Forwarded-Proto so cookies get `Secure`.
+  provider.proxy = process.env.TRUST_PROXY === '1';
+  return provider;
+}

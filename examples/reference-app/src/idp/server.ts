@@ -1,0 +1,53 @@
+import express, { type Express } from 'express';
+import type Provider from 'oidc-provider';
+import { createCsrf } from '../csrf.js';
+import type { Database } from '../db.js';
+import { interactionErrors, interactionRoutes } from './interactions.js';
+import { createPasswordChecker } from './passwords.js';
+import { createProvider } from './provider.js';
+import { loadCsrfKey } from './secrets.js';
+
+/** What {@link createIdp} needs. */
+export interface IdpOptions {
+  db: Database;
+  /** The issuer, the public URL of the provider: `http://localhost:8081` by default in `main.ts`. */
+  issuer: string;
+  /** The API's resource indicator (the gateway's base URL). */
+  resource: string;
+}
+
+/** The identity provider: an Express app serving our pages in front of oidc-provider. */
+export interface Idp {
+  readonly app: Express;
+  readonly provider: Provider;
+  readonly issuer: string;
+}
+
+/**
+ * Builds the identity provider. The database must be migrated ({@link migrateIdp}) first.
+ *
+ * @example
+ * ```ts
+ * const port = await listen(8081);
+ * const idp = await createIdp({ db, issuer: port.url, resource: 'http://localhost:8080' });
+ * port.use(idp.app);
+ * ```
+ */
+export async function createIdp(options: IdpOptions): Promise<Idp> {
+  const provider = await createProvider(options);
+  const origin = new URL(options.issuer).origin;
+  const csrf = createCsrf({
+    key: await loadCsrfKey(options.db),
+    cookieName: 'idp_csrf',
+    path: '/interaction',
+    secure: origin.startsWith('https:'),
+  });
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', process.env.TRUST_PROXY === '1');
+  app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), origin }));
+  app.use('/interaction', interactionErrors);
+  // The provider comes last and parses its own bodies.
+  app.use(provider.callback());
+  return { app, provider, issuer: options.issuer };
+}

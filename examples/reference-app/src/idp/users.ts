@@ -1,0 +1,92 @@
+import { randomUUID } from 'node:crypto';
+import type { Database } from '../db.js';
+import { hashPassword } from './passwords.js';
+
+/** An account of the identity provider. `roles` go into access tokens (for example `admin`). */
+export interface User {
+  id: string;
+  username: string;
+  passwordHash: string;
+  name: string;
+  email: string;
+  roles: string[];
+}
+
+/** What {@link createUser} needs; the password is hashed before it touches the database. */
+export interface NewUser {
+  username: string;
+  password: string;
+  name: string;
+  email: string;
+  roles?: string[];
+  /** A stable subject identifier; a random UUID when absent. */
+  id?: string;
+}
+
+interface UserRow {
+  id: string;
+  username: string;
+  password_hash: string;
+  name: string;
+  email: string;
+  roles: string[];
+}
+
+function fromRow(row: UserRow): User {
+  return {
+    id: row.id,
+    username: row.username,
+    passwordHash: row.password_hash,
+    name: row.name,
+    email: row.email,
+    roles: row.roles,
+  };
+}
+
+/**
+ * Inserts a user unless one with that username exists; returns the stored user either way.
+ *
+ * @example
+ * ```ts
+ * const alice = await createUser(db, { username: 'alice', password: 'wonderland', name: 'Alice', email: 'alice@example.com' });
+ * ```
+ */
+export async function createUser(db: Database, user: NewUser): Promise<User> {
+  const existing = await findUserByUsername(db, user.username);
+  if (existing) return existing;
+  const passwordHash = await hashPassword(user.password);
+  await db.query(
+    `insert into idp_users (id, username, password_hash, name, email, roles)
+     values ($1, $2, $3, $4, $5, $6) on conflict (username) do nothing`,
+    [user.id ?? randomUUID(), user.username, passwordHash, user.name, user.email, user.roles ?? []],
+  );
+  const stored = await findUserByUsername(db, user.username);
+  if (!stored) throw new Error(`createUser: ${user.username} vanished right after insert`);
+  return stored;
+}
+
+/**
+ * Looks a user up by login name.
+ *
+ * @example
+ * ```ts
+ * const user = await findUserByUsername(db, 'alice');
+ * ```
+ */
+export async function findUserByUsername(db: Database, username: string): Promise<User | undefined> {
+  const { rows } = await db.query<UserRow>('select * from idp_users where username = $1', [username]);
+  return rows[0] ? fromRow(rows[0]) : undefined;
+}
+
+/**
+ * Looks a user up by subject identifier (the `sub` claim).
+ *
+ * @example
+ * ```ts
+ * const user = await findUserById(db, token.accountId);
+ * ```
+ */
+export async function findUserById(db: Database, id: string): Promise<User | undefined> {
+  const { rows } = await db.query<UserRow>('select * from idp_users where id = $1', [id]);
+  return rows[0] ? fromRow(rows[0]) : undefined;
+}

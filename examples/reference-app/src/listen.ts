@@ -1,0 +1,69 @@
+import { createServer, type RequestListener, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A listening HTTP port whose handler is attached later. Components need each other's URLs before
+ * they can be configured (the app's redirect URI is registered at the provider, the provider's issuer
+ * is the app's discovery URL), and with ephemeral ports those URLs exist only once a port is bound.
+ *
+ * @example
+ * ```ts
+ * const port = await listen(0);
+ * port.use(handler);
+ * console.log(port.url); // http://localhost:40123
+ * await port.close();
+ * ```
+ */
+export interface ListeningPort {
+  readonly server: Server;
+  readonly port: number;
+  /** `http://localhost:<port>` unless a public URL was given. */
+  readonly url: string;
+  use(handler: RequestListener): void;
+  close(): Promise<void>;
+}
+
+/**
+ * Binds a port (0 for an ephemeral one) on loopback. Until {@link ListeningPort.use} is called every
+ * request gets 503, so nothing half-configured ever answers.
+ *
+ * @example
+ * ```ts
+ * const idpPort = await listen(Number(process.env.AUTH_PORT ?? 8081));
+ * ```
+ */
+export async function listen(
+  port: number,
+  options: { host?: string; publicUrl?: string } = {},
+): Promise<ListeningPort> {
+  let handler: RequestListener | undefined;
+  const server = createServer((req, res) => {
+    if (handler) {
+      handler(req, res);
+      return;
+    }
+    res.writeHead(503, { 'Content-Type': 'text/plain; charset=utf-8', 'Retry-After': '1' }).end('Starting up\n');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = (server.address() as AddressInfo).port;
+  return {
+    server,
+    port: bound,
+    url: options.publicUrl ?? `http://localhost:${bound}`,
+    use(next) {
+      handler = next;
+    },
+    close() {
+      return new Promise<void>((resolve, reject) => {
+        server.close((error) => (error ? reject(error) : resolve()));
+        server.closeAllConnections();
+      });
+    },
+  };
+}

@@ -1,0 +1,59 @@
+import { openDatabase } from './db.js';
+import { demoUsers } from './seed.js';
+import { startReferenceApp } from './start.js';
+
+/**
+ * `npm start`: opens the database (PGlite in `data/`, or PostgreSQL with DATABASE_URL), starts the
+ * identity provider and the third-party app, prints their URLs and the demo logins, and shuts down
+ * cleanly on Ctrl-C (SIGINT) or SIGTERM.
+ */
+async function main(): Promise<void> {
+  const authPort = Number(process.env.AUTH_PORT ?? 8081);
+  const appPort = Number(process.env.APP_PORT ?? 8083);
+  const baseUrl = process.env.BASE_URL ?? 'http://localhost:8080';
+  const db = await openDatabase({ url: process.env.DATABASE_URL });
+  let running: Awaited<ReturnType<typeof startReferenceApp>>;
+  try {
+    running = await startReferenceApp({
+      db,
+      authPort,
+      appPort,
+      baseUrl,
+      ...(process.env.AUTH_URL ? { authUrl: process.env.AUTH_URL } : {}),
+      ...(process.env.APP_URL ? { appUrl: process.env.APP_URL } : {}),
+    });
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
+
+  console.log(`idem reference app (database: ${db.kind === 'pglite' ? 'embedded PGlite' : 'PostgreSQL'})`);
+  console.log(`  identity provider  ${running.authUrl}`);
+  console.log(`  third-party app    ${running.appUrl}   <- open this`);
+  console.log(`  API (gateway)      ${baseUrl}   (not part of this build yet: the app shows "API unavailable")`);
+  console.log('Demo logins (development only):');
+  for (const user of demoUsers) {
+    console.log(`  ${user.username} / ${user.password}${user.roles.length ? `   (${user.roles.join(', ')})` : ''}`);
+  }
+  console.log('Ctrl-C stops everything.');
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.log(`\n${signal}: stopping...`);
+    try {
+      await running.close();
+      await db.close();
+    } finally {
+      process.exit(0);
+    }
+  };
+  process.once('SIGINT', () => void stop('SIGINT'));
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,84 @@
+import { migrateApp } from './app/schema.js';
+import { createThirdPartyApp } from './app/server.js';
+import type { Database } from './db.js';
+import { migrateIdp } from './idp/schema.js';
+import { createIdp, type Idp } from './idp/server.js';
+import { type ListeningPort, listen } from './listen.js';
+import { type SeededClients, seed } from './seed.js';
+
+/** Ports and URLs for {@link startReferenceApp}; 0 picks an ephemeral port. */
+export interface StartOptions {
+  db: Database;
+  /** The identity provider's port (env AUTH_PORT, default 8081). */
+  authPort: number;
+  /** The third-party app's port (env APP_PORT, default 8083). */
+  appPort: number;
+  /** The gateway's base URL, which is also the API's resource indicator (env BASE_URL). */
+  baseUrl: string;
+  /** Public URLs when they differ from `http://localhost:<port>` (a proxy in front). */
+  authUrl?: string;
+  appUrl?: string;
+  /** The third-party app's clock, epoch milliseconds. */
+  now?: () => number;
+}
+
+/** The running components. */
+export interface RunningReferenceApp {
+  readonly authUrl: string;
+  readonly appUrl: string;
+  readonly clients: SeededClients;
+  readonly idp: Idp;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts what exists of the reference app on one database: the identity provider and the third-party
+ * app. Ports are bound first, because each component needs the other's URL (the app's redirect URI is
+ * registered at the provider; the provider's issuer is where the app discovers it).
+ *
+ * @example
+ * ```ts
+ * const running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: 'http://localhost:8080' });
+ * console.log(running.authUrl, running.appUrl);
+ * await running.close();
+ * ```
+ */
+export async function startReferenceApp(options: StartOptions): Promise<RunningReferenceApp> {
+  const ports: ListeningPort[] = [];
+  try {
+    const authPort = await listen(options.authPort, options.authUrl ? { publicUrl: options.authUrl } : {});
+    ports.push(authPort);
+    const appPort = await listen(options.appPort, options.appUrl ? { publicUrl: options.appUrl } : {});
+    ports.push(appPort);
+
+    await migrateIdp(options.db);
+    await migrateApp(options.db);
+    const clients = await seed(options.db, { appRedirectUri: new URL('/callback', appPort.url).href });
+
+    const idp = await createIdp({ db: options.db, issuer: authPort.url, resource: options.baseUrl });
+    authPort.use(idp.app);
+    const { app } = await createThirdPartyApp({
+      db: options.db,
+      issuer: authPort.url,
+      clientId: clients.app.clientId,
+      clientSecret: clients.app.clientSecret,
+      appUrl: appPort.url,
+      baseUrl: options.baseUrl,
+      ...(options.now ? { now: options.now } : {}),
+    });
+    appPort.use(app);
+
+    return {
+      authUrl: authPort.url,
+      appUrl: appPort.url,
+      clients,
+      idp,
+      async close() {
+        await Promise.all(ports.map((port) => port.close()));
+      },
+    };
+  } catch (error) {
+    await Promise.allSettled(ports.map((port) => port.close()));
+    throw error;
+  }
+}
