@@ -1,0 +1,185 @@
+import { describe, expect, it } from 'vitest';
+import {
+  authorizeRequest,
+  createGuard,
+  GuardError,
+  type GuardErrorCode,
+  type GuardEvent,
+  guardErrorTable,
+  isGuardError,
+  policy,
+  principalFromClaims,
+  requireAnyRole,
+  requireRoles,
+  requireScopes,
+} from '../src/index.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
+
+const principal = principalFromClaims({
+  sub: 'u1',
+  iss: ISSUER,
+  aud: AUDIENCE,
+  scope: 'orders:read orders:write',
+  roles: ['editor'],
+  tenant: 't1',
+});
+
+describe('authorization', () => {
+  it('case 48: a missing scope is 403 insufficient_scope naming the needed scopes', () => {
+    const decision = authorizeRequest(
+      principal,
+      [requireScopes('orders:read', 'admin:all')],
+      { headers: {} },
+      { realm: 'orders' },
+    );
+    expect(decision.ok).toBe(false);
+    if (!decision.ok) {
+      expect(decision.error.status).toBe(403);
+      expect(decision.error.code).toBe('insufficient_scope');
+      expect(decision.error.wwwAuthenticate).toBe(
+        'Bearer realm="orders", error="insufficient_scope", error_description="The access token lacks the privileges this request needs", scope="orders:read admin:all"',
+      );
+    }
+    expect(authorizeRequest(principal, [requireScopes('orders:write')], { headers: {} }).ok).toBe(true);
+  });
+
+  it('case 49: scope as a string and scp as an array give the same decision', () => {
+    const fromScp = principalFromClaims({ sub: 'u', iss: ISSUER, aud: AUDIENCE, scp: ['orders:read', 'orders:write'] });
+    const fromString = principalFromClaims({
+      sub: 'u',
+      iss: ISSUER,
+      aud: AUDIENCE,
+      scope: 'orders:read  orders:write',
+    });
+    for (const requirement of [requireScopes('orders:write'), requireScopes('admin')]) {
+      expect(authorizeRequest(fromScp, [requirement], { headers: {} }).ok).toBe(
+        authorizeRequest(fromString, [requirement], { headers: {} }).ok,
+      );
+    }
+    expect([...fromScp.scope]).toEqual([...fromString.scope]);
+  });
+
+  it('roles (all and any) and attribute policies; a throwing policy refuses', () => {
+    const check = (...requirements: Parameters<typeof authorizeRequest>[1]) =>
+      authorizeRequest(principal, requirements, { headers: {}, url: '/tenants/t1/orders', method: 'POST' }).ok;
+    expect(check(requireRoles('editor'))).toBe(true);
+    expect(check(requireRoles('editor', 'admin'))).toBe(false);
+    expect(check(requireAnyRole('admin', 'editor'))).toBe(true);
+    expect(check(policy((p, request) => request.url?.startsWith(`/tenants/${p.claims.tenant}/`) === true))).toBe(true);
+    expect(check(policy(() => false))).toBe(false);
+    expect(
+      check(
+        policy(() => {
+          throw new Error('boom');
+        }),
+      ),
+    ).toBe(false);
+    const refused = authorizeRequest(principal, [requireRoles('admin')], { headers: {} });
+    expect(!refused.ok && refused.error.wwwAuthenticate).toBe(
+      'Bearer realm="api", error="insufficient_scope", error_description="The access token lacks the privileges this request needs"',
+    );
+  });
+
+  it('refuses scope names that cannot be placed in a challenge', () => {
+    expect(() => requireScopes('a b')).toThrow(TypeError);
+    expect(() => requireScopes('a"b')).toThrow(TypeError);
+    expect(() => requireScopes()).toThrow(TypeError);
+  });
+});
+
+describe('errors (case 54: nothing from the request is reflected)', () => {
+  it('every code has a fixed, RFC 6750-safe challenge and an RFC 9457 body', () => {
+    const safe = /^[\x20\x21\x23-\x5B\x5D-\x7E]*$/;
+    for (const code of Object.keys(guardErrorTable) as GuardErrorCode[]) {
+      const error = new GuardError(code);
+      const row = guardErrorTable[code];
+      expect(error.status).toBe(row.status);
+      expect(safe.test(row.description)).toBe(true);
+      expect(error.wwwAuthenticate.startsWith('Bearer realm="api"')).toBe(true);
+      if (row.error === undefined) expect(error.wwwAuthenticate).toBe('Bearer realm="api"');
+      else expect(error.wwwAuthenticate).toContain(`error="${row.error}", error_description="${row.description}"`);
+      expect(error.toProblem()).toEqual({
+        type: `https://idem.dev/problems/${code.replaceAll('_', '-')}`,
+        title: row.title,
+        status: row.status,
+        detail: row.description,
+        code,
+        retryable: false,
+      });
+      expect(isGuardError(error)).toBe(true);
+    }
+  });
+
+  it('hostile claims, kids and headers never reach the challenge or the problem body', async () => {
+    const guard = createGuard({ audience: AUDIENCE, realm: 'orders', issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    const hostile = '"\r\nSet-Cookie: x=1\u00e9\\';
+    const tokens = [
+      makeToken({ claims: { aud: hostile } }),
+      makeToken({ header: { kid: hostile } }),
+      makeToken({ claims: { iss: hostile } }),
+      makeToken({ claims: { exp: hostile } }),
+    ];
+    for (const token of tokens) {
+      const result = await guard.authenticate({ headers: { authorization: `Bearer ${token}` } });
+      expect(result.ok).toBe(false);
+      if (!result.ok) {
+        expect(result.error.wwwAuthenticate).not.toMatch(/Set-Cookie|\r|\n|\u00e9/);
+        expect(JSON.stringify(result.error.toProblem())).not.toContain('Set-Cookie');
+      }
+    }
+    expect(() =>
+      createGuard({ audience: AUDIENCE, realm: 'a"b', issuers: [{ issuer: ISSUER, secret: SECRET }] }),
+    ).toThrow(TypeError);
+  });
+});
+
+describe('events and counters', () => {
+  it('reports each outcome with a per-reason counter; a throwing hook changes nothing', async () => {
+    const clock = manualClock();
+    const events: GuardEvent[] = [];
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      onEvent: (event) => {
+        events.push(event);
+        throw new Error('metrics down');
+      },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const good = makeToken();
+    expect((await guard.verify(good)).ok).toBe(true);
+    expect((await guard.verify(good)).ok).toBe(true);
+    await guard.verify(makeToken({ claims: { exp: clock.seconds() - 100 } }));
+    await guard.verify(makeToken({ claims: { aud: 'other' } }));
+    await guard.verify(`${good.slice(0, -3)}AAA`);
+    await guard.authenticate({ headers: {} });
+    expect(guard.stats()).toMatchObject({
+      authenticated: 2,
+      cacheHits: 1,
+      rejected: { token_expired: 1, audience_invalid: 1, signature_invalid: 1, token_missing: 1 },
+    });
+    expect(events.map((event) => event.type)).toEqual([
+      'authenticated',
+      'authenticated',
+      'rejected',
+      'rejected',
+      'rejected',
+      'rejected',
+    ]);
+  });
+
+  it('bad options throw a TypeError once, at construction', () => {
+    expect(() => createGuard({ issuers: [{ issuer: ISSUER, secret: SECRET }] })).toThrow(/audience/);
+    expect(() => createGuard({ audience: AUDIENCE, issuers: [] })).toThrow(TypeError);
+    expect(() =>
+      createGuard({ audience: AUDIENCE, clockTolerance: 61, issuers: [{ issuer: ISSUER, secret: SECRET }] }),
+    ).toThrow(TypeError);
+    expect(() => createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER }] })).toThrow(TypeError);
+    expect(() =>
+      createGuard({
+        audience: AUDIENCE,
+        issuers: [{ issuer: ISSUER, secret: SECRET, algorithms: ['none' as 'HS256'] }],
+      }),
+    ).toThrow(TypeError);
+  });
+});

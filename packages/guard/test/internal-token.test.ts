@@ -1,0 +1,188 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  createInternalVerifier,
+  defaultIdentityHeaders,
+  forwardHeaders,
+  type Principal,
+  stripIdentityHeaders,
+  verifyInternalToken,
+} from '../src/index.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
+
+const GATEWAY = 'https://gateway.example';
+
+async function edgePrincipal(claims: Record<string, unknown> = {}): Promise<Principal> {
+  const guard = createGuard({
+    audience: AUDIENCE,
+    now: manualClock().now,
+    issuers: [{ issuer: ISSUER, secret: SECRET }],
+  });
+  const result = await guard.verify(
+    makeToken({ claims: { roles: ['admin', 'ops'], email: 'a@example.com', tenant: 't1', ...claims } }),
+  );
+  if (!result.ok) throw new Error(result.error.code);
+  return result.principal;
+}
+
+describe('internal token', () => {
+  it('mints a short-lived EdDSA token for one upstream and yields the same principal downstream', async () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now, claims: ['email'] });
+    const principal = await edgePrincipal();
+    const token = await issuer.mint(principal, { audience: 'orders' });
+    const [header, payload] = token
+      .split('.')
+      .slice(0, 2)
+      .map((part) => JSON.parse(Buffer.from(part as string, 'base64url').toString()));
+    expect(header).toMatchObject({ alg: 'EdDSA', typ: 'internal+jwt', kid: issuer.currentKid });
+    expect(payload.exp - payload.iat).toBe(60);
+    expect(payload).toMatchObject({
+      iss: GATEWAY,
+      aud: 'orders',
+      sub: 'user-1',
+      client_id: 'app-1',
+      jti: 'jti-1',
+      email: 'a@example.com',
+    });
+    expect(payload.tenant).toBeUndefined();
+
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      jwks: issuer.jwks(),
+      now: clock.now,
+    });
+    const result = await verifier.authenticate({ headers: { 'idem-internal-token': token } });
+    if (!result.ok) throw new Error(result.error.code);
+    expect(result.principal.sub).toBe(principal.sub);
+    expect(result.principal.iss).toBe(ISSUER);
+    expect(result.principal.aud).toEqual([AUDIENCE]);
+    expect([...result.principal.scope]).toEqual([...principal.scope]);
+    expect([...result.principal.roles]).toEqual(['admin', 'ops']);
+    expect(result.principal.clientId).toBe('app-1');
+    expect(result.principal.jti).toBe('jti-1');
+  });
+
+  it('checks audience, expiry, issuer and type, and nothing of the edge profile', async () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now });
+    const token = await issuer.mint(await edgePrincipal(), { audience: 'orders' });
+    const options = { issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks(), now: clock.now };
+    expect((await verifyInternalToken(token, options)).ok).toBe(true);
+    const wrongAudience = await verifyInternalToken(token, { ...options, audience: 'billing' });
+    expect(wrongAudience.ok ? 'ok' : wrongAudience.error.code).toBe('audience_invalid');
+    const wrongIssuer = await verifyInternalToken(token, { ...options, issuer: 'https://other.example' });
+    expect(wrongIssuer.ok ? 'ok' : wrongIssuer.error.code).toBe('issuer_unknown');
+    const otherGateway = createInternalTokenIssuer({ issuer: GATEWAY });
+    const foreign = await verifyInternalToken(token, { ...options, jwks: otherGateway.jwks() });
+    expect(foreign.ok ? 'ok' : foreign.error.code).toBe('key_unknown');
+    clock.advance(66);
+    const expired = await verifyInternalToken(token, options);
+    expect(expired.ok ? 'ok' : expired.error.code).toBe('token_expired');
+  });
+
+  it('an edge token never passes as an internal token, and an internal token never passes at the edge', async () => {
+    const edgeToken = makeToken({ alg: 'HS256' });
+    const verifier = createInternalVerifier({
+      issuer: ISSUER,
+      audience: AUDIENCE,
+      jwks: createInternalTokenIssuer({ issuer: ISSUER }).jwks(),
+    });
+    const asInternal = await verifier.verify(edgeToken);
+    expect(asInternal.ok ? 'ok' : asInternal.error.code).toBe('type_invalid');
+
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const internal = await issuer.mint(await edgePrincipal(), { audience: AUDIENCE });
+    const edge = createGuard({
+      audience: AUDIENCE,
+      issuers: [{ issuer: GATEWAY, jwks: issuer.jwks(), algorithms: ['EdDSA'], typ: ['at+jwt', 'internal+jwt'] }],
+    });
+    const atEdge = await edge.verify(internal);
+    expect(atEdge.ok ? 'ok' : atEdge.error.code).toBe('type_invalid');
+  });
+
+  it('rotates: the new key signs, older keys stay published for overlap, then drop out', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 2 });
+    const principal = await edgePrincipal();
+    const before = await issuer.mint(principal, { audience: 'orders' });
+    const firstKid = issuer.currentKid;
+    const secondKid = issuer.rotate();
+    expect(secondKid).not.toBe(firstKid);
+    const after = await issuer.mint(principal, { audience: 'orders' });
+    const verifier = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks() });
+    expect((await verifier.verify(before)).ok).toBe(true);
+    expect((await verifier.verify(after)).ok).toBe(true);
+    const es256 = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
+    issuer.rotate({ kid: 'es', privateKey: es256 });
+    expect(issuer.jwks().keys.map((key) => key.kid)).toEqual(['es', secondKid]);
+    const later = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks() });
+    expect((await later.verify(before)).ok).toBe(false);
+    expect((await later.verify(await issuer.mint(principal, { audience: 'orders' }))).ok).toBe(true);
+  });
+
+  it('refuses bad issuer options at construction', () => {
+    expect(() => createInternalTokenIssuer({ issuer: '' })).toThrow(TypeError);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, ttl: 0 })).toThrow(TypeError);
+    const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, keys: [{ privateKey: rsa }] })).toThrow(TypeError);
+  });
+
+  it('the internal header must appear once', async () => {
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      jwks: createInternalTokenIssuer({ issuer: GATEWAY }).jwks(),
+    });
+    const none = await verifier.authenticate({ headers: {} });
+    expect(none.ok ? 'ok' : none.error.code).toBe('token_missing');
+    const two = await verifier.authenticate({ headers: { 'idem-internal-token': ['a.b.c', 'a.b.c'] } });
+    expect(two.ok ? 'ok' : two.error.code).toBe('multiple_tokens');
+  });
+});
+
+describe('header stripping and forwarding (case 47)', () => {
+  const spoofed = {
+    'x-user-id': 'admin',
+    x_user_id: 'admin',
+    'X-USER-ID': 'admin',
+    'x-user-roles': ['admin', 'root'],
+    X_Auth_Request_Email: 'boss@example.com',
+    'x-internal-token': 'forged',
+    'idem-internal-token': 'forged',
+    IDEM_INTERNAL_TOKEN: 'forged',
+    'x-forwarded-user': 'admin',
+    'x-remote-user': 'admin',
+    authorization: 'Bearer abc',
+    accept: 'application/json',
+    'x-request-id': 'r1',
+  };
+
+  it('removes every identity family by namespace, whatever the case, underscores or duplicates', () => {
+    const stripped = stripIdentityHeaders(spoofed);
+    expect(stripped).toEqual({ authorization: 'Bearer abc', accept: 'application/json', 'x-request-id': 'r1' });
+    expect(defaultIdentityHeaders).toContain('x-user-*');
+    expect(stripIdentityHeaders({ 'x-tenant': 't', X_Tenant_Id: 'u' }, { extra: ['x-tenant*'] })).toEqual({});
+  });
+
+  it('forwardHeaders drops the bearer, strips spoofed headers and adds a fresh internal token', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const principal = await edgePrincipal();
+    const headers = await forwardHeaders(spoofed, principal, { issuer, audience: 'orders' });
+    expect(Object.keys(headers).sort()).toEqual(['accept', 'idem-internal-token', 'x-request-id']);
+    const verifier = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks() });
+    const result = await verifier.authenticate({ headers });
+    expect(result.ok && result.principal.sub).toBe('user-1');
+    const kept = await forwardHeaders(spoofed, principal, {
+      issuer,
+      audience: 'orders',
+      keepAuthorization: true,
+      header: 'x-gw-token',
+    });
+    expect(kept.authorization).toBe('Bearer abc');
+    expect(kept['x-gw-token']).toBeTypeOf('string');
+    expect(kept['idem-internal-token']).toBeUndefined();
+  });
+});

@@ -1,0 +1,58 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { decodeCanonicalBase64url } from '../src/compact-jws.js';
+import { parseStrictJson } from '../src/strict-json.js';
+
+const json = fc.jsonValue({ maxDepth: 6 }).filter((value) => !JSON.stringify(value).includes('"__proto__"'));
+
+describe('strict parsing (properties)', () => {
+  it('agrees with JSON.parse on every document without duplicate keys or __proto__', () => {
+    fc.assert(
+      fc.property(json, (value) => {
+        const text = JSON.stringify(value);
+        const parsed = parseStrictJson(text, 16);
+        expect(parsed.ok).toBe(true);
+        if (parsed.ok) expect(parsed.value).toEqual(JSON.parse(text));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('refuses any object with a repeated member name', () => {
+    fc.assert(
+      fc.property(fc.string(), fc.jsonValue(), fc.jsonValue(), (key, first, second) => {
+        const text = `{${JSON.stringify(key)}:${JSON.stringify(first)},${JSON.stringify(key)}:${JSON.stringify(second)}}`;
+        const parsed = parseStrictJson(text, 64);
+        expect(parsed.ok).toBe(false);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('never throws on arbitrary text', () => {
+    fc.assert(
+      fc.property(fc.string({ maxLength: 200 }), (text) => {
+        parseStrictJson(text, 16);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('base64url: exactly one accepted spelling per byte string', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
+        const text = Buffer.from(bytes).toString('base64url');
+        expect(decodeCanonicalBase64url(text)).toEqual(new Uint8Array(bytes));
+        expect(decodeCanonicalBase64url(`${text}=`)).toBeUndefined();
+      }),
+      { numRuns: 500 },
+    );
+    fc.assert(
+      fc.property(fc.string({ maxLength: 40 }), (text) => {
+        const decoded = decodeCanonicalBase64url(text);
+        if (decoded !== undefined) expect(Buffer.from(decoded).toString('base64url')).toBe(text);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+});
