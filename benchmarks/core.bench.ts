@@ -5,7 +5,11 @@ import { createIdempotency, memoryStore, type StoredResponse } from '@idem/core'
 
 const durationMs = Number(process.env.BENCH_MS ?? 2_000);
 const concurrency = 64;
-const response: StoredResponse = { status: 201, headers: { 'content-type': 'application/json' }, body: new TextEncoder().encode('{"id":"ch_1"}') };
+const response: StoredResponse = {
+  status: 201,
+  headers: { 'content-type': 'application/json' },
+  body: new TextEncoder().encode('{"id":"ch_1"}'),
+};
 
 // Throughput is counted per second of this process's own CPU time (user + system), not wall time,
 // so other work on the machine barely moves it; wall-clock rates are reported beside it.
@@ -35,22 +39,39 @@ const engine = createIdempotency({ store });
 const run = Date.now().toString(36);
 
 const fresh = await measure('begin+complete (fresh keys)', async (i) => {
-  const started = await engine.begin({ key: `${run}-${i}`, scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+  const started = await engine.begin({
+    key: `${run}-${i}`,
+    scope: 'user:1',
+    operation: 'POST /charges',
+    fingerprint: 'fp',
+  });
   if (started.kind !== 'execute') throw new Error(`expected execute, got ${started.kind}`);
   await engine.complete(started.lease, response);
 });
 
 await (async () => {
-  const started = await engine.begin({ key: 'replayed', scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+  const started = await engine.begin({
+    key: 'replayed',
+    scope: 'user:1',
+    operation: 'POST /charges',
+    fingerprint: 'fp',
+  });
   if (started.kind === 'execute') await engine.complete(started.lease, response);
 })();
 const replay = await measure('replay', async () => {
-  const started = await engine.begin({ key: 'replayed', scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+  const started = await engine.begin({
+    key: 'replayed',
+    scope: 'user:1',
+    operation: 'POST /charges',
+    fingerprint: 'fp',
+  });
   if (started.kind !== 'replay') throw new Error(`expected replay, got ${started.kind}`);
 });
 
 const results = { benchmark: 'core', node: process.version, durationMs, concurrency, results: [fresh, replay] };
 for (const r of results.results) {
-  console.log(`${r.name.padEnd(30)} ${r.opsPerSecond.toLocaleString('en')} ops per CPU-second (${r.wallOpsPerSecond.toLocaleString('en')}/s wall clock)`);
+  console.log(
+    `${r.name.padEnd(30)} ${r.opsPerSecond.toLocaleString('en')} ops per CPU-second (${r.wallOpsPerSecond.toLocaleString('en')}/s wall clock)`,
+  );
 }
 console.log(JSON.stringify(results));

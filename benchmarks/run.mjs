@@ -17,11 +17,20 @@ const files = readdirSync(here)
   .filter((f) => only.length === 0 || only.some((name) => f.includes(name)))
   .sort();
 
-const env = { ...process.env, BENCH_QUICK: quick ? '1' : '', BENCH_MS: process.env.BENCH_MS ?? (quick ? '500' : '3000') };
+const env = {
+  ...process.env,
+  BENCH_QUICK: quick ? '1' : '',
+  BENCH_MS: process.env.BENCH_MS ?? (quick ? '500' : '3000'),
+};
 const results = [];
 for (const file of files) {
   console.log(`\n== ${file}`);
-  const run = spawnSync(process.execPath, ['--import', 'tsx', join(here, file)], { cwd: root, env, encoding: 'utf8', timeout: 15 * 60_000 });
+  const run = spawnSync(process.execPath, ['--import', 'tsx', join(here, file)], {
+    cwd: root,
+    env,
+    encoding: 'utf8',
+    timeout: 15 * 60_000,
+  });
   process.stdout.write(run.stdout ?? '');
   if (run.status !== 0) {
     process.stderr.write(run.stderr ?? '');
@@ -57,7 +66,9 @@ for (const result of results) {
   if (Array.isArray(result.results)) {
     lines.push('| Scenario | ops/s | ratio |', '|---|---:|---:|');
     for (const row of result.results) {
-      lines.push(`| ${row.name} | ${row.opsPerSecond?.toLocaleString('en') ?? '-'} | ${row.ratio === undefined ? '' : row.ratio.toFixed(2)} |`);
+      lines.push(
+        `| ${row.name} | ${row.opsPerSecond?.toLocaleString('en') ?? '-'} | ${row.ratio === undefined ? '' : row.ratio.toFixed(2)} |`,
+      );
     }
     if (result.note) lines.push('', result.note);
     lines.push('');

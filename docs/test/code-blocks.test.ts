@@ -85,6 +85,9 @@ describe('documentation code blocks', () => {
         const { line } = d.file!.getLineAndCharacterOfPosition(d.start ?? 0);
         return `${block.file}:${block.line + 1 + line}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`;
       });
-    expect(problems, `${problems.length} problems in doc blocks (relative to ${relative(process.cwd(), root) || '.'})`).toEqual([]);
+    expect(
+      problems,
+      `${problems.length} problems in doc blocks (relative to ${relative(process.cwd(), root) || '.'})`,
+    ).toEqual([]);
   }, 120_000);
 });

@@ -17,7 +17,8 @@ const units: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000
  */
 export function toMilliseconds(value: Duration, name = 'duration'): number {
   if (typeof value === 'number') {
-    if (!Number.isFinite(value) || value < 0) throw new TypeError(`${name} must be a finite, non-negative number of milliseconds`);
+    if (!Number.isFinite(value) || value < 0)
+      throw new TypeError(`${name} must be a finite, non-negative number of milliseconds`);
     return value;
   }
   const match = typeof value === 'string' ? /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(value.trim()) : null;

@@ -193,9 +193,13 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     });
 
   const conflict = () =>
-    new IdempotencyError('in_progress', 'The first request with this key is still in progress; retry later with the same key.', {
-      retryAfter: conflictRetryAfter,
-    });
+    new IdempotencyError(
+      'in_progress',
+      'The first request with this key is still in progress; retry later with the same key.',
+      {
+        retryAfter: conflictRetryAfter,
+      },
+    );
 
   const mismatch = () =>
     mismatchStatus === 400
@@ -231,7 +235,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         else markLost(lease, 'token no longer current');
       })
       .catch((error) => {
-        if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
+        if (onEvent)
+          emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
         // Without a successful renewal for a whole lease, the store may have let another executor in.
         if (now() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
       })
@@ -277,20 +282,26 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     return poll;
   };
 
-  const settle = (input: Required<BeginInput>, id: string, record: StoreRecord, started: number): BeginResult | undefined => {
+  const settle = (
+    input: Required<BeginInput>,
+    id: string,
+    record: StoreRecord,
+    started: number,
+  ): BeginResult | undefined => {
     if (record.state === 'completed') {
       if (!fingerprintsMatch(record.fingerprint, input.fingerprint)) {
         if (onEvent) emit({ type: 'mismatch', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: mismatch() };
       }
-      if (onEvent) emit({
-        type: 'replay',
-        id,
-        operation: input.operation,
-        status: record.response.status,
-        at: now(),
-        durationMs: now() - started,
-      });
+      if (onEvent)
+        emit({
+          type: 'replay',
+          id,
+          operation: input.operation,
+          status: record.response.status,
+          at: now(),
+          durationMs: now() - started,
+        });
       return { kind: 'replay', response: record.response };
     }
     return undefined;
@@ -299,7 +310,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const begin = async (raw: BeginInput): Promise<BeginResult> => {
     if (!raw || typeof raw.key !== 'string' || raw.key.length === 0) throw new TypeError('begin needs a non-empty key');
     if (typeof raw.scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
-    if (typeof raw.operation !== 'string' || raw.operation.length === 0) throw new TypeError('begin needs an operation');
+    if (typeof raw.operation !== 'string' || raw.operation.length === 0)
+      throw new TypeError('begin needs an operation');
     const input = { key: raw.key, scope: raw.scope, operation: raw.operation, fingerprint: raw.fingerprint ?? '' };
     const id = recordId(input.scope, input.operation, input.key);
     const started = now();
@@ -309,7 +321,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
       const local = held.get(id);
-      if (local && now() - local.lastRenewedAt >= leaseMs) held.delete(id); // abandoned, not renewed
+      if (local && now() - local.lastRenewedAt >= leaseMs)
+        held.delete(id); // abandoned, not renewed
       else if (local && waitMs === 0 && !local.lost) {
         if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: conflict() };
@@ -368,7 +381,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         const done = settle(input, id, record, started);
         if (done) return done;
         if (now() >= deadline) {
-          if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+          if (onEvent)
+            emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
           return { kind: 'reject', error: conflict() };
         }
       }
@@ -393,21 +407,28 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         markLost(state, 'token no longer current at release');
         return { ok: false, reason: 'lease-lost' };
       }
-      if (onEvent) emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
+      if (onEvent)
+        emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
       return { ok: true };
     } catch (error) {
-      if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
+      if (onEvent)
+        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
       return { ok: false, reason: 'store-error', error };
     }
   };
 
-  const complete = async (lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Promise<CompleteResult> => {
+  const complete = async (
+    lease: Lease,
+    response: StoredResponse,
+    outcome?: Partial<Outcome>,
+  ): Promise<CompleteResult> => {
     const state = lease as LeaseState;
     if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
     const decision = decide(response, outcome);
     if (!decision.store) {
       const released = await release(lease);
-      if (onEvent) emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
+      if (onEvent)
+        emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
       return released.ok ? { ok: true, stored: false } : released;
     }
     stopHeartbeat(state);
@@ -420,18 +441,20 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         markLost(state, 'token no longer current at complete');
         return { ok: false, reason: 'lease-lost' };
       }
-      if (onEvent) emit({
-        type: 'complete',
-        id: lease.id,
-        operation: lease.operation,
-        status: response.status,
-        at: now(),
-        durationMs: now() - started,
-        executionMs: now() - lease.startedAt,
-      });
+      if (onEvent)
+        emit({
+          type: 'complete',
+          id: lease.id,
+          operation: lease.operation,
+          status: response.status,
+          at: now(),
+          durationMs: now() - started,
+          executionMs: now() - lease.startedAt,
+        });
       return { ok: true, stored: true };
     } catch (error) {
-      if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
+      if (onEvent)
+        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
       // The outcome could not be stored: free the key so a retry is not refused with 409 until the
       // lease runs out. If this fails too, the short lease frees it within seconds.
       await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
@@ -451,38 +474,50 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     // the caller can store its error outcome or release per policy; only store failures end here.
     let handlerError: { error: unknown } | undefined;
     try {
-      const result = await (store as TransactionalStore<Tx>).transaction({ id: lease.id, token: lease.token }, async (tx) => {
-        let produced: Awaited<ReturnType<typeof fn>>;
-        try {
-          produced = await fn(tx);
-        } catch (error) {
-          handlerError = { error };
-          throw error;
-        }
-        const { value, response, outcome } = produced;
-        const decision = decide(response, outcome);
-        stored = decision.store;
-        return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
-      });
+      const result = await (store as TransactionalStore<Tx>).transaction(
+        { id: lease.id, token: lease.token },
+        async (tx) => {
+          let produced: Awaited<ReturnType<typeof fn>>;
+          try {
+            produced = await fn(tx);
+          } catch (error) {
+            handlerError = { error };
+            throw error;
+          }
+          const { value, response, outcome } = produced;
+          const decision = decide(response, outcome);
+          stored = decision.store;
+          return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
+        },
+      );
       stopHeartbeat(state);
       if (!result.committed) {
         markLost(state, 'token no longer current at commit');
         return { committed: false, reason: 'lease-lost' };
       }
-      if (onEvent) emit({
-        type: stored ? 'complete' : 'release',
-        id: lease.id,
-        operation: lease.operation,
-        at: now(),
-        durationMs: now() - started,
-        executionMs: now() - lease.startedAt,
-      } as IdempotencyEvent);
+      if (onEvent)
+        emit({
+          type: stored ? 'complete' : 'release',
+          id: lease.id,
+          operation: lease.operation,
+          at: now(),
+          durationMs: now() - started,
+          executionMs: now() - lease.startedAt,
+        } as IdempotencyEvent);
       return { committed: true, value: result.value as T, stored };
     } catch (error) {
       if (handlerError) throw handlerError.error;
       stopHeartbeat(state);
       if (!isIdempotencyError(error)) {
-        if (onEvent) emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'transaction', error, at: now() });
+        if (onEvent)
+          emit({
+            type: 'store-error',
+            id: lease.id,
+            operation: lease.operation,
+            phase: 'transaction',
+            error,
+            at: now(),
+          });
       }
       // The transaction rolled back: nothing of the handler happened, so the key is freed for a retry.
       await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);

@@ -5,7 +5,11 @@
 export const errorTable = {
   key_missing: { status: 400, title: 'Idempotency-Key is missing', retryable: false },
   key_invalid: { status: 400, title: 'Idempotency-Key is malformed', retryable: false },
-  fingerprint_mismatch: { status: 422, title: 'Idempotency-Key is already used with another request', retryable: false },
+  fingerprint_mismatch: {
+    status: 422,
+    title: 'Idempotency-Key is already used with another request',
+    retryable: false,
+  },
   idempotency_error: { status: 400, title: 'Idempotency-Key is already used with another request', retryable: false },
   in_progress: { status: 409, title: 'A request is outstanding for this Idempotency-Key', retryable: true },
   store_unavailable: { status: 503, title: 'Idempotency store unavailable', retryable: true },
@@ -85,7 +89,9 @@ export class IdempotencyError extends Error {
 
 /** True when `value` is an {@link IdempotencyError} (works across copies of the package). */
 export function isIdempotencyError(value: unknown): value is IdempotencyError {
-  return value instanceof Error && value.name === 'IdempotencyError' && typeof (value as IdempotencyError).code === 'string';
+  return (
+    value instanceof Error && value.name === 'IdempotencyError' && typeof (value as IdempotencyError).code === 'string'
+  );
 }
 
 /**

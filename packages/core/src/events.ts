@@ -29,7 +29,11 @@ export type IdempotencyEvent =
   | (EventBase & { type: 'not-stored'; status: number })
   | (EventBase & { type: 'release'; durationMs: number; executionMs?: number })
   | (EventBase & { type: 'lease-lost'; reason: string })
-  | (EventBase & { type: 'store-error'; phase: 'claim' | 'get' | 'renew' | 'complete' | 'release' | 'transaction'; error: unknown })
+  | (EventBase & {
+      type: 'store-error';
+      phase: 'claim' | 'get' | 'renew' | 'complete' | 'release' | 'transaction';
+      error: unknown;
+    })
   | (EventBase & { type: 'response-not-stored'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number });
 
 /** The names of all events. */

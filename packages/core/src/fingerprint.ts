@@ -51,7 +51,8 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
   const mediaType = (parts.contentType ?? '').split(';')[0]!.trim().toLowerCase();
   add('t', mediaType);
   if (parts.headers) {
-    for (const name of Object.keys(parts.headers).sort()) add('h', `${name.toLowerCase()}=${parts.headers[name] ?? ''}`);
+    for (const name of Object.keys(parts.headers).sort())
+      add('h', `${name.toLowerCase()}=${parts.headers[name] ?? ''}`);
   }
   add('b', bodyForHash(parts.body, mediaType, options.exclude));
   return hash.digest('hex');
@@ -91,7 +92,11 @@ function isJsonMediaType(mediaType: string): boolean {
   return mediaType === 'application/json' || mediaType.endsWith('+json');
 }
 
-function bodyForHash(body: Uint8Array | string | undefined, mediaType: string, exclude?: readonly string[]): Uint8Array | string {
+function bodyForHash(
+  body: Uint8Array | string | undefined,
+  mediaType: string,
+  exclude?: readonly string[],
+): Uint8Array | string {
   if (body === undefined) return '';
   if (!isJsonMediaType(mediaType)) return body;
   let text: string;

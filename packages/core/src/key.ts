@@ -29,10 +29,16 @@ const invalid = (detail: string): ParsedKey => ({ ok: false, error: new Idempote
  * parseIdempotencyKey('abc');     // { ok: true, key: 'abc' } (lenient default)
  * parseIdempotencyKey(['a', 'b']); // { ok: false, error: IdempotencyError('key_invalid') }
  */
-export function parseIdempotencyKey(fieldValues: string | readonly string[] | undefined, options: ParseKeyOptions = {}): ParsedKey {
+export function parseIdempotencyKey(
+  fieldValues: string | readonly string[] | undefined,
+  options: ParseKeyOptions = {},
+): ParsedKey {
   const maxBytes = options.maxBytes ?? 255;
   if (fieldValues === undefined || (Array.isArray(fieldValues) && fieldValues.length === 0)) {
-    return { ok: false, error: new IdempotencyError('key_missing', 'This operation requires an Idempotency-Key header.') };
+    return {
+      ok: false,
+      error: new IdempotencyError('key_missing', 'This operation requires an Idempotency-Key header.'),
+    };
   }
   if (Array.isArray(fieldValues) && fieldValues.length > 1) {
     return invalid('The Idempotency-Key header must appear once.');
@@ -89,7 +95,12 @@ function parseSfString(input: string): string | undefined {
     i++;
   }
   const rest = input.slice(i);
-  if (rest.length > 0 && !/^(;[ ]*[a-z*][a-z0-9_.*-]*(=("([^"\\]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~:/0-9A-Za-z]*|-?\d{1,15}(\.\d{1,3})?|\?[01]))?)*$/.test(rest)) {
+  if (
+    rest.length > 0 &&
+    !/^(;[ ]*[a-z*][a-z0-9_.*-]*(=("([^"\\]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~:/0-9A-Za-z]*|-?\d{1,15}(\.\d{1,3})?|\?[01]))?)*$/.test(
+      rest,
+    )
+  ) {
     return undefined; // trailing garbage, a second list member, or a malformed parameter
   }
   return out;

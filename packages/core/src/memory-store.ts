@@ -104,13 +104,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     },
     async renew({ id, token, leaseMs }: RenewInput): Promise<boolean> {
       const existing = live(id);
-      if (!existing || existing.record.state !== 'in_progress' || existing.record.token !== token) return false;
+      if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
       existing.expiresAt = now() + leaseMs;
       return true;
     },
     async complete({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> {
       const existing = live(id);
-      if (!existing || existing.record.state !== 'in_progress' || existing.record.token !== token) return false;
+      if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
       // Copy the body: the caller may reuse its buffer, and a replay must be the bytes of this moment.
       const stored = { status: response.status, headers: { ...response.headers }, body: new Uint8Array(response.body) };
       write({
@@ -122,7 +122,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     },
     async release({ id, token }: ReleaseInput): Promise<boolean> {
       const existing = live(id);
-      if (!existing || existing.record.state !== 'in_progress' || existing.record.token !== token) return false;
+      if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
       entries.delete(id);
       return true;
     },

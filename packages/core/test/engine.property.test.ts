@@ -18,11 +18,24 @@ type ModelRecord =
   | { state: 'completed'; fp: string; body: string; expiresAt: number };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ op: fc.constant('begin' as const), key: fc.constantFrom('a' as const, 'b' as const), fp: fc.constantFrom('f1' as const, 'f2' as const) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      op: fc.constant('begin' as const),
+      key: fc.constantFrom('a' as const, 'b' as const),
+      fp: fc.constantFrom('f1' as const, 'f2' as const),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('complete' as const), lease: fc.nat(20) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('release' as const), lease: fc.nat(20) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('crash' as const), lease: fc.nat(20) }) },
-  { weight: 2, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.constantFrom(1, 1_000, 4_999, 5_000, 3_600_000, RETENTION) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      op: fc.constant('advance' as const),
+      ms: fc.constantFrom(1, 1_000, 4_999, 5_000, 3_600_000, RETENTION),
+    }),
+  },
 );
 
 describe('engine against a model (fast-check)', () => {
@@ -31,7 +44,13 @@ describe('engine against a model (fast-check)', () => {
       fc.asyncProperty(fc.array(command, { minLength: 1, maxLength: 40 }), async (commands) => {
         let now = 1_000_000;
         const store = memoryStore({ now: () => now });
-        const engine = createIdempotency({ store, lease: LEASE, retention: RETENTION, heartbeat: false, now: () => now });
+        const engine = createIdempotency({
+          store,
+          lease: LEASE,
+          retention: RETENTION,
+          heartbeat: false,
+          now: () => now,
+        });
         const model = new Map<string, ModelRecord>();
         const leases: { lease: Lease; key: string; done: boolean }[] = [];
 
@@ -51,12 +70,22 @@ describe('engine against a model (fast-check)', () => {
           }
           if (cmd.op === 'begin') {
             const expected = live(cmd.key);
-            const result = await engine.begin({ key: cmd.key, scope: 'user', operation: 'POST /x', fingerprint: cmd.fp });
+            const result = await engine.begin({
+              key: cmd.key,
+              scope: 'user',
+              operation: 'POST /x',
+              fingerprint: cmd.fp,
+            });
             if (!expected) {
               expect(result.kind).toBe('execute');
               if (result.kind !== 'execute') return;
               leases.push({ lease: result.lease, key: cmd.key, done: false });
-              model.set(cmd.key, { state: 'in_progress', holder: leases.length - 1, fp: cmd.fp, expiresAt: now + LEASE });
+              model.set(cmd.key, {
+                state: 'in_progress',
+                holder: leases.length - 1,
+                fp: cmd.fp,
+                expiresAt: now + LEASE,
+              });
               // The store now names this lease as the only holder: every earlier lease is fenced.
               expect((await store.get(result.lease.id))?.token).toBe(result.lease.token);
             } else if (expected.state === 'in_progress') {
@@ -80,7 +109,11 @@ describe('engine against a model (fast-check)', () => {
           const current = expected?.state === 'in_progress' && expected.holder === cmd.lease;
           if (cmd.op === 'complete') {
             const body = `response of lease ${cmd.lease}`;
-            const result = await engine.complete(entry.lease, { status: 201, headers: {}, body: new TextEncoder().encode(body) });
+            const result = await engine.complete(entry.lease, {
+              status: 201,
+              headers: {},
+              body: new TextEncoder().encode(body),
+            });
             if (current) {
               expect(result).toEqual({ ok: true, stored: true });
               model.set(entry.key, { state: 'completed', fp: expected.fp, body, expiresAt: now + RETENTION });

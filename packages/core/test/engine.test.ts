@@ -125,7 +125,10 @@ describe('spec part 3: the key state machine', () => {
     if (other.kind !== 'reject') return;
     expect(other.error.code).toBe('fingerprint_mismatch');
     expect(other.error.status).toBe(422);
-    expect(other.error.toProblem()).toMatchObject({ status: 422, type: 'https://idem.dev/problems/fingerprint-mismatch' });
+    expect(other.error.toProblem()).toMatchObject({
+      status: 422,
+      type: 'https://idem.dev/problems/fingerprint-mismatch',
+    });
     expect(events.at(-1)?.type).toBe('mismatch');
   });
 
@@ -251,13 +254,19 @@ describe('anchor cases at engine level', () => {
     const stored = setup({ storeOutcome: 'all' });
     const a = await stored.engine.begin(stored.request);
     if (a.kind !== 'execute') throw new Error('expected execute');
-    expect(await stored.engine.complete(a.lease, ok('{"error":"boom"}', 500), { thrown: true })).toEqual({ ok: true, stored: true });
+    expect(await stored.engine.complete(a.lease, ok('{"error":"boom"}', 500), { thrown: true })).toEqual({
+      ok: true,
+      stored: true,
+    });
     expect((await stored.engine.begin(stored.request)).kind).toBe('replay');
 
     const released = setup({ storeOutcome: 'success' });
     const b = await released.engine.begin(released.request);
     if (b.kind !== 'execute') throw new Error('expected execute');
-    expect(await released.engine.complete(b.lease, ok('{"error":"boom"}', 500), { thrown: true })).toEqual({ ok: true, stored: false });
+    expect(await released.engine.complete(b.lease, ok('{"error":"boom"}', 500), { thrown: true })).toEqual({
+      ok: true,
+      stored: false,
+    });
     expect((await released.engine.begin(released.request)).kind).toBe('execute');
   });
 
@@ -314,12 +323,24 @@ describe('anchor cases at engine level', () => {
 
   it('case 16-17: a different body or query under the same key is refused, never replayed', async () => {
     const { engine } = setup();
-    const base = { method: 'POST', route: '/charges', path: '/charges', contentType: 'application/json', body: '{"a":1}' };
+    const base = {
+      method: 'POST',
+      route: '/charges',
+      path: '/charges',
+      contentType: 'application/json',
+      body: '{"a":1}',
+    };
     const request = { key: 'k', scope: 's', operation: 'POST /charges' };
-    const first = await engine.begin({ ...request, fingerprint: fingerprintRequest({ ...base, query: 'dryRun=true' }) });
+    const first = await engine.begin({
+      ...request,
+      fingerprint: fingerprintRequest({ ...base, query: 'dryRun=true' }),
+    });
     if (first.kind !== 'execute') throw new Error('expected execute');
     await engine.complete(first.lease, ok());
-    const other = await engine.begin({ ...request, fingerprint: fingerprintRequest({ ...base, query: 'dryRun=false' }) });
+    const other = await engine.begin({
+      ...request,
+      fingerprint: fingerprintRequest({ ...base, query: 'dryRun=false' }),
+    });
     expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
   });
 
@@ -421,7 +442,9 @@ describe('options are checked once, at construction', () => {
   });
 
   it('accepts a short retention when acknowledged', () => {
-    expect(createIdempotency({ store, retention: '1h', acknowledgeShortRetention: true }).settings.retentionMs).toBe(3_600_000);
+    expect(createIdempotency({ store, retention: '1h', acknowledgeShortRetention: true }).settings.retentionMs).toBe(
+      3_600_000,
+    );
   });
 
   it('refuses misuse of begin with a TypeError', async () => {

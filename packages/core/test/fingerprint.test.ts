@@ -7,9 +7,19 @@ import { recordId } from '../src/record-id.js';
 describe('canonicalJson (RFC 8785)', () => {
   it('sorts members by UTF-16 code units and writes numbers the ECMAScript way', () => {
     // The RFC's own sorting example: keys ordered by code units, not by code points or locale.
-    const value = { '\u20ac': 'Euro Sign', '\r': 'Carriage Return', '\ufb33': 'Hebrew', '1': 'One', '\ud83d\ude00': 'Emoji', '\u0080': 'Control', '\u00f6': 'Latin' };
+    const value = {
+      '\u20ac': 'Euro Sign',
+      '\r': 'Carriage Return',
+      '\ufb33': 'Hebrew',
+      '1': 'One',
+      '\ud83d\ude00': 'Emoji',
+      '\u0080': 'Control',
+      '\u00f6': 'Latin',
+    };
     const text = canonicalJson(value) as string;
-    const order = ['\r', '1', '\u0080', '\u00f6', '\u20ac', '\ud83d\ude00', '\ufb33'].map((key) => text.indexOf(JSON.stringify(key)));
+    const order = ['\r', '1', '\u0080', '\u00f6', '\u20ac', '\ud83d\ude00', '\ufb33'].map((key) =>
+      text.indexOf(JSON.stringify(key)),
+    );
     expect(order.every((position, i) => position > 0 && (i === 0 || position > (order[i - 1] as number)))).toBe(true);
     expect(canonicalJson({ b: [1e21, 0.1, -0, 1e-7], a: null })).toBe('{"a":null,"b":[1e+21,0.1,0,1e-7]}');
     expect(canonicalJson({ s: 'é\u2028"' })).toBe('{"s":"é\u2028\\""}');
@@ -40,15 +50,22 @@ describe('fingerprintRequest', () => {
     expect(fingerprintRequest({ ...form, body: 'a=1&b=2' })).toBe(fingerprintRequest({ ...form, body: 'a=1&b=2' }));
     expect(fingerprintRequest({ ...form, body: 'a=1&b=2' })).not.toBe(fingerprintRequest({ ...form, body: 'b=2&a=1' }));
     const binary = new Uint8Array([0xff, 0xfe, 0x00, 0x01]);
-    expect(fingerprintRequest({ ...base, body: binary })).toBe(fingerprintRequest({ ...base, body: new Uint8Array(binary) }));
+    expect(fingerprintRequest({ ...base, body: binary })).toBe(
+      fingerprintRequest({ ...base, body: new Uint8Array(binary) }),
+    );
     expect(fingerprintRequest({ ...base, body: '{"x":' })).toBe(fingerprintRequest({ ...base, body: '{"x":' }));
     // Canonical JSON text can never be confused with a raw body holding the same characters.
-    expect(fingerprintRequest({ ...base, body: '{"x":1}' })).not.toBe(fingerprintRequest({ ...base, contentType: 'text/plain', body: 'json:{"x":1}' }));
+    expect(fingerprintRequest({ ...base, body: '{"x":1}' })).not.toBe(
+      fingerprintRequest({ ...base, contentType: 'text/plain', body: 'json:{"x":1}' }),
+    );
   });
 
   it('excludes nested and array fields named by JSON Pointer', () => {
-    const fp = (body: string) => fingerprintRequest({ ...base, body }, { exclude: ['/meta/nonce', '/tags/0', '/a~1b'] });
-    expect(fp('{"amount":1,"meta":{"nonce":"x"},"tags":["t1","t2"],"a/b":1}')).toBe(fp('{"amount":1,"meta":{"nonce":"y"},"tags":["t9","t2"],"a/b":2}'));
+    const fp = (body: string) =>
+      fingerprintRequest({ ...base, body }, { exclude: ['/meta/nonce', '/tags/0', '/a~1b'] });
+    expect(fp('{"amount":1,"meta":{"nonce":"x"},"tags":["t1","t2"],"a/b":1}')).toBe(
+      fp('{"amount":1,"meta":{"nonce":"y"},"tags":["t9","t2"],"a/b":2}'),
+    );
     expect(fp('{"amount":1}')).not.toBe(fp('{"amount":2}'));
   });
 

@@ -13,7 +13,10 @@ describe('parseIdempotencyKey', () => {
     if (parsed.ok) return;
     expect(parsed.error.code).toBe('key_missing');
     expect(parsed.error.status).toBe(400);
-    expect(parsed.error.toProblem()).toMatchObject({ title: 'Idempotency-Key is missing', type: 'https://idem.dev/problems/key-missing' });
+    expect(parsed.error.toProblem()).toMatchObject({
+      title: 'Idempotency-Key is missing',
+      type: 'https://idem.dev/problems/key-missing',
+    });
     expect(keyOf([])).toBe('key_missing');
   });
 
@@ -55,7 +58,18 @@ describe('parseIdempotencyKey', () => {
     expect(keyOf('"a,b"')).toBe('a,b');
     expect(keyOf('"abc";v=1')).toBe('abc');
     expect(keyOf('"abc";ttl=?1')).toBe('abc');
-    for (const bad of ['"abc', '"a\\b"', '"abc"x', '"abc" "def"', '"abc";', '"abc";V=1', 'a"b', 'a;b', 'a\\b', '"abc";v="x']) {
+    for (const bad of [
+      '"abc',
+      '"a\\b"',
+      '"abc"x',
+      '"abc" "def"',
+      '"abc";',
+      '"abc";V=1',
+      'a"b',
+      'a;b',
+      'a\\b',
+      '"abc";v="x',
+    ]) {
       expect(keyOf(bad), bad).toBe('key_invalid');
     }
   });

@@ -8,7 +8,12 @@ describe('memoryStore', () => {
     const store = memoryStore({ now: () => now, maxEntries: 100_000 });
     // The memory store has one clock for all records: moving it past any lease or retention
     // expires the record under test exactly as time passing would.
-    return { store, expire: async () => void (now += 400 * 86_400_000) };
+    return {
+      store,
+      expire: async () => {
+        now += 400 * 86_400_000;
+      },
+    };
   });
 
   it('expires a lease at exactly leaseMs on its clock', async () => {
