@@ -11,7 +11,7 @@ import {
 import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
 import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
 import { ResponseTooLargeError } from './response-too-large-error.js';
-import { claimScript, completeScript, releaseScript, renewScript, runScript } from './scripts.js';
+import { completeScript, releaseScript, renewScript, runScript } from './scripts.js';
 
 /**
  * Options of {@link redisStore}.
@@ -52,6 +52,9 @@ export interface RedisStore extends Store {
   key(id: string): string;
 }
 
+// A key that is freed between our failed SET NX and our GET this many times in a row is flapping
+// under an extraordinary storm of releases; give up with a retryable error instead of spinning.
+const CLAIM_ATTEMPTS = 5;
 const DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
 // Redis refuses strings over 512 MB; leave room for the claim part of the value.
 const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
@@ -59,8 +62,7 @@ const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
 /**
  * Creates a {@link Store} on Redis. Every operation is one command on one key, so it is atomic and
  * runs unchanged on Redis Cluster:
- * - `claim` is `SET key value NX PX lease` inside a script that returns the existing record when the
- *   key is taken (one round trip either way);
+ * - `claim` is `SET key value NX PX lease`, then `GET key` only when the key is taken;
  * - `renew`, `complete` and `release` are Lua compare-and-set on the fencing token (EVALSHA, with
  *   EVAL as the fallback on NOSCRIPT);
  * - leases and retention are `PX` durations, timed by the Redis server's clock;
@@ -125,9 +127,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const value = encodeClaim(token, fingerprint);
       const px = milliseconds(leaseMs, 'leaseMs');
       return guarded('claim', async () => {
-        const reply = await runScript(runner, claimScript, k, [value, px]);
-        if (reply === 1) return { claimed: true };
-        return { claimed: false, record: record('claim', reply) };
+        // The fresh key, the common case, costs one plain SET NX PX: cheaper for Redis than a script.
+        // A taken key costs a GET more. If the holder released (or its lease ran out) between the
+        // two, the key is free again, so try the claim again rather than report a record that is gone.
+        for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+          if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
+          const existing = await runner.send(k, ['GET', k]);
+          if (existing !== null && existing !== undefined) return { claimed: false, record: record('claim', existing) };
+        }
+        throw new StoreUnavailableError('Redis claim kept racing with releases; retry');
       });
     },
 
@@ -167,6 +175,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     },
   };
 }
+
+// ioredis returns the status reply of a successful SET as a Buffer in buffer mode, node-redis as a string.
+const isOk = (reply: unknown) =>
+  reply === 'OK' || (reply instanceof Uint8Array && reply.length === 2 && reply[0] === 0x4f && reply[1] === 0x4b);
 
 // PX takes a positive integer; a fraction rounds up so a lease is never shorter than asked for.
 const milliseconds = (value: number, name: string): string => {

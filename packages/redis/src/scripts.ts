@@ -5,7 +5,7 @@ import type { RedisCommandRunner } from './command-runner.js';
  * A Lua script with its SHA1, the name EVALSHA knows it by.
  *
  * @example
- * await runner.send(key, ['EVALSHA', claimScript.sha, '1', key, value, '10000']);
+ * await runner.send(key, ['EVALSHA', renewScript.sha, '1', key, leasePrefix(token), '10000']);
  */
 export interface LuaScript {
   readonly source: string;
@@ -16,14 +16,7 @@ const script = (source: string): LuaScript => ({ source, sha: createHash('sha1')
 
 // Every script touches exactly KEYS[1], so in a cluster each runs on the one node that owns the
 // record's slot: no CROSSSLOT, no hash tags needed. The value layout is described in record-codec.ts.
-
-/**
- * Claim: SET NX PX, and when the id is taken, the existing record in the same round trip. Running
- * both in one script closes the gap where the holder releases between a failed SET and the GET.
- * ARGV: the claim value, the lease in ms. Returns 1 when claimed, else the existing value.
- */
-export const claimScript = script(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return redis.call('GET', KEYS[1])`);
+// The claim needs no script: a plain SET NX PX is atomic on its own (see redis-store.ts).
 
 /**
  * The fence shared by the three compare-and-set scripts: the record must be in progress and held by

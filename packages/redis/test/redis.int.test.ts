@@ -12,6 +12,7 @@ import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type RedisClientLike,
+  type RedisCommandRunner,
   type RedisStore,
   ResponseTooLargeError,
   redisCommandRunner,
@@ -104,6 +105,50 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
     });
   });
 
+  describe('claim races', () => {
+    // A runner over the real client that lets a test act between the claim's SET NX and its GET.
+    const interposed = (before: (command: string, key: string) => Promise<void>): RedisCommandRunner => {
+      const real = redisCommandRunner(admin);
+      return {
+        send: async (key, args) => {
+          await before(String(args[0]), key);
+          return real.send(key, args);
+        },
+      };
+    };
+
+    it('claims a key that the holder released between the refused SET NX and the GET', async () => {
+      const store = redisStore({
+        client: interposed(async (command, key) => {
+          if (command === 'GET') await admin.del(key);
+        }),
+        prefix: `${prefix}race:`,
+      });
+      const id = randomUUID();
+      await admin.set(store.key(id), 'p"holder"\n""\n', 'PX', 60_000);
+      expect(await store.claim({ id, token: 'mine', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+      expect(await admin.get(store.key(id))).toBe('p"mine"\n"fp"\n');
+    });
+
+    it('gives up with StoreUnavailableError when the key keeps flapping', async () => {
+      let sets = 0;
+      const store = redisStore({
+        client: interposed(async (command, key) => {
+          if (command === 'SET') {
+            sets++;
+            await admin.set(key, 'p"other"\n""\n', 'PX', 60_000);
+          }
+          if (command === 'GET') await admin.del(key);
+        }),
+        prefix: `${prefix}race:`,
+      });
+      await expect(
+        store.claim({ id: randomUUID(), token: 'mine', fingerprint: '', leaseMs: 5_000 }),
+      ).rejects.toBeInstanceOf(StoreUnavailableError);
+      expect(sets).toBe(5);
+    });
+  });
+
   describe('size cap', () => {
     const store = redisStore({ client: admin, prefix: `${prefix}cap:`, maxResponseBytes: 1_000 });
 
@@ -158,13 +203,14 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       await admin.hset(store.key(id), 'f', 'v');
       await admin.pexpire(store.key(id), 60_000);
       for (const attempt of [
-        store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
-        store.get(id),
-        store.renew({ id, token: 't', leaseMs: 1_000 }),
-        store.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
-        store.release({ id, token: 't' }),
+        () => store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
+        () => store.get(id),
+        () => store.renew({ id, token: 't', leaseMs: 1_000 }),
+        () => store.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
+        () => store.release({ id, token: 't' }),
       ]) {
-        const error = await attempt.catch((e: unknown) => e);
+        // One at a time, each awaited at once: a rejection never waits without a handler.
+        const error = await attempt().catch((e: unknown) => e);
         expect(error).toBeInstanceOf(StoreUnavailableError);
         expect((error as StoreUnavailableError).cause).toBeInstanceOf(Error);
         expect((error as Error).message).not.toContain(id);
@@ -197,13 +243,13 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
         const dead = redisStore({ client, prefix: `${prefix}dead:` });
         const id = randomUUID();
         for (const attempt of [
-          dead.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
-          dead.get(id),
-          dead.renew({ id, token: 't', leaseMs: 1_000 }),
-          dead.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
-          dead.release({ id, token: 't' }),
+          () => dead.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 }),
+          () => dead.get(id),
+          () => dead.renew({ id, token: 't', leaseMs: 1_000 }),
+          () => dead.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
+          () => dead.release({ id, token: 't' }),
         ]) {
-          await expect(attempt).rejects.toBeInstanceOf(StoreUnavailableError);
+          await expect(attempt()).rejects.toBeInstanceOf(StoreUnavailableError);
         }
         const engine = createIdempotency({ store: dead, storeTimeout: '1s' });
         const started = await engine.begin({ key: randomUUID(), scope: 'user:1', operation: 'POST /charges' });
@@ -241,10 +287,14 @@ describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)
     };
     expect(await evals()).toBe(0);
     const id = randomUUID();
+    // The claim is a plain SET NX PX: no script involved.
     expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+    expect(await evals()).toBe(0);
+    // The server has never seen the renew script: EVALSHA fails with NOSCRIPT, EVAL runs and caches it.
+    expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
     expect(await evals()).toBe(1);
-    // Cached now: the next claim goes by SHA only.
-    await store.claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 });
+    // Cached now: the next renewal goes by SHA only.
+    expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
     expect(await evals()).toBe(1);
     await client.script('FLUSH');
     expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
@@ -253,6 +303,7 @@ describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)
       true,
     );
     expect(await evals()).toBe(3);
+    expect((await store.get(id))?.state).toBe('completed');
   });
 });
 
