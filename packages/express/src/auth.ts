@@ -1,1 +1,125 @@
-export {};
+import {
+  createGuard,
+  createInternalVerifier,
+  type ForwardOptions,
+  forwardHeaders as forwardGuardHeaders,
+  type Guard,
+  GuardError,
+  type GuardOptions,
+  type GuardRequest,
+  guardRequestFromNode,
+  type InternalVerifierOptions,
+  isGuard,
+  type Principal,
+  type Requirement,
+} from '@idem/guard';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+
+declare module 'express-serve-static-core' {
+  interface Request {
+    /** The caller, set by `guard()` or `internalAuth()`; the idempotency middleware scopes keys by it. */
+    auth?: Principal;
+  }
+}
+
+// The guard that authenticated a request, so `authorize()` answers with the same realm.
+const guardOf = new WeakMap<Request, Guard>();
+
+function sendGuardError(res: Response, error: GuardError): void {
+  res.status(error.status);
+  res.setHeader('WWW-Authenticate', error.wwwAuthenticate);
+  res.setHeader('Cache-Control', 'no-store');
+  res.setHeader('Content-Type', 'application/problem+json');
+  res.end(JSON.stringify(error.toProblem()));
+}
+
+function view(req: Request, guard?: Guard): GuardRequest {
+  return guardRequestFromNode(req, {
+    url: req.originalUrl ?? req.url,
+    ...(guard === undefined ? {} : { tokenHeaders: [guard.tokenHeader] }),
+  });
+}
+
+function authenticateWith(instance: Guard): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    instance
+      .authenticate(view(req, instance))
+      .then((result) => {
+        if (!result.ok) {
+          sendGuardError(res, result.error);
+          return;
+        }
+        req.auth = result.principal;
+        guardOf.set(req, instance);
+        next();
+      })
+      .catch(next);
+  };
+}
+
+/**
+ * Express middleware that verifies the bearer token (see `createGuard` in @idem/guard) and sets
+ * `req.auth` to the caller's principal. A refusal is answered here: 401 (or 400) problem+json with an
+ * RFC 6750 `WWW-Authenticate` challenge; the route handler never runs.
+ *
+ * @example
+ * import express from 'express';
+ * import { guard, authorize } from '@idem/express';
+ * import { requireScopes } from '@idem/guard';
+ *
+ * const app = express();
+ * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
+ * app.post('/orders', authorize(requireScopes('orders:write')), (req, res) => res.json({ by: req.auth?.sub }));
+ */
+export function guard(options: GuardOptions | Guard): RequestHandler {
+  return authenticateWith(isGuard(options) ? options : createGuard(options));
+}
+
+/**
+ * Express middleware for services behind the gateway: verifies the gateway's internal token header
+ * (signature, audience, expiry only) and sets `req.auth` to the same principal shape.
+ *
+ * @example
+ * app.use(internalAuth({ issuer: 'https://gateway.example', audience: 'orders-service', jwksUri: 'https://gateway.example/jwks' }));
+ */
+export function internalAuth(options: InternalVerifierOptions | Guard): RequestHandler {
+  return authenticateWith(isGuard(options) ? options : createInternalVerifier(options));
+}
+
+/**
+ * Express middleware that checks `req.auth` against requirements (`requireScopes`, `requireRoles`,
+ * `requireAnyRole`, `policy` from @idem/guard). A refusal is 403 `insufficient_scope`; a request that
+ * was never authenticated is 401.
+ *
+ * @example
+ * app.delete('/orders/:id', authorize(requireRoles('admin')), handler);
+ */
+export function authorize(...requirements: Requirement[]): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    const instance = guardOf.get(req);
+    if (req.auth === undefined || instance === undefined) {
+      // authorize() without a guard before it: answer as unauthenticated rather than let the request through.
+      sendGuardError(res, instance?.error('token_missing') ?? new GuardError('token_missing'));
+      return;
+    }
+    const decision = instance.authorize(req.auth, requirements, { ...view(req), params: req.params } as GuardRequest);
+    if (!decision.ok) {
+      sendGuardError(res, decision.error);
+      return;
+    }
+    next();
+  };
+}
+
+/**
+ * For a gateway route: the headers to send upstream. Identity header families are stripped, the
+ * caller's bearer token is dropped, and a fresh internal token for `audience` is added.
+ *
+ * @example
+ * const headers = await forwardHeaders(req, { issuer: internalTokens, audience: 'orders-service' });
+ */
+export function forwardHeaders(req: Request, options: ForwardOptions): Promise<Record<string, string | string[]>> {
+  if (req.auth === undefined)
+    throw new TypeError('forwardHeaders needs an authenticated request (mount guard() first)');
+  return forwardGuardHeaders(req.headers, req.auth, options) as Promise<Record<string, string | string[]>>;
+}

@@ -82,3 +82,36 @@ export function extractHeaderToken(request: GuardRequest, name: string, maxLengt
   if (token.length === 0) return { ok: false, code: 'authorization_malformed' };
   return { ok: true, token };
 }
+
+/** The parts of a Node `IncomingMessage` the guard reads. */
+export interface NodeRequestLike {
+  headers: Record<string, string | string[] | undefined>;
+  headersDistinct?: Record<string, string[] | undefined>;
+  url?: string;
+  method?: string;
+}
+
+/**
+ * Builds a {@link GuardRequest} from a Node request. Node keeps only the first of two `Authorization`
+ * headers in `headers`; `headersDistinct` keeps both, so the single-credential rule (RFC 6750 §2)
+ * sees them. Framework glue calls this and nothing else.
+ *
+ * @example
+ * const result = await guard.authenticate(guardRequestFromNode(req, { url: req.originalUrl }));
+ */
+export function guardRequestFromNode(
+  message: NodeRequestLike,
+  options: { url?: string; tokenHeaders?: readonly string[] } = {},
+): GuardRequest {
+  const headers: Record<string, string | string[] | undefined> = { ...message.headers };
+  for (const name of ['authorization', ...(options.tokenHeaders ?? [])]) {
+    const distinct = message.headersDistinct?.[name];
+    if (distinct !== undefined) headers[name] = distinct.length === 1 ? distinct[0] : distinct;
+  }
+  const url = options.url ?? message.url;
+  return {
+    headers,
+    ...(url === undefined ? {} : { url }),
+    ...(message.method === undefined ? {} : { method: message.method }),
+  };
+}

@@ -107,6 +107,23 @@ export interface Guard {
   ready(): Promise<void>;
   /** The realm of this guard's challenges. */
   readonly realm: string;
+  /** The header this guard reads its token from (`authorization`, or the internal token header). */
+  readonly tokenHeader: string;
+}
+
+/**
+ * True when `value` is a built {@link Guard} rather than options; lets glue accept either.
+ *
+ * @example
+ * const instance = isGuard(input) ? input : createGuard(input);
+ */
+export function isGuard(value: unknown): value is Guard {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as Guard).authenticate === 'function' &&
+    typeof (value as Guard).verify === 'function'
+  );
 }
 
 const defaultAsymmetric: readonly JwsAlgorithm[] = ['RS256', 'PS256', 'ES256', 'EdDSA'];
@@ -438,7 +455,7 @@ export function createGuard(options: GuardOptions): Guard {
   if (options === null || typeof options !== 'object') throw new TypeError('createGuard needs options');
   const { engine, stats, realm } = buildEngine(options, { refusedTypes: new Set([internalTokenType]) });
   const allowQueryToken = options.allowQueryToken === true;
-  return guardFromEngine(engine, stats, realm, (request) =>
+  return guardFromEngine(engine, stats, realm, 'authorization', (request) =>
     extractBearerToken(request, { allowQueryToken, maxLength: engine.limits.maxTokenLength }),
   );
 }
@@ -447,17 +464,19 @@ export function createGuard(options: GuardOptions): Guard {
  * Wraps an engine as a {@link Guard} reading tokens with `extract`.
  *
  * @example
- * const guard = guardFromEngine(engine, stats, 'api', (request) => extractHeaderToken(request, 'x-token', 8192));
+ * const guard = guardFromEngine(engine, stats, 'api', 'x-token', (request) => extractHeaderToken(request, 'x-token', 8192));
  */
 export function guardFromEngine(
   engine: EngineConfig,
   stats: () => GuardStats,
   realm: string,
+  tokenHeader: string,
   extract: (request: GuardRequest) => TokenExtraction,
 ): Guard {
   const error = (code: GuardErrorCode) => new GuardError(code, engine.errorOptions);
   return {
     realm,
+    tokenHeader,
     async authenticate(request) {
       const found = extract(request);
       if (!found.ok) {

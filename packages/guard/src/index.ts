@@ -19,7 +19,13 @@ export {
   isGuardError,
 } from './errors.js';
 export type { GuardEvent, GuardEventType, GuardStats } from './events.js';
-export { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
+export {
+  extractBearerToken,
+  type GuardRequest,
+  guardRequestFromNode,
+  type NodeRequestLike,
+  type TokenExtraction,
+} from './extract-token.js';
 export { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 export {
   createGuard,
@@ -28,6 +34,7 @@ export {
   type GuardResult,
   type IssuerOptions,
   internalTokenType,
+  isGuard,
   normalizeTyp,
   type PublicKeyInput,
   type TokenRules,

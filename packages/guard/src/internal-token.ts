@@ -235,7 +235,7 @@ export function createInternalVerifier(options: InternalVerifierOptions): Guard 
         }),
     },
   );
-  return guardFromEngine(engine, stats, realm, (request) =>
+  return guardFromEngine(engine, stats, realm, header, (request) =>
     extractHeaderToken(request, header, engine.limits.maxTokenLength),
   );
 }

@@ -1,0 +1,48 @@
+import type { AddressInfo } from 'node:net';
+import { requireRoles, requireScopes } from '@idem/guard';
+import express from 'express';
+import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
+import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
+
+describeAuthGlue('Express', async ({ guard: edge, verifier, internalIssuer, hit }) => {
+  const app = express();
+  app.all('/protected', guard(edge), (req, res) => {
+    hit('protected');
+    res.json({ sub: req.auth?.sub, scope: [...(req.auth?.scope ?? [])] });
+  });
+  app.get('/write', guard(edge), authorize(requireScopes('orders:write')), (_req, res) => {
+    hit('write');
+    res.json({ ok: true });
+  });
+  app.get('/admin', guard(edge), authorize(requireRoles('admin')), (_req, res) => {
+    hit('admin');
+    res.json({ ok: true });
+  });
+  app.get('/forward', guard(edge), async (req, res) => {
+    hit('forward');
+    res.json(await forwardHeaders(req, { issuer: internalIssuer, audience: 'orders' }));
+  });
+  app.get('/internal', internalAuth(verifier), (req, res) => {
+    hit('internal');
+    res.json({ sub: req.auth?.sub, iss: req.auth?.iss, scope: [...(req.auth?.scope ?? [])] });
+  });
+  app.get('/internal-write', internalAuth(verifier), authorize(requireScopes('orders:write')), (_req, res) => {
+    hit('internal-write');
+    res.json({ ok: true });
+  });
+  app.get('/authorize-only', authorize(requireScopes('orders:read')), (_req, res) => {
+    hit('authorize-only');
+    res.json({ ok: true });
+  });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+});

@@ -1,0 +1,322 @@
+import { request } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  createInternalVerifier,
+  type Guard,
+  type InternalTokenIssuer,
+} from '../../src/index.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './tokens.js';
+
+/**
+ * One HTTP scenario table for the guard glue of every framework (research section 2, the HTTP-level
+ * rows). Each adapter test starts a real server on an ephemeral port with these routes:
+ *
+ * - `ALL /protected`           guard → 200 `{ sub, scope }`
+ * - `GET /write`               guard, authorize(requireScopes('orders:write')) → 200 `{ ok: true }`
+ * - `GET /admin`               guard, authorize(requireRoles('admin')) → 200 `{ ok: true }`
+ * - `GET /forward`             guard → 200 with the JSON of forwardHeaders(..., { issuer, audience: 'orders' })
+ * - `GET /internal`            internalAuth(verifier) → 200 `{ sub, iss, scope }`
+ * - `GET /internal-write`      internalAuth(verifier), authorize(requireScopes('orders:write')) → 200
+ * - `GET /authorize-only`      authorize(requireScopes('orders:read')) without a guard → must be 401
+ *
+ * Every handler calls `hit(route)`, so the table proves refused requests never reach one.
+ */
+export interface AuthAppDeps {
+  guard: Guard;
+  verifier: Guard;
+  internalIssuer: InternalTokenIssuer;
+  hit: (route: string) => void;
+}
+
+export interface AuthApp {
+  url: string;
+  close(): Promise<void>;
+}
+
+interface Reply {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+function send(url: string, method: string, path: string, headers: Array<[string, string]> = []): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    // A raw header list (it can repeat a name); it then has to carry Host itself.
+    const flat = [['host', new URL(url).host], ...headers].flat();
+    const req = request(`${url}${path}`, { method, headers: flat as unknown as Record<string, string> }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }),
+      );
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) => Promise<AuthApp>): void {
+  describe(`${framework} guard glue (HTTP-level cases)`, () => {
+    const clock = manualClock();
+    const hits: string[] = [];
+    const guard = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    const internalIssuer = createInternalTokenIssuer({ issuer: 'https://gateway.example', now: clock.now });
+    const verifier = createInternalVerifier({
+      issuer: 'https://gateway.example',
+      audience: 'orders',
+      jwks: internalIssuer.jwks(),
+      now: clock.now,
+    });
+    let app: AuthApp;
+    beforeAll(async () => {
+      app = await start({ guard, verifier, internalIssuer, hit: (route) => hits.push(route) });
+    });
+    afterAll(async () => {
+      await app.close();
+    });
+
+    const token = makeToken();
+    const call = (method: string, path: string, headers: Array<[string, string]> = []) =>
+      send(app.url, method, path, headers);
+    const expectProblem = (reply: Reply, status: number, code: string) => {
+      expect(reply.status).toBe(status);
+      expect(reply.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(reply.headers['cache-control']).toBe('no-store');
+      const body = JSON.parse(reply.body) as Record<string, unknown>;
+      expect(body).toMatchObject({ status, code, retryable: false });
+      expect(body.type).toBe(`https://idem.dev/problems/${code.replaceAll('_', '-')}`);
+    };
+    const refusedWithoutHandler = async (promise: Promise<Reply>, status: number, code: string) => {
+      const before = hits.length;
+      const reply = await promise;
+      expectProblem(reply, status, code);
+      expect(hits.length).toBe(before);
+      return reply;
+    };
+
+    it('a valid token reaches the handler with the principal attached', async () => {
+      const reply = await call('GET', '/protected', [['authorization', `Bearer ${token}`]]);
+      expect(reply.status).toBe(200);
+      expect(JSON.parse(reply.body)).toEqual({ sub: 'user-1', scope: ['orders:read', 'profile'] });
+    });
+
+    it('case 1: no token is 401 with a bare challenge', async () => {
+      const reply = await refusedWithoutHandler(call('GET', '/protected'), 401, 'token_missing');
+      expect(reply.headers['www-authenticate']).toBe('Bearer realm="api"');
+    });
+
+    it('case 2: other schemes are treated as no bearer token', async () => {
+      for (const scheme of ['Basic', 'Token', 'DPoP']) {
+        const reply = await refusedWithoutHandler(
+          call('GET', '/protected', [['authorization', `${scheme} ${token}`]]),
+          401,
+          'token_missing',
+        );
+        expect(reply.headers['www-authenticate']).toBe('Bearer realm="api"');
+      }
+    });
+
+    it('case 3: lower-case scheme and extra spaces pass; tab and trailing junk are 400', async () => {
+      expect((await call('GET', '/protected', [['authorization', `bearer  ${token}`]])).status).toBe(200);
+      for (const value of [`Bearer\t${token}`, `Bearer ${token} junk`]) {
+        const reply = await refusedWithoutHandler(
+          call('GET', '/protected', [['authorization', value]]),
+          400,
+          'authorization_malformed',
+        );
+        expect(reply.headers['www-authenticate']).toContain('error="invalid_request"');
+      }
+    });
+
+    it('case 4: an empty bearer is 400 invalid_request', async () => {
+      await refusedWithoutHandler(
+        call('GET', '/protected', [['authorization', 'Bearer ']]),
+        400,
+        'authorization_malformed',
+      );
+    });
+
+    it('case 5: two Authorization headers, or header plus query, are 400', async () => {
+      await refusedWithoutHandler(
+        call('GET', '/protected', [
+          ['authorization', `Bearer ${token}`],
+          ['authorization', `Bearer ${token}`],
+        ]),
+        400,
+        'multiple_tokens',
+      );
+      await refusedWithoutHandler(
+        call('GET', `/protected?access_token=${token}`, [['authorization', `Bearer ${token}`]]),
+        400,
+        'multiple_tokens',
+      );
+    });
+
+    it('case 6: a query token alone is ignored (401 without error)', async () => {
+      await refusedWithoutHandler(call('GET', `/protected?access_token=${token}`), 401, 'token_missing');
+    });
+
+    it('an invalid token is 401 invalid_token with a fixed description', async () => {
+      const reply = await refusedWithoutHandler(
+        call('GET', '/protected', [['authorization', `Bearer ${token.slice(0, -4)}AAAA`]]),
+        401,
+        'signature_invalid',
+      );
+      expect(reply.headers['www-authenticate']).toBe(
+        'Bearer realm="api", error="invalid_token", error_description="The access token signature is invalid"',
+      );
+    });
+
+    it('case 44: a 20 KB header never reaches the guard or handler; a 9 KB token is 400', async () => {
+      const before = hits.length;
+      const huge = await call('GET', '/protected', [['authorization', `Bearer ${'a'.repeat(20_000)}`]]);
+      expect(huge.status).toBe(431);
+      expect(hits.length).toBe(before);
+      await refusedWithoutHandler(
+        call('GET', '/protected', [['authorization', `Bearer ${'a'.repeat(9000)}`]]),
+        400,
+        'token_too_large',
+      );
+    });
+
+    it('case 47: the gateway forwards without spoofed identity headers or the bearer, plus an internal token', async () => {
+      const reply = await call('GET', '/forward', [
+        ['authorization', `Bearer ${makeToken({ claims: { scope: 'orders:write' } })}`],
+        ['x-user-id', 'admin'],
+        ['X-USER-ROLE', 'root'],
+        ['x_user_id', 'admin'],
+        ['x-user-id', 'admin2'],
+        ['x-internal-token', 'forged'],
+        ['idem-internal-token', 'forged'],
+        ['x-forwarded-user', 'admin'],
+        ['x-auth-request-email', 'boss@example.com'],
+        ['x-request-id', 'r-1'],
+      ]);
+      expect(reply.status).toBe(200);
+      const forwarded = JSON.parse(reply.body) as Record<string, string>;
+      const names = Object.keys(forwarded).map((name) => name.toLowerCase().replaceAll('_', '-'));
+      for (const name of names) {
+        expect(name).not.toMatch(/^(x-user-|x-auth-|x-internal-|x-forwarded-user$|authorization$)/);
+      }
+      expect(forwarded['x-request-id']).toBe('r-1');
+      const internal = forwarded['idem-internal-token'] as string;
+      expect(internal).not.toBe('forged');
+      const downstream = await call('GET', '/internal', [['idem-internal-token', internal]]);
+      expect(downstream.status).toBe(200);
+      expect(JSON.parse(downstream.body)).toEqual({ sub: 'user-1', iss: ISSUER, scope: ['orders:write'] });
+      expect((await call('GET', '/internal-write', [['idem-internal-token', internal]])).status).toBe(200);
+    });
+
+    it('behind the gateway: edge tokens, forged tokens and missing tokens are refused', async () => {
+      // An edge token is not the gateway's: refused (its issuer is unknown here, and its typ is wrong).
+      await refusedWithoutHandler(call('GET', '/internal', [['idem-internal-token', token]]), 401, 'issuer_unknown');
+      const gatewayIssued = makeToken({ claims: { iss: 'https://gateway.example', aud: 'orders' } });
+      await refusedWithoutHandler(
+        call('GET', '/internal', [['idem-internal-token', gatewayIssued]]),
+        401,
+        'type_invalid',
+      );
+      await refusedWithoutHandler(
+        call('GET', '/internal', [['authorization', `Bearer ${token}`]]),
+        401,
+        'token_missing',
+      );
+      const verified = await guard.verify(token);
+      if (!verified.ok) throw new Error(verified.error.code);
+      const readOnly = await internalIssuer.mint(verified.principal, { audience: 'orders' });
+      await refusedWithoutHandler(
+        call('GET', '/internal-write', [['idem-internal-token', readOnly]]),
+        403,
+        'insufficient_scope',
+      );
+      const otherAudience = await internalIssuer.mint(verified.principal, { audience: 'billing' });
+      await refusedWithoutHandler(
+        call('GET', '/internal', [['idem-internal-token', otherAudience]]),
+        401,
+        'audience_invalid',
+      );
+    });
+
+    it('case 48: a missing scope is 403 insufficient_scope with scope="orders:write"', async () => {
+      const reply = await refusedWithoutHandler(
+        call('GET', '/write', [['authorization', `Bearer ${token}`]]),
+        403,
+        'insufficient_scope',
+      );
+      expect(reply.headers['www-authenticate']).toBe(
+        'Bearer realm="api", error="insufficient_scope", error_description="The access token lacks the privileges this request needs", scope="orders:write"',
+      );
+      const allowed = await call('GET', '/write', [
+        ['authorization', `Bearer ${makeToken({ claims: { scope: 'orders:write' } })}`],
+      ]);
+      expect(allowed.status).toBe(200);
+      await refusedWithoutHandler(
+        call('GET', '/admin', [['authorization', `Bearer ${token}`]]),
+        403,
+        'insufficient_scope',
+      );
+      expect(
+        (await call('GET', '/admin', [['authorization', `Bearer ${makeToken({ claims: { roles: ['admin'] } })}`]]))
+          .status,
+      ).toBe(200);
+    });
+
+    it('authorize() without a guard before it answers 401, never lets the request through', async () => {
+      await refusedWithoutHandler(
+        call('GET', '/authorize-only', [['authorization', `Bearer ${token}`]]),
+        401,
+        'token_missing',
+      );
+    });
+
+    it('case 53: a CORS preflight carrying no token is 401 and never reaches the handler', async () => {
+      await refusedWithoutHandler(
+        call('OPTIONS', '/protected', [
+          ['access-control-request-headers', 'authorization'],
+          ['access-control-request-method', 'GET'],
+          ['origin', 'https://app.example'],
+        ]),
+        401,
+        'token_missing',
+      );
+    });
+
+    it('case 54: hostile claims and kids are never reflected in the challenge', async () => {
+      const cases: Array<[string, string, string]> = [
+        [
+          makeToken({ claims: { aud: '",error="none' } }),
+          'audience_invalid',
+          'The access token is not meant for this audience',
+        ],
+        [
+          makeToken({ header: { kid: '"\\ x\r\nSet-Cookie: a=b' } }),
+          'key_unknown',
+          'No signing key is known for the access token',
+        ],
+      ];
+      for (const [hostile, code, description] of cases) {
+        const reply = await refusedWithoutHandler(
+          call('GET', '/protected', [['authorization', `Bearer ${hostile}`]]),
+          401,
+          code,
+        );
+        expect(reply.headers['www-authenticate']).toBe(
+          `Bearer realm="api", error="invalid_token", error_description="${description}"`,
+        );
+        expect(reply.headers['set-cookie']).toBeUndefined();
+      }
+    });
+
+    it('case 55: an expired token is 401 "The access token expired"', async () => {
+      const expired = makeToken({ claims: { exp: clock.seconds() - 60 } });
+      const reply = await refusedWithoutHandler(
+        call('GET', '/protected', [['authorization', `Bearer ${expired}`]]),
+        401,
+        'token_expired',
+      );
+      expect(reply.headers['www-authenticate']).toContain('error_description="The access token expired"');
+    });
+  });
+}
