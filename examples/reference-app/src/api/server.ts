@@ -1,0 +1,136 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duration } from '@idem/core';
+import { createInternalVerifier, type Guard } from '@idem/guard';
+import { postgresStore } from '@idem/postgres';
+import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/webhooks';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import type { Database } from '../db.js';
+import { apiTables, migrateApi } from '../schema/api-schema.js';
+import { registerChargeRoutes } from './charges.js';
+import { internalAuth } from './internal-auth.js';
+import { registerPhotoRoutes } from './photos.js';
+import { sendProblem } from './problem.js';
+import { registerSettingsRoutes } from './settings.js';
+import { registerStockRoutes } from './stock.js';
+
+/** How the API recognises the gateway's internal tokens. */
+export interface InternalTokenTrust {
+  /** The gateway's issuer name (`iss` of its internal tokens). */
+  issuer: string;
+  /** This API's name: the `aud` the gateway mints for it. */
+  audience: string;
+  /** The gateway's public keys (its `internalIssuer.jwks()`), or a URL serving them. */
+  jwks?: { keys: readonly unknown[] };
+  jwksUri?: string;
+}
+
+/** Options of {@link startApi}. */
+export interface ApiOptions {
+  /** Port (env API_PORT, default 8082); 0 for an ephemeral one. */
+  port: number;
+  /** Interface to bind. Default `127.0.0.1`: the API is reachable on loopback only, behind the gateway. */
+  host?: string;
+  db: Database;
+  internal: InternalTokenTrust;
+  /** The webhook receiver's endpoint for `payment.succeeded`. */
+  webhookUrl: string;
+  /** The Standard Webhooks secret (`whsec_...`) events are signed with. */
+  webhookSecret: string;
+  /** Run the outbox relay in the background (default `{ pollInterval: '1s' }`); `false` to drive it with `relayOnce()`. */
+  relay?: false | { pollInterval?: Duration };
+  /** Clock of the internal-token checks, epoch ms. */
+  now?: () => number;
+}
+
+/** A running API. */
+export interface RunningApi {
+  /** `http://127.0.0.1:<port>`. */
+  readonly url: string;
+  /** The internal-token verifier the API checks every request with. */
+  readonly verifier: Guard;
+  /** Delivers the outbox's due events once (what the background relay does every poll). */
+  relayOnce(): Promise<RelayRound>;
+  /** Stops the relay and the server. The database stays open: its owner closes it. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the API on Express: every request must carry the gateway's internal token (a direct call
+ * without it is 401); routes authorize from its claims. Charges are idempotent and transactional on
+ * the PostgreSQL/PGlite store; their `payment.succeeded` events leave through the outbox, whose relay
+ * runs in this process and signs with Standard Webhooks.
+ *
+ * @example
+ * ```ts
+ * const internalIssuer = createInternalTokenIssuer({ issuer: 'http://localhost:8080' });
+ * const api = await startApi({
+ *   port: 8082,
+ *   db,
+ *   internal: { issuer: internalIssuer.issuer, audience: 'reference-api', jwks: internalIssuer.jwks() },
+ *   webhookUrl: 'http://localhost:8084/webhooks/payments',
+ *   webhookSecret: await loadWebhookSecret(db),
+ * });
+ * ```
+ */
+export async function startApi(options: ApiOptions): Promise<RunningApi> {
+  const { db } = options;
+  await migrateApi(db);
+  const verifier = createInternalVerifier({
+    issuer: options.internal.issuer,
+    audience: options.internal.audience,
+    ...(options.internal.jwks ? { jwks: options.internal.jwks } : {}),
+    ...(options.internal.jwksUri ? { jwksUri: options.internal.jwksUri } : {}),
+    ...(options.now ? { now: options.now } : {}),
+  });
+  await verifier.ready();
+  const store = postgresStore({ client: db.client, table: apiTables.idempotency });
+  const outbox = createOutbox({ table: apiTables.outbox });
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(internalAuth(verifier));
+  registerChargeRoutes(app, { verifier, store, outbox, webhookUrl: options.webhookUrl });
+  registerStockRoutes(app, { verifier, db });
+  registerPhotoRoutes(app, { verifier, db });
+  registerSettingsRoutes(app, { verifier, db });
+  app.use((_req: Request, res: Response) => sendProblem(res, 'route_not_found', 'No resource at this path.'));
+  app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
+    if (res.headersSent) {
+      next(error);
+      return;
+    }
+    // body-parser marks its errors with a `type`; anything else is a bug and says nothing more.
+    const type = (error as { type?: unknown }).type;
+    if (type === 'entity.too.large') sendProblem(res, 'body_too_large', 'The body is larger than this route accepts.');
+    else if (type === 'entity.parse.failed') sendProblem(res, 'body_malformed', 'The body is not valid JSON.');
+    else sendProblem(res, 'internal_error', 'The request could not be processed.');
+  });
+
+  const sender = createSender({ secret: options.webhookSecret, timeout: '5s', schedule: { horizon: '24h' } });
+  const pollInterval = options.relay === false ? '1s' : (options.relay?.pollInterval ?? '1s');
+  const relay: Relay = outbox.relay({ db, sender, pollInterval });
+
+  const server = createServer(app);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  if (options.relay !== false) relay.start();
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    verifier,
+    relayOnce: () => relay.runOnce(),
+    async close() {
+      await relay.stop();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}

@@ -1,0 +1,107 @@
+import { migrate } from '@idem/postgres';
+import { createOutbox, generateSecret } from '@idem/webhooks';
+import type { Database } from '../db.js';
+
+/** Table names of the API, the gateway-facing resources and the webhook receiver, in one place. */
+export const apiTables = {
+  /** Idempotency records of `POST /charges` (transactional mode). */
+  idempotency: 'api_idempotency_records',
+  /** The `payment.succeeded` outbox the API's relay delivers from. */
+  outbox: 'api_webhook_outbox',
+  /** Event ids the receiver has seen (its inbox), on the same engine as the API's keys. */
+  receiverInbox: 'receiver_inbox_records',
+} as const;
+
+const ddl = `
+  create table if not exists api_charges (
+    id text primary key,
+    owner text not null,
+    amount integer not null check (amount > 0),
+    currency text not null,
+    idempotency_key text not null,
+    created_at timestamptz not null default now()
+  );
+  create table if not exists api_photos (
+    id text primary key,
+    owner text not null,
+    title text not null,
+    url text not null,
+    created_at timestamptz not null default now(),
+    deleted_at timestamptz
+  );
+  create index if not exists api_photos_owner on api_photos (owner) where deleted_at is null;
+  create table if not exists api_stock (
+    item text primary key,
+    name text not null,
+    level integer not null check (level >= 0),
+    updated_at timestamptz not null default now()
+  );
+  create table if not exists api_settings (
+    owner text primary key,
+    theme text not null,
+    updated_at timestamptz not null default now()
+  );
+  create table if not exists api_webhook_secrets (
+    name text primary key,
+    secret text not null
+  );
+  create table if not exists receiver_events (
+    id text primary key,
+    type text,
+    charge_id text,
+    amount integer,
+    currency text,
+    deliveries integer not null default 0,
+    applied integer not null default 0,
+    first_delivery_at timestamptz not null default now(),
+    last_delivery_at timestamptz not null default now(),
+    applied_at timestamptz
+  );
+`;
+
+/**
+ * Creates the tables of the API and the webhook receiver (charges, photos, stock, settings, the
+ * webhook secret, the receiver's event list), the two idempotency record tables and the outbox.
+ * Safe to run on every start.
+ *
+ * @example
+ * ```ts
+ * const db = await openDatabase({ memory: true });
+ * await migrateApi(db);
+ * ```
+ */
+export async function migrateApi(db: Database): Promise<void> {
+  await db.exec(ddl);
+  await migrate(db.client, { table: apiTables.idempotency });
+  await migrate(db.client, { table: apiTables.receiverInbox });
+  // The outbox migration is several statements in one string, which PGlite only runs through exec.
+  await createOutbox({ table: apiTables.outbox }).migrate({
+    async query(text: string) {
+      await db.exec(text);
+      return { rows: [], rowCount: 0 };
+    },
+  });
+}
+
+/**
+ * The Standard Webhooks secret shared by the API's sender and the receiver: generated once, kept in
+ * the database, so events still waiting in the outbox after a restart verify at the receiver.
+ *
+ * @example
+ * ```ts
+ * const secret = await loadWebhookSecret(db); // 'whsec_...'
+ * ```
+ */
+export async function loadWebhookSecret(db: Database): Promise<string> {
+  const fresh = generateSecret('v1') as { secret: string };
+  await db.query('insert into api_webhook_secrets (name, secret) values ($1, $2) on conflict (name) do nothing', [
+    'payments',
+    fresh.secret,
+  ]);
+  const { rows } = await db.query<{ secret: string }>('select secret from api_webhook_secrets where name = $1', [
+    'payments',
+  ]);
+  const row = rows[0];
+  if (!row) throw new Error('the webhook secret could not be stored');
+  return row.secret;
+}

@@ -1,0 +1,631 @@
+import { createLocalJWKSet, jwtVerify } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Database, openDatabase } from '../src/db.js';
+import { sqlAdapterFactory } from '../src/idp/adapter.js';
+import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
+import { createPasswordChecker } from '../src/idp/passwords.js';
+import { createIdp } from '../src/idp/server.js';
+import { findUserByUsername } from '../src/idp/users.js';
+import { listen } from '../src/listen.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { authorizationUrl, type Credentials, codeFlow, tokenRequest } from './flow.js';
+import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
+
+const resource = 'http://localhost:8080';
+const alice = { username: 'alice', password: demoUsers[0].password };
+const bob = { username: 'bob', password: demoUsers[1].password };
+
+let db: Database;
+let running: RunningReferenceApp;
+let app: Required<Credentials>;
+let cli: Credentials;
+
+beforeAll(async () => {
+  db = await openDatabase({ memory: true });
+  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
+  app = {
+    clientId: running.clients.app.clientId,
+    clientSecret: running.clients.app.clientSecret,
+    redirectUri: running.clients.app.redirectUri,
+  };
+  // A native public client may use any loopback port (RFC 8252 section 7.3).
+  cli = { clientId: running.clients.publicClient.clientId, redirectUri: 'http://127.0.0.1:4321/callback' };
+});
+
+afterAll(async () => {
+  await running?.close();
+  await db?.close();
+});
+
+const auth = () => running.authUrl;
+
+/** A second provider process on the same database (a restart), without re-seeding the clients. */
+async function startIdpOnly() {
+  const port = await listen(0);
+  const idp = await createIdp({ db, issuer: port.url, resource });
+  port.use(idp.app);
+  return port;
+}
+
+async function jwks() {
+  const response = await fetch(new URL('/jwks', auth()));
+  return createLocalJWKSet((await response.json()) as Parameters<typeof createLocalJWKSet>[0]);
+}
+
+/** The authorization request alone, no login: the checks that happen before any page is shown. */
+async function authorizeOnly(params: Parameters<typeof authorizationUrl>[1]) {
+  return fetch(authorizationUrl(auth(), params), { redirect: 'manual' });
+}
+
+describe('discovery and keys', () => {
+  it('advertises code only, S256 only, iss in responses, revocation and introspection (rows 5, 6)', async () => {
+    const response = await fetch(new URL('/.well-known/openid-configuration', auth()));
+    expect(response.status).toBe(200);
+    const metadata = (await response.json()) as Record<string, any>;
+    expect(metadata.issuer).toBe(auth());
+    expect(metadata.response_types_supported).toEqual(['code']);
+    expect(metadata.code_challenge_methods_supported).toEqual(['S256']);
+    expect(metadata.authorization_response_iss_parameter_supported).toBe(true);
+    expect(metadata.revocation_endpoint).toBe(`${auth()}/token/revocation`);
+    expect(metadata.introspection_endpoint).toBe(`${auth()}/token/introspection`);
+    expect(metadata.grant_types_supported).not.toContain('password');
+    expect(metadata.grant_types_supported).not.toContain('implicit');
+    expect(metadata.scopes_supported).toEqual(expect.arrayContaining(['openid', 'profile', 'email', 'offline_access']));
+  });
+
+  it('publishes public signing keys only, and keeps them in the database across restarts', async () => {
+    const response = await fetch(new URL('/jwks', auth()));
+    const { keys } = (await response.json()) as { keys: Array<Record<string, unknown>> };
+    expect(keys.length).toBeGreaterThan(0);
+    for (const key of keys) {
+      expect(key.kid).toEqual(expect.any(String));
+      expect(key).not.toHaveProperty('d');
+      expect(key).not.toHaveProperty('p');
+    }
+    const { rows } = await db.query<{ value: Array<{ kid: string }> }>(
+      `select value from idp_secrets where name = 'signing-keys'`,
+    );
+    expect(rows[0]?.value.map((key) => key.kid)).toEqual(keys.map((key) => key.kid));
+    // A second provider on the same database signs with the same key.
+    const again = await startIdpOnly();
+    try {
+      const second = (await (await fetch(new URL('/jwks', again.url))).json()) as { keys: Array<{ kid: string }> };
+      expect(second.keys.map((key) => key.kid)).toEqual(keys.map((key) => key.kid));
+    } finally {
+      await again.close();
+    }
+  });
+});
+
+describe('authorization request checks', () => {
+  it.each([
+    ['extra path', (uri: string) => `${uri}/x`],
+    ['trailing slash', (uri: string) => `${uri}/`],
+    ['another port', (uri: string) => uri.replace(/:(\d+)\//, (_m, port) => `:${Number(port) + 1}/`)],
+    ['other case', (uri: string) => uri.replace('/callback', '/CALLBACK')],
+    ['another host', () => 'https://evil.example/callback'],
+  ])('refuses a redirect_uri with %s, without redirecting to it (row 1)', async (_name, mutate) => {
+    const redirectUri = mutate(app.redirectUri);
+    const { challenge } = pkcePair();
+    const response = await authorizeOnly({ clientId: app.clientId, redirectUri, challenge, challengeMethod: 'S256' });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('location')).toBeNull();
+    expect(await response.text()).toContain('redirect_uri');
+  });
+
+  it('refuses an unknown client_id with a page, not a redirect (row 2)', async () => {
+    const { challenge } = pkcePair();
+    const response = await authorizeOnly({
+      clientId: 'no-such-client',
+      redirectUri: app.redirectUri,
+      challenge,
+      challengeMethod: 'S256',
+    });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('location')).toBeNull();
+  });
+
+  it.each([
+    ['a public client', () => cli],
+    ['a confidential client', () => app],
+  ])('requires PKCE from %s (rows 3, 4)', async (_name, client) => {
+    const { redirectUri, clientId } = client();
+    const response = await authorizeOnly({ clientId, redirectUri });
+    expect(response.status).toBe(303);
+    const location = new URL(response.headers.get('location')!);
+    expect(location.href.startsWith(redirectUri)).toBe(true);
+    expect(location.searchParams.get('error')).toBe('invalid_request');
+    expect(location.searchParams.get('error_description')).toMatch(/PKCE/i);
+    expect(location.searchParams.get('iss')).toBe(auth());
+    expect(location.searchParams.get('code')).toBeNull();
+  });
+
+  it('refuses code_challenge_method=plain (row 5)', async () => {
+    const { verifier } = pkcePair();
+    const response = await authorizeOnly({
+      clientId: app.clientId,
+      redirectUri: app.redirectUri,
+      challenge: verifier,
+      challengeMethod: 'plain',
+    });
+    const location = new URL(response.headers.get('location')!);
+    expect(location.searchParams.get('error')).toBe('invalid_request');
+    expect(location.searchParams.get('code')).toBeNull();
+  });
+
+  it.each(['token', 'id_token', 'code id_token', 'code token'])(
+    'refuses response_type=%s (row 6)',
+    async (responseType) => {
+      const { challenge } = pkcePair();
+      const response = await authorizeOnly({
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+        responseType,
+      });
+      const text = await response.text();
+      const location = response.headers.get('location');
+      const error = location ? new URL(location.replace('#', '?')).searchParams.get('error') : text;
+      expect(error).toMatch(/unsupported_response_type/);
+      expect(location ?? '').not.toMatch(/access_token|id_token=/);
+    },
+  );
+
+  it('sends no CORS header on the authorization endpoint (row 30)', async () => {
+    const { challenge } = pkcePair();
+    const response = await fetch(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      { redirect: 'manual', headers: { origin: 'https://evil.example' } },
+    );
+    expect(response.headers.get('access-control-allow-origin')).toBeNull();
+  });
+
+  it('refuses an unknown resource indicator', async () => {
+    const { challenge } = pkcePair();
+    const response = await authorizeOnly({
+      clientId: app.clientId,
+      redirectUri: app.redirectUri,
+      challenge,
+      challengeMethod: 'S256',
+      resource: 'https://other-api.example',
+    });
+    const location = new URL(response.headers.get('location')!);
+    expect(location.searchParams.get('error')).toBe('invalid_target');
+  });
+});
+
+describe('login and consent pages', () => {
+  async function loginPage() {
+    const agent = createUserAgent();
+    const { challenge } = pkcePair();
+    const start = authorizationUrl(auth(), {
+      clientId: app.clientId,
+      redirectUri: app.redirectUri,
+      challenge,
+      challengeMethod: 'S256',
+    });
+    const first = await agent.request(start);
+    expect(first.response.status).toBe(303);
+    const page = await agent.request(new URL(first.response.headers.get('location')!, auth()).href);
+    return { agent, page };
+  }
+
+  it('is plain accessible HTML that cannot be framed (row 29, row 38)', async () => {
+    const { page } = await loginPage();
+    expect(page.response.status).toBe(200);
+    const csp = page.response.headers.get('content-security-policy') ?? '';
+    expect(csp).toContain("frame-ancestors 'none'");
+    expect(csp).toContain("default-src 'none'");
+    expect(page.response.headers.get('x-frame-options')).toBe('DENY');
+    expect(page.response.headers.get('referrer-policy')).toBe('no-referrer');
+    expect(page.response.headers.get('cache-control')).toBe('no-store');
+    expect(page.body).toContain('<html lang="en">');
+    expect(page.body).toContain('<main>');
+    expect(page.body).toContain('<label for="username">');
+    expect(page.body).toContain('<label for="password">');
+    expect(page.body).not.toMatch(/<script|https?:\/\/(?!localhost)/);
+  });
+
+  it('answers a failed login the same way for a wrong password and an unknown user (row 40)', async () => {
+    const attempt = async (username: string, password: string) => {
+      const { agent, page } = await loginPage();
+      const action = new URL(formAction(page.body, 'login'), auth()).href;
+      const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password });
+      const normalized = step.body
+        .replace(/name="csrf" value="[^"]*"/g, 'csrf')
+        .replace(/\/interaction\/[^/"]+\//g, '/interaction/uid/')
+        .replace(/id="username"([^>]*)value="[^"]*"/, 'id="username"$1');
+      return { status: step.response.status, normalized, headers: step.response.headers };
+    };
+    const wrongPassword = await attempt('alice', 'not-her-password');
+    const unknownUser = await attempt('mallory', 'whatever-password');
+    expect(wrongPassword.status).toBe(200);
+    expect(wrongPassword.normalized).toContain('Invalid username or password');
+    expect(unknownUser.status).toBe(wrongPassword.status);
+    expect(unknownUser.normalized).toBe(wrongPassword.normalized);
+    expect(wrongPassword.headers.get('location')).toBeNull();
+  });
+
+  it('refuses a login post without the CSRF token, or from another origin', async () => {
+    const { agent, page } = await loginPage();
+    const action = new URL(formAction(page.body, 'login'), auth()).href;
+    const noToken = await agent.postForm(action, { username: 'alice', password: alice.password });
+    expect(noToken.response.status).toBe(403);
+    const wrongToken = await agent.postForm(action, { csrf: 'forged', username: 'alice', password: alice.password });
+    expect(wrongToken.response.status).toBe(403);
+    const crossSite = await agent.postForm(
+      action,
+      { csrf: formField(page.body, 'csrf'), username: 'alice', password: alice.password },
+      { origin: 'https://evil.example' },
+    );
+    expect(crossSite.response.status).toBe(403);
+    // The same form, posted properly, still works: the refusals did not burn the interaction.
+    const ok = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), ...alice });
+    expect(ok.response.status).toBe(303);
+  });
+
+  it('redirects with 303 after the login and consent posts (row 28)', async () => {
+    // codeFlow asserts 303 on both posts.
+    const { tokens } = await codeFlow(auth(), app, alice);
+    expect(tokens.status).toBe(200);
+  });
+
+  it('stores passwords only as argon2id hashes with OWASP parameters (row 40)', async () => {
+    const user = await findUserByUsername(db, 'alice');
+    expect(user?.passwordHash).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]{43}$/);
+    const { rows } = await db.query<{ dump: string }>('select row_to_json(u)::text as dump from idp_users u');
+    for (const row of rows) {
+      for (const demo of demoUsers) expect(row.dump).not.toContain(demo.password);
+    }
+    const checker = createPasswordChecker();
+    expect(await checker.check(user?.passwordHash, alice.password)).toBe(true);
+    expect(await checker.check(user?.passwordHash, 'nope')).toBe(false);
+    expect(await checker.check(undefined, alice.password)).toBe(false);
+    expect(await checker.check('not-a-hash', alice.password)).toBe(false);
+  });
+});
+
+describe('the code flow', () => {
+  it('returns code, the exact state and iss (RFC 9207) to the registered redirect URI (row 7)', async () => {
+    const { callback } = await codeFlow(auth(), app, alice, { state: 'st/ate with spaces' });
+    expect(callback.origin + callback.pathname).toBe(app.redirectUri);
+    expect(callback.searchParams.get('code')).toMatch(/.{20,}/);
+    expect(callback.searchParams.get('state')).toBe('st/ate with spaces');
+    expect(callback.searchParams.get('iss')).toBe(auth());
+  });
+
+  it('issues an at+jwt access token for the API audience, 5 minutes, with scopes and roles (row 22)', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    expect(tokens.status).toBe(200);
+    expect(tokens.body.token_type).toBe('Bearer');
+    expect(tokens.body.expires_in).toBeLessThanOrEqual(300);
+    const { payload, protectedHeader } = await jwtVerify(tokens.body.access_token, await jwks(), {
+      issuer: auth(),
+      audience: resource,
+      typ: 'at+jwt',
+      algorithms: ['RS256'],
+    });
+    expect(protectedHeader.typ).toBe('at+jwt');
+    expect(payload.aud).toBe(resource);
+    expect(payload.exp! - payload.iat!).toBe(300);
+    expect(payload.sub).toBe('user-alice');
+    expect(payload.client_id).toBe(app.clientId);
+    expect(String(payload.scope).split(' ').sort()).toEqual(['charges:write', 'photos:read']);
+    expect(payload.roles).toEqual(['admin']);
+  });
+
+  it('gives bob no admin role', async () => {
+    const { tokens } = await codeFlow(auth(), app, bob);
+    expect(decodeJwt(tokens.body.access_token).payload.roles).toEqual([]);
+  });
+
+  it('issues a signed ID token with sub, name, email and the nonce', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice, { nonce: 'n-0S6_WzA2Mj' });
+    const { payload } = await jwtVerify(tokens.body.id_token, await jwks(), {
+      issuer: auth(),
+      audience: app.clientId,
+      algorithms: ['RS256'],
+    });
+    expect(payload).toMatchObject({
+      sub: 'user-alice',
+      name: 'Alice Liddell',
+      email: 'alice@example.com',
+      nonce: 'n-0S6_WzA2Mj',
+    });
+    expect(payload.exp! - payload.iat!).toBe(300);
+  });
+
+  it('works for the public client with PKCE and no secret', async () => {
+    const { tokens } = await codeFlow(auth(), cli, bob);
+    expect(tokens.status).toBe(200);
+    expect(tokens.body.refresh_token).toEqual(expect.any(String));
+  });
+
+  it('refuses a second redemption of a code and revokes what the first issued (row 9)', async () => {
+    const { callback, verifier, tokens } = await codeFlow(auth(), app, alice);
+    const again = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: callback.searchParams.get('code')!,
+        redirect_uri: app.redirectUri,
+        code_verifier: verifier,
+      },
+      app,
+    );
+    expect(again.status).toBe(400);
+    expect(again.body.error).toBe('invalid_grant');
+    const refresh = await tokenRequest(
+      auth(),
+      { grant_type: 'refresh_token', refresh_token: tokens.body.refresh_token },
+      app,
+    );
+    expect(refresh.body.error).toBe('invalid_grant');
+  });
+
+  it('lets only one of two concurrent redemptions of a code through', async () => {
+    const agent = createUserAgent();
+    const { verifier, challenge } = pkcePair();
+    const { loginAndConsent } = await import('./flow.js');
+    const callback = await loginAndConsent(
+      agent,
+      auth(),
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      app.redirectUri,
+      alice,
+    );
+    const params = {
+      grant_type: 'authorization_code',
+      code: callback.searchParams.get('code')!,
+      redirect_uri: app.redirectUri,
+      code_verifier: verifier,
+    };
+    const results = await Promise.all([tokenRequest(auth(), params, app), tokenRequest(auth(), params, app)]);
+    expect(results.map((result) => result.status).sort()).toEqual([200, 400]);
+  });
+
+  it.each([
+    ['a wrong code_verifier', (verifier: string) => ({ code_verifier: `${verifier}x` }), 'invalid_grant'],
+    ['no code_verifier', () => ({}), 'invalid_grant'],
+  ])('refuses %s (rows 10, 12)', async (_name, verifierParam, expected) => {
+    const agent = createUserAgent();
+    const { verifier, challenge } = pkcePair();
+    const { loginAndConsent } = await import('./flow.js');
+    const callback = await loginAndConsent(
+      agent,
+      auth(),
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      app.redirectUri,
+      alice,
+    );
+    const result = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: callback.searchParams.get('code')!,
+        redirect_uri: app.redirectUri,
+        ...verifierParam(verifier),
+      },
+      app,
+    );
+    expect(result.body.error).toBe(expected);
+  });
+
+  async function freshCode() {
+    const agent = createUserAgent();
+    const { verifier, challenge } = pkcePair();
+    const { loginAndConsent } = await import('./flow.js');
+    const callback = await loginAndConsent(
+      agent,
+      auth(),
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      app.redirectUri,
+      alice,
+    );
+    return { code: callback.searchParams.get('code')!, verifier };
+  }
+
+  it("refuses client B redeeming client A's code (row 13)", async () => {
+    const { code, verifier } = await freshCode();
+    const result = await tokenRequest(
+      auth(),
+      { grant_type: 'authorization_code', code, redirect_uri: app.redirectUri, code_verifier: verifier },
+      { clientId: cli.clientId },
+    );
+    expect(result.body.error).toBe('invalid_grant');
+  });
+
+  it("refuses a token request whose redirect_uri differs from the authorization request's (row 14)", async () => {
+    const { code, verifier } = await freshCode();
+    const result = await tokenRequest(
+      auth(),
+      { grant_type: 'authorization_code', code, redirect_uri: `${app.redirectUri}/other`, code_verifier: verifier },
+      app,
+    );
+    expect(result.body.error).toBe('invalid_grant');
+  });
+
+  it('refuses a wrong client secret, or none, with 401 invalid_client (row 15)', async () => {
+    const { code, verifier } = await freshCode();
+    const params = { grant_type: 'authorization_code', code, redirect_uri: app.redirectUri, code_verifier: verifier };
+    const wrong = await tokenRequest(auth(), params, { clientId: app.clientId, clientSecret: 'wrong' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.body.error).toBe('invalid_client');
+    const none = await tokenRequest(auth(), params, { clientId: app.clientId });
+    expect(none.status).toBe(401);
+    expect(none.body.error).toBe('invalid_client');
+  });
+
+  it('refuses the password grant (row 16)', async () => {
+    const result = await tokenRequest(
+      auth(),
+      { grant_type: 'password', username: 'alice', password: alice.password },
+      app,
+    );
+    expect(result.body.error).toBe('unsupported_grant_type');
+  });
+});
+
+describe('refresh tokens, revocation, introspection', () => {
+  const refresh = (token: string, client: Credentials = app, extra: Record<string, string> = {}) =>
+    tokenRequest(auth(), { grant_type: 'refresh_token', refresh_token: token, ...extra }, client);
+
+  it('rotates on every use and revokes the grant when a used one comes back (rows 17, 18)', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const rt1 = tokens.body.refresh_token as string;
+    const first = await refresh(rt1);
+    expect(first.status).toBe(200);
+    const rt2 = first.body.refresh_token as string;
+    expect(rt2).toEqual(expect.any(String));
+    expect(rt2).not.toBe(rt1);
+    expect(decodeJwt(first.body.access_token).payload.aud).toBe(resource);
+
+    const reuse = await refresh(rt1);
+    expect(reuse.status).toBe(400);
+    expect(reuse.body.error).toBe('invalid_grant');
+    const afterReuse = await refresh(rt2);
+    expect(afterReuse.body.error).toBe('invalid_grant');
+  });
+
+  it("refuses client B using client A's refresh token (row 19)", async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const result = await refresh(tokens.body.refresh_token, cli);
+    expect(result.body.error).toBe('invalid_grant');
+  });
+
+  it('refuses a refresh asking for a scope that was not granted (row 20)', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const result = await refresh(tokens.body.refresh_token, app, { scope: 'openid settings:write' });
+    expect(result.body.error).toBe('invalid_scope');
+  });
+
+  const revoke = (token: string, client: Credentials = app) =>
+    fetch(new URL('/token/revocation', auth()), {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Basic ${Buffer.from(`${client.clientId}:${client.clientSecret}`).toString('base64')}`,
+      },
+      body: new URLSearchParams({ token, token_type_hint: 'refresh_token' }),
+    });
+
+  const introspect = async (token: string) => {
+    const response = await fetch(new URL('/token/introspection', auth()), {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Basic ${Buffer.from(`${app.clientId}:${app.clientSecret}`).toString('base64')}`,
+      },
+      body: new URLSearchParams({ token }),
+    });
+    expect(response.status).toBe(200);
+    return (await response.json()) as Record<string, any>;
+  };
+
+  it('revokes a refresh token (RFC 7009) and introspection then says inactive (row 21)', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const rt = tokens.body.refresh_token as string;
+    const before = await introspect(rt);
+    expect(before).toMatchObject({ active: true, client_id: app.clientId, sub: 'user-alice' });
+
+    const revoked = await revoke(rt);
+    expect(revoked.status).toBe(200);
+    expect((await refresh(rt)).body.error).toBe('invalid_grant');
+    expect(await introspect(rt)).toEqual({ active: false });
+  });
+
+  it('answers 200 for an unknown token, so revocation is no oracle (row 21)', async () => {
+    const response = await revoke('no-such-token-at-all');
+    expect(response.status).toBe(200);
+  });
+
+  it('does not introspect a token for a client it was not issued to', async () => {
+    const { tokens } = await codeFlow(auth(), cli, bob);
+    expect(await introspect(tokens.body.refresh_token)).toEqual({ active: false });
+  });
+
+  it('refuses access tokens in the query string at UserInfo (row 27)', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const response = await fetch(new URL(`/me?access_token=${encodeURIComponent(tokens.body.access_token)}`, auth()));
+    expect(response.status).toBeGreaterThanOrEqual(400);
+    expect(response.status).toBeLessThan(500);
+  });
+});
+
+describe('storage on the shared database', () => {
+  it('keeps grants, codes and tokens in idp_models, not in memory: a restarted provider still refreshes', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const { rows } = await db.query<{ model: string }>('select distinct model from idp_models');
+    expect(rows.map((row) => row.model)).toEqual(
+      expect.arrayContaining(['Client', 'Grant', 'Session', 'AuthorizationCode', 'RefreshToken']),
+    );
+    const restarted = await startIdpOnly();
+    try {
+      const result = await tokenRequest(
+        restarted.url,
+        { grant_type: 'refresh_token', refresh_token: tokens.body.refresh_token },
+        app,
+      );
+      // A new issuer URL (new port) still finds the token: only the database carried it over.
+      expect(result.status).toBe(200);
+    } finally {
+      await restarted.close();
+    }
+  });
+
+  it('consumes a stored model once: a second consume is refused', async () => {
+    const adapter = sqlAdapterFactory(db)('AuthorizationCode');
+    await adapter.upsert('consume-once', { grantId: 'g-consume-once' }, 60);
+    await adapter.consume('consume-once');
+    expect((await adapter.find('consume-once'))?.consumed).toEqual(expect.any(Number));
+    await expect(adapter.consume('consume-once')).rejects.toMatchObject({ error: 'invalid_grant' });
+    await adapter.revokeByGrantId('g-consume-once');
+    expect(await adapter.find('consume-once')).toBeUndefined();
+  });
+
+  it('does not return expired rows', async () => {
+    const adapter = sqlAdapterFactory(db)('Interaction');
+    await adapter.upsert('expired-one', { uid: 'u-expired' }, 60);
+    await db.query(`update idp_models set expires_at = now() - interval '1 second' where id = 'expired-one'`);
+    expect(await adapter.find('expired-one')).toBeUndefined();
+  });
+});
+
+describe('client registration', () => {
+  it.each([
+    ['http on a public host', 'http://app.example/callback', false],
+    ['a fragment', 'https://app.example/callback#x', false],
+    ['https', 'https://app.example/callback', true],
+    ['http on localhost', 'http://localhost:8083/callback', true],
+    ['http on 127.0.0.1', 'http://127.0.0.1/callback', true],
+  ])('redirect URI with %s: allowed=%s (row 31)', async (_name, uri, allowed) => {
+    const metadata = { client_id: `reg-${allowed}`, redirect_uris: [uri] };
+    if (allowed) expect(() => assertRedirectUris(metadata)).not.toThrow();
+    else {
+      expect(() => assertRedirectUris(metadata)).toThrow(TypeError);
+      await expect(saveClient(db, metadata)).rejects.toThrow(TypeError);
+    }
+  });
+});
