@@ -16,11 +16,23 @@ import { defaultTable, parseTableName } from './table-name.js';
 
 /**
  * What a transactional handler receives: run your own SQL in the same transaction that completes
- * the idempotency record. Parameters are positional (`$1`, `$2`, ...).
+ * the idempotency record. Parameters are positional (`$1`, `$2`, ...). The handle is dead once the
+ * transaction ends; a query through a kept handle rejects.
+ *
+ * @example
+ * await engine.transaction(lease, async (tx: PostgresTransaction) => {
+ *   await tx.query('UPDATE accounts SET balance = balance - $1 WHERE id = $2', [amount, accountId]);
+ *   return { value: undefined, response };
+ * });
  */
 export type PostgresTransaction = SqlExecutor;
 
-/** Options of {@link postgresStore}. */
+/**
+ * Options of {@link postgresStore}.
+ *
+ * @example
+ * const options: PostgresStoreOptions = { client: pool, table: 'billing.idem_records' };
+ */
 export interface PostgresStoreOptions {
   /**
    * A `pg` Pool (recommended for servers), a connected `pg` Client, or a PGlite instance. The caller
@@ -37,13 +49,24 @@ export interface PostgresStoreOptions {
   preparedStatements?: boolean;
 }
 
-/** Options of {@link PostgresStore.purgeExpired}. */
+/**
+ * Options of {@link PostgresStore.purgeExpired}.
+ *
+ * @example
+ * await store.purgeExpired({ batchSize: 500 });
+ */
 export interface PurgeOptions {
   /** Most rows deleted by this call. Default 1000. */
   batchSize?: number;
 }
 
-/** The PostgreSQL store: the Store contract, transactional mode, and purging. */
+/**
+ * The PostgreSQL store: the Store contract, transactional mode, and purging.
+ *
+ * @example
+ * const store: PostgresStore = postgresStore({ client: pool });
+ * const deleted = await store.purgeExpired();
+ */
 export interface PostgresStore extends TransactionalStore<PostgresTransaction> {
   /** The table this store uses, as given. */
   readonly table: string;

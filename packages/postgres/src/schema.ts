@@ -43,7 +43,12 @@ ${schemaStatements(table)
   .join('')}`;
 }
 
-/** Options of {@link migrate}. */
+/**
+ * Options of {@link migrate}.
+ *
+ * @example
+ * await migrate(pool, { table: 'billing.idem_records' } satisfies MigrateOptions);
+ */
 export interface MigrateOptions {
   /** Table name, `name` or `schema.name`. Default `idem_records`. */
   table?: string;

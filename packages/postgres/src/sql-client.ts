@@ -1,30 +1,55 @@
 import { toStoreError } from './unavailable.js';
 
-/** Rows and the number of rows a statement touched, the same shape for pg and PGlite. */
+/**
+ * Rows and the number of rows a statement touched, the same shape for pg and PGlite.
+ *
+ * @example
+ * const { rows, rowCount }: SqlResult<{ id: number }> = await tx.query('DELETE FROM carts WHERE user_id = $1 RETURNING id', [userId]);
+ */
 export interface SqlResult<Row = Record<string, unknown>> {
   rows: Row[];
   rowCount: number;
 }
 
-/** What the store and a transactional handler can run: one statement with positional parameters. */
+/**
+ * What the store and a transactional handler can run: one statement with positional parameters.
+ *
+ * @example
+ * const { rows } = await tx.query<{ id: string }>('INSERT INTO orders (total) VALUES ($1) RETURNING id', [total]);
+ */
 export interface SqlExecutor {
   query<Row = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<SqlResult<Row>>;
 }
 
-/** The subset of a `pg` query config the store uses. */
+/**
+ * The subset of a `pg` query config the store uses.
+ *
+ * @example
+ * const config: PgQueryConfig = { name: 'idem_get', text: 'SELECT 1', values: [] };
+ */
 export interface PgQueryConfig {
   text: string;
   values?: unknown[];
   name?: string;
 }
 
-/** The subset of a `pg` result the store reads. */
+/**
+ * The subset of a `pg` result the store reads.
+ *
+ * @example
+ * const { rowCount }: PgQueryResult = await pool.query('SELECT 1');
+ */
 export interface PgQueryResult {
   rows: any[];
   rowCount: number | null;
 }
 
-/** A connection checked out of a `pg` Pool (`PoolClient`). */
+/**
+ * A connection checked out of a `pg` Pool (`PoolClient`).
+ *
+ * @example
+ * const connection: PgPoolClientLike = await pool.connect();
+ */
 export interface PgPoolClientLike {
   query(config: PgQueryConfig): Promise<PgQueryResult>;
   release(destroy?: boolean | Error): void;
@@ -32,7 +57,12 @@ export interface PgPoolClientLike {
   removeListener(event: 'error', listener: (error: Error) => void): unknown;
 }
 
-/** A `pg` Pool. The caller creates, configures and ends it, and listens for its `'error'` events. */
+/**
+ * A `pg` Pool. The caller creates, configures and ends it, and listens for its `'error'` events.
+ *
+ * @example
+ * const pool: PgPoolLike = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ */
 export interface PgPoolLike {
   query(config: PgQueryConfig): Promise<PgQueryResult>;
   connect(
@@ -42,24 +72,46 @@ export interface PgPoolLike {
   readonly idleCount: number;
 }
 
-/** A single connected `pg` Client (or a `PoolClient` the caller keeps checked out). */
+/**
+ * A single connected `pg` Client (or a `PoolClient` the caller keeps checked out). The store runs
+ * one statement or transaction at a time on it; a Pool serves concurrent requests better.
+ *
+ * @example
+ * const client: PgClientLike = new pg.Client({ connectionString });
+ * await client.connect();
+ */
 export interface PgClientLike {
   query(config: PgQueryConfig): Promise<PgQueryResult>;
 }
 
-/** The handle PGlite passes to `transaction()` callbacks. */
+/**
+ * The handle PGlite passes to `transaction()` callbacks.
+ *
+ * @example
+ * await db.transaction(async (tx: PGliteTransactionLike) => tx.query('SELECT 1'));
+ */
 export interface PGliteTransactionLike {
   query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
   rollback(): Promise<void>;
 }
 
-/** A PGlite instance (`@electric-sql/pglite`), in memory or on disk. */
+/**
+ * A PGlite instance (`@electric-sql/pglite`), in memory or on disk.
+ *
+ * @example
+ * const db: PGliteLike = new PGlite('./data/idem');
+ */
 export interface PGliteLike {
   query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
   transaction<T>(callback: (tx: PGliteTransactionLike) => Promise<T>): Promise<T>;
 }
 
-/** Any client the PostgreSQL store accepts: a `pg` Pool, a `pg` Client, or PGlite. */
+/**
+ * Any client the PostgreSQL store accepts: a `pg` Pool, a `pg` Client, or PGlite.
+ *
+ * @example
+ * const client: PostgresClient = process.env.DATABASE_URL ? new pg.Pool({ connectionString: process.env.DATABASE_URL }) : new PGlite();
+ */
 export type PostgresClient = PgPoolLike | PgClientLike | PGliteLike;
 
 /** Which kind of client a {@link SqlClient} wraps. */

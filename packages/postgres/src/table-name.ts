@@ -1,4 +1,9 @@
-/** The table name used when none is given, in `schema.sql` and by {@link postgresStore}. */
+/**
+ * The table name used when none is given, in `schema.sql` and by `postgresStore()`.
+ *
+ * @example
+ * await pool.query(`SELECT count(*) FROM ${defaultTable}`);
+ */
 export const defaultTable = 'idem_records';
 
 // Plain, unquoted identifiers only: they are spliced into SQL text (a table name cannot be a bind
