@@ -88,7 +88,14 @@ export interface HttpRequestInfo {
 export type HttpBeginResult =
   | { kind: 'pass' }
   | { kind: 'respond'; response: HttpResponse }
-  | { kind: 'execute'; key: string; lease: Lease; minted: boolean };
+  | {
+      kind: 'execute';
+      key: string;
+      /** The `Idempotency-Key` response header: the field value as the client sent it, or the minted key. */
+      echo: string;
+      lease: Lease;
+      minted: boolean;
+    };
 
 /** The result of watching a response: either the complete response, or why it cannot be stored. */
 export type CaptureResult =
@@ -139,8 +146,8 @@ export interface HttpIdempotency<Req> {
   begin(request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult>;
   /** The problem+json response for an error. */
   problem(error: IdempotencyError): HttpResponse;
-  /** The response that replays `stored` for a request that sent `key`. */
-  replay(stored: StoredResponse, key: string): HttpResponse;
+  /** The response that replays `stored`; `echo` is the `Idempotency-Key` value to send back. */
+  replay(stored: StoredResponse, echo: string): HttpResponse;
   /**
    * Watches `res` (Node's `ServerResponse`, which every framework ends up writing to) and copies what
    * is written. With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
@@ -237,6 +244,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       throw new TypeError(`replayHeaders must not include ${lower}: it belongs to one request only`);
     allow.add(lower);
   }
+  const strictKeys = options.strictKeys ?? false;
+  const now = options.now ?? Date.now;
   const transactional = options.transactional ?? false;
   if (transactional && !engine.transactional) {
     throw new TypeError('transactional: true needs a store that supports transactions (such as postgresStore)');
@@ -264,10 +273,10 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return { status: error.status, headers, body: Buffer.from(JSON.stringify(error.toProblem())) };
   };
 
-  const replay = (stored: StoredResponse, key: string): HttpResponse => {
+  const replay = (stored: StoredResponse, echo: string): HttpResponse => {
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(stored.headers)) if (allow.has(name)) headers[name] = value;
-    headers['idempotency-key'] = key;
+    headers['idempotency-key'] = echo;
     headers['idempotent-replayed'] = 'true';
     // A replay is one caller's result: shared caches must not keep it (anchors case 40).
     headers['cache-control'] = 'no-store';
@@ -277,15 +286,21 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const begin = async (request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult> => {
     if (!covers(request.method)) return { kind: 'pass' };
     let key: string;
+    let echo: string;
     let minted = false;
     if (request.keyHeader === undefined && (overrides?.mintKeys ?? mintKeys)) {
       key = mintKey();
+      echo = strictKeys ? `"${key}"` : key;
       minted = true;
     } else {
       if (request.keyHeader === undefined && !(overrides?.required ?? required)) return { kind: 'pass' };
-      const parsed = parseIdempotencyKey(request.keyHeader, { strict: options.strictKeys ?? false });
+      const parsed = parseIdempotencyKey(request.keyHeader, { strict: strictKeys });
       if (!parsed.ok) return { kind: 'respond', response: problem(parsed.error) };
       key = parsed.key;
+      // Echo the field exactly as sent (parsing proved it is one printable ASCII value), so a
+      // client comparing it with what it sent finds the same string, quoted or not.
+      const field = request.keyHeader;
+      echo = (typeof field === 'string' ? field : (field?.[0] ?? key)).trim();
     }
     if (request.scope === undefined) {
       return {
@@ -319,8 +334,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       fingerprint,
     });
     if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
-    if (started.kind === 'replay') return { kind: 'respond', response: replay(started.response, key) };
-    return { kind: 'execute', key, lease: started.lease, minted };
+    if (started.kind === 'replay') return { kind: 'respond', response: replay(started.response, echo) };
+    return { kind: 'execute', key, echo, lease: started.lease, minted };
   };
 
   const settle = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
@@ -336,7 +351,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         operation: lease.operation,
         reason: result.reason,
         status: result.status,
-        at: Date.now(),
+        at: now(),
       });
       await engine.release(lease);
     } catch {
@@ -714,10 +729,10 @@ function captureResponse(
   } as End;
 
   // The client went away while a streamed body was being written: the pipe stops and `end` never
-  // comes, so the outcome cannot be known in full. Before the head is written the handler is still
+  // comes, so the outcome cannot be known in full (in held mode too: the transaction must end). Before the head is written the handler is still
   // working and will end the response itself (the outcome is stored even though nobody reads it).
   res.once('close', () => {
-    if (!ended && !hold && (res.headersSent || status !== undefined)) {
+    if (!ended && (res.headersSent || status !== undefined)) {
       finish({ kind: 'unstorable', reason: 'streaming', status: status ?? res.statusCode });
     }
   });

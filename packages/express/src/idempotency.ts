@@ -70,7 +70,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
       return;
     }
     const { lease, key, minted } = started;
-    res.setHeader('Idempotency-Key', key);
+    res.setHeader('Idempotency-Key', started.echo);
     const context: IdempotencyContext = { key, minted, tx: undefined };
     req.idempotency = context;
     if (http.transactional) {

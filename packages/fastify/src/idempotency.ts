@@ -112,7 +112,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       return reply;
     }
     const { lease, key, minted } = started;
-    reply.header('idempotency-key', key);
+    reply.header('idempotency-key', started.echo);
     const context: IdempotencyContext = { key, minted, tx: undefined };
     request.idempotency = context;
     const execution: Execution = { thrown: false };

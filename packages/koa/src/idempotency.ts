@@ -127,7 +127,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     if (started.kind === 'pass') return next();
     if (started.kind === 'respond') return answer(ctx, started.response);
     const { lease, key, minted } = started;
-    ctx.set('Idempotency-Key', key);
+    ctx.set('Idempotency-Key', started.echo);
     const context: IdempotencyContext = { key, minted, tx: undefined };
     ctx.state.idempotency = context;
     let thrown = false;

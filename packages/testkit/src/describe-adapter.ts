@@ -465,10 +465,12 @@ export function describeAdapter(
         const sent = await world.send('/charges', { key: '"first-1"' });
         expect(sent.status).toBe(201);
         expect(JSON.parse(sent.body.toString())).toEqual({ id: 'ch_1', amount: 100, tx: null });
-        expect(sent.headers['idempotency-key']).toBe('first-1');
+        // Echoed as sent: quoted stays quoted, bare stays bare.
+        expect(sent.headers['idempotency-key']).toBe('"first-1"');
         expect(sent.headers['idempotent-replayed']).toBeUndefined();
         expect(sent.headers['set-cookie']).toEqual(['session=s1; HttpOnly']);
         expect(world.server.executions()).toBe(1);
+        expect((await world.send('/charges', { key: 'first-2' })).headers['idempotency-key']).toBe('first-2');
       });
     });
 
@@ -483,7 +485,7 @@ export function describeAdapter(
         }
         expect(again.headers['idempotent-replayed']).toBe('true');
         expect(again.headers['cache-control']).toBe('no-store');
-        expect(again.headers['idempotency-key']).toBe('replay-1');
+        expect(again.headers['idempotency-key']).toBe('"replay-1"');
         expect(world.server.executions()).toBe(1);
       });
     });
