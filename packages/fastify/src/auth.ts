@@ -1,1 +1,155 @@
-export {};
+import {
+  createGuard,
+  createInternalVerifier,
+  type ForwardOptions,
+  forwardHeaders as forwardGuardHeaders,
+  type Guard,
+  GuardError,
+  type GuardOptions,
+  type GuardRequest,
+  guardRequestFromNode,
+  type InternalVerifierOptions,
+  isGuard,
+  type Principal,
+  type Requirement,
+} from '@idem/guard';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The caller, set by the `guard()` or `internalAuth()` hook; the idempotency plugin scopes keys by it. */
+    auth?: Principal;
+  }
+}
+
+/** A Fastify hook (`onRequest` or `preHandler`) produced by this module. */
+export type AuthHook = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
+
+// The guard that authenticated a request, so `authorize()` answers with the same realm.
+const guardOf = new WeakMap<FastifyRequest, Guard>();
+
+function sendGuardError(reply: FastifyReply, error: GuardError): FastifyReply {
+  return reply
+    .code(error.status)
+    .header('WWW-Authenticate', error.wwwAuthenticate)
+    .header('Cache-Control', 'no-store')
+    .type('application/problem+json')
+    .send(JSON.stringify(error.toProblem()));
+}
+
+function view(request: FastifyRequest, guard?: Guard): GuardRequest {
+  return guardRequestFromNode(request.raw, {
+    url: request.raw.url ?? request.url,
+    ...(guard === undefined ? {} : { tokenHeaders: [guard.tokenHeader] }),
+  });
+}
+
+function authenticateWith(instance: Guard): AuthHook {
+  return async (request, reply) => {
+    const result = await instance.authenticate(view(request, instance));
+    if (!result.ok) return sendGuardError(reply, result.error);
+    request.auth = result.principal;
+    guardOf.set(request, instance);
+    return undefined;
+  };
+}
+
+/**
+ * A Fastify hook that verifies the bearer token (see `createGuard` in @idem/guard) and sets
+ * `request.auth`. Use it as `onRequest` (the earliest point: the body is never read for a refused
+ * request), per route or for the whole instance. A refusal is 401 (or 400) problem+json with an
+ * RFC 6750 `WWW-Authenticate` challenge. Register {@link authPlugin} once to decorate `request.auth`.
+ *
+ * @example
+ * import Fastify from 'fastify';
+ * import { authPlugin, guard, authorize } from '@idem/fastify';
+ * import { requireScopes } from '@idem/guard';
+ *
+ * const app = Fastify();
+ * await app.register(authPlugin);
+ * const verify = guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] });
+ * app.post('/orders', { onRequest: [verify, authorize(requireScopes('orders:write'))] }, async (request) => ({ by: request.auth?.sub }));
+ */
+export function guard(options: GuardOptions | Guard): AuthHook {
+  return authenticateWith(isGuard(options) ? options : createGuard(options));
+}
+
+/**
+ * A Fastify hook for services behind the gateway: verifies the internal token header (signature,
+ * audience, expiry only) and sets `request.auth` to the same principal shape.
+ *
+ * @example
+ * app.addHook('onRequest', internalAuth({ issuer: 'https://gateway.example', audience: 'orders-service', jwks }));
+ */
+export function internalAuth(options: InternalVerifierOptions | Guard): AuthHook {
+  return authenticateWith(isGuard(options) ? options : createInternalVerifier(options));
+}
+
+/**
+ * A Fastify hook that checks `request.auth` against requirements (`requireScopes`, `requireRoles`,
+ * `requireAnyRole`, `policy` from @idem/guard): 403 `insufficient_scope` on refusal, 401 when the
+ * request was never authenticated. Place it after `guard()` in the same hook list.
+ *
+ * @example
+ * app.delete('/orders/:id', { onRequest: [verify, authorize(requireRoles('admin'))] }, handler);
+ */
+export function authorize(...requirements: Requirement[]): AuthHook {
+  return async (request, reply) => {
+    const instance = guardOf.get(request);
+    if (request.auth === undefined || request.auth === null || instance === undefined) {
+      // authorize() without a guard before it: answer as unauthenticated rather than let the request through.
+      return sendGuardError(reply, instance?.error('token_missing') ?? new GuardError('token_missing'));
+    }
+    const decision = instance.authorize(request.auth, requirements, {
+      ...view(request),
+      params: request.params,
+    } as GuardRequest);
+    if (!decision.ok) return sendGuardError(reply, decision.error);
+    return undefined;
+  };
+}
+
+/** Options of {@link authPlugin}. */
+export interface AuthPluginOptions {
+  /** Verify every request of the instance with this guard (an `onRequest` hook). */
+  guard?: GuardOptions | Guard;
+  /** Or, behind the gateway, verify every request's internal token. */
+  internal?: InternalVerifierOptions | Guard;
+}
+
+const plugin: FastifyPluginAsync<AuthPluginOptions> = async (fastify, options) => {
+  // Declares `request.auth` up front so every request object keeps one shape.
+  fastify.decorateRequest('auth', undefined);
+  if (options.guard !== undefined && options.internal !== undefined) {
+    throw new TypeError('authPlugin takes guard or internal, not both');
+  }
+  if (options.guard !== undefined) fastify.addHook('onRequest', guard(options.guard));
+  if (options.internal !== undefined) fastify.addHook('onRequest', internalAuth(options.internal));
+};
+
+/**
+ * Fastify plugin that decorates `request.auth` and, when given `guard` or `internal`, verifies every
+ * request of the instance (wrapped with fastify-plugin, so it applies to the registering scope).
+ *
+ * @example
+ * await app.register(authPlugin, { guard: { audience: 'https://api.example', issuers } });
+ */
+export const authPlugin = fp(plugin, { fastify: '5.x', name: '@idem/fastify-auth' });
+
+/**
+ * For a gateway route: the headers to send upstream. Identity header families are stripped, the
+ * caller's bearer token is dropped, and a fresh internal token for `audience` is added.
+ *
+ * @example
+ * const headers = await forwardHeaders(request, { issuer: internalTokens, audience: 'orders-service' });
+ */
+export function forwardHeaders(
+  request: FastifyRequest,
+  options: ForwardOptions,
+): Promise<Record<string, string | string[]>> {
+  if (request.auth === undefined || request.auth === null) {
+    throw new TypeError('forwardHeaders needs an authenticated request (run the guard hook first)');
+  }
+  return forwardGuardHeaders(request.headers, request.auth, options) as Promise<Record<string, string | string[]>>;
+}

@@ -1,1 +1,116 @@
-export {};
+import {
+  createGuard,
+  createInternalVerifier,
+  type ForwardOptions,
+  forwardHeaders as forwardGuardHeaders,
+  type Guard,
+  GuardError,
+  type GuardOptions,
+  type GuardRequest,
+  guardRequestFromNode,
+  type InternalVerifierOptions,
+  isGuard,
+  type Principal,
+  type Requirement,
+} from '@idem/guard';
+import type { Context, Middleware, Next } from 'koa';
+
+// The guard that authenticated a request, so `authorize()` answers with the same realm.
+const guardOf = new WeakMap<Context, Guard>();
+
+function sendGuardError(ctx: Context, error: GuardError): void {
+  ctx.status = error.status;
+  ctx.set('WWW-Authenticate', error.wwwAuthenticate);
+  ctx.set('Cache-Control', 'no-store');
+  ctx.type = 'application/problem+json';
+  ctx.body = JSON.stringify(error.toProblem());
+}
+
+function view(ctx: Context, guard?: Guard): GuardRequest {
+  return guardRequestFromNode(ctx.req, {
+    url: ctx.originalUrl ?? ctx.url,
+    ...(guard === undefined ? {} : { tokenHeaders: [guard.tokenHeader] }),
+  });
+}
+
+function authenticateWith(instance: Guard): Middleware {
+  return async (ctx: Context, next: Next) => {
+    const result = await instance.authenticate(view(ctx, instance));
+    if (!result.ok) {
+      sendGuardError(ctx, result.error);
+      return;
+    }
+    ctx.state.auth = result.principal;
+    guardOf.set(ctx, instance);
+    await next();
+  };
+}
+
+/**
+ * Koa middleware that verifies the bearer token (see `createGuard` in @idem/guard) and sets
+ * `ctx.state.auth` to the caller's principal. A refusal is answered here: 401 (or 400)
+ * problem+json with an RFC 6750 `WWW-Authenticate` challenge; later middleware never runs.
+ *
+ * @example
+ * import Koa from 'koa';
+ * import { guard } from '@idem/koa';
+ *
+ * const app = new Koa();
+ * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
+ * app.use((ctx) => { ctx.body = { by: (ctx.state.auth as Principal).sub }; });
+ */
+export function guard(options: GuardOptions | Guard): Middleware {
+  return authenticateWith(isGuard(options) ? options : createGuard(options));
+}
+
+/**
+ * Koa middleware for services behind the gateway: verifies the internal token header (signature,
+ * audience, expiry only) and sets `ctx.state.auth` to the same principal shape.
+ *
+ * @example
+ * app.use(internalAuth({ issuer: 'https://gateway.example', audience: 'orders-service', jwksUri: 'https://gateway.example/jwks' }));
+ */
+export function internalAuth(options: InternalVerifierOptions | Guard): Middleware {
+  return authenticateWith(isGuard(options) ? options : createInternalVerifier(options));
+}
+
+/**
+ * Koa middleware that checks `ctx.state.auth` against requirements (`requireScopes`, `requireRoles`,
+ * `requireAnyRole`, `policy` from @idem/guard): 403 `insufficient_scope` on refusal, 401 when the
+ * request was never authenticated.
+ *
+ * @example
+ * router.delete('/orders/:id', authorize(requireRoles('admin')), handler);
+ */
+export function authorize(...requirements: Requirement[]): Middleware {
+  return async (ctx: Context, next: Next) => {
+    const instance = guardOf.get(ctx);
+    const principal = ctx.state.auth as Principal | undefined;
+    if (principal === undefined || instance === undefined) {
+      // authorize() without a guard before it: answer as unauthenticated rather than let the request through.
+      sendGuardError(ctx, instance?.error('token_missing') ?? new GuardError('token_missing'));
+      return;
+    }
+    const params = (ctx as Context & { params?: unknown }).params;
+    const decision = instance.authorize(principal, requirements, { ...view(ctx), params } as GuardRequest);
+    if (!decision.ok) {
+      sendGuardError(ctx, decision.error);
+      return;
+    }
+    await next();
+  };
+}
+
+/**
+ * For a gateway route: the headers to send upstream. Identity header families are stripped, the
+ * caller's bearer token is dropped, and a fresh internal token for `audience` is added.
+ *
+ * @example
+ * const headers = await forwardHeaders(ctx, { issuer: internalTokens, audience: 'orders-service' });
+ */
+export function forwardHeaders(ctx: Context, options: ForwardOptions): Promise<Record<string, string | string[]>> {
+  const principal = ctx.state.auth as Principal | undefined;
+  if (principal === undefined)
+    throw new TypeError('forwardHeaders needs an authenticated request (mount guard() first)');
+  return forwardGuardHeaders(ctx.req.headers, principal, options) as Promise<Record<string, string | string[]>>;
+}

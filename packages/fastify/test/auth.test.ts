@@ -1,0 +1,67 @@
+import { requireRoles, requireScopes } from '@idem/guard';
+import Fastify from 'fastify';
+import { describe, expect, it } from 'vitest';
+import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
+import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/tokens.js';
+import { authorize, authPlugin, forwardHeaders, guard, internalAuth } from '../src/auth.js';
+
+describeAuthGlue('Fastify', async ({ guard: edge, verifier, internalIssuer, hit }) => {
+  const app = Fastify();
+  await app.register(authPlugin);
+  const verify = guard(edge);
+  const internal = internalAuth(verifier);
+  app.route({
+    method: ['GET', 'POST', 'OPTIONS'],
+    url: '/protected',
+    onRequest: verify,
+    handler: async (request) => {
+      hit('protected');
+      return { sub: request.auth?.sub, scope: [...(request.auth?.scope ?? [])] };
+    },
+  });
+  app.get('/write', { onRequest: [verify, authorize(requireScopes('orders:write'))] }, async () => {
+    hit('write');
+    return { ok: true };
+  });
+  app.get('/admin', { onRequest: [verify, authorize(requireRoles('admin'))] }, async () => {
+    hit('admin');
+    return { ok: true };
+  });
+  app.get('/forward', { onRequest: verify }, async (request) => {
+    hit('forward');
+    return forwardHeaders(request, { issuer: internalIssuer, audience: 'orders' });
+  });
+  app.get('/internal', { onRequest: internal }, async (request) => {
+    hit('internal');
+    return { sub: request.auth?.sub, iss: request.auth?.iss, scope: [...(request.auth?.scope ?? [])] };
+  });
+  app.get('/internal-write', { onRequest: [internal, authorize(requireScopes('orders:write'))] }, async () => {
+    hit('internal-write');
+    return { ok: true };
+  });
+  app.get('/authorize-only', { onRequest: authorize(requireScopes('orders:read')) }, async () => {
+    hit('authorize-only');
+    return { ok: true };
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.server.address() as { port: number };
+  return { url: `http://127.0.0.1:${address.port}`, close: () => app.close() };
+});
+
+describe('Fastify authPlugin', () => {
+  it('verifies every request of the instance when given a guard', async () => {
+    const app = Fastify();
+    await app.register(authPlugin, { guard: { audience: AUDIENCE, issuers: [{ issuer: ISSUER, secret: SECRET }] } });
+    app.get('/x', async (request) => ({ sub: request.auth?.sub }));
+    const refused = await app.inject({ method: 'GET', url: '/x' });
+    expect(refused.statusCode).toBe(401);
+    expect(refused.headers['www-authenticate']).toBe('Bearer realm="api"');
+    const allowed = await app.inject({
+      method: 'GET',
+      url: '/x',
+      headers: { authorization: `Bearer ${makeToken({ now: Date.now() })}` },
+    });
+    expect(allowed.json()).toEqual({ sub: 'user-1' });
+    await app.close();
+  });
+});
