@@ -1,0 +1,18 @@
+import { describe, expect, it } from 'vitest';
+import { type RedisClientLike, type RedisCommandRunner, redisCommandRunner, redisStore } from '../src/index.js';
+
+describe('redisCommandRunner', () => {
+  it('passes a RedisCommandRunner through unchanged', () => {
+    const runner: RedisCommandRunner = { send: async () => null };
+    expect(redisCommandRunner(runner)).toBe(runner);
+  });
+
+  it.each([
+    ['null', null],
+    ['a string', 'redis://127.0.0.1'],
+    ['an object without a command method', { connect() {} }],
+  ])('refuses %s with a TypeError', (_, client) => {
+    expect(() => redisCommandRunner(client as unknown as RedisClientLike)).toThrow(TypeError);
+    expect(() => redisStore({ client: client as unknown as RedisClientLike })).toThrow(TypeError);
+  });
+});
