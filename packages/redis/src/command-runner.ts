@@ -70,7 +70,7 @@ const nodeRedisBuffers = { typeMapping: { 36: Buffer } };
  * nothing here connects, quits or listens to it.
  *
  * @example
- * import Redis from 'ioredis';
+ * import { Redis } from 'ioredis';
  * const runner = redisCommandRunner(new Redis(process.env.REDIS_URL));
  * await runner.send('k', ['GET', 'k']); // Buffer or null
  */

@@ -73,7 +73,7 @@ const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
  * engine's `storeTimeout` does.
  *
  * @example
- * import Redis from 'ioredis';
+ * import { Redis } from 'ioredis';
  * import { createIdempotency } from '@idem/core';
  * import { redisStore } from '@idem/redis';
  *
