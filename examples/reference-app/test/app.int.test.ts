@@ -1,0 +1,387 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createSessionStore } from '../src/app/sessions.js';
+import { type Database, openDatabase } from '../src/db.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { loginAndConsent, tokenRequest } from './flow.js';
+import { createUserAgent, decodeJwt, formAction, formField, type UserAgent } from './user-agent.js';
+
+const alice = { username: 'alice', password: demoUsers[0].password };
+
+interface SeenRequest {
+  method: string;
+  url: string;
+  authorization: string | undefined;
+  idempotencyKey: string | undefined;
+  body: string;
+}
+
+/** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
+let api: Server;
+let apiUrl: string;
+let apiMode: 'ok' | 'down' = 'ok';
+const seen: SeenRequest[] = [];
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    let data = '';
+    req.on('data', (chunk) => {
+      data += chunk;
+    });
+    req.on('end', () => resolve(data));
+  });
+}
+
+let db: Database;
+let running: RunningReferenceApp;
+let clock = 0;
+const sessions = () => createSessionStore(db, { ttlSeconds: 3600 });
+
+beforeAll(async () => {
+  api = createServer(async (req, res) => {
+    const body = await readBody(req);
+    seen.push({
+      method: req.method ?? '',
+      url: req.url ?? '',
+      authorization: req.headers.authorization,
+      idempotencyKey: req.headers['idempotency-key'] as string | undefined,
+      body,
+    });
+    if (apiMode === 'down') {
+      res.writeHead(503, { 'content-type': 'application/problem+json' }).end('{"title":"Service Unavailable"}');
+      return;
+    }
+    const json = (status: number, value: unknown, headers: Record<string, string> = {}) =>
+      res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(value));
+    if (req.url === '/photos') return json(200, [{ id: 'p1', title: 'Alice at the tea party' }]);
+    if (req.url?.startsWith('/stock')) return json(200, { item: req.url.split('=')[1], level: 7 });
+    if (req.url === '/settings') return json(200, req.method === 'PUT' ? JSON.parse(body) : { theme: 'light' });
+    if (req.url === '/charges') return json(201, { id: 'ch_1', ...JSON.parse(body) }, { 'idempotency-key': 'k' });
+    return json(404, { title: 'Not Found' });
+  });
+  await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
+  apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
+
+  db = await openDatabase({ memory: true });
+  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: apiUrl, now: () => Date.now() + clock });
+});
+
+afterAll(async () => {
+  await running?.close();
+  await db?.close();
+  await new Promise<void>((resolve) => (api ? api.close(() => resolve()) : resolve()));
+});
+
+beforeEach(() => {
+  apiMode = 'ok';
+  clock = 0;
+  seen.length = 0;
+});
+
+const appUrl = (path = '/') => new URL(path, running.appUrl).href;
+const callbackPrefix = () => new URL('/callback', running.appUrl).href;
+
+/** Starts at the app, returns the provider's redirect back to the app's callback (not yet followed). */
+async function throughProvider(agent: UserAgent, start = '/signin', user = alice): Promise<URL> {
+  return loginAndConsent(agent, running.authUrl, appUrl(start), callbackPrefix(), user);
+}
+
+async function signIn(start = '/signin') {
+  const agent = createUserAgent();
+  const callback = await throughProvider(agent, start);
+  const landed = await agent.request(callback.href);
+  return { agent, callback, landed };
+}
+
+const sessionId = (agent: UserAgent) => agent.jar.cookies.get('app_session')?.value;
+const codeRow = async (code: string) =>
+  (
+    await db.query<{ consumed_at: Date | null }>(
+      `select consumed_at from idp_models where model = 'AuthorizationCode' and id = $1`,
+      [code],
+    )
+  ).rows[0];
+
+describe('sign in', () => {
+  it('starts the code flow with state, nonce, PKCE S256 and the API resource', async () => {
+    const agent = createUserAgent();
+    const step = await agent.request(appUrl('/signin'));
+    expect(step.response.status).toBe(303);
+    const location = new URL(step.response.headers.get('location')!);
+    expect(location.origin + location.pathname).toBe(`${running.authUrl}/auth`);
+    const params = location.searchParams;
+    expect(params.get('response_type')).toBe('code');
+    expect(params.get('client_id')).toBe(running.clients.app.clientId);
+    expect(params.get('redirect_uri')).toBe(callbackPrefix());
+    expect(params.get('state')).toMatch(/^[\w-]{43}$/);
+    expect(params.get('nonce')).toMatch(/^[\w-]{43}$/);
+    expect(params.get('code_challenge')).toMatch(/^[\w-]{43}$/);
+    expect(params.get('code_challenge_method')).toBe('S256');
+    expect(params.get('resource')).toBe(apiUrl);
+    expect(params.get('scope')?.split(' ')).toEqual(
+      expect.arrayContaining(['openid', 'offline_access', 'photos:read']),
+    );
+    const cookie = agent.jar.cookies.get('app_session')?.raw ?? '';
+    expect(cookie).toMatch(/HttpOnly/);
+    expect(cookie).toMatch(/SameSite=Lax/);
+  });
+
+  it('signs in through the provider, sets a new HttpOnly SameSite=Lax session and shows the user (rows 35, 39)', async () => {
+    const agent = createUserAgent();
+    const callback = await throughProvider(agent);
+    const beforeLogin = sessionId(agent);
+    expect(beforeLogin).toEqual(expect.any(String));
+    const landed = await agent.request(callback.href);
+    expect(landed.response.status).toBe(303);
+    expect(landed.response.headers.get('location')).toBe('/');
+    expect(landed.response.headers.get('referrer-policy')).toBe('no-referrer');
+    const raw = agent.jar.cookies.get('app_session')?.raw ?? '';
+    expect(raw).toMatch(/HttpOnly/);
+    expect(raw).toMatch(/SameSite=Lax/);
+    expect(sessionId(agent)).not.toBe(beforeLogin);
+
+    const page = await agent.request(appUrl('/'));
+    expect(page.response.status).toBe(200);
+    expect(page.body).toContain('Alice Liddell');
+    expect(page.body).toContain('alice@example.com');
+    expect(page.body).toContain('user-alice');
+    expect(page.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    expect(page.response.headers.get('referrer-policy')).toBe('no-referrer');
+
+    // Tokens stay on the server: not in the page, not in the cookie, not in any URL the browser saw.
+    const stored = await sessions().get(sessionId(agent));
+    expect(stored?.tokens?.accessToken).toEqual(expect.any(String));
+    expect(page.body).not.toContain(stored!.tokens!.accessToken);
+    expect(page.body).not.toContain(stored!.tokens!.refreshToken!);
+    expect(sessionId(agent)).not.toContain('.');
+    // The table keeps only a hash of the cookie value.
+    const { rows } = await db.query<{ id_hash: string }>('select id_hash from app_sessions');
+    expect(rows.map((row) => row.id_hash)).not.toContain(sessionId(agent));
+  });
+
+  it('refuses a callback whose state does not match, before any token request (row 32)', async () => {
+    const agent = createUserAgent();
+    const callback = await throughProvider(agent);
+    callback.searchParams.set('state', 'forged-state');
+    const step = await agent.request(callback.href);
+    expect(step.response.status).toBe(400);
+    expect(step.body).toContain('Sign-in failed');
+    expect((await codeRow(callback.searchParams.get('code')!))?.consumed_at).toBeNull();
+  });
+
+  it.each([
+    ['another issuer', (url: URL) => url.searchParams.set('iss', 'https://evil.example')],
+    ['no iss at all', (url: URL) => url.searchParams.delete('iss')],
+  ])('refuses a callback with %s (row 33)', async (_name, tamper) => {
+    const agent = createUserAgent();
+    const callback = await throughProvider(agent);
+    tamper(callback);
+    const step = await agent.request(callback.href);
+    expect(step.response.status).toBe(400);
+    expect((await codeRow(callback.searchParams.get('code')!))?.consumed_at).toBeNull();
+  });
+
+  it('refuses a replayed callback: the transaction is used once (row 35)', async () => {
+    const agent = createUserAgent();
+    const callback = await throughProvider(agent);
+    const pendingCookie = sessionId(agent);
+    const first = await agent.request(callback.href);
+    expect(first.response.status).toBe(303);
+    const replay = await fetch(callback, { headers: { cookie: `app_session=${pendingCookie}` }, redirect: 'manual' });
+    expect(replay.status).toBe(400);
+  });
+
+  it('shows a cancelled sign-in when the user denies consent', async () => {
+    const agent = createUserAgent();
+    let step = await agent.follow(appUrl('/signin'), (url) => url.startsWith(callbackPrefix()));
+    const login = await agent.postForm(new URL(formAction(step.body, 'login'), running.authUrl).href, {
+      csrf: formField(step.body, 'csrf'),
+      ...alice,
+    });
+    step = await agent.follow(new URL(login.response.headers.get('location')!, running.authUrl).href);
+    const deny = await agent.postForm(new URL(formAction(step.body, 'abort'), running.authUrl).href, {
+      csrf: formField(step.body, 'csrf'),
+    });
+    expect(deny.response.status).toBe(303);
+    const back = await agent.follow(new URL(deny.response.headers.get('location')!, running.authUrl).href);
+    expect(back.response.status).toBe(400);
+    expect(back.body).toContain('You cancelled the sign-in.');
+  });
+
+  it.each([
+    ['//evil.example/x', '/'],
+    ['https://evil.example/', '/'],
+    ['/\\evil.example', '/'],
+    ['/?tab=photos', '/?tab=photos'],
+  ])('returns to %s as %s after sign-in, never to another origin (row 37)', async (returnTo, expected) => {
+    const { landed } = await signIn(`/signin?return_to=${encodeURIComponent(returnTo)}`);
+    expect(landed.response.headers.get('location')).toBe(expected);
+  });
+});
+
+describe('signed in', () => {
+  it('calls the API with the bearer token in the header, bound to the API audience', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    expect(page.body).toContain('Alice at the tea party');
+    const photos = seen.find((request) => request.url === '/photos');
+    expect(photos?.authorization).toMatch(/^Bearer /);
+    const { header, payload } = decodeJwt(photos!.authorization!.slice('Bearer '.length));
+    expect(header.typ).toBe('at+jwt');
+    expect(payload.aud).toBe(apiUrl);
+    expect(payload.sub).toBe('user-alice');
+    for (const request of seen) expect(request.url).not.toMatch(/access_token/);
+  });
+
+  it.each([
+    [
+      'answers 503',
+      () => {
+        apiMode = 'down';
+      },
+    ],
+  ])('shows "API unavailable", never a 500, when the API %s', async (_name, breakIt) => {
+    const { agent } = await signIn();
+    breakIt();
+    const page = await agent.request(appUrl('/'));
+    expect(page.response.status).toBe(200);
+    expect(page.body).toContain('API unavailable');
+    expect(page.body).toContain('Alice Liddell');
+  });
+
+  it('shows "API unavailable" when nothing listens at the base URL', async () => {
+    const other = await openDatabase({ memory: true });
+    const closed = await startReferenceApp({ db: other, authPort: 0, appPort: 0, baseUrl: 'http://127.0.0.1:9' });
+    try {
+      const agent = createUserAgent();
+      const callback = await loginAndConsent(
+        agent,
+        closed.authUrl,
+        new URL('/signin', closed.appUrl).href,
+        new URL('/callback', closed.appUrl).href,
+        alice,
+      );
+      await agent.request(callback.href);
+      const page = await agent.request(new URL('/', closed.appUrl).href);
+      expect(page.response.status).toBe(200);
+      expect(page.body.match(/API unavailable/g)?.length).toBe(3);
+    } finally {
+      await closed.close();
+      await other.close();
+    }
+  });
+
+  it('creates a charge with an Idempotency-Key and shows the key and whether it was replayed', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '1250',
+      currency: 'eur',
+    });
+    expect(posted.response.status).toBe(303);
+    const charge = seen.find((request) => request.url === '/charges');
+    expect(charge?.method).toBe('POST');
+    expect(JSON.parse(charge!.body)).toEqual({ amount: 1250, currency: 'EUR' });
+    expect(charge?.idempotencyKey).toMatch(/^"[0-9a-f-]{36}"$/);
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).toContain(`Idempotency-Key: ${charge!.idempotencyKey!.slice(1, -1)}`);
+    expect(after.body).toContain('Replayed: no');
+    // The message is shown once (post/redirect/get).
+    expect((await agent.request(appUrl('/'))).body).not.toContain('Idempotency-Key:');
+  });
+
+  it('switches the theme with PUT /settings', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const posted = await agent.postForm(appUrl('/theme'), { csrf: formField(page.body, 'csrf'), theme: 'dark' });
+    expect(posted.response.status).toBe(303);
+    const put = seen.find((request) => request.method === 'PUT');
+    expect(put?.url).toBe('/settings');
+    expect(JSON.parse(put!.body)).toEqual({ theme: 'dark' });
+  });
+
+  it('refuses form posts without the CSRF token', async () => {
+    const { agent } = await signIn();
+    for (const path of ['/charges', '/theme', '/signout']) {
+      const step = await agent.postForm(appUrl(path), { amount: '1', currency: 'EUR', theme: 'dark' });
+      expect(step.response.status).toBe(403);
+    }
+    expect(seen.filter((request) => request.method !== 'GET')).toEqual([]);
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+  });
+});
+
+describe('refresh and sign-out', () => {
+  it('refreshes when the access token has expired, rotating the refresh token', async () => {
+    const { agent } = await signIn();
+    const before = await sessions().get(sessionId(agent));
+    clock = 301_000;
+    const page = await agent.request(appUrl('/'));
+    expect(page.body).toContain('Alice Liddell');
+    const after = await sessions().get(sessionId(agent));
+    expect(after?.tokens?.accessToken).not.toBe(before?.tokens?.accessToken);
+    expect(after?.tokens?.refreshToken).not.toBe(before?.tokens?.refreshToken);
+    const used = seen.filter((request) => request.url === '/photos').map((request) => request.authorization);
+    expect(used.at(-1)).toBe(`Bearer ${after?.tokens?.accessToken}`);
+  });
+
+  it('refreshes once for concurrent requests of one session (no false reuse detection)', async () => {
+    const { agent } = await signIn();
+    clock = 301_000;
+    const pages = await Promise.all([
+      agent.request(appUrl('/')),
+      agent.request(appUrl('/')),
+      agent.request(appUrl('/')),
+    ]);
+    for (const page of pages) expect(page.body).toContain('Alice Liddell');
+    clock = 0;
+    // Had two refreshes raced, the rotated token would have been reused and the grant revoked.
+    const after = await sessions().get(sessionId(agent));
+    const check = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: after!.tokens!.refreshToken! },
+      running.clients.app,
+    );
+    expect(check.status).toBe(200);
+  });
+
+  it('ends the session when the grant was revoked at the provider', async () => {
+    const { agent } = await signIn();
+    const stored = await sessions().get(sessionId(agent));
+    const revoked = await fetch(new URL('/token/revocation', running.authUrl), {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Basic ${Buffer.from(`${running.clients.app.clientId}:${running.clients.app.clientSecret}`).toString('base64')}`,
+      },
+      body: new URLSearchParams({ token: stored!.tokens!.refreshToken! }),
+    });
+    expect(revoked.status).toBe(200);
+    clock = 301_000;
+    const page = await agent.request(appUrl('/'));
+    expect(page.response.status).toBe(200);
+    expect(page.body).toContain('Sign in');
+    expect(page.body).not.toContain('Alice Liddell');
+  });
+
+  it('revokes the refresh token at the provider on sign-out and clears the cookie', async () => {
+    const { agent } = await signIn();
+    const id = sessionId(agent);
+    const stored = await sessions().get(id);
+    const page = await agent.request(appUrl('/'));
+    const out = await agent.postForm(appUrl('/signout'), { csrf: formField(page.body, 'csrf') });
+    expect(out.response.status).toBe(200);
+    expect(out.body).toContain('You are signed out.');
+    expect(agent.jar.cookies.has('app_session')).toBe(false);
+    const refresh = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: stored!.tokens!.refreshToken! },
+      running.clients.app,
+    );
+    expect(refresh.body.error).toBe('invalid_grant');
+    expect(await sessions().get(id)).toBeUndefined();
+  });
+});
