@@ -16,6 +16,7 @@ export {
   fastifyWebhook,
   fastifyWebhookHandler,
 } from './fastify.js';
+export { fetchWebhook } from './fetch.js';
 export type { GlueOptions } from './glue.js';
 export {
   type HeaderInput,

@@ -1,0 +1,58 @@
+import { gzipSync } from 'node:zlib';
+import { memoryStore } from '@idem/core';
+import { describe, expect, it } from 'vitest';
+import { createReceiver, createSigner, fetchWebhook, type WebhookError } from '../src/index.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const signer = createSigner({ secret: SECRET });
+const body = Buffer.from('{"type":"payment.succeeded","data":{"amount":4200}}');
+
+function setup() {
+  const applied: string[] = [];
+  const seen: WebhookError[] = [];
+  const receiver = createReceiver({
+    store: memoryStore(),
+    secret: SECRET,
+    apply: (event) => void applied.push(event.id),
+  });
+  const handle = fetchWebhook(receiver, { limit: 2048, onMisconfigured: (error) => seen.push(error) });
+  const request = (id: string, wire: Buffer = body, extra: Record<string, string> = {}) =>
+    new Request('https://receiver.test/hooks', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...signer.sign({ id, body, timestamp: new Date() }), ...extra },
+      body: new Uint8Array(wire),
+    });
+  return { handle, request, applied, seen };
+}
+
+describe('fetch glue', () => {
+  it('verifies, applies once and replays the acknowledgement', async () => {
+    const { handle, request, applied } = setup();
+    const first = await handle(request('E1'));
+    expect(first.status).toBe(200);
+    expect(await first.json()).toEqual({ received: true });
+    const again = await handle(request('E1'));
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(applied).toEqual(['E1']);
+  });
+
+  it('decodes gzip, refuses oversize bodies with 413 and unknown encodings with 415', async () => {
+    const { handle, request, applied } = setup();
+    expect((await handle(request('E2', gzipSync(body), { 'content-encoding': 'gzip' }))).status).toBe(200);
+    const big = Buffer.alloc(4096, 0x61);
+    expect((await handle(request('E3', gzipSync(big), { 'content-encoding': 'gzip' }))).status).toBe(413);
+    expect((await handle(request('E4', body, { 'content-encoding': 'compress' }))).status).toBe(415);
+    expect(applied).toEqual(['E2']);
+  });
+
+  it('fails closed with raw_body_required when the body was already read', async () => {
+    const { handle, request, applied, seen } = setup();
+    const used = request('E5');
+    await used.json();
+    const response = await handle(used);
+    expect(response.status).toBe(500);
+    expect((await response.json()).code).toBe('raw_body_required');
+    expect(seen).toHaveLength(1);
+    expect(applied).toEqual([]);
+  });
+});
