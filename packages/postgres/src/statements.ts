@@ -38,17 +38,22 @@ export function buildStatements(table: TableName, tag: string): Statements {
   const t = table.sql;
   const named = (op: string, text: string): Statement => ({ name: `idem_${op}_${tag}`, text });
   return {
-    // One statement: insert, or take over a record whose lease or retention has run out, or else
-    // return the live record. ON CONFLICT DO UPDATE locks the conflicting row and evaluates its WHERE
-    // against the newest committed version, so of N concurrent claims exactly one sees `claimed`.
-    // The second branch reads with the statement's snapshot; if the conflicting row was committed
-    // after that snapshot it is invisible there and the statement returns no row at all: the caller
-    // simply runs it again with a fresh snapshot.
+    // One statement, three outcomes:
+    // - `live` reads the record with the statement's snapshot. If it is live, the INSERT inserts
+    //   nothing, so a replay or a 409 is a plain read: no row lock, no WAL, no commit to flush.
+    // - Otherwise INSERT ... ON CONFLICT DO UPDATE inserts, or takes over a record whose lease or
+    //   retention has run out. ON CONFLICT locks the conflicting row and evaluates its WHERE against
+    //   the newest committed version, so of N concurrent claims exactly one sees `claimed`.
+    // - A row committed after the snapshot is invisible to `live` yet blocks the INSERT: then the
+    //   statement returns no row at all, and the caller runs it again with a fresh snapshot.
     claim: named(
       'claim',
-      `WITH claimed AS (
+      `WITH live AS (
+  SELECT ${columns} FROM ${t} WHERE id = $1 AND expires_at > ${clock}
+), claimed AS (
   INSERT INTO ${t} AS r (id, state, token, fingerprint, expires_at)
-  VALUES ($1, 'in_progress', $2, $3, ${after(4)})
+  SELECT $1, 'in_progress', $2::text, $3::text, ${after(4)}
+  WHERE NOT EXISTS (SELECT 1 FROM live)
   ON CONFLICT (id) DO UPDATE
     SET state = 'in_progress', token = excluded.token, fingerprint = excluded.fingerprint,
         status = NULL, headers = NULL, body = NULL, expires_at = excluded.expires_at
@@ -59,8 +64,7 @@ SELECT true AS claimed, NULL::text AS state, NULL::text AS token, NULL::text AS 
        NULL::integer AS status, NULL::jsonb AS headers, NULL::bytea AS body
 FROM claimed
 UNION ALL
-SELECT false, ${columns} FROM ${t}
-WHERE id = $1 AND expires_at > ${clock} AND NOT EXISTS (SELECT 1 FROM claimed)`,
+SELECT false, ${columns} FROM live`,
     ),
     renew: named(
       'renew',

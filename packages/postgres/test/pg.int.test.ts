@@ -121,6 +121,26 @@ describe.runIf(available)('PostgreSQL server', () => {
       }
     });
 
+    it('a claim that finds a live record is a plain read: it does not wait for a row lock', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'holder', fingerprint: 'fp', leaseMs: 5_000 });
+      const locker = await pool.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query(`SELECT 1 FROM "${table}" WHERE id = $1 FOR UPDATE`, [id]);
+        // Replays and 409s must not queue behind a hot key's lock (nor write WAL and flush a commit).
+        const contender = store.claim({ id, token: 'other', fingerprint: 'fp', leaseMs: 5_000 });
+        const settled = await Promise.race([contender, new Promise((r) => setTimeout(r, 1_000, 'blocked'))]);
+        expect(settled).toEqual({
+          claimed: false,
+          record: { state: 'in_progress', token: 'holder', fingerprint: 'fp' },
+        });
+      } finally {
+        await locker.query('ROLLBACK');
+        locker.release();
+      }
+    });
+
     it('the pool connection of a transaction goes back to the pool, or is destroyed when broken', async () => {
       const before = pool.totalCount;
       const id = freshId();
