@@ -84,7 +84,3 @@ describe.skipIf(!available)('receiver records in Redis', () => {
     expect(applied).toEqual(['R2']);
   });
 });
-
-import { recordId } from '@idem/core';
-
-const recordIdOf = (id: string) => recordId('webhooks', 'webhook', id);
