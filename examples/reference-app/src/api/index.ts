@@ -2,6 +2,7 @@ export { type Charge, type ChargeRouteOptions, maxChargeAmount, registerChargeRo
 export { authorize, internalAuth, principalOf } from './internal-auth.js';
 export { type Photo, registerPhotoRoutes } from './photos.js';
 export { type ApiProblemCode, apiProblemTable, problemType, sendProblem } from './problem.js';
+export { type ResourceStackOptions, type RunningResourceStack, startResourceStack } from './resource-stack.js';
 export { type ApiOptions, type InternalTokenTrust, type RunningApi, startApi } from './server.js';
 export { defaultSettings, registerSettingsRoutes, type Settings, themes } from './settings.js';
 export { maxBatchItems, maxStockLevel, registerStockRoutes, type StockLevel } from './stock.js';

@@ -39,7 +39,7 @@ export interface ApiOptions {
   webhookSecret: string;
   /** Run the outbox relay in the background (default `{ pollInterval: '1s' }`); `false` to drive it with `relayOnce()`. */
   relay?: false | { pollInterval?: Duration };
-  /** Clock of the internal-token checks, epoch ms. */
+  /** Clock of the internal-token checks and of the webhook signatures, epoch ms. */
   now?: () => number;
 }
 
@@ -107,7 +107,12 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
     else sendProblem(res, 'internal_error', 'The request could not be processed.');
   });
 
-  const sender = createSender({ secret: options.webhookSecret, timeout: '5s', schedule: { horizon: '24h' } });
+  const sender = createSender({
+    secret: options.webhookSecret,
+    timeout: '5s',
+    schedule: { horizon: '24h' },
+    ...(options.now ? { now: options.now } : {}),
+  });
   const pollInterval = options.relay === false ? '1s' : (options.relay?.pollInterval ?? '1s');
   const relay: Relay = outbox.relay({ db, sender, pollInterval });
 

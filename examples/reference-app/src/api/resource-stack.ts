@@ -1,0 +1,118 @@
+import type { Duration } from '@idem/core';
+import { createInternalTokenIssuer, type IssuerOptions } from '@idem/guard';
+import type { Database } from '../db.js';
+import { type RunningGateway, startGateway } from '../gateway/server.js';
+import { type RunningReceiver, startReceiver } from '../receiver/server.js';
+import { loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
+import { seedApi } from '../schema/seed-api.js';
+import { type RunningApi, startApi } from './server.js';
+
+/** Options of {@link startResourceStack}. Ports may be 0 (ephemeral). */
+export interface ResourceStackOptions {
+  db: Database;
+  /** env GATEWAY_PORT, default 8080. */
+  gatewayPort: number;
+  /** env API_PORT, default 8082. */
+  apiPort: number;
+  /** env RECEIVER_PORT, default 8084. */
+  receiverPort: number;
+  /** The gateway's public URL and the access tokens' audience (env BASE_URL); default `http://localhost:<gatewayPort>`. */
+  baseUrl?: string;
+  /** The identity provider's issuer (env AUTH_URL); the gateway discovers its JWKS. */
+  authUrl?: string;
+  /** Trusted issuers instead of discovery (tests). */
+  issuers?: readonly IssuerOptions[];
+  /** The `iss` of the gateway's internal tokens. Default `reference-gateway`. */
+  internalIssuerName?: string;
+  /** The API's background outbox relay; `false` to drive it with `api.relayOnce()`. */
+  relay?: false | { pollInterval?: Duration };
+  /** Seed the demo photos and stock (default true). */
+  seed?: boolean;
+  /** Clock of every token and signature check, epoch ms. */
+  now?: () => number;
+  /** `fetch` the gateway uses for discovery and the JWKS. */
+  fetch?: typeof globalThis.fetch;
+}
+
+/** The running resource side of the reference app. */
+export interface RunningResourceStack {
+  readonly gateway: RunningGateway;
+  readonly api: RunningApi;
+  readonly receiver: RunningReceiver;
+  /** Stops the gateway, then the API (and its relay), then the receiver. The database stays open. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the resource side of the reference app on one database, in the order each part needs the
+ * previous one: schema and seed rows, the webhook receiver (its URL goes to the API's outbox), the
+ * API (trusting the gateway's internal-token key, generated here at start), and the gateway in
+ * front of it.
+ *
+ * @example
+ * ```ts
+ * const stack = await startResourceStack({
+ *   db,
+ *   gatewayPort: 8080,
+ *   apiPort: 8082,
+ *   receiverPort: 8084,
+ *   baseUrl: 'http://localhost:8080',
+ *   authUrl: 'http://localhost:8081',
+ * });
+ * console.log(stack.gateway.url, stack.api.url, stack.receiver.url);
+ * await stack.close();
+ * ```
+ */
+export async function startResourceStack(options: ResourceStackOptions): Promise<RunningResourceStack> {
+  const { db } = options;
+  await migrateApi(db);
+  if (options.seed !== false) await seedApi(db);
+  const webhookSecret = await loadWebhookSecret(db);
+  const now = options.now ? { now: options.now } : {};
+  const internalIssuer = createInternalTokenIssuer({
+    issuer: options.internalIssuerName ?? 'reference-gateway',
+    ...now,
+  });
+  const apiAudience = 'reference-api';
+
+  const started: Array<{ close(): Promise<void> }> = [];
+  try {
+    const receiver = await startReceiver({ port: options.receiverPort, db, webhookSecret, ...now });
+    started.push(receiver);
+    const api = await startApi({
+      port: options.apiPort,
+      db,
+      internal: { issuer: internalIssuer.issuer, audience: apiAudience, jwks: internalIssuer.jwks() },
+      webhookUrl: receiver.webhookUrl,
+      webhookSecret,
+      ...(options.relay === undefined ? {} : { relay: options.relay }),
+      ...now,
+    });
+    started.push(api);
+    const gateway = await startGateway({
+      port: options.gatewayPort,
+      apiUrl: api.url,
+      apiAudience,
+      internalIssuer,
+      scopesSupported: ['photos:read', 'photos:write', 'stock:read', 'charges:write', 'settings:write'],
+      ...(options.baseUrl ? { baseUrl: options.baseUrl } : {}),
+      ...(options.authUrl ? { authUrl: options.authUrl } : {}),
+      ...(options.issuers ? { issuers: options.issuers } : {}),
+      ...(options.fetch ? { fetch: options.fetch } : {}),
+      ...now,
+    });
+    return {
+      gateway,
+      api,
+      receiver,
+      async close() {
+        await gateway.close();
+        await api.close();
+        await receiver.close();
+      },
+    };
+  } catch (error) {
+    for (const component of started.reverse()) await component.close().catch(() => undefined);
+    throw error;
+  }
+}

@@ -1,0 +1,212 @@
+import replyFrom from '@fastify/reply-from';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  defaultIdentityHeaders,
+  defaultInternalTokenHeader,
+  type Guard,
+  type GuardError,
+  type InternalTokenIssuer,
+  type IssuerOptions,
+  type Principal,
+  stripIdentityHeaders,
+} from '@idem/guard';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { discoverProvider } from './discovery.js';
+
+/** Options of {@link startGateway}. */
+export interface GatewayOptions {
+  /** Port (env GATEWAY_PORT, default 8080); 0 for an ephemeral one. */
+  port: number;
+  /** Interface to bind. Default `127.0.0.1`. */
+  host?: string;
+  /**
+   * The gateway's public base URL (env BASE_URL, default `http://localhost:<port>`): the audience
+   * every access token must carry (the resource indicator the identity provider binds tokens to).
+   */
+  baseUrl?: string;
+  /** The API the gateway forwards to, e.g. `http://127.0.0.1:8082`. */
+  apiUrl: string;
+  /** The API's name: the `aud` of the internal tokens minted for it. Default `reference-api`. */
+  apiAudience?: string;
+  /** The identity provider's issuer (env AUTH_URL); its keys come from the `jwks_uri` of its discovery document. */
+  authUrl?: string;
+  /**
+   * Trusted issuers, replacing discovery at `authUrl` (tests inject a test issuer's keys). Their
+   * audience defaults to `baseUrl`.
+   */
+  issuers?: readonly IssuerOptions[];
+  /** The internal token issuer; default one with a fresh Ed25519 key, `iss` = `baseUrl`. */
+  internalIssuer?: InternalTokenIssuer;
+  /** Scopes announced in the protected-resource metadata (RFC 9728). */
+  scopesSupported?: readonly string[];
+  /** Clock of the token checks, epoch ms. */
+  now?: () => number;
+  /** `fetch` for discovery and the JWKS. */
+  fetch?: typeof globalThis.fetch;
+}
+
+/** A running gateway. */
+export interface RunningGateway {
+  /** Where it listens, `http://localhost:<port>`. */
+  readonly url: string;
+  /** The public base URL: the audience every access token must carry. */
+  readonly baseUrl: string;
+  /** Signs the internal tokens; give `internalIssuer.jwks()` to the API. */
+  readonly internalIssuer: InternalTokenIssuer;
+  readonly guard: Guard;
+  close(): Promise<void>;
+}
+
+/**
+ * Request headers the API never receives from a client: every identity family of the guard, the
+ * caller's bearer token, and its cookies, which are credentials for the gateway's origin, not the API's.
+ */
+const strippedFamilies = [...defaultIdentityHeaders, 'authorization', 'cookie', 'proxy-authorization'];
+
+function sendProblem(reply: FastifyReply, status: number, problem: object, challenge?: string): FastifyReply {
+  if (challenge !== undefined) reply.header('www-authenticate', challenge);
+  return reply
+    .code(status)
+    .header('cache-control', 'no-store')
+    .type('application/problem+json')
+    .send(JSON.stringify(problem));
+}
+
+function refuse(reply: FastifyReply, error: GuardError): FastifyReply {
+  return sendProblem(reply, error.status, error.toProblem(), error.wwwAuthenticate);
+}
+
+const upstreamProblem = (status: 502 | 504) => ({
+  type: `https://idem.dev/problems/${status === 504 ? 'upstream-timeout' : 'upstream-unavailable'}`,
+  title: status === 504 ? 'The API did not answer in time' : 'The API is unavailable',
+  status,
+  detail: 'The request could not be forwarded; retry later with the same Idempotency-Key.',
+  code: status === 504 ? 'upstream_timeout' : 'upstream_unavailable',
+  retryable: true,
+});
+
+/**
+ * Starts the gateway: a Fastify reverse proxy (`@fastify/reply-from`) in front of the API.
+ *
+ * For every request: the access token is verified with the guard (issuer exactly the identity
+ * provider, keys from its JWKS, `aud` = this gateway's base URL, `typ` `at+jwt`, the RFC 9068 claims
+ * `client_id`, `iat`, `jti` required); a bad or missing token is 401 problem+json with an RFC 6750
+ * challenge, before any byte of the body is read. Then the client's identity headers are stripped by
+ * namespace (`X-User-*`, `X-Auth-*`, underscore and case variants too), the bearer is dropped, and a
+ * 60-second internal token for the API (`aud` = the API, signed with the gateway's Ed25519 key) is
+ * added. The body streams through untouched, so the API fingerprints the client's exact bytes.
+ *
+ * @example
+ * ```ts
+ * const gateway = await startGateway({ port: 8080, apiUrl: api.url, authUrl: 'http://localhost:8081' });
+ * console.log(gateway.url); // http://localhost:8080
+ * ```
+ */
+export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
+  const apiAudience = options.apiAudience ?? 'reference-api';
+  const internalHeader = defaultInternalTokenHeader;
+  let issuers = options.issuers;
+  if (issuers === undefined) {
+    if (options.authUrl === undefined) throw new TypeError('startGateway needs authUrl or issuers');
+    const { jwksUri } = await discoverProvider(options.authUrl, options.fetch);
+    issuers = [
+      {
+        issuer: options.authUrl,
+        jwksUri,
+        // The identity provider signs access tokens with RS256 only; nothing else is worth accepting.
+        algorithms: ['RS256'],
+        requiredClaims: ['client_id', 'iat', 'jti'],
+      },
+    ];
+  }
+
+  const app = Fastify({ logger: false, return503OnClosing: true });
+  // Bodies are not parsed here: the stream goes to the API byte for byte.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
+  await app.register(replyFrom, {
+    base: options.apiUrl,
+    // Never retry on the client's behalf: a repeated POST is the client's decision, with its key.
+    retryMethods: [],
+    disableRequestLogging: true,
+  });
+
+  // The guard and the internal issuer need the base URL, which an ephemeral port only gives after
+  // listen; until they exist a request gets 503 (nothing half-configured answers).
+  let ready: { guard: Guard; internal: InternalTokenIssuer } | undefined;
+  const principals = new WeakMap<FastifyRequest, Principal>();
+
+  app.get('/.well-known/oauth-protected-resource', async (_request, reply) => {
+    if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
+    reply.header('cache-control', 'public, max-age=300');
+    return {
+      resource: baseUrl,
+      authorization_servers: options.authUrl ? [options.authUrl] : (issuers ?? []).map((issuer) => issuer.issuer),
+      bearer_methods_supported: ['header'],
+      ...(options.scopesSupported ? { scopes_supported: [...options.scopesSupported] } : {}),
+    };
+  });
+
+  app.route({
+    method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    url: '/*',
+    onRequest: async (request, reply) => {
+      if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
+      const result = await ready.guard.authenticate({ headers: request.headers, url: request.url });
+      if (!result.ok) return refuse(reply, result.error);
+      principals.set(request, result.principal);
+    },
+    handler: async (request, reply) => {
+      const principal = principals.get(request);
+      if (!ready || !principal) return sendProblem(reply, 503, upstreamProblem(502));
+      const token = await ready.internal.mint(principal, { audience: apiAudience });
+      return reply.from(undefined, {
+        rewriteRequestHeaders: (_request, headers) => {
+          const forwarded = stripIdentityHeaders(headers as Record<string, string | string[] | undefined>, {
+            namespaces: strippedFamilies,
+            extra: [internalHeader],
+          });
+          forwarded[internalHeader] = token;
+          return forwarded as typeof headers;
+        },
+        onError: (failed, { error }) => {
+          const timedOut = /timeout/i.test(String((error as { code?: unknown }).code ?? error?.name ?? ''));
+          sendProblem(failed as FastifyReply, timedOut ? 504 : 502, upstreamProblem(timedOut ? 504 : 502));
+        },
+      });
+    },
+  });
+
+  await app.listen({ port: options.port, host: options.host ?? '127.0.0.1' });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : options.port;
+  const baseUrl = options.baseUrl ?? `http://localhost:${port}`;
+  try {
+    const guard = createGuard({
+      audience: baseUrl,
+      issuers,
+      realm: 'reference-api',
+      resourceMetadata: `${baseUrl}/.well-known/oauth-protected-resource`,
+      ...(options.now ? { now: options.now } : {}),
+      ...(options.fetch ? { fetch: options.fetch } : {}),
+    });
+    await guard.ready();
+    const internal =
+      options.internalIssuer ??
+      createInternalTokenIssuer({ issuer: baseUrl, ...(options.now ? { now: options.now } : {}) });
+    ready = { guard, internal };
+  } catch (error) {
+    await app.close();
+    throw error;
+  }
+  return {
+    url: `http://localhost:${port}`,
+    baseUrl,
+    internalIssuer: ready.internal,
+    guard: ready.guard,
+    async close() {
+      await app.close();
+    },
+  };
+}

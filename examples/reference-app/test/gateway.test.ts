@@ -1,0 +1,297 @@
+import { randomUUID } from 'node:crypto';
+import { createInternalTokenIssuer, principalFromClaims } from '@idem/guard';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import { type Database, openDatabase } from '../src/db.js';
+
+// The gateway trusts a test issuer whose key only this file holds; tokens are minted per test.
+const issuer = 'https://issuer.gateway-test.example';
+const audience = 'http://gateway.test';
+let offsetMs = 0;
+const now = () => Date.now() + offsetMs;
+
+let db: Database;
+let stack: RunningResourceStack;
+let privateKey: CryptoKey;
+let otherKey: CryptoKey;
+
+beforeAll(async () => {
+  const pair = await generateKeyPair('ES256', { extractable: true });
+  privateKey = pair.privateKey;
+  otherKey = (await generateKeyPair('ES256')).privateKey;
+  const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'test-key', alg: 'ES256' };
+  db = await openDatabase({ memory: true });
+  stack = await startResourceStack({
+    db,
+    gatewayPort: 0,
+    apiPort: 0,
+    receiverPort: 0,
+    baseUrl: audience,
+    issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'], requiredClaims: ['client_id', 'iat', 'jti'] }],
+    relay: false,
+    now,
+  });
+});
+
+afterAll(async () => {
+  await stack?.close();
+  await db?.close();
+});
+
+interface MintOptions {
+  sub?: string;
+  scope?: string;
+  roles?: string[];
+  aud?: string;
+  typ?: string;
+  key?: CryptoKey;
+  lifetime?: number;
+  extra?: Record<string, unknown>;
+}
+
+function mint(options: MintOptions = {}): Promise<string> {
+  const iat = Math.floor(now() / 1000);
+  return new SignJWT({
+    scope: options.scope ?? 'photos:read photos:write stock:read charges:write settings:write',
+    roles: options.roles ?? [],
+    client_id: 'photo-app',
+    ...options.extra,
+  })
+    .setProtectedHeader({ alg: 'ES256', kid: 'test-key', typ: options.typ ?? 'at+jwt' })
+    .setIssuer(issuer)
+    .setSubject(options.sub ?? 'user-alice')
+    .setAudience(options.aud ?? audience)
+    .setIssuedAt(iat)
+    .setExpirationTime(iat + (options.lifetime ?? 300))
+    .setJti(randomUUID())
+    .sign(options.key ?? privateKey);
+}
+
+async function call(path: string, init: RequestInit & { token?: string } = {}) {
+  const headers = new Headers(init.headers);
+  if (init.token) headers.set('authorization', `Bearer ${init.token}`);
+  const response = await fetch(new URL(path, stack.gateway.url), { ...init, headers });
+  const text = await response.text();
+  return { status: response.status, headers: response.headers, text, json: () => JSON.parse(text) };
+}
+
+async function expectUnauthorized(token: string | undefined, code: string) {
+  const response = await call('/photos', token === undefined ? {} : { token });
+  expect(response.status).toBe(401);
+  expect(response.headers.get('content-type')).toContain('application/problem+json');
+  expect(response.headers.get('www-authenticate')).toMatch(/^Bearer realm="reference-api"/);
+  expect(response.json()).toMatchObject({ status: 401, code });
+  return response;
+}
+
+describe('gateway: bad tokens are 401 with a challenge', () => {
+  it('refuses a request without a token, with a challenge carrying no error (RFC 6750 §3.1)', async () => {
+    const response = await expectUnauthorized(undefined, 'token_missing');
+    expect(response.headers.get('www-authenticate')).not.toContain('error=');
+    expect(response.headers.get('www-authenticate')).toContain(
+      `resource_metadata="${audience}/.well-known/oauth-protected-resource"`,
+    );
+  });
+
+  it('refuses a token that is not a JWT', async () => {
+    const response = await expectUnauthorized('not-a-token', 'token_malformed');
+    expect(response.headers.get('www-authenticate')).toContain('error="invalid_token"');
+  });
+
+  it('refuses a tampered token (payload changed, signature kept)', async () => {
+    const token = await mint({ scope: 'photos:read' });
+    const [header, payload, signature] = token.split('.') as [string, string, string];
+    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString());
+    claims.sub = 'user-bob';
+    const tampered = `${header}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.${signature}`;
+    await expectUnauthorized(tampered, 'signature_invalid');
+  });
+
+  it('refuses a token signed by a key the issuer does not publish', async () => {
+    await expectUnauthorized(await mint({ key: otherKey }), 'signature_invalid');
+  });
+
+  it('refuses an expired token (the clock is injected, nothing sleeps)', async () => {
+    const token = await mint({ lifetime: 60 });
+    expect((await call('/photos', { token })).status).toBe(200);
+    offsetMs = 120_000;
+    try {
+      await expectUnauthorized(token, 'token_expired');
+    } finally {
+      offsetMs = 0;
+    }
+  });
+
+  it('refuses a token for another audience', async () => {
+    await expectUnauthorized(await mint({ aud: 'http://another-api.example' }), 'audience_invalid');
+  });
+
+  it('refuses a token that is not typed at+jwt, such as an ID token', async () => {
+    await expectUnauthorized(await mint({ typ: 'JWT', extra: { nonce: 'n' } }), 'type_invalid');
+  });
+
+  it("refuses the gateway's own internal token presented as a bearer", async () => {
+    const internal = createInternalTokenIssuer({ issuer });
+    const token = await internal.mint(principalFromClaims({ sub: 'user-alice', iss: issuer, aud: audience }), {
+      audience,
+    });
+    await expectUnauthorized(token, 'type_invalid');
+  });
+
+  it('refuses before routing: an unknown path without a token is 401, not 404', async () => {
+    const response = await call('/no/such/route');
+    expect(response.status).toBe(401);
+  });
+});
+
+describe('gateway: forwarding', () => {
+  it('forwards a valid request with its query string and answers with the API', async () => {
+    const response = await call('/stock?item=item-1', { token: await mint() });
+    expect(response.status).toBe(200);
+    expect(response.json()).toEqual({ item: 'item-1', level: 7 });
+  });
+
+  it('streams a request body through untouched', async () => {
+    const token = await mint();
+    const response = await call('/settings', {
+      token,
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: '{"theme":"dark"}',
+    });
+    expect(response.status).toBe(200);
+    expect(response.json()).toEqual({ theme: 'dark' });
+  });
+
+  it('answers 404 problem+json from the API for an unknown path with a valid token', async () => {
+    const response = await call('/no/such/route', { token: await mint() });
+    expect(response.status).toBe(404);
+    expect(response.json()).toMatchObject({ code: 'route_not_found' });
+  });
+
+  it('serves RFC 9728 protected-resource metadata', async () => {
+    const response = await call('/.well-known/oauth-protected-resource');
+    expect(response.status).toBe(200);
+    expect(response.json()).toMatchObject({ resource: audience, authorization_servers: [issuer] });
+  });
+});
+
+describe('gateway: not permitted is 403', () => {
+  it('refuses a charge without charges:write, naming the scope in the challenge', async () => {
+    const response = await call('/charges', {
+      token: await mint({ scope: 'photos:read' }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ amount: 100, currency: 'EUR' }),
+    });
+    expect(response.status).toBe(403);
+    expect(response.headers.get('www-authenticate')).toContain('error="insufficient_scope"');
+    expect(response.headers.get('www-authenticate')).toContain('scope="charges:write"');
+    expect(response.json()).toMatchObject({ code: 'insufficient_scope' });
+    const { rows } = await db.query('select id from api_charges');
+    expect(rows).toHaveLength(0);
+  });
+
+  it('refuses PUT /stock for a caller without the admin role', async () => {
+    const response = await call('/stock/item-2', {
+      token: await mint({ roles: ['viewer'] }),
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ level: 1 }),
+    });
+    expect(response.status).toBe(403);
+    const { rows } = await db.query<{ level: number }>('select level from api_stock where item = $1', ['item-2']);
+    expect(rows[0]?.level).toBe(14);
+  });
+});
+
+describe('gateway: spoofed identity headers have no effect', () => {
+  it.each([
+    ['X-User-Id', 'user-bob'],
+    ['X-User-Sub', 'user-bob'],
+    ['X_User_Id', 'user-bob'],
+    ['X-Auth-Request-User', 'user-bob'],
+    ['X-Auth-Roles', 'admin'],
+    ['X-Forwarded-User', 'user-bob'],
+  ])('%s: %s changes nothing', async (name, value) => {
+    const response = await call('/photos', { token: await mint({ scope: 'photos:read' }), headers: { [name]: value } });
+    expect(response.status).toBe(200);
+    const ids = (response.json() as { photos: Array<{ id: string }> }).photos.map((photo) => photo.id);
+    expect(ids.length).toBeGreaterThan(0);
+    expect(ids.every((id) => id.startsWith('photo-alice-'))).toBe(true);
+  });
+
+  it('a spoofed role header does not make a viewer an admin', async () => {
+    const response = await call('/stock/item-3', {
+      token: await mint({ roles: [] }),
+      method: 'PUT',
+      headers: { 'content-type': 'application/json', 'X-Auth-Roles': 'admin', 'X-User-Roles': 'admin' },
+      body: JSON.stringify({ level: 0 }),
+    });
+    expect(response.status).toBe(403);
+  });
+
+  it("a client-sent internal token is replaced by the gateway's own", async () => {
+    // A token minted by a key the API does not trust, claiming to be bob: the gateway drops it.
+    const forged = await createInternalTokenIssuer({ issuer: 'reference-gateway' }).mint(
+      principalFromClaims({ sub: 'user-bob', iss: issuer, aud: audience, scope: 'photos:read' }),
+      { audience: 'reference-api' },
+    );
+    const response = await call('/photos', {
+      token: await mint({ scope: 'photos:read' }),
+      headers: { 'idem-internal-token': forged },
+    });
+    expect(response.status).toBe(200);
+    const ids = (response.json() as { photos: Array<{ id: string }> }).photos.map((photo) => photo.id);
+    expect(ids.every((id) => id.startsWith('photo-alice-'))).toBe(true);
+  });
+});
+
+describe('API: only the gateway gets in', () => {
+  it('listens on loopback only', () => {
+    expect(new URL(stack.api.url).hostname).toBe('127.0.0.1');
+  });
+
+  it('refuses a direct call without an internal token', async () => {
+    const response = await fetch(new URL('/photos', stack.api.url));
+    expect(response.status).toBe(401);
+    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer /);
+    expect(await response.json()).toMatchObject({ code: 'token_missing' });
+  });
+
+  it("refuses a direct call carrying the caller's access token", async () => {
+    const response = await fetch(new URL('/photos', stack.api.url), {
+      headers: { authorization: `Bearer ${await mint()}` },
+    });
+    expect(response.status).toBe(401);
+  });
+
+  it('refuses an internal token signed by another key', async () => {
+    const forged = await createInternalTokenIssuer({ issuer: 'reference-gateway' }).mint(
+      principalFromClaims({ sub: 'user-alice', iss: issuer, aud: audience, scope: 'photos:read' }),
+      { audience: 'reference-api' },
+    );
+    const response = await fetch(new URL('/photos', stack.api.url), { headers: { 'idem-internal-token': forged } });
+    expect(response.status).toBe(401);
+  });
+
+  it("refuses the gateway's internal token minted for another service", async () => {
+    const token = await stack.gateway.internalIssuer.mint(
+      principalFromClaims({ sub: 'user-alice', iss: issuer, aud: audience, scope: 'photos:read' }),
+      { audience: 'another-service' },
+    );
+    const response = await fetch(new URL('/photos', stack.api.url), { headers: { 'idem-internal-token': token } });
+    expect(response.status).toBe(401);
+    expect(await response.json()).toMatchObject({ code: 'audience_invalid' });
+  });
+
+  it("accepts the gateway's internal token for the API (the control case)", async () => {
+    const token = await stack.gateway.internalIssuer.mint(
+      principalFromClaims({ sub: 'user-alice', iss: issuer, aud: audience, scope: 'photos:read' }),
+      { audience: 'reference-api' },
+    );
+    const response = await fetch(new URL('/photos', stack.api.url), { headers: { 'idem-internal-token': token } });
+    expect(response.status).toBe(200);
+  });
+});
