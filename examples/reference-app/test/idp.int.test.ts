@@ -1,5 +1,5 @@
 import { createLocalJWKSet, jwtVerify } from 'jose';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
 import { sqlAdapterFactory } from '../src/idp/adapter.js';
 import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
@@ -446,6 +446,24 @@ describe('the code flow', () => {
     );
     return { code: callback.searchParams.get('code')!, verifier };
   }
+
+  it('refuses a code redeemed after its 60 s lifetime (row 8)', async () => {
+    // The provider reads the time from Date: shift it, and redeem one code within its TTL and one after.
+    const redeemAt = async (offsetMs: number) => {
+      const { code, verifier } = await freshCode();
+      const params = { grant_type: 'authorization_code', code, redirect_uri: app.redirectUri, code_verifier: verifier };
+      vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + offsetMs });
+      try {
+        return await tokenRequest(auth(), params, app);
+      } finally {
+        vi.useRealTimers();
+      }
+    };
+    expect((await redeemAt(30_000)).status).toBe(200);
+    const late = await redeemAt(120_000);
+    expect(late.status).toBe(400);
+    expect(late.body.error).toBe('invalid_grant');
+  });
 
   it("refuses client B redeeming client A's code (row 13)", async () => {
     const { code, verifier } = await freshCode();

@@ -1,0 +1,129 @@
+// The third-party app's protocol client against a scripted authorization server: what a real provider
+// never sends (a forged ID token signature, a wrong nonce, alg none, a lying discovery document) must
+// be refused (rows 34 and 36; ID token signature, which oauth4webapi skips unless asked).
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createOidcClient, type OidcClient } from '../src/app/oidc-client.js';
+
+type Mode = 'good' | 'wrong-key' | 'wrong-nonce' | 'alg-none' | 'wrong-issuer-discovery';
+
+let server: Server;
+let issuer: string;
+let mode: Mode = 'good';
+let expectedNonce = '';
+let tokenRequests = 0;
+let signingKey: CryptoKey;
+let otherKey: CryptoKey;
+let publicJwk: Record<string, unknown>;
+
+const unsigned = (payload: Record<string, unknown>) =>
+  `${Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')}.${Buffer.from(JSON.stringify(payload)).toString('base64url')}.`;
+
+beforeAll(async () => {
+  const a = await generateKeyPair('RS256');
+  const b = await generateKeyPair('RS256');
+  signingKey = a.privateKey;
+  otherKey = b.privateKey;
+  publicJwk = { ...(await exportJWK(a.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
+
+  server = createServer(async (req, res) => {
+    const json = (value: unknown) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+    if (req.url === '/.well-known/openid-configuration') {
+      return json({
+        issuer: mode === 'wrong-issuer-discovery' ? 'https://someone-else.example' : issuer,
+        authorization_endpoint: `${issuer}/auth`,
+        token_endpoint: `${issuer}/token`,
+        jwks_uri: `${issuer}/jwks`,
+        revocation_endpoint: `${issuer}/revoke`,
+        authorization_response_iss_parameter_supported: true,
+        id_token_signing_alg_values_supported: ['RS256'],
+      });
+    }
+    if (req.url === '/jwks') return json({ keys: [publicJwk] });
+    if (req.url === '/token') {
+      tokenRequests++;
+      const now = Math.floor(Date.now() / 1000);
+      const claims = {
+        iss: issuer,
+        aud: 'photo-app',
+        sub: 'user-1',
+        name: 'Test User',
+        iat: now,
+        exp: now + 300,
+        nonce: mode === 'wrong-nonce' ? 'not-the-nonce' : expectedNonce,
+      };
+      const idToken =
+        mode === 'alg-none'
+          ? unsigned(claims)
+          : await new SignJWT(claims)
+              .setProtectedHeader({ alg: 'RS256', kid: 'k1' })
+              .sign(mode === 'wrong-key' ? otherKey : signingKey);
+      return json({ access_token: 'opaque-at', token_type: 'Bearer', expires_in: 300, id_token: idToken });
+    }
+    res.writeHead(404).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  issuer = `http://localhost:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+});
+
+beforeEach(() => {
+  mode = 'good';
+  tokenRequests = 0;
+});
+
+const client = (): OidcClient =>
+  createOidcClient({
+    issuer,
+    clientId: 'photo-app',
+    clientSecret: 'secret',
+    redirectUri: 'http://localhost:1/callback',
+    resource: 'http://localhost:8080',
+    scope: 'openid',
+    now: Date.now,
+  });
+
+async function attempt(oidc: OidcClient) {
+  const { pending } = await oidc.startSignIn('/');
+  expectedNonce = pending.nonce;
+  const callback = new URL('http://localhost:1/callback');
+  callback.searchParams.set('code', 'code-1');
+  callback.searchParams.set('state', pending.state);
+  callback.searchParams.set('iss', issuer);
+  return oidc.finishSignIn(callback, pending);
+}
+
+describe('the app protocol client against a scripted server', () => {
+  it('accepts a properly signed ID token with the right nonce', async () => {
+    const result = await attempt(client());
+    expect(result.user).toEqual({ sub: 'user-1', name: 'Test User' });
+    expect(result.tokens.accessToken).toBe('opaque-at');
+  });
+
+  it('refuses an ID token signed with a key that is not in the JWKS', async () => {
+    mode = 'wrong-key';
+    await expect(attempt(client())).rejects.toThrow();
+  });
+
+  it('refuses an unsigned (alg none) ID token', async () => {
+    mode = 'alg-none';
+    await expect(attempt(client())).rejects.toThrow();
+  });
+
+  it('refuses an ID token whose nonce is not the stored one (row 34)', async () => {
+    mode = 'wrong-nonce';
+    await expect(attempt(client())).rejects.toThrow(/nonce/);
+  });
+
+  it('refuses a discovery document whose issuer is not the configured one (row 36)', async () => {
+    mode = 'wrong-issuer-discovery';
+    await expect(client().startSignIn('/')).rejects.toThrow();
+    expect(tokenRequests).toBe(0);
+  });
+});
