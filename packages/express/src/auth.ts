@@ -10,6 +10,7 @@ import {
   guardRequestFromNode,
   type InternalVerifierOptions,
   isGuard,
+  joinHeaderValues,
   type Principal,
   type Requirement,
 } from '@idem/guard';
@@ -113,13 +114,14 @@ export function authorize(...requirements: Requirement[]): RequestHandler {
 
 /**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the
- * caller's bearer token is dropped, and a fresh internal token for `audience` is added.
+ * caller's bearer token is dropped, and a fresh internal token for `audience` is added. The result
+ * is a plain string map, ready for `fetch` or `http.request`.
  *
  * @example
  * const headers = await forwardHeaders(req, { issuer: internalTokens, audience: 'orders-service' });
  */
-export function forwardHeaders(req: Request, options: ForwardOptions): Promise<Record<string, string | string[]>> {
+export function forwardHeaders(req: Request, options: ForwardOptions): Promise<Record<string, string>> {
   if (req.auth === undefined)
     throw new TypeError('forwardHeaders needs an authenticated request (mount guard() first)');
-  return forwardGuardHeaders(req.headers, req.auth, options) as Promise<Record<string, string | string[]>>;
+  return forwardGuardHeaders(req.headers, req.auth, options).then(joinHeaderValues);
 }

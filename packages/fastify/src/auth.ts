@@ -10,6 +10,7 @@ import {
   guardRequestFromNode,
   type InternalVerifierOptions,
   isGuard,
+  joinHeaderValues,
   type Principal,
   type Requirement,
 } from '@idem/guard';
@@ -139,7 +140,8 @@ export const authPlugin = fp(plugin, { fastify: '5.x', name: '@idem/fastify-auth
 
 /**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the
- * caller's bearer token is dropped, and a fresh internal token for `audience` is added.
+ * caller's bearer token is dropped, and a fresh internal token for `audience` is added. The result
+ * is a plain string map, ready for `fetch` or `http.request`.
  *
  * @example
  * const headers = await forwardHeaders(request, { issuer: internalTokens, audience: 'orders-service' });
@@ -151,5 +153,5 @@ export function forwardHeaders(
   if (request.auth === undefined || request.auth === null) {
     throw new TypeError('forwardHeaders needs an authenticated request (run the guard hook first)');
   }
-  return forwardGuardHeaders(request.headers, request.auth, options) as Promise<Record<string, string | string[]>>;
+  return forwardGuardHeaders(request.headers, request.auth, options).then(joinHeaderValues);
 }

@@ -39,3 +39,20 @@ export async function forwardHeaders<T extends string | string[] | number | unde
   stripped[header] = await options.issuer.mint(principal, { audience: options.audience });
   return stripped;
 }
+
+/**
+ * Turns a header map into plain strings for `fetch` or `http.request`: Node already joins repeated
+ * request headers, and whatever is still an array is joined with `, ` (RFC 9110 §5.3).
+ *
+ * @example
+ * joinHeaderValues({ accept: ['a', 'b'], host: 'x' }); // { accept: 'a, b', host: 'x' }
+ */
+export function joinHeaderValues(
+  headers: Readonly<Record<string, string | string[] | number | undefined>>,
+): Record<string, string> {
+  const result: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined) result[name] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  return result;
+}

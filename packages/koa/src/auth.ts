@@ -10,6 +10,7 @@ import {
   guardRequestFromNode,
   type InternalVerifierOptions,
   isGuard,
+  joinHeaderValues,
   type Principal,
   type Requirement,
 } from '@idem/guard';
@@ -103,14 +104,15 @@ export function authorize(...requirements: Requirement[]): Middleware {
 
 /**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the
- * caller's bearer token is dropped, and a fresh internal token for `audience` is added.
+ * caller's bearer token is dropped, and a fresh internal token for `audience` is added. The result
+ * is a plain string map, ready for `fetch` or `http.request`.
  *
  * @example
  * const headers = await forwardHeaders(ctx, { issuer: internalTokens, audience: 'orders-service' });
  */
-export function forwardHeaders(ctx: Context, options: ForwardOptions): Promise<Record<string, string | string[]>> {
+export function forwardHeaders(ctx: Context, options: ForwardOptions): Promise<Record<string, string>> {
   const principal = ctx.state.auth as Principal | undefined;
   if (principal === undefined)
     throw new TypeError('forwardHeaders needs an authenticated request (mount guard() first)');
-  return forwardGuardHeaders(ctx.req.headers, principal, options) as Promise<Record<string, string | string[]>>;
+  return forwardGuardHeaders(ctx.req.headers, principal, options).then(joinHeaderValues);
 }
