@@ -7,6 +7,9 @@ import { problemType } from '@idem/core';
  * Verification failures are 400 (the sender or an attacker sent something wrong). Misconfiguration of
  * the receiving server itself (a body that was already parsed, a bad secret) is 500 on purpose: the
  * sender keeps retrying, so the events are not lost while the deployment is fixed.
+ *
+ * @example
+ * webhookErrorTable.signature_mismatch.status; // 400
  */
 export const webhookErrorTable = {
   headers_missing: { status: 400, title: 'Webhook headers are missing', retryable: false },

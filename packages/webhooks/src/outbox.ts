@@ -138,6 +138,7 @@ function toRow(row: Record<string, any>): OutboxRow {
  * - Results are written with `locked_by = me`: a relay whose lease ran out cannot overwrite the
  *   outcome recorded by the relay that took over.
  * - Retries follow the sender's schedule, timed by PostgreSQL's clock (`now()`).
+ * - A 410 Gone dead-letters every waiting event for that URL (the endpoint asked to be disabled).
  *
  * @example
  * const outbox = createOutbox({ table: 'webhook_outbox' });
@@ -278,6 +279,16 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       return (rows[0]?.status as OutboxRow['status'] | undefined) ?? 'pending';
     };
 
+    const disableUrl = async (url: string) => {
+      const result = await db.query(
+        `UPDATE ${table}
+            SET status = 'dead', dead_reason = 'gone', locked_until = NULL, locked_by = NULL
+          WHERE url = $1 AND status = 'pending' AND (locked_until IS NULL OR locked_until <= now())`,
+        [url],
+      );
+      return result.rowCount ?? 0;
+    };
+
     const runOnce = async (): Promise<RelayRound> => {
       const rows = await claim();
       const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0 };
@@ -299,6 +310,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
             attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
           const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
           const status = await record(row.id, attempt, delivered, stop, waitMs);
+          // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
+          // other events waiting for the same URL are dead-lettered too instead of each finding out.
+          if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
           if (status === 'delivered') round.delivered++;
           else if (status === 'dead') round.dead++;
           else round.retrying++;

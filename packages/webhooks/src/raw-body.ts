@@ -3,7 +3,12 @@ import type { Readable } from 'node:stream';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import { WebhookError } from './errors.js';
 
-/** Default largest webhook body, after decompression: 1 MiB. */
+/**
+ * Default largest webhook body, after decompression: 1 MiB.
+ *
+ * @example
+ * expressWebhook(receiver, { limit: defaultBodyLimit / 4 }); // 256 KiB
+ */
 export const defaultBodyLimit = 1024 * 1024;
 
 /** Options of {@link readRawBody}. */

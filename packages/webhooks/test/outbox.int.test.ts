@@ -128,6 +128,39 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('treats 410 as the endpoint being gone: every waiting event for that URL is dead-lettered', async () => {
+    await clear();
+    const gone = await scripted((_request, response) => {
+      response.statusCode = 410;
+      response.end();
+    });
+    const { receiver, applied } = makeReceiver();
+    const alive = await startEndpoint(receiver);
+    try {
+      for (const id of ['G1', 'G2', 'G3']) await outbox.add(pool, { id, url: gone.url, body: '{}' });
+      await outbox.add(pool, { id: 'A1', url: alive.url, body: '{}' });
+      const round = await outbox.relay({ db: pool, sender, batchSize: 1 }).runOnce();
+      expect(round).toMatchObject({ claimed: 1 });
+      const states = Object.fromEntries((await rows()).map((row) => [row.id, row.status]));
+      if (states.A1 === 'delivered') {
+        // The single claimed row went to the live endpoint; the next round finds the gone one.
+        await outbox.relay({ db: pool, sender, batchSize: 1 }).runOnce();
+      }
+      const after = await rows();
+      expect(after.filter((row) => row.url === gone.url).map((row) => [row.status, row.dead_reason])).toEqual([
+        ['dead', 'gone'],
+        ['dead', 'gone'],
+        ['dead', 'gone'],
+      ]);
+      expect(after.filter((row) => row.url === gone.url).reduce((sum, row) => sum + row.attempts, 0)).toBe(1);
+      await outbox.relay({ db: pool, sender }).runOnce();
+      expect(applied).toEqual(['A1']);
+    } finally {
+      await gone.close();
+      await alive.close();
+    }
+  });
+
   it('dead-letters past the horizon and after maxAttempts', async () => {
     await clear();
     const server = await scripted((_request, response) => {
