@@ -233,6 +233,16 @@ describe('login and consent pages', () => {
     expect(page.body).not.toMatch(/<script|https?:\/\/(?!localhost)/);
   });
 
+  it('answers an unknown or expired interaction with a plain 400 page, not a stack trace', async () => {
+    const response = await fetch(new URL('/interaction/no-such-interaction', auth()));
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    const body = await response.text();
+    expect(body).toContain('Sign-in expired');
+    expect(body).not.toMatch(/at .*\.js:\d+/);
+    expect(response.headers.get('x-powered-by')).toBeNull();
+  });
+
   it('answers a failed login the same way for a wrong password and an unknown user (row 40)', async () => {
     const attempt = async (username: string, password: string) => {
       const { agent, page } = await loginPage();
