@@ -15,12 +15,14 @@ let db: Database;
 let stack: RunningResourceStack;
 let privateKey: CryptoKey;
 let otherKey: CryptoKey;
+let publicJwk: Record<string, unknown>;
 
 beforeAll(async () => {
   const pair = await generateKeyPair('ES256', { extractable: true });
   privateKey = pair.privateKey;
   otherKey = (await generateKeyPair('ES256')).privateKey;
   const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'test-key', alg: 'ES256' };
+  publicJwk = jwk;
   db = await openDatabase({ memory: true });
   stack = await startResourceStack({
     db,
@@ -293,5 +295,73 @@ describe('API: only the gateway gets in', () => {
     );
     const response = await fetch(new URL('/photos', stack.api.url), { headers: { 'idem-internal-token': token } });
     expect(response.status).toBe(200);
+  });
+});
+
+describe('gateway: what reaches the upstream', () => {
+  // The gateway alone in front of a server that echoes the request it got, so the test sees
+  // exactly what the gateway forwards.
+  it('strips identity headers by namespace, drops the bearer and cookies, adds one internal token', async () => {
+    const { createServer } = await import('node:http');
+    const seen: Array<{ headers: Record<string, unknown>; body: string; url: string | undefined }> = [];
+    const echo = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (chunk: Buffer) => chunks.push(chunk));
+      req.on('end', () => {
+        seen.push({ headers: { ...req.headers }, body: Buffer.concat(chunks).toString(), url: req.url });
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
+    const port = (echo.address() as { port: number }).port;
+    const { startGateway } = await import('../src/gateway/server.js');
+    const gateway = await startGateway({
+      port: 0,
+      apiUrl: `http://127.0.0.1:${port}`,
+      baseUrl: audience,
+      issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+      now,
+    });
+    try {
+      const body = '{"amount": 100,  "currency":"EUR"}';
+      const response = await fetch(new URL('/charges?x=1', gateway.url), {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${await mint()}`,
+          cookie: 'session=secret',
+          'content-type': 'application/json',
+          'idempotency-key': '"abc"',
+          'x-user-id': 'user-bob',
+          'X-Auth-Request-Email': 'bob@example.com',
+          x_user_roles: 'admin',
+          'x-internal-debug': '1',
+          'idem-internal-token': 'forged',
+          'x-request-note': 'kept',
+        },
+        body,
+      });
+      expect(response.status).toBe(200);
+      const forwarded = seen[0];
+      expect(forwarded?.url).toBe('/charges?x=1');
+      expect(forwarded?.body).toBe(body);
+      const names = Object.keys(forwarded?.headers ?? {});
+      for (const name of names) expect(name).not.toMatch(/^(x[-_]user[-_]|x[-_]auth[-_]|x[-_]internal[-_])/);
+      expect(names).not.toContain('authorization');
+      expect(names).not.toContain('cookie');
+      expect(forwarded?.headers['idempotency-key']).toBe('"abc"');
+      expect(forwarded?.headers['x-request-note']).toBe('kept');
+      const internal = String(forwarded?.headers['idem-internal-token']);
+      expect(internal).not.toBe('forged');
+      const verified = await stack.api.verifier.verify(internal);
+      // Another gateway instance, another key: the shared stack's API must not accept it.
+      expect(verified.ok).toBe(false);
+      const [, payload] = internal.split('.') as [string, string];
+      const claims = JSON.parse(Buffer.from(payload, 'base64url').toString());
+      expect(claims).toMatchObject({ sub: 'user-alice', aud: 'reference-api', orig_iss: issuer });
+      expect(claims.exp - claims.iat).toBeLessThanOrEqual(60);
+    } finally {
+      await gateway.close();
+      await new Promise<void>((resolve) => echo.close(() => resolve()));
+    }
   });
 });

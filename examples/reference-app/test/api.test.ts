@@ -1,0 +1,338 @@
+import { randomUUID } from 'node:crypto';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import { type Database, openDatabase } from '../src/db.js';
+
+// HTTP-level tests of the API's endpoints, always through the gateway, with tokens of a test issuer.
+const issuer = 'https://issuer.api-test.example';
+const audience = 'http://gateway.api-test';
+const allScopes = 'photos:read photos:write stock:read charges:write settings:write';
+
+let db: Database;
+let stack: RunningResourceStack;
+let privateKey: CryptoKey;
+
+beforeAll(async () => {
+  const pair = await generateKeyPair('ES256');
+  privateKey = pair.privateKey;
+  const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'api-test', alg: 'ES256' };
+  db = await openDatabase({ memory: true });
+  stack = await startResourceStack({
+    db,
+    gatewayPort: 0,
+    apiPort: 0,
+    receiverPort: 0,
+    baseUrl: audience,
+    issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
+    relay: false,
+  });
+});
+
+afterAll(async () => {
+  await stack?.close();
+  await db?.close();
+});
+
+function token(sub = 'user-alice', options: { scope?: string; roles?: string[] } = {}): Promise<string> {
+  return new SignJWT({ scope: options.scope ?? allScopes, roles: options.roles ?? [], client_id: 'photo-app' })
+    .setProtectedHeader({ alg: 'ES256', kid: 'api-test', typ: 'at+jwt' })
+    .setIssuer(issuer)
+    .setSubject(sub)
+    .setAudience(audience)
+    .setIssuedAt()
+    .setExpirationTime('5m')
+    .setJti(randomUUID())
+    .sign(privateKey);
+}
+
+interface Call {
+  status: number;
+  headers: Headers;
+  body: any;
+}
+
+async function call(
+  method: string,
+  path: string,
+  options: {
+    as?: string;
+    body?: unknown;
+    raw?: string;
+    headers?: Record<string, string>;
+    roles?: string[];
+    scope?: string;
+  } = {},
+): Promise<Call> {
+  const headers: Record<string, string> = {
+    authorization: `Bearer ${await token(options.as, {
+      ...(options.roles ? { roles: options.roles } : {}),
+      ...(options.scope ? { scope: options.scope } : {}),
+    })}`,
+    ...options.headers,
+  };
+  let body: string | undefined = options.raw;
+  if (options.body !== undefined) {
+    body = JSON.stringify(options.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const response = await fetch(new URL(path, stack.gateway.url), {
+    method,
+    headers,
+    ...(body === undefined ? {} : { body }),
+  });
+  const text = await response.text();
+  let parsed: unknown = text;
+  if (/json/.test(response.headers.get('content-type') ?? '')) parsed = JSON.parse(text);
+  return { status: response.status, headers: response.headers, body: parsed };
+}
+
+async function count(sql: string, params: unknown[] = []): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(`select count(*)::int as n from ${sql}`, params);
+  return rows[0]?.n ?? -1;
+}
+
+describe('POST /charges', () => {
+  it('mints a key when none is sent, returns it with the 201, and replays with it', async () => {
+    const first = await call('POST', '/charges', { body: { amount: 1200, currency: 'EUR' } });
+    expect(first.status).toBe(201);
+    const key = first.headers.get('idempotency-key');
+    expect(key).toBeTruthy();
+    expect(first.body).toMatchObject({ amount: 1200, currency: 'EUR', status: 'succeeded' });
+    const chargeId = first.body.id as string;
+    expect(await count('api_charges where id = $1', [chargeId])).toBe(1);
+
+    const replay = await call('POST', '/charges', {
+      body: { amount: 1200, currency: 'EUR' },
+      headers: { 'idempotency-key': key as string },
+    });
+    expect(replay.status).toBe(201);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body).toEqual(first.body);
+    expect(await count('api_charges where idempotency_key = $1', [key])).toBe(1);
+  });
+
+  it('20 concurrent requests with one key make one charge; the others get 409 or the replay', async () => {
+    const key = `"${randomUUID()}"`;
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        call('POST', '/charges', { body: { amount: 500, currency: 'USD' }, headers: { 'idempotency-key': key } }),
+      ),
+    );
+    const statuses = responses.map((response) => response.status);
+    expect(statuses.every((status) => status === 201 || status === 409)).toBe(true);
+    const created = responses.filter((response) => response.status === 201);
+    expect(created.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(created.map((response) => response.body.id)).size).toBe(1);
+    // Exactly one execution: every other 201 is a replay of it.
+    expect(created.filter((response) => response.headers.get('idempotent-replayed') !== 'true')).toHaveLength(1);
+    for (const conflict of responses.filter((response) => response.status === 409)) {
+      expect(conflict.headers.get('retry-after')).toBeTruthy();
+      expect(conflict.body).toMatchObject({ code: 'in_progress' });
+    }
+    const chargeId = created[0]?.body.id as string;
+    expect(await count('api_charges where idempotency_key = $1', [key.slice(1, -1)])).toBe(1);
+    // One event per charge: the outbox row committed with the charge, once.
+    expect(await count('api_webhook_outbox where id = $1', [`evt_${chargeId}`])).toBe(1);
+  });
+
+  it('refuses the same key with another amount (422) and charges nothing more', async () => {
+    const key = `"${randomUUID()}"`;
+    const first = await call('POST', '/charges', {
+      body: { amount: 700, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(first.status).toBe(201);
+    const other = await call('POST', '/charges', {
+      body: { amount: 701, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(other.status).toBe(422);
+    expect(other.headers.get('content-type')).toContain('application/problem+json');
+    expect(other.body).toMatchObject({ code: 'fingerprint_mismatch' });
+    expect(await count('api_charges where idempotency_key = $1', [key.slice(1, -1)])).toBe(1);
+  });
+
+  it("keeps keys per caller: bob's request with alice's key is bob's own charge", async () => {
+    const key = `"${randomUUID()}"`;
+    const alice = await call('POST', '/charges', {
+      body: { amount: 300, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    const bob = await call('POST', '/charges', {
+      as: 'user-bob',
+      body: { amount: 300, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(alice.status).toBe(201);
+    expect(bob.status).toBe(201);
+    expect(bob.headers.get('idempotent-replayed')).toBeNull();
+    expect(bob.body.id).not.toBe(alice.body.id);
+  });
+
+  it.each([
+    [{ amount: 0, currency: 'EUR' }, ['amount']],
+    [{ amount: -5, currency: 'EUR' }, ['amount']],
+    [{ amount: 10.5, currency: 'EUR' }, ['amount']],
+    [{ amount: '100', currency: 'EUR' }, ['amount']],
+    [{ amount: 100, currency: 'euro' }, ['currency']],
+    [{ amount: 100 }, ['currency']],
+    [{ amount: 100, currency: 'EUR', status: 'refunded' }, ['status']],
+  ])('refuses %j with 422 naming %j, without using up the key', async (body, invalid) => {
+    const key = `"${randomUUID()}"`;
+    const refused = await call('POST', '/charges', { body, headers: { 'idempotency-key': key } });
+    expect(refused.status).toBe(422);
+    expect(refused.body).toMatchObject({ code: 'validation_failed', invalid });
+    const fixed = await call('POST', '/charges', {
+      body: { amount: 100, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(fixed.status).toBe(201);
+  });
+
+  it('answers 400 for malformed JSON, 415 for another media type, 413 for a large body', async () => {
+    expect(
+      (await call('POST', '/charges', { raw: '{"amount":', headers: { 'content-type': 'application/json' } })).body,
+    ).toMatchObject({ status: 400, code: 'body_malformed' });
+    expect(
+      (await call('POST', '/charges', { raw: 'amount=1', headers: { 'content-type': 'text/plain' } })).body,
+    ).toMatchObject({ status: 415, code: 'unsupported_media_type' });
+    const large = await call('POST', '/charges', { body: { amount: 1, currency: 'EUR', pad: 'x'.repeat(10_000) } });
+    expect(large.status).toBe(413);
+    expect(large.body).toMatchObject({ code: 'body_too_large' });
+  });
+
+  it('answers 400 for a malformed Idempotency-Key', async () => {
+    const response = await call('POST', '/charges', {
+      body: { amount: 100, currency: 'EUR' },
+      headers: { 'idempotency-key': 'x'.repeat(300) },
+    });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toContain('application/problem+json');
+  });
+});
+
+describe('stock', () => {
+  it('GET /stock?item= gives one level; unknown items are 404; a missing id is 422', async () => {
+    expect(await call('GET', '/stock?item=item-5')).toMatchObject({ status: 200, body: { item: 'item-5', level: 35 } });
+    expect((await call('GET', '/stock?item=item-9999')).body).toMatchObject({ status: 404, code: 'unknown_item' });
+    expect((await call('GET', '/stock')).body).toMatchObject({ status: 422, code: 'validation_failed' });
+  });
+
+  it('needs stock:read', async () => {
+    expect((await call('GET', '/stock?item=item-1', { scope: 'photos:read' })).status).toBe(403);
+  });
+
+  it('POST /stock/batch with 40 items returns 40 levels, in the order asked', async () => {
+    const items = Array.from({ length: 40 }, (_, index) => `item-${80 - index}`);
+    const response = await call('POST', '/stock/batch', { body: { items } });
+    expect(response.status).toBe(200);
+    expect(response.body.levels).toHaveLength(40);
+    expect(response.body.levels.map((level: { item: string }) => level.item)).toEqual(items);
+    for (const { item, level } of response.body.levels as Array<{ item: string; level: number }>) {
+      expect(level).toBe((Number(item.slice('item-'.length)) * 7) % 50);
+    }
+  });
+
+  it('accepts 100 items and refuses 101 with 422 too_many_items', async () => {
+    const ids = (n: number) => Array.from({ length: n }, (_, index) => `item-${index + 1}`);
+    expect((await call('POST', '/stock/batch', { body: { items: ids(100) } })).body.levels).toHaveLength(100);
+    const refused = await call('POST', '/stock/batch', { body: { items: ids(101) } });
+    expect(refused.status).toBe(422);
+    expect(refused.body).toMatchObject({ code: 'too_many_items', maxItems: 100 });
+  });
+
+  it('refuses a batch with unknown items (404, listing them) and an empty or malformed batch (422)', async () => {
+    const unknown = await call('POST', '/stock/batch', { body: { items: ['item-1', 'nope-1'] } });
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toMatchObject({ code: 'unknown_item', unknownItems: ['nope-1'] });
+    expect((await call('POST', '/stock/batch', { body: { items: [] } })).status).toBe(422);
+    expect((await call('POST', '/stock/batch', { body: { items: [1, 2] } })).status).toBe(422);
+    expect((await call('POST', '/stock/batch', { body: ['item-1'] })).status).toBe(422);
+  });
+
+  it('PUT /stock/<id> sets an absolute level for an admin; twice leaves the same state', async () => {
+    const first = await call('PUT', '/stock/item-10', { roles: ['admin'], body: { level: 42 } });
+    const second = await call('PUT', '/stock/item-10', { roles: ['admin'], body: { level: 42 } });
+    expect(first).toMatchObject({ status: 200, body: { item: 'item-10', level: 42 } });
+    expect(second).toMatchObject({ status: 200, body: { item: 'item-10', level: 42 } });
+    expect((await call('GET', '/stock?item=item-10')).body.level).toBe(42);
+  });
+
+  it('PUT /stock refuses non-admins (403), bad levels (422) and unknown items (404)', async () => {
+    expect((await call('PUT', '/stock/item-11', { body: { level: 1 } })).status).toBe(403);
+    expect((await call('PUT', '/stock/item-11', { roles: ['admin'], body: { level: -1 } })).body).toMatchObject({
+      status: 422,
+      invalid: ['level'],
+    });
+    expect((await call('PUT', '/stock/item-11', { roles: ['admin'], body: { delta: 1 } })).status).toBe(422);
+    expect((await call('PUT', '/stock/nope', { roles: ['admin'], body: { level: 1 } })).status).toBe(404);
+    expect((await call('GET', '/stock?item=item-11')).body.level).toBe(27);
+  });
+});
+
+describe('photos', () => {
+  const ids = (response: Call) => (response.body.photos as Array<{ id: string }>).map((photo) => photo.id);
+
+  it("GET /photos lists only the caller's photos", async () => {
+    expect(ids(await call('GET', '/photos', { as: 'user-bob' }))).toEqual(['photo-bob-1', 'photo-bob-2']);
+    const alice = ids(await call('GET', '/photos'));
+    expect(alice.length).toBeGreaterThan(0);
+    expect(alice.every((id) => id.startsWith('photo-alice-'))).toBe(true);
+  });
+
+  it('needs photos:read', async () => {
+    expect((await call('GET', '/photos', { scope: 'stock:read' })).status).toBe(403);
+  });
+
+  it('DELETE twice: 204 both times, and the state after both is the state after the first', async () => {
+    const first = await call('DELETE', '/photos/photo-alice-3');
+    expect(first.status).toBe(204);
+    const after = ids(await call('GET', '/photos'));
+    const second = await call('DELETE', '/photos/photo-alice-3');
+    expect(second.status).toBe(204);
+    expect(ids(await call('GET', '/photos'))).toEqual(after);
+    expect(after).not.toContain('photo-alice-3');
+    const { rows } = await db.query<{ deleted_at: Date }>('select deleted_at from api_photos where id = $1', [
+      'photo-alice-3',
+    ]);
+    expect(rows).toHaveLength(1);
+  });
+
+  it("cannot delete another user's photo (404, nothing changes)", async () => {
+    const response = await call('DELETE', '/photos/photo-alice-1', { as: 'user-bob' });
+    expect(response.status).toBe(404);
+    expect(response.body).toMatchObject({ code: 'photo_not_found' });
+    expect(ids(await call('GET', '/photos'))).toContain('photo-alice-1');
+  });
+
+  it('DELETE needs photos:write', async () => {
+    expect((await call('DELETE', '/photos/photo-alice-2', { scope: 'photos:read' })).status).toBe(403);
+    expect(ids(await call('GET', '/photos'))).toContain('photo-alice-2');
+  });
+});
+
+describe('settings', () => {
+  it('GET gives the defaults; PUT twice leaves the same state; other users are unaffected', async () => {
+    expect((await call('GET', '/settings', { as: 'user-carol' })).body).toEqual({ theme: 'light' });
+    const first = await call('PUT', '/settings', { as: 'user-carol', body: { theme: 'dark' } });
+    const second = await call('PUT', '/settings', { as: 'user-carol', body: { theme: 'dark' } });
+    expect(first).toMatchObject({ status: 200, body: { theme: 'dark' } });
+    expect(second).toMatchObject({ status: 200, body: { theme: 'dark' } });
+    expect((await call('GET', '/settings', { as: 'user-carol' })).body).toEqual({ theme: 'dark' });
+    expect(await count("api_settings where owner = 'user-carol'")).toBe(1);
+    expect((await call('GET', '/settings', { as: 'user-dave' })).body).toEqual({ theme: 'light' });
+  });
+
+  it('refuses an unknown theme, extra members (PUT is the whole document) and a missing scope', async () => {
+    expect((await call('PUT', '/settings', { body: { theme: 'purple' } })).body).toMatchObject({
+      status: 422,
+      invalid: ['theme'],
+    });
+    expect((await call('PUT', '/settings', { body: { theme: 'dark', font: 'serif' } })).body).toMatchObject({
+      status: 422,
+      invalid: ['font'],
+    });
+    expect((await call('PUT', '/settings', { scope: 'photos:read', body: { theme: 'dark' } })).status).toBe(403);
+  });
+});
