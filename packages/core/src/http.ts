@@ -646,7 +646,11 @@ function captureResponse(
   };
   const currentHeaders = () => ({ ...headerRecord(res.getHeaders() as Record<string, unknown>), ...headHeaders });
   const copy = (chunk: unknown, encoding: unknown) => {
-    const bytes = toBuffer(chunk, encoding);
+    if (overflow || chunk === undefined || chunk === null || typeof chunk === 'function') return;
+    const isString = typeof chunk === 'string';
+    const bytes = isString
+      ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
+      : toBuffer(chunk, encoding);
     if (bytes === undefined || bytes.length === 0) return;
     size += bytes.length;
     // In held mode every byte is kept, because it still has to be sent; only storing is capped.
@@ -655,7 +659,9 @@ function captureResponse(
       chunks.length = 0;
       return;
     }
-    chunks.push(Buffer.from(bytes));
+    // A string was encoded into a fresh buffer already; a caller's buffer may be reused after the
+    // write returns, so it is copied.
+    chunks.push(isString ? bytes : Buffer.from(bytes));
   };
   const restore = () => {
     res.writeHead = originalWriteHead;
@@ -665,8 +671,8 @@ function captureResponse(
 
   const onHead = (args: unknown[]) => {
     status = Number(args[0]);
-    headHeaders = writeHeadHeaders(args.slice(1));
-    const type = currentHeaders()['content-type'] ?? '';
+    headHeaders = args.length > 1 ? writeHeadHeaders(args.slice(1)) : {};
+    const type = headHeaders['content-type'] ?? String(res.getHeader('content-type') ?? '');
     // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
     // so the feed does not hold a lease open for as long as it streams.
     if (!hold && /^text\/event-stream/i.test(type)) {
