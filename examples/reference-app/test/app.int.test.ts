@@ -58,7 +58,14 @@ beforeAll(async () => {
     if (req.url === '/photos') return json(200, [{ id: 'p1', title: 'Alice at the tea party' }]);
     if (req.url?.startsWith('/stock')) return json(200, { item: req.url.split('=')[1], level: 7 });
     if (req.url === '/settings') return json(200, req.method === 'PUT' ? JSON.parse(body) : { theme: 'light' });
-    if (req.url === '/charges') return json(201, { id: 'ch_1', ...JSON.parse(body) }, { 'idempotency-key': 'k' });
+    // Like the real API, echo the key the request carried.
+    if (req.url === '/charges') {
+      return json(
+        201,
+        { id: 'ch_1', ...JSON.parse(body) },
+        { 'idempotency-key': String(req.headers['idempotency-key']) },
+      );
+    }
     return json(404, { title: 'Not Found' });
   });
   await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
@@ -289,6 +296,7 @@ describe('signed in', () => {
     const after = await agent.request(appUrl('/'));
     expect(after.body).toContain(`Idempotency-Key: ${charge!.idempotencyKey!.slice(1, -1)}`);
     expect(after.body).toContain('Replayed: no');
+    expect(after.body).toContain('Attempts: 1');
     // The message is shown once (post/redirect/get).
     expect((await agent.request(appUrl('/'))).body).not.toContain('Idempotency-Key:');
   });
