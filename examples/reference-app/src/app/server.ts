@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { createClient, isRequestFailedError } from '@idem/client';
 import express, { type Express, type Request, type Response } from 'express';
 import * as oauth from 'oauth4webapi';
