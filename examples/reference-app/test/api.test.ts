@@ -27,7 +27,8 @@ beforeAll(async () => {
     issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
     relay: false,
   });
-});
+  // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
+}, 60_000);
 
 afterAll(async () => {
   await stack?.close();
@@ -134,7 +135,7 @@ describe('POST /charges', () => {
     expect(await count('api_charges where idempotency_key = $1', [key.slice(1, -1)])).toBe(1);
     // One event per charge: the outbox row committed with the charge, once.
     expect(await count('api_webhook_outbox where id = $1', [`evt_${chargeId}`])).toBe(1);
-  });
+  }, 60_000);
 
   it('refuses the same key with another amount (422) and charges nothing more', async () => {
     const key = `"${randomUUID()}"`;

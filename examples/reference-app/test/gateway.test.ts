@@ -34,7 +34,8 @@ beforeAll(async () => {
     relay: false,
     now,
   });
-});
+  // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
+}, 60_000);
 
 afterAll(async () => {
   await stack?.close();
