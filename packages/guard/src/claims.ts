@@ -37,7 +37,8 @@ function audienceList(value: unknown): string[] | undefined {
 
 /**
  * Checks the claims of a token whose signature already verified. Returns the error code of the first
- * failed rule, or `undefined` when every rule holds. `nowMs` is the injected clock.
+ * failed rule, or `undefined` when every rule holds. `nowMs` is the injected clock; `boundKey` is the
+ * JWK thumbprint of a verified DPoP proof, when the token came with one.
  *
  * @example
  * checkClaims(payload, profile, Date.now()); // undefined, or 'token_expired', 'audience_invalid', ...
@@ -46,6 +47,7 @@ export function checkClaims(
   payload: Record<string, unknown>,
   profile: ClaimProfile,
   nowMs: number,
+  boundKey?: string,
 ): GuardErrorCode | undefined {
   const now = nowMs / 1000;
   const tolerance = profile.clockTolerance;
@@ -79,6 +81,14 @@ export function checkClaims(
   if (audiences === undefined) return 'claim_invalid';
   if (!audiences.some((audience) => profile.audiences.includes(audience))) return 'audience_invalid';
 
+  if (boundKey !== undefined) {
+    // Presented with a DPoP proof: the token must be bound to exactly the proof's key (RFC 9449 §6).
+    const cnf = payload.cnf;
+    if (typeof cnf !== 'object' || cnf === null || (cnf as { jkt?: unknown }).jkt !== boundKey) {
+      return 'token_binding_invalid';
+    }
+    return undefined;
+  }
   // A sender-constrained token (DPoP `cnf.jkt`, mTLS `cnf.x5t#S256`) is not a bearer token.
   if (payload.cnf !== undefined) return 'token_bound';
   return undefined;

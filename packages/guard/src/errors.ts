@@ -127,6 +127,24 @@ export const guardErrorTable = {
     title: 'Sender-constrained token',
     description: 'A sender-constrained token cannot be used as a bearer token',
   },
+  dpop_proof_invalid: {
+    status: 401,
+    error: 'invalid_dpop_proof',
+    title: 'Invalid DPoP proof',
+    description: 'The DPoP proof is missing or invalid',
+  },
+  dpop_proof_replayed: {
+    status: 401,
+    error: 'invalid_dpop_proof',
+    title: 'DPoP proof replayed',
+    description: 'The DPoP proof was already used',
+  },
+  token_binding_invalid: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Token not bound to the DPoP key',
+    description: 'The access token is not bound to the key of the DPoP proof',
+  },
   insufficient_scope: {
     status: 403,
     error: 'insufficient_scope',
@@ -180,6 +198,12 @@ export interface GuardErrorOptions {
   scope?: readonly string[];
   /** RFC 9728 protected-resource metadata URL added to the challenge. */
   resourceMetadata?: string;
+  /** The scheme the client used (`DPoP` answers with a DPoP challenge, RFC 9449 §7.1). */
+  scheme?: 'Bearer' | 'DPoP';
+  /** Proof algorithms when DPoP is enabled; a 401 then also offers a `DPoP` challenge. */
+  dpopAlgorithms?: readonly string[];
+  /** DPoP required: only the `DPoP` challenge is offered. */
+  dpopOnly?: boolean;
   /** The underlying failure, for logs; never sent to a client. */
   cause?: unknown;
 }
@@ -218,7 +242,7 @@ export class GuardError extends Error {
     super(row.description, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.status = row.status;
-    this.wwwAuthenticate = buildChallenge(row.error, row.description, options);
+    this.wwwAuthenticate = buildChallenge(row.error, row.description, row.status, options);
   }
 
   /** The RFC 9457 problem details body (`application/problem+json`). */
@@ -238,11 +262,17 @@ export class GuardError extends Error {
 function buildChallenge(
   error: string | undefined,
   description: string,
-  { realm = 'api', scope, resourceMetadata }: GuardErrorOptions,
+  status: number,
+  { realm = 'api', scope, resourceMetadata, scheme, dpopAlgorithms, dpopOnly }: GuardErrorOptions,
 ): string {
   // Every value below is either from the fixed table or validated configuration: nothing to escape.
   assertChallengeSafe(realm, 'realm');
-  let challenge = `Bearer realm="${realm}"`;
+  const dpop = dpopAlgorithms !== undefined && dpopAlgorithms.length > 0;
+  const algs = dpop ? `, algs="${dpopAlgorithms.join(' ')}"` : '';
+  // The challenge answers in the scheme the client used; proof errors are always DPoP's (RFC 9449 §7.1).
+  const primary =
+    error === 'invalid_dpop_proof' || scheme === 'DPoP' || (dpop && dpopOnly === true) ? 'DPoP' : 'Bearer';
+  let challenge = `${primary} realm="${realm}"`;
   if (error !== undefined) challenge += `, error="${error}", error_description="${description}"`;
   if (scope !== undefined && scope.length > 0) {
     for (const item of scope) assertScopeToken(item, 'scope');
@@ -252,6 +282,9 @@ function buildChallenge(
     assertChallengeSafe(resourceMetadata, 'resourceMetadata');
     challenge += `, resource_metadata="${resourceMetadata}"`;
   }
+  if (primary === 'DPoP') return challenge + algs;
+  // Both schemes accepted: a 401 offers DPoP next to Bearer, so a DPoP-capable client can upgrade.
+  if (dpop && status === 401) challenge += `, DPoP realm="${realm}"${algs}`;
   return challenge;
 }
 

@@ -8,11 +8,15 @@ export interface GuardRequest {
 }
 
 /** Where the token was found, or why the request is refused before any token work. */
-export type TokenExtraction = { ok: true; token: string } | { ok: false; code: GuardErrorCode };
+export type TokenExtraction =
+  | { ok: true; token: string; scheme?: 'Bearer' | 'DPoP'; proof?: string }
+  | { ok: false; code: GuardErrorCode; scheme?: 'Bearer' | 'DPoP' };
 
 // RFC 6750 §2.1: credentials = "Bearer" 1*SP b64token; the scheme is case-insensitive (RFC 7235).
 const bearerCredentials = /^bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
 const bearerPrefix = /^bearer(?:$|[^A-Za-z0-9!#$%&'*+.^_`|~-])/i;
+const dpopCredentials = /^dpop +([A-Za-z0-9\-._~+/]+=*)$/i;
+const dpopPrefix = /^dpop(?:$|[^A-Za-z0-9!#$%&'*+.^_`|~-])/i;
 
 function values(value: string | string[] | undefined): string[] {
   if (value === undefined) return [];
@@ -34,6 +38,8 @@ function queryTokens(url: string | undefined): string[] {
  * - `Bearer` followed by nothing, a tab, or more than one token: `authorization_malformed` (400);
  * - a header longer than `maxLength`: `token_too_large` (400), before any parsing.
  * The query parameter counts as a token only with `allowQueryToken` (RFC 6750 §2.3 discourages it).
+ * With DPoP enabled, `DPoP <token>` plus exactly one `DPoP` proof header is read too (RFC 9449);
+ * with DPoP required, a Bearer credential counts as none.
  *
  * @example
  * extractBearerToken({ headers: { authorization: 'Bearer abc.def.ghi' } }, { allowQueryToken: false, maxLength: 8192 });
@@ -41,8 +47,9 @@ function queryTokens(url: string | undefined): string[] {
  */
 export function extractBearerToken(
   request: GuardRequest,
-  options: { allowQueryToken: boolean; maxLength: number },
+  options: { allowQueryToken: boolean; maxLength: number; dpop?: 'off' | 'allowed' | 'required' },
 ): TokenExtraction {
+  const dpop = options.dpop ?? 'off';
   const headers = values(request.headers.authorization);
   const queries = queryTokens(request.url);
   if (headers.length > 1 || queries.length > 1 || (headers.length === 1 && queries.length === 1)) {
@@ -52,12 +59,24 @@ export function extractBearerToken(
     const header = headers[0] as string;
     // The length check comes first: nothing below runs on an oversized value.
     if (header.length > options.maxLength + 7) return { ok: false, code: 'token_too_large' };
+    if (dpop !== 'off' && dpopPrefix.test(header)) {
+      const match = dpopCredentials.exec(header);
+      if (match === null) return { ok: false, code: 'authorization_malformed', scheme: 'DPoP' };
+      // RFC 9449 §4.1: exactly one DPoP header carrying the proof.
+      const proofs = values(request.headers.dpop);
+      if (proofs.length !== 1 || (proofs[0] as string).length > options.maxLength) {
+        return { ok: false, code: 'dpop_proof_invalid', scheme: 'DPoP' };
+      }
+      return { ok: true, token: match[1] as string, scheme: 'DPoP', proof: proofs[0] as string };
+    }
     if (!bearerPrefix.test(header)) return { ok: false, code: 'token_missing' };
+    // With DPoP required a plain bearer token is no acceptable credential at all.
+    if (dpop === 'required') return { ok: false, code: 'token_missing' };
     const match = bearerCredentials.exec(header);
     if (match === null) return { ok: false, code: 'authorization_malformed' };
-    return { ok: true, token: match[1] as string };
+    return { ok: true, token: match[1] as string, scheme: 'Bearer' };
   }
-  if (queries.length === 1 && options.allowQueryToken) {
+  if (queries.length === 1 && options.allowQueryToken && dpop !== 'required') {
     const token = queries[0] as string;
     if (token.length > options.maxLength) return { ok: false, code: 'token_too_large' };
     if (token.length === 0) return { ok: false, code: 'authorization_malformed' };
@@ -104,7 +123,7 @@ export function guardRequestFromNode(
   options: { url?: string; tokenHeaders?: readonly string[] } = {},
 ): GuardRequest {
   const headers: Record<string, string | string[] | undefined> = { ...message.headers };
-  for (const name of ['authorization', ...(options.tokenHeaders ?? [])]) {
+  for (const name of ['authorization', 'dpop', ...(options.tokenHeaders ?? [])]) {
     const distinct = message.headersDistinct?.[name];
     if (distinct !== undefined) headers[name] = distinct.length === 1 ? distinct[0] : distinct;
   }

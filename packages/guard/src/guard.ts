@@ -8,9 +8,11 @@ import {
   parseCompactJws,
   type TokenLimits,
 } from './compact-jws.js';
+import { buildDpop, type DpopOptions, type DpopRuntime, requestHtu, verifyDpopProof } from './dpop.js';
 import { assertChallengeSafe, GuardError, type GuardErrorCode } from './errors.js';
 import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
+import { normalizeTyp } from './guard-typ.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
 import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
@@ -86,6 +88,8 @@ export interface GuardOptions extends TokenRules {
   fetch?: typeof globalThis.fetch;
   /** Hook receiving every {@link GuardEvent}. */
   onEvent?: (event: GuardEvent) => void;
+  /** Accept DPoP-bound tokens with proofs (RFC 9449); `{ required: true }` refuses plain bearer tokens. */
+  dpop?: DpopOptions;
 }
 
 /** What `authenticate` and `verify` return: a principal, or the error to answer with. */
@@ -151,18 +155,11 @@ export interface EngineConfig {
   refusedTypes: ReadonlySet<string>;
   /** Builds the principal from verified claims. */
   principal: (claims: Record<string, unknown>, issuer: IssuerRuntime) => Principal;
-  errorOptions: { realm: string; resourceMetadata?: string };
-}
-
-/**
- * Normalises a `typ` value: lower case, `application/` prefix removed (RFC 9068 §4, RFC 7515 §4.1.9).
- *
- * @example
- * normalizeTyp('application/AT+JWT'); // 'at+jwt'
- */
-export function normalizeTyp(value: string): string {
-  const lower = value.toLowerCase();
-  return lower.startsWith('application/') ? lower.slice('application/'.length) : lower;
+  errorOptions: { realm: string; resourceMetadata?: string; dpopAlgorithms?: readonly string[]; dpopOnly?: boolean };
+  /** DPoP settings, when enabled. */
+  dpop?: DpopRuntime;
+  /** Clock tolerance for DPoP proofs, in milliseconds. */
+  proofToleranceMs: number;
 }
 
 function seconds(value: number | undefined, name: string, max = Number.POSITIVE_INFINITY): number | undefined {
@@ -320,13 +317,20 @@ export function buildIssuer(
  * @example
  * const result = await verifyWithEngine(token, engine);
  */
-export async function verifyWithEngine(token: string, engine: EngineConfig): Promise<GuardResult> {
+export async function verifyWithEngine(
+  token: string,
+  engine: EngineConfig,
+  binding?: { jkt: string },
+): Promise<GuardResult> {
   const fail = (code: GuardErrorCode, issuer?: string): GuardResult => {
     engine.emit({ type: 'rejected', code, ...(issuer === undefined ? {} : { issuer }), at: engine.now() });
-    return { ok: false, error: new GuardError(code, engine.errorOptions) };
+    const scheme = binding === undefined ? {} : { scheme: 'DPoP' as const };
+    return { ok: false, error: new GuardError(code, { ...engine.errorOptions, ...scheme }) };
   };
   if (token.length > engine.limits.maxTokenLength) return fail('token_too_large');
-  const cached = engine.cache?.get(token, engine.now());
+  // A DPoP-bound result is cached under the token and its key together: same token, other key, no hit.
+  const cacheKey = binding === undefined ? token : `${token} ${binding.jkt}`;
+  const cached = engine.cache?.get(cacheKey, engine.now());
   if (cached !== undefined) {
     engine.emit({ type: 'authenticated', issuer: cached.iss, cached: true, at: engine.now() });
     return { ok: true, principal: cached };
@@ -367,7 +371,7 @@ export async function verifyWithEngine(token: string, engine: EngineConfig): Pro
   if (!signature.ok) return fail(signature.code, issuer.issuer);
 
   const nowMs = engine.now();
-  const claimError = checkClaims(payload, issuer.profile, nowMs);
+  const claimError = checkClaims(payload, issuer.profile, nowMs, binding?.jkt);
   if (claimError !== undefined) return fail(claimError, issuer.issuer);
 
   const principal = engine.principal(payload, issuer);
@@ -376,7 +380,7 @@ export async function verifyWithEngine(token: string, engine: EngineConfig): Pro
     if (issuer.profile.maxTokenAge !== undefined) {
       expiresAt = Math.min(expiresAt, ((payload.iat as number) + issuer.profile.maxTokenAge) * 1000);
     }
-    engine.cache.set(token, principal, expiresAt, issuer.issuer);
+    engine.cache.set(cacheKey, principal, expiresAt, issuer.issuer);
   }
   engine.emit({ type: 'authenticated', issuer: issuer.issuer, cached: false, at: nowMs });
   return { ok: true, principal };
@@ -401,6 +405,11 @@ export function buildEngine(
   const cache = options.cache === false ? undefined : createTokenCache(options.cache?.maxEntries ?? 10_000);
   const limits: TokenLimits = { ...defaultTokenLimits, ...options.limits };
   const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const dpop = options.dpop === undefined ? undefined : buildDpop(options.dpop, now);
+  const proofTolerance = options.clockTolerance ?? 5;
+  if (!Number.isFinite(proofTolerance) || proofTolerance < 0 || proofTolerance > 60) {
+    throw new TypeError('clockTolerance must be a number of seconds between 0 and 60');
+  }
   const issuers = new Map<string, IssuerRuntime>();
   for (const issuerOptions of options.issuers) {
     if (issuers.has(issuerOptions.issuer)) throw new TypeError(`issuer ${issuerOptions.issuer} is listed twice`);
@@ -426,7 +435,10 @@ export function buildEngine(
     errorOptions: {
       realm,
       ...(options.resourceMetadata === undefined ? {} : { resourceMetadata: options.resourceMetadata }),
+      ...(dpop === undefined ? {} : { dpopAlgorithms: dpop.algorithms, dpopOnly: dpop.required }),
     },
+    ...(dpop === undefined ? {} : { dpop }),
+    proofToleranceMs: proofTolerance * 1000,
   };
   return { engine, stats: sink.stats, realm };
 }
@@ -455,8 +467,9 @@ export function createGuard(options: GuardOptions): Guard {
   if (options === null || typeof options !== 'object') throw new TypeError('createGuard needs options');
   const { engine, stats, realm } = buildEngine(options, { refusedTypes: new Set([internalTokenType]) });
   const allowQueryToken = options.allowQueryToken === true;
+  const dpopMode = engine.dpop === undefined ? 'off' : engine.dpop.required ? 'required' : 'allowed';
   return guardFromEngine(engine, stats, realm, 'authorization', (request) =>
-    extractBearerToken(request, { allowQueryToken, maxLength: engine.limits.maxTokenLength }),
+    extractBearerToken(request, { allowQueryToken, maxLength: engine.limits.maxTokenLength, dpop: dpopMode }),
   );
 }
 
@@ -481,7 +494,23 @@ export function guardFromEngine(
       const found = extract(request);
       if (!found.ok) {
         engine.emit({ type: 'rejected', code: found.code, at: engine.now() });
-        return { ok: false, error: error(found.code) };
+        const scheme = found.scheme === undefined ? {} : { scheme: found.scheme };
+        return { ok: false, error: new GuardError(found.code, { ...engine.errorOptions, ...scheme }) };
+      }
+      if (found.scheme === 'DPoP' && engine.dpop !== undefined && found.proof !== undefined) {
+        const proof = await verifyDpopProof(found.proof, engine.dpop, {
+          method: request.method ?? 'GET',
+          url: requestHtu(engine.dpop, request),
+          accessToken: found.token,
+          nowMs: engine.now(),
+          clockToleranceMs: engine.proofToleranceMs,
+          limits: engine.limits,
+        });
+        if (!proof.ok) {
+          engine.emit({ type: 'rejected', code: proof.code, at: engine.now() });
+          return { ok: false, error: new GuardError(proof.code, { ...engine.errorOptions, scheme: 'DPoP' }) };
+        }
+        return verifyWithEngine(found.token, engine, { jkt: proof.jkt });
       }
       return verifyWithEngine(found.token, engine);
     },

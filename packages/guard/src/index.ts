@@ -10,6 +10,7 @@ export {
 } from './authorization.js';
 export { isNumericDate } from './claims.js';
 export { defaultTokenLimits, type TokenLimits } from './compact-jws.js';
+export { type DpopOptions, memoryReplayCache } from './dpop.js';
 export {
   GuardError,
   type GuardErrorCode,
@@ -35,10 +36,10 @@ export {
   type IssuerOptions,
   internalTokenType,
   isGuard,
-  normalizeTyp,
   type PublicKeyInput,
   type TokenRules,
 } from './guard.js';
+export { normalizeTyp } from './guard-typ.js';
 export {
   createInternalTokenIssuer,
   createInternalVerifier,

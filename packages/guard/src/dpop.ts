@@ -1,0 +1,203 @@
+import { createHash } from 'node:crypto';
+import { assertAlgorithms, type JwsAlgorithm, keyFamilyOf } from './algorithms.js';
+import { isNumericDate } from './claims.js';
+import { decodeUtf8Strict, isPlainObject, parseCompactJws, type TokenLimits } from './compact-jws.js';
+import type { GuardErrorCode } from './errors.js';
+import { normalizeTyp } from './guard-typ.js';
+import { verifyJwsSignature } from './jws-verify.js';
+import { checkJwk, importCheckedKey } from './key-import.js';
+import { parseStrictJson } from './strict-json.js';
+
+/** DPoP (RFC 9449) settings of a guard. Durations in seconds. */
+export interface DpopOptions {
+  /** Refuse plain Bearer tokens: every request must carry a DPoP-bound token and a proof (default false). */
+  required?: boolean;
+  /** Accepted proof algorithms (default `['ES256', 'EdDSA', 'PS256', 'RS256']`; asymmetric only). */
+  algorithms?: readonly JwsAlgorithm[];
+  /** How old a proof's `iat` may be (default 60). The clock tolerance applies on top. */
+  maxAge?: number;
+  /**
+   * The public origin clients call (e.g. `https://api.example`), used to check `htu`. Default: `http://`
+   * plus the Host header; set it whenever TLS ends in front of the app.
+   */
+  origin?: string;
+  /**
+   * Replay memory. Called once per accepted proof with a key unique to the proof (`jkt:jti`) and the
+   * time it can be forgotten; returns false when the key was already seen. Default: in process, at
+   * most `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
+   */
+  replay?: (key: string, expiresAtMs: number) => boolean | Promise<boolean>;
+  /** Bound on the default replay memory (default 100,000). */
+  maxReplayEntries?: number;
+}
+
+/** The checked DPoP settings. */
+export interface DpopRuntime {
+  required: boolean;
+  algorithms: readonly JwsAlgorithm[];
+  maxAgeMs: number;
+  origin: string | undefined;
+  replay: (key: string, expiresAtMs: number) => boolean | Promise<boolean>;
+}
+
+/**
+ * An in-process replay memory: a bounded map of proof keys to the time they expire.
+ *
+ * @example
+ * const seen = memoryReplayCache(1000, Date.now);
+ * seen('jkt:jti', Date.now() + 60_000); // true, then false for the same key
+ */
+export function memoryReplayCache(
+  maxEntries: number,
+  now: () => number,
+): (key: string, expiresAtMs: number) => boolean {
+  const entries = new Map<string, number>();
+  return (key, expiresAtMs) => {
+    const at = now();
+    const known = entries.get(key);
+    if (known !== undefined && known > at) return false;
+    if (entries.size >= maxEntries) {
+      // Drop expired entries first; if none, the oldest. A dropped key can replay only after its proof
+      // expired anyway (the iat window), unless the map is flooded: size it for the traffic.
+      for (const [name, expiry] of entries) if (expiry <= at) entries.delete(name);
+      if (entries.size >= maxEntries) {
+        const oldest = entries.keys().next();
+        if (!oldest.done) entries.delete(oldest.value);
+      }
+    }
+    entries.set(key, expiresAtMs);
+    return true;
+  };
+}
+
+/**
+ * Checks DPoP options; throws a `TypeError` for bad ones.
+ *
+ * @example
+ * const runtime = buildDpop({ origin: 'https://api.example' }, Date.now);
+ */
+export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime {
+  const algorithms = assertAlgorithms(options.algorithms ?? ['ES256', 'EdDSA', 'PS256', 'RS256'], 'dpop.algorithms');
+  if (algorithms.some((alg) => keyFamilyOf(alg) === 'oct')) throw new TypeError('dpop.algorithms must be asymmetric');
+  const maxAge = options.maxAge ?? 60;
+  if (!Number.isFinite(maxAge) || maxAge <= 0 || maxAge > 3600)
+    throw new TypeError('dpop.maxAge must be 1 to 3600 seconds');
+  let origin: string | undefined;
+  if (options.origin !== undefined) {
+    const url = new URL(options.origin);
+    origin = url.origin;
+  }
+  return {
+    required: options.required === true,
+    algorithms,
+    maxAgeMs: maxAge * 1000,
+    origin,
+    replay: options.replay ?? memoryReplayCache(options.maxReplayEntries ?? 100_000, now),
+  };
+}
+
+/** RFC 7638 thumbprint of a public JWK (the `cnf.jkt` a DPoP-bound token carries). */
+function thumbprint(jwk: Record<string, unknown>): string {
+  const members =
+    jwk.kty === 'RSA'
+      ? { e: jwk.e, kty: jwk.kty, n: jwk.n }
+      : jwk.kty === 'EC'
+        ? { crv: jwk.crv, kty: jwk.kty, x: jwk.x, y: jwk.y }
+        : { crv: jwk.crv, kty: jwk.kty, x: jwk.x };
+  return createHash('sha256').update(JSON.stringify(members)).digest('base64url');
+}
+
+/** `htu` comparison form: scheme and host lower-cased, default port dropped, no query or fragment. */
+function normalizeHtu(value: string): string | undefined {
+  try {
+    const url = new URL(value);
+    return `${url.protocol}//${url.host}${url.pathname}`;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What a proof is checked against. */
+export interface ProofContext {
+  method: string;
+  /** The request URL as the client called it (origin + path; the query is ignored). */
+  url: string;
+  accessToken: string;
+  nowMs: number;
+  clockToleranceMs: number;
+  limits: TokenLimits;
+}
+
+/**
+ * Verifies a DPoP proof (RFC 9449 §4.3): `typ` `dpop+jwt`, an allowed asymmetric `alg`, a public
+ * `jwk` that passes the key checks and verifies the signature, `htm` and `htu` matching the request,
+ * `iat` inside the window, `ath` the hash of the access token, and a `jti` never seen before (the
+ * replay memory A0 lacks). Returns the key's thumbprint for the `cnf.jkt` check.
+ *
+ * @example
+ * const proof = await verifyDpopProof(proofJwt, runtime, { method: 'POST', url: 'https://api.example/orders', accessToken, nowMs: Date.now(), clockToleranceMs: 5000, limits });
+ */
+export async function verifyDpopProof(
+  proof: string,
+  runtime: DpopRuntime,
+  context: ProofContext,
+): Promise<{ ok: true; jkt: string } | { ok: false; code: GuardErrorCode }> {
+  const invalid = { ok: false, code: 'dpop_proof_invalid' } as const;
+  const parsed = parseCompactJws(proof, context.limits);
+  if (!parsed.ok) return invalid;
+  const { header } = parsed.value;
+  if (typeof header.typ !== 'string' || normalizeTyp(header.typ) !== 'dpop+jwt') return invalid;
+  const alg = header.alg;
+  if (typeof alg !== 'string' || !runtime.algorithms.includes(alg as JwsAlgorithm)) return invalid;
+  for (const name of ['crit', 'b64', 'jku', 'x5u', 'x5c', 'zip', 'enc']) if (name in header) return invalid;
+  if (!isPlainObject(header.jwk)) return invalid;
+  // The proof must carry a public key only (RFC 9449 §4.2); a private member means a leaked key.
+  for (const name of ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth', 'k']) if (name in header.jwk) return invalid;
+  const checked = checkJwk(header.jwk, { algorithms: [alg as JwsAlgorithm], allowSymmetric: false });
+  if (!checked.ok || checked.key.alg !== alg) return invalid;
+  let key: Awaited<ReturnType<typeof importCheckedKey>>;
+  try {
+    key = await importCheckedKey(checked.key);
+  } catch {
+    return invalid;
+  }
+  const signature = await verifyJwsSignature(proof, alg as JwsAlgorithm, [key], []);
+  if (!signature.ok) return invalid;
+
+  const text = decodeUtf8Strict(parsed.value.payload);
+  const claims = text === undefined ? undefined : parseStrictJson(text, context.limits.maxDepth);
+  if (claims === undefined || !claims.ok || !isPlainObject(claims.value)) return invalid;
+  const { jti, htm, htu, iat, ath } = claims.value;
+  if (typeof jti !== 'string' || jti.length === 0 || jti.length > 256) return invalid;
+  if (htm !== context.method) return invalid;
+  if (typeof htu !== 'string' || normalizeHtu(htu) === undefined || normalizeHtu(htu) !== normalizeHtu(context.url)) {
+    return invalid;
+  }
+  if (!isNumericDate(iat)) return invalid;
+  const issuedMs = iat * 1000;
+  if (issuedMs > context.nowMs + context.clockToleranceMs) return invalid;
+  if (context.nowMs - issuedMs > runtime.maxAgeMs + context.clockToleranceMs) return invalid;
+  const expectedAth = createHash('sha256').update(context.accessToken).digest('base64url');
+  if (ath !== expectedAth) return invalid;
+
+  const jkt = thumbprint(checked.key.jwk as Record<string, unknown>);
+  // Remembered until the proof could no longer pass the iat window anyway.
+  const expiresAt = issuedMs + runtime.maxAgeMs + 2 * context.clockToleranceMs;
+  if (!(await runtime.replay(`${jkt}:${jti}`, expiresAt))) return { ok: false, code: 'dpop_proof_replayed' };
+  return { ok: true, jkt };
+}
+
+/**
+ * The URL a proof's `htu` must match: the configured origin (or `http://` + Host) and the request path.
+ *
+ * @example
+ * requestHtu(runtime, { headers: { host: 'api.example' }, url: '/orders?x=1' }); // 'http://api.example/orders?x=1'
+ */
+export function requestHtu(
+  runtime: DpopRuntime,
+  request: { headers: Record<string, string | string[] | undefined>; url?: string },
+): string {
+  const host = request.headers.host;
+  const origin = runtime.origin ?? `http://${typeof host === 'string' ? host : 'invalid.invalid'}`;
+  return origin + (request.url ?? '/');
+}

@@ -1,0 +1,10 @@
+/**
+ * Normalises a `typ` value: lower case, `application/` prefix removed (RFC 9068 §4, RFC 7515 §4.1.9).
+ *
+ * @example
+ * normalizeTyp('application/AT+JWT'); // 'at+jwt'
+ */
+export function normalizeTyp(value: string): string {
+  const lower = value.toLowerCase();
+  return lower.startsWith('application/') ? lower.slice('application/'.length) : lower;
+}
