@@ -95,7 +95,8 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
       const row = guardErrorTable[code];
       expect(error.status).toBe(row.status);
       expect(safe.test(row.description)).toBe(true);
-      expect(error.wwwAuthenticate.startsWith('Bearer realm="api"')).toBe(true);
+      const scheme = row.error === 'invalid_dpop_proof' ? 'DPoP' : 'Bearer';
+      expect(error.wwwAuthenticate.startsWith(`${scheme} realm="api"`)).toBe(true);
       if (row.error === undefined) expect(error.wwwAuthenticate).toBe('Bearer realm="api"');
       else expect(error.wwwAuthenticate).toContain(`error="${row.error}", error_description="${row.description}"`);
       expect(error.toProblem()).toEqual({
