@@ -141,6 +141,33 @@ describe.runIf(available)('PostgreSQL server', () => {
       }
     });
 
+    it('a statement stuck behind a lock times out as StoreUnavailableError (statement_timeout and query_timeout)', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+      await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
+      const locker = await pool.connect();
+      const serverSide = testPool({ max: 1, statement_timeout: 300 });
+      const clientSide = testPool({ max: 1, query_timeout: 300 });
+      try {
+        await locker.query('BEGIN');
+        await locker.query(`UPDATE "${table}" SET token = token WHERE id = $1`, [id]);
+        for (const client of [serverSide, clientSide]) {
+          const stuck = postgresStore({ client, table });
+          const began = performance.now();
+          const failure = await stuck
+            .claim({ id, token: 'u', fingerprint: '', leaseMs: 5_000 })
+            .catch((e: unknown) => e);
+          expect(failure).toBeInstanceOf(StoreUnavailableError);
+          expect(performance.now() - began).toBeLessThan(3_000);
+        }
+      } finally {
+        await locker.query('ROLLBACK');
+        locker.release();
+        await serverSide.end();
+        await clientSide.end();
+      }
+    });
+
     it('the pool connection of a transaction goes back to the pool, or is destroyed when broken', async () => {
       const before = pool.totalCount;
       const id = freshId();
