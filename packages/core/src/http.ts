@@ -392,7 +392,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         return;
       }
       if (failed.kind === 'complete') {
-        await settle(lease, failed, true);
+        await settle(lease, failed, thrown());
         capture.flush();
         return;
       }

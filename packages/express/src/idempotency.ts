@@ -19,7 +19,7 @@ declare module 'express-serve-static-core' {
 export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
 
 /**
- * Express middleware (Express 5 and 4) that makes covered requests (POST and PATCH by default) safe to
+ * Express middleware (Express 5; it uses nothing Express 4 lacks) that makes covered requests (POST and PATCH by default) safe to
  * retry with an `Idempotency-Key`: the first request runs the handler and its response is stored, a
  * retry gets the stored response with `Idempotent-Replayed: true`, and every error is problem+json.
  *

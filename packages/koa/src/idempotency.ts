@@ -83,7 +83,7 @@ function parsedBody(ctx: Context): Uint8Array | undefined {
 }
 
 /**
- * Koa 3 (and 2) middleware that makes covered requests (POST and PATCH by default) safe to retry with
+ * Koa 3 middleware (it uses nothing Koa 2 lacks) that makes covered requests (POST and PATCH by default) safe to retry with
  * an `Idempotency-Key`. The execution's key (and, in transactional mode, the transaction) is on
  * `ctx.state.idempotency`.
  *
