@@ -4,7 +4,7 @@ import express from 'express';
 import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 
-describeAuthGlue('Express', async ({ guard: edge, verifier, internalIssuer, hit }) => {
+describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, internalIssuer, hit }) => {
   const app = express();
   app.all('/protected', guard(edge), (req, res) => {
     hit('protected');
@@ -33,6 +33,10 @@ describeAuthGlue('Express', async ({ guard: edge, verifier, internalIssuer, hit 
   app.get('/authorize-only', authorize(requireScopes('orders:read')), (_req, res) => {
     hit('authorize-only');
     res.json({ ok: true });
+  });
+  app.all('/dpop', guard(dpopGuard), (req, res) => {
+    hit('dpop');
+    res.json({ sub: req.auth?.sub });
   });
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));

@@ -5,7 +5,7 @@ import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/tokens.js';
 import { authorize, authPlugin, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 
-describeAuthGlue('Fastify', async ({ guard: edge, verifier, internalIssuer, hit }) => {
+describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, internalIssuer, hit }) => {
   const app = Fastify();
   await app.register(authPlugin);
   const verify = guard(edge);
@@ -42,6 +42,15 @@ describeAuthGlue('Fastify', async ({ guard: edge, verifier, internalIssuer, hit 
   app.get('/authorize-only', { onRequest: authorize(requireScopes('orders:read')) }, async () => {
     hit('authorize-only');
     return { ok: true };
+  });
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/dpop',
+    onRequest: guard(dpopGuard),
+    handler: async (request) => {
+      hit('dpop');
+      return { sub: request.auth?.sub };
+    },
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.server.address() as { port: number };

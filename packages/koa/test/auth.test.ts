@@ -18,7 +18,7 @@ function route(method: string | undefined, path: string, ...stack: Middleware[])
   };
 }
 
-describeAuthGlue('Koa', async ({ guard: edge, verifier, internalIssuer, hit }) => {
+describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, internalIssuer, hit }) => {
   const app = new Koa();
   const verify = guard(edge);
   const internal = internalAuth(verifier);
@@ -63,6 +63,12 @@ describeAuthGlue('Koa', async ({ guard: edge, verifier, internalIssuer, hit }) =
     route('GET', '/authorize-only', authorize(requireScopes('orders:read')), async (ctx) => {
       hit('authorize-only');
       ctx.body = { ok: true };
+    }),
+  );
+  app.use(
+    route(undefined, '/dpop', guard(dpopGuard), async (ctx) => {
+      hit('dpop');
+      ctx.body = { sub: principal(ctx).sub };
     }),
   );
   const server = app.listen(0, '127.0.0.1');

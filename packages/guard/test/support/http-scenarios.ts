@@ -1,4 +1,6 @@
+import { createHash, randomUUID } from 'node:crypto';
 import { request } from 'node:http';
+import { calculateJwkThumbprint } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createGuard,
@@ -7,7 +9,7 @@ import {
   type Guard,
   type InternalTokenIssuer,
 } from '../../src/index.js';
-import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './tokens.js';
+import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './tokens.js';
 
 /**
  * One HTTP scenario table for the guard glue of every framework (research section 2, the HTTP-level
@@ -20,11 +22,13 @@ import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './tokens.js';
  * - `GET /internal`            internalAuth(verifier) → 200 `{ sub, iss, scope }`
  * - `GET /internal-write`      internalAuth(verifier), authorize(requireScopes('orders:write')) → 200
  * - `GET /authorize-only`      authorize(requireScopes('orders:read')) without a guard → must be 401
+ * - `ALL /dpop`                guard(dpopGuard) → 200 `{ sub }` (DPoP allowed, `htu` from the Host header)
  *
  * Every handler calls `hit(route)`, so the table proves refused requests never reach one.
  */
 export interface AuthAppDeps {
   guard: Guard;
+  dpopGuard: Guard;
   verifier: Guard;
   internalIssuer: InternalTokenIssuer;
   hit: (route: string) => void;
@@ -73,9 +77,15 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       jwks: internalIssuer.jwks(),
       now: clock.now,
     });
+    const dpopGuard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      dpop: {},
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
     let app: AuthApp;
     beforeAll(async () => {
-      app = await start({ guard, verifier, internalIssuer, hit: (route) => hits.push(route) });
+      app = await start({ guard, dpopGuard, verifier, internalIssuer, hit: (route) => hits.push(route) });
     });
     afterAll(async () => {
       await app.close();
@@ -315,6 +325,53 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
         );
         expect(reply.headers['set-cookie']).toBeUndefined();
       }
+    });
+
+    it('case 52: DPoP through the glue: method and URL come from the real request; replays are refused', async () => {
+      const pair = testKeys().ec;
+      const bound = makeToken({
+        claims: { cnf: { jkt: await calculateJwkThumbprint(pair.publicJwk as never, 'sha256') } },
+      });
+      const proofFor = (htm: string, path: string) =>
+        signSegments(
+          b64url({ typ: 'dpop+jwt', alg: 'ES256', jwk: pair.publicJwk }),
+          b64url({
+            jti: randomUUID(),
+            htm,
+            htu: `${app.url}${path}`,
+            iat: clock.seconds(),
+            ath: createHash('sha256').update(bound).digest('base64url'),
+          }),
+          'ES256',
+          pair.privateKey,
+        );
+      const proof = proofFor('POST', '/dpop');
+      const headers: Array<[string, string]> = [
+        ['authorization', `DPoP ${bound}`],
+        ['dpop', proof],
+        ['content-length', '0'],
+      ];
+      const accepted = await call('POST', '/dpop?page=1', headers);
+      expect(accepted.status).toBe(200);
+      expect(JSON.parse(accepted.body)).toEqual({ sub: 'user-1' });
+      const replayed = await refusedWithoutHandler(call('POST', '/dpop?page=1', headers), 401, 'dpop_proof_replayed');
+      expect(replayed.headers['www-authenticate']).toMatch(/^DPoP realm="api", error="invalid_dpop_proof"/);
+      await refusedWithoutHandler(
+        call('GET', '/dpop', [
+          ['authorization', `DPoP ${bound}`],
+          ['dpop', proofFor('POST', '/dpop')],
+        ]),
+        401,
+        'dpop_proof_invalid',
+      );
+      await refusedWithoutHandler(
+        call('POST', '/dpop', [
+          ['authorization', `Bearer ${bound}`],
+          ['content-length', '0'],
+        ]),
+        401,
+        'token_bound',
+      );
     });
 
     it('case 55: an expired token is 401 "The access token expired"', async () => {
