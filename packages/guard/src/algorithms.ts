@@ -1,4 +1,9 @@
-/** The JWS algorithms the guard can verify. `none` is not one of them and cannot be configured. */
+/**
+ * The JWS algorithms the guard can verify. `none` is not one of them and cannot be configured.
+ *
+ * @example
+ * jwsAlgorithms.includes('EdDSA'); // true
+ */
 export const jwsAlgorithms = [
   'HS256',
   'HS384',
@@ -15,7 +20,12 @@ export const jwsAlgorithms = [
   'EdDSA',
 ] as const;
 
-/** A JWS algorithm the guard can verify. */
+/**
+ * A JWS algorithm the guard can verify.
+ *
+ * @example
+ * const pinned: JwsAlgorithm[] = ['RS256'];
+ */
 export type JwsAlgorithm = (typeof jwsAlgorithms)[number];
 
 /** The JWK key type each algorithm needs. */

@@ -2,13 +2,23 @@ import { assertScopeToken, GuardError } from './errors.js';
 import type { GuardRequest } from './extract-token.js';
 import type { Principal } from './principal.js';
 
-/** One authorization rule. Build them with {@link requireScopes}, {@link requireRoles}, {@link policy}. */
+/**
+ * One authorization rule. Build them with {@link requireScopes}, {@link requireRoles}, {@link policy}.
+ *
+ * @example
+ * const rules: Requirement[] = [requireScopes('orders:write'), requireRoles('clerk')];
+ */
 export type Requirement =
   | { readonly kind: 'scopes'; readonly scopes: readonly string[] }
   | { readonly kind: 'roles'; readonly roles: readonly string[]; readonly match: 'all' | 'any' }
   | { readonly kind: 'policy'; readonly check: (principal: Principal, request: GuardRequest) => boolean };
 
-/** The outcome of {@link authorizeRequest}. */
+/**
+ * The outcome of {@link authorizeRequest}.
+ *
+ * @example
+ * const decision: AuthorizationResult = authorizeRequest(principal, rules, request);
+ */
 export type AuthorizationResult = { ok: true } | { ok: false; error: GuardError };
 
 /**

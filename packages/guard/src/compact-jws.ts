@@ -1,6 +1,11 @@
 import { parseStrictJson } from './strict-json.js';
 
-/** Size limits applied before any base64 or JSON work. */
+/**
+ * Size limits applied before any base64 or JSON work.
+ *
+ * @example
+ * const limits: TokenLimits = { maxTokenLength: 4096, maxHeaderLength: 1024, maxDepth: 8 };
+ */
 export interface TokenLimits {
   /** Longest accepted token, in characters (default 8192). */
   maxTokenLength: number;
@@ -10,7 +15,12 @@ export interface TokenLimits {
   maxDepth: number;
 }
 
-/** The defaults of {@link TokenLimits}. */
+/**
+ * The defaults of {@link TokenLimits}.
+ *
+ * @example
+ * createGuard({ ...options, limits: { ...defaultTokenLimits, maxTokenLength: 4096 } });
+ */
 export const defaultTokenLimits: TokenLimits = { maxTokenLength: 8192, maxHeaderLength: 2048, maxDepth: 16 };
 
 /** A compact JWS split and decoded, signature not yet checked. */

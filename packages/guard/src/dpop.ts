@@ -8,7 +8,12 @@ import { verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey } from './key-import.js';
 import { parseStrictJson } from './strict-json.js';
 
-/** DPoP (RFC 9449) settings of a guard. Durations in seconds. */
+/**
+ * DPoP (RFC 9449) settings of a guard. Durations in seconds.
+ *
+ * @example
+ * createGuard({ ...options, dpop: { origin: 'https://api.example', required: true } });
+ */
 export interface DpopOptions {
   /** Refuse plain Bearer tokens: every request must carry a DPoP-bound token and a proof (default false). */
   required?: boolean;

@@ -5,6 +5,9 @@
  *
  * `error: undefined` means the challenge carries no `error` attribute, as RFC 6750 §3.1 asks when the
  * request had no credentials at all.
+ *
+ * @example
+ * guardErrorTable.token_expired.status; // 401
  */
 export const guardErrorTable = {
   token_missing: {
@@ -153,7 +156,12 @@ export const guardErrorTable = {
   },
 } as const;
 
-/** A stable guard error code; callers match on it, never on messages. */
+/**
+ * A stable guard error code; callers match on it, never on messages.
+ *
+ * @example
+ * if (error.code === ('token_expired' satisfies GuardErrorCode)) refreshToken();
+ */
 export type GuardErrorCode = keyof typeof guardErrorTable;
 
 /** Base of the RFC 9457 `type` URIs, shared with the rest of idem. */
@@ -190,7 +198,12 @@ export function assertScopeToken(value: string, name: string): void {
   }
 }
 
-/** Options of a {@link GuardError}. */
+/**
+ * Options of a {@link GuardError}.
+ *
+ * @example
+ * new GuardError('insufficient_scope', { realm: 'orders', scope: ['orders:write'] });
+ */
 export interface GuardErrorOptions {
   /** The `realm` of the challenge (default `api`). Configured, never taken from a request. */
   realm?: string;
@@ -208,7 +221,12 @@ export interface GuardErrorOptions {
   cause?: unknown;
 }
 
-/** The RFC 9457 body of a guard error. */
+/**
+ * The RFC 9457 body of a guard error.
+ *
+ * @example
+ * const body: GuardProblem = error.toProblem();
+ */
 export interface GuardProblem {
   type: string;
   title: string;

@@ -10,6 +10,9 @@ import type { KeyDropReason, KeySetRejection } from './key-import.js';
  * - `jwks-rejected`: a fetched key set was refused as a whole; the previous set stays.
  * - `jwks-key-dropped`: one key of a set was unusable and left out.
  * - `jwks-stale`: the cache had expired and a refresh failed, so the last good keys were used.
+ *
+ * @example
+ * createGuard({ ...options, onEvent: (event) => { if (event.type === 'rejected') metrics.increment(event.code); } });
  */
 export type GuardEvent =
   | { type: 'authenticated'; issuer: string; cached: boolean; at: number }
@@ -28,10 +31,21 @@ export type GuardEvent =
   | { type: 'jwks-key-dropped'; uri: string; kid: string | undefined; reason: KeyDropReason; at: number }
   | { type: 'jwks-stale'; uri: string; ageMs: number; at: number };
 
-/** The names of all guard events. */
+/**
+ * The names of all guard events.
+ *
+ * @example
+ * const watched: GuardEventType[] = ['rejected', 'jwks-stale'];
+ */
 export type GuardEventType = GuardEvent['type'];
 
-/** Per-reason counters kept by every guard, Envoy-style; read them with `guard.stats()`. */
+/**
+ * Per-reason counters kept by every guard, Envoy-style; read them with `guard.stats()`.
+ *
+ * @example
+ * const stats: GuardStats = guard.stats();
+ * stats.rejected.token_expired ?? 0;
+ */
 export interface GuardStats {
   authenticated: number;
   cacheHits: number;

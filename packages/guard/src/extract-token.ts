@@ -1,13 +1,23 @@
 import type { GuardErrorCode } from './errors.js';
 
-/** The request shape the guard reads: a header map (Node's, or `headersDistinct`) and the URL. */
+/**
+ * The request shape the guard reads: a header map (Node's, or `headersDistinct`) and the URL.
+ *
+ * @example
+ * const request: GuardRequest = { headers: { authorization: 'Bearer ...' }, url: '/orders', method: 'POST' };
+ */
 export interface GuardRequest {
   headers: Record<string, string | string[] | undefined>;
   url?: string;
   method?: string;
 }
 
-/** Where the token was found, or why the request is refused before any token work. */
+/**
+ * Where the token was found, or why the request is refused before any token work.
+ *
+ * @example
+ * const found: TokenExtraction = extractBearerToken(request, { allowQueryToken: false, maxLength: 8192 });
+ */
 export type TokenExtraction =
   | { ok: true; token: string; scheme?: 'Bearer' | 'DPoP'; proof?: string }
   | { ok: false; code: GuardErrorCode; scheme?: 'Bearer' | 'DPoP' };
@@ -102,7 +112,12 @@ export function extractHeaderToken(request: GuardRequest, name: string, maxLengt
   return { ok: true, token };
 }
 
-/** The parts of a Node `IncomingMessage` the guard reads. */
+/**
+ * The parts of a Node `IncomingMessage` the guard reads.
+ *
+ * @example
+ * const message: NodeRequestLike = req; // an http.IncomingMessage
+ */
 export interface NodeRequestLike {
   headers: Record<string, string | string[] | undefined>;
   headersDistinct?: Record<string, string[] | undefined>;

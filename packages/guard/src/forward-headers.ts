@@ -2,7 +2,12 @@ import { defaultInternalTokenHeader, type InternalTokenIssuer } from './internal
 import type { Principal } from './principal.js';
 import { type StripOptions, stripIdentityHeaders } from './strip-headers.js';
 
-/** Options of {@link forwardHeaders}. */
+/**
+ * Options of {@link forwardHeaders}.
+ *
+ * @example
+ * const options: ForwardOptions = { issuer: internalTokens, audience: 'orders-service' };
+ */
 export interface ForwardOptions extends StripOptions {
   /** The gateway's internal token issuer. */
   issuer: InternalTokenIssuer;

@@ -20,10 +20,20 @@ import { type Principal, principalFromClaims } from './principal.js';
 import { parseStrictJson } from './strict-json.js';
 import { createTokenCache, type TokenCache } from './token-cache.js';
 
-/** A configured public key: PEM text, a JWK object, or PEM with its kid and algorithm. */
+/**
+ * A configured public key: PEM text, a JWK object, or PEM with its kid and algorithm.
+ *
+ * @example
+ * const key: PublicKeyInput = { pem, kid: '2026-01', alg: 'RS256' };
+ */
 export type PublicKeyInput = string | Record<string, unknown> | { pem: string; kid?: string; alg?: JwsAlgorithm };
 
-/** Rules shared by the guard and each issuer (an issuer's own value wins). Durations in seconds. */
+/**
+ * Rules shared by the guard and each issuer (an issuer's own value wins). Durations in seconds.
+ *
+ * @example
+ * const rules: TokenRules = { audience: 'https://api.example', maxTokenAge: 3600, requiredClaims: ['client_id'] };
+ */
 export interface TokenRules {
   /** Accepted audiences; `aud` must contain one. Required (here or on every issuer). */
   audience?: string | readonly string[];
@@ -47,7 +57,12 @@ export interface TokenRules {
   crit?: readonly string[];
 }
 
-/** One trusted issuer and where its keys come from. A key only ever verifies tokens of its issuer. */
+/**
+ * One trusted issuer and where its keys come from. A key only ever verifies tokens of its issuer.
+ *
+ * @example
+ * const issuer: IssuerOptions = { issuer: 'https://id.example', publicKeys: [pem], algorithms: ['ES256'] };
+ */
 export interface IssuerOptions extends TokenRules {
   /** The exact `iss` value (no normalisation: a trailing slash or case change is another issuer). */
   issuer: string;
@@ -68,7 +83,12 @@ export interface IssuerOptions extends TokenRules {
   jwksOptions?: Omit<RemoteJwksOptions, 'uri'>;
 }
 
-/** Options of {@link createGuard}. */
+/**
+ * Options of {@link createGuard}.
+ *
+ * @example
+ * const options: GuardOptions = { audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] };
+ */
 export interface GuardOptions extends TokenRules {
   /** The trusted issuers (at least one). */
   issuers: readonly IssuerOptions[];
@@ -92,10 +112,22 @@ export interface GuardOptions extends TokenRules {
   dpop?: DpopOptions;
 }
 
-/** What `authenticate` and `verify` return: a principal, or the error to answer with. */
+/**
+ * What `authenticate` and `verify` return: a principal, or the error to answer with.
+ *
+ * @example
+ * const result: GuardResult = await guard.verify(token);
+ * if (!result.ok) console.log(result.error.code);
+ */
 export type GuardResult = { ok: true; principal: Principal } | { ok: false; error: GuardError };
 
-/** A configured guard. */
+/**
+ * A configured guard.
+ *
+ * @example
+ * const guard: Guard = createGuard(options);
+ * const result = await guard.authenticate({ headers: req.headers });
+ */
 export interface Guard {
   /** Finds the bearer token of a request and verifies it. Never throws for a bad request. */
   authenticate(request: GuardRequest): Promise<GuardResult>;
@@ -443,7 +475,12 @@ export function buildEngine(
   return { engine, stats: sink.stats, realm };
 }
 
-/** The `typ` of the gateway's internal token; the edge guard refuses it whatever an issuer allows. */
+/**
+ * The `typ` of the gateway's internal token; the edge guard refuses it whatever an issuer allows.
+ *
+ * @example
+ * internalTokenType; // 'internal+jwt'
+ */
 export const internalTokenType = 'internal+jwt';
 
 /**

@@ -7,10 +7,20 @@ import { buildEngine, type Guard, guardFromEngine, internalTokenType, type Publi
 import type { RemoteJwksOptions } from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
 
-/** The default header carrying the internal token from the gateway to a service. */
+/**
+ * The default header carrying the internal token from the gateway to a service.
+ *
+ * @example
+ * req.headers[defaultInternalTokenHeader]; // the gateway's token
+ */
 export const defaultInternalTokenHeader = 'idem-internal-token';
 
-/** A signing key of the gateway: Ed25519 (EdDSA) or P-256 (ES256). */
+/**
+ * A signing key of the gateway: Ed25519 (EdDSA) or P-256 (ES256).
+ *
+ * @example
+ * const key: InternalSigningKey = { kid: 'gw-2026-01', privateKey: readFileSync('gateway.pem', 'utf8') };
+ */
 export interface InternalSigningKey {
   /** Key id published in the JWKS (default: the RFC 7638 thumbprint). */
   kid?: string;
@@ -18,7 +28,12 @@ export interface InternalSigningKey {
   privateKey: KeyObject | string | Record<string, unknown>;
 }
 
-/** Options of {@link createInternalTokenIssuer}. */
+/**
+ * Options of {@link createInternalTokenIssuer}.
+ *
+ * @example
+ * const options: InternalTokenIssuerOptions = { issuer: 'https://gateway.example', ttl: 30 };
+ */
 export interface InternalTokenIssuerOptions {
   /** The gateway's issuer name (`iss` of every internal token). */
   issuer: string;
@@ -34,7 +49,12 @@ export interface InternalTokenIssuerOptions {
   now?: () => number;
 }
 
-/** Mints the gateway's internal tokens and publishes their keys. */
+/**
+ * Mints the gateway's internal tokens and publishes their keys.
+ *
+ * @example
+ * const token = await issuer.mint(principal, { audience: 'orders-service' });
+ */
 export interface InternalTokenIssuer {
   readonly issuer: string;
   /** The kid of the signing key in use. */
@@ -163,7 +183,12 @@ export function createInternalTokenIssuer(options: InternalTokenIssuerOptions): 
   };
 }
 
-/** Options of {@link createInternalVerifier}. Durations in seconds. */
+/**
+ * Options of {@link createInternalVerifier}. Durations in seconds.
+ *
+ * @example
+ * const options: InternalVerifierOptions = { issuer: 'https://gateway.example', audience: 'orders-service', jwksUri: 'https://gateway.example/jwks' };
+ */
 export interface InternalVerifierOptions {
   /** The gateway's issuer name. */
   issuer: string;

@@ -42,7 +42,12 @@ export function staticKeySource(keys: Promise<readonly VerificationKey[]>): KeyS
   };
 }
 
-/** Options of a remote JWKS. Durations are in seconds. */
+/**
+ * Options of a remote JWKS. Durations are in seconds.
+ *
+ * @example
+ * const jwksOptions: Omit<RemoteJwksOptions, 'uri'> = { cooldown: 30, staleIfError: 7200 };
+ */
 export interface RemoteJwksOptions {
   /** The JWKS URL. `https:` unless the host is loopback (tests, sidecars). */
   uri: string;

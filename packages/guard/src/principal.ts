@@ -1,6 +1,9 @@
 /**
  * Who the caller is, as the guard established it. Immutable; `scope` and `roles` are sets so a check
  * reads `principal.scope.has('orders:write')` whatever the issuer's claim shape was.
+ *
+ * @example
+ * if (principal.scope.has('orders:write') && principal.roles.has('clerk')) allow();
  */
 export interface Principal {
   readonly sub: string;

@@ -1,4 +1,9 @@
-/** The default identity header families removed from client requests (spec 5.4). */
+/**
+ * The default identity header families removed from client requests (spec 5.4).
+ *
+ * @example
+ * stripIdentityHeaders(headers, { namespaces: [...defaultIdentityHeaders, 'x-tenant-*'] });
+ */
 export const defaultIdentityHeaders = [
   'x-auth-*',
   'x-user-*',
@@ -8,7 +13,12 @@ export const defaultIdentityHeaders = [
   'idem-internal-token',
 ] as const;
 
-/** Options of {@link stripIdentityHeaders}. */
+/**
+ * Options of {@link stripIdentityHeaders}.
+ *
+ * @example
+ * const options: StripOptions = { extra: ['x-tenant-*'] };
+ */
 export interface StripOptions {
   /**
    * Header families to remove: an exact name, or a prefix ending in `*` (`x-user-*`). Matching is
