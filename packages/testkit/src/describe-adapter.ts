@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +16,7 @@ import {
   type StoredResponse,
   type TransactionalStore,
 } from '@idem/core';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 /**
  * What a route handler answers, in framework-neutral terms. Each framework's test server writes it
@@ -460,6 +460,8 @@ export function describeAdapter(
     world.store.store.get(recordId(principalScope({ sub: user, iss: ISSUER })!, operation, key));
 
   describe(`Adapter scenarios: ${name}`, () => {
+    afterAll(() => rmSync(file, { force: true }));
+
     it('first execution: the handler status and body, Idempotency-Key echoed, not marked replayed', async () => {
       await withWorld(async (world) => {
         const sent = await world.send('/charges', { key: '"first-1"' });
