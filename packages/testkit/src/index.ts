@@ -1,3 +1,4 @@
+export { type SkewedClock, skewedClock } from './clock.js';
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
 export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
