@@ -203,6 +203,34 @@ describe('POST /charges', () => {
     expect(large.body).toMatchObject({ code: 'body_too_large' });
   });
 
+  it('commits the charge and its event together: a failing outbox write leaves no charge, and the key free', async () => {
+    const key = `"${randomUUID()}"`;
+    const before = await count('api_charges');
+    // The event cannot be written: the transaction must take the charge row down with it.
+    await db.exec('alter table api_webhook_outbox rename to api_webhook_outbox_away');
+    let failed: Call;
+    try {
+      failed = await call('POST', '/charges', {
+        body: { amount: 800, currency: 'EUR' },
+        headers: { 'idempotency-key': key },
+      });
+    } finally {
+      await db.exec('alter table api_webhook_outbox_away rename to api_webhook_outbox');
+    }
+    expect(failed.status).toBe(500);
+    expect(failed.body).toMatchObject({ code: 'internal_error' });
+    expect(await count('api_charges')).toBe(before);
+    // Nothing happened, so the same key runs again (no replayed 500) and now commits both rows.
+    const retried = await call('POST', '/charges', {
+      body: { amount: 800, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(retried.status).toBe(201);
+    expect(retried.headers.get('idempotent-replayed')).toBeNull();
+    expect(await count('api_charges')).toBe(before + 1);
+    expect(await count('api_webhook_outbox where id = $1', [`evt_${retried.body.id}`])).toBe(1);
+  });
+
   it('answers 400 for a malformed Idempotency-Key', async () => {
     const response = await call('POST', '/charges', {
       body: { amount: 100, currency: 'EUR' },

@@ -73,6 +73,10 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       store: options.store,
       transactional: true,
       mintKeys: true,
+      // A 5xx rolls the whole transaction back (charge and event included), so nothing happened:
+      // release the key and let the retry run, instead of replaying the failure for 24 hours.
+      // 401/403/429 say the request was refused before anything ran, as in the default policy.
+      storeOutcome: ({ status }) => status < 500 && status !== 401 && status !== 403 && status !== 429,
       scope: (req) => principalScope(principalOf(req)),
     }),
     async (req: Request, res: Response) => {
