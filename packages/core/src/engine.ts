@@ -125,6 +125,8 @@ interface LeaseState extends Lease {
   /** Made on first use of `signal`: most handlers never look at it. */
   controller: AbortController | undefined;
   renewing: boolean;
+  /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
+  finished: boolean;
   lastRenewedAt: number;
 }
 
@@ -215,6 +217,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const beatEvery = Math.max(25, Math.floor(leaseMs / 4));
 
   const stopHeartbeat = (lease: LeaseState) => {
+    lease.finished = true;
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
 
@@ -231,10 +234,13 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const started = now();
     withTimeout('renew', () => store.renew({ id: lease.id, token: lease.token, leaseMs }))
       .then((renewed) => {
+        // A renewal that lands after complete or release took over fails by design: not a lost lease.
+        if (lease.finished) return;
         if (renewed) lease.lastRenewedAt = started;
         else markLost(lease, 'token no longer current');
       })
       .catch((error) => {
+        if (lease.finished) return;
         if (onEvent)
           emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
         // Without a successful renewal for a whole lease, the store may have let another executor in.
@@ -354,6 +360,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           lost: false,
           controller: undefined,
           renewing: false,
+          finished: false,
           lastRenewedAt: started,
         };
         held.set(id, lease);

@@ -452,3 +452,31 @@ describe('options are checked once, at construction', () => {
     await expect(engine.begin({ key: '', scope: 's', operation: 'op' })).rejects.toThrow(TypeError);
   });
 });
+
+describe('heartbeat and completion racing', () => {
+  it('a renewal still in flight when the outcome is stored does not report a lost lease', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    let releaseRenew: (() => void) | undefined;
+    // A store whose renewals hang until the test lets them go, so one is in flight during complete.
+    const store: Store = {
+      ...inner,
+      inProcess: false,
+      renew: (input) =>
+        new Promise((resolve) => {
+          releaseRenew = () => void inner.renew(input).then(resolve);
+        }),
+    };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const started = await engine.begin({ key: 'k', scope: 's', operation: 'op' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(600);
+    expect(releaseRenew).toBeDefined();
+    expect(await engine.complete(started.lease, ok())).toEqual({ ok: true, stored: true });
+    releaseRenew?.();
+    await vi.advanceTimersByTimeAsync(10);
+    expect(events.some((e) => e.type === 'lease-lost')).toBe(false);
+    expect(started.lease.lost).toBe(false);
+  });
+});
