@@ -126,4 +126,24 @@ describe('@idem/express specifics', () => {
       expect(again.headers['x-other']).toBeUndefined();
     });
   });
+
+  it('keeps headers earlier middleware set (CORS) on replays and problems', async () => {
+    const app = express();
+    app.use((_req, res, next) => {
+      res.set('access-control-allow-origin', 'https://app.example');
+      next();
+    });
+    app.post('/charges', idempotency(options()), (_req, res) => {
+      res.status(201).json({ ok: true });
+    });
+    await serve(app, async (url) => {
+      await post(`${url}/charges`, 'cors-1', ['{}']);
+      const replay = await post(`${url}/charges`, 'cors-1', ['{}']);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.headers['access-control-allow-origin']).toBe('https://app.example');
+      const mismatch = await post(`${url}/charges`, 'cors-1', ['{"other":1}']);
+      expect(mismatch.status).toBe(422);
+      expect(mismatch.headers['access-control-allow-origin']).toBe('https://app.example');
+    });
+  });
 });

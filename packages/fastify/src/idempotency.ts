@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import {
   createHttpIdempotency,
   type HttpIdempotencyOptions,
+  type HttpResponse,
   type IdempotencyContext,
   principalScope,
   readStream,
@@ -56,10 +57,16 @@ function keyHeaderOf(request: FastifyRequest) {
   return request.raw.headersDistinct?.['idempotency-key'] ?? request.headers['idempotency-key'];
 }
 
-// Answers without Fastify's serialisation, so problems and replays are the same bytes in every adapter.
-function answer(reply: FastifyReply, response: Parameters<typeof writeResponse>[1]) {
+// Answers without Fastify's serialisation, so problems and replays are the same bytes in every
+// adapter. Headers earlier hooks set on the reply (CORS, security headers) are kept, as Express and
+// Koa keep what earlier middleware set on the response.
+function answer(reply: FastifyReply, response: HttpResponse) {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
   reply.hijack();
-  writeResponse(reply.raw, response);
+  writeResponse(reply.raw, { ...response, headers: { ...headers, ...response.headers } });
 }
 
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {

@@ -79,4 +79,22 @@ describe('@idem/fastify specifics', () => {
     expect(runs).toBe(2);
     await instance.close();
   });
+
+  it('keeps headers earlier hooks set on the reply (CORS) on replays and problems', async () => {
+    const instance = Fastify();
+    instance.addHook('onRequest', async (_request, reply) => {
+      reply.header('access-control-allow-origin', 'https://app.example');
+    });
+    await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
+    instance.post('/charges', async (_request, reply) => reply.code(201).send({ ok: true }));
+    await instance.ready();
+    await post(instance, '/charges', 'cors-1');
+    const replay = await post(instance, '/charges', 'cors-1');
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.headers['access-control-allow-origin']).toBe('https://app.example');
+    const problem = await post(instance, '/charges');
+    expect(problem.statusCode).toBe(400);
+    expect(problem.headers['access-control-allow-origin']).toBe('https://app.example');
+    await instance.close();
+  });
 });

@@ -11,6 +11,10 @@ async function serve(
 ) {
   const app = new Koa();
   app.silent = true;
+  app.use(async (ctx, next) => {
+    ctx.set('access-control-allow-origin', 'https://app.example');
+    await next();
+  });
   app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1', ...options }));
   app.use(handler);
   const server = app.listen(0, '127.0.0.1');
@@ -60,6 +64,11 @@ describe('@idem/koa specifics', () => {
         const again = await post(url, '"k-1"');
         expect(again.status).toBe(201);
         expect(again.headers.get('idempotent-replayed')).toBe('true');
+        // Headers earlier middleware set (CORS) stay on replays and problems.
+        expect(again.headers.get('access-control-allow-origin')).toBe('https://app.example');
+        const problem = await fetch(url, { method: 'POST', body: '{}' });
+        expect(problem.status).toBe(400);
+        expect(problem.headers.get('access-control-allow-origin')).toBe('https://app.example');
       },
     );
   });
