@@ -1,11 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { principalScope } from '@idem/core';
-import { idempotency } from '@idem/express';
-import { type Guard, requireScopes } from '@idem/guard';
+import { authorize, idempotency } from '@idem/express';
+import { requireScopes } from '@idem/guard';
 import type { PostgresStore, PostgresTransaction } from '@idem/postgres';
 import type { Outbox } from '@idem/webhooks';
 import type { Express, Request, Response } from 'express';
-import { authorize, principalOf } from './internal-auth.js';
+import { principalOf } from './internal-auth.js';
 import { type Checked, isIntegerIn, jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
 
 /** A charge as the API returns it. */
@@ -22,7 +21,6 @@ export const maxChargeAmount = 100_000_000;
 
 /** What `POST /charges` needs from the API. */
 export interface ChargeRouteOptions {
-  verifier: Guard;
   /** The transactional PostgreSQL/PGlite store of the charges' idempotency records. */
   store: PostgresStore;
   outbox: Outbox;
@@ -55,7 +53,7 @@ function checkCharge(body: Record<string, unknown>): Checked<{ amount: number; c
  *
  * @example
  * ```ts
- * registerChargeRoutes(app, { verifier, store, outbox, webhookUrl: 'http://localhost:8084/webhooks/payments' });
+ * registerChargeRoutes(app, { store, outbox, webhookUrl: 'http://localhost:8084/webhooks/payments' });
  * ```
  */
 export function registerChargeRoutes(app: Express, options: ChargeRouteOptions): void {
@@ -66,7 +64,7 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
   };
   app.post(
     '/charges',
-    authorize(options.verifier, requireScopes('charges:write')),
+    authorize(requireScopes('charges:write')),
     ...jsonObjectBody('4kb'),
     validate,
     idempotency({
@@ -77,7 +75,6 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       // release the key and let the retry run, instead of replaying the failure for 24 hours.
       // 401/403/429 say the request was refused before anything ran, as in the default policy.
       storeOutcome: ({ status }) => status < 500 && status !== 401 && status !== 403 && status !== 429,
-      scope: (req) => principalScope(principalOf(req)),
     }),
     async (req: Request, res: Response) => {
       const context = req.idempotency;

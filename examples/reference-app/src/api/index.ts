@@ -1,5 +1,5 @@
 export { type Charge, type ChargeRouteOptions, maxChargeAmount, registerChargeRoutes } from './charges.js';
-export { authorize, internalAuth, principalOf } from './internal-auth.js';
+export { principalOf } from './internal-auth.js';
 export { type Photo, registerPhotoRoutes } from './photos.js';
 export { type ApiProblemCode, apiProblemTable, problemType, sendProblem } from './problem.js';
 export { type ResourceStackOptions, type RunningResourceStack, startResourceStack } from './resource-stack.js';

@@ -1,7 +1,8 @@
-import { type Guard, requireScopes } from '@idem/guard';
+import { authorize } from '@idem/express';
+import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
 import type { Database } from '../db.js';
-import { authorize, principalOf } from './internal-auth.js';
+import { principalOf } from './internal-auth.js';
 import { sendProblem } from './problem.js';
 
 /** A photo as the API returns it. */
@@ -20,13 +21,13 @@ export interface Photo {
  *
  * @example
  * ```ts
- * registerPhotoRoutes(app, { verifier, db });
+ * registerPhotoRoutes(app, { db });
  * ```
  */
-export function registerPhotoRoutes(app: Express, options: { verifier: Guard; db: Database }): void {
-  const { verifier, db } = options;
+export function registerPhotoRoutes(app: Express, options: { db: Database }): void {
+  const { db } = options;
 
-  app.get('/photos', authorize(verifier, requireScopes('photos:read')), async (req: Request, res: Response) => {
+  app.get('/photos', authorize(requireScopes('photos:read')), async (req: Request, res: Response) => {
     const { rows } = await db.query<Photo>(
       'select id, title, url from api_photos where owner = $1 and deleted_at is null order by id',
       [principalOf(req).sub],
@@ -34,7 +35,7 @@ export function registerPhotoRoutes(app: Express, options: { verifier: Guard; db
     res.set('Cache-Control', 'private, no-store').json({ photos: rows });
   });
 
-  app.delete('/photos/:id', authorize(verifier, requireScopes('photos:write')), async (req: Request, res: Response) => {
+  app.delete('/photos/:id', authorize(requireScopes('photos:write')), async (req: Request, res: Response) => {
     // coalesce keeps the first deletion time: the second DELETE changes nothing at all.
     const { rowCount } = await db.query(
       'update api_photos set deleted_at = coalesce(deleted_at, now()) where id = $1 and owner = $2',

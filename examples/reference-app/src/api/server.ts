@@ -1,6 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duration } from '@idem/core';
+import { internalAuth } from '@idem/express';
 import { createInternalVerifier, type Guard } from '@idem/guard';
 import { postgresStore } from '@idem/postgres';
 import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/webhooks';
@@ -8,7 +9,6 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import type { Database } from '../db.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { registerChargeRoutes } from './charges.js';
-import { internalAuth } from './internal-auth.js';
 import { registerPhotoRoutes } from './photos.js';
 import { sendProblem } from './problem.js';
 import { registerSettingsRoutes } from './settings.js';
@@ -90,10 +90,10 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   const app = express();
   app.disable('x-powered-by');
   app.use(internalAuth(verifier));
-  registerChargeRoutes(app, { verifier, store, outbox, webhookUrl: options.webhookUrl });
-  registerStockRoutes(app, { verifier, db });
-  registerPhotoRoutes(app, { verifier, db });
-  registerSettingsRoutes(app, { verifier, db });
+  registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl });
+  registerStockRoutes(app, { db });
+  registerPhotoRoutes(app, { db });
+  registerSettingsRoutes(app, { db });
   app.use((_req: Request, res: Response) => sendProblem(res, 'route_not_found', 'No resource at this path.'));
   app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
     if (res.headersSent) {

@@ -1,7 +1,8 @@
-import { type Guard, requireScopes } from '@idem/guard';
+import { authorize } from '@idem/express';
+import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
 import type { Database } from '../db.js';
-import { authorize, principalOf } from './internal-auth.js';
+import { principalOf } from './internal-auth.js';
 import { jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
 
 /** The themes `PUT /settings` accepts. */
@@ -24,11 +25,11 @@ export const defaultSettings: Settings = { theme: 'light' };
  *
  * @example
  * ```ts
- * registerSettingsRoutes(app, { verifier, db });
+ * registerSettingsRoutes(app, { db });
  * ```
  */
-export function registerSettingsRoutes(app: Express, options: { verifier: Guard; db: Database }): void {
-  const { verifier, db } = options;
+export function registerSettingsRoutes(app: Express, options: { db: Database }): void {
+  const { db } = options;
 
   app.get('/settings', async (req: Request, res: Response) => {
     const { rows } = await db.query<Settings>('select theme from api_settings where owner = $1', [
@@ -39,7 +40,7 @@ export function registerSettingsRoutes(app: Express, options: { verifier: Guard;
 
   app.put(
     '/settings',
-    authorize(verifier, requireScopes('settings:write')),
+    authorize(requireScopes('settings:write')),
     ...jsonObjectBody('4kb'),
     async (req: Request, res: Response) => {
       const body = req.body as Record<string, unknown>;

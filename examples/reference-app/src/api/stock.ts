@@ -1,7 +1,7 @@
-import { type Guard, requireRoles, requireScopes } from '@idem/guard';
+import { authorize } from '@idem/express';
+import { requireRoles, requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
 import type { Database } from '../db.js';
-import { authorize } from './internal-auth.js';
 import { sendProblem } from './problem.js';
 import { isIntegerIn, jsonObjectBody, refuseInvalid, resourceId, unknownFields } from './validation.js';
 
@@ -28,13 +28,13 @@ export interface StockLevel {
  *
  * @example
  * ```ts
- * registerStockRoutes(app, { verifier, db });
+ * registerStockRoutes(app, { db });
  * ```
  */
-export function registerStockRoutes(app: Express, options: { verifier: Guard; db: Database }): void {
-  const { verifier, db } = options;
+export function registerStockRoutes(app: Express, options: { db: Database }): void {
+  const { db } = options;
 
-  app.get('/stock', authorize(verifier, requireScopes('stock:read')), async (req: Request, res: Response) => {
+  app.get('/stock', authorize(requireScopes('stock:read')), async (req: Request, res: Response) => {
     const item = req.query.item;
     if (typeof item !== 'string' || !resourceId.test(item)) {
       sendProblem(res, 'validation_failed', 'Give one item id as ?item=<id> (letters, digits, - and _).', {
@@ -53,7 +53,7 @@ export function registerStockRoutes(app: Express, options: { verifier: Guard; db
 
   app.post(
     '/stock/batch',
-    authorize(verifier, requireScopes('stock:read')),
+    authorize(requireScopes('stock:read')),
     ...jsonObjectBody('16kb'),
     async (req: Request, res: Response) => {
       const body = req.body as Record<string, unknown>;
@@ -93,7 +93,7 @@ export function registerStockRoutes(app: Express, options: { verifier: Guard; db
 
   app.put(
     '/stock/:item',
-    authorize(verifier, requireRoles('admin')),
+    authorize(requireRoles('admin')),
     ...jsonObjectBody('1kb'),
     async (req: Request, res: Response) => {
       const item = String(req.params.item);

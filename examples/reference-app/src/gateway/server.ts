@@ -1,15 +1,12 @@
 import replyFrom from '@fastify/reply-from';
+import { authPlugin, forwardHeaders, guard as guardHook } from '@idem/fastify';
 import {
   createGuard,
   createInternalTokenIssuer,
-  defaultIdentityHeaders,
   defaultInternalTokenHeader,
   type Guard,
-  type GuardError,
   type InternalTokenIssuer,
   type IssuerOptions,
-  type Principal,
-  stripIdentityHeaders,
 } from '@idem/guard';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { discoverProvider } from './discovery.js';
@@ -59,10 +56,10 @@ export interface RunningGateway {
 }
 
 /**
- * Request headers the API never receives from a client: every identity family of the guard, the
- * caller's bearer token, and its cookies, which are credentials for the gateway's origin, not the API's.
+ * Stripped on top of the guard's identity families and the bearer: the client's cookies and proxy
+ * credentials, which are credentials for the gateway's origin, not the API's.
  */
-const strippedFamilies = [...defaultIdentityHeaders, 'authorization', 'cookie', 'proxy-authorization'];
+const strippedCredentials = ['cookie', 'proxy-authorization'];
 
 function sendProblem(reply: FastifyReply, status: number, problem: object, challenge?: string): FastifyReply {
   if (challenge !== undefined) reply.header('www-authenticate', challenge);
@@ -71,10 +68,6 @@ function sendProblem(reply: FastifyReply, status: number, problem: object, chall
     .header('cache-control', 'no-store')
     .type('application/problem+json')
     .send(JSON.stringify(problem));
-}
-
-function refuse(reply: FastifyReply, error: GuardError): FastifyReply {
-  return sendProblem(reply, error.status, error.toProblem(), error.wwwAuthenticate);
 }
 
 const upstreamProblem = (status: 502 | 504) => ({
@@ -134,8 +127,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
 
   // The guard and the internal issuer need the base URL, which an ephemeral port only gives after
   // listen; until they exist a request gets 503 (nothing half-configured answers).
-  let ready: { guard: Guard; internal: InternalTokenIssuer } | undefined;
-  const principals = new WeakMap<FastifyRequest, Principal>();
+  let ready:
+    | { guard: Guard; internal: InternalTokenIssuer; verify: (request: FastifyRequest, reply: FastifyReply) => unknown }
+    | undefined;
+  await app.register(authPlugin);
 
   app.get('/.well-known/oauth-protected-resource', async (_request, reply) => {
     if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
@@ -151,24 +146,28 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.route({
     method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
     url: '/*',
+    // The earliest hook: a refused request never has its body read, let alone forwarded.
     onRequest: async (request, reply) => {
       if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
-      const result = await ready.guard.authenticate({ headers: request.headers, url: request.url });
-      if (!result.ok) return refuse(reply, result.error);
-      principals.set(request, result.principal);
+      return ready.verify(request, reply);
     },
     handler: async (request, reply) => {
-      const principal = principals.get(request);
-      if (!ready || !principal) return sendProblem(reply, 503, upstreamProblem(502));
-      const token = await ready.internal.mint(principal, { audience: apiAudience });
+      if (!ready || !request.auth) return sendProblem(reply, 503, upstreamProblem(502));
+      const forwarded = await forwardHeaders(request, {
+        issuer: ready.internal,
+        audience: apiAudience,
+        extra: strippedCredentials,
+      });
       return reply.from(undefined, {
+        // reply-from hands over the client's headers with hop-by-hop ones removed and `host` set to
+        // the API; keep exactly those that survived the stripping, plus the internal token.
         rewriteRequestHeaders: (_request, headers) => {
-          const forwarded = stripIdentityHeaders(headers as Record<string, string | string[] | undefined>, {
-            namespaces: strippedFamilies,
-            extra: [internalHeader],
-          });
-          forwarded[internalHeader] = token;
-          return forwarded as typeof headers;
+          const kept: Record<string, string | string[] | undefined> = {};
+          for (const [name, value] of Object.entries(headers)) {
+            if (name === 'host' || Object.hasOwn(forwarded, name)) kept[name] = value;
+          }
+          kept[internalHeader] = forwarded[internalHeader];
+          return kept as typeof headers;
         },
         onError: (failed, { error }) => {
           const timedOut = /timeout/i.test(String((error as { code?: unknown }).code ?? error?.name ?? ''));
@@ -195,7 +194,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     const internal =
       options.internalIssuer ??
       createInternalTokenIssuer({ issuer: baseUrl, ...(options.now ? { now: options.now } : {}) });
-    ready = { guard, internal };
+    ready = { guard, internal, verify: guardHook(guard) };
   } catch (error) {
     await app.close();
     throw error;
