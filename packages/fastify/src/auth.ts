@@ -24,7 +24,12 @@ declare module 'fastify' {
   }
 }
 
-/** A Fastify hook (`onRequest` or `preHandler`) produced by this module. */
+/**
+ * A Fastify hook (`onRequest` or `preHandler`) produced by this module.
+ *
+ * @example
+ * const hooks: AuthHook[] = [guard(edge), authorize(requireScopes('orders:write'))];
+ */
 export type AuthHook = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
 
 // The guard that authenticated a request, so `authorize()` answers with the same realm.
@@ -111,7 +116,12 @@ export function authorize(...requirements: Requirement[]): AuthHook {
   };
 }
 
-/** Options of {@link authPlugin}. */
+/**
+ * Options of {@link authPlugin}.
+ *
+ * @example
+ * const options: AuthPluginOptions = { guard: edge };
+ */
 export interface AuthPluginOptions {
   /** Verify every request of the instance with this guard (an `onRequest` hook). */
   guard?: GuardOptions | Guard;
