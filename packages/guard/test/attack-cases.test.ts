@@ -565,3 +565,30 @@ describe('claim cases', () => {
     if (!result.ok) expect(result.error.status).toBe(401);
   });
 });
+
+describe('cache cases', () => {
+  it('case 46: a flood of distinct valid tokens gets the right principal each time; near-copies never hit', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      cache: { maxEntries: 500 },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const tokens = Array.from({ length: 3000 }, (_, i) => makeToken({ claims: { sub: `user-${i}`, jti: `j-${i}` } }));
+    const first = await Promise.all(tokens.map((token) => guard.verify(token)));
+    first.forEach((result, i) => expect(result.ok && result.principal.sub).toBe(`user-${i}`));
+    const order = tokens.map((_, i) => (i * 7919) % tokens.length);
+    for (const i of order.slice(0, 1500)) {
+      const again = await guard.verify(tokens[i] as string);
+      expect(again.ok && again.principal.sub).toBe(`user-${i}`);
+    }
+    expect(guard.stats().cacheHits).toBeGreaterThan(0);
+    // A cached token with one signature character changed is verified, not served from the cache.
+    const cached = tokens[2999] as string;
+    expect((await guard.verify(cached)).ok).toBe(true);
+    const altered = await guard.verify(`${cached.slice(0, -1)}${cached.endsWith('A') ? 'E' : 'A'}`);
+    expect(altered.ok ? 'ok' : altered.error.code).toBe('signature_invalid');
+    const resigned = `${cached.slice(0, -2)}${cached.at(-2) === 'A' ? 'B' : 'A'}${cached.at(-1)}`;
+    expectCode(await guard.verify(resigned), 'signature_invalid');
+  });
+});
