@@ -366,3 +366,31 @@ describe('gateway: what reaches the upstream', () => {
     }
   });
 });
+
+describe('gateway: upstream down', () => {
+  it('answers 502 problem+json, retryable, when the API cannot be reached', async () => {
+    const { createServer } = await import('node:http');
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const { startGateway } = await import('../src/gateway/server.js');
+    const gateway = await startGateway({
+      port: 0,
+      apiUrl: `http://127.0.0.1:${port}`,
+      baseUrl: audience,
+      issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+      now,
+    });
+    try {
+      const response = await fetch(new URL('/photos', gateway.url), {
+        headers: { authorization: `Bearer ${await mint()}` },
+      });
+      expect(response.status).toBe(502);
+      expect(response.headers.get('content-type')).toContain('application/problem+json');
+      expect(await response.json()).toMatchObject({ code: 'upstream_unavailable', retryable: true });
+    } finally {
+      await gateway.close();
+    }
+  });
+});

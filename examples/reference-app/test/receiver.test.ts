@@ -143,6 +143,23 @@ describe('receiver: what is refused', () => {
     expect((await events()).find((event) => event.id === id)).toBeUndefined();
   });
 
+  it('applies an event once when its deliveries arrive concurrently', async () => {
+    const secret = await loadWebhookSecret(db);
+    const id = `evt_burst_${randomUUID()}`;
+    const body = JSON.stringify({ type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 5, currency: 'EUR' } });
+    const headers = {
+      'content-type': 'application/json',
+      ...sign({ id, timestamp: Math.floor(Date.now() / 1000), body, secret }),
+    };
+    const statuses = await Promise.all(
+      Array.from({ length: 5 }, async () => (await fetch(webhook(), { method: 'POST', headers, body })).status),
+    );
+    // 409 tells the sender to retry later; every other answer is the acknowledgement.
+    expect(statuses.every((status) => status === 200 || status === 409)).toBe(true);
+    expect(statuses).toContain(200);
+    expect((await events()).find((event) => event.id === id)).toMatchObject({ applied: 1, deliveries: 5 });
+  }, 60_000);
+
   it('refuses the same event id with another body (422) and keeps the first effect', async () => {
     const secret = await loadWebhookSecret(db);
     const id = `evt_reuse_${randomUUID()}`;
