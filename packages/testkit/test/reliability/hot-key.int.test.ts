@@ -1,0 +1,109 @@
+// Scenario 6: a hot key. About 1,000 requests per second on one key (2 s; 10 s with IDEM_CHAOS=1),
+// spread over two workers, while the first execution takes 200 ms. Exactly one execution; every
+// other answer is 409 + Retry-After (while it runs) or the replay (after); store operations stay
+// within one per request (each worker's counting wrapper around its store, and for Redis the
+// server's own INFO commandstats); latency does not collapse.
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Workers } from '../../src/workers.js';
+import {
+  type Answer,
+  type Backend,
+  type BackendKind,
+  backendKinds,
+  chaos,
+  charge,
+  createBackend,
+  figures,
+  pause,
+  postgresAvailable,
+  redisAvailable,
+  startChargeWorkers,
+  stats,
+} from './support.js';
+
+const available = { redis: await redisAvailable(), postgres: await postgresAvailable() };
+const runs = (kind: BackendKind) => (kind === 'redis' ? available.redis : available.postgres);
+const durationMs = chaos ? 10_000 : 2000;
+const perSecond = 1000;
+const tickMs = 10;
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
+const totalOps = (ops: Record<string, number>) => Object.values(ops).reduce((a, b) => a + b, 0);
+
+for (const kind of backendKinds) {
+  describe.runIf(runs(kind))(`hot key on ${kind}`, () => {
+    let backend: Backend;
+    let group: Workers;
+
+    beforeAll(async () => {
+      backend = await createBackend(kind, 'hot');
+      group = await startChargeWorkers(backend, 2, { LEASE_MS: '1000', HANDLER_MS: '200', STORE_TIMEOUT_MS: '2000' });
+    });
+
+    afterAll(async () => {
+      await group?.close();
+      await backend?.close();
+    });
+
+    it(`~${perSecond} req/s on one key for ${durationMs} ms: one execution, bounded store operations`, async () => {
+      const key = randomUUID();
+      const before = await Promise.all(group.workers.map((w) => stats(w.url)));
+      const commandsBefore = kind === 'redis' ? await backend.commandCount() : 0;
+
+      // Open loop: a batch every tick, whether or not earlier answers came back, as real clients do.
+      const pending: Promise<Answer>[] = [];
+      const start = performance.now();
+      let sentCount = 0;
+      while (performance.now() - start < durationMs) {
+        const due = Math.floor(((performance.now() - start) / 1000) * perSecond);
+        for (; sentCount < due; sentCount++) pending.push(charge(group.workers[sentCount % 2]!.url, key));
+        await pause(tickMs);
+      }
+      const answers = await Promise.all(pending);
+      const elapsed = performance.now() - start;
+
+      const after = await Promise.all(group.workers.map((w) => stats(w.url)));
+      const commands = kind === 'redis' ? (await backend.commandCount()) - commandsBefore : undefined;
+
+      const statuses = new Map<number, number>();
+      for (const answer of answers) statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1);
+      const executed = answers.filter((a) => a.status === 201 && a.headers.get('idempotent-replayed') !== 'true');
+      const replays = answers.filter((a) => a.headers.get('idempotent-replayed') === 'true');
+      const ops = after.map((s, i) => totalOps(s.ops) - totalOps(before[i]!.ops)).reduce((a, b) => a + b, 0);
+      const latencies = answers.map((a) => a.ms).sort((a, b) => a - b);
+      const p50 = percentile(latencies, 0.5);
+      const p99 = percentile(latencies, 0.99);
+      const effects = await backend.effects(key);
+      figures(`hot-key ${kind}`, {
+        durationMs: Math.round(elapsed),
+        requests: answers.length,
+        ratePerSecond: Math.round((answers.length / elapsed) * 1000),
+        statuses: Object.fromEntries(statuses),
+        replays: replays.length,
+        executions: executed.length,
+        effects,
+        storeOps: ops,
+        redisCommands: commands,
+        p50Ms: Math.round(p50),
+        p99Ms: Math.round(p99),
+      });
+
+      expect([...statuses.keys()].filter((status) => status !== 201 && status !== 409)).toEqual([]);
+      expect(executed).toHaveLength(1);
+      for (const replay of replays) expect(replay.body).toBe(executed[0]!.body);
+      for (const conflict of answers.filter((a) => a.status === 409))
+        expect(conflict.headers.get('retry-after')).toMatch(/^\d+$/);
+      expect(effects).toBe(1);
+
+      // At most one store operation per request (a claim; a replay or a 409 is answered from it),
+      // plus the winner's complete and a few lease renewals. In-process repeats of a key that is in
+      // flight here cost none at all.
+      expect(ops).toBeLessThanOrEqual(answers.length + 20);
+      // Redis itself: a claim is SET NX plus, when taken, one GET.
+      if (commands !== undefined) expect(commands).toBeLessThanOrEqual(2 * answers.length + 50);
+      // Not a benchmark: a bound far above normal that a collapse (queueing without end) would cross.
+      expect(p99).toBeLessThan(4000);
+    });
+  });
+}
