@@ -11,7 +11,12 @@ import type { Principal } from './principal.js';
 export type Requirement =
   | { readonly kind: 'scopes'; readonly scopes: readonly string[] }
   | { readonly kind: 'roles'; readonly roles: readonly string[]; readonly match: 'all' | 'any' }
-  | { readonly kind: 'policy'; readonly check: (principal: Principal, request: GuardRequest) => boolean };
+  | { readonly kind: 'policy'; readonly check: (principal: Principal, request: GuardRequest) => boolean }
+  | {
+      readonly kind: 'authentication';
+      readonly acrValues: readonly string[] | undefined;
+      readonly maxAge: number | undefined;
+    };
 
 /**
  * The outcome of {@link authorizeRequest}.
@@ -69,10 +74,38 @@ export function policy(check: (principal: Principal, request: GuardRequest) => b
 }
 
 /**
+ * Requires a strong or recent enough user authentication (RFC 9470): the token's `acr` must be one of
+ * `acrValues`, and/or its `auth_time` at most `maxAge` seconds old. A refusal is 401
+ * `insufficient_user_authentication` with `acr_values` / `max_age` in the challenge, so the client can
+ * send the user through a step-up login. No anchor sends this challenge (research section 10, item 6).
+ *
+ * @example
+ * const recentMfa = requireAuthentication({ acrValues: ['urn:example:mfa'], maxAge: 300 });
+ */
+export function requireAuthentication(options: { acrValues?: readonly string[]; maxAge?: number }): Requirement {
+  const { acrValues, maxAge } = options ?? {};
+  if (acrValues === undefined && maxAge === undefined)
+    throw new TypeError('requireAuthentication needs acrValues or maxAge');
+  if (acrValues !== undefined) {
+    if (acrValues.length === 0) throw new TypeError('acrValues must not be empty');
+    for (const value of acrValues) assertScopeToken(value, 'acrValues');
+  }
+  if (maxAge !== undefined && (!Number.isSafeInteger(maxAge) || maxAge < 0)) {
+    throw new TypeError('maxAge must be a whole number of seconds');
+  }
+  return Object.freeze({
+    kind: 'authentication',
+    acrValues: acrValues === undefined ? undefined : Object.freeze([...acrValues]),
+    maxAge,
+  });
+}
+
+/**
  * Checks every requirement in order. The first failing one gives a 403 `insufficient_scope`
  * (RFC 6750 §3.1) whose challenge lists the scopes of that requirement when it is a scope rule; a
  * role or attribute refusal is the same 403 without a `scope` attribute. Never 401: the caller is
- * authenticated (Oathkeeper #387).
+ * authenticated (Oathkeeper #387). The exception is {@link requireAuthentication}: a login that is too
+ * weak or too old is 401 `insufficient_user_authentication` (RFC 9470).
  *
  * @example
  * const decision = authorizeRequest(principal, [requireScopes('orders:write')], { headers: {} });
@@ -82,20 +115,41 @@ export function authorizeRequest(
   principal: Principal,
   requirements: readonly Requirement[],
   request: GuardRequest,
-  options: { realm?: string } = {},
+  options: { realm?: string; now?: () => number } = {},
 ): AuthorizationResult {
+  const errorOptions = options.realm === undefined ? {} : { realm: options.realm };
   for (const requirement of requirements) {
+    if (requirement.kind === 'authentication') {
+      const { acr, auth_time: authTime } = principal.claims;
+      const acrOk =
+        requirement.acrValues === undefined || (typeof acr === 'string' && requirement.acrValues.includes(acr));
+      const nowSeconds = (options.now ?? Date.now)() / 1000;
+      const ageOk =
+        requirement.maxAge === undefined ||
+        (typeof authTime === 'number' && Number.isSafeInteger(authTime) && nowSeconds - authTime <= requirement.maxAge);
+      if (!acrOk || !ageOk) {
+        return {
+          ok: false,
+          error: new GuardError('insufficient_user_authentication', {
+            ...errorOptions,
+            ...(requirement.acrValues === undefined ? {} : { acrValues: requirement.acrValues }),
+            ...(requirement.maxAge === undefined ? {} : { maxAge: requirement.maxAge }),
+          }),
+        };
+      }
+      continue;
+    }
     if (requirement.kind === 'scopes') {
       if (!requirement.scopes.every((scope) => principal.scope.has(scope))) {
         return {
           ok: false,
-          error: new GuardError('insufficient_scope', { ...options, scope: requirement.scopes }),
+          error: new GuardError('insufficient_scope', { ...errorOptions, scope: requirement.scopes }),
         };
       }
     } else if (requirement.kind === 'roles') {
       const has = (role: string) => principal.roles.has(role);
       const allowed = requirement.match === 'all' ? requirement.roles.every(has) : requirement.roles.some(has);
-      if (!allowed) return { ok: false, error: new GuardError('insufficient_scope', options) };
+      if (!allowed) return { ok: false, error: new GuardError('insufficient_scope', errorOptions) };
     } else {
       let allowed = false;
       try {
@@ -103,7 +157,7 @@ export function authorizeRequest(
       } catch {
         allowed = false;
       }
-      if (!allowed) return { ok: false, error: new GuardError('insufficient_scope', options) };
+      if (!allowed) return { ok: false, error: new GuardError('insufficient_scope', errorOptions) };
     }
   }
   return { ok: true };

@@ -148,6 +148,12 @@ export const guardErrorTable = {
     title: 'Token not bound to the DPoP key',
     description: 'The access token is not bound to the key of the DPoP proof',
   },
+  insufficient_user_authentication: {
+    status: 401,
+    error: 'insufficient_user_authentication',
+    title: 'Stronger authentication required',
+    description: 'A more recent or stronger user authentication is required',
+  },
   insufficient_scope: {
     status: 403,
     error: 'insufficient_scope',
@@ -211,6 +217,10 @@ export interface GuardErrorOptions {
   scope?: readonly string[];
   /** RFC 9728 protected-resource metadata URL added to the challenge. */
   resourceMetadata?: string;
+  /** RFC 9470 step-up: the authentication context classes that would satisfy the request. */
+  acrValues?: readonly string[];
+  /** RFC 9470 step-up: the maximum authentication age in seconds. */
+  maxAge?: number;
   /** The scheme the client used (`DPoP` answers with a DPoP challenge, RFC 9449 §7.1). */
   scheme?: 'Bearer' | 'DPoP';
   /** Proof algorithms when DPoP is enabled; a 401 then also offers a `DPoP` challenge. */
@@ -281,7 +291,7 @@ function buildChallenge(
   error: string | undefined,
   description: string,
   status: number,
-  { realm = 'api', scope, resourceMetadata, scheme, dpopAlgorithms, dpopOnly }: GuardErrorOptions,
+  { realm = 'api', scope, resourceMetadata, scheme, dpopAlgorithms, dpopOnly, acrValues, maxAge }: GuardErrorOptions,
 ): string {
   // Every value below is either from the fixed table or validated configuration: nothing to escape.
   assertChallengeSafe(realm, 'realm');
@@ -295,6 +305,14 @@ function buildChallenge(
   if (scope !== undefined && scope.length > 0) {
     for (const item of scope) assertScopeToken(item, 'scope');
     challenge += `, scope="${scope.join(' ')}"`;
+  }
+  if (acrValues !== undefined && acrValues.length > 0) {
+    for (const item of acrValues) assertScopeToken(item, 'acrValues');
+    challenge += `, acr_values="${acrValues.join(' ')}"`;
+  }
+  if (maxAge !== undefined) {
+    if (!Number.isSafeInteger(maxAge) || maxAge < 0) throw new TypeError('maxAge must be a whole number of seconds');
+    challenge += `, max_age="${maxAge}"`;
   }
   if (resourceMetadata !== undefined) {
     assertChallengeSafe(resourceMetadata, 'resourceMetadata');

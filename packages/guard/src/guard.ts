@@ -555,7 +555,7 @@ export function guardFromEngine(
       return verifyWithEngine(token, engine);
     },
     authorize(principal, requirements, request) {
-      return authorizeRequest(principal, requirements, request ?? { headers: {} }, { realm });
+      return authorizeRequest(principal, requirements, request ?? { headers: {} }, { realm, now: engine.now });
     },
     error,
     stats,

@@ -5,6 +5,7 @@ export {
   policy,
   type Requirement,
   requireAnyRole,
+  requireAuthentication,
   requireRoles,
   requireScopes,
 } from './authorization.js';

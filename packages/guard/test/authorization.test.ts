@@ -10,6 +10,7 @@ import {
   policy,
   principalFromClaims,
   requireAnyRole,
+  requireAuthentication,
   requireRoles,
   requireScopes,
 } from '../src/index.js';
@@ -78,6 +79,32 @@ describe('authorization', () => {
     expect(!refused.ok && refused.error.wwwAuthenticate).toBe(
       'Bearer realm="api", error="insufficient_scope", error_description="The access token lacks the privileges this request needs"',
     );
+  });
+
+  it('step-up (RFC 9470): a weak or old login is 401 insufficient_user_authentication with acr_values and max_age', () => {
+    const now = () => 1_800_000_000_000;
+    const user = (claims: Record<string, unknown>) =>
+      principalFromClaims({ sub: 'u', iss: ISSUER, aud: AUDIENCE, ...claims });
+    const rule = requireAuthentication({ acrValues: ['urn:example:mfa'], maxAge: 300 });
+    const fresh = user({ acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 100 });
+    expect(authorizeRequest(fresh, [rule], { headers: {} }, { now }).ok).toBe(true);
+    for (const claims of [
+      { acr: 'urn:example:pwd', auth_time: 1_800_000_000 - 100 },
+      { acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 301 },
+      { acr: 'urn:example:mfa' },
+      { auth_time: 1_800_000_000 },
+    ]) {
+      const decision = authorizeRequest(user(claims), [rule], { headers: {} }, { now, realm: 'bank' });
+      expect(decision.ok).toBe(false);
+      if (!decision.ok) {
+        expect(decision.error.status).toBe(401);
+        expect(decision.error.wwwAuthenticate).toBe(
+          'Bearer realm="bank", error="insufficient_user_authentication", error_description="A more recent or stronger user authentication is required", acr_values="urn:example:mfa", max_age="300"',
+        );
+      }
+    }
+    expect(() => requireAuthentication({})).toThrow(TypeError);
+    expect(() => requireAuthentication({ acrValues: ['a b'] })).toThrow(TypeError);
   });
 
   it('refuses scope names that cannot be placed in a challenge', () => {
