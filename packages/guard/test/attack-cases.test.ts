@@ -576,7 +576,9 @@ describe('cache cases', () => {
     });
     const tokens = Array.from({ length: 3000 }, (_, i) => makeToken({ claims: { sub: `user-${i}`, jti: `j-${i}` } }));
     const first = await Promise.all(tokens.map((token) => guard.verify(token)));
-    first.forEach((result, i) => expect(result.ok && result.principal.sub).toBe(`user-${i}`));
+    first.forEach((result, i) => {
+      expect(result.ok && result.principal.sub).toBe(`user-${i}`);
+    });
     const order = tokens.map((_, i) => (i * 7919) % tokens.length);
     for (const i of order.slice(0, 1500)) {
       const again = await guard.verify(tokens[i] as string);
