@@ -1,11 +1,12 @@
+import { startResourceStack } from './api/resource-stack.js';
 import { openDatabase } from './db.js';
 import { demoUsers } from './seed.js';
 import { startReferenceApp } from './start.js';
 
 /**
  * `npm start`: opens the database (PGlite in `data/`, or PostgreSQL with DATABASE_URL), starts the
- * identity provider and the third-party app, prints their URLs and the demo logins, and shuts down
- * cleanly on Ctrl-C (SIGINT) or SIGTERM.
+ * identity provider, the third-party app, the gateway, the API and the webhook receiver, prints their
+ * URLs and the demo logins, and shuts down cleanly on Ctrl-C (SIGINT) or SIGTERM.
  */
 async function main(): Promise<void> {
   const authPort = Number(process.env.AUTH_PORT ?? 8081);
@@ -26,11 +27,28 @@ async function main(): Promise<void> {
     await db.close();
     throw error;
   }
+  let resources: Awaited<ReturnType<typeof startResourceStack>>;
+  try {
+    resources = await startResourceStack({
+      db,
+      gatewayPort: Number(process.env.GATEWAY_PORT ?? 8080),
+      apiPort: Number(process.env.API_PORT ?? 8082),
+      receiverPort: Number(process.env.RECEIVER_PORT ?? 8084),
+      baseUrl,
+      authUrl: running.authUrl,
+    });
+  } catch (error) {
+    await running.close();
+    await db.close();
+    throw error;
+  }
 
   console.log(`idem reference app (database: ${db.kind === 'pglite' ? 'embedded PGlite' : 'PostgreSQL'})`);
   console.log(`  identity provider  ${running.authUrl}`);
   console.log(`  third-party app    ${running.appUrl}   <- open this`);
-  console.log(`  API (gateway)      ${baseUrl}   (not part of this build yet: the app shows "API unavailable")`);
+  console.log(`  gateway (API)      ${resources.gateway.baseUrl}`);
+  console.log(`  API (loopback)     ${resources.api.url}`);
+  console.log(`  webhook receiver   ${resources.receiver.url}`);
   console.log('Demo logins (development only):');
   for (const user of demoUsers) {
     console.log(`  ${user.username} / ${user.password}${user.roles.length ? `   (${user.roles.join(', ')})` : ''}`);
@@ -43,6 +61,7 @@ async function main(): Promise<void> {
     stopping = true;
     console.log(`\n${signal}: stopping...`);
     try {
+      await resources.close();
       await running.close();
       await db.close();
     } finally {

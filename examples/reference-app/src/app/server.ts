@@ -12,7 +12,8 @@ import { homePage, signedOutPage, signInFailedPage } from './pages.js';
 import { createSessionStore, type SessionData } from './sessions.js';
 
 /** The scopes the third-party app asks for. */
-export const appScope = 'openid profile email offline_access photos:read stock:read charges:write settings:write';
+export const appScope =
+  'openid profile email offline_access photos:read photos:write stock:read charges:write settings:write';
 
 /** What {@link createThirdPartyApp} needs. */
 export interface ThirdPartyAppOptions {

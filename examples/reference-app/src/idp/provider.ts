@@ -6,7 +6,7 @@ import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { findUserById } from './users.js';
 
 /** The scopes an access token for the API can carry. */
-export const apiScopes = ['photos:read', 'stock:read', 'charges:write', 'settings:write'] as const;
+export const apiScopes = ['photos:read', 'photos:write', 'stock:read', 'charges:write', 'settings:write'] as const;
 
 /** The OpenID Connect scopes, with the claims each one releases. */
 export const oidcScopes = ['openid', 'profile', 'email', 'offline_access'] as const;
