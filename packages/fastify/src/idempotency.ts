@@ -41,6 +41,9 @@ const bodies = new WeakMap<FastifyRequest, Buffer | undefined>();
 const executions = new WeakMap<FastifyRequest, Execution>();
 
 function routeConfig(request: FastifyRequest): RouteIdempotencyOptions | false {
+  // No route matched: nothing would execute, so there is nothing to make idempotent (and a 404
+  // must not be stored as the outcome of a route deployed later).
+  if (request.is404) return false;
   const config = (request.routeOptions?.config as { idempotency?: RouteIdempotencyOptions | false } | undefined)
     ?.idempotency;
   return config === undefined ? {} : config;

@@ -97,4 +97,13 @@ describe('@idem/fastify specifics', () => {
     expect(problem.headers['access-control-allow-origin']).toBe('https://app.example');
     await instance.close();
   });
+
+  it('leaves unmatched routes (404) alone', async () => {
+    const instance = await app({}, () => undefined);
+    const missing = await post(instance, '/nowhere', 'nf-1');
+    expect(missing.statusCode).toBe(404);
+    expect(missing.headers['idempotency-key']).toBeUndefined();
+    expect((await post(instance, '/nowhere')).statusCode).toBe(404);
+    await instance.close();
+  });
 });
