@@ -103,7 +103,7 @@ export function authorize(...requirements: Requirement[]): RequestHandler {
       sendGuardError(res, instance?.error('token_missing') ?? new GuardError('token_missing'));
       return;
     }
-    const decision = instance.authorize(req.auth, requirements, { ...view(req), params: req.params } as GuardRequest);
+    const decision = instance.authorize(req.auth, requirements, { ...view(req), params: req.params });
     if (!decision.ok) {
       sendGuardError(res, decision.error);
       return;

@@ -107,10 +107,7 @@ export function authorize(...requirements: Requirement[]): AuthHook {
       // authorize() without a guard before it: answer as unauthenticated rather than let the request through.
       return sendGuardError(reply, instance?.error('token_missing') ?? new GuardError('token_missing'));
     }
-    const decision = instance.authorize(request.auth, requirements, {
-      ...view(request),
-      params: request.params,
-    } as GuardRequest);
+    const decision = instance.authorize(request.auth, requirements, { ...view(request), params: request.params });
     if (!decision.ok) return sendGuardError(reply, decision.error);
     return undefined;
   };

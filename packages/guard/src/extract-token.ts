@@ -10,6 +10,8 @@ export interface GuardRequest {
   headers: Record<string, string | string[] | undefined>;
   url?: string;
   method?: string;
+  /** Route parameters, when the framework has them (for attribute policies). */
+  params?: unknown;
 }
 
 /**

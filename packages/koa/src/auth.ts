@@ -93,7 +93,7 @@ export function authorize(...requirements: Requirement[]): Middleware {
       return;
     }
     const params = (ctx as Context & { params?: unknown }).params;
-    const decision = instance.authorize(principal, requirements, { ...view(ctx), params } as GuardRequest);
+    const decision = instance.authorize(principal, requirements, { ...view(ctx), params });
     if (!decision.ok) {
       sendGuardError(ctx, decision.error);
       return;
