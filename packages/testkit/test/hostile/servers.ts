@@ -9,7 +9,7 @@ import { guard as expressGuard, idempotency as expressIdempotency } from '@idem/
 import { guard as fastifyGuard, idempotency as fastifyIdempotency } from '@idem/fastify';
 import type { GuardOptions } from '@idem/guard';
 import { guard as koaGuard, idempotency as koaIdempotency } from '@idem/koa';
-import { createReceiver, expressWebhook, fastifyWebhook, koaWebhook } from '@idem/webhooks';
+import { createReceiver, expressWebhook, fastifyWebhook, type KoaLikeContext, koaWebhook } from '@idem/webhooks';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import Fastify from 'fastify';
 import Koa from 'koa';
@@ -105,7 +105,8 @@ export async function startServer(name: AdapterName): Promise<HostileServer> {
   const secure = koaGuard(guardOptions);
   const hooks = koaWebhook(receiverFor(runs), { path: '/hooks' });
   app.use(async (ctx, next) => {
-    if (ctx.path === '/hooks') return hooks(ctx, next);
+    // Koa's own Request type has no `body` (a body parser adds it); the glue only reads it.
+    if (ctx.path === '/hooks') return hooks(ctx as unknown as KoaLikeContext, next);
     if (ctx.path === '/secure' && ctx.method === 'POST')
       return secure(ctx, async () => {
         runs.secure++;
