@@ -53,6 +53,10 @@ async function postgresReachable(): Promise<boolean> {
   }
 }
 
+// The services are shared with every other test file on a 2-core box: a store call that is merely
+// slow must not turn into the 503 of an unreachable store and make a scenario flaky.
+const sharedServiceOptions = { storeTimeout: '15s' } as const;
+
 /** Registers the adapter table for `name` over Redis and over PostgreSQL (plain and transactional). */
 export async function describeOnRealStores(name: string, makeServer: MakeAdapterServer): Promise<void> {
   const withRedis = announce(`Redis at ${redisUrl}`, await redisReachable());
@@ -77,6 +81,7 @@ export async function describeOnRealStores(name: string, makeServer: MakeAdapter
     });
     describeAdapter(`${name} on Redis`, makeServer, {
       store: () => ({ store: redisStore({ client, prefix: `${prefix}${++scenario}:` }) }),
+      adapterOptions: sharedServiceOptions,
     });
   });
 
@@ -93,6 +98,10 @@ export async function describeOnRealStores(name: string, makeServer: MakeAdapter
       await pool.end();
     });
     const store = () => ({ store: postgresStore({ client: pool, table }) });
-    describeAdapter(`${name} on PostgreSQL`, makeServer, { store, transactionalStore: store });
+    describeAdapter(`${name} on PostgreSQL`, makeServer, {
+      store,
+      transactionalStore: store,
+      adapterOptions: sharedServiceOptions,
+    });
   });
 }

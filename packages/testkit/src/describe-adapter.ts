@@ -120,6 +120,11 @@ export interface DescribeAdapterOptions {
   transactionalStore?: () => Promise<AdapterStoreHarness> | AdapterStoreHarness;
   /** Concurrent identical requests in the race scenario. Default 100. */
   concurrency?: number;
+  /**
+   * Adapter options added to every scenario's (a scenario's own options win), e.g. a longer
+   * `storeTimeout` for a shared, loaded database in CI.
+   */
+  adapterOptions?: Partial<HttpIdempotencyOptions<any>>;
 }
 
 interface Sent {
@@ -413,7 +418,7 @@ export function describeAdapter(
       }
     };
     const server = await makeServer({
-      idempotency: { store: store.store, onEvent, ...adapterOptions },
+      idempotency: { store: store.store, onEvent, ...options.adapterOptions, ...adapterOptions },
       handle,
     });
     return {
