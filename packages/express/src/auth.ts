@@ -8,6 +8,7 @@ import {
   type GuardOptions,
   type GuardRequest,
   guardRequestFromNode,
+  type InternalTokenIssuer,
   type InternalVerifierOptions,
   isGuard,
   joinHeaderValues,
@@ -113,15 +114,30 @@ export function authorize(...requirements: Requirement[]): RequestHandler {
 }
 
 /**
+ * Options of the glue's `forwardHeaders`: the guard's `internalTokens` issuer is used unless `issuer`
+ * is given.
+ *
+ * @example
+ * const options: GlueForwardOptions = { audience: 'orders-service' };
+ */
+export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer };
+
+/**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the
  * caller's bearer token is dropped, and a fresh internal token for `audience` is added. The result
  * is a plain string map, ready for `fetch` or `http.request`.
  *
  * @example
- * const headers = await forwardHeaders(req, { issuer: internalTokens, audience: 'orders-service' });
+ * const headers = await forwardHeaders(req, { audience: 'orders-service' }); // guard built with internalTokens
  */
-export function forwardHeaders(req: Request, options: ForwardOptions): Promise<Record<string, string>> {
+export function forwardHeaders(req: Request, options: GlueForwardOptions): Promise<Record<string, string>> {
   if (req.auth === undefined)
     throw new TypeError('forwardHeaders needs an authenticated request (mount guard() first)');
-  return forwardGuardHeaders(req.headers, req.auth, options).then(joinHeaderValues);
+  const instance = guardOf.get(req);
+  if (options.issuer !== undefined) {
+    return forwardGuardHeaders(req.headers, req.auth, { ...options, issuer: options.issuer }).then(joinHeaderValues);
+  }
+  if (instance === undefined)
+    throw new TypeError('forwardHeaders needs an issuer, or a guard created with internalTokens');
+  return instance.forwardHeaders(req.headers, req.auth, options).then(joinHeaderValues);
 }

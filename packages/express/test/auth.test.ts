@@ -4,7 +4,7 @@ import express from 'express';
 import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 
-describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, internalIssuer, hit }) => {
+describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, hit }) => {
   const app = express();
   app.all('/protected', guard(edge), (req, res) => {
     hit('protected');
@@ -20,7 +20,7 @@ describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, internalI
   });
   app.get('/forward', guard(edge), async (req, res) => {
     hit('forward');
-    res.json(await forwardHeaders(req, { issuer: internalIssuer, audience: 'orders' }));
+    res.json(await forwardHeaders(req, { audience: 'orders' }));
   });
   app.get('/internal', internalAuth(verifier), (req, res) => {
     hit('internal');

@@ -8,6 +8,7 @@ import {
   type GuardOptions,
   type GuardRequest,
   guardRequestFromNode,
+  type InternalTokenIssuer,
   type InternalVerifierOptions,
   isGuard,
   joinHeaderValues,
@@ -146,19 +147,33 @@ const plugin: FastifyPluginAsync<AuthPluginOptions> = async (fastify, options) =
 export const authPlugin = fp(plugin, { fastify: '5.x', name: '@idem/fastify-auth' });
 
 /**
+ * Options of the glue's `forwardHeaders`: the guard's `internalTokens` issuer is used unless `issuer`
+ * is given.
+ *
+ * @example
+ * const options: GlueForwardOptions = { audience: 'orders-service' };
+ */
+export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer };
+
+/**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the
  * caller's bearer token is dropped, and a fresh internal token for `audience` is added. The result
  * is a plain string map, ready for `fetch` or `http.request`.
  *
  * @example
- * const headers = await forwardHeaders(request, { issuer: internalTokens, audience: 'orders-service' });
+ * const headers = await forwardHeaders(request, { audience: 'orders-service' }); // guard built with internalTokens
  */
-export function forwardHeaders(
-  request: FastifyRequest,
-  options: ForwardOptions,
-): Promise<Record<string, string | string[]>> {
+export function forwardHeaders(request: FastifyRequest, options: GlueForwardOptions): Promise<Record<string, string>> {
   if (request.auth === undefined || request.auth === null) {
     throw new TypeError('forwardHeaders needs an authenticated request (run the guard hook first)');
   }
-  return forwardGuardHeaders(request.headers, request.auth, options).then(joinHeaderValues);
+  const instance = guardOf.get(request);
+  if (options.issuer !== undefined) {
+    return forwardGuardHeaders(request.headers, request.auth, { ...options, issuer: options.issuer }).then(
+      joinHeaderValues,
+    );
+  }
+  if (instance === undefined)
+    throw new TypeError('forwardHeaders needs an issuer, or a guard created with internalTokens');
+  return instance.forwardHeaders(request.headers, request.auth, options).then(joinHeaderValues);
 }

@@ -5,7 +5,7 @@ import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/tokens.js';
 import { authorize, authPlugin, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 
-describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, internalIssuer, hit }) => {
+describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, hit }) => {
   const app = Fastify();
   await app.register(authPlugin);
   const verify = guard(edge);
@@ -29,7 +29,7 @@ describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, internalI
   });
   app.get('/forward', { onRequest: verify }, async (request) => {
     hit('forward');
-    return forwardHeaders(request, { issuer: internalIssuer, audience: 'orders' });
+    return forwardHeaders(request, { audience: 'orders' });
   });
   app.get('/internal', { onRequest: internal }, async (request) => {
     hit('internal');

@@ -1,4 +1,5 @@
-import { defaultInternalTokenHeader, type InternalTokenIssuer } from './internal-token.js';
+import { defaultInternalTokenHeader } from './internal-header.js';
+import type { InternalTokenIssuer } from './internal-token.js';
 import type { Principal } from './principal.js';
 import { type StripOptions, stripIdentityHeaders } from './strip-headers.js';
 

@@ -12,7 +12,9 @@ import { buildDpop, type DpopOptions, type DpopRuntime, requestHtu, verifyDpopPr
 import { assertChallengeSafe, GuardError, type GuardErrorCode } from './errors.js';
 import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
+import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 import { normalizeTyp } from './guard-typ.js';
+import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
 import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
@@ -110,6 +112,8 @@ export interface GuardOptions extends TokenRules {
   onEvent?: (event: GuardEvent) => void;
   /** Accept DPoP-bound tokens with proofs (RFC 9449); `{ required: true }` refuses plain bearer tokens. */
   dpop?: DpopOptions;
+  /** The gateway's internal token issuer, used by `guard.forwardHeaders()` and the glue's `forwardHeaders()`. */
+  internalTokens?: InternalTokenIssuer;
 }
 
 /**
@@ -145,6 +149,15 @@ export interface Guard {
   readonly realm: string;
   /** The header this guard reads its token from (`authorization`, or the internal token header). */
   readonly tokenHeader: string;
+  /**
+   * The headers to send upstream for an authenticated caller (see `forwardHeaders`), minted with the
+   * guard's `internalTokens` unless `options.issuer` is given. Throws a `TypeError` when neither is.
+   */
+  forwardHeaders(
+    incoming: Readonly<Record<string, string | string[] | undefined>>,
+    principal: Principal,
+    options: Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer },
+  ): Promise<Record<string, string | string[]>>;
 }
 
 /**
@@ -505,8 +518,14 @@ export function createGuard(options: GuardOptions): Guard {
   const { engine, stats, realm } = buildEngine(options, { refusedTypes: new Set([internalTokenType]) });
   const allowQueryToken = options.allowQueryToken === true;
   const dpopMode = engine.dpop === undefined ? 'off' : engine.dpop.required ? 'required' : 'allowed';
-  return guardFromEngine(engine, stats, realm, 'authorization', (request) =>
-    extractBearerToken(request, { allowQueryToken, maxLength: engine.limits.maxTokenLength, dpop: dpopMode }),
+  return guardFromEngine(
+    engine,
+    stats,
+    realm,
+    'authorization',
+    (request) =>
+      extractBearerToken(request, { allowQueryToken, maxLength: engine.limits.maxTokenLength, dpop: dpopMode }),
+    options.internalTokens,
   );
 }
 
@@ -522,6 +541,7 @@ export function guardFromEngine(
   realm: string,
   tokenHeader: string,
   extract: (request: GuardRequest) => TokenExtraction,
+  internalTokens?: InternalTokenIssuer,
 ): Guard {
   const error = (code: GuardErrorCode) => new GuardError(code, engine.errorOptions);
   return {
@@ -559,6 +579,15 @@ export function guardFromEngine(
     },
     error,
     stats,
+    async forwardHeaders(incoming, principal, options) {
+      const issuer = options.issuer ?? internalTokens;
+      if (issuer === undefined) {
+        throw new TypeError(
+          'forwardHeaders needs an internal token issuer: set internalTokens on the guard or pass issuer',
+        );
+      }
+      return forwardHeaders(incoming, principal, { ...options, issuer }) as Promise<Record<string, string | string[]>>;
+    },
     async ready() {
       await Promise.all([...engine.issuers.values()].map((issuer) => issuer.ready));
     },

@@ -41,10 +41,10 @@ export {
   type TokenRules,
 } from './guard.js';
 export { normalizeTyp } from './guard-typ.js';
+export { defaultInternalTokenHeader } from './internal-header.js';
 export {
   createInternalTokenIssuer,
   createInternalVerifier,
-  defaultInternalTokenHeader,
   type InternalSigningKey,
   type InternalTokenIssuer,
   type InternalTokenIssuerOptions,

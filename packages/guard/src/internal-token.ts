@@ -4,16 +4,9 @@ import type { JwsAlgorithm } from './algorithms.js';
 import type { GuardEvent } from './events.js';
 import { extractHeaderToken } from './extract-token.js';
 import { buildEngine, type Guard, guardFromEngine, internalTokenType, type PublicKeyInput } from './guard.js';
+import { defaultInternalTokenHeader } from './internal-header.js';
 import type { RemoteJwksOptions } from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
-
-/**
- * The default header carrying the internal token from the gateway to a service.
- *
- * @example
- * req.headers[defaultInternalTokenHeader]; // the gateway's token
- */
-export const defaultInternalTokenHeader = 'idem-internal-token';
 
 /**
  * A signing key of the gateway: Ed25519 (EdDSA) or P-256 (ES256).

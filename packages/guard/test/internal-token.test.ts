@@ -185,4 +185,22 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(kept['x-gw-token']).toBeTypeOf('string');
     expect(kept['idem-internal-token']).toBeUndefined();
   });
+
+  it("guard.forwardHeaders mints with the guard's internalTokens, and refuses without an issuer", async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const principal = await edgePrincipal();
+    const withIssuer = createGuard({
+      audience: AUDIENCE,
+      internalTokens: issuer,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const headers = await withIssuer.forwardHeaders({ authorization: 'Bearer x', x_user_id: 'admin' }, principal, {
+      audience: 'orders',
+    });
+    expect(Object.keys(headers)).toEqual(['idem-internal-token']);
+    const verifier = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks() });
+    expect((await verifier.authenticate({ headers })).ok).toBe(true);
+    const without = createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    await expect(without.forwardHeaders({}, principal, { audience: 'orders' })).rejects.toThrow(TypeError);
+  });
 });

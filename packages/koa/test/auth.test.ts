@@ -18,7 +18,7 @@ function route(method: string | undefined, path: string, ...stack: Middleware[])
   };
 }
 
-describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, internalIssuer, hit }) => {
+describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, hit }) => {
   const app = new Koa();
   const verify = guard(edge);
   const internal = internalAuth(verifier);
@@ -44,7 +44,7 @@ describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, internalIssue
   app.use(
     route('GET', '/forward', verify, async (ctx) => {
       hit('forward');
-      ctx.body = await forwardHeaders(ctx, { issuer: internalIssuer, audience: 'orders' });
+      ctx.body = await forwardHeaders(ctx, { audience: 'orders' });
     }),
   );
   app.use(

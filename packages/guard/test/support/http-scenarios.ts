@@ -18,7 +18,7 @@ import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments,
  * - `ALL /protected`           guard → 200 `{ sub, scope }`
  * - `GET /write`               guard, authorize(requireScopes('orders:write')) → 200 `{ ok: true }`
  * - `GET /admin`               guard, authorize(requireRoles('admin')) → 200 `{ ok: true }`
- * - `GET /forward`             guard → 200 with the JSON of forwardHeaders(..., { issuer, audience: 'orders' })
+ * - `GET /forward`             guard → 200 with the JSON of forwardHeaders(..., { audience: 'orders' }) (the guard has internalTokens)
  * - `GET /internal`            internalAuth(verifier) → 200 `{ sub, iss, scope }`
  * - `GET /internal-write`      internalAuth(verifier), authorize(requireScopes('orders:write')) → 200
  * - `GET /authorize-only`      authorize(requireScopes('orders:read')) without a guard → must be 401
@@ -69,8 +69,13 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
   describe(`${framework} guard glue (HTTP-level cases)`, () => {
     const clock = manualClock();
     const hits: string[] = [];
-    const guard = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
     const internalIssuer = createInternalTokenIssuer({ issuer: 'https://gateway.example', now: clock.now });
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      internalTokens: internalIssuer,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
     const verifier = createInternalVerifier({
       issuer: 'https://gateway.example',
       audience: 'orders',
