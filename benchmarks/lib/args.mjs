@@ -1,0 +1,63 @@
+// Command line of `npm run bench`. Kept free of any library so `node benchmarks/run.mjs --help` works
+// before anything else is installed.
+import { join } from 'node:path';
+
+/** The usage text printed by `--help` and on an unknown option. */
+export const usage = `npm run bench [-- options] [suite...]
+
+  --quick          prove the runner works: 1 round, 1 s windows, a few contenders per suite (< 2 min);
+                   never touches docs/benchmarks.md
+  --rounds N       rounds per group (default 3; quick 1)
+  --duration S     measured seconds per contender and round (default 3; quick 1)
+  --out DIR        where results/<date>.json goes (default benchmarks/results)
+  --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
+  --list           print the suites and exit
+  suite...         run only these suites (default: all)`;
+
+/**
+ * Parses `process.argv.slice(2)` into the run's settings; throws a TypeError on a bad option.
+ *
+ * @example
+ * parseArgs(['--quick', 'limits'], '/repo'); // { quick: true, suites: ['limits'], rounds: 1, ... }
+ */
+export function parseArgs(argv, root) {
+  const settings = {
+    quick: false,
+    rounds: undefined,
+    durationSeconds: undefined,
+    outDir: join(root, 'benchmarks', 'results'),
+    docsDir: join(root, 'docs'),
+    list: false,
+    help: false,
+    suites: [],
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      const next = argv[++i];
+      if (next === undefined) throw new TypeError(`${arg} needs a value`);
+      return next;
+    };
+    if (arg === '--quick') settings.quick = true;
+    else if (arg === '--rounds') settings.rounds = positiveInteger(arg, value());
+    else if (arg === '--duration') settings.durationSeconds = positiveInteger(arg, value());
+    else if (arg === '--out') settings.outDir = value();
+    else if (arg === '--docs') settings.docsDir = value();
+    else if (arg === '--list') settings.list = true;
+    else if (arg === '--help' || arg === '-h') settings.help = true;
+    else if (arg.startsWith('--')) throw new TypeError(`unknown option ${arg}`);
+    else settings.suites.push(arg);
+  }
+  settings.rounds ??= settings.quick ? 1 : 3;
+  settings.durationSeconds ??= settings.quick ? 1 : 3;
+  // The warm-up is a number of requests, not a duration: autocannon's windows are whole seconds.
+  settings.warmupRequests = settings.quick ? 300 : 3_000;
+  settings.connections = 50;
+  return settings;
+}
+
+function positiveInteger(name, text) {
+  const number = Number(text);
+  if (!Number.isInteger(number) || number < 1) throw new TypeError(`${name} takes a positive integer, got ${text}`);
+  return number;
+}

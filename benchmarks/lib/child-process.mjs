@@ -1,0 +1,120 @@
+// Every server (and every in-process loop such as raw jose) runs in a child process of its own, so
+// the load generator in the runner and the code under test each get one of the two cores instead of
+// sharing one event loop. Children are this repository's TypeScript sources run through tsx, which
+// maps `@idem/*` to `packages/*/src` with the root tsconfig's `paths`.
+import { fork } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const benchmarks = dirname(dirname(fileURLToPath(import.meta.url)));
+const root = dirname(benchmarks);
+
+/** How long a child may take to start before it counts as failed (a loaded box starts slowly). */
+const startTimeoutMs = 60_000;
+
+/**
+ * Starts `benchmarks/servers/<entry>` with `spec` and resolves with the first IPC message it sends
+ * (a server's `{ port }`, a loop's `{ opsPerSecond }`) and a `stop()` that asks it to end and waits.
+ * Rejects with the child's last stderr line when it exits or throws before answering.
+ *
+ * @example
+ * const server = await startChild('serve.mjs', { kind: 'node-http' });
+ * console.log(server.message.port);
+ * await server.stop();
+ */
+export function startChild(entry, spec) {
+  const child = fork(join(benchmarks, 'servers', entry), [], {
+    cwd: root,
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    env: { ...process.env, NODE_ENV: 'production' },
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => {
+    stderr = (stderr + chunk).slice(-4_000);
+  });
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  // The spec goes over IPC, not argv: a list of 2,000 tokens is past the kernel's limit for one argument.
+  child.send({ spec }, () => {});
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.send('stop', () => {});
+    // A child that does not clean up in time is killed: the next contender must not share the cores.
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  };
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${entry} did not start within ${startTimeoutMs / 1000} s`));
+    }, startTimeoutMs);
+    child.once('message', (message) => {
+      clearTimeout(timer);
+      if (message && typeof message === 'object' && 'error' in message) {
+        stop().then(() => reject(new Error(String(message.error))));
+        return;
+      }
+      resolve({ message, stop });
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      const last = stderr.trim().split('\n').at(-1) ?? '';
+      reject(new Error(`${entry} exited with ${code ?? signal}${last ? `: ${last}` : ''}`));
+    });
+  });
+}
+
+/**
+ * For children: the spec the parent sent with {@link startChild}.
+ *
+ * @example
+ * const spec = await receiveSpec();
+ */
+export function receiveSpec() {
+  return new Promise((resolve) => {
+    const listener = (message) => {
+      if (message && typeof message === 'object' && 'spec' in message) {
+        process.off('message', listener);
+        resolve(message.spec);
+      }
+    };
+    process.on('message', listener);
+  });
+}
+
+/**
+ * For children: waits for 'stop' from the parent, runs `cleanup`, and exits. Also exits when the
+ * parent disappears, so an interrupted run leaves no server behind.
+ *
+ * @example
+ * onStop(async () => server.close());
+ */
+export function onStop(cleanup) {
+  const finish = async (code) => {
+    try {
+      await cleanup();
+    } finally {
+      process.exit(code);
+    }
+  };
+  process.on('message', (message) => {
+    if (message === 'stop') finish(0);
+  });
+  process.on('disconnect', () => finish(0));
+}
+
+/**
+ * For children: reports a start-up failure to the parent as a message instead of a stack trace.
+ *
+ * @example
+ * main().catch(reportFailure);
+ */
+export function reportFailure(error) {
+  const text = error instanceof Error ? error.message : String(error);
+  if (process.send) process.send({ error: text }, () => process.exit(1));
+  else {
+    console.error(text);
+    process.exit(1);
+  }
+}

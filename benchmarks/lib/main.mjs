@@ -1,0 +1,148 @@
+// The side-by-side benchmark runner, started by benchmarks/run.mjs under tsx. Runs the suites one
+// after the other, writes benchmarks/results/<date>.json (every sample of every round), and for a
+// full run of every suite regenerates docs/benchmarks.md and docs/benchmarks-ratios.svg. Quick runs
+// and runs of a few suites write their page and chart beside the results file instead, so short,
+// noisy figures never replace the published ones.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { adaptersSuite } from '../suites/adapters.mjs';
+import { coreSuite } from '../suites/core.mjs';
+import { functionLevelSuite } from '../suites/function-level.mjs';
+import { guardSuite } from '../suites/guard.mjs';
+import { limitsSuite } from '../suites/limits.mjs';
+import { referenceAppSuite } from '../suites/reference-app.mjs';
+import { storesPostgresSuite } from '../suites/stores-postgres.mjs';
+import { storesRedisSuite } from '../suites/stores-redis.mjs';
+import { parseArgs, usage } from './args.mjs';
+import { renderReport } from './report.mjs';
+import { checkServices } from './services.mjs';
+import { ratioChart } from './svg-chart.mjs';
+import { evaluateTargets } from './targets.mjs';
+
+const root = dirname(dirname(dirname(fileURLToPath(import.meta.url))));
+// Cheapest first, so a quick run proves every kind of suite before the long HTTP ones.
+const allSuites = [
+  coreSuite,
+  limitsSuite,
+  storesRedisSuite,
+  storesPostgresSuite,
+  functionLevelSuite,
+  adaptersSuite,
+  guardSuite,
+  referenceAppSuite,
+];
+
+let settings;
+try {
+  settings = parseArgs(process.argv.slice(2), root);
+} catch (error) {
+  console.error(`${error.message}\n\n${usage}`);
+  process.exit(2);
+}
+if (settings.help) {
+  console.log(usage);
+  process.exit(0);
+}
+if (settings.list) {
+  for (const suite of allSuites) console.log(`${suite.id.padEnd(16)} ${suite.title}`);
+  process.exit(0);
+}
+const unknown = settings.suites.filter((id) => !allSuites.some((suite) => suite.id === id));
+if (unknown.length > 0) {
+  console.error(`unknown suite(s): ${unknown.join(', ')}; --list shows them`);
+  process.exit(2);
+}
+const selected =
+  settings.suites.length === 0 ? allSuites : allSuites.filter((suite) => settings.suites.includes(suite.id));
+
+const started = new Date();
+const log = (line) => console.log(line);
+const services = await checkServices();
+for (const [name, reason] of Object.entries(services)) {
+  if (reason) console.warn(`\n!! ${name} is not reachable (${reason}): its scenarios are listed as not measured.\n`);
+}
+const context = {
+  log,
+  unavailable: (kind) =>
+    kind === 'memory' ? undefined : services[kind] ? `${kind} unreachable: ${services[kind]}` : undefined,
+};
+
+const suites = [];
+const notMeasured = [];
+for (const suite of selected) {
+  log(`\n== ${suite.id}: ${suite.title}`);
+  try {
+    const outcome = await suite.run(settings, context);
+    suites.push({ id: suite.id, title: suite.title, groups: outcome.groups });
+    notMeasured.push(...(outcome.notMeasured ?? []).map((item) => ({ suite: suite.id, ...item })));
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    log(`   ${suite.id} failed: ${reason}`);
+    notMeasured.push({ suite: suite.id, scenario: suite.title, reason });
+  }
+}
+
+const finished = new Date();
+const groups = suites.flatMap((suite) => suite.groups);
+const results = {
+  format: 'idem-bench/1',
+  startedAt: started.toISOString(),
+  finishedAt: finished.toISOString(),
+  elapsedSeconds: (finished.getTime() - started.getTime()) / 1_000,
+  quick: settings.quick,
+  suitesRun: selected.map((suite) => suite.id),
+  machine: {
+    node: process.version,
+    platform: `${process.platform} ${process.arch}`,
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model?.trim() ?? 'unknown',
+    loadAverage: loadavg(),
+  },
+  settings: {
+    rounds: settings.rounds,
+    durationSeconds: settings.durationSeconds,
+    warmupRequests: settings.warmupRequests,
+    connections: settings.connections,
+  },
+  services: Object.fromEntries(Object.entries(services).map(([name, reason]) => [name, reason ?? 'reachable'])),
+  suites,
+  notMeasured,
+  targets: evaluateTargets(
+    groups,
+    selected.map((suite) => suite.id),
+  ),
+};
+
+const date = started.toISOString().slice(0, 10);
+const complete = !settings.quick && settings.suites.length === 0;
+const base = `${date}${settings.quick ? '-quick' : ''}${settings.suites.length > 0 ? `-${settings.suites.join('-')}` : ''}`;
+mkdirSync(settings.outDir, { recursive: true });
+const resultsFile = join(settings.outDir, `${base}.json`);
+writeFileSync(resultsFile, `${JSON.stringify(results, null, 2)}\n`);
+const chartTitle = `idem benchmark ratios, ${date}${settings.quick ? ' (quick mode, not results)' : ''}`;
+let page;
+if (complete) {
+  mkdirSync(settings.docsDir, { recursive: true });
+  writeFileSync(join(settings.docsDir, 'benchmarks-ratios.svg'), ratioChart(results.targets, chartTitle));
+  page = join(settings.docsDir, 'benchmarks.md');
+  writeFileSync(page, renderReport(results, 'benchmarks-ratios.svg'));
+} else {
+  writeFileSync(join(settings.outDir, `${base}.svg`), ratioChart(results.targets, chartTitle));
+  page = join(settings.outDir, `${base}.md`);
+  writeFileSync(page, renderReport(results, `${base}.svg`));
+}
+
+log('\n== targets');
+for (const target of results.targets) {
+  if (target.verdict === 'not measured' && !complete) continue;
+  const value = target.measured ? target.measured.median.toFixed(target.kind === 'absolute' ? 0 : 2) : '-';
+  log(`  ${target.verdict.padEnd(12)} #${target.issue} ${target.text}: ${value} (wanted >= ${target.threshold})`);
+}
+log(`\nwrote ${resultsFile} and ${page} in ${Math.round(results.elapsedSeconds)} s`);
+const down = Object.entries(services).filter(([, reason]) => reason);
+if (process.env.CI === 'true' && down.length > 0) {
+  console.error(`CI=true and ${down.map(([name]) => name).join(', ')} unreachable: failing the run.`);
+  process.exit(1);
+}

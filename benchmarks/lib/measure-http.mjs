@@ -1,0 +1,66 @@
+// One HTTP measurement: start the server in its own process, warm it up, drive it for the window,
+// stop it. A fresh process per measurement means no contender inherits another's heap or records.
+import { randomUUID } from 'node:crypto';
+import { startChild } from './child-process.mjs';
+import { chargeBody, drive, trafficHeaders } from './http-load.mjs';
+
+/**
+ * Measures requests per second of the server `spec` under `traffic`:
+ * `{ pattern: 'none'|'fresh'|'replay'|'hot'|'tokens', method, path, tokens? }`.
+ *
+ * @example
+ * const rps = await measureServer({ kind: 'node-http' }, { pattern: 'none', method: 'POST', path: '/charges' }, settings);
+ */
+export async function measureServer(spec, traffic, settings) {
+  const keyPrefix = `idem-bench-key:${randomUUID()}:`;
+  const server = await startChild('serve.mjs', { ...spec, keyPrefix });
+  try {
+    const url = `http://127.0.0.1:${server.message.port}${traffic.path}`;
+    const post = traffic.method === 'POST';
+    const replayKey = `${keyPrefix}replayed`;
+    const body = traffic.body ?? chargeBody;
+    // A server may hand out the bearer token its own issuer signed (the reference app does).
+    const bearer = traffic.bearer ?? server.message.bearer;
+    const authorization = bearer === undefined ? {} : { authorization: `Bearer ${bearer}` };
+    if (traffic.pattern === 'replay') {
+      // The one execution of the replayed key happens before the window; every request after is a replay.
+      const first = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': replayKey, ...authorization },
+        body,
+      });
+      await first.arrayBuffer();
+      if (first.status !== 201) throw new Error(`priming the replayed key answered ${first.status}`);
+    }
+    // A hot key's duplicates in flight get 409 (idem, express-idempotency) by design: accepted there.
+    const accept =
+      traffic.pattern === 'hot' ? (status) => (status >= 200 && status < 300) || status === 409 : undefined;
+    const window = (extra) =>
+      drive({
+        url,
+        method: traffic.method,
+        ...(post ? { body } : {}),
+        headers: trafficHeaders({ pattern: traffic.pattern, keyPrefix, replayKey, tokens: traffic.tokens, bearer }),
+        connections: settings.connections,
+        ...(accept ? { accept } : {}),
+        ...extra,
+      });
+    await window({ amount: settings.warmupRequests });
+    const measured = await window({ seconds: settings.durationSeconds });
+    return measured.requestsPerSecond;
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * Runs the in-process loop `spec` (benchmarks/servers/loop.mjs) in a child and returns its ops/s.
+ *
+ * @example
+ * const opsPerSecond = await measureLoop({ kind: 'jose', alg: 'ES256', ... }, settings);
+ */
+export async function measureLoop(spec, settings) {
+  const child = await startChild('loop.mjs', { ...spec, durationMs: settings.durationSeconds * 1_000 });
+  await child.stop();
+  return child.message.opsPerSecond;
+}

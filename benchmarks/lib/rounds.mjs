@@ -1,0 +1,94 @@
+// Contenders of a group take turns, round after round (A B C A B C ...), so drift in the machine's
+// load (other processes on the 2 shared cores, the page cache, the database's checkpoints) lands on
+// every contender alike. Each ratio is taken within a round and the median over rounds is reported.
+import { roundRatios, summarize } from './stats.mjs';
+
+/**
+ * Runs one group: every contender once per round, in order, the baseline first. A contender that
+ * fails is measured no more and reported as "not measured" with the reason; one that is known to be
+ * unavailable up front (`unavailable: 'reason'`) is never started. In quick mode only the
+ * contenders marked `quick: true` run.
+ *
+ * @example
+ * const group = await runGroup({
+ *   id: 'limits', title: 'Limits', unit: 'req/s', baseline: 'node:http',
+ *   contenders: [{ name: 'node:http', measure: () => measureServer(...) }],
+ * }, { rounds: 3 }, console.log);
+ */
+export async function runGroup(fullDefinition, settings, log) {
+  // Quick mode only proves the runner works: a group keeps the contenders marked `quick`.
+  const definition = settings.quick
+    ? { ...fullDefinition, contenders: fullDefinition.contenders.filter((contender) => contender.quick) }
+    : fullDefinition;
+  const samples = new Map(definition.contenders.map((contender) => [contender.name, []]));
+  const failures = new Map();
+  for (const contender of definition.contenders) {
+    if (contender.unavailable) failures.set(contender.name, contender.unavailable);
+  }
+  for (let round = 0; round < settings.rounds; round++) {
+    for (const contender of definition.contenders) {
+      const own = samples.get(contender.name);
+      if (failures.has(contender.name)) {
+        own.push(Number.NaN);
+        continue;
+      }
+      try {
+        const value = await contender.measure();
+        own.push(value);
+        log(
+          `  [${definition.id}] round ${round + 1}: ${contender.name.padEnd(52)} ${format(value)} ${definition.unit}`,
+        );
+      } catch (error) {
+        own.push(Number.NaN);
+        const reason = error instanceof Error ? error.message : String(error);
+        failures.set(contender.name, reason);
+        log(`  [${definition.id}] round ${round + 1}: ${contender.name} not measured: ${reason}`);
+      }
+    }
+  }
+  const baseline = samples.get(definition.baseline) ?? [];
+  const result = {
+    id: definition.id,
+    title: definition.title,
+    unit: definition.unit,
+    baseline: definition.baseline,
+    rounds: settings.rounds,
+    ...(definition.note ? { note: definition.note } : {}),
+    contenders: definition.contenders.map((contender) => {
+      const values = samples.get(contender.name);
+      const stats = summarize(values);
+      const row = { name: contender.name, samples: values.map((v) => (Number.isFinite(v) ? v : null)) };
+      if (!stats) return { ...row, notMeasured: failures.get(contender.name) ?? 'no sample' };
+      const ratio = contender.name === definition.baseline ? undefined : summarize(roundRatios(values, baseline));
+      return { ...row, ...stats, ...(ratio ? { ratio } : {}) };
+    }),
+  };
+  // Extra ratios between two contenders other than the baseline, also taken round by round.
+  if (definition.comparisons) {
+    result.comparisons = definition.comparisons.map(([numerator, denominator]) => ({
+      numerator,
+      denominator,
+      ratio: compare(result, numerator, denominator) ?? null,
+    }));
+  }
+  return result;
+}
+
+/**
+ * The ratio of two contenders of one group, round by round, summarised; `undefined` when either
+ * side has no sample.
+ *
+ * @example
+ * compare(group, 'idem on memoryStore, fresh keys', 'express-idempotency (memory), fresh keys');
+ */
+export function compare(group, numerator, denominator) {
+  const top = group?.contenders.find((row) => row.name === numerator);
+  const bottom = group?.contenders.find((row) => row.name === denominator);
+  if (!top || !bottom) return undefined;
+  const values = (row) => row.samples.map((v) => (v === null ? Number.NaN : v));
+  return summarize(roundRatios(values(top), values(bottom)));
+}
+
+function format(value) {
+  return Math.round(value).toLocaleString('en').padStart(10);
+}

@@ -1,0 +1,110 @@
+// Per framework: the bare POST /charges, idem on memoryStore, Redis and PostgreSQL with fresh keys,
+// replays and a hot key, and on Express the peers on the same stores. One group per framework, so
+// every ratio (idem over bare, idem over a peer) comes from contenders measured in the same rounds.
+import { measureServer } from '../lib/measure-http.mjs';
+import { runGroup } from '../lib/rounds.mjs';
+
+const patterns = [
+  ['fresh', 'fresh keys'],
+  ['replay', 'replays'],
+  ['hot', 'hot key'],
+];
+const stores = [
+  ['memory', 'memoryStore'],
+  ['redis', 'Redis'],
+  ['postgres', 'PostgreSQL'],
+];
+const frameworkNames = { express: 'Express', fastify: 'Fastify', koa: 'Koa' };
+
+/** Contender names, shared with the targets so a renamed row cannot silently drop a target. */
+export const adapterRow = {
+  bare: 'bare route',
+  idem: (store, pattern) => `idem, ${storeLabel(store)}, ${patternLabel(pattern)}`,
+  peer: (peer, store, pattern) => `${peer}, ${storeLabel(store)}, ${patternLabel(pattern)}`,
+};
+
+/** Peers measured on Express, with the stores they publish an adapter for. */
+export const expressPeers = [
+  { variant: 'express-idempotency', label: 'express-idempotency', stores: ['memory', 'redis'] },
+  { variant: 'node-idempotency', label: '@node-idempotency/core', stores: ['memory', 'redis'] },
+];
+
+function storeLabel(store) {
+  return stores.find(([id]) => id === store)[1];
+}
+function patternLabel(pattern) {
+  return patterns.find(([id]) => id === pattern)[1];
+}
+
+const post = (pattern) => ({ pattern, method: 'POST', path: '/charges' });
+
+/**
+ * The adapters suite: one group per framework.
+ *
+ * @example
+ * const { groups } = await adaptersSuite.run(settings, context);
+ */
+export const adaptersSuite = {
+  id: 'adapters',
+  title: 'Adapters: bare route, idem per store, peers (Express, Fastify, Koa)',
+  async run(settings, context) {
+    const groups = [];
+    const frameworks = settings.quick ? ['express'] : ['express', 'fastify', 'koa'];
+    for (const framework of frameworks) {
+      const contenders = [
+        {
+          name: adapterRow.bare,
+          quick: true,
+          measure: () => measureServer({ kind: 'charges', framework, variant: 'bare' }, post('none'), settings),
+        },
+      ];
+      for (const [store] of stores) {
+        for (const [pattern] of patterns) {
+          contenders.push({
+            name: adapterRow.idem(store, pattern),
+            quick: store === 'memory' && pattern !== 'hot',
+            unavailable: context.unavailable(store),
+            measure: () =>
+              measureServer({ kind: 'charges', framework, variant: 'idem', store }, post(pattern), settings),
+          });
+        }
+      }
+      if (framework === 'express') {
+        for (const peer of expressPeers) {
+          for (const [store] of stores) {
+            for (const [pattern] of patterns.filter(([id]) => id !== 'hot')) {
+              const supported = peer.stores.includes(store);
+              contenders.push({
+                name: adapterRow.peer(peer.label, store, pattern),
+                quick: store === 'memory' && pattern === 'fresh' && peer.variant === 'express-idempotency',
+                unavailable: supported
+                  ? context.unavailable(store)
+                  : `${peer.label} publishes no ${storeLabel(store)} adapter`,
+                measure: () =>
+                  measureServer({ kind: 'charges', framework, variant: peer.variant, store }, post(pattern), settings),
+              });
+            }
+          }
+        }
+      }
+      groups.push(
+        await runGroup(
+          {
+            id: `adapters-${framework}`,
+            title: `${frameworkNames[framework]}: POST /charges`,
+            unit: 'req/s',
+            baseline: adapterRow.bare,
+            note:
+              framework === 'express'
+                ? 'Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter.'
+                : 'No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify).',
+            contenders,
+          },
+          settings,
+          context.log,
+        ),
+      );
+    }
+    return { groups };
+  },
+};
