@@ -355,9 +355,10 @@ export function buildIssuer(
 
 /**
  * The verification pipeline, cheapest checks first and every outcome a value:
- * cache → split and decode (size, canonical base64url, UTF-8, strict JSON) → header (alg, crit,
- * refused parameters, typ) → issuer by exact `iss` → alg on the issuer's list (before any JWKS
- * fetch) → key by exact `kid` → signature → claims → principal → cache.
+ * cache → split and decode (size, canonical base64url, UTF-8, strict JSON) → issuer by exact `iss`
+ * → header (alg, crit, refused parameters, typ) → alg on the issuer's list (before any JWKS fetch) →
+ * key by exact `kid` → signature → claims → principal → cache. Claims are only read for `iss` (to
+ * pick the keys) before the signature has verified.
  *
  * @example
  * const result = await verifyWithEngine(token, engine);
