@@ -19,7 +19,8 @@ const style =
   'body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem;line-height:1.5}' +
   'label{display:block;margin-top:.75rem}input,button{font:inherit;padding:.35rem .5rem}' +
   'button{margin-top:1rem}.error{color:#a00;font-weight:600}section{border-top:1px solid #ccc;margin-top:1.5rem}' +
-  'pre{white-space:pre-wrap;background:#f4f4f4;padding:.5rem}';
+  'pre{white-space:pre-wrap;background:#f4f4f4;padding:.5rem}li,td{overflow-wrap:anywhere}' +
+  '.theme-dark{background:#1d1f21;color:#e8e8e8;padding:.5rem 1rem}.theme-dark pre{background:#2c2f33}';
 
 const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')}'`;
 

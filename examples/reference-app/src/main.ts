@@ -1,10 +1,12 @@
+import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { openDatabase } from './db.js';
 import { demoUsers } from './seed.js';
 import { startReferenceApp } from './start.js';
 
 /**
- * `npm start`: opens the database (PGlite in `data/`, or PostgreSQL with DATABASE_URL), starts the
+ * `npm start`: opens the database (PGlite in `data/`, or PostgreSQL with DATABASE_URL) and, with
+ * REDIS_URL, a Redis client for the idempotency keys of the non-transactional routes; starts the
  * identity provider, the third-party app, the gateway, the API and the webhook receiver, prints their
  * URLs and the demo logins, and shuts down cleanly on Ctrl-C (SIGINT) or SIGTERM.
  */
@@ -13,6 +15,11 @@ async function main(): Promise<void> {
   const appPort = Number(process.env.APP_PORT ?? 8083);
   const baseUrl = process.env.BASE_URL ?? 'http://localhost:8080';
   const db = await openDatabase({ url: process.env.DATABASE_URL });
+  const redis = process.env.REDIS_URL ? await connectRedis(process.env.REDIS_URL) : undefined;
+  const closeStorage = async () => {
+    redis?.disconnect();
+    await db.close();
+  };
   let running: Awaited<ReturnType<typeof startReferenceApp>>;
   try {
     running = await startReferenceApp({
@@ -24,7 +31,7 @@ async function main(): Promise<void> {
       ...(process.env.APP_URL ? { appUrl: process.env.APP_URL } : {}),
     });
   } catch (error) {
-    await db.close();
+    await closeStorage();
     throw error;
   }
   let resources: Awaited<ReturnType<typeof startResourceStack>>;
@@ -36,14 +43,18 @@ async function main(): Promise<void> {
       receiverPort: Number(process.env.RECEIVER_PORT ?? 8084),
       baseUrl,
       authUrl: running.authUrl,
+      ...(redis ? { redis: { client: redis } } : {}),
     });
   } catch (error) {
     await running.close();
-    await db.close();
+    await closeStorage();
     throw error;
   }
 
-  console.log(`idem reference app (database: ${db.kind === 'pglite' ? 'embedded PGlite' : 'PostgreSQL'})`);
+  console.log(
+    `idem reference app (database: ${db.kind === 'pglite' ? 'embedded PGlite' : 'PostgreSQL'}; ` +
+      `keys of non-transactional routes: ${redis ? 'Redis' : 'the database'})`,
+  );
   console.log(`  identity provider  ${running.authUrl}`);
   console.log(`  third-party app    ${running.appUrl}   <- open this`);
   console.log(`  gateway (API)      ${resources.gateway.baseUrl}`);
@@ -63,13 +74,22 @@ async function main(): Promise<void> {
     try {
       await resources.close();
       await running.close();
-      await db.close();
+      await closeStorage();
     } finally {
       process.exit(0);
     }
   };
   process.once('SIGINT', () => void stop('SIGINT'));
   process.once('SIGTERM', () => void stop('SIGTERM'));
+}
+
+/** Connects to Redis before anything starts, so a wrong REDIS_URL fails the start instead of the first request. */
+async function connectRedis(url: string): Promise<Redis> {
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 2 });
+  // Without a listener a dropped connection would crash the process; ioredis reconnects by itself.
+  client.on('error', () => undefined);
+  await client.connect();
+  return client;
 }
 
 main().catch((error: unknown) => {

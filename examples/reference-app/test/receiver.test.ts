@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { principalFromClaims } from '@idem/guard';
 import { sign } from '@idem/webhooks';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -36,8 +37,8 @@ afterAll(async () => {
   await db?.close();
 });
 
-async function createCharge(amount: number): Promise<{ id: string }> {
-  const token = await new SignJWT({ scope: 'charges:write', client_id: 'photo-app' })
+function mint(roles: string[] = []): Promise<string> {
+  return new SignJWT({ scope: 'charges:write', client_id: 'photo-app', roles })
     .setProtectedHeader({ alg: 'ES256', kid: 'receiver-test', typ: 'at+jwt' })
     .setIssuer(issuer)
     .setSubject('user-alice')
@@ -46,6 +47,10 @@ async function createCharge(amount: number): Promise<{ id: string }> {
     .setExpirationTime('5m')
     .setJti(randomUUID())
     .sign(privateKey);
+}
+
+async function createCharge(amount: number): Promise<{ id: string }> {
+  const token = await mint();
   const response = await fetch(new URL('/charges', stack.gateway.url), {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
@@ -64,8 +69,14 @@ interface EventRow {
   applied: number;
 }
 
+/** The receiver's admin API (Koa), through the gateway, as an admin. */
+async function admin(path: string, roles = ['admin']): Promise<Response> {
+  return fetch(new URL(path, stack.gateway.url), { headers: { authorization: `Bearer ${await mint(roles)}` } });
+}
+
 async function events(): Promise<EventRow[]> {
-  const response = await fetch(new URL('/events.json', stack.receiver.url));
+  const response = await admin('/webhook-events');
+  expect(response.status).toBe(200);
   return ((await response.json()) as { events: EventRow[] }).events;
 }
 
@@ -172,5 +183,56 @@ describe('receiver: what is refused', () => {
     expect((await post(10)).status).toBe(200);
     expect((await post(11)).status).toBe(422);
     expect((await events()).find((event) => event.id === id)).toMatchObject({ amount: 10, applied: 1, deliveries: 3 });
+  });
+});
+
+describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behind the gateway)", () => {
+  it('shows one event to an admin, and 404 problem+json for an id it never saw', async () => {
+    const charge = await createCharge(77);
+    await stack.api.relayOnce();
+    const one = await admin(`/webhook-events/evt_${charge.id}`);
+    expect(one.status).toBe(200);
+    expect(one.headers.get('cache-control')).toBe('no-store');
+    expect(await one.json()).toMatchObject({ id: `evt_${charge.id}`, amount: 77, deliveries: 1, applied: 1 });
+    const unknown = await admin('/webhook-events/evt_never_seen');
+    expect(unknown.status).toBe(404);
+    expect(unknown.headers.get('content-type')).toContain('application/problem+json');
+    expect(await unknown.json()).toMatchObject({ code: 'event_not_found' });
+  });
+
+  it('refuses a caller without the admin role with 403 insufficient_scope', async () => {
+    const response = await admin('/webhook-events', []);
+    expect(response.status).toBe(403);
+    expect(response.headers.get('www-authenticate')).toContain('error="insufficient_scope"');
+  });
+
+  it('refuses a call through the gateway without a token (401), before it reaches the receiver', async () => {
+    const response = await fetch(new URL('/webhook-events', stack.gateway.url));
+    expect(response.status).toBe(401);
+  });
+
+  it("refuses a direct call to the receiver's port without the gateway's internal token (401)", async () => {
+    const response = await fetch(new URL('/webhook-events', stack.receiver.url));
+    expect(response.status).toBe(401);
+    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer /);
+    expect(await response.json()).toMatchObject({ code: 'token_missing' });
+  });
+
+  it("refuses the gateway's internal token minted for the API: each service takes only its own audience", async () => {
+    const token = await stack.gateway.internalIssuer.mint(
+      principalFromClaims({ sub: 'user-alice', iss: issuer, aud: audience, roles: ['admin'] }),
+      { audience: 'reference-api' },
+    );
+    const response = await fetch(new URL('/webhook-events', stack.receiver.url), {
+      headers: { 'idem-internal-token': token },
+    });
+    expect(response.status).toBe(401);
+    expect(await response.json()).toMatchObject({ code: 'audience_invalid' });
+  });
+
+  it('does not route a path that only starts like the prefix to the receiver', async () => {
+    const response = await admin('/webhook-events-x');
+    expect(response.status).toBe(404);
+    expect(await response.json()).toMatchObject({ code: 'route_not_found' });
   });
 });

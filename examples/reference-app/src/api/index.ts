@@ -1,6 +1,6 @@
 export { type Charge, type ChargeRouteOptions, maxChargeAmount, registerChargeRoutes } from './charges.js';
 export { principalOf } from './internal-auth.js';
-export { type Photo, registerPhotoRoutes } from './photos.js';
+export { maxPhotoTitle, type Photo, registerPhotoRoutes } from './photos.js';
 export { type ApiProblemCode, apiProblemTable, problemType, sendProblem } from './problem.js';
 export { type ResourceStackOptions, type RunningResourceStack, startResourceStack } from './resource-stack.js';
 export { type ApiOptions, type InternalTokenTrust, type RunningApi, startApi } from './server.js';

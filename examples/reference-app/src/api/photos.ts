@@ -1,9 +1,15 @@
-import { authorize } from '@idem/express';
+import { randomUUID } from 'node:crypto';
+import type { Store } from '@idem/core';
+import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
 import type { Database } from '../db.js';
 import { principalOf } from './internal-auth.js';
 import { sendProblem } from './problem.js';
+import { jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
+
+/** The longest photo title `POST /photos` accepts, in characters. */
+export const maxPhotoTitle = 100;
 
 /** A photo as the API returns it. */
 export interface Photo {
@@ -15,17 +21,55 @@ export interface Photo {
 /**
  * The photo routes:
  * - `GET /photos` (scope `photos:read`): the caller's photos only, never another user's.
+ * - `POST /photos` (scope `photos:write`), body `{ "title": "..." }`: adds a photo, 201 with a
+ *   `Location`. A create is not idempotent, so an `Idempotency-Key` is required (400 without one).
+ *   Nothing else must commit with the photo, so the key lives in a plain (non-transactional) store:
+ *   Redis when `REDIS_URL` is set, the SQL database otherwise.
  * - `DELETE /photos/<id>` (scope `photos:write`): the owner's photo. Deletion leaves a tombstone, so a
  *   second DELETE of the same photo by its owner is a no-op answered 204 like the first (spec part 4).
  *   Another user's photo and an id that never existed are both 404: existence is not disclosed.
  *
  * @example
  * ```ts
- * registerPhotoRoutes(app, { db });
+ * registerPhotoRoutes(app, { db, store: redisStore({ client: redis, prefix: 'idem:reference-api:' }) });
  * ```
  */
-export function registerPhotoRoutes(app: Express, options: { db: Database }): void {
+export function registerPhotoRoutes(app: Express, options: { db: Database; store: Store }): void {
   const { db } = options;
+
+  app.post(
+    '/photos',
+    authorize(requireScopes('photos:write')),
+    ...jsonObjectBody('4kb'),
+    (req: Request, res: Response, next: () => void) => {
+      const body = req.body as Record<string, unknown>;
+      const title = typeof body.title === 'string' ? body.title.trim() : '';
+      const extra = unknownFields(body, ['title']);
+      const titleOk = title.length > 0 && title.length <= maxPhotoTitle;
+      if (!titleOk || extra.length > 0) {
+        refuseInvalid(res, {
+          ok: false,
+          detail: `title must be 1 to ${maxPhotoTitle} characters; no other members.`,
+          invalid: titleOk ? extra : ['title', ...extra],
+        });
+        return;
+      }
+      next();
+    },
+    idempotency({ store: options.store }),
+    async (req: Request, res: Response) => {
+      const id = `photo-${randomUUID()}`;
+      const title = String((req.body as { title: string }).title).trim();
+      const photo: Photo = { id, title, url: `/photos/${id}.jpg` };
+      await db.query('insert into api_photos (id, owner, title, url) values ($1, $2, $3, $4)', [
+        id,
+        principalOf(req).sub,
+        title,
+        photo.url,
+      ]);
+      res.status(201).location(`/photos/${id}`).json(photo);
+    },
+  );
 
   app.get('/photos', authorize(requireScopes('photos:read')), async (req: Request, res: Response) => {
     const { rows } = await db.query<Photo>(

@@ -1,8 +1,10 @@
 import type { Duration } from '@idem/core';
 import { createInternalTokenIssuer, type IssuerOptions } from '@idem/guard';
+import type { RedisClientLike } from '@idem/redis';
 import type { Database } from '../db.js';
 import { type RunningGateway, startGateway } from '../gateway/server.js';
-import { type RunningReceiver, startReceiver } from '../receiver/server.js';
+import type { ListeningPort } from '../listen.js';
+import { type RunningReceiver, receiverAdminPrefix, startReceiver } from '../receiver/server.js';
 import { loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
 import { seedApi } from '../schema/seed-api.js';
 import { type RunningApi, startApi } from './server.js';
@@ -10,8 +12,8 @@ import { type RunningApi, startApi } from './server.js';
 /** Options of {@link startResourceStack}. Ports may be 0 (ephemeral). */
 export interface ResourceStackOptions {
   db: Database;
-  /** env GATEWAY_PORT, default 8080. */
-  gatewayPort: number;
+  /** env GATEWAY_PORT, default 8080; or a port bound beforehand with `listen()` (its URL is then the base URL). */
+  gatewayPort: number | ListeningPort;
   /** env API_PORT, default 8082. */
   apiPort: number;
   /** env RECEIVER_PORT, default 8084. */
@@ -28,6 +30,8 @@ export interface ResourceStackOptions {
   relay?: false | { pollInterval?: Duration };
   /** Seed the demo photos and stock (default true). */
   seed?: boolean;
+  /** Redis (env REDIS_URL) for the idempotency keys of the API's non-transactional routes. */
+  redis?: { client: RedisClientLike; prefix?: string };
   /** Clock of every token and signature check, epoch ms. */
   now?: () => number;
   /** `fetch` the gateway uses for discovery and the JWKS. */
@@ -74,18 +78,27 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     ...now,
   });
   const apiAudience = 'reference-api';
+  const receiverAudience = 'reference-receiver';
+  const internal = { issuer: internalIssuer.issuer, jwks: internalIssuer.jwks() };
 
   const started: Array<{ close(): Promise<void> }> = [];
   try {
-    const receiver = await startReceiver({ port: options.receiverPort, db, webhookSecret, ...now });
+    const receiver = await startReceiver({
+      port: options.receiverPort,
+      db,
+      webhookSecret,
+      internal: { ...internal, audience: receiverAudience },
+      ...now,
+    });
     started.push(receiver);
     const api = await startApi({
       port: options.apiPort,
       db,
-      internal: { issuer: internalIssuer.issuer, audience: apiAudience, jwks: internalIssuer.jwks() },
+      internal: { ...internal, audience: apiAudience },
       webhookUrl: receiver.webhookUrl,
       webhookSecret,
       ...(options.relay === undefined ? {} : { relay: options.relay }),
+      ...(options.redis ? { redis: options.redis } : {}),
       ...now,
     });
     started.push(api);
@@ -93,6 +106,8 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       port: options.gatewayPort,
       apiUrl: api.url,
       apiAudience,
+      // The receiver's admin API (Koa) sits behind the same gateway, with internal tokens of its own.
+      upstreams: [{ prefix: receiverAdminPrefix, url: receiver.url, audience: receiverAudience }],
       internalIssuer,
       scopesSupported: ['photos:read', 'photos:write', 'stock:read', 'charges:write', 'settings:write'],
       ...(options.baseUrl ? { baseUrl: options.baseUrl } : {}),

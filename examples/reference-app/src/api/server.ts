@@ -4,6 +4,7 @@ import type { Duration } from '@idem/core';
 import { internalAuth } from '@idem/express';
 import { createInternalVerifier, type Guard } from '@idem/guard';
 import { postgresStore } from '@idem/postgres';
+import { type RedisClientLike, redisStore } from '@idem/redis';
 import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/webhooks';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Database } from '../db.js';
@@ -41,6 +42,12 @@ export interface ApiOptions {
   relay?: false | { pollInterval?: Duration };
   /** Clock of the internal-token checks and of the webhook signatures, epoch ms. */
   now?: () => number;
+  /**
+   * Redis (env REDIS_URL) for the idempotency keys of the routes that are not transactional
+   * (`POST /photos`); the caller owns the client. Without it those keys live in the SQL database.
+   * Charges stay on the SQL store either way: their key commits with the charge and its event.
+   */
+  redis?: { client: RedisClientLike; prefix?: string };
 }
 
 /** A running API. */
@@ -85,6 +92,9 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   });
   await verifier.ready();
   const store = postgresStore({ client: db.client, table: apiTables.idempotency });
+  const plainStore = options.redis
+    ? redisStore({ client: options.redis.client, prefix: options.redis.prefix ?? 'idem:reference-api:' })
+    : postgresStore({ client: db.client, table: apiTables.plainIdempotency });
   const outbox = createOutbox({ table: apiTables.outbox });
 
   const app = express();
@@ -92,7 +102,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   app.use(internalAuth(verifier));
   registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl });
   registerStockRoutes(app, { db });
-  registerPhotoRoutes(app, { db });
+  registerPhotoRoutes(app, { db, store: plainStore });
   registerSettingsRoutes(app, { db });
   app.use((_req: Request, res: Response) => sendProblem(res, 'route_not_found', 'No resource at this path.'));
   app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {

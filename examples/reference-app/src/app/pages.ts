@@ -60,14 +60,17 @@ export function homePage(input: HomePageInput): string {
         .map((line) => `<li>${escapeHtml(line)}</li>`)
         .join('')}</ul></section>`
     : '';
+  // The saved theme (GET /settings) is what the page wears and what the select starts on.
+  const dark = input.settings.kind === 'ok' && (input.settings.body as { theme?: unknown } | null)?.theme === 'dark';
   const themeForm = `<form method="post" action="/theme">${hidden}
 <label for="theme">Theme</label>
-<select id="theme" name="theme"><option value="light">Light</option><option value="dark">Dark</option></select>
+<select id="theme" name="theme"><option value="light">Light</option><option value="dark"${dark ? ' selected' : ''}>Dark</option></select>
 <button type="submit">Save theme</button>
 </form>`;
   return htmlPage(
     'Photo app',
-    `<h1>Photo app</h1>
+    `<div class="theme-${dark ? 'dark' : 'light'}">
+<h1>Photo app</h1>
 <p>Signed in as <strong id="user-name">${escapeHtml(user.name ?? user.sub)}</strong>${
       user.email ? ` (<span id="user-email">${escapeHtml(user.email)}</span>)` : ''
     }, subject <code>${escapeHtml(user.sub)}</code>.</p>
@@ -85,7 +88,8 @@ ${apiSection('Theme', 'settings', input.settings, themeForm)}
 <input id="currency" name="currency" required value="EUR" maxlength="3">
 <button type="submit">Create charge</button>
 </form>
-</section>`,
+</section>
+</div>`,
   );
 }
 

@@ -9,12 +9,27 @@ import {
   type IssuerOptions,
 } from '@idem/guard';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
+
+/** Another service behind the gateway, reached for every path under `prefix`. */
+export interface GatewayUpstream {
+  /** A path prefix such as `/webhook-events`; the path itself and everything under it go to `url`. */
+  prefix: string;
+  /** The service's origin, e.g. `http://127.0.0.1:8084`. */
+  url: string;
+  /** The `aud` of the internal tokens minted for this service (each service accepts only its own). */
+  audience: string;
+}
 
 /** Options of {@link startGateway}. */
 export interface GatewayOptions {
-  /** Port (env GATEWAY_PORT, default 8080); 0 for an ephemeral one. */
-  port: number;
+  /**
+   * Port (env GATEWAY_PORT, default 8080); 0 for an ephemeral one. Or a port already bound with
+   * `listen()`, when the identity provider and the app need the gateway's URL before it starts
+   * (the URL is the access tokens' audience); the gateway then owns and closes it.
+   */
+  port: number | ListeningPort;
   /** Interface to bind. Default `127.0.0.1`. */
   host?: string;
   /**
@@ -26,6 +41,8 @@ export interface GatewayOptions {
   apiUrl: string;
   /** The API's name: the `aud` of the internal tokens minted for it. Default `reference-api`. */
   apiAudience?: string;
+  /** Services other than the API, by path prefix; everything else goes to the API. */
+  upstreams?: readonly GatewayUpstream[];
   /** The identity provider's issuer (env AUTH_URL); its keys come from the `jwks_uri` of its discovery document. */
   authUrl?: string;
   /**
@@ -98,6 +115,18 @@ const upstreamProblem = (status: 502 | 504) => ({
  */
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   const apiAudience = options.apiAudience ?? 'reference-api';
+  const upstreams = options.upstreams ?? [];
+  for (const upstream of upstreams) {
+    if (!/^\/[a-z0-9-]+$/.test(upstream.prefix)) {
+      throw new TypeError('startGateway: an upstream prefix is one lower-case path segment, such as /webhook-events');
+    }
+  }
+  // The path alone decides: `/webhook-events` and `/webhook-events/...`, never `/webhook-events-x`.
+  const upstreamOf = (url: string) => {
+    const path = url.split('?')[0] ?? '';
+    return upstreams.find((upstream) => path === upstream.prefix || path.startsWith(`${upstream.prefix}/`));
+  };
+  const bound = typeof options.port === 'number' ? undefined : options.port;
   const internalHeader = defaultInternalTokenHeader;
   let issuers = options.issuers;
   if (issuers === undefined) {
@@ -114,12 +143,25 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     ];
   }
 
-  const app = Fastify({ logger: false, return503OnClosing: true });
+  const app = Fastify({
+    logger: false,
+    return503OnClosing: true,
+    // On a port bound beforehand, Fastify serves through that server instead of creating its own.
+    ...(bound
+      ? {
+          serverFactory: (handler: Parameters<ListeningPort['use']>[0]) => {
+            bound.use(handler);
+            return bound.server;
+          },
+        }
+      : {}),
+  });
   // Bodies are not parsed here: the stream goes to the API byte for byte.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
+  // No fixed `base`: reply-from would then send every request to it. Each request names its upstream
+  // through `getUpstream` below, and reply-from still keeps the path inside that origin.
   await app.register(replyFrom, {
-    base: options.apiUrl,
     // Never retry on the client's behalf: a repeated POST is the client's decision, with its key.
     retryMethods: [],
     disableRequestLogging: true,
@@ -153,12 +195,14 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     },
     handler: async (request, reply) => {
       if (!ready || !request.auth) return sendProblem(reply, 503, upstreamProblem(502));
+      const upstream = upstreamOf(request.url);
       const forwarded = await forwardHeaders(request, {
         issuer: ready.internal,
-        audience: apiAudience,
+        audience: upstream?.audience ?? apiAudience,
         extra: strippedCredentials,
       });
       return reply.from(undefined, {
+        getUpstream: () => upstream?.url ?? options.apiUrl,
         // reply-from hands over the client's headers with hop-by-hop ones removed and `host` set to
         // the API; keep exactly those that survived the stripping, plus the internal token.
         rewriteRequestHeaders: (_request, headers) => {
@@ -177,9 +221,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     },
   });
 
-  await app.listen({ port: options.port, host: options.host ?? '127.0.0.1' });
+  if (bound) await app.ready();
+  else await app.listen({ port: options.port as number, host: options.host ?? '127.0.0.1' });
   const address = app.server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : options.port;
+  const port = typeof address === 'object' && address !== null ? address.port : Number(options.port);
   const baseUrl = options.baseUrl ?? `http://localhost:${port}`;
   try {
     const guard = createGuard({
@@ -197,15 +242,17 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     ready = { guard, internal, verify: guardHook(guard) };
   } catch (error) {
     await app.close();
+    await bound?.close();
     throw error;
   }
   return {
-    url: `http://localhost:${port}`,
+    url: bound?.url ?? `http://localhost:${port}`,
     baseUrl,
     internalIssuer: ready.internal,
     guard: ready.guard,
     async close() {
       await app.close();
+      await bound?.close();
     },
   };
 }

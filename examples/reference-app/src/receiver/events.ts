@@ -79,22 +79,41 @@ export async function recordDelivery(db: Executor, id: string): Promise<void> {
  * ```
  */
 export async function listReceivedEvents(db: Database, limit = 100): Promise<ReceivedEventRow[]> {
-  const { rows } = await db.query<{
-    id: string;
-    type: string | null;
-    charge_id: string | null;
-    amount: number | null;
-    currency: string | null;
-    deliveries: number;
-    applied: number;
-    first_delivery_at: Date | string;
-    last_delivery_at: Date | string;
-  }>(
-    `select id, type, charge_id, amount, currency, deliveries, applied, first_delivery_at, last_delivery_at
-       from receiver_events order by first_delivery_at desc, id limit $1`,
-    [limit],
-  );
-  return rows.map((row) => ({
+  const { rows } = await db.query<EventDbRow>(`${selectEvents} order by first_delivery_at desc, id limit $1`, [limit]);
+  return rows.map(toEventRow);
+}
+
+/**
+ * One received event by id, or undefined when the receiver never saw it.
+ *
+ * @example
+ * ```ts
+ * const event = await findReceivedEvent(db, 'evt_ch_1');
+ * event?.applied; // 1
+ * ```
+ */
+export async function findReceivedEvent(db: Database, id: string): Promise<ReceivedEventRow | undefined> {
+  const { rows } = await db.query<EventDbRow>(`${selectEvents} where id = $1`, [id]);
+  return rows[0] ? toEventRow(rows[0]) : undefined;
+}
+
+interface EventDbRow {
+  id: string;
+  type: string | null;
+  charge_id: string | null;
+  amount: number | null;
+  currency: string | null;
+  deliveries: number;
+  applied: number;
+  first_delivery_at: Date | string;
+  last_delivery_at: Date | string;
+}
+
+const selectEvents = `select id, type, charge_id, amount, currency, deliveries, applied, first_delivery_at, last_delivery_at
+  from receiver_events`;
+
+function toEventRow(row: EventDbRow): ReceivedEventRow {
+  return {
     id: row.id,
     type: row.type,
     chargeId: row.charge_id,
@@ -104,5 +123,5 @@ export async function listReceivedEvents(db: Database, limit = 100): Promise<Rec
     applied: row.applied,
     firstDeliveryAt: new Date(row.first_delivery_at).toISOString(),
     lastDeliveryAt: new Date(row.last_delivery_at).toISOString(),
-  }));
+  };
 }

@@ -1,4 +1,5 @@
 export {
+  findReceivedEvent,
   listReceivedEvents,
   type PaymentSucceeded,
   type ReceivedEventRow,
@@ -6,4 +7,4 @@ export {
   recordDelivery,
 } from './events.js';
 export { eventsPage } from './page.js';
-export { type ReceiverOptions, type RunningReceiver, startReceiver } from './server.js';
+export { adminApi, type ReceiverOptions, type RunningReceiver, receiverAdminPrefix, startReceiver } from './server.js';

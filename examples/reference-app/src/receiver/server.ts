@@ -1,12 +1,20 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { createInternalVerifier, requireRoles } from '@idem/guard';
+import { authorize, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
 import { createReceiver, koaWebhook } from '@idem/webhooks';
-import Koa from 'koa';
+import Koa, { type Context, type Next } from 'koa';
 import type { Database } from '../db.js';
 import { pageHeaders } from '../html.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
-import { listReceivedEvents, type PaymentSucceeded, recordApplied, recordDelivery } from './events.js';
+import {
+  findReceivedEvent,
+  listReceivedEvents,
+  type PaymentSucceeded,
+  recordApplied,
+  recordDelivery,
+} from './events.js';
 import { eventsPage } from './page.js';
 
 /** Options of {@link startReceiver}. */
@@ -20,9 +28,17 @@ export interface ReceiverOptions {
   webhookSecret: string;
   /** Where events are posted. Default `/webhooks/payments`. */
   path?: string;
-  /** Clock of the signature tolerance, epoch ms. */
+  /** Clock of the signature tolerance and of the internal-token checks, epoch ms. */
   now?: () => number;
+  /**
+   * The gateway's internal tokens, for the admin API under {@link receiverAdminPrefix}. Without it
+   * the admin API answers 404: there is nobody it could trust.
+   */
+  internal?: { issuer: string; audience: string; jwks: { keys: readonly unknown[] } };
 }
+
+/** Where the receiver's admin API lives; the gateway forwards this prefix to the receiver. */
+export const receiverAdminPrefix = '/webhook-events';
 
 /** A running receiver. */
 export interface RunningReceiver {
@@ -37,8 +53,9 @@ export interface RunningReceiver {
  * Starts the webhook receiver on Koa. `POST /webhooks/payments` verifies the Standard Webhooks
  * signature, then goes through the inbox (`createReceiver` on the transactional PostgreSQL/PGlite
  * store): the first delivery of an event id applies it in the same transaction that records the id;
- * any later delivery is acknowledged without applying. `GET /` lists the events with their delivery
- * and apply counts; `GET /events.json` is the same as JSON.
+ * any later delivery is acknowledged without applying. `GET /` is the public demo page listing the
+ * events with their delivery and apply counts; the same as JSON is the admin API (see {@link adminApi}),
+ * reached through the gateway.
  *
  * @example
  * ```ts
@@ -74,19 +91,23 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
 
   const app = new Koa();
   app.use(async (ctx, next) => {
-    if (ctx.method === 'GET' && (ctx.path === '/' || ctx.path === '/events.json')) {
-      const events = await listReceivedEvents(db);
-      if (ctx.path === '/events.json') {
-        ctx.set('Cache-Control', 'no-store');
-        ctx.body = { events };
-        return;
-      }
+    if (ctx.method === 'GET' && ctx.path === '/') {
       ctx.set(pageHeaders);
-      ctx.body = eventsPage(events);
+      ctx.body = eventsPage(await listReceivedEvents(db));
       return;
     }
     await next();
   });
+  if (options.internal) {
+    const verifier = createInternalVerifier({
+      issuer: options.internal.issuer,
+      audience: options.internal.audience,
+      jwks: options.internal.jwks,
+      ...(options.now ? { now: options.now } : {}),
+    });
+    await verifier.ready();
+    app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))]));
+  }
   app.use(async (ctx, next) => {
     // Koa's Request declares no `body` (a body parser adds it), so TypeScript's weak-type check refuses
     // it for KoaLikeContext's optional one; the shape is what koaWebhook reads.
@@ -125,5 +146,67 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
         server.closeAllConnections();
       });
     },
+  };
+}
+
+type KoaMiddleware = (ctx: Context, next: Next) => Promise<unknown> | unknown;
+
+/** Runs `chain` in order, then `last`; any link that answers without calling next ends it. */
+function runChain(chain: readonly KoaMiddleware[], last: (ctx: Context) => Promise<void>) {
+  return (ctx: Context): Promise<unknown> => {
+    const step = async (index: number): Promise<unknown> => {
+      const link = chain[index];
+      return link ? link(ctx, () => step(index + 1) as Promise<void>) : last(ctx);
+    };
+    return step(0);
+  };
+}
+
+function notFound(ctx: Context, detail: string): void {
+  ctx.status = 404;
+  ctx.set('Cache-Control', 'no-store');
+  ctx.type = 'application/problem+json';
+  ctx.body = JSON.stringify({
+    type: 'https://idem.dev/problems/event-not-found',
+    title: 'No such event',
+    status: 404,
+    detail,
+    code: 'event_not_found',
+    retryable: false,
+  });
+}
+
+/**
+ * The receiver's admin API on Koa, for operators through the gateway: `GET /webhook-events` lists
+ * every event with its delivery and apply counts, `GET /webhook-events/<id>` shows one. `auth` is
+ * `internalAuth()` and `authorize(requireRoles('admin'))` of `@idem/koa`: only the gateway's internal
+ * token for this receiver gets in (a direct call is 401), and only for an admin (403 otherwise).
+ *
+ * @example
+ * ```ts
+ * app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))]));
+ * ```
+ */
+export function adminApi(db: Database, auth: readonly KoaMiddleware[]): KoaMiddleware {
+  const handle = runChain(auth, async (ctx) => {
+    ctx.set('Cache-Control', 'no-store');
+    if (ctx.path === receiverAdminPrefix) {
+      ctx.body = { events: await listReceivedEvents(db, 1000) };
+      return;
+    }
+    let id: string;
+    try {
+      id = decodeURIComponent(ctx.path.slice(receiverAdminPrefix.length + 1));
+    } catch {
+      id = '';
+    }
+    const event = id ? await findReceivedEvent(db, id) : undefined;
+    if (!event) notFound(ctx, 'The receiver has seen no event with this id.');
+    else ctx.body = event;
+  });
+  return async (ctx, next) => {
+    const inside = ctx.path === receiverAdminPrefix || ctx.path.startsWith(`${receiverAdminPrefix}/`);
+    if (!inside || ctx.method !== 'GET') return next();
+    return handle(ctx);
   };
 }

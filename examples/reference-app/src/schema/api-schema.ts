@@ -6,6 +6,8 @@ import type { Database } from '../db.js';
 export const apiTables = {
   /** Idempotency records of `POST /charges` (transactional mode). */
   idempotency: 'api_idempotency_records',
+  /** Idempotency records of the routes that are not transactional (`POST /photos`), when Redis is not configured. */
+  plainIdempotency: 'api_plain_idempotency_records',
   /** The `payment.succeeded` outbox the API's relay delivers from. */
   outbox: 'api_webhook_outbox',
   /** Event ids the receiver has seen (its inbox), on the same engine as the API's keys. */
@@ -73,6 +75,7 @@ const ddl = `
 export async function migrateApi(db: Database): Promise<void> {
   await db.exec(ddl);
   await migrate(db.client, { table: apiTables.idempotency });
+  await migrate(db.client, { table: apiTables.plainIdempotency });
   await migrate(db.client, { table: apiTables.receiverInbox });
   // The outbox migration is several statements in one string, which PGlite only runs through exec.
   await createOutbox({ table: apiTables.outbox }).migrate({

@@ -1,0 +1,167 @@
+// What a new user does, in Debian's chromium driven by playwright-core: open the photo app, sign in
+// as alice at the identity provider, allow access, see her photos (not bob's), switch the theme,
+// create a charge, and find its payment.succeeded webhook applied once on the receiver's page.
+// Everything runs in this process on ephemeral ports. With UPDATE_SCREENSHOTS=1 each step is saved
+// to docs/walkthrough/ for docs/walkthrough.md; otherwise nothing is written.
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { Database } from '../src/db.js';
+import { listen } from '../src/listen.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+
+const executablePath = '/usr/bin/chromium';
+const hasChromium = existsSync(executablePath);
+if (!hasChromium) {
+  if (process.env.CI === 'true')
+    throw new Error(`${executablePath} is missing and CI=true: the browser test cannot run`);
+  console.warn(
+    `\n*** SKIPPING the reference app browser test: ${executablePath} is missing (apt-get install chromium) ***\n`,
+  );
+}
+
+const screenshotDir = fileURLToPath(new URL('../../../docs/walkthrough/', import.meta.url));
+const updateScreenshots = process.env.UPDATE_SCREENSHOTS === '1';
+const alice = demoUsers.find((user) => user.username === 'alice');
+
+describe.runIf(hasChromium)('a new user in a real browser', () => {
+  let db: Database;
+  let redis: Awaited<ReturnType<typeof openTestRedis>>;
+  let running: RunningReferenceApp;
+  let stack: RunningResourceStack;
+  let context: BrowserContext;
+  let page: Page;
+  let userDataDir: string;
+
+  beforeAll(async () => {
+    db = await openTestDatabase('browser');
+    redis = await openTestRedis('browser');
+    // The gateway's URL is the access tokens' audience, which the provider and the app need first.
+    const gatewayPort = await listen(0);
+    running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: gatewayPort.url });
+    stack = await startResourceStack({
+      db,
+      gatewayPort,
+      apiPort: 0,
+      receiverPort: 0,
+      baseUrl: gatewayPort.url,
+      authUrl: running.authUrl,
+      // The test drives the outbox itself, so the moment of delivery is part of the story it checks.
+      relay: false,
+      ...(redis ? { redis } : {}),
+    });
+    userDataDir = await mkdtemp(join(tmpdir(), 'idem-browser-'));
+    context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath,
+      headless: true,
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--no-first-run',
+      ],
+      viewport: { width: 1000, height: 700 },
+    });
+    page = context.pages()[0] ?? (await context.newPage());
+    if (updateScreenshots) await mkdir(screenshotDir, { recursive: true });
+  }, 120_000);
+
+  afterAll(async () => {
+    await context?.close();
+    if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
+    await stack?.close();
+    await running?.close();
+    await closeTestRedis(redis);
+    await db?.close();
+  });
+
+  async function shot(name: string): Promise<void> {
+    if (!updateScreenshots) return;
+    const path = join(screenshotDir, `${name}.png`);
+    await page.screenshot({ path, fullPage: false });
+    // Screenshots live in the repository: keep them small enough to review.
+    expect((await stat(path)).size).toBeLessThan(150 * 1024);
+  }
+
+  it('signs in as alice at the identity provider and consents', async () => {
+    await page.goto(running.appUrl);
+    await expect(page.getByRole('heading', { level: 1 }).textContent()).resolves.toBe('Photo app');
+    await shot('01-photo-app-signed-out');
+
+    await page.getByRole('link', { name: 'Sign in' }).click();
+    await page.waitForURL((url) => url.href.startsWith(running.authUrl));
+    await expect(page.getByRole('heading', { level: 1 }).textContent()).resolves.toBe('Sign in');
+    await page.getByLabel('Username').fill('alice');
+    await page.getByLabel('Password').fill(alice?.password ?? '');
+    await shot('02-identity-provider-login');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+
+    await page.getByRole('heading', { name: 'Allow access' }).waitFor();
+    await shot('03-identity-provider-consent');
+    await page.getByRole('button', { name: 'Allow' }).click();
+
+    await page.waitForURL((url) => url.href.startsWith(running.appUrl));
+    await expect(page.locator('#user-name').textContent()).resolves.toBe(alice?.name);
+  });
+
+  it("shows alice's photos and none of bob's", async () => {
+    const photos = (await page.locator('section[aria-labelledby="photos"]').textContent()) ?? '';
+    expect(photos).toContain('photo-alice-1');
+    expect(photos).toContain('Tea party');
+    expect(photos).not.toContain('photo-bob');
+    expect(photos).not.toContain('Scaffolding');
+    await shot('04-photo-app-signed-in');
+  });
+
+  it('switches the theme to dark (PUT /settings)', async () => {
+    await page.getByRole('combobox', { name: 'Theme' }).selectOption('dark');
+    await page.getByRole('button', { name: 'Save theme' }).click();
+    await page.locator('section[aria-labelledby="flash"]').waitFor();
+    const flash = (await page.locator('section[aria-labelledby="flash"]').textContent()) ?? '';
+    expect(flash).toContain('Theme set to dark.');
+    expect(await page.locator('section[aria-labelledby="settings"] pre').textContent()).toContain('"theme": "dark"');
+    expect(await page.locator('.theme-dark').count()).toBe(1);
+    await shot('05-theme-dark');
+  });
+
+  let chargeId = '';
+
+  it('creates a charge and sees its key, the attempts and that it was not a replay', async () => {
+    await page.getByRole('spinbutton', { name: 'Amount' }).fill('4200');
+    await page.getByRole('textbox', { name: 'Currency', exact: true }).fill('EUR');
+    await page.getByRole('button', { name: 'Create charge' }).click();
+    const flash = page.locator('section[aria-labelledby="flash"]');
+    await flash.waitFor();
+    const text = (await flash.textContent()) ?? '';
+    expect(text).toContain('Charge created.');
+    expect(text).toMatch(/Idempotency-Key: \S+/);
+    expect(text).toContain('Attempts: 1');
+    expect(text).toContain('Replayed: no');
+    chargeId = /"id":"(ch_[^"]+)"/.exec(text)?.[1] ?? '';
+    expect(chargeId).toMatch(/^ch_/);
+    const { rows } = await db.query<{ amount: number }>('select amount from api_charges where id = $1', [chargeId]);
+    expect(rows).toEqual([{ amount: 4200 }]);
+    await shot('06-charge-created');
+  });
+
+  it('sees the payment.succeeded webhook on the receiver page, applied once', async () => {
+    const round = await stack.api.relayOnce();
+    expect(round.delivered).toBeGreaterThanOrEqual(1);
+    await page.goto(stack.receiver.url);
+    const row = page.locator(`tr[data-event-id="evt_${chargeId}"]`);
+    await expect(row.locator('td.deliveries').textContent()).resolves.toBe('1');
+    await expect(row.locator('td.applied').textContent()).resolves.toBe('once');
+    expect(await row.textContent()).toContain('payment.succeeded');
+    await shot('07-webhook-receiver');
+  });
+});
