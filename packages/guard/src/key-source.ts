@@ -148,7 +148,8 @@ class FailureTooLarge extends FetchFailure {
 
 /**
  * A remote JWKS with the behaviour none of the anchors combine (research section 10, items 1 and 2):
- * - cached for the server's `Cache-Control: max-age` / `Expires`, clamped to [minTtl, maxTtl];
+ * - cached for the server's `Cache-Control: max-age` / `Expires`, clamped to [minTtl, maxTtl], and
+ *   refreshed ahead in the background during the last tenth of that lifetime;
  * - an unknown `kid` triggers at most one refetch per cooldown, and every caller waiting meanwhile
  *   shares the one request in flight; kids a fresh fetch did not contain are remembered for
  *   `negativeTtl`, so a flood of random kids costs one fetch;
@@ -282,7 +283,13 @@ export function remoteKeySource(
 
   async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {
     const at = now();
-    if (state !== undefined && at < state.expiresAt) return state.keys;
+    if (state !== undefined && at < state.expiresAt) {
+      // Refresh ahead: in the last tenth of the lifetime one request starts a fetch and does not wait
+      // for it, so a busy gateway swaps key sets without any request paying for the fetch.
+      const refreshAt = state.expiresAt - (state.expiresAt - state.fetchedAt) / 10;
+      if (at >= refreshAt && inFlight === undefined && at - lastAttemptAt >= cooldownMs) void refresh();
+      return state.keys;
+    }
     // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
     if (inFlight !== undefined || at - lastAttemptAt >= cooldownMs) await refresh();
     const after = now();

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createGuard, type GuardEvent, type GuardOptions } from '../src/index.js';
 import { type JwksReply, startJwksServer } from './support/jwks-server.js';
 import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, START_MS, testKeys } from './support/tokens.js';
@@ -46,11 +46,27 @@ describe('remote JWKS', () => {
   it('fetches once and honours Cache-Control max-age', async () => {
     const { server, clock, guard, token } = await setup(set(jwk('k1')));
     expect((await guard.verify(token('k1'))).ok).toBe(true);
-    clock.advance(59);
+    clock.advance(50);
     expect((await guard.verify(token('k1'))).ok).toBe(true);
     expect(server.requests).toBe(1);
-    clock.advance(2);
+    clock.advance(11);
     expect((await guard.verify(token('k1'))).ok).toBe(true);
+    expect(server.requests).toBe(2);
+  });
+
+  it('refreshes ahead in the background during the last tenth of the lifetime', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')));
+    await guard.verify(token('k1'));
+    clock.advance(53);
+    await guard.verify(token('k1'));
+    expect(server.requests).toBe(1);
+    server.set(set(jwk('k1'), jwk('k2')));
+    clock.advance(2); // 55 s of 60: inside the last tenth
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    // The request did not wait; the background fetch lands on its own.
+    await vi.waitFor(() => expect(server.requests).toBe(2));
+    // The new set is in place before the old one expired: k2 verifies without another fetch.
+    expect((await guard.verify(token('k2'))).ok).toBe(true);
     expect(server.requests).toBe(2);
   });
 
