@@ -78,8 +78,11 @@ export interface HttpRequestInfo {
   contentType: string | undefined;
   /** The raw `Idempotency-Key` field value(s). */
   keyHeader: string | readonly string[] | undefined;
-  /** The raw request body bytes, or undefined when there is none. */
-  body: Uint8Array | undefined;
+  /**
+   * The raw request body bytes (undefined when there is none), or a reader that `begin` calls only
+   * once the key and the caller are known to be valid, so a bad key is refused without reading a byte.
+   */
+  body: Uint8Array | undefined | (() => Promise<BodyRead>);
   /** The caller, from the `scope` option or the default principal; undefined when unknown. */
   scope: string | undefined;
 }
@@ -142,6 +145,8 @@ export interface HttpIdempotency<Req> {
   covers(method: string): boolean;
   /** True when a request with this method and key header must be handled (read its body, then call `begin`). */
   handles(method: string, keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides): boolean;
+  /** True when `begin` would refuse this key header (missing where required, or malformed) before reading the body. */
+  refusesKey(keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides): boolean;
   /** Parses the key, checks the scope, fingerprints the request and claims the key. */
   begin(request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult>;
   /** The problem+json response for an error. */
@@ -265,6 +270,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     covers(method) &&
     (keyHeader !== undefined || (overrides?.required ?? required) || (overrides?.mintKeys ?? mintKeys));
 
+  const refusesKey = (keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides) => {
+    if (keyHeader === undefined) return (overrides?.required ?? required) && !(overrides?.mintKeys ?? mintKeys);
+    return !parseIdempotencyKey(keyHeader, { strict: strictKeys }).ok;
+  };
+
   const problem = (error: IdempotencyError): HttpResponse => {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
     if (error.retryAfter !== undefined) headers['retry-after'] = String(error.retryAfter);
@@ -313,7 +323,15 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         ),
       };
     }
-    if (request.body !== undefined && request.body.length > maxBodyBytes) {
+    let body: Uint8Array | undefined;
+    if (typeof request.body === 'function') {
+      const read = await request.body();
+      if (!read.ok) return { kind: 'respond', response: problem(read.error) };
+      body = read.body;
+    } else {
+      body = request.body;
+    }
+    if (body !== undefined && body.length > maxBodyBytes) {
       return { kind: 'respond', response: problem(tooLarge(maxBodyBytes)) };
     }
     const fingerprint = fingerprintRequest(
@@ -323,7 +341,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         path: request.path,
         query: request.query,
         ...(request.contentType === undefined ? {} : { contentType: request.contentType }),
-        ...(request.body === undefined ? {} : { body: request.body }),
+        ...(body === undefined ? {} : { body }),
       },
       options.fingerprint,
     );
@@ -420,6 +438,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     scope: options.scope,
     covers,
     handles,
+    refusesKey,
     begin,
     problem,
     replay,
@@ -455,6 +474,9 @@ function pick(headers: Record<string, string>, allow: ReadonlySet<string>): Reco
   for (const [name, value] of Object.entries(headers)) if (allow.has(name)) out[name] = value;
   return out;
 }
+
+/** What a body reader passed to {@link HttpIdempotency.begin} resolves to. */
+export type BodyRead = { ok: true; body: Uint8Array | undefined } | { ok: false; error: IdempotencyError };
 
 /** The result of {@link readRequestBody}. */
 export type ReadBodyResult = { ok: true; body: Buffer | undefined } | { ok: false; error: IdempotencyError };

@@ -25,6 +25,7 @@ export {
 export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
 export { type FingerprintOptions, fingerprintRequest, fingerprintsMatch, type RequestParts } from './fingerprint.js';
 export {
+  type BodyRead,
   type CaptureOptions,
   type CaptureResult,
   createHttpIdempotency,

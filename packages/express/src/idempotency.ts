@@ -43,11 +43,6 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
 
   const run = async (req: Request, res: Response, next: NextFunction) => {
     const keyHeader = req.headersDistinct?.['idempotency-key'] ?? req.headers['idempotency-key'];
-    const read = await readRequestBody(req, http.maxBodyBytes);
-    if (!read.ok) {
-      writeResponse(res, http.problem(read.error));
-      return;
-    }
     const url = req.originalUrl ?? req.url;
     const queryAt = url.indexOf('?');
     const path = req.baseUrl + req.path;
@@ -58,7 +53,11 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),
       contentType: req.headers['content-type'],
       keyHeader,
-      body: read.body ?? parsedBody(req),
+      // Read only once the key and the caller passed: a bad key costs no body read.
+      body: async () => {
+        const read = await readRequestBody(req, http.maxBodyBytes);
+        return read.ok ? { ok: true, body: read.body ?? parsedBody(req) } : read;
+      },
       scope: http.scope ? http.scope(req) : principalScope((req as { auth?: unknown }).auth),
     });
     if (started.kind === 'pass') {

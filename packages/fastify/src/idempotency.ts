@@ -79,7 +79,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // same bytes: parsers and bodyLimit behave exactly as without the plugin.
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const route = routeConfig(request);
-    if (route === false || !http.handles(request.method, keyHeaderOf(request), overridesOf(route))) return payload;
+    const keyHeader = keyHeaderOf(request);
+    if (route === false || !http.handles(request.method, keyHeader, overridesOf(route))) return payload;
+    // A bad key is answered in preHandler without the body ever being read (400 before 413).
+    if (http.refusesKey(keyHeader, overridesOf(route))) return payload;
     const read = await readStream(payload, http.maxBodyBytes);
     if (!read.ok) {
       answer(reply, http.problem(read.error));

@@ -111,8 +111,6 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
   return async function idempotencyMiddleware(ctx, next) {
     const keyHeader = ctx.req.headersDistinct?.['idempotency-key'] ?? ctx.headers['idempotency-key'];
     if (!http.handles(ctx.method, keyHeader)) return next();
-    const read = await readRequestBody(ctx.req, http.maxBodyBytes);
-    if (!read.ok) return answer(ctx, http.problem(read.error));
     const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     const started = await http.begin({
       method: ctx.method,
@@ -121,7 +119,11 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       query: ctx.querystring,
       contentType: ctx.get('content-type') || undefined,
       keyHeader,
-      body: read.body ?? parsedBody(ctx),
+      // Read only once the key and the caller passed: a bad key costs no body read.
+      body: async () => {
+        const read = await readRequestBody(ctx.req, http.maxBodyBytes);
+        return read.ok ? { ok: true, body: read.body ?? parsedBody(ctx) } : read;
+      },
       scope: http.scope ? http.scope(ctx) : principalScope(ctx.state?.auth),
     });
     if (started.kind === 'pass') return next();

@@ -751,7 +751,11 @@ export function describeAdapter(
           expectProblem(sent, 413, 'body_too_large');
           expect(world.store.calls.claim).toBe(0);
           expect(world.server.executions()).toBe(0);
-          // Right at the limit is fine.
+          // A bad key is refused first, without reading the body: 400, not 413.
+          const big = JSON.stringify({ amount: 1, pad: 'p'.repeat(2000) });
+          expectProblem(await world.send('/charges', { key: null, body: big }), 400, 'key_missing');
+          expectProblem(await world.send('/charges', { key: 'a, b', body: big }), 400, 'key_invalid');
+          // Under the limit is fine.
           const small = await world.send('/charges', { key: 'big-2', body: JSON.stringify({ amount: 1 }) });
           expect(small.status).toBe(201);
         },
