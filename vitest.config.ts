@@ -25,7 +25,12 @@ export default defineConfig({
         resolve: { alias },
         test: {
           name: 'integration',
-          include: ['packages/*/test/**/*.int.test.ts', 'examples/*/test/**/*.int.test.ts', 'examples/*/test/**/*.e2e.test.ts', 'docs/test/**/*.test.ts'],
+          include: [
+            'packages/*/test/**/*.int.test.ts',
+            'examples/*/test/**/*.int.test.ts',
+            'examples/*/test/**/*.e2e.test.ts',
+            'docs/test/**/*.test.ts',
+          ],
           testTimeout: 60_000,
           hookTimeout: 60_000,
           // Integration files share real Redis and PostgreSQL; keep the pressure on a 2-core box sane.

@@ -50,11 +50,17 @@ interface Block {
 // The names a line of code declares or imports: `const api`, `function f`, `import { a, b as c }`.
 function declaredNames(code: string): Set<string> {
   const names = new Set<string>();
-  for (const m of code.matchAll(/\b(?:const|let|var|function|class|interface|type)\s+([A-Za-z_$][\w$]*)/g)) names.add(m[1] as string);
+  for (const m of code.matchAll(/\b(?:const|let|var|function|class|interface|type)\s+([A-Za-z_$][\w$]*)/g))
+    names.add(m[1] as string);
   for (const m of code.matchAll(/import\s+(?:type\s+)?([\s\S]*?)\s+from\s/g)) {
     const clause = m[1] as string;
     for (const part of clause.replace(/[{}*]/g, ',').split(',')) {
-      const name = part.trim().split(/\s+as\s+/).pop()?.replace(/^type\s+/, '').trim();
+      const name = part
+        .trim()
+        .split(/\s+as\s+/)
+        .pop()
+        ?.replace(/^type\s+/, '')
+        .trim();
       if (name && /^[A-Za-z_$][\w$]*$/.test(name)) names.add(name);
     }
   }
@@ -70,7 +76,11 @@ function withPrelude(block: Block): string {
 function blocks(file: string): Block[] {
   const text = readFileSync(join(root, file), 'utf8');
   const found: Block[] = [];
-  const prelude = /<!--\s*prelude\s*\n([\s\S]*?)-->/.exec(text)?.[1]?.split('\n').filter((l) => l.trim() !== '') ?? [];
+  const prelude =
+    /<!--\s*prelude\s*\n([\s\S]*?)-->/
+      .exec(text)?.[1]
+      ?.split('\n')
+      .filter((l) => l.trim() !== '') ?? [];
   const fence = /^```([\w+-]*)[^\n]*\n([\s\S]*?)^```\s*$/gm;
   for (let match = fence.exec(text); match; match = fence.exec(text)) {
     const line = text.slice(0, match.index).split('\n').length;

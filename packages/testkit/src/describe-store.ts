@@ -41,7 +41,11 @@ const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomU
  *   expire: (id) => client.expireNow(id),
  * }));
  */
-export function describeStore(name: string, makeHarness: () => Promise<StoreHarness>, options: DescribeStoreOptions = {}): void {
+export function describeStore(
+  name: string,
+  makeHarness: () => Promise<StoreHarness>,
+  options: DescribeStoreOptions = {},
+): void {
   const concurrency = options.concurrency ?? 50;
   const largeBodyBytes = options.largeBodyBytes ?? 1024 * 1024;
 
@@ -66,7 +70,9 @@ export function describeStore(name: string, makeHarness: () => Promise<StoreHarn
     it(`gives exactly one winner among ${concurrency} parallel claims of one id`, async () => {
       const id = freshId();
       const results = await Promise.all(
-        Array.from({ length: concurrency }, (_, i) => store.claim({ id, token: `t${i}`, fingerprint: 'fp', leaseMs: 5_000 })),
+        Array.from({ length: concurrency }, (_, i) =>
+          store.claim({ id, token: `t${i}`, fingerprint: 'fp', leaseMs: 5_000 }),
+        ),
       );
       const winners = results.flatMap((result, i) => (result.claimed ? [i] : []));
       expect(winners).toHaveLength(1);
@@ -90,7 +96,9 @@ export function describeStore(name: string, makeHarness: () => Promise<StoreHarn
     it('refuses complete and release with a stale token and leaves the record unchanged', async () => {
       const id = freshId();
       await store.claim({ id, token: 'current', fingerprint: 'fp', leaseMs: 5_000 });
-      expect(await store.complete({ id, token: 'stale', response: response(new Uint8Array([9])), retentionMs: 60_000 })).toBe(false);
+      expect(
+        await store.complete({ id, token: 'stale', response: response(new Uint8Array([9])), retentionMs: 60_000 }),
+      ).toBe(false);
       expect(await store.release({ id, token: 'stale' })).toBe(false);
       expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'current', fingerprint: 'fp' });
     });
@@ -103,7 +111,9 @@ export function describeStore(name: string, makeHarness: () => Promise<StoreHarn
         location: '/charges/ch_1',
       });
       expect(await store.complete({ id, token: 'a', response: stored, retentionMs: 60_000 })).toBe(true);
-      expect(await store.complete({ id, token: 'a', response: response(new Uint8Array([0])), retentionMs: 60_000 })).toBe(false);
+      expect(
+        await store.complete({ id, token: 'a', response: response(new Uint8Array([0])), retentionMs: 60_000 }),
+      ).toBe(false);
       const again = await store.claim({ id, token: 'b', fingerprint: 'fp', leaseMs: 5_000 });
       expect(again.claimed).toBe(false);
       if (again.claimed) return;
@@ -122,7 +132,12 @@ export function describeStore(name: string, makeHarness: () => Promise<StoreHarn
       for (const body of [every, new Uint8Array(0), large]) {
         const id = freshId();
         await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
-        await store.complete({ id, token: 't', response: response(body, 200, { etag: '"v1"', link: '</a>; rel="next", </b>; rel="prev"' }), retentionMs: 60_000 });
+        await store.complete({
+          id,
+          token: 't',
+          response: response(body, 200, { etag: '"v1"', link: '</a>; rel="next", </b>; rel="prev"' }),
+          retentionMs: 60_000,
+        });
         const record = await store.get(id);
         expect(record?.state).toBe('completed');
         if (record?.state !== 'completed') return;
@@ -148,10 +163,14 @@ export function describeStore(name: string, makeHarness: () => Promise<StoreHarn
       await harness.expire(id);
       expect(await store.claim({ id, token: 'new', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
       expect(await store.renew({ id, token: 'old', leaseMs: 5_000 })).toBe(false);
-      expect(await store.complete({ id, token: 'old', response: response(new Uint8Array([1])), retentionMs: 60_000 })).toBe(false);
+      expect(
+        await store.complete({ id, token: 'old', response: response(new Uint8Array([1])), retentionMs: 60_000 }),
+      ).toBe(false);
       expect(await store.release({ id, token: 'old' })).toBe(false);
       expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'new', fingerprint: 'fp' });
-      expect(await store.complete({ id, token: 'new', response: response(new Uint8Array([2])), retentionMs: 60_000 })).toBe(true);
+      expect(
+        await store.complete({ id, token: 'new', response: response(new Uint8Array([2])), retentionMs: 60_000 }),
+      ).toBe(true);
     });
 
     it('forgets a completed record when its retention ends', async () => {
@@ -169,7 +188,8 @@ export function describeStore(name: string, makeHarness: () => Promise<StoreHarn
       const run = randomUUID();
       const ids = new Set<string>();
       for (const key of keys) {
-        for (const scope of ['user:1', 'user:2', 'user:1:POST']) ids.add(recordId(`${scope}:${run}`, 'POST /charges', key));
+        for (const scope of ['user:1', 'user:2', 'user:1:POST'])
+          ids.add(recordId(`${scope}:${run}`, 'POST /charges', key));
       }
       // Raw ids with separators too: a store must not build colliding keys out of them either.
       const raw = [`raw:${run}:a`, `raw:${run}`, `raw/${run}`, `raw:${run}\n`];
