@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
+import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
 // HTTP-level tests of the API's endpoints, always through the gateway, with tokens of a test issuer.
 const issuer = 'https://issuer.api-test.example';
@@ -10,6 +11,7 @@ const audience = 'http://gateway.api-test';
 const allScopes = 'photos:read photos:write stock:read charges:write settings:write';
 
 let db: Database;
+let redis: Awaited<ReturnType<typeof openTestRedis>>;
 let stack: RunningResourceStack;
 let privateKey: CryptoKey;
 
@@ -17,7 +19,8 @@ beforeAll(async () => {
   const pair = await generateKeyPair('ES256');
   privateKey = pair.privateKey;
   const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'api-test', alg: 'ES256' };
-  db = await openDatabase({ memory: true });
+  db = await openTestDatabase('api');
+  redis = await openTestRedis('api');
   stack = await startResourceStack({
     db,
     gatewayPort: 0,
@@ -26,12 +29,14 @@ beforeAll(async () => {
     baseUrl: audience,
     issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
     relay: false,
+    ...(redis ? { redis } : {}),
   });
   // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
 }, 60_000);
 
 afterAll(async () => {
   await stack?.close();
+  await closeTestRedis(redis);
   await db?.close();
 });
 
@@ -338,6 +343,79 @@ describe('photos', () => {
   it('DELETE needs photos:write', async () => {
     expect((await call('DELETE', '/photos/photo-alice-2', { scope: 'photos:read' })).status).toBe(403);
     expect(ids(await call('GET', '/photos'))).toContain('photo-alice-2');
+  });
+});
+
+describe('POST /photos (non-transactional: keys in Redis with REDIS_URL, in SQL otherwise)', () => {
+  const newPhoto = (title: string, key?: string, as?: string) =>
+    call('POST', '/photos', {
+      body: { title },
+      ...(as ? { as } : {}),
+      ...(key ? { headers: { 'idempotency-key': key } } : {}),
+    });
+
+  it('requires an Idempotency-Key (400 problem+json) and creates nothing without one', async () => {
+    const before = await count('api_photos');
+    const refused = await newPhoto('No key');
+    expect(refused.status).toBe(400);
+    expect(refused.headers.get('content-type')).toContain('application/problem+json');
+    expect(await count('api_photos')).toBe(before);
+  });
+
+  it('creates one photo per key: the retry is a replay with the same id and Location', async () => {
+    const key = `"${randomUUID()}"`;
+    const first = await newPhoto('Cheshire cat', key);
+    expect(first.status).toBe(201);
+    expect(first.body).toMatchObject({ title: 'Cheshire cat' });
+    expect(first.headers.get('location')).toBe(`/photos/${first.body.id}`);
+    const retry = await newPhoto('Cheshire cat', key);
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.body).toEqual(first.body);
+    expect(retry.headers.get('location')).toBe(first.headers.get('location'));
+    expect(await count("api_photos where title = 'Cheshire cat'")).toBe(1);
+    const listed = await call('GET', '/photos');
+    expect(listed.body.photos.map((photo: { id: string }) => photo.id)).toContain(first.body.id);
+  });
+
+  it('refuses the same key with another title (422) and creates nothing more', async () => {
+    const key = `"${randomUUID()}"`;
+    expect((await newPhoto('Mad hatter', key)).status).toBe(201);
+    const other = await newPhoto('March hare', key);
+    expect(other.status).toBe(422);
+    expect(other.body).toMatchObject({ code: 'fingerprint_mismatch' });
+    expect(await count("api_photos where title = 'March hare'")).toBe(0);
+  });
+
+  it('keeps the record where the configuration says: Redis when REDIS_URL is set, the SQL table otherwise', async () => {
+    const key = `"${randomUUID()}"`;
+    expect((await newPhoto('Queen of hearts', key)).status).toBe(201);
+    const sqlRecords = await count('api_plain_idempotency_records');
+    if (redis) {
+      const keys = await redis.client.keys(`${redis.prefix}*`);
+      expect(keys.length).toBeGreaterThan(0);
+      expect(sqlRecords).toBe(0);
+    } else {
+      expect(sqlRecords).toBeGreaterThan(0);
+    }
+  });
+
+  it('refuses an empty or long title and extra members (422, key not used up), and needs photos:write', async () => {
+    const key = `"${randomUUID()}"`;
+    expect((await newPhoto('', key)).body).toMatchObject({ status: 422, invalid: ['title'] });
+    expect((await newPhoto('x'.repeat(101), key)).status).toBe(422);
+    const extra = await call('POST', '/photos', {
+      body: { title: 'ok', owner: 'user-bob' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(extra.body).toMatchObject({ status: 422, invalid: ['owner'] });
+    expect((await newPhoto('White rabbit', key)).status).toBe(201);
+    const noScope = await call('POST', '/photos', {
+      scope: 'photos:read',
+      body: { title: 'Dodo' },
+      headers: { 'idempotency-key': `"${randomUUID()}"` },
+    });
+    expect(noScope.status).toBe(403);
   });
 });
 

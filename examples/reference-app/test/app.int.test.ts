@@ -6,6 +6,7 @@ import { type Database, openDatabase } from '../src/db.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { loginAndConsent, tokenRequest } from './flow.js';
+import { openTestDatabase } from './services.js';
 import { createUserAgent, decodeJwt, formAction, formField, type UserAgent } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers[0].password };
@@ -71,7 +72,7 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
   apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
 
-  db = await openDatabase({ memory: true });
+  db = await openTestDatabase('app');
   running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: apiUrl, now: () => Date.now() + clock });
 });
 

@@ -2,10 +2,11 @@
 // from the provider's discovery document and JWKS, access tokens from a real code flow (PKCE).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow } from './flow.js';
+import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 import { decodeJwt } from './user-agent.js';
 
 // The resource indicator the provider binds tokens to, and the gateway's audience; the gateway itself
@@ -15,12 +16,14 @@ const scope = 'openid profile email offline_access photos:read stock:read charge
 const password = (username: string) => demoUsers.find((user) => user.username === username)?.password ?? '';
 
 let db: Database;
+let redis: Awaited<ReturnType<typeof openTestRedis>>;
 let idp: RunningReferenceApp;
 let stack: RunningResourceStack;
 const tokens = new Map<string, string>();
 
 beforeAll(async () => {
-  db = await openDatabase({ memory: true });
+  db = await openTestDatabase('gateway_idp');
+  redis = await openTestRedis('gateway_idp');
   idp = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl });
   stack = await startResourceStack({
     db,
@@ -30,6 +33,7 @@ beforeAll(async () => {
     baseUrl,
     authUrl: idp.authUrl,
     relay: false,
+    ...(redis ? { redis } : {}),
   });
   for (const username of ['alice', 'bob']) {
     const flow = await codeFlow(idp.authUrl, idp.clients.app, { username, password: password(username) }, { scope });
@@ -41,6 +45,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.close();
   await idp?.close();
+  await closeTestRedis(redis);
   await db?.close();
 });
 

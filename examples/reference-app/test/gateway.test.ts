@@ -3,7 +3,8 @@ import { createInternalTokenIssuer, principalFromClaims } from '@idem/guard';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
+import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
 // The gateway trusts a test issuer whose key only this file holds; tokens are minted per test.
 const issuer = 'https://issuer.gateway-test.example';
@@ -12,6 +13,7 @@ let offsetMs = 0;
 const now = () => Date.now() + offsetMs;
 
 let db: Database;
+let redis: Awaited<ReturnType<typeof openTestRedis>>;
 let stack: RunningResourceStack;
 let privateKey: CryptoKey;
 let otherKey: CryptoKey;
@@ -23,7 +25,8 @@ beforeAll(async () => {
   otherKey = (await generateKeyPair('ES256')).privateKey;
   const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'test-key', alg: 'ES256' };
   publicJwk = jwk;
-  db = await openDatabase({ memory: true });
+  db = await openTestDatabase('gateway');
+  redis = await openTestRedis('gateway');
   stack = await startResourceStack({
     db,
     gatewayPort: 0,
@@ -32,6 +35,7 @@ beforeAll(async () => {
     baseUrl: audience,
     issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'], requiredClaims: ['client_id', 'iat', 'jti'] }],
     relay: false,
+    ...(redis ? { redis } : {}),
     now,
   });
   // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
@@ -39,6 +43,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await stack?.close();
+  await closeTestRedis(redis);
   await db?.close();
 });
 

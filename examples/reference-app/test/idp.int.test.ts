@@ -1,6 +1,6 @@
 import { createLocalJWKSet, jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { sqlAdapterFactory } from '../src/idp/adapter.js';
 import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
@@ -10,6 +10,7 @@ import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl, type Credentials, codeFlow, tokenRequest } from './flow.js';
+import { openTestDatabase } from './services.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
 
 const resource = 'http://localhost:8080';
@@ -22,7 +23,7 @@ let app: Required<Credentials>;
 let cli: Credentials;
 
 beforeAll(async () => {
-  db = await openDatabase({ memory: true });
+  db = await openTestDatabase('idp');
   running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
   app = {
     clientId: running.clients.app.clientId,

@@ -4,14 +4,16 @@ import { sign } from '@idem/webhooks';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { loadWebhookSecret } from '../src/schema/api-schema.js';
+import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
 // A charge's payment.succeeded event, from the outbox through the relay to the receiver's inbox.
 const issuer = 'https://issuer.receiver-test.example';
 const audience = 'http://gateway.receiver-test';
 
 let db: Database;
+let redis: Awaited<ReturnType<typeof openTestRedis>>;
 let stack: RunningResourceStack;
 let privateKey: CryptoKey;
 
@@ -19,7 +21,8 @@ beforeAll(async () => {
   const pair = await generateKeyPair('ES256');
   privateKey = pair.privateKey;
   const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'receiver-test', alg: 'ES256' };
-  db = await openDatabase({ memory: true });
+  db = await openTestDatabase('receiver');
+  redis = await openTestRedis('receiver');
   stack = await startResourceStack({
     db,
     gatewayPort: 0,
@@ -28,12 +31,14 @@ beforeAll(async () => {
     baseUrl: audience,
     issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
     relay: false,
+    ...(redis ? { redis } : {}),
   });
   // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
 }, 60_000);
 
 afterAll(async () => {
   await stack?.close();
+  await closeTestRedis(redis);
   await db?.close();
 });
 
