@@ -11,6 +11,7 @@ export const usage = `npm run bench [-- options] [suite...]
   --duration S     measured seconds per contender and round (default 3; quick 1)
   --out DIR        where results/<date>.json goes (default benchmarks/results)
   --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
+  --match TEXT     run only the contenders whose name contains TEXT (and each group's baseline)
   --list           print the suites and exit
   suite...         run only these suites (default: all)`;
 
@@ -29,6 +30,7 @@ export function parseArgs(argv, root) {
     docsDir: join(root, 'docs'),
     list: false,
     help: false,
+    match: undefined,
     suites: [],
   };
   for (let i = 0; i < argv.length; i++) {
@@ -43,6 +45,7 @@ export function parseArgs(argv, root) {
     else if (arg === '--duration') settings.durationSeconds = positiveInteger(arg, value());
     else if (arg === '--out') settings.outDir = value();
     else if (arg === '--docs') settings.docsDir = value();
+    else if (arg === '--match') settings.match = value();
     else if (arg === '--list') settings.list = true;
     else if (arg === '--help' || arg === '-h') settings.help = true;
     else if (arg.startsWith('--')) throw new TypeError(`unknown option ${arg}`);
@@ -50,8 +53,8 @@ export function parseArgs(argv, root) {
   }
   settings.rounds ??= settings.quick ? 1 : 3;
   settings.durationSeconds ??= settings.quick ? 1 : 3;
-  // The warm-up is a number of requests, not a duration: autocannon's windows are whole seconds.
-  settings.warmupRequests = settings.quick ? 300 : 3_000;
+  // One second of the same load before every measured window (autocannon's windows are whole seconds).
+  settings.warmupSeconds = 1;
   settings.connections = 50;
   return settings;
 }

@@ -103,8 +103,9 @@ const results = {
   settings: {
     rounds: settings.rounds,
     durationSeconds: settings.durationSeconds,
-    warmupRequests: settings.warmupRequests,
+    warmupSeconds: settings.warmupSeconds,
     connections: settings.connections,
+    ...(settings.match ? { match: settings.match } : {}),
   },
   services: Object.fromEntries(Object.entries(services).map(([name, reason]) => [name, reason ?? 'reachable'])),
   suites,
@@ -116,8 +117,9 @@ const results = {
 };
 
 const date = started.toISOString().slice(0, 10);
-const complete = !settings.quick && settings.suites.length === 0;
-const base = `${date}${settings.quick ? '-quick' : ''}${settings.suites.length > 0 ? `-${settings.suites.join('-')}` : ''}`;
+// Only a full run of every contender may replace the published page; anything narrower is a trial.
+const complete = !settings.quick && settings.suites.length === 0 && settings.match === undefined;
+const base = `${date}${complete ? '' : '-quick'}${settings.suites.length > 0 ? `-${settings.suites.join('-')}` : ''}`;
 mkdirSync(settings.outDir, { recursive: true });
 const resultsFile = join(settings.outDir, `${base}.json`);
 writeFileSync(resultsFile, `${JSON.stringify(results, null, 2)}\n`);

@@ -45,7 +45,7 @@ export async function measureServer(spec, traffic, settings) {
         ...(accept ? { accept } : {}),
         ...extra,
       });
-    await window({ amount: settings.warmupRequests });
+    await window({ seconds: settings.warmupSeconds });
     const measured = await window({ seconds: settings.durationSeconds });
     return measured.requestsPerSecond;
   } finally {

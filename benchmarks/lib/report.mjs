@@ -23,7 +23,7 @@ export function renderReport(results, chartFile) {
       `Node ${machine.node}, ${machine.cpus} × ${machine.cpuModel}, load average ${machine.loadAverage.map((v) => v.toFixed(2)).join(' / ')} at the start.`,
     '',
     `Method: each server under test runs in its own process on an ephemeral loopback port; autocannon drives it from the runner's process with ${settings.connections} connections ` +
-      `for ${settings.durationSeconds} s after a warm-up of ${settings.warmupRequests.toLocaleString('en')} requests. The contenders of a group take turns, round after round ` +
+      `for ${settings.durationSeconds} s after a warm-up of ${settings.warmupSeconds} s. The contenders of a group take turns, round after round ` +
       `(${settings.rounds} round${settings.rounds === 1 ? '' : 's'}), and every ratio is taken within one round, then summarised as the median with min and max over rounds. ` +
       'Absolute figures move with the machine (two shared cores: the load generator takes one of them); compare the ratios. Raw samples are in `benchmarks/results/`.',
     '',

@@ -17,9 +17,13 @@ import { roundRatios, summarize } from './stats.mjs';
  */
 export async function runGroup(fullDefinition, settings, log) {
   // Quick mode only proves the runner works: a group keeps the contenders marked `quick`.
-  const definition = settings.quick
-    ? { ...fullDefinition, contenders: fullDefinition.contenders.filter((contender) => contender.quick) }
-    : fullDefinition;
+  // `--match` narrows a group to some contenders and the baseline their ratios need.
+  const kept = fullDefinition.contenders.filter(
+    (contender) =>
+      (!settings.quick || contender.quick) &&
+      (!settings.match || contender.name === fullDefinition.baseline || contender.name.includes(settings.match)),
+  );
+  const definition = { ...fullDefinition, contenders: kept };
   const samples = new Map(definition.contenders.map((contender) => [contender.name, []]));
   const failures = new Map();
   for (const contender of definition.contenders) {
