@@ -1,0 +1,355 @@
+// Follows docs/getting-started.md word for word, the way a newcomer would, and checks that the page's
+// idempotent route really works: first POST 201, the retry replays with `Idempotent-Replayed: true`,
+// the same key with another body is 422, and behind the guard a key never crosses from one caller to
+// another.
+//
+// How the page is read, in order:
+//   ```sh            every line runs in one bash session in a scratch folder (so `cd` and variables
+//                    carry over, as in a terminal); `localhost:3000` becomes the test's free port
+//   ```sh server     the command starts the server the next commands talk to (a second terminal)
+//   ```ts title="x"  the file `x` is written into the project folder
+//   ```text          output shown to the reader; not run
+// The one substitution: `npm install <packages>` links the workspace's node_modules (where every
+// @idem package is this checkout) instead of downloading, after checking that each named package is
+// there, and a tsconfig.json maps `@idem/*` to the packages' sources, so no build is needed first.
+// Sections that need Redis or PostgreSQL are skipped loudly when the service is unreachable, and
+// fail with CI=true.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const page = readFileSync(join(root, 'docs', 'getting-started.md'), 'utf8');
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+type Step =
+  | { kind: 'shell'; lines: string[] }
+  | { kind: 'server'; command: string }
+  | { kind: 'file'; name: string; code: string };
+
+interface Section {
+  title: string;
+  steps: Step[];
+}
+
+// The page's sections (## and ### headings) with their runnable blocks, in order.
+function readPage(text: string): Section[] {
+  const sections: Section[] = [];
+  const token = /^(#{2,3}) (.+)$|^```([\w-]*)([^\n]*)\n([\s\S]*?)^```\s*$/gm;
+  for (let match = token.exec(text); match; match = token.exec(text)) {
+    if (match[1] !== undefined) {
+      sections.push({ title: (match[2] ?? '').trim(), steps: [] });
+      continue;
+    }
+    const lang = match[3] ?? '';
+    const info = (match[4] ?? '').trim();
+    const code = match[5] ?? '';
+    const section = sections.at(-1);
+    if (section === undefined) continue;
+    if (lang === 'sh' && info === 'server') section.steps.push({ kind: 'server', command: code.trim() });
+    else if (lang === 'sh') {
+      const lines = code.split('\n').filter((line) => line.trim() !== '' && !line.trim().startsWith('#'));
+      section.steps.push({ kind: 'shell', lines });
+    } else if (lang === 'ts') {
+      const name = /title="([^"]+)"/.exec(info)?.[1];
+      if (name !== undefined) section.steps.push({ kind: 'file', name, code });
+    }
+  }
+  return sections;
+}
+
+const sections = readPage(page);
+const section = (title: string): Section => {
+  const found = sections.find((s) => s.title === title);
+  if (found === undefined) throw new Error(`docs/getting-started.md has no section "${title}"`);
+  return found;
+};
+
+// One bash session, like the reader's second terminal.
+interface Shell {
+  run(command: string): Promise<{ output: string; status: number }>;
+  close(): void;
+}
+
+function openShell(cwd: string, env: NodeJS.ProcessEnv): Shell {
+  const bash = spawn('bash', ['--noprofile', '--norc'], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
+  let buffer = '';
+  let waiting: ((chunk: string) => void) | undefined;
+  const onData = (chunk: Buffer) => {
+    buffer += chunk.toString('utf8');
+    waiting?.(buffer);
+  };
+  bash.stdout.on('data', onData);
+  bash.stderr.on('data', onData);
+  let counter = 0;
+  return {
+    run(command) {
+      counter += 1;
+      const marker = `__idem_done_${counter}__`;
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`timed out: ${command}\n${buffer}`)), 60_000);
+        waiting = (text) => {
+          const at = text.search(new RegExp(`\\n${marker}(\\d+)\\n`));
+          if (at === -1) return;
+          const status = Number(new RegExp(`\\n${marker}(\\d+)\\n`).exec(text)?.[1]);
+          clearTimeout(timer);
+          waiting = undefined;
+          buffer = '';
+          resolve({ output: text.slice(0, at), status });
+        };
+        bash.stdin.write(`{ ${command}\n} 2>&1; printf '\\n${marker}%s\\n' $?\n`);
+      });
+    },
+    close() {
+      bash.stdin.end();
+      bash.kill();
+    },
+  };
+}
+
+interface Reply {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+function parseCurl(output: string): Reply {
+  const start = output.indexOf('HTTP/');
+  expect(start, `curl printed no response:\n${output}`).toBeGreaterThanOrEqual(0);
+  const text = output.slice(start);
+  const split = text.indexOf('\r\n\r\n');
+  const head = text.slice(0, split).split('\r\n');
+  const headers: Record<string, string> = {};
+  for (const line of head.slice(1)) {
+    const colon = line.indexOf(':');
+    headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+  }
+  return { status: Number(head[0]?.split(' ')[1]), headers, body: text.slice(split + 4) };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+// Says whether a service is there; loud when not, and an error with CI=true.
+function announce(what: string, up: boolean): boolean {
+  if (up) return true;
+  const message = `${what} is not reachable: the getting-started section that needs it is SKIPPED.`;
+  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
+  console.warn(`\n!!! ${message}\n`);
+  return false;
+}
+
+async function redisUp(): Promise<boolean> {
+  const client = new Redis(redisUrl, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    connectTimeout: 1500,
+  });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    return (await client.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    client.disconnect();
+  }
+}
+
+async function postgresUp(): Promise<boolean> {
+  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 1500 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+const withRedis = announce(`Redis at ${redisUrl}`, await redisUp());
+const withPostgres = announce(`PostgreSQL at ${databaseUrl}`, await postgresUp());
+
+const scratch = mkdtempSync(join(tmpdir(), 'idem-getting-started-'));
+const env: NodeJS.ProcessEnv = {
+  ...process.env,
+  PATH: `${join(root, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`,
+  REDIS_URL: redisUrl,
+  DATABASE_URL: databaseUrl,
+  npm_config_update_notifier: 'false',
+  npm_config_fund: 'false',
+  npm_config_audit: 'false',
+};
+let shell: Shell;
+let project = scratch;
+let port = 0;
+let server: ChildProcess | undefined;
+
+async function stopServer(): Promise<void> {
+  const running = server;
+  server = undefined;
+  if (running?.pid === undefined || running.exitCode !== null) return;
+  const exited = new Promise((resolve) => running.once('exit', resolve));
+  // npx, tsx and node form a process group of their own: end all of it.
+  process.kill(-running.pid, 'SIGTERM');
+  await exited;
+}
+
+async function startServer(command: string): Promise<void> {
+  await stopServer();
+  port = await freePort();
+  const child = spawn('bash', ['-c', `exec ${command}`], {
+    cwd: project,
+    env: { ...env, PORT: String(port) },
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  server = child;
+  let log = '';
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the server did not start:\n${log}`)), 45_000);
+    const onData = (chunk: Buffer) => {
+      log += chunk.toString('utf8');
+      if (log.includes(`listening on http://localhost:${port}`)) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the server exited with ${code}:\n${log}`));
+    });
+  });
+}
+
+// `npm install a b --save-dev c`: link the workspace instead, once every named package is there.
+function linkPackages(line: string): void {
+  const names = line
+    .split(/\s+/)
+    .slice(2)
+    .filter((word) => !word.startsWith('-'));
+  expect(names.length, line).toBeGreaterThan(0);
+  for (const name of names) {
+    expect(
+      existsSync(join(root, 'node_modules', name, 'package.json')),
+      `${name} (from "${line}") is in the workspace`,
+    ).toBe(true);
+  }
+  if (!existsSync(join(project, 'node_modules')))
+    symlinkSync(join(root, 'node_modules'), join(project, 'node_modules'));
+  writeFileSync(
+    join(project, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        module: 'NodeNext',
+        moduleResolution: 'NodeNext',
+        target: 'ES2023',
+        paths: { '@idem/*': [join(root, 'packages', '*', 'src', 'index.ts')] },
+      },
+    }),
+  );
+}
+
+// Runs a section's steps; returns every curl reply, in order.
+async function follow(title: string): Promise<Reply[]> {
+  const replies: Reply[] = [];
+  const { steps } = section(title);
+  expect(steps.length, `section "${title}" has steps`).toBeGreaterThan(0);
+  for (const step of steps) {
+    if (step.kind === 'file') {
+      writeFileSync(join(project, step.name), step.code);
+    } else if (step.kind === 'server') {
+      await startServer(step.command);
+    } else {
+      for (const line of step.lines) {
+        if (/^npm (install|i)\b/.test(line)) {
+          linkPackages(line);
+          continue;
+        }
+        const command = line.replaceAll('localhost:3000', `localhost:${port}`);
+        const { output, status } = await shell.run(command);
+        expect(status, `"${line}" exited with ${status}:\n${output}`).toBe(0);
+        if (line.startsWith('curl ')) replies.push(parseCurl(output));
+        if (/\bcd\b/.test(line)) project = (await shell.run('pwd')).output.trim();
+      }
+    }
+  }
+  return replies;
+}
+
+// The three answers of steps 2 and 3: created, replayed byte for byte, refused for another body.
+function expectCreatedReplayedRefused(replies: Reply[]): void {
+  expect(replies.map((r) => r.status)).toEqual([201, 201, 422]);
+  const [first, retry, other] = replies as [Reply, Reply, Reply];
+  expect(JSON.parse(first.body)).toMatchObject({ item: 'book', id: expect.any(String) });
+  expect(first.headers['idempotent-replayed']).toBeUndefined();
+  expect(retry.headers['idempotent-replayed']).toBe('true');
+  expect(retry.body).toBe(first.body);
+  expect(other.headers['content-type']).toContain('application/problem+json');
+  expect(JSON.parse(other.body)).toMatchObject({ code: 'fingerprint_mismatch', status: 422 });
+}
+
+beforeAll(() => {
+  shell = openShell(scratch, env);
+});
+
+afterAll(async () => {
+  await stopServer();
+  shell?.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('docs/getting-started.md, followed word for word', () => {
+  it('1. sets up a project', async () => {
+    await follow('1. A project');
+    expect(project).toBe(join(scratch, 'shop'));
+    expect(JSON.parse(readFileSync(join(project, 'package.json'), 'utf8')).type).toBe('module');
+  });
+
+  it('2. the memory-store route: 201, then the replay, then 422 for another body', async () => {
+    expectCreatedReplayedRefused(await follow('2. An idempotent route, in memory'));
+  });
+
+  it.runIf(withRedis)('3A. the same over Redis', async () => {
+    expectCreatedReplayedRefused(await follow('Option A: Redis'));
+  });
+
+  it.runIf(withPostgres)('3B. the same over PostgreSQL', async () => {
+    expectCreatedReplayedRefused(await follow('Option B: PostgreSQL'));
+  });
+
+  it('4. behind the guard: 401 without a token, keys scoped by caller, 422 for another body', async () => {
+    const replies = await follow('4. The guard in front');
+    expect(replies.map((r) => r.status)).toEqual([401, 201, 201, 201, 422]);
+    const [anonymous, alice, aliceRetry, bob, aliceOther] = replies as [Reply, Reply, Reply, Reply, Reply];
+    expect(anonymous.headers['www-authenticate']).toMatch(/^Bearer realm=/);
+    expect(JSON.parse(alice.body)).toMatchObject({ owner: 'alice', item: 'book' });
+    expect(aliceRetry.headers['idempotent-replayed']).toBe('true');
+    expect(aliceRetry.body).toBe(alice.body);
+    expect(bob.headers['idempotent-replayed']).toBeUndefined();
+    expect(JSON.parse(bob.body)).toMatchObject({ owner: 'bob' });
+    expect(JSON.parse(bob.body).id).not.toBe(JSON.parse(alice.body).id);
+    expect(JSON.parse(aliceOther.body)).toMatchObject({ code: 'fingerprint_mismatch' });
+  });
+});
