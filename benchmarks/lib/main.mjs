@@ -75,7 +75,11 @@ for (const suite of selected) {
   log(`\n== ${suite.id}: ${suite.title}`);
   try {
     const outcome = await suite.run(settings, context);
-    suites.push({ id: suite.id, title: suite.title, groups: outcome.groups });
+    suites.push({
+      id: suite.id,
+      title: suite.title,
+      groups: outcome.groups.filter((group) => group.contenders.length > 0),
+    });
     notMeasured.push(...(outcome.notMeasured ?? []).map((item) => ({ suite: suite.id, ...item })));
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error);

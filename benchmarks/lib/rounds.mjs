@@ -24,6 +24,10 @@ export async function runGroup(fullDefinition, settings, log) {
       (!settings.match || contender.name === fullDefinition.baseline || contender.name.includes(settings.match)),
   );
   const definition = { ...fullDefinition, contenders: kept };
+  // A baseline left alone by `--match` has nothing to be compared with: skip the whole group.
+  if (settings.match && kept.every((contender) => contender.name === fullDefinition.baseline)) {
+    definition.contenders = [];
+  }
   const samples = new Map(definition.contenders.map((contender) => [contender.name, []]));
   const failures = new Map();
   for (const contender of definition.contenders) {

@@ -46,7 +46,7 @@ export function ratioChart(evaluated, title) {
       `<rect x="${labelWidth}" y="${y + 4}" width="${(x(median) - labelWidth).toFixed(1)}" height="${rowHeight - 8}" fill="${color}"><title>${escapeXml(`${row.text}: ${median.toFixed(2)} (target ${row.threshold})`)}</title></rect>`,
       `<line x1="${x(min).toFixed(1)}" y1="${y + rowHeight / 2}" x2="${x(max).toFixed(1)}" y2="${y + rowHeight / 2}" stroke="#333" stroke-width="1.5"/>`,
       `<line x1="${x(row.threshold).toFixed(1)}" y1="${y + 1}" x2="${x(row.threshold).toFixed(1)}" y2="${y + rowHeight - 1}" stroke="#000" stroke-width="2.5"/>`,
-      `<text x="${(x(Math.max(median, max)) + 6).toFixed(1)}" y="${y + 15}" fill="#333">${median.toFixed(2)}</text>`,
+      `<text x="${(x(Math.max(median, max, row.threshold)) + 6).toFixed(1)}" y="${y + 15}" fill="#333">${median.toFixed(2)}</text>`,
     );
   });
   parts.push('</svg>');
