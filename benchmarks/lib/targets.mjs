@@ -78,17 +78,19 @@ export function targets() {
       ),
     );
   }
-  list.push(
-    ratioTarget(
-      5,
-      'Fastify: idem guard cache path / unguarded',
-      'guard-fastify',
-      guardRow.cached('HS256'),
-      guardRow.unguarded,
-      0.9,
-      'a cache hit still parses the Authorization header and hashes the whole token (SHA-256) to find the entry, and checks its expiry',
-    ),
-  );
+  for (const alg of guardAlgorithms) {
+    list.push(
+      ratioTarget(
+        5,
+        `Fastify: idem guard cache path ${alg} / unguarded`,
+        'guard-fastify',
+        guardRow.cached(alg),
+        guardRow.unguarded,
+        0.9,
+        'a cache hit still parses the Authorization header and hashes the whole token (SHA-256) to find the entry, and checks its expiry',
+      ),
+    );
+  }
   for (const alg of guardAlgorithms) {
     list.push(
       ratioTarget(

@@ -105,6 +105,13 @@ export const adaptersSuite = {
         ),
       );
     }
-    return { groups };
+    const notMeasured = frameworks
+      .filter((framework) => framework !== 'express')
+      .map((framework) => ({
+        scenario: `${frameworkNames[framework]}: peers (express-idempotency, @node-idempotency)`,
+        reason:
+          'express-idempotency is Express middleware only; @node-idempotency/fastify and a Koa wrapper are not published on npm',
+      }));
+    return { groups, notMeasured };
   },
 };
