@@ -1,5 +1,5 @@
 import { migrateApp } from './app/schema.js';
-import { createThirdPartyApp } from './app/server.js';
+import { createThirdPartyApp, type ThirdPartyAppOptions } from './app/server.js';
 import type { Database } from './db.js';
 import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp } from './idp/server.js';
@@ -20,6 +20,8 @@ export interface StartOptions {
   appUrl?: string;
   /** The third-party app's clock, epoch milliseconds. */
   now?: () => number;
+  /** The third-party app's retry timers for "Create charge" (tests). */
+  retryTiming?: ThirdPartyAppOptions['retryTiming'];
 }
 
 /** The running components. */
@@ -65,6 +67,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       appUrl: appPort.url,
       baseUrl: options.baseUrl,
       ...(options.now ? { now: options.now } : {}),
+      ...(options.retryTiming ? { retryTiming: options.retryTiming } : {}),
     });
     appPort.use(app);
 

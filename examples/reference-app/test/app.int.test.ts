@@ -22,7 +22,11 @@ interface SeenRequest {
 /** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
 let api: Server;
 let apiUrl: string;
-let apiMode: 'ok' | 'down' = 'ok';
+let apiMode: 'ok' | 'down' | 'flaky' = 'ok';
+/** In 'flaky' mode, how many more POST /charges answer 503 before one succeeds. */
+let failuresLeft = 0;
+/** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
+const waits: number[] = [];
 const seen: SeenRequest[] = [];
 
 function readBody(req: IncomingMessage): Promise<string> {
@@ -50,7 +54,7 @@ beforeAll(async () => {
       idempotencyKey: req.headers['idempotency-key'] as string | undefined,
       body,
     });
-    if (apiMode === 'down') {
+    if (apiMode === 'down' || (apiMode === 'flaky' && req.url === '/charges' && failuresLeft-- > 0)) {
       res.writeHead(503, { 'content-type': 'application/problem+json' }).end('{"title":"Service Unavailable"}');
       return;
     }
@@ -73,7 +77,19 @@ beforeAll(async () => {
   apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
 
   db = await openTestDatabase('app');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: apiUrl, now: () => Date.now() + clock });
+  running = await startReferenceApp({
+    db,
+    authPort: 0,
+    appPort: 0,
+    baseUrl: apiUrl,
+    now: () => Date.now() + clock,
+    retryTiming: {
+      random: () => 0.5,
+      sleep: async (ms) => {
+        waits.push(ms);
+      },
+    },
+  });
 });
 
 afterAll(async () => {
@@ -84,8 +100,10 @@ afterAll(async () => {
 
 beforeEach(() => {
   apiMode = 'ok';
+  failuresLeft = 0;
   clock = 0;
   seen.length = 0;
+  waits.length = 0;
 });
 
 const appUrl = (path = '/') => new URL(path, running.appUrl).href;
@@ -300,6 +318,23 @@ describe('signed in', () => {
     expect(after.body).toContain('Attempts: 1');
     // The message is shown once (post/redirect/get).
     expect((await agent.request(appUrl('/'))).body).not.toContain('Idempotency-Key:');
+  });
+
+  it('retries a failed charge with the same key, backing off 1 s then 2 s with jitter (spec part 8)', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    apiMode = 'flaky';
+    failuresLeft = 2;
+    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '300', currency: 'EUR' });
+    const attempts = seen.filter((request) => request.url === '/charges');
+    expect(attempts).toHaveLength(3);
+    // One key per logical operation, reused by every retry (spec 2.1: a new key per retry is wrong).
+    expect(new Set(attempts.map((request) => request.idempotencyKey)).size).toBe(1);
+    // Full jitter with random() = 0.5: half of the 1 s and 2 s ceilings.
+    expect(waits).toEqual([500, 1000]);
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).toContain('Attempts: 3');
+    expect(after.body).toContain('Status 201');
   });
 
   it('switches the theme with PUT /settings', async () => {

@@ -1,4 +1,4 @@
-import { createClient, isRequestFailedError } from '@idem/client';
+import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import express, { type Express, type Request, type Response } from 'express';
 import * as oauth from 'oauth4webapi';
 import { readCookie, serializeCookie } from '../cookies.js';
@@ -34,6 +34,11 @@ export interface ThirdPartyAppOptions {
   stockItems?: readonly string[];
   /** Refresh this long before the access token expires (ms); default 30 s. */
   refreshMargin?: number;
+  /**
+   * How "Create charge" waits between retries and draws its jitter (default: real timers and
+   * `Math.random`); tests inject both to check the backoff without waiting for it.
+   */
+  retryTiming?: Pick<ClientOptions, 'sleep' | 'random'>;
 }
 
 /** The third-party app, an Express app. */
@@ -296,6 +301,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         baseUrl: options.baseUrl,
         getToken: () => data.tokens!.accessToken,
         retry: { maxAttempts: 4, deadline: '15s', timeout: '5s' },
+        ...options.retryTiming,
       });
       const lines: string[] = [];
       try {
