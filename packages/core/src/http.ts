@@ -655,6 +655,19 @@ function captureResponse(
   let headHeaders: Record<string, string> = {};
   let ended = false;
   let settled = false;
+  // Content-Length of the response, once known (null: not looked up yet), the body bytes passed
+  // through so far, and the last byte when it is held back until the outcome is stored.
+  let declared: number | undefined | null = null;
+  let passed = 0;
+  let tail: Buffer | undefined;
+  const declaredLength = () => {
+    if (declared === null) {
+      const value = headHeaders['content-length'] ?? res.getHeader('content-length');
+      const length = Number(value);
+      declared = value !== undefined && Number.isInteger(length) && length >= 0 ? length : undefined;
+    }
+    return declared;
+  };
   let settling: Promise<void> = Promise.resolve();
   let resolveResult!: (result: CaptureResult) => void;
   const result = new Promise<CaptureResult>((resolve) => {
@@ -726,6 +739,24 @@ function captureResponse(
       if (typeof cb === 'function') process.nextTick(cb as () => void);
       return true;
     }
+    if (!eventStream) {
+      const length = declaredLength();
+      const bytes = length === undefined ? undefined : toBuffer(chunk, encoding);
+      if (length !== undefined && bytes !== undefined && bytes.length > 0) {
+        passed += bytes.length;
+        if (passed >= length) {
+          // With a Content-Length the client has the whole response once the last byte arrives,
+          // whether or not `end` follows: that byte waits for the outcome to be stored, like `end`.
+          tail = Buffer.from(bytes.subarray(bytes.length - 1));
+          const cb = typeof encoding === 'function' ? encoding : callback;
+          if (bytes.length === 1) {
+            if (typeof cb === 'function') process.nextTick(cb as () => void);
+            return true;
+          }
+          return (originalWrite as (...a: unknown[]) => boolean).call(this, bytes.subarray(0, bytes.length - 1), cb);
+        }
+      }
+    }
     return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, encoding, callback);
   } as Write;
 
@@ -749,16 +780,24 @@ function captureResponse(
       });
     }
     if (!hold) {
-      void settling.then(() =>
-        (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback),
-      );
+      void settling.then(() => {
+        if (tail === undefined) {
+          (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
+          return;
+        }
+        const cb = [chunk, encoding, callback].find((arg) => typeof arg === 'function');
+        const rest = toBuffer(chunk, encoding);
+        const last = rest === undefined ? tail : Buffer.concat([tail, rest]);
+        (originalEnd as (...a: unknown[]) => ServerResponse).call(this, last, cb);
+      });
     }
     return this;
   } as End;
 
   // The client went away while a streamed body was being written: the pipe stops and `end` never
-  // comes, so the outcome cannot be known in full (in held mode too: the transaction must end). Before the head is written the handler is still
-  // working and will end the response itself (the outcome is stored even though nobody reads it).
+  // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
+  // Before the head is written the handler is still working and will end the response itself (the
+  // outcome is stored even though nobody reads it).
   res.once('close', () => {
     if (!ended && (res.headersSent || status !== undefined)) {
       finish({ kind: 'unstorable', reason: 'streaming', status: status ?? res.statusCode });

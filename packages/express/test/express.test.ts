@@ -1,6 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type IdempotencyEvent, memoryStore } from '@idem/core';
+import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency } from '@idem/express';
 import express, { type Express } from 'express';
 import { describe, expect, it } from 'vitest';
@@ -144,6 +144,53 @@ describe('@idem/express specifics', () => {
       const mismatch = await post(`${url}/charges`, 'cors-1', ['{"other":1}']);
       expect(mismatch.status).toBe(422);
       expect(mismatch.headers['access-control-allow-origin']).toBe('https://app.example');
+    });
+  });
+
+  it('with a Content-Length, the last byte waits for the outcome to be stored, so an instant retry replays', async () => {
+    const inner = memoryStore();
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      openGate = resolve;
+    });
+    let completing!: () => void;
+    const completeCalled = new Promise<void>((resolve) => {
+      completing = resolve;
+    });
+    // A store whose completion waits: the window in which a client could already hold the whole body.
+    const store: Store = {
+      ...inner,
+      claim: (input) => inner.claim(input),
+      renew: (input) => inner.renew(input),
+      release: (input) => inner.release(input),
+      get: (id) => inner.get(id),
+      complete: async (input) => {
+        completing();
+        await gate;
+        return inner.complete(input);
+      },
+    };
+    const body = Buffer.alloc(50_000, 7);
+    const app = express();
+    app.post('/files', idempotency(options({ store })), (_req, res) => {
+      res.status(200).set({ 'content-type': 'application/octet-stream', 'content-length': String(body.length) });
+      // Every byte through write(), end() without data: the client needs nothing from end().
+      res.write(body.subarray(0, 20_000));
+      res.write(body.subarray(20_000));
+      res.end();
+    });
+    await serve(app, async (url) => {
+      const first = post(`${url}/files`, 'length-1', ['{}']);
+      await completeCalled;
+      const early = await Promise.race([first.then(() => 'answered'), new Promise((r) => setTimeout(r, 150, 'held'))]);
+      expect(early).toBe('held');
+      openGate();
+      const answered = await first;
+      expect(answered.status).toBe(200);
+      expect(Buffer.from(answered.body, 'latin1').length).toBe(body.length);
+      const again = await post(`${url}/files`, 'length-1', ['{}']);
+      expect(again.status).toBe(200);
+      expect(again.headers['idempotent-replayed']).toBe('true');
     });
   });
 });
