@@ -5,11 +5,12 @@ import { startChild } from './child-process.mjs';
 import { chargeBody, drive, trafficHeaders } from './http-load.mjs';
 
 /**
- * Measures requests per second of the server `spec` under `traffic`:
+ * Measures the server `spec` under `traffic` and resolves with `{ value: requests per second,
+ * details: { statuses, latencyP99Ms } }`; `traffic` is
  * `{ pattern: 'none'|'fresh'|'replay'|'hot'|'tokens', method, path, tokens? }`.
  *
  * @example
- * const rps = await measureServer({ kind: 'node-http' }, { pattern: 'none', method: 'POST', path: '/charges' }, settings);
+ * const { value } = await measureServer({ kind: 'node-http' }, { pattern: 'none', method: 'POST', path: '/charges' }, settings);
  */
 export async function measureServer(spec, traffic, settings) {
   const keyPrefix = `idem-bench-key:${randomUUID()}:`;
@@ -47,7 +48,10 @@ export async function measureServer(spec, traffic, settings) {
       });
     await window({ seconds: settings.warmupSeconds });
     const measured = await window({ seconds: settings.durationSeconds });
-    return measured.requestsPerSecond;
+    return {
+      value: measured.requestsPerSecond,
+      details: { statuses: measured.statuses, latencyP99Ms: measured.latencyP99Ms },
+    };
   } finally {
     await server.stop();
   }

@@ -70,13 +70,15 @@ export function renderReport(results, chartFile) {
     for (const group of suite.groups) {
       lines.push('', `### ${group.title}`, '');
       if (group.note) lines.push(group.note, '');
+      // Latency is shown where the load generator measured it (HTTP groups).
+      const latency = group.contenders.some((row) => row.latencyP99Ms !== undefined);
       lines.push(
-        `| Contender | ${group.unit}, median | min – max | ratio to "${cell(group.baseline)}", median (min – max) |`,
-        '|---|---:|---:|---|',
+        `| Contender | ${group.unit}, median | min – max | ratio to "${cell(group.baseline)}", median (min – max) |${latency ? ' p99 ms |' : ''}`,
+        `|---|---:|---:|---|${latency ? '---:|' : ''}`,
       );
       for (const row of group.contenders) {
         if (row.notMeasured) {
-          lines.push(`| ${cell(row.name)} | not measured | | ${cell(row.notMeasured)} |`);
+          lines.push(`| ${cell(row.name)} | not measured | | ${cell(row.notMeasured)} |${latency ? ' |' : ''}`);
           continue;
         }
         const ratioText = row.ratio
@@ -84,7 +86,8 @@ export function renderReport(results, chartFile) {
           : row.name === group.baseline
             ? 'baseline'
             : '–';
-        lines.push(`| ${cell(row.name)} | ${number(row.median)} | ${spread(row, number)} | ${ratioText} |`);
+        const p99 = latency ? ` ${row.latencyP99Ms === undefined ? '–' : row.latencyP99Ms} |` : '';
+        lines.push(`| ${cell(row.name)} | ${number(row.median)} | ${spread(row, number)} | ${ratioText} |${p99}`);
       }
       if (group.comparisons?.length) {
         lines.push('', '| Ratio | median (min – max) |', '|---|---|');

@@ -30,6 +30,7 @@ export async function runGroup(fullDefinition, settings, log) {
   }
   const samples = new Map(definition.contenders.map((contender) => [contender.name, []]));
   const failures = new Map();
+  const details = new Map(definition.contenders.map((contender) => [contender.name, []]));
   for (const contender of definition.contenders) {
     if (contender.unavailable) failures.set(contender.name, contender.unavailable);
   }
@@ -41,7 +42,10 @@ export async function runGroup(fullDefinition, settings, log) {
         continue;
       }
       try {
-        const value = await contender.measure();
+        // A measurement is a rate, or `{ value, details }` with what else the window showed (statuses, p99).
+        const measured = await contender.measure();
+        const value = typeof measured === 'number' ? measured : measured.value;
+        if (typeof measured !== 'number') details.get(contender.name)[round] = measured.details;
         own.push(value);
         log(
           `  [${definition.id}] round ${round + 1}: ${contender.name.padEnd(52)} ${format(value)} ${definition.unit}`,
@@ -68,7 +72,15 @@ export async function runGroup(fullDefinition, settings, log) {
       const row = { name: contender.name, samples: values.map((v) => (Number.isFinite(v) ? v : null)) };
       if (!stats) return { ...row, notMeasured: failures.get(contender.name) ?? 'no sample' };
       const ratio = contender.name === definition.baseline ? undefined : summarize(roundRatios(values, baseline));
-      return { ...row, ...stats, ...(ratio ? { ratio } : {}) };
+      const own = details.get(contender.name);
+      const latency = summarize(own.map((detail) => detail?.latencyP99Ms ?? Number.NaN));
+      return {
+        ...row,
+        ...stats,
+        ...(ratio ? { ratio } : {}),
+        ...(latency ? { latencyP99Ms: latency.median } : {}),
+        ...(own.some(Boolean) ? { details: own.map((detail) => detail ?? null) } : {}),
+      };
     }),
   };
   // Extra ratios between two contenders other than the baseline, also taken round by round.

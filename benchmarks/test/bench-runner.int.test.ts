@@ -25,6 +25,8 @@ interface Contender {
   max?: number;
   ratio?: { median: number; min: number; max: number };
   notMeasured?: string;
+  latencyP99Ms?: number;
+  details?: Array<{ statuses: Record<string, number>; latencyP99Ms: number } | null>;
 }
 
 describe('npm run bench -- --quick limits', () => {
@@ -60,6 +62,9 @@ describe('npm run bench -- --quick limits', () => {
       expect(row.median).toBeGreaterThan(0);
       expect(row.min).toBe(row.median);
       expect(row.max).toBe(row.median);
+      // Every answer of the window was the route's 201: the load measured the path it meant to.
+      expect(Object.keys(row.details?.[0]?.statuses ?? {})).toEqual(['201']);
+      expect(row.latencyP99Ms).toBeGreaterThanOrEqual(0);
     }
     const [baseline, fastify] = rows as [Contender, Contender];
     expect(baseline.ratio).toBeUndefined();
