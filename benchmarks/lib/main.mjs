@@ -20,6 +20,7 @@ import { renderReport } from './report.mjs';
 import { checkServices } from './services.mjs';
 import { ratioChart } from './svg-chart.mjs';
 import { evaluateTargets } from './targets.mjs';
+import { installedVersions } from './versions.mjs';
 
 const root = dirname(dirname(dirname(fileURLToPath(import.meta.url))));
 // Cheapest first, so a quick run proves every kind of suite before the long HTTP ones.
@@ -104,6 +105,7 @@ const results = {
     cpuModel: cpus()[0]?.model?.trim() ?? 'unknown',
     loadAverage: loadavg(),
   },
+  versions: installedVersions(root),
   settings: {
     rounds: settings.rounds,
     durationSeconds: settings.durationSeconds,

@@ -27,6 +27,12 @@ export function renderReport(results, chartFile) {
       `(${settings.rounds} round${settings.rounds === 1 ? '' : 's'}), and every ratio is taken within one round, then summarised as the median with min and max over rounds. ` +
       'Absolute figures move with the machine (two shared cores: the load generator takes one of them); compare the ratios. Raw samples are in `benchmarks/results/`.',
     '',
+    `Reproduce with \`npm run bench\` (method and options: [benchmarks/README.md](../benchmarks/README.md)). Measured versions: ${Object.entries(
+      results.versions ?? {},
+    )
+      .map(([name, version]) => `${name} ${version}`)
+      .join(', ')}.`,
+    '',
     '## Targets',
     '',
     '| Issue | Target | Wanted | Measured: median (min – max) | Verdict |',
