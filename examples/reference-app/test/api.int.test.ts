@@ -115,6 +115,43 @@ describe.runIf(available)('gateway, API and receiver on PostgreSQL', () => {
     expect(outbox.rows).toHaveLength(1);
   }, 60_000);
 
+  it('a request with the key of a charge still running gets 409 with Retry-After, then the replay (part 3)', async () => {
+    // Hold the first charge inside its handler: its insert waits for a lock another session holds.
+    const blocker = new pg.Client({ connectionString: databaseUrl, options: `-c search_path=${schema}` });
+    await blocker.connect();
+    const key = `"${randomUUID()}"`;
+    let first: Promise<Awaited<ReturnType<typeof call>>> | undefined;
+    try {
+      await blocker.query('begin');
+      await blocker.query('lock table api_charges in exclusive mode');
+      first = call('POST', '/charges', { amount: 4321, currency: 'EUR' }, { 'idempotency-key': key });
+      // Wait until the first request is parked on the lock, which means it holds the key.
+      for (let waiting = 0; waiting === 0; ) {
+        const { rows } = await blocker.query<{ n: number }>(
+          `select count(*)::int as n from pg_locks l join pg_class c on c.oid = l.relation
+             join pg_namespace s on s.oid = c.relnamespace
+            where c.relname = 'api_charges' and s.nspname = $1 and not l.granted`,
+          [schema],
+        );
+        waiting = rows[0]?.n ?? 0;
+      }
+      const second = await call('POST', '/charges', { amount: 4321, currency: 'EUR' }, { 'idempotency-key': key });
+      expect(second.status).toBe(409);
+      expect(second.headers.get('retry-after')).toBeTruthy();
+      expect(second.body).toMatchObject({ code: 'in_progress', retryable: true });
+    } finally {
+      await blocker.query('rollback').catch(() => undefined);
+      await blocker.end();
+    }
+    const done = await first;
+    expect(done?.status).toBe(201);
+    const third = await call('POST', '/charges', { amount: 4321, currency: 'EUR' }, { 'idempotency-key': key });
+    expect(third).toMatchObject({ status: 201, body: done?.body });
+    expect(third.headers.get('idempotent-replayed')).toBe('true');
+    const { rows } = await db.query('select id from api_charges where idempotency_key = $1', [key.slice(1, -1)]);
+    expect(rows).toHaveLength(1);
+  }, 60_000);
+
   it('same key with another amount is 422; a minted key comes back with the 201 and replays', async () => {
     const minted = await call('POST', '/charges', { amount: 999, currency: 'EUR' });
     expect(minted.status).toBe(201);

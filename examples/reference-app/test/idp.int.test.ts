@@ -142,6 +142,30 @@ describe('authorization request checks', () => {
     expect(location.searchParams.get('code')).toBeNull();
   });
 
+  it('leaves no room for the PKCE downgrade (row 11): a signed-in user gets no code without a challenge', async () => {
+    // alice has a session and a grant, so the provider would answer at once if it answered at all.
+    const { agent, verifier } = await codeFlow(auth(), app, alice);
+    const step = await agent.request(
+      authorizationUrl(auth(), { clientId: app.clientId, redirectUri: app.redirectUri }),
+    );
+    expect(step.response.status).toBe(303);
+    const location = new URL(step.response.headers.get('location')!);
+    expect(location.searchParams.get('code')).toBeNull();
+    expect(location.searchParams.get('error')).toBe('invalid_request');
+    // Without a code there is nothing to redeem; a verifier with a made-up code is invalid_grant.
+    const result = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: 'no-such-code',
+        redirect_uri: app.redirectUri,
+        code_verifier: verifier,
+      },
+      app,
+    );
+    expect(result.body.error).toBe('invalid_grant');
+  });
+
   it('refuses code_challenge_method=plain (row 5)', async () => {
     const { verifier } = pkcePair();
     const response = await authorizeOnly({
