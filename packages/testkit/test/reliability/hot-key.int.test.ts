@@ -1,6 +1,7 @@
 // Scenario 6: a hot key. About 1,000 requests per second on one key (2 s; 10 s with IDEM_CHAOS=1),
 // spread over two workers, while the first execution takes 200 ms. Exactly one execution; every
-// other answer is 409 + Retry-After (while it runs) or the replay (after); store operations stay
+// other answer is 409 + Retry-After (while it runs) or the replay (after), with a minority of 503 +
+// Retry-After allowed when the shared box cannot keep up (load shed at storeTimeout); store operations stay
 // within one per request (each worker's counting wrapper around its store, and for Redis the
 // server's own INFO commandstats); latency does not collapse.
 import { randomUUID } from 'node:crypto';
@@ -89,7 +90,16 @@ for (const kind of backendKinds) {
         p99Ms: Math.round(p99),
       });
 
-      expect([...statuses.keys()].filter((status) => status !== 201 && status !== 409)).toEqual([]);
+      // 201 (the run and its replays) and 409 (while it runs). On a saturated box a request whose
+      // store operation outlives storeTimeout is shed with 503 + Retry-After instead of queueing
+      // without end: allowed, but only as a minority, and never a 500.
+      expect([...statuses.keys()].filter((status) => status !== 201 && status !== 409 && status !== 503)).toEqual([]);
+      expect(statuses.get(503) ?? 0).toBeLessThan(answers.length / 4);
+      for (const shed of answers.filter((a) => a.status === 503))
+        expect(shed.headers.get('retry-after')).toMatch(/^\d+$/);
+      // And the storm ends in service: the key replays at once.
+      const settled = await charge(group.workers[0]!.url, key);
+      expect(settled.headers.get('idempotent-replayed')).toBe('true');
       expect(executed).toHaveLength(1);
       for (const replay of replays) expect(replay.body).toBe(executed[0]!.body);
       for (const conflict of answers.filter((a) => a.status === 409))
