@@ -1,0 +1,197 @@
+// Runs the OpenTelemetry recipe of docs/operations.md (the block titled telemetry.ts) as it is on the
+// page: the block is compiled to JavaScript and imported, a recording MeterProvider and
+// TracerProvider are registered through @opentelemetry/api, and a real engine and a real guard
+// report their events to the recipe. Counters, histograms, spans and log lines must move.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { createIdempotency, type IdempotencyEvent, memoryStore, type Store, StoreUnavailableError } from '@idem/core';
+import { createGuard, type GuardEvent } from '@idem/guard';
+import {
+  type Attributes,
+  type Counter,
+  createNoopMeter,
+  type Histogram,
+  type Meter,
+  metrics,
+  type Span,
+  type SpanOptions,
+  type Tracer,
+  trace,
+} from '@opentelemetry/api';
+import { SignJWT } from 'jose';
+import ts from 'typescript';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const page = readFileSync(join(root, 'docs', 'operations.md'), 'utf8');
+const recipe = /^```ts title="telemetry\.ts"\n([\s\S]*?)^```\s*$/m.exec(page)?.[1];
+
+interface Point {
+  name: string;
+  value: number;
+  attributes: Attributes;
+}
+interface RecordedSpan {
+  name: string;
+  startTime: unknown;
+  endTime: unknown;
+  attributes: Attributes;
+  error: boolean;
+  exceptions: unknown[];
+}
+
+const counted: Point[] = [];
+const histograms: Point[] = [];
+const spans: RecordedSpan[] = [];
+const logs: Array<Record<string, unknown>> = [];
+
+// A meter that records what the recipe adds; everything it does not use stays the no-op meter's.
+const recordingMeter: Meter = Object.assign(Object.create(createNoopMeter()) as Meter, {
+  createCounter(name: string): Counter {
+    return { add: (value: number, attributes: Attributes = {}) => void counted.push({ name, value, attributes }) };
+  },
+  createHistogram(name: string): Histogram {
+    return {
+      record: (value: number, attributes: Attributes = {}) => void histograms.push({ name, value, attributes }),
+    };
+  },
+});
+
+const recordingTracer = {
+  startSpan(name: string, options: SpanOptions = {}): Span {
+    const span: RecordedSpan = {
+      name,
+      startTime: options.startTime,
+      endTime: undefined,
+      attributes: { ...options.attributes },
+      error: false,
+      exceptions: [],
+    };
+    spans.push(span);
+    const handle = {
+      recordException: (exception: unknown) => void span.exceptions.push(exception),
+      setStatus: (status: { code: number }) => {
+        span.error = status.code === 2;
+        return handle;
+      },
+      setAttribute: (key: string, value: unknown) => {
+        span.attributes[key] = value as never;
+        return handle;
+      },
+      end: (endTime?: unknown) => {
+        span.endTime = endTime;
+      },
+    };
+    return handle as unknown as Span;
+  },
+} as unknown as Tracer;
+
+interface Telemetry {
+  onIdempotencyEvent(event: IdempotencyEvent): void;
+  onGuardEvent(event: GuardEvent): void;
+}
+let telemetry: Telemetry;
+
+const sum = (name: string, match: Attributes = {}) =>
+  counted
+    .filter((p) => p.name === name && Object.entries(match).every(([k, v]) => p.attributes[k] === v))
+    .reduce((total, p) => total + p.value, 0);
+
+beforeAll(async () => {
+  expect(recipe, 'docs/operations.md has a ```ts title="telemetry.ts" block').toBeDefined();
+  expect(metrics.setGlobalMeterProvider({ getMeter: () => recordingMeter })).toBe(true);
+  expect(trace.setGlobalTracerProvider({ getTracer: () => recordingTracer })).toBe(true);
+  // Compiled next to the workspace's node_modules, so its bare imports resolve as an app's would.
+  const dir = join(root, 'node_modules', '.cache', 'idem-otel-recipe');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `telemetry-${process.pid}.mjs`);
+  const js = ts.transpileModule(recipe as string, {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2023, verbatimModuleSyntax: true },
+  }).outputText;
+  writeFileSync(file, js);
+  const module = (await import(pathToFileURL(file).href)) as {
+    createIdemTelemetry(log?: (line: Record<string, unknown>) => void): Telemetry;
+  };
+  telemetry = module.createIdemTelemetry((line) => logs.push(line));
+});
+
+afterAll(() => {
+  metrics.disable();
+  trace.disable();
+});
+
+describe('the OpenTelemetry recipe of docs/operations.md', () => {
+  it('counts claims, completions, replays and mismatches of a real engine, with spans', async () => {
+    const engine = createIdempotency({ store: memoryStore(), onEvent: (e) => telemetry.onIdempotencyEvent(e) });
+    const input = { key: 'secret-key-1', scope: 'user:alice', operation: 'POST /charges', fingerprint: 'f1' };
+    const started = await engine.begin(input);
+    expect(started.kind).toBe('execute');
+    if (started.kind !== 'execute') return;
+    await engine.complete(started.lease, { status: 201, headers: {}, body: new Uint8Array([1]) });
+    expect((await engine.begin(input)).kind).toBe('replay');
+    expect((await engine.begin({ ...input, fingerprint: 'f2' })).kind).toBe('reject');
+
+    const op = { 'idem.operation': 'POST /charges' };
+    expect(sum('idem.requests', { ...op, 'idem.result': 'claim' })).toBe(1);
+    expect(sum('idem.requests', { ...op, 'idem.result': 'replay' })).toBe(1);
+    expect(sum('idem.requests', { ...op, 'idem.result': 'mismatch' })).toBe(1);
+    expect(sum('idem.outcomes', { ...op, 'idem.outcome': 'stored' })).toBe(1);
+    expect(histograms.filter((h) => h.name === 'idem.begin.duration')).toHaveLength(3);
+    expect(histograms.filter((h) => h.name === 'idem.execution.duration')).toHaveLength(1);
+    expect(spans.map((s) => s.name)).toEqual(['idem.begin', 'idem.complete', 'idem.begin', 'idem.begin']);
+    for (const span of spans) expect(span.endTime).toEqual(expect.any(Number));
+    expect(logs).toEqual([
+      expect.objectContaining({ level: 'info', msg: 'idempotency key reused with another request' }),
+    ]);
+    // Neither the key nor the caller reaches a metric, a span or a log line.
+    const everything = JSON.stringify({ counted, histograms, spans, logs });
+    expect(everything).not.toContain('secret-key-1');
+    expect(everything).not.toContain('user:alice');
+  });
+
+  it('counts store errors, marks their span as an error, and logs a warning', async () => {
+    const down: Store = {
+      ...memoryStore(),
+      claim: () => Promise.reject(new StoreUnavailableError('Redis claim failed')),
+    };
+    const engine = createIdempotency({ store: down, onEvent: (e) => telemetry.onIdempotencyEvent(e) });
+    const result = await engine.begin({ key: 'k', scope: 's', operation: 'POST /orders', fingerprint: 'f' });
+    expect(result.kind).toBe('reject');
+    expect(sum('idem.store.errors', { 'idem.operation': 'POST /orders', 'idem.phase': 'claim' })).toBe(1);
+    const span = spans.find((s) => s.name === 'idem.store.claim');
+    expect(span?.error).toBe(true);
+    expect(span?.exceptions).toHaveLength(1);
+    expect(logs.at(-1)).toMatchObject({
+      level: 'warn',
+      msg: 'idempotency store error',
+      phase: 'claim',
+      error: { name: 'StoreUnavailableError', message: 'Redis claim failed' },
+    });
+  });
+
+  it('counts guard results of a real guard by result and code', async () => {
+    const secret = 'a-test-secret-that-is-long-enough-for-hs256';
+    const guard = createGuard({
+      audience: 'https://api.test',
+      issuers: [{ issuer: 'https://id.test', secret }],
+      onEvent: (e) => telemetry.onGuardEvent(e),
+    });
+    const refused = await guard.authenticate({ headers: {}, url: '/orders' });
+    expect(refused.ok).toBe(false);
+    const token = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt' })
+      .setIssuer('https://id.test')
+      .setAudience('https://api.test')
+      .setSubject('alice')
+      .setExpirationTime('5m')
+      .sign(new TextEncoder().encode(secret));
+    const accepted = await guard.authenticate({ headers: { authorization: `Bearer ${token}` }, url: '/orders' });
+    expect(accepted.ok).toBe(true);
+    expect(sum('idem.guard.requests', { 'idem.guard.result': 'rejected', 'idem.guard.code': 'token_missing' })).toBe(1);
+    expect(
+      sum('idem.guard.requests', { 'idem.guard.result': 'authenticated', 'idem.guard.issuer': 'https://id.test' }),
+    ).toBe(1);
+    expect(JSON.stringify(counted)).not.toContain(token);
+  });
+});
