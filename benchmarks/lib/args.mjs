@@ -8,7 +8,7 @@ export const usage = `npm run bench [-- options] [suite...]
   --quick          prove the runner works: 1 round, 1 s windows, a few contenders per suite (< 2 min);
                    never touches docs/benchmarks.md
   --rounds N       rounds per group (default 3; quick 1)
-  --duration S     measured seconds per contender and round (default 3; quick 1)
+  --duration S     measured seconds per contender and round (default 2; quick 1)
   --out DIR        where results/<date>.json goes (default benchmarks/results)
   --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
   --match TEXT     run only the contenders whose name contains TEXT (and each group's baseline)
@@ -52,7 +52,8 @@ export function parseArgs(argv, root) {
     else settings.suites.push(arg);
   }
   settings.rounds ??= settings.quick ? 1 : 3;
-  settings.durationSeconds ??= settings.quick ? 1 : 3;
+  // Two seconds keeps a full run near 20 minutes on 2 cores; rounds and medians carry the noise.
+  settings.durationSeconds ??= settings.quick ? 1 : 2;
   // One second of the same load before every measured window (autocannon's windows are whole seconds).
   settings.warmupSeconds = 1;
   settings.connections = 50;

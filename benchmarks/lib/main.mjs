@@ -59,6 +59,7 @@ const selected =
   settings.suites.length === 0 ? allSuites : allSuites.filter((suite) => settings.suites.includes(suite.id));
 
 const started = new Date();
+const startLoad = loadavg();
 const log = (line) => console.log(line);
 const services = await checkServices();
 for (const [name, reason] of Object.entries(services)) {
@@ -103,7 +104,8 @@ const results = {
     platform: `${process.platform} ${process.arch}`,
     cpus: cpus().length,
     cpuModel: cpus()[0]?.model?.trim() ?? 'unknown',
-    loadAverage: loadavg(),
+    loadAverage: startLoad,
+    loadAverageAtEnd: loadavg(),
   },
   versions: installedVersions(root),
   settings: {

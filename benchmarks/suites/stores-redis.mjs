@@ -74,7 +74,7 @@ export const storesRedisSuite = {
       const client = new Redis(port, '127.0.0.1', { retryStrategy: (times) => (times > 50 ? null : 20) });
       client.on('error', () => {});
       await client.ping();
-      const requests = settings.quick ? 30_000 : 100_000;
+      const requests = settings.quick ? 30_000 : 60_000;
       const durationMs = settings.durationSeconds * 1_000;
 
       // redis-benchmark: random keys, like a real claim, over `clients` connections.
