@@ -3,7 +3,9 @@
 // table of its own, so parallel test files and earlier rounds never see its records.
 import { randomUUID } from 'node:crypto';
 
+/** The machine's Redis, as every test and bench in the repository finds it. */
 export const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+/** The machine's PostgreSQL, as every test and bench in the repository finds it. */
 export const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 /**

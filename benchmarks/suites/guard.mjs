@@ -11,6 +11,7 @@ import { runGroup } from '../lib/rounds.mjs';
 const issuer = 'https://id.bench.example';
 const audience = 'https://api.bench.example';
 const secret = 'bench-hs256-secret-that-is-long-enough-0123456789';
+/** The algorithms of issue 5's guard rows, in the order the page lists them. */
 export const guardAlgorithms = ['HS256', 'RS256', 'ES256', 'EdDSA'];
 
 /** Contender names, shared with the targets. */
