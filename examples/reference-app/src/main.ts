@@ -13,7 +13,9 @@ import { startReferenceApp } from './start.js';
 async function main(): Promise<void> {
   const authPort = Number(process.env.AUTH_PORT ?? 8081);
   const appPort = Number(process.env.APP_PORT ?? 8083);
-  const baseUrl = process.env.BASE_URL ?? 'http://localhost:8080';
+  const gatewayPort = Number(process.env.GATEWAY_PORT ?? 8080);
+  // The gateway's public URL is the access tokens' audience; it follows GATEWAY_PORT unless BASE_URL says otherwise.
+  const baseUrl = process.env.BASE_URL ?? `http://localhost:${gatewayPort}`;
   const db = await openDatabase({ url: process.env.DATABASE_URL });
   const redis = process.env.REDIS_URL ? await connectRedis(process.env.REDIS_URL) : undefined;
   const closeStorage = async () => {
@@ -38,7 +40,7 @@ async function main(): Promise<void> {
   try {
     resources = await startResourceStack({
       db,
-      gatewayPort: Number(process.env.GATEWAY_PORT ?? 8080),
+      gatewayPort,
       apiPort: Number(process.env.API_PORT ?? 8082),
       receiverPort: Number(process.env.RECEIVER_PORT ?? 8084),
       baseUrl,
