@@ -69,7 +69,7 @@ export function renderReport(results, chartFile) {
     ),
   ];
   lines.push('', '## Not measured', '');
-  if (notMeasured.length === 0) lines.push('Everything listed below was measured.');
+  if (notMeasured.length === 0) lines.push('Every scenario below was measured.');
   for (const item of notMeasured) lines.push(`- ${cell(item.scenario)}: ${cell(item.reason)}`);
 
   for (const suite of results.suites) {
