@@ -1,5 +1,6 @@
 // docs/benchmarks.md from a results object: targets first (each with its measured ratio and met or
 // missed, and why when missed), what was not measured and why, then every group's table.
+import { suiteOfGroup } from './targets.mjs';
 
 const number = (value) => (value === undefined || value === null ? '–' : Math.round(value).toLocaleString('en'));
 const ratio = (value) => (value === undefined || value === null ? '–' : value.toFixed(2));
@@ -113,7 +114,7 @@ export function renderReport(results, chartFile) {
 function notMeasuredReason(results, target) {
   const group = results.suites.flatMap((suite) => suite.groups).find((candidate) => candidate.id === target.group);
   if (!group) {
-    const suiteSkip = results.notMeasured.find((item) => item.group === target.group || item.suite === target.group);
+    const suiteSkip = results.notMeasured.find((item) => item.suite === suiteOfGroup(target.group));
     return suiteSkip ? suiteSkip.reason : 'its suite did not run in this invocation.';
   }
   const rows = [target.numerator, target.denominator].filter(Boolean);
