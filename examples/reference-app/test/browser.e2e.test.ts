@@ -1,6 +1,7 @@
 // What a new user does, in Debian's chromium driven by playwright-core: open the photo app, sign in
 // as alice at the identity provider, allow access, see her photos (not bob's), switch the theme,
-// create a charge, and find its payment.succeeded webhook applied once on the receiver's page.
+// create a charge, send it again with the same key (a replay, no second charge), and find its
+// payment.succeeded webhook applied once on the receiver's page.
 // Everything runs in this process on ephemeral ports. With UPDATE_SCREENSHOTS=1 each step is saved
 // to docs/walkthrough/ for docs/walkthrough.md; otherwise nothing is written.
 import { existsSync } from 'node:fs';
@@ -154,6 +155,21 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
     await shot('06-charge-created');
   });
 
+  it('sends the same charge again with the same key and gets the stored answer: a replay, no second charge', async () => {
+    const flash = page.locator('section[aria-labelledby="flash"]');
+    const key = await flash.locator('input[name="key"]').inputValue();
+    expect(key).toMatch(/^[0-9a-f-]{36}$/);
+    await page.getByRole('button', { name: 'Send the same charge again (same key)' }).click();
+    await page.getByText('Replayed: yes').waitFor();
+    const text = (await flash.textContent()) ?? '';
+    expect(await flash.getByText(`Idempotency-Key: ${key}`).count()).toBe(1);
+    expect(text).toContain(`"id":"${chargeId}"`);
+    expect(text).toContain('Status 201');
+    const { rows } = await db.query<{ id: string }>('select id from api_charges where idempotency_key = $1', [key]);
+    expect(rows).toEqual([{ id: chargeId }]);
+    await shot('07-charge-replayed');
+  });
+
   it('sees the payment.succeeded webhook on the receiver page, applied once', async () => {
     const round = await stack.api.relayOnce();
     expect(round.delivered).toBeGreaterThanOrEqual(1);
@@ -162,6 +178,6 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
     await expect(row.locator('td.deliveries').textContent()).resolves.toBe('1');
     await expect(row.locator('td.applied').textContent()).resolves.toBe('once');
     expect(await row.textContent()).toContain('payment.succeeded');
-    await shot('07-webhook-receiver');
+    await shot('08-webhook-receiver');
   });
 });

@@ -55,10 +55,20 @@ export interface HomePageInput {
 export function homePage(input: HomePageInput): string {
   const { user, csrf } = input;
   const hidden = `<input type="hidden" name="csrf" value="${escapeHtml(csrf)}">`;
+  const repeat = input.flash?.repeat;
+  // The same charge with the same key: the API answers with the stored 201 instead of charging twice.
+  const repeatForm = repeat
+    ? `<form method="post" action="/charges">${hidden}
+<input type="hidden" name="key" value="${escapeHtml(repeat.key)}">
+<input type="hidden" name="amount" value="${escapeHtml(repeat.amount)}">
+<input type="hidden" name="currency" value="${escapeHtml(repeat.currency)}">
+<button type="submit">Send the same charge again (same key)</button>
+</form>`
+    : '';
   const flash = input.flash
     ? `<section aria-labelledby="flash" role="status"><h2 id="flash">${escapeHtml(input.flash.title)}</h2>\n<ul>${input.flash.lines
         .map((line) => `<li>${escapeHtml(line)}</li>`)
-        .join('')}</ul></section>`
+        .join('')}</ul>${repeatForm}</section>`
     : '';
   // The saved theme (GET /settings) is what the page wears and what the select starts on.
   const dark = input.settings.kind === 'ok' && (input.settings.body as { theme?: unknown } | null)?.theme === 'dark';

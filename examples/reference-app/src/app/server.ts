@@ -48,6 +48,9 @@ export interface ThirdPartyApp {
 
 const sessionCookie = 'app_session';
 
+/** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
+const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
 /**
  * Only same-origin relative paths: `/photos` yes; `//evil.example`, `/\evil.example`, `https://...` no.
  * Anything else becomes `/`, so "return to" can never be an open redirector (RFC 9700 section 4.11).
@@ -294,6 +297,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     withSession(async (req, res, id, data) => {
       const amount = Number(req.body?.amount);
       const currency = String(req.body?.currency ?? '').toUpperCase();
+      // "Send the same charge again" posts the key of the first one: the retry a user makes by hand
+      // after a lost answer. Only the shape of a key the client itself makes is taken from the form.
+      const repeatKey = typeof req.body?.key === 'string' && keyShape.test(req.body.key) ? req.body.key : undefined;
       // @idem/client makes one key for this logical charge and reuses it on every retry (network
       // errors, 409 while the first attempt runs, 502-504), backing off about 1 s, 2 s, 4 s with
       // jitter; a fresh access token is read for each attempt.
@@ -304,8 +310,14 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         ...options.retryTiming,
       });
       const lines: string[] = [];
+      let repeat: { key: string; amount: number; currency: string } | undefined;
       try {
-        const result = await client.post('/charges', { amount, currency });
+        const result = await client.post(
+          '/charges',
+          { amount, currency },
+          repeatKey === undefined ? {} : { idempotencyKey: repeatKey },
+        );
+        if (result.key) repeat = { key: result.key, amount, currency };
         lines.push(
           'Charge created.',
           `Idempotency-Key: ${result.key}`,
@@ -328,7 +340,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           `Attempts: ${error.attempts.length}`,
         );
       }
-      await sessions.save(id, { ...data, flash: { title: 'Create charge', lines } });
+      await sessions.save(id, { ...data, flash: { title: 'Create charge', lines, ...(repeat ? { repeat } : {}) } });
       res.redirect(303, '/');
     }),
   );

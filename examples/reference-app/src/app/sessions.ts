@@ -29,6 +29,8 @@ export interface SessionTokens {
 export interface Flash {
   title: string;
   lines: string[];
+  /** After a charge: what "Send the same charge again" re-sends, with the same key. */
+  repeat?: { key: string; amount: number; currency: string };
 }
 
 /** Everything one browser session holds. */

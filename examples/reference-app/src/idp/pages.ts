@@ -58,7 +58,7 @@ const scopeText: Record<string, string> = {
   email: 'See your email address',
   offline_access: 'Stay signed in (refresh tokens)',
   'photos:read': 'See your photos',
-  'photos:write': 'Delete your photos',
+  'photos:write': 'Add and delete your photos',
   'stock:read': 'See stock levels',
   'charges:write': 'Create charges',
   'settings:write': 'Change your settings',
