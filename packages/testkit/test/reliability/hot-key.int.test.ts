@@ -110,8 +110,10 @@ for (const kind of backendKinds) {
       // plus the winner's complete and a few lease renewals. In-process repeats of a key that is in
       // flight here cost none at all.
       expect(ops).toBeLessThanOrEqual(answers.length + 20);
-      // Redis itself: a claim is SET NX plus, when taken, one GET.
-      if (commands !== undefined) expect(commands).toBeLessThanOrEqual(2 * answers.length + 50);
+      // Redis itself: a claim is SET NX plus, when taken, one GET. INFO commandstats counts every
+      // client of this (shared) server, so the bound leaves room for other tests' traffic; the
+      // per-process count above is the exact one.
+      if (commands !== undefined) expect(commands).toBeLessThanOrEqual(3 * answers.length + 500);
       // Not a benchmark: a bound far above normal that a collapse (queueing without end) would cross.
       expect(p99).toBeLessThan(4000);
     });
