@@ -372,6 +372,24 @@ describe('gateway: what reaches the upstream', () => {
   });
 });
 
+describe('gateway: other upstreams', () => {
+  it.each(['webhook-events', '/', '/a/b', '/Events', '/x?y'])(
+    'refuses the upstream prefix %j at start',
+    async (prefix) => {
+      const { startGateway } = await import('../src/gateway/server.js');
+      await expect(
+        startGateway({
+          port: 0,
+          apiUrl: stack.api.url,
+          baseUrl: audience,
+          issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+          upstreams: [{ prefix, url: stack.receiver.url, audience: 'reference-receiver' }],
+        }),
+      ).rejects.toThrow(TypeError);
+    },
+  );
+});
+
 describe('gateway: upstream down', () => {
   it('answers 502 problem+json, retryable, when the API cannot be reached', async () => {
     const { createServer } = await import('node:http');

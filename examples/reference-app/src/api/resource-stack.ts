@@ -128,6 +128,11 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     };
   } catch (error) {
     for (const component of started.reverse()) await component.close().catch(() => undefined);
+    // A pre-bound gateway port belongs to the gateway, which closes it itself once started (or when
+    // its own start fails); when an earlier part failed it never got that far, so close it here.
+    if (typeof options.gatewayPort !== 'number' && options.gatewayPort.server.listening) {
+      await options.gatewayPort.close().catch(() => undefined);
+    }
     throw error;
   }
 }
