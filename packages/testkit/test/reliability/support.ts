@@ -251,7 +251,10 @@ export interface WorkerStats {
 }
 
 export async function stats(baseUrl: string): Promise<WorkerStats> {
-  return (await (await fetch(`${baseUrl}/stats`)).json()) as WorkerStats;
+  // A fresh connection: after a load run, a pooled keep-alive socket may be the one the server is
+  // closing at its keep-alive timeout, and the read would fail for a reason that is not the test's.
+  const response = await fetch(`${baseUrl}/stats`, { headers: { connection: 'close' } });
+  return (await response.json()) as WorkerStats;
 }
 
 export const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

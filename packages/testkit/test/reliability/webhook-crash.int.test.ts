@@ -94,7 +94,8 @@ describe.runIf(available)('webhook receivers killed mid-apply (transactional Pos
       secret: SECRET,
       fetch: balanced,
       timeout: '3s',
-      schedule: { maxAttempts: 60, base: '20ms', cap: '300ms', maxRetryAfter: '300ms' },
+      // Enough attempts to outlast both receivers restarting at once on a loaded box (a few seconds).
+      schedule: { maxAttempts: 300, base: '20ms', cap: '300ms', maxRetryAfter: '300ms' },
       onAttempt: () => {
         attempts++;
       },
