@@ -235,6 +235,58 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     expect(await response.json()).toMatchObject({ code: 'audience_invalid' });
   });
 
+  it("adds a note once per Idempotency-Key (@idem/koa's idempotency): a retry replays, a new key adds another", async () => {
+    const charge = await createCharge(55);
+    await stack.api.relayOnce();
+    const path = `/webhook-events/evt_${charge.id}/notes`;
+    const note = async (key: string | undefined, text = 'Customer called about this one') =>
+      fetch(new URL(path, stack.gateway.url), {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${await mint(['admin'])}`,
+          'content-type': 'application/json',
+          ...(key ? { 'idempotency-key': key } : {}),
+        },
+        body: JSON.stringify({ text }),
+      });
+    const first = await note('"note-1"');
+    expect(first.status).toBe(201);
+    const created = (await first.json()) as { id: number; author: string; text: string };
+    expect(created).toMatchObject({ eventId: `evt_${charge.id}`, text: 'Customer called about this one' });
+    const retry = await note('"note-1"');
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(((await retry.json()) as { id: number }).id).toBe(created.id);
+    const changed = await note('"note-1"', 'Something else');
+    expect(changed.status).toBe(422);
+    expect(await changed.json()).toMatchObject({ code: 'fingerprint_mismatch' });
+    const missing = await note(undefined);
+    expect(missing.status).toBe(400);
+    expect(await missing.json()).toMatchObject({ code: 'key_missing' });
+    const second = await note('"note-2"');
+    expect(second.status).toBe(201);
+    const shown = await admin(`/webhook-events/evt_${charge.id}`);
+    const notes = ((await shown.json()) as { notes: { id: number }[] }).notes;
+    expect(notes.map((n) => n.id)).toEqual([created.id, ((await second.json()) as { id: number }).id]);
+  });
+
+  it('refuses an empty note with 422 and a note on an unknown event with 404', async () => {
+    const charge = await createCharge(56);
+    await stack.api.relayOnce();
+    const post = async (path: string, body: unknown) =>
+      fetch(new URL(path, stack.gateway.url), {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${await mint(['admin'])}`,
+          'content-type': 'application/json',
+          'idempotency-key': `"${randomUUID()}"`,
+        },
+        body: JSON.stringify(body),
+      });
+    expect((await post(`/webhook-events/evt_${charge.id}/notes`, { text: '  ' })).status).toBe(422);
+    expect((await post('/webhook-events/evt_never_seen/notes', { text: 'x' })).status).toBe(404);
+  });
+
   it('does not route a path that only starts like the prefix to the receiver', async () => {
     const response = await admin('/webhook-events-x');
     expect(response.status).toBe(404);

@@ -1,7 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { readStream, type Store } from '@idem/core';
 import { createInternalVerifier, requireRoles } from '@idem/guard';
-import { authorize, internalAuth } from '@idem/koa';
+import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
 import { createReceiver, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
@@ -15,6 +16,7 @@ import {
   recordApplied,
   recordDelivery,
 } from './events.js';
+import { addEventNote, listEventNotes } from './notes.js';
 import { eventsPage } from './page.js';
 
 /** Options of {@link startReceiver}. */
@@ -106,7 +108,8 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
       ...(options.now ? { now: options.now } : {}),
     });
     await verifier.ready();
-    app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))]));
+    const store = postgresStore({ client: db.client, table: apiTables.plainIdempotency });
+    app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))], { store }));
   }
   app.use(async (ctx, next) => {
     // Koa's Request declares no `body` (a body parser adds it), so TypeScript's weak-type check refuses
@@ -178,35 +181,80 @@ function notFound(ctx: Context, detail: string): void {
 
 /**
  * The receiver's admin API on Koa, for operators through the gateway: `GET /webhook-events` lists
- * every event with its delivery and apply counts, `GET /webhook-events/<id>` shows one. `auth` is
- * `internalAuth()` and `authorize(requireRoles('admin'))` of `@idem/koa`: only the gateway's internal
- * token for this receiver gets in (a direct call is 401), and only for an admin (403 otherwise).
+ * every event with its delivery and apply counts, `GET /webhook-events/<id>` shows one with its notes,
+ * and `POST /webhook-events/<id>/notes` (`{ "text": "..." }`) adds a note. `auth` is `internalAuth()`
+ * and `authorize(requireRoles('admin'))` of `@idem/koa`: only the gateway's internal token for this
+ * receiver gets in (a direct call is 401), and only for an admin (403 otherwise).
+ *
+ * Adding a note is not idempotent by itself (each POST adds one), so it runs behind `@idem/koa`'s
+ * `idempotency()`: an operator's retry with the same `Idempotency-Key` gets the first note back
+ * instead of a second copy. Keys are scoped to the admin the internal token names.
  *
  * @example
  * ```ts
- * app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))]));
+ * app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))], { store }));
  * ```
  */
-export function adminApi(db: Database, auth: readonly KoaMiddleware[]): KoaMiddleware {
-  const handle = runChain(auth, async (ctx) => {
+export function adminApi(db: Database, auth: readonly KoaMiddleware[], options: { store: Store }): KoaMiddleware {
+  const read = runChain(auth, async (ctx) => {
     ctx.set('Cache-Control', 'no-store');
     if (ctx.path === receiverAdminPrefix) {
       ctx.body = { events: await listReceivedEvents(db, 1000) };
       return;
     }
-    let id: string;
-    try {
-      id = decodeURIComponent(ctx.path.slice(receiverAdminPrefix.length + 1));
-    } catch {
-      id = '';
-    }
+    const id = eventIdOf(ctx.path);
     const event = id ? await findReceivedEvent(db, id) : undefined;
     if (!event) notFound(ctx, 'The receiver has seen no event with this id.');
-    else ctx.body = event;
+    else ctx.body = { ...event, notes: await listEventNotes(db, event.id) };
+  });
+  const write = runChain([...auth, idempotency({ store: options.store, maxBodyBytes: 16 * 1024 })], async (ctx) => {
+    const id = eventIdOf(ctx.path.slice(0, -'/notes'.length));
+    const event = id ? await findReceivedEvent(db, id) : undefined;
+    if (!event) {
+      notFound(ctx, 'The receiver has seen no event with this id.');
+      return;
+    }
+    // The idempotency middleware read the raw body to fingerprint it and put the bytes back.
+    const body = await readStream(ctx.req, 16 * 1024);
+    let text: unknown;
+    try {
+      text =
+        body.ok && body.body
+          ? (JSON.parse(Buffer.from(body.body).toString('utf8')) as { text?: unknown }).text
+          : undefined;
+    } catch {
+      text = undefined;
+    }
+    if (typeof text !== 'string' || text.trim().length === 0 || text.length > 500) {
+      ctx.status = 422;
+      ctx.type = 'application/problem+json';
+      ctx.body = JSON.stringify({
+        type: 'https://idem.dev/problems/validation-failed',
+        title: 'Invalid note',
+        status: 422,
+        detail: 'A note is a JSON object with a "text" of 1 to 500 characters.',
+        code: 'validation_failed',
+        retryable: false,
+      });
+      return;
+    }
+    const author = (ctx.state as { auth?: { sub?: string } }).auth?.sub ?? 'unknown';
+    ctx.status = 201;
+    ctx.body = await addEventNote(db, event.id, author, text.trim());
   });
   return async (ctx, next) => {
     const inside = ctx.path === receiverAdminPrefix || ctx.path.startsWith(`${receiverAdminPrefix}/`);
-    if (!inside || ctx.method !== 'GET') return next();
-    return handle(ctx);
+    if (!inside) return next();
+    if (ctx.method === 'GET') return read(ctx);
+    if (ctx.method === 'POST' && ctx.path.endsWith('/notes')) return write(ctx);
+    return next();
   };
+}
+
+function eventIdOf(path: string): string {
+  try {
+    return decodeURIComponent(path.slice(receiverAdminPrefix.length + 1));
+  } catch {
+    return '';
+  }
 }

@@ -47,6 +47,13 @@ const ddl = `
     name text primary key,
     secret text not null
   );
+  create table if not exists receiver_event_notes (
+    id bigserial primary key,
+    event_id text not null,
+    author text not null,
+    text text not null,
+    created_at timestamptz not null default now()
+  );
   create table if not exists receiver_events (
     id text primary key,
     type text,
