@@ -2,6 +2,11 @@
  * A clock that runs `offsetMs` ahead of (or, negative, behind) a base clock: what a server whose
  * wall clock has drifted sees. The offset can be changed while it runs, to model a clock that jumps
  * (an NTP step) in the middle of a request.
+ *
+ * @example
+ * const now: SkewedClock = skewedClock(-30_000);
+ * now(); // Date.now() - 30_000
+ * now.offsetMs += 5_000; // an NTP step forward
  */
 export interface SkewedClock {
   /** The skewed time, in epoch milliseconds. */

@@ -51,7 +51,7 @@ for (const kind of backendKinds) {
     });
 
     for (const [killAt, expected] of Object.entries(expectations)) {
-      it(`killed ${killAt}: the retry runs after one lease, ${expected.effects(kind === 'postgres-tx')} effect(s) in total`, async () => {
+      it(`killed ${killAt}: never wedged, the retry settles within a lease, ${expected.effects(kind === 'postgres-tx')} effect(s) in total`, async () => {
         const key = randomUUID();
         const first = await charge(group.workers[0]!.url, key, { killAt });
         expect(first.status).toBe(0); // the connection died with the worker
