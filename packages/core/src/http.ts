@@ -143,6 +143,11 @@ export interface HttpIdempotency<Req> {
   readonly scope: ((request: Req) => string | undefined) | undefined;
   /** True when requests with this method are covered. */
   covers(method: string): boolean;
+  /**
+   * The `Idempotency-Key` field values of a Node request, each field apart (what
+   * `req.headersDistinct['idempotency-key']` holds, so two fields are refused), or undefined.
+   */
+  keyHeader(req: IncomingMessage): string | readonly string[] | undefined;
   /** True when a request with this method and key header must be handled (read its body, then call `begin`). */
   handles(method: string, keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides): boolean;
   /** True when `begin` would refuse this key header (missing where required, or malformed) before reading the body. */
@@ -437,6 +442,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     transactional,
     scope: options.scope,
     covers,
+    keyHeader: keyFieldValues,
     handles,
     refusesKey,
     begin,
@@ -539,6 +545,22 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
   });
 }
 
+// `headersDistinct` would build a distinct copy of every header of the request on first use; only
+// one field is needed, so the raw name/value list is scanned for it instead, with the same result.
+function keyFieldValues(req: IncomingMessage): string | readonly string[] | undefined {
+  const raw = req.rawHeaders;
+  if (!Array.isArray(raw)) return req.headersDistinct?.['idempotency-key'] ?? req.headers['idempotency-key'];
+  let values: string[] | undefined;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i] as string;
+    if (name.length === 15 && name.toLowerCase() === 'idempotency-key') {
+      if (values === undefined) values = [raw[i + 1] as string];
+      else values.push(raw[i + 1] as string);
+    }
+  }
+  return values ?? req.headers['idempotency-key'];
+}
+
 function hasPendingBody(req: IncomingMessage): boolean {
   return req.readable && req.readableLength > 0;
 }
@@ -593,11 +615,24 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
     return;
   }
   const bodyless = response.status === 204 || response.status === 304;
-  const headers: OutgoingHttpHeaders = { ...response.headers };
-  if (!bodyless) headers['content-length'] = String(response.body.length);
+  const headers: OutgoingHttpHeaders = {};
+  for (const name in response.headers) headers[name] = response.headers[name];
+  const body = response.body;
+  if (!bodyless) headers['content-length'] = String(body.length);
   res.writeHead(response.status, headers);
-  res.end(bodyless ? undefined : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.length));
+  if (bodyless) res.end();
+  // Node sends a string body in one write together with the head (a Buffer takes a second chunk and
+  // a writev). Latin-1 maps each byte to one character and back, so the bytes on the wire are the
+  // very same; large bodies go as they are rather than being copied into a string.
+  else {
+    const bytes = Buffer.from(body.buffer, body.byteOffset, body.length);
+    if (bytes.length <= latin1Limit) res.end(bytes.toString('latin1'), 'latin1');
+    else res.end(bytes);
+  }
 }
+
+// Above this, copying the body into a string costs more than the extra chunk it saves.
+const latin1Limit = 16_384;
 
 function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
   if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;

@@ -42,7 +42,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
   const http = createHttpIdempotency<Request>(options);
 
   const run = async (req: Request, res: Response, next: NextFunction) => {
-    const keyHeader = req.headersDistinct?.['idempotency-key'] ?? req.headers['idempotency-key'];
+    const keyHeader = http.keyHeader(req);
     const url = req.originalUrl ?? req.url;
     const queryAt = url.indexOf('?');
     const path = req.baseUrl + req.path;

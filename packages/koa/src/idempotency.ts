@@ -109,7 +109,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
   const http = createHttpIdempotency<Context>(options);
 
   return async function idempotencyMiddleware(ctx, next) {
-    const keyHeader = ctx.req.headersDistinct?.['idempotency-key'] ?? ctx.headers['idempotency-key'];
+    const keyHeader = http.keyHeader(ctx.req);
     if (!http.handles(ctx.method, keyHeader)) return next();
     const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     const started = await http.begin({
