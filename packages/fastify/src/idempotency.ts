@@ -5,6 +5,7 @@ import {
   type HttpResponse,
   type IdempotencyContext,
   principalScope,
+  type RouteOverrides,
   readStream,
   writeResponse,
 } from '@idem/core';
@@ -49,27 +50,45 @@ function routeConfig(request: FastifyRequest): RouteIdempotencyOptions | false {
   return config === undefined ? {} : config;
 }
 
-function overridesOf(route: RouteIdempotencyOptions) {
+// Most routes override nothing: they share one empty object instead of building one per request.
+const noOverrides: RouteOverrides = Object.freeze({});
+
+function overridesOf(route: RouteIdempotencyOptions): RouteOverrides {
+  if (route.required === undefined && route.mintKeys === undefined) return noOverrides;
   return {
     ...(route.required === undefined ? {} : { required: route.required }),
     ...(route.mintKeys === undefined ? {} : { mintKeys: route.mintKeys }),
   };
 }
 
-function keyHeaderOf(request: FastifyRequest) {
-  return request.raw.headersDistinct?.['idempotency-key'] ?? request.headers['idempotency-key'];
-}
-
 // Answers without Fastify's serialisation, so problems and replays are the same bytes in every
 // adapter. Headers earlier hooks set on the reply (CORS, security headers) are kept, as Express and
 // Koa keep what earlier middleware set on the response.
 function answer(reply: FastifyReply, response: HttpResponse) {
+  const set = reply.getHeaders();
   const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
+  for (const name in set) {
+    const value = set[name];
     if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value);
   }
+  for (const name in response.headers) headers[name] = response.headers[name] as string;
   reply.hijack();
-  writeResponse(reply.raw, { ...response, headers: { ...headers, ...response.headers } });
+  writeResponse(reply.raw, { status: response.status, headers, body: response.body });
+}
+
+// The body, read by the plugin, handed on to Fastify's parser as a stream of the same bytes. A plain
+// Readable with the bytes pushed at once: Readable.from would add an async iterator and a promise
+// per chunk. `receivedEncodedLength` is what Fastify checks against Content-Length and bodyLimit.
+function bodyStream(body: Buffer): Readable & { receivedEncodedLength?: number } {
+  const stream: Readable & { receivedEncodedLength?: number } = new Readable({ read: noRead });
+  if (body.length > 0) stream.push(body);
+  stream.push(null);
+  stream.receivedEncodedLength = body.length;
+  return stream;
+}
+
+function noRead() {
+  // Everything was pushed when the stream was made.
 }
 
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
@@ -79,10 +98,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // same bytes: parsers and bodyLimit behave exactly as without the plugin.
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const route = routeConfig(request);
-    const keyHeader = keyHeaderOf(request);
-    if (route === false || !http.handles(request.method, keyHeader, overridesOf(route))) return payload;
+    if (route === false) return payload;
+    const overrides = overridesOf(route);
+    const keyHeader = http.keyHeader(request.raw);
+    if (!http.handles(request.method, keyHeader, overrides)) return payload;
     // A bad key is answered in preHandler without the body ever being read (400 before 413).
-    if (http.refusesKey(keyHeader, overridesOf(route))) return payload;
+    if (http.refusesKey(keyHeader, overrides)) return payload;
     const read = await readStream(payload, http.maxBodyBytes);
     if (!read.ok) {
       answer(reply, http.problem(read.error));
@@ -90,16 +111,14 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     }
     const body = read.body ?? Buffer.alloc(0);
     bodies.set(request, body);
-    const replacement = Readable.from(body.length === 0 ? [] : [body]) as Readable & { receivedEncodedLength?: number };
-    replacement.receivedEncodedLength = body.length;
-    return replacement;
+    return bodyStream(body);
   });
 
   fastify.addHook('preHandler', async (request, reply) => {
     const route = routeConfig(request);
     if (route === false) return;
     const overrides = overridesOf(route);
-    const keyHeader = keyHeaderOf(request);
+    const keyHeader = http.keyHeader(request.raw);
     if (!http.handles(request.method, keyHeader, overrides)) return;
     const url = request.url;
     const queryAt = url.indexOf('?');
