@@ -2,8 +2,8 @@
 // spread over two workers, while the first execution takes 200 ms. Exactly one execution; every
 // other answer is 409 + Retry-After (while it runs) or the replay (after), with a minority of 503 +
 // Retry-After allowed when the shared box cannot keep up (load shed at storeTimeout); store operations stay
-// within one per request (each worker's counting wrapper around its store, and for Redis the
-// server's own INFO commandstats); latency does not collapse.
+// within one per request (each worker's counting wrapper around its store; for Redis the server's
+// INFO commandstats delta is reported too); latency does not collapse.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Workers } from '../../src/workers.js';
@@ -110,10 +110,9 @@ for (const kind of backendKinds) {
       // plus the winner's complete and a few lease renewals. In-process repeats of a key that is in
       // flight here cost none at all.
       expect(ops).toBeLessThanOrEqual(answers.length + 20);
-      // Redis itself: a claim is SET NX plus, when taken, one GET. INFO commandstats counts every
-      // client of this (shared) server, so the bound leaves room for other tests' traffic; the
-      // per-process count above is the exact one.
-      if (commands !== undefined) expect(commands).toBeLessThanOrEqual(3 * answers.length + 500);
+      // Redis's own INFO commandstats delta is reported with the figures but not asserted: it counts
+      // every client of this shared server (other test files included), so only the per-process
+      // count above is exact.
       // Not a benchmark: a bound far above normal that a collapse (queueing without end) would cross.
       expect(p99).toBeLessThan(4000);
     });
