@@ -364,7 +364,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const settle = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
     try {
       if (result.kind === 'complete') {
-        const response = { ...result.response, headers: pick(result.response.headers, allow) };
+        const stored = result.response;
+        const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
         await engine.complete(lease, response, { thrown });
         return;
       }
@@ -477,7 +478,7 @@ function positiveInteger(value: number, name: string): number {
 
 function pick(headers: Record<string, string>, allow: ReadonlySet<string>): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) if (allow.has(name)) out[name] = value;
+  for (const name in headers) if (allow.has(name)) out[name] = headers[name] as string;
   return out;
 }
 
@@ -642,25 +643,51 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
   return undefined;
 }
 
-function headerRecord(raw: Record<string, unknown>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(raw)) {
+function headerRecord(raw: Record<string, unknown>, out: Record<string, string> = {}): Record<string, string> {
+  const names = Object.keys(raw);
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i] as string;
+    const value = raw[name];
     if (value === undefined) continue;
     out[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value);
   }
   return out;
 }
 
+const noHeaders: Record<string, string> = Object.freeze({}) as Record<string, string>;
+const settled = Promise.resolve();
+
 // writeHead(status, [reason], [headers]) where headers is an object or a flat [name, value, ...] array.
 function writeHeadHeaders(args: unknown[]): Record<string, string> {
-  const last = args.find((arg) => arg !== null && typeof arg === 'object');
-  if (last === undefined) return {};
+  let last: object | undefined;
+  for (let i = 1; i < args.length; i++) {
+    const arg = args[i];
+    if (arg !== null && typeof arg === 'object') {
+      last = arg;
+      break;
+    }
+  }
+  if (last === undefined) return noHeaders;
   if (Array.isArray(last)) {
     const out: Record<string, string> = {};
     for (let i = 0; i + 1 < last.length; i += 2) out[String(last[i]).toLowerCase()] = String(last[i + 1]);
     return out;
   }
   return headerRecord(last as Record<string, unknown>);
+}
+
+// The headers of a response: those set on it, then those passed to writeHead (which Node may not
+// copy onto the response).
+function responseHeaders(res: ServerResponse, head: Record<string, string>): Record<string, string> {
+  const out = headerRecord(res.getHeaders() as Record<string, unknown>);
+  for (const name in head) out[name] = head[name] as string;
+  return out;
+}
+
+function callbackOf(a: unknown, b: unknown, c: unknown): unknown {
+  if (typeof a === 'function') return a;
+  if (typeof b === 'function') return b;
+  return typeof c === 'function' ? c : undefined;
 }
 
 type Write = ServerResponse['write'];
@@ -671,6 +698,7 @@ type WriteHead = ServerResponse['writeHead'];
  * Wraps one response's `writeHead`, `write` and `end`. Every way a framework writes (Express
  * `res.json/send/end/write/sendFile`, a piped stream, Fastify's reply, Koa's `ctx.body`) goes through
  * these three, so nothing the client receives escapes the copy.
+
  */
 function captureResponse(
   res: ServerResponse,
@@ -687,9 +715,12 @@ function captureResponse(
   let eventStream = false;
   let status: number | undefined;
   let headArgs: unknown[] | undefined;
-  let headHeaders: Record<string, string> = {};
+  let headHeaders: Record<string, string> = noHeaders;
   let ended = false;
-  let settled = false;
+  // The outcome once known; the promise of `result` is only made when someone asks for it.
+  let outcome: CaptureResult | undefined;
+  let resultPromise: Promise<CaptureResult> | undefined;
+  let resolveResult: ((result: CaptureResult) => void) | undefined;
   // Content-Length of the response, once known (null: not looked up yet), the body bytes passed
   // through so far, and the last byte when it is held back until the outcome is stored.
   let declared: number | undefined | null = null;
@@ -703,18 +734,13 @@ function captureResponse(
     }
     return declared;
   };
-  let settling: Promise<void> = Promise.resolve();
-  let resolveResult!: (result: CaptureResult) => void;
-  const result = new Promise<CaptureResult>((resolve) => {
-    resolveResult = resolve;
-  });
+  let settling: Promise<void> | undefined;
   const finish = (value: CaptureResult) => {
-    if (settled) return;
-    settled = true;
-    resolveResult(value);
+    if (outcome !== undefined) return;
+    outcome = value;
+    resolveResult?.(value);
     if (onResult) settling = onResult(value);
   };
-  const currentHeaders = () => ({ ...headerRecord(res.getHeaders() as Record<string, unknown>), ...headHeaders });
   const copy = (chunk: unknown, encoding: unknown) => {
     if (overflow || chunk === undefined || chunk === null || typeof chunk === 'function') return;
     const isString = typeof chunk === 'string';
@@ -741,7 +767,7 @@ function captureResponse(
 
   const onHead = (args: unknown[]) => {
     status = Number(args[0]);
-    headHeaders = args.length > 1 ? writeHeadHeaders(args.slice(1)) : {};
+    headHeaders = args.length > 1 ? writeHeadHeaders(args) : noHeaders;
     const type = headHeaders['content-type'] ?? String(res.getHeader('content-type') ?? '');
     // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
     // so the feed does not hold a lease open for as long as it streams.
@@ -801,7 +827,7 @@ function captureResponse(
     if (!eventStream) copy(chunk, encoding);
     if (hold) {
       if (status === undefined) onHead([res.statusCode]);
-      const cb = [chunk, encoding, callback].find((arg) => typeof arg === 'function');
+      const cb = callbackOf(chunk, encoding, callback);
       if (typeof cb === 'function') process.nextTick(cb as () => void);
     } else {
       restore();
@@ -809,23 +835,21 @@ function captureResponse(
     const finalStatus = status ?? res.statusCode;
     if (overflow) finish({ kind: 'unstorable', reason: 'too-large', status: finalStatus });
     else if (!eventStream) {
-      finish({
-        kind: 'complete',
-        response: { status: finalStatus, headers: currentHeaders(), body: Buffer.concat(chunks) },
-      });
+      // One chunk is already a private copy (see `copy`): no need to copy it again.
+      const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+      finish({ kind: 'complete', response: { status: finalStatus, headers: responseHeaders(res, headHeaders), body } });
     }
-    if (!hold) {
-      void settling.then(() => {
-        if (tail === undefined) {
-          (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
-          return;
-        }
-        const cb = [chunk, encoding, callback].find((arg) => typeof arg === 'function');
-        const rest = toBuffer(chunk, encoding);
-        const last = rest === undefined ? tail : Buffer.concat([tail, rest]);
-        (originalEnd as (...a: unknown[]) => ServerResponse).call(this, last, cb);
-      });
-    }
+    if (hold) return this;
+    void (settling ?? settled).then(() => {
+      if (tail === undefined) {
+        (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
+        return;
+      }
+      const cb = callbackOf(chunk, encoding, callback);
+      const rest = toBuffer(chunk, encoding);
+      const last = rest === undefined ? tail : Buffer.concat([tail, rest]);
+      (originalEnd as (...a: unknown[]) => ServerResponse).call(this, last, cb);
+    });
     return this;
   } as End;
 
@@ -833,14 +857,24 @@ function captureResponse(
   // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
   // Before the head is written the handler is still working and will end the response itself (the
   // outcome is stored even though nobody reads it).
-  res.once('close', () => {
+  res.on('close', () => {
     if (!ended && (res.headersSent || status !== undefined)) {
       finish({ kind: 'unstorable', reason: 'streaming', status: status ?? res.statusCode });
     }
   });
 
   return {
-    result,
+    get result() {
+      if (resultPromise === undefined) {
+        resultPromise =
+          outcome === undefined
+            ? new Promise<CaptureResult>((resolve) => {
+                resolveResult = resolve;
+              })
+            : Promise.resolve(outcome);
+      }
+      return resultPromise;
+    },
     get ended() {
       return ended;
     },
