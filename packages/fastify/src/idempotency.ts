@@ -38,8 +38,18 @@ interface Execution {
   thrown: boolean;
 }
 
-const bodies = new WeakMap<FastifyRequest, Buffer | undefined>();
-const executions = new WeakMap<FastifyRequest, Execution>();
+// Per-request state lives on the request itself, under symbols no one else sees. (A WeakMap entry
+// per request is an ephemeron that every young-generation GC has to trace: it cost more than the rest
+// of the plugin's bookkeeping.)
+const kBody = Symbol('@idem/fastify body');
+const kExecution = Symbol('@idem/fastify execution');
+
+interface RequestState {
+  [kBody]?: Buffer;
+  [kExecution]?: Execution;
+}
+
+const stateOf = (request: FastifyRequest) => request as FastifyRequest & RequestState;
 
 function routeConfig(request: FastifyRequest): RouteIdempotencyOptions | false {
   // No route matched: nothing would execute, so there is nothing to make idempotent (and a 404
@@ -110,7 +120,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       return payload;
     }
     const body = read.body ?? Buffer.alloc(0);
-    bodies.set(request, body);
+    stateOf(request)[kBody] = body;
     return bodyStream(body);
   });
 
@@ -124,7 +134,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
     const scope = route.scope ?? http.scope;
-    const body = bodies.get(request);
+    const body = stateOf(request)[kBody];
     const started = await http.begin(
       {
         method: request.method,
@@ -148,7 +158,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const context: IdempotencyContext = { key, minted, tx: undefined };
     request.idempotency = context;
     const execution: Execution = { thrown: false };
-    executions.set(request, execution);
+    stateOf(request)[kExecution] = execution;
     if (!http.transactional) {
       http.capture(reply.raw, { settle: { lease, thrown: () => execution.thrown } });
       return;
@@ -182,7 +192,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
 
   // Runs before the error response is sent, so the policy knows the handler threw.
   fastify.addHook('onError', async (request) => {
-    const execution = executions.get(request);
+    const execution = stateOf(request)[kExecution];
     if (execution) execution.thrown = true;
   });
 };
