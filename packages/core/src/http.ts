@@ -690,15 +690,41 @@ function callbackOf(a: unknown, b: unknown, c: unknown): unknown {
   return typeof c === 'function' ? c : undefined;
 }
 
-type Write = ServerResponse['write'];
-type End = ServerResponse['end'];
-type WriteHead = ServerResponse['writeHead'];
+type Apply = (...args: unknown[]) => unknown;
+
+/** Everything one capture knows, in one object: the wrappers below are shared, not made per response. */
+interface CaptureState {
+  readonly res: ServerResponse;
+  readonly hold: boolean;
+  readonly maxBytes: number;
+  readonly onResult: ((result: CaptureResult) => Promise<void>) | undefined;
+  readonly originalWriteHead: Apply;
+  readonly originalWrite: Apply;
+  readonly originalEnd: Apply;
+  readonly chunks: Buffer[];
+  size: number;
+  overflow: boolean;
+  eventStream: boolean;
+  status: number | undefined;
+  headArgs: unknown[] | undefined;
+  headHeaders: Record<string, string>;
+  ended: boolean;
+  // The outcome once known; the promise of `result` is only made when someone asks for it.
+  outcome: CaptureResult | undefined;
+  resultPromise: Promise<CaptureResult> | undefined;
+  resolveResult: ((result: CaptureResult) => void) | undefined;
+  settling: Promise<void> | undefined;
+  // Content-Length of the response, once known (null: not looked up yet), the body bytes passed
+  // through so far, and the last byte when it is held back until the outcome is stored.
+  declared: number | undefined | null;
+  passed: number;
+  tail: Buffer | undefined;
+}
 
 /**
  * Wraps one response's `writeHead`, `write` and `end`. Every way a framework writes (Express
  * `res.json/send/end/write/sendFile`, a piped stream, Fastify's reply, Koa's `ctx.body`) goes through
  * these three, so nothing the client receives escapes the copy.
-
  */
 function captureResponse(
   res: ServerResponse,
@@ -706,202 +732,236 @@ function captureResponse(
   maxBytes: number,
   onResult: ((result: CaptureResult) => Promise<void>) | undefined,
 ): ResponseCapture {
-  const originalWriteHead = res.writeHead;
-  const originalWrite = res.write;
-  const originalEnd = res.end;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let overflow = false;
-  let eventStream = false;
-  let status: number | undefined;
-  let headArgs: unknown[] | undefined;
-  let headHeaders: Record<string, string> = noHeaders;
-  let ended = false;
-  // The outcome once known; the promise of `result` is only made when someone asks for it.
-  let outcome: CaptureResult | undefined;
-  let resultPromise: Promise<CaptureResult> | undefined;
-  let resolveResult: ((result: CaptureResult) => void) | undefined;
-  // Content-Length of the response, once known (null: not looked up yet), the body bytes passed
-  // through so far, and the last byte when it is held back until the outcome is stored.
-  let declared: number | undefined | null = null;
-  let passed = 0;
-  let tail: Buffer | undefined;
-  const declaredLength = () => {
-    if (declared === null) {
-      const value = headHeaders['content-length'] ?? res.getHeader('content-length');
-      const length = Number(value);
-      declared = value !== undefined && Number.isInteger(length) && length >= 0 ? length : undefined;
-    }
-    return declared;
+  const state: CaptureState = {
+    res,
+    hold,
+    maxBytes,
+    onResult,
+    originalWriteHead: res.writeHead as Apply,
+    originalWrite: res.write as Apply,
+    originalEnd: res.end as Apply,
+    chunks: [],
+    size: 0,
+    overflow: false,
+    eventStream: false,
+    status: undefined,
+    headArgs: undefined,
+    headHeaders: noHeaders,
+    ended: false,
+    outcome: undefined,
+    resultPromise: undefined,
+    resolveResult: undefined,
+    settling: undefined,
+    declared: null,
+    passed: 0,
+    tail: undefined,
   };
-  let settling: Promise<void> | undefined;
-  const finish = (value: CaptureResult) => {
-    if (outcome !== undefined) return;
-    outcome = value;
-    resolveResult?.(value);
-    if (onResult) settling = onResult(value);
-  };
-  const copy = (chunk: unknown, encoding: unknown) => {
-    if (overflow || chunk === undefined || chunk === null || typeof chunk === 'function') return;
-    const isString = typeof chunk === 'string';
-    const bytes = isString
-      ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
-      : toBuffer(chunk, encoding);
-    if (bytes === undefined || bytes.length === 0) return;
-    size += bytes.length;
-    // In held mode every byte is kept, because it still has to be sent; only storing is capped.
-    if (!hold && size > maxBytes) {
-      overflow = true;
-      chunks.length = 0;
-      return;
-    }
-    // A string was encoded into a fresh buffer already; a caller's buffer may be reused after the
-    // write returns, so it is copied.
-    chunks.push(isString ? bytes : Buffer.from(bytes));
-  };
-  const restore = () => {
-    res.writeHead = originalWriteHead;
-    res.write = originalWrite;
-    res.end = originalEnd;
-  };
-
-  const onHead = (args: unknown[]) => {
-    status = Number(args[0]);
-    headHeaders = args.length > 1 ? writeHeadHeaders(args) : noHeaders;
-    const type = headHeaders['content-type'] ?? String(res.getHeader('content-type') ?? '');
-    // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
-    // so the feed does not hold a lease open for as long as it streams.
-    if (!hold && /^text\/event-stream/i.test(type)) {
-      eventStream = true;
-      chunks.length = 0;
-      finish({ kind: 'unstorable', reason: 'event-stream', status });
-    }
-  };
-
-  res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
-    onHead(args);
-    if (hold) {
-      headArgs = args;
-      return this;
-    }
-    return (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
-  } as WriteHead;
-
-  res.write = function write(this: ServerResponse, chunk: unknown, encoding?: unknown, callback?: unknown) {
-    if (status === undefined && !hold) {
-      // Node writes the implicit head inside write; capture status and headers now in case it does
-      // not go through our writeHead (it does on current Node, this is belt and braces).
-      status = res.statusCode;
-    }
-    if (!eventStream) copy(chunk, encoding);
-    if (hold) {
-      if (status === undefined) onHead([res.statusCode]);
-      const cb = typeof encoding === 'function' ? encoding : callback;
-      if (typeof cb === 'function') process.nextTick(cb as () => void);
-      return true;
-    }
-    if (!eventStream) {
-      const length = declaredLength();
-      const bytes = length === undefined ? undefined : toBuffer(chunk, encoding);
-      if (length !== undefined && bytes !== undefined && bytes.length > 0) {
-        passed += bytes.length;
-        if (passed >= length) {
-          // With a Content-Length the client has the whole response once the last byte arrives,
-          // whether or not `end` follows: that byte waits for the outcome to be stored, like `end`.
-          tail = Buffer.from(bytes.subarray(bytes.length - 1));
-          const cb = typeof encoding === 'function' ? encoding : callback;
-          if (bytes.length === 1) {
-            if (typeof cb === 'function') process.nextTick(cb as () => void);
-            return true;
-          }
-          return (originalWrite as (...a: unknown[]) => boolean).call(this, bytes.subarray(0, bytes.length - 1), cb);
-        }
-      }
-    }
-    return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, encoding, callback);
-  } as Write;
-
-  res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    if (ended) return (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
-    ended = true;
-    if (!eventStream) copy(chunk, encoding);
-    if (hold) {
-      if (status === undefined) onHead([res.statusCode]);
-      const cb = callbackOf(chunk, encoding, callback);
-      if (typeof cb === 'function') process.nextTick(cb as () => void);
-    } else {
-      restore();
-    }
-    const finalStatus = status ?? res.statusCode;
-    if (overflow) finish({ kind: 'unstorable', reason: 'too-large', status: finalStatus });
-    else if (!eventStream) {
-      // One chunk is already a private copy (see `copy`): no need to copy it again.
-      const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
-      finish({ kind: 'complete', response: { status: finalStatus, headers: responseHeaders(res, headHeaders), body } });
-    }
-    if (hold) return this;
-    void (settling ?? settled).then(() => {
-      if (tail === undefined) {
-        (originalEnd as (...a: unknown[]) => ServerResponse).call(this, chunk, encoding, callback);
-        return;
-      }
-      const cb = callbackOf(chunk, encoding, callback);
-      const rest = toBuffer(chunk, encoding);
-      const last = rest === undefined ? tail : Buffer.concat([tail, rest]);
-      (originalEnd as (...a: unknown[]) => ServerResponse).call(this, last, cb);
-    });
-    return this;
-  } as End;
-
+  res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
+  res.write = capturedWrite.bind(state) as ServerResponse['write'];
+  res.end = capturedEnd.bind(state) as ServerResponse['end'];
   // The client went away while a streamed body was being written: the pipe stops and `end` never
   // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
   // Before the head is written the handler is still working and will end the response itself (the
   // outcome is stored even though nobody reads it).
-  res.on('close', () => {
-    if (!ended && (res.headersSent || status !== undefined)) {
-      finish({ kind: 'unstorable', reason: 'streaming', status: status ?? res.statusCode });
-    }
-  });
+  res.on('close', onCapturedClose.bind(state));
+  const capture: ResponseCapture & { [captureStateKey]: CaptureState } = Object.create(captureMethods);
+  capture[captureStateKey] = state;
+  return capture;
+}
 
-  return {
-    get result() {
-      if (resultPromise === undefined) {
-        resultPromise =
-          outcome === undefined
-            ? new Promise<CaptureResult>((resolve) => {
-                resolveResult = resolve;
-              })
-            : Promise.resolve(outcome);
+const captureStateKey = Symbol('capture state');
+
+type CaptureHandle = ResponseCapture & { [captureStateKey]: CaptureState };
+
+// The methods of every ResponseCapture, shared through the prototype.
+const captureMethods: ResponseCapture = {
+  get result() {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (state.resultPromise === undefined) {
+      const known = state.outcome;
+      state.resultPromise =
+        known === undefined
+          ? new Promise<CaptureResult>((resolve) => {
+              state.resolveResult = resolve;
+            })
+          : Promise.resolve(known);
+    }
+    return state.resultPromise;
+  },
+  get ended() {
+    return (this as CaptureHandle)[captureStateKey].ended;
+  },
+  completeWith(response) {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (state.ended) return;
+    state.ended = true;
+    restore(state);
+    finish(state, { kind: 'complete', response });
+  },
+  abandon(finalStatus) {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (state.ended) return;
+    state.ended = true;
+    restore(state);
+    finish(state, { kind: 'unstorable', reason: 'streaming', status: finalStatus });
+  },
+  flush() {
+    const state = (this as CaptureHandle)[captureStateKey];
+    const res = state.res;
+    restore(state);
+    if (res.writableEnded) return;
+    const head = state.headArgs ?? [state.status ?? res.statusCode];
+    state.originalWriteHead.apply(res, head);
+    res.end(Buffer.concat(state.chunks));
+  },
+  replace(response) {
+    const state = (this as CaptureHandle)[captureStateKey];
+    const res = state.res;
+    restore(state);
+    if (res.writableEnded) return;
+    for (const name of res.getHeaderNames()) res.removeHeader(name);
+    writeResponse(res, response);
+  },
+};
+
+function restore(state: CaptureState) {
+  const res = state.res;
+  res.writeHead = state.originalWriteHead as ServerResponse['writeHead'];
+  res.write = state.originalWrite as ServerResponse['write'];
+  res.end = state.originalEnd as ServerResponse['end'];
+}
+
+function finish(state: CaptureState, value: CaptureResult) {
+  if (state.outcome !== undefined) return;
+  state.outcome = value;
+  state.resolveResult?.(value);
+  if (state.onResult) state.settling = state.onResult(value);
+}
+
+function declaredLength(state: CaptureState): number | undefined {
+  if (state.declared === null) {
+    const value = state.headHeaders['content-length'] ?? state.res.getHeader('content-length');
+    const length = Number(value);
+    state.declared = value !== undefined && Number.isInteger(length) && length >= 0 ? length : undefined;
+  }
+  return state.declared;
+}
+
+function copy(state: CaptureState, chunk: unknown, encoding: unknown) {
+  if (state.overflow || chunk === undefined || chunk === null || typeof chunk === 'function') return;
+  const isString = typeof chunk === 'string';
+  const bytes = isString
+    ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
+    : toBuffer(chunk, encoding);
+  if (bytes === undefined || bytes.length === 0) return;
+  state.size += bytes.length;
+  // In held mode every byte is kept, because it still has to be sent; only storing is capped.
+  if (!state.hold && state.size > state.maxBytes) {
+    state.overflow = true;
+    state.chunks.length = 0;
+    return;
+  }
+  // A string was encoded into a fresh buffer already; a caller's buffer may be reused after the
+  // write returns, so it is copied.
+  state.chunks.push(isString ? bytes : Buffer.from(bytes));
+}
+
+function onHead(state: CaptureState, args: unknown[]) {
+  const status = Number(args[0]);
+  state.status = status;
+  state.headHeaders = args.length > 1 ? writeHeadHeaders(args) : noHeaders;
+  const type = state.headHeaders['content-type'] ?? String(state.res.getHeader('content-type') ?? '');
+  // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
+  // so the feed does not hold a lease open for as long as it streams.
+  if (!state.hold && /^text\/event-stream/i.test(type)) {
+    state.eventStream = true;
+    state.chunks.length = 0;
+    finish(state, { kind: 'unstorable', reason: 'event-stream', status });
+  }
+}
+
+function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
+  onHead(this, args);
+  if (this.hold) {
+    this.headArgs = args;
+    return this.res;
+  }
+  return this.originalWriteHead.apply(this.res, args);
+}
+
+function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, callback?: unknown) {
+  const res = this.res;
+  if (this.status === undefined && !this.hold) {
+    // Node writes the implicit head inside write; capture status and headers now in case it does
+    // not go through our writeHead (it does on current Node, this is belt and braces).
+    this.status = res.statusCode;
+  }
+  if (!this.eventStream) copy(this, chunk, encoding);
+  if (this.hold) {
+    if (this.status === undefined) onHead(this, [res.statusCode]);
+    const cb = typeof encoding === 'function' ? encoding : callback;
+    if (typeof cb === 'function') process.nextTick(cb as () => void);
+    return true;
+  }
+  if (!this.eventStream) {
+    const length = declaredLength(this);
+    const bytes = length === undefined ? undefined : toBuffer(chunk, encoding);
+    if (length !== undefined && bytes !== undefined && bytes.length > 0) {
+      this.passed += bytes.length;
+      if (this.passed >= length) {
+        // With a Content-Length the client has the whole response once the last byte arrives,
+        // whether or not `end` follows: that byte waits for the outcome to be stored, like `end`.
+        this.tail = Buffer.from(bytes.subarray(bytes.length - 1));
+        const cb = typeof encoding === 'function' ? encoding : callback;
+        if (bytes.length === 1) {
+          if (typeof cb === 'function') process.nextTick(cb as () => void);
+          return true;
+        }
+        return this.originalWrite.call(res, bytes.subarray(0, bytes.length - 1), cb);
       }
-      return resultPromise;
-    },
-    get ended() {
-      return ended;
-    },
-    completeWith(response) {
-      if (ended) return;
-      ended = true;
-      restore();
-      finish({ kind: 'complete', response });
-    },
-    abandon(finalStatus) {
-      if (ended) return;
-      ended = true;
-      restore();
-      finish({ kind: 'unstorable', reason: 'streaming', status: finalStatus });
-    },
-    flush() {
-      restore();
-      if (res.writableEnded) return;
-      const head = headArgs ?? [status ?? res.statusCode];
-      (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(res, head);
-      res.end(Buffer.concat(chunks));
-    },
-    replace(response) {
-      restore();
-      if (res.writableEnded) return;
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
-      writeResponse(res, response);
-    },
-  };
+    }
+  }
+  return this.originalWrite.call(res, chunk, encoding, callback);
+}
+
+function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, callback?: unknown) {
+  const res = this.res;
+  if (this.ended) return this.originalEnd.call(res, chunk, encoding, callback);
+  this.ended = true;
+  if (!this.eventStream) copy(this, chunk, encoding);
+  if (this.hold) {
+    if (this.status === undefined) onHead(this, [res.statusCode]);
+    const cb = callbackOf(chunk, encoding, callback);
+    if (typeof cb === 'function') process.nextTick(cb as () => void);
+  } else {
+    restore(this);
+  }
+  const finalStatus = this.status ?? res.statusCode;
+  if (this.overflow) finish(this, { kind: 'unstorable', reason: 'too-large', status: finalStatus });
+  else if (!this.eventStream) {
+    // One chunk is already a private copy (see `copy`): no need to copy it again.
+    const chunks = this.chunks;
+    const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+    const headers = responseHeaders(res, this.headHeaders);
+    finish(this, { kind: 'complete', response: { status: finalStatus, headers, body } });
+  }
+  if (!this.hold) {
+    void (this.settling ?? settled).then(() => {
+      const tail = this.tail;
+      if (tail === undefined) {
+        this.originalEnd.call(res, chunk, encoding, callback);
+        return;
+      }
+      const cb = callbackOf(chunk, encoding, callback);
+      const rest = toBuffer(chunk, encoding);
+      this.originalEnd.call(res, rest === undefined ? tail : Buffer.concat([tail, rest]), cb);
+    });
+  }
+  return res;
+}
+
+function onCapturedClose(this: CaptureState) {
+  if (!this.ended && (this.res.headersSent || this.status !== undefined)) {
+    finish(this, { kind: 'unstorable', reason: 'streaming', status: this.status ?? this.res.statusCode });
+  }
 }
