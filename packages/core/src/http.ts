@@ -451,7 +451,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     replay,
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
-      const onResult = target ? (result: CaptureResult) => settle(target.lease, result, target.thrown()) : undefined;
+      const onResult = target ? settleCaptured.bind(undefined, settle, target) : undefined;
       return captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes, onResult);
     },
     settle,
@@ -461,6 +461,15 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 }
 
 class RolledBack extends Error {}
+
+// A capture's settlement: shared and bound per response rather than a closure made per response.
+function settleCaptured(
+  settle: HttpIdempotency<unknown>['settle'],
+  target: NonNullable<CaptureOptions['settle']>,
+  result: CaptureResult,
+): Promise<void> {
+  return settle(target.lease, result, target.thrown());
+}
 
 const uncommitted = (cause: unknown) =>
   new IdempotencyError('store_unavailable', 'The transaction could not be committed; retry with the same key.', {
@@ -509,41 +518,82 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
     return Promise.resolve({ ok: true, body: undefined });
   }
   return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const done = (result: ReadBodyResult) => {
-      req.removeListener('readable', onReadable);
-      req.removeListener('error', onError);
-      req.removeListener('end', onEnd);
-      resolve(result);
+    const read: BodyReading<IncomingMessage> = {
+      stream: req,
+      maxBytes,
+      chunks: [],
+      size: 0,
+      resolve,
+      onReadable: undefined,
+      onData: undefined,
+      onEnd: undefined,
+      onError: undefined,
     };
-    const onError = () => done({ ok: true, body: undefined });
-    // 'end' only fires when something else consumed the data; with our own reads we stop before it.
-    const onEnd = () => done({ ok: true, body: Buffer.concat(chunks) });
-    const onReadable = () => {
-      for (;;) {
-        const chunk: Buffer | null = req.read();
-        if (chunk === null) break;
-        size += chunk.length;
-        if (size > maxBytes) {
-          done({ ok: false, error: tooLarge(maxBytes) });
-          return;
-        }
-        chunks.push(chunk);
-      }
-      // `complete` is set when the last byte arrived. Read returned null, so everything is in
-      // hand; 'end' is only scheduled for the next tick, and unshifting now cancels it, so the next
-      // reader sees the whole body and then its end.
-      if (req.complete) {
-        const body = Buffer.concat(chunks);
-        if (body.length > 0) req.unshift(body);
-        done({ ok: true, body });
-      }
-    };
+    const onReadable = readAvailable.bind(read);
+    const onEnd = endOfBody.bind(read);
+    const onError = unreadableBody.bind(read);
+    read.onReadable = onReadable;
+    read.onEnd = onEnd;
+    read.onError = onError;
     req.on('readable', onReadable);
     req.on('error', onError);
     req.on('end', onEnd);
   });
+}
+
+/** One body being read into memory; its listeners are shared functions bound to it. */
+interface BodyReading<S extends Readable> {
+  readonly stream: S;
+  readonly maxBytes: number;
+  readonly chunks: Buffer[];
+  size: number;
+  readonly resolve: (result: ReadBodyResult) => void;
+  onReadable: (() => void) | undefined;
+  onData: ((chunk: Buffer | string) => void) | undefined;
+  onEnd: (() => void) | undefined;
+  onError: (() => void) | undefined;
+}
+
+function bodyRead(read: BodyReading<Readable>, result: ReadBodyResult) {
+  const stream = read.stream;
+  if (read.onReadable) stream.removeListener('readable', read.onReadable);
+  if (read.onData) stream.removeListener('data', read.onData);
+  stream.removeListener('error', read.onError as () => void);
+  stream.removeListener('end', read.onEnd as () => void);
+  read.resolve(result);
+}
+
+// A stream error leaves the body unknown: hashed as no body, and the framework reports the error.
+function unreadableBody(this: BodyReading<Readable>) {
+  bodyRead(this, { ok: true, body: undefined });
+}
+
+// For readRequestBody, 'end' only fires when something else consumed the data; with our own reads
+// we stop before it.
+function endOfBody(this: BodyReading<Readable>) {
+  bodyRead(this, { ok: true, body: Buffer.concat(this.chunks) });
+}
+
+function readAvailable(this: BodyReading<IncomingMessage>) {
+  const req = this.stream;
+  for (;;) {
+    const chunk: Buffer | null = req.read();
+    if (chunk === null) break;
+    this.size += chunk.length;
+    if (this.size > this.maxBytes) {
+      bodyRead(this, { ok: false, error: tooLarge(this.maxBytes) });
+      return;
+    }
+    this.chunks.push(chunk);
+  }
+  // `complete` is set when the last byte arrived. Read returned null, so everything is in
+  // hand; 'end' is only scheduled for the next tick, and unshifting now cancels it, so the next
+  // reader sees the whole body and then its end.
+  if (req.complete) {
+    const body = Buffer.concat(this.chunks);
+    if (body.length > 0) req.unshift(body);
+    bodyRead(this, { ok: true, body });
+  }
 }
 
 // `headersDistinct` would build a distinct copy of every header of the request on first use; only
@@ -575,32 +625,40 @@ function hasPendingBody(req: IncomingMessage): boolean {
  */
 export function readStream(stream: Readable, maxBytes: number): Promise<ReadBodyResult> {
   return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const done = (result: ReadBodyResult) => {
-      stream.removeListener('data', onData);
-      stream.removeListener('end', onEnd);
-      stream.removeListener('error', onError);
-      resolve(result);
+    const read: BodyReading<Readable> = {
+      stream,
+      maxBytes,
+      chunks: [],
+      size: 0,
+      resolve,
+      onReadable: undefined,
+      onData: undefined,
+      onEnd: undefined,
+      onError: undefined,
     };
-    const onData = (chunk: Buffer | string) => {
-      const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-      size += bytes.length;
-      if (size > maxBytes) {
-        // Not destroyed: on a request, that would kill the socket before the 413 is written. The
-        // rest of the body is drained and dropped instead.
-        done({ ok: false, error: tooLarge(maxBytes) });
-        stream.resume();
-        return;
-      }
-      chunks.push(bytes);
-    };
-    const onEnd = () => done({ ok: true, body: Buffer.concat(chunks) });
-    const onError = () => done({ ok: true, body: undefined });
+    const onData = streamData.bind(read);
+    const onEnd = endOfBody.bind(read);
+    const onError = unreadableBody.bind(read);
+    read.onData = onData;
+    read.onEnd = onEnd;
+    read.onError = onError;
     stream.on('data', onData);
     stream.on('end', onEnd);
     stream.on('error', onError);
   });
+}
+
+function streamData(this: BodyReading<Readable>, chunk: Buffer | string) {
+  const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+  this.size += bytes.length;
+  if (this.size > this.maxBytes) {
+    // Not destroyed: on a request, that would kill the socket before the 413 is written. The
+    // rest of the body is drained and dropped instead.
+    bodyRead(this, { ok: false, error: tooLarge(this.maxBytes) });
+    this.stream.resume();
+    return;
+  }
+  this.chunks.push(bytes);
 }
 
 /**

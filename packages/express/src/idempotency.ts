@@ -1,4 +1,5 @@
 import {
+  type BodyRead,
   createHttpIdempotency,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
@@ -54,10 +55,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
       contentType: req.headers['content-type'],
       keyHeader,
       // Read only once the key and the caller passed: a bad key costs no body read.
-      body: async () => {
-        const read = await readRequestBody(req, http.maxBodyBytes);
-        return read.ok ? { ok: true, body: read.body ?? parsedBody(req) } : read;
-      },
+      body: readBody.bind(req, http.maxBodyBytes),
       scope: http.scope ? http.scope(req) : principalScope((req as { auth?: unknown }).auth),
     });
     if (started.kind === 'pass') {
@@ -87,7 +85,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; whether it was thrown is not visible from here, so the policy sees its status only.
-    http.capture(res, { settle: { lease, thrown: () => false } });
+    http.capture(res, { settle: { lease, thrown: notThrown } });
     next();
   };
 
@@ -99,6 +97,14 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     run(req, res, next).catch(next);
   };
 }
+
+// Shared by every request (bound to it), rather than a closure made per request.
+async function readBody(this: Request, maxBytes: number): Promise<BodyRead> {
+  const read = await readRequestBody(this, maxBytes);
+  return read.ok ? { ok: true, body: read.body ?? parsedBody(this) } : read;
+}
+
+const notThrown = () => false;
 
 // A parser mounted before the middleware already drained the stream: hash what it left behind.
 function parsedBody(req: Request): Uint8Array | undefined {

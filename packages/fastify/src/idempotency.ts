@@ -38,6 +38,11 @@ interface Execution {
   thrown: boolean;
 }
 
+// Shared and bound to each execution, rather than a closure made per request.
+function threw(this: Execution): boolean {
+  return this.thrown;
+}
+
 // Per-request state lives on the request itself, under symbols no one else sees. (A WeakMap entry
 // per request is an ephemeron that every young-generation GC has to trace: it cost more than the rest
 // of the plugin's bookkeeping.)
@@ -160,7 +165,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const execution: Execution = { thrown: false };
     stateOf(request)[kExecution] = execution;
     if (!http.transactional) {
-      http.capture(reply.raw, { settle: { lease, thrown: () => execution.thrown } });
+      http.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
       return;
     }
     const capture = http.capture(reply.raw, { hold: true });

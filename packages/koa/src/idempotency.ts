@@ -1,6 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Readable } from 'node:stream';
 import {
+  type BodyRead,
   createHttpIdempotency,
   type HttpIdempotencyOptions,
   type HttpResponse,
@@ -70,6 +71,12 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
   capture.completeWith(responseOf(ctx));
 }
 
+// Shared by every request (bound to its context), rather than a closure made per request.
+async function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
+  const read = await readRequestBody(this.req, maxBytes);
+  return read.ok ? { ok: true, body: read.body ?? parsedBody(this) } : read;
+}
+
 // A parser mounted before the middleware already drained the stream: hash what it left behind.
 function parsedBody(ctx: Context): Uint8Array | undefined {
   const request = ctx.request as { rawBody?: unknown; body?: unknown };
@@ -120,10 +127,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       contentType: ctx.get('content-type') || undefined,
       keyHeader,
       // Read only once the key and the caller passed: a bad key costs no body read.
-      body: async () => {
-        const read = await readRequestBody(ctx.req, http.maxBodyBytes);
-        return read.ok ? { ok: true, body: read.body ?? parsedBody(ctx) } : read;
-      },
+      body: readBody.bind(ctx, http.maxBodyBytes),
       scope: http.scope ? http.scope(ctx) : principalScope(ctx.state?.auth),
     });
     if (started.kind === 'pass') return next();
