@@ -12,7 +12,7 @@ import {
   type StoredResponse,
   writeResponse,
 } from '@idem/core';
-import type { Context, Middleware } from 'koa';
+import type { Context, Middleware, Next } from 'koa';
 
 /** Options of the Koa {@link idempotency} middleware: the core's options plus the HTTP ones. */
 export type KoaIdempotencyOptions = HttpIdempotencyOptions<Context>;
@@ -69,6 +69,29 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
     return;
   }
   capture.completeWith(responseOf(ctx));
+}
+
+interface Execution {
+  thrown: boolean;
+}
+
+// Shared and bound to each execution, rather than a closure made per request.
+function threw(this: Execution): boolean {
+  return this.thrown;
+}
+
+// Runs the rest of the chain; whatever happens, the capture learns the outcome even when Koa will
+// not write the response.
+async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execution: Execution): Promise<void> {
+  try {
+    await next();
+  } catch (error) {
+    // Set before Koa's error response is written, so the policy knows the handler threw.
+    execution.thrown = true;
+    settleUnwritten(ctx, capture, error);
+    throw error;
+  }
+  settleUnwritten(ctx, capture);
 }
 
 // Shared by every request (bound to its context), rather than a closure made per request.
@@ -136,24 +159,12 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     ctx.set('Idempotency-Key', started.echo);
     const context: IdempotencyContext = { key, minted, tx: undefined };
     ctx.state.idempotency = context;
-    let thrown = false;
+    const execution: Execution = { thrown: false };
     const capture = http.capture(
       ctx.res,
-      http.transactional ? { hold: true } : { settle: { lease, thrown: () => thrown } },
+      http.transactional ? { hold: true } : { settle: { lease, thrown: threw.bind(execution) } },
     );
-    const runNext = async () => {
-      try {
-        await next();
-      } catch (error) {
-        // Set before Koa's error response is written, so the policy knows the handler threw.
-        thrown = true;
-        settleUnwritten(ctx, capture, error);
-        throw error;
-      }
-      settleUnwritten(ctx, capture);
-    };
-
-    if (!http.transactional) return runNext();
+    if (!http.transactional) return runNext(ctx, next, capture, execution);
     // The handler must run inside the transaction, whose callback waits for the response that Koa
     // writes after this middleware returns: so the middleware returns from within the callback.
     await new Promise<void>((resolve, reject) => {
@@ -165,9 +176,9 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
           (tx) => {
             began = true;
             context.tx = tx;
-            runNext().then(resolve, reject);
+            runNext(ctx, next, capture, execution).then(resolve, reject);
           },
-          () => thrown,
+          threw.bind(execution),
         )
         .then(() => {
           if (!began) {
