@@ -345,8 +345,10 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         route: request.route,
         path: request.path,
         query: request.query,
-        ...(request.contentType === undefined ? {} : { contentType: request.contentType }),
-        ...(body === undefined ? {} : { body }),
+        // Always the same shape (undefined where absent, which the fingerprint treats as absent):
+        // spreading optional fields made objects of four shapes and slowed every read of them.
+        contentType: request.contentType,
+        body,
       },
       options.fingerprint,
     );
