@@ -6,7 +6,11 @@
 // is what the adapters cost per request whatever the client's speed.
 //
 //   node benchmarks/adapters-overhead.bench.mjs [--rounds 3] [--duration 3] [--connections 16]
-//        [--frameworks express,fastify,koa] [--profile dir]
+//        [--frameworks express,fastify,koa] [--only bare,fresh,replay] [--profile dir]
+//
+// --only keeps some contenders (to profile one path); --profile writes a --cpu-prof profile of each
+// server into dir. Under tsx (as here and in benchmarks/run.mjs) every named closure also gets its
+// name defined at run time, so code that makes closures per request costs more here than built.
 //
 // Human lines first; the last line is one JSON object for benchmarks/run.mjs:
 //   { "benchmark": "adapters-overhead", "results": [{ "name", "opsPerSecond", "ratio", ... }] }
