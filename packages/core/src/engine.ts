@@ -476,8 +476,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       if (onEvent)
         emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
       // The outcome could not be stored: free the key so a retry is not refused with 409 until the
-      // lease runs out. If this fails too, the short lease frees it within seconds.
-      await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
+      // lease runs out. If this fails too, the short lease frees it within seconds. It runs in the
+      // background: the store just failed, and waiting for a second timeout would only delay the
+      // response the client is owed.
+      void withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
       return { ok: false, reason: 'store-error', error };
     }
   };

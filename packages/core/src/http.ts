@@ -621,11 +621,20 @@ function hasPendingBody(req: IncomingMessage): boolean {
 /**
  * Reads a whole stream into memory, up to `maxBytes` (for frameworks such as Fastify that hand over the
  * payload stream and accept a replacement). Over the limit resolves `{ ok: false }` with a 413 error.
+ * Pass the request's `Content-Length` as `declaredLength`: a declared size over the limit is refused at
+ * once, so a client that announces gigabytes and sends a trickle cannot hold the request open.
  *
  * @example
- * const read = await readStream(payload, 1_048_576);
+ * const read = await readStream(payload, 1_048_576, request.headers['content-length']);
  */
-export function readStream(stream: Readable, maxBytes: number): Promise<ReadBodyResult> {
+export function readStream(
+  stream: Readable,
+  maxBytes: number,
+  declaredLength?: string | number,
+): Promise<ReadBodyResult> {
+  if (declaredLength !== undefined && Number(declaredLength) > maxBytes) {
+    return Promise.resolve({ ok: false, error: tooLarge(maxBytes) });
+  }
   return new Promise((resolve) => {
     const read: BodyReading<Readable> = {
       stream,

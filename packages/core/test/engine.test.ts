@@ -480,3 +480,27 @@ describe('heartbeat and completion racing', () => {
     expect(started.lease.lost).toBe(false);
   });
 });
+
+describe('a failed completion answers within one store timeout', () => {
+  it('does not wait for the follow-up release when the store is failing', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    // The store hangs on everything after the claim: complete times out, and so would the release.
+    const store: Store = {
+      ...inner,
+      inProcess: false,
+      complete: () => new Promise(() => undefined),
+      release: () => new Promise(() => undefined),
+    };
+    const engine = createIdempotency({ store, heartbeat: false, storeTimeout: '1s', now: () => Date.now() });
+    const started = await engine.begin({ key: 'k', scope: 's', operation: 'op' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    let result: unknown;
+    void engine.complete(started.lease, ok()).then((r) => {
+      result = r;
+    });
+    // One timeout (plus the sweeper's quarter) and the caller has its answer, not two.
+    await vi.advanceTimersByTimeAsync(1_300);
+    expect(result).toMatchObject({ ok: false, reason: 'store-error' });
+  });
+});

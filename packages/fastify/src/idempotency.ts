@@ -119,7 +119,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (!http.handles(request.method, keyHeader, overrides)) return payload;
     // A bad key is answered in preHandler without the body ever being read (400 before 413).
     if (http.refusesKey(keyHeader, overrides)) return payload;
-    const read = await readStream(payload, http.maxBodyBytes);
+    // The declared length is checked first: 413 at once for a body announced over the limit.
+    const read = await readStream(payload, http.maxBodyBytes, request.headers['content-length']);
     if (!read.ok) {
       answer(reply, http.problem(read.error));
       return payload;
