@@ -519,28 +519,7 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
   if (declared === 0 || (!Number.isFinite(declared) && req.headers['transfer-encoding'] === undefined)) {
     return Promise.resolve({ ok: true, body: undefined });
   }
-  return new Promise((resolve) => {
-    const read: BodyReading<IncomingMessage> = {
-      stream: req,
-      maxBytes,
-      chunks: [],
-      size: 0,
-      resolve,
-      onReadable: undefined,
-      onData: undefined,
-      onEnd: undefined,
-      onError: undefined,
-    };
-    const onReadable = readAvailable.bind(read);
-    const onEnd = endOfBody.bind(read);
-    const onError = unreadableBody.bind(read);
-    read.onReadable = onReadable;
-    read.onEnd = onEnd;
-    read.onError = onError;
-    req.on('readable', onReadable);
-    req.on('error', onError);
-    req.on('end', onEnd);
-  });
+  return startReading(req, maxBytes, 'readable');
 }
 
 /** One body being read into memory; its listeners are shared functions bound to it. */
@@ -635,6 +614,15 @@ export function readStream(
   if (declaredLength !== undefined && Number(declaredLength) > maxBytes) {
     return Promise.resolve({ ok: false, error: tooLarge(maxBytes) });
   }
+  return startReading(stream, maxBytes, 'data');
+}
+
+/**
+ * Collects a body with listeners bound to one reading state (no closures per request). An
+ * IncomingMessage is read in paused mode (`readable`), so bytes left unread stay in its buffer for a
+ * parser; a framework's payload stream flows (`data`).
+ */
+function startReading(stream: Readable, maxBytes: number, mode: 'readable' | 'data'): Promise<ReadBodyResult> {
   return new Promise((resolve) => {
     const read: BodyReading<Readable> = {
       stream,
@@ -647,15 +635,17 @@ export function readStream(
       onEnd: undefined,
       onError: undefined,
     };
-    const onData = streamData.bind(read);
-    const onEnd = endOfBody.bind(read);
-    const onError = unreadableBody.bind(read);
-    read.onData = onData;
-    read.onEnd = onEnd;
-    read.onError = onError;
-    stream.on('data', onData);
-    stream.on('end', onEnd);
-    stream.on('error', onError);
+    read.onEnd = endOfBody.bind(read);
+    read.onError = unreadableBody.bind(read);
+    if (mode === 'readable') {
+      read.onReadable = readAvailable.bind(read as BodyReading<IncomingMessage>);
+      stream.on('readable', read.onReadable);
+    } else {
+      read.onData = streamData.bind(read);
+      stream.on('data', read.onData);
+    }
+    stream.on('error', read.onError);
+    stream.on('end', read.onEnd);
   });
 }
 
