@@ -1,12 +1,14 @@
 // Shared by the reliability scenarios: where the real Redis and PostgreSQL are (loudly skipping, or
 // failing under CI=true, when one does not answer), one store "backend" per run with unique names,
 // the worker fixture, and a small HTTP client that records status, headers and time of each answer.
+
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { recordId, type StoreRecord } from '@idem/core';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import { startWorkers, type Workers } from '../../src/workers.js';
 
@@ -59,6 +61,15 @@ export async function postgresAvailable(): Promise<boolean> {
   return announce(`PostgreSQL at ${databaseUrl}`, ok);
 }
 
+const hasCommand = (command: string) =>
+  new Promise<boolean>((resolve) => execFile(command, ['--version'], (error) => resolve(!error)));
+
+/** True when redis-server and redis-cli are installed, so a test can start its own Redis Cluster. */
+export async function redisClusterAvailable(): Promise<boolean> {
+  const ok = (await hasCommand('redis-server')) && (await hasCommand('redis-cli'));
+  return announce('redis-server/redis-cli (for a local Redis Cluster)', ok);
+}
+
 /** Which store a scenario runs on: Redis, PostgreSQL, or PostgreSQL with transactional mode. */
 export type BackendKind = 'redis' | 'postgres' | 'postgres-tx';
 export const backendKinds: readonly BackendKind[] = ['redis', 'postgres', 'postgres-tx'];
@@ -68,7 +79,7 @@ export const backendKinds: readonly BackendKind[] = ['redis', 'postgres', 'postg
  * use them, and the test's own view of records and effects (through a direct connection).
  */
 export interface Backend {
-  readonly kind: BackendKind;
+  readonly kind: BackendKind | 'redis-cluster';
   readonly transactional: boolean;
   /** Host and port of the real server, for a proxy in front of it. */
   readonly target: { host: string; port: number };
@@ -192,6 +203,67 @@ export async function createBackend(kind: BackendKind, label: string): Promise<B
       await pool.query(`DROP TABLE IF EXISTS "${effectsTable}"`);
       await pool.query(`DROP TABLE IF EXISTS "${table}"`);
       await pool.end();
+    },
+  };
+}
+
+/**
+ * The backend on a Redis Cluster the test file started (`startRedisCluster()` of the Redis package's
+ * tests): records through `redisStore()` on an ioredis `Cluster`, effects under the hash tag of their
+ * key. The cluster belongs to this file alone, so `commandCount()` (summed over its masters) is exact.
+ */
+export async function createClusterBackend(
+  nodes: ReadonlyArray<{ host: string; port: number }>,
+  label: string,
+): Promise<Backend> {
+  const cluster = new Cluster([...nodes]);
+  cluster.on('error', () => undefined);
+  await new Promise<void>((resolve, reject) => {
+    cluster.once('ready', () => resolve());
+    cluster.once('end', () => reject(new Error('the test client could not reach the Redis Cluster')));
+  });
+  const prefix = `idem-rel:${unique(label)}:`;
+  const store = redisStore({ client: cluster, prefix });
+  const first = nodes[0];
+  if (!first) throw new TypeError('createClusterBackend needs at least one node');
+  const effects = async (key: string) => Number((await cluster.get(`${prefix}fx:{${key}}`)) ?? 0);
+  return {
+    kind: 'redis-cluster',
+    transactional: false,
+    target: first,
+    env: () => ({ STORE: 'redis-cluster', CLUSTER_NODES: JSON.stringify(nodes), PREFIX: prefix }),
+    via: () => {
+      throw new Error('a proxy in front of a cluster would hide its MOVED redirections: not supported');
+    },
+    effects,
+    async allEffects() {
+      const out = new Map<string, number>();
+      for (const node of cluster.nodes('master')) {
+        let cursor = '0';
+        do {
+          const [next, keys] = await node.scan(cursor, 'MATCH', `${prefix}fx:*`, 'COUNT', 1000);
+          cursor = next;
+          for (const k of keys) out.set(k.slice(`${prefix}fx:{`.length, -1), Number(await node.get(k)));
+        } while (cursor !== '0');
+      }
+      return out;
+    },
+    record: (key) => store.get(recordId(scope, operation, key)),
+    async ttl(key) {
+      const ms = await cluster.pttl(store.key(recordId(scope, operation, key)));
+      return ms < 0 ? undefined : ms;
+    },
+    async commandCount() {
+      let total = 0;
+      for (const node of cluster.nodes('master')) {
+        const info = await node.info('commandstats');
+        for (const match of info.matchAll(/calls=(\d+)/g)) total += Number(match[1]);
+      }
+      return total;
+    },
+    async close() {
+      // The cluster's servers are thrown away with their data; only the connection is ours to end.
+      cluster.disconnect();
     },
   };
 }
