@@ -42,12 +42,26 @@ const response = {
 async function idemEngineLoop() {
   const { createIdempotency } = await import('@idem/core');
   const { redisStore } = await import('@idem/redis');
-  const client = await ioredisClient();
   const prefix = `idem-bench-fn:${randomUUID()}:`;
-  cleanups.push(async () => {
-    await deleteRedisKeys(client, prefix);
-    client.disconnect();
-  });
+  let client;
+  // The store takes either client; node-redis is what Powertools' Redis layer runs on, so the pair
+  // with the same client compares the two libraries and not two Redis clients.
+  if (spec.client === 'node-redis') {
+    const { createClient } = await import('redis');
+    client = await createClient({ url: redisUrl }).connect();
+    cleanups.push(async () => {
+      const cleaner = await ioredisClient();
+      await deleteRedisKeys(cleaner, prefix);
+      cleaner.disconnect();
+      await client.quit();
+    });
+  } else {
+    client = await ioredisClient();
+    cleanups.push(async () => {
+      await deleteRedisKeys(client, prefix);
+      client.disconnect();
+    });
+  }
   const engine = createIdempotency({ store: redisStore({ client, prefix }) });
   const run = async (key) => {
     const started = await engine.begin({ key, scope: 'bench-caller', operation: 'charge', fingerprint: 'fp' });

@@ -6,7 +6,8 @@ import { runGroup } from '../lib/rounds.mjs';
 
 /** Contender names, shared with the targets. */
 export const functionRow = {
-  idem: (mode) => `idem engine on @idem/redis, ${mode === 'fresh' ? 'fresh keys' : 'replays'}`,
+  idem: (mode) => `idem engine on @idem/redis (node-redis), ${mode === 'fresh' ? 'fresh keys' : 'replays'}`,
+  idemIoredis: (mode) => `idem engine on @idem/redis (ioredis), ${mode === 'fresh' ? 'fresh keys' : 'replays'}`,
   powertools: (mode) => `Powertools makeIdempotent on Redis, ${mode === 'fresh' ? 'fresh keys' : 'replays'}`,
 };
 
@@ -28,7 +29,12 @@ export const functionLevelSuite = {
           name: functionRow.idem(mode),
           quick: mode === 'fresh',
           unavailable,
-          measure: () => measureLoop({ kind: 'idem-engine', mode }, settings),
+          measure: () => measureLoop({ kind: 'idem-engine', client: 'node-redis', mode }, settings),
+        },
+        {
+          name: functionRow.idemIoredis(mode),
+          unavailable,
+          measure: () => measureLoop({ kind: 'idem-engine', client: 'ioredis', mode }, settings),
         },
         {
           name: functionRow.powertools(mode),
@@ -44,7 +50,7 @@ export const functionLevelSuite = {
         title: 'Function level on Redis (50 in flight, no HTTP)',
         unit: 'calls/s',
         baseline: functionRow.idem('fresh'),
-        note: 'Powertools is a Lambda library: its handler gets a Lambda-like context (remaining time) and keys on the event field `key`; its Redis layer runs on node-redis, idem on ioredis.',
+        note: 'Powertools is a Lambda library: its handler gets a Lambda-like context (remaining time) and keys on the event field `key`. Its Redis layer runs on node-redis; idem is measured on node-redis (the targets compare these) and on ioredis.',
         contenders,
       },
       settings,
