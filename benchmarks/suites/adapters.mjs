@@ -96,8 +96,8 @@ export const adaptersSuite = {
             baseline: adapterRow.bare,
             note:
               framework === 'express'
-                ? 'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter.'
-                : 'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify).',
+                ? 'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter.'
+                : 'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify).',
             contenders,
           },
           settings,
