@@ -11,7 +11,7 @@
 // store, and a proxy in front of a cluster would hide its MOVED redirections and node addresses
 // (they would point past the proxy), so that fault cannot be injected faithfully per node.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type LocalRedisCluster, startRedisCluster } from '../../../redis/test/cluster.js';
 import { createTcpProxy, type TcpProxy } from '../../src/tcp-proxy.js';
 import type { Workers } from '../../src/workers.js';
@@ -68,6 +68,11 @@ describe.runIf(available)('over a real 3-master Redis Cluster', () => {
 
   for (const point of killPoints) {
     it(`SIGKILL ${point.killAt}: never wedged, the retry settles within a lease, ${point.effects} effect(s)`, async () => {
+      // Whatever happens below, the next test gets a live worker 0 (a failure here must not cascade).
+      onTestFinished(async () => {
+        if (group.workers[0]!.process.exitCode === null && group.workers[0]!.process.signalCode === null) return;
+        await group.restart(0);
+      });
       const key = randomUUID();
       const first = await charge(group.workers[0]!.url, key, { killAt: point.killAt });
       expect(first.status).toBe(0);
@@ -96,7 +101,6 @@ describe.runIf(available)('over a real 3-master Redis Cluster', () => {
         conflictsWhileLeased: settled.conflicts,
         effects,
       });
-      await group.restart(0);
     });
   }
 
