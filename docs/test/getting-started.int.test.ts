@@ -20,8 +20,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
-import pg from 'pg';
+import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -145,49 +144,9 @@ async function freePort(): Promise<number> {
   });
 }
 
-// Says whether a service is there; loud when not, and an error with CI=true.
-function announce(what: string, up: boolean): boolean {
-  if (up) return true;
-  const message = `${what} is not reachable: the getting-started section that needs it is SKIPPED.`;
-  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
-  console.warn(`\n!!! ${message}\n`);
-  return false;
-}
-
-async function redisUp(): Promise<boolean> {
-  const client = new Redis(redisUrl, {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    connectTimeout: 1500,
-  });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    return (await client.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
-
-async function postgresUp(): Promise<boolean> {
-  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 1500 });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    await client.query('SELECT 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
-const withRedis = announce(`Redis at ${redisUrl}`, await redisUp());
-const withPostgres = announce(`PostgreSQL at ${databaseUrl}`, await postgresUp());
+const skipped = 'the getting-started sections that need it';
+const withRedis = serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), skipped);
+const withPostgres = serviceAvailable(`PostgreSQL at ${databaseUrl}`, await postgresAnswers(databaseUrl), skipped);
 
 const scratch = mkdtempSync(join(tmpdir(), 'idem-getting-started-'));
 const env: NodeJS.ProcessEnv = {

@@ -4,7 +4,13 @@
 import { randomBytes } from 'node:crypto';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
-import { describeAdapter, type MakeAdapterServer } from '@idem/testkit';
+import {
+  describeAdapter,
+  type MakeAdapterServer,
+  postgresAnswers,
+  redisAnswers,
+  serviceAvailable,
+} from '@idem/testkit';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe } from 'vitest';
@@ -12,55 +18,15 @@ import { afterAll, beforeAll, describe } from 'vitest';
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
-// Unreachable services are announced loudly and skipped; under CI=true they fail the run instead.
-function announce(what: string, available: boolean): boolean {
-  if (available) return true;
-  const message = `${what} is not reachable: the adapter tables over it are SKIPPED.`;
-  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
-  console.warn(`\n!!! ${message}\n`);
-  return false;
-}
-
-async function redisReachable(): Promise<boolean> {
-  const client = new Redis(redisUrl, {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    connectTimeout: 1500,
-  });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    return (await client.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
-
-async function postgresReachable(): Promise<boolean> {
-  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 2000 });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    await client.query('SELECT 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
 // The services are shared with every other test file on a 2-core box: a store call that is merely
 // slow must not turn into the 503 of an unreachable store and make a scenario flaky.
 const sharedServiceOptions = { storeTimeout: '15s' } as const;
 
 /** Registers the adapter table for `name` over Redis and over PostgreSQL (plain and transactional). */
 export async function describeOnRealStores(name: string, makeServer: MakeAdapterServer): Promise<void> {
-  const withRedis = announce(`Redis at ${redisUrl}`, await redisReachable());
-  const withPostgres = announce(`PostgreSQL at ${databaseUrl}`, await postgresReachable());
+  const skipped = 'the adapter tables over it';
+  const withRedis = serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), skipped);
+  const withPostgres = serviceAvailable(`PostgreSQL at ${databaseUrl}`, await postgresAnswers(databaseUrl), skipped);
   const run = randomBytes(4).toString('hex');
 
   describe.runIf(withRedis)(`${name} over Redis`, () => {

@@ -2,7 +2,7 @@
 // skipping, or failing under CI=true, when it does not), unique table names, and the harness that
 // lets describeStore() expire a record through SQL instead of sleeping.
 import { randomBytes } from 'node:crypto';
-import type { StoreHarness } from '@idem/testkit';
+import { postgresAnswers, type StoreHarness, serviceAvailable } from '@idem/testkit';
 import pg from 'pg';
 import { migrate, type PostgresClient, type PostgresStore, type SqlExecutor } from '../src/index.js';
 
@@ -11,23 +11,11 @@ export const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.
 
 /** True when PostgreSQL at DATABASE_URL answers; says so loudly when not, throws when CI=true. */
 export async function postgresAvailable(): Promise<boolean> {
-  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 2000 });
-  client.on('error', () => undefined);
-  let available = false;
-  try {
-    await client.connect();
-    await client.query('SELECT 1');
-    available = true;
-  } catch {
-    available = false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-  if (available) return true;
-  const message = `PostgreSQL at ${databaseUrl} is not reachable: these @idem/postgres integration tests are SKIPPED.`;
-  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
-  console.warn(`\n!!! ${message}\n`);
-  return false;
+  return serviceAvailable(
+    `PostgreSQL at ${databaseUrl}`,
+    await postgresAnswers(databaseUrl),
+    'these @idem/postgres integration tests',
+  );
 }
 
 /** A table name no other test file (or run) uses. */

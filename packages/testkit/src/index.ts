@@ -1,5 +1,6 @@
 export { type SkewedClock, skewedClock } from './clock.js';
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
+export { databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from './services.js';
 export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
 export { startWorkers, type Worker, type Workers, type WorkersOptions } from './workers.js';

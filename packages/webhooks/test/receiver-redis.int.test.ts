@@ -1,5 +1,6 @@
 import { type Duration, recordId } from '@idem/core';
 import { redisStore } from '@idem/redis';
+import { redisAnswers, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createReceiver, createSigner, type Receiver } from '../src/index.js';
@@ -11,30 +12,11 @@ const body = Buffer.from('{"type":"payment.succeeded","data":{"amount":4200}}');
 const recordIdOf = (id: string) => recordId('webhooks', 'webhook', id);
 const prefix = `idem-webhooks-test:${process.pid}:${Date.now()}:`;
 
-async function redisAvailable(): Promise<boolean> {
-  const client = new Redis(redisUrl, {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    connectTimeout: 1500,
-  });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    return (await client.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
-
-const available = await redisAvailable();
-if (!available) {
-  const message = `Redis at ${redisUrl} is not reachable: the @idem/webhooks Redis receiver tests are SKIPPED.`;
-  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
-  console.warn(`\n!!! ${message}\n`);
-}
+const available = serviceAvailable(
+  `Redis at ${redisUrl}`,
+  await redisAnswers(redisUrl),
+  'the @idem/webhooks Redis receiver tests',
+);
 
 describe.skipIf(!available)('receiver records in Redis', () => {
   const clients: Redis[] = [];
