@@ -4,7 +4,7 @@ import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
-import { type Outcome, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
+import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
 import type { Store, StoredResponse, StoreRecord } from './store.js';
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
@@ -410,7 +410,14 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     }
   };
 
+  const preset =
+    options.storeOutcome === undefined || typeof options.storeOutcome === 'string'
+      ? presetPolicy(options.storeOutcome ?? 'all')
+      : undefined;
+  const storeIt = Object.freeze({ store: true as const, retentionMs });
+  const dropIt = Object.freeze({ store: false as const, retentionMs });
   const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined) => {
+    if (preset) return preset(response.status, outcome?.thrown === true) ? storeIt : dropIt;
     const decision = policy({ status: response.status, ...outcome });
     if (decision === false) return { store: false as const, retentionMs };
     if (decision === true) return { store: true as const, retentionMs };

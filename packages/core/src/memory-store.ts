@@ -113,11 +113,10 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
       if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
       // Copy the body: the caller may reuse its buffer, and a replay must be the bytes of this moment.
       const stored = { status: response.status, headers: { ...response.headers }, body: new Uint8Array(response.body) };
-      write({
-        id,
-        record: { state: 'completed', token, fingerprint: existing.record.fingerprint, response: stored },
-        expiresAt: now() + retentionMs,
-      });
+      // Completed in place: the entry keeps its place in the eviction queue (claim order), which
+      // spares a second queue slot and eviction pass per execution.
+      existing.record = { state: 'completed', token, fingerprint: existing.record.fingerprint, response: stored };
+      existing.expiresAt = now() + retentionMs;
       return true;
     },
     async release({ id, token }: ReleaseInput): Promise<boolean> {

@@ -26,13 +26,22 @@ export type OutcomePolicy = 'all' | 'success' | 'stripe' | ((outcome: Outcome) =
  */
 export function resolveOutcomePolicy(policy: OutcomePolicy): (outcome: Outcome) => OutcomeDecision {
   if (typeof policy === 'function') return policy;
-  switch (policy) {
+  const preset = presetPolicy(policy);
+  return ({ status, thrown }) => preset(status, thrown === true);
+}
+
+/**
+ * A preset as a plain function of status and `thrown`, so the engine can decide without building an
+ * outcome object per request.
+ */
+export function presetPolicy(name: 'all' | 'success' | 'stripe'): (status: number, thrown: boolean) => boolean {
+  switch (name) {
     case 'all':
-      return ({ status }) => status !== 401 && status !== 403 && status !== 429;
+      return (status) => status !== 401 && status !== 403 && status !== 429;
     case 'success':
-      return ({ status, thrown }) => !thrown && status >= 200 && status < 300;
+      return (status, thrown) => !thrown && status >= 200 && status < 300;
     case 'stripe':
-      return ({ status, thrown }) => !thrown && status !== 401 && status !== 429;
+      return (status, thrown) => !thrown && status !== 401 && status !== 429;
     default:
       throw new TypeError(`storeOutcome must be 'all', 'success', 'stripe' or a function`);
   }
