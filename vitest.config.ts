@@ -30,6 +30,7 @@ export default defineConfig({
             'examples/*/test/**/*.int.test.ts',
             'examples/*/test/**/*.e2e.test.ts',
             'docs/test/**/*.test.ts',
+            'benchmarks/test/**/*.int.test.ts',
           ],
           testTimeout: 60_000,
           hookTimeout: 60_000,
