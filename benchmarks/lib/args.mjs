@@ -12,6 +12,7 @@ export const usage = `npm run bench [-- options] [suite...]
   --out DIR        where results/<date>.json goes (default benchmarks/results)
   --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
   --match TEXT     run only the contenders whose name contains TEXT (and each group's baseline)
+  --render FILE    rewrite docs/benchmarks.md and the chart from a results file, measuring nothing
   --list           print the suites and exit
   suite...         run only these suites (default: all)`;
 
@@ -31,6 +32,7 @@ export function parseArgs(argv, root) {
     list: false,
     help: false,
     match: undefined,
+    render: undefined,
     suites: [],
   };
   for (let i = 0; i < argv.length; i++) {
@@ -46,6 +48,7 @@ export function parseArgs(argv, root) {
     else if (arg === '--out') settings.outDir = value();
     else if (arg === '--docs') settings.docsDir = value();
     else if (arg === '--match') settings.match = value();
+    else if (arg === '--render') settings.render = value();
     else if (arg === '--list') settings.list = true;
     else if (arg === '--help' || arg === '-h') settings.help = true;
     else if (arg.startsWith('--')) throw new TypeError(`unknown option ${arg}`);

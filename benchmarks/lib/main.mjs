@@ -3,7 +3,7 @@
 // full run of every suite regenerates docs/benchmarks.md and docs/benchmarks-ratios.svg. Quick runs
 // and runs of a few suites write their page and chart beside the results file instead, so short,
 // noisy figures never replace the published ones.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -48,6 +48,18 @@ if (settings.help) {
 }
 if (settings.list) {
   for (const suite of allSuites) console.log(`${suite.id.padEnd(16)} ${suite.title}`);
+  process.exit(0);
+}
+if (settings.render) {
+  // The page and chart are pure functions of a results file: a format change needs no new run.
+  const saved = JSON.parse(readFileSync(settings.render, 'utf8'));
+  mkdirSync(settings.docsDir, { recursive: true });
+  writeFileSync(
+    join(settings.docsDir, 'benchmarks-ratios.svg'),
+    ratioChart(saved.targets, `idem benchmark ratios, ${saved.startedAt.slice(0, 10)}`),
+  );
+  writeFileSync(join(settings.docsDir, 'benchmarks.md'), renderReport(saved, 'benchmarks-ratios.svg'));
+  console.log(`rewrote ${join(settings.docsDir, 'benchmarks.md')} and the chart from ${settings.render}`);
   process.exit(0);
 }
 const unknown = settings.suites.filter((id) => !allSuites.some((suite) => suite.id === id));

@@ -29,8 +29,9 @@ export function ratioChart(evaluated, title) {
     `<text x="12" y="22" font-size="15" font-weight="bold">${escapeXml(title)}</text>`,
     `<text x="12" y="38" fill="#555">Bar: median ratio over rounds; whisker: min to max; black tick: the target. Green met, red missed.</text>`,
   ];
-  // Grid lines at every 0.5 so a reader can place a bar without hovering.
-  for (let tick = 0; tick <= scaleMax + 1e-9; tick += 0.5) {
+  // Grid lines at a step that keeps the axis labels apart (0.5 up to 3, then 1, then 2).
+  const step = scaleMax <= 3 ? 0.5 : scaleMax <= 6 ? 1 : 2;
+  for (let tick = 0; tick <= scaleMax + 1e-9; tick += step) {
     const position = x(tick).toFixed(1);
     parts.push(
       `<line x1="${position}" y1="${top - 4}" x2="${position}" y2="${top + rows.length * rowHeight}" stroke="#e3e3e3"/>`,
