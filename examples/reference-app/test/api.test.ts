@@ -1,55 +1,27 @@
 import { randomUUID } from 'node:crypto';
-import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
-import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+import { startTestStack, type TestStack } from './test-stack.js';
 
 // HTTP-level tests of the API's endpoints, always through the gateway, with tokens of a test issuer.
-const issuer = 'https://issuer.api-test.example';
-const audience = 'http://gateway.api-test';
-const allScopes = 'photos:read photos:write stock:read charges:write settings:write';
-
+let test: TestStack;
+let redis: TestStack['redis'];
 let db: Database;
-let redis: Awaited<ReturnType<typeof openTestRedis>>;
 let stack: RunningResourceStack;
-let privateKey: CryptoKey;
 
 beforeAll(async () => {
-  const pair = await generateKeyPair('ES256');
-  privateKey = pair.privateKey;
-  const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'api-test', alg: 'ES256' };
-  db = await openTestDatabase('api');
-  redis = await openTestRedis('api');
-  stack = await startResourceStack({
-    db,
-    gatewayPort: 0,
-    apiPort: 0,
-    receiverPort: 0,
-    baseUrl: audience,
-    issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-    relay: false,
-    ...(redis ? { redis } : {}),
-  });
+  test = await startTestStack('api');
+  ({ db, stack, redis } = test);
   // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
 }, 60_000);
 
 afterAll(async () => {
-  await stack?.close();
-  await closeTestRedis(redis);
-  await db?.close();
+  await test?.close();
 });
 
 function token(sub = 'user-alice', options: { scope?: string; roles?: string[] } = {}): Promise<string> {
-  return new SignJWT({ scope: options.scope ?? allScopes, roles: options.roles ?? [], client_id: 'photo-app' })
-    .setProtectedHeader({ alg: 'ES256', kid: 'api-test', typ: 'at+jwt' })
-    .setIssuer(issuer)
-    .setSubject(sub)
-    .setAudience(audience)
-    .setIssuedAt()
-    .setExpirationTime('5m')
-    .setJti(randomUUID())
-    .sign(privateKey);
+  return test.token({ sub, ...options });
 }
 
 interface Call {

@@ -1,57 +1,31 @@
 import { randomUUID } from 'node:crypto';
 import { principalFromClaims } from '@idem/guard';
 import { sign } from '@idem/webhooks';
-import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { loadWebhookSecret } from '../src/schema/api-schema.js';
-import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+import { startTestStack, type TestStack } from './test-stack.js';
 
 // A charge's payment.succeeded event, from the outbox through the relay to the receiver's inbox.
-const issuer = 'https://issuer.receiver-test.example';
-const audience = 'http://gateway.receiver-test';
-
+let test: TestStack;
 let db: Database;
-let redis: Awaited<ReturnType<typeof openTestRedis>>;
 let stack: RunningResourceStack;
-let privateKey: CryptoKey;
+let issuer: string;
+let audience: string;
 
 beforeAll(async () => {
-  const pair = await generateKeyPair('ES256');
-  privateKey = pair.privateKey;
-  const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'receiver-test', alg: 'ES256' };
-  db = await openTestDatabase('receiver');
-  redis = await openTestRedis('receiver');
-  stack = await startResourceStack({
-    db,
-    gatewayPort: 0,
-    apiPort: 0,
-    receiverPort: 0,
-    baseUrl: audience,
-    issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-    relay: false,
-    ...(redis ? { redis } : {}),
-  });
+  test = await startTestStack('receiver');
+  ({ db, stack, issuer, audience } = test);
   // Starting three servers and a database is slow on a loaded 2-core machine; nothing here waits on time.
 }, 60_000);
 
 afterAll(async () => {
-  await stack?.close();
-  await closeTestRedis(redis);
-  await db?.close();
+  await test?.close();
 });
 
 function mint(roles: string[] = []): Promise<string> {
-  return new SignJWT({ scope: 'charges:write', client_id: 'photo-app', roles })
-    .setProtectedHeader({ alg: 'ES256', kid: 'receiver-test', typ: 'at+jwt' })
-    .setIssuer(issuer)
-    .setSubject('user-alice')
-    .setAudience(audience)
-    .setIssuedAt()
-    .setExpirationTime('5m')
-    .setJti(randomUUID())
-    .sign(privateKey);
+  return test.token({ scope: 'charges:write', roles });
 }
 
 async function createCharge(amount: number): Promise<{ id: string }> {

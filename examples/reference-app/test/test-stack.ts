@@ -1,0 +1,81 @@
+// The resource stack (gateway, API, receiver) behind a test issuer whose tokens the gateway trusts, on
+// the file's own test database and Redis prefix. Shared by the HTTP-level test files.
+import { randomUUID } from 'node:crypto';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
+import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { Database } from '../src/db.js';
+import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+
+/** What a test mints into an access token. */
+export interface TestTokenClaims {
+  sub?: string;
+  scope?: string;
+  roles?: string[];
+}
+
+/** A running stack, its database, and a way to mint access tokens the gateway accepts. */
+export interface TestStack {
+  readonly stack: RunningResourceStack;
+  readonly db: Database;
+  /** The file's Redis client and key prefix when REDIS_URL is set. */
+  readonly redis: Awaited<ReturnType<typeof openTestRedis>>;
+  readonly issuer: string;
+  readonly audience: string;
+  token(claims?: TestTokenClaims): Promise<string>;
+  close(): Promise<void>;
+}
+
+/** Every scope the API knows, the default of {@link TestStack.token}. */
+export const allScopes = 'photos:read photos:write stock:read charges:write settings:write';
+
+/**
+ * Starts the stack for the test file `name`: an ES256 test issuer, tokens with `typ: at+jwt` for the
+ * gateway's audience, no background outbox relay (tests drive `relayOnce()`).
+ *
+ * @example
+ * ```ts
+ * const test = await startTestStack('api');
+ * const token = await test.token({ roles: ['admin'] });
+ * ```
+ */
+export async function startTestStack(name: string): Promise<TestStack> {
+  const issuer = `https://issuer.${name}-test.example`;
+  const audience = `http://gateway.${name}-test`;
+  const kid = `${name}-test`;
+  const pair = await generateKeyPair('ES256');
+  const jwk = { ...(await exportJWK(pair.publicKey)), kid, alg: 'ES256' };
+  const db = await openTestDatabase(name);
+  const redis = await openTestRedis(name);
+  const stack = await startResourceStack({
+    db,
+    gatewayPort: 0,
+    apiPort: 0,
+    receiverPort: 0,
+    baseUrl: audience,
+    issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
+    relay: false,
+    ...(redis ? { redis } : {}),
+  });
+  return {
+    stack,
+    db,
+    redis,
+    issuer,
+    audience,
+    token: ({ sub = 'user-alice', scope = allScopes, roles = [] } = {}) =>
+      new SignJWT({ scope, roles, client_id: 'photo-app' })
+        .setProtectedHeader({ alg: 'ES256', kid, typ: 'at+jwt' })
+        .setIssuer(issuer)
+        .setSubject(sub)
+        .setAudience(audience)
+        .setIssuedAt()
+        .setExpirationTime('5m')
+        .setJti(randomUUID())
+        .sign(pair.privateKey),
+    async close() {
+      await stack.close();
+      await closeTestRedis(redis);
+      await db.close();
+    },
+  };
+}
