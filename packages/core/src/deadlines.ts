@@ -28,7 +28,7 @@ export function createDeadlines(limitMs: number, now: () => number = () => Date.
     }
   };
 
-  return function withDeadline<T>(operation: string, work: () => Promise<T>): Promise<T> {
+  return function withDeadline<T>(operation: string, work: () => T | Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const entry: Pending = { deadline: now() + limitMs, operation, reject };
       pending.add(entry);
@@ -38,7 +38,7 @@ export function createDeadlines(limitMs: number, now: () => number = () => Date.
       }
       let call: Promise<T>;
       try {
-        call = work();
+        call = Promise.resolve(work());
       } catch (error) {
         call = Promise.reject(error);
       }

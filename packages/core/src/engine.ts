@@ -6,7 +6,14 @@ import type { IdempotencyEvent } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
-import type { Store, StoredResponse, StoreRecord } from './store.js';
+import {
+  type ClaimInput,
+  type ClaimResult,
+  isPending,
+  type Store,
+  type StoredResponse,
+  type StoreRecord,
+} from './store.js';
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
 
 const DAY_MS = 86_400_000;
@@ -120,34 +127,46 @@ export interface IdempotencyEngine {
   readonly settings: Readonly<{ retentionMs: number; leaseMs: number; waitMs: number; storeTimeoutMs: number }>;
 }
 
-interface LeaseState extends Lease {
-  id: string;
-  key: string;
-  scope: string;
-  operation: string;
-  token: string;
-  fingerprint: string;
-  startedAt: number;
-  lost: boolean;
+/**
+ * The engine's own lease object. A class, so every lease has one hidden shape with its fields in
+ * the object itself, and `signal` is a getter on the prototype: an object literal with its own
+ * getter costs a closure and a slow literal per claim.
+ */
+class LeaseState implements Lease {
+  lost = false;
   /** Made on first use of `signal`: most handlers never look at it. */
-  controller: AbortController | undefined;
-  renewing: boolean;
+  controller: AbortController | undefined = undefined;
+  renewing = false;
   /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
-  finished: boolean;
+  finished = false;
   lastRenewedAt: number;
-}
 
-// `signal` of every lease: the AbortController is made on first use, since most handlers never look.
-const leasePrototype: object = Object.defineProperty({}, 'signal', {
-  enumerable: true,
-  get(this: LeaseState): AbortSignal {
+  constructor(
+    readonly id: string,
+    readonly key: string,
+    readonly scope: string,
+    readonly operation: string,
+    readonly token: string,
+    readonly fingerprint: string,
+    readonly startedAt: number,
+  ) {
+    this.lastRenewedAt = startedAt;
+  }
+
+  get signal(): AbortSignal {
     if (this.controller === undefined) {
       this.controller = new AbortController();
       if (this.lost) this.controller.abort(new Error('lease lost'));
     }
     return this.controller.signal;
-  },
-});
+  }
+}
+
+// Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
+const STORED: CompleteResult = Object.freeze({ ok: true, stored: true });
+const NOT_STORED: CompleteResult = Object.freeze({ ok: true, stored: false });
+const RELEASED: ReleaseResult = Object.freeze({ ok: true });
+const LEASE_LOST = Object.freeze({ ok: false, reason: 'lease-lost' }) as CompleteResult & ReleaseResult;
 
 /**
  * Creates the idempotency engine: the state machine of spec part 3 over any {@link Store}.
@@ -204,8 +223,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     }
   };
 
-  const withTimeout: <T>(operation: string, work: () => Promise<T>) => Promise<T> =
-    store.inProcess === true ? (_operation, work) => work() : createDeadlines(storeTimeoutMs);
+  const withTimeout: <T>(operation: string, work: () => T | Promise<T>) => Promise<T> =
+    store.inProcess === true ? async (_operation, work) => work() : createDeadlines(storeTimeoutMs);
 
   const unavailable = (cause: unknown) =>
     new IdempotencyError('store_unavailable', 'The idempotency store could not be reached; retry with the same key.', {
@@ -308,37 +327,38 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   };
 
   const settle = (
-    input: Required<BeginInput>,
+    operation: string,
+    fingerprint: string,
     id: string,
     record: StoreRecord,
     started: number,
   ): BeginResult | undefined => {
     if (record.state === 'completed') {
-      if (!fingerprintsMatch(record.fingerprint, input.fingerprint)) {
-        if (onEvent) emit({ type: 'mismatch', id, operation: input.operation, at: now(), durationMs: now() - started });
+      if (!fingerprintsMatch(record.fingerprint, fingerprint)) {
+        if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: mismatch() };
       }
       if (onEvent)
-        emit({
-          type: 'replay',
-          id,
-          operation: input.operation,
-          status: record.response.status,
-          at: now(),
-          durationMs: now() - started,
-        });
+        emit({ type: 'replay', id, operation, status: record.response.status, at: now(), durationMs: now() - started });
       return { kind: 'replay', response: record.response };
     }
     return undefined;
   };
 
+  // An in-process store answers at once and cannot hang on a network: it is called directly, without
+  // the deadline wrapper and the closure it needs, and when it answers with a value rather than a
+  // promise nothing is awaited. Each of those is a measurable share of a whole cycle.
+  const inProcess = store.inProcess === true;
+  const claim = (input: ClaimInput) =>
+    inProcess ? store.claim(input) : withTimeout('claim', () => store.claim(input));
+
   const begin = async (raw: BeginInput): Promise<BeginResult> => {
     if (!raw || typeof raw.key !== 'string' || raw.key.length === 0) throw new TypeError('begin needs a non-empty key');
-    if (typeof raw.scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
-    if (typeof raw.operation !== 'string' || raw.operation.length === 0)
-      throw new TypeError('begin needs an operation');
-    const input = { key: raw.key, scope: raw.scope, operation: raw.operation, fingerprint: raw.fingerprint ?? '' };
-    const id = recordId(input.scope, input.operation, input.key);
+    const { key, scope, operation } = raw;
+    if (typeof scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
+    if (typeof operation !== 'string' || operation.length === 0) throw new TypeError('begin needs an operation');
+    const fingerprint = raw.fingerprint ?? '';
+    const id = recordId(scope, operation, key);
     const started = now();
     const deadline = started + waitMs;
 
@@ -346,63 +366,51 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
       const local = held.get(id);
-      if (local && now() - local.lastRenewedAt >= leaseMs)
-        held.delete(id); // abandoned, not renewed
-      else if (local && waitMs === 0 && !local.lost) {
-        if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
-        return { kind: 'reject', error: conflict() };
+      if (local !== undefined) {
+        if (now() - local.lastRenewedAt >= leaseMs)
+          held.delete(id); // abandoned, not renewed
+        else if (waitMs === 0 && !local.lost) {
+          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
+          return { kind: 'reject', error: conflict() };
+        }
       }
       const token = `${tokenPrefix}.${(++tokenSequence).toString(36)}`;
-      let claimed: Awaited<ReturnType<Store['claim']>>;
+      let claimed: ClaimResult;
       try {
-        claimed = await withTimeout('claim', () => store.claim({ id, token, fingerprint: input.fingerprint, leaseMs }));
+        const answer = claim({ id, token, fingerprint, leaseMs });
+        claimed = isPending(answer) ? await answer : answer;
       } catch (error) {
-        if (onEvent) emit({ type: 'store-error', id, operation: input.operation, phase: 'claim', error, at: now() });
+        if (onEvent) emit({ type: 'store-error', id, operation, phase: 'claim', error, at: now() });
         return { kind: 'reject', error: unavailable(error) };
       }
       if (claimed.claimed) {
-        // The signal getter lives on a shared prototype: an object literal with its own getter
-        // costs a closure and a slow literal per claim (15x a plain object).
-        const lease: LeaseState = Object.create(leasePrototype);
-        lease.id = id;
-        lease.key = input.key;
-        lease.scope = input.scope;
-        lease.operation = input.operation;
-        lease.token = token;
-        lease.fingerprint = input.fingerprint;
-        lease.startedAt = started;
-        lease.lost = false;
-        lease.controller = undefined;
-        lease.renewing = false;
-        lease.finished = false;
-        lease.lastRenewedAt = started;
+        const lease = new LeaseState(id, key, scope, operation, token, fingerprint, started);
         held.set(id, lease);
         startHeartbeat();
-        if (onEvent) emit({ type: 'claim', id, operation: input.operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'claim', id, operation, at: now(), durationMs: now() - started });
         return { kind: 'execute', lease };
       }
 
-      const settled = settle(input, id, claimed.record, started);
+      const settled = settle(operation, fingerprint, id, claimed.record, started);
       if (settled) return settled;
 
       // In progress elsewhere.
       if (now() >= deadline) {
-        if (onEvent) emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: conflict() };
       }
       let record: StoreRecord | undefined;
       try {
         record = await waitForOutcome(id, deadline);
       } catch (error) {
-        if (onEvent) emit({ type: 'store-error', id, operation: input.operation, phase: 'get', error, at: now() });
+        if (onEvent) emit({ type: 'store-error', id, operation, phase: 'get', error, at: now() });
         return { kind: 'reject', error: unavailable(error) };
       }
       if (record !== undefined) {
-        const done = settle(input, id, record, started);
+        const done = settle(operation, fingerprint, id, record, started);
         if (done) return done;
         if (now() >= deadline) {
-          if (onEvent)
-            emit({ type: 'conflict', id, operation: input.operation, at: now(), durationMs: now() - started });
+          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
           return { kind: 'reject', error: conflict() };
         }
       }
@@ -429,14 +437,16 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     stopHeartbeat(state);
     const started = now();
     try {
-      const released = await withTimeout('release', () => store.release({ id: lease.id, token: lease.token }));
+      const input = { id: lease.id, token: lease.token };
+      const answer = inProcess ? store.release(input) : withTimeout('release', () => store.release(input));
+      const released = isPending(answer) ? await answer : answer;
       if (!released) {
         markLost(state, 'token no longer current at release');
-        return { ok: false, reason: 'lease-lost' };
+        return LEASE_LOST;
       }
       if (onEvent)
         emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
-      return { ok: true };
+      return RELEASED;
     } catch (error) {
       if (onEvent)
         emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
@@ -456,17 +466,18 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       const released = await release(lease);
       if (onEvent)
         emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
-      return released.ok ? { ok: true, stored: false } : released;
+      return released.ok ? NOT_STORED : released;
     }
     stopHeartbeat(state);
     const started = now();
     try {
       const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
-      const completed = await withTimeout('complete', () => store.complete(input));
+      const answer = inProcess ? store.complete(input) : withTimeout('complete', () => store.complete(input));
+      const completed = isPending(answer) ? await answer : answer;
       if (!completed) {
         // Someone else holds the record now: a late finisher must never overwrite it.
         markLost(state, 'token no longer current at complete');
-        return { ok: false, reason: 'lease-lost' };
+        return LEASE_LOST;
       }
       if (onEvent)
         emit({
@@ -478,7 +489,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           durationMs: now() - started,
           executionMs: now() - lease.startedAt,
         });
-      return { ok: true, stored: true };
+      return STORED;
     } catch (error) {
       if (onEvent)
         emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });

@@ -50,6 +50,8 @@ export { mintKey } from './mint.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { recordId } from './record-id.js';
 export type {
+  AsyncStore,
+  Awaitable,
   ClaimInput,
   ClaimResult,
   CompleteInput,
@@ -59,4 +61,5 @@ export type {
   StoredResponse,
   StoreRecord,
 } from './store.js';
+export { isPending } from './store.js';
 export { isTransactionalStore, type TransactionalStore } from './transactional.js';

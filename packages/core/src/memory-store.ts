@@ -12,15 +12,21 @@ export interface MemoryStoreOptions {
   now?: () => number;
 }
 
+// Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
+const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
+
 interface Entry {
   id: string;
   record: StoreRecord;
   expiresAt: number;
+  /** Set when the entry leaves the map, so the queue can skip it without a lookup in a large map. */
+  gone: boolean;
 }
 
 /**
  * An in-process {@link Store}: bounded, expiring by lease and retention on its own (injectable) clock.
- * For tests and single-process servers; it forgets everything when the process exits.
+ * For tests and single-process servers; it forgets everything when the process exits. Its methods
+ * answer synchronously (the Store contract allows it), so the engine awaits nothing on this store.
  *
  * @example
  * const store = memoryStore({ maxEntries: 10_000 });
@@ -38,11 +44,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
   let head = 0;
   let writesSinceSweep = 0;
 
+  const remove = (entry: Entry) => {
+    entries.delete(entry.id);
+    entry.gone = true;
+  };
+
   const live = (id: string): Entry | undefined => {
     const entry = entries.get(id);
     if (entry === undefined) return undefined;
     if (entry.expiresAt <= now()) {
-      entries.delete(id);
+      remove(entry);
       return undefined;
     }
     return entry;
@@ -71,9 +82,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     const t = now();
     while (budget-- > 0 && head < queue.length) {
       const entry = queue[head] as Entry;
-      if (entries.get(entry.id) !== entry) head++;
+      if (entry.gone) head++;
       else if (entry.expiresAt <= t) {
-        entries.delete(entry.id);
+        remove(entry);
         head++;
       } else return;
     }
@@ -85,8 +96,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     let budget = queue.length - head;
     while (entries.size > maxEntries && budget-- > 0 && head < queue.length) {
       const entry = queue[head++] as Entry;
-      if (entries.get(entry.id) !== entry) continue;
-      if (entry.expiresAt <= t || entry.record.state === 'completed') entries.delete(entry.id);
+      if (entry.gone) continue;
+      if (entry.expiresAt <= t || entry.record.state === 'completed') remove(entry);
       else queue.push(entry);
     }
   };
@@ -96,19 +107,19 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     get size() {
       return entries.size;
     },
-    async claim({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> {
+    claim({ id, token, fingerprint, leaseMs }: ClaimInput): ClaimResult {
       const existing = live(id);
       if (existing) return { claimed: false, record: existing.record };
-      write({ id, record: { state: 'in_progress', token, fingerprint }, expiresAt: now() + leaseMs });
-      return { claimed: true };
+      write({ id, record: { state: 'in_progress', token, fingerprint }, expiresAt: now() + leaseMs, gone: false });
+      return CLAIMED;
     },
-    async renew({ id, token, leaseMs }: RenewInput): Promise<boolean> {
+    renew({ id, token, leaseMs }: RenewInput): boolean {
       const existing = live(id);
       if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
       existing.expiresAt = now() + leaseMs;
       return true;
     },
-    async complete({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> {
+    complete({ id, token, response, retentionMs }: CompleteInput): boolean {
       const existing = live(id);
       if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
       // Copy the body: the caller may reuse its buffer, and a replay must be the bytes of this moment.
@@ -119,13 +130,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
       existing.expiresAt = now() + retentionMs;
       return true;
     },
-    async release({ id, token }: ReleaseInput): Promise<boolean> {
+    release({ id, token }: ReleaseInput): boolean {
       const existing = live(id);
       if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
-      entries.delete(id);
+      remove(existing);
       return true;
     },
-    async get(id: string): Promise<StoreRecord | undefined> {
+    get(id: string): StoreRecord | undefined {
       return live(id)?.record;
     },
   };

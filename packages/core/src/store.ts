@@ -13,23 +13,46 @@
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
  *   (lost race, stale token) are values.
  * - Response bodies are bytes and come back byte for byte.
+ * - Any method may answer with a value instead of a promise (the memory store does): callers `await`
+ *   the result, and the engine skips the await, and the microtask it costs, when there is nothing to
+ *   wait for. A store that answers synchronously reports failures by throwing.
  */
 export interface Store {
   /** Atomically claims `id` for a new execution, or returns the live record that holds it. */
-  claim(input: ClaimInput): Promise<ClaimResult>;
+  claim(input: ClaimInput): Awaitable<ClaimResult>;
   /** Extends a live lease held by `token`. False when the token is no longer current. */
-  renew(input: RenewInput): Promise<boolean>;
+  renew(input: RenewInput): Awaitable<boolean>;
   /** Stores the outcome and moves the record to completed. False when the token is no longer current. */
-  complete(input: CompleteInput): Promise<boolean>;
+  complete(input: CompleteInput): Awaitable<boolean>;
   /** Deletes an in-progress record held by `token`, so a retry runs. False when the token is no longer current. */
-  release(input: ReleaseInput): Promise<boolean>;
+  release(input: ReleaseInput): Awaitable<boolean>;
   /** Reads the live record, or `undefined` when the id is unseen (never claimed, released, or expired). */
-  get(id: string): Promise<StoreRecord | undefined>;
+  get(id: string): Awaitable<StoreRecord | undefined>;
   /**
    * True for stores whose operations never wait on I/O (the memory store): the engine then skips
    * its per-operation time limit, which costs more than such an operation.
    */
   readonly inProcess?: boolean;
+}
+
+/**
+ * A {@link Store} whose every method answers with a promise, as any store behind a network does.
+ * The Redis and PostgreSQL stores are typed this way, so their callers can chain on the results.
+ */
+export interface AsyncStore extends Store {
+  claim(input: ClaimInput): Promise<ClaimResult>;
+  renew(input: RenewInput): Promise<boolean>;
+  complete(input: CompleteInput): Promise<boolean>;
+  release(input: ReleaseInput): Promise<boolean>;
+  get(id: string): Promise<StoreRecord | undefined>;
+}
+
+/** A value now, or a promise of it later. */
+export type Awaitable<T> = T | Promise<T>;
+
+/** True when `value` is a promise (or any thenable) that must be awaited. */
+export function isPending<T>(value: Awaitable<T>): value is Promise<T> {
+  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function';
 }
 
 /** A response as stored and replayed. Header names are lower case. */

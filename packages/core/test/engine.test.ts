@@ -464,7 +464,7 @@ describe('heartbeat and completion racing', () => {
       inProcess: false,
       renew: (input) =>
         new Promise((resolve) => {
-          releaseRenew = () => void inner.renew(input).then(resolve);
+          releaseRenew = () => resolve(inner.renew(input));
         }),
     };
     const events: IdempotencyEvent[] = [];

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
+  type AsyncStore,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -67,7 +68,7 @@ export interface PurgeOptions {
  * const store: PostgresStore = postgresStore({ client: pool });
  * const deleted = await store.purgeExpired();
  */
-export interface PostgresStore extends TransactionalStore<PostgresTransaction> {
+export interface PostgresStore extends AsyncStore, Pick<TransactionalStore<PostgresTransaction>, 'transaction'> {
   /** The table this store uses, as given. */
   readonly table: string;
   /**

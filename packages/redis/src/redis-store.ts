@@ -1,4 +1,5 @@
 import {
+  type AsyncStore,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -45,7 +46,7 @@ export interface RedisStoreOptions {
  * const store = redisStore({ client: redis });
  * await redis.pttl(store.key(lease.id)); // the lease left, by the Redis clock
  */
-export interface RedisStore extends Store {
+export interface RedisStore extends AsyncStore {
   /** The key prefix in use. */
   readonly prefix: string;
   /** The Redis key that holds record `id`. */
