@@ -29,6 +29,10 @@ export interface ParsedJws {
   header: Record<string, unknown>;
   /** The decoded payload bytes (a JWT layer parses them as JSON). */
   payload: Uint8Array;
+  /** What the signature covers: the header and payload segments as sent, joined by their `.`. */
+  signingInput: string;
+  /** The decoded signature bytes. */
+  signature: Uint8Array<ArrayBuffer>;
 }
 
 /** Why a compact JWS was refused before any crypto. */
@@ -46,11 +50,25 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
  * @example
  * decodeCanonicalBase64url('Zm9v'); // Uint8Array [102, 111, 111]
  */
-export function decodeCanonicalBase64url(segment: string): Uint8Array | undefined {
-  if (!base64urlAlphabet.test(segment) || segment.length % 4 === 1) return undefined;
+export function decodeCanonicalBase64url(segment: string): Uint8Array<ArrayBuffer> | undefined {
+  const tail = segment.length % 4;
+  if (tail === 1 || !base64urlAlphabet.test(segment)) return undefined;
+  // The last character of a 2- or 3-character tail carries 4 or 2 bits past the final byte; a
+  // canonical encoder writes them as zero. Checking them here is the same rule as re-encoding the
+  // decoded bytes and comparing, without the second encoding.
+  if (tail !== 0 && (base64urlValue(segment.charCodeAt(segment.length - 1)) & (tail === 2 ? 0x0f : 0x03)) !== 0) {
+    return undefined;
+  }
   const bytes = Buffer.from(segment, 'base64url');
-  if (bytes.toString('base64url') !== segment) return undefined;
-  return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) as Uint8Array<ArrayBuffer>;
+}
+
+// The 6-bit value of a base64url character (the caller has checked the alphabet).
+function base64urlValue(code: number): number {
+  if (code >= 0x61) return code - 0x61 + 26; // a-z
+  if (code >= 0x41) return code === 0x5f ? 63 : code - 0x41; // A-Z, _
+  if (code >= 0x30) return code - 0x30 + 52; // 0-9
+  return 62; // -
 }
 
 /**
@@ -91,14 +109,15 @@ export function parseCompactJws(
   if (headerSegment.length > limits.maxHeaderLength) return { ok: false, reason: 'too-large' };
   const headerBytes = decodeCanonicalBase64url(headerSegment);
   const payload = decodeCanonicalBase64url(payloadSegment);
-  if (headerBytes === undefined || payload === undefined || decodeCanonicalBase64url(signatureSegment) === undefined) {
+  const signature = decodeCanonicalBase64url(signatureSegment);
+  if (headerBytes === undefined || payload === undefined || signature === undefined) {
     return { ok: false, reason: 'malformed' };
   }
   const headerText = decodeUtf8Strict(headerBytes);
   if (headerText === undefined) return { ok: false, reason: 'malformed' };
   const header = parseStrictJson(headerText, limits.maxDepth);
   if (!header.ok || !isPlainObject(header.value)) return { ok: false, reason: 'malformed' };
-  return { ok: true, value: { header: header.value, payload } };
+  return { ok: true, value: { header: header.value, payload, signingInput: token.slice(0, second), signature } };
 }
 
 /**

@@ -166,7 +166,7 @@ export async function verifyDpopProof(
   } catch {
     return invalid;
   }
-  const signature = await verifyJwsSignature(proof, alg as JwsAlgorithm, [key], []);
+  const signature = await verifyJwsSignature(parsed.value, alg as JwsAlgorithm, [key]);
   if (!signature.ok) return invalid;
 
   const text = decodeUtf8Strict(parsed.value.payload);

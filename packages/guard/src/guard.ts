@@ -413,7 +413,7 @@ export async function verifyWithEngine(
   if (lookup.kind === 'alg-mismatch') return fail('algorithm_not_allowed', issuer.issuer);
   if (lookup.kind === 'unavailable') return fail('keys_unavailable', issuer.issuer);
 
-  const signature = await verifyJwsSignature(token, alg, lookup.keys, issuer.crit);
+  const signature = await verifyJwsSignature(parsed.value, alg, lookup.keys);
   if (!signature.ok) return fail(signature.code, issuer.issuer);
 
   const nowMs = engine.now();

@@ -1,4 +1,3 @@
-import { compactVerify, errors as joseErrors } from 'jose';
 import { isJwsAlgorithm, type JwsAlgorithm } from './algorithms.js';
 import type { ParsedJws } from './compact-jws.js';
 import type { GuardErrorCode } from './errors.js';
@@ -20,8 +19,10 @@ export interface CheckedHeader {
 
 /**
  * Checks a protected header before any key lookup or crypto: `alg` is a supported algorithm
- * (`none` in any case is not), `kid` and `typ` are strings, `crit` names only understood parameters
- * that are present (RFC 7515 §4.1.11), and nothing in {@link refusedHeaderParameters} appears.
+ * (`none` in any case is not), `kid` and `typ` are strings, `crit` is a list of distinct non-empty
+ * names this deployment understands, each present in the header itself (RFC 7515 §4.1.11), and nothing
+ * in {@link refusedHeaderParameters} appears. This is every header rule jose's `compactVerify` applies
+ * and more, so the signature check below needs no second parse of the header.
  *
  * @example
  * checkJwsHeader({ alg: 'RS256', kid: 'k1' }, []); // { ok: true, header: { alg: 'RS256', kid: 'k1', typ: undefined } }
@@ -42,8 +43,16 @@ export function checkJwsHeader(
   if (header.crit !== undefined) {
     const crit = header.crit;
     if (!Array.isArray(crit) || crit.length === 0) return { ok: false, code: 'header_unsupported' };
-    for (const name of crit) {
-      if (typeof name !== 'string' || !understoodCrit.includes(name) || !(name in header)) {
+    for (let index = 0; index < crit.length; index++) {
+      const name: unknown = crit[index];
+      // Own members only: `toString` is "in" every object through its prototype, never in the header.
+      if (
+        typeof name !== 'string' ||
+        name.length === 0 ||
+        !understoodCrit.includes(name) ||
+        !Object.hasOwn(header, name) ||
+        crit.indexOf(name) !== index
+      ) {
         return { ok: false, code: 'header_unsupported' };
       }
     }
@@ -55,34 +64,64 @@ export function checkJwsHeader(
 }
 
 /**
- * Verifies the signature of a compact JWS with candidate keys, each pinned to one algorithm: a key
- * whose algorithm is not the header's is never tried. The crypto is jose's (WebCrypto `verify`, which
- * compares MACs in constant time); jose also re-checks `crit` and the key type against the algorithm.
+ * The WebCrypto parameters of each algorithm's `verify` call (RFC 7518 §3.3-3.5, RFC 8037; the
+ * values jose passes). A key is imported for exactly one algorithm, so its `CryptoKey` already names
+ * the hash, the curve and, for RSA, a modulus of at least 2048 bits (checked before import).
+ */
+const verifyParameters: Readonly<Record<JwsAlgorithm, AlgorithmIdentifier | RsaPssParams | EcdsaParams>> = {
+  HS256: { name: 'HMAC' },
+  HS384: { name: 'HMAC' },
+  HS512: { name: 'HMAC' },
+  RS256: { name: 'RSASSA-PKCS1-v1_5' },
+  RS384: { name: 'RSASSA-PKCS1-v1_5' },
+  RS512: { name: 'RSASSA-PKCS1-v1_5' },
+  PS256: { name: 'RSA-PSS', saltLength: 32 },
+  PS384: { name: 'RSA-PSS', saltLength: 48 },
+  PS512: { name: 'RSA-PSS', saltLength: 64 },
+  ES256: { name: 'ECDSA', hash: 'SHA-256' },
+  ES384: { name: 'ECDSA', hash: 'SHA-384' },
+  ES512: { name: 'ECDSA', hash: 'SHA-512' },
+  EdDSA: { name: 'Ed25519' },
+};
+
+/**
+ * Verifies the signature of a JWS that {@link parseCompactJws} split and decoded, with candidate keys
+ * each pinned to one algorithm: a key whose algorithm is not `alg` is never tried. The crypto is
+ * WebCrypto's `verify` on the `CryptoKey` imported at configuration (MACs compared in constant time), called
+ * directly on the bytes already decoded: jose's `compactVerify` would split, decode and parse the
+ * token a second time, and its header rules are a subset of {@link checkJwsHeader}, which every
+ * caller applies first. A `verify` that throws (a signature of the wrong length for an ECDSA key,
+ * say) is a failed signature, as in jose.
  *
  * @example
- * const result = await verifyJwsSignature(token, 'RS256', keys, []);
+ * const parsed = parseCompactJws(token);
+ * if (parsed.ok) await verifyJwsSignature(parsed.value, 'RS256', keys);
  */
 export async function verifyJwsSignature(
-  token: string,
+  parsed: ParsedJws,
   alg: JwsAlgorithm,
   keys: readonly VerificationKey[],
-  understoodCrit: readonly string[],
 ): Promise<{ ok: true } | { ok: false; code: GuardErrorCode }> {
-  const crit = Object.fromEntries(understoodCrit.map((name) => [name, true]));
+  const parameters = verifyParameters[alg];
+  let signingInput: Uint8Array<ArrayBuffer> | undefined;
   let sawCandidate = false;
   for (const key of keys) {
     if (key.alg !== alg) continue;
     sawCandidate = true;
+    // The segments passed the base64url alphabet check, so the signing input is ASCII: latin1 is exact.
+    signingInput ??= signingInputBytes(parsed.signingInput);
     try {
-      await compactVerify(token, key.key, { algorithms: [alg], crit });
-      return { ok: true };
-    } catch (error) {
-      if (error instanceof joseErrors.JWSSignatureVerificationFailed) continue;
-      if (error instanceof joseErrors.JOSENotSupported) return { ok: false, code: 'header_unsupported' };
-      return { ok: false, code: 'signature_invalid' };
+      if (await crypto.subtle.verify(parameters, key.key, parsed.signature, signingInput)) return { ok: true };
+    } catch {
+      // Same outcome as a mismatch: try the next candidate.
     }
   }
   return { ok: false, code: sawCandidate ? 'signature_invalid' : 'algorithm_not_allowed' };
+}
+
+function signingInputBytes(text: string): Uint8Array<ArrayBuffer> {
+  const bytes = Buffer.from(text, 'latin1');
+  return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) as Uint8Array<ArrayBuffer>;
 }
 
 /**
@@ -91,10 +130,9 @@ export async function verifyJwsSignature(
  *
  * @example
  * const parsed = parseCompactJws(token);
- * if (parsed.ok) await verifyParsedJws(token, parsed.value, keys, []);
+ * if (parsed.ok) await verifyParsedJws(parsed.value, keys, []);
  */
 export async function verifyParsedJws(
-  token: string,
   parsed: ParsedJws,
   keys: readonly VerificationKey[],
   understoodCrit: readonly string[],
@@ -106,6 +144,6 @@ export async function verifyParsedJws(
       key.alg === header.header.alg &&
       (header.header.kid === undefined || key.kid === undefined || key.kid === header.header.kid),
   );
-  const verified = await verifyJwsSignature(token, header.header.alg, candidates, understoodCrit);
+  const verified = await verifyJwsSignature(parsed, header.header.alg, candidates);
   return verified.ok ? { ok: true, header: header.header } : verified;
 }

@@ -284,6 +284,12 @@ describe('algorithm and key cases', () => {
     const understood = guardWith({ crit: ['x-tenant'] });
     expectOk(await understood.verify(makeToken({ header: { crit: ['x-tenant'], 'x-tenant': 't1' } })));
     expectCode(await understood.verify(makeToken({ header: { crit: ['x-tenant'] } })), 'header_unsupported');
+    // RFC 7515 §4.1.11: a list of distinct names, each present in the header itself (not inherited).
+    const repeated = makeToken({ header: { crit: ['x-tenant', 'x-tenant'], 'x-tenant': 't1' } });
+    expectCode(await understood.verify(repeated), 'header_unsupported');
+    const inherited = guardWith({ crit: ['toString', ''] });
+    expectCode(await inherited.verify(makeToken({ header: { crit: ['toString'] } })), 'header_unsupported');
+    expectCode(await inherited.verify(makeToken({ header: { crit: [''], '': 1 } })), 'header_unsupported');
   });
 
   it('case 21: b64 false is refused', async () => {
