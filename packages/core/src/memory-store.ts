@@ -15,12 +15,47 @@ export interface MemoryStoreOptions {
 // Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
 const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
 
-interface Entry {
-  id: string;
-  record: StoreRecord;
-  expiresAt: number;
+/**
+ * One record, in one object. Everything a record holds survives many young-generation collections
+ * (it lives until eviction or retention ends), and each collection copies every surviving object: so
+ * a record is one entry plus its id, token, headers and body, with no separate record or response
+ * objects. The {@link StoreRecord} that callers see is built on first read and kept (`view`).
+ */
+class Entry {
   /** Set when the entry leaves the map, so the queue can skip it without a lookup in a large map. */
-  gone: boolean;
+  gone = false;
+  completed = false;
+  status = 0;
+  headers: Record<string, string> | undefined = undefined;
+  /** The body as a Latin-1 string, one byte per character: one plain heap object, cheapest to keep. */
+  body = '';
+  view: StoreRecord | undefined = undefined;
+
+  constructor(
+    readonly id: string,
+    readonly token: string,
+    readonly fingerprint: string,
+    public expiresAt: number,
+  ) {}
+}
+
+function viewOf(entry: Entry): StoreRecord {
+  if (entry.view !== undefined) return entry.view;
+  const { token, fingerprint } = entry;
+  const view: StoreRecord = entry.completed
+    ? {
+        state: 'completed',
+        token,
+        fingerprint,
+        response: {
+          status: entry.status,
+          headers: entry.headers as Record<string, string>,
+          body: Buffer.from(entry.body, 'latin1'),
+        },
+      }
+    : { state: 'in_progress', token, fingerprint };
+  entry.view = view;
+  return view;
 }
 
 /**
@@ -49,10 +84,12 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     entry.gone = true;
   };
 
-  const live = (id: string): Entry | undefined => {
+  // Each operation reads the clock once and hands the reading on: a clock read costs as much as a
+  // lookup in a small map, and an operation used to make up to four.
+  const live = (id: string, t: number): Entry | undefined => {
     const entry = entries.get(id);
     if (entry === undefined) return undefined;
-    if (entry.expiresAt <= now()) {
+    if (entry.expiresAt <= t) {
       remove(entry);
       return undefined;
     }
@@ -66,20 +103,19 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     }
   };
 
-  const write = (entry: Entry) => {
+  const write = (entry: Entry, t: number) => {
     entries.set(entry.id, entry);
     queue.push(entry);
     if (++writesSinceSweep >= 64) {
       writesSinceSweep = 0;
-      sweep(64);
+      sweep(64, t);
     }
-    if (entries.size > maxEntries) evict();
+    if (entries.size > maxEntries) evict(t);
     compact();
   };
 
   // Drops expired or superseded entries from the old end, so memory follows the retention.
-  const sweep = (budget: number) => {
-    const t = now();
+  const sweep = (budget: number, t: number) => {
     while (budget-- > 0 && head < queue.length) {
       const entry = queue[head] as Entry;
       if (entry.gone) head++;
@@ -90,14 +126,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     }
   };
 
-  const evict = () => {
-    const t = now();
+  const evict = (t: number) => {
     // Bounded by the queue as it is now: records in progress go back to the tail, never out.
     let budget = queue.length - head;
     while (entries.size > maxEntries && budget-- > 0 && head < queue.length) {
       const entry = queue[head++] as Entry;
       if (entry.gone) continue;
-      if (entry.expiresAt <= t || entry.record.state === 'completed') remove(entry);
+      if (entry.expiresAt <= t || entry.completed) remove(entry);
       else queue.push(entry);
     }
   };
@@ -108,36 +143,44 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
       return entries.size;
     },
     claim({ id, token, fingerprint, leaseMs }: ClaimInput): ClaimResult {
-      const existing = live(id);
-      if (existing) return { claimed: false, record: existing.record };
-      write({ id, record: { state: 'in_progress', token, fingerprint }, expiresAt: now() + leaseMs, gone: false });
+      const t = now();
+      const existing = live(id, t);
+      if (existing) return { claimed: false, record: viewOf(existing) };
+      write(new Entry(id, token, fingerprint, t + leaseMs), t);
       return CLAIMED;
     },
     renew({ id, token, leaseMs }: RenewInput): boolean {
-      const existing = live(id);
-      if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
-      existing.expiresAt = now() + leaseMs;
+      const t = now();
+      const existing = live(id, t);
+      if (existing === undefined || existing.completed || existing.token !== token) return false;
+      existing.expiresAt = t + leaseMs;
       return true;
     },
     complete({ id, token, response, retentionMs }: CompleteInput): boolean {
-      const existing = live(id);
-      if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
-      // Copy the body: the caller may reuse its buffer, and a replay must be the bytes of this moment.
-      const stored = { status: response.status, headers: { ...response.headers }, body: new Uint8Array(response.body) };
-      // Completed in place: the entry keeps its place in the eviction queue (claim order), which
-      // spares a second queue slot and eviction pass per execution.
-      existing.record = { state: 'completed', token, fingerprint: existing.record.fingerprint, response: stored };
-      existing.expiresAt = now() + retentionMs;
+      const t = now();
+      const existing = live(id, t);
+      if (existing === undefined || existing.completed || existing.token !== token) return false;
+      // Copies of headers and body: the caller may reuse its objects, and a replay must be the bytes
+      // of this moment. Completed in place: the entry keeps its place in the eviction queue (claim
+      // order), which spares a second queue slot and eviction pass per execution.
+      const body = response.body;
+      existing.completed = true;
+      existing.status = response.status;
+      existing.headers = { ...response.headers };
+      existing.body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('latin1');
+      existing.view = undefined;
+      existing.expiresAt = t + retentionMs;
       return true;
     },
     release({ id, token }: ReleaseInput): boolean {
-      const existing = live(id);
-      if (existing?.record.state !== 'in_progress' || existing.record.token !== token) return false;
+      const existing = live(id, now());
+      if (existing === undefined || existing.completed || existing.token !== token) return false;
       remove(existing);
       return true;
     },
     get(id: string): StoreRecord | undefined {
-      return live(id)?.record;
+      const entry = live(id, now());
+      return entry === undefined ? undefined : viewOf(entry);
     },
   };
 }

@@ -126,6 +126,24 @@ export function describeStore(
       expect(await store.release({ id, token: 'a' })).toBe(false);
     });
 
+    it('stores the response as it was at completion: the caller reusing its buffer or headers changes no replay', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+      const body = new TextEncoder().encode('{"id":"ch_1"}');
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      await store.complete({ id, token: 't', response: { status: 201, headers, body }, retentionMs: 60_000 });
+      body.fill(0x78);
+      headers['content-type'] = 'text/plain';
+      headers.extra = 'added later';
+      for (let read = 0; read < 2; read++) {
+        const record = await store.get(id);
+        expect(record?.state).toBe('completed');
+        if (record?.state !== 'completed') return;
+        expect(Buffer.from(record.response.body).toString()).toBe('{"id":"ch_1"}');
+        expect(record.response.headers).toEqual({ 'content-type': 'application/json' });
+      }
+    });
+
     it('keeps bodies byte for byte: every byte value, empty, and a large random body', async () => {
       const every = new Uint8Array(256).map((_, i) => i);
       const large = new Uint8Array(randomBytes(largeBodyBytes));
