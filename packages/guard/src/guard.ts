@@ -353,6 +353,19 @@ export function buildIssuer(
   };
 }
 
+// A refusal: counted and reported, then answered. A module function rather than a closure made per
+// verification, which would cost an allocation on every request, refused or not.
+function refuse(
+  engine: EngineConfig,
+  binding: { jkt: string } | undefined,
+  code: GuardErrorCode,
+  issuer?: string,
+): GuardResult {
+  engine.emit({ type: 'rejected', code, ...(issuer === undefined ? {} : { issuer }), at: engine.now() });
+  const scheme = binding === undefined ? {} : { scheme: 'DPoP' as const };
+  return { ok: false, error: new GuardError(code, { ...engine.errorOptions, ...scheme }) };
+}
+
 /**
  * The verification pipeline, cheapest checks first and every outcome a value:
  * cache → split and decode (size, canonical base64url, UTF-8, strict JSON) → issuer by exact `iss`
@@ -368,12 +381,7 @@ export async function verifyWithEngine(
   engine: EngineConfig,
   binding?: { jkt: string },
 ): Promise<GuardResult> {
-  const fail = (code: GuardErrorCode, issuer?: string): GuardResult => {
-    engine.emit({ type: 'rejected', code, ...(issuer === undefined ? {} : { issuer }), at: engine.now() });
-    const scheme = binding === undefined ? {} : { scheme: 'DPoP' as const };
-    return { ok: false, error: new GuardError(code, { ...engine.errorOptions, ...scheme }) };
-  };
-  if (token.length > engine.limits.maxTokenLength) return fail('token_too_large');
+  if (token.length > engine.limits.maxTokenLength) return refuse(engine, binding, 'token_too_large');
   // A DPoP-bound result is cached under the token and its key together: same token, other key, no hit.
   const cacheKey = binding === undefined ? token : `${token} ${binding.jkt}`;
   const cached = engine.cache?.get(cacheKey, engine.now());
@@ -382,43 +390,46 @@ export async function verifyWithEngine(
     return { ok: true, principal: cached };
   }
   const parsed = parseCompactJws(token, engine.limits);
-  if (!parsed.ok) return fail(parsed.reason === 'too-large' ? 'token_too_large' : 'token_malformed');
+  if (!parsed.ok) return refuse(engine, binding, parsed.reason === 'too-large' ? 'token_too_large' : 'token_malformed');
   const payloadText = decodeUtf8Strict(parsed.value.payload);
-  if (payloadText === undefined) return fail('token_malformed');
+  if (payloadText === undefined) return refuse(engine, binding, 'token_malformed');
   const payloadJson = parseStrictJson(payloadText, engine.limits.maxDepth);
-  if (!payloadJson.ok || !isPlainObject(payloadJson.value)) return fail('token_malformed');
+  if (!payloadJson.ok || !isPlainObject(payloadJson.value)) return refuse(engine, binding, 'token_malformed');
   const payload = payloadJson.value;
 
   const issuerName = payload.iss;
   const issuer = typeof issuerName === 'string' ? engine.issuers.get(issuerName) : undefined;
-  if (issuer === undefined) return fail('issuer_unknown');
+  if (issuer === undefined) return refuse(engine, binding, 'issuer_unknown');
 
   const header = checkJwsHeader(parsed.value.header, issuer.crit);
-  if (!header.ok) return fail(header.code, issuer.issuer);
+  if (!header.ok) return refuse(engine, binding, header.code, issuer.issuer);
   const { alg, kid, typ } = header.header;
   const normalizedTyp = typ === undefined ? null : normalizeTyp(typ);
-  if (normalizedTyp !== null && engine.refusedTypes.has(normalizedTyp)) return fail('type_invalid', issuer.issuer);
-  if (issuer.typ !== undefined && !issuer.typ.has(normalizedTyp)) return fail('type_invalid', issuer.issuer);
+  if (normalizedTyp !== null && engine.refusedTypes.has(normalizedTyp))
+    return refuse(engine, binding, 'type_invalid', issuer.issuer);
+  if (issuer.typ !== undefined && !issuer.typ.has(normalizedTyp))
+    return refuse(engine, binding, 'type_invalid', issuer.issuer);
   // An ID token presented as an access token (RFC 8725 §3.12): refused even where `typ` is lax.
-  if (normalizedTyp !== 'at+jwt' && payload.nonce !== undefined) return fail('type_invalid', issuer.issuer);
-  if (!issuer.algorithms.includes(alg)) return fail('algorithm_not_allowed', issuer.issuer);
+  if (normalizedTyp !== 'at+jwt' && payload.nonce !== undefined)
+    return refuse(engine, binding, 'type_invalid', issuer.issuer);
+  if (!issuer.algorithms.includes(alg)) return refuse(engine, binding, 'algorithm_not_allowed', issuer.issuer);
 
   let lookup: Awaited<ReturnType<KeySource['lookup']>>;
   try {
     lookup = await issuer.keys.lookup(kid, alg);
   } catch {
-    return fail('keys_unavailable', issuer.issuer);
+    return refuse(engine, binding, 'keys_unavailable', issuer.issuer);
   }
-  if (lookup.kind === 'unknown-kid') return fail('key_unknown', issuer.issuer);
-  if (lookup.kind === 'alg-mismatch') return fail('algorithm_not_allowed', issuer.issuer);
-  if (lookup.kind === 'unavailable') return fail('keys_unavailable', issuer.issuer);
+  if (lookup.kind === 'unknown-kid') return refuse(engine, binding, 'key_unknown', issuer.issuer);
+  if (lookup.kind === 'alg-mismatch') return refuse(engine, binding, 'algorithm_not_allowed', issuer.issuer);
+  if (lookup.kind === 'unavailable') return refuse(engine, binding, 'keys_unavailable', issuer.issuer);
 
   const signature = await verifyJwsSignature(parsed.value, alg, lookup.keys);
-  if (!signature.ok) return fail(signature.code, issuer.issuer);
+  if (!signature.ok) return refuse(engine, binding, signature.code, issuer.issuer);
 
   const nowMs = engine.now();
   const claimError = checkClaims(payload, issuer.profile, nowMs, binding?.jkt);
-  if (claimError !== undefined) return fail(claimError, issuer.issuer);
+  if (claimError !== undefined) return refuse(engine, binding, claimError, issuer.issuer);
 
   const principal = engine.principal(payload, issuer);
   if (engine.cache !== undefined) {

@@ -29,6 +29,25 @@ describe('strict parsing (properties)', () => {
     );
   });
 
+  it('reads a string exactly as JSON.parse does, escapes and control characters included', () => {
+    // Strings without a backslash skip JSON.parse: a raw control character must still be refused.
+    expect(parseStrictJson('{"a":"x\ty"}').ok).toBe(false);
+    expect(parseStrictJson('{"a":"\\u0041\\n"}')).toEqual({ ok: true, value: { a: 'A\n' } });
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 24 }), (content) => {
+        const text = `"${content}"`;
+        let expected: unknown;
+        try {
+          expected = { ok: true, value: JSON.parse(text) };
+        } catch {
+          expected = { ok: false, reason: 'syntax' };
+        }
+        expect(parseStrictJson(text)).toEqual(expected);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
   it('never throws on arbitrary text', () => {
     fc.assert(
       fc.property(fc.string({ maxLength: 200 }), (text) => {
