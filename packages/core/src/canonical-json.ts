@@ -3,36 +3,80 @@
  * sorted by their UTF-16 code units, no whitespace, numbers and strings as ECMAScript's
  * `JSON.stringify` writes them (which is what RFC 8785 specifies).
  *
- * Returns `undefined` for values deeper than `maxDepth`, so hostile nesting cannot exhaust the stack;
- * the caller then hashes the raw bytes instead.
+ * Returns `undefined` for values deeper than `maxDepth`, so hostile nesting cannot exhaust the stack,
+ * and for anything that is not plain JSON data (a `Date`, a class instance, `undefined`, a function,
+ * a bigint), which a parser with a reviver may leave behind: such a value has no canonical form, and
+ * the caller then hashes bytes instead.
+ *
+ * @example
+ * canonicalJson(JSON.parse('{"b":1,"a":[true,{"d":null,"c":"x"}]}')); // '{"a":[true,{"c":"x","d":null}],"b":1}'
  */
 export function canonicalJson(value: unknown, maxDepth = 512): string | undefined {
   try {
     return write(value, maxDepth);
   } catch (error) {
-    if (error === tooDeep) return undefined;
+    if (error === tooDeep || error === notJson) return undefined;
     throw error;
   }
 }
 
 const tooDeep = Symbol('too deep');
+const notJson = Symbol('not JSON data');
+
+// Every request body with a key goes through here, so the common cases skip the general calls:
+// a string of printable ASCII without `"` or `\` needs no escaping, a finite number's `String` is
+// exactly its JSON form, and a short member list is sorted in place without a sort call.
+const plainString = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+function writeString(text: string): string {
+  return plainString.test(text) ? `"${text}"` : JSON.stringify(text);
+}
 
 function write(value: unknown, depth: number): string {
-  if (value === null || typeof value === 'boolean' || typeof value === 'number' || typeof value === 'string') {
-    return JSON.stringify(value);
+  switch (typeof value) {
+    case 'string':
+      return writeString(value);
+    case 'number':
+      return Number.isFinite(value) ? String(value) : 'null';
+    case 'boolean':
+      return value ? 'true' : 'false';
   }
+  if (value === null) return 'null';
+  if (typeof value !== 'object') throw notJson;
   if (depth <= 0) throw tooDeep;
   if (Array.isArray(value)) {
-    return `[${value.map((item) => write(item, depth - 1)).join(',')}]`;
+    let out = '[';
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out += ',';
+      out += write(value[i], depth - 1);
+    }
+    return `${out}]`;
   }
+  const prototype = Object.getPrototypeOf(value);
+  if (prototype !== Object.prototype && prototype !== null) throw notJson;
   const object = value as Record<string, unknown>;
-  // Default sort compares UTF-16 code units, exactly the order RFC 8785 requires.
-  const keys = Object.keys(object).sort();
+  const keys = sortCodeUnits(Object.keys(object));
   let out = '{';
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i] as string;
     if (i > 0) out += ',';
-    out += `${JSON.stringify(key)}:${write(object[key], depth - 1)}`;
+    out += `${writeString(key)}:${write(object[key], depth - 1)}`;
   }
   return `${out}}`;
+}
+
+// Sorts by UTF-16 code units, the order RFC 8785 requires (JavaScript's `<` on strings and the
+// default sort both compare code units). Insertion sort for the short lists of most bodies.
+function sortCodeUnits(keys: string[]): string[] {
+  if (keys.length > 16) return keys.sort();
+  for (let i = 1; i < keys.length; i++) {
+    const key = keys[i] as string;
+    let j = i - 1;
+    while (j >= 0 && (keys[j] as string) > key) {
+      keys[j + 1] = keys[j] as string;
+      j--;
+    }
+    keys[j + 1] = key;
+  }
+  return keys;
 }

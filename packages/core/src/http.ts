@@ -329,10 +329,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       };
     }
     let body: Uint8Array | undefined;
+    let json: unknown;
     if (typeof request.body === 'function') {
       const read = await request.body();
       if (!read.ok) return { kind: 'respond', response: problem(read.error) };
       body = read.body;
+      json = read.json;
     } else {
       body = request.body;
     }
@@ -349,6 +351,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         // spreading optional fields made objects of four shapes and slowed every read of them.
         contentType: request.contentType,
         body,
+        json,
       },
       options.fingerprint,
     );
@@ -494,7 +497,14 @@ function pick(headers: Record<string, string>, allow: ReadonlySet<string>): Reco
 }
 
 /** What a body reader passed to {@link HttpIdempotency.begin} resolves to. */
-export type BodyRead = { ok: true; body: Uint8Array | undefined } | { ok: false; error: IdempotencyError };
+export type BodyRead =
+  | {
+      ok: true;
+      body: Uint8Array | undefined;
+      /** The body as a parser that ran first left it, when `body` (the raw bytes) is gone. */
+      json?: unknown;
+    }
+  | { ok: false; error: IdempotencyError };
 
 /** The result of {@link readRequestBody}. */
 export type ReadBodyResult = { ok: true; body: Buffer | undefined } | { ok: false; error: IdempotencyError };

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../src/canonical-json.js';
 import { toMilliseconds } from '../src/duration.js';
@@ -25,6 +26,57 @@ describe('canonicalJson (RFC 8785)', () => {
     expect(canonicalJson({ s: 'é\u2028"' })).toBe('{"s":"é\u2028\\""}');
   });
 
+  it('writes exactly what the plain reading of RFC 8785 writes, for any JSON value (property test)', () => {
+    // The reference: the definition, one member at a time, with the default sort and JSON.stringify.
+    const reference = (value: unknown): string => {
+      if (value === null || typeof value !== 'object') return JSON.stringify(value);
+      if (Array.isArray(value)) return `[${value.map(reference).join(',')}]`;
+      const object = value as Record<string, unknown>;
+      return `{${Object.keys(object)
+        .sort()
+        .map((key) => `${JSON.stringify(key)}:${reference(object[key])}`)
+        .join(',')}}`;
+    };
+    // Every code unit, lone surrogates and control characters included, in keys and in values; and
+    // more than 16 members, where the sort changes method.
+    const tricky = fc.constantFrom(
+      'a',
+      'Z',
+      '1',
+      '"',
+      '\\',
+      '/',
+      '\n',
+      '\u0000',
+      '\u001f',
+      '\u007f',
+      'é',
+      '€',
+      '\ud800',
+      '\udc00',
+    );
+    const text = fc.oneof(fc.string({ unit: 'binary', maxLength: 12 }), fc.string({ unit: tricky, maxLength: 8 }));
+    const value = fc.letrec((tie) => ({
+      node: fc.oneof(
+        { depthSize: 'small' },
+        fc.constant(null),
+        fc.boolean(),
+        fc.double({ noNaN: true, noDefaultInfinity: true }),
+        fc.integer(),
+        text,
+        fc.array(tie('node'), { maxLength: 5 }),
+        fc.dictionary(text, tie('node'), { maxKeys: 20 }),
+      ),
+    })).node;
+    fc.assert(
+      fc.property(value, (input) => {
+        const parsed = JSON.parse(JSON.stringify(input));
+        expect(canonicalJson(parsed)).toBe(reference(parsed));
+      }),
+      { numRuns: 1_000 },
+    );
+  });
+
   it('gives up on hostile depth instead of overflowing the stack', () => {
     let deep: unknown = 1;
     for (let i = 0; i < 10_000; i++) deep = [deep];
@@ -34,6 +86,37 @@ describe('canonicalJson (RFC 8785)', () => {
 
 describe('fingerprintRequest', () => {
   const base = { method: 'POST', route: '/charges', path: '/charges', contentType: 'application/json; charset=utf-8' };
+
+  it('gives a body already parsed from JSON the fingerprint of its raw bytes (property test)', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.boolean(), (value, sorted) => {
+        // The raw text as a client could send it: any member order, any whitespace.
+        const text = sorted ? (canonicalJson(value) ?? 'null') : JSON.stringify(value, null, 1);
+        expect(fingerprintRequest({ ...base, json: JSON.parse(text) })).toBe(
+          fingerprintRequest({ ...base, body: text }),
+        );
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('hashes a parsed body that is not plain JSON data, or not JSON, as the bytes it serialises to', () => {
+    // A reviver's Date has no canonical form of its own: two different dates must not match.
+    const at = (iso: string) => ({ amount: 1, at: new Date(iso) });
+    const first = fingerprintRequest({ ...base, json: at('2026-01-01T00:00:00.000Z') });
+    expect(first).toBe(fingerprintRequest({ ...base, body: JSON.stringify(at('2026-01-01T00:00:00.000Z')) }));
+    expect(first).not.toBe(fingerprintRequest({ ...base, json: at('2026-01-02T00:00:00.000Z') }));
+    // A form parsed into an object: its JSON text is hashed as bytes, as before the parsed path.
+    const form = { ...base, contentType: 'application/x-www-form-urlencoded' };
+    expect(fingerprintRequest({ ...form, json: { a: '1', b: '2' } })).toBe(
+      fingerprintRequest({ ...form, body: Buffer.from(JSON.stringify({ a: '1', b: '2' })) }),
+    );
+    // With exclusions, the parsed path and the bytes path agree too.
+    const exclude = ['/at'];
+    expect(fingerprintRequest({ ...base, json: { amount: 1, at: 'x' } }, { exclude })).toBe(
+      fingerprintRequest({ ...base, body: '{"at":"y","amount":1}' }, { exclude }),
+    );
+  });
 
   it('treats method, route, path, query order, media type and body as the identity', () => {
     const a = fingerprintRequest({ ...base, query: 'a=1&b=2', body: '{"x":1}' });

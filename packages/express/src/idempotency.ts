@@ -101,19 +101,21 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
 // Shared by every request (bound to it), rather than a closure made per request.
 async function readBody(this: Request, maxBytes: number): Promise<BodyRead> {
   const read = await readRequestBody(this, maxBytes);
-  return read.ok ? { ok: true, body: read.body ?? parsedBody(this) } : read;
+  if (!read.ok) return read;
+  return read.body === undefined ? parsedBody(this) : read;
 }
 
 const notThrown = () => false;
 
 // A parser mounted before the middleware already drained the stream: hash what it left behind.
-function parsedBody(req: Request): Uint8Array | undefined {
+// A parsed body goes to the fingerprint as it is, which canonicalises JSON without a round trip
+// through text.
+function parsedBody(req: Request): BodyRead {
   const raw = (req as { rawBody?: unknown }).rawBody;
-  if (raw instanceof Uint8Array) return raw;
-  if (typeof raw === 'string') return Buffer.from(raw);
+  if (raw instanceof Uint8Array) return { ok: true, body: raw };
+  if (typeof raw === 'string') return { ok: true, body: Buffer.from(raw) };
   const body: unknown = req.body;
-  if (body === undefined) return undefined;
-  if (body instanceof Uint8Array) return body;
-  if (typeof body === 'string') return Buffer.from(body);
-  return Buffer.from(JSON.stringify(body) ?? '');
+  if (body === undefined || body instanceof Uint8Array) return { ok: true, body };
+  if (typeof body === 'string') return { ok: true, body: Buffer.from(body) };
+  return { ok: true, body: undefined, json: body };
 }

@@ -1,3 +1,4 @@
+import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import {
   createHttpIdempotency,
@@ -6,6 +7,7 @@ import {
   type IdempotencyContext,
   principalScope,
   type RouteOverrides,
+  readRequestBody,
   readStream,
   writeResponse,
 } from '@idem/core';
@@ -109,8 +111,8 @@ function noRead() {
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
   const http = createHttpIdempotency<FastifyRequest>(options);
 
-  // The raw body is read here, before Fastify's own parser, and handed on as a fresh stream of the
-  // same bytes: parsers and bodyLimit behave exactly as without the plugin.
+  // The raw body is read here, before Fastify's own parser, which then reads the same bytes:
+  // parsers and bodyLimit behave exactly as without the plugin.
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const route = routeConfig(request);
     if (route === false) return payload;
@@ -119,15 +121,22 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (!http.handles(request.method, keyHeader, overrides)) return payload;
     // A bad key is answered in preHandler without the body ever being read (400 before 413).
     if (http.refusesKey(keyHeader, overrides)) return payload;
-    // The declared length is checked first: 413 at once for a body announced over the limit.
-    const read = await readStream(payload, http.maxBodyBytes, request.headers['content-length']);
+    // The declared length is checked first: 413 at once for a body announced over the limit. The
+    // request itself (no earlier hook replaced it) is read and its bytes put back with `unshift`, so
+    // Fastify's parser reads them from the request as usual; another hook's stream is read to its
+    // end and handed on as a fresh stream of the same bytes.
+    // (Only a real IncomingMessage: an injected request, as in `app.inject`, has no `complete`.)
+    const raw = payload === request.raw && payload instanceof IncomingMessage;
+    const read = raw
+      ? await readRequestBody(request.raw, http.maxBodyBytes)
+      : await readStream(payload, http.maxBodyBytes, request.headers['content-length']);
     if (!read.ok) {
       answer(reply, http.problem(read.error));
       return payload;
     }
     const body = read.body ?? Buffer.alloc(0);
     stateOf(request)[kBody] = body;
-    return bodyStream(body);
+    return raw ? payload : bodyStream(body);
   });
 
   fastify.addHook('preHandler', async (request, reply) => {

@@ -97,19 +97,21 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
 // Shared by every request (bound to its context), rather than a closure made per request.
 async function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
   const read = await readRequestBody(this.req, maxBytes);
-  return read.ok ? { ok: true, body: read.body ?? parsedBody(this) } : read;
+  if (!read.ok) return read;
+  return read.body === undefined ? parsedBody(this) : read;
 }
 
 // A parser mounted before the middleware already drained the stream: hash what it left behind.
-function parsedBody(ctx: Context): Uint8Array | undefined {
+// A parsed body goes to the fingerprint as it is, which canonicalises JSON without a round trip
+// through text.
+function parsedBody(ctx: Context): BodyRead {
   const request = ctx.request as { rawBody?: unknown; body?: unknown };
-  if (typeof request.rawBody === 'string') return Buffer.from(request.rawBody);
-  if (request.rawBody instanceof Uint8Array) return request.rawBody;
+  if (typeof request.rawBody === 'string') return { ok: true, body: Buffer.from(request.rawBody) };
+  if (request.rawBody instanceof Uint8Array) return { ok: true, body: request.rawBody };
   const body = request.body;
-  if (body === undefined) return undefined;
-  if (body instanceof Uint8Array) return body;
-  if (typeof body === 'string') return Buffer.from(body);
-  return Buffer.from(JSON.stringify(body) ?? '');
+  if (body === undefined || body instanceof Uint8Array) return { ok: true, body };
+  if (typeof body === 'string') return { ok: true, body: Buffer.from(body) };
+  return { ok: true, body: undefined, json: body };
 }
 
 /**
