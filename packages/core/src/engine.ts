@@ -369,7 +369,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     for (;;) {
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
-      const local = held.get(id);
+      // (An in-process store answers as fast as this map, and the same: no lookup on its behalf.)
+      const local = inProcess ? undefined : held.get(id);
       if (local !== undefined) {
         if (now() - local.lastRenewedAt >= leaseMs)
           held.delete(id); // abandoned, not renewed
