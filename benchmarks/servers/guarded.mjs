@@ -2,6 +2,7 @@
 // off), behind a hand-written jose.jwtVerify hook (the verify path's baseline), or behind a peer:
 // @fastify/jwt (fast-jwt) on Fastify, express-oauth2-jwt-bearer and express-jwt with jwks-rsa on
 // Express. Every guard checks the same things: signature, algorithm, iss, aud, exp.
+import { joseKey } from '../lib/jose-key.mjs';
 import { nodeServer } from './charges.mjs';
 
 /**
@@ -65,19 +66,8 @@ async function startFastify(spec) {
 // guard's verify path is measured against this hook, on the same server setup, so the ratio is the
 // guard's own cost over jose's and not the cost of an HTTP request.
 async function joseHook(spec) {
-  const { importJWK, jwtVerify } = await import('jose');
-  // Given the secret's bytes, jose would import an HMAC key on every call: import it once instead, as
-  // the public keys are, so the baseline pays for verification only.
-  const key =
-    spec.alg === 'HS256'
-      ? await crypto.subtle.importKey(
-          'raw',
-          new TextEncoder().encode(spec.secret),
-          { name: 'HMAC', hash: 'SHA-256' },
-          false,
-          ['verify'],
-        )
-      : await importJWK({ ...spec.publicJwk }, spec.alg);
+  const { jwtVerify } = await import('jose');
+  const key = await joseKey(spec);
   const options = { issuer: spec.issuer, audience: spec.audience, algorithms: [spec.alg] };
   return async (request, reply) => {
     const header = request.headers.authorization;

@@ -25,9 +25,9 @@ async function rate(operation, inFlight, ms) {
 }
 
 async function joseLoop() {
-  const { importJWK, jwtVerify } = await import('jose');
-  const key =
-    spec.alg === 'HS256' ? new TextEncoder().encode(spec.secret) : await importJWK({ ...spec.publicJwk }, spec.alg);
+  const { jwtVerify } = await import('jose');
+  const { joseKey } = await import('../lib/jose-key.mjs');
+  const key = await joseKey(spec);
   let index = 0;
   const options = { issuer: spec.issuer, audience: spec.audience, algorithms: [spec.alg] };
   return () => jwtVerify(spec.tokens[index++ % spec.tokens.length], key, options);
