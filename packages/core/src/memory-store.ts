@@ -1,3 +1,4 @@
+import { Buffer } from 'node:buffer';
 import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, Store, StoreRecord } from './store.js';
 
 /** Options of {@link memoryStore}. */
