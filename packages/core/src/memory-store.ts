@@ -56,6 +56,8 @@ function viewOf(entry: Entry): StoreRecord {
       }
     : { state: 'in_progress', token, fingerprint };
   entry.view = view;
+  // The view holds the bytes now; keeping the string too would double what a replayed record costs.
+  if (entry.completed) entry.body = '';
   return view;
 }
 
