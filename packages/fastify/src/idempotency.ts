@@ -50,25 +50,46 @@ function threw(this: Execution): boolean {
 // of the plugin's bookkeeping.)
 const kBody = Symbol('@idem/fastify body');
 const kExecution = Symbol('@idem/fastify execution');
+const kRoute = Symbol('@idem/fastify route');
+
+/** What the plugin needs of a request's route, worked out once per request. */
+interface RouteInfo {
+  config: RouteIdempotencyOptions | false;
+  overrides: RouteOverrides;
+  /** The route template, e.g. `/charges/:id`. */
+  url: string | undefined;
+}
 
 interface RequestState {
   [kBody]?: Buffer;
   [kExecution]?: Execution;
+  [kRoute]?: RouteInfo;
 }
 
 const stateOf = (request: FastifyRequest) => request as FastifyRequest & RequestState;
 
-function routeConfig(request: FastifyRequest): RouteIdempotencyOptions | false {
-  // No route matched: nothing would execute, so there is nothing to make idempotent (and a 404
-  // must not be stored as the outcome of a route deployed later).
-  if (request.is404) return false;
-  const config = (request.routeOptions?.config as { idempotency?: RouteIdempotencyOptions | false } | undefined)
-    ?.idempotency;
-  return config === undefined ? {} : config;
-}
-
 // Most routes override nothing: they share one empty object instead of building one per request.
 const noOverrides: RouteOverrides = Object.freeze({});
+const noRoute: RouteInfo = Object.freeze({ config: false, overrides: noOverrides, url: undefined });
+
+// Both hooks need the route: it is worked out in the first and kept on the request, since Fastify's
+// `request.routeOptions` builds a new object of a dozen fields on every read.
+function routeOf(request: FastifyRequest): RouteInfo {
+  const state = stateOf(request);
+  const known = state[kRoute];
+  if (known !== undefined) return known;
+  let info = noRoute;
+  // No route matched: nothing would execute, so there is nothing to make idempotent (and a 404
+  // must not be stored as the outcome of a route deployed later).
+  if (!request.is404) {
+    const options = request.routeOptions;
+    const setting = (options?.config as { idempotency?: RouteIdempotencyOptions | false } | undefined)?.idempotency;
+    const config = setting === undefined ? {} : setting;
+    info = { config, overrides: config === false ? noOverrides : overridesOf(config), url: options?.url };
+  }
+  state[kRoute] = info;
+  return info;
+}
 
 function overridesOf(route: RouteIdempotencyOptions): RouteOverrides {
   if (route.required === undefined && route.mintKeys === undefined) return noOverrides;
@@ -114,9 +135,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // The raw body is read here, before Fastify's own parser, which then reads the same bytes:
   // parsers and bodyLimit behave exactly as without the plugin.
   fastify.addHook('preParsing', async (request, reply, payload) => {
-    const route = routeConfig(request);
+    const { config: route, overrides } = routeOf(request);
     if (route === false) return payload;
-    const overrides = overridesOf(route);
     const keyHeader = http.keyHeader(request.raw);
     if (!http.handles(request.method, keyHeader, overrides)) return payload;
     // A bad key is answered in preHandler without the body ever being read (400 before 413).
@@ -140,9 +160,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   });
 
   fastify.addHook('preHandler', async (request, reply) => {
-    const route = routeConfig(request);
+    const { config: route, overrides, url: template } = routeOf(request);
     if (route === false) return;
-    const overrides = overridesOf(route);
     const keyHeader = http.keyHeader(request.raw);
     if (!http.handles(request.method, keyHeader, overrides)) return;
     const url = request.url;
@@ -153,7 +172,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const started = await http.begin(
       {
         method: request.method,
-        route: request.routeOptions.url ?? path,
+        route: template ?? path,
         path,
         query: queryAt === -1 ? '' : url.slice(queryAt + 1),
         contentType: request.headers['content-type'],
