@@ -290,7 +290,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 
   const replay = (stored: StoredResponse, echo: string): HttpResponse => {
     const headers: Record<string, string> = {};
-    for (const [name, value] of Object.entries(stored.headers)) if (allow.has(name)) headers[name] = value;
+    const names = Object.keys(stored.headers);
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i] as string;
+      if (allow.has(name)) headers[name] = stored.headers[name] as string;
+    }
     headers['idempotency-key'] = echo;
     headers['idempotent-replayed'] = 'true';
     // A replay is one caller's result: shared caches must not keep it (anchors case 40).
@@ -562,7 +566,13 @@ function unreadableBody(this: BodyReading<Readable>) {
 // For readRequestBody, 'end' only fires when something else consumed the data; with our own reads
 // we stop before it.
 function endOfBody(this: BodyReading<Readable>) {
-  bodyRead(this, { ok: true, body: Buffer.concat(this.chunks) });
+  bodyRead(this, { ok: true, body: joined(this.chunks) });
+}
+
+// The chunks as one buffer. Most bodies arrive in one chunk, which is used as it is: nothing writes
+// to a request's chunks, and a copy per request would only be garbage.
+function joined(chunks: Buffer[]): Buffer {
+  return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
 }
 
 function readAvailable(this: BodyReading<IncomingMessage>) {
@@ -581,7 +591,7 @@ function readAvailable(this: BodyReading<IncomingMessage>) {
   // hand; 'end' is only scheduled for the next tick, and unshifting now cancels it, so the next
   // reader sees the whole body and then its end.
   if (req.complete) {
-    const body = Buffer.concat(this.chunks);
+    const body = joined(this.chunks);
     if (body.length > 0) req.unshift(body);
     bodyRead(this, { ok: true, body });
   }
@@ -695,7 +705,7 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
   // a writev). Latin-1 maps each byte to one character and back, so the bytes on the wire are the
   // very same; large bodies go as they are rather than being copied into a string.
   else {
-    const bytes = Buffer.from(body.buffer, body.byteOffset, body.length);
+    const bytes = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.length);
     if (bytes.length <= latin1Limit) res.end(bytes.toString('latin1'), 'latin1');
     else res.end(bytes);
   }
