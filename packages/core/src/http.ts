@@ -536,6 +536,39 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
   return startReading(req, maxBytes, 'readable');
 }
 
+/** What a body parser that ran before the middleware left on the request. */
+export interface ParsedBodyFields {
+  /** The raw text or bytes some parsers keep (e.g. with a `verify` hook, or koa-bodyparser). */
+  rawBody?: unknown;
+  /** The parsed body. */
+  body?: unknown;
+}
+
+/**
+ * The body to fingerprint: the raw bytes read with {@link readRequestBody} (and put back for later
+ * parsers), or, when a parser that ran first already drained the stream, what it left in `parsed`:
+ * its raw bytes if it kept them, else the parsed body, which the fingerprint canonicalises as it is
+ * (no round trip through text).
+ *
+ * @example
+ * const read = await readBodyForFingerprint(req, 1_048_576, req);
+ */
+export async function readBodyForFingerprint(
+  req: IncomingMessage,
+  maxBytes: number,
+  parsed: ParsedBodyFields,
+): Promise<BodyRead> {
+  const read = await readRequestBody(req, maxBytes);
+  if (!read.ok || read.body !== undefined) return read;
+  const raw = parsed.rawBody;
+  if (raw instanceof Uint8Array) return { ok: true, body: raw };
+  if (typeof raw === 'string') return { ok: true, body: Buffer.from(raw) };
+  const body = parsed.body;
+  if (body === undefined || body instanceof Uint8Array) return { ok: true, body };
+  if (typeof body === 'string') return { ok: true, body: Buffer.from(body) };
+  return { ok: true, body: undefined, json: body };
+}
+
 /** One body being read into memory; its listeners are shared functions bound to it. */
 interface BodyReading<S extends Readable> {
   readonly stream: S;

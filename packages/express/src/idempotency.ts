@@ -3,8 +3,9 @@ import {
   createHttpIdempotency,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
+  type ParsedBodyFields,
   principalScope,
-  readRequestBody,
+  readBodyForFingerprint,
   writeResponse,
 } from '@idem/core';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
@@ -99,23 +100,8 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
 }
 
 // Shared by every request (bound to it), rather than a closure made per request.
-async function readBody(this: Request, maxBytes: number): Promise<BodyRead> {
-  const read = await readRequestBody(this, maxBytes);
-  if (!read.ok) return read;
-  return read.body === undefined ? parsedBody(this) : read;
+function readBody(this: Request, maxBytes: number): Promise<BodyRead> {
+  return readBodyForFingerprint(this, maxBytes, this as ParsedBodyFields);
 }
 
 const notThrown = () => false;
-
-// A parser mounted before the middleware already drained the stream: hash what it left behind.
-// A parsed body goes to the fingerprint as it is, which canonicalises JSON without a round trip
-// through text.
-function parsedBody(req: Request): BodyRead {
-  const raw = (req as { rawBody?: unknown }).rawBody;
-  if (raw instanceof Uint8Array) return { ok: true, body: raw };
-  if (typeof raw === 'string') return { ok: true, body: Buffer.from(raw) };
-  const body: unknown = req.body;
-  if (body === undefined || body instanceof Uint8Array) return { ok: true, body };
-  if (typeof body === 'string') return { ok: true, body: Buffer.from(body) };
-  return { ok: true, body: undefined, json: body };
-}

@@ -6,9 +6,10 @@ import {
   type HttpIdempotencyOptions,
   type HttpResponse,
   type IdempotencyContext,
+  type ParsedBodyFields,
   principalScope,
   type ResponseCapture,
-  readRequestBody,
+  readBodyForFingerprint,
   type StoredResponse,
   writeResponse,
 } from '@idem/core';
@@ -94,24 +95,9 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   settleUnwritten(ctx, capture);
 }
 
-// Shared by every request (bound to its context), rather than a closure made per request.
-async function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
-  const read = await readRequestBody(this.req, maxBytes);
-  if (!read.ok) return read;
-  return read.body === undefined ? parsedBody(this) : read;
-}
-
-// A parser mounted before the middleware already drained the stream: hash what it left behind.
-// A parsed body goes to the fingerprint as it is, which canonicalises JSON without a round trip
-// through text.
-function parsedBody(ctx: Context): BodyRead {
-  const request = ctx.request as { rawBody?: unknown; body?: unknown };
-  if (typeof request.rawBody === 'string') return { ok: true, body: Buffer.from(request.rawBody) };
-  if (request.rawBody instanceof Uint8Array) return { ok: true, body: request.rawBody };
-  const body = request.body;
-  if (body === undefined || body instanceof Uint8Array) return { ok: true, body };
-  if (typeof body === 'string') return { ok: true, body: Buffer.from(body) };
-  return { ok: true, body: undefined, json: body };
+// Shared by every request (bound to it), rather than a closure made per request.
+function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
+  return readBodyForFingerprint(this.req, maxBytes, this.request as ParsedBodyFields);
 }
 
 /**
