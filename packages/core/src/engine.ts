@@ -8,6 +8,7 @@ import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } 
 import { recordId } from './record-id.js';
 import {
   type ClaimInput,
+  type Awaitable,
   type ClaimResult,
   isPending,
   type Store,
@@ -350,11 +351,12 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     return undefined;
   };
 
-  // An in-process store answers at once and cannot hang on a network: it is called directly, without
-  // the deadline wrapper and the closure it needs, and when it answers with a value rather than a
-  // promise nothing is awaited. Each of those is a measurable share of a whole cycle.
-  const claim = (input: ClaimInput) =>
-    inProcess ? store.claim(input) : withTimeout('claim', () => store.claim(input));
+  // The claim, completion and release of every request. An in-process store answers at once and
+  // cannot hang on a network: it is called without the deadline wrapper, and when it answers with a
+  // value rather than a promise the caller awaits nothing (`isPending`). Both are a measurable share
+  // of a whole cycle.
+  const storeCall = <T>(operation: string, work: () => Awaitable<T>): Awaitable<T> =>
+    inProcess ? work() : withTimeout(operation, work);
 
   const begin = async (raw: BeginInput): Promise<BeginResult> => {
     if (!raw || typeof raw.key !== 'string' || raw.key.length === 0) throw new TypeError('begin needs a non-empty key');
@@ -382,7 +384,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       const token = tokenPrefix + (++tokenSequence).toString(36);
       let claimed: ClaimResult;
       try {
-        const answer = claim({ id, token, fingerprint, leaseMs });
+        const input: ClaimInput = { id, token, fingerprint, leaseMs };
+        const answer = storeCall('claim', () => store.claim(input));
         claimed = isPending(answer) ? await answer : answer;
       } catch (error) {
         if (onEvent) emit({ type: 'store-error', id, operation, phase: 'claim', error, at: now() });
@@ -443,7 +446,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const started = onEvent ? now() : 0;
     try {
       const input = { id: lease.id, token: lease.token };
-      const answer = inProcess ? store.release(input) : withTimeout('release', () => store.release(input));
+      const answer = storeCall('release', () => store.release(input));
       const released = isPending(answer) ? await answer : answer;
       if (!released) {
         markLost(state, 'token no longer current at release');
@@ -478,7 +481,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const started = onEvent ? now() : 0;
     try {
       const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
-      const answer = inProcess ? store.complete(input) : withTimeout('complete', () => store.complete(input));
+      const answer = storeCall('complete', () => store.complete(input));
       const completed = isPending(answer) ? await answer : answer;
       if (!completed) {
         // Someone else holds the record now: a late finisher must never overwrite it.

@@ -504,3 +504,49 @@ describe('a failed completion answers within one store timeout', () => {
     expect(result).toMatchObject({ ok: false, reason: 'store-error' });
   });
 });
+
+describe('stores that answer synchronously', () => {
+  const base = { scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' };
+
+  it('a synchronous store works in or out of process, and a synchronous throw is a 503, never an exception', async () => {
+    for (const inProcess of [true, false]) {
+      const inner = memoryStore();
+      let down = false;
+      // Every method answers with a plain value, and fails by throwing, as the contract allows.
+      const store: Store = {
+        inProcess,
+        claim: (input) => {
+          if (down) throw new Error('store down');
+          return inner.claim(input);
+        },
+        renew: (input) => inner.renew(input),
+        complete: (input) => inner.complete(input),
+        release: (input) => inner.release(input),
+        get: (id) => inner.get(id),
+      };
+      const engine = createIdempotency({ store });
+      const first = await engine.begin({ ...base, key: `sync-${inProcess}` });
+      expect(first.kind).toBe('execute');
+      if (first.kind !== 'execute') return;
+      expect(await engine.complete(first.lease, ok())).toEqual({ ok: true, stored: true });
+      const again = await engine.begin({ ...base, key: `sync-${inProcess}` });
+      expect(again.kind).toBe('replay');
+      down = true;
+      const failed = await engine.begin({ ...base, key: `other-${inProcess}` });
+      expect(failed.kind === 'reject' && failed.error.code).toBe('store_unavailable');
+    }
+  });
+
+  it('two engines sharing one in-process store never hand out the same fencing token', async () => {
+    const store = memoryStore();
+    const engines = [createIdempotency({ store }), createIdempotency({ store })];
+    const tokens = new Set<string>();
+    for (let i = 0; i < 2_000; i++) {
+      const started = await (engines[i % 2] as (typeof engines)[0]).begin({ ...base, key: `k-${i}` });
+      if (started.kind !== 'execute') throw new Error(started.kind);
+      tokens.add(started.lease.token);
+      await (engines[i % 2] as (typeof engines)[0]).release(started.lease);
+    }
+    expect(tokens.size).toBe(2_000);
+  });
+});
