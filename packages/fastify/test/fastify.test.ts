@@ -1,3 +1,5 @@
+import type { AddressInfo } from 'node:net';
+import { PassThrough } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -96,6 +98,40 @@ describe('@idem/fastify specifics', () => {
     expect(problem.statusCode).toBe(400);
     expect(problem.headers['access-control-allow-origin']).toBe('https://app.example');
     await instance.close();
+  });
+
+  it('over a real socket: reads the request itself, or the stream an earlier preParsing hook put in its place', async () => {
+    for (const replaced of [false, true]) {
+      const instance = Fastify();
+      // An earlier hook that hands on a stream of its own (as a decompressing hook would).
+      if (replaced)
+        instance.addHook('preParsing', async (_request, _reply, payload) => payload.pipe(new PassThrough()));
+      await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
+      let runs = 0;
+      instance.post('/charges', async (request) => ({
+        amount: (request.body as { amount: number }).amount,
+        run: ++runs,
+      }));
+      await instance.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = instance.server.address() as AddressInfo;
+      const send = (key: string, body: string) =>
+        fetch(`http://127.0.0.1:${port}/charges`, {
+          method: 'POST',
+          body,
+          headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        });
+      try {
+        const first = await send('real-1', '{"amount":7}');
+        expect(await first.json()).toEqual({ amount: 7, run: 1 });
+        const again = await send('real-1', '{ "amount": 7 }');
+        expect(again.headers.get('idempotent-replayed')).toBe('true');
+        expect(await again.json()).toEqual({ amount: 7, run: 1 });
+        expect((await send('real-1', '{"amount":8}')).status).toBe(422);
+        expect(runs).toBe(1);
+      } finally {
+        await instance.close();
+      }
+    }
   });
 
   it('leaves unmatched routes (404) alone', async () => {
