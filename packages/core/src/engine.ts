@@ -7,8 +7,8 @@ import { fingerprintsMatch } from './fingerprint.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
 import {
-  type ClaimInput,
   type Awaitable,
+  type ClaimInput,
   type ClaimResult,
   isPending,
   type Store,
