@@ -143,6 +143,19 @@ function isJsonMediaType(mediaType: string): boolean {
   return mediaType === 'application/json' || mediaType.endsWith('+json');
 }
 
+/**
+ * True when a `Content-Type` names JSON (`application/json` or any `+json` type, parameters ignored):
+ * the bodies whose fingerprint is their canonical form rather than their bytes.
+ *
+ * @example
+ * isJsonContentType('application/merge-patch+json; charset=utf-8'); // true
+ */
+export function isJsonContentType(contentType: string | undefined): boolean {
+  if (contentType === undefined) return false;
+  const semicolon = contentType.indexOf(';');
+  return isJsonMediaType((semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase());
+}
+
 function bodyForHash(
   body: Uint8Array | string | undefined,
   mediaType: string,
@@ -175,7 +188,88 @@ function bodyForHashFromValue(value: unknown, mediaType: string, exclude?: reado
   }
   // Another media type, exclusions, or a value that is not plain JSON data (a reviver made dates or
   // class instances) or is too deep: hash what it serialises to, exactly as the bytes of that body.
-  return bodyForHash(Buffer.from(JSON.stringify(value) ?? ''), mediaType, exclude);
+  return bodyForHash(Buffer.from(serialised(value)), mediaType, exclude);
+}
+
+/**
+ * The JSON text of a body a parser already parsed, for when its bytes are gone: the canonical form
+ * (RFC 8785) when it has one, else what `JSON.stringify` writes. Either fingerprints, as bytes of a
+ * JSON body, exactly as the parsed value itself does. Nesting too deep for the stack (which a JSON
+ * parser accepts) is written without recursion, never a stack overflow.
+ *
+ * @example
+ * jsonBodyText({ b: 1, a: 2 }); // '{"a":2,"b":1}'
+ */
+export function jsonBodyText(value: unknown): string {
+  return canonicalJson(value) ?? serialised(value);
+}
+
+function serialised(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? '';
+  } catch (error) {
+    // Plain data nested deeper than JSON.stringify can recurse; anything else fails as it did.
+    const text = error instanceof RangeError ? compactJson(value) : undefined;
+    if (text === undefined) throw error;
+    return text;
+  }
+}
+
+interface Level {
+  readonly items: readonly unknown[] | Record<string, unknown>;
+  /** The member names of an object; undefined for an array. */
+  readonly names: string[] | undefined;
+  next: number;
+}
+
+/**
+ * Plain JSON data (arrays, plain objects, strings, numbers, booleans, null) written as
+ * `JSON.stringify` writes it, with an explicit stack instead of recursion. Undefined for anything
+ * else, which the caller reports as `JSON.stringify` did.
+ */
+function compactJson(root: unknown): string | undefined {
+  const levels: Level[] = [];
+  let out = '';
+  let value = root;
+  for (;;) {
+    if (value === null) out += 'null';
+    else if (typeof value === 'string') out += JSON.stringify(value);
+    else if (typeof value === 'number') out += Number.isFinite(value) ? String(value) : 'null';
+    else if (typeof value === 'boolean') out += value ? 'true' : 'false';
+    else if (Array.isArray(value)) {
+      out += '[';
+      levels.push({ items: value, names: undefined, next: 0 });
+    } else if (typeof value === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(value))) {
+      out += '{';
+      levels.push({ items: value as Record<string, unknown>, names: Object.keys(value), next: 0 });
+    } else return undefined;
+    // On to the next value: the first item of a container just opened, or the one after the value
+    // just written, closing every container that has no more.
+    for (;;) {
+      const level = levels[levels.length - 1];
+      if (level === undefined) return out;
+      const { items, names } = level;
+      if (names === undefined) {
+        const array = items as readonly unknown[];
+        if (level.next < array.length) {
+          if (level.next > 0) out += ',';
+          value = array[level.next++];
+          break;
+        }
+        out += ']';
+      } else {
+        if (level.next < names.length) {
+          const name = names[level.next] as string;
+          out += `${level.next > 0 ? ',' : ''}${JSON.stringify(name)}:`;
+          level.next++;
+          value = (items as Record<string, unknown>)[name];
+          break;
+        }
+        out += '}';
+      }
+      levels.pop();
+    }
+  }
 }
 
 function withoutPointers(value: unknown, pointers: readonly string[]): unknown {

@@ -83,6 +83,11 @@ export interface HttpRequestInfo {
    * once the key and the caller are known to be valid, so a bad key is refused without reading a byte.
    */
   body: Uint8Array | undefined | (() => Promise<BodyRead>);
+  /**
+   * The body as the framework's parser left it, for when the raw bytes were never read (Fastify with
+   * a JSON body of declared length); used only when `body` is undefined. See {@link parsedBodyRead}.
+   */
+  json?: unknown;
   /** The caller, from the `scope` option or the default principal; undefined when unknown. */
   scope: string | undefined;
 }
@@ -341,6 +346,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       json = read.json;
     } else {
       body = request.body;
+      if (body === undefined) json = request.json;
     }
     if (body !== undefined && body.length > maxBodyBytes) {
       return { kind: 'respond', response: problem(tooLarge(maxBodyBytes)) };
@@ -560,6 +566,18 @@ export async function readBodyForFingerprint(
 ): Promise<BodyRead> {
   const read = await readRequestBody(req, maxBytes);
   if (!read.ok || read.body !== undefined) return read;
+  return parsedBodyRead(parsed);
+}
+
+/**
+ * The body to fingerprint from what a parser left: its raw bytes if it kept them, else the parsed
+ * body (bytes and text as bytes; anything else is canonicalised as it is, with no round trip
+ * through text, which gives the fingerprint its raw JSON bytes would give).
+ *
+ * @example
+ * const read = parsedBodyRead({ body: request.body });
+ */
+export function parsedBodyRead(parsed: ParsedBodyFields): BodyRead & { ok: true } {
   const raw = parsed.rawBody;
   if (raw instanceof Uint8Array) return { ok: true, body: raw };
   if (typeof raw === 'string') return { ok: true, body: Buffer.from(raw) };

@@ -23,7 +23,14 @@ export {
   StoreUnavailableError,
 } from './errors.js';
 export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
-export { type FingerprintOptions, fingerprintRequest, fingerprintsMatch, type RequestParts } from './fingerprint.js';
+export {
+  type FingerprintOptions,
+  fingerprintRequest,
+  fingerprintsMatch,
+  isJsonContentType,
+  jsonBodyText,
+  type RequestParts,
+} from './fingerprint.js';
 export {
   type BodyRead,
   type CaptureOptions,
@@ -37,6 +44,7 @@ export {
   type HttpResponse,
   type IdempotencyContext,
   type ParsedBodyFields,
+  parsedBodyRead,
   principalScope,
   type ReadBodyResult,
   type ResponseCapture,

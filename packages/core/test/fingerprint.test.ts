@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from '../src/canonical-json.js';
 import { toMilliseconds } from '../src/duration.js';
-import { fingerprintRequest, fingerprintsMatch } from '../src/fingerprint.js';
+import { fingerprintRequest, fingerprintsMatch, isJsonContentType, jsonBodyText } from '../src/fingerprint.js';
 import { recordId } from '../src/record-id.js';
 
 describe('canonicalJson (RFC 8785)', () => {
@@ -157,6 +157,78 @@ describe('fingerprintRequest', () => {
     expect(fingerprintsMatch('abc', 'abd')).toBe(false);
     expect(fingerprintsMatch('abc', 'abcd')).toBe(false);
     expect(fingerprintsMatch('', 'abc')).toBe(true);
+  });
+});
+
+describe('isJsonContentType', () => {
+  it('is true exactly for the media types whose bodies are canonicalised', () => {
+    for (const type of [
+      'application/json',
+      'Application/JSON; charset=utf-8',
+      ' application/merge-patch+json ',
+      'application/vnd.api+json;v=2',
+    ])
+      expect(isJsonContentType(type)).toBe(true);
+    for (const type of [
+      undefined,
+      '',
+      'text/json',
+      'application/jsonl',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=json',
+    ])
+      expect(isJsonContentType(type)).toBe(false);
+  });
+
+  it('agrees with the fingerprint: JSON types ignore key order, others hash bytes', () => {
+    for (const contentType of [
+      'application/json; charset=utf-8',
+      'application/problem+json',
+      'text/plain',
+      'application/jsonl',
+    ]) {
+      const a = fingerprintRequest({ method: 'POST', contentType, body: '{"a":1,"b":2}' });
+      const b = fingerprintRequest({ method: 'POST', contentType, body: '{"b":2,"a":1}' });
+      expect(a === b).toBe(isJsonContentType(contentType));
+    }
+  });
+});
+
+describe('jsonBodyText (a parsed body whose bytes are gone)', () => {
+  const json = 'application/json';
+  const viaValue = (value: unknown) => fingerprintRequest({ method: 'POST', contentType: json, json: value });
+  const viaBytes = (text: string) => fingerprintRequest({ method: 'POST', contentType: json, body: text });
+
+  it('is the canonical form of plain data, and fingerprints as the value does', () => {
+    const value = { b: [1, { d: null, c: 'é' }], a: true };
+    expect(jsonBodyText(value)).toBe('{"a":true,"b":[1,{"c":"é","d":null}]}');
+    expect(viaBytes(jsonBodyText(value))).toBe(viaValue(value));
+  });
+
+  it('writes what JSON.stringify writes for what a reviver made (no canonical form)', () => {
+    const value = { at: new Date(0), n: 1 };
+    expect(jsonBodyText(value)).toBe(JSON.stringify(value));
+    expect(viaBytes(jsonBodyText(value))).toBe(viaValue(value));
+  });
+
+  it('nesting deeper than the stack is written without recursion, as a compact body of the same bytes', () => {
+    for (const text of [
+      `${'['.repeat(50_000)}${']'.repeat(50_000)}`,
+      `${'{"a":'.repeat(20_000)}[1,"x",null,true,{}]${'}'.repeat(20_000)}`,
+    ]) {
+      const value = JSON.parse(text);
+      expect(() => JSON.stringify(value)).toThrow(RangeError);
+      expect(jsonBodyText(value)).toBe(text);
+      // Too deep for a canonical form: the parsed value and the raw bytes give one fingerprint.
+      expect(viaValue(value)).toBe(viaBytes(text));
+    }
+  });
+
+  it('a value JSON.stringify refuses for another reason is refused the same way', () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    expect(() => jsonBodyText(cyclic)).toThrow(TypeError);
+    expect(() => jsonBodyText({ n: 1n })).toThrow(TypeError);
   });
 });
 

@@ -5,6 +5,9 @@ import {
   type HttpIdempotencyOptions,
   type HttpResponse,
   type IdempotencyContext,
+  isJsonContentType,
+  jsonBodyText,
+  parsedBodyRead,
   principalScope,
   type RouteOverrides,
   readRequestBody,
@@ -49,6 +52,8 @@ function threw(this: Execution): boolean {
 // per request is an ephemeron that every young-generation GC has to trace: it cost more than the rest
 // of the plugin's bookkeeping.)
 const kBody = Symbol('@idem/fastify body');
+const kFromParsed = Symbol('@idem/fastify from parsed body');
+const kSnapshot = Symbol('@idem/fastify body snapshot');
 const kExecution = Symbol('@idem/fastify execution');
 const kRoute = Symbol('@idem/fastify route');
 
@@ -58,10 +63,16 @@ interface RouteInfo {
   overrides: RouteOverrides;
   /** The route template, e.g. `/charges/:id`. */
   url: string | undefined;
+  /** The route validates its body: with Fastify's default AJV options that may change `request.body`. */
+  validatesBody: boolean;
 }
 
 interface RequestState {
   [kBody]?: Buffer;
+  /** The body is fingerprinted from what Fastify's parser made of it (see preParsing). */
+  [kFromParsed]?: boolean;
+  /** A copy of the parsed body taken before validation could change it. */
+  [kSnapshot]?: unknown;
   [kExecution]?: Execution;
   [kRoute]?: RouteInfo;
 }
@@ -70,7 +81,12 @@ const stateOf = (request: FastifyRequest) => request as FastifyRequest & Request
 
 // Most routes override nothing: they share one empty object instead of building one per request.
 const noOverrides: RouteOverrides = Object.freeze({});
-const noRoute: RouteInfo = Object.freeze({ config: false, overrides: noOverrides, url: undefined });
+const noRoute: RouteInfo = Object.freeze({
+  config: false,
+  overrides: noOverrides,
+  url: undefined,
+  validatesBody: false,
+});
 
 // Both hooks need the route: it is worked out in the first and kept on the request, since Fastify's
 // `request.routeOptions` builds a new object of a dozen fields on every read.
@@ -85,7 +101,12 @@ function routeOf(request: FastifyRequest): RouteInfo {
     const options = request.routeOptions;
     const setting = (options?.config as { idempotency?: RouteIdempotencyOptions | false } | undefined)?.idempotency;
     const config = setting === undefined ? {} : setting;
-    info = { config, overrides: config === false ? noOverrides : overridesOf(config), url: options?.url };
+    info = {
+      config,
+      overrides: config === false ? noOverrides : overridesOf(config),
+      url: options?.url,
+      validatesBody: (options?.schema as { body?: unknown } | undefined)?.body !== undefined,
+    };
   }
   state[kRoute] = info;
   return info;
@@ -125,6 +146,12 @@ function bodyStream(body: Buffer): Readable & { receivedEncodedLength?: number }
   return stream;
 }
 
+// The parsed body as JSON bytes, fixed before validation can change it: they fingerprint exactly as
+// the parsed value would (see jsonBodyText).
+function snapshot(body: object): Buffer {
+  return Buffer.from(jsonBodyText(body));
+}
+
 function noRead() {
   // Everything was pushed when the stream was made.
 }
@@ -133,7 +160,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   const http = createHttpIdempotency<FastifyRequest>(options);
 
   // The raw body is read here, before Fastify's own parser, which then reads the same bytes:
-  // parsers and bodyLimit behave exactly as without the plugin.
+  // parsers and bodyLimit behave exactly as without the plugin. A JSON body of declared length is
+  // the exception: it is left to Fastify's parser and fingerprinted from the parsed value, which
+  // gives the fingerprint of its bytes (both are canonicalised) without reading the stream twice.
   fastify.addHook('preParsing', async (request, reply, payload) => {
     const { config: route, overrides } = routeOf(request);
     if (route === false) return payload;
@@ -141,15 +170,27 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (!http.handles(request.method, keyHeader, overrides)) return payload;
     // A bad key is answered in preHandler without the body ever being read (400 before 413).
     if (http.refusesKey(keyHeader, overrides)) return payload;
-    // The declared length is checked first: 413 at once for a body announced over the limit. The
-    // request itself (no earlier hook replaced it) is read and its bytes put back with `unshift`, so
-    // Fastify's parser reads them from the request as usual; another hook's stream is read to its
-    // end and handed on as a fresh stream of the same bytes.
+    const headers = request.headers;
+    const declared = Number(headers['content-length']);
+    // With a declared length Fastify's parser reads exactly that many bytes or fails the request, so
+    // nothing over the limit gets through; a body over it, or chunked, takes the reading path below.
+    if (
+      payload === request.raw &&
+      declared > 0 &&
+      declared <= http.maxBodyBytes &&
+      isJsonContentType(headers['content-type'])
+    ) {
+      stateOf(request)[kFromParsed] = true;
+      return payload;
+    }
+    // The request itself (no earlier hook replaced it) is read and its bytes put back with
+    // `unshift`, so Fastify's parser reads them from the request as usual; another hook's stream is
+    // read to its end and handed on as a fresh stream of the same bytes.
     // (Only a real IncomingMessage: an injected request, as in `app.inject`, has no `complete`.)
     const raw = payload === request.raw && payload instanceof IncomingMessage;
     const read = raw
       ? await readRequestBody(request.raw, http.maxBodyBytes)
-      : await readStream(payload, http.maxBodyBytes, request.headers['content-length']);
+      : await readStream(payload, http.maxBodyBytes, headers['content-length']);
     if (!read.ok) {
       answer(reply, http.problem(read.error));
       return payload;
@@ -157,6 +198,18 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const body = read.body ?? Buffer.alloc(0);
     stateOf(request)[kBody] = body;
     return raw ? payload : bodyStream(body);
+  });
+
+  // Validation with Fastify's default AJV options removes unknown fields, fills in defaults and
+  // coerces types in `request.body`: the fingerprint is of what the client sent, so a route with a
+  // body schema keeps a copy of the parsed body from before. (Hooks run in the order they were
+  // added: one added before this plugin has seen the body first, as it would see the raw stream.)
+  fastify.addHook('preValidation', async (request) => {
+    const state = stateOf(request);
+    if (state[kFromParsed] !== true || !routeOf(request).validatesBody) return;
+    const body = request.body;
+    state[kSnapshot] =
+      body !== null && typeof body === 'object' && !(body instanceof Uint8Array) ? snapshot(body) : body;
   });
 
   fastify.addHook('preHandler', async (request, reply) => {
@@ -168,7 +221,14 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
     const scope = route.scope ?? http.scope;
-    const body = stateOf(request)[kBody];
+    const state = stateOf(request);
+    let body: Buffer | Uint8Array | undefined = state[kBody];
+    let json: unknown;
+    if (state[kFromParsed] === true) {
+      const parsed = parsedBodyRead({ body: kSnapshot in state ? state[kSnapshot] : request.body });
+      body = parsed.body;
+      json = parsed.json;
+    }
     const started = await http.begin(
       {
         method: request.method,
@@ -178,6 +238,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
         contentType: request.headers['content-type'],
         keyHeader,
         body: body !== undefined && body.length > 0 ? body : undefined,
+        json,
         scope: scope ? scope(request) : principalScope((request as { auth?: unknown }).auth),
       },
       overrides,

@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
@@ -132,6 +133,92 @@ describe('@idem/fastify specifics', () => {
         await instance.close();
       }
     }
+  });
+
+  it('a JSON body of declared length (fingerprinted from the parsed value) and the same body sent chunked (read as bytes) are one request', async () => {
+    const instance = Fastify();
+    await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
+    let runs = 0;
+    instance.post('/charges', async (request) => ({
+      amount: (request.body as { amount: number }).amount,
+      run: ++runs,
+    }));
+    await instance.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = instance.server.address() as AddressInfo;
+    // `chunked` sends the body as a stream, with no Content-Length: the plugin reads it itself.
+    const send = (key: string, body: string, chunked: boolean) =>
+      new Promise<{ status: number; replayed: string | undefined; body: string }>((resolve, reject) => {
+        const headers: Record<string, string> = { 'content-type': 'application/json', 'idempotency-key': key };
+        if (!chunked) headers['content-length'] = String(Buffer.byteLength(body));
+        const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/charges', headers }, (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => {
+            text += chunk;
+          });
+          res.on('end', () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              replayed: res.headers['idempotent-replayed'] as string,
+              body: text,
+            }),
+          );
+        });
+        req.on('error', reject);
+        if (chunked) for (const part of [body.slice(0, 3), body.slice(3)]) req.write(part);
+        else req.write(body);
+        req.end();
+      });
+    try {
+      for (const [first, second] of [
+        [false, true],
+        [true, false],
+      ] as const) {
+        const key = `mixed-${first}`;
+        const made = await send(key, '{"amount":7,"currency":"eur"}', first);
+        expect(made.status).toBe(200);
+        expect(made.replayed).toBeUndefined();
+        const again = await send(key, '{ "currency": "eur", "amount": 7 }', second);
+        expect(again.replayed).toBe('true');
+        expect(again.body).toBe(made.body);
+        expect((await send(key, '{"amount":8,"currency":"eur"}', second)).status).toBe(422);
+      }
+      expect(runs).toBe(2);
+    } finally {
+      await instance.close();
+    }
+  });
+
+  it('fingerprints the body the client sent, not what schema validation made of it (removed fields, defaults, coercion)', async () => {
+    const instance = await app({}, (a) => {
+      a.post(
+        '/charges',
+        {
+          schema: {
+            body: {
+              type: 'object',
+              additionalProperties: false,
+              properties: { amount: { type: 'integer' }, currency: { type: 'string', default: 'usd' } },
+              required: ['amount'],
+            },
+          },
+        },
+        async (request, reply) => reply.code(201).send(request.body),
+      );
+    });
+    // Fastify's AJV removes `note`, fills in `currency` and turns "5" into 5 before the handler runs.
+    const first = await post(instance, '/charges', 'v-1', { amount: '5', note: 'x' });
+    expect(first.statusCode).toBe(201);
+    expect(first.json()).toEqual({ amount: 5, currency: 'usd' });
+    const same = await post(instance, '/charges', 'v-1', { note: 'x', amount: '5' });
+    expect(same.headers['idempotent-replayed']).toBe('true');
+    for (const changed of [{ amount: '5' }, { amount: 5, note: 'x' }, { amount: '5', note: 'x', currency: 'usd' }]) {
+      expect((await post(instance, '/charges', 'v-1', changed)).statusCode).toBe(422);
+    }
+    // A body validation refuses is answered by Fastify and never claims the key.
+    expect((await post(instance, '/charges', 'v-2', { amount: 'five' })).statusCode).toBe(400);
+    expect((await post(instance, '/charges', 'v-2', { amount: 6 })).statusCode).toBe(201);
+    await instance.close();
   });
 
   it('leaves unmatched routes (404) alone', async () => {
