@@ -88,6 +88,14 @@ describe('@idem/express specifics', () => {
       expect(same.body).toBe(first.body);
       expect(other.status).toBe(422);
       expect(runs).toBe(1);
+      // Nesting deeper than JSON.stringify can recurse: express.json accepts it, and so does the
+      // fingerprint (a 500 before), which then tells it from another deep body.
+      const deep = (inner: string) => `{"amount":7,"deep":${'['.repeat(30_000)}${inner}${']'.repeat(30_000)}}`;
+      const deepFirst = await post(`${url}/charges`, 'after-deep', [deep('1')]);
+      expect(deepFirst.status).toBe(201);
+      expect((await post(`${url}/charges`, 'after-deep', [deep('1')])).headers['idempotent-replayed']).toBe('true');
+      expect((await post(`${url}/charges`, 'after-deep', [deep('2')])).status).toBe(422);
+      expect(runs).toBe(2);
     });
   });
 
