@@ -105,7 +105,10 @@ export type HttpBeginResult =
       minted: boolean;
     };
 
-/** The result of watching a response: either the complete response, or why it cannot be stored. */
+/**
+ * The result of watching a response: either the complete response (with the headers a replay
+ * carries, no others), or why it cannot be stored.
+ */
 export type CaptureResult =
   | { kind: 'complete'; response: StoredResponse }
   | { kind: 'unstorable'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number };
@@ -165,7 +168,7 @@ export interface HttpIdempotency<Req> {
   replay(stored: StoredResponse, echo: string): HttpResponse;
   /**
    * Watches `res` (Node's `ServerResponse`, which every framework ends up writing to) and copies what
-   * is written. With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
+   * is written: status, body, and the headers a replay carries (the allowlist and `replayHeaders`). With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
    * the end of the response is held until it is stored: a client that read the whole response and
    * retries at once gets the replay, never a 409. In held mode (`hold: true`, transactional) nothing
    * reaches the client until `flush()` or `replace()`.
@@ -259,6 +262,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       throw new TypeError(`replayHeaders must not include ${lower}: it belongs to one request only`);
     allow.add(lower);
   }
+  const replayed: ReplayedHeaders = { names: [...allow], allow };
   const strictKeys = options.strictKeys ?? false;
   const now = options.now ?? Date.now;
   const transactional = options.transactional ?? false;
@@ -467,7 +471,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
       const onResult = target ? settleCaptured.bind(undefined, settle, target) : undefined;
-      return captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes, onResult);
+      return captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes, onResult, replayed);
     },
     settle,
     runTransaction,
@@ -808,9 +812,27 @@ function writeHeadHeaders(args: unknown[]): Record<string, string> {
 
 // The headers of a response: those set on it, then those passed to writeHead (which Node may not
 // copy onto the response).
-function responseHeaders(res: ServerResponse, head: Record<string, string>): Record<string, string> {
-  const out = headerRecord(res.getHeaders() as Record<string, unknown>);
-  for (const name in head) out[name] = head[name] as string;
+/** The headers a replay may carry, as a list to walk and a set to test. */
+interface ReplayedHeaders {
+  readonly names: readonly string[];
+  readonly allow: ReadonlySet<string>;
+}
+
+// Only the headers a replay may carry are kept, so only those are looked up: `getHeaders()` would
+// copy every header of the response into a new object first.
+function responseHeaders(
+  res: ServerResponse,
+  head: Record<string, string>,
+  replayed: ReplayedHeaders,
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  const names = replayed.names;
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i] as string;
+    const value = res.getHeader(name);
+    if (value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  for (const name in head) if (replayed.allow.has(name)) out[name] = head[name] as string;
   return out;
 }
 
@@ -827,6 +849,8 @@ interface CaptureState {
   readonly res: ServerResponse;
   readonly hold: boolean;
   readonly maxBytes: number;
+  /** The stored response keeps only these headers (the rest never reach a replay). */
+  readonly replayed: ReplayedHeaders;
   readonly onResult: ((result: CaptureResult) => Promise<void>) | undefined;
   readonly originalWriteHead: Apply;
   readonly originalWrite: Apply;
@@ -861,12 +885,14 @@ function captureResponse(
   hold: boolean,
   maxBytes: number,
   onResult: ((result: CaptureResult) => Promise<void>) | undefined,
+  replayed: ReplayedHeaders,
 ): ResponseCapture {
   const state: CaptureState = {
     res,
     hold,
     maxBytes,
     onResult,
+    replayed,
     originalWriteHead: res.writeHead as Apply,
     originalWrite: res.write as Apply,
     originalEnd: res.end as Apply,
@@ -1072,7 +1098,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     // One chunk is already a private copy (see `copy`): no need to copy it again.
     const chunks = this.chunks;
     const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
-    const headers = responseHeaders(res, this.headHeaders);
+    const headers = responseHeaders(res, this.headHeaders, this.replayed);
     finish(this, { kind: 'complete', response: { status: finalStatus, headers, body } });
   }
   if (!this.hold) {
