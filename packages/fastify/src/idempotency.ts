@@ -2,6 +2,7 @@ import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import {
   createHttpIdempotency,
+  type HttpBeginResult,
   type HttpIdempotencyOptions,
   type HttpResponse,
   type IdempotencyContext,
@@ -163,13 +164,14 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // parsers and bodyLimit behave exactly as without the plugin. A JSON body of declared length is
   // the exception: it is left to Fastify's parser and fingerprinted from the parsed value, which
   // gives the fingerprint of its bytes (both are canonicalised) without reading the stream twice.
-  fastify.addHook('preParsing', async (request, reply, payload) => {
+  // (A callback hook: the JSON path above answers without a promise per request.)
+  fastify.addHook('preParsing', (request, reply, payload, done) => {
     const { config: route, overrides } = routeOf(request);
-    if (route === false) return payload;
+    if (route === false) return done(null, payload);
     const keyHeader = http.keyHeader(request.raw);
-    if (!http.handles(request.method, keyHeader, overrides)) return payload;
+    if (!http.handles(request.method, keyHeader, overrides)) return done(null, payload);
     // A bad key is answered in preHandler without the body ever being read (400 before 413).
-    if (http.refusesKey(keyHeader, overrides)) return payload;
+    if (http.refusesKey(keyHeader, overrides)) return done(null, payload);
     const headers = request.headers;
     const declared = Number(headers['content-length']);
     // With a declared length Fastify's parser reads exactly that many bytes or fails the request, so
@@ -181,42 +183,56 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       isJsonContentType(headers['content-type'])
     ) {
       stateOf(request)[kFromParsed] = true;
-      return payload;
+      return done(null, payload);
     }
     // The request itself (no earlier hook replaced it) is read and its bytes put back with
     // `unshift`, so Fastify's parser reads them from the request as usual; another hook's stream is
     // read to its end and handed on as a fresh stream of the same bytes.
     // (Only a real IncomingMessage: an injected request, as in `app.inject`, has no `complete`.)
     const raw = payload === request.raw && payload instanceof IncomingMessage;
-    const read = raw
-      ? await readRequestBody(request.raw, http.maxBodyBytes)
-      : await readStream(payload, http.maxBodyBytes, headers['content-length']);
-    if (!read.ok) {
-      answer(reply, http.problem(read.error));
-      return payload;
-    }
-    const body = read.body ?? Buffer.alloc(0);
-    stateOf(request)[kBody] = body;
-    return raw ? payload : bodyStream(body);
+    const reading = raw
+      ? readRequestBody(request.raw, http.maxBodyBytes)
+      : readStream(payload, http.maxBodyBytes, headers['content-length']);
+    reading.then((read) => {
+      if (!read.ok) {
+        answer(reply, http.problem(read.error));
+        return done(null, payload);
+      }
+      const body = read.body ?? Buffer.alloc(0);
+      stateOf(request)[kBody] = body;
+      done(null, raw ? payload : bodyStream(body));
+    }, done);
   });
 
   // Validation with Fastify's default AJV options removes unknown fields, fills in defaults and
   // coerces types in `request.body`: the fingerprint is of what the client sent, so a route with a
   // body schema keeps a copy of the parsed body from before. (Hooks run in the order they were
   // added: one added before this plugin has seen the body first, as it would see the raw stream.)
-  fastify.addHook('preValidation', async (request) => {
+  // (A callback hook: every covered request passes here, and Fastify runs it without a promise.)
+  fastify.addHook('preValidation', (request, _reply, done) => {
     const state = stateOf(request);
-    if (state[kFromParsed] !== true || !routeOf(request).validatesBody) return;
-    const body = request.body;
-    state[kSnapshot] =
-      body !== null && typeof body === 'object' && !(body instanceof Uint8Array) ? snapshot(body) : body;
+    if (state[kFromParsed] === true && routeOf(request).validatesBody) {
+      const body = request.body;
+      try {
+        state[kSnapshot] =
+          body !== null && typeof body === 'object' && !(body instanceof Uint8Array) ? snapshot(body) : body;
+      } catch (error) {
+        // What a custom parser made and JSON cannot write (a bigint): an error, as the fingerprint
+        // would have raised it after validation.
+        done(error as Error);
+        return;
+      }
+    }
+    done();
   });
 
-  fastify.addHook('preHandler', async (request, reply) => {
+  // (A callback hook, like the others: Fastify then makes no promise of its own per request.) To
+  // answer early it does not call `done`: the reply is hijacked and written, and the handler never runs.
+  fastify.addHook('preHandler', (request, reply, done) => {
     const { config: route, overrides, url: template } = routeOf(request);
-    if (route === false) return;
+    if (route === false) return done();
     const keyHeader = http.keyHeader(request.raw);
-    if (!http.handles(request.method, keyHeader, overrides)) return;
+    if (!http.handles(request.method, keyHeader, overrides)) return done();
     const url = request.url;
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
@@ -229,25 +245,27 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       body = parsed.body;
       json = parsed.json;
     }
-    const started = await http.begin(
-      {
-        method: request.method,
-        route: template ?? path,
-        path,
-        query: queryAt === -1 ? '' : url.slice(queryAt + 1),
-        contentType: request.headers['content-type'],
-        keyHeader,
-        body: body !== undefined && body.length > 0 ? body : undefined,
-        json,
-        scope: scope ? scope(request) : principalScope((request as { auth?: unknown }).auth),
-      },
-      overrides,
-    );
-    if (started.kind === 'pass') return;
-    if (started.kind === 'respond') {
-      answer(reply, started.response);
-      return reply;
-    }
+    http
+      .begin(
+        {
+          method: request.method,
+          route: template ?? path,
+          path,
+          query: queryAt === -1 ? '' : url.slice(queryAt + 1),
+          contentType: request.headers['content-type'],
+          keyHeader,
+          body: body !== undefined && body.length > 0 ? body : undefined,
+          json,
+          scope: scope ? scope(request) : principalScope((request as { auth?: unknown }).auth),
+        },
+        overrides,
+      )
+      .then((started) => begun(request, reply, started, done), done);
+  });
+
+  function begun(request: FastifyRequest, reply: FastifyReply, started: HttpBeginResult, done: () => void) {
+    if (started.kind === 'pass') return done();
+    if (started.kind === 'respond') return answer(reply, started.response);
     const { lease, key, minted } = started;
     reply.header('idempotency-key', started.echo);
     const context: IdempotencyContext = { key, minted, tx: undefined };
@@ -256,34 +274,28 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     stateOf(request)[kExecution] = execution;
     if (!http.transactional) {
       http.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
-      return;
+      return done();
     }
     const capture = http.capture(reply.raw, { hold: true });
-    // The handler must run inside the transaction: this hook returns (letting Fastify call the
-    // handler) only from within the transaction's callback.
-    await new Promise<void>((resolve) => {
-      let began = false;
-      void http
-        .runTransaction(
-          lease,
-          capture,
-          (tx) => {
-            began = true;
-            context.tx = tx;
-            resolve();
-          },
-          () => execution.thrown,
-        )
-        .then(() => {
-          if (!began) {
-            // The transaction never started; runTransaction already answered 503.
-            reply.hijack();
-            resolve();
-          }
-        });
-    });
-    if (reply.sent) return reply;
-  });
+    // The handler must run inside the transaction: Fastify is let on to the handler only from
+    // within the transaction's callback.
+    let began = false;
+    void http
+      .runTransaction(
+        lease,
+        capture,
+        (tx) => {
+          began = true;
+          context.tx = tx;
+          done();
+        },
+        () => execution.thrown,
+      )
+      .then(() => {
+        // The transaction never started; runTransaction already answered 503.
+        if (!began) reply.hijack();
+      });
+  }
 
   // Runs before the error response is sent, so the policy knows the handler threw.
   fastify.addHook('onError', async (request) => {
