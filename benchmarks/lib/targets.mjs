@@ -73,13 +73,15 @@ export function targets() {
       'pgbench is C with 2 threads; the store runs on one Node event loop (pg driver parsing, promises) on the same 2 cores as PostgreSQL',
     ),
   ];
-  // Server CPU per request of each bare route, measured on this box (2026-11-21), for the texts below.
-  const bareCost = { express: 52, fastify: 25, koa: 36 };
+  // Server CPU per request of each bare route and what idem adds to a first execution, measured on
+  // this box with benchmarks/adapters-overhead.bench.mjs (2026-11-21, third session), for the texts below.
+  const bareCost = { express: 54, fastify: 24, koa: 30 };
+  const addedCost = { express: '50 to 56', fastify: '29 to 34', koa: '50 to 55' };
   const replayWhy = {
     express:
       'a replay reads and fingerprints the body (spec part 7: a reused key with another payload is refused) before answering; express.json() runs first on this route, so the replay pays for parsing and fingerprinting and skips only the handler and its serialisation',
     fastify:
-      "idem reads the body in preParsing but answers a replay in preHandler, after Fastify's own parser and validation have run (validation failures are not stored, as at Stripe), so a replay pays for reading, parsing and fingerprinting and skips only the handler, whose cost on this route is small",
+      "a replay is answered in preHandler, after Fastify's own parser and validation have run (validation failures are not stored, as at Stripe): it pays for parsing and fingerprinting the body, and skips only the handler, whose cost on this route is small",
     koa: 'a replay reads and fingerprints the body (spec part 7) and skips the handler, its body parsing and serialisation: about even on this route',
   };
   for (const [framework, name] of frameworks) {
@@ -91,7 +93,7 @@ export function targets() {
         adapterRow.idem('memory', 'fresh'),
         adapterRow.bare,
         0.85,
-        `every fresh key reads the raw body, hashes it canonically (RFC 8785 + SHA-256), hashes the record id, claims, captures the response and stores it before the last byte goes out. Measured as server CPU per request on this box: the bare ${name} route costs about ${bareCost[framework]} µs and idem adds about 45 to 60 µs, spread over some forty steps of a few tenths of a µs to 2 µs each (on plain node:http the same path adds about 18 µs); 0.85 would leave ${name} about ${Math.round(bareCost[framework] * 0.18)} µs for all of it`,
+        `every fresh key canonicalises the body (RFC 8785) and hashes it (SHA-256), hashes the record id, claims, captures the response and stores it before the last byte goes out. Measured as server CPU per request on this box: the bare ${name} route costs about ${bareCost[framework]} µs and idem adds about ${addedCost[framework]} µs, spread over some forty steps of a few tenths of a µs to 2 µs each, and a slower server also pays more for each response it writes (the load generator sleeps more often, and each write must wake it); 0.85 would leave ${name} about ${Math.round(bareCost[framework] * 0.18)} µs for all of it`,
       ),
       ratioTarget(
         4,

@@ -164,7 +164,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // parsers and bodyLimit behave exactly as without the plugin. A JSON body of declared length is
   // the exception: it is left to Fastify's parser and fingerprinted from the parsed value, which
   // gives the fingerprint of its bytes (both are canonicalised) without reading the stream twice.
-  // (A callback hook: the JSON path above answers without a promise per request.)
+  // (A callback hook: the JSON path answers without a promise per request.)
   fastify.addHook('preParsing', (request, reply, payload, done) => {
     const { config: route, overrides } = routeOf(request);
     if (route === false) return done(null, payload);
