@@ -129,6 +129,18 @@ export interface IdempotencyEngine {
 }
 
 /**
+ * Key of the engine's `complete` and `release` that answer with a value when the store did, for the
+ * HTTP layer of this package only (not exported from the package).
+ */
+export const settleNow = Symbol('idem settle now');
+
+/** What {@link settleNow} holds. */
+export interface SettleNow {
+  complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Awaitable<CompleteResult>;
+  release(lease: Lease): Awaitable<ReleaseResult>;
+}
+
+/**
  * The engine's own lease object. A class, so every lease has one hidden shape with its fields in
  * the object itself, and `signal` is a getter on the prototype: an object literal with its own
  * getter costs a closure and a slow literal per claim.
@@ -440,76 +452,124 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     return { store: true as const, retentionMs: toMilliseconds(decision.retention, 'retention') };
   };
 
-  const release = async (lease: Lease): Promise<ReleaseResult> => {
+  // Release and completion answer with a value when the store did (an in-process store): the HTTP
+  // layer then ends the response in the same tick, with no promise per request. The public
+  // `release` and `complete` wrap them in a promise.
+  const releaseNow = (lease: Lease): Awaitable<ReleaseResult> => {
     const state = lease as LeaseState;
     stopHeartbeat(state);
     const started = onEvent ? now() : 0;
+    let answer: Awaitable<boolean>;
     try {
       const input = { id: lease.id, token: lease.token };
-      const answer = storeCall('release', () => store.release(input));
-      const released = isPending(answer) ? await answer : answer;
-      if (!released) {
-        markLost(state, 'token no longer current at release');
-        return LEASE_LOST;
-      }
-      if (onEvent)
-        emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
-      return RELEASED;
+      answer = storeCall('release', () => store.release(input));
     } catch (error) {
-      if (onEvent)
-        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
-      return { ok: false, reason: 'store-error', error };
+      return releaseFailed(lease, error);
     }
+    return isPending(answer)
+      ? answer.then(
+          (released) => afterRelease(state, started, released),
+          (error) => releaseFailed(lease, error),
+        )
+      : afterRelease(state, started, answer);
   };
+
+  const afterRelease = (lease: LeaseState, started: number, released: boolean): ReleaseResult => {
+    if (!released) {
+      markLost(lease, 'token no longer current at release');
+      return LEASE_LOST;
+    }
+    if (onEvent)
+      emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
+    return RELEASED;
+  };
+
+  const releaseFailed = (lease: Lease, error: unknown): ReleaseResult => {
+    if (onEvent)
+      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'release', error, at: now() });
+    return { ok: false, reason: 'store-error', error };
+  };
+
+  const completeNow = (
+    lease: Lease,
+    response: StoredResponse,
+    outcome?: Partial<Outcome>,
+  ): Awaitable<CompleteResult> => {
+    const state = lease as LeaseState;
+    if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
+    const decision = decide(response, outcome);
+    if (!decision.store) {
+      const released = releaseNow(lease);
+      return isPending(released)
+        ? released.then((result) => notStored(lease, response, result))
+        : notStored(lease, response, released);
+    }
+    stopHeartbeat(state);
+    // Only events report durations: no clock read without an observer.
+    const started = onEvent ? now() : 0;
+    let answer: Awaitable<boolean>;
+    try {
+      const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
+      answer = storeCall('complete', () => store.complete(input));
+    } catch (error) {
+      return completeFailed(lease, error);
+    }
+    return isPending(answer)
+      ? answer.then(
+          (completed) => afterComplete(state, response, started, completed),
+          (error) => completeFailed(lease, error),
+        )
+      : afterComplete(state, response, started, answer);
+  };
+
+  const notStored = (lease: Lease, response: StoredResponse, released: ReleaseResult): CompleteResult => {
+    if (onEvent)
+      emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
+    return released.ok ? NOT_STORED : released;
+  };
+
+  const afterComplete = (
+    lease: LeaseState,
+    response: StoredResponse,
+    started: number,
+    completed: boolean,
+  ): CompleteResult => {
+    if (!completed) {
+      // Someone else holds the record now: a late finisher must never overwrite it.
+      markLost(lease, 'token no longer current at complete');
+      return LEASE_LOST;
+    }
+    if (onEvent)
+      emit({
+        type: 'complete',
+        id: lease.id,
+        operation: lease.operation,
+        status: response.status,
+        at: now(),
+        durationMs: now() - started,
+        executionMs: now() - lease.startedAt,
+      });
+    return STORED;
+  };
+
+  const completeFailed = (lease: Lease, error: unknown): CompleteResult => {
+    if (onEvent)
+      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
+    // The outcome could not be stored: free the key so a retry is not refused with 409 until the
+    // lease runs out. If this fails too, the short lease frees it within seconds. It runs in the
+    // background: the store just failed, and waiting for a second timeout would only delay the
+    // response the client is owed.
+    void withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
+    return { ok: false, reason: 'store-error', error };
+  };
+
+  const release = async (lease: Lease): Promise<ReleaseResult> => releaseNow(lease);
 
   const complete = async (
     lease: Lease,
     response: StoredResponse,
     outcome?: Partial<Outcome>,
-  ): Promise<CompleteResult> => {
-    const state = lease as LeaseState;
-    if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
-    const decision = decide(response, outcome);
-    if (!decision.store) {
-      const released = await release(lease);
-      if (onEvent)
-        emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
-      return released.ok ? NOT_STORED : released;
-    }
-    stopHeartbeat(state);
-    // Only events report durations: no clock read without an observer.
-    const started = onEvent ? now() : 0;
-    try {
-      const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
-      const answer = storeCall('complete', () => store.complete(input));
-      const completed = isPending(answer) ? await answer : answer;
-      if (!completed) {
-        // Someone else holds the record now: a late finisher must never overwrite it.
-        markLost(state, 'token no longer current at complete');
-        return LEASE_LOST;
-      }
-      if (onEvent)
-        emit({
-          type: 'complete',
-          id: lease.id,
-          operation: lease.operation,
-          status: response.status,
-          at: now(),
-          durationMs: now() - started,
-          executionMs: now() - lease.startedAt,
-        });
-      return STORED;
-    } catch (error) {
-      if (onEvent)
-        emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
-      // The outcome could not be stored: free the key so a retry is not refused with 409 until the
-      // lease runs out. If this fails too, the short lease frees it within seconds. It runs in the
-      // background: the store just failed, and waiting for a second timeout would only delay the
-      // response the client is owed.
-      void withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
-      return { ok: false, reason: 'store-error', error };
-    }
-  };
+  ): Promise<CompleteResult> => completeNow(lease, response, outcome);
 
   const transaction = async <T, Tx>(
     lease: Lease,
@@ -574,12 +634,14 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     }
   };
 
-  return {
+  const engine: IdempotencyEngine & { [settleNow]: SettleNow } = {
     begin,
     complete,
     release,
+    [settleNow]: { complete: completeNow, release: releaseNow },
     transaction,
     transactional: isTransactionalStore(store),
     settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs }),
   };
+  return engine;
 }

@@ -1,12 +1,19 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
-import { createIdempotency, type IdempotencyEngine, type IdempotencyOptions, type Lease } from './engine.js';
+import {
+  createIdempotency,
+  type IdempotencyEngine,
+  type IdempotencyOptions,
+  type Lease,
+  type SettleNow,
+  settleNow,
+} from './engine.js';
 import { IdempotencyError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import { type FingerprintOptions, fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
-import type { StoredResponse } from './store.js';
+import { type Awaitable, isPending, type StoredResponse } from './store.js';
 
 /**
  * Options shared by the Express, Fastify and Koa adapters: the engine's options plus the HTTP ones.
@@ -380,27 +387,37 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return { kind: 'execute', key, echo, lease: started.lease, minted };
   };
 
-  const settle = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
+  // Settles an outcome: undefined when the store answered at once (the capture then ends the response
+  // in the same tick), else a promise that never rejects.
+  const atOnce = (engine as IdempotencyEngine & { [settleNow]: SettleNow })[settleNow];
+  const settleAtOnce = (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> | undefined => {
+    let answer: Awaitable<unknown>;
     try {
       if (result.kind === 'complete') {
         const stored = result.response;
         const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
-        await engine.complete(lease, response, { thrown });
-        return;
+        answer = atOnce.complete(lease, response, { thrown });
+      } else {
+        emit({
+          type: 'response-not-stored',
+          id: lease.id,
+          operation: lease.operation,
+          reason: result.reason,
+          status: result.status,
+          at: now(),
+        });
+        answer = atOnce.release(lease);
       }
-      emit({
-        type: 'response-not-stored',
-        id: lease.id,
-        operation: lease.operation,
-        reason: result.reason,
-        status: result.status,
-        at: now(),
-      });
-      await engine.release(lease);
     } catch {
       // complete and release report store failures as values and events; this only guards against
-      // a misbehaving custom store, so the request path never sees an unhandled rejection.
+      // a misbehaving custom store, so the request path never sees an exception.
+      return undefined;
     }
+    return isPending(answer) ? answer.then(ignore, ignore) : undefined;
+  };
+
+  const settle = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
+    await settleAtOnce(lease, result, thrown);
   };
 
   const runTransaction = async (
@@ -470,7 +487,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     replay,
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
-      const onResult = target ? settleCaptured.bind(undefined, settle, target) : undefined;
+      const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
       return captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes, onResult, replayed);
     },
     settle,
@@ -483,11 +500,15 @@ class RolledBack extends Error {}
 
 // A capture's settlement: shared and bound per response rather than a closure made per response.
 function settleCaptured(
-  settle: HttpIdempotency<unknown>['settle'],
+  settle: (lease: Lease, result: CaptureResult, thrown: boolean) => Promise<void> | undefined,
   target: NonNullable<CaptureOptions['settle']>,
   result: CaptureResult,
-): Promise<void> {
+): Promise<void> | undefined {
   return settle(target.lease, result, target.thrown());
+}
+
+function ignore() {
+  // Settling never fails the response: store failures are reported as events.
 }
 
 const uncommitted = (cause: unknown) =>
@@ -789,7 +810,6 @@ function headerRecord(raw: Record<string, unknown>, out: Record<string, string> 
 }
 
 const noHeaders: Record<string, string> = Object.freeze({}) as Record<string, string>;
-const settled = Promise.resolve();
 
 // writeHead(status, [reason], [headers]) where headers is an object or a flat [name, value, ...] array.
 function writeHeadHeaders(args: unknown[]): Record<string, string> {
@@ -851,7 +871,8 @@ interface CaptureState {
   readonly maxBytes: number;
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
-  readonly onResult: ((result: CaptureResult) => Promise<void>) | undefined;
+  /** Settles the outcome; undefined back means it is settled already (an in-process store). */
+  readonly onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined;
   readonly originalWriteHead: Apply;
   readonly originalWrite: Apply;
   readonly originalEnd: Apply;
@@ -884,7 +905,7 @@ function captureResponse(
   res: ServerResponse,
   hold: boolean,
   maxBytes: number,
-  onResult: ((result: CaptureResult) => Promise<void>) | undefined,
+  onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined,
   replayed: ReplayedHeaders,
 ): ResponseCapture {
   const state: CaptureState = {
@@ -1102,18 +1123,24 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     finish(this, { kind: 'complete', response: { status: finalStatus, headers, body } });
   }
   if (!this.hold) {
-    void (this.settling ?? settled).then(() => {
-      const tail = this.tail;
-      if (tail === undefined) {
-        this.originalEnd.call(res, chunk, encoding, callback);
-        return;
-      }
-      const cb = callbackOf(chunk, encoding, callback);
-      const rest = toBuffer(chunk, encoding);
-      this.originalEnd.call(res, rest === undefined ? tail : Buffer.concat([tail, rest]), cb);
-    });
+    // The end goes out once the outcome is stored: at once when the store answered at once.
+    const settling = this.settling;
+    if (settling === undefined) endNow(this, chunk, encoding, callback);
+    else void settling.then(() => endNow(this, chunk, encoding, callback));
   }
   return res;
+}
+
+// Sends the end that capturedEnd held back, with the last byte write() kept for it, if any.
+function endNow(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
+  const tail = state.tail;
+  if (tail === undefined) {
+    state.originalEnd.call(state.res, chunk, encoding, callback);
+    return;
+  }
+  const cb = callbackOf(chunk, encoding, callback);
+  const rest = toBuffer(chunk, encoding);
+  state.originalEnd.call(state.res, rest === undefined ? tail : Buffer.concat([tail, rest]), cb);
 }
 
 function onCapturedClose(this: CaptureState) {
