@@ -60,6 +60,12 @@ export interface IdempotencyContext {
   minted: boolean;
   /** The store's transaction in `transactional` mode (for PostgreSQL, a client inside BEGIN), else undefined. */
   tx: unknown;
+  /**
+   * Aborts when this execution's lease is lost: its renewal was refused (another execution took the
+   * key over) or failed for a whole lease. Another execution may then be running, so a handler that
+   * has not made its effect yet should stop; pass it to `fetch`, a database query or a timer.
+   */
+  readonly signal: AbortSignal;
 }
 
 /** Per-route settings that override the middleware's (Fastify route `config.idempotency`). */
@@ -169,6 +175,8 @@ export interface HttpIdempotency<Req> {
   refusesKey(keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides): boolean;
   /** Parses the key, checks the scope, fingerprints the request and claims the key. */
   begin(request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult>;
+  /** The context a handler sees of an execution that `begin` started (`req.idempotency` and friends). */
+  context(started: Extract<HttpBeginResult, { kind: 'execute' }>): IdempotencyContext;
   /** The problem+json response for an error. */
   problem(error: IdempotencyError): HttpResponse;
   /** The response that replays `stored`; `echo` is the `Idempotency-Key` value to send back. */
@@ -483,6 +491,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     handles,
     refusesKey,
     begin,
+    context: (started) => new ExecutionContext(started.key, started.minted, started.lease),
     problem,
     replay,
     capture: (res, captureOptions) => {
@@ -497,6 +506,25 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 }
 
 class RolledBack extends Error {}
+
+// One class for every execution's context: `signal` is a getter on the prototype, and the lease
+// makes its AbortController only when a handler asks for it.
+class ExecutionContext implements IdempotencyContext {
+  tx: unknown = undefined;
+  readonly #lease: Lease;
+
+  constructor(
+    public key: string,
+    public minted: boolean,
+    lease: Lease,
+  ) {
+    this.#lease = lease;
+  }
+
+  get signal(): AbortSignal {
+    return this.#lease.signal;
+  }
+}
 
 // A capture's settlement: shared and bound per response rather than a closure made per response.
 function settleCaptured(

@@ -67,9 +67,9 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
       writeResponse(res, started.response);
       return;
     }
-    const { lease, key, minted } = started;
+    const { lease } = started;
     res.setHeader('Idempotency-Key', started.echo);
-    const context: IdempotencyContext = { key, minted, tx: undefined };
+    const context: IdempotencyContext = http.context(started);
     req.idempotency = context;
     if (http.transactional) {
       const capture = http.capture(res, { hold: true });

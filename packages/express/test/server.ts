@@ -20,7 +20,13 @@ export async function makeExpressServer({ idempotency: options, handle }: Adapte
     const method = route.method.toLowerCase() as 'post' | 'patch' | 'get';
     app[method](route.path, async (req, res) => {
       runs++;
-      const reply = await handle({ method: route.method, route: route.path, body: req.body, tx: req.idempotency?.tx });
+      const reply = await handle({
+        method: route.method,
+        route: route.path,
+        body: req.body,
+        tx: req.idempotency?.tx,
+        signal: req.idempotency?.signal,
+      });
       write(res, reply);
     });
   }

@@ -266,9 +266,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   function begun(request: FastifyRequest, reply: FastifyReply, started: HttpBeginResult, done: () => void) {
     if (started.kind === 'pass') return done();
     if (started.kind === 'respond') return answer(reply, started.response);
-    const { lease, key, minted } = started;
+    const { lease } = started;
     reply.header('idempotency-key', started.echo);
-    const context: IdempotencyContext = { key, minted, tx: undefined };
+    const context: IdempotencyContext = http.context(started);
     request.idempotency = context;
     const execution: Execution = { thrown: false };
     stateOf(request)[kExecution] = execution;

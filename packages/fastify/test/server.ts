@@ -30,6 +30,7 @@ export async function makeFastifyServer({ idempotency: options, handle }: Adapte
           route: route.path,
           body: request.body,
           tx: request.idempotency?.tx,
+          signal: request.idempotency?.signal,
         });
         return write(reply, answer);
       },

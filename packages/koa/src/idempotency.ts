@@ -143,9 +143,9 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     });
     if (started.kind === 'pass') return next();
     if (started.kind === 'respond') return answer(ctx, started.response);
-    const { lease, key, minted } = started;
+    const { lease } = started;
     ctx.set('Idempotency-Key', started.echo);
-    const context: IdempotencyContext = { key, minted, tx: undefined };
+    const context: IdempotencyContext = http.context(started);
     ctx.state.idempotency = context;
     const execution: Execution = { thrown: false };
     const capture = http.capture(

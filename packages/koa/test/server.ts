@@ -43,6 +43,7 @@ export async function makeKoaServer({ idempotency: options, handle }: AdapterSer
       route: route.path,
       body: (ctx.request as { body?: unknown }).body,
       tx: ctx.state.idempotency?.tx,
+      signal: ctx.state.idempotency?.signal,
     });
     write(ctx, reply);
   });

@@ -50,6 +50,8 @@ export interface ScenarioRequest {
   body: unknown;
   /** The transaction exposed by the adapter (`req.idempotency.tx` and friends), if any. */
   tx: unknown;
+  /** The lease's signal the adapter exposes (`req.idempotency.signal` and friends), if any. */
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -199,7 +201,11 @@ function expectProblem(sent: Sent, status: number, code: string) {
 // Wraps a store to count calls and inject failures, without changing what it does otherwise.
 function instrument(store: Store) {
   const calls = { claim: 0, complete: 0, release: 0 };
-  const faults = { claim: undefined as undefined | 'throw' | 'lose-ack' };
+  const faults = {
+    claim: undefined as undefined | 'throw' | 'lose-ack',
+    /** `refuse`: every renewal answers that the token is no longer current (another execution took over). */
+    renew: undefined as undefined | 'refuse',
+  };
   const wrapped: Store = {
     async claim(input) {
       calls.claim++;
@@ -208,7 +214,7 @@ function instrument(store: Store) {
       if (faults.claim === 'lose-ack') throw new Error('claim written, reply lost (injected)');
       return result;
     },
-    renew: (input) => store.renew(input),
+    renew: (input) => (faults.renew === 'refuse' ? false : store.renew(input)),
     async complete(input) {
       calls.complete++;
       return store.complete(input);
@@ -307,6 +313,8 @@ export function describeAdapter(
 
   interface World {
     server: AdapterServer;
+    /** What each handler run was given, in order. */
+    requests: ScenarioRequest[];
     store: ReturnType<typeof instrument>;
     harness: AdapterStoreHarness;
     events: IdempotencyEvent[];
@@ -327,6 +335,7 @@ export function describeAdapter(
     const waiters: { type: string; resolve: (e: IdempotencyEvent) => void }[] = [];
     let gate: { promise: Promise<void>; entered: () => void } | undefined;
     let counter = 0;
+    const requests: ScenarioRequest[] = [];
     const onEvent = (event: IdempotencyEvent) => {
       events.push(event);
       for (const waiter of waiters.splice(0)) {
@@ -336,6 +345,7 @@ export function describeAdapter(
     };
     const handle = async (request: ScenarioRequest): Promise<ScenarioReply> => {
       const n = ++counter;
+      requests.push(request);
       if (gate) {
         const current = gate;
         current.entered();
@@ -423,6 +433,7 @@ export function describeAdapter(
     });
     return {
       server,
+      requests,
       store,
       harness: storeHarness,
       events,
@@ -705,6 +716,27 @@ export function describeAdapter(
         await a.close();
         await b.close();
       }
+    });
+
+    it('the handler sees its lease as signal: live while renewed, aborted once a renewal is refused', async () => {
+      await withWorld(
+        async (world) => {
+          const gate = world.hold();
+          const sending = world.send('/charges', { key: 'signal-1' });
+          await gate.entered;
+          const signal = world.requests[0]?.signal;
+          expect(signal).toBeInstanceOf(AbortSignal);
+          expect(signal?.aborted).toBe(false);
+          // Another execution took the key over: the next renewal is refused and the lease is lost.
+          world.store.faults.renew = 'refuse';
+          await world.waitForEvent('lease-lost');
+          expect(signal?.aborted).toBe(true);
+          gate.open();
+          expect((await sending).status).toBe(201);
+        },
+        // The shortest lease renews every few tens of milliseconds: the loss is seen at once.
+        { lease: '100ms' },
+      );
     });
 
     it('store unavailable: 503 + Retry-After problem+json, handler never runs (14)', async () => {
