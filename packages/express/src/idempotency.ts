@@ -8,7 +8,7 @@ import {
   readBodyForFingerprint,
   writeResponse,
 } from '@idem/core';
-import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express';
 
 declare module 'express-serve-static-core' {
   interface Request {
@@ -71,6 +71,9 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     res.setHeader('Idempotency-Key', started.echo);
     const context: IdempotencyContext = http.context(started);
     req.idempotency = context;
+    const execution: Execution = { thrown: false };
+    (req as Request & ExecutionState)[kExecution] = execution;
+    const thrown = threw.bind(execution);
     if (http.transactional) {
       const capture = http.capture(res, { hold: true });
       void http.runTransaction(
@@ -80,13 +83,13 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
           context.tx = tx;
           next();
         },
-        () => false,
+        thrown,
       );
       return;
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
-    // other; whether it was thrown is not visible from here, so the policy sees its status only.
-    http.capture(res, { settle: { lease, thrown: notThrown } });
+    // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
+    http.capture(res, { settle: { lease, thrown } });
     next();
   };
 
@@ -104,4 +107,39 @@ function readBody(this: Request, maxBytes: number): Promise<BodyRead> {
   return readBodyForFingerprint(this, maxBytes, this as ParsedBodyFields);
 }
 
-const notThrown = () => false;
+interface Execution {
+  thrown: boolean;
+}
+
+// Per-request state on the request itself, under a symbol no one else sees.
+const kExecution = Symbol('@idem/express execution');
+
+interface ExecutionState {
+  [kExecution]?: Execution;
+}
+
+// Shared and bound to each execution, rather than a closure made per request.
+function threw(this: Execution): boolean {
+  return this.thrown;
+}
+
+/**
+ * Express error middleware that tells {@link idempotency} the handler threw (or called `next(error)`),
+ * then passes the error on unchanged. Express gives a middleware no other way to see it, so without
+ * this the outcome policy takes a thrown handler's 500 for an answer (`thrown: false`); with it,
+ * `storeOutcome: 'stripe'` releases the key as Stripe does, and a policy function sees `thrown: true`.
+ * Mount it after the routes and before your own error handlers.
+ *
+ * @example
+ * app.use(idempotency({ store, storeOutcome: 'stripe' }));
+ * app.post('/charges', createCharge);
+ * app.use(idempotencyErrors());
+ * app.use(myErrorHandler);
+ */
+export function idempotencyErrors(): ErrorRequestHandler {
+  return function idempotencyErrorsMiddleware(error, req, _res, next) {
+    const execution = (req as Request & ExecutionState)[kExecution];
+    if (execution !== undefined) execution.thrown = true;
+    next(error);
+  };
+}

@@ -1,6 +1,6 @@
 // The Express server of the describeAdapter table, shared by the memory and the real-store runs.
 import type { AddressInfo } from 'node:net';
-import { idempotency } from '@idem/express';
+import { idempotency, idempotencyErrors } from '@idem/express';
 import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
 import express, { type Response } from 'express';
 
@@ -30,6 +30,8 @@ export async function makeExpressServer({ idempotency: options, handle }: Adapte
       write(res, reply);
     });
   }
+  // First among the error handlers (Express's own is the only other): tells the policy a handler threw.
+  app.use(idempotencyErrors());
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const { port } = server.address() as AddressInfo;

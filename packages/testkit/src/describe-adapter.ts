@@ -603,6 +603,21 @@ export function describeAdapter(
         },
         { storeOutcome: 'success' },
       );
+      await withWorld(
+        async (world) => {
+          expect((await world.send('/boom', { key: 'boom-3' })).status).toBe(500);
+          const again = await world.send('/boom', { key: 'boom-3' });
+          // Policy 'stripe': the adapter knows the handler threw (Express through idempotencyErrors()),
+          // so the key was released and the retry runs; an answered 402 is stored and replayed.
+          expect(again.status).toBe(500);
+          expect(again.headers['idempotent-replayed']).toBeUndefined();
+          expect(world.server.executions()).toBe(2);
+          expect((await world.send('/declined', { key: 'declined-3' })).status).toBe(402);
+          expect((await world.send('/declined', { key: 'declined-3' })).headers['idempotent-replayed']).toBe('true');
+          expect(world.server.executions()).toBe(3);
+        },
+        { storeOutcome: 'stripe' },
+      );
     });
 
     it('missing key on a covered route: 400 problem+json key_missing, handler not run (25)', async () => {
