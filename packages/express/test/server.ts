@@ -4,9 +4,15 @@ import { idempotency, idempotencyErrors } from '@idem/express';
 import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
 import express, { type Response } from 'express';
 
-export async function makeExpressServer({ idempotency: options, handle }: AdapterServerOptions) {
+/** Express itself: version 5 by default, or another release with the same API (Express 4). */
+export type ExpressFactory = typeof express;
+
+export async function makeExpressServer(
+  { idempotency: options, handle }: AdapterServerOptions,
+  createApp: ExpressFactory = express,
+) {
   let runs = 0;
-  const app = express();
+  const app = createApp();
   // The guard's job in production: a verified principal on req.auth, never a client header as such.
   app.use((req, _res, next) => {
     const user = req.get('x-test-user');
@@ -15,19 +21,21 @@ export async function makeExpressServer({ idempotency: options, handle }: Adapte
   });
   // Mounted before the body parsers, which still see the body it read.
   app.use(idempotency(options));
-  app.use(express.json(), express.urlencoded({ extended: false }));
+  app.use(createApp.json(), createApp.urlencoded({ extended: false }));
   for (const route of scenarioRoutes) {
     const method = route.method.toLowerCase() as 'post' | 'patch' | 'get';
-    app[method](route.path, async (req, res) => {
+    // Errors go to next() by hand: Express 4 does not catch a rejected promise (5 does).
+    app[method](route.path, (req, res, next) => {
       runs++;
-      const reply = await handle({
+      handle({
         method: route.method,
         route: route.path,
         body: req.body,
         tx: req.idempotency?.tx,
         signal: req.idempotency?.signal,
-      });
-      write(res, reply);
+      })
+        .then((reply) => write(res, reply))
+        .catch(next);
     });
   }
   // First among the error handlers (Express's own is the only other): tells the policy a handler threw.
