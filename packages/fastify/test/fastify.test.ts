@@ -14,6 +14,19 @@ async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: Fa
   return instance;
 }
 
+// The plugin over a real socket, in front of a POST /charges that answers the amount it parsed and
+// counts its runs; `before` adds hooks ahead of the plugin.
+async function listening(before?: (app: FastifyInstance) => void) {
+  const instance = Fastify();
+  before?.(instance);
+  await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
+  let runs = 0;
+  instance.post('/charges', async (request) => ({ amount: (request.body as { amount: number }).amount, run: ++runs }));
+  await instance.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = instance.server.address() as AddressInfo;
+  return { instance, port, runs: () => runs };
+}
+
 const post = (instance: FastifyInstance, url: string, key?: string, payload: unknown = { amount: 1 }) =>
   instance.inject({
     method: 'POST',
@@ -103,18 +116,10 @@ describe('@idem/fastify specifics', () => {
 
   it('over a real socket: reads the request itself, or the stream an earlier preParsing hook put in its place', async () => {
     for (const replaced of [false, true]) {
-      const instance = Fastify();
-      // An earlier hook that hands on a stream of its own (as a decompressing hook would).
-      if (replaced)
-        instance.addHook('preParsing', async (_request, _reply, payload) => payload.pipe(new PassThrough()));
-      await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
-      let runs = 0;
-      instance.post('/charges', async (request) => ({
-        amount: (request.body as { amount: number }).amount,
-        run: ++runs,
-      }));
-      await instance.listen({ port: 0, host: '127.0.0.1' });
-      const { port } = instance.server.address() as AddressInfo;
+      const { instance, port, runs } = await listening((app) => {
+        // An earlier hook that hands on a stream of its own (as a decompressing hook would).
+        if (replaced) app.addHook('preParsing', async (_request, _reply, payload) => payload.pipe(new PassThrough()));
+      });
       const send = (key: string, body: string) =>
         fetch(`http://127.0.0.1:${port}/charges`, {
           method: 'POST',
@@ -128,7 +133,7 @@ describe('@idem/fastify specifics', () => {
         expect(again.headers.get('idempotent-replayed')).toBe('true');
         expect(await again.json()).toEqual({ amount: 7, run: 1 });
         expect((await send('real-1', '{"amount":8}')).status).toBe(422);
-        expect(runs).toBe(1);
+        expect(runs()).toBe(1);
       } finally {
         await instance.close();
       }
@@ -136,15 +141,7 @@ describe('@idem/fastify specifics', () => {
   });
 
   it('a JSON body of declared length (fingerprinted from the parsed value) and the same body sent chunked (read as bytes) are one request', async () => {
-    const instance = Fastify();
-    await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
-    let runs = 0;
-    instance.post('/charges', async (request) => ({
-      amount: (request.body as { amount: number }).amount,
-      run: ++runs,
-    }));
-    await instance.listen({ port: 0, host: '127.0.0.1' });
-    const { port } = instance.server.address() as AddressInfo;
+    const { instance, port, runs } = await listening();
     // `chunked` sends the body as a stream, with no Content-Length: the plugin reads it itself.
     const send = (key: string, body: string, chunked: boolean) =>
       new Promise<{ status: number; replayed: string | undefined; body: string }>((resolve, reject) => {
@@ -183,7 +180,7 @@ describe('@idem/fastify specifics', () => {
         expect(again.body).toBe(made.body);
         expect((await send(key, '{"amount":8,"currency":"eur"}', second)).status).toBe(422);
       }
-      expect(runs).toBe(2);
+      expect(runs()).toBe(2);
     } finally {
       await instance.close();
     }
