@@ -194,12 +194,17 @@ export interface HttpIdempotency<Req> {
    * the key when it cannot be stored. Never throws; never leaves the record in progress on purpose.
    */
   settle(lease: Lease, result: CaptureResult, thrown: boolean): Promise<void>;
-  /** Runs an execution in the store's transaction (`transactional: true`). See {@link runTransaction}. */
+  /**
+   * Runs an execution in the store's transaction (`transactional: true`): `start` lets the handler
+   * run with the transaction, which commits once the held response is known. `notStarted` is called
+   * when the transaction could not begin, after the 503 was written.
+   */
   runTransaction(
     lease: Lease,
     capture: ResponseCapture,
     start: (tx: unknown) => void,
     thrown: () => boolean,
+    notStarted?: () => void,
   ): Promise<void>;
   /** Reports an adapter event through `onEvent`. */
   emit(event: IdempotencyEvent): void;
@@ -429,6 +434,26 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   };
 
   const runTransaction = async (
+    lease: Lease,
+    capture: ResponseCapture,
+    start: (tx: unknown) => void,
+    thrown: () => boolean,
+    notStarted?: () => void,
+  ): Promise<void> => {
+    let began = false;
+    await transactionOf(
+      lease,
+      capture,
+      (tx) => {
+        began = true;
+        start(tx);
+      },
+      thrown,
+    );
+    if (!began) notStarted?.();
+  };
+
+  const transactionOf = async (
     lease: Lease,
     capture: ResponseCapture,
     start: (tx: unknown) => void,

@@ -279,22 +279,17 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const capture = http.capture(reply.raw, { hold: true });
     // The handler must run inside the transaction: Fastify is let on to the handler only from
     // within the transaction's callback.
-    let began = false;
-    void http
-      .runTransaction(
-        lease,
-        capture,
-        (tx) => {
-          began = true;
-          context.tx = tx;
-          done();
-        },
-        () => execution.thrown,
-      )
-      .then(() => {
-        // The transaction never started; runTransaction already answered 503.
-        if (!began) reply.hijack();
-      });
+    void http.runTransaction(
+      lease,
+      capture,
+      (tx) => {
+        context.tx = tx;
+        done();
+      },
+      threw.bind(execution),
+      // The transaction never started: the 503 is written, Fastify must not answer too.
+      () => reply.hijack(),
+    );
   }
 
   // Runs before the error response is sent, so the policy knows the handler threw.

@@ -156,25 +156,20 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     // The handler must run inside the transaction, whose callback waits for the response that Koa
     // writes after this middleware returns: so the middleware returns from within the callback.
     await new Promise<void>((resolve, reject) => {
-      let began = false;
-      void http
-        .runTransaction(
-          lease,
-          capture,
-          (tx) => {
-            began = true;
-            context.tx = tx;
-            runNext(ctx, next, capture, execution).then(resolve, reject);
-          },
-          threw.bind(execution),
-        )
-        .then(() => {
-          if (!began) {
-            // The transaction never started; runTransaction already answered 503.
-            ctx.respond = false;
-            resolve();
-          }
-        });
+      void http.runTransaction(
+        lease,
+        capture,
+        (tx) => {
+          context.tx = tx;
+          runNext(ctx, next, capture, execution).then(resolve, reject);
+        },
+        threw.bind(execution),
+        () => {
+          // The transaction never started: the 503 is written, Koa must not answer too.
+          ctx.respond = false;
+          resolve();
+        },
+      );
     });
   };
 }

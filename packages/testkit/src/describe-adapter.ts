@@ -205,6 +205,8 @@ function instrument(store: Store) {
     claim: undefined as undefined | 'throw' | 'lose-ack',
     /** `refuse`: every renewal answers that the token is no longer current (another execution took over). */
     renew: undefined as undefined | 'refuse',
+    /** `throw`: the transaction cannot begin (BEGIN fails), before the handler could run. */
+    transaction: undefined as undefined | 'throw',
   };
   const wrapped: Store = {
     async claim(input) {
@@ -227,7 +229,10 @@ function instrument(store: Store) {
   };
   if (typeof (store as Partial<TransactionalStore>).transaction === 'function') {
     const inner = store as TransactionalStore;
-    (wrapped as TransactionalStore).transaction = (input, fn) => inner.transaction(input, fn);
+    (wrapped as TransactionalStore).transaction = async (input, fn) => {
+      if (faults.transaction === 'throw') throw new Error('BEGIN failed (injected)');
+      return inner.transaction(input, fn);
+    };
   }
   return { store: wrapped, calls, faults };
 }
@@ -1020,6 +1025,25 @@ export function describeAdapter(
             expect(again.body.equals(first.body)).toBe(true);
             expect(world.server.executions()).toBe(1);
             if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
+      it('a transaction that cannot begin: 503 store_unavailable, the handler never runs, and the retry does', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            world.store.faults.transaction = 'throw';
+            const refused = await world.send('/charges', { key: 'tx-begin-1' });
+            expect(expectProblem(refused, 503, 'store_unavailable').retryable).toBe(true);
+            expect(world.server.executions()).toBe(0);
+            world.store.faults.transaction = undefined;
+            // The key was released with the failed transaction: the retry runs, and only once.
+            expect((await world.send('/charges', { key: 'tx-begin-1' })).status).toBe(201);
+            expect((await world.send('/charges', { key: 'tx-begin-1' })).headers['idempotent-replayed']).toBe('true');
+            expect(world.server.executions()).toBe(1);
           },
           { transactional: true },
           harness,
