@@ -67,7 +67,7 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
     framed = last.framed;
     mediaType = last.mediaType;
   } else {
-    mediaType = contentType.split(';')[0]!.trim().toLowerCase();
+    mediaType = mediaTypeOf(contentType);
     framed =
       frame('m', parts.method.toUpperCase()) +
       frame('r', parts.route ?? '') +
@@ -151,9 +151,12 @@ function isJsonMediaType(mediaType: string): boolean {
  * isJsonContentType('application/merge-patch+json; charset=utf-8'); // true
  */
 export function isJsonContentType(contentType: string | undefined): boolean {
-  if (contentType === undefined) return false;
-  const semicolon = contentType.indexOf(';');
-  return isJsonMediaType((semicolon === -1 ? contentType : contentType.slice(0, semicolon)).trim().toLowerCase());
+  return contentType !== undefined && isJsonMediaType(mediaTypeOf(contentType));
+}
+
+// `Application/JSON; charset=utf-8` -> `application/json`: the type and subtype, parameters dropped.
+function mediaTypeOf(contentType: string): string {
+  return contentType.split(';')[0]!.trim().toLowerCase();
 }
 
 function bodyForHash(

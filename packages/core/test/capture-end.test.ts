@@ -1,4 +1,4 @@
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { createHttpIdempotency } from '../src/http.js';
@@ -19,8 +19,15 @@ function networkLike(): Store {
 
 // A node:http server with the HTTP layer in front of a handler that answers 201 in one `end`.
 // `endedAtOnce` records, per first execution, whether the end had gone out when `end` returned.
-async function serve(store: Store) {
-  const http = createHttpIdempotency({ store, scope: () => 'caller' });
+// `answer` writes the first execution's response (default: status, then one `end`).
+async function serve(
+  store: Store,
+  answer = (res: ServerResponse, run: number) => {
+    res.statusCode = 201;
+    res.end(`{"run":${run}}`);
+  },
+) {
+  const http = createHttpIdempotency({ store, scope: () => 'caller', replayHeaders: ['x-charge-version'] });
   const endedAtOnce: boolean[] = [];
   let runs = 0;
   const server = createServer(async (req, res) => {
@@ -40,8 +47,7 @@ async function serve(store: Store) {
       return;
     }
     http.capture(res, { settle: { lease: started.lease, thrown: () => false } });
-    res.statusCode = 201;
-    res.end(`{"run":${++runs}}`);
+    answer(res, ++runs);
     endedAtOnce.push(res.writableEnded);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -50,7 +56,9 @@ async function serve(store: Store) {
     const answer = await fetch(url, { method: 'POST', headers: { 'idempotency-key': key } });
     return { status: answer.status, replayed: answer.headers.get('idempotent-replayed'), body: await answer.text() };
   };
-  return { post, endedAtOnce, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  const headersOf = async (key: string) =>
+    (await fetch(url, { method: 'POST', headers: { 'idempotency-key': key } })).headers;
+  return { post, headersOf, endedAtOnce, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
 describe('the held end of a captured response', () => {
@@ -71,6 +79,24 @@ describe('the held end of a captured response', () => {
       expect(await post('k-1')).toEqual({ status: 201, replayed: null, body: '{"run":1}' });
       expect(await post('k-1')).toEqual({ status: 201, replayed: 'true', body: '{"run":1}' });
       expect(endedAtOnce).toEqual([false]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('keeps the replayable headers given to writeHead alone (no setHeader before), and no others', async () => {
+    const { headersOf, close } = await serve(memoryStore(), (res, run) => {
+      res
+        .writeHead(201, { 'content-type': 'application/json', 'x-charge-version': '7', 'x-request-id': 'r-1' })
+        .end(`{"run":${run}}`);
+    });
+    try {
+      expect((await headersOf('h-1')).get('x-request-id')).toBe('r-1');
+      const again = await headersOf('h-1');
+      expect(again.get('idempotent-replayed')).toBe('true');
+      expect(again.get('content-type')).toBe('application/json');
+      expect(again.get('x-charge-version')).toBe('7');
+      expect(again.get('x-request-id')).toBeNull();
     } finally {
       await close();
     }

@@ -218,6 +218,21 @@ describe('@idem/fastify specifics', () => {
     await instance.close();
   });
 
+  it('replays user-listed headers that Fastify hands to writeHead, and no others', async () => {
+    const instance = await app({ replayHeaders: ['X-Charge-Version'] }, (a) => {
+      a.post('/charges', async (_request, reply) =>
+        reply.code(201).header('x-charge-version', '7').header('x-other', 'no').send({ ok: true }),
+      );
+    });
+    expect((await post(instance, '/charges', 'headers-1')).headers['x-charge-version']).toBe('7');
+    const again = await post(instance, '/charges', 'headers-1');
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.headers['x-charge-version']).toBe('7');
+    expect(again.headers['x-other']).toBeUndefined();
+    expect(again.headers['content-type']).toMatch(/^application\/json/);
+    await instance.close();
+  });
+
   it('leaves unmatched routes (404) alone', async () => {
     const instance = await app({}, () => undefined);
     const missing = await post(instance, '/nowhere', 'nf-1');
