@@ -1,6 +1,6 @@
 // The per-request overhead of the idempotency adapters on memoryStore (issue 4's target), per
 // framework: the bare POST /charges, idem with fresh keys, idem replays. Each server runs in a
-// process of its own (this file, re-run under tsx as a child); the load comes from this process.
+// process of its own (this file, re-run as a child); the load comes from this process.
 // Contenders alternate within every round (A B C, then C B A, ...), so a ratio compares samples
 // taken minutes apart at most. Besides throughput, the server reports the CPU time it spent, which
 // is what the adapters cost per request whatever the client's speed.
@@ -9,8 +9,8 @@
 //        [--frameworks express,fastify,koa] [--only bare,fresh,replay] [--profile dir]
 //
 // --only keeps some contenders (to profile one path); --profile writes a --cpu-prof profile of each
-// server into dir. Under tsx (as here and in benchmarks/run.mjs) every named closure also gets its
-// name defined at run time, so code that makes closures per request costs more here than built.
+// server into dir. The servers run the built packages on plain Node, as benchmarks/run.mjs does (it
+// builds first when a dist is stale, and so does this file).
 //
 // Human lines first; the last line is one JSON object for benchmarks/run.mjs:
 //   { "benchmark": "adapters-overhead", "results": [{ "name", "opsPerSecond", "ratio", ... }] }
@@ -23,7 +23,10 @@ const self = fileURLToPath(import.meta.url);
 const root = fileURLToPath(new URL('..', import.meta.url));
 
 if (process.env.IDEM_OVERHEAD_SERVER === '1') await serve();
-else await main();
+else {
+  (await import('./lib/built.mjs')).ensureBuilt(root);
+  await main();
+}
 
 // --- server child ---------------------------------------------------------------------------
 
@@ -154,7 +157,7 @@ async function main() {
 }
 
 function startServer(spec, profileDir) {
-  const execArgv = ['--import', 'tsx'];
+  const execArgv = [];
   if (profileDir) execArgv.push('--cpu-prof', `--cpu-prof-dir=${profileDir}`);
   const child = fork(self, [], {
     cwd: root,

@@ -14,6 +14,7 @@ export const usage = `npm run bench [-- options] [suite...]
   --match TEXT     run only the contenders whose name contains TEXT (and each group's baseline)
   --render FILE    rewrite docs/benchmarks.md and the chart from a results file, measuring nothing
   --list           print the suites and exit
+  --no-build       measure the packages' dist as it is (by default a stale or missing dist is rebuilt)
   suite...         run only these suites (default: all)`;
 
 /**
@@ -33,6 +34,7 @@ export function parseArgs(argv, root) {
     help: false,
     match: undefined,
     render: undefined,
+    build: true,
     suites: [],
   };
   for (let i = 0; i < argv.length; i++) {
@@ -51,6 +53,7 @@ export function parseArgs(argv, root) {
     else if (arg === '--render') settings.render = value();
     else if (arg === '--list') settings.list = true;
     else if (arg === '--help' || arg === '-h') settings.help = true;
+    else if (arg === '--no-build') settings.build = false;
     else if (arg.startsWith('--')) throw new TypeError(`unknown option ${arg}`);
     else settings.suites.push(arg);
   }

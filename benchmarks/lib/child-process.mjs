@@ -1,7 +1,8 @@
 // Every server (and every in-process loop such as raw jose) runs in a child process of its own, so
 // the load generator in the runner and the code under test each get one of the two cores instead of
-// sharing one event loop. Children are this repository's TypeScript sources run through tsx, which
-// maps `@idem/*` to `packages/*/src` with the root tsconfig's `paths`.
+// sharing one event loop. Children run on plain Node with the built packages, as a user's server
+// does; only the reference app, whose sources are TypeScript, runs under tsx (with the runner's
+// TSX_TSCONFIG_PATH, so its `@idem/*` imports are the built packages as well).
 import { fork } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,7 +26,7 @@ const startTimeoutMs = 60_000;
 export function startChild(entry, spec) {
   const child = fork(join(benchmarks, 'servers', entry), [], {
     cwd: root,
-    execArgv: ['--import', 'tsx'],
+    execArgv: spec.kind === 'reference-app' ? ['--import', 'tsx'] : [],
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     env: { ...process.env, NODE_ENV: 'production' },
   });
