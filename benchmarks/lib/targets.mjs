@@ -74,9 +74,10 @@ export function targets() {
     ),
   ];
   // Server CPU per request of each bare route and what idem adds to a first execution, measured on
-  // this box with benchmarks/adapters-overhead.bench.mjs (2026-11-21, third session), for the texts below.
-  const bareCost = { express: 54, fastify: 24, koa: 30 };
-  const addedCost = { express: '50 to 56', fastify: '29 to 34', koa: '50 to 55' };
+  // this box with benchmarks/adapters-overhead.bench.mjs on the built packages (2026-11-21, fourth
+  // session; the quietest rounds of three runs), for the texts below.
+  const bareCost = { express: 28, fastify: 17, koa: 21 };
+  const addedCost = { express: '13 to 15', fastify: '7 to 9', koa: '13 to 15' };
   const replayWhy = {
     express:
       'a replay reads and fingerprints the body (spec part 7: a reused key with another payload is refused) before answering; express.json() runs first on this route, so the replay pays for parsing and fingerprinting and skips only the handler and its serialisation',
