@@ -209,13 +209,23 @@ export function jsonBodyText(value: unknown): string {
 
 function serialised(value: unknown): string {
   try {
-    return JSON.stringify(value) ?? '';
+    return JSON.stringify(value, bigIntsAsNumbers) ?? '';
   } catch (error) {
     // Plain data nested deeper than JSON.stringify can recurse; anything else fails as it did.
     const text = error instanceof RangeError ? compactJson(value) : undefined;
     if (text === undefined) throw error;
     return text;
   }
+}
+
+// `JSON.rawJSON` (Node 22 and later; not yet in TypeScript's ES2023 library).
+const rawJson = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
+
+// A parser that keeps big integers exact (a reviver, json-bigint) leaves bigints, which
+// JSON.stringify refuses: each is written as the number it was read from, so the body fingerprints
+// as its bytes do instead of failing the request.
+function bigIntsAsNumbers(_key: string, value: unknown): unknown {
+  return typeof value === 'bigint' ? rawJson(value.toString()) : value;
 }
 
 interface Level {
@@ -226,9 +236,9 @@ interface Level {
 }
 
 /**
- * Plain JSON data (arrays, plain objects, strings, numbers, booleans, null) written as
- * `JSON.stringify` writes it, with an explicit stack instead of recursion. Undefined for anything
- * else, which the caller reports as `JSON.stringify` did.
+ * Plain JSON data (arrays, plain objects, strings, numbers, bigints, booleans, null) written as
+ * `JSON.stringify` writes it (bigints as numbers, as above), with an explicit stack instead of
+ * recursion. Undefined for anything else, which the caller reports as `JSON.stringify` did.
  */
 function compactJson(root: unknown): string | undefined {
   const levels: Level[] = [];
@@ -239,6 +249,7 @@ function compactJson(root: unknown): string | undefined {
     else if (typeof value === 'string') out += JSON.stringify(value);
     else if (typeof value === 'number') out += Number.isFinite(value) ? String(value) : 'null';
     else if (typeof value === 'boolean') out += value ? 'true' : 'false';
+    else if (typeof value === 'bigint') out += value.toString();
     else if (Array.isArray(value)) {
       out += '[';
       levels.push({ items: value, names: undefined, next: 0 });

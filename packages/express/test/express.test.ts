@@ -99,6 +99,28 @@ describe('@idem/express specifics', () => {
     });
   });
 
+  it('after a JSON parser that keeps big integers exact (bigints): fingerprints them as their digits, no 500', async () => {
+    const app = express();
+    let runs = 0;
+    const reviver = (_key: string, value: unknown, context?: { source?: string }) =>
+      typeof value === 'number' && !Number.isSafeInteger(value) && context?.source ? BigInt(context.source) : value;
+    app.use(express.json({ reviver }));
+    app.use(idempotency(options()));
+    app.post('/charges', (req, res) => {
+      runs++;
+      res.status(201).json({ amount: String(req.body.amount), run: runs });
+    });
+    await serve(app, async (url) => {
+      const first = await post(`${url}/charges`, 'big-1', ['{"amount":123456789012345678901234}']);
+      expect(first.status, first.body).toBe(201);
+      expect(JSON.parse(first.body)).toEqual({ amount: '123456789012345678901234', run: 1 });
+      const same = await post(`${url}/charges`, 'big-1', ['{ "amount": 123456789012345678901234 }']);
+      expect(same.headers['idempotent-replayed']).toBe('true');
+      expect((await post(`${url}/charges`, 'big-1', ['{"amount":1}'])).status).toBe(422);
+      expect(runs).toBe(1);
+    });
+  });
+
   it('mounted on a route, the operation is the route template: one key spans /charges/:id only with the same path', async () => {
     const app = express();
     const events: IdempotencyEvent[] = [];

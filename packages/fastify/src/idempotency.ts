@@ -159,6 +159,11 @@ function noRead() {
 
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
   const http = createHttpIdempotency<FastifyRequest>(options);
+  // With `onProtoPoisoning` or `onConstructorPoisoning` set to 'remove', Fastify's parser drops keys
+  // the client sent: the parsed value is then not what the bytes say, and fingerprinting it would
+  // make a body sent with a length and the same body sent chunked (read raw) two requests.
+  const { onProtoPoisoning, onConstructorPoisoning } = fastify.initialConfig;
+  const parsedIsBytes = onProtoPoisoning !== 'remove' && onConstructorPoisoning !== 'remove';
 
   // The raw body is read here, before Fastify's own parser, which then reads the same bytes:
   // parsers and bodyLimit behave exactly as without the plugin. A JSON body of declared length is
@@ -177,6 +182,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     // With a declared length Fastify's parser reads exactly that many bytes or fails the request, so
     // nothing over the limit gets through; a body over it, or chunked, takes the reading path below.
     if (
+      parsedIsBytes &&
       payload === request.raw &&
       declared > 0 &&
       declared <= http.maxBodyBytes &&
@@ -217,7 +223,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
         state[kSnapshot] =
           body !== null && typeof body === 'object' && !(body instanceof Uint8Array) ? snapshot(body) : body;
       } catch (error) {
-        // What a custom parser made and JSON cannot write (a bigint): an error, as the fingerprint
+        // What a custom parser made and JSON cannot write (a cycle): an error, as the fingerprint
         // would have raised it after validation.
         done(error as Error);
         return;

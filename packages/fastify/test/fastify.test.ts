@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { describe, expect, it } from 'vitest';
 
 async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: FastifyInstance) => void) {
@@ -14,18 +14,43 @@ async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: Fa
   return instance;
 }
 
-// The plugin over a real socket, in front of a POST /charges that answers the amount it parsed and
-// counts its runs; `before` adds hooks ahead of the plugin.
-async function listening(before?: (app: FastifyInstance) => void) {
-  const instance = Fastify();
+// The plugin over a real socket, in front of a POST /charges that answers the amount it parsed (a
+// bigint as its digits) and counts its runs; `before` adds hooks or parsers ahead of the plugin.
+async function listening(before?: (app: FastifyInstance) => void, options: FastifyServerOptions = {}) {
+  const instance = Fastify(options);
   before?.(instance);
   await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
   let runs = 0;
-  instance.post('/charges', async (request) => ({ amount: (request.body as { amount: number }).amount, run: ++runs }));
+  instance.post('/charges', async (request) => {
+    const amount = (request.body as { amount: number | bigint }).amount;
+    return { amount: typeof amount === 'bigint' ? amount.toString() : amount, run: ++runs };
+  });
   await instance.listen({ port: 0, host: '127.0.0.1' });
   const { port } = instance.server.address() as AddressInfo;
   return { instance, port, runs: () => runs };
 }
+
+// POST /charges over a socket, with a Content-Length, or `chunked` (a stream with no length, which
+// the plugin reads itself rather than leaving it to Fastify's parser).
+const sendRaw = (port: number, key: string, body: string, chunked: boolean) =>
+  new Promise<{ status: number; replayed: string | undefined; body: string }>((resolve, reject) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json', 'idempotency-key': key };
+    if (!chunked) headers['content-length'] = String(Buffer.byteLength(body));
+    const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/charges', headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        text += chunk;
+      });
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, replayed: res.headers['idempotent-replayed'] as string, body: text }),
+      );
+    });
+    req.on('error', reject);
+    if (chunked) for (const part of [body.slice(0, 3), body.slice(3)]) req.write(part);
+    else req.write(body);
+    req.end();
+  });
 
 const post = (instance: FastifyInstance, url: string, key?: string, payload: unknown = { amount: 1 }) =>
   instance.inject({
@@ -142,30 +167,7 @@ describe('@idem/fastify specifics', () => {
 
   it('a JSON body of declared length (fingerprinted from the parsed value) and the same body sent chunked (read as bytes) are one request', async () => {
     const { instance, port, runs } = await listening();
-    // `chunked` sends the body as a stream, with no Content-Length: the plugin reads it itself.
-    const send = (key: string, body: string, chunked: boolean) =>
-      new Promise<{ status: number; replayed: string | undefined; body: string }>((resolve, reject) => {
-        const headers: Record<string, string> = { 'content-type': 'application/json', 'idempotency-key': key };
-        if (!chunked) headers['content-length'] = String(Buffer.byteLength(body));
-        const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/charges', headers }, (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => {
-            text += chunk;
-          });
-          res.on('end', () =>
-            resolve({
-              status: res.statusCode ?? 0,
-              replayed: res.headers['idempotent-replayed'] as string,
-              body: text,
-            }),
-          );
-        });
-        req.on('error', reject);
-        if (chunked) for (const part of [body.slice(0, 3), body.slice(3)]) req.write(part);
-        else req.write(body);
-        req.end();
-      });
+    const send = (key: string, body: string, chunked: boolean) => sendRaw(port, key, body, chunked);
     try {
       for (const [first, second] of [
         [false, true],
@@ -183,6 +185,60 @@ describe('@idem/fastify specifics', () => {
       expect(runs()).toBe(2);
     } finally {
       await instance.close();
+    }
+  });
+
+  it('one request by length or chunked also when the parser drops poisoned keys or keeps big integers exact', async () => {
+    const bigIntParser = (app: FastifyInstance) => {
+      app.removeContentTypeParser('application/json');
+      app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+        try {
+          const revive = (_key: string, value: unknown, context?: { source?: string }) =>
+            typeof value === 'number' && !Number.isSafeInteger(value) && context?.source
+              ? BigInt(context.source)
+              : value;
+          done(null, JSON.parse(body as string, revive));
+        } catch (error) {
+          done(error as Error, undefined);
+        }
+      });
+    };
+    const cases = [
+      // Fastify removes the key, so the parsed value is not the bytes: the plugin reads the bytes.
+      { options: { onProtoPoisoning: 'remove' }, body: '{"amount":7,"__proto__":{"x":1}}', other: '{"amount":7}' },
+      {
+        options: { onConstructorPoisoning: 'remove' },
+        body: '{"amount":7,"constructor":{"prototype":{"x":1}}}',
+        other: '{"amount":7}',
+      },
+      // Bigints have no JSON of their own: they fingerprint as the digits they were read from.
+      { before: bigIntParser, body: '{"amount":123456789012345678901234}', other: '{"amount":1}' },
+    ] as const;
+    for (const { options, before, body, other } of cases as readonly {
+      options?: FastifyServerOptions;
+      before?: (app: FastifyInstance) => void;
+      body: string;
+      other: string;
+    }[]) {
+      const { instance, port, runs } = await listening(before, options);
+      try {
+        for (const [first, second] of [
+          [false, true],
+          [true, false],
+        ] as const) {
+          const key = `parser-${first}`;
+          const made = await sendRaw(port, key, body, first);
+          expect(made.status, made.body).toBe(200);
+          const again = await sendRaw(port, key, body, second);
+          expect(again.replayed, `${body} sent ${second ? 'chunked' : 'with a length'}`).toBe('true');
+          expect(again.body).toBe(made.body);
+          // What the client sent counts, not what the parser kept: without the dropped key it is another body.
+          expect((await sendRaw(port, key, other, second)).status).toBe(422);
+        }
+        expect(runs()).toBe(2);
+      } finally {
+        await instance.close();
+      }
     }
   });
 
