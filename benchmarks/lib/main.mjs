@@ -125,6 +125,9 @@ const results = {
     durationSeconds: settings.durationSeconds,
     warmupSeconds: settings.warmupSeconds,
     connections: settings.connections,
+    // What was measured: the packages as built (benchmarks/run.mjs); results before this field ran
+    // the TypeScript sources under tsx.
+    packages: 'dist',
     ...(settings.match ? { match: settings.match } : {}),
   },
   services: Object.fromEntries(Object.entries(services).map(([name, reason]) => [name, reason ?? 'reachable'])),

@@ -27,6 +27,9 @@ export function renderReport(results, chartFile) {
     `Method: each server under test runs in its own process on an ephemeral loopback port; autocannon drives it from the runner's process with ${settings.connections} connections ` +
       `for ${settings.durationSeconds} s after a warm-up of ${settings.warmupSeconds} s. The contenders of a group take turns, round after round ` +
       `(${settings.rounds} round${settings.rounds === 1 ? '' : 's'}), and every ratio is taken within one round, then summarised as the median with min and max over rounds. ` +
+      (settings.packages === 'dist'
+        ? "idem's packages run as built (each package's `dist` on plain Node, as `npm install` delivers them). "
+        : "idem's packages ran from their TypeScript sources under tsx. ") +
       'Absolute figures move with the machine (two shared cores: the load generator takes one of them); compare the ratios. Raw samples are in `benchmarks/results/`.',
     '',
     `Reproduce with \`npm run bench\` (method and options: [benchmarks/README.md](../benchmarks/README.md)). Measured versions: ${Object.entries(

@@ -49,7 +49,7 @@ describe('npm run bench -- --quick limits', () => {
       format: 'idem-bench/1',
       quick: true,
       suitesRun: ['limits'],
-      settings: { rounds: 1, durationSeconds: 1, connections: 50 },
+      settings: { rounds: 1, durationSeconds: 1, connections: 50, packages: 'dist' },
     });
     expect(results.machine.cpus).toBeGreaterThan(0);
     expect(results.targets).toEqual([]);
