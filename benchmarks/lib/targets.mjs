@@ -82,7 +82,7 @@ export function targets() {
     express:
       'a replay reads and fingerprints the body (spec part 7: a reused key with another payload is refused) before answering; express.json() runs first on this route, so the replay pays for parsing and fingerprinting and skips only the handler and its serialisation',
     fastify:
-      "a replay is answered in preHandler, after Fastify's own parser and validation have run (validation failures are not stored, as at Stripe): it pays for parsing and fingerprinting the body, and skips only the handler, whose cost on this route is small",
+      "a replay is answered in preHandler, after Fastify's own parser and validation have run (validation failures are not stored, as at Stripe): it pays for parsing and fingerprinting the body, and skips only the handler, whose cost on this route is small. Server CPU per request: about 20.5 µs for a replay against 17.5 µs for the bare route, which leaves the server about an eighth idle (the load generator is the limit there), so the replay's extra 3 µs shows in full",
     koa: 'a replay reads and fingerprints the body (spec part 7) and skips the handler, its body parsing and serialisation: about even on this route',
   };
   for (const [framework, name] of frameworks) {
