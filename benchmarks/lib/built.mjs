@@ -21,8 +21,9 @@ export function staleBuilds(root) {
     if (!existsSync(manifest)) continue;
     const pkg = JSON.parse(readFileSync(manifest, 'utf8'));
     if (!pkg.scripts?.build) continue;
-    const built = oldest(join(dir, 'dist'));
-    if (built === undefined || newest(join(dir, 'src')) > built) stale.push(pkg.name);
+    const built = fileTimes(join(dir, 'dist'));
+    const sources = fileTimes(join(dir, 'src'));
+    if (built === undefined || (sources !== undefined && sources.newest > built.oldest)) stale.push(pkg.name);
   }
   return stale;
 }
@@ -41,19 +42,16 @@ export function ensureBuilt(root) {
   if (build.status !== 0) throw new Error(`npm run build failed (exit ${build.status})`);
 }
 
-function newest(dir) {
-  let time = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    if (entry.isFile()) time = Math.max(time, statSync(join(entry.parentPath, entry.name)).mtimeMs);
-  }
-  return time;
-}
-
-function oldest(dir) {
+// The oldest and newest modification times of the files under `dir`; undefined when it has none.
+function fileTimes(dir) {
   if (!existsSync(dir)) return undefined;
-  let time;
+  let oldest = Infinity;
+  let newest = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    if (entry.isFile()) time = Math.min(time ?? Infinity, statSync(join(entry.parentPath, entry.name)).mtimeMs);
+    if (!entry.isFile()) continue;
+    const time = statSync(join(entry.parentPath, entry.name)).mtimeMs;
+    oldest = Math.min(oldest, time);
+    newest = Math.max(newest, time);
   }
-  return time;
+  return oldest === Infinity ? undefined : { oldest, newest };
 }

@@ -28,7 +28,7 @@ function pkg(name: string, build: boolean) {
 }
 
 describe('staleBuilds', () => {
-  it('names packages whose dist is missing or older than a source file, and only those', () => {
+  it('names packages whose dist is missing, empty or older than a source file, and only those', () => {
     const fresh = pkg('fresh', true);
     write(join(fresh, 'src', 'index.ts'), 'export {}', 60);
     write(join(fresh, 'dist', 'index.js'), 'export {}', 30);
@@ -38,9 +38,12 @@ describe('staleBuilds', () => {
     write(join(edited, 'dist', 'index.js'), 'export {}', 30);
     const unbuilt = pkg('unbuilt', true);
     write(join(unbuilt, 'src', 'index.ts'), 'export {}', 60);
+    const emptyDist = pkg('emptied', true);
+    write(join(emptyDist, 'src', 'index.ts'), 'export {}', 60);
+    mkdirSync(join(emptyDist, 'dist'), { recursive: true });
     const noBuild = pkg('plain', false);
     write(join(noBuild, 'src', 'index.ts'), 'export {}', 60);
 
-    expect(staleBuilds(root).sort()).toEqual(['@x/edited', '@x/unbuilt']);
+    expect(staleBuilds(root).sort()).toEqual(['@x/edited', '@x/emptied', '@x/unbuilt']);
   });
 });
