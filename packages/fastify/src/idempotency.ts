@@ -166,9 +166,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   const parsedIsBytes = onProtoPoisoning !== 'remove' && onConstructorPoisoning !== 'remove';
 
   // The raw body is read here, before Fastify's own parser, which then reads the same bytes:
-  // parsers and bodyLimit behave exactly as without the plugin. A JSON body of declared length is
-  // the exception: it is left to Fastify's parser and fingerprinted from the parsed value, which
-  // gives the fingerprint of its bytes (both are canonicalised) without reading the stream twice.
+  // parsers and bodyLimit behave exactly as without the plugin. A JSON body is fingerprinted from
+  // the value Fastify's parser made of it, however it was framed: that gives the fingerprint of its
+  // bytes (both are canonicalised), and a parser that changes values (a custom one) changes them
+  // alike for a body sent with a length and the same body sent chunked, so the two stay one
+  // request. Of declared length, it is left to the parser without being read here at all.
   // (A callback hook: the JSON path answers without a promise per request.)
   fastify.addHook('preParsing', (request, reply, payload, done) => {
     const { config: route, overrides } = routeOf(request);
@@ -179,15 +181,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (http.refusesKey(keyHeader, overrides)) return done(null, payload);
     const headers = request.headers;
     const declared = Number(headers['content-length']);
+    const json = parsedIsBytes && isJsonContentType(headers['content-type']);
     // With a declared length Fastify's parser reads exactly that many bytes or fails the request, so
-    // nothing over the limit gets through; a body over it, or chunked, takes the reading path below.
-    if (
-      parsedIsBytes &&
-      payload === request.raw &&
-      declared > 0 &&
-      declared <= http.maxBodyBytes &&
-      isJsonContentType(headers['content-type'])
-    ) {
+    // nothing over the limit gets through; a body over it, or chunked, takes the reading path below,
+    // which enforces maxBodyBytes.
+    if (json && payload === request.raw && declared > 0 && declared <= http.maxBodyBytes) {
       stateOf(request)[kFromParsed] = true;
       return done(null, payload);
     }
@@ -205,7 +203,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
         return done(null, payload);
       }
       const body = read.body ?? Buffer.alloc(0);
-      stateOf(request)[kBody] = body;
+      if (json) stateOf(request)[kFromParsed] = true;
+      else stateOf(request)[kBody] = body;
       done(null, raw ? payload : bodyStream(body));
     }, done);
   });
