@@ -15,12 +15,14 @@ const startTimeoutMs = 60_000;
 
 /**
  * Starts `benchmarks/servers/<entry>` with `spec` and resolves with the first IPC message it sends
- * (a server's `{ port }`, a loop's `{ opsPerSecond }`) and a `stop()` that asks it to end and waits.
+ * (a server's `{ port }`, a loop's `{ opsPerSecond }`), a `stop()` that asks it to end and waits,
+ * and a `cpu()` that resolves with the CPU time (µs, every thread, user and system) the child has
+ * used so far (children that call {@link answerCpuQueries}).
  * Rejects with the child's last stderr line when it exits or throws before answering.
  *
  * @example
  * const server = await startChild('serve.mjs', { kind: 'node-http' });
- * console.log(server.message.port);
+ * console.log(server.message.port, await server.cpu());
  * await server.stop();
  */
 export function startChild(entry, spec) {
@@ -45,6 +47,26 @@ export function startChild(entry, spec) {
     await exited;
     clearTimeout(timer);
   };
+  const cpu = () =>
+    new Promise((resolve, reject) => {
+      const onMessage = (message) => {
+        if (message && typeof message === 'object' && 'cpuMicros' in message) {
+          settle();
+          resolve(message.cpuMicros);
+        }
+      };
+      const onExit = () => {
+        settle();
+        reject(new Error(`${entry} exited before it reported its CPU time`));
+      };
+      const settle = () => {
+        child.off('message', onMessage);
+        child.off('exit', onExit);
+      };
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+      child.send('cpu', () => {});
+    });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
@@ -56,7 +78,7 @@ export function startChild(entry, spec) {
         stop().then(() => reject(new Error(String(message.error))));
         return;
       }
-      resolve({ message, stop });
+      resolve({ message, stop, cpu });
     });
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
@@ -103,6 +125,21 @@ export function onStop(cleanup) {
     if (message === 'stop') finish(0);
   });
   process.on('disconnect', () => finish(0));
+}
+
+/**
+ * For children: answers the parent's `cpu()` with the CPU time this process has used so far, so
+ * the parent can tell what a window cost the server, whatever the load generator's own speed.
+ *
+ * @example
+ * answerCpuQueries();
+ */
+export function answerCpuQueries() {
+  process.on('message', (message) => {
+    if (message !== 'cpu') return;
+    const { user, system } = process.cpuUsage();
+    process.send({ cpuMicros: user + system }, () => {});
+  });
 }
 
 /**

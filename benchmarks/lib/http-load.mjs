@@ -100,6 +100,7 @@ export async function drive({
   }
   if (result.requests.total === 0) throw new Error(`no answer from ${url}`);
   return {
+    requests: result.requests.total,
     requestsPerSecond: Math.round(result.requests.total / result.duration),
     statuses,
     latencyP99Ms: result.latency.p99,

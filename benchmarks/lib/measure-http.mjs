@@ -6,7 +6,7 @@ import { chargeBody, drive, trafficHeaders } from './http-load.mjs';
 
 /**
  * Measures the server `spec` under `traffic` and resolves with `{ value: requests per second,
- * details: { statuses, latencyP99Ms } }`; `traffic` is
+ * details: { statuses, latencyP99Ms, cpuMicrosPerRequest } }`; `traffic` is
  * `{ pattern: 'none'|'fresh'|'replay'|'hot'|'tokens', method, path, tokens? }`.
  *
  * @example
@@ -47,10 +47,18 @@ export async function measureServer(spec, traffic, settings) {
         ...extra,
       });
     await window({ seconds: settings.warmupSeconds });
+    // The server's CPU time over the window, per request: what the code under test costs, whatever
+    // the load generator on the other core could offer (a throughput ratio mixes in both).
+    const cpuBefore = await server.cpu();
     const measured = await window({ seconds: settings.durationSeconds });
+    const cpuMicros = (await server.cpu()) - cpuBefore;
     return {
       value: measured.requestsPerSecond,
-      details: { statuses: measured.statuses, latencyP99Ms: measured.latencyP99Ms },
+      details: {
+        statuses: measured.statuses,
+        latencyP99Ms: measured.latencyP99Ms,
+        cpuMicrosPerRequest: Math.round((cpuMicros / measured.requests) * 10) / 10,
+      },
     };
   } finally {
     await server.stop();

@@ -81,15 +81,18 @@ export function renderReport(results, chartFile) {
     for (const group of suite.groups) {
       lines.push('', `### ${group.title}`, '');
       if (group.note) lines.push(group.note, '');
-      // Latency is shown where the load generator measured it (HTTP groups).
+      // Latency and the server's CPU per request are shown where they were measured (HTTP groups).
       const latency = group.contenders.some((row) => row.latencyP99Ms !== undefined);
+      const cpu = group.contenders.some((row) => row.cpuMicrosPerRequest !== undefined);
       lines.push(
-        `| Contender | ${group.unit}, median | min – max | ratio to "${cell(group.baseline)}", median (min – max) |${latency ? ' p99 ms |' : ''}`,
-        `|---|---:|---:|---|${latency ? '---:|' : ''}`,
+        `| Contender | ${group.unit}, median | min – max | ratio to "${cell(group.baseline)}", median (min – max) |${latency ? ' p99 ms |' : ''}${cpu ? ` server CPU µs/request, median (CPU ratio to "${cell(group.baseline)}") |` : ''}`,
+        `|---|---:|---:|---|${latency ? '---:|' : ''}${cpu ? '---:|' : ''}`,
       );
       for (const row of group.contenders) {
         if (row.notMeasured) {
-          lines.push(`| ${cell(row.name)} | not measured | | ${cell(row.notMeasured)} |${latency ? ' |' : ''}`);
+          lines.push(
+            `| ${cell(row.name)} | not measured | | ${cell(row.notMeasured)} |${latency ? ' |' : ''}${cpu ? ' |' : ''}`,
+          );
           continue;
         }
         const ratioText = row.ratio
@@ -98,7 +101,10 @@ export function renderReport(results, chartFile) {
             ? 'baseline'
             : '–';
         const p99 = latency ? ` ${row.latencyP99Ms === undefined ? '–' : row.latencyP99Ms} |` : '';
-        lines.push(`| ${cell(row.name)} | ${number(row.median)} | ${spread(row, number)} | ${ratioText} |${p99}`);
+        const cpuText = cpu ? ` ${cpuCell(row)} |` : '';
+        lines.push(
+          `| ${cell(row.name)} | ${number(row.median)} | ${spread(row, number)} | ${ratioText} |${p99}${cpuText}`,
+        );
       }
       if (group.comparisons?.length) {
         lines.push('', '| Ratio | median (min – max) |', '|---|---|');
@@ -112,6 +118,13 @@ export function renderReport(results, chartFile) {
     }
   }
   return `${lines.join('\n')}\n`;
+}
+
+// "41.2 (0.68)": the median CPU per request and, off the baseline, the median CPU ratio to it.
+function cpuCell(row) {
+  if (row.cpuMicrosPerRequest === undefined) return '–';
+  const own = row.cpuMicrosPerRequest.median.toFixed(1);
+  return row.cpuRatio ? `${own} (${ratio(row.cpuRatio.median)})` : own;
 }
 
 function notMeasuredReason(results, target) {

@@ -42,7 +42,8 @@ export async function runGroup(fullDefinition, settings, log) {
         continue;
       }
       try {
-        // A measurement is a rate, or `{ value, details }` with what else the window showed (statuses, p99).
+        // A measurement is a rate, or `{ value, details }` with what else the window showed (statuses,
+        // p99, the server's CPU per request).
         const measured = await contender.measure();
         const value = typeof measured === 'number' ? measured : measured.value;
         if (typeof measured !== 'number') details.get(contender.name)[round] = measured.details;
@@ -59,6 +60,8 @@ export async function runGroup(fullDefinition, settings, log) {
     }
   }
   const baseline = samples.get(definition.baseline) ?? [];
+  const cpuOf = (name) => (details.get(name) ?? []).map((detail) => detail?.cpuMicrosPerRequest ?? Number.NaN);
+  const baselineCpu = cpuOf(definition.baseline);
   const result = {
     id: definition.id,
     title: definition.title,
@@ -74,11 +77,18 @@ export async function runGroup(fullDefinition, settings, log) {
       const ratio = contender.name === definition.baseline ? undefined : summarize(roundRatios(values, baseline));
       const own = details.get(contender.name);
       const latency = summarize(own.map((detail) => detail?.latencyP99Ms ?? Number.NaN));
+      const cpu = summarize(cpuOf(contender.name));
+      // The baseline's CPU per request over this one's, round by round: 1 is no overhead, and
+      // unlike the throughput ratio it does not depend on how fast the load generator was.
+      const cpuRatio =
+        contender.name === definition.baseline ? undefined : summarize(roundRatios(baselineCpu, cpuOf(contender.name)));
       return {
         ...row,
         ...stats,
         ...(ratio ? { ratio } : {}),
         ...(latency ? { latencyP99Ms: latency.median } : {}),
+        ...(cpu ? { cpuMicrosPerRequest: cpu } : {}),
+        ...(cpuRatio ? { cpuRatio } : {}),
         ...(own.some(Boolean) ? { details: own.map((detail) => detail ?? null) } : {}),
       };
     }),

@@ -1,6 +1,7 @@
 // Child process entry for one server under test: `spec` (JSON in argv[2]) says which; the port goes
-// to the parent over IPC, and 'stop' closes the server and deletes what it stored.
-import { onStop, receiveSpec, reportFailure } from '../lib/child-process.mjs';
+// to the parent over IPC, 'cpu' asks for the CPU time it used so far, and 'stop' closes the server
+// and deletes what it stored.
+import { answerCpuQueries, onStop, receiveSpec, reportFailure } from '../lib/child-process.mjs';
 import { startCharges } from './charges.mjs';
 import { startGuarded } from './guarded.mjs';
 import { startNodeHttp } from './node-http.mjs';
@@ -19,6 +20,7 @@ try {
   if (!start) throw new TypeError(`unknown server kind ${spec.kind}`);
   const server = await start(spec);
   onStop(server.close);
+  answerCpuQueries();
   process.send({ port: Number(server.port), ...(server.bearer ? { bearer: server.bearer } : {}) });
 } catch (error) {
   reportFailure(error);

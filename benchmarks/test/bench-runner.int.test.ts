@@ -26,7 +26,9 @@ interface Contender {
   ratio?: { median: number; min: number; max: number };
   notMeasured?: string;
   latencyP99Ms?: number;
-  details?: Array<{ statuses: Record<string, number>; latencyP99Ms: number } | null>;
+  cpuMicrosPerRequest?: { median: number; min: number; max: number };
+  cpuRatio?: { median: number; min: number; max: number };
+  details?: Array<{ statuses: Record<string, number>; latencyP99Ms: number; cpuMicrosPerRequest: number } | null>;
 }
 
 describe('npm run bench -- --quick limits', () => {
@@ -67,15 +69,31 @@ describe('npm run bench -- --quick limits', () => {
       // Every answer of the window was the route's 201: the load measured the path it meant to.
       expect(Object.keys(row.details?.[0]?.statuses ?? {})).toEqual(['201']);
       expect(row.latencyP99Ms).toBeGreaterThanOrEqual(0);
+      // The server's own CPU time over the window, per request: a server costs some µs per request,
+      // and far less than the window's whole second.
+      const cpu = row.details?.[0]?.cpuMicrosPerRequest as number;
+      expect(cpu, row.name).toBeGreaterThan(1);
+      expect(cpu, row.name).toBeLessThan(10_000);
+      expect(row.cpuMicrosPerRequest?.median).toBe(cpu);
     }
     const [baseline, fastify] = rows as [Contender, Contender];
     expect(baseline.ratio).toBeUndefined();
     // The ratio is the same round's sample over the baseline's, not a figure from elsewhere.
     expect(fastify.ratio?.median).toBeCloseTo((fastify.samples[0] as number) / (baseline.samples[0] as number), 10);
+    // The CPU ratio is the baseline's CPU per request over this one's (1 = no overhead).
+    expect(baseline.cpuRatio).toBeUndefined();
+    expect(fastify.cpuRatio?.median).toBeCloseTo(
+      (baseline.cpuMicrosPerRequest?.median as number) / (fastify.cpuMicrosPerRequest?.median as number),
+      10,
+    );
 
     const page = readFileSync(join(out, (json as string).replace(/\.json$/, '.md')), 'utf8');
     expect(page).toMatch(/^# Benchmarks \(quick mode/);
     expect(page).toContain('| bare fastify |');
+    expect(page).toContain('server CPU µs/request, median (CPU ratio to "node:http") |');
+    expect(page).toContain(
+      ` ${fastify.cpuMicrosPerRequest?.median.toFixed(1)} (${fastify.cpuRatio?.median.toFixed(2)}) |`,
+    );
     const chart = readFileSync(join(out, (json as string).replace(/\.json$/, '.svg')), 'utf8');
     expect(chart).toMatch(/^<svg xmlns="http:\/\/www\.w3\.org\/2000\/svg"/);
     expect(readdirSync(docs)).toEqual([]);
