@@ -30,6 +30,7 @@ export function renderReport(results, chartFile) {
       (settings.packages === 'dist'
         ? "idem's packages run as built (each package's `dist` on plain Node, as `npm install` delivers them). "
         : "idem's packages ran from their TypeScript sources under tsx. ") +
+      "HTTP rows also give the server's own CPU time per request (every thread of its process) and its CPU ratio to the baseline (the baseline's CPU per request over the row's, 1 = no overhead): unlike throughput, it does not depend on how fast the load generator was. " +
       'Absolute figures move with the machine (two shared cores: the load generator takes one of them); compare the ratios. Raw samples are in `benchmarks/results/`.',
     '',
     `Reproduce with \`npm run bench\` (method and options: [benchmarks/README.md](../benchmarks/README.md)). Measured versions: ${Object.entries(
