@@ -30,7 +30,9 @@ export function renderReport(results, chartFile) {
       (settings.packages === 'dist'
         ? "idem's packages run as built (each package's `dist` on plain Node, as `npm install` delivers them). "
         : "idem's packages ran from their TypeScript sources under tsx. ") +
-      "HTTP rows also give the server's own CPU time per request (every thread of its process) and its CPU ratio to the baseline (the baseline's CPU per request over the row's, 1 = no overhead): unlike throughput, it does not depend on how fast the load generator was. " +
+      (measuredCpu(results)
+        ? "HTTP rows also give the server's own CPU time per request (every thread of its process) and its CPU ratio to the baseline (the baseline's CPU per request over the row's, 1 = no overhead): unlike throughput, it does not depend on how fast the load generator was. "
+        : '') +
       'Absolute figures move with the machine (two shared cores: the load generator takes one of them); compare the ratios. Raw samples are in `benchmarks/results/`.',
     '',
     `Reproduce with \`npm run bench\` (method and options: [benchmarks/README.md](../benchmarks/README.md)). Measured versions: ${Object.entries(
@@ -119,6 +121,13 @@ export function renderReport(results, chartFile) {
     }
   }
   return `${lines.join('\n')}\n`;
+}
+
+// Results written before the runner measured the server's CPU have no such figures.
+function measuredCpu(results) {
+  return results.suites.some((suite) =>
+    suite.groups.some((group) => group.contenders.some((row) => row.cpuMicrosPerRequest !== undefined)),
+  );
 }
 
 // "41.2 (0.68)": the median CPU per request and, off the baseline, the median CPU ratio to it.
