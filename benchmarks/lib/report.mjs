@@ -1,5 +1,6 @@
 // docs/benchmarks.md from a results object: targets first (each with its measured ratio and met or
 // missed, and why when missed), what was not measured and why, then every group's table.
+import { referenceNodeHttp } from '../suites/limits.mjs';
 import { suiteOfGroup } from './targets.mjs';
 
 const number = (value) => (value === undefined || value === null ? '–' : Math.round(value).toLocaleString('en'));
@@ -35,6 +36,7 @@ export function renderReport(results, chartFile) {
         : '') +
       'Absolute figures move with the machine (two shared cores: the load generator takes one of them); compare the ratios. Raw samples are in `benchmarks/results/`.',
     '',
+    ...slowBoxWarning(results),
     `Reproduce with \`npm run bench\` (method and options: [benchmarks/README.md](../benchmarks/README.md)). Measured versions: ${Object.entries(
       results.versions ?? {},
     )
@@ -121,6 +123,28 @@ export function renderReport(results, chartFile) {
     }
   }
   return `${lines.join('\n')}\n`;
+}
+
+// Below this share of the reference box's node:http rate, a box is called slower than the reference.
+const slowBoxShare = 0.7;
+
+/**
+ * A paragraph (and its blank line) when the run's own node:http limit shows a box well below the
+ * reference box of research/perf-limits.md, else nothing. A slower box is not slower at everything
+ * alike (its syscalls, its JS and its crypto each lose differently), so its ratios move too.
+ *
+ * @example
+ * lines.push(...slowBoxWarning(results));
+ */
+export function slowBoxWarning(results) {
+  const limits = results.suites.flatMap((suite) => suite.groups).find((group) => group.id === 'limits-http');
+  const nodeHttp = limits?.contenders.find((row) => row.name === 'node:http')?.median;
+  if (nodeHttp === undefined || nodeHttp >= referenceNodeHttp * slowBoxShare) return [];
+  const share = Math.round((nodeHttp / referenceNodeHttp) * 100);
+  return [
+    `**This box was slower than the reference box.** Bare node:http served ${number(nodeHttp)} requests per second here, ${share}% of the ${number(referenceNodeHttp)} that research/perf-limits.md measured on an idle box of the same kind. A slower box is not slower at everything alike, so its ratios, those of the targets included, can differ from the reference box's: compare with a run whose node:http limit is near the reference.`,
+    '',
+  ];
 }
 
 // Results written before the runner measured the server's CPU have no such figures.

@@ -4,6 +4,9 @@
 import { measureServer } from '../lib/measure-http.mjs';
 import { runGroup } from '../lib/rounds.mjs';
 
+/** Bare node:http on research/perf-limits.md's idle box of this kind: req/s, median of its runs. */
+export const referenceNodeHttp = 49_920;
+
 /**
  * The limits suite: node:http, then bare Express, Fastify and Koa.
  *
@@ -30,7 +33,7 @@ export const limitsSuite = {
         title: 'HTTP limit: node:http vs bare frameworks, POST /charges',
         unit: 'req/s',
         baseline: 'node:http',
-        note: 'research/perf-limits.md measured node:http 49.9k, Fastify 43.7k, Koa 15.7k, Express 6.8k req/s on an idle box (Fastify/node:http 0.87, Koa 0.31, Express 0.14).',
+        note: `research/perf-limits.md measured node:http ${(referenceNodeHttp / 1000).toFixed(1)}k, Fastify 43.7k, Koa 15.7k, Express 6.8k req/s on an idle box (Fastify/node:http 0.87, Koa 0.31, Express 0.14).`,
         contenders,
       },
       settings,
