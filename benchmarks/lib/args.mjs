@@ -11,7 +11,8 @@ export const usage = `npm run bench [-- options] [suite...]
   --duration S     measured seconds per contender and round (default 2; quick 1)
   --out DIR        where results/<date>.json goes (default benchmarks/results)
   --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
-  --match TEXT     run only the contenders whose name contains TEXT (and each group's baseline)
+  --match TEXT     run only the contenders whose name contains TEXT, or one of the texts of
+                   A|B|... (and each group's baseline)
   --render FILE    rewrite docs/benchmarks.md and the chart from a results file, measuring nothing
   --list           print the suites and exit
   --no-build       measure the packages' dist as it is (by default a stale or missing dist is rebuilt)

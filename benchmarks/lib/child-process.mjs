@@ -16,8 +16,9 @@ const startTimeoutMs = 60_000;
 /**
  * Starts `benchmarks/servers/<entry>` with `spec` and resolves with the first IPC message it sends
  * (a server's `{ port }`, a loop's `{ opsPerSecond }`), a `stop()` that asks it to end and waits,
- * and a `cpu()` that resolves with the CPU time (µs, every thread, user and system) the child has
- * used so far (children that call {@link answerCpuQueries}).
+ * a `cpu()` that resolves with the CPU time (µs, every thread, user and system) the child has
+ * used so far (children that call {@link answerCpuQueries}), and the child's `pid`. `cpu()` rejects
+ * when the child is gone or goes before it answers.
  * Rejects with the child's last stderr line when it exits or throws before answering.
  *
  * @example
@@ -49,6 +50,11 @@ export function startChild(entry, spec) {
   };
   const cpu = () =>
     new Promise((resolve, reject) => {
+      // A child that is gone would never answer, and its 'exit' has fired already.
+      if (child.exitCode !== null || child.signalCode !== null) {
+        reject(new Error(`${entry} exited before it reported its CPU time`));
+        return;
+      }
       const onMessage = (message) => {
         if (message && typeof message === 'object' && 'cpuMicros' in message) {
           settle();
@@ -65,7 +71,11 @@ export function startChild(entry, spec) {
       };
       child.on('message', onMessage);
       child.once('exit', onExit);
-      child.send('cpu', () => {});
+      child.send('cpu', (error) => {
+        if (!error) return;
+        settle();
+        reject(new Error(`${entry} could not be asked for its CPU time: ${error.message}`));
+      });
     });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -78,7 +88,7 @@ export function startChild(entry, spec) {
         stop().then(() => reject(new Error(String(message.error))));
         return;
       }
-      resolve({ message, stop, cpu });
+      resolve({ message, stop, cpu, pid: child.pid });
     });
     child.once('exit', (code, signal) => {
       clearTimeout(timer);

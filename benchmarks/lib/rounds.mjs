@@ -18,10 +18,11 @@ import { roundRatios, summarize } from './stats.mjs';
 export async function runGroup(fullDefinition, settings, log) {
   // Quick mode only proves the runner works: a group keeps the contenders marked `quick`.
   // `--match` narrows a group to some contenders and the baseline their ratios need.
+  const texts = settings.match?.split('|');
   const kept = fullDefinition.contenders.filter(
     (contender) =>
       (!settings.quick || contender.quick) &&
-      (!settings.match || contender.name === fullDefinition.baseline || contender.name.includes(settings.match)),
+      (!texts || contender.name === fullDefinition.baseline || texts.some((text) => contender.name.includes(text))),
   );
   const definition = { ...fullDefinition, contenders: kept };
   // A baseline left alone by `--match` has nothing to be compared with: skip the whole group.

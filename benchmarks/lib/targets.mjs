@@ -43,6 +43,26 @@ function serverCost(group, rowName, bareName) {
   };
 }
 
+// Where the minimal layer (servers/minimal-layer.mjs) ran in the same rounds: its ratio to the bare
+// route, and the room a target leaves idem above it, as a sentence with no closing full stop (the
+// page adds it); '' when the run did not measure it.
+function minimalYardstick(group, pattern, threshold) {
+  const minimal = compare(group, adapterRow.minimal(pattern), adapterRow.bare);
+  if (!minimal || !Number.isFinite(minimal.median)) return '';
+  const floor = minimal.median;
+  const room =
+    floor > threshold
+      ? `to meet ${threshold.toFixed(2)}, idem may run at most ${Math.round((1 - threshold / floor) * 100)}% below that layer while doing all of the spec's work`
+      : `${threshold.toFixed(2)} is above what even that layer reaches`;
+  return `A minimal layer in the same rounds (a Map from the raw key to the response: no scope, fingerprint, hashing, lease or expiry) ran at ${floor.toFixed(2)} of the bare route: ${room}`;
+}
+
+// `sentence` after text that ends without a full stop when `open` is true, else after one that has it.
+function then(open, sentence) {
+  if (!sentence) return '';
+  return open ? `. ${sentence}` : ` ${sentence}`;
+}
+
 function ratioTarget(issue, text, group, numerator, denominator, threshold, whyIfMissed) {
   return { issue, text, group, numerator, denominator, threshold, kind: 'ratio', whyIfMissed };
 }
@@ -113,7 +133,7 @@ export function targets() {
           const figures = cost
             ? ` Server CPU per request in this run: ${cost.text}; 0.85 would leave ${name} about ${Math.round(cost.bare * 0.18)} µs for all of it`
             : '';
-          return `every fresh key canonicalises the body (RFC 8785) and hashes it (SHA-256), hashes the record id, claims, captures the response and stores it before the last byte goes out: some forty steps, none of which dominates (the hashing is the largest), and a slower server also pays more for each response it writes (the load generator sleeps more often, and each write must wake it).${figures}`;
+          return `every fresh key canonicalises the body (RFC 8785) and hashes it (SHA-256), hashes the record id, claims, captures the response and stores it before the last byte goes out: some forty steps, none of which dominates (the hashing is the largest), and a slower server also pays more for each response it writes (the load generator sleeps more often, and each write must wake it).${figures}${then(figures !== '', minimalYardstick(group, 'fresh', 0.85))}`;
         },
       ),
       ratioTarget(
@@ -125,13 +145,14 @@ export function targets() {
         1.0,
         (group) => {
           const cost = serverCost(group, replay, adapterRow.bare);
-          if (!cost) return replayWhy[framework];
+          const yardstick = minimalYardstick(group, 'replay', 1.0);
+          if (!cost) return `${replayWhy[framework]}${then(true, yardstick)}`;
           // A server with idle time left is limited by the load generator: every µs it adds shows in full.
           const idle =
             cost.bareShare < 0.95
               ? `, with the bare route's server at ${Math.round(cost.bareShare * 100)}% of a core (the load generator is the limit there, so every µs a replay adds shows in full)`
               : '';
-          return `${replayWhy[framework]}. Server CPU per request in this run: ${cost.text}${idle}`;
+          return `${replayWhy[framework]}. Server CPU per request in this run: ${cost.text}${idle}${then(true, yardstick)}`;
         },
       ),
     );

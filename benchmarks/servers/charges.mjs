@@ -2,6 +2,7 @@
 // Express, behind a peer library. The handler is the same everywhere: a 201 with a small JSON charge.
 import { randomUUID } from 'node:crypto';
 import { deleteRedisKeys, idemStore, ioredisClient, redisUrl } from './backends.mjs';
+import { minimalExpress, minimalFastify, minimalKoa } from './minimal-layer.mjs';
 
 let count = 0;
 const charge = (body) => ({ id: `ch_${++count}`, amount: body?.amount ?? 0, currency: 'usd', status: 'succeeded' });
@@ -12,7 +13,7 @@ const benchScope = () => 'bench-caller';
 
 /**
  * Builds and starts the app of `spec` on an ephemeral loopback port.
- * `spec`: `{ framework: 'express'|'fastify'|'koa', variant: 'bare'|'idem'|'express-idempotency'|'node-idempotency', store, keyPrefix }`.
+ * `spec`: `{ framework: 'express'|'fastify'|'koa', variant: 'bare'|'idem'|'minimal'|'express-idempotency'|'node-idempotency', store, keyPrefix }`.
  *
  * @example
  * const { port, close } = await startCharges({ framework: 'koa', variant: 'idem', store: 'memory' });
@@ -28,6 +29,8 @@ export async function startCharges(spec) {
     middleware = await expressIdempotency(spec, cleanups);
   } else if (spec.variant === 'node-idempotency') {
     middleware = await nodeIdempotency(spec, cleanups);
+  } else if (spec.variant === 'minimal') {
+    middleware = minimalLayer(spec.framework);
   } else if (spec.variant !== 'bare') {
     throw new TypeError(`unknown variant ${spec.variant}`);
   }
@@ -45,6 +48,13 @@ async function idemMiddleware(framework, options) {
   if (framework === 'express') return { express: (await import('@idem/express')).idempotency(options) };
   if (framework === 'fastify') return { fastifyPlugin: (await import('@idem/fastify')).idempotency, options };
   return { koa: (await import('@idem/koa')).idempotency(options) };
+}
+
+// The yardstick of servers/minimal-layer.mjs, mounted where idem is.
+function minimalLayer(framework) {
+  if (framework === 'express') return { express: minimalExpress() };
+  if (framework === 'fastify') return { fastifyPlugin: minimalFastify, options: {} };
+  return { koa: minimalKoa() };
 }
 
 async function listen(framework, middleware) {

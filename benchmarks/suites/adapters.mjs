@@ -21,6 +21,7 @@ export const adapterRow = {
   bare: 'bare route',
   idem: (store, pattern) => `idem, ${storeLabel(store)}, ${patternLabel(pattern)}`,
   peer: (peer, store, pattern) => `${peer}, ${storeLabel(store)}, ${patternLabel(pattern)}`,
+  minimal: (pattern) => `minimal layer (a Map, no hashing), ${patternLabel(pattern)}`,
 };
 
 /** Peers measured on Express, with the stores they publish an adapter for. */
@@ -35,6 +36,9 @@ function storeLabel(store) {
 function patternLabel(pattern) {
   return patterns.find(([id]) => id === pattern)[1];
 }
+
+const minimalNote =
+  'The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks costs at least what it costs.';
 
 const post = (pattern) => ({ pattern, method: 'POST', path: '/charges' });
 
@@ -69,6 +73,14 @@ export const adaptersSuite = {
           });
         }
       }
+      // The yardstick of servers/minimal-layer.mjs: what any idempotency layer costs at the least.
+      for (const [pattern] of patterns.filter(([id]) => id !== 'hot')) {
+        contenders.push({
+          name: adapterRow.minimal(pattern),
+          quick: false,
+          measure: () => measureServer({ kind: 'charges', framework, variant: 'minimal' }, post(pattern), settings),
+        });
+      }
       if (framework === 'express') {
         for (const peer of expressPeers) {
           for (const [store] of stores) {
@@ -96,8 +108,8 @@ export const adaptersSuite = {
             baseline: adapterRow.bare,
             note:
               framework === 'express'
-                ? 'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter.'
-                : 'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify).',
+                ? `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter. ${minimalNote}`
+                : `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify). ${minimalNote}`,
             contenders,
           },
           settings,

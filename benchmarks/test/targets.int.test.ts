@@ -16,8 +16,9 @@ interface EvaluatedTarget {
 const cpu = (median: number) => ({ median, min: median, max: median });
 
 // A Fastify group of one round: the bare route, and idem's fresh keys and replays, each with its
-// rate and, unless `withCpu` is false, the server's CPU per request.
-function fastifyGroup(withCpu: boolean) {
+// rate and, unless `withCpu` is false, the server's CPU per request; `minimal` adds the minimal
+// layer's fresh-key and replay rows at those rates.
+function fastifyGroup(withCpu: boolean, minimal?: { fresh: number; replay: number }) {
   const row = (name: string, rate: number, micros: number) => ({
     name,
     samples: [rate],
@@ -33,12 +34,15 @@ function fastifyGroup(withCpu: boolean) {
       row(adapterRow.bare, 10_000, 80),
       row(adapterRow.idem('memory', 'fresh'), 6_000, 130),
       row(adapterRow.idem('memory', 'replay'), 9_000, 90),
+      ...(minimal
+        ? [row(adapterRow.minimal('fresh'), minimal.fresh, 85), row(adapterRow.minimal('replay'), minimal.replay, 78)]
+        : []),
     ],
   };
 }
 
-const fastifyTargets = (withCpu: boolean): EvaluatedTarget[] =>
-  (evaluateTargets([fastifyGroup(withCpu)], ['adapters']) as EvaluatedTarget[]).filter(
+const fastifyTargets = (withCpu: boolean, minimal?: { fresh: number; replay: number }): EvaluatedTarget[] =>
+  (evaluateTargets([fastifyGroup(withCpu, minimal)], ['adapters']) as EvaluatedTarget[]).filter(
     (target) => target.group === 'adapters-fastify',
   );
 
@@ -64,5 +68,24 @@ describe('#4 targets', () => {
       expect(target.whyIfMissed).not.toContain('Server CPU');
       expect(target.whyIfMissed.length).toBeGreaterThan(40);
     }
+  });
+
+  it('set a miss beside the minimal layer of the same rounds, when the run measured it', () => {
+    const [fresh, replay] = fastifyTargets(true, { fresh: 8_900, replay: 9_800 });
+    // 0.89 of the bare route: 0.85 lets idem run at most 1 - 0.85/0.89, about 4%, below it.
+    expect(fresh?.whyIfMissed).toContain('A minimal layer in the same rounds');
+    expect(fresh?.whyIfMissed).toContain('ran at 0.89 of the bare route: to meet 0.85, idem may run at most 4% below');
+    // One sentence after another, and no full stop of its own: the page adds the last one.
+    expect(fresh?.whyIfMissed).toContain('for all of it. A minimal layer');
+    expect(fresh?.whyIfMissed.endsWith('.')).toBe(false);
+    // 0.98 of the bare route, below the replay target of 1.0.
+    expect(replay?.whyIfMissed).toContain('ran at 0.98 of the bare route: 1.00 is above what even that layer reaches');
+    expect(replay?.whyIfMissed).toContain('shows in full). A minimal layer');
+    // Without CPU figures the sentence follows the reason directly.
+    const [freshNoCpu, replayNoCpu] = fastifyTargets(false, { fresh: 8_900, replay: 9_800 });
+    expect(freshNoCpu?.whyIfMissed).toContain('each write must wake it). A minimal layer');
+    expect(replayNoCpu?.whyIfMissed).toContain('whose cost on this route is small. A minimal layer');
+    // A run without the minimal rows says nothing of them.
+    for (const target of fastifyTargets(true)) expect(target.whyIfMissed).not.toContain('minimal layer');
   });
 });
