@@ -16,20 +16,21 @@ const startTimeoutMs = 60_000;
 /**
  * Starts `benchmarks/servers/<entry>` with `spec` and resolves with the first IPC message it sends
  * (a server's `{ port }`, a loop's `{ opsPerSecond }`), a `stop()` that asks it to end and waits,
- * a `cpu()` that resolves with the CPU time (µs, every thread, user and system) the child has
- * used so far (children that call {@link answerCpuQueries}), and the child's `pid`. `cpu()` rejects
- * when the child is gone or goes before it answers.
+ * a `cpu()` that resolves with the CPU time the child has used so far, in µs over every thread
+ * (`{ cpuMicros: user and system, systemMicros: system alone }`, from children that call
+ * {@link answerCpuQueries}), and the child's `pid`. `cpu()` rejects when the child is gone or goes
+ * before it answers. `options.execArgv` adds Node flags (`--cpu-prof`, say).
  * Rejects with the child's last stderr line when it exits or throws before answering.
  *
  * @example
  * const server = await startChild('serve.mjs', { kind: 'node-http' });
- * console.log(server.message.port, await server.cpu());
+ * console.log(server.message.port, (await server.cpu()).cpuMicros);
  * await server.stop();
  */
-export function startChild(entry, spec) {
+export function startChild(entry, spec, options = {}) {
   const child = fork(join(benchmarks, 'servers', entry), [], {
     cwd: root,
-    execArgv: spec.kind === 'reference-app' ? ['--import', 'tsx'] : [],
+    execArgv: [...(spec.kind === 'reference-app' ? ['--import', 'tsx'] : []), ...(options.execArgv ?? [])],
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     env: { ...process.env, NODE_ENV: 'production' },
   });
@@ -58,7 +59,7 @@ export function startChild(entry, spec) {
       const onMessage = (message) => {
         if (message && typeof message === 'object' && 'cpuMicros' in message) {
           settle();
-          resolve(message.cpuMicros);
+          resolve({ cpuMicros: message.cpuMicros, systemMicros: message.systemMicros });
         }
       };
       const onExit = () => {
@@ -148,7 +149,7 @@ export function answerCpuQueries() {
   process.on('message', (message) => {
     if (message !== 'cpu') return;
     const { user, system } = process.cpuUsage();
-    process.send({ cpuMicros: user + system }, () => {});
+    process.send({ cpuMicros: user + system, systemMicros: system }, () => {});
   });
 }
 

@@ -51,7 +51,7 @@ export async function measureServer(spec, traffic, settings) {
     // the load generator on the other core could offer (a throughput ratio mixes in both).
     const cpuBefore = await server.cpu();
     const measured = await window({ seconds: settings.durationSeconds });
-    const cpuMicros = (await server.cpu()) - cpuBefore;
+    const cpuMicros = (await server.cpu()).cpuMicros - cpuBefore.cpuMicros;
     return {
       value: measured.requestsPerSecond,
       details: {

@@ -7,7 +7,7 @@ import { startChild } from '../lib/child-process.mjs';
 interface Child {
   message: { port: number };
   pid: number;
-  cpu(): Promise<number>;
+  cpu(): Promise<{ cpuMicros: number; systemMicros: number }>;
   stop(): Promise<void>;
 }
 
@@ -20,8 +20,10 @@ describe('startChild cpu()', () => {
       const first = await child.cpu();
       const response = await fetch(`http://127.0.0.1:${child.message.port}/charges`, { method: 'POST', body: '{}' });
       await response.arrayBuffer();
-      expect(first).toBeGreaterThan(0);
-      expect(await child.cpu()).toBeGreaterThanOrEqual(first);
+      expect(first.cpuMicros).toBeGreaterThan(0);
+      expect(first.systemMicros).toBeGreaterThanOrEqual(0);
+      expect(first.systemMicros).toBeLessThanOrEqual(first.cpuMicros);
+      expect((await child.cpu()).cpuMicros).toBeGreaterThanOrEqual(first.cpuMicros);
     } finally {
       await child.stop();
     }
@@ -29,6 +31,8 @@ describe('startChild cpu()', () => {
 
   it('rejects when the child dies before it answers', async () => {
     const child = await start();
+    // Stopped first, so it cannot answer before it dies.
+    process.kill(child.pid, 'SIGSTOP');
     const asked = child.cpu();
     process.kill(child.pid, 'SIGKILL');
     await expect(asked).rejects.toThrow(/serve\.mjs/);
