@@ -1,8 +1,8 @@
 // The least an idempotency layer can do, per framework, as a yardstick for idem's overhead: a Map
 // from the raw Idempotency-Key to the first response, and a Set of keys in flight. No scope, no
 // fingerprint, no hashing, no lease, no expiry or bound, no problem bodies: none of what the spec
-// asks for. Whatever this costs over the bare route, any real layer costs at least as much, so the
-// adapters' targets are read beside it (docs/benchmarks.md).
+// asks for. Whatever this costs over the bare route, a real layer mounted in the same place costs
+// at least as much, so the adapters' targets are read beside it (docs/benchmarks.md).
 
 /** Express middleware: replays write the stored bytes; a fresh key wraps `res.end` to keep them. */
 export function minimalExpress() {

@@ -38,7 +38,7 @@ function patternLabel(pattern) {
 }
 
 const minimalNote =
-  'The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks costs at least what it costs.';
+  'The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks, mounted in the same place, costs at least what it costs.';
 
 const post = (pattern) => ({ pattern, method: 'POST', path: '/charges' });
 
@@ -73,7 +73,7 @@ export const adaptersSuite = {
           });
         }
       }
-      // The yardstick of servers/minimal-layer.mjs: what any idempotency layer costs at the least.
+      // The yardstick of servers/minimal-layer.mjs: the least an idempotency layer in idem's place costs.
       for (const [pattern] of patterns.filter(([id]) => id !== 'hot')) {
         contenders.push({
           name: adapterRow.minimal(pattern),
