@@ -25,6 +25,7 @@ import { parseArgs } from 'node:util';
 import { ensureBuilt } from './lib/built.mjs';
 import { startChild } from './lib/child-process.mjs';
 import { chargeBody, drive, trafficHeaders } from './lib/http-load.mjs';
+import { withServerCpu } from './lib/measure-http.mjs';
 import { summarize } from './lib/stats.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -97,24 +98,27 @@ async function main() {
         return { name: `${framework}, ${kind.label}`, server: started.get(kind.server), pattern: kind.pattern };
       });
       const window = async (contender, duration) => {
-        const before = await contender.server.cpu();
         const startedAt = process.hrtime.bigint();
-        const load = await drive({
-          url: `http://127.0.0.1:${contender.server.message.port}/charges`,
-          method: 'POST',
-          body: chargeBody,
-          headers: trafficHeaders({ pattern: contender.pattern, replayKey }),
-          seconds: duration,
-          connections,
-        });
+        const {
+          result: load,
+          cpuMicros,
+          systemMicros,
+        } = await withServerCpu(contender.server, () =>
+          drive({
+            url: `http://127.0.0.1:${contender.server.message.port}/charges`,
+            method: 'POST',
+            body: chargeBody,
+            headers: trafficHeaders({ pattern: contender.pattern, replayKey }),
+            seconds: duration,
+            connections,
+          }),
+        );
         const elapsed = Number(process.hrtime.bigint() - startedAt) / 1e9;
-        const after = await contender.server.cpu();
-        const cpu = after.cpuMicros - before.cpuMicros;
         return {
           opsPerSecond: load.requestsPerSecond,
-          cpuMicrosPerRequest: cpu / load.requests,
-          systemMicrosPerRequest: (after.systemMicros - before.systemMicros) / load.requests,
-          cpuShare: cpu / 1e6 / elapsed,
+          cpuMicrosPerRequest: cpuMicros / load.requests,
+          systemMicrosPerRequest: systemMicros / load.requests,
+          cpuShare: cpuMicros / 1e6 / elapsed,
         };
       };
       for (const contender of contenders) await window(contender, 1); // warm-up: JIT, pools

@@ -9,8 +9,9 @@ import { ensureBuilt } from './lib/built.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const argv = process.argv.slice(2);
-const measures = !argv.some((arg) => ['--no-build', '--render', '--list', '--help', '-h'].includes(arg));
-if (measures) ensureBuilt(dirname(here));
+// Only a run that measures the packages needs them built, and --no-build measures them as they are.
+const build = !argv.some((arg) => ['--no-build', '--render', '--list', '--help', '-h'].includes(arg));
+if (build) ensureBuilt(dirname(here));
 const child = spawn(process.execPath, ['--import', 'tsx', join(here, 'lib', 'main.mjs'), ...argv], {
   cwd: dirname(here),
   stdio: 'inherit',

@@ -49,9 +49,9 @@ export async function measureServer(spec, traffic, settings) {
     await window({ seconds: settings.warmupSeconds });
     // The server's CPU time over the window, per request: what the code under test costs, whatever
     // the load generator on the other core could offer (a throughput ratio mixes in both).
-    const cpuBefore = await server.cpu();
-    const measured = await window({ seconds: settings.durationSeconds });
-    const cpuMicros = (await server.cpu()).cpuMicros - cpuBefore.cpuMicros;
+    const { result: measured, cpuMicros } = await withServerCpu(server, () =>
+      window({ seconds: settings.durationSeconds }),
+    );
     return {
       value: measured.requestsPerSecond,
       details: {
@@ -63,6 +63,24 @@ export async function measureServer(spec, traffic, settings) {
   } finally {
     await server.stop();
   }
+}
+
+/**
+ * Runs `work` and resolves with its result and the CPU time (µs, every thread; `systemMicros` the
+ * kernel's share) that the child `server` of {@link startChild} spent meanwhile.
+ *
+ * @example
+ * const { result, cpuMicros } = await withServerCpu(server, () => drive({ url, seconds: 2, connections: 50 }));
+ */
+export async function withServerCpu(server, work) {
+  const before = await server.cpu();
+  const result = await work();
+  const after = await server.cpu();
+  return {
+    result,
+    cpuMicros: after.cpuMicros - before.cpuMicros,
+    systemMicros: after.systemMicros - before.systemMicros,
+  };
 }
 
 /**

@@ -44,11 +44,11 @@ function serverCost(group, rowName, bareName) {
 }
 
 // Where the minimal layer (servers/minimal-layer.mjs) ran in the same rounds: its ratio to the bare
-// route, and the room a target leaves idem above it, as a sentence with no closing full stop (the
+// route, and how far below it a target lets idem run, as a sentence with no closing full stop (the
 // page adds it); '' when the run did not measure it.
 function minimalYardstick(group, pattern, threshold) {
   const minimal = compare(group, adapterRow.minimal(pattern), adapterRow.bare);
-  if (!minimal || !Number.isFinite(minimal.median)) return '';
+  if (!minimal) return '';
   const floor = minimal.median;
   const room =
     floor > threshold
