@@ -1,6 +1,7 @@
 // The per-request overhead of the idempotency adapters on memoryStore (issue 4's target), per
-// framework: the bare POST /charges, idem with fresh keys, idem replays, and the minimal layer of
-// servers/minimal-layer.mjs as a yardstick. Each server runs in a process of its own
+// framework: the bare POST /charges, idem with fresh keys, idem replays, and as yardsticks the
+// minimal layer of servers/minimal-layer.mjs and the calibration of servers/calibration-layer.mjs
+// (the bare route with a known amount of busy work per request). Each server runs in a process of its own
 // (servers/serve.mjs, as in `npm run bench`) and lives for the whole run, so every window after the
 // first finds it warm; the load comes from this process.
 // Contenders alternate within every round (A B C, then C B A, ...), so a ratio compares samples
@@ -8,7 +9,8 @@
 // is what the adapters cost per request whatever the client's speed.
 //
 //   node benchmarks/adapters-overhead.bench.mjs [--rounds 3] [--duration 3] [--connections 16]
-//        [--frameworks express,fastify,koa] [--only bare,fresh,replay,minimal-fresh,minimal-replay]
+//        [--frameworks express,fastify,koa]
+//        [--only bare,fresh,replay,minimal-fresh,minimal-replay,calibration]
 //        [--profile dir] [--no-build]
 //
 // --only keeps some contenders (to profile one path; default bare,fresh,replay); --profile writes
@@ -27,6 +29,7 @@ import { startChild } from './lib/child-process.mjs';
 import { chargeBody, drive, trafficHeaders } from './lib/http-load.mjs';
 import { withServerCpu } from './lib/measure-http.mjs';
 import { summarize } from './lib/stats.mjs';
+import { calibrationMicros } from './suites/adapters.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -37,11 +40,13 @@ const contenderKinds = {
   replay: { server: 'idem', pattern: 'replay', label: 'idem replays' },
   'minimal-fresh': { server: 'minimal', pattern: 'fresh', label: 'minimal layer fresh keys' },
   'minimal-replay': { server: 'minimal', pattern: 'replay', label: 'minimal layer replays' },
+  calibration: { server: 'calibration', pattern: 'none', label: `bare route + ${calibrationMicros} µs busy work` },
 };
 const servers = {
   bare: { variant: 'bare' },
   idem: { variant: 'idem', store: 'memory' },
   minimal: { variant: 'minimal' },
+  calibration: { variant: 'calibration', spinMicros: calibrationMicros },
 };
 
 await main();

@@ -2,6 +2,7 @@
 // Express, behind a peer library. The handler is the same everywhere: a 201 with a small JSON charge.
 import { randomUUID } from 'node:crypto';
 import { deleteRedisKeys, idemStore, ioredisClient, redisUrl } from './backends.mjs';
+import { calibrationExpress, calibrationFastify, calibrationKoa } from './calibration-layer.mjs';
 import { minimalExpress, minimalFastify, minimalKoa } from './minimal-layer.mjs';
 
 let count = 0;
@@ -13,7 +14,8 @@ const benchScope = () => 'bench-caller';
 
 /**
  * Builds and starts the app of `spec` on an ephemeral loopback port.
- * `spec`: `{ framework: 'express'|'fastify'|'koa', variant: 'bare'|'idem'|'minimal'|'express-idempotency'|'node-idempotency', store, keyPrefix }`.
+ * `spec`: `{ framework: 'express'|'fastify'|'koa', variant: 'bare'|'idem'|'minimal'|'calibration'|'express-idempotency'|'node-idempotency', store, keyPrefix, spinMicros }`
+ * (`spinMicros`: the busy work per request of the 'calibration' variant).
  *
  * @example
  * const { port, close } = await startCharges({ framework: 'koa', variant: 'idem', store: 'memory' });
@@ -31,6 +33,8 @@ export async function startCharges(spec) {
     middleware = await nodeIdempotency(spec, cleanups);
   } else if (spec.variant === 'minimal') {
     middleware = minimalLayer(spec.framework);
+  } else if (spec.variant === 'calibration') {
+    middleware = calibrationLayer(spec.framework, spec.spinMicros);
   } else if (spec.variant !== 'bare') {
     throw new TypeError(`unknown variant ${spec.variant}`);
   }
@@ -55,6 +59,14 @@ function minimalLayer(framework) {
   if (framework === 'express') return { express: minimalExpress() };
   if (framework === 'fastify') return { fastifyPlugin: minimalFastify, options: {} };
   return { koa: minimalKoa() };
+}
+
+// The known cost of servers/calibration-layer.mjs, mounted where idem is.
+function calibrationLayer(framework, micros) {
+  if (!(Number.isFinite(micros) && micros > 0)) throw new TypeError('the calibration variant needs spinMicros > 0');
+  if (framework === 'express') return { express: calibrationExpress(micros) };
+  if (framework === 'fastify') return { fastifyPlugin: calibrationFastify, options: { micros } };
+  return { koa: calibrationKoa(micros) };
 }
 
 async function listen(framework, middleware) {

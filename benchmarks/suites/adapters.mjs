@@ -16,12 +16,16 @@ const stores = [
 ];
 const frameworkNames = { express: 'Express', fastify: 'Fastify', koa: 'Koa' };
 
+/** The busy work per request of the calibration row (servers/calibration-layer.mjs), in µs. */
+export const calibrationMicros = 5;
+
 /** Contender names, shared with the targets so a renamed row cannot silently drop a target. */
 export const adapterRow = {
   bare: 'bare route',
   idem: (store, pattern) => `idem, ${storeLabel(store)}, ${patternLabel(pattern)}`,
   peer: (peer, store, pattern) => `${peer}, ${storeLabel(store)}, ${patternLabel(pattern)}`,
   minimal: (pattern) => `minimal layer (a Map, no hashing), ${patternLabel(pattern)}`,
+  calibration: `bare route + ${calibrationMicros} µs of busy work (calibration)`,
 };
 
 /** Peers measured on Express, with the stores they publish an adapter for. */
@@ -37,8 +41,7 @@ function patternLabel(pattern) {
   return patterns.find(([id]) => id === pattern)[1];
 }
 
-const minimalNote =
-  'The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks, mounted in the same place, costs at least what it costs.';
+const yardstickNote = `The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks, mounted in the same place, costs at least what it costs. The calibration row is the bare route with ${calibrationMicros} µs of busy work per request where idem is mounted (servers/calibration-layer.mjs): what a layer of exactly that cost does to the ratio on this machine, which the #4 explanations use to read ratios as µs of added work.`;
 
 const post = (pattern) => ({ pattern, method: 'POST', path: '/charges' });
 
@@ -81,6 +84,16 @@ export const adaptersSuite = {
           measure: () => measureServer({ kind: 'charges', framework, variant: 'minimal' }, post(pattern), settings),
         });
       }
+      contenders.push({
+        name: adapterRow.calibration,
+        quick: false,
+        measure: () =>
+          measureServer(
+            { kind: 'charges', framework, variant: 'calibration', spinMicros: calibrationMicros },
+            post('none'),
+            settings,
+          ),
+      });
       if (framework === 'express') {
         for (const peer of expressPeers) {
           for (const [store] of stores) {
@@ -108,8 +121,8 @@ export const adaptersSuite = {
             baseline: adapterRow.bare,
             note:
               framework === 'express'
-                ? `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter. ${minimalNote}`
-                : `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify). ${minimalNote}`,
+                ? `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter. ${yardstickNote}`
+                : `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify). ${yardstickNote}`,
             contenders,
           },
           settings,

@@ -14,6 +14,9 @@ import { runGroup } from '../lib/rounds.mjs';
 
 const run = promisify(execFile);
 
+/** redis-benchmark SET NX PX at 50 clients on research/perf-limits.md's idle box: ops/s, median of its runs. */
+export const referenceRedisNx = 74_184;
+
 /** Contender names, shared with the targets. */
 export const redisRow = {
   raw: (clients) => `redis-benchmark SET NX PX, ${clients} client${clients === 1 ? '' : 's'}`,

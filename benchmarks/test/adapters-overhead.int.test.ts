@@ -1,5 +1,5 @@
 // Runs benchmarks/adapters-overhead.bench.mjs for real on its cheapest contenders (the bare
-// Express route and the minimal layer, which need no built package) and checks what it reports.
+// Express route and the yardsticks, which need no built package) and checks what it reports.
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -19,7 +19,7 @@ describe('adapters-overhead.bench.mjs', () => {
     const args = [
       'benchmarks/adapters-overhead.bench.mjs',
       ...['--no-build', '--rounds', '1', '--duration', '1', '--connections', '4', '--frameworks', 'express'],
-      ...['--only', 'bare,minimal-fresh,minimal-replay'],
+      ...['--only', 'bare,minimal-fresh,minimal-replay,calibration'],
     ];
     const run = spawnSync(process.execPath, args, { cwd: root, encoding: 'utf8', timeout: 60_000 });
     expect(run.status, run.stderr).toBe(0);
@@ -30,6 +30,7 @@ describe('adapters-overhead.bench.mjs', () => {
       'express, bare route',
       'express, minimal layer fresh keys',
       'express, minimal layer replays',
+      'express, bare route + 5 µs busy work',
     ]);
     for (const result of results) {
       expect(result.opsPerSecond).toBeGreaterThan(0);

@@ -17,8 +17,8 @@ const cpu = (median: number) => ({ median, min: median, max: median });
 
 // A Fastify group of one round: the bare route, and idem's fresh keys and replays, each with its
 // rate and, unless `withCpu` is false, the server's CPU per request; `minimal` adds the minimal
-// layer's fresh-key and replay rows at those rates.
-function fastifyGroup(withCpu: boolean, minimal?: { fresh: number; replay: number }) {
+// layer's fresh-key and replay rows at those rates, `calibration` the calibration row at its rate.
+function fastifyGroup(withCpu: boolean, minimal?: { fresh: number; replay: number }, calibration?: number) {
   const row = (name: string, rate: number, micros: number) => ({
     name,
     samples: [rate],
@@ -37,12 +37,17 @@ function fastifyGroup(withCpu: boolean, minimal?: { fresh: number; replay: numbe
       ...(minimal
         ? [row(adapterRow.minimal('fresh'), minimal.fresh, 85), row(adapterRow.minimal('replay'), minimal.replay, 78)]
         : []),
+      ...(calibration === undefined ? [] : [row(adapterRow.calibration, calibration, 85)]),
     ],
   };
 }
 
-const fastifyTargets = (withCpu: boolean, minimal?: { fresh: number; replay: number }): EvaluatedTarget[] =>
-  (evaluateTargets([fastifyGroup(withCpu, minimal)], ['adapters']) as EvaluatedTarget[]).filter(
+const fastifyTargets = (
+  withCpu: boolean,
+  minimal?: { fresh: number; replay: number },
+  calibration?: number,
+): EvaluatedTarget[] =>
+  (evaluateTargets([fastifyGroup(withCpu, minimal, calibration)], ['adapters']) as EvaluatedTarget[]).filter(
     (target) => target.group === 'adapters-fastify',
   );
 
@@ -87,5 +92,32 @@ describe('#4 targets', () => {
     expect(replayNoCpu?.whyIfMissed).toContain('whose cost on this route is small. A minimal layer');
     // A run without the minimal rows says nothing of them.
     for (const target of fastifyTargets(true)) expect(target.whyIfMissed).not.toContain('minimal layer');
+  });
+
+  it('read the ratios as microseconds of added work through the calibration row of the same rounds', () => {
+    // The bare route plus 5 µs ran at 0.8 of it: 1/0.8 - 1 = 0.25 = 5k, so k = 0.05 per µs.
+    const [fresh, replay] = fastifyTargets(true, { fresh: 8_900, replay: 9_800 }, 8_000);
+    expect(fresh?.whyIfMissed).toContain(
+      'The bare route with 5 µs of busy work per request ran at 0.80 of it in the same rounds.',
+    );
+    // 0.85: (1/0.85 - 1) / 0.05 = 3.5 µs. idem at 0.6: (1/0.6 - 1) / 0.05 = 13.3 µs; the layer at 0.89: 2.5 µs.
+    expect(fresh?.whyIfMissed).toContain('0.85 allows about 3.5 µs of added work per request');
+    expect(fresh?.whyIfMissed).toContain("idem's 0.60 matches about 13.3 µs of added work");
+    expect(fresh?.whyIfMissed).toContain("the minimal layer's 0.89 matches about 2.5 µs of added work");
+    // The calibrated budget replaces the flat share of the bare route's CPU time, which understates it.
+    expect(fresh?.whyIfMissed).not.toContain('for all of it');
+    expect(fresh?.whyIfMissed).toContain('(50.0 µs more). The bare route with 5 µs');
+    expect(fresh?.whyIfMissed).toContain('of added work. A minimal layer in the same rounds');
+    // Replays: 1.0 allows nothing; idem at 0.9 is (1/0.9 - 1) / 0.05 = 2.2 µs.
+    expect(replay?.whyIfMissed).toContain('1.00 allows no added work at all');
+    expect(replay?.whyIfMissed).toContain("idem's 0.90 matches about 2.2 µs of added work. A minimal layer");
+    // Without CPU figures the sentence follows the reason directly.
+    const [freshNoCpu] = fastifyTargets(false, undefined, 8_000);
+    expect(freshNoCpu?.whyIfMissed).toContain('each write must wake it). The bare route with 5 µs');
+    expect(freshNoCpu?.whyIfMissed.endsWith('.')).toBe(false);
+    // A calibration that did not slow the route is no model: nothing is read through it.
+    for (const target of fastifyTargets(true, undefined, 10_000)) {
+      expect(target.whyIfMissed).not.toContain('busy work');
+    }
   });
 });
