@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
 // @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
 import { redisRow } from '../suites/stores-redis.mjs';
+import { row, savedRun } from './fixtures.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), 'idem-bench-render-'));
@@ -15,22 +16,8 @@ const scratch = mkdtempSync(join(tmpdir(), 'idem-bench-render-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 it('evaluates the targets again from the saved groups', () => {
-  const row = (name: string, rate: number, ratio?: number) => ({
-    name,
-    samples: [rate],
-    median: rate,
-    min: rate,
-    max: rate,
-    ...(ratio === undefined ? {} : { ratio: { median: ratio, min: ratio, max: ratio } }),
-  });
-  const saved = {
-    format: 'idem-bench/1',
-    startedAt: '2026-11-21T00:00:00.000Z',
-    elapsedSeconds: 10,
-    machine: { node: 'v24', cpus: 2, cpuModel: 'test', loadAverage: [0, 0, 0], loadAverageAtEnd: [0, 0, 0] },
-    settings: { connections: 50, durationSeconds: 2, warmupSeconds: 1, rounds: 1, packages: 'dist' },
-    versions: {},
-    notMeasured: [],
+  const ratio = { median: 0.35, min: 0.35, max: 0.35 };
+  const saved = savedRun({
     suitesRun: ['stores-redis'],
     suites: [
       {
@@ -42,7 +29,7 @@ it('evaluates the targets again from the saved groups', () => {
             title: 'Redis store: claim+complete vs raw SET NX PX',
             unit: 'ops/s',
             baseline: redisRow.raw(50),
-            contenders: [row(redisRow.raw(50), 140_000), row(redisRow.store(50), 49_000, 0.35)],
+            contenders: [row(redisRow.raw(50), 140_000), row(redisRow.store(50), 49_000, { ratio })],
           },
         ],
       },
@@ -60,7 +47,7 @@ it('evaluates the targets again from the saved groups', () => {
         verdict: 'missed',
       },
     ],
-  };
+  });
   const file = join(scratch, 'results.json');
   writeFileSync(file, JSON.stringify(saved));
   const run = spawnSync(process.execPath, ['benchmarks/run.mjs', '--no-build', '--render', file, '--docs', scratch], {

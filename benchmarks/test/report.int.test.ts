@@ -3,18 +3,11 @@
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
 import { renderReport } from '../lib/report.mjs';
+import { row, savedRun } from './fixtures.js';
 
 // A results object with only the limits group, whose node:http row served `nodeHttp` req/s.
 function results(nodeHttp: number) {
-  const row = (name: string, rate: number) => ({ name, samples: [rate], median: rate, min: rate, max: rate });
-  return {
-    startedAt: '2026-11-21T00:00:00.000Z',
-    elapsedSeconds: 10,
-    machine: { node: 'v24', cpus: 2, cpuModel: 'test', loadAverage: [0, 0, 0], loadAverageAtEnd: [0, 0, 0] },
-    settings: { connections: 50, durationSeconds: 2, warmupSeconds: 1, rounds: 1, packages: 'dist' },
-    versions: {},
-    targets: [],
-    notMeasured: [],
+  return savedRun({
     suites: [
       {
         title: 'Limits',
@@ -29,7 +22,7 @@ function results(nodeHttp: number) {
         ],
       },
     ],
-  };
+  });
 }
 
 describe('the benchmark page', () => {

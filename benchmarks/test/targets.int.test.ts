@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { evaluateTargets } from '../lib/targets.mjs';
 // @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
 import { adapterRow } from '../suites/adapters.mjs';
+import { row as measured } from './fixtures.js';
 
 interface EvaluatedTarget {
   group: string;
@@ -19,14 +20,8 @@ const cpu = (median: number) => ({ median, min: median, max: median });
 // rate and, unless `withCpu` is false, the server's CPU per request; `minimal` adds the minimal
 // layer's fresh-key and replay rows at those rates, `calibration` the calibration row at its rate.
 function fastifyGroup(withCpu: boolean, minimal?: { fresh: number; replay: number }, calibration?: number) {
-  const row = (name: string, rate: number, micros: number) => ({
-    name,
-    samples: [rate],
-    median: rate,
-    min: rate,
-    max: rate,
-    ...(withCpu ? { cpuMicrosPerRequest: cpu(micros) } : {}),
-  });
+  const row = (name: string, rate: number, micros: number) =>
+    measured(name, rate, withCpu ? { cpuMicrosPerRequest: cpu(micros) } : {});
   return {
     id: 'adapters-fastify',
     baseline: adapterRow.bare,
