@@ -61,7 +61,8 @@ function minimalYardstick(group, pattern, threshold) {
 // is mounted) as a model of this run: a ratio r reads as 1 / (1 + k × µs added), with k fitted to
 // the calibration's own ratio. (Measured once on warm Express servers of the 2-core box: busy work of
 // 2, 5, 10 and 20 µs gave 0.90, 0.79, 0.67 and 0.48, which this curve, fitted at 5 µs, matches to
-// within 0.03; a flat share of the bare route's CPU time would have put 5 µs at 0.88.) Undefined
+// within 0.03; a flat share of the bare route's CPU time would have put 5 µs at 0.88. On a busier
+// box the sweep strayed by up to 0.09 at 10 and 20 µs: readings far from 5 µs are rough.) Undefined
 // when the run did not measure the row, or when it did not slow the route.
 function workModel(group) {
   const calibration = compare(group, adapterRow.calibration, adapterRow.bare);
