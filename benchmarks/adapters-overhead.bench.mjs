@@ -1,9 +1,9 @@
 // The per-request overhead of the idempotency adapters on memoryStore (issue 4's target), per
 // framework: the bare POST /charges, idem with fresh keys, idem replays, and as yardsticks the
 // minimal layer of servers/minimal-layer.mjs and the calibration of servers/calibration-layer.mjs
-// (the bare route with a known amount of busy work per request). Each server runs in a process of its own
-// (servers/serve.mjs, as in `npm run bench`) and lives for the whole run, so every window after the
-// first finds it warm; the load comes from this process.
+// (the bare route with a known amount of busy work per request). Each server runs in a process of
+// its own (servers/serve.mjs, as in `npm run bench`) and lives for the whole run, so every window
+// after the first finds it warm; the load comes from this process.
 // Contenders alternate within every round (A B C, then C B A, ...), so a ratio compares samples
 // taken minutes apart at most. Besides throughput, the server reports the CPU time it spent, which
 // is what the adapters cost per request whatever the client's speed.
