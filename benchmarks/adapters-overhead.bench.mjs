@@ -87,9 +87,13 @@ async function main() {
           await startChild('serve.mjs', { kind: 'charges', framework, ...servers[name] }, { execArgv }),
         );
       }
+      // The replayed key is completed once on every server some replay contender drives.
       const replayKey = `replay-${randomUUID()}`;
+      const replayed = new Set(
+        only.filter((id) => contenderKinds[id].pattern === 'replay').map((id) => contenderKinds[id].server),
+      );
       for (const [name, server] of started) {
-        if (name === 'bare') continue;
+        if (!replayed.has(name)) continue;
         const first = await fetch(`http://127.0.0.1:${server.message.port}/charges`, {
           method: 'POST',
           headers: { 'content-type': 'application/json', 'idempotency-key': replayKey },

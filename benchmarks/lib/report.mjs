@@ -1,6 +1,7 @@
 // docs/benchmarks.md from a results object: targets first (each with its measured ratio and met or
 // missed, and why when missed), what was not measured and why, then every group's table.
 import { referenceNodeHttp } from '../suites/limits.mjs';
+import { rowOf } from './rounds.mjs';
 import { suiteOfGroup } from './targets.mjs';
 
 const number = (value) => (value === undefined || value === null ? '–' : Math.round(value).toLocaleString('en'));
@@ -138,7 +139,7 @@ const slowBoxShare = 0.7;
  */
 export function slowBoxWarning(results) {
   const limits = results.suites.flatMap((suite) => suite.groups).find((group) => group.id === 'limits-http');
-  const nodeHttp = limits?.contenders.find((row) => row.name === 'node:http')?.median;
+  const nodeHttp = rowOf(limits, 'node:http')?.median;
   if (nodeHttp === undefined || nodeHttp >= referenceNodeHttp * slowBoxShare) return [];
   const share = Math.round((nodeHttp / referenceNodeHttp) * 100);
   return [

@@ -106,6 +106,17 @@ export async function runGroup(fullDefinition, settings, log) {
 }
 
 /**
+ * The contender called `name` in `group` (a group of a run's results), or undefined when the group
+ * or the row is missing.
+ *
+ * @example
+ * rowOf(group, 'bare route')?.median;
+ */
+export function rowOf(group, name) {
+  return group?.contenders.find((row) => row.name === name);
+}
+
+/**
  * The ratio of two contenders of one group, round by round, summarised; `undefined` when either
  * side has no sample.
  *
@@ -113,8 +124,8 @@ export async function runGroup(fullDefinition, settings, log) {
  * compare(group, 'idem on memoryStore, fresh keys', 'express-idempotency (memory), fresh keys');
  */
 export function compare(group, numerator, denominator) {
-  const top = group?.contenders.find((row) => row.name === numerator);
-  const bottom = group?.contenders.find((row) => row.name === denominator);
+  const top = rowOf(group, numerator);
+  const bottom = rowOf(group, denominator);
   if (!top || !bottom) return undefined;
   const values = (row) => row.samples.map((v) => (v === null ? Number.NaN : v));
   return summarize(roundRatios(values(top), values(bottom)));

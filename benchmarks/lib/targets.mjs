@@ -7,7 +7,7 @@ import { functionRow } from '../suites/function-level.mjs';
 import { guardAlgorithms, guardRow } from '../suites/guard.mjs';
 import { postgresRow } from '../suites/stores-postgres.mjs';
 import { redisRow, referenceRedisNx } from '../suites/stores-redis.mjs';
-import { compare } from './rounds.mjs';
+import { compare, rowOf } from './rounds.mjs';
 
 const frameworks = [
   ['express', 'Express'],
@@ -18,7 +18,7 @@ const frameworks = [
 // When a peer costs next to nothing, a lead over it is bounded by the bare route itself: say so
 // with the figures of the run.
 function peerCost(group, peerRow, threshold) {
-  const peer = group?.contenders.find((row) => row.name === peerRow);
+  const peer = rowOf(group, peerRow);
   if (!peer?.ratio) return '';
   const share = peer.ratio.median;
   const wanted = share * threshold;
@@ -29,8 +29,8 @@ function peerCost(group, peerRow, threshold) {
 // The server CPU per request of a contender and of the bare route in `group`, as medians, with a
 // sentence that gives both; undefined when the run did not measure them.
 function serverCost(group, rowName, bareName) {
-  const row = group?.contenders.find((candidate) => candidate.name === rowName);
-  const bare = group?.contenders.find((candidate) => candidate.name === bareName);
+  const row = rowOf(group, rowName);
+  const bare = rowOf(group, bareName);
   const own = row?.cpuMicrosPerRequest?.median;
   const base = bare?.cpuMicrosPerRequest?.median;
   if (own === undefined || base === undefined) return undefined;
@@ -98,9 +98,8 @@ function addedWork(group, threshold, rows) {
 // it runs far faster than on the reference box while a Node client does not, which moves the ratio
 // with no change in the store. Says so with the run's figures; '' when the rows are missing.
 function baselineShift(group) {
-  const rate = (name) => group?.contenders.find((row) => row.name === name)?.median;
-  const raw = rate(redisRow.raw(50));
-  const store = rate(redisRow.store(50));
+  const raw = rowOf(group, redisRow.raw(50))?.median;
+  const store = rowOf(group, redisRow.store(50))?.median;
   if (raw === undefined || store === undefined) return '';
   const thousands = (value) => `${(value / 1000).toFixed(1)}k`;
   return `. redis-benchmark's 50 clients ran at ${thousands(raw)} ops/s in this run, ${(raw / referenceRedisNx).toFixed(2)}× the ${thousands(referenceRedisNx)} research/perf-limits.md measured on the reference box; the store ran at ${thousands(store)} cycles/s, ${(store / referenceRedisNx).toFixed(2)} of that reference figure`;
@@ -326,7 +325,7 @@ export function evaluateTargets(groups, suitesRun) {
     const group = byId.get(target.group);
     let measured;
     if (target.kind === 'absolute') {
-      const row = group?.contenders.find((contender) => contender.name === target.numerator);
+      const row = rowOf(group, target.numerator);
       measured = row && row.median !== undefined ? { median: row.median, min: row.min, max: row.max } : undefined;
     } else {
       measured = compare(group, target.numerator, target.denominator);
