@@ -55,7 +55,7 @@ export {
   writeResponse,
 } from './http.js';
 export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key.js';
-export { type MemoryStoreOptions, memoryStore } from './memory-store.js';
+export { type MemoryEviction, type MemoryStore, type MemoryStoreOptions, memoryStore } from './memory-store.js';
 export { mintKey } from './mint.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { recordId } from './record-id.js';

@@ -9,8 +9,33 @@ export interface MemoryStoreOptions {
    * execution. Default 100,000.
    */
   maxEntries?: number;
+  /**
+   * Called when a completed record is dropped to make room before its retention ended: a retry of
+   * that key would run again, which is what retention exists to prevent. When it fires, raise
+   * `maxEntries` or move to a shared store. Dropping expired records is not reported. Exceptions it
+   * throws are swallowed: an observer must never fail the claim that made room.
+   */
+  onEvict?: (eviction: MemoryEviction) => void;
   /** The store's clock, in epoch milliseconds. Inject one in tests. Default `Date.now`. */
   now?: () => number;
+}
+
+/** A completed record that {@link memoryStore} dropped before its retention ended. */
+export interface MemoryEviction {
+  /** The record id (as in the engine's events). */
+  id: string;
+  /** When its retention would have ended, in epoch milliseconds on the store's clock. */
+  expiresAt: number;
+  /** When it was dropped, on the same clock. */
+  at: number;
+}
+
+/** What {@link memoryStore} returns: a {@link Store} that also reports how full it is. */
+export interface MemoryStore extends Store {
+  /** Records held now, in progress or completed. */
+  readonly size: number;
+  /** Completed records dropped before their retention ended, since the store was made (see `onEvict`). */
+  readonly evicted: number;
 }
 
 // Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
@@ -70,10 +95,13 @@ function viewOf(entry: Entry): StoreRecord {
  * const store = memoryStore({ maxEntries: 10_000 });
  * const engine = createIdempotency({ store });
  */
-export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonly size: number } {
+export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const maxEntries = options.maxEntries ?? 100_000;
   if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
+  const { onEvict } = options;
+  if (onEvict !== undefined && typeof onEvict !== 'function') throw new TypeError('onEvict must be a function');
   const now = options.now ?? Date.now;
+  let evicted = 0;
   const entries = new Map<string, Entry>();
   // Every write is also appended to this queue, so the oldest writes are found at `head` in O(1).
   // (Iterating the Map from its front would walk the tombstones V8 leaves behind deleted entries,
@@ -135,8 +163,20 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     while (entries.size > maxEntries && budget-- > 0 && head < queue.length) {
       const entry = queue[head++] as Entry;
       if (entry.gone) continue;
-      if (entry.expiresAt <= t || entry.completed) remove(entry);
-      else queue.push(entry);
+      if (entry.expiresAt <= t) remove(entry);
+      else if (entry.completed) {
+        remove(entry);
+        evicted++;
+        if (onEvict) report(entry, t);
+      } else queue.push(entry);
+    }
+  };
+
+  const report = (entry: Entry, t: number) => {
+    try {
+      onEvict?.({ id: entry.id, expiresAt: entry.expiresAt, at: t });
+    } catch {
+      // An observer must never fail the claim that made room.
     }
   };
 
@@ -144,6 +184,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): Store & { readonl
     inProcess: true,
     get size() {
       return entries.size;
+    },
+    get evicted() {
+      return evicted;
     },
     claim({ id, token, fingerprint, leaseMs }: ClaimInput): ClaimResult {
       const t = now();
