@@ -49,14 +49,15 @@ export async function startCharges(spec) {
 }
 
 async function idemMiddleware(framework, options) {
-  if (framework === 'express') return { express: (await import('@idem/express')).idempotency(options) };
+  if (framework === 'express')
+    return { express: (await import('@idem/express')).idempotency(options), beforeParser: true };
   if (framework === 'fastify') return { fastifyPlugin: (await import('@idem/fastify')).idempotency, options };
   return { koa: (await import('@idem/koa')).idempotency(options) };
 }
 
 // The yardstick of servers/minimal-layer.mjs, mounted where idem is.
 function minimalLayer(framework) {
-  if (framework === 'express') return { express: minimalExpress() };
+  if (framework === 'express') return { express: minimalExpress(), beforeParser: true };
   if (framework === 'fastify') return { fastifyPlugin: minimalFastify, options: {} };
   return { koa: minimalKoa() };
 }
@@ -64,7 +65,7 @@ function minimalLayer(framework) {
 // The known cost of servers/calibration-layer.mjs, mounted where idem is.
 function calibrationLayer(framework, micros) {
   if (!(Number.isFinite(micros) && micros > 0)) throw new TypeError('the calibration variant needs spinMicros > 0');
-  if (framework === 'express') return { express: calibrationExpress(micros) };
+  if (framework === 'express') return { express: calibrationExpress(micros), beforeParser: true };
   if (framework === 'fastify') return { fastifyPlugin: calibrationFastify, options: { micros } };
   return { koa: calibrationKoa(micros) };
 }
@@ -73,8 +74,14 @@ async function listen(framework, middleware) {
   if (framework === 'express') {
     const express = (await import('express')).default;
     const app = express();
-    const handlers = [express.json()];
-    if (middleware?.express) handlers.push(middleware.express);
+    // idem goes where the Express guide and the examples put it, before the body parser (it hashes
+    // the raw bytes and hands them on), and so do the yardsticks measured beside it; the peers stay
+    // after the parser, as their usage has them (they read req.body).
+    const layer = middleware?.express;
+    const handlers = [];
+    if (layer && middleware.beforeParser) handlers.push(layer);
+    handlers.push(express.json());
+    if (layer && !middleware.beforeParser) handlers.push(layer);
     handlers.push((req, res) => {
       // express-idempotency calls next() after it has answered a replay itself.
       if (res.headersSent) return;
