@@ -14,6 +14,15 @@ const stores = [
   ['redis', 'Redis'],
   ['postgres', 'PostgreSQL'],
 ];
+// Where idem sits in each framework's route, as its guide mounts it; the yardstick layers sit there too.
+const mountNote = {
+  express:
+    'idem is mounted before express.json(), as the Express guide has it: it reads the raw body and hands it back, and the parser reads it again; the minimal and calibration layers sit in the same place, the peers after the parser.',
+  fastify:
+    "idem is the plugin, registered before the route: it fingerprints the value Fastify's parser made of a JSON body, so the body is read once.",
+  koa: 'idem is mounted before the route, which reads the body itself (node:stream/consumers): idem reads the raw body and hands it back, and the route reads it again.',
+};
+
 const frameworkNames = { express: 'Express', fastify: 'Fastify', koa: 'Koa' };
 
 /** The busy work per request of the calibration row (servers/calibration-layer.mjs), in µs. */
@@ -119,10 +128,11 @@ export const adaptersSuite = {
             title: `${frameworkNames[framework]}: POST /charges`,
             unit: 'req/s',
             baseline: adapterRow.bare,
-            note:
+            note: `${mountNote[framework]} ${
               framework === 'express'
                 ? `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter. ${yardstickNote}`
-                : `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify). ${yardstickNote}`,
+                : `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify). ${yardstickNote}`
+            }`,
             contenders,
           },
           settings,
