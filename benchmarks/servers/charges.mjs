@@ -38,7 +38,11 @@ export async function startCharges(spec) {
   } else if (spec.variant !== 'bare') {
     throw new TypeError(`unknown variant ${spec.variant}`);
   }
-  const server = await listen(spec.framework, middleware);
+  // idem goes where the Express guide and the examples put it, before the body parser (it hashes
+  // the raw bytes and hands them on), and so do the yardsticks measured beside it; the peers stay
+  // after the parser, as their usage has them (they read req.body).
+  const afterParser = spec.variant === 'express-idempotency' || spec.variant === 'node-idempotency';
+  const server = await listen(spec.framework, middleware, afterParser);
   return {
     port: server.port,
     close: async () => {
@@ -49,15 +53,14 @@ export async function startCharges(spec) {
 }
 
 async function idemMiddleware(framework, options) {
-  if (framework === 'express')
-    return { express: (await import('@idem/express')).idempotency(options), beforeParser: true };
+  if (framework === 'express') return { express: (await import('@idem/express')).idempotency(options) };
   if (framework === 'fastify') return { fastifyPlugin: (await import('@idem/fastify')).idempotency, options };
   return { koa: (await import('@idem/koa')).idempotency(options) };
 }
 
 // The yardstick of servers/minimal-layer.mjs, mounted where idem is.
 function minimalLayer(framework) {
-  if (framework === 'express') return { express: minimalExpress(), beforeParser: true };
+  if (framework === 'express') return { express: minimalExpress() };
   if (framework === 'fastify') return { fastifyPlugin: minimalFastify, options: {} };
   return { koa: minimalKoa() };
 }
@@ -65,23 +68,20 @@ function minimalLayer(framework) {
 // The known cost of servers/calibration-layer.mjs, mounted where idem is.
 function calibrationLayer(framework, micros) {
   if (!(Number.isFinite(micros) && micros > 0)) throw new TypeError('the calibration variant needs spinMicros > 0');
-  if (framework === 'express') return { express: calibrationExpress(micros), beforeParser: true };
+  if (framework === 'express') return { express: calibrationExpress(micros) };
   if (framework === 'fastify') return { fastifyPlugin: calibrationFastify, options: { micros } };
   return { koa: calibrationKoa(micros) };
 }
 
-async function listen(framework, middleware) {
+async function listen(framework, middleware, afterParser) {
   if (framework === 'express') {
     const express = (await import('express')).default;
     const app = express();
-    // idem goes where the Express guide and the examples put it, before the body parser (it hashes
-    // the raw bytes and hands them on), and so do the yardsticks measured beside it; the peers stay
-    // after the parser, as their usage has them (they read req.body).
     const layer = middleware?.express;
     const handlers = [];
-    if (layer && middleware.beforeParser) handlers.push(layer);
+    if (layer && !afterParser) handlers.push(layer);
     handlers.push(express.json());
-    if (layer && !middleware.beforeParser) handlers.push(layer);
+    if (layer && afterParser) handlers.push(layer);
     handlers.push((req, res) => {
       // express-idempotency calls next() after it has answered a replay itself.
       if (res.headersSent) return;

@@ -50,6 +50,17 @@ function patternLabel(pattern) {
   return patterns.find(([id]) => id === pattern)[1];
 }
 
+const hotKeyNote =
+  'Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers).';
+const otherFrameworkPeers =
+  'The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify).';
+const peersNote = {
+  express:
+    'The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter.',
+  fastify: otherFrameworkPeers,
+  koa: otherFrameworkPeers,
+};
+
 const yardstickNote = `The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks, mounted in the same place, costs at least what it costs. The calibration row is the bare route with ${calibrationMicros} µs of busy work per request where idem is mounted (servers/calibration-layer.mjs): what a layer of exactly that cost does to the ratio on this machine, which the #4 explanations use to read ratios as µs of added work.`;
 
 const post = (pattern) => ({ pattern, method: 'POST', path: '/charges' });
@@ -128,11 +139,7 @@ export const adaptersSuite = {
             title: `${frameworkNames[framework]}: POST /charges`,
             unit: 'req/s',
             baseline: adapterRow.bare,
-            note: `${mountNote[framework]} ${
-              framework === 'express'
-                ? `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client, like the Redis adapters of the peers. Peers run with the usage their READMEs show. @node-idempotency/core is wired as its README describes (onRequest, onResponse): its Express wrapper is not published on npm. Neither peer has a PostgreSQL adapter. ${yardstickNote}`
-                : `Hot key: all connections share one key for 500 requests, then the next key (one execution per key; duplicates in flight get 409, later ones replays; 409s count as answers). The idem Redis rows run on a node-redis client. No peer is measured on this framework: express-idempotency is Express-only, and @node-idempotency has no published Fastify or Koa wrapper (the npm registry answers 404 for @node-idempotency/fastify). ${yardstickNote}`
-            }`,
+            note: [mountNote[framework], hotKeyNote, peersNote[framework], yardstickNote].join(' '),
             contenders,
           },
           settings,
