@@ -2,6 +2,7 @@ import type { Attempt, AttemptOutcome } from './attempt.js';
 import { backoffDelay } from './backoff.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
 import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
+import { notify } from './notify.js';
 import { encodeBody } from './request-body.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { parseRetryAfter } from './retry-after.js';
@@ -53,8 +54,8 @@ export interface ClientOptions {
    */
   now?: () => number;
   /**
-   * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws is
-   * ignored: an observer must never change the outcome of a request.
+   * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws, or
+   * the promise it returns rejects with, is ignored: an observer never changes the outcome of a request.
    */
   onRetry?: (event: RetryEvent) => void;
 }
@@ -250,7 +251,7 @@ export function createClient(options: ClientOptions): Client {
     const parse = request.parse ?? 'auto';
     if (!parseModes.includes(parse)) throw new TypeError("parse must be 'auto', 'json', 'text', 'bytes' or 'none'");
     const url = buildUrl(path, request.query);
-    const encoded = encodeBody(body);
+    const encoded = await encodeBody(body);
     const callerSignal = request.signal;
 
     const baseHeaders = new Headers(defaultHeaders);
@@ -407,13 +408,8 @@ export function createClient(options: ClientOptions): Client {
       const wait = Math.max(backoffDelay(number, { ...retry, random }), attempt.retryAfterMs ?? 0);
       if (now() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
       attempt.waitMs = wait;
-      if (onRetry) {
-        try {
-          onRetry({ method: verb, url, attempt: Object.freeze({ ...attempt }), waitMs: wait, key });
-        } catch {
-          // Observers never change the outcome.
-        }
-      }
+      // Observers never change the outcome, whether they throw or reject.
+      if (onRetry) notify(onRetry, { method: verb, url, attempt: Object.freeze({ ...attempt }), waitMs: wait, key });
       if (run.kind === 'response' && run.bytes === undefined) {
         // parse: 'none' left the body unread; release the connection before waiting.
         run.response.body?.cancel().catch(() => undefined);

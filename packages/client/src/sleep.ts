@@ -1,6 +1,11 @@
+// setTimeout fires at once for delays above 2^31 - 1 ms (about 24.9 days), so longer waits are
+// taken in steps of at most that.
+const maxTimerMs = 2_147_483_647;
+
 /**
  * Waits `ms` milliseconds, or rejects with the signal's reason as soon as `signal` aborts. The
  * client's default way to wait between attempts; pass your own `sleep` to record waits in tests.
+ * Waits longer than a timer can hold (about 24.9 days) are waited in full, not cut short.
  *
  * @example
  * await abortableSleep(1000, controller.signal);
@@ -11,14 +16,24 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
       reject(signal.reason);
       return;
     }
+    let left = ms;
+    let timer: ReturnType<typeof setTimeout>;
     const onAbort = () => {
       clearTimeout(timer);
       reject(signal?.reason);
     };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
+    const step = () => {
+      if (left > maxTimerMs) {
+        left -= maxTimerMs;
+        timer = setTimeout(step, maxTimerMs);
+        return;
+      }
+      timer = setTimeout(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      }, left);
+    };
+    step();
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }

@@ -1,5 +1,14 @@
-import { type ClientOptions, createClient, isRequestFailedError, type RequestFailedError } from '@idem/client';
-import { describe, expect, it } from 'vitest';
+import { createReadStream } from 'node:fs';
+import { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import {
+  abortableSleep,
+  type ClientOptions,
+  createClient,
+  isRequestFailedError,
+  type RequestFailedError,
+} from '@idem/client';
+import { describe, expect, it, vi } from 'vitest';
 import { empty, json, type Step, scriptedFetch } from './support/fake-fetch.js';
 import { fakeTime, seededRandom } from './support/fake-time.js';
 
@@ -357,6 +366,31 @@ describe('abort', () => {
     setTimeout(() => controller.abort(new Error('stop')), 5);
     expect((await pending).code).toBe('aborted');
   });
+
+  it('the default sleep waits in full beyond what one timer holds (2^31 - 1 ms, about 24.9 days)', async () => {
+    vi.useFakeTimers();
+    try {
+      const day = 86_400_000;
+      let done = false;
+      const sleeping = abortableSleep(30 * day).then(() => {
+        done = true;
+      });
+      // One timer would fire after 1 ms for this delay (Node clamps overlong delays to 1).
+      await vi.advanceTimersByTimeAsync(29 * day);
+      expect(done).toBe(false);
+      await vi.advanceTimersByTimeAsync(day);
+      await sleeping;
+      expect(done).toBe(true);
+      const controller = new AbortController();
+      const aborted = abortableSleep(40 * day, controller.signal);
+      await vi.advanceTimersByTimeAsync(26 * day);
+      controller.abort(new Error('stop'));
+      await expect(aborted).rejects.toThrow('stop');
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
 
 describe('tokens, results and bodies', () => {
@@ -383,6 +417,16 @@ describe('tokens, results and bodies', () => {
     expect(events[0]).toEqual([503, 2000, result.key]);
     expect(events[1]?.[0]).toBe(429);
     expect(result.status).toBe(201);
+  });
+
+  it('handles what an async onRetry rejects with (unhandled, it would end the process)', async () => {
+    // A pending promise that records whether anybody attached a handler: a rejecting one would
+    // fail this file with an unhandled rejection instead of failing this test.
+    const returned = new Promise<void>(() => undefined);
+    const handlers = vi.spyOn(returned, 'then');
+    const { client } = setup([empty(503), json(201, {})], { onRetry: () => returned });
+    expect((await client.post('/charges', {})).status).toBe(201);
+    expect(handlers).toHaveBeenCalled();
   });
 
   it('lets an error thrown by getToken through unchanged', async () => {
@@ -445,6 +489,35 @@ describe('tokens, results and bodies', () => {
     expect(seen[0]?.headers.get('content-type')).toBeNull();
     expect(seen[1]?.body).toBe('q=1');
     await expect(client.post('/c', new ReadableStream())).rejects.toThrow(/cannot be retried/);
+  });
+
+  it('sends a FormData body as the same bytes, boundary included, on every attempt', async () => {
+    const { client, seen } = setup([empty(503), json(201, {})]);
+    const form = new FormData();
+    form.set('title', 'receipt');
+    form.set('amount', '500');
+    await client.post('/uploads', form);
+    expect(seen).toHaveLength(2);
+    const type = seen[0]?.headers.get('content-type');
+    expect(type).toMatch(/^multipart\/form-data; boundary=/);
+    // fetch would draw a new boundary per attempt, and a server comparing fingerprints would refuse
+    // the retry as a different request (422).
+    expect(seen[1]?.headers.get('content-type')).toBe(type);
+    expect(seen[1]?.body).toBe(seen[0]?.body);
+    expect(seen[0]?.body).toContain('name="amount"\r\n\r\n500');
+  });
+
+  it('refuses Node streams and async iterables, which JSON would send as their internals', async () => {
+    const { client, seen } = setup([json(201, {})]);
+    async function* chunks() {
+      yield new TextEncoder().encode('a');
+    }
+    await expect(client.post('/uploads', Readable.from(['a', 'b']))).rejects.toThrow(/cannot be retried/);
+    await expect(client.post('/uploads', createReadStream(fileURLToPath(import.meta.url)))).rejects.toThrow(
+      /cannot be retried/,
+    );
+    await expect(client.post('/uploads', chunks())).rejects.toThrow(/cannot be retried/);
+    expect(seen).toHaveLength(0);
   });
 });
 

@@ -4,6 +4,7 @@ import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
+import { notify } from './notify.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
 import {
@@ -53,7 +54,7 @@ export interface IdempotencyOptions {
   conflictRetryAfter?: number;
   /** Seconds in `Retry-After` on 503. Default 2. */
   unavailableRetryAfter?: number;
-  /** Called for every state change, with timings. Exceptions it throws are swallowed. */
+  /** Called for every state change, with timings. What it throws or rejects with is swallowed. */
   onEvent?: (event: IdempotencyEvent) => void;
   /** Clock for timings and wait deadlines (epoch ms). Lease and retention are timed by the store. */
   now?: () => number;
@@ -232,14 +233,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   // One poll loop per record being waited on, shared by every waiter in this process.
   const polls = new Map<string, Promise<StoreRecord | undefined>>();
 
-  const emit = (event: IdempotencyEvent) => {
-    if (!onEvent) return;
-    try {
-      onEvent(event);
-    } catch {
-      // An observer must never break a request.
-    }
-  };
+  // An observer must never break a request, whether it throws or rejects.
+  const emit = (event: IdempotencyEvent) => notify(onEvent, event);
 
   const withTimeout: <T>(operation: string, work: () => T | Promise<T>) => Promise<T> =
     store.inProcess === true ? async (_operation, work) => work() : createDeadlines(storeTimeoutMs);

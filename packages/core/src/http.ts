@@ -13,6 +13,7 @@ import type { IdempotencyEvent } from './events.js';
 import { type FingerprintOptions, fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
+import { notify } from './notify.js';
 import { type Awaitable, isPending, type StoredResponse } from './store.js';
 
 /**
@@ -290,14 +291,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     throw new TypeError('transactional: true needs a store that supports transactions (such as postgresStore)');
   }
   const onEvent = options.onEvent;
-  const emit = (event: IdempotencyEvent) => {
-    if (!onEvent) return;
-    try {
-      onEvent(event);
-    } catch {
-      // An observer must never break a request.
-    }
-  };
+  // An observer must never break a request, whether it throws or rejects.
+  const emit = (event: IdempotencyEvent) => notify(onEvent, event);
 
   const covers = (method: string) => methods.has(method.toUpperCase());
   const handles = (method: string, keyHeader: string | readonly string[] | undefined, overrides?: RouteOverrides) =>

@@ -57,6 +57,7 @@ export {
 export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key.js';
 export { type MemoryEviction, type MemoryStore, type MemoryStoreOptions, memoryStore } from './memory-store.js';
 export { mintKey } from './mint.js';
+export { notify } from './notify.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { recordId } from './record-id.js';
 export type {

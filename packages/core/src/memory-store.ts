@@ -1,4 +1,5 @@
 import { Buffer } from 'node:buffer';
+import { notify } from './notify.js';
 import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, Store, StoreRecord } from './store.js';
 
 /** Options of {@link memoryStore}. */
@@ -12,8 +13,8 @@ export interface MemoryStoreOptions {
   /**
    * Called when a completed record is dropped to make room before its retention ended: a retry of
    * that key would run again, which is what retention exists to prevent. When it fires, raise
-   * `maxEntries` or move to a shared store. Dropping expired records is not reported. Exceptions it
-   * throws are swallowed: an observer must never fail the claim that made room.
+   * `maxEntries` or move to a shared store. Dropping expired records is not reported. What it throws
+   * or rejects with is swallowed: an observer must never fail the claim that made room.
    */
   onEvict?: (eviction: MemoryEviction) => void;
   /** The store's clock, in epoch milliseconds. Inject one in tests. Default `Date.now`. */
@@ -167,16 +168,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       else if (entry.completed) {
         remove(entry);
         evicted++;
-        if (onEvict) report(entry, t);
+        // An observer must never fail the claim that made room.
+        if (onEvict) notify(onEvict, { id: entry.id, expiresAt: entry.expiresAt, at: t });
       } else queue.push(entry);
-    }
-  };
-
-  const report = (entry: Entry, t: number) => {
-    try {
-      onEvict?.({ id: entry.id, expiresAt: entry.expiresAt, at: t });
-    } catch {
-      // An observer must never fail the claim that made room.
     }
   };
 

@@ -20,7 +20,7 @@ export type ExpressLikeRequest = IncomingMessage & { body?: unknown };
  * app.use(express.json());
  */
 export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
-  return async (req: ExpressLikeRequest, res: ServerResponse, next: (error?: unknown) => void): Promise<void> => {
+  return async (req: ExpressLikeRequest, res: ServerResponse, next?: (error?: unknown) => void): Promise<void> => {
     let response: Awaited<ReturnType<Receiver['handle']>>;
     try {
       // A Buffer from express.raw() holds the exact (already decompressed) bytes; any other parsed
@@ -35,8 +35,14 @@ export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
       response = await receiver.handle({ headers: req.headers, body });
     } catch (error) {
       const failed = glueErrorResponse(error, options);
-      if (!failed) return next(error);
-      response = failed;
+      if (failed) response = failed;
+      else if (typeof next === 'function') return next(error);
+      else {
+        // A plain node:http server has no error handler to pass it to. Usually the sender hung up
+        // mid-body and there is nobody to answer; otherwise it gets a bare 500 and retries.
+        if (!res.headersSent && !res.destroyed) res.writeHead(500).end();
+        return;
+      }
     }
     res.statusCode = response.status;
     for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);

@@ -1,6 +1,7 @@
+import { Readable } from 'node:stream';
 import { WebhookError } from './errors.js';
 import { type GlueOptions, glueErrorResponse } from './glue.js';
-import { decodeBody, defaultBodyLimit } from './raw-body.js';
+import { defaultBodyLimit, readBodyStream } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /**
@@ -25,15 +26,7 @@ export function fetchWebhook(receiver: Receiver, options: GlueOptions = {}) {
           { details: { received: 'consumed stream' } },
         );
       }
-      const declared = Number(request.headers.get('content-length'));
-      if (Number.isFinite(declared) && declared > limit) {
-        throw new WebhookError('body_too_large', `The webhook body is larger than ${limit} bytes.`, {
-          details: { limit },
-        });
-      }
-      const raw = Buffer.from(await request.arrayBuffer());
-      const body = await decodeBody(raw, request.headers.get('content-encoding') ?? undefined, { limit });
-      response = await receiver.handle({ headers: request.headers, body });
+      response = await receiver.handle({ headers: request.headers, body: await readFetchBody(request, limit) });
     } catch (error) {
       const failed = glueErrorResponse(error, options);
       if (!failed) throw error;
@@ -44,4 +37,22 @@ export function fetchWebhook(receiver: Receiver, options: GlueOptions = {}) {
       headers: response.headers,
     });
   };
+}
+
+// Read as a stream, counting while reading: `arrayBuffer()` would take in whatever a sender without a
+// Content-Length sends before the limit could be checked.
+async function readFetchBody(request: Request, limit: number): Promise<Buffer> {
+  if (request.body === null) return Buffer.alloc(0);
+  const source = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream);
+  try {
+    return await readBodyStream(
+      source,
+      request.headers.get('content-encoding') ?? undefined,
+      request.headers.get('content-length'),
+      limit,
+    );
+  } finally {
+    // Stops the rest of an over-limit body from being read.
+    source.destroy();
+  }
 }

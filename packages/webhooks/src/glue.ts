@@ -1,3 +1,4 @@
+import { notify } from '@idem/core';
 import { isWebhookError, WebhookError } from './errors.js';
 import type { ReceiverResponse } from './receiver.js';
 
@@ -17,7 +18,8 @@ export interface GlueOptions {
 export function glueErrorResponse(error: unknown, options: GlueOptions): ReceiverResponse | undefined {
   if (!isWebhookError(error)) return undefined;
   if (error.code === 'raw_body_required') {
-    if (options.onMisconfigured) options.onMisconfigured(error);
+    // A failing hook must not turn the misconfiguration answer into a crash.
+    if (options.onMisconfigured) notify(options.onMisconfigured, error);
     else process.emitWarning(error.message, { code: 'IDEM_WEBHOOK_RAW_BODY' });
   }
   return {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type Duration, toMilliseconds } from '@idem/core';
+import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { isValidWebhookId } from './headers.js';
 import type { AttemptRecord, Sender } from './sender.js';
@@ -61,7 +61,7 @@ export interface RelayOptions {
   pollInterval?: Duration;
   /** Identifies this relay in `locked_by`. Default a random UUID. */
   relayId?: string;
-  /** Called after every attempt. Exceptions it throws are swallowed. */
+  /** Called after every attempt. What it throws or rejects with is swallowed. */
   onAttempt?: (row: { id: string; url: string }, attempt: AttemptRecord) => void;
 }
 
@@ -298,13 +298,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
             { url: row.url, id: row.id, body: row.body, contentType: row.content_type, headers: row.headers },
             row.attempts,
           );
-          if (relayOptions.onAttempt) {
-            try {
-              relayOptions.onAttempt({ id: row.id, url: row.url }, attempt);
-            } catch {
-              // An observer must never break the relay.
-            }
-          }
+          // An observer must never break the relay, whether it throws or rejects.
+          notify(relayOptions.onAttempt, { id: row.id, url: row.url }, attempt);
           const delivered = attempt.result === 'delivered';
           const stop =
             attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;

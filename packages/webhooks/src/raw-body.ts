@@ -66,37 +66,68 @@ export async function readRawBody(request: IncomingMessage, options: RawBodyOpti
   if (!Number.isSafeInteger(limit) || limit < 0)
     throw new TypeError('limit must be a non-negative integer number of bytes');
   if (request.readableDidRead || request.readableEnded) throw alreadyRead();
-  const declared = Number(request.headers['content-length']);
-  const decoder = decoderFor(request.headers['content-encoding']);
+  return readBodyStream(request, request.headers['content-encoding'], request.headers['content-length'], limit);
+}
+
+/**
+ * Reads a body stream under `limit` (counted after decoding, checked while reading), decoding gzip,
+ * deflate or br. Shared by the Node glue and the fetch glue (over `Readable.fromWeb`), so both stop
+ * at the limit instead of buffering whatever arrives.
+ */
+export async function readBodyStream(
+  source: Readable,
+  encoding: string | undefined,
+  declaredLength: string | null | undefined,
+  limit: number,
+): Promise<Buffer> {
+  const declared = Number(declaredLength ?? Number.NaN);
+  const decoder = decoderFor(encoding);
   if (decoder === false) {
-    request.resume();
+    source.resume();
     throw new WebhookError(
       'body_encoding_unsupported',
       'The webhook body uses a Content-Encoding other than gzip, deflate or br.',
       {
-        details: { encoding: String(request.headers['content-encoding']).slice(0, 32) },
+        details: { encoding: String(encoding).slice(0, 32) },
       },
     );
   }
   if (decoder === undefined && Number.isFinite(declared) && declared > limit) {
-    request.resume();
+    source.resume();
     throw tooLarge(limit);
   }
-  if (decoder === undefined) return collect(request, limit);
-  return decodeStream(request, decoder(), limit);
+  if (decoder === undefined) return collect(source, limit);
+  return decodeStream(source, decoder(), limit);
 }
 
 async function decodeStream(source: Readable, decoder: NodeJS.ReadWriteStream, limit: number): Promise<Buffer> {
+  // pipe() passes on neither an error nor an aborted connection: the decoder would wait forever for
+  // the rest of the body, holding the request. Both end it here, with the source's own error.
+  let broken: unknown;
+  const fail = (error: unknown) => {
+    broken = error;
+    (decoder as unknown as Readable).destroy(error as Error);
+  };
+  const onError = (error: unknown) => fail(error);
+  const onClose = () => {
+    if (!source.readableEnded) fail(new Error('the connection closed before the whole webhook body arrived'));
+  };
+  source.once('error', onError);
+  source.once('close', onClose);
   source.pipe(decoder as unknown as NodeJS.WritableStream);
   try {
     return await collect(decoder as unknown as AsyncIterable<Buffer>, limit);
   } catch (error) {
     source.unpipe();
     source.resume();
+    if (broken !== undefined) throw broken;
     if (error instanceof WebhookError) throw error;
     throw new WebhookError('body_encoding_unsupported', 'The webhook body could not be decompressed.', {
       cause: error,
     });
+  } finally {
+    source.removeListener('error', onError);
+    source.removeListener('close', onClose);
   }
 }
 

@@ -6,6 +6,7 @@ import {
   IdempotencyError,
   type IdempotencyEvent,
   type Lease,
+  notify,
   type Store,
   type StoredResponse,
   toMilliseconds,
@@ -99,7 +100,7 @@ export interface ReceiverOptions<Tx = unknown> {
   transactional?: boolean;
   /** Clock for the signature tolerance and timings, epoch ms. Default `Date.now`. */
   now?: () => number;
-  /** Called once per delivery with its outcome. Exceptions it throws are swallowed. */
+  /** Called once per delivery with its outcome. What it throws or rejects with is swallowed. */
   onEvent?: (event: ReceiverEvent) => void;
   /** Passed to the idempotency engine, for metrics of the store itself. */
   onStoreEvent?: (event: IdempotencyEvent) => void;
@@ -196,18 +197,12 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
       code: 'retention_below_sender_horizon',
       message: `webhook retention (${retentionMs / 3_600_000}h) is shorter than the sender's retry horizon (${senderHorizonMs / 3_600_000}h): a late retry of an event will be applied again`,
     };
-    if (options.onWarning) options.onWarning(warning);
+    if (options.onWarning) notify(options.onWarning, warning);
     else process.emitWarning(warning.message, { code: 'IDEM_WEBHOOK_RETENTION' });
   }
 
-  const report = (event: ReceiverEvent) => {
-    if (!onEvent) return;
-    try {
-      onEvent(event);
-    } catch {
-      // An observer must never break a delivery.
-    }
-  };
+  // An observer must never break a delivery, whether it throws or rejects.
+  const report = (event: ReceiverEvent) => notify(onEvent, event);
 
   const done = (response: ReceiverResponse, extra: { code?: string; error?: unknown } = {}): ReceiverResponse => {
     report({

@@ -1,4 +1,4 @@
-import { type Duration, toMilliseconds } from '@idem/core';
+import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff, parseRetryAfter } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import type { WebhookSecret } from './secrets.js';
@@ -51,7 +51,7 @@ export interface SenderOptions {
   now?: () => number;
   /** Headers sent with every message, e.g. `user-agent`. */
   headers?: Record<string, string>;
-  /** Called after every attempt, for logs and metrics. Exceptions it throws are swallowed. */
+  /** Called after every attempt, for logs and metrics. What it throws or rejects with is swallowed. */
   onAttempt?: (attempt: AttemptRecord, message: WebhookMessage) => void;
 }
 
@@ -123,6 +123,7 @@ export interface Sender {
 }
 
 const RESPONSE_SNIPPET_BYTES = 1024;
+const maxTimerMs = 2_147_483_647;
 
 function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -188,6 +189,11 @@ export function createSender(options: SenderOptions): Sender {
   if (timeoutMs <= 0) throw new TypeError('timeout must be positive');
   const random = options.random ?? Math.random;
   const sleep = options.sleep ?? defaultSleep;
+  // A timer fires at once for delays above 2^31 - 1 ms (about 24.9 days): a schedule that could ask
+  // for such a wait would retry at once instead. A sleep of your own may wait longer.
+  if (options.sleep === undefined && Math.max(backoff.capMs, maxRetryAfterMs) > maxTimerMs) {
+    throw new TypeError('cap and maxRetryAfter must be at most 24 days with the default sleep; pass your own sleep');
+  }
   const now = options.now ?? Date.now;
   const baseHeaders = options.headers ?? {};
   const onAttempt = options.onAttempt;
@@ -218,13 +224,8 @@ export function createSender(options: SenderOptions): Sender {
       record: Omit<AttemptRecord, 'attempt' | 'startedAt' | 'timestamp' | 'durationMs'>,
     ): AttemptRecord => {
       const full: AttemptRecord = { attempt: number, startedAt, timestamp, durationMs: now() - startedAt, ...record };
-      if (onAttempt) {
-        try {
-          onAttempt(full, message);
-        } catch {
-          // An observer must never break a delivery.
-        }
-      }
+      // An observer must never break a delivery, whether it throws or rejects.
+      notify(onAttempt, full, message);
       return full;
     };
     try {

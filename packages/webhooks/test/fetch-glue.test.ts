@@ -55,4 +55,47 @@ describe('fetch glue', () => {
     expect(seen).toHaveLength(1);
     expect(applied).toEqual([]);
   });
+
+  it('stops reading a body without Content-Length once it passes the limit', async () => {
+    const { handle, applied } = setup();
+    const chunk = new Uint8Array(1024);
+    let pulled = 0;
+    // 64 MiB on offer, with no Content-Length to refuse up front.
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled >= 64 * 1024 * 1024) controller.close();
+        else {
+          pulled += chunk.length;
+          controller.enqueue(chunk);
+        }
+      },
+    });
+    const response = await handle(
+      new Request('https://receiver.test/hooks', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...signer.sign({ id: 'E6', body, timestamp: new Date() }) },
+        body: endless,
+        duplex: 'half',
+      } as RequestInit),
+    );
+    expect(response.status).toBe(413);
+    // The limit is 2 KiB: a few chunks past it at most, never the whole stream.
+    expect(pulled).toBeLessThanOrEqual(16 * 1024);
+    expect(applied).toEqual([]);
+  });
+
+  it('survives an onMisconfigured hook that throws or rejects', async () => {
+    for (const onMisconfigured of [
+      () => {
+        throw new Error('hook bug');
+      },
+      () => Promise.reject(new Error('hook bug')),
+    ]) {
+      const receiver = createReceiver({ store: memoryStore(), secret: SECRET, apply: () => undefined });
+      const handle = fetchWebhook(receiver, { onMisconfigured });
+      const used = new Request('https://receiver.test/hooks', { method: 'POST', body: 'x' });
+      await used.text();
+      expect((await handle(used)).status).toBe(500);
+    }
+  });
 });

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   type AttemptRecord,
   createSender,
@@ -222,6 +222,15 @@ describe('giving up', () => {
     expect((await sender.send(message)).outcome).toBe('delivered');
     expect(seen).toEqual([1, 2]);
   });
+
+  it('handles what an async onAttempt rejects with (unhandled, it would end the process)', async () => {
+    // Pending, and recording whether a handler was attached: a rejecting promise would fail the file.
+    const returned = new Promise<void>(() => undefined);
+    const handlers = vi.spyOn(returned, 'then');
+    const { sender } = harness([{ status: 200 }], { onAttempt: () => returned });
+    expect((await sender.send(message)).outcome).toBe('delivered');
+    expect(handlers).toHaveBeenCalled();
+  });
 });
 
 describe('options and helpers', () => {
@@ -229,6 +238,14 @@ describe('options and helpers', () => {
     expect(() => createSender({ secret: SECRET, schedule: { base: 0 } })).toThrow(TypeError);
     expect(() => createSender({ secret: SECRET, schedule: { base: '1m', cap: '1s' } })).toThrow(TypeError);
     expect(() => createSender({ secret: SECRET, schedule: { maxAttempts: 0 } })).toThrow(TypeError);
+    // A timer fires at once past 2^31 - 1 ms (about 24.9 days): such waits would become no wait.
+    expect(() => createSender({ secret: SECRET, schedule: { base: '1s', cap: '26d' } })).toThrow(/at most 24 days/);
+    expect(() => createSender({ secret: SECRET, schedule: { maxRetryAfter: '30d' } })).toThrow(/at most 24 days/);
+    const ownSleep = async () => undefined;
+    expect(createSender({ secret: SECRET, sleep: ownSleep, schedule: { cap: '26d' } }).schedule.capMs).toBe(
+      26 * 86_400_000,
+    );
+    expect(createSender({ secret: SECRET, schedule: { cap: '24d' } }).schedule.capMs).toBe(24 * 86_400_000);
     expect(createSender({ secret: SECRET }).schedule).toMatchObject({
       baseMs: 1000,
       capMs: 3_600_000,

@@ -1,0 +1,91 @@
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { type AddressInfo, connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
+import { memoryStore } from '@idem/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createReceiver, createSigner, expressWebhook } from '../src/index.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const signer = createSigner({ secret: SECRET });
+const payload = Buffer.from('{"type":"payment.succeeded","data":{"amount":4200}}');
+
+const closers: Array<() => void> = [];
+afterEach(() => {
+  for (const close of closers.splice(0)) close();
+});
+
+/**
+ * A plain node:http server whose listener runs `handler`, as node:http does: the promise it returns
+ * is not awaited by anybody. Resolves with the port and the first request's run once it starts.
+ */
+async function serve(handler: (req: IncomingMessage, res: ServerResponse) => Promise<void>) {
+  // The run travels in an object: a promise resolved with a promise would wait for it to settle.
+  let started: (first: { run: Promise<void> }) => void = () => undefined;
+  const firstRun = new Promise<{ run: Promise<void> }>((resolve) => {
+    started = resolve;
+  });
+  const server = createServer((req, res) => {
+    const run = handler(req, res);
+    run.catch(() => undefined); // read through firstRun
+    started({ run });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  closers.push(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return { port: (server.address() as AddressInfo).port, firstRun };
+}
+
+/** Sends the head and part of a declared body, then hangs up once the server is reading it. */
+async function hangUpMidBody(target: Awaited<ReturnType<typeof serve>>, partial: Buffer, declared: number, extra = {}) {
+  const socket = connect(target.port, '127.0.0.1');
+  await once(socket, 'connect');
+  const headers = { ...signer.sign({ id: 'evt_cut', body: payload, timestamp: new Date() }), ...extra };
+  socket.write(
+    [
+      'POST /hooks HTTP/1.1',
+      'Host: 127.0.0.1',
+      'Content-Type: application/json',
+      `Content-Length: ${declared}`,
+      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+      '',
+      '',
+    ].join('\r\n'),
+  );
+  socket.write(partial);
+  const first = await target.firstRun;
+  socket.destroy();
+  return first;
+}
+
+function receiver() {
+  return createReceiver({ store: memoryStore(), secret: SECRET, apply: () => undefined });
+}
+
+describe('expressWebhook on a plain node:http server (no next)', () => {
+  it('settles quietly when the sender hangs up mid-body, instead of rejecting with "next is not a function"', async () => {
+    const target = await serve(expressWebhook(receiver()) as never);
+    const { run } = await hangUpMidBody(target, payload.subarray(0, 10), payload.length);
+    // Nobody awaits this promise in a real server: a rejection would be unhandled and end Node.
+    await expect(run).resolves.toBeUndefined();
+  });
+});
+
+describe('readRawBody with a Content-Encoding', () => {
+  it('ends the read when a gzip body is cut off, instead of waiting for the rest forever', async () => {
+    const glue = expressWebhook(receiver());
+    const errors: unknown[] = [];
+    const target = await serve((req, res) => glue(req, res, (error) => void errors.push(error)));
+    const compressed = gzipSync(payload);
+    const { run } = await hangUpMidBody(target, compressed.subarray(0, 12), compressed.length, {
+      'Content-Encoding': 'gzip',
+    });
+    // Before, pipe() never told the decoder: the handler, its zlib stream and the request stayed
+    // held for good (this test then ran into its timeout).
+    await expect(run).resolves.toBeUndefined();
+    expect(errors).toHaveLength(1);
+  }, 5_000);
+});
