@@ -1,4 +1,4 @@
-import { assertScopeToken, GuardError } from './errors.js';
+import { assertScopeToken, GuardError, type GuardErrorOptions } from './errors.js';
 import type { GuardRequest } from './extract-token.js';
 import type { Principal } from './principal.js';
 
@@ -101,11 +101,25 @@ export function requireAuthentication(options: { acrValues?: readonly string[]; 
 }
 
 /**
+ * Options of {@link authorizeRequest}: the clock, and what every challenge carries (a guard passes
+ * its own realm, RFC 9728 `resourceMetadata` and DPoP settings, so its refusals match its 401s).
+ *
+ * @example
+ * const options: AuthorizeOptions = { realm: 'orders', resourceMetadata: 'https://api.example/.well-known/oauth-protected-resource' };
+ */
+export interface AuthorizeOptions
+  extends Pick<GuardErrorOptions, 'realm' | 'resourceMetadata' | 'dpopAlgorithms' | 'dpopOnly'> {
+  /** Clock in epoch milliseconds for `maxAge` checks (default `Date.now`). */
+  now?: () => number;
+}
+
+/**
  * Checks every requirement in order. The first failing one gives a 403 `insufficient_scope`
  * (RFC 6750 §3.1) whose challenge lists the scopes of that requirement when it is a scope rule; a
  * role or attribute refusal is the same 403 without a `scope` attribute. Never 401: the caller is
  * authenticated (Oathkeeper #387). The exception is {@link requireAuthentication}: a login that is too
- * weak or too old is 401 `insufficient_user_authentication` (RFC 9470).
+ * weak or too old is 401 `insufficient_user_authentication` (RFC 9470). Both carry `resource_metadata`
+ * when `resourceMetadata` is given, and the step-up 401 offers DPoP beside Bearer when `dpopAlgorithms` is.
  *
  * @example
  * const decision = authorizeRequest(principal, [requireScopes('orders:write')], { headers: {} });
@@ -115,15 +129,15 @@ export function authorizeRequest(
   principal: Principal,
   requirements: readonly Requirement[],
   request: GuardRequest,
-  options: { realm?: string; now?: () => number } = {},
+  options: AuthorizeOptions = {},
 ): AuthorizationResult {
-  const errorOptions = options.realm === undefined ? {} : { realm: options.realm };
+  const { now, ...errorOptions } = options;
   for (const requirement of requirements) {
     if (requirement.kind === 'authentication') {
       const { acr, auth_time: authTime } = principal.claims;
       const acrOk =
         requirement.acrValues === undefined || (typeof acr === 'string' && requirement.acrValues.includes(acr));
-      const nowSeconds = (options.now ?? Date.now)() / 1000;
+      const nowSeconds = (now ?? Date.now)() / 1000;
       const ageOk =
         requirement.maxAge === undefined ||
         (typeof authTime === 'number' && Number.isSafeInteger(authTime) && nowSeconds - authTime <= requirement.maxAge);

@@ -6,6 +6,7 @@ import type { GuardErrorCode } from './errors.js';
 import { normalizeTyp } from './guard-typ.js';
 import { verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey } from './key-import.js';
+import { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
 import { parseStrictJson } from './strict-json.js';
 
 /**
@@ -27,12 +28,14 @@ export interface DpopOptions {
    */
   origin?: string;
   /**
-   * Replay memory. Called once per accepted proof with a key unique to the proof (`jkt:jti`) and the
-   * time it can be forgotten; returns false when the key was already seen. Default: in process, at
-   * most `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
+   * Replay memory. Called with a key unique to the proof (`jkt:jti`) and the time it can be forgotten,
+   * once the access token has verified and is bound to the proof's key (so requests that authenticate
+   * no one never fill it); returns false when the key was already seen, or `'full'` when it cannot be
+   * remembered (the proof is then refused with `dpop_replay_full`). Default: in process, at most
+   * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
    */
-  replay?: (key: string, expiresAtMs: number) => boolean | Promise<boolean>;
-  /** Bound on the default replay memory (default 100,000). */
+  replay?: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
+  /** Bound on the default replay memory (default 100,000); when it is full of live proofs, new ones are refused. */
   maxReplayEntries?: number;
 }
 
@@ -42,37 +45,7 @@ export interface DpopRuntime {
   algorithms: readonly JwsAlgorithm[];
   maxAgeMs: number;
   origin: string | undefined;
-  replay: (key: string, expiresAtMs: number) => boolean | Promise<boolean>;
-}
-
-/**
- * An in-process replay memory: a bounded map of proof keys to the time they expire.
- *
- * @example
- * const seen = memoryReplayCache(1000, Date.now);
- * seen('jkt:jti', Date.now() + 60_000); // true, then false for the same key
- */
-export function memoryReplayCache(
-  maxEntries: number,
-  now: () => number,
-): (key: string, expiresAtMs: number) => boolean {
-  const entries = new Map<string, number>();
-  return (key, expiresAtMs) => {
-    const at = now();
-    const known = entries.get(key);
-    if (known !== undefined && known > at) return false;
-    if (entries.size >= maxEntries) {
-      // Drop expired entries first; if none, the oldest. A dropped key can replay only after its proof
-      // expired anyway (the iat window), unless the map is flooded: size it for the traffic.
-      for (const [name, expiry] of entries) if (expiry <= at) entries.delete(name);
-      if (entries.size >= maxEntries) {
-        const oldest = entries.keys().next();
-        if (!oldest.done) entries.delete(oldest.value);
-      }
-    }
-    entries.set(key, expiresAtMs);
-    return true;
-  };
+  replay: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
 }
 
 /**
@@ -122,6 +95,16 @@ function normalizeHtu(value: string): string | undefined {
   }
 }
 
+/** A proof whose checks passed, not yet remembered: the guard records it once the token verifies. */
+export interface VerifiedProof {
+  /** RFC 7638 thumbprint of the proof's key, matched against the token's `cnf.jkt`. */
+  jkt: string;
+  /** The replay memory's key for this proof: `jkt:jti`. */
+  replayKey: string;
+  /** When the proof could no longer pass the `iat` window anyway, so the memory may forget it. */
+  expiresAtMs: number;
+}
+
 /** What a proof is checked against. */
 export interface ProofContext {
   method: string;
@@ -136,8 +119,9 @@ export interface ProofContext {
 /**
  * Verifies a DPoP proof (RFC 9449 §4.3): `typ` `dpop+jwt`, an allowed asymmetric `alg`, a public
  * `jwk` that passes the key checks and verifies the signature, `htm` and `htu` matching the request,
- * `iat` inside the window, `ath` the hash of the access token, and a `jti` never seen before (the
- * replay memory A0 lacks). Returns the key's thumbprint for the `cnf.jkt` check.
+ * `iat` inside the window and `ath` the hash of the access token. Returns the key's thumbprint for the
+ * `cnf.jkt` check. The `jti` is not recorded here: {@link rememberProof} does that once the access
+ * token has verified, so proofs sent with a worthless token cannot fill the replay memory.
  *
  * @example
  * const proof = await verifyDpopProof(proofJwt, runtime, { method: 'POST', url: 'https://api.example/orders', accessToken, nowMs: Date.now(), clockToleranceMs: 5000, limits });
@@ -146,7 +130,7 @@ export async function verifyDpopProof(
   proof: string,
   runtime: DpopRuntime,
   context: ProofContext,
-): Promise<{ ok: true; jkt: string } | { ok: false; code: GuardErrorCode }> {
+): Promise<({ ok: true } & VerifiedProof) | { ok: false; code: GuardErrorCode }> {
   const invalid = { ok: false, code: 'dpop_proof_invalid' } as const;
   const parsed = parseCompactJws(proof, context.limits);
   if (!parsed.ok) return invalid;
@@ -187,9 +171,24 @@ export async function verifyDpopProof(
 
   const jkt = thumbprint(checked.key.jwk as Record<string, unknown>);
   // Remembered until the proof could no longer pass the iat window anyway.
-  const expiresAt = issuedMs + runtime.maxAgeMs + 2 * context.clockToleranceMs;
-  if (!(await runtime.replay(`${jkt}:${jti}`, expiresAt))) return { ok: false, code: 'dpop_proof_replayed' };
-  return { ok: true, jkt };
+  const expiresAtMs = issuedMs + runtime.maxAgeMs + 2 * context.clockToleranceMs;
+  return { ok: true, jkt, replayKey: `${jkt}:${jti}`, expiresAtMs };
+}
+
+/**
+ * Records a verified proof in the replay memory (the `jti` memory A0 lacks). Returns the refusal:
+ * `dpop_proof_replayed` for a proof seen before, `dpop_replay_full` when the memory cannot take it;
+ * `undefined` when the proof is new and now remembered. Call it only after the access token verified
+ * and matched the proof's key.
+ *
+ * @example
+ * const refusal = await rememberProof(runtime, proof);
+ * if (refusal !== undefined) return refuse(refusal);
+ */
+export async function rememberProof(runtime: DpopRuntime, proof: VerifiedProof): Promise<GuardErrorCode | undefined> {
+  const answer = await runtime.replay(proof.replayKey, proof.expiresAtMs);
+  if (answer === true) return undefined;
+  return answer === 'full' ? 'dpop_replay_full' : 'dpop_proof_replayed';
 }
 
 /**

@@ -142,6 +142,12 @@ export const guardErrorTable = {
     title: 'DPoP proof replayed',
     description: 'The DPoP proof was already used',
   },
+  dpop_replay_full: {
+    status: 401,
+    error: 'invalid_dpop_proof',
+    title: 'DPoP replay memory full',
+    description: 'The DPoP proof cannot be accepted now: the replay memory is full',
+  },
   token_binding_invalid: {
     status: 401,
     error: 'invalid_token',

@@ -58,8 +58,8 @@ export interface GuardStats {
 }
 
 /**
- * A counter set plus the user's `onEvent` hook, as one `emit` function. A throwing hook is ignored:
- * metrics must never decide whether a request is authenticated.
+ * A counter set plus the user's `onEvent` hook, as one `emit` function. A hook that throws or rejects is
+ * ignored: metrics must never decide whether a request is authenticated.
  *
  * @example
  * const events = createEventSink((event) => console.log(event.type));
@@ -103,9 +103,11 @@ export function createEventSink(onEvent: ((event: GuardEvent) => void) | undefin
       }
       if (onEvent !== undefined) {
         try {
-          onEvent(event);
+          const result: unknown = onEvent(event);
+          // An async hook that rejects, left unheard, would end a Node process (unhandled rejection).
+          if (result instanceof Promise) result.catch(hookFailed);
         } catch {
-          // A failing metrics hook must not turn into an authentication decision.
+          hookFailed();
         }
       }
     },
@@ -113,4 +115,9 @@ export function createEventSink(onEvent: ((event: GuardEvent) => void) | undefin
       return { ...counters, rejected: { ...counters.rejected } };
     },
   };
+}
+
+// A failing metrics hook must not turn into an authentication decision, nor crash the process.
+function hookFailed() {
+  // Dropped: see above.
 }

@@ -46,10 +46,12 @@ function queryTokens(url: string | undefined): string[] {
  * Finds the bearer token of a request:
  * - no Authorization header, or another scheme (`Basic`, `Token`, `DPoP`): `token_missing`
  *   (401 without an `error` attribute: the request carried no bearer credentials at all);
- * - two Authorization headers, or a header and an `access_token` query parameter: `multiple_tokens` (400);
+ * - two Authorization headers: `multiple_tokens` (400);
  * - `Bearer` followed by nothing, a tab, or more than one token: `authorization_malformed` (400);
  * - a header longer than `maxLength`: `token_too_large` (400), before any parsing.
- * The query parameter counts as a token only with `allowQueryToken` (RFC 6750 §2.3 discourages it).
+ * The `access_token` query parameter is read only with `allowQueryToken` (RFC 6750 §2.3 discourages
+ * it); then a header and a query token, or two query tokens, are `multiple_tokens` too. Without it the
+ * query is not looked at: `?access_token=a&access_token=b` is just no credential (`token_missing`).
  * With DPoP enabled, `DPoP <token>` plus exactly one `DPoP` proof header is read too (RFC 9449);
  * with DPoP required, a Bearer credential counts as none.
  *
@@ -63,7 +65,8 @@ export function extractBearerToken(
 ): TokenExtraction {
   const dpop = options.dpop ?? 'off';
   const headers = values(request.headers.authorization);
-  const queries = queryTokens(request.url);
+  // A disabled query token is no token at all: it is neither read nor counted.
+  const queries = options.allowQueryToken ? queryTokens(request.url) : [];
   if (headers.length > 1 || queries.length > 1 || (headers.length === 1 && queries.length === 1)) {
     return { ok: false, code: 'multiple_tokens' };
   }
@@ -88,7 +91,7 @@ export function extractBearerToken(
     if (match === null) return { ok: false, code: 'authorization_malformed' };
     return { ok: true, token: match[1] as string, scheme: 'Bearer' };
   }
-  if (queries.length === 1 && options.allowQueryToken && dpop !== 'required') {
+  if (queries.length === 1 && dpop !== 'required') {
     const token = queries[0] as string;
     if (token.length > options.maxLength) return { ok: false, code: 'token_too_large' };
     if (token.length === 0) return { ok: false, code: 'authorization_malformed' };

@@ -8,7 +8,15 @@ import {
   parseCompactJws,
   type TokenLimits,
 } from './compact-jws.js';
-import { buildDpop, type DpopOptions, type DpopRuntime, requestHtu, verifyDpopProof } from './dpop.js';
+import {
+  buildDpop,
+  type DpopOptions,
+  type DpopRuntime,
+  rememberProof,
+  requestHtu,
+  type VerifiedProof,
+  verifyDpopProof,
+} from './dpop.js';
 import { assertChallengeSafe, GuardError, type GuardErrorCode } from './errors.js';
 import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
@@ -100,7 +108,7 @@ export interface GuardOptions extends TokenRules {
   resourceMetadata?: string;
   /** Accept `?access_token=` when no Authorization header is sent (default false; RFC 6750 §2.3). */
   allowQueryToken?: boolean;
-  /** Size and depth limits applied before any decoding. */
+  /** Size and depth limits applied before any decoding (positive integers; `maxDepth` at most 1000). */
   limits?: Partial<TokenLimits>;
   /** The verified-token cache (default 10,000 entries), or `false` to verify every time. */
   cache?: false | { maxEntries?: number };
@@ -213,6 +221,27 @@ function seconds(value: number | undefined, name: string, max = Number.POSITIVE_
     throw new TypeError(`${name} must be a number of seconds between 0 and ${max}`);
   }
   return value;
+}
+
+// The deepest JSON nesting a limit may allow: the strict parser recurses once per level, and a few
+// thousand levels would overflow the stack (a throw, where verification must return a value).
+const maxDepthCeiling = 1000;
+
+function checkLimits(limits: Partial<TokenLimits> | undefined): TokenLimits {
+  if (limits === undefined) return { ...defaultTokenLimits };
+  if (limits === null || typeof limits !== 'object') throw new TypeError('limits must be an object');
+  const checked = { ...defaultTokenLimits };
+  for (const name of ['maxTokenLength', 'maxHeaderLength', 'maxDepth'] as const) {
+    // An explicit `undefined` means the default, as an absent member does; it never lifts the bound.
+    const value = limits[name];
+    if (value === undefined) continue;
+    const max = name === 'maxDepth' ? maxDepthCeiling : Number.MAX_SAFE_INTEGER;
+    if (!Number.isSafeInteger(value) || value < 1 || value > max) {
+      throw new TypeError(`limits.${name} must be a whole number from 1 to ${max}`);
+    }
+    checked[name] = value;
+  }
+  return checked;
 }
 
 function toList(value: string | readonly string[] | undefined): string[] | undefined {
@@ -357,7 +386,7 @@ export function buildIssuer(
 // verification, which would cost an allocation on every request, refused or not.
 function refuse(
   engine: EngineConfig,
-  binding: { jkt: string } | undefined,
+  binding: VerifiedProof | undefined,
   code: GuardErrorCode,
   issuer?: string,
 ): GuardResult {
@@ -366,12 +395,36 @@ function refuse(
   return { ok: false, error: new GuardError(code, { ...engine.errorOptions, ...scheme }) };
 }
 
+// Success: a DPoP proof is remembered only now, once its token verified and is bound to its key, so
+// requests that authenticate no one never fill the replay memory nor push a real proof id out of it.
+async function accept(
+  engine: EngineConfig,
+  binding: VerifiedProof | undefined,
+  principal: Principal,
+  issuer: string,
+  cached: boolean,
+  at: number,
+): Promise<GuardResult> {
+  if (binding !== undefined) {
+    // A proof is only ever verified where DPoP is on, so the runtime is there; fail closed all the same.
+    const refusal = engine.dpop === undefined ? 'dpop_replay_full' : await rememberProof(engine.dpop, binding);
+    if (refusal !== undefined) return refuse(engine, binding, refusal, issuer);
+  }
+  // The configured issuer, never `principal.iss`: behind the gateway that is a claim (`orig_iss`).
+  engine.emit({ type: 'authenticated', issuer, cached, at });
+  return { ok: true, principal };
+}
+
+// The JWS compact serialization in canonical base64url: three segments of [A-Za-z0-9_-] joined by
+// dots, no padding. Anything else is malformed whatever follows, so it is refused before the cache.
+const compactJwsAlphabet = /^[A-Za-z0-9_.-]+$/;
+
 /**
  * The verification pipeline, cheapest checks first and every outcome a value:
- * cache → split and decode (size, canonical base64url, UTF-8, strict JSON) → issuer by exact `iss`
- * → header (alg, crit, refused parameters, typ) → alg on the issuer's list (before any JWKS fetch) →
- * key by exact `kid` → signature → claims → principal → cache. Claims are only read for `iss` (to
- * pick the keys) before the signature has verified.
+ * size and alphabet → cache → split and decode (canonical base64url, UTF-8, strict JSON) → issuer by
+ * exact `iss` → header (alg, crit, refused parameters, typ) → alg on the issuer's list (before any
+ * JWKS fetch) → key by exact `kid` → signature → claims → principal → cache → DPoP proof remembered.
+ * Claims are only read for `iss` (to pick the keys) before the signature has verified.
  *
  * @example
  * const result = await verifyWithEngine(token, engine);
@@ -379,16 +432,14 @@ function refuse(
 export async function verifyWithEngine(
   token: string,
   engine: EngineConfig,
-  binding?: { jkt: string },
+  binding?: VerifiedProof,
 ): Promise<GuardResult> {
   if (token.length > engine.limits.maxTokenLength) return refuse(engine, binding, 'token_too_large');
-  // A DPoP-bound result is cached under the token and its key together: same token, other key, no hit.
-  const cacheKey = binding === undefined ? token : `${token} ${binding.jkt}`;
-  const cached = engine.cache?.get(cacheKey, engine.now());
-  if (cached !== undefined) {
-    engine.emit({ type: 'authenticated', issuer: cached.iss, cached: true, at: engine.now() });
-    return { ok: true, principal: cached };
-  }
+  if (!compactJwsAlphabet.test(token)) return refuse(engine, binding, 'token_malformed');
+  // A DPoP-bound result is cached under the token and its key together, apart from bearer results:
+  // same token, other key or no proof, no hit.
+  const cached = engine.cache?.get(token, binding?.jkt, engine.now());
+  if (cached !== undefined) return accept(engine, binding, cached.principal, cached.issuer, true, engine.now());
   const parsed = parseCompactJws(token, engine.limits);
   if (!parsed.ok) return refuse(engine, binding, parsed.reason === 'too-large' ? 'token_too_large' : 'token_malformed');
   const payloadText = decodeUtf8Strict(parsed.value.payload);
@@ -437,10 +488,9 @@ export async function verifyWithEngine(
     if (issuer.profile.maxTokenAge !== undefined) {
       expiresAt = Math.min(expiresAt, ((payload.iat as number) + issuer.profile.maxTokenAge) * 1000);
     }
-    engine.cache.set(cacheKey, principal, expiresAt, issuer.issuer);
+    engine.cache.set(token, binding?.jkt, principal, expiresAt, issuer.issuer);
   }
-  engine.emit({ type: 'authenticated', issuer: issuer.issuer, cached: false, at: nowMs });
-  return { ok: true, principal };
+  return accept(engine, binding, principal, issuer.issuer, false, nowMs);
 }
 
 /** Builds the shared engine pieces from guard-level options. */
@@ -460,7 +510,7 @@ export function buildEngine(
   const now = options.now ?? Date.now;
   const sink = createEventSink(options.onEvent);
   const cache = options.cache === false ? undefined : createTokenCache(options.cache?.maxEntries ?? 10_000);
-  const limits: TokenLimits = { ...defaultTokenLimits, ...options.limits };
+  const limits = checkLimits(options.limits);
   const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   const dpop = options.dpop === undefined ? undefined : buildDpop(options.dpop, now);
   const proofTolerance = options.clockTolerance ?? 5;
@@ -556,6 +606,9 @@ export function guardFromEngine(
   internalTokens?: InternalTokenIssuer,
 ): Guard {
   const error = (code: GuardErrorCode) => new GuardError(code, engine.errorOptions);
+  // Authorization refusals carry what every other challenge of this guard carries (realm, RFC 9728
+  // resource_metadata, the DPoP offer); built once, not per call.
+  const authorizeOptions = { ...engine.errorOptions, now: engine.now };
   return {
     realm,
     tokenHeader,
@@ -579,7 +632,7 @@ export function guardFromEngine(
           engine.emit({ type: 'rejected', code: proof.code, at: engine.now() });
           return { ok: false, error: new GuardError(proof.code, { ...engine.errorOptions, scheme: 'DPoP' }) };
         }
-        return verifyWithEngine(found.token, engine, { jkt: proof.jkt });
+        return verifyWithEngine(found.token, engine, proof);
       }
       return verifyWithEngine(found.token, engine);
     },
@@ -587,7 +640,7 @@ export function guardFromEngine(
       return verifyWithEngine(token, engine);
     },
     authorize(principal, requirements, request) {
-      return authorizeRequest(principal, requirements, request ?? { headers: {} }, { realm, now: engine.now });
+      return authorizeRequest(principal, requirements, request ?? { headers: {} }, authorizeOptions);
     },
     error,
     stats,

@@ -1,6 +1,7 @@
 export { type JwsAlgorithm, jwsAlgorithms } from './algorithms.js';
 export {
   type AuthorizationResult,
+  type AuthorizeOptions,
   authorizeRequest,
   policy,
   type Requirement,
@@ -11,7 +12,7 @@ export {
 } from './authorization.js';
 export { isNumericDate } from './claims.js';
 export { defaultTokenLimits, type TokenLimits } from './compact-jws.js';
-export { type DpopOptions, memoryReplayCache } from './dpop.js';
+export type { DpopOptions } from './dpop.js';
 export {
   GuardError,
   type GuardErrorCode,
@@ -53,4 +54,5 @@ export {
 } from './internal-token.js';
 export type { RemoteJwksOptions } from './key-source.js';
 export { type Principal, principalFromClaims } from './principal.js';
+export { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
 export { defaultIdentityHeaders, type StripOptions, stripIdentityHeaders } from './strip-headers.js';

@@ -1,5 +1,5 @@
 import { createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto';
-import { importJWK, type JWK } from 'jose';
+import { calculateJwkThumbprint, importJWK, type JWK } from 'jose';
 import { ecCurveOf, hmacMinimumBytes, isJwsAlgorithm, type JwsAlgorithm, keyFamilyOf } from './algorithms.js';
 import { decodeCanonicalBase64url, isPlainObject } from './compact-jws.js';
 import { isRocaModulus } from './roca.js';
@@ -10,6 +10,11 @@ export interface VerificationKey {
   /** The one algorithm this key verifies; a token naming another algorithm never reaches it. */
   alg: JwsAlgorithm;
   key: CryptoKey;
+  /**
+   * RFC 7638 thumbprint of the key material: what makes two keys the same key. A `kid` is only a
+   * label, and an identity provider may put new material under an old one (or send no `kid` at all).
+   */
+  thumbprint: string;
 }
 
 /** Why a single key was left out of a key set. */
@@ -156,14 +161,15 @@ export function checkJwk(
  * const key = await importCheckedKey(checked.key);
  */
 export async function importCheckedKey(checked: CheckedKey): Promise<VerificationKey> {
+  const thumbprint = await calculateJwkThumbprint(checked.jwk, 'sha256');
   if (checked.jwk.kty === 'oct') {
     const hash = `SHA-${checked.alg.slice(2)}`;
     const raw = decodeCanonicalBase64url(checked.jwk.k as string) as Uint8Array<ArrayBuffer>;
     const key = await crypto.subtle.importKey('raw', raw, { name: 'HMAC', hash }, false, ['verify']);
-    return { kid: checked.kid, alg: checked.alg, key };
+    return { kid: checked.kid, alg: checked.alg, key, thumbprint };
   }
   const key = (await importJWK(checked.jwk, checked.alg)) as CryptoKey;
-  return { kid: checked.kid, alg: checked.alg, key };
+  return { kid: checked.kid, alg: checked.alg, key, thumbprint };
 }
 
 /** The outcome of {@link importKeySet}. */

@@ -53,7 +53,10 @@ export interface RemoteJwksOptions {
   uri: string;
   /** Fetch timeout (default 5). */
   timeout?: number;
-  /** Minimum time between two fetches triggered by unknown kids or failures (default 30). */
+  /**
+   * Minimum time between two fetches triggered by unknown kids, and after a failed fetch (default 30).
+   * It never delays the refresh of a set whose lifetime ended after a successful fetch.
+   */
   cooldown?: number;
   /** Cache lifetime when the response has no usable cache headers (default 600). */
   defaultTtl?: number;
@@ -153,10 +156,14 @@ class FailureTooLarge extends FetchFailure {
  * - an unknown `kid` triggers at most one refetch per cooldown, and every caller waiting meanwhile
  *   shares the one request in flight; kids a fresh fetch did not contain are remembered for
  *   `negativeTtl`, so a flood of random kids costs one fetch;
+ * - a set whose lifetime ended is refreshed at once when the last fetch succeeded (the server's
+ *   max-age decides, not the cooldown); after a failure the next attempt waits for the cooldown;
  * - when the cache has expired and the endpoint fails, the last good keys keep working for
  *   `staleIfError` seconds past expiry, then lookups fail closed (`unavailable`);
  * - fetches time out, never follow redirects, refuse bodies over `maxBytes`, duplicate-key JSON,
- *   private keys, duplicate kids and symmetric keys, and keep the previous set when they do.
+ *   private keys, duplicate kids and symmetric keys, and keep the previous set when they do;
+ * - a key of the previous set that the new one no longer holds, the same material under the same
+ *   `kid` and `alg`, is retired: `onKeysRetired` drops the tokens cached under it.
  *
  * @example
  * const source = remoteKeySource({ uri: 'https://id.example/jwks' }, { algorithms: ['RS256'], allowSymmetric: false }, {
@@ -199,6 +206,7 @@ export function remoteKeySource(
   let state: KeySetState | undefined;
   let inFlight: Promise<boolean> | undefined;
   let lastAttemptAt = Number.NEGATIVE_INFINITY;
+  let lastAttemptFailed = false;
   const unknownKids = new Map<string, number>();
 
   async function fetchOnce(): Promise<boolean> {
@@ -248,10 +256,12 @@ export function remoteKeySource(
       const fetchedAt = now();
       const previous = state?.keys ?? [];
       state = { keys: imported.keys, fetchedAt, expiresAt: fetchedAt + ttlMs };
-      // Tokens cached under a retired key must be verified again (research section 10, item 10).
-      if (previous.some((old) => !imported.keys.some((key) => key.kid === old.kid && key.alg === old.alg))) {
-        context.onKeysRetired?.();
-      }
+      // Tokens cached under a retired key must be verified again (research section 10, item 10). A key
+      // is the same only with the same material: new material under an old kid (or without a kid) is
+      // a replacement, typically of a compromised key, and the old one's tokens must not outlive it.
+      const kept = (old: VerificationKey) =>
+        imported.keys.some((key) => key.thumbprint === old.thumbprint && key.kid === old.kid && key.alg === old.alg);
+      if (!previous.every(kept)) context.onKeysRetired?.();
       // Kids remembered as unknown may be in the new set.
       unknownKids.clear();
       finish({ ok: true, status: 200, keys: imported.keys.length });
@@ -267,10 +277,23 @@ export function remoteKeySource(
   }
 
   function refresh(): Promise<boolean> {
-    inFlight ??= fetchOnce().finally(() => {
-      inFlight = undefined;
-    });
+    inFlight ??= fetchOnce()
+      .then((ok) => {
+        lastAttemptFailed = !ok;
+        return ok;
+      })
+      .finally(() => {
+        inFlight = undefined;
+      });
     return inFlight;
+  }
+
+  // Whether a refresh because the set's lifetime ends may start now. The cooldown is there to space out
+  // fetches a client can provoke (unknown kids) and retries of a failing endpoint; after a success the
+  // server's max-age decides, or a healthy endpoint with max-age under the cooldown would be served
+  // stale (or fail closed) for the difference.
+  function mayRefreshExpiring(at: number): boolean {
+    return !lastAttemptFailed || at - lastAttemptAt >= cooldownMs;
   }
 
   function rememberUnknown(kid: string): void {
@@ -287,11 +310,11 @@ export function remoteKeySource(
       // Refresh ahead: in the last tenth of the lifetime one request starts a fetch and does not wait
       // for it, so a busy gateway swaps key sets without any request paying for the fetch.
       const refreshAt = state.expiresAt - (state.expiresAt - state.fetchedAt) / 10;
-      if (at >= refreshAt && inFlight === undefined && at - lastAttemptAt >= cooldownMs) void refresh();
+      if (at >= refreshAt && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
       return state.keys;
     }
     // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
-    if (inFlight !== undefined || at - lastAttemptAt >= cooldownMs) await refresh();
+    if (inFlight !== undefined || mayRefreshExpiring(at)) await refresh();
     const after = now();
     if (state === undefined) return undefined;
     if (after < state.expiresAt) return state.keys;

@@ -1,6 +1,11 @@
+import { readonlySet } from './readonly-set.js';
+
 /**
- * Who the caller is, as the guard established it. Immutable; `scope` and `roles` are sets so a check
- * reads `principal.scope.has('orders:write')` whatever the issuer's claim shape was.
+ * Who the caller is, as the guard established it. Immutable, all the way down: the verified-token
+ * cache hands the same principal to every request with that token, so a change made while handling
+ * one request would reach the next. `scope` and `roles` are read-only sets (no `add`, `delete` or
+ * `clear`) so a check reads `principal.scope.has('orders:write')` whatever the issuer's claim shape
+ * was; `claims` and everything in it are frozen. To enrich a principal, copy it.
  *
  * @example
  * if (principal.scope.has('orders:write') && principal.roles.has('clerk')) allow();
@@ -14,8 +19,23 @@ export interface Principal {
   readonly roles: ReadonlySet<string>;
   readonly clientId: string | undefined;
   readonly jti: string | undefined;
-  /** Every claim of the verified token. */
+  /** Every claim of the verified token (frozen, nested objects and arrays too). */
   readonly claims: Readonly<Record<string, unknown>>;
+}
+
+// Frozen copies of JSON values: plain objects and arrays are copied, then frozen, at every level.
+// Copied rather than frozen in place so a caller's own objects passed to principalFromClaims stay
+// theirs. Other objects (only a caller can pass them; a token holds JSON) are kept as they are.
+function frozenRecord(value: object): Readonly<Record<string, unknown>> {
+  // fromEntries defines members rather than assigning them: a `__proto__` member stays a plain member.
+  return Object.freeze(Object.fromEntries(Object.entries(value).map(([key, member]) => [key, frozenCopy(member)])));
+}
+
+function frozenCopy(value: unknown): unknown {
+  if (typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) return Object.freeze(value.map(frozenCopy));
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null ? frozenRecord(value) : value;
 }
 
 function addWords(target: Set<string>, value: unknown): void {
@@ -59,10 +79,10 @@ export function principalFromClaims(
     sub: claims.sub as string,
     iss: options.issuer ?? (claims.iss as string),
     aud: Object.freeze([...aud]),
-    scope,
-    roles,
+    scope: readonlySet(scope),
+    roles: readonlySet(roles),
     clientId: typeof claims.client_id === 'string' ? claims.client_id : undefined,
     jti: typeof claims.jti === 'string' ? claims.jti : undefined,
-    claims: Object.freeze({ ...claims }),
+    claims: frozenRecord(claims),
   });
 }

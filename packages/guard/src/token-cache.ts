@@ -1,16 +1,17 @@
 import { createHash } from 'node:crypto';
 import type { Principal } from './principal.js';
 
-interface Entry {
-  principal: Principal;
-  expiresAt: number;
-  issuer: string;
+/** A cached verification: the principal and the configured issuer whose key verified it. */
+export interface CachedPrincipal {
+  readonly principal: Principal;
+  readonly expiresAt: number;
+  readonly issuer: string;
 }
 
-/** A bounded cache of verified tokens. */
+/** A bounded cache of verified tokens. `jkt` is the key of the DPoP proof a bound token came with. */
 export interface TokenCache {
-  get(token: string, nowMs: number): Principal | undefined;
-  set(token: string, principal: Principal, expiresAt: number, issuer: string): void;
+  get(token: string, jkt: string | undefined, nowMs: number): CachedPrincipal | undefined;
+  set(token: string, jkt: string | undefined, principal: Principal, expiresAt: number, issuer: string): void;
   deleteIssuer(issuer: string): void;
   readonly size: number;
 }
@@ -19,6 +20,9 @@ export interface TokenCache {
  * The verified-token cache. Safe by construction (research section 10, item 10):
  * - the key is SHA-256 of the whole token, so two tokens never share an entry (fast-jwt
  *   CVE-2026-35039 came from a partial key) and no token is kept in memory;
+ * - a DPoP-bound result lives in its own namespace, keyed by the token and the proof's key together:
+ *   no token string, whatever it contains, hashes to the input of a bound entry, so a bound principal
+ *   is only ever served to a request whose proof verified for that key;
  * - an entry dies at the token's `exp` (or its max-age limit), whichever is first;
  * - only successes are stored: an error is never cached, so a key that appears later is used;
  * - it holds at most `maxEntries`; the oldest entry goes first;
@@ -26,26 +30,32 @@ export interface TokenCache {
  *
  * @example
  * const cache = createTokenCache(10_000);
- * cache.set(token, principal, principal.claims.exp * 1000, principal.iss);
+ * cache.set(token, undefined, principal, principal.claims.exp * 1000, principal.iss);
  */
 export function createTokenCache(maxEntries: number): TokenCache {
   if (!Number.isSafeInteger(maxEntries) || maxEntries < 1)
     throw new TypeError('cache.maxEntries must be a positive integer');
-  const entries = new Map<string, Entry>();
-  const hash = (token: string) => createHash('sha256').update(token).digest('base64url');
+  const entries = new Map<string, CachedPrincipal>();
+  // The hashed input starts with `b` (bearer) or `d` (DPoP): the two namespaces share no input, so
+  // a bearer token never lands on a bound entry. A jkt is a base64url thumbprint computed here, never
+  // sent, so it holds no `:` and the input `d:<jkt>:<token>` splits one way only.
+  const hash = (token: string, jkt: string | undefined) =>
+    (jkt === undefined ? createHash('sha256').update('b:') : createHash('sha256').update(`d:${jkt}:`))
+      .update(token)
+      .digest('base64url');
   return {
-    get(token, nowMs) {
-      const key = hash(token);
+    get(token, jkt, nowMs) {
+      const key = hash(token, jkt);
       const entry = entries.get(key);
       if (entry === undefined) return undefined;
       if (nowMs >= entry.expiresAt) {
         entries.delete(key);
         return undefined;
       }
-      return entry.principal;
+      return entry;
     },
-    set(token, principal, expiresAt, issuer) {
-      const key = hash(token);
+    set(token, jkt, principal, expiresAt, issuer) {
+      const key = hash(token, jkt);
       entries.delete(key);
       if (entries.size >= maxEntries) {
         const oldest = entries.keys().next();

@@ -90,19 +90,29 @@ describe('request-level cases', () => {
     }
   });
 
-  it('case 5: two Authorization headers, or header plus query token, are 400', async () => {
+  it('case 5: two Authorization headers are 400; with allowQueryToken, so are a header plus a query token', async () => {
     expectCode(
       await guard.authenticate({ headers: { authorization: [`Bearer ${token}`, `Bearer ${token}`] } }),
       'multiple_tokens',
     );
+    const lax = guardWith({}, { allowQueryToken: true });
     expectCode(
-      await guard.authenticate({ headers: { authorization: `Bearer ${token}` }, url: `/x?access_token=${token}` }),
+      await lax.authenticate({ headers: { authorization: `Bearer ${token}` }, url: `/x?access_token=${token}` }),
+      'multiple_tokens',
+    );
+    expectCode(
+      await lax.authenticate({ headers: {}, url: `/x?access_token=${token}&access_token=${token}` }),
       'multiple_tokens',
     );
   });
 
-  it('case 6: a token only in the query is ignored unless allowQueryToken is set', async () => {
+  it('case 6: a token in the query is ignored unless allowQueryToken is set, however many are sent', async () => {
     expectCode(await guard.authenticate({ headers: {}, url: `/x?access_token=${token}` }), 'token_missing');
+    const twice = await guard.authenticate({ headers: {}, url: '/x?access_token=a&access_token=b' });
+    expectCode(twice, 'token_missing');
+    if (!twice.ok) expect(twice.error.status).toBe(401);
+    // Not a second token either: the header is the only credential this guard reads.
+    expectOk(await guard.authenticate({ headers: { authorization: `Bearer ${token}` }, url: '/x?access_token=a' }));
     const lax = guardWith({}, { allowQueryToken: true });
     expectOk(await lax.authenticate({ headers: {}, url: `/x?access_token=${token}` }));
   });
@@ -573,6 +583,20 @@ describe('claim cases', () => {
 });
 
 describe('cache cases', () => {
+  it('a token with a character outside the JWS compact alphabet is malformed before any cache lookup', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const token = makeToken();
+    expectOk(await guard.verify(token));
+    for (const variant of [`${token} `, `${token} jkt`, `${token}=`, `${token}\n`, `${token.replace('.', '+')}`, '']) {
+      expectCode(await guard.verify(variant), 'token_malformed');
+    }
+    expect(guard.stats().cacheHits).toBe(0);
+  });
+
   it('case 46: a flood of distinct valid tokens gets the right principal each time; near-copies never hit', async () => {
     const guard = createGuard({
       audience: AUDIENCE,

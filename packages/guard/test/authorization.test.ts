@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   authorizeRequest,
   createGuard,
@@ -194,6 +194,20 @@ describe('events and counters', () => {
       'rejected',
       'rejected',
     ]);
+  });
+
+  it('handles what an async hook rejects with (unhandled, it would end the process)', async () => {
+    // Pending, and watched for a handler: a promise that rejected would fail the file instead.
+    const returned = new Promise<void>(() => undefined);
+    const handlers = vi.spyOn(returned, 'then');
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      onEvent: () => returned,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    expect((await guard.verify(makeToken())).ok).toBe(true);
+    expect(handlers).toHaveBeenCalled();
   });
 
   it('bad options throw a TypeError once, at construction', () => {

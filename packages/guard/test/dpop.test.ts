@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import { describe, expect, it } from 'vitest';
-import { createGuard, type DpopOptions, type GuardResult } from '../src/index.js';
+import { createGuard, type DpopOptions, type GuardOptions, type GuardResult, memoryReplayCache } from '../src/index.js';
 import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
 
 // Research case 52 and section 10 item 9: DPoP (RFC 9449) with a replay memory and dual challenges.
@@ -9,11 +9,12 @@ import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments,
 const keys = testKeys();
 const ORIGIN = 'https://api.example';
 
-function setup(dpop: DpopOptions = {}) {
+function setup(dpop: DpopOptions = {}, options: Partial<GuardOptions> = {}) {
   const clock = manualClock();
   const guard = createGuard({
     audience: AUDIENCE,
     now: clock.now,
+    ...options,
     dpop: { origin: ORIGIN, ...dpop },
     issuers: [{ issuer: ISSUER, secret: SECRET }],
   });
@@ -189,8 +190,134 @@ describe('DPoP (case 52)', () => {
     expect(keysSeen).toEqual([`${thumbprint}:proof-1`, `${thumbprint}:proof-1`]);
   });
 
+  it('a DPoP-bound cache entry is never reached without a proof: "<token> <jkt>" as a query token or through verify()', async () => {
+    const { clock, guard } = setup({}, { allowQueryToken: true });
+    const thumbprint = await jkt(keys.ec.publicJwk);
+    const bound = makeToken({ claims: { cnf: { jkt: thumbprint } } });
+    const legit = await guard.authenticate({
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${bound}`, dpop: proof({ accessToken: bound }, clock.seconds()) },
+    });
+    expect(code(legit)).toBe('ok');
+    // The thumbprint is public (it is the token's own cnf.jkt); no proof, no key.
+    const viaQuery = await guard.authenticate({
+      method: 'POST',
+      url: `/orders?access_token=${bound}%20${thumbprint}`,
+      headers: {},
+    });
+    expect(code(viaQuery)).toBe('token_malformed');
+    expect(code(await guard.verify(`${bound} ${thumbprint}`))).toBe('token_malformed');
+    expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${bound}` } }))).toBe('token_bound');
+    expect(guard.stats().cacheHits).toBe(0);
+  });
+
+  it('proofs sent with an invalid access token are not remembered, so they cannot push real proof ids out', async () => {
+    const { clock, guard } = setup({ maxReplayEntries: 5 }, { cache: false });
+    const victimToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const captured = {
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${victimToken}`, dpop: proof({ accessToken: victimToken }, clock.seconds()) },
+    };
+    expect(code(await guard.authenticate(captured))).toBe('ok');
+    // An unauthenticated flood: junk access tokens, valid proofs signed with the attacker's own key.
+    const junk = 'eyJhbGciOiJIUzI1NiJ9.e30.AAAA';
+    for (let i = 0; i < 10; i++) {
+      const flood = await guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: {
+          authorization: `DPoP ${junk}`,
+          dpop: proof({ accessToken: junk, key: keys.ed, alg: 'EdDSA' }, clock.seconds()),
+        },
+      });
+      expect(flood.ok).toBe(false);
+    }
+    clock.advance(10); // still inside the captured proof's 60 s window
+    expect(code(await guard.authenticate(captured))).toBe('dpop_proof_replayed');
+  });
+
+  it('the replay memory is consulted only after the access token and its binding verify', async () => {
+    const keysSeen: string[] = [];
+    const { clock, guard } = setup({
+      replay: (key) => {
+        keysSeen.push(key);
+        return true;
+      },
+    });
+    const thumbprint = await jkt(keys.ec.publicJwk);
+    const send = async (accessToken: string) =>
+      code(
+        await guard.authenticate({
+          method: 'POST',
+          url: '/orders',
+          headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+        }),
+      );
+    expect(await send(makeToken({ claims: { cnf: { jkt: thumbprint }, exp: clock.seconds() - 60 } }))).toBe(
+      'token_expired',
+    );
+    expect(await send(makeToken({ claims: { cnf: { jkt: 'another-key' } } }))).toBe('token_binding_invalid');
+    expect(await send(makeToken({ claims: { cnf: { jkt: thumbprint }, aud: 'https://other.example' } }))).toBe(
+      'audience_invalid',
+    );
+    expect(keysSeen).toEqual([]);
+    expect(await send(makeToken({ claims: { cnf: { jkt: thumbprint } } }))).toBe('ok');
+    expect(keysSeen).toHaveLength(1);
+  });
+
+  it('a full replay memory refuses new proofs (dpop_replay_full) instead of forgetting a live one', async () => {
+    const { clock, guard } = setup({ maxReplayEntries: 2 });
+    const accessToken = makeToken({
+      claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) }, exp: clock.seconds() + 3600 },
+    });
+    const request = () => ({
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    });
+    const first = request();
+    expect(code(await guard.authenticate(first))).toBe('ok');
+    expect(code(await guard.authenticate(request()))).toBe('ok');
+    const full = await guard.authenticate(request());
+    expect(code(full)).toBe('dpop_replay_full');
+    if (!full.ok) {
+      expect(full.error.status).toBe(401);
+      expect(full.error.wwwAuthenticate).toBe(
+        'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof cannot be accepted now: the replay memory is full", algs="ES256 EdDSA PS256 RS256"',
+      );
+    }
+    // The oldest live proof id was kept: its replay is still caught.
+    expect(code(await guard.authenticate(first))).toBe('dpop_proof_replayed');
+    // Once the remembered proofs are past their window (60 s + twice the 5 s tolerance), room is back.
+    clock.advance(71);
+    expect(code(await guard.authenticate(request()))).toBe('ok');
+    expect(guard.stats().rejected.dpop_replay_full).toBe(1);
+  });
+
+  it('memoryReplayCache: a seen key is refused until it expires; full means full of live keys', () => {
+    let now = 0;
+    const seen = memoryReplayCache(2, () => now);
+    expect(seen('a', 100)).toBe(true);
+    expect(seen('a', 100)).toBe(false);
+    // Expiries need not arrive in order: b, stored after a, is forgotten first.
+    expect(seen('b', 50)).toBe(true);
+    expect(seen('c', 200)).toBe('full');
+    now = 50;
+    expect(seen('c', 200)).toBe(true);
+    expect(seen('a', 100)).toBe(false);
+    expect(seen('b', 120)).toBe('full');
+    now = 100;
+    expect(seen('a', 300)).toBe(true);
+    expect(seen('c', 200)).toBe(false);
+  });
+
   it('refuses bad DPoP options at construction', () => {
     expect(() => setup({ algorithms: ['HS256'] })).toThrow(TypeError);
     expect(() => setup({ maxAge: 0 })).toThrow(TypeError);
+    for (const maxReplayEntries of [0, -1, 1.5, Number.POSITIVE_INFINITY]) {
+      expect(() => setup({ maxReplayEntries })).toThrow(TypeError);
+    }
   });
 });

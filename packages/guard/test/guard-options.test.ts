@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { createGuard, type GuardResult, guardRequestFromNode, isGuard } from '../src/index.js';
+import {
+  createGuard,
+  type GuardResult,
+  guardRequestFromNode,
+  isGuard,
+  requireAuthentication,
+  requireScopes,
+} from '../src/index.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET, testKeys } from './support/tokens.js';
 
 const keys = testKeys();
@@ -89,6 +96,73 @@ describe('key sources and options', () => {
     expect(guard.realm).toBe('orders');
     expect(isGuard(guard)).toBe(true);
     expect(isGuard({ audience: AUDIENCE })).toBe(false);
+  });
+
+  it('guard.authorize challenges carry resource_metadata and the DPoP offer, like every other challenge', async () => {
+    const metadata = 'https://api.example/.well-known/oauth-protected-resource';
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      resourceMetadata: metadata,
+      dpop: { origin: 'https://api.example', algorithms: ['ES256'] },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const verified = await guard.verify(makeToken({ claims: { acr: 'urn:example:pwd' } }));
+    if (!verified.ok) throw new Error(verified.error.code);
+    const stepUp = guard.authorize(verified.principal, [requireAuthentication({ acrValues: ['urn:example:mfa'] })]);
+    expect(!stepUp.ok && stepUp.error.wwwAuthenticate).toBe(
+      `Bearer realm="api", error="insufficient_user_authentication", error_description="A more recent or stronger user authentication is required", acr_values="urn:example:mfa", resource_metadata="${metadata}", DPoP realm="api", algs="ES256"`,
+    );
+    const scope = guard.authorize(verified.principal, [requireScopes('orders:write')]);
+    expect(!scope.ok && scope.error.wwwAuthenticate).toBe(
+      `Bearer realm="api", error="insufficient_scope", error_description="The access token lacks the privileges this request needs", scope="orders:write", resource_metadata="${metadata}"`,
+    );
+    expect(!scope.ok && scope.error.wwwAuthenticate).toBe(
+      guard.error('insufficient_scope').wwwAuthenticate.replace('needs"', 'needs", scope="orders:write"'),
+    );
+    // With DPoP required, every challenge of the guard is a DPoP one, its refusals included.
+    const dpopOnly = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      dpop: { origin: 'https://api.example', algorithms: ['ES256'], required: true },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const refused = dpopOnly.authorize(verified.principal, [requireScopes('orders:write')]);
+    expect(!refused.ok && refused.error.wwwAuthenticate).toBe(
+      'DPoP realm="api", error="insufficient_scope", error_description="The access token lacks the privileges this request needs", scope="orders:write", algs="ES256"',
+    );
+  });
+
+  it('limits are checked at construction: positive integers, undefined meaning the default', async () => {
+    const build = (limits: unknown) =>
+      createGuard({
+        audience: AUDIENCE,
+        now: manualClock().now,
+        limits: limits as never,
+        issuers: [{ issuer: ISSUER, secret: SECRET }],
+      });
+    for (const limits of [
+      { maxTokenLength: 0 },
+      { maxTokenLength: -1 },
+      { maxHeaderLength: 1.5 },
+      { maxDepth: Number.POSITIVE_INFINITY },
+      { maxDepth: Number.NaN },
+      { maxDepth: '16' },
+      { maxDepth: 100_000 },
+      null,
+      'big',
+    ]) {
+      expect(() => build(limits), JSON.stringify(limits)).toThrow(TypeError);
+    }
+    // An explicit undefined keeps the default bound, it does not remove it.
+    const guard = build({ maxTokenLength: undefined, maxHeaderLength: undefined, maxDepth: undefined });
+    const huge = await guard.verify(makeToken({ claims: { pad: 'x'.repeat(9000) } }));
+    expect(code(huge)).toBe('token_too_large');
+    const oversized = await guard.authenticate({ headers: { authorization: `Bearer ${'a'.repeat(9000)}` } });
+    expect(code(oversized)).toBe('token_too_large');
+    expect(code(await build({ maxTokenLength: 16_384 }).verify(makeToken({ claims: { pad: 'x'.repeat(9000) } })))).toBe(
+      'ok',
+    );
   });
 
   it('guardRequestFromNode keeps both Authorization and DPoP values from headersDistinct', () => {

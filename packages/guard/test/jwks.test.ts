@@ -87,10 +87,11 @@ describe('remote JWKS', () => {
       headers: { 'cache-control': 'no-store' },
     });
     await noStore.guard.verify(noStore.token('k1'));
-    noStore.clock.advance(29);
+    // 26 s: before the last tenth of the 30 s lifetime, where a background refresh would start.
+    noStore.clock.advance(26);
     await noStore.guard.verify(noStore.token('k1'));
     expect(noStore.server.requests).toBe(1);
-    noStore.clock.advance(2);
+    noStore.clock.advance(5);
     await noStore.guard.verify(noStore.token('k1'));
     expect(noStore.server.requests).toBe(2);
   });
@@ -244,6 +245,64 @@ describe('remote JWKS', () => {
     expect((await guard.verify(token('k2'))).ok).toBe(true);
     const after = await guard.verify(first);
     expect(after.ok ? 'ok' : after.error.code).toBe('key_unknown');
+  });
+
+  for (const withKid of [true, false]) {
+    it(`verified-token cache: a key replaced ${withKid ? 'under the same kid' : 'without a kid'} evicts its tokens`, async () => {
+      const rsaSet = (pair: typeof keys.rsa) =>
+        set({ ...pair.publicJwk, ...(withKid ? { kid: 'k1' } : {}), alg: 'RS256' });
+      const server = await startJwksServer(rsaSet(keys.rsa));
+      servers.push(server);
+      const clock = manualClock();
+      const guard = createGuard({
+        audience: AUDIENCE,
+        now: clock.now,
+        cache: { maxEntries: 100 },
+        issuers: [{ issuer: ISSUER, jwksUri: server.url, algorithms: ['RS256'] }],
+      });
+      const token = (pair: typeof keys.rsa) =>
+        makeToken({
+          alg: 'RS256',
+          key: pair.privateKey,
+          now: clock.now(),
+          ...(withKid ? { header: { kid: 'k1' } } : {}),
+        });
+      const old = token(keys.rsa);
+      expect((await guard.verify(old)).ok).toBe(true);
+      // The identity provider replaces compromised key material; the kid (or its absence) stays.
+      server.set(rsaSet(keys.rsa2));
+      clock.advance(61);
+      expect((await guard.verify(token(keys.rsa2))).ok).toBe(true);
+      const after = await guard.verify(old);
+      expect(after.ok ? 'ok' : after.error.code).toBe('signature_invalid');
+    });
+  }
+
+  it('cooldown: an expired set is refreshed after a successful fetch, however long the cooldown', async () => {
+    const reply: JwksReply = { kind: 'json', body: { keys: [jwk('k1')] }, headers: { 'cache-control': 'max-age=30' } };
+    const strict = await setup(reply, { cooldown: 60, staleIfError: 0 });
+    expect((await strict.guard.verify(strict.token('k1'))).ok).toBe(true);
+    strict.clock.advance(31);
+    const result = await strict.guard.verify(strict.token('k1'));
+    expect({ code: result.ok ? 'ok' : result.error.code, fetches: strict.server.requests }).toEqual({
+      code: 'ok',
+      fetches: 2,
+    });
+
+    // With stale-if-error on, the keys are refreshed too, not served stale.
+    const lenient = await setup(reply, { cooldown: 60 });
+    await lenient.guard.verify(lenient.token('k1'));
+    lenient.clock.advance(31);
+    expect((await lenient.guard.verify(lenient.token('k1'))).ok).toBe(true);
+    expect(lenient.server.requests).toBe(2);
+    expect(lenient.events.filter((event) => event.type === 'jwks-stale')).toHaveLength(0);
+
+    // Refresh ahead (the last tenth of the 30 s lifetime) is not held back by the cooldown either.
+    const ahead = await setup(reply, { cooldown: 60 });
+    await ahead.guard.verify(ahead.token('k1'));
+    ahead.clock.advance(28);
+    expect((await ahead.guard.verify(ahead.token('k1'))).ok).toBe(true);
+    await vi.waitFor(() => expect(ahead.server.requests).toBe(2));
   });
 
   it('verified-token cache entries die at exp', async () => {

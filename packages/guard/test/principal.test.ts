@@ -1,0 +1,89 @@
+import { describe, expect, it } from 'vitest';
+import { createGuard, principalFromClaims, requireScopes } from '../src/index.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
+
+// A principal is documented as immutable, and the verified-token cache hands the same one to every
+// request with that token: a change made while handling one request would reach the next.
+
+describe('principal', () => {
+  it('scope and roles cannot be changed, so a later request with the same token sees them as verified', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const token = makeToken({ claims: { scope: 'orders:read', roles: ['user'] } });
+    const first = await guard.verify(token);
+    if (!first.ok) throw new Error(first.error.code);
+    // A handler that "enriches" the principal for one request.
+    const scope = first.principal.scope as Set<string>;
+    const roles = first.principal.roles as Set<string>;
+    expect(() => scope.add('orders:write')).toThrow(TypeError);
+    expect(() => roles.add('admin')).toThrow(TypeError);
+    expect(() => scope.delete('orders:read')).toThrow(TypeError);
+    expect(() => roles.clear()).toThrow(TypeError);
+    expect(() => Set.prototype.add.call(scope, 'orders:write')).toThrow(TypeError);
+    const second = await guard.verify(token);
+    if (!second.ok) throw new Error(second.error.code);
+    expect(guard.stats().cacheHits).toBe(1);
+    expect([...second.principal.scope]).toEqual(['orders:read']);
+    expect([...second.principal.roles]).toEqual(['user']);
+    expect(guard.authorize(second.principal, [requireScopes('orders:write')]).ok).toBe(false);
+  });
+
+  it('claims are frozen all the way down', () => {
+    const principal = principalFromClaims({
+      sub: 'u1',
+      iss: ISSUER,
+      aud: AUDIENCE,
+      realm_access: { roles: ['user'] },
+      groups: [{ name: 'staff' }],
+    });
+    const claims = principal.claims as Record<string, any>;
+    expect(() => {
+      claims.sub = 'admin';
+    }).toThrow(TypeError);
+    expect(() => claims.realm_access.roles.push('admin')).toThrow(TypeError);
+    expect(() => {
+      claims.groups[0].name = 'admins';
+    }).toThrow(TypeError);
+    expect(Object.isFrozen(principal.aud)).toBe(true);
+    expect(Object.isFrozen(principal)).toBe(true);
+  });
+
+  it('read-only sets answer every read a Set answers', () => {
+    const { scope } = principalFromClaims({ sub: 'u1', iss: ISSUER, aud: AUDIENCE, scope: 'a b', scp: ['c'] });
+    expect(scope.size).toBe(3);
+    expect(scope.has('b')).toBe(true);
+    expect(scope.has('z')).toBe(false);
+    expect([...scope]).toEqual(['a', 'b', 'c']);
+    expect([...scope.values()]).toEqual(['a', 'b', 'c']);
+    expect([...scope.keys()]).toEqual(['a', 'b', 'c']);
+    expect([...scope.entries()]).toEqual([
+      ['a', 'a'],
+      ['b', 'b'],
+      ['c', 'c'],
+    ]);
+    const seen: string[] = [];
+    scope.forEach((value, key, set) => {
+      expect(set).toBe(scope);
+      seen.push(`${value}=${key}`);
+    });
+    expect(seen).toEqual(['a=a', 'b=b', 'c=c']);
+    // The ES2025 set methods (not in this repo's ES2023 lib types) read it too, and give back a new Set.
+    type Es2025Set = { union(other: unknown): Set<string>; isSubsetOf(other: unknown): boolean };
+    const union = (scope as unknown as Es2025Set).union(new Set(['d']));
+    expect([...union]).toEqual(['a', 'b', 'c', 'd']);
+    expect((new Set(['a']) as unknown as Es2025Set).isSubsetOf(scope)).toBe(true);
+  });
+
+  it("principalFromClaims copies what it freezes: the caller's objects stay as they were", () => {
+    const nested = { roles: ['user'] };
+    const claims = { sub: 'u1', iss: ISSUER, aud: AUDIENCE, realm_access: nested };
+    principalFromClaims(claims);
+    expect(Object.isFrozen(claims)).toBe(false);
+    expect(Object.isFrozen(nested)).toBe(false);
+    nested.roles.push('admin');
+    expect(nested.roles).toEqual(['user', 'admin']);
+  });
+});
