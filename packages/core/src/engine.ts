@@ -439,12 +439,21 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       : undefined;
   const storeIt = Object.freeze({ store: true as const, retentionMs });
   const dropIt = Object.freeze({ store: false as const, retentionMs });
-  const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined) => {
+  const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
     if (preset) return preset(response.status, outcome?.thrown === true) ? storeIt : dropIt;
-    const decision = policy({ status: response.status, ...outcome });
-    if (decision === false) return { store: false as const, retentionMs };
-    if (decision === true) return { store: true as const, retentionMs };
-    return { store: true as const, retentionMs: toMilliseconds(decision.retention, 'retention') };
+    try {
+      const decision = policy({ status: response.status, ...outcome });
+      if (decision === false) return dropIt;
+      if (decision === true) return storeIt;
+      if ((decision as { store?: unknown }).store !== true) throw new TypeError('storeOutcome returned no decision');
+      return { store: true as const, retentionMs: toMilliseconds(decision.retention, 'retention') };
+    } catch (error) {
+      // A policy that throws, or decides something that is not a decision, must not leave the key
+      // in progress for as long as the heartbeat renews it. The execution happened, so its outcome
+      // is stored as the spec's rule has it (a release would run it again on retry), and reported.
+      if (onEvent) emit({ type: 'policy-error', id: lease.id, operation: lease.operation, error, at: now() });
+      return storeIt;
+    }
   };
 
   // Release and completion answer with a value when the store did (an in-process store): the HTTP
@@ -492,7 +501,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   ): Awaitable<CompleteResult> => {
     const state = lease as LeaseState;
     if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
-    const decision = decide(response, outcome);
+    const decision = decide(response, outcome, lease);
     if (!decision.store) {
       const released = releaseNow(lease);
       return isPending(released)
@@ -589,7 +598,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
             throw error;
           }
           const { value, response, outcome } = produced;
-          const decision = decide(response, outcome);
+          const decision = decide(response, outcome, lease);
           stored = decision.store;
           return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
         },

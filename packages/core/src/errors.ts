@@ -14,6 +14,7 @@ export const errorTable = {
   in_progress: { status: 409, title: 'A request is outstanding for this Idempotency-Key', retryable: true },
   store_unavailable: { status: 503, title: 'Idempotency store unavailable', retryable: true },
   body_too_large: { status: 413, title: 'Request body too large', retryable: false },
+  body_incomplete: { status: 400, title: 'Request body incomplete', retryable: true },
   scope_missing: { status: 500, title: 'No idempotency scope for this request', retryable: false },
 } as const;
 

@@ -18,6 +18,8 @@ interface EventBase {
  * - `lease-lost`: the lease could not be renewed or its token was no longer current; the late
  *   finisher's outcome was refused.
  * - `store-error`: a store operation failed or timed out.
+ * - `policy-error`: the `storeOutcome` function threw or returned no decision; the outcome was stored
+ *   with the default retention, as the spec's rule has it.
  * - `response-not-stored`: an adapter served a response it could not store (too large, streaming).
  */
 export type IdempotencyEvent =
@@ -34,6 +36,7 @@ export type IdempotencyEvent =
       phase: 'claim' | 'get' | 'renew' | 'complete' | 'release' | 'transaction';
       error: unknown;
     })
+  | (EventBase & { type: 'policy-error'; error: unknown })
   | (EventBase & { type: 'response-not-stored'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number });
 
 /** The names of all events. */

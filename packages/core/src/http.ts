@@ -565,6 +565,12 @@ const uncommitted = (cause: unknown) =>
     cause,
   });
 
+const incompleteBody = () =>
+  new IdempotencyError(
+    'body_incomplete',
+    'The request body ended before it was complete; send it again with the same key.',
+  );
+
 const tooLarge = (limit: number) =>
   new IdempotencyError('body_too_large', `The request body is larger than ${limit} bytes.`);
 
@@ -682,9 +688,11 @@ function bodyRead(read: BodyReading<Readable>, result: ReadBodyResult) {
   read.resolve(result);
 }
 
-// A stream error leaves the body unknown: hashed as no body, and the framework reports the error.
+// A stream error (most often the client hanging up mid-upload, or a request timeout) leaves the body
+// unknown. Hashed as no body, it would claim the key with the wrong fingerprint and store the
+// parser's error, so the client's real retry got a 422: nothing is claimed instead.
 function unreadableBody(this: BodyReading<Readable>) {
-  bodyRead(this, { ok: true, body: undefined });
+  bodyRead(this, { ok: false, error: incompleteBody() });
 }
 
 // For readRequestBody, 'end' only fires when something else consumed the data; with our own reads
@@ -707,6 +715,9 @@ function readAvailable(this: BodyReading<IncomingMessage>) {
     this.size += chunk.length;
     if (this.size > this.maxBytes) {
       bodyRead(this, { ok: false, error: tooLarge(this.maxBytes) });
+      // The rest is discarded as it arrives: left unread, it would stall the kept-alive connection
+      // (Node only drains a body nobody started reading).
+      req.resume();
       return;
     }
     this.chunks.push(chunk);
@@ -872,7 +883,12 @@ function writeHeadHeaders(args: unknown[]): Record<string, string> {
   if (last === undefined) return noHeaders;
   if (Array.isArray(last)) {
     const out: Record<string, string> = {};
-    for (let i = 0; i + 1 < last.length; i += 2) out[String(last[i]).toLowerCase()] = String(last[i + 1]);
+    // A name may repeat (two Link fields): joined as one list, as getHeader() gives a repeated header.
+    for (let i = 0; i + 1 < last.length; i += 2) {
+      const name = String(last[i]).toLowerCase();
+      const value = String(last[i + 1]);
+      out[name] = out[name] === undefined ? value : `${out[name]}, ${value}`;
+    }
     return out;
   }
   return headerRecord(last as Record<string, unknown>);
@@ -931,6 +947,12 @@ interface CaptureState {
   status: number | undefined;
   headArgs: unknown[] | undefined;
   headHeaders: Record<string, string>;
+  /**
+   * The headers a replay keeps, as they were when the handler's head went down. Read later, they
+   * would include what a layer below added on the way, e.g. compression()'s Content-Encoding over
+   * the uncompressed bytes this capture copies.
+   */
+  headers: Record<string, string> | undefined;
   ended: boolean;
   // The outcome once known; the promise of `result` is only made when someone asks for it.
   outcome: CaptureResult | undefined;
@@ -972,6 +994,7 @@ function captureResponse(
     status: undefined,
     headArgs: undefined,
     headHeaders: noHeaders,
+    headers: undefined,
     ended: false,
     outcome: undefined,
     resultPromise: undefined,
@@ -1073,18 +1096,21 @@ function declaredLength(state: CaptureState): number | undefined {
 }
 
 function copy(state: CaptureState, chunk: unknown, encoding: unknown) {
-  if (state.overflow || chunk === undefined || chunk === null || typeof chunk === 'function') return;
+  if ((state.overflow && !state.hold) || chunk === undefined || chunk === null || typeof chunk === 'function') return;
   const isString = typeof chunk === 'string';
   const bytes = isString
     ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
     : toBuffer(chunk, encoding);
   if (bytes === undefined || bytes.length === 0) return;
   state.size += bytes.length;
-  // In held mode every byte is kept, because it still has to be sent; only storing is capped.
-  if (!state.hold && state.size > state.maxBytes) {
+  if (state.size > state.maxBytes) {
+    // Too large to store. In held mode every byte is still kept, because it has to be sent after
+    // the transaction; the outcome is unstorable either way, so the transaction rolls back.
     state.overflow = true;
-    state.chunks.length = 0;
-    return;
+    if (!state.hold) {
+      state.chunks.length = 0;
+      return;
+    }
   }
   // A string was encoded into a fresh buffer already; a caller's buffer may be reused after the
   // write returns, so it is copied.
@@ -1097,10 +1123,11 @@ function onHead(state: CaptureState, args: unknown[]) {
   state.headHeaders = args.length > 1 ? writeHeadHeaders(args) : noHeaders;
   const type = state.headHeaders['content-type'] ?? String(state.res.getHeader('content-type') ?? '');
   // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
-  // so the feed does not hold a lease open for as long as it streams.
-  if (!state.hold && /^text\/event-stream/i.test(type)) {
+  // so the feed does not hold a lease open for as long as it streams. (In held mode nothing has
+  // been sent: the transaction learns at once that it cannot be stored, and rolls back.)
+  if (/^text\/event-stream/i.test(type)) {
     state.eventStream = true;
-    state.chunks.length = 0;
+    if (!state.hold) state.chunks.length = 0;
     finish(state, { kind: 'unstorable', reason: 'event-stream', status });
   }
 }
@@ -1111,6 +1138,7 @@ function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
     this.headArgs = args;
     return this.res;
   }
+  this.headers ??= responseHeaders(this.res, this.headHeaders, this.replayed);
   return this.originalWriteHead.apply(this.res, args);
 }
 
@@ -1120,6 +1148,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     // Node writes the implicit head inside write; capture status and headers now in case it does
     // not go through our writeHead (it does on current Node, this is belt and braces).
     this.status = res.statusCode;
+    this.headers ??= responseHeaders(res, this.headHeaders, this.replayed);
   }
   if (!this.eventStream) copy(this, chunk, encoding);
   if (this.hold) {
@@ -1167,7 +1196,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     // One chunk is already a private copy (see `copy`): no need to copy it again.
     const chunks = this.chunks;
     const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
-    const headers = responseHeaders(res, this.headHeaders, this.replayed);
+    const headers = this.headers ?? responseHeaders(res, this.headHeaders, this.replayed);
     finish(this, { kind: 'complete', response: { status: finalStatus, headers, body } });
   }
   if (!this.hold) {

@@ -5,12 +5,30 @@ import { fingerprintRequest } from '../src/fingerprint.js';
 import { memoryStore } from '../src/memory-store.js';
 import { mintKey } from '../src/mint.js';
 import type { Store, StoredResponse } from '../src/store.js';
+import type { TransactionalStore } from '../src/transactional.js';
 
 const ok = (body = '{"id":"ch_1"}', status = 201): StoredResponse => ({
   status,
   headers: { 'content-type': 'application/json' },
   body: new TextEncoder().encode(body),
 });
+
+// A memory store whose transaction is the completion itself: enough to see what the engine commits.
+function transactionalMemory(): TransactionalStore<undefined> {
+  const inner = memoryStore();
+  return {
+    claim: (input) => inner.claim(input),
+    renew: (input) => inner.renew(input),
+    complete: (input) => inner.complete(input),
+    release: (input) => inner.release(input),
+    get: (id) => inner.get(id),
+    async transaction(input, fn) {
+      const { value, response, retentionMs } = await fn(undefined);
+      const done = response ? await inner.complete({ ...input, response, retentionMs }) : await inner.release(input);
+      return done ? { committed: true, value } : { committed: false };
+    },
+  };
+}
 
 function setup(options: Partial<IdempotencyOptions> = {}) {
   const clock = { now: 1_700_000_000_000 };
@@ -424,6 +442,30 @@ describe('anchor cases at engine level', () => {
       const started = await engine.begin(request);
       if (started.kind !== 'execute') throw new Error('expected execute');
       expect(await engine.complete(started.lease, ok('{}', status))).toEqual({ ok: true, stored });
+    }
+  });
+
+  it('a storeOutcome function that throws or decides nothing stores the outcome and reports it, never leaving the key in progress', async () => {
+    for (const policy of [
+      () => {
+        throw new Error('policy bug');
+      },
+      () => ({ store: true, retention: 'forever' }) as never,
+      () => undefined as never,
+    ]) {
+      const { engine, request, events } = setup({ storeOutcome: policy });
+      const started = await engine.begin(request);
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      expect(await engine.complete(started.lease, ok('{}', 201))).toEqual({ ok: true, stored: true });
+      expect(events.map((event) => event.type)).toEqual(['claim', 'policy-error', 'complete']);
+      expect((await engine.begin(request)).kind).toBe('replay');
+      // In a transaction too: the outcome commits with the handler's writes.
+      const inTx = setup({ storeOutcome: policy, store: transactionalMemory() });
+      const again = await inTx.engine.begin(inTx.request);
+      if (again.kind !== 'execute') throw new Error('expected execute');
+      const result = await inTx.engine.transaction(again.lease, async () => ({ value: 1, response: ok('{}', 201) }));
+      expect(result).toEqual({ committed: true, value: 1, stored: true });
+      expect(inTx.events.map((event) => event.type)).toContain('policy-error');
     }
   });
 });

@@ -1,5 +1,7 @@
-import { createServer, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import { Agent, createServer, type IncomingMessage, request } from 'node:http';
+import { type AddressInfo, connect } from 'node:net';
+import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
@@ -56,5 +58,60 @@ describe('readBodyForFingerprint', () => {
     const read = await readBodyForFingerprint(drained(), 4, { body: {} });
     expect(read.ok).toBe(false);
     if (!read.ok) expect(read.error.status).toBe(413);
+  });
+
+  it('takes a body cut off mid-upload for an incomplete body (400), never for an empty one', async () => {
+    let read: Promise<unknown> | undefined;
+    const server = createServer((req) => {
+      read = readBodyForFingerprint(req, 1_024, {});
+    });
+    const arrived = once(server, 'request');
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const socket = connect((server.address() as AddressInfo).port, '127.0.0.1');
+      await once(socket, 'connect');
+      socket.write(
+        'POST /c HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 35\r\n\r\n{"amount"',
+      );
+      await arrived;
+      socket.destroy();
+      // Read as no body, it claimed the key with the wrong fingerprint, and the real retry got 422.
+      expect(await read).toMatchObject({ ok: false, error: { code: 'body_incomplete', status: 400, retryable: true } });
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
+  it('drains a chunked body over the limit, so the kept-alive connection serves the next request', async () => {
+    const server = createServer(async (req, res) => {
+      const read = await readBodyForFingerprint(req, 1_024, {});
+      res.writeHead(read.ok ? 200 : read.error.status).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const send = (body: Readable | string) =>
+      new Promise<{ status: number | undefined; socket: unknown }>((resolve, reject) => {
+        const req = request({ port: (server.address() as AddressInfo).port, host: '127.0.0.1', method: 'POST', agent });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode, socket: req.socket }));
+        });
+        req.on('error', reject);
+        if (typeof body === 'string') req.end(body);
+        else body.pipe(req);
+      });
+    try {
+      // No Content-Length: the limit is only found while reading. 256 KiB, in 1 KiB chunks.
+      const big = Readable.from(Array.from({ length: 256 }, () => Buffer.alloc(1_024, 0x61)));
+      const first = await send(big);
+      const second = await send('{"amount":1}');
+      expect([first.status, second.status]).toEqual([413, 200]);
+      expect(second.socket).toBe(first.socket);
+    } finally {
+      agent.destroy();
+      server.closeAllConnections();
+      server.close();
+    }
   });
 });
