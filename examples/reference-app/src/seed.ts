@@ -8,7 +8,8 @@ import { createUser } from './idp/users.js';
 
 /**
  * The demo accounts. Development only: the passwords are public (they are in the README).
- * alice is an `admin`, bob is not; both get their roles in their access tokens.
+ * alice is an `admin`, bob is not; their roles go into access tokens that carry a scope acting with
+ * them (`stock:write`, `events:read`, `events:write`), and into no others.
  */
 export const demoUsers = [
   {

@@ -7,6 +7,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import { type Database, openDatabase } from '../src/db.js';
+import { allScopes } from './test-stack.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -62,7 +63,7 @@ describe.runIf(available)('gateway, API and receiver on PostgreSQL', () => {
   });
 
   const token = (sub = 'user-alice') =>
-    new SignJWT({ scope: 'photos:read photos:write stock:read charges:write settings:write', client_id: 'photo-app' })
+    new SignJWT({ scope: allScopes, client_id: 'photo-app' })
       .setProtectedHeader({ alg: 'ES256', kid: 'int-test', typ: 'at+jwt' })
       .setIssuer(issuer)
       .setSubject(sub)

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
@@ -36,7 +37,7 @@ async function call(
   options: {
     as?: string;
     body?: unknown;
-    raw?: string;
+    raw?: string | Uint8Array<ArrayBuffer>;
     headers?: Record<string, string>;
     roles?: string[];
     scope?: string;
@@ -49,7 +50,7 @@ async function call(
     })}`,
     ...options.headers,
   };
-  let body: string | undefined = options.raw;
+  let body: string | Uint8Array<ArrayBuffer> | undefined = options.raw;
   if (options.body !== undefined) {
     body = JSON.stringify(options.body);
     headers['content-type'] ??= 'application/json';
@@ -180,6 +181,21 @@ describe('POST /charges', () => {
     expect(large.body).toMatchObject({ code: 'body_too_large' });
   });
 
+  it('answers 415 for JSON in a charset other than UTF-8, and keeps the key free', async () => {
+    const key = `"${randomUUID()}"`;
+    const latin1 = await call('POST', '/charges', {
+      raw: '{"amount":100,"currency":"EUR"}',
+      headers: { 'content-type': 'application/json; charset=latin1', 'idempotency-key': key },
+    });
+    expect(latin1.status).toBe(415);
+    expect(latin1.headers.get('content-type')).toContain('application/problem+json');
+    expect(latin1.body).toMatchObject({ status: 415, code: 'unsupported_media_type' });
+    expect(
+      (await call('POST', '/charges', { body: { amount: 100, currency: 'EUR' }, headers: { 'idempotency-key': key } }))
+        .status,
+    ).toBe(201);
+  });
+
   it('commits the charge and its event together: a failing outbox write leaves no charge, and the key free', async () => {
     const key = `"${randomUUID()}"`;
     const before = await count('api_charges');
@@ -275,6 +291,54 @@ describe('stock', () => {
     expect((await call('PUT', '/stock/nope', { roles: ['admin'], body: { level: 1 } })).status).toBe(404);
     expect((await call('GET', '/stock?item=item-11')).body.level).toBe(27);
   });
+
+  it('PUT /stock needs the scope stock:write as well as the admin role: the role alone is not enough', async () => {
+    const refused = await call('PUT', '/stock/item-12', {
+      roles: ['admin'],
+      scope: 'photos:read stock:read charges:write settings:read settings:write',
+      body: { level: 1 },
+    });
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get('www-authenticate')).toContain('error="insufficient_scope"');
+    expect(refused.headers.get('www-authenticate')).toContain('scope="stock:write"');
+    expect((await call('GET', '/stock?item=item-12')).body.level).toBe(34);
+  });
+
+  it.each(['%00', 'item-1%00', 'item%0A1'])(
+    'PUT /stock/%s (not a possible item id) is 404 unknown_item, not a 500',
+    async (id) => {
+      const response = await call('PUT', `/stock/${id}`, { roles: ['admin'], body: { level: 1 } });
+      expect(response.status).toBe(404);
+      expect(response.body).toMatchObject({ code: 'unknown_item' });
+    },
+  );
+});
+
+describe('bodies the parser refuses are 4xx problems, never a 500', () => {
+  const batch = (raw: string | Uint8Array<ArrayBuffer>, contentEncoding: string) =>
+    call('POST', '/stock/batch', {
+      raw,
+      headers: { 'content-type': 'application/json', 'content-encoding': contentEncoding },
+    });
+
+  it('answers 415 unsupported_media_type for an unknown Content-Encoding', async () => {
+    const response = await batch('{"items":["item-1"]}', 'x-unknown');
+    expect(response.status).toBe(415);
+    expect(response.headers.get('content-type')).toContain('application/problem+json');
+    expect(response.body).toMatchObject({ status: 415, code: 'unsupported_media_type' });
+  });
+
+  it('answers 400 body_malformed for a body that says gzip and is not', async () => {
+    const response = await batch('not gzip at all', 'gzip');
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({ status: 400, code: 'body_malformed' });
+  });
+
+  it('still reads a body that really is gzip', async () => {
+    const response = await batch(gzipSync('{"items":["item-1"]}'), 'gzip');
+    expect(response.status).toBe(200);
+    expect(response.body).toEqual({ levels: [{ item: 'item-1', level: 7 }] });
+  });
 });
 
 describe('photos', () => {
@@ -311,6 +375,16 @@ describe('photos', () => {
     expect(response.body).toMatchObject({ code: 'photo_not_found' });
     expect(ids(await call('GET', '/photos'))).toContain('photo-alice-1');
   });
+
+  it.each(['%00', 'photo-alice-1%00', 'photo%0Aalice'])(
+    'DELETE /photos/%s (not a possible photo id) is 404 photo_not_found, not a 500',
+    async (id) => {
+      const response = await call('DELETE', `/photos/${id}`);
+      expect(response.status).toBe(404);
+      expect(response.body).toMatchObject({ code: 'photo_not_found' });
+      expect(ids(await call('GET', '/photos'))).toContain('photo-alice-1');
+    },
+  );
 
   it('DELETE needs photos:write', async () => {
     expect((await call('DELETE', '/photos/photo-alice-2', { scope: 'photos:read' })).status).toBe(403);
@@ -389,6 +463,37 @@ describe('POST /photos (non-transactional: keys in Redis with REDIS_URL, in SQL 
     });
     expect(noScope.status).toBe(403);
   });
+
+  it.each(['a\u0000b', 'bell\u0007', 'two\nlines', 'tab\there', 'csi\u009b'])(
+    'refuses a title with a control character (%j) with 422, not a 500, without using up the key',
+    async (title) => {
+      const key = `"${randomUUID()}"`;
+      const before = await count('api_photos');
+      const refused = await newPhoto(title, key);
+      expect(refused.status).toBe(422);
+      expect(refused.body).toMatchObject({ code: 'validation_failed', invalid: ['title'] });
+      expect(await count('api_photos')).toBe(before);
+      expect((await newPhoto('Caterpillar', key)).status).toBe(201);
+    },
+  );
+
+  it('does not keep a 500 under its key: nothing was created, so the retry with that key runs', async () => {
+    const key = `"${randomUUID()}"`;
+    // The insert fails: the photo cannot have been created.
+    await db.exec('alter table api_photos rename to api_photos_away');
+    let failed: Call;
+    try {
+      failed = await newPhoto('Gryphon', key);
+    } finally {
+      await db.exec('alter table api_photos_away rename to api_photos');
+    }
+    expect(failed.status).toBe(500);
+    expect(failed.body).toMatchObject({ code: 'internal_error' });
+    const retried = await newPhoto('Gryphon', key);
+    expect(retried.status).toBe(201);
+    expect(retried.headers.get('idempotent-replayed')).toBeNull();
+    expect(await count("api_photos where title = 'Gryphon'")).toBe(1);
+  });
 });
 
 describe('settings', () => {
@@ -413,5 +518,12 @@ describe('settings', () => {
       invalid: ['font'],
     });
     expect((await call('PUT', '/settings', { scope: 'photos:read', body: { theme: 'dark' } })).status).toBe(403);
+  });
+
+  it('GET needs settings:read: a token without it reads nothing', async () => {
+    const refused = await call('GET', '/settings', { scope: 'photos:read settings:write' });
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get('www-authenticate')).toContain('scope="settings:read"');
+    expect(refused.body).toMatchObject({ code: 'insufficient_scope' });
   });
 });

@@ -146,9 +146,19 @@ describe('sign in', () => {
     expect(params.get('code_challenge')).toMatch(/^[\w-]{43}$/);
     expect(params.get('code_challenge_method')).toBe('S256');
     expect(params.get('resource')).toBe(apiUrl);
-    expect(params.get('scope')?.split(' ')).toEqual(
-      expect.arrayContaining(['openid', 'offline_access', 'photos:read']),
-    );
+    // Only what the app uses (spec 5.7): it reads photos, stock and settings, sets the theme and
+    // creates charges. It never adds or deletes photos, nor acts with the user's admin role.
+    expect(params.get('scope')?.split(' ').sort()).toEqual([
+      'charges:write',
+      'email',
+      'offline_access',
+      'openid',
+      'photos:read',
+      'profile',
+      'settings:read',
+      'settings:write',
+      'stock:read',
+    ]);
     const cookie = agent.jar.cookies.get('app_session')?.raw ?? '';
     expect(cookie).toMatch(/HttpOnly/);
     expect(cookie).toMatch(/SameSite=Lax/);
@@ -345,6 +355,28 @@ describe('signed in', () => {
     const put = seen.find((request) => request.method === 'PUT');
     expect(put?.url).toBe('/settings');
     expect(JSON.parse(put!.body)).toEqual({ theme: 'dark' });
+  });
+
+  it('answers a form the parser refuses with its 4xx and a plain page, not a 500', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const csrf = encodeURIComponent(formField(page.body, 'csrf'));
+    const large = await agent.request(appUrl('/signout'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: `csrf=${csrf}&pad=${'a'.repeat(9 * 1024)}`,
+    });
+    expect(large.response.status).toBe(413);
+    expect(large.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    const klingon = await agent.request(appUrl('/charges'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded; charset=klingon' },
+      body: `csrf=${csrf}&amount=1&currency=EUR`,
+    });
+    expect(klingon.response.status).toBe(415);
+    expect(seen.filter((request) => request.method !== 'GET')).toEqual([]);
+    // Still signed in: neither refusal touched the session.
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
   });
 
   it('refuses form posts without the CSRF token', async () => {

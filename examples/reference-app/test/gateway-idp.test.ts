@@ -12,7 +12,12 @@ import { decodeJwt } from './user-agent.js';
 // The resource indicator the provider binds tokens to, and the gateway's audience; the gateway itself
 // listens on an ephemeral port.
 const baseUrl = 'http://gateway.idp-test';
-const scope = 'openid profile email offline_access photos:read stock:read charges:write settings:write';
+// What the third-party app asks for, and what an operator's tool asks for: the scopes that act with
+// the user's admin role. A role is never enough on its own: the token must carry the scope too.
+const scope = 'openid profile email offline_access photos:read stock:read charges:write settings:read settings:write';
+const adminScope = 'openid stock:write events:read';
+/** The public client (native, any loopback port), as an operator's command-line tool would use it. */
+const cli = () => ({ clientId: idp.clients.publicClient.clientId, redirectUri: 'http://127.0.0.1:4321/callback' });
 const password = (username: string) => demoUsers.find((user) => user.username === username)?.password ?? '';
 
 let db: Database;
@@ -39,6 +44,9 @@ beforeAll(async () => {
     const flow = await codeFlow(idp.authUrl, idp.clients.app, { username, password: password(username) }, { scope });
     expect(flow.tokens.status).toBe(200);
     tokens.set(username, flow.tokens.body.access_token as string);
+    const admin = await codeFlow(idp.authUrl, cli(), { username, password: password(username) }, { scope: adminScope });
+    expect(admin.tokens.status).toBe(200);
+    tokens.set(`${username}-admin`, admin.tokens.body.access_token as string);
   }
 }, 120_000);
 
@@ -49,11 +57,12 @@ afterAll(async () => {
   await db?.close();
 });
 
-async function call(username: string, method: string, path: string, body?: unknown) {
+/** Calls through the gateway with the token named `who` (`alice`, `bob-admin`, ...) or a token itself. */
+async function call(who: string, method: string, path: string, body?: unknown) {
   const response = await fetch(new URL(path, stack.gateway.url), {
     method,
     headers: {
-      authorization: `Bearer ${tokens.get(username)}`,
+      authorization: `Bearer ${tokens.get(who) ?? who}`,
       ...(body === undefined ? {} : { 'content-type': 'application/json' }),
     },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
@@ -82,10 +91,30 @@ describe('gateway with the reference identity provider', () => {
     expect(bob.body.photos.map((photo: { id: string }) => photo.id)).toEqual(['photo-bob-1', 'photo-bob-2']);
   });
 
-  it('authorizes from the roles the provider put in the token: alice is admin, bob is not', async () => {
-    expect((await call('alice', 'PUT', '/stock/item-7', { level: 3 })).status).toBe(200);
-    expect((await call('bob', 'PUT', '/stock/item-7', { level: 4 })).status).toBe(403);
+  it('sets a stock level only with the admin role and the scope stock:write together', async () => {
+    expect((await call('alice-admin', 'PUT', '/stock/item-7', { level: 3 })).status).toBe(200);
+    // bob consented to stock:write, but he is no admin.
+    expect((await call('bob-admin', 'PUT', '/stock/item-7', { level: 4 })).status).toBe(403);
+    // alice is an admin, but the photo app's token was never meant to set stock.
+    const app = await call('alice', 'PUT', '/stock/item-7', { level: 5 });
+    expect(app.status).toBe(403);
+    expect(app.headers.get('www-authenticate')).toContain('scope="stock:write"');
     expect((await call('bob', 'GET', '/stock?item=item-7')).body).toEqual({ item: 'item-7', level: 3 });
+  });
+
+  it('lists received webhook events only with the admin role and the scope events:read together', async () => {
+    expect((await call('alice-admin', 'GET', '/webhook-events')).status).toBe(200);
+    expect((await call('bob-admin', 'GET', '/webhook-events')).status).toBe(403);
+    const app = await call('alice', 'GET', '/webhook-events');
+    expect(app.status).toBe(403);
+    expect(app.headers.get('www-authenticate')).toContain('scope="events:read"');
+  });
+
+  it('reads the settings only with the scope settings:read', async () => {
+    expect(await call('alice', 'GET', '/settings')).toMatchObject({ status: 200, body: { theme: 'light' } });
+    const other = await call('alice-admin', 'GET', '/settings');
+    expect(other.status).toBe(403);
+    expect(other.headers.get('www-authenticate')).toContain('scope="settings:read"');
   });
 
   it('creates a charge with a provider token and refuses that token once tampered', async () => {
@@ -112,5 +141,42 @@ describe('gateway with the reference identity provider', () => {
       headers: { authorization: `Bearer ${flow.tokens.body.id_token}` },
     });
     expect(response.status).toBe(401);
+  }, 60_000);
+});
+
+describe('least privilege of delegated tokens', () => {
+  const alice = () => ({ username: 'alice', password: password('alice') });
+
+  it('a client that asked for no API scope gets no token for the API: the gateway refuses it (401)', async () => {
+    // alice, an admin, signs in to the public client and consents to "Know who you are" only.
+    const flow = await codeFlow(idp.authUrl, cli(), alice(), { scope: 'openid' });
+    expect(flow.tokens.status).toBe(200);
+    const token = flow.tokens.body.access_token as string;
+    expect(token.split('.')).not.toHaveLength(3);
+    for (const [method, path, body] of [
+      ['PUT', '/stock/item-8', { level: 0 }],
+      ['GET', '/webhook-events', undefined],
+      ['GET', '/settings', undefined],
+    ] as const) {
+      expect((await call(token, method, path, body)).status, `${method} ${path}`).toBe(401);
+    }
+    expect((await call('bob', 'GET', '/stock?item=item-8')).body).toEqual({ item: 'item-8', level: 6 });
+  }, 60_000);
+
+  it('a token for the API with no API scope carries no roles and is refused everything (403)', async () => {
+    const flow = await codeFlow(idp.authUrl, cli(), alice(), { scope: 'openid', resource: baseUrl });
+    expect(flow.tokens.status).toBe(200);
+    const token = flow.tokens.body.access_token as string;
+    const { payload } = decodeJwt(token);
+    expect(payload.aud).toBe(baseUrl);
+    expect(payload.roles).toBeUndefined();
+    for (const [method, path, body] of [
+      ['PUT', '/stock/item-8', { level: 0 }],
+      ['GET', '/webhook-events', undefined],
+      ['GET', '/settings', undefined],
+    ] as const) {
+      expect((await call(token, method, path, body)).status, `${method} ${path}`).toBe(403);
+    }
+    expect((await call('bob', 'GET', '/stock?item=item-8')).body).toEqual({ item: 'item-8', level: 6 });
   }, 60_000);
 });

@@ -286,6 +286,58 @@ describe('login and consent pages', () => {
     expect(unknownUser.status).toBe(wrongPassword.status);
     expect(unknownUser.normalized).toBe(wrongPassword.normalized);
     expect(wrongPassword.headers.get('location')).toBeNull();
+    // A username no account can have (PostgreSQL refuses NUL in text) is one more unknown user.
+    for (const username of ['alice\u0000', '\u0000', 'ali\u0007ce']) {
+      const odd = await attempt(username, 'whatever-password');
+      expect(odd.status, JSON.stringify(username)).toBe(200);
+      expect(odd.normalized).toBe(wrongPassword.normalized);
+    }
+  });
+
+  it('answers a login form the parser refuses with its 4xx and a plain page, not a 500', async () => {
+    const { agent, page } = await loginPage();
+    const action = new URL(formAction(page.body, 'login'), auth()).href;
+    const csrf = formField(page.body, 'csrf');
+    const large = await agent.request(action, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: `csrf=${encodeURIComponent(csrf)}&username=alice&pad=${'a'.repeat(9 * 1024)}`,
+    });
+    expect(large.response.status).toBe(413);
+    expect(large.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    expect(large.body).not.toMatch(/at .*\.js:\d+/);
+    const klingon = await agent.request(action, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded; charset=klingon' },
+      body: `csrf=${encodeURIComponent(csrf)}&username=alice`,
+    });
+    expect(klingon.response.status).toBe(415);
+    // Neither refusal burned the interaction: the same form, posted properly, still signs in.
+    const ok = await agent.postForm(action, { csrf, ...alice });
+    expect(ok.response.status).toBe(303);
+  });
+
+  it('names each scope on the consent page in words, and says which act with the administrator role', async () => {
+    const agent = createUserAgent();
+    const start = authorizationUrl(auth(), {
+      clientId: cli.clientId,
+      redirectUri: cli.redirectUri,
+      challenge: pkcePair().challenge,
+      challengeMethod: 'S256',
+      scope: 'openid settings:read stock:write events:read events:write',
+    });
+    const page = await agent.follow(start);
+    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
+      csrf: formField(page.body, 'csrf'),
+      ...alice,
+    });
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    const admin = consent.body;
+    expect(admin).toContain('See your settings <code>settings:read</code>');
+    for (const scope of ['stock:write', 'events:read', 'events:write']) {
+      expect(admin).toContain(`with your administrator role <code>${scope}</code>`);
+    }
   });
 
   it('refuses a login post without the CSRF token, or from another origin', async () => {
@@ -336,7 +388,7 @@ describe('the code flow', () => {
     expect(callback.searchParams.get('iss')).toBe(auth());
   });
 
-  it('issues an at+jwt access token for the API audience, 5 minutes, with scopes and roles (row 22)', async () => {
+  it('issues an at+jwt access token for the API audience, 5 minutes, with its scopes (row 22)', async () => {
     const { tokens } = await codeFlow(auth(), app, alice);
     expect(tokens.status).toBe(200);
     expect(tokens.body.token_type).toBe('Bearer');
@@ -353,12 +405,30 @@ describe('the code flow', () => {
     expect(payload.sub).toBe('user-alice');
     expect(payload.client_id).toBe(app.clientId);
     expect(String(payload.scope).split(' ').sort()).toEqual(['charges:write', 'photos:read']);
+  });
+
+  it("puts the user's roles only into a token with a scope that acts with them (stock:write, events:*)", async () => {
+    const plain = await codeFlow(auth(), app, alice);
+    expect(decodeJwt(plain.tokens.body.access_token).payload.roles).toBeUndefined();
+    const admin = await codeFlow(auth(), cli, alice, { scope: 'openid stock:write events:read' });
+    const { payload } = decodeJwt(admin.tokens.body.access_token);
+    expect(String(payload.scope).split(' ').sort()).toEqual(['events:read', 'stock:write']);
     expect(payload.roles).toEqual(['admin']);
   });
 
   it('gives bob no admin role', async () => {
-    const { tokens } = await codeFlow(auth(), app, bob);
+    const { tokens } = await codeFlow(auth(), cli, bob, { scope: 'openid stock:write' });
     expect(decodeJwt(tokens.body.access_token).payload.roles).toEqual([]);
+  });
+
+  it('issues no token for the API when no API scope is asked for: an opaque one for UserInfo only', async () => {
+    const { tokens } = await codeFlow(auth(), cli, alice, { scope: 'openid' });
+    expect(tokens.status).toBe(200);
+    const token = tokens.body.access_token as string;
+    expect(token.split('.')).not.toHaveLength(3);
+    const userinfo = await fetch(new URL('/me', auth()), { headers: { authorization: `Bearer ${token}` } });
+    expect(userinfo.status).toBe(200);
+    expect(await userinfo.json()).toEqual({ sub: 'user-alice' });
   });
 
   it('issues a signed ID token with sub, name, email and the nonce', async () => {
@@ -624,6 +694,51 @@ describe('refresh tokens, revocation, introspection', () => {
     const response = await fetch(new URL(`/me?access_token=${encodeURIComponent(tokens.body.access_token)}`, auth()));
     expect(response.status).toBeGreaterThanOrEqual(400);
     expect(response.status).toBeLessThan(500);
+  });
+});
+
+describe('RP-initiated logout pages (rows 29, 38)', () => {
+  const expectProviderPage = (response: Response, body: string) => {
+    const csp = response.headers.get('content-security-policy') ?? '';
+    expect(csp).toContain("frame-ancestors 'none'");
+    expect(csp).toContain("default-src 'none'");
+    expect(response.headers.get('x-frame-options')).toBe('DENY');
+    expect(response.headers.get('referrer-policy')).toBe('no-referrer');
+    expect(response.headers.get('cache-control')).toBe('no-store');
+    expect(body).toContain('<html lang="en">');
+    expect(body).toContain('<main>');
+    // No third-party resources (the default page @imports Google Fonts), no script.
+    expect(body).not.toMatch(/<script|@import|https?:\/\/(?!localhost|127\.0\.0\.1)/);
+  };
+
+  it('asks a signed-in user to confirm on a page that cannot be framed, then signs out', async () => {
+    const { agent } = await codeFlow(auth(), app, alice);
+    const confirm = await agent.request(new URL('/session/end', auth()).href);
+    expect(confirm.response.status).toBe(200);
+    expectProviderPage(confirm.response, confirm.body);
+    expect(confirm.body).toContain('Yes, sign me out');
+    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(confirm.body)?.[1];
+    expect(action).toBeDefined();
+    const done = await agent.postForm(new URL(action ?? '', auth()).href, {
+      xsrf: formField(confirm.body, 'xsrf'),
+      logout: 'yes',
+    });
+    expect(done.response.status).toBe(303);
+    const success = await agent.request(new URL(done.response.headers.get('location') ?? '', auth()).href);
+    expect(success.response.status).toBe(200);
+    expectProviderPage(success.response, success.body);
+    expect(success.body).toContain('signed out');
+    // Signed out for real: the next authorization request shows the login page again.
+    const again = await agent.follow(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge: pkcePair().challenge,
+        challengeMethod: 'S256',
+      }),
+      (url) => url.startsWith(app.redirectUri),
+    );
+    expect(again.body).toContain('<h1>Sign in</h1>');
   });
 });
 

@@ -24,8 +24,8 @@ afterAll(async () => {
   await test?.close();
 });
 
-function mint(roles: string[] = []): Promise<string> {
-  return test.token({ scope: 'charges:write', roles });
+function mint(roles: string[] = [], scope = 'charges:write'): Promise<string> {
+  return test.token({ scope, roles });
 }
 
 async function createCharge(amount: number): Promise<{ id: string }> {
@@ -48,9 +48,11 @@ interface EventRow {
   applied: number;
 }
 
-/** The receiver's admin API (Koa), through the gateway, as an admin. */
-async function admin(path: string, roles = ['admin']): Promise<Response> {
-  return fetch(new URL(path, stack.gateway.url), { headers: { authorization: `Bearer ${await mint(roles)}` } });
+/** The receiver's admin API (Koa), through the gateway, as an admin with the scope `events:read`. */
+async function admin(path: string, roles = ['admin'], scope = 'events:read'): Promise<Response> {
+  return fetch(new URL(path, stack.gateway.url), {
+    headers: { authorization: `Bearer ${await mint(roles, scope)}` },
+  });
 }
 
 async function events(): Promise<EventRow[]> {
@@ -185,6 +187,41 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     expect(response.headers.get('www-authenticate')).toContain('error="insufficient_scope"');
   });
 
+  it('refuses an admin whose token lacks the scope events:read: the role alone is not enough', async () => {
+    for (const path of ['/webhook-events', '/webhook-events/evt_never_seen']) {
+      const response = await admin(path, ['admin'], 'charges:write events:write');
+      expect(response.status).toBe(403);
+      expect(response.headers.get('www-authenticate')).toContain('scope="events:read"');
+    }
+  });
+
+  it('refuses a note from an admin whose token lacks the scope events:write', async () => {
+    const charge = await createCharge(57);
+    await stack.api.relayOnce();
+    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await mint(['admin'], 'events:read')}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: JSON.stringify({ text: 'Looked at it' }),
+    });
+    expect(response.status).toBe(403);
+    expect(response.headers.get('www-authenticate')).toContain('scope="events:write"');
+    const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
+    expect(shown.notes).toEqual([]);
+  });
+
+  it.each(['%00', 'evt_1%00', 'evt.1'])(
+    'answers 404 event_not_found for an id no event can have (%s), not a 500',
+    async (id) => {
+      const response = await admin(`/webhook-events/${id}`);
+      expect(response.status).toBe(404);
+      expect(await response.json()).toMatchObject({ code: 'event_not_found' });
+    },
+  );
+
   it('refuses a call through the gateway without a token (401), before it reaches the receiver', async () => {
     const response = await fetch(new URL('/webhook-events', stack.gateway.url));
     expect(response.status).toBe(401);
@@ -217,7 +254,7 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
       fetch(new URL(path, stack.gateway.url), {
         method: 'POST',
         headers: {
-          authorization: `Bearer ${await mint(['admin'])}`,
+          authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
           'content-type': 'application/json',
           ...(key ? { 'idempotency-key': key } : {}),
         },
@@ -251,7 +288,7 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
       fetch(new URL(path, stack.gateway.url), {
         method: 'POST',
         headers: {
-          authorization: `Bearer ${await mint(['admin'])}`,
+          authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
           'content-type': 'application/json',
           'idempotency-key': `"${randomUUID()}"`,
         },
@@ -259,6 +296,42 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
       });
     expect((await post(`/webhook-events/evt_${charge.id}/notes`, { text: '  ' })).status).toBe(422);
     expect((await post('/webhook-events/evt_never_seen/notes', { text: 'x' })).status).toBe(404);
+    expect((await post('/webhook-events/%00/notes', { text: 'x' })).status).toBe(404);
+  });
+
+  it.each(['a\u0000b', 'bell\u0007', 'escape\u001b[31m'])(
+    'refuses a note with a control character (%j) with 422, not a 500',
+    async (text) => {
+      const charge = await createCharge(58);
+      await stack.api.relayOnce();
+      const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
+          'content-type': 'application/json',
+          'idempotency-key': `"${randomUUID()}"`,
+        },
+        body: JSON.stringify({ text }),
+      });
+      expect(response.status).toBe(422);
+      expect(await response.json()).toMatchObject({ code: 'validation_failed' });
+    },
+  );
+
+  it('keeps line breaks and tabs in a note: an operator may write several lines', async () => {
+    const charge = await createCharge(59);
+    await stack.api.relayOnce();
+    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: JSON.stringify({ text: 'Customer called.\n\tRefund promised.' }),
+    });
+    expect(response.status).toBe(201);
+    expect(await response.json()).toMatchObject({ text: 'Customer called.\n\tRefund promised.' });
   });
 
   it('does not route a path that only starts like the prefix to the receiver', async () => {

@@ -26,7 +26,8 @@ export interface TestStack {
 }
 
 /** Every scope the API knows, the default of {@link TestStack.token}. */
-export const allScopes = 'photos:read photos:write stock:read charges:write settings:write';
+export const allScopes =
+  'photos:read photos:write stock:read stock:write charges:write settings:read settings:write events:read events:write';
 
 /**
  * Starts the stack for the test file `name`: an ES256 test issuer, tokens with `typ: at+jwt` for the

@@ -4,9 +4,10 @@ import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
 import type { Database } from '../db.js';
+import { hasControlCharacters } from '../text.js';
 import { principalOf } from './internal-auth.js';
 import { sendProblem } from './problem.js';
-import { jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
+import { jsonObjectBody, refuseInvalid, resourceId, unknownFields } from './validation.js';
 
 /** The longest photo title `POST /photos` accepts, in characters. */
 export const maxPhotoTitle = 100;
@@ -21,13 +22,16 @@ export interface Photo {
 /**
  * The photo routes:
  * - `GET /photos` (scope `photos:read`): the caller's photos only, never another user's.
- * - `POST /photos` (scope `photos:write`), body `{ "title": "..." }`: adds a photo, 201 with a
- *   `Location`. A create is not idempotent, so an `Idempotency-Key` is required (400 without one).
- *   Nothing else must commit with the photo, so the key lives in a plain (non-transactional) store:
- *   Redis when `REDIS_URL` is set, the SQL database otherwise.
+ * - `POST /photos` (scope `photos:write`), body `{ "title": "..." }` (1 to {@link maxPhotoTitle}
+ *   characters, no control characters): adds a photo, 201 with a `Location`. A create is not
+ *   idempotent, so an `Idempotency-Key` is required (400 without one). Nothing else must commit with
+ *   the photo, so the key lives in a plain (non-transactional) store: Redis when `REDIS_URL` is set, the
+ *   SQL database otherwise. A 5xx means the insert failed, so nothing was created: the key is released
+ *   and a retry runs, instead of replaying the failure for 24 hours.
  * - `DELETE /photos/<id>` (scope `photos:write`): the owner's photo. Deletion leaves a tombstone, so a
  *   second DELETE of the same photo by its owner is a no-op answered 204 like the first (spec part 4).
- *   Another user's photo and an id that never existed are both 404: existence is not disclosed.
+ *   Another user's photo, an id that never existed and an id no photo can have ({@link resourceId}) are
+ *   all 404: existence is not disclosed.
  *
  * @example
  * ```ts
@@ -45,18 +49,23 @@ export function registerPhotoRoutes(app: Express, options: { db: Database; store
       const body = req.body as Record<string, unknown>;
       const title = typeof body.title === 'string' ? body.title.trim() : '';
       const extra = unknownFields(body, ['title']);
-      const titleOk = title.length > 0 && title.length <= maxPhotoTitle;
+      const titleOk = title.length > 0 && title.length <= maxPhotoTitle && !hasControlCharacters(title);
       if (!titleOk || extra.length > 0) {
         refuseInvalid(res, {
           ok: false,
-          detail: `title must be 1 to ${maxPhotoTitle} characters; no other members.`,
+          detail: `title must be 1 to ${maxPhotoTitle} characters, none of them a control character; no other members.`,
           invalid: titleOk ? extra : ['title', ...extra],
         });
         return;
       }
       next();
     },
-    idempotency({ store: options.store }),
+    idempotency({
+      store: options.store,
+      // The insert is the only effect and a single statement: a 5xx means it did not happen, so the
+      // key is released and the retry runs. 401/403/429 were refused before anything ran, as by default.
+      storeOutcome: ({ status }) => status < 500 && status !== 401 && status !== 403 && status !== 429,
+    }),
     async (req: Request, res: Response) => {
       const id = `photo-${randomUUID()}`;
       const title = String((req.body as { title: string }).title).trim();
@@ -80,10 +89,15 @@ export function registerPhotoRoutes(app: Express, options: { db: Database; store
   });
 
   app.delete('/photos/:id', authorize(requireScopes('photos:write')), async (req: Request, res: Response) => {
+    const id = String(req.params.id);
+    if (!resourceId.test(id)) {
+      sendProblem(res, 'photo_not_found', 'You have no photo with this id.');
+      return;
+    }
     // coalesce keeps the first deletion time: the second DELETE changes nothing at all.
     const { rowCount } = await db.query(
       'update api_photos set deleted_at = coalesce(deleted_at, now()) where id = $1 and owner = $2',
-      [String(req.params.id), principalOf(req).sub],
+      [id, principalOf(req).sub],
     );
     if (rowCount === 0) {
       sendProblem(res, 'photo_not_found', 'You have no photo with this id.');

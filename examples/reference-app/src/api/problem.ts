@@ -6,9 +6,9 @@ import type { Response } from 'express';
  * details never echo tokens, keys or bodies.
  */
 export const apiProblemTable = {
-  body_malformed: { status: 400, title: 'The body is not valid JSON' },
+  body_malformed: { status: 400, title: 'The body could not be read' },
   body_too_large: { status: 413, title: 'The body is too large' },
-  unsupported_media_type: { status: 415, title: 'The body must be application/json' },
+  unsupported_media_type: { status: 415, title: 'The body is not in a supported format' },
   validation_failed: { status: 422, title: 'The request is not valid' },
   too_many_items: { status: 422, title: 'Too many items in one batch' },
   unknown_item: { status: 404, title: 'Unknown stock item' },

@@ -7,6 +7,7 @@ import type { ListeningPort } from '../listen.js';
 import { type RunningReceiver, receiverAdminPrefix, startReceiver } from '../receiver/server.js';
 import { loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
 import { seedApi } from '../schema/seed-api.js';
+import { apiScopes } from '../scopes.js';
 import { type RunningApi, startApi } from './server.js';
 
 /** Options of {@link startResourceStack}. Ports may be 0 (ephemeral). */
@@ -109,7 +110,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       // The receiver's admin API (Koa) sits behind the same gateway, with internal tokens of its own.
       upstreams: [{ prefix: receiverAdminPrefix, url: receiver.url, audience: receiverAudience }],
       internalIssuer,
-      scopesSupported: ['photos:read', 'photos:write', 'stock:read', 'charges:write', 'settings:write'],
+      scopesSupported: apiScopes,
       ...(options.baseUrl ? { baseUrl: options.baseUrl } : {}),
       ...(options.authUrl ? { authUrl: options.authUrl } : {}),
       ...(options.issuers ? { issuers: options.issuers } : {}),

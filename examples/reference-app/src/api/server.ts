@@ -7,6 +7,7 @@ import { postgresStore } from '@idem/postgres';
 import { type RedisClientLike, redisStore } from '@idem/redis';
 import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/webhooks';
 import express, { type NextFunction, type Request, type Response } from 'express';
+import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { registerChargeRoutes } from './charges.js';
@@ -105,17 +106,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   registerPhotoRoutes(app, { db, store: plainStore });
   registerSettingsRoutes(app, { db });
   app.use((_req: Request, res: Response) => sendProblem(res, 'route_not_found', 'No resource at this path.'));
-  app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
-    if (res.headersSent) {
-      next(error);
-      return;
-    }
-    // body-parser marks its errors with a `type`; anything else is a bug and says nothing more.
-    const type = (error as { type?: unknown }).type;
-    if (type === 'entity.too.large') sendProblem(res, 'body_too_large', 'The body is larger than this route accepts.');
-    else if (type === 'entity.parse.failed') sendProblem(res, 'body_malformed', 'The body is not valid JSON.');
-    else sendProblem(res, 'internal_error', 'The request could not be processed.');
-  });
+  app.use(bodyErrors);
 
   const sender = createSender({
     secret: options.webhookSecret,
@@ -148,4 +139,32 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
       });
     },
   };
+}
+
+/**
+ * The API's last error handler. body-parser's errors blame the request: each is a 4xx with
+ * `expose` (see {@link clientErrorStatus}) and becomes a problem with that status, 413 `body_too_large`,
+ * 415 `unsupported_media_type` (a charset other than UTF-8, an unknown `Content-Encoding`) or 400
+ * `body_malformed` (bad JSON, a body that does not inflate, an aborted upload). Anything else is a bug
+ * and says nothing more than 500 `internal_error`.
+ */
+function bodyErrors(error: unknown, _req: Request, res: Response, next: NextFunction): void {
+  if (res.headersSent) {
+    next(error);
+    return;
+  }
+  const status = clientErrorStatus(error);
+  const type = (error as { type?: unknown } | null)?.type;
+  if (status === 413) sendProblem(res, 'body_too_large', 'The body is larger than this route accepts.');
+  else if (status === 415 && type === 'charset.unsupported') {
+    sendProblem(res, 'unsupported_media_type', 'Send the body as JSON in UTF-8 (application/json; charset=utf-8).');
+  } else if (status === 415) {
+    sendProblem(
+      res,
+      'unsupported_media_type',
+      'The Content-Encoding is not supported; send identity, gzip, deflate or br.',
+    );
+  } else if (type === 'entity.parse.failed') sendProblem(res, 'body_malformed', 'The body is not valid JSON.');
+  else if (status !== undefined) sendProblem(res, 'body_malformed', 'The body could not be read.');
+  else sendProblem(res, 'internal_error', 'The request could not be processed.');
 }

@@ -18,7 +18,7 @@ export const defaultSettings: Settings = { theme: 'light' };
 
 /**
  * The settings routes:
- * - `GET /settings` (any authenticated caller): the caller's settings, or the defaults.
+ * - `GET /settings` (scope `settings:read`): the caller's settings, or the defaults.
  * - `PUT /settings` (scope `settings:write`): the full new content, `{ "theme": "light" | "dark" }`.
  *   It replaces the document (unknown members are refused, not merged), so sending it twice leaves
  *   the same state.
@@ -31,7 +31,7 @@ export const defaultSettings: Settings = { theme: 'light' };
 export function registerSettingsRoutes(app: Express, options: { db: Database }): void {
   const { db } = options;
 
-  app.get('/settings', async (req: Request, res: Response) => {
+  app.get('/settings', authorize(requireScopes('settings:read')), async (req: Request, res: Response) => {
     const { rows } = await db.query<Settings>('select theme from api_settings where owner = $1', [
       principalOf(req).sub,
     ]);

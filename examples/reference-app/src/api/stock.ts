@@ -1,6 +1,6 @@
 import { authorize } from '@idem/express';
 import { requireRoles, requireScopes } from '@idem/guard';
-import type { Express, Request, Response } from 'express';
+import type { Express, NextFunction, Request, Response } from 'express';
 import type { Database } from '../db.js';
 import { sendProblem } from './problem.js';
 import { isIntegerIn, jsonObjectBody, refuseInvalid, resourceId, unknownFields } from './validation.js';
@@ -23,8 +23,9 @@ export interface StockLevel {
  * - `POST /stock/batch` (scope `stock:read`), body `{ "items": [ids] }`, 1 to {@link maxBatchItems}
  *   ids: every level in one response, in the order asked; any unknown id makes it 404 `unknown_item`
  *   with the unknown ids in `unknownItems`. A read, so no idempotency key is involved.
- * - `PUT /stock/<id>` (role `admin`), body `{ "level": n }`: sets the absolute level (spec part 4), so
- *   sending it twice leaves the same state; 404 for an unknown item.
+ * - `PUT /stock/<id>` (scope `stock:write` and role `admin`, both), body `{ "level": n }`: sets the
+ *   absolute level (spec part 4), so sending it twice leaves the same state; 404 `unknown_item` for an
+ *   unknown item, and for an id no item can have (see {@link resourceId}), before the body is read.
  *
  * @example
  * ```ts
@@ -91,9 +92,19 @@ export function registerStockRoutes(app: Express, options: { db: Database }): vo
     },
   );
 
+  const knownItemShape = (req: Request, res: Response, next: NextFunction) => {
+    if (!resourceId.test(String(req.params.item))) {
+      sendProblem(res, 'unknown_item', 'No stock item has this id.');
+      return;
+    }
+    next();
+  };
+
   app.put(
     '/stock/:item',
-    authorize(requireRoles('admin')),
+    // The role says who the user is; the scope says the user let this client act as an admin here.
+    authorize(requireScopes('stock:write'), requireRoles('admin')),
+    knownItemShape,
     ...jsonObjectBody('1kb'),
     async (req: Request, res: Response) => {
       const item = String(req.params.item);

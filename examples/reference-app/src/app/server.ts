@@ -1,6 +1,7 @@
 import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import express, { type Express, type Request, type Response } from 'express';
 import * as oauth from 'oauth4webapi';
+import { clientErrorStatus } from '../client-error.js';
 import { readCookie, serializeCookie } from '../cookies.js';
 import { createCsrf } from '../csrf.js';
 import type { Database } from '../db.js';
@@ -11,9 +12,13 @@ import { createOidcClient } from './oidc-client.js';
 import { homePage, signedOutPage, signInFailedPage } from './pages.js';
 import { createSessionStore, type SessionData } from './sessions.js';
 
-/** The scopes the third-party app asks for. */
+/**
+ * The scopes the third-party app asks for: only what it uses (spec 5.7). It lists photos, reads stock
+ * levels, reads and sets the theme, and creates charges; it never adds or deletes a photo, and never
+ * acts with the user's admin role (`stock:write`, `events:*`).
+ */
 export const appScope =
-  'openid profile email offline_access photos:read photos:write stock:read charges:write settings:write';
+  'openid profile email offline_access photos:read stock:read charges:write settings:read settings:write';
 
 /** What {@link createThirdPartyApp} needs. */
 export interface ThirdPartyAppOptions {
@@ -348,6 +353,12 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   app.use((error: unknown, _req: Request, res: Response, next: (error: unknown) => void) => {
     if (res.headersSent) {
       next(error);
+      return;
+    }
+    // A form the body parser refused (too large, an unknown charset) blames the request: its 4xx.
+    const status = clientErrorStatus(error);
+    if (status !== undefined) {
+      send(res, status, signInFailedPage('This form could not be read. Go back and try again.'));
       return;
     }
     send(res, 500, signInFailedPage('Something went wrong. Please try again.'));

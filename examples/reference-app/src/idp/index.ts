@@ -1,8 +1,9 @@
+export { apiScopes, roleScopes } from '../scopes.js';
 export { purgeExpiredModels, sqlAdapterFactory } from './adapter.js';
 export { assertRedirectUris, findClient, saveClient } from './clients.js';
-export { consentPage, errorPage, invalidLoginMessage, loginPage } from './pages.js';
+export { consentPage, errorPage, invalidLoginMessage, loginPage, logoutPage, signedOutPage } from './pages.js';
 export { createPasswordChecker, hashPassword, type PasswordChecker, passwordHashOptions } from './passwords.js';
-export { apiScopes, createProvider, oidcScopes, type ProviderOptions, tokenLifetimes } from './provider.js';
+export { createProvider, oidcScopes, type ProviderOptions, tokenLifetimes } from './provider.js';
 export { migrateIdp } from './schema.js';
 export { loadCookieKeys, loadCsrfKey, loadSigningKeys, type SigningJwk } from './secrets.js';
 export { createIdp, type Idp, type IdpOptions } from './server.js';

@@ -1,9 +1,11 @@
 import express, { type Request, type Response, type Router } from 'express';
 import type Provider from 'oidc-provider';
 import { errors } from 'oidc-provider';
+import { clientErrorStatus } from '../client-error.js';
 import type { Csrf } from '../csrf.js';
 import type { Database } from '../db.js';
 import { pageHeaders } from '../html.js';
+import { hasControlCharacters } from '../text.js';
 import { consentPage, errorPage, invalidLoginMessage, loginPage } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
 import { findUserById, findUserByUsername } from './users.js';
@@ -97,7 +99,10 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       send(res, 400, errorPage('Nothing to sign in', 'This step is already done. Start again from the application.'));
       return;
     }
-    const username = typeof req.body.username === 'string' ? req.body.username.slice(0, 200) : '';
+    const sent = typeof req.body.username === 'string' ? req.body.username.slice(0, 200) : '';
+    // No account has a control character in its name (and PostgreSQL refuses NUL outright): such a
+    // username is one more unknown user, never looked up, never echoed back.
+    const username = hasControlCharacters(sent) ? '' : sent;
     const password = typeof req.body.password === 'string' ? req.body.password.slice(0, 1024) : '';
     const user = username ? await findUserByUsername(db, username) : undefined;
     // Always one full argon2id verify, user or not: the response time must not say who exists.
@@ -160,7 +165,9 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
 
 /**
  * Express error handler for the interaction routes: a lost or expired interaction (the cookie is
- * gone, the uid is unknown) gets a plain page, not a stack trace.
+ * gone, the uid is unknown) gets a plain page, not a stack trace; any other error that blames the
+ * request, such as a form the body parser refused (too large, an unknown charset), gets its 4xx
+ * status and a plain page too.
  *
  * @example
  * ```ts
@@ -177,6 +184,18 @@ export function interactionErrors(error: unknown, _req: Request, res: Response, 
       res,
       400,
       errorPage('Sign-in expired', 'This sign-in link is no longer valid. Start again from the application.'),
+    );
+    return;
+  }
+  const status = clientErrorStatus(error);
+  if (status !== undefined) {
+    send(
+      res,
+      status,
+      errorPage(
+        'Request refused',
+        'This request could not be read. Go back and try again, or start again from the application.',
+      ),
     );
     return;
   }

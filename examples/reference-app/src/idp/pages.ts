@@ -52,6 +52,7 @@ export interface ConsentPageInput {
   resources: ReadonlyArray<{ resource: string; scopes: readonly string[] }>;
 }
 
+/** Each scope in words. The administrators' scopes say that they act with the user's admin role. */
 const scopeText: Record<string, string> = {
   openid: 'Know who you are',
   profile: 'See your name',
@@ -60,8 +61,12 @@ const scopeText: Record<string, string> = {
   'photos:read': 'See your photos',
   'photos:write': 'Add and delete your photos',
   'stock:read': 'See stock levels',
+  'stock:write': 'Set stock levels, with your administrator role',
   'charges:write': 'Create charges',
+  'settings:read': 'See your settings',
   'settings:write': 'Change your settings',
+  'events:read': 'See the payment events the webhook receiver got, with your administrator role',
+  'events:write': 'Add notes to the payment events the webhook receiver got, with your administrator role',
 };
 
 function scopeItem(scope: string): string {
@@ -97,6 +102,51 @@ ${resources}
 <button type="submit">Deny</button>
 </form>`,
   );
+}
+
+/** What the logout confirmation page needs. */
+export interface LogoutPageInput {
+  /**
+   * oidc-provider's hidden form (`id="op.logoutForm"`, its action and its `xsrf` token), inserted as
+   * given: the provider builds it and escapes its values. The page's buttons submit it.
+   */
+  form: string;
+  /** The client that sent the user here, when the request named one. */
+  clientName?: string | undefined;
+}
+
+/**
+ * The RP-initiated logout confirmation (oidc-provider's `logoutSource`): "Yes, sign me out" submits
+ * the provider's form with `logout=yes`; the other button submits it without, which keeps the session.
+ *
+ * @example
+ * ```ts
+ * ctx.body = logoutPage({ form, clientName: ctx.oidc.client?.clientName });
+ * ```
+ */
+export function logoutPage(input: LogoutPageInput): string {
+  const from = input.clientName ? `<p>You are leaving <strong>${escapeHtml(input.clientName)}</strong>.</p>\n` : '';
+  return htmlPage(
+    'Sign out',
+    `<h1>Sign out?</h1>
+${from}<p>Do you want to sign out of the identity provider?</p>
+${input.form}
+<button autofocus type="submit" form="op.logoutForm" name="logout" value="yes">Yes, sign me out</button>
+<button type="submit" form="op.logoutForm">No, stay signed in</button>`,
+  );
+}
+
+/**
+ * The page after a logout that has no client to return to (oidc-provider's `postLogoutSuccessSource`).
+ *
+ * @example
+ * ```ts
+ * ctx.body = signedOutPage({ clientName: ctx.oidc.client?.clientName });
+ * ```
+ */
+export function signedOutPage(input: { clientName?: string | undefined } = {}): string {
+  const from = input.clientName ? ` from <strong>${escapeHtml(input.clientName)}</strong>` : '';
+  return htmlPage('Signed out', `<h1>Signed out</h1>\n<p>You are signed out${from}.</p>`);
 }
 
 /**

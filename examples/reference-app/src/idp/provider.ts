@@ -1,12 +1,11 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
+import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
+import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { findUserById } from './users.js';
-
-/** The scopes an access token for the API can carry. */
-export const apiScopes = ['photos:read', 'photos:write', 'stock:read', 'charges:write', 'settings:write'] as const;
 
 /** The OpenID Connect scopes, with the claims each one releases. */
 export const oidcScopes = ['openid', 'profile', 'email', 'offline_access'] as const;
@@ -37,8 +36,10 @@ export interface ProviderOptions {
  * revokes the grant, oidc-provider's default on a consumed token); revocation (RFC 7009) and
  * introspection (RFC 7662); `iss` in authorization responses (RFC 9207, always on in v9); JWT access
  * tokens (`at+jwt`, RFC 9068) for one audience through resource indicators (RFC 8707), 5 minutes,
- * with the user's `roles`; ID tokens with `sub`, `name`, `email`; storage on the shared database;
- * no development interactions (our own pages are in `interactions.ts`).
+ * issued only when an API scope is asked for, and carrying the user's `roles` only next to a scope
+ * that acts with them (`roleScopes` in `scopes.ts`); ID tokens with `sub`, `name`, `email`; storage on the
+ * shared database; no development interactions (our own pages are in `interactions.ts`), and our own
+ * logout pages, with the same headers as every other page.
  *
  * @example
  * ```ts
@@ -89,9 +90,25 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
         enabled: true,
         allowedPolicy: async (_ctx, client, token) => token.clientId === client.clientId,
       },
+      rpInitiatedLogout: {
+        enabled: true,
+        // The defaults can be framed and @import Google Fonts; ours carry the headers of every other
+        // page. `form` is the provider's hidden form (its action and xsrf token); the buttons submit it.
+        async logoutSource(ctx, form) {
+          ctx.set(pageHeaders);
+          ctx.body = logoutPage({ form, clientName: ctx.oidc.client?.clientName });
+        },
+        async postLogoutSuccessSource(ctx) {
+          ctx.set(pageHeaders);
+          ctx.body = signedOutPage({ clientName: ctx.oidc.client?.clientName });
+        },
+      },
       resourceIndicators: {
         enabled: true,
-        defaultResource: () => resource,
+        // A client that names no resource gets the API only when it asks for an API scope. One that asks
+        // for `openid` alone gets an opaque token for UserInfo, not an API token with no scope in it.
+        defaultResource: (ctx, _client, oneOf) =>
+          oneOf || asksForApiScope(ctx.oidc.params?.scope) ? resource : undefined,
         // The token request need not repeat `resource`: the granted one is used.
         useGrantedResource: () => true,
         getResourceServerInfo: (_ctx, indicator) => {
@@ -116,10 +133,11 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
         },
       };
     },
-    // Roles travel in the access token so the API can authorize without calling back here.
+    // Roles travel in the access token so the API can authorize without calling back here, but only in
+    // a token with a scope that acts with them: a role is what the user is, not what a client may do.
     async extraTokenClaims(_ctx, token) {
       const accountId = 'accountId' in token ? token.accountId : undefined;
-      if (!accountId) return undefined;
+      if (!accountId || !carriesRoleScope(token.scope)) return undefined;
       const user = await findUserById(db, accountId);
       return user ? { roles: user.roles } : undefined;
     },

@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Database } from '../db.js';
 import { hashPassword } from './passwords.js';
 
-/** An account of the identity provider. `roles` go into access tokens (for example `admin`). */
+/**
+ * An account of the identity provider. `roles` (for example `admin`) go into the access tokens that
+ * carry a scope acting with them (`roleScopes` in `scopes.ts`).
+ */
 export interface User {
   id: string;
   username: string;

@@ -7,4 +7,11 @@ export {
   recordDelivery,
 } from './events.js';
 export { eventsPage } from './page.js';
-export { adminApi, type ReceiverOptions, type RunningReceiver, receiverAdminPrefix, startReceiver } from './server.js';
+export {
+  type AdminApiOptions,
+  adminApi,
+  type ReceiverOptions,
+  type RunningReceiver,
+  receiverAdminPrefix,
+  startReceiver,
+} from './server.js';

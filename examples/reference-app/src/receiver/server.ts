@@ -1,14 +1,15 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readStream, type Store } from '@idem/core';
-import { createInternalVerifier, requireRoles } from '@idem/guard';
+import { createInternalVerifier, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
-import { createReceiver, koaWebhook } from '@idem/webhooks';
+import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
 import type { Database } from '../db.js';
 import { pageHeaders } from '../html.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
+import { hasControlCharacters } from '../text.js';
 import {
   findReceivedEvent,
   listReceivedEvents,
@@ -109,7 +110,15 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     });
     await verifier.ready();
     const store = postgresStore({ client: db.client, table: apiTables.plainIdempotency });
-    app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))], { store }));
+    app.use(
+      adminApi(db, {
+        authenticate: internalAuth(verifier),
+        // The role says who the user is; the scope says the user let this client act as an admin here.
+        read: authorize(requireScopes('events:read'), requireRoles('admin')),
+        write: authorize(requireScopes('events:write'), requireRoles('admin')),
+        store,
+      }),
+    );
   }
   app.use(async (ctx, next) => {
     // Koa's Request declares no `body` (a body parser adds it), so TypeScript's weak-type check refuses
@@ -179,24 +188,49 @@ function notFound(ctx: Context, detail: string): void {
   });
 }
 
+/** What {@link adminApi} runs before its routes, and where it keeps the notes' idempotency keys. */
+export interface AdminApiOptions {
+  /** `internalAuth()` of `@idem/koa`: only the gateway's internal token for this receiver gets in. */
+  authenticate: KoaMiddleware;
+  /** The authorization of the reads (`GET`), after `authenticate`. */
+  read: KoaMiddleware;
+  /** The authorization of adding a note (`POST .../notes`), after `authenticate`. */
+  write: KoaMiddleware;
+  /** Where the notes' `Idempotency-Key`s live. */
+  store: Store;
+}
+
+/** Largest note, in characters. */
+const maxNoteLength = 500;
+
 /**
  * The receiver's admin API on Koa, for operators through the gateway: `GET /webhook-events` lists
  * every event with its delivery and apply counts, `GET /webhook-events/<id>` shows one with its notes,
- * and `POST /webhook-events/<id>/notes` (`{ "text": "..." }`) adds a note. `auth` is `internalAuth()`
- * and `authorize(requireRoles('admin'))` of `@idem/koa`: only the gateway's internal token for this
- * receiver gets in (a direct call is 401), and only for an admin (403 otherwise).
+ * and `POST /webhook-events/<id>/notes` (`{ "text": "..." }`) adds a note. The receiver wires
+ * `authenticate` as `internalAuth()` (a direct call without the gateway's internal token is 401),
+ * `read` as `authorize(requireScopes('events:read'), requireRoles('admin'))` and `write` as the same
+ * with `events:write` (403 otherwise): the admin role works only from a token the user consented to
+ * use it with. An id no event can have (not a `webhook-id`) is 404, like an id never seen.
  *
  * Adding a note is not idempotent by itself (each POST adds one), so it runs behind `@idem/koa`'s
  * `idempotency()`: an operator's retry with the same `Idempotency-Key` gets the first note back
- * instead of a second copy. Keys are scoped to the admin the internal token names.
+ * instead of a second copy. Keys are scoped to the admin the internal token names. A note is 1 to
+ * 500 characters with no control characters but tab and line feed (422 otherwise).
  *
  * @example
  * ```ts
- * app.use(adminApi(db, [internalAuth(verifier), authorize(requireRoles('admin'))], { store }));
+ * app.use(
+ *   adminApi(db, {
+ *     authenticate: internalAuth(verifier),
+ *     read: authorize(requireScopes('events:read'), requireRoles('admin')),
+ *     write: authorize(requireScopes('events:write'), requireRoles('admin')),
+ *     store,
+ *   }),
+ * );
  * ```
  */
-export function adminApi(db: Database, auth: readonly KoaMiddleware[], options: { store: Store }): KoaMiddleware {
-  const read = runChain(auth, async (ctx) => {
+export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware {
+  const read = runChain([options.authenticate, options.read], async (ctx) => {
     ctx.set('Cache-Control', 'no-store');
     if (ctx.path === receiverAdminPrefix) {
       ctx.body = { events: await listReceivedEvents(db, 1000) };
@@ -207,7 +241,12 @@ export function adminApi(db: Database, auth: readonly KoaMiddleware[], options: 
     if (!event) notFound(ctx, 'The receiver has seen no event with this id.');
     else ctx.body = { ...event, notes: await listEventNotes(db, event.id) };
   });
-  const write = runChain([...auth, idempotency({ store: options.store, maxBodyBytes: 16 * 1024 })], async (ctx) => {
+  const writeChain = [
+    options.authenticate,
+    options.write,
+    idempotency({ store: options.store, maxBodyBytes: 16 * 1024 }),
+  ];
+  const write = runChain(writeChain, async (ctx) => {
     const id = eventIdOf(ctx.path.slice(0, -'/notes'.length));
     const event = id ? await findReceivedEvent(db, id) : undefined;
     if (!event) {
@@ -225,14 +264,19 @@ export function adminApi(db: Database, auth: readonly KoaMiddleware[], options: 
     } catch {
       text = undefined;
     }
-    if (typeof text !== 'string' || text.trim().length === 0 || text.length > 500) {
+    if (
+      typeof text !== 'string' ||
+      text.trim().length === 0 ||
+      text.length > maxNoteLength ||
+      hasControlCharacters(text, { allowLines: true })
+    ) {
       ctx.status = 422;
       ctx.type = 'application/problem+json';
       ctx.body = JSON.stringify({
         type: 'https://idem.dev/problems/validation-failed',
         title: 'Invalid note',
         status: 422,
-        detail: 'A note is a JSON object with a "text" of 1 to 500 characters.',
+        detail: `A note is a JSON object with a "text" of 1 to ${maxNoteLength} characters, without control characters but tab and line feed.`,
         code: 'validation_failed',
         retryable: false,
       });
@@ -251,10 +295,13 @@ export function adminApi(db: Database, auth: readonly KoaMiddleware[], options: 
   };
 }
 
+/** The event id in an admin path, or '' when it is not one a `webhook-id` (and so an event) can have. */
 function eventIdOf(path: string): string {
+  let id: string;
   try {
-    return decodeURIComponent(path.slice(receiverAdminPrefix.length + 1));
+    id = decodeURIComponent(path.slice(receiverAdminPrefix.length + 1));
   } catch {
     return '';
   }
+  return isValidWebhookId(id) ? id : '';
 }

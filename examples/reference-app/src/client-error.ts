@@ -1,0 +1,17 @@
+/**
+ * The status of an error that blames the request: an http-errors 4xx with `expose`, as body-parser
+ * throws them (413 too large, 415 unsupported charset or encoding, 400 unreadable). Anything else is
+ * undefined and stays a 500, saying nothing more.
+ *
+ * @example
+ * ```ts
+ * clientErrorStatus(Object.assign(new Error('request entity too large'), { status: 413, expose: true })); // 413
+ * clientErrorStatus(new Error('bug')); // undefined
+ * ```
+ */
+export function clientErrorStatus(error: unknown): number | undefined {
+  if (typeof error !== 'object' || error === null) return undefined;
+  const { status, expose } = error as { status?: unknown; expose?: unknown };
+  if (typeof status !== 'number' || !Number.isInteger(status) || status < 400 || status > 499) return undefined;
+  return expose === true ? status : undefined;
+}

@@ -1,0 +1,21 @@
+/** C0 controls (NUL to US), DEL and the C1 controls. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what is matched.
+const controlCharacter = /[\u0000-\u001f\u007f-\u009f]/;
+/** The same, except tab and line feed. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are exactly what is matched.
+const controlCharacterButTabOrLineFeed = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+
+/**
+ * True when `text` holds a control character. PostgreSQL refuses NUL in `text` (the query would fail,
+ * a 500), and no title, username or note needs the others; `allowLines` lets tab and line feed through
+ * for text written in several lines.
+ *
+ * @example
+ * ```ts
+ * hasControlCharacters('a\u0000b'); // true
+ * hasControlCharacters('two\nlines', { allowLines: true }); // false
+ * ```
+ */
+export function hasControlCharacters(text: string, options: { allowLines?: boolean } = {}): boolean {
+  return (options.allowLines ? controlCharacterButTabOrLineFeed : controlCharacter).test(text);
+}
