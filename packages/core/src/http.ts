@@ -1,5 +1,6 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
+import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import {
   createIdempotency,
   type IdempotencyEngine,
@@ -644,8 +645,33 @@ export async function readBodyForFingerprint(
   parsed: ParsedBodyFields,
 ): Promise<BodyRead> {
   const read = await readRequestBody(req, maxBytes);
-  if (!read.ok || read.body !== undefined) return read;
+  if (!read.ok) return read;
+  if (read.body !== undefined) return decodedBody(read.body, req.headers['content-encoding'], maxBytes);
   return parsedBodyRead(parsed);
+}
+
+const decoders: Record<string, (bytes: Buffer, options: { maxOutputLength: number }) => Buffer> = {
+  gzip: gunzipSync,
+  'x-gzip': gunzipSync,
+  deflate: inflateSync,
+  br: brotliDecompressSync,
+};
+
+/**
+ * A compressed body is fingerprinted by what it says, as the parser after us will read it: the same
+ * JSON compressed twice (gzip writes a timestamp into its header) or once sent plain must not be
+ * two different requests. Decoded up to `maxBytes` (413 past it: a small bomb must not expand); a
+ * body that does not decode is left as it came, and the parser will refuse it.
+ */
+function decodedBody(body: Buffer, encoding: string | undefined, maxBytes: number): ReadBodyResult {
+  const decode = encoding === undefined ? undefined : decoders[encoding.trim().toLowerCase()];
+  if (decode === undefined) return { ok: true, body };
+  try {
+    return { ok: true, body: decode(body, { maxOutputLength: maxBytes }) };
+  } catch (error) {
+    if ((error as { code?: unknown }).code === 'ERR_BUFFER_TOO_LARGE') return { ok: false, error: tooLarge(maxBytes) };
+    return { ok: true, body };
+  }
 }
 
 /**

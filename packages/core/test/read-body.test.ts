@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { Agent, createServer, type IncomingMessage, request } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
 import { Readable } from 'node:stream';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
@@ -113,5 +114,39 @@ describe('readBodyForFingerprint', () => {
       server.closeAllConnections();
       server.close();
     }
+  });
+
+  it('reads a compressed body as what it says: gzip, deflate and br, up to the limit', async () => {
+    const seen: unknown[] = [];
+    const server = createServer(async (req, res) => {
+      seen.push(await readBodyForFingerprint(req, 1_024, {}));
+      res.end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const json = Buffer.from('{"amount":1}');
+    const later = gzipSync(json);
+    later.writeUInt32LE(1_700_000_000, 4); // gzip's header MTIME: the same JSON compressed again
+    const send = (body: Buffer, encoding: string) =>
+      fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, {
+        method: 'POST',
+        headers: { 'content-encoding': encoding },
+        body,
+      });
+    try {
+      await send(gzipSync(json), 'gzip');
+      await send(later, 'x-gzip');
+      await send(deflateSync(json), 'Deflate');
+      await send(brotliCompressSync(json), 'br');
+      await send(Buffer.from('not gzip'), 'gzip');
+      // 2 KiB of zeros shrink to a few bytes: the read stops at the limit, it does not expand them.
+      await send(gzipSync(Buffer.alloc(2_048)), 'gzip');
+    } finally {
+      server.close();
+    }
+    const decoded = { ok: true, body: json };
+    expect(seen.slice(0, 4)).toEqual([decoded, decoded, decoded, decoded]);
+    // What does not decode is fingerprinted as it came (the parser will refuse it).
+    expect(seen[4]).toEqual({ ok: true, body: Buffer.from('not gzip') });
+    expect(seen[5]).toMatchObject({ ok: false, error: { code: 'body_too_large', status: 413 } });
   });
 });
