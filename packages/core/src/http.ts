@@ -646,7 +646,10 @@ export async function readBodyForFingerprint(
 ): Promise<BodyRead> {
   const read = await readRequestBody(req, maxBytes);
   if (!read.ok) return read;
-  if (read.body !== undefined) return decodedBody(read.body, req.headers['content-encoding'], maxBytes);
+  if (read.body !== undefined) {
+    const encoding = req.headers['content-encoding'];
+    return encoding === undefined ? read : decodedBody(read.body, encoding, maxBytes);
+  }
   return parsedBodyRead(parsed);
 }
 
@@ -663,8 +666,8 @@ const decoders: Record<string, (bytes: Buffer, options: { maxOutputLength: numbe
  * two different requests. Decoded up to `maxBytes` (413 past it: a small bomb must not expand); a
  * body that does not decode is left as it came, and the parser will refuse it.
  */
-function decodedBody(body: Buffer, encoding: string | undefined, maxBytes: number): ReadBodyResult {
-  const decode = encoding === undefined ? undefined : decoders[encoding.trim().toLowerCase()];
+function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBodyResult {
+  const decode = decoders[encoding.trim().toLowerCase()];
   if (decode === undefined) return { ok: true, body };
   try {
     return { ok: true, body: decode(body, { maxOutputLength: maxBytes }) };
