@@ -130,7 +130,7 @@ describe('readBodyForFingerprint', () => {
       fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, {
         method: 'POST',
         headers: { 'content-encoding': encoding },
-        body,
+        body: new Uint8Array(body),
       });
     try {
       await send(gzipSync(json), 'gzip');
