@@ -3,10 +3,13 @@
  * sorted by their UTF-16 code units, no whitespace, numbers and strings as ECMAScript's
  * `JSON.stringify` writes them (which is what RFC 8785 specifies).
  *
+ * A bigint (what a parser that keeps big integers exact leaves) is written as its digits: RFC 8785
+ * would round it to a double, and two different amounts past 2^53 must not read as one.
+ *
  * Returns `undefined` for values deeper than `maxDepth`, so hostile nesting cannot exhaust the stack,
- * and for anything that is not plain JSON data (a `Date`, a class instance, `undefined`, a function,
- * a bigint), which a parser with a reviver may leave behind: such a value has no canonical form, and
- * the caller then hashes bytes instead.
+ * and for anything that is not plain JSON data (a `Date`, a class instance, `undefined`, a function),
+ * which a parser with a reviver may leave behind: such a value has no canonical form, and the caller
+ * then hashes bytes instead.
  *
  * @example
  * canonicalJson(JSON.parse('{"b":1,"a":[true,{"d":null,"c":"x"}]}')); // '{"a":[true,{"c":"x","d":null}],"b":1}'
@@ -40,6 +43,8 @@ function write(value: unknown, depth: number): string {
       return Number.isFinite(value) ? String(value) : 'null';
     case 'boolean':
       return value ? 'true' : 'false';
+    case 'bigint':
+      return value.toString();
   }
   if (value === null) return 'null';
   if (typeof value !== 'object') throw notJson;

@@ -174,7 +174,9 @@ function bodyForHash(
   }
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    // Integers past 2^53 are kept exact (a run of 16 digits is the cheap sign of one): parsed as
+    // doubles, two different amounts could fingerprint alike and the second would get a replay.
+    value = longDigits.test(text) ? JSON.parse(text, exactIntegers) : JSON.parse(text);
   } catch {
     return body;
   }
@@ -182,6 +184,16 @@ function bodyForHash(
   // `json:` marks canonical text so it can never equal a raw body that happens to hold the same bytes.
   const canonical = canonicalJson(value);
   return canonical === undefined ? body : `json:${canonical}`;
+}
+
+const longDigits = /\d{16}/;
+const integerText = /^-?\d+$/;
+
+// A JSON.parse reviver: a number that is an integer past 2^53 becomes the bigint of its source text.
+function exactIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
+  if (typeof value !== 'number' || Number.isSafeInteger(value)) return value;
+  const source = context?.source;
+  return source !== undefined && integerText.test(source) ? BigInt(source) : value;
 }
 
 function bodyForHashFromValue(value: unknown, mediaType: string, exclude?: readonly string[]): Uint8Array | string {

@@ -241,6 +241,24 @@ describe('jsonBodyText (a parsed body whose bytes are gone)', () => {
     expect(viaValue(nested)).toBe(viaBytes(deep));
   });
 
+  it('keeps integers past 2^53 exact: two amounts a double cannot tell apart are two requests', () => {
+    const parts = { method: 'POST', route: '/c', path: '/c', contentType: 'application/json' };
+    const a = fingerprintRequest({ ...parts, body: '{"amount":9007199254740993,"currency":"usd"}' });
+    const b = fingerprintRequest({ ...parts, body: '{"amount":9007199254740992,"currency":"usd"}' });
+    expect(a).not.toBe(b);
+    // Still canonical: member order and whitespace do not matter, and a parser that kept the
+    // bigint gives the fingerprint of the bytes.
+    expect(fingerprintRequest({ ...parts, body: '{ "currency": "usd", "amount": 9007199254740993 }' })).toBe(a);
+    expect(
+      fingerprintRequest({ ...parts, body: undefined, json: { currency: 'usd', amount: 9007199254740993n } }),
+    ).toBe(a);
+    // Numbers that are not integers keep RFC 8785's double semantics.
+    expect(fingerprintRequest({ ...parts, body: '{"x":12345678901234567.5}' })).toBe(
+      fingerprintRequest({ ...parts, body: '{"x":12345678901234568}' }),
+    );
+    expect(canonicalJson({ big: 123456789012345678901234567890n })).toBe('{"big":123456789012345678901234567890}');
+  });
+
   it('a value JSON.stringify refuses for another reason is refused the same way', () => {
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
