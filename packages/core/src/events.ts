@@ -20,7 +20,8 @@ interface EventBase {
  * - `store-error`: a store operation failed or timed out.
  * - `policy-error`: the `storeOutcome` function threw or returned no decision; the outcome was stored
  *   with the default retention, as the spec's rule has it.
- * - `response-not-stored`: an adapter served a response it could not store (too large, streaming).
+ * - `response-not-stored`: an adapter served a response it could not store (too large, streaming, an
+ *   event stream), or the 404 of a request that no route took (`no-route`), which is no outcome.
  */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claim'; durationMs: number })
@@ -37,7 +38,11 @@ export type IdempotencyEvent =
       error: unknown;
     })
   | (EventBase & { type: 'policy-error'; error: unknown })
-  | (EventBase & { type: 'response-not-stored'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number });
+  | (EventBase & {
+      type: 'response-not-stored';
+      reason: 'too-large' | 'streaming' | 'event-stream' | 'no-route';
+      status: number;
+    });
 
 /** The names of all events. */
 export type IdempotencyEventType = IdempotencyEvent['type'];

@@ -126,7 +126,7 @@ export type HttpBeginResult =
  */
 export type CaptureResult =
   | { kind: 'complete'; response: StoredResponse }
-  | { kind: 'unstorable'; reason: 'too-large' | 'streaming' | 'event-stream'; status: number };
+  | { kind: 'unstorable'; reason: 'too-large' | 'streaming' | 'event-stream' | 'no-route'; status: number };
 
 /** Options of {@link HttpIdempotency.capture}. */
 export interface CaptureOptions {
@@ -147,8 +147,24 @@ export interface ResponseCapture {
    * client has gone). No-op when the response already ended.
    */
   completeWith(response: StoredResponse): void;
-  /** Gives up on a response the framework will never finish writing (the client left mid-stream). */
-  abandon(status: number): void;
+  /**
+   * Gives up on a response without storing it, and the key is released: one the framework will never
+   * finish writing (the client left mid-stream, `'streaming'`, the default), or the 404 of a request
+   * no route took (`'no-route'`), which is no outcome of the operation.
+   */
+  abandon(status: number, reason?: 'streaming' | 'no-route'): void;
+  /**
+   * Ends the response with this last `end` call's arguments, as written, without storing it: the key
+   * is released (`abandon`). In held mode what was held goes out with it. For an adapter that learns
+   * only at the end that the response is no outcome (the 404 of a request no route took).
+   */
+  endUnstored(
+    status: number,
+    reason: 'streaming' | 'no-route',
+    chunk?: unknown,
+    encoding?: unknown,
+    callback?: unknown,
+  ): void;
   /** Held mode: writes the held response to the client. */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
@@ -1075,12 +1091,28 @@ const captureMethods: ResponseCapture = {
     restore(state);
     finish(state, { kind: 'complete', response });
   },
-  abandon(finalStatus) {
+  abandon(finalStatus, reason = 'streaming') {
     const state = (this as CaptureHandle)[captureStateKey];
     if (state.ended) return;
     state.ended = true;
     restore(state);
-    finish(state, { kind: 'unstorable', reason: 'streaming', status: finalStatus });
+    finish(state, { kind: 'unstorable', reason, status: finalStatus });
+  },
+  endUnstored(finalStatus, reason, chunk, encoding, callback) {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (state.ended) return;
+    const res = state.res;
+    if (!state.hold) {
+      this.abandon(finalStatus, reason);
+      state.originalEnd.call(res, chunk, encoding, callback);
+      return;
+    }
+    // Held: the last chunk joins what waits in the capture, and everything goes out now.
+    copy(state, chunk, encoding);
+    this.abandon(finalStatus, reason);
+    const done = callbackOf(chunk, encoding, callback);
+    if (typeof done === 'function') res.once('finish', done as () => void);
+    this.flush();
   },
   flush() {
     const state = (this as CaptureHandle)[captureStateKey];

@@ -5,6 +5,7 @@ import {
   type IdempotencyContext,
   type ParsedBodyFields,
   principalScope,
+  type ResponseCapture,
   readBodyForFingerprint,
   writeResponse,
 } from '@idem/core';
@@ -29,7 +30,10 @@ export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
  * raw body to fingerprint it and puts the bytes back for the parser. Mounted after a parser it falls
  * back to `req.rawBody` or the parsed `req.body` (fine for JSON, which is canonicalised anyway), and
  * `maxBodyBytes` is then the parser's `limit`. Mounted on a route (`app.post('/x', idempotency(), h)`),
- * the operation is the route template; mounted with `app.use`, it is the concrete path.
+ * the operation is the route template; mounted with `app.use`, it is the concrete path, spelled as the
+ * app's router matches it (lower case and without a trailing slash, unless the app enables
+ * `case sensitive routing` or `strict routing`). Mounted with `app.use`, a request that no route
+ * takes (Express's final 404, or your not-found middleware) leaves no record: the key is released.
  *
  * @example
  * import express from 'express';
@@ -48,9 +52,11 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const url = req.originalUrl ?? req.url;
     const queryAt = url.indexOf('?');
     const path = req.baseUrl + req.path;
+    // Mounted with app.use, no route has matched yet: the operation is the path as the router sees it.
+    const routed = req.route?.path !== undefined;
     const started = await http.begin({
       method: req.method,
-      route: req.route?.path === undefined ? path : req.baseUrl + String(req.route.path),
+      route: routed ? req.baseUrl + String(req.route.path) : routedPath(req, path),
       path,
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),
       contentType: req.headers['content-type'],
@@ -76,6 +82,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const thrown = threw.bind(execution);
     if (http.transactional) {
       const capture = http.capture(res, { hold: true });
+      if (!routed) watchForNoRoute(req, res, capture);
       void http.runTransaction(
         lease,
         capture,
@@ -89,7 +96,8 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
-    http.capture(res, { settle: { lease, thrown } });
+    const capture = http.capture(res, { settle: { lease, thrown } });
+    if (!routed) watchForNoRoute(req, res, capture);
     next();
   };
 
@@ -100,6 +108,57 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     run(req, res, next).catch(next);
   };
+}
+
+/**
+ * The operation of a request no route has matched yet: its path as the app's router compares it.
+ * Express routes `/charges`, `/charges/` and `/CHARGES` to one handler unless the app enables
+ * `strict routing` or `case sensitive routing`, so one key sent to all three is one operation.
+ * (Route parameters keep their case in `req.params`; the concrete path in the fingerprint keeps
+ * it too, so a key reused for `/charges/ch_A` and `/charges/ch_a` is answered 422, never replayed.)
+ */
+function routedPath(req: Request, path: string): string {
+  const settings = (req.app as { settings?: Record<string, unknown> } | undefined)?.settings;
+  const spelled = settings?.['case sensitive routing'] ? path : path.toLowerCase();
+  if (settings?.['strict routing'] || spelled.length < 2 || !spelled.endsWith('/')) return spelled;
+  return spelled.slice(0, -1);
+}
+
+/** One execution whose route is not known yet (mounted with `app.use`), watched until it ends. */
+interface NoRouteWatch {
+  readonly req: Request;
+  readonly res: Response;
+  readonly capture: ResponseCapture;
+  /** The capture's own `end`, which this watch sits in front of. */
+  readonly end: Response['end'];
+  done: boolean;
+}
+
+// Mounted with app.use, the middleware claims the key before Express looks for a route. A 404 that
+// no route answered (Express's final handler, or a not-found middleware) is not an outcome of the
+// operation: stored, it would be replayed for the whole retention, even by a newer instance that
+// has the route (a rolling deploy). It is served but not stored, and the key is released.
+function watchForNoRoute(req: Request, res: Response, capture: ResponseCapture) {
+  const watch: NoRouteWatch = { req, res, capture, end: res.end, done: false };
+  res.end = endOnceRouted.bind(watch) as Response['end'];
+}
+
+function endOnceRouted(this: NoRouteWatch, chunk?: unknown, encoding?: unknown, callback?: unknown): Response {
+  const { res } = this;
+  const first = !this.done;
+  this.done = true;
+  if (first && res.statusCode === 404 && this.req.route === undefined && !this.capture.ended) {
+    releaseUnrouted(this, chunk, encoding, callback);
+    return res;
+  }
+  return (this.end as (...args: unknown[]) => Response).call(res, chunk, encoding, callback);
+}
+
+function releaseUnrouted(watch: NoRouteWatch, chunk: unknown, encoding: unknown, callback: unknown) {
+  const { res, capture } = watch;
+  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route).
+  if (!res.headersSent) res.removeHeader('idempotency-key');
+  capture.endUnstored(404, 'no-route', chunk, encoding, callback);
 }
 
 // Shared by every request (bound to it), rather than a closure made per request.

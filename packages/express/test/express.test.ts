@@ -1,6 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
+import { type IdempotencyEvent, memoryStore, type Store, type TransactionalStore } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency } from '@idem/express';
 import express, { type Express } from 'express';
 import { describe, expect, it } from 'vitest';
@@ -40,6 +40,35 @@ function post(url: string, key: string, chunks: string[], contentLength = true):
     for (const chunk of chunks) req.write(chunk);
     req.end();
   });
+}
+
+// A memory store whose "transaction" is the completion itself: enough for transactional mode.
+function transactionalMemory(): TransactionalStore<{ id: string }> {
+  const base = memoryStore();
+  return {
+    claim: (input) => base.claim(input),
+    renew: (input) => base.renew(input),
+    complete: (input) => base.complete(input),
+    release: (input) => base.release(input),
+    get: (id) => base.get(id),
+    async transaction(input, fn) {
+      const produced = await fn({ id: input.id });
+      const ok =
+        produced.response === undefined
+          ? base.release(input)
+          : base.complete({ ...input, response: produced.response, retentionMs: produced.retentionMs });
+      return ok ? { committed: true, value: produced.value } : { committed: false };
+    },
+  };
+}
+
+// Resolves with the first event of `type` reported to `onEvent`.
+function eventOf(type: IdempotencyEvent['type']) {
+  let resolve!: (event: IdempotencyEvent) => void;
+  const seen = new Promise<IdempotencyEvent>((r) => {
+    resolve = r;
+  });
+  return { seen, onEvent: (event: IdempotencyEvent) => void (event.type === type && resolve(event)) };
 }
 
 const options = (extra: Partial<ExpressIdempotencyOptions> = {}): ExpressIdempotencyOptions => ({
@@ -221,6 +250,112 @@ describe('@idem/express specifics', () => {
       const again = await post(`${url}/files`, 'length-1', ['{}']);
       expect(again.status).toBe(200);
       expect(again.headers['idempotent-replayed']).toBe('true');
+    });
+  });
+  it('mounted with app.use, the operation is the path as the router matches it: /charges, /charges/ and /CHARGES are one', async () => {
+    const app = express();
+    let runs = 0;
+    app.use(idempotency(options()));
+    app.use(express.json());
+    app.post('/charges', (_req, res) => {
+      runs++;
+      res.status(201).json({ id: `ch_${runs}` });
+    });
+    await serve(app, async (url) => {
+      expect((await post(`${url}/charges`, 'spelling-1', ['{"amount":1}'])).status).toBe(201);
+      // Express routes all of them to the same handler: one key, one operation, one run. The concrete
+      // path still tells the requests apart (it is fingerprinted as sent), so a respelled retry is
+      // answered 422 rather than replayed.
+      for (const path of ['/charges/', '/CHARGES', '/Charges/']) {
+        const again = await post(`${url}${path}`, 'spelling-1', ['{"amount":1}']);
+        expect(again.status, path).toBe(422);
+      }
+      expect(runs).toBe(1);
+    });
+  });
+
+  it('follows the app routing settings: with case sensitive and strict routing, other spellings are other operations', async () => {
+    const app = express();
+    app.set('case sensitive routing', true);
+    app.set('strict routing', true);
+    const ran: string[] = [];
+    const events: IdempotencyEvent[] = [];
+    app.use(idempotency(options({ onEvent: (event) => events.push(event) })));
+    for (const path of ['/charges', '/Charges', '/charges/']) {
+      app.post(path, (_req, res) => {
+        ran.push(path);
+        res.status(201).json({ path });
+      });
+    }
+    await serve(app, async (url) => {
+      for (const path of ['/charges', '/Charges', '/charges/']) {
+        expect((await post(`${url}${path}`, 'settings-1', ['{}'])).status, path).toBe(201);
+      }
+      expect(ran).toEqual(['/charges', '/Charges', '/charges/']);
+      const operations = events.filter((event) => event.type === 'claim').map((event) => event.operation);
+      expect(operations).toEqual(['POST /charges', 'POST /Charges', 'POST /charges/']);
+    });
+  });
+
+  it('mounted with app.use: a 404 no route answered is not stored, so the route deployed later runs the key; a route 404 is stored', async () => {
+    const app = express();
+    const api = express.Router();
+    let runs = 0;
+    app.use(idempotency(options()));
+    app.use(express.json());
+    app.use('/api', api);
+    api.post('/charges/:id/refunds', (_req, res) => {
+      runs++;
+      res.status(404).json({ error: 'no_such_charge' });
+    });
+    // The app's own not-found page, after every router.
+    app.use((_req, res) => {
+      res.status(404).json({ error: 'not_found' });
+    });
+    await serve(app, async (url) => {
+      for (const path of ['/api/refunds', '/nowhere']) {
+        const first = await post(`${url}${path}`, `deploy-${path}`, ['{}']);
+        expect(first.status, path).toBe(404);
+        expect(first.headers['idempotency-key'], path).toBeUndefined();
+      }
+      // The route is deployed (added to the running router): the same key runs it.
+      api.post('/refunds', (_req, res) => {
+        runs++;
+        res.status(201).json({ id: 're_1' });
+      });
+      const deployed = await post(`${url}/api/refunds`, 'deploy-/api/refunds', ['{}']);
+      expect(deployed.status).toBe(201);
+      expect(deployed.headers['idempotent-replayed']).toBeUndefined();
+      // A route's handler that answers 404 answered: stored and replayed.
+      const missing = await post(`${url}/api/charges/ch_9/refunds`, 'missing-1', ['{}']);
+      expect(missing.status).toBe(404);
+      expect(missing.headers['idempotency-key']).toBe('missing-1');
+      const again = await post(`${url}/api/charges/ch_9/refunds`, 'missing-1', ['{}']);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toBe(missing.body);
+      expect(runs).toBe(2);
+    });
+  });
+
+  it('transactional, mounted with app.use: a not-found page written in pieces goes out whole, and its key is released', async () => {
+    const released = eventOf('release');
+    const app = express();
+    app.use(idempotency(options({ store: transactionalMemory(), transactional: true, onEvent: released.onEvent })));
+    app.use((_req, res) => {
+      res.status(404).type('text/plain');
+      res.write('no such ');
+      res.end('page');
+    });
+    await serve(app, async (url) => {
+      const first = await post(`${url}/refunds`, 'tx-nowhere-1', ['{}']);
+      expect(first.status).toBe(404);
+      expect(first.body).toBe('no such page');
+      expect(first.headers['idempotency-key']).toBeUndefined();
+      await released.seen;
+      const again = await post(`${url}/refunds`, 'tx-nowhere-1', ['{}']);
+      expect(again.status).toBe(404);
+      expect(again.body).toBe('no such page');
+      expect(again.headers['idempotent-replayed']).toBeUndefined();
     });
   });
 });

@@ -1,14 +1,14 @@
 // The Express server of the describeAdapter table, shared by the memory and the real-store runs.
 import type { AddressInfo } from 'node:net';
 import { idempotency, idempotencyErrors } from '@idem/express';
-import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
+import type { AdapterServerOptions, ScenarioReply } from '@idem/testkit';
 import express, { type Response } from 'express';
 
 /** Express itself: version 5 by default, or another release with the same API (Express 4). */
 export type ExpressFactory = typeof express;
 
 export async function makeExpressServer(
-  { idempotency: options, handle }: AdapterServerOptions,
+  { idempotency: options, routes, handle }: AdapterServerOptions,
   createApp: ExpressFactory = express,
 ) {
   let runs = 0;
@@ -22,7 +22,7 @@ export async function makeExpressServer(
   // Mounted before the body parsers, which still see the body it read.
   app.use(idempotency(options));
   app.use(createApp.json(), createApp.urlencoded({ extended: false }));
-  for (const route of scenarioRoutes) {
+  for (const route of routes) {
     const method = route.method.toLowerCase() as 'post' | 'patch' | 'get';
     // Errors go to next() by hand: Express 4 does not catch a rejected promise (5 does).
     app[method](route.path, (req, res, next) => {

@@ -1,10 +1,10 @@
 // The Fastify server of the describeAdapter table, shared by the memory and the real-store runs.
 import { createReadStream } from 'node:fs';
 import { idempotency } from '@idem/fastify';
-import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
+import type { AdapterServerOptions, ScenarioReply } from '@idem/testkit';
 import Fastify, { type FastifyReply } from 'fastify';
 
-export async function makeFastifyServer({ idempotency: options, handle }: AdapterServerOptions) {
+export async function makeFastifyServer({ idempotency: options, routes, handle }: AdapterServerOptions) {
   let runs = 0;
   const app = Fastify();
   // The guard's job in production: a verified principal on request.auth.
@@ -19,7 +19,7 @@ export async function makeFastifyServer({ idempotency: options, handle }: Adapte
     done(null, body),
   );
   await app.register(idempotency, options);
-  for (const route of scenarioRoutes) {
+  for (const route of routes) {
     app.route({
       method: route.method,
       url: route.path,

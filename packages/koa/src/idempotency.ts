@@ -28,6 +28,21 @@ function isStream(body: unknown): body is Readable {
   return body !== null && typeof body === 'object' && typeof (body as Readable).pipe === 'function';
 }
 
+// Koa 3 also writes web bodies itself, as streams: their bytes are not known until they are read.
+function isWebBody(body: unknown): body is Blob | ReadableStream | Response {
+  return body instanceof Blob || body instanceof ReadableStream || body instanceof Response;
+}
+
+// A web body nobody will read: its source is told to stop (a Blob holds nothing to stop).
+function cancelWebBody(body: Blob | ReadableStream | Response) {
+  const stream = body instanceof Response ? body.body : body instanceof ReadableStream ? body : null;
+  if (stream !== null && !stream.locked) stream.cancel().catch(ignore);
+}
+
+function ignore() {
+  // Cancelling a body nobody reads has nobody to report to.
+}
+
 function headersOf(ctx: Context): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(ctx.response.headers)) {
@@ -36,25 +51,47 @@ function headersOf(ctx: Context): Record<string, string> {
   return out;
 }
 
-// The response Koa would have written from ctx.body, for when it will not write at all.
+// The response Koa would have written from ctx.body (its `respond`), for when it will not write at
+// all. Only bodies whose bytes are known without reading anything: see settleUnwritten.
 function responseOf(ctx: Context): StoredResponse {
   const body: unknown = ctx.body;
+  const status = ctx.status;
+  const headers = headersOf(ctx);
   let bytes: Buffer;
-  if (body === null || body === undefined) bytes = Buffer.alloc(0);
-  else if (typeof body === 'string') bytes = Buffer.from(body);
-  else if (body instanceof Uint8Array) bytes = Buffer.from(body);
+  if (body === null || body === undefined) {
+    if (emptyStatuses.has(status) || (ctx.response as { _explicitNullBody?: boolean })._explicitNullBody) {
+      bytes = Buffer.alloc(0);
+    } else {
+      // Koa answers a status without a body with its message as text.
+      bytes = Buffer.from(ctx.message || String(status));
+      headers['content-type'] = 'text/plain; charset=utf-8';
+    }
+  } else if (typeof body === 'string') bytes = Buffer.from(body);
+  // Only a Buffer is written as bytes: Koa writes any other Uint8Array as JSON, like an object.
+  else if (Buffer.isBuffer(body)) bytes = body;
   else bytes = Buffer.from(JSON.stringify(body));
-  return { status: ctx.status, headers: headersOf(ctx), body: bytes };
+  if (!emptyStatuses.has(status)) return { status, headers, body: bytes };
+  // Koa drops the body of these statuses, and its type with it.
+  delete headers['content-type'];
+  return { status, headers, body: Buffer.alloc(0) };
 }
+
+// Statuses Koa always answers without a body.
+const emptyStatuses = new Set([204, 205, 304]);
 
 /**
  * Koa's `respond` skips writing when the client has gone, so the capture would never see an end: store
  * what the handler produced instead (the outcome is kept even though nobody reads it). A streamed
- * body cannot be known in full, and an error has no body yet: the first is given up, the second is
- * stored as the plain status Koa would have sent.
+ * body (a Node stream, or a Blob, web ReadableStream or Response, which Koa 3 streams too) cannot be
+ * known in full, and an error has no body yet: the first is given up, the second is stored as the
+ * plain status Koa would have sent. A request no route took is not an outcome at all.
  */
 function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown) {
   if (capture.ended || ctx.writable) return;
+  if (error === undefined && nothingMatched(ctx)) {
+    capture.abandon(ctx.status);
+    return;
+  }
   if (error !== undefined) {
     const status = Number((error as { status?: unknown }).status) || 500;
     capture.completeWith({
@@ -64,12 +101,77 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
     });
     return;
   }
-  if (isStream(ctx.body)) {
-    ctx.body.destroy();
+  const body: unknown = ctx.body;
+  if (isStream(body) || isWebBody(body)) {
+    if (isStream(body)) body.destroy();
+    else cancelWebBody(body);
     capture.abandon(ctx.status);
     return;
   }
   capture.completeWith(responseOf(ctx));
+}
+
+/**
+ * True when no route took the request, so its 404 is no outcome of the operation: stored, it would
+ * be replayed for the whole retention, even by a newer instance that has the route (a rolling
+ * deploy). Either nothing set a status or a body (Koa's own 404), or @koa/router saw the request
+ * (`ctx.router`) and matched no route (no `ctx._matchedRoute`), so whatever answered 404, or 405 and
+ * 501 from its `allowedMethods()`, answered for no route. A 404 a route's handler set, or one a
+ * handler threw, is an answer and is stored.
+ */
+function nothingMatched(ctx: Context): boolean {
+  const routed = ctx as { _matchedRoute?: unknown; router?: unknown };
+  if (routed._matchedRoute !== undefined || ctx.respond === false) return false;
+  const status = ctx.status;
+  if (status === 404 && ctx.body == null && !(ctx.response as { _explicitStatus?: boolean })._explicitStatus) {
+    return true;
+  }
+  return routed.router !== undefined && (status === 404 || status === 405 || status === 501);
+}
+
+/** What the end of an execution's response needs: its function is shared and bound to it. */
+interface EndWatch {
+  readonly ctx: Context;
+  readonly capture: ResponseCapture;
+  /** The `Idempotency-Key` echo. */
+  readonly echo: string;
+  /** The capture's own `end`, which this watch sits in front of. */
+  readonly end: Context['res']['end'];
+  done: boolean;
+}
+
+// Koa writes the response after the middleware returned, so what it is only shows at its end:
+// whether a route took the request at all, and whether Koa's error handler, which removes every
+// header, removed the key's echo with them (the client must learn the key its 500 sits under,
+// minted ones above all). The echo is put back on the response rather than on the error's
+// `headers`: an error object may be shared by concurrent requests, and a thrown non-Error is
+// replaced by Koa before it reads them.
+function watchEnd(ctx: Context, capture: ResponseCapture, echo: string) {
+  const res = ctx.res;
+  const watch: EndWatch = { ctx, capture, echo, end: res.end, done: false };
+  res.end = endWatched.bind(watch) as Context['res']['end'];
+}
+
+function endWatched(this: EndWatch, chunk?: unknown, encoding?: unknown, callback?: unknown) {
+  const { ctx, capture } = this;
+  const res = ctx.res;
+  const first = !this.done;
+  this.done = true;
+  if (first && !capture.ended && !res.headersSent) {
+    if (nothingMatched(ctx)) {
+      releaseUnmatched(this, chunk, encoding, callback);
+      return res;
+    }
+    if (!res.hasHeader('idempotency-key')) res.setHeader('idempotency-key', this.echo);
+  }
+  return (this.end as (...args: unknown[]) => unknown).call(res, chunk, encoding, callback);
+}
+
+function releaseUnmatched(watch: EndWatch, chunk: unknown, encoding: unknown, callback: unknown) {
+  const res = watch.ctx.res;
+  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route).
+  res.removeHeader('idempotency-key');
+  watch.capture.endUnstored(res.statusCode, 'no-route', chunk, encoding, callback);
 }
 
 interface Execution {
@@ -95,6 +197,18 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   settleUnwritten(ctx, capture);
 }
 
+/**
+ * The operation of a request no route has matched yet: its path as @koa/router compares it by
+ * default (case-insensitive, trailing slash optional), so one key sent to `/charges`, `/charges/`
+ * and `/CHARGES`, which such a router sends to one handler, is one operation. (The concrete path in
+ * the fingerprint keeps its case, so a key reused for `/charges/ch_A` and `/charges/ch_a` is
+ * answered 422, never replayed.)
+ */
+function routedPath(path: string): string {
+  const spelled = path.toLowerCase();
+  return spelled.length > 1 && spelled.endsWith('/') ? spelled.slice(0, -1) : spelled;
+}
+
 // Shared by every request (bound to it), rather than a closure made per request.
 function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
   return readBodyForFingerprint(this.req, maxBytes, this.request as ParsedBodyFields);
@@ -109,7 +223,9 @@ function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
  * `ctx.req` itself and puts the bytes back, so @koa/bodyparser, koa-body or multer read them as usual.
  * After a parser, it falls back to `ctx.request.rawBody` or the parsed `ctx.request.body`, and
  * `maxBodyBytes` is then the parser's limit. With @koa/router in front of it, the operation is the
- * route template (`ctx._matchedRoute`); otherwise, the concrete path.
+ * route template (`ctx._matchedRoute`); otherwise, the concrete path, spelled as @koa/router matches
+ * it by default (lower case, without a trailing slash). A request no route took (Koa's own 404, or
+ * one @koa/router matched nothing for) leaves no record: the key is released.
  *
  * @example
  * import Koa from 'koa';
@@ -130,10 +246,11 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const keyHeader = http.keyHeader(ctx.req);
     if (!http.handles(ctx.method, keyHeader)) return next();
     const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
+    const path = ctx.path;
     const started = await http.begin({
       method: ctx.method,
-      route: typeof matched === 'string' ? matched : ctx.path,
-      path: ctx.path,
+      route: typeof matched === 'string' ? matched : routedPath(path),
+      path,
       query: ctx.querystring,
       contentType: ctx.get('content-type') || undefined,
       keyHeader,
@@ -152,6 +269,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       ctx.res,
       http.transactional ? { hold: true } : { settle: { lease, thrown: threw.bind(execution) } },
     );
+    watchEnd(ctx, capture, started.echo);
     if (!http.transactional) return runNext(ctx, next, capture, execution);
     // The handler must run inside the transaction, whose callback waits for the response that Koa
     // writes after this middleware returns: so the middleware returns from within the callback.

@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
@@ -29,6 +30,40 @@ async function serve(
 
 const post = (url: string, key: string) =>
   fetch(url, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: '{}' });
+
+// Events as they come, and a way to wait for the first of some types without sleeping.
+function eventLog() {
+  const events: IdempotencyEvent[] = [];
+  const waiters: { types: string[]; resolve: (event: IdempotencyEvent) => void }[] = [];
+  return {
+    events,
+    onEvent(event: IdempotencyEvent) {
+      events.push(event);
+      for (const waiter of waiters.splice(0)) {
+        if (waiter.types.includes(event.type)) waiter.resolve(event);
+        else waiters.push(waiter);
+      }
+    },
+    /** The first event of one of `types` from the `from`-th event on. */
+    next(from: number, ...types: IdempotencyEvent['type'][]): Promise<IdempotencyEvent> {
+      const seen = events.slice(from).find((event) => types.includes(event.type));
+      if (seen) return Promise.resolve(seen);
+      return new Promise((resolve) => waiters.push({ types, resolve }));
+    },
+  };
+}
+
+// Sends a request and drops the connection once `started` resolves (the handler is running).
+async function abandonedPost(url: string, key: string, started: Promise<void>) {
+  const req = httpRequest(url, {
+    method: 'POST',
+    headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
+  });
+  req.on('error', () => undefined);
+  req.end('{}');
+  await started;
+  req.destroy();
+}
 
 describe('@idem/koa specifics', () => {
   it("knows when the handler threw: policy 'stripe' releases the key instead of storing the 500", async () => {
@@ -69,6 +104,204 @@ describe('@idem/koa specifics', () => {
         const problem = await fetch(url, { method: 'POST', body: '{}' });
         expect(problem.status).toBe(400);
         expect(problem.headers.get('access-control-allow-origin')).toBe('https://app.example');
+      },
+    );
+  });
+  it('client gone, body a Blob, web ReadableStream or Response: never stored as "{}"; the key is released and the retry gets the body', async () => {
+    const bodies: Record<string, () => unknown> = {
+      Blob: () => new Blob(['hello from a blob'], { type: 'text/plain' }),
+      ReadableStream: () =>
+        new ReadableStream({
+          start(controller) {
+            controller.enqueue(new TextEncoder().encode('hello from a web stream'));
+            controller.close();
+          },
+        }),
+      Response: () => new Response('hello from a Response', { headers: { 'content-type': 'text/plain' } }),
+    };
+    for (const [name, make] of Object.entries(bodies)) {
+      const log = eventLog();
+      let runs = 0;
+      let started!: () => void;
+      const running = new Promise<void>((resolve) => {
+        started = resolve;
+      });
+      await serve(
+        { onEvent: log.onEvent },
+        async (ctx) => {
+          runs++;
+          if (runs === 1) {
+            // The first client leaves while the handler works; the body is set once it has gone.
+            const closed = new Promise((resolve) => ctx.res.once('close', resolve));
+            started();
+            await closed;
+          }
+          ctx.status = 200;
+          ctx.body = make();
+        },
+        async (url) => {
+          await abandonedPost(url, `web-${name}`, running);
+          const settled = await log.next(0, 'complete', 'release');
+          expect(settled.type, name).toBe('release');
+          const retry = await post(url, `web-${name}`);
+          expect(retry.headers.get('idempotent-replayed'), name).toBeNull();
+          expect(await retry.text(), name).toMatch(/^hello from/);
+          expect(runs, name).toBe(2);
+        },
+      );
+    }
+  });
+
+  it('client gone, a body Koa writes from memory: what is stored is what Koa would have written', async () => {
+    const cases: { name: string; set: (ctx: Koa.Context) => void }[] = [
+      {
+        // A Uint8Array that is not a Buffer: Koa writes it as JSON, like any object.
+        name: 'Uint8Array',
+        set: (ctx) => {
+          ctx.body = new Uint8Array([1, 2, 3]);
+        },
+      },
+      {
+        // A status without a body: Koa writes the status message as text.
+        name: 'status-only',
+        set: (ctx) => {
+          ctx.status = 202;
+        },
+      },
+      {
+        name: 'object',
+        set: (ctx) => {
+          ctx.body = { ok: true };
+        },
+      },
+    ];
+    for (const { name, set } of cases) {
+      const log = eventLog();
+      let runs = 0;
+      let started!: () => void;
+      const running = new Promise<void>((resolve) => {
+        started = resolve;
+      });
+      await serve(
+        { onEvent: log.onEvent },
+        async (ctx) => {
+          runs++;
+          if (ctx.get('x-stay') === '') {
+            const closed = new Promise((resolve) => ctx.res.once('close', resolve));
+            started();
+            await closed;
+          }
+          set(ctx);
+        },
+        async (url) => {
+          // What a client that stays gets, under another key.
+          const stayed = await fetch(url, {
+            method: 'POST',
+            headers: { 'idempotency-key': `stay-${name}`, 'content-type': 'application/json', 'x-stay': '1' },
+            body: '{}',
+          });
+          const expected = {
+            status: stayed.status,
+            type: stayed.headers.get('content-type'),
+            body: await stayed.text(),
+          };
+          const mark = log.events.length;
+          await abandonedPost(url, `gone-${name}`, running);
+          expect((await log.next(mark, 'complete', 'release')).type, name).toBe('complete');
+          const replay = await post(url, `gone-${name}`);
+          expect(replay.headers.get('idempotent-replayed'), name).toBe('true');
+          expect(
+            { status: replay.status, type: replay.headers.get('content-type'), body: await replay.text() },
+            name,
+          ).toEqual(expected);
+          expect(runs, name).toBe(2);
+        },
+      );
+    }
+  });
+
+  it('mounted before the router, the operation is the path as @koa/router matches it by default: /charges, /charges/ and /CHARGES are one', async () => {
+    let runs = 0;
+    await serve(
+      {},
+      async (ctx) => {
+        // @koa/router's defaults: case-insensitive, the trailing slash optional.
+        if (ctx.method !== 'POST' || !/^\/charges\/?$/i.test(ctx.path)) return;
+        runs++;
+        ctx.status = 201;
+        ctx.body = { id: `ch_${runs}` };
+      },
+      async (url) => {
+        expect((await post(`${url}/charges`, 'spelling-1')).status).toBe(201);
+        // One key, one operation, one run. The concrete path still tells the requests apart (it is
+        // fingerprinted as sent), so a respelled retry is answered 422 rather than replayed.
+        for (const path of ['/charges/', '/CHARGES', '/Charges/']) {
+          const again = await post(`${url}${path}`, 'spelling-1');
+          expect(again.status, path).toBe(422);
+        }
+        expect(runs).toBe(1);
+      },
+    );
+  });
+
+  it("a 404 no route took is not stored (Koa's own, or after @koa/router matched nothing); a 404 a handler set or threw is", async () => {
+    let runs = 0;
+    const routes: Record<string, (ctx: Koa.Context) => void> = {
+      '/charges/ch_1/refunds': (ctx) => {
+        ctx.status = 404;
+        ctx.body = { error: 'no_such_charge' };
+      },
+      '/thrown': (ctx) => ctx.throw(404, 'no such thing'),
+    };
+    await serve(
+      {},
+      async (ctx, next) => {
+        // No router at all: a handler's own 404 without a body is still an answer.
+        if (ctx.path === '/plain') {
+          runs++;
+          ctx.status = 404;
+          return;
+        }
+        if (ctx.path === '/koa-default') return;
+        // What @koa/router leaves on the context: it saw the request (ctx.router), and the template
+        // of the route it matched, if any (ctx._matchedRoute).
+        const state = ctx as Koa.Context & { router?: unknown; _matchedRoute?: string };
+        state.router = {};
+        const route = routes[ctx.path];
+        if (route) {
+          runs++;
+          state._matchedRoute = ctx.path;
+          return route(ctx);
+        }
+        if (ctx.path === '/get-only') {
+          // allowedMethods(): the path has routes, none for this method.
+          ctx.status = 405;
+          ctx.set('allow', 'GET, HEAD');
+          return;
+        }
+        await next();
+        // A not-found page of the app's own.
+        ctx.status = 404;
+        ctx.body = { error: 'not_found' };
+      },
+      async (url) => {
+        for (const path of ['/koa-default', '/nothing-here', '/get-only']) {
+          const first = await post(`${url}${path}`, `free-${path}`);
+          expect(first.headers.get('idempotency-key'), path).toBeNull();
+          const again = await post(`${url}${path}`, `free-${path}`);
+          expect(again.status, path).toBe(first.status);
+          expect(again.headers.get('idempotent-replayed'), path).toBeNull();
+        }
+        for (const path of ['/plain', '/charges/ch_1/refunds', '/thrown']) {
+          const first = await post(`${url}${path}`, `kept-${path}`);
+          expect(first.status, path).toBe(404);
+          expect(first.headers.get('idempotency-key'), path).toBe(`kept-${path}`);
+          const again = await post(`${url}${path}`, `kept-${path}`);
+          expect(again.status, path).toBe(404);
+          expect(again.headers.get('idempotent-replayed'), path).toBe('true');
+          expect(await again.text(), path).toBe(await first.text());
+        }
+        expect(runs).toBe(3);
       },
     );
   });

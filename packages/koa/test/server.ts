@@ -3,10 +3,10 @@ import { createReadStream } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { idempotency } from '@idem/koa';
-import { type AdapterServerOptions, type ScenarioReply, scenarioRoutes } from '@idem/testkit';
+import type { AdapterServerOptions, ScenarioReply } from '@idem/testkit';
 import Koa, { type Context } from 'koa';
 
-export async function makeKoaServer({ idempotency: options, handle }: AdapterServerOptions) {
+export async function makeKoaServer({ idempotency: options, routes, handle }: AdapterServerOptions) {
   let runs = 0;
   const app = new Koa();
   // Thrown handler errors are part of the table; keep them out of the test output.
@@ -31,11 +31,12 @@ export async function makeKoaServer({ idempotency: options, handle }: AdapterSer
     await next();
   });
   app.use(async (ctx) => {
-    const route = scenarioRoutes.find(
+    const route = routes.find(
       (candidate) =>
         candidate.method === ctx.method &&
         (candidate.path === ctx.path || (candidate.path === '/charges/:id' && /^\/charges\/[^/]+$/.test(ctx.path))),
     );
+    // No route: Koa's own 404, as an app without one answers.
     if (!route) return;
     runs++;
     const reply = await handle({

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { rmSync, writeFileSync } from 'node:fs';
-import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { Agent, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -73,7 +74,12 @@ export const scenarioRoutes = [
   { method: 'POST', path: '/limited' },
   { method: 'POST', path: '/boom' },
   { method: 'POST', path: '/form' },
+  { method: 'POST', path: '/missing' },
+  { method: 'POST', path: '/refunds' },
 ] as const;
+
+/** One of the {@link scenarioRoutes}. */
+export type ScenarioRoute = (typeof scenarioRoutes)[number];
 
 /** Options a {@link MakeAdapterServer} receives. */
 export interface AdapterServerOptions {
@@ -82,6 +88,11 @@ export interface AdapterServerOptions {
    * unless a scenario sets one: the default principal is used.
    */
   idempotency: HttpIdempotencyOptions<any>;
+  /**
+   * The routes to mount: {@link scenarioRoutes}, or some of them when a scenario plays an older
+   * deployment that lacks one. A request for anything else gets the framework's own 404.
+   */
+  routes: readonly ScenarioRoute[];
   /** Every route handler calls this once and writes what it returns. */
   handle: (request: ScenarioRequest) => Promise<ScenarioReply>;
 }
@@ -133,6 +144,8 @@ interface Sent {
   status: number;
   headers: IncomingHttpHeaders;
   body: Buffer;
+  /** The client end of the connection that carried it: the same on a reused keep-alive connection. */
+  localPort: number | undefined;
 }
 
 interface SendOptions {
@@ -143,6 +156,10 @@ interface SendOptions {
   contentType?: string | null;
   headers?: Record<string, string>;
   signal?: AbortSignal;
+  /** Sent chunked (no Content-Length) in these pieces instead of `body`. */
+  chunks?: readonly Buffer[];
+  /** A keep-alive agent, to see whether the connection still serves the next request. */
+  agent?: Agent;
 }
 
 const ISSUER = 'https://issuer.test';
@@ -155,27 +172,41 @@ function send(base: string, path: string, options: SendOptions = {}): Promise<Se
   const headers: Record<string, string | string[]> = { ...(options.headers ?? {}) };
   if (options.key !== null) headers['idempotency-key'] = options.key ?? `"${randomUUID()}"`;
   if (options.user !== null) headers['x-test-user'] = options.user ?? 'alice';
-  const body = options.body ?? (options.method === 'GET' ? undefined : '{"amount":100}');
-  if (body !== undefined) {
+  const pieces = options.chunks;
+  const body = pieces ? undefined : (options.body ?? (options.method === 'GET' ? undefined : '{"amount":100}'));
+  if (body !== undefined || pieces) {
     if (options.contentType !== null) headers['content-type'] = options.contentType ?? 'application/json';
-    headers['content-length'] = String(Buffer.byteLength(body));
   }
+  if (body !== undefined) headers['content-length'] = String(Buffer.byteLength(body));
   return new Promise((resolve, reject) => {
     const req = httpRequest(
       url,
-      { method: options.method ?? 'POST', headers, ...(options.signal ? { signal: options.signal } : {}) },
+      {
+        method: options.method ?? 'POST',
+        headers,
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(options.agent ? { agent: options.agent } : {}),
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: Buffer.concat(chunks),
+            localPort: req.socket?.localPort,
+          }),
         );
         res.on('error', reject);
       },
     );
     req.on('error', reject);
-    if (body !== undefined) req.write(body);
-    req.end();
+    if (pieces) Readable.from(pieces).pipe(req);
+    else {
+      if (body !== undefined) req.write(body);
+      req.end();
+    }
   });
 }
 
@@ -333,6 +364,7 @@ export function describeAdapter(
   const start = async (
     adapterOptions: Partial<HttpIdempotencyOptions<any>> = {},
     harness?: AdapterStoreHarness,
+    routes: readonly ScenarioRoute[] = scenarioRoutes,
   ): Promise<World> => {
     const storeHarness = harness ?? (await makeStore());
     const store = instrument(storeHarness.store);
@@ -428,12 +460,18 @@ export function describeAdapter(
           return { kind: 'throw' };
         case '/form':
           return { kind: 'json', status: 201, headers: {}, json: { fields: request.body ?? null, n } };
+        case '/missing':
+          // A handler's own 404 ("no such charge"): an answer of the operation, like any other.
+          return { kind: 'json', status: 404, headers: {}, json: { error: 'no_such_charge', n } };
+        case '/refunds':
+          return { kind: 'json', status: 201, headers: {}, json: { id: `re_${n}` } };
         default:
           return { kind: 'json', status: 200, headers: {}, json: { n } };
       }
     };
     const server = await makeServer({
       idempotency: { store: store.store, onEvent, ...options.adapterOptions, ...adapterOptions },
+      routes,
       handle,
     });
     return {
@@ -625,6 +663,28 @@ export function describeAdapter(
       );
     });
 
+    it("a throwing handler's first 500 echoes the key, a minted one too, so the client learns what its outcome is stored under", async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/boom', { key: '"boom-echo-1"' });
+        expect(first.status).toBe(500);
+        expect(first.headers['idempotency-key']).toBe('"boom-echo-1"');
+      });
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/boom', { key: null });
+          expect(first.status).toBe(500);
+          const minted = first.headers['idempotency-key'];
+          expect(minted).toMatch(/^[0-9a-f-]{36}$/);
+          const again = await world.send('/boom', { key: String(minted) });
+          expect(again.status).toBe(500);
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.headers['idempotency-key']).toBe(minted);
+          expect(world.server.executions()).toBe(1);
+        },
+        { mintKeys: true },
+      );
+    });
+
     it('missing key on a covered route: 400 problem+json key_missing, handler not run (25)', async () => {
       await withWorld(async (world) => {
         const sent = await world.send('/charges', { key: null });
@@ -738,6 +798,52 @@ export function describeAdapter(
       }
     });
 
+    it('a key sent where no route matches: its 404 is not stored, so an instance that has the route runs it (a rolling deploy)', async () => {
+      const harness = await makeStore();
+      const older = await start(
+        {},
+        harness,
+        scenarioRoutes.filter((route) => route.path !== '/refunds'),
+      );
+      const newer = await start({}, { store: older.store.store });
+      try {
+        const first = await older.send('/refunds', { key: 'rf-1' });
+        expect(first.status).toBe(404);
+        expect(first.headers['idempotent-replayed']).toBeUndefined();
+        // The key played no part in the answer. Express and Koa claim it before any route is looked
+        // for, and release it; Fastify knows first and never claims it.
+        expect(first.headers['idempotency-key']).toBeUndefined();
+        expect(older.store.calls.complete).toBe(0);
+        if (older.store.calls.claim > 0) {
+          await older.waitForEvent('release');
+          // Reported as what it is, not as a stream cut short.
+          expect(older.events.find((event) => event.type === 'response-not-stored')).toMatchObject({
+            reason: 'no-route',
+            status: 404,
+          });
+        }
+        expect(await storedRecord(older, 'rf-1', 'POST /refunds')).toBeUndefined();
+        const retry = await newer.send('/refunds', { key: 'rf-1' });
+        expect(retry.status).toBe(201);
+        expect(retry.headers['idempotent-replayed']).toBeUndefined();
+        expect((await newer.send('/refunds', { key: 'rf-1' })).headers['idempotent-replayed']).toBe('true');
+        expect(older.server.executions()).toBe(0);
+        expect(newer.server.executions()).toBe(1);
+        // A 404 a route's handler chose to send ("no such charge") is an answer: stored and replayed.
+        const missing = await newer.send('/missing', { key: 'missing-1' });
+        expect(missing.status).toBe(404);
+        expect(missing.headers['idempotency-key']).toBe('missing-1');
+        const again = await newer.send('/missing', { key: 'missing-1' });
+        expect(again.status).toBe(404);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(missing.body)).toBe(true);
+        expect(newer.server.executions()).toBe(2);
+      } finally {
+        await older.close();
+        await newer.close();
+      }
+    });
+
     it('the handler sees its lease as signal: live while renewed, aborted once a renewal is refused', async () => {
       await withWorld(
         async (world) => {
@@ -813,6 +919,53 @@ export function describeAdapter(
         },
         { maxBodyBytes: 1024 },
       );
+    });
+
+    it('a chunked body over maxBodyBytes: 413, and the kept-alive connection serves the next request', async () => {
+      await withWorld(
+        async (world) => {
+          const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+          try {
+            // No Content-Length: the limit is found while reading, and the rest must be drained.
+            const over = await world.send('/charges', {
+              key: 'chunked-1',
+              chunks: Array(256).fill(Buffer.alloc(1_024, 0x20)),
+              agent,
+            });
+            expectProblem(over, 413, 'body_too_large');
+            const next = await world.send('/charges', { key: 'chunked-2', agent });
+            expect(next.status).toBe(201);
+            expect(next.localPort).toBe(over.localPort);
+            expect(world.store.calls.claim).toBe(1);
+          } finally {
+            agent.destroy();
+          }
+        },
+        { maxBodyBytes: 1024 },
+      );
+    });
+
+    it('a client that hangs up mid-upload claims nothing: its retry with the whole body runs', async () => {
+      await withWorld(async (world) => {
+        const whole = '{"amount":100,"note":"hello world"}';
+        const { port } = new URL(world.server.url);
+        const socket = connect(Number(port), '127.0.0.1');
+        await new Promise((resolve) => socket.once('connect', resolve));
+        // The head and part of the body, then the connection drops: TCP delivers both in order.
+        socket.write(
+          `POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: "cut-1"\r\nX-Test-User: alice\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${whole.length}\r\n\r\n${whole.slice(0, 10)}`,
+          () => socket.destroy(),
+        );
+        await new Promise((resolve) => socket.once('close', resolve));
+        // Read as an empty body, it used to claim the key and store the parser's error: the real
+        // retry then got 422 for the whole retention.
+        const retry = await world.send('/charges', { key: '"cut-1"', body: whole });
+        expect(retry.status).toBe(201);
+        expect(retry.headers['idempotent-replayed']).toBeUndefined();
+        expect(world.server.executions()).toBe(1);
+        expect(world.events.filter((event) => event.type === 'mismatch')).toEqual([]);
+      });
     });
 
     it('form and binary bodies fingerprint deterministically and still reach the body parser (20)', async () => {
@@ -1031,6 +1184,31 @@ export function describeAdapter(
         );
       });
 
+      it('a response that cannot be stored (over maxResponseBytes, or server-sent events) rolls back: 503, and the retry runs', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const before = log.entries.length;
+            // Committed, either would be replayed: a stored response over the cap, or a live feed.
+            for (const [path, key, body] of [
+              ['/stream', 'tx-big-1', '{"size":300000}'],
+              ['/events', 'tx-sse-1', '{"amount":100}'],
+            ] as const) {
+              const refused = await world.send(path, { key, body });
+              expect(expectProblem(refused, 503, 'store_unavailable').retryable).toBe(true);
+              const retry = await world.send(path, { key, body });
+              expect(retry.headers['idempotent-replayed']).toBeUndefined();
+            }
+            expect(world.server.executions()).toBe(4);
+            if (!options.transactionalStore) {
+              expect(log.entries.slice(before).map((entry) => entry.outcome)).not.toContain('committed');
+            }
+          },
+          { transactional: true, maxResponseBytes: 100_000 },
+          harness,
+        );
+      });
+
       it('a transaction that cannot begin: 503 store_unavailable, the handler never runs, and the retry does', async () => {
         const harness = await makeTransactional();
         await withWorld(
@@ -1044,6 +1222,26 @@ export function describeAdapter(
             expect((await world.send('/charges', { key: 'tx-begin-1' })).status).toBe(201);
             expect((await world.send('/charges', { key: 'tx-begin-1' })).headers['idempotent-replayed']).toBe('true');
             expect(world.server.executions()).toBe(1);
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
+      it('a key sent where no route matches: the transaction stores nothing, the 404 is served, the key is free', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const first = await world.send('/nowhere', { key: 'tx-nowhere-1' });
+            expect(first.status).toBe(404);
+            expect(first.headers['idempotency-key']).toBeUndefined();
+            if (world.store.calls.claim > 0) await world.waitForEvent('release');
+            expect(await storedRecord(world, 'tx-nowhere-1', 'POST /nowhere')).toBeUndefined();
+            const again = await world.send('/nowhere', { key: 'tx-nowhere-1' });
+            expect(again.status).toBe(404);
+            expect(again.headers['idempotent-replayed']).toBeUndefined();
+            expect(again.body.equals(first.body)).toBe(true);
+            expect(world.server.executions()).toBe(0);
           },
           { transactional: true },
           harness,
