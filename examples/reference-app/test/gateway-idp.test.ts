@@ -147,17 +147,20 @@ describe('gateway with the reference identity provider', () => {
 describe('least privilege of delegated tokens', () => {
   const alice = () => ({ username: 'alice', password: password('alice') });
 
+  // What the user's role or an API scope would allow: none of it without a granted API scope.
+  const roleAndScopeActions = [
+    ['PUT', '/stock/item-8', { level: 0 }],
+    ['GET', '/webhook-events', undefined],
+    ['GET', '/settings', undefined],
+  ] as const;
+
   it('a client that asked for no API scope gets no token for the API: the gateway refuses it (401)', async () => {
     // alice, an admin, signs in to the public client and consents to "Know who you are" only.
     const flow = await codeFlow(idp.authUrl, cli(), alice(), { scope: 'openid' });
     expect(flow.tokens.status).toBe(200);
     const token = flow.tokens.body.access_token as string;
     expect(token.split('.')).not.toHaveLength(3);
-    for (const [method, path, body] of [
-      ['PUT', '/stock/item-8', { level: 0 }],
-      ['GET', '/webhook-events', undefined],
-      ['GET', '/settings', undefined],
-    ] as const) {
+    for (const [method, path, body] of roleAndScopeActions) {
       expect((await call(token, method, path, body)).status, `${method} ${path}`).toBe(401);
     }
     expect((await call('bob', 'GET', '/stock?item=item-8')).body).toEqual({ item: 'item-8', level: 6 });
@@ -170,11 +173,7 @@ describe('least privilege of delegated tokens', () => {
     const { payload } = decodeJwt(token);
     expect(payload.aud).toBe(baseUrl);
     expect(payload.roles).toBeUndefined();
-    for (const [method, path, body] of [
-      ['PUT', '/stock/item-8', { level: 0 }],
-      ['GET', '/webhook-events', undefined],
-      ['GET', '/settings', undefined],
-    ] as const) {
+    for (const [method, path, body] of roleAndScopeActions) {
       expect((await call(token, method, path, body)).status, `${method} ${path}`).toBe(403);
     }
     expect((await call('bob', 'GET', '/stock?item=item-8')).body).toEqual({ item: 'item-8', level: 6 });

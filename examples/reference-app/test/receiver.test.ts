@@ -55,6 +55,26 @@ async function admin(path: string, roles = ['admin'], scope = 'events:read'): Pr
   });
 }
 
+/**
+ * Posts a note on an event through the gateway, as an admin with `scope`; `key` undefined sends none
+ * (default: a fresh key).
+ */
+async function postNote(
+  eventId: string,
+  body: unknown,
+  options: { key?: string | undefined; scope?: string } = { key: `"${randomUUID()}"` },
+): Promise<Response> {
+  return fetch(new URL(`/webhook-events/${eventId}/notes`, stack.gateway.url), {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${await mint(['admin'], options.scope ?? 'events:write')}`,
+      'content-type': 'application/json',
+      ...(options.key ? { 'idempotency-key': options.key } : {}),
+    },
+    body: JSON.stringify(body),
+  });
+}
+
 async function events(): Promise<EventRow[]> {
   const response = await admin('/webhook-events');
   expect(response.status).toBe(200);
@@ -198,15 +218,11 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
   it('refuses a note from an admin whose token lacks the scope events:write', async () => {
     const charge = await createCharge(57);
     await stack.api.relayOnce();
-    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${await mint(['admin'], 'events:read')}`,
-        'content-type': 'application/json',
-        'idempotency-key': `"${randomUUID()}"`,
-      },
-      body: JSON.stringify({ text: 'Looked at it' }),
-    });
+    const response = await postNote(
+      `evt_${charge.id}`,
+      { text: 'Looked at it' },
+      { key: `"${randomUUID()}"`, scope: 'events:read' },
+    );
     expect(response.status).toBe(403);
     expect(response.headers.get('www-authenticate')).toContain('scope="events:write"');
     const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
@@ -249,17 +265,8 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
   it("adds a note once per Idempotency-Key (@idem/koa's idempotency): a retry replays, a new key adds another", async () => {
     const charge = await createCharge(55);
     await stack.api.relayOnce();
-    const path = `/webhook-events/evt_${charge.id}/notes`;
-    const note = async (key: string | undefined, text = 'Customer called about this one') =>
-      fetch(new URL(path, stack.gateway.url), {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
-          'content-type': 'application/json',
-          ...(key ? { 'idempotency-key': key } : {}),
-        },
-        body: JSON.stringify({ text }),
-      });
+    const note = (key: string | undefined, text = 'Customer called about this one') =>
+      postNote(`evt_${charge.id}`, { text }, { key });
     const first = await note('"note-1"');
     expect(first.status).toBe(201);
     const created = (await first.json()) as { id: number; author: string; text: string };
@@ -284,19 +291,9 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
   it('refuses an empty note with 422 and a note on an unknown event with 404', async () => {
     const charge = await createCharge(56);
     await stack.api.relayOnce();
-    const post = async (path: string, body: unknown) =>
-      fetch(new URL(path, stack.gateway.url), {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
-          'content-type': 'application/json',
-          'idempotency-key': `"${randomUUID()}"`,
-        },
-        body: JSON.stringify(body),
-      });
-    expect((await post(`/webhook-events/evt_${charge.id}/notes`, { text: '  ' })).status).toBe(422);
-    expect((await post('/webhook-events/evt_never_seen/notes', { text: 'x' })).status).toBe(404);
-    expect((await post('/webhook-events/%00/notes', { text: 'x' })).status).toBe(404);
+    expect((await postNote(`evt_${charge.id}`, { text: '  ' })).status).toBe(422);
+    expect((await postNote('evt_never_seen', { text: 'x' })).status).toBe(404);
+    expect((await postNote('%00', { text: 'x' })).status).toBe(404);
   });
 
   it.each(['a\u0000b', 'bell\u0007', 'escape\u001b[31m'])(
@@ -304,15 +301,7 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     async (text) => {
       const charge = await createCharge(58);
       await stack.api.relayOnce();
-      const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
-          'content-type': 'application/json',
-          'idempotency-key': `"${randomUUID()}"`,
-        },
-        body: JSON.stringify({ text }),
-      });
+      const response = await postNote(`evt_${charge.id}`, { text });
       expect(response.status).toBe(422);
       expect(await response.json()).toMatchObject({ code: 'validation_failed' });
     },
@@ -321,15 +310,7 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
   it('keeps line breaks and tabs in a note: an operator may write several lines', async () => {
     const charge = await createCharge(59);
     await stack.api.relayOnce();
-    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
-        'content-type': 'application/json',
-        'idempotency-key': `"${randomUUID()}"`,
-      },
-      body: JSON.stringify({ text: 'Customer called.\n\tRefund promised.' }),
-    });
+    const response = await postNote(`evt_${charge.id}`, { text: 'Customer called.\n\tRefund promised.' });
     expect(response.status).toBe(201);
     expect(await response.json()).toMatchObject({ text: 'Customer called.\n\tRefund promised.' });
   });

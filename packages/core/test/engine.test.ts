@@ -1,3 +1,4 @@
+import { transactionalMemoryStore } from '@idem/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
 import type { IdempotencyEvent } from '../src/events.js';
@@ -5,30 +6,12 @@ import { fingerprintRequest } from '../src/fingerprint.js';
 import { memoryStore } from '../src/memory-store.js';
 import { mintKey } from '../src/mint.js';
 import type { Store, StoredResponse } from '../src/store.js';
-import type { TransactionalStore } from '../src/transactional.js';
 
 const ok = (body = '{"id":"ch_1"}', status = 201): StoredResponse => ({
   status,
   headers: { 'content-type': 'application/json' },
   body: new TextEncoder().encode(body),
 });
-
-// A memory store whose transaction is the completion itself: enough to see what the engine commits.
-function transactionalMemory(): TransactionalStore<undefined> {
-  const inner = memoryStore();
-  return {
-    claim: (input) => inner.claim(input),
-    renew: (input) => inner.renew(input),
-    complete: (input) => inner.complete(input),
-    release: (input) => inner.release(input),
-    get: (id) => inner.get(id),
-    async transaction(input, fn) {
-      const { value, response, retentionMs } = await fn(undefined);
-      const done = response ? await inner.complete({ ...input, response, retentionMs }) : await inner.release(input);
-      return done ? { committed: true, value } : { committed: false };
-    },
-  };
-}
 
 function setup(options: Partial<IdempotencyOptions> = {}) {
   const clock = { now: 1_700_000_000_000 };
@@ -460,7 +443,7 @@ describe('anchor cases at engine level', () => {
       expect(events.map((event) => event.type)).toEqual(['claim', 'policy-error', 'complete']);
       expect((await engine.begin(request)).kind).toBe('replay');
       // In a transaction too: the outcome commits with the handler's writes.
-      const inTx = setup({ storeOutcome: policy, store: transactionalMemory() });
+      const inTx = setup({ storeOutcome: policy, store: transactionalMemoryStore() });
       const again = await inTx.engine.begin(inTx.request);
       if (again.kind !== 'execute') throw new Error('expected execute');
       const result = await inTx.engine.transaction(again.lease, async () => ({ value: 1, response: ok('{}', 201) }));

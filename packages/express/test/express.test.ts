@@ -1,7 +1,8 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type IdempotencyEvent, memoryStore, type Store, type TransactionalStore } from '@idem/core';
+import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency } from '@idem/express';
+import { transactionalMemoryStore } from '@idem/testkit';
 import express, { type Express } from 'express';
 import { describe, expect, it } from 'vitest';
 
@@ -40,26 +41,6 @@ function post(url: string, key: string, chunks: string[], contentLength = true):
     for (const chunk of chunks) req.write(chunk);
     req.end();
   });
-}
-
-// A memory store whose "transaction" is the completion itself: enough for transactional mode.
-function transactionalMemory(): TransactionalStore<{ id: string }> {
-  const base = memoryStore();
-  return {
-    claim: (input) => base.claim(input),
-    renew: (input) => base.renew(input),
-    complete: (input) => base.complete(input),
-    release: (input) => base.release(input),
-    get: (id) => base.get(id),
-    async transaction(input, fn) {
-      const produced = await fn({ id: input.id });
-      const ok =
-        produced.response === undefined
-          ? base.release(input)
-          : base.complete({ ...input, response: produced.response, retentionMs: produced.retentionMs });
-      return ok ? { committed: true, value: produced.value } : { committed: false };
-    },
-  };
 }
 
 // Resolves with the first event of `type` reported to `onEvent`.
@@ -340,7 +321,9 @@ describe('@idem/express specifics', () => {
   it('transactional, mounted with app.use: a not-found page written in pieces goes out whole, and its key is released', async () => {
     const released = eventOf('release');
     const app = express();
-    app.use(idempotency(options({ store: transactionalMemory(), transactional: true, onEvent: released.onEvent })));
+    app.use(
+      idempotency(options({ store: transactionalMemoryStore(), transactional: true, onEvent: released.onEvent })),
+    );
     app.use((_req, res) => {
       res.status(404).type('text/plain');
       res.write('no such ');

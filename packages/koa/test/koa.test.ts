@@ -53,6 +53,23 @@ function eventLog() {
   };
 }
 
+// A client that leaves while the handler works: a handler awaits `untilGone(ctx)`, which tells
+// `running` it started and returns once the client has gone (see abandonedPost).
+function clientLeaves() {
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => {
+    started = resolve;
+  });
+  return {
+    running,
+    async untilGone(ctx: Koa.Context) {
+      const closed = new Promise((resolve) => ctx.res.once('close', resolve));
+      started();
+      await closed;
+    },
+  };
+}
+
 // Sends a request and drops the connection once `started` resolves (the handler is running).
 async function abandonedPost(url: string, key: string, started: Promise<void>) {
   const req = httpRequest(url, {
@@ -122,25 +139,18 @@ describe('@idem/koa specifics', () => {
     for (const [name, make] of Object.entries(bodies)) {
       const log = eventLog();
       let runs = 0;
-      let started!: () => void;
-      const running = new Promise<void>((resolve) => {
-        started = resolve;
-      });
+      const leaving = clientLeaves();
       await serve(
         { onEvent: log.onEvent },
         async (ctx) => {
           runs++;
-          if (runs === 1) {
-            // The first client leaves while the handler works; the body is set once it has gone.
-            const closed = new Promise((resolve) => ctx.res.once('close', resolve));
-            started();
-            await closed;
-          }
+          // The first client leaves while the handler works; the body is set once it has gone.
+          if (runs === 1) await leaving.untilGone(ctx);
           ctx.status = 200;
           ctx.body = make();
         },
         async (url) => {
-          await abandonedPost(url, `web-${name}`, running);
+          await abandonedPost(url, `web-${name}`, leaving.running);
           const settled = await log.next(0, 'complete', 'release');
           expect(settled.type, name).toBe('release');
           const retry = await post(url, `web-${name}`);
@@ -178,19 +188,12 @@ describe('@idem/koa specifics', () => {
     for (const { name, set } of cases) {
       const log = eventLog();
       let runs = 0;
-      let started!: () => void;
-      const running = new Promise<void>((resolve) => {
-        started = resolve;
-      });
+      const leaving = clientLeaves();
       await serve(
         { onEvent: log.onEvent },
         async (ctx) => {
           runs++;
-          if (ctx.get('x-stay') === '') {
-            const closed = new Promise((resolve) => ctx.res.once('close', resolve));
-            started();
-            await closed;
-          }
+          if (ctx.get('x-stay') === '') await leaving.untilGone(ctx);
           set(ctx);
         },
         async (url) => {
@@ -206,7 +209,7 @@ describe('@idem/koa specifics', () => {
             body: await stayed.text(),
           };
           const mark = log.events.length;
-          await abandonedPost(url, `gone-${name}`, running);
+          await abandonedPost(url, `gone-${name}`, leaving.running);
           expect((await log.next(mark, 'complete', 'release')).type, name).toBe('complete');
           const replay = await post(url, `gone-${name}`);
           expect(replay.headers.get('idempotent-replayed'), name).toBe('true');

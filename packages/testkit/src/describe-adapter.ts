@@ -9,6 +9,7 @@ import { gzipSync } from 'node:zlib';
 import {
   type HttpIdempotencyOptions,
   type IdempotencyEvent,
+  type MemoryStore,
   memoryStore,
   principalScope,
   problemType,
@@ -18,6 +19,7 @@ import {
   type TransactionalStore,
 } from '@idem/core';
 import { afterAll, describe, expect, it } from 'vitest';
+import { transactionalMemoryStore } from './transactional-memory.js';
 
 /**
  * What a route handler answers, in framework-neutral terms. Each framework's test server writes it
@@ -285,40 +287,21 @@ interface TransactionLog {
   gate?: { committing(): void; open: Promise<void> };
 }
 
-// A memory store with a transaction whose "writes" are the completion itself: enough to prove that
-// the adapter runs the handler inside `transaction`, exposes `tx` and holds the response until commit.
+// The transactional memory store, recording how each transaction ended and, when the log has a
+// gate, holding each commit until it opens: enough to prove that the adapter runs the handler
+// inside `transaction`, exposes `tx` and holds the response until commit.
 function transactionalMemoryHarness(log: TransactionLog): AdapterStoreHarness {
   const base = memoryHarness();
-  const store = base.store;
-  const transactional: TransactionalStore<{ id: string }> = {
-    ...store,
-    claim: (input) => store.claim(input),
-    renew: (input) => store.renew(input),
-    complete: (input) => store.complete(input),
-    release: (input) => store.release(input),
-    get: (id) => store.get(id),
-    async transaction(input, fn) {
-      const tx = { id: input.id };
-      let produced: Awaited<ReturnType<typeof fn>>;
-      try {
-        produced = await fn(tx);
-      } catch (error) {
-        log.entries.push({ id: input.id, outcome: 'rolled-back' });
-        throw error;
-      }
-      if (log.gate) {
-        log.gate.committing();
-        await log.gate.open;
-      }
-      const ok =
-        produced.response === undefined
-          ? await store.release(input)
-          : await store.complete({ ...input, response: produced.response, retentionMs: produced.retentionMs });
-      log.entries.push({ id: input.id, outcome: ok ? 'committed' : 'lost' });
-      return ok ? { committed: true, value: produced.value } : { committed: false };
+  const store = transactionalMemoryStore({
+    store: base.store as MemoryStore,
+    onOutcome: (id, outcome) => log.entries.push({ id, outcome }),
+    beforeCommit: async () => {
+      if (!log.gate) return;
+      log.gate.committing();
+      await log.gate.open;
     },
-  };
-  return { store: transactional, ...(base.advance ? { advance: base.advance } : {}) };
+  });
+  return { store, ...(base.advance ? { advance: base.advance } : {}) };
 }
 
 /**

@@ -3,4 +3,9 @@ export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
 export { databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from './services.js';
 export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
+export {
+  type TransactionalMemoryOptions,
+  type TransactionOutcome,
+  transactionalMemoryStore,
+} from './transactional-memory.js';
 export { startWorkers, type Worker, type Workers, type WorkersOptions } from './workers.js';
