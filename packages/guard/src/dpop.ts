@@ -74,17 +74,6 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
   };
 }
 
-/** RFC 7638 thumbprint of a public JWK (the `cnf.jkt` a DPoP-bound token carries). */
-function thumbprint(jwk: Record<string, unknown>): string {
-  const members =
-    jwk.kty === 'RSA'
-      ? { e: jwk.e, kty: jwk.kty, n: jwk.n }
-      : jwk.kty === 'EC'
-        ? { crv: jwk.crv, kty: jwk.kty, x: jwk.x, y: jwk.y }
-        : { crv: jwk.crv, kty: jwk.kty, x: jwk.x };
-  return createHash('sha256').update(JSON.stringify(members)).digest('base64url');
-}
-
 /** `htu` comparison form: scheme and host lower-cased, default port dropped, no query or fragment. */
 function normalizeHtu(value: string): string | undefined {
   try {
@@ -169,7 +158,8 @@ export async function verifyDpopProof(
   const expectedAth = createHash('sha256').update(context.accessToken).digest('base64url');
   if (ath !== expectedAth) return invalid;
 
-  const jkt = thumbprint(checked.key.jwk as Record<string, unknown>);
+  // The RFC 7638 thumbprint of the proof's key: the `cnf.jkt` a bound token must carry.
+  const jkt = key.thumbprint;
   // Remembered until the proof could no longer pass the iat window anyway.
   const expiresAtMs = issuedMs + runtime.maxAgeMs + 2 * context.clockToleranceMs;
   return { ok: true, jkt, replayKey: `${jkt}:${jti}`, expiresAtMs };

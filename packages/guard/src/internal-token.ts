@@ -1,10 +1,11 @@
-import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { importJWK, type JWK, SignJWT } from 'jose';
 import type { JwsAlgorithm } from './algorithms.js';
 import type { GuardEvent } from './events.js';
 import { extractHeaderToken } from './extract-token.js';
 import { buildEngine, type Guard, guardFromEngine, internalTokenType, type PublicKeyInput } from './guard.js';
 import { defaultInternalTokenHeader } from './internal-header.js';
+import { jwkThumbprint } from './key-import.js';
 import type { RemoteJwksOptions } from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
 
@@ -85,12 +86,6 @@ const reservedClaims = new Set([
   'nonce',
 ]);
 
-function thumbprint(jwk: JWK): string {
-  const members =
-    jwk.kty === 'OKP' ? { crv: jwk.crv, kty: jwk.kty, x: jwk.x } : { crv: jwk.crv, kty: jwk.kty, x: jwk.x, y: jwk.y };
-  return createHash('sha256').update(JSON.stringify(members)).digest('base64url');
-}
-
 function toSigningEntry(input: InternalSigningKey | undefined): SigningEntry {
   let privateKey: KeyObject;
   if (input === undefined) privateKey = generateKeyPairSync('ed25519').privateKey;
@@ -104,7 +99,7 @@ function toSigningEntry(input: InternalSigningKey | undefined): SigningEntry {
     alg = 'ES256';
   } else throw new TypeError('internal token keys must be Ed25519 (EdDSA) or P-256 (ES256)');
   const publicJwk = createPublicKey(privateKey).export({ format: 'jwk' }) as JWK;
-  const kid = input?.kid ?? thumbprint(publicJwk);
+  const kid = input?.kid ?? jwkThumbprint(publicJwk);
   const privateJwk = privateKey.export({ format: 'jwk' }) as JWK;
   const signingKey = importJWK(privateJwk, alg) as Promise<CryptoKey>;
   signingKey.catch(() => {});
