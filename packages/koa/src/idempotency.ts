@@ -89,7 +89,7 @@ const emptyStatuses = new Set([204, 205, 304]);
 function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown) {
   if (capture.ended || ctx.writable) return;
   if (error === undefined && nothingMatched(ctx)) {
-    capture.abandon(ctx.status);
+    capture.abandon(ctx.status, 'no-route');
     return;
   }
   if (error !== undefined) {

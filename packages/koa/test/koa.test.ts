@@ -162,6 +162,26 @@ describe('@idem/koa specifics', () => {
     }
   });
 
+  it('client gone before a request no route took ends: nothing is stored, and the release says no-route', async () => {
+    const log = eventLog();
+    const leaving = clientLeaves();
+    await serve(
+      { onEvent: log.onEvent },
+      // A not-found middleware that is slow to decide: Koa's own 404 follows, with nobody left to hear it.
+      async (ctx) => {
+        await leaving.untilGone(ctx);
+      },
+      async (url) => {
+        await abandonedPost(url, 'nowhere-1', leaving.running);
+        expect((await log.next(0, 'complete', 'release')).type).toBe('release');
+        expect(log.events.find((event) => event.type === 'response-not-stored')).toMatchObject({
+          reason: 'no-route',
+          status: 404,
+        });
+      },
+    );
+  });
+
   it('client gone, a body Koa writes from memory: what is stored is what Koa would have written', async () => {
     const cases: { name: string; set: (ctx: Koa.Context) => void }[] = [
       {
