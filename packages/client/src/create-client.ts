@@ -8,7 +8,7 @@ import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { parseRetryAfter } from './retry-after.js';
 import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
-import { abortableSleep } from './sleep.js';
+import { abortableSleep, maxTimerMs } from './sleep.js';
 
 /**
  * The `fetch` the client calls: the standard one, or any function with its shape.
@@ -171,8 +171,6 @@ type AttemptRun =
 
 const methodToken = /^[!#$%&'*+.^`|~\w-]+$/;
 const parseModes: readonly ParseMode[] = ['auto', 'json', 'text', 'bytes', 'none'];
-// setTimeout fires at once for delays above 2^31 - 1 ms; longer timeouts are as good as none.
-const maxTimerMs = 2_147_483_647;
 
 const isReplay = (response: Response) => response.headers.get('idempotent-replayed')?.trim().toLowerCase() === 'true';
 

@@ -1,6 +1,5 @@
-// setTimeout fires at once for delays above 2^31 - 1 ms (about 24.9 days), so longer waits are
-// taken in steps of at most that.
-const maxTimerMs = 2_147_483_647;
+/** setTimeout fires at once for delays above 2^31 - 1 ms (about 24.9 days): the longest one timer holds. */
+export const maxTimerMs = 2_147_483_647;
 
 /**
  * Waits `ms` milliseconds, or rejects with the signal's reason as soon as `signal` aborts. The
@@ -22,6 +21,7 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
       clearTimeout(timer);
       reject(signal?.reason);
     };
+    // Longer waits are taken in steps a timer can hold.
     const step = () => {
       if (left > maxTimerMs) {
         left -= maxTimerMs;
