@@ -40,6 +40,17 @@ export interface IdempotencyOptions {
   /** Renew leases in the background while a handler runs. Default true. */
   heartbeat?: boolean;
   /**
+   * The longest a handler may hold its key. Default off: a handler that never settles keeps its
+   * key in progress (409) for as long as its process lives. When set, the heartbeat stops renewing
+   * a lease this old: the lease is marked lost (its `signal` aborts, a `lease-lost` event says
+   * `max-execution`), and the key is free for a retry once the store lets the lease run out, within
+   * one `lease` more. A handler that finishes within that lease still has its outcome stored; later,
+   * it is a late finisher like a stalled executor's, refused by the store (`lease-lost`), and its
+   * response is served but not stored. Set it above your slowest legitimate handler: a retry after
+   * it runs the operation again. Needs the heartbeat.
+   */
+  maxExecution?: Duration | false;
+  /**
    * How long a request that finds its key in progress waits for the first one's outcome before it
    * gets 409. Default off (answer 409 at once, as the spec says).
    */
@@ -126,7 +137,14 @@ export interface IdempotencyEngine {
   /** True when the store supports {@link IdempotencyEngine.transaction}. */
   readonly transactional: boolean;
   /** The resolved settings, in milliseconds. */
-  readonly settings: Readonly<{ retentionMs: number; leaseMs: number; waitMs: number; storeTimeoutMs: number }>;
+  readonly settings: Readonly<{
+    retentionMs: number;
+    leaseMs: number;
+    waitMs: number;
+    storeTimeoutMs: number;
+    /** 0 when off. */
+    maxExecutionMs: number;
+  }>;
 }
 
 /**
@@ -213,6 +231,15 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
   const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
   const heartbeat = options.heartbeat ?? true;
+  const maxExecutionMs =
+    options.maxExecution === undefined || options.maxExecution === false
+      ? 0
+      : toMilliseconds(options.maxExecution, 'maxExecution');
+  if (options.maxExecution !== undefined && options.maxExecution !== false) {
+    if (maxExecutionMs < 100) throw new TypeError('maxExecution must be at least 100ms');
+    // Without renewals a lease already ends after one lease: a cap on renewals would mean nothing.
+    if (!heartbeat) throw new TypeError('maxExecution needs the heartbeat (heartbeat: false already ends every lease)');
+  }
   const conflictRetryAfter = options.conflictRetryAfter ?? 1;
   const unavailableRetryAfter = options.unavailableRetryAfter ?? 2;
   const now = options.now ?? Date.now;
@@ -310,7 +337,11 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     }
     const t = now();
     for (const lease of held.values()) {
-      if (!lease.renewing && !lease.lost && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
+      if (lease.lost) continue;
+      // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
+      // (Deleting from `held` while iterating it is safe for a Map.)
+      if (maxExecutionMs > 0 && t - lease.startedAt >= maxExecutionMs) markLost(lease, 'max-execution');
+      else if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
     }
   };
 
@@ -645,7 +676,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     [settleNow]: { complete: completeNow, release: releaseNow },
     transaction,
     transactional: isTransactionalStore(store),
-    settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs }),
+    settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs, maxExecutionMs }),
   };
   return engine;
 }

@@ -64,8 +64,9 @@ export interface IdempotencyContext {
   tx: unknown;
   /**
    * Aborts when this execution's lease is lost: its renewal was refused (another execution took the
-   * key over) or failed for a whole lease. Another execution may then be running, so a handler that
-   * has not made its effect yet should stop; pass it to `fetch`, a database query or a timer.
+   * key over), failed for a whole lease, or stopped at `maxExecution`. Another execution may then be
+   * running, so a handler that has not made its effect yet should stop; pass it to `fetch`, a
+   * database query or a timer.
    */
   readonly signal: AbortSignal;
 }

@@ -575,3 +575,87 @@ describe('stores that answer synchronously', () => {
     expect(tokens.size).toBe(2_000);
   });
 });
+
+describe('maxExecution: a hung handler does not hold its key for as long as the process lives', () => {
+  const request = { key: 'k', scope: 's', operation: 'op', fingerprint: '' };
+
+  it('without it, a handler that never settles keeps its key in progress', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now() });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    await vi.advanceTimersByTimeAsync(60_000);
+    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+    expect((await other.begin(request)).kind).toBe('reject');
+  });
+
+  it('stops renewing at maxExecution: the lease is lost, its signal aborts, and a retry runs within one lease', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({
+      store,
+      lease: '1s',
+      maxExecution: '5s',
+      now: () => Date.now(),
+      onEvent: (e) => events.push(e),
+    });
+    const hung = await engine.begin(request);
+    if (hung.kind !== 'execute') throw new Error('expected execute');
+    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+    // Well past one lease but below maxExecution, the heartbeat still holds the key.
+    await vi.advanceTimersByTimeAsync(4_500);
+    expect(hung.lease.lost).toBe(false);
+    expect((await other.begin(request)).kind).toBe('reject');
+    // At maxExecution (give or take one heartbeat tick) the lease is given up.
+    await vi.advanceTimersByTimeAsync(750);
+    expect(hung.lease.lost).toBe(true);
+    expect(hung.lease.signal.aborted).toBe(true);
+    expect(events.filter((e) => e.type === 'lease-lost')).toEqual([
+      expect.objectContaining({ type: 'lease-lost', reason: 'max-execution', operation: 'op' }),
+    ]);
+    // Within one lease more the store has let it go, and a retry executes.
+    await vi.advanceTimersByTimeAsync(1_000);
+    const retry = await other.begin(request);
+    expect(retry.kind).toBe('execute');
+    if (retry.kind !== 'execute') return;
+    await other.complete(retry.lease, ok('{"retry":true}'));
+    // The hung handler finally answers: fenced, the retry's outcome stands.
+    expect(await engine.complete(hung.lease, ok('{"late":true}'))).toEqual({ ok: false, reason: 'lease-lost' });
+    const replay = await other.begin(request);
+    expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('{"retry":true}');
+  });
+
+  it('a handler that finishes within one lease after maxExecution still has its outcome stored', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', maxExecution: '2s', now: () => Date.now() });
+    const slow = await engine.begin(request);
+    if (slow.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(2_300);
+    expect(slow.lease.lost).toBe(true);
+    expect(await engine.complete(slow.lease, ok('{"slow":true}'))).toEqual({ ok: true, stored: true });
+    const replay = await engine.begin(request);
+    expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('{"slow":true}');
+  });
+
+  it('a handler that finishes later than that is a late finisher: refused, and the key is free', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', maxExecution: '2s', now: () => Date.now() });
+    const slow = await engine.begin(request);
+    if (slow.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(await engine.complete(slow.lease, ok('{"slow":true}'))).toEqual({ ok: false, reason: 'lease-lost' });
+    expect((await engine.begin(request)).kind).toBe('execute');
+  });
+
+  it('is validated: a duration of at least 100ms, with the heartbeat on', () => {
+    const store = memoryStore();
+    expect(() => createIdempotency({ store, maxExecution: '50ms' })).toThrow(/at least 100ms/);
+    expect(() => createIdempotency({ store, maxExecution: 'soon' as never })).toThrow(TypeError);
+    expect(() => createIdempotency({ store, maxExecution: '1m', heartbeat: false })).toThrow(/needs the heartbeat/);
+    expect(createIdempotency({ store, maxExecution: '1m' }).settings.maxExecutionMs).toBe(60_000);
+    expect(createIdempotency({ store, maxExecution: false }).settings.maxExecutionMs).toBe(0);
+  });
+});
