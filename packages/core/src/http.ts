@@ -1,6 +1,6 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
-import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
+import { decoderOf, negotiatedBody } from './content-coding.js';
 import {
   createIdempotency,
   type IdempotencyEngine,
@@ -94,6 +94,12 @@ export interface HttpRequestInfo {
   contentType: string | undefined;
   /** The raw `Idempotency-Key` field value(s). */
   keyHeader: string | readonly string[] | undefined;
+  /**
+   * The request's `Accept-Encoding`, undefined when it has none: a replay of a body stored
+   * compressed is decoded for a retry that does not take its coding (none given means identity, as
+   * compression middleware reads it).
+   */
+  acceptEncoding?: string | undefined;
   /**
    * The raw request body bytes (undefined when there is none), or a reader that `begin` calls only
    * once the key and the caller are known to be valid, so a bad key is refused without reading a byte.
@@ -198,8 +204,11 @@ export interface HttpIdempotency<Req> {
   context(started: Extract<HttpBeginResult, { kind: 'execute' }>): IdempotencyContext;
   /** The problem+json response for an error. */
   problem(error: IdempotencyError): HttpResponse;
-  /** The response that replays `stored`; `echo` is the `Idempotency-Key` value to send back. */
-  replay(stored: StoredResponse, echo: string): HttpResponse;
+  /**
+   * The response that replays `stored`; `echo` is the `Idempotency-Key` value to send back. A body
+   * stored compressed is decoded when `acceptEncoding` (the retry's field) does not take its coding.
+   */
+  replay(stored: StoredResponse, echo: string, acceptEncoding?: string): HttpResponse;
   /**
    * Watches `res` (Node's `ServerResponse`, which every framework ends up writing to) and copies what
    * is written: status, body, and the headers a replay carries (the allowlist and `replayHeaders`). With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
@@ -330,18 +339,27 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return { status: error.status, headers, body: Buffer.from(JSON.stringify(error.toProblem())) };
   };
 
-  const replay = (stored: StoredResponse, echo: string): HttpResponse => {
-    const headers: Record<string, string> = {};
+  // A stored compressed body is decoded for a retry that does not take its coding, up to this many
+  // bytes; a larger one is served as stored rather than blocking the event loop on a huge inflate.
+  const maxDecodedBytes = maxResponseBytes * 16;
+
+  const replay = (stored: StoredResponse, echo: string, acceptEncoding?: string): HttpResponse => {
+    let headers: Record<string, string> = {};
     const names = Object.keys(stored.headers);
     for (let i = 0; i < names.length; i++) {
       const name = names[i] as string;
       if (allow.has(name)) headers[name] = stored.headers[name] as string;
     }
+    let body = stored.body;
+    if (headers['content-encoding'] !== undefined) {
+      const negotiated = negotiatedBody(headers, body, acceptEncoding, maxDecodedBytes);
+      if (negotiated !== undefined) ({ headers, body } = negotiated);
+    }
     headers['idempotency-key'] = echo;
     headers['idempotent-replayed'] = 'true';
     // A replay is one caller's result: shared caches must not keep it (anchors case 40).
     headers['cache-control'] = 'no-store';
-    return { status: stored.status, headers, body: stored.body };
+    return { status: stored.status, headers, body };
   };
 
   const begin = async (request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult> => {
@@ -409,7 +427,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       fingerprint,
     });
     if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
-    if (started.kind === 'replay') return { kind: 'respond', response: replay(started.response, echo) };
+    if (started.kind === 'replay')
+      return { kind: 'respond', response: replay(started.response, echo, request.acceptEncoding) };
     return { kind: 'execute', key, echo, lease: started.lease, minted };
   };
 
@@ -670,13 +689,6 @@ export async function readBodyForFingerprint(
   return parsedBodyRead(parsed);
 }
 
-const decoders: Record<string, (bytes: Buffer, options: { maxOutputLength: number }) => Buffer> = {
-  gzip: gunzipSync,
-  'x-gzip': gunzipSync,
-  deflate: inflateSync,
-  br: brotliDecompressSync,
-};
-
 /**
  * A compressed body is fingerprinted by what it says, as the parser after us will read it: the same
  * JSON compressed twice (gzip writes a timestamp into its header) or once sent plain must not be
@@ -684,7 +696,7 @@ const decoders: Record<string, (bytes: Buffer, options: { maxOutputLength: numbe
  * body that does not decode is left as it came, and the parser will refuse it.
  */
 function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBodyResult {
-  const decode = decoders[encoding.trim().toLowerCase()];
+  const decode = decoderOf(encoding.trim().toLowerCase());
   if (decode === undefined) return { ok: true, body };
   try {
     return { ok: true, body: decode(body, { maxOutputLength: maxBytes }) };

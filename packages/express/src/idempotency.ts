@@ -61,6 +61,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),
       contentType: req.headers['content-type'],
       keyHeader,
+      acceptEncoding: req.headers['accept-encoding'],
       // Read only once the key and the caller passed: a bad key costs no body read.
       body: readBody.bind(req, http.maxBodyBytes),
       scope: http.scope ? http.scope(req) : principalScope((req as { auth?: unknown }).auth),

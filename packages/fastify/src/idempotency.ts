@@ -259,6 +259,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
           query: queryAt === -1 ? '' : url.slice(queryAt + 1),
           contentType: request.headers['content-type'],
           keyHeader,
+          acceptEncoding: request.headers['accept-encoding'],
           body: body !== undefined && body.length > 0 ? body : undefined,
           json,
           scope: scope ? scope(request) : principalScope((request as { auth?: unknown }).auth),

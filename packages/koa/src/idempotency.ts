@@ -254,6 +254,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       query: ctx.querystring,
       contentType: ctx.get('content-type') || undefined,
       keyHeader,
+      acceptEncoding: ctx.req.headers['accept-encoding'],
       // Read only once the key and the caller passed: a bad key costs no body read.
       body: readBody.bind(ctx, http.maxBodyBytes),
       scope: http.scope ? http.scope(ctx) : principalScope(ctx.state?.auth),

@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { gzipSync } from 'node:zlib';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import {
   type HttpIdempotencyOptions,
   type IdempotencyEvent,
@@ -414,7 +414,12 @@ export function describeAdapter(
           return {
             kind: 'bytes',
             status: 200,
-            headers: { 'content-type': 'application/json', 'content-encoding': 'gzip', vary: 'accept-encoding' },
+            headers: {
+              'content-type': 'application/json',
+              'content-encoding': 'gzip',
+              vary: 'accept-encoding',
+              etag: `"gz-${n}"`,
+            },
             bytes: gzipSync(Buffer.from(JSON.stringify({ n, pad: 'z'.repeat(500) }))),
           };
         case '/stream': {
@@ -573,21 +578,56 @@ export function describeAdapter(
 
     it('text, binary, gzip, streamed and file bodies replay byte for byte with their encoding (12, 35)', async () => {
       await withWorld(async (world) => {
+        // The retries take gzip, as the first request did: the stored bytes go out as they are.
+        const headers = { 'accept-encoding': 'gzip' };
         for (const path of ['/text', '/binary', '/gzip', '/stream', '/file']) {
           const key = `bytes-${path.slice(1)}`;
-          const first = await world.send(path, { key });
+          const first = await world.send(path, { key, headers });
           expect(first.status, path).toBe(200);
-          const again = await world.send(path, { key });
+          const again = await world.send(path, { key, headers });
           expect(again.status, path).toBe(200);
           expect(again.headers['idempotent-replayed'], path).toBe('true');
           expect(again.body.equals(first.body), path).toBe(true);
           expect(again.headers['content-type'], path).toBe(first.headers['content-type']);
           expect(again.headers['content-encoding'], path).toBe(first.headers['content-encoding']);
         }
-        const file = await world.send('/file', { key: 'bytes-file' });
+        const file = await world.send('/file', { key: 'bytes-file', headers });
         expect(file.body.equals(fileBytes)).toBe(true);
-        expect((await world.send('/gzip', { key: 'bytes-gzip' })).headers['content-encoding']).toBe('gzip');
+        expect((await world.send('/gzip', { key: 'bytes-gzip', headers })).headers['content-encoding']).toBe('gzip');
         expect(world.server.executions()).toBe(5);
+      });
+    });
+
+    it('a body stored compressed is decoded for a retry that does not take its coding', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/gzip', { key: 'gz-negotiate', headers: { 'accept-encoding': 'gzip, br' } });
+        expect(first.headers['content-encoding']).toBe('gzip');
+        const plain = gunzipSync(first.body);
+        // No Accept-Encoding (curl without --compressed), identity only, or gzip refused by q=0.
+        for (const acceptEncoding of [undefined, 'identity', 'br', 'gzip;q=0, *']) {
+          const headers: Record<string, string> =
+            acceptEncoding === undefined ? {} : { 'accept-encoding': acceptEncoding };
+          const again = await world.send('/gzip', { key: 'gz-negotiate', headers });
+          expect(again.status, acceptEncoding).toBe(200);
+          expect(again.headers['idempotent-replayed'], acceptEncoding).toBe('true');
+          expect(again.headers['content-encoding'], acceptEncoding).toBeUndefined();
+          expect(again.body.equals(plain), acceptEncoding).toBe(true);
+          expect(Number(again.headers['content-length']), acceptEncoding).toBe(plain.length);
+          expect(again.headers['content-type'], acceptEncoding).toBe(first.headers['content-type']);
+          // Other bytes than the tagged ones: the validator can only be weak now.
+          expect(again.headers.etag, acceptEncoding).toBe(`W/${first.headers.etag}`);
+        }
+        // A retry that takes gzip (or anything) still gets the stored bytes.
+        for (const acceptEncoding of ['gzip', 'x-gzip', '*', 'br;q=1, gzip;q=0.1']) {
+          const again = await world.send('/gzip', {
+            key: 'gz-negotiate',
+            headers: { 'accept-encoding': acceptEncoding },
+          });
+          expect(again.headers['content-encoding'], acceptEncoding).toBe('gzip');
+          expect(again.body.equals(first.body), acceptEncoding).toBe(true);
+          expect(again.headers.etag, acceptEncoding).toBe(first.headers.etag);
+        }
+        expect(world.server.executions()).toBe(1);
       });
     });
 

@@ -1,0 +1,66 @@
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
+import { describe, expect, it } from 'vitest';
+import { acceptsCoding, negotiatedBody } from '../src/content-coding.js';
+
+describe('acceptsCoding: RFC 9110 Accept-Encoding', () => {
+  it.each([
+    [undefined, 'gzip', false],
+    ['', 'gzip', false],
+    ['identity', 'gzip', false],
+    ['gzip', 'gzip', true],
+    ['GZIP', 'gzip', true],
+    ['x-gzip', 'gzip', true],
+    ['gzip', 'x-gzip', true],
+    ['deflate, gzip;q=0.5', 'gzip', true],
+    ['gzip;q=0', 'gzip', false],
+    ['gzip; q=0.000', 'gzip', false],
+    ['gzip;q=nonsense', 'gzip', false],
+    ['*', 'br', true],
+    ['*;q=0', 'br', false],
+    ['br;q=0, *', 'br', false],
+    ['*, br;q=0', 'br', false],
+    ['gzip;q=0, *;q=0.1', 'deflate', true],
+    ['deflate', 'br', false],
+  ])('%j takes %s: %s', (field, coding, expected) => {
+    expect(acceptsCoding(field, coding)).toBe(expected);
+  });
+});
+
+describe('negotiatedBody: a stored compressed body for a retry that does not take its coding', () => {
+  const json = Buffer.from(JSON.stringify({ id: 'ch_1', pad: 'x'.repeat(200) }));
+
+  it.each([
+    ['gzip', gzipSync(json)],
+    ['x-gzip', gzipSync(json)],
+    ['deflate', deflateSync(json)],
+    ['br', brotliCompressSync(json)],
+  ])('decodes %s, drops Content-Encoding and weakens a strong ETag', (coding, bytes) => {
+    const headers = { 'content-type': 'application/json', 'content-encoding': coding, etag: '"v1"' };
+    const out = negotiatedBody(headers, bytes, 'identity', 1 << 20);
+    expect(out).toBeDefined();
+    expect(Buffer.from(out?.body ?? []).equals(json)).toBe(true);
+    expect(out?.headers).toEqual({ 'content-type': 'application/json', etag: 'W/"v1"' });
+  });
+
+  it('keeps a weak ETag as it is', () => {
+    const out = negotiatedBody({ 'content-encoding': 'gzip', etag: 'W/"v1"' }, gzipSync(json), undefined, 1 << 20);
+    expect(out?.headers.etag).toBe('W/"v1"');
+  });
+
+  it('leaves the response as stored when the retry takes the coding, or nothing is encoded', () => {
+    expect(negotiatedBody({ 'content-encoding': 'gzip' }, gzipSync(json), 'gzip', 1 << 20)).toBeUndefined();
+    expect(negotiatedBody({ 'content-type': 'text/plain' }, json, undefined, 1 << 20)).toBeUndefined();
+    expect(negotiatedBody({ 'content-encoding': 'identity' }, json, undefined, 1 << 20)).toBeUndefined();
+  });
+
+  it('serves as stored what it cannot undo: an unknown coding, a list of codings, bad bytes, or more than the cap', () => {
+    expect(negotiatedBody({ 'content-encoding': 'zstd' }, json, undefined, 1 << 20)).toBeUndefined();
+    const twice = gzipSync(brotliCompressSync(json));
+    expect(negotiatedBody({ 'content-encoding': 'br, gzip' }, twice, undefined, 1 << 20)).toBeUndefined();
+    expect(negotiatedBody({ 'content-encoding': 'gzip' }, json, undefined, 1 << 20)).toBeUndefined();
+    const bomb = gzipSync(Buffer.alloc(1 << 20));
+    expect(negotiatedBody({ 'content-encoding': 'gzip' }, bomb, undefined, 1024)).toBeUndefined();
+    // The prototype is no decoder.
+    expect(negotiatedBody({ 'content-encoding': 'constructor' }, json, undefined, 1 << 20)).toBeUndefined();
+  });
+});
