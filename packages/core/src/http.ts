@@ -1117,7 +1117,11 @@ const captureMethods: ResponseCapture = {
     const res = state.res;
     if (!state.hold) {
       this.abandon(finalStatus, reason);
-      state.originalEnd.call(res, chunk, encoding, callback);
+      // As for a stored outcome, the end leaves once the key is released: a client retrying the
+      // moment it reads the answer must find the key free, not in progress (409).
+      const settling = state.settling;
+      if (settling === undefined) endNow(state, chunk, encoding, callback);
+      else void settling.then(() => endNow(state, chunk, encoding, callback));
       return;
     }
     // Held: the last chunk joins what waits in the capture, and everything goes out now.

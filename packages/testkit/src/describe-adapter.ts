@@ -240,6 +240,8 @@ function instrument(store: Store) {
     renew: undefined as undefined | 'refuse',
     /** `throw`: the transaction cannot begin (BEGIN fails), before the handler could run. */
     transaction: undefined as undefined | 'throw',
+    /** `slow`: every release takes 100 ms more, as a remote store's can. */
+    release: undefined as undefined | 'slow',
   };
   const wrapped: Store = {
     async claim(input) {
@@ -256,6 +258,7 @@ function instrument(store: Store) {
     },
     async release(input) {
       calls.release++;
+      if (faults.release === 'slow') await new Promise((resolve) => setTimeout(resolve, 100));
       return store.release(input);
     },
     get: (id) => store.get(id),
@@ -818,6 +821,27 @@ export function describeAdapter(
       } finally {
         await a.close();
         await b.close();
+      }
+    });
+
+    it('a key sent where no route matches: the 404 leaves only once the key is released, so an instant retry is not refused', async () => {
+      const harness = await makeStore();
+      const world = await start(
+        {},
+        harness,
+        scenarioRoutes.filter((route) => route.path !== '/refunds'),
+      );
+      try {
+        world.store.faults.release = 'slow';
+        const first = await world.send('/refunds', { key: 'rf-instant' });
+        expect(first.status).toBe(404);
+        // Sent the moment the 404 arrived: the key must already be free, not in progress (409).
+        const retry = await world.send('/refunds', { key: 'rf-instant' });
+        expect(retry.status).toBe(404);
+        expect(retry.headers['retry-after']).toBeUndefined();
+        expect(world.store.calls.complete).toBe(0);
+      } finally {
+        await world.close();
       }
     });
 
