@@ -288,6 +288,10 @@ export function createClient(options: ClientOptions): Client {
       keyField = formatKeyField(key, keyFormat);
     }
 
+    // A key the caller chose is theirs: they may have stored it to retry this operation later, so
+    // an echo of another key (a proxy or server rewriting it) never replaces it. Only a key this
+    // client made up, or none at all, gives way to the one the server minted.
+    const callerKeyed = typeof request.idempotencyKey === 'string' || headerKey !== null;
     const attempts: AttemptRecord[] = [];
     const startedAt = now();
     const deadlineAt = startedAt + retry.deadlineMs;
@@ -355,7 +359,7 @@ export function createClient(options: ClientOptions): Client {
         // server wrote it, so the server recognises its own key whatever syntax it prefers.
         const echoed = response.headers.get('idempotency-key');
         const echoedKey = parseKeyField(echoed);
-        if (echoed !== null && echoedKey !== undefined && echoedKey !== key) {
+        if (!callerKeyed && echoed !== null && echoedKey !== undefined && echoedKey !== key) {
           key = echoedKey;
           keyField = echoed.trim();
         }

@@ -111,6 +111,19 @@ describe('keys: one per logical operation', () => {
     expect(result.attempts[1]?.key).toBe('srv-minted-1');
   });
 
+  it('never replaces a key the caller chose with another echoed one (a proxy rewriting it)', async () => {
+    const byOption = setup([empty(503, { 'Idempotency-Key': 'someone-else' }), json(201, {})]);
+    const result = await byOption.client.post('/charges', {}, { idempotencyKey: 'order-7' });
+    expect(byOption.seen.map((r) => r.headers.get('idempotency-key'))).toEqual(['"order-7"', '"order-7"']);
+    expect(result.key).toBe('order-7');
+    expect(result.attempts.map((a) => a.key)).toEqual(['order-7', 'order-7']);
+
+    const byHeader = setup([empty(503, { 'Idempotency-Key': 'someone-else' }), json(201, {})]);
+    const viaHeader = await byHeader.client.post('/charges', {}, { headers: { 'Idempotency-Key': 'k-123' } });
+    expect(byHeader.seen.map((r) => r.headers.get('idempotency-key'))).toEqual(['k-123', 'k-123']);
+    expect(viaHeader.key).toBe('k-123');
+  });
+
   it('with idempotencyKey false sends no key, and a minted one makes the retry safe', async () => {
     const unsafe = setup([new TypeError('socket hang up'), json(201, {})]);
     const lost = await failure(unsafe.client.post('/charges', {}, { idempotencyKey: false }));
