@@ -56,7 +56,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const routed = req.route?.path !== undefined;
     const started = await http.begin({
       method: req.method,
-      route: routed ? req.baseUrl + String(req.route.path) : routedPath(req, path),
+      route: routed ? mountPath(req) + String(req.route.path) : routedPath(req, path),
       path,
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),
       contentType: req.headers['content-type'],
@@ -123,6 +123,18 @@ function routedPath(req: Request, path: string): string {
   const spelled = settings?.['case sensitive routing'] ? path : path.toLowerCase();
   if (settings?.['strict routing'] || spelled.length < 2 || !spelled.endsWith('/')) return spelled;
   return spelled.slice(0, -1);
+}
+
+/**
+ * The path a router was mounted at, as the request spelled it (`req.baseUrl`), folded the way the
+ * app matched it: `/API` and `/api` reach one router unless `case sensitive routing` is on, so a key
+ * sent to both is one operation, not two executions.
+ */
+function mountPath(req: Request): string {
+  const base = req.baseUrl;
+  if (base.length === 0) return base;
+  const settings = (req.app as { settings?: Record<string, unknown> } | undefined)?.settings;
+  return settings?.['case sensitive routing'] ? base : base.toLowerCase();
 }
 
 /** One execution whose route is not known yet (mounted with `app.use`), watched until it ends. */

@@ -255,6 +255,44 @@ describe('@idem/express specifics', () => {
     });
   });
 
+  it('mounted on a route of a router: the mount path is folded as the app matched it, so /API and /api are one operation', async () => {
+    const app = express();
+    const api = express.Router();
+    let runs = 0;
+    const events: IdempotencyEvent[] = [];
+    api.post('/charges', idempotency(options({ onEvent: (event) => events.push(event) })), (_req, res) => {
+      runs++;
+      res.status(201).json({ id: `ch_${runs}` });
+    });
+    app.use('/api', api);
+    await serve(app, async (url) => {
+      expect((await post(`${url}/api/charges`, 'mount-1', ['{"amount":1}'])).status).toBe(201);
+      // The same router and handler: never a second run. The concrete path is fingerprinted as sent.
+      expect((await post(`${url}/API/charges`, 'mount-1', ['{"amount":1}'])).status).toBe(422);
+      expect(runs).toBe(1);
+      const operations = events.filter((event) => event.type === 'claim').map((event) => event.operation);
+      expect(operations).toEqual(['POST /api/charges']);
+    });
+
+    const sensitive = express();
+    sensitive.set('case sensitive routing', true);
+    const router = express.Router();
+    router.post('/charges', idempotency(options()), (_req, res) => {
+      res.status(201).json({});
+    });
+    sensitive.use('/API', router);
+    const seen: IdempotencyEvent[] = [];
+    const other = express.Router();
+    other.post('/charges', idempotency(options({ onEvent: (event) => seen.push(event) })), (_req, res) => {
+      res.status(201).json({});
+    });
+    sensitive.use('/Api', other);
+    await serve(sensitive, async (url) => {
+      expect((await post(`${url}/Api/charges`, 'mount-2', ['{}'])).status).toBe(201);
+      expect(seen.find((event) => event.type === 'claim')?.operation).toBe('POST /Api/charges');
+    });
+  });
+
   it('follows the app routing settings: with case sensitive and strict routing, other spellings are other operations', async () => {
     const app = express();
     app.set('case sensitive routing', true);
