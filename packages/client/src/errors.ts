@@ -33,9 +33,15 @@ export type RequestFailedCode = keyof typeof requestFailedCodes;
  * new RequestFailedError('http_error', { response, body, key, attempts });
  */
 export interface RequestFailedDetails {
-  /** The last response, if any attempt got one. Its body has been read: use `body`. */
+  /**
+   * The last response, if any attempt got one. Its body has been read (use `body`), unless
+   * `parse: 'none'`: then it is left unread, yours to read or cancel.
+   */
   response?: Response | undefined;
-  /** The last response's body, parsed like a successful one (a problem+json object, text, or bytes). */
+  /**
+   * The last response's body, parsed like a successful one (a problem+json object, text, or bytes);
+   * `undefined` with `parse: 'none'`.
+   */
   body?: unknown;
   /** The key the operation used (decoded); reuse it to retry the same logical operation later. */
   key?: string | undefined;

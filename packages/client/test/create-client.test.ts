@@ -484,6 +484,17 @@ describe('tokens, results and bodies', () => {
     expect(await result.response.text()).toBe('raw');
   });
 
+  it('with parse: none, a failure leaves the body unread in response too, and body is undefined', async () => {
+    const { client } = setup([
+      new Response('{"code":"nope"}', { status: 404, headers: { 'content-type': 'text/plain' } }),
+    ]);
+    const error = await failure(client.get('/a', { parse: 'none' }));
+    expect(error.code).toBe('http_error');
+    expect(error.body).toBeUndefined();
+    expect(error.response?.bodyUsed).toBe(false);
+    expect(await error.response?.text()).toBe('{"code":"nope"}');
+  });
+
   it('rejects a success that claims JSON and is not, and keeps an error page as text', async () => {
     const bad = setup([new Response('<html>', { status: 200, headers: { 'content-type': 'application/json' } })]);
     expect((await failure(bad.client.get('/a'))).code).toBe('invalid_response_body');

@@ -1,4 +1,5 @@
 import { WebhookError } from './errors.js';
+import type { SignatureVersion } from './secrets.js';
 
 /** The three Standard Webhooks headers, as a sender sets them. */
 export type WebhookHeaders = {
@@ -26,6 +27,10 @@ const ID = /^[\x21-\x2d\x2f-\x7e]{1,256}$/;
 // Digits only: no sign, no spaces, no fraction, no exponent. parseInt-style leniency lets `123abc` pass.
 const TIMESTAMP = /^[0-9]{1,15}$/;
 const ENTRY = /^([a-z0-9]{1,16}),([A-Za-z0-9+/]+={0,2})$/;
+// The versions this package can check. Their entries must be well formed; an entry of any other
+// version is skipped whatever it holds (Standard Webhooks: a receiver tries the versions it knows), so
+// a scheme added later, in a form we cannot foresee, never makes a valid entry beside it unreadable.
+const KNOWN_VERSIONS: ReadonlySet<string> = new Set(['v1', 'v1a'] satisfies SignatureVersion[]);
 // Each entry may cost an Ed25519 verification; a bounded list keeps a hostile header cheap.
 const MAX_ENTRIES = 32;
 
@@ -58,7 +63,8 @@ const malformed = (which: string) =>
 /**
  * Parses and validates the three Standard Webhooks headers, strictly: the id is 1 to 256 printable
  * ASCII characters without spaces or dots, the timestamp is digits only, and the signature header is a
- * space-separated list of `version,base64` entries (at most 32). Returns the typed error otherwise.
+ * space-separated list of at most 32 entries, where each `v1` or `v1a` entry is `version,base64`.
+ * Entries of other versions are skipped whatever they hold. Returns the typed error otherwise.
  *
  * @example
  * const parsed = parseWebhookHeaders(req.headers);
@@ -94,7 +100,12 @@ export function parseWebhookHeaders(
   const signatures: ParsedWebhookHeaders['signatures'] = [];
   for (const entry of entries) {
     const match = ENTRY.exec(entry);
-    if (!match) return { ok: false, error: malformed('webhook-signature') };
+    if (!match) {
+      const comma = entry.indexOf(',');
+      if (KNOWN_VERSIONS.has(comma === -1 ? entry : entry.slice(0, comma)))
+        return { ok: false, error: malformed('webhook-signature') };
+      continue;
+    }
     signatures.push({ version: match[1] as string, signature: Buffer.from(match[2] as string, 'base64') });
   }
   return { ok: true, value: { id, timestamp: Number(timestampText), timestampText, signatures } };

@@ -75,7 +75,12 @@ export interface RelayRound {
 
 /** A relay process loop. */
 export interface Relay {
-  /** Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. */
+  /**
+   * Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. A retry
+   * that is already past `maxAttempts` or the horizon (its relay died mid-attempt) is dead-lettered
+   * without an attempt. If a row fails (the database, a custom sender), it rejects with that error,
+   * but only once every other row of the round is settled.
+   */
   runOnce(): Promise<RelayRound>;
   /** Starts polling in the background. */
   start(): void;
@@ -91,7 +96,9 @@ export interface Outbox {
   migrate(db: Queryable): Promise<void>;
   /**
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
-   * if that transaction commits. Adding an id twice keeps the first (`added: false`).
+   * if that transaction commits. Adding an id twice keeps the first (`added: false`). An event that
+   * could never be sent (a URL that is not http: or https:, a header fetch refuses, no body) throws a
+   * `TypeError` here instead of failing every attempt until the horizon.
    */
   add(tx: Queryable, event: OutboxEvent): Promise<{ id: string; added: boolean }>;
   /** Creates a relay that delivers the committed events. */
@@ -111,6 +118,31 @@ function quoteTable(name: string): { sql: string; base: string } {
   }
   return { sql: parts.map((part) => `"${part}"`).join('.'), base: parts.at(-1) as string };
 }
+
+/**
+ * Refuses, at `add`, an event that fetch would refuse on every attempt. Stored, it would fail until the
+ * horizon and only then surface as a dead letter; refused, it fails once, in the call that wrote it.
+ */
+function assertSendable(event: OutboxEvent): void {
+  const { protocol } = new URL(event.url);
+  if (protocol !== 'http:' && protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
+  const headers: unknown = event.headers ?? {};
+  if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
+    throw new TypeError('headers must map header names to strings');
+  if (event.contentType !== undefined && typeof event.contentType !== 'string')
+    throw new TypeError('contentType must be a string');
+  try {
+    new Headers({ ...(headers as Record<string, string>), 'content-type': event.contentType ?? 'application/json' });
+  } catch (error) {
+    throw new TypeError('headers and contentType must be valid HTTP header names and values', { cause: error });
+  }
+}
+
+// jsonb cannot hold U+0000, and a response snippet may contain it (a binary acknowledgement): left
+// as is, recording the attempt fails, the row stays leased, and the event is sent again after every
+// lease, for ever. The stored text says where the NUL was.
+const withoutNul = (_key: string, value: unknown) =>
+  typeof value === 'string' ? value.replaceAll('\u0000', '\ufffd') : value;
 
 function toRow(row: Record<string, any>): OutboxRow {
   return {
@@ -135,9 +167,11 @@ function toRow(row: Record<string, any>): OutboxRow {
  *   share the work without waiting on each other or taking the same row.
  * - A relay that crashes mid-delivery leaves its rows leased; when the lease ends another relay
  *   delivers them again. The receiver absorbs that duplicate by `webhook-id`.
- * - Results are written with `locked_by = me`: a relay whose lease ran out cannot overwrite the
- *   outcome recorded by the relay that took over.
- * - Retries follow the sender's schedule, timed by PostgreSQL's clock (`now()`).
+ * - Results are written only under the claim that made the attempt (`locked_by` and the attempt
+ *   count, which every claim raises): a relay whose lease ran out cannot overwrite the outcome
+ *   recorded by the claim that took over, even one made under the same `relayId`.
+ * - Retries follow the sender's schedule, timed by PostgreSQL's clock (`now()`). A row taken over
+ *   from a dead relay is never attempted past `maxAttempts` or the horizon: it is dead-lettered.
  * - A 410 Gone dead-letters every waiting event for that URL (the endpoint asked to be disabled).
  *
  * @example
@@ -188,11 +222,13 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const id = event.id ?? `evt_${randomUUID()}`;
     if (!isValidWebhookId(id))
       throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
+    assertSendable(event);
     const raw = event.body;
-    const body =
-      typeof raw === 'string' || raw instanceof Uint8Array || raw instanceof ArrayBuffer
-        ? toBodyBytes(raw)
-        : Buffer.from(JSON.stringify(raw), 'utf8');
+    const isBytes = typeof raw === 'string' || raw instanceof Uint8Array || raw instanceof ArrayBuffer;
+    const json = isBytes ? undefined : JSON.stringify(raw);
+    // JSON.stringify gives undefined for undefined, a function or a symbol: there is nothing to send.
+    if (!isBytes && json === undefined) throw new TypeError('body must be bytes, a string or a JSON value');
+    const body = isBytes ? toBodyBytes(raw) : Buffer.from(json as string, 'utf8');
     const result = await tx.query(
       `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
        ON CONFLICT (id) DO NOTHING`,
@@ -216,6 +252,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;
+    const horizonParam = Number.isFinite(horizonMs) ? horizonMs : 1e15;
 
     const claim = async () => {
       const { rows } = await db.query(
@@ -231,8 +268,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                  ORDER BY next_attempt_at
                  LIMIT $1
                    FOR UPDATE SKIP LOCKED)
-        RETURNING o.id, o.url, o.body, o.content_type, o.headers, o.attempts`,
-        [batchSize, leaseMs, relayId],
+        RETURNING o.id, o.url, o.body, o.content_type, o.headers, o.attempts,
+                  o.attempts > 1 AND now() > o.created_at + ($4::double precision * interval '1 millisecond') AS expired`,
+        [batchSize, leaseMs, relayId, horizonParam],
       );
       return rows as {
         id: string;
@@ -240,20 +278,24 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         body: Buffer;
         content_type: string;
         headers: Record<string, string>;
+        /** Counts this claim too: a fencing token that grows with every claim of the row. */
         attempts: number;
+        expired: boolean;
       }[];
     };
 
     const record = async (
       id: string,
+      claimed: number,
       attempt: AttemptRecord,
       delivered: boolean,
       stop: string | null,
       waitMs: number,
     ) => {
       const saved = { ...attempt, ...(delivered || stop ? {} : { waitMs }) };
-      // Fenced by locked_by: if this relay's lease ran out and another relay took the row over, the
-      // other relay's result stands and this late one changes nothing.
+      // Fenced by locked_by and the claim's attempt count: if this relay's lease ran out and another
+      // claim took the row over (by another relay, or by one that shares this relayId), the newer
+      // claim's result stands and this late one changes nothing.
       const { rows } = await db.query(
         `UPDATE ${table}
             SET status = CASE
@@ -272,9 +314,25 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                 locked_by = NULL,
                 last_attempt = $7::jsonb,
                 history = history || jsonb_build_array($7::jsonb)
-          WHERE id = $1 AND locked_by = $2
+          WHERE id = $1 AND locked_by = $2 AND attempts = $8
         RETURNING status`,
-        [id, relayId, delivered, stop, waitMs, Number.isFinite(horizonMs) ? horizonMs : 1e15, JSON.stringify(saved)],
+        [id, relayId, delivered, stop, waitMs, horizonParam, JSON.stringify(saved, withoutNul), claimed],
+      );
+      return (rows[0]?.status as OutboxRow['status'] | undefined) ?? 'pending';
+    };
+
+    // A due row is past maxAttempts or the horizon only when the relay that held it died or stalled
+    // past its lease, when the relays fell behind, or when the schedule was shortened since. The
+    // unfinished attempt already counted; this claim makes none, so it gives back the count it took,
+    // and the row stops here instead of being sent after the schedule said no more (for ever, every
+    // lease, if that row is what kills its relay).
+    const giveUp = async (id: string, claimed: number, reason: 'max-attempts' | 'horizon') => {
+      const { rows } = await db.query(
+        `UPDATE ${table}
+            SET status = 'dead', dead_reason = $3, attempts = attempts - 1, locked_until = NULL, locked_by = NULL
+          WHERE id = $1 AND locked_by = $2 AND attempts = $4
+        RETURNING status`,
+        [id, relayId, reason, claimed],
       );
       return (rows[0]?.status as OutboxRow['status'] | undefined) ?? 'pending';
     };
@@ -292,8 +350,16 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const runOnce = async (): Promise<RelayRound> => {
       const rows = await claim();
       const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0 };
-      await Promise.all(
+      // Settle every row before the round ends, even when one fails: stop() promises the round in
+      // flight is over, and a caller may close the pool right after it.
+      const settled = await Promise.allSettled(
         rows.map(async (row) => {
+          if (row.attempts > maxAttempts || row.expired) {
+            const status = await giveUp(row.id, row.attempts, row.attempts > maxAttempts ? 'max-attempts' : 'horizon');
+            if (status === 'dead') round.dead++;
+            else round.retrying++;
+            return;
+          }
           const attempt = await sender.attempt(
             { url: row.url, id: row.id, body: row.body, contentType: row.content_type, headers: row.headers },
             row.attempts,
@@ -304,7 +370,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
           const stop =
             attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
           const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
-          const status = await record(row.id, attempt, delivered, stop, waitMs);
+          const status = await record(row.id, row.attempts, attempt, delivered, stop, waitMs);
           // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
           // other events waiting for the same URL are dead-lettered too instead of each finding out.
           if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
@@ -313,6 +379,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
           else round.retrying++;
         }),
       );
+      const failed = settled.find((result) => result.status === 'rejected');
+      if (failed) throw failed.reason;
       return round;
     };
 

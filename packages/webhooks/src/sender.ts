@@ -14,7 +14,10 @@ export interface WebhookMessage {
   body: WebhookBody;
   /** Default `application/json`. */
   contentType?: string;
-  /** Extra headers for this message. The three `webhook-*` headers are always ours. */
+  /**
+   * Extra headers for this message, over the sender's `headers`. Names are case-insensitive:
+   * `content-type` (see `contentType`) and the three `webhook-*` headers are always ours.
+   */
   headers?: Record<string, string>;
 }
 
@@ -140,6 +143,17 @@ function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/**
+ * Header names are case-insensitive, but fetch appends (never replaces) names that differ only in
+ * case: a caller's `Content-Type` or `Webhook-Signature` beside ours would go out as one combined
+ * value, breaking the content type or every signature. Lower-cased names let the later source win.
+ */
+function lowerCaseNames(headers: Record<string, string>): Record<string, string> {
+  const lowered: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) lowered[name.toLowerCase()] = value;
+  return lowered;
+}
+
 async function readSnippet(response: Response): Promise<string> {
   if (!response.body) return '';
   const reader = response.body.getReader();
@@ -195,7 +209,7 @@ export function createSender(options: SenderOptions): Sender {
     throw new TypeError('cap and maxRetryAfter must be at most 24 days with the default sleep; pass your own sleep');
   }
   const now = options.now ?? Date.now;
-  const baseHeaders = options.headers ?? {};
+  const baseHeaders = lowerCaseNames(options.headers ?? {});
   const onAttempt = options.onAttempt;
 
   const nextDelay = (retry: number, retryAfterMs?: number) => {
@@ -235,7 +249,7 @@ export function createSender(options: SenderOptions): Sender {
         signal: controller.signal,
         headers: {
           ...baseHeaders,
-          ...message.headers,
+          ...lowerCaseNames(message.headers ?? {}),
           'content-type': message.contentType ?? 'application/json',
           ...signed,
         },

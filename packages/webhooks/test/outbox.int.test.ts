@@ -4,7 +4,15 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { memoryStore } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOutbox, createReceiver, createSender, type Outbox, type Receiver } from '../src/index.js';
+import {
+  createOutbox,
+  createReceiver,
+  createSender,
+  type Outbox,
+  type OutboxEvent,
+  type Receiver,
+  type Sender,
+} from '../src/index.js';
 import { type Endpoint, startEndpoint } from './support/endpoint.js';
 import { databaseUrl, postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
@@ -249,6 +257,156 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     } finally {
       await server.close();
     }
+  });
+
+  it('fences by claim, not by relay id alone: a stalled relay cannot overwrite a delivery made under the same relayId', async () => {
+    await clear();
+    const held: (() => void)[] = [];
+    let calls = 0;
+    const server = await scripted(async (_request, response) => {
+      const call = ++calls;
+      await new Promise<void>((resolve) => held.push(resolve));
+      response.statusCode = call === 1 ? 500 : 200;
+      response.end();
+    });
+    try {
+      await outbox.add(pool, { id: 'E1', url: server.url, body: '{}' });
+      // Two replicas configured with one relayId (a host name, say).
+      const a = outbox.relay({ db: pool, sender, relayId: 'worker' });
+      const b = outbox.relay({ db: pool, sender, relayId: 'worker' });
+      const first = a.runOnce();
+      await until(() => held.length === 1, 'the first attempt to reach the endpoint');
+      await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      const second = b.runOnce();
+      await until(() => held.length === 2, 'the second attempt to reach the endpoint');
+      held[0]?.();
+      await first;
+      held[1]?.();
+      expect(await second).toMatchObject({ claimed: 1, delivered: 1 });
+      expect((await rows())[0]).toMatchObject({ status: 'delivered', attempts: 2 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('never attempts a row taken over from a dead relay past maxAttempts or the horizon', async () => {
+    await clear();
+    let release!: () => void;
+    const hold = new Promise<void>((resolve) => (release = resolve));
+    let calls = 0;
+    const server = await scripted(async (_request, response) => {
+      calls++;
+      await hold;
+      response.statusCode = 500;
+      response.end();
+    });
+    try {
+      const once = createSender({ secret: SECRET, timeout: '5s', schedule: { maxAttempts: 1 } });
+      await outbox.add(pool, { id: 'last', url: server.url, body: '{}' });
+      // A relay makes the only attempt allowed, then stalls (or dies) and its lease runs out.
+      const stalled = outbox.relay({ db: pool, sender: once }).runOnce();
+      await until(() => calls === 1, 'the only attempt to reach the endpoint');
+      await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      expect(await outbox.relay({ db: pool, sender: once }).runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+      expect(calls).toBe(1);
+      expect((await rows())[0]).toMatchObject({ status: 'dead', dead_reason: 'max-attempts', attempts: 1 });
+      release();
+      await stalled;
+      expect((await rows())[0]).toMatchObject({ status: 'dead', dead_reason: 'max-attempts', attempts: 1 });
+
+      // A retry whose relay died, taken over after the horizon: receivers were promised no later attempt.
+      await clear();
+      const short = createSender({ secret: SECRET, timeout: '5s', schedule: { horizon: '1h' } });
+      await outbox.add(pool, { id: 'late', url: server.url, body: '{}' });
+      await pool.query(
+        `UPDATE "${table}" SET attempts = 2, locked_by = 'died', locked_until = now() - interval '1 second',
+                created_at = now() - interval '2 hours'`,
+      );
+      expect(await outbox.relay({ db: pool, sender: short }).runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+      expect(calls).toBe(1);
+      expect((await rows())[0]).toMatchObject({ status: 'dead', dead_reason: 'horizon', attempts: 2 });
+    } finally {
+      release();
+      await server.close();
+    }
+  });
+
+  it('records an answer whose body holds a NUL byte instead of sending the event again and again', async () => {
+    // jsonb refuses \u0000: unhandled, the record fails, the row stays leased and is redelivered forever.
+    await clear();
+    let calls = 0;
+    const server = await scripted((_request, response) => {
+      calls++;
+      response.statusCode = 200;
+      response.end(Buffer.from('ok\0', 'utf8'));
+    });
+    try {
+      await outbox.add(pool, { id: 'E1', url: server.url, body: '{}' });
+      expect(await outbox.relay({ db: pool, sender }).runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+      const [row] = await rows();
+      expect(row).toMatchObject({ status: 'delivered', locked_by: null });
+      expect(row.last_attempt.responseBody).toBe('ok\ufffd');
+      expect(calls).toBe(1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('ends a round only when every row is recorded, even when one attempt throws', async () => {
+    await clear();
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let started = 0;
+    let bothStarted!: () => void;
+    const attemptsStarted = new Promise<void>((resolve) => (bothStarted = resolve));
+    const throwing: Sender = {
+      ...sender,
+      attempt: async (message, number) => {
+        if (++started === 2) bothStarted();
+        if (message.id === 'throws') throw new Error('sender bug');
+        await gate;
+        return { attempt: number, startedAt: 0, timestamp: 0, durationMs: 0, result: 'delivered', status: 200 };
+      },
+    };
+    await outbox.add(pool, { id: 'throws', url: 'https://receiver.test/hooks', body: '{}' });
+    await outbox.add(pool, { id: 'waits', url: 'https://receiver.test/hooks', body: '{}' });
+    let settled = false;
+    const round = outbox.relay({ db: pool, sender: throwing }).runOnce();
+    const outcome = round.then(
+      () => 'resolved',
+      (error: Error) => error.message,
+    );
+    void outcome.finally(() => {
+      settled = true;
+    });
+    await attemptsStarted;
+    // One turn of the event loop lets the failed attempt reach the round; the other row is still out.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false);
+    release();
+    expect(await outcome).toBe('sender bug');
+    expect((await rows()).map((row) => [row.id, row.status])).toEqual([
+      ['throws', 'pending'],
+      ['waits', 'delivered'],
+    ]);
+  });
+
+  it('refuses at add what could never be delivered', async () => {
+    await clear();
+    const url = 'https://receiver.test/hooks';
+    const events: OutboxEvent[] = [
+      { url: 'mailto:ops@example.com', body: '{}' },
+      { url: 'file:///etc/passwd', body: '{}' },
+      { url, body: '{}', headers: { 'bad name': 'x' } },
+      { url, body: '{}', headers: { 'x-note': 'one\r\ntwo' } },
+      { url, body: '{}', headers: { 'x-count': 1 as unknown as string } },
+      { url, body: '{}', contentType: 'text/plain\r\nx-evil: 1' },
+      { url, body: undefined as unknown as string },
+    ];
+    for (const event of events) {
+      await expect(outbox.add(pool, event)).rejects.toThrow(TypeError);
+    }
+    expect(await rows()).toEqual([]);
   });
 
   describe('crash of a relay process (case 10)', () => {

@@ -174,6 +174,31 @@ describe('attempts', () => {
     expect(header(init, 'user-agent')).toBe('idem-test');
     expect(header(init, 'x-tenant')).toBe('t1');
   });
+
+  it('merges header names case-insensitively: a caller cannot add a second content-type or webhook-* value', async () => {
+    // fetch appends names that differ only in case, so `Content-Type` beside our `content-type` would
+    // go out as one combined value, and a stray `Webhook-Signature` would break every delivery.
+    const { sender, calls } = harness([{ status: 200 }], { headers: { 'User-Agent': 'base', 'X-Tenant': 'base' } });
+    const body = '{"ok":true}';
+    await sender.send({
+      ...message,
+      body,
+      contentType: 'application/cloudevents+json',
+      headers: {
+        'Content-Type': 'text/plain',
+        'Webhook-Signature': 'v1,AAAA',
+        'WEBHOOK-ID': 'other',
+        'x-tenant': 't1',
+      },
+    });
+    const sent = new Headers(calls[0]!.init.headers);
+    expect(sent.get('content-type')).toBe('application/cloudevents+json');
+    expect(sent.get('webhook-id')).toBe(message.id);
+    expect(sent.get('user-agent')).toBe('base');
+    expect(sent.get('x-tenant')).toBe('t1');
+    const verified = createVerifier({ secret: SECRET, now: () => START }).verify({ headers: sent, body });
+    expect(verified.ok).toBe(true);
+  });
 });
 
 describe('giving up', () => {
