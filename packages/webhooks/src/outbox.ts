@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
+import { assertDeliverable } from './deliverable.js';
 import { isValidWebhookId } from './headers.js';
 import type { AttemptRecord, Sender } from './sender.js';
 
@@ -119,25 +120,6 @@ function quoteTable(name: string): { sql: string; base: string } {
   return { sql: parts.map((part) => `"${part}"`).join('.'), base: parts.at(-1) as string };
 }
 
-/**
- * Refuses, at `add`, an event that fetch would refuse on every attempt. Stored, it would fail until the
- * horizon and only then surface as a dead letter; refused, it fails once, in the call that wrote it.
- */
-function assertSendable(event: OutboxEvent): void {
-  const { protocol } = new URL(event.url);
-  if (protocol !== 'http:' && protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
-  const headers: unknown = event.headers ?? {};
-  if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
-    throw new TypeError('headers must map header names to strings');
-  if (event.contentType !== undefined && typeof event.contentType !== 'string')
-    throw new TypeError('contentType must be a string');
-  try {
-    new Headers({ ...(headers as Record<string, string>), 'content-type': event.contentType ?? 'application/json' });
-  } catch (error) {
-    throw new TypeError('headers and contentType must be valid HTTP header names and values', { cause: error });
-  }
-}
-
 // jsonb cannot hold U+0000, and a response snippet may contain it (a binary acknowledgement): left
 // as is, recording the attempt fails, the row stays leased, and the event is sent again after every
 // lease, for ever. The stored text says where the NUL was.
@@ -222,7 +204,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const id = event.id ?? `evt_${randomUUID()}`;
     if (!isValidWebhookId(id))
       throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
-    assertSendable(event);
+    // Refused here rather than stored to fail every attempt until the horizon.
+    assertDeliverable(event);
     const raw = event.body;
     const isBytes = typeof raw === 'string' || raw instanceof Uint8Array || raw instanceof ArrayBuffer;
     const json = isBytes ? undefined : JSON.stringify(raw);

@@ -1,6 +1,7 @@
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff, parseRetryAfter } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
+import { assertDeliverable } from './deliverable.js';
 import type { WebhookSecret } from './secrets.js';
 import { createSigner } from './signature.js';
 
@@ -274,6 +275,8 @@ export function createSender(options: SenderOptions): Sender {
 
   const send = async (message: WebhookMessage, sendOptions: { signal?: AbortSignal } = {}): Promise<DeliveryResult> => {
     if (!message || typeof message !== 'object') throw new TypeError('send needs a message');
+    // A message no attempt could send is the caller's bug: thrown now, not retried until the horizon.
+    assertDeliverable(message);
     const signal = sendOptions.signal;
     const attempts: AttemptRecord[] = [];
     const firstAt = now();

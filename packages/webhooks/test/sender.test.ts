@@ -199,6 +199,22 @@ describe('attempts', () => {
     const verified = createVerifier({ secret: SECRET, now: () => START }).verify({ headers: sent, body });
     expect(verified.ok).toBe(true);
   });
+
+  it('throws for a message no attempt could send, instead of retrying it until the horizon', async () => {
+    const { sender, calls } = harness([{ status: 200 }]);
+    for (const bad of [
+      { url: 'mailto:ops@example.com' },
+      { url: 'not a url' },
+      { headers: { 'bad name': 'x' } },
+      { headers: { 'x-ok': 'line\nbreak' } },
+      { headers: { 'x-number': 7 as unknown as string } },
+    ]) {
+      await expect(sender.send({ ...message, ...bad }), JSON.stringify(bad)).rejects.toThrow(TypeError);
+    }
+    expect(calls).toHaveLength(0);
+    // A URL object is a URL.
+    expect((await sender.send({ ...message, url: new URL(String(message.url)) })).outcome).toBe('delivered');
+  });
 });
 
 describe('giving up', () => {
