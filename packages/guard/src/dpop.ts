@@ -31,7 +31,8 @@ export interface DpopOptions {
    * Replay memory. Called with a key unique to the proof (`jkt:jti`) and the time it can be forgotten,
    * once the access token has verified and is bound to the proof's key (so requests that authenticate
    * no one never fill it); returns false when the key was already seen, or `'full'` when it cannot be
-   * remembered (the proof is then refused with `dpop_replay_full`). Default: in process, at most
+   * remembered (the proof is then refused with `dpop_replay_full`). A store that throws or rejects
+   * refuses the proof with `dpop_replay_unavailable`. Default: in process, at most
    * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
    */
   replay?: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
@@ -167,16 +168,23 @@ export async function verifyDpopProof(
 
 /**
  * Records a verified proof in the replay memory (the `jti` memory A0 lacks). Returns the refusal:
- * `dpop_proof_replayed` for a proof seen before, `dpop_replay_full` when the memory cannot take it;
- * `undefined` when the proof is new and now remembered. Call it only after the access token verified
- * and matched the proof's key.
+ * `dpop_proof_replayed` for a proof seen before, `dpop_replay_full` when the memory cannot take it,
+ * `dpop_replay_unavailable` when it throws or rejects; `undefined` when the proof is new and now
+ * remembered. Call it only after the access token verified and matched the proof's key.
  *
  * @example
  * const refusal = await rememberProof(runtime, proof);
  * if (refusal !== undefined) return refuse(refusal);
  */
 export async function rememberProof(runtime: DpopRuntime, proof: VerifiedProof): Promise<GuardErrorCode | undefined> {
-  const answer = await runtime.replay(proof.replayKey, proof.expiresAtMs);
+  let answer: ReplayAnswer;
+  try {
+    answer = await runtime.replay(proof.replayKey, proof.expiresAtMs);
+  } catch {
+    // A store that is down cannot say the proof is new. Refused, never let through, and never thrown
+    // out of `authenticate`, where glue would turn it into a 500.
+    return 'dpop_replay_unavailable';
+  }
   if (answer === true) return undefined;
   return answer === 'full' ? 'dpop_replay_full' : 'dpop_proof_replayed';
 }

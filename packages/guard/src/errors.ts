@@ -148,6 +148,14 @@ export const guardErrorTable = {
     title: 'DPoP replay memory full',
     description: 'The DPoP proof cannot be accepted now: the replay memory is full',
   },
+  // A 401 like `keys_unavailable`: a dependency that is down refuses the request, fails closed, and
+  // tells operators through its counter rather than telling clients with a 503.
+  dpop_replay_unavailable: {
+    status: 401,
+    error: 'invalid_dpop_proof',
+    title: 'DPoP replay memory unavailable',
+    description: 'The DPoP proof cannot be accepted now: the replay memory is unavailable',
+  },
   token_binding_invalid: {
     status: 401,
     error: 'invalid_token',

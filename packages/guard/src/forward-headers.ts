@@ -38,6 +38,7 @@ export async function forwardHeaders<T extends string | string[] | number | unde
   const stripped: Record<string, T | string> = stripIdentityHeaders(incoming, {
     ...(options.namespaces === undefined ? {} : { namespaces: options.namespaces }),
     extra: [...(options.extra ?? []), header],
+    keepForwarded: options.keepForwarded === true,
   });
   if (options.keepAuthorization !== true) {
     for (const name of Object.keys(stripped)) if (name.toLowerCase() === 'authorization') delete stripped[name];

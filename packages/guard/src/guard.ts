@@ -509,7 +509,14 @@ export function buildEngine(
   if (options.resourceMetadata !== undefined) assertChallengeSafe(options.resourceMetadata, 'resourceMetadata');
   const now = options.now ?? Date.now;
   const sink = createEventSink(options.onEvent);
-  const cache = options.cache === false ? undefined : createTokenCache(options.cache?.maxEntries ?? 10_000);
+  const issuers = new Map<string, IssuerRuntime>();
+  const cache =
+    options.cache === false
+      ? undefined
+      : createTokenCache(
+          options.cache?.maxEntries ?? 10_000,
+          (issuer, at) => issuers.get(issuer)?.keys.usable(at) ?? false,
+        );
   const limits = checkLimits(options.limits);
   const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   const dpop = options.dpop === undefined ? undefined : buildDpop(options.dpop, now);
@@ -517,7 +524,6 @@ export function buildEngine(
   if (!Number.isFinite(proofTolerance) || proofTolerance < 0 || proofTolerance > 60) {
     throw new TypeError('clockTolerance must be a number of seconds between 0 and 60');
   }
-  const issuers = new Map<string, IssuerRuntime>();
   for (const issuerOptions of options.issuers) {
     if (issuers.has(issuerOptions.issuer)) throw new TypeError(`issuer ${issuerOptions.issuer} is listed twice`);
     issuers.set(
@@ -565,7 +571,7 @@ export const internalTokenType = 'internal+jwt';
  * issuers, each with its own keys; `nbf` honoured; an `iat` in the future refused; 5 s clock tolerance
  * (60 s at most); `typ` must be `at+jwt`; algorithms pinned per issuer and per key; `crit` refused
  * unless listed; `jku`/`x5u`/`jwk` headers refused; strict parsing with size limits; verified tokens
- * cached by SHA-256 until `exp`.
+ * cached by SHA-256 until `exp`, and only while their issuer's keys can be trusted.
  *
  * @example
  * const guard = createGuard({

@@ -32,8 +32,12 @@ export type KeyDropReason =
   | 'invalid-kid'
   | 'invalid-key';
 
-/** Why a whole key set was refused (the previous set, if any, stays in use). */
-export type KeySetRejection = 'not-a-key-set' | 'private-key' | 'duplicate-kid' | 'mixed-key-types';
+/**
+ * Why a whole key set was refused (the previous set, if any, stays in use). `no-usable-keys` is the
+ * remote source's verdict on a set with no key left once the unusable ones are dropped (`{"keys": []}`
+ * included); {@link importKeySet} returns such a set as it is, so each dropped key is still reported.
+ */
+export type KeySetRejection = 'not-a-key-set' | 'private-key' | 'duplicate-kid' | 'mixed-key-types' | 'no-usable-keys';
 
 /** How keys are checked. */
 export interface KeyPolicy {

@@ -1,6 +1,6 @@
 import type { JwsAlgorithm } from './algorithms.js';
 import type { GuardEvent } from './events.js';
-import { importKeySet, type KeyPolicy, type VerificationKey } from './key-import.js';
+import { importKeySet, type KeyPolicy, type KeySetRejection, type VerificationKey } from './key-import.js';
 import { parseStrictJson } from './strict-json.js';
 
 /** What a key source answers for a token's `kid` and `alg`. */
@@ -13,6 +13,12 @@ export type KeyLookup =
 /** Where an issuer's verification keys come from. */
 export interface KeySource {
   lookup(kid: string | undefined, alg: JwsAlgorithm): Promise<KeyLookup>;
+  /**
+   * Whether the keys held now may still be trusted at `at` (epoch ms): false once a remote set is past
+   * its lifetime plus stale-if-error, when a lookup could only answer `unavailable` unless a fetch
+   * succeeds. The verified-token cache asks it, so a cached result never outlives the keys behind it.
+   */
+  usable(at: number): boolean;
 }
 
 function match(keys: readonly VerificationKey[], kid: string | undefined, alg: JwsAlgorithm): KeyLookup | undefined {
@@ -39,6 +45,7 @@ export function staticKeySource(keys: Promise<readonly VerificationKey[]>): KeyS
       const resolved = await keys;
       return match(resolved, kid, alg) ?? { kind: 'unknown-kid' };
     },
+    usable: () => true,
   };
 }
 
@@ -161,7 +168,8 @@ class FailureTooLarge extends FetchFailure {
  * - when the cache has expired and the endpoint fails, the last good keys keep working for
  *   `staleIfError` seconds past expiry, then lookups fail closed (`unavailable`);
  * - fetches time out, never follow redirects, refuse bodies over `maxBytes`, duplicate-key JSON,
- *   private keys, duplicate kids and symmetric keys, and keep the previous set when they do;
+ *   private keys, duplicate kids, symmetric keys and sets left with no usable key, and keep the
+ *   previous set when they do (a refused body is a failed fetch: cooldown and stale-if-error apply);
  * - a key of the previous set that the new one no longer holds, the same material under the same
  *   `kid` and `alg`, is retired: `onKeysRetired` drops the tokens cached under it.
  *
@@ -243,14 +251,19 @@ export function remoteKeySource(
       const parsed = parseStrictJson(text, 8);
       if (!parsed.ok) throw new FetchFailure('invalid-json', response.status);
       const imported = await importKeySet(parsed.value, policy);
-      if (!imported.ok) {
-        emit({ type: 'jwks-rejected', uri, reason: imported.reason, at: now() });
-        finish({ ok: false, status: 200, reason: imported.reason });
+      const reject = (reason: KeySetRejection) => {
+        emit({ type: 'jwks-rejected', uri, reason, at: now() });
+        finish({ ok: false, status: 200, reason });
         return false;
-      }
+      };
+      if (!imported.ok) return reject(imported.reason);
       for (const drop of imported.dropped) {
         emit({ type: 'jwks-key-dropped', uri, kid: drop.kid, reason: drop.reason, at: now() });
       }
+      // A set with no usable key is a failed fetch, not an answer. Taken in, it would replace the last
+      // good keys with none: every token refused as `key_unknown`, stale-if-error never applying, and a
+      // bad deploy of the identity provider (`{"keys": []}`) worse than the endpoint being down.
+      if (imported.keys.length === 0) return reject('no-usable-keys');
       const lifetime = parseCacheLifetime(response.headers, now());
       const ttlMs = lifetime === undefined ? defaultTtlMs : Math.min(maxTtlMs, Math.max(minTtlMs, lifetime * 1000));
       const fetchedAt = now();
@@ -327,6 +340,9 @@ export function remoteKeySource(
 
   return {
     refresh,
+    // The same bound `currentKeys` applies: inside it a lookup answers from this set (fresh, or stale
+    // while refreshes fail); past it only a successful fetch brings keys back.
+    usable: (at) => state !== undefined && at < state.expiresAt + staleMs,
     async lookup(kid, alg) {
       const keys = await currentKeys();
       if (keys === undefined) return { kind: 'unavailable' };

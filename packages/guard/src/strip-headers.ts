@@ -1,5 +1,8 @@
 /**
- * The default identity header families removed from client requests (spec 5.4).
+ * The default identity header families removed from client requests (spec 5.4). `Forwarded` and
+ * `X-Forwarded-*` are among them: an upstream that trusts its proxy (the gateway) reads the client
+ * address, host and scheme from them, and the family also carries identity (`X-Forwarded-Email`,
+ * `-Groups`, `-Client-Cert`). A client must not be able to write either; see `keepForwarded`.
  *
  * @example
  * stripIdentityHeaders(headers, { namespaces: [...defaultIdentityHeaders, 'x-tenant-*'] });
@@ -8,10 +11,23 @@ export const defaultIdentityHeaders = [
   'x-auth-*',
   'x-user-*',
   'x-internal-*',
-  'x-forwarded-user',
+  'forwarded',
+  'x-forwarded-*',
   'x-remote-user',
   'idem-internal-token',
 ] as const;
+
+// What `keepForwarded` lets through: the proxy headers that say where a request came from, exactly as
+// a proxy writes them. Underscore spellings are not among them (a server that reads `_` as `-` would
+// take a client's `X_Forwarded_For` for the proxy's), nor is any identity header of the family.
+const proxyHeaders: ReadonlySet<string> = new Set([
+  'forwarded',
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-proto',
+  'x-forwarded-port',
+  'x-forwarded-prefix',
+]);
 
 /**
  * Options of {@link stripIdentityHeaders}.
@@ -27,6 +43,12 @@ export interface StripOptions {
   namespaces?: readonly string[];
   /** Families added to the defaults (or to `namespaces`). */
   extra?: readonly string[];
+  /**
+   * Keep `Forwarded` and `X-Forwarded-For`, `-Host`, `-Proto`, `-Port`, `-Prefix` (default false). Set it
+   * only when a proxy you trust in front of the gateway writes them (overwrites, or appends to a chain
+   * the upstream counts hops in); the rest of the `x-forwarded-*` family is removed all the same.
+   */
+  keepForwarded?: boolean;
 }
 
 /** Lower case with `_` read as `-`: how proxies and CGI-style servers may alias a header name. */
@@ -71,9 +93,11 @@ export function stripIdentityHeaders<T extends string | string[] | number | unde
   options: StripOptions = {},
 ): Record<string, T> {
   const matches = identityHeaderMatcher([...(options.namespaces ?? defaultIdentityHeaders), ...(options.extra ?? [])]);
+  const keepForwarded = options.keepForwarded === true;
   const result: Record<string, T> = {};
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || matches(name)) continue;
+    if (value === undefined) continue;
+    if (matches(name) && !(keepForwarded && proxyHeaders.has(name.toLowerCase()))) continue;
     result[name] = value;
   }
   return result;

@@ -23,16 +23,23 @@ export interface TokenCache {
  * - a DPoP-bound result lives in its own namespace, keyed by the token and the proof's key together:
  *   no token string, whatever it contains, hashes to the input of a bound entry, so a bound principal
  *   is only ever served to a request whose proof verified for that key;
- * - an entry dies at the token's `exp` (or its max-age limit), whichever is first;
+ * - an entry dies at the token's `exp` (or its max-age limit), whichever is first, and is not served
+ *   while its issuer's key set cannot be trusted (a remote set past stale-if-error): the token is then
+ *   verified again, and fails as an uncached one would;
  * - only successes are stored: an error is never cached, so a key that appears later is used;
  * - it holds at most `maxEntries`; the oldest entry goes first;
  * - entries of an issuer are dropped when that issuer retires a key.
  *
+ * `keysUsable` tells whether the keys of a configured issuer may still be trusted at a time.
+ *
  * @example
- * const cache = createTokenCache(10_000);
+ * const cache = createTokenCache(10_000, (issuer, at) => issuers.get(issuer)?.keys.usable(at) ?? false);
  * cache.set(token, undefined, principal, principal.claims.exp * 1000, principal.iss);
  */
-export function createTokenCache(maxEntries: number): TokenCache {
+export function createTokenCache(
+  maxEntries: number,
+  keysUsable: (issuer: string, nowMs: number) => boolean,
+): TokenCache {
   if (!Number.isSafeInteger(maxEntries) || maxEntries < 1)
     throw new TypeError('cache.maxEntries must be a positive integer');
   const entries = new Map<string, CachedPrincipal>();
@@ -48,7 +55,8 @@ export function createTokenCache(maxEntries: number): TokenCache {
       const key = hash(token, jkt);
       const entry = entries.get(key);
       if (entry === undefined) return undefined;
-      if (nowMs >= entry.expiresAt) {
+      // Without trusted keys, the signature behind the entry vouches for nothing any more.
+      if (nowMs >= entry.expiresAt || !keysUsable(entry.issuer, nowMs)) {
         entries.delete(key);
         return undefined;
       }

@@ -227,9 +227,15 @@ describe('algorithm and key cases', () => {
         TypeError,
       );
     }
+    // Beside a usable key: a set left with no usable key is refused whole (keys_unavailable).
     const server = await startJwksServer({
       kind: 'json',
-      body: { keys: [{ ...keys.rsa.publicJwk, kid: 'e1', use: 'enc' }] },
+      body: {
+        keys: [
+          { ...keys.rsa.publicJwk, kid: 'e1', use: 'enc' },
+          { ...keys.rsa2.publicJwk, kid: 's1', use: 'sig' },
+        ],
+      },
     });
     try {
       const guard = guardWith({ secret: undefined, jwksUri: server.url });

@@ -296,6 +296,56 @@ describe('DPoP (case 52)', () => {
     expect(guard.stats().rejected.dpop_replay_full).toBe(1);
   });
 
+  for (const [label, failing] of [
+    [
+      'throws',
+      () => {
+        throw new Error('ECONNREFUSED');
+      },
+    ],
+    ['rejects', () => Promise.reject(new Error('ECONNREFUSED'))],
+  ] as const) {
+    it(`a replay store that ${label} refuses the proof (dpop_replay_unavailable), never accepts it nor throws`, async () => {
+      const events: string[] = [];
+      let down = true;
+      const seen = new Set<string>();
+      const { clock, guard } = setup(
+        {
+          replay: (key) => {
+            if (down) return failing();
+            if (seen.has(key)) return false;
+            seen.add(key);
+            return true;
+          },
+        },
+        { onEvent: (event) => events.push(event.type === 'rejected' ? `rejected:${event.code}` : event.type) },
+      );
+      const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+      const request = {
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+      };
+      const refused = await guard.authenticate(request);
+      expect(code(refused)).toBe('dpop_replay_unavailable');
+      if (!refused.ok) {
+        expect(refused.error.status).toBe(401);
+        expect(refused.error.wwwAuthenticate).toBe(
+          'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof cannot be accepted now: the replay memory is unavailable", algs="ES256 EdDSA PS256 RS256"',
+        );
+      }
+      expect(events).toEqual(['rejected:dpop_replay_unavailable']);
+      expect(guard.stats().rejected.dpop_replay_unavailable).toBe(1);
+      // The token itself was fine and is cached; the cache must not let it through without the store either.
+      expect(code(await guard.authenticate(request))).toBe('dpop_replay_unavailable');
+      expect(guard.stats().authenticated).toBe(0);
+      // The store is back: the same proof, never remembered, passes once.
+      down = false;
+      expect(code(await guard.authenticate(request))).toBe('ok');
+      expect(code(await guard.authenticate(request))).toBe('dpop_proof_replayed');
+    });
+  }
+
   it('memoryReplayCache: a seen key is refused until it expires; full means full of live keys', () => {
     let now = 0;
     const seen = memoryReplayCache(2, () => now);

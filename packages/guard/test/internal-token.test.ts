@@ -186,6 +186,40 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(kept['idem-internal-token']).toBeUndefined();
   });
 
+  // A client-sent X-Forwarded-For/Host/Proto reaches an upstream that trusts its proxy (the gateway) as if
+  // the gateway had written it; the family also carries identity (X-Forwarded-Email, -Groups, -Client-Cert).
+  const proxied = {
+    forwarded: 'for=203.0.113.7;proto=https;host=evil.example',
+    'x-forwarded-for': '203.0.113.7',
+    'X-Forwarded-Host': 'evil.example',
+    'x-forwarded-proto': 'https',
+    x_forwarded_for: '10.0.0.1',
+    'x-forwarded-email': 'boss@example.com',
+    'x-forwarded-groups': 'admins',
+    'x-forwarded-client-cert': 'Hash=abc;Subject="CN=admin"',
+    'x-forwarded-user': 'admin',
+    accept: 'application/json',
+  };
+
+  it('strips Forwarded and X-Forwarded-* by default; keepForwarded keeps only the proxy headers, as sent', async () => {
+    expect(stripIdentityHeaders(proxied)).toEqual({ accept: 'application/json' });
+    expect(defaultIdentityHeaders).toEqual(expect.arrayContaining(['forwarded', 'x-forwarded-*']));
+    const kept = {
+      forwarded: proxied.forwarded,
+      'x-forwarded-for': '203.0.113.7',
+      'X-Forwarded-Host': 'evil.example',
+      'x-forwarded-proto': 'https',
+      accept: 'application/json',
+    };
+    expect(stripIdentityHeaders(proxied, { keepForwarded: true })).toEqual(kept);
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const principal = await edgePrincipal();
+    const forwarded = await forwardHeaders(proxied, principal, { issuer, audience: 'orders' });
+    expect(Object.keys(forwarded).sort()).toEqual(['accept', 'idem-internal-token']);
+    const trusted = await forwardHeaders(proxied, principal, { issuer, audience: 'orders', keepForwarded: true });
+    expect(Object.keys(trusted).sort()).toEqual([...Object.keys(kept), 'idem-internal-token'].sort());
+  });
+
   it("guard.forwardHeaders mints with the guard's internalTokens, and refuses without an issuer", async () => {
     const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
     const principal = await edgePrincipal();

@@ -219,6 +219,56 @@ describe('remote JWKS', () => {
     });
   }
 
+  // A body that parses as a key set but leaves no key to verify with: nothing in it, or only keys that
+  // are dropped (another use, an unsupported key type, an algorithm off the issuer's list, bad material).
+  const keyless: Array<[string, JwksReply]> = [
+    ['an empty key set', set()],
+    [
+      'a set whose every key is dropped',
+      set(
+        { ...jwk('enc'), use: 'enc' },
+        { kty: 'XYZ', kid: 'odd' },
+        { ...keys.ec384.publicJwk, kid: 'p384', alg: 'ES384' },
+        { ...jwk('bad'), x: 'AAAA' },
+      ),
+    ],
+  ];
+  for (const [label, reply] of keyless) {
+    it(`${label} is a failed refresh: the last good set stays, with stale-if-error, then fails closed`, async () => {
+      const { server, clock, guard, events, token } = await setup(set(jwk('k1')), { staleIfError: 600, cooldown: 30 });
+      expect((await guard.verify(token('k1'))).ok).toBe(true);
+      server.set(reply);
+      clock.advance(61);
+      const stale = await guard.verify(token('k1'));
+      expect(stale.ok ? 'ok' : stale.error.code).toBe('ok');
+      const failure = events.find((event) => event.type === 'jwks-fetch' && !event.ok);
+      expect(failure).toMatchObject({ status: 200, reason: 'no-usable-keys' });
+      expect(events).toContainEqual(expect.objectContaining({ type: 'jwks-rejected', reason: 'no-usable-keys' }));
+      expect(events.some((event) => event.type === 'jwks-stale')).toBe(true);
+      expect(guard.stats()).toMatchObject({ jwksFetches: 2, jwksFetchFailures: 1, jwksStaleUses: 1 });
+      // A failed refresh waits for the cooldown before the next attempt.
+      await guard.verify(token('k1'));
+      expect(server.requests).toBe(2);
+      // Past expiry (60 s) plus staleIfError (600 s), still keyless: closed, as for an unreachable JWKS.
+      clock.advance(600);
+      const closed = await guard.verify(token('k1'));
+      expect(closed.ok ? 'ok' : closed.error.code).toBe('keys_unavailable');
+      server.set(set(jwk('k1')));
+      clock.advance(31);
+      expect((await guard.verify(token('k1'))).ok).toBe(true);
+    });
+
+    it(`${label} on the first fetch: keys_unavailable, as an unreachable JWKS`, async () => {
+      const { guard, events, token } = await setup(reply);
+      const result = await guard.verify(token('k1'));
+      expect(result.ok ? 'ok' : result.error.code).toBe('keys_unavailable');
+      expect(events).toContainEqual(
+        expect.objectContaining({ type: 'jwks-fetch', ok: false, reason: 'no-usable-keys' }),
+      );
+      expect(guard.stats().jwksFetchFailures).toBe(1);
+    });
+  }
+
   it('refuses a non-https JWKS URL (except loopback) at construction', () => {
     expect(() =>
       createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, jwksUri: 'http://id.example/jwks' }] }),
@@ -303,6 +353,33 @@ describe('remote JWKS', () => {
     ahead.clock.advance(28);
     expect((await ahead.guard.verify(ahead.token('k1'))).ok).toBe(true);
     await vi.waitFor(() => expect(ahead.server.requests).toBe(2));
+  });
+
+  it('verified-token cache: a cached token passes only while its key set is usable, then fails as an uncached one', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')), { staleIfError: 600, cooldown: 30 }, true);
+    const longLived = makeToken({
+      alg: 'ES256',
+      key: keys.ec.privateKey,
+      header: { kid: 'k1' },
+      claims: { exp: START_MS / 1000 + 7200 },
+    });
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    expect(guard.stats().cacheHits).toBe(1);
+    server.set({ kind: 'raw', status: 503, body: 'down' });
+    // Expired set, failing endpoint, inside stale-if-error: the keys are still usable, cached or not.
+    clock.advance(61);
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    // Past expiry (60 s) plus staleIfError (600 s): the set can no longer be trusted.
+    clock.advance(600);
+    const uncached = await guard.verify(token('k1'));
+    expect(uncached.ok ? 'ok' : uncached.error.code).toBe('keys_unavailable');
+    const cached = await guard.verify(longLived);
+    expect(cached.ok ? 'ok' : cached.error.code).toBe('keys_unavailable');
+    // The endpoint is back: after the cooldown the token verifies again.
+    server.set(set(jwk('k1')));
+    clock.advance(31);
+    expect((await guard.verify(longLived)).ok).toBe(true);
   });
 
   it('verified-token cache entries die at exp', async () => {

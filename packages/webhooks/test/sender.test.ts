@@ -202,13 +202,14 @@ describe('attempts', () => {
 
   it('throws for a message no attempt could send, instead of retrying it until the horizon', async () => {
     const { sender, calls } = harness([{ status: 200 }]);
-    for (const bad of [
+    const cases: { url?: string; headers?: Record<string, string> }[] = [
       { url: 'mailto:ops@example.com' },
       { url: 'not a url' },
       { headers: { 'bad name': 'x' } },
       { headers: { 'x-ok': 'line\nbreak' } },
       { headers: { 'x-number': 7 as unknown as string } },
-    ]) {
+    ];
+    for (const bad of cases) {
       await expect(sender.send({ ...message, ...bad }), JSON.stringify(bad)).rejects.toThrow(TypeError);
     }
     expect(calls).toHaveLength(0);
