@@ -36,6 +36,11 @@ export interface DpopOptions {
    * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
    */
   replay?: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
+  /**
+   * Seconds a `replay` store may take before the proof is refused with `dpop_replay_unavailable`
+   * (default 1; 0.01 to 60). A store that hangs must not hang every request behind it.
+   */
+  replayTimeout?: number;
   /** Bound on the default replay memory (default 100,000); when it is full of live proofs, new ones are refused. */
   maxReplayEntries?: number;
 }
@@ -47,6 +52,7 @@ export interface DpopRuntime {
   maxAgeMs: number;
   origin: string | undefined;
   replay: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
+  replayTimeoutMs: number;
 }
 
 /**
@@ -61,6 +67,9 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
   const maxAge = options.maxAge ?? 60;
   if (!Number.isFinite(maxAge) || maxAge <= 0 || maxAge > 3600)
     throw new TypeError('dpop.maxAge must be 1 to 3600 seconds');
+  const replayTimeout = options.replayTimeout ?? 1;
+  if (!Number.isFinite(replayTimeout) || replayTimeout < 0.01 || replayTimeout > 60)
+    throw new TypeError('dpop.replayTimeout must be 0.01 to 60 seconds');
   let origin: string | undefined;
   if (options.origin !== undefined) {
     const url = new URL(options.origin);
@@ -72,7 +81,18 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
     maxAgeMs: maxAge * 1000,
     origin,
     replay: options.replay ?? memoryReplayCache(options.maxReplayEntries ?? 100_000, now),
+    replayTimeoutMs: replayTimeout * 1000,
   };
+}
+
+/** Rejects when `pending` has not settled within `ms`; the timer never keeps the process alive. */
+function withTimeout<T>(pending: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms}ms`)), ms);
+    timer.unref?.();
+  });
+  return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** `htu` comparison form: scheme and host lower-cased, default port dropped, no query or fragment. */
@@ -179,7 +199,8 @@ export async function verifyDpopProof(
 export async function rememberProof(runtime: DpopRuntime, proof: VerifiedProof): Promise<GuardErrorCode | undefined> {
   let answer: ReplayAnswer;
   try {
-    answer = await runtime.replay(proof.replayKey, proof.expiresAtMs);
+    const pending = runtime.replay(proof.replayKey, proof.expiresAtMs);
+    answer = pending instanceof Promise ? await withTimeout(pending, runtime.replayTimeoutMs) : pending;
   } catch {
     // A store that is down cannot say the proof is new. Refused, never let through, and never thrown
     // out of `authenticate`, where glue would turn it into a 500.

@@ -346,6 +346,18 @@ describe('DPoP (case 52)', () => {
     });
   }
 
+  it('a replay store that hangs refuses the proof after replayTimeout (dpop_replay_unavailable), never hangs the request', async () => {
+    const { clock, guard } = setup({ replay: () => new Promise(() => undefined), replayTimeout: 0.05 });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const refused = await guard.authenticate({
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    });
+    expect(code(refused)).toBe('dpop_replay_unavailable');
+    expect(guard.stats().rejected.dpop_replay_unavailable).toBe(1);
+  });
+
   it('memoryReplayCache: a seen key is refused until it expires; full means full of live keys', () => {
     let now = 0;
     const seen = memoryReplayCache(2, () => now);
@@ -368,6 +380,9 @@ describe('DPoP (case 52)', () => {
     expect(() => setup({ maxAge: 0 })).toThrow(TypeError);
     for (const maxReplayEntries of [0, -1, 1.5, Number.POSITIVE_INFINITY]) {
       expect(() => setup({ maxReplayEntries })).toThrow(TypeError);
+    }
+    for (const replayTimeout of [0, 0.001, 61, Number.NaN]) {
+      expect(() => setup({ replayTimeout })).toThrow(/replayTimeout/);
     }
   });
 });
