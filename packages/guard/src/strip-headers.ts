@@ -13,6 +13,11 @@ export const defaultIdentityHeaders = [
   'x-internal-*',
   'forwarded',
   'x-forwarded-*',
+  // The same client address, in the single-value spellings proxies and CDNs write.
+  'x-real-ip',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'x-client-ip',
   'x-remote-user',
   'idem-internal-token',
 ] as const;
@@ -27,6 +32,10 @@ const proxyHeaders: ReadonlySet<string> = new Set([
   'x-forwarded-proto',
   'x-forwarded-port',
   'x-forwarded-prefix',
+  'x-real-ip',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'x-client-ip',
 ]);
 
 /**

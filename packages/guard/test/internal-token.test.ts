@@ -198,17 +198,28 @@ describe('header stripping and forwarding (case 47)', () => {
     'x-forwarded-groups': 'admins',
     'x-forwarded-client-cert': 'Hash=abc;Subject="CN=admin"',
     'x-forwarded-user': 'admin',
+    // The single-value spellings of the client address that proxies and CDNs write.
+    'X-Real-IP': '203.0.113.8',
+    'true-client-ip': '203.0.113.9',
+    'cf-connecting-ip': '203.0.113.10',
+    'x-client-ip': '203.0.113.11',
     accept: 'application/json',
   };
 
   it('strips Forwarded and X-Forwarded-* by default; keepForwarded keeps only the proxy headers, as sent', async () => {
     expect(stripIdentityHeaders(proxied)).toEqual({ accept: 'application/json' });
-    expect(defaultIdentityHeaders).toEqual(expect.arrayContaining(['forwarded', 'x-forwarded-*']));
+    expect(defaultIdentityHeaders).toEqual(
+      expect.arrayContaining(['forwarded', 'x-forwarded-*', 'x-real-ip', 'true-client-ip', 'cf-connecting-ip']),
+    );
     const kept = {
       forwarded: proxied.forwarded,
       'x-forwarded-for': '203.0.113.7',
       'X-Forwarded-Host': 'evil.example',
       'x-forwarded-proto': 'https',
+      'X-Real-IP': '203.0.113.8',
+      'true-client-ip': '203.0.113.9',
+      'cf-connecting-ip': '203.0.113.10',
+      'x-client-ip': '203.0.113.11',
       accept: 'application/json',
     };
     expect(stripIdentityHeaders(proxied, { keepForwarded: true })).toEqual(kept);
