@@ -485,6 +485,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (!began) notStarted?.();
   };
 
+  // Every 503 of transactional mode says what the engine's say: the same `unavailableRetryAfter`.
+  const unavailableRetryAfter = options.unavailableRetryAfter ?? 2;
+  const uncommitted = (cause: unknown) =>
+    new IdempotencyError('store_unavailable', 'The transaction could not be committed; retry with the same key.', {
+      retryAfter: unavailableRetryAfter,
+      cause,
+    });
+
   const transactionOf = async (
     lease: Lease,
     capture: ResponseCapture,
@@ -527,9 +535,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           new IdempotencyError(
             'store_unavailable',
             'The response could not be stored with the transaction; retry with the same key.',
-            {
-              retryAfter: 1,
-            },
+            { retryAfter: unavailableRetryAfter },
           ),
         ),
       );
@@ -595,12 +601,6 @@ function settleCaptured(
 function ignore() {
   // Settling never fails the response: store failures are reported as events.
 }
-
-const uncommitted = (cause: unknown) =>
-  new IdempotencyError('store_unavailable', 'The transaction could not be committed; retry with the same key.', {
-    retryAfter: 1,
-    cause,
-  });
 
 const incompleteBody = () =>
   new IdempotencyError(

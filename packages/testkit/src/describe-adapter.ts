@@ -1243,6 +1243,8 @@ export function describeAdapter(
             ] as const) {
               const refused = await world.send(path, { key, body });
               expect(expectProblem(refused, 503, 'store_unavailable').retryable).toBe(true);
+              // The engine's setting, like every other 503.
+              expect(refused.headers['retry-after']).toBe('7');
               const retry = await world.send(path, { key, body });
               expect(retry.headers['idempotent-replayed']).toBeUndefined();
             }
@@ -1251,7 +1253,7 @@ export function describeAdapter(
               expect(log.entries.slice(before).map((entry) => entry.outcome)).not.toContain('committed');
             }
           },
-          { transactional: true, maxResponseBytes: 100_000 },
+          { transactional: true, maxResponseBytes: 100_000, unavailableRetryAfter: 7 },
           harness,
         );
       });
@@ -1263,6 +1265,7 @@ export function describeAdapter(
             world.store.faults.transaction = 'throw';
             const refused = await world.send('/charges', { key: 'tx-begin-1' });
             expect(expectProblem(refused, 503, 'store_unavailable').retryable).toBe(true);
+            expect(refused.headers['retry-after']).toBe('3');
             expect(world.server.executions()).toBe(0);
             world.store.faults.transaction = undefined;
             // The key was released with the failed transaction: the retry runs, and only once.
@@ -1270,7 +1273,7 @@ export function describeAdapter(
             expect((await world.send('/charges', { key: 'tx-begin-1' })).headers['idempotent-replayed']).toBe('true');
             expect(world.server.executions()).toBe(1);
           },
-          { transactional: true },
+          { transactional: true, unavailableRetryAfter: 3 },
           harness,
         );
       });
