@@ -61,7 +61,7 @@ async function main(): Promise<void> {
   console.log(`  third-party app    ${running.appUrl}   <- open this`);
   console.log(`  gateway (API)      ${resources.gateway.baseUrl}`);
   console.log(`  API (loopback)     ${resources.api.url}`);
-  console.log(`  webhook receiver   ${resources.receiver.url}`);
+  console.log(`  webhook receiver   ${resources.receiver.pageUrl}`);
   console.log('Demo logins (development only):');
   for (const user of demoUsers) {
     console.log(`  ${user.username} / ${user.password}${user.roles.length ? `   (${user.roles.join(', ')})` : ''}`);

@@ -22,6 +22,8 @@ export interface StartOptions {
   now?: () => number;
   /** The third-party app's retry timers for "Create charge" (tests). */
   retryTiming?: ThirdPartyAppOptions['retryTiming'];
+  /** What the third-party app reports (default: a line on stderr). */
+  onAppEvent?: ThirdPartyAppOptions['onEvent'];
 }
 
 /** The running components. */
@@ -68,6 +70,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       baseUrl: options.baseUrl,
       ...(options.now ? { now: options.now } : {}),
       ...(options.retryTiming ? { retryTiming: options.retryTiming } : {}),
+      ...(options.onAppEvent ? { onEvent: options.onAppEvent } : {}),
     });
     appPort.use(app);
 

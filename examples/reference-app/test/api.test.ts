@@ -21,7 +21,10 @@ afterAll(async () => {
   await test?.close();
 });
 
-function token(sub = 'user-alice', options: { scope?: string; roles?: string[] } = {}): Promise<string> {
+function token(
+  sub = 'user-alice',
+  options: { scope?: string; roles?: string[]; clientId?: string } = {},
+): Promise<string> {
   return test.token({ sub, ...options });
 }
 
@@ -41,12 +44,15 @@ async function call(
     headers?: Record<string, string>;
     roles?: string[];
     scope?: string;
+    /** The OAuth client acting for the user (`client_id`); default `photo-app`. */
+    client?: string;
   } = {},
 ): Promise<Call> {
   const headers: Record<string, string> = {
     authorization: `Bearer ${await token(options.as, {
       ...(options.roles ? { roles: options.roles } : {}),
       ...(options.scope ? { scope: options.scope } : {}),
+      ...(options.client ? { clientId: options.client } : {}),
     })}`,
     ...options.headers,
   };
@@ -147,6 +153,28 @@ describe('POST /charges', () => {
     expect(bob.status).toBe(201);
     expect(bob.headers.get('idempotent-replayed')).toBeNull();
     expect(bob.body.id).not.toBe(alice.body.id);
+  });
+
+  it('keeps keys per user and client: another client of the same user with the same key is its own charge', async () => {
+    const key = `"${randomUUID()}"`;
+    const charge = (client: string, amount: number) =>
+      call('POST', '/charges', { client, body: { amount, currency: 'EUR' }, headers: { 'idempotency-key': key } });
+    const app = await charge('photo-app', 310);
+    expect(app.status).toBe(201);
+    // The same request from another client: its own execution, not the photo app's stored answer.
+    const cli = await charge('cli-pkce', 310);
+    expect(cli.status).toBe(201);
+    expect(cli.headers.get('idempotent-replayed')).toBeNull();
+    expect(cli.body.id).not.toBe(app.body.id);
+    // Another request from a third client: its own charge, not a 422 for a request it never sent.
+    const third = await charge('ops-console', 320);
+    expect(third.status).toBe(201);
+    expect(third.body).toMatchObject({ amount: 320 });
+    // Each client's retry still replays its own answer.
+    const retry = await charge('cli-pkce', 310);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.body.id).toBe(cli.body.id);
+    expect(await count('api_charges where idempotency_key = $1', [key.slice(1, -1)])).toBe(3);
   });
 
   it.each([
@@ -422,6 +450,20 @@ describe('POST /photos (non-transactional: keys in Redis with REDIS_URL, in SQL 
     expect(await count("api_photos where title = 'Cheshire cat'")).toBe(1);
     const listed = await call('GET', '/photos');
     expect(listed.body.photos.map((photo: { id: string }) => photo.id)).toContain(first.body.id);
+  });
+
+  it('keeps keys per user and client: the same key from another client of the same user is its own photo', async () => {
+    const key = `"${randomUUID()}"`;
+    const first = await call('POST', '/photos', { body: { title: 'Dodo' }, headers: { 'idempotency-key': key } });
+    expect(first.status).toBe(201);
+    const other = await call('POST', '/photos', {
+      client: 'cli-pkce',
+      body: { title: 'Dormouse' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(other.status).toBe(201);
+    expect(other.body).toMatchObject({ title: 'Dormouse' });
+    expect(other.body.id).not.toBe(first.body.id);
   });
 
   it('refuses the same key with another title (422) and creates nothing more', async () => {

@@ -1,9 +1,14 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { migrateApp } from '../src/app/schema.js';
+import { createThirdPartyApp, type ThirdPartyAppEvent } from '../src/app/server.js';
 import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
-import { demoUsers } from '../src/seed.js';
+import { migrateIdp } from '../src/idp/schema.js';
+import { createIdp } from '../src/idp/server.js';
+import { listen } from '../src/listen.js';
+import { demoUsers, seed } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
@@ -28,6 +33,8 @@ let failuresLeft = 0;
 /** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
 const waits: number[] = [];
 const seen: SeenRequest[] = [];
+/** What the app reported through its `onEvent`. */
+const appEvents: ThirdPartyAppEvent[] = [];
 
 function readBody(req: IncomingMessage): Promise<string> {
   return new Promise((resolve) => {
@@ -83,6 +90,7 @@ beforeAll(async () => {
     appPort: 0,
     baseUrl: apiUrl,
     now: () => Date.now() + clock,
+    onAppEvent: (event) => appEvents.push(event),
     retryTiming: {
       random: () => 0.5,
       sleep: async (ms) => {
@@ -104,6 +112,7 @@ beforeEach(() => {
   clock = 0;
   seen.length = 0;
   waits.length = 0;
+  appEvents.length = 0;
 });
 
 const appUrl = (path = '/') => new URL(path, running.appUrl).href;
@@ -441,6 +450,82 @@ describe('refresh and sign-out', () => {
     expect(page.response.status).toBe(200);
     expect(page.body).toContain('Sign in');
     expect(page.body).not.toContain('Alice Liddell');
+  });
+
+  it('revokes the tokens of the session it replaces when sign-in starts again (RFC 7009)', async () => {
+    const { agent } = await signIn();
+    const id = sessionId(agent);
+    const stored = await sessions().get(id);
+    const again = await agent.request(appUrl('/signin'));
+    expect(again.response.status).toBe(303);
+    expect(again.response.headers.get('location')).toContain(`${running.authUrl}/auth?`);
+    expect(sessionId(agent)).not.toBe(id);
+    expect(await sessions().get(id)).toBeUndefined();
+    // The old grant is gone at the provider: its refresh token no longer works.
+    const refresh = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: stored!.tokens!.refreshToken! },
+      running.clients.app,
+    );
+    expect(refresh.body.error).toBe('invalid_grant');
+    // The JWT access token cannot be revoked (it expires in 5 minutes): that is no failure to report.
+    expect(appEvents).toEqual([]);
+  });
+
+  it('still starts the new sign-in when the old tokens cannot be revoked, and reports it', async () => {
+    // The app and a provider whose revocation endpoint answers 503 while `refuse` is set.
+    const other = await openDatabase({ memory: true });
+    const authPort = await listen(0);
+    const appPort = await listen(0);
+    try {
+      await migrateIdp(other);
+      await migrateApp(other);
+      const clients = await seed(other, { appRedirectUri: new URL('/callback', appPort.url).href });
+      const idp = await createIdp({ db: other, issuer: authPort.url, resource: apiUrl });
+      let refuse = false;
+      authPort.use((req, res) => {
+        if (refuse && req.url?.startsWith('/token/revocation')) res.writeHead(503).end();
+        else idp.app(req, res);
+      });
+      const events: ThirdPartyAppEvent[] = [];
+      const { app } = await createThirdPartyApp({
+        db: other,
+        issuer: authPort.url,
+        clientId: clients.app.clientId,
+        clientSecret: clients.app.clientSecret,
+        appUrl: appPort.url,
+        baseUrl: apiUrl,
+        onEvent: (event) => events.push(event),
+      });
+      appPort.use(app);
+      const agent = createUserAgent();
+      const callbackUrl = new URL('/callback', appPort.url).href;
+      const callback = await loginAndConsent(
+        agent,
+        authPort.url,
+        new URL('/signin', appPort.url).href,
+        callbackUrl,
+        alice,
+      );
+      await agent.request(callback.href);
+      const id = sessionId(agent);
+      const stored = await createSessionStore(other, { ttlSeconds: 60 }).get(id);
+      expect(stored?.tokens?.refreshToken).toEqual(expect.any(String));
+
+      refuse = true;
+      const again = await agent.request(new URL('/signin', appPort.url).href);
+      expect(again.response.status).toBe(303);
+      expect(again.response.headers.get('location')).toContain(`${authPort.url}/auth?`);
+      expect(sessionId(agent)).not.toBe(id);
+      expect(events).toContainEqual(
+        expect.objectContaining({ type: 'revocation-failed', during: 'sign-in', tokenType: 'refresh_token' }),
+      );
+      // Nothing in an event carries a token.
+      expect(JSON.stringify(events)).not.toContain(stored!.tokens!.refreshToken!);
+    } finally {
+      await Promise.allSettled([authPort.close(), appPort.close()]);
+      await other.close();
+    }
   });
 
   it('revokes the refresh token at the provider on sign-out and clears the cookie', async () => {

@@ -173,7 +173,7 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
   it('sees the payment.succeeded webhook on the receiver page, applied once', async () => {
     const round = await stack.api.relayOnce();
     expect(round.delivered).toBeGreaterThanOrEqual(1);
-    await page.goto(stack.receiver.url);
+    await page.goto(stack.receiver.pageUrl);
     const row = page.locator(`tr[data-event-id="evt_${chargeId}"]`);
     await expect(row.locator('td.deliveries').textContent()).resolves.toBe('1');
     await expect(row.locator('td.applied').textContent()).resolves.toBe('once');

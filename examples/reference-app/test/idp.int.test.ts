@@ -740,6 +740,40 @@ describe('RP-initiated logout pages (rows 29, 38)', () => {
     );
     expect(again.body).toContain('<h1>Sign in</h1>');
   });
+
+  it.each([
+    ['alone', false],
+    ['sent by a client, with its post-logout URI', true],
+  ])('answers a visitor with no session (%s) with our page, which continues the logout', async (_name, fromClient) => {
+    const agent = createUserAgent();
+    const appHome = new URL('/', app.redirectUri).href;
+    const url = new URL('/session/end', auth());
+    if (fromClient) {
+      url.searchParams.set('client_id', app.clientId);
+      url.searchParams.set('post_logout_redirect_uri', appHome);
+      url.searchParams.set('state', 'state-9');
+    }
+    const page = await agent.request(url.href);
+    expect(page.response.status).toBe(200);
+    expectProviderPage(page.response, page.body);
+    expect(page.body).toContain('You are not signed in');
+    expect(page.body).toContain('Continue</button>');
+    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(page.body)?.[1];
+    expect(action).toBeDefined();
+    const done = await agent.postForm(new URL(action ?? '', auth()).href, {
+      xsrf: formField(page.body, 'xsrf'),
+      logout: formField(page.body, 'logout'),
+    });
+    expect(done.response.status).toBe(303);
+    const location = done.response.headers.get('location') ?? '';
+    if (fromClient) {
+      expect(location).toBe(`${appHome}?state=state-9`);
+    } else {
+      const success = await agent.request(new URL(location, auth()).href);
+      expectProviderPage(success.response, success.body);
+      expect(success.body).toContain('<h1>Signed out</h1>');
+    }
+  });
 });
 
 describe('storage on the shared database', () => {

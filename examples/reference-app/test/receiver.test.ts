@@ -24,8 +24,8 @@ afterAll(async () => {
   await test?.close();
 });
 
-function mint(roles: string[] = [], scope = 'charges:write'): Promise<string> {
-  return test.token({ scope, roles });
+function mint(roles: string[] = [], scope = 'charges:write', clientId?: string): Promise<string> {
+  return test.token({ scope, roles, ...(clientId ? { clientId } : {}) });
 }
 
 async function createCharge(amount: number): Promise<{ id: string }> {
@@ -62,12 +62,12 @@ async function admin(path: string, roles = ['admin'], scope = 'events:read'): Pr
 async function postNote(
   eventId: string,
   body: unknown,
-  options: { key?: string | undefined; scope?: string } = { key: `"${randomUUID()}"` },
+  options: { key?: string | undefined; scope?: string; client?: string } = { key: `"${randomUUID()}"` },
 ): Promise<Response> {
   return fetch(new URL(`/webhook-events/${eventId}/notes`, stack.gateway.url), {
     method: 'POST',
     headers: {
-      authorization: `Bearer ${await mint(['admin'], options.scope ?? 'events:write')}`,
+      authorization: `Bearer ${await mint(['admin'], options.scope ?? 'events:write', options.client)}`,
       'content-type': 'application/json',
       ...(options.key ? { 'idempotency-key': options.key } : {}),
     },
@@ -120,7 +120,7 @@ describe('payment.succeeded: delivered at least once, applied once', () => {
   it('the events page shows deliveries and "once"', async () => {
     const charge = await createCharge(1234);
     await stack.api.relayOnce();
-    const response = await fetch(stack.receiver.url);
+    const response = await fetch(stack.receiver.pageUrl);
     expect(response.status).toBe(200);
     expect(response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
     const html = await response.text();
@@ -133,6 +133,22 @@ describe('payment.succeeded: delivered at least once, applied once', () => {
 
 describe('receiver: what is refused', () => {
   const webhook = () => stack.receiver.webhookUrl;
+
+  it.each([
+    ['no token', ''],
+    ['a wrong token', '?token=not-the-token'],
+    ['the token twice', () => `?${new URL(stack.receiver.pageUrl).search.slice(1)}&token=x`],
+  ])('shows the events page to nobody with %s: 403, no event in it', async (_name, query) => {
+    const charge = await createCharge(4321);
+    await stack.api.relayOnce();
+    const response = await fetch(new URL(`/${typeof query === 'string' ? query : query()}`, stack.receiver.url));
+    expect(response.status).toBe(403);
+    expect(response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    expect(response.headers.get('cache-control')).toBe('no-store');
+    const html = await response.text();
+    expect(html).not.toContain(charge.id);
+    expect(html).not.toContain('<table');
+  });
 
   it('refuses an unsigned or wrongly signed delivery and records nothing', async () => {
     const id = `evt_forged_${randomUUID()}`;
@@ -286,6 +302,18 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     const shown = await admin(`/webhook-events/evt_${charge.id}`);
     const notes = ((await shown.json()) as { notes: { id: number }[] }).notes;
     expect(notes.map((n) => n.id)).toEqual([created.id, ((await second.json()) as { id: number }).id]);
+  });
+
+  it('keeps note keys per admin and client: the same key from another client adds its own note', async () => {
+    const charge = await createCharge(60);
+    await stack.api.relayOnce();
+    const key = `"${randomUUID()}"`;
+    const first = await postNote(`evt_${charge.id}`, { text: 'From the console' }, { key, client: 'cli-pkce' });
+    expect(first.status).toBe(201);
+    const other = await postNote(`evt_${charge.id}`, { text: 'From the ops tool' }, { key, client: 'ops-tool' });
+    expect(other.status).toBe(201);
+    expect(other.headers.get('idempotent-replayed')).toBeNull();
+    expect(await other.json()).toMatchObject({ text: 'From the ops tool' });
   });
 
   it('refuses an empty note with 422 and a note on an unknown event with 404', async () => {

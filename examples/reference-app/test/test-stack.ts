@@ -11,6 +11,8 @@ export interface TestTokenClaims {
   sub?: string;
   scope?: string;
   roles?: string[];
+  /** The OAuth client the token was issued to (`client_id`); default `photo-app`. */
+  clientId?: string;
 }
 
 /** A running stack, its database, and a way to mint access tokens the gateway accepts. */
@@ -63,8 +65,8 @@ export async function startTestStack(name: string): Promise<TestStack> {
     redis,
     issuer,
     audience,
-    token: ({ sub = 'user-alice', scope = allScopes, roles = [] } = {}) =>
-      new SignJWT({ scope, roles, client_id: 'photo-app' })
+    token: ({ sub = 'user-alice', scope = allScopes, roles = [], clientId = 'photo-app' } = {}) =>
+      new SignJWT({ scope, roles, client_id: clientId })
         .setProtectedHeader({ alg: 'ES256', kid, typ: 'at+jwt' })
         .setIssuer(issuer)
         .setSubject(sub)

@@ -4,6 +4,7 @@ import { requireScopes } from '@idem/guard';
 import type { PostgresStore, PostgresTransaction } from '@idem/postgres';
 import type { Outbox } from '@idem/webhooks';
 import type { Express, Request, Response } from 'express';
+import { userAndClientScope } from '../key-scope.js';
 import { principalOf } from './internal-auth.js';
 import { type Checked, isIntegerIn, jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
 
@@ -49,7 +50,8 @@ function checkCharge(body: Record<string, unknown>): Checked<{ amount: number; c
  * `payment.succeeded` outbox row and the idempotency record commit in one transaction: a charge
  * without its event, or an event without its charge, cannot exist, and a retry after a crash either
  * replays the committed 201 or runs again from nothing. A request without `Idempotency-Key` gets one
- * minted by the server, returned with the 201 (spec part 3, rule 3).
+ * minted by the server, returned with the 201 (spec part 3, rule 3). Keys are scoped to the user and
+ * the OAuth client acting for them ({@link userAndClientScope}).
  *
  * @example
  * ```ts
@@ -71,6 +73,8 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       store: options.store,
       transactional: true,
       mintKeys: true,
+      // Keys belong to the user and the client acting for them: two apps of one user never collide.
+      scope: (req) => userAndClientScope(req.auth),
       // A 5xx rolls the whole transaction back (charge and event included), so nothing happened:
       // release the key and let the retry run, instead of replaying the failure for 24 hours.
       // 401/403/429 say the request was refused before anything ran, as in the default policy.

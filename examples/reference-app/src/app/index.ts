@@ -7,6 +7,7 @@ export {
   createThirdPartyApp,
   safeReturnTo,
   type ThirdPartyApp,
+  type ThirdPartyAppEvent,
   type ThirdPartyAppOptions,
 } from './server.js';
 export {

@@ -1,4 +1,5 @@
 import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
+import { notify } from '@idem/core';
 import express, { type Express, type Request, type Response } from 'express';
 import * as oauth from 'oauth4webapi';
 import { clientErrorStatus } from '../client-error.js';
@@ -10,7 +11,7 @@ import { loadCsrfKey } from '../idp/secrets.js';
 import { type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { homePage, signedOutPage, signInFailedPage } from './pages.js';
-import { createSessionStore, type SessionData } from './sessions.js';
+import { createSessionStore, type SessionData, type SessionTokens } from './sessions.js';
 
 /**
  * The scopes the third-party app asks for: only what it uses (spec 5.7). It lists photos, reads stock
@@ -44,6 +45,33 @@ export interface ThirdPartyAppOptions {
    * `Math.random`); tests inject both to check the backoff without waiting for it.
    */
   retryTiming?: Pick<ClientOptions, 'sleep' | 'random'>;
+  /**
+   * Told what went wrong out of the user's sight: a revocation the provider did not confirm, whose
+   * token stays valid until it expires. Default: one line on stderr, without the token.
+   */
+  onEvent?: (event: ThirdPartyAppEvent) => void;
+}
+
+/**
+ * What the third-party app reports through {@link ThirdPartyAppOptions.onEvent}:
+ * - `revocation-failed`: a token of a session that ended (replaced by a new sign-in, or signed out)
+ *   could not be revoked (RFC 7009): the provider could not be reached or refused. The session is gone
+ *   here all the same; the token works at the provider until it expires.
+ */
+export type ThirdPartyAppEvent = {
+  type: 'revocation-failed';
+  during: 'sign-in' | 'sign-out';
+  tokenType: 'refresh_token' | 'access_token';
+  /** The network's or the provider's error; never the token. */
+  error: unknown;
+};
+
+/** The default of {@link ThirdPartyAppOptions.onEvent}: one line on stderr. */
+function logEvent(event: ThirdPartyAppEvent): void {
+  const reason = event.error instanceof Error ? event.error.message : String(event.error);
+  console.warn(
+    `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
+  );
 }
 
 /** The third-party app, an Express app. */
@@ -79,7 +107,8 @@ export function safeReturnTo(value: unknown): string {
  * (state and `iss` checked, code exchanged server-to-server with the client secret, ID token validated
  * including its signature), tokens kept server-side behind an HttpOnly, SameSite=Lax cookie, refresh when
  * the access token is about to expire (one refresh at a time per session: two concurrent refreshes of a
- * rotating token would look like reuse and revoke the grant), and revocation on sign-out.
+ * rotating token would look like reuse and revoke the grant), and revocation of the tokens of a session
+ * that ends, by sign-out or by a new sign-in in the same browser.
  *
  * @example
  * ```ts
@@ -106,6 +135,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const stockItems = options.stockItems ?? ['item-1', 'item-2', 'item-3'];
   const refreshMargin = options.refreshMargin ?? 30_000;
   const refreshing = new Map<string, Promise<SessionData | undefined>>();
+  const onEvent = options.onEvent ?? logEvent;
 
   const send = (res: Response, status: number, html: string) => res.status(status).set(pageHeaders).send(html);
   const setSession = (res: Response, id: string) =>
@@ -157,6 +187,34 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     }
   };
 
+  /**
+   * Revokes the tokens of a session that ended (RFC 7009): the refresh token, which revokes its grant
+   * at the provider, and the access token. The provider revokes no JWT access token (they live 5
+   * minutes) and says `unsupported_token_type`, which is no failure. A failure is reported, never
+   * thrown: it must not keep anyone from signing in or out. False when one failed.
+   */
+  const revokeTokens = async (tokens: SessionTokens | undefined, during: 'sign-in' | 'sign-out') => {
+    const held = [
+      { token: tokens?.refreshToken, tokenType: 'refresh_token' as const },
+      { token: tokens?.accessToken, tokenType: 'access_token' as const },
+    ];
+    const revoked = await Promise.all(
+      held.map(async ({ token, tokenType }) => {
+        if (!token) return true;
+        try {
+          await oidc.revoke(token, tokenType);
+          return true;
+        } catch (error) {
+          const unrevocable = error instanceof oauth.ResponseBodyError && error.error === 'unsupported_token_type';
+          if (tokenType === 'access_token' && unrevocable) return true;
+          notify(onEvent, { type: 'revocation-failed', during, tokenType, error });
+          return false;
+        }
+      }),
+    );
+    return revoked.every(Boolean);
+  };
+
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', process.env.TRUST_PROXY === '1');
@@ -204,7 +262,11 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return;
     }
     // A fresh session per sign-in: the transaction (state, nonce, verifier) is bound to this browser.
-    await sessions.destroy(readCookie(req, sessionCookie));
+    // The session it replaces ends here, so its tokens are revoked at the provider first, as on sign-out.
+    const oldId = readCookie(req, sessionCookie);
+    const old = await sessions.get(oldId);
+    await sessions.destroy(oldId);
+    await revokeTokens(old?.tokens, 'sign-in');
     const id = await sessions.create({ pending: started.pending });
     setSession(res, id);
     res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
@@ -250,14 +312,10 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     const data = await sessions.get(id);
     await sessions.destroy(id);
     clearSession(res);
-    const refreshToken = data?.tokens?.refreshToken;
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
-    let message = 'You are signed out.';
-    if (refreshToken) {
-      await oidc.revoke(refreshToken, 'refresh_token').catch(() => {
-        message = 'You are signed out here; the identity provider could not be reached to revoke the tokens.';
-      });
-    }
+    const message = (await revokeTokens(data?.tokens, 'sign-out'))
+      ? 'You are signed out.'
+      : 'You are signed out here; the identity provider could not be reached to revoke the tokens.';
     res.set('Cache-Control', 'no-store');
     send(res, 200, signedOutPage(message));
   });

@@ -1,7 +1,15 @@
 export { apiScopes, roleScopes } from '../scopes.js';
 export { purgeExpiredModels, sqlAdapterFactory } from './adapter.js';
 export { assertRedirectUris, findClient, saveClient } from './clients.js';
-export { consentPage, errorPage, invalidLoginMessage, loginPage, logoutPage, signedOutPage } from './pages.js';
+export {
+  consentPage,
+  errorPage,
+  invalidLoginMessage,
+  loginPage,
+  logoutPage,
+  notSignedInLogoutPage,
+  signedOutPage,
+} from './pages.js';
 export { createPasswordChecker, hashPassword, type PasswordChecker, passwordHashOptions } from './passwords.js';
 export { createProvider, oidcScopes, type ProviderOptions, tokenLifetimes } from './provider.js';
 export { migrateIdp } from './schema.js';

@@ -136,6 +136,41 @@ ${input.form}
   );
 }
 
+/** What the logout page for a visitor with no session needs. */
+export interface NotSignedInLogoutPageInput {
+  /** Where the logout is confirmed (oidc-provider's `end_session_confirm`). */
+  action: string;
+  /** The provider's `xsrf` token for that confirmation. */
+  xsrf: string;
+  /** The client that sent the visitor here, when the request named one. */
+  clientName?: string | undefined;
+}
+
+/**
+ * The RP-initiated logout page for a visitor with no session at the provider. oidc-provider answers
+ * this case with its own page, which submits the logout by script; ours has no script (the CSP allows
+ * none), so "Continue" submits it: the provider then ends the (empty) session and sends the visitor on,
+ * to the client's post-logout URI when the request named one.
+ *
+ * @example
+ * ```ts
+ * ctx.body = notSignedInLogoutPage({ action: ctx.oidc.urlFor('end_session_confirm'), xsrf: secret });
+ * ```
+ */
+export function notSignedInLogoutPage(input: NotSignedInLogoutPageInput): string {
+  const from = input.clientName ? `<p>You are leaving <strong>${escapeHtml(input.clientName)}</strong>.</p>\n` : '';
+  return htmlPage(
+    'Sign out',
+    `<h1>Sign out</h1>
+${from}<p>You are not signed in at the identity provider: there is nothing to sign out of.</p>
+<form id="op.logoutForm" method="post" action="${escapeHtml(input.action)}">
+<input type="hidden" name="xsrf" value="${escapeHtml(input.xsrf)}">
+<input type="hidden" name="logout" value="yes">
+<button autofocus type="submit">Continue</button>
+</form>`,
+  );
+}
+
 /**
  * The page after a logout that has no client to return to (oidc-provider's `postLogoutSuccessSource`).
  *

@@ -1,13 +1,15 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readStream, type Store } from '@idem/core';
-import { createInternalVerifier, requireRoles, requireScopes } from '@idem/guard';
+import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
 import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
 import type { Database } from '../db.js';
-import { pageHeaders } from '../html.js';
+import { htmlPage, pageHeaders } from '../html.js';
+import { userAndClientScope } from '../key-scope.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { hasControlCharacters } from '../text.js';
 import {
@@ -34,6 +36,12 @@ export interface ReceiverOptions {
   /** Clock of the signature tolerance and of the internal-token checks, epoch ms. */
   now?: () => number;
   /**
+   * The token the events page (`GET /`) asks for, as `?token=`: it lists payments, so it is shown only
+   * to whoever holds the page's link ({@link RunningReceiver.pageUrl}, which `npm start` prints); any
+   * other request for it is 403. Default: a random one per start.
+   */
+  pageToken?: string;
+  /**
    * The gateway's internal tokens, for the admin API under {@link receiverAdminPrefix}. Without it
    * the admin API answers 404: there is nobody it could trust.
    */
@@ -45,8 +53,10 @@ export const receiverAdminPrefix = '/webhook-events';
 
 /** A running receiver. */
 export interface RunningReceiver {
-  /** `http://localhost:<port>`: the events page. */
+  /** `http://localhost:<port>`. */
   readonly url: string;
+  /** The events page with its token: `http://localhost:<port>/?token=...`. */
+  readonly pageUrl: string;
   /** The endpoint to give the API's sender. */
   readonly webhookUrl: string;
   close(): Promise<void>;
@@ -56,19 +66,28 @@ export interface RunningReceiver {
  * Starts the webhook receiver on Koa. `POST /webhooks/payments` verifies the Standard Webhooks
  * signature, then goes through the inbox (`createReceiver` on the transactional PostgreSQL/PGlite
  * store): the first delivery of an event id applies it in the same transaction that records the id;
- * any later delivery is acknowledged without applying. `GET /` is the public demo page listing the
- * events with their delivery and apply counts; the same as JSON is the admin API (see {@link adminApi}),
- * reached through the gateway.
+ * any later delivery is acknowledged without applying. `GET /` is the demo page listing the events
+ * with their delivery and apply counts, for whoever holds its link with the page token (403 without);
+ * the same as JSON is the admin API (see {@link adminApi}), reached through the gateway.
  *
  * @example
  * ```ts
  * const receiver = await startReceiver({ port: 8084, db, webhookSecret: await loadWebhookSecret(db) });
  * console.log(receiver.webhookUrl); // http://localhost:8084/webhooks/payments
+ * console.log(receiver.pageUrl); // http://localhost:8084/?token=...
  * ```
  */
 export async function startReceiver(options: ReceiverOptions): Promise<RunningReceiver> {
   const { db } = options;
   const path = options.path ?? '/webhooks/payments';
+  if (options.pageToken !== undefined && (typeof options.pageToken !== 'string' || options.pageToken.length < 16)) {
+    throw new TypeError('pageToken must be a string of at least 16 characters');
+  }
+  const pageToken = options.pageToken ?? randomBytes(32).toString('base64url');
+  // Compared as digests: equal lengths for timingSafeEqual, and no timing tells how much of a guess matched.
+  const pageTokenDigest = createHash('sha256').update(pageToken).digest();
+  const holdsPageToken = (given: unknown) =>
+    typeof given === 'string' && timingSafeEqual(createHash('sha256').update(given).digest(), pageTokenDigest);
   await migrateApi(db);
   // Delivery counts are written after the inbox answered; the response waits for them, so the page
   // is up to date by the time the sender sees its acknowledgement.
@@ -96,6 +115,16 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   app.use(async (ctx, next) => {
     if (ctx.method === 'GET' && ctx.path === '/') {
       ctx.set(pageHeaders);
+      // The loopback bind alone would let any local process, or a page in the browser that rebinds a
+      // DNS name to 127.0.0.1, read the payments: the page wants its token.
+      if (!holdsPageToken(ctx.query.token)) {
+        ctx.status = 403;
+        ctx.body = htmlPage(
+          'Webhook receiver',
+          '<h1>Webhook receiver</h1>\n<p>Open this page with the link <code>npm start</code> printed: it carries the page token.</p>',
+        );
+        return;
+      }
       ctx.body = eventsPage(await listReceivedEvents(db));
       return;
     }
@@ -133,7 +162,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
       type: 'https://idem.dev/problems/route-not-found',
       title: 'No such resource',
       status: 404,
-      detail: `Events are posted to ${path}; the list is at /.`,
+      detail: `Events are posted to ${path}.`,
       code: 'route_not_found',
       retryable: false,
     });
@@ -151,6 +180,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   const url = `http://localhost:${port}`;
   return {
     url,
+    pageUrl: `${url}/?token=${encodeURIComponent(pageToken)}`,
     webhookUrl: `${url}${path}`,
     async close() {
       await new Promise<void>((resolve) => {
@@ -214,8 +244,9 @@ const maxNoteLength = 500;
  *
  * Adding a note is not idempotent by itself (each POST adds one), so it runs behind `@idem/koa`'s
  * `idempotency()`: an operator's retry with the same `Idempotency-Key` gets the first note back
- * instead of a second copy. Keys are scoped to the admin the internal token names. A note is 1 to
- * 500 characters with no control characters but tab and line feed (422 otherwise).
+ * instead of a second copy. Keys are scoped to the admin the internal token names and to the client
+ * acting for them. A note is 1 to 500 characters with no control characters but tab and line feed
+ * (422 otherwise).
  *
  * @example
  * ```ts
@@ -244,7 +275,11 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
   const writeChain = [
     options.authenticate,
     options.write,
-    idempotency({ store: options.store, maxBodyBytes: 16 * 1024 }),
+    idempotency({
+      store: options.store,
+      maxBodyBytes: 16 * 1024,
+      scope: (ctx) => userAndClientScope((ctx.state as { auth?: Principal }).auth),
+    }),
   ];
   const write = runChain(writeChain, async (ctx) => {
     const id = eventIdOf(ctx.path.slice(0, -'/notes'.length));
