@@ -38,10 +38,16 @@ export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
  * @example
  * import express from 'express';
  * import { memoryStore } from '@idem/core';
- * import { idempotency } from '@idem/express';
+ * import { guard, idempotency } from '@idem/express';
  *
  * const app = express();
- * app.post('/charges', idempotency({ store: memoryStore(), scope: (req) => req.get('x-tenant') }), express.json(),
+ * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
+ * // Keys scoped by the tenant in the verified token, never by a header the client chose.
+ * const tenantOf = (req: express.Request) => {
+ *   const tenant = req.auth?.claims.tenant;
+ *   return typeof tenant === 'string' ? tenant : undefined;
+ * };
+ * app.post('/charges', idempotency({ store: memoryStore(), scope: tenantOf }), express.json(),
  *   (req, res) => res.status(201).json({ id: 'ch_1' }));
  */
 export function idempotency(options: ExpressIdempotencyOptions): RequestHandler {

@@ -321,7 +321,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
  * import { idempotency } from '@idem/fastify';
  *
  * const app = Fastify();
- * await app.register(idempotency, { store: memoryStore() });
+ * // No guard here, so `scope` says who is calling: everyone is 'demo'. A real app registers the
+ * // guard first and drops `scope`, so each key is scoped by the authenticated caller.
+ * await app.register(idempotency, { store: memoryStore(), scope: () => 'demo' });
  * app.post('/charges', async (request, reply) => reply.code(201).send({ id: 'ch_1' }));
  * app.post('/webhooks', { config: { idempotency: false } }, async () => ({ ok: true }));
  */

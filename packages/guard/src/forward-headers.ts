@@ -22,8 +22,11 @@ export interface ForwardOptions extends StripOptions {
 
 /**
  * The headers a gateway sends upstream: the incoming headers without every identity family
- * (case-, underscore- and duplicate-proof), without the caller's bearer token, plus a freshly minted
- * internal token for `audience`. The input is not modified.
+ * (case-, underscore- and duplicate-proof), without the caller's bearer token, without hop-by-hop
+ * headers (`connection` and those it names, `keep-alive`, `te`, `trailer`, `transfer-encoding`,
+ * `upgrade`) and `host`, plus a freshly minted internal token for `audience`. `content-length` is
+ * kept for a body passed on as it came: drop it when you send a re-encoded one. The input is not
+ * modified.
  *
  * @example
  * const headers = await forwardHeaders(req.headers, req.auth, { issuer: internal, audience: 'orders-service' });
@@ -43,8 +46,40 @@ export async function forwardHeaders<T extends string | string[] | number | unde
   if (options.keepAuthorization !== true) {
     for (const name of Object.keys(stripped)) if (name.toLowerCase() === 'authorization') delete stripped[name];
   }
+  dropHopByHop(stripped);
   stripped[header] = await options.issuer.mint(principal, { audience: options.audience });
   return stripped;
+}
+
+// Headers about one connection, not the message (RFC 9110 section 7.6.1), and `host`, which names
+// the gateway: the client that makes the upstream request writes its own. Passed on, they break that
+// request (fetch refuses `transfer-encoding` and a `connection` it did not choose) or mislead the
+// upstream (its virtual host is the gateway's name).
+const hopByHop: ReadonlySet<string> = new Set([
+  'connection',
+  'proxy-connection',
+  'keep-alive',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+]);
+
+/** Removes, in place, the hop-by-hop headers and those the `Connection` header names. */
+function dropHopByHop(headers: Record<string, unknown>): void {
+  const named = new Set<string>();
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.toLowerCase() !== 'connection') continue;
+    for (const part of (Array.isArray(value) ? value : [value]).join(',').split(',')) {
+      const token = part.trim().toLowerCase();
+      if (token.length > 0) named.add(token);
+    }
+  }
+  for (const name of Object.keys(headers)) {
+    const lower = name.toLowerCase();
+    if (hopByHop.has(lower) || named.has(lower)) delete headers[name];
+  }
 }
 
 /**

@@ -231,6 +231,33 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(Object.keys(trusted).sort()).toEqual([...Object.keys(kept), 'idem-internal-token'].sort());
   });
 
+  it('drops hop-by-hop headers, those Connection names, and host: the upstream request writes its own', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const principal = await edgePrincipal();
+    const incoming = {
+      Host: 'gateway.example',
+      connection: 'keep-alive, X-Hop',
+      'x-hop': 'only for this connection',
+      'Keep-Alive': 'timeout=5',
+      'transfer-encoding': 'chunked',
+      te: 'trailers',
+      trailer: 'x-checksum',
+      upgrade: 'websocket',
+      'proxy-connection': 'keep-alive',
+      'content-type': 'application/json',
+      'content-length': '17',
+      'idempotency-key': '"k-1"',
+    };
+    const forwarded = await forwardHeaders(incoming, principal, { issuer, audience: 'orders' });
+    expect(Object.keys(forwarded).sort()).toEqual([
+      'content-length',
+      'content-type',
+      'idem-internal-token',
+      'idempotency-key',
+    ]);
+    expect(incoming.connection).toBe('keep-alive, X-Hop');
+  });
+
   it("guard.forwardHeaders mints with the guard's internalTokens, and refuses without an issuer", async () => {
     const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
     const principal = await edgePrincipal();

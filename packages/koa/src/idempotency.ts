@@ -233,7 +233,9 @@ function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
  * import { idempotency } from '@idem/koa';
  *
  * const app = new Koa();
- * app.use(idempotency({ store: memoryStore() }));
+ * // No guard here, so `scope` says who is calling: everyone is 'demo'. A real app mounts the guard
+ * // first and drops `scope`, so each key is scoped by the authenticated caller.
+ * app.use(idempotency({ store: memoryStore(), scope: () => 'demo' }));
  * app.use(async (ctx) => {
  *   ctx.status = 201;
  *   ctx.body = { id: 'ch_1' };
