@@ -177,7 +177,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (route === false) return done(null, payload);
     const keyHeader = http.keyHeader(request.raw);
     if (!http.handles(request.method, keyHeader, overrides)) return done(null, payload);
-    // A bad key is answered in preHandler without the body ever being read (400 before 413).
+    // A bad key is answered in preHandler without idem reading the body (400 before idem's 413).
+    // Fastify's own parser still reads it first, and its `bodyLimit` answers before we do.
     if (http.refusesKey(keyHeader, overrides)) return done(null, payload);
     const headers = request.headers;
     const declared = Number(headers['content-length']);
