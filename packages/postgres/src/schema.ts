@@ -1,5 +1,21 @@
+import { createHash } from 'node:crypto';
 import { createSqlClient, type PostgresClient } from './sql-client.js';
-import { defaultTable, parseTableName } from './table-name.js';
+import { defaultTable, parseTableName, type TableName } from './table-name.js';
+
+// PostgreSQL cuts every identifier to 63 bytes. `<table>_expires_at` for a table name of more than
+// 52 characters would be cut to a name that another relation can already have: the table itself,
+// for a 63-character name, or a sibling table sharing the first 52 characters. CREATE INDEX IF NOT
+// EXISTS then skips silently, and purgeExpired() scans the whole table. A name that does not fit
+// keeps the table's first characters and ends in a hash of the whole table name.
+const maxIdentifier = 63;
+const indexSuffix = '_expires_at';
+
+const expiresAtIndex = (table: TableName): string => {
+  const plain = `${table.base}${indexSuffix}`;
+  if (plain.length <= maxIdentifier) return plain;
+  const hash = createHash('sha256').update(table.base).digest('hex').slice(0, 8);
+  return `${table.base.slice(0, maxIdentifier - indexSuffix.length - hash.length - 1)}_${hash}${indexSuffix}`;
+};
 
 /**
  * The DDL of the records table, one statement per entry. `schema.sql` in this package is exactly
@@ -25,7 +41,7 @@ export function schemaStatements(table: string = defaultTable): string[] {
   body        bytea,
   expires_at  timestamptz NOT NULL
 )`,
-    `CREATE INDEX IF NOT EXISTS "${name.base}_expires_at" ON ${name.sql} (expires_at)`,
+    `CREATE INDEX IF NOT EXISTS "${expiresAtIndex(name)}" ON ${name.sql} (expires_at)`,
   ];
 }
 
@@ -57,7 +73,8 @@ export interface MigrateOptions {
 /**
  * Creates the records table and its index if they do not exist. Safe to run on every deploy and from
  * many processes at once: it takes a transaction-scoped advisory lock so concurrent runs queue
- * instead of racing on the catalog. The store itself never runs DDL.
+ * instead of racing on the catalog. When both exist it runs no DDL at all, so a role that may only
+ * read and write the table can call it too. The store itself never runs DDL.
  *
  * @example
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
@@ -66,10 +83,27 @@ export interface MigrateOptions {
  */
 export async function migrate(client: PostgresClient, options: MigrateOptions = {}): Promise<void> {
   const table = parseTableName(options.table ?? defaultTable);
+  const [createTable, createIndex] = schemaStatements(table.name) as [string, string];
   const sql = createSqlClient(client, { preparedStatements: false });
   await sql.transaction(async (tx) => {
-    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idem.migrate:${table.name}`]);
-    for (const statement of schemaStatements(table.name)) await tx.query(statement);
+    // One lock for every idem migration of the database, not one per name as given: `idem_records`
+    // and `public.idem_records` are one table, and two CREATE TABLEs of it racing under two locks
+    // would fail on the catalog's unique index (23505).
+    await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', ['idem.migrate']);
+    // CREATE ... IF NOT EXISTS checks privileges before existence: it needs CREATE on the schema and
+    // ownership of the table even when there is nothing to do. So look first, and run only the DDL
+    // that is missing. Any plain index on expires_at will do, whatever its name: one made under an
+    // older naming, or by a DBA, must not be built a second time (a build blocks the table's writes).
+    const { rows } = await tx.query<{ has_table: boolean; has_index: boolean }>(
+      `SELECT to_regclass($1) IS NOT NULL AS has_table,
+       EXISTS (SELECT 1 FROM pg_index x
+               JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
+               WHERE x.indrelid = to_regclass($1) AND x.indnatts = 1 AND a.attname = 'expires_at'
+                 AND x.indpred IS NULL AND x.indexprs IS NULL) AS has_index`,
+      [table.sql],
+    );
+    if (rows[0]?.has_table !== true) await tx.query(createTable);
+    if (rows[0]?.has_index !== true) await tx.query(createIndex);
     return { commit: true, value: undefined };
   });
 }

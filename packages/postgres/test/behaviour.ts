@@ -78,6 +78,37 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(indexes.map((i) => i.indexname)).toEqual([`${table}_expires_at`, `${table}_pkey`]);
       });
 
+      it('gives each table its own expires_at index, also under names too long for `<table>_expires_at`', async () => {
+        // 63 characters each, the same first 60: PostgreSQL would cut both index names to the
+        // table's own name, and CREATE INDEX IF NOT EXISTS would skip them.
+        const stem = `${table}_long_`.padEnd(60, 'x');
+        const names = [`${stem}aaa`, `${stem}bbb`];
+        try {
+          for (const name of names) await migrate(client, { table: name });
+          for (const name of names) {
+            const indexes = await sql(client, 'SELECT indexdef FROM pg_indexes WHERE tablename = $1', [name]);
+            expect(
+              indexes.filter((index) => String(index.indexdef).endsWith('(expires_at)')),
+              name,
+            ).toHaveLength(1);
+          }
+          // Running it again finds the index instead of adding a second one, whatever its name (an
+          // older release named it by cutting the table name).
+          const [index] = await sql(
+            client,
+            `SELECT indexname FROM pg_indexes WHERE tablename = $1 AND indexname NOT LIKE '%_pkey'`,
+            [names[0]],
+          );
+          await sql(client, `ALTER INDEX "${index.indexname}" RENAME TO "${table}_older_name"`);
+          await migrate(client, { table: names[0] });
+          expect(await sql(client, 'SELECT indexname FROM pg_indexes WHERE tablename = $1', [names[0]])).toHaveLength(
+            2,
+          );
+        } finally {
+          for (const name of names) await sql(client, `DROP TABLE IF EXISTS "${name}"`);
+        }
+      });
+
       it('runs no DDL on construction: a store on a missing table fails its first call and creates nothing', async () => {
         const missing = `${table}_missing`;
         const lonely = postgresStore({ client, table: missing });

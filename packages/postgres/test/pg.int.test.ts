@@ -8,9 +8,9 @@ import { recordId, StoreUnavailableError } from '@idem/core';
 import { describeStore } from '@idem/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate, type PostgresStore, postgresStore } from '../src/index.js';
+import { migrate, type PgClientLike, type PostgresStore, postgresStore } from '../src/index.js';
 import { describePostgresBehaviour } from './behaviour.js';
-import { databaseUrl, freshTable, harness, postgresAvailable, sql, testPool } from './database.js';
+import { databaseUrl, freshTable, harness, postgresAvailable, sql, testPool, uniqueTable } from './database.js';
 
 const available = await postgresAvailable();
 
@@ -208,6 +208,84 @@ describe.runIf(available)('PostgreSQL server', () => {
         expect(await single.get(other)).toEqual({ state: 'in_progress', token: 'side', fingerprint: '' });
       } finally {
         await client.end();
+      }
+    });
+
+    it('migrate() of one table named two ways at once: the second waits for the first, and both succeed', async () => {
+      const name = uniqueTable('migrate_race');
+      const applicationName = `idem-migrate-race-${randomUUID().slice(0, 8)}`;
+      // The first migration runs on a client that stops right after its CREATE TABLE, inside the
+      // transaction: the new table's catalog rows are written and not yet committed.
+      const first = new pg.Client({ connectionString: databaseUrl });
+      first.on('error', () => undefined);
+      await first.connect();
+      let created!: () => void;
+      const tableCreated = new Promise<void>((resolve) => {
+        created = resolve;
+      });
+      let resume!: () => void;
+      const resumed = new Promise<void>((resolve) => {
+        resume = resolve;
+      });
+      const stopping: PgClientLike = {
+        query: async (config) => {
+          const result = await first.query(config);
+          if (config.text.startsWith('CREATE TABLE')) {
+            created();
+            await resumed;
+          }
+          return result;
+        },
+      };
+      const second = testPool({ max: 1, application_name: applicationName });
+      try {
+        const firstRun = migrate(stopping, { table: `public.${name}` });
+        await tableCreated;
+        const secondRun = migrate(second, { table: name }).then(
+          () => 'migrated',
+          (error: unknown) => error,
+        );
+        // Wait until the second run is blocked on a lock (the advisory lock, or the catalog row).
+        for (let waiting = 0; waiting === 0; ) {
+          const rows = await sql(
+            pool,
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+            [applicationName],
+          );
+          waiting = rows[0].n;
+          if (waiting === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        resume();
+        await firstRun;
+        expect(await secondRun).toBe('migrated');
+      } finally {
+        resume();
+        await sql(pool, `DROP TABLE IF EXISTS "${name}"`);
+        await first.end();
+        await second.end();
+      }
+    });
+
+    it('migrate() on an existing table needs no DDL rights: a role that may only read and write it can run it', async () => {
+      const name = uniqueTable('migrate_role');
+      const role = `idem_test_role_${randomUUID().slice(0, 8)}`;
+      await migrate(pool, { table: name });
+      await sql(pool, `CREATE ROLE "${role}" LOGIN`);
+      await sql(pool, `GRANT SELECT, INSERT, UPDATE, DELETE ON "${name}" TO "${role}"`);
+      const url = new URL(databaseUrl);
+      url.username = role;
+      url.password = '';
+      const restricted = testPool({ connectionString: url.toString(), max: 2 });
+      try {
+        await migrate(restricted, { table: name });
+        const store = postgresStore({ client: restricted, table: name });
+        expect(await store.claim({ id: freshId(), token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({
+          claimed: true,
+        });
+      } finally {
+        await restricted.end();
+        await sql(pool, `DROP TABLE IF EXISTS "${name}"`);
+        await sql(pool, `DROP ROLE IF EXISTS "${role}"`);
       }
     });
 

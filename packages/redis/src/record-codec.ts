@@ -45,23 +45,40 @@ export function leasePrefix(token: string): Buffer {
 }
 
 /**
- * Encodes a fresh claim: the value `SET NX PX` writes.
+ * Encodes a fresh claim: the value `SET NX PX` writes. Throws a `TypeError` for a token or
+ * fingerprint that is not a string.
  *
  * @example
  * encodeClaim('t1', 'fp'); // Buffer of 'p"t1"\n"fp"\n'
  */
 export function encodeClaim(token: string, fingerprint: string): Buffer {
+  // Anything else would be written as something decodeRecord refuses: a claim nobody can read.
+  if (typeof token !== 'string' || typeof fingerprint !== 'string') {
+    throw new TypeError('token and fingerprint must be strings');
+  }
   return Buffer.from(`p${JSON.stringify(token)}\n${JSON.stringify(fingerprint)}\n`, 'utf8');
 }
 
 /**
  * Encodes what the completion script appends to the claim: status and headers, then the raw body.
- * Its length is what the size cap measures.
+ * Its length is what the size cap measures. Throws a `TypeError` for a response that
+ * {@link decodeRecord} could not read back.
  *
  * @example
  * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 18
  */
 export function encodeOutcome(response: StoredResponse): Buffer {
+  // decodeRecord refuses a status that is not a number and a header that is not a string. Written
+  // anyway, such a record would fail every read of its key, each claim a 503, until its retention
+  // ends; so it is refused here, before anything is sent, as the misuse it is.
+  if (
+    !response ||
+    !Number.isInteger(response.status) ||
+    !isHeaders(response.headers) ||
+    !(response.body instanceof Uint8Array)
+  ) {
+    throw new TypeError('response needs an integer status, headers whose values are strings and a Uint8Array body');
+  }
   const meta = encoder.encode(`${JSON.stringify({ s: response.status, h: response.headers })}\n`);
   const out = Buffer.allocUnsafe(meta.length + response.body.length);
   out.set(meta, 0);

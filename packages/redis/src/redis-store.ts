@@ -134,7 +134,14 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
         for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
           if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
           const existing = await runner.send(k, ['GET', k]);
-          if (existing !== null && existing !== undefined) return { claimed: false, record: record('claim', existing) };
+          if (existing === null || existing === undefined) continue;
+          const holder = record('claim', existing);
+          // Our own token means our SET did run: its reply was lost, and the client sent the command
+          // again after reconnecting (ioredis does by default), which then found the key taken by
+          // us. Tokens are unique per claim, so nobody else can hold this one. Reported as taken,
+          // the claim would answer 409 and leave the key held by nobody for a whole lease.
+          if (holder.state === 'in_progress' && holder.token === token) return { claimed: true };
+          return { claimed: false, record: holder };
         }
         throw new StoreUnavailableError('Redis claim kept racing with releases; retry');
       });

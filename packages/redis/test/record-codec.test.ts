@@ -56,4 +56,17 @@ describe('record codec', () => {
   ])('refuses %s with RecordFormatError', (_, value) => {
     expect(() => decodeRecord(typeof value === 'string' ? bytes(value) : value)).toThrow(RecordFormatError);
   });
+
+  it.each([
+    ['a header that is not a string', { status: 200, headers: { a: 1 }, body: new Uint8Array(0) }],
+    ['a status that is not an integer', { status: Number.NaN, headers: {}, body: new Uint8Array(0) }],
+    ['a body that is not bytes', { status: 200, headers: {}, body: 'text' }],
+  ])('refuses to encode %s, which it could not decode, with TypeError', (_, response) => {
+    expect(() => encodeOutcome(response as never)).toThrow(TypeError);
+  });
+
+  it('refuses to encode a claim whose token or fingerprint is not a string', () => {
+    expect(() => encodeClaim(1 as never, 'fp')).toThrow(TypeError);
+    expect(() => encodeClaim('t', undefined as never)).toThrow(TypeError);
+  });
 });

@@ -6,7 +6,7 @@ import {
   type StoredResponse,
   StoreUnavailableError,
 } from '@idem/core';
-import { describeStore, type StoreHarness } from '@idem/testkit';
+import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
 import { createClient, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -130,6 +130,31 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       expect(await admin.get(store.key(id))).toBe('p"mine"\n"fp"\n');
     });
 
+    it('a claim whose reply was lost, sent again by ioredis after it reconnected, is still the claim of its caller', async () => {
+      const { hostname, port } = new URL(redisUrl);
+      const proxy = await createTcpProxy({ target: { host: hostname, port: Number(port || 6379) } });
+      // ioredis resends the commands that got no reply once it has reconnected (its default).
+      const client = new Redis(proxy.port, proxy.host, { retryStrategy: () => 10 });
+      client.on('error', () => undefined);
+      try {
+        const store = redisStore({ client, prefix: `${prefix}resent:` });
+        const id = randomUUID();
+        await client.ping();
+        // Redis runs the SET NX; its "OK" never arrives.
+        proxy.blackhole('downstream');
+        const claim = store.claim({ id, token: 'mine', fingerprint: 'fp', leaseMs: 5_000 });
+        while ((await admin.exists(store.key(id))) === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+        // The connection drops and comes back: the resent SET NX finds the key taken, by this very claim.
+        proxy.cut();
+        proxy.restore();
+        expect(await claim).toEqual({ claimed: true });
+        expect(await store.renew({ id, token: 'mine', leaseMs: 5_000 })).toBe(true);
+      } finally {
+        client.disconnect();
+        await proxy.close();
+      }
+    });
+
     it('gives up with StoreUnavailableError when the key keeps flapping', async () => {
       let sets = 0;
       const store = redisStore({
@@ -192,6 +217,35 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       ).toBe(true);
       expect(await store.get(first.lease.id)).toBeUndefined();
       expect((await engine.begin({ key, scope: 'user:1', operation: 'POST /exports' })).kind).toBe('execute');
+    });
+  });
+
+  describe('misuse', () => {
+    const store = redisStore({ client: admin, prefix: `${prefix}misuse:` });
+
+    it('refuses to write a record it could not read back: a TypeError, and nothing changes', async () => {
+      const unreadable = [
+        { status: 200, headers: { 'content-length': 12 }, body: new Uint8Array(1) },
+        { status: 200, headers: { 'set-cookie': ['a=1', 'b=2'] }, body: new Uint8Array(1) },
+        { status: Number.NaN, headers: {}, body: new Uint8Array(1) },
+        { status: '200', headers: {}, body: new Uint8Array(1) },
+        { status: 200, headers: {}, body: 'text' },
+      ] as unknown as StoredResponse[];
+      for (const bad of unreadable) {
+        const id = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 4_000 });
+        // Stored, it would make every later claim of the key a 503 until its retention ran out.
+        await expect(store.complete({ id, token: 't', response: bad, retentionMs: 60_000 })).rejects.toThrow(TypeError);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+      }
+      for (const [token, fingerprint] of [
+        [7, 'fp'],
+        ['t', undefined],
+      ] as unknown as [string, string][]) {
+        const id = randomUUID();
+        await expect(store.claim({ id, token, fingerprint, leaseMs: 4_000 })).rejects.toThrow(TypeError);
+        expect(await store.get(id)).toBeUndefined();
+      }
     });
   });
 
