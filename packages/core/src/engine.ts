@@ -631,6 +631,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           const { value, response, outcome } = produced;
           const decision = decide(response, outcome, lease);
           stored = decision.store;
+          // The store now completes the record and commits. Renewing meanwhile means nothing: in
+          // PostgreSQL a renewal waits on the row the completion holds, then finds it completed and
+          // answers false, which would report a lost lease and abort the signal as the commit lands.
+          stopHeartbeat(state);
           return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
         },
       );

@@ -659,3 +659,41 @@ describe('maxExecution: a hung handler does not hold its key for as long as the 
     expect(createIdempotency({ store, maxExecution: false }).settings.maxExecutionMs).toBe(0);
   });
 });
+
+describe('transaction and heartbeat racing', () => {
+  it('no renewal runs once the handler has produced its outcome: a commit in flight is never reported as a lost lease', async () => {
+    vi.useFakeTimers();
+    let committing = false;
+    let open: (() => void) | undefined;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const inner = transactionalMemoryStore({
+      store: memoryStore({ now: () => Date.now() }),
+      beforeCommit: async () => {
+        committing = true;
+        await gate;
+      },
+    });
+    // As PostgreSQL does: a renewal sent while the completion holds the row waits for the commit,
+    // then finds the record completed and answers false.
+    const store = {
+      ...inner,
+      inProcess: false,
+      renew: (input: Parameters<Store['renew']>[0]) => (committing ? Promise.resolve(false) : inner.renew(input)),
+    };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const started = await engine.begin({ key: 'k', scope: 's', operation: 'op' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const result = engine.transaction(started.lease, async () => ({ value: 1, response: ok() }));
+    // A slow commit: heartbeat ticks pass while it is in flight (within the lease, which the row
+    // lock would hold in PostgreSQL anyway).
+    await vi.advanceTimersByTimeAsync(600);
+    open?.();
+    expect(await result).toEqual({ committed: true, value: 1, stored: true });
+    expect(events.some((e) => e.type === 'lease-lost')).toBe(false);
+    expect(started.lease.lost).toBe(false);
+    expect(started.lease.signal.aborted).toBe(false);
+  });
+});
