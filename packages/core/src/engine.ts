@@ -19,6 +19,11 @@ import {
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
 
 const DAY_MS = 86_400_000;
+// Upper bounds that keep every duration inside what stores and timers take. Past them, Redis gets a
+// `PX` of `1e+21`, PostgreSQL an interval out of range (every request a 503), and a heartbeat of a
+// quarter lease over 2^31 ms, which Node runs every millisecond.
+const MAX_RETENTION_MS = 3650 * DAY_MS;
+const MAX_LEASE_MS = 7 * DAY_MS;
 
 /** Options of {@link createIdempotency}. */
 export interface IdempotencyOptions {
@@ -223,8 +228,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       'retention below 24h lets a late retry execute again (spec part 8); set acknowledgeShortRetention: true if that is intended',
     );
   }
+  if (retentionMs > MAX_RETENTION_MS) throw new TypeError('retention must be at most 3650d');
   const leaseMs = toMilliseconds(options.lease ?? '10s', 'lease');
   if (leaseMs < 100) throw new TypeError('lease must be at least 100ms');
+  if (leaseMs > MAX_LEASE_MS) throw new TypeError('lease must be at most 7d');
   const waitMs = options.wait === undefined || options.wait === false ? 0 : toMilliseconds(options.wait, 'wait');
   const storeTimeoutMs = toMilliseconds(options.storeTimeout ?? '2s', 'storeTimeout');
   const mismatchStatus = options.mismatchStatus ?? 422;
@@ -477,7 +484,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       if (decision === false) return dropIt;
       if (decision === true) return storeIt;
       if ((decision as { store?: unknown }).store !== true) throw new TypeError('storeOutcome returned no decision');
-      return { store: true as const, retentionMs: toMilliseconds(decision.retention, 'retention') };
+      const retention = toMilliseconds(decision.retention, 'retention');
+      if (!(retention > 0) || retention > MAX_RETENTION_MS)
+        throw new TypeError('a stored outcome needs a retention above 0 and at most 3650d');
+      return { store: true as const, retentionMs: retention };
     } catch (error) {
       // A policy that throws, or decides something that is not a decision, must not leave the key
       // in progress for as long as the heartbeat renews it. The execution happened, so its outcome

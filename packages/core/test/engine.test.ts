@@ -434,6 +434,8 @@ describe('anchor cases at engine level', () => {
         throw new Error('policy bug');
       },
       () => ({ store: true, retention: 'forever' }) as never,
+      () => ({ store: true, retention: '99999d' }) as never,
+      () => ({ store: true, retention: 0 }) as never,
       () => undefined as never,
     ]) {
       const { engine, request, events } = setup({ storeOutcome: policy });
@@ -459,6 +461,10 @@ describe('options are checked once, at construction', () => {
     [{ store, retention: '1h' }, /acknowledgeShortRetention/],
     [{ store, retention: 'a day' }, /retention/],
     [{ store, lease: 10 }, /lease/],
+    // Past what stores and timers take: a Redis PX of 1e+21, a heartbeat running every millisecond.
+    [{ store, retention: '3651d' }, /retention must be at most 3650d/],
+    [{ store, retention: 1e21 }, /retention must be at most 3650d/],
+    [{ store, lease: '8d' }, /lease must be at most 7d/],
     [{ store, mismatchStatus: 409 as 422 }, /mismatchStatus/],
     [{ store, storeOutcome: 'some' as 'all' }, /storeOutcome/],
     [{ store: {} as Store }, /Store contract/],
