@@ -64,6 +64,12 @@ export interface RelayOptions {
   relayId?: string;
   /** Called after every attempt. What it throws or rejects with is swallowed. */
   onAttempt?: (row: { id: string; url: string }, attempt: AttemptRecord) => void;
+  /**
+   * Called when a round of the background loop (`start()`) fails, e.g. the database is down; the loop
+   * goes on after `pollInterval`. Without it such failures are silent. What it throws or rejects with
+   * is swallowed.
+   */
+  onError?: (error: unknown) => void;
 }
 
 /** What one relay round did. */
@@ -375,8 +381,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         let round: RelayRound | undefined;
         try {
           round = await runOnce();
-        } catch {
+        } catch (error) {
           // The database is down or a round failed: rows stay leased or pending; try again later.
+          notify(relayOptions.onError, error);
         }
         if (signal.aborted) return;
         if (round && round.claimed === batchSize) continue;

@@ -469,6 +469,31 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('the background loop reports a failing round through onError and goes on', async () => {
+    const errors: unknown[] = [];
+    let failing = true;
+    // A database that is down for the first rounds, then comes back.
+    const db = {
+      query: (text: string, params?: unknown[]) =>
+        failing ? Promise.reject(new Error('connect ECONNREFUSED')) : pool.query(text, params),
+    };
+    const relay = outbox.relay({
+      db,
+      sender,
+      pollInterval: '10ms',
+      onError: (error) => {
+        errors.push(error);
+        if (errors.length === 2) failing = false;
+        throw new Error('an observer that throws changes nothing');
+      },
+    });
+    relay.start();
+    await until(() => errors.length >= 2, 'two failed rounds to be reported');
+    await relay.stop();
+    expect(String(errors[0])).toMatch(/ECONNREFUSED/);
+    expect(errors).toHaveLength(2);
+  });
+
   it('refuses bad table names and options', () => {
     expect(() => createOutbox({ table: 'x; DROP TABLE y' })).toThrow(TypeError);
     expect(() => createOutbox({ table: 'a.b.c' })).toThrow(TypeError);
