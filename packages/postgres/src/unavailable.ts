@@ -3,8 +3,10 @@ import { StoreUnavailableError } from '@idem/core';
 // SQLSTATE codes (or class prefixes) that say "the database could not do it right now", not "the
 // statement is wrong": connection exceptions (08), insufficient resources (53), operator
 // intervention such as pg_terminate_backend or a shutdown (57P), statement_timeout (57014),
-// lock_timeout (55P03), and the transient serialization and deadlock failures (40001, 40P01).
-const transientStates = ['08', '53', '57P', '57014', '55P03', '40001', '40P01'];
+// lock_timeout (55P03), the transient serialization and deadlock failures (40001, 40P01), a write
+// sent to a server that is read-only now (25006: a failover left the pool on the old primary, or on
+// a replica), and the server's own system and I/O errors (58000, 58030).
+const transientStates = ['08', '53', '57P', '57014', '55P03', '40001', '40P01', '25006', '58000', '58030'];
 
 // Socket-level failures reported by Node's net and dns modules.
 const transientSystemCodes = new Set([

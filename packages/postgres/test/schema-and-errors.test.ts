@@ -37,7 +37,20 @@ describe('infrastructure errors', () => {
   const coded = (code: string, message = 'failure') => Object.assign(new Error(message), { code });
 
   it('treats connection, resource, shutdown, timeout and transient SQLSTATEs as unavailability', () => {
-    for (const code of ['08006', '08001', '53300', '57P01', '57P03', '57014', '55P03', '40001', '40P01']) {
+    for (const code of [
+      '08006',
+      '08001',
+      '53300',
+      '57P01',
+      '57P03',
+      '57014',
+      '55P03',
+      '40001',
+      '40P01',
+      '25006',
+      '58000',
+      '58030',
+    ]) {
       expect(isTransientDatabaseError(coded(code)), code).toBe(true);
     }
     for (const code of ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND']) {
@@ -49,7 +62,8 @@ describe('infrastructure errors', () => {
   });
 
   it('leaves mistakes alone: syntax, missing table, constraint violations, non-errors', () => {
-    for (const code of ['42601', '42P01', '23505', '22P02']) {
+    // 58P01 (a file the server cannot find) is not transient, unlike the rest of class 58.
+    for (const code of ['42601', '42P01', '23505', '22P02', '58P01', '25001']) {
       expect(isTransientDatabaseError(coded(code)), code).toBe(false);
     }
     expect(isTransientDatabaseError(new Error('something else'))).toBe(false);
