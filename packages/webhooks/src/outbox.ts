@@ -123,7 +123,12 @@ function quoteTable(name: string): { sql: string; base: string } {
   if (parts.length > 2 || !parts.every((part) => IDENT.test(part))) {
     throw new TypeError('table must be an identifier (letters, digits, _), optionally schema-qualified');
   }
-  return { sql: parts.map((part) => `"${part}"`).join('.'), base: parts.at(-1) as string };
+  const base = parts.at(-1) as string;
+  // PostgreSQL cuts identifiers to 63 bytes: the index `<table>_due` of a longer name would be cut to
+  // a name another relation may have (the table itself), and CREATE INDEX IF NOT EXISTS would then
+  // skip it in silence, leaving every claim to scan the whole table.
+  if (base.length > 63 - '_due'.length) throw new TypeError('table name must be at most 59 characters');
+  return { sql: parts.map((part) => `"${part}"`).join('.'), base };
 }
 
 // jsonb cannot hold U+0000, and a response snippet may contain it (a binary acknowledgement): left

@@ -497,6 +497,9 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
   it('refuses bad table names and options', () => {
     expect(() => createOutbox({ table: 'x; DROP TABLE y' })).toThrow(TypeError);
     expect(() => createOutbox({ table: 'a.b.c' })).toThrow(TypeError);
+    // Its index, `<table>_due`, must fit PostgreSQL's 63-byte identifiers.
+    expect(() => createOutbox({ table: `app.${'t'.repeat(60)}` })).toThrow(/at most 59/);
+    expect(() => createOutbox({ table: 't'.repeat(59) })).not.toThrow();
     expect(() => outbox.relay({ db: pool, sender, lease: '1s' })).toThrow(/timeout/);
     expect(() => outbox.relay({ db: pool, sender, batchSize: 0 })).toThrow(TypeError);
   });
