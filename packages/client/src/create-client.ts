@@ -265,6 +265,10 @@ export function createClient(options: ClientOptions): Client {
     // retry is wrong").
     let key: string | undefined;
     let keyField: string | undefined;
+    // A key the caller chose is theirs: they may have stored it to retry this operation later, so
+    // an echo of another key (a proxy or server rewriting it) never replaces it. Only a key this
+    // client made up, or none at all, gives way to the one the server minted.
+    let callerKeyed = false;
     if (
       request.idempotencyKey !== undefined &&
       request.idempotencyKey !== false &&
@@ -277,21 +281,19 @@ export function createClient(options: ClientOptions): Client {
     if (typeof request.idempotencyKey === 'string') {
       key = request.idempotencyKey;
       keyField = formatKeyField(key, keyFormat);
+      callerKeyed = true;
     } else if (request.idempotencyKey === false) {
       // No key until the server mints one.
     } else if (headerKey !== null) {
       // A key set by hand as a header is sent as written.
       keyField = headerKey;
       key = parseKeyField(headerKey) ?? headerKey;
+      callerKeyed = true;
     } else if (!isIdempotentMethod(verb)) {
       key = newIdempotencyKey();
       keyField = formatKeyField(key, keyFormat);
     }
 
-    // A key the caller chose is theirs: they may have stored it to retry this operation later, so
-    // an echo of another key (a proxy or server rewriting it) never replaces it. Only a key this
-    // client made up, or none at all, gives way to the one the server minted.
-    const callerKeyed = typeof request.idempotencyKey === 'string' || headerKey !== null;
     const attempts: AttemptRecord[] = [];
     const startedAt = now();
     const deadlineAt = startedAt + retry.deadlineMs;

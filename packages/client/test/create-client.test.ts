@@ -135,6 +135,14 @@ describe('keys: one per logical operation', () => {
     const result = await minted.client.post('/charges', {}, { idempotencyKey: false });
     expect(minted.seen.map((r) => r.headers.get('idempotency-key'))).toEqual([null, '"m-1"']);
     expect(result.key).toBe('m-1');
+
+    // A default Idempotency-Key header that `false` set aside does not make the key the caller's.
+    const withDefault = setup([empty(503, { 'Idempotency-Key': '"m-2"' }), json(201, {})], {
+      headers: { 'Idempotency-Key': 'default-k' },
+    });
+    const adopted = await withDefault.client.post('/charges', {}, { idempotencyKey: false });
+    expect(withDefault.seen.map((r) => r.headers.get('idempotency-key'))).toEqual([null, '"m-2"']);
+    expect(adopted.key).toBe('m-2');
   });
 
   it('does not adopt an ambiguous minted key (two values)', async () => {
