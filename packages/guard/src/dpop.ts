@@ -200,7 +200,11 @@ export async function rememberProof(runtime: DpopRuntime, proof: VerifiedProof):
   let answer: ReplayAnswer;
   try {
     const pending = runtime.replay(proof.replayKey, proof.expiresAtMs);
-    answer = pending instanceof Promise ? await withTimeout(pending, runtime.replayTimeoutMs) : pending;
+    // Any thenable, not only this realm's Promise: a store's client may bring its own.
+    answer =
+      typeof (pending as { then?: unknown } | null)?.then === 'function'
+        ? await withTimeout(Promise.resolve(pending), runtime.replayTimeoutMs)
+        : (pending as ReplayAnswer);
   } catch {
     // A store that is down cannot say the proof is new. Refused, never let through, and never thrown
     // out of `authenticate`, where glue would turn it into a 500.

@@ -105,7 +105,8 @@ export function createEventSink(onEvent: ((event: GuardEvent) => void) | undefin
         try {
           const result: unknown = onEvent(event);
           // An async hook that rejects, left unheard, would end a Node process (unhandled rejection).
-          if (result instanceof Promise) result.catch(hookFailed);
+          if (typeof (result as { then?: unknown } | null)?.then === 'function')
+            Promise.resolve(result).catch(hookFailed);
         } catch {
           hookFailed();
         }

@@ -317,6 +317,10 @@ export function remoteKeySource(
     unknownKids.set(kid, now() + negativeTtlMs);
   }
 
+  // Whether the held set may answer at `at`: fresh, or stale while refreshes fail, up to
+  // stale-if-error past its expiry. Past it only a successful fetch brings keys back.
+  const trusted = (at: number): boolean => state !== undefined && at < state.expiresAt + staleMs;
+
   async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {
     const at = now();
     if (state !== undefined && at < state.expiresAt) {
@@ -329,20 +333,14 @@ export function remoteKeySource(
     // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
     if (inFlight !== undefined || mayRefreshExpiring(at)) await refresh();
     const after = now();
-    if (state === undefined) return undefined;
-    if (after < state.expiresAt) return state.keys;
-    if (after < state.expiresAt + staleMs) {
-      emit({ type: 'jwks-stale', uri, ageMs: after - state.fetchedAt, at: after });
-      return state.keys;
-    }
-    return undefined;
+    if (state === undefined || !trusted(after)) return undefined;
+    if (after >= state.expiresAt) emit({ type: 'jwks-stale', uri, ageMs: after - state.fetchedAt, at: after });
+    return state.keys;
   }
 
   return {
     refresh,
-    // The same bound `currentKeys` applies: inside it a lookup answers from this set (fresh, or stale
-    // while refreshes fail); past it only a successful fetch brings keys back.
-    usable: (at) => state !== undefined && at < state.expiresAt + staleMs,
+    usable: trusted,
     async lookup(kid, alg) {
       const keys = await currentKeys();
       if (keys === undefined) return { kind: 'unavailable' };

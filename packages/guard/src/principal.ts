@@ -1,4 +1,4 @@
-import { ReadonlyStringSet } from './readonly-set.js';
+import { readonlyStringSet } from './readonly-set.js';
 
 /**
  * Who the caller is, as the guard established it. Immutable, all the way down: the verified-token
@@ -79,8 +79,8 @@ export function principalFromClaims(
     sub: claims.sub as string,
     iss: options.issuer ?? (claims.iss as string),
     aud: Object.freeze([...aud]),
-    scope: new ReadonlyStringSet(scope),
-    roles: new ReadonlyStringSet(roles),
+    scope: readonlyStringSet(scope),
+    roles: readonlyStringSet(roles),
     clientId: typeof claims.client_id === 'string' ? claims.client_id : undefined,
     jti: typeof claims.jti === 'string' ? claims.jti : undefined,
     claims: frozenRecord(claims),

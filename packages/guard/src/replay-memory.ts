@@ -66,8 +66,9 @@ export function memoryReplayCache(
   if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) {
     throw new TypeError('dpop.maxReplayEntries must be a positive integer');
   }
-  const entries = new Map<string, number>();
-  // Invariant: one heap item per key in `entries`. A key leaves the map only when its item is popped,
+  // The keys remembered now; their expiries live in the heap.
+  const entries = new Set<string>();
+  // Invariant: one heap item per key in `entries`. A key leaves the set only when its item is popped,
   // and is stored again only after it left, so popping an item always removes exactly its key.
   const heap: Remembered[] = [];
   return (key, expiresAtMs) => {
@@ -78,7 +79,7 @@ export function memoryReplayCache(
     // Everything left has not expired.
     if (entries.has(key)) return false;
     if (entries.size >= maxEntries) return 'full';
-    entries.set(key, expiresAtMs);
+    entries.add(key);
     push(heap, { expiresAt: expiresAtMs, key });
     return true;
   };

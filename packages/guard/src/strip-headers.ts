@@ -1,3 +1,6 @@
+// The client address in the single-value spellings proxies and CDNs write.
+const clientAddressHeaders = ['x-real-ip', 'true-client-ip', 'cf-connecting-ip', 'x-client-ip'] as const;
+
 /**
  * The default identity header families removed from client requests (spec 5.4). `Forwarded` and
  * `X-Forwarded-*` are among them: an upstream that trusts its proxy (the gateway) reads the client
@@ -13,11 +16,7 @@ export const defaultIdentityHeaders = [
   'x-internal-*',
   'forwarded',
   'x-forwarded-*',
-  // The same client address, in the single-value spellings proxies and CDNs write.
-  'x-real-ip',
-  'true-client-ip',
-  'cf-connecting-ip',
-  'x-client-ip',
+  ...clientAddressHeaders,
   'x-remote-user',
   'idem-internal-token',
 ] as const;
@@ -32,10 +31,7 @@ const proxyHeaders: ReadonlySet<string> = new Set([
   'x-forwarded-proto',
   'x-forwarded-port',
   'x-forwarded-prefix',
-  'x-real-ip',
-  'true-client-ip',
-  'cf-connecting-ip',
-  'x-client-ip',
+  ...clientAddressHeaders,
 ]);
 
 /**
@@ -101,12 +97,16 @@ export function stripIdentityHeaders<T extends string | string[] | number | unde
   headers: Readonly<Record<string, T>>,
   options: StripOptions = {},
 ): Record<string, T> {
-  const matches = identityHeaderMatcher([...(options.namespaces ?? defaultIdentityHeaders), ...(options.extra ?? [])]);
+  const families = identityHeaderMatcher(options.namespaces ?? defaultIdentityHeaders);
+  // What the caller adds is stripped whatever `keepForwarded` says: it keeps the families' proxy
+  // headers, never a header asked for by name.
+  const extra =
+    options.extra !== undefined && options.extra.length > 0 ? identityHeaderMatcher(options.extra) : undefined;
   const keepForwarded = options.keepForwarded === true;
   const result: Record<string, T> = {};
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    if (matches(name) && !(keepForwarded && proxyHeaders.has(name.toLowerCase()))) continue;
+    if (value === undefined || extra?.(name)) continue;
+    if (families(name) && !(keepForwarded && proxyHeaders.has(name.toLowerCase()))) continue;
     result[name] = value;
   }
   return result;

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createGuard, type DpopOptions, type GuardOptions, type GuardResult, memoryReplayCache } from '../src/index.js';
 import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
 
@@ -304,6 +304,15 @@ describe('DPoP (case 52)', () => {
       },
     ],
     ['rejects', () => Promise.reject(new Error('ECONNREFUSED'))],
+    // A store client that brings its own promise type: any thenable is awaited, not only a Promise.
+    [
+      'answers with a thenable that rejects',
+      () =>
+        ({
+          // biome-ignore lint/suspicious/noThenProperty: the point is a non-native thenable
+          then: (_resolve: unknown, reject: (error: Error) => void) => reject(new Error('ECONNREFUSED')),
+        }) as unknown as Promise<boolean>,
+    ],
   ] as const) {
     it(`a replay store that ${label} refuses the proof (dpop_replay_unavailable), never accepts it nor throws`, async () => {
       const events: string[] = [];
@@ -347,13 +356,29 @@ describe('DPoP (case 52)', () => {
   }
 
   it('a replay store that hangs refuses the proof after replayTimeout (dpop_replay_unavailable), never hangs the request', async () => {
-    const { clock, guard } = setup({ replay: () => new Promise(() => undefined), replayTimeout: 0.05 });
+    const { clock, guard } = setup({ replay: () => new Promise(() => undefined), replayTimeout: 2 });
     const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    const refused = await guard.authenticate({
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
-    });
+    // Only the timeout's timer is faked: verification itself runs on real crypto.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let settled: GuardResult | undefined;
+    void guard
+      .authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+      })
+      .then((result) => {
+        settled = result;
+      });
+    // Let verification reach the store, then pass the time in steps short of the timeout.
+    for (let i = 0; i < 100 && settled === undefined; i++) {
+      await new Promise((resolve) => setImmediate(resolve));
+      await vi.advanceTimersByTimeAsync(10);
+    }
+    expect(settled).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(2_000);
+    vi.useRealTimers();
+    const refused = settled as GuardResult;
     expect(code(refused)).toBe('dpop_replay_unavailable');
     expect(guard.stats().rejected.dpop_replay_unavailable).toBe(1);
   });

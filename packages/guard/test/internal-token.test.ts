@@ -193,6 +193,8 @@ describe('header stripping and forwarding (case 47)', () => {
     'x-forwarded-for': '203.0.113.7',
     'X-Forwarded-Host': 'evil.example',
     'x-forwarded-proto': 'https',
+    'x-forwarded-port': '443',
+    'x-forwarded-prefix': '/api',
     x_forwarded_for: '10.0.0.1',
     'x-forwarded-email': 'boss@example.com',
     'x-forwarded-groups': 'admins',
@@ -216,6 +218,8 @@ describe('header stripping and forwarding (case 47)', () => {
       'x-forwarded-for': '203.0.113.7',
       'X-Forwarded-Host': 'evil.example',
       'x-forwarded-proto': 'https',
+      'x-forwarded-port': '443',
+      'x-forwarded-prefix': '/api',
       'X-Real-IP': '203.0.113.8',
       'true-client-ip': '203.0.113.9',
       'cf-connecting-ip': '203.0.113.10',
@@ -223,6 +227,9 @@ describe('header stripping and forwarding (case 47)', () => {
       accept: 'application/json',
     };
     expect(stripIdentityHeaders(proxied, { keepForwarded: true })).toEqual(kept);
+    // A header the caller asks to strip by name goes, whatever keepForwarded keeps.
+    const { 'X-Real-IP': _named, ...keptButNamed } = kept;
+    expect(stripIdentityHeaders(proxied, { keepForwarded: true, extra: ['x-real-ip'] })).toEqual(keptButNamed);
     const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
     const principal = await edgePrincipal();
     const forwarded = await forwardHeaders(proxied, principal, { issuer, audience: 'orders' });
