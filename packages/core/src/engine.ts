@@ -149,6 +149,8 @@ export interface IdempotencyEngine {
     storeTimeoutMs: number;
     /** 0 when off. */
     maxExecutionMs: number;
+    /** Seconds in `Retry-After` on 503. */
+    unavailableRetryAfter: number;
   }>;
 }
 
@@ -238,11 +240,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
   const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
   const heartbeat = options.heartbeat ?? true;
-  const maxExecutionMs =
-    options.maxExecution === undefined || options.maxExecution === false
-      ? 0
-      : toMilliseconds(options.maxExecution, 'maxExecution');
-  if (options.maxExecution !== undefined && options.maxExecution !== false) {
+  const maxExecution = options.maxExecution ?? false;
+  const maxExecutionMs = maxExecution === false ? 0 : toMilliseconds(maxExecution, 'maxExecution');
+  if (maxExecution !== false) {
     if (maxExecutionMs < 100) throw new TypeError('maxExecution must be at least 100ms');
     // Without renewals a lease already ends after one lease: a cap on renewals would mean nothing.
     if (!heartbeat) throw new TypeError('maxExecution needs the heartbeat (heartbeat: false already ends every lease)');
@@ -690,7 +690,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     [settleNow]: { complete: completeNow, release: releaseNow },
     transaction,
     transactional: isTransactionalStore(store),
-    settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs, maxExecutionMs }),
+    settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs, maxExecutionMs, unavailableRetryAfter }),
   };
   return engine;
 }

@@ -40,9 +40,12 @@ export type IdempotencyEvent =
   | (EventBase & { type: 'policy-error'; error: unknown })
   | (EventBase & {
       type: 'response-not-stored';
-      reason: 'too-large' | 'streaming' | 'event-stream' | 'no-route';
+      reason: NotStoredReason;
       status: number;
     });
+
+/** Why a served response was not stored: see `response-not-stored` above. */
+export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route';
 
 /** The names of all events. */
 export type IdempotencyEventType = IdempotencyEvent['type'];

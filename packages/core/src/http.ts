@@ -10,7 +10,7 @@ import {
   settleNow,
 } from './engine.js';
 import { IdempotencyError } from './errors.js';
-import type { IdempotencyEvent } from './events.js';
+import type { IdempotencyEvent, NotStoredReason } from './events.js';
 import { type FingerprintOptions, fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
@@ -133,7 +133,7 @@ export type HttpBeginResult =
  */
 export type CaptureResult =
   | { kind: 'complete'; response: StoredResponse }
-  | { kind: 'unstorable'; reason: 'too-large' | 'streaming' | 'event-stream' | 'no-route'; status: number };
+  | { kind: 'unstorable'; reason: NotStoredReason; status: number };
 
 /** Options of {@link HttpIdempotency.capture}. */
 export interface CaptureOptions {
@@ -159,7 +159,7 @@ export interface ResponseCapture {
    * finish writing (the client left mid-stream, `'streaming'`, the default), or the 404 of a request
    * no route took (`'no-route'`), which is no outcome of the operation.
    */
-  abandon(status: number, reason?: 'streaming' | 'no-route'): void;
+  abandon(status: number, reason?: Extract<NotStoredReason, 'streaming' | 'no-route'>): void;
   /**
    * Ends the response with this last `end` call's arguments, as written, without storing it: the key
    * is released (`abandon`). In held mode what was held goes out with it. For an adapter that learns
@@ -167,7 +167,7 @@ export interface ResponseCapture {
    */
   endUnstored(
     status: number,
-    reason: 'streaming' | 'no-route',
+    reason: Extract<NotStoredReason, 'streaming' | 'no-route'>,
     chunk?: unknown,
     encoding?: unknown,
     callback?: unknown,
@@ -486,7 +486,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   };
 
   // Every 503 of transactional mode says what the engine's say: the same `unavailableRetryAfter`.
-  const unavailableRetryAfter = options.unavailableRetryAfter ?? 2;
+  const { unavailableRetryAfter } = engine.settings;
   const uncommitted = (cause: unknown) =>
     new IdempotencyError('store_unavailable', 'The transaction could not be committed; retry with the same key.', {
       retryAfter: unavailableRetryAfter,
@@ -524,7 +524,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         capture.replace(problem(uncommitted(error)));
         return;
       }
-      if (failed.kind === 'complete') {
+      // A 5xx, or the 404 of a request no route took: served as it is once the key is settled.
+      if (failed.kind === 'complete' || failed.reason === 'no-route') {
         await settle(lease, failed, thrown());
         capture.flush();
         return;
@@ -1124,12 +1125,13 @@ const captureMethods: ResponseCapture = {
       else void settling.then(() => endNow(state, chunk, encoding, callback));
       return;
     }
-    // Held: the last chunk joins what waits in the capture, and everything goes out now.
+    // Held: the last chunk joins what waits in the capture. It all goes out when the transaction
+    // has rolled back and the key is released (see `transactionOf`), as a stored outcome goes out
+    // once committed.
     copy(state, chunk, encoding);
     this.abandon(finalStatus, reason);
     const done = callbackOf(chunk, encoding, callback);
     if (typeof done === 'function') res.once('finish', done as () => void);
-    this.flush();
   },
   flush() {
     const state = (this as CaptureHandle)[captureStateKey];

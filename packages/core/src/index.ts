@@ -22,7 +22,7 @@ export {
   problemTypeBase,
   StoreUnavailableError,
 } from './errors.js';
-export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
+export type { IdempotencyEvent, IdempotencyEventType, NotStoredReason } from './events.js';
 export {
   type FingerprintOptions,
   fingerprintRequest,

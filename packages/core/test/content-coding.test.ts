@@ -1,6 +1,8 @@
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { acceptsCoding, negotiatedBody } from '../src/content-coding.js';
+import { createHttpIdempotency } from '../src/http.js';
+import { memoryStore } from '../src/memory-store.js';
 
 describe('acceptsCoding: RFC 9110 Accept-Encoding', () => {
   it.each([
@@ -62,5 +64,27 @@ describe('negotiatedBody: a stored compressed body for a retry that does not tak
     expect(negotiatedBody({ 'content-encoding': 'gzip' }, bomb, undefined, 1024)).toBeUndefined();
     // The prototype is no decoder.
     expect(negotiatedBody({ 'content-encoding': 'constructor' }, json, undefined, 1 << 20)).toBeUndefined();
+  });
+});
+
+describe('replay: a stored compressed body is decoded up to 16 × maxResponseBytes', () => {
+  const http = createHttpIdempotency({ store: memoryStore(), maxResponseBytes: 1024 });
+  const stored = (size: number) => ({
+    status: 201,
+    headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' },
+    body: gzipSync(Buffer.alloc(size, 'a')),
+  });
+
+  it('decodes a body that fits the cap', () => {
+    const replay = http.replay(stored(16 * 1024), '"k"', 'identity');
+    expect(replay.headers['content-encoding']).toBeUndefined();
+    expect(replay.body.length).toBe(16 * 1024);
+  });
+
+  it('serves one byte more as stored, compressed, rather than inflate it on the event loop', () => {
+    const body = stored(16 * 1024 + 1);
+    const replay = http.replay(body, '"k"', 'identity');
+    expect(replay.headers['content-encoding']).toBe('gzip');
+    expect(Buffer.from(replay.body).equals(body.body)).toBe(true);
   });
 });

@@ -20,7 +20,7 @@ export interface TransactionalMemoryOptions {
  *
  * @example
  * const store = transactionalMemoryStore();
- * const engine = createIdempotency({ store, transactional: true });
+ * app.post('/charges', idempotency({ store, transactional: true }), handler);
  */
 export function transactionalMemoryStore(options: TransactionalMemoryOptions = {}): TransactionalStore<{ id: string }> {
   const store = options.store ?? memoryStore();
