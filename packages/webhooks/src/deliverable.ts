@@ -22,13 +22,23 @@ export function assertDeliverable(message: Deliverable): void {
     throw new TypeError('url must be an absolute http: or https: URL', { cause: error });
   }
   if (protocol !== 'http:' && protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
-  const headers: unknown = message.headers ?? {};
+  assertSendableHeaders(message.headers, message.contentType);
+}
+
+/**
+ * Throws a `TypeError` for headers fetch would refuse (a bad name or value, a value that is not a
+ * string) or a content type that is not a string: checked once, where they are given.
+ *
+ * @example
+ * assertSendableHeaders({ 'x-tenant': 't1' }); // fine
+ */
+export function assertSendableHeaders(given: Record<string, string> | undefined, contentType?: string): void {
+  const headers: unknown = given ?? {};
   if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
     throw new TypeError('headers must map header names to strings');
-  if (message.contentType !== undefined && typeof message.contentType !== 'string')
-    throw new TypeError('contentType must be a string');
+  if (contentType !== undefined && typeof contentType !== 'string') throw new TypeError('contentType must be a string');
   try {
-    new Headers({ ...(headers as Record<string, string>), 'content-type': message.contentType ?? 'application/json' });
+    new Headers({ ...(headers as Record<string, string>), 'content-type': contentType ?? 'application/json' });
   } catch (error) {
     throw new TypeError('headers and contentType must be valid HTTP header names and values', { cause: error });
   }

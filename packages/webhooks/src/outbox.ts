@@ -1,9 +1,9 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { isValidWebhookId } from './headers.js';
-import type { AttemptRecord, Sender } from './sender.js';
+import { type AttemptRecord, maxTimerMs, type Sender } from './sender.js';
 
 /**
  * Anything that runs a parameterised query the way `pg` does: a `Pool`, a `Client`, or the client of
@@ -112,7 +112,10 @@ export interface Outbox {
   relay(options: RelayOptions): Relay;
   /** Lists dead-lettered events, oldest first. */
   deadLetters(db: Queryable, options?: { limit?: number }): Promise<OutboxRow[]>;
-  /** Moves a dead-lettered event back to pending, due now, with a fresh horizon. True if it was dead. */
+  /**
+   * Moves a dead-lettered event back to pending, due now, with a fresh horizon and a fresh count of
+   * attempts (its history keeps the old ones). True if it was dead.
+   */
   requeue(db: Queryable, id: string): Promise<boolean>;
 }
 
@@ -123,12 +126,21 @@ function quoteTable(name: string): { sql: string; base: string } {
   if (parts.length > 2 || !parts.every((part) => IDENT.test(part))) {
     throw new TypeError('table must be an identifier (letters, digits, _), optionally schema-qualified');
   }
-  const base = parts.at(-1) as string;
-  // PostgreSQL cuts identifiers to 63 bytes: the index `<table>_due` of a longer name would be cut to
-  // a name another relation may have (the table itself), and CREATE INDEX IF NOT EXISTS would then
-  // skip it in silence, leaving every claim to scan the whole table.
-  if (base.length > 63 - '_due'.length) throw new TypeError('table name must be at most 59 characters');
-  return { sql: parts.map((part) => `"${part}"`).join('.'), base };
+  return { sql: parts.map((part) => `"${part}"`).join('.'), base: parts.at(-1) as string };
+}
+
+/**
+ * The name of the due-rows index. PostgreSQL cuts identifiers to 63 bytes, so `<table>_due` of a long
+ * name would be cut to a name another relation may have (the table itself, for 63 characters), and
+ * CREATE INDEX IF NOT EXISTS would skip it in silence, leaving every claim to scan the table. A name
+ * that does not fit keeps the table's first characters and a hash of the whole name, as the
+ * PostgreSQL store names its own index.
+ */
+function dueIndex(base: string): string {
+  const plain = `${base}_due`;
+  if (plain.length <= 63) return plain;
+  const hash = createHash('sha256').update(base).digest('hex').slice(0, 8);
+  return `${base.slice(0, 63 - '_due'.length - hash.length - 1)}_${hash}_due`;
 }
 
 // jsonb cannot hold U+0000, and a response snippet may contain it (a binary acknowledgement): left
@@ -184,9 +196,10 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
 
   const migrate = async (db: Queryable) => {
     // One simple-protocol query runs as one implicit transaction; the advisory lock makes concurrent
-    // migrations (several processes booting at once) wait instead of racing on the catalog.
+    // migrations (several processes booting at once) wait instead of racing on the catalog. One lock
+    // for every outbox: a table named two ways (`t` and `public.t`) must not get two.
     await db.query(`
-      SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox:' || '${name}'));
+      SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox'));
       CREATE TABLE IF NOT EXISTS ${table} (
         id text PRIMARY KEY,
         url text NOT NULL,
@@ -204,14 +217,13 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         last_attempt jsonb,
         history jsonb NOT NULL DEFAULT '[]'::jsonb
       );
-      CREATE INDEX IF NOT EXISTS "${base}_due" ON ${table} (next_attempt_at) WHERE status = 'pending';
+      CREATE INDEX IF NOT EXISTS "${dueIndex(base)}" ON ${table} (next_attempt_at) WHERE status = 'pending';
     `);
   };
 
   const add = async (tx: Queryable, event: OutboxEvent) => {
     if (!tx || typeof tx.query !== 'function') throw new TypeError('add needs the transaction client (with query())');
     if (!event || typeof event.url !== 'string') throw new TypeError('add needs an event with a url');
-    if (!URL.canParse(event.url)) throw new TypeError('url must be an absolute URL');
     const id = event.id ?? `evt_${randomUUID()}`;
     if (!isValidWebhookId(id))
       throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
@@ -244,6 +256,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     if (leaseMs <= sender.schedule.timeoutMs)
       throw new TypeError("lease must be longer than the sender's per-attempt timeout");
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
+    // Its timer would fire at once: the relay would poll in a tight loop.
+    if (pollMs > maxTimerMs) throw new TypeError('pollInterval must be at most 24 days');
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;
     const horizonParam = Number.isFinite(horizonMs) ? horizonMs : 1e15;
@@ -434,7 +448,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   const requeue = async (db: Queryable, id: string) => {
     const result = await db.query(
       `UPDATE ${table} SET status = 'pending', dead_reason = NULL, next_attempt_at = now(), created_at = now(),
-              locked_until = NULL, locked_by = NULL
+              attempts = 0, locked_until = NULL, locked_by = NULL
         WHERE id = $1 AND status = 'dead'`,
       [id],
     );

@@ -1,7 +1,7 @@
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff, parseRetryAfter } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
-import { assertDeliverable } from './deliverable.js';
+import { assertDeliverable, assertSendableHeaders } from './deliverable.js';
 import type { WebhookSecret } from './secrets.js';
 import { createSigner } from './signature.js';
 
@@ -127,7 +127,8 @@ export interface Sender {
 }
 
 const RESPONSE_SNIPPET_BYTES = 1024;
-const maxTimerMs = 2_147_483_647;
+/** The longest delay a Node timer waits: past 2^31 - 1 ms it fires at once. */
+export const maxTimerMs = 2_147_483_647;
 
 function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -202,6 +203,8 @@ export function createSender(options: SenderOptions): Sender {
     schedule.maxRetryAfter === undefined ? backoff.capMs : toMilliseconds(schedule.maxRetryAfter, 'maxRetryAfter');
   const timeoutMs = toMilliseconds(options.timeout ?? '15s', 'timeout');
   if (timeoutMs <= 0) throw new TypeError('timeout must be positive');
+  // Its timer would fire at once, and every attempt would be a timeout.
+  if (timeoutMs > maxTimerMs) throw new TypeError('timeout must be at most 24 days');
   const random = options.random ?? Math.random;
   const sleep = options.sleep ?? defaultSleep;
   // A timer fires at once for delays above 2^31 - 1 ms (about 24.9 days): a schedule that could ask
@@ -210,6 +213,8 @@ export function createSender(options: SenderOptions): Sender {
     throw new TypeError('cap and maxRetryAfter must be at most 24 days with the default sleep; pass your own sleep');
   }
   const now = options.now ?? Date.now;
+  // Refused now rather than failing every attempt of every message.
+  assertSendableHeaders(options.headers);
   const baseHeaders = lowerCaseNames(options.headers ?? {});
   const onAttempt = options.onAttempt;
 

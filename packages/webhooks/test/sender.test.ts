@@ -283,6 +283,10 @@ describe('options and helpers', () => {
     // A timer fires at once past 2^31 - 1 ms (about 24.9 days): such waits would become no wait.
     expect(() => createSender({ secret: SECRET, schedule: { base: '1s', cap: '26d' } })).toThrow(/at most 24 days/);
     expect(() => createSender({ secret: SECRET, schedule: { maxRetryAfter: '30d' } })).toThrow(/at most 24 days/);
+    // The per-attempt timer too: every attempt would time out at once.
+    expect(() => createSender({ secret: SECRET, timeout: '30d' })).toThrow(/timeout must be at most 24 days/);
+    // Headers every message would carry, refused once rather than failing every attempt.
+    expect(() => createSender({ secret: SECRET, headers: { 'bad name': 'x' } })).toThrow(TypeError);
     const ownSleep = async () => undefined;
     expect(createSender({ secret: SECRET, sleep: ownSleep, schedule: { cap: '26d' } }).schedule.capMs).toBe(
       26 * 86_400_000,
