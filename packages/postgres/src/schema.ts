@@ -92,14 +92,17 @@ export async function migrate(client: PostgresClient, options: MigrateOptions = 
     await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', ['idem.migrate']);
     // CREATE ... IF NOT EXISTS checks privileges before existence: it needs CREATE on the schema and
     // ownership of the table even when there is nothing to do. So look first, and run only the DDL
-    // that is missing. Any plain index on expires_at will do, whatever its name: one made under an
-    // older naming, or by a DBA, must not be built a second time (a build blocks the table's writes).
+    // that is missing. Any plain, valid b-tree index on expires_at will do, whatever its name: one
+    // made under an older naming, or by a DBA, must not be built a second time (a build blocks the
+    // table's writes). A hash index, or one a failed CONCURRENTLY build left invalid, serves no purge.
     const { rows } = await tx.query<{ has_table: boolean; has_index: boolean }>(
       `SELECT to_regclass($1) IS NOT NULL AS has_table,
        EXISTS (SELECT 1 FROM pg_index x
                JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
+               JOIN pg_class c ON c.oid = x.indexrelid
+               JOIN pg_am m ON m.oid = c.relam
                WHERE x.indrelid = to_regclass($1) AND x.indnatts = 1 AND a.attname = 'expires_at'
-                 AND x.indpred IS NULL AND x.indexprs IS NULL) AS has_index`,
+                 AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indisvalid AND m.amname = 'btree') AS has_index`,
       [table.sql],
     );
     if (rows[0]?.has_table !== true) await tx.query(createTable);
