@@ -6,6 +6,7 @@ import type { Outbox } from '@idem/webhooks';
 import type { Express, Request, Response } from 'express';
 import { userAndClientScope } from '../key-scope.js';
 import { principalOf } from './internal-auth.js';
+import { releaseServerErrors } from './outcome.js';
 import { type Checked, isIntegerIn, jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
 
 /** A charge as the API returns it. */
@@ -75,10 +76,8 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       mintKeys: true,
       // Keys belong to the user and the client acting for them: two apps of one user never collide.
       scope: (req) => userAndClientScope(req.auth),
-      // A 5xx rolls the whole transaction back (charge and event included), so nothing happened:
-      // release the key and let the retry run, instead of replaying the failure for 24 hours.
-      // 401/403/429 say the request was refused before anything ran, as in the default policy.
-      storeOutcome: ({ status }) => status < 500 && status !== 401 && status !== 403 && status !== 429,
+      // A 5xx rolls the whole transaction back (charge and event included): nothing happened.
+      storeOutcome: releaseServerErrors,
     }),
     async (req: Request, res: Response) => {
       const context = req.idempotency;

@@ -7,6 +7,7 @@ import type { Database } from '../db.js';
 import { userAndClientScope } from '../key-scope.js';
 import { hasControlCharacters } from '../text.js';
 import { principalOf } from './internal-auth.js';
+import { releaseServerErrors } from './outcome.js';
 import { sendProblem } from './problem.js';
 import { jsonObjectBody, refuseInvalid, resourceId, unknownFields } from './validation.js';
 
@@ -65,9 +66,8 @@ export function registerPhotoRoutes(app: Express, options: { db: Database; store
     idempotency({
       store: options.store,
       scope: (req) => userAndClientScope(req.auth),
-      // The insert is the only effect and a single statement: a 5xx means it did not happen, so the
-      // key is released and the retry runs. 401/403/429 were refused before anything ran, as by default.
-      storeOutcome: ({ status }) => status < 500 && status !== 401 && status !== 403 && status !== 429,
+      // The insert is the only effect and a single statement: a 5xx means it did not happen.
+      storeOutcome: releaseServerErrors,
     }),
     async (req: Request, res: Response) => {
       const id = `photo-${randomUUID()}`;
