@@ -14,9 +14,11 @@ export type KeyLookup =
 export interface KeySource {
   lookup(kid: string | undefined, alg: JwsAlgorithm): Promise<KeyLookup>;
   /**
-   * Whether the keys held now may still be trusted at `at` (epoch ms): false once a remote set is past
-   * its lifetime plus stale-if-error, when a lookup could only answer `unavailable` unless a fetch
-   * succeeds. The verified-token cache asks it, so a cached result never outlives the keys behind it.
+   * Whether a result verified with the keys held now may answer at `at` (epoch ms) without a lookup:
+   * true while a remote set is fresh, or stale while a failed refresh cools down (stale-if-error);
+   * false when a lookup would fetch first, or has no trusted keys. The verified-token cache asks it, so
+   * a cached result never outlives the keys behind it, and a hit also starts the refresh ahead a
+   * lookup would: a gateway whose traffic is all cache hits still learns that a key was retired.
    */
   usable(at: number): boolean;
 }
@@ -321,13 +323,29 @@ export function remoteKeySource(
   // stale-if-error past its expiry. Past it only a successful fetch brings keys back.
   const trusted = (at: number): boolean => state !== undefined && at < state.expiresAt + staleMs;
 
+  // Refresh ahead: in the last tenth of the lifetime one request starts a fetch and does not wait for
+  // it, so a busy gateway swaps key sets without any request paying for the fetch.
+  function refreshAhead(fresh: KeySetState, at: number): void {
+    const refreshAt = fresh.expiresAt - (fresh.expiresAt - fresh.fetchedAt) / 10;
+    if (at >= refreshAt && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
+  }
+
+  // What a cached result may rely on: exactly what a lookup at `at` would answer with, without
+  // waiting. Stale-if-error is for an endpoint that fails; past the lifetime with no failure to
+  // cool down from, a lookup would fetch, and the cached result must wait for that fetch too.
+  function usable(at: number): boolean {
+    if (state === undefined) return false;
+    if (at < state.expiresAt) {
+      refreshAhead(state, at);
+      return true;
+    }
+    return inFlight === undefined && !mayRefreshExpiring(at) && trusted(at);
+  }
+
   async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {
     const at = now();
     if (state !== undefined && at < state.expiresAt) {
-      // Refresh ahead: in the last tenth of the lifetime one request starts a fetch and does not wait
-      // for it, so a busy gateway swaps key sets without any request paying for the fetch.
-      const refreshAt = state.expiresAt - (state.expiresAt - state.fetchedAt) / 10;
-      if (at >= refreshAt && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
+      refreshAhead(state, at);
       return state.keys;
     }
     // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
@@ -340,7 +358,7 @@ export function remoteKeySource(
 
   return {
     refresh,
-    usable: trusted,
+    usable,
     async lookup(kid, alg) {
       const keys = await currentKeys();
       if (keys === undefined) return { kind: 'unavailable' };

@@ -382,6 +382,42 @@ describe('remote JWKS', () => {
     expect((await guard.verify(longLived)).ok).toBe(true);
   });
 
+  it('verified-token cache: hits alone keep the key set fresh, so a key the issuer retired stops a cached token', async () => {
+    const { server, clock, guard } = await setup(set(jwk('k1'), jwk('k2')), { staleIfError: 600 }, true);
+    const longLived = makeToken({
+      alg: 'ES256',
+      key: keys.ec.privateKey,
+      header: { kid: 'k1' },
+      claims: { exp: START_MS / 1000 + 7200 },
+    });
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    // The issuer retires k1 (say it leaked). Only the cached token is presented from now on.
+    server.set(set(jwk('k2')));
+    clock.advance(55); // the last tenth of the 60 s lifetime: a hit starts the refresh ahead
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    await vi.waitFor(() => expect(server.requests).toBe(2));
+    const refused = await guard.verify(longLived);
+    expect(refused.ok ? 'ok' : refused.error.code).toBe('key_unknown');
+  });
+
+  it('verified-token cache: past the set lifetime with a healthy endpoint, a hit waits for the refresh, not stale-if-error', async () => {
+    const { server, clock, guard } = await setup(set(jwk('k1'), jwk('k2')), { staleIfError: 600 }, true);
+    const longLived = makeToken({
+      alg: 'ES256',
+      key: keys.ec.privateKey,
+      header: { kid: 'k1' },
+      claims: { exp: START_MS / 1000 + 7200 },
+    });
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    server.set(set(jwk('k2')));
+    // No request at all during the last tenth: the first one comes after expiry. Stale-if-error is
+    // for a failing endpoint; this one answers, so the cached token must meet the new set.
+    clock.advance(120);
+    const refused = await guard.verify(longLived);
+    expect(refused.ok ? 'ok' : refused.error.code).toBe('key_unknown');
+    expect(server.requests).toBe(2);
+  });
+
   it('verified-token cache entries die at exp', async () => {
     const { clock, guard } = await setup(set(jwk('k1')), {}, true);
     const shortLived = makeToken({
