@@ -418,6 +418,43 @@ describe('remote JWKS', () => {
     expect(server.requests).toBe(2);
   });
 
+  it('case 42: a weak key in a fetched set is dropped, and the rest of the set stays usable', async () => {
+    const weak = { ...keys.rsa1024.publicJwk, kid: 'weak', alg: 'RS256', use: 'sig' };
+    const exponentOne = { ...keys.rsa.publicJwk, e: 'AQ', kid: 'e1', alg: 'RS256', use: 'sig' };
+    const good = { ...keys.rsa.publicJwk, kid: 'good', alg: 'RS256', use: 'sig' };
+    const server = await startJwksServer(set(weak, exponentOne, good, jwk('k1')));
+    servers.push(server);
+    const events: GuardEvent[] = [];
+    const clock = manualClock();
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      cache: false,
+      onEvent: (event) => events.push(event),
+      issuers: [{ issuer: ISSUER, jwksUri: server.url, algorithms: ['ES256', 'RS256'] }],
+    });
+    const rs256 = (kid: string, key = keys.rsa.privateKey) =>
+      makeToken({ alg: 'RS256', key, header: { kid }, now: clock.now() });
+    expect((await guard.verify(rs256('good'))).ok).toBe(true);
+    expect(
+      (
+        await guard.verify(
+          makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'k1' }, now: clock.now() }),
+        )
+      ).ok,
+    ).toBe(true);
+    const signedByWeak = await guard.verify(rs256('weak', keys.rsa1024.privateKey));
+    expect(signedByWeak.ok ? 'ok' : signedByWeak.error.code).toBe('key_unknown');
+    // The e=1 entry carries the good modulus: a token signed by the good key under its kid is refused too.
+    const underExponentOne = await guard.verify(rs256('e1'));
+    expect(underExponentOne.ok ? 'ok' : underExponentOne.error.code).toBe('key_unknown');
+    const dropped = events.filter((event) => event.type === 'jwks-key-dropped');
+    expect(dropped).toEqual([
+      expect.objectContaining({ kid: 'weak', reason: 'weak-key' }),
+      expect.objectContaining({ kid: 'e1', reason: 'weak-key' }),
+    ]);
+  });
+
   it('verified-token cache entries die at exp', async () => {
     const { clock, guard } = await setup(set(jwk('k1')), {}, true);
     const shortLived = makeToken({

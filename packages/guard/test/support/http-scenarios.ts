@@ -74,6 +74,10 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       audience: AUDIENCE,
       now: clock.now,
       internalTokens: internalIssuer,
+      // Bounds the default tokens (iat now, a 300 s lifetime) stay well within; set so every
+      // claim-time code can be sent over HTTP below.
+      maxTokenAge: 3600,
+      maxLifetime: 86_400,
       issuers: [{ issuer: ISSUER, secret: SECRET }],
     });
     const verifier = createInternalVerifier({
@@ -183,6 +187,28 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       );
       expect(reply.headers['www-authenticate']).toBe(
         'Bearer realm="api", error="invalid_token", error_description="The access token signature is invalid"',
+      );
+    });
+
+    // Each token refused for what it says, not for its signature: every such code is 401 with
+    // error="invalid_token" and its own fixed description (cases 18 to 23, 29, 31 to 34, 36, 37).
+    const now = () => Math.floor(clock.now() / 1000);
+    const claimCases: Array<[string, () => string]> = [
+      ['header_unsupported', () => makeToken({ header: { zip: 'DEF' } })],
+      ['claim_invalid', () => makeToken({ omit: ['exp'] })],
+      ['token_not_yet_valid', () => makeToken({ claims: { nbf: now() + 600 } })],
+      ['token_issued_in_future', () => makeToken({ claims: { iat: now() + 600, exp: now() + 900 } })],
+      ['token_too_old', () => makeToken({ claims: { iat: now() - 7200, exp: now() + 300 } })],
+      ['lifetime_too_long', () => makeToken({ claims: { exp: now() + 2 * 86_400 } })],
+    ];
+    it.each(claimCases)('%s is 401 invalid_token with its fixed description', async (code, make) => {
+      const reply = await refusedWithoutHandler(
+        call('GET', '/protected', [['authorization', `Bearer ${make()}`]]),
+        401,
+        code,
+      );
+      expect(reply.headers['www-authenticate']).toMatch(
+        /^Bearer realm="api", error="invalid_token", error_description="[^"]+"$/,
       );
     });
 
