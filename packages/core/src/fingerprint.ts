@@ -1,5 +1,6 @@
 import { createHash, hash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.js';
+import { canonicalMultipart } from './multipart.js';
 
 /** The parts of a request that make up its identity. */
 export interface RequestParts {
@@ -37,7 +38,8 @@ const textDecoder = new TextDecoder('utf-8', { fatal: true });
 /**
  * SHA-256 fingerprint (hex) of a request: method, route template, concrete path, normalised query,
  * media type and body. JSON bodies are canonicalised (RFC 8785) so key order and whitespace do not
- * matter; other bodies (form, multipart, binary, invalid JSON) hash their exact bytes. Each part is
+ * matter; a multipart body hashes its parts without the boundary, which clients choose anew on each
+ * try; other bodies (form, binary, invalid JSON) hash their exact bytes. Each part is
  * length-prefixed so no two different requests can be framed into the same input.
  *
  * @example
@@ -84,7 +86,9 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
   const body =
     parts.body === undefined && parts.json !== undefined
       ? bodyForHashFromValue(parts.json, mediaType, options.exclude)
-      : bodyForHash(parts.body, mediaType, options.exclude);
+      : mediaType.startsWith('multipart/')
+        ? multipartForHash(parts.body, contentType)
+        : bodyForHash(parts.body, mediaType, options.exclude);
   if (typeof body === 'string') return hash('sha256', framed + frame('b', body), 'hex');
   // Raw bytes are not text: they are hashed as they are, after the framed prefix.
   return createHash('sha256').update(`${framed}b${body.length}:`).update(body).digest('hex');
@@ -157,6 +161,14 @@ export function isJsonContentType(contentType: string | undefined): boolean {
 // `Application/JSON; charset=utf-8` -> `application/json`: the type and subtype, parameters dropped.
 function mediaTypeOf(contentType: string): string {
   return contentType.split(';')[0]!.trim().toLowerCase();
+}
+
+// A multipart body fingerprints by its parts, not its boundary (see canonicalMultipart); one that
+// is not well-formed, by its bytes.
+function multipartForHash(body: Uint8Array | string | undefined, contentType: string): Uint8Array | string {
+  if (body === undefined) return '';
+  const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+  return canonicalMultipart(bytes, contentType) ?? body;
 }
 
 function bodyForHash(

@@ -1,0 +1,99 @@
+/**
+ * The fingerprint form of a multipart body (RFC 2046 §5.1, RFC 7578): its parts, in order, each as
+ * its header fields and its content, without the boundary. Clients pick a new random boundary each
+ * time they serialise a form (`fetch` with a `FormData`, curl `-F`, every HTTP library), so a retry of
+ * the same upload differs from the first try in its boundary alone: hashed as bytes it would be a
+ * different request, and the retry a 422. The preamble and epilogue carry nothing (RFC 2046 says to
+ * ignore them) and are left out too.
+ *
+ * Undefined when the body is not well-formed multipart under that boundary: the caller then hashes
+ * its bytes, as for any other body.
+ *
+ * @example
+ * const body = Buffer.from('--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--x--\r\n');
+ * canonicalMultipart(body, 'multipart/form-data; boundary=x'); // Buffer 'multipart:h40:content-disposition:form-data; name="a"\nc1:1'
+ */
+export function canonicalMultipart(body: Uint8Array, contentType: string): Buffer | undefined {
+  const boundary = boundaryOf(contentType);
+  if (boundary === undefined) return undefined;
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const delimiter = Buffer.from(`--${boundary}`, 'latin1');
+  const nextDelimiter = Buffer.from(`\r\n--${boundary}`, 'latin1');
+  // The first delimiter opens the body or ends a line of the preamble.
+  let at = bytes.subarray(0, delimiter.length).equals(delimiter) ? 0 : bytes.indexOf(nextDelimiter);
+  if (at === -1) return undefined;
+  if (at > 0) at += 2;
+  const out: Buffer[] = [prefix];
+  for (;;) {
+    at += delimiter.length;
+    // `--` after a delimiter closes the body; whatever follows is the epilogue.
+    if (bytes[at] === dash && bytes[at + 1] === dash) return Buffer.concat(out);
+    // Transport padding (RFC 2046: linear white space a gateway may add), then the line ends.
+    while (bytes[at] === space || bytes[at] === tab) at++;
+    if (bytes[at] !== cr || bytes[at + 1] !== lf) return undefined;
+    at += 2;
+    const end = bytes.indexOf(nextDelimiter, at);
+    if (end === -1) return undefined;
+    const part = partForHash(bytes.subarray(at, end));
+    if (part === undefined) return undefined;
+    out.push(part);
+    at = end + 2;
+  }
+}
+
+const prefix = Buffer.from('multipart:');
+const dash = 0x2d;
+const space = 0x20;
+const tab = 0x09;
+const cr = 0x0d;
+const lf = 0x0a;
+const headerEnd = Buffer.from('\r\n\r\n');
+
+// One part as `h<length>:<header fields>c<length>:<content>`: each length-prefixed, so no two
+// different forms frame into the same bytes. Field names are case-insensitive and their order
+// carries no meaning, so they are lower-cased and sorted; values keep their spelling (a file name is
+// data), without the white space around them.
+function partForHash(part: Buffer): Buffer | undefined {
+  let fields = '';
+  let content: Buffer;
+  if (part[0] === cr && part[1] === lf) {
+    // No header fields at all: the blank line comes first.
+    content = part.subarray(2);
+  } else {
+    const split = part.indexOf(headerEnd);
+    if (split === -1) return undefined;
+    const lines = unfold(part.subarray(0, split).toString('latin1').split('\r\n'));
+    const named: Array<[string, string]> = [];
+    for (const line of lines) {
+      const colon = line.indexOf(':');
+      if (colon <= 0) return undefined;
+      named.push([line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim()]);
+    }
+    named.sort(([a, av], [b, bv]) => (a < b ? -1 : a > b ? 1 : av < bv ? -1 : av > bv ? 1 : 0));
+    fields = named.map(([name, value]) => `${name}:${value}\n`).join('');
+    content = part.subarray(split + 4);
+  }
+  const head = Buffer.from(fields, 'latin1');
+  return Buffer.concat([Buffer.from(`h${head.length}:`), head, Buffer.from(`c${content.length}:`), content]);
+}
+
+// A line that starts with white space continues the field before it (obsolete folding, which some
+// clients still write for long file names).
+function unfold(lines: string[]): string[] {
+  const out: string[] = [];
+  for (const line of lines) {
+    if ((line.startsWith(' ') || line.startsWith('\t')) && out.length > 0) out[out.length - 1] += ` ${line.trim()}`;
+    else out.push(line);
+  }
+  return out;
+}
+
+// RFC 2046 §5.1.1: 1 to 70 characters from a fixed set, the last not a space; quoted or not.
+const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]{1,70})"|([^\s;"]{1,70}))/i;
+const boundaryCharacters = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]$/;
+
+function boundaryOf(contentType: string): string | undefined {
+  const match = boundaryParameter.exec(contentType);
+  const value = match?.[1] ?? match?.[2];
+  return value !== undefined && boundaryCharacters.test(value) ? value : undefined;
+}
