@@ -28,6 +28,8 @@ export {
 export { type KoaLikeContext, type KoaWebhookOptions, koaWebhook } from './koa.js';
 export {
   createOutbox,
+  type DeadLetterOptions,
+  type DeadLetterPage,
   type Outbox,
   type OutboxEvent,
   type OutboxOptions,

@@ -3,6 +3,7 @@ import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { isValidWebhookId } from './headers.js';
+import { decodeCursor, encodeCursor } from './outbox-cursor.js';
 import { type AttemptRecord, maxTimerMs, type Sender } from './sender.js';
 
 /**
@@ -38,8 +39,12 @@ export interface OutboxRow {
   id: string;
   url: string;
   status: 'pending' | 'delivered' | 'dead';
+  /** Attempts since the event was added, or since its last requeue. */
   attempts: number;
+  /** When the event was added. A requeue keeps it. */
   createdAt: Date;
+  /** When the event was last requeued (its horizon counts from here), or null. */
+  requeuedAt: Date | null;
   deadReason: string | null;
   lastAttempt: AttemptRecord | null;
   history: AttemptRecord[];
@@ -74,19 +79,46 @@ export interface RelayOptions {
 
 /** What one relay round did. */
 export interface RelayRound {
+  /** Rows this round claimed. */
   claimed: number;
   delivered: number;
+  /**
+   * Rows left pending for a later attempt: after a failed attempt, or taken over from a relay that
+   * died mid-attempt and put back after a backoff wait without a new attempt.
+   */
   retrying: number;
+  /** Rows dead-lettered, including the other rows of a URL that answered 410. */
   dead: number;
+  /**
+   * Results refused because this relay's lease ran out and another claim took the row over: that
+   * claim's outcome stands, and this round changed nothing for the row.
+   */
+  fenced: number;
+}
+
+/** One page of {@link Outbox.deadLetters}. */
+export interface DeadLetterPage {
+  rows: OutboxRow[];
+  /** Pass as `after` for the next page; undefined on the last page. */
+  next: string | undefined;
+}
+
+/** Options of {@link Outbox.deadLetters}. */
+export interface DeadLetterOptions {
+  /** Rows per page, a positive integer. Default 100. */
+  limit?: number;
+  /** The `next` of the previous page: this page starts after it. */
+  after?: string | undefined;
 }
 
 /** A relay process loop. */
 export interface Relay {
   /**
-   * Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. A retry
-   * that is already past `maxAttempts` or the horizon (its relay died mid-attempt) is dead-lettered
-   * without an attempt. If a row fails (the database, a custom sender), it rejects with that error,
-   * but only once every other row of the round is settled.
+   * Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. A row
+   * whose previous claim never recorded a result (its relay died mid-attempt) gets no attempt: it is
+   * put back after a backoff wait, as after a failed attempt, or dead-lettered if that attempt was
+   * the last one or the wait would pass the horizon. If a row fails (the database, a custom sender),
+   * it rejects with that error, but only once every other row of the round is settled.
    */
   runOnce(): Promise<RelayRound>;
   /** Starts polling in the background. */
@@ -110,11 +142,24 @@ export interface Outbox {
   add(tx: Queryable, event: OutboxEvent): Promise<{ id: string; added: boolean }>;
   /** Creates a relay that delivers the committed events. */
   relay(options: RelayOptions): Relay;
-  /** Lists dead-lettered events, oldest first. */
-  deadLetters(db: Queryable, options?: { limit?: number }): Promise<OutboxRow[]>;
   /**
-   * Moves a dead-lettered event back to pending, due now, with a fresh horizon and a fresh count of
-   * attempts (its history keeps the old ones). True if it was dead.
+   * Lists dead-lettered events, oldest first (by `created_at`, then id), one page at a time: pass a
+   * page's `next` as `after` to get the following one. A malformed `after` or `limit` throws a
+   * `TypeError`.
+   *
+   * @example
+   * let page = await outbox.deadLetters(pool, { limit: 100 });
+   * for (;;) {
+   *   for (const row of page.rows) console.log(row.id, row.deadReason);
+   *   if (!page.next) break;
+   *   page = await outbox.deadLetters(pool, { limit: 100, after: page.next });
+   * }
+   */
+  deadLetters(db: Queryable, options?: DeadLetterOptions): Promise<DeadLetterPage>;
+  /**
+   * Moves a dead-lettered event back to pending, due now, with a fresh horizon (counted from
+   * `requeued_at`) and a fresh count of attempts. Its `created_at` and history keep the old ones.
+   * True if it was dead.
    */
   requeue(db: Queryable, id: string): Promise<boolean>;
 }
@@ -156,6 +201,7 @@ function toRow(row: Record<string, any>): OutboxRow {
     status: row.status,
     attempts: row.attempts,
     createdAt: row.created_at,
+    requeuedAt: row.requeued_at,
     deadReason: row.dead_reason,
     lastAttempt: row.last_attempt,
     history: row.history,
@@ -171,12 +217,16 @@ function toRow(row: Record<string, any>): OutboxRow {
  * - Relays claim rows with `FOR UPDATE SKIP LOCKED` and a lease (`locked_until`), so several relays
  *   share the work without waiting on each other or taking the same row.
  * - A relay that crashes mid-delivery leaves its rows leased; when the lease ends another relay
- *   delivers them again. The receiver absorbs that duplicate by `webhook-id`.
- * - Results are written only under the claim that made the attempt (`locked_by` and the attempt
- *   count, which every claim raises): a relay whose lease ran out cannot overwrite the outcome
- *   recorded by the claim that took over, even one made under the same `relayId`.
+ *   takes them over and, after a backoff wait, delivers them again. The receiver absorbs that
+ *   duplicate by `webhook-id`.
+ * - Results are written only under the claim that made the attempt (`locked_by` and `claims`, which
+ *   every claim raises and nothing lowers): a relay whose lease ran out cannot overwrite the outcome
+ *   recorded by the claim that took over, even one made under the same `relayId`, even after a
+ *   requeue reset the attempt count.
  * - Retries follow the sender's schedule, timed by PostgreSQL's clock (`now()`). A row taken over
- *   from a dead relay is never attempted past `maxAttempts` or the horizon: it is dead-lettered.
+ *   from a dead relay counts as a failed attempt: it waits out the backoff before the next one, so a
+ *   row that kills every relay that sends it is not sent again after every lease. It is never
+ *   attempted past `maxAttempts` or the horizon: it is dead-lettered.
  * - A 410 Gone dead-letters every waiting event for that URL (the endpoint asked to be disabled).
  *
  * @example
@@ -198,6 +248,10 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // One simple-protocol query runs as one implicit transaction; the advisory lock makes concurrent
     // migrations (several processes booting at once) wait instead of racing on the catalog. One lock
     // for every outbox: a table named two ways (`t` and `public.t`) must not get two.
+    // A table made by an earlier version lacks `claims` and `requeued_at`. ALTER TABLE takes an
+    // exclusive lock before it looks whether there is anything to add, and would queue every relay
+    // behind it at each boot, so it runs only when a column is missing. Both are cheap to add: no
+    // default (`requeued_at`) or a constant one (`claims`) rewrites no row.
     await db.query(`
       SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox'));
       CREATE TABLE IF NOT EXISTS ${table} (
@@ -208,7 +262,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         headers jsonb NOT NULL DEFAULT '{}'::jsonb,
         status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
         attempts integer NOT NULL DEFAULT 0,
+        claims integer NOT NULL DEFAULT 0,
         created_at timestamptz NOT NULL DEFAULT now(),
+        requeued_at timestamptz,
         next_attempt_at timestamptz NOT NULL DEFAULT now(),
         locked_until timestamptz,
         locked_by text,
@@ -217,6 +273,14 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         last_attempt jsonb,
         history jsonb NOT NULL DEFAULT '[]'::jsonb
       );
+      DO $$ BEGIN
+        IF (SELECT count(*) FROM pg_attribute
+             WHERE attrelid = '${table}'::regclass AND attname IN ('claims', 'requeued_at') AND NOT attisdropped) < 2
+        THEN
+          ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS claims integer NOT NULL DEFAULT 0,
+                               ADD COLUMN IF NOT EXISTS requeued_at timestamptz;
+        END IF;
+      END $$;
       CREATE INDEX IF NOT EXISTS "${dueIndex(base)}" ON ${table} (next_attempt_at) WHERE status = 'pending';
     `);
   };
@@ -262,22 +326,32 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const { horizonMs, maxAttempts } = sender.schedule;
     const horizonParam = Number.isFinite(horizonMs) ? horizonMs : 1e15;
 
+    // The horizon counts from the event's creation, or from its last requeue (which gave it a fresh one).
+    const horizonEnds = (alias: string, param: string) =>
+      `coalesce(${alias}requeued_at, ${alias}created_at) + (${param}::double precision * interval '1 millisecond')`;
+
     const claim = async () => {
+      // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
+      // locked_by), so its relay died or stalled mid-attempt and its lease ran out. Read before the
+      // UPDATE overwrites locked_by.
       const { rows } = await db.query(
-        `UPDATE ${table} AS o
+        `WITH due AS (
+              SELECT id, locked_by IS NOT NULL AS crashed FROM ${table}
+               WHERE status = 'pending'
+                 AND next_attempt_at <= now()
+                 AND (locked_until IS NULL OR locked_until <= now())
+               ORDER BY next_attempt_at
+               LIMIT $1
+                 FOR UPDATE SKIP LOCKED)
+         UPDATE ${table} AS o
             SET locked_until = now() + ($2::double precision * interval '1 millisecond'),
                 locked_by = $3,
-                attempts = o.attempts + 1
-          WHERE o.id IN (
-                SELECT id FROM ${table}
-                 WHERE status = 'pending'
-                   AND next_attempt_at <= now()
-                   AND (locked_until IS NULL OR locked_until <= now())
-                 ORDER BY next_attempt_at
-                 LIMIT $1
-                   FOR UPDATE SKIP LOCKED)
-        RETURNING o.id, o.url, o.body, o.content_type, o.headers, o.attempts,
-                  o.attempts > 1 AND now() > o.created_at + ($4::double precision * interval '1 millisecond') AS expired`,
+                attempts = o.attempts + 1,
+                claims = o.claims + 1
+           FROM due
+          WHERE o.id = due.id
+        RETURNING o.id, o.url, o.body, o.content_type, o.headers, o.attempts, o.claims, due.crashed,
+                  o.attempts > 1 AND now() > ${horizonEnds('o.', '$4')} AS expired`,
         [batchSize, leaseMs, relayId, horizonParam],
       );
       return rows as {
@@ -286,63 +360,77 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         body: Buffer;
         content_type: string;
         headers: Record<string, string>;
-        /** Counts this claim too: a fencing token that grows with every claim of the row. */
+        /** Counts this claim too. A requeue resets it. */
         attempts: number;
+        /** The fencing token: every claim raises it, nothing lowers or resets it. */
+        claims: number;
+        crashed: boolean;
         expired: boolean;
       }[];
     };
+    type Claimed = Awaited<ReturnType<typeof claim>>[number];
+
+    // Every write that ends a claim is fenced by locked_by, `claims` and the attempt count: if this
+    // relay's lease ran out and another claim took the row over (by another relay, or by one that
+    // shares this relayId), the newer claim's outcome stands and this late one changes nothing.
+    // `claims` is what makes the fence hold across a requeue, which resets `attempts` (so the same
+    // relayId could claim the same count again). `attempts` stays in the fence for a relay of an
+    // earlier version, which raises only `attempts`, taking over during a rolling upgrade.
+    const fence = 'id = $1 AND locked_by = $2 AND claims = $3 AND attempts = $4';
+    const fenceValues = (row: Claimed) => [row.id, relayId, row.claims, row.attempts];
+    const statusOf = (rows: { status: OutboxRow['status'] }[]) => rows[0]?.status ?? 'fenced';
 
     const record = async (
-      id: string,
-      claimed: number,
+      row: Claimed,
       attempt: AttemptRecord,
       delivered: boolean,
       stop: string | null,
       waitMs: number,
     ) => {
       const saved = { ...attempt, ...(delivered || stop ? {} : { waitMs }) };
-      // Fenced by locked_by and the claim's attempt count: if this relay's lease ran out and another
-      // claim took the row over (by another relay, or by one that shares this relayId), the newer
-      // claim's result stands and this late one changes nothing.
+      const pastHorizon = `now() + ($7::double precision * interval '1 millisecond') > ${horizonEnds('', '$8')}`;
       const { rows } = await db.query(
         `UPDATE ${table}
             SET status = CASE
-                  WHEN $3 THEN 'delivered'
-                  WHEN $4::text IS NOT NULL THEN 'dead'
-                  WHEN now() + ($5::double precision * interval '1 millisecond') > created_at + ($6::double precision * interval '1 millisecond') THEN 'dead'
+                  WHEN $5 THEN 'delivered'
+                  WHEN $6::text IS NOT NULL THEN 'dead'
+                  WHEN ${pastHorizon} THEN 'dead'
                   ELSE 'pending' END,
                 dead_reason = CASE
-                  WHEN $3 THEN NULL
-                  WHEN $4::text IS NOT NULL THEN $4::text
-                  WHEN now() + ($5::double precision * interval '1 millisecond') > created_at + ($6::double precision * interval '1 millisecond') THEN 'horizon'
+                  WHEN $5 THEN NULL
+                  WHEN $6::text IS NOT NULL THEN $6::text
+                  WHEN ${pastHorizon} THEN 'horizon'
                   ELSE NULL END,
-                delivered_at = CASE WHEN $3 THEN now() ELSE NULL END,
-                next_attempt_at = now() + ($5::double precision * interval '1 millisecond'),
+                delivered_at = CASE WHEN $5 THEN now() ELSE NULL END,
+                next_attempt_at = now() + ($7::double precision * interval '1 millisecond'),
                 locked_until = NULL,
                 locked_by = NULL,
-                last_attempt = $7::jsonb,
-                history = history || jsonb_build_array($7::jsonb)
-          WHERE id = $1 AND locked_by = $2 AND attempts = $8
+                last_attempt = $9::jsonb,
+                history = history || jsonb_build_array($9::jsonb)
+          WHERE ${fence}
         RETURNING status`,
-        [id, relayId, delivered, stop, waitMs, horizonParam, JSON.stringify(saved, withoutNul), claimed],
+        [...fenceValues(row), delivered, stop, waitMs, horizonParam, JSON.stringify(saved, withoutNul)],
       );
-      return (rows[0]?.status as OutboxRow['status'] | undefined) ?? 'pending';
+      return statusOf(rows);
     };
 
-    // A due row is past maxAttempts or the horizon only when the relay that held it died or stalled
-    // past its lease, when the relays fell behind, or when the schedule was shortened since. The
-    // unfinished attempt already counted; this claim makes none, so it gives back the count it took,
-    // and the row stops here instead of being sent after the schedule said no more (for ever, every
-    // lease, if that row is what kills its relay).
-    const giveUp = async (id: string, claimed: number, reason: 'max-attempts' | 'horizon') => {
+    // Ends a claim that makes no attempt: it gives back the attempt it counted. The row is put back
+    // to wait `waitMs`, or dead-lettered with `stop`, or with 'horizon' if the wait would end past it.
+    const putBack = async (row: Claimed, stop: 'max-attempts' | 'horizon' | null, waitMs: number) => {
+      const pastHorizon = `now() + ($6::double precision * interval '1 millisecond') > ${horizonEnds('', '$7')}`;
       const { rows } = await db.query(
         `UPDATE ${table}
-            SET status = 'dead', dead_reason = $3, attempts = attempts - 1, locked_until = NULL, locked_by = NULL
-          WHERE id = $1 AND locked_by = $2 AND attempts = $4
+            SET status = CASE WHEN $5::text IS NOT NULL OR ${pastHorizon} THEN 'dead' ELSE 'pending' END,
+                dead_reason = CASE WHEN $5::text IS NOT NULL THEN $5::text WHEN ${pastHorizon} THEN 'horizon' ELSE NULL END,
+                next_attempt_at = now() + ($6::double precision * interval '1 millisecond'),
+                attempts = attempts - 1,
+                locked_until = NULL,
+                locked_by = NULL
+          WHERE ${fence}
         RETURNING status`,
-        [id, relayId, reason, claimed],
+        [...fenceValues(row), stop, waitMs, horizonParam],
       );
-      return (rows[0]?.status as OutboxRow['status'] | undefined) ?? 'pending';
+      return statusOf(rows);
     };
 
     const disableUrl = async (url: string) => {
@@ -355,36 +443,50 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       return result.rowCount ?? 0;
     };
 
+    // A row whose relay died mid-attempt, taken over: that attempt may have reached the endpoint, and
+    // the row itself may be what killed the relay (a body that crashes a serialiser, a response that
+    // exhausts memory). It is counted as a failed attempt and waits out the same backoff before the
+    // next one, instead of being sent again at once after every lease, by every relay in turn.
+    // A takeover that dies itself before putting the row back keeps the count its claim took, so even
+    // a row that kills relays before they send it moves towards maxAttempts.
+    const takeOver = (row: Claimed) => {
+      const tried = row.attempts - 1;
+      if (tried >= maxAttempts) return putBack(row, 'max-attempts', 0);
+      return putBack(row, null, sender.nextDelay(Math.max(1, tried)));
+    };
+
+    const send = async (row: Claimed, round: RelayRound) => {
+      // A due row is past maxAttempts or the horizon here only when the relays fell behind or the
+      // schedule was shortened since: it stops instead of being sent after the schedule said no more.
+      if (row.attempts > maxAttempts) return putBack(row, 'max-attempts', 0);
+      if (row.expired) return putBack(row, 'horizon', 0);
+      const attempt = await sender.attempt(
+        { url: row.url, id: row.id, body: row.body, contentType: row.content_type, headers: row.headers },
+        row.attempts,
+      );
+      // An observer must never break the relay, whether it throws or rejects.
+      notify(relayOptions.onAttempt, { id: row.id, url: row.url }, attempt);
+      const delivered = attempt.result === 'delivered';
+      const stop =
+        attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
+      const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
+      const status = await record(row, attempt, delivered, stop, waitMs);
+      // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
+      // other events waiting for the same URL are dead-lettered too instead of each finding out.
+      if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
+      return status;
+    };
+
     const runOnce = async (): Promise<RelayRound> => {
       const rows = await claim();
-      const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0 };
+      const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0, fenced: 0 };
       // Settle every row before the round ends, even when one fails: stop() promises the round in
       // flight is over, and a caller may close the pool right after it.
       const settled = await Promise.allSettled(
         rows.map(async (row) => {
-          if (row.attempts > maxAttempts || row.expired) {
-            const status = await giveUp(row.id, row.attempts, row.attempts > maxAttempts ? 'max-attempts' : 'horizon');
-            if (status === 'dead') round.dead++;
-            else round.retrying++;
-            return;
-          }
-          const attempt = await sender.attempt(
-            { url: row.url, id: row.id, body: row.body, contentType: row.content_type, headers: row.headers },
-            row.attempts,
-          );
-          // An observer must never break the relay, whether it throws or rejects.
-          notify(relayOptions.onAttempt, { id: row.id, url: row.url }, attempt);
-          const delivered = attempt.result === 'delivered';
-          const stop =
-            attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
-          const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
-          const status = await record(row.id, row.attempts, attempt, delivered, stop, waitMs);
-          // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
-          // other events waiting for the same URL are dead-lettered too instead of each finding out.
-          if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
-          if (status === 'delivered') round.delivered++;
-          else if (status === 'dead') round.dead++;
-          else round.retrying++;
+          const status = row.crashed ? await takeOver(row) : await send(row, round);
+          if (status === 'pending') round.retrying++;
+          else round[status]++;
         }),
       );
       const failed = settled.find((result) => result.status === 'rejected');
@@ -436,18 +538,38 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     };
   };
 
-  const deadLetters = async (db: Queryable, listOptions: { limit?: number } = {}) => {
+  const deadLetters = async (db: Queryable, listOptions: DeadLetterOptions = {}): Promise<DeadLetterPage> => {
+    const limit = listOptions.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1) throw new TypeError('limit must be a positive integer');
+    const after = listOptions.after === undefined ? undefined : decodeCursor(listOptions.after);
+    // Keyset pagination on (created_at, id): a page starts after the last row of the one before, so
+    // rows dead-lettered or requeued meanwhile never shift the others to a page already read (as an
+    // OFFSET would). A requeue keeps created_at, so a row that dies again keeps its place. One row
+    // more than the page says whether there is a next one.
     const { rows } = await db.query(
-      `SELECT id, url, status, attempts, created_at, dead_reason, last_attempt, history
-         FROM ${table} WHERE status = 'dead' ORDER BY created_at LIMIT $1`,
-      [listOptions.limit ?? 100],
+      `SELECT id, url, status, attempts, created_at, requeued_at, dead_reason, last_attempt, history,
+              to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS position
+         FROM ${table}
+        WHERE status = 'dead'
+          AND ($2::text IS NULL OR (created_at, id) > ($2::timestamp AT TIME ZONE 'UTC', $3::text))
+        ORDER BY created_at, id
+        LIMIT $1`,
+      [limit + 1, after?.createdAt ?? null, after?.id ?? null],
     );
-    return rows.map(toRow);
+    const page = rows.slice(0, limit);
+    const last = page.at(-1);
+    return {
+      rows: page.map(toRow),
+      next: rows.length > limit && last ? encodeCursor({ createdAt: last.position, id: last.id }) : undefined,
+    };
   };
 
   const requeue = async (db: Queryable, id: string) => {
+    // created_at stays: it is when the event happened, and the order deadLetters() lists in. The
+    // horizon restarts from requeued_at instead. `claims` stays too: it is the fencing token, and
+    // resetting it would let a claim from before the requeue match a claim after it.
     const result = await db.query(
-      `UPDATE ${table} SET status = 'pending', dead_reason = NULL, next_attempt_at = now(), created_at = now(),
+      `UPDATE ${table} SET status = 'pending', dead_reason = NULL, next_attempt_at = now(), requeued_at = now(),
               attempts = 0, locked_until = NULL, locked_by = NULL
         WHERE id = $1 AND status = 'dead'`,
       [id],

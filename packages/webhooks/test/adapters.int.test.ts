@@ -179,6 +179,24 @@ describe.each(Object.keys(frameworks))('%s glue (cases 21, 22, 23)', (name) => {
     expect(seen.map((e) => e.code)).toEqual(['raw_body_required']);
     expect(applied).toEqual([]);
   });
+
+  it('answers the same 500 when onMisconfigured throws or rejects', async () => {
+    const hooks = [
+      () => {
+        throw new Error('hook bug');
+      },
+      // Unhandled, the rejection would fail this file (and end a real server).
+      () => Promise.reject(new Error('hook bug')),
+    ];
+    for (const onMisconfigured of hooks) {
+      const { receiver, applied } = makeReceiver();
+      const url = `${await framework.parsedFirst(receiver, onMisconfigured)}/hooks`;
+      const response = await post(url, 'E8');
+      expect(response.status).toBe(500);
+      expect((await response.json()).code).toBe('raw_body_required');
+      expect(applied).toEqual([]);
+    }
+  });
 });
 
 describe('framework specifics', () => {

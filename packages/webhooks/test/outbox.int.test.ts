@@ -90,7 +90,7 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
         client.release();
       }
       const relay = outbox.relay({ db: pool, sender });
-      expect(await relay.runOnce()).toEqual({ claimed: 1, delivered: 1, retrying: 0, dead: 0 });
+      expect(await relay.runOnce()).toEqual({ claimed: 1, delivered: 1, retrying: 0, dead: 0, fenced: 0 });
       expect(applied).toEqual(['committed']);
       const [row] = await rows();
       expect(row).toMatchObject({ id: 'committed', status: 'delivered', attempts: 1, locked_by: null });
@@ -124,8 +124,9 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       [row] = await rows();
       expect(row).toMatchObject({ status: 'dead', dead_reason: 'gone', attempts: 2 });
       const dead = await outbox.deadLetters(pool);
-      expect(dead.map((d) => [d.id, d.deadReason, d.history.length])).toEqual([['E1', 'gone', 2]]);
-      expect(dead[0]?.lastAttempt).toMatchObject({ status: 410, responseBody: 'gone for good' });
+      expect(dead.rows.map((d) => [d.id, d.deadReason, d.history.length])).toEqual([['E1', 'gone', 2]]);
+      expect(dead.rows[0]?.lastAttempt).toMatchObject({ status: 410, responseBody: 'gone for good' });
+      expect(dead.next).toBeUndefined();
 
       status = 200;
       expect(await outbox.requeue(pool, 'E1')).toBe(true);
@@ -248,11 +249,15 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       const b = outbox.relay({ db: pool, sender, relayId: 'relay-b' });
       const first = a.runOnce();
       await until(() => calls === 1, 'relay A to call the endpoint');
-      // Relay A stalls past its lease (the database clock says so):
+      // Relay A stalls past its lease (the database clock says so). B takes the row over: A's attempt
+      // counts as failed, and the row waits out its backoff (made due at once here) before B sends it.
       await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      expect(await b.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+      await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
       expect(await b.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
       release();
-      expect(await first).toMatchObject({ claimed: 1, delivered: 0 });
+      // A's late 500 is refused, and counted as fenced: it is not a retry of anything.
+      expect(await first).toEqual({ claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 1 });
       expect((await rows())[0]).toMatchObject({ status: 'delivered', attempts: 2 });
     } finally {
       await server.close();
@@ -277,10 +282,12 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       const first = a.runOnce();
       await until(() => held.length === 1, 'the first attempt to reach the endpoint');
       await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      expect(await b.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+      await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
       const second = b.runOnce();
       await until(() => held.length === 2, 'the second attempt to reach the endpoint');
       held[0]?.();
-      await first;
+      expect(await first).toMatchObject({ claimed: 1, fenced: 1 });
       held[1]?.();
       expect(await second).toMatchObject({ claimed: 1, delivered: 1 });
       expect((await rows())[0]).toMatchObject({ status: 'delivered', attempts: 2 });
@@ -444,8 +451,12 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       const survivor = outbox.relay({ db: pool, sender });
       // Still leased: nothing is taken over early.
       expect(await survivor.runOnce()).toMatchObject({ claimed: 0 });
-      // The lease ends (moved by SQL, on the database clock, instead of waiting 60 s).
+      // The lease ends (moved by SQL, on the database clock, instead of waiting 60 s). The survivor
+      // takes the rows over: each dead attempt counts as failed and waits out its backoff.
       await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      expect(await survivor.runOnce()).toMatchObject({ claimed: 5, retrying: 5 });
+      expect([...endpoint.requests.values()]).toEqual([1, 1, 1, 1, 1]);
+      await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
       expect(await survivor.runOnce()).toMatchObject({ claimed: 5, delivered: 5 });
       expect(applied).toHaveLength(5);
       expect([...endpoint.requests.values()]).toEqual([2, 2, 2, 2, 2]);
@@ -515,6 +526,267 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     } finally {
       await server.close();
     }
+  });
+
+  it('requeue keeps created_at; the fresh horizon counts from requeued_at', async () => {
+    await clear();
+    let calls = 0;
+    const server = await scripted((_request, response) => {
+      calls++;
+      response.statusCode = 500;
+      response.end();
+    });
+    try {
+      const hour = createSender({ secret: SECRET, timeout: '5s', schedule: { horizon: '1h' }, random: () => 0 });
+      const relay = outbox.relay({ db: pool, sender: hour });
+      await outbox.add(pool, { id: 'R1', url: server.url, body: '{}' });
+      // An event added two hours ago that died at the horizon.
+      await pool.query(
+        `UPDATE "${table}" SET created_at = now() - interval '2 hours', status = 'dead', dead_reason = 'horizon', attempts = 3`,
+      );
+      const [before] = await rows();
+      expect(await outbox.requeue(pool, 'R1')).toBe(true);
+      let [row] = await rows();
+      expect(row).toMatchObject({ status: 'pending', attempts: 0, created_at: before.created_at });
+      expect(row.requeued_at).toBeInstanceOf(Date);
+      // Two hours past created_at, yet inside the horizon that restarted at the requeue: a retry is
+      // attempted and put back, not dead-lettered.
+      expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+      await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
+      expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+      expect(calls).toBe(2);
+      // The requeue's own horizon ends too.
+      await pool.query(`UPDATE "${table}" SET requeued_at = now() - interval '2 hours', next_attempt_at = now()`);
+      expect(await relay.runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+      expect(calls).toBe(2);
+      [row] = await rows();
+      expect(row).toMatchObject({ status: 'dead', dead_reason: 'horizon', attempts: 2, created_at: before.created_at });
+      const [after] = (await outbox.deadLetters(pool)).rows;
+      expect(after?.createdAt).toEqual(before.created_at);
+      expect(after?.requeuedAt).toEqual(row.requeued_at);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('fences a claim made before a requeue out of a claim made after it under the same relayId', async () => {
+    await clear();
+    const held: (() => void)[] = [];
+    let calls = 0;
+    const server = await scripted(async (_request, response) => {
+      const call = ++calls;
+      await new Promise<void>((resolve) => held.push(resolve));
+      response.statusCode = call === 1 ? 500 : 200;
+      response.end();
+    });
+    try {
+      await outbox.add(pool, { id: 'E1', url: server.url, body: '{}' });
+      const first = outbox.relay({ db: pool, sender, relayId: 'worker' }).runOnce();
+      await until(() => held.length === 1, 'the first attempt to reach the endpoint');
+      // The relay stalls past its lease; meanwhile a 410 for another event of the same URL
+      // dead-letters the row (what the relay does to every waiting row of a gone URL), and an
+      // operator requeues it. The next claim, under the same relayId, has attempt count 1 again.
+      await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      await pool.query(
+        `UPDATE "${table}" SET status = 'dead', dead_reason = 'gone', locked_until = NULL, locked_by = NULL`,
+      );
+      expect(await outbox.requeue(pool, 'E1')).toBe(true);
+      const second = outbox.relay({ db: pool, sender, relayId: 'worker' }).runOnce();
+      await until(() => held.length === 2, 'the attempt after the requeue to reach the endpoint');
+      held[0]?.();
+      // The stale 500 changes nothing: the claim after the requeue still holds the row.
+      expect(await first).toEqual({ claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 1 });
+      expect((await rows())[0]).toMatchObject({ status: 'pending', locked_by: 'worker', attempts: 1 });
+      held[1]?.();
+      expect(await second).toMatchObject({ claimed: 1, delivered: 1, fenced: 0 });
+      const [row] = await rows();
+      expect(row).toMatchObject({ status: 'delivered', attempts: 1, locked_by: null });
+      expect(row.history.map((attempt: { status: number }) => attempt.status)).toEqual([200]);
+    } finally {
+      for (const release of held) release();
+      await server.close();
+    }
+  });
+
+  it('backs off a row taken over from a dead relay as after a failed attempt, instead of sending it at once', async () => {
+    await clear();
+    let calls = 0;
+    const server = await scripted((_request, response) => {
+      calls++;
+      response.statusCode = 200;
+      response.end();
+    });
+    try {
+      // random() = 0.5: every wait is half its ceiling, 30 s, 60 s, 120 s, ...
+      const paced = createSender({ secret: SECRET, timeout: '5s', schedule: { base: '1m' }, random: () => 0.5 });
+      // A relay that dies mid-attempt: its attempt never returns, so nothing is ever recorded.
+      let started = 0;
+      const dying: Sender = {
+        ...paced,
+        attempt: () => {
+          started++;
+          return new Promise<never>(() => undefined);
+        },
+      };
+      const relay = outbox.relay({ db: pool, sender: paced });
+      await outbox.add(pool, { id: 'poison', url: server.url, body: '{}' });
+      for (let crash = 1; crash <= 4; crash++) {
+        void outbox.relay({ db: pool, sender: dying, relayId: 'dies' }).runOnce();
+        await until(() => started === crash, 'the dying relay to start its attempt');
+        // Its lease runs out (on the database clock).
+        await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+        expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 0, retrying: 1, dead: 0 });
+        const { rows: waits } = await pool.query(
+          `SELECT status, attempts, locked_by, extract(epoch FROM next_attempt_at - now())::float8 AS wait
+             FROM "${table}"`,
+        );
+        expect(waits[0]).toMatchObject({ status: 'pending', attempts: crash, locked_by: null });
+        const expected = 30 * 2 ** (crash - 1);
+        expect(waits[0].wait).toBeGreaterThan(expected - 5);
+        expect(waits[0].wait).toBeLessThanOrEqual(expected);
+        // Not due: a relay polling now finds nothing.
+        expect(await relay.runOnce()).toMatchObject({ claimed: 0 });
+        // The wait is over.
+        await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
+      }
+      expect(calls).toBe(0);
+      expect(await relay.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
+      const [row] = await rows();
+      expect(row).toMatchObject({ status: 'delivered', attempts: 5 });
+      expect(row.last_attempt).toMatchObject({ attempt: 5 });
+      expect(calls).toBe(1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('deadLetters pages by created_at and id, to the microsecond, with a cursor', async () => {
+    await clear();
+    const url = 'https://receiver.test/hooks';
+    // d1 and d2 differ by one microsecond (one millisecond of a JavaScript Date); d3 and d4 tie.
+    const dead: [string, string][] = [
+      ['d4', '2026-01-01 00:00:00.000003+00'],
+      ['d1', '2026-01-01 00:00:00.000001+00'],
+      ['d5', '2026-01-01 00:00:01+00'],
+      ['d3', '2026-01-01 00:00:00.000003+00'],
+      ['d2', '2026-01-01 00:00:00.000002+00'],
+    ];
+    for (const [id, at] of dead) {
+      await outbox.add(pool, { id, url, body: '{}' });
+      await pool.query(`UPDATE "${table}" SET status = 'dead', dead_reason = 'gone', created_at = $2 WHERE id = $1`, [
+        id,
+        at,
+      ]);
+    }
+    await outbox.add(pool, { id: 'alive', url, body: '{}' });
+    const pages: string[][] = [];
+    let page = await outbox.deadLetters(pool, { limit: 2 });
+    for (;;) {
+      pages.push(page.rows.map((row) => row.id));
+      if (!page.next) break;
+      page = await outbox.deadLetters(pool, { limit: 2, after: page.next });
+    }
+    expect(pages).toEqual([['d1', 'd2'], ['d3', 'd4'], ['d5']]);
+    // A page that holds exactly the rest says there is no next one.
+    const whole = await outbox.deadLetters(pool, { limit: 5 });
+    expect(whole.rows).toHaveLength(5);
+    expect(whole.next).toBeUndefined();
+    // A row that dies after its place was read is not listed again; one past the cursor is.
+    const first = await outbox.deadLetters(pool, { limit: 2 });
+    await pool.query(`UPDATE "${table}" SET status = 'dead', created_at = '2026-01-02 00:00:00+00' WHERE id = 'alive'`);
+    const rest = await outbox.deadLetters(pool, { limit: 10, after: first.next });
+    expect(rest.rows.map((row) => row.id)).toEqual(['d3', 'd4', 'd5', 'alive']);
+
+    await expect(outbox.deadLetters(pool, { after: 'not a cursor' })).rejects.toThrow(TypeError);
+    const forged = Buffer.from(JSON.stringify(['2026-01-01', 'd1'])).toString('base64url');
+    await expect(outbox.deadLetters(pool, { after: forged })).rejects.toThrow(TypeError);
+    await expect(outbox.deadLetters(pool, { limit: 0 })).rejects.toThrow(TypeError);
+    await expect(outbox.deadLetters(pool, { limit: 1.5 })).rejects.toThrow(TypeError);
+  });
+
+  it('migrate() brings a table of the previous version up to date, and leaves a current one unlocked', async () => {
+    const legacy = uniqueTable('legacy');
+    const server = await scripted((_request, response) => {
+      response.statusCode = 200;
+      response.end();
+    });
+    const holder = await pool.connect();
+    const migrator = await pool.connect();
+    try {
+      // The schema of the previous version, with a row waiting and one left by a relay that died.
+      await pool.query(`
+        CREATE TABLE "${legacy}" (
+          id text PRIMARY KEY, url text NOT NULL, body bytea NOT NULL,
+          content_type text NOT NULL DEFAULT 'application/json', headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+          status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
+          attempts integer NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now(),
+          next_attempt_at timestamptz NOT NULL DEFAULT now(), locked_until timestamptz, locked_by text,
+          delivered_at timestamptz, dead_reason text, last_attempt jsonb, history jsonb NOT NULL DEFAULT '[]'::jsonb
+        );
+        INSERT INTO "${legacy}" (id, url, body) VALUES ('waiting', '${server.url}', '\\x7b7d');
+        INSERT INTO "${legacy}" (id, url, body, attempts, locked_by, locked_until)
+             VALUES ('orphan', '${server.url}', '\\x7b7d', 1, 'old-relay', now() - interval '1 second');
+      `);
+      const upgraded = createOutbox({ table: legacy });
+      await Promise.all([upgraded.migrate(pool), upgraded.migrate(pool)]);
+      const { rows: columns } = await pool.query(`SELECT id, claims, requeued_at FROM "${legacy}" ORDER BY id`);
+      expect(columns).toEqual([
+        { id: 'orphan', claims: 0, requeued_at: null },
+        { id: 'waiting', claims: 0, requeued_at: null },
+      ]);
+      const round = await upgraded.relay({ db: pool, sender }).runOnce();
+      expect(round).toMatchObject({ claimed: 2, delivered: 1, retrying: 1 });
+
+      // Up to date now: another migrate() must not queue for the exclusive lock an ALTER TABLE takes
+      // (every relay would queue behind it), so it passes a reader that holds the table open.
+      await holder.query('BEGIN');
+      await holder.query(`SELECT count(*) FROM "${legacy}"`);
+      await migrator.query(`SET lock_timeout = '500ms'`);
+      await upgraded.migrate(migrator);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+      migrator.release(true);
+      await pool.query(`DROP TABLE IF EXISTS "${legacy}"`);
+      await server.close();
+    }
+  });
+
+  it('a relay onAttempt that throws or rejects changes nothing; neither does an onError that rejects', async () => {
+    await clear();
+    const { receiver, applied } = makeReceiver();
+    const endpoint = await startEndpoint(receiver);
+    try {
+      const observers = [
+        () => {
+          throw new Error('observer bug');
+        },
+        () => Promise.reject(new Error('observer bug')),
+      ];
+      for (const [i, onAttempt] of observers.entries()) {
+        await outbox.add(pool, { id: `observed_${i}`, url: endpoint.url, body: '{}' });
+        expect(await outbox.relay({ db: pool, sender, onAttempt }).runOnce()).toMatchObject({ delivered: 1 });
+      }
+      expect(applied).toEqual(['observed_0', 'observed_1']);
+      expect((await rows("status <> 'delivered'")).length).toBe(0);
+    } finally {
+      await endpoint.close();
+    }
+
+    const errors: unknown[] = [];
+    const relay = outbox.relay({
+      db: { query: () => Promise.reject(new Error('connect ECONNREFUSED')) },
+      sender,
+      pollInterval: '10ms',
+      onError: async (error) => {
+        errors.push(error);
+        throw new Error('an observer that rejects changes nothing');
+      },
+    });
+    relay.start();
+    await until(() => errors.length >= 2, 'two failed rounds to be reported');
+    await relay.stop();
+    expect(String(errors[1])).toMatch(/ECONNREFUSED/);
   });
 
   it('migrate() of one table named two ways at once: both succeed; a long name still gets its own index', async () => {

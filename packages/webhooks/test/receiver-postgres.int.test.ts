@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createReceiver, createSender, createSigner } from '../src/index.js';
+import { createReceiver, createSender, createSigner, type ReceiverEvent } from '../src/index.js';
 import { databaseUrl, postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -127,10 +127,12 @@ describe.skipIf(!available)('transactional receiver on PostgreSQL', () => {
     const gate = new Promise<void>((resolve) => (open = resolve));
     let entered!: () => void;
     const inside = new Promise<void>((resolve) => (entered = resolve));
+    const events: ReceiverEvent[] = [];
     const slow = createReceiver<PostgresTransaction>({
       store: postgresStore({ client: pool, table: records }),
       secret: SECRET,
       lease: '60s',
+      onEvent: (event) => events.push(event),
       apply: async (event, tx) => {
         await tx!.query(`INSERT INTO "${effects}" (event_id, pid) VALUES ($1, 1)`, [event.id]);
         entered();
@@ -145,6 +147,9 @@ describe.skipIf(!available)('transactional receiver on PostgreSQL', () => {
     open();
     const late = await first;
     expect(late).toMatchObject({ status: 409, outcome: 'in-progress' });
+    // Reported before the delivery's own event: its commit was refused, nothing of it happened.
+    expect(events.map((event) => event.type)).toEqual(['record-failed', 'in-progress']);
+    expect(events[0]).toMatchObject({ type: 'record-failed', id: 'E1', reason: 'lease-lost' });
     expect(await applied('E1')).toBe(1);
     expect((await pool.query(`SELECT pid FROM "${effects}"`)).rows).toEqual([{ pid: process.pid }]);
     expect((await deliver(makeReceiver(), 'E1')).outcome).toBe('duplicate');

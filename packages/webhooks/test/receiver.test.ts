@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { memoryStore, recordId, type Store } from '@idem/core';
+import { memoryStore, recordId, type Store, type TransactionalStore } from '@idem/core';
 import { describe, expect, it } from 'vitest';
 import {
   createReceiver,
@@ -8,6 +8,7 @@ import {
   isWebhookError,
   type ReceiverEvent,
   type ReceiverOptions,
+  type ReceiverResponse,
   type ReceiverWarning,
 } from '../src/index.js';
 
@@ -355,5 +356,207 @@ describe('scopes and options', () => {
       TypeError,
     );
     expect(() => createReceiver({ store: memoryStore(), secret: '', apply: () => undefined })).toThrow(/empty/);
+  });
+});
+
+/** A memory store whose complete() fails the way `failure` says. */
+function failingComplete(failure: 'throws' | 'lease-lost', clock: () => number): Store {
+  const inner = memoryStore({ now: clock });
+  return {
+    claim: (input) => inner.claim(input),
+    renew: (input) => inner.renew(input),
+    complete: async () => {
+      if (failure === 'throws') throw new Error('disk full');
+      // The token is no longer current: another delivery took the event over.
+      return false;
+    },
+    release: (input) => inner.release(input),
+    get: (id) => inner.get(id),
+  };
+}
+
+/** A store with transactions that apply `fn` and then fail to commit, the way `failure` says. */
+function failingTransactions(failure: 'throws' | 'lease-lost', clock: () => number): Store {
+  const inner = memoryStore({ now: clock });
+  const store: TransactionalStore<{ tx: true }> = {
+    claim: (input) => inner.claim(input),
+    renew: (input) => inner.renew(input),
+    complete: (input) => inner.complete(input),
+    release: (input) => inner.release(input),
+    get: (id) => inner.get(id),
+    transaction: async (_input, fn) => {
+      await fn({ tx: true });
+      if (failure === 'throws') throw new Error('connection lost at COMMIT');
+      return { committed: false };
+    },
+  };
+  return store;
+}
+
+describe('record-failed', () => {
+  it('without transactions: a record that fails after apply is still acknowledged, and reported first', async () => {
+    for (const [failure, reason] of [
+      ['throws', 'store-error'],
+      ['lease-lost', 'lease-lost'],
+    ] as const) {
+      const t = Date.UTC(2026, 0, 1);
+      const { deliver, applied, events } = setup({ store: failingComplete(failure, () => t), now: () => t });
+      const response = await deliver('E1', paymentBody);
+      // Answering an error would make the sender retry and apply the event again for sure.
+      expect(response).toMatchObject({ status: 200, outcome: 'applied', id: 'E1' });
+      expect(applied).toEqual(['E1']);
+      expect(events.map((event) => event.type)).toEqual(['record-failed', 'applied']);
+      expect(events[0]).toMatchObject({ type: 'record-failed', id: 'E1', reason, at: t });
+      if (failure === 'throws') expect(String((events[0] as { error?: unknown }).error)).toMatch(/disk full/);
+    }
+  });
+
+  it('in transactional mode: nothing is acknowledged; lease-lost answers 409, a store error 503', async () => {
+    const t = Date.UTC(2026, 0, 1);
+    const expected = {
+      'lease-lost': { status: 409, outcome: 'in-progress', code: 'in_progress' },
+      throws: { status: 503, outcome: 'unavailable', code: 'store_unavailable' },
+    } as const;
+    for (const failure of ['lease-lost', 'throws'] as const) {
+      const transactions: unknown[] = [];
+      const { deliver, events } = setup({
+        store: failingTransactions(failure, () => t),
+        now: () => t,
+        apply: (_event, tx) => void transactions.push(tx),
+      });
+      const response = await deliver('E1', paymentBody);
+      expect(response).toMatchObject({ status: expected[failure].status, outcome: expected[failure].outcome });
+      expect(transactions).toEqual([{ tx: true }]);
+      expect(events.map((event) => event.type)).toEqual(['record-failed', expected[failure].outcome]);
+      expect(events[0]).toMatchObject({
+        type: 'record-failed',
+        id: 'E1',
+        reason: failure === 'throws' ? 'store-error' : 'lease-lost',
+        at: t,
+      });
+      expect(events[1]).toMatchObject({ code: expected[failure].code });
+      if (failure === 'throws') expect(String((events[0] as { error?: unknown }).error)).toMatch(/COMMIT/);
+    }
+  });
+});
+
+describe('observers that throw or reject', () => {
+  const observers = {
+    throws: () => {
+      throw new Error('observer bug');
+    },
+    // Unhandled, the rejection would fail this file (and end a real process).
+    rejects: () => Promise.reject(new Error('observer bug')),
+  };
+  type Deliver = ReturnType<typeof setup>['deliver'];
+  const down: Store = {
+    claim: async () => {
+      throw new Error('connection refused');
+    },
+    renew: async () => false,
+    complete: async () => false,
+    release: async () => false,
+    get: async () => undefined,
+  };
+  const t = Date.UTC(2026, 0, 1);
+  // Each way a delivery can end, so each place the receiver reports from runs: [the report that must
+  // reach onEvent, the options (fresh for every run), what to deliver].
+  const scenarios: [string, () => Partial<ReceiverOptions>, (deliver: Deliver) => Promise<ReceiverResponse>][] = [
+    ['applied', () => ({}), (deliver) => deliver('E1', paymentBody)],
+    [
+      'duplicate',
+      () => ({}),
+      async (deliver) => {
+        await deliver('E1', paymentBody);
+        return deliver('E1', paymentBody);
+      },
+    ],
+    [
+      'mismatch',
+      () => ({}),
+      async (deliver) => {
+        await deliver('E1', paymentBody);
+        return deliver('E1', paymentBody.replace('4200', '1'));
+      },
+    ],
+    [
+      'failed',
+      () => ({
+        apply: () => {
+          throw new Error('apply failed');
+        },
+      }),
+      (deliver) => deliver('E1', paymentBody),
+    ],
+    ['unavailable', () => ({ store: down }), (deliver) => deliver('E1', paymentBody)],
+    ['record-failed', () => ({ store: failingComplete('throws', () => t) }), (deliver) => deliver('E1', paymentBody)],
+    [
+      'record-failed',
+      () => ({ store: failingTransactions('lease-lost', () => t) }),
+      (deliver) => deliver('E1', paymentBody),
+    ],
+  ];
+
+  it.each(scenarios)(
+    'onEvent and onStoreEvent around %s: the delivery gets the answer it gets without them',
+    async (type, options, run) => {
+      const answer = async (hook: (event: { type: string }) => unknown) => {
+        const seen: string[] = [];
+        const observe = (event: { type: string }) => {
+          seen.push(event.type);
+          return hook(event);
+        };
+        const { deliver } = setup({ now: () => t, ...options(), onEvent: observe, onStoreEvent: observe });
+        const { status, outcome, headers } = await run(deliver);
+        return { answer: { status, outcome, headers }, seen };
+      };
+      const quiet = await answer(() => undefined);
+      expect(quiet.seen).toContain(type);
+      for (const hook of Object.values(observers)) {
+        const loud = await answer(hook);
+        expect(loud.answer).toEqual(quiet.answer);
+        expect(loud.seen).toEqual(quiet.seen);
+      }
+    },
+  );
+
+  it('onEvent around rejected and in-progress deliveries', async () => {
+    for (const hook of Object.values(observers)) {
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const seen: string[] = [];
+      const { receiver, deliver } = setup({
+        now: () => t,
+        apply: () => gate,
+        onEvent: (event) => {
+          seen.push(event.type);
+          return hook();
+        },
+      });
+      const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(t / 1000) });
+      const tampered = await receiver.handle({ headers, body: Buffer.from(`${paymentBody} `) });
+      expect(tampered).toMatchObject({ status: 400, outcome: 'rejected' });
+      const first = deliver('E1', paymentBody);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(await deliver('E1', paymentBody)).toMatchObject({ status: 409, outcome: 'in-progress' });
+      open();
+      expect(await first).toMatchObject({ status: 200, outcome: 'applied' });
+      expect(seen).toEqual(['rejected', 'in-progress', 'applied']);
+    }
+  });
+
+  it('onWarning: the receiver is still built, and works', async () => {
+    for (const hook of Object.values(observers)) {
+      let warned = 0;
+      const { deliver } = setup({
+        retention: '24h',
+        onWarning: () => {
+          warned++;
+          return hook();
+        },
+      });
+      expect(warned).toBe(1);
+      expect((await deliver('E1', paymentBody)).outcome).toBe('applied');
+    }
   });
 });
