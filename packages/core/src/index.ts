@@ -73,4 +73,12 @@ export type {
   StoreRecord,
 } from './store.js';
 export { isPending } from './store.js';
+export {
+  assertStoredResponse,
+  InvalidResponseError,
+  isResponseTooLargeError,
+  ResponseTooLargeError,
+  type StoredResponseLimits,
+  storedResponseSize,
+} from './stored-response.js';
 export { isTransactionalStore, type TransactionalStore } from './transactional.js';

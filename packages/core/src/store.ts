@@ -13,6 +13,9 @@
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
  *   (lost race, stale token) are values.
  * - Response bodies are bytes and come back byte for byte.
+ * - `complete` runs `assertStoredResponse` (with the store's size cap, if it has one) before it writes
+ *   anything: a response that some store could not keep, or no replay could write, is refused by
+ *   every store alike, rather than stored to fail each later read of its key.
  * - Any method may answer with a value instead of a promise (the memory store does): callers `await`
  *   the result, and the engine skips the await, and the microtask it costs, when there is nothing to
  *   wait for. A store that answers synchronously reports failures by throwing.

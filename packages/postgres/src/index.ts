@@ -1,3 +1,5 @@
+// Defined in @idem/core since every store refuses oversized responses; exported here as by @idem/redis.
+export { isResponseTooLargeError, ResponseTooLargeError } from '@idem/core';
 export {
   type PostgresStore,
   type PostgresStoreOptions,

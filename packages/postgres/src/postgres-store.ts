@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import {
   type AsyncStore,
+  assertStoredResponse,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -48,6 +49,13 @@ export interface PostgresStoreOptions {
    * a pooler that cannot keep them (PgBouncer in transaction mode before 1.21).
    */
   preparedStatements?: boolean;
+  /**
+   * Largest response (status, headers and body, as `storedResponseSize` measures it) that is stored.
+   * A bigger one is refused with `ResponseTooLargeError`: served to the client, not stored, the key
+   * released. Default 4 MiB, as the Redis store; at most 256 MiB less 64 KiB, because pg reads a
+   * `bytea` back as hex text and a JavaScript string cannot hold a larger one.
+   */
+  maxResponseBytes?: number;
 }
 
 /**
@@ -130,11 +138,11 @@ const checkMs = (value: unknown, what: string) => {
   }
 };
 
-const checkResponse = (response: StoredResponse) => {
-  if (!response || !Number.isInteger(response.status) || !(response.body instanceof Uint8Array)) {
-    throw new TypeError('response needs an integer status, a headers object and a Uint8Array body');
-  }
-};
+const DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
+// pg reads a bytea as hex text ('\x' and two characters a byte) into one JavaScript string, and V8
+// strings stop at 2^29 - 24 characters: a body of 256 MiB or more would be written, then fail every
+// read of its key (pg throws in its socket handler) until its retention ended. Kept 64 KiB below.
+const POSTGRES_RESPONSE_LIMIT = 256 * 1024 * 1024 - 64 * 1024;
 
 /**
  * Creates the PostgreSQL {@link Store} for a `pg` Pool or Client, or for PGlite (the embedded
@@ -164,6 +172,13 @@ const checkResponse = (response: StoredResponse) => {
 export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   if (!options || typeof options !== 'object') throw new TypeError('postgresStore needs an options object');
   const table = parseTableName(options.table ?? defaultTable);
+  const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes < 1 || maxResponseBytes > POSTGRES_RESPONSE_LIMIT) {
+    throw new TypeError(`maxResponseBytes must be an integer from 1 to ${POSTGRES_RESPONSE_LIMIT}`);
+  }
+  // Before any statement: a response no read could return, or an oversized one, leaves the claim as
+  // it was, and the engine releases it so a retry runs instead of waiting out the lease.
+  const checkResponse = (response: StoredResponse) => assertStoredResponse(response, { maxBytes: maxResponseBytes });
   const sql = createSqlClient(options.client, { preparedStatements: options.preparedStatements ?? true });
   const tag = createHash('sha256').update(table.name).digest('hex').slice(0, 12);
   const statements = buildStatements(table, tag);

@@ -1,9 +1,21 @@
 // Focused tests of @idem/postgres that every client flavour (PGlite, pg Pool, pg Client) must pass,
 // beyond the shared describeStore() contract: migration, purge, transactional mode, SQL safety.
 import { randomUUID } from 'node:crypto';
-import { createIdempotency, recordId, type StoredResponse } from '@idem/core';
+import {
+  createIdempotency,
+  type IdempotencyEvent,
+  isResponseTooLargeError,
+  recordId,
+  type StoredResponse,
+} from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate, type PostgresClient, type PostgresStore, postgresStore } from '../src/index.js';
+import {
+  migrate,
+  type PostgresClient,
+  type PostgresStore,
+  postgresStore,
+  ResponseTooLargeError,
+} from '../src/index.js';
 import { freshTable, sql } from './database.js';
 
 const response = (text: string, status = 201): StoredResponse => ({
@@ -172,6 +184,88 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           }),
         ).rejects.toThrow(TypeError);
         await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(TypeError);
+      });
+    });
+
+    describe('size cap (maxResponseBytes)', () => {
+      let capped: PostgresStore;
+      beforeAll(() => {
+        capped = postgresStore({ client, table, maxResponseBytes: 1_000 });
+      });
+      // The helper's headers, {"content-type":"text/plain"}, and the framing come to 44 bytes.
+      const sized = (bytes: number): StoredResponse => ({
+        status: 200,
+        headers: { 'content-type': 'text/plain' },
+        body: new Uint8Array(bytes - 44).fill(7),
+      });
+
+      it('refuses an oversized response with ResponseTooLargeError and leaves the claim untouched', async () => {
+        const id = freshId();
+        await capped.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+        const error = await capped
+          .complete({ id, token: 't', response: sized(1_001), retentionMs: 60_000 })
+          .catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(ResponseTooLargeError);
+        expect(error).toMatchObject({ code: 'response_too_large', bytes: 1_001, limit: 1_000 });
+        expect(await capped.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+      });
+
+      it('stores a response of exactly the limit', async () => {
+        const id = freshId();
+        await capped.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        expect(await capped.complete({ id, token: 't', response: sized(1_000), retentionMs: 60_000 })).toBe(true);
+        const record = await capped.get(id);
+        expect(record?.state === 'completed' && record.response.body.length).toBe(956);
+      });
+
+      it('defaults to 4 MiB, as the Redis store', async () => {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const error = await store
+          .complete({ id, token: 't', response: sized(4 * 1024 * 1024 + 1), retentionMs: 60_000 })
+          .catch((e: unknown) => e);
+        expect(error).toMatchObject({ code: 'response_too_large', limit: 4 * 1024 * 1024 });
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+      });
+
+      it("in a transaction, rolls the handler's writes back with the oversized outcome", async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        await capped.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const error = await capped
+          .transaction({ id, token: 't' }, async (tx) => {
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+            return { value: undefined, response: sized(1_001), retentionMs: 60_000 };
+          })
+          .catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(ResponseTooLargeError);
+        expect(await effectCount(marker)).toBe(0);
+        expect((await capped.get(id))?.state).toBe('in_progress');
+      });
+
+      it('through the engine: served, not stored, an event, and the key free for a retry', async () => {
+        const events: IdempotencyEvent[] = [];
+        const engine = createIdempotency({ store: capped, heartbeat: false, onEvent: (event) => events.push(event) });
+        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /exports' };
+        const first = await engine.begin(request);
+        expect(first.kind).toBe('execute');
+        if (first.kind !== 'execute') return;
+        const result = await engine.complete(first.lease, sized(5_000));
+        expect(result).toMatchObject({ ok: false, reason: 'store-error' });
+        expect(!result.ok && isResponseTooLargeError(result.error)).toBe(true);
+        expect(
+          events.some((e) => e.type === 'store-error' && e.phase === 'complete' && isResponseTooLargeError(e.error)),
+        ).toBe(true);
+        // The engine's release runs in the background: wait for it, not for a timer.
+        await expect.poll(() => capped.get(first.lease.id)).toBeUndefined();
+        expect((await engine.begin(request)).kind).toBe('execute');
+      });
+
+      it('refuses a limit that is not an integer from 1 to 256 MiB less 64 KiB, at construction', () => {
+        for (const bad of [0, -1, 1.5, Number.NaN, '1000', 256 * 1024 * 1024 - 64 * 1024 + 1]) {
+          expect(() => postgresStore({ client, table, maxResponseBytes: bad as number })).toThrow(TypeError);
+        }
+        expect(() => postgresStore({ client, table, maxResponseBytes: 256 * 1024 * 1024 - 64 * 1024 })).not.toThrow();
       });
     });
 

@@ -1,3 +1,5 @@
+// Defined in @idem/core since every store refuses oversized responses; still exported here.
+export { isResponseTooLargeError, ResponseTooLargeError } from '@idem/core';
 export {
   type IoredisLike,
   type NodeRedisClientLike,
@@ -7,4 +9,3 @@ export {
   redisCommandRunner,
 } from './command-runner.js';
 export { type RedisStore, type RedisStoreOptions, redisStore } from './redis-store.js';
-export { isResponseTooLargeError, ResponseTooLargeError } from './response-too-large-error.js';

@@ -61,24 +61,13 @@ export function encodeClaim(token: string, fingerprint: string): Buffer {
 
 /**
  * Encodes what the completion script appends to the claim: status and headers, then the raw body.
- * Its length is what the size cap measures. Throws a `TypeError` for a response that
- * {@link decodeRecord} could not read back.
+ * The store checks the response with `assertStoredResponse` from @idem/core first, which also
+ * measures it: `storedResponseSize(response)` is this encoding's length.
  *
  * @example
  * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 18
  */
 export function encodeOutcome(response: StoredResponse): Buffer {
-  // decodeRecord refuses a status that is not a number and a header that is not a string. Written
-  // anyway, such a record would fail every read of its key, each claim a 503, until its retention
-  // ends; so it is refused here, before anything is sent, as the misuse it is.
-  if (
-    !response ||
-    !Number.isInteger(response.status) ||
-    !isHeaders(response.headers) ||
-    !(response.body instanceof Uint8Array)
-  ) {
-    throw new TypeError('response needs an integer status, headers whose values are strings and a Uint8Array body');
-  }
   const meta = encoder.encode(`${JSON.stringify({ s: response.status, h: response.headers })}\n`);
   const out = Buffer.allocUnsafe(meta.length + response.body.length);
   out.set(meta, 0);

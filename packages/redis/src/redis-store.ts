@@ -1,5 +1,6 @@
 import {
   type AsyncStore,
+  assertStoredResponse,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -11,7 +12,6 @@ import {
 } from '@idem/core';
 import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
 import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
-import { ResponseTooLargeError } from './response-too-large-error.js';
 import { completeScript, releaseScript, renewScript, runScript } from './scripts.js';
 
 /**
@@ -33,8 +33,9 @@ export interface RedisStoreOptions {
    */
   prefix?: string;
   /**
-   * Largest encoded response (status, headers and body) that is stored. A bigger one is refused with
-   * {@link ResponseTooLargeError}: served to the client, not stored, the key released. Default 4 MiB.
+   * Largest encoded response (status, headers and body, as `storedResponseSize` measures it) that is
+   * stored. A bigger one is refused with `ResponseTooLargeError`: served to the client, not stored,
+   * the key released. Default 4 MiB.
    */
   maxResponseBytes?: number;
 }
@@ -158,10 +159,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     complete: async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
       const k = key(id);
       const px = milliseconds(retentionMs, 'retentionMs');
+      // Checked before anything is sent: a response no read could decode, or an oversized one, leaves
+      // the claim as it was, and the engine releases it so a retry runs instead of waiting out the lease.
+      assertStoredResponse(response, { maxBytes: maxResponseBytes });
       const outcome = encodeOutcome(response);
-      // Checked before anything is sent: an oversized response leaves the claim as it was, and the
-      // engine releases it so a retry runs instead of waiting out the lease.
-      if (outcome.length > maxResponseBytes) throw new ResponseTooLargeError(outcome.length, maxResponseBytes);
       return guarded('complete', async () =>
         flag('complete', await runScript(runner, completeScript, k, [leasePrefix(token), outcome, px])),
       );

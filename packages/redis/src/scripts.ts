@@ -19,8 +19,9 @@ const script = (source: string): LuaScript => ({ source, sha: createHash('sha1')
 // The claim needs no script: a plain SET NX PX is atomic on its own (see redis-store.ts).
 
 /**
- * The fence shared by the three compare-and-set scripts: the record must be in progress and held by
- * this token, which is exactly "the value starts with ARGV[1]" (see leasePrefix).
+ * The fence of the compare-and-set scripts: the record must be in progress and held by this token,
+ * which is exactly "the value starts with ARGV[1]" (see leasePrefix). Complete spells it out, since
+ * it also answers a completion sent twice.
  */
 const fence = `local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
@@ -34,12 +35,37 @@ return 1`);
  * Complete: turns the claim into a completed record kept for the retention. 'p' becomes 'c' and the
  * outcome is appended, so the claim's token and fingerprint carry over untouched.
  * ARGV: lease prefix, encoded outcome, retention in ms.
+ *
+ * A run that finds the record already completed by this token with this very outcome answers 1 and
+ * changes nothing. That is this completion sent twice: its reply was lost and the client sent it
+ * again after reconnecting (ioredis does by default), and only the holder of the token can have
+ * completed the record. Answered 0, the engine would report a lost lease for an outcome that is
+ * stored. The comparison is exact: after 'c', the token and the fingerprint's line (JSON, so no raw
+ * newline inside), the rest must be the outcome byte for byte; another outcome with the same token
+ * (a caller completing twice) still gets 0.
  */
-export const completeScript =
-  script(`${fence}redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2) .. ARGV[2], 'PX', ARGV[3])
-return 1`);
+export const completeScript = script(`local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2) .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if string.sub(v, 1, 1) == 'c' and string.sub(v, 2, #ARGV[1]) == string.sub(ARGV[1], 2) then
+  local fingerprintEnd = string.find(v, '\\n', #ARGV[1] + 1, true)
+  if fingerprintEnd and string.sub(v, fingerprintEnd + 1) == ARGV[2] then return 1 end
+end
+return 0`);
 
-/** Release: forgets the claim so a retry runs. ARGV: lease prefix. */
+/**
+ * Release: forgets the claim so a retry runs. ARGV: lease prefix.
+ *
+ * Unlike complete, a release sent twice (its reply lost, the client sending it again after a
+ * reconnect) answers 0 the second time: the key is gone, and an absent key cannot tell "deleted by
+ * this release" from "the lease ran out" or "taken over and released by someone else". Leaving a
+ * marker to tell them apart would hold the key against the next claim and change the value format
+ * every reader of the prefix relies on. The key is free either way, which is what a release is for;
+ * only the engine's report is off (a `lease-lost` instead of a `release`).
+ */
 export const releaseScript = script(`${fence}redis.call('DEL', KEYS[1])
 return 1`);
 

@@ -1,3 +1,4 @@
+import { storedResponseSize } from '@idem/core';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from '../src/record-codec.js';
@@ -20,7 +21,10 @@ describe('record codec properties', () => {
         (token, fingerprint, status, headers, body) => {
           const claim = encodeClaim(token, fingerprint);
           expect(decodeRecord(claim)).toEqual({ state: 'in_progress', token, fingerprint });
-          const record = decodeRecord(complete(claim, encodeOutcome({ status, headers, body })));
+          const outcome = encodeOutcome({ status, headers, body });
+          // The size every store checks against maxResponseBytes is what Redis keeps, exactly.
+          expect(outcome.length).toBe(storedResponseSize({ status, headers, body }));
+          const record = decodeRecord(complete(claim, outcome));
           expect(record.state).toBe('completed');
           if (record.state !== 'completed') return;
           expect(record.token).toBe(token);

@@ -174,6 +174,97 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
     });
   });
 
+  describe('a completion sent twice', () => {
+    // A store whose client goes through a proxy. ioredis resends the commands that got no reply once
+    // it has reconnected (its default), so `sentTwice` runs a command whose reply is lost: Redis runs
+    // it, the proxy drops the answer, then cuts the connection, and ioredis sends it again.
+    const proxied = async () => {
+      const { hostname, port } = new URL(redisUrl);
+      const proxy = await createTcpProxy({ target: { host: hostname, port: Number(port || 6379) } });
+      const client = new Redis(proxy.port, proxy.host, { retryStrategy: () => 10 });
+      client.on('error', () => undefined);
+      await client.ping();
+      const store = redisStore({ client, prefix: `${prefix}resent:` });
+      const sentTwice = async <T>(command: () => Promise<T>, ran: () => Promise<boolean>): Promise<T> => {
+        proxy.blackhole('downstream');
+        const answer = command();
+        while (!(await ran())) await new Promise((resolve) => setTimeout(resolve, 5));
+        proxy.cut();
+        proxy.restore();
+        return answer;
+      };
+      const close = async () => {
+        client.disconnect();
+        await proxy.close();
+      };
+      return { store, sentTwice, close };
+    };
+    const completed = (store: RedisStore, id: string) => async () =>
+      (await admin.getBuffer(store.key(id)))?.[0] === 0x63; // 'c'
+
+    it('a complete whose reply was lost, sent again by ioredis after it reconnected, resolves true', async () => {
+      const { store, sentTwice, close } = await proxied();
+      try {
+        const id = randomUUID();
+        expect(await store.claim({ id, token: 'mine', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+        const stored = response(new TextEncoder().encode('{"id":"ch_1"}'));
+        // The resent script finds the record completed, by this very call.
+        const answer = await sentTwice(
+          () => store.complete({ id, token: 'mine', response: stored, retentionMs: 60_000 }),
+          completed(store, id),
+        );
+        expect(answer).toBe(true);
+        const record = await store.get(id);
+        expect(record?.state === 'completed' && Buffer.from(record.response.body).toString()).toBe('{"id":"ch_1"}');
+      } finally {
+        await close();
+      }
+    });
+
+    it('through the engine: stored, no lost lease, the signal not aborted', async () => {
+      const { store, sentTwice, close } = await proxied();
+      try {
+        const events: IdempotencyEvent[] = [];
+        const engine = createIdempotency({ store, heartbeat: false, onEvent: (event) => events.push(event) });
+        const started = await engine.begin({ key: randomUUID(), scope: 'user:1', operation: 'POST /charges' });
+        expect(started.kind).toBe('execute');
+        if (started.kind !== 'execute') return;
+        const { lease } = started;
+        const result = await sentTwice(
+          () => engine.complete(lease, response(new Uint8Array([42]))),
+          completed(store, lease.id),
+        );
+        expect(result).toEqual({ ok: true, stored: true });
+        expect(lease.signal.aborted).toBe(false);
+        expect(events.map((event) => event.type)).not.toContain('lease-lost');
+      } finally {
+        await close();
+      }
+    });
+
+    it('answers true to the same token with the same outcome, false to the same token with another', async () => {
+      const store = redisStore({ client: admin, prefix: `${prefix}twice:` });
+      const id = randomUUID();
+      await store.claim({ id, token: 'mine', fingerprint: 'f\n"p', leaseMs: 5_000 });
+      const first = response(new Uint8Array([1, 10, 2]));
+      expect(await store.complete({ id, token: 'mine', response: first, retentionMs: 60_000 })).toBe(true);
+      const ttl = await admin.pttl(store.key(id));
+      expect(await store.complete({ id, token: 'mine', response: first, retentionMs: 120_000 })).toBe(true);
+      // The repeat changes nothing, not even the retention.
+      expect(await admin.pttl(store.key(id))).toBeLessThanOrEqual(ttl);
+      for (const other of [
+        response(new Uint8Array([1, 10])),
+        response(new Uint8Array([1, 10, 2, 3])),
+        response(new Uint8Array([1, 10, 2]), 200),
+      ]) {
+        expect(await store.complete({ id, token: 'mine', response: other, retentionMs: 60_000 })).toBe(false);
+      }
+      expect(await store.complete({ id, token: 'other', response: first, retentionMs: 60_000 })).toBe(false);
+      const record = await store.get(id);
+      expect(record?.state === 'completed' && [...record.response.body]).toEqual([1, 10, 2]);
+    });
+  });
+
   describe('size cap', () => {
     const store = redisStore({ client: admin, prefix: `${prefix}cap:`, maxResponseBytes: 1_000 });
 

@@ -166,6 +166,50 @@ export function describeStore(
       }
     });
 
+    it('refuses at complete a response it could not give back as it was, and the key stays usable', async () => {
+      // Each would be stored by some store and then fail every read or replay of its key until its
+      // retention ended (PostgreSQL: a NUL in jsonb; Redis: a header that is not a string; Node: a
+      // header with a line break). Every store refuses the same ones, with the same error.
+      const body = new Uint8Array([1]);
+      const unreadable = [
+        { status: Number.NaN, headers: {}, body },
+        { status: '201', headers: {}, body },
+        { status: 201.5, headers: {}, body },
+        { status: 99, headers: {}, body },
+        { status: 600, headers: {}, body },
+        { status: 2 ** 31, headers: {}, body },
+        { status: 201, headers: null, body },
+        { status: 201, headers: [['content-type', 'text/plain']], body },
+        { status: 201, headers: new Map([['content-type', 'text/plain']]), body },
+        { status: 201, headers: { 'content-length': 12 }, body },
+        { status: 201, headers: { 'set-cookie': ['a=1', 'b=2'] }, body },
+        { status: 201, headers: { etag: 'a\u0000b' }, body },
+        { status: 201, headers: { location: '/a\r\nset-cookie: x=1' }, body },
+        { status: 201, headers: { 'x-name': '\u20ac' }, body },
+        { status: 201, headers: { 'bad name': 'x' }, body },
+        { status: 201, headers: {}, body: 'text' },
+        { status: 201, headers: {}, body: [1, 2] },
+        { status: 201, headers: {}, body: new Uint16Array([1]) },
+        { status: 201, headers: {}, body: undefined },
+        null,
+      ] as unknown as StoredResponse[];
+      for (const bad of unreadable) {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+        // A store may throw at once (the memory store answers synchronously) or reject.
+        const refused = await (async () => store.complete({ id, token: 't', response: bad, retentionMs: 60_000 }))()
+          .then(() => undefined)
+          .catch((error: unknown) => error);
+        expect(refused, JSON.stringify(bad)).toBeInstanceOf(TypeError);
+        expect((refused as { code?: string }).code).toBe('response_invalid');
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+        const good = response(new Uint8Array([2]), 201, { etag: '"v1"\t\u00e9' });
+        expect(await store.complete({ id, token: 't', response: good, retentionMs: 60_000 })).toBe(true);
+        const record = await store.get(id);
+        expect(record?.state === 'completed' && record.response.headers).toEqual(good.headers);
+      }
+    });
+
     it('forgets a released id, so the next claim runs with a new token', async () => {
       const id = freshId();
       await store.claim({ id, token: 'first', fingerprint: '', leaseMs: 5_000 });
