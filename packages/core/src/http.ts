@@ -141,6 +141,25 @@ export interface CaptureOptions {
   hold?: boolean;
   /** Settle this lease with the outcome; `thrown` is read when the outcome is known. */
   settle?: { lease: Lease; thrown: () => boolean };
+  /**
+   * Asked once, when the response ends (its first `end`): true when no route answered the request,
+   * for an adapter that claims the key before it knows (Express and Koa mounted with `app.use`, or
+   * an Express route that passes the request on with `next()`). Such an answer (the framework's 404)
+   * is no outcome of the operation: stored, it would be replayed for the whole retention, even by a
+   * newer instance that has the route (a rolling deploy). It is served as written but not stored:
+   * the key is released (reason `'no-route'`), the end leaves only once it is (held: once the
+   * transaction has rolled back), and the `Idempotency-Key` echo is taken off it while its head has
+   * not gone out.
+   *
+   * @example
+   * http.capture(res, { settle: { lease, thrown }, unrouted: () => res.statusCode === 404 && req.route === undefined });
+   */
+  unrouted?: () => boolean;
+  /**
+   * The `Idempotency-Key` echo, put back when the response ends if something took it off while its
+   * head had not gone out (Koa's error handler removes every header). Not on an unrouted answer.
+   */
+  echo?: string;
 }
 
 /** A live capture of one response. See {@link HttpIdempotency.capture}. */
@@ -157,21 +176,10 @@ export interface ResponseCapture {
   /**
    * Gives up on a response without storing it, and the key is released: one the framework will never
    * finish writing (the client left mid-stream, `'streaming'`, the default), or the 404 of a request
-   * no route took (`'no-route'`), which is no outcome of the operation.
+   * no route took (`'no-route'`), which is no outcome of the operation. (A response that is written
+   * learns the latter from `unrouted` in {@link CaptureOptions}.)
    */
   abandon(status: number, reason?: Extract<NotStoredReason, 'streaming' | 'no-route'>): void;
-  /**
-   * Ends the response with this last `end` call's arguments, as written, without storing it: the key
-   * is released (`abandon`). In held mode what was held goes out with it. For an adapter that learns
-   * only at the end that the response is no outcome (the 404 of a request no route took).
-   */
-  endUnstored(
-    status: number,
-    reason: Extract<NotStoredReason, 'streaming' | 'no-route'>,
-    chunk?: unknown,
-    encoding?: unknown,
-    callback?: unknown,
-  ): void;
   /** Held mode: writes the held response to the client. */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
@@ -561,7 +569,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
       const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
-      return captureResponse(res, captureOptions?.hold ?? false, maxResponseBytes, onResult, replayed);
+      return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed);
     },
     settle,
     runTransaction,
@@ -570,6 +578,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 }
 
 class RolledBack extends Error {}
+
+const noCaptureOptions: CaptureOptions = Object.freeze({});
 
 // One class for every execution's context: `signal` is a getter on the prototype, and the lease
 // makes its AbortController only when a handler asks for it.
@@ -992,6 +1002,8 @@ interface CaptureState {
   readonly res: ServerResponse;
   readonly hold: boolean;
   readonly maxBytes: number;
+  readonly unrouted: (() => boolean) | undefined;
+  readonly echo: string | undefined;
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
   /** Settles the outcome; undefined back means it is settled already (an in-process store). */
@@ -1032,15 +1044,17 @@ interface CaptureState {
  */
 function captureResponse(
   res: ServerResponse,
-  hold: boolean,
+  options: CaptureOptions,
   maxBytes: number,
   onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined,
   replayed: ReplayedHeaders,
 ): ResponseCapture {
   const state: CaptureState = {
     res,
-    hold,
+    hold: options.hold ?? false,
     maxBytes,
+    unrouted: options.unrouted,
+    echo: options.echo,
     onResult,
     replayed,
     originalWriteHead: res.writeHead as Apply,
@@ -1106,32 +1120,7 @@ const captureMethods: ResponseCapture = {
     finish(state, { kind: 'complete', response });
   },
   abandon(finalStatus, reason = 'streaming') {
-    const state = (this as CaptureHandle)[captureStateKey];
-    if (state.ended) return;
-    state.ended = true;
-    restore(state);
-    finish(state, { kind: 'unstorable', reason, status: finalStatus });
-  },
-  endUnstored(finalStatus, reason, chunk, encoding, callback) {
-    const state = (this as CaptureHandle)[captureStateKey];
-    if (state.ended) return;
-    const res = state.res;
-    if (!state.hold) {
-      this.abandon(finalStatus, reason);
-      // As for a stored outcome, the end leaves once the key is released: a client retrying the
-      // moment it reads the answer must find the key free, not in progress (409).
-      const settling = state.settling;
-      if (settling === undefined) endNow(state, chunk, encoding, callback);
-      else void settling.then(() => endNow(state, chunk, encoding, callback));
-      return;
-    }
-    // Held: the last chunk joins what waits in the capture. It all goes out when the transaction
-    // has rolled back and the key is released (see `transactionOf`), as a stored outcome goes out
-    // once committed.
-    copy(state, chunk, encoding);
-    this.abandon(finalStatus, reason);
-    const done = callbackOf(chunk, encoding, callback);
-    if (typeof done === 'function') res.once('finish', done as () => void);
+    abandon((this as CaptureHandle)[captureStateKey], finalStatus, reason);
   },
   flush() {
     const state = (this as CaptureHandle)[captureStateKey];
@@ -1151,6 +1140,13 @@ const captureMethods: ResponseCapture = {
     writeResponse(res, response);
   },
 };
+
+function abandon(state: CaptureState, status: number, reason: Extract<NotStoredReason, 'streaming' | 'no-route'>) {
+  if (state.ended) return;
+  state.ended = true;
+  restore(state);
+  finish(state, { kind: 'unstorable', reason, status });
+}
 
 function restore(state: CaptureState) {
   const res = state.res;
@@ -1261,6 +1257,10 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
 function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, callback?: unknown) {
   const res = this.res;
   if (this.ended) return this.originalEnd.call(res, chunk, encoding, callback);
+  if (this.unrouted?.()) return endUnrouted(this, chunk, encoding, callback);
+  if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
+    res.setHeader('idempotency-key', this.echo);
+  }
   this.ended = true;
   if (!this.eventStream) copy(this, chunk, encoding);
   if (this.hold) {
@@ -1285,6 +1285,31 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     if (settling === undefined) endNow(this, chunk, encoding, callback);
     else void settling.then(() => endNow(this, chunk, encoding, callback));
   }
+  return res;
+}
+
+// The answer of a request no route took (see `unrouted`): served as written, never stored, and the
+// key released. As for a stored outcome, the end leaves once the key is released: a client
+// retrying the moment it reads the answer must find the key free, not in progress (409).
+function endUnrouted(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
+  const res = state.res;
+  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route).
+  if (!res.headersSent) res.removeHeader('idempotency-key');
+  const status = state.status ?? res.statusCode;
+  if (state.hold) {
+    // The last chunk joins what waits in the capture. It all goes out when the transaction has
+    // rolled back and the key is released (see `transactionOf`), as a stored outcome goes out once
+    // committed.
+    copy(state, chunk, encoding);
+    abandon(state, status, 'no-route');
+    const done = callbackOf(chunk, encoding, callback);
+    if (typeof done === 'function') res.once('finish', done as () => void);
+    return res;
+  }
+  abandon(state, status, 'no-route');
+  const settling = state.settling;
+  if (settling === undefined) endNow(state, chunk, encoding, callback);
+  else void settling.then(() => endNow(state, chunk, encoding, callback));
   return res;
 }
 

@@ -1,7 +1,9 @@
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
+import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
+import type { IdempotencyEvent } from '../src/events.js';
 import { createHttpIdempotency } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
@@ -172,6 +174,162 @@ describe('the held end of a captured response', () => {
       expect(await post('z-1')).toEqual({ status: 201, replayed: 'true', encoding: null, body: 'run 1' });
     } finally {
       await close();
+    }
+  });
+});
+
+// A node:http server whose handler answers 201 on /charges and, elsewhere, what `answer` writes (by
+// default a 404 in one `end`), as a framework's not-found answer: the capture is told with
+// `unrouted` that no route took it. The key is echoed as the adapters do, and `echo` is passed on.
+async function serveRoutes(
+  store: Store,
+  {
+    hold = false,
+    echo = false,
+    answer,
+  }: { hold?: boolean; echo?: boolean; answer?: (res: ServerResponse) => void } = {},
+) {
+  const events: IdempotencyEvent[] = [];
+  const http = createHttpIdempotency({ store, scope: () => 'caller', onEvent: (event) => events.push(event) });
+  let runs = 0;
+  const server = createServer(async (req, res) => {
+    const path = req.url ?? '/';
+    const started = await http.begin({
+      method: 'POST',
+      route: path,
+      path,
+      query: '',
+      contentType: undefined,
+      keyHeader: http.keyHeader(req),
+      body: undefined,
+      scope: 'caller',
+    });
+    if (started.kind !== 'execute') {
+      const response = started.kind === 'respond' ? started.response : undefined;
+      res.writeHead(response?.status ?? 500, response?.headers).end(response?.body);
+      return;
+    }
+    runs++;
+    res.setHeader('idempotency-key', started.echo);
+    const unrouted = () => path !== '/charges' && res.statusCode === 404;
+    const atEnd = echo ? { unrouted, echo: started.echo } : { unrouted };
+    const write = () => {
+      if (path === '/charges') {
+        res.statusCode = 201;
+        res.end('{"id":"ch_1"}');
+      } else if (answer) answer(res);
+      else {
+        res.statusCode = 404;
+        res.end('no such route');
+      }
+    };
+    if (!hold) {
+      http.capture(res, { settle: { lease: started.lease, thrown: () => false }, ...atEnd });
+      write();
+      return;
+    }
+    const capture = http.capture(res, { hold: true, ...atEnd });
+    void http.runTransaction(started.lease, capture, write, () => false);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const post = async (path: string, key: string) => {
+    const answer = await fetch(`${base}${path}`, { method: 'POST', headers: { 'idempotency-key': key } });
+    return {
+      status: answer.status,
+      key: answer.headers.get('idempotency-key'),
+      replayed: answer.headers.get('idempotent-replayed'),
+      body: await answer.text(),
+    };
+  };
+  return { post, events, runs: () => runs, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+describe('the end of a response no route took (`unrouted`)', () => {
+  it('is served as written, without the key echo, and not stored: the key is released (no-route) before the end leaves', async () => {
+    const store = networkLike();
+    const release = store.release;
+    const endedAtRelease: boolean[] = [];
+    let last: { ended: () => boolean } | undefined;
+    store.release = (input) => {
+      endedAtRelease.push(last?.ended() ?? true);
+      return release(input);
+    };
+    const { post, events, runs, close } = await serveRoutes(store, {
+      answer: (res) => {
+        last = { ended: () => res.writableEnded };
+        res.statusCode = 404;
+        res.end('no such route');
+      },
+    });
+    try {
+      expect(await post('/refunds', 'nr-1')).toEqual({ status: 404, key: null, replayed: null, body: 'no such route' });
+      // Sent the moment the 404 arrived: the key is free, so the request runs again.
+      expect(await post('/refunds', 'nr-1')).toEqual({ status: 404, key: null, replayed: null, body: 'no such route' });
+      expect(runs()).toBe(2);
+      // The store (which answers later) released the key while the 404 had not ended yet.
+      expect(endedAtRelease).toEqual([false, false]);
+      expect(events.filter((event) => event.type === 'response-not-stored')).toMatchObject([
+        { reason: 'no-route', status: 404 },
+        { reason: 'no-route', status: 404 },
+      ]);
+      // A routed answer is stored and replayed as ever, echo and all.
+      expect(await post('/charges', 'ch-1')).toEqual({
+        status: 201,
+        key: 'ch-1',
+        replayed: null,
+        body: '{"id":"ch_1"}',
+      });
+      expect((await post('/charges', 'ch-1')).replayed).toBe('true');
+    } finally {
+      await close();
+    }
+  });
+
+  it('held (transactional): a 404 written in pieces goes out whole once the transaction rolled back, without the echo', async () => {
+    const { post, events, runs, close } = await serveRoutes(transactionalMemoryStore(), {
+      hold: true,
+      answer: (res) => {
+        res.statusCode = 404;
+        res.write('no such ');
+        res.end('route');
+      },
+    });
+    try {
+      expect(await post('/refunds', 'tx-1')).toEqual({ status: 404, key: null, replayed: null, body: 'no such route' });
+      expect(await post('/refunds', 'tx-1')).toEqual({ status: 404, key: null, replayed: null, body: 'no such route' });
+      expect(runs()).toBe(2);
+      expect(events.filter((event) => event.type === 'response-not-stored')).toMatchObject([
+        { reason: 'no-route', status: 404 },
+        { reason: 'no-route', status: 404 },
+      ]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('`echo` puts the key back on an answer whose headers were all removed (Koa errors), never on an unrouted one', async () => {
+    // Like Koa's error handler: every header removed, then the error's status and text.
+    const clearing = (status: number) => (res: ServerResponse) => {
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      res.statusCode = status;
+      res.setHeader('content-type', 'text/plain');
+      res.end('failed');
+    };
+    for (const hold of [false, true]) {
+      const store = hold ? transactionalMemoryStore() : memoryStore();
+      const failing = await serveRoutes(store, { hold, echo: true, answer: clearing(409) });
+      try {
+        expect(await failing.post('/conflict', `e-${hold}`)).toMatchObject({ status: 409, key: `e-${hold}` });
+      } finally {
+        await failing.close();
+      }
+      const unrouted = await serveRoutes(store, { hold, echo: true, answer: clearing(404) });
+      try {
+        expect(await unrouted.post('/nowhere', `u-${hold}`)).toMatchObject({ status: 404, key: null, replayed: null });
+      } finally {
+        await unrouted.close();
+      }
     }
   });
 });

@@ -1,11 +1,12 @@
 import {
   type BodyRead,
   createHttpIdempotency,
+  foldRoutePath,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
   type ParsedBodyFields,
   principalScope,
-  type ResponseCapture,
+  type RoutePathOptions,
   readBodyForFingerprint,
   writeResponse,
 } from '@idem/core';
@@ -32,8 +33,10 @@ export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
  * `maxBodyBytes` is then the parser's `limit`. Mounted on a route (`app.post('/x', idempotency(), h)`),
  * the operation is the route template; mounted with `app.use`, it is the concrete path, spelled as the
  * app's router matches it (lower case and without a trailing slash, unless the app enables
- * `case sensitive routing` or `strict routing`). Mounted with `app.use`, a request that no route
- * takes (Express's final 404, or your not-found middleware) leaves no record: the key is released.
+ * `case sensitive routing` or `strict routing`). A request that no route answers leaves no record:
+ * the key is released. That is Express's final 404, whether no route matched or every route that
+ * did passed the request on with `next()`, and, mounted with `app.use`, a not-found middleware's
+ * 404 when no route matched.
  *
  * @example
  * import express from 'express';
@@ -62,7 +65,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const routed = req.route?.path !== undefined;
     const started = await http.begin({
       method: req.method,
-      route: routed ? mountPath(req) + String(req.route.path) : routedPath(req, path),
+      route: routed ? mountPath(req) + String(req.route.path) : foldRoutePath(path, routingOf(req)),
       path,
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),
       contentType: req.headers['content-type'],
@@ -84,12 +87,12 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     res.setHeader('Idempotency-Key', started.echo);
     const context: IdempotencyContext = http.context(started);
     req.idempotency = context;
-    const execution: Execution = { thrown: false };
+    const execution: Execution = { req, res, thrown: false };
     (req as Request & ExecutionState)[kExecution] = execution;
     const thrown = threw.bind(execution);
+    const unrouted = answeredByNoRoute.bind(execution);
     if (http.transactional) {
-      const capture = http.capture(res, { hold: true });
-      if (!routed) watchForNoRoute(req, res, capture);
+      const capture = http.capture(res, { hold: true, unrouted });
       void http.runTransaction(
         lease,
         capture,
@@ -103,8 +106,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
-    const capture = http.capture(res, { settle: { lease, thrown } });
-    if (!routed) watchForNoRoute(req, res, capture);
+    http.capture(res, { settle: { lease, thrown }, unrouted });
     next();
   };
 
@@ -118,17 +120,16 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
 }
 
 /**
- * The operation of a request no route has matched yet: its path as the app's router compares it.
- * Express routes `/charges`, `/charges/` and `/CHARGES` to one handler unless the app enables
- * `strict routing` or `case sensitive routing`, so one key sent to all three is one operation.
- * (Route parameters keep their case in `req.params`; the concrete path in the fingerprint keeps
- * it too, so a key reused for `/charges/ch_A` and `/charges/ch_a` is answered 422, never replayed.)
+ * How the app's router compares paths: Express routes `/charges`, `/charges/` and `/CHARGES` to one
+ * handler unless the app enables `strict routing` or `case sensitive routing`.
  */
-function routedPath(req: Request, path: string): string {
+function routingOf(req: Request): RoutePathOptions {
   const settings = (req.app as { settings?: Record<string, unknown> } | undefined)?.settings;
-  const spelled = settings?.['case sensitive routing'] ? path : path.toLowerCase();
-  if (settings?.['strict routing'] || spelled.length < 2 || !spelled.endsWith('/')) return spelled;
-  return spelled.slice(0, -1);
+  // Truthy, as Express's own `app.enabled()` reads them.
+  return {
+    caseSensitive: Boolean(settings?.['case sensitive routing']),
+    strict: Boolean(settings?.['strict routing']),
+  };
 }
 
 /**
@@ -139,45 +140,27 @@ function routedPath(req: Request, path: string): string {
 function mountPath(req: Request): string {
   const base = req.baseUrl;
   if (base.length === 0) return base;
-  const settings = (req.app as { settings?: Record<string, unknown> } | undefined)?.settings;
-  return settings?.['case sensitive routing'] ? base : base.toLowerCase();
+  return routingOf(req).caseSensitive ? base : base.toLowerCase();
 }
 
-/** One execution whose route is not known yet (mounted with `app.use`), watched until it ends. */
-interface NoRouteWatch {
-  readonly req: Request;
-  readonly res: Response;
-  readonly capture: ResponseCapture;
-  /** The capture's own `end`, which this watch sits in front of. */
-  readonly end: Response['end'];
-  done: boolean;
-}
-
-// Mounted with app.use, the middleware claims the key before Express looks for a route. A 404 that
-// no route answered (Express's final handler, or a not-found middleware) is not an outcome of the
-// operation: stored, it would be replayed for the whole retention, even by a newer instance that
-// has the route (a rolling deploy). It is served but not stored, and the key is released.
-function watchForNoRoute(req: Request, res: Response, capture: ResponseCapture) {
-  const watch: NoRouteWatch = { req, res, capture, end: res.end, done: false };
-  res.end = endOnceRouted.bind(watch) as Response['end'];
-}
-
-function endOnceRouted(this: NoRouteWatch, chunk?: unknown, encoding?: unknown, callback?: unknown): Response {
-  const { res } = this;
-  const first = !this.done;
-  this.done = true;
-  if (first && res.statusCode === 404 && this.req.route === undefined && !this.capture.ended) {
-    releaseUnrouted(this, chunk, encoding, callback);
-    return res;
-  }
-  return (this.end as (...args: unknown[]) => Response).call(res, chunk, encoding, callback);
-}
-
-function releaseUnrouted(watch: NoRouteWatch, chunk: unknown, encoding: unknown, callback: unknown) {
-  const { res, capture } = watch;
-  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route).
-  if (!res.headersSent) res.removeHeader('idempotency-key');
-  capture.endUnstored(404, 'no-route', chunk, encoding, callback);
+/**
+ * True when no route answered the request, so its 404 is no outcome of the operation (see
+ * `unrouted` of the capture: not stored, the key released). Either no route matched at all (the
+ * middleware mounted with `app.use` claimed the key before routing; Express's final handler or a
+ * not-found middleware answers), or every route that matched passed the request on with `next()`
+ * and Express's final handler answers. A 404 a route's handler sends is an answer, and is stored.
+ */
+function answeredByNoRoute(this: Execution): boolean {
+  const { req, res } = this;
+  if (res.statusCode !== 404) return false;
+  if (req.route === undefined) return true;
+  // A route matched, so whether one answered shows only in where the end comes from. A router that
+  // runs out of layers puts `req.next` back as it found it, undefined outside every router (Express
+  // 4 and 5 alike): only the final handler ends a response then, never a route's handler. An error
+  // passed to next() reaches the final handler too; a 404 thrown by a handler is its answer, known
+  // only through idempotencyErrors(). A not-found middleware after a route that passed the request
+  // on cannot be told from a route's answer (Express leaves no trace of the pass): stored.
+  return req.next === undefined && !this.thrown;
 }
 
 // Shared by every request (bound to it), rather than a closure made per request.
@@ -185,7 +168,10 @@ function readBody(this: Request, maxBytes: number): Promise<BodyRead> {
   return readBodyForFingerprint(this, maxBytes, this as ParsedBodyFields);
 }
 
+/** One execution, on its request: what its capture asks when the response ends. */
 interface Execution {
+  readonly req: Request;
+  readonly res: Response;
   thrown: boolean;
 }
 

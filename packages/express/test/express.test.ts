@@ -1,10 +1,14 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
-import { type ExpressIdempotencyOptions, idempotency } from '@idem/express';
+import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
 import express, { type Express } from 'express';
 import { describe, expect, it } from 'vitest';
+
+// Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
+// as these tests use it, without types of its own.
+const express4 = (await import('express4' as string)).default as typeof express;
 
 interface Answer {
   status: number;
@@ -378,5 +382,70 @@ describe('@idem/express specifics', () => {
       expect(again.body).toBe('no such page');
       expect(again.headers['idempotent-replayed']).toBeUndefined();
     });
+  });
+
+  it("a route that passes the request on with next() to Express's final 404 is no answer: not stored, the key released", async () => {
+    for (const [version, createApp] of [
+      ['express 5', express],
+      ['express 4', express4],
+    ] as const) {
+      for (const transactional of [false, true]) {
+        const label = `${version}${transactional ? ', transactional' : ''}`;
+        const slug = label.replace(/\W+/g, '-');
+        const events: IdempotencyEvent[] = [];
+        const settings = options({
+          ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
+          onEvent: (event) => events.push(event),
+        });
+        const app = createApp();
+        let runs = 0;
+        // A route that answers only for charges it knows, and passes the rest on.
+        const charge: express.RequestHandler = (req, res, next) => {
+          runs++;
+          if (req.params.id === 'ch_1') res.status(201).json({ id: 'ch_1', run: runs });
+          else if (req.params.id === 'ch_gone') next(Object.assign(new Error('no such charge'), { status: 404 }));
+          else next();
+        };
+        // Mounted on the route itself, and with use() on a router: both claim before the route passes.
+        app.post('/direct/:id', idempotency(settings), charge);
+        const api = createApp.Router();
+        api.use(idempotency(settings));
+        api.post('/charges/:id', charge);
+        app.use('/api', api);
+        app.use(idempotencyErrors());
+        await serve(app, async (url) => {
+          for (const path of ['/direct/ch_9', '/api/charges/ch_9']) {
+            const before = runs;
+            const first = await post(`${url}${path}`, `pass-${path}`, ['{}']);
+            expect(first.status, `${label} ${path}`).toBe(404);
+            expect(first.body, `${label} ${path}`).toContain('Cannot POST');
+            expect(first.headers['idempotency-key'], `${label} ${path}`).toBeUndefined();
+            // Sent the moment the 404 arrived: the key is free, so the route runs again.
+            const again = await post(`${url}${path}`, `pass-${path}`, ['{}']);
+            expect(again.status, `${label} ${path}`).toBe(404);
+            expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBeUndefined();
+            expect(runs - before, `${label} ${path}`).toBe(2);
+          }
+          const notStored = events.filter((event) => event.type === 'response-not-stored');
+          expect(
+            notStored.map((event) => ({ reason: event.reason, status: event.status })),
+            label,
+          ).toEqual(Array(4).fill({ reason: 'no-route', status: 404 }));
+          expect(
+            events.filter((event) => event.type === 'complete'),
+            label,
+          ).toEqual([]);
+          // A route's answer is stored as ever; so is a 404 a route throws, which idempotencyErrors() tells apart.
+          expect((await post(`${url}/api/charges/ch_1`, `answer-${slug}`, ['{}'])).status, label).toBe(201);
+          const replayed = await post(`${url}/api/charges/ch_1`, `answer-${slug}`, ['{}']);
+          expect(replayed.headers['idempotent-replayed'], label).toBe('true');
+          const thrown = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
+          expect(thrown.status, label).toBe(404);
+          expect(thrown.headers['idempotency-key'], label).toBe(`thrown-${slug}`);
+          const again = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
+          expect(again.headers['idempotent-replayed'], label).toBe('true');
+        });
+      }
+    }
   });
 });

@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import {
   type BodyRead,
   createHttpIdempotency,
+  foldRoutePath,
   type HttpIdempotencyOptions,
   type HttpResponse,
   type IdempotencyContext,
@@ -117,7 +118,9 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
  * deploy). Either nothing set a status or a body (Koa's own 404), or @koa/router saw the request
  * (`ctx.router`) and matched no route (no `ctx._matchedRoute`), so whatever answered 404, or 405 and
  * 501 from its `allowedMethods()`, answered for no route. A 404 a route's handler set, or one a
- * handler threw, is an answer and is stored.
+ * handler threw, is an answer and is stored. So is Koa's own 404 after a route @koa/router matched:
+ * a route that passed the request on (`await next()`) and one that did its work but set no body
+ * leave the context alike, and releasing the key of the second would let a retry do the work again.
  */
 function nothingMatched(ctx: Context): boolean {
   const routed = ctx as { _matchedRoute?: unknown; router?: unknown };
@@ -127,51 +130,6 @@ function nothingMatched(ctx: Context): boolean {
     return true;
   }
   return routed.router !== undefined && (status === 404 || status === 405 || status === 501);
-}
-
-/** What the end of an execution's response needs: its function is shared and bound to it. */
-interface EndWatch {
-  readonly ctx: Context;
-  readonly capture: ResponseCapture;
-  /** The `Idempotency-Key` echo. */
-  readonly echo: string;
-  /** The capture's own `end`, which this watch sits in front of. */
-  readonly end: Context['res']['end'];
-  done: boolean;
-}
-
-// Koa writes the response after the middleware returned, so what it is only shows at its end:
-// whether a route took the request at all, and whether Koa's error handler, which removes every
-// header, removed the key's echo with them (the client must learn the key its 500 sits under,
-// minted ones above all). The echo is put back on the response rather than on the error's
-// `headers`: an error object may be shared by concurrent requests, and a thrown non-Error is
-// replaced by Koa before it reads them.
-function watchEnd(ctx: Context, capture: ResponseCapture, echo: string) {
-  const res = ctx.res;
-  const watch: EndWatch = { ctx, capture, echo, end: res.end, done: false };
-  res.end = endWatched.bind(watch) as Context['res']['end'];
-}
-
-function endWatched(this: EndWatch, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-  const { ctx, capture } = this;
-  const res = ctx.res;
-  const first = !this.done;
-  this.done = true;
-  if (first && !capture.ended && !res.headersSent) {
-    if (nothingMatched(ctx)) {
-      releaseUnmatched(this, chunk, encoding, callback);
-      return res;
-    }
-    if (!res.hasHeader('idempotency-key')) res.setHeader('idempotency-key', this.echo);
-  }
-  return (this.end as (...args: unknown[]) => unknown).call(res, chunk, encoding, callback);
-}
-
-function releaseUnmatched(watch: EndWatch, chunk: unknown, encoding: unknown, callback: unknown) {
-  const res = watch.ctx.res;
-  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route).
-  res.removeHeader('idempotency-key');
-  watch.capture.endUnstored(res.statusCode, 'no-route', chunk, encoding, callback);
 }
 
 interface Execution {
@@ -197,17 +155,8 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   settleUnwritten(ctx, capture);
 }
 
-/**
- * The operation of a request no route has matched yet: its path as @koa/router compares it by
- * default (case-insensitive, trailing slash optional), so one key sent to `/charges`, `/charges/`
- * and `/CHARGES`, which such a router sends to one handler, is one operation. (The concrete path in
- * the fingerprint keeps its case, so a key reused for `/charges/ch_A` and `/charges/ch_a` is
- * answered 422, never replayed.)
- */
-function routedPath(path: string): string {
-  const spelled = path.toLowerCase();
-  return spelled.length > 1 && spelled.endsWith('/') ? spelled.slice(0, -1) : spelled;
-}
+// How @koa/router compares paths by default: case-insensitive, the trailing slash optional.
+const koaRouting = Object.freeze({ caseSensitive: false, strict: false });
 
 // Shared by every request (bound to it), rather than a closure made per request.
 function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
@@ -251,7 +200,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const path = ctx.path;
     const started = await http.begin({
       method: ctx.method,
-      route: typeof matched === 'string' ? matched : routedPath(path),
+      route: typeof matched === 'string' ? matched : foldRoutePath(path, koaRouting),
       path,
       query: ctx.querystring,
       contentType: ctx.get('content-type') || undefined,
@@ -268,11 +217,20 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const context: IdempotencyContext = http.context(started);
     ctx.state.idempotency = context;
     const execution: Execution = { thrown: false };
+    // Koa writes the response after the middleware returned, so what it is only shows at its end:
+    // whether a route took the request at all, and whether Koa's error handler, which removes every
+    // header, removed the key's echo with them (the client must learn the key its 500 sits under,
+    // minted ones above all). The capture puts the echo back on the response rather than on the
+    // error's `headers`: an error object may be shared by concurrent requests, and a thrown
+    // non-Error is replaced by Koa before it reads them.
+    const unrouted = nothingMatched.bind(undefined, ctx);
+    const echo = started.echo;
     const capture = http.capture(
       ctx.res,
-      http.transactional ? { hold: true } : { settle: { lease, thrown: threw.bind(execution) } },
+      http.transactional
+        ? { hold: true, unrouted, echo }
+        : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo },
     );
-    watchEnd(ctx, capture, started.echo);
     if (!http.transactional) return runNext(ctx, next, capture, execution);
     // The handler must run inside the transaction, whose callback waits for the response that Koa
     // writes after this middleware returns: so the middleware returns from within the callback.

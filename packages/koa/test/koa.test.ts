@@ -1,5 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
 import Koa from 'koa';
@@ -267,7 +268,7 @@ describe('@idem/koa specifics', () => {
     );
   });
 
-  it("a 404 no route took is not stored (Koa's own, or after @koa/router matched nothing); a 404 a handler set or threw is", async () => {
+  it("a 404 no route took is not stored (Koa's own, or after @koa/router matched nothing, even streamed); a 404 a handler set or threw is", async () => {
     let runs = 0;
     const routes: Record<string, (ctx: Koa.Context) => void> = {
       '/charges/ch_1/refunds': (ctx) => {
@@ -286,6 +287,11 @@ describe('@idem/koa specifics', () => {
           return;
         }
         if (ctx.path === '/koa-default') return;
+        if (ctx.path === '/passes-on') {
+          // A route of the app's own that is not for this request: Koa's own 404 follows.
+          runs++;
+          return next();
+        }
         // What @koa/router leaves on the context: it saw the request (ctx.router), and the template
         // of the route it matched, if any (ctx._matchedRoute).
         const state = ctx as Koa.Context & { router?: unknown; _matchedRoute?: string };
@@ -295,6 +301,21 @@ describe('@idem/koa specifics', () => {
           runs++;
           state._matchedRoute = ctx.path;
           return route(ctx);
+        }
+        if (ctx.path === '/routed-passes-on') {
+          // A route the router matched passes the request on, and Koa's own 404 follows. Koa leaves
+          // the context as a route that did its work and set no body would: stored, the safe side.
+          runs++;
+          state._matchedRoute = ctx.path;
+          return next();
+        }
+        if (ctx.path === '/streamed-not-found') {
+          // A not-found page streamed after the router matched nothing: its head goes out (with the
+          // echo) before the end, which still tells that no route took it.
+          ctx.status = 404;
+          ctx.type = 'text/plain';
+          ctx.body = Readable.from(['no such ', 'page']);
+          return;
         }
         if (ctx.path === '/get-only') {
           // allowedMethods(): the path has routes, none for this method.
@@ -308,14 +329,20 @@ describe('@idem/koa specifics', () => {
         ctx.body = { error: 'not_found' };
       },
       async (url) => {
-        for (const path of ['/koa-default', '/nothing-here', '/get-only']) {
+        for (const path of ['/koa-default', '/passes-on', '/nothing-here', '/get-only']) {
           const first = await post(`${url}${path}`, `free-${path}`);
           expect(first.headers.get('idempotency-key'), path).toBeNull();
           const again = await post(`${url}${path}`, `free-${path}`);
           expect(again.status, path).toBe(first.status);
           expect(again.headers.get('idempotent-replayed'), path).toBeNull();
         }
-        for (const path of ['/plain', '/charges/ch_1/refunds', '/thrown']) {
+        const streamed = await post(`${url}/streamed-not-found`, 'free-streamed');
+        expect(streamed.status).toBe(404);
+        expect(await streamed.text()).toBe('no such page');
+        const retried = await post(`${url}/streamed-not-found`, 'free-streamed');
+        expect(retried.headers.get('idempotent-replayed')).toBeNull();
+        expect(await retried.text()).toBe('no such page');
+        for (const path of ['/plain', '/charges/ch_1/refunds', '/thrown', '/routed-passes-on']) {
           const first = await post(`${url}${path}`, `kept-${path}`);
           expect(first.status, path).toBe(404);
           expect(first.headers.get('idempotency-key'), path).toBe(`kept-${path}`);
@@ -324,7 +351,7 @@ describe('@idem/koa specifics', () => {
           expect(again.headers.get('idempotent-replayed'), path).toBe('true');
           expect(await again.text(), path).toBe(await first.text());
         }
-        expect(runs).toBe(3);
+        expect(runs).toBe(6);
       },
     );
   });
