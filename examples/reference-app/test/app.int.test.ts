@@ -46,7 +46,48 @@ function readBody(req: IncomingMessage): Promise<string> {
   });
 }
 
+/**
+ * Wraps a database so a test can stop one statement (the first that `match` picks) just before it
+ * runs, with every other statement going on: two requests in flight, interleaved where the test says.
+ */
+function statementGate(inner: Database) {
+  type Held = {
+    match: (text: string, params: readonly unknown[]) => boolean;
+    reached: (params: readonly unknown[]) => void;
+    opened: Promise<void>;
+  };
+  let armed: Held | undefined;
+  const db: Database = {
+    ...inner,
+    async query<Row>(text: string, params: readonly unknown[] = []) {
+      const held = armed;
+      if (held?.match(text, params)) {
+        armed = undefined;
+        held.reached(params);
+        await held.opened;
+      }
+      return inner.query<Row>(text, params);
+    },
+  };
+  return {
+    db,
+    /** Arms the gate; `reached` resolves with the statement's parameters once it is held. */
+    hold(match: Held['match']) {
+      let release = () => {};
+      const opened = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const reached = new Promise<readonly unknown[]>((resolve) => {
+        armed = { match, reached: resolve, opened };
+      });
+      return { reached, release };
+    },
+  };
+}
+
 let db: Database;
+/** Holds one chosen statement of the app or the provider on the shared database until released. */
+let gate: ReturnType<typeof statementGate>;
 let running: RunningReferenceApp;
 let clock = 0;
 const sessions = () => createSessionStore(db, { ttlSeconds: 3600 });
@@ -83,7 +124,8 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
   apiUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
 
-  db = await openTestDatabase('app');
+  gate = statementGate(await openTestDatabase('app'));
+  db = gate.db;
   running = await startReferenceApp({
     db,
     authPort: 0,
@@ -155,6 +197,10 @@ describe('sign in', () => {
     expect(params.get('code_challenge')).toMatch(/^[\w-]{43}$/);
     expect(params.get('code_challenge_method')).toBe('S256');
     expect(params.get('resource')).toBe(apiUrl);
+    // The client secret is used server-to-server only (spec 2.3): never in what the browser sees.
+    expect(params.has('client_secret')).toBe(false);
+    expect(location.href).not.toContain(encodeURIComponent(running.clients.app.clientSecret));
+    expect(location.href).not.toContain(running.clients.app.clientSecret);
     // Only what the app uses (spec 5.7): it reads photos, stock and settings, sets the theme and
     // creates charges. It never adds or deletes photos, nor acts with the user's admin role.
     expect(params.get('scope')?.split(' ').sort()).toEqual([
@@ -194,6 +240,8 @@ describe('sign in', () => {
     expect(page.body).toContain('user-alice');
     expect(page.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
     expect(page.response.headers.get('referrer-policy')).toBe('no-referrer');
+    // No script and nothing from a third party (row 38).
+    expect(page.body).not.toMatch(/<script|@import|https?:\/\/(?!localhost|127\.0\.0\.1)/);
 
     // Tokens stay on the server: not in the page, not in the cookie, not in any URL the browser saw.
     const stored = await sessions().get(sessionId(agent));
@@ -206,14 +254,42 @@ describe('sign in', () => {
     expect(rows.map((row) => row.id_hash)).not.toContain(sessionId(agent));
   });
 
-  it('refuses a callback whose state does not match, before any token request (row 32)', async () => {
+  it.each([
+    ['does not match', (url: URL) => url.searchParams.set('state', 'forged-state')],
+    ['is missing', (url: URL) => url.searchParams.delete('state')],
+  ])('refuses a callback whose state %s, before any token request (row 32)', async (_name, tamper) => {
     const agent = createUserAgent();
     const callback = await throughProvider(agent);
-    callback.searchParams.set('state', 'forged-state');
+    const code = callback.searchParams.get('code')!;
+    tamper(callback);
     const step = await agent.request(callback.href);
     expect(step.response.status).toBe(400);
     expect(step.body).toContain('Sign-in failed');
-    expect((await codeRow(callback.searchParams.get('code')!))?.consumed_at).toBeNull();
+    expect((await codeRow(code))?.consumed_at).toBeNull();
+  });
+
+  it('marks the session cookie Secure when the app is served over https (row 39)', async () => {
+    const port = await listen(0);
+    try {
+      const { app } = await createThirdPartyApp({
+        db,
+        issuer: running.authUrl,
+        clientId: running.clients.app.clientId,
+        clientSecret: running.clients.app.clientSecret,
+        appUrl: 'https://app.example',
+        baseUrl: apiUrl,
+      });
+      port.use(app);
+      const agent = createUserAgent();
+      const step = await agent.request(new URL('/signin', port.url).href);
+      expect(step.response.status).toBe(303);
+      const raw = agent.jar.cookies.get('app_session')?.raw ?? '';
+      expect(raw).toMatch(/;\s*Secure/i);
+      expect(raw).toMatch(/HttpOnly/);
+      expect(raw).toMatch(/SameSite=Lax/);
+    } finally {
+      await port.close();
+    }
   });
 
   it.each([
@@ -470,6 +546,97 @@ describe('refresh and sign-out', () => {
     expect(refresh.body.error).toBe('invalid_grant');
     // The JWT access token cannot be revoked (it expires in 5 minutes): that is no failure to report.
     expect(appEvents).toEqual([]);
+  });
+
+  // The app reads a session's refresh token to revoke it while a refresh of that session may be rotating
+  // it. The revoked token may then be the consumed one, and the rotated one may even be stored after the
+  // revocation. Neither works afterwards: oidc-provider revokes the whole grant when any of its refresh
+  // tokens is revoked, consumed ones included, and refuses a token whose grant is gone.
+  describe.each([
+    ['sign-in starts again', '/signin', 303],
+    ['the user signs out', '/signout', 200],
+  ])('a refresh in flight while %s (both requests in flight)', (_action, path, status) => {
+    type Statement = (text: string, params: readonly unknown[]) => boolean;
+    const grantOf = async (refreshToken: string) =>
+      (
+        await db.query<{ grant_id: string }>(
+          `select grant_id from idp_models where model = 'RefreshToken' and id = $1`,
+          [refreshToken],
+        )
+      ).rows[0]?.grant_id;
+    const storedUnder = async (model: 'RefreshToken' | 'Grant', grantId: string) =>
+      (
+        await db.query<{ id: string }>(
+          model === 'Grant'
+            ? `select id from idp_models where model = 'Grant' and id = $1`
+            : `select id from idp_models where model = 'RefreshToken' and grant_id = $1`,
+          [grantId],
+        )
+      ).rows.map((row) => row.id);
+    const introspect = async (token: string) => {
+      const { clientId, clientSecret } = running.clients.app;
+      const response = await fetch(new URL('/token/introspection', running.authUrl), {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/x-www-form-urlencoded',
+          authorization: `Basic ${Buffer.from(`${clientId}:${clientSecret}`).toString('base64')}`,
+        },
+        body: new URLSearchParams({ token }),
+      });
+      return (await response.json()) as { active: boolean };
+    };
+
+    it.each<[string, Statement, (params: readonly unknown[]) => string | undefined]>([
+      [
+        'stores the rotated refresh token after the revocation',
+        (text, params) => text.trimStart().startsWith('insert into idp_models') && params[0] === 'RefreshToken',
+        (params) => String(params[1]),
+      ],
+      [
+        'has rotated it, and the app has not stored the new one yet',
+        (text) => text.trimStart().startsWith('update app_sessions'),
+        (params) => (JSON.parse(String(params[1])) as { tokens: { refreshToken: string } }).tokens.refreshToken,
+      ],
+      [
+        'gets the revocation before the refresh consumes the old token',
+        (text, params) => text.includes('set consumed_at') && params[0] === 'RefreshToken',
+        () => undefined,
+      ],
+    ])('leaves no refresh token of the session working when the provider %s', async (_name, statement, rotated) => {
+      const { agent } = await signIn();
+      const csrf = formField((await agent.request(appUrl('/'))).body, 'csrf');
+      const refreshToken = (await sessions().get(sessionId(agent)))!.tokens!.refreshToken!;
+      const grantId = (await grantOf(refreshToken))!;
+      expect(grantId).toEqual(expect.any(String));
+      clock = 301_000;
+      // The home page refreshes the expired access token. It is held at the chosen statement while the
+      // other request, for the same session, reads its tokens and revokes them; then it goes on.
+      const held = gate.hold(statement);
+      const home = agent.request(appUrl('/'));
+      const params = await held.reached;
+      const ended =
+        path === '/signin' ? await agent.request(appUrl(path)) : await agent.postForm(appUrl(path), { csrf });
+      expect(ended.response.status).toBe(status);
+      held.release();
+      await home;
+      clock = 0;
+      const rotatedToken = rotated(params);
+      const tokens = new Set([refreshToken, ...(await storedUnder('RefreshToken', grantId))]);
+      if (rotatedToken) tokens.add(rotatedToken);
+      for (const token of tokens) {
+        const which = token === rotatedToken ? 'the rotated token' : 'a token of the grant';
+        const result = await tokenRequest(
+          running.authUrl,
+          { grant_type: 'refresh_token', refresh_token: token },
+          running.clients.app,
+        );
+        expect(result.body.error, which).toBe('invalid_grant');
+        expect(await introspect(token), which).toEqual({ active: false });
+      }
+      // The grant itself is gone, so a token stored under it afterwards is worthless too.
+      expect(await storedUnder('Grant', grantId)).toEqual([]);
+      expect(appEvents).toEqual([]);
+    });
   });
 
   it('still starts the new sign-in when the old tokens cannot be revoked, and reports it', async () => {

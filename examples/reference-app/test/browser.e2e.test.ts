@@ -180,4 +180,97 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
     expect(await row.textContent()).toContain('payment.succeeded');
     await shot('08-webhook-receiver');
   });
+
+  // Two steps the identity provider answers with a page of oidc-provider's own unless the app replaces
+  // it: the account switch and the form_post response. A native tool (the public client, any loopback
+  // port) stands in for the client; a small server records what reaches its redirect URI.
+  describe("the provider's own steps, on our pages", () => {
+    const bob = demoUsers.find((user) => user.username === 'bob');
+    const received: Array<{ method: string; query: URLSearchParams; body: URLSearchParams }> = [];
+    let tool: Awaited<ReturnType<typeof listen>>;
+    const redirectUri = () => `http://127.0.0.1:${tool.port}/callback`;
+    const authorize = (extra: Record<string, string>) => {
+      const url = new URL('/auth', running.authUrl);
+      const params = {
+        client_id: running.clients.publicClient.clientId,
+        redirect_uri: redirectUri(),
+        response_type: 'code',
+        scope: 'openid profile',
+        state: 'tool-state',
+        code_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM',
+        code_challenge_method: 'S256',
+        ...extra,
+      };
+      for (const [name, value] of Object.entries(params)) url.searchParams.set(name, value);
+      return url.href;
+    };
+    /** Fails the test if a page of this step runs a script: ours have none, and the CSP allows none. */
+    const scripts = () => page.locator('script').count();
+
+    beforeAll(async () => {
+      tool = await listen(0);
+      tool.use((req, res) => {
+        let body = '';
+        req.on('data', (chunk) => {
+          body += chunk;
+        });
+        req.on('end', () => {
+          // Only the redirect URI counts (the browser asks for /favicon.ico too).
+          if (!req.url?.startsWith('/callback')) {
+            res.writeHead(404).end();
+            return;
+          }
+          received.push({
+            method: req.method ?? '',
+            query: new URL(req.url ?? '/', redirectUri()).searchParams,
+            body: new URLSearchParams(body),
+          });
+          res.writeHead(200, { 'content-type': 'text/plain' }).end('signed in');
+        });
+      });
+    });
+
+    afterAll(async () => {
+      await tool?.close();
+    });
+
+    it('asks alice, still signed in, before bob signs in instead (prompt=login)', async () => {
+      await page.goto(authorize({ prompt: 'login consent' }));
+      await expect(page.getByRole('heading', { level: 1 }).textContent()).resolves.toBe('Sign in');
+      await page.getByLabel('Username').fill('bob');
+      await page.getByLabel('Password').fill(bob?.password ?? '');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+
+      await page.getByRole('heading', { name: 'Switch account' }).waitFor();
+      expect(await page.locator('main').textContent()).toContain(`You are signed in as ${alice?.name}`);
+      expect(await scripts()).toBe(0);
+      await page.getByRole('button', { name: `Continue as ${bob?.name}` }).click();
+
+      await page.getByRole('heading', { name: 'Allow access' }).waitFor();
+      expect(await page.locator('main').textContent()).toContain(`Signed in as ${bob?.name}`);
+      await page.getByRole('button', { name: 'Allow' }).click();
+      await page.waitForURL((url) => url.href.startsWith(redirectUri()));
+      const last = received.at(-1);
+      expect(last?.method).toBe('GET');
+      expect(last?.query.get('code')).toEqual(expect.any(String));
+      expect(last?.query.get('state')).toBe('tool-state');
+    });
+
+    it('posts a form_post response to the client from our page, on a click', async () => {
+      // bob is signed in: the provider asks for his consent again (a native client always gets asked),
+      // then answers with the code in a form for the client.
+      await page.goto(authorize({ prompt: 'consent', response_mode: 'form_post' }));
+      await page.getByRole('heading', { name: 'Allow access' }).waitFor();
+      await page.getByRole('button', { name: 'Allow' }).click();
+      await page.getByRole('heading', { name: 'Back to the application' }).waitFor();
+      expect(await scripts()).toBe(0);
+      await page.getByRole('button', { name: 'Continue' }).click();
+      await page.waitForURL((url) => url.href.startsWith(redirectUri()));
+      const last = received.at(-1);
+      expect(last?.method).toBe('POST');
+      expect(last?.body.get('code')).toEqual(expect.any(String));
+      expect(last?.body.get('state')).toBe('tool-state');
+      expect(last?.body.get('iss')).toBe(running.authUrl);
+    });
+  });
 });

@@ -1,8 +1,11 @@
+import type { AddressInfo } from 'node:net';
 import { createLocalJWKSet, jwtVerify } from 'jose';
+import Koa from 'koa';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Database } from '../src/db.js';
 import { sqlAdapterFactory } from '../src/idp/adapter.js';
 import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
+import { ownPages } from '../src/idp/own-pages.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
 import { createIdp } from '../src/idp/server.js';
 import { findUserByUsername } from '../src/idp/users.js';
@@ -333,6 +336,9 @@ describe('login and consent pages', () => {
     });
     const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
     expect(consent.body).toContain('<h1>Allow access</h1>');
+    // The consent page cannot be framed either (row 29), and loads nothing from elsewhere (row 38).
+    expectProviderPage(consent.response, consent.body);
+    expect(consent.body).toContain('<button type="submit">Allow</button>');
     const admin = consent.body;
     expect(admin).toContain('See your settings <code>settings:read</code>');
     for (const scope of ['stock:write', 'events:read', 'events:write']) {
@@ -473,6 +479,65 @@ describe('the code flow', () => {
       app,
     );
     expect(refresh.body.error).toBe('invalid_grant');
+  });
+
+  it('puts only the claims the spec lists into the tokens, and nothing secret (spec 2.2)', async () => {
+    const claims = (token: string) => Object.keys(decodeJwt(token).payload).sort();
+    const { tokens } = await codeFlow(auth(), app, alice);
+    expect(claims(tokens.body.access_token)).toEqual(['aud', 'client_id', 'exp', 'iat', 'iss', 'jti', 'scope', 'sub']);
+    expect(claims(tokens.body.id_token)).toEqual(['aud', 'email', 'exp', 'iat', 'iss', 'name', 'nonce', 'sub']);
+    const admin = await codeFlow(auth(), cli, alice, { scope: 'openid stock:write' });
+    expect(claims(admin.tokens.body.access_token)).toEqual([
+      'aud',
+      'client_id',
+      'exp',
+      'iat',
+      'iss',
+      'jti',
+      'roles',
+      'scope',
+      'sub',
+    ]);
+    const user = await findUserByUsername(db, 'alice');
+    for (const token of [tokens.body.access_token, tokens.body.id_token, admin.tokens.body.access_token]) {
+      const payload = JSON.stringify(decodeJwt(token).payload);
+      for (const secret of [alice.password, app.clientSecret, user?.passwordHash ?? 'no hash']) {
+        expect(payload).not.toContain(secret);
+      }
+    }
+  });
+
+  it('revokes the opaque UserInfo token too when a code is redeemed twice (row 9)', async () => {
+    const { callback, verifier, tokens } = await codeFlow(auth(), app, alice, { scope: 'openid offline_access' });
+    const accessToken = tokens.body.access_token as string;
+    expect(accessToken.split('.')).not.toHaveLength(3);
+    const introspect = async () => {
+      const response = await fetch(new URL('/token/introspection', auth()), {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/x-www-form-urlencoded',
+          authorization: `Basic ${Buffer.from(`${app.clientId}:${app.clientSecret}`).toString('base64')}`,
+        },
+        body: new URLSearchParams({ token: accessToken }),
+      });
+      return (await response.json()) as Record<string, unknown>;
+    };
+    const userinfo = () => fetch(new URL('/me', auth()), { headers: { authorization: `Bearer ${accessToken}` } });
+    expect(await introspect()).toMatchObject({ active: true, sub: 'user-alice' });
+    expect((await userinfo()).status).toBe(200);
+    const again = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: callback.searchParams.get('code')!,
+        redirect_uri: app.redirectUri,
+        code_verifier: verifier,
+      },
+      app,
+    );
+    expect(again.body.error).toBe('invalid_grant');
+    expect(await introspect()).toEqual({ active: false });
+    expect((await userinfo()).status).toBe(401);
   });
 
   it('lets only one of two concurrent redemptions of a code through', async () => {
@@ -697,20 +762,21 @@ describe('refresh tokens, revocation, introspection', () => {
   });
 });
 
-describe('RP-initiated logout pages (rows 29, 38)', () => {
-  const expectProviderPage = (response: Response, body: string) => {
-    const csp = response.headers.get('content-security-policy') ?? '';
-    expect(csp).toContain("frame-ancestors 'none'");
-    expect(csp).toContain("default-src 'none'");
-    expect(response.headers.get('x-frame-options')).toBe('DENY');
-    expect(response.headers.get('referrer-policy')).toBe('no-referrer');
-    expect(response.headers.get('cache-control')).toBe('no-store');
-    expect(body).toContain('<html lang="en">');
-    expect(body).toContain('<main>');
-    // No third-party resources (the default page @imports Google Fonts), no script.
-    expect(body).not.toMatch(/<script|@import|https?:\/\/(?!localhost|127\.0\.0\.1)/);
-  };
+/** A page of the provider's that is ours: our headers, plain accessible HTML, no script, nothing third-party. */
+function expectProviderPage(response: Response, body: string) {
+  const csp = response.headers.get('content-security-policy') ?? '';
+  expect(csp).toContain("frame-ancestors 'none'");
+  expect(csp).toContain("default-src 'none'");
+  expect(response.headers.get('x-frame-options')).toBe('DENY');
+  expect(response.headers.get('referrer-policy')).toBe('no-referrer');
+  expect(response.headers.get('cache-control')).toBe('no-store');
+  expect(body).toContain('<html lang="en">');
+  expect(body).toContain('<main>');
+  // No third-party resources (the default pages @import Google Fonts), no script.
+  expect(body).not.toMatch(/<script|@import|https?:\/\/(?!localhost|127\.0\.0\.1)/);
+}
 
+describe('RP-initiated logout pages (rows 29, 38)', () => {
   it('asks a signed-in user to confirm on a page that cannot be framed, then signs out', async () => {
     const { agent } = await codeFlow(auth(), app, alice);
     const confirm = await agent.request(new URL('/session/end', auth()).href);
@@ -772,6 +838,245 @@ describe('RP-initiated logout pages (rows 29, 38)', () => {
       const success = await agent.request(new URL(location, auth()).href);
       expectProviderPage(success.response, success.body);
       expect(success.body).toContain('<h1>Signed out</h1>');
+    }
+  });
+});
+
+describe("no page of oidc-provider's own reaches a user (rows 29, 38)", () => {
+  /** The authorization request as a URL, with the parameters `authorizationUrl` does not set. */
+  const authorize = (params: Parameters<typeof authorizationUrl>[1], extra: Record<string, string> = {}) => {
+    const url = new URL(authorizationUrl(auth(), params));
+    for (const [name, value] of Object.entries(extra)) url.searchParams.set(name, value);
+    return url.href;
+  };
+  const logoutForm = (html: string) => {
+    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(html)?.[1];
+    if (!action) throw new Error('no logout form in page');
+    return new URL(action.replaceAll('&amp;', '&'), auth()).href;
+  };
+  /** The fields of our form_post page, and where it posts them. */
+  const postedForm = (html: string) => {
+    const action = /<form method="post" action="([^"]+)">/.exec(html)?.[1];
+    const fields = Object.fromEntries(
+      [...html.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map(([, name, value]) => [
+        name,
+        value,
+      ]),
+    );
+    return { action, fields };
+  };
+
+  it.each([
+    ['the client asks for prompt=login', async () => ({ prompt: 'login consent' })],
+    [
+      'the client sends an id_token_hint for bob',
+      async () => {
+        const { tokens } = await codeFlow(auth(), app, bob);
+        return { id_token_hint: tokens.body.id_token as string };
+      },
+    ],
+  ])('asks alice, signed in, to confirm the switch when bob logs in (%s), with our page', async (_name, extra) => {
+    const { agent, tokens: aliceTokens } = await codeFlow(auth(), app, alice);
+    const { verifier, challenge } = pkcePair();
+    const { prompt = 'consent', ...params }: Record<string, string> = await extra();
+    const start = authorize(
+      { clientId: app.clientId, redirectUri: app.redirectUri, challenge, challengeMethod: 'S256', prompt },
+      params,
+    );
+    const page = await agent.follow(start);
+    expect(page.body).toContain('<h1>Sign in</h1>');
+    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
+      csrf: formField(page.body, 'csrf'),
+      ...bob,
+    });
+    expect(login.response.status).toBe(303);
+    // oidc-provider must end alice's session first; it answers with a page that posts that logout by script.
+    const switching = await agent.request(new URL(login.response.headers.get('location')!, auth()).href);
+    expect(switching.response.status).toBe(200);
+    expectProviderPage(switching.response, switching.body);
+    expect(switching.body).toContain('<h1>Switch account</h1>');
+    expect(switching.body).toContain('signed in as <strong>Alice Liddell</strong>');
+    expect(switching.body).toContain('Continue as Bob Builder</button>');
+    const done = await agent.postForm(logoutForm(switching.body), {
+      xsrf: formField(switching.body, 'xsrf'),
+      logout: formField(switching.body, 'logout'),
+    });
+    expect(done.response.status).toBe(303);
+    // Back to the same sign-in, now as bob: his consent, then the code, for bob.
+    const consent = await agent.follow(new URL(done.response.headers.get('location')!, auth()).href);
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    expect(consent.body).toContain('Signed in as <strong>Bob Builder</strong>');
+    const allowed = await agent.postForm(new URL(formAction(consent.body, 'consent'), auth()).href, {
+      csrf: formField(consent.body, 'csrf'),
+    });
+    const back = await agent.follow(new URL(allowed.response.headers.get('location')!, auth()).href, (url) =>
+      url.startsWith(app.redirectUri),
+    );
+    const code = new URL(back.url).searchParams.get('code');
+    expect(code).toBeTruthy();
+    const tokens = await tokenRequest(
+      auth(),
+      { grant_type: 'authorization_code', code: code!, redirect_uri: app.redirectUri, code_verifier: verifier },
+      app,
+    );
+    expect(decodeJwt(tokens.body.id_token).payload.sub).toBe('user-bob');
+    // alice is signed out of the provider, but what she allowed with offline_access outlives a logout
+    // (OIDC Core 11, oidc-provider's expiresWithSession): her refresh token still works.
+    const aliceRefresh = await tokenRequest(
+      auth(),
+      { grant_type: 'refresh_token', refresh_token: aliceTokens.body.refresh_token },
+      app,
+    );
+    expect(aliceRefresh.status).toBe(200);
+    // The browser's session at the provider is bob's now: a silent request gets a code for bob.
+    const again = pkcePair();
+    const silent = await agent.follow(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge: again.challenge,
+        challengeMethod: 'S256',
+        prompt: 'none',
+        scope: 'openid',
+      }),
+      (url) => url.startsWith(app.redirectUri),
+    );
+    const silentTokens = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: new URL(silent.url).searchParams.get('code') ?? '',
+        redirect_uri: app.redirectUri,
+        code_verifier: again.verifier,
+      },
+      app,
+    );
+    expect(decodeJwt(silentTokens.body.id_token).payload.sub).toBe('user-bob');
+  });
+
+  it('answers response_mode=form_post with our page, which posts the code to the client on a click', async () => {
+    const { agent } = await codeFlow(auth(), app, alice);
+    const { verifier, challenge } = pkcePair();
+    // alice is signed in and has consented: the provider answers at once, with the code.
+    const step = await agent.request(
+      authorize(
+        {
+          clientId: app.clientId,
+          redirectUri: app.redirectUri,
+          challenge,
+          challengeMethod: 'S256',
+          prompt: 'none',
+          scope: 'openid photos:read',
+          state: 'st&"ate',
+        },
+        { response_mode: 'form_post' },
+      ),
+    );
+    expect(step.response.status).toBe(200);
+    expectProviderPage(step.response, step.body);
+    expect(step.body).toContain('Continue</button>');
+    const { action, fields } = postedForm(step.body);
+    expect(action).toBe(app.redirectUri);
+    expect(Object.keys(fields).sort()).toEqual(['code', 'iss', 'state']);
+    expect(fields.state).toBe('st&amp;&quot;ate');
+    expect(fields.iss).toBe(auth());
+    const tokens = await tokenRequest(
+      auth(),
+      { grant_type: 'authorization_code', code: fields.code!, redirect_uri: app.redirectUri, code_verifier: verifier },
+      app,
+    );
+    expect(tokens.status).toBe(200);
+  });
+
+  it('answers an error for a form_post client with our page too', async () => {
+    const step = await createUserAgent().request(
+      authorize(
+        {
+          clientId: app.clientId,
+          redirectUri: app.redirectUri,
+          challenge: pkcePair().challenge,
+          challengeMethod: 'S256',
+          prompt: 'none',
+        },
+        { response_mode: 'form_post' },
+      ),
+    );
+    expect(step.response.status).toBe(400);
+    expectProviderPage(step.response, step.body);
+    const { action, fields } = postedForm(step.body);
+    expect(action).toBe(app.redirectUri);
+    expect(fields).toMatchObject({ error: 'login_required', state: 'state-123', iss: auth() });
+  });
+
+  it('answers form_post after login and consent (the resume step) with our page', async () => {
+    const agent = createUserAgent();
+    const { verifier, challenge } = pkcePair();
+    const page = await agent.follow(
+      authorize(
+        { clientId: app.clientId, redirectUri: app.redirectUri, challenge, challengeMethod: 'S256' },
+        { response_mode: 'form_post' },
+      ),
+    );
+    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
+      csrf: formField(page.body, 'csrf'),
+      ...alice,
+    });
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
+    const allowed = await agent.postForm(new URL(formAction(consent.body, 'consent'), auth()).href, {
+      csrf: formField(consent.body, 'csrf'),
+    });
+    const step = await agent.follow(new URL(allowed.response.headers.get('location')!, auth()).href);
+    expect(step.url).toContain('/auth/');
+    expect(step.response.status).toBe(200);
+    expectProviderPage(step.response, step.body);
+    const { action, fields } = postedForm(step.body);
+    expect(action).toBe(app.redirectUri);
+    const tokens = await tokenRequest(
+      auth(),
+      { grant_type: 'authorization_code', code: fields.code!, redirect_uri: app.redirectUri, code_verifier: verifier },
+      app,
+    );
+    expect(tokens.status).toBe(200);
+  });
+
+  it.each([
+    [
+      'an unknown client_id',
+      () =>
+        authorizationUrl(auth(), {
+          clientId: 'no-such-client',
+          redirectUri: app.redirectUri,
+          challenge: pkcePair().challenge,
+          challengeMethod: 'S256',
+        }),
+    ],
+    ['a resume step without its cookie', () => new URL('/auth/no-such-interaction', auth()).href],
+  ])('answers %s with our error page (renderError)', async (_name, url) => {
+    const step = await createUserAgent().request(url(), { headers: { accept: 'text/html' } });
+    expect(step.response.status).toBe(400);
+    expectProviderPage(step.response, step.body);
+    expect(step.body).toContain('<h1>Sign-in error</h1>');
+  });
+
+  it("turns any other page of the provider's own into an error page instead of passing it on", async () => {
+    // A stand-in for a provider route this configuration never reaches (device flow, web_message).
+    const koa = new Koa();
+    koa.use(ownPages(db));
+    koa.use((ctx) => {
+      ctx.oidc = { route: 'code_verification', entities: {} };
+      ctx.type = 'html';
+      ctx.body = '<!DOCTYPE html><html><script>document.forms[0].submit()</script></html>';
+    });
+    const server = koa.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const response = await fetch(`http://127.0.0.1:${port}/device`);
+      const body = await response.text();
+      expect(response.status).toBe(500);
+      expectProviderPage(response, body);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
     }
   });
 });

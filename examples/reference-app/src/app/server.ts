@@ -192,6 +192,12 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
    * at the provider, and the access token. The provider revokes no JWT access token (they live 5
    * minutes) and says `unsupported_token_type`, which is no failure. A failure is reported, never
    * thrown: it must not keep anyone from signing in or out. False when one failed.
+   *
+   * A refresh of the same session may be in flight (another tab, here or in another process) and
+   * rotate the refresh token after it was read here. No lock is needed for that: oidc-provider revokes
+   * the whole grant when any of its refresh tokens is revoked, a consumed one included, and refuses a
+   * refresh token whose grant is gone, so the rotated one is dead even when it is stored after the
+   * revocation (`app.int.test.ts` holds the request at each interleaving).
    */
   const revokeTokens = async (tokens: SessionTokens | undefined, during: 'sign-in' | 'sign-out') => {
     const held = [

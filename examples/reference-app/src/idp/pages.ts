@@ -171,6 +171,81 @@ ${from}<p>You are not signed in at the identity provider: there is nothing to si
   );
 }
 
+/** What the account switch page needs. */
+export interface SwitchAccountPageInput {
+  /** Where the logout is confirmed (oidc-provider's `end_session_confirm`). */
+  action: string;
+  /** The provider's `xsrf` token for that confirmation. */
+  xsrf: string;
+  /** Who is signed in at the provider now. */
+  currentName: string;
+  /** Who just signed in on the login page. */
+  nextName: string;
+  /** The client the sign-in is for. */
+  clientName: string;
+}
+
+/**
+ * The page shown when someone signs in as another account than the one signed in at the provider
+ * (`prompt=login`, an `id_token_hint` for someone else). oidc-provider first ends the current session
+ * (revoking the grants given in it, except those with `offline_access`, which outlive a logout) and
+ * answers this step with its own page, which submits that logout by script; ours asks, with no script:
+ * "Continue" submits the logout, the provider then resumes the sign-in as the new account.
+ *
+ * @example
+ * ```ts
+ * ctx.body = switchAccountPage({ action, xsrf, currentName: 'Alice', nextName: 'Bob', clientName: 'Photo app' });
+ * ```
+ */
+export function switchAccountPage(input: SwitchAccountPageInput): string {
+  const current = `<strong>${escapeHtml(input.currentName)}</strong>`;
+  const next = `<strong>${escapeHtml(input.nextName)}</strong>`;
+  return htmlPage(
+    'Switch account',
+    `<h1>Switch account</h1>
+<p>You are signed in as ${current}. To continue to <strong>${escapeHtml(input.clientName)}</strong> as ${next}, ${current} is signed out of the identity provider first.</p>
+<form id="op.logoutForm" method="post" action="${escapeHtml(input.action)}">
+<input type="hidden" name="xsrf" value="${escapeHtml(input.xsrf)}">
+<input type="hidden" name="logout" value="yes">
+<button autofocus type="submit">Continue as ${escapeHtml(input.nextName)}</button>
+</form>
+<p>To stay signed in as ${current}, close this page and start again from the application.</p>`,
+  );
+}
+
+/** What the form_post response page needs. */
+export interface FormPostPageInput {
+  /** The client's redirect URI, where the response is posted. */
+  action: string;
+  /** The authorization response: `code`, `state`, `iss`, or `error` and `error_description`. */
+  fields: ReadonlyArray<readonly [name: string, value: string]>;
+  clientName: string;
+}
+
+/**
+ * The authorization response for a client that asked for `response_mode=form_post`. oidc-provider's own
+ * page submits it by script; ours has no script (the CSP allows none), so "Continue" posts it.
+ *
+ * @example
+ * ```ts
+ * ctx.body = formPostPage({ action: redirectUri, fields: [['code', code], ['state', state]], clientName });
+ * ```
+ */
+export function formPostPage(input: FormPostPageInput): string {
+  const fields = input.fields
+    .map(([name, value]) => `<input type="hidden" name="${escapeHtml(name)}" value="${escapeHtml(value)}">`)
+    .join('\n');
+  return htmlPage(
+    'Back to the application',
+    `<h1>Back to the application</h1>
+<p>Continue to return to <strong>${escapeHtml(input.clientName)}</strong>.</p>
+<form method="post" action="${escapeHtml(input.action)}">
+${fields}
+<button autofocus type="submit">Continue</button>
+</form>`,
+  );
+}
+
 /**
  * The page after a logout that has no client to return to (oidc-provider's `postLogoutSuccessSource`).
  *

@@ -3,7 +3,8 @@ import type { Database } from '../db.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
 import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
-import { logoutPage, notSignedInLogoutPage, signedOutPage } from './pages.js';
+import { ownPages } from './own-pages.js';
+import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { findUserById } from './users.js';
 
@@ -39,7 +40,8 @@ export interface ProviderOptions {
  * issued only when an API scope is asked for, and carrying the user's `roles` only next to a scope
  * that acts with them (`roleScopes` in `scopes.ts`); ID tokens with `sub`, `name`, `email`; storage on the
  * shared database; no development interactions (our own pages are in `interactions.ts`), and our own
- * logout pages (for a visitor without a session too), with the same headers as every other page.
+ * logout pages, account switch and form_post pages (`own-pages.ts`), with the same headers as every
+ * other page.
  *
  * @example
  * ```ts
@@ -152,22 +154,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   };
 
   const provider = new Provider(issuer, configuration);
-  // A logout request from a visitor with no session never reaches `logoutSource`: oidc-provider answers
-  // it with its own page (an auto-submitting script, none of our headers). Replace it with ours, which
-  // posts the same confirmation: the provider's xsrf secret for it is in the session state by now.
-  provider.use(async (ctx, next) => {
-    await next();
-    const session = ctx.oidc?.session;
-    const secret = session?.state?.secret;
-    if (ctx.oidc?.route !== 'end_session' || ctx.status !== 200 || session?.accountId || typeof secret !== 'string')
-      return;
-    ctx.set(pageHeaders);
-    ctx.body = notSignedInLogoutPage({
-      action: ctx.oidc.urlFor('end_session_confirm'),
-      xsrf: secret,
-      clientName: ctx.oidc.client?.clientName,
-    });
-  });
+  // The steps oidc-provider answers with pages of its own, out of reach of the hooks above: the logout
+  // of a visitor with no session, the account switch, the form_post response mode.
+  provider.use(ownPages(db));
   // Behind a TLS-terminating proxy, trust X-Forwarded-Proto so cookies get `Secure`.
   provider.proxy = process.env.TRUST_PROXY === '1';
   return provider;

@@ -1,0 +1,85 @@
+// Row 40: a login for a user who does not exist still runs one full argon2id verify, against a hash made
+// with the same parameters as the real ones, so the response time does not tell who exists. Timing is
+// not asserted (a timer is no test); the verify calls are counted instead.
+import * as argon2 from '@node-rs/argon2';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { Database } from '../src/db.js';
+import { createPasswordChecker } from '../src/idp/passwords.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { authorizationUrl } from './flow.js';
+import { openTestDatabase } from './services.js';
+import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
+
+vi.mock('@node-rs/argon2', async (importOriginal) => {
+  const original = await importOriginal<typeof import('@node-rs/argon2')>();
+  return { ...original, verify: vi.fn(original.verify) };
+});
+
+const verify = vi.mocked(argon2.verify);
+const owaspHash = /^\$argon2id\$v=19\$m=19456,t=2,p=1\$/;
+
+beforeEach(() => {
+  verify.mockClear();
+});
+
+describe('createPasswordChecker (row 40)', () => {
+  it('runs one full argon2id verify with the real parameters when there is no stored hash', async () => {
+    const checker = createPasswordChecker();
+    expect(await checker.check(undefined, 'any password')).toBe(false);
+    expect(verify).toHaveBeenCalledTimes(1);
+    expect(verify.mock.calls[0]?.[0]).toMatch(owaspHash);
+    // The dummy hash is made once; the second unknown user costs one verify, not a hash and a verify.
+    expect(await checker.check(undefined, 'another password')).toBe(false);
+    expect(verify).toHaveBeenCalledTimes(2);
+    expect(verify.mock.calls[1]?.[0]).toBe(verify.mock.calls[0]?.[0]);
+  });
+});
+
+describe('the login page (row 40)', () => {
+  let db: Database;
+  let running: RunningReferenceApp;
+
+  beforeAll(async () => {
+    db = await openTestDatabase('passwords');
+    running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: 'http://localhost:8080' });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.close();
+  });
+
+  const verifiesFor = async (username: string) => {
+    const agent = createUserAgent();
+    const page = await agent.follow(
+      authorizationUrl(running.authUrl, {
+        clientId: running.clients.app.clientId,
+        redirectUri: running.clients.app.redirectUri,
+        challenge: pkcePair().challenge,
+        challengeMethod: 'S256',
+      }),
+    );
+    verify.mockClear();
+    const step = await agent.postForm(new URL(formAction(page.body, 'login'), running.authUrl).href, {
+      csrf: formField(page.body, 'csrf'),
+      username,
+      password: 'not-the-password',
+    });
+    expect(step.response.status).toBe(200);
+    return verify.mock.calls.map(([hash]) => hash);
+  };
+
+  it.each([
+    ['an unknown user', 'mallory'],
+    ['a username no account can have', 'ali\u0007ce'],
+    ['an empty username', ''],
+  ])('verifies a password for %s exactly as for a known user with a wrong password', async (_name, username) => {
+    const known = await verifiesFor(demoUsers[0].username);
+    expect(known).toHaveLength(1);
+    const unknown = await verifiesFor(username);
+    expect(unknown).toHaveLength(1);
+    expect(unknown[0]).toMatch(owaspHash);
+    expect(unknown[0]).not.toBe(known[0]);
+  });
+});
