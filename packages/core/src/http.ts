@@ -95,6 +95,12 @@ export interface HttpRequestInfo {
   /** The raw `Idempotency-Key` field value(s). */
   keyHeader: string | readonly string[] | undefined;
   /**
+   * True when another idem middleware already took this request (its context is on the request): an
+   * app-wide instance and a route's own. The first one's claim covers the request; this one steps
+   * aside and warns once, instead of claiming the same key again and answering 409 to every request.
+   */
+  stacked?: boolean;
+  /**
    * The request's `Accept-Encoding`, undefined when it has none: a replay of a body stored
    * compressed is decoded for a retry that does not take its coding (none given means identity, as
    * compression middleware reads it).
@@ -370,8 +376,16 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return { status: stored.status, headers, body };
   };
 
+  let warnedStacked = false;
   const begin = async (request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult> => {
     if (!covers(request.method)) return { kind: 'pass' };
+    if (request.stacked === true) {
+      if (!warnedStacked) {
+        warnedStacked = true;
+        process.emitWarning(stackedWarning, { code: 'IDEM_STACKED' });
+      }
+      return { kind: 'pass' };
+    }
     let key: string;
     let echo: string;
     let minted = false;
@@ -1330,3 +1344,8 @@ function onCapturedClose(this: CaptureState) {
     finish(this, { kind: 'unstorable', reason: 'streaming', status: this.status ?? this.res.statusCode });
   }
 }
+
+// A configuration mistake: a route given its own instance (for its own retention, say) behind an
+// app-wide one, whose settings then apply. Said once per instance, with what to change.
+const stackedWarning =
+  'Two idempotency middlewares handle one request: the first one governs it and the second steps aside, so its settings do not apply. Mount one instance per route: give a route its own instance only where no app-wide one runs.';

@@ -65,6 +65,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const routed = req.route?.path !== undefined;
     const started = await http.begin({
       method: req.method,
+      stacked: req.idempotency !== undefined,
       route: routed ? mountPath(req) + String(req.route.path) : foldRoutePath(path, routingOf(req)),
       path,
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),

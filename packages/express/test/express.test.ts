@@ -149,6 +149,44 @@ describe('@idem/express specifics', () => {
     });
   });
 
+  it('an app-wide instance and a route instance on one request: the first governs, the second steps aside and warns once', async () => {
+    const app = express();
+    const store = memoryStore();
+    const outer: IdempotencyEvent[] = [];
+    const inner: IdempotencyEvent[] = [];
+    let runs = 0;
+    app.use(idempotency(options({ store, onEvent: (event) => outer.push(event) })));
+    app.post(
+      '/charges',
+      idempotency(options({ store, retention: '48h', onEvent: (event) => inner.push(event) })),
+      (_req, res) => {
+        runs++;
+        res.status(201).json({ id: `ch_${runs}` });
+      },
+    );
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    try {
+      await serve(app, async (url) => {
+        // Before, the route instance claimed the key the app-wide one held: 409 for every first request.
+        const first = await post(`${url}/charges`, 'stacked-1', ['{}']);
+        expect(first.status).toBe(201);
+        const again = await post(`${url}/charges`, 'stacked-1', ['{}']);
+        expect(again.status).toBe(201);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect((await post(`${url}/charges`, 'stacked-2', ['{}'])).status).toBe(201);
+      });
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(runs).toBe(2);
+    expect(outer.filter((event) => event.type === 'claim')).toHaveLength(2);
+    expect(inner).toEqual([]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
+  });
+
   it('refuses bad options once, at construction', () => {
     expect(() => idempotency(options({ replayHeaders: ['Set-Cookie'] }))).toThrow(TypeError);
     expect(() => idempotency(options({ replayHeaders: ['x-request-id'] }))).toThrow(TypeError);

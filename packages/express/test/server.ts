@@ -1,14 +1,14 @@
 // The Express server of the describeAdapter table, shared by the memory and the real-store runs.
 import type { AddressInfo } from 'node:net';
 import { idempotency, idempotencyErrors } from '@idem/express';
-import type { AdapterServerOptions, ScenarioReply } from '@idem/testkit';
-import express, { type Response } from 'express';
+import type { AdapterServerOptions, ScenarioReply, ScenarioRoute } from '@idem/testkit';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 
 /** Express itself: version 5 by default, or another release with the same API (Express 4). */
 export type ExpressFactory = typeof express;
 
 export async function makeExpressServer(
-  { idempotency: options, routes, handle }: AdapterServerOptions,
+  { idempotency: options, routes, routeIdempotency = {}, handle }: AdapterServerOptions,
   createApp: ExpressFactory = express,
 ) {
   let runs = 0;
@@ -19,13 +19,16 @@ export async function makeExpressServer(
     if (user) (req as { auth?: unknown }).auth = { sub: user, iss: 'https://issuer.test' };
     next();
   });
-  // Mounted before the body parsers, which still see the body it read.
-  app.use(idempotency(options));
-  app.use(createApp.json(), createApp.urlencoded({ extended: false }));
-  for (const route of routes) {
-    const method = route.method.toLowerCase() as 'post' | 'patch' | 'get';
+  // A multipart body is left as its bytes: the stand-in for a multipart parser (multer, busboy).
+  const parsers = [
+    createApp.json(),
+    createApp.urlencoded({ extended: false }),
+    createApp.raw({ type: 'multipart/form-data' }),
+  ];
+  const mount = (route: ScenarioRoute, ...before: RequestHandler[]) => {
+    const method = route.method.toLowerCase() as 'post' | 'patch' | 'get' | 'options';
     // Errors go to next() by hand: Express 4 does not catch a rejected promise (5 does).
-    app[method](route.path, (req, res, next) => {
+    app[method](route.path, ...before, (req: Request, res: Response, next: NextFunction) => {
       runs++;
       handle({
         method: route.method,
@@ -37,7 +40,21 @@ export async function makeExpressServer(
         .then((reply) => write(res, reply))
         .catch(next);
     });
+  };
+  // Routes with an instance of their own have it on the route, ahead of the shared middleware: they
+  // answer, so the shared one never sees their requests.
+  const own = new Map<string, RequestHandler>();
+  for (const [path, routeOptions] of Object.entries(routeIdempotency)) {
+    if (routeOptions) own.set(path, idempotency(routeOptions));
   }
+  for (const route of routes) {
+    const instance = own.get(route.path);
+    if (instance) mount(route, instance, ...parsers);
+  }
+  // Mounted before the body parsers, which still see the body it read.
+  app.use(idempotency(options));
+  app.use(...parsers);
+  for (const route of routes) if (!own.has(route.path)) mount(route);
   // First among the error handlers (Express's own is the only other): tells the policy a handler threw.
   app.use(idempotencyErrors());
   const server = app.listen(0, '127.0.0.1');

@@ -255,6 +255,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       .begin(
         {
           method: request.method,
+          stacked: request.idempotency !== undefined,
           route: template ?? path,
           path,
           query: queryAt === -1 ? '' : url.slice(queryAt + 1),

@@ -61,6 +61,41 @@ const post = (instance: FastifyInstance, url: string, key?: string, payload: unk
   });
 
 describe('@idem/fastify specifics', () => {
+  it('a root instance and an encapsulated one on one route: the first governs, the second steps aside and warns once', async () => {
+    const store = memoryStore();
+    const inner: IdempotencyEvent[] = [];
+    let runs = 0;
+    const instance = await app({ store }, (root) => {
+      void root.register(async (child) => {
+        await child.register(idempotency, {
+          store,
+          scope: () => 'tenant-1',
+          retention: '48h',
+          onEvent: (event) => inner.push(event),
+        });
+        child.post('/charges', async (_request, reply) => reply.code(201).send({ id: `ch_${++runs}` }));
+      });
+    });
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    try {
+      // Before, the second instance claimed the key the first one held: 409 for every first request.
+      expect((await post(instance, '/charges', 'stacked-1')).statusCode).toBe(201);
+      const again = await post(instance, '/charges', 'stacked-1');
+      expect(again.statusCode).toBe(201);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect((await post(instance, '/charges', 'stacked-2')).statusCode).toBe(201);
+    } finally {
+      process.off('warning', onWarning);
+      await instance.close();
+    }
+    expect(runs).toBe(2);
+    expect(inner).toEqual([]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
+  });
+
   it('a route opts out with config.idempotency = false', async () => {
     let runs = 0;
     const instance = await app({}, (a) => {

@@ -1,10 +1,15 @@
 // The Fastify server of the describeAdapter table, shared by the memory and the real-store runs.
 import { createReadStream } from 'node:fs';
-import { idempotency } from '@idem/fastify';
-import type { AdapterServerOptions, ScenarioReply } from '@idem/testkit';
-import Fastify, { type FastifyReply } from 'fastify';
+import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
+import type { AdapterServerOptions, ScenarioReply, ScenarioRoute } from '@idem/testkit';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 
-export async function makeFastifyServer({ idempotency: options, routes, handle }: AdapterServerOptions) {
+export async function makeFastifyServer({
+  idempotency: options,
+  routes,
+  routeIdempotency = {},
+  handle,
+}: AdapterServerOptions) {
   let runs = 0;
   const app = Fastify();
   // The guard's job in production: a verified principal on request.auth.
@@ -18,9 +23,10 @@ export async function makeFastifyServer({ idempotency: options, routes, handle }
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) =>
     done(null, body),
   );
-  await app.register(idempotency, options);
-  for (const route of routes) {
-    app.route({
+  // A multipart body is left as its bytes: the stand-in for @fastify/multipart.
+  app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  const mount = (instance: FastifyInstance, route: ScenarioRoute) =>
+    instance.route({
       method: route.method,
       url: route.path,
       handler: async (request, reply) => {
@@ -35,6 +41,28 @@ export async function makeFastifyServer({ idempotency: options, routes, handle }
         return write(reply, answer);
       },
     });
+  // Routes with an instance of their own: each instance, the shared one too, in an encapsulated
+  // context holding only its routes. (The plugin is wrapped with fastify-plugin: registered on the
+  // root it would run for the routes of every context, the others' included, and claim their keys
+  // a second time.) Without such routes the shared instance is registered on the root, as usual.
+  const own = Object.entries(routeIdempotency).filter(
+    (entry): entry is [string, FastifyIdempotencyOptions] => entry[1] !== undefined,
+  );
+  if (own.length === 0) {
+    await app.register(idempotency, options);
+    for (const route of routes) mount(app, route);
+  } else {
+    const ownPaths = new Set(own.map(([path]) => path));
+    const contexts = [
+      ...own.map(([path, instanceOptions]) => ({ instanceOptions, routes: routes.filter((r) => r.path === path) })),
+      { instanceOptions: options, routes: routes.filter((route) => !ownPaths.has(route.path)) },
+    ];
+    for (const context of contexts) {
+      await app.register(async (instance) => {
+        await instance.register(idempotency, context.instanceOptions);
+        for (const route of context.routes) mount(instance, route);
+      });
+    }
   }
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   return { url, executions: () => runs, close: () => app.close() };

@@ -200,6 +200,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const path = ctx.path;
     const started = await http.begin({
       method: ctx.method,
+      stacked: ctx.state.idempotency !== undefined,
       route: typeof matched === 'string' ? matched : foldRoutePath(path, koaRouting),
       path,
       query: ctx.querystring,

@@ -84,6 +84,45 @@ async function abandonedPost(url: string, key: string, started: Promise<void>) {
 }
 
 describe('@idem/koa specifics', () => {
+  it('an app-wide instance and a route instance on one request: the first governs, the second steps aside and warns once', async () => {
+    const inner: IdempotencyEvent[] = [];
+    const routeInstance = idempotency({
+      store: memoryStore(),
+      scope: () => 'tenant-1',
+      retention: '48h',
+      onEvent: (event) => inner.push(event),
+    });
+    let runs = 0;
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    try {
+      await serve(
+        {},
+        (ctx, next) =>
+          routeInstance(ctx, async () => {
+            runs++;
+            ctx.status = 201;
+            ctx.body = { id: `ch_${runs}` };
+          }).then(() => next()),
+        async (url) => {
+          // Before, the route instance claimed the key the app-wide one held: 409 for every first request.
+          expect((await post(url, 'stacked-1')).status).toBe(201);
+          const again = await post(url, 'stacked-1');
+          expect(again.status).toBe(201);
+          expect(again.headers.get('idempotent-replayed')).toBe('true');
+          expect((await post(url, 'stacked-2')).status).toBe(201);
+        },
+      );
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(runs).toBe(2);
+    expect(inner).toEqual([]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
+  });
+
   it("knows when the handler threw: policy 'stripe' releases the key instead of storing the 500", async () => {
     let runs = 0;
     const events: IdempotencyEvent[] = [];

@@ -4,9 +4,14 @@ import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { idempotency } from '@idem/koa';
 import type { AdapterServerOptions, ScenarioReply } from '@idem/testkit';
-import Koa, { type Context } from 'koa';
+import Koa, { type Context, type Middleware, type Next } from 'koa';
 
-export async function makeKoaServer({ idempotency: options, routes, handle }: AdapterServerOptions) {
+export async function makeKoaServer({
+  idempotency: options,
+  routes,
+  routeIdempotency = {},
+  handle,
+}: AdapterServerOptions) {
   let runs = 0;
   const app = new Koa();
   // Thrown handler errors are part of the table; keep them out of the test output.
@@ -17,25 +22,30 @@ export async function makeKoaServer({ idempotency: options, routes, handle }: Ad
     if (user) ctx.state.auth = { sub: user, iss: 'https://issuer.test' };
     await next();
   });
-  app.use(idempotency(options));
-  // A body parser mounted after the middleware, reading ctx.req as @koa/bodyparser does.
-  app.use(async (ctx, next) => {
+  // The route a request is for; a GET route answers HEAD too, as @koa/router's does.
+  const routeOf = (ctx: Context) =>
+    routes.find(
+      (candidate) =>
+        (candidate.method === ctx.method || (candidate.method === 'GET' && ctx.method === 'HEAD')) &&
+        (candidate.path === ctx.path || (candidate.path === '/charges/:id' && /^\/charges\/[^/]+$/.test(ctx.path))),
+    );
+  // A body parser mounted after the middleware, reading ctx.req as @koa/bodyparser does. A multipart
+  // body is left as its bytes: the stand-in for a multipart parser.
+  const parse = async (ctx: Context, next: Next) => {
     const chunks: Buffer[] = [];
     for await (const chunk of ctx.req) chunks.push(chunk as Buffer);
-    const text = Buffer.concat(chunks).toString('utf8');
+    const bytes = Buffer.concat(chunks);
+    const text = bytes.toString('utf8');
     const type = ctx.get('content-type');
     const request = ctx.request as { body?: unknown };
     if (type.startsWith('application/json') && text) request.body = JSON.parse(text);
     else if (type.startsWith('application/x-www-form-urlencoded'))
       request.body = Object.fromEntries(new URLSearchParams(text));
+    else if (type.startsWith('multipart/form-data')) request.body = bytes;
     await next();
-  });
-  app.use(async (ctx) => {
-    const route = routes.find(
-      (candidate) =>
-        candidate.method === ctx.method &&
-        (candidate.path === ctx.path || (candidate.path === '/charges/:id' && /^\/charges\/[^/]+$/.test(ctx.path))),
-    );
+  };
+  const dispatch = async (ctx: Context) => {
+    const route = routeOf(ctx);
     // No route: Koa's own 404, as an app without one answers.
     if (!route) return;
     runs++;
@@ -47,7 +57,24 @@ export async function makeKoaServer({ idempotency: options, routes, handle }: Ad
       signal: ctx.state.idempotency?.signal,
     });
     write(ctx, reply);
-  });
+  };
+  // Routes with an instance of their own run it, then the parser and the handler, as @koa/router
+  // runs route middleware; the shared instance never sees them.
+  const own = new Map<string, Middleware>();
+  for (const [path, routeOptions] of Object.entries(routeIdempotency)) {
+    if (routeOptions) own.set(path, idempotency(routeOptions));
+  }
+  if (own.size > 0) {
+    app.use(async (ctx, next) => {
+      const route = routeOf(ctx);
+      const instance = route && own.get(route.path);
+      if (!instance) return next();
+      await instance(ctx, () => parse(ctx, () => dispatch(ctx)));
+    });
+  }
+  app.use(idempotency(options));
+  app.use(parse);
+  app.use(dispatch);
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const { port } = server.address() as AddressInfo;

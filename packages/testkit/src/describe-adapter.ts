@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { rmSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { connect } from 'node:net';
@@ -11,6 +11,8 @@ import {
   type IdempotencyEvent,
   type MemoryStore,
   memoryStore,
+  type Outcome,
+  type OutcomeDecision,
   principalScope,
   problemType,
   recordId,
@@ -49,7 +51,11 @@ export interface ScenarioRequest {
   method: string;
   /** The route template, as in {@link scenarioRoutes}. */
   route: string;
-  /** The body as the framework's own parser left it (JSON object, form fields as an object, or undefined). */
+  /**
+   * The body as the framework's own parser left it: a JSON object, form fields as an object, the raw
+   * bytes of a `multipart/form-data` body as a Buffer (each server's stand-in for a multipart
+   * parser, which reads the stream the adapter handed on), or undefined.
+   */
   body: unknown;
   /** The transaction exposed by the adapter (`req.idempotency.tx` and friends), if any. */
   tx: unknown;
@@ -58,13 +64,16 @@ export interface ScenarioRequest {
 }
 
 /**
- * The routes every server under test mounts, all with the adapter in front and the framework's JSON
- * and form parsers behind it. Each calls `handle` and writes its reply.
+ * The routes every server under test mounts, all with the adapter in front and the framework's JSON,
+ * form and multipart (raw bytes) parsers behind it. Each calls `handle` and writes its reply. A GET
+ * route answers HEAD too, as every framework's router does (Express, Fastify's `exposeHeadRoutes`,
+ * @koa/router).
  */
 export const scenarioRoutes = [
   { method: 'POST', path: '/charges' },
   { method: 'PATCH', path: '/charges/:id' },
   { method: 'GET', path: '/charges' },
+  { method: 'OPTIONS', path: '/charges' },
   { method: 'POST', path: '/empty' },
   { method: 'POST', path: '/text' },
   { method: 'POST', path: '/binary' },
@@ -95,6 +104,15 @@ export interface AdapterServerOptions {
    * deployment that lacks one. A request for anything else gets the framework's own 404.
    */
   routes: readonly ScenarioRoute[];
+  /**
+   * Paths whose routes (every method) get an adapter instance of their own, with these options
+   * instead of `idempotency`'s, e.g. a retention of their own. The shared instance must never see
+   * them: Express and Koa mount the instance on those routes alone, in front of the shared one;
+   * Fastify registers each instance, the shared one too, in an encapsulated context holding only its
+   * routes (the plugin is wrapped with fastify-plugin, so one registered on the root would run for
+   * every context's routes as well). Absent in most scenarios: then every route has the shared instance.
+   */
+  routeIdempotency?: Partial<Record<ScenarioRoute['path'], HttpIdempotencyOptions<any>>>;
   /** Every route handler calls this once and writes what it returns. */
   handle: (request: ScenarioRequest) => Promise<ScenarioReply>;
 }
@@ -175,7 +193,8 @@ function send(base: string, path: string, options: SendOptions = {}): Promise<Se
   if (options.key !== null) headers['idempotency-key'] = options.key ?? `"${randomUUID()}"`;
   if (options.user !== null) headers['x-test-user'] = options.user ?? 'alice';
   const pieces = options.chunks;
-  const body = pieces ? undefined : (options.body ?? (options.method === 'GET' ? undefined : '{"amount":100}'));
+  const bodiless = options.method === 'GET' || options.method === 'HEAD' || options.method === 'OPTIONS';
+  const body = pieces ? undefined : (options.body ?? (bodiless ? undefined : '{"amount":100}'));
   if (body !== undefined || pieces) {
     if (options.contentType !== null) headers['content-type'] = options.contentType ?? 'application/json';
   }
@@ -234,6 +253,8 @@ function expectProblem(sent: Sent, status: number, code: string) {
 // Wraps a store to count calls and inject failures, without changing what it does otherwise.
 function instrument(store: Store) {
   const calls = { claim: 0, complete: 0, release: 0 };
+  /** Each completion's record and the retention it was written with. */
+  const completions: { id: string; retentionMs: number }[] = [];
   const faults = {
     claim: undefined as undefined | 'throw' | 'lose-ack',
     /** `refuse`: every renewal answers that the token is no longer current (another execution took over). */
@@ -254,6 +275,7 @@ function instrument(store: Store) {
     renew: (input) => (faults.renew === 'refuse' ? false : store.renew(input)),
     async complete(input) {
       calls.complete++;
+      completions.push({ id: input.id, retentionMs: input.retentionMs });
       return store.complete(input);
     },
     async release(input) {
@@ -270,7 +292,7 @@ function instrument(store: Store) {
       return inner.transaction(input, fn);
     };
   }
-  return { store: wrapped, calls, faults };
+  return { store: wrapped, calls, completions, faults };
 }
 
 function memoryHarness(): AdapterStoreHarness {
@@ -308,8 +330,8 @@ function transactionalMemoryHarness(log: TransactionLog): AdapterStoreHarness {
 }
 
 /**
- * The scenario table every idem adapter passes (anchors section 7, cases 1-3, 5, 6, 11, 12, 14, 20,
- * 23, 24, 29, 34-40, and every row of the HTTP table), run against real servers on ephemeral ports.
+ * The scenario table every idem adapter passes (anchors section 7, cases 1-3, 5, 6, 11, 12, 14, 19,
+ * 20, 23, 24, 29, 32, 34-40, and every row of the HTTP table), run against real servers on ephemeral ports.
  * One table for every framework: the same requests must give the same answers.
  *
  * @example
@@ -354,6 +376,7 @@ export function describeAdapter(
     adapterOptions: Partial<HttpIdempotencyOptions<any>> = {},
     harness?: AdapterStoreHarness,
     routes: readonly ScenarioRoute[] = scenarioRoutes,
+    routeOptions: Partial<Record<ScenarioRoute['path'], Partial<HttpIdempotencyOptions<any>>>> = {},
   ): Promise<World> => {
     const storeHarness = harness ?? (await makeStore());
     const store = instrument(storeHarness.store);
@@ -382,6 +405,8 @@ export function describeAdapter(
     const reply = (request: ScenarioRequest, n: number): ScenarioReply => {
       const plain = { 'content-type': 'text/plain; charset=utf-8' };
       if (request.method === 'GET') return { kind: 'json', status: 200, headers: {}, json: { n } };
+      if (request.method === 'OPTIONS')
+        return { kind: 'none', status: 204, headers: { allow: 'GET, HEAD, POST, OPTIONS' } };
       switch (request.route) {
         case '/charges':
         case '/charges/:id':
@@ -452,8 +477,15 @@ export function describeAdapter(
           return { kind: 'json', status: 429, headers: { 'retry-after': '1' }, json: { error: 'slow_down', n } };
         case '/boom':
           return { kind: 'throw' };
-        case '/form':
-          return { kind: 'json', status: 201, headers: {}, json: { fields: request.body ?? null, n } };
+        case '/form': {
+          // A multipart body arrives as its bytes: answered with their length and hash, so a test can
+          // tell the handler got every byte the adapter read before it.
+          const body = request.body;
+          const fields = Buffer.isBuffer(body)
+            ? { bytes: body.length, sha256: createHash('sha256').update(body).digest('hex') }
+            : (body ?? null);
+          return { kind: 'json', status: 201, headers: {}, json: { fields, n } };
+        }
         case '/missing':
           // A handler's own 404 ("no such charge"): an answer of the operation, like any other.
           return { kind: 'json', status: 404, headers: {}, json: { error: 'no_such_charge', n } };
@@ -463,9 +495,15 @@ export function describeAdapter(
           return { kind: 'json', status: 200, headers: {}, json: { n } };
       }
     };
+    const shared = { store: store.store, onEvent, ...options.adapterOptions, ...adapterOptions };
+    const routeIdempotency: Partial<Record<ScenarioRoute['path'], HttpIdempotencyOptions<any>>> = {};
+    for (const [path, own] of Object.entries(routeOptions)) {
+      routeIdempotency[path as ScenarioRoute['path']] = { ...shared, ...own };
+    }
     const server = await makeServer({
-      idempotency: { store: store.store, onEvent, ...options.adapterOptions, ...adapterOptions },
+      idempotency: shared,
       routes,
+      ...(Object.keys(routeIdempotency).length > 0 ? { routeIdempotency } : {}),
       handle,
     });
     return {
@@ -509,8 +547,14 @@ export function describeAdapter(
     }
   };
 
+  const idOf = (key: string, operation = 'POST /charges', user = 'alice') =>
+    recordId(principalScope({ sub: user, iss: ISSUER })!, operation, key);
   const storedRecord = (world: World, key: string, operation = 'POST /charges', user = 'alice') =>
-    world.store.store.get(recordId(principalScope({ sub: user, iss: ISSUER })!, operation, key));
+    world.store.store.get(idOf(key, operation, user));
+  /** The retention each completion of these records was written with, in order. */
+  const retentionsOf = (world: World, ...ids: string[]) =>
+    ids.map((id) => world.store.completions.filter((completion) => completion.id === id).map((c) => c.retentionMs));
+  const HOUR = 3_600_000;
 
   describe(`Adapter scenarios: ${name}`, () => {
     afterAll(() => rmSync(file, { force: true }));
@@ -1039,6 +1083,107 @@ export function describeAdapter(
       });
     });
 
+    it('fingerprint.exclude: a retry differing only in an excluded field replays; any other change is 422 (19)', async () => {
+      const sentAt = (seconds: number) => `2026-01-01T00:00:${String(seconds).padStart(2, '0')}Z`;
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/charges', {
+            key: '"volatile-1"',
+            body: JSON.stringify({ amount: 100, sentAt: sentAt(0) }),
+          });
+          expect(first.status).toBe(201);
+          expect(first.headers['idempotent-replayed']).toBeUndefined();
+          // The handler still sees the whole body: the field is left out of the fingerprint only.
+          expect(world.requests[0]?.body).toEqual({ amount: 100, sentAt: sentAt(0) });
+          // Another sentAt, sent with a length and sent chunked (each framework has two read paths),
+          // and none at all.
+          for (const body of [
+            JSON.stringify({ sentAt: sentAt(5), amount: 100 }),
+            JSON.stringify({ amount: 100, sentAt: sentAt(9) }),
+            JSON.stringify({ amount: 100 }),
+          ]) {
+            for (const framing of [{ body }, { chunks: [Buffer.from(body)] }]) {
+              const again = await world.send('/charges', { key: '"volatile-1"', ...framing });
+              expect(again.status, body).toBe(201);
+              expect(again.headers['idempotent-replayed'], body).toBe('true');
+              expect(again.headers['idempotency-key'], body).toBe('"volatile-1"');
+              expect(again.body.equals(first.body), body).toBe(true);
+            }
+          }
+          // A field that is not excluded still counts, with or without the volatile one changing.
+          for (const body of [
+            JSON.stringify({ amount: 200, sentAt: sentAt(0) }),
+            JSON.stringify({ amount: 200, sentAt: sentAt(7) }),
+            JSON.stringify({ amount: 100, sentAt: sentAt(0), note: 'x' }),
+          ]) {
+            expectProblem(await world.send('/charges', { key: '"volatile-1"', body }), 422, 'fingerprint_mismatch');
+          }
+          expect(world.server.executions()).toBe(1);
+          expect(world.store.calls.complete).toBe(1);
+          expect(world.events.filter((event) => event.type === 'replay').length).toBe(6);
+          expect(world.events.filter((event) => event.type === 'mismatch').length).toBe(3);
+          const record = await storedRecord(world, 'volatile-1');
+          expect(record?.state).toBe('completed');
+          expect((record as { response: StoredResponse }).response.status).toBe(201);
+        },
+        { fingerprint: { exclude: ['/sentAt'] } },
+      );
+      // Without the option the same retry is another request: the exclusion is what makes it one.
+      await withWorld(async (world) => {
+        await world.send('/charges', { key: 'volatile-2', body: JSON.stringify({ amount: 100, sentAt: sentAt(0) }) });
+        expectProblem(
+          await world.send('/charges', { key: 'volatile-2', body: JSON.stringify({ amount: 100, sentAt: sentAt(5) }) }),
+          422,
+          'fingerprint_mismatch',
+        );
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('multipart: a retry of the same parts under a new boundary replays; other file bytes get 422 (20)', async () => {
+      await withWorld(async (world) => {
+        const file = Buffer.from([0, 1, 2, 0x0d, 0x0a, 0x2d, 0x2d, 255, 254, 128]);
+        const first = multipartForm('----idemBoundaryA1', file);
+        const sent = await world.send('/form', { key: '"upload-1"', ...first });
+        expect(sent.status).toBe(201);
+        expect(sent.headers['idempotency-key']).toBe('"upload-1"');
+        expect(sent.headers['idempotent-replayed']).toBeUndefined();
+        // The handler's parser read every byte the adapter read first.
+        const fields = JSON.parse(sent.body.toString()).fields;
+        expect(fields).toEqual({
+          bytes: first.body.length,
+          sha256: createHash('sha256').update(first.body).digest('hex'),
+        });
+        // What every client does on a retry: the same form, serialised under a fresh boundary.
+        for (const boundary of ['----idemBoundaryB2', 'x', '----WebKitFormBoundary7MA4YWxkTrZu0gW']) {
+          const again = await world.send('/form', { key: '"upload-1"', ...multipartForm(boundary, file) });
+          expect(again.status, boundary).toBe(201);
+          expect(again.headers['idempotent-replayed'], boundary).toBe('true');
+          expect(again.headers['idempotency-key'], boundary).toBe('"upload-1"');
+          expect(again.body.equals(sent.body), boundary).toBe(true);
+        }
+        // One byte of the file differs, or the text field does: another request.
+        const otherFile = Buffer.from(file);
+        otherFile[otherFile.length - 1] = 129;
+        expectProblem(
+          await world.send('/form', { key: '"upload-1"', ...multipartForm('----idemBoundaryC3', otherFile) }),
+          422,
+          'fingerprint_mismatch',
+        );
+        expectProblem(
+          await world.send('/form', { key: '"upload-1"', ...multipartForm('----idemBoundaryA1', file, 'bye') }),
+          422,
+          'fingerprint_mismatch',
+        );
+        expect(world.server.executions()).toBe(1);
+        expect(world.store.calls.complete).toBe(1);
+        expect(world.events.filter((event) => event.type === 'mismatch').length).toBe(2);
+        const record = await storedRecord(world, 'upload-1', 'POST /form');
+        expect(record?.state).toBe('completed');
+        expect(Buffer.from((record as { response: StoredResponse }).response.body).equals(sent.body)).toBe(true);
+      });
+    });
+
     it('client-sent internal headers have no effect (23)', async () => {
       await withWorld(async (world) => {
         const sent = await world.send('/charges', {
@@ -1058,16 +1203,43 @@ export function describeAdapter(
       });
     });
 
-    it('a key on GET, or on a method not covered, is ignored and nothing is stored (29)', async () => {
+    it('a key on GET, HEAD or OPTIONS is ignored: nothing claimed or stored, no echo, the handler runs each time (29)', async () => {
       await withWorld(async (world) => {
-        const first = await world.send('/charges', { method: 'GET', key: 'get-1' });
-        const again = await world.send('/charges', { method: 'GET', key: 'get-1' });
-        expect(first.status).toBe(200);
-        expect(again.headers['idempotent-replayed']).toBeUndefined();
-        expect(again.headers['idempotency-key']).toBeUndefined();
-        expect(world.server.executions()).toBe(2);
-        expect(world.store.calls.claim).toBe(0);
+        // HEAD is answered by the GET route, as every framework's router does.
+        for (const [method, status] of [
+          ['GET', 200],
+          ['HEAD', 200],
+          ['OPTIONS', 204],
+        ] as const) {
+          const before = world.server.executions();
+          for (let i = 0; i < 2; i++) {
+            const sent = await world.send('/charges', { method, key: `"safe-${method}"` });
+            expect(sent.status, method).toBe(status);
+            expect(sent.headers['idempotency-key'], method).toBeUndefined();
+            expect(sent.headers['idempotent-replayed'], method).toBeUndefined();
+            expect(sent.headers['cache-control'], method).toBeUndefined();
+            if (method === 'GET') expect(JSON.parse(sent.body.toString()), method).toEqual({ n: before + i + 1 });
+            else expect(sent.body.length, method).toBe(0);
+            if (method === 'OPTIONS') expect(sent.headers.allow).toBe('GET, HEAD, POST, OPTIONS');
+          }
+          expect(world.server.executions(), method).toBe(before + 2);
+          expect(await storedRecord(world, `safe-${method}`, `${method} /charges`), method).toBeUndefined();
+        }
+        // A bad key on a safe method is not even parsed: no 400.
+        expect((await world.send('/charges', { method: 'GET', key: 'a, b' })).status).toBe(200);
+        expect((await world.send('/charges', { method: 'HEAD', key: '' })).status).toBe(200);
+        expect(world.store.calls).toEqual({ claim: 0, complete: 0, release: 0 });
+        expect(world.events).toEqual([]);
+        // The same key on POST is then an execution of its own, with nothing in its way.
+        const post = await world.send('/charges', { key: '"safe-GET"' });
+        expect(post.status).toBe(201);
+        expect(post.headers['idempotency-key']).toBe('"safe-GET"');
+        expect(world.store.calls.claim).toBe(1);
       });
+      // Safe methods cannot be opted in: refused when the server is made, before any request.
+      for (const methods of [['POST', 'GET'], ['POST', 'HEAD'], ['options']]) {
+        await expect(start({ methods }), methods.join()).rejects.toThrow(TypeError);
+      }
       await withWorld(
         async (world) => {
           const noKey = await world.send('/charges', { key: null });
@@ -1158,6 +1330,99 @@ export function describeAdapter(
           expect(again.headers['idempotent-replayed']).toBe('true');
         },
         { scope: (request: any) => tenantOf(request) },
+      );
+    });
+
+    it("per-route retention: each route's own adapter instance keeps its outcomes for its own retention (32)", async () => {
+      const harness = await makeStore();
+      const world = await start({}, harness, scenarioRoutes, {
+        '/charges': { retention: '1h', acknowledgeShortRetention: true },
+        '/refunds': { retention: '48h' },
+      });
+      try {
+        const routes = ['/charges', '/refunds', '/text'] as const;
+        const firsts = new Map<string, Sent>();
+        for (const path of routes) {
+          const first = await world.send(path, { key: `ttl${path}` });
+          expect(first.status, path).toBe(path === '/text' ? 200 : 201);
+          expect(first.headers['idempotency-key'], path).toBe(`ttl${path}`);
+          firsts.set(path, first);
+          const again = await world.send(path, { key: `ttl${path}` });
+          expect(again.headers['idempotent-replayed'], path).toBe('true');
+        }
+        expect(world.server.executions()).toBe(3);
+        // Each route's outcome was written with its instance's retention; /text keeps the shared 24 h.
+        const ids = routes.map((path) => idOf(`ttl${path}`, `POST ${path}`));
+        expect(retentionsOf(world, ...ids)).toEqual([[HOUR], [48 * HOUR], [24 * HOUR]]);
+        if (harness.advance) {
+          // Past the short retention only: that route runs again, the others replay.
+          harness.advance(2 * HOUR);
+          const charges = await world.send('/charges', { key: 'ttl/charges' });
+          expect(charges.status).toBe(201);
+          expect(charges.headers['idempotent-replayed']).toBeUndefined();
+          expect(JSON.parse(charges.body.toString()).id).toBe('ch_4');
+          for (const path of ['/refunds', '/text']) {
+            const again = await world.send(path, { key: `ttl${path}` });
+            expect(again.headers['idempotent-replayed'], path).toBe('true');
+            expect(again.body.equals(firsts.get(path)?.body ?? Buffer.alloc(0)), path).toBe(true);
+          }
+          expect(world.server.executions()).toBe(4);
+          // Past the shared 24 h, not the 48 h of /refunds.
+          harness.advance(23 * HOUR);
+          const text = await world.send('/text', { key: 'ttl/text' });
+          expect(text.headers['idempotent-replayed']).toBeUndefined();
+          expect(text.body.toString()).toBe('plain text 5 ✓');
+          expect((await world.send('/refunds', { key: 'ttl/refunds' })).headers['idempotent-replayed']).toBe('true');
+          expect(world.server.executions()).toBe(5);
+        }
+      } finally {
+        await world.close();
+      }
+    });
+
+    it('per-outcome retention: storeOutcome keeps a 5xx for its own, shorter retention (32)', async () => {
+      const harness = await makeStore();
+      // A 5xx is replayed for an hour only; every other outcome but 429 for the default 24 h.
+      const storeOutcome = ({ status }: Outcome): OutcomeDecision =>
+        status >= 500 ? { store: true, retention: '1h' } : status !== 429;
+      await withWorld(
+        async (world) => {
+          const boom = await world.send('/boom', { key: 'po-boom' });
+          expect(boom.status).toBe(500);
+          expect(boom.headers['idempotency-key']).toBe('po-boom');
+          const boomAgain = await world.send('/boom', { key: 'po-boom' });
+          expect(boomAgain.status).toBe(500);
+          expect(boomAgain.headers['idempotent-replayed']).toBe('true');
+          const charge = await world.send('/charges', { key: 'po-charge' });
+          expect(charge.status).toBe(201);
+          expect((await world.send('/declined', { key: 'po-declined' })).status).toBe(402);
+          const limited = await world.send('/limited', { key: 'po-limited' });
+          expect(limited.status).toBe(429);
+          await world.waitForEvent('release');
+          expect(world.server.executions()).toBe(4);
+          expect(
+            retentionsOf(
+              world,
+              idOf('po-boom', 'POST /boom'),
+              idOf('po-charge'),
+              idOf('po-declined', 'POST /declined'),
+              idOf('po-limited', 'POST /limited'),
+            ),
+          ).toEqual([[HOUR], [24 * HOUR], [24 * HOUR], []]);
+          if (harness.advance) {
+            harness.advance(2 * HOUR);
+            const retried = await world.send('/boom', { key: 'po-boom' });
+            expect(retried.status).toBe(500);
+            expect(retried.headers['idempotent-replayed']).toBeUndefined();
+            const chargeAgain = await world.send('/charges', { key: 'po-charge' });
+            expect(chargeAgain.headers['idempotent-replayed']).toBe('true');
+            expect(chargeAgain.body.equals(charge.body)).toBe(true);
+            expect((await world.send('/declined', { key: 'po-declined' })).headers['idempotent-replayed']).toBe('true');
+            expect(world.server.executions()).toBe(5);
+          }
+        },
+        { storeOutcome },
+        harness,
       );
     });
 
@@ -1326,6 +1591,20 @@ export function describeAdapter(
       });
     });
   });
+}
+
+// A multipart/form-data body (RFC 7578) of a text field and a small file part, under `boundary`.
+function multipartForm(boundary: string, file: Buffer, note = 'hello ✓'): { body: Buffer; contentType: string } {
+  const body = Buffer.concat([
+    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="note"\r\n\r\n${note}\r\n`),
+    Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="receipt"; filename="receipt.bin"\r\n` +
+        'Content-Type: application/octet-stream\r\n\r\n',
+    ),
+    file,
+    Buffer.from(`\r\n--${boundary}--\r\n`),
+  ]);
+  return { body, contentType: `multipart/form-data; boundary=${boundary}` };
 }
 
 function tenantOf(request: any): string | undefined {
