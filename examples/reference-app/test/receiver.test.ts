@@ -4,6 +4,7 @@ import { sign } from '@idem/webhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
+import { findChargeState } from '../src/receiver/charges.js';
 import { loadWebhookSecret } from '../src/schema/api-schema.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
@@ -200,6 +201,60 @@ describe('receiver: what is refused', () => {
     expect((await post(10)).status).toBe(200);
     expect((await post(11)).status).toBe(422);
     expect((await events()).find((event) => event.id === id)).toMatchObject({ amount: 10, applied: 1, deliveries: 3 });
+  });
+});
+
+describe('out of order: a stale event is acknowledged but does not roll the charge back (events case 32)', () => {
+  async function post(id: string, payload: unknown): Promise<Response> {
+    const secret = await loadWebhookSecret(db);
+    const body = JSON.stringify(payload);
+    const headers = sign({ id, timestamp: Math.floor(Date.now() / 1000), body, secret });
+    return fetch(stack.receiver.webhookUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body,
+    });
+  }
+  const refund = (chargeId: string) => ({
+    type: 'payment.refunded',
+    data: { id: chargeId, status: 'refunded', version: 2 },
+  });
+
+  it("keeps v2 (refunded) when the API's payment.succeeded (v1) arrives after it; both are acknowledged and applied once", async () => {
+    const charge = await createCharge(3100);
+    // The refund overtakes the success, which is still waiting in the API's outbox.
+    const refunded = await post(`evt_re_${charge.id}`, refund(charge.id));
+    expect(refunded.status).toBe(200);
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'refunded', version: 2 });
+    const round = await stack.api.relayOnce();
+    expect(round.delivered).toBeGreaterThanOrEqual(1);
+    expect(await eventOf(charge.id)).toBeDefined();
+    expect(await findChargeState(db, charge.id)).toEqual({
+      chargeId: charge.id,
+      status: 'refunded',
+      version: 2,
+      eventId: `evt_re_${charge.id}`,
+    });
+    const both = (await events()).filter((event) => event.chargeId === charge.id);
+    expect(both.map((event) => [event.id, event.applied]).sort()).toEqual([
+      [`evt_${charge.id}`, 1],
+      [`evt_re_${charge.id}`, 1],
+    ]);
+  });
+
+  it('in order, the newer event replaces the older one; a redelivered stale event changes nothing', async () => {
+    const charge = await createCharge(3200);
+    await stack.api.relayOnce();
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'succeeded', version: 1 });
+    expect((await post(`evt_re_${charge.id}`, refund(charge.id))).status).toBe(200);
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'refunded', version: 2 });
+    // A v1 event under a new id (not a duplicate the inbox would absorb) is still stale.
+    const late = await post(`evt_late_${charge.id}`, {
+      type: 'payment.succeeded',
+      data: { id: charge.id, status: 'succeeded', version: 1 },
+    });
+    expect(late.status).toBe(200);
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'refunded', version: 2 });
   });
 });
 

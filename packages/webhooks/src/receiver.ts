@@ -73,14 +73,18 @@ export interface ReceiverOptions<Tx = unknown> {
    */
   apply: (event: ReceivedEvent, tx: Tx | undefined) => unknown;
   /**
-   * How long event ids are remembered. Default `'72h'`: longer than the common senders' retry
-   * horizons (Svix about 28 h, Stripe 3 days). Below 24 h needs `acknowledgeShortRetention`.
+   * How long event ids are remembered, counted from when the first delivery was recorded. Default
+   * `'7d'`: longer, with margin, than the common senders' retry horizons (this package's sender 24 h,
+   * Svix about 28 h, Stripe 3 days, the Standard Webhooks example schedule 75.6 h); an id's record
+   * is a few hundred bytes.
+   * Below 24 h needs `acknowledgeShortRetention`.
    */
   retention?: Duration;
   acknowledgeShortRetention?: boolean;
   /**
    * How long the sender keeps retrying (and redelivering by hand). A retention shorter than this
-   * raises a warning: a late retry would be applied a second time. Default `'72h'`.
+   * raises a warning: a late retry would be applied a second time. Default `'76h'`: the longest
+   * automatic schedule of the common senders (Standard Webhooks' example, 75.6 h), rounded up.
    */
   senderHorizon?: Duration;
   /** Receives configuration warnings. Default `process.emitWarning`. */
@@ -173,7 +177,7 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     now,
     ...(options.tolerance === undefined ? {} : { tolerance: options.tolerance }),
   });
-  const retention = options.retention ?? '72h';
+  const retention = options.retention ?? '7d';
   const engine = createIdempotency({
     store: options.store,
     retention,
@@ -186,7 +190,7 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     ...(options.onStoreEvent === undefined ? {} : { onEvent: options.onStoreEvent }),
   });
   const retentionMs = engine.settings.retentionMs;
-  const senderHorizonMs = toMilliseconds(options.senderHorizon ?? '72h', 'senderHorizon');
+  const senderHorizonMs = toMilliseconds(options.senderHorizon ?? '76h', 'senderHorizon');
   const transactional = (options.transactional ?? true) && engine.transactional;
   const scope = options.scope ?? 'webhooks';
   if (typeof scope !== 'string' || scope.length === 0) throw new TypeError('scope must be a non-empty string');

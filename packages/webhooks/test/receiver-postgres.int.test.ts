@@ -155,6 +155,69 @@ describe.skipIf(!available)('transactional receiver on PostgreSQL', () => {
     expect((await deliver(makeReceiver(), 'E1')).outcome).toBe('duplicate');
   });
 
+  it('out of order (case 32): the conditional upsert of the docs keeps v2 when v1 comes later, even while v2 is still committing', async () => {
+    const payments = uniqueTable('payments');
+    await pool.query(`CREATE TABLE "${payments}" (id text PRIMARY KEY, status text NOT NULL, version bigint NOT NULL)`);
+    try {
+      let hold: { written: () => void; commit: Promise<void> } | undefined;
+      const receiver = createReceiver<PostgresTransaction>({
+        store: postgresStore({ client: pool, table: records }),
+        secret: SECRET,
+        apply: async (event, tx) => {
+          const { data } = event.json<{ data: { id: string; status: string; version: number } }>();
+          await tx!.query(
+            `INSERT INTO "${payments}" (id, status, version) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET status = excluded.status, version = excluded.version
+             WHERE "${payments}".version < excluded.version`,
+            [data.id, data.status, data.version],
+          );
+          if (data.version === 2 && hold) {
+            hold.written();
+            await hold.commit;
+          }
+        },
+      });
+      const event = (payment: string, status: string, version: number) =>
+        Buffer.from(JSON.stringify({ type: `payment.${status}`, data: { id: payment, status, version } }));
+      const state = async (payment: string) =>
+        (await pool.query(`SELECT status, version::int AS version FROM "${payments}" WHERE id = $1`, [payment])).rows;
+
+      // One after the other: v2 first, then v1. Both acknowledged, v2 kept.
+      expect((await deliver(receiver, 'P1-refunded', event('pay_1', 'refunded', 2))).outcome).toBe('applied');
+      expect((await deliver(receiver, 'P1-succeeded', event('pay_1', 'succeeded', 1))).outcome).toBe('applied');
+      expect(await state('pay_1')).toEqual([{ status: 'refunded', version: 2 }]);
+
+      // At the same time: v2 has written but not committed when v1 arrives. v1's upsert waits on the
+      // row, then sees v2 committed and changes nothing.
+      let written!: () => void;
+      const inside = new Promise<void>((resolve) => (written = resolve));
+      let commit!: () => void;
+      hold = { written, commit: new Promise<void>((resolve) => (commit = resolve)) };
+      const refunded = deliver(receiver, 'P2-refunded', event('pay_2', 'refunded', 2));
+      await inside;
+      const succeeded = deliver(receiver, 'P2-succeeded', event('pay_2', 'succeeded', 1));
+      const waiting = async () =>
+        Number(
+          (
+            await pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%INSERT INTO "${payments}"%`],
+            )
+          ).rows[0].n,
+        );
+      for (let tries = 0; (await waiting()) === 0; tries++) {
+        if (tries > 500) throw new Error('v1 never waited on the row v2 holds');
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      commit();
+      expect((await refunded).outcome).toBe('applied');
+      expect((await succeeded).outcome).toBe('applied');
+      expect(await state('pay_2')).toEqual([{ status: 'refunded', version: 2 }]);
+    } finally {
+      await pool.query(`DROP TABLE IF EXISTS "${payments}"`);
+    }
+  });
+
   it('a crash inside the transaction rolls back the effect; the retry applies once (case 5, real processes)', async () => {
     const sender = createSender({ secret: SECRET, schedule: { maxAttempts: 1 } });
     const crashing = await startProcess({ CRASH_IN_TX: 'E5' });

@@ -35,11 +35,16 @@ describe.skipIf(!available)('receiver records in Redis', () => {
     for (const client of clients) client.disconnect();
   });
 
-  const worker = (applied: string[], retention: Duration = '72h') => {
+  const worker = (applied: string[], retention?: Duration) => {
     const store = redisStore({ client: connect(), prefix });
     return {
       store,
-      receiver: createReceiver({ store, secret: SECRET, retention, apply: (event) => void applied.push(event.id) }),
+      receiver: createReceiver({
+        store,
+        secret: SECRET,
+        ...(retention === undefined ? {} : { retention }),
+        apply: (event) => void applied.push(event.id),
+      }),
     };
   };
   const deliver = (receiver: Receiver, id: string, payload = body) =>
@@ -55,12 +60,13 @@ describe.skipIf(!available)('receiver records in Redis', () => {
     expect((await deliver(workers[1]!, 'R1')).outcome).toBe('duplicate');
   });
 
-  it('keeps the id for the retention, by the Redis clock, and refuses a changed body (cases 8, 9)', async () => {
+  it('keeps the id for the default retention of 7 days, by the Redis clock, and refuses a changed body (cases 8, 9)', async () => {
     const applied: string[] = [];
-    const { receiver, store } = worker(applied, '96h');
+    const { receiver, store } = worker(applied);
     await deliver(receiver, 'R2');
     const ttl = await clients[0]!.pttl(store.key(recordIdOf('R2')));
-    expect(ttl).toBeGreaterThan(95 * 3_600_000);
+    expect(ttl).toBeGreaterThan(7 * 24 * 3_600_000 - 60_000);
+    expect(ttl).toBeLessThanOrEqual(7 * 24 * 3_600_000);
     const changed = await deliver(receiver, 'R2', Buffer.from('{"type":"payment.succeeded","data":{"amount":1}}'));
     expect(changed).toMatchObject({ status: 422, outcome: 'mismatch' });
     expect(applied).toEqual(['R2']);

@@ -14,6 +14,7 @@ import {
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
 const signer = createSigner({ secret: SECRET });
 
 function setup(options: Partial<ReceiverOptions> = {}) {
@@ -237,19 +238,22 @@ describe('failures (cases 6, 9, 11, 14)', () => {
 });
 
 describe('retention (case 8)', () => {
-  it('still absorbs a redelivery 73 h later with the default 72 h retention counted from the first delivery', async () => {
+  it('absorbs a redelivery at 73 h and at 7 d minus a second with the default retention, and applies it again after 7 d', async () => {
     const { deliver, applied, advance, warnings, receiver } = setup();
-    expect(receiver.settings.retentionMs).toBe(72 * HOUR);
     await deliver('E1', paymentBody);
-    advance(71 * HOUR);
+    // Past Stripe's 3 days, inside the Standard Webhooks example schedule (75.6 h).
+    advance(73 * HOUR);
     expect((await deliver('E1', paymentBody)).outcome).toBe('duplicate');
-    // Retention counts from the completion; 73 h after the first delivery lies inside it only if it
-    // is longer than 73 h, so this shows what the default covers and where it ends.
-    advance(2 * HOUR);
+    // Retention counts from when the first delivery was recorded; a duplicate does not extend it.
+    advance(7 * DAY - 73 * HOUR - 1_000);
+    expect((await deliver('E1', paymentBody)).outcome).toBe('duplicate');
+    expect(applied).toHaveLength(1);
+    advance(2_000);
     const late = await deliver('E1', paymentBody);
     expect(late.outcome).toBe('applied');
     expect(applied).toHaveLength(2);
     expect(warnings).toEqual([]);
+    expect(receiver.settings.retentionMs).toBe(7 * DAY);
   });
 
   it('absorbs a redelivery at 73 h with a retention matching a 3-day sender, and a 1 h store fails that', async () => {
@@ -270,8 +274,16 @@ describe('retention (case 8)', () => {
   it('warns when retention is below the sender horizon, and refuses under 24 h without acknowledgement', () => {
     const warned = setup({ retention: '24h' });
     expect(warned.warnings).toHaveLength(1);
-    expect(warned.warnings[0]?.message).toMatch(/24h.*72h/);
+    expect(warned.warnings[0]?.message).toMatch(/24h.*76h/);
     expect(() => setup({ retention: '1h' })).toThrow(TypeError);
+  });
+
+  it('takes 76 h as the default sender horizon: a 72 h retention warns, since the Standard Webhooks schedule retries until 75.6 h', () => {
+    const threeDays = setup({ retention: '72h' });
+    expect(threeDays.receiver.settings.senderHorizonMs).toBe(76 * HOUR);
+    expect(threeDays.warnings.map((w) => w.code)).toEqual(['retention_below_sender_horizon']);
+    expect(setup({ retention: '76h' }).warnings).toEqual([]);
+    expect(setup({ retention: '72h', senderHorizon: '24h' }).warnings).toEqual([]);
   });
 });
 
@@ -313,7 +325,8 @@ describe('sender and receiver together (cases 31, 32)', () => {
       apply: (event) => {
         const { data } = event.json<{ data: { id: string; status: string; version: number } }>();
         const current = payments.get(data.id);
-        // A per-entity version guard: an older event is recorded as seen but changes nothing.
+        // The guard is the application's (the receiver cannot tell which of two events is newer),
+        // as docs/webhooks.md shows; the receiver's part is recording and acknowledging both.
         if (current && current.version >= data.version) return;
         payments.set(data.id, { status: data.status, version: data.version });
       },

@@ -1,4 +1,11 @@
 export {
+  applyChargeEvent,
+  type ChargeEvent,
+  type ChargeState,
+  findChargeState,
+  migrateChargeStates,
+} from './charges.js';
+export {
   findReceivedEvent,
   listReceivedEvents,
   type PaymentSucceeded,

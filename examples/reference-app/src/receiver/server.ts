@@ -12,6 +12,7 @@ import { htmlPage, pageHeaders } from '../html.js';
 import { userAndClientScope } from '../key-scope.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { hasControlCharacters } from '../text.js';
+import { applyChargeEvent, type ChargeEvent, migrateChargeStates } from './charges.js';
 import {
   findReceivedEvent,
   listReceivedEvents,
@@ -66,7 +67,9 @@ export interface RunningReceiver {
  * Starts the webhook receiver on Koa. `POST /webhooks/payments` verifies the Standard Webhooks
  * signature, then goes through the inbox (`createReceiver` on the transactional PostgreSQL/PGlite
  * store): the first delivery of an event id applies it in the same transaction that records the id;
- * any later delivery is acknowledged without applying. `GET /` is the demo page listing the events
+ * any later delivery is acknowledged without applying. Applying sets the charge's state only if the
+ * event is newer than the state it holds (see {@link applyChargeEvent}): events may arrive out of
+ * order. `GET /` is the demo page listing the events
  * with their delivery and apply counts, for whoever holds its link with the page token (403 without);
  * the same as JSON is the admin API (see {@link adminApi}), reached through the gateway.
  *
@@ -89,6 +92,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   const holdsPageToken = (given: unknown) =>
     typeof given === 'string' && timingSafeEqual(createHash('sha256').update(given).digest(), pageTokenDigest);
   await migrateApi(db);
+  await migrateChargeStates(db);
   // Delivery counts are written after the inbox answered; the response waits for them, so the page
   // is up to date by the time the sender sees its acknowledgement.
   const pendingCounts = new Set<Promise<void>>();
@@ -99,8 +103,14 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     retention: '72h',
     senderHorizon: '24h',
     scope: 'reference-api',
-    apply: (event, tx) =>
-      recordApplied(tx as Parameters<typeof recordApplied>[0], event.id, event.json<PaymentSucceeded>()),
+    // The event's own row, and its charge's state behind a version guard (events arrive out of
+    // order); both in the inbox's transaction, so they commit with the record of the event id.
+    apply: async (event, tx) => {
+      const executor = tx as Parameters<typeof recordApplied>[0];
+      const payload = event.json<PaymentSucceeded & ChargeEvent>();
+      await recordApplied(executor, event.id, payload);
+      await applyChargeEvent(executor, event.id, payload);
+    },
     ...(options.now ? { now: options.now } : {}),
     onEvent: (event) => {
       if (event.type === 'rejected' || event.type === 'record-failed' || event.id === undefined) return;

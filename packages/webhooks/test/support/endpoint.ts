@@ -1,6 +1,6 @@
 // A real HTTP endpoint in front of a receiver, that can hold or drop its acknowledgements, and
 // counts what reached it per webhook id.
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Receiver } from '../../src/index.js';
 
@@ -10,6 +10,8 @@ export interface Endpoint {
   url: string;
   /** Requests that reached the receiver, per webhook-id. */
   requests: Map<string, number>;
+  /** The headers of every request that reached the receiver, in order. */
+  headers: IncomingHttpHeaders[];
   /** How the next acknowledgements are treated; a function sees each delivery's id. */
   setMode(mode: AckMode | ((id: string) => AckMode)): void;
   close(): Promise<void>;
@@ -23,11 +25,13 @@ async function read(request: IncomingMessage): Promise<Buffer> {
 
 export async function startEndpoint(receiver: Receiver): Promise<Endpoint> {
   const requests = new Map<string, number>();
+  const headers: IncomingHttpHeaders[] = [];
   let mode: AckMode | ((id: string) => AckMode) = 'send';
   const server: Server = createServer(async (request, response) => {
     const body = await read(request);
     const id = String(request.headers['webhook-id']);
     requests.set(id, (requests.get(id) ?? 0) + 1);
+    headers.push(request.headers);
     const result = await receiver.handle({ headers: request.headers, body });
     const chosen = typeof mode === 'function' ? mode(id) : mode;
     // 'hold' leaves the sender waiting (it times out or its process dies); 'drop' cuts the
@@ -44,6 +48,7 @@ export async function startEndpoint(receiver: Receiver): Promise<Endpoint> {
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`,
     requests,
+    headers,
     setMode: (next) => {
       mode = next;
     },
