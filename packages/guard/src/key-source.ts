@@ -15,10 +15,11 @@ export interface KeySource {
   lookup(kid: string | undefined, alg: JwsAlgorithm): Promise<KeyLookup>;
   /**
    * Whether a result verified with the keys held now may answer at `at` (epoch ms) without a lookup:
-   * true while a remote set is fresh, or stale while a failed refresh cools down (stale-if-error);
-   * false when a lookup would fetch first, or has no trusted keys. The verified-token cache asks it, so
-   * a cached result never outlives the keys behind it, and a hit also starts the refresh ahead a
-   * lookup would: a gateway whose traffic is all cache hits still learns that a key was retired.
+   * true while a remote set is fresh, or stale while its refreshes fail (up to stale-if-error); false
+   * past the set's lifetime after a successful fetch (a lookup fetches first), or with no trusted
+   * keys. The verified-token cache asks it, so a cached result never outlives the keys behind it, and
+   * a hit also starts the refresh a lookup would: a gateway whose traffic is all cache hits still
+   * learns that a key was retired, and an outage does not make every hit wait for a fetch.
    */
   usable(at: number): boolean;
 }
@@ -330,16 +331,21 @@ export function remoteKeySource(
     if (at >= refreshAt && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
   }
 
-  // What a cached result may rely on: exactly what a lookup at `at` would answer with, without
-  // waiting. Stale-if-error is for an endpoint that fails; past the lifetime with no failure to
-  // cool down from, a lookup would fetch, and the cached result must wait for that fetch too.
+  // What a cached result may rely on. A fresh set: yes, starting the refresh ahead a lookup would.
+  // Past its lifetime while the endpoint fails: yes, up to stale-if-error (the keys a lookup would
+  // fall back on), starting the next attempt in the background once the cooldown allows it, so an
+  // outage does not make every hit wait for a fetch that is likely to time out. Past its lifetime
+  // after a successful fetch: no, the cached result waits for the refresh with everyone else, since
+  // the endpoint is healthy and may have retired the key.
   function usable(at: number): boolean {
     if (state === undefined) return false;
     if (at < state.expiresAt) {
       refreshAhead(state, at);
       return true;
     }
-    return inFlight === undefined && !mayRefreshExpiring(at) && trusted(at);
+    if (!lastAttemptFailed || !trusted(at)) return false;
+    if (inFlight === undefined && mayRefreshExpiring(at)) void refresh();
+    return true;
   }
 
   async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {

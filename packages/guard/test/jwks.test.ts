@@ -455,6 +455,32 @@ describe('remote JWKS', () => {
     ]);
   });
 
+  it('verified-token cache: during an outage a hit is served from the stale keys and never waits for the retry', async () => {
+    const { server, clock, guard } = await setup(
+      set(jwk('k1')),
+      { staleIfError: 600, cooldown: 30, timeout: 30 },
+      true,
+    );
+    const longLived = makeToken({
+      alg: 'ES256',
+      key: keys.ec.privateKey,
+      header: { kid: 'k1' },
+      claims: { exp: START_MS / 1000 + 7200 },
+    });
+    expect((await guard.verify(longLived)).ok).toBe(true);
+    server.set({ kind: 'raw', status: 503, body: 'down' });
+    clock.advance(61);
+    expect((await guard.verify(longLived)).ok).toBe(true); // the failed refresh, then the stale keys
+    // Past the cooldown the endpoint hangs: the next attempt starts, and would take 30 s to time out.
+    server.set({ kind: 'hang' });
+    clock.advance(31);
+    const waited = new Promise((resolve) => setTimeout(() => resolve('waited for the fetch'), 2000).unref());
+    const hit = await Promise.race([guard.verify(longLived), waited]);
+    expect(hit).toMatchObject({ ok: true });
+    expect(guard.stats().cacheHits).toBeGreaterThanOrEqual(1);
+    await vi.waitFor(() => expect(server.requests).toBe(3));
+  });
+
   it('verified-token cache entries die at exp', async () => {
     const { clock, guard } = await setup(set(jwk('k1')), {}, true);
     const shortLived = makeToken({
