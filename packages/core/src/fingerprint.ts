@@ -83,15 +83,22 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
       last = { method: parts.method, route: parts.route, path: parts.path, query, contentType, framed, mediaType };
     }
   }
-  const body =
-    parts.body === undefined && parts.json !== undefined
-      ? bodyForHashFromValue(parts.json, mediaType, options.exclude)
-      : mediaType.startsWith('multipart/')
-        ? multipartForHash(parts.body, contentType)
-        : bodyForHash(parts.body, mediaType, options.exclude);
-  if (typeof body === 'string') return hash('sha256', framed + frame('b', body), 'hex');
+  let label = 'b';
+  let body: Uint8Array | string;
+  if (parts.body === undefined && parts.json !== undefined) {
+    body = bodyForHashFromValue(parts.json, mediaType, options.exclude);
+  } else if (mediaType.startsWith('multipart/') && parts.body !== undefined) {
+    // A form by its parts, not its boundary (see canonicalMultipart), under a label of its own: no
+    // raw body, however it is made, frames into the same input. One not well-formed: its bytes.
+    const form = canonicalMultipart(typeof parts.body === 'string' ? Buffer.from(parts.body) : parts.body, contentType);
+    if (form !== undefined) label = 'f';
+    body = form ?? parts.body;
+  } else {
+    body = bodyForHash(parts.body, mediaType, options.exclude);
+  }
+  if (typeof body === 'string') return hash('sha256', framed + frame(label, body), 'hex');
   // Raw bytes are not text: they are hashed as they are, after the framed prefix.
-  return createHash('sha256').update(`${framed}b${body.length}:`).update(body).digest('hex');
+  return createHash('sha256').update(`${framed}${label}${body.length}:`).update(body).digest('hex');
 }
 
 let last:
@@ -161,14 +168,6 @@ export function isJsonContentType(contentType: string | undefined): boolean {
 // `Application/JSON; charset=utf-8` -> `application/json`: the type and subtype, parameters dropped.
 function mediaTypeOf(contentType: string): string {
   return contentType.split(';')[0]!.trim().toLowerCase();
-}
-
-// A multipart body fingerprints by its parts, not its boundary (see canonicalMultipart); one that
-// is not well-formed, by its bytes.
-function multipartForHash(body: Uint8Array | string | undefined, contentType: string): Uint8Array | string {
-  if (body === undefined) return '';
-  const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-  return canonicalMultipart(bytes, contentType) ?? body;
 }
 
 function bodyForHash(

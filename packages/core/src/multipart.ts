@@ -6,12 +6,13 @@
  * different request, and the retry a 422. The preamble and epilogue carry nothing (RFC 2046 says to
  * ignore them) and are left out too.
  *
- * Undefined when the body is not well-formed multipart under that boundary: the caller then hashes
- * its bytes, as for any other body.
+ * Undefined when the body is not well-formed multipart under that boundary, or has more than
+ * {@link maxParts} parts or {@link maxFieldLines} header lines in a part (a body of many tiny parts
+ * would cost far more to read than to hash): the caller then hashes its bytes, as for any other body. Both limits hold whatever the boundary, so a retry is read the same way as the first try.
  *
  * @example
  * const body = Buffer.from('--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--x--\r\n');
- * canonicalMultipart(body, 'multipart/form-data; boundary=x'); // Buffer 'multipart:h40:content-disposition:form-data; name="a"\nc1:1'
+ * canonicalMultipart(body, 'multipart/form-data; boundary=x'); // Buffer 'h40:content-disposition:form-data; name="a"\nc1:1'
  */
 export function canonicalMultipart(body: Uint8Array, contentType: string): Buffer | undefined {
   const boundary = boundaryOf(contentType);
@@ -19,11 +20,12 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   const delimiter = Buffer.from(`--${boundary}`, 'latin1');
   const nextDelimiter = Buffer.from(`\r\n--${boundary}`, 'latin1');
-  // The first delimiter opens the body or ends a line of the preamble.
-  let at = bytes.subarray(0, delimiter.length).equals(delimiter) ? 0 : bytes.indexOf(nextDelimiter);
+  // The first delimiter opens the body or ends a line of the preamble (which may be empty).
+  const opens = bytes.subarray(0, delimiter.length).equals(delimiter);
+  let at = opens ? 0 : bytes.indexOf(nextDelimiter);
   if (at === -1) return undefined;
-  if (at > 0) at += 2;
-  const out: Buffer[] = [prefix];
+  if (!opens) at += 2;
+  const out: Buffer[] = [];
   for (;;) {
     at += delimiter.length;
     // `--` after a delimiter closes the body; whatever follows is the epilogue.
@@ -33,7 +35,7 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
     if (bytes[at] !== cr || bytes[at + 1] !== lf) return undefined;
     at += 2;
     const end = bytes.indexOf(nextDelimiter, at);
-    if (end === -1) return undefined;
+    if (end === -1 || out.length === maxParts) return undefined;
     const part = partForHash(bytes.subarray(at, end));
     if (part === undefined) return undefined;
     out.push(part);
@@ -41,7 +43,10 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
   }
 }
 
-const prefix = Buffer.from('multipart:');
+/** Parts read at most; a form with more is fingerprinted by its bytes. */
+export const maxParts = 1000;
+/** Header lines read at most in one part; a part with more makes the form fingerprinted by its bytes. */
+export const maxFieldLines = 32;
 const dash = 0x2d;
 const space = 0x20;
 const tab = 0x09;
@@ -62,12 +67,18 @@ function partForHash(part: Buffer): Buffer | undefined {
   } else {
     const split = part.indexOf(headerEnd);
     if (split === -1) return undefined;
-    const lines = unfold(part.subarray(0, split).toString('latin1').split('\r\n'));
+    const raw = part
+      .subarray(0, split)
+      .toString('latin1')
+      .split('\r\n', maxFieldLines + 1);
+    const lines = raw.length > maxFieldLines ? undefined : unfold(raw);
+    if (lines === undefined) return undefined;
     const named: Array<[string, string]> = [];
     for (const line of lines) {
       const colon = line.indexOf(':');
-      if (colon <= 0) return undefined;
-      named.push([line.slice(0, colon).trim().toLowerCase(), line.slice(colon + 1).trim()]);
+      // A bare CR or LF inside a line would let one field pass for two in the joined form below.
+      if (colon <= 0 || line.includes('\r') || line.includes('\n')) return undefined;
+      named.push([trimBlanks(line.slice(0, colon)).toLowerCase(), trimBlanks(line.slice(colon + 1))]);
     }
     named.sort(([a, av], [b, bv]) => (a < b ? -1 : a > b ? 1 : av < bv ? -1 : av > bv ? 1 : 0));
     fields = named.map(([name, value]) => `${name}:${value}\n`).join('');
@@ -78,18 +89,30 @@ function partForHash(part: Buffer): Buffer | undefined {
 }
 
 // A line that starts with white space continues the field before it (obsolete folding, which some
-// clients still write for long file names).
-function unfold(lines: string[]): string[] {
+// clients still write for long file names). Undefined when the first line is such a continuation.
+function unfold(lines: string[]): string[] | undefined {
   const out: string[] = [];
   for (const line of lines) {
-    if ((line.startsWith(' ') || line.startsWith('\t')) && out.length > 0) out[out.length - 1] += ` ${line.trim()}`;
+    const continues = line.startsWith(' ') || line.startsWith('\t');
+    if (continues && out.length === 0) return undefined;
+    if (continues) out[out.length - 1] += ` ${trimBlanks(line)}`;
     else out.push(line);
   }
   return out;
 }
 
+// HTTP's optional white space is spaces and tabs only (String#trim would also take 0xA0, a byte of
+// the value read as latin1).
+function trimBlanks(value: string): string {
+  let start = 0;
+  let end = value.length;
+  while (start < end && (value[start] === ' ' || value[start] === '\t')) start++;
+  while (end > start && (value[end - 1] === ' ' || value[end - 1] === '\t')) end--;
+  return value.slice(start, end);
+}
+
 // RFC 2046 §5.1.1: 1 to 70 characters from a fixed set, the last not a space; quoted or not.
-const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]{1,70})"|([^\s;"]{1,70}))/i;
+const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;"]+))/i;
 const boundaryCharacters = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]$/;
 
 function boundaryOf(contentType: string): string | undefined {

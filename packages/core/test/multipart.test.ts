@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { canonicalMultipart } from '../src/multipart.js';
+import { canonicalMultipart, maxFieldLines, maxParts } from '../src/multipart.js';
 
 // A form as a client serialises it: the same parts under whatever boundary it picked this time.
 function form(boundary: string, parts: Array<{ headers: string[]; content: string | Buffer }>, extra = {}) {
@@ -109,7 +109,13 @@ describe('multipart fingerprint (case 20)', () => {
     expect(
       canonicalMultipart(Buffer.from('--b junk\r\n\r\nx\r\n--b--'), 'multipart/form-data; boundary=b'),
     ).toBeUndefined();
-    expect(canonicalMultipart(body, `multipart/form-data; boundary=${'x'.repeat(71)}`)).toBeUndefined(); // too long
+    // A boundary over RFC 2046's 70 characters is refused whole, never cut short: cut, its first 70
+    // characters followed by `--` would read as the closing delimiter, and every form as an empty one.
+    const long = `${'a'.repeat(70)}--zz`;
+    expect(canonicalMultipart(form(long, upload), `multipart/form-data; boundary=${long}`)).toBeUndefined();
+    expect(canonicalMultipart(form(long, upload), `multipart/form-data; boundary="${long}"`)).toBeUndefined();
+    const other = form(long, [{ ...upload[0]!, content: '999' }, upload[1]!]);
+    expect(fp(long, other)).not.toBe(fp(long, form(long, upload)));
     // Then the bytes are the identity: the same malformed body twice is one request, two are two.
     const malformed = Buffer.from('--b\r\nno blank line\r\n--b--');
     expect(fp('b', malformed)).toBe(fp('b', Buffer.from(malformed)));
@@ -118,14 +124,49 @@ describe('multipart fingerprint (case 20)', () => {
 
   it('reads a part without header fields, an empty form, and folded header lines', () => {
     const bare = canonicalMultipart(Buffer.from('--b\r\n\r\nhello\r\n--b--'), 'multipart/form-data; boundary=b');
-    expect(bare?.toString()).toBe('multipart:h0:c5:hello');
-    expect(canonicalMultipart(Buffer.from('--b--\r\n'), 'multipart/form-data; boundary=b')?.toString()).toBe(
-      'multipart:',
-    );
+    expect(bare?.toString()).toBe('h0:c5:hello');
+    expect(canonicalMultipart(Buffer.from('--b--\r\n'), 'multipart/form-data; boundary=b')?.toString()).toBe('');
+    // An empty preamble: the body opens with the line break before the first delimiter.
+    const opening = Buffer.from('\r\n--b\r\n\r\nhello\r\n--b--');
+    expect(canonicalMultipart(opening, 'multipart/form-data; boundary=b')?.toString()).toBe('h0:c5:hello');
     const folded = canonicalMultipart(
       Buffer.from('--b\r\nContent-Disposition: form-data;\r\n name="a"\r\n\r\n1\r\n--b--'),
       'multipart/form-data; boundary=b',
     );
-    expect(folded?.toString()).toBe('multipart:h40:content-disposition:form-data; name="a"\nc1:1');
+    expect(folded?.toString()).toBe('h40:content-disposition:form-data; name="a"\nc1:1');
+  });
+
+  it('refuses what would make two forms one: a bare line break in a field, a raw body spelling a canonical form', () => {
+    const type = 'multipart/form-data; boundary=b';
+    const folded = Buffer.from('--b\r\nContent-Disposition: form-data; name="a"\nx-y:z\r\n\r\n1\r\n--b--');
+    expect(canonicalMultipart(folded, type)).toBeUndefined();
+    expect(fp('b', folded)).not.toBe(
+      fp('b', Buffer.from('--b\r\nContent-Disposition: form-data; name="a"\r\nx-y: z\r\n\r\n1\r\n--b--')),
+    );
+    // A malformed body (hashed as bytes) whose bytes are another form's canonical form.
+    const canonical = canonicalMultipart(form('b', upload), type) as Buffer;
+    expect(canonicalMultipart(canonical, type)).toBeUndefined();
+    expect(fp('b', canonical)).not.toBe(fp('b', form('b', upload)));
+    // Only spaces and tabs are trimmed: 0xA0 ends a value as data.
+    const named = (tail: string) =>
+      Buffer.from(`--b\r\nContent-Disposition: form-data; name="a"${tail}\r\n\r\n1\r\n--b--`, 'latin1');
+    expect(fp('b', named('\u00a0'))).not.toBe(fp('b', named('')));
+  });
+
+  it(`reads at most ${maxParts} parts and ${maxFieldLines} header lines in a part, then hashes the bytes`, () => {
+    const type = 'multipart/form-data; boundary=b';
+    const parts = (count: number) =>
+      form(
+        'b',
+        Array.from({ length: count }, () => ({ headers: [], content: 'x' })),
+      );
+    expect(canonicalMultipart(parts(maxParts), type)).toBeDefined();
+    expect(canonicalMultipart(parts(maxParts + 1), type)).toBeUndefined();
+    const lines = (count: number) =>
+      form('b', [{ headers: Array.from({ length: count }, (_, i) => `X-${i}: ${i}`), content: 'x' }]);
+    expect(canonicalMultipart(lines(maxFieldLines), type)).toBeDefined();
+    expect(canonicalMultipart(lines(maxFieldLines + 1), type)).toBeUndefined();
+    // A body of many tiny parts is still one request with itself (its bytes), and another with others.
+    expect(fp('b', parts(maxParts + 1))).toBe(fp('b', parts(maxParts + 1)));
   });
 });

@@ -57,6 +57,7 @@ const kFromParsed = Symbol('@idem/fastify from parsed body');
 const kSnapshot = Symbol('@idem/fastify body snapshot');
 const kExecution = Symbol('@idem/fastify execution');
 const kRoute = Symbol('@idem/fastify route');
+const kOwner = Symbol('@idem/fastify owner');
 
 /** What the plugin needs of a request's route, worked out once per request. */
 interface RouteInfo {
@@ -76,6 +77,12 @@ interface RequestState {
   [kSnapshot]?: unknown;
   [kExecution]?: Execution;
   [kRoute]?: RouteInfo;
+  /**
+   * The instance that took the request in preParsing. Where two registrations reach one route (one
+   * at the root, one in the route's context), only the first reads the body and enforces its limits;
+   * the other steps aside in every hook (see `stacked`).
+   */
+  [kOwner]?: object;
 }
 
 const stateOf = (request: FastifyRequest) => request as FastifyRequest & RequestState;
@@ -180,6 +187,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     // A bad key is answered in preHandler without idem reading the body (400 before idem's 413).
     // Fastify's own parser still reads it first, and its `bodyLimit` answers before we do.
     if (http.refusesKey(keyHeader, overrides)) return done(null, payload);
+    const owner = stateOf(request)[kOwner];
+    if (owner !== undefined && owner !== http) return done(null, payload);
+    stateOf(request)[kOwner] = http;
     const headers = request.headers;
     const declared = Number(headers['content-length']);
     const json = parsedIsBytes && isJsonContentType(headers['content-type']);
@@ -217,7 +227,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // (A callback hook: every covered request passes here, and Fastify runs it without a promise.)
   fastify.addHook('preValidation', (request, _reply, done) => {
     const state = stateOf(request);
-    if (state[kFromParsed] === true && routeOf(request).validatesBody) {
+    if (state[kFromParsed] === true && state[kOwner] === http && routeOf(request).validatesBody) {
       const body = request.body;
       try {
         state[kSnapshot] =
@@ -255,7 +265,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       .begin(
         {
           method: request.method,
-          stacked: request.idempotency !== undefined,
+          stacked: request.idempotency !== undefined || (state[kOwner] !== undefined && state[kOwner] !== http),
           route: template ?? path,
           path,
           query: queryAt === -1 ? '' : url.slice(queryAt + 1),

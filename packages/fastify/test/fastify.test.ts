@@ -96,6 +96,24 @@ describe('@idem/fastify specifics', () => {
     expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
   });
 
+  it('the instance that steps aside enforces none of its settings: its maxBodyBytes gives no 413', async () => {
+    const instance = await app({}, (root) => {
+      void root.register(async (child) => {
+        await child.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1', maxBodyBytes: 10 });
+        child.post('/charges', async (_request, reply) => reply.code(201).send({ ok: true }));
+      });
+    });
+    const onWarning = () => {};
+    process.on('warning', onWarning);
+    try {
+      const reply = await post(instance, '/charges', 'stacked-body', { note: 'x'.repeat(100) });
+      expect(reply.statusCode).toBe(201);
+    } finally {
+      process.off('warning', onWarning);
+      await instance.close();
+    }
+  });
+
   it('a route opts out with config.idempotency = false', async () => {
     let runs = 0;
     const instance = await app({}, (a) => {
