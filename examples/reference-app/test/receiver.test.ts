@@ -256,6 +256,30 @@ describe('out of order: a stale event is acknowledged but does not roll the char
     expect(late.status).toBe(200);
     expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'refunded', version: 2 });
   });
+
+  it('refuses a refund without a version (only payment.succeeded may omit it): 500, nothing applied, the sender retries', async () => {
+    const charge = await createCharge(3300);
+    await stack.api.relayOnce();
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'succeeded', version: 1 });
+    // Counted as version 1, it would lose to the success and be acknowledged: a refund lost in silence.
+    const versionless = { type: 'payment.refunded', data: { id: charge.id, status: 'refunded' } };
+    const refused = await post(`evt_re_${charge.id}`, versionless);
+    expect(refused.status).toBe(500);
+    expect(await refused.json()).toMatchObject({ code: 'apply_failed', retryable: true });
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'succeeded', version: 1 });
+    expect((await events()).find((event) => event.id === `evt_re_${charge.id}`)?.applied ?? 0).toBe(0);
+    // So is a version that is not a positive integer, whatever the type.
+    for (const [i, version] of ['2', 0, 1.5].entries()) {
+      const bad = await post(`evt_bad_${i}_${charge.id}`, {
+        type: 'payment.succeeded',
+        data: { id: charge.id, status: 'succeeded', version },
+      });
+      expect(bad.status).toBe(500);
+    }
+    // The sender fixed, its retry under the same id is applied.
+    expect((await post(`evt_re_${charge.id}`, refund(charge.id))).status).toBe(200);
+    expect(await findChargeState(db, charge.id)).toMatchObject({ status: 'refunded', version: 2 });
+  });
 });
 
 describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behind the gateway)", () => {

@@ -115,9 +115,10 @@ export interface DeadLetterOptions {
 export interface Relay {
   /**
    * Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. A row
-   * whose previous claim never recorded a result (its relay died mid-attempt) gets no attempt: it is
-   * put back after a backoff wait, as after a failed attempt, or dead-lettered if that attempt was
-   * the last one or the wait would pass the horizon. If a row fails (the database, a custom sender),
+   * whose previous claim never recorded a result (its relay died mid-attempt) gets no attempt, and its
+   * body is not even read: it is put back after a backoff wait, as after a failed attempt, or
+   * dead-lettered if that claim used up the last attempt or the wait would pass the horizon (by the
+   * claim itself when it is already past either). If a row fails (the database, a custom sender),
    * it rejects with that error, but only once every other row of the round is settled.
    */
   runOnce(): Promise<RelayRound>;
@@ -226,7 +227,8 @@ function toRow(row: Record<string, any>): OutboxRow {
  * - Retries follow the sender's schedule, timed by PostgreSQL's clock (`now()`). A row taken over
  *   from a dead relay counts as a failed attempt: it waits out the backoff before the next one, so a
  *   row that kills every relay that sends it is not sent again after every lease. It is never
- *   attempted past `maxAttempts` or the horizon: it is dead-lettered.
+ *   attempted past `maxAttempts` or the horizon: it is dead-lettered. A takeover that dies too
+ *   counts as well, and the claim that finds such a row past either limit dead-letters it itself.
  * - A 410 Gone dead-letters every waiting event for that URL (the endpoint asked to be disabled).
  *
  * @example
@@ -248,10 +250,15 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // One simple-protocol query runs as one implicit transaction; the advisory lock makes concurrent
     // migrations (several processes booting at once) wait instead of racing on the catalog. One lock
     // for every outbox: a table named two ways (`t` and `public.t`) must not get two.
-    // A table made by an earlier version lacks `claims` and `requeued_at`. ALTER TABLE takes an
-    // exclusive lock before it looks whether there is anything to add, and would queue every relay
-    // behind it at each boot, so it runs only when a column is missing. Both are cheap to add: no
-    // default (`requeued_at`) or a constant one (`claims`) rewrites no row.
+    // Once the table is up to date, nothing here may wait on a lock a writer holds: a migrate() that
+    // queues for one (behind a transaction that called add() and is still open) makes every relay
+    // claim and every add() queue behind it. CREATE TABLE IF NOT EXISTS takes no lock on a table that
+    // exists, but ALTER TABLE and CREATE INDEX IF NOT EXISTS lock the table before they look whether
+    // there is anything to do, so each runs only when the catalog says it is needed:
+    // - a table made by an earlier version lacks `claims` and `requeued_at`. Both are cheap to add:
+    //   no default (`requeued_at`) or a constant one (`claims`) rewrites no row;
+    // - the index is looked up in the table's own schema (where CREATE INDEX puts it), whether the
+    //   table was named with its schema or found on the search_path.
     await db.query(`
       SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox'));
       CREATE TABLE IF NOT EXISTS ${table} (
@@ -273,15 +280,22 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         last_attempt jsonb,
         history jsonb NOT NULL DEFAULT '[]'::jsonb
       );
-      DO $$ BEGIN
+      DO $$
+      DECLARE
+        outbox regclass := '${table}'::regclass;
+        schema_name name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                              WHERE c.oid = outbox);
+      BEGIN
         IF (SELECT count(*) FROM pg_attribute
-             WHERE attrelid = '${table}'::regclass AND attname IN ('claims', 'requeued_at') AND NOT attisdropped) < 2
+             WHERE attrelid = outbox AND attname IN ('claims', 'requeued_at') AND NOT attisdropped) < 2
         THEN
           ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS claims integer NOT NULL DEFAULT 0,
                                ADD COLUMN IF NOT EXISTS requeued_at timestamptz;
         END IF;
+        IF to_regclass(format('%I.%I', schema_name, '${dueIndex(base)}')) IS NULL THEN
+          CREATE INDEX IF NOT EXISTS "${dueIndex(base)}" ON ${table} (next_attempt_at) WHERE status = 'pending';
+        END IF;
       END $$;
-      CREATE INDEX IF NOT EXISTS "${dueIndex(base)}" ON ${table} (next_attempt_at) WHERE status = 'pending';
     `);
   };
 
@@ -325,18 +339,31 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;
     const horizonParam = Number.isFinite(horizonMs) ? horizonMs : 1e15;
+    const maxAttemptsParam = Number.isFinite(maxAttempts) ? maxAttempts : null;
 
-    // The horizon counts from the event's creation, or from its last requeue (which gave it a fresh one).
+    // The horizon counts from the event's creation, or from its last requeue (which gave it a fresh
+    // one): the later of the two. `greatest` skips a NULL requeued_at (never requeued). During a
+    // rolling upgrade, a requeue by the previous version moves created_at to now() and leaves an
+    // older requeued_at behind: the later one is still the right start.
     const horizonEnds = (alias: string, param: string) =>
-      `coalesce(${alias}requeued_at, ${alias}created_at) + (${param}::double precision * interval '1 millisecond')`;
+      `greatest(${alias}requeued_at, ${alias}created_at) + (${param}::double precision * interval '1 millisecond')`;
 
     const claim = async () => {
       // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
       // locked_by), so its relay died or stalled mid-attempt and its lease ran out. Read before the
       // UPDATE overwrites locked_by.
+      // A crashed row is never sent by this claim (see takeOver), so its body is not loaded: a body
+      // that kills the relay that loads it would otherwise kill every takeover too. And a crashed row
+      // that has used up its attempts (they count every claim, the crashed ones too) or its horizon is
+      // dead-lettered by the claim itself: a takeover that dies before it can put the row back must
+      // not leave it to the next takeover, for ever, each adding an attempt past maxAttempts.
       const { rows } = await db.query(
         `WITH due AS (
-              SELECT id, locked_by IS NOT NULL AS crashed FROM ${table}
+              SELECT id, locked_by IS NOT NULL AS crashed,
+                     CASE WHEN locked_by IS NULL THEN NULL
+                          WHEN attempts >= $5::double precision THEN 'max-attempts'
+                          WHEN now() > ${horizonEnds('', '$4')} THEN 'horizon' END AS stop
+                FROM ${table}
                WHERE status = 'pending'
                  AND next_attempt_at <= now()
                  AND (locked_until IS NULL OR locked_until <= now())
@@ -344,23 +371,30 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                LIMIT $1
                  FOR UPDATE SKIP LOCKED)
          UPDATE ${table} AS o
-            SET locked_until = now() + ($2::double precision * interval '1 millisecond'),
-                locked_by = $3,
-                attempts = o.attempts + 1,
+            SET status = CASE WHEN due.stop IS NULL THEN o.status ELSE 'dead' END,
+                dead_reason = coalesce(due.stop, o.dead_reason),
+                locked_until = CASE WHEN due.stop IS NULL
+                                    THEN now() + ($2::double precision * interval '1 millisecond') END,
+                locked_by = CASE WHEN due.stop IS NULL THEN $3::text END,
+                attempts = o.attempts + CASE WHEN due.stop IS NULL THEN 1 ELSE 0 END,
                 claims = o.claims + 1
            FROM due
           WHERE o.id = due.id
-        RETURNING o.id, o.url, o.body, o.content_type, o.headers, o.attempts, o.claims, due.crashed,
+        RETURNING o.id, o.url, CASE WHEN due.crashed THEN NULL ELSE o.body END AS body, o.content_type,
+                  o.headers, o.status, o.attempts, o.claims, due.crashed,
                   o.attempts > 1 AND now() > ${horizonEnds('o.', '$4')} AS expired`,
-        [batchSize, leaseMs, relayId, horizonParam],
+        [batchSize, leaseMs, relayId, horizonParam, maxAttemptsParam],
       );
       return rows as {
         id: string;
         url: string;
-        body: Buffer;
+        /** Null for a crashed row: a takeover never sends it. */
+        body: Buffer | null;
         content_type: string;
         headers: Record<string, string>;
-        /** Counts this claim too. A requeue resets it. */
+        /** 'dead' when the claim itself dead-lettered a crashed row; nothing more is written then. */
+        status: 'pending' | 'dead';
+        /** Counts this claim too, unless the claim dead-lettered the row. A requeue resets it. */
         attempts: number;
         /** The fencing token: every claim raises it, nothing lowers or resets it. */
         claims: number;
@@ -448,20 +482,18 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // exhausts memory). It is counted as a failed attempt and waits out the same backoff before the
     // next one, instead of being sent again at once after every lease, by every relay in turn.
     // A takeover that dies itself before putting the row back keeps the count its claim took, so even
-    // a row that kills relays before they send it moves towards maxAttempts.
-    const takeOver = (row: Claimed) => {
-      const tried = row.attempts - 1;
-      if (tried >= maxAttempts) return putBack(row, 'max-attempts', 0);
-      return putBack(row, null, sender.nextDelay(Math.max(1, tried)));
-    };
+    // a row that kills relays before they send it moves towards maxAttempts; the claim that finds it
+    // there dead-letters it (so does one past the horizon), and no takeover gets here with it.
+    const takeOver = (row: Claimed) => putBack(row, null, sender.nextDelay(Math.max(1, row.attempts - 1)));
 
     const send = async (row: Claimed, round: RelayRound) => {
       // A due row is past maxAttempts or the horizon here only when the relays fell behind or the
       // schedule was shortened since: it stops instead of being sent after the schedule said no more.
       if (row.attempts > maxAttempts) return putBack(row, 'max-attempts', 0);
       if (row.expired) return putBack(row, 'horizon', 0);
+      // Only a crashed row's body is null, and a crashed row is never sent.
       const attempt = await sender.attempt(
-        { url: row.url, id: row.id, body: row.body, contentType: row.content_type, headers: row.headers },
+        { url: row.url, id: row.id, body: row.body as Buffer, contentType: row.content_type, headers: row.headers },
         row.attempts,
       );
       // An observer must never break the relay, whether it throws or rejects.
@@ -484,7 +516,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       // flight is over, and a caller may close the pool right after it.
       const settled = await Promise.allSettled(
         rows.map(async (row) => {
-          const status = row.crashed ? await takeOver(row) : await send(row, round);
+          const status = row.status === 'dead' ? 'dead' : row.crashed ? await takeOver(row) : await send(row, round);
           if (status === 'pending') round.retrying++;
           else round[status]++;
         }),

@@ -11,6 +11,7 @@ import {
   type Outbox,
   type OutboxEvent,
   type Receiver,
+  type ScheduleOptions,
   type Sender,
 } from '../src/index.js';
 import { type Endpoint, startEndpoint } from './support/endpoint.js';
@@ -569,6 +570,105 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('measures the horizon from the later of created_at and requeued_at: a requeue by the previous version is honoured', async () => {
+    await clear();
+    let calls = 0;
+    const server = await scripted((_request, response) => {
+      calls++;
+      response.statusCode = 500;
+      response.end();
+    });
+    try {
+      const hour = createSender({ secret: SECRET, timeout: '5s', schedule: { horizon: '1h' }, random: () => 0 });
+      await outbox.add(pool, { id: 'U1', url: server.url, body: '{}' });
+      // Requeued by this version two hours ago, dead again, then requeued during a rolling upgrade by
+      // the previous version, which restarts the horizon by moving created_at to now() and leaves
+      // requeued_at as it was. The horizon restarted: a failed attempt is put back, not dead-lettered.
+      await pool.query(`UPDATE "${table}" SET requeued_at = now() - interval '2 hours', created_at = now()`);
+      expect(await outbox.relay({ db: pool, sender: hour }).runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+      expect(calls).toBe(1);
+      expect((await rows())[0]).toMatchObject({ status: 'pending', dead_reason: null, attempts: 1 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('dead-letters a row whose takeovers die right after their claim too: at maxAttempts or the horizon, by the claim, without loading the body', async () => {
+    await clear();
+    let sent = 0;
+    const dyingSender = (schedule: ScheduleOptions): Sender => ({
+      ...createSender({ secret: SECRET, timeout: '5s', schedule, random: () => 0.5 }),
+      attempt: () => {
+        sent++;
+        return new Promise<never>(() => undefined);
+      },
+    });
+    // A relay process that dies right after its claim (say the row's body kills it): the claim
+    // commits and returns, and no query after it ever does.
+    const claimed: { id: string; body: unknown; crashed: boolean }[] = [];
+    const diesAfterClaim = () => {
+      let queries = 0;
+      return {
+        query: async (text: string, values?: unknown[]) => {
+          if (queries++ > 0) return new Promise<never>(() => undefined);
+          const result = await pool.query(text, values);
+          claimed.push(...result.rows);
+          return result;
+        },
+      };
+    };
+    const row = async () => (await rows())[0];
+    const leaseEnds = () => pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+
+    const thrice = dyingSender({ maxAttempts: 3 });
+    await outbox.add(pool, { id: 'kills', url: 'https://receiver.test/hooks', body: '{"poison":true}' });
+    void outbox.relay({ db: pool, sender: thrice, relayId: 'sends-then-dies' }).runOnce();
+    await until(() => sent === 1, 'the first relay to start its attempt');
+    await leaseEnds();
+    for (let takeover = 1; takeover <= 2; takeover++) {
+      void outbox.relay({ db: diesAfterClaim(), sender: thrice, relayId: `takeover-${takeover}` }).runOnce();
+      await until(async () => (await row()).locked_by === `takeover-${takeover}`, `takeover ${takeover} to claim`);
+      // Each takeover's claim counts: a row that kills relays before they send it still uses up attempts.
+      expect(await row()).toMatchObject({ status: 'pending', attempts: 1 + takeover });
+      await leaseEnds();
+    }
+    // The next claim finds the attempts used up and dead-letters the row itself: there is nothing
+    // after the claim left to die in.
+    const last = outbox.relay({ db: diesAfterClaim(), sender: thrice, relayId: 'takeover-3' }).runOnce();
+    await until(async () => (await row()).locked_by !== 'takeover-2', 'the third takeover to claim');
+    expect(await row()).toMatchObject({
+      status: 'dead',
+      dead_reason: 'max-attempts',
+      attempts: 3,
+      locked_by: null,
+      locked_until: null,
+    });
+    expect(await last).toEqual({ claimed: 1, delivered: 0, retrying: 0, dead: 1, fenced: 0 });
+    expect(sent).toBe(1);
+    // A takeover never sends the row, so its claim does not load the body.
+    expect(claimed.map((row) => [row.crashed, row.body])).toEqual([
+      [true, null],
+      [true, null],
+      [true, null],
+    ]);
+
+    // Without maxAttempts (the default), the horizon ends it the same way.
+    await clear();
+    claimed.length = 0;
+    await outbox.add(pool, { id: 'late', url: 'https://receiver.test/hooks', body: '{}' });
+    await pool.query(
+      `UPDATE "${table}" SET attempts = 7, locked_by = 'died', locked_until = now() - interval '1 second',
+              created_at = now() - interval '2 hours'`,
+    );
+    const pastHorizon = outbox
+      .relay({ db: diesAfterClaim(), sender: dyingSender({ horizon: '1h' }), relayId: 'takeover' })
+      .runOnce();
+    await until(async () => (await row()).locked_by !== 'died', 'the takeover to claim');
+    expect(await row()).toMatchObject({ status: 'dead', dead_reason: 'horizon', attempts: 7, locked_by: null });
+    expect(await pastHorizon).toMatchObject({ claimed: 1, dead: 1 });
+    expect(sent).toBe(1);
+  });
+
   it('fences a claim made before a requeue out of a claim made after it under the same relayId', async () => {
     await clear();
     const held: (() => void)[] = [];
@@ -698,8 +798,28 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     expect(rest.rows.map((row) => row.id)).toEqual(['d3', 'd4', 'd5', 'alive']);
 
     await expect(outbox.deadLetters(pool, { after: 'not a cursor' })).rejects.toThrow(TypeError);
-    const forged = Buffer.from(JSON.stringify(['2026-01-01', 'd1'])).toString('base64url');
-    await expect(outbox.deadLetters(pool, { after: forged })).rejects.toThrow(TypeError);
+    // Tampered cursors: a wrong shape, and dates of the right shape that do not exist (PostgreSQL
+    // would refuse them with a DatabaseError, 22008). Each is the documented TypeError.
+    for (const createdAt of [
+      '2026-01-01',
+      '2026-13-45T99:99:99.999999',
+      '0000-01-01T00:00:00.000000',
+      '2026-02-30T00:00:00.000000',
+      '2026-01-01T24:00:00.000000',
+      '999999999-01-01T00:00:00.000000',
+      '2026-01-01T00:00:00.00000x',
+    ]) {
+      const forged = Buffer.from(JSON.stringify([createdAt, 'd1'])).toString('base64url');
+      await expect(outbox.deadLetters(pool, { after: forged }), createdAt).rejects.toThrow(TypeError);
+    }
+    // The first and the last instant a cursor can hold are read as such.
+    for (const [createdAt, listed] of [
+      ['0001-01-01T00:00:00.000000', 6],
+      ['9999-12-31T23:59:59.999999', 0],
+    ] as const) {
+      const edge = Buffer.from(JSON.stringify([createdAt, 'd1'])).toString('base64url');
+      expect((await outbox.deadLetters(pool, { after: edge })).rows, createdAt).toHaveLength(listed);
+    }
     await expect(outbox.deadLetters(pool, { limit: 0 })).rejects.toThrow(TypeError);
     await expect(outbox.deadLetters(pool, { limit: 1.5 })).rejects.toThrow(TypeError);
   });
@@ -737,10 +857,12 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       const round = await upgraded.relay({ db: pool, sender }).runOnce();
       expect(round).toMatchObject({ claimed: 2, delivered: 1, retrying: 1 });
 
-      // Up to date now: another migrate() must not queue for the exclusive lock an ALTER TABLE takes
-      // (every relay would queue behind it), so it passes a reader that holds the table open.
+      // Up to date now: another migrate() must not queue for a lock that conflicts with a writer's,
+      // neither the exclusive one of ALTER TABLE nor the share one of CREATE INDEX IF NOT EXISTS
+      // (every relay claim and every add() would queue behind it). So it passes an application
+      // transaction that added an event and is still open.
       await holder.query('BEGIN');
-      await holder.query(`SELECT count(*) FROM "${legacy}"`);
+      expect(await upgraded.add(holder, { id: 'open', url: server.url, body: '{}' })).toMatchObject({ added: true });
       await migrator.query(`SET lock_timeout = '500ms'`);
       await upgraded.migrate(migrator);
     } finally {
