@@ -15,6 +15,10 @@ const set = (...entries: object[]): JwksReply => ({
   headers: { 'cache-control': 'max-age=60' },
 });
 
+// A token under k1 that outlives every key-set lifetime these tests walk through (2 h).
+const longLivedToken = () =>
+  makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'k1' }, claims: { exp: START_MS / 1000 + 7200 } });
+
 let servers: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
   await Promise.all(servers.map((server) => server.close()));
@@ -357,12 +361,7 @@ describe('remote JWKS', () => {
 
   it('verified-token cache: a cached token passes only while its key set is usable, then fails as an uncached one', async () => {
     const { server, clock, guard, token } = await setup(set(jwk('k1')), { staleIfError: 600, cooldown: 30 }, true);
-    const longLived = makeToken({
-      alg: 'ES256',
-      key: keys.ec.privateKey,
-      header: { kid: 'k1' },
-      claims: { exp: START_MS / 1000 + 7200 },
-    });
+    const longLived = longLivedToken();
     expect((await guard.verify(longLived)).ok).toBe(true);
     expect((await guard.verify(longLived)).ok).toBe(true);
     expect(guard.stats().cacheHits).toBe(1);
@@ -384,12 +383,7 @@ describe('remote JWKS', () => {
 
   it('verified-token cache: hits alone keep the key set fresh, so a key the issuer retired stops a cached token', async () => {
     const { server, clock, guard } = await setup(set(jwk('k1'), jwk('k2')), { staleIfError: 600 }, true);
-    const longLived = makeToken({
-      alg: 'ES256',
-      key: keys.ec.privateKey,
-      header: { kid: 'k1' },
-      claims: { exp: START_MS / 1000 + 7200 },
-    });
+    const longLived = longLivedToken();
     expect((await guard.verify(longLived)).ok).toBe(true);
     // The issuer retires k1 (say it leaked). Only the cached token is presented from now on.
     server.set(set(jwk('k2')));
@@ -402,12 +396,7 @@ describe('remote JWKS', () => {
 
   it('verified-token cache: past the set lifetime with a healthy endpoint, a hit waits for the refresh, not stale-if-error', async () => {
     const { server, clock, guard } = await setup(set(jwk('k1'), jwk('k2')), { staleIfError: 600 }, true);
-    const longLived = makeToken({
-      alg: 'ES256',
-      key: keys.ec.privateKey,
-      header: { kid: 'k1' },
-      claims: { exp: START_MS / 1000 + 7200 },
-    });
+    const longLived = longLivedToken();
     expect((await guard.verify(longLived)).ok).toBe(true);
     server.set(set(jwk('k2')));
     // No request at all during the last tenth: the first one comes after expiry. Stale-if-error is
@@ -461,12 +450,7 @@ describe('remote JWKS', () => {
       { staleIfError: 600, cooldown: 30, timeout: 30 },
       true,
     );
-    const longLived = makeToken({
-      alg: 'ES256',
-      key: keys.ec.privateKey,
-      header: { kid: 'k1' },
-      claims: { exp: START_MS / 1000 + 7200 },
-    });
+    const longLived = longLivedToken();
     expect((await guard.verify(longLived)).ok).toBe(true);
     server.set({ kind: 'raw', status: 503, body: 'down' });
     clock.advance(61);
