@@ -46,6 +46,7 @@ export {
   type ParsedBodyFields,
   parsedBodyRead,
   principalScope,
+  type PrincipalScopeOptions,
   type ReadBodyResult,
   type ResponseCapture,
   type RouteOverrides,

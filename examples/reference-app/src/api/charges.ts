@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { principalScope } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { PostgresStore, PostgresTransaction } from '@idem/postgres';
 import type { Outbox } from '@idem/webhooks';
 import type { Express, Request, Response } from 'express';
-import { userAndClientScope } from '../key-scope.js';
 import { principalOf } from './internal-auth.js';
 import { releaseServerErrors } from './outcome.js';
 import { type Checked, isIntegerIn, jsonObjectBody, refuseInvalid, unknownFields } from './validation.js';
@@ -52,7 +52,7 @@ function checkCharge(body: Record<string, unknown>): Checked<{ amount: number; c
  * without its event, or an event without its charge, cannot exist, and a retry after a crash either
  * replays the committed 201 or runs again from nothing. A request without `Idempotency-Key` gets one
  * minted by the server, returned with the 201 (spec part 3, rule 3). Keys are scoped to the user and
- * the OAuth client acting for them ({@link userAndClientScope}).
+ * the OAuth client acting for them (`principalScope` with `perClient`).
  *
  * @example
  * ```ts
@@ -75,7 +75,7 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       transactional: true,
       mintKeys: true,
       // Keys belong to the user and the client acting for them: two apps of one user never collide.
-      scope: (req) => userAndClientScope(req.auth),
+      scope: (req) => principalScope(req.auth, { perClient: true }),
       // A 5xx rolls the whole transaction back (charge and event included): nothing happened.
       storeOutcome: releaseServerErrors,
     }),

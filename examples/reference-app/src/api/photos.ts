@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import type { Store } from '@idem/core';
+import { principalScope, type Store } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
 import type { Database } from '../db.js';
-import { userAndClientScope } from '../key-scope.js';
 import { hasControlCharacters } from '../text.js';
 import { principalOf } from './internal-auth.js';
 import { releaseServerErrors } from './outcome.js';
@@ -27,7 +26,7 @@ export interface Photo {
  * - `POST /photos` (scope `photos:write`), body `{ "title": "..." }` (1 to {@link maxPhotoTitle}
  *   characters, no control characters): adds a photo, 201 with a `Location`. A create is not
  *   idempotent, so an `Idempotency-Key` is required (400 without one), scoped to the user and the
- *   OAuth client acting for them ({@link userAndClientScope}). Nothing else must commit with
+ *   OAuth client acting for them (`principalScope` with `perClient`). Nothing else must commit with
  *   the photo, so the key lives in a plain (non-transactional) store: Redis when `REDIS_URL` is set, the
  *   SQL database otherwise. A 5xx means the insert failed, so nothing was created: the key is released
  *   and a retry runs, instead of replaying the failure for 24 hours.
@@ -65,7 +64,7 @@ export function registerPhotoRoutes(app: Express, options: { db: Database; store
     },
     idempotency({
       store: options.store,
-      scope: (req) => userAndClientScope(req.auth),
+      scope: (req) => principalScope(req.auth, { perClient: true }),
       // The insert is the only effect and a single statement: a 5xx means it did not happen.
       storeOutcome: releaseServerErrors,
     }),

@@ -68,11 +68,12 @@ export function ownPages(db: Database): ProviderMiddleware {
     // Set once the request reached one of the provider's routes; a request that did not has no page.
     const ctx = koa as KoaContextWithOIDC;
     if (!ctx.oidc || !isProviderPage(ctx)) return;
+    // Whichever page takes its place below, it goes out with our headers.
+    ctx.set(pageHeaders);
     const { route, session } = ctx.oidc;
     const secret = session?.state?.secret;
 
     if (route === 'end_session' && !session?.accountId && typeof secret === 'string') {
-      ctx.set(pageHeaders);
       ctx.body = notSignedInLogoutPage({
         action: ctx.oidc.urlFor('end_session_confirm'),
         xsrf: secret,
@@ -91,7 +92,6 @@ export function ownPages(db: Database): ProviderMiddleware {
     if (switching) {
       const clientId = interaction.params.client_id;
       const client = typeof clientId === 'string' ? await ctx.oidc.provider.Client.find(clientId) : undefined;
-      ctx.set(pageHeaders);
       ctx.body = switchAccountPage({
         action: ctx.oidc.urlFor('end_session_confirm'),
         xsrf: secret,
@@ -104,7 +104,6 @@ export function ownPages(db: Database): ProviderMiddleware {
 
     const form = route === 'authorization' || route === 'resume' ? readProviderFormPost(ctx.body as string) : undefined;
     if (form) {
-      ctx.set(pageHeaders);
       ctx.body = formPostPage({
         ...form,
         clientName: ctx.oidc.client?.clientName ?? ctx.oidc.client?.clientId ?? 'the application',
@@ -113,7 +112,6 @@ export function ownPages(db: Database): ProviderMiddleware {
     }
 
     ctx.status = 500;
-    ctx.set(pageHeaders);
     ctx.body = errorPage('Something went wrong', 'Please start again from the application.');
   };
 }

@@ -1,9 +1,5 @@
 import type { Database } from '../db.js';
-
-/** Anything that runs one parameterised statement: the database, or the inbox's transaction. */
-interface Executor {
-  query(text: string, params?: readonly unknown[]): Promise<unknown>;
-}
+import type { Executor } from './events.js';
 
 /** The parts of a payment event (`payment.succeeded`, `payment.refunded`) the charge state needs. */
 export interface ChargeEvent {
@@ -19,26 +15,6 @@ export interface ChargeState {
   version: number;
   /** The event that set it. */
   eventId: string;
-}
-
-/**
- * Creates the receiver's table of charge states. Safe to run on every start.
- *
- * @example
- * ```ts
- * await migrateChargeStates(db);
- * ```
- */
-export async function migrateChargeStates(db: Database): Promise<void> {
-  await db.exec(`
-    create table if not exists receiver_charges (
-      charge_id text primary key,
-      status text not null,
-      version bigint not null,
-      event_id text not null,
-      updated_at timestamptz not null default now()
-    );
-  `);
 }
 
 /**

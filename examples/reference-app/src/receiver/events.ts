@@ -16,7 +16,7 @@ export interface ReceivedEventRow {
 }
 
 /** Anything that runs one parameterised statement: the database, or the inbox's transaction. */
-interface Executor {
+export interface Executor {
   query(text: string, params?: readonly unknown[]): Promise<unknown>;
 }
 

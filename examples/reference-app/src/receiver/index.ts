@@ -3,7 +3,6 @@ export {
   type ChargeEvent,
   type ChargeState,
   findChargeState,
-  migrateChargeStates,
 } from './charges.js';
 export {
   findReceivedEvent,

@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { readStream, type Store } from '@idem/core';
+import { principalScope, readStream, type Store } from '@idem/core';
 import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
@@ -9,10 +9,9 @@ import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
 import type { Database } from '../db.js';
 import { htmlPage, pageHeaders } from '../html.js';
-import { userAndClientScope } from '../key-scope.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { hasControlCharacters } from '../text.js';
-import { applyChargeEvent, type ChargeEvent, migrateChargeStates } from './charges.js';
+import { applyChargeEvent, type ChargeEvent } from './charges.js';
 import {
   findReceivedEvent,
   listReceivedEvents,
@@ -36,12 +35,6 @@ export interface ReceiverOptions {
   path?: string;
   /** Clock of the signature tolerance and of the internal-token checks, epoch ms. */
   now?: () => number;
-  /**
-   * The token the events page (`GET /`) asks for, as `?token=`: it lists payments, so it is shown only
-   * to whoever holds the page's link ({@link RunningReceiver.pageUrl}, which `npm start` prints); any
-   * other request for it is 403. Default: a random one per start.
-   */
-  pageToken?: string;
   /**
    * The gateway's internal tokens, for the admin API under {@link receiverAdminPrefix}. Without it
    * the admin API answers 404: there is nobody it could trust.
@@ -83,16 +76,14 @@ export interface RunningReceiver {
 export async function startReceiver(options: ReceiverOptions): Promise<RunningReceiver> {
   const { db } = options;
   const path = options.path ?? '/webhooks/payments';
-  if (options.pageToken !== undefined && (typeof options.pageToken !== 'string' || options.pageToken.length < 16)) {
-    throw new TypeError('pageToken must be a string of at least 16 characters');
-  }
-  const pageToken = options.pageToken ?? randomBytes(32).toString('base64url');
+  // The events page (`GET /`) lists payments: it answers only the link `npm start` prints
+  // (`pageUrl`, with this token, new on every start); any other request for it is 403.
+  const pageToken = randomBytes(32).toString('base64url');
   // Compared as digests: equal lengths for timingSafeEqual, and no timing tells how much of a guess matched.
   const pageTokenDigest = createHash('sha256').update(pageToken).digest();
   const holdsPageToken = (given: unknown) =>
     typeof given === 'string' && timingSafeEqual(createHash('sha256').update(given).digest(), pageTokenDigest);
   await migrateApi(db);
-  await migrateChargeStates(db);
   // Delivery counts are written after the inbox answered; the response waits for them, so the page
   // is up to date by the time the sender sees its acknowledgement.
   const pendingCounts = new Set<Promise<void>>();
@@ -288,7 +279,7 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
     idempotency({
       store: options.store,
       maxBodyBytes: 16 * 1024,
-      scope: (ctx) => userAndClientScope((ctx.state as { auth?: Principal }).auth),
+      scope: (ctx) => principalScope((ctx.state as { auth?: Principal }).auth, { perClient: true }),
     }),
   ];
   const write = runChain(writeChain, async (ctx) => {

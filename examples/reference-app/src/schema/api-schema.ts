@@ -66,6 +66,13 @@ const ddl = `
     last_delivery_at timestamptz not null default now(),
     applied_at timestamptz
   );
+  create table if not exists receiver_charges (
+    charge_id text primary key,
+    status text not null,
+    version bigint not null,
+    event_id text not null,
+    updated_at timestamptz not null default now()
+  );
 `;
 
 /**
