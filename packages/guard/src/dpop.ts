@@ -7,6 +7,7 @@ import { normalizeTyp } from './guard-typ.js';
 import { verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey } from './key-import.js';
 import { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
+import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';
 
 /**
@@ -64,12 +65,8 @@ export interface DpopRuntime {
 export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime {
   const algorithms = assertAlgorithms(options.algorithms ?? ['ES256', 'EdDSA', 'PS256', 'RS256'], 'dpop.algorithms');
   if (algorithms.some((alg) => keyFamilyOf(alg) === 'oct')) throw new TypeError('dpop.algorithms must be asymmetric');
-  const maxAge = options.maxAge ?? 60;
-  if (!Number.isFinite(maxAge) || maxAge <= 0 || maxAge > 3600)
-    throw new TypeError('dpop.maxAge must be 1 to 3600 seconds');
-  const replayTimeout = options.replayTimeout ?? 1;
-  if (!Number.isFinite(replayTimeout) || replayTimeout < 0.01 || replayTimeout > 60)
-    throw new TypeError('dpop.replayTimeout must be 0.01 to 60 seconds');
+  const maxAge = seconds(options.maxAge ?? 60, 'dpop.maxAge', { min: 1, max: 3600 });
+  const replayTimeout = seconds(options.replayTimeout ?? 1, 'dpop.replayTimeout', { min: 0.01, max: 60 });
   let origin: string | undefined;
   if (options.origin !== undefined) {
     const url = new URL(options.origin);

@@ -27,6 +27,7 @@ import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
 import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
+import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';
 import { createTokenCache, type TokenCache } from './token-cache.js';
 
@@ -215,13 +216,9 @@ export interface EngineConfig {
   proofToleranceMs: number;
 }
 
-function seconds(value: number | undefined, name: string, max = Number.POSITIVE_INFINITY): number | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > max) {
-    throw new TypeError(`${name} must be a number of seconds between 0 and ${max}`);
-  }
-  return value;
-}
+// An optional duration: unset stays unset (no such bound).
+const optionalSeconds = (value: number | undefined, name: string) =>
+  value === undefined ? undefined : seconds(value, name);
 
 // The deepest JSON nesting a limit may allow: the strict parser recurses once per level, and a few
 // thousand levels would overflow the stack (a throw, where verification must return a value).
@@ -343,9 +340,9 @@ export function buildIssuer(
   const typ = new Set(typValues.map((value) => (value === null ? null : normalizeTyp(value))));
   const profile: ClaimProfile = {
     audiences,
-    clockTolerance: seconds(options.clockTolerance ?? defaults.clockTolerance, 'clockTolerance', 60) ?? 5,
-    maxTokenAge: seconds(options.maxTokenAge ?? defaults.maxTokenAge, 'maxTokenAge'),
-    maxLifetime: seconds(options.maxLifetime ?? defaults.maxLifetime, 'maxLifetime'),
+    clockTolerance: seconds(options.clockTolerance ?? defaults.clockTolerance ?? 5, 'clockTolerance', { max: 60 }),
+    maxTokenAge: optionalSeconds(options.maxTokenAge ?? defaults.maxTokenAge, 'maxTokenAge'),
+    maxLifetime: optionalSeconds(options.maxLifetime ?? defaults.maxLifetime, 'maxLifetime'),
     requiredClaims: [...(options.requiredClaims ?? defaults.requiredClaims ?? [])],
   };
   const local = staticKeys(options, algorithms);
@@ -440,7 +437,12 @@ export async function verifyWithEngine(
   // A DPoP-bound result is cached under the token and its key together, apart from bearer results:
   // same token, other key or no proof, no hit.
   const cached = engine.cache?.get(token, binding?.jkt, engine.now());
-  if (cached !== undefined) return accept(engine, binding, cached.principal, cached.issuer, true, engine.now());
+  if (cached !== undefined) {
+    const at = engine.now();
+    // A hit starts the refresh a lookup would have started, so the keys behind hits stay current.
+    engine.issuers.get(cached.issuer)?.keys.refreshIfDue(at);
+    return accept(engine, binding, cached.principal, cached.issuer, true, at);
+  }
   const parsed = parseCompactJws(token, engine.limits);
   if (!parsed.ok) return refuse(engine, binding, parsed.reason === 'too-large' ? 'token_too_large' : 'token_malformed');
   const payloadText = decodeUtf8Strict(parsed.value.payload);

@@ -1,6 +1,7 @@
 import type { JwsAlgorithm } from './algorithms.js';
 import type { GuardEvent } from './events.js';
 import { importKeySet, type KeyPolicy, type KeySetRejection, type VerificationKey } from './key-import.js';
+import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';
 
 /** What a key source answers for a token's `kid` and `alg`. */
@@ -17,11 +18,16 @@ export interface KeySource {
    * Whether a result verified with the keys held now may answer at `at` (epoch ms) without a lookup:
    * true while a remote set is fresh, or stale while its refreshes fail (up to stale-if-error); false
    * past the set's lifetime after a successful fetch (a lookup fetches first), or with no trusted
-   * keys. The verified-token cache asks it, so a cached result never outlives the keys behind it, and
-   * a hit also starts the refresh a lookup would: a gateway whose traffic is all cache hits still
-   * learns that a key was retired, and an outage does not make every hit wait for a fetch.
+   * keys. The verified-token cache asks it, so a cached result never outlives the keys behind it.
    */
   usable(at: number): boolean;
+  /**
+   * Starts, in the background, the refresh a lookup at `at` would start without waiting for it: ahead
+   * of the end of a fresh set, or the next attempt of a failing endpoint once the cooldown allows.
+   * The guard calls it on a verified-token cache hit, so a gateway whose traffic is all hits still
+   * learns that a key was retired, and an outage never makes a hit wait for a fetch.
+   */
+  refreshIfDue(at: number): void;
 }
 
 function match(keys: readonly VerificationKey[], kid: string | undefined, alg: JwsAlgorithm): KeyLookup | undefined {
@@ -49,6 +55,7 @@ export function staticKeySource(keys: Promise<readonly VerificationKey[]>): KeyS
       return match(resolved, kid, alg) ?? { kind: 'unknown-kid' };
     },
     usable: () => true,
+    refreshIfDue: () => {},
   };
 }
 
@@ -114,14 +121,6 @@ function parseCacheLifetime(headers: Headers, now: number): number | undefined {
     if (!Number.isNaN(expiresAt)) return Math.max(0, Math.floor((expiresAt - reference) / 1000));
   }
   return undefined;
-}
-
-function seconds(value: number | undefined, fallback: number, name: string): number {
-  const result = value ?? fallback;
-  if (typeof result !== 'number' || !Number.isFinite(result) || result < 0) {
-    throw new TypeError(`${name} must be a finite, non-negative number of seconds`);
-  }
-  return result;
 }
 
 class FetchFailure extends Error {
@@ -203,13 +202,13 @@ export function remoteKeySource(
     throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
   }
   const uri = url.href;
-  const timeoutMs = seconds(options.timeout, 5, 'jwks timeout') * 1000;
-  const cooldownMs = seconds(options.cooldown, 30, 'jwks cooldown') * 1000;
-  const defaultTtlMs = seconds(options.defaultTtl, 600, 'jwks defaultTtl') * 1000;
-  const minTtlMs = seconds(options.minTtl, 30, 'jwks minTtl') * 1000;
-  const maxTtlMs = seconds(options.maxTtl, 86_400, 'jwks maxTtl') * 1000;
-  const staleMs = seconds(options.staleIfError, 3600, 'jwks staleIfError') * 1000;
-  const negativeTtlMs = seconds(options.negativeTtl, cooldownMs / 1000, 'jwks negativeTtl') * 1000;
+  const timeoutMs = seconds(options.timeout ?? 5, 'jwks timeout') * 1000;
+  const cooldownMs = seconds(options.cooldown ?? 30, 'jwks cooldown') * 1000;
+  const defaultTtlMs = seconds(options.defaultTtl ?? 600, 'jwks defaultTtl') * 1000;
+  const minTtlMs = seconds(options.minTtl ?? 30, 'jwks minTtl') * 1000;
+  const maxTtlMs = seconds(options.maxTtl ?? 86_400, 'jwks maxTtl') * 1000;
+  const staleMs = seconds(options.staleIfError ?? 3600, 'jwks staleIfError') * 1000;
+  const negativeTtlMs = seconds(options.negativeTtl ?? cooldownMs / 1000, 'jwks negativeTtl') * 1000;
   const maxBytes = options.maxBytes ?? 262_144;
   const maxUnknownKids = options.maxUnknownKids ?? 10_000;
   const { now, emit } = context;
@@ -331,21 +330,19 @@ export function remoteKeySource(
     if (at >= refreshAt && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
   }
 
-  // What a cached result may rely on. A fresh set: yes, starting the refresh ahead a lookup would.
-  // Past its lifetime while the endpoint fails: yes, up to stale-if-error (the keys a lookup would
-  // fall back on), starting the next attempt in the background once the cooldown allows it, so an
-  // outage does not make every hit wait for a fetch that is likely to time out. Past its lifetime
-  // after a successful fetch: no, the cached result waits for the refresh with everyone else, since
-  // the endpoint is healthy and may have retired the key.
+  // What a cached result may rely on. A fresh set: yes. Past its lifetime while the endpoint fails:
+  // yes, up to stale-if-error (the keys a lookup would fall back on). Past its lifetime after a
+  // successful fetch: no, the cached result waits for the refresh with everyone else, since the
+  // endpoint is healthy and may have retired the key.
   function usable(at: number): boolean {
     if (state === undefined) return false;
-    if (at < state.expiresAt) {
-      refreshAhead(state, at);
-      return true;
-    }
-    if (!lastAttemptFailed || !trusted(at)) return false;
-    if (inFlight === undefined && mayRefreshExpiring(at)) void refresh();
-    return true;
+    return at < state.expiresAt || (lastAttemptFailed && trusted(at));
+  }
+
+  function refreshIfDue(at: number): void {
+    if (state === undefined) return;
+    if (at < state.expiresAt) refreshAhead(state, at);
+    else if (lastAttemptFailed && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
   }
 
   async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {
@@ -365,6 +362,7 @@ export function remoteKeySource(
   return {
     refresh,
     usable,
+    refreshIfDue,
     async lookup(kid, alg) {
       const keys = await currentKeys();
       if (keys === undefined) return { kind: 'unavailable' };
