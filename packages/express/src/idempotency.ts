@@ -125,23 +125,20 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
  * handler unless the app enables `strict routing` or `case sensitive routing`.
  */
 function routingOf(req: Request): RoutePathOptions {
-  const settings = (req.app as { settings?: Record<string, unknown> } | undefined)?.settings;
-  // Truthy, as Express's own `app.enabled()` reads them.
+  const app = req.app as Request['app'] | undefined;
   return {
-    caseSensitive: Boolean(settings?.['case sensitive routing']),
-    strict: Boolean(settings?.['strict routing']),
+    caseSensitive: app?.enabled('case sensitive routing') === true,
+    strict: app?.enabled('strict routing') === true,
   };
 }
 
 /**
  * The path a router was mounted at, as the request spelled it (`req.baseUrl`), folded the way the
  * app matched it: `/API` and `/api` reach one router unless `case sensitive routing` is on, so a key
- * sent to both is one operation, not two executions.
+ * sent to both is one operation, not two executions. (Its slashes are as Express left them.)
  */
 function mountPath(req: Request): string {
-  const base = req.baseUrl;
-  if (base.length === 0) return base;
-  return routingOf(req).caseSensitive ? base : base.toLowerCase();
+  return foldRoutePath(req.baseUrl, { ...routingOf(req), strict: true });
 }
 
 /**
