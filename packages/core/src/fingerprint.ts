@@ -1,6 +1,6 @@
 import { createHash, hash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.js';
-import { canonicalMultipart } from './multipart.js';
+import { byNameThenValue, canonicalMultipart } from './multipart.js';
 
 /** The parts of a request that make up its identity. */
 export interface RequestParts {
@@ -146,7 +146,7 @@ function normaliseQuery(query: RequestParts['query']): string {
   }
   // Sorting by name and then value makes `?b=2&a=1` and `?a=1&b=2` one request; repeated names
   // keep every value, so `?a=1&a=2` never equals `?a=1`.
-  const pairs = [...params].sort(([an, av], [bn, bv]) => (an < bn ? -1 : an > bn ? 1 : av < bv ? -1 : av > bv ? 1 : 0));
+  const pairs = [...params].sort(byNameThenValue);
   return pairs.map(([n, v]) => `${encodeURIComponent(n)}=${encodeURIComponent(v)}`).join('&');
 }
 

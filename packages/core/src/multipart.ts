@@ -43,6 +43,14 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
   }
 }
 
+/**
+ * Orders `[name, value]` pairs by name, then value (code unit order): the one order the fingerprint
+ * gives a query's parameters and a form part's header fields, so neither depends on how they came.
+ */
+export function byNameThenValue([a, av]: readonly [string, string], [b, bv]: readonly [string, string]): number {
+  return a < b ? -1 : a > b ? 1 : av < bv ? -1 : av > bv ? 1 : 0;
+}
+
 /** Parts read at most; a form with more is fingerprinted by its bytes. */
 export const maxParts = 1000;
 /** Header lines read at most in one part; a part with more makes the form fingerprinted by its bytes. */
@@ -80,7 +88,7 @@ function partForHash(part: Buffer): Buffer | undefined {
       if (colon <= 0 || line.includes('\r') || line.includes('\n')) return undefined;
       named.push([trimBlanks(line.slice(0, colon)).toLowerCase(), trimBlanks(line.slice(colon + 1))]);
     }
-    named.sort(([a, av], [b, bv]) => (a < b ? -1 : a > b ? 1 : av < bv ? -1 : av > bv ? 1 : 0));
+    named.sort(byNameThenValue);
     fields = named.map(([name, value]) => `${name}:${value}\n`).join('');
     content = part.subarray(split + 4);
   }
