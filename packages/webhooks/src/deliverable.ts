@@ -1,18 +1,22 @@
-/** What fetch needs of a message to send it at all. */
+import { isValidWebhookId } from './headers.js';
+
+/** What fetch and the signer need of a message to send it at all. */
 interface Deliverable {
   url: string | URL;
+  id: string;
   contentType?: string | undefined;
   headers?: Record<string, string> | undefined;
 }
 
 /**
- * Throws a `TypeError` for a message fetch would refuse on every attempt: a URL that is not http: or
- * https:, a header name or value fetch refuses, a header value that is not a string, a content type
- * that is not a string. Retried, such a message fails until the horizon and only then surfaces as a
+ * Throws a `TypeError` for a message no attempt could send: a URL that is not http: or https:, an id
+ * that cannot be a `webhook-id` (the signer refuses it), a header name or value fetch refuses, a
+ * header value that is not a string, a content type that is not a string. Retried, such a message fails until the horizon and only then surfaces as a
  * dead letter; refused, it fails once, in the call that made it.
  *
  * @example
- * assertDeliverable({ url: 'mailto:ops@example.com' }); // throws TypeError
+ * assertDeliverable({ url: 'mailto:ops@example.com', id: 'evt_1' }); // throws TypeError
+ * assertDeliverable({ url: 'https://example.com/hooks', id: 'a.b' }); // throws TypeError
  */
 export function assertDeliverable(message: Deliverable): void {
   let protocol: string;
@@ -22,6 +26,8 @@ export function assertDeliverable(message: Deliverable): void {
     throw new TypeError('url must be an absolute http: or https: URL', { cause: error });
   }
   if (protocol !== 'http:' && protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
+  if (!isValidWebhookId(message.id))
+    throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
   assertSendableHeaders(message.headers, message.contentType);
 }
 

@@ -2,9 +2,9 @@ import { createHash, randomUUID } from 'node:crypto';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
-import { isValidWebhookId } from './headers.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
-import { type AttemptRecord, maxTimerMs, type Sender } from './sender.js';
+import type { AttemptRecord, Sender } from './sender.js';
+import { abortableSleep } from './sleep.js';
 
 /**
  * Anything that runs a parameterised query the way `pg` does: a `Pool`, a `Client`, or the client of
@@ -117,9 +117,10 @@ export interface Relay {
    * Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. A row
    * whose previous claim never recorded a result (its relay died mid-attempt) gets no attempt, and its
    * body is not even read: it is put back after a backoff wait, as after a failed attempt, or
-   * dead-lettered if that claim used up the last attempt or the wait would pass the horizon (by the
-   * claim itself when it is already past either). If a row fails (the database, a custom sender),
-   * it rejects with that error, but only once every other row of the round is settled.
+   * dead-lettered if that claim used up the last attempt or the wait would pass the horizon. A row
+   * already at `maxAttempts`, or attempted before and already past the horizon, is dead-lettered by
+   * the claim itself, unread. If a row fails (the database, a custom sender), it rejects with that
+   * error, but only once every other row of the round is settled.
    */
   runOnce(): Promise<RelayRound>;
   /** Starts polling in the background. */
@@ -228,7 +229,7 @@ function toRow(row: Record<string, any>): OutboxRow {
  *   from a dead relay counts as a failed attempt: it waits out the backoff before the next one, so a
  *   row that kills every relay that sends it is not sent again after every lease. It is never
  *   attempted past `maxAttempts` or the horizon: it is dead-lettered. A takeover that dies too
- *   counts as well, and the claim that finds such a row past either limit dead-letters it itself.
+ *   counts as well. A row found past either limit is dead-lettered by the claim itself.
  * - A 410 Gone dead-letters every waiting event for that URL (the endpoint asked to be disabled).
  *
  * @example
@@ -303,10 +304,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     if (!tx || typeof tx.query !== 'function') throw new TypeError('add needs the transaction client (with query())');
     if (!event || typeof event.url !== 'string') throw new TypeError('add needs an event with a url');
     const id = event.id ?? `evt_${randomUUID()}`;
-    if (!isValidWebhookId(id))
-      throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
     // Refused here rather than stored to fail every attempt until the horizon.
-    assertDeliverable(event);
+    assertDeliverable({ ...event, id });
     const raw = event.body;
     const isBytes = typeof raw === 'string' || raw instanceof Uint8Array || raw instanceof ArrayBuffer;
     const json = isBytes ? undefined : JSON.stringify(raw);
@@ -334,8 +333,6 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     if (leaseMs <= sender.schedule.timeoutMs)
       throw new TypeError("lease must be longer than the sender's per-attempt timeout");
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
-    // Its timer would fire at once: the relay would poll in a tight loop.
-    if (pollMs > maxTimerMs) throw new TypeError('pollInterval must be at most 24 days');
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;
     const horizonParam = Number.isFinite(horizonMs) ? horizonMs : 1e15;
@@ -352,17 +349,19 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
       // locked_by), so its relay died or stalled mid-attempt and its lease ran out. Read before the
       // UPDATE overwrites locked_by.
-      // A crashed row is never sent by this claim (see takeOver), so its body is not loaded: a body
-      // that kills the relay that loads it would otherwise kill every takeover too. And a crashed row
-      // that has used up its attempts (they count every claim, the crashed ones too) or its horizon is
-      // dead-lettered by the claim itself: a takeover that dies before it can put the row back must
-      // not leave it to the next takeover, for ever, each adding an attempt past maxAttempts.
+      // `stop`: the row may not be attempted again, and the claim dead-letters it itself. Either it
+      // has used up its attempts (they count every claim, the crashed ones too), or an attempt was
+      // made and the horizon has passed since (a first attempt is always made). A due row gets here
+      // when its relay died (a takeover that dies before it can put the row back must not leave it to
+      // the next takeover, for ever, each adding an attempt past maxAttempts), when the relays fell
+      // behind, or when the schedule was shortened since the row was put back.
+      // Neither a crashed row (see takeOver) nor a stopped one is sent by this claim, so its body is
+      // not loaded: a body that kills the relay that loads it would otherwise kill every takeover too.
       const { rows } = await db.query(
         `WITH due AS (
               SELECT id, locked_by IS NOT NULL AS crashed,
-                     CASE WHEN locked_by IS NULL THEN NULL
-                          WHEN attempts >= $5::double precision THEN 'max-attempts'
-                          WHEN now() > ${horizonEnds('', '$4')} THEN 'horizon' END AS stop
+                     CASE WHEN attempts >= $5::double precision THEN 'max-attempts'
+                          WHEN attempts >= 1 AND now() > ${horizonEnds('', '$4')} THEN 'horizon' END AS stop
                 FROM ${table}
                WHERE status = 'pending'
                  AND next_attempt_at <= now()
@@ -380,26 +379,24 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                 claims = o.claims + 1
            FROM due
           WHERE o.id = due.id
-        RETURNING o.id, o.url, CASE WHEN due.crashed THEN NULL ELSE o.body END AS body, o.content_type,
-                  o.headers, o.status, o.attempts, o.claims, due.crashed,
-                  o.attempts > 1 AND now() > ${horizonEnds('o.', '$4')} AS expired`,
+        RETURNING o.id, o.url, CASE WHEN due.crashed OR due.stop IS NOT NULL THEN NULL ELSE o.body END AS body,
+                  o.content_type, o.headers, o.status, o.attempts, o.claims, due.crashed`,
         [batchSize, leaseMs, relayId, horizonParam, maxAttemptsParam],
       );
       return rows as {
         id: string;
         url: string;
-        /** Null for a crashed row: a takeover never sends it. */
+        /** Null for a crashed or dead-lettered row: neither is sent. */
         body: Buffer | null;
         content_type: string;
         headers: Record<string, string>;
-        /** 'dead' when the claim itself dead-lettered a crashed row; nothing more is written then. */
+        /** 'dead' when the claim itself dead-lettered the row; nothing more is written then. */
         status: 'pending' | 'dead';
         /** Counts this claim too, unless the claim dead-lettered the row. A requeue resets it. */
         attempts: number;
         /** The fencing token: every claim raises it, nothing lowers or resets it. */
         claims: number;
         crashed: boolean;
-        expired: boolean;
       }[];
     };
     type Claimed = Awaited<ReturnType<typeof claim>>[number];
@@ -414,6 +411,29 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const fenceValues = (row: Claimed) => [row.id, relayId, row.claims, row.attempts];
     const statusOf = (rows: { status: OutboxRow['status'] }[]) => rows[0]?.status ?? 'fenced';
 
+    // How a claim ends, in every query that ends one: the fence in $1 to $4, the wait before the next
+    // attempt in $5, the horizon in $6. The first of `first` (a condition, a status, a dead_reason)
+    // that holds decides; else the row is dead-lettered with 'horizon' if the wait would end past
+    // the horizon, and put back to wait otherwise.
+    const ending = (...first: [when: string, status: string, reason: string][]) => {
+      const next = `now() + ($5::double precision * interval '1 millisecond')`;
+      const branches = [...first, [`${next} > ${horizonEnds('', '$6')}`, "'dead'", "'horizon'"] as const];
+      const choose = (column: 1 | 2, otherwise: string) =>
+        `CASE ${branches.map((branch) => `WHEN ${branch[0]} THEN ${branch[column]}`).join(' ')} ELSE ${otherwise} END`;
+      return `status = ${choose(1, "'pending'")}, dead_reason = ${choose(2, 'NULL')}, next_attempt_at = ${next}`;
+    };
+    const endingValues = (row: Claimed, waitMs: number) => [...fenceValues(row), waitMs, horizonParam];
+
+    // $7: delivered, $8: why the attempt ends the retries (410, the last attempt), $9: the attempt.
+    const recordSql = `UPDATE ${table}
+            SET ${ending(['$7::boolean', "'delivered'", 'NULL'], ['$8::text IS NOT NULL', "'dead'", '$8::text'])},
+                delivered_at = CASE WHEN $7::boolean THEN now() END,
+                locked_until = NULL,
+                locked_by = NULL,
+                last_attempt = $9::jsonb,
+                history = history || jsonb_build_array($9::jsonb)
+          WHERE ${fence}
+        RETURNING status`;
     const record = async (
       row: Claimed,
       attempt: AttemptRecord,
@@ -422,50 +442,26 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       waitMs: number,
     ) => {
       const saved = { ...attempt, ...(delivered || stop ? {} : { waitMs }) };
-      const pastHorizon = `now() + ($7::double precision * interval '1 millisecond') > ${horizonEnds('', '$8')}`;
-      const { rows } = await db.query(
-        `UPDATE ${table}
-            SET status = CASE
-                  WHEN $5 THEN 'delivered'
-                  WHEN $6::text IS NOT NULL THEN 'dead'
-                  WHEN ${pastHorizon} THEN 'dead'
-                  ELSE 'pending' END,
-                dead_reason = CASE
-                  WHEN $5 THEN NULL
-                  WHEN $6::text IS NOT NULL THEN $6::text
-                  WHEN ${pastHorizon} THEN 'horizon'
-                  ELSE NULL END,
-                delivered_at = CASE WHEN $5 THEN now() ELSE NULL END,
-                next_attempt_at = now() + ($7::double precision * interval '1 millisecond'),
-                locked_until = NULL,
-                locked_by = NULL,
-                last_attempt = $9::jsonb,
-                history = history || jsonb_build_array($9::jsonb)
-          WHERE ${fence}
-        RETURNING status`,
-        [...fenceValues(row), delivered, stop, waitMs, horizonParam, JSON.stringify(saved, withoutNul)],
-      );
+      const { rows } = await db.query(recordSql, [
+        ...endingValues(row, waitMs),
+        delivered,
+        stop,
+        JSON.stringify(saved, withoutNul),
+      ]);
       return statusOf(rows);
     };
 
     // Ends a claim that makes no attempt: it gives back the attempt it counted. The row is put back
-    // to wait `waitMs`, or dead-lettered with `stop`, or with 'horizon' if the wait would end past it.
-    const putBack = async (row: Claimed, stop: 'max-attempts' | 'horizon' | null, waitMs: number) => {
-      const pastHorizon = `now() + ($6::double precision * interval '1 millisecond') > ${horizonEnds('', '$7')}`;
-      const { rows } = await db.query(
-        `UPDATE ${table}
-            SET status = CASE WHEN $5::text IS NOT NULL OR ${pastHorizon} THEN 'dead' ELSE 'pending' END,
-                dead_reason = CASE WHEN $5::text IS NOT NULL THEN $5::text WHEN ${pastHorizon} THEN 'horizon' ELSE NULL END,
-                next_attempt_at = now() + ($6::double precision * interval '1 millisecond'),
+    // to wait `waitMs`, or dead-lettered with 'horizon' if the wait would end past it.
+    const putBackSql = `UPDATE ${table}
+            SET ${ending()},
                 attempts = attempts - 1,
                 locked_until = NULL,
                 locked_by = NULL
           WHERE ${fence}
-        RETURNING status`,
-        [...fenceValues(row), stop, waitMs, horizonParam],
-      );
-      return statusOf(rows);
-    };
+        RETURNING status`;
+    const putBack = async (row: Claimed, waitMs: number) =>
+      statusOf((await db.query(putBackSql, endingValues(row, waitMs))).rows);
 
     const disableUrl = async (url: string) => {
       const result = await db.query(
@@ -484,14 +480,10 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // A takeover that dies itself before putting the row back keeps the count its claim took, so even
     // a row that kills relays before they send it moves towards maxAttempts; the claim that finds it
     // there dead-letters it (so does one past the horizon), and no takeover gets here with it.
-    const takeOver = (row: Claimed) => putBack(row, null, sender.nextDelay(Math.max(1, row.attempts - 1)));
+    const takeOver = (row: Claimed) => putBack(row, sender.nextDelay(Math.max(1, row.attempts - 1)));
 
     const send = async (row: Claimed, round: RelayRound) => {
-      // A due row is past maxAttempts or the horizon here only when the relays fell behind or the
-      // schedule was shortened since: it stops instead of being sent after the schedule said no more.
-      if (row.attempts > maxAttempts) return putBack(row, 'max-attempts', 0);
-      if (row.expired) return putBack(row, 'horizon', 0);
-      // Only a crashed row's body is null, and a crashed row is never sent.
+      // Only a crashed or dead-lettered row's body is null, and neither is sent.
       const attempt = await sender.attempt(
         { url: row.url, id: row.id, body: row.body as Buffer, contentType: row.content_type, headers: row.headers },
         row.attempts,
@@ -540,17 +532,10 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         }
         if (signal.aborted) return;
         if (round && round.claimed === batchSize) continue;
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, pollMs);
-          signal.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-        });
+        // One signal serves every wait of the loop: the sleep removes its listener when it ends, or
+        // each idle poll would leave one behind (Node warns past 10). It waits a long pollInterval
+        // in steps, and rejects when stop() aborts, which ends the loop.
+        await abortableSleep(pollMs, signal).catch(() => undefined);
       }
     };
 

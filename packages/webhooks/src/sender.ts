@@ -4,6 +4,7 @@ import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable, assertSendableHeaders } from './deliverable.js';
 import type { WebhookSecret } from './secrets.js';
 import { createSigner } from './signature.js';
+import { abortableSleep, maxTimerMs } from './sleep.js';
 
 /** One event to deliver to one endpoint. */
 export interface WebhookMessage {
@@ -49,7 +50,10 @@ export interface SenderOptions {
   timeout?: Duration;
   /** Source of jitter in [0, 1). Default `Math.random`; inject {@link seededRandom} in tests. */
   random?: () => number;
-  /** Waits between attempts. Default: a timer that an abort signal cancels. */
+  /**
+   * Waits between attempts. Default: timers that an abort signal cancels, in steps for waits longer
+   * than one timer holds.
+   */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /** Clock, epoch milliseconds: signs timestamps and measures the horizon. Default `Date.now`. */
   now?: () => number;
@@ -127,23 +131,6 @@ export interface Sender {
 }
 
 const RESPONSE_SNIPPET_BYTES = 1024;
-/** The longest delay a Node timer waits: past 2^31 - 1 ms it fires at once. */
-export const maxTimerMs = 2_147_483_647;
-
-function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
 
 /**
  * Header names are case-insensitive, but fetch appends (never replaces) names that differ only in
@@ -206,12 +193,8 @@ export function createSender(options: SenderOptions): Sender {
   // Its timer would fire at once, and every attempt would be a timeout.
   if (timeoutMs > maxTimerMs) throw new TypeError('timeout must be at most 24 days');
   const random = options.random ?? Math.random;
-  const sleep = options.sleep ?? defaultSleep;
-  // A timer fires at once for delays above 2^31 - 1 ms (about 24.9 days): a schedule that could ask
-  // for such a wait would retry at once instead. A sleep of your own may wait longer.
-  if (options.sleep === undefined && Math.max(backoff.capMs, maxRetryAfterMs) > maxTimerMs) {
-    throw new TypeError('cap and maxRetryAfter must be at most 24 days with the default sleep; pass your own sleep');
-  }
+  // Waits longer than one timer holds (about 24.9 days) are taken in steps: any cap works.
+  const sleep = options.sleep ?? abortableSleep;
   const now = options.now ?? Date.now;
   // Refused now rather than failing every attempt of every message.
   assertSendableHeaders(options.headers);

@@ -4,7 +4,7 @@ import { type AddressInfo, connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { memoryStore } from '@idem/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createReceiver, createSigner, expressWebhook } from '../src/index.js';
+import { createReceiver, createSigner, expressWebhook, type Receiver } from '../src/index.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = createSigner({ secret: SECRET });
@@ -70,6 +70,28 @@ describe('expressWebhook on a plain node:http server (no next)', () => {
     const target = await serve(expressWebhook(receiver()) as never);
     const { run } = await hangUpMidBody(target, payload.subarray(0, 10), payload.length);
     // Nobody awaits this promise in a real server: a rejection would be unhandled and end Node.
+    await expect(run).resolves.toBeUndefined();
+  });
+
+  it('ends with a bare 500 when the receiver throws and the sender is still there, and settles', async () => {
+    // A receiver that fails outright (a bug, a store that throws past the receiver): an error that
+    // is no WebhookError, so the glue has no answer of its own and, without next, nobody to pass it to.
+    const broken = {
+      handle: () => {
+        throw new Error('receiver bug');
+      },
+    } as unknown as Receiver;
+    const target = await serve(expressWebhook(broken) as never);
+    const headers = signer.sign({ id: 'evt_broken', body: payload, timestamp: new Date() });
+    const response = await fetch(`http://127.0.0.1:${target.port}/hooks`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: payload,
+    });
+    expect(response.status).toBe(500);
+    expect(await response.text()).toBe('');
+    // Nobody awaits this promise in a real server: a rejection would be unhandled and end Node.
+    const { run } = await target.firstRun;
     await expect(run).resolves.toBeUndefined();
   });
 });

@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { memoryStore } from '@idem/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   createOutbox,
   createReceiver,
@@ -669,6 +670,51 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     expect(sent).toBe(1);
   });
 
+  it('dead-letters a waiting row already at maxAttempts or past the horizon in its claim: no attempt, no body read, nothing after it', async () => {
+    await clear();
+    let sent = 0;
+    const counting = (schedule: ScheduleOptions): Sender => {
+      const real = createSender({ secret: SECRET, timeout: '5s', schedule });
+      return {
+        ...real,
+        attempt: (...args) => {
+          sent++;
+          return real.attempt(...args);
+        },
+      };
+    };
+    // A relay that can run its claim and nothing after it: what the claim does not do stays undone.
+    const claimed: { id: string; body: unknown; status: string }[] = [];
+    const onlyTheClaim = {
+      queries: 0,
+      async query(text: string, values?: unknown[]) {
+        if (this.queries++ > 0) throw new Error('a query after the claim');
+        const result = await pool.query(text, values);
+        claimed.push(...result.rows);
+        return result;
+      },
+    };
+    // Rows the relays fell behind on, or that a schedule shortened since has already ended: one
+    // with its attempts used up, one attempted before and past the horizon.
+    await outbox.add(pool, { id: 'behind', url: 'https://receiver.test/hooks', body: '{}' });
+    await outbox.add(pool, { id: 'expired', url: 'https://receiver.test/hooks', body: '{}' });
+    await pool.query(`UPDATE "${table}" SET attempts = 2 WHERE id = 'behind'`);
+    await pool.query(
+      `UPDATE "${table}" SET attempts = 1, created_at = now() - interval '2 hours' WHERE id = 'expired'`,
+    );
+    const relay = outbox.relay({ db: onlyTheClaim, sender: counting({ maxAttempts: 2, horizon: '1h' }) });
+    expect(await relay.runOnce()).toEqual({ claimed: 2, delivered: 0, retrying: 0, dead: 2, fenced: 0 });
+    expect(sent).toBe(0);
+    expect(claimed.map(({ id, body, status }) => [id, body, status]).sort()).toEqual([
+      ['behind', null, 'dead'],
+      ['expired', null, 'dead'],
+    ]);
+    const [behind, expired] = await rows();
+    expect(expired).toMatchObject({ status: 'dead', dead_reason: 'horizon', attempts: 1, locked_by: null });
+    expect(behind).toMatchObject({ status: 'dead', dead_reason: 'max-attempts', attempts: 2, locked_by: null });
+    expect([behind.history, expired.history]).toEqual([[], []]);
+  });
+
   it('fences a claim made before a requeue out of a claim made after it under the same relayId', async () => {
     await clear();
     const held: (() => void)[] = [];
@@ -937,7 +983,66 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     expect(() => createOutbox({ table: 'a.b.c' })).toThrow(TypeError);
     expect(() => outbox.relay({ db: pool, sender, lease: '1s' })).toThrow(/timeout/);
     expect(() => outbox.relay({ db: pool, sender, batchSize: 0 })).toThrow(TypeError);
-    // Its timer would fire at once: a relay polling in a tight loop.
-    expect(() => outbox.relay({ db: pool, sender, pollInterval: '30d' })).toThrow(/pollInterval/);
+  });
+
+  it('waits a pollInterval longer than one timer holds in full, in steps, instead of polling in a tight loop', async () => {
+    const day = 86_400_000;
+    // Only the wait is under test here: a database with nothing due answers every claim. From the
+    // fourth claim on it holds the answer back, so a relay polling in a tight loop stalls there
+    // (and fails below) instead of spinning through 29 days of 1 ms timers.
+    let rounds = 0;
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const db = {
+      query: async () => {
+        if (++rounds > 3) await held;
+        return { rows: [], rowCount: 0 };
+      },
+    };
+    const relay = outbox.relay({ db, sender, pollInterval: '30d' });
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      relay.start();
+      // One timer would fire after 1 ms for this delay (Node clamps overlong delays to 1).
+      await vi.advanceTimersByTimeAsync(29 * day);
+      expect(rounds).toBe(1);
+      await vi.advanceTimersByTimeAsync(day);
+      expect(rounds).toBe(2);
+      await relay.stop();
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      release();
+      vi.useRealTimers();
+      await relay.stop();
+    }
+  });
+
+  it('the background loop leaves no abort listener behind after its idle polls (Node warns past 10)', async () => {
+    await clear();
+    // The loop's stop signal, found as the loop's first wait listens on it.
+    const listen = vi.spyOn(EventTarget.prototype, 'addEventListener');
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => void warnings.push(warning);
+    process.on('warning', onWarning);
+    // Listeners on the signal while a round runs, that is, between two waits.
+    const between: number[] = [];
+    const db = {
+      query: (text: string, values?: unknown[]) => {
+        const signal = listen.mock.contexts.find((target) => target instanceof AbortSignal);
+        if (signal) between.push(getEventListeners(signal, 'abort').length);
+        return pool.query(text, values);
+      },
+    };
+    const relay = outbox.relay({ db, sender, pollInterval: '1ms' });
+    try {
+      relay.start();
+      await until(() => between.length >= 25, '25 idle rounds');
+    } finally {
+      await relay.stop();
+      listen.mockRestore();
+      process.off('warning', onWarning);
+    }
+    expect(Math.max(...between)).toBe(0);
+    expect(warnings.filter((warning) => warning.name === 'MaxListenersExceededWarning')).toEqual([]);
   });
 });

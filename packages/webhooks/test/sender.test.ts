@@ -202,15 +202,23 @@ describe('attempts', () => {
 
   it('throws for a message no attempt could send, instead of retrying it until the horizon', async () => {
     const { sender, calls } = harness([{ status: 200 }]);
-    const cases: { url?: string; headers?: Record<string, string> }[] = [
+    const cases: { url?: string; id?: string; contentType?: string; headers?: Record<string, string> }[] = [
       { url: 'mailto:ops@example.com' },
       { url: 'not a url' },
+      { id: 'a.b' },
+      { contentType: 7 as unknown as string },
       { headers: { 'bad name': 'x' } },
       { headers: { 'x-ok': 'line\nbreak' } },
       { headers: { 'x-number': 7 as unknown as string } },
     ];
     for (const bad of cases) {
       await expect(sender.send({ ...message, ...bad }), JSON.stringify(bad)).rejects.toThrow(TypeError);
+      // Refused before the loop, not by the signer inside the first attempt: a signal aborted
+      // already does not turn a message that could never be sent into an 'aborted' dead letter.
+      await expect(
+        sender.send({ ...message, ...bad }, { signal: AbortSignal.abort() }),
+        JSON.stringify(bad),
+      ).rejects.toThrow(TypeError);
     }
     expect(calls).toHaveLength(0);
     // A URL object is a URL.
@@ -280,24 +288,76 @@ describe('options and helpers', () => {
     expect(() => createSender({ secret: SECRET, schedule: { base: 0 } })).toThrow(TypeError);
     expect(() => createSender({ secret: SECRET, schedule: { base: '1m', cap: '1s' } })).toThrow(TypeError);
     expect(() => createSender({ secret: SECRET, schedule: { maxAttempts: 0 } })).toThrow(TypeError);
-    // A timer fires at once past 2^31 - 1 ms (about 24.9 days): such waits would become no wait.
-    expect(() => createSender({ secret: SECRET, schedule: { base: '1s', cap: '26d' } })).toThrow(/at most 24 days/);
-    expect(() => createSender({ secret: SECRET, schedule: { maxRetryAfter: '30d' } })).toThrow(/at most 24 days/);
-    // The per-attempt timer too: every attempt would time out at once.
+    // The per-attempt timer is one timer, which fires at once past 2^31 - 1 ms (about 24.9 days):
+    // every attempt would time out at once.
     expect(() => createSender({ secret: SECRET, timeout: '30d' })).toThrow(/timeout must be at most 24 days/);
     // Headers every message would carry, refused once rather than failing every attempt.
     expect(() => createSender({ secret: SECRET, headers: { 'bad name': 'x' } })).toThrow(TypeError);
-    const ownSleep = async () => undefined;
-    expect(createSender({ secret: SECRET, sleep: ownSleep, schedule: { cap: '26d' } }).schedule.capMs).toBe(
-      26 * 86_400_000,
+    // The waits between attempts are not: the default sleep takes a long one in steps.
+    expect(createSender({ secret: SECRET, schedule: { cap: '26d' } }).schedule.capMs).toBe(26 * 86_400_000);
+    expect(createSender({ secret: SECRET, schedule: { maxRetryAfter: '30d' } }).schedule.maxRetryAfterMs).toBe(
+      30 * 86_400_000,
     );
-    expect(createSender({ secret: SECRET, schedule: { cap: '24d' } }).schedule.capMs).toBe(24 * 86_400_000);
     expect(createSender({ secret: SECRET }).schedule).toMatchObject({
       baseMs: 1000,
       capMs: 3_600_000,
       horizonMs: 86_400_000,
       timeoutMs: 15_000,
     });
+  });
+
+  it('the default sleep waits a cap or a Retry-After longer than one timer holds in full, in steps', async () => {
+    const day = 86_400_000;
+    vi.useFakeTimers({ now: START });
+    try {
+      // A 26-day cap: the first retry waits 0.99 of it. One timer would fire after 1 ms.
+      const calls: number[] = [];
+      const capped = createSender({
+        secret: SECRET,
+        schedule: { base: '26d', cap: '26d', horizon: '60d' },
+        random: () => 0.99,
+        fetch: (async () => {
+          calls.push(Date.now());
+          return new Response(null, { status: calls.length === 1 ? 500 : 200 });
+        }) as typeof fetch,
+      });
+      const first = capped.send(message);
+      await vi.advanceTimersByTimeAsync(25 * day);
+      expect(calls).toHaveLength(1);
+      await vi.advanceTimersByTimeAsync(day);
+      const result = await first;
+      expect(result.outcome).toBe('delivered');
+      expect(result.attempts[0]!.waitMs).toBeGreaterThan(2 ** 31);
+      expect(calls[1]! - calls[0]!).toBe(result.attempts[0]!.waitMs);
+
+      // A Retry-After of 35 days under a 40-day maxRetryAfter.
+      const asked: number[] = [];
+      const slowedDown = createSender({
+        secret: SECRET,
+        schedule: { maxRetryAfter: '40d', horizon: '60d' },
+        fetch: (async () => {
+          asked.push(Date.now());
+          return new Response(null, { status: 503, headers: { 'retry-after': String(35 * 86_400) } });
+        }) as typeof fetch,
+      });
+      const second = slowedDown.send(message);
+      await vi.advanceTimersByTimeAsync(34 * day);
+      expect(asked).toHaveLength(1);
+      await vi.advanceTimersByTimeAsync(day);
+      // The next 35-day wait would pass the 60-day horizon: it stops there.
+      expect(await second).toMatchObject({ outcome: 'dead-letter', reason: 'horizon' });
+      expect(asked[1]! - asked[0]!).toBe(35 * day);
+
+      // An abort ends a long wait in any of its steps, and leaves no timer behind.
+      const controller = new AbortController();
+      const third = slowedDown.send(message, { signal: controller.signal });
+      await vi.advanceTimersByTimeAsync(30 * day);
+      controller.abort();
+      expect(await third).toMatchObject({ outcome: 'dead-letter', reason: 'aborted' });
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('parses Retry-After strictly', () => {
