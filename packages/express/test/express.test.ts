@@ -1,5 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
@@ -81,6 +82,52 @@ describe('@idem/express specifics', () => {
       const other = await post(`${url}/charges`, 'chunked-1', ['{"amount":101}']);
       expect(other.status).toBe(422);
       expect(runs).toBe(1);
+    });
+  });
+
+  it('a compressed body is fingerprinted by what it decodes to: gzipped again, deflated, br or plain, the same JSON replays', async () => {
+    const app = express();
+    const seen: unknown[] = [];
+    // Mounted before the parser, which inflates the body (express.json's `inflate` is on by default).
+    app.post('/charges', idempotency(options()), express.json(), (req, res) => {
+      seen.push(req.body);
+      res.status(201).json({ id: 'ch_1', amount: req.body.amount });
+    });
+    const json = Buffer.from('{"amount":100}');
+    // The same JSON compressed again later: gzip stamps the time (MTIME, bytes 4 to 7) into its header.
+    const first = gzipSync(json);
+    const later = gzipSync(json);
+    later.writeUInt32LE(1_700_000_000, 4);
+    expect(later.equals(first)).toBe(false);
+    await serve(app, async (url) => {
+      const send = (key: string, body: Buffer, encoding?: string) =>
+        fetch(`${url}/charges`, {
+          method: 'POST',
+          headers: {
+            'idempotency-key': key,
+            'content-type': 'application/json',
+            ...(encoding ? { 'content-encoding': encoding } : {}),
+          },
+          body: new Uint8Array(body),
+        });
+      const answered = await send('gzip-1', first, 'gzip');
+      expect(answered.status).toBe(201);
+      expect(answered.headers.get('idempotent-replayed')).toBeNull();
+      const text = await answered.text();
+      for (const [body, encoding] of [
+        [later, 'gzip'],
+        [json, undefined],
+        [deflateSync(json), 'deflate'],
+        [brotliCompressSync(json), 'br'],
+      ] as const) {
+        const again = await send('gzip-1', body, encoding);
+        expect(again.status, encoding ?? 'plain').toBe(201);
+        expect(again.headers.get('idempotent-replayed'), encoding ?? 'plain').toBe('true');
+        expect(await again.text(), encoding ?? 'plain').toBe(text);
+      }
+      // Other JSON under the same key is still another request, compressed or not.
+      expect((await send('gzip-1', gzipSync('{"amount":101}'), 'gzip')).status).toBe(422);
+      expect(seen).toEqual([{ amount: 100 }]);
     });
   });
 
@@ -483,6 +530,111 @@ describe('@idem/express specifics', () => {
           const again = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
           expect(again.headers['idempotent-replayed'], label).toBe('true');
         });
+      }
+    }
+  });
+
+  it('without idempotencyErrors(), a 404 error a route throws or passes to next(error) is no answer either: released, the retry runs', async () => {
+    for (const [version, createApp] of [
+      ['express 5', express],
+      ['express 4', express4],
+    ] as const) {
+      for (const transactional of [false, true]) {
+        const label = `${version}${transactional ? ', transactional' : ''}`;
+        const events: IdempotencyEvent[] = [];
+        const settings = options({
+          ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
+          onEvent: (event) => events.push(event),
+        });
+        const app = createApp();
+        let runs = 0;
+        const notFound = () => Object.assign(new Error('no such charge'), { status: 404 });
+        app.post('/passed/:id', idempotency(settings), (_req, _res, next) => {
+          runs++;
+          next(notFound());
+        });
+        app.post('/thrown/:id', idempotency(settings), () => {
+          runs++;
+          throw notFound();
+        });
+        // No idempotencyErrors(): Express's final handler answers the error with its own 404.
+        await serve(app, async (url) => {
+          for (const path of ['/passed/ch_9', '/thrown/ch_9']) {
+            const before = runs;
+            const first = await post(`${url}${path}`, `error-${path}`, ['{}']);
+            expect(first.status, `${label} ${path}`).toBe(404);
+            expect(first.headers['idempotency-key'], `${label} ${path}`).toBeUndefined();
+            const again = await post(`${url}${path}`, `error-${path}`, ['{}']);
+            expect(again.status, `${label} ${path}`).toBe(404);
+            expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBeUndefined();
+            expect(runs - before, `${label} ${path}`).toBe(2);
+          }
+        });
+        expect(
+          events.filter((event) => event.type === 'complete'),
+          label,
+        ).toEqual([]);
+        expect(
+          events.filter((event) => event.type === 'response-not-stored').map((event) => event.reason),
+          label,
+        ).toEqual(Array(4).fill('no-route'));
+      }
+    }
+  });
+
+  it('a not-found middleware that answers after a route passed the request on with next() is an answer: stored and replayed', async () => {
+    for (const [version, createApp] of [
+      ['express 5', express],
+      ['express 4', express4],
+    ] as const) {
+      for (const transactional of [false, true]) {
+        const label = `${version}${transactional ? ', transactional' : ''}`;
+        const slug = label.replace(/\W+/g, '-');
+        const events: IdempotencyEvent[] = [];
+        const settings = options({
+          ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
+          onEvent: (event) => events.push(event),
+        });
+        const app = createApp();
+        let runs = 0;
+        let notFoundRuns = 0;
+        const charge: express.RequestHandler = (_req, _res, next) => {
+          runs++;
+          next();
+        };
+        // On the route itself, and with use() on a router: both claim before the route passes.
+        app.post('/direct/:id', idempotency(settings), charge);
+        const api = createApp.Router();
+        api.use(idempotency(settings));
+        api.post('/charges/:id', charge);
+        app.use('/api', api);
+        app.use(idempotencyErrors());
+        // The app's own not-found page after every route: Express leaves no trace that the route passed.
+        app.use((_req, res) => {
+          notFoundRuns++;
+          res.status(404).json({ error: 'not_found', page: notFoundRuns });
+        });
+        await serve(app, async (url) => {
+          for (const path of ['/direct/ch_9', '/api/charges/ch_9']) {
+            const first = await post(`${url}${path}`, `page-${slug}-${path}`, ['{}']);
+            expect(first.status, `${label} ${path}`).toBe(404);
+            expect(first.headers['idempotency-key'], `${label} ${path}`).toBe(`page-${slug}-${path}`);
+            const again = await post(`${url}${path}`, `page-${slug}-${path}`, ['{}']);
+            expect(again.status, `${label} ${path}`).toBe(404);
+            expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBe('true');
+            expect(again.body, `${label} ${path}`).toBe(first.body);
+          }
+        });
+        expect(runs, label).toBe(2);
+        expect(notFoundRuns, label).toBe(2);
+        expect(
+          events.filter((event) => event.type === 'complete'),
+          label,
+        ).toHaveLength(2);
+        expect(
+          events.filter((event) => event.type === 'response-not-stored'),
+          label,
+        ).toEqual([]);
       }
     }
   });

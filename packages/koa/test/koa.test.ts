@@ -1,6 +1,15 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
+import { buffer } from 'node:stream/consumers';
+import {
+  brotliCompressSync,
+  createBrotliDecompress,
+  createGunzip,
+  createInflate,
+  deflateSync,
+  gzipSync,
+} from 'node:zlib';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
 import Koa from 'koa';
@@ -83,6 +92,20 @@ async function abandonedPost(url: string, key: string, started: Promise<void>) {
   req.destroy();
 }
 
+// A body reader as @koa/bodyparser (co-body) is one: reads ctx.req, inflates what its
+// Content-Encoding says, and parses the JSON.
+async function inflatedJson(ctx: Koa.Context): Promise<unknown> {
+  const decoders: Record<string, () => NodeJS.ReadWriteStream> = {
+    gzip: createGunzip,
+    deflate: createInflate,
+    br: createBrotliDecompress,
+  };
+  const encoding = ctx.get('content-encoding').toLowerCase();
+  const decoder = decoders[encoding];
+  const stream = decoder ? ctx.req.pipe(decoder()) : ctx.req;
+  return JSON.parse((await buffer(stream)).toString('utf8'));
+}
+
 describe('@idem/koa specifics', () => {
   it('an app-wide instance and a route instance on one request: the first governs, the second steps aside and warns once', async () => {
     const inner: IdempotencyEvent[] = [];
@@ -139,6 +162,56 @@ describe('@idem/koa specifics', () => {
         expect(again.headers.get('idempotent-replayed')).toBeNull();
         expect(runs).toBe(2);
         expect(events.filter((event) => event.type === 'not-stored').length).toBe(2);
+      },
+    );
+  });
+
+  it('a compressed body is fingerprinted by what it decodes to: gzipped again, deflated, br or plain, the same JSON replays', async () => {
+    const seen: unknown[] = [];
+    const json = Buffer.from('{"amount":100}');
+    // The same JSON compressed again later: gzip stamps the time (MTIME, bytes 4 to 7) into its header.
+    const first = gzipSync(json);
+    const later = gzipSync(json);
+    later.writeUInt32LE(1_700_000_000, 4);
+    expect(later.equals(first)).toBe(false);
+    await serve(
+      {},
+      async (ctx) => {
+        // After idem (mounted before it), the body reader still gets the compressed bytes and inflates them.
+        const body = (await inflatedJson(ctx)) as { amount: number };
+        seen.push(body);
+        ctx.status = 201;
+        ctx.body = { id: 'ch_1', amount: body.amount };
+      },
+      async (url) => {
+        const send = (key: string, body: Buffer, encoding?: string) =>
+          fetch(url, {
+            method: 'POST',
+            headers: {
+              'idempotency-key': key,
+              'content-type': 'application/json',
+              ...(encoding ? { 'content-encoding': encoding } : {}),
+            },
+            body: new Uint8Array(body),
+          });
+        const answered = await send('gzip-1', first, 'gzip');
+        expect(answered.status).toBe(201);
+        expect(answered.headers.get('idempotent-replayed')).toBeNull();
+        const text = await answered.text();
+        for (const [body, encoding] of [
+          [later, 'gzip'],
+          [json, undefined],
+          [deflateSync(json), 'deflate'],
+          [brotliCompressSync(json), 'br'],
+        ] as const) {
+          const again = await send('gzip-1', body, encoding);
+          expect(again.status, encoding ?? 'plain').toBe(201);
+          expect(again.headers.get('idempotent-replayed'), encoding ?? 'plain').toBe('true');
+          expect(await again.text(), encoding ?? 'plain').toBe(text);
+        }
+        // Other JSON under the same key is still another request, compressed or not.
+        expect((await send('gzip-1', gzipSync('{"amount":101}'), 'gzip')).status).toBe(422);
+        expect(seen).toEqual([{ amount: 100 }]);
       },
     );
   });
