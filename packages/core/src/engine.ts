@@ -16,6 +16,7 @@ import {
   type StoredResponse,
   type StoreRecord,
 } from './store.js';
+import { assertStoredResponse } from './stored-response.js';
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
 
 const DAY_MS = 86_400_000;
@@ -554,6 +555,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const started = onEvent ? now() : 0;
     let answer: Awaitable<boolean>;
     try {
+      // Here, once, for every store: a response no store could keep or no replay could write is
+      // refused before any store sees it, and handled as a store's refusal is (event, key released).
+      assertStoredResponse(response);
       const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
       answer = storeCall('complete', () => store.complete(input));
     } catch (error) {
@@ -645,6 +649,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           // PostgreSQL a renewal waits on the row the completion holds, then finds it completed and
           // answers false, which would report a lost lease and abort the signal as the commit lands.
           stopHeartbeat(state);
+          // Thrown here, inside the transaction, it rolls back the handler's writes with the outcome,
+          // as a store's refusal at commit would.
+          if (decision.store) assertStoredResponse(response);
           return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
         },
       );

@@ -44,9 +44,9 @@ export {
   type HttpResponse,
   type IdempotencyContext,
   type ParsedBodyFields,
+  type PrincipalScopeOptions,
   parsedBodyRead,
   principalScope,
-  type PrincipalScopeOptions,
   type ReadBodyResult,
   type ResponseCapture,
   type RouteOverrides,
@@ -77,9 +77,11 @@ export type {
 export { isPending } from './store.js';
 export {
   assertStoredResponse,
+  defaultMaxResponseBytes,
   InvalidResponseError,
   isResponseTooLargeError,
   ResponseTooLargeError,
+  responseLimit,
   type StoredResponseLimits,
   storedResponseSize,
 } from './stored-response.js';

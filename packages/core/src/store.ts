@@ -13,9 +13,11 @@
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
  *   (lost race, stale token) are values.
  * - Response bodies are bytes and come back byte for byte.
- * - `complete` runs `assertStoredResponse` (with the store's size cap, if it has one) before it writes
- *   anything: a response that some store could not keep, or no replay could write, is refused by
- *   every store alike, rather than stored to fail each later read of its key.
+ * - `complete` (and a transactional store's commit) may take the response's shape as given: the
+ *   engine runs `assertStoredResponse` on every response before any store sees it, so a status
+ *   outside 100–599, headers that are not a plain object of HTTP field values, or a body that is not
+ *   a `Uint8Array` never reach a store. A store with a size cap refuses, before it writes anything, a
+ *   response over it with `ResponseTooLargeError`, measured as `storedResponseSize` measures it.
  * - Any method may answer with a value instead of a promise (the memory store does): callers `await`
  *   the result, and the engine skips the await, and the microtask it costs, when there is nothing to
  *   wait for. A store that answers synchronously reports failures by throwing.

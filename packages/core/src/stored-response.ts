@@ -1,19 +1,18 @@
 import { Buffer } from 'node:buffer';
+import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { StoredResponse } from './store.js';
 
 /**
- * Thrown (or rejected with) by a store's `complete()` for a response it could not keep and give
- * back as it was: a status outside 100–599 or not an integer, headers that are not a plain object of
- * HTTP field values, a body that is not a `Uint8Array`. Nothing is written. It is a `TypeError`:
- * misuse by the caller, never an outage. The engine reports it in a `store-error` event and releases
- * the key, so a retry runs the handler again.
+ * The engine's refusal of a response no store could keep and give back as it was: a status outside
+ * 100–599 or not an integer, headers that are not a plain object of HTTP field values, a body that is
+ * not a `Uint8Array`. The store is never called, so nothing is written. It is a `TypeError`: misuse
+ * by the caller, never an outage. The engine reports it in a `store-error` event and releases the
+ * key, so a retry runs the handler again (in transactional mode the transaction rolls back).
+ * {@link assertStoredResponse} throws it.
  *
  * @example
- * try {
- *   await store.complete({ id, token, response: { status: 200, headers: {}, body: 'text' as never }, retentionMs });
- * } catch (error) {
- *   if ((error as InvalidResponseError).code === 'response_invalid') log.error({ error }, 'handler bug');
- * }
+ * const result = await engine.complete(lease, { status: 200, headers: {}, body: 'text' as never });
+ * if (!result.ok && (result.error as InvalidResponseError).code === 'response_invalid') log.error('handler bug');
  */
 export class InvalidResponseError extends TypeError {
   override readonly name = 'InvalidResponseError' as const;
@@ -59,6 +58,30 @@ export function isResponseTooLargeError(value: unknown): value is ResponseTooLar
   );
 }
 
+/**
+ * The default `maxResponseBytes` of the Redis and PostgreSQL stores: 4 MiB.
+ *
+ * @example
+ * const maxBytes = responseLimit(options.maxResponseBytes, 512 * 1024 * 1024, 'maxResponseBytes');
+ */
+export const defaultMaxResponseBytes = 4 * 1024 * 1024;
+
+/**
+ * Checks a store's size cap option once, at construction: `undefined` gives
+ * {@link defaultMaxResponseBytes}; anything but an integer from 1 to `ceiling` (what the backend can
+ * hold and read back) throws a `TypeError` naming the option.
+ *
+ * @example
+ * const maxResponseBytes = responseLimit(options.maxResponseBytes, REDIS_STRING_LIMIT, 'maxResponseBytes');
+ */
+export function responseLimit(value: number | undefined, ceiling: number, name: string): number {
+  const limit = value ?? defaultMaxResponseBytes;
+  if (!Number.isInteger(limit) || limit < 1 || limit > ceiling) {
+    throw new TypeError(`${name} must be an integer from 1 to ${ceiling}`);
+  }
+  return limit;
+}
+
 // Framing of status and headers: `{"s":` + three digits + `,"h":` ... `}` and a newline. It is the
 // Redis store's layout byte for byte (its codec test holds it to that), so the Redis limit measures
 // what Redis keeps; the other stores measure the same way, so one response fits all or none.
@@ -78,19 +101,15 @@ export function storedResponseSize(response: StoredResponse): number {
 
 /** Options of {@link assertStoredResponse}. */
 export interface StoredResponseLimits {
-  /** The store's `maxResponseBytes`: a bigger response throws {@link ResponseTooLargeError}. */
+  /** A store's `maxResponseBytes`: a bigger response throws {@link ResponseTooLargeError}. */
   maxBytes?: number;
 }
 
-// RFC 9110 field names are tokens; values are visible ASCII, obs-text, spaces and tabs. These are
-// the checks Node applies in writeHead, so a stored header that passes them can always be replayed.
-const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-const NOT_FIELD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
-
 /**
- * The check every store runs in `complete()` before it writes anything: throws
- * {@link InvalidResponseError} for a response it could not keep and replay as it was, and
- * {@link ResponseTooLargeError} for one over `limits.maxBytes`.
+ * The check the engine runs on every response before it hands it to a store (`engine.complete()`
+ * and transactional mode alike): throws {@link InvalidResponseError} for a response no store could
+ * keep and replay as it was, and, given `limits.maxBytes`, {@link ResponseTooLargeError} for one
+ * over it. Stores need not call it; one that is also called without the engine may.
  *
  * A response is storable when its status is an integer from 100 to 599, its headers a plain object
  * whose names are HTTP tokens and whose values are strings that are HTTP field values, and its body a
@@ -98,13 +117,10 @@ const NOT_FIELD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
  * keeps the status in an `integer` column and refuses a NUL in `jsonb`; Redis reads back only string
  * headers; a `Map` of headers would be stored as `{}`; Node refuses to write a header with a line
  * break. Written anyway, such a record would fail every read or replay of its key until its retention
- * ends, so it is refused up front, the same way by every store.
+ * ends, so it is refused up front, the same way whatever the store.
  *
  * @example
- * complete: async ({ id, token, response, retentionMs }) => {
- *   assertStoredResponse(response, { maxBytes: 4 * 1024 * 1024 });
- *   // ... write it
- * }
+ * assertStoredResponse({ status: 201, headers: { location: '/a\r\nb' }, body }); // throws InvalidResponseError
  */
 export function assertStoredResponse(
   response: unknown,
@@ -116,13 +132,7 @@ export function assertStoredResponse(
     throw new InvalidResponseError('response status must be an integer from 100 to 599');
   }
   if (!isPlainObject(headers)) throw new InvalidResponseError('response headers must be a plain object');
-  for (const name of Object.keys(headers)) {
-    const value = headers[name];
-    if (!FIELD_NAME.test(name)) throw new InvalidResponseError('a response header name is not an HTTP token');
-    if (typeof value !== 'string' || NOT_FIELD_VALUE.test(value)) {
-      throw new InvalidResponseError('a response header value is not a string of HTTP field-value characters');
-    }
-  }
+  for (const name of Object.keys(headers)) checkHeader(name, headers[name]);
   if (!(body instanceof Uint8Array)) throw new InvalidResponseError('response body must be a Uint8Array');
   const { maxBytes } = limits;
   if (maxBytes !== undefined) {
@@ -130,6 +140,27 @@ export function assertStoredResponse(
     if (bytes > maxBytes) throw new ResponseTooLargeError(bytes, maxBytes);
   }
 }
+
+// Node's own checks, the ones `writeHead` applies (RFC 9110: a name is a token; a value is visible
+// ASCII, obs-text, spaces and tabs), so a header that passes them can always be replayed. Node takes
+// a number or an array as a value too; a store reads back only strings, so those are refused here.
+const checkHeader = (name: string, value: unknown) => {
+  try {
+    validateHeaderName(name);
+  } catch (cause) {
+    throw new InvalidResponseError('a response header name is not an HTTP token', { cause });
+  }
+  if (typeof value !== 'string') {
+    throw new InvalidResponseError('a response header value is not a string of HTTP field-value characters');
+  }
+  try {
+    validateHeaderValue(name, value);
+  } catch (cause) {
+    throw new InvalidResponseError('a response header value is not a string of HTTP field-value characters', {
+      cause,
+    });
+  }
+};
 
 // An object literal or JSON.parse result, from this realm or another (its prototype's prototype is
 // null), or a null-prototype object: not an array, Map, Headers or class instance, whose entries a

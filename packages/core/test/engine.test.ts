@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { memoryStore } from '../src/memory-store.js';
+import { type MemoryStore, memoryStore } from '../src/memory-store.js';
 import { mintKey } from '../src/mint.js';
 import type { Store, StoredResponse } from '../src/store.js';
 
@@ -451,6 +451,75 @@ describe('anchor cases at engine level', () => {
       const result = await inTx.engine.transaction(again.lease, async () => ({ value: 1, response: ok('{}', 201) }));
       expect(result).toEqual({ committed: true, value: 1, stored: true });
       expect(inTx.events.map((event) => event.type)).toContain('policy-error');
+    }
+  });
+
+  it('a storeOutcome retention out of range is a policy-error: the outcome is stored with the engine retention, not the one decided', async () => {
+    // A memory store that records the retention each completion is given.
+    const recording = () => {
+      const inner = memoryStore();
+      const retentions: number[] = [];
+      const store: MemoryStore = {
+        get size() {
+          return inner.size;
+        },
+        get evicted() {
+          return inner.evicted;
+        },
+        claim: (input) => inner.claim(input),
+        renew: (input) => inner.renew(input),
+        release: (input) => inner.release(input),
+        get: (id) => inner.get(id),
+        complete: (input) => {
+          retentions.push(input.retentionMs);
+          return inner.complete(input);
+        },
+      };
+      return { store, retentions };
+    };
+    for (const retention of [undefined, '48h'] as const) {
+      for (const [decided, policyError] of [
+        ['99999d', true],
+        [0, true],
+        ['2h', false],
+      ] as const) {
+        const label = `engine ${retention ?? 'default'}, policy ${decided}`;
+        const policy = () => ({ store: true as const, retention: decided });
+        const plain = recording();
+        const { engine, request, events } = setup({
+          store: plain.store,
+          storeOutcome: policy,
+          ...(retention ? { retention } : {}),
+        });
+        // What the engine stores with when a policy decides nothing usable: 24h unless set.
+        const fallback = retention ? 48 * 3_600_000 : 24 * 3_600_000;
+        expect(engine.settings.retentionMs, label).toBe(fallback);
+        const expected = policyError ? fallback : 2 * 3_600_000;
+        const started = await engine.begin(request);
+        if (started.kind !== 'execute') throw new Error('expected execute');
+        expect(await engine.complete(started.lease, ok('{}', 201)), label).toEqual({ ok: true, stored: true });
+        expect(
+          events.some((event) => event.type === 'policy-error'),
+          label,
+        ).toBe(policyError);
+        expect(plain.retentions, label).toEqual([expected]);
+        // In a transaction, the completion that commits with the handler's writes gets the same.
+        const inTx = recording();
+        const tx = setup({
+          store: transactionalMemoryStore({ store: inTx.store }),
+          storeOutcome: policy,
+          ...(retention ? { retention } : {}),
+        });
+        const again = await tx.engine.begin(tx.request);
+        if (again.kind !== 'execute') throw new Error('expected execute');
+        const result = await tx.engine.transaction(again.lease, async () => ({ value: 1, response: ok('{}', 201) }));
+        expect(result, label).toEqual({ committed: true, value: 1, stored: true });
+        expect(
+          tx.events.some((event) => event.type === 'policy-error'),
+          label,
+        ).toBe(policyError);
+        expect(inTx.retentions, label).toEqual([expected]);
+      }
     }
   });
 });

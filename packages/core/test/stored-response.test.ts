@@ -1,13 +1,17 @@
 import { Buffer } from 'node:buffer';
+import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import {
   assertStoredResponse,
   createIdempotency,
+  defaultMaxResponseBytes,
   type IdempotencyEvent,
   InvalidResponseError,
   isResponseTooLargeError,
   memoryStore,
   ResponseTooLargeError,
+  responseLimit,
+  type Store,
   type StoredResponse,
   storedResponseSize,
 } from '../src/index.js';
@@ -78,6 +82,32 @@ describe('assertStoredResponse', () => {
     expect(storedResponseSize({ status: 200, headers: { a: 'é' }, body: new Uint8Array(0) })).toBe(15 + 10);
   });
 
+  it("uses Node's own header checks and keeps their error as the cause", () => {
+    for (const headers of [{ 'a:b': 'x' }, { a: 'x\ny' }]) {
+      const error = (() => {
+        try {
+          assertStoredResponse({ status: 200, headers, body });
+        } catch (caught) {
+          return caught;
+        }
+      })();
+      expect(error).toBeInstanceOf(InvalidResponseError);
+      expect((error as Error).cause).toMatchObject({ code: expect.stringMatching(/^ERR_INVALID_(HTTP_TOKEN|CHAR)$/) });
+    }
+  });
+
+  it('responseLimit: the default of 4 MiB, or an integer from 1 to the ceiling, else a TypeError naming the option', () => {
+    expect(defaultMaxResponseBytes).toBe(4 * 1024 * 1024);
+    expect(responseLimit(undefined, 10 * 1024 * 1024, 'maxResponseBytes')).toBe(defaultMaxResponseBytes);
+    expect(responseLimit(1, 100, 'maxResponseBytes')).toBe(1);
+    expect(responseLimit(100, 100, 'maxResponseBytes')).toBe(100);
+    for (const bad of [0, -1, 1.5, 101, Number.NaN, Number.POSITIVE_INFINITY, '50']) {
+      expect(() => responseLimit(bad as number, 100, 'maxResponseBytes')).toThrow(
+        new TypeError('maxResponseBytes must be an integer from 1 to 100'),
+      );
+    }
+  });
+
   it('checks the shape before the size: an invalid response is invalid whatever the limit', () => {
     expect(() => assertStoredResponse({ status: 200, headers: { a: 1 }, body }, { maxBytes: 1 })).toThrow(
       InvalidResponseError,
@@ -92,19 +122,102 @@ describe('assertStoredResponse', () => {
   });
 });
 
-describe('memoryStore refuses what no store could replay', () => {
-  it('through the engine: a store-error event, the key free for a retry, not a poisoned replay', async () => {
+describe('the engine refuses, before any store sees it, a response no store could give back as it was', () => {
+  // Each would be stored by some store and then fail every read or replay of its key until its
+  // retention ended (PostgreSQL: a NUL in jsonb; Redis: a header that is not a string; Node: a header
+  // with a line break). The engine refuses them for every store alike: stores only keep their size cap.
+  const unreadable = [
+    { status: Number.NaN, headers: {}, body },
+    { status: '201', headers: {}, body },
+    { status: 201.5, headers: {}, body },
+    { status: 99, headers: {}, body },
+    { status: 600, headers: {}, body },
+    { status: 2 ** 31, headers: {}, body },
+    { status: 201, headers: null, body },
+    { status: 201, headers: [['content-type', 'text/plain']], body },
+    { status: 201, headers: new Map([['content-type', 'text/plain']]), body },
+    { status: 201, headers: { 'content-length': 12 }, body },
+    { status: 201, headers: { 'set-cookie': ['a=1', 'b=2'] }, body },
+    { status: 201, headers: { etag: 'a\u0000b' }, body },
+    { status: 201, headers: { location: '/a\r\nset-cookie: x=1' }, body },
+    { status: 201, headers: { 'x-name': '\u20ac' }, body },
+    { status: 201, headers: { 'bad name': 'x' }, body },
+    { status: 201, headers: {}, body: 'text' },
+    { status: 201, headers: {}, body: [1, 2] },
+    { status: 201, headers: {}, body: new Uint16Array([1]) },
+    { status: 201, headers: {}, body: undefined },
+  ] as unknown as StoredResponse[];
+  const good: StoredResponse = { status: 201, headers: { etag: '"v1"\t\u00e9' }, body: new Uint8Array([2]) };
+
+  // A memory store that counts what reaches its complete().
+  const counted = () => {
+    const inner = memoryStore();
+    const seen = { completions: 0 };
+    const store: Store = {
+      claim: (input) => inner.claim(input),
+      renew: (input) => inner.renew(input),
+      release: (input) => inner.release(input),
+      get: (id) => inner.get(id),
+      complete: (input) => {
+        seen.completions++;
+        return inner.complete(input);
+      },
+    };
+    return { store, inner, seen };
+  };
+
+  it('engine.complete: a store-error event with InvalidResponseError, the key released, the store never called', async () => {
+    const { store, inner, seen } = counted();
     const events: IdempotencyEvent[] = [];
-    const engine = createIdempotency({ store: memoryStore(), onEvent: (event) => events.push(event) });
-    const request = { key: 'k1', scope: 'user:1', operation: 'POST /charges' };
-    const first = await engine.begin(request);
-    expect(first.kind).toBe('execute');
-    if (first.kind !== 'execute') return;
-    // A header with a line break: Node would refuse to write it on every replay of the key.
-    const result = await engine.complete(first.lease, { status: 201, headers: { location: '/a\r\nb' }, body });
-    expect(result.ok).toBe(false);
-    expect(!result.ok && result.error).toBeInstanceOf(InvalidResponseError);
-    expect(events.some((e) => e.type === 'store-error' && e.phase === 'complete')).toBe(true);
-    expect((await engine.begin(request)).kind).toBe('execute');
+    const engine = createIdempotency({ store, heartbeat: false, onEvent: (event) => events.push(event) });
+    for (const [i, bad] of unreadable.entries()) {
+      const request = { key: `k${i}`, scope: 'user:1', operation: 'POST /charges' };
+      const first = await engine.begin(request);
+      if (first.kind !== 'execute') throw new Error(first.kind);
+      events.length = 0;
+      const completions = seen.completions;
+      const result = await engine.complete(first.lease, bad);
+      expect(seen.completions).toBe(completions);
+      expect(result, JSON.stringify(bad)).toMatchObject({ ok: false, reason: 'store-error' });
+      const error = !result.ok && result.error;
+      expect(error).toBeInstanceOf(InvalidResponseError);
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error).toMatchObject({ code: 'response_invalid' });
+      expect(events).toMatchObject([{ type: 'store-error', phase: 'complete', error }]);
+      // The key is free again: a retry runs the handler, rather than meet a poisoned replay.
+      await expect.poll(() => inner.get(first.lease.id)).toBeUndefined();
+      const retry = await engine.begin(request);
+      if (retry.kind !== 'execute') throw new Error(retry.kind);
+      expect(await engine.complete(retry.lease, good)).toEqual({ ok: true, stored: true });
+      const replay = await engine.begin(request);
+      expect(replay.kind === 'replay' && replay.response.headers).toEqual(good.headers);
+    }
+  });
+
+  it("engine.transaction: the handler's writes roll back, a store-error event, the key released", async () => {
+    const inner = memoryStore();
+    const outcomes: string[] = [];
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({
+      store: transactionalMemoryStore({ store: inner, onOutcome: (_, outcome) => outcomes.push(outcome) }),
+      heartbeat: false,
+      onEvent: (event) => events.push(event),
+    });
+    for (const [i, bad] of unreadable.entries()) {
+      const request = { key: `k${i}`, scope: 'user:1', operation: 'POST /charges' };
+      const first = await engine.begin(request);
+      if (first.kind !== 'execute') throw new Error(first.kind);
+      events.length = 0;
+      outcomes.length = 0;
+      const result = await engine.transaction(first.lease, async () => ({ value: 1, response: bad }));
+      expect(result, JSON.stringify(bad)).toMatchObject({ committed: false, reason: 'store-error' });
+      const error = !result.committed && result.error;
+      expect(error).toBeInstanceOf(InvalidResponseError);
+      // Refused inside the transaction, before the store's commit: everything rolls back.
+      expect(outcomes).toEqual(['rolled-back']);
+      expect(events).toMatchObject([{ type: 'store-error', phase: 'transaction', error }]);
+      expect(inner.get(first.lease.id)).toBeUndefined();
+      expect((await engine.begin(request)).kind).toBe('execute');
+    }
   });
 });

@@ -1,15 +1,17 @@
 import { createHash } from 'node:crypto';
 import {
   type AsyncStore,
-  assertStoredResponse,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
   type ReleaseInput,
   type RenewInput,
+  ResponseTooLargeError,
+  responseLimit,
   type StoredResponse,
   type StoreRecord,
   StoreUnavailableError,
+  storedResponseSize,
   type TransactionalStore,
 } from '@idem/core';
 import { createSqlClient, type PostgresClient, type SqlExecutor, type SqlResult } from './sql-client.js';
@@ -138,7 +140,6 @@ const checkMs = (value: unknown, what: string) => {
   }
 };
 
-const DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
 // pg reads a bytea as hex text ('\x' and two characters a byte) into one JavaScript string, and V8
 // strings stop at 2^29 - 24 characters: a body of 256 MiB or more would be written, then fail every
 // read of its key (pg throws in its socket handler) until its retention ended. Kept 64 KiB below.
@@ -172,13 +173,13 @@ const POSTGRES_RESPONSE_LIMIT = 256 * 1024 * 1024 - 64 * 1024;
 export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   if (!options || typeof options !== 'object') throw new TypeError('postgresStore needs an options object');
   const table = parseTableName(options.table ?? defaultTable);
-  const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
-  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes < 1 || maxResponseBytes > POSTGRES_RESPONSE_LIMIT) {
-    throw new TypeError(`maxResponseBytes must be an integer from 1 to ${POSTGRES_RESPONSE_LIMIT}`);
-  }
-  // Before any statement: a response no read could return, or an oversized one, leaves the claim as
-  // it was, and the engine releases it so a retry runs instead of waiting out the lease.
-  const checkResponse = (response: StoredResponse) => assertStoredResponse(response, { maxBytes: maxResponseBytes });
+  const maxResponseBytes = responseLimit(options.maxResponseBytes, POSTGRES_RESPONSE_LIMIT, 'maxResponseBytes');
+  // Before any statement: an oversized response leaves the claim as it was, and the engine releases
+  // it so a retry runs instead of waiting out the lease. (The engine checked the response's shape.)
+  const checkSize = (response: StoredResponse) => {
+    const bytes = storedResponseSize(response);
+    if (bytes > maxResponseBytes) throw new ResponseTooLargeError(bytes, maxResponseBytes);
+  };
   const sql = createSqlClient(options.client, { preparedStatements: options.preparedStatements ?? true });
   const tag = createHash('sha256').update(table.name).digest('hex').slice(0, 12);
   const statements = buildStatements(table, tag);
@@ -221,7 +222,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const complete = async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
     checkId(id);
     checkToken(token);
-    checkResponse(response);
+    checkSize(response);
     checkMs(retentionMs, 'retentionMs');
     const { rowCount } = await run(statements.complete, completeParams(id, token, response, retentionMs));
     return rowCount > 0;
@@ -261,7 +262,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
       if (produced.response === undefined) {
         cas = await tx.query(statements.releaseInTransaction.text, [id, token]);
       } else {
-        checkResponse(produced.response);
+        checkSize(produced.response);
         checkMs(produced.retentionMs, 'retentionMs');
         cas = await tx.query(
           statements.completeInTransaction.text,

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import {
   createIdempotency,
   type IdempotencyEvent,
-  isResponseTooLargeError,
+  InvalidResponseError,
   recordId,
   type StoredResponse,
 } from '@idem/core';
@@ -127,6 +127,28 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         }
       });
 
+      it('a partial index on expires_at does not count either: migrate() still builds the plain b-tree', async () => {
+        const partial = `${table}_partial`;
+        try {
+          await migrate(client, { table: partial });
+          // The b-tree migrate() built goes; what is left is one that covers no row (`WHERE false`),
+          // a plain b-tree on expires_at in every other respect.
+          await sql(client, `DROP INDEX "${partial}_expires_at"`);
+          await sql(client, `CREATE INDEX "${partial}_never" ON "${partial}" (expires_at) WHERE false`);
+          await migrate(client, { table: partial });
+          const defs = (await sql(client, 'SELECT indexdef FROM pg_indexes WHERE tablename = $1', [partial])).map(
+            (index) => String(index.indexdef),
+          );
+          expect(defs.filter((def) => /USING btree \(expires_at\)$/.test(def))).toHaveLength(1);
+          expect(defs.filter((def) => /USING btree \(expires_at\) WHERE false$/.test(def))).toHaveLength(1);
+          // Now the plain one is there, a second run finds it and builds nothing more.
+          await migrate(client, { table: partial });
+          expect(await sql(client, 'SELECT indexname FROM pg_indexes WHERE tablename = $1', [partial])).toHaveLength(3);
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${partial}"`);
+        }
+      });
+
       it('runs no DDL on construction: a store on a missing table fails its first call and creates nothing', async () => {
         const missing = `${table}_missing`;
         const lonely = postgresStore({ client, table: missing });
@@ -175,18 +197,16 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         await expect(store.claim({ id: freshId(), token: 't', fingerprint: '', leaseMs: 0 })).rejects.toThrow(
           TypeError,
         );
+        // (The response's shape is the engine's to check, before any store sees it.)
         await expect(
-          store.complete({
-            id: freshId(),
-            token: 't',
-            response: { status: 200, headers: {}, body: 'x' as never },
-            retentionMs: 1,
-          }),
+          store.complete({ id: freshId(), token: 't', response: response('x'), retentionMs: 0 }),
         ).rejects.toThrow(TypeError);
         await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(TypeError);
       });
     });
 
+    // Over the cap, exactly the cap and through the engine are describeStore()'s (harness.makeCapped);
+    // here is what only this store has: its default, its transactions and its ceiling.
     describe('size cap (maxResponseBytes)', () => {
       let capped: PostgresStore;
       beforeAll(() => {
@@ -197,25 +217,6 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         status: 200,
         headers: { 'content-type': 'text/plain' },
         body: new Uint8Array(bytes - 44).fill(7),
-      });
-
-      it('refuses an oversized response with ResponseTooLargeError and leaves the claim untouched', async () => {
-        const id = freshId();
-        await capped.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
-        const error = await capped
-          .complete({ id, token: 't', response: sized(1_001), retentionMs: 60_000 })
-          .catch((e: unknown) => e);
-        expect(error).toBeInstanceOf(ResponseTooLargeError);
-        expect(error).toMatchObject({ code: 'response_too_large', bytes: 1_001, limit: 1_000 });
-        expect(await capped.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
-      });
-
-      it('stores a response of exactly the limit', async () => {
-        const id = freshId();
-        await capped.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
-        expect(await capped.complete({ id, token: 't', response: sized(1_000), retentionMs: 60_000 })).toBe(true);
-        const record = await capped.get(id);
-        expect(record?.state === 'completed' && record.response.body.length).toBe(956);
       });
 
       it('defaults to 4 MiB, as the Redis store', async () => {
@@ -241,24 +242,6 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(error).toBeInstanceOf(ResponseTooLargeError);
         expect(await effectCount(marker)).toBe(0);
         expect((await capped.get(id))?.state).toBe('in_progress');
-      });
-
-      it('through the engine: served, not stored, an event, and the key free for a retry', async () => {
-        const events: IdempotencyEvent[] = [];
-        const engine = createIdempotency({ store: capped, heartbeat: false, onEvent: (event) => events.push(event) });
-        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /exports' };
-        const first = await engine.begin(request);
-        expect(first.kind).toBe('execute');
-        if (first.kind !== 'execute') return;
-        const result = await engine.complete(first.lease, sized(5_000));
-        expect(result).toMatchObject({ ok: false, reason: 'store-error' });
-        expect(!result.ok && isResponseTooLargeError(result.error)).toBe(true);
-        expect(
-          events.some((e) => e.type === 'store-error' && e.phase === 'complete' && isResponseTooLargeError(e.error)),
-        ).toBe(true);
-        // The engine's release runs in the background: wait for it, not for a timer.
-        await expect.poll(() => capped.get(first.lease.id)).toBeUndefined();
-        expect((await engine.begin(request)).kind).toBe('execute');
       });
 
       it('refuses a limit that is not an integer from 1 to 256 MiB less 64 KiB, at construction', () => {
@@ -412,6 +395,30 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(again.kind).toBe('replay');
         if (again.kind === 'replay') expect(new TextDecoder().decode(again.response.body)).toBe('{"order":1}');
         expect(await effectCount(marker)).toBe(1);
+      });
+
+      it("through the engine, a response the engine refuses rolls the handler's writes back and frees the key", async () => {
+        const events: IdempotencyEvent[] = [];
+        const engine = createIdempotency({ store, heartbeat: false, onEvent: (event) => events.push(event) });
+        const marker = randomUUID();
+        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /orders' };
+        const first = await engine.begin(request);
+        expect(first.kind).toBe('execute');
+        if (first.kind !== 'execute') return;
+        const outcome = await engine.transaction(
+          first.lease,
+          async (tx: { query(text: string, params: unknown[]): Promise<unknown> }) => {
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+            // A NUL in a header: jsonb would refuse it, and no replay could write it.
+            return { value: 'order-1', response: { ...response('{}'), headers: { etag: 'a\u0000b' } } };
+          },
+        );
+        expect(outcome).toMatchObject({ committed: false, reason: 'store-error' });
+        expect(!outcome.committed && outcome.error).toBeInstanceOf(InvalidResponseError);
+        expect(events.some((e) => e.type === 'store-error' && e.phase === 'transaction')).toBe(true);
+        expect(await effectCount(marker)).toBe(0);
+        expect(await store.get(first.lease.id)).toBeUndefined();
+        expect((await engine.begin(request)).kind).toBe('execute');
       });
     });
   });

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { postgresAnswers, type StoreHarness, serviceAvailable } from '@idem/testkit';
 import pg from 'pg';
-import { migrate, type PostgresClient, type PostgresStore, type SqlExecutor } from '../src/index.js';
+import { migrate, type PostgresClient, type PostgresStore, postgresStore, type SqlExecutor } from '../src/index.js';
 
 /** The shared PostgreSQL of the integration tests. */
 export const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -58,6 +58,7 @@ export function harness(client: PostgresClient, store: PostgresStore, close?: ()
       );
       return rows[0] === undefined ? undefined : Number(rows[0].ms);
     },
+    makeCapped: (maxBytes) => postgresStore({ client, table: store.table, maxResponseBytes: maxBytes }),
   };
   if (close) built.close = close;
   return built;

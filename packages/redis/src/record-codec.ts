@@ -61,8 +61,8 @@ export function encodeClaim(token: string, fingerprint: string): Buffer {
 
 /**
  * Encodes what the completion script appends to the claim: status and headers, then the raw body.
- * The store checks the response with `assertStoredResponse` from @idem/core first, which also
- * measures it: `storedResponseSize(response)` is this encoding's length.
+ * Its length is `storedResponseSize(response)` from @idem/core, so the store checks its size cap
+ * against this encoding, with no second serialisation of the headers.
  *
  * @example
  * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 18

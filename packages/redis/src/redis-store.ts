@@ -1,11 +1,12 @@
 import {
   type AsyncStore,
-  assertStoredResponse,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
   type ReleaseInput,
   type RenewInput,
+  ResponseTooLargeError,
+  responseLimit,
   type Store,
   type StoreRecord,
   StoreUnavailableError,
@@ -57,7 +58,6 @@ export interface RedisStore extends AsyncStore {
 // A key that is freed between our failed SET NX and our GET this many times in a row is flapping
 // under an extraordinary storm of releases; give up with a retryable error instead of spinning.
 const CLAIM_ATTEMPTS = 5;
-const DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
 // Redis refuses strings over 512 MB; leave room for the claim part of the value.
 const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
 
@@ -87,10 +87,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const runner = redisCommandRunner(options.client);
   const prefix = options.prefix ?? 'idem:';
   if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
-  const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
-  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes < 1 || maxResponseBytes > REDIS_STRING_LIMIT) {
-    throw new TypeError(`maxResponseBytes must be an integer from 1 to ${REDIS_STRING_LIMIT}`);
-  }
+  const maxResponseBytes = responseLimit(options.maxResponseBytes, REDIS_STRING_LIMIT, 'maxResponseBytes');
 
   const key = (id: string) => {
     if (typeof id !== 'string' || id.length === 0) throw new TypeError('a record id must be a non-empty string');
@@ -159,10 +156,11 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     complete: async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
       const k = key(id);
       const px = milliseconds(retentionMs, 'retentionMs');
-      // Checked before anything is sent: a response no read could decode, or an oversized one, leaves
-      // the claim as it was, and the engine releases it so a retry runs instead of waiting out the lease.
-      assertStoredResponse(response, { maxBytes: maxResponseBytes });
+      // The engine checked the response's shape. Its size is the encoding's length (what
+      // storedResponseSize counts), checked before anything is sent: an oversized response leaves the
+      // claim as it was, and the engine releases it so a retry runs instead of waiting out the lease.
       const outcome = encodeOutcome(response);
+      if (outcome.length > maxResponseBytes) throw new ResponseTooLargeError(outcome.length, maxResponseBytes);
       return guarded('complete', async () =>
         flag('complete', await runScript(runner, completeScript, k, [leasePrefix(token), outcome, px])),
       );

@@ -1,5 +1,13 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { createIdempotency, recordId, type Store, type StoredResponse } from '@idem/core';
+import {
+  createIdempotency,
+  type IdempotencyEvent,
+  isResponseTooLargeError,
+  recordId,
+  type Store,
+  type StoredResponse,
+  storedResponseSize,
+} from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /**
@@ -12,6 +20,13 @@ export interface StoreHarness {
   expire(id: string): Promise<void>;
   /** Remaining lifetime of record `id` in ms as the store measures it, if the store can tell. Enables the duration checks. */
   ttl?(id: string): Promise<number | undefined>;
+  /**
+   * For a store with a size cap: the same store (same backend, same records) with its
+   * `maxResponseBytes` set to `maxBytes`. Enables the size cap checks: a response over the cap,
+   * as `storedResponseSize` measures it, is refused with `ResponseTooLargeError` and nothing is
+   * written; one of exactly the cap is stored.
+   */
+  makeCapped?(maxBytes: number): Store | Promise<Store>;
   close?(): Promise<void>;
 }
 
@@ -166,50 +181,6 @@ export function describeStore(
       }
     });
 
-    it('refuses at complete a response it could not give back as it was, and the key stays usable', async () => {
-      // Each would be stored by some store and then fail every read or replay of its key until its
-      // retention ended (PostgreSQL: a NUL in jsonb; Redis: a header that is not a string; Node: a
-      // header with a line break). Every store refuses the same ones, with the same error.
-      const body = new Uint8Array([1]);
-      const unreadable = [
-        { status: Number.NaN, headers: {}, body },
-        { status: '201', headers: {}, body },
-        { status: 201.5, headers: {}, body },
-        { status: 99, headers: {}, body },
-        { status: 600, headers: {}, body },
-        { status: 2 ** 31, headers: {}, body },
-        { status: 201, headers: null, body },
-        { status: 201, headers: [['content-type', 'text/plain']], body },
-        { status: 201, headers: new Map([['content-type', 'text/plain']]), body },
-        { status: 201, headers: { 'content-length': 12 }, body },
-        { status: 201, headers: { 'set-cookie': ['a=1', 'b=2'] }, body },
-        { status: 201, headers: { etag: 'a\u0000b' }, body },
-        { status: 201, headers: { location: '/a\r\nset-cookie: x=1' }, body },
-        { status: 201, headers: { 'x-name': '\u20ac' }, body },
-        { status: 201, headers: { 'bad name': 'x' }, body },
-        { status: 201, headers: {}, body: 'text' },
-        { status: 201, headers: {}, body: [1, 2] },
-        { status: 201, headers: {}, body: new Uint16Array([1]) },
-        { status: 201, headers: {}, body: undefined },
-        null,
-      ] as unknown as StoredResponse[];
-      for (const bad of unreadable) {
-        const id = freshId();
-        await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
-        // A store may throw at once (the memory store answers synchronously) or reject.
-        const refused = await (async () => store.complete({ id, token: 't', response: bad, retentionMs: 60_000 }))()
-          .then(() => undefined)
-          .catch((error: unknown) => error);
-        expect(refused, JSON.stringify(bad)).toBeInstanceOf(TypeError);
-        expect((refused as { code?: string }).code).toBe('response_invalid');
-        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
-        const good = response(new Uint8Array([2]), 201, { etag: '"v1"\t\u00e9' });
-        expect(await store.complete({ id, token: 't', response: good, retentionMs: 60_000 })).toBe(true);
-        const record = await store.get(id);
-        expect(record?.state === 'completed' && record.response.headers).toEqual(good.headers);
-      }
-    });
-
     it('forgets a released id, so the next claim runs with a new token', async () => {
       const id = freshId();
       await store.claim({ id, token: 'first', fingerprint: '', leaseMs: 5_000 });
@@ -279,6 +250,66 @@ export function describeStore(
       const retention = (await harness.ttl(id)) ?? 0;
       expect(retention).toBeGreaterThan(86_000_000);
       expect(retention).toBeLessThanOrEqual(86_400_000);
+    });
+
+    describe('size cap (harness.makeCapped)', () => {
+      const cap = 1_000;
+      // A response of `bytes` as storedResponseSize measures it: the helper's headers and framing, then body.
+      const sized = (bytes: number) => {
+        const empty = response(new Uint8Array(0), 200);
+        return response(new Uint8Array(bytes - storedResponseSize(empty)).fill(7), 200);
+      };
+      let capped: Store | undefined;
+      beforeAll(async () => {
+        capped = await harness.makeCapped?.(cap);
+      });
+
+      it('refuses a response over the cap with ResponseTooLargeError and leaves the claim untouched', async ({
+        skip,
+      }) => {
+        if (capped === undefined) return skip('the store has no size cap');
+        const small = capped;
+        const id = freshId();
+        await small.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+        // A store may throw at once (one that answers synchronously) or reject.
+        const error = await (async () =>
+          small.complete({ id, token: 't', response: sized(cap + 1), retentionMs: 60_000 }))()
+          .then(() => undefined)
+          .catch((caught: unknown) => caught);
+        expect(isResponseTooLargeError(error)).toBe(true);
+        expect(error).toMatchObject({ code: 'response_too_large', bytes: cap + 1, limit: cap });
+        expect(await small.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+      });
+
+      it('stores a response of exactly the cap', async ({ skip }) => {
+        if (capped === undefined) return skip('the store has no size cap');
+        const id = freshId();
+        await capped.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const exact = sized(cap);
+        expect(await capped.complete({ id, token: 't', response: exact, retentionMs: 60_000 })).toBe(true);
+        const record = await capped.get(id);
+        expect(record?.state === 'completed' && record.response.body.length).toBe(exact.body.length);
+      });
+
+      it('through the engine: not stored, a store-error event, and the key free for a retry', async ({ skip }) => {
+        if (capped === undefined) return skip('the store has no size cap');
+        const small = capped;
+        const events: IdempotencyEvent[] = [];
+        const engine = createIdempotency({ store: small, heartbeat: false, onEvent: (event) => events.push(event) });
+        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /exports' };
+        const first = await engine.begin(request);
+        expect(first.kind).toBe('execute');
+        if (first.kind !== 'execute') return;
+        const result = await engine.complete(first.lease, sized(5 * cap));
+        expect(result).toMatchObject({ ok: false, reason: 'store-error' });
+        expect(!result.ok && isResponseTooLargeError(result.error)).toBe(true);
+        expect(
+          events.some((e) => e.type === 'store-error' && e.phase === 'complete' && isResponseTooLargeError(e.error)),
+        ).toBe(true);
+        // The engine's release runs in the background: wait for it, not for a timer.
+        await expect.poll(() => small.get(first.lease.id)).toBeUndefined();
+        expect((await engine.begin(request)).kind).toBe('execute');
+      });
     });
 
     it(`runs exactly one of ${concurrency} concurrent engine requests with one key`, async () => {
