@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import {
   createHttpIdempotency,
   type HttpBeginResult,
+  type HttpIdempotency,
   type HttpIdempotencyOptions,
   type HttpResponse,
   type IdempotencyContext,
@@ -18,13 +19,37 @@ import {
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 
+/**
+ * The plugin options a route may set for itself in `config.idempotency`: how long its outcomes are
+ * kept and which are stored, its lease and wait, its limits and replayed headers, its fingerprint.
+ * What ties records together (`store`, `transactional`, `methods`, `onEvent`, `now`) stays the plugin's.
+ */
+export const routeSettingNames = [
+  'retention',
+  'acknowledgeShortRetention',
+  'lease',
+  'maxExecution',
+  'wait',
+  'storeOutcome',
+  'mismatchStatus',
+  'maxBodyBytes',
+  'maxResponseBytes',
+  'replayHeaders',
+  'strictKeys',
+  'fingerprint',
+] as const;
+
+type RouteSettings = Pick<FastifyIdempotencyOptions, (typeof routeSettingNames)[number]>;
+
 /** Per-route settings in the route's `config.idempotency`; `false` turns the plugin off for that route. */
-export interface RouteIdempotencyOptions {
+export interface RouteIdempotencyOptions extends RouteSettings {
   required?: boolean;
   mintKeys?: boolean;
   /** The caller for this route's records; overrides the plugin's `scope`. */
   scope?: (request: FastifyRequest) => string | undefined;
 }
+
+const routeOptionNames: ReadonlySet<string> = new Set([...routeSettingNames, 'required', 'mintKeys', 'scope']);
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -89,6 +114,9 @@ const stateOf = (request: FastifyRequest) => request as FastifyRequest & Request
 
 // Most routes override nothing: they share one empty object instead of building one per request.
 const noOverrides: RouteOverrides = Object.freeze({});
+// The setting of a route with no `config.idempotency`: one shared object, so the plugin's own
+// instance is found without a lookup.
+const noSettings: RouteIdempotencyOptions = Object.freeze({});
 const noRoute: RouteInfo = Object.freeze({
   config: false,
   overrides: noOverrides,
@@ -108,7 +136,7 @@ function routeOf(request: FastifyRequest): RouteInfo {
   if (!request.is404) {
     const options = request.routeOptions;
     const setting = (options?.config as { idempotency?: RouteIdempotencyOptions | false } | undefined)?.idempotency;
-    const config = setting === undefined ? {} : setting;
+    const config = setting === undefined ? noSettings : setting;
     info = {
       config,
       overrides: config === false ? noOverrides : overridesOf(config),
@@ -118,6 +146,21 @@ function routeOf(request: FastifyRequest): RouteInfo {
   }
   state[kRoute] = info;
   return info;
+}
+
+// A typo in a route's settings (`retension`) or a setting only the plugin has (`store`) would be
+// ignored in silence: it is refused when the route is added instead.
+function checkRouteOptions(config: unknown): asserts config is RouteIdempotencyOptions {
+  if (config === null || typeof config !== 'object' || Array.isArray(config)) {
+    throw new TypeError('config.idempotency must be false or an object of per-route settings');
+  }
+  for (const name of Object.keys(config)) {
+    if (!routeOptionNames.has(name)) {
+      throw new TypeError(
+        `config.idempotency.${name} is not a per-route setting; a route may set ${[...routeOptionNames].join(', ')}`,
+      );
+    }
+  }
 }
 
 function overridesOf(route: RouteIdempotencyOptions): RouteOverrides {
@@ -166,6 +209,30 @@ function noRead() {
 
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
   const http = createHttpIdempotency<FastifyRequest>(options);
+  // A route that sets options of its own (a longer retention, its own outcome policy) runs on an
+  // instance of its own: the plugin's options with the route's on top, on the same store. It is
+  // built when the route is added, so a bad setting fails at startup, and found by the route's
+  // config object afterwards. (A route added before the plugin, which `onRoute` never saw, gets its
+  // instance on its first request.)
+  const routeInstances = new WeakMap<RouteIdempotencyOptions, HttpIdempotency<FastifyRequest>>();
+  const instanceOf = (config: RouteIdempotencyOptions | false): HttpIdempotency<FastifyRequest> => {
+    if (config === false || config === noSettings) return http;
+    let instance = routeInstances.get(config);
+    if (instance === undefined) {
+      checkRouteOptions(config);
+      const own: Partial<RouteSettings> = {};
+      for (const name of routeSettingNames) {
+        if (config[name] !== undefined) (own as Record<string, unknown>)[name] = config[name];
+      }
+      instance = Object.keys(own).length === 0 ? http : createHttpIdempotency<FastifyRequest>({ ...options, ...own });
+      routeInstances.set(config, instance);
+    }
+    return instance;
+  };
+  fastify.addHook('onRoute', (route) => {
+    const setting = (route.config as { idempotency?: unknown } | undefined)?.idempotency;
+    if (setting !== undefined && setting !== false) instanceOf(setting as RouteIdempotencyOptions);
+  });
   // With `onProtoPoisoning` or `onConstructorPoisoning` set to 'remove', Fastify's parser drops keys
   // the client sent: the parsed value is then not what the bytes say, and fingerprinting it would
   // make a body sent with a length and the same body sent chunked (read raw) two requests.
@@ -182,11 +249,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   fastify.addHook('preParsing', (request, reply, payload, done) => {
     const { config: route, overrides } = routeOf(request);
     if (route === false) return done(null, payload);
-    const keyHeader = http.keyHeader(request.raw);
-    if (!http.handles(request.method, keyHeader, overrides)) return done(null, payload);
+    const own = instanceOf(route);
+    const keyHeader = own.keyHeader(request.raw);
+    if (!own.handles(request.method, keyHeader, overrides)) return done(null, payload);
     // A bad key is answered in preHandler without idem reading the body (400 before idem's 413).
     // Fastify's own parser still reads it first, and its `bodyLimit` answers before we do.
-    if (http.refusesKey(keyHeader, overrides)) return done(null, payload);
+    if (own.refusesKey(keyHeader, overrides)) return done(null, payload);
     const owner = stateOf(request)[kOwner];
     if (owner !== undefined && owner !== http) return done(null, payload);
     stateOf(request)[kOwner] = http;
@@ -196,7 +264,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     // With a declared length Fastify's parser reads exactly that many bytes or fails the request, so
     // nothing over the limit gets through; a body over it, or chunked, takes the reading path below,
     // which enforces maxBodyBytes.
-    if (json && payload === request.raw && declared > 0 && declared <= http.maxBodyBytes) {
+    if (json && payload === request.raw && declared > 0 && declared <= own.maxBodyBytes) {
       stateOf(request)[kFromParsed] = true;
       return done(null, payload);
     }
@@ -206,11 +274,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     // (Only a real IncomingMessage: an injected request, as in `app.inject`, has no `complete`.)
     const raw = payload === request.raw && payload instanceof IncomingMessage;
     const reading = raw
-      ? readRequestBody(request.raw, http.maxBodyBytes)
-      : readStream(payload, http.maxBodyBytes, headers['content-length']);
+      ? readRequestBody(request.raw, own.maxBodyBytes)
+      : readStream(payload, own.maxBodyBytes, headers['content-length']);
     reading.then((read) => {
       if (!read.ok) {
-        answer(reply, http.problem(read.error));
+        answer(reply, own.problem(read.error));
         return done(null, payload);
       }
       const body = read.body ?? Buffer.alloc(0);
@@ -247,12 +315,13 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   fastify.addHook('preHandler', (request, reply, done) => {
     const { config: route, overrides, url: template } = routeOf(request);
     if (route === false) return done();
-    const keyHeader = http.keyHeader(request.raw);
-    if (!http.handles(request.method, keyHeader, overrides)) return done();
+    const own = instanceOf(route);
+    const keyHeader = own.keyHeader(request.raw);
+    if (!own.handles(request.method, keyHeader, overrides)) return done();
     const url = request.url;
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
-    const scope = route.scope ?? http.scope;
+    const scope = route.scope ?? own.scope;
     const state = stateOf(request);
     let body: Buffer | Uint8Array | undefined = state[kBody];
     let json: unknown;
@@ -261,7 +330,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       body = parsed.body;
       json = parsed.json;
     }
-    http
+    own
       .begin(
         {
           method: request.method,
@@ -278,26 +347,32 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
         },
         overrides,
       )
-      .then((started) => begun(request, reply, started, done), done);
+      .then((started) => begun(own, request, reply, started, done), done);
   });
 
-  function begun(request: FastifyRequest, reply: FastifyReply, started: HttpBeginResult, done: () => void) {
+  function begun(
+    own: HttpIdempotency<FastifyRequest>,
+    request: FastifyRequest,
+    reply: FastifyReply,
+    started: HttpBeginResult,
+    done: () => void,
+  ) {
     if (started.kind === 'pass') return done();
     if (started.kind === 'respond') return answer(reply, started.response);
     const { lease } = started;
     reply.header('idempotency-key', started.echo);
-    const context: IdempotencyContext = http.context(started);
+    const context: IdempotencyContext = own.context(started);
     request.idempotency = context;
     const execution: Execution = { thrown: false };
     stateOf(request)[kExecution] = execution;
-    if (!http.transactional) {
-      http.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
+    if (!own.transactional) {
+      own.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
       return done();
     }
-    const capture = http.capture(reply.raw, { hold: true });
+    const capture = own.capture(reply.raw, { hold: true });
     // The handler must run inside the transaction: Fastify is let on to the handler only from
     // within the transaction's callback.
-    void http.runTransaction(
+    void own.runTransaction(
       lease,
       capture,
       (tx) => {
@@ -320,8 +395,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
 /**
  * Fastify 5 plugin that makes covered requests (POST and PATCH by default) safe to retry with an
  * `Idempotency-Key`. It applies to every route of the instance it is registered on (it is wrapped
- * with fastify-plugin); a route opts out or changes `required`, `mintKeys` or `scope` in its
- * `config.idempotency`. Register it after the guard, whose principal (`request.auth`) is the default scope.
+ * with fastify-plugin); a route opts out in its `config.idempotency`, or sets `required`, `mintKeys`,
+ * `scope` and the settings of {@link routeSettingNames} (its own `retention`, `storeOutcome`, ...) there. Register it after the guard, whose principal (`request.auth`) is the default scope.
  *
  * The raw body is read in a `preParsing` hook and handed back to Fastify's parser unchanged; the key
  * is claimed in `preHandler`; every response (objects, strings, buffers, streams, even hijacked

@@ -2,7 +2,7 @@ import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
-import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
+import { type FastifyIdempotencyOptions, idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { describe, expect, it } from 'vitest';
 
@@ -140,6 +140,63 @@ describe('@idem/fastify specifics', () => {
     const key = String(minted.headers['idempotency-key']);
     expect((await post(instance, '/minted', key)).headers['idempotent-replayed']).toBe('true');
     await instance.close();
+  });
+
+  it("a route's own retention, outcome policy and body limit apply to that route only, on the plugin's store", async () => {
+    let t = Date.parse('2026-01-01T00:00:00Z');
+    const store = memoryStore({ now: () => t });
+    const runs = { kept: 0, plain: 0, picky: 0, failing: 0 };
+    const instance = await app({ store, now: () => t }, (a) => {
+      a.post('/kept', { config: { idempotency: { retention: '7d' } } }, async () => ({ run: ++runs.kept }));
+      a.post('/plain', async () => ({ run: ++runs.plain }));
+      a.post('/picky', { config: { idempotency: { storeOutcome: 'success' } } }, async (_request, reply) => {
+        runs.picky++;
+        return reply.code(500).send({ error: 'flaky' });
+      });
+      a.post('/failing', async (_request, reply) => {
+        runs.failing++;
+        return reply.code(500).send({ error: 'flaky' });
+      });
+      a.post('/small', { config: { idempotency: { maxBodyBytes: 16 } } }, async () => ({ ok: true }));
+    });
+    try {
+      for (const url of ['/kept', '/plain', '/picky', '/failing']) {
+        await post(instance, url, `k${url}`);
+        await post(instance, url, `k${url}`);
+      }
+      // The plugin's 'all' stores the 500; the route's 'success' releases it, so the retry ran.
+      expect(runs.failing).toBe(1);
+      expect(runs.picky).toBe(2);
+      // Two days on: the plugin's 24 h are over, the route's 7 days are not.
+      t += 2 * 24 * 3600_000;
+      expect((await post(instance, '/plain', 'k/plain')).json()).toEqual({ run: 2 });
+      const kept = await post(instance, '/kept', 'k/kept');
+      expect(kept.headers['idempotent-replayed']).toBe('true');
+      expect(kept.json()).toEqual({ run: 1 });
+      // The route's limit, not the plugin's 1 MiB.
+      expect((await post(instance, '/small', 'big', { note: 'x'.repeat(32) })).statusCode).toBe(413);
+      expect((await post(instance, '/plain', 'big', { note: 'x'.repeat(32) })).statusCode).toBe(200);
+    } finally {
+      await instance.close();
+    }
+  });
+
+  it('refuses a bad per-route setting when the route is added: a typo, a plugin-only option, a bad value', async () => {
+    const cases: Array<[unknown, RegExp]> = [
+      [{ retension: '7d' }, /config\.idempotency\.retension is not a per-route setting/],
+      [{ store: memoryStore() }, /config\.idempotency\.store is not a per-route setting/],
+      [{ retention: 'soon' }, /retention/],
+      [{ retention: '1h' }, /acknowledgeShortRetention/],
+      ['yes', /config\.idempotency must be false or an object/],
+    ];
+    for (const [setting, message] of cases) {
+      const instance = Fastify();
+      await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
+      expect(() =>
+        instance.post('/x', { config: { idempotency: setting as RouteIdempotencyOptions } }, async () => ({})),
+      ).toThrow(message);
+      await instance.close();
+    }
   });
 
   it('the operation is the route template, and request.idempotency carries the key', async () => {
