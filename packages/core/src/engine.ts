@@ -481,7 +481,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
     if (preset) return preset(response.status, outcome?.thrown === true) ? storeIt : dropIt;
     try {
-      const decision = policy({ status: response.status, ...outcome });
+      const decision = policy({ status: response.status, ...outcome, operation: lease.operation });
       if (decision === false) return dropIt;
       if (decision === true) return storeIt;
       if ((decision as { store?: unknown }).store !== true) throw new TypeError('storeOutcome returned no decision');

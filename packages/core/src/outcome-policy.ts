@@ -4,6 +4,14 @@ import type { Duration } from './duration.js';
 export interface Outcome {
   status: number;
   thrown?: boolean;
+  /**
+   * What was executed, as the record has it: the `operation` given to `begin`. In the adapters, the
+   * method and route template (`POST /charges/:id/refunds`), or, for Express and Koa mounted
+   * app-wide (they claim before routing), the method and path as the router matches it. Set by the
+   * engine for every decision, so one app-wide policy can treat routes apart (a longer retention
+   * for payouts, say).
+   */
+  operation?: string;
 }
 
 /**

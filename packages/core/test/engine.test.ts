@@ -399,6 +399,20 @@ describe('anchor cases at engine level', () => {
     expect((await engine.begin(fine)).kind).toBe('replay');
   });
 
+  it('a policy function sees the operation of the lease, which complete() cannot override', async () => {
+    const seen: unknown[] = [];
+    const { engine } = setup({
+      storeOutcome: (outcome) => {
+        seen.push(outcome);
+        return true;
+      },
+    });
+    const started = await engine.begin({ key: 'k', scope: 's', operation: 'POST /payouts' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    await engine.complete(started.lease, ok('{}', 201), { thrown: false, operation: 'POST /elsewhere' });
+    expect(seen).toEqual([{ status: 201, thrown: false, operation: 'POST /payouts' }]);
+  });
+
   it('case 33: expiry follows the store clock, not a skewed application clock', async () => {
     let storeNow = 0;
     const store = memoryStore({ now: () => storeNow });

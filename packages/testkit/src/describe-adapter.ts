@@ -1380,6 +1380,36 @@ export function describeAdapter(
       }
     });
 
+    it('per-route retention from one app-wide instance: the storeOutcome function sees the operation (32)', async () => {
+      const harness = await makeStore();
+      const seen: string[] = [];
+      // Refunds are kept for 48 h, everything else as the default says, and one route's 5xx is
+      // released: the route template decides, not the path as sent.
+      const storeOutcome = ({ status, operation }: Outcome): OutcomeDecision => {
+        seen.push(String(operation));
+        if (operation === 'POST /refunds') return { store: true, retention: '48h' };
+        if (operation === 'POST /boom') return status < 500;
+        return true;
+      };
+      await withWorld(
+        async (world) => {
+          expect((await world.send('/refunds', { key: 'op-refund' })).status).toBe(201);
+          expect((await world.send('/charges', { key: 'op-charge' })).status).toBe(201);
+          expect((await world.send('/boom', { key: 'op-boom' })).status).toBe(500);
+          await world.waitForEvent('release');
+          expect(seen).toEqual(['POST /refunds', 'POST /charges', 'POST /boom']);
+          expect(
+            retentionsOf(world, idOf('op-refund', 'POST /refunds'), idOf('op-charge'), idOf('op-boom', 'POST /boom')),
+          ).toEqual([[48 * HOUR], [24 * HOUR], []]);
+          const boom = await world.send('/boom', { key: 'op-boom' });
+          expect(boom.headers['idempotent-replayed']).toBeUndefined();
+          expect(world.server.executions()).toBe(4);
+        },
+        { storeOutcome },
+        harness,
+      );
+    });
+
     it('per-outcome retention: storeOutcome keeps a 5xx for its own, shorter retention (32)', async () => {
       const harness = await makeStore();
       // A 5xx is replayed for an hour only; every other outcome but 429 for the default 24 h.
