@@ -30,6 +30,7 @@ export {
   createOutbox,
   type DeadLetterOptions,
   type DeadLetterPage,
+  type LostAttempt,
   type Outbox,
   type OutboxEvent,
   type OutboxOptions,

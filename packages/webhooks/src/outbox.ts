@@ -34,6 +34,29 @@ export interface OutboxEvent {
   headers?: Record<string, string>;
 }
 
+/**
+ * A history entry for a claim whose relay died (or stalled past its lease) before it recorded a
+ * result: the attempt it counted in `attempts` was lost, and whether it reached the endpoint is
+ * unknown. The claim that takes the row over appends it in the statement that does (so does a 410
+ * for another event of the URL that dead-letters the row first), so `history` has one entry per
+ * attempt counted, in order (`attempt` is 1, 2, ... since the event was added or last requeued).
+ * Told apart from an {@link AttemptRecord} by `result`. Times are epoch ms on the database clock:
+ * the row does not keep when the lost claim was made.
+ */
+export interface LostAttempt {
+  /** The number the lost claim counted. */
+  attempt: number;
+  result: 'lost';
+  /** The fencing token (`claims`) the lost claim held. */
+  claim: number;
+  /** The relay that made the lost claim (`locked_by`). */
+  relayId: string;
+  /** When the lost claim's lease ran out: the claim was made one lease (of the relay that died) before. */
+  leaseEndedAt: number;
+  /** When the row was taken over (or dead-lettered by a 410) and the attempt found lost. */
+  takenOverAt: number;
+}
+
 /** A row of the outbox, as {@link Outbox.deadLetters} lists it. */
 export interface OutboxRow {
   id: string;
@@ -46,8 +69,10 @@ export interface OutboxRow {
   /** When the event was last requeued (its horizon counts from here), or null. */
   requeuedAt: Date | null;
   deadReason: string | null;
+  /** The last attempt whose result was recorded. A {@link LostAttempt} is never it: nothing came back. */
   lastAttempt: AttemptRecord | null;
-  history: AttemptRecord[];
+  /** Every attempt, in order, the lost ones included. A requeue keeps it. */
+  history: (AttemptRecord | LostAttempt)[];
 }
 
 /** Options of {@link Outbox.relay}. */
@@ -116,10 +141,10 @@ export interface Relay {
   /**
    * Claims due rows (FOR UPDATE SKIP LOCKED), makes one attempt each, records the results. A row
    * whose previous claim never recorded a result (its relay died mid-attempt) gets no attempt, and its
-   * body is not even read: it is put back after a backoff wait, as after a failed attempt, or
-   * dead-lettered if that claim used up the last attempt or the wait would pass the horizon. A row
-   * already at `maxAttempts`, or attempted before and already past the horizon, is dead-lettered by
-   * the claim itself, unread. If a row fails (the database, a custom sender), it rejects with that
+   * body is not even read: the claim appends a {@link LostAttempt} to its history, and the row is put
+   * back after a backoff wait, as after a failed attempt, or dead-lettered if that claim used up the
+   * last attempt or the wait would pass the horizon. A row already at `maxAttempts`, or attempted
+   * before and already past the horizon, is dead-lettered by the claim itself, unread. If a row fails (the database, a custom sender), it rejects with that
    * error, but only once every other row of the round is settled.
    */
   runOnce(): Promise<RelayRound>;
@@ -219,8 +244,8 @@ function toRow(row: Record<string, any>): OutboxRow {
  * - Relays claim rows with `FOR UPDATE SKIP LOCKED` and a lease (`locked_until`), so several relays
  *   share the work without waiting on each other or taking the same row.
  * - A relay that crashes mid-delivery leaves its rows leased; when the lease ends another relay
- *   takes them over and, after a backoff wait, delivers them again. The receiver absorbs that
- *   duplicate by `webhook-id`.
+ *   takes them over, records the lost attempt in their history and, after a backoff wait, delivers
+ *   them again. The receiver absorbs that duplicate by `webhook-id`.
  * - Results are written only under the claim that made the attempt (`locked_by` and `claims`, which
  *   every claim raises and nothing lowers): a relay whose lease ran out cannot overwrite the outcome
  *   recorded by the claim that took over, even one made under the same `relayId`, even after a
@@ -345,6 +370,18 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const horizonEnds = (alias: string, param: string) =>
       `greatest(${alias}requeued_at, ${alias}created_at) + (${param}::double precision * interval '1 millisecond')`;
 
+    // `history` with a LostAttempt appended if the row's last claim never recorded a result (every
+    // write that ends a claim clears locked_by), from the columns that claim left: SET reads the row
+    // as it was. Only for a statement that takes over a row whose lease is over (its WHERE says so)
+    // and overwrites locked_by, so that each lost claim gets one entry, under the row lock.
+    const withLost = (alias: string) =>
+      `CASE WHEN ${alias}locked_by IS NULL THEN ${alias}history
+            ELSE ${alias}history || jsonb_build_array(jsonb_build_object(
+                   'attempt', ${alias}attempts, 'result', 'lost'::text, 'claim', ${alias}claims,
+                   'relayId', ${alias}locked_by,
+                   'leaseEndedAt', floor(extract(epoch FROM ${alias}locked_until) * 1000)::bigint,
+                   'takenOverAt', floor(extract(epoch FROM now()) * 1000)::bigint)) END`;
+
     const claim = async () => {
       // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
       // locked_by), so its relay died or stalled mid-attempt and its lease ran out. Read before the
@@ -357,6 +394,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       // behind, or when the schedule was shortened since the row was put back.
       // Neither a crashed row (see takeOver) nor a stopped one is sent by this claim, so its body is
       // not loaded: a body that kills the relay that loads it would otherwise kill every takeover too.
+      // A crashed row's lost attempt gets its history entry here (withLost), in the statement that
+      // takes the row over: so even when this relay dies right after, or the claim dead-letters the
+      // row. last_attempt is left alone: it is the last result that came back, and none did.
       const { rows } = await db.query(
         `WITH due AS (
               SELECT id, locked_by IS NOT NULL AS crashed,
@@ -376,7 +416,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                                     THEN now() + ($2::double precision * interval '1 millisecond') END,
                 locked_by = CASE WHEN due.stop IS NULL THEN $3::text END,
                 attempts = o.attempts + CASE WHEN due.stop IS NULL THEN 1 ELSE 0 END,
-                claims = o.claims + 1
+                claims = o.claims + 1,
+                history = ${withLost('o.')}
            FROM due
           WHERE o.id = due.id
         RETURNING o.id, o.url, CASE WHEN due.crashed OR due.stop IS NOT NULL THEN NULL ELSE o.body END AS body,
@@ -463,10 +504,13 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const putBack = async (row: Claimed, waitMs: number) =>
       statusOf((await db.query(putBackSql, endingValues(row, waitMs))).rows);
 
+    // A row whose relay died and that no claim has taken over yet is taken over here: its lost
+    // attempt gets its entry, as in a claim.
     const disableUrl = async (url: string) => {
       const result = await db.query(
         `UPDATE ${table}
-            SET status = 'dead', dead_reason = 'gone', locked_until = NULL, locked_by = NULL
+            SET status = 'dead', dead_reason = 'gone', locked_until = NULL, locked_by = NULL,
+                history = ${withLost('')}
           WHERE url = $1 AND status = 'pending' AND (locked_until IS NULL OR locked_until <= now())`,
         [url],
       );

@@ -4,11 +4,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { memoryStore } from '@idem/core';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   createOutbox,
   createReceiver,
   createSender,
+  type LostAttempt,
   type Outbox,
   type OutboxEvent,
   type Receiver,
@@ -172,6 +173,39 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('a 410 that dead-letters a row taken from a dead relay records its lost attempt', async () => {
+    await clear();
+    const gone = await scripted((_request, response) => {
+      response.statusCode = 410;
+      response.end();
+    });
+    try {
+      // A relay claims G2 and dies mid-attempt: its attempt never returns. Its lease runs out.
+      let started = 0;
+      const dying: Sender = {
+        ...sender,
+        attempt: () => {
+          started++;
+          return new Promise<never>(() => undefined);
+        },
+      };
+      await outbox.add(pool, { id: 'G2', url: gone.url, body: '{}' });
+      void outbox.relay({ db: pool, sender: dying, relayId: 'dies' }).runOnce();
+      await until(() => started === 1, 'the dying relay to start its attempt');
+      await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      // G1, due first, is the one claimed (batchSize 1); its 410 sweeps G2 before any claim takes it over.
+      await outbox.add(pool, { id: 'G1', url: gone.url, body: '{}' });
+      await pool.query(`UPDATE "${table}" SET next_attempt_at = now() - interval '1 minute' WHERE id = 'G1'`);
+      expect(await outbox.relay({ db: pool, sender, batchSize: 1 }).runOnce()).toMatchObject({ claimed: 1, dead: 2 });
+      const [, swept] = await rows();
+      expect(swept).toMatchObject({ id: 'G2', status: 'dead', dead_reason: 'gone', attempts: 1, locked_by: null });
+      expect(swept.history).toMatchObject([{ attempt: 1, result: 'lost', claim: 1, relayId: 'dies' }]);
+      expect(swept.last_attempt).toBeNull();
+    } finally {
+      await gone.close();
+    }
+  });
+
   it('dead-letters past the horizon and after maxAttempts', async () => {
     await clear();
     const server = await scripted((_request, response) => {
@@ -258,9 +292,15 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
       expect(await b.runOnce()).toMatchObject({ claimed: 1, delivered: 1 });
       release();
-      // A's late 500 is refused, and counted as fenced: it is not a retry of anything.
+      // A's late 500 is refused, and counted as fenced: it is not a retry of anything. Its attempt
+      // stays in the history as B found it, lost.
       expect(await first).toEqual({ claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 1 });
-      expect((await rows())[0]).toMatchObject({ status: 'delivered', attempts: 2 });
+      const [row] = await rows();
+      expect(row).toMatchObject({ status: 'delivered', attempts: 2 });
+      expect(row.history).toMatchObject([
+        { attempt: 1, result: 'lost', relayId: 'relay-a' },
+        { attempt: 2, result: 'delivered', status: 200 },
+      ]);
     } finally {
       await server.close();
     }
@@ -421,10 +461,33 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
   describe('crash of a relay process (case 10)', () => {
     let child: ChildProcess | undefined;
     let endpoint: Endpoint | undefined;
-    afterAll(async () => {
+    afterEach(async () => {
       child?.kill('SIGKILL');
       await endpoint?.close();
+      child = endpoint = undefined;
     });
+    const spawnRelay = (env: Record<string, string> = {}) =>
+      spawn(
+        process.execPath,
+        ['--import', 'tsx', fileURLToPath(new URL('./fixtures/relay-process.ts', import.meta.url))],
+        {
+          cwd: root,
+          env: { ...process.env, DATABASE_URL: databaseUrl, OUTBOX_TABLE: table, WEBHOOK_SECRET: SECRET, ...env },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      );
+    // The database clock, as epoch ms: its now(), and each row's lease end.
+    const databaseTimes = async () => {
+      const { rows: times } = await pool.query(
+        `SELECT id, floor(extract(epoch FROM locked_until) * 1000)::float8 AS lease_end,
+                floor(extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now
+           FROM "${table}"`,
+      );
+      return {
+        now: times[0]?.now as number,
+        leaseEnds: Object.fromEntries(times.map((time) => [time.id, time.lease_end])) as Record<string, number>,
+      };
+    };
 
     it('resumes after the lease: the receiver sees each id twice and applies it once', async () => {
       await clear();
@@ -434,15 +497,7 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       // mid-delivery when it dies.
       endpoint.setMode('hold');
       for (let i = 0; i < 5; i++) await outbox.add(pool, { id: `crash_${i}`, url: endpoint.url, body: { i } });
-      child = spawn(
-        process.execPath,
-        ['--import', 'tsx', fileURLToPath(new URL('./fixtures/relay-process.ts', import.meta.url))],
-        {
-          cwd: root,
-          env: { ...process.env, DATABASE_URL: databaseUrl, OUTBOX_TABLE: table, WEBHOOK_SECRET: SECRET },
-          stdio: ['ignore', 'pipe', 'inherit'],
-        },
-      );
+      child = spawnRelay();
       await until(() => applied.length === 5, 'the relay process to deliver all five');
       child.kill('SIGKILL');
       await new Promise((resolve) => child?.once('exit', resolve));
@@ -456,13 +511,72 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       // The lease ends (moved by SQL, on the database clock, instead of waiting 60 s). The survivor
       // takes the rows over: each dead attempt counts as failed and waits out its backoff.
       await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      const before = await databaseTimes();
       expect(await survivor.runOnce()).toMatchObject({ claimed: 5, retrying: 5 });
+      const after = await databaseTimes();
       expect([...endpoint.requests.values()]).toEqual([1, 1, 1, 1, 1]);
+      // The takeover wrote down the dead relay's attempt: which one, under which claim and relay,
+      // when its lease ended. It is no last_attempt: nothing came back.
+      for (const row of await rows()) {
+        expect(row).toMatchObject({ attempts: 1, last_attempt: null });
+        expect(row.history).toEqual([
+          {
+            attempt: 1,
+            result: 'lost',
+            claim: 1,
+            relayId: 'crashing-relay',
+            leaseEndedAt: before.leaseEnds[row.id],
+            takenOverAt: expect.any(Number),
+          },
+        ]);
+        expect(row.history[0].takenOverAt).toBeGreaterThanOrEqual(before.now);
+        expect(row.history[0].takenOverAt).toBeLessThanOrEqual(after.now);
+      }
       await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
       expect(await survivor.runOnce()).toMatchObject({ claimed: 5, delivered: 5 });
       expect(applied).toHaveLength(5);
       expect([...endpoint.requests.values()]).toEqual([2, 2, 2, 2, 2]);
-      expect((await rows("status = 'delivered'")).length).toBe(5);
+      const delivered = await rows("status = 'delivered'");
+      expect(delivered.length).toBe(5);
+      // Every attempt counted has its entry: the lost one, then the delivery.
+      for (const row of delivered) {
+        expect(row.history.map((entry: { result: string }) => entry.result)).toEqual(['lost', 'delivered']);
+        expect(row.history.map((entry: { attempt: number }) => entry.attempt)).toEqual([1, 2]);
+        expect(row.attempts).toBe(row.history.length);
+        expect(row.last_attempt).toEqual(row.history[1]);
+      }
+    });
+
+    it('a takeover that dead-letters the row at maxAttempts records the lost attempt too', async () => {
+      await clear();
+      const { receiver, applied } = makeReceiver();
+      endpoint = await startEndpoint(receiver);
+      endpoint.setMode('hold');
+      await outbox.add(pool, { id: 'only_once', url: endpoint.url, body: {} });
+      // The relay process makes the only attempt allowed and dies waiting for the answer.
+      child = spawnRelay({ OUTBOX_MAX_ATTEMPTS: '1' });
+      await until(() => applied.length === 1, 'the relay process to make its attempt');
+      child.kill('SIGKILL');
+      await new Promise((resolve) => child?.once('exit', resolve));
+
+      await pool.query(`UPDATE "${table}" SET locked_until = now() - interval '1 second'`);
+      const { leaseEnds } = await databaseTimes();
+      const once = createSender({ secret: SECRET, timeout: '5s', schedule: { maxAttempts: 1 } });
+      expect(await outbox.relay({ db: pool, sender: once }).runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+      expect(endpoint.requests.get('only_once')).toBe(1);
+      const [dead] = (await outbox.deadLetters(pool)).rows;
+      expect(dead).toMatchObject({ id: 'only_once', deadReason: 'max-attempts', attempts: 1, lastAttempt: null });
+      expect(dead?.history).toEqual([
+        {
+          attempt: 1,
+          result: 'lost',
+          claim: 1,
+          relayId: 'crashing-relay',
+          leaseEndedAt: leaseEnds.only_once,
+          takenOverAt: expect.any(Number),
+        },
+      ]);
+      expect(dead?.attempts).toBe(dead?.history.length);
     });
   });
 
@@ -646,6 +760,15 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     });
     expect(await last).toEqual({ claimed: 1, delivered: 0, retrying: 0, dead: 1, fenced: 0 });
     expect(sent).toBe(1);
+    // Every claim that died left its entry, the ones that never sent anything too: the history
+    // accounts for each attempt counted, and the claim that dead-lettered the row wrote the last one.
+    const lost = (await row()).history;
+    expect(lost.map(({ attempt, result, claim, relayId }: LostAttempt) => [attempt, result, claim, relayId])).toEqual([
+      [1, 'lost', 1, 'sends-then-dies'],
+      [2, 'lost', 2, 'takeover-1'],
+      [3, 'lost', 3, 'takeover-2'],
+    ]);
+    expect((await row()).last_attempt).toBeNull();
     // A takeover never sends the row, so its claim does not load the body.
     expect(claimed.map((row) => [row.crashed, row.body])).toEqual([
       [true, null],
@@ -666,6 +789,7 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       .runOnce();
     await until(async () => (await row()).locked_by !== 'died', 'the takeover to claim');
     expect(await row()).toMatchObject({ status: 'dead', dead_reason: 'horizon', attempts: 7, locked_by: null });
+    expect((await row()).history).toMatchObject([{ attempt: 7, result: 'lost', relayId: 'died' }]);
     expect(await pastHorizon).toMatchObject({ claimed: 1, dead: 1 });
     expect(sent).toBe(1);
   });
