@@ -13,6 +13,8 @@ export interface AuthorizeParams {
   responseType?: string;
   prompt?: string;
   resource?: string;
+  /** Who the client expects to sign in (OIDC Core 3.1.2.1); a hint for someone else asks for a switch. */
+  idTokenHint?: string;
 }
 
 export function authorizationUrl(authUrl: string, params: AuthorizeParams): string {
@@ -25,12 +27,16 @@ export function authorizationUrl(authUrl: string, params: AuthorizeParams): stri
   url.searchParams.set('nonce', params.nonce ?? 'nonce-456');
   url.searchParams.set('prompt', params.prompt ?? 'consent');
   if (params.resource) url.searchParams.set('resource', params.resource);
+  if (params.idTokenHint) url.searchParams.set('id_token_hint', params.idTokenHint);
   if (params.challenge !== undefined) url.searchParams.set('code_challenge', params.challenge);
   if (params.challengeMethod !== undefined) url.searchParams.set('code_challenge_method', params.challengeMethod);
   return url.href;
 }
 
-/** Logs in on our login page and allows on our consent page; returns the redirect to the client. */
+/**
+ * Logs in on our login page, unless `agent` is signed in at the provider already, and allows on our
+ * consent page; returns the redirect to the client.
+ */
 export async function loginAndConsent(
   agent: UserAgent,
   authUrl: string,
@@ -40,7 +46,8 @@ export async function loginAndConsent(
 ): Promise<URL> {
   const toClient = (url: string) => url.startsWith(redirectUri);
   let step: Step = await agent.follow(startUrl, toClient);
-  if (!toClient(step.url)) {
+  // Anything but the consent page is the login page: a page that is neither fails on the line below.
+  if (!toClient(step.url) && !step.body.includes('<h1>Allow access</h1>')) {
     expect(step.body).toContain('<h1>Sign in</h1>');
     const login = await agent.postForm(new URL(formAction(step.body, 'login'), authUrl).href, {
       csrf: formField(step.body, 'csrf'),
@@ -90,14 +97,17 @@ export interface Credentials {
   redirectUri: string;
 }
 
-/** One whole code flow with PKCE for `user`; returns the callback URL, the verifier and the tokens. */
+/**
+ * One whole code flow with PKCE for `user`; returns the callback URL, the verifier and the tokens. In a
+ * fresh browser unless `agent` is given (one where the user may be signed in at the provider already).
+ */
 export async function codeFlow(
   authUrl: string,
   client: Credentials,
   user: { username: string; password: string },
   extra: Partial<AuthorizeParams> = {},
+  agent: UserAgent = createUserAgent(),
 ): Promise<{ callback: URL; verifier: string; tokens: TokenResponse; agent: UserAgent }> {
-  const agent = createUserAgent();
   const { verifier, challenge } = pkcePair();
   const start = authorizationUrl(authUrl, {
     clientId: client.clientId,
@@ -115,4 +125,77 @@ export async function codeFlow(
     client,
   );
   return { callback, verifier, tokens, agent };
+}
+
+/**
+ * "Switch account": in `agent`, where someone is signed in at the provider, `user` logs in to `client`
+ * (`prompt=login` unless `extra` says otherwise, e.g. `prompt: 'consent'` with an `idTokenHint` for
+ * `user`). The provider has the current user signed out first, on its "Switch account" page; this
+ * confirms it, allows on `user`'s consent page and redeems the code. Returns both pages as they were
+ * shown, for the caller to check, and `user`'s tokens.
+ */
+export async function switchAccount(
+  agent: UserAgent,
+  authUrl: string,
+  client: Credentials,
+  user: { username: string; password: string },
+  extra: Partial<AuthorizeParams> = {},
+): Promise<{ switching: Step; consent: Step; tokens: TokenResponse }> {
+  const { verifier, challenge } = pkcePair();
+  const start = authorizationUrl(authUrl, {
+    clientId: client.clientId,
+    redirectUri: client.redirectUri,
+    challenge,
+    challengeMethod: 'S256',
+    prompt: 'login consent',
+    ...extra,
+  });
+  const page = await agent.follow(start);
+  expect(page.body).toContain('<h1>Sign in</h1>');
+  const login = await agent.postForm(new URL(formAction(page.body, 'login'), authUrl).href, {
+    csrf: formField(page.body, 'csrf'),
+    ...user,
+  });
+  expect(login.response.status).toBe(303);
+  // oidc-provider ends the current session first: its resume step answers with the logout to confirm.
+  const switching = await agent.request(new URL(login.response.headers.get('location')!, authUrl).href);
+  const confirmed = await agent.postForm(new URL(formAction(switching.body, 'confirm'), authUrl).href, {
+    xsrf: formField(switching.body, 'xsrf'),
+    logout: formField(switching.body, 'logout'),
+  });
+  expect(confirmed.response.status).toBe(303);
+  // Back to the same sign-in, now as `user`: the consent, then the code.
+  const consent = await agent.follow(new URL(confirmed.response.headers.get('location')!, authUrl).href);
+  const allowed = await agent.postForm(new URL(formAction(consent.body, 'consent'), authUrl).href, {
+    csrf: formField(consent.body, 'csrf'),
+  });
+  const back = await agent.follow(new URL(allowed.response.headers.get('location')!, authUrl).href, (url) =>
+    url.startsWith(client.redirectUri),
+  );
+  const code = new URL(back.url).searchParams.get('code');
+  expect(code).toBeTruthy();
+  const tokens = await tokenRequest(
+    authUrl,
+    { grant_type: 'authorization_code', code: code!, redirect_uri: client.redirectUri, code_verifier: verifier },
+    client,
+  );
+  return { switching, consent, tokens };
+}
+
+/** RFC 7662 introspection with `client`'s credentials (a client sees only its own tokens). */
+export async function introspect(
+  authUrl: string,
+  token: string,
+  client: { clientId: string; clientSecret: string },
+): Promise<Record<string, any>> {
+  const basic = Buffer.from(
+    `${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.clientSecret)}`,
+  ).toString('base64');
+  const response = await fetch(new URL('/token/introspection', authUrl), {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${basic}` },
+    body: new URLSearchParams({ token }),
+  });
+  expect(response.status).toBe(200);
+  return (await response.json()) as Record<string, any>;
 }

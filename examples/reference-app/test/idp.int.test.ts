@@ -12,7 +12,7 @@ import { findUserByUsername } from '../src/idp/users.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl, type Credentials, codeFlow, tokenRequest } from './flow.js';
+import { authorizationUrl, type Credentials, codeFlow, introspect, switchAccount, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
 
@@ -511,19 +511,8 @@ describe('the code flow', () => {
     const { callback, verifier, tokens } = await codeFlow(auth(), app, alice, { scope: 'openid offline_access' });
     const accessToken = tokens.body.access_token as string;
     expect(accessToken.split('.')).not.toHaveLength(3);
-    const introspect = async () => {
-      const response = await fetch(new URL('/token/introspection', auth()), {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/x-www-form-urlencoded',
-          authorization: `Basic ${Buffer.from(`${app.clientId}:${app.clientSecret}`).toString('base64')}`,
-        },
-        body: new URLSearchParams({ token: accessToken }),
-      });
-      return (await response.json()) as Record<string, unknown>;
-    };
     const userinfo = () => fetch(new URL('/me', auth()), { headers: { authorization: `Bearer ${accessToken}` } });
-    expect(await introspect()).toMatchObject({ active: true, sub: 'user-alice' });
+    expect(await introspect(auth(), accessToken, app)).toMatchObject({ active: true, sub: 'user-alice' });
     expect((await userinfo()).status).toBe(200);
     const again = await tokenRequest(
       auth(),
@@ -536,7 +525,7 @@ describe('the code flow', () => {
       app,
     );
     expect(again.body.error).toBe('invalid_grant');
-    expect(await introspect()).toEqual({ active: false });
+    expect(await introspect(auth(), accessToken, app)).toEqual({ active: false });
     expect((await userinfo()).status).toBe(401);
   });
 
@@ -719,29 +708,16 @@ describe('refresh tokens, revocation, introspection', () => {
       body: new URLSearchParams({ token, token_type_hint: 'refresh_token' }),
     });
 
-  const introspect = async (token: string) => {
-    const response = await fetch(new URL('/token/introspection', auth()), {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/x-www-form-urlencoded',
-        authorization: `Basic ${Buffer.from(`${app.clientId}:${app.clientSecret}`).toString('base64')}`,
-      },
-      body: new URLSearchParams({ token }),
-    });
-    expect(response.status).toBe(200);
-    return (await response.json()) as Record<string, any>;
-  };
-
   it('revokes a refresh token (RFC 7009) and introspection then says inactive (row 21)', async () => {
     const { tokens } = await codeFlow(auth(), app, alice);
     const rt = tokens.body.refresh_token as string;
-    const before = await introspect(rt);
+    const before = await introspect(auth(), rt, app);
     expect(before).toMatchObject({ active: true, client_id: app.clientId, sub: 'user-alice' });
 
     const revoked = await revoke(rt);
     expect(revoked.status).toBe(200);
     expect((await refresh(rt)).body.error).toBe('invalid_grant');
-    expect(await introspect(rt)).toEqual({ active: false });
+    expect(await introspect(auth(), rt, app)).toEqual({ active: false });
   });
 
   it('answers 200 for an unknown token, so revocation is no oracle (row 21)', async () => {
@@ -751,7 +727,7 @@ describe('refresh tokens, revocation, introspection', () => {
 
   it('does not introspect a token for a client it was not issued to', async () => {
     const { tokens } = await codeFlow(auth(), cli, bob);
-    expect(await introspect(tokens.body.refresh_token)).toEqual({ active: false });
+    expect(await introspect(auth(), tokens.body.refresh_token, app)).toEqual({ active: false });
   });
 
   it('refuses access tokens in the query string at UserInfo (row 27)', async () => {
@@ -849,11 +825,6 @@ describe("no page of oidc-provider's own reaches a user (rows 29, 38)", () => {
     for (const [name, value] of Object.entries(extra)) url.searchParams.set(name, value);
     return url.href;
   };
-  const logoutForm = (html: string) => {
-    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(html)?.[1];
-    if (!action) throw new Error('no logout form in page');
-    return new URL(action.replaceAll('&amp;', '&'), auth()).href;
-  };
   /** The fields of our form_post page, and where it posts them. */
   const postedForm = (html: string) => {
     const action = /<form method="post" action="([^"]+)">/.exec(html)?.[1];
@@ -867,58 +838,26 @@ describe("no page of oidc-provider's own reaches a user (rows 29, 38)", () => {
   };
 
   it.each([
-    ['the client asks for prompt=login', async () => ({ prompt: 'login consent' })],
+    ['the client asks for prompt=login', async () => ({})],
     [
       'the client sends an id_token_hint for bob',
       async () => {
         const { tokens } = await codeFlow(auth(), app, bob);
-        return { id_token_hint: tokens.body.id_token as string };
+        return { prompt: 'consent', idTokenHint: tokens.body.id_token as string };
       },
     ],
   ])('asks alice, signed in, to confirm the switch when bob logs in (%s), with our page', async (_name, extra) => {
     const { agent, tokens: aliceTokens } = await codeFlow(auth(), app, alice);
-    const { verifier, challenge } = pkcePair();
-    const { prompt = 'consent', ...params }: Record<string, string> = await extra();
-    const start = authorize(
-      { clientId: app.clientId, redirectUri: app.redirectUri, challenge, challengeMethod: 'S256', prompt },
-      params,
-    );
-    const page = await agent.follow(start);
-    expect(page.body).toContain('<h1>Sign in</h1>');
-    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
-      csrf: formField(page.body, 'csrf'),
-      ...bob,
-    });
-    expect(login.response.status).toBe(303);
+    const { switching, consent, tokens } = await switchAccount(agent, auth(), app, bob, await extra());
     // oidc-provider must end alice's session first; it answers with a page that posts that logout by script.
-    const switching = await agent.request(new URL(login.response.headers.get('location')!, auth()).href);
     expect(switching.response.status).toBe(200);
     expectProviderPage(switching.response, switching.body);
     expect(switching.body).toContain('<h1>Switch account</h1>');
     expect(switching.body).toContain('signed in as <strong>Alice Liddell</strong>');
     expect(switching.body).toContain('Continue as Bob Builder</button>');
-    const done = await agent.postForm(logoutForm(switching.body), {
-      xsrf: formField(switching.body, 'xsrf'),
-      logout: formField(switching.body, 'logout'),
-    });
-    expect(done.response.status).toBe(303);
     // Back to the same sign-in, now as bob: his consent, then the code, for bob.
-    const consent = await agent.follow(new URL(done.response.headers.get('location')!, auth()).href);
     expect(consent.body).toContain('<h1>Allow access</h1>');
     expect(consent.body).toContain('Signed in as <strong>Bob Builder</strong>');
-    const allowed = await agent.postForm(new URL(formAction(consent.body, 'consent'), auth()).href, {
-      csrf: formField(consent.body, 'csrf'),
-    });
-    const back = await agent.follow(new URL(allowed.response.headers.get('location')!, auth()).href, (url) =>
-      url.startsWith(app.redirectUri),
-    );
-    const code = new URL(back.url).searchParams.get('code');
-    expect(code).toBeTruthy();
-    const tokens = await tokenRequest(
-      auth(),
-      { grant_type: 'authorization_code', code: code!, redirect_uri: app.redirectUri, code_verifier: verifier },
-      app,
-    );
     expect(decodeJwt(tokens.body.id_token).payload.sub).toBe('user-bob');
     // alice is signed out of the provider, but what she allowed with offline_access outlives a logout
     // (OIDC Core 11, oidc-provider's expiresWithSession): her refresh token still works.
@@ -1081,6 +1020,53 @@ describe("no page of oidc-provider's own reaches a user (rows 29, 38)", () => {
   });
 });
 
+describe('the account switch signs alice out first', () => {
+  const grantOf = async (model: 'AccessToken' | 'RefreshToken', token: string) =>
+    (
+      await db.query<{ grant_id: string }>('select grant_id from idp_models where model = $1 and id = $2', [
+        model,
+        token,
+      ])
+    ).rows[0]?.grant_id;
+  const grantStored = async (grantId: string) =>
+    (await db.query(`select 1 from idp_models where model = 'Grant' and id = $1`, [grantId])).rows.length === 1;
+  const userinfo = async (token: string) =>
+    (await fetch(new URL('/me', auth()), { headers: { authorization: `Bearer ${token}` } })).status;
+
+  it('ends what she allowed without offline_access, and keeps what she allowed with it', async () => {
+    // alice, in one browser, allows the native tool offline_access (a refresh token), then the photo app
+    // her profile only: an opaque token for UserInfo, stored, which introspection can see.
+    const { agent, tokens: offline } = await codeFlow(auth(), cli, alice, { scope: 'openid offline_access' });
+    const { tokens: online } = await codeFlow(auth(), app, alice, { scope: 'openid profile email' }, agent);
+    const onlineToken = online.body.access_token as string;
+    expect(online.body.refresh_token).toBeUndefined();
+    expect(onlineToken.split('.')).not.toHaveLength(3);
+    const onlineGrant = (await grantOf('AccessToken', onlineToken))!;
+    const offlineGrant = (await grantOf('RefreshToken', offline.body.refresh_token))!;
+    expect(onlineGrant).toEqual(expect.any(String));
+    expect(offlineGrant).toEqual(expect.any(String));
+    expect(await introspect(auth(), onlineToken, app)).toMatchObject({ active: true, sub: 'user-alice' });
+    expect(await userinfo(onlineToken)).toBe(200);
+
+    const { tokens: bobs } = await switchAccount(agent, auth(), app, bob);
+    expect(decodeJwt(bobs.body.id_token).payload.sub).toBe('user-bob');
+
+    // Ended with her session: the grant and every token of it are gone from storage.
+    expect(await grantStored(onlineGrant)).toBe(false);
+    expect(await introspect(auth(), onlineToken, app)).toEqual({ active: false });
+    expect(await userinfo(onlineToken)).toBe(401);
+    // offline_access outlives a logout (OIDC Core 11): that grant is kept and its refresh token works.
+    expect(await grantStored(offlineGrant)).toBe(true);
+    const refreshed = await tokenRequest(
+      auth(),
+      { grant_type: 'refresh_token', refresh_token: offline.body.refresh_token },
+      cli,
+    );
+    expect(refreshed.status).toBe(200);
+    expect(refreshed.body.refresh_token).toEqual(expect.any(String));
+  });
+});
+
 describe('storage on the shared database', () => {
   it('keeps grants, codes and tokens in idp_models, not in memory: a restarted provider still refreshes', async () => {
     const { tokens } = await codeFlow(auth(), app, alice);
@@ -1110,6 +1096,19 @@ describe('storage on the shared database', () => {
     await expect(adapter.consume('consume-once')).rejects.toMatchObject({ error: 'invalid_grant' });
     await adapter.revokeByGrantId('g-consume-once');
     expect(await adapter.find('consume-once')).toBeUndefined();
+  });
+
+  it("revokes every token of a grant, whichever model's adapter is asked, and leaves an interaction naming it", async () => {
+    const adapter = sqlAdapterFactory(db);
+    const grantId = 'g-revoke-tokens';
+    await adapter('AccessToken').upsert('at-of-grant', { grantId }, 60);
+    await adapter('RefreshToken').upsert('rt-of-grant', { grantId }, 60);
+    await adapter('Interaction').upsert('sign-in-naming-grant', { grantId }, 60);
+    await adapter('AuthorizationCode').revokeByGrantId(grantId);
+    expect(await adapter('AccessToken').find('at-of-grant')).toBeUndefined();
+    expect(await adapter('RefreshToken').find('rt-of-grant')).toBeUndefined();
+    // A sign-in still to be resumed: the account switch revokes alice's grants before it goes on for bob.
+    expect(await adapter('Interaction').find('sign-in-naming-grant')).toEqual({ grantId });
   });
 
   it('does not return expired rows', async () => {

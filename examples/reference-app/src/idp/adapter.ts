@@ -20,6 +20,20 @@ export function sqlAdapterFactory(db: Database): (model: string) => Adapter {
   return (model) => createSqlAdapter(db, model);
 }
 
+/**
+ * The models issued under a grant, which go with it (oidc-provider's memory adapter keeps the same
+ * list). An Interaction names a grant too, the one a sign-in in progress will add to, but is no token:
+ * an account switch revokes the first user's grants while its own interaction is still to be resumed.
+ */
+const issuedUnderGrant = [
+  'AccessToken',
+  'AuthorizationCode',
+  'RefreshToken',
+  'DeviceCode',
+  'BackchannelAuthenticationRequest',
+  'PreAuthorizedCode',
+];
+
 interface PayloadRow {
   payload: AdapterPayload;
 }
@@ -79,8 +93,13 @@ function createSqlAdapter(db: Database, model: string): Adapter {
       await db.query('delete from idp_models where model = $1 and id = $2', [model, id]);
     },
     async revokeByGrantId(grantId) {
-      // Every model instance issued under the grant goes: codes, access and refresh tokens alike.
-      await db.query('delete from idp_models where grant_id = $1', [grantId]);
+      // Every token issued under the grant goes, codes, access and refresh tokens alike, whichever
+      // model's adapter is asked: oidc-provider skips refresh tokens when the client at hand may not use
+      // them, and a logout revokes every grant of the session with the one client that asked for it.
+      await db.query('delete from idp_models where grant_id = $1 and model = any($2::text[])', [
+        grantId,
+        issuedUnderGrant,
+      ]);
     },
   };
 }
