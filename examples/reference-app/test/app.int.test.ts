@@ -1,16 +1,17 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { format, inspect } from 'node:util';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { migrateApp } from '../src/app/schema.js';
 import { createThirdPartyApp, type ThirdPartyAppEvent } from '../src/app/server.js';
 import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
 import { createIdp } from '../src/idp/server.js';
-import { listen } from '../src/listen.js';
+import { type ListeningPort, listen } from '../src/listen.js';
 import { demoUsers, seed } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { loginAndConsent, tokenRequest } from './flow.js';
+import { introspect, loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { createUserAgent, decodeJwt, formAction, formField, type UserAgent } from './user-agent.js';
 
@@ -180,6 +181,116 @@ const codeRow = async (code: string) =>
       [code],
     )
   ).rows[0];
+
+/**
+ * The app and a provider of their own, on a database of their own, for the tests that take the
+ * provider's revocation away (the shared provider must keep answering the other tests). `revocation`
+ * says how its revocation endpoint answers: as usual, 503, or 400 with the token echoed in the
+ * `error_description` (no provider should; it shows that the app's log prints nothing of the answer).
+ * `stop()` closes its port, so that it cannot be reached at all, until `restore()`. `onEvent` is the
+ * app's, or its default when not given.
+ */
+async function startOwnProvider(onEvent?: (event: ThirdPartyAppEvent) => void) {
+  const ownDb = await openTestDatabase('app_own_idp');
+  const ports: ListeningPort[] = [];
+  try {
+    const authPort = await listen(0);
+    const appPort = await listen(0);
+    ports.push(authPort, appPort);
+    await migrateIdp(ownDb);
+    await migrateApp(ownDb);
+    const clients = await seed(ownDb, { appRedirectUri: new URL('/callback', appPort.url).href });
+    const idp = await createIdp({ db: ownDb, issuer: authPort.url, resource: apiUrl });
+    const own = {
+      db: ownDb,
+      authUrl: authPort.url,
+      clients,
+      revocation: 'ok' as 'ok' | 'unavailable' | 'echo',
+      url: (path: string) => new URL(path, appPort.url).href,
+      /** Signs alice in to the app in a fresh browser; returns it, its session id and the tokens stored. */
+      async signIn() {
+        const agent = createUserAgent();
+        const callback = await loginAndConsent(agent, authPort.url, own.url('/signin'), own.url('/callback'), alice);
+        await agent.request(callback.href);
+        const id = sessionId(agent)!;
+        const tokens = (await createSessionStore(ownDb, { ttlSeconds: 60 }).get(id))?.tokens;
+        expect(tokens?.refreshToken).toEqual(expect.any(String));
+        return { agent, id, tokens: tokens! };
+      },
+      async stop() {
+        const stopped = provider;
+        if (!stopped) return;
+        provider = undefined;
+        ports.splice(ports.indexOf(stopped), 1);
+        await stopped.close();
+      },
+      /** The provider answers as usual again, on the same port if it was stopped. */
+      async restore() {
+        own.revocation = 'ok';
+        if (provider) return;
+        provider = await listen(authPort.port);
+        ports.push(provider);
+        provider.use(handler);
+      },
+      async close() {
+        await Promise.allSettled(ports.map((port) => port.close()));
+        await ownDb.close();
+      },
+    };
+    const handler: RequestListener = async (req, res) => {
+      if (own.revocation === 'ok' || !req.url?.startsWith('/token/revocation')) {
+        idp.app(req, res);
+      } else if (own.revocation === 'unavailable') {
+        res.writeHead(503).end();
+      } else {
+        const token = new URLSearchParams(await readBody(req)).get('token');
+        res
+          .writeHead(400, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: 'invalid_request', error_description: `cannot revoke ${token}` }));
+      }
+    };
+    let provider: ListeningPort | undefined = authPort;
+    authPort.use(handler);
+    const { app } = await createThirdPartyApp({
+      db: ownDb,
+      issuer: authPort.url,
+      clientId: clients.app.clientId,
+      clientSecret: clients.app.clientSecret,
+      appUrl: appPort.url,
+      baseUrl: apiUrl,
+      ...(onEvent ? { onEvent } : {}),
+    });
+    appPort.use(app);
+    return own;
+  } catch (error) {
+    await Promise.allSettled(ports.map((port) => port.close()));
+    await ownDb.close();
+    throw error;
+  }
+}
+type OwnProvider = Awaited<ReturnType<typeof startOwnProvider>>;
+
+/** Events as anyone could serialise them: JSON, and inspect down to an error's message, stack and cause. */
+const serialised = (events: unknown) =>
+  `${JSON.stringify(events)}\n${inspect(events, { showHidden: true, depth: 10 })}`;
+
+/** How a revocation fails in the tests below: the README's "the provider cannot be reached", and a 5xx. */
+const revocationFailures: Array<[string, (own: OwnProvider) => unknown]> = [
+  ['cannot be reached (its port is closed)', (own) => own.stop()],
+  [
+    'answers 503',
+    (own) => {
+      own.revocation = 'unavailable';
+    },
+  ],
+];
+// No provider should quote the token back, but the app's promise ("never the token") must not rest on that.
+const tokenEchoed: [string, (own: OwnProvider) => unknown] = [
+  'answers 400 and echoes the token',
+  (own) => {
+    own.revocation = 'echo';
+  },
+];
 
 describe('sign in', () => {
   it('starts the code flow with state, nonce, PKCE S256 and the API resource', async () => {
@@ -573,18 +684,6 @@ describe('refresh and sign-out', () => {
           [grantId],
         )
       ).rows.map((row) => row.id);
-    const introspect = async (token: string) => {
-      const { clientId, clientSecret } = running.clients.app;
-      const response = await fetch(new URL('/token/introspection', running.authUrl), {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/x-www-form-urlencoded',
-          authorization: `Basic ${Buffer.from(`${clientId}:${clientSecret}`).toString('base64')}`,
-        },
-        body: new URLSearchParams({ token }),
-      });
-      return (await response.json()) as { active: boolean };
-    };
 
     it.each<[string, Statement, (params: readonly unknown[]) => string | undefined]>([
       [
@@ -631,7 +730,7 @@ describe('refresh and sign-out', () => {
           running.clients.app,
         );
         expect(result.body.error, which).toBe('invalid_grant');
-        expect(await introspect(token), which).toEqual({ active: false });
+        expect(await introspect(running.authUrl, token, running.clients.app), which).toEqual({ active: false });
       }
       // The grant itself is gone, so a token stored under it afterwards is worthless too.
       expect(await storedUnder('Grant', grantId)).toEqual([]);
@@ -640,60 +739,109 @@ describe('refresh and sign-out', () => {
   });
 
   it('still starts the new sign-in when the old tokens cannot be revoked, and reports it', async () => {
-    // The app and a provider whose revocation endpoint answers 503 while `refuse` is set.
-    const other = await openDatabase({ memory: true });
-    const authPort = await listen(0);
-    const appPort = await listen(0);
+    const events: ThirdPartyAppEvent[] = [];
+    const own = await startOwnProvider((event) => events.push(event));
     try {
-      await migrateIdp(other);
-      await migrateApp(other);
-      const clients = await seed(other, { appRedirectUri: new URL('/callback', appPort.url).href });
-      const idp = await createIdp({ db: other, issuer: authPort.url, resource: apiUrl });
-      let refuse = false;
-      authPort.use((req, res) => {
-        if (refuse && req.url?.startsWith('/token/revocation')) res.writeHead(503).end();
-        else idp.app(req, res);
-      });
-      const events: ThirdPartyAppEvent[] = [];
-      const { app } = await createThirdPartyApp({
-        db: other,
-        issuer: authPort.url,
-        clientId: clients.app.clientId,
-        clientSecret: clients.app.clientSecret,
-        appUrl: appPort.url,
-        baseUrl: apiUrl,
-        onEvent: (event) => events.push(event),
-      });
-      appPort.use(app);
-      const agent = createUserAgent();
-      const callbackUrl = new URL('/callback', appPort.url).href;
-      const callback = await loginAndConsent(
-        agent,
-        authPort.url,
-        new URL('/signin', appPort.url).href,
-        callbackUrl,
-        alice,
-      );
-      await agent.request(callback.href);
-      const id = sessionId(agent);
-      const stored = await createSessionStore(other, { ttlSeconds: 60 }).get(id);
-      expect(stored?.tokens?.refreshToken).toEqual(expect.any(String));
-
-      refuse = true;
-      const again = await agent.request(new URL('/signin', appPort.url).href);
+      const { agent, id, tokens } = await own.signIn();
+      own.revocation = 'unavailable';
+      const again = await agent.request(own.url('/signin'));
       expect(again.response.status).toBe(303);
-      expect(again.response.headers.get('location')).toContain(`${authPort.url}/auth?`);
+      expect(again.response.headers.get('location')).toContain(`${own.authUrl}/auth?`);
       expect(sessionId(agent)).not.toBe(id);
       expect(events).toContainEqual(
         expect.objectContaining({ type: 'revocation-failed', during: 'sign-in', tokenType: 'refresh_token' }),
       );
       // Nothing in an event carries a token.
-      expect(JSON.stringify(events)).not.toContain(stored!.tokens!.refreshToken!);
+      expect(serialised(events)).not.toContain(tokens.refreshToken);
     } finally {
-      await Promise.allSettled([authPort.close(), appPort.close()]);
-      await other.close();
+      await own.close();
     }
   });
+
+  // README: "A revocation that fails (the provider cannot be reached) keeps no one from signing in or out:
+  // the app says so on stderr (or to its onEvent), and the token works until it expires."
+  it.each([...revocationFailures, tokenEchoed])(
+    'signs out all the same when the provider %s, reports it without a token, and the token still works',
+    async (_name, failRevocation) => {
+      const events: ThirdPartyAppEvent[] = [];
+      const own = await startOwnProvider((event) => events.push(event));
+      try {
+        const { agent, id, tokens } = await own.signIn();
+        const csrf = formField((await agent.request(own.url('/'))).body, 'csrf');
+        await failRevocation(own);
+        const out = await agent.postForm(own.url('/signout'), { csrf });
+        expect(out.response.status).toBe(200);
+        expect(out.body).toContain(
+          'You are signed out here; the identity provider could not be reached to revoke the tokens.',
+        );
+        expect(out.body).toContain('<a href="/signin">Sign in</a>');
+        expect(agent.jar.cookies.has('app_session')).toBe(false);
+        // The session is gone here: its cookie, sent again as it was, gets the signed-out page.
+        expect(await createSessionStore(own.db, { ttlSeconds: 60 }).get(id)).toBeUndefined();
+        const replayed = await fetch(own.url('/'), { headers: { cookie: `app_session=${id}` } });
+        const replayedPage = await replayed.text();
+        expect(replayedPage).toContain('<a href="/signin">Sign in</a>');
+        expect(replayedPage).not.toContain('Alice Liddell');
+        // Reported through onEvent, once for each token, the access token too: a provider that answers
+        // says "unsupported_token_type" for a JWT, which is no failure, but this one did not answer ...
+        expect(events).toHaveLength(2);
+        for (const tokenType of ['refresh_token', 'access_token']) {
+          expect(events).toContainEqual({
+            type: 'revocation-failed',
+            during: 'sign-out',
+            tokenType,
+            error: expect.anything(),
+          });
+        }
+        // ... and no token in any of it, down to the error's message, stack, cause and hidden fields.
+        const text = serialised(events);
+        for (const token of [tokens.refreshToken, tokens.accessToken, tokens.idToken]) {
+          expect(token).toEqual(expect.any(String));
+          expect(text).not.toContain(token);
+        }
+        // The provider never heard of the sign-out: once back, it still honours the refresh token.
+        await own.restore();
+        const refresh = await tokenRequest(
+          own.authUrl,
+          { grant_type: 'refresh_token', refresh_token: tokens.refreshToken! },
+          own.clients.app,
+        );
+        expect(refresh.status).toBe(200);
+      } finally {
+        await own.close();
+      }
+    },
+  );
+
+  // The default onEvent (ThirdPartyAppOptions): "one line on stderr, without the token".
+  it.each([...revocationFailures, tokenEchoed])(
+    'logs a revocation that failed because the provider %s on stderr by default, without any token',
+    async (_name, failRevocation) => {
+      const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+      const own = await startOwnProvider();
+      try {
+        const { agent, tokens } = await own.signIn();
+        const csrf = formField((await agent.request(own.url('/'))).body, 'csrf');
+        await failRevocation(own);
+        expect((await agent.postForm(own.url('/signout'), { csrf })).response.status).toBe(200);
+        const lines = warn.mock.calls.map((args) => format(...args));
+        expect(lines).toHaveLength(2);
+        for (const tokenType of ['refresh_token', 'access_token']) {
+          expect(lines).toContainEqual(
+            expect.stringContaining(`the ${tokenType} of a session ended by sign-out could not be revoked`),
+          );
+        }
+        const secrets = [tokens.refreshToken, tokens.accessToken, tokens.idToken, own.clients.app.clientSecret];
+        for (const line of lines) {
+          expect(line).not.toContain('\n');
+          for (const secret of secrets) expect(line).not.toContain(secret);
+        }
+      } finally {
+        warn.mockRestore();
+        await own.close();
+      }
+    },
+  );
 
   it('revokes the refresh token at the provider on sign-out and clears the cookie', async () => {
     const { agent } = await signIn();

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import { notify } from '@idem/core';
 import express, { type Express, type Request, type Response } from 'express';
@@ -62,9 +63,27 @@ export type ThirdPartyAppEvent = {
   type: 'revocation-failed';
   during: 'sign-in' | 'sign-out';
   tokenType: 'refresh_token' | 'access_token';
-  /** The network's or the provider's error; never the token. */
+  /** The network's or the provider's error; never the token (see withoutToken). */
   error: unknown;
 };
+
+/**
+ * The error to report for a token that could not be revoked. A provider's answer may quote the token
+ * back (no provider should, in an `error_description`, say): then the error goes out as a new one with
+ * its name, OAuth `error` code, status and message, every copy of the token blanked, rather than as the
+ * error itself, whose response body, cause and stack would carry it to whatever `onEvent` logs.
+ */
+function withoutToken(error: unknown, token: string): unknown {
+  if (!inspect(error, { showHidden: true, depth: Number.POSITIVE_INFINITY }).includes(token)) return error;
+  const blank = (text: unknown) => (typeof text === 'string' ? text.replaceAll(token, '[token]') : undefined);
+  const source = (error ?? {}) as { name?: unknown; message?: unknown; error?: unknown; status?: unknown };
+  const redacted = new Error(blank(source.message) ?? blank(String(error)));
+  redacted.name = typeof source.name === 'string' ? source.name : 'Error';
+  return Object.assign(redacted, {
+    ...(typeof source.error === 'string' ? { error: blank(source.error) } : {}),
+    ...(typeof source.status === 'number' ? { status: source.status } : {}),
+  });
+}
 
 /** The default of {@link ThirdPartyAppOptions.onEvent}: one line on stderr. */
 function logEvent(event: ThirdPartyAppEvent): void {
@@ -213,7 +232,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         } catch (error) {
           const unrevocable = error instanceof oauth.ResponseBodyError && error.error === 'unsupported_token_type';
           if (tokenType === 'access_token' && unrevocable) return true;
-          notify(onEvent, { type: 'revocation-failed', during, tokenType, error });
+          notify(onEvent, { type: 'revocation-failed', during, tokenType, error: withoutToken(error, token) });
           return false;
         }
       }),
