@@ -762,7 +762,7 @@ describe('refresh and sign-out', () => {
   // the app says so on stderr (or to its onEvent), and the token works until it expires."
   it.each([...revocationFailures, tokenEchoed])(
     'signs out all the same when the provider %s, reports it without a token, and the token still works',
-    async (_name, failRevocation) => {
+    async (name, failRevocation) => {
       const events: ThirdPartyAppEvent[] = [];
       const own = await startOwnProvider((event) => events.push(event));
       try {
@@ -792,6 +792,13 @@ describe('refresh and sign-out', () => {
             tokenType,
             error: expect.anything(),
           });
+        }
+        // Each says what went wrong, as a plain Error ...
+        for (const event of events) expect(event.error).toBeInstanceOf(Error);
+        if (name === tokenEchoed[0]) {
+          expect(events[0]?.error).toMatchObject({ error: 'invalid_request', status: 400 });
+        } else if (name === revocationFailures[0]?.[0]) {
+          expect(events[0]?.error.code).toBe('ECONNREFUSED');
         }
         // ... and no token in any of it, down to the error's message, stack, cause and hidden fields.
         const text = serialised(events);

@@ -161,6 +161,17 @@ function checkRouteOptions(config: unknown): asserts config is RouteIdempotencyO
       );
     }
   }
+  // The other settings are checked by the instance built from them; these three are the hooks' own.
+  const { required, mintKeys, scope } = config as RouteIdempotencyOptions;
+  if (required !== undefined && typeof required !== 'boolean') {
+    throw new TypeError('config.idempotency.required must be a boolean');
+  }
+  if (mintKeys !== undefined && typeof mintKeys !== 'boolean') {
+    throw new TypeError('config.idempotency.mintKeys must be a boolean');
+  }
+  if (scope !== undefined && typeof scope !== 'function') {
+    throw new TypeError('config.idempotency.scope must be a function of the request returning the caller');
+  }
 }
 
 function overridesOf(route: RouteIdempotencyOptions): RouteOverrides {
@@ -212,27 +223,44 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // A route that sets options of its own (a longer retention, its own outcome policy) runs on an
   // instance of its own: the plugin's options with the route's on top, on the same store. It is
   // built when the route is added, so a bad setting fails at startup, and found by the route's
-  // config object afterwards. (A route added before the plugin, which `onRoute` never saw, gets its
-  // instance on its first request.)
-  const routeInstances = new WeakMap<RouteIdempotencyOptions, HttpIdempotency<FastifyRequest>>();
-  const instanceOf = (config: RouteIdempotencyOptions | false): HttpIdempotency<FastifyRequest> => {
+  // config object afterwards.
+  const routeInstances = new WeakMap<RouteIdempotencyOptions, HttpIdempotency<FastifyRequest> | Error>();
+  const build = (config: RouteIdempotencyOptions): HttpIdempotency<FastifyRequest> => {
+    checkRouteOptions(config);
+    const own: Partial<RouteSettings> = {};
+    for (const name of routeSettingNames) {
+      if (config[name] !== undefined) (own as Record<string, unknown>)[name] = config[name];
+    }
+    return Object.keys(own).length === 0 ? http : createHttpIdempotency<FastifyRequest>({ ...options, ...own });
+  };
+  fastify.addHook('onRoute', (route) => {
+    const setting = (route.config as { idempotency?: unknown } | undefined)?.idempotency;
+    if (setting === undefined || setting === false) return;
+    if (!routeInstances.has(setting as RouteIdempotencyOptions)) {
+      routeInstances.set(setting as RouteIdempotencyOptions, build(setting as RouteIdempotencyOptions));
+    }
+  });
+  // A route added before the plugin was never seen by `onRoute`: its instance is built on its first
+  // request. Bad settings cannot fail the startup then; they are reported once, as a process warning
+  // with the reason, and the route's requests fail with a plain 500 (the reason is not the client's
+  // to read), never run without the idempotency they asked for.
+  const instanceOf = (config: RouteIdempotencyOptions | false): HttpIdempotency<FastifyRequest> | Error => {
     if (config === false || config === noSettings) return http;
     let instance = routeInstances.get(config);
     if (instance === undefined) {
-      checkRouteOptions(config);
-      const own: Partial<RouteSettings> = {};
-      for (const name of routeSettingNames) {
-        if (config[name] !== undefined) (own as Record<string, unknown>)[name] = config[name];
+      try {
+        instance = build(config);
+      } catch (error) {
+        process.emitWarning(
+          `A route's config.idempotency was refused: ${(error as Error).message}. Register the plugin before its routes, so that bad settings fail at startup.`,
+          { code: 'IDEM_ROUTE_SETTINGS' },
+        );
+        instance = Object.assign(new Error('The idempotency settings of this route are invalid.'), { statusCode: 500 });
       }
-      instance = Object.keys(own).length === 0 ? http : createHttpIdempotency<FastifyRequest>({ ...options, ...own });
       routeInstances.set(config, instance);
     }
     return instance;
   };
-  fastify.addHook('onRoute', (route) => {
-    const setting = (route.config as { idempotency?: unknown } | undefined)?.idempotency;
-    if (setting !== undefined && setting !== false) instanceOf(setting as RouteIdempotencyOptions);
-  });
   // With `onProtoPoisoning` or `onConstructorPoisoning` set to 'remove', Fastify's parser drops keys
   // the client sent: the parsed value is then not what the bytes say, and fingerprinting it would
   // make a body sent with a length and the same body sent chunked (read raw) two requests.
@@ -250,6 +278,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const { config: route, overrides } = routeOf(request);
     if (route === false) return done(null, payload);
     const own = instanceOf(route);
+    if (own instanceof Error) return done(own, payload);
     const keyHeader = own.keyHeader(request.raw);
     if (!own.handles(request.method, keyHeader, overrides)) return done(null, payload);
     // A bad key is answered in preHandler without idem reading the body (400 before idem's 413).
@@ -316,6 +345,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const { config: route, overrides, url: template } = routeOf(request);
     if (route === false) return done();
     const own = instanceOf(route);
+    if (own instanceof Error) return done(own);
     const keyHeader = own.keyHeader(request.raw);
     if (!own.handles(request.method, keyHeader, overrides)) return done();
     const url = request.url;

@@ -188,6 +188,9 @@ describe('@idem/fastify specifics', () => {
       [{ retention: 'soon' }, /retention/],
       [{ retention: '1h' }, /acknowledgeShortRetention/],
       ['yes', /config\.idempotency must be false or an object/],
+      [{ required: 'no' }, /config\.idempotency\.required must be a boolean/],
+      [{ mintKeys: 'false' }, /config\.idempotency\.mintKeys must be a boolean/],
+      [{ scope: 'tenant' }, /config\.idempotency\.scope must be a function/],
     ];
     for (const [setting, message] of cases) {
       const instance = Fastify();
@@ -197,6 +200,33 @@ describe('@idem/fastify specifics', () => {
       ).toThrow(message);
       await instance.close();
     }
+  });
+
+  it('a route added before the plugin with bad settings: one warning, then a plain 500, never the handler', async () => {
+    const instance = Fastify();
+    let runs = 0;
+    const setting = { retension: '7d' } as RouteIdempotencyOptions;
+    instance.post('/early', { config: { idempotency: setting } }, async () => ({ run: ++runs }));
+    await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
+    await instance.ready();
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    try {
+      for (const key of ['e-1', 'e-1', 'e-2']) {
+        const reply = await post(instance, '/early', key);
+        expect(reply.statusCode).toBe(500);
+        expect(reply.body).not.toContain('retension');
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('warning', onWarning);
+      await instance.close();
+    }
+    expect(runs).toBe(0);
+    const refused = warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_ROUTE_SETTINGS');
+    expect(refused).toHaveLength(1);
+    expect(refused[0]?.message).toContain('config.idempotency.retension is not a per-route setting');
   });
 
   it('the operation is the route template, and request.idempotency carries the key', async () => {

@@ -1,4 +1,3 @@
-import { inspect } from 'node:util';
 import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import { notify } from '@idem/core';
 import express, { type Express, type Request, type Response } from 'express';
@@ -63,26 +62,42 @@ export type ThirdPartyAppEvent = {
   type: 'revocation-failed';
   during: 'sign-in' | 'sign-out';
   tokenType: 'refresh_token' | 'access_token';
-  /** The network's or the provider's error; never the token (see withoutToken). */
-  error: unknown;
+  /**
+   * What went wrong, as a plain Error: the network's or the provider's message, with its OAuth `error`
+   * code, HTTP `status` and network `code` where there is one; never the token (see withoutToken).
+   */
+  error: Error & { error?: string; status?: number; code?: string };
 };
 
 /**
- * The error to report for a token that could not be revoked. A provider's answer may quote the token
- * back (no provider should, in an `error_description`, say): then the error goes out as a new one with
- * its name, OAuth `error` code, status and message, every copy of the token blanked, rather than as the
- * error itself, whose response body, cause and stack would carry it to whatever `onEvent` logs.
+ * The error to report for a token that could not be revoked: a new one with the original's name,
+ * message, OAuth `error` code, HTTP status and network code (`ECONNREFUSED`), every copy of the token
+ * blanked, and nothing else. Never the original: a provider's answer may quote the token back (in an
+ * `error_description`, URL-encoded, or in an HTML page left unread in a `Response` cause), and that
+ * answer would reach whatever `onEvent` logs.
  */
-function withoutToken(error: unknown, token: string): unknown {
-  if (!inspect(error, { showHidden: true, depth: Number.POSITIVE_INFINITY }).includes(token)) return error;
-  const blank = (text: unknown) => (typeof text === 'string' ? text.replaceAll(token, '[token]') : undefined);
-  const source = (error ?? {}) as { name?: unknown; message?: unknown; error?: unknown; status?: unknown };
-  const redacted = new Error(blank(source.message) ?? blank(String(error)));
-  redacted.name = typeof source.name === 'string' ? source.name : 'Error';
-  return Object.assign(redacted, {
-    ...(typeof source.error === 'string' ? { error: blank(source.error) } : {}),
-    ...(typeof source.status === 'number' ? { status: source.status } : {}),
-  });
+function withoutToken(error: unknown, token: string): Error {
+  const encoded = encodeURIComponent(token);
+  const blank = (text: string) => text.replaceAll(token, '[token]').replaceAll(encoded, '[token]');
+  try {
+    const source = (typeof error === 'object' && error !== null ? error : {}) as Record<string, unknown>;
+    const cause = (typeof source.cause === 'object' && source.cause !== null ? source.cause : {}) as Record<
+      string,
+      unknown
+    >;
+    const text = (value: unknown) => (typeof value === 'string' ? blank(value) : undefined);
+    const reported = new Error(text(source.message) ?? 'the revocation request failed');
+    reported.name = text(source.name) ?? 'Error';
+    const code = text(source.code) ?? text(cause.code);
+    return Object.assign(reported, {
+      ...(text(source.error) === undefined ? {} : { error: text(source.error) }),
+      ...(typeof source.status === 'number' ? { status: source.status } : {}),
+      ...(code === undefined ? {} : { code }),
+    });
+  } catch {
+    // A getter that throws, say: the failure is still reported, with nothing of the error.
+    return new Error('the revocation request failed');
+  }
 }
 
 /** The default of {@link ThirdPartyAppOptions.onEvent}: one line on stderr. */
