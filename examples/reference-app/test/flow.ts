@@ -97,6 +97,30 @@ export interface Credentials {
   redirectUri: string;
 }
 
+/** The start of a code flow with PKCE (S256) for `client`: the authorization URL and its verifier. */
+function pkceStart(authUrl: string, client: Credentials, extra: Partial<AuthorizeParams>) {
+  const { verifier, challenge } = pkcePair();
+  const start = authorizationUrl(authUrl, {
+    clientId: client.clientId,
+    redirectUri: client.redirectUri,
+    challenge,
+    challengeMethod: 'S256',
+    ...extra,
+  });
+  return { verifier, start };
+}
+
+/** Redeems the code the callback URL carries, with the flow's verifier. */
+async function redeem(authUrl: string, client: Credentials, callback: URL, verifier: string) {
+  const code = callback.searchParams.get('code');
+  expect(code).toBeTruthy();
+  return tokenRequest(
+    authUrl,
+    { grant_type: 'authorization_code', code: code!, redirect_uri: client.redirectUri, code_verifier: verifier },
+    client,
+  );
+}
+
 /**
  * One whole code flow with PKCE for `user`; returns the callback URL, the verifier and the tokens. In a
  * fresh browser unless `agent` is given (one where the user may be signed in at the provider already).
@@ -108,22 +132,9 @@ export async function codeFlow(
   extra: Partial<AuthorizeParams> = {},
   agent: UserAgent = createUserAgent(),
 ): Promise<{ callback: URL; verifier: string; tokens: TokenResponse; agent: UserAgent }> {
-  const { verifier, challenge } = pkcePair();
-  const start = authorizationUrl(authUrl, {
-    clientId: client.clientId,
-    redirectUri: client.redirectUri,
-    challenge,
-    challengeMethod: 'S256',
-    ...extra,
-  });
+  const { verifier, start } = pkceStart(authUrl, client, extra);
   const callback = await loginAndConsent(agent, authUrl, start, client.redirectUri, user);
-  const code = callback.searchParams.get('code');
-  expect(code).toBeTruthy();
-  const tokens = await tokenRequest(
-    authUrl,
-    { grant_type: 'authorization_code', code: code!, redirect_uri: client.redirectUri, code_verifier: verifier },
-    client,
-  );
+  const tokens = await redeem(authUrl, client, callback, verifier);
   return { callback, verifier, tokens, agent };
 }
 
@@ -141,15 +152,7 @@ export async function switchAccount(
   user: { username: string; password: string },
   extra: Partial<AuthorizeParams> = {},
 ): Promise<{ switching: Step; consent: Step; tokens: TokenResponse }> {
-  const { verifier, challenge } = pkcePair();
-  const start = authorizationUrl(authUrl, {
-    clientId: client.clientId,
-    redirectUri: client.redirectUri,
-    challenge,
-    challengeMethod: 'S256',
-    prompt: 'login consent',
-    ...extra,
-  });
+  const { verifier, start } = pkceStart(authUrl, client, { prompt: 'login consent', ...extra });
   const page = await agent.follow(start);
   expect(page.body).toContain('<h1>Sign in</h1>');
   const login = await agent.postForm(new URL(formAction(page.body, 'login'), authUrl).href, {
@@ -172,13 +175,7 @@ export async function switchAccount(
   const back = await agent.follow(new URL(allowed.response.headers.get('location')!, authUrl).href, (url) =>
     url.startsWith(client.redirectUri),
   );
-  const code = new URL(back.url).searchParams.get('code');
-  expect(code).toBeTruthy();
-  const tokens = await tokenRequest(
-    authUrl,
-    { grant_type: 'authorization_code', code: code!, redirect_uri: client.redirectUri, code_verifier: verifier },
-    client,
-  );
+  const tokens = await redeem(authUrl, client, new URL(back.url), verifier);
   return { switching, consent, tokens };
 }
 
