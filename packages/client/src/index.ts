@@ -24,4 +24,4 @@ export type { ParseMode } from './response-body.js';
 export { parseHttpDate, parseRetryAfter } from './retry-after.js';
 export { isIdempotentMethod, isRetryableStatus, isSafeToRepeat, type RetryContext } from './retry-decision.js';
 export { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
-export { abortableSleep } from './sleep.js';
+export { abortableSleep, maxTimerMs } from './sleep.js';

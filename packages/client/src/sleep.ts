@@ -3,8 +3,10 @@ export const maxTimerMs = 2_147_483_647;
 
 /**
  * Waits `ms` milliseconds, or rejects with the signal's reason as soon as `signal` aborts. The
- * client's default way to wait between attempts; pass your own `sleep` to record waits in tests.
- * Waits longer than a timer can hold (about 24.9 days) are waited in full, not cut short.
+ * client's default way to wait between attempts (pass your own `sleep` to record waits in tests), and
+ * `@idem/webhooks`' between a sender's attempts and a relay's polls. Waits longer than a timer can
+ * hold (about 24.9 days) are waited in full, not cut short. The abort listener is removed when the
+ * wait ends, however it ends: a loop that waits on one long-lived signal adds no listener per wait.
  *
  * @example
  * await abortableSleep(1000, controller.signal);

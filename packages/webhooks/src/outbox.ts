@@ -4,7 +4,7 @@ import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
 import type { AttemptRecord, Sender } from './sender.js';
-import { abortableSleep } from './sleep.js';
+import { abortableSleep } from '@idem/client';
 
 /**
  * Anything that runs a parameterised query the way `pg` does: a `Pool`, a `Client`, or the client of

@@ -4,7 +4,7 @@ import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable, assertSendableHeaders } from './deliverable.js';
 import type { WebhookSecret } from './secrets.js';
 import { createSigner } from './signature.js';
-import { abortableSleep, maxTimerMs } from './sleep.js';
+import { abortableSleep, maxTimerMs } from '@idem/client';
 
 /** One event to deliver to one endpoint. */
 export interface WebhookMessage {
