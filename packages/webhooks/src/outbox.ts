@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { abortableSleep } from '@idem/client';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
 import type { AttemptRecord, Sender } from './sender.js';
-import { abortableSleep } from '@idem/client';
 
 /**
  * Anything that runs a parameterised query the way `pg` does: a `Pool`, a `Client`, or the client of

@@ -1,10 +1,10 @@
+import { abortableSleep, maxTimerMs } from '@idem/client';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff, parseRetryAfter } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable, assertSendableHeaders } from './deliverable.js';
 import type { WebhookSecret } from './secrets.js';
 import { createSigner } from './signature.js';
-import { abortableSleep, maxTimerMs } from '@idem/client';
 
 /** One event to deliver to one endpoint. */
 export interface WebhookMessage {
