@@ -1,6 +1,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { decoderOf, negotiatedBody } from './content-coding.js';
+import { downstreamKey } from './downstream-key.js';
 import {
   createIdempotency,
   type IdempotencyEngine,
@@ -69,6 +70,13 @@ export interface IdempotencyContext {
    * database query or a timer.
    */
   readonly signal: AbortSignal;
+  /**
+   * The idempotency key for a call this execution makes to another service (`purpose` names the call:
+   * `'charge'`, `` `refund:${i}` ``). It is the same on every run of this request, a run after a crash
+   * or a lost lease too, so the downstream effect happens once; it differs per caller, operation, key,
+   * body and purpose. A UUID; see {@link downstreamKey}.
+   */
+  keyFor(purpose: string): string;
 }
 
 /** Per-route settings that override the middleware's (Fastify route `config.idempotency`). */
@@ -626,6 +634,10 @@ class ExecutionContext implements IdempotencyContext {
 
   get signal(): AbortSignal {
     return this.#lease.signal;
+  }
+
+  keyFor(purpose: string): string {
+    return downstreamKey(this.#lease, purpose);
   }
 }
 

@@ -36,6 +36,7 @@ export async function makeExpressServer(
         body: req.body,
         tx: req.idempotency?.tx,
         signal: req.idempotency?.signal,
+        context: req.idempotency,
       })
         .then((reply) => write(res, reply))
         .catch(next);

@@ -37,6 +37,7 @@ export async function makeFastifyServer({
           body: request.body,
           tx: request.idempotency?.tx,
           signal: request.idempotency?.signal,
+          context: request.idempotency,
         });
         return write(reply, answer);
       },

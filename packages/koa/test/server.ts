@@ -55,6 +55,7 @@ export async function makeKoaServer({
       body: (ctx.request as { body?: unknown }).body,
       tx: ctx.state.idempotency?.tx,
       signal: ctx.state.idempotency?.signal,
+      context: ctx.state.idempotency,
     });
     write(ctx, reply);
   };

@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import {
   type HttpIdempotencyOptions,
+  type IdempotencyContext,
   type IdempotencyEvent,
   type MemoryStore,
   memoryStore,
@@ -61,6 +62,8 @@ export interface ScenarioRequest {
   tx: unknown;
   /** The lease's signal the adapter exposes (`req.idempotency.signal` and friends), if any. */
   signal?: AbortSignal | undefined;
+  /** The execution's context as the adapter exposes it (`req.idempotency` and friends), if any. */
+  context?: IdempotencyContext | undefined;
 }
 
 /**
@@ -946,6 +949,30 @@ export function describeAdapter(
         },
         // The shortest lease renews every few tens of milliseconds: the loss is seen at once.
         { lease: '100ms' },
+      );
+    });
+
+    it('keyFor: every run of a request gets one downstream key, a run after the key was released too; callers, routes, keys, bodies and purposes get others', async () => {
+      await withWorld(
+        async (world) => {
+          const keyOf = (run: number, purpose = 'payment') => world.requests[run]?.context?.keyFor(purpose);
+          // Policy 'success': the thrown 500 releases the key, so the retry is a second run of the request.
+          expect((await world.send('/boom', { key: 'dk-1' })).status).toBe(500);
+          expect((await world.send('/boom', { key: 'dk-1' })).status).toBe(500);
+          expect(world.server.executions()).toBe(2);
+          const first = keyOf(0);
+          expect(first).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+          expect(keyOf(1)).toBe(first);
+          await world.send('/boom', { key: 'dk-1', user: 'bob' });
+          await world.send('/boom', { key: 'dk-2' });
+          await world.send('/boom', { key: 'dk-1', body: '{"amount":200}' });
+          await world.send('/charges', { key: 'dk-1' });
+          expect(world.server.executions()).toBe(6);
+          const keys = [first, keyOf(2), keyOf(3), keyOf(4), keyOf(5), keyOf(0, 'email')];
+          expect(new Set(keys).size).toBe(keys.length);
+          expect(() => world.requests[0]?.context?.keyFor('')).toThrow(TypeError);
+        },
+        { storeOutcome: 'success' },
       );
     });
 
