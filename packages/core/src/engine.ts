@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
@@ -409,7 +409,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const { key, scope, operation } = raw;
     if (typeof scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
     if (typeof operation !== 'string' || operation.length === 0) throw new TypeError('begin needs an operation');
-    const fingerprint = raw.fingerprint ?? '';
+    const fingerprint = storableFingerprint(raw.fingerprint);
     const id = recordId(scope, operation, key);
     const started = now();
     const deadline = started + waitMs;
@@ -701,3 +701,19 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   };
   return engine;
 }
+
+/**
+ * The fingerprint as every store keeps it: printable ASCII as given (the adapters' are hex), anything
+ * else as the hex SHA-256 of its JSON text. PostgreSQL cannot hold a NUL in text and turns a lone
+ * surrogate into U+FFFD, so such a fingerprint would fail every claim there, or never match its own
+ * retry; hashed, it means the same on every store. (JSON text keeps lone surrogates apart.)
+ */
+function storableFingerprint(fingerprint: string | undefined): string {
+  if (fingerprint === undefined) return '';
+  if (typeof fingerprint !== 'string') throw new TypeError('begin needs a string fingerprint, or none');
+  return printableAscii.test(fingerprint)
+    ? fingerprint
+    : `sha256:${createHash('sha256').update(JSON.stringify(fingerprint)).digest('hex')}`;
+}
+
+const printableAscii = /^[\x20-\x7e]*$/;

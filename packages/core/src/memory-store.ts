@@ -5,9 +5,9 @@ import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
   /**
-   * Most records kept. When full, expired records go first, then the oldest completed ones (a retry
-   * of such a key would run again). Records in progress are never evicted: that would allow a second
-   * execution. Default 100,000.
+   * Most records kept. When full, every expired record goes first (whatever its duration), then the
+   * completed ones nearest the end of their retention (a retry of such a key would run again).
+   * Records in progress are never evicted: that would allow a second execution. Default 100,000.
    */
   maxEntries?: number;
   /**
@@ -46,17 +46,19 @@ const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
  * One record, in one object. Everything a record holds survives many young-generation collections
  * (it lives until eviction or retention ends), and each collection copies every surviving object: so
  * a record is one entry plus its id, token, headers and body, with no separate record or response
- * objects. The {@link StoreRecord} that callers see is built on first read and kept (`view`).
+ * objects. Readers get a fresh {@link StoreRecord} built from it (see {@link recordOf}).
  */
 class Entry {
-  /** Set when the entry leaves the map, so the queue can skip it without a lookup in a large map. */
+  /** Set when the entry leaves the map, so the lanes can skip it without a lookup in a large map. */
   gone = false;
   completed = false;
   status = 0;
   headers: Record<string, string> | undefined = undefined;
   /** The body as a Latin-1 string, one byte per character: one plain heap object, cheapest to keep. */
   body = '';
-  view: StoreRecord | undefined = undefined;
+  /** The lane of this entry's current expiry, and how many slots it has there (a renewal adds one). */
+  lane: Lane | undefined = undefined;
+  slots = 0;
 
   constructor(
     readonly id: string,
@@ -66,25 +68,38 @@ class Entry {
   ) {}
 }
 
-function viewOf(entry: Entry): StoreRecord {
-  if (entry.view !== undefined) return entry.view;
+/**
+ * The entries whose expiry was last set with one duration (a lease of 10 s, a retention of 24 h), in
+ * the order it was set. The clock only moves forward, so within a lane they expire in that order:
+ * the expired ones are always at the head, whatever the other lanes hold. One queue for all durations
+ * would not do: a record kept 1 h behind one kept 24 h would outlive its retention there, and the
+ * store would make room by dropping a record still within its retention.
+ */
+class Lane {
+  entries: Entry[] = [];
+  head = 0;
+}
+
+// Durations beyond this many distinct ones share lanes, rounded up to a power of two of milliseconds:
+// a store fed computed retentions must not grow a lane per record. Such a lane is only roughly in
+// expiry order (an entry can stay up to its duration's rounding past its expiry).
+const maxExactLanes = 32;
+
+/** A fresh record for a reader: callers may change what they get, and later reads must not see it. */
+function recordOf(entry: Entry): StoreRecord {
   const { token, fingerprint } = entry;
-  const view: StoreRecord = entry.completed
+  return entry.completed
     ? {
         state: 'completed',
         token,
         fingerprint,
         response: {
           status: entry.status,
-          headers: entry.headers as Record<string, string>,
+          headers: { ...entry.headers },
           body: Buffer.from(entry.body, 'latin1'),
         },
       }
     : { state: 'in_progress', token, fingerprint };
-  entry.view = view;
-  // The view holds the bytes now; keeping the string too would double what a replayed record costs.
-  if (entry.completed) entry.body = '';
-  return view;
 }
 
 /**
@@ -104,11 +119,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const now = options.now ?? Date.now;
   let evicted = 0;
   const entries = new Map<string, Entry>();
-  // Every write is also appended to this queue, so the oldest writes are found at `head` in O(1).
-  // (Iterating the Map from its front would walk the tombstones V8 leaves behind deleted entries,
-  // which turns eviction quadratic.) Queue slots whose entry was replaced or deleted are skipped.
-  let queue: Entry[] = [];
-  let head = 0;
+  // Every expiry set is appended to the lane of its duration, so the soonest expiries of a lane are
+  // found at its head in O(1). (Iterating the Map from its front would walk the tombstones V8 leaves
+  // behind deleted entries, which turns eviction quadratic.) Slots of a lane whose entry was removed,
+  // moved to another lane or renewed since are skipped.
+  const lanes = new Map<number, Lane>();
   let writesSinceSweep = 0;
 
   const remove = (entry: Entry) => {
@@ -128,50 +143,115 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return entry;
   };
 
-  const compact = () => {
-    if (head > 1_024 && head * 2 > queue.length) {
-      queue = queue.slice(head);
-      head = 0;
+  const laneFor = (ms: number): Lane => {
+    let lane = lanes.get(ms);
+    if (lane !== undefined) return lane;
+    if (lanes.size >= maxExactLanes) {
+      const rounded = 2 ** Math.ceil(Math.log2(Math.max(ms, 1)));
+      lane = lanes.get(rounded);
+      if (lane !== undefined) return lane;
+      ms = rounded;
     }
+    lane = new Lane();
+    lanes.set(ms, lane);
+    return lane;
+  };
+
+  // Sets an entry's expiry and files it in the lane of that duration.
+  const expireIn = (entry: Entry, ms: number, t: number) => {
+    entry.expiresAt = t + ms;
+    const lane = laneFor(ms);
+    if (entry.lane === lane) entry.slots++;
+    else {
+      entry.lane = lane;
+      entry.slots = 1;
+    }
+    lane.entries.push(entry);
+  };
+
+  // The entry at the lane's head if that slot is its current one; a stale slot is dropped.
+  const current = (lane: Lane): Entry | undefined => {
+    while (lane.head < lane.entries.length) {
+      const entry = lane.entries[lane.head] as Entry;
+      if (entry.gone || entry.lane !== lane) lane.head++;
+      else if (entry.slots > 1) {
+        entry.slots--;
+        lane.head++;
+      } else return entry;
+    }
+    return undefined;
+  };
+
+  const compact = (lane: Lane) => {
+    if (lane.head > 1_024 && lane.head * 2 > lane.entries.length) {
+      lane.entries = lane.entries.slice(lane.head);
+      lane.head = 0;
+    } else if (lane.head === lane.entries.length && lane.head > 0) {
+      lane.entries.length = 0;
+      lane.head = 0;
+    }
+  };
+
+  // Drops expired entries (and stale slots) from the lane's head, at most `budget` of them.
+  const drain = (lane: Lane, t: number, budget: number) => {
+    let entry = current(lane);
+    while (entry !== undefined && entry.expiresAt <= t && budget-- > 0) {
+      remove(entry);
+      lane.head++;
+      entry = current(lane);
+    }
+    compact(lane);
   };
 
   const write = (entry: Entry, t: number) => {
-    entries.set(entry.id, entry);
-    queue.push(entry);
     if (++writesSinceSweep >= 64) {
       writesSinceSweep = 0;
-      sweep(64, t);
+      for (const lane of lanes.values()) drain(lane, t, 64);
     }
     if (entries.size > maxEntries) evict(t);
-    compact();
-  };
-
-  // Drops expired or superseded entries from the old end, so memory follows the retention.
-  const sweep = (budget: number, t: number) => {
-    while (budget-- > 0 && head < queue.length) {
-      const entry = queue[head] as Entry;
-      if (entry.gone) head++;
-      else if (entry.expiresAt <= t) {
-        remove(entry);
-        head++;
-      } else return;
-    }
   };
 
   const evict = (t: number) => {
-    // Bounded by the queue as it is now: records in progress go back to the tail, never out.
-    let budget = queue.length - head;
-    while (entries.size > maxEntries && budget-- > 0 && head < queue.length) {
-      const entry = queue[head++] as Entry;
-      if (entry.gone) continue;
-      if (entry.expiresAt <= t) remove(entry);
-      else if (entry.completed) {
-        remove(entry);
-        evicted++;
-        // An observer must never fail the claim that made room.
-        if (onEvict) notify(onEvict, { id: entry.id, expiresAt: entry.expiresAt, at: t });
-      } else queue.push(entry);
+    // First whatever has expired, in every lane: room that costs no retry its replay.
+    for (const lane of lanes.values()) drain(lane, t, Number.POSITIVE_INFINITY);
+    while (entries.size > maxEntries) {
+      // Then the completed record closest to the end of its retention, among the lanes' heads.
+      let victim: Entry | undefined;
+      let from: Lane | undefined;
+      for (const lane of lanes.values()) {
+        const entry = current(lane);
+        if (entry?.completed && (victim === undefined || entry.expiresAt < victim.expiresAt)) {
+          victim = entry;
+          from = lane;
+        }
+      }
+      if (victim === undefined || from === undefined) {
+        // Every head is in progress (a lane can hold both when a lease and a retention are equal):
+        // look behind them once; records in progress are never dropped, so the store may grow.
+        if (!rotateInProgress()) return;
+        continue;
+      }
+      remove(victim);
+      from.head++;
+      compact(from);
+      evicted++;
+      // An observer must never fail the claim that made room.
+      if (onEvict) notify(onEvict, { id: victim.id, expiresAt: victim.expiresAt, at: t });
     }
+  };
+
+  // Moves the records in progress at the heads of lanes that also hold completed ones to their tails,
+  // so those come to the head. True when one came up.
+  const rotateInProgress = (): boolean => {
+    for (const lane of lanes.values()) {
+      let budget = lane.entries.length - lane.head;
+      for (let entry = current(lane); entry !== undefined && budget-- > 0; entry = current(lane)) {
+        if (entry.completed) return true;
+        lane.head++;
+        lane.entries.push(entry);
+      }
+    }
+    return false;
   };
 
   return {
@@ -185,15 +265,18 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     claim({ id, token, fingerprint, leaseMs }: ClaimInput): ClaimResult {
       const t = now();
       const existing = live(id, t);
-      if (existing) return { claimed: false, record: viewOf(existing) };
-      write(new Entry(id, token, fingerprint, t + leaseMs), t);
+      if (existing) return { claimed: false, record: recordOf(existing) };
+      const entry = new Entry(id, token, fingerprint, t + leaseMs);
+      entries.set(id, entry);
+      expireIn(entry, leaseMs, t);
+      write(entry, t);
       return CLAIMED;
     },
     renew({ id, token, leaseMs }: RenewInput): boolean {
       const t = now();
       const existing = live(id, t);
       if (existing === undefined || existing.completed || existing.token !== token) return false;
-      existing.expiresAt = t + leaseMs;
+      expireIn(existing, leaseMs, t);
       return true;
     },
     complete({ id, token, response, retentionMs }: CompleteInput): boolean {
@@ -201,15 +284,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const existing = live(id, t);
       if (existing === undefined || existing.completed || existing.token !== token) return false;
       // Copies of headers and body: the caller may reuse its objects, and a replay must be the bytes
-      // of this moment. Completed in place: the entry keeps its place in the eviction queue (claim
-      // order), which spares a second queue slot and eviction pass per execution.
+      // of this moment. Completed in place: the entry moves to its retention's lane.
       const body = response.body;
       existing.completed = true;
       existing.status = response.status;
       existing.headers = { ...response.headers };
       existing.body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('latin1');
-      existing.view = undefined;
-      existing.expiresAt = t + retentionMs;
+      expireIn(existing, retentionMs, t);
       return true;
     },
     release({ id, token }: ReleaseInput): boolean {
@@ -220,7 +301,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     },
     get(id: string): StoreRecord | undefined {
       const entry = live(id, now());
-      return entry === undefined ? undefined : viewOf(entry);
+      return entry === undefined ? undefined : recordOf(entry);
     },
   };
 }

@@ -7,6 +7,9 @@ import { hash } from 'node:crypto';
  * Each part is length-prefixed before hashing, so no choice of characters in one part can make two
  * different triples collide (`a:b` + `c` versus `a` + `b:c`), and the result is 43 base64url
  * characters that are safe in any Redis key or SQL column: hostile keys can neither collide nor inject.
+ * A part holding a lone surrogate (a `sub` decoded from `"\ud800"`) has no UTF-8 form, and hashing
+ * would turn each one into U+FFFD, so two such callers would share records: it is framed as its JSON
+ * text instead, under a separator of its own, which keeps every part distinct.
  *
  * @example
  * recordId('user:42', 'POST /charges', 'k-1'); // 'q3J...'
@@ -16,10 +19,19 @@ export function recordId(scope: string, operation: string, key: string): string 
   if (scope !== lastScope || operation !== lastOperation) {
     lastScope = scope;
     lastOperation = operation;
-    lastPrefix = `${Buffer.byteLength(scope)}:${scope}${Buffer.byteLength(operation)}:${operation}`;
+    lastPrefix = `${frame(scope)}${frame(operation)}`;
   }
-  return hash('sha256', `${lastPrefix}${Buffer.byteLength(key)}:${key}`, 'base64url');
+  return hash('sha256', `${lastPrefix}${frame(key)}`, 'base64url');
 }
+
+function frame(part: string): string {
+  if ((part as WellFormedCheck).isWellFormed()) return `${Buffer.byteLength(part)}:${part}`;
+  const json = JSON.stringify(part);
+  return `${Buffer.byteLength(json)}!${json}`;
+}
+
+// String.prototype.isWellFormed (ES2024, Node 20+), which the ES2023 library types do not declare.
+type WellFormedCheck = string & { isWellFormed(): boolean };
 
 // The framed scope and operation of the last call: requests come in runs of one caller and one
 // route, so this spares two length computations and a concatenation per record on most calls.

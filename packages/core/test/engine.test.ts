@@ -786,3 +786,40 @@ describe('transaction and heartbeat racing', () => {
     expect(started.lease.signal.aborted).toBe(false);
   });
 });
+
+describe('fingerprints reach the store as printable ASCII', () => {
+  it('keeps hex fingerprints as given, and hashes any other so every store can hold and compare it', async () => {
+    const { engine, store } = setup();
+    const claimed: string[] = [];
+    const claim = store.claim.bind(store);
+    store.claim = (input) => {
+      claimed.push(input.fingerprint);
+      return claim(input);
+    };
+    const hex = 'a'.repeat(64);
+    const fingerprints = [hex, 'body:\ud83d', 'body:\udc00', 'a\u0000b', 'café'];
+    const kept: string[] = [];
+    for (const [n, fingerprint] of fingerprints.entries()) {
+      const request = { key: `k-${n}`, scope: 's', operation: 'POST /x', fingerprint };
+      const started = await engine.begin(request);
+      if (started.kind !== 'execute') throw new Error('expected an execution');
+      kept.push(claimed.at(-1) as string);
+      await engine.complete(started.lease, ok());
+      // The very same request replays; another body is refused.
+      expect((await engine.begin(request)).kind).toBe('replay');
+      const other = await engine.begin({ ...request, fingerprint: `${fingerprint}x` });
+      expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+    }
+    expect(kept[0]).toBe(hex);
+    for (const stored of kept.slice(1)) expect(stored).toMatch(/^sha256:[0-9a-f]{64}$/);
+    // Lone surrogates stay apart (JSON text), where UTF-8 would make both U+FFFD.
+    expect(new Set(kept).size).toBe(kept.length);
+  });
+
+  it('refuses a fingerprint that is not a string', async () => {
+    const { engine } = setup();
+    await expect(
+      engine.begin({ key: 'k', scope: 's', operation: 'POST /x', fingerprint: 7 as unknown as string }),
+    ).rejects.toThrow(new TypeError('begin needs a string fingerprint, or none'));
+  });
+});

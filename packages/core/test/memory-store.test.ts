@@ -63,6 +63,108 @@ describe('memoryStore', () => {
     expect(await store.get('long')).toBeUndefined();
   });
 
+  it('when full, drops what expired before any record within its retention, whatever the durations', async () => {
+    let now = 0;
+    const evictions: string[] = [];
+    const store = memoryStore({ maxEntries: 3, now: () => now, onEvict: ({ id }) => evictions.push(id) });
+    const done = { status: 201, headers: {}, body: new Uint8Array([1]) };
+    const completed = (id: string, retentionMs: number) => {
+      store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 });
+      store.complete({ id, token: 't', response: done, retentionMs });
+    };
+    completed('day', 86_400_000);
+    completed('hour', 3_600_000);
+    // A claim whose executor died: its lease ends at 1 s, behind records kept far longer.
+    store.claim({ id: 'crashed', token: 't', fingerprint: '', leaseMs: 1_000 });
+    now = 2_000;
+    store.claim({ id: 'next-1', token: 't', fingerprint: '', leaseMs: 1_000 });
+    expect(await store.get('crashed')).toBeUndefined();
+    now = 3_600_001;
+    // The hour has passed: its record goes, not the one kept for a day that was claimed before it.
+    store.claim({ id: 'next-2', token: 't', fingerprint: '', leaseMs: 1_000_000 });
+    expect(evictions).toEqual([]);
+    expect((await store.get('day'))?.state).toBe('completed');
+    expect(await store.get('hour')).toBeUndefined();
+  });
+
+  it('a renewed claim does not shield an expired one claimed after it', async () => {
+    let now = 0;
+    const store = memoryStore({ maxEntries: 3, now: () => now });
+    store.claim({ id: 'kept', token: 't', fingerprint: '', leaseMs: 1_000 });
+    store.complete({
+      id: 'kept',
+      token: 't',
+      response: { status: 200, headers: {}, body: new Uint8Array() },
+      retentionMs: 86_400_000,
+    });
+    store.claim({ id: 'alive', token: 't', fingerprint: '', leaseMs: 1_000 });
+    store.claim({ id: 'dead', token: 't', fingerprint: '', leaseMs: 1_000 });
+    now = 900;
+    expect(store.renew({ id: 'alive', token: 't', leaseMs: 1_000 })).toBe(true);
+    now = 1_500;
+    store.claim({ id: 'new', token: 't', fingerprint: '', leaseMs: 1_000 });
+    expect(store.evicted).toBe(0);
+    expect((await store.get('kept'))?.state).toBe('completed');
+    expect((await store.get('alive'))?.state).toBe('in_progress');
+    expect(store.size).toBe(3);
+  });
+
+  it('evicts the completed record nearest the end of its retention when nothing has expired', async () => {
+    const store = memoryStore({ maxEntries: 2, now: () => 0 });
+    const done = { status: 201, headers: {}, body: new Uint8Array() };
+    store.claim({ id: 'long', token: 't', fingerprint: '', leaseMs: 1_000 });
+    store.complete({ id: 'long', token: 't', response: done, retentionMs: 86_400_000 });
+    store.claim({ id: 'short', token: 't', fingerprint: '', leaseMs: 1_000 });
+    store.complete({ id: 'short', token: 't', response: done, retentionMs: 60_000 });
+    store.claim({ id: 'new', token: 't', fingerprint: '', leaseMs: 1_000 });
+    expect(await store.get('short')).toBeUndefined();
+    expect((await store.get('long'))?.state).toBe('completed');
+  });
+
+  it('stays bounded and in order when every record has a retention of its own (computed retentions)', async () => {
+    let now = 0;
+    const store = memoryStore({ maxEntries: 100, now: () => now });
+    const done = { status: 201, headers: {}, body: new Uint8Array() };
+    for (let i = 0; i < 1_000; i++) {
+      now = i;
+      store.claim({ id: `r${i}`, token: 't', fingerprint: '', leaseMs: 1_000 });
+      // Retentions from 1 s to about 17 minutes, all different.
+      store.complete({ id: `r${i}`, token: 't', response: done, retentionMs: 1_000 + ((i * 7_919) % 1_000_000) });
+    }
+    expect(store.size).toBe(100);
+    // Far in the future every record has expired: room comes from them, and nothing is reported evicted.
+    const evictedBefore = store.evicted;
+    now = 10_000_000;
+    for (let i = 0; i < 50; i++) store.claim({ id: `late${i}`, token: 't', fingerprint: '', leaseMs: 1_000 });
+    expect(store.evicted).toBe(evictedBefore);
+    expect(store.size).toBeLessThanOrEqual(100);
+  });
+
+  it('hands every reader its own record: changing a replay does not change the next one', async () => {
+    const store = memoryStore();
+    store.claim({ id: 'a', token: 't', fingerprint: 'fp', leaseMs: 1_000 });
+    store.complete({
+      id: 'a',
+      token: 't',
+      response: {
+        status: 201,
+        headers: { 'content-type': 'application/json' },
+        body: new TextEncoder().encode('{"id":1}'),
+      },
+      retentionMs: 60_000,
+    });
+    const first = await store.get('a');
+    if (first?.state !== 'completed') throw new Error('expected a completed record');
+    first.response.headers['set-cookie'] = 'sid=1';
+    first.response.body.fill(0x2a);
+    const claimed = await store.claim({ id: 'a', token: 'u', fingerprint: 'fp', leaseMs: 1 });
+    for (const again of [await store.get('a'), claimed.claimed ? undefined : claimed.record]) {
+      if (again?.state !== 'completed') throw new Error('expected a completed record');
+      expect(again.response.headers).toEqual({ 'content-type': 'application/json' });
+      expect(new TextDecoder().decode(again.response.body)).toBe('{"id":1}');
+    }
+  });
+
   it('keeps making room when the eviction observer throws', async () => {
     const store = memoryStore({
       maxEntries: 1,
