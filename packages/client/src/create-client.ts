@@ -201,6 +201,15 @@ export function createClient(options: ClientOptions): Client {
   const keyFormat = options.keyFormat ?? 'sf-string';
   if (keyFormat !== 'sf-string' && keyFormat !== 'bare') throw new TypeError("keyFormat must be 'sf-string' or 'bare'");
   const defaultHeaders = new Headers(options.headers);
+  // One key on every call would make every operation the client ever makes the same operation: the
+  // second charge would be answered with the first one's stored response (spec 2.1: one key per
+  // logical operation). Headers compare names case-insensitively, so every spelling is caught.
+  if (defaultHeaders.has('idempotency-key')) {
+    throw new TypeError(
+      'headers must not hold an Idempotency-Key: it would be sent with every call, making them all one operation. ' +
+        'Pass a key per call instead: client.post(path, body, { idempotencyKey })',
+    );
+  }
   const clientRetry = resolveRetry(options.retry);
   const random = options.random ?? Math.random;
   const sleep = options.sleep ?? abortableSleep;
@@ -249,16 +258,19 @@ export function createClient(options: ClientOptions): Client {
     const parse = request.parse ?? 'auto';
     if (!parseModes.includes(parse)) throw new TypeError("parse must be 'auto', 'json', 'text', 'bytes' or 'none'");
     const url = buildUrl(path, request.query);
-    const encoded = await encodeBody(body);
+    // fetch refuses these with a TypeError on every attempt, which would look like a network error
+    // and be retried until attempts_exhausted.
+    if ((verb === 'GET' || verb === 'HEAD') && body !== undefined) {
+      throw new TypeError(`a ${verb} request cannot have a body: send it with POST, PUT or PATCH, or put it in query`);
+    }
     const callerSignal = request.signal;
 
+    // Everything this call sends is read from the caller's values here, synchronously, before the
+    // first await: the caller may change or reuse them as soon as the call returns its promise.
     const baseHeaders = new Headers(defaultHeaders);
     new Headers(request.headers).forEach((value, name) => {
       baseHeaders.set(name, value);
     });
-    if (encoded.contentType !== undefined && !baseHeaders.has('content-type')) {
-      baseHeaders.set('content-type', encoded.contentType);
-    }
 
     // The key belongs to the logical operation: chosen here, once, before the first attempt. Making
     // a new one per attempt would turn every retry into a new operation (spec 2.1: "a new key per
@@ -294,6 +306,14 @@ export function createClient(options: ClientOptions): Client {
       keyField = formatKeyField(key, keyFormat);
     }
 
+    // The first await of the call. encodeBody copies the body before its own first await (see
+    // there), so every attempt sends the bytes the caller passed, whatever it does afterwards with
+    // its buffer, URLSearchParams or FormData while this call backs off.
+    const encoded = await encodeBody(body);
+    if (encoded.contentType !== undefined && !baseHeaders.has('content-type')) {
+      baseHeaders.set('content-type', encoded.contentType);
+    }
+
     const attempts: AttemptRecord[] = [];
     const startedAt = now();
     const deadlineAt = startedAt + retry.deadlineMs;
@@ -315,7 +335,12 @@ export function createClient(options: ClientOptions): Client {
       const headers = new Headers(baseHeaders);
       if (keyField !== undefined) headers.set('idempotency-key', keyField);
       if (getToken) {
-        const token = await getToken();
+        // A token refresh that hangs (an identity provider that does not answer) must not outlive
+        // the caller's signal or the deadline: both end the operation while it is pending.
+        const fetched = await awaitToken(getToken, callerSignal, deadlineAt - now());
+        if (fetched.kind === 'aborted') throw fail('aborted', fetched.reason);
+        if (fetched.kind === 'deadline') throw fail('deadline_exceeded');
+        const { token } = fetched;
         if (typeof token === 'string' && token.length > 0) headers.set('authorization', `Bearer ${token}`);
       }
       if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
@@ -438,6 +463,41 @@ export function createClient(options: ClientOptions): Client {
     retryHorizon: (retry) => retryHorizonMs(retry === undefined ? clientRetry : resolveRetry(retry, clientRetry)),
     baseUrl,
   };
+}
+
+type TokenRun =
+  | { kind: 'token'; token: string | null | undefined }
+  | { kind: 'aborted'; reason: unknown }
+  | { kind: 'deadline' };
+
+/**
+ * Calls `getToken` and waits for it, but no longer than the caller's signal allows or `remainingMs`
+ * (the time left before the deadline, on a real timer like the per-attempt timeout). What getToken
+ * throws or rejects with passes through unchanged; a token that arrives after the wait was cut is
+ * dropped, and so is a late rejection.
+ */
+async function awaitToken(
+  getToken: NonNullable<ClientOptions['getToken']>,
+  callerSignal: AbortSignal | undefined,
+  remainingMs: number,
+): Promise<TokenRun> {
+  if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason };
+  let stop!: (run: TokenRun) => void;
+  const stopped = new Promise<TokenRun>((resolve) => {
+    stop = resolve;
+  });
+  const onAbort = () => stop({ kind: 'aborted', reason: callerSignal?.reason });
+  callerSignal?.addEventListener('abort', onAbort, { once: true });
+  // A deadline longer than one timer holds is left to the checks around the attempt.
+  const timer =
+    remainingMs <= maxTimerMs ? setTimeout(() => stop({ kind: 'deadline' }), Math.max(0, remainingMs)) : undefined;
+  const pending = new Promise<string | null | undefined>((resolve) => resolve(getToken()));
+  try {
+    return await Promise.race([pending.then((token): TokenRun => ({ kind: 'token', token })), stopped]);
+  } finally {
+    clearTimeout(timer);
+    callerSignal?.removeEventListener('abort', onAbort);
+  }
 }
 
 function normalizeBaseUrl(value: string | URL): string {

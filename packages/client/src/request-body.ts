@@ -6,7 +6,10 @@
  */
 export interface EncodedBody {
   body: BodyInit | undefined;
-  /** Set when the client chose the encoding (JSON, or FormData's multipart with its boundary). */
+  /**
+   * Set when the client chose the encoding: JSON, a serialised `URLSearchParams`, or FormData's
+   * multipart with its boundary.
+   */
   contentType: string | undefined;
 }
 
@@ -24,37 +27,51 @@ function isOneShot(value: unknown): boolean {
   return Symbol.asyncIterator in value || typeof (value as { pipe?: unknown }).pipe === 'function';
 }
 
+// A copy of the bytes a view covers, so a buffer the caller reuses or changes afterwards (a pooled
+// buffer, a reused Uint8Array) cannot change what this call's attempts send.
+function copyBytes(value: ArrayBuffer | ArrayBufferView): Uint8Array<ArrayBuffer> {
+  if (value instanceof ArrayBuffer) return new Uint8Array(value.slice(0));
+  return new Uint8Array(value.buffer, value.byteOffset, value.byteLength).slice();
+}
+
 /**
  * Encodes a request body once, so every attempt sends the very same bytes (a server comparing
- * fingerprints then sees one request, not several). Strings, bytes, `Blob` and `URLSearchParams` are
- * sent as they are; `FormData` is serialised once here, because `fetch` would draw a new multipart
- * boundary on every attempt; `undefined` sends no body; anything else is JSON. A stream (web or
- * Node) or an async iterable is refused with a `TypeError`: it can be read only once, so it cannot
- * be retried.
+ * fingerprints then sees one request, not several). `undefined` sends no body; anything else that
+ * is not listed here is JSON. A stream (web or Node) or an async iterable is refused with a
+ * `TypeError`: it can be read only once, so it cannot be retried.
+ *
+ * Everything the body depends on is read synchronously, in this call, as `fetch` itself does: the
+ * retries run after awaits (a backoff, a token refresh), and by then the caller may have refilled a
+ * buffer or reused one `URLSearchParams` for the next call. So bytes (`ArrayBuffer`, typed arrays,
+ * `DataView`) are copied, `URLSearchParams` is serialised, and `FormData` is copied entry by entry
+ * before its multipart encoding, which needs an await, starts (fetch would draw a new boundary per
+ * attempt, so it is encoded here, once). Strings and `Blob`s are immutable and go as they are.
  *
  * @example
  * await encodeBody({ amount: 500 }); // { body: '{"amount":500}', contentType: 'application/json' }
  */
-export async function encodeBody(value: unknown): Promise<EncodedBody> {
+export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
   if (value === undefined) return { body: undefined, contentType: undefined };
   if (isOneShot(value)) {
     throw new TypeError('a stream body can be read only once and so cannot be retried: pass a string, bytes or a Blob');
   }
-  if (isInstance(value, 'FormData')) {
-    const multipart = new Response(value as FormData);
-    return {
-      body: new Uint8Array(await multipart.arrayBuffer()),
-      contentType: multipart.headers.get('content-type') ?? undefined,
-    };
-  }
-  if (
-    typeof value === 'string' ||
-    value instanceof ArrayBuffer ||
-    ArrayBuffer.isView(value) ||
-    isInstance(value, 'Blob') ||
-    isInstance(value, 'URLSearchParams')
-  ) {
+  if (typeof value === 'string' || isInstance(value, 'Blob'))
     return { body: value as BodyInit, contentType: undefined };
+  if (value instanceof ArrayBuffer || ArrayBuffer.isView(value))
+    return { body: copyBytes(value), contentType: undefined };
+  if (isInstance(value, 'URLSearchParams')) {
+    // The type fetch would give it; set here because the body is now a plain string.
+    return { body: String(value), contentType: 'application/x-www-form-urlencoded;charset=UTF-8' };
+  }
+  if (isInstance(value, 'FormData')) {
+    // Entries are strings or Files, both immutable: copying the list is copying the form.
+    const copy = new FormData();
+    (value as FormData).forEach((entry, name) => {
+      copy.append(name, entry);
+    });
+    const multipart = new Response(copy);
+    const contentType = multipart.headers.get('content-type') ?? undefined;
+    return multipart.arrayBuffer().then((bytes) => ({ body: new Uint8Array(bytes), contentType }));
   }
   const json = JSON.stringify(value);
   if (json === undefined) throw new TypeError('the body cannot be encoded as JSON');

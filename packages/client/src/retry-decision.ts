@@ -32,16 +32,23 @@ export interface RetryContext {
  *   (spec part 7), which a later retry resolves; without one it is a real state conflict.
  * - 500, 502, 503, 504: only when a repeat is safe (an idempotent method, or a key). Without a key
  *   a POST may have run before the error, and a repeat could run it twice.
+ * - 408 Request Timeout and 425 Too Early: also only when a repeat is safe. RFC 9110 15.5.9 lets a
+ *   client repeat a 408 (the server gave up before the whole request arrived) and RFC 8470 5.2 a 425
+ *   (the server would not risk running it from early data), so a repeat fixes both. They are not
+ *   trusted to mean "it never ran" for an unkeyed POST: some servers and proxies answer 408 for a
+ *   handler of their own that timed out, after it started.
  * - Anything else, including every other 4xx: never. The request itself must change first.
  *
  * @example
  * isRetryableStatus(409, { method: 'POST', keyed: true }); // true
+ * isRetryableStatus(408, { method: 'POST', keyed: true }); // true
  * isRetryableStatus(422, { method: 'POST', keyed: true }); // false
  */
 export function isRetryableStatus(status: number, context: RetryContext): boolean {
   if (status === 429) return true;
   if (status === 409) return context.keyed;
   if (status === 500 || status === 502 || status === 503 || status === 504) return isSafeToRepeat(context);
+  if (status === 408 || status === 425) return isSafeToRepeat(context);
   return false;
 }
 

@@ -12,9 +12,9 @@ import { type Duration, durationToMs } from './duration.js';
 export interface RetryOptions {
   /** Attempts in total, the first included. Default 5. `1` turns retries off. */
   maxAttempts?: number;
-  /** Ceiling of the first retry's wait; each later ceiling doubles. Default `'1s'`. */
+  /** Ceiling of the first retry's wait; each later ceiling doubles. Default `'1s'`; must be above zero. */
   baseDelay?: Duration;
-  /** No wait's ceiling grows beyond this. Default `'30s'`. */
+  /** No wait's ceiling grows beyond this. Default `'30s'`; must be at least `baseDelay`. */
   maxDelay?: Duration;
   /** How waits are randomized. Default `'full'`. */
   jitter?: Jitter;
@@ -71,11 +71,18 @@ export function resolveRetry(options: RetryOptions | undefined, base?: ResolvedR
     if (ms <= 0) throw new TypeError(`${name} must be above zero, or false for none`);
     return ms;
   };
+  const baseDelayMs =
+    o.baseDelay === undefined ? (base?.baseDelayMs ?? 1_000) : durationToMs(o.baseDelay, 'retry.baseDelay');
+  // A zero base makes every backoff wait zero: retries in a tight loop against a server that is down.
+  if (baseDelayMs <= 0) throw new TypeError('retry.baseDelay must be above zero');
+  const maxDelayMs =
+    o.maxDelay === undefined ? (base?.maxDelayMs ?? 30_000) : durationToMs(o.maxDelay, 'retry.maxDelay');
+  // A cap below the first ceiling would silently replace the whole schedule with one fixed wait.
+  if (maxDelayMs < baseDelayMs) throw new TypeError('retry.maxDelay must be at least retry.baseDelay');
   return Object.freeze({
     maxAttempts,
-    baseDelayMs:
-      o.baseDelay === undefined ? (base?.baseDelayMs ?? 1_000) : durationToMs(o.baseDelay, 'retry.baseDelay'),
-    maxDelayMs: o.maxDelay === undefined ? (base?.maxDelayMs ?? 30_000) : durationToMs(o.maxDelay, 'retry.maxDelay'),
+    baseDelayMs,
+    maxDelayMs,
     jitter,
     timeoutMs: optional(o.timeout, base?.timeoutMs ?? 10_000, 'retry.timeout'),
     deadlineMs: optional(o.deadline, base?.deadlineMs ?? 60_000, 'retry.deadline'),

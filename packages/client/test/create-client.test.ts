@@ -135,14 +135,58 @@ describe('keys: one per logical operation', () => {
     const result = await minted.client.post('/charges', {}, { idempotencyKey: false });
     expect(minted.seen.map((r) => r.headers.get('idempotency-key'))).toEqual([null, '"m-1"']);
     expect(result.key).toBe('m-1');
+  });
 
-    // A default Idempotency-Key header that `false` set aside does not make the key the caller's.
-    const withDefault = setup([empty(503, { 'Idempotency-Key': '"m-2"' }), json(201, {})], {
-      headers: { 'Idempotency-Key': 'default-k' },
-    });
-    const adopted = await withDefault.client.post('/charges', {}, { idempotencyKey: false });
-    expect(withDefault.seen.map((r) => r.headers.get('idempotency-key'))).toEqual([null, '"m-2"']);
-    expect(adopted.key).toBe('m-2');
+  it('refuses an Idempotency-Key among the client-wide headers, in any spelling (it would make every call one)', () => {
+    const fetch = scriptedFetch([json(201, {})]).fetch;
+    const spellings: HeadersInit[] = [
+      { 'Idempotency-Key': 'set-once-at-startup' },
+      { 'idempotency-key': 'k' },
+      [['IDEMPOTENCY-KEY', 'k']],
+      new Headers({ 'Idempotency-key': 'k' }),
+    ];
+    for (const headers of spellings) {
+      expect(() => createClient({ baseUrl: 'https://x.test', fetch, headers })).toThrow(TypeError);
+    }
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, headers: { 'Idempotency-Key': 'k' } })).toThrow(
+      /idempotencyKey/,
+    );
+  });
+
+  it('copies a byte body when the call is made: a buffer changed during the backoff is not sent', async () => {
+    for (const make of [
+      (text: string) => new TextEncoder().encode(text),
+      (text: string) => new TextEncoder().encode(text).buffer,
+      (text: string) => new DataView(new TextEncoder().encode(`xx${text}`).buffer, 2),
+      (text: string) => Buffer.from(text),
+    ]) {
+      const { client, seen, time } = setup([empty(503), json(201, {})]);
+      const body = make('{"amount":500}');
+      const view = body instanceof ArrayBuffer ? new Uint8Array(body) : new Uint8Array(body.buffer, body.byteOffset);
+      time.onSleep(() => view.set(new TextEncoder().encode('{"amount":900}')));
+      await client.post('/charges', body, { headers: { 'content-type': 'application/json' } });
+      expect(seen.map((r) => r.body)).toEqual(['{"amount":500}', '{"amount":500}']);
+    }
+  });
+
+  it('serialises URLSearchParams and FormData when the call is made, so one reused in a loop sends each value', async () => {
+    const { client, seen } = setup([json(201, {})]);
+    const params = new URLSearchParams();
+    const form = new FormData();
+    const calls: Promise<unknown>[] = [];
+    for (const item of ['sku-1', 'sku-2']) {
+      params.set('item', item);
+      form.set('item', item);
+      calls.push(client.post('/reservations', params), client.post('/uploads', form));
+    }
+    await Promise.all(calls);
+    const sent = (path: string) => seen.filter((r) => r.url.endsWith(path));
+    expect(sent('/reservations').map((r) => r.body)).toEqual(['item=sku-1', 'item=sku-2']);
+    // Still the type fetch would give a URLSearchParams body.
+    expect(sent('/reservations')[0]?.headers.get('content-type')).toBe(
+      'application/x-www-form-urlencoded;charset=UTF-8',
+    );
+    expect(sent('/uploads').map((r) => /\r\n\r\n(sku-\d)\r\n/.exec(r.body ?? '')?.[1])).toEqual(['sku-1', 'sku-2']);
   });
 
   it('does not adopt an ambiguous minted key (two values)', async () => {
@@ -176,6 +220,37 @@ describe('what is retried', () => {
       expect(time.waits).toEqual([]);
     });
   }
+
+  it('retries 408 and 425 when a repeat is safe (a key, or an idempotent method), not for an unkeyed POST', async () => {
+    for (const status of [408, 425]) {
+      const keyed = setup([empty(status, { connection: 'close' }), json(201, { id: 'ch_1' })]);
+      expect((await keyed.client.post('/charges', { amount: 1 })).status).toBe(201);
+      expect(keyed.seen).toHaveLength(2);
+      expect(keyed.seen[1]?.headers.get('idempotency-key')).toBe(keyed.seen[0]?.headers.get('idempotency-key'));
+
+      const get = setup([empty(status), json(200, {})]);
+      expect((await get.client.get('/stock')).status).toBe(200);
+      expect(get.seen).toHaveLength(2);
+
+      // Some servers answer 408 for a handler of their own that timed out, after it started.
+      const unkeyed = setup([empty(status), json(201, {})]);
+      const error = await failure(unkeyed.client.post('/charges', {}, { idempotencyKey: false }));
+      expect([error.code, error.status]).toEqual(['http_error', status]);
+      expect(unkeyed.seen).toHaveLength(1);
+    }
+  });
+
+  it('refuses a GET or HEAD with a body as misuse, before any attempt (fetch would refuse every one)', async () => {
+    const { client, seen, time } = setup([json(200, {})]);
+    for (const method of ['GET', 'get', 'HEAD']) {
+      await expect(client.request(method, '/stock', { body: { item: 'sku-1' } })).rejects.toThrow(TypeError);
+    }
+    expect(seen).toHaveLength(0);
+    expect(time.waits).toEqual([]);
+    // Without a body they go out as usual.
+    await client.request('GET', '/stock');
+    expect(seen).toHaveLength(1);
+  });
 
   it('retries GET, PUT and DELETE on network errors, timeouts and 500', async () => {
     for (const method of ['get', 'put', 'delete'] as const) {
@@ -372,6 +447,38 @@ describe('abort', () => {
     expect(error.attempts).toHaveLength(1);
   });
 
+  it('aborts a getToken that is still pending, on the first attempt or a retry', async () => {
+    for (const hangOn of [1, 2]) {
+      const controller = new AbortController();
+      let calls = 0;
+      const { client, seen } = setup([empty(503), json(201, {})], {
+        // An identity provider that never answers.
+        getToken: () => (++calls === hangOn ? new Promise<string>(() => undefined) : 't1'),
+      });
+      const pending = failure(client.post('/charges', {}, { signal: controller.signal }));
+      while (calls < hangOn) await new Promise((resolve) => setImmediate(resolve));
+      controller.abort(new Error('user left the page'));
+      const error = await pending;
+      expect(error.code).toBe('aborted');
+      expect((error.cause as Error).message).toBe('user left the page');
+      expect(seen).toHaveLength(hangOn - 1);
+    }
+  });
+
+  it('ends a getToken still pending at the deadline with deadline_exceeded', async () => {
+    let calls = 0;
+    const { client, seen } = setup([empty(503), json(201, {})], {
+      retry: { deadline: 40 },
+      getToken: () => (++calls === 1 ? 't1' : new Promise<string>(() => undefined)),
+      // The wait after the first attempt: shorter than the deadline, on the fake clock.
+      random: () => 0,
+    });
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('deadline_exceeded');
+    expect(error.status).toBe(503);
+    expect(seen).toHaveLength(1);
+  });
+
   it('the default sleep really waits and rejects on abort', async () => {
     const { fetch } = scriptedFetch([empty(503), json(200, { ok: 1 })]);
     const client = createClient({ baseUrl: 'http://x.test', fetch, retry: { baseDelay: 5, jitter: 'none' } });
@@ -381,7 +488,7 @@ describe('abort', () => {
     const slow = createClient({
       baseUrl: 'http://x.test',
       fetch: scriptedFetch([empty(503)]).fetch,
-      retry: { baseDelay: '1m', jitter: 'none', deadline: false },
+      retry: { baseDelay: '1m', maxDelay: '1m', jitter: 'none', deadline: false },
     });
     const pending = failure(slow.get('/a', { signal: controller.signal }));
     setTimeout(() => controller.abort(new Error('stop')), 5);
@@ -579,6 +686,15 @@ describe('URLs and options', () => {
     expect(() => createClient({ baseUrl: 'https://x.test/?a=1', fetch })).toThrow(TypeError);
     expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { maxAttempts: 0 } })).toThrow(/maxAttempts/);
     expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { baseDelay: -1 } })).toThrow(/baseDelay/);
+    // Zero waits would retry in a tight loop; a cap under the base would replace the schedule.
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { baseDelay: 0 } })).toThrow(/baseDelay/);
+    expect(() =>
+      createClient({ baseUrl: 'https://x.test', fetch, retry: { baseDelay: '2s', maxDelay: '1s' } }),
+    ).toThrow(/maxDelay/);
+    expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { maxDelay: 0 } })).toThrow(TypeError);
+    expect(
+      createClient({ baseUrl: 'https://x.test', fetch, retry: { baseDelay: '2s', maxDelay: '2s' } }),
+    ).toBeDefined();
     expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { timeout: 0 } })).toThrow(/timeout/);
     expect(() => createClient({ baseUrl: 'https://x.test', fetch, retry: { deadline: '5 minutes' as never } })).toThrow(
       /deadline/,

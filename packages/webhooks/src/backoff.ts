@@ -61,25 +61,6 @@ export function createBackoff(options: BackoffOptions = {}): Backoff {
 }
 
 /**
- * Reads a `Retry-After` value: delay-seconds (digits only) or an HTTP-date, as milliseconds from `now`.
- * Anything else is ignored (`undefined`), never guessed at. A date in the past means "now" (0).
- *
- * @example
- * parseRetryAfter('120', Date.now());                          // 120000
- * parseRetryAfter('Wed, 21 Oct 2026 07:28:00 GMT', Date.now()); // ms until then, or 0
- */
-export function parseRetryAfter(value: string | null | undefined, now: number): number | undefined {
-  if (value === null || value === undefined) return undefined;
-  const text = value.trim();
-  if (/^[0-9]{1,10}$/.test(text)) return Number(text) * 1000;
-  // IMF-fixdate and the obsolete forms all contain a weekday name and a GMT zone.
-  if (!/GMT$/.test(text)) return undefined;
-  const at = Date.parse(text);
-  if (Number.isNaN(at)) return undefined;
-  return Math.max(0, at - now);
-}
-
-/**
  * A seeded pseudo-random source in [0, 1) (mulberry32), for reproducible schedules in tests and
  * simulations. Not for secrets.
  *

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
+import { type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
 import { readRawBody } from './raw-body.js';
 import type { Receiver } from './receiver.js';
 
@@ -10,7 +10,8 @@ export type ExpressLikeRequest = IncomingMessage & { body?: unknown };
  * An Express route handler for a {@link Receiver}. It reads the raw body itself (no body parser is
  * needed), or takes the Buffer of `express.raw()`. If a parser already turned the body into an object
  * or a string, or consumed the stream, it fails closed: 500 `raw_body_required`, never a misleading
- * "signature mismatch". Works with a plain `node:http` server too.
+ * "signature mismatch". The empty `{}` an Express 4 parser leaves on a request it skipped, without
+ * reading it, is not a parsed body: the stream is read. Works with a plain `node:http` server too.
  *
  * @example
  * import express from 'express';
@@ -24,9 +25,9 @@ export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
     let response: Awaited<ReturnType<Receiver['handle']>>;
     try {
       // A Buffer from express.raw() holds the exact (already decompressed) bytes; any other parsed
-      // value lost them.
+      // value lost them. Express 4's parsers leave `{}` on a request they skipped, stream unread.
       const body =
-        req.body === undefined
+        req.body === undefined || isUnreadPlaceholder(req.body, req)
           ? await readRawBody(req, options)
           : requireBuffer(
               req.body,

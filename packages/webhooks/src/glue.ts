@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import { notify } from '@idem/core';
 import { isWebhookError, WebhookError } from './errors.js';
 import type { ReceiverResponse } from './receiver.js';
@@ -44,4 +45,19 @@ export function requireBuffer(body: unknown, hint: string): Buffer {
       details: { received: got },
     },
   );
+}
+
+/**
+ * True when a framework's `body` is only a placeholder over a stream nobody read: an empty plain
+ * object, no parser's "I parsed it" flag, and not a byte taken from the stream. Express 4's
+ * body-parser sets `req.body = {}` on every request it skips (another content type), so a form or
+ * JSON parser mounted app-wide would otherwise make every webhook fail closed although the exact
+ * bytes are still there to read. A parser that did read (even a body of `{}`) sets `req._body` and
+ * drains the stream, so that case still fails closed.
+ */
+export function isUnreadPlaceholder(body: unknown, request: IncomingMessage): boolean {
+  if (typeof body !== 'object' || body === null || Object.getPrototypeOf(body) !== Object.prototype) return false;
+  if (Object.keys(body).length > 0) return false;
+  if ((request as IncomingMessage & { _body?: unknown })._body === true) return false;
+  return !request.readableDidRead && !request.readableEnded;
 }

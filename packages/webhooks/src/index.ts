@@ -1,4 +1,6 @@
-export { type Backoff, type BackoffOptions, createBackoff, parseRetryAfter, seededRandom } from './backoff.js';
+// The client's parser: delay-seconds of any length and all three HTTP-date forms (RFC 9110 5.6.7).
+export { parseRetryAfter } from '@idem/client';
+export { type Backoff, type BackoffOptions, createBackoff, seededRandom } from './backoff.js';
 export { toBodyBytes, type WebhookBody } from './body.js';
 export {
   isWebhookError,

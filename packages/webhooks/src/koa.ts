@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
+import { type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
 import { readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
@@ -24,7 +24,8 @@ export interface KoaWebhookOptions extends GlueOptions {
  * Koa middleware for a {@link Receiver}. It reads the raw body itself. If a body parser ran first
  * (`ctx.request.body` is set, or the stream was consumed), it fails closed with 500
  * `raw_body_required`: `ctx.request.rawBody` of @koa/bodyparser is a decoded string, missing for some
- * types and for gzip bodies, so it is never trusted.
+ * types and for gzip bodies, so it is never trusted. An empty `{}` over a stream nobody read is a
+ * request the parser skipped, not a parsed one: its stream is read.
  *
  * @example
  * import Koa from 'koa';
@@ -42,7 +43,8 @@ export function koaWebhook(receiver: Receiver, options: KoaWebhookOptions = {}) 
     let response: ReceiverResponse;
     try {
       const body =
-        ctx.request.body === undefined
+        // koa-bodyparser, like Express 4's, leaves `{}` on a request of a type it skipped, unread.
+        ctx.request.body === undefined || isUnreadPlaceholder(ctx.request.body, ctx.req)
           ? await readRawBody(ctx.req, options)
           : requireBuffer(ctx.request.body, 'Register the webhook middleware before the body parser.');
       response = await receiver.handle({ headers: ctx.req.headers, body });

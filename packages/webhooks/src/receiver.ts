@@ -55,9 +55,15 @@ export type ReceiverEvent =
   | { type: ReceiverResponse['outcome']; id?: string; code?: string; at: number; error?: unknown }
   | { type: 'record-failed'; id: string; reason: 'lease-lost' | 'store-error'; at: number; error?: unknown };
 
-/** A warning a receiver raises about its own configuration. */
+/**
+ * A warning a receiver raises about its own configuration:
+ * - `retention_below_sender_horizon`: a late retry of an event would be applied again.
+ * - `scope_shared`: another receiver in this process already uses the same store object with the
+ *   same scope. If it serves another endpoint, an event id sent to both (Stripe and Svix send one id
+ *   to every endpoint subscribed) is applied by the first and acknowledged unapplied by the second.
+ */
 export interface ReceiverWarning {
-  code: 'retention_below_sender_horizon';
+  code: 'retention_below_sender_horizon' | 'scope_shared';
   message: string;
 }
 
@@ -91,7 +97,11 @@ export interface ReceiverOptions<Tx = unknown> {
   onWarning?: (warning: ReceiverWarning) => void;
   /** Signature timestamp tolerance. Default `'5m'` both ways. */
   tolerance?: Tolerance;
-  /** The sender or endpoint; ids are unique per scope. Default `'webhooks'`. */
+  /**
+   * The sender or endpoint; ids are unique per scope. Default `'webhooks'`. Give each endpoint that
+   * shares a store its own: senders deliver one event, with one id, to every endpoint subscribed to
+   * it, and two endpoints on one scope would apply it only once between them.
+   */
   scope?: string;
   /**
    * A duplicate arriving while the first delivery is being applied: wait up to this long for its
@@ -128,6 +138,12 @@ export interface Receiver {
 }
 
 const OPERATION = 'webhook';
+
+// How many receivers of this process use each scope of each store object. Two on one scope are
+// either two instances of one endpoint (harmless, though one process rarely needs two) or two
+// endpoints swallowing each other's events; the second kind cannot be told apart, so it warns once.
+// Keyed weakly: a store dropped by the app takes its entry with it.
+const scopesInUse = new WeakMap<Store, Map<string, number>>();
 const ACK_BODY = Buffer.from('{"received":true}');
 const ACK: StoredResponse = { status: 200, headers: { 'content-type': 'application/json' }, body: ACK_BODY };
 
@@ -203,6 +219,21 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     };
     if (options.onWarning) notify(options.onWarning, warning);
     else process.emitWarning(warning.message, { code: 'IDEM_WEBHOOK_RETENTION' });
+  }
+
+  if (typeof options.store === 'object' && options.store !== null) {
+    const scopes = scopesInUse.get(options.store) ?? new Map<string, number>();
+    scopesInUse.set(options.store, scopes);
+    const receivers = (scopes.get(scope) ?? 0) + 1;
+    scopes.set(scope, receivers);
+    if (receivers === 2) {
+      const warning: ReceiverWarning = {
+        code: 'scope_shared',
+        message: `two webhook receivers use one store with the same scope ('${scope}'): if they serve different endpoints, an event id delivered to both is applied only by the first. Give each endpoint its own scope option`,
+      };
+      if (options.onWarning) notify(options.onWarning, warning);
+      else process.emitWarning(warning.message, { code: 'IDEM_WEBHOOK_SCOPE_SHARED' });
+    }
   }
 
   // An observer must never break a delivery, whether it throws or rejects.

@@ -1,6 +1,6 @@
-import { abortableSleep, maxTimerMs } from '@idem/client';
+import { abortableSleep, maxTimerMs, parseRetryAfter } from '@idem/client';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
-import { type BackoffOptions, createBackoff, parseRetryAfter } from './backoff.js';
+import { type BackoffOptions, createBackoff } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable, assertSendableHeaders } from './deliverable.js';
 import type { WebhookSecret } from './secrets.js';
@@ -204,6 +204,8 @@ export function createSender(options: SenderOptions): Sender {
   const nextDelay = (retry: number, retryAfterMs?: number) => {
     const jittered = backoff.delay(retry, random);
     if (retryAfterMs === undefined) return jittered;
+    // However large the request (delay-seconds of any length parse, up to Infinity), it is cut to
+    // the cap: the endpoint asking for the longest wait gets the longest one allowed, not none.
     return Math.max(jittered, Math.min(retryAfterMs, maxRetryAfterMs));
   };
 

@@ -87,7 +87,10 @@ export interface VerifierOptions {
    * signatures matches any secret of the same version. Never take a key from the request itself.
    */
   secret: WebhookSecret | readonly WebhookSecret[];
-  /** Allowed clock distance, in both directions. Default `'5m'`, as every Standard Webhooks library. */
+  /**
+   * Allowed clock distance, in both directions. Default `'5m'`, as every Standard Webhooks library.
+   * At least `'1s'` on each side (timestamps are whole seconds); there is no "off".
+   */
   tolerance?: Tolerance;
   /** The receiver's clock, epoch milliseconds. Inject in tests. Default `Date.now`. */
   now?: () => number;
@@ -148,6 +151,20 @@ export function createVerifier(options: VerifierOptions): Verifier {
     typeof tolerance === 'object'
       ? toMilliseconds(tolerance.future, 'tolerance.future')
       : toMilliseconds(tolerance, 'tolerance');
+  // webhook-timestamp is whole seconds, so a delivery signed this very second is already up to 999 ms
+  // old: a window under a second refuses nearly every delivery. Zero is not read as "off" (as
+  // Stripe's libraries do): without a window a captured delivery stays valid forever, and once its
+  // id has left the receiver's retention it would be applied again.
+  for (const [side, ms] of [
+    ['past', pastMs],
+    ['future', futureMs],
+  ] as const) {
+    if (ms < 1000) {
+      throw new TypeError(
+        `tolerance${typeof tolerance === 'object' ? `.${side}` : ''} must be at least 1s: webhook timestamps are whole seconds`,
+      );
+    }
+  }
   const now = options.now ?? Date.now;
   const versions = new Set<string>(keys.map((key) => key.version));
 

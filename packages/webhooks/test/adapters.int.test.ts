@@ -213,6 +213,45 @@ describe('framework specifics', () => {
     expect(applied).toEqual(['E1']);
   });
 
+  it('express 4: reads the stream under the {} an app-wide parser left on a request it skipped, unread', async () => {
+    // Express 4's body-parser sets req.body = {} on every request, even one of a type it does not
+    // parse and whose stream it never touched; Express 5's leaves it undefined.
+    const express4 = (await import('express4' as string)).default as typeof express;
+    const { receiver, applied } = makeReceiver();
+    const seen: WebhookError[] = [];
+    const app = express4();
+    app.use(express4.urlencoded({ extended: false })); // a form parser for the rest of the app
+    app.post('/hooks', expressWebhook(receiver, { onMisconfigured: (error) => seen.push(error) }) as never);
+    app.use(express4.json());
+    app.post('/parsed', expressWebhook(receiver, { onMisconfigured: (error) => seen.push(error) }) as never);
+    const base = await listen(createServer(app));
+    expect((await post(`${base}/hooks`, 'E1')).status).toBe(200);
+    expect((await post(`${base}/hooks`, 'E1')).headers.get('idempotent-replayed')).toBe('true');
+    expect(applied).toEqual(['E1']);
+    // A parser that did read the body still fails closed, even when what it parsed is an empty {}.
+    for (const payload of [body, Buffer.from('{}')]) {
+      const parsed = await post(`${base}/parsed`, 'E2', payload);
+      expect(parsed.status).toBe(500);
+      expect((await parsed.json()).code).toBe('raw_body_required');
+    }
+    expect(seen.map((e) => e.code)).toEqual(['raw_body_required', 'raw_body_required']);
+    expect(applied).toEqual(['E1']);
+  });
+
+  it('koa: reads the stream under the {} a parser left on a request it skipped, unread', async () => {
+    const { receiver, applied } = makeReceiver();
+    const app = new Koa();
+    // What koa-bodyparser does with a content type it does not parse.
+    app.use(async (ctx, next) => {
+      (ctx.request as unknown as { body: unknown }).body = {};
+      await next();
+    });
+    app.use(koaWebhook(receiver, { path: '/hooks' }));
+    const base = await listen(createServer(app.callback()));
+    expect((await post(`${base}/hooks`, 'E1')).status).toBe(200);
+    expect(applied).toEqual(['E1']);
+  });
+
   it('fastify: the buffer parser stays inside the plugin; other routes keep parsing JSON', async () => {
     const { receiver } = makeReceiver();
     const base = await frameworks.fastify!.good(receiver, () => undefined);

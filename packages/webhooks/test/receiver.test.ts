@@ -364,11 +364,71 @@ describe('scopes and options', () => {
     expect(applied).toEqual(['stripe:E1', 'github:E1']);
   });
 
+  it('two endpoints on one store keep the same event id apart with their own scopes, and warn when they share one', async () => {
+    // Stripe and Svix deliver one event, with one id, to every endpoint subscribed to it.
+    const t = Date.UTC(2026, 0, 1);
+    const store = memoryStore({ now: () => t });
+    const applied: string[] = [];
+    const warnings: ReceiverWarning[] = [];
+    const endpoint = (name: string, scope?: string) =>
+      createReceiver({
+        store,
+        secret: SECRET,
+        now: () => t,
+        onWarning: (warning) => warnings.push(warning),
+        ...(scope === undefined ? {} : { scope }),
+        apply: () => void applied.push(name),
+      });
+    const headers = signer.sign({ id: 'evt_shared', body: paymentBody, timestamp: Math.floor(t / 1000) });
+    const billing = endpoint('billing', 'billing');
+    const analytics = endpoint('analytics', 'analytics');
+    expect((await billing.handle({ headers, body: paymentBody })).outcome).toBe('applied');
+    expect((await analytics.handle({ headers, body: paymentBody })).outcome).toBe('applied');
+    expect(applied).toEqual(['billing', 'analytics']);
+    expect(warnings).toEqual([]);
+
+    // Both on the default scope: the second endpoint's copy is a "duplicate". Said once, at startup.
+    const shared = memoryStore({ now: () => t });
+    const first = createReceiver({ store: shared, secret: SECRET, now: () => t, apply: () => undefined });
+    const second = createReceiver({
+      store: shared,
+      secret: SECRET,
+      now: () => t,
+      onWarning: (warning) => warnings.push(warning),
+      apply: () => undefined,
+    });
+    createReceiver({ store: shared, secret: SECRET, now: () => t, onWarning: (w) => warnings.push(w), apply: () => 0 });
+    expect(warnings.map((w) => w.code)).toEqual(['scope_shared']);
+    expect(warnings[0]?.message).toMatch(/'webhooks'.*own scope/);
+    expect((await first.handle({ headers, body: paymentBody })).outcome).toBe('applied');
+    expect((await second.handle({ headers, body: paymentBody })).outcome).toBe('duplicate');
+  });
+
+  it('warns about a shared scope through process.emitWarning when there is no onWarning', async () => {
+    const seen: Error[] = [];
+    const listener = (warning: Error) => void seen.push(warning);
+    process.on('warning', listener);
+    try {
+      const store = memoryStore();
+      const make = () => createReceiver({ store, secret: SECRET, scope: 'stripe', apply: () => undefined });
+      make();
+      make();
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(seen.map((w) => (w as Error & { code?: string }).code)).toEqual(['IDEM_WEBHOOK_SCOPE_SHARED']);
+    } finally {
+      process.off('warning', listener);
+    }
+  });
+
   it('refuses bad options at construction', () => {
     expect(() => createReceiver({ store: memoryStore(), secret: SECRET } as unknown as ReceiverOptions)).toThrow(
       TypeError,
     );
     expect(() => createReceiver({ store: memoryStore(), secret: '', apply: () => undefined })).toThrow(/empty/);
+    // A window under a second would refuse nearly every delivery as timestamp_too_old.
+    expect(() =>
+      createReceiver({ store: memoryStore(), secret: SECRET, tolerance: 0, apply: () => undefined }),
+    ).toThrow(/tolerance must be at least 1s/);
   });
 });
 

@@ -101,6 +101,31 @@ describe('retry schedule with a seeded random source', () => {
     expect(dated.sleeps).toEqual([90_000]);
   });
 
+  it('cuts a Retry-After of any length to maxRetryAfter, never drops it for the jitter draw', async () => {
+    for (const value of ['9999999999', '99999999999', '9'.repeat(400)]) {
+      const { sender, sleeps } = harness([{ status: 503, headers: { 'retry-after': value } }, { status: 200 }], {
+        random: () => 0.5,
+      });
+      expect((await sender.send(message)).outcome).toBe('delivered');
+      expect(sleeps).toEqual([3_600_000]); // the default cap, which is the default maxRetryAfter
+    }
+  });
+
+  it('honours every HTTP-date form of Retry-After, the obsolete asctime one included (RFC 9110 5.6.7)', async () => {
+    // START is Thu, 01 Jan 2026 00:00:00 GMT.
+    for (const value of [
+      'Thu, 01 Jan 2026 00:01:30 GMT',
+      'Thursday, 01-Jan-26 00:01:30 GMT',
+      'Thu Jan  1 00:01:30 2026',
+    ]) {
+      const { sender, sleeps } = harness([{ status: 503, headers: { 'retry-after': value } }, { status: 200 }], {
+        random: () => 0,
+      });
+      await sender.send(message);
+      expect(sleeps).toEqual([90_000]);
+    }
+  });
+
   it('stops at once on 410 Gone, with no wait and no further attempt', async () => {
     const { sender, calls, sleeps } = harness([{ status: 410, body: 'endpoint disabled' }]);
     const result = await sender.send(message);
@@ -368,5 +393,9 @@ describe('options and helpers', () => {
     expect(parseRetryAfter('soon', 0)).toBeUndefined();
     expect(parseRetryAfter(new Date(1_000_000).toUTCString(), 2_000_000)).toBe(0);
     expect(parseRetryAfter(null, 0)).toBeUndefined();
+    // A zone other than GMT is not an HTTP-date; asctime has none and is GMT.
+    expect(parseRetryAfter('Thu, 01 Jan 1970 00:00:05 PST', 0)).toBeUndefined();
+    expect(parseRetryAfter('Thu Jan  1 00:00:05 1970', 0)).toBe(5000);
+    expect(parseRetryAfter('99999999999', 0)).toBe(99_999_999_999_000);
   });
 });

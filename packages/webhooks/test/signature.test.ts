@@ -8,6 +8,7 @@ import {
   parseSecret,
   parseWebhookHeaders,
   sign,
+  type Tolerance,
   verify,
   WebhookError,
 } from '../src/index.js';
@@ -162,6 +163,22 @@ describe('tamper and replay (cases 12, 14, 15)', () => {
     });
     expect(codeOf(late.verify({ headers: vectorHeaders(V1_SIGNATURE), body: VECTOR_BODY }))).toBe('ok');
     expect(late.tolerance).toEqual({ pastMs: 600_000, futureMs: 30_000 });
+  });
+
+  it('refuses a tolerance under one second at construction: timestamps are whole seconds', () => {
+    const tolerances: Tolerance[] = [0, 999, '500ms', '0s', { past: '5m', future: 0 }, { past: '0.5s', future: '5m' }];
+    for (const tolerance of tolerances) {
+      expect(() => createVerifier({ secret: V1_SECRET, tolerance })).toThrow(TypeError);
+      expect(() =>
+        verify({ secret: V1_SECRET, tolerance, headers: vectorHeaders(V1_SIGNATURE), body: VECTOR_BODY }),
+      ).toThrow(/tolerance.*at least 1s/);
+    }
+    expect(() => createVerifier({ secret: V1_SECRET, tolerance: { past: '5m', future: 0 } })).toThrow(
+      /tolerance\.future/,
+    );
+    // One second is the smallest window, and it passes a delivery signed this second, 999 ms later.
+    const tight = createVerifier({ secret: V1_SECRET, tolerance: '1s', now: () => VECTOR_TS * 1000 + 999 });
+    expect(codeOf(tight.verify({ headers: vectorHeaders(V1_SIGNATURE), body: VECTOR_BODY }))).toBe('ok');
   });
 });
 
