@@ -13,6 +13,9 @@ describe('memoryStore', () => {
       expire: async () => {
         now += 400 * 86_400_000;
       },
+      advance: async (ms: number) => {
+        now += ms;
+      },
     };
   });
 

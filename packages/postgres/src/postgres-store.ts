@@ -14,6 +14,7 @@ import {
   storedResponseSize,
   type TransactionalStore,
 } from '@idem/core';
+import { retrySerializationFailures } from './serialization-retry.js';
 import { createSqlClient, type PostgresClient, type SqlExecutor, type SqlResult } from './sql-client.js';
 import { buildStatements, type Statement } from './statements.js';
 import { defaultTable, parseTableName } from './table-name.js';
@@ -64,11 +65,17 @@ export interface PostgresStoreOptions {
  * Options of {@link PostgresStore.purgeExpired}.
  *
  * @example
- * await store.purgeExpired({ batchSize: 500 });
+ * await store.purgeExpired({ batchSize: 500, inProgressGraceMs: 15 * 60_000 });
  */
 export interface PurgeOptions {
   /** Most rows deleted by this call. Default 1000. */
   batchSize?: number;
+  /**
+   * How long after its lease ended a record still in progress is kept, in ms. Default one hour.
+   * A transactional handler that outlives its lease still commits when nobody took the key over;
+   * it needs the record's row to be there. Completed records go as soon as their retention ends.
+   */
+  inProgressGraceMs?: number;
 }
 
 /**
@@ -82,9 +89,10 @@ export interface PostgresStore extends AsyncStore, Pick<TransactionalStore<Postg
   /** The table this store uses, as given. */
   readonly table: string;
   /**
-   * Deletes up to `batchSize` records whose lease or retention has run out and resolves to how
-   * many it deleted. Expired records are already invisible; this only reclaims space. Call it from
-   * a timer or cron, again while it returns `batchSize`.
+   * Deletes up to `batchSize` records whose retention has run out, or whose lease ended more than
+   * `inProgressGraceMs` ago, and resolves to how many it deleted. Expired records are already
+   * invisible; this only reclaims space. Call it from a timer or cron, again while it returns
+   * `batchSize`.
    */
   purgeExpired(options?: PurgeOptions): Promise<number>;
 }
@@ -107,6 +115,11 @@ interface ClaimRow extends Omit<RecordRow, 'state'> {
 // statement's snapshot (see statements.ts); a fresh statement sees it. More than a few rounds in a
 // row would mean a pathological churn of claims and releases on one id.
 const claimAttempts = 5;
+
+// A record in progress whose lease ended is purged only this long afterwards (PurgeOptions). Its
+// executor may be a transactional handler still running, bounded by nothing but statement_timeout,
+// and a row in progress is small: an hour of them costs little, a purged one costs a whole commit.
+const defaultInProgressGraceMs = 60 * 60 * 1000;
 
 const toRecord = (row: RecordRow): StoreRecord => {
   if (row.state === 'completed') {
@@ -184,8 +197,12 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const tag = createHash('sha256').update(table.name).digest('hex').slice(0, 12);
   const statements = buildStatements(table, tag);
 
+  // Each of these statements runs in a transaction of its own, so one that failed with a
+  // serialization failure (REPEATABLE READ or SERIALIZABLE sessions) had no effect and runs again
+  // with a fresh snapshot: see serialization-retry.ts. The transactional mode's statements never
+  // come through here.
   const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
-    sql.run<Row>(statement.name, statement.text, params);
+    retrySerializationFailures(() => sql.run<Row>(statement.name, statement.text, params));
 
   const claim = async ({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> => {
     checkId(id);
@@ -242,9 +259,15 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     return row === undefined ? undefined : toRecord(row);
   };
 
-  const purgeExpired = async ({ batchSize = 1000 }: PurgeOptions = {}): Promise<number> => {
+  const purgeExpired = async ({
+    batchSize = 1000,
+    inProgressGraceMs = defaultInProgressGraceMs,
+  }: PurgeOptions = {}): Promise<number> => {
     if (!Number.isInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
-    const { rowCount } = await run(statements.purge, [batchSize]);
+    if (typeof inProgressGraceMs !== 'number' || !Number.isFinite(inProgressGraceMs) || inProgressGraceMs < 0) {
+      throw new TypeError('inProgressGraceMs must be a number of milliseconds, 0 or more');
+    }
+    const { rowCount } = await run(statements.purge, [batchSize, inProgressGraceMs]);
     return rowCount;
   };
 

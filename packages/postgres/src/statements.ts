@@ -25,6 +25,8 @@ const columns = 'state, token, fingerprint, status, headers, body';
 const clock = 'clock_timestamp()';
 // A duration arrives as milliseconds in parameter $n and becomes an interval in SQL.
 const after = (n: number) => `(clock_timestamp() + $${n}::float8 * interval '1 millisecond')`;
+// What purge may delete (see `purge` below): `expires_at <= now` first, so the index serves it.
+const purgeable = `expires_at <= ${clock} AND (state = 'completed' OR expires_at <= ${clock} - $2::float8 * interval '1 millisecond')`;
 
 /**
  * Builds the store's SQL for `table`. Statement names carry a hash of the table so two stores on
@@ -45,7 +47,8 @@ export function buildStatements(table: TableName, tag: string): Statements {
     //   retention has run out. ON CONFLICT locks the conflicting row and evaluates its WHERE against
     //   the newest committed version, so of N concurrent claims exactly one sees `claimed`.
     // - A row committed after the snapshot is invisible to `live` yet blocks the INSERT: then the
-    //   statement returns no row at all, and the caller runs it again with a fresh snapshot.
+    //   statement returns no row at all, and the caller runs it again with a fresh snapshot. (Under
+    //   REPEATABLE READ or SERIALIZABLE it fails with 40001 instead, and is run again all the same.)
     claim: named(
       'claim',
       `WITH live AS (
@@ -95,12 +98,16 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
       `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
     ),
     // Bounded: at most $1 rows per call, oldest first, skipping rows another session holds (a claim
-    // taking one over right now). The outer condition re-checks expiry on the row actually deleted.
+    // taking one over right now). The outer condition re-checks on the row actually deleted.
+    // A completed record goes when its retention ends. A record in progress goes only $2 ms after its
+    // lease ended: a transactional handler may still be running for it, and its completion (a CAS on
+    // the token alone) must find the row, since a lease that ran out with nobody taking the key over
+    // is no failure. Deleting the row at once would turn that commit into { committed: false }.
     purge: named(
       'purge',
       `DELETE FROM ${t} WHERE id IN (
-  SELECT id FROM ${t} WHERE expires_at <= ${clock} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-) AND expires_at <= ${clock}`,
+  SELECT id FROM ${t} WHERE ${purgeable} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) AND ${purgeable}`,
     ),
   };
 }

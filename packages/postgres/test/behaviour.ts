@@ -46,6 +46,16 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
       sql(client, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1`, [
         id,
       ]);
+    // Moves the end of a record's lease or retention `ms` into the past.
+    const endedAgo = (id: string, ms: number) =>
+      sql(
+        client,
+        `UPDATE "${table}" SET expires_at = clock_timestamp() - $2::float8 * interval '1 millisecond' WHERE id = $1`,
+        [id, ms],
+      );
+    const rowExists = async (id: string) =>
+      (await sql(client, `SELECT 1 FROM "${table}" WHERE id = $1`, [id])).length === 1;
+    const hour = 60 * 60 * 1000;
     const effectCount = async (marker: string) =>
       Number((await sql(client, `SELECT count(*)::int AS n FROM "${effects}" WHERE marker = $1`, [marker]))[0].n);
 
@@ -262,13 +272,68 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           await store.complete({ id, token: 't', response: response('r'), retentionMs: 60_000 });
         // Other files' records are not in this table; earlier tests of this file left a few expired ones.
         await sql(client, `DELETE FROM "${table}" WHERE id NOT LIKE $1`, [`purge-${marker}-%`]);
-        for (const id of expired) await expire(id);
+        // The completed ones' retention just ended; the others' lease ended past the grace (one hour).
+        for (const id of expired.slice(0, 12)) await expire(id);
+        for (const id of expired.slice(12)) await endedAgo(id, hour + 1_000);
         expect(await store.purgeExpired({ batchSize: 10 })).toBe(10);
         expect(await store.purgeExpired({ batchSize: 10 })).toBe(10);
         expect(await store.purgeExpired({ batchSize: 10 })).toBe(5);
         expect(await store.purgeExpired({ batchSize: 10 })).toBe(0);
         const left = await sql(client, `SELECT id FROM "${table}" ORDER BY id`);
         expect(left.map((row) => row.id)).toEqual([...live].sort());
+      });
+
+      it('keeps a record in progress for an hour after its lease ended, so a late transactional completion commits', async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        // The lease ran out while the handler worked, nobody took the key over, and a purge ran.
+        // (On one connection, PGlite or a pg Client, the purge cannot run during the transaction;
+        // the completion's compare-and-set is the same either way. pg.int.test.ts runs it during.)
+        await expire(id);
+        await store.purgeExpired();
+        await endedAgo(id, hour - 60_000);
+        await store.purgeExpired();
+        expect(await rowExists(id)).toBe(true);
+        const result = await store.transaction({ id, token: 't' }, async (tx) => {
+          await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+          return { value: 'late', response: response('late'), retentionMs: 60_000 };
+        });
+        expect(result).toEqual({ committed: true, value: 'late' });
+        expect(await effectCount(marker)).toBe(1);
+        expect((await store.get(id))?.state).toBe('completed');
+      });
+
+      it('purges a record in progress once the grace is over, and a completed one when its retention ends', async () => {
+        const stale = freshId();
+        const recent = freshId();
+        const completed = freshId();
+        for (const id of [stale, recent, completed])
+          await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id: completed, token: 't', response: response('r'), retentionMs: 60_000 });
+        await endedAgo(stale, hour + 1_000);
+        await endedAgo(recent, 1);
+        await endedAgo(completed, 1);
+        await store.purgeExpired();
+        expect(await rowExists(stale)).toBe(false);
+        expect(await rowExists(completed)).toBe(false);
+        expect(await rowExists(recent)).toBe(true);
+      });
+
+      it('takes the grace as inProgressGraceMs, 0 included, and refuses one that is no duration', async () => {
+        const older = freshId();
+        const newer = freshId();
+        for (const id of [older, newer]) await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await endedAgo(older, 2_000);
+        await endedAgo(newer, 1);
+        await store.purgeExpired({ inProgressGraceMs: 1_000 });
+        expect(await rowExists(older)).toBe(false);
+        expect(await rowExists(newer)).toBe(true);
+        await store.purgeExpired({ inProgressGraceMs: 0 });
+        expect(await rowExists(newer)).toBe(false);
+        for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, '1000', null]) {
+          await expect(store.purgeExpired({ inProgressGraceMs: bad as number })).rejects.toThrow(TypeError);
+        }
       });
     });
 

@@ -17,6 +17,15 @@ const available = await postgresAvailable();
 const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomUUID());
 const body = (text: string) => ({ status: 200, headers: {}, body: new TextEncoder().encode(text) });
 
+// The levels above READ COMMITTED, as `SHOW transaction_isolation` spells them.
+const isolationLevels = [
+  ['REPEATABLE READ', 'repeatable read'],
+  ['SERIALIZABLE', 'serializable'],
+] as const;
+// A pool whose sessions default to `level`, as a role or database setting would make them.
+const isolatedPool = (level: string, max: number) =>
+  testPool({ max, options: `-c default_transaction_isolation=${level.replace(' ', '\\ ')}` });
+
 describe.runIf(available)('PostgreSQL server', () => {
   describeStore('postgresStore on a pg Pool', async () => {
     const pool = testPool({ max: 20 });
@@ -37,6 +46,121 @@ describe.runIf(available)('PostgreSQL server', () => {
     return harness(client, store, async () => {
       await drop();
       await client.end();
+    });
+  });
+
+  // A role or database with `default_transaction_isolation` raised: every statement of the store then
+  // runs at that level. The whole contract again, its claim race included.
+  for (const [label, level] of isolationLevels) {
+    describeStore(`postgresStore on a pg Pool at ${label}`, async () => {
+      const pool = isolatedPool(level, 20);
+      const { table, drop } = await freshTable(pool, 'isolation_contract');
+      const store = postgresStore({ client: pool, table });
+      return harness(pool, store, async () => {
+        await drop();
+        await pool.end();
+      });
+    });
+  }
+
+  describe('default_transaction_isolation above READ COMMITTED', () => {
+    let admin: pg.Pool;
+    let table: string;
+    let drop: () => Promise<void>;
+    beforeAll(async () => {
+      admin = testPool();
+      ({ table, drop } = await freshTable(admin, 'isolation'));
+    });
+    afterAll(async () => {
+      await drop();
+      await admin.end();
+    });
+    const done = () => body('done');
+
+    describe.each(isolationLevels)('%s', (_, level) => {
+      let pool: pg.Pool;
+      let store: PostgresStore;
+      beforeAll(() => {
+        pool = isolatedPool(level, 20);
+        store = postgresStore({ client: pool, table });
+      });
+      afterAll(async () => {
+        await pool.end();
+      });
+
+      it('runs at that level (the premise of the tests below)', async () => {
+        const rows = await sql(pool, 'SHOW transaction_isolation');
+        expect(rows[0].transaction_isolation).toBe(level);
+      });
+
+      it("answers the losers of a claim race with the winner's record, never an error", async () => {
+        for (let round = 0; round < 5; round++) {
+          const id = freshId();
+          const results = await Promise.all(
+            Array.from({ length: 20 }, (_, i) =>
+              store.claim({ id, token: `t${i}`, fingerprint: 'fp', leaseMs: 5_000 }),
+            ),
+          );
+          const winners = results.flatMap((result, i) => (result.claimed ? [`t${i}`] : []));
+          expect(winners).toHaveLength(1);
+          for (const result of results) {
+            if (!result.claimed)
+              expect(result.record).toEqual({ state: 'in_progress', token: winners[0], fingerprint: 'fp' });
+          }
+        }
+      });
+
+      it('completes and releases while heartbeats renew the same row, never an error', async () => {
+        for (let round = 0; round < 20; round++) {
+          const id = freshId();
+          await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+          const renewals = Array.from({ length: 4 }, () => store.renew({ id, token: 't', leaseMs: 5_000 }));
+          const finish =
+            round % 2 === 0
+              ? store.complete({ id, token: 't', response: done(), retentionMs: 60_000 })
+              : store.release({ id, token: 't' });
+          // Each renewal lands before the finish (true) or after it (false); none fails.
+          for (const renewed of await Promise.all(renewals)) expect(typeof renewed).toBe('boolean');
+          expect(await finish).toBe(true);
+          expect((await store.get(id))?.state).toBe(round % 2 === 0 ? 'completed' : undefined);
+        }
+      });
+
+      it('commits a transaction whose record nobody touched meanwhile', async () => {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const result = await store.transaction({ id, token: 't' }, async (tx) => {
+          await tx.query('SELECT 1');
+          return { value: 'ok', response: done(), retentionMs: 60_000 };
+        });
+        expect(result).toEqual({ committed: true, value: 'ok' });
+      });
+
+      it("never runs a statement of the handler's transaction again: a renewal after its snapshot rolls it all back", async () => {
+        // The completion at the end of the transaction meets the row renewed after the transaction's
+        // snapshot: 40001. The transaction is aborted, so nothing of it may be retried by the store;
+        // the call is a 503 and the handler's writes are gone. (docs/stores.md, Isolation levels.)
+        const id = freshId();
+        const marker = randomUUID();
+        await sql(admin, `CREATE TABLE IF NOT EXISTS "${table}_effects" (marker text)`);
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        let runs = 0;
+        const failure = await store
+          .transaction({ id, token: 't' }, async (tx) => {
+            runs++;
+            await tx.query(`INSERT INTO "${table}_effects" (marker) VALUES ($1)`, [marker]);
+            expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
+            return { value: 'ok', response: done(), retentionMs: 60_000 };
+          })
+          .catch((error: unknown) => error);
+        expect(failure).toBeInstanceOf(StoreUnavailableError);
+        expect((failure as Error).cause).toMatchObject({ code: '40001' });
+        expect(runs).toBe(1);
+        expect(
+          await sql(admin, `SELECT count(*)::int AS n FROM "${table}_effects" WHERE marker = $1`, [marker]),
+        ).toEqual([{ n: 0 }]);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+      });
     });
   });
 
@@ -85,6 +209,26 @@ describe.runIf(available)('PostgreSQL server', () => {
         { n: 0 },
       ]);
       expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'fast', fingerprint: '' });
+      await sql(pool, `DROP TABLE "${table}_effects"`);
+    });
+
+    it('a purge during a transaction whose lease ran out leaves its record, and the transaction commits', async () => {
+      const id = freshId();
+      const marker = randomUUID();
+      await sql(pool, `CREATE TABLE IF NOT EXISTS "${table}_effects" (marker text)`);
+      await store.claim({ id, token: 'slow', fingerprint: '', leaseMs: 5_000 });
+      const result = await store.transaction({ id, token: 'slow' }, async (tx) => {
+        await tx.query(`INSERT INTO "${table}_effects" (marker) VALUES ($1)`, [marker]);
+        // Meanwhile, on other connections: the lease runs out, nobody takes the key over, a purge runs.
+        await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
+        await store.purgeExpired();
+        return { value: 'slow', response: body('slow'), retentionMs: 60_000 };
+      });
+      expect(result).toEqual({ committed: true, value: 'slow' });
+      expect(await sql(pool, `SELECT count(*)::int AS n FROM "${table}_effects" WHERE marker = $1`, [marker])).toEqual([
+        { n: 1 },
+      ]);
+      expect((await store.get(id))?.state).toBe('completed');
       await sql(pool, `DROP TABLE "${table}_effects"`);
     });
 

@@ -4,6 +4,11 @@ import { readFile } from 'node:fs/promises';
 import { StoreUnavailableError } from '@idem/core';
 import { describe, expect, it } from 'vitest';
 import { defaultTable, isTransientDatabaseError, schemaSql, schemaStatements } from '../src/index.js';
+import {
+  isSerializationFailure,
+  retrySerializationFailures,
+  serializationAttempts,
+} from '../src/serialization-retry.js';
 import { parseTableName } from '../src/table-name.js';
 import { toStoreError } from '../src/unavailable.js';
 
@@ -80,5 +85,50 @@ describe('infrastructure errors', () => {
     expect((wrapped as Error).cause).toBe(cause);
     const mistake = coded('42P01');
     expect(toStoreError(mistake, 'claim')).toBe(mistake);
+  });
+});
+
+describe("serialization failures of the store's own statements", () => {
+  const coded = (code: string) => Object.assign(new Error('failure'), { code });
+  const wrapped = (code: string) => toStoreError(coded(code), 'claim');
+
+  it('recognises 40001, also inside the StoreUnavailableError the store wraps it in', () => {
+    expect(isSerializationFailure(coded('40001'))).toBe(true);
+    expect(wrapped('40001')).toBeInstanceOf(StoreUnavailableError);
+    expect(isSerializationFailure(wrapped('40001'))).toBe(true);
+    for (const other of [coded('40P01'), wrapped('57P01'), coded('23505'), new Error('40001'), '40001', undefined]) {
+      expect(isSerializationFailure(other)).toBe(false);
+    }
+  });
+
+  it('runs the statement again while it fails with 40001, and rethrows anything else at once', async () => {
+    let calls = 0;
+    const flaky = async () => {
+      calls++;
+      if (calls < 3) throw wrapped('40001');
+      return 'done';
+    };
+    expect(await retrySerializationFailures(flaky)).toBe('done');
+    expect(calls).toBe(3);
+
+    calls = 0;
+    const unique = coded('23505');
+    const failing = async () => {
+      calls++;
+      throw unique;
+    };
+    await expect(retrySerializationFailures(failing)).rejects.toBe(unique);
+    expect(calls).toBe(1);
+  });
+
+  it('gives up after a few attempts with the last failure', async () => {
+    let calls = 0;
+    const last = wrapped('40001');
+    const always = async () => {
+      calls++;
+      throw calls === serializationAttempts ? last : wrapped('40001');
+    };
+    await expect(retrySerializationFailures(always)).rejects.toBe(last);
+    expect(calls).toBe(serializationAttempts);
   });
 });

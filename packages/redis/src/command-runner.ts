@@ -1,6 +1,7 @@
 /**
  * The one thing the store needs from a Redis client: send a command that touches one `key` and get
- * the raw reply, with bulk strings as `Buffer` (records hold bytes) and integers as numbers.
+ * the raw reply, with bulk strings as `Buffer` (records hold bytes). Integers may come as numbers, or
+ * as their digits in a string or bytes (ioredis with `stringNumbers: true`): the store reads them all.
  *
  * {@link redisStore} builds one from an ioredis `Redis` or `Cluster`, or a node-redis client or
  * cluster, so most callers never see this type. Implement it yourself to use any other client

@@ -13,6 +13,7 @@ import {
 } from '@idem/core';
 import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
 import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
+import { integerReply, isOk } from './replies.js';
 import { completeScript, releaseScript, renewScript, runScript } from './scripts.js';
 
 /**
@@ -105,9 +106,12 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     }
   };
 
+  // The scripts answer the integer 1 or 0, which a client may hand back as a number, a string
+  // (ioredis with stringNumbers) or bytes: see replies.ts.
   const flag = (operation: string, reply: unknown): boolean => {
-    if (reply === 1) return true;
-    if (reply === 0) return false;
+    const answer = integerReply(reply);
+    if (answer === 1) return true;
+    if (answer === 0) return false;
     throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
   };
 
@@ -182,10 +186,6 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     },
   };
 }
-
-// ioredis returns the status reply of a successful SET as a Buffer in buffer mode, node-redis as a string.
-const isOk = (reply: unknown) =>
-  reply === 'OK' || (reply instanceof Uint8Array && reply.length === 2 && reply[0] === 0x4f && reply[1] === 0x4b);
 
 // PX takes a positive integer; a fraction rounds up so a lease is never shorter than asked for.
 const milliseconds = (value: number, name: string): string => {

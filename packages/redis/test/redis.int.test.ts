@@ -10,7 +10,7 @@ import {
 } from '@idem/core';
 import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
-import { createClient, createCluster } from 'redis';
+import { createClient, createCluster, RESP_TYPES } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type RedisClientLike,
@@ -70,6 +70,98 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
     const client = createClient({ url: redisUrl });
     await client.connect();
     return harness(client, redisStore({ client, prefix: `${prefix}nr:` }), () => client.close());
+  });
+
+  // ioredis with `stringNumbers: true` answers every integer reply as a string, the scripts' 1 and 0
+  // included: the whole contract again on such a client.
+  describeStore('redisStore with ioredis, stringNumbers: true', async () => {
+    const client = new Redis(redisUrl, { stringNumbers: true });
+    return harness(client, redisStore({ client, prefix: `${prefix}io-strnum:` }), () => client.quit());
+  });
+
+  describe('integer replies in every form a client gives them', () => {
+    // The real client, with the scripts' integer replies handed back as another client would.
+    const reshaped = (shape: (n: number) => unknown): RedisCommandRunner => {
+      const real = redisCommandRunner(admin);
+      return {
+        send: async (key, args) => {
+          const reply = await real.send(key, args);
+          return typeof reply === 'number' ? shape(reply) : reply;
+        },
+      };
+    };
+    const forms: Array<[string, (n: number) => unknown]> = [
+      ['a decimal string', (n) => String(n)],
+      ['bytes', (n) => Buffer.from(String(n))],
+      ['a bigint', (n) => BigInt(n)],
+    ];
+
+    it.each(forms)("reads the scripts' 1 and 0 given as %s", async (_, shape) => {
+      const store = redisStore({ client: reshaped(shape), prefix: `${prefix}forms:` });
+      const id = randomUUID();
+      expect(await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+      expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
+      expect(await store.renew({ id, token: 'stale', leaseMs: 5_000 })).toBe(false);
+      expect(await store.release({ id, token: 'stale' })).toBe(false);
+      expect(
+        await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 60_000 }),
+      ).toBe(true);
+      expect(
+        await store.complete({ id, token: 'u', response: response(new Uint8Array([1])), retentionMs: 60_000 }),
+      ).toBe(false);
+      const released = randomUUID();
+      await store.claim({ id: released, token: 't', fingerprint: '', leaseMs: 5_000 });
+      expect(await store.release({ id: released, token: 't' })).toBe(true);
+    });
+
+    it('still refuses a reply that is no integer, or another integer', async () => {
+      for (const odd of ['OK', '1.0', ' 1', 2, Buffer.from('yes')]) {
+        const store = redisStore({ client: reshaped(() => odd), prefix: `${prefix}forms:` });
+        const id = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await expect(store.renew({ id, token: 't', leaseMs: 5_000 })).rejects.toBeInstanceOf(StoreUnavailableError);
+      }
+    });
+
+    it('through the engine on ioredis with stringNumbers: stored, no store-error, replayed', async () => {
+      const client = new Redis(redisUrl, { stringNumbers: true });
+      try {
+        const events: IdempotencyEvent[] = [];
+        const store = redisStore({ client, prefix: `${prefix}io-strnum-engine:` });
+        const engine = createIdempotency({ store, heartbeat: false, onEvent: (event) => events.push(event) });
+        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /charges' };
+        const first = await engine.begin(request);
+        expect(first.kind).toBe('execute');
+        if (first.kind !== 'execute') return;
+        expect(await store.renew({ id: first.lease.id, token: first.lease.token, leaseMs: 5_000 })).toBe(true);
+        expect((await engine.complete(first.lease, response(new Uint8Array([7])))).ok).toBe(true);
+        expect(events.filter((event) => event.type === 'store-error')).toEqual([]);
+        expect((await engine.begin(request)).kind).toBe('replay');
+      } finally {
+        await client.quit();
+      }
+    });
+
+    it("node-redis answers numbers whatever the client's own typeMapping says (RESP3, numbers as strings)", async () => {
+      const client = createClient({
+        url: redisUrl,
+        RESP: 3,
+        commandOptions: { typeMapping: { [RESP_TYPES.NUMBER]: String, [RESP_TYPES.SIMPLE_STRING]: Buffer } },
+      });
+      await client.connect();
+      try {
+        const store = redisStore({ client, prefix: `${prefix}nr-mapped:` });
+        const id = randomUUID();
+        expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
+        expect(
+          await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 60_000 }),
+        ).toBe(true);
+        expect((await store.get(id))?.state).toBe('completed');
+      } finally {
+        await client.close();
+      }
+    });
   });
 
   describe('key layout and clock', () => {

@@ -6,6 +6,7 @@ import {
   recordId,
   type Store,
   type StoredResponse,
+  type StoreRecord,
   storedResponseSize,
 } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +21,12 @@ export interface StoreHarness {
   expire(id: string): Promise<void>;
   /** Remaining lifetime of record `id` in ms as the store measures it, if the store can tell. Enables the duration checks. */
   ttl?(id: string): Promise<number | undefined>;
+  /**
+   * For a store on a clock the test controls (the memory store's `now`): moves that clock forward by
+   * `ms`. Enables the duration checks for a store that cannot tell a record's `ttl`. A harness with
+   * neither has those checks reported as skipped.
+   */
+  advance?(ms: number): Promise<void>;
   /**
    * For a store with a size cap: the same store (same backend, same records) with its
    * `maxResponseBytes` set to `maxBytes`. Enables the size cap checks: a response over the cap,
@@ -45,6 +52,44 @@ const response = (body: Uint8Array, status = 201, headers: Record<string, string
 });
 
 const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomUUID());
+
+// Durations of the duration checks. None is a default of the engine (10 s lease, 24 h retention) or a
+// round figure a store might hard-code: a store that ignores the one it is given cannot pass by luck.
+const leaseMs = 7_300;
+const renewedLeaseMs = 41_000;
+const retentionMs = 3 * 3_600_000 + 7 * 60_000;
+// Slack for the time the checks themselves take on a slow machine.
+const slackMs = 2_000;
+
+// Changes everything a caller could change in a record it was handed. A store may hand out frozen
+// records instead of copies: a change that throws has changed nothing, which is just as good.
+const scribbleOn = (record: StoreRecord | undefined) => {
+  const attempt = (change: () => void) => {
+    try {
+      change();
+    } catch {}
+  };
+  if (record === undefined) return;
+  const writable = record as { -readonly [K in keyof StoreRecord]: StoreRecord[K] };
+  attempt(() => {
+    writable.token = 'changed';
+  });
+  attempt(() => {
+    writable.fingerprint = 'changed';
+  });
+  if (record.state !== 'completed') return;
+  const stored = record.response as { -readonly [K in keyof StoredResponse]: StoredResponse[K] };
+  attempt(() => record.response.body.fill(0x78));
+  attempt(() => {
+    stored.headers['content-type'] = 'text/plain';
+  });
+  attempt(() => {
+    stored.headers['set-cookie'] = 'sid=added-by-a-reader';
+  });
+  attempt(() => {
+    stored.status = 500;
+  });
+};
 
 /**
  * The conformance suite every idem {@link Store} passes. Call it from a vitest file:
@@ -181,6 +226,92 @@ export function describeStore(
       }
     });
 
+    it('stores exactly the bytes of a view into a larger buffer, not the buffer around it', async () => {
+      // Buffers from Node's pool and subarrays share an ArrayBuffer with other data: a store that
+      // keeps `body.buffer` instead of the view's bytes would replay someone else's bytes.
+      const slab = Buffer.from('xxxxxxxxhello-worldyyyyyyyy');
+      const views: Uint8Array[] = [
+        slab.subarray(8, 19),
+        new Uint8Array(slab.buffer, slab.byteOffset + 3, 4),
+        Buffer.from('pooled'),
+        new Uint8Array(new ArrayBuffer(64), 60, 0),
+      ];
+      for (const body of views) {
+        const expected = Buffer.from(body);
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        expect(await store.complete({ id, token: 't', response: response(body), retentionMs: 60_000 })).toBe(true);
+        const record = await store.get(id);
+        expect(record?.state).toBe('completed');
+        if (record?.state !== 'completed') return;
+        expect(Buffer.from(record.response.body).equals(expected)).toBe(true);
+      }
+    });
+
+    it('hands every reader its own record: changing one returned by get or claim changes no later read', async () => {
+      const id = freshId();
+      await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
+      scribbleOn(await store.get(id));
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'a', fingerprint: 'fp' });
+      const refused = await store.claim({ id, token: 'b', fingerprint: 'fp', leaseMs: 5_000 });
+      expect(refused.claimed).toBe(false);
+      if (!refused.claimed) scribbleOn(refused.record);
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'a', fingerprint: 'fp' });
+
+      const headers = { 'content-type': 'application/json', location: '/charges/ch_1' };
+      const stored = response(new TextEncoder().encode('{"id":"ch_1"}'), 201, headers);
+      await store.complete({ id, token: 'a', response: stored, retentionMs: 60_000 });
+      // A replay decorated, redacted or decoded in place by one caller must not reach the next.
+      for (const read of [
+        () => store.get(id),
+        async () => {
+          const again = await store.claim({ id, token: 'c', fingerprint: 'fp', leaseMs: 5_000 });
+          return again.claimed ? undefined : again.record;
+        },
+      ]) {
+        scribbleOn(await read());
+        const later = await store.get(id);
+        expect(later?.state).toBe('completed');
+        if (later?.state !== 'completed') return;
+        expect([later.token, later.fingerprint, later.response.status]).toEqual(['a', 'fp', 201]);
+        expect(later.response.headers).toEqual(stored.headers);
+        expect(Buffer.from(later.response.body).toString()).toBe('{"id":"ch_1"}');
+      }
+    });
+
+    it('refuses renew and complete on an id never claimed, released, or expired, and creates no record', async () => {
+      // A late finisher, or a heartbeat after the lease ran out, must not bring a record back: the
+      // key is free, and a retry may already be running it again.
+      const done = () => response(new Uint8Array([1]));
+      const never = freshId();
+      expect(await store.renew({ id: never, token: 't', leaseMs: 5_000 })).toBe(false);
+      expect(await store.complete({ id: never, token: 't', response: done(), retentionMs: 60_000 })).toBe(false);
+      expect(await store.release({ id: never, token: 't' })).toBe(false);
+      expect(await store.get(never)).toBeUndefined();
+
+      const released = freshId();
+      await store.claim({ id: released, token: 't', fingerprint: '', leaseMs: 5_000 });
+      expect(await store.release({ id: released, token: 't' })).toBe(true);
+      expect(await store.renew({ id: released, token: 't', leaseMs: 5_000 })).toBe(false);
+      expect(await store.complete({ id: released, token: 't', response: done(), retentionMs: 60_000 })).toBe(false);
+      expect(await store.get(released)).toBeUndefined();
+
+      for (const late of ['renew', 'complete'] as const) {
+        const expired = freshId();
+        await store.claim({ id: expired, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await harness.expire(expired);
+        const answer =
+          late === 'renew'
+            ? await store.renew({ id: expired, token: 't', leaseMs: 5_000 })
+            : await store.complete({ id: expired, token: 't', response: done(), retentionMs: 60_000 });
+        expect(answer).toBe(false);
+        expect(await store.get(expired)).toBeUndefined();
+      }
+      expect(await store.claim({ id: released, token: 'next', fingerprint: '', leaseMs: 5_000 })).toEqual({
+        claimed: true,
+      });
+    });
+
     it('forgets a released id, so the next claim runs with a new token', async () => {
       const id = freshId();
       await store.claim({ id, token: 'first', fingerprint: '', leaseMs: 5_000 });
@@ -237,19 +368,47 @@ export function describeStore(
       }
     });
 
-    it('measures lease and retention with the store clock when it can tell', async () => {
-      if (!harness.ttl) return;
+    it('keeps a claim for its lease, a renewal for the new lease and an outcome for its retention, by the store clock', async ({
+      skip,
+    }) => {
+      const { ttl, advance } = harness;
+      if (ttl === undefined && advance === undefined) return skip('the harness gives neither ttl nor advance');
       const id = freshId();
-      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
-      const lease = (await harness.ttl(id)) ?? 0;
-      expect(lease).toBeGreaterThan(3_000);
-      expect(lease).toBeLessThanOrEqual(5_000);
-      await store.renew({ id, token: 't', leaseMs: 30_000 });
-      expect((await harness.ttl(id)) ?? 0).toBeGreaterThan(20_000);
-      await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 86_400_000 });
-      const retention = (await harness.ttl(id)) ?? 0;
-      expect(retention).toBeGreaterThan(86_000_000);
-      expect(retention).toBeLessThanOrEqual(86_400_000);
+      expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs })).toEqual({ claimed: true });
+      if (ttl !== undefined) {
+        const lease = (await ttl(id)) ?? 0;
+        expect(lease).toBeGreaterThan(leaseMs - slackMs);
+        expect(lease).toBeLessThanOrEqual(leaseMs);
+        expect(await store.renew({ id, token: 't', leaseMs: renewedLeaseMs })).toBe(true);
+        const renewed = (await ttl(id)) ?? 0;
+        expect(renewed).toBeGreaterThan(renewedLeaseMs - slackMs);
+        expect(renewed).toBeLessThanOrEqual(renewedLeaseMs);
+        const stored = response(new Uint8Array([1]));
+        expect(await store.complete({ id, token: 't', response: stored, retentionMs })).toBe(true);
+        const retention = (await ttl(id)) ?? 0;
+        expect(retention).toBeGreaterThan(retentionMs - slackMs);
+        expect(retention).toBeLessThanOrEqual(retentionMs);
+        return;
+      }
+      if (advance === undefined) return;
+      // Just before the end the record is there; just after, it is gone. No wall clock involved.
+      const held = async () => (await store.get(id)) !== undefined;
+      await advance(leaseMs - 1);
+      expect(await held()).toBe(true);
+      expect(await store.renew({ id, token: 't', leaseMs: renewedLeaseMs })).toBe(true);
+      await advance(renewedLeaseMs - 1);
+      expect(await held()).toBe(true);
+      expect(await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs })).toBe(true);
+      await advance(retentionMs - 1);
+      expect((await store.get(id))?.state).toBe('completed');
+      await advance(2);
+      expect(await held()).toBe(false);
+
+      const lapsed = freshId();
+      await store.claim({ id: lapsed, token: 't', fingerprint: '', leaseMs });
+      await advance(leaseMs + 1);
+      expect(await store.get(lapsed)).toBeUndefined();
+      expect(await store.renew({ id: lapsed, token: 't', leaseMs })).toBe(false);
     });
 
     describe('size cap (harness.makeCapped)', () => {
