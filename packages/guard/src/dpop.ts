@@ -24,8 +24,10 @@ export interface DpopOptions {
   /** How old a proof's `iat` may be (default 60). The clock tolerance applies on top. */
   maxAge?: number;
   /**
-   * The public origin clients call (e.g. `https://api.example`), used to check `htu`. Default: `http://`
-   * plus the Host header; set it whenever TLS ends in front of the app.
+   * The public origin clients call (e.g. `https://api.example`), used to check `htu`. Set it: the
+   * default, `http://` plus the Host header, is what the client sends, so without it a proof made for
+   * another server with the same path is accepted when the client sends that server's Host. It is
+   * also wrong whenever TLS ends in front of the app.
    */
   origin?: string;
   /**
@@ -92,11 +94,28 @@ function withTimeout<T>(pending: Promise<T>, ms: number): Promise<T> {
   return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** `htu` comparison form: scheme and host lower-cased, default port dropped, no query or fragment. */
+// RFC 3986 §2.3: ALPHA, DIGIT, `-`, `.`, `_`, `~`. Percent-encoding one of them changes nothing.
+const unreserved = /[A-Za-z0-9\-._~]/;
+
+// RFC 3986 §6.2.2.2: a percent-encoded unreserved character is decoded, every other triplet gets
+// upper-case hex digits, so `/%7euser`, `/%7Euser` and `/~user` compare equal, and `%2f` equals `%2F`
+// but never `/`.
+function normalizePercentEncoding(path: string): string {
+  return path.replace(/%([0-9A-Fa-f]{2})/g, (_, hex: string) => {
+    const character = String.fromCharCode(Number.parseInt(hex, 16));
+    return unreserved.test(character) ? character : `%${hex.toUpperCase()}`;
+  });
+}
+
+/**
+ * `htu` comparison form (RFC 9449 §4.3 asks for RFC 3986 §6.2.2 syntax-based normalisation): the
+ * WHATWG URL parser lower-cases scheme and host, drops the default port, resolves `.` and `..`
+ * segments and percent-encodes what must be; then percent-encoding is normalised. No query or fragment.
+ */
 function normalizeHtu(value: string): string | undefined {
   try {
     const url = new URL(value);
-    return `${url.protocol}//${url.host}${url.pathname}`;
+    return `${url.protocol}//${url.host}${normalizePercentEncoding(url.pathname)}`;
   } catch {
     return undefined;
   }
@@ -166,9 +185,9 @@ export async function verifyDpopProof(
   const { jti, htm, htu, iat, ath } = claims.value;
   if (typeof jti !== 'string' || jti.length === 0 || jti.length > 256) return invalid;
   if (htm !== context.method) return invalid;
-  if (typeof htu !== 'string' || normalizeHtu(htu) === undefined || normalizeHtu(htu) !== normalizeHtu(context.url)) {
-    return invalid;
-  }
+  if (typeof htu !== 'string') return invalid;
+  const proofUrl = normalizeHtu(htu);
+  if (proofUrl === undefined || proofUrl !== normalizeHtu(context.url)) return invalid;
   if (!isNumericDate(iat)) return invalid;
   const issuedMs = iat * 1000;
   if (issuedMs > context.nowMs + context.clockToleranceMs) return invalid;
@@ -213,6 +232,9 @@ export async function rememberProof(runtime: DpopRuntime, proof: VerifiedProof):
 
 /**
  * The URL a proof's `htu` must match: the configured origin (or `http://` + Host) and the request path.
+ * Without `origin`, the Host header decides the origin, and the client writes it: a proof made for
+ * another server (same path) passes when the client sends that server's name as Host. Only the
+ * configured `origin` binds proofs to this server.
  *
  * @example
  * requestHtu(runtime, { headers: { host: 'api.example' }, url: '/orders?x=1' }); // 'http://api.example/orders?x=1'
@@ -223,5 +245,5 @@ export function requestHtu(
 ): string {
   const host = request.headers.host;
   const origin = runtime.origin ?? `http://${typeof host === 'string' ? host : 'invalid.invalid'}`;
-  return origin + (request.url ?? '/');
+  return origin + (typeof request.url === 'string' ? request.url : '/');
 }

@@ -30,13 +30,16 @@ const bearerPrefix = /^bearer(?:$|[^A-Za-z0-9!#$%&'*+.^_`|~-])/i;
 const dpopCredentials = /^dpop +([A-Za-z0-9\-._~+/]+=*)$/i;
 const dpopPrefix = /^dpop(?:$|[^A-Za-z0-9!#$%&'*+.^_`|~-])/i;
 
+// Only strings count as header values. The types say so, but a JavaScript caller's header map may hold
+// anything, and a number where a string was expected must not make the guard throw.
 function values(value: string | string[] | undefined): string[] {
-  if (value === undefined) return [];
-  return Array.isArray(value) ? value : [value];
+  if (typeof value === 'string') return [value];
+  if (!Array.isArray(value)) return [];
+  return value.every((item) => typeof item === 'string') ? value : value.filter((item) => typeof item === 'string');
 }
 
 function queryTokens(url: string | undefined): string[] {
-  if (url === undefined) return [];
+  if (typeof url !== 'string') return [];
   const question = url.indexOf('?');
   if (question === -1) return [];
   return new URLSearchParams(url.slice(question + 1)).getAll('access_token');

@@ -1,5 +1,6 @@
 /**
- * Normalises a `typ` value: lower case, `application/` prefix removed (RFC 9068 §4, RFC 7515 §4.1.9).
+ * Normalises a `typ` or `cty` value: lower case, `application/` prefix removed (RFC 9068 §4,
+ * RFC 7515 §4.1.9 and §4.1.10).
  *
  * @example
  * normalizeTyp('application/AT+JWT'); // 'at+jwt'

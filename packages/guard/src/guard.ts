@@ -22,6 +22,7 @@ import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
 import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 import { normalizeTyp } from './guard-typ.js';
+import { secretToJwk } from './hmac-secret.js';
 import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
@@ -144,7 +145,7 @@ export type GuardResult = { ok: true; principal: Principal } | { ok: false; erro
 export interface Guard {
   /** Finds the bearer token of a request and verifies it. Never throws for a bad request. */
   authenticate(request: GuardRequest): Promise<GuardResult>;
-  /** Verifies a token string. */
+  /** Verifies a token string. Never throws for bad input: a non-string is `token_malformed`. */
   verify(token: string): Promise<GuardResult>;
   /** Checks a principal against requirements, with this guard's realm in the 403 challenge. */
   authorize(principal: Principal, requirements: readonly Requirement[], request?: GuardRequest): AuthorizationResult;
@@ -244,18 +245,6 @@ function checkLimits(limits: Partial<TokenLimits> | undefined): TokenLimits {
 function toList(value: string | readonly string[] | undefined): string[] | undefined {
   if (value === undefined) return undefined;
   return typeof value === 'string' ? [value] : [...value];
-}
-
-function secretToJwk(secret: string | Uint8Array): Record<string, unknown> {
-  if (typeof secret === 'string') {
-    const trimmed = secret.replace(/^[\s\u200b\ufeff]+/, '');
-    // A public key pasted as an HMAC secret is the classic RS/HS confusion setup (research cases 9-11).
-    if (trimmed.startsWith('-----BEGIN') || trimmed.startsWith('{') || /-----BEGIN [A-Z ]*KEY-----/.test(secret)) {
-      throw new TypeError('secret looks like a PEM or JWK key; configure public keys with publicKeys instead');
-    }
-  }
-  const bytes = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
-  return { kty: 'oct', k: bytes.toString('base64url') };
 }
 
 function staticKeys(
@@ -421,7 +410,8 @@ const compactJwsAlphabet = /^[A-Za-z0-9_.-]+$/;
  * The verification pipeline, cheapest checks first and every outcome a value:
  * size and alphabet → cache → split and decode (canonical base64url, UTF-8, strict JSON) → issuer by
  * exact `iss` → header (alg, crit, refused parameters, typ) → alg on the issuer's list (before any
- * JWKS fetch) → key by exact `kid` → signature → claims → principal → cache → DPoP proof remembered.
+ * JWKS fetch) → key by exact `kid` (a configured key without one matches any) → signature → claims →
+ * principal → cache (unless the issuer retired a key meanwhile) → DPoP proof remembered.
  * Claims are only read for `iss` (to pick the keys) before the signature has verified.
  *
  * @example
@@ -432,6 +422,8 @@ export async function verifyWithEngine(
   engine: EngineConfig,
   binding?: VerifiedProof,
 ): Promise<GuardResult> {
+  // `verify` is documented never to throw for bad input, and JavaScript callers can pass anything.
+  if (typeof token !== 'string') return refuse(engine, binding, 'token_malformed');
   if (token.length > engine.limits.maxTokenLength) return refuse(engine, binding, 'token_too_large');
   if (!compactJwsAlphabet.test(token)) return refuse(engine, binding, 'token_malformed');
   // A DPoP-bound result is cached under the token and its key together, apart from bearer results:
@@ -468,6 +460,9 @@ export async function verifyWithEngine(
     return refuse(engine, binding, 'type_invalid', issuer.issuer);
   if (!issuer.algorithms.includes(alg)) return refuse(engine, binding, 'algorithm_not_allowed', issuer.issuer);
 
+  // Read before the lookup: a refresh that retires a key while this verification still holds the old
+  // set (a lookup answered, the signature check not finished) moves it, and the result is not cached.
+  const epoch = engine.cache?.epoch(issuer.issuer) ?? 0;
   let lookup: Awaited<ReturnType<KeySource['lookup']>>;
   try {
     lookup = await issuer.keys.lookup(kid, alg);
@@ -491,7 +486,7 @@ export async function verifyWithEngine(
     if (issuer.profile.maxTokenAge !== undefined) {
       expiresAt = Math.min(expiresAt, ((payload.iat as number) + issuer.profile.maxTokenAge) * 1000);
     }
-    engine.cache.set(token, binding?.jkt, principal, expiresAt, issuer.issuer);
+    engine.cache.set(token, binding?.jkt, principal, expiresAt, issuer.issuer, epoch);
   }
   return accept(engine, binding, principal, issuer.issuer, false, nowMs);
 }
@@ -600,6 +595,14 @@ export function createGuard(options: GuardOptions): Guard {
   );
 }
 
+const noRequest: GuardRequest = Object.freeze({ headers: Object.freeze({}) });
+
+const isRequestLike = (value: unknown): value is GuardRequest =>
+  typeof value === 'object' &&
+  value !== null &&
+  typeof (value as GuardRequest).headers === 'object' &&
+  (value as GuardRequest).headers !== null;
+
 /**
  * Wraps an engine as a {@link Guard} reading tokens with `extract`.
  *
@@ -621,7 +624,9 @@ export function guardFromEngine(
   return {
     realm,
     tokenHeader,
-    async authenticate(request) {
+    async authenticate(input) {
+      // Never a throw for a bad request: no request or no header map reads as a request without a token.
+      const request = isRequestLike(input) ? input : noRequest;
       const found = extract(request);
       if (!found.ok) {
         engine.emit({ type: 'rejected', code: found.code, at: engine.now() });

@@ -1,26 +1,15 @@
-import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { importJWK, type JWK, SignJWT } from 'jose';
+import { type JWK, SignJWT } from 'jose';
 import type { JwsAlgorithm } from './algorithms.js';
 import type { GuardEvent } from './events.js';
 import { extractHeaderToken } from './extract-token.js';
 import { buildEngine, type Guard, guardFromEngine, internalTokenType, type PublicKeyInput } from './guard.js';
 import { defaultInternalTokenHeader } from './internal-header.js';
-import { jwkThumbprint } from './key-import.js';
+import { type InternalSigningKey, signingKeyRing, toSigningEntry } from './internal-signing-keys.js';
 import type { RemoteJwksOptions } from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
+import { seconds } from './seconds.js';
 
-/**
- * A signing key of the gateway: Ed25519 (EdDSA) or P-256 (ES256).
- *
- * @example
- * const key: InternalSigningKey = { kid: 'gw-2026-01', privateKey: readFileSync('gateway.pem', 'utf8') };
- */
-export interface InternalSigningKey {
-  /** Key id published in the JWKS (default: the RFC 7638 thumbprint). */
-  kid?: string;
-  /** The private key: a `KeyObject`, PKCS#8 PEM, or a private JWK. */
-  privateKey: KeyObject | string | Record<string, unknown>;
-}
+export type { InternalSigningKey } from './internal-signing-keys.js';
 
 /**
  * Options of {@link createInternalTokenIssuer}.
@@ -37,8 +26,17 @@ export interface InternalTokenIssuerOptions {
   ttl?: number;
   /** Names of further claims copied from the caller's token (e.g. `['email', 'tenant']`). */
   claims?: readonly string[];
-  /** How many keys `jwks()` publishes, current one included (default 3), so rotation overlaps. */
+  /**
+   * How many keys `jwks()` keeps publishing, newest first (default 3). A key whose tokens may still
+   * verify, or that has yet to sign, is published whatever this says.
+   */
   maxPublishedKeys?: number;
+  /**
+   * Seconds between `rotate()` publishing a key and the key signing (default 60; 0 to 3600). Make it
+   * at least the services' JWKS `cooldown` (default 30) plus any HTTP cache in front of the JWKS, so
+   * a service has fetched the new key before the first token that names it (no `key_unknown`).
+   */
+  rotationDelay?: number;
   /** Clock in epoch milliseconds (default `Date.now`). */
   now?: () => number;
 }
@@ -51,21 +49,24 @@ export interface InternalTokenIssuerOptions {
  */
 export interface InternalTokenIssuer {
   readonly issuer: string;
-  /** The kid of the signing key in use. */
+  /** The kid of the key that signs now (after a `rotate()`, the previous one until the delay has passed). */
   readonly currentKid: string;
   /** Mints a token for one upstream (`aud`) carrying the caller's identity. */
   mint(principal: Principal, options: { audience: string }): Promise<string>;
-  /** The public keys as a JWKS, for services to verify with (serve it, or pass it to `createInternalVerifier`). */
+  /**
+   * The public keys as a JWKS, for services to verify with (serve it, or pass it to
+   * `createInternalVerifier`): a key waiting to sign, the current one, and older ones while their
+   * tokens may still verify (and up to `maxPublishedKeys`). Ask again after a `rotate()`.
+   */
   jwks(): { keys: JWK[] };
-  /** Makes `key` (default: a fresh Ed25519 key) the signing key; older keys stay published. Returns its kid. */
-  rotate(key?: InternalSigningKey): string;
-}
-
-interface SigningEntry {
-  kid: string;
-  alg: 'EdDSA' | 'ES256';
-  publicJwk: JWK;
-  signingKey: Promise<CryptoKey>;
+  /**
+   * Publishes `key` (default: a fresh Ed25519 key) in `jwks()` at once and makes it the signing key
+   * once `delay` seconds have passed (default: the `rotationDelay` option, 60). The current key signs
+   * until then and stays published until its last tokens expired. `delay: 0` switches at once, for a
+   * key known to be compromised; services that fetched the JWKS within their cooldown then refuse the
+   * new tokens (`key_unknown`) until it ends. Returns the new kid.
+   */
+  rotate(key?: InternalSigningKey, options?: { delay?: number }): string;
 }
 
 /** Claims reserved by the internal token; extra claims never overwrite them. */
@@ -86,26 +87,6 @@ const reservedClaims = new Set([
   'nonce',
 ]);
 
-function toSigningEntry(input: InternalSigningKey | undefined): SigningEntry {
-  let privateKey: KeyObject;
-  if (input === undefined) privateKey = generateKeyPairSync('ed25519').privateKey;
-  else if (typeof input.privateKey === 'string') privateKey = createPrivateKey(input.privateKey);
-  else if ('asymmetricKeyType' in input.privateKey) privateKey = input.privateKey as KeyObject;
-  else privateKey = createPrivateKey({ key: input.privateKey as never, format: 'jwk' });
-  if (privateKey.type !== 'private') throw new TypeError('internal token keys must be private keys');
-  let alg: 'EdDSA' | 'ES256';
-  if (privateKey.asymmetricKeyType === 'ed25519') alg = 'EdDSA';
-  else if (privateKey.asymmetricKeyType === 'ec' && privateKey.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
-    alg = 'ES256';
-  } else throw new TypeError('internal token keys must be Ed25519 (EdDSA) or P-256 (ES256)');
-  const publicJwk = createPublicKey(privateKey).export({ format: 'jwk' }) as JWK;
-  const kid = input?.kid ?? jwkThumbprint(publicJwk);
-  const privateJwk = privateKey.export({ format: 'jwk' }) as JWK;
-  const signingKey = importJWK(privateJwk, alg) as Promise<CryptoKey>;
-  signingKey.catch(() => {});
-  return { kid, alg, publicJwk: { ...publicJwk, kid, alg, use: 'sig' }, signingKey };
-}
-
 /**
  * The gateway's internal token issuer (research section 4, lesson 2). Tokens are short-lived (60 s),
  * `aud` is the one upstream they are minted for, `iss` is the gateway, `typ` is `internal+jwt` so
@@ -125,23 +106,25 @@ export function createInternalTokenIssuer(options: InternalTokenIssuerOptions): 
   if (!Number.isSafeInteger(ttl) || ttl < 1 || ttl > 3600) throw new TypeError('ttl must be 1 to 3600 seconds');
   const maxPublished = options.maxPublishedKeys ?? 3;
   if (!Number.isSafeInteger(maxPublished) || maxPublished < 1) throw new TypeError('maxPublishedKeys must be ≥ 1');
+  const rotationDelay = seconds(options.rotationDelay ?? 60, 'rotationDelay', { max: 3600 });
   const now = options.now ?? Date.now;
   const extraClaims = (options.claims ?? []).filter((name) => !reservedClaims.has(name));
-  let entries: SigningEntry[] =
-    options.keys !== undefined && options.keys.length > 0
-      ? options.keys.map(toSigningEntry)
-      : [toSigningEntry(undefined)];
-  if (new Set(entries.map((entry) => entry.kid)).size !== entries.length) throw new TypeError('duplicate internal kid');
+  const configured = options.keys !== undefined && options.keys.length > 0 ? options.keys : [undefined];
+  const ring = signingKeyRing(
+    configured.map((key) => toSigningEntry(key, Number.NEGATIVE_INFINITY)),
+    { ttlMs: ttl * 1000, maxPublished, at: now() },
+  );
 
   return {
     issuer: options.issuer,
     get currentKid() {
-      return (entries[0] as SigningEntry).kid;
+      return ring.signer(now()).kid;
     },
     async mint(principal, { audience }) {
       if (typeof audience !== 'string' || audience.length === 0) throw new TypeError('mint needs an audience');
-      const current = entries[0] as SigningEntry;
-      const issuedAt = Math.floor(now() / 1000);
+      const at = now();
+      const current = ring.signer(at);
+      const issuedAt = Math.floor(at / 1000);
       const claims: Record<string, unknown> = {};
       for (const name of extraClaims) if (principal.claims[name] !== undefined) claims[name] = principal.claims[name];
       if (principal.scope.size > 0) claims.scope = [...principal.scope].join(' ');
@@ -160,12 +143,14 @@ export function createInternalTokenIssuer(options: InternalTokenIssuerOptions): 
         .sign(await current.signingKey);
     },
     jwks() {
-      return { keys: entries.map((entry) => ({ ...entry.publicJwk })) };
+      return { keys: ring.published(now()).map((entry) => ({ ...entry.publicJwk })) };
     },
-    rotate(key) {
-      const entry = toSigningEntry(key);
-      if (entries.some((existing) => existing.kid === entry.kid)) throw new TypeError('duplicate internal kid');
-      entries = [entry, ...entries].slice(0, maxPublished);
+    rotate(key, rotateOptions) {
+      // Published now, signing later: services pick the key up before any token names it.
+      const delay = seconds(rotateOptions?.delay ?? rotationDelay, 'rotate delay', { max: 3600 });
+      const at = now();
+      const entry = toSigningEntry(key, at + delay * 1000);
+      ring.add(entry, at);
       return entry.kid;
     },
   };

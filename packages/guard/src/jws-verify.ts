@@ -1,6 +1,7 @@
 import { isJwsAlgorithm, type JwsAlgorithm } from './algorithms.js';
 import type { ParsedJws } from './compact-jws.js';
 import type { GuardErrorCode } from './errors.js';
+import { normalizeTyp } from './guard-typ.js';
 import type { VerificationKey } from './key-import.js';
 
 /**
@@ -37,8 +38,10 @@ export function checkJwsHeader(
   }
   if (header.typ !== undefined && typeof header.typ !== 'string') return { ok: false, code: 'token_malformed' };
   for (const name of refusedHeaderParameters) if (name in header) return { ok: false, code: 'header_unsupported' };
-  // A nested JWT (`cty: JWT`) would need a second verification: refused (RFC 8725 §3.3).
-  if (typeof header.cty === 'string' && header.cty.toUpperCase() === 'JWT')
+  // A nested JWT (`cty: JWT`) would need a second verification: refused (RFC 8725 §3.3). Media types
+  // are case-insensitive and `application/` may be left out (RFC 7515 §4.1.10), so `application/jwt`
+  // is the same value.
+  if (typeof header.cty === 'string' && normalizeTyp(header.cty) === 'jwt')
     return { ok: false, code: 'header_unsupported' };
   if (header.crit !== undefined) {
     const crit = header.crit;

@@ -30,12 +30,33 @@ export interface KeySource {
   refreshIfDue(at: number): void;
 }
 
-function match(keys: readonly VerificationKey[], kid: string | undefined, alg: JwsAlgorithm): KeyLookup | undefined {
+/**
+ * The keys that may verify a token with this `kid` and `alg`. A key with a `kid` is only ever taken
+ * for exactly that `kid`: no paths, no queries, no patterns (research case 17). With `kidlessMatchesAny`
+ * (configured keys), a key without a `kid` is taken for any `kid` too, after the keys whose `kid`
+ * matched: a PEM or a secret has no `kid` to give, while most identity providers, and the gateway,
+ * name one in every token. A fetched JWKS keeps exact matching, so a new `kid` still leads to a refetch
+ * instead of a try against a key-less entry.
+ */
+function match(
+  keys: readonly VerificationKey[],
+  kid: string | undefined,
+  alg: JwsAlgorithm,
+  kidlessMatchesAny = false,
+): KeyLookup | undefined {
   if (kid !== undefined) {
-    // `kid` is only ever an exact map key: no paths, no queries, no patterns (research case 17).
-    const sameKid = keys.filter((key) => key.kid === kid);
-    if (sameKid.length === 0) return undefined;
-    const usable = sameKid.filter((key) => key.alg === alg);
+    let named = false;
+    const exact: VerificationKey[] = [];
+    const kidless: VerificationKey[] = [];
+    for (const key of keys) {
+      const candidates = key.kid === kid ? exact : kidlessMatchesAny && key.kid === undefined ? kidless : undefined;
+      if (candidates === undefined) continue;
+      named = true;
+      if (key.alg === alg) candidates.push(key);
+    }
+    if (!named) return undefined;
+    // The keys that carry this kid come first: the likely signer is tried before the key-less ones.
+    const usable = kidless.length === 0 ? exact : exact.concat(kidless);
     return usable.length === 0 ? { kind: 'alg-mismatch' } : { kind: 'found', keys: usable };
   }
   const usable = keys.filter((key) => key.alg === alg);
@@ -43,7 +64,8 @@ function match(keys: readonly VerificationKey[], kid: string | undefined, alg: J
 }
 
 /**
- * A fixed set of keys (configured secret, PEM or JWK keys).
+ * A fixed set of keys (configured secret, PEM or JWK keys). A key configured without a `kid` verifies
+ * tokens whatever `kid` they name; one with a `kid` only tokens that name it.
  *
  * @example
  * const source = staticKeySource(Promise.resolve([key]));
@@ -52,7 +74,7 @@ export function staticKeySource(keys: Promise<readonly VerificationKey[]>): KeyS
   return {
     async lookup(kid, alg) {
       const resolved = await keys;
-      return match(resolved, kid, alg) ?? { kind: 'unknown-kid' };
+      return match(resolved, kid, alg, true) ?? { kind: 'unknown-kid' };
     },
     usable: () => true,
     refreshIfDue: () => {},
@@ -311,12 +333,16 @@ export function remoteKeySource(
     return !lastAttemptFailed || at - lastAttemptAt >= cooldownMs;
   }
 
-  function rememberUnknown(kid: string): void {
+  // Remembers a kid that the set fetched at `fetchedAt` did not hold, for `negativeTtl` from that fetch.
+  // Only a fetch says a kid is unknown: a kid first seen inside the cooldown (no fetch allowed) is
+  // refused without being remembered, so a key published meanwhile is picked up on the first token
+  // after the cooldown, not a `negativeTtl` later.
+  function rememberUnknown(kid: string, fetchedAt: number): void {
     if (unknownKids.size >= maxUnknownKids) {
       const oldest = unknownKids.keys().next();
       if (!oldest.done) unknownKids.delete(oldest.value);
     }
-    unknownKids.set(kid, now() + negativeTtlMs);
+    unknownKids.set(kid, fetchedAt + negativeTtlMs);
   }
 
   // Whether the held set may answer at `at`: fresh, or stale while refreshes fail, up to
@@ -373,11 +399,12 @@ export function remoteKeySource(
       if (rememberedUntil !== undefined && now() < rememberedUntil) return { kind: 'unknown-kid' };
       if (inFlight !== undefined || now() - lastAttemptAt >= cooldownMs) {
         // One fetch per cooldown, shared by every caller that arrives while it runs.
-        await refresh();
+        const fetched = await refresh();
         const again = state === undefined ? undefined : match(state.keys, kid, alg);
         if (again !== undefined) return again;
+        // A failed fetch says nothing about the kid; the cooldown alone spaces out the next attempt.
+        if (fetched && state !== undefined) rememberUnknown(memoryKey, state.fetchedAt);
       }
-      rememberUnknown(memoryKey);
       return { kind: 'unknown-kid' };
     },
   };

@@ -38,8 +38,15 @@ function frozenCopy(value: unknown): unknown {
   return prototype === Object.prototype || prototype === null ? frozenRecord(value) : value;
 }
 
-function addWords(target: Set<string>, value: unknown): void {
+// `split` is for the scope claims only: OAuth `scope` is space-delimited by definition (RFC 6749 §3.3,
+// RFC 9068), and so is a string `scp`. A role or group is a name that may hold a space
+// (`"Finance Admin"`): a string roles claim is one role, or that group would pass requireRoles('Admin').
+function addWords(target: Set<string>, value: unknown, split: boolean): void {
   if (typeof value === 'string') {
+    if (!split) {
+      if (value.length > 0) target.add(value);
+      return;
+    }
     for (const word of value.split(' ')) if (word.length > 0) target.add(word);
   } else if (Array.isArray(value)) {
     for (const item of value) if (typeof item === 'string' && item.length > 0) target.add(item);
@@ -59,7 +66,8 @@ export function isWordList(value: unknown): boolean {
 /**
  * Builds a principal from verified claims. Scopes come from `scope` (space-delimited, RFC 9068) and
  * `scp` (string or array, as some issuers send), so both shapes give the same decision (research case
- * 49). Roles come from the configured claim (default `roles`).
+ * 49). Roles come from the configured claim (default `roles`): an array of names, or one string that
+ * is one role (never split on spaces, unlike `scope`).
  *
  * @example
  * const principal = principalFromClaims({ sub: 'u1', iss: 'https://id.example', aud: 'api', scope: 'a b' });
@@ -70,10 +78,10 @@ export function principalFromClaims(
   options: { rolesClaim?: string; issuer?: string; audience?: readonly string[] } = {},
 ): Principal {
   const scope = new Set<string>();
-  addWords(scope, claims.scope);
-  addWords(scope, claims.scp);
+  addWords(scope, claims.scope, true);
+  addWords(scope, claims.scp, true);
   const roles = new Set<string>();
-  addWords(roles, claims[options.rolesClaim ?? 'roles']);
+  addWords(roles, claims[options.rolesClaim ?? 'roles'], false);
   const aud = options.audience ?? (typeof claims.aud === 'string' ? [claims.aud] : ((claims.aud as string[]) ?? []));
   return Object.freeze({
     sub: claims.sub as string,

@@ -11,7 +11,20 @@ export interface CachedPrincipal {
 /** A bounded cache of verified tokens. `jkt` is the key of the DPoP proof a bound token came with. */
 export interface TokenCache {
   get(token: string, jkt: string | undefined, nowMs: number): CachedPrincipal | undefined;
-  set(token: string, jkt: string | undefined, principal: Principal, expiresAt: number, issuer: string): void;
+  /**
+   * The issuer's eviction epoch: it changes each time {@link TokenCache.deleteIssuer} runs. A
+   * verification reads it before its key lookup and hands it to `set`.
+   */
+  epoch(issuer: string): number;
+  /** Stores a verified token, unless the issuer's entries were dropped since `epoch` was read. */
+  set(
+    token: string,
+    jkt: string | undefined,
+    principal: Principal,
+    expiresAt: number,
+    issuer: string,
+    epoch: number,
+  ): void;
   deleteIssuer(issuer: string): void;
   readonly size: number;
 }
@@ -28,13 +41,17 @@ export interface TokenCache {
  *   verified again, and fails as an uncached one would;
  * - only successes are stored: an error is never cached, so a key that appears later is used;
  * - it holds at most `maxEntries`; the oldest entry goes first;
- * - entries of an issuer are dropped when that issuer retires a key.
+ * - entries of an issuer are dropped when that issuer retires a key, and a verification that was
+ *   already under way with the old keys (its lookup came before the refresh, its signature check
+ *   ends after) does not put its result back: `set` is skipped when the issuer's epoch moved since
+ *   the verification read it before its lookup.
  *
  * `keysUsable` tells whether the keys of a configured issuer may still be trusted at a time.
  *
  * @example
  * const cache = createTokenCache(10_000, (issuer, at) => issuers.get(issuer)?.keys.usable(at) ?? false);
- * cache.set(token, undefined, principal, principal.claims.exp * 1000, principal.iss);
+ * const epoch = cache.epoch(principal.iss); // before the key lookup
+ * cache.set(token, undefined, principal, principal.claims.exp * 1000, principal.iss, epoch);
  */
 export function createTokenCache(
   maxEntries: number,
@@ -43,6 +60,8 @@ export function createTokenCache(
   if (!Number.isSafeInteger(maxEntries) || maxEntries < 1)
     throw new TypeError('cache.maxEntries must be a positive integer');
   const entries = new Map<string, CachedPrincipal>();
+  // Per issuer, how many times its entries were dropped. Only issuers that retired a key appear.
+  const epochs = new Map<string, number>();
   // The hashed input starts with `b` (bearer) or `d` (DPoP): the two namespaces share no input, so
   // a bearer token never lands on a bound entry. A jkt is a base64url thumbprint computed here, never
   // sent, so it holds no `:` and the input `d:<jkt>:<token>` splits one way only.
@@ -62,7 +81,13 @@ export function createTokenCache(
       }
       return entry;
     },
-    set(token, jkt, principal, expiresAt, issuer) {
+    epoch(issuer) {
+      return epochs.get(issuer) ?? 0;
+    },
+    set(token, jkt, principal, expiresAt, issuer, epoch) {
+      // Verified with keys the issuer has retired since: the eviction already ran, and an entry
+      // stored now would outlive it until `exp`, since a hit only asks whether the current set is fresh.
+      if ((epochs.get(issuer) ?? 0) !== epoch) return;
       const key = hash(token, jkt);
       entries.delete(key);
       if (entries.size >= maxEntries) {
@@ -72,6 +97,7 @@ export function createTokenCache(
       entries.set(key, { principal, expiresAt, issuer });
     },
     deleteIssuer(issuer) {
+      epochs.set(issuer, (epochs.get(issuer) ?? 0) + 1);
       for (const [key, entry] of entries) if (entry.issuer === issuer) entries.delete(key);
     },
     get size() {

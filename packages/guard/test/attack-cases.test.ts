@@ -1,4 +1,5 @@
-import { createPublicKey } from 'node:crypto';
+import { createPublicKey, randomBytes, X509Certificate } from 'node:crypto';
+import { rootCertificates } from 'node:tls';
 import { describe, expect, it, vi } from 'vitest';
 import {
   createGuard,
@@ -170,6 +171,51 @@ describe('algorithm and key cases', () => {
     expect(() => guardWith({ secret: jwkText })).toThrow(TypeError);
   });
 
+  it('cases 10 and 11: key material in any encoding, text or bytes, cannot be configured as a secret', () => {
+    const spki = createPublicKey(keys.rsa.publicPem).export({ type: 'spki', format: 'der' });
+    const certificatePem = rootCertificates[0] as string;
+    const certificate = new X509Certificate(certificatePem).raw;
+    const privateDer = keys.ec.privateKey.export({ type: 'pkcs8', format: 'der' });
+    const materials: Array<[string, string | Uint8Array]> = [
+      ["readFileSync('idp.pem') without an encoding", Buffer.from(keys.rsa.publicPem)],
+      ['the PEM as TextEncoder bytes', new TextEncoder().encode(keys.ec.publicPem)],
+      ['a certificate PEM after a comment line', `# identity provider signing certificate\n${certificatePem}`],
+      ['a certificate PEM as bytes', Buffer.from(certificatePem)],
+      ['a JWKS keys array as JSON text', JSON.stringify([keys.rsa.publicJwk])],
+      ['a JWKS as JSON bytes', Buffer.from(JSON.stringify({ keys: [keys.rsa.publicJwk] }))],
+      ['base64 DER (SPKI)', spki.toString('base64')],
+      [
+        'base64 DER in 64-character lines (a PEM body without armour)',
+        spki.toString('base64').replace(/(.{64})/g, '$1\n'),
+      ],
+      ['base64url DER', spki.toString('base64url')],
+      ['hex DER', spki.toString('hex')],
+      ['DER bytes (SPKI)', spki],
+      ['DER bytes (PKCS#1)', createPublicKey(keys.rsa.publicPem).export({ type: 'pkcs1', format: 'der' })],
+      ['a DER certificate', certificate],
+      ['a base64 certificate (an x5c entry)', certificate.toString('base64')],
+      ['a DER private key', privateDer],
+      [
+        'an OpenSSH public key',
+        'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq0lVjBnbP7Oq5Q0pTz4V8bV3qCj5sM0y3y2S7M9Dk2 idp@example',
+      ],
+    ];
+    for (const [label, secret] of materials) {
+      expect(() => guardWith({ secret }), label).toThrow(/key material/);
+    }
+    // Random secrets, in every encoding people keep them in, are never mistaken for a key; some start
+    // with the DER SEQUENCE tag, so the DER parsers run on them too.
+    for (let round = 0; round < 200; round++) {
+      const bytes = randomBytes(round % 2 === 0 ? 32 : 64);
+      if (round % 4 === 0) bytes[0] = 0x30;
+      for (const secret of [bytes, bytes.toString('base64'), bytes.toString('base64url'), bytes.toString('hex')]) {
+        expect(() => guardWith({ secret })).not.toThrow();
+      }
+    }
+    expect(() => guardWith({ secret: SECRET })).not.toThrow();
+    expect(() => guardWith({ secret: 'correct horse battery staple, and then some more words' })).not.toThrow();
+  });
+
   it('case 12: HS256 against a JWKS-only issuer is refused without any JWKS fetch', async () => {
     const server = await startJwksServer({ kind: 'json', body: { keys: [{ ...keys.rsa.publicJwk, kid: 'r1' }] } });
     try {
@@ -315,7 +361,11 @@ describe('algorithm and key cases', () => {
   it('case 22: JWE, nested JWT and JSON serialization are refused without decryption', async () => {
     const guard = guardWith();
     expectCode(await guard.verify(`${b64url({ alg: 'dir', enc: 'A256GCM' })}.a.b.c.d`), 'token_malformed');
-    expectCode(await guard.verify(makeToken({ header: { cty: 'JWT' } })), 'header_unsupported');
+    // Every spelling of the JWT media type (RFC 7515 §4.1.10: case-insensitive, `application/` optional).
+    for (const cty of ['JWT', 'jwt', 'application/jwt', 'Application/JWT']) {
+      expectCode(await guard.verify(makeToken({ header: { cty } })), 'header_unsupported');
+    }
+    expectOk(await guard.verify(makeToken({ header: { cty: 'application/json' } })));
     const [h, p, s] = makeToken().split('.');
     expectCode(await guard.verify(JSON.stringify({ protected: h, payload: p, signature: s })), 'token_malformed');
   });

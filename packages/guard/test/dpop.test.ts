@@ -121,6 +121,35 @@ describe('DPoP (case 52)', () => {
     expect(code(hmac)).toBe('dpop_proof_invalid');
   });
 
+  it('htu is compared after RFC 3986 normalisation (RFC 9449 §4.3): percent-encoding case, unreserved characters, dots', async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const attempt = (htu: string, url: string) =>
+      guard.authenticate({
+        method: 'POST',
+        url,
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, htu }, clock.seconds()) },
+      });
+    const same: Array<[string, string]> = [
+      [`${ORIGIN}/%7Euser/orders`, '/~user/orders'],
+      [`${ORIGIN}/~user/orders`, '/%7euser/orders'],
+      [`${ORIGIN}/a%2fb`, '/a%2Fb'],
+      [`${ORIGIN}/%6Frders`, '/orders'],
+      ['HTTPS://API.EXAMPLE:443/orders', '/orders'],
+      [`${ORIGIN}/orders`, '/v1/../orders?page=2'],
+    ];
+    for (const [htu, url] of same) expect(code(await attempt(htu, url)), `${htu} vs ${url}`).toBe('ok');
+    // An encoded slash is not a slash, and other characters keep their case.
+    const different: Array<[string, string]> = [
+      [`${ORIGIN}/a%2Fb`, '/a/b'],
+      [`${ORIGIN}/Orders`, '/orders'],
+      [`${ORIGIN}/orders%20`, '/orders'],
+    ];
+    for (const [htu, url] of different) {
+      expect(code(await attempt(htu, url)), `${htu} vs ${url}`).toBe('dpop_proof_invalid');
+    }
+  });
+
   it('refuses a missing or doubled proof header, and a token bound to another key', async () => {
     const { clock, guard } = setup();
     const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });

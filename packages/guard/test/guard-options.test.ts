@@ -1,6 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   createGuard,
+  createInternalTokenIssuer,
+  createInternalVerifier,
   type GuardResult,
   guardRequestFromNode,
   isGuard,
@@ -46,6 +48,55 @@ describe('key sources and options', () => {
     expect(code(await guard.verify(makeToken({ alg: 'PS256', key: keys.rsa.privateKey, header: { kid: 'rs' } })))).toBe(
       'algorithm_not_allowed',
     );
+  });
+
+  it('a configured key without a kid verifies tokens whatever kid they name; a key with a kid only its own', async () => {
+    const clock = manualClock();
+    const rs256 = (key: typeof keys.rsa, kid: string) =>
+      makeToken({ alg: 'RS256', key: key.privateKey, header: { kid } });
+    // The documented partner.pem setup: a PEM has no kid, the identity provider names one anyway.
+    const pem = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      issuers: [{ issuer: ISSUER, publicKeys: [keys.ec.publicPem], algorithms: ['ES256'] }],
+    });
+    expect(
+      code(await pem.verify(makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'partner-2026' } }))),
+    ).toBe('ok');
+    const secret = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    expect(code(await secret.verify(makeToken({ header: { kid: 'hs-1' } })))).toBe('ok');
+
+    // A key-less key listed first, a named one second.
+    const mixed = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      issuers: [
+        {
+          issuer: ISSUER,
+          algorithms: ['RS256'],
+          publicKeys: [keys.rsa2.publicPem, { pem: keys.rsa.publicPem, kid: 'named' }],
+        },
+      ],
+    });
+    const subtle = globalThis.crypto.subtle;
+    const verifySpy = vi.spyOn(subtle, 'verify');
+    try {
+      // The key carrying the token's kid is tried first, whatever the configured order.
+      expect(code(await mixed.verify(rs256(keys.rsa, 'named')))).toBe('ok');
+      expect(verifySpy).toHaveBeenCalledTimes(1);
+    } finally {
+      verifySpy.mockRestore();
+    }
+    expect(code(await mixed.verify(rs256(keys.rsa2, 'anything')))).toBe('ok');
+    // A named key is never tried for another kid: only the key-less one is, and it did not sign this.
+    expect(code(await mixed.verify(rs256(keys.rsa, 'other')))).toBe('signature_invalid');
+    // Without a key-less key, an unknown kid is still unknown.
+    const named = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      issuers: [{ issuer: ISSUER, algorithms: ['RS256'], publicKeys: [{ pem: keys.rsa.publicPem, kid: 'named' }] }],
+    });
+    expect(code(await named.verify(rs256(keys.rsa, 'other')))).toBe('key_unknown');
   });
 
   it('refuses duplicate kids, private material and mixed secrets at construction', () => {
@@ -163,6 +214,36 @@ describe('key sources and options', () => {
     expect(code(await build({ maxTokenLength: 16_384 }).verify(makeToken({ claims: { pad: 'x'.repeat(9000) } })))).toBe(
       'ok',
     );
+  });
+
+  it('verify and authenticate answer bad input from JavaScript callers with a refusal, never a throw', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    for (const token of [undefined, null, 42, {}, ['a.b.c']]) {
+      expect(code(await guard.verify(token as never)), String(token)).toBe('token_malformed');
+    }
+    for (const request of [undefined, null, {}, { headers: null }, 'Bearer x', { headers: { authorization: 42 } }]) {
+      expect(code(await guard.authenticate(request as never)), JSON.stringify(request)).toBe('token_missing');
+    }
+    const lenient = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      allowQueryToken: true,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    expect(code(await lenient.authenticate({ headers: {}, url: 7 } as never))).toBe('token_missing');
+    const internal = createInternalVerifier({
+      issuer: ISSUER,
+      audience: AUDIENCE,
+      jwks: createInternalTokenIssuer({ issuer: ISSUER }).jwks(),
+    });
+    expect(code(await internal.authenticate({ headers: { 'idem-internal-token': 42 } } as never))).toBe(
+      'token_missing',
+    );
+    expect(code(await internal.authenticate(undefined as never))).toBe('token_missing');
   });
 
   it('guardRequestFromNode keeps both Authorization and DPoP values from headersDistinct', () => {

@@ -10,6 +10,7 @@ import {
   stripIdentityHeaders,
   verifyInternalToken,
 } from '../src/index.js';
+import { startJwksServer } from './support/jwks-server.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
 
 const GATEWAY = 'https://gateway.example';
@@ -104,23 +105,101 @@ describe('internal token', () => {
     expect(atEdge.ok ? 'ok' : atEdge.error.code).toBe('type_invalid');
   });
 
-  it('rotates: the new key signs, older keys stay published for overlap, then drop out', async () => {
-    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 2 });
+  it('rotates: the new key is published at once and signs after the delay; older keys stay while their tokens live', async () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 2, now: clock.now });
     const principal = await edgePrincipal();
+    const kidOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[0] as string, 'base64url').toString()).kid;
     const before = await issuer.mint(principal, { audience: 'orders' });
     const firstKid = issuer.currentKid;
     const secondKid = issuer.rotate();
     expect(secondKid).not.toBe(firstKid);
+    // Published first, signing only after the rotation delay (60 s by default).
+    expect(issuer.jwks().keys.map((key) => key.kid)).toEqual([secondKid, firstKid]);
+    expect(issuer.currentKid).toBe(firstKid);
+    expect(kidOf(await issuer.mint(principal, { audience: 'orders' }))).toBe(firstKid);
+    clock.advance(60);
+    expect(issuer.currentKid).toBe(secondKid);
     const after = await issuer.mint(principal, { audience: 'orders' });
-    const verifier = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks() });
-    expect((await verifier.verify(before)).ok).toBe(true);
+    expect(kidOf(after)).toBe(secondKid);
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      jwks: issuer.jwks(),
+      now: clock.now,
+    });
     expect((await verifier.verify(after)).ok).toBe(true);
+    // An explicit `delay: 0` switches at once (a compromised key). The first key's tokens may still be
+    // live, so it stays published beyond maxPublishedKeys ...
     const es256 = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
-    issuer.rotate({ kid: 'es', privateKey: es256 });
+    issuer.rotate({ kid: 'es', privateKey: es256 }, { delay: 0 });
+    expect(issuer.currentKid).toBe('es');
+    expect(issuer.jwks().keys.map((key) => key.kid)).toEqual(['es', secondKid, firstKid]);
+    // ... until its last token (signed at t=60 at the latest, 60 s ttl, 60 s of verifier tolerance) is dead.
+    clock.advance(120);
     expect(issuer.jwks().keys.map((key) => key.kid)).toEqual(['es', secondKid]);
-    const later = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks() });
-    expect((await later.verify(before)).ok).toBe(false);
+    const later = createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks(), now: clock.now });
+    const old = await later.verify(before);
+    expect(old.ok ? 'ok' : old.error.code).toBe('key_unknown');
     expect((await later.verify(await issuer.mint(principal, { audience: 'orders' }))).ok).toBe(true);
+  });
+
+  it('rotate() never causes key_unknown at a service fetching the gateway JWKS, even rotating in quick succession', async () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now, maxPublishedKeys: 1 });
+    const server = await startJwksServer({ kind: 'json', body: issuer.jwks() });
+    try {
+      const verifier = createInternalVerifier({
+        issuer: GATEWAY,
+        audience: 'orders',
+        jwksUri: server.url,
+        jwksOptions: { cooldown: 30, defaultTtl: 600 },
+        now: clock.now,
+        cache: false,
+      });
+      const principal = await edgePrincipal();
+      const refused: string[] = [];
+      let minted: string[] = [];
+      for (let t = 0; t <= 400; t += 5) {
+        // The gateway rotates at t=5, and three more times 10 s apart later on.
+        if (t === 5 || t === 200 || t === 210 || t === 220) issuer.rotate();
+        server.set({ kind: 'json', body: issuer.jwks() });
+        minted = [...minted.slice(-11), await issuer.mint(principal, { audience: 'orders' })];
+        // Every token minted in the last minute (its whole life) still verifies.
+        for (const token of minted) {
+          const result = await verifier.verify(token);
+          if (!result.ok && result.error.code !== 'token_expired') refused.push(`t=${t}: ${result.error.code}`);
+        }
+        clock.advance(5);
+      }
+      expect(refused).toEqual([]);
+      expect(server.requests).toBeGreaterThan(1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('refuses a bad rotation delay', () => {
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, rotationDelay: -1 })).toThrow(TypeError);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, rotationDelay: Number.NaN })).toThrow(TypeError);
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    expect(() => issuer.rotate(undefined, { delay: 7200 })).toThrow(TypeError);
+    expect(() =>
+      issuer.rotate({ kid: issuer.currentKid, privateKey: generateKeyPairSync('ed25519').privateKey }),
+    ).toThrow(/duplicate/);
+  });
+
+  it('a service configured with the gateway public key as PEM (no kid) verifies its tokens, which name one', async () => {
+    const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, keys: [{ privateKey }] });
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      keys: [publicKey.export({ type: 'spki', format: 'pem' }) as string],
+    });
+    const token = await issuer.mint(await edgePrincipal(), { audience: 'orders' });
+    const result = await verifier.verify(token);
+    expect(result.ok ? 'ok' : result.error.code).toBe('ok');
   });
 
   it('refuses bad issuer options at construction', () => {

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createGuard, type GuardEvent, type GuardOptions } from '../src/index.js';
 import { type JwksReply, startJwksServer } from './support/jwks-server.js';
@@ -153,6 +153,31 @@ describe('remote JWKS', () => {
     expect(server.requests).toBe(2);
     await guard.verify(token('other'));
     expect(server.requests).toBe(3);
+  });
+
+  it('a kid is only remembered as unknown after a fetch that did not hold it, not inside the cooldown', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')), { cooldown: 30, negativeTtl: 120 });
+    expect((await guard.verify(token('k1'))).ok).toBe(true); // fetch at t=0
+    server.set(set(jwk('k1'), jwk('k2')));
+    clock.advance(29);
+    // Inside the cooldown: refused without a fetch, and so without a verdict on k2.
+    const early = await guard.verify(token('k2'));
+    expect(early.ok ? 'ok' : early.error.code).toBe('key_unknown');
+    expect(server.requests).toBe(1);
+    clock.advance(2); // t=31: the cooldown has passed since the previous fetch
+    expect((await guard.verify(token('k2'))).ok).toBe(true);
+    expect(server.requests).toBe(2);
+
+    // A failed fetch says nothing about a kid either: once the endpoint is back, the next attempt
+    // after the cooldown picks the key up, not one negativeTtl (120 s) after the failure.
+    server.set({ kind: 'raw', status: 503, body: 'down' });
+    clock.advance(31);
+    expect((await guard.verify(token('k3'))).ok).toBe(false);
+    expect(server.requests).toBe(3);
+    server.set(set(jwk('k1'), jwk('k2'), jwk('k3')));
+    clock.advance(31);
+    expect((await guard.verify(token('k3'))).ok).toBe(true);
+    expect(server.requests).toBe(4);
   });
 
   it('case 50: the last good keys work for staleIfError past expiry while the endpoint fails, then fail closed', async () => {
@@ -392,6 +417,49 @@ describe('remote JWKS', () => {
     await vi.waitFor(() => expect(server.requests).toBe(2));
     const refused = await guard.verify(longLived);
     expect(refused.ok ? 'ok' : refused.error.code).toBe('key_unknown');
+  });
+
+  it('verified-token cache: a verification that looked up a key before its retirement does not cache its result', async () => {
+    const { server, clock, guard, token } = await setup(set(jwk('k1')), {}, true);
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    clock.advance(31);
+    // k1 leaked; the issuer replaces it with k2. A k1 token that lives for a day is being verified.
+    const replacement = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const k2 = { ...(replacement.publicKey.export({ format: 'jwk' }) as object), kid: 'k2', alg: 'ES256', use: 'sig' };
+    server.set(set(k2));
+    const forged = makeToken({
+      alg: 'ES256',
+      key: keys.ec.privateKey,
+      header: { kid: 'k1' },
+      claims: { exp: START_MS / 1000 + 86_400, jti: 'forged' },
+    });
+    // Its signature check is held (a busy thread pool) until the new set has landed.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const subtle = globalThis.crypto.subtle;
+    const original = subtle.verify.bind(subtle);
+    const spy = vi.spyOn(subtle, 'verify').mockImplementationOnce(async (...args) => {
+      await held;
+      return original(...args);
+    });
+    try {
+      const inFlight = guard.verify(forged);
+      // An unknown kid past the cooldown fetches the new set: k1 is retired, the issuer's entries dropped.
+      const fresh = makeToken({ alg: 'ES256', key: replacement.privateKey, header: { kid: 'k2' }, now: clock.now() });
+      expect((await guard.verify(fresh)).ok).toBe(true);
+      expect(server.requests).toBe(2);
+      release();
+      // It looked k1 up while k1 was still current, so this one answer stands ...
+      expect((await inFlight).ok).toBe(true);
+    } finally {
+      spy.mockRestore();
+    }
+    // ... but it was not cached: the token now meets the current set.
+    const again = await guard.verify(forged);
+    expect(again.ok ? 'ok' : again.error.code).toBe('key_unknown');
+    expect(guard.stats().cacheHits).toBe(0);
   });
 
   it('verified-token cache: past the set lifetime with a healthy endpoint, a hit waits for the refresh, not stale-if-error', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createGuard, principalFromClaims, requireScopes } from '../src/index.js';
+import { authorizeRequest, createGuard, principalFromClaims, requireRoles, requireScopes } from '../src/index.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
 
 // A principal is documented as immutable, and the verified-token cache hands the same one to every
@@ -50,6 +50,21 @@ describe('principal', () => {
     }).toThrow(TypeError);
     expect(Object.isFrozen(principal.aud)).toBe(true);
     expect(Object.isFrozen(principal)).toBe(true);
+  });
+
+  it('a roles claim that is one string is one role; only the scope claims are space-delimited', () => {
+    const principal = principalFromClaims(
+      { sub: 'u1', iss: ISSUER, aud: AUDIENCE, groups: 'Finance Admin', scope: 'a b', scp: 'c d' },
+      { rolesClaim: 'groups' },
+    );
+    expect([...principal.roles]).toEqual(['Finance Admin']);
+    expect(authorizeRequest(principal, [requireRoles('Admin')], { headers: {} }).ok).toBe(false);
+    expect(authorizeRequest(principal, [requireRoles('Finance Admin')], { headers: {} }).ok).toBe(true);
+    expect([...principal.scope]).toEqual(['a', 'b', 'c', 'd']);
+    expect([...principalFromClaims({ sub: 'u1', iss: ISSUER, aud: AUDIENCE, roles: ['x y', 'z'] }).roles]).toEqual([
+      'x y',
+      'z',
+    ]);
   });
 
   it('read-only sets answer every read a Set answers', () => {

@@ -338,9 +338,10 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
           'The access token is not meant for this audience',
         ],
         [
-          makeToken({ header: { kid: '"\\ x\r\nSet-Cookie: a=b' } }),
-          'key_unknown',
-          'No signing key is known for the access token',
+          // The secret has no kid, so it is tried whatever the token names; another secret signed this.
+          makeToken({ header: { kid: '"\\ x\r\nSet-Cookie: a=b' }, key: `${SECRET}-other` }),
+          'signature_invalid',
+          'The access token signature is invalid',
         ],
       ];
       for (const [hostile, code, description] of cases) {
