@@ -248,8 +248,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     // Without renewals a lease already ends after one lease: a cap on renewals would mean nothing.
     if (!heartbeat) throw new TypeError('maxExecution needs the heartbeat (heartbeat: false already ends every lease)');
   }
-  const conflictRetryAfter = options.conflictRetryAfter ?? 1;
-  const unavailableRetryAfter = options.unavailableRetryAfter ?? 2;
+  const conflictRetryAfter = delaySeconds(options.conflictRetryAfter, 1, 'conflictRetryAfter');
+  const unavailableRetryAfter = delaySeconds(options.unavailableRetryAfter, 2, 'unavailableRetryAfter');
   const now = options.now ?? Date.now;
   const onEvent = options.onEvent;
 
@@ -717,3 +717,13 @@ function storableFingerprint(fingerprint: string | undefined): string {
 }
 
 const printableAscii = /^[\x20-\x7e]*$/;
+
+// Sent as `Retry-After`, whose value is delay-seconds, digits only (RFC 9110, 10.2.3): '1s', 1.5, -1
+// or NaN would go on the wire as a field no client can read.
+function delaySeconds(value: unknown, fallback: number, name: string): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || (value as number) < 0) {
+    throw new TypeError(`${name} must be a whole number of seconds, at least 0 (it is sent as Retry-After)`);
+  }
+  return value as number;
+}

@@ -21,7 +21,9 @@ interface EventBase {
  * - `policy-error`: the `storeOutcome` function threw or returned no decision; the outcome was stored
  *   with the default retention, as the spec's rule has it.
  * - `response-not-stored`: an adapter served a response it could not store (too large, streaming, an
- *   event stream), or the 404 of a request that no route took (`no-route`), which is no outcome.
+ *   event stream), or the 404 of a request that no route took (`no-route`) or the answer of a body
+ *   parser that refused the body (`body-refused`), which are no outcomes; or a response that was
+ *   closed before its head went out and can never be ended (`closed`: the server destroyed it).
  */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claim'; durationMs: number })
@@ -45,7 +47,7 @@ export type IdempotencyEvent =
     });
 
 /** Why a served response was not stored: see `response-not-stored` above. */
-export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route';
+export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route' | 'body-refused' | 'closed';
 
 /** The names of all events. */
 export type IdempotencyEventType = IdempotencyEvent['type'];

@@ -1,6 +1,6 @@
 import { createHash, hash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.js';
-import { byNameThenValue, canonicalMultipart } from './multipart.js';
+import { canonicalMultipart } from './multipart.js';
 
 /** The parts of a request that make up its identity. */
 export interface RequestParts {
@@ -144,10 +144,17 @@ function normaliseQuery(query: RequestParts['query']): string {
       for (const item of typeof value === 'string' ? [value] : value) params.append(name, item);
     }
   }
-  // Sorting by name and then value makes `?b=2&a=1` and `?a=1&b=2` one request; repeated names
-  // keep every value, so `?a=1&a=2` never equals `?a=1`.
-  const pairs = [...params].sort(byNameThenValue);
+  // Sorting by name makes `?b=2&a=1` and `?a=1&b=2` one request. The sort is stable, so the values
+  // of a repeated name keep the order they were sent in: `?ids=1&ids=2` reaches a handler as
+  // ['1', '2'] and `?ids=2&ids=1` as ['2', '1'], two requests. Every value is kept, so `?a=1&a=2`
+  // never equals `?a=1`.
+  const pairs = [...params].sort(byName);
   return pairs.map(([n, v]) => `${encodeURIComponent(n)}=${encodeURIComponent(v)}`).join('&');
+}
+
+// Names in code unit order; equal names compare equal, so the stable sort keeps their values in order.
+function byName([a]: readonly [string, string], [b]: readonly [string, string]): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 function isJsonMediaType(mediaType: string): boolean {

@@ -12,7 +12,7 @@ import {
 } from './engine.js';
 import { IdempotencyError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason } from './events.js';
-import { type FingerprintOptions, fingerprintRequest } from './fingerprint.js';
+import { type FingerprintOptions, fingerprintRequest, isJsonContentType } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
@@ -194,6 +194,29 @@ export interface ResponseCapture {
    * learns the latter from `unrouted` in {@link CaptureOptions}.)
    */
   abandon(status: number, reason?: Extract<NotStoredReason, 'streaming' | 'no-route'>): void;
+  /**
+   * Tells the capture of an error the framework met while it handled the request (Express hands it
+   * to its error middleware, Koa's middleware sees it thrown). When it is a body parser's refusal of
+   * the request body, no handler ran: the answer that follows (the parser's 400, 413 or 415) is no
+   * outcome of the operation. It is served without the key's echo and not stored, and the key is
+   * released (reason `'body-refused'`) before its end leaves, as for a request no route took, so the
+   * retry with the body fixed runs, as on Fastify, whose parser answers before the key is claimed.
+   * A refusal is an error of body-parser or raw-body (`express.json()`, co-body) with a 4xx status and
+   * their `type` (`'entity.parse.failed'`, `'entity.too.large'`, ...), or co-body's parse error
+   * with status 400 and the text in `body` (`@koa/bodyparser`, `koa-body`). A parser of your own
+   * opts in with both: `ctx.throw(400, 'invalid JSON', { type: 'entity.parse.failed' })`. Any other
+   * error changes nothing. True when it was a refusal.
+   *
+   * @example
+   * try { await next(); } catch (error) { capture.failedWith(error); throw error; }
+   */
+  failedWith(error: unknown): boolean;
+  /**
+   * Tells the capture that the handler returned and the framework is writing what it left (Koa's
+   * `respond`): a response closed before its head from now on can never be ended, so it is given up
+   * at once (reason `'closed'`, the key released), whoever closed it.
+   */
+  handlerReturned(): void;
   /** Held mode: writes the held response to the client. */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
@@ -237,6 +260,15 @@ export interface HttpIdempotency<Req> {
    * the end of the response is held until it is stored: a client that read the whole response and
    * retries at once gets the replay, never a 409. In held mode (`hold: true`, transactional) nothing
    * reaches the client until `flush()` or `replace()`.
+   *
+   * A response the server destroyed before its head went out (`res.destroy()`, a failed
+   * `stream.pipeline(source, res)`, a framework giving up on a failed body stream) can never be
+   * ended: it is given up at once, not stored, and the key released (reason `'closed'`), where the
+   * heartbeat would otherwise renew its lease for as long as the process lives. So is one closed
+   * after {@link ResponseCapture.handlerReturned}. One whose client left may still be ended by a
+   * handler that is working, and its outcome is then stored as usual (a client that timed out
+   * finds it when it retries); a handler that never ends it is a hanging handler, which
+   * `maxExecution` bounds.
    */
   capture(res: ServerResponse, options?: CaptureOptions): ResponseCapture;
   /**
@@ -569,8 +601,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         capture.replace(problem(uncommitted(error)));
         return;
       }
-      // A 5xx, or the 404 of a request no route took: served as it is once the key is settled.
-      if (failed.kind === 'complete' || failed.reason === 'no-route') {
+      // A 5xx, or the answer of a request no route or no handler took (a 404, a body parser's
+      // refusal): served as it is once the key is settled.
+      if (failed.kind === 'complete' || failed.reason === 'no-route' || failed.reason === 'body-refused') {
         await settle(lease, failed, thrown());
         capture.flush();
         return;
@@ -668,6 +701,35 @@ function positiveInteger(value: number, name: string): number {
   return value;
 }
 
+// The `type` of the errors body-parser (Express's parsers) and raw-body (under it, and under
+// co-body) raise when they refuse a body: malformed, too large, in a charset or coding they do not
+// take, cut short, refused by a `verify` hook, or with too many parameters.
+const bodyRefusalTypes: ReadonlySet<string> = new Set([
+  'entity.parse.failed',
+  'entity.verify.failed',
+  'entity.too.large',
+  'encoding.unsupported',
+  'charset.unsupported',
+  'request.aborted',
+  'request.size.invalid',
+  'stream.encoding.set',
+  'stream.not.readable',
+  'parameters.too.many',
+  'querystring.parse.rangeError',
+]);
+
+/** True when `error` is a body parser's refusal of the request body: see `failedWith` of {@link ResponseCapture}. */
+function isBodyRefusal(error: unknown): boolean {
+  if (error === null || typeof error !== 'object') return false;
+  const { status, statusCode, type } = error as { status?: unknown; statusCode?: unknown; type?: unknown };
+  const code = typeof status === 'number' ? status : statusCode;
+  if (typeof code !== 'number' || code < 400 || code > 499) return false;
+  if (typeof type === 'string') return bodyRefusalTypes.has(type);
+  // co-body's JSON and form errors carry no `type`: the parser's own error, given status 400 and
+  // the text it could not parse as `body`.
+  return code === 400 && error instanceof Error && typeof (error as { body?: unknown }).body === 'string';
+}
+
 function pick(headers: Record<string, string>, allow: ReadonlySet<string>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name in headers) if (allow.has(name)) out[name] = headers[name] as string;
@@ -738,7 +800,7 @@ export async function readBodyForFingerprint(
     const encoding = req.headers['content-encoding'];
     return encoding === undefined ? read : decodedBody(read.body, encoding, maxBytes);
   }
-  return parsedBodyRead(parsed);
+  return parsedBodyRead(parsed, req.headers['content-type']);
 }
 
 /**
@@ -760,19 +822,22 @@ function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBody
 
 /**
  * The body to fingerprint from what a parser left: its raw bytes if it kept them, else the parsed
- * body (bytes and text as bytes; anything else is canonicalised as it is, with no round trip
- * through text, which gives the fingerprint its raw JSON bytes would give).
+ * body. Bytes are bytes. A string is the body's text, except under a JSON `contentType`, where it is
+ * the JSON string a parser made of the body (`express.json({ strict: false })`, Fastify's parser):
+ * the body `"123"` must not fingerprint as the body `123`, nor `"{\"a\":1}"` as `{"a":1}`. Anything
+ * else is canonicalised as it is, with no round trip through text, which gives the fingerprint its
+ * raw JSON bytes would give.
  *
  * @example
- * const read = parsedBodyRead({ body: request.body });
+ * const read = parsedBodyRead({ body: request.body }, request.headers['content-type']);
  */
-export function parsedBodyRead(parsed: ParsedBodyFields): BodyRead & { ok: true } {
+export function parsedBodyRead(parsed: ParsedBodyFields, contentType?: string): BodyRead & { ok: true } {
   const raw = parsed.rawBody;
   if (raw instanceof Uint8Array) return { ok: true, body: raw };
   if (typeof raw === 'string') return { ok: true, body: Buffer.from(raw) };
   const body = parsed.body;
   if (body === undefined || body instanceof Uint8Array) return { ok: true, body };
-  if (typeof body === 'string') return { ok: true, body: Buffer.from(body) };
+  if (typeof body === 'string' && !isJsonContentType(contentType)) return { ok: true, body: Buffer.from(body) };
   return { ok: true, body: undefined, json: body };
 }
 
@@ -1045,6 +1110,11 @@ interface CaptureState {
   readonly maxBytes: number;
   readonly unrouted: (() => boolean) | undefined;
   readonly echo: string | undefined;
+  /**
+   * `res.errored` when the capture began: only `destroy()` changes it, so a different value at the
+   * close says the server destroyed the response (a client that left does not call it).
+   */
+  readonly erroredAtStart: Error | null | undefined;
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
   /** Settles the outcome; undefined back means it is settled already (an in-process store). */
@@ -1076,6 +1146,12 @@ interface CaptureState {
   declared: number | undefined | null;
   passed: number;
   tail: Buffer | undefined;
+  /** Why the answer is no outcome at all, when the adapter said so before its end (`failedWith`). */
+  declined: Extract<NotStoredReason, 'body-refused'> | undefined;
+  /** The handler returned, and the framework writes the rest (`handlerReturned`). */
+  returned: boolean;
+  /** The response closed before its head went out, and is not given up (yet). */
+  closedEarly: boolean;
 }
 
 /**
@@ -1096,6 +1172,7 @@ function captureResponse(
     maxBytes,
     unrouted: options.unrouted,
     echo: options.echo,
+    erroredAtStart: res.errored,
     onResult,
     replayed,
     originalWriteHead: res.writeHead as Apply,
@@ -1117,14 +1194,16 @@ function captureResponse(
     declared: null,
     passed: 0,
     tail: undefined,
+    declined: undefined,
+    returned: false,
+    closedEarly: false,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
   res.write = capturedWrite.bind(state) as ServerResponse['write'];
   res.end = capturedEnd.bind(state) as ServerResponse['end'];
   // The client went away while a streamed body was being written: the pipe stops and `end` never
   // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
-  // Before the head is written the handler is still working and will end the response itself (the
-  // outcome is stored even though nobody reads it).
+  // Before the head is written, see onCapturedClose.
   res.on('close', onCapturedClose.bind(state));
   const capture: ResponseCapture & { [captureStateKey]: CaptureState } = Object.create(captureMethods);
   capture[captureStateKey] = state;
@@ -1163,11 +1242,23 @@ const captureMethods: ResponseCapture = {
   abandon(finalStatus, reason = 'streaming') {
     abandon((this as CaptureHandle)[captureStateKey], finalStatus, reason);
   },
+  failedWith(error) {
+    if (!isBodyRefusal(error)) return false;
+    (this as CaptureHandle)[captureStateKey].declined = 'body-refused';
+    return true;
+  },
+  handlerReturned() {
+    const state = (this as CaptureHandle)[captureStateKey];
+    state.returned = true;
+    // Closed before its head while the handler still worked, and the handler left nothing to end it.
+    if (state.closedEarly && !state.ended) giveUp(state);
+  },
   flush() {
     const state = (this as CaptureHandle)[captureStateKey];
     const res = state.res;
     restore(state);
-    if (res.writableEnded) return;
+    // A response destroyed meanwhile (closed before its head) takes nothing more.
+    if (res.writableEnded || res.destroyed) return;
     const head = state.headArgs ?? [state.status ?? res.statusCode];
     state.originalWriteHead.apply(res, head);
     res.end(Buffer.concat(state.chunks));
@@ -1176,13 +1267,13 @@ const captureMethods: ResponseCapture = {
     const state = (this as CaptureHandle)[captureStateKey];
     const res = state.res;
     restore(state);
-    if (res.writableEnded) return;
+    if (res.writableEnded || res.destroyed) return;
     for (const name of res.getHeaderNames()) res.removeHeader(name);
     writeResponse(res, response);
   },
 };
 
-function abandon(state: CaptureState, status: number, reason: Extract<NotStoredReason, 'streaming' | 'no-route'>) {
+function abandon(state: CaptureState, status: number, reason: NotStoredReason) {
   if (state.ended) return;
   state.ended = true;
   restore(state);
@@ -1261,6 +1352,8 @@ function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
 
 function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, callback?: unknown) {
   const res = this.res;
+  // Past the last declared byte (see writeLast), which already settled the outcome.
+  if (this.ended && !this.hold) return afterTail(this, this.originalWrite, chunk, encoding, callback);
   if (this.status === undefined && !this.hold) {
     // Node writes the implicit head inside write; capture status and headers now in case it does
     // not go through our writeHead (it does on current Node, this is belt and braces).
@@ -1279,26 +1372,70 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     const bytes = length === undefined ? undefined : toBuffer(chunk, encoding);
     if (length !== undefined && bytes !== undefined && bytes.length > 0) {
       this.passed += bytes.length;
-      if (this.passed >= length) {
-        // With a Content-Length the client has the whole response once the last byte arrives,
-        // whether or not `end` follows: that byte waits for the outcome to be stored, like `end`.
-        this.tail = Buffer.from(bytes.subarray(bytes.length - 1));
-        const cb = typeof encoding === 'function' ? encoding : callback;
-        if (bytes.length === 1) {
-          if (typeof cb === 'function') process.nextTick(cb as () => void);
-          return true;
-        }
-        return this.originalWrite.call(res, bytes.subarray(0, bytes.length - 1), cb);
-      }
+      if (this.passed >= length) return writeLast(this, bytes, typeof encoding === 'function' ? encoding : callback);
     }
   }
   return this.originalWrite.call(res, chunk, encoding, callback);
 }
 
+// With a Content-Length the client has the whole response once the last declared byte arrives,
+// whether or not `end` follows (a handler may never call it, and the client would wait for a byte
+// held back for it): the response is settled here, as by `end`, and that byte leaves once the
+// outcome is stored, so a client that retries the moment it has it finds the replay.
+function writeLast(state: CaptureState, bytes: Buffer, callback: unknown): boolean {
+  const res = state.res;
+  state.ended = true;
+  const declined = state.declined ?? (state.unrouted?.() ? 'no-route' : undefined);
+  const status = state.status ?? res.statusCode;
+  // The head is out: the echo stays on a declined answer, which is still not stored.
+  if (declined !== undefined) finish(state, { kind: 'unstorable', reason: declined, status });
+  else settleWritten(state);
+  const settling = state.settling;
+  if (settling === undefined) {
+    restore(state);
+    return state.originalWrite.call(res, bytes, callback) as boolean;
+  }
+  state.tail = Buffer.from(bytes.subarray(bytes.length - 1));
+  void settling.then(() => writeTail(state, callback));
+  if (bytes.length === 1) return true;
+  return state.originalWrite.call(res, bytes.subarray(0, bytes.length - 1)) as boolean;
+}
+
+// The held last byte, once the outcome is stored; the wrappers go with it.
+function writeTail(state: CaptureState, callback: unknown) {
+  const tail = state.tail;
+  state.tail = undefined;
+  restore(state);
+  if (tail !== undefined) state.originalWrite.call(state.res, tail, callback);
+}
+
+// A write or end after the last declared byte: behind that byte while it is held.
+function afterTail(state: CaptureState, original: Apply, chunk: unknown, encoding: unknown, callback: unknown) {
+  const settling = state.settling;
+  if (state.tail === undefined || settling === undefined) return original.call(state.res, chunk, encoding, callback);
+  void settling.then(() => original.call(state.res, chunk, encoding, callback));
+  return original === state.originalEnd ? state.res : true;
+}
+
+// The outcome of a response whose every byte is known: the response, or too large to store.
+function settleWritten(state: CaptureState) {
+  const res = state.res;
+  const finalStatus = state.status ?? res.statusCode;
+  if (state.overflow) finish(state, { kind: 'unstorable', reason: 'too-large', status: finalStatus });
+  else if (!state.eventStream) {
+    // One chunk is already a private copy (see `copy`): no need to copy it again.
+    const chunks = state.chunks;
+    const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+    const headers = state.headers ?? responseHeaders(res, state.headHeaders, state.replayed);
+    finish(state, { kind: 'complete', response: { status: finalStatus, headers, body } });
+  }
+}
+
 function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, callback?: unknown) {
   const res = this.res;
-  if (this.ended) return this.originalEnd.call(res, chunk, encoding, callback);
-  if (this.unrouted?.()) return endUnrouted(this, chunk, encoding, callback);
+  if (this.ended) return afterTail(this, this.originalEnd, chunk, encoding, callback);
+  const declined = this.declined ?? (this.unrouted?.() ? 'no-route' : undefined);
+  if (declined !== undefined) return endDeclined(this, declined, chunk, encoding, callback);
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
     res.setHeader('idempotency-key', this.echo);
   }
@@ -1311,15 +1448,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   } else {
     restore(this);
   }
-  const finalStatus = this.status ?? res.statusCode;
-  if (this.overflow) finish(this, { kind: 'unstorable', reason: 'too-large', status: finalStatus });
-  else if (!this.eventStream) {
-    // One chunk is already a private copy (see `copy`): no need to copy it again.
-    const chunks = this.chunks;
-    const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
-    const headers = this.headers ?? responseHeaders(res, this.headHeaders, this.replayed);
-    finish(this, { kind: 'complete', response: { status: finalStatus, headers, body } });
-  }
+  settleWritten(this);
   if (!this.hold) {
     // The end goes out once the outcome is stored: at once when the store answered at once.
     const settling = this.settling;
@@ -1329,12 +1458,20 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   return res;
 }
 
-// The answer of a request no route took (see `unrouted`): served as written, never stored, and the
-// key released. As for a stored outcome, the end leaves once the key is released: a client
-// retrying the moment it reads the answer must find the key free, not in progress (409).
-function endUnrouted(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
+// The answer of a request no route took (see `unrouted`), or of one whose body the parser refused
+// (see `failedWith`): served as written, never stored, and the key released. As for a stored
+// outcome, the end leaves once the key is released: a client retrying the moment it reads the
+// answer must find the key free, not in progress (409).
+function endDeclined(
+  state: CaptureState,
+  reason: 'no-route' | 'body-refused',
+  chunk: unknown,
+  encoding: unknown,
+  callback: unknown,
+) {
   const res = state.res;
-  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route).
+  // The key played no part in this answer (as on Fastify, which never claims for an unmatched route
+  // or a body its parser refused).
   if (!res.headersSent) res.removeHeader('idempotency-key');
   const status = state.status ?? res.statusCode;
   if (state.hold) {
@@ -1342,34 +1479,42 @@ function endUnrouted(state: CaptureState, chunk: unknown, encoding: unknown, cal
     // rolled back and the key is released (see `transactionOf`), as a stored outcome goes out once
     // committed.
     copy(state, chunk, encoding);
-    abandon(state, status, 'no-route');
+    abandon(state, status, reason);
     const done = callbackOf(chunk, encoding, callback);
     if (typeof done === 'function') res.once('finish', done as () => void);
     return res;
   }
-  abandon(state, status, 'no-route');
+  abandon(state, status, reason);
   const settling = state.settling;
   if (settling === undefined) endNow(state, chunk, encoding, callback);
   else void settling.then(() => endNow(state, chunk, encoding, callback));
   return res;
 }
 
-// Sends the end that capturedEnd held back, with the last byte write() kept for it, if any.
+// Sends the end that capturedEnd held back.
 function endNow(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
-  const tail = state.tail;
-  if (tail === undefined) {
-    state.originalEnd.call(state.res, chunk, encoding, callback);
-    return;
-  }
-  const cb = callbackOf(chunk, encoding, callback);
-  const rest = toBuffer(chunk, encoding);
-  state.originalEnd.call(state.res, rest === undefined ? tail : Buffer.concat([tail, rest]), cb);
+  state.originalEnd.call(state.res, chunk, encoding, callback);
 }
 
 function onCapturedClose(this: CaptureState) {
-  if (!this.ended && (this.res.headersSent || this.status !== undefined)) {
-    finish(this, { kind: 'unstorable', reason: 'streaming', status: this.status ?? this.res.statusCode });
+  if (this.ended) return;
+  const res = this.res;
+  if (res.headersSent || this.status !== undefined) {
+    finish(this, { kind: 'unstorable', reason: 'streaming', status: this.status ?? res.statusCode });
+    return;
   }
+  // Closed before its head. A client that left while the handler works: the handler ends the
+  // response, and its outcome is stored though nobody reads it (the client finds it when it
+  // retries). But a response the server destroyed (a failed pipeline, `res.destroy()`, a framework
+  // giving up on a failed body stream) is never ended, while the heartbeat would renew its lease
+  // for as long as the process lives and every retry got 409: it is given up now. So is one closed
+  // once the handler returned and the framework itself was writing.
+  if (this.returned || res.errored !== this.erroredAtStart) giveUp(this);
+  else this.closedEarly = true;
+}
+
+function giveUp(state: CaptureState) {
+  abandon(state, state.status ?? state.res.statusCode, 'closed');
 }
 
 // A configuration mistake: a route given its own instance (for its own retention, say) behind an

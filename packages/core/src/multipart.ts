@@ -45,7 +45,8 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
 
 /**
  * Orders `[name, value]` pairs by name, then value (code unit order): the one order the fingerprint
- * gives a query's parameters and a form part's header fields, so neither depends on how they came.
+ * gives a form part's header fields, so it does not depend on how they came. (A query's parameters
+ * are sorted by name only: the order of a repeated name's values is what a handler sees.)
  */
 export function byNameThenValue([a, av]: readonly [string, string], [b, bv]: readonly [string, string]): number {
   return a < b ? -1 : a > b ? 1 : av < bv ? -1 : av > bv ? 1 : 0;

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
+import type { Duration } from '../src/duration.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import { createHttpIdempotency } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
@@ -69,7 +70,13 @@ async function serve(
   };
   const headersOf = async (key: string) =>
     (await fetch(url, { method: 'POST', headers: { 'idempotency-key': key } })).headers;
-  return { post, headersOf, endedAtOnce, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  // A response that never ends keeps its connection busy: closed too, rather than waited for.
+  const close = () =>
+    new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    });
+  return { post, headersOf, endedAtOnce, close };
 }
 
 describe('the held end of a captured response', () => {
@@ -90,6 +97,40 @@ describe('the held end of a captured response', () => {
       expect(await post('k-1')).toEqual({ status: 201, replayed: null, encoding: null, body: '{"run":1}' });
       expect(await post('k-1')).toEqual({ status: 201, replayed: 'true', encoding: null, body: '{"run":1}' });
       expect(endedAtOnce).toEqual([false]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('with every declared byte written and no `end`, settles on the last byte: the client is not left waiting for it', async () => {
+    const body = (run: number) => `{"run":${run},"pad":"${'x'.repeat(100)}"}`;
+    const lengthOnly = (res: ServerResponse, run: number) => {
+      res.writeHead(201, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body(run)) });
+      res.write(body(run).slice(0, 20));
+      res.write(body(run).slice(20));
+    };
+    for (const store of [memoryStore(), networkLike()]) {
+      const { post, close } = await serve(store, lengthOnly);
+      try {
+        expect(await post('cl-1')).toEqual({ status: 201, replayed: null, encoding: null, body: body(1) });
+        expect(await post('cl-1')).toEqual({ status: 201, replayed: 'true', encoding: null, body: body(1) });
+      } finally {
+        await close();
+      }
+    }
+  });
+
+  it('an `end` (or a write) after the last declared byte follows that byte, which waits for the outcome', async () => {
+    const { post, close } = await serve(networkLike(), (res, run) => {
+      res.writeHead(201, { 'content-type': 'text/plain', 'content-length': '6' });
+      res.write(`run ${run}!`);
+      // While the store has not answered, the last byte is held: the end must not overtake it.
+      res.write('');
+      res.end();
+    });
+    try {
+      expect(await post('cl-2')).toEqual({ status: 201, replayed: null, encoding: null, body: 'run 1!' });
+      expect(await post('cl-2')).toEqual({ status: 201, replayed: 'true', encoding: null, body: 'run 1!' });
     } finally {
       await close();
     }
@@ -187,10 +228,16 @@ async function serveRoutes(
     hold = false,
     echo = false,
     answer,
-  }: { hold?: boolean; echo?: boolean; answer?: (res: ServerResponse) => void } = {},
+    lease,
+  }: { hold?: boolean; echo?: boolean; answer?: (res: ServerResponse) => void; lease?: Duration } = {},
 ) {
   const events: IdempotencyEvent[] = [];
-  const http = createHttpIdempotency({ store, scope: () => 'caller', onEvent: (event) => events.push(event) });
+  const http = createHttpIdempotency({
+    store,
+    scope: () => 'caller',
+    onEvent: (event) => events.push(event),
+    ...(lease === undefined ? {} : { lease }),
+  });
   let runs = 0;
   const server = createServer(async (req, res) => {
     const path = req.url ?? '/';
@@ -233,8 +280,15 @@ async function serveRoutes(
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const post = async (path: string, key: string) => {
-    const answer = await fetch(`${base}${path}`, { method: 'POST', headers: { 'idempotency-key': key } });
+  // With `leaveOnce`, the client leaves once it resolves (the fetch then rejects).
+  const post = async (path: string, key: string, leaveOnce?: Promise<void>) => {
+    const leave = new AbortController();
+    void leaveOnce?.then(() => leave.abort());
+    const answer = await fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'idempotency-key': key },
+      signal: leave.signal,
+    });
     return {
       status: answer.status,
       key: answer.headers.get('idempotency-key'),
@@ -243,6 +297,11 @@ async function serveRoutes(
     };
   };
   return { post, events, runs: () => runs, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+// Resolves once `done()` holds, checking on every turn of the event loop (no fixed sleep).
+async function waitFor(done: () => boolean) {
+  while (!done()) await new Promise((resolve) => setImmediate(resolve));
 }
 
 describe('the end of a response no route took (`unrouted`)', () => {
@@ -303,6 +362,53 @@ describe('the end of a response no route took (`unrouted`)', () => {
         { reason: 'no-route', status: 404 },
         { reason: 'no-route', status: 404 },
       ]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('held (transactional): a response destroyed before its head rolls the transaction back at once, and the key is free', async () => {
+    const { post, events, runs, close } = await serveRoutes(transactionalMemoryStore(), {
+      hold: true,
+      // An hour: only a capture that gives up at once frees the key within the test.
+      lease: '1h',
+      answer: (res) => res.destroy(),
+    });
+    try {
+      await expect(post('/destroyed', 'tx-gone')).rejects.toThrow();
+      await waitFor(() => events.some((event) => event.type === 'release'));
+      expect(events.filter((event) => event.type === 'response-not-stored')).toMatchObject([{ reason: 'closed' }]);
+      await expect(post('/destroyed', 'tx-gone')).rejects.toThrow();
+      expect(runs()).toBe(2);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a client that left before the head: the handler still ends the response, leases later, and its outcome is stored', async () => {
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    const { post, events, runs, close } = await serveRoutes(memoryStore(), {
+      lease: '100ms',
+      answer: (res) => {
+        started();
+        // Still working when the client leaves, and for three leases after: the heartbeat renews.
+        res.once('close', () =>
+          setTimeout(() => {
+            res.statusCode = 201;
+            res.end('late');
+          }, 300),
+        );
+      },
+    });
+    try {
+      await expect(post('/slow', 'gone-1', running)).rejects.toThrow();
+      await waitFor(() => events.some((event) => event.type === 'complete'));
+      expect(await post('/slow', 'gone-1')).toMatchObject({ status: 201, replayed: 'true', body: 'late' });
+      expect(runs()).toBe(1);
+      expect(events.some((event) => event.type === 'response-not-stored')).toBe(false);
     } finally {
       await close();
     }

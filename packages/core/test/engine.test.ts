@@ -551,6 +551,9 @@ describe('options are checked once, at construction', () => {
     [{ store, mismatchStatus: 409 as 422 }, /mismatchStatus/],
     [{ store, storeOutcome: 'some' as 'all' }, /storeOutcome/],
     [{ store: {} as Store }, /Store contract/],
+    [{ store, conflictRetryAfter: '1s' as unknown as number }, /conflictRetryAfter must be a whole number of seconds/],
+    [{ store, unavailableRetryAfter: 1.5 }, /unavailableRetryAfter must be a whole number of seconds/],
+    [{ store, unavailableRetryAfter: -1 }, /unavailableRetryAfter/],
   ])('%# rejects a bad option with a TypeError', (options, message) => {
     expect(() => createIdempotency(options as IdempotencyOptions)).toThrow(message);
   });

@@ -128,6 +128,18 @@ describe('fingerprintRequest', () => {
     expect(fingerprintRequest({ ...base, contentType: 'text/plain', query: 'a=1&b=2', body: '{"x":1}' })).not.toBe(a);
   });
 
+  it("a repeated name's values keep their order: the handler sees ['1', '2'] or ['2', '1'], two requests", () => {
+    const first = fingerprintRequest({ ...base, query: 'ids=1&ids=2' });
+    expect(fingerprintRequest({ ...base, query: 'ids=2&ids=1' })).not.toBe(first);
+    expect(fingerprintRequest({ ...base, query: { ids: ['2', '1'] } })).not.toBe(first);
+    // Names are still sorted, and each name's values move with it in the order they came.
+    expect(fingerprintRequest({ ...base, query: 'b=x&ids=1&a=y&ids=2' })).toBe(
+      fingerprintRequest({ ...base, query: 'ids=1&a=y&ids=2&b=x' }),
+    );
+    expect(fingerprintRequest({ ...base, query: { ids: ['1', '2'] } })).toBe(first);
+    expect(fingerprintRequest({ ...base, query: new URLSearchParams('ids=1&ids=2') })).toBe(first);
+  });
+
   it('case 20: form, multipart, binary and invalid JSON hash their bytes deterministically', () => {
     const form = { ...base, contentType: 'application/x-www-form-urlencoded' };
     expect(fingerprintRequest({ ...form, body: 'a=1&b=2' })).toBe(fingerprintRequest({ ...form, body: 'a=1&b=2' }));

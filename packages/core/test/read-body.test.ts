@@ -55,6 +55,33 @@ describe('readBodyForFingerprint', () => {
     );
   });
 
+  it('after a JSON parser, a string body is the JSON string it parsed, not the text of another body', async () => {
+    const drainedJson = () =>
+      ({
+        headers: { 'content-length': '5', 'content-type': 'application/json; charset=utf-8' },
+        readableEnded: true,
+      }) as unknown as IncomingMessage;
+    const parts = { method: 'POST', route: '/c', path: '/c', contentType: 'application/json' };
+    const fingerprintOf = async (body: unknown) => {
+      const read = await readBodyForFingerprint(drainedJson(), 1_024, { body });
+      if (!read.ok) throw new Error('not read');
+      return fingerprintRequest({ ...parts, body: read.body, json: read.json });
+    };
+    expect(await readBodyForFingerprint(drainedJson(), 1_024, { body: '123' })).toEqual({
+      ok: true,
+      body: undefined,
+      json: '123',
+    });
+    // The JSON string "123" (express.json({ strict: false }), Fastify) and the number 123 are two requests;
+    // so are a string that spells a JSON object and that object. Each agrees with its raw bytes.
+    expect(await fingerprintOf('123')).not.toBe(await fingerprintOf(123));
+    expect(await fingerprintOf('123')).toBe(fingerprintRequest({ ...parts, body: '"123"' }));
+    expect(await fingerprintOf(123)).toBe(fingerprintRequest({ ...parts, body: '123' }));
+    expect(await fingerprintOf('{"amount":1}')).not.toBe(await fingerprintOf({ amount: 1 }));
+    expect(await fingerprintOf('{"amount":1}')).toBe(fingerprintRequest({ ...parts, body: '"{\\"amount\\":1}"' }));
+    expect(await fingerprintOf('')).toBe(fingerprintRequest({ ...parts, body: '""' }));
+  });
+
   it('refuses a declared length over the limit before reading (413)', async () => {
     const read = await readBodyForFingerprint(drained(), 4, { body: {} });
     expect(read.ok).toBe(false);

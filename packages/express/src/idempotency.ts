@@ -6,6 +6,7 @@ import {
   type IdempotencyContext,
   type ParsedBodyFields,
   principalScope,
+  type ResponseCapture,
   type RoutePathOptions,
   readBodyForFingerprint,
   writeResponse,
@@ -88,12 +89,13 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     res.setHeader('Idempotency-Key', started.echo);
     const context: IdempotencyContext = http.context(started);
     req.idempotency = context;
-    const execution: Execution = { req, res, thrown: false };
+    const execution: Execution = { req, res, thrown: false, capture: undefined };
     (req as Request & ExecutionState)[kExecution] = execution;
     const thrown = threw.bind(execution);
     const unrouted = answeredByNoRoute.bind(execution);
     if (http.transactional) {
       const capture = http.capture(res, { hold: true, unrouted });
+      execution.capture = capture;
       void http.runTransaction(
         lease,
         capture,
@@ -107,7 +109,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
-    http.capture(res, { settle: { lease, thrown }, unrouted });
+    execution.capture = http.capture(res, { settle: { lease, thrown }, unrouted });
     next();
   };
 
@@ -171,6 +173,8 @@ interface Execution {
   readonly req: Request;
   readonly res: Response;
   thrown: boolean;
+  /** The capture of its response, told of errors by idempotencyErrors(). */
+  capture: ResponseCapture | undefined;
 }
 
 // Per-request state on the request itself, under a symbol no one else sees.
@@ -190,6 +194,9 @@ function threw(this: Execution): boolean {
  * then passes the error on unchanged. Express gives a middleware no other way to see it, so without
  * this the outcome policy takes a thrown handler's 500 for an answer (`thrown: false`); with it,
  * `storeOutcome: 'stripe'` releases the key as Stripe does, and a policy function sees `thrown: true`.
+ * It also learns when a body parser mounted after the middleware (`express.json()`) refused the
+ * body: no handler ran, so the parser's 400 (or 413, 415) is served without being stored and the
+ * key is released, and the retry with the body fixed runs, as on Fastify.
  * Mount it after the routes and before your own error handlers.
  *
  * @example
@@ -201,7 +208,10 @@ function threw(this: Execution): boolean {
 export function idempotencyErrors(): ErrorRequestHandler {
   return function idempotencyErrorsMiddleware(error, req, _res, next) {
     const execution = (req as Request & ExecutionState)[kExecution];
-    if (execution !== undefined) execution.thrown = true;
+    if (execution !== undefined) {
+      execution.thrown = true;
+      execution.capture?.failedWith(error);
+    }
     next(error);
   };
 }

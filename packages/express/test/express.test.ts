@@ -240,6 +240,9 @@ describe('@idem/express specifics', () => {
     expect(() => idempotency(options({ methods: ['GET'] }))).toThrow(TypeError);
     expect(() => idempotency(options({ maxBodyBytes: 0 }))).toThrow(TypeError);
     expect(() => idempotency(options({ scope: 'user' as never }))).toThrow(TypeError);
+    // Sent as Retry-After, which takes whole seconds only.
+    expect(() => idempotency(options({ conflictRetryAfter: '1s' as never }))).toThrow(/conflictRetryAfter/);
+    expect(() => idempotency(options({ unavailableRetryAfter: 1.5 }))).toThrow(/unavailableRetryAfter/);
     expect(() => idempotency({} as ExpressIdempotencyOptions)).toThrow(TypeError);
   });
 
@@ -322,6 +325,50 @@ describe('@idem/express specifics', () => {
       expect(again.headers['idempotent-replayed']).toBe('true');
     });
   });
+  it('after express.json({ strict: false }): a JSON string body is the string, "123" is not 123', async () => {
+    const app = express();
+    let runs = 0;
+    app.use(express.json({ strict: false }));
+    app.use(idempotency(options()));
+    app.post('/charges', (req, res) => {
+      res.status(201).json({ run: ++runs, type: typeof req.body });
+    });
+    await serve(app, async (url) => {
+      expect((await post(`${url}/charges`, 'n-1', ['123'])).status).toBe(201);
+      expect((await post(`${url}/charges`, 'n-1', ['"123"'])).status).toBe(422);
+      expect((await post(`${url}/charges`, 's-1', ['{"amount":1}'])).status).toBe(201);
+      expect((await post(`${url}/charges`, 's-1', [JSON.stringify('{"amount":1}')])).status).toBe(422);
+      expect((await post(`${url}/charges`, 's-2', ['"123"'])).status).toBe(201);
+      expect((await post(`${url}/charges`, 's-2', [' "123"'])).headers['idempotent-replayed']).toBe('true');
+      expect(runs).toBe(3);
+    });
+  });
+
+  it("a body the parser refuses (too large for express.json's limit) is not stored when idempotencyErrors() is mounted", async () => {
+    for (const transactional of [false, true]) {
+      const events: IdempotencyEvent[] = [];
+      const app = express();
+      let runs = 0;
+      const store = transactional ? transactionalMemoryStore() : memoryStore();
+      app.use(idempotency(options({ store, transactional, onEvent: (event) => events.push(event) })));
+      app.use(express.json({ limit: 20 }));
+      app.post('/charges', (_req, res) => {
+        res.status(201).json({ run: ++runs });
+      });
+      app.use(idempotencyErrors());
+      await serve(app, async (url) => {
+        const refused = await post(`${url}/charges`, 'big-1', [JSON.stringify({ note: 'x'.repeat(40) })]);
+        expect(refused.status).toBe(413);
+        expect(refused.headers['idempotency-key']).toBeUndefined();
+        expect(events.filter((event) => event.type === 'response-not-stored')).toMatchObject([
+          { reason: 'body-refused', status: 413 },
+        ]);
+        expect((await post(`${url}/charges`, 'big-1', ['{"note":"x"}'])).status).toBe(201);
+        expect(runs).toBe(1);
+      });
+    }
+  });
+
   it('mounted with app.use, the operation is the path as the router matches it: /charges, /charges/ and /CHARGES are one', async () => {
     const app = express();
     let runs = 0;

@@ -1,5 +1,6 @@
 // The Express server of the describeAdapter table, shared by the memory and the real-store runs.
 import type { AddressInfo } from 'node:net';
+import { pipeline } from 'node:stream';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import type { AdapterServerOptions, ScenarioReply, ScenarioRoute } from '@idem/testkit';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -74,6 +75,10 @@ export async function makeExpressServer(
 
 function write(res: Response, reply: ScenarioReply) {
   if (reply.kind === 'throw') throw new Error('handler failed');
+  if (reply.kind === 'destroy') {
+    res.destroy();
+    return;
+  }
   res.status(reply.status).set(reply.headers);
   switch (reply.kind) {
     case 'json':
@@ -89,6 +94,9 @@ function write(res: Response, reply: ScenarioReply) {
     case 'stream':
       reply.stream().pipe(res);
       return;
+    case 'broken':
+      pipeline(reply.stream(), res, ignore);
+      return;
     case 'file':
       res.sendFile(reply.file);
       return;
@@ -101,4 +109,8 @@ function write(res: Response, reply: ScenarioReply) {
       res.end();
       return;
   }
+}
+
+function ignore() {
+  // The pipeline's failure is the scenario: it destroyed the response.
 }

@@ -356,7 +356,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     let body: Buffer | Uint8Array | undefined = state[kBody];
     let json: unknown;
     if (state[kFromParsed] === true) {
-      const parsed = parsedBodyRead({ body: kSnapshot in state ? state[kSnapshot] : request.body });
+      const parsed = parsedBodyRead(
+        { body: kSnapshot in state ? state[kSnapshot] : request.body },
+        request.headers['content-type'],
+      );
       body = parsed.body;
       json = parsed.json;
     }

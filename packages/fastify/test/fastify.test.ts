@@ -431,6 +431,30 @@ describe('@idem/fastify specifics', () => {
     await instance.close();
   });
 
+  it('a JSON string body is fingerprinted as the string: "123" is not 123, with or without a body schema that coerces', async () => {
+    const instance = await app({}, (a) => {
+      a.post('/charges', async (request) => ({ body: request.body }));
+      // AJV's coercion turns the string "123" into the number 123 before the handler runs.
+      a.post('/coerced', { schema: { body: { type: 'number' } } }, async (request) => ({ body: request.body }));
+    });
+    const send = (url: string, key: string, payload: string) =>
+      instance.inject({
+        method: 'POST',
+        url,
+        payload,
+        headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+      });
+    for (const url of ['/charges', '/coerced']) {
+      expect((await send(url, `n${url.length}`, '123')).statusCode, url).toBe(200);
+      expect((await send(url, `n${url.length}`, '"123"')).statusCode, url).toBe(422);
+      expect((await send(url, `s${url.length}`, '"123"')).statusCode, url).toBe(200);
+      expect((await send(url, `s${url.length}`, ' "123" ')).headers['idempotent-replayed'], url).toBe('true');
+    }
+    expect((await send('/charges', 'o-1', '{"amount":1}')).statusCode).toBe(200);
+    expect((await send('/charges', 'o-1', JSON.stringify('{"amount":1}'))).statusCode).toBe(422);
+    await instance.close();
+  });
+
   it('replays user-listed headers that Fastify hands to writeHead, and no others', async () => {
     const instance = await app({ replayHeaders: ['X-Charge-Version'] }, (a) => {
       a.post('/charges', async (_request, reply) =>

@@ -1,5 +1,6 @@
 // The Fastify server of the describeAdapter table, shared by the memory and the real-store runs.
 import { createReadStream } from 'node:fs';
+import { pipeline } from 'node:stream';
 import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
 import type { AdapterServerOptions, ScenarioReply, ScenarioRoute } from '@idem/testkit';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
@@ -71,6 +72,11 @@ export async function makeFastifyServer({
 
 function write(reply: FastifyReply, answer: ScenarioReply) {
   if (answer.kind === 'throw') throw new Error('handler failed');
+  if (answer.kind === 'destroy') {
+    reply.hijack();
+    reply.raw.destroy();
+    return reply;
+  }
   reply.code(answer.status).headers(answer.headers);
   switch (answer.kind) {
     case 'json':
@@ -91,7 +97,16 @@ function write(reply: FastifyReply, answer: ScenarioReply) {
       reply.raw.end();
       return reply;
     }
+    case 'broken':
+      // A body piped the raw way, which Fastify leaves alone: its failure destroys the response.
+      reply.hijack();
+      pipeline(answer.stream(), reply.raw, ignore);
+      return reply;
     case 'none':
       return reply.send();
   }
+}
+
+function ignore() {
+  // The pipeline's failure is the scenario: it destroyed the response.
 }

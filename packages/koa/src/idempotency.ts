@@ -85,10 +85,12 @@ const emptyStatuses = new Set([204, 205, 304]);
  * what the handler produced instead (the outcome is kept even though nobody reads it). A streamed
  * body (a Node stream, or a Blob, web ReadableStream or Response, which Koa 3 streams too) cannot be
  * known in full, and an error has no body yet: the first is given up, the second is stored as the
- * plain status Koa would have sent. A request no route took is not an outcome at all.
+ * plain status Koa would have sent. A request no route took is not an outcome at all. With
+ * `ctx.respond = false` and no error, the handler writes `ctx.res` itself, maybe later: what it
+ * writes is what the capture sees (and a response it destroyed is given up).
  */
 function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown) {
-  if (capture.ended || ctx.writable) return;
+  if (capture.ended || ctx.writable || (error === undefined && ctx.respond === false)) return;
   if (error === undefined && nothingMatched(ctx)) {
     capture.abandon(ctx.status, 'no-route');
     return;
@@ -147,12 +149,20 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   try {
     await next();
   } catch (error) {
-    // Set before Koa's error response is written, so the policy knows the handler threw.
+    // Set before Koa's error response is written, so the policy knows the handler threw. A body
+    // parser's refusal (@koa/bodyparser, koa-body) means no handler ran: its 400 is no outcome.
     execution.thrown = true;
+    capture.failedWith(error);
     settleUnwritten(ctx, capture, error);
+    // Koa answers the error itself (its `onerror`), whatever `ctx.respond` says.
+    capture.handlerReturned();
     throw error;
   }
   settleUnwritten(ctx, capture);
+  // Koa writes the response now, from what the chain left (its `respond`), unless the handler took
+  // it over: a response closed before its head from here on is never ended, and the capture gives
+  // it up at once (a body stream that failed before its first chunk, or a client gone before it).
+  if (ctx.respond !== false) capture.handlerReturned();
 }
 
 // How @koa/router compares paths by default: case-insensitive, the trailing slash optional.

@@ -356,6 +356,81 @@ describe('@idem/koa specifics', () => {
     }
   });
 
+  it('a body stream that produced nothing when the client left: the key is released at once, not after a lease', async () => {
+    const log = eventLog();
+    const leaves = clientLeaves();
+    let runs = 0;
+    await serve(
+      // A lease of an hour: only a capture that gives up at once frees the key within the test.
+      { lease: '1h', onEvent: log.onEvent },
+      async (ctx) => {
+        runs++;
+        if (runs > 1) {
+          ctx.body = { run: runs };
+          return;
+        }
+        // Koa pipes it once the chain returned; it never yields a chunk, so the head never goes out.
+        ctx.body = new Readable({ read() {} });
+        void leaves.untilGone(ctx);
+      },
+      async (url) => {
+        await abandonedPost(url, 'silent-1', leaves.running);
+        expect(await log.next(0, 'response-not-stored')).toMatchObject({ reason: 'closed' });
+        await log.next(0, 'release');
+        const retry = await post(url, 'silent-1');
+        expect(retry.status).toBe(200);
+        expect(await retry.json()).toEqual({ run: 2 });
+      },
+    );
+  });
+
+  it("a body parser's refusal (co-body's error, or a parser of your own with a body-parser type) is not stored: the fixed retry runs", async () => {
+    const refusals: Record<string, (ctx: Koa.Context, text: string) => never> = {
+      // What co-body (under @koa/bodyparser and koa-body) throws for a body that is not JSON.
+      'co-body': (_ctx, text) => {
+        try {
+          JSON.parse(text);
+        } catch (error) {
+          throw Object.assign(error as Error, { status: 400, body: text });
+        }
+        throw new Error('unreachable');
+      },
+      'own-parser': (ctx) => ctx.throw(400, 'invalid JSON', { type: 'entity.parse.failed' }),
+    };
+    for (const [name, refuse] of Object.entries(refusals)) {
+      let runs = 0;
+      await serve(
+        {},
+        async (ctx) => {
+          const text = (await buffer(ctx.req)).toString('utf8');
+          let body: unknown;
+          try {
+            body = JSON.parse(text);
+          } catch {
+            refuse(ctx, text);
+          }
+          runs++;
+          ctx.status = 201;
+          ctx.body = { got: body };
+        },
+        async (url) => {
+          const send = (body: string) =>
+            fetch(url, {
+              method: 'POST',
+              headers: { 'idempotency-key': `typo-${name}`, 'content-type': 'application/json' },
+              body,
+            });
+          const refused = await send('{"amount":1');
+          expect(refused.status, name).toBe(400);
+          expect(refused.headers.get('idempotency-key'), name).toBeNull();
+          const fixed = await send('{"amount":1}');
+          expect(fixed.status, name).toBe(201);
+          expect(runs, name).toBe(1);
+        },
+      );
+    }
+  });
+
   it('mounted before the router, the operation is the path as @koa/router matches it by default: /charges, /charges/ and /CHARGES are one', async () => {
     let runs = 0;
     await serve(

@@ -38,7 +38,7 @@ export async function makeKoaServer({
     const text = bytes.toString('utf8');
     const type = ctx.get('content-type');
     const request = ctx.request as { body?: unknown };
-    if (type.startsWith('application/json') && text) request.body = JSON.parse(text);
+    if (type.startsWith('application/json') && text) request.body = parseJson(text);
     else if (type.startsWith('application/x-www-form-urlencoded'))
       request.body = Object.fromEntries(new URLSearchParams(text));
     else if (type.startsWith('multipart/form-data')) request.body = bytes;
@@ -90,8 +90,23 @@ export async function makeKoaServer({
   };
 }
 
+// JSON.parse, refusing a body that is not JSON as co-body (under @koa/bodyparser and koa-body) does:
+// its error, with status 400 and the text in `body`.
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw Object.assign(error as Error, { status: 400, body: text });
+  }
+}
+
 function write(ctx: Context, reply: ScenarioReply) {
   if (reply.kind === 'throw') throw new Error('handler failed');
+  if (reply.kind === 'destroy') {
+    ctx.respond = false;
+    ctx.res.destroy();
+    return;
+  }
   ctx.status = reply.status;
   ctx.set(reply.headers);
   switch (reply.kind) {
@@ -105,6 +120,7 @@ function write(ctx: Context, reply: ScenarioReply) {
       ctx.body = reply.bytes;
       return;
     case 'stream':
+    case 'broken':
       ctx.body = reply.stream();
       return;
     case 'file':

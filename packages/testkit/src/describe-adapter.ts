@@ -35,6 +35,12 @@ import { type TransactionOutcome, transactionalMemoryStore } from './transaction
  * - `events`: `text/event-stream`, each event written separately
  * - `none`: no body (204)
  * - `throw`: the handler throws an `Error`
+ * - `broken`: a streamed body whose source fails before its first chunk, piped so that its failure
+ *   destroys the response: Express `stream.pipeline(source, res)`, Koa `ctx.body = source`, Fastify
+ *   `reply.hijack()` then `stream.pipeline(source, reply.raw)`
+ * - `destroy`: the handler takes the response over and destroys it without a word: Express
+ *   `res.destroy()`, Fastify `reply.hijack()` then `reply.raw.destroy()`, Koa `ctx.respond = false`
+ *   then `ctx.res.destroy()`
  */
 export type ScenarioReply =
   | { kind: 'json'; status: number; headers: Record<string, string>; json: unknown }
@@ -44,7 +50,9 @@ export type ScenarioReply =
   | { kind: 'file'; status: number; headers: Record<string, string>; file: string }
   | { kind: 'events'; status: number; headers: Record<string, string>; events: string[] }
   | { kind: 'none'; status: number; headers: Record<string, string> }
-  | { kind: 'throw' };
+  | { kind: 'throw' }
+  | { kind: 'broken'; status: number; headers: Record<string, string>; stream: () => Readable }
+  | { kind: 'destroy' };
 
 /** What a route handler passes to {@link AdapterServerOptions.handle}. */
 export interface ScenarioRequest {
@@ -70,7 +78,10 @@ export interface ScenarioRequest {
  * The routes every server under test mounts, all with the adapter in front and the framework's JSON,
  * form and multipart (raw bytes) parsers behind it. Each calls `handle` and writes its reply. A GET
  * route answers HEAD too, as every framework's router does (Express, Fastify's `exposeHeadRoutes`,
- * @koa/router).
+ * @koa/router). The JSON parser refuses a body that is not JSON with 400, as the framework's usual
+ * one does: Express's `express.json()` (with `idempotencyErrors()` mounted), Fastify's own, and on
+ * Koa one that throws as co-body does (under `@koa/bodyparser`), its error with status 400 and the
+ * text in `body`.
  */
 export const scenarioRoutes = [
   { method: 'POST', path: '/charges' },
@@ -90,6 +101,8 @@ export const scenarioRoutes = [
   { method: 'POST', path: '/form' },
   { method: 'POST', path: '/missing' },
   { method: 'POST', path: '/refunds' },
+  { method: 'POST', path: '/broken' },
+  { method: 'POST', path: '/destroyed' },
 ] as const;
 
 /** One of the {@link scenarioRoutes}. */
@@ -494,6 +507,21 @@ export function describeAdapter(
           return { kind: 'json', status: 404, headers: {}, json: { error: 'no_such_charge', n } };
         case '/refunds':
           return { kind: 'json', status: 201, headers: {}, json: { id: `re_${n}` } };
+        case '/broken':
+          return {
+            kind: 'broken',
+            status: 200,
+            headers: { 'content-type': 'application/octet-stream' },
+            // Fails on its first read, as a read stream of a missing file does.
+            stream: () =>
+              new Readable({
+                read() {
+                  this.destroy(Object.assign(new Error('ENOENT (injected)'), { code: 'ENOENT' }));
+                },
+              }),
+          };
+        case '/destroyed':
+          return { kind: 'destroy' };
         default:
           return { kind: 'json', status: 200, headers: {}, json: { n } };
       }
@@ -1302,6 +1330,83 @@ export function describeAdapter(
         const retried = await world.send('/charges', { key: 'gone-1' });
         expect(retried.status).toBe(201);
         expect(retried.headers['idempotent-replayed']).toBe('true');
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    // What happened to a request whose connection the server dropped instead of answering.
+    const dropped = (sending: Promise<Sent>) =>
+      sending.then(
+        (sent) => `answered ${sent.status}`,
+        () => 'dropped',
+      );
+
+    it('a response destroyed by its failing body stream before its head: not stored, the key released at once, the retry runs', async () => {
+      await withWorld(
+        async (world) => {
+          expect(await dropped(world.send('/broken', { key: 'broken-1' }))).toBe('dropped');
+          expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'closed', status: 200 });
+          await world.waitForEvent('release');
+          // Not 409: nothing will ever end that response, so nothing kept renewing the lease.
+          expect(await dropped(world.send('/broken', { key: 'broken-1' }))).toBe('dropped');
+          expect(world.server.executions()).toBe(2);
+          expect(world.store.calls.complete).toBe(0);
+        },
+        // A lease of an hour: only a key given up at once is free within the test.
+        { lease: '1h' },
+      );
+    });
+
+    it('a response the handler destroyed before its head: not stored, the key released at once, the retry runs', async () => {
+      await withWorld(
+        async (world) => {
+          expect(await dropped(world.send('/destroyed', { key: 'destroyed-1' }))).toBe('dropped');
+          // Destroyed by the server, unlike a client that left while the handler works (11), whose
+          // handler still ends the response.
+          expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'closed' });
+          await world.waitForEvent('release');
+          expect(await dropped(world.send('/destroyed', { key: 'destroyed-1' }))).toBe('dropped');
+          expect(world.server.executions()).toBe(2);
+          expect(world.store.calls.complete).toBe(0);
+        },
+        { lease: '1h' },
+      );
+    });
+
+    it('a body the parser refuses: its 400 is served without the echo and not stored, and the retry with the body fixed runs', async () => {
+      await withWorld(async (world) => {
+        // Express and Koa claim the key before their parser runs, Fastify after its own: alike, the
+        // key holds nothing once the parser refused the body.
+        const refused = await world.send('/charges', { key: 'typo-1', body: '{"amount":100' });
+        expect(refused.status).toBe(400);
+        expect(refused.headers['idempotency-key']).toBeUndefined();
+        expect(refused.headers['idempotent-replayed']).toBeUndefined();
+        expect(world.server.executions()).toBe(0);
+        const fixed = await world.send('/charges', { key: 'typo-1' });
+        expect(fixed.status).toBe(201);
+        expect(fixed.headers['idempotent-replayed']).toBeUndefined();
+        expect(world.server.executions()).toBe(1);
+        expect(world.store.calls.complete).toBe(1);
+      });
+    });
+
+    it('a JSON string body is the string, not the JSON it spells: another request under the key (422)', async () => {
+      await withWorld(async (world) => {
+        expect((await world.send('/charges', { key: 'string-1', body: '{"amount":100}' })).status).toBe(201);
+        // Fastify parses it to the string '{"amount":100}'; Express and Koa read its bytes first.
+        const spelled = await world.send('/charges', { key: 'string-1', body: JSON.stringify('{"amount":100}') });
+        expectProblem(spelled, 422, 'fingerprint_mismatch');
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('the values of a repeated query parameter keep their order: ?ids=1&ids=2 and ?ids=2&ids=1 are two requests', async () => {
+      await withWorld(async (world) => {
+        expect((await world.send('/charges?ids=1&ids=2&b=x', { key: 'order-1' })).status).toBe(201);
+        // The names are still put in order; each name's values stay as sent.
+        const same = await world.send('/charges?b=x&ids=1&ids=2', { key: 'order-1' });
+        expect(same.headers['idempotent-replayed']).toBe('true');
+        expectProblem(await world.send('/charges?ids=2&ids=1&b=x', { key: 'order-1' }), 422, 'fingerprint_mismatch');
         expect(world.server.executions()).toBe(1);
       });
     });
