@@ -203,7 +203,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     compact(lane);
   };
 
-  const write = (entry: Entry, t: number) => {
+  // After every claim: a sweep now and then, so memory follows the retention, and room when full.
+  const afterClaim = (t: number) => {
     if (++writesSinceSweep >= 64) {
       writesSinceSweep = 0;
       for (const lane of lanes.values()) drain(lane, t, 64);
@@ -269,7 +270,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const entry = new Entry(id, token, fingerprint, t + leaseMs);
       entries.set(id, entry);
       expireIn(entry, leaseMs, t);
-      write(entry, t);
+      afterClaim(t);
       return CLAIMED;
     },
     renew({ id, token, leaseMs }: RenewInput): boolean {
