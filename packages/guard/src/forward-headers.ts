@@ -24,7 +24,7 @@ export interface ForwardOptions extends StripOptions {
  * The headers a gateway sends upstream: the incoming headers without every identity family
  * (case-, underscore- and duplicate-proof), without the caller's bearer token, without hop-by-hop
  * headers (`connection` and those it names, `keep-alive`, `te`, `trailer`, `transfer-encoding`,
- * `upgrade`) and `host`, plus a freshly minted internal token for `audience`. `content-length` is
+ * `upgrade`), `proxy-authorization` and `host`, plus a freshly minted internal token for `audience`. `content-length` is
  * kept for a body passed on as it came: drop it when you send a re-encoded one. The input is not
  * modified.
  *
@@ -54,7 +54,8 @@ export async function forwardHeaders<T extends string | string[] | number | unde
 // Headers about one connection, not the message (RFC 9110 section 7.6.1), and `host`, which names
 // the gateway: the client that makes the upstream request writes its own. Passed on, they break that
 // request (fetch refuses `transfer-encoding` and a `connection` it did not choose) or mislead the
-// upstream (its virtual host is the gateway's name).
+// upstream (its virtual host is the gateway's name). `proxy-authorization` is a credential for the
+// next proxy inbound, the gateway (RFC 9110 section 11.7.2): passed on, it would leak to the upstream.
 const hopByHop: ReadonlySet<string> = new Set([
   'connection',
   'proxy-connection',
@@ -64,6 +65,7 @@ const hopByHop: ReadonlySet<string> = new Set([
   'transfer-encoding',
   'upgrade',
   'host',
+  'proxy-authorization',
 ]);
 
 /** Removes, in place, the hop-by-hop headers and those the `Connection` header names. */

@@ -317,7 +317,7 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(Object.keys(trusted).sort()).toEqual([...Object.keys(kept), 'idem-internal-token'].sort());
   });
 
-  it('drops hop-by-hop headers, those Connection names, and host: the upstream request writes its own', async () => {
+  it('drops hop-by-hop headers, those Connection names, the credentials meant for the gateway as a proxy, and host', async () => {
     const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
     const principal = await edgePrincipal();
     const incoming = {
@@ -330,6 +330,7 @@ describe('header stripping and forwarding (case 47)', () => {
       trailer: 'x-checksum',
       upgrade: 'websocket',
       'proxy-connection': 'keep-alive',
+      'Proxy-Authorization': 'Basic Z2F0ZXdheTpzZWNyZXQ=',
       'content-type': 'application/json',
       'content-length': '17',
       'idempotency-key': '"k-1"',
