@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   createIdempotency,
   type Duration,
+  downstreamKey,
   type IdempotencyEngine,
   IdempotencyError,
   type IdempotencyEvent,
@@ -29,6 +30,18 @@ export interface ReceivedEvent {
   scope: string;
   /** The body parsed as JSON (throws a `SyntaxError` on a body that is not JSON). */
   json<T = unknown>(): T;
+  /**
+   * Aborts when this delivery's claim is lost: its renewal was refused or failed for a whole lease,
+   * or `apply` ran past `maxExecution`. Another delivery of the event may then apply it, so an
+   * `apply` that has not made its effect yet should stop; pass it to `fetch`, a query or a timer.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * The idempotency key for a call `apply` makes to another service (`purpose` names the call): the
+   * same on every delivery of this event, so that service makes its effect once even when a
+   * delivery applies it again after a crash. A UUID; see `downstreamKey` in `@idem/core`.
+   */
+  keyFor(purpose: string): string;
 }
 
 /** A framework-neutral response: write `status`, `headers` and `body` as they are. */
@@ -110,6 +123,13 @@ export interface ReceiverOptions<Tx = unknown> {
   wait?: Duration | false;
   /** The claim lease while `apply` runs; renewed in the background. Default `'10s'`. */
   lease?: Duration;
+  /**
+   * The longest `apply` may hold an event id. Past it the claim is no longer renewed: the event's
+   * `signal` aborts, and the sender's next retry applies the event once the lease ends (an `apply`
+   * that finishes later is not recorded). Off by default; without it, an `apply` that never settles
+   * keeps the id in progress, and every retry gets 409, for as long as the process lives.
+   */
+  maxExecution?: Duration | false;
   /** Use the store's transactions when it has them. Default true. */
   transactional?: boolean;
   /** Clock for the signature tolerance and timings, epoch ms. Default `Date.now`. */
@@ -203,6 +223,7 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     // An acknowledgement is only stored for a 2xx; every other outcome leaves the id free for a retry.
     storeOutcome: 'success',
     ...(options.lease === undefined ? {} : { lease: options.lease }),
+    ...(options.maxExecution === undefined ? {} : { maxExecution: options.maxExecution }),
     ...(options.onStoreEvent === undefined ? {} : { onEvent: options.onStoreEvent }),
   });
   const retentionMs = engine.settings.retentionMs;
@@ -310,6 +331,11 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
       body,
       scope,
       json: <T>() => JSON.parse(body.toString('utf8')) as T,
+      // A getter: the lease makes its AbortController only when someone asks for it.
+      get signal() {
+        return lease.signal;
+      },
+      keyFor: (purpose: string) => downstreamKey(lease, purpose),
     };
 
     if (transactional) {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { memoryStore, recordId, type Store, type TransactionalStore } from '@idem/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   createReceiver,
   createSender,
@@ -631,5 +631,64 @@ describe('observers that throw or reject', () => {
       expect(warned).toBe(1);
       expect((await deliver('E1', paymentBody)).outcome).toBe('applied');
     }
+  });
+});
+
+describe('a hung apply and calls to other services', () => {
+  it('maxExecution: an apply that never settles loses its claim, its signal aborts, and the next delivery applies', async () => {
+    vi.useFakeTimers();
+    try {
+      const store = memoryStore({ now: () => Date.now() });
+      let hungSignal: AbortSignal | undefined;
+      const applied: string[] = [];
+      const receiver = createReceiver({
+        store,
+        secret: SECRET,
+        lease: '1s',
+        maxExecution: '3s',
+        apply: (event) => {
+          if (hungSignal === undefined) {
+            hungSignal = event.signal;
+            return new Promise(() => undefined); // never settles
+          }
+          applied.push(event.id);
+        },
+      });
+      const deliver = () => {
+        const headers = signer.sign({ id: 'E-hung', body: paymentBody, timestamp: Math.floor(Date.now() / 1000) });
+        return receiver.handle({ headers, body: Buffer.from(paymentBody) });
+      };
+      void deliver();
+      await vi.advanceTimersByTimeAsync(10);
+      expect(hungSignal?.aborted).toBe(false);
+      // Within maxExecution the heartbeat holds the id: the sender's retry gets 409.
+      await vi.advanceTimersByTimeAsync(2_000);
+      expect((await deliver()).status).toBe(409);
+      // Past maxExecution and one more lease, the id is free and the retry applies the event.
+      await vi.advanceTimersByTimeAsync(2_500);
+      expect(hungSignal?.aborted).toBe(true);
+      expect((await deliver()).outcome).toBe('applied');
+      expect(applied).toEqual(['E-hung']);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('keyFor gives every delivery of one event the same downstream key, and other events or purposes others', async () => {
+    const keys: string[] = [];
+    let fail = true;
+    const { deliver } = setup({
+      apply: (event) => {
+        keys.push(event.keyFor('refund'));
+        if (fail) throw new Error('payment API timed out');
+      },
+    });
+    expect((await deliver('E1', paymentBody)).outcome).toBe('failed');
+    fail = false;
+    expect((await deliver('E1', paymentBody)).outcome).toBe('applied');
+    expect((await deliver('E2', paymentBody)).outcome).toBe('applied');
+    expect(keys[0]).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(keys[1]).toBe(keys[0]);
+    expect(keys[2]).not.toBe(keys[0]);
   });
 });
