@@ -192,44 +192,45 @@ describe.runIf(available)('PostgreSQL server', () => {
       await pool.end();
     });
 
-    it('a takeover racing a transaction wins and the transaction commits nothing', async () => {
-      const id = freshId();
+    // A transaction of executor 'slow' that writes a marker; meanwhile, on other connections, its
+    // lease runs out and `meanwhile` happens. Resolves the result and how many markers committed.
+    const slowTransaction = async (id: string, meanwhile: () => Promise<void>) => {
       const marker = randomUUID();
       await sql(pool, `CREATE TABLE IF NOT EXISTS "${table}_effects" (marker text)`);
       await store.claim({ id, token: 'slow', fingerprint: '', leaseMs: 5_000 });
       const result = await store.transaction({ id, token: 'slow' }, async (tx) => {
         await tx.query(`INSERT INTO "${table}_effects" (marker) VALUES ($1)`, [marker]);
-        // Meanwhile, on other connections: the lease runs out and another executor claims the id.
         await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
-        expect(await store.claim({ id, token: 'fast', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        await meanwhile();
         return { value: 'slow', response: body('slow'), retentionMs: 60_000 };
       });
-      expect(result).toEqual({ committed: false });
-      expect(await sql(pool, `SELECT count(*)::int AS n FROM "${table}_effects" WHERE marker = $1`, [marker])).toEqual([
-        { n: 0 },
-      ]);
-      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'fast', fingerprint: '' });
+      const [{ n }] = (await sql(pool, `SELECT count(*)::int AS n FROM "${table}_effects" WHERE marker = $1`, [
+        marker,
+      ])) as [{ n: number }];
       await sql(pool, `DROP TABLE "${table}_effects"`);
+      return { result, markers: n };
+    };
+
+    it('a takeover racing a transaction wins and the transaction commits nothing', async () => {
+      const id = freshId();
+      const { result, markers } = await slowTransaction(id, async () => {
+        // Another executor claims the id once the lease ran out.
+        expect(await store.claim({ id, token: 'fast', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+      });
+      expect(result).toEqual({ committed: false });
+      expect(markers).toBe(0);
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'fast', fingerprint: '' });
     });
 
     it('a purge during a transaction whose lease ran out leaves its record, and the transaction commits', async () => {
       const id = freshId();
-      const marker = randomUUID();
-      await sql(pool, `CREATE TABLE IF NOT EXISTS "${table}_effects" (marker text)`);
-      await store.claim({ id, token: 'slow', fingerprint: '', leaseMs: 5_000 });
-      const result = await store.transaction({ id, token: 'slow' }, async (tx) => {
-        await tx.query(`INSERT INTO "${table}_effects" (marker) VALUES ($1)`, [marker]);
-        // Meanwhile, on other connections: the lease runs out, nobody takes the key over, a purge runs.
-        await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
+      // Nobody takes the key over; a purge runs.
+      const { result, markers } = await slowTransaction(id, async () => {
         await store.purgeExpired();
-        return { value: 'slow', response: body('slow'), retentionMs: 60_000 };
       });
       expect(result).toEqual({ committed: true, value: 'slow' });
-      expect(await sql(pool, `SELECT count(*)::int AS n FROM "${table}_effects" WHERE marker = $1`, [marker])).toEqual([
-        { n: 1 },
-      ]);
+      expect(markers).toBe(1);
       expect((await store.get(id))?.state).toBe('completed');
-      await sql(pool, `DROP TABLE "${table}_effects"`);
     });
 
     it('a claim blocked by an uncommitted completion waits, then returns the completed record', async () => {
