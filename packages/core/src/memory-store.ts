@@ -124,6 +124,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // behind deleted entries, which turns eviction quadratic.) Slots of a lane whose entry was removed,
   // moved to another lane or renewed since are skipped.
   const lanes = new Map<number, Lane>();
+  // The same lanes in an array: walked on every eviction, where a Map iterator would be garbage.
+  const laneList: Lane[] = [];
   let writesSinceSweep = 0;
 
   const remove = (entry: Entry) => {
@@ -143,7 +145,24 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return entry;
   };
 
+  // The last lane asked for: a claim and its completion alternate between two durations (the lease
+  // and the retention), so most lookups are one of those two and skip the Map.
+  let lastMs = Number.NaN;
+  let lastLane: Lane | undefined;
+  let otherMs = Number.NaN;
+  let otherLane: Lane | undefined;
   const laneFor = (ms: number): Lane => {
+    if (ms === lastMs) return lastLane as Lane;
+    if (ms === otherMs) return otherLane as Lane;
+    const lane = findLane(ms);
+    otherMs = lastMs;
+    otherLane = lastLane;
+    lastMs = ms;
+    lastLane = lane;
+    return lane;
+  };
+
+  const findLane = (ms: number): Lane => {
     let lane = lanes.get(ms);
     if (lane !== undefined) return lane;
     if (lanes.size >= maxExactLanes) {
@@ -154,6 +173,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     }
     lane = new Lane();
     lanes.set(ms, lane);
+    laneList.push(lane);
     return lane;
   };
 
@@ -182,12 +202,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return undefined;
   };
 
+  // Not on every emptied lane: a lane of leases empties after nearly every request, and truncating
+  // its array each time would make V8 reallocate it on the next push.
   const compact = (lane: Lane) => {
     if (lane.head > 1_024 && lane.head * 2 > lane.entries.length) {
       lane.entries = lane.entries.slice(lane.head);
-      lane.head = 0;
-    } else if (lane.head === lane.entries.length && lane.head > 0) {
-      lane.entries.length = 0;
       lane.head = 0;
     }
   };
@@ -207,25 +226,32 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const afterClaim = (t: number) => {
     if (++writesSinceSweep >= 64) {
       writesSinceSweep = 0;
-      for (const lane of lanes.values()) drain(lane, t, 64);
+      for (let i = 0; i < laneList.length; i++) drain(laneList[i] as Lane, t, 64);
     }
     if (entries.size > maxEntries) evict(t);
   };
 
   const evict = (t: number) => {
-    // First whatever has expired, in every lane: room that costs no retry its replay.
-    for (const lane of lanes.values()) drain(lane, t, Number.POSITIVE_INFINITY);
     while (entries.size > maxEntries) {
-      // Then the completed record closest to the end of its retention, among the lanes' heads.
+      // One pass over the lanes: drop what has expired at each head (room that costs no retry its
+      // replay), and note the completed head nearest the end of its retention.
       let victim: Entry | undefined;
       let from: Lane | undefined;
-      for (const lane of lanes.values()) {
-        const entry = current(lane);
+      for (let i = 0; i < laneList.length; i++) {
+        const lane = laneList[i] as Lane;
+        let entry = current(lane);
+        while (entry !== undefined && entry.expiresAt <= t) {
+          remove(entry);
+          lane.head++;
+          entry = current(lane);
+        }
+        compact(lane);
         if (entry?.completed && (victim === undefined || entry.expiresAt < victim.expiresAt)) {
           victim = entry;
           from = lane;
         }
       }
+      if (entries.size <= maxEntries) return;
       if (victim === undefined || from === undefined) {
         // Every head is in progress (a lane can hold both when a lease and a retention are equal):
         // look behind them once; records in progress are never dropped, so the store may grow.
@@ -234,7 +260,6 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       }
       remove(victim);
       from.head++;
-      compact(from);
       evicted++;
       // An observer must never fail the claim that made room.
       if (onEvict) notify(onEvict, { id: victim.id, expiresAt: victim.expiresAt, at: t });
@@ -244,7 +269,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // Moves the records in progress at the heads of lanes that also hold completed ones to their tails,
   // so those come to the head. True when one came up.
   const rotateInProgress = (): boolean => {
-    for (const lane of lanes.values()) {
+    for (const lane of laneList) {
       let budget = lane.entries.length - lane.head;
       for (let entry = current(lane); entry !== undefined && budget-- > 0; entry = current(lane)) {
         if (entry.completed) return true;
