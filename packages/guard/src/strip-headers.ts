@@ -1,6 +1,27 @@
 // The client address in the single-value spellings proxies and CDNs write.
 const clientAddressHeaders = ['x-real-ip', 'true-client-ip', 'cf-connecting-ip', 'x-client-ip'] as const;
 
+// What well-known authenticating proxies write for the services behind them: a service deployed
+// behind one of them (or moved from one) may still trust these. Apache and CGI `REMOTE_USER` and
+// its kin; Authelia and Authentik forward auth; Kong; Google IAP and ESP; Azure App Service
+// authentication; AWS ALB; Cloudflare Access.
+const authenticatingProxyHeaders = [
+  'x-remote-*',
+  'remote-user',
+  'remote-groups',
+  'remote-email',
+  'remote-name',
+  'x-consumer-*',
+  'x-credential-identifier',
+  'x-authenticated-*',
+  'x-goog-authenticated-user-*',
+  'x-goog-iap-jwt-assertion',
+  'x-endpoint-api-userinfo',
+  'x-ms-client-principal*',
+  'x-amzn-oidc-*',
+  'cf-access-*',
+] as const;
+
 /**
  * The default identity header families removed from client requests (spec 5.4). `Forwarded` and
  * `X-Forwarded-*` are among them: an upstream that trusts its proxy (the gateway) reads the client
@@ -17,7 +38,7 @@ export const defaultIdentityHeaders = [
   'forwarded',
   'x-forwarded-*',
   ...clientAddressHeaders,
-  'x-remote-user',
+  ...authenticatingProxyHeaders,
   'idem-internal-token',
 ] as const;
 
