@@ -5,7 +5,7 @@ import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from
 import { notify } from './notify.js';
 import { encodeBody } from './request-body.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
-import { parseRetryAfter } from './retry-after.js';
+import { retryAfterOf } from './retry-after.js';
 import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 import { abortableSleep, maxTimerMs } from './sleep.js';
@@ -381,7 +381,7 @@ export function createClient(options: ClientOptions): Client {
         const { response } = run;
         attempt.status = response.status;
         attempt.replayed = isReplay(response);
-        attempt.retryAfterMs = parseRetryAfter(response.headers.get('retry-after'), now());
+        attempt.retryAfterMs = retryAfterOf(response.headers, now());
         // Spec 3.1 rule 3: a key the server minted is attached to every later retry, exactly as the
         // server wrote it, so the server recognises its own key whatever syntax it prefers.
         const echoed = response.headers.get('idempotency-key');

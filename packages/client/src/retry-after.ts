@@ -106,3 +106,19 @@ export function parseRetryAfter(value: string | null | undefined, now: number): 
   const at = parseHttpDate(text, now);
   return at === undefined ? undefined : Math.max(0, at - now);
 }
+
+/**
+ * The wait a response asks for with `Retry-After`, in milliseconds, or `undefined`. An HTTP-date is
+ * measured from the response's own `Date` when it has a valid one: both come from the server's
+ * clock, so a client whose clock is minutes off still waits what the server meant.
+ *
+ * @example
+ * retryAfterOf(response.headers, Date.now()); // 5000 for Retry-After 5 s after the response's Date
+ */
+export function retryAfterOf(headers: { get(name: string): string | null }, now: number): number | undefined {
+  const value = headers.get('retry-after');
+  if (value === null) return undefined;
+  const date = headers.get('date');
+  const serverNow = date === null ? undefined : parseHttpDate(date.trim(), now);
+  return parseRetryAfter(value, serverNow ?? now);
+}

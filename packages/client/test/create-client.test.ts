@@ -356,6 +356,24 @@ describe('waits, limits and deadlines', () => {
     expect(time.waits).toEqual([5000]);
   });
 
+  it("measures a Retry-After date from the response's Date when the local clock is off", async () => {
+    // The local clock is 10 minutes behind the server's; the server asks for 4 s from its own now.
+    const time = fakeTime(Date.UTC(2026, 9, 21, 7, 18, 0));
+    const { fetch } = scriptedFetch([
+      empty(503, { Date: 'Wed, 21 Oct 2026 07:28:00 GMT', 'Retry-After': 'Wed, 21 Oct 2026 07:28:04 GMT' }),
+      json(200, {}),
+    ]);
+    const client = createClient({
+      baseUrl: 'https://api.example.test',
+      fetch,
+      sleep: time.sleep,
+      now: time.now,
+      random: () => 0,
+    });
+    await client.get('/stock');
+    expect(time.waits).toEqual([4000]);
+  });
+
   it('gives up with retry_after_too_long instead of retrying early', async () => {
     const { client, seen } = setup([empty(503, { 'Retry-After': '120' })], {
       retry: { maxRetryAfter: '60s', deadline: false },

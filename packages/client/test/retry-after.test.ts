@@ -1,4 +1,4 @@
-import { parseHttpDate, parseRetryAfter } from '@idem/client';
+import { parseHttpDate, parseRetryAfter, retryAfterOf } from '@idem/client';
 import { describe, expect, it } from 'vitest';
 
 const now = Date.UTC(2026, 10, 21, 6, 0, 0);
@@ -40,5 +40,26 @@ describe('parseRetryAfter', () => {
     expect(parseHttpDate('Sun, 06 Nov 1994 08:49:37 GMT')).toBe(784111777000);
     expect(parseHttpDate('Sunday, 06-Nov-94 08:49:37 GMT', now)).toBe(784111777000);
     expect(parseHttpDate('Sun, 06 Foo 1994 08:49:37 GMT')).toBeUndefined();
+  });
+});
+
+describe('retryAfterOf', () => {
+  it("measures an HTTP-date from the response's own Date, whatever the local clock says", () => {
+    const headers = new Headers({
+      date: 'Sat, 21 Nov 2026 07:00:00 GMT',
+      'retry-after': 'Sat, 21 Nov 2026 07:00:05 GMT',
+    });
+    // The local clock is an hour behind the server's: the server still means five seconds.
+    expect(retryAfterOf(headers, now)).toBe(5000);
+    expect(retryAfterOf(headers, now + 2 * 3_600_000)).toBe(5000);
+  });
+
+  it('falls back to the local clock without a valid Date, and reads delay-seconds as they are', () => {
+    expect(retryAfterOf(new Headers({ 'retry-after': 'Sat, 21 Nov 2026 06:00:05 GMT' }), now)).toBe(5000);
+    expect(retryAfterOf(new Headers({ date: 'yesterday', 'retry-after': 'Sat, 21 Nov 2026 06:00:05 GMT' }), now)).toBe(
+      5000,
+    );
+    expect(retryAfterOf(new Headers({ date: 'Sat, 21 Nov 2026 09:00:00 GMT', 'retry-after': '7' }), now)).toBe(7000);
+    expect(retryAfterOf(new Headers(), now)).toBeUndefined();
   });
 });

@@ -1,4 +1,4 @@
-import { abortableSleep, maxTimerMs, parseRetryAfter } from '@idem/client';
+import { abortableSleep, maxTimerMs, retryAfterOf } from '@idem/client';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
@@ -247,7 +247,7 @@ export function createSender(options: SenderOptions): Sender {
         body: new Uint8Array(body),
       });
       const status = response.status;
-      const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'), now());
+      const retryAfterMs = retryAfterOf(response.headers, now());
       const responseBody = await readSnippet(response).catch(() => '');
       const result = status >= 200 && status < 300 ? 'delivered' : status === 410 ? 'gone' : 'failed';
       return finish({ result, status, responseBody, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) });
