@@ -213,10 +213,13 @@ export interface ResponseCapture {
   failedWith(error: unknown): boolean;
   /**
    * Tells the capture that the handler returned and the framework is writing what it left (Koa's
-   * `respond`): a response closed before its head from now on can never be ended, so it is given up
-   * at once (reason `'closed'`, the key released), whoever closed it.
+   * `respond`). A response closed before its head from now on is never ended by the framework. If
+   * its client left, the outcome is known all the same: `onClosed(context, capture)` is called then
+   * to settle it from what the handler left (`completeWith`, or `abandon` for a stream); the key is
+   * released only when it does not, or when the server destroyed the response (reason `'closed'`).
+   * Releasing the key of a finished handler would let the retry run it a second time.
    */
-  handlerReturned(): void;
+  handlerReturned<C>(onClosed?: (context: C, capture: ResponseCapture) => void, context?: C): void;
   /** Held mode: writes the held response to the client. */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
@@ -1150,6 +1153,11 @@ interface CaptureState {
   declined: Extract<NotStoredReason, 'body-refused'> | undefined;
   /** The handler returned, and the framework writes the rest (`handlerReturned`). */
   returned: boolean;
+  /** What settles an outcome whose client left after the handler returned, and its argument. */
+  onClosed: ((context: unknown, capture: ResponseCapture) => void) | undefined;
+  onClosedContext: unknown;
+  /** The capture this state belongs to, for `onClosed`. */
+  handle: ResponseCapture | undefined;
   /** The response closed before its head went out, and is not given up (yet). */
   closedEarly: boolean;
 }
@@ -1196,6 +1204,9 @@ function captureResponse(
     tail: undefined,
     declined: undefined,
     returned: false,
+    onClosed: undefined,
+    onClosedContext: undefined,
+    handle: undefined,
     closedEarly: false,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
@@ -1207,6 +1218,7 @@ function captureResponse(
   res.on('close', onCapturedClose.bind(state));
   const capture: ResponseCapture & { [captureStateKey]: CaptureState } = Object.create(captureMethods);
   capture[captureStateKey] = state;
+  state.handle = capture;
   return capture;
 }
 
@@ -1237,6 +1249,11 @@ const captureMethods: ResponseCapture = {
     if (state.ended) return;
     state.ended = true;
     restore(state);
+    // A body the parser refused is no outcome, whoever writes its answer (Koa, for a client gone).
+    if (state.declined !== undefined) {
+      finish(state, { kind: 'unstorable', reason: state.declined, status: response.status });
+      return;
+    }
     finish(state, { kind: 'complete', response });
   },
   abandon(finalStatus, reason = 'streaming') {
@@ -1247,11 +1264,13 @@ const captureMethods: ResponseCapture = {
     (this as CaptureHandle)[captureStateKey].declined = 'body-refused';
     return true;
   },
-  handlerReturned() {
+  handlerReturned(onClosed, context) {
     const state = (this as CaptureHandle)[captureStateKey];
     state.returned = true;
+    state.onClosed = onClosed as CaptureState['onClosed'];
+    state.onClosedContext = context;
     // Closed before its head while the handler still worked, and the handler left nothing to end it.
-    if (state.closedEarly && !state.ended) giveUp(state);
+    if (state.closedEarly && !state.ended) settleClosed(state, this);
   },
   flush() {
     const state = (this as CaptureHandle)[captureStateKey];
@@ -1508,9 +1527,18 @@ function onCapturedClose(this: CaptureState) {
   // retries). But a response the server destroyed (a failed pipeline, `res.destroy()`, a framework
   // giving up on a failed body stream) is never ended, while the heartbeat would renew its lease
   // for as long as the process lives and every retry got 409: it is given up now. So is one closed
-  // once the handler returned and the framework itself was writing.
-  if (this.returned || res.errored !== this.erroredAtStart) giveUp(this);
+  // once the handler returned and the framework itself was writing, unless what the handler left
+  // settles it (its client left: the outcome stands, and a retry must get it, not run again).
+  if (res.errored !== this.erroredAtStart) giveUp(this);
+  else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
   else this.closedEarly = true;
+}
+
+function settleClosed(state: CaptureState, capture: ResponseCapture) {
+  if (state.onClosed !== undefined && state.res.errored === state.erroredAtStart) {
+    state.onClosed(state.onClosedContext, capture);
+  }
+  if (!state.ended) giveUp(state);
 }
 
 function giveUp(state: CaptureState) {

@@ -252,32 +252,35 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         }
       }
       if (entries.size <= maxEntries) return;
-      if (victim === undefined || from === undefined) {
-        // Every head is in progress (a lane can hold both when a lease and a retention are equal):
-        // look behind them once; records in progress are never dropped, so the store may grow.
-        if (!rotateInProgress()) return;
-        continue;
+      if (victim !== undefined && from !== undefined) {
+        from.head++;
+      } else {
+        // Every head is in progress (a lane holds both when a lease and a retention are equal, or
+        // when durations share a rounded lane): look behind them, moving nothing, so each lane stays
+        // in expiry order. Records in progress are never dropped, so the store may grow instead.
+        victim = completedBehind();
+        if (victim === undefined) return;
       }
       remove(victim);
-      from.head++;
       evicted++;
       // An observer must never fail the claim that made room.
       if (onEvict) notify(onEvict, { id: victim.id, expiresAt: victim.expiresAt, at: t });
     }
   };
 
-  // Moves the records in progress at the heads of lanes that also hold completed ones to their tails,
-  // so those come to the head. True when one came up.
-  const rotateInProgress = (): boolean => {
+  // The completed record nearest the end of its retention among the first slots behind the lanes'
+  // heads; bounded, since this runs on a claim (a full store of records in progress grows instead).
+  const completedBehind = (): Entry | undefined => {
+    let victim: Entry | undefined;
     for (const lane of laneList) {
-      let budget = lane.entries.length - lane.head;
-      for (let entry = current(lane); entry !== undefined && budget-- > 0; entry = current(lane)) {
-        if (entry.completed) return true;
-        lane.head++;
-        lane.entries.push(entry);
+      const end = Math.min(lane.entries.length, lane.head + 1_024);
+      for (let i = lane.head; i < end; i++) {
+        const entry = lane.entries[i] as Entry;
+        if (entry.gone || entry.lane !== lane || !entry.completed) continue;
+        if (victim === undefined || entry.expiresAt < victim.expiresAt) victim = entry;
       }
     }
-    return false;
+    return victim;
   };
 
   return {

@@ -112,6 +112,47 @@ describe('memoryStore', () => {
     expect(store.size).toBe(3);
   });
 
+  it('keeps each lane in expiry order when every head is in progress: an expired record goes before a live one is evicted', async () => {
+    let t = 0;
+    const evictions: string[] = [];
+    const store = memoryStore({ maxEntries: 3, now: () => t, onEvict: (e) => evictions.push(e.id) });
+    const ok = { status: 201, headers: {}, body: new Uint8Array([1]) };
+    const claim = (id: string) => store.claim({ id, token: id, fingerprint: '', leaseMs: 1_000 });
+    claim('A'); // its lease ends at 1 000
+    t = 5;
+    claim('B');
+    t = 10;
+    store.renew({ id: 'B', token: 'B', leaseMs: 1_000 }); // ends at 1 010; its first slot is stale now
+    t = 20;
+    claim('E');
+    claim('F'); // over the bound with every head in progress: nothing may be dropped, nothing is moved
+    t = 30;
+    store.release({ id: 'E', token: 'E' });
+    store.release({ id: 'F', token: 'F' });
+    claim('C');
+    t = 40;
+    store.complete({ id: 'C', token: 'C', response: ok, retentionMs: 100_000 });
+    // A's lease has ended, B's has not: room for D comes from A, and nothing live is evicted.
+    t = 1_005;
+    claim('D');
+    expect(evictions).toEqual([]);
+    expect((await store.get('C'))?.state).toBe('completed');
+    expect(await store.get('A')).toBeUndefined();
+  });
+
+  it('when a lease and a retention share a lane, drops a completed record behind records in progress, never one of those', async () => {
+    const store = memoryStore({ maxEntries: 2, now: () => 0 });
+    const ok = { status: 201, headers: {}, body: new Uint8Array() };
+    store.claim({ id: 'running', token: 't', fingerprint: '', leaseMs: 60_000 });
+    store.claim({ id: 'done', token: 't', fingerprint: '', leaseMs: 60_000 });
+    store.complete({ id: 'done', token: 't', response: ok, retentionMs: 60_000 });
+    store.claim({ id: 'next', token: 't', fingerprint: '', leaseMs: 60_000 });
+    expect(await store.get('done')).toBeUndefined();
+    expect((await store.get('running'))?.state).toBe('in_progress');
+    expect((await store.get('next'))?.state).toBe('in_progress');
+    expect(store.evicted).toBe(1);
+  });
+
   it('evicts the completed record nearest the end of its retention when nothing has expired', async () => {
     const store = memoryStore({ maxEntries: 2, now: () => 0 });
     const done = { status: 201, headers: {}, body: new Uint8Array() };

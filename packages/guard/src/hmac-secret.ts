@@ -43,14 +43,7 @@ function decodings(text: string): Buffer[] {
 function parsesAsJsonKey(text: string): boolean {
   // A JWK or a JWKS (`{ "keys": [...] }`, or its `keys` array alone). Anything starting with `{` is
   // refused as before, JSON or not (a JWK copied with a trailing comma is still a JWK).
-  if (text.startsWith('{')) return true;
-  if (!text.startsWith('[')) return false;
-  try {
-    const value: unknown = JSON.parse(text);
-    return typeof value === 'object' && value !== null;
-  } catch {
-    return false;
-  }
+  return text.startsWith('{') || parsesAsJson(text);
 }
 
 /**
@@ -62,7 +55,8 @@ function parsesAsJsonKey(text: string): boolean {
  * - an OpenSSH public key (`ssh-ed25519 AAAA...`);
  * - a JWK or JWKS as JSON text (an object, or an array);
  * - anything node:crypto parses as a key or certificate: PEM text, DER bytes, and DER in base64,
- *   base64url or hex.
+ *   base64url or hex;
+ * - any of these text forms encoded once more in base64, base64url or hex.
  * A random secret is none of these: it never holds the armour, and a random byte string is not a
  * well-formed DER structure. What cannot be told apart from random bytes is not refused: a bare RSA
  * modulus or EC coordinate is indistinguishable from a random secret of that length.
@@ -73,26 +67,57 @@ function parsesAsJsonKey(text: string): boolean {
  */
 export function keyMaterialIn(secret: string | Uint8Array): string | undefined {
   const bytes = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
-  let text: string | undefined;
-  if (typeof secret === 'string') text = secret;
-  else {
-    try {
-      text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-    } catch {
-      text = undefined; // binary: only its DER reading applies
-    }
-  }
+  // Binary that is not UTF-8: only its DER reading applies.
+  const text = typeof secret === 'string' ? secret : utf8(bytes);
   if (text !== undefined) {
-    const trimmed = text.replace(/^[\s\u200b\ufeff]+/, '').trimEnd();
-    if (trimmed.includes('-----BEGIN')) return 'PEM';
-    if (/^(?:ssh-(?:rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp\d+|sk-\S+@openssh\.com) /.test(trimmed)) {
-      return 'OpenSSH public key';
+    const trimmed = trimText(text);
+    const found = textKeyMaterial(trimmed, parsesAsJsonKey);
+    if (found !== undefined) return found;
+    for (const decoded of decodings(trimmed)) {
+      if (parsesAsDer(decoded)) return 'encoded DER key or certificate';
+      // A PEM file or a JWK encoded once more (a Kubernetes Secret's value used as it is, `xxd -p`):
+      // the same text checks on the decoded text, with JSON strictly parsed this time.
+      const inner = utf8(decoded);
+      const wrapped = inner === undefined ? undefined : textKeyMaterial(trimText(inner), parsesAsJson);
+      if (wrapped !== undefined) return `encoded ${wrapped}`;
     }
-    if (parsesAsJsonKey(trimmed)) return 'JWK or JWKS';
-    if (decodings(trimmed).some(parsesAsDer)) return 'encoded DER key or certificate';
   }
   if (parsesAsDer(bytes)) return 'DER key or certificate';
   return undefined;
+}
+
+function trimText(text: string): string {
+  return text.replace(/^[\s\u200b\ufeff]+/, '').trimEnd();
+}
+
+function utf8(bytes: Buffer): string | undefined {
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
+// PEM armour, an OpenSSH public key, or a JWK/JWKS (as `isJson` reads it), in text.
+function textKeyMaterial(text: string, isJson: (text: string) => boolean): string | undefined {
+  if (text.includes('-----BEGIN')) return 'PEM';
+  if (/^(?:ssh-(?:rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp\d+|sk-\S+@openssh\.com) /.test(text)) {
+    return 'OpenSSH public key';
+  }
+  if (isJson(text)) return 'JWK or JWKS';
+  return undefined;
+}
+
+// Strict: an object or an array that parses, for text decoded from base64 or hex, where a stray
+// `{` is more likely chance than a JWK.
+function parsesAsJson(text: string): boolean {
+  if (!text.startsWith('{') && !text.startsWith('[')) return false;
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === 'object' && value !== null;
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -199,6 +199,14 @@ describe('algorithm and key cases', () => {
         'an OpenSSH public key',
         'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq0lVjBnbP7Oq5Q0pTz4V8bV3qCj5sM0y3y2S7M9Dk2 idp@example',
       ],
+      // Encoded once more: a Kubernetes Secret's base64 value used as it is, `xxd -p` of a file.
+      ['a PEM in base64', Buffer.from(keys.rsa.publicPem).toString('base64')],
+      ['a PEM in hex', Buffer.from(keys.ec.publicPem).toString('hex')],
+      ['a JWK in base64url', Buffer.from(JSON.stringify(keys.rsa.publicJwk)).toString('base64url')],
+      [
+        'a JWKS in base64, as bytes',
+        Buffer.from(Buffer.from(JSON.stringify({ keys: [keys.rsa.publicJwk] })).toString('base64')),
+      ],
     ];
     for (const [label, secret] of materials) {
       expect(() => guardWith({ secret }), label).toThrow(/key material/);

@@ -160,9 +160,11 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   }
   settleUnwritten(ctx, capture);
   // Koa writes the response now, from what the chain left (its `respond`), unless the handler took
-  // it over: a response closed before its head from here on is never ended, and the capture gives
-  // it up at once (a body stream that failed before its first chunk, or a client gone before it).
-  if (ctx.respond !== false) capture.handlerReturned();
+  // it over. Middleware above may still be working (a session saved, a log flushed), and a client
+  // that leaves meanwhile makes Koa skip the write: the outcome is then stored from what the chain
+  // left, as when it left before. A body stream that failed before its first chunk (Koa destroys
+  // the response) is given up at once.
+  if (ctx.respond !== false) capture.handlerReturned(settleUnwritten, ctx);
 }
 
 // How @koa/router compares paths by default: case-insensitive, the trailing slash optional.
