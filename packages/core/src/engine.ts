@@ -628,6 +628,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const state = lease as LeaseState;
     const started = now();
     let stored = false;
+    let status = 0;
     // A failure of the handler itself is rethrown after the rollback with the lease still held, so
     // the caller can store its error outcome or release per policy; only store failures end here.
     let handlerError: { error: unknown } | undefined;
@@ -645,6 +646,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           const { value, response, outcome } = produced;
           const decision = decide(response, outcome, lease);
           stored = decision.store;
+          status = response.status;
           // The store now completes the record and commits. Renewing meanwhile means nothing: in
           // PostgreSQL a renewal waits on the row the completion holds, then finds it completed and
           // answers false, which would report a lost lease and abort the signal as the commit lands.
@@ -660,15 +662,25 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         markLost(state, 'token no longer current at commit');
         return { committed: false, reason: 'lease-lost' };
       }
-      if (onEvent)
-        emit({
-          type: stored ? 'complete' : 'release',
-          id: lease.id,
-          operation: lease.operation,
-          at: now(),
-          durationMs: now() - started,
-          executionMs: now() - lease.startedAt,
-        } as IdempotencyEvent);
+      if (onEvent) {
+        // The same events as complete(): `complete` with the status, or `release` and `not-stored`.
+        const { id, operation } = lease;
+        const at = now();
+        if (stored) {
+          emit({
+            type: 'complete',
+            id,
+            operation,
+            status,
+            at,
+            durationMs: at - started,
+            executionMs: at - lease.startedAt,
+          });
+        } else {
+          emit({ type: 'release', id, operation, at, durationMs: at - started, executionMs: at - lease.startedAt });
+          emit({ type: 'not-stored', id, operation, status, at });
+        }
+      }
       return { committed: true, value: result.value as T, stored };
     } catch (error) {
       if (handlerError) throw handlerError.error;

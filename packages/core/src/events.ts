@@ -30,7 +30,7 @@ export type IdempotencyEvent =
   | (EventBase & { type: 'replay'; status: number; durationMs: number })
   | (EventBase & { type: 'conflict'; durationMs: number })
   | (EventBase & { type: 'mismatch'; durationMs: number })
-  | (EventBase & { type: 'complete'; status?: number; durationMs: number; executionMs: number })
+  | (EventBase & { type: 'complete'; status: number; durationMs: number; executionMs: number })
   | (EventBase & { type: 'not-stored'; status: number })
   | (EventBase & { type: 'release'; durationMs: number; executionMs?: number })
   | (EventBase & { type: 'lease-lost'; reason: string })

@@ -90,11 +90,9 @@ describe('hostile request bodies', () => {
     }
   });
 
-  // Known bug in @idem/fastify (packages/fastify/src/idempotency.ts, the preParsing hook): it reads
-  // the payload with readStream() without first comparing the declared Content-Length with
-  // maxBodyBytes, as readRequestBody() does for Express and Koa. A client that declares 10 GB and
-  // sends two bytes holds the request open until Node's requestTimeout (300 s) instead of getting
-  // 413 at once; Fastify's own bodyLimit check never runs because it comes after preParsing.
+  // Every reader compares the declared Content-Length with maxBodyBytes before reading a byte (on
+  // Fastify too, in its preParsing hook, before Fastify's own bodyLimit check): a client that
+  // declares 10 GB and sends two bytes would otherwise hold the request open until requestTimeout.
   it('a Content-Length over the limit is refused on the declaration alone, without waiting for the bytes', async () => {
     for (const server of servers) {
       await throwAt(
