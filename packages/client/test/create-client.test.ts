@@ -342,25 +342,19 @@ describe('waits, limits and deadlines', () => {
     expect(result.attempts[0]?.waitMs).toBe(3000);
   });
 
-  it('honours Retry-After as an HTTP-date against the injected clock', async () => {
-    const time = fakeTime(Date.UTC(2026, 9, 21, 7, 27, 55));
-    const { fetch } = scriptedFetch([empty(429, { 'Retry-After': 'Wed, 21 Oct 2026 07:28:00 GMT' }), json(200, {})]);
-    const client = createClient({
-      baseUrl: 'https://api.example.test',
-      fetch,
-      sleep: time.sleep,
-      now: time.now,
-      random: () => 0,
-    });
-    await client.get('/stock');
-    expect(time.waits).toEqual([5000]);
-  });
-
-  it("measures a Retry-After date from the response's Date when the local clock is off", async () => {
-    // The local clock is 10 minutes behind the server's; the server asks for 4 s from its own now.
-    const time = fakeTime(Date.UTC(2026, 9, 21, 7, 18, 0));
+  it.each([
+    ['against the injected clock', Date.UTC(2026, 9, 21, 7, 27, 55), {}, 5_000],
+    // The local clock is 10 minutes behind the server's: the server's own Date is the reference.
+    [
+      "from the response's Date when the local clock is off",
+      Date.UTC(2026, 9, 21, 7, 18, 0),
+      { Date: 'Wed, 21 Oct 2026 07:27:56 GMT' },
+      4_000,
+    ],
+  ])('honours Retry-After as an HTTP-date %s', async (_label, start, dated, wait) => {
+    const time = fakeTime(start);
     const { fetch } = scriptedFetch([
-      empty(503, { Date: 'Wed, 21 Oct 2026 07:28:00 GMT', 'Retry-After': 'Wed, 21 Oct 2026 07:28:04 GMT' }),
+      empty(429, { ...dated, 'Retry-After': 'Wed, 21 Oct 2026 07:28:00 GMT' }),
       json(200, {}),
     ]);
     const client = createClient({
@@ -371,7 +365,7 @@ describe('waits, limits and deadlines', () => {
       random: () => 0,
     });
     await client.get('/stock');
-    expect(time.waits).toEqual([4000]);
+    expect(time.waits).toEqual([wait]);
   });
 
   it('gives up with retry_after_too_long instead of retrying early', async () => {

@@ -92,6 +92,23 @@ async function abandonedPost(url: string, key: string, started: Promise<void>) {
   req.destroy();
 }
 
+// A post whose client leaves once the handler runs: its outcome is not stored (for `reason`), the key
+// is released, and the retry runs as the second execution.
+async function abandonedThenRuns(
+  url: string,
+  key: string,
+  started: Promise<void>,
+  log: ReturnType<typeof eventLog>,
+  reason: string,
+) {
+  await abandonedPost(url, key, started);
+  expect(await log.next(0, 'response-not-stored')).toMatchObject({ reason });
+  await log.next(0, 'release');
+  const retry = await post(url, key);
+  expect(retry.status).toBe(200);
+  expect(await retry.json()).toEqual({ run: 2 });
+}
+
 // A body reader as @koa/bodyparser (co-body) is one: reads ctx.req, inflates what its
 // Content-Encoding says, and parses the JSON.
 async function inflatedJson(ctx: Koa.Context): Promise<unknown> {
@@ -423,14 +440,7 @@ describe('@idem/koa specifics', () => {
         }
         ctx.body = { run: runs };
       },
-      async (url) => {
-        await abandonedPost(url, 'refused-gone-1', leaves.running);
-        expect(await log.next(0, 'response-not-stored')).toMatchObject({ reason: 'body-refused' });
-        await log.next(0, 'release');
-        const retry = await post(url, 'refused-gone-1');
-        expect(retry.status).toBe(200);
-        expect(await retry.json()).toEqual({ run: 2 });
-      },
+      (url) => abandonedThenRuns(url, 'refused-gone-1', leaves.running, log, 'body-refused'),
     );
   });
 
@@ -451,15 +461,8 @@ describe('@idem/koa specifics', () => {
         ctx.body = new Readable({ read() {} });
         void leaves.untilGone(ctx);
       },
-      async (url) => {
-        await abandonedPost(url, 'silent-1', leaves.running);
-        // A streamed outcome cannot be known in full once its client left: not stored, key released.
-        expect(await log.next(0, 'response-not-stored')).toMatchObject({ reason: 'streaming' });
-        await log.next(0, 'release');
-        const retry = await post(url, 'silent-1');
-        expect(retry.status).toBe(200);
-        expect(await retry.json()).toEqual({ run: 2 });
-      },
+      // A streamed outcome cannot be known in full once its client left: not stored, key released.
+      (url) => abandonedThenRuns(url, 'silent-1', leaves.running, log, 'streaming'),
     );
   });
 
