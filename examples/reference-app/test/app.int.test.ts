@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { format, inspect } from 'node:util';
@@ -36,6 +37,22 @@ const waits: number[] = [];
 const seen: SeenRequest[] = [];
 /** What the app reported through its `onEvent`. */
 const appEvents: ThirdPartyAppEvent[] = [];
+/** Runs while the app's client waits before a charge's retry (a test moves the clock there). */
+let duringRetryWait: (() => void) | undefined;
+/** The next API request matching `method` and `url` waits here until the test releases it. */
+let apiHold: { method: string; url: string; reached: () => void; opened: Promise<void> } | undefined;
+
+/** Holds the API's next `method` `url` request; `reached` resolves once it is held. */
+function holdApi(method: string, url: string) {
+  let release = () => {};
+  const opened = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const reached = new Promise<void>((resolve) => {
+    apiHold = { method, url, reached: resolve, opened };
+  });
+  return { reached, release };
+}
 
 function readBody(req: IncomingMessage): Promise<string> {
   return new Promise((resolve) => {
@@ -103,6 +120,12 @@ beforeAll(async () => {
       idempotencyKey: req.headers['idempotency-key'] as string | undefined,
       body,
     });
+    const held = apiHold;
+    if (held && held.method === req.method && held.url === req.url) {
+      apiHold = undefined;
+      held.reached();
+      await held.opened;
+    }
     if (apiMode === 'down' || (apiMode === 'flaky' && req.url === '/charges' && failuresLeft-- > 0)) {
       res.writeHead(503, { 'content-type': 'application/problem+json' }).end('{"title":"Service Unavailable"}');
       return;
@@ -138,6 +161,7 @@ beforeAll(async () => {
       random: () => 0.5,
       sleep: async (ms) => {
         waits.push(ms);
+        duringRetryWait?.();
       },
     },
   });
@@ -156,6 +180,8 @@ beforeEach(() => {
   seen.length = 0;
   waits.length = 0;
   appEvents.length = 0;
+  duringRetryWait = undefined;
+  apiHold = undefined;
 });
 
 const appUrl = (path = '/') => new URL(path, running.appUrl).href;
@@ -174,6 +200,25 @@ async function signIn(start = '/signin') {
 }
 
 const sessionId = (agent: UserAgent) => agent.jar.cookies.get('app_session')?.value;
+/** The row of a session id: the table keys rows by the id's SHA-256. */
+const sessionRow = async (id: string | undefined) =>
+  (
+    await db.query<{ expires_at: Date; left: number }>(
+      `select expires_at, extract(epoch from expires_at - now())::float8 as left from app_sessions where id_hash = $1`,
+      [createHash('sha256').update(String(id)).digest('base64url')],
+    )
+  ).rows[0];
+
+/** "Sign in" when signed in already: the page asks, and its form posts back with the CSRF token. */
+async function signInAgain(agent: UserAgent, url: (path: string) => string = appUrl) {
+  const asked = await agent.request(url('/signin'));
+  expect(asked.response.status).toBe(200);
+  expect(formAction(asked.body, 'signin')).toBe('/signin');
+  return agent.postForm(url('/signin'), {
+    csrf: formField(asked.body, 'csrf'),
+    return_to: formField(asked.body, 'return_to'),
+  });
+}
 const codeRow = async (code: string) =>
   (
     await db.query<{ consumed_at: Date | null }>(
@@ -442,6 +487,62 @@ describe('sign in', () => {
     expect(back.body).toContain('You cancelled the sign-in.');
   });
 
+  it('asks a signed-in user first: a GET from another site ends neither the session nor its grant (sign-in CSRF)', async () => {
+    const { agent } = await signIn();
+    const id = sessionId(agent);
+    const stored = await sessions().get(id);
+    // A top-level GET from another site carries the SameSite=Lax cookie.
+    const forced = await agent.request(appUrl('/signin?return_to=%2Fphotos'), {
+      headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate' },
+    });
+    expect(forced.response.status).toBe(200);
+    expect(forced.response.headers.get('cache-control')).toBe('no-store');
+    expect(forced.body).toContain('<h1>Sign in again</h1>');
+    expect(forced.body).toContain('<form method="post" action="/signin">');
+    expect(formField(forced.body, 'return_to')).toBe('/photos');
+    // The user never finished a new sign-in: their session and their grant survive.
+    expect(sessionId(agent)).toBe(id);
+    expect(await sessions().get(id)).toEqual(stored);
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+    const refresh = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: stored!.tokens!.refreshToken! },
+      running.clients.app,
+    );
+    expect(refresh.status).toBe(200);
+  });
+
+  it("refuses a new sign-in posted without the session's CSRF token", async () => {
+    const { agent } = await signIn();
+    const id = sessionId(agent);
+    const forged = await agent.postForm(appUrl('/signin'), { return_to: '/' });
+    expect(forged.response.status).toBe(403);
+    expect(sessionId(agent)).toBe(id);
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+  });
+
+  it('keeps an abandoned sign-in 15 minutes, and a later sign-in deletes its row once expired', async () => {
+    const abandoned = createUserAgent();
+    expect((await abandoned.request(appUrl('/signin'))).response.status).toBe(303);
+    const row = await sessionRow(sessionId(abandoned));
+    expect(row?.left).toBeGreaterThan(14 * 60);
+    expect(row?.left).toBeLessThanOrEqual(15 * 60);
+    // A signed-in session gets the full 8 hours.
+    const { agent } = await signIn();
+    expect((await sessionRow(sessionId(agent)))?.left).toBeGreaterThan(7 * 3600);
+    // Expired (the database's clock cannot be moved: the row is aged instead) ...
+    await db.query(`update app_sessions set expires_at = now() - interval '1 second' where id_hash = $1`, [
+      createHash('sha256')
+        .update(String(sessionId(abandoned)))
+        .digest('base64url'),
+    ]);
+    expect(await sessions().get(sessionId(abandoned))).toBeUndefined();
+    // ... and gone after the next visitor's "Sign in", not left to pile up.
+    expect((await createUserAgent().request(appUrl('/signin'))).response.status).toBe(303);
+    expect(await sessionRow(sessionId(abandoned))).toBeUndefined();
+    expect(await sessionRow(sessionId(agent))).toBeDefined();
+  });
+
   it.each([
     ['//evil.example/x', '/'],
     ['https://evil.example/', '/'],
@@ -541,6 +642,54 @@ describe('signed in', () => {
     const after = await agent.request(appUrl('/'));
     expect(after.body).toContain('Attempts: 3');
     expect(after.body).toContain('Status 201');
+  });
+
+  // A charge can take 15 s with its retries. Meanwhile another tab of the same session refreshes and
+  // rotates the refresh token; the slow request must not write the used one back with its message.
+  it.each([
+    ['a charge', 'POST', '/charges', '/charges', { amount: '100', currency: 'EUR' }, 'Charge created.'],
+    ['a theme change', 'PUT', '/settings', '/theme', { theme: 'dark' }, 'Theme set to dark.'],
+  ])(
+    'keeps the refresh token a concurrent refresh rotated while %s was in flight',
+    async (_name, method, apiPath, path, fields, message) => {
+      const { agent } = await signIn();
+      const page = await agent.request(appUrl('/'));
+      const held = holdApi(method, apiPath);
+      const posted = agent.postForm(appUrl(path), { csrf: formField(page.body, 'csrf'), ...fields });
+      await held.reached;
+      // The other tab finds the access token about to expire and refreshes.
+      clock = 290_000;
+      expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+      const rotated = (await sessions().get(sessionId(agent)))?.tokens;
+      held.release();
+      expect((await posted).response.status).toBe(303);
+      // The message is stored, and the tokens are still the rotated ones, not the ones read at the start.
+      const stored = await sessions().get(sessionId(agent));
+      expect(stored?.flash?.lines).toContain(message);
+      expect(stored?.tokens).toEqual(rotated);
+      // The next refresh presents a token never used: the grant lives, the user stays signed in.
+      clock = 600_000;
+      const later = await agent.request(appUrl('/'));
+      expect(later.body).toContain('Alice Liddell');
+      expect(later.body).toContain(message);
+    },
+  );
+
+  it("uses the session's current access token for each attempt of a charge, refreshed if need be", async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const first = (await sessions().get(sessionId(agent)))?.tokens?.accessToken;
+    apiMode = 'flaky';
+    failuresLeft = 1;
+    // The token is about to expire by the time the retry goes.
+    duringRetryWait = () => {
+      clock = 290_000;
+    };
+    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '300', currency: 'EUR' });
+    const attempts = seen.filter((request) => request.url === '/charges').map((request) => request.authorization);
+    const refreshed = (await sessions().get(sessionId(agent)))?.tokens?.accessToken;
+    expect(refreshed).not.toBe(first);
+    expect(attempts).toEqual([`Bearer ${first}`, `Bearer ${refreshed}`]);
   });
 
   it('switches the theme with PUT /settings', async () => {
@@ -643,7 +792,7 @@ describe('refresh and sign-out', () => {
     const { agent } = await signIn();
     const id = sessionId(agent);
     const stored = await sessions().get(id);
-    const again = await agent.request(appUrl('/signin'));
+    const again = await signInAgain(agent);
     expect(again.response.status).toBe(303);
     expect(again.response.headers.get('location')).toContain(`${running.authUrl}/auth?`);
     expect(sessionId(agent)).not.toBe(id);
@@ -713,8 +862,7 @@ describe('refresh and sign-out', () => {
       const held = gate.hold(statement);
       const home = agent.request(appUrl('/'));
       const params = await held.reached;
-      const ended =
-        path === '/signin' ? await agent.request(appUrl(path)) : await agent.postForm(appUrl(path), { csrf });
+      const ended = await agent.postForm(appUrl(path), { csrf, return_to: '/' });
       expect(ended.response.status).toBe(status);
       held.release();
       await home;
@@ -744,7 +892,7 @@ describe('refresh and sign-out', () => {
     try {
       const { agent, id, tokens } = await own.signIn();
       own.revocation = 'unavailable';
-      const again = await agent.request(own.url('/signin'));
+      const again = await signInAgain(agent, own.url);
       expect(again.response.status).toBe(303);
       expect(again.response.headers.get('location')).toContain(`${own.authUrl}/auth?`);
       expect(sessionId(agent)).not.toBe(id);
@@ -866,5 +1014,59 @@ describe('refresh and sign-out', () => {
     );
     expect(refresh.body.error).toBe('invalid_grant');
     expect(await sessions().get(id)).toBeUndefined();
+  });
+});
+
+// The app keeps its sessions on the shared database: PGlite by default, PostgreSQL with DATABASE_URL.
+describe.each([
+  ['embedded PGlite', () => openDatabase({ memory: true })],
+  ['the test database', async () => db],
+])('the session store on %s', (_name, open) => {
+  let own: Database;
+  beforeAll(async () => {
+    own = await open();
+    await migrateApp(own);
+  });
+  afterAll(async () => {
+    if (own !== db) await own?.close();
+  });
+  const tokens = (refreshToken: string) => ({ accessToken: `at-${refreshToken}`, refreshToken, expiresAt: 1 });
+
+  it('changes only the fields it is given, whatever the caller read before', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 60 });
+    const id = await store.create({ user: { sub: 'user-alice' }, tokens: tokens('rt-1') });
+    await store.update(id, { tokens: tokens('rt-2') });
+    await store.update(id, { flash: { title: 'Create charge', lines: ['Charge created.'] } });
+    expect(await store.get(id)).toEqual({
+      user: { sub: 'user-alice' },
+      tokens: tokens('rt-2'),
+      flash: { title: 'Create charge', lines: ['Charge created.'] },
+    });
+    await store.update(id, { flash: undefined });
+    expect(await store.get(id)).toEqual({ user: { sub: 'user-alice' }, tokens: tokens('rt-2') });
+    await store.destroy(id);
+    await store.update(id, { flash: { title: 'Theme', lines: [] } });
+    expect(await store.get(id)).toBeUndefined();
+  });
+
+  it('takes the flash once, and leaves everything else', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 60 });
+    const id = await store.create({ tokens: tokens('rt-1'), flash: { title: 'Theme', lines: ['Theme set to dark.'] } });
+    expect(await store.takeFlash(id)).toEqual({ title: 'Theme', lines: ['Theme set to dark.'] });
+    expect(await store.takeFlash(id)).toBeUndefined();
+    expect(await store.get(id)).toEqual({ tokens: tokens('rt-1') });
+  });
+
+  it('deletes expired rows when it creates one', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 60 });
+    const stale = await store.create({});
+    await own.query(`update app_sessions set expires_at = now() - interval '1 second' where id_hash = $1`, [
+      createHash('sha256').update(stale).digest('base64url'),
+    ]);
+    const fresh = await store.create({}, 5);
+    const { rows } = await own.query<{ id_hash: string }>('select id_hash from app_sessions');
+    const hashes = rows.map((row) => row.id_hash);
+    expect(hashes).not.toContain(createHash('sha256').update(stale).digest('base64url'));
+    expect(hashes).toContain(createHash('sha256').update(fresh).digest('base64url'));
   });
 });

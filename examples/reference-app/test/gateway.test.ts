@@ -417,3 +417,19 @@ describe('gateway: upstream down', () => {
     }
   });
 });
+
+// README: errors are application/problem+json (RFC 9457), the ones Fastify and reply-from raise too.
+describe('gateway: its own refusals are problem+json', () => {
+  it.each([
+    ['a path that does not decode, without a token', '/photos/%E0%A4%A', false],
+    ['a path that does not decode, with a token', '/photos/%E0%A4%A', true],
+    ['a path that climbs out with ..', '/webhook-events/..%2F', true],
+  ])('answers %s with 400 path_malformed', async (_name, path, withToken) => {
+    const response = await call(path, withToken ? { token: await mint() } : {});
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(response.headers.get('cache-control')).toBe('no-store');
+    expect(response.json()).toMatchObject({ status: 400, code: 'path_malformed', retryable: false });
+    expect(response.text).not.toContain('%E0');
+  });
+});

@@ -414,6 +414,21 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     },
   );
 
+  it('checks a note before it claims the key: the corrected retry with the same key adds the note', async () => {
+    const charge = await createCharge(57);
+    await stack.api.relayOnce();
+    const key = `"${randomUUID()}"`;
+    const invalid = await postNote(`evt_${charge.id}`, { text: '' }, { key });
+    expect(invalid.status).toBe(422);
+    expect(await invalid.json()).toMatchObject({ code: 'validation_failed' });
+    const corrected = await postNote(`evt_${charge.id}`, { text: 'Customer called' }, { key });
+    expect(corrected.status).toBe(201);
+    expect(await corrected.json()).toMatchObject({ text: 'Customer called' });
+    // The key is now the corrected note's: a retry replays it.
+    const retry = await postNote(`evt_${charge.id}`, { text: 'Customer called' }, { key });
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+  });
+
   it('keeps line breaks and tabs in a note: an operator may write several lines', async () => {
     const charge = await createCharge(59);
     await stack.api.relayOnce();

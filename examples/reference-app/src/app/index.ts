@@ -1,6 +1,6 @@
 export { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 export { createOidcClient, type OidcClient, type OidcClientOptions, type SignInResult } from './oidc-client.js';
-export { homePage, signedOutPage, signInFailedPage } from './pages.js';
+export { homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
 export { migrateApp } from './schema.js';
 export {
   appScope,

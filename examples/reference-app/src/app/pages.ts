@@ -104,6 +104,28 @@ ${apiSection('Theme', 'settings', input.settings, themeForm)}
 }
 
 /**
+ * What `GET /signin` shows someone already signed in: signing in again ends this session and revokes
+ * its grant, so it takes a form with the session's CSRF token, never a link another site could send.
+ *
+ * @example
+ * ```ts
+ * res.send(signInAgainPage({ user, csrf, returnTo: '/' }));
+ * ```
+ */
+export function signInAgainPage(input: { user: SignedInUser; csrf: string; returnTo: string }): string {
+  return htmlPage(
+    'Sign in again',
+    `<h1>Sign in again</h1>
+<p>You are signed in as <strong>${escapeHtml(input.user.name ?? input.user.sub)}</strong>. Signing in again ends this session and revokes what you allowed it at the identity provider.</p>
+<form method="post" action="/signin"><input type="hidden" name="csrf" value="${escapeHtml(input.csrf)}">
+<input type="hidden" name="return_to" value="${escapeHtml(input.returnTo)}">
+<button type="submit">Sign in again</button>
+</form>
+<p><a href="/">Back</a></p>`,
+  );
+}
+
+/**
  * The page for a failed or refused sign-in. The text is fixed: no provider message is echoed.
  *
  * @example

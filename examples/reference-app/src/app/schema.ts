@@ -16,5 +16,7 @@ export async function migrateApp(db: Database): Promise<void> {
       data jsonb not null,
       expires_at timestamptz not null
     );
+    -- Each new session deletes a batch of expired ones, oldest first.
+    create index if not exists app_sessions_expires_at on app_sessions (expires_at);
   `);
 }

@@ -10,7 +10,7 @@ import { pageHeaders } from '../html.js';
 import { loadCsrfKey } from '../idp/secrets.js';
 import { type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
-import { homePage, signedOutPage, signInFailedPage } from './pages.js';
+import { homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
 import { createSessionStore, type SessionData, type SessionTokens } from './sessions.js';
 
 /**
@@ -115,6 +115,12 @@ export interface ThirdPartyApp {
 
 const sessionCookie = 'app_session';
 
+/**
+ * How long a sign-in in progress (a session with only its transaction) lives. The provider's login
+ * step expires sooner; a visitor who opens "Sign in" and leaves must not hold a row for 8 hours.
+ */
+const pendingTtlSeconds = 15 * 60;
+
 /** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
 const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -203,13 +209,10 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     }
     try {
       const result = await oidc.refresh(refreshToken);
-      const next: SessionData = {
-        ...data,
-        user: result.user ?? data.user,
-        tokens: { ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken },
-      };
-      await sessions.save(id, next);
-      return next;
+      const tokens = { ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken };
+      // Only the tokens (and the user, when the provider sent a new ID token): a flash set meanwhile stays.
+      await sessions.update(id, { tokens, ...(result.user ? { user: result.user } : {}) });
+      return { ...data, user: result.user ?? data.user, tokens };
     } catch (error) {
       if (error instanceof oauth.ResponseBodyError) {
         // invalid_grant: the refresh token was revoked, reused or expired; the session is over.
@@ -274,11 +277,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       fetchStock(options.baseUrl, token, stockItems),
       callApi(options.baseUrl, token, { method: 'GET', path: '/settings' }),
     ]);
-    const flash = data.flash;
-    if (flash) {
-      const { flash: _shown, ...rest } = data;
-      await sessions.save(id, rest);
-    }
+    // Taken from the session as it is now, not as it was read before the API calls: the flash only,
+    // so the tokens a concurrent refresh stored meanwhile stay, and a flash set meanwhile shows.
+    const flash = await sessions.takeFlash(id);
     send(
       res,
       200,
@@ -293,23 +294,51 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     );
   });
 
-  app.get('/signin', async (req, res) => {
+  /**
+   * Starts a sign-in in a fresh session: the transaction (state, nonce, verifier) is bound to this
+   * browser. The session it replaces ends here, so its tokens are revoked at the provider first, as on
+   * sign-out. Not later, at the callback: the provider gives the new sign-in the grant its own session
+   * remembers for this app, so revoking the old tokens then would revoke the new ones with them.
+   */
+  const startSignIn = async (req: Request, res: Response, returnTo: string) => {
     let started: Awaited<ReturnType<typeof oidc.startSignIn>>;
     try {
-      started = await oidc.startSignIn(safeReturnTo(req.query.return_to));
+      started = await oidc.startSignIn(returnTo);
     } catch {
       send(res, 503, signInFailedPage('The identity provider is unavailable. Try again later.'));
       return;
     }
-    // A fresh session per sign-in: the transaction (state, nonce, verifier) is bound to this browser.
-    // The session it replaces ends here, so its tokens are revoked at the provider first, as on sign-out.
     const oldId = readCookie(req, sessionCookie);
     const old = await sessions.get(oldId);
     await sessions.destroy(oldId);
     await revokeTokens(old?.tokens, 'sign-in');
-    const id = await sessions.create({ pending: started.pending });
+    const id = await sessions.create({ pending: started.pending }, pendingTtlSeconds);
     setSession(res, id);
     res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
+  };
+
+  // Any site can send the browser here: a top-level GET carries the SameSite=Lax cookie. So a GET
+  // never ends a signed-in session (that would sign the user out and revoke their grant from a link);
+  // it asks, and the form posts back with the session's CSRF token.
+  app.get('/signin', async (req, res) => {
+    const returnTo = safeReturnTo(req.query.return_to);
+    const id = readCookie(req, sessionCookie);
+    const data = await sessions.get(id);
+    if (id && data?.user && data.tokens) {
+      res.set('Cache-Control', 'no-store');
+      send(res, 200, signInAgainPage({ user: data.user, csrf: csrf.issue(req, res, id), returnTo }));
+      return;
+    }
+    await startSignIn(req, res, returnTo);
+  });
+
+  app.post('/signin', form, async (req, res) => {
+    const id = readCookie(req, sessionCookie);
+    if (!id || !csrf.verify(req, id, req.body?.csrf)) {
+      send(res, 403, signInFailedPage('This form was not sent from this app.'));
+      return;
+    }
+    await startSignIn(req, res, safeReturnTo(req.body?.return_to));
   });
 
   app.get('/callback', async (req, res) => {
@@ -386,10 +415,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         path: '/settings',
         body: { theme },
       });
-      await sessions.save(id, {
-        ...data,
-        flash: { title: 'Theme', lines: describe(result, `Theme set to ${theme}.`) },
-      });
+      // The flash only: `data` was read before the API call, and its tokens may have been rotated since.
+      await sessions.update(id, { flash: { title: 'Theme', lines: describe(result, `Theme set to ${theme}.`) } });
       res.redirect(303, '/');
     }),
   );
@@ -397,7 +424,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   app.post(
     '/charges',
     form,
-    withSession(async (req, res, id, data) => {
+    withSession(async (req, res, id) => {
       const amount = Number(req.body?.amount);
       const currency = String(req.body?.currency ?? '').toUpperCase();
       // "Send the same charge again" posts the key of the first one: the retry a user makes by hand
@@ -405,10 +432,11 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       const repeatKey = typeof req.body?.key === 'string' && keyShape.test(req.body.key) ? req.body.key : undefined;
       // @idem/client makes one key for this logical charge and reuses it on every retry (network
       // errors, 409 while the first attempt runs, 502-504), backing off about 1 s, 2 s, 4 s with
-      // jitter; a fresh access token is read for each attempt.
+      // jitter. Each attempt reads the session's access token as it is then, refreshed if it is about
+      // to expire (once per session, as for any request); none if the session ended meanwhile.
       const client = createClient({
         baseUrl: options.baseUrl,
-        getToken: () => data.tokens!.accessToken,
+        getToken: async () => (await signedIn(req))?.data.tokens?.accessToken,
         retry: { maxAttempts: 4, deadline: '15s', timeout: '5s' },
         ...options.retryTiming,
       });
@@ -443,7 +471,10 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           `Attempts: ${error.attempts.length}`,
         );
       }
-      await sessions.save(id, { ...data, flash: { title: 'Create charge', lines, ...(repeat ? { repeat } : {}) } });
+      // The flash only: the charge may have taken 15 s, and a request of the same session may have
+      // rotated the refresh token meanwhile; writing back the one read at the start would bring back a
+      // used token, which the provider takes for reuse at the next refresh and revokes the grant.
+      await sessions.update(id, { flash: { title: 'Create charge', lines, ...(repeat ? { repeat } : {}) } });
       res.redirect(303, '/');
     }),
   );

@@ -47,21 +47,37 @@ export interface SessionData {
  * @example
  * ```ts
  * const sessions = createSessionStore(db, { ttlSeconds: 3600 });
- * const id = await sessions.create({ pending });
+ * const id = await sessions.create({ pending }, 600);
  * const data = await sessions.get(id);
  * ```
  */
 export interface SessionStore {
-  create(data: SessionData): Promise<string>;
+  /** A new session for `ttlSeconds` (the store's TTL by default). Also deletes a batch of expired rows. */
+  create(data: SessionData, ttlSeconds?: number): Promise<string>;
   get(id: string | undefined): Promise<SessionData | undefined>;
-  save(id: string, data: SessionData): Promise<void>;
+  /**
+   * Changes only the fields named in `changes` (a field given as `undefined` is removed) and leaves
+   * every other field as the database holds it now, not as the caller read it: a request that read
+   * the session before a slow call must not write back a refresh token that a concurrent refresh
+   * has used up meanwhile (the provider would take it for reuse and revoke the grant).
+   */
+  update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
+  /** Removes the flash and returns it, in one statement: a flash set meanwhile is never lost. */
+  takeFlash(id: string): Promise<Flash | undefined>;
   destroy(id: string | undefined): Promise<void>;
 }
 
 const hashId = (id: string) => createHash('sha256').update(id).digest('base64url');
 
+/** At most this many expired rows are deleted per {@link SessionStore.create}. */
+const purgeBatch = 100;
+
 /**
  * Creates a {@link SessionStore}. Ids are 256 random bits; only their hash is stored.
+ *
+ * An expired row is invisible at once and deleted by a later `create`, up to {@link purgeBatch} at a
+ * time: every visitor who opens "Sign in" and leaves writes a row, so without that the table would
+ * only grow. Each create deletes more rows than it adds, so expired rows never pile up.
  *
  * @example
  * ```ts
@@ -69,13 +85,20 @@ const hashId = (id: string) => createHash('sha256').update(id).digest('base64url
  * ```
  */
 export function createSessionStore(db: Database, options: { ttlSeconds: number }): SessionStore {
-  const ttl = Math.max(1, Math.floor(options.ttlSeconds));
+  const seconds = (ttl: number) => Math.max(1, Math.floor(ttl));
+  const ttl = seconds(options.ttlSeconds);
   return {
-    async create(data) {
+    async create(data, ttlSeconds = ttl) {
+      await db.query(
+        `delete from app_sessions where id_hash in (
+           select id_hash from app_sessions where expires_at <= now() order by expires_at limit $1
+         )`,
+        [purgeBatch],
+      );
       const id = randomBytes(32).toString('base64url');
       await db.query(
         `insert into app_sessions (id_hash, data, expires_at) values ($1, $2, now() + make_interval(secs => $3::int))`,
-        [hashId(id), JSON.stringify(data), ttl],
+        [hashId(id), JSON.stringify(data), seconds(ttlSeconds)],
       );
       return id;
     },
@@ -87,11 +110,30 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       );
       return rows[0]?.data;
     },
-    async save(id, data) {
+    async update(id, changes) {
+      const removed = Object.keys(changes).filter((key) => changes[key as keyof SessionData] === undefined);
+      // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
       await db.query(
-        `update app_sessions set data = $2, expires_at = now() + make_interval(secs => $3::int) where id_hash = $1`,
-        [hashId(id), JSON.stringify(data), ttl],
+        `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
+           expires_at = now() + make_interval(secs => $4::int)
+         where id_hash = $1 and expires_at > now()`,
+        [hashId(id), JSON.stringify(changes), removed, ttl],
       );
+    },
+    async takeFlash(id) {
+      // The row is locked between reading the flash and removing it: nobody sets another in between.
+      const { rows } = await db.query<{ flash: Flash }>(
+        `with shown as (
+           select id_hash, data -> 'flash' as flash from app_sessions
+           where id_hash = $1 and expires_at > now() and data -> 'flash' is not null
+           for update
+         )
+         update app_sessions set data = app_sessions.data - 'flash' from shown
+         where app_sessions.id_hash = shown.id_hash
+         returning shown.flash`,
+        [hashId(id)],
+      );
+      return rows[0]?.flash ?? undefined;
     },
     async destroy(id) {
       if (!id) return;

@@ -11,6 +11,7 @@ import {
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
+import { frameworkProblem, sendProblem, upstreamProblem } from './problems.js';
 
 /** Another service behind the gateway, reached for every path under `prefix`. */
 export interface GatewayUpstream {
@@ -78,24 +79,6 @@ export interface RunningGateway {
  */
 const strippedCredentials = ['cookie', 'proxy-authorization'];
 
-function sendProblem(reply: FastifyReply, status: number, problem: object, challenge?: string): FastifyReply {
-  if (challenge !== undefined) reply.header('www-authenticate', challenge);
-  return reply
-    .code(status)
-    .header('cache-control', 'no-store')
-    .type('application/problem+json')
-    .send(JSON.stringify(problem));
-}
-
-const upstreamProblem = (status: 502 | 504) => ({
-  type: `https://idem.dev/problems/${status === 504 ? 'upstream-timeout' : 'upstream-unavailable'}`,
-  title: status === 504 ? 'The API did not answer in time' : 'The API is unavailable',
-  status,
-  detail: 'The request could not be forwarded; retry later with the same Idempotency-Key.',
-  code: status === 504 ? 'upstream_timeout' : 'upstream_unavailable',
-  retryable: true,
-});
-
 /**
  * Starts the gateway: a Fastify reverse proxy (`@fastify/reply-from`) in front of the API.
  *
@@ -143,9 +126,17 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     ];
   }
 
+  // Fastify's and reply-from's own errors (a path that does not decode, a `..` reply-from refuses to
+  // forward) would be `application/json`: they get the gateway's problem+json like every other error.
+  const frameworkError = (error: unknown, _request: FastifyRequest, reply: FastifyReply) => {
+    const problem = frameworkProblem(error);
+    return sendProblem(reply, problem.status, problem);
+  };
   const app = Fastify({
     logger: false,
     return503OnClosing: true,
+    // Errors raised before any route runs (FST_ERR_BAD_URL); the error handler below takes the rest.
+    frameworkErrors: frameworkError,
     // On a port bound beforehand, Fastify serves through that server instead of creating its own.
     ...(bound
       ? {
@@ -156,6 +147,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
         }
       : {}),
   });
+  app.setErrorHandler(frameworkError);
   // Bodies are not parsed here: the stream goes to the API byte for byte.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));

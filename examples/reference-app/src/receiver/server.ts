@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { principalScope, readStream, type Store } from '@idem/core';
+import { principalScope, readRequestBody, type Store } from '@idem/core';
 import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
@@ -234,6 +234,9 @@ export interface AdminApiOptions {
 /** Largest note, in characters. */
 const maxNoteLength = 500;
 
+/** Largest note body, in bytes. */
+const maxNoteBodyBytes = 16 * 1024;
+
 /**
  * The receiver's admin API on Koa, for operators through the gateway: `GET /webhook-events` lists
  * every event with its delivery and apply counts, `GET /webhook-events/<id>` shows one with its notes,
@@ -276,9 +279,12 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
   const writeChain = [
     options.authenticate,
     options.write,
+    // Before the key is claimed, as for charges: an invalid note must not use up the key, so the
+    // operator's corrected retry with it adds the note instead of getting 422.
+    validNote,
     idempotency({
       store: options.store,
-      maxBodyBytes: 16 * 1024,
+      maxBodyBytes: maxNoteBodyBytes,
       scope: (ctx) => principalScope((ctx.state as { auth?: Principal }).auth, { perClient: true }),
     }),
   ];
@@ -289,35 +295,7 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
       notFound(ctx, 'The receiver has seen no event with this id.');
       return;
     }
-    // The idempotency middleware read the raw body to fingerprint it and put the bytes back.
-    const body = await readStream(ctx.req, 16 * 1024);
-    let text: unknown;
-    try {
-      text =
-        body.ok && body.body
-          ? (JSON.parse(Buffer.from(body.body).toString('utf8')) as { text?: unknown }).text
-          : undefined;
-    } catch {
-      text = undefined;
-    }
-    if (
-      typeof text !== 'string' ||
-      text.trim().length === 0 ||
-      text.length > maxNoteLength ||
-      hasControlCharacters(text, { allowLines: true })
-    ) {
-      ctx.status = 422;
-      ctx.type = 'application/problem+json';
-      ctx.body = JSON.stringify({
-        type: 'https://idem.dev/problems/validation-failed',
-        title: 'Invalid note',
-        status: 422,
-        detail: `A note is a JSON object with a "text" of 1 to ${maxNoteLength} characters, without control characters but tab and line feed.`,
-        code: 'validation_failed',
-        retryable: false,
-      });
-      return;
-    }
+    const text = (ctx.state as { note?: string }).note ?? '';
     const author = (ctx.state as { auth?: { sub?: string } }).auth?.sub ?? 'unknown';
     ctx.status = 201;
     ctx.body = await addEventNote(db, event.id, author, text.trim());
@@ -329,6 +307,44 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
     if (ctx.method === 'POST' && ctx.path.endsWith('/notes')) return write(ctx);
     return next();
   };
+}
+
+/**
+ * Reads the note's body and answers 422 unless it is a JSON object whose `text` is 1 to
+ * {@link maxNoteLength} characters without control characters but tab and line feed; a valid text
+ * goes to `ctx.state.note`. The bytes are put back into the stream, so the idempotency middleware
+ * after it fingerprints them as they came. A body over the limit is left to that middleware's 413.
+ */
+async function validNote(ctx: Context, next: Next): Promise<unknown> {
+  const body = await readRequestBody(ctx.req, maxNoteBodyBytes);
+  if (!body.ok) return next();
+  let text: unknown;
+  try {
+    text = body.body ? (JSON.parse(body.body.toString('utf8')) as { text?: unknown }).text : undefined;
+  } catch {
+    text = undefined;
+  }
+  if (
+    typeof text !== 'string' ||
+    text.trim().length === 0 ||
+    text.length > maxNoteLength ||
+    hasControlCharacters(text, { allowLines: true })
+  ) {
+    ctx.status = 422;
+    ctx.set('Cache-Control', 'no-store');
+    ctx.type = 'application/problem+json';
+    ctx.body = JSON.stringify({
+      type: 'https://idem.dev/problems/validation-failed',
+      title: 'Invalid note',
+      status: 422,
+      detail: `A note is a JSON object with a "text" of 1 to ${maxNoteLength} characters, without control characters but tab and line feed.`,
+      code: 'validation_failed',
+      retryable: false,
+    });
+    return;
+  }
+  (ctx.state as { note?: string }).note = text;
+  return next();
 }
 
 /** The event id in an admin path, or '' when it is not one a `webhook-id` (and so an event) can have. */

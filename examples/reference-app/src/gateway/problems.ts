@@ -1,0 +1,77 @@
+import { STATUS_CODES } from 'node:http';
+import type { FastifyReply } from 'fastify';
+
+/** Answers with an `application/problem+json` body (RFC 9457), never cached; `challenge` is a `WWW-Authenticate`. */
+export function sendProblem(reply: FastifyReply, status: number, problem: object, challenge?: string): FastifyReply {
+  if (challenge !== undefined) reply.header('www-authenticate', challenge);
+  return reply
+    .code(status)
+    .header('cache-control', 'no-store')
+    .type('application/problem+json')
+    .send(JSON.stringify(problem));
+}
+
+/** The problem of an upstream that could not be reached (502) or did not answer in time (504). */
+export const upstreamProblem = (status: 502 | 504) => ({
+  type: `https://idem.dev/problems/${status === 504 ? 'upstream-timeout' : 'upstream-unavailable'}`,
+  title: status === 504 ? 'The API did not answer in time' : 'The API is unavailable',
+  status,
+  detail: 'The request could not be forwarded; retry later with the same Idempotency-Key.',
+  code: status === 504 ? 'upstream_timeout' : 'upstream_unavailable',
+  retryable: true,
+});
+
+/**
+ * The problem for an error Fastify or `@fastify/reply-from` raised before the request reached a
+ * service: a path that does not decode (`%E0%A4%A`, Fastify's FST_ERR_BAD_URL), one that climbs out
+ * with `..` (reply-from), or any other 4xx they answer, with its status; anything else is a 500.
+ * Their own answer would be `application/json` with their message; every error of the gateway is a
+ * problem, and none echoes the request.
+ *
+ * @example
+ * ```ts
+ * app.setErrorHandler((error, _request, reply) => {
+ *   const problem = frameworkProblem(error);
+ *   sendProblem(reply, problem.status, problem);
+ * });
+ * ```
+ */
+export function frameworkProblem(error: unknown): {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+  retryable: boolean;
+} {
+  const given = (error as { statusCode?: unknown } | null)?.statusCode;
+  const status = typeof given === 'number' && given >= 400 && given < 500 ? given : 500;
+  if (status === 400) {
+    return {
+      type: 'https://idem.dev/problems/path-malformed',
+      title: 'The request path is not valid',
+      status,
+      detail: 'The path does not decode as UTF-8, or it climbs out of its service with "..".',
+      code: 'path_malformed',
+      retryable: false,
+    };
+  }
+  if (status === 500) {
+    return {
+      type: 'https://idem.dev/problems/internal-error',
+      title: 'Internal error',
+      status,
+      detail: 'The gateway could not handle this request.',
+      code: 'internal_error',
+      retryable: false,
+    };
+  }
+  return {
+    type: 'https://idem.dev/problems/request-refused',
+    title: STATUS_CODES[status] ?? 'Request refused',
+    status,
+    detail: 'The gateway refused this request before forwarding it.',
+    code: 'request_refused',
+    retryable: false,
+  };
+}
