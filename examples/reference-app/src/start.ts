@@ -1,6 +1,7 @@
 import { migrateApp } from './app/schema.js';
 import { createThirdPartyApp, type ThirdPartyAppOptions } from './app/server.js';
 import type { Database } from './db.js';
+import { purgeExpiredModels } from './idp/adapter.js';
 import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp } from './idp/server.js';
 import { type ListeningPort, listen } from './listen.js';
@@ -24,6 +25,8 @@ export interface StartOptions {
   retryTiming?: ThirdPartyAppOptions['retryTiming'];
   /** What the third-party app reports (default: a line on stderr). */
   onAppEvent?: ThirdPartyAppOptions['onEvent'];
+  /** How often the provider's expired rows are deleted, in milliseconds. Default ten minutes. */
+  purgeEveryMs?: number;
 }
 
 /** The running components. */
@@ -74,12 +77,20 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
     });
     appPort.use(app);
 
+    // oidc-provider never deletes what expired (sessions, interactions, codes, tokens): without this
+    // its table would grow for as long as the app runs. A failed pass is retried at the next tick.
+    const purge = setInterval(() => {
+      purgeExpiredModels(options.db).catch(() => undefined);
+    }, options.purgeEveryMs ?? 600_000);
+    purge.unref();
+
     return {
       authUrl: authPort.url,
       appUrl: appPort.url,
       clients,
       idp,
       async close() {
+        clearInterval(purge);
         await Promise.all(ports.map((port) => port.close()));
       },
     };

@@ -606,6 +606,39 @@ describe('signed in', () => {
     }
   });
 
+  it("deletes the provider's expired rows on a timer, and only those, until it is closed", async () => {
+    const own = await openDatabase({ memory: true });
+    // Only the purge's interval is faked: the database and the servers run as they do.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const started = await startReferenceApp({ db: own, authPort: 0, appPort: 0, baseUrl: 'http://127.0.0.1:9' });
+      const row = (id: string, expires: string) =>
+        own.query(`insert into idp_models (model, id, payload, expires_at) values ('Session', $1, '{}', ${expires})`, [
+          id,
+        ]);
+      await row('expired', "now() - interval '1 minute'");
+      await row('live', "now() + interval '1 hour'");
+      const ids = async () =>
+        (await own.query<{ id: string }>(`select id from idp_models where model = 'Session' order by id`)).rows.map(
+          (found) => found.id,
+        );
+      expect(await ids()).toEqual(['expired', 'live']);
+      await vi.advanceTimersByTimeAsync(600_000);
+      // The pass runs on the real database: wait for it, not for a time.
+      for (let turn = 0; turn < 500 && (await ids()).includes('expired'); turn++) {
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(await ids()).toEqual(['live']);
+      await started.close();
+      await row('expired-after-close', "now() - interval '1 minute'");
+      await vi.advanceTimersByTimeAsync(600_000);
+      expect(await ids()).toEqual(['expired-after-close', 'live']);
+    } finally {
+      vi.useRealTimers();
+      await own.close();
+    }
+  });
+
   it('creates a charge with an Idempotency-Key and shows the key and whether it was replayed', async () => {
     const { agent } = await signIn();
     const page = await agent.request(appUrl('/'));
