@@ -78,9 +78,13 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
     appPort.use(app);
 
     // oidc-provider never deletes what expired (sessions, interactions, codes, tokens): without this
-    // its table would grow for as long as the app runs. A failed pass is retried at the next tick.
+    // its table would grow for as long as the app runs. A failed pass is said on stderr (a database
+    // that keeps refusing it is worth knowing about) and tried again at the next tick.
     const purge = setInterval(() => {
-      purgeExpiredModels(options.db).catch(() => undefined);
+      purgeExpiredModels(options.db).catch((error: unknown) => {
+        const reason = error instanceof Error ? error.message : String(error);
+        process.stderr.write(`identity provider: deleting expired rows failed: ${reason}\n`);
+      });
     }, options.purgeEveryMs ?? 600_000);
     purge.unref();
 

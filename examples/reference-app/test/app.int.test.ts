@@ -75,6 +75,7 @@ function statementGate(inner: Database) {
     opened: Promise<void>;
   };
   let armed: Held | undefined;
+  let armedAfter: Held | undefined;
   const db: Database = {
     ...inner,
     async query<Row>(text: string, params: readonly unknown[] = []) {
@@ -84,22 +85,39 @@ function statementGate(inner: Database) {
         held.reached(params);
         await held.opened;
       }
+      const after = armedAfter;
+      if (after?.match(text, params)) {
+        armedAfter = undefined;
+        const result = await inner.query<Row>(text, params);
+        after.reached(params);
+        await after.opened;
+        return result;
+      }
       return inner.query<Row>(text, params);
     },
+  };
+  const arm = (match: Held['match'], set: (held: Held) => void) => {
+    let release = () => {};
+    const opened = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const reached = new Promise<readonly unknown[]>((resolve) => {
+      set({ match, reached: resolve, opened });
+    });
+    return { reached, release };
   };
   return {
     db,
     /** Arms the gate; `reached` resolves with the statement's parameters once it is held. */
-    hold(match: Held['match']) {
-      let release = () => {};
-      const opened = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      const reached = new Promise<readonly unknown[]>((resolve) => {
-        armed = { match, reached: resolve, opened };
-      });
-      return { reached, release };
-    },
+    hold: (match: Held['match']) =>
+      arm(match, (held) => {
+        armed = held;
+      }),
+    /** The same, but the statement runs first and its result is held: a read that goes stale. */
+    holdAfter: (match: Held['match']) =>
+      arm(match, (held) => {
+        armedAfter = held;
+      }),
   };
 }
 
@@ -507,6 +525,31 @@ describe('sign in', () => {
     const refresh = await tokenRequest(
       running.authUrl,
       { grant_type: 'refresh_token', refresh_token: stored!.tokens!.refreshToken! },
+      running.clients.app,
+    );
+    expect(refresh.status).toBe(200);
+  });
+
+  it('a request that read the session before another refreshed it does not refresh again with the used token', async () => {
+    const { agent } = await signIn();
+    const id = sessionId(agent);
+    clock = 301_000;
+    // This request reads the expired tokens; its read is held until the other request has refreshed
+    // them, stored the rotated ones, and finished.
+    const stale = gate.holdAfter((text) => text.startsWith('select data from app_sessions'));
+    const late = agent.request(appUrl('/'));
+    await stale.reached;
+    const first = await agent.request(appUrl('/'));
+    expect(first.body).toContain('Alice Liddell');
+    stale.release();
+    expect((await late).body).toContain('Alice Liddell');
+    clock = 0;
+    // Had the late request presented the used refresh token, the provider would have ended the grant.
+    const now = await sessions().get(id);
+    expect(now?.tokens?.refreshToken).toEqual(expect.any(String));
+    const refresh = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: now!.tokens!.refreshToken! },
       running.clients.app,
     );
     expect(refresh.status).toBe(200);

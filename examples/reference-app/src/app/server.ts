@@ -194,14 +194,20 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     if (data.tokens.expiresAt - refreshMargin > now()) return { id, data };
     let pending = refreshing.get(id);
     if (!pending) {
-      pending = refreshSession(id, data).finally(() => refreshing.delete(id));
+      pending = refreshSession(id).finally(() => refreshing.delete(id));
       refreshing.set(id, pending);
     }
     const fresh = await pending;
     return fresh ? { id, data: fresh } : undefined;
   };
 
-  const refreshSession = async (id: string, data: SessionData): Promise<SessionData | undefined> => {
+  const refreshSession = async (id: string): Promise<SessionData | undefined> => {
+    // Read again: another request of this session may have refreshed between our read and our turn
+    // (its refresh ended, and left the map, in that window). Its refresh token is used up: presenting
+    // it again would look like reuse to the provider, which then revokes the grant.
+    const data = await sessions.get(id);
+    if (!data?.tokens || !data.user) return undefined;
+    if (data.tokens.expiresAt - refreshMargin > now()) return data;
     const refreshToken = data.tokens?.refreshToken;
     if (!refreshToken) {
       await sessions.destroy(id);

@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { FastifyReply } from 'fastify';
+import { apiProblemTable } from '../api/problem.js';
 
 /** Answers with an `application/problem+json` body (RFC 9457), never cached; `challenge` is a `WWW-Authenticate`. */
 export function sendProblem(reply: FastifyReply, status: number, problem: object, challenge?: string): FastifyReply {
@@ -24,7 +25,9 @@ export const upstreamProblem = (status: 502 | 504) => ({
 /**
  * The problem for an error Fastify or `@fastify/reply-from` raised before the request reached a
  * service: a path that does not decode (`%E0%A4%A`, Fastify's FST_ERR_BAD_URL), one that climbs out
- * with `..` (reply-from), or any other 4xx they answer, with its status; anything else is a 500.
+ * with `..` (reply-from), 413 and 415 with the API's codes (`body_too_large`,
+ * `unsupported_media_type`), any other 4xx with its status (`request_refused`), 502 to 504 as the
+ * upstream problems (retryable), and anything else as a 500.
  * Their own answer would be `application/json` with their message; every error of the gateway is a
  * problem, and none echoes the request.
  *
@@ -45,8 +48,25 @@ export function frameworkProblem(error: unknown): {
   retryable: boolean;
 } {
   const given = (error as { statusCode?: unknown } | null)?.statusCode;
-  const status = typeof given === 'number' && given >= 400 && given < 500 ? given : 500;
-  if (status === 400) {
+  const status = typeof given === 'number' && given >= 400 && given < 600 ? given : 500;
+  const code = (error as { code?: unknown } | null)?.code;
+  // The statuses the API answers too carry the API's codes: a caller matches on `code`, whichever
+  // part of the stack refused the request.
+  if (status === 413 || status === 415) {
+    const apiCode = status === 413 ? 'body_too_large' : 'unsupported_media_type';
+    return {
+      type: `https://idem.dev/problems/${apiCode.replaceAll('_', '-')}`,
+      title: apiProblemTable[apiCode].title,
+      status,
+      detail:
+        status === 413
+          ? 'The body is larger than the gateway accepts.'
+          : 'Send the body as JSON in UTF-8 (application/json; charset=utf-8).',
+      code: apiCode,
+      retryable: false,
+    };
+  }
+  if (status === 400 && (code === 'FST_ERR_BAD_URL' || isPathRefusal(error))) {
     return {
       type: 'https://idem.dev/problems/path-malformed',
       title: 'The request path is not valid',
@@ -56,11 +76,15 @@ export function frameworkProblem(error: unknown): {
       retryable: false,
     };
   }
-  if (status === 500) {
+  // A timeout or an overload (502, 503, 504) may pass: the same problems as an upstream that could not
+  // be reached, retryable. Anything else is the gateway's own fault.
+  if (status === 502 || status === 504) return { ...upstreamProblem(status) };
+  if (status === 503) return { ...upstreamProblem(502), status };
+  if (status >= 500) {
     return {
       type: 'https://idem.dev/problems/internal-error',
       title: 'Internal error',
-      status,
+      status: 500,
       detail: 'The gateway could not handle this request.',
       code: 'internal_error',
       retryable: false,
@@ -74,4 +98,10 @@ export function frameworkProblem(error: unknown): {
     code: 'request_refused',
     retryable: false,
   };
+}
+
+// @fastify/reply-from refuses a path holding ".." (or other characters it will not forward) with a
+// plain 400 Error of its own.
+function isPathRefusal(error: unknown): boolean {
+  return error instanceof Error && /invalid characters/i.test(error.message);
 }
