@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { principalFromClaims } from '@idem/guard';
 import { sign } from '@idem/webhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -427,6 +428,23 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     // The key is now the corrected note's: a retry replays it.
     const retry = await postNote(`evt_${charge.id}`, { text: 'Customer called' }, { key });
     expect(retry.headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('reads a gzip-compressed note as its text', async () => {
+    const charge = await createCharge(61);
+    await stack.api.relayOnce();
+    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
+        'content-type': 'application/json',
+        'content-encoding': 'gzip',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: gzipSync(JSON.stringify({ text: 'Compressed on the way' })),
+    });
+    expect(response.status).toBe(201);
+    expect(await response.json()).toMatchObject({ text: 'Compressed on the way' });
   });
 
   it('keeps line breaks and tabs in a note: an operator may write several lines', async () => {

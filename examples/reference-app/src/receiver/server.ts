@@ -1,6 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import { principalScope, readRequestBody, type Store } from '@idem/core';
 import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
@@ -309,6 +310,26 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
   };
 }
 
+const noteDecoders: Readonly<Record<string, (bytes: Buffer, options: { maxOutputLength: number }) => Buffer>> = {
+  gzip: gunzipSync,
+  'x-gzip': gunzipSync,
+  deflate: inflateSync,
+  br: brotliDecompressSync,
+};
+
+/** The note's bytes with its Content-Encoding undone, or null when that cannot be done here. */
+function decodedNote(bytes: Buffer, encoding: string): Buffer | null {
+  const coding = encoding.trim().toLowerCase();
+  if (coding === '' || coding === 'identity') return bytes;
+  const decode = noteDecoders[coding];
+  if (decode === undefined) return null;
+  try {
+    return decode(bytes, { maxOutputLength: maxNoteBodyBytes });
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Reads the note's body and answers 422 unless it is a JSON object whose `text` is 1 to
  * {@link maxNoteLength} characters without control characters but tab and line feed; a valid text
@@ -318,9 +339,13 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
 async function validNote(ctx: Context, next: Next): Promise<unknown> {
   const body = await readRequestBody(ctx.req, maxNoteBodyBytes);
   if (!body.ok) return next();
+  // A compressed note is read as its text; a coding we do not take, or bytes that do not inflate
+  // within the limit, are left to the idempotency middleware, which answers them.
+  const bytes = body.body ? decodedNote(body.body, ctx.get('content-encoding')) : undefined;
+  if (bytes === null) return next();
   let text: unknown;
   try {
-    text = body.body ? (JSON.parse(body.body.toString('utf8')) as { text?: unknown }).text : undefined;
+    text = bytes ? (JSON.parse(bytes.toString('utf8')) as { text?: unknown }).text : undefined;
   } catch {
     text = undefined;
   }
