@@ -59,7 +59,9 @@ export interface SessionStore {
    * Changes only the fields named in `changes` (a field given as `undefined` is removed) and leaves
    * every other field as the database holds it now, not as the caller read it: a request that read
    * the session before a slow call must not write back a refresh token that a concurrent refresh
-   * has used up meanwhile (the provider would take it for reuse and revoke the grant).
+   * has used up meanwhile (the provider would take it for reuse and revoke the grant). It also
+   * extends the session to the store's full `ttlSeconds` (a signed-in session in use stays alive);
+   * only signed-in sessions are updated, so a pending sign-in keeps its short life.
    */
   update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
   /** Removes the flash and returns it, in one statement: a flash set meanwhile is never lost. */
