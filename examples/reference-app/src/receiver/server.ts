@@ -207,15 +207,20 @@ function runChain(chain: readonly KoaMiddleware[], last: (ctx: Context) => Promi
 }
 
 function notFound(ctx: Context, detail: string): void {
-  ctx.status = 404;
+  sendProblem(ctx, 404, 'event_not_found', 'No such event', detail);
+}
+
+/** An `application/problem+json` answer (RFC 9457), never cached, with its stable `code`. */
+function sendProblem(ctx: Context, status: number, code: string, title: string, detail: string): void {
+  ctx.status = status;
   ctx.set('Cache-Control', 'no-store');
   ctx.type = 'application/problem+json';
   ctx.body = JSON.stringify({
-    type: 'https://idem.dev/problems/event-not-found',
-    title: 'No such event',
-    status: 404,
+    type: `https://idem.dev/problems/${code.replaceAll('_', '-')}`,
+    title,
+    status,
     detail,
-    code: 'event_not_found',
+    code,
     retryable: false,
   });
 }
@@ -355,17 +360,13 @@ async function validNote(ctx: Context, next: Next): Promise<unknown> {
     text.length > maxNoteLength ||
     hasControlCharacters(text, { allowLines: true })
   ) {
-    ctx.status = 422;
-    ctx.set('Cache-Control', 'no-store');
-    ctx.type = 'application/problem+json';
-    ctx.body = JSON.stringify({
-      type: 'https://idem.dev/problems/validation-failed',
-      title: 'Invalid note',
-      status: 422,
-      detail: `A note is a JSON object with a "text" of 1 to ${maxNoteLength} characters, without control characters but tab and line feed.`,
-      code: 'validation_failed',
-      retryable: false,
-    });
+    sendProblem(
+      ctx,
+      422,
+      'validation_failed',
+      'Invalid note',
+      `A note is a JSON object with a "text" of 1 to ${maxNoteLength} characters, without control characters but tab and line feed.`,
+    );
     return;
   }
   (ctx.state as { note?: string }).note = text;
