@@ -1,3 +1,4 @@
+import { problemType } from '@idem/core';
 import type { Response } from 'express';
 
 /**
@@ -20,10 +21,9 @@ export const apiProblemTable = {
 /** A stable API problem code; clients match on it, never on the title. */
 export type ApiProblemCode = keyof typeof apiProblemTable;
 
-/** The RFC 9457 `type` of a code: one stable URI per error, documented in the reference app's README. */
-export function problemType(code: string): string {
-  return `https://idem.dev/problems/${code.replaceAll('_', '-')}`;
-}
+// The RFC 9457 `type` of a code is the library's: one stable URI per error, documented in the
+// reference app's README.
+export { problemType };
 
 /**
  * Answers with an `application/problem+json` body (RFC 9457) for `code`. `extensions` adds members

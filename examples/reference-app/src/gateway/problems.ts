@@ -1,4 +1,5 @@
 import { STATUS_CODES } from 'node:http';
+import { type ProblemDetails, problemType } from '@idem/core';
 import type { FastifyReply } from 'fastify';
 import { apiProblemTable } from '../api/problem.js';
 
@@ -13,8 +14,8 @@ export function sendProblem(reply: FastifyReply, status: number, problem: object
 }
 
 /** The problem of an upstream that could not be reached (502) or did not answer in time (504). */
-export const upstreamProblem = (status: 502 | 504) => ({
-  type: `https://idem.dev/problems/${status === 504 ? 'upstream-timeout' : 'upstream-unavailable'}`,
+export const upstreamProblem = (status: 502 | 504): ProblemDetails => ({
+  type: problemType(status === 504 ? 'upstream_timeout' : 'upstream_unavailable'),
   title: status === 504 ? 'The API did not answer in time' : 'The API is unavailable',
   status,
   detail: 'The request could not be forwarded; retry later with the same Idempotency-Key.',
@@ -39,14 +40,7 @@ export const upstreamProblem = (status: 502 | 504) => ({
  * });
  * ```
  */
-export function frameworkProblem(error: unknown): {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  code: string;
-  retryable: boolean;
-} {
+export function frameworkProblem(error: unknown): ProblemDetails {
   const given = (error as { statusCode?: unknown } | null)?.statusCode;
   const status = typeof given === 'number' && given >= 400 && given < 600 ? given : 500;
   const code = (error as { code?: unknown } | null)?.code;
@@ -55,7 +49,7 @@ export function frameworkProblem(error: unknown): {
   if (status === 413 || status === 415) {
     const apiCode = status === 413 ? 'body_too_large' : 'unsupported_media_type';
     return {
-      type: `https://idem.dev/problems/${apiCode.replaceAll('_', '-')}`,
+      type: problemType(apiCode),
       title: apiProblemTable[apiCode].title,
       status,
       detail:
@@ -68,7 +62,7 @@ export function frameworkProblem(error: unknown): {
   }
   if (status === 400 && (code === 'FST_ERR_BAD_URL' || isPathRefusal(error))) {
     return {
-      type: 'https://idem.dev/problems/path-malformed',
+      type: problemType('path_malformed'),
       title: 'The request path is not valid',
       status,
       detail: 'The path does not decode as UTF-8, or it climbs out of its service with "..".',
@@ -82,7 +76,7 @@ export function frameworkProblem(error: unknown): {
   if (status === 503) return { ...upstreamProblem(502), status };
   if (status >= 500) {
     return {
-      type: 'https://idem.dev/problems/internal-error',
+      type: problemType('internal_error'),
       title: 'Internal error',
       status: 500,
       detail: 'The gateway could not handle this request.',
@@ -91,7 +85,7 @@ export function frameworkProblem(error: unknown): {
     };
   }
   return {
-    type: 'https://idem.dev/problems/request-refused',
+    type: problemType('request_refused'),
     title: STATUS_CODES[status] ?? 'Request refused',
     status,
     detail: 'The gateway refused this request before forwarding it.',

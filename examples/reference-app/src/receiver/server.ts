@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
-import { principalScope, readRequestBody, type Store } from '@idem/core';
+import { principalScope, problemType, readRequestBody, type Store } from '@idem/core';
 import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
@@ -158,16 +158,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     await Promise.all(pendingCounts);
   });
   app.use((ctx) => {
-    ctx.status = 404;
-    ctx.type = 'application/problem+json';
-    ctx.body = JSON.stringify({
-      type: 'https://idem.dev/problems/route-not-found',
-      title: 'No such resource',
-      status: 404,
-      detail: `Events are posted to ${path}.`,
-      code: 'route_not_found',
-      retryable: false,
-    });
+    sendProblem(ctx, 404, 'route_not_found', 'No such resource', `Events are posted to ${path}.`);
   });
 
   const server = createServer(app.callback());
@@ -216,7 +207,7 @@ function sendProblem(ctx: Context, status: number, code: string, title: string, 
   ctx.set('Cache-Control', 'no-store');
   ctx.type = 'application/problem+json';
   ctx.body = JSON.stringify({
-    type: `https://idem.dev/problems/${code.replaceAll('_', '-')}`,
+    type: problemType(code),
     title,
     status,
     detail,
