@@ -63,6 +63,50 @@ const options = (extra: Partial<ExpressIdempotencyOptions> = {}): ExpressIdempot
   ...extra,
 });
 
+/**
+ * Runs `check` on Express 5 and 4, each plain and transactional: each case with its label (and a
+ * slug of it for keys), its Express, the middleware options and the events they report.
+ */
+async function eachSetup(
+  check: (setup: {
+    label: string;
+    slug: string;
+    createApp: typeof express;
+    settings: ExpressIdempotencyOptions;
+    events: IdempotencyEvent[];
+  }) => Promise<void>,
+) {
+  for (const [version, createApp] of [
+    ['express 5', express],
+    ['express 4', express4],
+  ] as const) {
+    for (const transactional of [false, true]) {
+      const label = `${version}${transactional ? ', transactional' : ''}`;
+      const events: IdempotencyEvent[] = [];
+      const settings = options({
+        ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
+        onEvent: (event) => events.push(event),
+      });
+      await check({ label, slug: label.replace(/\W+/g, '-'), createApp, settings, events });
+    }
+  }
+}
+
+/** Mounts `handler` behind idempotency on the route itself and, with use(), on a router at /api. */
+function mountOnRouteAndRouter(
+  app: express.Express,
+  createApp: typeof express,
+  settings: ExpressIdempotencyOptions,
+  handler: express.RequestHandler,
+) {
+  app.post('/direct/:id', idempotency(settings), handler);
+  const api = createApp.Router();
+  api.use(idempotency(settings));
+  api.post('/charges/:id', handler);
+  app.use('/api', api);
+  app.use(idempotencyErrors());
+}
+
 describe('@idem/express specifics', () => {
   it('reads a chunked body before express.json, which still parses it', async () => {
     const app = express();
@@ -517,172 +561,126 @@ describe('@idem/express specifics', () => {
   });
 
   it("a route that passes the request on with next() to Express's final 404 is no answer: not stored, the key released", async () => {
-    for (const [version, createApp] of [
-      ['express 5', express],
-      ['express 4', express4],
-    ] as const) {
-      for (const transactional of [false, true]) {
-        const label = `${version}${transactional ? ', transactional' : ''}`;
-        const slug = label.replace(/\W+/g, '-');
-        const events: IdempotencyEvent[] = [];
-        const settings = options({
-          ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
-          onEvent: (event) => events.push(event),
-        });
-        const app = createApp();
-        let runs = 0;
-        // A route that answers only for charges it knows, and passes the rest on.
-        const charge: express.RequestHandler = (req, res, next) => {
-          runs++;
-          if (req.params.id === 'ch_1') res.status(201).json({ id: 'ch_1', run: runs });
-          else if (req.params.id === 'ch_gone') next(Object.assign(new Error('no such charge'), { status: 404 }));
-          else next();
-        };
-        // Mounted on the route itself, and with use() on a router: both claim before the route passes.
-        app.post('/direct/:id', idempotency(settings), charge);
-        const api = createApp.Router();
-        api.use(idempotency(settings));
-        api.post('/charges/:id', charge);
-        app.use('/api', api);
-        app.use(idempotencyErrors());
-        await serve(app, async (url) => {
-          for (const path of ['/direct/ch_9', '/api/charges/ch_9']) {
-            const before = runs;
-            const first = await post(`${url}${path}`, `pass-${path}`, ['{}']);
-            expect(first.status, `${label} ${path}`).toBe(404);
-            expect(first.body, `${label} ${path}`).toContain('Cannot POST');
-            expect(first.headers['idempotency-key'], `${label} ${path}`).toBeUndefined();
-            // Sent the moment the 404 arrived: the key is free, so the route runs again.
-            const again = await post(`${url}${path}`, `pass-${path}`, ['{}']);
-            expect(again.status, `${label} ${path}`).toBe(404);
-            expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBeUndefined();
-            expect(runs - before, `${label} ${path}`).toBe(2);
-          }
-          const notStored = events.filter((event) => event.type === 'response-not-stored');
-          expect(
-            notStored.map((event) => ({ reason: event.reason, status: event.status })),
-            label,
-          ).toEqual(Array(4).fill({ reason: 'no-route', status: 404 }));
-          expect(
-            events.filter((event) => event.type === 'complete'),
-            label,
-          ).toEqual([]);
-          // A route's answer is stored as ever; so is a 404 a route throws, which idempotencyErrors() tells apart.
-          expect((await post(`${url}/api/charges/ch_1`, `answer-${slug}`, ['{}'])).status, label).toBe(201);
-          const replayed = await post(`${url}/api/charges/ch_1`, `answer-${slug}`, ['{}']);
-          expect(replayed.headers['idempotent-replayed'], label).toBe('true');
-          const thrown = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
-          expect(thrown.status, label).toBe(404);
-          expect(thrown.headers['idempotency-key'], label).toBe(`thrown-${slug}`);
-          const again = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
-          expect(again.headers['idempotent-replayed'], label).toBe('true');
-        });
-      }
-    }
+    await eachSetup(async ({ label, slug, createApp, settings, events }) => {
+      const app = createApp();
+      let runs = 0;
+      // A route that answers only for charges it knows, and passes the rest on.
+      const charge: express.RequestHandler = (req, res, next) => {
+        runs++;
+        if (req.params.id === 'ch_1') res.status(201).json({ id: 'ch_1', run: runs });
+        else if (req.params.id === 'ch_gone') next(Object.assign(new Error('no such charge'), { status: 404 }));
+        else next();
+      };
+      // On the route itself, and with use() on a router: both claim before the route passes.
+      mountOnRouteAndRouter(app, createApp, settings, charge);
+      await serve(app, async (url) => {
+        for (const path of ['/direct/ch_9', '/api/charges/ch_9']) {
+          const before = runs;
+          const first = await post(`${url}${path}`, `pass-${path}`, ['{}']);
+          expect(first.status, `${label} ${path}`).toBe(404);
+          expect(first.body, `${label} ${path}`).toContain('Cannot POST');
+          expect(first.headers['idempotency-key'], `${label} ${path}`).toBeUndefined();
+          // Sent the moment the 404 arrived: the key is free, so the route runs again.
+          const again = await post(`${url}${path}`, `pass-${path}`, ['{}']);
+          expect(again.status, `${label} ${path}`).toBe(404);
+          expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBeUndefined();
+          expect(runs - before, `${label} ${path}`).toBe(2);
+        }
+        const notStored = events.filter((event) => event.type === 'response-not-stored');
+        expect(
+          notStored.map((event) => ({ reason: event.reason, status: event.status })),
+          label,
+        ).toEqual(Array(4).fill({ reason: 'no-route', status: 404 }));
+        expect(
+          events.filter((event) => event.type === 'complete'),
+          label,
+        ).toEqual([]);
+        // A route's answer is stored as ever; so is a 404 a route throws, which idempotencyErrors() tells apart.
+        expect((await post(`${url}/api/charges/ch_1`, `answer-${slug}`, ['{}'])).status, label).toBe(201);
+        const replayed = await post(`${url}/api/charges/ch_1`, `answer-${slug}`, ['{}']);
+        expect(replayed.headers['idempotent-replayed'], label).toBe('true');
+        const thrown = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
+        expect(thrown.status, label).toBe(404);
+        expect(thrown.headers['idempotency-key'], label).toBe(`thrown-${slug}`);
+        const again = await post(`${url}/api/charges/ch_gone`, `thrown-${slug}`, ['{}']);
+        expect(again.headers['idempotent-replayed'], label).toBe('true');
+      });
+    });
   });
 
   it('without idempotencyErrors(), a 404 error a route throws or passes to next(error) is no answer either: released, the retry runs', async () => {
-    for (const [version, createApp] of [
-      ['express 5', express],
-      ['express 4', express4],
-    ] as const) {
-      for (const transactional of [false, true]) {
-        const label = `${version}${transactional ? ', transactional' : ''}`;
-        const events: IdempotencyEvent[] = [];
-        const settings = options({
-          ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
-          onEvent: (event) => events.push(event),
-        });
-        const app = createApp();
-        let runs = 0;
-        const notFound = () => Object.assign(new Error('no such charge'), { status: 404 });
-        app.post('/passed/:id', idempotency(settings), (_req, _res, next) => {
-          runs++;
-          next(notFound());
-        });
-        app.post('/thrown/:id', idempotency(settings), () => {
-          runs++;
-          throw notFound();
-        });
-        // No idempotencyErrors(): Express's final handler answers the error with its own 404.
-        await serve(app, async (url) => {
-          for (const path of ['/passed/ch_9', '/thrown/ch_9']) {
-            const before = runs;
-            const first = await post(`${url}${path}`, `error-${path}`, ['{}']);
-            expect(first.status, `${label} ${path}`).toBe(404);
-            expect(first.headers['idempotency-key'], `${label} ${path}`).toBeUndefined();
-            const again = await post(`${url}${path}`, `error-${path}`, ['{}']);
-            expect(again.status, `${label} ${path}`).toBe(404);
-            expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBeUndefined();
-            expect(runs - before, `${label} ${path}`).toBe(2);
-          }
-        });
-        expect(
-          events.filter((event) => event.type === 'complete'),
-          label,
-        ).toEqual([]);
-        expect(
-          events.filter((event) => event.type === 'response-not-stored').map((event) => event.reason),
-          label,
-        ).toEqual(Array(4).fill('no-route'));
-      }
-    }
+    await eachSetup(async ({ label, createApp, settings, events }) => {
+      const app = createApp();
+      let runs = 0;
+      const notFound = () => Object.assign(new Error('no such charge'), { status: 404 });
+      app.post('/passed/:id', idempotency(settings), (_req, _res, next) => {
+        runs++;
+        next(notFound());
+      });
+      app.post('/thrown/:id', idempotency(settings), () => {
+        runs++;
+        throw notFound();
+      });
+      // No idempotencyErrors(): Express's final handler answers the error with its own 404.
+      await serve(app, async (url) => {
+        for (const path of ['/passed/ch_9', '/thrown/ch_9']) {
+          const before = runs;
+          const first = await post(`${url}${path}`, `error-${path}`, ['{}']);
+          expect(first.status, `${label} ${path}`).toBe(404);
+          expect(first.headers['idempotency-key'], `${label} ${path}`).toBeUndefined();
+          const again = await post(`${url}${path}`, `error-${path}`, ['{}']);
+          expect(again.status, `${label} ${path}`).toBe(404);
+          expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBeUndefined();
+          expect(runs - before, `${label} ${path}`).toBe(2);
+        }
+      });
+      expect(
+        events.filter((event) => event.type === 'complete'),
+        label,
+      ).toEqual([]);
+      expect(
+        events.filter((event) => event.type === 'response-not-stored').map((event) => event.reason),
+        label,
+      ).toEqual(Array(4).fill('no-route'));
+    });
   });
 
   it('a not-found middleware that answers after a route passed the request on with next() is an answer: stored and replayed', async () => {
-    for (const [version, createApp] of [
-      ['express 5', express],
-      ['express 4', express4],
-    ] as const) {
-      for (const transactional of [false, true]) {
-        const label = `${version}${transactional ? ', transactional' : ''}`;
-        const slug = label.replace(/\W+/g, '-');
-        const events: IdempotencyEvent[] = [];
-        const settings = options({
-          ...(transactional ? { store: transactionalMemoryStore(), transactional } : {}),
-          onEvent: (event) => events.push(event),
-        });
-        const app = createApp();
-        let runs = 0;
-        let notFoundRuns = 0;
-        const charge: express.RequestHandler = (_req, _res, next) => {
-          runs++;
-          next();
-        };
-        // On the route itself, and with use() on a router: both claim before the route passes.
-        app.post('/direct/:id', idempotency(settings), charge);
-        const api = createApp.Router();
-        api.use(idempotency(settings));
-        api.post('/charges/:id', charge);
-        app.use('/api', api);
-        app.use(idempotencyErrors());
-        // The app's own not-found page after every route: Express leaves no trace that the route passed.
-        app.use((_req, res) => {
-          notFoundRuns++;
-          res.status(404).json({ error: 'not_found', page: notFoundRuns });
-        });
-        await serve(app, async (url) => {
-          for (const path of ['/direct/ch_9', '/api/charges/ch_9']) {
-            const first = await post(`${url}${path}`, `page-${slug}-${path}`, ['{}']);
-            expect(first.status, `${label} ${path}`).toBe(404);
-            expect(first.headers['idempotency-key'], `${label} ${path}`).toBe(`page-${slug}-${path}`);
-            const again = await post(`${url}${path}`, `page-${slug}-${path}`, ['{}']);
-            expect(again.status, `${label} ${path}`).toBe(404);
-            expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBe('true');
-            expect(again.body, `${label} ${path}`).toBe(first.body);
-          }
-        });
-        expect(runs, label).toBe(2);
-        expect(notFoundRuns, label).toBe(2);
-        expect(
-          events.filter((event) => event.type === 'complete'),
-          label,
-        ).toHaveLength(2);
-        expect(
-          events.filter((event) => event.type === 'response-not-stored'),
-          label,
-        ).toEqual([]);
-      }
-    }
+    await eachSetup(async ({ label, slug, createApp, settings, events }) => {
+      const app = createApp();
+      let runs = 0;
+      let notFoundRuns = 0;
+      const charge: express.RequestHandler = (_req, _res, next) => {
+        runs++;
+        next();
+      };
+      mountOnRouteAndRouter(app, createApp, settings, charge);
+      // The app's own not-found page after every route: Express leaves no trace that the route passed.
+      app.use((_req, res) => {
+        notFoundRuns++;
+        res.status(404).json({ error: 'not_found', page: notFoundRuns });
+      });
+      await serve(app, async (url) => {
+        for (const path of ['/direct/ch_9', '/api/charges/ch_9']) {
+          const first = await post(`${url}${path}`, `page-${slug}-${path}`, ['{}']);
+          expect(first.status, `${label} ${path}`).toBe(404);
+          expect(first.headers['idempotency-key'], `${label} ${path}`).toBe(`page-${slug}-${path}`);
+          const again = await post(`${url}${path}`, `page-${slug}-${path}`, ['{}']);
+          expect(again.status, `${label} ${path}`).toBe(404);
+          expect(again.headers['idempotent-replayed'], `${label} ${path}`).toBe('true');
+          expect(again.body, `${label} ${path}`).toBe(first.body);
+        }
+      });
+      expect(runs, label).toBe(2);
+      expect(notFoundRuns, label).toBe(2);
+      expect(
+        events.filter((event) => event.type === 'complete'),
+        label,
+      ).toHaveLength(2);
+      expect(
+        events.filter((event) => event.type === 'response-not-stored'),
+        label,
+      ).toEqual([]);
+    });
   });
 });
