@@ -1,5 +1,5 @@
-import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
+import { frame } from './record-id.js';
 
 /** What {@link downstreamKey} derives from: a lease, or the two fields of one it reads. */
 export interface DownstreamKeySource {
@@ -35,8 +35,9 @@ export interface DownstreamKeySource {
  */
 export function downstreamKey(source: DownstreamKeySource, purpose: string): string {
   if (typeof purpose !== 'string' || purpose === '') throw new TypeError('purpose must be a non-empty string');
-  // Each part length-prefixed, so no choice of characters makes two different triples collide.
-  const framed = [domain, source.id, source.fingerprint, purpose].map((part) => `${Buffer.byteLength(part)}:${part}`);
+  // Framed as the record id's parts are, so no choice of characters (lone surrogates included) makes
+  // two different purposes collide.
+  const framed = [domain, source.id, source.fingerprint, purpose].map(frame);
   const bytes = createHash('sha256').update(framed.join('')).digest();
   bytes[6] = ((bytes[6] as number) & 0x0f) | 0x80; // version 8
   bytes[8] = ((bytes[8] as number) & 0x3f) | 0x80; // variant 10 (RFC 9562)

@@ -24,7 +24,14 @@ export function recordId(scope: string, operation: string, key: string): string 
   return hash('sha256', `${lastPrefix}${frame(key)}`, 'base64url');
 }
 
-function frame(part: string): string {
+/**
+ * One part of a hashed identity, length-prefixed so that no choice of characters makes two lists of
+ * parts collide; a part with a lone surrogate is framed as its JSON text (see {@link recordId}).
+ *
+ * @example
+ * frame('k-1'); // '3:k-1'
+ */
+export function frame(part: string): string {
   if ((part as WellFormedCheck).isWellFormed()) return `${Buffer.byteLength(part)}:${part}`;
   const json = JSON.stringify(part);
   return `${Buffer.byteLength(json)}!${json}`;

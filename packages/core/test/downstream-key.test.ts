@@ -46,6 +46,9 @@ describe('downstreamKey', () => {
     expect(downstreamKey({ id: '1:a', fingerprint: '' }, 'x')).not.toBe(
       downstreamKey({ id: '', fingerprint: 'a' }, 'x'),
     );
+    // Lone surrogates, which UTF-8 would merge into U+FFFD, stay apart.
+    const source = { id: 'id', fingerprint: 'fp' };
+    expect(new Set(['r\ud800', 'r\udc00', 'r\ufffd'].map((purpose) => downstreamKey(source, purpose))).size).toBe(3);
   });
 
   it('refuses a purpose that is not a non-empty string', () => {
