@@ -10,7 +10,13 @@ const decoders: Record<string, Decoder> = {
   br: brotliDecompressSync,
 };
 
-/** The decoder of one content coding (`gzip`, `x-gzip`, `deflate`, `br`), or undefined. */
+/**
+ * The decoder of one content coding (`gzip`, `x-gzip`, `deflate`, `br`, lower case), or undefined.
+ * Pass `maxOutputLength`: a small compressed body can inflate without bound.
+ *
+ * @example
+ * const bytes = decoderOf('gzip')?.(body, { maxOutputLength: 16_384 });
+ */
 export function decoderOf(coding: string): Decoder | undefined {
   return Object.hasOwn(decoders, coding) ? decoders[coding] : undefined;
 }

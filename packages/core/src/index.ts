@@ -1,4 +1,5 @@
 export { canonicalJson } from './canonical-json.js';
+export { decoderOf } from './content-coding.js';
 export { type DownstreamKeySource, downstreamKey } from './downstream-key.js';
 export { type Duration, toMilliseconds } from './duration.js';
 export {

@@ -1,8 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
-import { principalScope, problemType, readRequestBody, type Store } from '@idem/core';
+import { decoderOf, principalScope, problemType, readRequestBody, type Store } from '@idem/core';
 import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
@@ -306,18 +305,11 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
   };
 }
 
-const noteDecoders: Readonly<Record<string, (bytes: Buffer, options: { maxOutputLength: number }) => Buffer>> = {
-  gzip: gunzipSync,
-  'x-gzip': gunzipSync,
-  deflate: inflateSync,
-  br: brotliDecompressSync,
-};
-
 /** The note's bytes with its Content-Encoding undone, or null when that cannot be done here. */
 function decodedNote(bytes: Buffer, encoding: string): Buffer | null {
   const coding = encoding.trim().toLowerCase();
   if (coding === '' || coding === 'identity') return bytes;
-  const decode = noteDecoders[coding];
+  const decode = decoderOf(coding);
   if (decode === undefined) return null;
   try {
     return decode(bytes, { maxOutputLength: maxNoteBodyBytes });
