@@ -127,22 +127,42 @@ export interface RemoteKeySource extends KeySource {
   refresh(): Promise<boolean>;
 }
 
+// How long a JWKS response stays fresh from now, in seconds (RFC 9111 4.2): its freshness lifetime
+// (max-age, else Expires minus Date) less the age it already had when it reached us. A CDN or proxy
+// in front of the IdP answers from its own cache with `Age`; without subtracting it, a set cached
+// there for most of its max-age would be kept here for a whole max-age more, so a rotation or a key
+// revoked at the IdP would be seen up to twice as late as the IdP asked.
 function parseCacheLifetime(headers: Headers, now: number): number | undefined {
   const cacheControl = headers.get('cache-control');
   if (cacheControl !== null) {
     const directives = cacheControl.toLowerCase();
     if (/(?:^|[,\s])(?:no-store|no-cache)(?:$|[,\s=])/.test(directives)) return 0;
     const maxAge = /(?:^|[,\s])max-age\s*=\s*"?(\d+)"?/.exec(directives);
-    if (maxAge !== null) return Number(maxAge[1]);
+    if (maxAge !== null) return aged(Number(maxAge[1]), headers);
   }
   const expires = headers.get('expires');
-  if (expires !== null) {
-    const expiresAt = Date.parse(expires);
-    const date = headers.get('date');
-    const reference = date !== null && !Number.isNaN(Date.parse(date)) ? Date.parse(date) : now;
-    if (!Number.isNaN(expiresAt)) return Math.max(0, Math.floor((expiresAt - reference) / 1000));
-  }
-  return undefined;
+  if (expires === null) return undefined;
+  const expiresAt = Date.parse(expires);
+  if (Number.isNaN(expiresAt)) return undefined;
+  const date = headers.get('date');
+  const dated = date !== null && !Number.isNaN(Date.parse(date));
+  // Without a Date, Expires is measured from now: that is already what is left, whatever its age.
+  if (!dated) return Math.max(0, Math.floor((expiresAt - now) / 1000));
+  return aged(Math.max(0, Math.floor((expiresAt - Date.parse(date)) / 1000)), headers);
+}
+
+function aged(lifetime: number, headers: Headers): number {
+  return Math.max(0, lifetime - ageOf(headers));
+}
+
+// The `Age` a cache on the way gave the response, in seconds; 0 when absent or not a plain
+// non-negative integer (RFC 9111 5.1: an invalid Age is ignored). Several values (two caches that
+// each appended one) take the first, as a recipient of a list-valued singleton field does.
+function ageOf(headers: Headers): number {
+  const field = headers.get('age');
+  if (field === null) return 0;
+  const first = field.split(',')[0]?.trim() ?? '';
+  return /^\d+$/.test(first) ? Number(first) : 0;
 }
 
 class FetchFailure extends Error {
@@ -182,7 +202,8 @@ class FailureTooLarge extends FetchFailure {
 
 /**
  * A remote JWKS with the behaviour none of the anchors combine (research section 10, items 1 and 2):
- * - cached for the server's `Cache-Control: max-age` / `Expires`, clamped to [minTtl, maxTtl], and
+ * - cached for the server's `Cache-Control: max-age` / `Expires`, less the `Age` a cache on the way
+ *   gave the response, clamped to [minTtl, maxTtl], and
  *   refreshed ahead in the background during the last tenth of that lifetime;
  * - an unknown `kid` triggers at most one refetch per cooldown, and every caller waiting meanwhile
  *   shares the one request in flight; kids a fresh fetch did not contain are remembered for

@@ -100,6 +100,74 @@ describe('remote JWKS', () => {
     expect(noStore.server.requests).toBe(2);
   });
 
+  it('counts the Age a cache on the way gave the set against its max-age (RFC 9111)', async () => {
+    // Kept 3600 - 3300 = 300 s here: a CDN already held it for 3300 of them.
+    const { server, clock, guard, token } = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { 'cache-control': 'public, max-age=3600', age: '3300' },
+    });
+    await guard.verify(token('k1'));
+    clock.advance(260); // before the last tenth of 300 s
+    await guard.verify(token('k1'));
+    expect(server.requests).toBe(1);
+    clock.advance(41);
+    await guard.verify(token('k1'));
+    expect(server.requests).toBe(2);
+  });
+
+  it('bounds an aged-out set by minTtl, and ignores an Age that is not a number', async () => {
+    const stale = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { 'cache-control': 'max-age=600', age: '900' },
+    });
+    await stale.guard.verify(stale.token('k1'));
+    stale.clock.advance(26);
+    await stale.guard.verify(stale.token('k1'));
+    expect(stale.server.requests).toBe(1);
+    stale.clock.advance(5); // past minTtl's 30 s
+    await stale.guard.verify(stale.token('k1'));
+    expect(stale.server.requests).toBe(2);
+
+    const garbled = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { 'cache-control': 'max-age=60', age: '-5, 10' },
+    });
+    await garbled.guard.verify(garbled.token('k1'));
+    garbled.clock.advance(50);
+    await garbled.guard.verify(garbled.token('k1'));
+    expect(garbled.server.requests).toBe(1);
+  });
+
+  it('counts Age against Expires minus Date, and not against an Expires measured from now', async () => {
+    const dated = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: {
+        date: new Date(START_MS).toUTCString(),
+        expires: new Date(START_MS + 3_600_000).toUTCString(),
+        age: '3300',
+      },
+    });
+    await dated.guard.verify(dated.token('k1'));
+    dated.clock.advance(301);
+    await dated.guard.verify(dated.token('k1'));
+    expect(dated.server.requests).toBe(2);
+
+    const undated = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { expires: new Date(START_MS + 300_000).toUTCString(), age: '200' },
+      sendDate: false,
+    });
+    await undated.guard.verify(undated.token('k1'));
+    undated.clock.advance(260);
+    await undated.guard.verify(undated.token('k1'));
+    expect(undated.server.requests).toBe(1);
+  });
+
   it('rotation: a key published after the cooldown is picked up on its first token', async () => {
     const { server, clock, guard, token } = await setup(set(jwk('k1')));
     expect((await guard.verify(token('k1'))).ok).toBe(true);

@@ -3,7 +3,8 @@ import type { AddressInfo } from 'node:net';
 
 /** What the local JWKS server answers; tests swap it between requests. */
 export type JwksReply =
-  | { kind: 'json'; body: unknown; headers?: Record<string, string> }
+  // sendDate false: no Date header (Node adds one, with the real time, unless told not to).
+  | { kind: 'json'; body: unknown; headers?: Record<string, string>; sendDate?: boolean }
   | { kind: 'raw'; status: number; body: string; headers?: Record<string, string> }
   | { kind: 'hang' }
   | { kind: 'destroy' };
@@ -25,6 +26,7 @@ export async function startJwksServer(initial: JwksReply) {
       return;
     }
     if (current.kind === 'json') {
+      response.sendDate = current.sendDate ?? true;
       response.writeHead(200, { 'content-type': 'application/json', ...current.headers });
       response.end(JSON.stringify(current.body));
       return;
