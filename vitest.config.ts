@@ -16,7 +16,7 @@ export default defineConfig({
         resolve: { alias },
         test: {
           name: 'unit',
-          include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts'],
+          include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'scripts/test/**/*.test.ts'],
           exclude: ['**/*.int.test.ts', '**/*.e2e.test.ts', '**/node_modules/**'],
           testTimeout: 20_000,
         },
