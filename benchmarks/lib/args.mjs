@@ -12,7 +12,8 @@ export const usage = `npm run bench [-- options] [suite...]
   --out DIR        where results/<date>.json goes (default benchmarks/results)
   --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
   --match TEXT     run only the contenders whose name contains TEXT, or one of the texts of
-                   A|B|... (and each group's baseline)
+                   A|B|... (and each group's baseline); case-sensitive, and a run that matches
+                   nothing fails
   --render FILE    rewrite docs/benchmarks.md and the chart from a results file, measuring nothing
   --list           print the suites and exit
   --no-build       measure the packages' dist as it is (by default a stale or missing dist is rebuilt)

@@ -118,14 +118,17 @@ export function receiveSpec() {
 }
 
 /**
- * For children: waits for 'stop' from the parent, runs `cleanup`, and exits. Also exits when the
- * parent disappears, so an interrupted run leaves no server behind.
+ * For children: waits for 'stop' from the parent, runs `cleanup`, and exits. Also cleans up and
+ * exits when the parent disappears or a signal comes, so an interrupted run leaves nothing behind.
  *
  * @example
  * onStop(async () => server.close());
  */
 export function onStop(cleanup) {
+  let finishing = false;
   const finish = async (code) => {
+    if (finishing) return;
+    finishing = true;
     try {
       await cleanup();
     } finally {
@@ -136,6 +139,10 @@ export function onStop(cleanup) {
     if (message === 'stop') finish(0);
   });
   process.on('disconnect', () => finish(0));
+  // Ctrl-C reaches every process of the terminal's group, this one too: without a handler it would
+  // die before deleting its keys, tables and schemas from the machine's shared services.
+  process.on('SIGINT', () => finish(130));
+  process.on('SIGTERM', () => finish(143));
 }
 
 /**

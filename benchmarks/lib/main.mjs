@@ -17,12 +17,23 @@ import { storesPostgresSuite } from '../suites/stores-postgres.mjs';
 import { storesRedisSuite } from '../suites/stores-redis.mjs';
 import { parseArgs, usage } from './args.mjs';
 import { renderReport } from './report.mjs';
+import { unmatchedTexts } from './rounds.mjs';
 import { checkServices } from './services.mjs';
+import { ratioText } from './stats.mjs';
 import { ratioChart } from './svg-chart.mjs';
 import { evaluateTargets } from './targets.mjs';
 import { installedVersions } from './versions.mjs';
 
 const root = dirname(dirname(dirname(fileURLToPath(import.meta.url))));
+// A signal would end the runner without its 'exit' listeners, which stop what the suites started
+// (the Redis suite's own redis-server): exit instead, so they run. Server children clean up on
+// their own when the IPC channel closes (lib/child-process.mjs).
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+]) {
+  process.on(signal, () => process.exit(code));
+}
 // Cheapest first, so a quick run proves every kind of suite before the long HTTP ones.
 const allSuites = [
   coreSuite,
@@ -113,6 +124,22 @@ for (const suite of selected) {
 
 const finished = new Date();
 const groups = suites.flatMap((suite) => suite.groups);
+if (settings.match) {
+  const unmatched = unmatchedTexts(settings.match, groups);
+  const texts = unmatched.map((text) => `"${text}"`).join(', ');
+  const where = selected.map((suite) => suite.id).join(', ');
+  // Nothing measured at all: no page of empty tables, and a status a script can see.
+  if (unmatched.length === settings.match.split('|').length) {
+    console.error(`--match measured nothing: no contender of ${where} contains ${texts} (names are case-sensitive)`);
+    // A suite that could not run at all (a missing tool, a service down) says why.
+    const skipped = notMeasured.filter(
+      (item) => !suites.some((suite) => suite.id === item.suite && suite.groups.length),
+    );
+    for (const item of skipped) console.error(`  ${item.scenario}: ${item.reason}`);
+    process.exit(2);
+  }
+  if (unmatched.length > 0) console.warn(`\n!! --match: no contender of ${where} contains ${texts}\n`);
+}
 const results = {
   format: 'idem-bench/1',
   startedAt: started.toISOString(),
@@ -171,7 +198,12 @@ if (complete) {
 log('\n== targets');
 for (const target of results.targets) {
   if (target.verdict === 'not measured' && !complete) continue;
-  const value = target.measured ? target.measured.median.toFixed(target.kind === 'absolute' ? 0 : 2) : '-';
+  const { measured, threshold } = target;
+  const value = !measured
+    ? '-'
+    : target.kind === 'absolute'
+      ? measured.median.toFixed(0)
+      : ratioText(measured.median, threshold);
   log(`  ${target.verdict.padEnd(12)} #${target.issue} ${target.text}: ${value} (wanted >= ${target.threshold})`);
 }
 log(`\nwrote ${resultsFile} and ${page} in ${Math.round(results.elapsedSeconds)} s`);

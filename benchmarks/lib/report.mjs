@@ -2,6 +2,7 @@
 // missed, and why when missed), what was not measured and why, then every group's table.
 import { referenceNodeHttp } from '../suites/limits.mjs';
 import { rowOf } from './rounds.mjs';
+import { ratioText } from './stats.mjs';
 import { suiteOfGroup } from './targets.mjs';
 
 const number = (value) => (value === undefined || value === null ? '–' : Math.round(value).toLocaleString('en'));
@@ -50,7 +51,8 @@ export function renderReport(results, chartFile) {
     '|---:|---|---:|---|---|',
   );
   for (const target of results.targets) {
-    const format = target.kind === 'absolute' ? number : ratio;
+    // A ratio keeps the digits that tell it apart from its target (0.849 is not printed as 0.85).
+    const format = target.kind === 'absolute' ? number : (value) => ratioText(value, target.threshold);
     const wanted = target.kind === 'absolute' ? `≥ ${number(target.threshold)}/s` : `≥ ${target.threshold.toFixed(2)}`;
     const measured = target.measured ? `${format(target.measured.median)} (${spread(target.measured, format)})` : '–';
     lines.push(`| ${target.issue} | ${cell(target.text)} | ${wanted} | ${measured} | ${target.verdict} |`);
@@ -73,8 +75,8 @@ export function renderReport(results, chartFile) {
     ...results.suites.flatMap((suite) =>
       suite.groups.flatMap((group) =>
         group.contenders
-          .filter((row) => row.notMeasured)
-          .map((row) => ({ scenario: `${group.title}: ${row.name}`, reason: row.notMeasured })),
+          .filter((row) => row.notMeasured || row.failure)
+          .map((row) => ({ scenario: `${group.title}: ${row.name}`, reason: unmeasured(group, row) })),
       ),
     ),
   ];
@@ -169,6 +171,14 @@ function notMeasuredReason(results, target) {
     return suiteSkip ? suiteSkip.reason : 'its suite did not run in this invocation.';
   }
   const rows = [target.numerator, target.denominator].filter(Boolean);
-  const missing = group.contenders.filter((row) => rows.includes(row.name) && row.notMeasured);
-  return missing.length > 0 ? `${missing.map((row) => `${row.name}: ${row.notMeasured}`).join('; ')}.` : 'no sample.';
+  const missing = group.contenders.filter((row) => rows.includes(row.name) && (row.notMeasured || row.failure));
+  return missing.length > 0
+    ? `${missing.map((row) => `${row.name}: ${unmeasured(group, row)}`).join('; ')}.`
+    : 'no sample.';
+}
+
+// Why a row of `group` has no figure for the whole run: never measured, or failed after some rounds.
+function unmeasured(group, row) {
+  if (row.notMeasured) return row.notMeasured;
+  return `failed in round ${row.failure.round} of ${group.rounds} (earlier rounds measured): ${row.failure.reason}`;
 }

@@ -31,6 +31,8 @@ export async function runGroup(fullDefinition, settings, log) {
   }
   const samples = new Map(definition.contenders.map((contender) => [contender.name, []]));
   const failures = new Map();
+  // The round (from 1) in which a contender that had been measured failed: its earlier samples stay.
+  const failedIn = new Map();
   const details = new Map(definition.contenders.map((contender) => [contender.name, []]));
   for (const contender of definition.contenders) {
     if (contender.unavailable) failures.set(contender.name, contender.unavailable);
@@ -56,6 +58,7 @@ export async function runGroup(fullDefinition, settings, log) {
         own.push(Number.NaN);
         const reason = error instanceof Error ? error.message : String(error);
         failures.set(contender.name, reason);
+        failedIn.set(contender.name, round + 1);
         log(`  [${definition.id}] round ${round + 1}: ${contender.name} not measured: ${reason}`);
       }
     }
@@ -75,6 +78,11 @@ export async function runGroup(fullDefinition, settings, log) {
       const stats = summarize(values);
       const row = { name: contender.name, samples: values.map((v) => (Number.isFinite(v) ? v : null)) };
       if (!stats) return { ...row, notMeasured: failures.get(contender.name) ?? 'no sample' };
+      // Measured in some rounds, then failed: the row keeps those samples and says so, so that no
+      // target is called met on the rounds that happened to pass (lib/targets.mjs).
+      const failure = failedIn.has(contender.name)
+        ? { failure: { round: failedIn.get(contender.name), reason: failures.get(contender.name) } }
+        : {};
       const ratio = contender.name === definition.baseline ? undefined : summarize(roundRatios(values, baseline));
       const own = details.get(contender.name);
       const latency = summarize(own.map((detail) => detail?.latencyP99Ms ?? Number.NaN));
@@ -86,6 +94,7 @@ export async function runGroup(fullDefinition, settings, log) {
       return {
         ...row,
         ...stats,
+        ...failure,
         ...(ratio ? { ratio } : {}),
         ...(latency ? { latencyP99Ms: latency.median } : {}),
         ...(cpu ? { cpuMicrosPerRequest: cpu } : {}),
@@ -103,6 +112,20 @@ export async function runGroup(fullDefinition, settings, log) {
     }));
   }
   return result;
+}
+
+/**
+ * The texts of `--match` (`A|B|...`) that name no contender measured beside a baseline in `groups`
+ * (the groups of a run's results): a typo or a wrong case would otherwise measure nothing silently.
+ *
+ * @example
+ * unmatchedTexts('Redis|redis', groups); // ['redis']
+ */
+export function unmatchedTexts(match, groups) {
+  const names = groups.flatMap((group) =>
+    group.contenders.filter((row) => row.name !== group.baseline).map((row) => row.name),
+  );
+  return match.split('|').filter((text) => !names.some((name) => name.includes(text)));
 }
 
 /**

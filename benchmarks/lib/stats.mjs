@@ -35,3 +35,18 @@ export function roundRatios(numerator, denominator) {
   }
   return ratios;
 }
+
+/**
+ * A ratio for print beside the `threshold` it is judged against: two decimals, or as many more as it
+ * takes (up to six) not to print a ratio below the threshold as the threshold itself, which would
+ * read "0.85, missed" beside "≥ 0.85".
+ *
+ * @example
+ * ratioText(0.849, 0.85); // '0.849'
+ * ratioText(0.8466, 0.9); // '0.85'
+ */
+export function ratioText(value, threshold) {
+  let digits = 2;
+  while (value < threshold && Number(value.toFixed(digits)) >= threshold && digits < 6) digits++;
+  return value.toFixed(digits);
+}

@@ -1,6 +1,7 @@
 // A horizontal bar chart of the targets' ratios, written as plain SVG: one bar per target (its
 // median over rounds), a whisker from min to max, and a tick where the target lies. Green bars met
 // their target, red ones missed it. No chart library: the markup is small and stays diffable.
+import { ratioText } from './stats.mjs';
 
 const escapeXml = (text) =>
   String(text).replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;').replaceAll('"', '&quot;');
@@ -13,7 +14,8 @@ const escapeXml = (text) =>
  * writeFileSync('docs/benchmarks-ratios.svg', ratioChart(evaluateTargets(groups), 'Ratios, 2026-11-21'));
  */
 export function ratioChart(evaluated, title) {
-  const rows = evaluated.filter((row) => row.kind === 'ratio' && row.measured);
+  // A target whose row failed in some round keeps its figures but has no verdict: not drawn either.
+  const rows = evaluated.filter((row) => row.kind === 'ratio' && row.measured && row.verdict !== 'not measured');
   const labelWidth = 520;
   const plotWidth = 380;
   const rowHeight = 22;
@@ -42,12 +44,13 @@ export function ratioChart(evaluated, title) {
     const y = top + index * rowHeight;
     const { median, min, max } = row.measured;
     const color = row.verdict === 'met' ? '#2e8b57' : '#c0392b';
+    const shown = ratioText(median, row.threshold);
     parts.push(
       `<text x="${labelWidth - 8}" y="${y + 15}" text-anchor="end">${escapeXml(`#${row.issue} ${row.text}`)}</text>`,
-      `<rect x="${labelWidth}" y="${y + 4}" width="${(x(median) - labelWidth).toFixed(1)}" height="${rowHeight - 8}" fill="${color}"><title>${escapeXml(`${row.text}: ${median.toFixed(2)} (target ${row.threshold})`)}</title></rect>`,
+      `<rect x="${labelWidth}" y="${y + 4}" width="${(x(median) - labelWidth).toFixed(1)}" height="${rowHeight - 8}" fill="${color}"><title>${escapeXml(`${row.text}: ${shown} (target ${row.threshold})`)}</title></rect>`,
       `<line x1="${x(min).toFixed(1)}" y1="${y + rowHeight / 2}" x2="${x(max).toFixed(1)}" y2="${y + rowHeight / 2}" stroke="#333" stroke-width="1.5"/>`,
       `<line x1="${x(row.threshold).toFixed(1)}" y1="${y + 1}" x2="${x(row.threshold).toFixed(1)}" y2="${y + rowHeight - 1}" stroke="#000" stroke-width="2.5"/>`,
-      `<text x="${(x(Math.max(median, max, row.threshold)) + 6).toFixed(1)}" y="${y + 15}" fill="#333">${median.toFixed(2)}</text>`,
+      `<text x="${(x(Math.max(median, max, row.threshold)) + 6).toFixed(1)}" y="${y + 15}" fill="#333">${shown}</text>`,
     );
   });
   parts.push('</svg>');

@@ -68,6 +68,9 @@ export const coreSuite = {
               name: coreRow.fresh,
               quick: true,
               measure: async () => {
+                // Forgotten first: a failed run must leave this round's replay row without a figure,
+                // not with the previous round's.
+                latest = undefined;
                 latest = rate(await runCoreBench(settings.durationSeconds * 1_000));
                 return latest[coreRow.fresh];
               },
