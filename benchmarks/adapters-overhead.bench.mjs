@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ensureBuilt } from './lib/built.mjs';
 import { startChild } from './lib/child-process.mjs';
-import { chargeBody, drive, trafficHeaders } from './lib/http-load.mjs';
+import { chargeBody, drive, primeReplay, trafficHeaders } from './lib/http-load.mjs';
 import { withServerCpu } from './lib/measure-http.mjs';
 import { summarize } from './lib/stats.mjs';
 import { calibrationMicros } from './suites/adapters.mjs';
@@ -94,13 +94,9 @@ async function main() {
       );
       for (const [name, server] of started) {
         if (!replayed.has(name)) continue;
-        const first = await fetch(`http://127.0.0.1:${server.message.port}/charges`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': replayKey },
-          body: chargeBody,
+        await primeReplay(`http://127.0.0.1:${server.message.port}/charges`, replayKey).catch((error) => {
+          throw new Error(`${framework}: ${error.message}`);
         });
-        await first.arrayBuffer();
-        if (first.status !== 201) throw new Error(`${framework}: the replayed request answered ${first.status}`);
       }
       const contenders = only.map((id) => {
         const kind = contenderKinds[id];

@@ -17,6 +17,34 @@ export const chargeBody = JSON.stringify({
 const hotKeyRequests = 500;
 
 /**
+ * Completes `key` once on the server at `url`, before a window of replays opens, and proves that a
+ * second request with it is answered from the record: the same status and the same body bytes (the
+ * handler numbers every charge it makes, so a second execution would show in the body). A window
+ * of "replays" that were executions would measure the wrong thing; it throws instead.
+ *
+ * @example
+ * await primeReplay('http://127.0.0.1:3000/charges', 'replay-1');
+ */
+export async function primeReplay(url, key, { body = chargeBody, headers = {} } = {}) {
+  const send = async () => {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key, ...headers },
+      body,
+    });
+    return { status: response.status, text: await response.text() };
+  };
+  const first = await send();
+  if (first.status !== 201) throw new Error(`priming the replayed key answered ${first.status}`);
+  const second = await send();
+  if (second.status !== first.status || second.text !== first.text) {
+    throw new Error(
+      `the replayed key was not replayed: ${first.status} ${first.text.slice(0, 80)} then ${second.status} ${second.text.slice(0, 80)}`,
+    );
+  }
+}
+
+/**
  * Builds the per-request header of a traffic pattern:
  * - `none`: a random `x-nonce` (no key; the bare routes);
  * - `fresh`: a new Idempotency-Key per request (every request executes);

@@ -2,7 +2,7 @@
 // stop it. A fresh process per measurement means no contender inherits another's heap or records.
 import { randomUUID } from 'node:crypto';
 import { startChild } from './child-process.mjs';
-import { chargeBody, drive, trafficHeaders } from './http-load.mjs';
+import { chargeBody, drive, primeReplay, trafficHeaders } from './http-load.mjs';
 
 /**
  * Measures the server `spec` under `traffic` and resolves with `{ value: requests per second,
@@ -25,13 +25,7 @@ export async function measureServer(spec, traffic, settings) {
     const authorization = bearer === undefined ? {} : { authorization: `Bearer ${bearer}` };
     if (traffic.pattern === 'replay') {
       // The one execution of the replayed key happens before the window; every request after is a replay.
-      const first = await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'idempotency-key': replayKey, ...authorization },
-        body,
-      });
-      await first.arrayBuffer();
-      if (first.status !== 201) throw new Error(`priming the replayed key answered ${first.status}`);
+      await primeReplay(url, replayKey, { body, headers: authorization });
     }
     // A hot key's duplicates in flight get 409 (idem, express-idempotency) by design: accepted there.
     const accept =

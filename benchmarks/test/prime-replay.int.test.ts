@@ -1,0 +1,41 @@
+// A window of replays must be replays: primeReplay completes the key once and proves that a second
+// request with it is answered from the record, not executed again.
+import { createServer, type Server } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import { primeReplay } from '../lib/http-load.mjs';
+
+let server: Server | undefined;
+afterEach(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+
+// A POST /charges server: `remember` keeps each key's first answer; without it every request executes.
+async function start(options: { remember: boolean; status?: number }): Promise<string> {
+  const answers = new Map<string, string>();
+  let count = 0;
+  server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const key = String(req.headers['idempotency-key']);
+      const body = (options.remember && answers.get(key)) || JSON.stringify({ id: `ch_${++count}` });
+      answers.set(key, body);
+      res.writeHead(options.status ?? 201, { 'content-type': 'application/json' }).end(body);
+    });
+  });
+  await new Promise<void>((resolve) => server?.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return `http://127.0.0.1:${address.port}/charges`;
+}
+
+describe('primeReplay', () => {
+  it('resolves when the second request with the key gets the first answer back', async () => {
+    await expect(primeReplay(await start({ remember: true }), 'k-1')).resolves.toBeUndefined();
+  });
+
+  it('throws when the second request executed again', async () => {
+    await expect(primeReplay(await start({ remember: false }), 'k-1')).rejects.toThrow(/was not replayed/);
+  });
+
+  it('throws when the first execution did not create the charge', async () => {
+    await expect(primeReplay(await start({ remember: true, status: 200 }), 'k-1')).rejects.toThrow(/answered 200/);
+  });
+});
