@@ -242,9 +242,12 @@ function checkLimits(limits: Partial<TokenLimits> | undefined): TokenLimits {
   return checked;
 }
 
+// A string or a list of them. Anything else (a RegExp, a number, an object) is no list: undefined,
+// so the caller's "is required" error names the option, rather than "value is not iterable" from the spread.
 function toList(value: string | readonly string[] | undefined): string[] | undefined {
   if (value === undefined) return undefined;
-  return typeof value === 'string' ? [value] : [...value];
+  if (typeof value === 'string') return [value];
+  return Array.isArray(value) ? [...value] : undefined;
 }
 
 function staticKeys(

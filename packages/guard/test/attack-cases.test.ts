@@ -4,6 +4,7 @@ import { describe, expect, it, vi } from 'vitest';
 import {
   createGuard,
   type GuardErrorCode,
+  type GuardEvent,
   type GuardOptions,
   type GuardResult,
   type IssuerOptions,
@@ -118,12 +119,56 @@ describe('request-level cases', () => {
     expectOk(await lax.authenticate({ headers: {}, url: `/x?access_token=${token}` }));
   });
 
+  it('case 6: a query token, read or ignored, never reaches an event or an error', async () => {
+    const events: GuardEvent[] = [];
+    const watched = (options: Partial<GuardOptions>) =>
+      guardWith({}, { ...options, onEvent: (event) => events.push(event) });
+    const secretToken = makeToken({ claims: { sub: 'query-user', jti: 'query-jti' } });
+    const expired = makeToken({ claims: { exp: START_MS / 1000 - 3600, jti: 'expired-jti' } });
+    const results = [
+      await watched({}).authenticate({ headers: {}, url: `/x?access_token=${secretToken}` }),
+      await watched({ allowQueryToken: true }).authenticate({ headers: {}, url: `/x?access_token=${expired}` }),
+      await watched({ allowQueryToken: true }).authenticate({ headers: {}, url: `/x?access_token=${secretToken}` }),
+    ];
+    expect(results.map((result) => (result.ok ? 'ok' : result.error.code))).toEqual([
+      'token_missing',
+      'token_expired',
+      'ok',
+    ]);
+    expect(events.map((event) => event.type)).toEqual(['rejected', 'rejected', 'authenticated']);
+    const logged = JSON.stringify(events);
+    const refusals = results.flatMap((result) =>
+      result.ok ? [] : [result.error.message, result.error.wwwAuthenticate, JSON.stringify(result.error.toProblem())],
+    );
+    for (const token of [secretToken, expired]) {
+      for (const part of token.split('.')) {
+        expect(logged).not.toContain(part);
+        for (const text of refusals) expect(text).not.toContain(part);
+      }
+    }
+    for (const claim of ['query-user', 'query-jti', 'expired-jti']) expect(logged).not.toContain(claim);
+  });
+
   it('case 44: an oversized header or token is refused before parsing', async () => {
     const huge = 'a'.repeat(20_000);
     const result = await guard.authenticate({ headers: { authorization: `Bearer ${huge}` } });
     expectCode(result, 'token_too_large');
     if (!result.ok) expect(result.error.status).toBe(400);
     expectCode(await guard.verify(makeToken({ claims: { pad: 'x'.repeat(9000) } })), 'token_too_large');
+    // The 1 MB payload through the query (allowQueryToken): refused on its length, never decoded.
+    const lax = guardWith({}, { allowQueryToken: true });
+    const payload = b64url({ iss: ISSUER, pad: 'x'.repeat(1024 * 1024) });
+    const spy = vi.spyOn(Buffer, 'from');
+    try {
+      const fromQuery = await lax.authenticate({ headers: {}, url: `/x?access_token=h.${payload}.s` });
+      expectCode(fromQuery, 'token_too_large');
+      if (!fromQuery.ok) expect(fromQuery.error.status).toBe(400);
+      expect(spy.mock.calls.some((call) => ['base64url', 'base64'].includes((call as unknown[])[1] as string))).toBe(
+        false,
+      );
+    } finally {
+      spy.mockRestore();
+    }
   });
 });
 
@@ -300,6 +345,36 @@ describe('algorithm and key cases', () => {
     } finally {
       await server.close();
     }
+  });
+
+  it('RFC 8725 §3.4: an EC key whose point is off its curve is refused at configuration and in a fetched set', async () => {
+    const jwk = { ...keys.ec.publicJwk, kid: 'c1' } as Record<string, string>;
+    const y = Buffer.from(jwk.y as string, 'base64url');
+    y[31] = (y[31] as number) ^ 1;
+    const offCurve = { ...jwk, y: y.toString('base64url') };
+    expect(() => guardWith({ secret: undefined, publicKeys: [offCurve] })).toThrow(/invalid-key/);
+    // A P-256 point given as a P-384 key (a curve mix-up) is refused too.
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ ...jwk, crv: 'P-384' }] })).toThrow(TypeError);
+    const server = await startJwksServer({ kind: 'json', body: { keys: [offCurve] } });
+    try {
+      const guard = guardWith({ secret: undefined, jwksUri: server.url });
+      const token = makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'c1' } });
+      expectCode(await guard.verify(token), 'keys_unavailable');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('advisory CVE-2026-35041 (RegExp claim options): audiences and issuers are exact strings only', async () => {
+    const regexp = /api\.example/;
+    for (const audience of [regexp, [regexp], [AUDIENCE, regexp]]) {
+      // Refused with the message that names the option, not a "not iterable" from deep inside.
+      expect(() => guardWith({}, { audience: audience as never })).toThrow(/an audience is required/);
+    }
+    expect(() => guardWith({ issuer: /id\.example/ })).toThrow(TypeError);
+    // A string is compared whole, never as a pattern: '.' matches only '.'.
+    const guard = guardWith({}, { audience: 'https://api.example' });
+    expectCode(await guard.verify(makeToken({ claims: { aud: 'https://apixexample' } })), 'audience_invalid');
   });
 
   it('case 17: kid is only an exact key: traversal, injections, empty, huge and non-string kids fail', async () => {
@@ -580,6 +655,18 @@ describe('claim cases', () => {
     expectCode(await guardWith().verify(makeToken({ claims: { iat: nowSeconds + 60 } })), 'token_issued_in_future');
   });
 
+  it('advisory CVE-2026-44459: an iat or nbf that is not a finite non-negative integer is refused, not skipped', async () => {
+    const guard = guardWith();
+    for (const value of ['1800000000', true, null, -1, nowSeconds - 0.5, [nowSeconds], { n: nowSeconds }]) {
+      expectCode(await guard.verify(makeToken({ claims: { iat: value } })), 'claim_invalid');
+      expectCode(await guard.verify(makeToken({ claims: { nbf: value } })), 'claim_invalid');
+    }
+    for (const name of ['iat', 'nbf']) {
+      const raw = `{"iss":"${ISSUER}","sub":"u","aud":"${AUDIENCE}","exp":${nowSeconds + 60},"${name}":1e999}`;
+      expectCode(await guard.verify(makeToken({ rawPayload: raw })), 'claim_invalid');
+    }
+  });
+
   it('case 34: iat older than maxTokenAge, or a lifetime over maxLifetime, is refused', async () => {
     expectCode(
       await guardWith({ maxTokenAge: 60 }).verify(makeToken({ claims: { iat: nowSeconds - 120 } })),
@@ -637,6 +724,15 @@ describe('claim cases', () => {
 
   it('case 52 (bearer part): a sender-constrained token (cnf) presented as Bearer is refused', async () => {
     expectCode(await guardWith().verify(makeToken({ claims: { cnf: { jkt: 'abc' } } })), 'token_bound');
+  });
+
+  it('RFC 8705: a certificate-bound token (cnf x5t#S256) presented as Bearer is refused, DPoP or not', async () => {
+    const bound = makeToken({ claims: { cnf: { 'x5t#S256': 'bwcK0esc3ACC3DB2Y5_lESsXE8o9ltc05O89jdN-dg2' } } });
+    for (const guard of [guardWith(), guardWith({}, { dpop: {} })]) {
+      const result = await guard.authenticate(bearer(bound));
+      expectCode(result, 'token_bound');
+      if (!result.ok) expect(result.error.status).toBe(401);
+    }
   });
 
   it('case 55: an expired token has no accept path', async () => {
