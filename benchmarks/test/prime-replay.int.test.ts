@@ -2,6 +2,7 @@
 // request with it is answered from the record, not executed again.
 import { createServer, type Server } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
+// @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
 import { primeReplay } from '../lib/http-load.mjs';
 
 let server: Server | undefined;

@@ -141,6 +141,10 @@ describe('gateway with the reference identity provider', () => {
       headers: { authorization: `Bearer ${flow.tokens.body.id_token}` },
     });
     expect(response.status).toBe(401);
+    expect(response.headers.get('www-authenticate')).toContain('error="invalid_token"');
+    // Refused for its type (RFC 9068 §4: typ is not at+jwt), before its audience (the client) is looked at
+    // (research row 24): an ID token is never an access token, whatever its aud says.
+    expect(await response.json()).toMatchObject({ code: 'type_invalid' });
   }, 60_000);
 });
 

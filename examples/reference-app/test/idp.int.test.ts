@@ -82,6 +82,8 @@ describe('discovery and keys', () => {
     const response = await fetch(new URL('/jwks', auth()));
     const { keys } = (await response.json()) as { keys: Array<Record<string, unknown>> };
     expect(keys.length).toBeGreaterThan(0);
+    // Unique kids (pitfall 15): a verifier picks the key by kid alone.
+    expect(new Set(keys.map((key) => key.kid)).size).toBe(keys.length);
     for (const key of keys) {
       expect(key.kid).toEqual(expect.any(String));
       expect(key).not.toHaveProperty('d');
@@ -731,10 +733,18 @@ describe('refresh tokens, revocation, introspection', () => {
   });
 
   it('refuses access tokens in the query string at UserInfo (row 27)', async () => {
-    const { tokens } = await codeFlow(auth(), app, alice);
-    const response = await fetch(new URL(`/me?access_token=${encodeURIComponent(tokens.body.access_token)}`, auth()));
-    expect(response.status).toBeGreaterThanOrEqual(400);
-    expect(response.status).toBeLessThan(500);
+    // An API token would be refused at UserInfo wherever it is sent (its audience is the API), so it
+    // would prove nothing about the query string. This opaque UserInfo token works in the header, so
+    // only where it is sent can make the query request fail.
+    const { tokens } = await codeFlow(auth(), app, alice, { scope: 'openid' });
+    const accessToken = tokens.body.access_token as string;
+    expect(accessToken.split('.')).not.toHaveLength(3);
+    const inHeader = await fetch(new URL('/me', auth()), { headers: { authorization: `Bearer ${accessToken}` } });
+    expect(inHeader.status).toBe(200);
+    expect(await inHeader.json()).toMatchObject({ sub: 'user-alice' });
+    const inQuery = await fetch(new URL(`/me?access_token=${encodeURIComponent(accessToken)}`, auth()));
+    expect(inQuery.status).toBe(400);
+    expect(inQuery.headers.get('www-authenticate')).toMatch(/^Bearer .*error="invalid_request"/);
   });
 });
 

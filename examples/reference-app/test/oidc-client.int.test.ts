@@ -123,7 +123,7 @@ describe('the app protocol client against a scripted server', () => {
 
   it('refuses a discovery document whose issuer is not the configured one (row 36)', async () => {
     mode = 'wrong-issuer-discovery';
-    await expect(client().startSignIn('/')).rejects.toThrow();
+    await expect(client().startSignIn('/')).rejects.toThrow(/issuer/);
     expect(tokenRequests).toBe(0);
   });
 });

@@ -192,6 +192,34 @@ describe('anchor cases at engine level', () => {
     expect(result.kind === 'reject' && result.error.code).toBe('in_progress');
   });
 
+  it('case 6, wait mode: the waiters of one key share one poll loop, so store reads do not grow with them', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    let gets = 0;
+    const store: Store = {
+      ...inner,
+      get: (id) => {
+        gets++;
+        return inner.get(id);
+      },
+    };
+    const engine = createIdempotency({ store, wait: '5s', heartbeat: false, now: () => Date.now() });
+    const request = { key: 'k', scope: 's', operation: 'POST /charges', fingerprint: 'fp' };
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    const waiters = Array.from({ length: 50 }, () => engine.begin(request));
+    await vi.advanceTimersByTimeAsync(1_000);
+    // One loop reads after 10, 20, 40, 80, 160, then every 250 ms: eight reads in this second,
+    // however many requests wait. A loop per waiter would make 50 times as many.
+    expect(gets).toBeGreaterThan(0);
+    expect(gets).toBeLessThanOrEqual(10);
+    await engine.complete(first.lease, ok('{"winner":true}'));
+    await vi.advanceTimersByTimeAsync(300);
+    const results = await Promise.all(waiters);
+    expect(results.map((result) => result.kind)).toEqual(Array(50).fill('replay'));
+    expect(gets).toBeLessThanOrEqual(12);
+  });
+
   it('case 7: an abandoned lease (crashed worker) frees the key after one lease, not after retention', async () => {
     const { engine, request, clock } = setup({ lease: '5s' });
     expect((await engine.begin(request)).kind).toBe('execute'); // the worker dies holding it

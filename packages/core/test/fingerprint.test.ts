@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { canonicalJson } from '../src/canonical-json.js';
 import { toMilliseconds } from '../src/duration.js';
 import { fingerprintRequest, fingerprintsMatch, isJsonContentType, jsonBodyText } from '../src/fingerprint.js';
@@ -169,6 +169,27 @@ describe('fingerprintRequest', () => {
     expect(fingerprintsMatch('abc', 'abd')).toBe(false);
     expect(fingerprintsMatch('abc', 'abcd')).toBe(false);
     expect(fingerprintsMatch('', 'abc')).toBe(true);
+  });
+});
+
+describe('fingerprintsMatch reads every character, wherever the first difference is', () => {
+  // Not a timing measurement (the suite asserts no timers): the comparison's work is counted. An
+  // early exit (`===`, a loop that stops at the first difference) reads fewer characters when the
+  // difference comes first, and leaks where it is through the time it takes.
+  it('reads both fingerprints in full for a match, a difference in the first and in the last character', () => {
+    const stored = 'a'.repeat(64);
+    const reads = (sent: string) => {
+      const spy = vi.spyOn(String.prototype, 'charCodeAt');
+      try {
+        const matched = fingerprintsMatch(stored, sent);
+        return { matched, reads: spy.mock.calls.length };
+      } finally {
+        spy.mockRestore();
+      }
+    };
+    expect(reads(stored)).toEqual({ matched: true, reads: 128 });
+    expect(reads(`b${'a'.repeat(63)}`)).toEqual({ matched: false, reads: 128 });
+    expect(reads(`${'a'.repeat(63)}b`)).toEqual({ matched: false, reads: 128 });
   });
 });
 

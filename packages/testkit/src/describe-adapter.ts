@@ -279,6 +279,8 @@ function instrument(store: Store) {
     transaction: undefined as undefined | 'throw',
     /** `slow`: every release takes 100 ms more, as a remote store's can. */
     release: undefined as undefined | 'slow',
+    /** `throw`: the outcome cannot be written (the store failed after the handler ran). */
+    complete: undefined as undefined | 'throw',
   };
   const wrapped: Store = {
     async claim(input) {
@@ -291,6 +293,7 @@ function instrument(store: Store) {
     renew: (input) => (faults.renew === 'refuse' ? false : store.renew(input)),
     async complete(input) {
       calls.complete++;
+      if (faults.complete === 'throw') throw new Error('store down while storing the outcome (injected)');
       completions.push({ id: input.id, retentionMs: input.retentionMs });
       return store.complete(input);
     },
@@ -1002,6 +1005,79 @@ export function describeAdapter(
         },
         { storeOutcome: 'success' },
       );
+    });
+
+    it('the outcome cannot be stored: the response is served, the key released, a store-error reported; the retry runs (13)', async () => {
+      await withWorld(
+        async (world) => {
+          world.store.faults.complete = 'throw';
+          const first = await world.send('/charges', { key: 'unstored-1' });
+          // The handler ran: its answer goes out as it is, with the key, and is not marked a replay.
+          expect(first.status).toBe(201);
+          expect(JSON.parse(first.body.toString()).id).toBe('ch_1');
+          expect(first.headers['idempotency-key']).toBe('unstored-1');
+          expect(first.headers['idempotent-replayed']).toBeUndefined();
+          expect(await world.waitForEvent('store-error')).toMatchObject({ type: 'store-error', phase: 'complete' });
+          // Released (in the background, so polled), not left in progress for a lease: with a lease
+          // of an hour, the retry below would get 409.
+          await expect.poll(() => storedRecord(world, 'unstored-1')).toBeUndefined();
+          world.store.faults.complete = undefined;
+          const retry = await world.send('/charges', { key: 'unstored-1' });
+          expect(retry.status).toBe(201);
+          expect(retry.headers['idempotent-replayed']).toBeUndefined();
+          expect(JSON.parse(retry.body.toString()).id).toBe('ch_2');
+          expect((await world.send('/charges', { key: 'unstored-1' })).headers['idempotent-replayed']).toBe('true');
+          expect(world.server.executions()).toBe(2);
+        },
+        { lease: '1h' },
+      );
+    });
+
+    it("the same key on another route of the same method is another record: never the other route's response (18)", async () => {
+      await withWorld(async (world) => {
+        const charge = await world.send('/charges', { key: 'route-1' });
+        expect(charge.status).toBe(201);
+        expect(JSON.parse(charge.body.toString()).id).toBe('ch_1');
+        const refund = await world.send('/refunds', { key: 'route-1' });
+        expect(refund.status).toBe(201);
+        expect(refund.headers['idempotent-replayed']).toBeUndefined();
+        expect(JSON.parse(refund.body.toString()).id).toBe('re_2');
+        // Each route replays its own outcome under the one key.
+        const chargeAgain = await world.send('/charges', { key: 'route-1' });
+        expect(chargeAgain.headers['idempotent-replayed']).toBe('true');
+        expect(chargeAgain.body.equals(charge.body)).toBe(true);
+        const refundAgain = await world.send('/refunds', { key: 'route-1' });
+        expect(refundAgain.headers['idempotent-replayed']).toBe('true');
+        expect(refundAgain.body.equals(refund.body)).toBe(true);
+        expect(world.server.executions()).toBe(2);
+      });
+    });
+
+    it('the same JSON with other key order and whitespace, with a length or chunked, is the same request (15)', async () => {
+      await withWorld(async (world) => {
+        const first = await world.send('/charges', {
+          key: 'order-json-1',
+          body: '{"amount":100,"currency":"eur","meta":{"a":1,"b":[1,2]}}',
+        });
+        expect(first.status).toBe(201);
+        const reordered = '{ "meta" : { "b" : [ 1 , 2 ] , "a" : 1 } ,\n  "currency":"eur", "amount" : 100 }';
+        for (const framing of [{ body: reordered }, { chunks: [Buffer.from(reordered)] }]) {
+          const again = await world.send('/charges', { key: 'order-json-1', ...framing });
+          expect(again.status).toBe(201);
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.body.equals(first.body)).toBe(true);
+        }
+        // Order inside an array is data, not layout: another request.
+        expectProblem(
+          await world.send('/charges', {
+            key: 'order-json-1',
+            body: '{"amount":100,"currency":"eur","meta":{"a":1,"b":[2,1]}}',
+          }),
+          422,
+          'fingerprint_mismatch',
+        );
+        expect(world.server.executions()).toBe(1);
+      });
     });
 
     it('store unavailable: 503 + Retry-After problem+json, handler never runs (14)', async () => {
