@@ -15,6 +15,9 @@ const set = (...entries: object[]): JwksReply => ({
   headers: { 'cache-control': 'max-age=60' },
 });
 
+// The set of k1 alone, served with these headers.
+const k1With = (headers: Record<string, string>): JwksReply => ({ kind: 'json', body: { keys: [jwk('k1')] }, headers });
+
 // A token under k1 that outlives every key-set lifetime these tests walk through (2 h).
 const longLivedToken = () =>
   makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'k1' }, claims: { exp: START_MS / 1000 + 7200 } });
@@ -102,11 +105,9 @@ describe('remote JWKS', () => {
 
   it('counts the Age a cache on the way gave the set against its max-age (RFC 9111)', async () => {
     // Kept 3600 - 3300 = 300 s here: a CDN already held it for 3300 of them.
-    const { server, clock, guard, token } = await setup({
-      kind: 'json',
-      body: { keys: [jwk('k1')] },
-      headers: { 'cache-control': 'public, max-age=3600', age: '3300' },
-    });
+    const { server, clock, guard, token } = await setup(
+      k1With({ 'cache-control': 'public, max-age=3600', age: '3300' }),
+    );
     await guard.verify(token('k1'));
     clock.advance(260); // before the last tenth of 300 s
     await guard.verify(token('k1'));
@@ -117,11 +118,7 @@ describe('remote JWKS', () => {
   });
 
   it('bounds an aged-out set by minTtl, and ignores an Age that is not a number', async () => {
-    const stale = await setup({
-      kind: 'json',
-      body: { keys: [jwk('k1')] },
-      headers: { 'cache-control': 'max-age=600', age: '900' },
-    });
+    const stale = await setup(k1With({ 'cache-control': 'max-age=600', age: '900' }));
     await stale.guard.verify(stale.token('k1'));
     stale.clock.advance(26);
     await stale.guard.verify(stale.token('k1'));
@@ -130,11 +127,7 @@ describe('remote JWKS', () => {
     await stale.guard.verify(stale.token('k1'));
     expect(stale.server.requests).toBe(2);
 
-    const garbled = await setup({
-      kind: 'json',
-      body: { keys: [jwk('k1')] },
-      headers: { 'cache-control': 'max-age=60', age: '-5, 10' },
-    });
+    const garbled = await setup(k1With({ 'cache-control': 'max-age=60', age: '-5, 10' }));
     await garbled.guard.verify(garbled.token('k1'));
     garbled.clock.advance(50);
     await garbled.guard.verify(garbled.token('k1'));
@@ -142,24 +135,20 @@ describe('remote JWKS', () => {
   });
 
   it('counts Age against Expires minus Date, and not against an Expires measured from now', async () => {
-    const dated = await setup({
-      kind: 'json',
-      body: { keys: [jwk('k1')] },
-      headers: {
+    const dated = await setup(
+      k1With({
         date: new Date(START_MS).toUTCString(),
         expires: new Date(START_MS + 3_600_000).toUTCString(),
         age: '3300',
-      },
-    });
+      }),
+    );
     await dated.guard.verify(dated.token('k1'));
     dated.clock.advance(301);
     await dated.guard.verify(dated.token('k1'));
     expect(dated.server.requests).toBe(2);
 
     const undated = await setup({
-      kind: 'json',
-      body: { keys: [jwk('k1')] },
-      headers: { expires: new Date(START_MS + 300_000).toUTCString(), age: '200' },
+      ...k1With({ expires: new Date(START_MS + 300_000).toUTCString(), age: '200' }),
       sendDate: false,
     });
     await undated.guard.verify(undated.token('k1'));
