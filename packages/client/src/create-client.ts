@@ -6,7 +6,7 @@ import { notify } from './notify.js';
 import { encodeBody } from './request-body.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { retryAfterOf } from './retry-after.js';
-import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat } from './retry-decision.js';
+import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat, saysNotRetryable } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 import { abortableSleep, maxTimerMs } from './sleep.js';
 
@@ -405,6 +405,7 @@ export function createClient(options: ClientOptions): Client {
             if (!retryable && response.status < 400) throw fail('invalid_response_body', error);
           }
         }
+        if (retryable && saysNotRetryable(response.headers.get('content-type'), lastBody)) retryable = false;
         if (!retryable) {
           if (response.status < 400) {
             return {

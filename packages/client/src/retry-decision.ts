@@ -62,3 +62,28 @@ export function isRetryableStatus(status: number, context: RetryContext): boolea
 export function isSafeToRepeat(context: RetryContext): boolean {
   return context.keyed || isIdempotentMethod(context.method);
 }
+
+/**
+ * True when a response's body is an RFC 9457 problem (`application/problem+json`) that says
+ * `"retryable": false`: the server's own word that asking again changes nothing (idem's problems,
+ * and any service that follows them, carry that member). It turns the status rule down, never up:
+ * a handler's business 409 on a keyed POST ("the seat is taken") is not a "still running", and is
+ * final on the first answer instead of after one wasted retry that comes back replayed.
+ *
+ * @example
+ * saysNotRetryable('application/problem+json', { code: 'seat_taken', retryable: false }); // true
+ */
+export function saysNotRetryable(contentType: string | null, body: unknown): boolean {
+  if (contentType === null || !/^\s*application\/problem\+json\s*(?:;|$)/i.test(contentType)) return false;
+  const problem = body instanceof Uint8Array ? parsedOrUndefined(body) : body;
+  return typeof problem === 'object' && problem !== null && (problem as { retryable?: unknown }).retryable === false;
+}
+
+// A body kept as bytes (`parse: 'bytes'`) is read for this decision only; what does not parse says nothing.
+function parsedOrUndefined(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    return undefined;
+  }
+}

@@ -280,6 +280,37 @@ describe('what is retried', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('takes a problem that says retryable: false as final, whatever its status (a business 409 on a keyed POST)', async () => {
+    const problem = { 'content-type': 'application/problem+json' };
+    for (const status of [409, 503, 429]) {
+      const { client, seen } = setup([json(status, { code: 'seat_taken', retryable: false }, problem), json(201, {})]);
+      const error = await failure(client.post('/bookings', {}));
+      expect(error.code, String(status)).toBe('http_error');
+      expect(seen, String(status)).toHaveLength(1);
+    }
+    // Read for the decision even when the caller keeps bodies as bytes.
+    const raw = setup([json(409, { retryable: false }, problem), json(201, {})]);
+    expect((await failure(raw.client.post('/bookings', {}, { parse: 'bytes' }))).code).toBe('http_error');
+    expect(raw.seen).toHaveLength(1);
+  });
+
+  it('keeps the status rule for retryable: true, for other media types, and for bodies that do not parse', async () => {
+    const problem = { 'content-type': 'application/problem+json' };
+    for (const first of [
+      json(409, { code: 'in_progress', retryable: true }, problem),
+      json(409, { code: 'seat_taken', retryable: false }), // plain JSON: a field of the business body
+      new Response('{not json', { status: 409, headers: problem }),
+    ]) {
+      const { client, seen } = setup([first, json(201, {})]);
+      expect((await client.post('/bookings', {})).status).toBe(201);
+      expect(seen).toHaveLength(2);
+    }
+    // It never makes a final status retryable.
+    const { client, seen } = setup([json(422, { retryable: true }, problem), json(201, {})]);
+    expect((await failure(client.post('/bookings', {}))).code).toBe('http_error');
+    expect(seen).toHaveLength(1);
+  });
+
   it('does not retry a replayed outcome: asking again returns the same stored response', async () => {
     const { client, seen } = setup([json(500, { code: 'boom' }, { 'Idempotent-Replayed': 'true' }), json(201, {})]);
     const error = await failure(client.post('/charges', {}));
