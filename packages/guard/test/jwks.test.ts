@@ -16,7 +16,11 @@ const set = (...entries: object[]): JwksReply => ({
 });
 
 // The set of k1 alone, served with these headers.
-const k1With = (headers: Record<string, string>): JwksReply => ({ kind: 'json', body: { keys: [jwk('k1')] }, headers });
+const k1With = (headers: Record<string, string>): Extract<JwksReply, { kind: 'json' }> => ({
+  kind: 'json',
+  body: { keys: [jwk('k1')] },
+  headers,
+});
 
 // A token under k1 that outlives every key-set lifetime these tests walk through (2 h).
 const longLivedToken = () =>
