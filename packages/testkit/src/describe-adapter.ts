@@ -86,6 +86,8 @@ export interface ScenarioRequest {
 export const scenarioRoutes = [
   { method: 'POST', path: '/charges' },
   { method: 'PATCH', path: '/charges/:id' },
+  { method: 'PUT', path: '/charges/:id' },
+  { method: 'DELETE', path: '/charges/:id' },
   { method: 'GET', path: '/charges' },
   { method: 'OPTIONS', path: '/charges' },
   { method: 'POST', path: '/empty' },
@@ -247,6 +249,12 @@ function send(base: string, path: string, options: SendOptions = {}): Promise<Se
   });
 }
 
+// Resolves once `condition` holds, looked at again every millisecond: for a state the table can
+// only observe, not await.
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 1));
+}
+
 function deferred<T = void>() {
   let resolve!: (value: T) => void;
   const promise = new Promise<T>((r) => {
@@ -258,6 +266,8 @@ function deferred<T = void>() {
 function expectProblem(sent: Sent, status: number, code: string) {
   expect(sent.status).toBe(status);
   expect(sent.headers['content-type']).toMatch(/^application\/problem\+json/);
+  // About this attempt only: no cache in between may answer a retry with it (docs/errors.md).
+  expect(sent.headers['cache-control']).toBe('no-store');
   const problem = JSON.parse(sent.body.toString('utf8'));
   expect(problem).toMatchObject({ status, code, type: problemType(code) });
   expect(typeof problem.title).toBe('string');
@@ -279,8 +289,8 @@ function instrument(store: Store) {
     transaction: undefined as undefined | 'throw',
     /** `slow`: every release takes 100 ms more, as a remote store's can. */
     release: undefined as undefined | 'slow',
-    /** `throw`: the outcome cannot be written (the store failed after the handler ran). */
-    complete: undefined as undefined | 'throw',
+    /** `throw`: the outcome cannot be written (the store failed after the handler ran); `slow`: every completion takes 100 ms more. */
+    complete: undefined as undefined | 'throw' | 'slow',
   };
   const wrapped: Store = {
     async claim(input) {
@@ -295,6 +305,7 @@ function instrument(store: Store) {
       calls.complete++;
       if (faults.complete === 'throw') throw new Error('store down while storing the outcome (injected)');
       completions.push({ id: input.id, retentionMs: input.retentionMs });
+      if (faults.complete === 'slow') await new Promise((resolve) => setTimeout(resolve, 100));
       return store.complete(input);
     },
     async release(input) {
@@ -438,6 +449,9 @@ export function describeAdapter(
               etag: `"v${n}"`,
               'last-modified': FIXED_DATE,
               link: '</charges>; rel="collection"',
+              'content-language': 'en',
+              // Set by the handler itself (as a proxying handler does): still this response's only.
+              date: FIXED_DATE,
               'set-cookie': `session=s${n}; HttpOnly`,
               'x-request-id': `req-${n}`,
               'ratelimit-remaining': String(100 - n),
@@ -613,7 +627,15 @@ export function describeAdapter(
         const again = await world.send('/charges', { key: '"replay-1"' });
         expect(again.status).toBe(201);
         expect(again.body.equals(first.body)).toBe(true);
-        for (const name of ['content-type', 'location', 'content-location', 'etag', 'last-modified', 'link']) {
+        for (const name of [
+          'content-type',
+          'content-language',
+          'location',
+          'content-location',
+          'etag',
+          'last-modified',
+          'link',
+        ]) {
           expect(again.headers[name], name).toBe(first.headers[name]);
         }
         expect(again.headers['idempotent-replayed']).toBe('true');
@@ -631,6 +653,8 @@ export function describeAdapter(
         expect(again.headers['x-request-id']).toBeUndefined();
         expect(again.headers['ratelimit-remaining']).toBeUndefined();
         expect(again.headers['x-ratelimit-remaining']).toBeUndefined();
+        // The replay has a Date of its own, not the one the handler set on the first answer.
+        expect(again.headers.date).not.toBe(FIXED_DATE);
         const record = await storedRecord(world, 'cookie-1');
         expect(record?.state).toBe('completed');
         const stored = (record as { response: StoredResponse }).response;
@@ -646,6 +670,33 @@ export function describeAdapter(
         }
         expect(stored.headers.location).toBe('/charges/ch_1');
       });
+    });
+
+    it('replayHeaders: a header listed there is stored and replayed too; per-request headers are refused at construction (24)', async () => {
+      // The retries take gzip, so the stored bytes and their headers go out as they are.
+      const headers = { 'accept-encoding': 'gzip' };
+      await withWorld(async (world) => {
+        expect((await world.send('/gzip', { key: 'vary-1', headers })).headers.vary).toBe('accept-encoding');
+        // Vary is not in the built-in allowlist: the option is what replays it.
+        const again = await world.send('/gzip', { key: 'vary-1', headers });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.headers.vary).toBeUndefined();
+      });
+      await withWorld(
+        async (world) => {
+          await world.send('/gzip', { key: 'vary-2', headers });
+          const again = await world.send('/gzip', { key: 'vary-2', headers });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.headers.vary).toBe('accept-encoding');
+          const record = (await storedRecord(world, 'vary-2', 'POST /gzip')) as { response: StoredResponse };
+          expect(record.response.headers.vary).toBe('accept-encoding');
+        },
+        // Any case: header names are matched as HTTP matches them.
+        { replayHeaders: ['Vary'] },
+      );
+      for (const name of ['Set-Cookie', 'date', 'x-request-id', 'x-ratelimit-remaining', 'retry-after']) {
+        await expect(start({ replayHeaders: [name] }), name).rejects.toThrow(TypeError);
+      }
     });
 
     it('204 stays 204 on replay, with no body', async () => {
@@ -668,6 +719,7 @@ export function describeAdapter(
           const key = `bytes-${path.slice(1)}`;
           const first = await world.send(path, { key, headers });
           expect(first.status, path).toBe(200);
+          expect(first.headers['idempotency-key'], path).toBe(key);
           const again = await world.send(path, { key, headers });
           expect(again.status, path).toBe(200);
           expect(again.headers['idempotent-replayed'], path).toBe('true');
@@ -712,6 +764,23 @@ export function describeAdapter(
           expect(again.headers.etag, acceptEncoding).toBe(first.headers.etag);
         }
         expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('an answer leaves only once it is stored: a retry sent the moment it arrived replays it, never 409, however slow the store', async () => {
+      await withWorld(async (world) => {
+        world.store.faults.complete = 'slow';
+        // Ended with its body (json), written then ended (bytes), piped (stream), and with a
+        // Content-Length whose last byte ends it for the client (Express's sendFile).
+        for (const path of ['/charges', '/binary', '/stream', '/file']) {
+          const key = `instant${path}`;
+          const first = await world.send(path, { key });
+          const retry = await world.send(path, { key });
+          expect(retry.status, path).toBe(first.status);
+          expect(retry.headers['idempotent-replayed'], path).toBe('true');
+          expect(retry.body.equals(first.body), path).toBe(true);
+        }
+        expect(world.server.executions()).toBe(4);
       });
     });
 
@@ -812,6 +881,32 @@ export function describeAdapter(
       });
     });
 
+    it('a key sent bare or quoted is one key; with strictKeys a bare one is 400 and a minted one is echoed quoted (28)', async () => {
+      await withWorld(async (world) => {
+        expect((await world.send('/charges', { key: '"forms-1"' })).status).toBe(201);
+        const bare = await world.send('/charges', { key: 'forms-1' });
+        expect(bare.headers['idempotent-replayed']).toBe('true');
+        // Echoed as this retry sent it.
+        expect(bare.headers['idempotency-key']).toBe('forms-1');
+        expect(world.server.executions()).toBe(1);
+      });
+      await withWorld(
+        async (world) => {
+          expectProblem(await world.send('/charges', { key: 'strict-1' }), 400, 'key_invalid');
+          expect(world.store.calls.claim).toBe(0);
+          const quoted = await world.send('/charges', { key: '"strict-1"' });
+          expect(quoted.status).toBe(201);
+          expect(quoted.headers['idempotency-key']).toBe('"strict-1"');
+          // A minted key is sent back in the only form this server takes, so the retry can resend it as is.
+          const minted = String((await world.send('/charges', { key: null })).headers['idempotency-key']);
+          expect(minted).toMatch(/^"[0-9a-f-]{36}"$/);
+          expect((await world.send('/charges', { key: minted })).headers['idempotent-replayed']).toBe('true');
+          expect(world.server.executions()).toBe(2);
+        },
+        { strictKeys: true, mintKeys: true },
+      );
+    });
+
     it('same key, other body: 422 problem+json, or 400 idempotency_error with mismatchStatus 400 (16)', async () => {
       await withWorld(async (world) => {
         await world.send('/charges', { key: 'mismatch-1', body: '{"amount":100}' });
@@ -838,24 +933,28 @@ export function describeAdapter(
     });
 
     it('first still running: 409 + Retry-After; once it completed, a different body gets 422 (2)', async () => {
-      await withWorld(async (world) => {
-        const gate = world.hold();
-        const first = world.send('/charges', { key: 'busy-1', body: '{"amount":1}' });
-        await gate.entered;
-        const during = await world.send('/charges', { key: 'busy-1', body: '{"amount":2}' });
-        const problem = expectProblem(during, 409, 'in_progress');
-        expect(problem.retryable).toBe(true);
-        expect(Number(during.headers['retry-after'])).toBeGreaterThan(0);
-        gate.open();
-        expect((await first).status).toBe(201);
-        await world.waitForEvent('complete');
-        expectProblem(
-          await world.send('/charges', { key: 'busy-1', body: '{"amount":2}' }),
-          422,
-          'fingerprint_mismatch',
-        );
-        expect(world.server.executions()).toBe(1);
-      });
+      await withWorld(
+        async (world) => {
+          const gate = world.hold();
+          const first = world.send('/charges', { key: 'busy-1', body: '{"amount":1}' });
+          await gate.entered;
+          const during = await world.send('/charges', { key: 'busy-1', body: '{"amount":2}' });
+          const problem = expectProblem(during, 409, 'in_progress');
+          expect(problem.retryable).toBe(true);
+          // The conflictRetryAfter option, in whole seconds.
+          expect(during.headers['retry-after']).toBe('4');
+          gate.open();
+          expect((await first).status).toBe(201);
+          await world.waitForEvent('complete');
+          expectProblem(
+            await world.send('/charges', { key: 'busy-1', body: '{"amount":2}' }),
+            422,
+            'fingerprint_mismatch',
+          );
+          expect(world.server.executions()).toBe(1);
+        },
+        { conflictRetryAfter: 4 },
+      );
     });
 
     it(`${concurrency} concurrent identical requests with one key: exactly one handler run, no 5xx (1)`, async () => {
@@ -1081,14 +1180,18 @@ export function describeAdapter(
     });
 
     it('store unavailable: 503 + Retry-After problem+json, handler never runs (14)', async () => {
-      await withWorld(async (world) => {
-        world.store.faults.claim = 'throw';
-        const sent = await world.send('/charges', { key: 'down-1' });
-        const problem = expectProblem(sent, 503, 'store_unavailable');
-        expect(problem.retryable).toBe(true);
-        expect(Number(sent.headers['retry-after'])).toBeGreaterThan(0);
-        expect(world.server.executions()).toBe(0);
-      });
+      await withWorld(
+        async (world) => {
+          world.store.faults.claim = 'throw';
+          const sent = await world.send('/charges', { key: 'down-1' });
+          const problem = expectProblem(sent, 503, 'store_unavailable');
+          expect(problem.retryable).toBe(true);
+          // The unavailableRetryAfter option, in whole seconds.
+          expect(sent.headers['retry-after']).toBe('5');
+          expect(world.server.executions()).toBe(0);
+        },
+        { unavailableRetryAfter: 5 },
+      );
     });
 
     // Only with a movable store clock: nothing here sleeps out a lease. The store suites cover
@@ -1131,6 +1234,24 @@ export function describeAdapter(
           // Under the limit is fine.
           const small = await world.send('/charges', { key: 'big-2', body: JSON.stringify({ amount: 1 }) });
           expect(small.status).toBe(201);
+        },
+        { maxBodyBytes: 1024 },
+      );
+    });
+
+    it('a declared Content-Length over maxBodyBytes: 413 at once, before the body arrives (20)', async () => {
+      await withWorld(
+        async (world) => {
+          // A client announces a body over the limit and sends a trickle of it: answered without
+          // waiting for the rest, so it cannot hold the request open.
+          const head = await firstResponseLine(
+            world.server.url,
+            'POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: "declared-1"\r\nX-Test-User: alice\r\n' +
+              'Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"amount":',
+          );
+          expect(head).toMatch(/^HTTP\/1\.1 413 /);
+          expect(world.store.calls.claim).toBe(0);
+          expect(world.server.executions()).toBe(0);
         },
         { maxBodyBytes: 1024 },
       );
@@ -1390,7 +1511,42 @@ export function describeAdapter(
         const post = await world.send('/charges', { key: 'patch-1' });
         expect(post.headers['idempotent-replayed']).toBeUndefined();
         expect(world.server.executions()).toBe(2);
+        // Another charge under the same key is another request, never the first one's replay: 422
+        // where the operation is the route template (Fastify), a run of its own where it is the path
+        // (Express and Koa mounted with app.use).
+        const other = await world.send('/charges/ch_8', { method: 'PATCH', key: 'patch-1' });
+        expect(other.headers['idempotent-replayed']).toBeUndefined();
+        expect(other.body.equals(patched.body)).toBe(false);
       });
+    });
+
+    it('PUT and DELETE are not covered by default: a key there is ignored; methods opts them in (spec part 1)', async () => {
+      await withWorld(async (world) => {
+        for (const method of ['PUT', 'DELETE']) {
+          for (let i = 0; i < 2; i++) {
+            const sent = await world.send('/charges/ch_7', { method, key: `"${method}-1"` });
+            expect(sent.status, method).toBe(200);
+            expect(sent.headers['idempotency-key'], method).toBeUndefined();
+            expect(sent.headers['idempotent-replayed'], method).toBeUndefined();
+          }
+        }
+        // Without a key too: not covered, so not refused.
+        expect((await world.send('/charges/ch_7', { method: 'PUT', key: null })).status).toBe(200);
+        expect(world.server.executions()).toBe(5);
+        expect(world.store.calls).toEqual({ claim: 0, complete: 0, release: 0 });
+      });
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/charges/ch_7', { method: 'PUT', key: '"put-2"' });
+          expect(first.headers['idempotency-key']).toBe('"put-2"');
+          const again = await world.send('/charges/ch_7', { method: 'PUT', key: '"put-2"' });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.body.equals(first.body)).toBe(true);
+          expectProblem(await world.send('/charges/ch_7', { method: 'DELETE', key: null }), 400, 'key_missing');
+          expect(world.server.executions()).toBe(1);
+        },
+        { methods: ['POST', 'PUT', 'delete'] },
+      );
     });
 
     it('client disconnects mid-request: the outcome is still stored and replayed (11)', async () => {
@@ -1407,6 +1563,13 @@ export function describeAdapter(
         expect(retried.status).toBe(201);
         expect(retried.headers['idempotent-replayed']).toBe('true');
         expect(world.server.executions()).toBe(1);
+        // Nobody wrote this answer (Koa skips the write for a client gone): it is still stored
+        // through the allowlist, never with the cookie or the ids of the request that left.
+        const stored = ((await storedRecord(world, 'gone-1')) as { response: StoredResponse }).response;
+        for (const name of ['set-cookie', 'date', 'x-request-id', 'ratelimit-remaining', 'idempotency-key']) {
+          expect(stored.headers[name], name).toBeUndefined();
+        }
+        expect(stored.headers.location).toBe('/charges/ch_1');
       });
     });
 
@@ -1689,7 +1852,10 @@ export function describeAdapter(
           const first = world.send('/charges', { key: 'wait-1' });
           await gate.entered;
           const second = world.send('/charges', { key: 'wait-1' });
-          setImmediate(gate.open);
+          // Opened once the duplicate found the first in flight (its claim was refused), not before:
+          // a duplicate answered at once (409) ends the wait too, and fails below.
+          await until(() => world.store.calls.claim >= 2 || world.events.some((event) => event.type === 'conflict'));
+          gate.open();
           const [a, b] = await Promise.all([first, second]);
           expect(a.status).toBe(201);
           expect(b.status).toBe(201);
@@ -1843,6 +2009,26 @@ function multipartForm(boundary: string, file: Buffer, note = 'hello ✓'): { bo
     Buffer.from(`\r\n--${boundary}--\r\n`),
   ]);
   return { body, contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
+// The status line of the answer to a request written as raw text, which may stop short of the body
+// its head announces (no HTTP client sends that); the connection is dropped once the line is in.
+function firstResponseLine(base: string, text: string): Promise<string> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname);
+    let received = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => {
+      received += chunk;
+      const end = received.indexOf('\r\n');
+      if (end === -1) return;
+      socket.destroy();
+      resolve(received.slice(0, end));
+    });
+    socket.on('error', reject);
+    socket.write(text);
+  });
 }
 
 function tenantOf(request: any): string | undefined {
