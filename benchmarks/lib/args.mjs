@@ -7,8 +7,8 @@ export const usage = `npm run bench [-- options] [suite...]
 
   --quick          prove the runner works: 1 round, 1 s windows, a few contenders per suite (< 2 min);
                    never touches docs/benchmarks.md
-  --rounds N       rounds per group (default 3; quick 1)
-  --duration S     measured seconds per contender and round (default 2; quick 1)
+  --rounds N       rounds per group (default 3; quick 1; under 3, the run is a trial)
+  --duration S     measured seconds per contender and round (default 2; quick 1; under 2, a trial)
   --out DIR        where results/<date>.json goes (default benchmarks/results)
   --docs DIR       where benchmarks.md and benchmarks-ratios.svg go (default docs; full runs only)
   --match TEXT     run only the contenders whose name contains TEXT, or one of the texts of
@@ -66,6 +66,26 @@ export function parseArgs(argv, root) {
   settings.warmupSeconds = 1;
   settings.connections = 50;
   return settings;
+}
+
+/**
+ * Whether a run of `settings` may replace the published page (docs/benchmarks.md and its chart): a
+ * run of every suite and every contender, with at least the default 3 rounds of 2 s windows. Fewer
+ * rounds give no min and max worth the name, and shorter windows more noise; such a run is a trial,
+ * and writes results/<date>-quick*.
+ *
+ * @example
+ * publishable(parseArgs([], '/repo')); // true
+ * publishable(parseArgs(['--rounds', '1'], '/repo')); // false
+ */
+export function publishable(settings) {
+  return (
+    !settings.quick &&
+    settings.suites.length === 0 &&
+    settings.match === undefined &&
+    settings.rounds >= 3 &&
+    settings.durationSeconds >= 2
+  );
 }
 
 function positiveInteger(name, text) {

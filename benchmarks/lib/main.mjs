@@ -15,7 +15,7 @@ import { limitsSuite } from '../suites/limits.mjs';
 import { referenceAppSuite } from '../suites/reference-app.mjs';
 import { storesPostgresSuite } from '../suites/stores-postgres.mjs';
 import { storesRedisSuite } from '../suites/stores-redis.mjs';
-import { parseArgs, usage } from './args.mjs';
+import { parseArgs, publishable, usage } from './args.mjs';
 import { renderReport } from './report.mjs';
 import { unmatchedTexts } from './rounds.mjs';
 import { checkServices } from './services.mjs';
@@ -176,8 +176,9 @@ const results = {
 };
 
 const date = started.toISOString().slice(0, 10);
-// Only a full run of every contender may replace the published page; anything narrower is a trial.
-const complete = !settings.quick && settings.suites.length === 0 && settings.match === undefined;
+// Only a full run of every contender, rounds and windows at least the defaults, may replace the
+// published page; anything narrower or shorter is a trial.
+const complete = publishable(settings);
 const base = `${date}${complete ? '' : '-quick'}${settings.suites.length > 0 ? `-${settings.suites.join('-')}` : ''}`;
 mkdirSync(settings.outDir, { recursive: true });
 const resultsFile = join(settings.outDir, `${base}.json`);
