@@ -239,7 +239,8 @@ describe('POST /charges', () => {
       await db.exec('alter table api_webhook_outbox_away rename to api_webhook_outbox');
     }
     expect(failed.status).toBe(500);
-    expect(failed.body).toMatchObject({ code: 'internal_error' });
+    // It says so, or a client that honours `retryable` (@idem/client) would never send the retry below.
+    expect(failed.body).toMatchObject({ code: 'internal_error', retryable: true });
     expect(await count('api_charges')).toBe(before);
     // Nothing happened, so the same key runs again (no replayed 500) and now commits both rows.
     const retried = await call('POST', '/charges', {

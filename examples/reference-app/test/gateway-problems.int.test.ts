@@ -73,7 +73,7 @@ describe('frameworkProblem', () => {
     expect(frameworkProblem(new Error('boom'))).toMatchObject({
       status: 500,
       code: 'internal_error',
-      retryable: false,
+      retryable: true,
     });
     expect(frameworkProblem(raised(599))).toMatchObject({ status: 500, code: 'internal_error' });
   });

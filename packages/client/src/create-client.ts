@@ -405,7 +405,7 @@ export function createClient(options: ClientOptions): Client {
             if (!retryable && response.status < 400) throw fail('invalid_response_body', error);
           }
         }
-        if (retryable && saysNotRetryable(response.headers.get('content-type'), lastBody)) retryable = false;
+        if (retryable && saysNotRetryable(response.headers.get('content-type'), run.bytes)) retryable = false;
         if (!retryable) {
           if (response.status < 400) {
             return {

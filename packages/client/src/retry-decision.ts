@@ -68,22 +68,21 @@ export function isSafeToRepeat(context: RetryContext): boolean {
  * `"retryable": false`: the server's own word that asking again changes nothing (idem's problems,
  * and any service that follows them, carry that member). It turns the status rule down, never up:
  * a handler's business 409 on a keyed POST ("the seat is taken") is not a "still running", and is
- * final on the first answer instead of after one wasted retry that comes back replayed.
+ * final on the first answer instead of after one wasted retry that comes back replayed. It reads
+ * the raw bytes, so the caller's `parse` mode (`text`, `bytes`, ...) does not change the decision;
+ * a body that does not parse, or is not an object, says nothing.
  *
  * @example
- * saysNotRetryable('application/problem+json', { code: 'seat_taken', retryable: false }); // true
+ * saysNotRetryable('application/problem+json', new TextEncoder().encode('{"retryable":false}')); // true
  */
-export function saysNotRetryable(contentType: string | null, body: unknown): boolean {
-  if (contentType === null || !/^\s*application\/problem\+json\s*(?:;|$)/i.test(contentType)) return false;
-  const problem = body instanceof Uint8Array ? parsedOrUndefined(body) : body;
-  return typeof problem === 'object' && problem !== null && (problem as { retryable?: unknown }).retryable === false;
-}
-
-// A body kept as bytes (`parse: 'bytes'`) is read for this decision only; what does not parse says nothing.
-function parsedOrUndefined(bytes: Uint8Array): unknown {
+export function saysNotRetryable(contentType: string | null, bytes: Uint8Array | undefined): boolean {
+  if (bytes === undefined || contentType === null) return false;
+  if (!/^\s*application\/problem\+json\s*(?:;|$)/i.test(contentType)) return false;
+  let problem: unknown;
   try {
-    return JSON.parse(new TextDecoder().decode(bytes));
+    problem = JSON.parse(new TextDecoder().decode(bytes));
   } catch {
-    return undefined;
+    return false;
   }
+  return typeof problem === 'object' && problem !== null && (problem as { retryable?: unknown }).retryable === false;
 }

@@ -288,10 +288,12 @@ describe('what is retried', () => {
       expect(error.code, String(status)).toBe('http_error');
       expect(seen, String(status)).toHaveLength(1);
     }
-    // Read for the decision even when the caller keeps bodies as bytes.
-    const raw = setup([json(409, { retryable: false }, problem), json(201, {})]);
-    expect((await failure(raw.client.post('/bookings', {}, { parse: 'bytes' }))).code).toBe('http_error');
-    expect(raw.seen).toHaveLength(1);
+    // Read for the decision whatever the caller's parse mode keeps of the body.
+    for (const parse of ['json', 'text', 'bytes'] as const) {
+      const raw = setup([json(409, { retryable: false }, problem), json(201, {})]);
+      expect((await failure(raw.client.post('/bookings', {}, { parse }))).code, parse).toBe('http_error');
+      expect(raw.seen, parse).toHaveLength(1);
+    }
   });
 
   it('keeps the status rule for retryable: true, for other media types, and for bodies that do not parse', async () => {

@@ -3,19 +3,21 @@ import type { Response } from 'express';
 
 /**
  * Every problem the API answers with besides the guard's (401/403) and the idempotency layer's
- * (400/409/422/503 on keys): one row per stable code, its status and its fixed title. Titles and
- * details never echo tokens, keys or bodies.
+ * (400/409/422/503 on keys): one row per stable code, its status, its fixed title, and whether the
+ * same request sent again can succeed (`retryable`, which clients such as `@idem/client` honour).
+ * Titles and details never echo tokens, keys or bodies.
  */
 export const apiProblemTable = {
-  body_malformed: { status: 400, title: 'The body could not be read' },
-  body_too_large: { status: 413, title: 'The body is too large' },
-  unsupported_media_type: { status: 415, title: 'The body is not in a supported format' },
-  validation_failed: { status: 422, title: 'The request is not valid' },
-  too_many_items: { status: 422, title: 'Too many items in one batch' },
-  unknown_item: { status: 404, title: 'Unknown stock item' },
-  photo_not_found: { status: 404, title: 'No such photo' },
-  route_not_found: { status: 404, title: 'No such resource' },
-  internal_error: { status: 500, title: 'Internal error' },
+  body_malformed: { status: 400, title: 'The body could not be read', retryable: false },
+  body_too_large: { status: 413, title: 'The body is too large', retryable: false },
+  unsupported_media_type: { status: 415, title: 'The body is not in a supported format', retryable: false },
+  validation_failed: { status: 422, title: 'The request is not valid', retryable: false },
+  too_many_items: { status: 422, title: 'Too many items in one batch', retryable: false },
+  unknown_item: { status: 404, title: 'Unknown stock item', retryable: false },
+  photo_not_found: { status: 404, title: 'No such photo', retryable: false },
+  route_not_found: { status: 404, title: 'No such resource', retryable: false },
+  // The creates release a 5xx (outcome.ts): nothing happened, and the same request may succeed.
+  internal_error: { status: 500, title: 'Internal error', retryable: true },
 } as const;
 
 /** A stable API problem code; clients match on it, never on the title. */
@@ -40,10 +42,10 @@ export function sendProblem(
   detail: string,
   extensions: Record<string, unknown> = {},
 ): void {
-  const { status, title } = apiProblemTable[code];
+  const { status, title, retryable } = apiProblemTable[code];
   res
     .status(status)
     .type('application/problem+json')
     .set('Cache-Control', 'no-store')
-    .send(JSON.stringify({ type: problemType(code), title, status, detail, code, retryable: false, ...extensions }));
+    .send(JSON.stringify({ type: problemType(code), title, status, detail, code, retryable, ...extensions }));
 }

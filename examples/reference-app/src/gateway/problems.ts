@@ -81,7 +81,9 @@ export function frameworkProblem(error: unknown): ProblemDetails {
       status: 500,
       detail: 'The gateway could not handle this request.',
       code: 'internal_error',
-      retryable: false,
+      // A fault of its own may pass, and the same request may then succeed: a keyed write is safe
+      // to send again (the API deduplicates it), and a client like @idem/client honours `false`.
+      retryable: true,
     };
   }
   return {
