@@ -242,12 +242,14 @@ function checkLimits(limits: Partial<TokenLimits> | undefined): TokenLimits {
   return checked;
 }
 
-// A string or a list of them. Anything else (a RegExp, a number, an object) is no list: undefined,
-// so the caller's "is required" error names the option, rather than "value is not iterable" from the spread.
+// A string, or any iterable of them (an array, a Set). Anything else (a RegExp, a number, a plain
+// object) is no list: undefined, so the caller's "is required" error names the option, rather than
+// "value is not iterable" from the spread.
 function toList(value: string | readonly string[] | undefined): string[] | undefined {
   if (value === undefined) return undefined;
   if (typeof value === 'string') return [value];
-  return Array.isArray(value) ? [...value] : undefined;
+  const iterable = value as unknown as { [Symbol.iterator]?: unknown } | null;
+  return typeof iterable?.[Symbol.iterator] === 'function' ? [...value] : undefined;
 }
 
 function staticKeys(

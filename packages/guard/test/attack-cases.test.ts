@@ -372,6 +372,8 @@ describe('algorithm and key cases', () => {
       expect(() => guardWith({}, { audience: audience as never })).toThrow(/an audience is required/);
     }
     expect(() => guardWith({ issuer: /id\.example/ })).toThrow(TypeError);
+    // Any iterable of strings is a list, as before (a Set of audiences).
+    expect(() => guardWith({}, { audience: new Set([AUDIENCE]) as never })).not.toThrow();
     // A string is compared whole, never as a pattern: '.' matches only '.'.
     const guard = guardWith({}, { audience: 'https://api.example' });
     expectCode(await guard.verify(makeToken({ claims: { aud: 'https://apixexample' } })), 'audience_invalid');
