@@ -124,11 +124,14 @@ export function receiveSpec() {
  * @example
  * onStop(async () => server.close());
  */
-export function onStop(cleanup) {
+export function onStop(cleanup, { graceMs = 10_000 } = {}) {
   let finishing = false;
   const finish = async (code) => {
     if (finishing) return;
     finishing = true;
+    // A cleanup that hangs (a store whose server is already gone, retried by its client) must not
+    // keep the process alive: it exits after the grace period whatever the cleanup is doing.
+    setTimeout(() => process.exit(code), graceMs).unref();
     try {
       await cleanup();
     } finally {
@@ -140,9 +143,11 @@ export function onStop(cleanup) {
   });
   process.on('disconnect', () => finish(0));
   // Ctrl-C reaches every process of the terminal's group, this one too: without a handler it would
-  // die before deleting its keys, tables and schemas from the machine's shared services.
-  process.on('SIGINT', () => finish(130));
-  process.on('SIGTERM', () => finish(143));
+  // die before deleting its keys, tables and schemas from the machine's shared services. A second
+  // signal while cleaning up means "now": exit at once.
+  const onSignal = (code) => () => (finishing ? process.exit(code) : finish(code));
+  process.on('SIGINT', onSignal(130));
+  process.on('SIGTERM', onSignal(143));
 }
 
 /**

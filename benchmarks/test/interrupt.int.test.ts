@@ -4,7 +4,9 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
+// @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
+import { staleBuilds } from '../lib/built.mjs';
 // @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
 import { startChild } from '../lib/child-process.mjs';
 // @ts-expect-error: a plain JavaScript module of the runner, without type declarations.
@@ -13,14 +15,17 @@ import { deleteRedisKeys, ioredisClient } from '../servers/backends.mjs';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 // The pids of `pid`'s children whose command is `command` (any command when undefined: Node names
-// its process after its main thread).
-function childrenOf(pid: number, command?: string): number[] {
-  const table = execFileSync('ps', ['-eo', 'pid=,ppid=,comm='], { encoding: 'utf8' });
+// its process after its main thread), leaving out those whose arguments match `except`.
+function childrenOf(pid: number, command?: string, except?: RegExp): number[] {
+  const table = execFileSync('ps', ['-eo', 'pid=,ppid=,comm=,args='], { encoding: 'utf8' });
   return table
     .trim()
     .split('\n')
     .map((line) => line.trim().split(/\s+/))
-    .filter(([, ppid, comm]) => Number(ppid) === pid && (command === undefined || comm === command))
+    .filter(([, ppid, comm, ...args]) => {
+      if (Number(ppid) !== pid || (command !== undefined && comm !== command)) return false;
+      return except === undefined || !except.test(args.join(' '));
+    })
     .map(([own]) => Number(own));
 }
 
@@ -33,13 +38,30 @@ const alive = (pid: number) => {
   }
 };
 
+// True once `check` held (looked at every 50 ms), false when `ms` passed first. It is not asked
+// again after it held: what it found (a pid) stays the one it found.
 const until = async (check: () => boolean, ms: number) => {
   const end = Date.now() + ms;
-  while (!check() && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 50));
-  return check();
+  for (;;) {
+    if (check()) return true;
+    if (Date.now() >= end) return false;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
 };
 
+// The Redis suite loads @idem/core and @idem/redis as built (their dist), and a fresh clone has none:
+// without them it fails before it starts its redis-server, and there is nothing to interrupt.
+function buildRedisSuitePackages() {
+  const needed = new Set(['@idem/core', '@idem/redis']);
+  const missing = staleBuilds(root).filter((name: string) => needed.has(name));
+  if (missing.length === 0) return;
+  const workspaces = missing.flatMap((name: string) => ['-w', `packages/${name.slice('@idem/'.length)}`]);
+  execFileSync('npm', ['run', 'build', ...workspaces], { cwd: root, stdio: 'ignore' });
+}
+
 describe('an interrupted run', () => {
+  beforeAll(buildRedisSuitePackages, 180_000);
+
   it("stops the Redis suite's redis-server", async () => {
     const runner = spawn(
       process.execPath,
@@ -55,7 +77,8 @@ describe('an interrupted run', () => {
       // run.mjs starts main.mjs, which starts redis-server.
       const found = await until(() => {
         main = childrenOf(runner.pid as number)[0];
-        redisServer = main === undefined ? undefined : childrenOf(main, 'redis-server')[0];
+        // The suite first asks `redis-server --version` whether it is installed: not the server.
+        redisServer = main === undefined ? undefined : childrenOf(main, 'redis-server', /--version/)[0];
         return redisServer !== undefined;
       }, 30_000);
       expect(found).toBe(true);
