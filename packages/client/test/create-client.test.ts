@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { Readable } from 'node:stream';
+import { Readable, Stream } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import {
   abortableSleep,
@@ -313,6 +313,21 @@ describe('what is retried', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('reads retryable: false only from a problem document: no member, no media type or another type says nothing', async () => {
+    for (const first of [
+      // A problem without the member leaves the status rule: a 503 on a keyed POST is retried.
+      json(503, { type: 'about:blank', title: 'Service Unavailable' }, { 'content-type': 'application/problem+json' }),
+      // No Content-Type at all: not a problem document, whatever the body says.
+      new Response(new TextEncoder().encode('{"retryable":false}'), { status: 409 }),
+      // The problem type named only inside a parameter of another type.
+      json(409, { retryable: false }, { 'content-type': 'application/json; profile="application/problem+json"' }),
+    ]) {
+      const { client, seen } = setup([first, json(201, {})]);
+      expect((await client.post('/bookings', {})).status).toBe(201);
+      expect(seen).toHaveLength(2);
+    }
+  });
+
   it('does not retry a replayed outcome: asking again returns the same stored response', async () => {
     const { client, seen } = setup([json(500, { code: 'boom' }, { 'Idempotent-Replayed': 'true' }), json(201, {})]);
     const error = await failure(client.post('/charges', {}));
@@ -411,6 +426,59 @@ describe('waits, limits and deadlines', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('honours a Retry-After of exactly maxRetryAfter: only a longer one gives up', async () => {
+    const { client, seen, time } = setup([empty(503, { 'Retry-After': '60' }), json(201, {})], {
+      retry: { maxRetryAfter: '60s', deadline: false },
+    });
+    expect((await client.post('/charges', {})).status).toBe(201);
+    expect(seen).toHaveLength(2);
+    expect(time.waits).toEqual([60_000]);
+  });
+
+  it('waits the backoff when it is longer than Retry-After: the header is a floor, not the wait', async () => {
+    const { client, time } = setup([empty(503, { 'Retry-After': '1' }), json(201, {})], {
+      retry: { baseDelay: '4s', jitter: 'none' },
+    });
+    const result = await client.post('/charges', {});
+    expect(time.waits).toEqual([4000]);
+    expect(result.attempts[0]?.retryAfterMs).toBe(1000);
+    expect(result.attempts[0]?.waitMs).toBe(4000);
+  });
+
+  it('does not wait out a backoff that would end at the deadline itself', async () => {
+    const { client, seen, time } = setup([empty(503)], {
+      retry: { baseDelay: '5s', jitter: 'none', deadline: '5s', maxAttempts: 10 },
+    });
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('deadline_exceeded');
+    expect(seen).toHaveLength(1);
+    expect(time.waits).toEqual([]);
+    expect(error.attempts[0]?.waitMs).toBeUndefined();
+  });
+
+  it('never starts an attempt once the deadline has passed, even when getToken used up the time', async () => {
+    const time = fakeTime();
+    const { fetch, seen } = scriptedFetch([empty(503), json(201, {})]);
+    let calls = 0;
+    const client = createClient({
+      baseUrl: 'https://api.example.test',
+      fetch,
+      sleep: time.sleep,
+      now: time.now,
+      random: () => 0,
+      retry: { deadline: '5s' },
+      // The second refresh resolves, but only once the whole deadline is spent.
+      getToken: () => {
+        calls++;
+        if (calls === 2) time.advance(5000);
+        return 'token';
+      },
+    });
+    const error = await failure(client.post('/charges', {}));
+    expect(error.code).toBe('deadline_exceeded');
+    expect(seen).toHaveLength(1);
+  });
+
   it('stops after maxAttempts with the last response', async () => {
     const { client, seen, time } = setup([json(503, { title: 'down' })], { retry: { maxAttempts: 4 } });
     const error = await failure(client.post('/charges', {}));
@@ -443,6 +511,29 @@ describe('waits, limits and deadlines', () => {
     const error = await failure(client.get('/stock'));
     expect(error.code).toBe('deadline_exceeded');
     expect(error.attempts[0]?.outcome).toBe('timeout');
+  });
+
+  it('cuts the attempt itself at the deadline, not only its error: a 10 s timeout ends with a 25 ms deadline', async () => {
+    let abortedAfter: number | undefined;
+    const started = performance.now();
+    const hang = (_request: unknown, signal: AbortSignal) =>
+      new Promise<Response>((_, reject) =>
+        signal.addEventListener('abort', () => {
+          abortedAfter = performance.now() - started;
+          reject(signal.reason);
+        }),
+      );
+    const { client } = setup([hang], { retry: { deadline: 25, timeout: '10s' } });
+    expect((await failure(client.get('/stock'))).code).toBe('deadline_exceeded');
+    expect(abortedAfter).toBeLessThan(5_000);
+  });
+
+  it('holds a timeout longer than one timer (2^31 - 1 ms) instead of firing at once', async () => {
+    const slow = () => new Promise<Response>((resolve) => setTimeout(() => resolve(json(200, { ok: true })), 20));
+    const { client } = setup([slow], { retry: { timeout: '30d', deadline: false } });
+    const result = await client.get('/stock');
+    expect(result.status).toBe(200);
+    expect(result.attempts.map((a) => a.outcome)).toEqual(['response']);
   });
 
   it('retries with no limit but maxAttempts when deadline and timeout are false', async () => {
@@ -577,6 +668,26 @@ describe('tokens, results and bodies', () => {
     expect(seen.map((r) => r.headers.get('authorization'))).toEqual(['Bearer t1', 'Bearer t2', 'Bearer t3']);
   });
 
+  it('sends no Authorization for an empty, null or undefined token', async () => {
+    const tokens = ['', null, undefined, 't4'];
+    let calls = 0;
+    const { client, seen } = setup([empty(503), empty(503), empty(503), json(200, {})], {
+      getToken: () => tokens[calls++],
+    });
+    await client.get('/photos');
+    expect(seen.map((r) => r.headers.get('authorization'))).toEqual([null, null, null, 'Bearer t4']);
+  });
+
+  it('tells onRetry the key the next attempt carries: a key the server just minted', async () => {
+    const keys: Array<string | undefined> = [];
+    const { client, seen } = setup([empty(503, { 'Idempotency-Key': '"minted-1"' }), json(201, {})], {
+      onRetry: ({ key }) => void keys.push(key),
+    });
+    await client.post('/charges', {}, { idempotencyKey: false });
+    expect(keys).toEqual(['minted-1']);
+    expect(seen[1]?.headers.get('idempotency-key')).toBe('"minted-1"');
+  });
+
   it('tells onRetry about each retry, and ignores what it throws', async () => {
     const events: Array<[number | undefined, number, string | undefined]> = [];
     const { client } = setup([empty(503, { 'Retry-After': '2' }), empty(429), json(201, {})], {
@@ -702,6 +813,19 @@ describe('tokens, results and bodies', () => {
     );
     await expect(client.post('/uploads', chunks())).rejects.toThrow(/cannot be retried/);
     expect(seen).toHaveLength(0);
+  });
+
+  it('refuses a legacy Node stream too: it has pipe() but no async iterator', async () => {
+    const { client, seen } = setup([json(201, {})]);
+    await expect(client.post('/uploads', new Stream())).rejects.toThrow(/cannot be retried/);
+    expect(seen).toHaveLength(0);
+  });
+
+  it("keeps the caller's own Content-Type for a JSON-encoded body", async () => {
+    const { client, seen } = setup([json(200, {})]);
+    await client.patch('/orders/1', { note: 'x' }, { headers: { 'Content-Type': 'application/merge-patch+json' } });
+    expect(seen[0]?.headers.get('content-type')).toBe('application/merge-patch+json');
+    expect(seen[0]?.body).toBe('{"note":"x"}');
   });
 });
 

@@ -33,6 +33,22 @@ describe('keys', () => {
     expect(parseIdempotencyKey(formatKeyField('abc', 'bare'))).toEqual({ ok: true, key: 'abc' });
   });
 
+  it('refuses keys the field cannot carry, in either format', () => {
+    for (const key of ['', '   ', 'caf\u00e9', 'line\nbreak', 'tab\there']) {
+      expect(() => formatKeyField(key, 'sf-string'), JSON.stringify(key)).toThrow(TypeError);
+      expect(() => formatKeyField(key, 'bare'), JSON.stringify(key)).toThrow(TypeError);
+    }
+    for (const key of ['with space', 'quote"inside', 'a,b', 'a;b', 'back\\slash']) {
+      expect(() => formatKeyField(key, 'bare'), key).toThrow(TypeError);
+    }
+  });
+
+  it('refuses an sf-string with an escape RFC 9651 does not allow', () => {
+    expect(parseKeyField('"a\\b"')).toBeUndefined();
+    expect(parseKeyField('"ab\\"')).toBeUndefined();
+    expect(parseKeyField('"a\\"b"')).toBe('a"b');
+  });
+
   it('reads keys the server sends, and refuses ambiguous ones', () => {
     expect(parseKeyField('"abc";ttl=60')).toBe('abc');
     expect(parseKeyField(' abc ')).toBe('abc');

@@ -31,6 +31,7 @@ describe('parseRetryAfter', () => {
       'soon',
       '2026-11-21T06:00:05Z',
       'Sat, 21 Nov 2026 06:00:05 PST',
+      'Sat Nov 21 06:00:05 2026 PST',
     ]) {
       expect(parseRetryAfter(value, now)).toBeUndefined();
     }
@@ -40,6 +41,15 @@ describe('parseRetryAfter', () => {
     expect(parseHttpDate('Sun, 06 Nov 1994 08:49:37 GMT')).toBe(784111777000);
     expect(parseHttpDate('Sunday, 06-Nov-94 08:49:37 GMT', now)).toBe(784111777000);
     expect(parseHttpDate('Sun, 06 Foo 1994 08:49:37 GMT')).toBeUndefined();
+  });
+});
+
+describe('two-digit years (RFC 9110 5.6.7)', () => {
+  it('places them in this century unless that is more than 50 years ahead', () => {
+    // Retry-After across a new year: the next year is not a century ago.
+    expect(parseRetryAfter('Friday, 01-Jan-27 00:00:03 GMT', Date.UTC(2026, 11, 31, 23, 59, 58))).toBe(5000);
+    expect(parseHttpDate('Wednesday, 01-Jan-76 00:00:00 GMT', now)).toBe(Date.UTC(2076, 0, 1));
+    expect(parseHttpDate('Friday, 01-Jan-77 00:00:00 GMT', now)).toBe(Date.UTC(1977, 0, 1));
   });
 });
 

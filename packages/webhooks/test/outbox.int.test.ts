@@ -173,6 +173,72 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('a 410 leaves a row of the same URL that another relay holds under a live lease to that relay', async () => {
+    await clear();
+    const gone = await scripted((_request, response) => {
+      response.statusCode = 410;
+      response.end();
+    });
+    try {
+      await outbox.add(pool, { id: 'G1', url: gone.url, body: '{}' });
+      await outbox.add(pool, { id: 'G2', url: gone.url, body: '{}' });
+      // G2 is in flight at another relay, its lease still running.
+      await pool.query(
+        `UPDATE "${table}" SET locked_by = 'busy', locked_until = now() + interval '1 minute', claims = 1, attempts = 1
+          WHERE id = 'G2'`,
+      );
+      expect(await outbox.relay({ db: pool, sender }).runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+      const [first, held] = await rows();
+      expect(first).toMatchObject({ id: 'G1', status: 'dead', dead_reason: 'gone' });
+      expect(held).toMatchObject({ id: 'G2', status: 'pending', dead_reason: null, locked_by: 'busy' });
+    } finally {
+      await gone.close();
+    }
+  });
+
+  it('waits out a Retry-After the endpoint asks for before the next attempt, on the database clock', async () => {
+    await clear();
+    const server = await scripted((_request, response) => {
+      response.statusCode = 503;
+      response.setHeader('retry-after', '600');
+      response.end();
+    });
+    try {
+      const patient = createSender({ secret: SECRET, timeout: '5s', random: () => 0 });
+      await outbox.add(pool, { id: 'R1', url: server.url, body: '{}' });
+      expect(await outbox.relay({ db: pool, sender: patient }).runOnce()).toMatchObject({ retrying: 1 });
+      const { rows: due } = await pool.query(
+        `SELECT extract(epoch FROM next_attempt_at - now()) AS seconds, last_attempt FROM "${table}"`,
+      );
+      expect(Number(due[0].seconds)).toBeGreaterThan(590);
+      expect(due[0].last_attempt).toMatchObject({ status: 503, retryAfterMs: 600_000, waitMs: 600_000 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("leases a claimed row for the sender's timeout plus 15 s by default", async () => {
+    await clear();
+    let started = 0;
+    const hanging: Sender = {
+      ...sender,
+      attempt: () => {
+        started++;
+        return new Promise<never>(() => undefined);
+      },
+    };
+    await outbox.add(pool, { id: 'L1', url: 'https://receiver.test/hooks', body: '{}' });
+    void outbox.relay({ db: pool, sender: hanging, relayId: 'holder' }).runOnce();
+    await until(() => started === 1, 'the relay to start its attempt');
+    const { rows: held } = await pool.query(
+      `SELECT locked_by, extract(epoch FROM locked_until - now()) AS seconds FROM "${table}"`,
+    );
+    // The sender's timeout is 5 s: a lease of 20 s, less the moment since the claim.
+    expect(held[0].locked_by).toBe('holder');
+    expect(Number(held[0].seconds)).toBeGreaterThan(15);
+    expect(Number(held[0].seconds)).toBeLessThanOrEqual(20);
+  });
+
   it('a 410 that dead-letters a row taken from a dead relay records its lost attempt', async () => {
     await clear();
     const gone = await scripted((_request, response) => {
@@ -227,6 +293,27 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       await pool.query(`UPDATE "${table}" SET next_attempt_at = now()`);
       expect(await relay.runOnce()).toMatchObject({ dead: 1 });
       expect((await rows())[0]).toMatchObject({ status: 'dead', dead_reason: 'max-attempts', attempts: 2 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('still makes the first attempt of an event added longer ago than the horizon, then dead-letters it', async () => {
+    await clear();
+    let hits = 0;
+    const server = await scripted((_request, response) => {
+      hits++;
+      response.statusCode = 503;
+      response.end();
+    });
+    try {
+      // The relays were down for an hour: the event was never attempted, so it gets its one attempt.
+      const short = createSender({ secret: SECRET, schedule: { horizon: '30m' } });
+      await outbox.add(pool, { id: 'never-tried', url: server.url, body: '{}' });
+      await pool.query(`UPDATE "${table}" SET created_at = now() - interval '1 hour'`);
+      expect(await outbox.relay({ db: pool, sender: short }).runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+      expect(hits).toBe(1);
+      expect((await rows())[0]).toMatchObject({ status: 'dead', dead_reason: 'horizon', attempts: 1 });
     } finally {
       await server.close();
     }
@@ -591,6 +678,23 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
       await until(() => applied.length === 1, 'the loop to deliver');
       await relay.stop();
       expect(applied).toEqual(['loop_1']);
+    } finally {
+      await endpoint.close();
+    }
+  });
+
+  it('the background loop starts the next round at once after a full batch, without waiting the poll interval', async () => {
+    await clear();
+    const { receiver, applied } = makeReceiver();
+    const endpoint = await startEndpoint(receiver);
+    try {
+      for (const id of ['full_1', 'full_2', 'full_3']) await outbox.add(pool, { id, url: endpoint.url, body: '{}' });
+      // A poll interval no test outlives: only the full-batch rule can deliver the three in time.
+      const relay = outbox.relay({ db: pool, sender, batchSize: 1, pollInterval: '1h' });
+      relay.start();
+      await until(() => applied.length === 3, 'the loop to drain three full batches', 10_000);
+      await relay.stop();
+      expect([...applied].sort()).toEqual(['full_1', 'full_2', 'full_3']);
     } finally {
       await endpoint.close();
     }

@@ -430,6 +430,12 @@ describe('scopes and options', () => {
       createReceiver({ store: memoryStore(), secret: SECRET, tolerance: 0, apply: () => undefined }),
     ).toThrow(/tolerance must be at least 1s/);
   });
+
+  it('refuses an empty scope: it would share ids with no endpoint in particular', () => {
+    expect(() => createReceiver({ store: memoryStore(), secret: SECRET, scope: '', apply: () => undefined })).toThrow(
+      /scope must be a non-empty string/,
+    );
+  });
 });
 
 /** A memory store whose complete() fails the way `failure` says. */
@@ -509,6 +515,18 @@ describe('record-failed', () => {
       });
       expect(events[1]).toMatchObject({ code: expected[failure].code });
       if (failure === 'throws') expect(String((events[0] as { error?: unknown }).error)).toMatch(/COMMIT/);
+    }
+  });
+
+  it('in transactional mode tells the sender when to come back: Retry-After 1 after a lost lease, 2 after a store error', async () => {
+    const t = Date.UTC(2026, 0, 1);
+    for (const [failure, retryAfter] of [
+      ['lease-lost', '1'],
+      ['throws', '2'],
+    ] as const) {
+      const { deliver } = setup({ store: failingTransactions(failure, () => t), now: () => t, apply: () => undefined });
+      const response = await deliver('E1', paymentBody);
+      expect(response.headers['retry-after'], failure).toBe(retryAfter);
     }
   });
 });

@@ -168,6 +168,19 @@ describe('attempts', () => {
     expect(replayed.ok ? 'ok' : replayed.error.code).toBe('timestamp_too_old');
   });
 
+  it('retries every other 4xx and 5xx, 404 included: only 410 stops', async () => {
+    for (const status of [400, 401, 403, 404, 409, 422, 429, 500, 503]) {
+      const { sender, calls } = harness([{ status }, { status: 200 }]);
+      const result = await sender.send(message);
+      expect(result.outcome, String(status)).toBe('delivered');
+      expect(
+        result.attempts.map((a) => a.result),
+        String(status),
+      ).toEqual(['failed', 'delivered']);
+      expect(calls, String(status)).toHaveLength(2);
+    }
+  });
+
   it('treats 3xx as a failure and never follows the redirect', async () => {
     const { sender, calls } = harness([
       { status: 302, headers: { location: 'https://elsewhere.test/' } },
@@ -275,6 +288,12 @@ describe('giving up', () => {
     expect(result.lastAttempt).toMatchObject({ status: 502, responseBody: 'bad gateway', result: 'failed' });
   });
 
+  it('keeps only the first KiB of a long response body', async () => {
+    const { sender } = harness([{ status: 500, body: 'x'.repeat(5000) }], { schedule: { maxAttempts: 1 } });
+    const result = await sender.send(message);
+    expect(result.attempts[0]?.responseBody).toBe('x'.repeat(1024));
+  });
+
   it('stops when the caller aborts', async () => {
     const controller = new AbortController();
     const { sender } = harness(() => {
@@ -284,6 +303,37 @@ describe('giving up', () => {
     const result = await sender.send(message, { signal: controller.signal });
     expect(result).toMatchObject({ outcome: 'dead-letter', reason: 'aborted' });
     expect(result.attempts).toHaveLength(1);
+  });
+
+  it('aborts the attempt in flight when the caller aborts, instead of waiting for its timeout', async () => {
+    const controller = new AbortController();
+    const { sender } = harness(
+      () => {
+        setTimeout(() => controller.abort(), 10);
+        return 'hang';
+      },
+      { timeout: '10s' },
+    );
+    const started = performance.now();
+    const result = await sender.send(message, { signal: controller.signal });
+    expect(result).toMatchObject({ outcome: 'dead-letter', reason: 'aborted' });
+    expect(result.attempts[0]).toMatchObject({ result: 'network-error', error: 'aborted by the caller' });
+    expect(performance.now() - started).toBeLessThan(5_000);
+  });
+
+  it('reports an abort during the last attempt as aborted, not max-attempts, and waits no more', async () => {
+    const controller = new AbortController();
+    const { sender, sleeps } = harness(
+      () => {
+        controller.abort();
+        return { status: 500 };
+      },
+      { schedule: { maxAttempts: 1 } },
+    );
+    const result = await sender.send(message, { signal: controller.signal });
+    expect(result).toMatchObject({ outcome: 'dead-letter', reason: 'aborted' });
+    expect(result.attempts).toHaveLength(1);
+    expect(sleeps).toHaveLength(0);
   });
 
   it('reports each attempt to onAttempt and survives an observer that throws', async () => {

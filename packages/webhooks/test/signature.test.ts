@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import {
@@ -126,6 +127,25 @@ describe('tamper and replay (cases 12, 14, 15)', () => {
     ).toBe('signature_mismatch');
     const moved = vectorHeaders(V1_SIGNATURE, { 'webhook-timestamp': String(VECTOR_TS + 1) });
     expect(codeOf(verify({ secret: V1_SECRET, now, headers: moved, body: VECTOR_BODY }))).toBe('signature_mismatch');
+  });
+
+  it('verifies over the timestamp exactly as the header wrote it', () => {
+    // A zero-padded timestamp is a valid header; the signature covers its text, not the number.
+    const padded = `0${VECTOR_TS}`;
+    const key = Buffer.from(V1_SECRET.slice('whsec_'.length), 'base64');
+    const mac = createHmac('sha256', key).update(`${VECTOR_ID}.${padded}.${VECTOR_BODY}`).digest('base64');
+    const headers = vectorHeaders(`v1,${mac}`, { 'webhook-timestamp': padded });
+    expect(codeOf(verify({ secret: V1_SECRET, now, headers, body: VECTOR_BODY }))).toBe('ok');
+    const renumbered = vectorHeaders(V1_SIGNATURE, { 'webhook-timestamp': padded });
+    expect(codeOf(verify({ secret: V1_SECRET, now, headers: renumbered, body: VECTOR_BODY }))).toBe(
+      'signature_mismatch',
+    );
+  });
+
+  it('refuses to sign with a negative or fractional timestamp', () => {
+    for (const timestamp of [-1, 1.5, new Date(-1000)]) {
+      expect(() => sign({ secret: V1_SECRET, id: VECTOR_ID, body: VECTOR_BODY, timestamp })).toThrow(TypeError);
+    }
   });
 
   it('refuses one flipped body byte', () => {
@@ -286,6 +306,17 @@ describe('rotation (case 17)', () => {
     expect(check(V1A_SIGNATURE)).toBe('signature_unsupported');
   });
 
+  it('checks an entry only against keys of its own version: an HMAC labelled v1a does not pass', () => {
+    const relabelled = `v1a,${V1_SIGNATURE.slice('v1,'.length)}`;
+    const result = verify({
+      secret: [V1_SECRET, V1A_PUBLIC],
+      now: atVector,
+      headers: vectorHeaders(relabelled),
+      body: VECTOR_BODY,
+    });
+    expect(codeOf(result)).toBe('signature_mismatch');
+  });
+
   it('accepts with any of several trusted secrets', () => {
     const fresh = generateSecret('v1');
     if (fresh.version !== 'v1') throw new Error('expected v1');
@@ -312,6 +343,44 @@ describe('secret hygiene (case 19)', () => {
   it('throws secret_invalid at construction for empty, bare-prefix, short or non-base64 secrets', () => {
     for (const secret of ['', 'whsec_', 'whsec_c2hvcnQ=', 'whsec_not base64!', 'whsk_', 'whpk_AAAA', []]) {
       expect(codeThrown(() => createVerifier({ secret: secret as string }))).toBe('secret_invalid');
+    }
+  });
+
+  it('strips only the whole whsec_ prefix: a bare base64 secret that starts with "whsec" is all key', () => {
+    const secret = 'whsecAAAAAAAAAAAAAAAAAAAAAAAAAAA';
+    const headers = sign({ secret, id: VECTOR_ID, body: VECTOR_BODY, timestamp: VECTOR_TS });
+    const key = new Uint8Array(Buffer.from(secret, 'base64'));
+    expect(codeOf(verify({ secret: key, now: atVector, headers, body: VECTOR_BODY }))).toBe('ok');
+  });
+
+  it('refuses a long secret that is not base64 instead of decoding what it can of it', () => {
+    for (const secret of [
+      'whsec_this-is-a-passphrase-not-base64-at-all',
+      'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw!!!!',
+      'MfKQ9r8GKYqrTwjU PD8ILPZIo2LaLaSw',
+    ]) {
+      expect(
+        codeThrown(() => createVerifier({ secret })),
+        secret,
+      ).toBe('secret_invalid');
+    }
+  });
+
+  it('holds key sizes exactly: a v1 secret of 16 bytes or more, a whsk_ key of 32 or 64 bytes', () => {
+    expect(codeThrown(() => createVerifier({ secret: new Uint8Array(15).fill(7) }))).toBe('secret_invalid');
+    expect(codeThrown(() => createVerifier({ secret: new Uint8Array(16).fill(7) }))).toBe('none');
+    expect(codeThrown(() => createVerifier({ secret: `whsec_${Buffer.alloc(15, 7).toString('base64')}` }))).toBe(
+      'secret_invalid',
+    );
+    const seed = Buffer.from(V1A_PRIVATE.slice(5), 'base64').subarray(0, 32);
+    expect(codeThrown(() => createSigner({ secret: `whsk_${seed.toString('base64')}` }))).toBe('none');
+    for (const size of [31, 33, 48, 65]) {
+      const bytes = Buffer.alloc(size, 1);
+      seed.copy(bytes, 0, 0, Math.min(32, size));
+      expect(
+        codeThrown(() => createSigner({ secret: `whsk_${bytes.toString('base64')}` })),
+        String(size),
+      ).toBe('secret_invalid');
     }
   });
 
