@@ -170,6 +170,15 @@ describe('request-level cases', () => {
       spy.mockRestore();
     }
   });
+
+  it('case 44: the Authorization header itself is bounded, not only the token in it', async () => {
+    const token = makeToken();
+    const exact = guardWith({}, { limits: { maxTokenLength: token.length } });
+    expectOk(await exact.authenticate(bearer(token)));
+    // `Bearer ` and the token fit; padding the scheme with spaces makes the header too long to read at all.
+    const padded = await exact.authenticate({ headers: { authorization: `Bearer${' '.repeat(20)}${token}` } });
+    expectCode(padded, 'token_too_large');
+  });
 });
 
 describe('algorithm and key cases', () => {
@@ -252,6 +261,9 @@ describe('algorithm and key cases', () => {
         'a JWKS in base64, as bytes',
         Buffer.from(Buffer.from(JSON.stringify({ keys: [keys.rsa.publicJwk] })).toString('base64')),
       ],
+      // Copied with a trailing comma, or cut short: not JSON any more, still a JWK.
+      ['a JWK with a trailing comma', `${JSON.stringify(keys.rsa.publicJwk).slice(0, -1)},}`],
+      ['a JWK cut short', JSON.stringify(keys.rsa.publicJwk).slice(0, 200)],
     ];
     for (const [label, secret] of materials) {
       expect(() => guardWith({ secret }), label).toThrow(/key material/);
@@ -399,6 +411,23 @@ describe('algorithm and key cases', () => {
     }
   });
 
+  it('case 17: a kid over 1024 characters is refused even where the limits let its header through', async () => {
+    // A configured key without a kid matches any kid: only the kid bound stands between such a key and a 10 KB kid.
+    const roomy = guardWith({}, { limits: { maxHeaderLength: 40_000, maxTokenLength: 80_000 } });
+    expectOk(await roomy.verify(makeToken({ header: { kid: 'k'.repeat(1024) } })));
+    for (const kid of ['k'.repeat(1025), 'k'.repeat(10_000)]) {
+      expectCode(await roomy.verify(makeToken({ header: { kid } })), 'token_malformed');
+    }
+  });
+
+  it('a typ that is not a string is a malformed token, whatever the issuer accepts, never a throw', async () => {
+    for (const guard of [guardWith(), guardWith({ typ: ['at+jwt', null] })]) {
+      for (const typ of [7, ['at+jwt'], { t: 'at+jwt' }, null, true]) {
+        expectCode(await guard.verify(makeToken({ header: { typ } })), 'token_malformed');
+      }
+    }
+  });
+
   it('case 18: jku and x5u are refused and never fetched', async () => {
     const attacker = await startJwksServer({ kind: 'json', body: { keys: [keys.ec.publicJwk] } });
     try {
@@ -441,6 +470,12 @@ describe('algorithm and key cases', () => {
 
   it('case 21: b64 false is refused', async () => {
     expectCode(await guardWith().verify(makeToken({ header: { b64: false, crit: ['b64'] } })), 'header_unsupported');
+    // Refused by name, not only through crit: even a guard that lists b64 as understood, or a header without crit.
+    for (const b64 of [false, true]) {
+      expectCode(await guardWith().verify(makeToken({ header: { b64 } })), 'header_unsupported');
+      const understood = guardWith({ crit: ['b64'] });
+      expectCode(await understood.verify(makeToken({ header: { b64, crit: ['b64'] } })), 'header_unsupported');
+    }
   });
 
   it('case 22: JWE, nested JWT and JSON serialization are refused without decryption', async () => {
@@ -460,6 +495,10 @@ describe('algorithm and key cases', () => {
     const pbes2 = `${b64url({ alg: 'PBES2-HS256+A128KW', enc: 'A128GCM', p2c: 2 ** 31, p2s: 'AAAA' })}.e.i.c.t`;
     expectCode(await guard.verify(pbes2), 'token_malformed');
     expectCode(await guard.verify(makeToken({ header: { zip: 'DEF' } })), 'header_unsupported');
+    // Each JWE member is refused on its own in a compact JWS header.
+    for (const name of ['enc', 'epk', 'p2s', 'p2c']) {
+      expectCode(await guard.verify(makeToken({ header: { [name]: 'AAAA' } })), 'header_unsupported');
+    }
     const compactPbes2 = makeToken({ header: { alg: 'PBES2-HS256+A128KW', p2c: 2 ** 31 } });
     expectCode(await guard.verify(compactPbes2), 'algorithm_not_allowed');
   });
@@ -681,6 +720,32 @@ describe('claim cases', () => {
     );
   });
 
+  it('cases 32 and 34 at their boundaries: nbf = now, an age of exactly maxTokenAge and a lifetime of exactly maxLifetime pass', async () => {
+    const strict = guardWith({ clockTolerance: 0 });
+    expectOk(await strict.verify(makeToken({ claims: { nbf: nowSeconds } })));
+    expectCode(await strict.verify(makeToken({ claims: { nbf: nowSeconds + 1 } })), 'token_not_yet_valid');
+
+    const young = guardWith({ clockTolerance: 0, maxTokenAge: 60 });
+    expectOk(await young.verify(makeToken({ claims: { iat: nowSeconds - 60 } })));
+    expectCode(await young.verify(makeToken({ claims: { iat: nowSeconds - 61 } })), 'token_too_old');
+    // The tolerance applies on top of maxTokenAge.
+    const lenient = guardWith({ maxTokenAge: 60 });
+    expectOk(await lenient.verify(makeToken({ claims: { iat: nowSeconds - 65 } })));
+    expectCode(await lenient.verify(makeToken({ claims: { iat: nowSeconds - 66 } })), 'token_too_old');
+
+    const short = guardWith({ maxLifetime: 120 });
+    expectOk(await short.verify(makeToken({ claims: { iat: nowSeconds, exp: nowSeconds + 120 } })));
+    expectCode(
+      await short.verify(makeToken({ claims: { iat: nowSeconds, exp: nowSeconds + 121 } })),
+      'lifetime_too_long',
+    );
+    // The lifetime runs from iat when there is one, even with a later nbf.
+    expectCode(
+      await short.verify(makeToken({ claims: { iat: nowSeconds - 100, nbf: nowSeconds, exp: nowSeconds + 100 } })),
+      'lifetime_too_long',
+    );
+  });
+
   it('case 35: iss wrong, missing, with a trailing slash or in another case is refused', async () => {
     const guard = guardWith();
     for (const iss of ['https://evil.example', `${ISSUER}/`, ISSUER.toUpperCase(), 42]) {
@@ -697,6 +762,8 @@ describe('claim cases', () => {
     expectCode(await guard.verify(makeToken({ claims: { aud: [AUDIENCE, 7] } })), 'claim_invalid');
     expectCode(await guard.verify(makeToken({ claims: { aud: '' } })), 'claim_invalid');
     expectOk(await guard.verify(makeToken({ claims: { aud: ['x', AUDIENCE] } })));
+    // An empty list is no audience at all: malformed, not merely someone else's.
+    expectCode(await guard.verify(makeToken({ claims: { aud: [] } })), 'claim_invalid');
   });
 
   it('case 37: sub missing or not a string, client_id missing in a strict profile, are refused', async () => {
@@ -705,6 +772,20 @@ describe('claim cases', () => {
     const strict = guardWith({ requiredClaims: ['client_id', 'jti', 'iat'] });
     expectCode(await strict.verify(makeToken({ omit: ['client_id'] })), 'claim_invalid');
     expectOk(await strict.verify(makeToken()));
+  });
+
+  it('case 37: an empty sub, and a jti, client_id or scope that is not a string, are refused', async () => {
+    const guard = guardWith();
+    expectCode(await guard.verify(makeToken({ claims: { sub: '' } })), 'claim_invalid');
+    for (const name of ['jti', 'client_id']) {
+      for (const value of [7, ['a'], { id: 'a' }, true]) {
+        expectCode(await guard.verify(makeToken({ claims: { [name]: value } })), 'claim_invalid');
+      }
+    }
+    // `scope` is one space-delimited string (RFC 9068 §2.2.3); a list there is not read as scopes.
+    for (const scope of [['orders:read'], 7, null]) {
+      expectCode(await guard.verify(makeToken({ claims: { scope } })), 'claim_invalid');
+    }
   });
 
   it('case 38: ID tokens (typ JWT, or nonce) and internal tokens are refused as access tokens', async () => {

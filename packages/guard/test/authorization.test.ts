@@ -75,6 +75,10 @@ describe('authorization', () => {
         }),
       ),
     ).toBe(false);
+    // Only `true` allows: an async predicate (a Promise, always truthy) or a truthy value fails closed.
+    for (const answer of [Promise.resolve(true), 'yes', 1, {}]) {
+      expect(check(policy(() => answer as unknown as boolean)), String(answer)).toBe(false);
+    }
     const refused = authorizeRequest(principal, [requireRoles('admin')], { headers: {} });
     expect(!refused.ok && refused.error.wwwAuthenticate).toBe(
       'Bearer realm="api", error="insufficient_scope", error_description="The access token lacks the privileges this request needs"',
@@ -88,6 +92,9 @@ describe('authorization', () => {
     const rule = requireAuthentication({ acrValues: ['urn:example:mfa'], maxAge: 300 });
     const fresh = user({ acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 100 });
     expect(authorizeRequest(fresh, [rule], { headers: {} }, { now }).ok).toBe(true);
+    // A login exactly maxAge old is still recent enough (RFC 9470 max_age: the allowed elapsed time).
+    const edge = user({ acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 300 });
+    expect(authorizeRequest(edge, [rule], { headers: {} }, { now }).ok).toBe(true);
     for (const claims of [
       { acr: 'urn:example:pwd', auth_time: 1_800_000_000 - 100 },
       { acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 301 },

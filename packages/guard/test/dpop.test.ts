@@ -121,6 +121,52 @@ describe('DPoP (case 52)', () => {
     expect(code(hmac)).toBe('dpop_proof_invalid');
   });
 
+  it('the proof iat window is maxAge plus the clock tolerance on the old side and the tolerance on the new side, bounds included', async () => {
+    const { clock, guard } = setup({ maxAge: 60 });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const now = clock.seconds();
+    const attempt = (iat: number) =>
+      guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, iat }, now) },
+      });
+    expect(code(await attempt(now - 65))).toBe('ok');
+    expect(code(await attempt(now - 66))).toBe('dpop_proof_invalid');
+    expect(code(await attempt(now + 5))).toBe('ok');
+    expect(code(await attempt(now + 6))).toBe('dpop_proof_invalid');
+  });
+
+  it('a proof is remembered for as long as its iat window lets it pass, clock tolerance included', async () => {
+    const { clock, guard } = setup({ maxAge: 60 });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const request = {
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    };
+    expect(code(await guard.authenticate(request))).toBe('ok');
+    // Past maxAge but inside the 5 s tolerance the proof still passes its iat check: it must still be a replay.
+    clock.advance(65);
+    expect(code(await guard.authenticate(request))).toBe('dpop_proof_replayed');
+    clock.advance(1);
+    expect(code(await guard.authenticate(request))).toBe('dpop_proof_invalid');
+  });
+
+  it('a proof jti is at most 256 characters (the replay memory keeps it)', async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const attempt = (jti: string) =>
+      guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, jti }, clock.seconds()) },
+      });
+    expect(code(await attempt('j'.repeat(256)))).toBe('ok');
+    expect(code(await attempt('k'.repeat(257)))).toBe('dpop_proof_invalid');
+    expect(code(await attempt(''))).toBe('dpop_proof_invalid');
+  });
+
   it('htu is compared after RFC 3986 normalisation (RFC 9449 §4.3): percent-encoding case, unreserved characters, dots', async () => {
     const { clock, guard } = setup();
     const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
@@ -175,6 +221,13 @@ describe('DPoP (case 52)', () => {
       headers: { authorization: `DPoP ${unbound}`, dpop: proof({ accessToken: unbound }, clock.seconds()) },
     });
     expect(code(unboundResult)).toBe('token_binding_invalid');
+    // Still so once the token sits in the verified-token cache as a bearer result.
+    expect(code(await guard.verify(unbound))).toBe('ok');
+    const cachedUnbound = await guard.authenticate({
+      ...base,
+      headers: { authorization: `DPoP ${unbound}`, dpop: proof({ accessToken: unbound }, clock.seconds()) },
+    });
+    expect(code(cachedUnbound)).toBe('token_binding_invalid');
   });
 
   it('a DPoP-bound token sent as Bearer is refused; plain bearer tokens still work when DPoP is optional', async () => {
@@ -193,6 +246,54 @@ describe('DPoP (case 52)', () => {
     const result = await guard.authenticate({ headers: { authorization: `Bearer ${makeToken()}` } });
     expect(code(result)).toBe('token_missing');
     if (!result.ok) expect(result.error.wwwAuthenticate).toBe('DPoP realm="api", algs="ES256"');
+    // A query token is a bearer token too: with DPoP required it is no credential, even where queries are read.
+    const lax = setup({ required: true }, { allowQueryToken: true }).guard;
+    expect(code(await lax.authenticate({ headers: {}, url: `/orders?access_token=${makeToken()}` }))).toBe(
+      'token_missing',
+    );
+  });
+
+  it('refuses a proof whose alg is not on dpop.algorithms, or whose header carries crit, b64 or a key reference', async () => {
+    const { clock, guard } = setup({ algorithms: ['ES256'] });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ed.publicJwk) } } });
+    const attempt = (dpopProof: string) =>
+      guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: dpopProof },
+      });
+    // A valid EdDSA proof for a token bound to that key: refused only because EdDSA is not allowed here.
+    expect(code(await attempt(proof({ accessToken, key: keys.ed, alg: 'EdDSA' }, clock.seconds())))).toBe(
+      'dpop_proof_invalid',
+    );
+    const ecToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const headers: Array<Record<string, unknown>> = [
+      { crit: ['x-ext'], 'x-ext': 1 },
+      { b64: true },
+      { jku: 'https://evil.example/jwks' },
+      { x5u: 'https://evil.example/cert' },
+      { x5c: ['MIIBfake'] },
+      { zip: 'DEF' },
+      { enc: 'A128GCM' },
+    ];
+    for (const header of headers) {
+      const result = await guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${ecToken}`, dpop: proof({ accessToken: ecToken, header }, clock.seconds()) },
+      });
+      expect(code(result), JSON.stringify(header)).toBe('dpop_proof_invalid');
+    }
+    const clean = proof({ accessToken: ecToken }, clock.seconds());
+    expect(
+      code(
+        await guard.authenticate({
+          method: 'POST',
+          url: '/orders',
+          headers: { authorization: `DPoP ${ecToken}`, dpop: clean },
+        }),
+      ),
+    ).toBe('ok');
   });
 
   it('uses a shared replay store when given one', async () => {
@@ -237,6 +338,12 @@ describe('DPoP (case 52)', () => {
     });
     expect(code(viaQuery)).toBe('token_malformed');
     expect(code(await guard.verify(`${bound} ${thumbprint}`))).toBe('token_malformed');
+    // Nor by gluing the thumbprint and the token into one bearer string (both are in the compact alphabet).
+    expect(code(await guard.verify(`${thumbprint}${bound}`))).not.toBe('ok');
+    expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${thumbprint}${bound}` } }))).not.toBe(
+      'ok',
+    );
+    expect(code(await guard.verify(`${thumbprint}:${bound}`))).not.toBe('ok');
     expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${bound}` } }))).toBe('token_bound');
     expect(guard.stats().cacheHits).toBe(0);
   });

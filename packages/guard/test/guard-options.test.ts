@@ -216,6 +216,53 @@ describe('key sources and options', () => {
     );
   });
 
+  it('a cached token dies at iat + maxTokenAge when that comes before exp', async () => {
+    const clock = manualClock();
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      issuers: [{ issuer: ISSUER, secret: SECRET, maxTokenAge: 60 }],
+    });
+    const token = makeToken({ claims: { exp: clock.seconds() + 3600 } });
+    expect(code(await guard.verify(token))).toBe('ok');
+    expect(code(await guard.verify(token))).toBe('ok');
+    expect(guard.stats().cacheHits).toBe(1);
+    // Past maxTokenAge plus the 5 s tolerance: the cache must not answer for it.
+    clock.advance(66);
+    expect(code(await guard.verify(token))).toBe('token_too_old');
+    expect(guard.stats().cacheHits).toBe(1);
+  });
+
+  it('with no clock tolerance a cached token dies exactly at exp, as an uncached one does', async () => {
+    const clock = manualClock();
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      issuers: [{ issuer: ISSUER, secret: SECRET, clockTolerance: 0 }],
+    });
+    const token = makeToken({ claims: { exp: clock.seconds() + 10 } });
+    expect(code(await guard.verify(token))).toBe('ok');
+    clock.advance(10);
+    expect(code(await guard.verify(token))).toBe('token_expired');
+    expect(guard.stats().cacheHits).toBe(0);
+  });
+
+  it('limits are inclusive: a token of exactly maxTokenLength, a header of exactly maxHeaderLength pass', async () => {
+    const token = makeToken();
+    const headerLength = token.indexOf('.');
+    const build = (limits: Record<string, number>) =>
+      createGuard({
+        audience: AUDIENCE,
+        now: manualClock().now,
+        limits,
+        issuers: [{ issuer: ISSUER, secret: SECRET }],
+      });
+    expect(code(await build({ maxTokenLength: token.length }).verify(token))).toBe('ok');
+    expect(code(await build({ maxTokenLength: token.length - 1 }).verify(token))).toBe('token_too_large');
+    expect(code(await build({ maxHeaderLength: headerLength }).verify(token))).toBe('ok');
+    expect(code(await build({ maxHeaderLength: headerLength - 1 }).verify(token))).toBe('token_too_large');
+  });
+
   it('verify and authenticate answer bad input from JavaScript callers with a refusal, never a throw', async () => {
     const guard = createGuard({
       audience: AUDIENCE,

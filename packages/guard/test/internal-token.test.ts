@@ -7,6 +7,7 @@ import {
   defaultIdentityHeaders,
   forwardHeaders,
   type Principal,
+  principalFromClaims,
   stripIdentityHeaders,
   verifyInternalToken,
 } from '../src/index.js';
@@ -49,6 +50,33 @@ describe('internal token', () => {
       email: 'a@example.com',
     });
     expect(payload.tenant).toBeUndefined();
+    // Reserved claims asked for as extra claims are never copied from the edge token: an edge `nbf`,
+    // `nonce` or `cnf` would make the internal token fail downstream, and an edge `roles` not read as
+    // roles (here the roles claim is `groups`) would become roles there.
+    const greedy = createInternalTokenIssuer({
+      issuer: GATEWAY,
+      now: clock.now,
+      claims: ['email', 'roles', 'nbf', 'nonce', 'cnf', 'orig_iss'],
+    });
+    const edge = principalFromClaims(
+      {
+        sub: 'user-1',
+        iss: ISSUER,
+        aud: AUDIENCE,
+        email: 'a@example.com',
+        roles: ['admin'],
+        nbf: clock.seconds() + 3600,
+        nonce: 'n-1',
+        cnf: { jkt: 'abc' },
+        orig_iss: 'https://forged.example',
+      },
+      { rolesClaim: 'groups' },
+    );
+    const minted = await greedy.mint(edge, { audience: 'orders' });
+    const claims = JSON.parse(Buffer.from(minted.split('.')[1] as string, 'base64url').toString());
+    expect(claims.email).toBe('a@example.com');
+    for (const name of ['roles', 'nbf', 'nonce', 'cnf']) expect(claims[name], name).toBeUndefined();
+    expect(claims.orig_iss).toBe(ISSUER);
 
     const verifier = createInternalVerifier({
       issuer: GATEWAY,
@@ -277,6 +305,15 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(kept.authorization).toBe('Bearer abc');
     expect(kept['x-gw-token']).toBeTypeOf('string');
     expect(kept['idem-internal-token']).toBeUndefined();
+    // A header map not from Node may spell the name in any case; the bearer is dropped all the same.
+    const spelled = { Authorization: 'Bearer abc', AUTHORIZATION: 'Bearer def', accept: 'application/json' };
+    const dropped = await forwardHeaders(spelled, principal, { issuer, audience: 'orders' });
+    expect(Object.keys(dropped).sort()).toEqual(['accept', 'idem-internal-token']);
+    // The configured token header is stripped in every spelling before the fresh token is set.
+    const forged = { 'X-GW-Token': 'forged', x_gw_token: 'forged', accept: 'application/json' };
+    const own = await forwardHeaders(forged, principal, { issuer, audience: 'orders', header: 'x-gw-token' });
+    expect(Object.keys(own).sort()).toEqual(['accept', 'x-gw-token']);
+    expect(own['x-gw-token']).not.toBe('forged');
   });
 
   // A client-sent X-Forwarded-For/Host/Proto reaches an upstream that trusts its proxy (the gateway) as if

@@ -216,6 +216,51 @@ describe('remote JWKS', () => {
     expect(server.requests).toBe(3);
   });
 
+  it('the cooldown and negativeTtl end exactly when they say: a fetch at cooldown, another at negativeTtl', async () => {
+    const { server, clock, guard, token } = await setup(k1With({ 'cache-control': 'max-age=3600' }), {
+      cooldown: 30,
+      negativeTtl: 120,
+    });
+    expect((await guard.verify(token('k1'))).ok).toBe(true); // fetch at t=0
+    clock.advance(30); // t=30: the cooldown is over
+    expect((await guard.verify(token('ghost'))).ok).toBe(false);
+    expect(server.requests).toBe(2); // ghost remembered until t=150
+    clock.advance(119); // t=149
+    expect((await guard.verify(token('ghost'))).ok).toBe(false);
+    expect(server.requests).toBe(2);
+    clock.advance(1); // t=150: forgotten, and the cooldown allows a fetch
+    expect((await guard.verify(token('ghost'))).ok).toBe(false);
+    expect(server.requests).toBe(3);
+  });
+
+  it('a failed fetch remembers no kid, even while the set it keeps is fresh', async () => {
+    const { server, clock, guard, token } = await setup(k1With({ 'cache-control': 'max-age=3600' }), {
+      cooldown: 30,
+      negativeTtl: 120,
+    });
+    expect((await guard.verify(token('k1'))).ok).toBe(true); // fetch at t=0
+    server.set({ kind: 'raw', status: 503, body: 'down' });
+    clock.advance(31);
+    expect((await guard.verify(token('k2'))).ok).toBe(false);
+    expect(server.requests).toBe(2);
+    server.set({ kind: 'json', body: { keys: [jwk('k1'), jwk('k2')] }, headers: { 'cache-control': 'max-age=3600' } });
+    clock.advance(31);
+    expect((await guard.verify(token('k2'))).ok).toBe(true);
+    expect(server.requests).toBe(3);
+  });
+
+  it('a fetched key without a kid is never tried for a token that names a kid', async () => {
+    const { ec } = keys;
+    const { server, guard, token } = await setup({
+      kind: 'json',
+      body: { keys: [{ ...ec.publicJwk, alg: 'ES256', use: 'sig' }] },
+      headers: { 'cache-control': 'max-age=3600' },
+    });
+    const result = await guard.verify(token('anything'));
+    expect(result.ok ? 'ok' : result.error.code).toBe('key_unknown');
+    expect(server.requests).toBe(1);
+  });
+
   it('a kid is only remembered as unknown after a fetch that did not hold it, not inside the cooldown', async () => {
     const { server, clock, guard, token } = await setup(set(jwk('k1')), { cooldown: 30, negativeTtl: 120 });
     expect((await guard.verify(token('k1'))).ok).toBe(true); // fetch at t=0
