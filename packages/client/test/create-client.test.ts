@@ -457,15 +457,8 @@ describe('waits, limits and deadlines', () => {
   });
 
   it('never starts an attempt once the deadline has passed, even when getToken used up the time', async () => {
-    const time = fakeTime();
-    const { fetch, seen } = scriptedFetch([empty(503), json(201, {})]);
     let calls = 0;
-    const client = createClient({
-      baseUrl: 'https://api.example.test',
-      fetch,
-      sleep: time.sleep,
-      now: time.now,
-      random: () => 0,
+    const { client, seen, time } = setup([empty(503), json(201, {})], {
       retry: { deadline: '5s' },
       // The second refresh resolves, but only once the whole deadline is spent.
       getToken: () => {
