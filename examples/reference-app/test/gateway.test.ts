@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { connect } from 'node:net';
 import { createInternalTokenIssuer, principalFromClaims } from '@idem/guard';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -170,6 +171,42 @@ describe('gateway: forwarding', () => {
     });
     expect(response.status).toBe(200);
     expect(response.json()).toEqual({ theme: 'dark' });
+  });
+
+  it("passes on none of the API's hop-by-hop headers, and honours the client's Connection: close", async () => {
+    // The gateway's connection to the API is its own (RFC 9110 §7.6.1): copying the API's
+    // `connection: keep-alive` and `keep-alive: timeout=…` would both mislead the client and keep its
+    // connection open after it asked for close (RFC 9112 §9.6).
+    const { port } = new URL(stack.gateway.url);
+    const request = [
+      'GET /stock?item=item-1 HTTP/1.1',
+      'Host: localhost',
+      `Authorization: Bearer ${await mint()}`,
+      'Connection: close',
+      '',
+      '',
+    ].join('\r\n');
+    const { text, closed } = await new Promise<{ text: string; closed: boolean }>((resolve, reject) => {
+      const socket = connect(Number(port), 'localhost', () => socket.write(request));
+      let received = '';
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve({ text: received, closed: false });
+      }, 3000);
+      socket.on('data', (chunk) => {
+        received += chunk;
+      });
+      socket.on('error', reject);
+      socket.on('close', () => {
+        clearTimeout(timer);
+        resolve({ text: received, closed: true });
+      });
+    });
+    const head = text.slice(0, text.indexOf('\r\n\r\n')).toLowerCase();
+    expect(head).toMatch(/^http\/1\.1 200/);
+    expect(head).not.toMatch(/\r\nkeep-alive:/);
+    expect(head).not.toMatch(/\r\nconnection: keep-alive/);
+    expect(closed).toBe(true);
   });
 
   it('answers 404 problem+json from the API for an unknown path with a valid token', async () => {

@@ -68,6 +68,23 @@ const hopByHop: ReadonlySet<string> = new Set([
   'proxy-authorization',
 ]);
 
+/**
+ * An upstream's response headers as a gateway passes them on to its client: without the hop-by-hop
+ * headers (`connection` and those it names, `keep-alive`, `te`, `trailer`, `transfer-encoding`,
+ * `upgrade`, and the request-only `host` and `proxy-authorization`). They describe the gateway's own
+ * connection to the upstream (RFC 9110 §7.6.1): copied, the upstream's `connection: keep-alive`
+ * overrides the client's `Connection: close`, and its `keep-alive: timeout=…` announces a timeout the
+ * gateway does not keep. The input is not modified.
+ *
+ * @example
+ * reply.from(upstreamUrl, { rewriteHeaders: (headers) => withoutHopByHop(headers) });
+ */
+export function withoutHopByHop<T>(headers: Readonly<Record<string, T>>): Record<string, T> {
+  const copy = { ...headers };
+  dropHopByHop(copy);
+  return copy;
+}
+
 /** Removes, in place, the hop-by-hop headers and those the `Connection` header names. */
 function dropHopByHop(headers: Record<string, unknown>): void {
   const named = new Set<string>();

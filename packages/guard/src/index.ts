@@ -29,7 +29,7 @@ export {
   type NodeRequestLike,
   type TokenExtraction,
 } from './extract-token.js';
-export { type ForwardOptions, forwardHeaders, joinHeaderValues } from './forward-headers.js';
+export { type ForwardOptions, forwardHeaders, joinHeaderValues, withoutHopByHop } from './forward-headers.js';
 export {
   createGuard,
   type Guard,

@@ -10,6 +10,7 @@ import {
   principalFromClaims,
   stripIdentityHeaders,
   verifyInternalToken,
+  withoutHopByHop,
 } from '../src/index.js';
 import { startJwksServer } from './support/jwks-server.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
@@ -394,6 +395,27 @@ describe('header stripping and forwarding (case 47)', () => {
       'idempotency-key',
     ]);
     expect(incoming.connection).toBe('keep-alive, X-Hop');
+  });
+
+  it("withoutHopByHop leaves an upstream's response headers without its connection's own, and the input as it was", () => {
+    const upstream = {
+      Connection: 'keep-alive, X-Upstream-Hop',
+      'x-upstream-hop': 'about the gateway-to-upstream connection',
+      'Keep-Alive': 'timeout=5',
+      'transfer-encoding': 'chunked',
+      trailer: 'x-checksum',
+      upgrade: 'h2c',
+      'content-type': 'application/json',
+      etag: 'W/"1"',
+      'set-cookie': ['a=1', 'b=2'],
+    };
+    expect(withoutHopByHop(upstream)).toEqual({
+      'content-type': 'application/json',
+      etag: 'W/"1"',
+      'set-cookie': ['a=1', 'b=2'],
+    });
+    expect(upstream.Connection).toBe('keep-alive, X-Upstream-Hop');
+    expect(upstream['Keep-Alive']).toBe('timeout=5');
   });
 
   it("guard.forwardHeaders mints with the guard's internalTokens, and refuses without an issuer", async () => {

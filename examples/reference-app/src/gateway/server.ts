@@ -7,6 +7,7 @@ import {
   type Guard,
   type InternalTokenIssuer,
   type IssuerOptions,
+  withoutHopByHop,
 } from '@idem/guard';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ListeningPort } from '../listen.js';
@@ -205,6 +206,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
           kept[internalHeader] = forwarded[internalHeader];
           return kept as typeof headers;
         },
+        // The API's hop-by-hop headers describe the gateway's connection to it, not the client's.
+        rewriteHeaders: (headers) => withoutHopByHop(headers),
         onError: (failed, { error }) => {
           const timedOut = /timeout/i.test(String((error as { code?: unknown }).code ?? error?.name ?? ''));
           sendProblem(failed as FastifyReply, timedOut ? 504 : 502, upstreamProblem(timedOut ? 504 : 502));
