@@ -25,7 +25,10 @@
 export interface Store {
   /** Atomically claims `id` for a new execution, or returns the live record that holds it. */
   claim(input: ClaimInput): Awaitable<ClaimResult>;
-  /** Extends a live lease held by `token`. False when the token is no longer current. */
+  /**
+   * Sets a live lease held by `token` to `leaseMs` from now, shorter than what is left too (the
+   * caller chooses the lease). False when the token is no longer current.
+   */
   renew(input: RenewInput): Awaitable<boolean>;
   /** Stores the outcome and moves the record to completed. False when the token is no longer current. */
   complete(input: CompleteInput): Awaitable<boolean>;

@@ -7,6 +7,12 @@ describe('redisCommandRunner', () => {
     expect(redisCommandRunner(runner)).toBe(runner);
   });
 
+  it('passes a RedisCommandRunner through unchanged when it is a function with a send method', () => {
+    // A runner may be a function object (a bound client method, a proxy): its send is what counts.
+    const runner = Object.assign(() => undefined, { send: async () => null }) as RedisCommandRunner;
+    expect(redisCommandRunner(runner)).toBe(runner);
+  });
+
   it.each([
     ['null', null],
     ['a string', 'redis://127.0.0.1'],

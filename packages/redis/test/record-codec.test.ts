@@ -53,6 +53,15 @@ describe('record codec', () => {
     ['token not a string', 'p1\n"f"\n'],
     ['meta without status', 'c"t"\n"f"\n{"h":{}}\n'],
     ['headers not strings', 'c"t"\n"f"\n{"s":200,"h":{"a":1}}\n'],
+    // Each of these would pass a check that only asks "are all the values strings?" and replay as
+    // headers that are no header map at all.
+    ['headers an array', 'c"t"\n"f"\n{"s":200,"h":["a"]}\n'],
+    ['headers a string', 'c"t"\n"f"\n{"s":200,"h":"ab"}\n'],
+    ['headers null', 'c"t"\n"f"\n{"s":200,"h":null}\n'],
+    ['meta null', 'c"t"\n"f"\nnull\n'],
+    // Without its newline the meta line has no end: reading up to the value's last byte instead
+    // would parse '{"s":200,"h":{}}' and take the whole value for the body.
+    ['meta line without its newline', 'c"t"\n"f"\n{"s":200,"h":{}}}'],
     ['invalid UTF-8 in JSON', Buffer.from([0x70, 0x22, 0xff, 0x22, 0x0a, 0x22, 0x22, 0x0a])],
   ])('refuses %s with RecordFormatError', (_, value) => {
     expect(() => decodeRecord(typeof value === 'string' ? bytes(value) : value)).toThrow(RecordFormatError);

@@ -411,6 +411,27 @@ export function describeStore(
       expect(await store.renew({ id: lapsed, token: 't', leaseMs })).toBe(false);
     });
 
+    it('renews a lease to the duration given from now, a shorter one than is left too', async ({ skip }) => {
+      // A renewal sets the lease, it does not only stretch it: a store that kept the longer of the
+      // two would hold a crashed executor's key longer than the lease the caller now asks for.
+      const { ttl, advance } = harness;
+      if (ttl === undefined && advance === undefined) return skip('the harness gives neither ttl nor advance');
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: renewedLeaseMs });
+      expect(await store.renew({ id, token: 't', leaseMs })).toBe(true);
+      if (ttl !== undefined) {
+        const lease = (await ttl(id)) ?? 0;
+        expect(lease).toBeGreaterThan(leaseMs - slackMs);
+        expect(lease).toBeLessThanOrEqual(leaseMs);
+        return;
+      }
+      if (advance === undefined) return;
+      await advance(leaseMs - 1);
+      expect(await store.get(id)).toBeDefined();
+      await advance(2);
+      expect(await store.get(id)).toBeUndefined();
+    });
+
     describe('size cap (harness.makeCapped)', () => {
       const cap = 1_000;
       // A response of `bytes` as storedResponseSize measures it: the helper's headers and framing, then body.
