@@ -1,7 +1,9 @@
 /**
  * The status of an error that blames the request: an http-errors 4xx with `expose`, as body-parser
- * throws them (413 too large, 415 unsupported charset or encoding, 400 unreadable). Anything else is
- * undefined and stays a 500, saying nothing more.
+ * throws them (413 too large, 415 unsupported charset or encoding, 400 unreadable), or the 400
+ * URIError Express's router throws for a path parameter that does not percent-decode
+ * (`/interaction/%zz`), which has no `expose`. Anything else is undefined and stays a 500, saying
+ * nothing more.
  *
  * @example
  * ```ts
@@ -13,5 +15,6 @@ export function clientErrorStatus(error: unknown): number | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
   const { status, expose } = error as { status?: unknown; expose?: unknown };
   if (typeof status !== 'number' || !Number.isInteger(status) || status < 400 || status > 499) return undefined;
-  return expose === true ? status : undefined;
+  if (expose === true) return status;
+  return error instanceof URIError && status === 400 ? status : undefined;
 }

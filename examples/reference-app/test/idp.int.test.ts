@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import { createLocalJWKSet, jwtVerify } from 'jose';
 import Koa from 'koa';
+import { errors } from 'oidc-provider';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Database } from '../src/db.js';
 import { sqlAdapterFactory } from '../src/idp/adapter.js';
@@ -1119,6 +1120,46 @@ describe('storage on the shared database', () => {
     expect(await adapter('RefreshToken').find('rt-of-grant')).toBeUndefined();
     // A sign-in still to be resumed: the account switch revokes alice's grants before it goes on for bob.
     expect(await adapter('Interaction').find('sign-in-naming-grant')).toEqual({ grantId });
+  });
+
+  // Two racing resumes of one finished sign-in both read its interaction before either destroyed it,
+  // and both issued a code; a login or consent posted meanwhile saved it back after the destroy.
+  it('destroys an interaction once: a second destroy is refused, and no save brings it back', async () => {
+    const adapter = sqlAdapterFactory(db)('Interaction');
+    await adapter.upsert('resumed-once', { uid: 'u-resumed-once', grantId: 'g-resumed-once' }, 60);
+    await adapter.destroy('resumed-once');
+    expect(await adapter.find('resumed-once')).toBeUndefined();
+    expect(await adapter.findByUid('u-resumed-once')).toBeUndefined();
+    await expect(adapter.destroy('resumed-once')).rejects.toBeInstanceOf(errors.SessionNotFound);
+    await expect(adapter.upsert('resumed-once', { uid: 'u-resumed-once', result: {} }, 60)).rejects.toBeInstanceOf(
+      errors.SessionNotFound,
+    );
+    expect(await adapter.find('resumed-once')).toBeUndefined();
+    // Tokens are deleted as before: destroying one that is gone is no error (oidc-provider does so).
+    const tokens = sqlAdapterFactory(db)('AccessToken');
+    await tokens.upsert('at-destroyed', { grantId: 'g-at-destroyed' }, 60);
+    await tokens.destroy('at-destroyed');
+    expect(await tokens.find('at-destroyed')).toBeUndefined();
+    await expect(tokens.destroy('at-destroyed')).resolves.toBeUndefined();
+    await tokens.upsert('at-destroyed', { grantId: 'g-at-destroyed' }, 60);
+    expect(await tokens.find('at-destroyed')).toEqual({ grantId: 'g-at-destroyed' });
+  });
+
+  // PostgreSQL holds no NUL in text or jsonb: before, `client_id=%00` or `state=%00` was a 500.
+  it('finds nothing by an id holding NUL, and refuses to store a model holding one anywhere', async () => {
+    const adapter = sqlAdapterFactory(db)('Interaction');
+    expect(await adapter.find('a\u0000b')).toBeUndefined();
+    expect(await adapter.findByUid('\u0000')).toBeUndefined();
+    expect(await sqlAdapterFactory(db)('Client').find('\u0000')).toBeUndefined();
+    for (const payload of [
+      { params: { state: '\u0000' } },
+      { params: { list: ['ok', 'x\u0000'] } },
+      { 'k\u0000': 1 },
+    ]) {
+      await expect(adapter.upsert('holds-nul', payload, 60)).rejects.toMatchObject({ error: 'invalid_request' });
+    }
+    await expect(adapter.upsert('id\u0000', { uid: 'u' }, 60)).rejects.toMatchObject({ error: 'invalid_request' });
+    expect(await adapter.find('holds-nul')).toBeUndefined();
   });
 
   it('does not return expired rows', async () => {

@@ -11,6 +11,17 @@ import type { Database } from '../db.js';
  * calls `consume`, so two truly concurrent redemptions of one code (or one refresh token) would both pass
  * that check. Only one of them wins the update; the other is refused with `invalid_grant`.
  *
+ * An Interaction's `destroy` is one too. oidc-provider resumes a finished sign-in by reading its
+ * interaction, then destroying it, then issuing the code, so two concurrent resumes of one sign-in
+ * would both issue one. The row is kept as a tombstone (`consumed_at`, until it expires): only the
+ * resume that sets it goes on, the other gets `SessionNotFound`, a read no longer finds it, and a
+ * login or consent posted meanwhile cannot save it back to life (its save is refused the same way).
+ *
+ * PostgreSQL holds no NUL character in text or jsonb, and a client can put one in any parameter
+ * (`state=%00`). A lookup by such an id finds nothing, as for any unknown id, and storing a model that
+ * carries one is refused with `invalid_request`, which oidc-provider answers as a 400 in the route's
+ * own format, instead of the database error a 500 would be.
+ *
  * @example
  * ```ts
  * const provider = new Provider(issuer, { adapter: sqlAdapterFactory(db), ... });
@@ -39,10 +50,14 @@ interface PayloadRow {
 }
 
 function createSqlAdapter(db: Database, model: string): Adapter {
+  // A consumed Interaction is a tombstone (see above); a consumed token is still read, with its
+  // `consumed` flag, which is how oidc-provider notices a code or refresh token used twice.
+  const live = model === 'Interaction' ? 'and consumed_at is null' : '';
   const findOne = async (column: 'id' | 'uid' | 'user_code', value: string) => {
+    if (holdsNul(value)) return undefined;
     const { rows } = await db.query<PayloadRow>(
       `select payload from idp_models
-       where model = $1 and ${column} = $2 and (expires_at is null or expires_at > now())
+       where model = $1 and ${column} = $2 and (expires_at is null or expires_at > now()) ${live}
        limit 1`,
       [model, value],
     );
@@ -51,13 +66,18 @@ function createSqlAdapter(db: Database, model: string): Adapter {
 
   return {
     async upsert(id, payload, expiresIn) {
+      if (holdsNul(id) || holdsNul(payload)) {
+        throw new errors.InvalidRequest('a parameter holds a NUL character');
+      }
       // The database's clock sets the expiry, so a skewed app clock cannot stretch a stored token.
-      await db.query(
+      const { rows } = await db.query(
         `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
          values ($1, $2, $3, $4, $5, $6, case when $7::int is null then null else now() + make_interval(secs => $7::int) end)
          on conflict (model, id) do update set
            payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
-           user_code = excluded.user_code, expires_at = excluded.expires_at`,
+           user_code = excluded.user_code, expires_at = excluded.expires_at
+         where idp_models.model <> 'Interaction' or idp_models.consumed_at is null
+         returning id`,
         [
           model,
           id,
@@ -68,6 +88,7 @@ function createSqlAdapter(db: Database, model: string): Adapter {
           typeof expiresIn === 'number' ? Math.ceil(expiresIn) : null,
         ],
       );
+      if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
     },
     find(id) {
       return findOne('id', id);
@@ -90,7 +111,17 @@ function createSqlAdapter(db: Database, model: string): Adapter {
       if (rows.length === 0) throw new errors.InvalidGrant(`${model} already consumed`);
     },
     async destroy(id) {
-      await db.query('delete from idp_models where model = $1 and id = $2', [model, id]);
+      if (model !== 'Interaction') {
+        await db.query('delete from idp_models where model = $1 and id = $2', [model, id]);
+        return;
+      }
+      const { rows } = await db.query(
+        `update idp_models set consumed_at = now()
+         where model = $1 and id = $2 and consumed_at is null
+         returning id`,
+        [model, id],
+      );
+      if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
     },
     async revokeByGrantId(grantId) {
       // Every token issued under the grant goes, codes, access and refresh tokens alike, whichever
@@ -102,6 +133,16 @@ function createSqlAdapter(db: Database, model: string): Adapter {
       ]);
     },
   };
+}
+
+/** True when `value`, or any string in it however deep, holds U+0000, which PostgreSQL cannot store. */
+function holdsNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  if (Array.isArray(value)) return value.some(holdsNul);
+  if (typeof value === 'object' && value !== null) {
+    for (const [key, item] of Object.entries(value)) if (holdsNul(key) || holdsNul(item)) return true;
+  }
+  return false;
 }
 
 /**
