@@ -339,6 +339,21 @@ describe('API: only the gateway gets in', () => {
     const response = await fetch(new URL('/photos', stack.api.url), { headers: { 'idem-internal-token': token } });
     expect(response.status).toBe(200);
   });
+
+  it('answers a path parameter that does not decode with 400 path_malformed, not a 500', async () => {
+    // The gateway refuses such a path itself; a direct call with its internal token reaches the router.
+    const token = await stack.gateway.internalIssuer.mint(
+      principalFromClaims({ sub: 'user-alice', iss: issuer, aud: audience, scope: 'photos:write' }),
+      { audience: 'reference-api' },
+    );
+    const response = await fetch(new URL('/photos/%zz', stack.api.url), {
+      method: 'DELETE',
+      headers: { 'idem-internal-token': token },
+    });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(await response.json()).toMatchObject({ status: 400, code: 'path_malformed' });
+  });
 });
 
 describe('gateway: what reaches the upstream', () => {

@@ -9,6 +9,7 @@ import type { Response } from 'express';
  */
 export const apiProblemTable = {
   body_malformed: { status: 400, title: 'The body could not be read', retryable: false },
+  path_malformed: { status: 400, title: 'The request path is not valid', retryable: false },
   body_too_large: { status: 413, title: 'The body is too large', retryable: false },
   unsupported_media_type: { status: 415, title: 'The body is not in a supported format', retryable: false },
   validation_failed: { status: 422, title: 'The request is not valid', retryable: false },

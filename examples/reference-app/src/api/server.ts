@@ -145,7 +145,8 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
  * The API's last error handler. body-parser's errors blame the request: each is a 4xx with
  * `expose` (see {@link clientErrorStatus}) and becomes a problem with that status, 413 `body_too_large`,
  * 415 `unsupported_media_type` (a charset other than UTF-8, an unknown `Content-Encoding`) or 400
- * `body_malformed` (bad JSON, a body that does not inflate, an aborted upload). Anything else is a bug
+ * `body_malformed` (bad JSON, a body that does not inflate, an aborted upload), and the router's 400
+ * for a path parameter that does not decode is `path_malformed`. Anything else is a bug
  * and says nothing more than 500 `internal_error`.
  */
 function bodyErrors(error: unknown, _req: Request, res: Response, next: NextFunction): void {
@@ -165,6 +166,10 @@ function bodyErrors(error: unknown, _req: Request, res: Response, next: NextFunc
       'The Content-Encoding is not supported; send identity, gzip, deflate or br.',
     );
   } else if (type === 'entity.parse.failed') sendProblem(res, 'body_malformed', 'The body is not valid JSON.');
-  else if (status !== undefined) sendProblem(res, 'body_malformed', 'The body could not be read.');
+  // The router's: a path parameter that does not percent-decode (`/photos/%zz`). The gateway refuses
+  // such a path before it is forwarded; this is for a direct call with the gateway's internal token.
+  else if (error instanceof URIError && status === 400) {
+    sendProblem(res, 'path_malformed', 'A path parameter does not decode as UTF-8.');
+  } else if (status !== undefined) sendProblem(res, 'body_malformed', 'The body could not be read.');
   else sendProblem(res, 'internal_error', 'The request could not be processed.');
 }
