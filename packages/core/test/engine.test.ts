@@ -1,11 +1,12 @@
 import { transactionalMemoryStore } from '@idem/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
+import { type BeginResult, createIdempotency, type IdempotencyOptions } from '../src/engine.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
 import { type MemoryStore, memoryStore } from '../src/memory-store.js';
 import { mintKey } from '../src/mint.js';
 import type { Store, StoredResponse } from '../src/store.js';
+import type { TransactionalStore } from '../src/transactional.js';
 
 const ok = (body = '{"id":"ch_1"}', status = 201): StoredResponse => ({
   status,
@@ -852,5 +853,282 @@ describe('fingerprints reach the store as printable ASCII', () => {
     await expect(
       engine.begin({ key: 'k', scope: 's', operation: 'POST /x', fingerprint: 7 as unknown as string }),
     ).rejects.toThrow(new TypeError('begin needs a string fingerprint, or none'));
+  });
+});
+
+describe('option bounds are inclusive, as documented', () => {
+  const store = memoryStore();
+
+  it('accepts a retention of exactly 3650d, a lease of exactly 100ms and of exactly 7d, a maxExecution of exactly 100ms', () => {
+    expect(createIdempotency({ store, retention: '3650d' }).settings.retentionMs).toBe(3650 * 86_400_000);
+    expect(createIdempotency({ store, lease: 100 }).settings.leaseMs).toBe(100);
+    expect(createIdempotency({ store, lease: '7d' }).settings.leaseMs).toBe(7 * 86_400_000);
+    expect(createIdempotency({ store, maxExecution: '100ms' }).settings.maxExecutionMs).toBe(100);
+  });
+
+  it('stores with a per-outcome retention of exactly 3650d, without a policy-error', async () => {
+    const {
+      engine,
+      store: inner,
+      request,
+      events,
+    } = setup({ storeOutcome: () => ({ store: true, retention: '3650d' }) });
+    const retentions: number[] = [];
+    const complete = inner.complete.bind(inner);
+    inner.complete = (input) => {
+      retentions.push(input.retentionMs);
+      return complete(input);
+    };
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    expect(await engine.complete(started.lease, ok())).toEqual({ ok: true, stored: true });
+    expect(retentions).toEqual([3650 * 86_400_000]);
+    expect(events.map((event) => event.type)).toEqual(['claim', 'complete']);
+  });
+});
+
+describe('misuse of begin throws a TypeError', () => {
+  it('refuses a missing scope and an empty operation', async () => {
+    const { engine } = setup();
+    await expect(engine.begin({ key: 'k', scope: undefined as unknown as string, operation: 'op' })).rejects.toThrow(
+      /needs a scope/,
+    );
+    await expect(engine.begin({ key: 'k', scope: 's', operation: '' })).rejects.toThrow(/needs an operation/);
+  });
+});
+
+describe('storeOutcome decisions', () => {
+  it('an outcome the policy drops, finished after a takeover, is reported as a lost lease, not as released', async () => {
+    // The release that "not stored" means is fenced like a completion: the taker's claim stands.
+    const { engine, request, clock } = setup({ lease: '1s', storeOutcome: 'success' });
+    const old = await engine.begin(request);
+    if (old.kind !== 'execute') throw new Error('expected execute');
+    clock.now += 1_000;
+    const taker = await engine.begin(request);
+    if (taker.kind !== 'execute') throw new Error('expected takeover');
+    expect(await engine.complete(old.lease, ok('{}', 500))).toEqual({ ok: false, reason: 'lease-lost' });
+    const again = await engine.begin(request);
+    expect(again.kind === 'reject' && again.error.code).toBe('in_progress');
+  });
+});
+
+describe('events', () => {
+  it("a complete event's executionMs runs from the claim, its durationMs from the completion call", async () => {
+    const { engine, request, events, clock } = setup();
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    clock.now += 1_234; // the handler runs
+    await engine.complete(started.lease, ok());
+    expect(events.at(-1)).toMatchObject({ type: 'complete', status: 201, durationMs: 0, executionMs: 1_234 });
+  });
+
+  it('a lease that is lost is reported once, however many of its operations are fenced afterwards', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const started = await engine.begin({ key: 'k', scope: 's', operation: 'op' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    // Another executor's claim replaces ours: the next renewal is refused.
+    store.release({ id: started.lease.id, token: started.lease.token });
+    store.claim({ id: started.lease.id, token: 'intruder', fingerprint: '', leaseMs: 60_000 });
+    await vi.advanceTimersByTimeAsync(600);
+    expect(started.lease.lost).toBe(true);
+    // The late finisher is then fenced at completion and at release too: still one lost lease.
+    expect(await engine.complete(started.lease, ok())).toEqual({ ok: false, reason: 'lease-lost' });
+    expect(await engine.release(started.lease)).toEqual({ ok: false, reason: 'lease-lost' });
+    expect(events.filter((e) => e.type === 'lease-lost')).toHaveLength(1);
+  });
+
+  it('a store_unavailable rejection carries the store failure as its cause', async () => {
+    const failure = new Error('ECONNREFUSED');
+    const store: Store = { ...memoryStore(), claim: () => Promise.reject(failure) };
+    const result = await createIdempotency({ store }).begin({ key: 'k', scope: 's', operation: 'op' });
+    if (result.kind !== 'reject') throw new Error('expected reject');
+    expect(result.error.code).toBe('store_unavailable');
+    expect(result.error.cause).toBe(failure);
+  });
+});
+
+describe('the heartbeat', () => {
+  const request = { key: 'k', scope: 's', operation: 'op' };
+
+  it('with heartbeat: false nothing renews: the key is free after one lease even while the handler runs', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    let renewals = 0;
+    const store: Store = {
+      ...inner,
+      renew: (input) => {
+        renewals++;
+        return inner.renew(input);
+      },
+    };
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => Date.now() });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(renewals).toBe(0);
+    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+    expect((await other.begin(request)).kind).toBe('execute');
+  });
+
+  it('a lease whose renewals fail for a whole lease is lost; failures within the lease are not', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    const store: Store = { ...inner, inProcess: false, renew: () => Promise.reject(new Error('ETIMEDOUT')) };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(900);
+    expect(events.some((e) => e.type === 'store-error' && e.phase === 'renew')).toBe(true);
+    expect(started.lease.lost).toBe(false);
+    await vi.advanceTimersByTimeAsync(200);
+    expect(started.lease.lost).toBe(true);
+    expect(started.lease.signal.aborted).toBe(true);
+    expect(events.filter((e) => e.type === 'lease-lost')).toEqual([
+      expect.objectContaining({ reason: 'could not renew within one lease' }),
+    ]);
+  });
+
+  it('sends one renewal at a time: a slow store is not sent another for the same lease until it answers', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    let renewals = 0;
+    const store: Store = {
+      ...inner,
+      inProcess: false,
+      renew: () => {
+        renewals++;
+        return new Promise<boolean>(() => undefined); // never answers
+      },
+    };
+    const engine = createIdempotency({ store, lease: '1s', storeTimeout: '10s', now: () => Date.now() });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    // Eight heartbeat ticks pass with the first renewal still in flight.
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(renewals).toBe(1);
+  });
+
+  it('a renewal that fails after the outcome was stored reports nothing', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    let failRenew: ((error: Error) => void) | undefined;
+    const store: Store = {
+      ...inner,
+      inProcess: false,
+      renew: () =>
+        new Promise((_, reject) => {
+          failRenew = reject;
+        }),
+    };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(600);
+    expect(failRenew).toBeDefined();
+    expect(await engine.complete(started.lease, ok())).toEqual({ ok: true, stored: true });
+    failRenew?.(new Error('connection reset'));
+    await vi.advanceTimersByTimeAsync(10);
+    expect(events.map((e) => e.type)).toEqual(['claim', 'complete']);
+  });
+});
+
+describe('a store out of process (the local hot path)', () => {
+  it('case 7 holds there too: a lease not renewed frees the key at exactly one lease', async () => {
+    const clock = { now: 1_700_000_000_000 };
+    const store: Store = { ...memoryStore({ now: () => clock.now }), inProcess: false };
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => clock.now });
+    const request = { key: 'k', scope: 's', operation: 'op' };
+    expect((await engine.begin(request)).kind).toBe('execute'); // the handler stalls, nothing renews
+    clock.now += 999;
+    expect((await engine.begin(request)).kind).toBe('reject');
+    clock.now += 1;
+    expect((await engine.begin(request)).kind).toBe('execute');
+  });
+});
+
+describe('wait mode', () => {
+  const request = { key: 'k', scope: 's', operation: 'POST /charges', fingerprint: 'fp' };
+
+  it('answers 409 once the wait is over while the first request still runs', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, wait: '1s', heartbeat: false, now: () => Date.now() });
+    expect((await engine.begin(request)).kind).toBe('execute'); // runs for longer than the wait
+    let result: BeginResult | undefined;
+    void engine.begin(request).then((r) => {
+      result = r;
+    });
+    await vi.advanceTimersByTimeAsync(900);
+    expect(result).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(200);
+    expect(result?.kind === 'reject' && result.error.code).toBe('in_progress');
+  });
+
+  it('a waiter sees an outcome that lands late in its wait within a quarter second', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, wait: '10s', heartbeat: false, now: () => Date.now() });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    let result: BeginResult | undefined;
+    void engine.begin(request).then((r) => {
+      result = r;
+    });
+    await vi.advanceTimersByTimeAsync(3_000);
+    await engine.complete(first.lease, ok());
+    await vi.advanceTimersByTimeAsync(260);
+    expect(result?.kind).toBe('replay');
+  });
+
+  it('a store failure while waiting is a 503 with a store-error of phase get', async () => {
+    const inner = memoryStore();
+    const store: Store = { ...inner, get: () => Promise.reject(new Error('ECONNRESET')) };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, wait: '1s', heartbeat: false, onEvent: (e) => events.push(e) });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    const waiter = await engine.begin(request);
+    expect(waiter.kind === 'reject' && waiter.error.code).toBe('store_unavailable');
+    expect(events.at(-1)).toMatchObject({ type: 'store-error', phase: 'get' });
+  });
+});
+
+describe('transactional mode', () => {
+  it('a commit refused after a takeover marks the lease lost and reports it', async () => {
+    const inner = memoryStore();
+    const { engine, request, events } = setup({ store: transactionalMemoryStore({ store: inner }) });
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    inner.release({ id: started.lease.id, token: started.lease.token });
+    inner.claim({ id: started.lease.id, token: 'taker', fingerprint: '', leaseMs: 60_000 });
+    const result = await engine.transaction(started.lease, async () => ({ value: 1, response: ok() }));
+    expect(result).toEqual({ committed: false, reason: 'lease-lost' });
+    expect(started.lease.lost).toBe(true);
+    expect(started.lease.signal.aborted).toBe(true);
+    expect(events.at(-1)).toMatchObject({ type: 'lease-lost', reason: 'token no longer current at commit' });
+  });
+
+  it('a transaction the store fails has freed the key by the time it returns', async () => {
+    const inner = memoryStore();
+    // The store's release answers a moment later, as a network store's does.
+    const store: TransactionalStore<unknown> = {
+      claim: (input) => inner.claim(input),
+      renew: (input) => inner.renew(input),
+      complete: (input) => inner.complete(input),
+      get: (id) => inner.get(id),
+      release: async (input) => {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        return inner.release(input);
+      },
+      transaction: async () => Promise.reject(new Error('could not serialize access')),
+    };
+    const { engine, request } = setup({ store });
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const result = await engine.transaction(started.lease, async () => ({ value: 1, response: ok() }));
+    expect(result).toMatchObject({ committed: false, reason: 'store-error' });
+    expect((await engine.begin(request)).kind).toBe('execute');
   });
 });

@@ -312,8 +312,68 @@ describe('recordId and durations', () => {
     expect(toMilliseconds('250ms')).toBe(250);
     expect(toMilliseconds('7d')).toBe(604_800_000);
     expect(toMilliseconds(10)).toBe(10);
+    // Whitespace around a string duration (an untyped option, read from the environment) is not part of it.
+    expect(toMilliseconds(' 10s ' as never)).toBe(10_000);
     for (const bad of ['10 parsecs', '-1s', '', 'h', Number.NaN, -5, Number.POSITIVE_INFINITY]) {
       expect(() => toMilliseconds(bad as never)).toThrow(TypeError);
     }
+  });
+});
+
+describe('canonicalJson edges', () => {
+  it('writes a non-finite number as JSON.stringify does: null', () => {
+    const value = { a: Number.NaN, b: Number.POSITIVE_INFINITY, c: [Number.NEGATIVE_INFINITY] };
+    expect(canonicalJson(value)).toBe('{"a":null,"b":null,"c":[null]}');
+    expect(canonicalJson(value)).toBe(JSON.stringify(value));
+  });
+
+  it('sorts a long member list too (more than 16 members, where the sort changes method)', () => {
+    const names = Array.from({ length: 20 }, (_, i) => `k${String(i).padStart(2, '0')}`);
+    const value = Object.fromEntries([...names].reverse().map((name) => [name, 1]));
+    expect(canonicalJson(value)).toBe(`{${names.map((name) => `"${name}":1`).join(',')}}`);
+  });
+
+  it('has no canonical form for what is not JSON data: undefined, a function, a symbol', () => {
+    for (const value of [undefined, () => 1, Symbol('s'), { a: undefined }, [() => 1]])
+      expect(canonicalJson(value)).toBeUndefined();
+  });
+
+  it('gives up past maxDepth (512 nested containers by default), not before', () => {
+    const nested = (depth: number) => {
+      let value: unknown = 1;
+      for (let i = 0; i < depth; i++) value = [value];
+      return value;
+    };
+    expect(canonicalJson(nested(512))).toBe(`${'['.repeat(512)}1${']'.repeat(512)}`);
+    expect(canonicalJson(nested(513))).toBeUndefined();
+    expect(canonicalJson({ a: [1] }, 2)).toBe('{"a":[1]}');
+    expect(canonicalJson({ a: [[1]] }, 2)).toBeUndefined();
+  });
+});
+
+describe('fingerprintRequest edges', () => {
+  const base = { method: 'POST', route: '/charges/:id', path: '/charges/a', contentType: 'application/json' };
+
+  it('tells apart consecutive requests that differ only in identity headers', () => {
+    // Consecutive calls reuse the framing of the last one; that reuse must not skip the headers.
+    const plain = fingerprintRequest({ ...base, body: '{"x":1}' });
+    expect(fingerprintRequest({ ...base, body: '{"x":1}', headers: { 'X-Api-Version': '2' } })).not.toBe(plain);
+  });
+
+  it('skips query parameters given as undefined', () => {
+    expect(fingerprintRequest({ ...base, query: { a: '1', b: undefined } })).toBe(
+      fingerprintRequest({ ...base, query: 'a=1' }),
+    );
+  });
+
+  it('unescapes a JSON Pointer as RFC 6901 says: ~01 names the member "~1", not "/"', () => {
+    const fp = (body: string) => fingerprintRequest({ ...base, body }, { exclude: ['/a~01b'] });
+    expect(fp('{"a~1b":1,"a/b":1}')).toBe(fp('{"a~1b":2,"a/b":1}'));
+    expect(fp('{"a~1b":1,"a/b":1}')).not.toBe(fp('{"a~1b":1,"a/b":2}'));
+  });
+
+  it('an exclusion that is not a JSON Pointer (no leading /) excludes nothing', () => {
+    const fp = (body: string) => fingerprintRequest({ ...base, body }, { exclude: ['xamount'] });
+    expect(fp('{"amount":1}')).not.toBe(fp('{"amount":2}'));
   });
 });

@@ -86,4 +86,27 @@ describe('parseIdempotencyKey', () => {
     expect(parsed.ok).toBe(false);
     if (!parsed.ok) expect(parsed.error.message).not.toContain('xxxx');
   });
+
+  it('optional whitespace around the field value is spaces and tabs (RFC 9110 5.5)', () => {
+    expect(keyOf('\t"abc" \t')).toBe('abc');
+    expect(keyOf('\tabc\t')).toBe('abc');
+  });
+
+  it('a bare key is visible ASCII: a space inside it is refused (it needs the quoted form)', () => {
+    expect(keyOf('a b')).toBe('key_invalid');
+    expect(keyOf('"a b"')).toBe('a b');
+  });
+
+  it('a quoted key is printable ASCII: DEL is refused there too', () => {
+    expect(keyOf('"a\u007fb"')).toBe('key_invalid');
+  });
+
+  it('parameters follow RFC 9651: integers of at most 15 digits, decimals of at most 3 fraction digits, spaces only after ;', () => {
+    expect(keyOf('"abc";v=123456789012345')).toBe('abc');
+    expect(keyOf('"abc";v=1.125')).toBe('abc');
+    expect(keyOf('"abc"; v=1')).toBe('abc');
+    for (const bad of ['"abc";v=1234567890123456', '"abc";v=1.1234', '"abc";\tv=1']) {
+      expect(keyOf(bad), bad).toBe('key_invalid');
+    }
+  });
 });

@@ -227,6 +227,81 @@ describe('memoryStore', () => {
 
   it('rejects a bad maxEntries or onEvict at construction', () => {
     expect(() => memoryStore({ maxEntries: 0 })).toThrow(TypeError);
+    expect(() => memoryStore({ maxEntries: 1.5 })).toThrow(/maxEntries must be a positive integer/);
+    expect(() => memoryStore({ maxEntries: Number.NaN })).toThrow(/maxEntries must be a positive integer/);
     expect(() => memoryStore({ onEvict: 'log' as never })).toThrow(/onEvict must be a function/);
+  });
+
+  const done = { status: 201, headers: {}, body: new Uint8Array() };
+
+  it('memory follows the retention: claims sweep out records that expired, read or not, long before the store is full', () => {
+    let now = 0;
+    const store = memoryStore({ now: () => now });
+    for (let i = 0; i < 1_000; i++) store.claim({ id: `old${i}`, token: 't', fingerprint: '', leaseMs: 1_000 });
+    now = 1_000; // every one of those leases ends exactly now
+    for (let i = 0; i < 1_000; i++) store.claim({ id: `new${i}`, token: 't', fingerprint: '', leaseMs: 1_000 });
+    // Nobody read the old records, and 2,000 is far below the bound: the periodic sweep dropped
+    // them, about as many as the new claims added.
+    expect(store.size).toBeLessThan(1_100);
+  });
+
+  it('a record claimed again after its lease ran out survives the sweep of its old claim', async () => {
+    let now = 0;
+    const store = memoryStore({ now: () => now });
+    store.claim({ id: 'a', token: 'first', fingerprint: '', leaseMs: 1_000 });
+    now = 1_000; // the first executor crashed; a retry takes the key over
+    expect(store.claim({ id: 'a', token: 'second', fingerprint: '', leaseMs: 1_000 })).toEqual({ claimed: true });
+    // Enough claims for a sweep, which meets the first claim's expired slot first.
+    for (let i = 0; i < 100; i++) store.claim({ id: `other${i}`, token: 't', fingerprint: '', leaseMs: 1_000 });
+    // The retry's claim is intact: a third executor must not get in while the second runs.
+    expect(await store.get('a')).toEqual({ state: 'in_progress', token: 'second', fingerprint: '' });
+    expect((await store.claim({ id: 'a', token: 'third', fingerprint: '', leaseMs: 1_000 })).claimed).toBe(false);
+  });
+
+  it('when full, a record whose retention ends exactly now counts as expired, not as one to evict', async () => {
+    let now = 0;
+    const evictions: string[] = [];
+    const store = memoryStore({ maxEntries: 2, now: () => now, onEvict: ({ id }) => evictions.push(id) });
+    for (const [id, retentionMs] of [
+      ['short', 100],
+      ['long', 86_400_000],
+    ] as const) {
+      store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 });
+      store.complete({ id, token: 't', response: done, retentionMs });
+    }
+    now = 100;
+    store.claim({ id: 'c', token: 't', fingerprint: '', leaseMs: 1_000 });
+    expect(evictions).toEqual([]);
+    expect((await store.get('long'))?.state).toBe('completed');
+  });
+
+  it('when full, an expired record goes before a live one is evicted, whatever order their retentions were set in', async () => {
+    // Two retentions close together, the longer one set first: each has a queue of its own, so the
+    // shorter one's expiry is seen although the longer one was filed before it.
+    let now = 0;
+    const evictions: string[] = [];
+    const store = memoryStore({ maxEntries: 2, now: () => now, onEvict: ({ id }) => evictions.push(id) });
+    for (const [id, retentionMs] of [
+      ['longer', 2_000],
+      ['shorter', 1_100],
+    ] as const) {
+      store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_000 });
+      store.complete({ id, token: 't', response: done, retentionMs });
+    }
+    now = 1_500;
+    store.claim({ id: 'c', token: 't', fingerprint: '', leaseMs: 1_000 });
+    expect(evictions).toEqual([]);
+    expect((await store.get('longer'))?.state).toBe('completed');
+  });
+
+  it('finds a completed record to evict behind several records in progress', async () => {
+    const store = memoryStore({ maxEntries: 4, now: () => 0 });
+    // A lease and a retention of one duration share a queue: the completed record sits behind three claims.
+    for (const id of ['r1', 'r2', 'r3', 'done']) store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 });
+    store.complete({ id: 'done', token: 't', response: done, retentionMs: 60_000 });
+    store.claim({ id: 'next', token: 't', fingerprint: '', leaseMs: 60_000 });
+    expect(await store.get('done')).toBeUndefined();
+    expect(store.evicted).toBe(1);
+    expect(store.size).toBe(4);
   });
 });

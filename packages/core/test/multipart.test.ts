@@ -169,4 +169,20 @@ describe('multipart fingerprint (case 20)', () => {
     // A body of many tiny parts is still one request with itself (its bytes), and another with others.
     expect(fp('b', parts(maxParts + 1))).toBe(fp('b', parts(maxParts + 1)));
   });
+
+  it('takes a boundary of up to 70 characters (RFC 2046), not 71', () => {
+    for (const [length, readable] of [
+      [70, true],
+      [71, false],
+    ] as const) {
+      const boundary = 'a'.repeat(length);
+      const read = canonicalMultipart(form(boundary, upload), `multipart/form-data; boundary=${boundary}`);
+      expect(read !== undefined, `${length} characters`).toBe(readable);
+    }
+  });
+
+  it('refuses a header line without a field name', () => {
+    const body = Buffer.from('--b\r\n: x\r\n\r\n1\r\n--b--');
+    expect(canonicalMultipart(body, 'multipart/form-data; boundary=b')).toBeUndefined();
+  });
 });

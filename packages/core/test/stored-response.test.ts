@@ -1,4 +1,5 @@
 import { Buffer } from 'node:buffer';
+import { runInNewContext } from 'node:vm';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import {
@@ -27,6 +28,12 @@ describe('assertStoredResponse', () => {
       { status: 204, headers: Object.assign(Object.create(null), { link: '</a>; rel="next"' }), body },
     ];
     for (const response of accepted) expect(() => assertStoredResponse(response)).not.toThrow();
+  });
+
+  it("accepts headers made in another realm (a vm context, a worker's structured clone): still a plain object", () => {
+    const headers = runInNewContext('({ "content-type": "text/plain" })') as Record<string, string>;
+    expect(Object.getPrototypeOf(headers)).not.toBe(Object.prototype);
+    expect(() => assertStoredResponse({ status: 200, headers, body })).not.toThrow();
   });
 
   it.each([
