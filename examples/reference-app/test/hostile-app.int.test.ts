@@ -7,7 +7,6 @@
 // query strings, form and JSON bodies, headers and cookies, around near-valid requests (a real client,
 // redirect URI, PKCE challenge, refresh token, interaction, session and CSRF token) so the input gets
 // past the first refusals; a failure prints the shrunk plan.
-import { request as httpRequest } from 'node:http';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
@@ -16,6 +15,7 @@ import { listen } from '../src/listen.js';
 import { appClientId, demoUsers, publicClientId } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
+import { type HostileAnswer, type HostileRequest, sendHostile } from './hostile-send.js';
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 import { type CookieJar, createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
 
@@ -99,72 +99,19 @@ interface Plan {
   raw?: Uint8Array;
 }
 
-interface Hostile {
-  method: string;
-  path: string;
-  headers: Record<string, string>;
-  body?: Buffer;
-}
+type Hostile = HostileRequest;
 
-interface Answer {
-  status: number;
-  contentType: string;
-  text: string;
+interface Answer extends HostileAnswer {
   location: string | undefined;
 }
 
-/**
- * Sends `input` to `base` and resolves with the answer, or `undefined` when node:http itself refuses to
- * send it (a header value it will not write): such an input never reaches a server.
- */
-function send(input: Hostile, base: string, target: Target): Promise<Answer | undefined> {
-  return new Promise((resolve, reject) => {
-    let req: ReturnType<typeof httpRequest>;
-    try {
-      req = httpRequest(new URL(base), {
-        // A connection of its own: a pooled one the server just closed would fail for the client's sake.
-        agent: false,
-        method: input.method,
-        path: input.path,
-        // node:http frames no body of a GET or DELETE unless told its length: the bytes would reach
-        // the server as the start of a second, garbled request.
-        headers: {
-          ...input.headers,
-          connection: 'close',
-          ...(input.body ? { 'content-length': String(input.body.length) } : {}),
-        },
-      });
-    } catch {
-      resolve(undefined);
-      return;
-    }
-    const timer = setTimeout(() => {
-      req.destroy();
-      reject(new Error(`no answer within ${limitMs} ms: ${input.method} ${input.path.slice(0, 200)}`));
-    }, limitMs);
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        clearTimeout(timer);
-        answered++;
-        const status = res.statusCode ?? 0;
-        statuses[target][status] = (statuses[target][status] ?? 0) + 1;
-        resolve({
-          status,
-          contentType: String(res.headers['content-type'] ?? ''),
-          text: Buffer.concat(chunks).toString('utf8'),
-          location: res.headers.location,
-        });
-      });
-      res.on('error', reject);
-    });
-    req.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    req.end(input.body);
-  });
+/** Sends `input` to `base`, counting its status under `target`. */
+async function send(input: Hostile, base: string, target: Target): Promise<Answer | undefined> {
+  const answer = await sendHostile(input, base, { limitMs });
+  if (!answer) return undefined;
+  answered++;
+  statuses[target][answer.status] = (statuses[target][answer.status] ?? 0) + 1;
+  return { ...answer, location: answer.headers.location };
 }
 
 // ---------------------------------------------------------------------------------------------------

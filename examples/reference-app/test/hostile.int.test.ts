@@ -5,9 +5,10 @@
 // problem+json with a stable `code` and the status it states. fast-check generates the paths, query
 // strings, content types, bodies and Idempotency-Key values; a failure prints the shrunk request.
 import { randomUUID } from 'node:crypto';
-import { Agent, request as httpRequest } from 'node:http';
+import { Agent } from 'node:http';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type HostileAnswer, type HostileRequest, sendHostile } from './hostile-send.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
 const limitMs = 5000;
@@ -26,75 +27,26 @@ afterAll(async () => {
   console.info(`[figures] hostile reference-app requests ${JSON.stringify({ answered, statuses })}`);
 });
 
-interface Hostile {
-  method: string;
-  path: string;
-  headers: Record<string, string>;
-  body?: Buffer;
-}
+type Hostile = HostileRequest;
 
-interface Answer {
-  status: number;
-  contentType: string;
-  text: string;
+interface Answer extends HostileAnswer {
   replayed: boolean;
 }
 
 /**
- * Sends `input` to `base` (the gateway unless named) and resolves with the answer, or `undefined`
- * when node:http itself refuses to send it (a header value it will not write): such an input never
- * reaches a server. Each request has a connection of its own unless `agent` pools them.
+ * Sends `input` to `base` (the gateway unless named), counting its status; each request has a
+ * connection of its own unless `agent` pools them.
  */
-function send(
+async function send(
   input: Hostile,
   base = test.stack.gateway.url,
   agent: Agent | false = false,
 ): Promise<Answer | undefined> {
-  return new Promise((resolve, reject) => {
-    let req: ReturnType<typeof httpRequest>;
-    try {
-      req = httpRequest(new URL(base), {
-        agent,
-        method: input.method,
-        path: input.path,
-        // node:http frames no body of a GET or DELETE unless told its length: the bytes would reach
-        // the server as the start of a second, garbled request.
-        headers: {
-          ...input.headers,
-          connection: 'close',
-          ...(input.body ? { 'content-length': String(input.body.length) } : {}),
-        },
-      });
-    } catch {
-      resolve(undefined);
-      return;
-    }
-    const timer = setTimeout(() => {
-      req.destroy();
-      reject(new Error(`no answer within ${limitMs} ms`));
-    }, limitMs);
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        clearTimeout(timer);
-        answered++;
-        statuses[res.statusCode ?? 0] = (statuses[res.statusCode ?? 0] ?? 0) + 1;
-        resolve({
-          status: res.statusCode ?? 0,
-          contentType: String(res.headers['content-type'] ?? ''),
-          text: Buffer.concat(chunks).toString('utf8'),
-          replayed: res.headers['idempotent-replayed'] === 'true',
-        });
-      });
-      res.on('error', reject);
-    });
-    req.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    req.end(input.body);
-  });
+  const answer = await sendHostile(input, base, { limitMs, agent });
+  if (!answer) return undefined;
+  answered++;
+  statuses[answer.status] = (statuses[answer.status] ?? 0) + 1;
+  return { ...answer, replayed: answer.headers['idempotent-replayed'] === 'true' };
 }
 
 /** The rule every answer keeps: no 5xx, and a refusal is a problem document that names its code. */
