@@ -25,8 +25,15 @@ const columns = 'state, token, fingerprint, status, headers, body';
 const clock = 'clock_timestamp()';
 // A duration arrives as milliseconds in parameter $n and becomes an interval in SQL.
 const after = (n: number) => `(clock_timestamp() + $${n}::float8 * interval '1 millisecond')`;
-// What purge may delete (see `purge` below): `expires_at <= now` first, so the index serves it.
-const purgeable = `expires_at <= ${clock} AND (state = 'completed' OR expires_at <= ${clock} - $2::float8 * interval '1 millisecond')`;
+// What purge may delete (see `purge` below), with `now` the clock as written where it is used.
+const purgeable = (now: string) =>
+  `expires_at <= ${now} AND (state = 'completed' OR expires_at <= ${now} - $2::float8 * interval '1 millisecond')`;
+// clock_timestamp() is volatile: written bare, PostgreSQL evaluates it row by row and it cannot bound
+// an index scan, so the batch's scan walked the whole expires_at index (in order, filtering) whenever
+// fewer than a batch had expired: every steady-state call, and the last call of every drain. Read
+// through a sub-select, it is evaluated once per statement (an InitPlan) and becomes the index
+// condition, so the scan stops at the first record still live.
+const purgeClock = '(SELECT clock_timestamp())';
 
 /**
  * Builds the store's SQL for `table`. Statement names carry a hash of the table so two stores on
@@ -98,7 +105,9 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
       `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
     ),
     // Bounded: at most $1 rows per call, oldest first, skipping rows another session holds (a claim
-    // taking one over right now). The outer condition re-checks on the row actually deleted.
+    // taking one over right now). The outer condition re-checks on the row actually deleted; with the
+    // bare clock there, it filters the batch's primary-key lookups and never draws the planner to a
+    // second walk of the expires_at index.
     // A completed record goes when its retention ends. A record in progress goes only $2 ms after its
     // lease ended: a transactional handler may still be running for it, and its completion (a CAS on
     // the token alone) must find the row, since a lease that ran out with nobody taking the key over
@@ -106,8 +115,8 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
     purge: named(
       'purge',
       `DELETE FROM ${t} WHERE id IN (
-  SELECT id FROM ${t} WHERE ${purgeable} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-) AND ${purgeable}`,
+  SELECT id FROM ${t} WHERE ${purgeable(purgeClock)} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+) AND ${purgeable(clock)}`,
     ),
   };
 }

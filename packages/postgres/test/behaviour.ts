@@ -7,6 +7,7 @@ import {
   InvalidResponseError,
   recordId,
   type StoredResponse,
+  StoreUnavailableError,
 } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -213,6 +214,60 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         ).rejects.toThrow(TypeError);
         await expect(store.purgeExpired({ batchSize: 0 })).rejects.toThrow(TypeError);
       });
+
+      it('refuses malformed arguments of every operation with TypeError, before any SQL', async () => {
+        // The engine never sends these; a direct caller that does gets the misuse error, not a pg error
+        // (a NULL fingerprint is a NOT NULL violation, an infinite lease an interval out of range) or,
+        // worse, an answer: an empty token would match no row and read as "not the current holder".
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+        const misuses: Array<[string, () => Promise<unknown>]> = [
+          [
+            'claim, id not a string',
+            () => store.claim({ id: 42 as unknown as string, token: 't', fingerprint: '', leaseMs: 1_000 }),
+          ],
+          ['claim, empty token', () => store.claim({ id: freshId(), token: '', fingerprint: '', leaseMs: 1_000 })],
+          [
+            'claim, no fingerprint',
+            () =>
+              store.claim({ id: freshId(), token: 't', fingerprint: undefined as unknown as string, leaseMs: 1_000 }),
+          ],
+          ['claim, NaN lease', () => store.claim({ id: freshId(), token: 't', fingerprint: '', leaseMs: Number.NaN })],
+          [
+            'claim, infinite lease',
+            () => store.claim({ id: freshId(), token: 't', fingerprint: '', leaseMs: Number.POSITIVE_INFINITY }),
+          ],
+          ['renew, zero lease', () => store.renew({ id, token: 't', leaseMs: 0 })],
+          ['release, empty token', () => store.release({ id, token: '' })],
+          ['get, empty id', () => store.get('')],
+          ['purge, fractional batch', () => store.purgeExpired({ batchSize: 1.5 })],
+        ];
+        for (const [what, call] of misuses) await expect(call(), what).rejects.toThrow(TypeError);
+        // The renewal with a zero lease did not end the lease.
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+      });
+
+      it("hands back a body that owns its bytes, not a view into the driver's buffer", async () => {
+        // pg decodes a small bytea into a slice of Node's shared Buffer pool: a caller that passes
+        // `body.buffer` on (a Response, a worker) would send other requests' bytes along.
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id, token: 't', response: response('owned'), retentionMs: 60_000 });
+        for (const read of [
+          () => store.get(id),
+          async () => {
+            const again = await store.claim({ id, token: 'u', fingerprint: '', leaseMs: 5_000 });
+            return again.claimed ? undefined : again.record;
+          },
+        ]) {
+          const record = await read();
+          expect(record?.state).toBe('completed');
+          if (record?.state !== 'completed') return;
+          const { body } = record.response;
+          expect([body.byteOffset, body.buffer.byteLength]).toEqual([0, body.byteLength]);
+          expect(new TextDecoder().decode(new Uint8Array(body.buffer))).toBe('owned');
+        }
+      });
     });
 
     // Over the cap, exactly the cap and through the engine are describeStore()'s (harness.makeCapped);
@@ -333,6 +388,37 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(await rowExists(newer)).toBe(false);
         for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, '1000', null]) {
           await expect(store.purgeExpired({ inProgressGraceMs: bad as number })).rejects.toThrow(TypeError);
+        }
+      });
+
+      it('never purges a completed record whose retention is still running, even with no grace', async () => {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id, token: 't', response: response('kept'), retentionMs: 60_000 });
+        await store.purgeExpired({ inProgressGraceMs: 0 });
+        expect((await store.get(id))?.state).toBe('completed');
+      });
+
+      it('deletes 1000 rows a call by default, and the oldest first', async () => {
+        // A table of its own: the count and the order must not depend on what other tests left.
+        const own = `${table}_purge`;
+        await migrate(client, { table: own });
+        try {
+          const purging = postgresStore({ client, table: own });
+          // Inserted newest first, so the table's physical order is the reverse of the expiry order.
+          await sql(
+            client,
+            `INSERT INTO "${own}" (id, state, token, fingerprint, status, headers, body, expires_at)
+             SELECT 'r' || g, 'completed', 't', '', 200, '{}', '\\x', clock_timestamp() - g * interval '1 second'
+               FROM generate_series(1, 1003) AS g`,
+          );
+          expect(await purging.purgeExpired()).toBe(1000);
+          const left = await sql(client, `SELECT id FROM "${own}" ORDER BY expires_at DESC`);
+          expect(left.map((row) => row.id)).toEqual(['r1', 'r2', 'r3']);
+          expect(await purging.purgeExpired({ batchSize: 1 })).toBe(1);
+          expect((await sql(client, `SELECT id FROM "${own}" ORDER BY id`)).map((row) => row.id)).toEqual(['r1', 'r2']);
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${own}"`);
         }
       });
     });
@@ -484,6 +570,144 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(await effectCount(marker)).toBe(0);
         expect(await store.get(first.lease.id)).toBeUndefined();
         expect((await engine.begin(request)).kind).toBe('execute');
+      });
+
+      it('refuses a malformed id, token or retention with TypeError, running or committing nothing', async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        let runs = 0;
+        const handler = async () => {
+          runs++;
+          return { value: undefined, response: response('x'), retentionMs: 60_000 };
+        };
+        // An empty id or token matches no record: without the check the handler would run for nothing.
+        await expect(store.transaction({ id: '', token: 't' }, handler)).rejects.toThrow(TypeError);
+        await expect(store.transaction({ id, token: '' }, handler)).rejects.toThrow(TypeError);
+        expect(runs).toBe(0);
+        // A retention of 0 would commit a record that is gone at once, and the handler's writes with it.
+        const failure = await store
+          .transaction({ id, token: 't' }, async (tx) => {
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+            return { value: undefined, response: response('x'), retentionMs: 0 };
+          })
+          .catch((error: unknown) => error);
+        expect(failure).toBeInstanceOf(TypeError);
+        expect(await effectCount(marker)).toBe(0);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+      });
+
+      it('counts the retention from the completion, by clock_timestamp(), not from the start of the transaction', async () => {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        let during = '';
+        const result = await store.transaction({ id, token: 't' }, async (tx) => {
+          // Let the database clock move past the transaction's start (now()), polling it, not sleeping.
+          for (let moved = false; !moved; ) {
+            const { rows } = await tx.query<{ at: string; moved: boolean }>(
+              'SELECT clock_timestamp()::text AS at, clock_timestamp() > now() AS moved',
+            );
+            during = rows[0]?.at ?? '';
+            moved = rows[0]?.moved === true;
+          }
+          return { value: undefined, response: response('x'), retentionMs: 60_000 };
+        });
+        expect(result).toEqual({ committed: true, value: undefined });
+        // The record lives 60 s from its completion: no less (from BEGIN it would end before
+        // `during` + 60 s), and no more (milliseconds, not seconds).
+        const [row] = await sql(
+          client,
+          `SELECT expires_at >= $2::timestamptz + interval '60 seconds' AS from_completion,
+                  expires_at <= clock_timestamp() + interval '60 seconds' AS within
+             FROM "${table}" WHERE id = $1`,
+          [id, during],
+        );
+        expect(row).toEqual({ from_completion: true, within: true });
+      });
+
+      it('never completes nor deletes a record already completed, even with its own token', async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id, token: 't', response: response('first'), retentionMs: 60_000 });
+        // A second transactional run with the same lease (a caller bug, or a retry of the whole call)
+        // must neither overwrite the stored outcome nor, answering undefined, drop it.
+        for (const outcome of [response('second'), undefined]) {
+          const result = await store.transaction({ id, token: 't' }, async (tx) => {
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+            return { value: 'again', response: outcome, retentionMs: 60_000 };
+          });
+          expect(result).toEqual({ committed: false });
+        }
+        expect(await effectCount(marker)).toBe(0);
+        const record = await store.get(id);
+        expect(record?.state).toBe('completed');
+        if (record?.state === 'completed') expect(new TextDecoder().decode(record.response.body)).toBe('first');
+      });
+
+      it('releases a lease that ran out during the handler when nobody took it over', async () => {
+        // The same compare-and-set on the token alone as a completion: "nothing happened, let the
+        // retry run" still commits the handler's writes and frees the key.
+        const id = freshId();
+        const marker = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await expire(id);
+        const result = await store.transaction({ id, token: 't' }, async (tx) => {
+          await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+          return { value: 'released', response: undefined, retentionMs: 60_000 };
+        });
+        expect(result).toEqual({ committed: true, value: 'released' });
+        expect(await effectCount(marker)).toBe(1);
+        expect(await rowExists(id)).toBe(false);
+      });
+
+      it('releases nothing and commits nothing with a token that is no longer current', async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        await store.claim({ id, token: 'old', fingerprint: '', leaseMs: 5_000 });
+        await expire(id);
+        await store.claim({ id, token: 'new', fingerprint: '', leaseMs: 5_000 });
+        const result = await store.transaction({ id, token: 'old' }, async (tx) => {
+          await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+          return { value: 'late', response: undefined, retentionMs: 60_000 };
+        });
+        expect(result).toEqual({ committed: false });
+        expect(await effectCount(marker)).toBe(0);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'new', fingerprint: '' });
+      });
+
+      it('a COMMIT that fails for a transient reason rejects with StoreUnavailableError, and nothing persists', async () => {
+        // A deferred check runs at COMMIT; this one fails as a deferred check that could not get its
+        // lock in time would (55P03). The outcome of the commit is "not now", not a mistake in SQL.
+        const deferred = `${table}_deferred`;
+        await sql(
+          client,
+          `CREATE FUNCTION "${deferred}_fail"() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'lock not available' USING ERRCODE = '55P03'; END $$`,
+        );
+        await sql(client, `CREATE TABLE "${deferred}" (marker text)`);
+        await sql(
+          client,
+          `CREATE CONSTRAINT TRIGGER "${deferred}_check" AFTER INSERT ON "${deferred}"
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${deferred}_fail"()`,
+        );
+        try {
+          const id = freshId();
+          await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+          const failure = await store
+            .transaction({ id, token: 't' }, async (tx) => {
+              await tx.query(`INSERT INTO "${deferred}" (marker) VALUES ('x')`);
+              return { value: 1, response: response('never'), retentionMs: 60_000 };
+            })
+            .catch((error: unknown) => error);
+          expect(failure).toBeInstanceOf(StoreUnavailableError);
+          expect(failure).toMatchObject({ cause: { code: '55P03' } });
+          expect(await sql(client, `SELECT count(*)::int AS n FROM "${deferred}"`)).toEqual([{ n: 0 }]);
+          expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${deferred}"`);
+          await sql(client, `DROP FUNCTION IF EXISTS "${deferred}_fail"()`);
+        }
       });
     });
   });

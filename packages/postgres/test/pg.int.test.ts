@@ -9,6 +9,8 @@ import { describeStore } from '@idem/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate, type PgClientLike, type PostgresStore, postgresStore } from '../src/index.js';
+import { buildStatements } from '../src/statements.js';
+import { parseTableName } from '../src/table-name.js';
 import { describePostgresBehaviour } from './behaviour.js';
 import { databaseUrl, freshTable, harness, postgresAvailable, sql, testPool, uniqueTable } from './database.js';
 
@@ -431,6 +433,216 @@ describe.runIf(available)('PostgreSQL server', () => {
         await restricted.end();
         await sql(pool, `DROP TABLE IF EXISTS "${name}"`);
         await sql(pool, `DROP ROLE IF EXISTS "${role}"`);
+      }
+    });
+
+    it('a purge with fewer expired records than a batch stops at the first live one of the expires_at index', async () => {
+      // clock_timestamp() written bare cannot bound an index scan: the batch's scan then read every
+      // live record of the index, in order, to find the few expired ones (the steady state of a timer).
+      const { table: probe, drop: dropProbe } = await freshTable(pool, 'pg_purge_plan');
+      try {
+        await sql(
+          pool,
+          `INSERT INTO "${probe}" (id, state, token, fingerprint, status, headers, body, expires_at)
+           SELECT prefix || g, 'completed', 't', '', 200, '{}', '\\x', clock_timestamp() + shift
+           FROM generate_series(1, $1::int) g,
+                (VALUES ('live-', interval '1 hour'), ('gone-', interval '-1 hour')) AS kinds(prefix, shift)
+           WHERE prefix = 'live-' OR g <= 5`,
+          [20_000],
+        );
+        await sql(pool, `ANALYZE "${probe}"`);
+        const { purge } = buildStatements(parseTableName(probe), 'plan');
+        const [row] = await sql(pool, `EXPLAIN (ANALYZE, FORMAT JSON) ${purge.text}`, [1000, 60_000]);
+        const scans: Array<Record<string, unknown>> = [];
+        const walk = (node: Record<string, unknown>) => {
+          if (String(node['Index Name'] ?? '').endsWith('_expires_at')) scans.push(node);
+          for (const child of (node.Plans as Array<Record<string, unknown>> | undefined) ?? []) walk(child);
+        };
+        walk(row['QUERY PLAN'][0].Plan);
+        expect(scans.length).toBeGreaterThan(0);
+        for (const scan of scans) {
+          expect(scan['Index Cond']).toMatch(/expires_at <=/);
+          expect(Number(scan['Rows Removed by Filter'] ?? 0)).toBeLessThan(100);
+        }
+        expect(await sql(pool, `SELECT count(*)::int AS n FROM "${probe}" WHERE id LIKE 'gone-%'`)).toEqual([{ n: 0 }]);
+      } finally {
+        await dropProbe();
+      }
+    });
+
+    it('a purge skips rows another session holds locked instead of waiting for them', async () => {
+      const held = freshId();
+      const free = freshId();
+      for (const id of [held, free]) {
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id, token: 't', response: body('done'), retentionMs: 60_000 });
+        await sql(pool, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 ms' WHERE id = $1`, [id]);
+      }
+      const locker = await pool.connect();
+      let purging: Promise<number> | undefined;
+      try {
+        // A claim taking the row over right now holds exactly this lock.
+        await locker.query('BEGIN');
+        await locker.query(`SELECT 1 FROM "${table}" WHERE id = $1 FOR UPDATE`, [held]);
+        purging = store.purgeExpired();
+        const settled = await Promise.race([purging, new Promise((r) => setTimeout(r, 1_000, 'blocked'))]);
+        expect(settled).not.toBe('blocked');
+        expect(await sql(pool, `SELECT id FROM "${table}" WHERE id = ANY($1) ORDER BY id`, [[held, free]])).toEqual([
+          { id: held },
+        ]);
+      } finally {
+        await locker.query('ROLLBACK');
+        locker.release();
+        await purging;
+      }
+    });
+
+    it('two stores on two tables share one Client, prepared statements and all, each on its own table', async () => {
+      // Statement names carry a hash of the table: pg refuses a second text under a name already
+      // prepared on the connection, and a store must never run another table's statement.
+      const { table: second, drop: dropSecond } = await freshTable(pool, 'pg_second');
+      const client = new pg.Client({ connectionString: databaseUrl });
+      client.on('error', () => undefined);
+      await client.connect();
+      try {
+        const first = postgresStore({ client, table });
+        const other = postgresStore({ client, table: second });
+        const id = freshId();
+        expect(await first.claim({ id, token: 'first', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await other.claim({ id, token: 'other', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect((await first.get(id))?.token).toBe('first');
+        expect((await other.get(id))?.token).toBe('other');
+      } finally {
+        await client.end();
+        await dropSecond();
+      }
+    });
+
+    it('prepares its statements on the connection by default, and none with preparedStatements: false', async () => {
+      const prepared = async (client: pg.Client | pg.Pool) =>
+        (await sql(client, `SELECT name FROM pg_prepared_statements WHERE name LIKE 'idem\\_%'`)).map((r) => r.name);
+      // A single Client, and a Pool of one connection, so the check reads the connection the store used.
+      const single = new pg.Client({ connectionString: databaseUrl });
+      single.on('error', () => undefined);
+      await single.connect();
+      const onePool = testPool({ max: 1 });
+      try {
+        for (const client of [single, onePool]) {
+          await postgresStore({ client, table, preparedStatements: false }).get(freshId());
+          expect(await prepared(client)).toEqual([]);
+          await postgresStore({ client, table }).get(freshId());
+          expect(await prepared(client)).toEqual([expect.stringMatching(/^idem_get_[0-9a-f]{12}$/)]);
+        }
+      } finally {
+        await single.end();
+        await onePool.end();
+      }
+    });
+
+    it('destroys a transaction connection whose rollback failed, rather than handing it back mid-transaction', async () => {
+      // The handler's statement waits on a lock past query_timeout; the ROLLBACK behind it times out
+      // too, so the connection is still inside the transaction. Back in the pool, the next request
+      // would queue behind the stuck statement and then run inside that transaction.
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+      await sql(pool, `CREATE TABLE IF NOT EXISTS "${table}_effects" (marker text)`);
+      await sql(pool, `INSERT INTO "${table}_effects" (marker) VALUES ('locked')`);
+      const impatient = testPool({ max: 1, query_timeout: 300 });
+      const locker = await pool.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query(`SELECT 1 FROM "${table}_effects" FOR UPDATE`);
+        const timed = postgresStore({ client: impatient, table });
+        const failure = await timed
+          .transaction({ id, token: 't' }, async (tx) => {
+            await tx.query(`UPDATE "${table}_effects" SET marker = 'changed'`);
+            return { value: 1, response: body('x'), retentionMs: 60_000 };
+          })
+          .catch((error: unknown) => error);
+        expect(failure).toBeInstanceOf(StoreUnavailableError);
+        expect(impatient.totalCount).toBe(0);
+        // With the lock still held, the pool answers at once, on a fresh connection.
+        expect(await timed.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+      } finally {
+        await locker.query('ROLLBACK');
+        locker.release();
+        await impatient.end();
+        await sql(pool, `DROP TABLE IF EXISTS "${table}_effects"`);
+      }
+    });
+
+    it('on a single Client, a call of another store made during a transaction waits for it too', async () => {
+      // The turn queue belongs to the Client, not to one store: two stores (or a store and migrate())
+      // on one connection must not slip statements into each other's transactions.
+      const client = new pg.Client({ connectionString: databaseUrl });
+      client.on('error', () => undefined);
+      await client.connect();
+      try {
+        const first = postgresStore({ client, table });
+        const second = postgresStore({ client, table });
+        const id = freshId();
+        const other = freshId();
+        await first.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        let sideClaim: Promise<unknown> | undefined;
+        const failure = await first
+          .transaction({ id, token: 't' }, async (tx) => {
+            sideClaim = second.claim({ id: other, token: 'side', fingerprint: '', leaseMs: 5_000 });
+            await tx.query('SELECT 1');
+            throw new Error('handler failed');
+          })
+          .catch((error: unknown) => error);
+        expect((failure as Error).message).toBe('handler failed');
+        expect(await sideClaim).toEqual({ claimed: true });
+        expect(await second.get(other)).toEqual({ state: 'in_progress', token: 'side', fingerprint: '' });
+      } finally {
+        await client.end();
+      }
+    });
+
+    it('a single Client whose connection died answers every call, transactions included, with StoreUnavailableError', async () => {
+      const client = new pg.Client({ connectionString: databaseUrl });
+      const died = new Promise((resolve) => client.once('error', resolve));
+      await client.connect();
+      const single = postgresStore({ client, table });
+      const [{ pid }] = (await sql(client, 'SELECT pg_backend_pid() AS pid')) as [{ pid: number }];
+      await sql(pool, 'SELECT pg_terminate_backend($1)', [pid]);
+      await died;
+      const id = freshId();
+      for (const call of [
+        single.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 }),
+        single.get(id),
+        single.transaction({ id, token: 't' }, async () => ({ value: 1, response: body('x'), retentionMs: 60_000 })),
+      ]) {
+        await expect(call).rejects.toBeInstanceOf(StoreUnavailableError);
+      }
+      await client.end().catch(() => undefined);
+    });
+
+    it('migrate() does not count an invalid index on expires_at, as a failed concurrent build leaves one', async () => {
+      const name = uniqueTable('invalid_index');
+      await migrate(pool, { table: name });
+      try {
+        await sql(pool, `DROP INDEX "${name}_expires_at"`);
+        // Two rows with one expiry: a unique build fails, and CONCURRENTLY leaves its index behind, invalid.
+        await sql(
+          pool,
+          `INSERT INTO "${name}" (id, state, token, fingerprint, expires_at)
+           SELECT 'r' || g, 'in_progress', 't', '', timestamptz '2000-01-01' FROM generate_series(1, 2) AS g`,
+        );
+        await expect(
+          sql(pool, `CREATE UNIQUE INDEX CONCURRENTLY "${name}_broken" ON "${name}" (expires_at)`),
+        ).rejects.toMatchObject({ code: '23505' });
+        await migrate(pool, { table: name });
+        const valid = await sql(
+          pool,
+          `SELECT count(*)::int AS n FROM pg_index x
+             JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
+            WHERE x.indrelid = to_regclass($1) AND a.attname = 'expires_at' AND x.indisvalid`,
+          [name],
+        );
+        expect(valid).toEqual([{ n: 1 }]);
+      } finally {
+        await sql(pool, `DROP TABLE IF EXISTS "${name}"`);
       }
     });
 

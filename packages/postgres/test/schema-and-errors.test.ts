@@ -1,5 +1,6 @@
 // Pure unit tests: the shipped schema.sql is what migrate() runs, table names are validated before
 // they reach SQL, and infrastructure failures are told apart from mistakes.
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { StoreUnavailableError } from '@idem/core';
 import { describe, expect, it } from 'vitest';
@@ -25,6 +26,22 @@ describe('schema', () => {
     expect(index).toBe('CREATE INDEX IF NOT EXISTS "records_expires_at" ON "app"."records" (expires_at)');
   });
 
+  it('names the index `<table>_expires_at` up to 63 characters, and cuts a longer name to 43 characters, a hash and the suffix', () => {
+    // docs/stores.md: a table name of up to 52 characters keeps the plain name (exactly 63 for 52).
+    const fits = 't'.repeat(52);
+    expect(schemaStatements(fits)[1]).toBe(`CREATE INDEX IF NOT EXISTS "${fits}_expires_at" ON "${fits}" (expires_at)`);
+    const long = 'u'.repeat(53);
+    const hash = createHash('sha256').update(long).digest('hex').slice(0, 8);
+    const cut = `${long.slice(0, 43)}_${hash}_expires_at`;
+    expect(cut).toHaveLength(63);
+    expect(schemaStatements(long)[1]).toBe(`CREATE INDEX IF NOT EXISTS "${cut}" ON "${long}" (expires_at)`);
+    // The hash is of the table's own name, not of the schema-qualified one: the index lives in the
+    // table's schema, and `public.<table>` and `<table>` must name the index alike.
+    expect(schemaStatements(`app.${long}`)[1]).toBe(
+      `CREATE INDEX IF NOT EXISTS "${cut}" ON "app"."${long}" (expires_at)`,
+    );
+  });
+
   it('accepts plain identifiers and refuses everything that would need escaping', () => {
     expect(parseTableName('idem_records')).toEqual({
       name: 'idem_records',
@@ -35,6 +52,8 @@ describe('schema', () => {
     for (const bad of ['', 'a"b', 'a;b', 'a b', 'a.b.c', '.a', 'a.', '9a', 'x'.repeat(64), 'é', 42, null]) {
       expect(() => parseTableName(bad as string)).toThrow(TypeError);
     }
+    // Something that is no string at all is refused as such, not by whatever `.split` of it throws.
+    for (const bad of [42, null]) expect(() => parseTableName(bad)).toThrow(/^table must be a string/);
   });
 });
 
@@ -64,6 +83,56 @@ describe('infrastructure errors', () => {
     expect(isTransientDatabaseError(new Error('Connection terminated unexpectedly'))).toBe(true);
     expect(isTransientDatabaseError(new Error('timeout exceeded when trying to connect'))).toBe(true);
     expect(isTransientDatabaseError(new AggregateError([coded('ECONNREFUSED')], ''))).toBe(true);
+  });
+
+  it('treats every socket-level failure Node reports as unavailability', () => {
+    for (const code of [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'ECONNABORTED',
+      'ETIMEDOUT',
+      'EPIPE',
+      'ENOTFOUND',
+      'EHOSTUNREACH',
+      'ENETUNREACH',
+      'EAI_AGAIN',
+    ]) {
+      expect(isTransientDatabaseError(coded(code)), code).toBe(true);
+    }
+  });
+
+  it('treats the code-less messages of pg and PGlite for a lost or closed connection as unavailability', () => {
+    for (const message of [
+      'Connection terminated unexpectedly',
+      'Connection terminated due to connection timeout',
+      'timeout exceeded when trying to connect',
+      'Query read timeout',
+      'Client has encountered a connection error and is not queryable',
+      'Client was closed and is not queryable',
+      'Connection closed',
+      'connection is closed',
+      'Cannot use a pool after calling end on the pool',
+      'PGlite is closed',
+    ]) {
+      expect(isTransientDatabaseError(new Error(message)), message).toBe(true);
+    }
+  });
+
+  it('takes a code as a SQLSTATE class only when it is five characters long', () => {
+    // A driver or library code that merely starts like a transient class is no SQLSTATE.
+    for (const code of ['08', '0800', '080060', '53300x', '57P01 ']) {
+      expect(isTransientDatabaseError(coded(code)), code).toBe(false);
+    }
+  });
+
+  it('counts a StoreUnavailableError as unavailability, and passes it through as it is', () => {
+    const unavailable = new StoreUnavailableError('PostgreSQL store unavailable during claim');
+    expect(isTransientDatabaseError(unavailable)).toBe(true);
+    // Not wrapped a second time: the message keeps naming the operation that failed first.
+    expect(toStoreError(unavailable, 'commit')).toBe(unavailable);
+    // One from another copy of @idem/core is recognised by its name.
+    const foreign = Object.assign(new Error('unavailable'), { name: 'StoreUnavailableError' });
+    expect(isTransientDatabaseError(foreign)).toBe(true);
   });
 
   it('leaves mistakes alone: syntax, missing table, constraint violations, non-errors', () => {
