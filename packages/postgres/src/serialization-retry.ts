@@ -19,7 +19,30 @@
  */
 
 /** How often one statement is tried in all when it keeps failing with 40001. */
-export const serializationAttempts = 5;
+export const serializationAttempts = 8;
+
+/** The longest pause between two tries, in milliseconds. */
+export const maxSerializationPauseMs = 8;
+
+/**
+ * The pause before try `attempt + 1`: random, up to 1, 2, 4, then 8 ms. Writers that collide on one
+ * row (a completion and the heartbeat's renewals; SERIALIZABLE's suspected conflicts too) ran again
+ * at once would meet again; spread apart, each finds the others committed. At most about 40 ms in all.
+ */
+export function serializationPause(attempt: number): Promise<void> {
+  const ms = serializationPauseMs(attempt, Math.random());
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * The length of {@link serializationPause} for `attempt` and a draw of `random` in [0, 1).
+ *
+ * @example
+ * serializationPauseMs(3, 0.5); // 2
+ */
+export function serializationPauseMs(attempt: number, random: number): number {
+  return random * Math.min(2 ** (attempt - 1), maxSerializationPauseMs);
+}
 
 const SERIALIZATION_FAILURE = '40001';
 
@@ -40,18 +63,23 @@ export function isSerializationFailure(error: unknown): boolean {
 
 /**
  * Runs `statement` (one statement in its own transaction) and, while it fails with a serialization
- * failure, runs it again, up to {@link serializationAttempts} times in all. Any other failure, and
- * the last serialization failure, is rethrown unchanged.
+ * failure, runs it again after a short random pause ({@link serializationPause}), up to
+ * {@link serializationAttempts} times in all. Any other failure, and the last serialization failure,
+ * is rethrown unchanged.
  *
  * @example
  * const { rowCount } = await retrySerializationFailures(() => sql.run(name, text, params));
  */
-export async function retrySerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
+export async function retrySerializationFailures<T>(
+  statement: () => Promise<T>,
+  pause: (attempt: number) => Promise<void> = serializationPause,
+): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await statement();
     } catch (error) {
       if (attempt >= serializationAttempts || !isSerializationFailure(error)) throw error;
     }
+    await pause(attempt);
   }
 }

@@ -7,8 +7,10 @@ import { describe, expect, it } from 'vitest';
 import { defaultTable, isTransientDatabaseError, schemaSql, schemaStatements } from '../src/index.js';
 import {
   isSerializationFailure,
+  maxSerializationPauseMs,
   retrySerializationFailures,
   serializationAttempts,
+  serializationPauseMs,
 } from '../src/serialization-retry.js';
 import { parseTableName } from '../src/table-name.js';
 import { toStoreError } from '../src/unavailable.js';
@@ -190,14 +192,28 @@ describe("serialization failures of the store's own statements", () => {
     expect(calls).toBe(1);
   });
 
-  it('gives up after a few attempts with the last failure', async () => {
+  it('gives up after a few attempts with the last failure, pausing between tries', async () => {
     let calls = 0;
     const last = wrapped('40001');
     const always = async () => {
       calls++;
       throw calls === serializationAttempts ? last : wrapped('40001');
     };
-    await expect(retrySerializationFailures(always)).rejects.toBe(last);
+    const pauses: number[] = [];
+    const pause = async (attempt: number) => {
+      pauses.push(attempt);
+    };
+    await expect(retrySerializationFailures(always, pause)).rejects.toBe(last);
     expect(calls).toBe(serializationAttempts);
+    // One pause between two tries, none after the last, none before the first.
+    expect(pauses).toEqual(Array.from({ length: serializationAttempts - 1 }, (_, index) => index + 1));
+  });
+
+  it('pauses a random time up to 1, 2, 4, then at most 8 ms between tries', () => {
+    const caps = [1, 2, 3, 4, 5, 7].map((attempt) => serializationPauseMs(attempt, 1));
+    expect(caps).toEqual([1, 2, 4, 8, maxSerializationPauseMs, maxSerializationPauseMs]);
+    expect(maxSerializationPauseMs).toBe(8);
+    expect(serializationPauseMs(3, 0)).toBe(0);
+    expect(serializationPauseMs(3, 0.5)).toBe(2);
   });
 });
