@@ -5,6 +5,7 @@ import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
+import { sendHostile } from './hostile-send.js';
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
 // The gateway trusts a test issuer whose key only this file holds; tokens are minted per test.
@@ -483,5 +484,22 @@ describe('gateway: its own refusals are problem+json', () => {
     expect(response.headers.get('cache-control')).toBe('no-store');
     expect(response.json()).toMatchObject({ status: 400, code: 'path_malformed', retryable: false });
     expect(response.text).not.toContain('%E0');
+  });
+
+  // URL parsing reads `\` as `/`: the proxy resolved `/\evil.example/x` to another host (and refused
+  // it with an error of no status, a 500), and `/\?` did not parse at all (a 500 too).
+  it.each([
+    ['a backslash that would name another host', '/\\evil.example/photos'],
+    ['a backslash before the query', '/\\?'],
+    ['a backslash inside the path', '/photos\\..\\settings'],
+  ])('answers %s with 400 path_malformed, before anything is forwarded', async (_name, path) => {
+    // fetch would turn the backslashes into slashes before sending; node:http sends them as they are.
+    const answer = await sendHostile(
+      { method: 'GET', path, headers: { authorization: `Bearer ${await mint()}` } },
+      stack.gateway.url,
+    );
+    expect(answer?.status).toBe(400);
+    expect(answer?.contentType).toMatch(/^application\/problem\+json/);
+    expect(JSON.parse(answer?.text ?? '{}')).toMatchObject({ status: 400, code: 'path_malformed' });
   });
 });

@@ -24,6 +24,19 @@ export const upstreamProblem = (status: 502 | 504): ProblemDetails => ({
 });
 
 /**
+ * The problem of a request path the gateway will not forward: one that does not decode, climbs out of
+ * its service with `..`, or holds a backslash (which URL parsing reads as a slash, up to another host).
+ */
+export const pathMalformedProblem: ProblemDetails = {
+  type: problemType('path_malformed'),
+  title: 'The request path is not valid',
+  status: 400,
+  detail: 'The path does not decode as UTF-8, holds a backslash, or climbs out of its service with "..".',
+  code: 'path_malformed',
+  retryable: false,
+};
+
+/**
  * The problem for an error Fastify or `@fastify/reply-from` raised before the request reached a
  * service: a path that does not decode (`%E0%A4%A`, Fastify's FST_ERR_BAD_URL), one that climbs out
  * with `..` (reply-from), 413 and 415 with the API's codes (`body_too_large`,
@@ -60,16 +73,7 @@ export function frameworkProblem(error: unknown): ProblemDetails {
       retryable: false,
     };
   }
-  if (status === 400 && (code === 'FST_ERR_BAD_URL' || isPathRefusal(error))) {
-    return {
-      type: problemType('path_malformed'),
-      title: 'The request path is not valid',
-      status,
-      detail: 'The path does not decode as UTF-8, or it climbs out of its service with "..".',
-      code: 'path_malformed',
-      retryable: false,
-    };
-  }
+  if (status === 400 && (code === 'FST_ERR_BAD_URL' || isPathRefusal(error))) return { ...pathMalformedProblem };
   // A timeout or an overload (502, 503, 504) may pass: the same problems as an upstream that could not
   // be reached, retryable. Anything else is the gateway's own fault.
   if (status === 502 || status === 504) return { ...upstreamProblem(status) };

@@ -12,7 +12,7 @@ import {
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
-import { frameworkProblem, sendProblem, upstreamProblem } from './problems.js';
+import { frameworkProblem, pathMalformedProblem, sendProblem, upstreamProblem } from './problems.js';
 
 /** Another service behind the gateway, reached for every path under `prefix`. */
 export interface GatewayUpstream {
@@ -97,6 +97,20 @@ const strippedCredentials = ['cookie', 'proxy-authorization'];
  * console.log(gateway.url); // http://localhost:8080
  * ```
  */
+/**
+ * True when the request target `url` resolves, against `origin`, to a path on that origin. WHATWG URL
+ * parsing, which the proxy uses, reads a backslash as a slash: `/\\evil.example/x` names another
+ * host (the proxy then refuses it with an error of no status, a 500) and `/\\?` does not parse at
+ * all. A backslash has no place in a request target (RFC 3986 has it percent-encoded), so such a
+ * path is refused as malformed before it reaches the proxy.
+ */
+function staysOnOrigin(url: string, origin: string): boolean {
+  if (url.includes('\\')) return false;
+  // The proxy's own rule: a target starting `//` is a path, not a network-path reference.
+  const target = URL.parse(url.startsWith('//') ? `.${url}` : url, origin);
+  return target !== null && target.origin === new URL(origin).origin;
+}
+
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   const apiAudience = options.apiAudience ?? 'reference-api';
   const upstreams = options.upstreams ?? [];
@@ -189,6 +203,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     handler: async (request, reply) => {
       if (!ready || !request.auth) return sendProblem(reply, 503, upstreamProblem(502));
       const upstream = upstreamOf(request.url);
+      if (!staysOnOrigin(request.url, upstream?.url ?? options.apiUrl)) {
+        return sendProblem(reply, 400, pathMalformedProblem);
+      }
       const forwarded = await forwardHeaders(request, {
         issuer: ready.internal,
         audience: upstream?.audience ?? apiAudience,
