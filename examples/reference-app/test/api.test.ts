@@ -185,6 +185,11 @@ describe('POST /charges', () => {
     [{ amount: 100, currency: 'euro' }, ['currency']],
     [{ amount: 100 }, ['currency']],
     [{ amount: 100, currency: 'EUR', status: 'refunded' }, ['status']],
+    [{ amount: 100_000_001, currency: 'EUR' }, ['amount']],
+    [{ amount: 2 ** 53, currency: 'EUR' }, ['amount']],
+    // Three capital letters and nothing else: the pattern is anchored at both ends.
+    [{ amount: 100, currency: 'EURO' }, ['currency']],
+    [{ amount: 100, currency: 'xEUR' }, ['currency']],
   ])('refuses %j with 422 naming %j, without using up the key', async (body, invalid) => {
     const key = `"${randomUUID()}"`;
     const refused = await call('POST', '/charges', { body, headers: { 'idempotency-key': key } });
@@ -197,6 +202,34 @@ describe('POST /charges', () => {
     expect(fixed.status).toBe(201);
   });
 
+  it('needs charges:write: a token without it charges nothing, and leaves the key free', async () => {
+    const key = `"${randomUUID()}"`;
+    const before = await count('api_charges');
+    const refused = await call('POST', '/charges', {
+      scope: 'photos:read photos:write stock:read settings:read settings:write',
+      body: { amount: 100, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get('www-authenticate')).toContain('scope="charges:write"');
+    expect(refused.body).toMatchObject({ code: 'insufficient_scope' });
+    expect(await count('api_charges')).toBe(before);
+    const allowed = await call('POST', '/charges', {
+      body: { amount: 100, currency: 'EUR' },
+      headers: { 'idempotency-key': key },
+    });
+    expect(allowed.status).toBe(201);
+    expect(allowed.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('accepts the bounds of an amount, 1 and 100 000 000', async () => {
+    for (const amount of [1, 100_000_000]) {
+      const made = await call('POST', '/charges', { body: { amount, currency: 'EUR' } });
+      expect(made.status).toBe(201);
+      expect(made.body).toMatchObject({ amount, currency: 'EUR' });
+    }
+  });
+
   it('answers 400 for malformed JSON, 415 for another media type, 413 for a large body', async () => {
     expect(
       (await call('POST', '/charges', { raw: '{"amount":', headers: { 'content-type': 'application/json' } })).body,
@@ -207,6 +240,20 @@ describe('POST /charges', () => {
     const large = await call('POST', '/charges', { body: { amount: 1, currency: 'EUR', pad: 'x'.repeat(10_000) } });
     expect(large.status).toBe(413);
     expect(large.body).toMatchObject({ code: 'body_too_large' });
+  });
+
+  it('refuses a JSON array as the body with 422: a body must be an object, whatever its items', async () => {
+    for (const [method, path] of [
+      ['POST', '/charges'],
+      ['PUT', '/settings'],
+      ['PUT', '/stock/item-1'],
+    ] as const) {
+      const refused = await call(method, path, {
+        roles: ['admin'],
+        body: [{ amount: 100, currency: 'EUR', theme: 'dark', level: 1 }],
+      });
+      expect(refused.body, path).toMatchObject({ status: 422, code: 'validation_failed', invalid: [] });
+    }
   });
 
   it('answers 415 for JSON in a charset other than UTF-8, and keeps the key free', async () => {
@@ -272,6 +319,46 @@ describe('stock', () => {
 
   it('needs stock:read', async () => {
     expect((await call('GET', '/stock?item=item-1', { scope: 'photos:read' })).status).toBe(403);
+    // The batch is a read too, under the same scope.
+    const batch = await call('POST', '/stock/batch', { scope: 'photos:read', body: { items: ['item-1'] } });
+    expect(batch.status).toBe(403);
+    expect(batch.headers.get('www-authenticate')).toContain('scope="stock:read"');
+  });
+
+  it.each(['item%201', '%00', 'item-1%00', 'x'.repeat(65), 'item-1/..'])(
+    'GET /stock?item=%s (not a possible item id) is 422 validation_failed, never looked up',
+    async (item) => {
+      const response = await call('GET', `/stock?item=${item}`);
+      expect(response.status).toBe(422);
+      expect(response.body).toMatchObject({ code: 'validation_failed', invalid: ['item'] });
+    },
+  );
+
+  it('accepts an id of 64 characters, the longest one an item may have', async () => {
+    expect((await call('GET', `/stock?item=${'x'.repeat(64)}`)).body).toMatchObject({
+      status: 404,
+      code: 'unknown_item',
+    });
+  });
+
+  it('PUT /stock takes the bounds of a level, 0 and 1 000 000, and refuses beyond or between', async () => {
+    const put = (level: unknown) => call('PUT', '/stock/item-13', { roles: ['admin'], body: { level } });
+    expect(await put(0)).toMatchObject({ status: 200, body: { item: 'item-13', level: 0 } });
+    expect(await put(1_000_000)).toMatchObject({ status: 200, body: { item: 'item-13', level: 1_000_000 } });
+    for (const level of [1_000_001, 1.5, '5', null]) {
+      expect((await put(level)).body, JSON.stringify(level)).toMatchObject({ status: 422, invalid: ['level'] });
+    }
+    expect((await call('GET', '/stock?item=item-13')).body.level).toBe(1_000_000);
+  });
+
+  it('PUT /stock/<id> answers an impossible id 404 before it reads the body', async () => {
+    const response = await call('PUT', '/stock/item-1%00', {
+      roles: ['admin'],
+      raw: '{"level":',
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(response.status).toBe(404);
+    expect(response.body).toMatchObject({ code: 'unknown_item' });
   });
 
   it('POST /stock/batch with 40 items returns 40 levels, in the order asked', async () => {
@@ -299,7 +386,18 @@ describe('stock', () => {
     expect(unknown.body).toMatchObject({ code: 'unknown_item', unknownItems: ['nope-1'] });
     expect((await call('POST', '/stock/batch', { body: { items: [] } })).status).toBe(422);
     expect((await call('POST', '/stock/batch', { body: { items: [1, 2] } })).status).toBe(422);
+    // Ids no item can have are refused before any lookup, NUL (which PostgreSQL refuses) included.
+    for (const item of ['item\u00001', 'item 1', 'x'.repeat(65)]) {
+      expect((await call('POST', '/stock/batch', { body: { items: ['item-1', item] } })).body).toMatchObject({
+        status: 422,
+        code: 'validation_failed',
+      });
+    }
     expect((await call('POST', '/stock/batch', { body: ['item-1'] })).status).toBe(422);
+    expect((await call('POST', '/stock/batch', { body: { items: ['item-1'], extra: true } })).body).toMatchObject({
+      status: 422,
+      invalid: ['items', 'extra'],
+    });
   });
 
   it('PUT /stock/<id> sets an absolute level for an admin; twice leaves the same state', async () => {
@@ -375,6 +473,8 @@ describe('photos', () => {
 
   it("GET /photos lists only the caller's photos", async () => {
     expect(ids(await call('GET', '/photos', { as: 'user-bob' }))).toEqual(['photo-bob-1', 'photo-bob-2']);
+    // A user's own list: no shared cache may keep it.
+    expect((await call('GET', '/photos', { as: 'user-bob' })).headers.get('cache-control')).toBe('private, no-store');
     const alice = ids(await call('GET', '/photos'));
     expect(alice.length).toBeGreaterThan(0);
     expect(alice.every((id) => id.startsWith('photo-alice-'))).toBe(true);
@@ -396,6 +496,13 @@ describe('photos', () => {
       'photo-alice-3',
     ]);
     expect(rows).toHaveLength(1);
+    // The second DELETE changes nothing at all, not even the time of the deletion.
+    const deletedAt = rows[0]?.deleted_at;
+    expect((await call('DELETE', '/photos/photo-alice-3')).status).toBe(204);
+    const again = await db.query<{ deleted_at: Date }>('select deleted_at from api_photos where id = $1', [
+      'photo-alice-3',
+    ]);
+    expect(again.rows[0]?.deleted_at).toEqual(deletedAt);
   });
 
   it("cannot delete another user's photo (404, nothing changes)", async () => {
@@ -542,6 +649,9 @@ describe('POST /photos (non-transactional: keys in Redis with REDIS_URL, in SQL 
 describe('settings', () => {
   it('GET gives the defaults; PUT twice leaves the same state; other users are unaffected', async () => {
     expect((await call('GET', '/settings', { as: 'user-carol' })).body).toEqual({ theme: 'light' });
+    expect((await call('GET', '/settings', { as: 'user-carol' })).headers.get('cache-control')).toBe(
+      'private, no-store',
+    );
     const first = await call('PUT', '/settings', { as: 'user-carol', body: { theme: 'dark' } });
     const second = await call('PUT', '/settings', { as: 'user-carol', body: { theme: 'dark' } });
     expect(first).toMatchObject({ status: 200, body: { theme: 'dark' } });
@@ -561,6 +671,15 @@ describe('settings', () => {
       invalid: ['font'],
     });
     expect((await call('PUT', '/settings', { scope: 'photos:read', body: { theme: 'dark' } })).status).toBe(403);
+    // Reading is not writing: settings:read alone changes nothing.
+    const readOnly = await call('PUT', '/settings', {
+      as: 'user-erin',
+      scope: 'settings:read',
+      body: { theme: 'dark' },
+    });
+    expect(readOnly.status).toBe(403);
+    expect(readOnly.headers.get('www-authenticate')).toContain('scope="settings:write"');
+    expect((await call('GET', '/settings', { as: 'user-erin' })).body).toEqual({ theme: 'light' });
   });
 
   it('GET needs settings:read: a token without it reads nothing', async () => {

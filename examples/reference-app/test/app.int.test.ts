@@ -1133,6 +1133,51 @@ describe.each([
     expect(await store.get(id)).toEqual({ tokens: tokens('rt-1') });
   });
 
+  const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
+  const secondsLeft = async (id: string) =>
+    (
+      await own.query<{ left: number }>(
+        'select extract(epoch from expires_at - now())::float8 as left from app_sessions where id_hash = $1',
+        [hashOf(id)],
+      )
+    ).rows[0]?.left;
+  const age = (id: string) =>
+    own.query(`update app_sessions set expires_at = now() - interval '1 second' where id_hash = $1`, [hashOf(id)]);
+
+  it('issues ids of 256 random bits, base64url', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 60 });
+    const ids = [await store.create({}), await store.create({})];
+    for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(ids[0]).not.toBe(ids[1]);
+  });
+
+  it('extends a session it updates to the full TTL, so a signed-in session in use stays alive', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 600 });
+    const id = await store.create({ user: { sub: 'user-alice' } }, 5);
+    expect(await secondsLeft(id)).toBeLessThanOrEqual(5);
+    await store.update(id, { flash: { title: 'Theme', lines: [] } });
+    expect(await secondsLeft(id)).toBeGreaterThan(590);
+  });
+
+  it('never brings an expired session back: update and takeFlash leave it expired and unseen', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 600 });
+    const id = await store.create({ user: { sub: 'user-alice' }, flash: { title: 'Theme', lines: [] } });
+    await age(id);
+    await store.update(id, { tokens: tokens('rt-late') });
+    expect(await secondsLeft(id)).toBeLessThan(0);
+    expect(await store.get(id)).toBeUndefined();
+    expect(await store.takeFlash(id)).toBeUndefined();
+  });
+
+  it('deletes more expired rows per create than it adds, so abandoned sign-ins cannot pile up', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 60 });
+    const stale = [await store.create({}), await store.create({}), await store.create({})];
+    for (const id of stale) await age(id);
+    await store.create({});
+    const { rows } = await own.query<{ id_hash: string }>('select id_hash from app_sessions where expires_at <= now()');
+    for (const id of stale) expect(rows.map((row) => row.id_hash)).not.toContain(hashOf(id));
+  });
+
   it('deletes expired rows when it creates one', async () => {
     const store = createSessionStore(own, { ttlSeconds: 60 });
     const stale = await store.create({});

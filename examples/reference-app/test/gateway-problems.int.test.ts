@@ -52,7 +52,11 @@ describe('frameworkProblem', () => {
     const { frameworkProblem } = await import('../src/gateway/problems.js');
     const raised = (statusCode: number, code?: string, message = 'x') =>
       Object.assign(new Error(message), { statusCode, code });
-    expect(frameworkProblem(raised(400, 'FST_ERR_BAD_URL'))).toMatchObject({ status: 400, code: 'path_malformed' });
+    expect(frameworkProblem(raised(400, 'FST_ERR_BAD_URL'))).toMatchObject({
+      status: 400,
+      code: 'path_malformed',
+      retryable: false,
+    });
     expect(frameworkProblem(raised(400, undefined, 'source/request contain invalid characters'))).toMatchObject({
       code: 'path_malformed',
     });
@@ -63,10 +67,12 @@ describe('frameworkProblem', () => {
     expect(frameworkProblem(raised(413, 'FST_ERR_CTP_BODY_TOO_LARGE'))).toMatchObject({
       status: 413,
       code: 'body_too_large',
+      retryable: false,
     });
     expect(frameworkProblem(raised(415, 'FST_ERR_CTP_INVALID_MEDIA_TYPE'))).toMatchObject({
       status: 415,
       code: 'unsupported_media_type',
+      retryable: false,
     });
     expect(frameworkProblem(raised(503))).toMatchObject({ status: 503, code: 'upstream_unavailable', retryable: true });
     expect(frameworkProblem(raised(504))).toMatchObject({ status: 504, code: 'upstream_timeout', retryable: true });
@@ -76,5 +82,9 @@ describe('frameworkProblem', () => {
       retryable: true,
     });
     expect(frameworkProblem(raised(599))).toMatchObject({ status: 500, code: 'internal_error' });
+    // A status outside 400 to 599 on an error is no answer to pass on: the gateway's own fault.
+    for (const status of [302, 399, 600]) {
+      expect(frameworkProblem(raised(status))).toMatchObject({ status: 500, code: 'internal_error' });
+    }
   });
 });

@@ -362,9 +362,114 @@ describe('login and consent pages', () => {
       { origin: 'https://evil.example' },
     );
     expect(crossSite.response.status).toBe(403);
+    // The origin is compared whole: a host that only starts like ours is another site.
+    const lookalike = await agent.postForm(
+      action,
+      { csrf: formField(page.body, 'csrf'), username: 'alice', password: alice.password },
+      { origin: `${new URL(auth()).origin}.evil.example` },
+    );
+    expect(lookalike.response.status).toBe(403);
     // The same form, posted properly, still works: the refusals did not burn the interaction.
     const ok = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), ...alice });
     expect(ok.response.status).toBe(303);
+  });
+
+  it('takes a login post with Origin: null (what no-referrer makes browsers send) or its own origin', async () => {
+    for (const origin of ['null', new URL(auth()).origin]) {
+      const { agent, page } = await loginPage();
+      const action = new URL(formAction(page.body, 'login'), auth()).href;
+      const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), ...alice }, { origin });
+      expect(step.response.status, origin).toBe(303);
+      // The redirect after a password was posted is never kept by a cache.
+      expect(step.response.headers.get('cache-control')).toBe('no-store');
+    }
+  });
+
+  it('refuses a consent post without its CSRF token or from another origin, and allows the proper one', async () => {
+    const { agent, page } = await loginPage();
+    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
+      csrf: formField(page.body, 'csrf'),
+      ...alice,
+    });
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
+    const action = new URL(formAction(consent.body, 'consent'), auth()).href;
+    const csrf = formField(consent.body, 'csrf');
+    // A cross-site page must not be able to make alice allow access she never saw.
+    expect((await agent.postForm(action, {})).response.status).toBe(403);
+    expect((await agent.postForm(action, { csrf: 'forged' })).response.status).toBe(403);
+    expect((await agent.postForm(action, { csrf }, { origin: 'https://evil.example' })).response.status).toBe(403);
+    const allowed = await agent.postForm(action, { csrf });
+    expect(allowed.response.status).toBe(303);
+    expect(allowed.response.headers.get('cache-control')).toBe('no-store');
+  });
+
+  it('refuses a login posted to a sign-in already at consent, and a consent posted before the login', async () => {
+    const { agent, page } = await loginPage();
+    const csrf = formField(page.body, 'csrf');
+    const loginAction = new URL(formAction(page.body, 'login'), auth()).href;
+    // Consent before anyone signed in: there is nobody to allow anything for.
+    const early = await agent.postForm(loginAction.replace(/\/login$/, '/consent'), { csrf });
+    expect(early.response.status).toBe(400);
+    expect(early.body).toContain('Nothing to allow');
+    // Signed in as alice, the same sign-in is at consent: a second login (as bob) must not run.
+    const login = await agent.postForm(loginAction, { csrf, ...alice });
+    expect(login.response.status).toBe(303);
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    const again = await agent.postForm(loginAction, { csrf: formField(consent.body, 'csrf'), ...bob });
+    expect(again.response.status).toBe(400);
+    expect(again.body).toContain('Nothing to sign in');
+  });
+
+  it('never echoes back a username holding a control character, and keeps a plain one in the form', async () => {
+    for (const [username, shown] of [
+      ['ali\u0007ce', ''],
+      ['mallory', 'mallory'],
+    ] as const) {
+      const { agent, page } = await loginPage();
+      const action = new URL(formAction(page.body, 'login'), auth()).href;
+      const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: 'nope' });
+      expect(step.body).toContain('Invalid username or password');
+      expect(step.body).toContain(`id="username" name="username" autocomplete="username" required value="${shown}"`);
+    }
+  });
+
+  it('refuses an abort (Cancel) posted without the CSRF token: a cross-site post cannot cancel a sign-in', async () => {
+    const { agent, page } = await loginPage();
+    const abort = new URL(formAction(page.body, 'login'), auth()).href.replace(/\/login$/, '/abort');
+    const forged = await agent.postForm(abort, {});
+    expect(forged.response.status).toBe(403);
+    expect(forged.response.headers.get('location')).toBeNull();
+    // The sign-in goes on: the same form still signs alice in.
+    const ok = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
+      csrf: formField(page.body, 'csrf'),
+      ...alice,
+    });
+    expect(ok.response.status).toBe(303);
+  });
+
+  it('refuses a consent posted while the provider asks the signed-in user to log in again (prompt=login)', async () => {
+    const agent = createUserAgent();
+    const params = {
+      clientId: app.clientId,
+      redirectUri: app.redirectUri,
+      challenge: pkcePair().challenge,
+      challengeMethod: 'S256',
+    };
+    const first = await agent.follow(authorizationUrl(auth(), params));
+    const login = await agent.postForm(new URL(formAction(first.body, 'login'), auth()).href, {
+      csrf: formField(first.body, 'csrf'),
+      ...alice,
+    });
+    expect(login.response.status).toBe(303);
+    // Alice has a session now; prompt=login asks her to authenticate again before anything is allowed.
+    const again = await agent.follow(authorizationUrl(auth(), { ...params, prompt: 'login' }));
+    const loginAction = new URL(formAction(again.body, 'login'), auth()).href;
+    const skipped = await agent.postForm(loginAction.replace(/\/login$/, '/consent'), {
+      csrf: formField(again.body, 'csrf'),
+    });
+    expect(skipped.response.status).toBe(400);
+    expect(skipped.body).toContain('Nothing to allow');
   });
 
   it('redirects with 303 after the login and consent posts (row 28)', async () => {
@@ -1109,6 +1214,17 @@ describe('storage on the shared database', () => {
     expect(await adapter.find('consume-once')).toBeUndefined();
   });
 
+  it('finds a row only under its own model: an access token id is no refresh token, code or client', async () => {
+    const adapter = sqlAdapterFactory(db);
+    await adapter('AccessToken').upsert('one-model-only', { grantId: 'g-one-model', uid: 'u-one-model' }, 60);
+    expect(await adapter('AccessToken').find('one-model-only')).toMatchObject({ grantId: 'g-one-model' });
+    for (const model of ['RefreshToken', 'AuthorizationCode', 'Client', 'Session']) {
+      expect(await adapter(model).find('one-model-only'), model).toBeUndefined();
+    }
+    expect(await adapter('Session').findByUid('u-one-model')).toBeUndefined();
+    await adapter('AccessToken').revokeByGrantId('g-one-model');
+  });
+
   it("revokes every token of a grant, whichever model's adapter is asked, and leaves an interaction naming it", async () => {
     const adapter = sqlAdapterFactory(db);
     const grantId = 'g-revoke-tokens';
@@ -1120,6 +1236,12 @@ describe('storage on the shared database', () => {
     expect(await adapter('RefreshToken').find('rt-of-grant')).toBeUndefined();
     // A sign-in still to be resumed: the account switch revokes alice's grants before it goes on for bob.
     expect(await adapter('Interaction').find('sign-in-naming-grant')).toEqual({ grantId });
+    // The grant itself and the session are no tokens either; oidc-provider destroys those on its own.
+    await adapter('Grant').upsert(grantId, { accountId: 'user-alice', grantId }, 60);
+    await adapter('Session').upsert('session-naming-grant', { grantId }, 60);
+    await adapter('RefreshToken').revokeByGrantId(grantId);
+    expect(await adapter('Grant').find(grantId)).toMatchObject({ accountId: 'user-alice' });
+    expect(await adapter('Session').find('session-naming-grant')).toEqual({ grantId });
   });
 
   // Two racing resumes of one finished sign-in both read its interaction before either destroyed it,
@@ -1160,6 +1282,22 @@ describe('storage on the shared database', () => {
     }
     await expect(adapter.upsert('id\u0000', { uid: 'u' }, 60)).rejects.toMatchObject({ error: 'invalid_request' });
     expect(await adapter.find('holds-nul')).toBeUndefined();
+  });
+
+  it("sets a row's expiry from the database's clock, by the lifetime oidc-provider gives, and none without one", async () => {
+    const adapter = sqlAdapterFactory(db)('AccessToken');
+    await adapter.upsert('lives-60s', { grantId: 'g-lifetime' }, 59.2);
+    await adapter.upsert('lives-forever', { grantId: 'g-lifetime' }, undefined);
+    const { rows } = await db.query<{ id: string; left: number | null }>(
+      `select id, extract(epoch from expires_at - now())::float8 as left from idp_models
+       where model = 'AccessToken' and id in ('lives-60s', 'lives-forever') order by id`,
+    );
+    const left = new Map(rows.map((row) => [row.id, row.left]));
+    expect(left.get('lives-forever')).toBeNull();
+    // Rounded up to whole seconds, never down: a token does not die before oidc-provider said.
+    expect(left.get('lives-60s')).toBeGreaterThan(59);
+    expect(left.get('lives-60s')).toBeLessThanOrEqual(60);
+    await adapter.revokeByGrantId('g-lifetime');
   });
 
   it('does not return expired rows', async () => {

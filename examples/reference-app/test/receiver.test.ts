@@ -139,6 +139,8 @@ describe('receiver: what is refused', () => {
   it.each([
     ['no token', ''],
     ['a wrong token', '?token=not-the-token'],
+    // 256 bits of zeros: the token is random, not a constant anyone could know.
+    ['a guessable token', `?token=${'A'.repeat(43)}`],
     ['the token twice', () => `?${new URL(stack.receiver.pageUrl).search.slice(1)}&token=x`],
   ])('shows the events page to nobody with %s: 403, no event in it', async (_name, query) => {
     const charge = await createCharge(4321);
@@ -325,6 +327,42 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     expect(shown.notes).toEqual([]);
   });
 
+  it('refuses a note from a caller with events:write but without the admin role: the scope alone is not enough', async () => {
+    const charge = await createCharge(62);
+    await stack.api.relayOnce();
+    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await mint([], 'events:write')}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: JSON.stringify({ text: 'Not an admin' }),
+    });
+    expect(response.status).toBe(403);
+    expect(response.headers.get('www-authenticate')).toContain('error="insufficient_scope"');
+    const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
+    expect(shown.notes).toEqual([]);
+  });
+
+  it('adds notes only under /notes: a POST to the event itself is no route, and adds nothing', async () => {
+    const charge = await createCharge(63);
+    await stack.api.relayOnce();
+    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}`, stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: JSON.stringify({ text: 'Posted to the event' }),
+    });
+    expect(response.status).toBe(404);
+    expect(await response.json()).toMatchObject({ code: 'route_not_found' });
+    const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
+    expect(shown.notes).toEqual([]);
+  });
+
   it.each(['%00', 'evt_1%00', 'evt.1'])(
     'answers 404 event_not_found for an id no event can have (%s), not a 500',
     async (id) => {
@@ -366,7 +404,12 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     const first = await note('"note-1"');
     expect(first.status).toBe(201);
     const created = (await first.json()) as { id: number; author: string; text: string };
-    expect(created).toMatchObject({ eventId: `evt_${charge.id}`, text: 'Customer called about this one' });
+    // The author is the admin the internal token names, never a name the client sent.
+    expect(created).toMatchObject({
+      eventId: `evt_${charge.id}`,
+      author: 'user-alice',
+      text: 'Customer called about this one',
+    });
     const retry = await note('"note-1"');
     expect(retry.status).toBe(201);
     expect(retry.headers.get('idempotent-replayed')).toBe('true');
@@ -447,6 +490,46 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     expect(await response.json()).toMatchObject({ text: 'Compressed on the way' });
   });
 
+  it('keeps a note without the blanks around it', async () => {
+    const charge = await createCharge(65);
+    await stack.api.relayOnce();
+    const response = await postNote(`evt_${charge.id}`, { text: '  \n Checked twice.\t ' });
+    expect(response.status).toBe(201);
+    expect(await response.json()).toMatchObject({ text: 'Checked twice.' });
+  });
+
+  it('takes a note of 500 characters and refuses one of 501 with 422', async () => {
+    const charge = await createCharge(64);
+    await stack.api.relayOnce();
+    expect((await postNote(`evt_${charge.id}`, { text: 'n'.repeat(500) })).status).toBe(201);
+    // Counted as stored, trimmed: the blanks around a note of 500 characters do not make it 502.
+    const padded = await postNote(`evt_${charge.id}`, { text: ` ${'p'.repeat(500)}\n` });
+    expect(padded.status).toBe(201);
+    expect(await padded.json()).toMatchObject({ text: 'p'.repeat(500) });
+    const long = await postNote(`evt_${charge.id}`, { text: 'n'.repeat(501) });
+    expect(long.status).toBe(422);
+    expect(await long.json()).toMatchObject({ code: 'validation_failed' });
+  });
+
+  it('inflates a compressed note only up to the body limit: a small gzip bomb is 413, not read whole', async () => {
+    const charge = await createCharge(66);
+    await stack.api.relayOnce();
+    // About 100 bytes on the wire, 1 MiB once inflated.
+    const bomb = gzipSync(JSON.stringify({ text: ' '.repeat(1024 * 1024) }));
+    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
+        'content-type': 'application/json',
+        'content-encoding': 'gzip',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: bomb,
+    });
+    expect(response.status).toBe(413);
+    expect(await response.json()).toMatchObject({ code: 'body_too_large' });
+  });
+
   it('keeps line breaks and tabs in a note: an operator may write several lines', async () => {
     const charge = await createCharge(59);
     await stack.api.relayOnce();
@@ -459,5 +542,17 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     const response = await admin('/webhook-events-x');
     expect(response.status).toBe(404);
     expect(await response.json()).toMatchObject({ code: 'route_not_found' });
+  });
+
+  it('keeps a path that only starts like the prefix out of the admin API at the receiver itself', async () => {
+    // Straight to the receiver's port: the gateway's routing cannot hide a prefix match that is too wide.
+    for (const path of ['/webhook-events-x', '/webhook-eventsx/notes']) {
+      const get = await fetch(new URL(path, stack.receiver.url));
+      expect(get.status, path).toBe(404);
+      expect(await get.json()).toMatchObject({ code: 'route_not_found' });
+    }
+    const post = await fetch(new URL('/webhook-eventsx/notes', stack.receiver.url), { method: 'POST', body: '{}' });
+    expect(post.status).toBe(404);
+    expect(await post.json()).toMatchObject({ code: 'route_not_found' });
   });
 });

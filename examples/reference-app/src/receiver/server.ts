@@ -319,7 +319,7 @@ function decodedNote(bytes: Buffer, encoding: string): Buffer | null {
 }
 
 /**
- * Reads the note's body and answers 422 unless it is a JSON object whose `text` is 1 to
+ * Reads the note's body and answers 422 unless it is a JSON object whose `text`, trimmed, is 1 to
  * {@link maxNoteLength} characters without control characters but tab and line feed; a valid text
  * goes to `ctx.state.note`. The bytes are put back into the stream, so the idempotency middleware
  * after it fingerprints them as they came. A body over the limit is left to that middleware's 413.
@@ -337,10 +337,12 @@ async function validNote(ctx: Context, next: Next): Promise<unknown> {
   } catch {
     text = undefined;
   }
+  // The length is the stored note's, trimmed, as a photo title's is.
+  const kept = typeof text === 'string' ? text.trim() : '';
   if (
     typeof text !== 'string' ||
-    text.trim().length === 0 ||
-    text.length > maxNoteLength ||
+    kept.length === 0 ||
+    kept.length > maxNoteLength ||
     hasControlCharacters(text, { allowLines: true })
   ) {
     sendProblem(
