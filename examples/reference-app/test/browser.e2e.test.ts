@@ -11,12 +11,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+import type { RunningReferenceApp } from '../src/start.js';
+import { startWholeStack, type WholeStack } from './test-stack.js';
 
 const executablePath = '/usr/bin/chromium';
 const hasChromium = existsSync(executablePath);
@@ -33,8 +33,8 @@ const updateScreenshots = process.env.UPDATE_SCREENSHOTS === '1';
 const alice = demoUsers.find((user) => user.username === 'alice');
 
 describe.runIf(hasChromium)('a new user in a real browser', () => {
+  let whole: WholeStack;
   let db: Database;
-  let redis: Awaited<ReturnType<typeof openTestRedis>>;
   let running: RunningReferenceApp;
   let stack: RunningResourceStack;
   let context: BrowserContext;
@@ -42,22 +42,9 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
   let userDataDir: string;
 
   beforeAll(async () => {
-    db = await openTestDatabase('browser');
-    redis = await openTestRedis('browser');
-    // The gateway's URL is the access tokens' audience, which the provider and the app need first.
-    const gatewayPort = await listen(0);
-    running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: gatewayPort.url });
-    stack = await startResourceStack({
-      db,
-      gatewayPort,
-      apiPort: 0,
-      receiverPort: 0,
-      baseUrl: gatewayPort.url,
-      authUrl: running.authUrl,
-      // The test drives the outbox itself, so the moment of delivery is part of the story it checks.
-      relay: false,
-      ...(redis ? { redis } : {}),
-    });
+    // The test drives the outbox itself, so the moment of delivery is part of the story it checks.
+    whole = await startWholeStack('browser');
+    ({ db, running, stack } = whole);
     userDataDir = await mkdtemp(join(tmpdir(), 'idem-browser-'));
     context = await chromium.launchPersistentContext(userDataDir, {
       executablePath,
@@ -80,10 +67,7 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
   afterAll(async () => {
     await context?.close();
     if (userDataDir) await rm(userDataDir, { recursive: true, force: true });
-    await stack?.close();
-    await running?.close();
-    await closeTestRedis(redis);
-    await db?.close();
+    await whole?.close();
   });
 
   async function shot(name: string): Promise<void> {

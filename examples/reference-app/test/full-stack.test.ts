@@ -4,52 +4,36 @@
 import { createPublicKey, randomUUID } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { startGateway } from '../src/gateway/server.js';
-import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { codeFlow, tokenRequest } from './flow.js';
-import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+import { startWholeStack, type WholeStack } from './test-stack.js';
 import { decodeJwt } from './user-agent.js';
 
 const scope = 'openid profile email offline_access photos:read photos:write stock:read charges:write settings:write';
 const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 
+let whole: WholeStack;
 let db: Database;
-let redis: Awaited<ReturnType<typeof openTestRedis>>;
+let redis: WholeStack['redis'];
 let running: RunningReferenceApp;
 let stack: RunningResourceStack;
 let offsetMs = 0;
 let accessToken = '';
 
 beforeAll(async () => {
-  db = await openTestDatabase('full_stack');
-  redis = await openTestRedis('full_stack');
-  const gatewayPort = await listen(0);
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: gatewayPort.url });
-  stack = await startResourceStack({
-    db,
-    gatewayPort,
-    apiPort: 0,
-    receiverPort: 0,
-    baseUrl: gatewayPort.url,
-    authUrl: running.authUrl,
-    relay: false,
-    now: () => Date.now() + offsetMs,
-    ...(redis ? { redis } : {}),
-  });
+  whole = await startWholeStack('full_stack', { now: () => Date.now() + offsetMs });
+  ({ db, redis, running, stack } = whole);
   const flow = await codeFlow(running.authUrl, running.clients.app, alice, { scope });
   expect(flow.tokens.status).toBe(200);
   accessToken = flow.tokens.body.access_token as string;
 }, 120_000);
 
 afterAll(async () => {
-  await stack?.close();
-  await running?.close();
-  await closeTestRedis(redis);
-  await db?.close();
+  await whole?.close();
 });
 
 async function call(path: string, init: RequestInit & { token?: string; key?: string; json?: unknown } = {}) {

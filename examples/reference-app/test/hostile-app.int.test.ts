@@ -9,23 +9,18 @@
 // past the first refusals; a failure prints the shrunk plan.
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import type { Database } from '../src/db.js';
-import { listen } from '../src/listen.js';
 import { appClientId, demoUsers, publicClientId } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { type HostileAnswer, type HostileRequest, sendHostile } from './hostile-send.js';
-import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
+import { startWholeStack, type WholeStack } from './test-stack.js';
 import { type CookieJar, createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
 
 const limitMs = 5000;
 const alice = { username: 'alice', password: demoUsers[0].password };
 
-let db: Database;
-let redis: Awaited<ReturnType<typeof openTestRedis>>;
+let whole: WholeStack;
 let running: RunningReferenceApp;
-let stack: RunningResourceStack;
 /** alice, signed in at the provider and at the app: the cookies of both and the app's CSRF token. */
 let browser: UserAgent;
 let appCsrf = '';
@@ -42,20 +37,8 @@ const statuses: Record<Target, Record<number, number>> = { idp: {}, app: {}, pin
 const appUrl = (path = '/') => new URL(path, running.appUrl).href;
 
 beforeAll(async () => {
-  db = await openTestDatabase('hostile_app');
-  redis = await openTestRedis('hostile_app');
-  const gatewayPort = await listen(0);
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: gatewayPort.url });
-  stack = await startResourceStack({
-    db,
-    gatewayPort,
-    apiPort: 0,
-    receiverPort: 0,
-    baseUrl: gatewayPort.url,
-    authUrl: running.authUrl,
-    relay: false,
-    ...(redis ? { redis } : {}),
-  });
+  whole = await startWholeStack('hostile_app');
+  ({ running } = whole);
   browser = createUserAgent();
   const callback = await loginAndConsent(browser, running.authUrl, appUrl('/signin'), appUrl('/callback'), alice);
   await browser.request(callback.href);
@@ -74,10 +57,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await stack?.close();
-  await running?.close();
-  await closeTestRedis(redis);
-  await db?.close();
+  await whole?.close();
   console.info(
     `[figures] hostile identity provider and third-party app requests ${JSON.stringify({ answered, statuses, races })}`,
   );
@@ -221,7 +201,7 @@ async function materialize(plan: Plan): Promise<Hostile> {
     $CLIENT: appClientId,
     $PUBLIC_CLIENT: publicClientId,
     $REDIRECT: running.clients.app.redirectUri,
-    $RESOURCE: stack.gateway.url,
+    $RESOURCE: whole.stack.gateway.url,
     $ISSUER: running.authUrl,
     $CHALLENGE: pkcePair().challenge,
     $SECRET: running.clients.app.clientSecret,

@@ -2,8 +2,10 @@
 // the file's own test database and Redis prefix. Shared by the HTTP-level test files.
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import { type ResourceStackOptions, type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
+import { listen } from '../src/listen.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
 /** What a test mints into an access token. */
@@ -77,6 +79,60 @@ export async function startTestStack(name: string): Promise<TestStack> {
         .sign(pair.privateKey),
     async close() {
       await stack.close();
+      await closeTestRedis(redis);
+      await db.close();
+    },
+  };
+}
+
+/** The whole reference app of a test file, on its own database and Redis prefix. */
+export interface WholeStack {
+  readonly db: Database;
+  readonly redis: Awaited<ReturnType<typeof openTestRedis>>;
+  /** The identity provider and the third-party app. */
+  readonly running: RunningReferenceApp;
+  /** The gateway, API and receiver, trusting that provider's tokens. */
+  readonly stack: RunningResourceStack;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts everything for the test file `name`: the identity provider and the third-party app, then the
+ * resource stack behind a gateway whose URL (the access tokens' audience) both needed first. The
+ * outbox relay is off unless `options.relay` turns it on.
+ *
+ * @example
+ * ```ts
+ * const whole = await startWholeStack('full_stack', { now: () => Date.now() + offsetMs });
+ * ```
+ */
+export async function startWholeStack(
+  name: string,
+  options: Pick<ResourceStackOptions, 'relay' | 'now'> = {},
+): Promise<WholeStack> {
+  const db = await openTestDatabase(name);
+  const redis = await openTestRedis(name);
+  const gatewayPort = await listen(0);
+  const running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: gatewayPort.url });
+  const stack = await startResourceStack({
+    db,
+    gatewayPort,
+    apiPort: 0,
+    receiverPort: 0,
+    baseUrl: gatewayPort.url,
+    authUrl: running.authUrl,
+    relay: options.relay ?? false,
+    ...(options.now ? { now: options.now } : {}),
+    ...(redis ? { redis } : {}),
+  });
+  return {
+    db,
+    redis,
+    running,
+    stack,
+    async close() {
+      await stack.close();
+      await running.close();
       await closeTestRedis(redis);
       await db.close();
     },
