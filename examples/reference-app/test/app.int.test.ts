@@ -1159,6 +1159,15 @@ describe.each([
     expect(await secondsLeft(id)).toBeGreaterThan(590);
   });
 
+  it('updates only a signed-in session: a pending sign-in keeps its data and its short life', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 600 });
+    const pending = { state: 's', nonce: 'n', codeVerifier: 'v', returnTo: '/' };
+    const id = await store.create({ pending }, 5);
+    await store.update(id, { flash: { title: 'Theme', lines: [] } });
+    expect(await secondsLeft(id)).toBeLessThanOrEqual(5);
+    expect(await store.get(id)).toEqual({ pending });
+  });
+
   it('never brings an expired session back: update and takeFlash leave it expired and unseen', async () => {
     const store = createSessionStore(own, { ttlSeconds: 600 });
     const id = await store.create({ user: { sub: 'user-alice' }, flash: { title: 'Theme', lines: [] } });

@@ -61,7 +61,8 @@ export interface SessionStore {
    * the session before a slow call must not write back a refresh token that a concurrent refresh
    * has used up meanwhile (the provider would take it for reuse and revoke the grant). It also
    * extends the session to the store's full `ttlSeconds` (a signed-in session in use stays alive);
-   * only signed-in sessions are updated, so a pending sign-in keeps its short life.
+   * only signed-in sessions (those with a `user`) are updated, so a pending sign-in keeps its short
+   * life and its data: the sign-in's callback starts a new session instead.
    */
   update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
   /** Removes the flash and returns it, in one statement: a flash set meanwhile is never lost. */
@@ -118,7 +119,7 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       await db.query(
         `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
            expires_at = now() + make_interval(secs => $4::int)
-         where id_hash = $1 and expires_at > now()`,
+         where id_hash = $1 and expires_at > now() and data ? 'user'`,
         [hashId(id), JSON.stringify(changes), removed, ttl],
       );
     },
