@@ -51,7 +51,8 @@ function queryTokens(url: string | undefined): string[] {
  *   (401 without an `error` attribute: the request carried no bearer credentials at all);
  * - two Authorization headers: `multiple_tokens` (400);
  * - `Bearer` followed by nothing, a tab, or more than one token: `authorization_malformed` (400);
- * - a header longer than `maxLength`: `token_too_large` (400), before any parsing.
+ * - a header longer than `maxLength` plus 7 (the `Bearer ` before the token): `token_too_large` (400),
+ *   before any parsing.
  * The `access_token` query parameter is read only with `allowQueryToken` (RFC 6750 §2.3 discourages
  * it); then a header and a query token, or two query tokens, are `multiple_tokens` too. Without it the
  * query is not looked at: `?access_token=a&access_token=b` is just no credential (`token_missing`).

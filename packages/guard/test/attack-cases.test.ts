@@ -9,6 +9,7 @@ import {
   type GuardResult,
   type IssuerOptions,
 } from '../src/index.js';
+import { isRocaModulus } from '../src/roca.js';
 import { startJwksServer } from './support/jwks-server.js';
 import {
   AUDIENCE,
@@ -117,6 +118,10 @@ describe('request-level cases', () => {
     expectOk(await guard.authenticate({ headers: { authorization: `Bearer ${token}` }, url: '/x?access_token=a' }));
     const lax = guardWith({}, { allowQueryToken: true });
     expectOk(await lax.authenticate({ headers: {}, url: `/x?access_token=${token}` }));
+    // An empty query token is a malformed request, as an empty bearer token is.
+    const empty = await lax.authenticate({ headers: {}, url: '/x?access_token=' });
+    expectCode(empty, 'authorization_malformed');
+    if (!empty.ok) expect(empty.error.status).toBe(400);
   });
 
   it('case 6: a query token, read or ignored, never reaches an event or an error', async () => {
@@ -178,6 +183,8 @@ describe('request-level cases', () => {
     // `Bearer ` and the token fit; padding the scheme with spaces makes the header too long to read at all.
     const padded = await exact.authenticate({ headers: { authorization: `Bearer${' '.repeat(20)}${token}` } });
     expectCode(padded, 'token_too_large');
+    // One space more than `Bearer ` is already one character too many.
+    expectCode(await exact.authenticate({ headers: { authorization: `Bearer  ${token}` } }), 'token_too_large');
   });
 });
 
@@ -252,6 +259,10 @@ describe('algorithm and key cases', () => {
       [
         'an OpenSSH public key',
         'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq0lVjBnbP7Oq5Q0pTz4V8bV3qCj5sM0y3y2S7M9Dk2 idp@example',
+      ],
+      [
+        'an OpenSSH public key after a zero-width space',
+        '\u200bssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKq0lVjBnbP7Oq5Q0pTz4V8bV3qCj5sM0y3y2S7M9Dk2 idp@example',
       ],
       // Encoded once more: a Kubernetes Secret's base64 value used as it is, `xxd -p` of a file.
       ['a PEM in base64', Buffer.from(keys.rsa.publicPem).toString('base64')],
@@ -552,6 +563,86 @@ describe('algorithm and key cases', () => {
     expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.rsa.publicJwk, e: 'AQ' }] })).toThrow(
       /weak-key/,
     );
+    // An even exponent is no RSA key; one over 64 bits is not accepted either.
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.rsa.publicJwk, e: 'AQAA' }] })).toThrow(
+      /weak-key/,
+    );
+    const hugeExponent = Buffer.from([1, 0, 0, 0, 0, 0, 0, 0, 1]).toString('base64url');
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.rsa.publicJwk, e: hugeExponent }] })).toThrow(
+      /invalid-key/,
+    );
+    // Leading zero bytes do not make a modulus longer: a 1024-bit one padded to 257 bytes is still 1024 bits.
+    const short = Buffer.from(keys.rsa1024.publicJwk.n as string, 'base64url');
+    const padded = Buffer.concat([Buffer.alloc(257 - short.length), short]).toString('base64url');
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.rsa1024.publicJwk, n: padded }] })).toThrow(
+      /weak-key/,
+    );
+    // An empty kid names nothing.
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ ...keys.ec.publicJwk, kid: '' }] })).toThrow(
+      /invalid-kid/,
+    );
+  });
+
+  it('case 42: a modulus with the ROCA fingerprint (CVE-2017-15361) is refused; one prime off it is not flagged', () => {
+    const primes = [
+      3n,
+      5n,
+      7n,
+      11n,
+      13n,
+      17n,
+      19n,
+      23n,
+      29n,
+      31n,
+      37n,
+      41n,
+      43n,
+      47n,
+      53n,
+      59n,
+      61n,
+      67n,
+      71n,
+      73n,
+      79n,
+      83n,
+      89n,
+      97n,
+      101n,
+      103n,
+      107n,
+      109n,
+      113n,
+      127n,
+      131n,
+      137n,
+      139n,
+      149n,
+      151n,
+      157n,
+      163n,
+      167n,
+    ];
+    const product = primes.reduce((a, b) => a * b, 1n);
+    // n ≡ 65537 (mod p) for every prime p: 65537 mod p lies in the subgroup 65537 generates, as an
+    // Infineon modulus does. An even k keeps n odd; the top bit makes it 2048 bits.
+    const k = (((1n << 2047n) / product) | 1n) + 1n;
+    const roca = 65537n + k * product;
+    expect(roca.toString(2)).toHaveLength(2048);
+    expect(isRocaModulus(roca)).toBe(true);
+    const n = Buffer.from(roca.toString(16), 'hex').toString('base64url');
+    expect(() => guardWith({ secret: undefined, publicKeys: [{ kty: 'RSA', n, e: 'AQAB' }] })).toThrow(/weak-key/);
+    // Off the subgroup for the last prime only: not the fingerprint.
+    const last = 167n;
+    let offByOne: bigint | undefined;
+    for (let m = 1n; m < last && offByOne === undefined; m++) {
+      const candidate = roca + 2n * m * (product / last);
+      if (!isRocaModulus(candidate)) offByOne = candidate;
+    }
+    expect(offByOne).toBeDefined();
+    const healthy = BigInt(`0x${Buffer.from(keys.rsa.publicJwk.n as string, 'base64url').toString('hex')}`);
+    expect(isRocaModulus(healthy)).toBe(false);
   });
 
   it('case 43: empty, short or guessable HMAC secrets are refused at startup', () => {
@@ -647,6 +738,12 @@ describe('parsing cases', () => {
       Buffer.from('"}'),
     ]);
     expectCode(await guard.verify(signed(brokenHeader.toString('base64url'), goodPayload)), 'token_malformed');
+    // A byte order mark is not JSON (RFC 8259 §8.1): it is kept by the decoder, so the parser refuses it.
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    const bomHeader = Buffer.concat([bom, Buffer.from('{"alg":"HS256","typ":"at+jwt"}')]).toString('base64url');
+    expectCode(await guard.verify(signed(bomHeader, goodPayload)), 'token_malformed');
+    const bomPayload = Buffer.concat([bom, Buffer.from(goodPayload, 'base64url')]).toString('base64url');
+    expectCode(await guard.verify(signed(goodHeader, bomPayload)), 'token_malformed');
   });
 
   it('case 45: a payload nested 10,000 levels deep fails fast without a stack overflow', async () => {

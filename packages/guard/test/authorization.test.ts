@@ -112,6 +112,13 @@ describe('authorization', () => {
     }
     expect(() => requireAuthentication({})).toThrow(TypeError);
     expect(() => requireAuthentication({ acrValues: ['a b'] })).toThrow(TypeError);
+    expect(() => requireAuthentication({ acrValues: [] })).toThrow(TypeError);
+    expect(() => requireAuthentication({ maxAge: -1 })).toThrow(TypeError);
+    expect(() => requireAuthentication({ maxAge: 1.5 })).toThrow(TypeError);
+    expect(requireAuthentication({ maxAge: 0 })).toMatchObject({ kind: 'authentication', maxAge: 0 });
+    // An auth_time that is not a whole number of seconds is no login time at all.
+    const fractional = user({ acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 100.5 });
+    expect(authorizeRequest(fractional, [rule], { headers: {} }, { now }).ok).toBe(false);
   });
 
   it('refuses scope names that cannot be placed in a challenge', () => {

@@ -543,6 +543,52 @@ describe('DPoP (case 52)', () => {
     expect(seen('c', 200)).toBe(false);
   });
 
+  it('memoryReplayCache forgets every expired key whatever order expiries arrive in, and no live one', () => {
+    // A deterministic shuffle of expiries: the memory must forget exactly the expired keys.
+    let seed = 7;
+    const next = () => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed;
+    };
+    let now = 0;
+    const capacity = 64;
+    const seen = memoryReplayCache(capacity, () => now);
+    const expiries = new Map<string, number>();
+    for (let i = 0; i < capacity; i++) {
+      const key = `k${i}`;
+      expiries.set(key, 1 + (next() % 1000));
+      expect(seen(key, expiries.get(key) as number)).toBe(true);
+    }
+    for (now = 0; now <= 1000; now += 50) {
+      // Every live key is still refused; room is exactly what the expired ones left.
+      const live = [...expiries].filter(([, expiresAt]) => expiresAt > now);
+      for (const [key] of live) expect(seen(key, 2000), `${key} at ${now}`).toBe(false);
+      let added = 0;
+      while (seen(`new-${now}-${added}`, now + 1) === true) added++;
+      expect(added, `room at ${now}`).toBe(capacity - live.length);
+      for (let i = 0; i < added; i++) expiries.set(`new-${now}-${i}`, now + 1);
+    }
+  });
+
+  it('a cached bound token is never served to a proof of another key (a stolen token with its own proof)', async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const base = { method: 'POST', url: '/orders' };
+    const owner = await guard.authenticate({
+      ...base,
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    });
+    expect(code(owner)).toBe('ok');
+    const thief = await guard.authenticate({
+      ...base,
+      headers: {
+        authorization: `DPoP ${accessToken}`,
+        dpop: proof({ accessToken, key: keys.ed, alg: 'EdDSA' }, clock.seconds()),
+      },
+    });
+    expect(code(thief)).toBe('token_binding_invalid');
+  });
+
   it('refuses bad DPoP options at construction', () => {
     expect(() => setup({ algorithms: ['HS256'] })).toThrow(TypeError);
     expect(() => setup({ maxAge: 0 })).toThrow(TypeError);

@@ -6,6 +6,7 @@ import {
   createInternalVerifier,
   defaultIdentityHeaders,
   forwardHeaders,
+  joinHeaderValues,
   type Principal,
   principalFromClaims,
   stripIdentityHeaders,
@@ -13,7 +14,7 @@ import {
   withoutHopByHop,
 } from '../src/index.js';
 import { startJwksServer } from './support/jwks-server.js';
-import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET, START_MS } from './support/tokens.js';
 
 const GATEWAY = 'https://gateway.example';
 
@@ -211,6 +212,8 @@ describe('internal token', () => {
   it('refuses a bad rotation delay', () => {
     expect(() => createInternalTokenIssuer({ issuer: GATEWAY, rotationDelay: -1 })).toThrow(TypeError);
     expect(() => createInternalTokenIssuer({ issuer: GATEWAY, rotationDelay: Number.NaN })).toThrow(TypeError);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, rotationDelay: 3601 })).toThrow(TypeError);
+    expect(createInternalTokenIssuer({ issuer: GATEWAY, rotationDelay: 3600 }).issuer).toBe(GATEWAY);
     const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
     expect(() => issuer.rotate(undefined, { delay: 7200 })).toThrow(TypeError);
     expect(() =>
@@ -238,6 +241,35 @@ describe('internal token', () => {
     expect(() => createInternalTokenIssuer({ issuer: GATEWAY, keys: [{ privateKey: rsa }] })).toThrow(TypeError);
   });
 
+  it('mint: iat is the current whole second (rounded down), exp iat + ttl; an empty audience is refused', async () => {
+    const clock = manualClock(START_MS + 999);
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now, ttl: 30 });
+    const principal = await edgePrincipal();
+    const token = await issuer.mint(principal, { audience: 'orders' });
+    const payload = JSON.parse(Buffer.from(token.split('.')[1] as string, 'base64url').toString());
+    expect(payload.iat).toBe(START_MS / 1000);
+    expect(payload.exp).toBe(START_MS / 1000 + 30);
+    await expect(issuer.mint(principal, { audience: '' })).rejects.toThrow(TypeError);
+  });
+
+  it('the verifier reads its header in whatever case it was configured (Node lower-cases header names)', async () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now });
+    const token = await issuer.mint(await edgePrincipal(), { audience: 'orders' });
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      jwks: issuer.jwks(),
+      header: 'X-GW-Token',
+      now: clock.now,
+    });
+    const result = await verifier.authenticate({ headers: { 'x-gw-token': token } });
+    expect(result.ok ? 'ok' : result.error.code).toBe('ok');
+    // Surrounding whitespace is not part of the token.
+    const spaced = await verifier.authenticate({ headers: { 'x-gw-token': ` ${token}\t` } });
+    expect(spaced.ok ? 'ok' : spaced.error.code).toBe('ok');
+  });
+
   it('the internal header must appear once', async () => {
     const verifier = createInternalVerifier({
       issuer: GATEWAY,
@@ -248,6 +280,108 @@ describe('internal token', () => {
     expect(none.ok ? 'ok' : none.error.code).toBe('token_missing');
     const two = await verifier.authenticate({ headers: { 'idem-internal-token': ['a.b.c', 'a.b.c'] } });
     expect(two.ok ? 'ok' : two.error.code).toBe('multiple_tokens');
+    const blank = await verifier.authenticate({ headers: { 'idem-internal-token': '   ' } });
+    expect(blank.ok ? 'ok' : blank.error.code).toBe('authorization_malformed');
+  });
+});
+
+describe('internal signing key ring (publication windows)', () => {
+  const kids = (issuer: { jwks(): { keys: Array<{ kid?: string }> } }) => issuer.jwks().keys.map((key) => key.kid);
+
+  it('keeps an older configured key published for one token lifetime plus 60 s of verifier tolerance, then drops it', () => {
+    const clock = manualClock();
+    const current = generateKeyPairSync('ed25519').privateKey;
+    const previous = generateKeyPairSync('ed25519').privateKey;
+    const issuer = createInternalTokenIssuer({
+      issuer: GATEWAY,
+      keys: [
+        { kid: 'current', privateKey: current },
+        { kid: 'previous', privateKey: previous },
+      ],
+      maxPublishedKeys: 1,
+      now: clock.now,
+    });
+    // A previous run of the gateway signed with `previous` until just now: its tokens live 60 s, and a
+    // verifier may accept them for 60 s more.
+    expect(kids(issuer)).toEqual(['current', 'previous']);
+    expect(issuer.currentKid).toBe('current');
+    clock.advance(119);
+    expect(kids(issuer)).toEqual(['current', 'previous']);
+    clock.advance(1);
+    expect(kids(issuer)).toEqual(['current']);
+  });
+
+  it('keeps a superseded key published until its last token is past the largest verifier tolerance (60 s)', () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 1, now: clock.now });
+    const first = issuer.currentKid;
+    const second = issuer.rotate(undefined, { delay: 0 });
+    // The last token `first` signed was minted just before the switch: it lives 60 s, and a verifier
+    // with the largest clock tolerance accepts it for 60 s more.
+    clock.advance(119);
+    expect(kids(issuer)).toEqual([second, first]);
+    clock.advance(1);
+    expect(kids(issuer)).toEqual([second]);
+  });
+
+  it('a key overtaken before it ever signs is not kept beyond maxPublishedKeys', () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 1, now: clock.now });
+    const first = issuer.currentKid;
+    // Two rotations at the same instant with the same delay: the first new key never signs.
+    const never = issuer.rotate();
+    const next = issuer.rotate();
+    expect(kids(issuer)).toEqual([next, first]);
+    expect(kids(issuer)).not.toContain(never);
+    // A slow rotation overtaken by an immediate one: the current key is superseded by the immediate one,
+    // so it goes one lifetime plus tolerance after that, not after the slow one's start.
+    const clock2 = manualClock();
+    const issuer2 = createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 2, now: clock2.now });
+    const original = issuer2.currentKid;
+    const slow = issuer2.rotate(undefined, { delay: 3600 });
+    const immediate = issuer2.rotate(undefined, { delay: 0 });
+    expect(kids(issuer2)).toEqual([immediate, slow, original]);
+    clock2.advance(119);
+    expect(kids(issuer2)).toEqual([immediate, slow, original]);
+    clock2.advance(1);
+    expect(kids(issuer2)).toEqual([immediate, slow]);
+  });
+
+  it('bounds ttl to 1..3600 s and maxPublishedKeys to at least 1', () => {
+    expect(createInternalTokenIssuer({ issuer: GATEWAY, ttl: 3600 }).issuer).toBe(GATEWAY);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, ttl: 3601 })).toThrow(TypeError);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, ttl: 1.5 })).toThrow(TypeError);
+    expect(createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 1 }).jwks().keys).toHaveLength(1);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, maxPublishedKeys: 0 })).toThrow(TypeError);
+  });
+
+  it('refuses a duplicate configured kid, a public key, and curves other than Ed25519 and P-256', () => {
+    const ed = generateKeyPairSync('ed25519');
+    expect(() =>
+      createInternalTokenIssuer({
+        issuer: GATEWAY,
+        keys: [
+          { kid: 'gw', privateKey: ed.privateKey },
+          { kid: 'gw', privateKey: generateKeyPairSync('ed25519').privateKey },
+        ],
+      }),
+    ).toThrow(/duplicate/);
+    // The same key twice without a kid: both default to the same thumbprint.
+    expect(() =>
+      createInternalTokenIssuer({
+        issuer: GATEWAY,
+        keys: [{ privateKey: ed.privateKey }, { privateKey: ed.privateKey }],
+      }),
+    ).toThrow(/duplicate/);
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, keys: [{ privateKey: ed.publicKey }] })).toThrow(
+      /private/,
+    );
+    const p384 = generateKeyPairSync('ec', { namedCurve: 'P-384' }).privateKey;
+    expect(() => createInternalTokenIssuer({ issuer: GATEWAY, keys: [{ privateKey: p384 }] })).toThrow(TypeError);
+    const p256 = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
+    expect(createInternalTokenIssuer({ issuer: GATEWAY, keys: [{ privateKey: p256 }] }).jwks().keys[0]?.alg).toBe(
+      'ES256',
+    );
   });
 });
 
@@ -312,7 +446,7 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(Object.keys(dropped).sort()).toEqual(['accept', 'idem-internal-token']);
     // The configured token header is stripped in every spelling before the fresh token is set.
     const forged = { 'X-GW-Token': 'forged', x_gw_token: 'forged', accept: 'application/json' };
-    const own = await forwardHeaders(forged, principal, { issuer, audience: 'orders', header: 'x-gw-token' });
+    const own = await forwardHeaders(forged, principal, { issuer, audience: 'orders', header: 'X-GW-Token' });
     expect(Object.keys(own).sort()).toEqual(['accept', 'x-gw-token']);
     expect(own['x-gw-token']).not.toBe('forged');
   });
@@ -395,6 +529,14 @@ describe('header stripping and forwarding (case 47)', () => {
       'idempotency-key',
     ]);
     expect(incoming.connection).toBe('keep-alive, X-Hop');
+  });
+
+  it('joinHeaderValues joins what is still an array with ", " and drops undefined values', () => {
+    expect(joinHeaderValues({ accept: ['a', 'b'], 'content-length': 17, host: 'x', gone: undefined })).toEqual({
+      accept: 'a, b',
+      'content-length': '17',
+      host: 'x',
+    });
   });
 
   it("withoutHopByHop leaves an upstream's response headers without its connection's own, and the input as it was", () => {

@@ -1,6 +1,8 @@
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createGuard, type GuardEvent, type GuardOptions } from '../src/index.js';
+import { createGuard, type GuardEvent, type GuardOptions, type Principal } from '../src/index.js';
+import { checkJwk, importKeySet } from '../src/key-import.js';
+import { createTokenCache } from '../src/token-cache.js';
 import { type JwksReply, startJwksServer } from './support/jwks-server.js';
 import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, START_MS, testKeys } from './support/tokens.js';
 
@@ -653,5 +655,55 @@ describe('remote JWKS', () => {
     const result = await guard.verify(shortLived);
     expect(result.ok ? 'ok' : result.error.code).toBe('token_expired');
     expect(guard.stats().cacheHits).toBe(0);
+  });
+});
+
+describe('verified-token cache (unit)', () => {
+  const principal = { sub: 'user-1' } as unknown as Principal;
+
+  it('keys bound entries on token and proof key together, apart from every bearer input', () => {
+    const cache = createTokenCache(10, () => true);
+    cache.set('a.b.c', 'jkt-1', principal, 1000, ISSUER, cache.epoch(ISSUER));
+    expect(cache.get('a.b.c', 'jkt-1', 0)?.principal).toBe(principal);
+    expect(cache.get('a.b.c', 'jkt-2', 0)).toBeUndefined();
+    expect(cache.get('a.b.c', undefined, 0)).toBeUndefined();
+    // No bearer token string, whatever it holds, lands on the bound entry.
+    expect(cache.get('jkt-1:a.b.c', undefined, 0)).toBeUndefined();
+    expect(cache.get('d:jkt-1:a.b.c', undefined, 0)).toBeUndefined();
+    cache.set('x.y.z', undefined, principal, 1000, ISSUER, cache.epoch(ISSUER));
+    expect(cache.get('x.y.z', undefined, 0)?.principal).toBe(principal);
+    expect(cache.get('x.y.z', '', 0)).toBeUndefined();
+  });
+
+  it('holds at most maxEntries, the oldest going first', () => {
+    const cache = createTokenCache(2, () => true);
+    for (const token of ['t1', 't2', 't3']) cache.set(token, undefined, principal, 1000, ISSUER, 0);
+    expect(cache.size).toBe(2);
+    expect(cache.get('t1', undefined, 0)).toBeUndefined();
+    expect(cache.get('t2', undefined, 0)).toBeDefined();
+    expect(cache.get('t3', undefined, 0)).toBeDefined();
+    expect(() => createTokenCache(0, () => true)).toThrow(TypeError);
+  });
+});
+
+describe('key import (unit)', () => {
+  const keys = testKeys();
+
+  it('an oct key is refused unless the policy allows symmetric keys', () => {
+    const oct = { kty: 'oct', k: randomBytes(32).toString('base64url'), alg: 'HS256' };
+    expect(checkJwk(oct, { algorithms: ['HS256'], allowSymmetric: false })).toEqual({
+      ok: false,
+      reason: 'symmetric-not-allowed',
+    });
+    expect(checkJwk(oct, { algorithms: ['HS256'], allowSymmetric: true }).ok).toBe(true);
+  });
+
+  it('a key set holding any private RSA member is refused whole, not only one with d', async () => {
+    const policy = { algorithms: ['RS256'] as const, allowSymmetric: false };
+    for (const member of ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth']) {
+      const result = await importKeySet({ keys: [{ ...keys.rsa.publicJwk, [member]: 'AQAB' }] }, policy);
+      expect(result, member).toEqual({ ok: false, reason: 'private-key' });
+    }
+    expect((await importKeySet({ keys: [keys.rsa.publicJwk] }, policy)).ok).toBe(true);
   });
 });

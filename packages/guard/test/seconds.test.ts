@@ -12,6 +12,9 @@ describe('duration options in seconds', () => {
     }
     expect(() => seconds(61, 'clockTolerance', { max: 60 })).toThrow(/clockTolerance .* 0 to 60/);
     expect(() => seconds(0, 'dpop.maxAge', { min: 1, max: 3600 })).toThrow(TypeError);
+    // Both bounds are inclusive.
+    expect(seconds(60, 'clockTolerance', { max: 60 })).toBe(60);
+    expect(seconds(1, 'dpop.maxAge', { min: 1, max: 3600 })).toBe(1);
   });
 
   it('holds every duration option of the guard, remote JWKS ones included, at construction', () => {

@@ -48,6 +48,31 @@ describe('strict parsing (properties)', () => {
     );
   });
 
+  it('refuses what JSON.parse refuses around values: leading zeros, form feed as whitespace, trailing text', () => {
+    for (const text of [
+      '{"exp":01}',
+      '{"exp":-01}',
+      '[00]',
+      '{\f"a":1}',
+      '[1,\f2]',
+      '{"a":1}x',
+      '{"a":1}{"b":2}',
+      '[1] 2',
+    ]) {
+      expect(() => JSON.parse(text), text).toThrow(SyntaxError);
+      expect(parseStrictJson(text), text).toEqual({ ok: false, reason: 'syntax' });
+    }
+    expect(parseStrictJson(' \t\r\n{"a" : [ 0 , -0.5e3 ] }\n')).toEqual({ ok: true, value: { a: [0, -500] } });
+  });
+
+  it('maxDepth is the deepest nesting accepted, for objects and arrays alike', () => {
+    expect(parseStrictJson('[[]]', 2).ok).toBe(true);
+    expect(parseStrictJson('[[[]]]', 2)).toEqual({ ok: false, reason: 'too-deep' });
+    expect(parseStrictJson('{"a":{}}', 2).ok).toBe(true);
+    expect(parseStrictJson('{"a":{"b":{}}}', 2)).toEqual({ ok: false, reason: 'too-deep' });
+    expect(parseStrictJson('[{"a":[]}]', 3).ok).toBe(true);
+    expect(parseStrictJson('{"a":[{}]}', 2)).toEqual({ ok: false, reason: 'too-deep' });
+  });
   it('never throws on arbitrary text', () => {
     fc.assert(
       fc.property(fc.string({ maxLength: 200 }), (text) => {
