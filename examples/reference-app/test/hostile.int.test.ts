@@ -205,17 +205,7 @@ describe('the resource stack under hostile input, through the gateway', () => {
     );
     expect(await chargeRows()).toBe(charged);
     // The stack is still whole: a plain charge with a fresh key goes through once, and replays.
-    const key = `"${randomUUID()}"`;
-    const charge = {
-      method: 'POST',
-      path: '/charges',
-      headers: {
-        authorization: `Bearer ${adminToken}`,
-        'content-type': 'application/json',
-        'idempotency-key': key,
-      },
-      body: Buffer.from('{"amount":1200,"currency":"USD"}'),
-    };
+    const charge = chargeRequest(`"${randomUUID()}"`, { amount: 1200, currency: 'USD' });
     const first = await send(charge);
     const again = await send(charge);
     expect(first?.status).toBe(201);
@@ -258,20 +248,7 @@ describe('the resource stack under hostile input, through the gateway', () => {
     const property = fc.asyncProperty(fc.array(charge, { minLength: 2, maxLength: 8 }), async (burst) => {
       const answers = await Promise.all(
         burst.map(({ key, amount, currency }) =>
-          send(
-            {
-              method: 'POST',
-              path: '/charges',
-              headers: {
-                authorization: `Bearer ${adminToken}`,
-                'content-type': 'application/json',
-                'idempotency-key': key,
-              },
-              body: Buffer.from(JSON.stringify({ amount, currency })),
-            },
-            test.stack.gateway.url,
-            agent,
-          ),
+          send(chargeRequest(key, { amount, currency }), test.stack.gateway.url, agent),
         ),
       );
       for (const [index, answer] of answers.entries()) {
@@ -300,6 +277,16 @@ describe('the resource stack under hostile input, through the gateway', () => {
     expect(rows).toEqual([]);
   }, 240_000);
 });
+
+/** A JSON charge through the gateway, as the admin, with `key`. */
+function chargeRequest(key: string, charge: { amount: unknown; currency: unknown }): Hostile {
+  return {
+    method: 'POST',
+    path: '/charges',
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json', 'idempotency-key': key },
+    body: Buffer.from(JSON.stringify(charge)),
+  };
+}
 
 async function chargeRows(): Promise<number> {
   const { rows } = await test.db.query<{ n: number }>('select count(*)::int as n from api_charges');

@@ -58,23 +58,30 @@ async function admin(path: string, roles = ['admin'], scope = 'events:read'): Pr
 }
 
 /**
- * Posts a note on an event through the gateway, as an admin with `scope`; `key` undefined sends none
- * (default: a fresh key).
+ * Posts a note on an event through the gateway, as a caller with `roles` (default admin) and `scope`;
+ * `key` undefined sends none (default: a fresh key). `path` posts somewhere else than the event's notes.
  */
 async function postNote(
   eventId: string,
   body: unknown,
-  options: { key?: string | undefined; scope?: string; client?: string } = { key: `"${randomUUID()}"` },
+  options: { key?: string | undefined; scope?: string; client?: string; roles?: string[]; path?: string } = {
+    key: `"${randomUUID()}"`,
+  },
 ): Promise<Response> {
-  return fetch(new URL(`/webhook-events/${eventId}/notes`, stack.gateway.url), {
+  return fetch(new URL(options.path ?? `/webhook-events/${eventId}/notes`, stack.gateway.url), {
     method: 'POST',
     headers: {
-      authorization: `Bearer ${await mint(['admin'], options.scope ?? 'events:write', options.client)}`,
+      authorization: `Bearer ${await mint(options.roles ?? ['admin'], options.scope ?? 'events:write', options.client)}`,
       'content-type': 'application/json',
       ...(options.key ? { 'idempotency-key': options.key } : {}),
     },
     body: JSON.stringify(body),
   });
+}
+
+/** The notes an admin sees on one event. */
+async function notesOf(eventId: string): Promise<unknown[]> {
+  return ((await (await admin(`/webhook-events/${eventId}`)).json()) as { notes: unknown[] }).notes;
 }
 
 async function events(): Promise<EventRow[]> {
@@ -323,44 +330,33 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     );
     expect(response.status).toBe(403);
     expect(response.headers.get('www-authenticate')).toContain('scope="events:write"');
-    const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
-    expect(shown.notes).toEqual([]);
+    expect(await notesOf(`evt_${charge.id}`)).toEqual([]);
   });
 
   it('refuses a note from a caller with events:write but without the admin role: the scope alone is not enough', async () => {
     const charge = await createCharge(62);
     await stack.api.relayOnce();
-    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}/notes`, stack.gateway.url), {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${await mint([], 'events:write')}`,
-        'content-type': 'application/json',
-        'idempotency-key': `"${randomUUID()}"`,
-      },
-      body: JSON.stringify({ text: 'Not an admin' }),
-    });
+    const response = await postNote(
+      `evt_${charge.id}`,
+      { text: 'Not an admin' },
+      { key: `"${randomUUID()}"`, roles: [] },
+    );
     expect(response.status).toBe(403);
     expect(response.headers.get('www-authenticate')).toContain('error="insufficient_scope"');
-    const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
-    expect(shown.notes).toEqual([]);
+    expect(await notesOf(`evt_${charge.id}`)).toEqual([]);
   });
 
   it('adds notes only under /notes: a POST to the event itself is no route, and adds nothing', async () => {
     const charge = await createCharge(63);
     await stack.api.relayOnce();
-    const response = await fetch(new URL(`/webhook-events/evt_${charge.id}`, stack.gateway.url), {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${await mint(['admin'], 'events:write')}`,
-        'content-type': 'application/json',
-        'idempotency-key': `"${randomUUID()}"`,
-      },
-      body: JSON.stringify({ text: 'Posted to the event' }),
-    });
+    const response = await postNote(
+      `evt_${charge.id}`,
+      { text: 'Posted to the event' },
+      { key: `"${randomUUID()}"`, path: `/webhook-events/evt_${charge.id}` },
+    );
     expect(response.status).toBe(404);
     expect(await response.json()).toMatchObject({ code: 'route_not_found' });
-    const shown = (await (await admin(`/webhook-events/evt_${charge.id}`)).json()) as { notes: unknown[] };
-    expect(shown.notes).toEqual([]);
+    expect(await notesOf(`evt_${charge.id}`)).toEqual([]);
   });
 
   it.each(['%00', 'evt_1%00', 'evt.1'])(

@@ -29,7 +29,7 @@ export const maxSerializationPauseMs = 8;
  * row (a completion and the heartbeat's renewals; SERIALIZABLE's suspected conflicts too) ran again
  * at once would meet again; spread apart, each finds the others committed. At most about 40 ms in all.
  */
-export function serializationPause(attempt: number): Promise<void> {
+function serializationPause(attempt: number): Promise<void> {
   const ms = serializationPauseMs(attempt, Math.random());
   return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -81,6 +81,20 @@ export interface RunningGateway {
 const strippedCredentials = ['cookie', 'proxy-authorization'];
 
 /**
+ * True when the request target `url` resolves, against `origin`, to a path on that origin. WHATWG URL
+ * parsing, which the proxy uses, reads a backslash as a slash: `/\\evil.example/x` names another
+ * host (the proxy then refuses it with an error of no status, a 500) and `/\\?` does not parse at
+ * all. A backslash has no place in a request target (RFC 3986 has it percent-encoded), so such a
+ * path is refused as malformed before it reaches the proxy.
+ */
+function staysOnOrigin(url: string, origin: string): boolean {
+  if (url.includes('\\')) return false;
+  // The proxy's own rule: a target starting `//` is a path, not a network-path reference.
+  const target = URL.parse(url.startsWith('//') ? `.${url}` : url, origin);
+  return target !== null && target.origin === new URL(origin).origin;
+}
+
+/**
  * Starts the gateway: a Fastify reverse proxy (`@fastify/reply-from`) in front of the API.
  *
  * For every request: the access token is verified with the guard (issuer exactly the identity
@@ -97,20 +111,6 @@ const strippedCredentials = ['cookie', 'proxy-authorization'];
  * console.log(gateway.url); // http://localhost:8080
  * ```
  */
-/**
- * True when the request target `url` resolves, against `origin`, to a path on that origin. WHATWG URL
- * parsing, which the proxy uses, reads a backslash as a slash: `/\\evil.example/x` names another
- * host (the proxy then refuses it with an error of no status, a 500) and `/\\?` does not parse at
- * all. A backslash has no place in a request target (RFC 3986 has it percent-encoded), so such a
- * path is refused as malformed before it reaches the proxy.
- */
-function staysOnOrigin(url: string, origin: string): boolean {
-  if (url.includes('\\')) return false;
-  // The proxy's own rule: a target starting `//` is a path, not a network-path reference.
-  const target = URL.parse(url.startsWith('//') ? `.${url}` : url, origin);
-  return target !== null && target.origin === new URL(origin).origin;
-}
-
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   const apiAudience = options.apiAudience ?? 'reference-api';
   const upstreams = options.upstreams ?? [];

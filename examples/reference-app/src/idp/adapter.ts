@@ -50,9 +50,11 @@ interface PayloadRow {
 }
 
 function createSqlAdapter(db: Database, model: string): Adapter {
-  // A consumed Interaction is a tombstone (see above); a consumed token is still read, with its
-  // `consumed` flag, which is how oidc-provider notices a code or refresh token used twice.
-  const live = model === 'Interaction' ? 'and consumed_at is null' : '';
+  // A consumed Interaction is a tombstone (see above): never read, never saved back. A consumed
+  // token is still read, with its `consumed` flag, which is how oidc-provider notices a code or
+  // refresh token used twice.
+  const tombstoned = model === 'Interaction';
+  const live = tombstoned ? 'and consumed_at is null' : '';
   const findOne = async (column: 'id' | 'uid' | 'user_code', value: string) => {
     if (holdsNul(value)) return undefined;
     const { rows } = await db.query<PayloadRow>(
@@ -76,7 +78,7 @@ function createSqlAdapter(db: Database, model: string): Adapter {
          on conflict (model, id) do update set
            payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
            user_code = excluded.user_code, expires_at = excluded.expires_at
-         where idp_models.model <> 'Interaction' or idp_models.consumed_at is null
+         ${tombstoned ? 'where idp_models.consumed_at is null' : ''}
          returning id`,
         [
           model,
@@ -111,7 +113,7 @@ function createSqlAdapter(db: Database, model: string): Adapter {
       if (rows.length === 0) throw new errors.InvalidGrant(`${model} already consumed`);
     },
     async destroy(id) {
-      if (model !== 'Interaction') {
+      if (!tombstoned) {
         await db.query('delete from idp_models where model = $1 and id = $2', [model, id]);
         return;
       }
