@@ -70,3 +70,15 @@ ${body}
 </html>
 `;
 }
+
+/**
+ * A plain error page. `message` is shown as given, so callers pass fixed, generic text only.
+ *
+ * @example
+ * ```ts
+ * res.status(400).send(errorPage('This sign-in link has expired', 'Start again from the application.'));
+ * ```
+ */
+export function errorPage(title: string, message: string): string {
+  return htmlPage(title, `<h1>${escapeHtml(title)}</h1>\n<p>${escapeHtml(message)}</p>`);
+}

@@ -468,6 +468,39 @@ describe('bodies the parser refuses are 4xx problems, never a 500', () => {
   });
 });
 
+describe('a method the path does not take', () => {
+  it('answers 405 method_not_allowed with the Allow header the routes give, and runs nothing', async () => {
+    const before = await count('api_charges');
+    const cases: Array<[string, string, string]> = [
+      ['GET', '/charges', 'POST, OPTIONS'],
+      ['DELETE', '/charges', 'POST, OPTIONS'],
+      ['POST', '/settings', 'GET, HEAD, PUT, OPTIONS'],
+      ['PATCH', '/stock/item-1', 'PUT, OPTIONS'],
+      ['GET', '/photos/abc', 'DELETE, OPTIONS'],
+      ['PUT', '/photos', 'GET, HEAD, POST, OPTIONS'],
+    ];
+    for (const [method, path, allow] of cases) {
+      const response = await call(method, path, { scope: 'charges:write photos:read photos:write stock:write' });
+      expect(response.status, `${method} ${path}`).toBe(405);
+      expect(response.headers.get('allow'), `${method} ${path}`).toBe(allow);
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(response.body).toMatchObject({ status: 405, code: 'method_not_allowed', retryable: false });
+      expect(response.body.detail).toBe(`This resource takes ${allow}.`);
+    }
+    expect(await count('api_charges')).toBe(before);
+  });
+
+  it('answers OPTIONS on a routed path with 204 and Allow, and an unknown path still with 404', async () => {
+    const options = await call('OPTIONS', '/charges');
+    expect(options.status).toBe(204);
+    expect(options.headers.get('allow')).toBe('POST, OPTIONS');
+    const unknown = await call('DELETE', '/no/such/route');
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toMatchObject({ code: 'route_not_found' });
+    expect(unknown.headers.get('allow')).toBeNull();
+  });
+});
+
 describe('photos', () => {
   const ids = (response: Call) => (response.body.photos as Array<{ id: string }>).map((photo) => photo.id);
 

@@ -800,6 +800,32 @@ describe('signed in', () => {
     expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
   });
 
+  it('answers a method a page does not take with 405 and Allow, and an unknown page with 404, both our pages', async () => {
+    const { agent } = await signIn();
+    const cases: Array<[string, string, string]> = [
+      ['DELETE', '/', 'GET, HEAD, OPTIONS'],
+      ['GET', '/charges', 'POST, OPTIONS'],
+      ['PUT', '/signin', 'GET, HEAD, POST, OPTIONS'],
+      ['GET', '/signout', 'POST, OPTIONS'],
+    ];
+    for (const [method, path, allow] of cases) {
+      const step = await agent.request(appUrl(path), { method });
+      expect(step.response.status, `${method} ${path}`).toBe(405);
+      expect(step.response.headers.get('allow'), `${method} ${path}`).toBe(allow);
+      expect(step.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+      expect(step.body).toContain('Method not allowed');
+    }
+    const options = await agent.request(appUrl('/charges'), { method: 'OPTIONS' });
+    expect(options.response.status).toBe(204);
+    expect(options.response.headers.get('allow')).toBe('POST, OPTIONS');
+    const unknown = await agent.request(appUrl('/no/such/page'));
+    expect(unknown.response.status).toBe(404);
+    expect(unknown.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    expect(unknown.body).toContain('Page not found');
+    expect(seen.filter((request) => request.method !== 'GET')).toEqual([]);
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+  });
+
   it('refuses form posts without the CSRF token', async () => {
     const { agent } = await signIn();
     for (const path of ['/charges', '/theme', '/signout']) {

@@ -346,7 +346,7 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     expect(await notesOf(`evt_${charge.id}`)).toEqual([]);
   });
 
-  it('adds notes only under /notes: a POST to the event itself is no route, and adds nothing', async () => {
+  it('adds notes only under /notes: a POST to the event itself is 405, and adds nothing', async () => {
     const charge = await createCharge(63);
     await stack.api.relayOnce();
     const response = await postNote(
@@ -354,9 +354,41 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
       { text: 'Posted to the event' },
       { key: `"${randomUUID()}"`, path: `/webhook-events/evt_${charge.id}` },
     );
-    expect(response.status).toBe(404);
-    expect(await response.json()).toMatchObject({ code: 'route_not_found' });
+    expect(response.status).toBe(405);
+    expect(response.headers.get('allow')).toBe('GET, HEAD, OPTIONS');
+    expect(await response.json()).toMatchObject({ code: 'method_not_allowed', status: 405 });
     expect(await notesOf(`evt_${charge.id}`)).toEqual([]);
+  });
+
+  it('answers a method a path does not take with 405 and Allow, after the caller is authenticated', async () => {
+    const token = await mint(['admin'], 'events:read events:write');
+    const call = (method: string, path: string, base = stack.gateway.url, auth = true) =>
+      fetch(new URL(path, base), { method, headers: auth ? { authorization: `Bearer ${token}` } : {} });
+    for (const [method, path, allow] of [
+      ['DELETE', '/webhook-events', 'GET, HEAD, OPTIONS'],
+      ['PUT', '/webhook-events/evt_1', 'GET, HEAD, OPTIONS'],
+      ['GET', '/webhook-events/evt_1/notes', 'POST, OPTIONS'],
+    ] as const) {
+      const response = await call(method, path);
+      expect(response.status, `${method} ${path}`).toBe(405);
+      expect(response.headers.get('allow'), `${method} ${path}`).toBe(allow);
+      expect(await response.json()).toMatchObject({ code: 'method_not_allowed' });
+    }
+    expect((await call('HEAD', '/webhook-events')).status).toBe(200);
+    const options = await call('OPTIONS', '/webhook-events/evt_1/notes');
+    expect(options.status).toBe(204);
+    expect(options.headers.get('allow')).toBe('POST, OPTIONS');
+    // Deeper than any route: still no route.
+    expect((await call('DELETE', '/webhook-events/evt_1/notes/2')).status).toBe(404);
+    // Straight to the receiver without the internal token: 401 first, the route is not told.
+    expect((await call('DELETE', '/webhook-events', stack.receiver.url, false)).status).toBe(401);
+    // The webhook path and the page take their own methods.
+    const webhook = await call('GET', stack.receiver.webhookUrl, stack.receiver.url, false);
+    expect(webhook.status).toBe(405);
+    expect(webhook.headers.get('allow')).toBe('POST, OPTIONS');
+    const page = await call('DELETE', '/', stack.receiver.url, false);
+    expect(page.status).toBe(405);
+    expect(page.headers.get('allow')).toBe('GET, HEAD, OPTIONS');
   });
 
   it.each(['%00', 'evt_1%00', 'evt.1'])(

@@ -17,6 +17,7 @@ export const apiProblemTable = {
   unknown_item: { status: 404, title: 'Unknown stock item', retryable: false },
   photo_not_found: { status: 404, title: 'No such photo', retryable: false },
   route_not_found: { status: 404, title: 'No such resource', retryable: false },
+  method_not_allowed: { status: 405, title: 'Method not allowed', retryable: false },
   // The creates release a 5xx (outcome.ts): nothing happened, and the same request may succeed.
   internal_error: { status: 500, title: 'Internal error', retryable: true },
 } as const;

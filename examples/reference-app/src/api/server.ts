@@ -9,6 +9,7 @@ import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/w
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
+import { methodNotAllowed } from '../methods.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { registerChargeRoutes } from './charges.js';
 import { registerPhotoRoutes } from './photos.js';
@@ -105,6 +106,11 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   registerStockRoutes(app, { db });
   registerPhotoRoutes(app, { db, store: plainStore });
   registerSettingsRoutes(app, { db });
+  app.use(
+    methodNotAllowed(app, (_req, res, allow) =>
+      sendProblem(res, 'method_not_allowed', `This resource takes ${allow.join(', ')}.`),
+    ),
+  );
   app.use((_req: Request, res: Response) => sendProblem(res, 'route_not_found', 'No resource at this path.'));
   app.use(bodyErrors);
 

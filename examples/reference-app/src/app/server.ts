@@ -6,8 +6,9 @@ import { clientErrorStatus } from '../client-error.js';
 import { readCookie, serializeCookie } from '../cookies.js';
 import { createCsrf } from '../csrf.js';
 import type { Database } from '../db.js';
-import { pageHeaders } from '../html.js';
+import { errorPage, pageHeaders } from '../html.js';
 import { loadCsrfKey } from '../idp/secrets.js';
+import { methodNotAllowed } from '../methods.js';
 import { type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
@@ -484,6 +485,14 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       res.redirect(303, '/');
     }),
   );
+
+  app.use(
+    methodNotAllowed(app, (_req, res, allow) =>
+      send(res, 405, errorPage('Method not allowed', `This page takes ${allow.join(', ')}.`)),
+    ),
+  );
+  // Express's own 404 page is not ours: it lacks the headers every page carries.
+  app.use((_req: Request, res: Response) => send(res, 404, errorPage('Page not found', 'There is no page here.')));
 
   app.use((error: unknown, _req: Request, res: Response, next: (error: unknown) => void) => {
     if (res.headersSent) {

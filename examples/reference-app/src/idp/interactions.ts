@@ -4,9 +4,10 @@ import { errors } from 'oidc-provider';
 import { clientErrorStatus } from '../client-error.js';
 import type { Csrf } from '../csrf.js';
 import type { Database } from '../db.js';
-import { pageHeaders } from '../html.js';
+import { errorPage, pageHeaders } from '../html.js';
+import { methodNotAllowed } from '../methods.js';
 import { hasControlCharacters } from '../text.js';
-import { consentPage, errorPage, invalidLoginMessage, loginPage } from './pages.js';
+import { consentPage, invalidLoginMessage, loginPage } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
 import { findUserById, findUserByUsername } from './users.js';
 
@@ -160,6 +161,12 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     );
   });
 
+  // A method these pages do not take: 405 with Allow (any other path goes on to the provider).
+  router.use(
+    methodNotAllowed(router, (_req, res, allow) =>
+      send(res, 405, errorPage('Method not allowed', `This page takes ${allow.join(', ')}.`)),
+    ),
+  );
   return router;
 }
 

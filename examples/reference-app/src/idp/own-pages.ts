@@ -1,8 +1,8 @@
 import type Provider from 'oidc-provider';
 import type { KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db.js';
-import { pageHeaders } from '../html.js';
-import { errorPage, formPostPage, notSignedInLogoutPage, switchAccountPage } from './pages.js';
+import { errorPage, pageHeaders } from '../html.js';
+import { formPostPage, notSignedInLogoutPage, switchAccountPage } from './pages.js';
 import { findUserById } from './users.js';
 
 type ProviderMiddleware = Parameters<Provider['use']>[0];

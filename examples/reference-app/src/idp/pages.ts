@@ -258,15 +258,3 @@ export function signedOutPage(input: { clientName?: string | undefined } = {}): 
   const from = input.clientName ? ` from <strong>${escapeHtml(input.clientName)}</strong>` : '';
   return htmlPage('Signed out', `<h1>Signed out</h1>\n<p>You are signed out${from}.</p>`);
 }
-
-/**
- * A plain error page. `message` is shown as given, so callers pass fixed, generic text only.
- *
- * @example
- * ```ts
- * res.status(400).send(errorPage('This sign-in link has expired', 'Start again from the application.'));
- * ```
- */
-export function errorPage(title: string, message: string): string {
-  return htmlPage(title, `<h1>${escapeHtml(title)}</h1>\n<p>${escapeHtml(message)}</p>`);
-}

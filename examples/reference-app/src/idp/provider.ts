@@ -3,6 +3,7 @@ import type { Database } from '../db.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
 import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
+import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
@@ -157,6 +158,8 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   // The steps oidc-provider answers with pages of its own, out of reach of the hooks above: the logout
   // of a visitor with no session, the account switch, the form_post response mode.
   provider.use(ownPages(db));
+  // A method a provider path does not take: 405 with Allow, not Koa's plain-text 404.
+  provider.use(providerMethods());
   // Behind a TLS-terminating proxy, trust X-Forwarded-Proto so cookies get `Secure`.
   provider.proxy = process.env.TRUST_PROXY === '1';
   return provider;

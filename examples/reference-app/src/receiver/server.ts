@@ -114,7 +114,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
 
   const app = new Koa();
   app.use(async (ctx, next) => {
-    if (ctx.method === 'GET' && ctx.path === '/') {
+    if ((ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path === '/') {
       ctx.set(pageHeaders);
       // The loopback bind alone would let any local process, or a page in the browser that rebinds a
       // DNS name to 127.0.0.1, read the payments: the page wants its token.
@@ -157,7 +157,9 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     await Promise.all(pendingCounts);
   });
   app.use((ctx) => {
-    sendProblem(ctx, 404, 'route_not_found', 'No such resource', `Events are posted to ${path}.`);
+    if (ctx.path === path) refuseMethod(ctx, ['POST']);
+    else if (ctx.path === '/') refuseMethod(ctx, ['GET', 'HEAD']);
+    else sendProblem(ctx, 404, 'route_not_found', 'No such resource', `Events are posted to ${path}.`);
   });
 
   const server = createServer(app.callback());
@@ -296,13 +298,43 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
     ctx.status = 201;
     ctx.body = await addEventNote(db, event.id, author, text.trim());
   });
+  // A path of the admin API with a method it does not take: 405, once the caller is authenticated.
+  const refuse = (allow: readonly string[]) =>
+    runChain([options.authenticate], async (ctx) => refuseMethod(ctx, allow));
+  const refuseRead = refuse(['GET', 'HEAD']);
+  const refuseWrite = refuse(['POST']);
   return async (ctx, next) => {
-    const inside = ctx.path === receiverAdminPrefix || ctx.path.startsWith(`${receiverAdminPrefix}/`);
-    if (!inside) return next();
-    if (ctx.method === 'GET') return read(ctx);
-    if (ctx.method === 'POST' && ctx.path.endsWith('/notes')) return write(ctx);
-    return next();
+    const route = adminRouteOf(ctx.path);
+    if (!route) return next();
+    if (route === 'notes') return ctx.method === 'POST' ? write(ctx) : refuseWrite(ctx);
+    return ctx.method === 'GET' || ctx.method === 'HEAD' ? read(ctx) : refuseRead(ctx);
   };
+}
+
+/**
+ * Which route of the admin API `path` has the shape of: the list, one event, or one event's notes.
+ * The id is checked by the route itself (an impossible one is 404, like an unknown one).
+ */
+function adminRouteOf(path: string): 'list' | 'event' | 'notes' | undefined {
+  if (path === receiverAdminPrefix) return 'list';
+  if (!path.startsWith(`${receiverAdminPrefix}/`)) return undefined;
+  const rest = path.slice(receiverAdminPrefix.length + 1).split('/');
+  if (rest.length === 1) return 'event';
+  return rest.length === 2 && rest[1] === 'notes' ? 'notes' : undefined;
+}
+
+/**
+ * Refuses a method the path does not take: 405 problem+json with `Allow` (RFC 9110 section 15.5.6);
+ * `OPTIONS` gets 204 with the same `Allow`.
+ */
+function refuseMethod(ctx: Context, methods: readonly string[]): void {
+  const allow = [...methods, 'OPTIONS'].join(', ');
+  ctx.set('Allow', allow);
+  if (ctx.method === 'OPTIONS') {
+    ctx.status = 204;
+    return;
+  }
+  sendProblem(ctx, 405, 'method_not_allowed', 'Method not allowed', `This resource takes ${allow}.`);
 }
 
 /** The note's bytes with its Content-Encoding undone, or null when that cannot be done here. */
