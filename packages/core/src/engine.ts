@@ -165,6 +165,12 @@ export const settleNow = Symbol('idem settle now');
 export interface SettleNow {
   complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Awaitable<CompleteResult>;
   release(lease: Lease): Awaitable<ReleaseResult>;
+  /**
+   * How long an outcome of `status` that did not throw would be kept, per the outcome policy, or
+   * undefined when the policy releases it: what the HTTP layer's `advertiseExpiry` announces when the
+   * head goes out. Reports nothing: the completion decides again, and reports a policy that throws.
+   */
+  retentionFor(status: number, operation: string): number | undefined;
 }
 
 /**
@@ -478,17 +484,30 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       : undefined;
   const storeIt = Object.freeze({ store: true as const, retentionMs });
   const dropIt = Object.freeze({ store: false as const, retentionMs });
-  const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
-    if (preset) return preset(response.status, outcome?.thrown === true) ? storeIt : dropIt;
+  // The policy's decision for one outcome; throws when a policy function throws or decides nothing.
+  const decision = (outcome: Outcome) => {
+    if (preset) return preset(outcome.status, outcome.thrown === true) ? storeIt : dropIt;
+    const decided = policy(outcome);
+    if (decided === false) return dropIt;
+    if (decided === true) return storeIt;
+    if ((decided as { store?: unknown }).store !== true) throw new TypeError('storeOutcome returned no decision');
+    const retention = toMilliseconds(decided.retention, 'retention');
+    if (!(retention > 0) || retention > MAX_RETENTION_MS)
+      throw new TypeError('a stored outcome needs a retention above 0 and at most 3650d');
+    return { store: true as const, retentionMs: retention };
+  };
+  const retentionFor = (status: number, operation: string): number | undefined => {
     try {
-      const decision = policy({ status: response.status, ...outcome, operation: lease.operation });
-      if (decision === false) return dropIt;
-      if (decision === true) return storeIt;
-      if ((decision as { store?: unknown }).store !== true) throw new TypeError('storeOutcome returned no decision');
-      const retention = toMilliseconds(decision.retention, 'retention');
-      if (!(retention > 0) || retention > MAX_RETENTION_MS)
-        throw new TypeError('a stored outcome needs a retention above 0 and at most 3650d');
-      return { store: true as const, retentionMs: retention };
+      const decided = decision({ status, thrown: false, operation });
+      return decided.store ? decided.retentionMs : undefined;
+    } catch {
+      // As `decide` below: a policy that fails stores with the default retention.
+      return retentionMs;
+    }
+  };
+  const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
+    try {
+      return decision({ status: response.status, ...outcome, operation: lease.operation } as Outcome);
     } catch (error) {
       // A policy that throws, or decides something that is not a decision, must not leave the key
       // in progress for as long as the heartbeat renews it. The execution happened, so its outcome
@@ -706,7 +725,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     begin,
     complete,
     release,
-    [settleNow]: { complete: completeNow, release: releaseNow },
+    [settleNow]: { complete: completeNow, release: releaseNow, retentionFor },
     transaction,
     transactional: isTransactionalStore(store),
     settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs, maxExecutionMs, unavailableRetryAfter }),

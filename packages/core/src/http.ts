@@ -47,6 +47,14 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
   strictKeys?: boolean;
   /** Fingerprint options, e.g. JSON Pointers of volatile body fields to leave out. */
   fingerprint?: FingerprintOptions;
+  /**
+   * Tell the client how long its key is kept: a first execution whose outcome the policy stores gets
+   * `Idempotency-Expires` (an HTTP-date, as `Expires` has it) when its head goes out, and its replays
+   * carry the same value. The date is the server's clock plus the outcome's retention, rounded down
+   * to the second; the store counts the retention from the completion, by its own clock, so a retry
+   * with the key until then replays (barring clock skew between the two). Default false.
+   */
+  advertiseExpiry?: boolean;
 }
 
 /**
@@ -174,6 +182,11 @@ export interface CaptureOptions {
    * head had not gone out (Koa's error handler removes every header). Not on an unrouted answer.
    */
   echo?: string;
+  /**
+   * The operation of the lease (`lease.operation`), which `advertiseExpiry` asks the outcome policy
+   * about; taken from `settle.lease` when that is given, so only a held capture needs it.
+   */
+  operation?: string;
 }
 
 /** A live capture of one response. See {@link HttpIdempotency.capture}. */
@@ -314,6 +327,9 @@ const neverReplayed =
 
 const MIB = 1_048_576;
 
+/** The header of `advertiseExpiry`. */
+const expiresHeader = 'idempotency-expires';
+
 /** Options of {@link principalScope}. */
 export interface PrincipalScopeOptions {
   /**
@@ -382,8 +398,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       throw new TypeError(`replayHeaders must not include ${lower}: it belongs to one request only`);
     allow.add(lower);
   }
-  const replayed: ReplayedHeaders = { names: [...allow], allow };
   const strictKeys = options.strictKeys ?? false;
+  const advertiseExpiry = options.advertiseExpiry ?? false;
+  if (typeof advertiseExpiry !== 'boolean') throw new TypeError('advertiseExpiry must be a boolean');
+  // The announced expiry is stored with the response, so replays carry it too.
+  if (advertiseExpiry) allow.add(expiresHeader);
+  const replayed: ReplayedHeaders = { names: [...allow], allow };
   const now = options.now ?? Date.now;
   const transactional = options.transactional ?? false;
   if (transactional && !engine.transactional) {
@@ -515,6 +535,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   // Settles an outcome: undefined when the store answered at once (the capture then ends the response
   // in the same tick), else a promise that never rejects.
   const atOnce = (engine as IdempotencyEngine & { [settleNow]: SettleNow })[settleNow];
+  // The `Idempotency-Expires` of an outcome of `status`, or undefined when the policy releases it.
+  const expiryOf = (operation: string, status: number): string | undefined => {
+    const retention = atOnce.retentionFor(status, operation);
+    if (retention === undefined) return undefined;
+    return new Date(Math.floor((now() + retention) / 1000) * 1000).toUTCString();
+  };
   const settleAtOnce = (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> | undefined => {
     let answer: Awaitable<unknown>;
     try {
@@ -642,7 +668,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
       const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
-      return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed);
+      const operation = target?.lease.operation ?? captureOptions?.operation;
+      const expires = advertiseExpiry && operation !== undefined ? expiryOf.bind(undefined, operation) : undefined;
+      return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed, expires);
     },
     settle,
     runTransaction,
@@ -1120,6 +1148,8 @@ interface CaptureState {
   readonly erroredAtStart: Error | null | undefined;
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
+  /** The `Idempotency-Expires` value for a status (`advertiseExpiry`), or undefined to send none. */
+  readonly expires: ((status: number) => string | undefined) | undefined;
   /** Settles the outcome; undefined back means it is settled already (an in-process store). */
   readonly onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined;
   readonly originalWriteHead: Apply;
@@ -1173,6 +1203,7 @@ function captureResponse(
   maxBytes: number,
   onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined,
   replayed: ReplayedHeaders,
+  expires: ((status: number) => string | undefined) | undefined,
 ): ResponseCapture {
   const state: CaptureState = {
     res,
@@ -1183,6 +1214,7 @@ function captureResponse(
     erroredAtStart: res.errored,
     onResult,
     replayed,
+    expires,
     originalWriteHead: res.writeHead as Apply,
     originalWrite: res.write as Apply,
     originalEnd: res.end as Apply,
@@ -1344,6 +1376,19 @@ function copy(state: CaptureState, chunk: unknown, encoding: unknown) {
   state.chunks.push(isString ? bytes : Buffer.from(bytes));
 }
 
+/**
+ * Announces, once, before the head goes out, until when the outcome is kept (`advertiseExpiry`):
+ * not for a status the policy releases, nor over a value the handler set itself.
+ */
+function advertise(state: CaptureState, status: number) {
+  const res = state.res;
+  if (state.expires === undefined || state.eventStream || res.headersSent || res.hasHeader(expiresHeader)) return;
+  // A live feed is never stored (see onHead), here too when its head is not written yet.
+  if (/^text\/event-stream/i.test(String(res.getHeader('content-type') ?? ''))) return;
+  const value = state.expires(status);
+  if (value !== undefined) res.setHeader(expiresHeader, value);
+}
+
 function onHead(state: CaptureState, args: unknown[]) {
   const status = Number(args[0]);
   state.status = status;
@@ -1357,6 +1402,7 @@ function onHead(state: CaptureState, args: unknown[]) {
     if (!state.hold) state.chunks.length = 0;
     finish(state, { kind: 'unstorable', reason: 'event-stream', status });
   }
+  advertise(state, status);
 }
 
 function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
@@ -1377,6 +1423,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     // Node writes the implicit head inside write; capture status and headers now in case it does
     // not go through our writeHead (it does on current Node, this is belt and braces).
     this.status = res.statusCode;
+    advertise(this, res.statusCode);
     this.headers ??= responseHeaders(res, this.headHeaders, this.replayed);
   }
   if (!this.eventStream) copy(this, chunk, encoding);
@@ -1458,6 +1505,8 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
     res.setHeader('idempotency-key', this.echo);
   }
+  // A response ended without a head of its own (Express's res.send): its head leaves with the end.
+  advertise(this, this.status ?? res.statusCode);
   this.ended = true;
   if (!this.eventStream) copy(this, chunk, encoding);
   if (this.hold) {
@@ -1491,7 +1540,10 @@ function endDeclined(
   const res = state.res;
   // The key played no part in this answer (as on Fastify, which never claims for an unmatched route
   // or a body its parser refused).
-  if (!res.headersSent) res.removeHeader('idempotency-key');
+  if (!res.headersSent) {
+    res.removeHeader('idempotency-key');
+    res.removeHeader(expiresHeader);
+  }
   const status = state.status ?? res.statusCode;
   if (state.hold) {
     // The last chunk joins what waits in the capture. It all goes out when the transaction has

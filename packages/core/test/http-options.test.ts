@@ -31,4 +31,12 @@ describe('createHttpIdempotency options', () => {
       expect(second.kind === 'respond' && second.response.headers['retry-after']).toBe(String(seconds));
     }
   });
+
+  it('refuses an advertiseExpiry that is not a boolean', () => {
+    for (const bad of ['yes', 1, {}]) {
+      expect(() => createHttpIdempotency({ store: memoryStore(), advertiseExpiry: bad as never }), String(bad)).toThrow(
+        new TypeError('advertiseExpiry must be a boolean'),
+      );
+    }
+  });
 });

@@ -37,6 +37,7 @@ export const routeSettingNames = [
   'replayHeaders',
   'strictKeys',
   'fingerprint',
+  'advertiseExpiry',
 ] as const;
 
 type RouteSettings = Pick<FastifyIdempotencyOptions, (typeof routeSettingNames)[number]>;
@@ -402,7 +403,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       own.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
       return done();
     }
-    const capture = own.capture(reply.raw, { hold: true });
+    const capture = own.capture(reply.raw, { hold: true, operation: lease.operation });
     // The handler must run inside the transaction: Fastify is let on to the handler only from
     // within the transaction's callback.
     void own.runTransaction(

@@ -1826,6 +1826,50 @@ export function describeAdapter(
       );
     });
 
+    it('advertiseExpiry: a stored outcome announces Idempotency-Expires, its retention from now, and its replays the same date (30)', async () => {
+      const at = Date.UTC(2026, 10, 22, 9, 30, 15, 750);
+      const httpDate = (ms: number) => new Date(ms).toUTCString();
+      // 5xx kept an hour, 429 released, everything else the default 24 h.
+      const storeOutcome = ({ status }: Outcome): OutcomeDecision =>
+        status >= 500 ? { store: true, retention: '1h' } : status !== 429;
+      await withWorld(
+        async (world) => {
+          const charge = await world.send('/charges', { key: 'exp-charge' });
+          expect(charge.status).toBe(201);
+          // Rounded down to the second: the key is kept at least until then.
+          expect(charge.headers['idempotency-expires']).toBe(httpDate(Date.UTC(2026, 10, 23, 9, 30, 15)));
+          const again = await world.send('/charges', { key: 'exp-charge' });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.headers['idempotency-expires']).toBe(charge.headers['idempotency-expires']);
+          // A streamed head goes out before the end: the header is on it, and stored with it.
+          const stream = await world.send('/stream', { key: 'exp-stream', body: '{"size":50000}' });
+          expect(stream.headers['idempotency-expires']).toBe(charge.headers['idempotency-expires']);
+          const streamAgain = await world.send('/stream', { key: 'exp-stream', body: '{"size":50000}' });
+          expect(streamAgain.headers['idempotency-expires']).toBe(stream.headers['idempotency-expires']);
+          // The policy's retention of the outcome: an hour for the thrown 500.
+          const boom = await world.send('/boom', { key: 'exp-boom' });
+          expect(boom.status).toBe(500);
+          expect(boom.headers['idempotency-expires']).toBe(httpDate(Date.UTC(2026, 10, 22, 10, 30, 15)));
+          // Released outcomes, live feeds and the layer's own problems announce nothing.
+          const limited = await world.send('/limited', { key: 'exp-limited' });
+          expect(limited.status).toBe(429);
+          expect(limited.headers['idempotency-expires']).toBeUndefined();
+          const events = await world.send('/events', { key: 'exp-events' });
+          expect(events.headers['idempotency-expires']).toBeUndefined();
+          const mismatch = await world.send('/charges', { key: 'exp-charge', body: '{"amount":7}' });
+          expectProblem(mismatch, 422, 'fingerprint_mismatch');
+          expect(mismatch.headers['idempotency-expires']).toBeUndefined();
+          expect(world.server.executions()).toBe(5);
+        },
+        { advertiseExpiry: true, now: () => at, storeOutcome },
+      );
+      // Off by default.
+      await withWorld(async (world) => {
+        const sent = await world.send('/charges', { key: 'exp-off' });
+        expect(sent.headers['idempotency-expires']).toBeUndefined();
+      });
+    });
+
     it('mintKeys: a request without a key runs once and gets a fresh key; a retry with it replays', async () => {
       await withWorld(
         async (world) => {
@@ -1894,6 +1938,26 @@ export function describeAdapter(
             if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
           },
           { transactional: true },
+          harness,
+        );
+      });
+
+      it('advertiseExpiry: the committed response and its replays carry Idempotency-Expires; a rolled-back 503 does not (30)', async () => {
+        const harness = await makeTransactional();
+        const at = Date.UTC(2026, 10, 22, 9, 30, 15);
+        await withWorld(
+          async (world) => {
+            const first = await world.send('/charges', { key: 'tx-exp-1' });
+            expect(first.status).toBe(201);
+            expect(first.headers['idempotency-expires']).toBe(new Date(at + 24 * HOUR).toUTCString());
+            const again = await world.send('/charges', { key: 'tx-exp-1' });
+            expect(again.headers['idempotent-replayed']).toBe('true');
+            expect(again.headers['idempotency-expires']).toBe(first.headers['idempotency-expires']);
+            const refused = await world.send('/events', { key: 'tx-exp-sse' });
+            expectProblem(refused, 503, 'store_unavailable');
+            expect(refused.headers['idempotency-expires']).toBeUndefined();
+          },
+          { transactional: true, advertiseExpiry: true, now: () => at },
           harness,
         );
       });
