@@ -442,7 +442,7 @@ describe('sign in', () => {
     expect((await codeRow(code))?.consumed_at).toBeNull();
   });
 
-  it('marks the session cookie Secure when the app is served over https (row 39)', async () => {
+  it('marks the session cookie Secure and names it __Host- when the app is served over https (row 39)', async () => {
     const port = await listen(0);
     try {
       const { app } = await createThirdPartyApp({
@@ -457,10 +457,22 @@ describe('sign in', () => {
       const agent = createUserAgent();
       const step = await agent.request(new URL('/signin', port.url).href);
       expect(step.response.status).toBe(303);
-      const raw = agent.jar.cookies.get('app_session')?.raw ?? '';
+      // The prefix keeps a cookie planted by a sibling subdomain out: browsers take it only from this
+      // origin, Secure, with Path=/ and no Domain.
+      expect(agent.jar.cookies.get('app_session')).toBeUndefined();
+      const raw = agent.jar.cookies.get('__Host-app_session')?.raw ?? '';
       expect(raw).toMatch(/;\s*Secure/i);
       expect(raw).toMatch(/HttpOnly/);
       expect(raw).toMatch(/SameSite=Lax/);
+      expect(raw).toMatch(/;\s*Path=\/(;|$)/);
+      expect(raw).not.toMatch(/Domain=/i);
+      // The app reads it back by that name: a second sign-in of the same browser replaces the
+      // pending session the cookie names.
+      const oldId = agent.jar.cookies.get('__Host-app_session')?.value;
+      const store = createSessionStore(db, { ttlSeconds: 60 });
+      expect(await store.get(oldId)).toBeDefined();
+      expect((await agent.request(new URL('/signin', port.url).href)).response.status).toBe(303);
+      expect(await store.get(oldId)).toBeUndefined();
     } finally {
       await port.close();
     }

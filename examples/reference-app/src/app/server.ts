@@ -114,7 +114,16 @@ export interface ThirdPartyApp {
   readonly app: Express;
 }
 
-const sessionCookie = 'app_session';
+/**
+ * The app's cookie names. Over https they carry the `__Host-` prefix: browsers then take such a cookie
+ * only from this very origin, `Secure`, with `Path=/` and no `Domain`, so a sibling subdomain cannot
+ * plant one (cookie tossing) ahead of ours. Over plain http (the local demo) browsers refuse the
+ * prefix, and the names are bare.
+ */
+function cookieNames(secure: boolean) {
+  const prefix = secure ? '__Host-' : '';
+  return { session: `${prefix}app_session`, csrf: `${prefix}app_csrf` };
+}
 
 /**
  * How long a sign-in in progress (a session with only its transaction) lives. The provider's login
@@ -161,9 +170,10 @@ export function safeReturnTo(value: unknown): string {
 export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promise<ThirdPartyApp> {
   const now = options.now ?? Date.now;
   const secure = options.appUrl.startsWith('https:');
+  const { session: sessionCookie, csrf: csrfCookie } = cookieNames(secure);
   const redirectUri = new URL('/callback', options.appUrl).href;
   const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600 });
-  const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: 'app_csrf', path: '/', secure });
+  const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: csrfCookie, path: '/', secure });
   const oidc = createOidcClient({
     issuer: options.issuer,
     clientId: options.clientId,
