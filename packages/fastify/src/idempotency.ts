@@ -185,27 +185,30 @@ function overridesOf(route: RouteIdempotencyOptions): RouteOverrides {
 
 // Answers without Fastify's serialisation, so problems and replays are the same bytes in every
 // adapter. Headers earlier hooks set on the reply (CORS, security headers) are kept, as Express and
-// Koa keep what earlier middleware set on the response.
+// Koa keep what earlier middleware set on the response: they are put on the raw response, where a
+// list (two cookies) stays one header line each, and the answer's own headers take precedence.
 function answer(reply: FastifyReply, response: HttpResponse) {
   const set = reply.getHeaders();
-  const headers: Record<string, string> = {};
+  const raw = reply.raw;
   for (const name in set) {
     const value = set[name];
-    if (value !== undefined) headers[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value);
+    if (value !== undefined) raw.setHeader(name, value);
   }
-  for (const name in response.headers) headers[name] = response.headers[name] as string;
   reply.hijack();
-  writeResponse(reply.raw, { status: response.status, headers, body: response.body });
+  writeResponse(raw, response);
 }
 
 // The body, read by the plugin, handed on to Fastify's parser as a stream of the same bytes. A plain
 // Readable with the bytes pushed at once: Readable.from would add an async iterator and a promise
-// per chunk. `receivedEncodedLength` is what Fastify checks against Content-Length and bodyLimit.
-function bodyStream(body: Buffer): Readable & { receivedEncodedLength?: number } {
+// per chunk. `receivedEncodedLength` is what Fastify checks against Content-Length and bodyLimit:
+// the bytes that came off the wire, as the stream it replaces reported them (a decompressing hook
+// reports the encoded length, as Fastify asks), else the bytes read.
+function bodyStream(body: Buffer, received: Readable): Readable & { receivedEncodedLength?: number } {
   const stream: Readable & { receivedEncodedLength?: number } = new Readable({ read: noRead });
   if (body.length > 0) stream.push(body);
   stream.push(null);
-  stream.receivedEncodedLength = body.length;
+  const encoded = (received as { receivedEncodedLength?: unknown }).receivedEncodedLength;
+  stream.receivedEncodedLength = typeof encoded === 'number' ? encoded : body.length;
   return stream;
 }
 
@@ -314,7 +317,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       const body = read.body ?? Buffer.alloc(0);
       if (json) stateOf(request)[kFromParsed] = true;
       else stateOf(request)[kBody] = body;
-      done(null, raw ? payload : bodyStream(body));
+      done(null, raw ? payload : bodyStream(body, payload));
     }, done);
   });
 

@@ -1,0 +1,649 @@
+// Edges of the Koa glue (idempotency.ts, auth.ts) that mutation testing showed no other test pinned.
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
+import { buffer } from 'node:stream/consumers';
+import { type IdempotencyEvent, memoryStore } from '@idem/core';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  defaultInternalTokenHeader,
+  type Principal,
+  policy,
+  principalFromClaims,
+} from '@idem/guard';
+import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
+import { transactionalMemoryStore } from '@idem/testkit';
+import Koa from 'koa';
+import { describe, expect, it } from 'vitest';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
+import { authorize, guard, internalAuth } from '../src/auth.js';
+
+async function listen(app: Koa, run: (url: string) => Promise<void>) {
+  app.silent = true;
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  try {
+    await run(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+async function serve(
+  options: Partial<KoaIdempotencyOptions>,
+  handler: Koa.Middleware,
+  run: (url: string) => Promise<void>,
+  before?: Koa.Middleware,
+) {
+  const app = new Koa();
+  if (before) app.use(before);
+  app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1', ...options }));
+  app.use(handler);
+  await listen(app, run);
+}
+
+const post = (url: string, key: string | undefined, body = '{}') =>
+  fetch(url, {
+    method: 'POST',
+    headers: { ...(key === undefined ? {} : { 'idempotency-key': key }), 'content-type': 'application/json' },
+    body,
+  });
+
+// Events as they come, and a way to wait for the first of some types without sleeping.
+function eventLog() {
+  const events: IdempotencyEvent[] = [];
+  const waiters: { types: string[]; resolve: (event: IdempotencyEvent) => void }[] = [];
+  return {
+    events,
+    onEvent(event: IdempotencyEvent) {
+      events.push(event);
+      for (const waiter of waiters.splice(0)) {
+        if (waiter.types.includes(event.type)) waiter.resolve(event);
+        else waiters.push(waiter);
+      }
+    },
+    next(from: number, ...types: IdempotencyEvent['type'][]): Promise<IdempotencyEvent> {
+      const seen = events.slice(from).find((event) => types.includes(event.type));
+      if (seen) return Promise.resolve(seen);
+      return new Promise((resolve) => waiters.push({ types, resolve }));
+    },
+  };
+}
+
+// A handler awaits `untilGone(ctx)`, which tells `running` it started and returns once the client left.
+function clientLeaves() {
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => {
+    started = resolve;
+  });
+  return {
+    running,
+    async untilGone(ctx: Koa.Context) {
+      const closed = new Promise((resolve) => ctx.res.once('close', resolve));
+      started();
+      await closed;
+    },
+  };
+}
+
+// Sends a request and drops the connection once `started` resolves (the handler is running).
+async function abandonedPost(url: string, key: string, started: Promise<void>) {
+  const req = httpRequest(url, {
+    method: 'POST',
+    headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
+  });
+  req.on('error', () => undefined);
+  req.end('{}');
+  await started;
+  req.destroy();
+}
+
+describe('@idem/koa idempotency, beyond the scenario table', () => {
+  it('with required: false, a request that sends a key is still made idempotent; one without a key runs each time', async () => {
+    let runs = 0;
+    await serve(
+      { required: false },
+      async (ctx) => {
+        ctx.status = 201;
+        ctx.body = { run: ++runs };
+      },
+      async (url) => {
+        expect((await post(`${url}/charges`, 'optional-1')).status).toBe(201);
+        const retry = await post(`${url}/charges`, 'optional-1');
+        expect(retry.headers.get('idempotent-replayed')).toBe('true');
+        expect(await retry.json()).toEqual({ run: 1 });
+        expect((await post(`${url}/charges`, undefined)).status).toBe(201);
+        expect((await post(`${url}/charges`, undefined)).status).toBe(201);
+        expect(runs).toBe(3);
+      },
+    );
+  });
+
+  it('mounted after a body parser: fingerprints the parsed ctx.request.body, so replays and mismatches still work', async () => {
+    let runs = 0;
+    // A body parser as @koa/bodyparser is one: it reads ctx.req and leaves the value on ctx.request.body.
+    const parser: Koa.Middleware = async (ctx, next) => {
+      (ctx.request as { body?: unknown }).body = JSON.parse((await buffer(ctx.req)).toString('utf8'));
+      await next();
+    };
+    await serve(
+      {},
+      async (ctx) => {
+        ctx.body = { got: (ctx.request as { body?: unknown }).body, run: ++runs };
+      },
+      async (url) => {
+        expect(await (await post(`${url}/charges`, 'parsed-1', '{"amount":1}')).json()).toEqual({
+          got: { amount: 1 },
+          run: 1,
+        });
+        const again = await post(`${url}/charges`, 'parsed-1', '{ "amount": 1 }');
+        expect(again.headers.get('idempotent-replayed')).toBe('true');
+        expect((await post(`${url}/charges`, 'parsed-1', '{"amount":2}')).status).toBe(422);
+        expect(runs).toBe(1);
+      },
+      parser,
+    );
+  });
+
+  it('mounted on a route of @koa/router, the operation is the route template: one key spans /charges/:id only with the same path', async () => {
+    let runs = 0;
+    const app = new Koa();
+    const guarded = idempotency({ store: memoryStore(), scope: () => 'tenant-1' });
+    // What @koa/router leaves on the context before a route's middleware: the matched template.
+    app.use(async (ctx, next) => {
+      const match = /^\/charges\/([^/]+)$/.exec(ctx.path);
+      if (!match) return next();
+      Object.assign(ctx, { router: {}, _matchedRoute: '/charges/:id', params: { id: match[1] } });
+      await guarded(ctx, async () => {
+        ctx.status = 201;
+        ctx.body = { run: ++runs };
+      });
+    });
+    await listen(app, async (url) => {
+      expect((await post(`${url}/charges/1`, 'template-1')).status).toBe(201);
+      // The same operation (POST /charges/:id), another concrete path: another request.
+      expect((await post(`${url}/charges/2`, 'template-1')).status).toBe(422);
+      expect((await post(`${url}/charges/1`, 'template-1')).headers.get('idempotent-replayed')).toBe('true');
+      expect(runs).toBe(1);
+    });
+  });
+
+  it("a 501 from @koa/router's allowedMethods() answered for no route: not stored, the key released", async () => {
+    let runs = 0;
+    await serve(
+      {},
+      async (ctx) => {
+        runs++;
+        (ctx as Koa.Context & { router?: unknown }).router = {};
+        ctx.status = 501;
+      },
+      async (url) => {
+        const first = await post(`${url}/custom-method`, 'not-implemented');
+        expect(first.status).toBe(501);
+        expect(first.headers.get('idempotency-key')).toBeNull();
+        const again = await post(`${url}/custom-method`, 'not-implemented');
+        expect(again.status).toBe(501);
+        expect(again.headers.get('idempotent-replayed')).toBeNull();
+        expect(runs).toBe(2);
+      },
+    );
+  });
+
+  it('a 404 a handler writes itself (ctx.respond = false) is its answer, not a request no route took: stored', async () => {
+    let runs = 0;
+    await serve(
+      {},
+      async (ctx) => {
+        runs++;
+        ctx.respond = false;
+        ctx.res.writeHead(404, { 'content-type': 'text/plain' });
+        ctx.res.end('no such charge');
+      },
+      async (url) => {
+        const first = await post(`${url}/charges/ch_1`, 'by-hand');
+        expect(first.status).toBe(404);
+        expect(await first.text()).toBe('no such charge');
+        const again = await post(`${url}/charges/ch_1`, 'by-hand');
+        expect(again.headers.get('idempotent-replayed')).toBe('true');
+        expect(await again.text()).toBe('no such charge');
+        expect(runs).toBe(1);
+      },
+    );
+  });
+
+  it('a scope function that throws is a 500, never a hung request nor the handler', async () => {
+    let runs = 0;
+    await serve(
+      {
+        scope: () => {
+          throw new Error('tenant lookup failed');
+        },
+      },
+      async (ctx) => {
+        runs++;
+        ctx.body = { ok: true };
+      },
+      async (url) => {
+        expect((await post(`${url}/charges`, 'scope-throws')).status).toBe(500);
+        expect(runs).toBe(0);
+      },
+    );
+  });
+
+  it("transactional, storeOutcome 'stripe': a handler that throws a 4xx releases the key, so the retry runs", async () => {
+    let runs = 0;
+    await serve(
+      { store: transactionalMemoryStore(), transactional: true, storeOutcome: 'stripe' },
+      async (ctx) => {
+        runs++;
+        ctx.throw(409, 'conflict');
+      },
+      async (url) => {
+        expect((await post(`${url}/charges`, 'tx-thrown')).status).toBe(409);
+        const retry = await post(`${url}/charges`, 'tx-thrown');
+        expect(retry.status).toBe(409);
+        expect(retry.headers.get('idempotent-replayed')).toBeNull();
+        expect(runs).toBe(2);
+      },
+    );
+  });
+
+  it('client gone, a handler that then throws a 4xx: its status and message are stored as Koa would have sent them', async () => {
+    const log = eventLog();
+    let runs = 0;
+    const leaving = clientLeaves();
+    await serve(
+      { onEvent: log.onEvent },
+      async (ctx) => {
+        runs++;
+        if (runs === 1) await leaving.untilGone(ctx);
+        ctx.throw(409, 'conflict');
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-thrown', leaving.running);
+        expect((await log.next(0, 'complete', 'release')).type).toBe('complete');
+        const replay = await post(url, 'gone-thrown');
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(replay.status).toBe(409);
+        expect(await replay.text()).toBe('Conflict');
+        expect(runs).toBe(1);
+      },
+    );
+  });
+
+  it('client gone, a handler that took the response over and then throws: the error is stored, not left in progress', async () => {
+    const log = eventLog();
+    let runs = 0;
+    const leaving = clientLeaves();
+    await serve(
+      { onEvent: log.onEvent },
+      async (ctx) => {
+        runs++;
+        ctx.respond = false;
+        if (runs === 1) await leaving.untilGone(ctx);
+        throw new Error('failed after the client left');
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-raw-thrown', leaving.running);
+        expect((await log.next(0, 'complete', 'release')).type).toBe('complete');
+        const replay = await post(url, 'gone-raw-thrown');
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(replay.status).toBe(500);
+        expect(runs).toBe(1);
+      },
+    );
+  });
+
+  it('client gone, a web stream body nobody will read: its source is told to stop', async () => {
+    const log = eventLog();
+    const leaving = clientLeaves();
+    let cancelled = false;
+    await serve(
+      { onEvent: log.onEvent },
+      async (ctx) => {
+        await leaving.untilGone(ctx);
+        ctx.body = new ReadableStream({
+          pull(controller) {
+            controller.enqueue(new TextEncoder().encode('more'));
+          },
+          cancel() {
+            cancelled = true;
+          },
+        });
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-web', leaving.running);
+        expect((await log.next(0, 'complete', 'release')).type).toBe('release');
+        expect(cancelled).toBe(true);
+      },
+    );
+  });
+
+  it('client gone, a Node stream body nobody will read: it is destroyed, and the key released', async () => {
+    const log = eventLog();
+    const leaving = clientLeaves();
+    const body = new Readable({
+      read() {
+        this.push('more');
+      },
+    });
+    await serve(
+      { onEvent: log.onEvent },
+      async (ctx) => {
+        await leaving.untilGone(ctx);
+        ctx.body = body;
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-node-stream', leaving.running);
+        expect((await log.next(0, 'complete', 'release')).type).toBe('release');
+        expect(body.destroyed).toBe(true);
+      },
+    );
+  });
+
+  it('transactional: the 500 of a handler that throws still echoes the key, a minted one too', async () => {
+    await serve(
+      { store: transactionalMemoryStore(), transactional: true, mintKeys: true },
+      async () => {
+        throw new Error('boom');
+      },
+      async (url) => {
+        const sent = await post(`${url}/charges`, 'tx-echo');
+        expect(sent.status).toBe(500);
+        expect(sent.headers.get('idempotency-key')).toBe('tx-echo');
+        const minted = await post(`${url}/charges`, undefined);
+        expect(minted.status).toBe(500);
+        expect(minted.headers.get('idempotency-key')).toMatch(/\S/);
+      },
+    );
+  });
+
+  it('client gone, a handler that took the response over and writes it after returning: what it writes is stored', async () => {
+    const log = eventLog();
+    let runs = 0;
+    const leaving = clientLeaves();
+    await serve(
+      { onEvent: log.onEvent },
+      async (ctx) => {
+        runs++;
+        ctx.respond = false;
+        if (runs === 1) {
+          await leaving.untilGone(ctx);
+          // Written later, from outside the middleware chain.
+          setImmediate(() => {
+            ctx.res.writeHead(201, { 'content-type': 'text/plain' });
+            ctx.res.end('written late');
+          });
+          return;
+        }
+        ctx.res.writeHead(201, { 'content-type': 'text/plain' });
+        ctx.res.end('written late');
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-late', leaving.running);
+        expect((await log.next(0, 'complete', 'release')).type).toBe('complete');
+        const replay = await post(url, 'gone-late');
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(replay.status).toBe(201);
+        expect(await replay.text()).toBe('written late');
+        expect(runs).toBe(1);
+      },
+    );
+  });
+
+  it('client gone, more bodies Koa writes from memory: what is stored is what Koa would have written', async () => {
+    const cases: { name: string; set: (ctx: Koa.Context) => void }[] = [
+      {
+        name: 'Buffer',
+        set: (ctx) => {
+          ctx.type = 'application/octet-stream';
+          ctx.body = Buffer.from([104, 105]);
+        },
+      },
+      {
+        // A null body set on purpose, then a status that has a body: Koa writes nothing at all.
+        name: 'explicit null body',
+        set: (ctx) => {
+          ctx.body = null;
+          ctx.status = 200;
+        },
+      },
+      {
+        // A body set after a status that has none: Koa drops the body and its type.
+        name: '205 with a body',
+        set: (ctx) => {
+          ctx.status = 205;
+          ctx.body = 'dropped';
+        },
+      },
+      {
+        name: '204 with a body',
+        set: (ctx) => {
+          ctx.status = 204;
+          ctx.body = 'dropped';
+        },
+      },
+      {
+        name: 'header set as a list',
+        set: (ctx) => {
+          ctx.set('x-parts', ['a', 'b']);
+          ctx.body = 'parts';
+        },
+      },
+    ];
+    for (const { name, set } of cases) {
+      const slug = name.replace(/\W+/g, '-');
+      const log = eventLog();
+      let runs = 0;
+      const leaving = clientLeaves();
+      await serve(
+        { onEvent: log.onEvent, replayHeaders: ['x-parts'] },
+        async (ctx) => {
+          runs++;
+          if (ctx.get('x-stay') === '') await leaving.untilGone(ctx);
+          set(ctx);
+        },
+        async (url) => {
+          // What a client that stays gets, under another key.
+          const stayed = await fetch(url, {
+            method: 'POST',
+            headers: { 'idempotency-key': `stay-${slug}`, 'content-type': 'application/json', 'x-stay': '1' },
+            body: '{}',
+          });
+          const expected = {
+            status: stayed.status,
+            type: stayed.headers.get('content-type'),
+            parts: stayed.headers.get('x-parts'),
+            body: await stayed.text(),
+          };
+          const mark = log.events.length;
+          await abandonedPost(url, `gone-${slug}`, leaving.running);
+          expect((await log.next(mark, 'complete', 'release')).type, name).toBe('complete');
+          const replay = await post(url, `gone-${slug}`);
+          expect(replay.headers.get('idempotent-replayed'), name).toBe('true');
+          expect(
+            {
+              status: replay.status,
+              type: replay.headers.get('content-type'),
+              parts: replay.headers.get('x-parts'),
+              body: await replay.text(),
+            },
+            name,
+          ).toEqual(expected);
+          expect(runs, name).toBe(2);
+        },
+      );
+    }
+  });
+});
+
+describe('@idem/koa guard glue, beyond the scenario table', () => {
+  const clock = manualClock();
+  const edge = () => createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+  const bearer = (claims: Record<string, unknown> = {}) => ({ authorization: `Bearer ${makeToken({ claims })}` });
+
+  // What koa-mount does: the mounted app sees the path without its prefix (ctx.originalUrl keeps it).
+  const mount =
+    (prefix: string, inner: Koa.Middleware): Koa.Middleware =>
+    async (ctx, next) => {
+      if (!ctx.path.startsWith(`${prefix}/`)) return next();
+      const original = ctx.path;
+      ctx.path = ctx.path.slice(prefix.length);
+      try {
+        await inner(ctx, next);
+      } finally {
+        ctx.path = original;
+      }
+    };
+
+  it('authorize() under a mounted app: a policy sees the URL as the client sent it, mount prefix included', async () => {
+    const app = new Koa();
+    const verify = guard(edge());
+    const allow = authorize(policy((_principal, request) => request.url?.startsWith('/api/tenants/t1/') === true));
+    let runs = 0;
+    app.use(
+      mount('/api', async (ctx) => {
+        await verify(ctx, () =>
+          allow(ctx, async () => {
+            runs++;
+            ctx.body = { ok: true };
+          }),
+        );
+      }),
+    );
+    await listen(app, async (url) => {
+      expect((await fetch(`${url}/api/tenants/t1/orders`, { headers: bearer() })).status).toBe(200);
+      expect((await fetch(`${url}/api/tenants/t2/orders`, { headers: bearer() })).status).toBe(403);
+      expect(runs).toBe(1);
+    });
+  });
+
+  it('authorize() hands the route parameters to policies: one tenant reaches only its own orders', async () => {
+    const app = new Koa();
+    const verify = guard(edge());
+    const allow = authorize(
+      policy((principal, request) => (request.params as { tenant?: string }).tenant === principal.claims.tenant),
+    );
+    let runs = 0;
+    app.use(async (ctx) => {
+      const match = /^\/tenants\/([^/]+)\/orders$/.exec(ctx.path);
+      if (!match) return;
+      Object.assign(ctx, { params: { tenant: match[1] } });
+      await verify(ctx, () =>
+        allow(ctx, async () => {
+          runs++;
+          ctx.body = { ok: true };
+        }),
+      );
+    });
+    await listen(app, async (url) => {
+      expect((await fetch(`${url}/tenants/t1/orders`, { headers: bearer({ tenant: 't1' }) })).status).toBe(200);
+      expect((await fetch(`${url}/tenants/t2/orders`, { headers: bearer({ tenant: 't1' }) })).status).toBe(403);
+      expect(runs).toBe(1);
+    });
+  });
+
+  it('authorize() after something other than guard() set ctx.state.auth: 401 problem, never a 500 nor the handler', async () => {
+    const app = new Koa();
+    let runs = 0;
+    app.use(async (ctx, next) => {
+      ctx.state.auth = principalFromClaims({ sub: 'forged', iss: 'nobody' }) satisfies Principal;
+      await next();
+    });
+    app.use(authorize());
+    app.use(async (ctx) => {
+      runs++;
+      ctx.body = { ok: true };
+    });
+    await listen(app, async (url) => {
+      const answer = await fetch(`${url}/orders`);
+      expect(answer.status).toBe(401);
+      expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(runs).toBe(0);
+    });
+  });
+
+  it('guard() and authorize() wait for what follows: a handler that answers after an await is what the client gets', async () => {
+    const app = new Koa();
+    app.use(guard(edge()));
+    app.use(authorize());
+    app.use(async (ctx) => {
+      await new Promise((resolve) => setImmediate(resolve));
+      ctx.status = 201;
+      ctx.body = { late: true };
+    });
+    await listen(app, async (url) => {
+      const answer = await fetch(`${url}/orders`, { method: 'POST', headers: bearer() });
+      expect(answer.status).toBe(201);
+      expect(await answer.json()).toEqual({ late: true });
+    });
+  });
+
+  it('internalAuth() refuses an internal token header sent twice (400 multiple_tokens), as it does two Authorization headers', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example', now: clock.now });
+    const app = new Koa();
+    let runs = 0;
+    app.use(
+      internalAuth({ issuer: 'https://gateway.example', audience: 'orders', jwks: issuer.jwks(), now: clock.now }),
+    );
+    app.use(async (ctx) => {
+      runs++;
+      ctx.body = { ok: true };
+    });
+    const token = await issuer.mint(principalFromClaims({ sub: 'user-1', iss: ISSUER }, { issuer: ISSUER }), {
+      audience: 'orders',
+    });
+    await listen(app, async (url) => {
+      const twice = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(
+          `${url}/internal`,
+          {
+            headers: [
+              'host',
+              new URL(url).host,
+              defaultInternalTokenHeader,
+              token,
+              defaultInternalTokenHeader,
+              token,
+            ] as unknown as Record<string, string>,
+          },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (chunk: string) => {
+              text += chunk;
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+      expect(twice.status).toBe(400);
+      expect(JSON.parse(twice.body)).toMatchObject({ code: 'multiple_tokens' });
+      expect(runs).toBe(0);
+    });
+  });
+
+  it('internalAuth() built from options (not a Guard) verifies the internal token and sets ctx.state.auth', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example', now: clock.now });
+    const app = new Koa();
+    app.use(
+      internalAuth({ issuer: 'https://gateway.example', audience: 'orders', jwks: issuer.jwks(), now: clock.now }),
+    );
+    app.use(async (ctx) => {
+      ctx.body = { sub: (ctx.state.auth as Principal).sub };
+    });
+    const token = await issuer.mint(principalFromClaims({ sub: 'user-1', iss: ISSUER }, { issuer: ISSUER }), {
+      audience: 'orders',
+    });
+    await listen(app, async (url) => {
+      const answer = await fetch(`${url}/internal`, { headers: { [defaultInternalTokenHeader]: token } });
+      expect(answer.status).toBe(200);
+      expect(await answer.json()).toEqual({ sub: 'user-1' });
+      expect((await fetch(`${url}/internal`, { headers: bearer() })).status).toBe(401);
+    });
+  });
+});
