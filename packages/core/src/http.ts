@@ -794,7 +794,7 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > maxBytes)
     return Promise.resolve({ ok: false, error: tooLarge(maxBytes) });
-  if (req.readableEnded || (req.complete && req.readableLength === 0 && !hasPendingBody(req))) {
+  if (req.readableEnded || (req.complete && req.readableLength === 0)) {
     return Promise.resolve({ ok: true, body: undefined });
   }
   if (declared === 0 || (!Number.isFinite(declared) && req.headers['transfer-encoding'] === undefined)) {
@@ -952,10 +952,6 @@ function keyFieldValues(req: IncomingMessage): string | readonly string[] | unde
     }
   }
   return values ?? req.headers['idempotency-key'];
-}
-
-function hasPendingBody(req: IncomingMessage): boolean {
-  return req.readable && req.readableLength > 0;
 }
 
 /**

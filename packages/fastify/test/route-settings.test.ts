@@ -1,0 +1,98 @@
+// Per-route settings and the checks Fastify's plugin makes before it reads a body: behaviours that
+// mutation testing of packages/core/src/http.ts showed no test held.
+import { memoryStore } from '@idem/core';
+import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { describe, expect, it } from 'vitest';
+
+async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: FastifyInstance) => void) {
+  const instance = Fastify();
+  await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1', ...options });
+  routes(instance);
+  await instance.ready();
+  return instance;
+}
+
+const send = (instance: FastifyInstance, method: 'POST' | 'DELETE', url: string, key?: string, payload: unknown = {}) =>
+  instance.inject({
+    method,
+    url,
+    payload: payload as object,
+    headers: key === undefined ? {} : { 'idempotency-key': key },
+  });
+
+describe('@idem/fastify: per-route settings over the plugin options', () => {
+  it("a route's required: true holds under a plugin with required: false", async () => {
+    let runs = 0;
+    const instance = await app({ required: false }, (a) => {
+      a.post('/charges', { config: { idempotency: { required: true } } }, async () => ({ run: ++runs }));
+      a.post('/notes', async () => ({ run: ++runs }));
+    });
+    try {
+      const refused = await send(instance, 'POST', '/charges');
+      expect(refused.statusCode).toBe(400);
+      expect(refused.json()).toMatchObject({ code: 'key_missing' });
+      expect((await send(instance, 'POST', '/notes')).statusCode).toBe(200);
+      expect(runs).toBe(1);
+    } finally {
+      await instance.close();
+    }
+  });
+
+  it("a route's mintKeys: true mints a key under a plugin that neither requires nor mints one", async () => {
+    let runs = 0;
+    const instance = await app({ required: false }, (a) => {
+      a.post('/charges', { config: { idempotency: { mintKeys: true } } }, async (_request, reply) =>
+        reply.code(201).send({ run: ++runs }),
+      );
+    });
+    try {
+      const first = await send(instance, 'POST', '/charges');
+      expect(first.statusCode).toBe(201);
+      const key = first.headers['idempotency-key'];
+      expect(typeof key).toBe('string');
+      const retry = await send(instance, 'POST', '/charges', String(key));
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(runs).toBe(1);
+    } finally {
+      await instance.close();
+    }
+  });
+});
+
+describe('@idem/fastify: what is decided before the body is read', () => {
+  it('a request of a method that is not covered is never read: no 413 for its body, whatever its key', async () => {
+    let runs = 0;
+    const instance = await app({ maxBodyBytes: 16 }, (a) => {
+      a.delete('/charges/:id', async () => ({ run: ++runs }));
+    });
+    try {
+      const reply = await send(instance, 'DELETE', '/charges/1', 'k-1', { note: 'x'.repeat(100) });
+      expect(reply.statusCode).toBe(200);
+      expect(runs).toBe(1);
+    } finally {
+      await instance.close();
+    }
+  });
+
+  it('a key refused on its own is answered 400 before the body is read, even a body over the limit', async () => {
+    const big = { note: 'x'.repeat(100) };
+    const strict = await app({ maxBodyBytes: 16, strictKeys: true }, (a) => {
+      a.post('/charges', async () => ({ ok: true }));
+    });
+    const perRoute = await app({ maxBodyBytes: 16, required: false }, (a) => {
+      a.post('/charges', { config: { idempotency: { required: true } } }, async () => ({ ok: true }));
+    });
+    try {
+      // An unquoted key where only sf-strings are taken.
+      const unquoted = await send(strict, 'POST', '/charges', 'k-1', big);
+      expect([unquoted.statusCode, unquoted.json().code]).toEqual([400, 'key_invalid']);
+      // No key where the route requires one.
+      const missing = await send(perRoute, 'POST', '/charges', undefined, big);
+      expect([missing.statusCode, missing.json().code]).toEqual([400, 'key_missing']);
+    } finally {
+      await strict.close();
+      await perRoute.close();
+    }
+  });
+});
