@@ -11,6 +11,7 @@ let run: Differential;
 beforeAll(async () => {
   run = await startDifferential({
     store: () => memoryStore({ now: () => clock }),
+    now: () => clock,
     advance: (ms) => {
       clock += ms;
     },
@@ -23,7 +24,7 @@ afterAll(async () => {
 });
 
 describe('the three adapters against one model of the spec, on memory stores', () => {
-  it('answer every generated sequence as the model says, and alike, time moving past the retention', async () => {
+  it('answer every generated sequence as the model says, and alike, time moving past the retention, expiry advertised', async () => {
     const figures = await run.check();
     expect(figures.requests).toBeGreaterThan(1000);
     console.info(`[figures] differential memory ${JSON.stringify(figures)}`);

@@ -64,6 +64,8 @@ interface Answer {
   replayed: boolean;
   body: Buffer;
   code?: string;
+  /** The `Idempotency-Expires` header, when the run advertises expiry. */
+  expires: string | undefined;
 }
 
 function send(base: string, step: SendStep, run: string): Promise<Answer> {
@@ -84,6 +86,7 @@ function send(base: string, step: SendStep, run: string): Promise<Answer> {
           status: res.statusCode ?? 0,
           replayed: res.headers['idempotent-replayed'] === 'true',
           body: bytes,
+          expires: res.headers['idempotency-expires'] as string | undefined,
         };
         if (/problem\+json/.test(String(res.headers['content-type']))) {
           answer.code = (JSON.parse(bytes.toString()) as { code?: string }).code;
@@ -173,8 +176,14 @@ function expectationOf(s: SendStep, records: Map<string, ModelRecord>, at: numbe
 export interface DifferentialOptions {
   /** A store for one framework's server; each server must have its own. */
   store(framework: string): Store;
-  /** Moves every store's clock (and the engines'); without it, sequences keep to one instant. */
+  /** Moves every store's clock; without it, sequences keep to one instant. */
   advance?: (ms: number) => void;
+  /**
+   * The clock of the stores, given to the engines too: the servers then advertise expiry, and each
+   * `Idempotency-Expires` is checked (only with a clock that moves by steps: a real one could pass
+   * a second between the three answers).
+   */
+  now?: () => number;
   numRuns: number;
 }
 
@@ -198,7 +207,11 @@ export async function startDifferential(options: DifferentialOptions): Promise<D
   for (const framework of frameworks) {
     const target: Target = { ...framework, runs: 0 };
     target.server = await framework.make({
-      idempotency: { store: options.store(framework.name), storeTimeout: '15s' },
+      idempotency: {
+        store: options.store(framework.name),
+        storeTimeout: '15s',
+        ...(options.now ? { now: options.now, advertiseExpiry: true } : {}),
+      },
       routes: scenarioRoutes,
       handle: async (request) => reply(request, ++target.runs),
     });
@@ -231,8 +244,18 @@ export async function startDifferential(options: DifferentialOptions): Promise<D
           const expected = expectationOf(s, records, at);
           const answers = await Promise.all(targets.map((target) => send(target.server!.url, s, run)));
           const where = `${s.method} ${s.path}${s.query} as ${s.user}, key ${JSON.stringify(s.key)}, body ${s.body}`;
+          // A stored execution announces its retention from now (the default 24 h); a replay repeats it.
+          const stores = expected.kind === 'execute' && expected.id !== undefined && s.route.stored;
+          const expires =
+            options.now && stores
+              ? new Date(Math.floor((options.now() + 24 * HOUR) / 1000) * 1000).toUTCString()
+              : undefined;
           for (const [i, answer] of answers.entries()) {
             const label = `${targets[i]!.name}: ${where}`;
+            if (options.now && expected.kind !== 'replay') expect(answer.expires, `${label}: expiry`).toBe(expires);
+            if (expected.kind === 'replay') {
+              expect(answer.expires, `${label}: expiry`).toBe(firsts.get(expected.of)?.[i]?.expires);
+            }
             if (expected.kind === 'problem') {
               expect({ status: answer.status, code: answer.code }, label).toEqual({
                 status: expected.status,
