@@ -1405,6 +1405,10 @@ function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
   onHead(this, args);
   if (this.hold) {
     this.headArgs = args;
+    // Node's writeHead sets the response's status; a held head must too, or what reads it before
+    // the flush (an adapter's `unrouted`, seeing a not-found handler's 404) sees the one before.
+    const status = this.status as number;
+    if (Number.isInteger(status) && status >= 100 && status <= 999) this.res.statusCode = status;
     return this.res;
   }
   this.headers ??= responseHeaders(this.res, this.headHeaders, this.replayed);

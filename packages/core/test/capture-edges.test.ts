@@ -1,0 +1,1157 @@
+// The response capture of the HTTP layer (writeResponse, the wrapped writeHead, write and end, held and
+// settled): behaviours that mutation testing of packages/core/src/http.ts showed no test held.
+import { once } from 'node:events';
+import { createServer, type IncomingHttpHeaders, request, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
+import { gunzipSync, gzipSync } from 'node:zlib';
+import { transactionalMemoryStore } from '@idem/testkit';
+import { describe, expect, it } from 'vitest';
+import type { IdempotencyEvent } from '../src/events.js';
+import { type CaptureOptions, createHttpIdempotency, type ResponseCapture, writeResponse } from '../src/http.js';
+import { memoryStore } from '../src/memory-store.js';
+import type { Store } from '../src/store.js';
+
+// What a raw node:http client received: status, headers as Node parsed them, the raw header list
+// (to count repeated fields), and the body's exact bytes.
+interface Received {
+  status: number;
+  headers: IncomingHttpHeaders;
+  raw: string[];
+  body: Buffer;
+}
+
+// A POST with a raw client (no fetch: its Headers hide how fields were sent). `leave` aborts the
+// request once it resolves. Resolves with what arrived, or rejects when the connection failed.
+function post(base: string, path: string, key: string | undefined, leave?: Promise<void>): Promise<Received> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = key === undefined ? {} : { 'idempotency-key': key };
+    const req = request(`${base}${path}`, { method: 'POST', headers, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          raw: res.rawHeaders,
+          body: Buffer.concat(chunks),
+        }),
+      );
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    void leave?.then(() => req.destroy(new Error('client left')));
+    req.end();
+  });
+}
+
+interface ServeOptions {
+  store?: Store;
+  /** Transactional mode: the handler runs in the store's transaction and the response is held. */
+  hold?: boolean;
+  maxResponseBytes?: number;
+  replayHeaders?: string[];
+  /** Told to the capture as `unrouted` (read at the end of the response). */
+  unrouted?: (res: ServerResponse) => boolean;
+  /** Wraps the response before the capture does, as a layer mounted earlier (compression()) would. */
+  below?: (res: ServerResponse) => void;
+  /** Pass the key's echo to the capture (`echo`), as Koa's adapter does. */
+  echo?: boolean;
+  /** Writes the first execution's response. */
+  answer: (res: ServerResponse, run: number, capture: ResponseCapture) => void | Promise<void>;
+}
+
+// A node:http server with the HTTP layer in front of `answer`, as an adapter mounts it: replays and
+// problems are written with writeResponse, the key is echoed, and the capture settles the outcome
+// (or, held, runs the handler in the store's transaction).
+async function serve(options: ServeOptions) {
+  const hold = options.hold ?? false;
+  const store = options.store ?? (hold ? transactionalMemoryStore() : memoryStore());
+  const events: IdempotencyEvent[] = [];
+  const http = createHttpIdempotency({
+    store,
+    scope: () => 'caller',
+    onEvent: (event) => events.push(event),
+    transactional: hold,
+    ...(options.maxResponseBytes === undefined ? {} : { maxResponseBytes: options.maxResponseBytes }),
+    ...(options.replayHeaders === undefined ? {} : { replayHeaders: options.replayHeaders }),
+  });
+  let runs = 0;
+  const server = createServer(async (req, res) => {
+    const path = req.url ?? '/';
+    const started = await http.begin({
+      method: 'POST',
+      route: path,
+      path,
+      query: '',
+      contentType: undefined,
+      keyHeader: http.keyHeader(req),
+      body: undefined,
+      scope: 'caller',
+    });
+    if (started.kind !== 'execute') {
+      if (started.kind === 'respond') writeResponse(res, started.response);
+      else res.end();
+      return;
+    }
+    const run = ++runs;
+    res.setHeader('idempotency-key', started.echo);
+    options.below?.(res);
+    const unrouted = options.unrouted;
+    const atEnd: CaptureOptions = {
+      ...(unrouted === undefined ? {} : { unrouted: () => unrouted(res) }),
+      ...(options.echo === true ? { echo: started.echo } : {}),
+    };
+    if (!hold) {
+      const capture = http.capture(res, { settle: { lease: started.lease, thrown: () => false }, ...atEnd });
+      await options.answer(res, run, capture);
+      return;
+    }
+    const capture = http.capture(res, { hold: true, ...atEnd });
+    void http.runTransaction(
+      started.lease,
+      capture,
+      () => void options.answer(res, run, capture),
+      () => false,
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    post: (key: string, path = '/charges', leave?: Promise<void>) => post(base, path, key, leave),
+    events,
+    runs: () => runs,
+    notStored: () => events.filter((event) => event.type === 'response-not-stored'),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+// A server whose every request is answered by `handle` alone (no idempotency), for writeResponse.
+async function plainServer(handle: (res: ServerResponse) => void) {
+  const server = createServer((_req, res) => handle(res));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    post: () => post(base, '/', undefined),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+// Resolves once `done()` holds, checking on every turn of the event loop (no fixed sleep).
+async function waitFor(done: () => boolean) {
+  while (!done()) await new Promise((resolve) => setImmediate(resolve));
+}
+
+// The same records behind promises that settle a few turns later, as a store over a network answers.
+function networkLike(): Store {
+  const inner = memoryStore();
+  const later = async <T>(value: () => T | Promise<T>): Promise<T> => {
+    await new Promise((resolve) => setImmediate(resolve));
+    return value();
+  };
+  return {
+    claim: (input) => later(() => inner.claim(input)),
+    renew: (input) => later(() => inner.renew(input)),
+    complete: (input) => later(() => inner.complete(input)),
+    release: (input) => later(() => inner.release(input)),
+    get: (id) => later(() => inner.get(id)),
+  };
+}
+
+const allBytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+
+describe('writeResponse', () => {
+  it('ends a response whose head already went out as it is, without throwing', async () => {
+    let threw: unknown;
+    let ended = false;
+    const server = await plainServer((res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('partial');
+      try {
+        writeResponse(res, { status: 503, headers: { 'retry-after': '2' }, body: Buffer.from('{}') });
+      } catch (error) {
+        threw = error;
+        res.destroy();
+      }
+      ended = res.writableEnded;
+    });
+    try {
+      const got = await server.post();
+      expect(threw).toBeUndefined();
+      expect(ended).toBe(true);
+      expect(got.status).toBe(200);
+      expect(got.headers['retry-after']).toBeUndefined();
+      expect(got.body.toString()).toBe('partial');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('sends no Content-Length and no body with a 204 or a 304, and the exact length otherwise', async () => {
+    for (const status of [204, 304, 200, 201]) {
+      const server = await plainServer((res) =>
+        writeResponse(res, { status, headers: { etag: '"v1"' }, body: Buffer.alloc(0) }),
+      );
+      try {
+        const got = await server.post();
+        expect(got.status).toBe(status);
+        expect(got.headers.etag).toBe('"v1"');
+        expect(got.headers['content-length']).toBe(status === 204 || status === 304 ? undefined : '0');
+        expect(got.body.length).toBe(0);
+      } finally {
+        await server.close();
+      }
+    }
+  });
+
+  it('sends a body given as a view into a larger buffer as exactly the bytes of that view', async () => {
+    const backing = new Uint8Array(64).fill(0x2a);
+    backing.set([0xde, 0xad, 0xbe, 0xef, 0x00, 0xff], 10);
+    const view = backing.subarray(10, 16);
+    const server = await plainServer((res) =>
+      writeResponse(res, { status: 201, headers: { 'content-type': 'application/octet-stream' }, body: view }),
+    );
+    try {
+      const got = await server.post();
+      expect(got.headers['content-length']).toBe('6');
+      expect(got.body).toEqual(Buffer.from([0xde, 0xad, 0xbe, 0xef, 0x00, 0xff]));
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('sends every byte value unchanged, in a small body and in one over 16 KiB', async () => {
+    for (const body of [allBytes, Buffer.concat(Array.from({ length: 80 }, () => allBytes))]) {
+      const server = await plainServer((res) => writeResponse(res, { status: 200, headers: {}, body }));
+      try {
+        const got = await server.post();
+        expect(got.headers['content-length']).toBe(String(body.length));
+        expect(got.body.equals(body)).toBe(true);
+      } finally {
+        await server.close();
+      }
+    }
+  });
+
+  it("states the body's own length in Content-Length, whatever length the headers passed in claim", async () => {
+    const server = await plainServer((res) =>
+      writeResponse(res, { status: 200, headers: { 'content-length': '99' }, body: Buffer.from('four') }),
+    );
+    try {
+      const got = await server.post();
+      expect(got.headers['content-length']).toBe('4');
+      expect(got.body.toString()).toBe('four');
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('the headers a captured response keeps for its replay', () => {
+  it('keeps headers given to writeHead with mixed-case names, as an object or a flat array', async () => {
+    for (const head of [
+      { 'Content-Type': 'text/csv', 'X-Charge-Version': '7', 'X-Request-Id': 'r-1' },
+      ['Content-Type', 'text/csv', 'X-Charge-Version', '7', 'X-Request-Id', 'r-1'],
+    ]) {
+      const served = await serve({
+        replayHeaders: ['X-Charge-Version'],
+        answer: (res, run) => {
+          res.writeHead(201, head).end(`run ${run}`);
+        },
+      });
+      try {
+        expect((await served.post('mixed')).headers['content-type']).toBe('text/csv');
+        const again = await served.post('mixed');
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.status).toBe(201);
+        expect(again.headers['content-type']).toBe('text/csv');
+        expect(again.headers['x-charge-version']).toBe('7');
+        expect(again.headers['x-request-id']).toBeUndefined();
+        expect(again.body.toString()).toBe('run 1');
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it('keeps a header given several values (to writeHead or setHeader) as one list joined with ", "', async () => {
+    const links = ['</p/2>; rel="next"', '</p/9>; rel="last"'];
+    for (const how of ['writeHead', 'setHeader'] as const) {
+      const served = await serve({
+        answer: (res, run) => {
+          if (how === 'setHeader') {
+            res.setHeader('link', links);
+            res.writeHead(201, { 'content-type': 'text/plain' });
+          } else res.writeHead(201, { 'content-type': 'text/plain', link: links });
+          res.end(`run ${run}`);
+        },
+      });
+      try {
+        const first = await served.post(`links-${how}`);
+        expect(first.raw.filter((name) => name.toLowerCase() === 'link')).toHaveLength(2);
+        const again = await served.post(`links-${how}`);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.headers.link).toBe(links.join(', '));
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it('keeps what writeHead gives over what setHeader set before it, as Node sends it', async () => {
+    const served = await serve({
+      answer: (res, run) => {
+        res.setHeader('content-type', 'text/plain');
+        res.setHeader('etag', '"old"');
+        res.writeHead(201, { 'content-type': 'application/json', etag: '"new"' }).end(`{"run":${run}}`);
+      },
+    });
+    try {
+      const first = await served.post('override');
+      expect(first.headers).toMatchObject({ 'content-type': 'application/json', etag: '"new"' });
+      const again = await served.post('override');
+      expect(again.headers).toMatchObject({
+        'idempotent-replayed': 'true',
+        'content-type': 'application/json',
+        etag: '"new"',
+      });
+    } finally {
+      await served.close();
+    }
+  });
+
+  it("keeps the headers as the handler's writeHead gave them, not what a layer below adds to that head", async () => {
+    // Like compression(), mounted before: it adds Content-Encoding when the head goes out and
+    // compresses the bytes written through it, so the capture above it copies the plain bytes.
+    const compressing = (res: ServerResponse) => {
+      const writeHead = res.writeHead;
+      const end = res.end;
+      res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse['writeHead']>) {
+        this.setHeader('content-encoding', 'gzip');
+        return writeHead.apply(this, args);
+      } as ServerResponse['writeHead'];
+      res.end = function (this: ServerResponse, chunk?: string) {
+        return (end as (chunk: Buffer) => ServerResponse).call(this, gzipSync(chunk ?? ''));
+      } as ServerResponse['end'];
+    };
+    const served = await serve({
+      below: compressing,
+      answer: (res, run) => {
+        res.writeHead(201, { 'content-type': 'text/plain' });
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      const first = await served.post('z');
+      expect(first.headers['content-encoding']).toBe('gzip');
+      expect(gunzipSync(first.body).toString()).toBe('run 1');
+      const again = await served.post('z');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.headers['content-encoding']).toBeUndefined();
+      expect(again.body.toString()).toBe('run 1');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('gives `result` the complete response with only the headers a replay carries', async () => {
+    let result: Promise<unknown> | undefined;
+    const served = await serve({
+      replayHeaders: ['x-charge-version'],
+      answer: (res, run, capture) => {
+        result = capture.result;
+        res.setHeader('x-request-id', 'r-1');
+        res.setHeader('x-charge-version', '2');
+        res.writeHead(201, { 'content-type': 'text/plain', 'x-trace': 't-1', 'set-cookie': 'a=b' });
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      const first = await served.post('result');
+      expect(first.headers['x-trace']).toBe('t-1');
+      expect(await result).toEqual({
+        kind: 'complete',
+        response: {
+          status: 201,
+          headers: { 'content-type': 'text/plain', 'x-charge-version': '2' },
+          body: Buffer.from('run 1'),
+        },
+      });
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('keeps the last replayable header name there is (a replayHeaders entry) when set with setHeader', async () => {
+    const served = await serve({
+      replayHeaders: ['x-charge-version'],
+      answer: (res, run) => {
+        res.statusCode = 201;
+        res.setHeader('x-charge-version', '3');
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      await served.post('last-name');
+      const again = await served.post('last-name');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.headers['x-charge-version']).toBe('3');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('takes writeHead with a reason phrase and no headers, and with a null reason before the headers', async () => {
+    const heads: Array<(res: ServerResponse) => void> = [
+      (res) => {
+        res.setHeader('content-type', 'text/plain');
+        res.writeHead(201, 'Made');
+      },
+      (res) => (res.writeHead as (...args: unknown[]) => ServerResponse)(201, null, { 'content-type': 'text/plain' }),
+    ];
+    for (const [i, head] of heads.entries()) {
+      const served = await serve({
+        answer: (res, run) => {
+          head(res);
+          res.end(`run ${run}`);
+        },
+      });
+      try {
+        const first = await served.post(`reason-${i}`);
+        expect(first.status).toBe(201);
+        expect(first.body.toString()).toBe('run 1');
+        const again = await served.post(`reason-${i}`);
+        expect(again).toMatchObject({
+          status: 201,
+          headers: { 'idempotent-replayed': 'true', 'content-type': 'text/plain' },
+        });
+        expect(again.body.toString()).toBe('run 1');
+        expect(served.runs()).toBe(1);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+});
+
+describe('the bytes a captured response stores', () => {
+  it('stores a body of exactly maxResponseBytes, and not one a byte longer (the key is released)', async () => {
+    const served = await serve({
+      maxResponseBytes: 10,
+      answer: (res, run) => {
+        res.statusCode = 201;
+        res.write('0123456');
+        res.end(run === 1 ? '789' : '789!');
+      },
+    });
+    try {
+      expect((await served.post('fits')).body.toString()).toBe('0123456789');
+      const again = await served.post('fits');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body.toString()).toBe('0123456789');
+      expect(served.notStored()).toEqual([]);
+      // The second execution writes 11 bytes: served whole, not stored, and the key is free again.
+      expect((await served.post('over')).body.toString()).toBe('0123456789!');
+      expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
+      expect((await served.post('over')).headers['idempotent-replayed']).toBeUndefined();
+      expect(served.runs()).toBe(3);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('stores the bytes as written, though the handler reuses its buffer once the write is done', async () => {
+    const served = await serve({
+      answer: (res) => {
+        const buffer = Buffer.from('first part|');
+        res.statusCode = 201;
+        res.write(buffer, () => {
+          // The write is done: the buffer is the handler's again.
+          buffer.fill('#');
+          res.end('second part');
+        });
+      },
+    });
+    try {
+      expect((await served.post('reuse')).body.toString()).toBe('first part|second part');
+      const again = await served.post('reuse');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body.toString()).toBe('first part|second part');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('takes strings written in another encoding (hex, latin1) as the bytes they encode, with or without a Content-Length', async () => {
+    const expected = Buffer.from([0xde, 0xad, 0xbe, 0xef, 0xe9]);
+    const answers: Array<(res: ServerResponse) => void> = [
+      // Declared length, no end: settled on the last declared byte.
+      (res) => {
+        res.writeHead(201, { 'content-type': 'application/octet-stream', 'content-length': '5' });
+        res.write('dead', 'hex');
+        res.write('beef', 'hex');
+        res.write('\u00e9', 'latin1');
+      },
+      // No length: written, then ended with an encoded string.
+      (res) => {
+        res.writeHead(201, { 'content-type': 'application/octet-stream' });
+        res.write('deadbeef', 'hex');
+        res.end('6Q==', 'base64');
+      },
+    ];
+    for (const store of [memoryStore(), networkLike()]) {
+      for (const [i, answer] of answers.entries()) {
+        const served = await serve({ store, answer });
+        try {
+          const first = await served.post(`enc-${i}`);
+          expect(first.status).toBe(201);
+          expect(first.body).toEqual(expected);
+          const again = await served.post(`enc-${i}`);
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.body).toEqual(expected);
+        } finally {
+          await served.close();
+        }
+      }
+    }
+  });
+});
+
+describe('the callbacks a handler passes to write and end', () => {
+  // Every form Node takes: write(chunk, cb), write(chunk, encoding, cb), end(cb), end(chunk, cb),
+  // end(chunk, encoding, cb). Each answer resolves `called` with the callbacks that ran, in order.
+  type Answer = (res: ServerResponse, called: string[], done: () => void) => void;
+  const answers: Record<string, Answer> = {
+    'write(chunk, cb) + end(cb)': (res, called, done) => {
+      res.statusCode = 201;
+      res.write('ab', () => called.push('write'));
+      res.end(() => {
+        called.push('end');
+        done();
+      });
+    },
+    'write(chunk, encoding, cb) + end(chunk, cb)': (res, called, done) => {
+      res.statusCode = 201;
+      res.write('a', 'utf8', () => called.push('write'));
+      res.end('b', () => {
+        called.push('end');
+        done();
+      });
+    },
+    'end(chunk, encoding, cb)': (res, called, done) => {
+      res.statusCode = 201;
+      res.write('a');
+      res.end('62', 'hex', () => {
+        called.push('end');
+        done();
+      });
+    },
+  };
+  for (const hold of [false, true]) {
+    for (const [form, answer] of Object.entries(answers)) {
+      it(`${hold ? 'held (transactional)' : 'settled'}: ${form} are all called, and the body is whole`, async () => {
+        const called: string[] = [];
+        let done!: () => void;
+        const finished = new Promise<void>((resolve) => {
+          done = resolve;
+        });
+        const served = await serve({ hold, answer: (res) => answer(res, called, done) });
+        try {
+          const first = await served.post('cb');
+          expect(first.status).toBe(201);
+          expect(first.body.toString()).toBe('ab');
+          await finished;
+          expect(called.at(-1)).toBe('end');
+          expect(called).toContain(form.startsWith('write') ? 'write' : 'end');
+          const again = await served.post('cb');
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.body.toString()).toBe('ab');
+        } finally {
+          await served.close();
+        }
+      });
+    }
+  }
+
+  it("lets a writer that waits for 'drain' end its response when the last declared byte comes alone (that write returns true)", async () => {
+    let finished!: () => void;
+    const done = new Promise<void>((resolve) => {
+      finished = resolve;
+    });
+    const served = await serve({
+      store: networkLike(),
+      answer: async (res) => {
+        res.writeHead(201, { 'content-type': 'text/plain', 'content-length': '4' });
+        res.once('finish', finished);
+        for (const chunk of ['abc', 'd']) if (!res.write(chunk)) await once(res, 'drain');
+        res.end();
+      },
+    });
+    try {
+      expect((await served.post('piped-last')).body.toString()).toBe('abcd');
+      await done;
+      expect((await served.post('piped-last')).headers['idempotent-replayed']).toBe('true');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('calls the callback of the write that carries the last declared byte, whenever the store answers', async () => {
+    for (const store of [memoryStore(), networkLike()]) {
+      for (const withEncoding of [false, true]) {
+        let called!: () => void;
+        const wrote = new Promise<void>((resolve) => {
+          called = resolve;
+        });
+        const served = await serve({
+          store,
+          answer: (res) => {
+            res.writeHead(201, { 'content-type': 'text/plain', 'content-length': '5' });
+            res.write('ab');
+            if (withEncoding) res.write('cde', 'utf8', called);
+            else res.write('cde', called);
+          },
+        });
+        try {
+          expect((await served.post(`last-cb-${withEncoding}`)).body.toString()).toBe('abcde');
+          await wrote;
+          expect((await served.post(`last-cb-${withEncoding}`)).headers['idempotent-replayed']).toBe('true');
+        } finally {
+          await served.close();
+        }
+      }
+    }
+  });
+});
+
+describe('a held (transactional) response', () => {
+  it('goes out with the status and headers given to writeHead, and is replayed with them', async () => {
+    const served = await serve({
+      hold: true,
+      answer: (res, run) => {
+        res.writeHead(201, { 'content-type': 'text/csv', location: '/charges/1' });
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      const first = await served.post('head');
+      expect(first).toMatchObject({ status: 201, headers: { 'content-type': 'text/csv', location: '/charges/1' } });
+      expect(first.body.toString()).toBe('run 1');
+      const again = await served.post('head');
+      expect(again).toMatchObject({
+        status: 201,
+        headers: { 'content-type': 'text/csv', location: '/charges/1', 'idempotent-replayed': 'true' },
+      });
+      expect(again.body.toString()).toBe('run 1');
+      expect(served.runs()).toBe(1);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('streamed through a pipe goes out whole (held writes never ask the pipe to wait)', async () => {
+    const parts = Array.from({ length: 40 }, (_, i) => `part ${i};`);
+    const served = await serve({
+      hold: true,
+      answer: (res) => {
+        res.statusCode = 201;
+        res.setHeader('content-type', 'text/plain');
+        Readable.from(parts, { objectMode: false, highWaterMark: 1 }).pipe(res);
+      },
+    });
+    try {
+      const first = await served.post('piped');
+      expect(first.body.toString()).toBe(parts.join(''));
+      expect((await served.post('piped')).body.toString()).toBe(parts.join(''));
+    } finally {
+      await served.close();
+    }
+  });
+
+  it("replaced by a 503 when too large to store: none of the handler's headers go out with the problem", async () => {
+    const served = await serve({
+      hold: true,
+      maxResponseBytes: 8,
+      answer: (res) => {
+        res.statusCode = 201;
+        res.setHeader('location', '/charges/1');
+        res.setHeader('x-handler', 'yes');
+        res.end('far more than eight bytes');
+      },
+    });
+    try {
+      const first = await served.post('big');
+      expect(first.status).toBe(503);
+      expect(first.headers['content-type']).toBe('application/problem+json');
+      expect(first.headers.location).toBeUndefined();
+      expect(first.headers['x-handler']).toBeUndefined();
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable', status: 503 });
+      expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('of server-sent events without writeHead is never stored: released at once, ended or not', async () => {
+    for (const ends of [false, true]) {
+      const served = await serve({
+        hold: true,
+        answer: (res) => {
+          res.setHeader('content-type', 'text/event-stream');
+          if (ends) res.end('data: 1\n\n');
+          else res.write('data: 1\n\n');
+        },
+      });
+      try {
+        const first = await served.post(`sse-${ends}`);
+        expect(first.status).toBe(503);
+        expect(served.notStored()).toMatchObject([{ reason: 'event-stream' }]);
+        await waitFor(() => served.events.some((event) => event.type === 'release'));
+        expect(served.events.some((event) => event.type === 'complete')).toBe(false);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it('keeps the status of its first write, as Node sends it, though the handler changes it before the end', async () => {
+    const served = await serve({
+      hold: true,
+      answer: (res, run) => {
+        res.statusCode = 201;
+        res.write(`run ${run}`);
+        res.statusCode = 500;
+        res.end();
+      },
+    });
+    try {
+      const first = await served.post('status');
+      expect(first.status).toBe(201);
+      const again = await served.post('status');
+      expect(again).toMatchObject({ status: 201, headers: { 'idempotent-replayed': 'true' } });
+      expect(again.body.toString()).toBe('run 1');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('whose client left before the commit is committed all the same (or rolled back), and written nowhere', async () => {
+    for (const big of [false, true]) {
+      let entered!: () => void;
+      const committing = new Promise<void>((resolve) => {
+        entered = resolve;
+      });
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      let closed!: () => void;
+      const gone = new Promise<void>((resolve) => {
+        closed = resolve;
+      });
+      const errors: unknown[] = [];
+      const store = transactionalMemoryStore({
+        beforeCommit: async () => {
+          entered();
+          await gate;
+        },
+      });
+      const served = await serve({
+        store,
+        hold: true,
+        maxResponseBytes: 8,
+        answer: (res, run) => {
+          res.on('error', (error) => errors.push(error));
+          const answer = () => {
+            res.statusCode = 201;
+            res.end(big ? `run ${run}, too large to store` : `run ${run}`);
+          };
+          // Too large, it rolls back at once: answered only once its client left.
+          res.once('close', () => {
+            closed();
+            if (big) answer();
+          });
+          if (big) entered();
+          else answer();
+        },
+      });
+      try {
+        await expect(served.post('tx-left', '/charges', committing)).rejects.toThrow();
+        if (big) {
+          await gone;
+          await waitFor(() => served.events.some((event) => event.type === 'release'));
+          expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
+          expect(errors).toEqual([]);
+          continue;
+        }
+        await gone;
+        open();
+        await waitFor(() => served.events.some((event) => event.type === 'complete'));
+        const again = await served.post('tx-left');
+        expect(again).toMatchObject({ status: 201, headers: { 'idempotent-replayed': 'true' } });
+        expect(again.body.toString()).toBe('run 1');
+        expect(errors).toEqual([]);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it('whose client left while it streamed, without an end, releases the key (streaming)', async () => {
+    let wrote!: () => void;
+    const streaming = new Promise<void>((resolve) => {
+      wrote = resolve;
+    });
+    const served = await serve({
+      hold: true,
+      answer: (res) => {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        res.write('chunk 1');
+        wrote();
+      },
+    });
+    try {
+      await expect(served.post('left', '/charges', streaming)).rejects.toThrow();
+      await waitFor(() => served.events.some((event) => event.type === 'release'));
+      expect(served.notStored()).toMatchObject([{ reason: 'streaming', status: 200 }]);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('a response closed before its head', () => {
+  it('whose client left while the handler worked, and the handler then returned without an end: released (closed)', async () => {
+    let working!: () => void;
+    const started = new Promise<void>((resolve) => {
+      working = resolve;
+    });
+    const served = await serve({
+      answer: (res, _run, capture) => {
+        working();
+        // The handler finds its client gone and returns: the framework has nothing to write.
+        res.once('close', () => capture.handlerReturned());
+      },
+    });
+    try {
+      await expect(served.post('gone', '/charges', started)).rejects.toThrow();
+      await waitFor(() => served.events.some((event) => event.type === 'release'));
+      expect(served.notStored()).toMatchObject([{ reason: 'closed' }]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('once the handler returned, whose `onClosed` settles nothing: released (closed)', async () => {
+    let returned!: () => void;
+    const handed = new Promise<void>((resolve) => {
+      returned = resolve;
+    });
+    const contexts: unknown[] = [];
+    const served = await serve({
+      answer: (_res, _run, capture) => {
+        capture.handlerReturned((context, closed) => contexts.push(context, closed === capture), 'ctx');
+        returned();
+      },
+    });
+    try {
+      await expect(served.post('nothing', '/charges', handed)).rejects.toThrow();
+      await waitFor(() => served.events.some((event) => event.type === 'release'));
+      // Asked with its context and the very capture, to settle it from what the handler left.
+      expect(contexts).toEqual(['ctx', true]);
+      expect(served.notStored()).toMatchObject([{ reason: 'closed' }]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('destroyed by the server once the handler returned: `onClosed` is not asked, and the key is released', async () => {
+    const contexts: unknown[] = [];
+    const served = await serve({
+      answer: (res, _run, capture) => {
+        capture.handlerReturned((context, closed) => {
+          contexts.push(context);
+          closed.completeWith({ status: 201, headers: {}, body: Buffer.from('left') });
+        }, 'ctx');
+        res.destroy();
+      },
+    });
+    try {
+      await expect(served.post('destroyed')).rejects.toThrow();
+      await waitFor(() => served.events.some((event) => event.type === 'release'));
+      expect(contexts).toEqual([]);
+      expect(served.notStored()).toMatchObject([{ reason: 'closed' }]);
+      await expect(served.post('destroyed')).rejects.toThrow();
+      expect(served.runs()).toBe(2);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('server-sent events', () => {
+  it('are recognised whatever the case of the media type, and released at once, once', async () => {
+    const served = await serve({
+      answer: (res) => {
+        res.writeHead(200, { 'Content-Type': 'Text/Event-Stream; charset=utf-8' });
+        res.write('data: 1\n\n');
+        res.end('data: 2\n\n');
+      },
+    });
+    try {
+      expect((await served.post('sse')).body.toString()).toBe('data: 1\n\ndata: 2\n\n');
+      expect(served.notStored()).toMatchObject([{ reason: 'event-stream', status: 200 }]);
+      expect((await served.post('sse')).headers['idempotent-replayed']).toBeUndefined();
+      expect(served.runs()).toBe(2);
+      expect(served.events.filter((event) => event.type === 'release')).toHaveLength(2);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('whose client leaves mid-stream are released once, for the event stream', async () => {
+    let wrote!: () => void;
+    const streaming = new Promise<void>((resolve) => {
+      wrote = resolve;
+    });
+    let closed!: () => void;
+    const gone = new Promise<void>((resolve) => {
+      closed = resolve;
+    });
+    const served = await serve({
+      answer: (res) => {
+        res.once('close', closed);
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: 1\n\n', () => wrote());
+      },
+    });
+    try {
+      await expect(served.post('sse-left', '/charges', streaming)).rejects.toThrow();
+      // The close after the client left settles nothing more: the stream was released at its head.
+      await gone;
+      await waitFor(() => served.events.some((event) => event.type === 'release'));
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(served.notStored()).toMatchObject([{ reason: 'event-stream' }]);
+      expect(served.events.filter((event) => event.type === 'release')).toHaveLength(1);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('an answer no route took (`unrouted`)', () => {
+  it('written with writeHead first, then ended, is served and not stored, held (transactional) or not', async () => {
+    // As Express's check reads it (`answeredByNoRoute`): the response's status once it ends.
+    for (const hold of [false, true]) {
+      const served = await serve({
+        hold,
+        unrouted: (res) => res.statusCode === 404,
+        answer: (res) => {
+          res.writeHead(404, { 'content-type': 'text/plain' });
+          res.end('no such route');
+        },
+      });
+      try {
+        const first = await served.post(`nr-${hold}`, '/nowhere');
+        expect(first.status).toBe(404);
+        expect(first.body.toString()).toBe('no such route');
+        expect(served.notStored()).toMatchObject([{ reason: 'no-route', status: 404 }]);
+        const again = await served.post(`nr-${hold}`, '/nowhere');
+        expect(again.status).toBe(404);
+        expect(again.headers['idempotent-replayed']).toBeUndefined();
+        expect(served.runs()).toBe(2);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it('with a Content-Length and no end is not stored either: settled on its last byte', async () => {
+    const served = await serve({
+      unrouted: (res) => res.statusCode === 404,
+      answer: (res) => {
+        res.writeHead(404, { 'content-type': 'text/plain', 'content-length': '13' });
+        res.write('no such ');
+        res.write('route');
+      },
+    });
+    try {
+      expect((await served.post('nr-cl', '/nowhere')).body.toString()).toBe('no such route');
+      expect(served.notStored()).toMatchObject([{ reason: 'no-route', status: 404 }]);
+      const again = await served.post('nr-cl', '/nowhere');
+      expect(again.headers['idempotent-replayed']).toBeUndefined();
+      expect(served.runs()).toBe(2);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('held: a 404 given to writeHead is reported with its status, and the callback of its end is called', async () => {
+    let called!: () => void;
+    const ended = new Promise<void>((resolve) => {
+      called = resolve;
+    });
+    const served = await serve({
+      hold: true,
+      unrouted: () => true,
+      answer: (res) => {
+        res.writeHead(404, { 'content-type': 'text/plain' });
+        res.end('no such route', called);
+      },
+    });
+    try {
+      const first = await served.post('nr-held', '/nowhere');
+      expect(first.status).toBe(404);
+      expect(first.body.toString()).toBe('no such route');
+      await ended;
+      expect(served.notStored()).toMatchObject([{ reason: 'no-route', status: 404 }]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('held: a 404 larger than maxResponseBytes, written in pieces, goes out whole', async () => {
+    const pieces = ['no such route, ', 'and this answer ', 'is longer than the cap'];
+    const served = await serve({
+      hold: true,
+      maxResponseBytes: 16,
+      unrouted: (res) => res.statusCode === 404,
+      answer: (res) => {
+        res.statusCode = 404;
+        for (const piece of pieces.slice(0, -1)) res.write(piece);
+        res.end(pieces.at(-1));
+      },
+    });
+    try {
+      const first = await served.post('nr-big', '/nowhere');
+      expect(first.status).toBe(404);
+      expect(first.body.toString()).toBe(pieces.join(''));
+      expect(served.notStored()).toMatchObject([{ reason: 'no-route', status: 404 }]);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('the key echo (`echo`)', () => {
+  it('is not put back, and nothing throws, on a response whose head already went out', async () => {
+    const served = await serve({
+      echo: true,
+      answer: (res, run) => {
+        res.removeHeader('idempotency-key');
+        res.writeHead(201, { 'content-type': 'text/plain' });
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      const first = await served.post('echo-late');
+      expect(first.status).toBe(201);
+      expect(first.body.toString()).toBe('run 1');
+      expect((await served.post('echo-late')).headers['idempotent-replayed']).toBe('true');
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('the capture, as an adapter drives it', () => {
+  it('says `ended` once the response ended, by `end` or by its last declared byte', async () => {
+    const seen: boolean[] = [];
+    const served = await serve({
+      answer: (res, run, capture) => {
+        seen.push(capture.ended);
+        if (run === 1) {
+          res.statusCode = 201;
+          res.write('a');
+          seen.push(capture.ended);
+          res.end('b');
+        } else {
+          res.writeHead(201, { 'content-length': '2' });
+          res.write('a');
+          seen.push(capture.ended);
+          res.write('b');
+        }
+        seen.push(capture.ended);
+      },
+    });
+    try {
+      expect((await served.post('ended-1')).body.toString()).toBe('ab');
+      expect((await served.post('ended-2')).body.toString()).toBe('ab');
+      expect(seen).toEqual([false, false, true, false, false, true]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('ignores `completeWith` and `abandon` once the last declared byte is written: the end still follows that byte', async () => {
+    for (const late of ['completeWith', 'abandon'] as const) {
+      const endReturned: unknown[] = [];
+      const served = await serve({
+        store: networkLike(),
+        answer: (res, run, capture) => {
+          res.writeHead(201, { 'content-type': 'text/plain', 'content-length': '6' });
+          res.write(`run ${run}!`);
+          if (late === 'completeWith') capture.completeWith({ status: 500, headers: {}, body: Buffer.from('no') });
+          else capture.abandon(500);
+          // While the store has not answered, the last byte is held: the end must not overtake it.
+          endReturned.push(res.end() === res);
+        },
+      });
+      try {
+        expect((await served.post(`late-${late}`)).body.toString()).toBe('run 1!');
+        const again = await served.post(`late-${late}`);
+        expect(again).toMatchObject({ status: 201, headers: { 'idempotent-replayed': 'true' } });
+        expect(again.body.toString()).toBe('run 1!');
+        expect(served.notStored()).toEqual([]);
+        expect(endReturned).toEqual([true]);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it("`abandon` without a reason gives up the response as a stream the framework will not finish ('streaming')", async () => {
+    const served = await serve({
+      answer: (res, run, capture) => {
+        capture.abandon(200);
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      expect((await served.post('abandoned')).body.toString()).toBe('run 1');
+      expect(served.notStored()).toMatchObject([{ reason: 'streaming', status: 200 }]);
+      expect((await served.post('abandoned')).body.toString()).toBe('run 2');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it("`completeWith` after a body parser's refusal (`failedWith` true) stores nothing and frees the key", async () => {
+    const refusal = Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' });
+    const answers: boolean[] = [];
+    const served = await serve({
+      answer: (res, _run, capture) => {
+        answers.push(capture.failedWith(new Error('a handler failure')), capture.failedWith(refusal));
+        // As Koa does when its client left: the answer it would have written, from the context.
+        capture.completeWith({ status: 400, headers: { 'content-type': 'text/plain' }, body: Buffer.from('Bad') });
+        res.destroy();
+      },
+    });
+    try {
+      await expect(served.post('refused')).rejects.toThrow();
+      await waitFor(() => served.events.some((event) => event.type === 'release'));
+      expect(answers).toEqual([false, true]);
+      expect(served.notStored()).toMatchObject([{ reason: 'body-refused', status: 400 }]);
+    } finally {
+      await served.close();
+    }
+  });
+});
