@@ -1,11 +1,11 @@
 import { request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
-import express, { type Express } from 'express';
+import express from 'express';
 import { describe, expect, it } from 'vitest';
+import { serve } from './support.js';
 
 // Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
 // as these tests use it, without types of its own.
@@ -15,17 +15,6 @@ interface Answer {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: string;
-}
-
-async function serve(app: Express, run: (url: string) => Promise<void>) {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  try {
-    await run(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  } finally {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
 }
 
 // Sends `chunks` one by one; without a content-length the body goes out chunked.

@@ -1,6 +1,5 @@
 // Edges of the Express glue (idempotency.ts, auth.ts) that mutation testing showed no other test pinned.
 import { request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { memoryStore } from '@idem/core';
 import { authorize, guard, idempotency, idempotencyErrors, internalAuth } from '@idem/express';
 import {
@@ -12,27 +11,17 @@ import {
   principalFromClaims,
 } from '@idem/guard';
 import { transactionalMemoryStore } from '@idem/testkit';
-import express, { type Express } from 'express';
+import express from 'express';
 import { decodeJwt } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { forwardHeaders } from '../src/auth.js';
+import { serve } from './support.js';
 
 interface Answer {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: string;
-}
-
-async function serve(app: Express, run: (url: string) => Promise<void>) {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  try {
-    await run(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  } finally {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
 }
 
 // A raw header list, so a header can be sent twice.

@@ -2,17 +2,10 @@ import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
-import { type FastifyIdempotencyOptions, idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
+import { idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { describe, expect, it } from 'vitest';
-
-async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: FastifyInstance) => void) {
-  const instance = Fastify();
-  await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1', ...options });
-  routes(instance);
-  await instance.ready();
-  return instance;
-}
+import { app } from './support.js';
 
 // The plugin over a real socket, in front of a POST /charges that answers the amount it parsed (a
 // bigint as its digits) and counts its runs; `before` adds hooks or parsers ahead of the plugin.

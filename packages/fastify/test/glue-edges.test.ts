@@ -3,21 +3,14 @@ import { request as httpRequest } from 'node:http';
 import type { Transform } from 'node:stream';
 import { createGunzip, gzipSync } from 'node:zlib';
 import { memoryStore } from '@idem/core';
-import { type FastifyIdempotencyOptions, idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
+import { idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
 import { createInternalTokenIssuer, defaultInternalTokenHeader, policy, principalFromClaims } from '@idem/guard';
 import { transactionalMemoryStore } from '@idem/testkit';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { authorize, authPlugin, guard } from '../src/auth.js';
-
-async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: FastifyInstance) => void) {
-  const instance = Fastify();
-  await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1', ...options });
-  routes(instance);
-  await instance.ready();
-  return instance;
-}
+import { app } from './support.js';
 
 const post = (
   instance: FastifyInstance,

@@ -1,17 +1,6 @@
-// Per-route settings and the checks Fastify's plugin makes before it reads a body: behaviours that
-// mutation testing of packages/core/src/http.ts showed no test held.
-import { memoryStore } from '@idem/core';
-import { type FastifyIdempotencyOptions, idempotency } from '@idem/fastify';
-import Fastify, { type FastifyInstance } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { describe, expect, it } from 'vitest';
-
-async function app(options: Partial<FastifyIdempotencyOptions>, routes: (app: FastifyInstance) => void) {
-  const instance = Fastify();
-  await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1', ...options });
-  routes(instance);
-  await instance.ready();
-  return instance;
-}
+import { app } from './support.js';
 
 const send = (instance: FastifyInstance, method: 'POST' | 'DELETE', url: string, key?: string, payload: unknown = {}) =>
   instance.inject({

@@ -1,9 +1,8 @@
 // Edges of the Koa glue (idempotency.ts, auth.ts) that mutation testing showed no other test pinned.
 import { request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
-import { type IdempotencyEvent, memoryStore } from '@idem/core';
+import { memoryStore } from '@idem/core';
 import {
   createGuard,
   createInternalTokenIssuer,
@@ -18,18 +17,7 @@ import Koa from 'koa';
 import { describe, expect, it } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { authorize, guard, internalAuth } from '../src/auth.js';
-
-async function listen(app: Koa, run: (url: string) => Promise<void>) {
-  app.silent = true;
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  try {
-    await run(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  } finally {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
+import { abandonedPost, clientLeaves, eventLog, listen } from './support.js';
 
 async function serve(
   options: Partial<KoaIdempotencyOptions>,
@@ -50,55 +38,6 @@ const post = (url: string, key: string | undefined, body = '{}') =>
     headers: { ...(key === undefined ? {} : { 'idempotency-key': key }), 'content-type': 'application/json' },
     body,
   });
-
-// Events as they come, and a way to wait for the first of some types without sleeping.
-function eventLog() {
-  const events: IdempotencyEvent[] = [];
-  const waiters: { types: string[]; resolve: (event: IdempotencyEvent) => void }[] = [];
-  return {
-    events,
-    onEvent(event: IdempotencyEvent) {
-      events.push(event);
-      for (const waiter of waiters.splice(0)) {
-        if (waiter.types.includes(event.type)) waiter.resolve(event);
-        else waiters.push(waiter);
-      }
-    },
-    next(from: number, ...types: IdempotencyEvent['type'][]): Promise<IdempotencyEvent> {
-      const seen = events.slice(from).find((event) => types.includes(event.type));
-      if (seen) return Promise.resolve(seen);
-      return new Promise((resolve) => waiters.push({ types, resolve }));
-    },
-  };
-}
-
-// A handler awaits `untilGone(ctx)`, which tells `running` it started and returns once the client left.
-function clientLeaves() {
-  let started!: () => void;
-  const running = new Promise<void>((resolve) => {
-    started = resolve;
-  });
-  return {
-    running,
-    async untilGone(ctx: Koa.Context) {
-      const closed = new Promise((resolve) => ctx.res.once('close', resolve));
-      started();
-      await closed;
-    },
-  };
-}
-
-// Sends a request and drops the connection once `started` resolves (the handler is running).
-async function abandonedPost(url: string, key: string, started: Promise<void>) {
-  const req = httpRequest(url, {
-    method: 'POST',
-    headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
-  });
-  req.on('error', () => undefined);
-  req.end('{}');
-  await started;
-  req.destroy();
-}
 
 describe('@idem/koa idempotency, beyond the scenario table', () => {
   it('with required: false, a request that sends a key is still made idempotent; one without a key runs each time', async () => {

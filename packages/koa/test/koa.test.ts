@@ -14,6 +14,7 @@ import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
 import Koa from 'koa';
 import { describe, expect, it } from 'vitest';
+import { abandonedPost, clientLeaves, eventLog, listen } from './support.js';
 
 async function serve(
   options: Partial<KoaIdempotencyOptions>,
@@ -21,76 +22,17 @@ async function serve(
   run: (url: string) => Promise<void>,
 ) {
   const app = new Koa();
-  app.silent = true;
   app.use(async (ctx, next) => {
     ctx.set('access-control-allow-origin', 'https://app.example');
     await next();
   });
   app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1', ...options }));
   app.use(handler);
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  try {
-    await run(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  } finally {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
+  await listen(app, run);
 }
 
 const post = (url: string, key: string) =>
   fetch(url, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: '{}' });
-
-// Events as they come, and a way to wait for the first of some types without sleeping.
-function eventLog() {
-  const events: IdempotencyEvent[] = [];
-  const waiters: { types: string[]; resolve: (event: IdempotencyEvent) => void }[] = [];
-  return {
-    events,
-    onEvent(event: IdempotencyEvent) {
-      events.push(event);
-      for (const waiter of waiters.splice(0)) {
-        if (waiter.types.includes(event.type)) waiter.resolve(event);
-        else waiters.push(waiter);
-      }
-    },
-    /** The first event of one of `types` from the `from`-th event on. */
-    next(from: number, ...types: IdempotencyEvent['type'][]): Promise<IdempotencyEvent> {
-      const seen = events.slice(from).find((event) => types.includes(event.type));
-      if (seen) return Promise.resolve(seen);
-      return new Promise((resolve) => waiters.push({ types, resolve }));
-    },
-  };
-}
-
-// A client that leaves while the handler works: a handler awaits `untilGone(ctx)`, which tells
-// `running` it started and returns once the client has gone (see abandonedPost).
-function clientLeaves() {
-  let started!: () => void;
-  const running = new Promise<void>((resolve) => {
-    started = resolve;
-  });
-  return {
-    running,
-    async untilGone(ctx: Koa.Context) {
-      const closed = new Promise((resolve) => ctx.res.once('close', resolve));
-      started();
-      await closed;
-    },
-  };
-}
-
-// Sends a request and drops the connection once `started` resolves (the handler is running).
-async function abandonedPost(url: string, key: string, started: Promise<void>) {
-  const req = httpRequest(url, {
-    method: 'POST',
-    headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
-  });
-  req.on('error', () => undefined);
-  req.end('{}');
-  await started;
-  req.destroy();
-}
 
 // A post whose client leaves once the handler runs: its outcome is not stored (for `reason`), the key
 // is released, and the retry runs as the second execution.
