@@ -484,9 +484,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       : undefined;
   const storeIt = Object.freeze({ store: true as const, retentionMs });
   const dropIt = Object.freeze({ store: false as const, retentionMs });
-  // The policy's decision for one outcome; throws when a policy function throws or decides nothing.
-  const decision = (outcome: Outcome) => {
-    if (preset) return preset(outcome.status, outcome.thrown === true) ? storeIt : dropIt;
+  // A policy function's decision for one outcome; throws when the function throws or decides nothing.
+  // (A preset never throws and is asked directly: the default policy costs no object per outcome.)
+  const decisionOf = (outcome: Outcome) => {
     const decided = policy(outcome);
     if (decided === false) return dropIt;
     if (decided === true) return storeIt;
@@ -497,8 +497,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     return { store: true as const, retentionMs: retention };
   };
   const retentionFor = (status: number, operation: string): number | undefined => {
+    if (preset) return preset(status, false) ? retentionMs : undefined;
     try {
-      const decided = decision({ status, thrown: false, operation });
+      const decided = decisionOf({ status, thrown: false, operation });
       return decided.store ? decided.retentionMs : undefined;
     } catch {
       // As `decide` below: a policy that fails stores with the default retention.
@@ -506,8 +507,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     }
   };
   const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
+    if (preset) return preset(response.status, outcome?.thrown === true) ? storeIt : dropIt;
     try {
-      return decision({ status: response.status, ...outcome, operation: lease.operation } as Outcome);
+      return decisionOf({ status: response.status, ...outcome, operation: lease.operation });
     } catch (error) {
       // A policy that throws, or decides something that is not a decision, must not leave the key
       // in progress for as long as the heartbeat renews it. The execution happened, so its outcome
