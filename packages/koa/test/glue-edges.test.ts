@@ -12,7 +12,6 @@ import {
   principalFromClaims,
 } from '@idem/guard';
 import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
-import { transactionalMemoryStore } from '@idem/testkit';
 import Koa from 'koa';
 import { describe, expect, it } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
@@ -171,24 +170,6 @@ describe('@idem/koa idempotency, beyond the scenario table', () => {
     );
   });
 
-  it("transactional, storeOutcome 'stripe': a handler that throws a 4xx releases the key, so the retry runs", async () => {
-    let runs = 0;
-    await serve(
-      { store: transactionalMemoryStore(), transactional: true, storeOutcome: 'stripe' },
-      async (ctx) => {
-        runs++;
-        ctx.throw(409, 'conflict');
-      },
-      async (url) => {
-        expect((await post(`${url}/charges`, 'tx-thrown')).status).toBe(409);
-        const retry = await post(`${url}/charges`, 'tx-thrown');
-        expect(retry.status).toBe(409);
-        expect(retry.headers.get('idempotent-replayed')).toBeNull();
-        expect(runs).toBe(2);
-      },
-    );
-  });
-
   it('client gone, a handler that then throws a 4xx: its status and message are stored as Koa would have sent them', async () => {
     const log = eventLog();
     let runs = 0;
@@ -282,23 +263,6 @@ describe('@idem/koa idempotency, beyond the scenario table', () => {
     );
   });
 
-  it('transactional: the 500 of a handler that throws still echoes the key, a minted one too', async () => {
-    await serve(
-      { store: transactionalMemoryStore(), transactional: true, mintKeys: true },
-      async () => {
-        throw new Error('boom');
-      },
-      async (url) => {
-        const sent = await post(`${url}/charges`, 'tx-echo');
-        expect(sent.status).toBe(500);
-        expect(sent.headers.get('idempotency-key')).toBe('tx-echo');
-        const minted = await post(`${url}/charges`, undefined);
-        expect(minted.status).toBe(500);
-        expect(minted.headers.get('idempotency-key')).toMatch(/\S/);
-      },
-    );
-  });
-
   it('client gone, a handler that took the response over and writes it after returning: what it writes is stored', async () => {
     const log = eventLog();
     let runs = 0;
@@ -330,91 +294,6 @@ describe('@idem/koa idempotency, beyond the scenario table', () => {
         expect(runs).toBe(1);
       },
     );
-  });
-
-  it('client gone, more bodies Koa writes from memory: what is stored is what Koa would have written', async () => {
-    const cases: { name: string; set: (ctx: Koa.Context) => void }[] = [
-      {
-        name: 'Buffer',
-        set: (ctx) => {
-          ctx.type = 'application/octet-stream';
-          ctx.body = Buffer.from([104, 105]);
-        },
-      },
-      {
-        // A null body set on purpose, then a status that has a body: Koa writes nothing at all.
-        name: 'explicit null body',
-        set: (ctx) => {
-          ctx.body = null;
-          ctx.status = 200;
-        },
-      },
-      {
-        // A body set after a status that has none: Koa drops the body and its type.
-        name: '205 with a body',
-        set: (ctx) => {
-          ctx.status = 205;
-          ctx.body = 'dropped';
-        },
-      },
-      {
-        name: '204 with a body',
-        set: (ctx) => {
-          ctx.status = 204;
-          ctx.body = 'dropped';
-        },
-      },
-      {
-        name: 'header set as a list',
-        set: (ctx) => {
-          ctx.set('x-parts', ['a', 'b']);
-          ctx.body = 'parts';
-        },
-      },
-    ];
-    for (const { name, set } of cases) {
-      const slug = name.replace(/\W+/g, '-');
-      const log = eventLog();
-      let runs = 0;
-      const leaving = clientLeaves();
-      await serve(
-        { onEvent: log.onEvent, replayHeaders: ['x-parts'] },
-        async (ctx) => {
-          runs++;
-          if (ctx.get('x-stay') === '') await leaving.untilGone(ctx);
-          set(ctx);
-        },
-        async (url) => {
-          // What a client that stays gets, under another key.
-          const stayed = await fetch(url, {
-            method: 'POST',
-            headers: { 'idempotency-key': `stay-${slug}`, 'content-type': 'application/json', 'x-stay': '1' },
-            body: '{}',
-          });
-          const expected = {
-            status: stayed.status,
-            type: stayed.headers.get('content-type'),
-            parts: stayed.headers.get('x-parts'),
-            body: await stayed.text(),
-          };
-          const mark = log.events.length;
-          await abandonedPost(url, `gone-${slug}`, leaving.running);
-          expect((await log.next(mark, 'complete', 'release')).type, name).toBe('complete');
-          const replay = await post(url, `gone-${slug}`);
-          expect(replay.headers.get('idempotent-replayed'), name).toBe('true');
-          expect(
-            {
-              status: replay.status,
-              type: replay.headers.get('content-type'),
-              parts: replay.headers.get('x-parts'),
-              body: await replay.text(),
-            },
-            name,
-          ).toEqual(expected);
-          expect(runs, name).toBe(2);
-        },
-      );
-    }
   });
 });
 

@@ -276,13 +276,51 @@ describe('@idem/koa specifics', () => {
           ctx.body = { ok: true };
         },
       },
+      {
+        name: 'Buffer',
+        set: (ctx) => {
+          ctx.type = 'application/octet-stream';
+          ctx.body = Buffer.from([104, 105]);
+        },
+      },
+      {
+        // A null body set on purpose, then a status that has a body: Koa writes nothing at all.
+        name: 'explicit null body',
+        set: (ctx) => {
+          ctx.body = null;
+          ctx.status = 200;
+        },
+      },
+      {
+        // A body set after a status that has none: Koa drops the body and its type.
+        name: '205 with a body',
+        set: (ctx) => {
+          ctx.status = 205;
+          ctx.body = 'dropped';
+        },
+      },
+      {
+        name: '204 with a body',
+        set: (ctx) => {
+          ctx.status = 204;
+          ctx.body = 'dropped';
+        },
+      },
+      {
+        name: 'header set as a list',
+        set: (ctx) => {
+          ctx.set('x-parts', ['a', 'b']);
+          ctx.body = 'parts';
+        },
+      },
     ];
     for (const { name, set } of cases) {
+      const slug = name.replace(/\W+/g, '-');
       const log = eventLog();
       let runs = 0;
       const leaving = clientLeaves();
       await serve(
-        { onEvent: log.onEvent },
+        { onEvent: log.onEvent, replayHeaders: ['x-parts'] },
         async (ctx) => {
           runs++;
           if (ctx.get('x-stay') === '') await leaving.untilGone(ctx);
@@ -292,21 +330,27 @@ describe('@idem/koa specifics', () => {
           // What a client that stays gets, under another key.
           const stayed = await fetch(url, {
             method: 'POST',
-            headers: { 'idempotency-key': `stay-${name}`, 'content-type': 'application/json', 'x-stay': '1' },
+            headers: { 'idempotency-key': `stay-${slug}`, 'content-type': 'application/json', 'x-stay': '1' },
             body: '{}',
           });
           const expected = {
             status: stayed.status,
             type: stayed.headers.get('content-type'),
+            parts: stayed.headers.get('x-parts'),
             body: await stayed.text(),
           };
           const mark = log.events.length;
-          await abandonedPost(url, `gone-${name}`, leaving.running);
+          await abandonedPost(url, `gone-${slug}`, leaving.running);
           expect((await log.next(mark, 'complete', 'release')).type, name).toBe('complete');
-          const replay = await post(url, `gone-${name}`);
+          const replay = await post(url, `gone-${slug}`);
           expect(replay.headers.get('idempotent-replayed'), name).toBe('true');
           expect(
-            { status: replay.status, type: replay.headers.get('content-type'), body: await replay.text() },
+            {
+              status: replay.status,
+              type: replay.headers.get('content-type'),
+              parts: replay.headers.get('x-parts'),
+              body: await replay.text(),
+            },
             name,
           ).toEqual(expected);
           expect(runs, name).toBe(2);

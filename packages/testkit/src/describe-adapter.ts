@@ -1942,6 +1942,26 @@ export function describeAdapter(
         );
       });
 
+      it("a handler that throws: its 500 echoes the key, a minted one too, and the policy learns it threw ('stripe' releases it, so the retry runs)", async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const thrown = await world.send('/boom', { key: 'tx-boom-1' });
+            expect(thrown.status).toBe(500);
+            expect(thrown.headers['idempotency-key']).toBe('tx-boom-1');
+            const retry = await world.send('/boom', { key: 'tx-boom-1' });
+            expect(retry.status).toBe(500);
+            expect(retry.headers['idempotent-replayed']).toBeUndefined();
+            expect(world.server.executions()).toBe(2);
+            const minted = await world.send('/boom', { key: null });
+            expect(minted.status).toBe(500);
+            expect(String(minted.headers['idempotency-key'])).toMatch(/^[0-9a-f-]{36}$/);
+          },
+          { transactional: true, storeOutcome: 'stripe', mintKeys: true },
+          harness,
+        );
+      });
+
       it('advertiseExpiry: the committed response and its replays carry Idempotency-Expires; a rolled-back 503 does not (30)', async () => {
         const harness = await makeTransactional();
         const at = Date.UTC(2026, 10, 22, 9, 30, 15);
