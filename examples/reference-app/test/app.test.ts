@@ -5,7 +5,7 @@ import type { Principal } from '@idem/guard';
 import type { Request } from 'express';
 import { describe, expect, it } from 'vitest';
 import { principalOf } from '../src/api/internal-auth.js';
-import { safeReturnTo } from '../src/app/server.js';
+import { cookieNames, safeReturnTo } from '../src/app/server.js';
 import { clientErrorStatus } from '../src/client-error.js';
 import { readCookie, serializeCookie } from '../src/cookies.js';
 import { createCsrf } from '../src/csrf.js';
@@ -94,6 +94,16 @@ describe('createCsrf (the forms of the provider and the app)', () => {
     const plain = exchange();
     createCsrf({ key: 'test-key', cookieName: 'app_csrf', path: '/', secure: false }).issue(plain.req, plain.res, 'x');
     expect(plain.setCookies[0]).not.toMatch(/Secure/);
+  });
+
+  it("sets the app's CSRF cookie as a __Host- cookie over https: Secure, Path=/, no Domain", () => {
+    const { req, res, setCookies } = exchange();
+    createCsrf({ key: 'test-key', cookieName: cookieNames(true).csrf, path: '/', secure: true }).issue(req, res, 'x');
+    const cookie = setCookies[0] ?? '';
+    expect(cookie.startsWith('__Host-app_csrf=')).toBe(true);
+    expect(cookie.split('; ')).toEqual(expect.arrayContaining(['Secure', 'Path=/']));
+    expect(cookie).not.toMatch(/Domain=/i);
+    expect(cookieNames(false)).toEqual({ session: 'app_session', csrf: 'app_csrf' });
   });
 
   it('keeps a secret the browser already holds, so two open forms both stay valid', () => {

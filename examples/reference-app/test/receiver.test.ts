@@ -389,6 +389,8 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     const page = await call('DELETE', '/', stack.receiver.url, false);
     expect(page.status).toBe(405);
     expect(page.headers.get('allow')).toBe('GET, HEAD, OPTIONS');
+    // HEAD is the page's, as GET is: without the page token, the same 403 (it was a 404).
+    expect((await call('HEAD', '/', stack.receiver.url, false)).status).toBe(403);
   });
 
   it.each(['%00', 'evt_1%00', 'evt.1'])(

@@ -119,8 +119,13 @@ export interface ThirdPartyApp {
  * only from this very origin, `Secure`, with `Path=/` and no `Domain`, so a sibling subdomain cannot
  * plant one (cookie tossing) ahead of ours. Over plain http (the local demo) browsers refuse the
  * prefix, and the names are bare.
+ *
+ * @example
+ * ```ts
+ * cookieNames(true); // { session: '__Host-app_session', csrf: '__Host-app_csrf' }
+ * ```
  */
-function cookieNames(secure: boolean) {
+export function cookieNames(secure: boolean) {
   const prefix = secure ? '__Host-' : '';
   return { session: `${prefix}app_session`, csrf: `${prefix}app_csrf` };
 }
