@@ -127,7 +127,10 @@ export type TransactionResult<T> =
 /** The idempotency engine: one per service, shared by every request. */
 export interface IdempotencyEngine {
   begin(input: BeginInput): Promise<BeginResult>;
-  /** Stores `response` per the outcome policy (or releases the key when the policy says so). */
+  /**
+   * Stores `response` per the outcome policy (or releases the key when the policy says so). The
+   * policy sees `outcome`, with the response's status unless `outcome.status` says otherwise.
+   */
   complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Promise<CompleteResult>;
   /** Forgets the claim so that a retry runs. */
   release(lease: Lease): Promise<ReleaseResult>;
@@ -506,10 +509,12 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       return retentionMs;
     }
   };
+  // The policy judges `outcome.status` when given (the status the client was sent, for a response
+  // stored in another form), else the status of the response stored.
   const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
-    if (preset) return preset(response.status, outcome?.thrown === true) ? storeIt : dropIt;
+    if (preset) return preset(outcome?.status ?? response.status, outcome?.thrown === true) ? storeIt : dropIt;
     try {
-      return decisionOf({ status: response.status, ...outcome, operation: lease.operation });
+      return decisionOf({ ...outcome, status: outcome?.status ?? response.status, operation: lease.operation });
     } catch (error) {
       // A policy that throws, or decides something that is not a decision, must not leave the key
       // in progress for as long as the heartbeat renews it. The execution happened, so its outcome
@@ -567,9 +572,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const decision = decide(response, outcome, lease);
     if (!decision.store) {
       const released = releaseNow(lease);
+      const status = outcome?.status ?? response.status;
       return isPending(released)
-        ? released.then((result) => notStored(lease, response, result))
-        : notStored(lease, response, released);
+        ? released.then((result) => notStored(lease, status, result))
+        : notStored(lease, status, released);
     }
     stopHeartbeat(state);
     // Only events report durations: no clock read without an observer.
@@ -592,9 +598,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       : afterComplete(state, response, started, answer);
   };
 
-  const notStored = (lease: Lease, response: StoredResponse, released: ReleaseResult): CompleteResult => {
-    if (onEvent)
-      emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status: response.status, at: now() });
+  const notStored = (lease: Lease, status: number, released: ReleaseResult): CompleteResult => {
+    if (onEvent) emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status, at: now() });
     return released.ok ? NOT_STORED : released;
   };
 

@@ -16,6 +16,11 @@ export const errorTable = {
   body_too_large: { status: 413, title: 'Request body too large', retryable: false },
   body_incomplete: { status: 400, title: 'Request body incomplete', retryable: true },
   scope_missing: { status: 500, title: 'No idempotency scope for this request', retryable: false },
+  response_not_replayable: {
+    status: 500,
+    title: 'The response of this Idempotency-Key cannot be replayed',
+    retryable: false,
+  },
 } as const;
 
 /** A stable idem error code. */

@@ -24,6 +24,9 @@ interface EventBase {
  *   event stream), or the 404 of a request that no route took (`no-route`) or the answer of a body
  *   parser that refused the body (`body-refused`), which are no outcomes; or a response that was
  *   closed before its head went out and can never be ended (`closed`: the server destroyed it).
+ *   For `too-large` and `streaming` the operation ran, and the outcome policy decides as for the
+ *   status sent: `complete` follows (status 500: the key is kept, and its retries get
+ *   `response_not_replayable`), or `release` and `not-stored`. Every other reason releases the key.
  */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claim'; durationMs: number })

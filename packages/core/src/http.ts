@@ -155,7 +155,13 @@ export type HttpBeginResult =
  */
 export type CaptureResult =
   | { kind: 'complete'; response: StoredResponse }
-  | { kind: 'unstorable'; reason: NotStoredReason; status: number };
+  | {
+      kind: 'unstorable';
+      reason: NotStoredReason;
+      status: number;
+      /** The `Idempotency-Expires` the client was sent with the response's head, if any. */
+      expires?: string;
+    };
 
 /** Options of {@link HttpIdempotency.capture}. */
 export interface CaptureOptions {
@@ -201,10 +207,11 @@ export interface ResponseCapture {
    */
   completeWith(response: StoredResponse): void;
   /**
-   * Gives up on a response without storing it, and the key is released: one the framework will never
-   * finish writing (the client left mid-stream, `'streaming'`, the default), or the 404 of a request
-   * no route took (`'no-route'`), which is no outcome of the operation. (A response that is written
-   * learns the latter from `unrouted` in {@link CaptureOptions}.)
+   * Gives up on a response without storing it: one the framework will never finish writing (the
+   * client left mid-stream, `'streaming'`, the default), whose key the policy keeps or releases as
+   * for its status (see {@link HttpIdempotency.settle}), or the 404 of a request no route took
+   * (`'no-route'`), which is no outcome of the operation and releases the key. (A response that is
+   * written learns the latter from `unrouted` in {@link CaptureOptions}.)
    */
   abandon(status: number, reason?: Extract<NotStoredReason, 'streaming' | 'no-route'>): void;
   /**
@@ -289,7 +296,10 @@ export interface HttpIdempotency<Req> {
   capture(res: ServerResponse, options?: CaptureOptions): ResponseCapture;
   /**
    * Settles an execution once its response is known: stores it per the outcome policy, or releases
-   * the key when it cannot be stored. Never throws; never leaves the record in progress on purpose.
+   * the key. A response that went out but cannot be stored (`too-large`, `streaming`) is judged by
+   * the policy as the status it was sent with (`Outcome.unreplayable` says why): stored, the key
+   * keeps a `500 response_not_replayable` for its retries; any other unstorable answer releases the
+   * key. Never throws; never leaves the record in progress on purpose.
    */
   settle(lease: Lease, result: CaptureResult, thrown: boolean): Promise<void>;
   /**
@@ -541,7 +551,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (retention === undefined) return undefined;
     return new Date(Math.floor((now() + retention) / 1000) * 1000).toUTCString();
   };
-  const settleAtOnce = (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> | undefined => {
+  // `rolledBack`: the outcome's writes were rolled back with its transaction, so nothing ran and a
+  // response that cannot be replayed releases the key whatever the policy.
+  const settleAtOnce = (
+    lease: Lease,
+    result: CaptureResult,
+    thrown: boolean,
+    rolledBack = false,
+  ): Promise<void> | undefined => {
     let answer: Awaitable<unknown>;
     try {
       if (result.kind === 'complete') {
@@ -557,7 +574,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           status: result.status,
           at: now(),
         });
-        answer = atOnce.release(lease);
+        const reason = result.reason;
+        if ((reason === 'too-large' || reason === 'streaming') && !rolledBack) {
+          // The operation ran and its answer went out (in full or in part), but no replay can give
+          // it again. The policy decides as for any response of the status the client was sent:
+          // stored, the key is kept with an answer that says so, and a retry never runs it again.
+          const response = unreplayableResponse(reason, result.expires);
+          answer = atOnce.complete(lease, response, { thrown, status: result.status, unreplayable: reason });
+        } else answer = atOnce.release(lease);
       }
     } catch {
       // complete and release report store failures as values and events; this only guards against
@@ -569,6 +593,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 
   const settle = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
     await settleAtOnce(lease, result, thrown);
+  };
+  const settleRolledBack = async (lease: Lease, result: CaptureResult, thrown: boolean): Promise<void> => {
+    await settleAtOnce(lease, result, thrown, true);
   };
 
   const runTransaction = async (
@@ -633,11 +660,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       // A 5xx, or the answer of a request no route or no handler took (a 404, a body parser's
       // refusal): served as it is once the key is settled.
       if (failed.kind === 'complete' || failed.reason === 'no-route' || failed.reason === 'body-refused') {
-        await settle(lease, failed, thrown());
+        await settleRolledBack(lease, failed, thrown());
         capture.flush();
         return;
       }
-      await settle(lease, failed, thrown());
+      await settleRolledBack(lease, failed, thrown());
       capture.replace(
         problem(
           new IdempotencyError(
@@ -679,6 +706,22 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 }
 
 class RolledBack extends Error {}
+
+const unreplayableDetails = {
+  'too-large':
+    'The operation ran under this key, but its response was larger than the server stores, so it cannot be replayed. It will not run again under this key: look its result up another way, or send a new key to run it again.',
+  streaming:
+    'The operation ran under this key, but its response was cut short (the client left, or its stream failed) and was not recorded. It will not run again under this key: look its result up another way, or send a new key to run it again.',
+} as const;
+
+// What is stored in place of a response that was served but cannot be replayed (see
+// `Outcome.unreplayable`): what its retries get, with the expiry its head announced.
+function unreplayableResponse(reason: keyof typeof unreplayableDetails, expires: string | undefined): StoredResponse {
+  const error = new IdempotencyError('response_not_replayable', unreplayableDetails[reason]);
+  const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+  if (expires !== undefined) headers[expiresHeader] = expires;
+  return { status: error.status, headers, body: Buffer.from(JSON.stringify(error.toProblem())) };
+}
 
 const noCaptureOptions: CaptureOptions = Object.freeze({});
 
@@ -1324,7 +1367,16 @@ function abandon(state: CaptureState, status: number, reason: NotStoredReason) {
   if (state.ended) return;
   state.ended = true;
   restore(state);
-  finish(state, { kind: 'unstorable', reason, status });
+  if (reason === 'streaming') unreplayable(state, reason, status);
+  else finish(state, { kind: 'unstorable', reason, status });
+}
+
+// A response that went out (in full or in part) but cannot be stored, with the expiry its head
+// announced: what the key's retries then get carries the same date (see `unreplayableResponse`).
+function unreplayable(state: CaptureState, reason: 'too-large' | 'streaming', status: number) {
+  const announced = state.res.getHeader(expiresHeader);
+  const expires = typeof announced === 'string' ? announced : undefined;
+  finish(state, { kind: 'unstorable', reason, status, expires });
 }
 
 function restore(state: CaptureState) {
@@ -1487,7 +1539,7 @@ function afterTail(state: CaptureState, original: Apply, chunk: unknown, encodin
 function settleWritten(state: CaptureState) {
   const res = state.res;
   const finalStatus = state.status ?? res.statusCode;
-  if (state.overflow) finish(state, { kind: 'unstorable', reason: 'too-large', status: finalStatus });
+  if (state.overflow) unreplayable(state, 'too-large', finalStatus);
   else if (!state.eventStream) {
     // One chunk is already a private copy (see `copy`): no need to copy it again.
     const chunks = state.chunks;
@@ -1571,7 +1623,7 @@ function onCapturedClose(this: CaptureState) {
   if (this.ended) return;
   const res = this.res;
   if (res.headersSent || this.status !== undefined) {
-    finish(this, { kind: 'unstorable', reason: 'streaming', status: this.status ?? res.statusCode });
+    unreplayable(this, 'streaming', this.status ?? res.statusCode);
     return;
   }
   // Closed before its head. A client that left while the handler works: the handler ends the

@@ -12,6 +12,15 @@ export interface Outcome {
    * for payouts, say).
    */
   operation?: string;
+  /**
+   * Set when the response was served but cannot be replayed: it was larger than the adapter stores
+   * (`'too-large'`), or its body was cut short after its head went out, by a client that left or a
+   * stream that failed (`'streaming'`). `status` is the status the client was sent. The operation
+   * ran, so storing keeps the key: its retries get `500 response_not_replayable` (replayed) and never
+   * run it again. Releasing lets a retry run it again. The presets decide as for any response of that
+   * status.
+   */
+  unreplayable?: 'too-large' | 'streaming';
 }
 
 /**

@@ -443,7 +443,7 @@ describe('the headers a captured response keeps for its replay', () => {
 });
 
 describe('the bytes a captured response stores', () => {
-  it('stores a body of exactly maxResponseBytes, and not one a byte longer (the key is released)', async () => {
+  it('stores a body of exactly maxResponseBytes, and not one a byte longer (its key keeps what a retry gets instead)', async () => {
     const served = await serve({
       maxResponseBytes: 10,
       answer: (res, run) => {
@@ -458,11 +458,14 @@ describe('the bytes a captured response stores', () => {
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.body.toString()).toBe('0123456789');
       expect(served.notStored()).toEqual([]);
-      // The second execution writes 11 bytes: served whole, not stored, and the key is free again.
+      // The second execution writes 11 bytes: served whole and not stored. The operation ran, so
+      // the default policy keeps the key, and the retry is told its response cannot be replayed.
       expect((await served.post('over')).body.toString()).toBe('0123456789!');
       expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
-      expect((await served.post('over')).headers['idempotent-replayed']).toBeUndefined();
-      expect(served.runs()).toBe(3);
+      const retried = await served.post('over');
+      expect(retried).toMatchObject({ status: 500, headers: { 'idempotent-replayed': 'true' } });
+      expect(JSON.parse(retried.body.toString())).toMatchObject({ code: 'response_not_replayable' });
+      expect(served.runs()).toBe(2);
     } finally {
       await served.close();
     }
@@ -1128,7 +1131,10 @@ describe('the capture, as an adapter drives it', () => {
     try {
       expect((await served.post('abandoned')).body.toString()).toBe('run 1');
       expect(served.notStored()).toMatchObject([{ reason: 'streaming', status: 200 }]);
-      expect((await served.post('abandoned')).body.toString()).toBe('run 2');
+      const retried = await served.post('abandoned');
+      expect(retried).toMatchObject({ status: 500, headers: { 'idempotent-replayed': 'true' } });
+      expect(JSON.parse(retried.body.toString())).toMatchObject({ code: 'response_not_replayable' });
+      expect(served.runs()).toBe(1);
     } finally {
       await served.close();
     }

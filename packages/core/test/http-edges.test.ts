@@ -94,6 +94,43 @@ describe('createHttpIdempotency: events and replays', () => {
     });
   });
 
+  it('settles a response that cannot be replayed per the policy for the status the client was sent', async () => {
+    const asked: unknown[] = [];
+    const http = createHttpIdempotency({
+      store: memoryStore(),
+      // Keeps 2xx only, as 'success' does: what decides is the 200 sent, not the 500 stored.
+      storeOutcome: (outcome) => {
+        asked.push(outcome);
+        return outcome.status < 300;
+      },
+    });
+    const settled = async (key: string, reason: 'streaming' | 'too-large', status: number) => {
+      const started = await http.begin(charge({ keyHeader: key }));
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      await http.settle(
+        started.lease,
+        { kind: 'unstorable', reason, status, expires: 'Sun, 06 Nov 1994 08:49:37 GMT' },
+        true,
+      );
+      return http.begin(charge({ keyHeader: key }));
+    };
+    const kept = await settled('kept', 'streaming', 200);
+    if (kept.kind !== 'respond') throw new Error('expected a replay');
+    expect(kept.response.status).toBe(500);
+    expect(kept.response.headers['idempotent-replayed']).toBe('true');
+    // Without advertiseExpiry the header is not replayed, though the capture passed it on.
+    expect(kept.response.headers['idempotency-expires']).toBeUndefined();
+    expect(JSON.parse(Buffer.from(kept.response.body).toString())).toMatchObject({
+      code: 'response_not_replayable',
+      retryable: false,
+    });
+    expect((await settled('released', 'too-large', 502)).kind).toBe('execute');
+    expect(asked).toEqual([
+      { status: 200, thrown: true, unreplayable: 'streaming', operation: 'POST /charges' },
+      { status: 502, thrown: true, unreplayable: 'too-large', operation: 'POST /charges' },
+    ]);
+  });
+
   it('a replay carries only allowlisted headers, even from a record stored with others', () => {
     // A record written before replayHeaders lost a name (a rolling deploy), or by another instance.
     const http = createHttpIdempotency({ store: memoryStore() });

@@ -17,6 +17,7 @@ import {
   principalScope,
   problemType,
   recordId,
+  resolveOutcomePolicy,
   type Store,
   type StoredResponse,
   type TransactionalStore,
@@ -198,6 +199,8 @@ interface SendOptions {
   chunks?: readonly Buffer[];
   /** A keep-alive agent, to see whether the connection still serves the next request. */
   agent?: Agent;
+  /** Leave once the first bytes of the body arrive: resolves with them, the connection destroyed. */
+  leaveAfterFirstChunk?: boolean;
 }
 
 const ISSUER = 'https://issuer.test';
@@ -228,7 +231,18 @@ function send(base: string, path: string, options: SendOptions = {}): Promise<Se
       },
       (res) => {
         const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('data', (chunk: Buffer) => {
+          chunks.push(chunk);
+          if (!options.leaveAfterFirstChunk) return;
+          const sent = {
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: chunk,
+            localPort: req.socket?.localPort,
+          };
+          req.destroy();
+          resolve(sent);
+        });
         res.on('end', () =>
           resolve({
             status: res.statusCode ?? 0,
@@ -257,7 +271,8 @@ function deferred<T = void>() {
   return { promise, resolve };
 }
 
-function expectProblem(sent: Sent, status: number, code: string) {
+/** `replayed`: a problem stored as an outcome (`response_not_replayable`), replayed from the store. */
+function expectProblem(sent: Sent, status: number, code: string, replayed = false) {
   expect(sent.status).toBe(status);
   expect(sent.headers['content-type']).toMatch(/^application\/problem\+json/);
   // About this attempt only: no cache in between may answer a retry with it (docs/errors.md).
@@ -266,7 +281,7 @@ function expectProblem(sent: Sent, status: number, code: string) {
   expect(problem).toMatchObject({ status, code, type: problemType(code) });
   expect(typeof problem.title).toBe('string');
   expect(typeof problem.detail).toBe('string');
-  expect(sent.headers['idempotent-replayed']).toBeUndefined();
+  expect(sent.headers['idempotent-replayed']).toBe(replayed ? 'true' : undefined);
   return problem;
 }
 
@@ -483,12 +498,15 @@ export function describeAdapter(
             bytes: gzipSync(Buffer.from(JSON.stringify({ n, pad: 'z'.repeat(500) }))),
           };
         case '/stream': {
-          const size = Number((request.body as { size?: number } | undefined)?.size ?? 100_000);
+          const asked = request.body as { size?: number; stall?: boolean } | undefined;
+          const size = Number(asked?.size ?? 100_000);
           return {
             kind: 'stream',
             status: 200,
             headers: { 'content-type': 'text/plain' },
-            stream: () => Readable.from(chunksOf(size, n)),
+            // `stall`: the first chunk, then nothing more, as a slow source that a client gives up on.
+            stream: () =>
+              asked?.stall ? stalled(chunksOf(size, n).next().value as Buffer) : Readable.from(chunksOf(size, n)),
           };
         }
         case '/file':
@@ -1649,7 +1667,7 @@ export function describeAdapter(
       });
     });
 
-    it('response over maxResponseBytes: served in full, not stored, key released, event emitted (38)', async () => {
+    it('response over maxResponseBytes: served in full, not stored, event emitted; the policy keeps the key, and its retries get 500 response_not_replayable (38)', async () => {
       await withWorld(
         async (world) => {
           const first = await world.send('/stream', { key: 'huge-1', body: '{"size":300000}' });
@@ -1657,13 +1675,63 @@ export function describeAdapter(
           expect(first.body.length).toBe(300_000);
           const event = await world.waitForEvent('response-not-stored');
           expect(event).toMatchObject({ type: 'response-not-stored', reason: 'too-large', status: 200 });
-          await world.waitForEvent('release');
+          // The policy judged the 200 the client was sent; what a retry gets is stored in its place.
+          expect(await world.waitForEvent('complete')).toMatchObject({ status: 500 });
           const again = await world.send('/stream', { key: 'huge-1', body: '{"size":300000}' });
+          expect(expectProblem(again, 500, 'response_not_replayable', true).retryable).toBe(false);
+          expect(again.headers['idempotency-key']).toBe('huge-1');
+          // The date the first answer announced holds for the record kept in its place.
+          expect(first.headers['idempotency-expires']).toMatch(/ GMT$/);
+          expect(again.headers['idempotency-expires']).toBe(first.headers['idempotency-expires']);
+          expect(world.server.executions()).toBe(1);
+        },
+        { maxResponseBytes: 100_000, advertiseExpiry: true },
+      );
+    });
+
+    it('response over maxResponseBytes under a policy that releases what cannot be replayed: the key is released and the retry runs (38)', async () => {
+      const all = resolveOutcomePolicy('all');
+      const seen: Outcome[] = [];
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/stream', { key: 'huge-2', body: '{"size":300000}' });
+          expect(first.body.length).toBe(300_000);
+          await world.waitForEvent('release');
+          expect(world.events.filter((event) => event.type === 'not-stored')).toMatchObject([{ status: 200 }]);
+          const again = await world.send('/stream', { key: 'huge-2', body: '{"size":300000}' });
           expect(again.headers['idempotent-replayed']).toBeUndefined();
           expect(again.body.length).toBe(300_000);
           expect(world.server.executions()).toBe(2);
+          expect(world.store.calls.complete).toBe(0);
+          // Each run's answer was too large again, and released again.
+          const asked = { status: 200, thrown: false, unreplayable: 'too-large', operation: 'POST /stream' };
+          expect(seen).toEqual([asked, asked]);
         },
-        { maxResponseBytes: 100_000 },
+        {
+          maxResponseBytes: 100_000,
+          storeOutcome: (outcome) => {
+            seen.push(outcome);
+            return outcome.unreplayable === undefined && all(outcome);
+          },
+        },
+      );
+    });
+
+    it('client leaves during a streamed body: the operation ran, so the key is kept and its retry gets 500 response_not_replayable, never a second run (11, 12)', async () => {
+      await withWorld(
+        async (world) => {
+          const body = '{"size":300000,"stall":true}';
+          const first = await world.send('/stream', { key: 'cut-1', body, leaveAfterFirstChunk: true });
+          expect(first.status).toBe(200);
+          expect(first.body.length).toBeGreaterThan(0);
+          expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'streaming', status: 200 });
+          expect(await world.waitForEvent('complete')).toMatchObject({ status: 500 });
+          const again = await world.send('/stream', { key: 'cut-1', body });
+          expectProblem(again, 500, 'response_not_replayable', true);
+          expect(again.headers['idempotency-expires']).toBe(first.headers['idempotency-expires']);
+          expect(world.server.executions()).toBe(1);
+        },
+        { advertiseExpiry: true },
       );
     });
 
@@ -2128,6 +2196,18 @@ function tenantOf(request: any): string | undefined {
   const headers = request?.headers ?? request?.request?.headers ?? request?.req?.headers;
   const value = headers?.['x-tenant'];
   return typeof value === 'string' ? `tenant:${value}` : undefined;
+}
+
+// A stream that gives its first chunk and then waits for ever (until destroyed).
+function stalled(first: Buffer): Readable {
+  let given = false;
+  return new Readable({
+    read() {
+      if (given) return;
+      given = true;
+      this.push(first);
+    },
+  });
 }
 
 function* chunksOf(size: number, n: number): Generator<Buffer> {
