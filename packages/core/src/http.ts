@@ -17,6 +17,7 @@ import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
 import { type Awaitable, isPending, type StoredResponse } from './store.js';
+import { storedResponseSize } from './stored-response.js';
 
 /**
  * Options shared by the Express, Fastify and Koa adapters: the engine's options plus the HTTP ones.
@@ -545,6 +546,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   // Settles an outcome: undefined when the store answered at once (the capture then ends the response
   // in the same tick), else a promise that never rejects.
   const atOnce = (engine as IdempotencyEngine & { [settleNow]: SettleNow })[settleNow];
+  const storeCap = typeof options.store.maxResponseBytes === 'number' ? options.store.maxResponseBytes : undefined;
   // The `Idempotency-Expires` of an outcome of `status`, or undefined when the policy releases it.
   const expiryOf = (operation: string, status: number): string | undefined => {
     const retention = atOnce.retentionFor(status, operation);
@@ -564,6 +566,13 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       if (result.kind === 'complete') {
         const stored = result.response;
         const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
+        // Over the store's own cap: refused by the store, it would only release the key. Settled as
+        // a response over maxResponseBytes is, whichever cap is the smaller.
+        if (storeCap !== undefined && storedResponseSize(response) > storeCap) {
+          const expires = response.headers[expiresHeader];
+          const tooLarge: CaptureResult = { kind: 'unstorable', reason: 'too-large', status: stored.status, expires };
+          return settleAtOnce(lease, tooLarge, thrown, rolledBack);
+        }
         answer = atOnce.complete(lease, response, { thrown });
       } else {
         emit({

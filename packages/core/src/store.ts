@@ -41,6 +41,12 @@ export interface Store {
    * its per-operation time limit, which costs more than such an operation.
    */
   readonly inProcess?: boolean;
+  /**
+   * The largest response `complete` accepts, measured by `storedResponseSize`, for a store with a size
+   * cap (a bigger one it refuses with `ResponseTooLargeError`). The HTTP layer reads it to know in
+   * advance that a response cannot be stored, and settles it as one over its own `maxResponseBytes`.
+   */
+  readonly maxResponseBytes?: number;
 }
 
 /**

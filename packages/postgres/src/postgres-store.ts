@@ -88,6 +88,8 @@ export interface PurgeOptions {
 export interface PostgresStore extends AsyncStore, Pick<TransactionalStore<PostgresTransaction>, 'transaction'> {
   /** The table this store uses, as given. */
   readonly table: string;
+  /** The largest response stored (option `maxResponseBytes`, 4 MiB by default). */
+  readonly maxResponseBytes: number;
   /**
    * Deletes up to `batchSize` records whose retention has run out, or whose lease ended more than
    * `inProgressGraceMs` ago, and resolves to how many it deleted. Expired records are already
@@ -299,5 +301,5 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     });
   };
 
-  return { table: table.name, claim, renew, complete, release, get, transaction, purgeExpired };
+  return { table: table.name, maxResponseBytes, claim, renew, complete, release, get, transaction, purgeExpired };
 }

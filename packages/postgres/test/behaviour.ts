@@ -292,6 +292,8 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           .catch((e: unknown) => e);
         expect(error).toMatchObject({ code: 'response_too_large', limit: 4 * 1024 * 1024 });
         expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+        // Declared, so the HTTP layer knows in advance what the store would refuse.
+        expect([store.maxResponseBytes, capped.maxResponseBytes]).toEqual([4 * 1024 * 1024, 1_000]);
       });
 
       it("in a transaction, rolls the handler's writes back with the oversized outcome", async () => {

@@ -54,6 +54,8 @@ export interface RedisStore extends AsyncStore {
   readonly prefix: string;
   /** The Redis key that holds record `id`. */
   key(id: string): string;
+  /** The largest response stored (option `maxResponseBytes`, 4 MiB by default). */
+  readonly maxResponseBytes: number;
 }
 
 // A key that is freed between our failed SET NX and our GET this many times in a row is flapping
@@ -124,6 +126,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   return {
     prefix,
     key,
+    maxResponseBytes,
 
     claim: async ({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> => {
       const k = key(id);

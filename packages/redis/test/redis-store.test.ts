@@ -29,12 +29,14 @@ describe('redisStore options', () => {
   it('keeps an empty prefix as given: a Redis used by idem alone needs none', () => {
     const store = redisStore({ client: recorder().runner, prefix: '' });
     expect(store.prefix).toBe('');
+    // Declared, so the HTTP layer knows in advance what it would refuse (4 MiB by default).
+    expect(store.maxResponseBytes).toBe(4 * 1024 * 1024);
     expect(store.key('abc')).toBe('abc');
   });
 
   it('accepts a maxResponseBytes up to 512 MiB less 64 KiB, and refuses one byte more', () => {
     const { runner } = recorder();
-    expect(() => redisStore({ client: runner, maxResponseBytes: ceiling })).not.toThrow();
+    expect(redisStore({ client: runner, maxResponseBytes: ceiling }).maxResponseBytes).toBe(ceiling);
     expect(() => redisStore({ client: runner, maxResponseBytes: ceiling + 1 })).toThrow(TypeError);
   });
 });

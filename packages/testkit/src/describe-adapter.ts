@@ -16,10 +16,12 @@ import {
   type OutcomeDecision,
   principalScope,
   problemType,
+  ResponseTooLargeError,
   recordId,
   resolveOutcomePolicy,
   type Store,
   type StoredResponse,
+  storedResponseSize,
   type TransactionalStore,
 } from '@idem/core';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -325,6 +327,7 @@ function instrument(store: Store) {
       return store.release(input);
     },
     get: (id) => store.get(id),
+    ...(store.maxResponseBytes === undefined ? {} : { maxResponseBytes: store.maxResponseBytes }),
   };
   if (typeof (store as Partial<TransactionalStore>).transaction === 'function') {
     const inner = store as TransactionalStore;
@@ -1714,6 +1717,48 @@ export function describeAdapter(
             return outcome.unreplayable === undefined && all(outcome);
           },
         },
+      );
+    });
+
+    it("response over the store's own cap (under maxResponseBytes): settled as one over maxResponseBytes, never handed to the store", async () => {
+      const harness = await makeStore();
+      const inner = harness.store;
+      const offered: number[] = [];
+      // A store that declares a cap of 2,000 bytes, and refuses above it, as the Redis and PostgreSQL
+      // stores do with theirs.
+      const capped: Store = {
+        claim: (input) => inner.claim(input),
+        renew: (input) => inner.renew(input),
+        async complete(input) {
+          const size = storedResponseSize(input.response);
+          offered.push(size);
+          if (size > 2_000) throw new ResponseTooLargeError(size, 2_000);
+          return inner.complete(input);
+        },
+        release: (input) => inner.release(input),
+        get: (id) => inner.get(id),
+        maxResponseBytes: 2_000,
+      };
+      await withWorld(
+        async (world) => {
+          const first = await world.send('/stream', { key: 'capped-1', body: '{"size":5000}' });
+          expect(first.body.length).toBe(5_000);
+          expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'too-large', status: 200 });
+          await world.waitForEvent('complete');
+          const again = await world.send('/stream', { key: 'capped-1', body: '{"size":5000}' });
+          expectProblem(again, 500, 'response_not_replayable', true);
+          expect(world.server.executions()).toBe(1);
+          // What fits is stored as usual.
+          expect((await world.send('/stream', { key: 'fits-1', body: '{"size":1000}' })).body.length).toBe(1_000);
+          const replayed = await world.send('/stream', { key: 'fits-1', body: '{"size":1000}' });
+          expect(replayed.headers['idempotent-replayed']).toBe('true');
+          expect(replayed.body.length).toBe(1_000);
+          // The store was offered the problem in place of the 5,000 bytes, and the 1,000 bytes.
+          expect(offered.every((size) => size <= 2_000)).toBe(true);
+          expect(world.events.some((event) => event.type === 'store-error')).toBe(false);
+        },
+        undefined,
+        { ...harness, store: capped },
       );
     });
 

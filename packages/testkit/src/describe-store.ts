@@ -461,6 +461,13 @@ export function describeStore(
         expect(await small.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
       });
 
+      it('declares no cap, or the one it refuses above (the adapters read it to settle a response in advance)', async ({
+        skip,
+      }) => {
+        if (capped === undefined) return skip('the store has no size cap');
+        expect([undefined, cap]).toContain(capped.maxResponseBytes);
+      });
+
       it('stores a response of exactly the cap', async ({ skip }) => {
         if (capped === undefined) return skip('the store has no size cap');
         const id = freshId();
