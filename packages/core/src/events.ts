@@ -13,7 +13,8 @@ interface EventBase {
  * - `conflict`: the key was in progress; the request got 409.
  * - `mismatch`: the key was used with another request; 422 (or 400).
  * - `complete`: an outcome was stored.
- * - `not-stored`: the policy chose not to store an outcome; the key was released.
+ * - `not-stored`: the policy chose not to store an outcome, or the handler said it had no effect
+ *   (`release()` on its idempotency context); the key was released.
  * - `release`: a claim was released.
  * - `lease-lost`: the lease could not be renewed or its token was no longer current; the late
  *   finisher's outcome was refused.

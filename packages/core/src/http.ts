@@ -86,6 +86,14 @@ export interface IdempotencyContext {
    * body and purpose. A UUID; see {@link downstreamKey}.
    */
   keyFor(purpose: string): string;
+  /**
+   * Says that this execution had no effect, so its answer must not be kept: when the response ends
+   * it is served but not stored, and the key is released, so a retry runs (a 503 "try again later"
+   * answered before anything was written, say). Whatever the outcome policy would decide. In
+   * transactional mode the handler's writes roll back, and the response is served as written. Call
+   * it before the response ends; after that it changes nothing.
+   */
+  release(): void;
 }
 
 /** Per-route settings that override the middleware's (Fastify route `config.idempotency`). */
@@ -553,6 +561,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (retention === undefined) return undefined;
     return new Date(Math.floor((now() + retention) / 1000) * 1000).toUTCString();
   };
+  // The leases whose handler said its execution had no effect (`IdempotencyContext.release`).
+  const noEffect = new WeakSet<Lease>();
   // `rolledBack`: the outcome's writes were rolled back with its transaction, so nothing ran and a
   // response that cannot be replayed releases the key whatever the policy.
   const settleAtOnce = (
@@ -562,8 +572,13 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     rolledBack = false,
   ): Promise<void> | undefined => {
     let answer: Awaitable<unknown>;
+    const released = noEffect.has(lease);
     try {
-      if (result.kind === 'complete') {
+      if (result.kind === 'complete' && released) {
+        const { id, operation } = lease;
+        emit({ type: 'not-stored', id, operation, status: result.response.status, at: now() });
+        answer = atOnce.release(lease);
+      } else if (result.kind === 'complete') {
         const stored = result.response;
         const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
         // Over the store's own cap: refused by the store, it would only release the key. Settled as
@@ -584,7 +599,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           at: now(),
         });
         const reason = result.reason;
-        if ((reason === 'too-large' || reason === 'streaming') && !rolledBack) {
+        if ((reason === 'too-large' || reason === 'streaming') && !rolledBack && !released) {
           // The operation ran and its answer went out (in full or in part), but no replay can give
           // it again. The policy decides as for any response of the status the client was sent:
           // stored, the key is kept with an answer that says so, and a retry never runs it again.
@@ -615,6 +630,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     notStarted?: () => void,
   ): Promise<void> => {
     let began = false;
+    const state = (capture as Partial<CaptureHandle>)[captureStateKey];
+    const announce = state?.expires;
+    if (state && announce) state.expires = (status) => (noEffect.has(lease) ? undefined : announce(status));
     await transactionOf(
       lease,
       capture,
@@ -647,8 +665,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         start(tx);
         const outcome = await capture.result;
         // A server error or a response that cannot be stored rolls the handler's writes back, so
-        // the database never keeps the effects of an outcome that is not recorded with them.
-        if (outcome.kind !== 'complete' || outcome.response.status >= 500) {
+        // the database never keeps the effects of an outcome that is not recorded with them. So
+        // does a handler that said it had no effect: its key is released, and a retry runs again.
+        if (outcome.kind !== 'complete' || outcome.response.status >= 500 || noEffect.has(lease)) {
           failed = outcome;
           throw new RolledBack();
         }
@@ -666,9 +685,15 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         capture.replace(problem(uncommitted(error)));
         return;
       }
-      // A 5xx, or the answer of a request no route or no handler took (a 404, a body parser's
-      // refusal): served as it is once the key is settled.
-      if (failed.kind === 'complete' || failed.reason === 'no-route' || failed.reason === 'body-refused') {
+      // A 5xx, the answer of a request no route or no handler took (a 404, a body parser's
+      // refusal), or any answer of a handler that said it had no effect (nothing of it needs
+      // storing): served as it is once the key is settled.
+      if (
+        failed.kind === 'complete' ||
+        failed.reason === 'no-route' ||
+        failed.reason === 'body-refused' ||
+        noEffect.has(lease)
+      ) {
         await settleRolledBack(lease, failed, thrown());
         capture.flush();
         return;
@@ -698,14 +723,22 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     handles,
     refusesKey,
     begin,
-    context: (started) => new ExecutionContext(started.key, started.minted, started.lease),
+    context: (started) => new ExecutionContext(started.key, started.minted, started.lease, noEffect),
     problem,
     replay,
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
       const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
       const operation = target?.lease.operation ?? captureOptions?.operation;
-      const expires = advertiseExpiry && operation !== undefined ? expiryOf.bind(undefined, operation) : undefined;
+      let expires: ((status: number) => string | undefined) | undefined;
+      if (advertiseExpiry && operation !== undefined) {
+        // Nothing is announced for an execution its handler said had no effect: it is released.
+        // (Held, the lease is known once the transaction runs: see runTransaction.)
+        expires =
+          target === undefined
+            ? expiryOf.bind(undefined, operation)
+            : (status) => (noEffect.has(target.lease) ? undefined : expiryOf(operation, status));
+      }
       return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed, expires);
     },
     settle,
@@ -739,13 +772,20 @@ const noCaptureOptions: CaptureOptions = Object.freeze({});
 class ExecutionContext implements IdempotencyContext {
   tx: unknown = undefined;
   readonly #lease: Lease;
+  readonly #noEffect: WeakSet<Lease>;
 
   constructor(
     public key: string,
     public minted: boolean,
     lease: Lease,
+    noEffect: WeakSet<Lease>,
   ) {
     this.#lease = lease;
+    this.#noEffect = noEffect;
+  }
+
+  release(): void {
+    this.#noEffect.add(this.#lease);
   }
 
   get signal(): AbortSignal {
@@ -1197,7 +1237,7 @@ interface CaptureState {
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
   /** The `Idempotency-Expires` value for a status (`advertiseExpiry`), or undefined to send none. */
-  readonly expires: ((status: number) => string | undefined) | undefined;
+  expires: ((status: number) => string | undefined) | undefined;
   /** Settles the outcome; undefined back means it is settled already (an in-process store). */
   readonly onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined;
   readonly originalWriteHead: Apply;

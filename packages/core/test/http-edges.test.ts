@@ -94,6 +94,23 @@ describe('createHttpIdempotency: events and replays', () => {
     });
   });
 
+  it('release() on the context wins over the policy, for a response that cannot be replayed too; after the settlement it changes nothing', async () => {
+    const events: IdempotencyEvent[] = [];
+    const http = createHttpIdempotency({ store: memoryStore(), onEvent: (event) => events.push(event) });
+    const begin = () => http.begin(charge({ keyHeader: 'said-so' }));
+    const first = await begin();
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    http.context(first).release();
+    await http.settle(first.lease, { kind: 'unstorable', reason: 'too-large', status: 201 }, false);
+    expect(events.map((event) => event.type)).toEqual(['claim', 'response-not-stored', 'release']);
+    const second = await begin();
+    if (second.kind !== 'execute') throw new Error('expected execute');
+    const stored = { status: 201, headers: {}, body: Buffer.from('{}') };
+    await http.settle(second.lease, { kind: 'complete', response: stored }, false);
+    http.context(second).release();
+    expect((await begin()).kind).toBe('respond');
+  });
+
   it('settles a response that cannot be replayed per the policy for the status the client was sent', async () => {
     const asked: unknown[] = [];
     const http = createHttpIdempotency({

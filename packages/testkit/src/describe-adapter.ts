@@ -454,6 +454,12 @@ export function describeAdapter(
       switch (request.route) {
         case '/charges':
         case '/charges/:id':
+          // `upstreamDown`: the first run finds its payment provider down before doing anything,
+          // says so (release), and answers 503; later runs succeed.
+          if ((request.body as { upstreamDown?: boolean } | undefined)?.upstreamDown && n === 1) {
+            request.context?.release();
+            return { kind: 'json', status: 503, headers: { 'retry-after': '3' }, json: { error: 'upstream_down', n } };
+          }
           return {
             kind: 'json',
             status: request.route === '/charges' ? 201 : 200,
@@ -1762,6 +1768,31 @@ export function describeAdapter(
       );
     });
 
+    it('a handler that says it had no effect (release()): its 503 is served, not stored, nothing announced, and the retry runs', async () => {
+      await withWorld(
+        async (world) => {
+          const body = '{"amount":100,"upstreamDown":true}';
+          const first = await world.send('/charges', { key: 'down-1', body });
+          expect(first.status).toBe(503);
+          expect(JSON.parse(first.body.toString())).toEqual({ error: 'upstream_down', n: 1 });
+          expect(first.headers['idempotency-key']).toBe('down-1');
+          // Under 'all' a 503 would be kept for the retention: the handler's word wins.
+          expect(first.headers['idempotency-expires']).toBeUndefined();
+          expect(await world.waitForEvent('not-stored')).toMatchObject({ status: 503 });
+          await world.waitForEvent('release');
+          const retry = await world.send('/charges', { key: 'down-1', body });
+          expect(retry.status).toBe(201);
+          expect(retry.headers['idempotent-replayed']).toBeUndefined();
+          const replayed = await world.send('/charges', { key: 'down-1', body });
+          expect(replayed.headers['idempotent-replayed']).toBe('true');
+          expect(replayed.body.equals(retry.body)).toBe(true);
+          expect(world.server.executions()).toBe(2);
+          expect(world.store.calls.complete).toBe(1);
+        },
+        { advertiseExpiry: true },
+      );
+    });
+
     it('client leaves during a streamed body: the operation ran, so the key is kept and its retry gets 500 response_not_replayable, never a second run (11, 12)', async () => {
       await withWorld(
         async (world) => {
@@ -2091,6 +2122,31 @@ export function describeAdapter(
             expect(refused.headers['idempotency-expires']).toBeUndefined();
           },
           { transactional: true, advertiseExpiry: true, now: () => at },
+          harness,
+        );
+      });
+
+      it('a handler that says it had no effect (release()): its writes roll back, its answer is served as written, and the retry runs', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const before = log.entries.length;
+            const body = '{"amount":100,"upstreamDown":true}';
+            const first = await world.send('/charges', { key: 'tx-down-1', body });
+            expect(first.status).toBe(503);
+            expect(JSON.parse(first.body.toString())).toEqual({ error: 'upstream_down', n: 1 });
+            expect(first.headers['retry-after']).toBe('3');
+            expect(first.headers['idempotency-expires']).toBeUndefined();
+            if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('rolled-back');
+            const retry = await world.send('/charges', { key: 'tx-down-1', body });
+            expect(retry.status).toBe(201);
+            expect(retry.headers['idempotent-replayed']).toBeUndefined();
+            expect(world.server.executions()).toBe(2);
+            if (!options.transactionalStore) {
+              expect(log.entries.slice(before).map((entry) => entry.outcome)).toEqual(['rolled-back', 'committed']);
+            }
+          },
+          { transactional: true, advertiseExpiry: true },
           harness,
         );
       });
