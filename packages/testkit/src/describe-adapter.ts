@@ -547,19 +547,28 @@ export function describeAdapter(
           return { kind: 'json', status: 404, headers: {}, json: { error: 'no_such_charge', n } };
         case '/refunds':
           return { kind: 'json', status: 201, headers: {}, json: { id: `re_${n}` } };
-        case '/broken':
+        case '/broken': {
+          // Fails on its first read, as a read stream of a missing file does; `late`: on its second,
+          // once a first chunk went out with the head.
+          const late = (request.body as { late?: boolean } | undefined)?.late === true;
           return {
             kind: 'broken',
             status: 200,
             headers: { 'content-type': 'application/octet-stream' },
-            // Fails on its first read, as a read stream of a missing file does.
-            stream: () =>
-              new Readable({
+            stream: () => {
+              let reads = 0;
+              return new Readable({
                 read() {
-                  this.destroy(Object.assign(new Error('ENOENT (injected)'), { code: 'ENOENT' }));
+                  if (late && reads++ === 0) {
+                    this.push(Buffer.from('the first chunk\n'));
+                    return;
+                  }
+                  setImmediate(() => this.destroy(Object.assign(new Error('EIO (injected)'), { code: 'EIO' })));
                 },
-              }),
+              });
+            },
           };
+        }
         case '/destroyed':
           return { kind: 'destroy' };
         default:
@@ -1618,6 +1627,26 @@ export function describeAdapter(
           expect(world.store.calls.complete).toBe(0);
         },
         // A lease of an hour: only a key given up at once is free within the test.
+        { lease: '1h' },
+      );
+    });
+
+    it('a body stream that fails after its head and first chunk: the response is cut, the key kept, and the retry gets 500 response_not_replayable (12)', async () => {
+      await withWorld(
+        async (world) => {
+          const body = '{"late":true}';
+          // Cut: the client sees the connection fail before the end of the body.
+          expect(await dropped(world.send('/broken', { key: 'broken-late-1', body }))).toBe('dropped');
+          expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'streaming', status: 200 });
+          await world.waitForEvent('complete');
+          expectProblem(
+            await world.send('/broken', { key: 'broken-late-1', body }),
+            500,
+            'response_not_replayable',
+            true,
+          );
+          expect(world.server.executions()).toBe(1);
+        },
         { lease: '1h' },
       );
     });
