@@ -91,7 +91,8 @@ export interface IdempotencyContext {
    * it is served but not stored, and the key is released, so a retry runs (a 503 "try again later"
    * answered before anything was written, say). Whatever the outcome policy would decide. In
    * transactional mode the handler's writes roll back, and the response is served as written. Call
-   * it before the response ends; after that it changes nothing.
+   * it before the response ends; after that it changes nothing. With `advertiseExpiry`, call it
+   * before the head goes out too, or the head announces a date (a held response takes it back).
    */
   release(): void;
 }
@@ -563,6 +564,16 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   };
   // The leases whose handler said its execution had no effect (`IdempotencyContext.release`).
   const noEffect = new WeakSet<Lease>();
+  const overStoreCap = (response: StoredResponse) => storeCap !== undefined && storedResponseSize(response) > storeCap;
+  // Releases the key of an execution whose handler said it had no effect, then says so as a policy
+  // that releases does: `release`, then `not-stored` with the status the client was sent.
+  const releaseWithoutEffect = (lease: Lease, status: number): Awaitable<unknown> => {
+    const said = () => emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status, at: now() });
+    const released = atOnce.release(lease);
+    if (isPending(released)) return released.then(said);
+    said();
+    return released;
+  };
   // `rolledBack`: the outcome's writes were rolled back with its transaction, so nothing ran and a
   // response that cannot be replayed releases the key whatever the policy.
   const settleAtOnce = (
@@ -572,23 +583,21 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     rolledBack = false,
   ): Promise<void> | undefined => {
     let answer: Awaitable<unknown>;
-    const released = noEffect.has(lease);
     try {
-      if (result.kind === 'complete' && released) {
-        const { id, operation } = lease;
-        emit({ type: 'not-stored', id, operation, status: result.response.status, at: now() });
-        answer = atOnce.release(lease);
-      } else if (result.kind === 'complete') {
+      if (result.kind === 'complete' && !noEffect.has(lease)) {
         const stored = result.response;
         const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
         // Over the store's own cap: refused by the store, it would only release the key. Settled as
         // a response over maxResponseBytes is, whichever cap is the smaller.
-        if (storeCap !== undefined && storedResponseSize(response) > storeCap) {
+        if (overStoreCap(response)) {
           const expires = response.headers[expiresHeader];
           const tooLarge: CaptureResult = { kind: 'unstorable', reason: 'too-large', status: stored.status, expires };
           return settleAtOnce(lease, tooLarge, thrown, rolledBack);
         }
         answer = atOnce.complete(lease, response, { thrown });
+      } else if (result.kind === 'complete') {
+        // The handler said its execution had no effect (`release()`): the policy is not asked.
+        answer = releaseWithoutEffect(lease, result.response.status);
       } else {
         emit({
           type: 'response-not-stored',
@@ -599,12 +608,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           at: now(),
         });
         const reason = result.reason;
-        if ((reason === 'too-large' || reason === 'streaming') && !rolledBack && !released) {
+        const lost = reason === 'too-large' || reason === 'streaming' ? reason : undefined;
+        const response = lost !== undefined && !rolledBack ? unreplayableResponse(lost, result.expires) : undefined;
+        if (lost !== undefined && noEffect.has(lease)) answer = releaseWithoutEffect(lease, result.status);
+        else if (response !== undefined && !overStoreCap(response)) {
           // The operation ran and its answer went out (in full or in part), but no replay can give
           // it again. The policy decides as for any response of the status the client was sent:
           // stored, the key is kept with an answer that says so, and a retry never runs it again.
-          const response = unreplayableResponse(reason, result.expires);
-          answer = atOnce.complete(lease, response, { thrown, status: result.status, unreplayable: reason });
+          answer = atOnce.complete(lease, response, { thrown, status: result.status, unreplayable: lost });
         } else answer = atOnce.release(lease);
       }
     } catch {
@@ -672,6 +683,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           throw new RolledBack();
         }
         const response = { ...outcome.response, headers: pick(outcome.response.headers, allow) };
+        // Over the store's own cap, as over maxResponseBytes: it cannot be stored with the writes.
+        if (overStoreCap(response)) {
+          failed = { kind: 'unstorable', reason: 'too-large', status: response.status };
+          throw new RolledBack();
+        }
         return { value: undefined, response, outcome: { thrown: thrown() } };
       });
       if (result.committed) {
@@ -695,6 +711,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         noEffect.has(lease)
       ) {
         await settleRolledBack(lease, failed, thrown());
+        // Held, nothing went out yet: a date announced before the handler said it had no effect
+        // is taken back, since the key is released.
+        if (noEffect.has(lease)) withdrawExpiry(capture);
         capture.flush();
         return;
       }
@@ -1374,7 +1393,9 @@ const captureMethods: ResponseCapture = {
       finish(state, { kind: 'unstorable', reason: state.declined, status: response.status });
       return;
     }
-    finish(state, { kind: 'complete', response });
+    // The same cap as for a written response: what a replay cannot give is not stored.
+    if (response.body.byteLength > state.maxBytes) unreplayable(state, 'too-large', response.status);
+    else finish(state, { kind: 'complete', response });
   },
   abandon(finalStatus, reason = 'streaming') {
     abandon((this as CaptureHandle)[captureStateKey], finalStatus, reason);
@@ -1426,6 +1447,12 @@ function unreplayable(state: CaptureState, reason: 'too-large' | 'streaming', st
   const announced = state.res.getHeader(expiresHeader);
   const expires = typeof announced === 'string' ? announced : undefined;
   finish(state, { kind: 'unstorable', reason, status, expires });
+}
+
+// Takes back the `Idempotency-Expires` a held response announced (see transactionOf).
+function withdrawExpiry(capture: ResponseCapture) {
+  const state = (capture as Partial<CaptureHandle>)[captureStateKey];
+  if (state !== undefined && !state.res.headersSent) state.res.removeHeader(expiresHeader);
 }
 
 function restore(state: CaptureState) {

@@ -22,8 +22,8 @@ export class InvalidResponseError extends TypeError {
 /**
  * Thrown (or rejected with) by a store's `complete()` for a response bigger than the store's
  * `maxResponseBytes`, measured by {@link storedResponseSize}. Nothing is written. The engine reports
- * it in a `store-error` event and releases the key; the adapter still sends the response to the
- * client. It is just not stored, so a retry runs the handler again instead of replaying.
+ * it in a `store-error` event and releases the key. The adapters never hand a store such a response
+ * when the store declares its cap (`Store.maxResponseBytes`): they settle it as too large to replay.
  *
  * @example
  * const result = await engine.complete(lease, response);

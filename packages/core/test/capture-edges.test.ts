@@ -443,6 +443,30 @@ describe('the headers a captured response keeps for its replay', () => {
 });
 
 describe('the bytes a captured response stores', () => {
+  it("held: a response over the store's declared cap rolls back and is answered 503, as one over maxResponseBytes; the retry runs", async () => {
+    // The store declares a cap it does not enforce itself: only the HTTP layer's check can refuse.
+    const store = Object.assign(transactionalMemoryStore(), { maxResponseBytes: 200 });
+    const served = await serve({
+      store,
+      hold: true,
+      answer: (res) => {
+        res.statusCode = 201;
+        res.end('x'.repeat(500));
+      },
+    });
+    try {
+      const first = await served.post('capped');
+      expect(first.status).toBe(503);
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable' });
+      expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
+      expect(served.events.some((event) => event.type === 'store-error')).toBe(false);
+      expect((await served.post('capped')).status).toBe(503);
+      expect(served.runs()).toBe(2);
+    } finally {
+      await served.close();
+    }
+  });
+
   it('stores a body of exactly maxResponseBytes, and not one a byte longer (its key keeps what a retry gets instead)', async () => {
     const served = await serve({
       maxResponseBytes: 10,

@@ -102,13 +102,45 @@ describe('createHttpIdempotency: events and replays', () => {
     if (first.kind !== 'execute') throw new Error('expected execute');
     http.context(first).release();
     await http.settle(first.lease, { kind: 'unstorable', reason: 'too-large', status: 201 }, false);
-    expect(events.map((event) => event.type)).toEqual(['claim', 'response-not-stored', 'release']);
+    // As a policy that releases says it: `release`, then `not-stored` with the status sent.
+    expect(events.map((event) => event.type)).toEqual(['claim', 'response-not-stored', 'release', 'not-stored']);
+    expect(events.at(-1)).toMatchObject({ status: 201 });
     const second = await begin();
     if (second.kind !== 'execute') throw new Error('expected execute');
     const stored = { status: 201, headers: {}, body: Buffer.from('{}') };
     await http.settle(second.lease, { kind: 'complete', response: stored }, false);
     http.context(second).release();
     expect((await begin()).kind).toBe('respond');
+  });
+
+  it("settles a response that cannot be replayed per a preset for the status the client was sent ('success': a 201 is kept, a 502 released)", async () => {
+    const events: IdempotencyEvent[] = [];
+    const http = createHttpIdempotency({
+      store: memoryStore(),
+      storeOutcome: 'success',
+      onEvent: (event) => events.push(event),
+    });
+    const settled = async (key: string, status: number) => {
+      const started = await http.begin(charge({ keyHeader: key }));
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      await http.settle(started.lease, { kind: 'unstorable', reason: 'too-large', status }, false);
+      return (await http.begin(charge({ keyHeader: key }))).kind;
+    };
+    expect(await settled('ok', 201)).toBe('respond');
+    expect(await settled('bad-gateway', 502)).toBe('execute');
+    expect(events.filter((event) => event.type === 'not-stored')).toMatchObject([{ status: 502 }]);
+    expect(events.filter((event) => event.type === 'complete')).toMatchObject([{ status: 500 }]);
+  });
+
+  it("releases the key when even the stored answer in place of a response is over the store's cap", async () => {
+    const events: IdempotencyEvent[] = [];
+    const store = Object.assign(memoryStore(), { maxResponseBytes: 100 });
+    const http = createHttpIdempotency({ store, onEvent: (event) => events.push(event) });
+    const started = await http.begin(charge({ keyHeader: 'tiny-cap' }));
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    await http.settle(started.lease, { kind: 'unstorable', reason: 'streaming', status: 200 }, false);
+    expect((await http.begin(charge({ keyHeader: 'tiny-cap' }))).kind).toBe('execute');
+    expect(events.some((event) => event.type === 'store-error' || event.type === 'complete')).toBe(false);
   });
 
   it('settles a response that cannot be replayed per the policy for the status the client was sent', async () => {

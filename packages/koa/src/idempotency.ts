@@ -84,8 +84,9 @@ const emptyStatuses = new Set([204, 205, 304]);
  * Koa's `respond` skips writing when the client has gone, so the capture would never see an end: store
  * what the handler produced instead (the outcome is kept even though nobody reads it). A streamed
  * body (a Node stream, or a Blob, web ReadableStream or Response, which Koa 3 streams too) cannot be
- * known in full, and an error has no body yet: the first is given up, the second is stored as the
- * plain status Koa would have sent. A request no route took is not an outcome at all. With
+ * known in full, and an error has no body yet: the first is stopped and settled as a stream cut
+ * short (the outcome policy keeps its key, by default, with `500 response_not_replayable`), the
+ * second is stored as the plain status Koa would have sent. A request no route took is not an outcome at all. With
  * `ctx.respond = false` and no error, the handler writes `ctx.res` itself, maybe later: what it
  * writes is what the capture sees (and a response it destroyed is given up).
  */

@@ -237,6 +237,29 @@ describe('@idem/koa specifics', () => {
     }
   });
 
+  it('client gone, a body over maxResponseBytes: not stored, and (as when written) its key kept with 500 response_not_replayable', async () => {
+    const log = eventLog();
+    const leaving = clientLeaves();
+    let runs = 0;
+    await serve(
+      { onEvent: log.onEvent, maxResponseBytes: 100 },
+      async (ctx) => {
+        runs++;
+        await leaving.untilGone(ctx);
+        ctx.status = 201;
+        ctx.body = 'x'.repeat(500);
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-big', leaving.running);
+        expect(await log.next(0, 'response-not-stored')).toMatchObject({ reason: 'too-large', status: 201 });
+        expect(await log.next(0, 'complete', 'release')).toMatchObject({ type: 'complete', status: 500 });
+        const retry = await post(url, 'gone-big');
+        expect([retry.status, retry.headers.get('idempotent-replayed')]).toEqual([500, 'true']);
+        expect(runs).toBe(1);
+      },
+    );
+  });
+
   it('client gone before a request no route took ends: nothing is stored, and the release says no-route', async () => {
     const log = eventLog();
     const leaving = clientLeaves();

@@ -54,8 +54,9 @@ export interface PostgresStoreOptions {
   preparedStatements?: boolean;
   /**
    * Largest response (status, headers and body, as `storedResponseSize` measures it) that is stored.
-   * A bigger one is refused with `ResponseTooLargeError`: served to the client, not stored, the key
-   * released. Default 4 MiB, as the Redis store; at most 256 MiB less 64 KiB, because pg reads a
+   * A bigger one is refused with `ResponseTooLargeError` (the engine then releases the key); the
+   * adapters read the cap from the store and settle such a response before they ask it (served, not
+   * stored, and by default the key kept with `500 response_not_replayable`). Default 4 MiB, as the Redis store; at most 256 MiB less 64 KiB, because pg reads a
    * `bytea` back as hex text and a JavaScript string cannot hold a larger one.
    */
   maxResponseBytes?: number;

@@ -36,8 +36,9 @@ export interface RedisStoreOptions {
   prefix?: string;
   /**
    * Largest encoded response (status, headers and body, as `storedResponseSize` measures it) that is
-   * stored. A bigger one is refused with `ResponseTooLargeError`: served to the client, not stored,
-   * the key released. Default 4 MiB.
+   * stored. A bigger one is refused with `ResponseTooLargeError` (the engine then releases the key);
+   * the adapters read the cap from the store and settle such a response before they ask it (served,
+   * not stored, and by default the key kept with `500 response_not_replayable`). Default 4 MiB.
    */
   maxResponseBytes?: number;
 }

@@ -455,10 +455,15 @@ export function describeAdapter(
         case '/charges':
         case '/charges/:id':
           // `upstreamDown`: the first run finds its payment provider down before doing anything,
-          // says so (release), and answers 503; later runs succeed.
+          // says so (release), and answers 503; later runs succeed. `dryRun`: checks the charge,
+          // makes nothing, and says so, with a 200.
           if ((request.body as { upstreamDown?: boolean } | undefined)?.upstreamDown && n === 1) {
             request.context?.release();
             return { kind: 'json', status: 503, headers: { 'retry-after': '3' }, json: { error: 'upstream_down', n } };
+          }
+          if ((request.body as { dryRun?: boolean } | undefined)?.dryRun) {
+            request.context?.release();
+            return { kind: 'json', status: 200, headers: {}, json: { dryRun: true, n } };
           }
           return {
             kind: 'json',
@@ -507,8 +512,9 @@ export function describeAdapter(
             bytes: gzipSync(Buffer.from(JSON.stringify({ n, pad: 'z'.repeat(500) }))),
           };
         case '/stream': {
-          const asked = request.body as { size?: number; stall?: boolean } | undefined;
+          const asked = request.body as { size?: number; stall?: boolean; noEffect?: boolean } | undefined;
           const size = Number(asked?.size ?? 100_000);
+          if (asked?.noEffect) request.context?.release();
           return {
             kind: 'stream',
             status: 200,
@@ -559,7 +565,11 @@ export function describeAdapter(
               let reads = 0;
               return new Readable({
                 read() {
-                  if (late && reads++ === 0) {
+                  if (!late) {
+                    this.destroy(Object.assign(new Error('ENOENT (injected)'), { code: 'ENOENT' }));
+                    return;
+                  }
+                  if (reads++ === 0) {
                     this.push(Buffer.from('the first chunk\n'));
                     return;
                   }
@@ -1829,6 +1839,7 @@ export function describeAdapter(
           const first = await world.send('/stream', { key: 'cut-1', body, leaveAfterFirstChunk: true });
           expect(first.status).toBe(200);
           expect(first.body.length).toBeGreaterThan(0);
+          expect(first.headers['idempotency-expires']).toMatch(/ GMT$/);
           expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'streaming', status: 200 });
           expect(await world.waitForEvent('complete')).toMatchObject({ status: 500 });
           const again = await world.send('/stream', { key: 'cut-1', body });
@@ -2174,8 +2185,26 @@ export function describeAdapter(
             if (!options.transactionalStore) {
               expect(log.entries.slice(before).map((entry) => entry.outcome)).toEqual(['rolled-back', 'committed']);
             }
+            // A 2xx too, which would otherwise commit; and a response over maxResponseBytes, which
+            // would otherwise be refused 503: served as written, since nothing of it is kept.
+            const dry = await world.send('/charges', { key: 'tx-dry-1', body: '{"amount":100,"dryRun":true}' });
+            expect([dry.status, JSON.parse(dry.body.toString()).dryRun]).toEqual([200, true]);
+            expect(dry.headers['idempotency-expires']).toBeUndefined();
+            const big = await world.send('/stream', { key: 'tx-big-none', body: '{"size":300000,"noEffect":true}' });
+            expect([big.status, big.body.length]).toEqual([200, 300_000]);
+            for (const [path, key, body] of [
+              ['/charges', 'tx-dry-1', '{"amount":100,"dryRun":true}'],
+              ['/stream', 'tx-big-none', '{"size":300000,"noEffect":true}'],
+            ] as const) {
+              expect((await world.send(path, { key, body })).headers['idempotent-replayed']).toBeUndefined();
+            }
+            expect(world.server.executions()).toBe(6);
+            if (!options.transactionalStore) {
+              // Only the retry of the 503 committed: every run that said it had no effect rolled back.
+              expect(log.entries.slice(before).filter((entry) => entry.outcome === 'committed')).toHaveLength(1);
+            }
           },
-          { transactional: true, advertiseExpiry: true },
+          { transactional: true, advertiseExpiry: true, maxResponseBytes: 100_000 },
           harness,
         );
       });
