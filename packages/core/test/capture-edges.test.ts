@@ -8,7 +8,13 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import type { IdempotencyEvent } from '../src/events.js';
-import { type CaptureOptions, createHttpIdempotency, type ResponseCapture, writeResponse } from '../src/http.js';
+import {
+  type CaptureOptions,
+  createHttpIdempotency,
+  type IdempotencyContext,
+  type ResponseCapture,
+  writeResponse,
+} from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
 
@@ -57,8 +63,15 @@ interface ServeOptions {
   below?: (res: ServerResponse) => void;
   /** Pass the key's echo to the capture (`echo`), as Koa's adapter does. */
   echo?: boolean;
+  /** Announce `Idempotency-Expires` (`advertiseExpiry`). */
+  advertiseExpiry?: boolean;
   /** Writes the first execution's response. */
-  answer: (res: ServerResponse, run: number, capture: ResponseCapture) => void | Promise<void>;
+  answer: (
+    res: ServerResponse,
+    run: number,
+    capture: ResponseCapture,
+    context: IdempotencyContext,
+  ) => void | Promise<void>;
 }
 
 // A node:http server with the HTTP layer in front of `answer`, as an adapter mounts it: replays and
@@ -75,6 +88,7 @@ async function serve(options: ServeOptions) {
     transactional: hold,
     ...(options.maxResponseBytes === undefined ? {} : { maxResponseBytes: options.maxResponseBytes }),
     ...(options.replayHeaders === undefined ? {} : { replayHeaders: options.replayHeaders }),
+    ...(options.advertiseExpiry === undefined ? {} : { advertiseExpiry: options.advertiseExpiry }),
   });
   let runs = 0;
   const server = createServer(async (req, res) => {
@@ -95,6 +109,7 @@ async function serve(options: ServeOptions) {
       return;
     }
     const run = ++runs;
+    const context = http.context(started);
     res.setHeader('idempotency-key', started.echo);
     options.below?.(res);
     const unrouted = options.unrouted;
@@ -104,14 +119,15 @@ async function serve(options: ServeOptions) {
     };
     if (!hold) {
       const capture = http.capture(res, { settle: { lease: started.lease, thrown: () => false }, ...atEnd });
-      await options.answer(res, run, capture);
+      await options.answer(res, run, capture, context);
       return;
     }
-    const capture = http.capture(res, { hold: true, ...atEnd });
+    // As the adapters do: held, the lease is not the capture's, so its operation is passed.
+    const capture = http.capture(res, { hold: true, operation: started.lease.operation, ...atEnd });
     void http.runTransaction(
       started.lease,
       capture,
-      () => void options.answer(res, run, capture),
+      () => void options.answer(res, run, capture, context),
       () => false,
     );
   });
@@ -438,6 +454,50 @@ describe('the headers a captured response keeps for its replay', () => {
       } finally {
         await served.close();
       }
+    }
+  });
+});
+
+describe('release() on the context', () => {
+  it('held: a date the head announced before release() is taken back, since nothing went out yet', async () => {
+    const served = await serve({
+      hold: true,
+      advertiseExpiry: true,
+      answer: (res, run, _capture, context) => {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        if (run === 1) context.release();
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      const first = await served.post('said-late');
+      expect([first.body.toString(), first.headers['idempotency-expires']]).toEqual(['run 1', undefined]);
+      const second = await served.post('said-late');
+      expect(second.body.toString()).toBe('run 2');
+      // Not released, so announced and kept.
+      expect(second.headers['idempotency-expires']).toMatch(/ GMT$/);
+      expect((await served.post('said-late')).headers['idempotent-replayed']).toBe('true');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('not held: a head that went out before release() keeps its date, and the key is released all the same', async () => {
+    const served = await serve({
+      advertiseExpiry: true,
+      answer: (res, run, _capture, context) => {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.write('part ');
+        context.release();
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      expect((await served.post('said-after-head')).headers['idempotency-expires']).toMatch(/ GMT$/);
+      expect((await served.post('said-after-head')).body.toString()).toBe('part run 2');
+      expect(served.events.filter((event) => event.type === 'not-stored')).toHaveLength(2);
+    } finally {
+      await served.close();
     }
   });
 });
