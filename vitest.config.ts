@@ -8,6 +8,8 @@ const alias = Object.fromEntries(
   packages.map((name) => [`@idem/${name}`, fileURLToPath(new URL(`./packages/${name}/src/index.ts`, import.meta.url))]),
 );
 
+const reliability = 'packages/testkit/test/reliability/**/*.int.test.ts';
+
 export default defineConfig({
   resolve: { alias },
   test: {
@@ -33,12 +35,26 @@ export default defineConfig({
             'docs/test/**/*.test.ts',
             'benchmarks/test/**/*.int.test.ts',
           ],
+          exclude: [reliability, '**/node_modules/**'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
           // Integration files share real Redis and PostgreSQL; keep the pressure on a 2-core box sane.
           maxWorkers: 2,
           // Unit tests run first, then these; vitest 4 needs distinct groups for distinct maxWorkers.
           sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        resolve: { alias },
+        test: {
+          // The fault-injection scenarios time leases of a few hundred milliseconds across worker
+          // processes: run last, one file at a time, so no other test file starves their heartbeats.
+          name: 'reliability',
+          include: [reliability],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+          maxWorkers: 1,
+          sequence: { groupOrder: 2 },
         },
       },
     ],
