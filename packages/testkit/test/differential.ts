@@ -1,7 +1,8 @@
 // The differential runner of differential.test.ts (memory stores, time moving) and
 // differential.int.test.ts (Redis and PostgreSQL). One scenario, three frameworks: fast-check generates sequences of requests (keys from a small pool,
 // bodies that are or are not the same JSON, other queries, other callers, outcomes the policy stores
-// or releases, time moving past the retention) and sends each to the Express, Fastify and Koa servers
+// or releases, a response too large to replay, a handler that calls release(), time moving past the
+// retention) and sends each to the Express, Fastify and Koa servers
 // of the describeAdapter table. Every answer must be what a model of the spec predicts (execute,
 // replay, 422, 400) and the same on the three: status, replay marker and body bytes (but the body of a
 // thrown handler's 500, which is each framework's own error page).
@@ -10,6 +11,7 @@
 // the route template, Express and Koa mounted app-wide by the path as matched (docs/concepts.md).
 import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
+import { Readable } from 'node:stream';
 import type { Store } from '@idem/core';
 import type { AdapterServer, AdapterServerOptions, ScenarioReply, ScenarioRequest } from '@idem/testkit';
 import { scenarioRoutes } from '@idem/testkit';
@@ -54,6 +56,18 @@ function reply(request: ScenarioRequest, n: number): ScenarioReply {
       return { kind: 'none', status: 204, headers: {} };
     case '/boom':
       return { kind: 'throw' };
+    case '/stream':
+      // Over the servers' maxResponseBytes: served whole, kept as response_not_replayable.
+      return {
+        kind: 'stream',
+        status: 200,
+        headers: { 'content-type': 'text/plain' },
+        stream: () => Readable.from([Buffer.alloc(2_000, 'a'), Buffer.alloc(2_000, 'b')]),
+      };
+    case '/refunds':
+      // The handler says nothing happened: not stored, whatever the policy would decide of a 503.
+      request.context?.release();
+      return { kind: 'json', status: 503, headers: { 'retry-after': '1' }, json: { error: 'try_later', n } };
     default:
       return { kind: 'json', status: 200, headers: {}, json: { n } };
   }
@@ -104,7 +118,15 @@ function send(base: string, step: SendStep, run: string): Promise<Answer> {
 const bodies = { a: '{"amount":1}', aSpaced: '{ "amount" : 1 }', b: '{"amount":2}' } as const;
 const amountOf = { a: 1, aSpaced: 1, b: 2 } as const;
 
-type Route = { method: 'POST' | 'PATCH' | 'PUT'; path: string; template: string; status: number; stored: boolean };
+type Route = {
+  method: 'POST' | 'PATCH' | 'PUT';
+  path: string;
+  template: string;
+  status: number;
+  stored: boolean;
+  /** Kept, but its replays are 500 `response_not_replayable` (too large to store). */
+  unreplayable?: true;
+};
 const routes: readonly Route[] = [
   { method: 'POST', path: '/charges', template: '/charges', status: 201, stored: true },
   { method: 'POST', path: '/declined', template: '/declined', status: 402, stored: true },
@@ -114,6 +136,9 @@ const routes: readonly Route[] = [
   { method: 'POST', path: '/text', template: '/text', status: 200, stored: true },
   { method: 'POST', path: '/empty', template: '/empty', status: 204, stored: true },
   { method: 'POST', path: '/boom', template: '/boom', status: 500, stored: true },
+  { method: 'POST', path: '/stream', template: '/stream', status: 200, stored: true, unreplayable: true },
+  // The handler calls release(): not stored though 'all' would keep a 503.
+  { method: 'POST', path: '/refunds', template: '/refunds', status: 503, stored: false },
   { method: 'PATCH', path: '/charges/7', template: '/charges/:id', status: 200, stored: true },
   // PUT is idempotent by definition: not covered, a key on it is ignored (case 29).
   { method: 'PUT', path: '/charges/7', template: '/charges/:id', status: 200, stored: false },
@@ -210,6 +235,8 @@ export async function startDifferential(options: DifferentialOptions): Promise<D
       idempotency: {
         store: options.store(framework.name),
         storeTimeout: '15s',
+        // Below the /stream route's 4,000 bytes.
+        maxResponseBytes: 3_000,
         ...(options.now ? { now: options.now, advertiseExpiry: true } : {}),
       },
       routes: scenarioRoutes,
@@ -265,6 +292,12 @@ export async function startDifferential(options: DifferentialOptions): Promise<D
               expect({ status: answer.status, replayed: answer.replayed }, label).toEqual({
                 status: expected.status,
                 replayed: false,
+              });
+            } else if (s.route.unreplayable) {
+              expect({ status: answer.status, replayed: answer.replayed, code: answer.code }, label).toEqual({
+                status: 500,
+                replayed: true,
+                code: 'response_not_replayable',
               });
             } else {
               const first = firsts.get(expected.of)?.[i];
