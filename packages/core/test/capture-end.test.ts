@@ -1,31 +1,25 @@
-import { createServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { gzipSync } from 'node:zlib';
+import type { ServerResponse } from 'node:http';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import type { Duration } from '../src/duration.js';
-import type { IdempotencyEvent } from '../src/events.js';
-import { createHttpIdempotency } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
+import { networkLike, type Received, serve, waitFor } from './capture-server.js';
 
-// The same records behind promises, as a store over a network answers.
-function networkLike(): Store {
-  const inner = memoryStore();
-  return {
-    claim: async (input) => inner.claim(input),
-    renew: async (input) => inner.renew(input),
-    complete: async (input) => inner.complete(input),
-    release: async (input) => inner.release(input),
-    get: async (id) => inner.get(id),
-  };
-}
+// What the held-end tests read of an answer: its body as a client that takes gzip reads it.
+const brief = (answer: Received) => ({
+  status: answer.status,
+  replayed: answer.headers['idempotent-replayed'] ?? null,
+  encoding: answer.headers['content-encoding'] ?? null,
+  body: (answer.headers['content-encoding'] === 'gzip' ? gunzipSync(answer.body) : answer.body).toString(),
+});
 
-// A node:http server with the HTTP layer in front of a handler that answers 201 in one `end`.
-// `endedAtOnce` records, per first execution, whether the end had gone out when `end` returned.
-// `answer` writes the first execution's response (default: status, then one `end`).
-// `below` wraps the response before the capture does, as a layer mounted earlier (compression()) would.
-async function serve(
+// The capture server (capture-server.ts) with a handler that answers 201 in one `end`, or what
+// `answer` writes. `endedAtOnce` records, per first execution, whether the end had gone out when
+// `answer` returned. `below` wraps the response before the capture does, as a layer mounted earlier
+// (compression()) would.
+async function serveCharges(
   store: Store,
   answer = (res: ServerResponse, run: number) => {
     res.statusCode = 201;
@@ -33,55 +27,27 @@ async function serve(
   },
   below?: (res: ServerResponse) => void,
 ) {
-  const http = createHttpIdempotency({ store, scope: () => 'caller', replayHeaders: ['x-charge-version'] });
   const endedAtOnce: boolean[] = [];
-  let runs = 0;
-  const server = createServer(async (req, res) => {
-    const started = await http.begin({
-      method: 'POST',
-      route: '/charges',
-      path: '/charges',
-      query: '',
-      contentType: 'application/json',
-      keyHeader: http.keyHeader(req),
-      body: undefined,
-      scope: 'caller',
-    });
-    if (started.kind !== 'execute') {
-      const response = started.kind === 'respond' ? started.response : undefined;
-      res.writeHead(response?.status ?? 500, response?.headers).end(response?.body);
-      return;
-    }
-    below?.(res);
-    http.capture(res, { settle: { lease: started.lease, thrown: () => false } });
-    answer(res, ++runs);
-    endedAtOnce.push(res.writableEnded);
+  const served = await serve({
+    store,
+    replayHeaders: ['x-charge-version'],
+    ...(below === undefined ? {} : { below }),
+    answer: (res, run) => {
+      answer(res, run);
+      endedAtOnce.push(res.writableEnded);
+    },
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/charges`;
-  const post = async (key: string) => {
-    const answer = await fetch(url, { method: 'POST', headers: { 'idempotency-key': key } });
-    return {
-      status: answer.status,
-      replayed: answer.headers.get('idempotent-replayed'),
-      encoding: answer.headers.get('content-encoding'),
-      body: await answer.text(),
-    };
+  return {
+    post: async (key: string) => brief(await served.post(key)),
+    headersOf: async (key: string) => (await served.post(key)).headers,
+    endedAtOnce,
+    close: served.close,
   };
-  const headersOf = async (key: string) =>
-    (await fetch(url, { method: 'POST', headers: { 'idempotency-key': key } })).headers;
-  // A response that never ends keeps its connection busy: closed too, rather than waited for.
-  const close = () =>
-    new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    });
-  return { post, headersOf, endedAtOnce, close };
 }
 
 describe('the held end of a captured response', () => {
   it('goes out within `end` when the store answers at once (memoryStore), with the outcome already stored', async () => {
-    const { post, endedAtOnce, close } = await serve(memoryStore());
+    const { post, endedAtOnce, close } = await serveCharges(memoryStore());
     try {
       expect(await post('k-1')).toEqual({ status: 201, replayed: null, encoding: null, body: '{"run":1}' });
       expect(await post('k-1')).toEqual({ status: 201, replayed: 'true', encoding: null, body: '{"run":1}' });
@@ -92,7 +58,7 @@ describe('the held end of a captured response', () => {
   });
 
   it('waits for a store that answers later, and the retry still replays', async () => {
-    const { post, endedAtOnce, close } = await serve(networkLike());
+    const { post, endedAtOnce, close } = await serveCharges(networkLike());
     try {
       expect(await post('k-1')).toEqual({ status: 201, replayed: null, encoding: null, body: '{"run":1}' });
       expect(await post('k-1')).toEqual({ status: 201, replayed: 'true', encoding: null, body: '{"run":1}' });
@@ -110,7 +76,7 @@ describe('the held end of a captured response', () => {
       res.write(body(run).slice(20));
     };
     for (const store of [memoryStore(), networkLike()]) {
-      const { post, close } = await serve(store, lengthOnly);
+      const { post, close } = await serveCharges(store, lengthOnly);
       try {
         expect(await post('cl-1')).toEqual({ status: 201, replayed: null, encoding: null, body: body(1) });
         expect(await post('cl-1')).toEqual({ status: 201, replayed: 'true', encoding: null, body: body(1) });
@@ -121,7 +87,7 @@ describe('the held end of a captured response', () => {
   });
 
   it('an `end` (or a write) after the last declared byte follows that byte, which waits for the outcome', async () => {
-    const { post, close } = await serve(networkLike(), (res, run) => {
+    const { post, close } = await serveCharges(networkLike(), (res, run) => {
       res.writeHead(201, { 'content-type': 'text/plain', 'content-length': '6' });
       res.write(`run ${run}!`);
       // While the store has not answered, the last byte is held: the end must not overtake it.
@@ -137,25 +103,25 @@ describe('the held end of a captured response', () => {
   });
 
   it('keeps the replayable headers given to writeHead alone (no setHeader before), and no others', async () => {
-    const { headersOf, close } = await serve(memoryStore(), (res, run) => {
+    const { headersOf, close } = await serveCharges(memoryStore(), (res, run) => {
       res
         .writeHead(201, { 'content-type': 'application/json', 'x-charge-version': '7', 'x-request-id': 'r-1' })
         .end(`{"run":${run}}`);
     });
     try {
-      expect((await headersOf('h-1')).get('x-request-id')).toBe('r-1');
+      expect((await headersOf('h-1'))['x-request-id']).toBe('r-1');
       const again = await headersOf('h-1');
-      expect(again.get('idempotent-replayed')).toBe('true');
-      expect(again.get('content-type')).toBe('application/json');
-      expect(again.get('x-charge-version')).toBe('7');
-      expect(again.get('x-request-id')).toBeNull();
+      expect(again['idempotent-replayed']).toBe('true');
+      expect(again['content-type']).toBe('application/json');
+      expect(again['x-charge-version']).toBe('7');
+      expect(again['x-request-id']).toBeUndefined();
     } finally {
       await close();
     }
   });
 
   it('keeps a header repeated in a flat writeHead array (two Link fields) as one list', async () => {
-    const { headersOf, close } = await serve(memoryStore(), (res, run) => {
+    const { headersOf, close } = await serveCharges(memoryStore(), (res, run) => {
       res
         .writeHead(201, [
           'content-type',
@@ -170,8 +136,8 @@ describe('the held end of a captured response', () => {
     try {
       await headersOf('l-1');
       const again = await headersOf('l-1');
-      expect(again.get('idempotent-replayed')).toBe('true');
-      expect(again.get('link')).toBe('</p/2>; rel="next", </p/9>; rel="last"');
+      expect(again['idempotent-replayed']).toBe('true');
+      expect(again.link).toBe('</p/2>; rel="next", </p/9>; rel="last"');
     } finally {
       await close();
     }
@@ -199,7 +165,7 @@ describe('the held end of a captured response', () => {
         return (end as (chunk: Buffer) => ServerResponse).call(this, gzipSync(Buffer.concat(chunks)));
       } as ServerResponse['end'];
     };
-    const { post, close } = await serve(
+    const { post, close } = await serveCharges(
       memoryStore(),
       (res, run) => {
         res.statusCode = 201;
@@ -219,8 +185,8 @@ describe('the held end of a captured response', () => {
   });
 });
 
-// A node:http server whose handler answers 201 on /charges and, elsewhere, what `answer` writes (by
-// default a 404 in one `end`), as a framework's not-found answer: the capture is told with
+// The capture server with a handler that answers 201 on /charges and, elsewhere, what `answer`
+// writes (by default a 404 in one `end`), as a framework's not-found answer: the capture is told with
 // `unrouted` that no route took it. The key is echoed as the adapters do, and `echo` is passed on.
 async function serveRoutes(
   store: Store,
@@ -231,36 +197,13 @@ async function serveRoutes(
     lease,
   }: { hold?: boolean; echo?: boolean; answer?: (res: ServerResponse) => void; lease?: Duration } = {},
 ) {
-  const events: IdempotencyEvent[] = [];
-  const http = createHttpIdempotency({
+  const served = await serve({
     store,
-    scope: () => 'caller',
-    onEvent: (event) => events.push(event),
+    hold,
+    echo,
     ...(lease === undefined ? {} : { lease }),
-  });
-  let runs = 0;
-  const server = createServer(async (req, res) => {
-    const path = req.url ?? '/';
-    const started = await http.begin({
-      method: 'POST',
-      route: path,
-      path,
-      query: '',
-      contentType: undefined,
-      keyHeader: http.keyHeader(req),
-      body: undefined,
-      scope: 'caller',
-    });
-    if (started.kind !== 'execute') {
-      const response = started.kind === 'respond' ? started.response : undefined;
-      res.writeHead(response?.status ?? 500, response?.headers).end(response?.body);
-      return;
-    }
-    runs++;
-    res.setHeader('idempotency-key', started.echo);
-    const unrouted = () => path !== '/charges' && res.statusCode === 404;
-    const atEnd = echo ? { unrouted, echo: started.echo } : { unrouted };
-    const write = () => {
+    unrouted: (res, path) => path !== '/charges' && res.statusCode === 404,
+    answer: (res, _run, _capture, _context, path) => {
       if (path === '/charges') {
         res.statusCode = 201;
         res.end('{"id":"ch_1"}');
@@ -269,39 +212,19 @@ async function serveRoutes(
         res.statusCode = 404;
         res.end('no such route');
       }
-    };
-    if (!hold) {
-      http.capture(res, { settle: { lease: started.lease, thrown: () => false }, ...atEnd });
-      write();
-      return;
-    }
-    const capture = http.capture(res, { hold: true, ...atEnd });
-    void http.runTransaction(started.lease, capture, write, () => false);
+    },
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  // With `leaveOnce`, the client leaves once it resolves (the fetch then rejects).
+  // With `leaveOnce`, the client leaves once it resolves (the post then rejects).
   const post = async (path: string, key: string, leaveOnce?: Promise<void>) => {
-    const leave = new AbortController();
-    void leaveOnce?.then(() => leave.abort());
-    const answer = await fetch(`${base}${path}`, {
-      method: 'POST',
-      headers: { 'idempotency-key': key },
-      signal: leave.signal,
-    });
+    const answer = await served.post(key, path, leaveOnce);
     return {
       status: answer.status,
-      key: answer.headers.get('idempotency-key'),
-      replayed: answer.headers.get('idempotent-replayed'),
-      body: await answer.text(),
+      key: answer.headers['idempotency-key'] ?? null,
+      replayed: answer.headers['idempotent-replayed'] ?? null,
+      body: answer.body.toString(),
     };
   };
-  return { post, events, runs: () => runs, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
-}
-
-// Resolves once `done()` holds, checking on every turn of the event loop (no fixed sleep).
-async function waitFor(done: () => boolean) {
-  while (!done()) await new Promise((resolve) => setImmediate(resolve));
+  return { post, events: served.events, runs: served.runs, close: served.close };
 }
 
 describe('the end of a response no route took (`unrouted`)', () => {
