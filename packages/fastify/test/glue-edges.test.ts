@@ -1,12 +1,13 @@
 // Edges of the Fastify glue (idempotency.ts, auth.ts) that mutation testing showed no other test pinned.
 import { request as httpRequest } from 'node:http';
-import type { Transform } from 'node:stream';
+import type { AddressInfo } from 'node:net';
+import { Readable, type Transform } from 'node:stream';
 import { createGunzip, gzipSync } from 'node:zlib';
 import { memoryStore } from '@idem/core';
 import { idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
 import { createInternalTokenIssuer, defaultInternalTokenHeader, policy, principalFromClaims } from '@idem/guard';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { authorize, authPlugin, guard } from '../src/auth.js';
 import { app } from './support.js';
@@ -414,6 +415,53 @@ describe('@idem/fastify guard glue, beyond the scenario table', () => {
       const allowed = await instance.inject({ method: 'GET', url: '/x', headers: { 'idem-internal-token': token } });
       expect(allowed.statusCode).toBe(200);
       expect(allowed.json()).toEqual({ sub: 'user-1' });
+    } finally {
+      await instance.close();
+    }
+  });
+
+  it('reply.send(stream) whose stream fails after its first chunk: the answer is cut, the key kept, and the retry gets 500 response_not_replayable', async () => {
+    const events: string[] = [];
+    let runs = 0;
+    const instance = await app({ onEvent: (event) => events.push(event.type) }, (routes) => {
+      routes.post('/export', async (_request, reply) => {
+        runs++;
+        let reads = 0;
+        const body = new Readable({
+          read() {
+            if (reads++ === 0) this.push('the first chunk\n');
+            else setImmediate(() => this.destroy(new Error('EIO (injected)')));
+          },
+        });
+        return reply.type('text/plain').send(body);
+      });
+    });
+    try {
+      await instance.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = instance.server.address() as AddressInfo;
+      const send = () =>
+        new Promise<{ status: number; code?: string; replayed?: string } | 'cut'>((resolve) => {
+          const req = httpRequest({ host: '127.0.0.1', port, path: '/export', method: 'POST' }, (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (chunk: Buffer) => chunks.push(chunk));
+            res.on('error', () => resolve('cut'));
+            res.on('aborted', () => resolve('cut'));
+            res.on('end', () =>
+              resolve({
+                status: res.statusCode ?? 0,
+                code: (JSON.parse(Buffer.concat(chunks).toString()) as { code?: string }).code,
+                replayed: res.headers['idempotent-replayed'] as string | undefined,
+              }),
+            );
+          });
+          req.on('error', () => resolve('cut'));
+          req.setHeader('idempotency-key', 'export-1');
+          req.end();
+        });
+      expect(await send()).toBe('cut');
+      await vi.waitFor(() => expect(events).toContain('complete'));
+      expect(await send()).toEqual({ status: 500, code: 'response_not_replayable', replayed: 'true' });
+      expect(runs).toBe(1);
     } finally {
       await instance.close();
     }
