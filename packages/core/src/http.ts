@@ -564,6 +564,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   };
   // The leases whose handler said its execution had no effect (`IdempotencyContext.release`).
   const noEffect = new WeakSet<Lease>();
+  // The leases whose response has ended: a release() after that changes nothing, held or not.
+  const ended = new WeakSet<Lease>();
+  const sayNoEffect = (lease: Lease) => {
+    if (!ended.has(lease)) noEffect.add(lease);
+  };
   const overStoreCap = (response: StoredResponse) => storeCap !== undefined && storedResponseSize(response) > storeCap;
   // Releases the key of an execution whose handler said it had no effect, then says so as a policy
   // that releases does: `release`, then `not-stored` with the status the client was sent.
@@ -582,6 +587,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     thrown: boolean,
     rolledBack = false,
   ): Promise<void> | undefined => {
+    ended.add(lease);
     let answer: Awaitable<unknown>;
     try {
       if (result.kind === 'complete' && !noEffect.has(lease)) {
@@ -610,7 +616,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         const reason = result.reason;
         const lost = reason === 'too-large' || reason === 'streaming' ? reason : undefined;
         const response = lost !== undefined && !rolledBack ? unreplayableResponse(lost, result.expires) : undefined;
-        if (lost !== undefined && noEffect.has(lease)) answer = releaseWithoutEffect(lease, result.status);
+        if (noEffect.has(lease)) answer = releaseWithoutEffect(lease, result.status);
         else if (response !== undefined && !overStoreCap(response)) {
           // The operation ran and its answer went out (in full or in part), but no replay can give
           // it again. The policy decides as for any response of the status the client was sent:
@@ -641,9 +647,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     notStarted?: () => void,
   ): Promise<void> => {
     let began = false;
+    // Held, the capture settles nothing itself: its end is what seals release() (see `ended`).
     const state = (capture as Partial<CaptureHandle>)[captureStateKey];
-    const announce = state?.expires;
-    if (state && announce) state.expires = (status) => (noEffect.has(lease) ? undefined : announce(status));
+    if (state !== undefined) state.onEnd = () => ended.add(lease);
     await transactionOf(
       lease,
       capture,
@@ -708,7 +714,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         failed.kind === 'complete' ||
         failed.reason === 'no-route' ||
         failed.reason === 'body-refused' ||
-        noEffect.has(lease)
+        // (Not a live feed: its events are never held, so there is nothing written to serve.)
+        (noEffect.has(lease) && failed.reason !== 'event-stream')
       ) {
         await settleRolledBack(lease, failed, thrown());
         // Held, nothing went out yet: a date announced before the handler said it had no effect
@@ -742,7 +749,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     handles,
     refusesKey,
     begin,
-    context: (started) => new ExecutionContext(started.key, started.minted, started.lease, noEffect),
+    context: (started) => new ExecutionContext(started.key, started.minted, started.lease, sayNoEffect),
     problem,
     replay,
     capture: (res, captureOptions) => {
@@ -791,20 +798,20 @@ const noCaptureOptions: CaptureOptions = Object.freeze({});
 class ExecutionContext implements IdempotencyContext {
   tx: unknown = undefined;
   readonly #lease: Lease;
-  readonly #noEffect: WeakSet<Lease>;
+  readonly #sayNoEffect: (lease: Lease) => void;
 
   constructor(
     public key: string,
     public minted: boolean,
     lease: Lease,
-    noEffect: WeakSet<Lease>,
+    sayNoEffect: (lease: Lease) => void,
   ) {
     this.#lease = lease;
-    this.#noEffect = noEffect;
+    this.#sayNoEffect = sayNoEffect;
   }
 
   release(): void {
-    this.#noEffect.add(this.#lease);
+    this.#sayNoEffect(this.#lease);
   }
 
   get signal(): AbortSignal {
@@ -1256,7 +1263,7 @@ interface CaptureState {
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
   /** The `Idempotency-Expires` value for a status (`advertiseExpiry`), or undefined to send none. */
-  expires: ((status: number) => string | undefined) | undefined;
+  readonly expires: ((status: number) => string | undefined) | undefined;
   /** Settles the outcome; undefined back means it is settled already (an in-process store). */
   readonly onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined;
   readonly originalWriteHead: Apply;
@@ -1297,6 +1304,10 @@ interface CaptureState {
   handle: ResponseCapture | undefined;
   /** The response closed before its head went out, and is not given up (yet). */
   closedEarly: boolean;
+  /** This capture set `Idempotency-Expires` (not the handler). */
+  announced: boolean;
+  /** Called once the outcome is known, before anyone learns it (held mode: see runTransaction). */
+  onEnd: (() => void) | undefined;
 }
 
 /**
@@ -1347,6 +1358,8 @@ function captureResponse(
     onClosedContext: undefined,
     handle: undefined,
     closedEarly: false,
+    announced: false,
+    onEnd: undefined,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
   res.write = capturedWrite.bind(state) as ServerResponse['write'];
@@ -1452,7 +1465,8 @@ function unreplayable(state: CaptureState, reason: 'too-large' | 'streaming', st
 // Takes back the `Idempotency-Expires` a held response announced (see transactionOf).
 function withdrawExpiry(capture: ResponseCapture) {
   const state = (capture as Partial<CaptureHandle>)[captureStateKey];
-  if (state !== undefined && !state.res.headersSent) state.res.removeHeader(expiresHeader);
+  // Only the date this capture announced: one the handler set itself is its own.
+  if (state?.announced && !state.res.headersSent) state.res.removeHeader(expiresHeader);
 }
 
 function restore(state: CaptureState) {
@@ -1464,6 +1478,7 @@ function restore(state: CaptureState) {
 
 function finish(state: CaptureState, value: CaptureResult) {
   if (state.outcome !== undefined) return;
+  state.onEnd?.();
   state.outcome = value;
   state.resolveResult?.(value);
   if (state.onResult) state.settling = state.onResult(value);
@@ -1510,7 +1525,9 @@ function advertise(state: CaptureState, status: number) {
   // A live feed is never stored (see onHead), here too when its head is not written yet.
   if (/^text\/event-stream/i.test(String(res.getHeader('content-type') ?? ''))) return;
   const value = state.expires(status);
-  if (value !== undefined) res.setHeader(expiresHeader, value);
+  if (value === undefined) return;
+  res.setHeader(expiresHeader, value);
+  state.announced = true;
 }
 
 function onHead(state: CaptureState, args: unknown[]) {

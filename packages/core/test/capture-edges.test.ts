@@ -310,6 +310,89 @@ describe('release() on the context', () => {
     }
   });
 
+  it('after the response ended, release() changes nothing, held or not: the outcome is stored and replayed', async () => {
+    for (const hold of [false, true]) {
+      const served = await serve({
+        hold,
+        answer: (res, run, _capture, context) => {
+          res.statusCode = 201;
+          res.end(`run ${run}`);
+          context.release();
+        },
+      });
+      try {
+        expect((await served.post(`late-${hold}`)).body.toString()).toBe('run 1');
+        const again = await served.post(`late-${hold}`);
+        expect([again.headers['idempotent-replayed'], again.body.toString()], `hold ${hold}`).toEqual([
+          'true',
+          'run 1',
+        ]);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+
+  it('held: a live feed that said it had no effect is still refused 503 (its events are never held), and released', async () => {
+    const served = await serve({
+      hold: true,
+      answer: (res, _run, _capture, context) => {
+        context.release();
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: 1\n\n');
+        res.end();
+      },
+    });
+    try {
+      const first = await served.post('feed');
+      expect([first.status, JSON.parse(first.body.toString()).code]).toEqual([503, 'store_unavailable']);
+      expect(served.events.map((event) => event.type)).toContain('not-stored');
+      expect((await served.post('feed')).status).toBe(503);
+      expect(served.runs()).toBe(2);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('release() on any answer, a destroyed one too, says not-stored after the release', async () => {
+    const served = await serve({
+      answer: (res, _run, _capture, context) => {
+        context.release();
+        res.destroy();
+      },
+    });
+    try {
+      await expect(served.post('gone')).rejects.toThrow();
+      await waitFor(() => served.events.some((event) => event.type === 'not-stored'));
+      expect(served.events.map((event) => event.type)).toEqual([
+        'claim',
+        'response-not-stored',
+        'release',
+        'not-stored',
+      ]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('held: release() takes back only the date the capture announced, not one the handler set', async () => {
+    const served = await serve({
+      hold: true,
+      advertiseExpiry: true,
+      answer: (res, _run, _capture, context) => {
+        res.setHeader('idempotency-expires', 'Sun, 06 Nov 1994 08:49:37 GMT');
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        context.release();
+        res.end('mine');
+      },
+    });
+    try {
+      expect((await served.post('own-date')).headers['idempotency-expires']).toBe('Sun, 06 Nov 1994 08:49:37 GMT');
+    } finally {
+      await served.close();
+    }
+  });
+
   it('not held: a head that went out before release() keeps its date, and the key is released all the same', async () => {
     const served = await serve({
       advertiseExpiry: true,
