@@ -213,7 +213,8 @@ export interface ResponseCapture {
   readonly ended: boolean;
   /**
    * Completes the capture from a response the framework will never write (Koa skips writing when the
-   * client has gone). No-op when the response already ended.
+   * client has gone): stored like a written one, or, over `maxResponseBytes`, settled as too large to
+   * replay. No-op when the response already ended.
    */
   completeWith(response: StoredResponse): void;
   /**
