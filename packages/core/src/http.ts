@@ -90,9 +90,10 @@ export interface IdempotencyContext {
    * Says that this execution had no effect, so its answer must not be kept: when the response ends
    * it is served but not stored, and the key is released, so a retry runs (a 503 "try again later"
    * answered before anything was written, say). Whatever the outcome policy would decide. In
-   * transactional mode the handler's writes roll back, and the response is served as written. Call
-   * it before the response ends; after that it changes nothing. With `advertiseExpiry`, call it
-   * before the head goes out too, or the head announces a date (a held response takes it back).
+   * transactional mode the handler's writes roll back, and the response is served as written, but
+   * for a live feed: its events are never held, so it is still refused 503. Call it before the
+   * response ends; after that it changes nothing. With `advertiseExpiry`, call it before the head
+   * goes out too, or the head announces a date (a held response takes it back).
    */
   release(): void;
 }
