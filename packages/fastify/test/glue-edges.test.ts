@@ -42,6 +42,29 @@ describe('@idem/fastify idempotency, beyond the scenario table', () => {
     }
   });
 
+  it('release() on a route with an instance of its own (its own retention): the 503 is not stored, the retry runs', async () => {
+    let runs = 0;
+    const instance = await app({}, (a) => {
+      a.post('/payouts', { config: { idempotency: { retention: '48h' } } }, async (request, reply) => {
+        runs++;
+        if (runs === 1) {
+          request.idempotency?.release();
+          return reply.code(503).send({ error: 'try_later' });
+        }
+        return reply.code(201).send({ run: runs });
+      });
+    });
+    try {
+      expect((await post(instance, '/payouts', 'p-1')).statusCode).toBe(503);
+      const retry = await post(instance, '/payouts', 'p-1');
+      expect([retry.statusCode, retry.headers['idempotent-replayed']]).toEqual([201, undefined]);
+      expect((await post(instance, '/payouts', 'p-1')).headers['idempotent-replayed']).toBe('true');
+      expect(runs).toBe(2);
+    } finally {
+      await instance.close();
+    }
+  });
+
   it("a route's own scope overrides the plugin's: two callers of that route never share a record", async () => {
     let runs = 0;
     const instance = await app({ scope: () => 'everyone' }, (a) => {

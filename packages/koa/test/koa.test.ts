@@ -237,6 +237,34 @@ describe('@idem/koa specifics', () => {
     }
   });
 
+  it('client gone, a handler that said it had no effect (release()): its answer is not stored, and the retry runs', async () => {
+    const log = eventLog();
+    const leaving = clientLeaves();
+    let runs = 0;
+    await serve(
+      { onEvent: log.onEvent },
+      async (ctx) => {
+        runs++;
+        if (runs === 1) {
+          await leaving.untilGone(ctx);
+          ctx.state.idempotency?.release();
+          ctx.status = 503;
+          ctx.body = { error: 'try_later' };
+          return;
+        }
+        ctx.status = 201;
+        ctx.body = { run: runs };
+      },
+      async (url) => {
+        await abandonedPost(url, 'gone-said', leaving.running);
+        expect(await log.next(0, 'not-stored')).toMatchObject({ status: 503 });
+        const retry = await post(url, 'gone-said');
+        expect([retry.status, retry.headers.get('idempotent-replayed')]).toEqual([201, null]);
+        expect(runs).toBe(2);
+      },
+    );
+  });
+
   it('client gone, a body over maxResponseBytes: not stored, and (as when written) its key kept with 500 response_not_replayable', async () => {
     const log = eventLog();
     const leaving = clientLeaves();
