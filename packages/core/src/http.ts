@@ -199,11 +199,6 @@ export interface CaptureOptions {
    * head had not gone out (Koa's error handler removes every header). Not on an unrouted answer.
    */
   echo?: string;
-  /**
-   * The operation of the lease (`lease.operation`), which `advertiseExpiry` asks the outcome policy
-   * about; taken from `settle.lease` when that is given, so only a held capture needs it.
-   */
-  operation?: string;
 }
 
 /** A live capture of one response. See {@link HttpIdempotency.capture}. */
@@ -566,6 +561,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   };
   // The leases whose handler said its execution had no effect (`IdempotencyContext.release`).
   const noEffect = new WeakSet<Lease>();
+  // What a capture of `lease` announces (`advertiseExpiry`): nothing once the handler said it had no
+  // effect, since the key is then released.
+  const expiryFor =
+    (lease: Lease) =>
+    (status: number): string | undefined =>
+      noEffect.has(lease) ? undefined : expiryOf(lease.operation, status);
   // The leases whose response has ended: a release() after that changes nothing, held or not.
   const ended = new WeakSet<Lease>();
   const sayNoEffect = (lease: Lease) => {
@@ -650,8 +651,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   ): Promise<void> => {
     let began = false;
     // Held, the capture settles nothing itself: its end is what seals release() (see `ended`).
+    // Its lease is known from here on, so is the expiry it announces (`advertiseExpiry`).
     const state = (capture as Partial<CaptureHandle>)[captureStateKey];
-    if (state !== undefined) state.onEnd = () => ended.add(lease);
+    if (state !== undefined) {
+      state.onEnd = () => ended.add(lease);
+      if (advertiseExpiry) state.expires = expiryFor(lease);
+    }
     await transactionOf(
       lease,
       capture,
@@ -757,16 +762,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
       const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
-      const operation = target?.lease.operation ?? captureOptions?.operation;
-      let expires: ((status: number) => string | undefined) | undefined;
-      if (advertiseExpiry && operation !== undefined) {
-        // Nothing is announced for an execution its handler said had no effect: it is released.
-        // (Held, the lease is known once the transaction runs: see runTransaction.)
-        expires =
-          target === undefined
-            ? expiryOf.bind(undefined, operation)
-            : (status) => (noEffect.has(target.lease) ? undefined : expiryOf(operation, status));
-      }
+      // Held, the lease is given to runTransaction, which sets the expiry then.
+      const expires = advertiseExpiry && target !== undefined ? expiryFor(target.lease) : undefined;
       return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed, expires);
     },
     settle,
@@ -1265,7 +1262,7 @@ interface CaptureState {
   /** The stored response keeps only these headers (the rest never reach a replay). */
   readonly replayed: ReplayedHeaders;
   /** The `Idempotency-Expires` value for a status (`advertiseExpiry`), or undefined to send none. */
-  readonly expires: ((status: number) => string | undefined) | undefined;
+  expires: ((status: number) => string | undefined) | undefined;
   /** Settles the outcome; undefined back means it is settled already (an in-process store). */
   readonly onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined;
   readonly originalWriteHead: Apply;

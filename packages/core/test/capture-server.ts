@@ -136,8 +136,7 @@ export async function serve(options: ServeOptions): Promise<Served> {
       await options.answer(res, run, capture, context, path);
       return;
     }
-    // As the adapters do: held, the lease is not the capture's, so its operation is passed.
-    const capture = http.capture(res, { hold: true, operation: started.lease.operation, ...atEnd });
+    const capture = http.capture(res, { hold: true, ...atEnd });
     void http.runTransaction(
       started.lease,
       capture,

@@ -94,7 +94,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const thrown = threw.bind(execution);
     const unrouted = answeredByNoRoute.bind(execution);
     if (http.transactional) {
-      const capture = http.capture(res, { hold: true, unrouted, operation: lease.operation });
+      const capture = http.capture(res, { hold: true, unrouted });
       execution.capture = capture;
       void http.runTransaction(
         lease,

@@ -406,7 +406,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       own.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
       return done();
     }
-    const capture = own.capture(reply.raw, { hold: true, operation: lease.operation });
+    const capture = own.capture(reply.raw, { hold: true });
     // The handler must run inside the transaction: Fastify is let on to the handler only from
     // within the transaction's callback.
     void own.runTransaction(

@@ -242,7 +242,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const capture = http.capture(
       ctx.res,
       http.transactional
-        ? { hold: true, unrouted, echo, operation: lease.operation }
+        ? { hold: true, unrouted, echo }
         : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo },
     );
     if (!http.transactional) return runNext(ctx, next, capture, execution);
