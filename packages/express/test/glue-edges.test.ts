@@ -5,7 +5,6 @@ import { authorize, guard, idempotency, internalAuth } from '@idem/express';
 import {
   createGuard,
   createInternalTokenIssuer,
-  createInternalVerifier,
   defaultInternalTokenHeader,
   policy,
   principalFromClaims,
@@ -230,36 +229,6 @@ describe('@idem/express guard glue, beyond the scenario table', () => {
       expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/);
       expect(answer.headers['www-authenticate']).toMatch(/^Bearer/);
       expect(runs).toBe(0);
-    });
-  });
-
-  it('internalAuth() refuses an internal token header sent twice (400 multiple_tokens), as it does two Authorization headers', async () => {
-    const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example', now: clock.now });
-    const verifier = createInternalVerifier({
-      issuer: 'https://gateway.example',
-      audience: 'orders',
-      jwks: issuer.jwks(),
-      now: clock.now,
-    });
-    const app = express();
-    let runs = 0;
-    app.get('/internal', internalAuth(verifier), (_req, res) => {
-      runs++;
-      res.json({ ok: true });
-    });
-    const edgeGuard = edge();
-    const principal = await edgeGuard.verify(makeToken());
-    if (!principal.ok) throw new Error('the test token must verify');
-    const token = await issuer.mint(principal.principal, { audience: 'orders' });
-    await serve(app, async (url) => {
-      expect((await send(`${url}/internal`, 'GET', [[defaultInternalTokenHeader, token]])).status).toBe(200);
-      const twice = await send(`${url}/internal`, 'GET', [
-        [defaultInternalTokenHeader, token],
-        [defaultInternalTokenHeader, token],
-      ]);
-      expect(twice.status).toBe(400);
-      expect(JSON.parse(twice.body)).toMatchObject({ code: 'multiple_tokens' });
-      expect(runs).toBe(1);
     });
   });
 

@@ -1,5 +1,3 @@
-// Edges of the Koa glue (idempotency.ts, auth.ts) that mutation testing showed no other test pinned.
-import { request as httpRequest } from 'node:http';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { memoryStore } from '@idem/core';
@@ -397,52 +395,6 @@ describe('@idem/koa guard glue, beyond the scenario table', () => {
       const answer = await fetch(`${url}/orders`, { method: 'POST', headers: bearer() });
       expect(answer.status).toBe(201);
       expect(await answer.json()).toEqual({ late: true });
-    });
-  });
-
-  it('internalAuth() refuses an internal token header sent twice (400 multiple_tokens), as it does two Authorization headers', async () => {
-    const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example', now: clock.now });
-    const app = new Koa();
-    let runs = 0;
-    app.use(
-      internalAuth({ issuer: 'https://gateway.example', audience: 'orders', jwks: issuer.jwks(), now: clock.now }),
-    );
-    app.use(async (ctx) => {
-      runs++;
-      ctx.body = { ok: true };
-    });
-    const token = await issuer.mint(principalFromClaims({ sub: 'user-1', iss: ISSUER }, { issuer: ISSUER }), {
-      audience: 'orders',
-    });
-    await listen(app, async (url) => {
-      const twice = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const req = httpRequest(
-          `${url}/internal`,
-          {
-            headers: [
-              'host',
-              new URL(url).host,
-              defaultInternalTokenHeader,
-              token,
-              defaultInternalTokenHeader,
-              token,
-            ] as unknown as Record<string, string>,
-          },
-          (res) => {
-            let text = '';
-            res.setEncoding('utf8');
-            res.on('data', (chunk: string) => {
-              text += chunk;
-            });
-            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-          },
-        );
-        req.on('error', reject);
-        req.end();
-      });
-      expect(twice.status).toBe(400);
-      expect(JSON.parse(twice.body)).toMatchObject({ code: 'multiple_tokens' });
-      expect(runs).toBe(0);
     });
   });
 

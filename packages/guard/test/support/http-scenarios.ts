@@ -256,6 +256,22 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       expect((await call('GET', '/internal-write', [['idem-internal-token', internal]])).status).toBe(200);
     });
 
+    it('behind the gateway: an internal token header sent twice is 400 multiple_tokens, as two Authorization headers are', async () => {
+      const verified = await guard.verify(token);
+      if (!verified.ok) throw new Error(verified.error.code);
+      const internal = await internalIssuer.mint(verified.principal, { audience: 'orders' });
+      expect((await call('GET', '/internal', [['idem-internal-token', internal]])).status).toBe(200);
+      // A raw request keeps both copies (Fastify reads them from headersDistinct, Node joins them).
+      await refusedWithoutHandler(
+        call('GET', '/internal', [
+          ['idem-internal-token', internal],
+          ['idem-internal-token', internal],
+        ]),
+        400,
+        'multiple_tokens',
+      );
+    });
+
     it('behind the gateway: edge tokens, forged tokens and missing tokens are refused', async () => {
       // An edge token is not the gateway's: refused (its issuer is unknown here, and its typ is wrong).
       await refusedWithoutHandler(call('GET', '/internal', [['idem-internal-token', token]]), 401, 'issuer_unknown');
