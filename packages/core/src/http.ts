@@ -1464,8 +1464,13 @@ function unreplayable(state: CaptureState, reason: 'too-large' | 'streaming', st
 // Takes back the `Idempotency-Expires` a held response announced (see transactionOf).
 function withdrawExpiry(capture: ResponseCapture) {
   const state = (capture as Partial<CaptureHandle>)[captureStateKey];
-  // Only the date this capture announced: one the handler set itself is its own.
-  if (state?.announced && !state.res.headersSent) state.res.removeHeader(expiresHeader);
+  if (state !== undefined) withdrawAnnounced(state);
+}
+
+// Only the date this capture announced, while its head has not gone out: one the handler set itself
+// is its own.
+function withdrawAnnounced(state: CaptureState) {
+  if (state.announced && !state.res.headersSent) state.res.removeHeader(expiresHeader);
 }
 
 function restore(state: CaptureState) {
@@ -1684,10 +1689,8 @@ function endDeclined(
   const res = state.res;
   // The key played no part in this answer (as on Fastify, which never claims for an unmatched route
   // or a body its parser refused).
-  if (!res.headersSent) {
-    res.removeHeader('idempotency-key');
-    res.removeHeader(expiresHeader);
-  }
+  if (!res.headersSent) res.removeHeader('idempotency-key');
+  withdrawAnnounced(state);
   const status = state.status ?? res.statusCode;
   if (state.hold) {
     // The last chunk joins what waits in the capture. It all goes out when the transaction has
