@@ -413,6 +413,29 @@ describe('release() on the context', () => {
   });
 });
 
+describe('Idempotency-Expires on an answer that is no outcome', () => {
+  it('a 404 no route took, its head written first, announces nothing; a date the handler set itself stays', async () => {
+    for (const own of [undefined, 'Sun, 06 Nov 1994 08:49:37 GMT']) {
+      const served = await serve({
+        advertiseExpiry: true,
+        unrouted: (res) => res.statusCode === 404,
+        answer: (res) => {
+          if (own !== undefined) res.setHeader('idempotency-expires', own);
+          res.writeHead(404, { 'content-type': 'text/plain' });
+          res.end('no such route');
+        },
+      });
+      try {
+        const answer = await served.post('nowhere');
+        expect([answer.status, answer.headers['idempotency-expires']]).toEqual([404, own]);
+        expect(served.notStored()).toMatchObject([{ reason: 'no-route' }]);
+      } finally {
+        await served.close();
+      }
+    }
+  });
+});
+
 describe('the bytes a captured response stores', () => {
   it("held: a response over the store's declared cap rolls back and is answered 503, as one over maxResponseBytes; the retry runs", async () => {
     // The store declares a cap it does not enforce itself: only the HTTP layer's check can refuse.
