@@ -14,6 +14,7 @@ import {
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe } from 'vitest';
+import { deleteKeys } from '../../redis/test/redis-env.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -37,12 +38,7 @@ export async function describeOnRealStores(name: string, makeServer: MakeAdapter
       client = new Redis(redisUrl);
     });
     afterAll(async () => {
-      let cursor = '0';
-      do {
-        const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length > 0) await client.unlink(...keys);
-      } while (cursor !== '0');
+      await deleteKeys(client, prefix);
       await client.quit();
     });
     describeAdapter(`${name} on Redis`, makeServer, {

@@ -8,6 +8,7 @@ import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteKeys } from '../../redis/test/redis-env.js';
 import { type Differential, startDifferential } from './differential.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -30,12 +31,7 @@ describe.runIf(withRedis)('the three adapters against one model of the spec, on 
   }, 30_000);
   afterAll(async () => {
     await run?.close();
-    let cursor = '0';
-    do {
-      const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await client.unlink(...keys);
-    } while (cursor !== '0');
+    await deleteKeys(client, prefix);
     await client.quit();
   });
 
