@@ -1,41 +1,27 @@
-import { request as httpRequest } from 'node:http';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
 import { describe, expect, it } from 'vitest';
-import { serve } from './support.js';
+import { send, serve } from './support.js';
 
 // Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
 // as these tests use it, without types of its own.
 const express4 = (await import('express4' as string)).default as typeof express;
 
-interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: string;
-}
-
 // Sends `chunks` one by one; without a content-length the body goes out chunked.
-function post(url: string, key: string, chunks: string[], contentLength = true): Promise<Answer> {
-  const body = chunks.join('');
-  const headers: Record<string, string> = { 'idempotency-key': key, 'content-type': 'application/json' };
-  if (contentLength) headers['content-length'] = String(Buffer.byteLength(body));
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method: 'POST', headers }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        text += chunk;
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
-    });
-    req.on('error', reject);
-    for (const chunk of chunks) req.write(chunk);
-    req.end();
-  });
-}
+const post = (url: string, key: string, chunks: string[], contentLength = true) =>
+  send(
+    url,
+    'POST',
+    [
+      ['idempotency-key', key],
+      ['content-type', 'application/json'],
+    ],
+    chunks,
+    contentLength,
+  );
 
 // Resolves with the first event of `type` reported to `onEvent`.
 function eventOf(type: IdempotencyEvent['type']) {

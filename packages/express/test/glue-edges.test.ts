@@ -1,5 +1,3 @@
-// Edges of the Express glue (idempotency.ts, auth.ts) that mutation testing showed no other test pinned.
-import { request as httpRequest } from 'node:http';
 import { memoryStore } from '@idem/core';
 import { authorize, guard, idempotency, internalAuth } from '@idem/express';
 import {
@@ -14,34 +12,7 @@ import { decodeJwt } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { forwardHeaders } from '../src/auth.js';
-import { serve } from './support.js';
-
-interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  body: string;
-}
-
-// A raw header list, so a header can be sent twice.
-function send(url: string, method: string, headers: Array<[string, string]>, body = ''): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const flat = [['host', new URL(url).host], ['content-length', String(Buffer.byteLength(body))], ...headers].flat();
-    const req = httpRequest(
-      url,
-      { method, agent: false, headers: flat as unknown as Record<string, string> },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          text += chunk;
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+import { send, serve } from './support.js';
 
 const postJson = (url: string, key: string | undefined, body: unknown = { amount: 1 }) =>
   send(

@@ -1,4 +1,5 @@
 // What the Express test files share.
+import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Express } from 'express';
 
@@ -12,4 +13,46 @@ export async function serve(app: Express, run: (url: string) => Promise<void>) {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
+}
+
+/** What a raw client received. */
+export interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/**
+ * A request with a raw header list, so a header can be sent twice. The body goes out in `chunks`,
+ * one write each; without `contentLength` it goes out chunked.
+ */
+export function send(
+  url: string,
+  method: string,
+  headers: Array<[string, string]>,
+  chunks: string | readonly string[] = '',
+  contentLength = true,
+): Promise<Answer> {
+  const parts = typeof chunks === 'string' ? [chunks] : chunks;
+  const length: Array<[string, string]> = contentLength
+    ? [['content-length', String(Buffer.byteLength(parts.join('')))]]
+    : [];
+  const flat = [['host', new URL(url).host], ...length, ...headers].flat();
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      { method, agent: false, headers: flat as unknown as Record<string, string> },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+      },
+    );
+    req.on('error', reject);
+    for (const part of parts) req.write(part);
+    req.end();
+  });
 }
