@@ -74,7 +74,14 @@ describe.runIf(available)('transactional mode survives SIGKILL', () => {
     expect(seen).toBeUndefined();
 
     // Ten concurrent retries with the same key, from two engines (as if two servers): one executes.
-    const engines = [createIdempotency({ store, lease: leaseMs }), createIdempotency({ store, lease: leaseMs })];
+    // Only the dead worker's lease is short. The retries hold a long one: on a starved box a 300 ms
+    // lease can lapse before its heartbeat runs, and a lost lease (rolled back, no effect) is not
+    // what this test is about.
+    const retryLease = 10_000;
+    const engines = [
+      createIdempotency({ store, lease: retryLease }),
+      createIdempotency({ store, lease: retryLease }),
+    ];
     const outcomes = await Promise.all(
       Array.from({ length: 10 }, async (_, i) => {
         const engine = engines[i % 2]!;
