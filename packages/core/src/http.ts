@@ -1,5 +1,6 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
+import { isBodyRefusal, type RequestBodyFacts, refusesRequestBody } from './body-refusal.js';
 import { decoderOf, negotiatedBody } from './content-coding.js';
 import { downstreamKey } from './downstream-key.js';
 import {
@@ -158,6 +159,12 @@ export type HttpBeginResult =
       echo: string;
       lease: Lease;
       minted: boolean;
+      /**
+       * The request body as `begin` read and fingerprinted it (decoded from its `Content-Encoding`),
+       * undefined when it read none: what the capture checks a body parser's refusal against
+       * (`request` of {@link CaptureOptions}).
+       */
+      body: Uint8Array | undefined;
     };
 
 /**
@@ -199,6 +206,11 @@ export interface CaptureOptions {
    * head had not gone out (Koa's error handler removes every header). Not on an unrouted answer.
    */
   echo?: string;
+  /**
+   * The request, as far as a body parser's refusal is checked against it (see
+   * {@link ResponseCapture.failedWith}): its headers and the body `begin` read (`started.body`).
+   */
+  request?: RequestBodyFacts;
 }
 
 /** A live capture of one response. See {@link HttpIdempotency.capture}. */
@@ -233,6 +245,11 @@ export interface ResponseCapture {
    * with status 400 and the text in `body` (`@koa/bodyparser`, `koa-body`). A parser of your own
    * opts in with both: `ctx.throw(400, 'invalid JSON', { type: 'entity.parse.failed' })`. Any other
    * error changes nothing. True when it was a refusal.
+   *
+   * The shape is not enough when the capture knows the request (`request` of {@link CaptureOptions}):
+   * what the parsers put on their errors (the text they could not parse, the limit, the length, the
+   * charset or coding) must be this request's, since raw-body raises the same errors for any stream
+   * a handler reads after it did its work, and releasing that key would let a retry run it again.
    *
    * @example
    * try { await next(); } catch (error) { capture.failedWith(error); throw error; }
@@ -546,7 +563,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
     if (started.kind === 'replay')
       return { kind: 'respond', response: replay(started.response, echo, request.acceptEncoding) };
-    return { kind: 'execute', key, echo, lease: started.lease, minted };
+    return { kind: 'execute', key, echo, lease: started.lease, minted, body };
   };
 
   // Settles an outcome: undefined when the store answered at once (the capture then ends the response
@@ -847,35 +864,6 @@ const tooLarge = (limit: number) =>
 function positiveInteger(value: number, name: string): number {
   if (!Number.isInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer`);
   return value;
-}
-
-// The `type` of the errors body-parser (Express's parsers) and raw-body (under it, and under
-// co-body) raise when they refuse a body: malformed, too large, in a charset or coding they do not
-// take, cut short, refused by a `verify` hook, or with too many parameters.
-const bodyRefusalTypes: ReadonlySet<string> = new Set([
-  'entity.parse.failed',
-  'entity.verify.failed',
-  'entity.too.large',
-  'encoding.unsupported',
-  'charset.unsupported',
-  'request.aborted',
-  'request.size.invalid',
-  'stream.encoding.set',
-  'stream.not.readable',
-  'parameters.too.many',
-  'querystring.parse.rangeError',
-]);
-
-/** True when `error` is a body parser's refusal of the request body: see `failedWith` of {@link ResponseCapture}. */
-function isBodyRefusal(error: unknown): boolean {
-  if (error === null || typeof error !== 'object') return false;
-  const { status, statusCode, type } = error as { status?: unknown; statusCode?: unknown; type?: unknown };
-  const code = typeof status === 'number' ? status : statusCode;
-  if (typeof code !== 'number' || code < 400 || code > 499) return false;
-  if (typeof type === 'string') return bodyRefusalTypes.has(type);
-  // co-body's JSON and form errors carry no `type`: the parser's own error, given status 400 and
-  // the text it could not parse as `body`.
-  return code === 400 && error instanceof Error && typeof (error as { body?: unknown }).body === 'string';
 }
 
 function pick(headers: Record<string, string>, allow: ReadonlySet<string>): Record<string, string> {
@@ -1307,6 +1295,8 @@ interface CaptureState {
   announced: boolean;
   /** Called once the outcome is known, before anyone learns it (held mode: see runTransaction). */
   onEnd: (() => void) | undefined;
+  /** What a body parser's refusal is checked against (`failedWith`). */
+  readonly request: RequestBodyFacts | undefined;
 }
 
 /**
@@ -1359,6 +1349,7 @@ function captureResponse(
     closedEarly: false,
     announced: false,
     onEnd: undefined,
+    request: options.request,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
   res.write = capturedWrite.bind(state) as ServerResponse['write'];
@@ -1413,8 +1404,9 @@ const captureMethods: ResponseCapture = {
     abandon((this as CaptureHandle)[captureStateKey], finalStatus, reason);
   },
   failedWith(error) {
-    if (!isBodyRefusal(error)) return false;
-    (this as CaptureHandle)[captureStateKey].declined = 'body-refused';
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (!isBodyRefusal(error) || !refusesRequestBody(error as object, state.request)) return false;
+    state.declined = 'body-refused';
     return true;
   },
   handlerReturned(onClosed, context) {

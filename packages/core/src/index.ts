@@ -1,3 +1,4 @@
+export type { RequestBodyFacts } from './body-refusal.js';
 export { canonicalJson } from './canonical-json.js';
 export { decoderOf } from './content-coding.js';
 export { type DownstreamKeySource, downstreamKey } from './downstream-key.js';

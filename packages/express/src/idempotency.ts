@@ -93,8 +93,10 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     (req as Request & ExecutionState)[kExecution] = execution;
     const thrown = threw.bind(execution);
     const unrouted = answeredByNoRoute.bind(execution);
+    // What a body parser's refusal, seen by idempotencyErrors(), must be about to release the key.
+    const request = { headers: req.headers, body: started.body };
     if (http.transactional) {
-      const capture = http.capture(res, { hold: true, unrouted });
+      const capture = http.capture(res, { hold: true, unrouted, request });
       execution.capture = capture;
       void http.runTransaction(
         lease,
@@ -109,7 +111,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
-    execution.capture = http.capture(res, { settle: { lease, thrown }, unrouted });
+    execution.capture = http.capture(res, { settle: { lease, thrown }, unrouted, request });
     next();
   };
 

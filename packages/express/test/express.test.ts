@@ -388,6 +388,80 @@ describe('@idem/express specifics', () => {
     }
   });
 
+  it("every refusal body-parser raises for the request's own body is told from a handler's error: not stored, the fixed retry runs", async () => {
+    const events: IdempotencyEvent[] = [];
+    const app = express();
+    let runs = 0;
+    app.use(idempotency(options({ onEvent: (event) => events.push(event) })));
+    const verify = (_req: unknown, _res: unknown, body: Buffer) => {
+      if (body.includes('forged')) throw new Error('signature does not match');
+    };
+    app.post('/json', express.json({ limit: 60, verify }), (_req, res) => {
+      res.status(201).json({ run: ++runs });
+    });
+    app.post('/form', express.urlencoded({ parameterLimit: 2 }), (_req, res) => {
+      res.status(201).json({ run: ++runs });
+    });
+    app.use(idempotencyErrors());
+    const json = { 'content-type': 'application/json' };
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    const cases: Array<{ name: string; path: string; headers: Record<string, string>; body: Buffer; status: number }> =
+      [
+        { name: 'parse', path: '/json', headers: json, body: Buffer.from('{"amount":'), status: 400 },
+        {
+          name: 'parse, gzip',
+          path: '/json',
+          headers: { ...json, 'content-encoding': 'gzip' },
+          body: gzipSync('{"amount":'),
+          status: 400,
+        },
+        { name: 'verify', path: '/json', headers: json, body: Buffer.from('{"note":"forged"}'), status: 403 },
+        {
+          name: 'too large',
+          path: '/json',
+          headers: json,
+          body: Buffer.from(`{"note":"${'x'.repeat(80)}"}`),
+          status: 413,
+        },
+        {
+          name: 'charset',
+          path: '/json',
+          headers: { 'content-type': 'application/json; charset=latin1' },
+          body: Buffer.from('{}'),
+          status: 415,
+        },
+        {
+          name: 'coding',
+          path: '/json',
+          headers: { ...json, 'content-encoding': 'compress' },
+          body: Buffer.from('{}'),
+          status: 415,
+        },
+        { name: 'parameters', path: '/form', headers: form, body: Buffer.from('a=1&b=2&c=3'), status: 413 },
+      ];
+    await serve(app, async (url) => {
+      for (const [i, refused] of cases.entries()) {
+        const key = `refused-${i}`;
+        const sent = (headers: Record<string, string>, body: Buffer) =>
+          fetch(`${url}${refused.path}`, {
+            method: 'POST',
+            headers: { 'idempotency-key': key, ...headers },
+            body: new Uint8Array(body),
+          });
+        const answer = await sent(refused.headers, refused.body);
+        expect(answer.status, refused.name).toBe(refused.status);
+        expect(answer.headers.get('idempotency-key'), refused.name).toBeNull();
+        const fixed = refused.path === '/form' ? Buffer.from('a=1') : Buffer.from('{"amount":1}');
+        const retry = await sent(refused.path === '/form' ? form : json, fixed);
+        expect(retry.status, refused.name).toBe(201);
+        expect(await retry.json(), refused.name).toEqual({ run: i + 1 });
+      }
+      expect(events.filter((event) => event.type === 'response-not-stored')).toMatchObject(
+        cases.map((refused) => ({ reason: 'body-refused', status: refused.status })),
+      );
+    });
+  });
+
   it('mounted with app.use, the operation is the path as the router matches it: /charges, /charges/ and /CHARGES are one', async () => {
     const app = express();
     let runs = 0;

@@ -74,7 +74,7 @@ export async function makeExpressServer(
 }
 
 function write(res: Response, reply: ScenarioReply) {
-  if (reply.kind === 'throw') throw new Error('handler failed');
+  if (reply.kind === 'throw') throw reply.error ?? new Error('handler failed');
   if (reply.kind === 'destroy') {
     res.destroy();
     return;

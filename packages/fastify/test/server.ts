@@ -71,7 +71,7 @@ export async function makeFastifyServer({
 }
 
 function write(reply: FastifyReply, answer: ScenarioReply) {
-  if (answer.kind === 'throw') throw new Error('handler failed');
+  if (answer.kind === 'throw') throw answer.error ?? new Error('handler failed');
   if (answer.kind === 'destroy') {
     reply.hijack();
     reply.raw.destroy();

@@ -239,11 +239,13 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     // non-Error is replaced by Koa before it reads them.
     const unrouted = nothingMatched.bind(undefined, ctx);
     const echo = started.echo;
+    // What a body parser's refusal, thrown through this middleware, must be about to release the key.
+    const request = { headers: ctx.req.headers, body: started.body };
     const capture = http.capture(
       ctx.res,
       http.transactional
-        ? { hold: true, unrouted, echo }
-        : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo },
+        ? { hold: true, unrouted, echo, request }
+        : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo, request },
     );
     if (!http.transactional) return runNext(ctx, next, capture, execution);
     // The handler must run inside the transaction, whose callback waits for the response that Koa

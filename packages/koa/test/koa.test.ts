@@ -475,8 +475,15 @@ describe('@idem/koa specifics', () => {
         runs++;
         if (runs === 1) {
           await leaves.untilGone(ctx);
-          // What co-body throws for a body that is not JSON, after the client hung up.
-          throw Object.assign(new SyntaxError('Unexpected token'), { status: 400, body: '{' });
+          // What co-body (raw-body under it) throws for this body of 2 bytes with a limit of 1,
+          // after the client hung up.
+          throw Object.assign(new Error('request entity too large'), {
+            status: 413,
+            type: 'entity.too.large',
+            expected: 2,
+            length: 2,
+            limit: 1,
+          });
         }
         ctx.body = { run: runs };
       },

@@ -101,7 +101,7 @@ function parseJson(text: string): unknown {
 }
 
 function write(ctx: Context, reply: ScenarioReply) {
-  if (reply.kind === 'throw') throw new Error('handler failed');
+  if (reply.kind === 'throw') throw reply.error ?? new Error('handler failed');
   if (reply.kind === 'destroy') {
     ctx.respond = false;
     ctx.res.destroy();

@@ -37,7 +37,7 @@ import { type TransactionOutcome, transactionalMemoryStore } from './transaction
  * - `file`: Express `res.sendFile`, Fastify/Koa a file read stream
  * - `events`: `text/event-stream`, each event written separately
  * - `none`: no body (204)
- * - `throw`: the handler throws an `Error`
+ * - `throw`: the handler throws `error`, or an `Error` of its own when there is none
  * - `broken`: a streamed body whose source fails before its first chunk, piped so that its failure
  *   destroys the response: Express `stream.pipeline(source, res)`, Koa `ctx.body = source`, Fastify
  *   `reply.hijack()` then `stream.pipeline(source, reply.raw)`
@@ -53,7 +53,7 @@ export type ScenarioReply =
   | { kind: 'file'; status: number; headers: Record<string, string>; file: string }
   | { kind: 'events'; status: number; headers: Record<string, string>; events: string[] }
   | { kind: 'none'; status: number; headers: Record<string, string> }
-  | { kind: 'throw' }
+  | { kind: 'throw'; error?: Error }
   | { kind: 'broken'; status: number; headers: Record<string, string>; stream: () => Readable }
   | { kind: 'destroy' };
 
@@ -537,8 +537,12 @@ export function describeAdapter(
           return { kind: 'json', status: 402, headers: {}, json: { error: 'card_declined', n } };
         case '/limited':
           return { kind: 'json', status: 429, headers: { 'retry-after': '1' }, json: { error: 'slow_down', n } };
-        case '/boom':
-          return { kind: 'throw' };
+        case '/boom': {
+          // `upstream`: the handler did its work, then met one of the errors raw-body raises for
+          // any stream, reading another service's answer: shaped like a body parser's refusal.
+          const upstream = (request.body as { upstream?: string } | undefined)?.upstream;
+          return { kind: 'throw', ...(upstream === undefined ? {} : { error: upstreamError(upstream) }) };
+        }
         case '/form': {
           // A multipart body arrives as its bytes: answered with their length and hash, so a test can
           // tell the handler got every byte the adapter read before it.
@@ -1694,6 +1698,29 @@ export function describeAdapter(
       });
     });
 
+    it('a handler that did its work, then met a body-parser-shaped error from another stream: its answer is kept, the retry replays it', async () => {
+      await withWorld(async (world) => {
+        // raw-body raises the errors of a refused request body for any stream it reads. Taken for the
+        // request's refusal, the key would be released and the retry would run the work again.
+        const kinds = ['too-large', 'aborted', 'unparsable', 'co-body'];
+        for (const [i, kind] of kinds.entries()) {
+          const key = `upstream-${kind}`;
+          const body = JSON.stringify({ upstream: kind });
+          const first = await world.send('/boom', { key, body });
+          const status = kind === 'too-large' ? 413 : 400;
+          expect(first.status, kind).toBe(status);
+          expect(first.headers['idempotency-key'], kind).toBe(key);
+          const again = await world.send('/boom', { key, body });
+          expect(again.status, kind).toBe(status);
+          expect(again.headers['idempotent-replayed'], kind).toBe('true');
+          expect(again.body.equals(first.body), kind).toBe(true);
+          expect(world.server.executions(), kind).toBe(i + 1);
+        }
+        expect(world.store.calls.complete).toBe(kinds.length);
+        expect(world.events.filter((event) => event.type === 'response-not-stored')).toEqual([]);
+      });
+    });
+
     it('a JSON string body is the string, not the JSON it spells: another request under the key (422)', async () => {
       await withWorld(async (world) => {
         expect((await world.send('/charges', { key: 'string-1', body: '{"amount":100}' })).status).toBe(201);
@@ -2381,4 +2408,21 @@ function* chunksOf(size: number, n: number): Generator<Buffer> {
     left -= take;
     yield chunk;
   }
+}
+
+/**
+ * What raw-body (under body-parser and co-body) raises while a handler reads another service's
+ * answer, after its own work is done: the same `type`s and statuses a body parser's refusal of the
+ * request has, with what they say of the stream they read (which is not the request's).
+ */
+function upstreamError(kind: string): Error {
+  const fields: Record<string, Record<string, unknown>> = {
+    'too-large': { status: 413, type: 'entity.too.large', expected: 5_000_000, length: 5_000_000, limit: 102_400 },
+    aborted: { status: 400, type: 'request.aborted', code: 'ECONNABORTED', expected: 800, length: 800, received: 12 },
+    unparsable: { status: 400, type: 'entity.parse.failed', body: '<html>Bad gateway</html>' },
+    'co-body': { status: 400, body: '<html>Bad gateway</html>' },
+  };
+  const told = fields[kind];
+  if (told === undefined) throw new TypeError(`no upstream error ${kind}`);
+  return Object.assign(new Error(`upstream answer refused (${kind})`), told);
 }

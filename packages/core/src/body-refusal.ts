@@ -1,0 +1,118 @@
+import { Buffer } from 'node:buffer';
+import type { IncomingHttpHeaders } from 'node:http';
+
+/** What the capture knows of the request whose body a parser may refuse (see {@link refusesRequestBody}). */
+export interface RequestBodyFacts {
+  /** The request's headers (`Content-Type`, `Content-Length`, `Content-Encoding` are read). */
+  headers: IncomingHttpHeaders;
+  /** The body as `begin` read it, decoded from its `Content-Encoding`; undefined when it never read one. */
+  body: Uint8Array | undefined;
+}
+
+// The `type` of the errors body-parser (Express's parsers) and raw-body (under it, and under
+// co-body) raise when they refuse a body: malformed, too large, in a charset or coding they do not
+// take, cut short, refused by a `verify` hook, or with too many parameters.
+const bodyRefusalTypes: ReadonlySet<string> = new Set([
+  'entity.parse.failed',
+  'entity.verify.failed',
+  'entity.too.large',
+  'encoding.unsupported',
+  'charset.unsupported',
+  'request.aborted',
+  'request.size.invalid',
+  'stream.encoding.set',
+  'stream.not.readable',
+  'parameters.too.many',
+  'querystring.parse.rangeError',
+]);
+
+/**
+ * True when `error` has the shape of a body parser's refusal: a 4xx error of body-parser or
+ * raw-body with their `type`, or co-body's untyped parse error (status 400, the text in `body`).
+ *
+ * @example
+ * isBodyRefusal(Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' })); // true
+ */
+export function isBodyRefusal(error: unknown): boolean {
+  if (error === null || typeof error !== 'object') return false;
+  const { status, statusCode, type } = error as { status?: unknown; statusCode?: unknown; type?: unknown };
+  const code = typeof status === 'number' ? status : statusCode;
+  if (typeof code !== 'number' || code < 400 || code > 499) return false;
+  if (typeof type === 'string') return bodyRefusalTypes.has(type);
+  // co-body's JSON and form errors carry no `type`: the parser's own error, given status 400 and
+  // the text it could not parse as `body`.
+  return code === 400 && error instanceof Error && typeof (error as { body?: unknown }).body === 'string';
+}
+
+/**
+ * True when a refusal-shaped error (see {@link isBodyRefusal}) is about this request's body, as far
+ * as the error tells. The shape alone is not enough: raw-body raises the same errors for any stream,
+ * so a handler that has done its work and then reads an upstream answer with it (or with co-body)
+ * throws `entity.too.large` or `request.aborted` too. Taken for a refusal, that error would release
+ * the key of an operation that ran, and the retry would run it again. What the parsers put on their
+ * errors is checked against the request:
+ * - `body` (the text or bytes a parser could not parse or verify) must be the request's body;
+ * - `limit` (too large) must be below the body's size, and `expected` must be its `Content-Length`;
+ * - `charset` and `encoding` (not supported) must be the request's;
+ * - `request.aborted` and `request.size.invalid` are never this request's: the key is claimed only
+ *   once the body is in whole (`begin` read it, or a parser that ran first did), so no parser
+ *   reading it afterwards can see it cut short.
+ * An error that carries none of these (a parser of one's own that opts in with a `type`) is taken
+ * on its word. Without facts (a capture made with no `request`), nothing is checked.
+ *
+ * @example
+ * refusesRequestBody(error, { headers: req.headers, body: started.body });
+ */
+export function refusesRequestBody(error: object, request: RequestBodyFacts | undefined): boolean {
+  if (request === undefined) return true;
+  const told = error as {
+    type?: unknown;
+    body?: unknown;
+    limit?: unknown;
+    expected?: unknown;
+    charset?: unknown;
+    encoding?: unknown;
+  };
+  const { body } = request;
+  if (told.type === 'request.aborted' || told.type === 'request.size.invalid') return false;
+  if (told.body !== undefined && !sameBody(told.body, request)) return false;
+  if (typeof told.limit === 'number' && !(body !== undefined && body.length > told.limit)) return false;
+  if (typeof told.expected === 'number' && told.expected !== declaredLength(request.headers)) return false;
+  if (typeof told.charset === 'string' && told.charset.toLowerCase() !== charsetOf(request.headers)) return false;
+  if (typeof told.encoding === 'string') {
+    const encoding = told.encoding.trim().toLowerCase();
+    const coding = String(request.headers['content-encoding'] ?? '')
+      .trim()
+      .toLowerCase();
+    if (encoding !== coding && encoding !== charsetOf(request.headers)) return false;
+  }
+  return true;
+}
+
+// The parser's copy of the body: the bytes a `verify` hook refused, or the text it could not parse,
+// decoded as the parsers decode it (the charset of `Content-Type`, UTF-8 by default, a BOM dropped).
+function sameBody(told: unknown, request: RequestBodyFacts): boolean {
+  const body = request.body;
+  if (body === undefined) return false;
+  if (told instanceof Uint8Array) return Buffer.from(told.buffer, told.byteOffset, told.byteLength).equals(body);
+  if (typeof told !== 'string') return false;
+  let text: string;
+  try {
+    text = new TextDecoder(charsetOf(request.headers) ?? 'utf-8').decode(body);
+  } catch {
+    // A charset this runtime cannot decode: no proof the parser read this body.
+    return false;
+  }
+  return told === text;
+}
+
+function declaredLength(headers: IncomingHttpHeaders): number | undefined {
+  const value = headers['content-length'];
+  return value === undefined ? undefined : Number(value);
+}
+
+// The `charset` parameter of `Content-Type`, lower case and unquoted, or undefined.
+function charsetOf(headers: IncomingHttpHeaders): string | undefined {
+  const match = /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(headers['content-type'] ?? '');
+  return match?.[1]?.toLowerCase();
+}
