@@ -78,10 +78,7 @@ describe.runIf(available)('transactional mode survives SIGKILL', () => {
     // lease can lapse before its heartbeat runs, and a lost lease (rolled back, no effect) is not
     // what this test is about.
     const retryLease = 10_000;
-    const engines = [
-      createIdempotency({ store, lease: retryLease }),
-      createIdempotency({ store, lease: retryLease }),
-    ];
+    const engines = [createIdempotency({ store, lease: retryLease }), createIdempotency({ store, lease: retryLease })];
     const outcomes = await Promise.all(
       Array.from({ length: 10 }, async (_, i) => {
         const engine = engines[i % 2]!;
