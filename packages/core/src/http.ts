@@ -708,14 +708,21 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         // A server error or a response that cannot be stored rolls the handler's writes back, so
         // the database never keeps the effects of an outcome that is not recorded with them. So
         // does a handler that said it had no effect: its key is released, and a retry runs again.
-        if (outcome.kind !== 'complete' || outcome.response.status >= 500 || noEffect.has(lease)) {
+        if (outcome.kind !== 'complete' || noEffect.has(lease)) {
           failed = outcome;
           throw new RolledBack();
         }
         const response = { ...outcome.response, headers: pick(outcome.response.headers, allow) };
         // Over the store's own cap, as over maxResponseBytes: it cannot be stored with the writes.
+        // Asked before the status: a 5xx over the cap is no more storable than a 201, and served as
+        // written (below) it would be settled as too large after the rollback, its key released
+        // under the date its head announced.
         if (overStoreCap(response)) {
           failed = { kind: 'unstorable', reason: 'too-large', status: response.status };
+          throw new RolledBack();
+        }
+        if (response.status >= 500) {
+          failed = outcome;
           throw new RolledBack();
         }
         return { value: undefined, response, outcome: { thrown: thrown() } };

@@ -441,26 +441,32 @@ describe('Idempotency-Expires on an answer that is no outcome', () => {
 
 describe('the bytes a captured response stores', () => {
   it("held: a response over the store's declared cap rolls back and is answered 503, as one over maxResponseBytes; the retry runs", async () => {
-    // The store declares a cap it does not enforce itself: only the HTTP layer's check can refuse.
-    const store = Object.assign(transactionalMemoryStore(), { maxResponseBytes: 200 });
-    const served = await serve({
-      store,
-      hold: true,
-      answer: (res) => {
-        res.statusCode = 201;
-        res.end('x'.repeat(500));
-      },
-    });
-    try {
-      const first = await served.post('capped');
-      expect(first.status).toBe(503);
-      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable' });
-      expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
-      expect(served.events.some((event) => event.type === 'store-error')).toBe(false);
-      expect((await served.post('capped')).status).toBe(503);
-      expect(served.runs()).toBe(2);
-    } finally {
-      await served.close();
+    // A 5xx too: under the cap it is served as written and stored, over it nothing can be stored.
+    for (const status of [201, 500]) {
+      // The store declares a cap it does not enforce itself: only the HTTP layer's check can refuse.
+      const store = Object.assign(transactionalMemoryStore(), { maxResponseBytes: 200 });
+      const served = await serve({
+        store,
+        hold: true,
+        advertiseExpiry: true,
+        answer: (res) => {
+          res.statusCode = status;
+          res.end('x'.repeat(500));
+        },
+      });
+      try {
+        const first = await served.post('capped');
+        expect(first.status, String(status)).toBe(503);
+        expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable' });
+        // The key is released: no date is announced for it.
+        expect(first.headers['idempotency-expires']).toBeUndefined();
+        expect(served.notStored()).toMatchObject([{ reason: 'too-large', status }]);
+        expect(served.events.some((event) => event.type === 'store-error')).toBe(false);
+        expect((await served.post('capped')).status).toBe(503);
+        expect(served.runs()).toBe(2);
+      } finally {
+        await served.close();
+      }
     }
   });
 
