@@ -94,7 +94,18 @@ export interface IdempotencyContext {
    * transactional mode the handler's writes roll back, and the response is served as written, but
    * for a live feed: its events are never held, so it is still refused 503. Call it before the
    * response ends; after that it changes nothing. With `advertiseExpiry`, call it before the head
-   * goes out too, or the head announces a date (a held response takes it back).
+   * goes out too, or the head announces a date (a held response takes it back). Called after the
+   * response ended, it warns once (`IDEM_LATE_RELEASE`). Like `keyFor`, it works detached from the
+   * context (`const { release } = req.idempotency`).
+   *
+   * @example
+   * app.post('/charges', async (req, res) => {
+   *   if (!(await payments.healthy())) {
+   *     req.idempotency?.release(); // nothing was charged: the retry must run
+   *     return res.status(503).set('Retry-After', '5').json({ error: 'payments_unavailable' });
+   *   }
+   *   res.status(201).json(await payments.charge(req.body));
+   * });
    */
   release(): void;
 }
@@ -586,8 +597,18 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       noEffect.has(lease) ? undefined : expiryOf(lease.operation, status);
   // The leases whose response has ended: a release() after that changes nothing, held or not.
   const ended = new WeakSet<Lease>();
+  let warnedLateRelease = false;
   const sayNoEffect = (lease: Lease) => {
-    if (!ended.has(lease)) noEffect.add(lease);
+    if (!ended.has(lease)) {
+      noEffect.add(lease);
+      return;
+    }
+    // Too late: the answer is settled (stored, most often). Silent, this mistake would only show
+    // as a retry that replays what the handler said must not be kept.
+    if (!warnedLateRelease) {
+      warnedLateRelease = true;
+      process.emitWarning(lateReleaseWarning, { code: 'IDEM_LATE_RELEASE' });
+    }
   };
   const overStoreCap = (response: StoredResponse) => storeCap !== undefined && storedResponseSize(response) > storeCap;
   // Releases the key of an execution whose handler said it had no effect, then says so as a policy
@@ -822,6 +843,8 @@ class ExecutionContext implements IdempotencyContext {
   tx: unknown = undefined;
   readonly #lease: Lease;
   readonly #sayNoEffect: (lease: Lease) => void;
+  #release: (() => void) | undefined = undefined;
+  #keyFor: ((purpose: string) => string) | undefined = undefined;
 
   constructor(
     public key: string,
@@ -833,16 +856,22 @@ class ExecutionContext implements IdempotencyContext {
     this.#sayNoEffect = sayNoEffect;
   }
 
-  release(): void {
-    this.#sayNoEffect(this.#lease);
+  // The methods are bound to their execution on first use, so a handler may take them off the
+  // context (`const { release } = req.idempotency`): unbound, `release()` threw, Express answered
+  // 500, and the policy stored the very answer the handler said must not be kept. Made on first use,
+  // since most handlers call neither.
+  get release(): () => void {
+    if (this.#release === undefined) this.#release = () => this.#sayNoEffect(this.#lease);
+    return this.#release;
   }
 
   get signal(): AbortSignal {
     return this.#lease.signal;
   }
 
-  keyFor(purpose: string): string {
-    return downstreamKey(this.#lease, purpose);
+  get keyFor(): (purpose: string) => string {
+    if (this.#keyFor === undefined) this.#keyFor = (purpose) => downstreamKey(this.#lease, purpose);
+    return this.#keyFor;
   }
 }
 
@@ -1745,5 +1774,8 @@ function giveUp(state: CaptureState) {
 
 // A configuration mistake: a route given its own instance (for its own retention, say) behind an
 // app-wide one, whose settings then apply. Said once per instance, with what to change.
+const lateReleaseWarning =
+  'release() was called after the response ended, so it changed nothing: the outcome was already settled (stored, unless the policy released it). Call it before the response ends.';
+
 const stackedWarning =
   'Two idempotency middlewares handle one request: the first one governs it and the second steps aside, so its settings do not apply. Mount one instance per route: give a route its own instance only where no app-wide one runs.';

@@ -375,6 +375,41 @@ describe('release() on the context', () => {
     }
   });
 
+  it('release() and keyFor() work taken off the context; release() after the end warns once and changes nothing', async () => {
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    const keys: string[] = [];
+    const served = await serve({
+      answer: (res, run, _capture, context) => {
+        const { release, keyFor } = context;
+        keys.push(keyFor('charge'));
+        res.statusCode = 503;
+        if (run <= 2) release();
+        res.end(`run ${run}`);
+        // Too late for runs 3 and 4: their answers are settled (stored) when the response ends.
+        if (run >= 3) release();
+      },
+    });
+    try {
+      expect((await served.post('detached')).body.toString()).toBe('run 1');
+      expect((await served.post('detached')).body.toString()).toBe('run 2');
+      expect(served.events.filter((event) => event.type === 'not-stored')).toHaveLength(2);
+      expect((await served.post('late')).body.toString()).toBe('run 3');
+      const replayed = await served.post('late');
+      expect([replayed.headers['idempotent-replayed'], replayed.body.toString()]).toEqual(['true', 'run 3']);
+      expect((await served.post('late-too')).body.toString()).toBe('run 4');
+      expect(served.runs()).toBe(4);
+      // The same downstream key on every run of one request.
+      expect(keys[0]).toBe(keys[1]);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_LATE_RELEASE')).toHaveLength(1);
+    } finally {
+      process.off('warning', onWarning);
+      await served.close();
+    }
+  });
+
   it('held: release() takes back only the date the capture announced, not one the handler set', async () => {
     const served = await serve({
       hold: true,
