@@ -27,7 +27,8 @@ interface EventBase {
  *   closed before its head went out and can never be ended (`closed`: the server destroyed it).
  *   For `too-large` and `streaming` the operation ran, and the outcome policy decides as for the
  *   status sent: `complete` follows (status 500: the key is kept, and its retries get
- *   `response_not_replayable`), or `release` and `not-stored`. Every other reason releases the key.
+ *   `response_not_replayable`), or `release` and `not-stored`. In transactional mode they always
+ *   release it: the handler's writes rolled back, so nothing ran. Every other reason releases the key.
  */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claim'; durationMs: number })
