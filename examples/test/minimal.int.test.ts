@@ -38,10 +38,14 @@ async function start(name: (typeof examples)[number]): Promise<string> {
   return `http://127.0.0.1:${port}/charges`;
 }
 
-const charge = (url: string, key: string | undefined, body: string) =>
+const charge = (url: string, key: string | undefined, body: string, customer: string | null = 'c1') =>
   fetch(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-customer': 'c1', ...(key ? { 'idempotency-key': key } : {}) },
+    headers: {
+      'content-type': 'application/json',
+      ...(customer === null ? {} : { 'x-customer': customer }),
+      ...(key ? { 'idempotency-key': key } : {}),
+    },
     body,
   });
 
@@ -51,7 +55,7 @@ describe.each(examples)('examples/%s', (name) => {
     expect(source.trimEnd().split('\n').length).toBeLessThan(40);
   });
 
-  it('runs POST /charges once per key: 201, the replay, 422 for another body, 400 without a key', async () => {
+  it('runs POST /charges once per key: 201, the replay, 422 for another body, 400 without a key, 401 without a caller', async () => {
     const url = await start(name);
     const first = await charge(url, 'k1', '{"amount":100}');
     expect(first.status).toBe(201);
@@ -72,5 +76,10 @@ describe.each(examples)('examples/%s', (name) => {
     expect((await charge(url, undefined, '{"amount":100}')).status).toBe(400);
     // A new key is a new charge.
     expect(JSON.parse(await (await charge(url, 'k2', '{"amount":5}')).text())).toEqual({ id: 'ch_2', amount: 5 });
+    // No demo caller, as no token: 401 before any key is looked at, and nothing runs.
+    const stranger = await charge(url, 'k3', '{"amount":5}', null);
+    expect(stranger.status).toBe(401);
+    expect(await stranger.json()).toEqual({ error: 'send x-customer: <id>' });
+    expect(JSON.parse(await (await charge(url, 'k4', '{"amount":6}')).text())).toEqual({ id: 'ch_3', amount: 6 });
   });
 });

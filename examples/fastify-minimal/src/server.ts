@@ -5,7 +5,11 @@ import Fastify from 'fastify';
 const app = Fastify();
 let count = 0;
 
-// In production the guard sets request.auth, the default scope; here a demo caller header stands in.
+// In production the guard sets request.auth, the default scope; here a demo caller header stands in,
+// and a request without it is turned away first, as the guard turns away one without a token.
+app.addHook('onRequest', async (request, reply) => {
+  if (!request.headers['x-customer']) return reply.code(401).send({ error: 'send x-customer: <id>' });
+});
 await app.register(idempotency, {
   store: memoryStore(),
   scope: (request) => request.headers['x-customer']?.toString(),

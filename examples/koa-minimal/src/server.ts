@@ -6,7 +6,13 @@ import Koa from 'koa';
 const app = new Koa();
 let count = 0;
 
-// In production the guard sets ctx.state.auth, the default scope; here a demo caller header stands in.
+// In production the guard sets ctx.state.auth, the default scope; here a demo caller header stands in,
+// and a request without it is turned away first, as the guard turns away one without a token.
+app.use(async (ctx, next) => {
+  if (ctx.get('x-customer')) return next();
+  ctx.status = 401;
+  ctx.body = { error: 'send x-customer: <id>' };
+});
 app.use(idempotency({ store: memoryStore(), scope: (ctx) => ctx.get('x-customer') || undefined }));
 
 app.use(async (ctx) => {
