@@ -1,17 +1,23 @@
-import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
+import * as zlib from 'node:zlib';
 
 type Decoder = (bytes: Uint8Array, options: { maxOutputLength: number }) => Buffer;
 
+// zstd (RFC 8878) from Node 22.15 on, where body-parser 2.4 decodes it too. Read off the namespace:
+// a named import of it would not even load on an older runtime, which leaves such a body as it came.
+const zstdDecompressSync: Decoder | undefined = (zlib as Partial<typeof zlib>).zstdDecompressSync;
+
 // The content codings Node can undo without a dependency (RFC 9110 section 8.4.1).
 const decoders: Record<string, Decoder> = {
-  gzip: gunzipSync,
-  'x-gzip': gunzipSync,
-  deflate: inflateSync,
-  br: brotliDecompressSync,
+  gzip: zlib.gunzipSync,
+  'x-gzip': zlib.gunzipSync,
+  deflate: zlib.inflateSync,
+  br: zlib.brotliDecompressSync,
+  ...(zstdDecompressSync === undefined ? {} : { zstd: zstdDecompressSync }),
 };
 
 /**
- * The decoder of one content coding (`gzip`, `x-gzip`, `deflate`, `br`, lower case), or undefined.
+ * The decoder of one content coding (`gzip`, `x-gzip`, `deflate`, `br`, and `zstd` where the
+ * runtime has it; lower case), or undefined.
  * Pass `maxOutputLength`: a small compressed body can inflate without bound.
  *
  * @example
