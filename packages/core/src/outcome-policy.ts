@@ -38,8 +38,9 @@ export type OutcomePolicy = 'all' | 'success' | 'stripe' | ((outcome: Outcome) =
  *   except 401, 403 and 429, which say the request was refused before doing anything, so a retry
  *   with a fixed token or after a pause must be able to run.
  * - `success`: only 2xx is stored (Checkout.com, express-idempotency); anything else releases.
- * - `stripe`: Stripe's documented behaviour: everything once execution began, including 500s,
- *   but not 401, 429 nor a thrown handler (which Stripe never sees as an execution).
+ * - `stripe`: close to Stripe's documented behaviour: everything once execution began, including
+ *   500s, but not 401 or 429. One departure: a thrown handler is released (read as a crash before
+ *   any effect, so its retry runs), where Stripe keeps its 500 too; `all` keeps it.
  */
 export function resolveOutcomePolicy(policy: OutcomePolicy): (outcome: Outcome) => OutcomeDecision {
   if (typeof policy === 'function') return policy;
