@@ -28,10 +28,38 @@ export interface RequestParts {
 export interface FingerprintOptions {
   /**
    * JSON Pointers (RFC 6901) of body fields to leave out, for volatile fields such as a client
-   * timestamp or nonce: `['/sentAt', '/meta/nonce']`. Only applies to JSON bodies.
+   * timestamp or nonce: `['/sentAt', '/meta/nonce']`. Only applies to JSON bodies. A `*` token where
+   * the body has an array stands for each of its items: the pointer of the tokens `items`, `*` and
+   * `clientRef` leaves out the `clientRef` of every item (an array index is digits only, so no
+   * pointer meant otherwise; on an object, `*` is the member named `*`, as RFC 6901 has it).
    */
   exclude?: readonly string[];
 }
+
+/**
+ * Checks the `exclude` of {@link FingerprintOptions} once, when a middleware is made: each entry a
+ * JSON Pointer (RFC 6901: empty, or `/` then tokens where `~` only starts `~0` or `~1`). A pointer
+ * that is not one (`'sentAt'` without its slash) would exclude nothing, and every retry that changed
+ * the field would be refused 422 for no reason the developer could see. Throws a `TypeError`.
+ *
+ * @example
+ * checkExcludes(['/sentAt', '/meta/nonce']); // fine
+ * checkExcludes(['sentAt']); // TypeError
+ */
+export function checkExcludes(exclude: unknown, name = 'fingerprint.exclude'): readonly string[] | undefined {
+  if (exclude === undefined) return undefined;
+  if (!Array.isArray(exclude)) throw new TypeError(`${name} must be an array of JSON Pointers`);
+  for (const pointer of exclude) {
+    if (typeof pointer !== 'string' || !jsonPointer.test(pointer)) {
+      throw new TypeError(
+        `${name} holds ${JSON.stringify(pointer)}, which is no JSON Pointer (RFC 6901): write '/field/sub', '~1' for '/' and '~0' for '~'`,
+      );
+    }
+  }
+  return exclude as readonly string[];
+}
+
+const jsonPointer = /^(\/([^~/]|~[01])*)*$/;
 
 const textDecoder = new TextDecoder('utf-8', { fatal: true });
 
@@ -324,15 +352,32 @@ function withoutPointers(value: unknown, pointers: readonly string[]): unknown {
       .slice(1)
       .split('/')
       .map((token) => token.replaceAll('~1', '/').replaceAll('~0', '~'));
-    let parent: unknown = copy;
-    for (let i = 0; i < path.length - 1 && parent !== null && typeof parent === 'object'; i++) {
-      parent = (parent as Record<string, unknown>)[path[i] as string];
-    }
-    const last = path[path.length - 1] as string;
-    if (parent !== null && typeof parent === 'object' && Object.hasOwn(parent, last)) {
-      if (Array.isArray(parent)) parent.splice(Number(last), 1);
-      else delete (parent as Record<string, unknown>)[last];
-    }
+    remove(copy, path, 0);
   }
   return copy;
+}
+
+// RFC 6901's array index: no sign, no leading zero (`length` or `01` names no item).
+const arrayIndex = /^(0|[1-9]\d*)$/;
+
+// Removes what `path` (from token `at` on) points to below `node`, where it exists. Recursion is
+// bounded by the pointer's length, which the developer wrote, not by the body.
+function remove(node: unknown, path: readonly string[], at: number): void {
+  if (node === null || typeof node !== 'object') return;
+  const token = path[at] as string;
+  const last = at === path.length - 1;
+  if (Array.isArray(node)) {
+    if (token === '*') {
+      if (last) node.length = 0;
+      else for (const item of node) remove(item, path, at + 1);
+      return;
+    }
+    if (!arrayIndex.test(token) || Number(token) >= node.length) return;
+    if (last) node.splice(Number(token), 1);
+    else remove(node[Number(token)], path, at + 1);
+    return;
+  }
+  if (!Object.hasOwn(node, token)) return;
+  if (last) delete (node as Record<string, unknown>)[token];
+  else remove((node as Record<string, unknown>)[token], path, at + 1);
 }

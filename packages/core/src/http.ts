@@ -1,4 +1,4 @@
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { isBodyRefusal, type RequestBodyFacts, refusesRequestBody } from './body-refusal.js';
 import { decoderOf, negotiatedBody } from './content-coding.js';
@@ -13,7 +13,7 @@ import {
 } from './engine.js';
 import { IdempotencyError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason } from './events.js';
-import { type FingerprintOptions, fingerprintRequest, isJsonContentType } from './fingerprint.js';
+import { checkExcludes, type FingerprintOptions, fingerprintRequest, isJsonContentType } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
@@ -47,8 +47,12 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
   transactional?: boolean;
   /** Accept only RFC 9651 sf-string keys (`"abc"`). Default false. */
   strictKeys?: boolean;
-  /** Fingerprint options, e.g. JSON Pointers of volatile body fields to leave out. */
-  fingerprint?: FingerprintOptions;
+  /**
+   * What the request's identity leaves out or takes in besides method, route, path, query, media
+   * type and body: `{ exclude: ['/sentAt'] }` (JSON Pointers of volatile body fields), `{ headers:
+   * ['api-version'] }` (request headers whose values are part of it).
+   */
+  fingerprint?: HttpFingerprintOptions;
   /**
    * Tell the client how long its key is kept: a first execution whose outcome the policy stores gets
    * `Idempotency-Expires` (an HTTP-date, as `Expires` has it) when its head goes out, and its replays
@@ -57,6 +61,20 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
    * with the key until then replays (barring clock skew between the two). Default false.
    */
   advertiseExpiry?: boolean;
+}
+
+/** The fingerprint options of the HTTP layer: {@link FingerprintOptions} and request headers. */
+export interface HttpFingerprintOptions extends FingerprintOptions {
+  /**
+   * Request headers whose values are part of the request's identity, by name (any case): an API
+   * version (`'api-version'`, `'stripe-version'`), a tenant or account switch. The same key sent
+   * with another value is another request (422); an absent header and an empty one are alike.
+   * Headers that change from one attempt to the next are refused at construction (a `TypeError`):
+   * credentials (`authorization`, `cookie`, `dpop`), the key itself, per-attempt ids and trace
+   * context, dates, and framing (`content-length`, `transfer-encoding`), since every honest retry
+   * would be refused 422.
+   */
+  headers?: readonly string[];
 }
 
 /**
@@ -157,6 +175,11 @@ export interface HttpRequestInfo {
   json?: unknown;
   /** The caller, from the `scope` option or the default principal; undefined when unknown. */
   scope: string | undefined;
+  /**
+   * The request's headers (Node's `req.headers`), read only for the names in `fingerprint.headers`.
+   * Required when that option names any.
+   */
+  headers?: IncomingHttpHeaders;
 }
 
 /** The outcome of {@link HttpIdempotency.begin}. */
@@ -370,6 +393,50 @@ export const defaultReplayHeaders = [
 const neverReplayed =
   /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|traceparent|tracestate|x-ratelimit-.*|ratelimit.*|retry-after)$/;
 
+// Request headers that differ between attempts of one operation: in the identity, every retry would
+// be another request (422). Credentials rotate, ids and trace context are per attempt, framing is
+// per message.
+const perAttempt =
+  /^(authorization|proxy-authorization|cookie|dpop|idempotency-key|date|content-length|transfer-encoding|connection|keep-alive|te|expect|upgrade|x-request-id|request-id|x-correlation-id|traceparent|tracestate|baggage|x-amzn-trace-id|x-b3-.*|b3|x-cloud-trace-context|x-forwarded-.*|forwarded|x-real-ip)$/;
+
+// Header names as RFC 9110 has them (a token), checked once so that a typo cannot silently match nothing.
+const headerName = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+
+/** The names of `fingerprint.headers`, lower case, checked: see {@link HttpFingerprintOptions.headers}. */
+function checkIdentityHeaders(names: unknown): readonly string[] | undefined {
+  if (names === undefined) return undefined;
+  if (!Array.isArray(names)) throw new TypeError('fingerprint.headers must be an array of header names');
+  const lower = new Set<string>();
+  for (const name of names) {
+    const header = typeof name === 'string' ? name.toLowerCase() : '';
+    if (!headerName.test(header))
+      throw new TypeError(`fingerprint.headers holds ${JSON.stringify(name)}, no header name`);
+    if (perAttempt.test(header)) {
+      throw new TypeError(
+        `fingerprint.headers must not include ${header}: it changes from one attempt to the next, so every retry would be refused 422`,
+      );
+    }
+    lower.add(header);
+  }
+  return lower.size === 0 ? undefined : [...lower];
+}
+
+// The values of the identity headers, by name: a repeated field as Node joins it (`, `).
+function identityOf(
+  names: readonly string[],
+  headers: IncomingHttpHeaders | undefined,
+): Record<string, string | undefined> {
+  if (headers === undefined) {
+    throw new TypeError('fingerprint.headers is set, but the adapter passed no request headers to begin()');
+  }
+  const values: Record<string, string | undefined> = {};
+  for (const name of names) {
+    const value = headers[name];
+    values[name] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  return values;
+}
+
 const MIB = 1_048_576;
 
 /** The header of `advertiseExpiry`. */
@@ -444,6 +511,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     allow.add(lower);
   }
   const strictKeys = options.strictKeys ?? false;
+  // Checked here, once: a pointer or a header name that means nothing would only show as 422s.
+  checkExcludes(options.fingerprint?.exclude);
+  const identityHeaders = checkIdentityHeaders(options.fingerprint?.headers);
   const advertiseExpiry = options.advertiseExpiry ?? false;
   if (typeof advertiseExpiry !== 'boolean') throw new TypeError('advertiseExpiry must be a boolean');
   // The announced expiry is stored with the response, so replays carry it too.
@@ -562,6 +632,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         contentType: request.contentType,
         body,
         json,
+        headers: identityHeaders === undefined ? undefined : identityOf(identityHeaders, request.headers),
       },
       options.fingerprint,
     );

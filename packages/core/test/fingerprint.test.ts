@@ -372,6 +372,30 @@ describe('fingerprintRequest edges', () => {
     expect(fp('{"a~1b":1,"a/b":1}')).not.toBe(fp('{"a~1b":1,"a/b":2}'));
   });
 
+  it('a * token stands for every item of an array, and only of an array', () => {
+    const fp = (body: unknown, exclude: string[]) => fingerprintRequest({ ...base, json: body }, { exclude });
+    const lines = (refs: string[], skus = ['a', 'b']) => ({ lines: skus.map((sku, i) => ({ sku, ref: refs[i] })) });
+    const each = ['/lines/*/ref'];
+    expect(fp(lines(['x', 'y']), each)).toBe(fp(lines(['p', 'q']), each));
+    expect(fp(lines(['x', 'y']), each)).not.toBe(fp(lines(['x', 'y'], ['a', 'c']), each));
+    // Nested wildcards, and one at the end (which leaves an empty array, still not a missing one).
+    const nested = (n: string) => ({ a: [{ b: [{ c: n, d: 1 }] }, { b: [{ c: n, d: 2 }] }] });
+    expect(fp(nested('x'), ['/a/*/b/*/c'])).toBe(fp(nested('y'), ['/a/*/b/*/c']));
+    expect(fp({ tags: ['t1'] }, ['/tags/*'])).toBe(fp({ tags: ['t2', 't3'] }, ['/tags/*']));
+    expect(fp({ tags: ['t1'] }, ['/tags/*'])).not.toBe(fp({}, ['/tags/*']));
+    // On an object, * is the member named "*".
+    expect(fp({ m: { '*': 1, k: 1 } }, ['/m/*'])).toBe(fp({ m: { '*': 2, k: 1 } }, ['/m/*']));
+    expect(fp({ m: { '*': 1, k: 1 } }, ['/m/*'])).not.toBe(fp({ m: { '*': 1, k: 2 } }, ['/m/*']));
+  });
+
+  it('an array token is an index as RFC 6901 writes one: no sign, no leading zero, not length', () => {
+    const fp = (body: unknown, pointer: string) => fingerprintRequest({ ...base, json: body }, { exclude: [pointer] });
+    expect(fp({ t: ['a', 'b'] }, '/t/1')).toBe(fp({ t: ['a', 'c'] }, '/t/1'));
+    for (const pointer of ['/t/01', '/t/-1', '/t/length', '/t/2', '/t/1.0']) {
+      expect(fp({ t: ['a', 'b'] }, pointer), pointer).not.toBe(fp({ t: ['a', 'c'] }, pointer));
+    }
+  });
+
   it('an exclusion that is not a JSON Pointer (no leading /) excludes nothing', () => {
     const fp = (body: string) => fingerprintRequest({ ...base, body }, { exclude: ['xamount'] });
     expect(fp('{"amount":1}')).not.toBe(fp('{"amount":2}'));

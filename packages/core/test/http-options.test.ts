@@ -39,4 +39,53 @@ describe('createHttpIdempotency options', () => {
       );
     }
   });
+
+  it('refuses fingerprint.exclude entries that are no JSON Pointer, at construction', () => {
+    const made = (exclude: unknown) => () =>
+      createHttpIdempotency({ store: memoryStore(), fingerprint: { exclude } as never });
+    for (const bad of [['sentAt'], ['/a~2b'], ['/a~'], [1], '/sentAt', [null]]) {
+      expect(made(bad), JSON.stringify(bad)).toThrow(TypeError);
+    }
+    expect(made(['sentAt'])).toThrow(/no JSON Pointer/);
+    for (const good of [[], [''], ['/'], ['/sentAt', '/items/*/nonce', '/a~0b~1c', '/0']]) {
+      expect(made(good), JSON.stringify(good)).not.toThrow();
+    }
+  });
+
+  it('refuses fingerprint.headers that are no header names, or change from one attempt to the next', () => {
+    const made = (headers: unknown) => () =>
+      createHttpIdempotency({ store: memoryStore(), fingerprint: { headers } as never });
+    for (const bad of [
+      ['Authorization'],
+      ['cookie'],
+      ['Idempotency-Key'],
+      ['traceparent'],
+      ['x-forwarded-for'],
+      ['DPoP'],
+    ]) {
+      expect(made(bad), String(bad)).toThrow(/changes from one attempt to the next/);
+    }
+    for (const bad of [['api version'], [''], [42], 'api-version', ['x:y']]) {
+      expect(made(bad), JSON.stringify(bad)).toThrow(TypeError);
+    }
+    for (const good of [[], ['API-Version'], ['stripe-version', 'x-tenant', 'Stripe-Version']]) {
+      expect(made(good), JSON.stringify(good)).not.toThrow();
+    }
+  });
+
+  it('fingerprint.headers needs the request headers from the adapter, and reads them in any case', async () => {
+    const http = createHttpIdempotency({ store: memoryStore(), fingerprint: { headers: ['API-Version'] } });
+    const request = {
+      method: 'POST',
+      route: '/charges',
+      path: '/charges',
+      query: '',
+      contentType: undefined,
+      keyHeader: 'k-h',
+      body: undefined,
+      scope: 'caller',
+    };
+    await expect(http.begin(request)).rejects.toThrow(/passed no request headers/);
+    expect((await http.begin({ ...request, headers: { 'api-version': ['1', '2'] } })).kind).toBe('execute');
+  });
 });

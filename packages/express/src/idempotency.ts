@@ -76,6 +76,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
       // Read only once the key and the caller passed: a bad key costs no body read.
       body: readBody.bind(req, http.maxBodyBytes),
       scope: http.scope ? http.scope(req) : principalScope((req as { auth?: unknown }).auth),
+      headers: req.headers,
     });
     if (started.kind === 'pass') {
       next();

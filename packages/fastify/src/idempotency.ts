@@ -381,6 +381,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
           body: body !== undefined && body.length > 0 ? body : undefined,
           json,
           scope: scope ? scope(request) : principalScope((request as { auth?: unknown }).auth),
+          headers: request.headers,
         },
         overrides,
       )

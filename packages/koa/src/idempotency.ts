@@ -223,6 +223,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       // Read only once the key and the caller passed: a bad key costs no body read.
       body: readBody.bind(ctx, http.maxBodyBytes),
       scope: http.scope ? http.scope(ctx) : principalScope(ctx.state?.auth),
+      headers: ctx.req.headers,
     });
     if (started.kind === 'pass') return next();
     if (started.kind === 'respond') return answer(ctx, started.response);

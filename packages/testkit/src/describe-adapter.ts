@@ -1384,6 +1384,56 @@ export function describeAdapter(
       });
     });
 
+    it('fingerprint.exclude with a * token: a field of every array item is left out; the items themselves still count', async () => {
+      const batch = (nonces: string[], skus = ['a', 'b']) =>
+        JSON.stringify({ items: skus.map((sku, i) => ({ sku, nonce: nonces[i] ?? 'n' })) });
+      await withWorld(
+        async (world) => {
+          expect((await world.send('/charges', { key: 'batch-1', body: batch(['x', 'y']) })).status).toBe(201);
+          const again = await world.send('/charges', { key: 'batch-1', body: batch(['p', 'q']) });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          for (const body of [
+            batch(['x', 'y'], ['a', 'c']),
+            batch(['x'], ['a']),
+            batch(['x', 'y', 'z'], ['a', 'b', 'c']),
+          ]) {
+            expectProblem(await world.send('/charges', { key: 'batch-1', body }), 422, 'fingerprint_mismatch');
+          }
+          expect(world.server.executions()).toBe(1);
+        },
+        { fingerprint: { exclude: ['/items/*/nonce'] } },
+      );
+    });
+
+    it('fingerprint.headers: the named request headers are part of the identity; another value is another request (422)', async () => {
+      await withWorld(
+        async (world) => {
+          const v1 = { 'api-version': '2024-01-01' };
+          const first = await world.send('/charges', { key: 'versioned-1', headers: v1 });
+          expect(first.status).toBe(201);
+          // Any spelling of the name on the wire is the same header.
+          const again = await world.send('/charges', { key: 'versioned-1', headers: { 'API-Version': '2024-01-01' } });
+          expect(again.headers['idempotent-replayed']).toBe('true');
+          expect(again.body.equals(first.body)).toBe(true);
+          // A header not named changes nothing.
+          const traced = await world.send('/charges', { key: 'versioned-1', headers: { ...v1, 'x-client': 'other' } });
+          expect(traced.headers['idempotent-replayed']).toBe('true');
+          expectProblem(
+            await world.send('/charges', { key: 'versioned-1', headers: { 'api-version': '2025-06-01' } }),
+            422,
+            'fingerprint_mismatch',
+          );
+          expectProblem(await world.send('/charges', { key: 'versioned-1' }), 422, 'fingerprint_mismatch');
+          // Without the header, absent and empty are one identity.
+          expect((await world.send('/charges', { key: 'versionless-1' })).status).toBe(201);
+          const empty = await world.send('/charges', { key: 'versionless-1', headers: { 'api-version': '' } });
+          expect(empty.headers['idempotent-replayed']).toBe('true');
+          expect(world.server.executions()).toBe(2);
+        },
+        { fingerprint: { headers: ['Api-Version'] } },
+      );
+    });
+
     it('fingerprint.exclude: a retry differing only in an excluded field replays; any other change is 422 (19)', async () => {
       const sentAt = (seconds: number) => `2026-01-01T00:00:${String(seconds).padStart(2, '0')}Z`;
       await withWorld(
