@@ -5,6 +5,7 @@ import {
   forwardHeaders as forwardGuardHeaders,
   type Guard,
   GuardError,
+  type GuardGlueOptions,
   type GuardOptions,
   type GuardRequest,
   guardRequestFromNode,
@@ -12,27 +13,18 @@ import {
   type InternalVerifierOptions,
   isGuard,
   joinHeaderValues,
+  optionalGuard,
   type Principal,
   type Requirement,
 } from '@idem/guard';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { guardOf, sendGuardError } from './auth-state.js';
 
 declare module 'express-serve-static-core' {
   interface Request {
     /** The caller, set by `guard()` or `internalAuth()`; the idempotency middleware scopes keys by it. */
     auth?: Principal;
   }
-}
-
-// The guard that authenticated a request, so `authorize()` answers with the same realm.
-const guardOf = new WeakMap<Request, Guard>();
-
-function sendGuardError(res: Response, error: GuardError): void {
-  res.status(error.status);
-  res.setHeader('WWW-Authenticate', error.wwwAuthenticate);
-  res.setHeader('Cache-Control', 'no-store');
-  res.setHeader('Content-Type', 'application/problem+json');
-  res.end(JSON.stringify(error.toProblem()));
 }
 
 function view(req: Request, guard?: Guard): GuardRequest {
@@ -42,10 +34,16 @@ function view(req: Request, guard?: Guard): GuardRequest {
   });
 }
 
-function authenticateWith(instance: Guard): RequestHandler {
+function authenticateWith(instance: Guard, optional = false): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
+    const request = view(req, instance);
+    if (optional && !instance.carriesCredentials(request)) {
+      guardOf.set(req, instance);
+      next();
+      return;
+    }
     instance
-      .authenticate(view(req, instance))
+      .authenticate(request)
       .then((result) => {
         if (!result.ok) {
           sendGuardError(res, result.error);
@@ -73,8 +71,9 @@ function authenticateWith(instance: Guard): RequestHandler {
  * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
  * app.post('/orders', authorize(requireScopes('orders:write')), (req, res) => res.json({ by: req.auth?.sub }));
  */
-export function guard(options: GuardOptions | Guard): RequestHandler {
-  return authenticateWith(isGuard(options) ? options : createGuard(options));
+export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): RequestHandler {
+  const instance = isGuard(options) ? options : createGuard(options);
+  return authenticateWith(instance, optionalGuard(glue, instance));
 }
 
 /**
@@ -141,3 +140,5 @@ export function forwardHeaders(req: Request, options: GlueForwardOptions): Promi
     throw new TypeError('forwardHeaders needs an issuer, or a guard created with internalTokens');
   return instance.forwardHeaders(req.headers, req.auth, options).then(joinHeaderValues);
 }
+
+export type { GuardGlueOptions } from '@idem/guard';

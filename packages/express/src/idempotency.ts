@@ -12,6 +12,7 @@ import {
   writeResponse,
 } from '@idem/core';
 import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express';
+import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
 declare module 'express-serve-static-core' {
   interface Request {
@@ -58,6 +59,13 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
   const http = createHttpIdempotency<Request>(options);
 
   const run = async (req: Request, res: Response, next: NextFunction) => {
+    // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
+    // answered as that guard answers a request without a token, not as a server without a scope.
+    const anonymous = http.scope === undefined ? anonymousGuardOf(req) : undefined;
+    if (anonymous !== undefined) {
+      sendGuardError(res, anonymous.error('token_missing'));
+      return;
+    }
     const keyHeader = http.keyHeader(req);
     const url = req.originalUrl ?? req.url;
     const queryAt = url.indexOf('?');

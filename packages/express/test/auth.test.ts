@@ -1,8 +1,10 @@
 import type { AddressInfo } from 'node:net';
+import { memoryStore } from '@idem/core';
 import { requireRoles, requireScopes } from '@idem/guard';
 import express from 'express';
 import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
+import { idempotency } from '../src/idempotency.js';
 
 describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, hit }) => {
   const app = express();
@@ -37,6 +39,24 @@ describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, hit }) =>
   app.all('/dpop', guard(dpopGuard), (req, res) => {
     hit('dpop');
     res.json({ sub: req.auth?.sub });
+  });
+  const optional = guard(edge, { optional: true });
+  app.all('/optional', optional, (req, res) => {
+    hit('optional');
+    res.json({ sub: req.auth?.sub ?? null });
+  });
+  app.get('/optional-read', optional, authorize(requireScopes('orders:read')), (_req, res) => {
+    hit('optional-read');
+    res.json({ ok: true });
+  });
+  let charges = 0;
+  app.post('/optional-charge', optional, idempotency({ store: memoryStore() }), (req, res) => {
+    hit('optional-charge');
+    res.status(201).json({ sub: req.auth?.sub, n: ++charges });
+  });
+  app.all('/optional-dpop', guard(dpopGuard, { optional: true }), (req, res) => {
+    hit('optional-dpop');
+    res.json({ sub: req.auth?.sub ?? null });
   });
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));

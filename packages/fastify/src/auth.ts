@@ -5,6 +5,7 @@ import {
   forwardHeaders as forwardGuardHeaders,
   type Guard,
   GuardError,
+  type GuardGlueOptions,
   type GuardOptions,
   type GuardRequest,
   guardRequestFromNode,
@@ -12,11 +13,13 @@ import {
   type InternalVerifierOptions,
   isGuard,
   joinHeaderValues,
+  optionalGuard,
   type Principal,
   type Requirement,
 } from '@idem/guard';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { guardOf, sendGuardError } from './auth-state.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -33,18 +36,6 @@ declare module 'fastify' {
  */
 export type AuthHook = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
 
-// The guard that authenticated a request, so `authorize()` answers with the same realm.
-const guardOf = new WeakMap<FastifyRequest, Guard>();
-
-function sendGuardError(reply: FastifyReply, error: GuardError): FastifyReply {
-  return reply
-    .code(error.status)
-    .header('WWW-Authenticate', error.wwwAuthenticate)
-    .header('Cache-Control', 'no-store')
-    .type('application/problem+json')
-    .send(JSON.stringify(error.toProblem()));
-}
-
 function view(request: FastifyRequest, guard?: Guard): GuardRequest {
   return guardRequestFromNode(request.raw, {
     url: request.raw.url ?? request.url,
@@ -52,9 +43,14 @@ function view(request: FastifyRequest, guard?: Guard): GuardRequest {
   });
 }
 
-function authenticateWith(instance: Guard): AuthHook {
+function authenticateWith(instance: Guard, optional = false): AuthHook {
   return async (request, reply) => {
-    const result = await instance.authenticate(view(request, instance));
+    const seen = view(request, instance);
+    if (optional && !instance.carriesCredentials(seen)) {
+      guardOf.set(request, instance);
+      return undefined;
+    }
+    const result = await instance.authenticate(seen);
     if (!result.ok) return sendGuardError(reply, result.error);
     request.auth = result.principal;
     guardOf.set(request, instance);
@@ -78,8 +74,9 @@ function authenticateWith(instance: Guard): AuthHook {
  * const verify = guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] });
  * app.post('/orders', { onRequest: [verify, authorize(requireScopes('orders:write'))] }, async (request) => ({ by: request.auth?.sub }));
  */
-export function guard(options: GuardOptions | Guard): AuthHook {
-  return authenticateWith(isGuard(options) ? options : createGuard(options));
+export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): AuthHook {
+  const instance = isGuard(options) ? options : createGuard(options);
+  return authenticateWith(instance, optionalGuard(glue, instance));
 }
 
 /**
@@ -177,3 +174,5 @@ export function forwardHeaders(request: FastifyRequest, options: GlueForwardOpti
     throw new TypeError('forwardHeaders needs an issuer, or a guard created with internalTokens');
   return instance.forwardHeaders(request.headers, request.auth, options).then(joinHeaderValues);
 }
+
+export type { GuardGlueOptions } from '@idem/guard';

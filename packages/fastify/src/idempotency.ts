@@ -18,6 +18,7 @@ import {
 } from '@idem/core';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
 /**
  * The plugin options a route may set for itself in `config.idempotency`: how long its outcomes are
@@ -356,6 +357,13 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
     const scope = route.scope ?? own.scope;
+    // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
+    // answered as that guard answers a request without a token, not as a server without a scope.
+    const anonymous = scope === undefined ? anonymousGuardOf(request) : undefined;
+    if (anonymous !== undefined) {
+      sendGuardError(reply, anonymous.error('token_missing'));
+      return;
+    }
     const state = stateOf(request);
     let body: Buffer | Uint8Array | undefined = state[kBody];
     let json: unknown;

@@ -1,9 +1,11 @@
+import { memoryStore } from '@idem/core';
 import { requireRoles, requireScopes } from '@idem/guard';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/tokens.js';
 import { authorize, authPlugin, forwardHeaders, guard, internalAuth } from '../src/auth.js';
+import { idempotency } from '../src/idempotency.js';
 
 describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, hit }) => {
   const app = Fastify();
@@ -50,6 +52,38 @@ describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, hit }) =>
     handler: async (request) => {
       hit('dpop');
       return { sub: request.auth?.sub };
+    },
+  });
+  const optional = guard(edge, { optional: true });
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/optional',
+    onRequest: optional,
+    handler: async (request) => {
+      hit('optional');
+      return { sub: request.auth?.sub ?? null };
+    },
+  });
+  app.get('/optional-read', { onRequest: [optional, authorize(requireScopes('orders:read'))] }, async () => {
+    hit('optional-read');
+    return { ok: true };
+  });
+  // The idempotency plugin in a scope of its own, so that it covers this route only.
+  let charges = 0;
+  await app.register(async (scope) => {
+    await scope.register(idempotency, { store: memoryStore() });
+    scope.post('/optional-charge', { onRequest: optional }, async (request, reply) => {
+      hit('optional-charge');
+      return reply.code(201).send({ sub: request.auth?.sub, n: ++charges });
+    });
+  });
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/optional-dpop',
+    onRequest: guard(dpopGuard, { optional: true }),
+    handler: async (request) => {
+      hit('optional-dpop');
+      return { sub: request.auth?.sub ?? null };
     },
   });
   await app.listen({ port: 0, host: '127.0.0.1' });

@@ -160,6 +160,14 @@ export interface Guard {
   /** The header this guard reads its token from (`authorization`, or the internal token header). */
   readonly tokenHeader: string;
   /**
+   * True when the request carries anything this guard reads as a credential: its token header
+   * (`Authorization`, or the internal token header), a `DPoP` header where DPoP is on, or, with
+   * `allowQueryToken`, an `access_token` query parameter. A request that carries none is anonymous:
+   * what the glue's `optional` lets through without a principal. One that carries any, even of
+   * another scheme (`Basic`), is verified, and refused when it does not pass.
+   */
+  carriesCredentials(request: GuardRequest): boolean;
+  /**
    * The headers to send upstream for an authenticated caller (see `forwardHeaders`), minted with the
    * guard's `internalTokens` unless `options.issuer` is given. Throws a `TypeError` when neither is.
    */
@@ -597,7 +605,21 @@ export function createGuard(options: GuardOptions): Guard {
     (request) =>
       extractBearerToken(request, { allowQueryToken, maxLength: engine.limits.maxTokenLength, dpop: dpopMode }),
     options.internalTokens,
+    (request) =>
+      present(request.headers.authorization) ||
+      (dpopMode !== 'off' && present(request.headers.dpop)) ||
+      (allowQueryToken && hasQueryToken(request.url)),
   );
+}
+
+// A header counts as sent when it is there at all, even empty: `Authorization:` is a credential
+// that fails, not an anonymous request.
+const present = (value: string | readonly string[] | undefined) => value !== undefined;
+
+function hasQueryToken(url: string | undefined): boolean {
+  if (typeof url !== 'string') return false;
+  const question = url.indexOf('?');
+  return question !== -1 && new URLSearchParams(url.slice(question + 1)).has('access_token');
 }
 
 const noRequest: GuardRequest = Object.freeze({ headers: Object.freeze({}) });
@@ -609,7 +631,8 @@ const isRequestLike = (value: unknown): value is GuardRequest =>
   (value as GuardRequest).headers !== null;
 
 /**
- * Wraps an engine as a {@link Guard} reading tokens with `extract`.
+ * Wraps an engine as a {@link Guard} reading tokens with `extract`; `carries` tells whether a request
+ * carries a credential at all (by default: whether it has the `tokenHeader`).
  *
  * @example
  * const guard = guardFromEngine(engine, stats, 'api', 'x-token', (request) => extractHeaderToken(request, 'x-token', 8192));
@@ -621,6 +644,7 @@ export function guardFromEngine(
   tokenHeader: string,
   extract: (request: GuardRequest) => TokenExtraction,
   internalTokens?: InternalTokenIssuer,
+  carries: (request: GuardRequest) => boolean = (request) => present(request.headers[tokenHeader]),
 ): Guard {
   const error = (code: GuardErrorCode) => new GuardError(code, engine.errorOptions);
   // Authorization refusals carry what every other challenge of this guard carries (realm, RFC 9728
@@ -629,6 +653,9 @@ export function guardFromEngine(
   return {
     realm,
     tokenHeader,
+    carriesCredentials(input) {
+      return isRequestLike(input) && carries(input);
+    },
     async authenticate(input) {
       // Never a throw for a bad request: no request or no header map reads as a request without a token.
       const request = isRequestLike(input) ? input : noRequest;

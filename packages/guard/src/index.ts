@@ -30,6 +30,7 @@ export {
   type TokenExtraction,
 } from './extract-token.js';
 export { type ForwardOptions, forwardHeaders, joinHeaderValues, withoutHopByHop } from './forward-headers.js';
+export { type GuardGlueOptions, optionalGuard } from './glue-options.js';
 export {
   createGuard,
   type Guard,

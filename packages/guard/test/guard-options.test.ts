@@ -6,6 +6,7 @@ import {
   type GuardResult,
   guardRequestFromNode,
   isGuard,
+  optionalGuard,
   requireAuthentication,
   requireScopes,
 } from '../src/index.js';
@@ -308,5 +309,52 @@ describe('key sources and options', () => {
       url: '/mounted/x',
       method: 'POST',
     });
+  });
+});
+
+describe('carriesCredentials and optionalGuard: what an optional guard lets through as anonymous', () => {
+  const issuers = [{ issuer: ISSUER, secret: SECRET }];
+
+  it('a bearer guard: any Authorization header, a DPoP header where DPoP is on, a query token where it reads one', () => {
+    const plain = createGuard({ audience: AUDIENCE, issuers });
+    const carries = (headers: Record<string, string | string[]>, url?: string) =>
+      plain.carriesCredentials({ headers, ...(url === undefined ? {} : { url }) });
+    expect(carries({})).toBe(false);
+    expect(carries({ authorization: 'Bearer x' })).toBe(true);
+    expect(carries({ authorization: 'Basic x' })).toBe(true);
+    expect(carries({ authorization: '' })).toBe(true);
+    expect(carries({ authorization: ['a', 'b'] })).toBe(true);
+    // DPoP and query tokens are no credentials of a guard that does not take them.
+    expect(carries({ dpop: 'proof' })).toBe(false);
+    expect(carries({}, '/x?access_token=abc')).toBe(false);
+    const dpop = createGuard({ audience: AUDIENCE, issuers, dpop: {} });
+    expect(dpop.carriesCredentials({ headers: { dpop: 'proof' } })).toBe(true);
+    const query = createGuard({ audience: AUDIENCE, issuers, allowQueryToken: true });
+    expect(query.carriesCredentials({ headers: {}, url: '/x?a=1&access_token=' })).toBe(true);
+    expect(query.carriesCredentials({ headers: {}, url: '/x?a=1' })).toBe(false);
+    // Not a request at all carries nothing (as authenticate reads it as one without a token).
+    expect(plain.carriesCredentials(null as never)).toBe(false);
+  });
+
+  it('an internal verifier: its own token header only', () => {
+    const verifier = createInternalVerifier({
+      issuer: 'https://gateway.example',
+      audience: 'orders',
+      jwks: createInternalTokenIssuer({ issuer: 'https://gateway.example' }).jwks(),
+    });
+    expect(verifier.carriesCredentials({ headers: { [verifier.tokenHeader]: 'x' } })).toBe(true);
+    expect(verifier.carriesCredentials({ headers: { authorization: 'Bearer x' } })).toBe(false);
+  });
+
+  it('optionalGuard checks the glue options once: a boolean, and a guard that can tell an anonymous request', () => {
+    const guard = createGuard({ audience: AUDIENCE, issuers });
+    expect(optionalGuard(undefined, guard)).toBe(false);
+    expect(optionalGuard({}, guard)).toBe(false);
+    expect(optionalGuard({ optional: true }, guard)).toBe(true);
+    expect(() => optionalGuard({ optional: 'yes' as never }, guard)).toThrow(/optional must be a boolean/);
+    expect(() => optionalGuard(null as never, guard)).toThrow(TypeError);
+    const homemade = { ...guard, carriesCredentials: undefined } as never;
+    expect(() => optionalGuard({ optional: true }, homemade)).toThrow(/carriesCredentials/);
+    expect(optionalGuard({ optional: false }, homemade)).toBe(false);
   });
 });

@@ -5,6 +5,7 @@ import {
   forwardHeaders as forwardGuardHeaders,
   type Guard,
   GuardError,
+  type GuardGlueOptions,
   type GuardOptions,
   type GuardRequest,
   guardRequestFromNode,
@@ -12,21 +13,12 @@ import {
   type InternalVerifierOptions,
   isGuard,
   joinHeaderValues,
+  optionalGuard,
   type Principal,
   type Requirement,
 } from '@idem/guard';
 import type { Context, Middleware, Next } from 'koa';
-
-// The guard that authenticated a request, so `authorize()` answers with the same realm.
-const guardOf = new WeakMap<Context, Guard>();
-
-function sendGuardError(ctx: Context, error: GuardError): void {
-  ctx.status = error.status;
-  ctx.set('WWW-Authenticate', error.wwwAuthenticate);
-  ctx.set('Cache-Control', 'no-store');
-  ctx.type = 'application/problem+json';
-  ctx.body = JSON.stringify(error.toProblem());
-}
+import { guardOf, sendGuardError } from './auth-state.js';
 
 function view(ctx: Context, guard?: Guard): GuardRequest {
   return guardRequestFromNode(ctx.req, {
@@ -35,9 +27,15 @@ function view(ctx: Context, guard?: Guard): GuardRequest {
   });
 }
 
-function authenticateWith(instance: Guard): Middleware {
+function authenticateWith(instance: Guard, optional = false): Middleware {
   return async (ctx: Context, next: Next) => {
-    const result = await instance.authenticate(view(ctx, instance));
+    const request = view(ctx, instance);
+    if (optional && !instance.carriesCredentials(request)) {
+      guardOf.set(ctx, instance);
+      await next();
+      return;
+    }
+    const result = await instance.authenticate(request);
     if (!result.ok) {
       sendGuardError(ctx, result.error);
       return;
@@ -61,8 +59,9 @@ function authenticateWith(instance: Guard): Middleware {
  * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
  * app.use((ctx) => { ctx.body = { by: (ctx.state.auth as Principal).sub }; });
  */
-export function guard(options: GuardOptions | Guard): Middleware {
-  return authenticateWith(isGuard(options) ? options : createGuard(options));
+export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): Middleware {
+  const instance = isGuard(options) ? options : createGuard(options);
+  return authenticateWith(instance, optionalGuard(glue, instance));
 }
 
 /**
@@ -134,3 +133,5 @@ export function forwardHeaders(ctx: Context, options: GlueForwardOptions): Promi
     throw new TypeError('forwardHeaders needs an issuer, or a guard created with internalTokens');
   return instance.forwardHeaders(ctx.req.headers, principal, options).then(joinHeaderValues);
 }
+
+export type { GuardGlueOptions } from '@idem/guard';

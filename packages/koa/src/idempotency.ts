@@ -15,6 +15,7 @@ import {
   writeResponse,
 } from '@idem/core';
 import type { Context, Middleware, Next } from 'koa';
+import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
 /** Options of the Koa {@link idempotency} middleware: the core's options plus the HTTP ones. */
 export type KoaIdempotencyOptions = HttpIdempotencyOptions<Context>;
@@ -209,6 +210,10 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
   return async function idempotencyMiddleware(ctx, next) {
     const keyHeader = http.keyHeader(ctx.req);
     if (!http.handles(ctx.method, keyHeader)) return next();
+    // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
+    // answered as that guard answers a request without a token, not as a server without a scope.
+    const anonymous = http.scope === undefined ? anonymousGuardOf(ctx) : undefined;
+    if (anonymous !== undefined) return sendGuardError(ctx, anonymous.error('token_missing'));
     const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     const path = ctx.path;
     const started = await http.begin({

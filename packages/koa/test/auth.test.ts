@@ -1,8 +1,10 @@
 import type { AddressInfo } from 'node:net';
+import { memoryStore } from '@idem/core';
 import { type Principal, requireRoles, requireScopes } from '@idem/guard';
 import Koa, { type Context, type Middleware } from 'koa';
 import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
+import { idempotency } from '../src/idempotency.js';
 
 // A tiny exact-path router, so the test depends on nothing but Koa itself.
 function route(method: string | undefined, path: string, ...stack: Middleware[]): Middleware {
@@ -69,6 +71,34 @@ describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, hit }) => {
     route(undefined, '/dpop', guard(dpopGuard), async (ctx) => {
       hit('dpop');
       ctx.body = { sub: principal(ctx).sub };
+    }),
+  );
+  const optional = guard(edge, { optional: true });
+  const subOf = (ctx: Context) => (ctx.state.auth as Principal | undefined)?.sub ?? null;
+  app.use(
+    route(undefined, '/optional', optional, async (ctx) => {
+      hit('optional');
+      ctx.body = { sub: subOf(ctx) };
+    }),
+  );
+  app.use(
+    route('GET', '/optional-read', optional, authorize(requireScopes('orders:read')), async (ctx) => {
+      hit('optional-read');
+      ctx.body = { ok: true };
+    }),
+  );
+  let charges = 0;
+  app.use(
+    route('POST', '/optional-charge', optional, idempotency({ store: memoryStore() }), async (ctx) => {
+      hit('optional-charge');
+      ctx.status = 201;
+      ctx.body = { sub: subOf(ctx), n: ++charges };
+    }),
+  );
+  app.use(
+    route(undefined, '/optional-dpop', guard(dpopGuard, { optional: true }), async (ctx) => {
+      hit('optional-dpop');
+      ctx.body = { sub: subOf(ctx) };
     }),
   );
   const server = app.listen(0, '127.0.0.1');

@@ -23,6 +23,11 @@ import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments,
  * - `GET /internal-write`      internalAuth(verifier), authorize(requireScopes('orders:write')) → 200
  * - `GET /authorize-only`      authorize(requireScopes('orders:read')) without a guard → must be 401
  * - `ALL /dpop`                guard(dpopGuard) → 200 `{ sub }` (DPoP allowed, `htu` from the Host header)
+ * - `ALL /optional`            guard(guard, { optional: true }) → 200 `{ sub }`, `sub` null when anonymous
+ * - `GET /optional-read`       the same, then authorize(requireScopes('orders:read')) → 200 `{ ok: true }`
+ * - `POST /optional-charge`    the same, then the framework's idempotency middleware on a memory store
+ *                              (default scope) → 201 `{ sub, n }`, `n` counting the handler's runs
+ * - `ALL /optional-dpop`       guard(dpopGuard, { optional: true }) → 200 `{ sub }`, `sub` null when anonymous
  *
  * Every handler calls `hit(route)`, so the table proves refused requests never reach one.
  */
@@ -428,6 +433,72 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
         'token_expired',
       );
       expect(reply.headers['www-authenticate']).toContain('error_description="The access token expired"');
+    });
+
+    it('optional: a request that carries no credentials at all reaches the handler with no principal', async () => {
+      for (const [method, path] of [
+        ['GET', '/optional'],
+        ['POST', '/optional'],
+        // A query token this guard does not read is no credential of its (allowQueryToken is off).
+        ['GET', '/optional?access_token=abc'],
+        ['GET', '/optional-dpop'],
+      ] as const) {
+        const reply = await call(method, path, method === 'POST' ? [['content-length', '0']] : []);
+        expect(reply.status, `${method} ${path}`).toBe(200);
+        expect(JSON.parse(reply.body), `${method} ${path}`).toEqual({ sub: null });
+      }
+      const reply = await call('GET', '/optional', [['authorization', `Bearer ${token}`]]);
+      expect(JSON.parse(reply.body)).toEqual({ sub: 'user-1' });
+    });
+
+    it('optional: any credential sent is verified, and a bad or foreign one is refused, never served as anonymous', async () => {
+      await refusedWithoutHandler(
+        call('GET', '/optional', [['authorization', 'Bearer not.a.jwt']]),
+        401,
+        'token_malformed',
+      );
+      const expired = makeToken({ claims: { exp: clock.seconds() - 60 } });
+      await refusedWithoutHandler(
+        call('GET', '/optional', [['authorization', `Bearer ${expired}`]]),
+        401,
+        'token_expired',
+      );
+      for (const credential of [`Basic ${token}`, '']) {
+        const reply = await refusedWithoutHandler(
+          call('GET', '/optional', [['authorization', credential]]),
+          401,
+          'token_missing',
+        );
+        expect(reply.headers['www-authenticate']).toBe('Bearer realm="api"');
+      }
+      await refusedWithoutHandler(
+        call('GET', '/optional', [
+          ['authorization', `Bearer ${token}`],
+          ['authorization', `Bearer ${token}`],
+        ]),
+        400,
+        'multiple_tokens',
+      );
+      // Where the guard takes DPoP, a proof alone is a credential too: refused, not anonymous.
+      await refusedWithoutHandler(call('GET', '/optional-dpop', [['dpop', 'x.y.z']]), 401, 'token_missing');
+    });
+
+    it("optional: authorize() and the idempotency middleware answer an anonymous request 401 with the guard's challenge", async () => {
+      const read = await refusedWithoutHandler(call('GET', '/optional-read'), 401, 'token_missing');
+      expect(read.headers['www-authenticate']).toBe('Bearer realm="api"');
+      expect((await call('GET', '/optional-read', [['authorization', `Bearer ${token}`]])).status).toBe(200);
+      const key = `optional-${randomUUID()}`;
+      const charge = (headers: Array<[string, string]>) =>
+        call('POST', '/optional-charge', [['idempotency-key', key], ['content-length', '0'], ...headers]);
+      // An anonymous write has no caller to scope its key to: not a 500 scope_missing.
+      const anonymous = await refusedWithoutHandler(charge([]), 401, 'token_missing');
+      expect(anonymous.headers['www-authenticate']).toBe('Bearer realm="api"');
+      const first = await charge([['authorization', `Bearer ${token}`]]);
+      expect(first.status).toBe(201);
+      const again = await charge([['authorization', `Bearer ${token}`]]);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toBe(first.body);
+      expect(JSON.parse(first.body)).toMatchObject({ sub: 'user-1' });
     });
   });
 }

@@ -1,0 +1,26 @@
+// What the guard glue knows of a request, shared with the idempotency middleware of this package
+// (not exported from the package).
+import type { Guard, GuardError } from '@idem/guard';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+
+// The guard that authenticated a request (or, `optional`, let it through as anonymous), so
+// `authorize()` and the idempotency plugin answer with the same realm.
+export const guardOf = new WeakMap<FastifyRequest, Guard>();
+
+/**
+ * The guard that let `request` through as anonymous (`optional`), or undefined: for the idempotency
+ * plugin, which then answers 401 with that guard's challenge instead of `scope_missing`.
+ */
+export function anonymousGuardOf(request: FastifyRequest): Guard | undefined {
+  return request.auth === undefined || request.auth === null ? guardOf.get(request) : undefined;
+}
+
+/** Answers a guard's refusal: its status, `WWW-Authenticate` challenge and problem+json. */
+export function sendGuardError(reply: FastifyReply, error: GuardError): FastifyReply {
+  return reply
+    .code(error.status)
+    .header('WWW-Authenticate', error.wwwAuthenticate)
+    .header('Cache-Control', 'no-store')
+    .type('application/problem+json')
+    .send(JSON.stringify(error.toProblem()));
+}
