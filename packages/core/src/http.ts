@@ -658,20 +658,16 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (retention === undefined) return undefined;
     return new Date(Math.floor((now() + retention) / 1000) * 1000).toUTCString();
   };
-  // The leases whose handler said its execution had no effect (`IdempotencyContext.release`).
-  const noEffect = new WeakSet<Lease>();
   // What a capture of `lease` announces (`advertiseExpiry`): nothing once the handler said it had no
   // effect, since the key is then released.
   const expiryFor =
     (lease: Lease) =>
     (status: number): string | undefined =>
-      noEffect.has(lease) ? undefined : expiryOf(lease.operation, status);
-  // The leases whose response has ended: a release() after that changes nothing, held or not.
-  const ended = new WeakSet<Lease>();
+      hadNoEffect(lease) ? undefined : expiryOf(lease.operation, status);
   let warnedLateRelease = false;
   const sayNoEffect = (lease: Lease) => {
-    if (!ended.has(lease)) {
-      noEffect.add(lease);
+    if (!hasEnded(lease)) {
+      mark(lease, noEffectMark);
       return;
     }
     // Too late: the answer is settled (stored, most often). Silent, this mistake would only show
@@ -699,10 +695,10 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     thrown: boolean,
     rolledBack = false,
   ): Promise<void> | undefined => {
-    ended.add(lease);
+    mark(lease, endedMark);
     let answer: Awaitable<unknown>;
     try {
-      if (result.kind === 'complete' && !noEffect.has(lease)) {
+      if (result.kind === 'complete' && !hadNoEffect(lease)) {
         const stored = result.response;
         const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
         // Over the store's own cap: refused by the store, it would only release the key. Settled as
@@ -728,7 +724,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         const reason = result.reason;
         const lost = reason === 'too-large' || reason === 'streaming' ? reason : undefined;
         const response = lost !== undefined && !rolledBack ? unreplayableResponse(lost, result.expires) : undefined;
-        if (noEffect.has(lease)) answer = releaseWithoutEffect(lease, result.status);
+        if (hadNoEffect(lease)) answer = releaseWithoutEffect(lease, result.status);
         else if (response !== undefined && !overStoreCap(response)) {
           // The operation ran and its answer went out (in full or in part), but no replay can give
           // it again. The policy decides as for any response of the status the client was sent:
@@ -759,11 +755,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     notStarted?: () => void,
   ): Promise<void> => {
     let began = false;
-    // Held, the capture settles nothing itself: its end is what seals release() (see `ended`).
+    // Held, the capture settles nothing itself: its end is what seals release() (see `endedMark`).
     // Its lease is known from here on, so is the expiry it announces (`advertiseExpiry`).
     const state = (capture as Partial<CaptureHandle>)[captureStateKey];
     if (state !== undefined) {
-      state.onEnd = () => ended.add(lease);
+      state.onEnd = () => mark(lease, endedMark);
       if (advertiseExpiry) state.expires = expiryFor(lease);
     }
     await transactionOf(
@@ -800,7 +796,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         // A server error or a response that cannot be stored rolls the handler's writes back, so
         // the database never keeps the effects of an outcome that is not recorded with them. So
         // does a handler that said it had no effect: its key is released, and a retry runs again.
-        if (outcome.kind !== 'complete' || noEffect.has(lease)) {
+        if (outcome.kind !== 'complete' || hadNoEffect(lease)) {
           failed = outcome;
           throw new RolledBack();
         }
@@ -838,12 +834,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         failed.reason === 'no-route' ||
         failed.reason === 'body-refused' ||
         // (Not a live feed: its events are never held, so there is nothing written to serve.)
-        (noEffect.has(lease) && failed.reason !== 'event-stream')
+        (hadNoEffect(lease) && failed.reason !== 'event-stream')
       ) {
         await settleRolledBack(lease, failed, thrown());
         // Held, nothing went out yet: a date announced before the handler said it had no effect
         // is taken back, since the key is released.
-        if (noEffect.has(lease)) withdrawExpiry(capture);
+        if (hadNoEffect(lease)) withdrawExpiry(capture);
         capture.flush();
         return;
       }
@@ -910,6 +906,28 @@ const noCaptureOptions: CaptureOptions = Object.freeze({});
 
 // One class for every execution's context: `signal` is a getter on the prototype, and the lease
 // makes its AbortController only when a handler asks for it.
+// What the HTTP layer marks on a lease, as bits of one property under a symbol of this module: its
+// response ended (a release() after that changes nothing, held or not), and its handler said it had
+// no effect (`IdempotencyContext.release`). Two WeakSets held these before: an entry per request in a
+// weak collection is work for every garbage collection while it lives.
+const marksKey = Symbol('idem http marks');
+const endedMark = 1;
+const noEffectMark = 2;
+type MarkedLease = Lease & { [marksKey]?: number };
+
+function mark(lease: Lease, bit: number): void {
+  const marked = lease as MarkedLease;
+  marked[marksKey] = (marked[marksKey] ?? 0) | bit;
+}
+
+function hasEnded(lease: Lease): boolean {
+  return (((lease as MarkedLease)[marksKey] ?? 0) & endedMark) !== 0;
+}
+
+function hadNoEffect(lease: Lease): boolean {
+  return (((lease as MarkedLease)[marksKey] ?? 0) & noEffectMark) !== 0;
+}
+
 class ExecutionContext implements IdempotencyContext {
   tx: unknown = undefined;
   readonly #lease: Lease;
