@@ -2,6 +2,18 @@ import { describe, expect, it } from 'vitest';
 import { createHttpIdempotency } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 
+// A keyed POST /charges of one caller, with no body.
+const charge = (keyHeader: string) => ({
+  method: 'POST',
+  route: '/charges',
+  path: '/charges',
+  query: '',
+  contentType: undefined,
+  keyHeader,
+  body: undefined,
+  scope: 'caller',
+});
+
 describe('createHttpIdempotency options', () => {
   it('refuses a conflictRetryAfter or unavailableRetryAfter that is no delay-seconds, naming the option', () => {
     for (const name of ['conflictRetryAfter', 'unavailableRetryAfter'] as const) {
@@ -16,16 +28,7 @@ describe('createHttpIdempotency options', () => {
   it('puts a good one on the wire as it is: 0 is a valid delay', async () => {
     for (const seconds of [0, 5]) {
       const http = createHttpIdempotency({ store: memoryStore(), conflictRetryAfter: seconds });
-      const request = {
-        method: 'POST',
-        route: '/charges',
-        path: '/charges',
-        query: '',
-        contentType: undefined,
-        keyHeader: 'k-1',
-        body: undefined,
-        scope: 'caller',
-      };
+      const request = charge('k-1');
       expect((await http.begin(request)).kind).toBe('execute');
       const second = await http.begin(request);
       expect(second.kind === 'respond' && second.response.headers['retry-after']).toBe(String(seconds));
@@ -75,16 +78,7 @@ describe('createHttpIdempotency options', () => {
 
   it('fingerprint.headers needs the request headers from the adapter, and reads them in any case', async () => {
     const http = createHttpIdempotency({ store: memoryStore(), fingerprint: { headers: ['API-Version'] } });
-    const request = {
-      method: 'POST',
-      route: '/charges',
-      path: '/charges',
-      query: '',
-      contentType: undefined,
-      keyHeader: 'k-h',
-      body: undefined,
-      scope: 'caller',
-    };
+    const request = charge('k-h');
     await expect(http.begin(request)).rejects.toThrow(/passed no request headers/);
     expect((await http.begin({ ...request, headers: { 'api-version': ['1', '2'] } })).kind).toBe('execute');
   });
