@@ -14,8 +14,9 @@ const benchScope = () => 'bench-caller';
 
 /**
  * Builds and starts the app of `spec` on an ephemeral loopback port.
- * `spec`: `{ framework: 'express'|'fastify'|'koa', variant: 'bare'|'idem'|'minimal'|'calibration'|'express-idempotency'|'node-idempotency', store, keyPrefix, spinMicros }`
- * (`spinMicros`: the busy work per request of the 'calibration' variant).
+ * `spec`: `{ framework: 'express'|'fastify'|'koa', variant: 'bare'|'idem'|'minimal'|'calibration'|'express-idempotency'|'node-idempotency', store, keyPrefix, spinMicros, replayCache }`
+ * (`spinMicros`: the busy work per request of the 'calibration' variant; `replayCache`: the idem
+ * variant's `replayCache.ttl`, off when absent).
  *
  * @example
  * const { port, close } = await startCharges({ framework: 'koa', variant: 'idem', store: 'memory' });
@@ -26,7 +27,8 @@ export async function startCharges(spec) {
   if (spec.variant === 'idem') {
     const { store, close } = await idemStore(spec.store);
     cleanups.push(close);
-    middleware = await idemMiddleware(spec.framework, { store, scope: benchScope });
+    const cache = spec.replayCache === undefined ? {} : { replayCache: { ttl: spec.replayCache } };
+    middleware = await idemMiddleware(spec.framework, { store, scope: benchScope, ...cache });
   } else if (spec.variant === 'express-idempotency') {
     middleware = await expressIdempotency(spec, cleanups);
   } else if (spec.variant === 'node-idempotency') {

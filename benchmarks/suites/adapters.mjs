@@ -25,6 +25,9 @@ const mountNote = {
 
 const frameworkNames = { express: 'Express', fastify: 'Fastify', koa: 'Koa' };
 
+/** The `replayCache.ttl` of the rows that measure it on the shared stores. */
+const replayCacheTtl = '1s';
+
 /** The busy work per request of the calibration row (servers/calibration-layer.mjs), in µs. */
 export const calibrationMicros = 5;
 
@@ -32,6 +35,7 @@ export const calibrationMicros = 5;
 export const adapterRow = {
   bare: 'bare route',
   idem: (store, pattern) => `idem, ${storeLabel(store)}, ${patternLabel(pattern)}`,
+  idemCached: (store, pattern) => `idem, ${storeLabel(store)}, ${patternLabel(pattern)}, replayCache ${replayCacheTtl}`,
   peer: (peer, store, pattern) => `${peer}, ${storeLabel(store)}, ${patternLabel(pattern)}`,
   minimal: (pattern) => `minimal layer (a Map, no hashing), ${patternLabel(pattern)}`,
   calibration: `bare route + ${calibrationMicros} µs of busy work (calibration)`,
@@ -93,6 +97,23 @@ export const adaptersSuite = {
             unavailable: context.unavailable(store),
             measure: () =>
               measureServer({ kind: 'charges', framework, variant: 'idem', store }, post(pattern), settings),
+          });
+        }
+      }
+      // A shared store's replays with the local cache of completed outcomes (`replayCache`): what a
+      // hot key costs when its repeats are answered without a round trip.
+      for (const [store] of stores.filter(([id]) => id !== 'memory')) {
+        for (const [pattern] of patterns.filter(([id]) => id !== 'fresh')) {
+          contenders.push({
+            name: adapterRow.idemCached(store, pattern),
+            quick: false,
+            unavailable: context.unavailable(store),
+            measure: () =>
+              measureServer(
+                { kind: 'charges', framework, variant: 'idem', store, replayCache: replayCacheTtl },
+                post(pattern),
+                settings,
+              ),
           });
         }
       }

@@ -7,6 +7,7 @@ import { fingerprintsMatch } from './fingerprint.js';
 import { notify } from './notify.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
+import { type CompletedRecord, createReplayCache, type ReplayCache } from './replay-cache.js';
 import {
   type Awaitable,
   type ClaimInput,
@@ -75,6 +76,17 @@ export interface IdempotencyOptions {
   onEvent?: (event: IdempotencyEvent) => void;
   /** Clock for timings and wait deadlines (epoch ms). Lease and retention are timed by the store. */
   now?: () => number;
+  /**
+   * For a store that other processes share (Redis, PostgreSQL): keep each completed outcome read
+   * from the store or written to it in this process for `ttl`, up to `entries` of them (default
+   * 10,000), and answer repeats of those keys from there, a mismatch (422) included. A hot key's
+   * replays then cost no store round trip, as Powertools' local cache spares its warm hits. A
+   * completed record only changes by going away, so what it costs is that a replay can still come
+   * up to `ttl` after the store forgot the key (its retention ended, or an operator deleted it);
+   * keep it short: `'1s'` takes a key hit a thousand times a second down to one store read a
+   * second. At most `'1h'`. Default off; the memory store answers at once and takes none.
+   */
+  replayCache?: { ttl: Duration; entries?: number } | false;
 }
 
 /** What {@link IdempotencyEngine.begin} needs to know about a request. */
@@ -261,6 +273,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const unavailableRetryAfter = delaySeconds(options.unavailableRetryAfter, 2, 'unavailableRetryAfter');
   const now = options.now ?? Date.now;
   const onEvent = options.onEvent;
+  const replays = replayCacheOf(options.replayCache, store.inProcess === true);
 
   // Leases this process holds right now. A second request for the same record in this process is
   // answered without a store round trip: the hot-key case costs nothing.
@@ -393,14 +406,20 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     id: string,
     record: StoreRecord,
     started: number,
+    cached = false,
   ): BeginResult | undefined => {
     if (record.state === 'completed') {
+      // Read from the store: good for the cache's time (a hit from the cache is not kept longer).
+      if (replays !== undefined && !cached) replays.set(id, record, now());
       if (!fingerprintsMatch(record.fingerprint, fingerprint)) {
         if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: now() - started });
         return { kind: 'reject', error: mismatch() };
       }
-      if (onEvent)
-        emit({ type: 'replay', id, operation, status: record.response.status, at: now(), durationMs: now() - started });
+      if (onEvent) {
+        const status = record.response.status;
+        const durationMs = now() - started;
+        emit({ type: 'replay', id, operation, status, at: now(), durationMs, ...(cached ? { cached } : {}) });
+      }
       return { kind: 'replay', response: record.response };
     }
     return undefined;
@@ -422,6 +441,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const id = recordId(scope, operation, key);
     const started = now();
     const deadline = started + waitMs;
+    if (replays !== undefined) {
+      const known = replays.get(id, started);
+      if (known !== undefined) return settle(operation, fingerprint, id, known, started, true) as BeginResult;
+    }
 
     for (;;) {
       // In flight in this very process and renewed within one lease: no need to ask the store.
@@ -614,6 +637,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       markLost(lease, 'token no longer current at complete');
       return LEASE_LOST;
     }
+    replays?.set(lease.id, completedRecord(lease, response), now());
     if (onEvent)
       emit({
         type: 'complete',
@@ -655,6 +679,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const started = now();
     let stored = false;
     let status = 0;
+    let committedResponse: StoredResponse | undefined;
     // A failure of the handler itself is rethrown after the rollback with the lease still held, so
     // the caller can store its error outcome or release per policy; only store failures end here.
     let handlerError: { error: unknown } | undefined;
@@ -673,6 +698,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           const decision = decide(response, outcome, lease);
           stored = decision.store;
           status = response.status;
+          committedResponse = response;
           // The store now completes the record and commits. Renewing meanwhile means nothing: in
           // PostgreSQL a renewal waits on the row the completion holds, then finds it completed and
           // answers false, which would report a lost lease and abort the signal as the commit lands.
@@ -687,6 +713,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       if (!result.committed) {
         markLost(state, 'token no longer current at commit');
         return { committed: false, reason: 'lease-lost' };
+      }
+      if (stored && replays !== undefined && committedResponse !== undefined) {
+        replays.set(lease.id, completedRecord(lease, committedResponse), now());
       }
       if (onEvent) {
         // The same events as complete(): `complete` with the status, or `release` and `not-stored`.
@@ -738,6 +767,27 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs, maxExecutionMs, unavailableRetryAfter }),
   };
   return engine;
+}
+
+// The record a completion leaves in the store, as a read would give it back.
+function completedRecord(lease: Lease, response: StoredResponse): CompletedRecord {
+  return { state: 'completed', token: lease.token, fingerprint: lease.fingerprint, response };
+}
+
+/**
+ * The `replayCache` option, checked: undefined when off, or for a store in this process, which
+ * answers as fast as the cache would.
+ */
+function replayCacheOf(option: IdempotencyOptions['replayCache'], inProcess: boolean): ReplayCache | undefined {
+  if (option === undefined || option === false) return undefined;
+  if (option === null || typeof option !== 'object')
+    throw new TypeError('replayCache must be { ttl, entries? } or false');
+  const ttlMs = toMilliseconds(option.ttl, 'replayCache.ttl');
+  if (!(ttlMs >= 1) || ttlMs > 3_600_000) throw new TypeError('replayCache.ttl must be from 1ms to 1h');
+  const entries = option.entries ?? 10_000;
+  if (!Number.isSafeInteger(entries) || entries < 1)
+    throw new TypeError('replayCache.entries must be a positive integer');
+  return inProcess ? undefined : createReplayCache(ttlMs, entries);
 }
 
 /**

@@ -9,7 +9,8 @@ interface EventBase {
 /**
  * What the engine reports through `onEvent`, for metrics, traces and logs:
  * - `claim`: a key was claimed; the handler runs.
- * - `replay`: a stored outcome was served.
+ * - `replay`: a stored outcome was served (`cached: true` when `replayCache` answered, without
+ *   asking the store).
  * - `conflict`: the key was in progress; the request got 409.
  * - `mismatch`: the key was used with another request; 422 (or 400).
  * - `complete`: an outcome was stored.
@@ -32,7 +33,7 @@ interface EventBase {
  */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claim'; durationMs: number })
-  | (EventBase & { type: 'replay'; status: number; durationMs: number })
+  | (EventBase & { type: 'replay'; status: number; durationMs: number; cached?: true })
   | (EventBase & { type: 'conflict'; durationMs: number })
   | (EventBase & { type: 'mismatch'; durationMs: number })
   | (EventBase & { type: 'complete'; status: number; durationMs: number; executionMs: number })

@@ -724,3 +724,46 @@ describe.runIf(withBinaries)('@idem/redis on a 3-master Redis Cluster', () => {
     await client.quit();
   });
 });
+
+describe.runIf(withRedis)('replayCache over a real Redis', () => {
+  const client = new Redis(redisUrl);
+  const cachePrefix = `${prefix}replay-cache:`;
+  afterAll(async () => {
+    await deleteKeys(client, cachePrefix);
+    client.disconnect();
+  });
+
+  it("a hot key's replays read Redis once per ttl in each process; a mismatch is answered from the cache too", async () => {
+    const redis = redisStore({ client, prefix: cachePrefix });
+    const claims = { count: 0 };
+    const counted: Store = {
+      ...redis,
+      claim: (input) => {
+        claims.count++;
+        return redis.claim(input);
+      },
+    };
+    let t = Date.now();
+    const now = () => t;
+    const writer = createIdempotency({ store: counted, replayCache: { ttl: '1s' }, now });
+    const reader = createIdempotency({ store: counted, replayCache: { ttl: '1s' }, now });
+    const input = { key: randomUUID(), scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' };
+    const started = await writer.begin(input);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const stored = response(new TextEncoder().encode('{"id":"ch_1"}'));
+    expect(await writer.complete(started.lease, stored)).toEqual({ ok: true, stored: true });
+    expect(claims.count).toBe(1);
+    for (let i = 0; i < 50; i++) {
+      for (const engine of [writer, reader]) expect((await engine.begin(input)).kind).toBe('replay');
+    }
+    // The writer knew its outcome; the other process read Redis once.
+    expect(claims.count).toBe(2);
+    const mismatch = await reader.begin({ ...input, fingerprint: 'other' });
+    expect(mismatch.kind === 'reject' && mismatch.error.code).toBe('fingerprint_mismatch');
+    expect(claims.count).toBe(2);
+    t += 1_000;
+    const replayed = await reader.begin(input);
+    expect(replayed.kind === 'replay' && Buffer.from(replayed.response.body).toString()).toBe('{"id":"ch_1"}');
+    expect(claims.count).toBe(3);
+  });
+});
