@@ -67,6 +67,8 @@ const peersNote = {
 
 const yardstickNote = `The minimal layer is a yardstick, not a peer (servers/minimal-layer.mjs): a Map from the raw key to the first response and a Set of keys in flight, mounted where idem is, with no scope, fingerprint, hashing, lease, expiry or bound. A layer that does what the spec asks, mounted in the same place, costs at least what it costs. The calibration row is the bare route with ${calibrationMicros} µs of busy work per request where idem is mounted (servers/calibration-layer.mjs): what a layer of exactly that cost does to the ratio on this machine, which the #4 explanations use to read ratios as µs of added work.`;
 
+const replayCacheNote = `The rows marked "replayCache ${replayCacheTtl}" run idem with \`replayCache: { ttl: '${replayCacheTtl}' }\`: each server answers repeats of a completed key from memory for that long, then reads the store again.`;
+
 const post = (pattern) => ({ pattern, method: 'POST', path: '/charges' });
 
 /**
@@ -160,7 +162,7 @@ export const adaptersSuite = {
             title: `${frameworkNames[framework]}: POST /charges`,
             unit: 'req/s',
             baseline: adapterRow.bare,
-            note: [mountNote[framework], hotKeyNote, peersNote[framework], yardstickNote].join(' '),
+            note: [mountNote[framework], hotKeyNote, replayCacheNote, peersNote[framework], yardstickNote].join(' '),
             contenders,
           },
           settings,
