@@ -170,6 +170,22 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     });
   });
 
+  it('counts a completion the store refused as a store error of phase complete, with a warning (research case 13)', async () => {
+    const store = memoryStore();
+    const refusing: Store = {
+      ...store,
+      complete: () => Promise.reject(new StoreUnavailableError('Redis write failed')),
+    };
+    const engine = createIdempotency({ store: refusing, onEvent: (e) => telemetry.onIdempotencyEvent(e) });
+    const started = await engine.begin({ key: 'k13', scope: 's', operation: 'POST /orders', fingerprint: 'f' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const before = sum('idem.store.errors', { 'idem.operation': 'POST /orders', 'idem.phase': 'complete' });
+    const result = await engine.complete(started.lease, { status: 201, headers: {}, body: new Uint8Array() });
+    expect(result).toMatchObject({ ok: false, reason: 'store-error' });
+    expect(sum('idem.store.errors', { 'idem.operation': 'POST /orders', 'idem.phase': 'complete' })).toBe(before + 1);
+    expect(logs.at(-1)).toMatchObject({ level: 'warn', msg: 'idempotency store error', phase: 'complete' });
+  });
+
   it('counts guard results of a real guard by result and code', async () => {
     const secret = 'a-test-secret-that-is-long-enough-for-hs256';
     const guard = createGuard({

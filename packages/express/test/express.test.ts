@@ -388,6 +388,29 @@ describe('@idem/express specifics', () => {
     }
   });
 
+  it('a route the middleware is not mounted on takes a key as any other header: nothing claimed, stored or echoed (29)', async () => {
+    const events: IdempotencyEvent[] = [];
+    const app = express();
+    let runs = 0;
+    app.post('/charges', idempotency(options({ onEvent: (event) => events.push(event) })), (_req, res) => {
+      res.status(201).json({ path: '/charges', run: ++runs });
+    });
+    app.post('/notes', (_req, res) => {
+      res.status(201).json({ path: '/notes', run: ++runs });
+    });
+    await serve(app, async (url) => {
+      for (const run of [1, 2]) {
+        const answer = await post(`${url}/notes`, 'k-29', ['{}']);
+        expect(answer.headers['idempotency-key']).toBeUndefined();
+        expect(answer.headers['idempotent-replayed']).toBeUndefined();
+        expect(JSON.parse(answer.body)).toEqual({ path: '/notes', run });
+      }
+      expect(events).toEqual([]);
+      expect((await post(`${url}/charges`, 'k-29', ['{}'])).headers['idempotency-key']).toBe('k-29');
+      expect((await post(`${url}/charges`, 'k-29', ['{}'])).headers['idempotent-replayed']).toBe('true');
+    });
+  });
+
   it("every refusal body-parser raises for the request's own body is told from a handler's error: not stored, the fixed retry runs", async () => {
     const events: IdempotencyEvent[] = [];
     const app = express();

@@ -66,6 +66,33 @@ async function inflatedJson(ctx: Koa.Context): Promise<unknown> {
 }
 
 describe('@idem/koa specifics', () => {
+  it('a route the middleware is not mounted on takes a key as any other header: nothing claimed, stored or echoed (29)', async () => {
+    const events: IdempotencyEvent[] = [];
+    const app = new Koa();
+    const guarded = idempotency({ store: memoryStore(), scope: () => 'tenant-1', onEvent: (e) => events.push(e) });
+    let runs = 0;
+    app.use(async (ctx, next) => {
+      // Only /charges opts in; /notes never sees the middleware.
+      if (ctx.path === '/charges') return guarded(ctx, next);
+      return next();
+    });
+    app.use(async (ctx) => {
+      ctx.status = 201;
+      ctx.body = { path: ctx.path, run: ++runs };
+    });
+    await listen(app, async (url) => {
+      for (const run of [1, 2]) {
+        const answer = await post(`${url}/notes`, 'k-29');
+        expect(answer.headers.get('idempotency-key')).toBeNull();
+        expect(answer.headers.get('idempotent-replayed')).toBeNull();
+        expect(await answer.json()).toEqual({ path: '/notes', run });
+      }
+      expect(events).toEqual([]);
+      expect((await post(`${url}/charges`, 'k-29')).headers.get('idempotency-key')).toBe('k-29');
+      expect((await post(`${url}/charges`, 'k-29')).headers.get('idempotent-replayed')).toBe('true');
+    });
+  });
+
   it('an app-wide instance and a route instance on one request: the first governs, the second steps aside and warns once', async () => {
     const inner: IdempotencyEvent[] = [];
     const routeInstance = idempotency({
