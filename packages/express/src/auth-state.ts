@@ -4,8 +4,16 @@ import type { Guard, GuardError } from '@idem/guard';
 import type { Request, Response } from 'express';
 
 // The guard that authenticated a request (or, `optional`, let it through as anonymous), so
-// `authorize()` and the idempotency middleware answer with the same realm.
-export const guardOf = new WeakMap<Request, Guard>();
+// `authorize()` and the idempotency middleware answer with the same realm. A property under a symbol of this
+// module, not a WeakMap: an entry per request in a weak collection is work for every scavenge.
+const guardKey = Symbol('@idem/express guard');
+type Guarded = Request & { [guardKey]?: Guard };
+export const guardOf = {
+  get: (request: Request): Guard | undefined => (request as Guarded)[guardKey],
+  set: (request: Request, guard: Guard): void => {
+    (request as Guarded)[guardKey] = guard;
+  },
+};
 
 /**
  * The guard that let `req` through as anonymous (`optional`), or undefined: for the idempotency

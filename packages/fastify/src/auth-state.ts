@@ -4,8 +4,16 @@ import type { Guard, GuardError } from '@idem/guard';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
 // The guard that authenticated a request (or, `optional`, let it through as anonymous), so
-// `authorize()` and the idempotency plugin answer with the same realm.
-export const guardOf = new WeakMap<FastifyRequest, Guard>();
+// `authorize()` and the idempotency plugin answer with the same realm. A property under a symbol of this
+// module, not a WeakMap: an entry per request in a weak collection is work for every scavenge.
+const guardKey = Symbol('@idem/fastify guard');
+type Guarded = FastifyRequest & { [guardKey]?: Guard };
+export const guardOf = {
+  get: (request: FastifyRequest): Guard | undefined => (request as Guarded)[guardKey],
+  set: (request: FastifyRequest, guard: Guard): void => {
+    (request as Guarded)[guardKey] = guard;
+  },
+};
 
 /**
  * The guard that let `request` through as anonymous (`optional`), or undefined: for the idempotency

@@ -4,8 +4,16 @@ import type { Guard, GuardError } from '@idem/guard';
 import type { Context } from 'koa';
 
 // The guard that authenticated a request (or, `optional`, let it through as anonymous), so
-// `authorize()` and the idempotency middleware answer with the same realm.
-export const guardOf = new WeakMap<Context, Guard>();
+// `authorize()` and the idempotency middleware answer with the same realm. A property under a symbol of this
+// module, not a WeakMap: an entry per request in a weak collection is work for every scavenge.
+const guardKey = Symbol('@idem/koa guard');
+type Guarded = Context & { [guardKey]?: Guard };
+export const guardOf = {
+  get: (request: Context): Guard | undefined => (request as Guarded)[guardKey],
+  set: (request: Context, guard: Guard): void => {
+    (request as Guarded)[guardKey] = guard;
+  },
+};
 
 /**
  * The guard that let `ctx` through as anonymous (`optional`), or undefined: for the idempotency
