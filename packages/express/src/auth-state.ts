@@ -29,5 +29,7 @@ export function sendGuardError(res: Response, error: GuardError): void {
   res.setHeader('WWW-Authenticate', error.wwwAuthenticate);
   res.setHeader('Cache-Control', 'no-store');
   res.setHeader('Content-Type', 'application/problem+json');
+  // `use_dpop_nonce` brings the nonce to retry with (RFC 9449 §9).
+  if (error.dpopNonce !== undefined) res.setHeader('DPoP-Nonce', error.dpopNonce);
   res.end(JSON.stringify(error.toProblem()));
 }

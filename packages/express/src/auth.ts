@@ -50,6 +50,8 @@ function authenticateWith(instance: Guard, optional = false): RequestHandler {
           return;
         }
         req.auth = result.principal;
+        // The next DPoP nonce, when the proof's was of the last window (RFC 9449 §9).
+        if (result.dpopNonce !== undefined) res.setHeader('DPoP-Nonce', result.dpopNonce);
         guardOf.set(req, instance);
         next();
       })

@@ -6,7 +6,7 @@ import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 import { idempotency } from '../src/idempotency.js';
 
-describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, hit }) => {
+describeAuthGlue('Express', async ({ guard: edge, dpopGuard, nonceGuard, verifier, hit }) => {
   const app = express();
   app.all('/protected', guard(edge), (req, res) => {
     hit('protected');
@@ -53,6 +53,10 @@ describeAuthGlue('Express', async ({ guard: edge, dpopGuard, verifier, hit }) =>
   app.post('/optional-charge', optional, idempotency({ store: memoryStore() }), (req, res) => {
     hit('optional-charge');
     res.status(201).json({ sub: req.auth?.sub, n: ++charges });
+  });
+  app.all('/dpop-nonce', guard(nonceGuard), (req, res) => {
+    hit('dpop-nonce');
+    res.json({ sub: req.auth?.sub });
   });
   app.all('/optional-dpop', guard(dpopGuard, { optional: true }), (req, res) => {
     hit('optional-dpop');

@@ -25,6 +25,8 @@ export function anonymousGuardOf(request: FastifyRequest): Guard | undefined {
 
 /** Answers a guard's refusal: its status, `WWW-Authenticate` challenge and problem+json. */
 export function sendGuardError(reply: FastifyReply, error: GuardError): FastifyReply {
+  // `use_dpop_nonce` brings the nonce to retry with (RFC 9449 §9).
+  if (error.dpopNonce !== undefined) reply.header('DPoP-Nonce', error.dpopNonce);
   return reply
     .code(error.status)
     .header('WWW-Authenticate', error.wwwAuthenticate)

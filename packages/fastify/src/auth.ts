@@ -53,6 +53,8 @@ function authenticateWith(instance: Guard, optional = false): AuthHook {
     const result = await instance.authenticate(seen);
     if (!result.ok) return sendGuardError(reply, result.error);
     request.auth = result.principal;
+    // The next DPoP nonce, when the proof's was of the last window (RFC 9449 §9).
+    if (result.dpopNonce !== undefined) reply.header('DPoP-Nonce', result.dpopNonce);
     guardOf.set(request, instance);
     return undefined;
   };

@@ -7,7 +7,7 @@ import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/to
 import { authorize, authPlugin, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 import { idempotency } from '../src/idempotency.js';
 
-describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, hit }) => {
+describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, nonceGuard, verifier, hit }) => {
   const app = Fastify();
   await app.register(authPlugin);
   const verify = guard(edge);
@@ -76,6 +76,15 @@ describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, verifier, hit }) =>
       hit('optional-charge');
       return reply.code(201).send({ sub: request.auth?.sub, n: ++charges });
     });
+  });
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/dpop-nonce',
+    onRequest: guard(nonceGuard),
+    handler: async (request) => {
+      hit('dpop-nonce');
+      return { sub: request.auth?.sub };
+    },
   });
   app.route({
     method: ['GET', 'POST'],

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { assertAlgorithms, type JwsAlgorithm, keyFamilyOf } from './algorithms.js';
 import { isNumericDate } from './claims.js';
 import { decodeUtf8Strict, isPlainObject, parseCompactJws, type TokenLimits } from './compact-jws.js';
@@ -46,6 +46,25 @@ export interface DpopOptions {
   replayTimeout?: number;
   /** Bound on the default replay memory (default 100,000); when it is full of live proofs, new ones are refused. */
   maxReplayEntries?: number;
+  /**
+   * Require a nonce this server provides in every proof (RFC 9449 §9): `true`, or `{ secret,
+   * lifetime }`. A proof without one, or with one past its time, is refused with 401
+   * `dpop_nonce_required` (`error="use_dpop_nonce"`) and the current nonce in `DPoP-Nonce`, which the
+   * client puts in its retry. Proofs then cannot be made ahead of time: a key stolen for a while
+   * signs nothing that outlives the nonce. A nonce is good for `lifetime` seconds (default 300) and
+   * at most twice that; a request with one past half its life gets the next in `DPoP-Nonce` with its
+   * answer. Nonces are an HMAC of the time window under `secret` (at least 32 bytes), so gateways that
+   * share it take each other's; the default is a random secret of this process.
+   */
+  nonce?: boolean | { secret?: string | Uint8Array; lifetime?: number };
+}
+
+/** The server's DPoP nonces (RFC 9449 §9): made from the time window, checked without state. */
+export interface DpopNonces {
+  /** The nonce of the window `nowMs` falls in. */
+  current(nowMs: number): string;
+  /** `'current'` or `'previous'` for a nonce of this or the last window, else `'invalid'`. */
+  check(nonce: unknown, nowMs: number): 'current' | 'previous' | 'invalid';
 }
 
 /** The checked DPoP settings. */
@@ -56,6 +75,8 @@ export interface DpopRuntime {
   origin: string | undefined;
   replay: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
   replayTimeoutMs: number;
+  /** Set when proofs must carry a server nonce. */
+  nonces: DpopNonces | undefined;
 }
 
 /**
@@ -81,6 +102,59 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
     origin,
     replay: options.replay ?? memoryReplayCache(options.maxReplayEntries ?? 100_000, now),
     replayTimeoutMs: replayTimeout * 1000,
+    nonces: nonceOptions(options.nonce),
+  };
+}
+
+function nonceOptions(option: DpopOptions['nonce']): DpopNonces | undefined {
+  if (option === undefined || option === false) return undefined;
+  if (option !== true && (option === null || typeof option !== 'object')) {
+    throw new TypeError('dpop.nonce must be true, false or { secret, lifetime }');
+  }
+  const settings = option === true ? {} : option;
+  const lifetime = seconds(settings.lifetime ?? 300, 'dpop.nonce.lifetime', { min: 10, max: 86_400 });
+  let secret: Uint8Array;
+  if (settings.secret === undefined) secret = randomBytes(32);
+  else if (typeof settings.secret === 'string') secret = Buffer.from(settings.secret, 'utf8');
+  else if (settings.secret instanceof Uint8Array) secret = settings.secret;
+  else throw new TypeError('dpop.nonce.secret must be a string or bytes');
+  if (secret.byteLength < 32) throw new TypeError('dpop.nonce.secret must be at least 32 bytes');
+  return createDpopNonces(secret, lifetime * 1000);
+}
+
+/**
+ * Nonces for DPoP proofs: `<window>.<mac>`, the window being the time divided by `lifetimeMs` and the
+ * MAC an HMAC-SHA256 of it under `secret`, so any process with the secret makes and checks them
+ * without state. A nonce of the current window or the one before it is taken: one made just before
+ * a window ends still has a whole window to be used in.
+ *
+ * @example
+ * const nonces = createDpopNonces(randomBytes(32), 300_000);
+ * nonces.check(nonces.current(Date.now()), Date.now()); // 'current'
+ */
+export function createDpopNonces(secret: Uint8Array, lifetimeMs: number): DpopNonces {
+  const mac = (window: number) => createHmac('sha256', secret).update(`dpop-nonce:${window}`).digest();
+  const windowOf = (nowMs: number) => Math.floor(nowMs / lifetimeMs);
+  const nonceOf = (window: number) => `${window.toString(36)}.${mac(window).toString('base64url')}`;
+  return {
+    current: (nowMs) => nonceOf(windowOf(nowMs)),
+    check(nonce, nowMs) {
+      // Bounded before any parsing: a window in base 36 and 43 characters of MAC.
+      if (typeof nonce !== 'string' || nonce.length > 64) return 'invalid';
+      const dot = nonce.indexOf('.');
+      if (dot < 1) return 'invalid';
+      const window = Number.parseInt(nonce.slice(0, dot), 36);
+      const now = windowOf(nowMs);
+      if (window !== now && window !== now - 1) return 'invalid';
+      // Spelled as this server spells it: no second form of one window gets in.
+      if (nonce.slice(0, dot) !== window.toString(36)) return 'invalid';
+      const given = Buffer.from(nonce.slice(dot + 1), 'base64url');
+      const expected = mac(window);
+      if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'invalid';
+      // Re-encoded, the MAC must read as sent: base64url has one spelling per byte string.
+      if (given.toString('base64url') !== nonce.slice(dot + 1)) return 'invalid';
+      return window === now ? 'current' : 'previous';
+    },
   };
 }
 
@@ -129,6 +203,8 @@ export interface VerifiedProof {
   replayKey: string;
   /** When the proof could no longer pass the `iat` window anyway, so the memory may forget it. */
   expiresAtMs: number;
+  /** The proof's nonce is of the last window: the answer brings the current one (`DPoP-Nonce`). */
+  renewNonce: boolean;
 }
 
 /** What a proof is checked against. */
@@ -194,12 +270,20 @@ export async function verifyDpopProof(
   if (context.nowMs - issuedMs > runtime.maxAgeMs + context.clockToleranceMs) return invalid;
   const expectedAth = createHash('sha256').update(context.accessToken).digest('base64url');
   if (ath !== expectedAth) return invalid;
+  // Last, once the proof is otherwise good: only a client that can make good proofs is handed a
+  // nonce to retry with, and a proof refused for its nonce is not remembered (it may come again).
+  let renewNonce = false;
+  if (runtime.nonces !== undefined) {
+    const freshness = runtime.nonces.check(claims.value.nonce, context.nowMs);
+    if (freshness === 'invalid') return { ok: false, code: 'dpop_nonce_required' };
+    renewNonce = freshness === 'previous';
+  }
 
   // The RFC 7638 thumbprint of the proof's key: the `cnf.jkt` a bound token must carry.
   const jkt = key.thumbprint;
   // Remembered until the proof could no longer pass the iat window anyway.
   const expiresAtMs = issuedMs + runtime.maxAgeMs + 2 * context.clockToleranceMs;
-  return { ok: true, jkt, replayKey: `${jkt}:${jti}`, expiresAtMs };
+  return { ok: true, jkt, replayKey: `${jkt}:${jti}`, expiresAtMs, renewNonce };
 }
 
 /**

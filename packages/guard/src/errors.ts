@@ -148,6 +148,14 @@ export const guardErrorTable = {
     title: 'DPoP replay memory full',
     description: 'The DPoP proof cannot be accepted now: the replay memory is full',
   },
+  // RFC 9449 §9: the proof carries no nonce, or one this server no longer takes. The answer brings
+  // the current one in `DPoP-Nonce` (the glue sends `GuardError.dpopNonce`), for the client's retry.
+  dpop_nonce_required: {
+    status: 401,
+    error: 'use_dpop_nonce',
+    title: 'DPoP nonce required',
+    description: 'The DPoP proof must carry the nonce this server provides',
+  },
   // A 401 like `keys_unavailable`: a dependency that is down refuses the request, fails closed, and
   // tells operators through its counter rather than telling clients with a 503.
   dpop_replay_unavailable: {
@@ -243,6 +251,8 @@ export interface GuardErrorOptions {
   dpopOnly?: boolean;
   /** The underlying failure, for logs; never sent to a client. */
   cause?: unknown;
+  /** A DPoP nonce for the client's next proof, sent in the `DPoP-Nonce` response header (RFC 9449 §9). */
+  dpopNonce?: string;
 }
 
 /**
@@ -278,6 +288,11 @@ export class GuardError extends Error {
   readonly retryable = false as const;
   /** The complete `WWW-Authenticate` header value (RFC 6750 §3). */
   readonly wwwAuthenticate: string;
+  /**
+   * The nonce the client must put in its next DPoP proof, for the `DPoP-Nonce` response header
+   * (RFC 9449 §9): set on `dpop_nonce_required`, undefined otherwise.
+   */
+  readonly dpopNonce: string | undefined;
 
   constructor(code: GuardErrorCode, options: GuardErrorOptions = {}) {
     const row = guardErrorTable[code];
@@ -285,6 +300,7 @@ export class GuardError extends Error {
     this.code = code;
     this.status = row.status;
     this.wwwAuthenticate = buildChallenge(row.error, row.description, row.status, options);
+    this.dpopNonce = options.dpopNonce;
   }
 
   /** The RFC 9457 problem details body (`application/problem+json`). */
@@ -313,7 +329,9 @@ function buildChallenge(
   const algs = dpop ? `, algs="${dpopAlgorithms.join(' ')}"` : '';
   // The challenge answers in the scheme the client used; proof errors are always DPoP's (RFC 9449 §7.1).
   const primary =
-    error === 'invalid_dpop_proof' || scheme === 'DPoP' || (dpop && dpopOnly === true) ? 'DPoP' : 'Bearer';
+    error === 'invalid_dpop_proof' || error === 'use_dpop_nonce' || scheme === 'DPoP' || (dpop && dpopOnly === true)
+      ? 'DPoP'
+      : 'Bearer';
   let challenge = `${primary} realm="${realm}"`;
   if (error !== undefined) challenge += `, error="${error}", error_description="${description}"`;
   if (scope !== undefined && scope.length > 0) {

@@ -133,7 +133,14 @@ export interface GuardOptions extends TokenRules {
  * const result: GuardResult = await guard.verify(token);
  * if (!result.ok) console.log(result.error.code);
  */
-export type GuardResult = { ok: true; principal: Principal } | { ok: false; error: GuardError };
+export type GuardResult =
+  | {
+      ok: true;
+      principal: Principal;
+      /** A fresh DPoP nonce for the client's next proof (`dpop.nonce`), for the `DPoP-Nonce` response header. */
+      dpopNonce?: string;
+    }
+  | { ok: false; error: GuardError };
 
 /**
  * A configured guard.
@@ -674,11 +681,23 @@ export function guardFromEngine(
           clockToleranceMs: engine.proofToleranceMs,
           limits: engine.limits,
         });
+        const nonces = engine.dpop.nonces;
         if (!proof.ok) {
           engine.emit({ type: 'rejected', code: proof.code, at: engine.now() });
-          return { ok: false, error: new GuardError(proof.code, { ...engine.errorOptions, scheme: 'DPoP' }) };
+          // RFC 9449 §9: the refusal for a missing or stale nonce brings the one to use.
+          const nonce =
+            proof.code === 'dpop_nonce_required' && nonces !== undefined
+              ? { dpopNonce: nonces.current(engine.now()) }
+              : {};
+          return { ok: false, error: new GuardError(proof.code, { ...engine.errorOptions, scheme: 'DPoP', ...nonce }) };
         }
-        return verifyWithEngine(found.token, engine, proof);
+        const result = await verifyWithEngine(found.token, engine, proof);
+        // A nonce of the last window still passes; the answer brings the current one, so the
+        // client's next proof does not meet a refusal when the last window is gone.
+        if (result.ok && proof.renewNonce && nonces !== undefined) {
+          return { ...result, dpopNonce: nonces.current(engine.now()) };
+        }
+        return result;
       }
       return verifyWithEngine(found.token, engine);
     },

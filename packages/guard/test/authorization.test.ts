@@ -156,6 +156,7 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
       dpop_proof_invalid: [401, 'invalid_dpop_proof'],
       dpop_proof_replayed: [401, 'invalid_dpop_proof'],
       dpop_replay_full: [401, 'invalid_dpop_proof'],
+      dpop_nonce_required: [401, 'use_dpop_nonce'],
       dpop_replay_unavailable: [401, 'invalid_dpop_proof'],
       token_binding_invalid: [401, 'invalid_token'],
       insufficient_user_authentication: [401, 'insufficient_user_authentication'],
@@ -174,7 +175,8 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
       const row = guardErrorTable[code];
       expect(error.status).toBe(row.status);
       expect(safe.test(row.description)).toBe(true);
-      const scheme = row.error === 'invalid_dpop_proof' ? 'DPoP' : 'Bearer';
+      // Proof errors and the nonce request are DPoP's own (RFC 9449 §7.1, §9).
+      const scheme = row.error === 'invalid_dpop_proof' || row.error === 'use_dpop_nonce' ? 'DPoP' : 'Bearer';
       expect(error.wwwAuthenticate.startsWith(`${scheme} realm="api"`)).toBe(true);
       if (row.error === undefined) expect(error.wwwAuthenticate).toBe('Bearer realm="api"');
       else expect(error.wwwAuthenticate).toContain(`error="${row.error}", error_description="${row.description}"`);

@@ -600,3 +600,103 @@ describe('DPoP (case 52)', () => {
     }
   });
 });
+
+describe('DPoP server nonces (RFC 9449 §9)', () => {
+  const secret = 'a shared secret of thirty-two bytes!';
+
+  async function nonceSetup(nonce: DpopOptions['nonce'] = { secret, lifetime: 300 }) {
+    const { clock, guard } = setup({ nonce });
+    // Good for an hour: the test moves the clock across nonce windows.
+    const accessToken = makeToken({
+      now: clock.now(),
+      claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) }, exp: clock.seconds() + 3600 },
+    });
+    const send = (claims: Record<string, unknown> = {}) =>
+      guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, claims }, clock.seconds()) },
+      });
+    return { clock, guard, send };
+  }
+
+  it('refuses a proof without the nonce with use_dpop_nonce and hands the current one; the retry with it passes', async () => {
+    const { send } = await nonceSetup();
+    const first = await send();
+    expect(code(first)).toBe('dpop_nonce_required');
+    if (first.ok) throw new Error('expected a refusal');
+    expect(first.error.status).toBe(401);
+    expect(first.error.wwwAuthenticate).toBe(
+      'DPoP realm="api", error="use_dpop_nonce", error_description="The DPoP proof must carry the nonce this server provides", algs="ES256 EdDSA PS256 RS256"',
+    );
+    const nonce = first.error.dpopNonce;
+    expect(nonce).toMatch(/^[0-9a-z]+\.[A-Za-z0-9_-]{43}$/);
+    const retried = await send({ nonce });
+    expect(code(retried)).toBe('ok');
+    // Fresh: no new nonce needed with the answer.
+    expect(retried.ok && retried.dpopNonce).toBeUndefined();
+  });
+
+  it('takes a nonce of the last window and hands the current one with the answer; one older is refused again', async () => {
+    const { clock, send } = await nonceSetup();
+    const refused = await send();
+    const nonce = refused.ok ? undefined : refused.error.dpopNonce;
+    clock.advance(300);
+    const late = await send({ nonce });
+    expect(code(late)).toBe('ok');
+    const next = late.ok ? late.dpopNonce : undefined;
+    expect(next).toBeDefined();
+    expect(next).not.toBe(nonce);
+    clock.advance(300);
+    const stale = await send({ nonce });
+    expect(code(stale)).toBe('dpop_nonce_required');
+    expect(code(await send({ nonce: next }))).toBe('ok');
+  });
+
+  it("refuses forged, foreign and malformed nonces; gateways that share the secret take each other's", async () => {
+    const { send } = await nonceSetup();
+    const refused = await send();
+    const nonce = refused.ok ? '' : (refused.error.dpopNonce as string);
+    const [window, mac] = nonce.split('.') as [string, string];
+    const other = await nonceSetup({ secret: 'another secret, also thirty-two bytes' });
+    const foreign = await other.send();
+    const foreignNonce = foreign.ok ? '' : (foreign.error.dpopNonce as string);
+    for (const bad of [
+      foreignNonce,
+      `${window}.${mac.slice(0, -1)}A`,
+      `0${window}.${mac}`,
+      `${(Number.parseInt(window, 36) + 1).toString(36)}.${mac}`,
+      `${window}.${mac}=`,
+      `.${mac}`,
+      '',
+      42,
+      'x'.repeat(5000),
+    ]) {
+      expect(code(await send({ nonce: bad })), String(bad).slice(0, 40)).toBe('dpop_nonce_required');
+    }
+    const twin = await nonceSetup({ secret, lifetime: 300 });
+    expect(code(await twin.send({ nonce }))).toBe('ok');
+  });
+
+  it('a proof that fails on its own is refused for that, before any nonce is handed out', async () => {
+    const { clock, guard } = await nonceSetup();
+    const accessToken = makeToken({ now: clock.now(), claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const wrongMethod = await guard.authenticate({
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, htm: 'GET' }, clock.seconds()) },
+    });
+    expect(code(wrongMethod)).toBe('dpop_proof_invalid');
+    expect(wrongMethod.ok ? 'ok' : wrongMethod.error.dpopNonce).toBeUndefined();
+  });
+
+  it('checks its options: true makes a random secret; a short secret or a lifetime out of range is a TypeError', async () => {
+    const { send } = await nonceSetup(true);
+    const refused = await send();
+    expect(refused.ok ? undefined : refused.error.dpopNonce).toBeDefined();
+    for (const bad of [{ secret: 'short' }, { lifetime: 5 }, { lifetime: 100_000 }, { secret: 42 }, 'yes']) {
+      expect(() => setup({ nonce: bad as never }), JSON.stringify(bad)).toThrow(TypeError);
+    }
+    expect(() => setup({ nonce: { secret: new Uint8Array(32) } })).not.toThrow();
+  });
+});

@@ -29,5 +29,7 @@ export function sendGuardError(ctx: Context, error: GuardError): void {
   ctx.set('WWW-Authenticate', error.wwwAuthenticate);
   ctx.set('Cache-Control', 'no-store');
   ctx.type = 'application/problem+json';
+  // `use_dpop_nonce` brings the nonce to retry with (RFC 9449 §9).
+  if (error.dpopNonce !== undefined) ctx.set('DPoP-Nonce', error.dpopNonce);
   ctx.body = JSON.stringify(error.toProblem());
 }

@@ -41,6 +41,8 @@ function authenticateWith(instance: Guard, optional = false): Middleware {
       return;
     }
     ctx.state.auth = result.principal;
+    // The next DPoP nonce, when the proof's was of the last window (RFC 9449 §9).
+    if (result.dpopNonce !== undefined) ctx.set('DPoP-Nonce', result.dpopNonce);
     guardOf.set(ctx, instance);
     await next();
   };

@@ -20,7 +20,7 @@ function route(method: string | undefined, path: string, ...stack: Middleware[])
   };
 }
 
-describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, hit }) => {
+describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, nonceGuard, verifier, hit }) => {
   const app = new Koa();
   const verify = guard(edge);
   const internal = internalAuth(verifier);
@@ -93,6 +93,12 @@ describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, verifier, hit }) => {
       hit('optional-charge');
       ctx.status = 201;
       ctx.body = { sub: subOf(ctx), n: ++charges };
+    }),
+  );
+  app.use(
+    route(undefined, '/dpop-nonce', guard(nonceGuard), async (ctx) => {
+      hit('dpop-nonce');
+      ctx.body = { sub: principal(ctx).sub };
     }),
   );
   app.use(

@@ -28,12 +28,14 @@ import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments,
  * - `POST /optional-charge`    the same, then the framework's idempotency middleware on a memory store
  *                              (default scope) → 201 `{ sub, n }`, `n` counting the handler's runs
  * - `ALL /optional-dpop`       guard(dpopGuard, { optional: true }) → 200 `{ sub }`, `sub` null when anonymous
+ * - `ALL /dpop-nonce`          guard(nonceGuard) → 200 `{ sub }` (DPoP with server nonces, `lifetime` 60 s)
  *
  * Every handler calls `hit(route)`, so the table proves refused requests never reach one.
  */
 export interface AuthAppDeps {
   guard: Guard;
   dpopGuard: Guard;
+  nonceGuard: Guard;
   verifier: Guard;
   internalIssuer: InternalTokenIssuer;
   hit: (route: string) => void;
@@ -97,9 +99,22 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       dpop: {},
       issuers: [{ issuer: ISSUER, secret: SECRET }],
     });
+    const nonceGuard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      dpop: { nonce: { secret: 'the glue test nonce secret, 32 bytes+', lifetime: 60 } },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
     let app: AuthApp;
     beforeAll(async () => {
-      app = await start({ guard, dpopGuard, verifier, internalIssuer, hit: (route) => hits.push(route) });
+      app = await start({
+        guard,
+        dpopGuard,
+        nonceGuard,
+        verifier,
+        internalIssuer,
+        hit: (route) => hits.push(route),
+      });
     });
     afterAll(async () => {
       await app.close();
@@ -499,6 +514,55 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.body).toBe(first.body);
       expect(JSON.parse(first.body)).toMatchObject({ sub: 'user-1' });
+    });
+
+    it('DPoP server nonces through the glue: use_dpop_nonce with DPoP-Nonce, the retry passes, a nonce of the last window gets the next', async () => {
+      const pair = testKeys().ec;
+      const bound = makeToken({
+        claims: {
+          cnf: { jkt: await calculateJwkThumbprint(pair.publicJwk as never, 'sha256') },
+          exp: clock.seconds() + 600,
+        },
+      });
+      const sent = (nonce?: string) =>
+        call('POST', '/dpop-nonce', [
+          ['authorization', `DPoP ${bound}`],
+          [
+            'dpop',
+            signSegments(
+              b64url({ typ: 'dpop+jwt', alg: 'ES256', jwk: pair.publicJwk }),
+              b64url({
+                jti: randomUUID(),
+                htm: 'POST',
+                htu: `${app.url}/dpop-nonce`,
+                iat: clock.seconds(),
+                ath: createHash('sha256').update(bound).digest('base64url'),
+                ...(nonce === undefined ? {} : { nonce }),
+              }),
+              'ES256',
+              pair.privateKey,
+            ),
+          ],
+          ['content-length', '0'],
+        ]);
+      const refused = await refusedWithoutHandler(sent(), 401, 'dpop_nonce_required');
+      expect(refused.headers['www-authenticate']).toMatch(/^DPoP realm="api", error="use_dpop_nonce"/);
+      const nonce = refused.headers['dpop-nonce'] as string;
+      expect(nonce).toMatch(/\./);
+      const passed = await sent(nonce);
+      expect(passed.status).toBe(200);
+      expect(passed.headers['dpop-nonce']).toBeUndefined();
+      clock.advance(60);
+      try {
+        const rolled = await sent(nonce);
+        expect(rolled.status).toBe(200);
+        const next = rolled.headers['dpop-nonce'] as string;
+        expect(next).toBeDefined();
+        expect(next).not.toBe(nonce);
+        expect((await sent(next)).status).toBe(200);
+      } finally {
+        clock.advance(-60);
+      }
     });
   });
 }
