@@ -904,8 +904,6 @@ function unreplayableResponse(reason: keyof typeof unreplayableDetails, expires:
 
 const noCaptureOptions: CaptureOptions = Object.freeze({});
 
-// One class for every execution's context: `signal` is a getter on the prototype, and the lease
-// makes its AbortController only when a handler asks for it.
 // What the HTTP layer marks on a lease, as bits of one property under a symbol of this module: its
 // response ended (a release() after that changes nothing, held or not), and its handler said it had
 // no effect (`IdempotencyContext.release`). Two WeakSets held these before: an entry per request in a
@@ -928,6 +926,8 @@ function hadNoEffect(lease: Lease): boolean {
   return (((lease as MarkedLease)[marksKey] ?? 0) & noEffectMark) !== 0;
 }
 
+// One class for every execution's context: `signal` is a getter on the prototype, and the lease
+// makes its AbortController only when a handler asks for it.
 class ExecutionContext implements IdempotencyContext {
   tx: unknown = undefined;
   readonly #lease: Lease;
@@ -1861,10 +1861,12 @@ function giveUp(state: CaptureState) {
   abandon(state, state.status ?? state.res.statusCode, 'closed');
 }
 
-// A configuration mistake: a route given its own instance (for its own retention, say) behind an
-// app-wide one, whose settings then apply. Said once per instance, with what to change.
+// A handler's mistake that would otherwise show only as a replay of what it said must not be kept.
+// Said once per instance.
 const lateReleaseWarning =
   'release() was called after the response ended, so it changed nothing: the outcome was already settled (stored, unless the policy released it). Call it before the response ends.';
 
+// A configuration mistake: a route given its own instance (for its own retention, say) behind an
+// app-wide one, whose settings then apply. Said once per instance, with what to change.
 const stackedWarning =
   'Two idempotency middlewares handle one request: the first one governs it and the second steps aside, so its settings do not apply. Mount one instance per route: give a route its own instance only where no app-wide one runs.';

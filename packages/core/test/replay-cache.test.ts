@@ -1,3 +1,4 @@
+import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
 import type { IdempotencyEvent } from '../src/events.js';
@@ -112,6 +113,37 @@ describe('replayCache: completed outcomes of a shared store answered from this p
     if (run.kind !== 'execute') throw new Error('expected execute');
     await released.engine.complete(run.lease, { ...response, status: 500 });
     expect((await released.engine.begin(request('k-4'))).kind).toBe('execute');
+  });
+
+  it('caches what a transaction committed, and nothing of one that stored no outcome', async () => {
+    const claims: string[] = [];
+    const inner = transactionalMemoryStore();
+    const store = {
+      ...inner,
+      claim: (input: Parameters<Store['claim']>[0]) => {
+        claims.push(input.id);
+        return inner.claim(input);
+      },
+    };
+    const engine = createIdempotency({ store, heartbeat: false, replayCache: { ttl: '1m' }, storeOutcome: 'success' });
+    for (const [key, status] of [
+      ['tx-201', 201],
+      ['tx-500', 500],
+    ] as const) {
+      const started = await engine.begin(request(key));
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      const done = await engine.transaction(started.lease, async () => ({
+        value: undefined,
+        response: { ...response, status },
+      }));
+      expect(done).toMatchObject({ committed: true, stored: status === 201 });
+    }
+    expect(claims).toHaveLength(2);
+    expect(await engine.begin(request('tx-201'))).toEqual({ kind: 'replay', response });
+    expect(claims).toHaveLength(2);
+    // Released by the policy: the store is asked, and the key runs again.
+    expect((await engine.begin(request('tx-500'))).kind).toBe('execute');
+    expect(claims).toHaveLength(3);
   });
 
   it('holds at most `entries` records, dropping the one cached first', async () => {

@@ -51,9 +51,9 @@ export interface DpopOptions {
    * lifetime }`. A proof without one, or with one past its time, is refused with 401
    * `dpop_nonce_required` (`error="use_dpop_nonce"`) and the current nonce in `DPoP-Nonce`, which the
    * client puts in its retry. Proofs then cannot be made ahead of time: a key stolen for a while
-   * signs nothing that outlives the nonce. A nonce is good for `lifetime` seconds (default 300) and
-   * at most twice that; a request with one past half its life gets the next in `DPoP-Nonce` with its
-   * answer. Nonces are an HMAC of the time window under `secret` (at least 32 bytes), so gateways that
+   * signs nothing that outlives the nonce. A nonce names a window of `lifetime` seconds (default
+   * 300) and passes in that window and the next; a request whose nonce is of the last window gets
+   * the current one in `DPoP-Nonce` with its answer. Nonces are an HMAC of the time window under `secret` (at least 32 bytes), so gateways that
    * share it take each other's; the default is a random secret of this process.
    */
   nonce?: boolean | { secret?: string | Uint8Array; lifetime?: number };
