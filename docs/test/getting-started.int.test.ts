@@ -9,19 +9,23 @@
 //   ```sh server     the command starts the server the next commands talk to (a second terminal)
 //   ```ts title="x"  the file `x` is written into the project folder
 //   ```text          output shown to the reader; not run
-// The one substitution: `npm install <packages>` links the workspace's node_modules (where every
-// @idem package is this checkout) instead of downloading, after checking that each named package is
-// there, and a tsconfig.json maps `@idem/*` to the packages' sources, so no build is needed first.
+// The one substitution is the one the page itself gives while idem is not on the registry: every
+// `@idem/*` name in an `npm install` line becomes the tarball `npm pack` made of this checkout (with
+// the tarballs of the @idem packages it depends on); everything else is installed by npm (from its
+// cache when it has it). So what runs is what a user installs: the packed dist, its manifest's
+// exports and dependencies, and its type declarations, which a last test type-checks the page's
+// TypeScript files against.
 // Sections that need Redis or PostgreSQL are skipped loudly when the service is unreachable, and
 // fail with CI=true.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PackedPackages, packPackages } from './packed-packages.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(join(root, 'docs', 'getting-started.md'), 'utf8');
@@ -202,33 +206,31 @@ async function startServer(command: string): Promise<void> {
   });
 }
 
-// `npm install a b --save-dev c`: link the workspace instead, once every named package is there.
-function linkPackages(line: string): void {
-  const names = line
-    .split(/\s+/)
-    .slice(2)
-    .filter((word) => !word.startsWith('-'));
-  expect(names.length, line).toBeGreaterThan(0);
-  for (const name of names) {
-    expect(
-      existsSync(join(root, 'node_modules', name, 'package.json')),
-      `${name} (from "${line}") is in the workspace`,
-    ).toBe(true);
-  }
-  if (!existsSync(join(project, 'node_modules')))
-    symlinkSync(join(root, 'node_modules'), join(project, 'node_modules'));
-  writeFileSync(
-    join(project, 'tsconfig.json'),
-    JSON.stringify({
-      compilerOptions: {
-        module: 'NodeNext',
-        moduleResolution: 'NodeNext',
-        target: 'ES2023',
-        paths: { '@idem/*': [join(root, 'packages', '*', 'src', 'index.ts')] },
-      },
-    }),
+// The @idem packages the page installs, packed from this checkout once for the whole page.
+const packedNames = ['core', 'guard', 'express', 'redis', 'postgres'];
+let packed: PackedPackages | undefined;
+
+// An @idem package's tarball and those of the @idem packages it depends on (none is on the registry).
+function tarballsFor(name: string): string[] {
+  const tarball = packed?.tarballs.get(name);
+  expect(tarball, `${name} is packed for the page (add its folder to packedNames)`).toBeDefined();
+  const manifest = JSON.parse(
+    readFileSync(join(root, 'packages', name.slice('@idem/'.length), 'package.json'), 'utf8'),
   );
+  const siblings = Object.keys(manifest.dependencies ?? {}).filter((dependency) => dependency.startsWith('@idem/'));
+  return [tarball as string, ...siblings.flatMap(tarballsFor)];
 }
+
+// `npm install a @idem/b --save-dev c`, with each @idem name replaced by its tarballs.
+function installCommand(line: string): string {
+  const words = line.split(/\s+/);
+  const installed = words.flatMap((word) => (word.startsWith('@idem/') ? tarballsFor(word) : [word]));
+  return [...new Set(installed), '--prefer-offline', '--no-audit', '--no-fund'].join(' ');
+}
+
+// The TypeScript files of the sections followed so far, in order (a later server.ts replaces the
+// file, not the need for the earlier one to type-check).
+const written: string[] = [];
 
 // Runs a section's steps; returns every curl reply, in order.
 async function follow(title: string): Promise<Reply[]> {
@@ -238,15 +240,14 @@ async function follow(title: string): Promise<Reply[]> {
   for (const step of steps) {
     if (step.kind === 'file') {
       writeFileSync(join(project, step.name), step.code);
+      written.push(step.code);
     } else if (step.kind === 'server') {
       await startServer(step.command);
     } else {
       for (const line of step.lines) {
-        if (/^npm (install|i)\b/.test(line)) {
-          linkPackages(line);
-          continue;
-        }
-        const command = line.replaceAll('localhost:3000', `localhost:${port}`);
+        const command = /^npm (install|i)\b/.test(line)
+          ? installCommand(line)
+          : line.replaceAll('localhost:3000', `localhost:${port}`);
         const { output, status } = await shell.run(command);
         expect(status, `"${line}" exited with ${status}:\n${output}`).toBe(0);
         if (line.startsWith('curl ')) replies.push(parseCurl(output));
@@ -269,13 +270,15 @@ function expectCreatedReplayedRefused(replies: Reply[]): void {
   expect(JSON.parse(other.body)).toMatchObject({ code: 'fingerprint_mismatch', status: 422 });
 }
 
-beforeAll(() => {
+beforeAll(async () => {
   shell = openShell(scratch, env);
-});
+  packed = await packPackages(root, packedNames, env);
+}, 240_000);
 
 afterAll(async () => {
   await stopServer();
   shell?.close();
+  packed?.remove();
   rmSync(scratch, { recursive: true, force: true });
 });
 
@@ -310,5 +313,23 @@ describe('docs/getting-started.md, followed word for word', () => {
     expect(JSON.parse(bob.body)).toMatchObject({ owner: 'bob' });
     expect(JSON.parse(bob.body).id).not.toBe(JSON.parse(alice.body).id);
     expect(JSON.parse(aliceOther.body)).toMatchObject({ code: 'fingerprint_mismatch' });
+  });
+
+  // tsx only strips types, so the steps above would pass with declarations that do not match the
+  // code, or that name a module the tarball lacks. Every file of the page is type-checked, strictly
+  // and without skipping declaration files, against what the tarballs and npm installed.
+  it('5. every TypeScript file of the page type-checks against the installed packages', async () => {
+    expect(written.length).toBeGreaterThanOrEqual(3);
+    const folder = join(project, 'typecheck');
+    mkdirSync(folder, { recursive: true });
+    const files = written.map((code, index) => {
+      const name = join(folder, `file${index}.ts`);
+      writeFileSync(name, code);
+      return name;
+    });
+    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+    const flags = '--noEmit --strict --module nodenext --moduleResolution nodenext --target es2023 --types node';
+    const { output, status } = await shell.run(`node ${tsc} ${flags} ${files.join(' ')}`);
+    expect(status, output).toBe(0);
   });
 });
