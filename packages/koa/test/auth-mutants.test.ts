@@ -1,9 +1,20 @@
+import { createHash, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { memoryStore } from '@idem/core';
 import { createGuard, type Principal, requireScopes } from '@idem/guard';
+import { calculateJwkThumbprint } from 'jose';
 import Koa, { type Context, type Middleware } from 'koa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/tokens.js';
+import {
+  AUDIENCE,
+  b64url,
+  ISSUER,
+  makeToken,
+  SECRET,
+  START_MS,
+  signSegments,
+  testKeys,
+} from '../../guard/test/support/tokens.js';
 import { authorize, guard } from '../src/auth.js';
 import { idempotency } from '../src/idempotency.js';
 
@@ -112,5 +123,67 @@ describe('Koa guard(edge, { optional: true }) with a guard of its own realm', ()
     expect(() => guard(edge, { optional: 'yes' as never })).toThrow(/optional must be a boolean/);
     expect(() => guard(edge, true as never)).toThrow(TypeError);
     expect(() => guard(edge, null as never)).toThrow(TypeError);
+  });
+});
+
+// A defect, not a mutant: the next DPoP nonce (a proof whose nonce is of the last window) is set on
+// the response before `next()`, and Koa's error handling removes every header set before a throw
+// (it answers with the error's own `headers`). A handler that throws (`ctx.throw(409)`) so answers
+// without `DPoP-Nonce`; Express and Fastify keep it on the same request. The client then spends its
+// next request on a `use_dpop_nonce` refusal once the old window is gone.
+describe('Koa: the next DPoP nonce on an error thrown downstream', () => {
+  it.fails('a handler that throws still answers with the DPoP-Nonce the guard handed out', async () => {
+    let nowMs = START_MS;
+    const nonceGuard = createGuard({
+      audience: AUDIENCE,
+      now: () => nowMs,
+      dpop: { origin: 'https://api.example', nonce: { secret: 'the koa test nonce secret, 32 bytes+', lifetime: 60 } },
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const pair = testKeys().ec;
+    const token = makeToken({
+      now: START_MS,
+      claims: {
+        cnf: { jkt: await calculateJwkThumbprint(pair.publicJwk as never, 'sha256') },
+        exp: START_MS / 1000 + 3600,
+      },
+    });
+    const app = new Koa();
+    app.use(guard(nonceGuard));
+    app.use((ctx) => ctx.throw(409, 'conflict'));
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`;
+    const send = (nonce?: string) =>
+      fetch(url, {
+        headers: {
+          authorization: `DPoP ${token}`,
+          dpop: signSegments(
+            b64url({ typ: 'dpop+jwt', alg: 'ES256', jwk: pair.publicJwk }),
+            b64url({
+              jti: randomUUID(),
+              htm: 'GET',
+              htu: 'https://api.example/orders',
+              iat: Math.floor(nowMs / 1000),
+              ath: createHash('sha256').update(token).digest('base64url'),
+              ...(nonce === undefined ? {} : { nonce }),
+            }),
+            'ES256',
+            pair.privateKey,
+          ),
+        },
+      });
+    try {
+      const nonce = (await send()).headers.get('dpop-nonce') as string;
+      expect(nonce).toMatch(/\./);
+      // A window on: the nonce is of the last window, so the guard hands out the next with the answer.
+      nowMs += 60_000;
+      const late = await send(nonce);
+      expect(late.status).toBe(409);
+      expect(late.headers.get('dpop-nonce')).toMatch(/\./);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
   });
 });
