@@ -1,4 +1,4 @@
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, createSecretKey, randomBytes, timingSafeEqual } from 'node:crypto';
 import { assertAlgorithms, type JwsAlgorithm, keyFamilyOf } from './algorithms.js';
 import { isNumericDate } from './claims.js';
 import { decodeUtf8Strict, isPlainObject, parseCompactJws, type TokenLimits } from './compact-jws.js';
@@ -133,7 +133,10 @@ function nonceOptions(option: DpopOptions['nonce']): DpopNonces | undefined {
  * nonces.check(nonces.current(Date.now()), Date.now()); // 'current'
  */
 export function createDpopNonces(secret: Uint8Array, lifetimeMs: number): DpopNonces {
-  const mac = (window: number) => createHmac('sha256', secret).update(`dpop-nonce:${window}`).digest();
+  // A key object of its own holds a copy: a caller that wipes or reuses its buffer after
+  // configuring the guard must not turn the key into zeros that anyone could MAC under.
+  const key = createSecretKey(Buffer.from(secret));
+  const mac = (window: number) => createHmac('sha256', key).update(`dpop-nonce:${window}`).digest();
   const windowOf = (nowMs: number) => Math.floor(nowMs / lifetimeMs);
   const nonceOf = (window: number) => `${window.toString(36)}.${mac(window).toString('base64url')}`;
   return {

@@ -41,11 +41,36 @@ function authenticateWith(instance: Guard, optional = false): Middleware {
       return;
     }
     ctx.state.auth = result.principal;
-    // The next DPoP nonce, when the proof's was of the last window (RFC 9449 §9).
-    if (result.dpopNonce !== undefined) ctx.set('DPoP-Nonce', result.dpopNonce);
     guardOf.set(ctx, instance);
-    await next();
+    const nonce = result.dpopNonce;
+    if (nonce === undefined) {
+      await next();
+      return;
+    }
+    // The next DPoP nonce, when the proof's was of the last window (RFC 9449 §9).
+    ctx.set('DPoP-Nonce', nonce);
+    try {
+      await next();
+    } catch (error) {
+      // Koa's error answer removes every header set before the throw and sets the error's own
+      // `headers`: the nonce rides on those, or the client spends a request on use_dpop_nonce.
+      throw withHeader(error, 'DPoP-Nonce', nonce);
+    }
   };
+}
+
+// The thrown value with `name: value` added to its `headers` (a new object: the error's own may be
+// shared), when it is an object that takes the property; anything else unchanged.
+function withHeader(error: unknown, name: string, value: string): unknown {
+  if (error === null || typeof error !== 'object') return error;
+  const carrier = error as { headers?: Record<string, unknown> };
+  try {
+    const headers = carrier.headers !== null && typeof carrier.headers === 'object' ? carrier.headers : {};
+    carrier.headers = { ...headers, [name]: value };
+  } catch {
+    // A frozen error or a read-only `headers`: Koa answers without the header, as before.
+  }
+  return error;
 }
 
 /**

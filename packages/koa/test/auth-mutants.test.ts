@@ -126,64 +126,106 @@ describe('Koa guard(edge, { optional: true }) with a guard of its own realm', ()
   });
 });
 
-// A defect, not a mutant: the next DPoP nonce (a proof whose nonce is of the last window) is set on
-// the response before `next()`, and Koa's error handling removes every header set before a throw
-// (it answers with the error's own `headers`). A handler that throws (`ctx.throw(409)`) so answers
-// without `DPoP-Nonce`; Express and Fastify keep it on the same request. The client then spends its
+// The next DPoP nonce (a proof whose nonce is of the last window) is set on the response before
+// `next()`, and Koa's error handling removes every header set before a throw (it answers with the
+// error's own `headers`). Without the glue's care a handler that throws (`ctx.throw(409)`) would
+// answer without `DPoP-Nonce`, where Express and Fastify keep it, and the client would spend its
 // next request on a `use_dpop_nonce` refusal once the old window is gone.
 describe('Koa: the next DPoP nonce on an error thrown downstream', () => {
-  it.fails('a handler that throws still answers with the DPoP-Nonce the guard handed out', async () => {
-    let nowMs = START_MS;
-    const nonceGuard = createGuard({
-      audience: AUDIENCE,
-      now: () => nowMs,
-      dpop: { origin: 'https://api.example', nonce: { secret: 'the koa test nonce secret, 32 bytes+', lifetime: 60 } },
-      issuers: [{ issuer: ISSUER, secret: SECRET }],
-    });
-    const pair = testKeys().ec;
-    const token = makeToken({
-      now: START_MS,
-      claims: {
-        cnf: { jkt: await calculateJwkThumbprint(pair.publicJwk as never, 'sha256') },
-        exp: START_MS / 1000 + 3600,
+  // ctx.throw's own error; one with headers of its own, which stay; one whose headers are
+  // read-only, which cannot carry the nonce and is answered as before; a thrown string, which Koa
+  // wraps in an error of its own.
+  const throwers: Array<[string, Middleware, number, Record<string, string>]> = [
+    ['ctx.throw(409)', (ctx) => ctx.throw(409, 'conflict'), 409, {}],
+    [
+      'an error with headers of its own',
+      (ctx) => ctx.throw(429, 'slow down', { headers: { 'Retry-After': '5' } }),
+      429,
+      { 'retry-after': '5' },
+    ],
+    [
+      'an error whose headers are read-only',
+      () => {
+        const error = Object.assign(new Error('teapot'), { status: 418, expose: true });
+        throw Object.defineProperty(error, 'headers', { value: { 'X-Kept': 'yes' }, writable: false });
       },
-    });
-    const app = new Koa();
-    app.use(guard(nonceGuard));
-    app.use((ctx) => ctx.throw(409, 'conflict'));
-    const server = app.listen(0, '127.0.0.1');
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`;
-    const send = (nonce?: string) =>
-      fetch(url, {
-        headers: {
-          authorization: `DPoP ${token}`,
-          dpop: signSegments(
-            b64url({ typ: 'dpop+jwt', alg: 'ES256', jwk: pair.publicJwk }),
-            b64url({
-              jti: randomUUID(),
-              htm: 'GET',
-              htu: 'https://api.example/orders',
-              iat: Math.floor(nowMs / 1000),
-              ath: createHash('sha256').update(token).digest('base64url'),
-              ...(nonce === undefined ? {} : { nonce }),
-            }),
-            'ES256',
-            pair.privateKey,
-          ),
+      418,
+      { 'x-kept': 'yes' },
+    ],
+    [
+      'a thrown string',
+      () => {
+        throw 'not an error';
+      },
+      500,
+      {},
+    ],
+  ];
+  it.each(throwers)(
+    '%s: answered with its status and headers, and with the next DPoP-Nonce when it can carry it',
+    async (_, thrower, status, headers) => {
+      let nowMs = START_MS;
+      const nonceGuard = createGuard({
+        audience: AUDIENCE,
+        now: () => nowMs,
+        dpop: {
+          origin: 'https://api.example',
+          nonce: { secret: 'the koa test nonce secret, 32 bytes+', lifetime: 60 },
+        },
+        issuers: [{ issuer: ISSUER, secret: SECRET }],
+      });
+      const pair = testKeys().ec;
+      const token = makeToken({
+        now: START_MS,
+        claims: {
+          cnf: { jkt: await calculateJwkThumbprint(pair.publicJwk as never, 'sha256') },
+          exp: START_MS / 1000 + 3600,
         },
       });
-    try {
-      const nonce = (await send()).headers.get('dpop-nonce') as string;
-      expect(nonce).toMatch(/\./);
-      // A window on: the nonce is of the last window, so the guard hands out the next with the answer.
-      nowMs += 60_000;
-      const late = await send(nonce);
-      expect(late.status).toBe(409);
-      expect(late.headers.get('dpop-nonce')).toMatch(/\./);
-    } finally {
-      server.closeAllConnections();
-      server.close();
-    }
-  });
+      const app = new Koa();
+      app.use(guard(nonceGuard));
+      app.silent = true;
+      app.use(thrower);
+      const server = app.listen(0, '127.0.0.1');
+      await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/orders`;
+      const send = (nonce?: string) =>
+        fetch(url, {
+          headers: {
+            authorization: `DPoP ${token}`,
+            dpop: signSegments(
+              b64url({ typ: 'dpop+jwt', alg: 'ES256', jwk: pair.publicJwk }),
+              b64url({
+                jti: randomUUID(),
+                htm: 'GET',
+                htu: 'https://api.example/orders',
+                iat: Math.floor(nowMs / 1000),
+                ath: createHash('sha256').update(token).digest('base64url'),
+                ...(nonce === undefined ? {} : { nonce }),
+              }),
+              'ES256',
+              pair.privateKey,
+            ),
+          },
+        });
+      try {
+        const nonce = (await send()).headers.get('dpop-nonce') as string;
+        expect(nonce).toMatch(/\./);
+        // A window on: the nonce is of the last window, so the guard hands out the next with the answer.
+        nowMs += 60_000;
+        const late = await send(nonce);
+        expect(late.status).toBe(status);
+        for (const [name, value] of Object.entries(headers)) expect(late.headers.get(name)).toBe(value);
+        const next = late.headers.get('dpop-nonce');
+        if (status === 418 || status === 500) expect(next).toBeNull();
+        else {
+          expect(next).toMatch(/\./);
+          expect(next).not.toBe(nonce);
+        }
+      } finally {
+        server.closeAllConnections();
+        server.close();
+      }
+    },
+  );
 });
