@@ -77,7 +77,8 @@ describe('Fastify guard(edge, { optional: true }) with a guard of its own realm'
   it('an anonymous request whose auth was decorated as null is anonymous too', async () => {
     // A user's own `decorateRequest('auth', null)` (Fastify's advice for reference-free defaults).
     const own = Fastify();
-    own.decorateRequest('auth', null);
+    // Our declaration types `auth` as a principal or undefined; a user's plain JavaScript does not.
+    own.decorateRequest('auth', null as never);
     await own.register(async (scope) => {
       await scope.register(idempotency, { store: memoryStore() });
       scope.post('/charge', { onRequest: optional }, async (_request, reply) => reply.code(201).send({ ok: true }));
