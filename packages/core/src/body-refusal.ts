@@ -26,9 +26,36 @@ const bodyRefusalTypes: ReadonlySet<string> = new Set([
   'querystring.parse.rangeError',
 ]);
 
+// Bodies `begin` could not decode from their `Content-Encoding`: kept as they came, and fingerprinted
+// so. A parser that decodes them meets the same error. Only such bodies enter (a rare failure path),
+// so a weak set costs the request path nothing.
+const undecodable = new WeakSet<Uint8Array>();
+
+/**
+ * Marks `body` as bytes that did not decode from the request's `Content-Encoding`: a decoder's 400
+ * (see {@link isBodyRefusal}) is a refusal of this body only when it is so marked.
+ *
+ * @example
+ * markUndecodable(raw); // gunzip of raw threw Z_DATA_ERROR
+ */
+export function markUndecodable(body: Uint8Array): void {
+  undecodable.add(body);
+}
+
+// The codes Node's decoders give their errors: zlib's (`Z_DATA_ERROR`, `Z_BUF_ERROR` for a body cut
+// short), brotli's (`ERR__ERROR_FORMAT_PADDING_1` and kin) and zstd's (`ZSTD_error_prefix_unknown`).
+// body-parser passes them on as 400 with the code kept and no `type`.
+const decoderErrorCode = /^(?:Z_[A-Z_]+|ERR__ERROR_[A-Z0-9_]+|ZSTD_error_\w+)$/;
+
+function isDecoderError(error: object): boolean {
+  const { code } = error as { code?: unknown };
+  return typeof code === 'string' && decoderErrorCode.test(code);
+}
+
 /**
  * True when `error` has the shape of a body parser's refusal: a 4xx error of body-parser or
- * raw-body with their `type`, or co-body's untyped parse error (status 400, the text in `body`).
+ * raw-body with their `type`, co-body's untyped parse error (status 400, the text in `body`), or a
+ * decoder's error given status 400 (a body that does not inflate from its `Content-Encoding`).
  *
  * @example
  * isBodyRefusal(Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' })); // true
@@ -39,6 +66,7 @@ export function isBodyRefusal(error: unknown): boolean {
   const code = typeof status === 'number' ? status : statusCode;
   if (typeof code !== 'number' || code < 400 || code > 499) return false;
   if (typeof type === 'string') return bodyRefusalTypes.has(type);
+  if (code === 400 && isDecoderError(error)) return true;
   // co-body's JSON and form errors carry no `type`: the parser's own error, given status 400 and
   // the text it could not parse as `body`.
   return code === 400 && error instanceof Error && typeof (error as { body?: unknown }).body === 'string';
@@ -56,7 +84,9 @@ export function isBodyRefusal(error: unknown): boolean {
  * - `charset` and `encoding` (not supported) must be the request's;
  * - `request.aborted` and `request.size.invalid` are never this request's: the key is claimed only
  *   once the body is in whole (`begin` read it, or a parser that ran first did), so no parser
- *   reading it afterwards can see it cut short.
+ *   reading it afterwards can see it cut short;
+ * - a decoder's error is this request's only when `begin` could not decode its body either
+ *   ({@link markUndecodable}): one that decoded there decodes for the parser too.
  * An error that carries none of these (a parser of one's own that opts in with a `type`) is taken
  * on its word. Without facts (a capture made with no `request`), nothing is checked.
  *
@@ -75,6 +105,7 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
   };
   const { body } = request;
   if (told.type === 'request.aborted' || told.type === 'request.size.invalid') return false;
+  if (told.type === undefined && isDecoderError(error)) return body !== undefined && undecodable.has(body);
   if (told.body !== undefined && !sameBody(told.body, request)) return false;
   if (typeof told.limit === 'number' && !(body !== undefined && body.length > told.limit)) return false;
   if (typeof told.expected === 'number' && told.expected !== declaredLength(request.headers)) return false;

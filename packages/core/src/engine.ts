@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { Buffer } from 'node:buffer';
 import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
@@ -770,8 +771,11 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
 }
 
 // The record a completion leaves in the store, as a read would give it back.
+// A copy of what `complete` was given, as a store keeps one: a caller of the engine that reuses its
+// response object afterwards must not change what the cache replays.
 function completedRecord(lease: Lease, response: StoredResponse): CompletedRecord {
-  return { state: 'completed', token: lease.token, fingerprint: lease.fingerprint, response };
+  const copy = { status: response.status, headers: { ...response.headers }, body: Buffer.from(response.body) };
+  return { state: 'completed', token: lease.token, fingerprint: lease.fingerprint, response: copy };
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
-import { isBodyRefusal, type RequestBodyFacts, refusesRequestBody } from './body-refusal.js';
+import { isBodyRefusal, markUndecodable, type RequestBodyFacts, refusesRequestBody } from './body-refusal.js';
 import { decoderOf, negotiatedBody } from './content-coding.js';
 import { downstreamKey } from './downstream-key.js';
 import {
@@ -71,8 +71,9 @@ export interface HttpFingerprintOptions extends FingerprintOptions {
    * with another value is another request (422); an absent header and an empty one are alike.
    * Headers that change from one attempt to the next are refused at construction (a `TypeError`):
    * credentials (`authorization`, `cookie`, `dpop`), the key itself, per-attempt ids and trace
-   * context, dates, and framing (`content-length`, `transfer-encoding`), since every honest retry
-   * would be refused 422.
+   * context, dates, signatures over a fresh timestamp (`webhook-signature`, `stripe-signature`,
+   * `signature`), retry counters (`x-envoy-attempt-count`), and framing (`content-length`,
+   * `transfer-encoding`), since every honest retry would be refused 422.
    */
   headers?: readonly string[];
 }
@@ -394,10 +395,12 @@ const neverReplayed =
   /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|traceparent|tracestate|x-ratelimit-.*|ratelimit.*|retry-after)$/;
 
 // Request headers that differ between attempts of one operation: in the identity, every retry would
-// be another request (422). Credentials rotate, ids and trace context are per attempt, framing is
-// per message.
+// be another request (422). Credentials rotate; ids, trace context and timing marks are per attempt;
+// a webhook sender signs a fresh timestamp on every attempt (Standard Webhooks, Svix, Stripe, and
+// @idem/webhooks' own sender), as HTTP message signatures (RFC 9421) and AWS SigV4 date theirs; a
+// proxy counts its retries (Envoy); framing is per message.
 const perAttempt =
-  /^(authorization|proxy-authorization|cookie|dpop|idempotency-key|date|content-length|transfer-encoding|connection|keep-alive|te|expect|upgrade|x-request-id|request-id|x-correlation-id|traceparent|tracestate|baggage|x-amzn-trace-id|x-b3-.*|b3|x-cloud-trace-context|x-forwarded-.*|forwarded|x-real-ip)$/;
+  /^(authorization|proxy-authorization|cookie|dpop|idempotency-key|date|content-length|transfer-encoding|connection|keep-alive|te|expect|upgrade|x-request-id|request-id|x-correlation-id|traceparent|tracestate|baggage|x-amzn-trace-id|x-b3-.*|b3|x-cloud-trace-context|sentry-trace|uber-trace-id|x-datadog-.*|x-ot-span-context|grpc-trace-bin|cf-ray|x-request-start|x-queue-start|webhook-timestamp|webhook-signature|svix-timestamp|svix-signature|stripe-signature|signature|signature-input|x-amz-date|x-amz-security-token|x-envoy-attempt-count|x-envoy-expected-rq-timeout-ms|x-forwarded-.*|forwarded|x-real-ip|cf-connecting-ip|true-client-ip)$/;
 
 // Header names as RFC 9110 has them (a token), checked once so that a typo cannot silently match nothing.
 const headerName = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
@@ -1068,7 +1071,8 @@ export async function readBodyForFingerprint(
  * A compressed body is fingerprinted by what it says, as the parser after us will read it: the same
  * JSON compressed twice (gzip writes a timestamp into its header) or once sent plain must not be
  * two different requests. Decoded up to `maxBytes` (413 past it: a small bomb must not expand); a
- * body that does not decode is left as it came, and the parser will refuse it.
+ * body that does not decode is left as it came, and marked so: the parser will refuse it, and that
+ * refusal releases the key (see `markUndecodable`).
  */
 function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBodyResult {
   const decode = decoderOf(encoding.trim().toLowerCase());
@@ -1077,6 +1081,8 @@ function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBody
     return { ok: true, body: decode(body, { maxOutputLength: maxBytes }) };
   } catch (error) {
     if ((error as { code?: unknown }).code === 'ERR_BUFFER_TOO_LARGE') return { ok: false, error: tooLarge(maxBytes) };
+    // The parser meets the same error and refuses the body: its 400 must release the key.
+    markUndecodable(body);
     return { ok: true, body };
   }
 }

@@ -4,7 +4,7 @@ import { Socket } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { type RequestBodyFacts, refusesRequestBody } from '../src/body-refusal.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency, readBodyForFingerprint } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 
 // Cases the first tests of refusesRequestBody left open: each one tells a refusal of the request's
@@ -84,25 +84,41 @@ describe('capture.failedWith: a body that does not decode from its Content-Encod
     return http.capture(res, { request }).failedWith(error);
   };
 
-  // A defect: a client sends `Content-Encoding: gzip` with bytes that are no gzip. `begin` cannot
-  // decode them and fingerprints them as they came (readBodyForFingerprint says "the parser will
-  // refuse it"), the key is claimed, and body-parser refuses the body with the zlib error it met,
-  // given status 400 by http-errors and no `type`, no `body`. isBodyRefusal does not take that
-  // shape, so the 400 is stored as the outcome, and the retry with the body fixed gets 422 for the
-  // whole retention. Reproduced with express.json() after idempotency() and idempotencyErrors():
-  // first 400, then 422 for `{"amount":1}` sent plain under the same key (events claim, complete,
-  // mismatch). Expected: the refusal releases the key, as for every other refusal of the body.
-  it.fails("body-parser's refusal of gzip bytes that do not inflate releases the key", () => {
-    const bytes = Buffer.from('{"amount":1} not gzip');
-    let zlibError: Error | undefined;
+  // Bytes sent as gzip that are no gzip: `begin` cannot decode them and fingerprints them as they
+  // came, and body-parser refuses the body with the decoder's error, given status 400 and no `type`
+  // or `body`. Stored, that 400 would answer the fixed retry with 422 for the whole retention.
+  const decoderRefusal = (bytes: Buffer) => {
     try {
       gunzipSync(bytes);
     } catch (error) {
-      zlibError = error as Error;
+      // What body-parser 2 hands to next(): createError(400, zlibError), then createError(400, that).
+      return Object.assign(error as Error, { expose: true, status: 400, statusCode: 400 });
     }
-    // What body-parser 2 hands to next(): createError(400, zlibError), then createError(400, that).
-    const refused = Object.assign(zlibError as Error, { expose: true, status: 400, statusCode: 400 });
+    throw new Error('the bytes inflated');
+  };
+
+  it("body-parser's refusal of gzip bytes that do not inflate releases the key", async () => {
+    const bytes = Buffer.from('{"amount":1} not gzip');
+    const refused = decoderRefusal(bytes);
     expect((refused as { code?: string }).code).toBe('Z_DATA_ERROR');
-    expect(failedWith(refused, request(bytes, { 'content-encoding': 'gzip' }))).toBe(true);
+    // The body as begin reads it: left as it came, and marked as not decoding.
+    const stream = new IncomingMessage(new Socket());
+    const length = String(bytes.length);
+    stream.headers = { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': length };
+    stream.push(bytes);
+    stream.push(null);
+    const read = await readBodyForFingerprint(stream, 1_000, {});
+    expect(read.ok && read.body).toEqual(bytes);
+    expect(failedWith(refused, { headers: stream.headers, body: read.ok ? read.body : undefined })).toBe(true);
+  });
+
+  it("a decoder's 400 over a body that begin decoded is a handler's own error: the key is kept", () => {
+    // A handler that inflates an upstream answer and lets the error out, after its work: the
+    // request's body decoded at begin, so no parser of it can have failed to decode it.
+    const refused = decoderRefusal(Buffer.from('upstream bytes'));
+    expect(failedWith(refused, request('{"amount":1}', { 'content-encoding': 'gzip' }))).toBe(false);
+    expect(failedWith(refused, request('{"amount":1}'))).toBe(false);
+    // Without facts of the request nothing is checked, as for every refusal shape.
+    expect(refusesRequestBody(refused, undefined)).toBe(true);
   });
 });

@@ -107,3 +107,20 @@ describe('replayCache: what the first tests of the cache left open', () => {
     expect(w.calls.claim).toBe(claims + 1);
   });
 });
+
+describe('replayCache: what it keeps is its own copy', () => {
+  it('a response object the caller of complete() changes afterwards does not change the cached replay', async () => {
+    const w = world();
+    const started = await w.engine.begin(request('k-copy'));
+    if (started.kind !== 'execute') throw new Error(`expected execute, got ${started.kind}`);
+    const given: StoredResponse = { status: 201, headers: { 'content-type': 'text/plain' }, body: Buffer.from('ch_1') };
+    expect(await w.engine.complete(started.lease, given)).toEqual({ ok: true, stored: true });
+    // A caller that reuses its objects for the next response, as a store's copy would not notice.
+    given.headers['content-type'] = 'application/json';
+    given.body.fill(0x78);
+    const claims = w.calls.claim;
+    expect(await w.engine.begin(request('k-copy'))).toEqual({ kind: 'replay', response });
+    // Answered from the cache, not the store (whose copy was right all along).
+    expect(w.calls.claim).toBe(claims);
+  });
+});

@@ -438,6 +438,28 @@ describe('@idem/express specifics', () => {
           body: gzipSync('{"amount":'),
           status: 400,
         },
+        // Bytes that do not inflate: body-parser passes the decoder's error on as 400 (code kept, no type).
+        {
+          name: 'gzip that is no gzip',
+          path: '/json',
+          headers: { ...json, 'content-encoding': 'gzip' },
+          body: Buffer.from('{"amount":1} not gzip'),
+          status: 400,
+        },
+        {
+          name: 'gzip cut short',
+          path: '/json',
+          headers: { ...json, 'content-encoding': 'gzip' },
+          body: gzipSync('{"amount":1}').subarray(0, 12),
+          status: 400,
+        },
+        {
+          name: 'br that is no br',
+          path: '/json',
+          headers: { ...json, 'content-encoding': 'br' },
+          body: Buffer.from('{"amount":1} not br'),
+          status: 400,
+        },
         { name: 'verify', path: '/json', headers: json, body: Buffer.from('{"note":"forged"}'), status: 403 },
         {
           name: 'too large',

@@ -1750,23 +1750,8 @@ export function describeAdapter(
 
     it('a handler that did its work, then met a body-parser-shaped error from another stream: its answer is kept, the retry replays it', async () => {
       await withWorld(async (world) => {
-        // raw-body raises the errors of a refused request body for any stream it reads. Taken for the
-        // request's refusal, the key would be released and the retry would run the work again.
-        const kinds = ['too-large', 'aborted', 'unparsable', 'co-body'];
-        for (const [i, kind] of kinds.entries()) {
-          const key = `upstream-${kind}`;
-          const body = JSON.stringify({ upstream: kind });
-          const first = await world.send('/boom', { key, body });
-          const status = kind === 'too-large' ? 413 : 400;
-          expect(first.status, kind).toBe(status);
-          expect(first.headers['idempotency-key'], kind).toBe(key);
-          const again = await world.send('/boom', { key, body });
-          expect(again.status, kind).toBe(status);
-          expect(again.headers['idempotent-replayed'], kind).toBe('true');
-          expect(again.body.equals(first.body), kind).toBe(true);
-          expect(world.server.executions(), kind).toBe(i + 1);
-        }
-        expect(world.store.calls.complete).toBe(kinds.length);
+        await expectUpstreamErrorsKept(world);
+        expect(world.store.calls.complete).toBe(upstreamKinds.length);
         expect(world.events.filter((event) => event.type === 'response-not-stored')).toEqual([]);
       });
     });
@@ -2355,6 +2340,20 @@ export function describeAdapter(
         );
       });
 
+      it('a handler that did its work, then met a body-parser-shaped error from another stream: settled per policy, the retry replays it', async () => {
+        // The capture of a transactional execution checks a refusal against the request too. The
+        // answers are 4xx: the writes commit with them, as for any stored 4xx.
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            await expectUpstreamErrorsKept(world);
+            if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
       it('holds the response until the commit; a throwing handler rolls back and is settled per policy', async () => {
         const harness = await makeTransactional();
         await withWorld(
@@ -2460,10 +2459,37 @@ function* chunksOf(size: number, n: number): Generator<Buffer> {
   }
 }
 
+// The errors of upstreamError, each thrown by `/boom` after the work.
+const upstreamKinds = ['too-large', 'aborted', 'unparsable', 'co-body', 'inflate'];
+
+// Every upstream error, one key each: the first answer is the error's status, the retry its replay,
+// and the handler ran once per key. Taken for the request's refusal, an error would release the key
+// and the retry would run the work again.
+async function expectUpstreamErrorsKept(world: {
+  server: AdapterServer;
+  send(path: string, options?: SendOptions): Promise<Sent>;
+}): Promise<void> {
+  const before = world.server.executions();
+  for (const [i, kind] of upstreamKinds.entries()) {
+    const key = `upstream-${kind}`;
+    const body = JSON.stringify({ upstream: kind });
+    const first = await world.send('/boom', { key, body });
+    const status = kind === 'too-large' ? 413 : 400;
+    expect(first.status, kind).toBe(status);
+    expect(first.headers['idempotency-key'], kind).toBe(key);
+    const again = await world.send('/boom', { key, body });
+    expect(again.status, kind).toBe(status);
+    expect(again.headers['idempotent-replayed'], kind).toBe('true');
+    expect(again.body.equals(first.body), kind).toBe(true);
+    expect(world.server.executions() - before, kind).toBe(i + 1);
+  }
+}
+
 /**
  * What raw-body (under body-parser and co-body) raises while a handler reads another service's
  * answer, after its own work is done: the same `type`s and statuses a body parser's refusal of the
- * request has, with what they say of the stream they read (which is not the request's).
+ * request has, with what they say of the stream they read (which is not the request's); and a
+ * decoder's error as body-parser passes it on (status 400, zlib's code, no `type`).
  */
 function upstreamError(kind: string): Error {
   const fields: Record<string, Record<string, unknown>> = {
@@ -2471,6 +2497,7 @@ function upstreamError(kind: string): Error {
     aborted: { status: 400, type: 'request.aborted', code: 'ECONNABORTED', expected: 800, length: 800, received: 12 },
     unparsable: { status: 400, type: 'entity.parse.failed', body: '<html>Bad gateway</html>' },
     'co-body': { status: 400, body: '<html>Bad gateway</html>' },
+    inflate: { status: 400, statusCode: 400, expose: true, code: 'Z_DATA_ERROR', errno: -3 },
   };
   const told = fields[kind];
   if (told === undefined) throw new TypeError(`no upstream error ${kind}`);
