@@ -1,5 +1,5 @@
-import { createHash, randomBytes } from 'node:crypto';
 import { Buffer } from 'node:buffer';
+import { createHash, randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
