@@ -121,20 +121,26 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
 }
 
 // The parser's copy of the body: the bytes a `verify` hook refused, or the text it could not parse,
-// decoded as the parsers decode it (the charset of `Content-Type`, UTF-8 by default, a BOM dropped).
+// decoded as the parsers decode it: body-parser by the charset of `Content-Type` (UTF-8 by
+// default), co-body (under @koa/bodyparser) as UTF-8 whatever the charset says; a BOM dropped.
 function sameBody(told: unknown, request: RequestBodyFacts): boolean {
   const body = request.body;
   if (body === undefined) return false;
   if (told instanceof Uint8Array) return Buffer.from(told.buffer, told.byteOffset, told.byteLength).equals(body);
   if (typeof told !== 'string') return false;
-  let text: string;
+  const charset = charsetOf(request.headers) ?? 'utf-8';
+  if (told === decoded(body, charset)) return true;
+  return charset !== 'utf-8' && charset !== 'utf8' && told === decoded(body, 'utf-8');
+}
+
+// `body` as text in `charset`, or undefined for a charset this runtime cannot decode (no proof the
+// parser read this body).
+function decoded(body: Uint8Array, charset: string): string | undefined {
   try {
-    text = new TextDecoder(charsetOf(request.headers) ?? 'utf-8').decode(body);
+    return new TextDecoder(charset).decode(body);
   } catch {
-    // A charset this runtime cannot decode: no proof the parser read this body.
-    return false;
+    return undefined;
   }
-  return told === text;
 }
 
 function declaredLength(headers: IncomingHttpHeaders): number | undefined {
