@@ -1750,7 +1750,7 @@ export function describeAdapter(
 
     it('a handler that did its work, then met a body-parser-shaped error from another stream: its answer is kept, the retry replays it', async () => {
       await withWorld(async (world) => {
-        await expectUpstreamErrorsKept(world);
+        await expectUpstreamErrorsKept(world, 'upstream-');
         expect(world.store.calls.complete).toBe(upstreamKinds.length);
         expect(world.events.filter((event) => event.type === 'response-not-stored')).toEqual([]);
       });
@@ -2346,7 +2346,7 @@ export function describeAdapter(
         const harness = await makeTransactional();
         await withWorld(
           async (world) => {
-            await expectUpstreamErrorsKept(world);
+            await expectUpstreamErrorsKept(world, 'tx-upstream-');
             if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
           },
           { transactional: true },
@@ -2465,13 +2465,14 @@ const upstreamKinds = ['too-large', 'aborted', 'unparsable', 'co-body', 'inflate
 // Every upstream error, one key each: the first answer is the error's status, the retry its replay,
 // and the handler ran once per key. Taken for the request's refusal, an error would release the key
 // and the retry would run the work again.
-async function expectUpstreamErrorsKept(world: {
-  server: AdapterServer;
-  send(path: string, options?: SendOptions): Promise<Sent>;
-}): Promise<void> {
+async function expectUpstreamErrorsKept(
+  world: { server: AdapterServer; send(path: string, options?: SendOptions): Promise<Sent> },
+  keyPrefix: string,
+): Promise<void> {
   const before = world.server.executions();
   for (const [i, kind] of upstreamKinds.entries()) {
-    const key = `upstream-${kind}`;
+    // A store shared by the scenarios of one file (Redis, PostgreSQL) keeps every key they used.
+    const key = `${keyPrefix}${kind}`;
     const body = JSON.stringify({ upstream: kind });
     const first = await world.send('/boom', { key, body });
     const status = kind === 'too-large' ? 413 : 400;
