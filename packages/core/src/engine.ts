@@ -770,9 +770,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   return engine;
 }
 
-// The record a completion leaves in the store, as a read would give it back.
-// A copy of what `complete` was given, as a store keeps one: a caller of the engine that reuses its
-// response object afterwards must not change what the cache replays.
+// The record a completion leaves in the store, as a read would give it back: a copy of what
+// `complete` was given, as a store keeps one, so a caller of the engine that reuses its response
+// object afterwards does not change what the cache replays.
 function completedRecord(lease: Lease, response: StoredResponse): CompletedRecord {
   const copy = { status: response.status, headers: { ...response.headers }, body: Buffer.from(response.body) };
   return { state: 'completed', token: lease.token, fingerprint: lease.fingerprint, response: copy };
