@@ -182,11 +182,12 @@ export interface SettleNow {
   complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Awaitable<CompleteResult>;
   release(lease: Lease): Awaitable<ReleaseResult>;
   /**
-   * How long an outcome of `status` that did not throw would be kept, per the outcome policy, or
-   * undefined when the policy releases it: what the HTTP layer's `advertiseExpiry` announces when the
-   * head goes out. Reports nothing: the completion decides again, and reports a policy that throws.
+   * How long an outcome of `status` (of a handler that threw, with `thrown`) would be kept, per the
+   * outcome policy, or undefined when the policy releases it: what the HTTP layer's
+   * `advertiseExpiry` announces when the head goes out. Reports nothing: the completion decides
+   * again, and reports a policy that throws.
    */
-  retentionFor(status: number, operation: string): number | undefined;
+  retentionFor(status: number, operation: string, thrown?: boolean): number | undefined;
 }
 
 /**
@@ -523,10 +524,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       throw new TypeError('a stored outcome needs a retention above 0 and at most 3650d');
     return { store: true as const, retentionMs: retention };
   };
-  const retentionFor = (status: number, operation: string): number | undefined => {
-    if (preset) return preset(status, false) ? retentionMs : undefined;
+  const retentionFor = (status: number, operation: string, thrown = false): number | undefined => {
+    if (preset) return preset(status, thrown) ? retentionMs : undefined;
     try {
-      const decided = decisionOf({ status, thrown: false, operation });
+      const decided = decisionOf({ status, thrown, operation });
       return decided.store ? decided.retentionMs : undefined;
     } catch {
       // As `decide` below: a policy that fails stores with the default retention.

@@ -656,17 +656,19 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const atOnce = (engine as IdempotencyEngine & { [settleNow]: SettleNow })[settleNow];
   const storeCap = typeof options.store.maxResponseBytes === 'number' ? options.store.maxResponseBytes : undefined;
   // The `Idempotency-Expires` of an outcome of `status`, or undefined when the policy releases it.
-  const expiryOf = (operation: string, status: number): string | undefined => {
-    const retention = atOnce.retentionFor(status, operation);
+  const expiryOf = (operation: string, status: number, thrown: boolean): string | undefined => {
+    const retention = atOnce.retentionFor(status, operation, thrown);
     if (retention === undefined) return undefined;
     return new Date(Math.floor((now() + retention) / 1000) * 1000).toUTCString();
   };
   // What a capture of `lease` announces (`advertiseExpiry`): nothing once the handler said it had no
-  // effect, since the key is then released.
+  // effect, since the key is then released. `thrown` is asked when the head goes out: an error
+  // answer written after the adapter saw the handler throw (idempotencyErrors(), Fastify's onError,
+  // Koa's catch) is judged as the completion will judge it.
   const expiryFor =
-    (lease: Lease) =>
+    (lease: Lease, thrown: () => boolean) =>
     (status: number): string | undefined =>
-      hadNoEffect(lease) ? undefined : expiryOf(lease.operation, status);
+      hadNoEffect(lease) ? undefined : expiryOf(lease.operation, status, thrown());
   let warnedLateRelease = false;
   const sayNoEffect = (lease: Lease) => {
     if (!hasEnded(lease)) {
@@ -763,7 +765,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     const state = (capture as Partial<CaptureHandle>)[captureStateKey];
     if (state !== undefined) {
       state.onEnd = () => mark(lease, endedMark);
-      if (advertiseExpiry) state.expires = expiryFor(lease);
+      if (advertiseExpiry) state.expires = expiryFor(lease, thrown);
     }
     await transactionOf(
       lease,
@@ -878,7 +880,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       const target = captureOptions?.settle;
       const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
       // Held, the lease is given to runTransaction, which sets the expiry then.
-      const expires = advertiseExpiry && target !== undefined ? expiryFor(target.lease) : undefined;
+      const expires = advertiseExpiry && target !== undefined ? expiryFor(target.lease, target.thrown) : undefined;
       return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed, expires);
     },
     settle,

@@ -61,7 +61,9 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
   const run = async (req: Request, res: Response, next: NextFunction) => {
     // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
     // answered as that guard answers a request without a token, not as a server without a scope.
-    const anonymous = http.scope === undefined ? anonymousGuardOf(req) : undefined;
+    // Stacked behind another instance, this one steps aside (begin says so), whatever its scope.
+    const stacked = req.idempotency !== undefined;
+    const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(req) : undefined;
     if (anonymous !== undefined) {
       sendGuardError(res, anonymous.error('token_missing'));
       return;
@@ -74,7 +76,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     const routed = req.route?.path !== undefined;
     const started = await http.begin({
       method: req.method,
-      stacked: req.idempotency !== undefined,
+      stacked,
       route: routed ? mountPath(req) + String(req.route.path) : foldRoutePath(path, routingOf(req)),
       path,
       query: queryAt === -1 ? '' : url.slice(queryAt + 1),

@@ -13,12 +13,11 @@ import { send, serve } from './support.js';
 const postKey = (url: string, key: string) => send(url, 'POST', [['idempotency-key', key]]);
 
 describe('advertiseExpiry and a thrown handler', () => {
-  // Defect: the date is computed for the status alone, as if the handler had not thrown, though
-  // idempotencyErrors() has told the capture it threw before the error handler writes the head.
-  // Under 'stripe' (and 'success', or a policy function reading `thrown`), the thrown handler's 500
-  // is released, yet announced as kept until tomorrow: a client that trusts the date expects a
-  // replay, and the retry runs the operation again.
-  it.fails("'stripe': a thrown handler's 500 (released) announces no Idempotency-Expires", async () => {
+  // idempotencyErrors() tells the capture the handler threw before the error handler writes the
+  // head, so the date is judged as the completion will be. Under 'stripe' (and 'success', or a
+  // policy function reading `thrown`), the thrown handler's 500 is released; announced as kept until
+  // tomorrow, a client that trusts the date would expect a replay where the retry runs again.
+  it("'stripe': a thrown handler's 500 (released) announces no Idempotency-Expires", async () => {
     const app = express();
     let runs = 0;
     app.use(
@@ -46,11 +45,10 @@ describe('advertiseExpiry and a thrown handler', () => {
 describe('an anonymous write through two stacked idempotency middlewares', () => {
   const edge = createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, secret: SECRET }] });
 
-  // Defect: the anonymous check runs before begin() learns the middleware is stacked, so the second
-  // instance (the route's own, without a scope) answers 401 to a request the first (app-wide, with a
-  // scope that needs no caller) already claimed and governs. The stacked rule says the second steps
-  // aside and its settings do not apply; here they refuse the write.
-  it.fails('the first middleware governs: its scope serves the write, the second steps aside', async () => {
+  // The second instance (the route's own, without a scope) must not answer 401 to a request the
+  // first (app-wide, with a scope that needs no caller) already claimed and governs: the stacked rule
+  // says the second steps aside and its settings do not apply, the anonymous check included.
+  it('the first middleware governs: its scope serves the write, the second steps aside', async () => {
     const app = express();
     let runs = 0;
     app.use(guard(edge, { optional: true }));

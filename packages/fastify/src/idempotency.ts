@@ -357,14 +357,16 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
     const scope = route.scope ?? own.scope;
+    const state = stateOf(request);
+    const stacked = request.idempotency !== undefined || (state[kOwner] !== undefined && state[kOwner] !== http);
     // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
     // answered as that guard answers a request without a token, not as a server without a scope.
-    const anonymous = scope === undefined ? anonymousGuardOf(request) : undefined;
+    // Stacked behind another registration, this one steps aside (begin says so), whatever its scope.
+    const anonymous = scope === undefined && !stacked ? anonymousGuardOf(request) : undefined;
     if (anonymous !== undefined) {
       sendGuardError(reply, anonymous.error('token_missing'));
       return;
     }
-    const state = stateOf(request);
     let body: Buffer | Uint8Array | undefined = state[kBody];
     let json: unknown;
     if (state[kFromParsed] === true) {
@@ -379,7 +381,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       .begin(
         {
           method: request.method,
-          stacked: request.idempotency !== undefined || (state[kOwner] !== undefined && state[kOwner] !== http),
+          stacked,
           route: template ?? path,
           path,
           query: queryAt === -1 ? '' : url.slice(queryAt + 1),

@@ -40,3 +40,33 @@ describe('an anonymous write to a route with a scope of its own (config.idempote
     }
   });
 });
+
+describe('an anonymous write through two registrations on one route', () => {
+  it('the first registration governs: its scope serves the write, the second (no scope) steps aside', async () => {
+    const edge = createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    const optional = guard(edge, { optional: true });
+    const app = Fastify();
+    let runs = 0;
+    await app.register(authPlugin);
+    await app.register(idempotency, { store: memoryStore(), scope: () => 'everyone' });
+    await app.register(async (child) => {
+      // Its settings do not apply to a request the root registration claimed: no 401 of its own.
+      await child.register(idempotency, { store: memoryStore() });
+      child.post('/charges', { onRequest: optional }, async (_request, reply) => reply.code(201).send({ n: ++runs }));
+    });
+    await app.ready();
+    const onWarning = () => {};
+    process.on('warning', onWarning);
+    try {
+      const post = () =>
+        app.inject({ method: 'POST', url: '/charges', headers: { 'idempotency-key': 'anon-stacked' } });
+      expect((await post()).statusCode).toBe(201);
+      const again = await post();
+      expect([again.statusCode, again.headers['idempotent-replayed']]).toEqual([201, 'true']);
+      expect(runs).toBe(1);
+    } finally {
+      process.off('warning', onWarning);
+      await app.close();
+    }
+  });
+});

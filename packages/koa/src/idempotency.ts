@@ -212,13 +212,15 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     if (!http.handles(ctx.method, keyHeader)) return next();
     // An anonymous write (an optional guard let it through) has no caller to scope its key to: it is
     // answered as that guard answers a request without a token, not as a server without a scope.
-    const anonymous = http.scope === undefined ? anonymousGuardOf(ctx) : undefined;
+    // Stacked behind another instance, this one steps aside (begin says so), whatever its scope.
+    const stacked = ctx.state.idempotency !== undefined;
+    const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(ctx) : undefined;
     if (anonymous !== undefined) return sendGuardError(ctx, anonymous.error('token_missing'));
     const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     const path = ctx.path;
     const started = await http.begin({
       method: ctx.method,
-      stacked: ctx.state.idempotency !== undefined,
+      stacked,
       route: typeof matched === 'string' ? matched : foldRoutePath(path, koaRouting),
       path,
       query: ctx.querystring,

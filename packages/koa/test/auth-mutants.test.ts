@@ -78,6 +78,21 @@ describe('Koa guard(edge, { optional: true }) with a guard of its own realm', ()
         },
       ),
     );
+    // Two middlewares stacked: the first (a scope that needs no caller) governs, the second (none)
+    // steps aside, its anonymous check included.
+    app.use(
+      route(
+        'POST',
+        '/stacked-charge',
+        optional,
+        idempotency({ store: memoryStore(), scope: () => 'everyone' }),
+        idempotency({ store: memoryStore() }),
+        async (ctx) => {
+          ctx.status = 201;
+          ctx.body = { n: ++runs };
+        },
+      ),
+    );
     const server = app.listen(0, '127.0.0.1');
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -88,6 +103,23 @@ describe('Koa guard(edge, { optional: true }) with a guard of its own realm', ()
       });
   });
   afterAll(() => close());
+
+  it('an anonymous write through two stacked middlewares is governed by the first: served and replayed, no 401', async () => {
+    const onWarning = () => {};
+    process.on('warning', onWarning);
+    try {
+      const post = () =>
+        fetch(`${url}/stacked-charge`, { method: 'POST', headers: { 'idempotency-key': 'anon-stacked' } });
+      const first = await post();
+      expect(first.status).toBe(201);
+      const { n } = await first.json();
+      const again = await post();
+      expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+      expect(await again.json()).toEqual({ n });
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
 
   it("authorize() answers an anonymous request with this guard's challenge (its realm and metadata), not a default one", async () => {
     const reply = await fetch(`${url}/read`);

@@ -2109,6 +2109,22 @@ export function describeAdapter(
         },
         { advertiseExpiry: true, now: () => at, storeOutcome },
       );
+      // The policy is asked whether the handler threw: under 'stripe' a thrown handler's 500 is
+      // released, so it announces nothing, while an answered 402 is kept and announced.
+      await withWorld(
+        async (world) => {
+          const boom = await world.send('/boom', { key: 'exp-boom-stripe' });
+          expect(boom.status).toBe(500);
+          expect(boom.headers['idempotency-expires']).toBeUndefined();
+          expect(
+            (await world.send('/boom', { key: 'exp-boom-stripe' })).headers['idempotent-replayed'],
+          ).toBeUndefined();
+          const declined = await world.send('/declined', { key: 'exp-declined-stripe' });
+          expect(declined.status).toBe(402);
+          expect(declined.headers['idempotency-expires']).toBe(httpDate(Date.UTC(2026, 10, 23, 9, 30, 15)));
+        },
+        { advertiseExpiry: true, now: () => at, storeOutcome: 'stripe' },
+      );
       // Off by default.
       await withWorld(async (world) => {
         const sent = await world.send('/charges', { key: 'exp-off' });
