@@ -1,84 +1,12 @@
-import type { AddressInfo } from 'node:net';
-import { memoryStore } from '@idem/core';
-import { createGuard, requireScopes } from '@idem/guard';
-import express from 'express';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/tokens.js';
-import { authorize, guard } from '../src/auth.js';
-import { idempotency } from '../src/idempotency.js';
+import { createGuard } from '@idem/guard';
+import { describe, expect, it } from 'vitest';
+import { AUDIENCE, ISSUER, SECRET } from '../../guard/test/support/tokens.js';
+import { guard } from '../src/auth.js';
 
-// `guard(edge, { optional: true })` where the shared table cannot tell: a guard whose challenge is
-// not the default one (its own realm and RFC 9728 metadata), so an answer built without the guard
-// shows; an idempotency middleware with a scope of its own, which needs no caller; and glue options
-// checked when the middleware is made.
-
-const METADATA = 'https://api.example/.well-known/oauth-protected-resource';
-const CHALLENGE = `Bearer realm="shop", resource_metadata="${METADATA}"`;
-
-describe('Express guard(edge, { optional: true }) with a guard of its own realm', () => {
-  const edge = createGuard({
-    audience: AUDIENCE,
-    realm: 'shop',
-    resourceMetadata: METADATA,
-    issuers: [{ issuer: ISSUER, secret: SECRET }],
-  });
-  const optional = guard(edge, { optional: true });
-  let runs = 0;
-  let url = '';
-  let close: () => Promise<void> = async () => {};
-
-  beforeAll(async () => {
-    const app = express();
-    app.get('/read', optional, authorize(requireScopes('orders:read')), (_req, res) => {
-      res.json({ ok: true });
-    });
-    app.post('/charge', optional, idempotency({ store: memoryStore() }), (_req, res) => {
-      res.status(201).json({ n: ++runs });
-    });
-    // A scope of its own: keys are scoped by it, so an anonymous write has all it needs.
-    app.post('/scoped-charge', optional, idempotency({ store: memoryStore(), scope: () => 'everyone' }), (req, res) => {
-      res.status(201).json({ n: ++runs, sub: req.auth?.sub ?? null });
-    });
-    const server = app.listen(0, '127.0.0.1');
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    close = () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      });
-  });
-  afterAll(() => close());
-
-  it("authorize() answers an anonymous request with this guard's challenge (its realm and metadata), not a default one", async () => {
-    const reply = await fetch(`${url}/read`);
-    expect(reply.status).toBe(401);
-    expect(reply.headers.get('www-authenticate')).toBe(CHALLENGE);
-    expect(await reply.json()).toMatchObject({ code: 'token_missing' });
-    const token = makeToken({ now: Date.now() });
-    expect((await fetch(`${url}/read`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
-  });
-
-  it("the idempotency middleware with the default scope answers an anonymous write with this guard's challenge; the handler never runs", async () => {
-    const before = runs;
-    const reply = await fetch(`${url}/charge`, { method: 'POST', headers: { 'idempotency-key': 'anon-1' } });
-    expect(reply.status).toBe(401);
-    expect(reply.headers.get('www-authenticate')).toBe(CHALLENGE);
-    expect(await reply.json()).toMatchObject({ code: 'token_missing' });
-    expect(runs).toBe(before);
-  });
-
-  it('with a scope of its own, the idempotency middleware serves an anonymous write and replays it', async () => {
-    const post = () => fetch(`${url}/scoped-charge`, { method: 'POST', headers: { 'idempotency-key': 'anon-2' } });
-    const first = await post();
-    expect(first.status).toBe(201);
-    const body = await first.json();
-    expect(body).toMatchObject({ sub: null });
-    const again = await post();
-    expect(again.status).toBe(201);
-    expect(again.headers.get('idempotent-replayed')).toBe('true');
-    expect(await again.json()).toEqual(body);
-  });
+// What optional guards answer is the shared table's (describeAuthGlue, with a guard of its own realm
+// so that a default challenge shows); here, the glue options, checked when the middleware is made.
+describe('Express guard() glue options', () => {
+  const edge = createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, secret: SECRET }] });
 
   it('bad glue options are a TypeError when the middleware is made, not a guard that is silently required', () => {
     expect(() => guard(edge, { optional: 'yes' as never })).toThrow(/optional must be a boolean/);

@@ -6,7 +6,7 @@ import { describeAuthGlue } from '../../guard/test/support/http-scenarios.js';
 import { authorize, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 import { idempotency } from '../src/idempotency.js';
 
-describeAuthGlue('Express', async ({ guard: edge, dpopGuard, nonceGuard, verifier, hit }) => {
+describeAuthGlue('Express', async ({ guard: edge, shopGuard, dpopGuard, nonceGuard, verifier, hit }) => {
   const app = express();
   app.all('/protected', guard(edge), (req, res) => {
     hit('protected');
@@ -40,7 +40,7 @@ describeAuthGlue('Express', async ({ guard: edge, dpopGuard, nonceGuard, verifie
     hit('dpop');
     res.json({ sub: req.auth?.sub });
   });
-  const optional = guard(edge, { optional: true });
+  const optional = guard(shopGuard, { optional: true });
   app.all('/optional', optional, (req, res) => {
     hit('optional');
     res.json({ sub: req.auth?.sub ?? null });
@@ -53,6 +53,11 @@ describeAuthGlue('Express', async ({ guard: edge, dpopGuard, nonceGuard, verifie
   app.post('/optional-charge', optional, idempotency({ store: memoryStore() }), (req, res) => {
     hit('optional-charge');
     res.status(201).json({ sub: req.auth?.sub, n: ++charges });
+  });
+  const everyone = idempotency({ store: memoryStore(), scope: () => 'everyone' });
+  app.post('/optional-scoped-charge', optional, everyone, (req, res) => {
+    hit('optional-scoped-charge');
+    res.status(201).json({ sub: req.auth?.sub ?? null, n: ++charges });
   });
   app.all('/dpop-nonce', guard(nonceGuard), (req, res) => {
     hit('dpop-nonce');

@@ -7,7 +7,7 @@ import { AUDIENCE, ISSUER, makeToken, SECRET } from '../../guard/test/support/to
 import { authorize, authPlugin, forwardHeaders, guard, internalAuth } from '../src/auth.js';
 import { idempotency } from '../src/idempotency.js';
 
-describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, nonceGuard, verifier, hit }) => {
+describeAuthGlue('Fastify', async ({ guard: edge, shopGuard, dpopGuard, nonceGuard, verifier, hit }) => {
   const app = Fastify();
   await app.register(authPlugin);
   const verify = guard(edge);
@@ -54,7 +54,7 @@ describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, nonceGuard, verifie
       return { sub: request.auth?.sub };
     },
   });
-  const optional = guard(edge, { optional: true });
+  const optional = guard(shopGuard, { optional: true });
   app.route({
     method: ['GET', 'POST'],
     url: '/optional',
@@ -75,6 +75,13 @@ describeAuthGlue('Fastify', async ({ guard: edge, dpopGuard, nonceGuard, verifie
     scope.post('/optional-charge', { onRequest: optional }, async (request, reply) => {
       hit('optional-charge');
       return reply.code(201).send({ sub: request.auth?.sub, n: ++charges });
+    });
+  });
+  await app.register(async (scope) => {
+    await scope.register(idempotency, { store: memoryStore(), scope: () => 'everyone' });
+    scope.post('/optional-scoped-charge', { onRequest: optional }, async (request, reply) => {
+      hit('optional-scoped-charge');
+      return reply.code(201).send({ sub: request.auth?.sub ?? null, n: ++charges });
     });
   });
   app.route({

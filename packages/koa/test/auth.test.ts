@@ -20,7 +20,7 @@ function route(method: string | undefined, path: string, ...stack: Middleware[])
   };
 }
 
-describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, nonceGuard, verifier, hit }) => {
+describeAuthGlue('Koa', async ({ guard: edge, shopGuard, dpopGuard, nonceGuard, verifier, hit }) => {
   const app = new Koa();
   const verify = guard(edge);
   const internal = internalAuth(verifier);
@@ -73,7 +73,7 @@ describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, nonceGuard, verifier, h
       ctx.body = { sub: principal(ctx).sub };
     }),
   );
-  const optional = guard(edge, { optional: true });
+  const optional = guard(shopGuard, { optional: true });
   const subOf = (ctx: Context) => (ctx.state.auth as Principal | undefined)?.sub ?? null;
   app.use(
     route(undefined, '/optional', optional, async (ctx) => {
@@ -93,6 +93,14 @@ describeAuthGlue('Koa', async ({ guard: edge, dpopGuard, nonceGuard, verifier, h
       hit('optional-charge');
       ctx.status = 201;
       ctx.body = { sub: subOf(ctx), n: ++charges };
+    }),
+  );
+  const everyone = idempotency({ store: memoryStore(), scope: () => 'everyone' });
+  app.use(
+    route('POST', '/optional-scoped-charge', optional, everyone, async (ctx) => {
+      hit('optional-scoped-charge');
+      ctx.status = 201;
+      ctx.body = { sub: subOf(ctx) ?? null, n: ++charges };
     }),
   );
   app.use(

@@ -23,10 +23,12 @@ import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments,
  * - `GET /internal-write`      internalAuth(verifier), authorize(requireScopes('orders:write')) → 200
  * - `GET /authorize-only`      authorize(requireScopes('orders:read')) without a guard → must be 401
  * - `ALL /dpop`                guard(dpopGuard) → 200 `{ sub }` (DPoP allowed, `htu` from the Host header)
- * - `ALL /optional`            guard(guard, { optional: true }) → 200 `{ sub }`, `sub` null when anonymous
+ * - `ALL /optional`            guard(shopGuard, { optional: true }) → 200 `{ sub }`, `sub` null when anonymous
  * - `GET /optional-read`       the same, then authorize(requireScopes('orders:read')) → 200 `{ ok: true }`
  * - `POST /optional-charge`    the same, then the framework's idempotency middleware on a memory store
  *                              (default scope) → 201 `{ sub, n }`, `n` counting the handler's runs
+ * - `POST /optional-scoped-charge` the same, the idempotency middleware with `scope: () => 'everyone'`
+ *                              → 201 `{ sub, n }` (`sub` null when anonymous)
  * - `ALL /optional-dpop`       guard(dpopGuard, { optional: true }) → 200 `{ sub }`, `sub` null when anonymous
  * - `ALL /dpop-nonce`          guard(nonceGuard) → 200 `{ sub }` (DPoP with server nonces, `lifetime` 60 s)
  *
@@ -34,6 +36,11 @@ import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments,
  */
 export interface AuthAppDeps {
   guard: Guard;
+  /**
+   * The guard of the optional routes: a realm and RFC 9728 metadata of its own, so that an answer
+   * built without it (a default challenge) shows.
+   */
+  shopGuard: Guard;
   dpopGuard: Guard;
   nonceGuard: Guard;
   verifier: Guard;
@@ -72,6 +79,9 @@ function send(url: string, method: string, path: string, headers: Array<[string,
   });
 }
 
+const SHOP_METADATA = 'https://api.example/.well-known/oauth-protected-resource';
+const SHOP_CHALLENGE = `Bearer realm="shop", resource_metadata="${SHOP_METADATA}"`;
+
 export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) => Promise<AuthApp>): void {
   describe(`${framework} guard glue (HTTP-level cases)`, () => {
     const clock = manualClock();
@@ -93,6 +103,13 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
       jwks: internalIssuer.jwks(),
       now: clock.now,
     });
+    const shopGuard = createGuard({
+      audience: AUDIENCE,
+      now: clock.now,
+      realm: 'shop',
+      resourceMetadata: SHOP_METADATA,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
     const dpopGuard = createGuard({
       audience: AUDIENCE,
       now: clock.now,
@@ -109,6 +126,7 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
     beforeAll(async () => {
       app = await start({
         guard,
+        shopGuard,
         dpopGuard,
         nonceGuard,
         verifier,
@@ -484,7 +502,7 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
           401,
           'token_missing',
         );
-        expect(reply.headers['www-authenticate']).toBe('Bearer realm="api"');
+        expect(reply.headers['www-authenticate']).toBe(SHOP_CHALLENGE);
       }
       await refusedWithoutHandler(
         call('GET', '/optional', [
@@ -500,20 +518,35 @@ export function describeAuthGlue(framework: string, start: (deps: AuthAppDeps) =
 
     it("optional: authorize() and the idempotency middleware answer an anonymous request 401 with the guard's challenge", async () => {
       const read = await refusedWithoutHandler(call('GET', '/optional-read'), 401, 'token_missing');
-      expect(read.headers['www-authenticate']).toBe('Bearer realm="api"');
+      expect(read.headers['www-authenticate']).toBe(SHOP_CHALLENGE);
       expect((await call('GET', '/optional-read', [['authorization', `Bearer ${token}`]])).status).toBe(200);
       const key = `optional-${randomUUID()}`;
       const charge = (headers: Array<[string, string]>) =>
         call('POST', '/optional-charge', [['idempotency-key', key], ['content-length', '0'], ...headers]);
       // An anonymous write has no caller to scope its key to: not a 500 scope_missing.
       const anonymous = await refusedWithoutHandler(charge([]), 401, 'token_missing');
-      expect(anonymous.headers['www-authenticate']).toBe('Bearer realm="api"');
+      expect(anonymous.headers['www-authenticate']).toBe(SHOP_CHALLENGE);
       const first = await charge([['authorization', `Bearer ${token}`]]);
       expect(first.status).toBe(201);
       const again = await charge([['authorization', `Bearer ${token}`]]);
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.body).toBe(first.body);
       expect(JSON.parse(first.body)).toMatchObject({ sub: 'user-1' });
+    });
+
+    it('optional: with a scope of its own, the idempotency middleware serves an anonymous write and replays it', async () => {
+      const key = `optional-scoped-${randomUUID()}`;
+      const charge = () =>
+        call('POST', '/optional-scoped-charge', [
+          ['idempotency-key', key],
+          ['content-length', '0'],
+        ]);
+      const first = await charge();
+      expect(first.status).toBe(201);
+      expect(JSON.parse(first.body)).toMatchObject({ sub: null });
+      const again = await charge();
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toBe(first.body);
     });
 
     it('DPoP server nonces through the glue: use_dpop_nonce with DPoP-Nonce, the retry passes, a nonce of the last window gets the next', async () => {
