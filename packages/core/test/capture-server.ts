@@ -9,6 +9,7 @@ import type { IdempotencyEvent } from '../src/events.js';
 import {
   type CaptureOptions,
   createHttpIdempotency,
+  type HttpIdempotencyOptions,
   type IdempotencyContext,
   type ResponseCapture,
   writeResponse,
@@ -65,6 +66,8 @@ export interface ServeOptions {
   echo?: boolean;
   /** Announce `Idempotency-Expires` (`advertiseExpiry`). */
   advertiseExpiry?: boolean;
+  /** Any other option of the HTTP layer (`storeOutcome`, `now`, ...), given last. */
+  layer?: Partial<HttpIdempotencyOptions<unknown>>;
   /** Writes the first execution's response. */
   answer: (
     res: ServerResponse,
@@ -103,6 +106,7 @@ export async function serve(options: ServeOptions): Promise<Served> {
     ...(options.replayHeaders === undefined ? {} : { replayHeaders: options.replayHeaders }),
     ...(options.advertiseExpiry === undefined ? {} : { advertiseExpiry: options.advertiseExpiry }),
     ...(options.lease === undefined ? {} : { lease: options.lease }),
+    ...options.layer,
   });
   let runs = 0;
   const server = createServer(async (req, res) => {

@@ -1,93 +1,29 @@
 // The HTTP layer's recent changes (advertiseExpiry, transactional mode's store cap, release() on the
 // context, the lease marks): behaviours that mutation testing of packages/core/src/http.ts and
 // engine.ts showed no test held.
-import { createServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { transactionalMemoryStore } from '@idem/testkit';
+import type { ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { createIdempotency } from '../src/engine.js';
-import type { IdempotencyEvent } from '../src/events.js';
-import {
-  createHttpIdempotency,
-  type HttpIdempotencyOptions,
-  type IdempotencyContext,
-  type ResponseCapture,
-  writeResponse,
-} from '../src/http.js';
+import type { HttpIdempotencyOptions, IdempotencyContext, ResponseCapture } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Outcome } from '../src/outcome-policy.js';
-import { post, type Received, serve } from './capture-server.js';
+import { type Served, serve } from './capture-server.js';
 
 const at = Date.UTC(2026, 10, 22, 9, 30, 15);
 const httpDate = (ms: number) => new Date(ms).toUTCString();
 const HOUR = 3_600_000;
 
-interface Layer {
-  post(key: string): Promise<Received>;
-  events: IdempotencyEvent[];
-  runs(): number;
-  close(): Promise<void>;
-}
-
-// node:http with the HTTP layer in front of `answer`, as an adapter mounts it, taking any option of
-// the layer (capture-server's serve takes a fixed few). `hold`: transactional mode.
-async function layer(
+// The capture server (capture-server.ts) taking any option of the layer, with the answer's
+// arguments in this file's order. `transactional`: held, the handler in the store's transaction.
+function layer(
   options: Partial<HttpIdempotencyOptions<unknown>>,
   answer: (res: ServerResponse, run: number, context: IdempotencyContext, capture: ResponseCapture) => void,
-): Promise<Layer> {
-  const hold = options.transactional === true;
-  const events: IdempotencyEvent[] = [];
-  const http = createHttpIdempotency({
-    store: hold ? transactionalMemoryStore() : memoryStore(),
-    scope: () => 'caller',
-    onEvent: (event) => events.push(event),
-    ...options,
+): Promise<Served> {
+  return serve({
+    hold: options.transactional === true,
+    layer: options,
+    answer: (res, run, capture, context) => answer(res, run, context, capture),
   });
-  let runs = 0;
-  const server = createServer(async (req, res) => {
-    const started = await http.begin({
-      method: 'POST',
-      route: '/charges',
-      path: '/charges',
-      query: '',
-      contentType: undefined,
-      keyHeader: http.keyHeader(req),
-      body: undefined,
-      scope: 'caller',
-    });
-    if (started.kind !== 'execute') {
-      if (started.kind === 'respond') writeResponse(res, started.response);
-      else res.end();
-      return;
-    }
-    const run = ++runs;
-    const context = http.context(started);
-    res.setHeader('idempotency-key', started.echo);
-    if (!hold) {
-      const capture = http.capture(res, { settle: { lease: started.lease, thrown: () => false } });
-      answer(res, run, context, capture);
-      return;
-    }
-    const capture = http.capture(res, { hold: true });
-    void http.runTransaction(
-      started.lease,
-      capture,
-      () => answer(res, run, context, capture),
-      () => false,
-    );
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    post: (key) => post(base, '/charges', key),
-    events,
-    runs: () => runs,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
 }
 
 describe('advertiseExpiry: the date follows the outcome policy', () => {
