@@ -52,10 +52,15 @@ function isDecoderError(error: object): boolean {
   return typeof code === 'string' && decoderErrorCode.test(code);
 }
 
+// What inflation (under co-body) throws for a coding it does not take: status 415, no `type`.
+const unsupportedCoding = /^Unsupported Content-Encoding: (.*)$/;
+
 /**
  * True when `error` has the shape of a body parser's refusal: a 4xx error of body-parser or
- * raw-body with their `type`, co-body's untyped parse error (status 400, the text in `body`), or a
- * decoder's error given status 400 (a body that does not inflate from its `Content-Encoding`).
+ * raw-body with their `type`, co-body's untyped parse error (status 400, the text in `body`), a
+ * decoder's error (a body that does not inflate from its `Content-Encoding`: given status 400 by
+ * body-parser, passed on bare by co-body, which Koa then answers 500), or inflation's 415 for a
+ * coding it does not take.
  *
  * @example
  * isBodyRefusal(Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' })); // true
@@ -64,9 +69,11 @@ export function isBodyRefusal(error: unknown): boolean {
   if (error === null || typeof error !== 'object') return false;
   const { status, statusCode, type } = error as { status?: unknown; statusCode?: unknown; type?: unknown };
   const code = typeof status === 'number' ? status : statusCode;
+  if (code === undefined && type === undefined && isDecoderError(error)) return true;
   if (typeof code !== 'number' || code < 400 || code > 499) return false;
   if (typeof type === 'string') return bodyRefusalTypes.has(type);
   if (code === 400 && isDecoderError(error)) return true;
+  if (code === 415 && error instanceof Error && unsupportedCoding.test(error.message)) return true;
   // co-body's JSON and form errors carry no `type`: the parser's own error, given status 400 and
   // the text it could not parse as `body`.
   return code === 400 && error instanceof Error && typeof (error as { body?: unknown }).body === 'string';
@@ -86,7 +93,8 @@ export function isBodyRefusal(error: unknown): boolean {
  *   once the body is in whole (`begin` read it, or a parser that ran first did), so no parser
  *   reading it afterwards can see it cut short;
  * - a decoder's error is this request's only when `begin` could not decode its body either
- *   ({@link markUndecodable}): one that decoded there decodes for the parser too.
+ *   ({@link markUndecodable}): one that decoded there decodes for the parser too;
+ * - inflation's unsupported coding must be the request's `Content-Encoding`, as sent.
  * An error that carries none of these (a parser of one's own that opts in with a `type`) is taken
  * on its word. Without facts (a capture made with no `request`), nothing is checked.
  *
@@ -106,6 +114,9 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
   const { body } = request;
   if (told.type === 'request.aborted' || told.type === 'request.size.invalid') return false;
   if (told.type === undefined && isDecoderError(error)) return body !== undefined && undecodable.has(body);
+  const coding = told.type === undefined && error instanceof Error ? unsupportedCoding.exec(error.message) : null;
+  // inflation names the coding as the header gave it: it must be this request's, to the letter.
+  if (coding !== null) return coding[1] === request.headers['content-encoding'];
   if (told.body !== undefined && !sameBody(told.body, request)) return false;
   if (typeof told.limit === 'number' && !(body !== undefined && body.length > told.limit)) return false;
   if (typeof told.expected === 'number' && told.expected !== declaredLength(request.headers)) return false;

@@ -3,7 +3,7 @@ import { IncomingMessage, ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { type RequestBodyFacts, refusesRequestBody } from '../src/body-refusal.js';
+import { isBodyRefusal, markUndecodable, type RequestBodyFacts, refusesRequestBody } from '../src/body-refusal.js';
 import { createHttpIdempotency, readBodyForFingerprint } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 
@@ -120,5 +120,36 @@ describe('capture.failedWith: a body that does not decode from its Content-Encod
     expect(failedWith(refused, request('{"amount":1}'))).toBe(false);
     // Without facts of the request nothing is checked, as for every refusal shape.
     expect(refusesRequestBody(refused, undefined)).toBe(true);
+  });
+});
+
+describe("co-body's refusals of a body's coding (inflation and zlib under it)", () => {
+  it('a bare decoder error (no status: Koa answers 500) is a refusal of a body begin could not decode, only', () => {
+    const bare = (code: string) => Object.assign(new Error('incorrect header check'), { code, errno: -3 });
+    expect(isBodyRefusal(bare('Z_DATA_ERROR'))).toBe(true);
+    expect(isBodyRefusal(bare('ZSTD_error_prefix_unknown'))).toBe(true);
+    expect(isBodyRefusal(bare('ERR__ERROR_FORMAT_PADDING_1'))).toBe(true);
+    // Any other bare error is a handler's.
+    expect(isBodyRefusal(bare('ECONNRESET'))).toBe(false);
+    expect(isBodyRefusal(Object.assign(bare('Z_DATA_ERROR'), { type: 'custom' }))).toBe(false);
+    const marked = Buffer.from('{"amount":1} not gzip');
+    markUndecodable(marked);
+    const gzipped = { 'content-type': 'application/json', 'content-encoding': 'gzip' };
+    expect(refusesRequestBody(bare('Z_DATA_ERROR'), { headers: gzipped, body: marked })).toBe(true);
+    expect(refusesRequestBody(bare('Z_DATA_ERROR'), request('{"amount":1}', { 'content-encoding': 'gzip' }))).toBe(
+      false,
+    );
+  });
+
+  it("inflation's 415 names a coding: a refusal only when it is the request's Content-Encoding, as sent", () => {
+    const unsupported = (coding: string) =>
+      Object.assign(new Error(`Unsupported Content-Encoding: ${coding}`), { status: 415 });
+    expect(isBodyRefusal(unsupported('compress'))).toBe(true);
+    expect(isBodyRefusal(Object.assign(new Error('Unsupported Media Type'), { status: 415 }))).toBe(false);
+    const sent = request('{}', { 'content-encoding': 'compress' });
+    expect(refusesRequestBody(unsupported('compress'), sent)).toBe(true);
+    expect(refusesRequestBody(unsupported('x-compress'), sent)).toBe(false);
+    // Another service's answer in a coding the handler's reader does not take: not this request's.
+    expect(refusesRequestBody(unsupported('compress'), request('{}'))).toBe(false);
   });
 });

@@ -2476,7 +2476,10 @@ function* chunksOf(size: number, n: number): Generator<Buffer> {
 }
 
 // The errors of upstreamError, each thrown by `/boom` after the work.
-const upstreamKinds = ['too-large', 'aborted', 'unparsable', 'co-body', 'inflate'];
+const upstreamKinds = ['too-large', 'aborted', 'unparsable', 'co-body', 'inflate', 'inflate-bare', 'coding'];
+
+// The status each upstream error is answered with: its own, or 500 for one that has none.
+const upstreamStatus: Record<string, number> = { 'too-large': 413, 'inflate-bare': 500, coding: 415 };
 
 // Every upstream error, one key each: the first answer is the error's status, the retry its replay,
 // and the handler ran once per key. Taken for the request's refusal, an error would release the key
@@ -2491,7 +2494,7 @@ async function expectUpstreamErrorsKept(
     const key = `${keyPrefix}${kind}`;
     const body = JSON.stringify({ upstream: kind });
     const first = await world.send('/boom', { key, body });
-    const status = kind === 'too-large' ? 413 : 400;
+    const status = upstreamStatus[kind] ?? 400;
     expect(first.status, kind).toBe(status);
     expect(first.headers['idempotency-key'], kind).toBe(key);
     const again = await world.send('/boom', { key, body });
@@ -2515,8 +2518,13 @@ function upstreamError(kind: string): Error {
     unparsable: { status: 400, type: 'entity.parse.failed', body: '<html>Bad gateway</html>' },
     'co-body': { status: 400, body: '<html>Bad gateway</html>' },
     inflate: { status: 400, statusCode: 400, expose: true, code: 'Z_DATA_ERROR', errno: -3 },
+    // As co-body passes a decoder's error on: bare, no status.
+    'inflate-bare': { code: 'Z_DATA_ERROR', errno: -3 },
+    // inflation's refusal of a coding it does not take (the request has none).
+    coding: { status: 415, message: 'Unsupported Content-Encoding: compress' },
   };
   const told = fields[kind];
   if (told === undefined) throw new TypeError(`no upstream error ${kind}`);
-  return Object.assign(new Error(`upstream answer refused (${kind})`), told);
+  const { message, ...rest } = told;
+  return Object.assign(new Error(typeof message === 'string' ? message : `upstream answer refused (${kind})`), rest);
 }
