@@ -153,3 +153,18 @@ describe("co-body's refusals of a body's coding (inflation and zlib under it)", 
     expect(refusesRequestBody(unsupported('compress'), request('{}'))).toBe(false);
   });
 });
+
+describe("formidable's refusals (koa-body's multipart)", () => {
+  const formidable = (httpCode: number) =>
+    Object.assign(new Error('options.maxFileSize (100 bytes) exceeded'), { code: 1009, httpCode });
+
+  it('a 4xx httpCode with a numeric code and no status is a refusal of a multipart request only', () => {
+    expect(isBodyRefusal(formidable(413))).toBe(true);
+    // Its "Request aborted" is a 500: no refusal.
+    expect(isBodyRefusal(formidable(500))).toBe(false);
+    expect(isBodyRefusal(Object.assign(formidable(413), { code: 'E413' }))).toBe(false);
+    const multipart = request('--b--', { 'content-type': 'multipart/form-data; boundary=b' });
+    expect(refusesRequestBody(formidable(413), multipart)).toBe(true);
+    expect(refusesRequestBody(formidable(413), request('{"amount":1}'))).toBe(false);
+  });
+});

@@ -1,7 +1,7 @@
-// @koa/bodyparser (co-body underneath) for real behind the middleware, as the Koa guide mounts it:
-// every way it refuses a request's own body is told from a handler's outcome, so the refusal is not
-// stored, the key is released, and the retry with the body fixed runs. express.test.ts does the
-// same for body-parser.
+// @koa/bodyparser and koa-body (co-body underneath both, formidable under koa-body's multipart) for
+// real behind the middleware, as the Koa guide mounts them: every way they refuse a request's own
+// body is told from a handler's outcome, so the refusal is not stored, the key is released, and the
+// retry with the body fixed runs. express.test.ts does the same for body-parser.
 import { Buffer } from 'node:buffer';
 import { gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
@@ -10,13 +10,26 @@ import { describe, expect, it } from 'vitest';
 import { idempotency } from '../src/idempotency.js';
 import { listen } from './support.js';
 
-// Loaded by a specifier TypeScript does not follow: @koa/bodyparser's declarations add `body?:
-// unknown` to every `http.IncomingMessage`, which would retype `req.body` for the Express code this
-// repository type-checks in the same project.
-const bodyParserModule: string = '@koa/bodyparser';
-const { bodyParser } = (await import(bodyParserModule)) as {
-  bodyParser: (options: { jsonLimit?: number }) => Koa.Middleware;
-};
+// Loaded by specifiers TypeScript does not follow: the declarations of both add `body` to every
+// `http.IncomingMessage`, which would retype `req.body` for the Express code this repository
+// type-checks in the same project.
+const modules: string[] = ['@koa/bodyparser', 'koa-body'];
+const [{ bodyParser }, { koaBody }] = (await Promise.all(modules.map((name) => import(name)))) as [
+  { bodyParser: (options: { jsonLimit?: number }) => Koa.Middleware },
+  {
+    koaBody: (options: {
+      jsonLimit?: number;
+      multipart?: boolean;
+      formidable?: { maxFileSize?: number };
+    }) => Koa.Middleware;
+  },
+];
+
+// Each parser as the Koa guide mounts it, after the middleware, with a JSON limit of 60 bytes.
+const parsers: Array<[string, () => Koa.Middleware]> = [
+  ['@koa/bodyparser', () => bodyParser({ jsonLimit: 60 })],
+  ['koa-body', () => koaBody({ jsonLimit: 60, multipart: true, formidable: { maxFileSize: 100 } })],
+];
 
 const json = { 'content-type': 'application/json' };
 
@@ -76,20 +89,45 @@ const refusals: Refused[] = [
   },
 ];
 
-describe('@koa/bodyparser behind the idempotency middleware', () => {
+// A multipart body of one file part of `size` bytes under `boundary`.
+function upload(size: number, boundary = 'idem-boundary'): { headers: Record<string, string>; body: Buffer } {
+  const body = Buffer.concat([
+    Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="receipt"; filename="r.bin"\r\n` +
+        'Content-Type: application/octet-stream\r\n\r\n',
+    ),
+    Buffer.alloc(size, 7),
+    Buffer.from(`\r\n--${boundary}--\r\n`),
+  ]);
+  return { headers: { 'content-type': `multipart/form-data; boundary=${boundary}` }, body };
+}
+
+describe.each(parsers)('%s behind the idempotency middleware', (name, parser) => {
+  // koa-body's multipart is formidable's: a file over maxFileSize is its 413, with no status Koa
+  // reads, so Koa answers 500.
+  const cases =
+    name === 'koa-body'
+      ? [
+          ...refusals,
+          (() => {
+            return { name: 'a file over maxFileSize', ...upload(500), status: 500 };
+          })(),
+        ]
+      : refusals;
+
   it("every refusal of the request's own body is not stored: the key is released and the fixed retry runs", async () => {
     const events: IdempotencyEvent[] = [];
     const app = new Koa();
     app.silent = true;
     let runs = 0;
     app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1', onEvent: (event) => events.push(event) }));
-    app.use(bodyParser({ jsonLimit: 60 }));
+    app.use(parser());
     app.use(async (ctx) => {
       ctx.status = 201;
       ctx.body = { run: ++runs, amount: (ctx.request as { body?: { amount?: number } }).body?.amount };
     });
     await listen(app, async (url) => {
-      for (const [i, refused] of refusals.entries()) {
+      for (const [i, refused] of cases.entries()) {
         const key = `refused-${i}`;
         const sent = (headers: Record<string, string>, body: Buffer) =>
           fetch(url, { method: 'POST', headers: { ...headers, 'idempotency-key': key }, body: new Uint8Array(body) });
@@ -100,10 +138,10 @@ describe('@koa/bodyparser behind the idempotency middleware', () => {
         expect(retry.status, refused.name).toBe(201);
         expect(await retry.json(), refused.name).toEqual({ run: i + 1, amount: 1 });
       }
-      expect(runs).toBe(refusals.length);
+      expect(runs).toBe(cases.length);
     });
     expect(events.filter((event) => event.type === 'response-not-stored')).toEqual(
-      refusals.map((refused) => expect.objectContaining({ reason: 'body-refused', status: refused.status })),
+      cases.map((refused) => expect.objectContaining({ reason: 'body-refused', status: refused.status })),
     );
   });
 });

@@ -2358,12 +2358,16 @@ export function describeAdapter(
 
       it('a handler that did its work, then met a body-parser-shaped error from another stream: settled per policy, the retry replays it', async () => {
         // The capture of a transactional execution checks a refusal against the request too. The
-        // answers are 4xx: the writes commit with them, as for any stored 4xx.
+        // writes commit with a 4xx and roll back with a 5xx, as for any outcome; each is stored.
         const harness = await makeTransactional();
         await withWorld(
           async (world) => {
             await expectUpstreamErrorsKept(world, 'tx-upstream-');
-            if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
+            if (!options.transactionalStore) {
+              expect(log.entries.slice(-upstreamKinds.length).map((entry) => entry.outcome)).toEqual(
+                upstreamKinds.map((kind) => ((upstreamStatus[kind] ?? 400) >= 500 ? 'rolled-back' : 'committed')),
+              );
+            }
           },
           { transactional: true },
           harness,
@@ -2476,10 +2480,24 @@ function* chunksOf(size: number, n: number): Generator<Buffer> {
 }
 
 // The errors of upstreamError, each thrown by `/boom` after the work.
-const upstreamKinds = ['too-large', 'aborted', 'unparsable', 'co-body', 'inflate', 'inflate-bare', 'coding'];
+const upstreamKinds = [
+  'too-large',
+  'aborted',
+  'unparsable',
+  'co-body',
+  'inflate',
+  'inflate-bare',
+  'coding',
+  'formidable',
+];
 
 // The status each upstream error is answered with: its own, or 500 for one that has none.
-const upstreamStatus: Record<string, number> = { 'too-large': 413, 'inflate-bare': 500, coding: 415 };
+const upstreamStatus: Record<string, number> = {
+  'too-large': 413,
+  'inflate-bare': 500,
+  coding: 415,
+  formidable: 500,
+};
 
 // Every upstream error, one key each: the first answer is the error's status, the retry its replay,
 // and the handler ran once per key. Taken for the request's refusal, an error would release the key
@@ -2522,6 +2540,8 @@ function upstreamError(kind: string): Error {
     'inflate-bare': { code: 'Z_DATA_ERROR', errno: -3 },
     // inflation's refusal of a coding it does not take (the request has none).
     coding: { status: 415, message: 'Unsupported Content-Encoding: compress' },
+    // formidable's over-limit refusal (its status in `httpCode`), of a body that is no multipart.
+    formidable: { code: 1009, httpCode: 413, message: 'options.maxFileSize (100 bytes) exceeded' },
   };
   const told = fields[kind];
   if (told === undefined) throw new TypeError(`no upstream error ${kind}`);
