@@ -55,10 +55,13 @@ function isDecoderError(error: object): boolean {
 // What inflation (under co-body) throws for a coding it does not take: status 415, no `type`.
 const unsupportedCoding = /^Unsupported Content-Encoding: (.*)$/;
 
-// formidable (koa-body's multipart, and others') refuses a body with a FormidableError: a numeric
-// internal `code` and the status in `httpCode`, which Koa does not read (it answers 500).
-function isFormidableRefusal(error: object): boolean {
-  const { code, httpCode } = error as { code?: unknown; httpCode?: unknown };
+// The multipart parsers' refusals, which carry no status the frameworks read (they answer 500):
+// formidable's (koa-body's multipart) FormidableError, a numeric internal `code` and the status in
+// `httpCode`; multer's MulterError, named so, with a string `code` such as `LIMIT_FILE_SIZE` (but
+// not `STREAM_DESTROYED`, a file stream torn down, not a refusal of the body).
+function isMultipartRefusal(error: object): boolean {
+  const { code, httpCode, name } = error as { code?: unknown; httpCode?: unknown; name?: unknown };
+  if (name === 'MulterError') return typeof code === 'string' && code !== 'STREAM_DESTROYED';
   return typeof code === 'number' && typeof httpCode === 'number' && httpCode >= 400 && httpCode <= 499;
 }
 
@@ -67,7 +70,8 @@ function isFormidableRefusal(error: object): boolean {
  * raw-body with their `type`, co-body's untyped parse error (status 400, the text in `body`), a
  * decoder's error (a body that does not inflate from its `Content-Encoding`: given status 400 by
  * body-parser, passed on bare by co-body, which Koa then answers 500), inflation's 415 for a coding
- * it does not take, or formidable's 4xx (`httpCode`, which Koa does not read: it answers 500).
+ * it does not take, or a multipart parser's (formidable's 4xx `httpCode`, multer's `MulterError`),
+ * which carry no status the frameworks read (they answer 500).
  *
  * @example
  * isBodyRefusal(Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' })); // true
@@ -76,7 +80,7 @@ export function isBodyRefusal(error: unknown): boolean {
   if (error === null || typeof error !== 'object') return false;
   const { status, statusCode, type } = error as { status?: unknown; statusCode?: unknown; type?: unknown };
   const code = typeof status === 'number' ? status : statusCode;
-  if (code === undefined && type === undefined && (isDecoderError(error) || isFormidableRefusal(error))) return true;
+  if (code === undefined && type === undefined && (isDecoderError(error) || isMultipartRefusal(error))) return true;
   if (typeof code !== 'number' || code < 400 || code > 499) return false;
   if (typeof type === 'string') return bodyRefusalTypes.has(type);
   if (code === 400 && isDecoderError(error)) return true;
@@ -102,7 +106,7 @@ export function isBodyRefusal(error: unknown): boolean {
  * - a decoder's error is this request's only when `begin` could not decode its body either
  *   ({@link markUndecodable}): one that decoded there decodes for the parser too;
  * - inflation's unsupported coding must be the request's `Content-Encoding`, as sent;
- * - formidable's refusal is of a multipart request (it parses request bodies only).
+ * - formidable's and multer's refusals are of a multipart request (they parse request bodies only).
  * An error that carries none of these (a parser of one's own that opts in with a `type`) is taken
  * on its word. Without facts (a capture made with no `request`), nothing is checked.
  *
@@ -122,8 +126,9 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
   const { body } = request;
   if (told.type === 'request.aborted' || told.type === 'request.size.invalid') return false;
   if (told.type === undefined && isDecoderError(error)) return body !== undefined && undecodable.has(body);
-  // formidable parses request bodies only, never another service's answer: a multipart request's.
-  if (told.type === undefined && (error as { status?: unknown }).status === undefined && isFormidableRefusal(error))
+  // formidable and multer parse request bodies only, never another service's answer: a multipart
+  // request's.
+  if (told.type === undefined && (error as { status?: unknown }).status === undefined && isMultipartRefusal(error))
     return /^multipart\//i.test(String(request.headers['content-type'] ?? '').trim());
   const coding = told.type === undefined && error instanceof Error ? unsupportedCoding.exec(error.message) : null;
   // inflation names the coding as the header gave it: it must be this request's, to the letter.

@@ -168,3 +168,16 @@ describe("formidable's refusals (koa-body's multipart)", () => {
     expect(refusesRequestBody(formidable(413), request('{"amount":1}'))).toBe(false);
   });
 });
+
+describe("multer's refusals (Express uploads)", () => {
+  const multerError = (code: string) => Object.assign(new Error('File too large'), { name: 'MulterError', code });
+
+  it('a MulterError is a refusal of a multipart request only; a torn-down file stream is none', () => {
+    expect(isBodyRefusal(multerError('LIMIT_FILE_SIZE'))).toBe(true);
+    expect(isBodyRefusal(multerError('STREAM_DESTROYED'))).toBe(false);
+    expect(isBodyRefusal(Object.assign(new Error('File too large'), { code: 'LIMIT_FILE_SIZE' }))).toBe(false);
+    const multipart = request('--b--', { 'content-type': 'multipart/form-data; boundary=b' });
+    expect(refusesRequestBody(multerError('LIMIT_FILE_SIZE'), multipart)).toBe(true);
+    expect(refusesRequestBody(multerError('LIMIT_FILE_SIZE'), request('{"amount":1}'))).toBe(false);
+  });
+});

@@ -3,12 +3,27 @@ import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
+import multer from 'multer';
 import { describe, expect, it } from 'vitest';
 import { send, serve } from './support.js';
 
 // Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
 // as these tests use it, without types of its own.
 const express4 = (await import('express4' as string)).default as typeof express;
+
+// A multipart body of one file part `receipt` of `size` bytes.
+function upload(size: number): { headers: Record<string, string>; body: Buffer } {
+  const boundary = 'idem-boundary';
+  const body = Buffer.concat([
+    Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="receipt"; filename="r.bin"\r\n` +
+        'Content-Type: application/octet-stream\r\n\r\n',
+    ),
+    Buffer.alloc(size, 7),
+    Buffer.from(`\r\n--${boundary}--\r\n`),
+  ]);
+  return { headers: { 'content-type': `multipart/form-data; boundary=${boundary}` }, body };
+}
 
 // Sends `chunks` one by one; without a content-length the body goes out chunked.
 const post = (url: string, key: string, chunks: string[], contentLength = true) =>
@@ -425,6 +440,10 @@ describe('@idem/express specifics', () => {
     app.post('/form', express.urlencoded({ parameterLimit: 2 }), (_req, res) => {
       res.status(201).json({ run: ++runs });
     });
+    // multer's refusals carry no status Express reads: a MulterError (LIMIT_FILE_SIZE here) is a 500.
+    app.post('/upload', multer({ limits: { fileSize: 100 } }).single('receipt'), (_req, res) => {
+      res.status(201).json({ run: ++runs });
+    });
     app.use(idempotencyErrors());
     const json = { 'content-type': 'application/json' };
     const form = { 'content-type': 'application/x-www-form-urlencoded' };
@@ -483,6 +502,7 @@ describe('@idem/express specifics', () => {
           status: 415,
         },
         { name: 'parameters', path: '/form', headers: form, body: Buffer.from('a=1&b=2&c=3'), status: 413 },
+        { name: 'multer: a file over its fileSize', path: '/upload', ...upload(500), status: 500 },
       ];
     await serve(app, async (url) => {
       for (const [i, refused] of cases.entries()) {
@@ -496,8 +516,13 @@ describe('@idem/express specifics', () => {
         const answer = await sent(refused.headers, refused.body);
         expect(answer.status, refused.name).toBe(refused.status);
         expect(answer.headers.get('idempotency-key'), refused.name).toBeNull();
-        const fixed = refused.path === '/form' ? Buffer.from('a=1') : Buffer.from('{"amount":1}');
-        const retry = await sent(refused.path === '/form' ? form : json, fixed);
+        const fixed =
+          refused.path === '/form'
+            ? { headers: form, body: Buffer.from('a=1') }
+            : refused.path === '/upload'
+              ? upload(50)
+              : { headers: json, body: Buffer.from('{"amount":1}') };
+        const retry = await sent(fixed.headers, fixed.body);
         expect(retry.status, refused.name).toBe(201);
         expect(await retry.json(), refused.name).toEqual({ run: i + 1 });
       }

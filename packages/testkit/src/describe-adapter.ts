@@ -2489,6 +2489,7 @@ const upstreamKinds = [
   'inflate-bare',
   'coding',
   'formidable',
+  'multer',
 ];
 
 // The status each upstream error is answered with: its own, or 500 for one that has none.
@@ -2497,6 +2498,7 @@ const upstreamStatus: Record<string, number> = {
   'inflate-bare': 500,
   coding: 415,
   formidable: 500,
+  multer: 500,
 };
 
 // Every upstream error, one key each: the first answer is the error's status, the retry its replay,
@@ -2542,6 +2544,7 @@ function upstreamError(kind: string): Error {
     coding: { status: 415, message: 'Unsupported Content-Encoding: compress' },
     // formidable's over-limit refusal (its status in `httpCode`), of a body that is no multipart.
     formidable: { code: 1009, httpCode: 413, message: 'options.maxFileSize (100 bytes) exceeded' },
+    multer: { name: 'MulterError', code: 'LIMIT_FILE_SIZE', message: 'File too large' },
   };
   const told = fields[kind];
   if (told === undefined) throw new TypeError(`no upstream error ${kind}`);
