@@ -1,7 +1,7 @@
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
-import { transactionalMemoryStore } from '@idem/testkit';
+import { multipartForm, transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
 import multer from 'multer';
 import { describe, expect, it } from 'vitest';
@@ -11,20 +11,11 @@ import { send, serve } from './support.js';
 // as these tests use it, without types of its own.
 const express4 = (await import('express4' as string)).default as typeof express;
 
-// A multipart body of one file part `receipt` of `size` bytes.
+// An upload of one file of `size` bytes (and a text field), as the table sends it.
 function upload(size: number): { headers: Record<string, string>; body: Buffer } {
-  const boundary = 'idem-boundary';
-  const body = Buffer.concat([
-    Buffer.from(
-      `--${boundary}\r\nContent-Disposition: form-data; name="receipt"; filename="r.bin"\r\n` +
-        'Content-Type: application/octet-stream\r\n\r\n',
-    ),
-    Buffer.alloc(size, 7),
-    Buffer.from(`\r\n--${boundary}--\r\n`),
-  ]);
-  return { headers: { 'content-type': `multipart/form-data; boundary=${boundary}` }, body };
+  const { body, contentType } = multipartForm('idem-boundary', Buffer.alloc(size, 7));
+  return { headers: { 'content-type': contentType }, body };
 }
-
 // Sends `chunks` one by one; without a content-length the body goes out chunked.
 const post = (url: string, key: string, chunks: string[], contentLength = true) =>
   send(

@@ -5,6 +5,7 @@
 import { Buffer } from 'node:buffer';
 import { gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
+import { multipartForm } from '@idem/testkit';
 import Koa from 'koa';
 import { describe, expect, it } from 'vitest';
 import { idempotency } from '../src/idempotency.js';
@@ -89,19 +90,11 @@ const refusals: Refused[] = [
   },
 ];
 
-// A multipart body of one file part of `size` bytes under `boundary`.
-function upload(size: number, boundary = 'idem-boundary'): { headers: Record<string, string>; body: Buffer } {
-  const body = Buffer.concat([
-    Buffer.from(
-      `--${boundary}\r\nContent-Disposition: form-data; name="receipt"; filename="r.bin"\r\n` +
-        'Content-Type: application/octet-stream\r\n\r\n',
-    ),
-    Buffer.alloc(size, 7),
-    Buffer.from(`\r\n--${boundary}--\r\n`),
-  ]);
-  return { headers: { 'content-type': `multipart/form-data; boundary=${boundary}` }, body };
+// An upload of one file of `size` bytes (and a text field).
+function upload(size: number): { headers: Record<string, string>; body: Buffer } {
+  const { body, contentType } = multipartForm('idem-boundary', Buffer.alloc(size, 7));
+  return { headers: { 'content-type': contentType }, body };
 }
-
 describe.each(parsers)('%s behind the idempotency middleware', (name, parser) => {
   // koa-body's multipart is formidable's: a file over maxFileSize is its 413, with no status Koa
   // reads, so Koa answers 500.

@@ -25,6 +25,7 @@ import {
   type TransactionalStore,
 } from '@idem/core';
 import { afterAll, describe, expect, it } from 'vitest';
+import { multipartForm } from './multipart-form.js';
 import { type TransactionOutcome, transactionalMemoryStore } from './transactional-memory.js';
 
 /**
@@ -2407,20 +2408,6 @@ export function describeAdapter(
       });
     });
   });
-}
-
-// A multipart/form-data body (RFC 7578) of a text field and a small file part, under `boundary`.
-function multipartForm(boundary: string, file: Buffer, note = 'hello ✓'): { body: Buffer; contentType: string } {
-  const body = Buffer.concat([
-    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="note"\r\n\r\n${note}\r\n`),
-    Buffer.from(
-      `--${boundary}\r\nContent-Disposition: form-data; name="receipt"; filename="receipt.bin"\r\n` +
-        'Content-Type: application/octet-stream\r\n\r\n',
-    ),
-    file,
-    Buffer.from(`\r\n--${boundary}--\r\n`),
-  ]);
-  return { body, contentType: `multipart/form-data; boundary=${boundary}` };
 }
 
 // The status line of the answer to a request written as raw text, which may stop short of the body

@@ -1,6 +1,7 @@
 export { type SkewedClock, skewedClock } from './clock.js';
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
+export { multipartForm } from './multipart-form.js';
 export { databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from './services.js';
 export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
 export {
