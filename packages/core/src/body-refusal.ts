@@ -128,7 +128,7 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
   if (told.type === undefined && isDecoderError(error)) return body !== undefined && undecodable.has(body);
   // formidable and multer parse request bodies only, never another service's answer: a multipart
   // request's.
-  if (told.type === undefined && (error as { status?: unknown }).status === undefined && isMultipartRefusal(error))
+  if (told.type === undefined && isMultipartRefusal(error))
     return /^multipart\//i.test(String(request.headers['content-type'] ?? '').trim());
   const coding = told.type === undefined && error instanceof Error ? unsupportedCoding.exec(error.message) : null;
   // inflation names the coding as the header gave it: it must be this request's, to the letter.
