@@ -116,6 +116,12 @@ export interface Lease {
   readonly signal: AbortSignal;
   /** True once the lease is known to be lost. */
   readonly lost: boolean;
+  /**
+   * True when this claim took the key over from an attempt whose lease ran out unrenewed (its
+   * process crashed or hung), with the same parameters: that attempt may have done part of the work,
+   * so a handler with effects outside a transaction may want to look for them first.
+   */
+  readonly recovered: boolean;
 }
 
 /** The outcome of {@link IdempotencyEngine.begin}. */
@@ -197,6 +203,7 @@ export interface SettleNow {
  */
 class LeaseState implements Lease {
   lost = false;
+  recovered = false;
   /** Made on first use of `signal`: most handlers never look at it. */
   controller: AbortController | undefined = undefined;
   renewing = false;
@@ -383,8 +390,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     beat.unref?.();
   };
 
-  // Waits (sharing one poll loop per record) until the record is no longer in progress or the
-  // deadline passes. Resolves to the last record seen.
+  // Waits (sharing one poll loop per record) until the record is no longer held by a live lease
+  // (completed, abandoned or gone) or the deadline passes. Resolves to the last record seen.
   const waitForOutcome = (id: string, deadline: number): Promise<StoreRecord | undefined> => {
     const existing = polls.get(id);
     if (existing) return existing;
@@ -393,7 +400,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       for (;;) {
         await new Promise((resolve) => setTimeout(resolve, delay));
         const record = await withTimeout('get', () => store.get(id));
-        if (record === undefined || record.state === 'completed') return record;
+        if (record === undefined || record.state !== 'in_progress') return record;
         if (now() + delay >= deadline) return record;
         delay = Math.min(delay * 2, 250);
       }
@@ -424,6 +431,12 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       }
       return { kind: 'replay', response: record.response };
     }
+    // A crashed attempt's parameters are kept like a finished one's: other parameters are refused
+    // (spec part 3, rule 2), the same ones take the key over (the caller claims it with `replaces`).
+    if (record.state === 'abandoned' && !fingerprintsMatch(record.fingerprint, fingerprint)) {
+      if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: now() - started });
+      return { kind: 'reject', error: mismatch() };
+    }
     return undefined;
   };
 
@@ -448,6 +461,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       if (known !== undefined) return settle(operation, fingerprint, id, known, started, true) as BeginResult;
     }
 
+    // The token of an abandoned record with this request's parameters, once one was seen: the next
+    // claim takes it over (a crashed attempt is run again, as its retry would have been).
+    let replaces: string | undefined;
     for (;;) {
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
@@ -464,7 +480,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       const token = tokenPrefix + (++tokenSequence).toString(36);
       let claimed: ClaimResult;
       try {
-        const input: ClaimInput = { id, token, fingerprint, leaseMs };
+        const input: ClaimInput = { id, token, fingerprint, leaseMs, keepAfterLeaseMs: retentionMs };
+        if (replaces !== undefined) input.replaces = replaces;
         const answer = storeCall('claim', () => store.claim(input));
         claimed = isPending(answer) ? await answer : answer;
       } catch (error) {
@@ -473,14 +490,33 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       }
       if (claimed.claimed) {
         const lease = new LeaseState(id, key, scope, operation, token, fingerprint, started);
+        if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
         startHeartbeat();
-        if (onEvent) emit({ type: 'claim', id, operation, at: now(), durationMs: now() - started });
+        if (onEvent)
+          emit({
+            type: 'claim',
+            id,
+            operation,
+            at: now(),
+            durationMs: now() - started,
+            ...(replaces !== undefined ? { recovered: true } : {}),
+          });
         return { kind: 'execute', lease };
       }
 
       const settled = settle(operation, fingerprint, id, claimed.record, started);
       if (settled) return settled;
+      if (claimed.record.state === 'abandoned') {
+        // A store that answers the very record it was asked to take over did not take it over (it
+        // predates `replaces`): answer as for a key in progress rather than ask it again forever.
+        if (claimed.record.token === replaces) {
+          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
+          return { kind: 'reject', error: conflict() };
+        }
+        replaces = claimed.record.token;
+        continue;
+      }
 
       // In progress elsewhere.
       if (now() >= deadline) {
@@ -497,6 +533,10 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       if (record !== undefined) {
         const done = settle(operation, fingerprint, id, record, started);
         if (done) return done;
+        if (record.state === 'abandoned') {
+          replaces = record.token;
+          continue;
+        }
         if (now() >= deadline) {
           if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
           return { kind: 'reject', error: conflict() };

@@ -32,7 +32,12 @@ interface EventBase {
  *   release it: the handler's writes rolled back, so nothing ran. Every other reason releases the key.
  */
 export type IdempotencyEvent =
-  | (EventBase & { type: 'claim'; durationMs: number })
+  | (EventBase & {
+      type: 'claim';
+      durationMs: number;
+      /** The claim took the key over from an attempt whose lease ran out unrenewed (a crash). */
+      recovered?: true;
+    })
   | (EventBase & { type: 'replay'; status: number; durationMs: number; cached?: true })
   | (EventBase & { type: 'conflict'; durationMs: number })
   | (EventBase & { type: 'mismatch'; durationMs: number })

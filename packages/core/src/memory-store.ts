@@ -6,13 +6,14 @@ import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, 
 export interface MemoryStoreOptions {
   /**
    * Most records kept. When full, every expired record goes first (whatever its duration), then the
-   * completed ones nearest the end of their retention (a retry of such a key would run again).
-   * Records in progress are never evicted: that would allow a second execution. Default 100,000.
+   * completed and abandoned ones nearest their end (a retry of such a key would run again, and an
+   * abandoned key would no longer refuse other parameters). Records whose lease is live are never
+   * evicted: that would allow a second execution beside the first. Default 100,000.
    */
   maxEntries?: number;
   /**
-   * Called when a completed record is dropped to make room before its retention ended: a retry of
-   * that key would run again, which is what retention exists to prevent. When it fires, raise
+   * Called when a completed (or abandoned) record is dropped to make room before its retention ended:
+   * a retry of that key would run again, which is what retention exists to prevent. When it fires, raise
    * `maxEntries` or move to a shared store. Dropping expired records is not reported. What it throws
    * or rejects with is swallowed: an observer must never fail the claim that made room.
    */
@@ -21,7 +22,7 @@ export interface MemoryStoreOptions {
   now?: () => number;
 }
 
-/** A completed record that {@link memoryStore} dropped before its retention ended. */
+/** A completed (or abandoned) record that {@link memoryStore} dropped before its retention ended. */
 export interface MemoryEviction {
   /** The record id (as in the engine's events). */
   id: string;
@@ -38,6 +39,10 @@ export interface MemoryStore extends Store {
   /** Completed records dropped before their retention ended, since the store was made (see `onEvict`). */
   readonly evicted: number;
 }
+
+// An entry that may be dropped to make room: completed, or abandoned (its lease ran out unrenewed).
+// Never one whose lease is live: that would let a second execution run beside it.
+const settled = (entry: Entry, t: number): boolean => entry.completed || entry.leaseUntil <= t;
 
 // Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
 const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
@@ -56,14 +61,20 @@ class Entry {
   headers: Record<string, string> | undefined = undefined;
   /** The body as a Latin-1 string, one byte per character: one plain heap object, cheapest to keep. */
   body = '';
+  /**
+   * While in progress: when the lease ends (the entry is abandoned from then until `expiresAt`), and
+   * how long it stays abandoned, carried over by renewals.
+   */
+  leaseUntil = 0;
+  keepMs = 0;
   /** The lane of this entry's current expiry, and how many slots it has there (a renewal adds one). */
   lane: Lane | undefined = undefined;
   slots = 0;
 
   constructor(
     readonly id: string,
-    readonly token: string,
-    readonly fingerprint: string,
+    public token: string,
+    public fingerprint: string,
     public expiresAt: number,
   ) {}
 }
@@ -86,8 +97,9 @@ class Lane {
 const maxExactLanes = 32;
 
 /** A fresh record for a reader: callers may change what they get, and later reads must not see it. */
-function recordOf(entry: Entry): StoreRecord {
+function recordOf(entry: Entry, t: number): StoreRecord {
   const { token, fingerprint } = entry;
+  if (!entry.completed && entry.leaseUntil <= t) return { state: 'abandoned', token, fingerprint };
   return entry.completed
     ? {
         state: 'completed',
@@ -177,6 +189,12 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return lane;
   };
 
+  // Gives an entry in progress a lease of `ms`: it expires when its lease and its keep have passed.
+  const lease = (entry: Entry, ms: number, t: number) => {
+    entry.leaseUntil = t + ms;
+    expireIn(entry, ms + entry.keepMs, t);
+  };
+
   // Sets an entry's expiry and files it in the lane of that duration.
   const expireIn = (entry: Entry, ms: number, t: number) => {
     entry.expiresAt = t + ms;
@@ -246,7 +264,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
           entry = current(lane);
         }
         compact(lane);
-        if (entry?.completed && (victim === undefined || entry.expiresAt < victim.expiresAt)) {
+        if (entry !== undefined && settled(entry, t) && (victim === undefined || entry.expiresAt < victim.expiresAt)) {
           victim = entry;
           from = lane;
         }
@@ -258,7 +276,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         // Every head is in progress (a lane holds both when a lease and a retention are equal, or
         // when durations share a rounded lane): look behind them, moving nothing, so each lane stays
         // in expiry order. Records in progress are never dropped, so the store may grow instead.
-        victim = completedBehind();
+        victim = completedBehind(t);
         if (victim === undefined) return;
       }
       remove(victim);
@@ -270,13 +288,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
   // The completed record nearest the end of its retention among the first slots behind the lanes'
   // heads; bounded, since this runs on a claim (a full store of records in progress grows instead).
-  const completedBehind = (): Entry | undefined => {
+  const completedBehind = (t: number): Entry | undefined => {
     let victim: Entry | undefined;
     for (const lane of laneList) {
       const end = Math.min(lane.entries.length, lane.head + 1_024);
       for (let i = lane.head; i < end; i++) {
         const entry = lane.entries[i] as Entry;
-        if (entry.gone || entry.lane !== lane || !entry.completed) continue;
+        if (entry.gone || entry.lane !== lane || !settled(entry, t)) continue;
         if (victim === undefined || entry.expiresAt < victim.expiresAt) victim = entry;
       }
     }
@@ -291,13 +309,24 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     get evicted() {
       return evicted;
     },
-    claim({ id, token, fingerprint, leaseMs }: ClaimInput): ClaimResult {
+    claim({ id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces }: ClaimInput): ClaimResult {
       const t = now();
+      const keepMs = keepAfterLeaseMs ?? 0;
       const existing = live(id, t);
-      if (existing) return { claimed: false, record: recordOf(existing) };
-      const entry = new Entry(id, token, fingerprint, t + leaseMs);
+      if (existing) {
+        // Only the abandoned record named by the claim is taken over; anything else is answered.
+        if (replaces === undefined || existing.completed || existing.leaseUntil > t || existing.token !== replaces)
+          return { claimed: false, record: recordOf(existing, t) };
+        existing.token = token;
+        existing.fingerprint = fingerprint;
+        existing.keepMs = keepMs;
+        lease(existing, leaseMs, t);
+        return CLAIMED;
+      }
+      const entry = new Entry(id, token, fingerprint, 0);
+      entry.keepMs = keepMs;
       entries.set(id, entry);
-      expireIn(entry, leaseMs, t);
+      lease(entry, leaseMs, t);
       afterClaim(t);
       return CLAIMED;
     },
@@ -305,7 +334,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const t = now();
       const existing = live(id, t);
       if (existing === undefined || existing.completed || existing.token !== token) return false;
-      expireIn(existing, leaseMs, t);
+      lease(existing, leaseMs, t);
       return true;
     },
     complete({ id, token, response, retentionMs }: CompleteInput): boolean {
@@ -329,8 +358,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return true;
     },
     get(id: string): StoreRecord | undefined {
-      const entry = live(id, now());
-      return entry === undefined ? undefined : recordOf(entry);
+      const t = now();
+      const entry = live(id, t);
+      return entry === undefined ? undefined : recordOf(entry, t);
     },
   };
 }

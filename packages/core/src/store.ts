@@ -3,11 +3,17 @@
  *
  * Rules every store follows (checked by `describeStore()` in @idem/testkit):
  * - `claim` is one atomic step: of N concurrent claims of an absent (or expired) id, exactly one wins.
- * - A record in progress expires after `leaseMs`, measured by the store's own clock. An expired lease
- *   can be claimed again, with a new token: that is crash recovery.
+ * - A record in progress holds its lease for `leaseMs`, measured by the store's own clock, and stays
+ *   `keepAfterLeaseMs` longer as an abandoned record when nobody renews it (its holder crashed). An
+ *   abandoned record is answered to a claim as `{ state: 'abandoned' }`, with its token and
+ *   fingerprint, so the engine can refuse a request with other parameters (spec part 3, rule 2); a
+ *   claim that names its token in `replaces` takes it over with a new token: that is crash recovery.
+ *   Once `keepAfterLeaseMs` has passed too, the id is unseen again.
  * - `renew`, `complete` and `release` are compare-and-set on the fencing token: with a token that is not
  *   the record's current one (the lease was lost and someone else took over) they change nothing and
- *   resolve to `false`.
+ *   resolve to `false`. An abandoned record's holder still holds its token until someone takes over:
+ *   its late `complete` stores the outcome (the work is done; a takeover would only run it again), and
+ *   its `renew` gives it a lease again.
  * - A completed record lives `retentionMs` (store clock), then the id is unseen again.
  * - Durations are relative; a store never trusts the application's wall clock.
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
@@ -34,7 +40,10 @@ export interface Store {
   complete(input: CompleteInput): Awaitable<boolean>;
   /** Deletes an in-progress record held by `token`, so a retry runs. False when the token is no longer current. */
   release(input: ReleaseInput): Awaitable<boolean>;
-  /** Reads the live record, or `undefined` when the id is unseen (never claimed, released, or expired). */
+  /**
+   * Reads the live record (an abandoned one as such), or `undefined` when the id is unseen (never
+   * claimed, released, or expired).
+   */
   get(id: string): Awaitable<StoreRecord | undefined>;
   /**
    * True for stores whose operations never wait on I/O (the memory store): the engine then skips
@@ -76,9 +85,13 @@ export interface StoredResponse {
   body: Uint8Array;
 }
 
-/** A live record as a store returns it. */
+/**
+ * A live record as a store returns it. `abandoned` is a record in progress whose lease ran out with
+ * nobody renewing it: its holder most likely crashed, and the work may have run in part.
+ */
 export type StoreRecord =
   | { state: 'in_progress'; token: string; fingerprint: string }
+  | { state: 'abandoned'; token: string; fingerprint: string }
   | { state: 'completed'; token: string; fingerprint: string; response: StoredResponse };
 
 export interface ClaimInput {
@@ -90,6 +103,20 @@ export interface ClaimInput {
   fingerprint: string;
   /** How long the claim lives without renewal, in milliseconds, measured by the store. */
   leaseMs: number;
+  /**
+   * How long the record stays, abandoned, after its lease runs out with nobody renewing it, in
+   * milliseconds (store clock); every renewal carries it over. The engine passes its retention: a
+   * crashed attempt's fingerprint is kept as long as a finished one's would be. Absent or 0: the id
+   * is unseen as soon as the lease runs out (a store that does not keep abandoned records at all
+   * stays safe, only laxer: a request with other parameters then runs as a fresh one).
+   */
+  keepAfterLeaseMs?: number;
+  /**
+   * The token of an abandoned record (as a claim or `get` answered it) that this claim takes over.
+   * The store takes it over only if the record is still abandoned and still holds that token; else it
+   * answers as to any claim. Without it, a claim of an abandoned record is answered with the record.
+   */
+  replaces?: string;
 }
 
 export type ClaimResult = { claimed: true } | { claimed: false; record: StoreRecord };

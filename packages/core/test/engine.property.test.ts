@@ -14,7 +14,9 @@ type Command =
   | { op: 'advance'; ms: number };
 
 type ModelRecord =
-  | { state: 'in_progress'; holder: number; fp: string; expiresAt: number }
+  // An attempt in progress holds its lease until `leaseUntil`, and is kept abandoned (its fingerprint
+  // still refusing other parameters) for the retention after that.
+  | { state: 'in_progress'; holder: number; fp: string; leaseUntil: number; expiresAt: number }
   | { state: 'completed'; fp: string; body: string; expiresAt: number };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
@@ -39,7 +41,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
 );
 
 describe('engine against a model (fast-check)', () => {
-  it('never runs two live executions of a key, replays the same bytes until retention ends, and ignores stale tokens', async () => {
+  it('never runs two live executions of a key, replays the same bytes until retention ends, refuses other parameters after a crash, and ignores stale tokens', async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(command, { minLength: 1, maxLength: 40 }), async (commands) => {
         let now = 1_000_000;
@@ -76,19 +78,23 @@ describe('engine against a model (fast-check)', () => {
               operation: 'POST /x',
               fingerprint: cmd.fp,
             });
-            if (!expected) {
+            const abandoned = expected?.state === 'in_progress' && expected.leaseUntil <= now;
+            if (!expected || (abandoned && expected.fp === cmd.fp)) {
               expect(result.kind).toBe('execute');
               if (result.kind !== 'execute') return;
+              // A crashed attempt's key, taken over with the same parameters, says so.
+              expect(result.lease.recovered).toBe(abandoned);
               leases.push({ lease: result.lease, key: cmd.key, done: false });
               model.set(cmd.key, {
                 state: 'in_progress',
                 holder: leases.length - 1,
                 fp: cmd.fp,
-                expiresAt: now + LEASE,
+                leaseUntil: now + LEASE,
+                expiresAt: now + LEASE + RETENTION,
               });
               // The store now names this lease as the only holder: every earlier lease is fenced.
               expect((await store.get(result.lease.id))?.token).toBe(result.lease.token);
-            } else if (expected.state === 'in_progress') {
+            } else if (expected.state === 'in_progress' && !abandoned) {
               expect(result.kind === 'reject' && result.error.code).toBe('in_progress');
             } else if (expected.fp !== cmd.fp) {
               expect(result.kind === 'reject' && result.error.code).toBe('fingerprint_mismatch');

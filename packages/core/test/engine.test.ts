@@ -567,6 +567,98 @@ describe('anchor cases at engine level', () => {
   });
 });
 
+describe('a crashed attempt: its lease ran out with nobody renewing it', () => {
+  // Spec part 3, rule 2: a key seen with different parameters is refused and never executed. The
+  // crashed attempt may have done part of its work, so its parameters are kept as a finished one's.
+  it('refuses other parameters for the retention, and lets the same ones take the key over', async () => {
+    const { engine, request, clock, events } = setup({ lease: '5s', retention: '24h' });
+    const crashed = await engine.begin(request);
+    if (crashed.kind !== 'execute') throw new Error('expected execute');
+    expect(crashed.lease.recovered).toBe(false);
+    clock.now += 5_000;
+    const other = await engine.begin({ ...request, fingerprint: 'fp-other' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+    expect(events.at(-1)).toMatchObject({ type: 'mismatch', id: crashed.lease.id });
+    // Still refused late in the retention, and without any claim having been made for it.
+    clock.now += 86_400_000 - 1;
+    expect((await engine.begin({ ...request, fingerprint: 'fp-other' })).kind).toBe('reject');
+    expect(events.filter((event) => event.type === 'claim')).toHaveLength(1);
+    const retry = await engine.begin(request);
+    if (retry.kind !== 'execute') throw new Error('expected execute');
+    expect(retry.lease.recovered).toBe(true);
+    expect(events.at(-1)).toMatchObject({ type: 'claim', recovered: true });
+    // The crashed attempt's token is fenced: only the retry's outcome is stored.
+    expect(await engine.complete(crashed.lease, ok('{"late":true}'))).toEqual({ ok: false, reason: 'lease-lost' });
+    expect(await engine.complete(retry.lease, ok('{"retry":true}'))).toEqual({ ok: true, stored: true });
+    const replay = await engine.begin(request);
+    expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('{"retry":true}');
+  });
+
+  it('forgets the key once the retention after the lease has passed', async () => {
+    const { engine, request, clock } = setup({ lease: '5s', retention: '2d' });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    clock.now += 5_000 + 2 * 86_400_000 - 1;
+    expect((await engine.begin({ ...request, fingerprint: 'fp-other' })).kind).toBe('reject');
+    clock.now += 1;
+    const fresh = await engine.begin({ ...request, fingerprint: 'fp-other' });
+    expect(fresh.kind === 'execute' && fresh.lease.recovered).toBe(false);
+  });
+
+  it('answers the 400 idempotency_error under mismatchStatus: 400', async () => {
+    const { engine, request, clock } = setup({ lease: '5s', mismatchStatus: 400 });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    clock.now += 5_000;
+    const other = await engine.begin({ ...request, fingerprint: 'fp-other' });
+    expect(other.kind === 'reject' && [other.error.code, other.error.status]).toEqual(['idempotency_error', 400]);
+  });
+
+  it('a request without a fingerprint takes the key over, as it would replay a finished one', async () => {
+    const { engine, request, clock } = setup({ lease: '5s' });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    clock.now += 5_000;
+    const retry = await engine.begin({ ...request, fingerprint: '' });
+    expect(retry.kind === 'execute' && retry.lease.recovered).toBe(true);
+  });
+
+  it('a waiter whose holder stops renewing takes the key over, or is refused for other parameters', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const crashing = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', wait: '5s', heartbeat: false, now: () => Date.now() });
+    const request = { key: 'k', scope: 's', operation: 'POST /charges', fingerprint: 'fp' };
+    expect((await crashing.begin(request)).kind).toBe('execute');
+    const same = engine.begin(request);
+    const different = engine.begin({ ...request, key: 'k', fingerprint: 'fp-other' });
+    await vi.advanceTimersByTimeAsync(1_300);
+    const [sameResult, differentResult] = await Promise.all([same, different]);
+    // One of the two waiters saw the abandoned record first; the other then saw it taken over (a
+    // live lease: 409 once its wait is over) or abandoned. Either way only the same parameters run.
+    expect(sameResult.kind === 'execute' && sameResult.lease.recovered).toBe(true);
+    expect(differentResult.kind === 'reject' && differentResult.error.code).toMatch(/^(fingerprint_mismatch|in_progress)$/);
+  });
+
+  it('a store that ignores `replaces` gets a 409, not a claim loop', async () => {
+    const clock = { now: 0 };
+    const inner = memoryStore({ now: () => clock.now });
+    let claims = 0;
+    const store: Store = {
+      ...inner,
+      inProcess: true,
+      claim: ({ replaces: _ignored, ...input }) => {
+        claims++;
+        return inner.claim(input);
+      },
+    };
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => clock.now });
+    const request = { key: 'k', scope: 's', operation: 'POST /charges', fingerprint: 'fp' };
+    expect((await engine.begin(request)).kind).toBe('execute');
+    clock.now += 1_000;
+    const retry = await engine.begin(request);
+    expect(retry.kind === 'reject' && retry.error.code).toBe('in_progress');
+    expect(claims).toBe(3);
+  });
+});
+
 describe('options are checked once, at construction', () => {
   const store = memoryStore();
   it.each([
@@ -760,15 +852,22 @@ describe('maxExecution: a hung handler does not hold its key for as long as the 
     expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('{"slow":true}');
   });
 
-  it('a handler that finishes later than that is a late finisher: refused, and the key is free', async () => {
+  it('a handler that finishes later than that, with nobody taking its key over, still has its outcome stored', async () => {
+    // Its lease ran out, so the record is abandoned: a retry would have taken it over, other
+    // parameters are refused, and the late outcome (the work is done) is the one kept.
     vi.useFakeTimers();
     const store = memoryStore({ now: () => Date.now() });
     const engine = createIdempotency({ store, lease: '1s', maxExecution: '2s', now: () => Date.now() });
-    const slow = await engine.begin(request);
+    const mine = { ...request, fingerprint: 'fp-slow' };
+    const slow = await engine.begin(mine);
     if (slow.kind !== 'execute') throw new Error('expected execute');
     await vi.advanceTimersByTimeAsync(5_000);
-    expect(await engine.complete(slow.lease, ok('{"slow":true}'))).toEqual({ ok: false, reason: 'lease-lost' });
-    expect((await engine.begin(request)).kind).toBe('execute');
+    expect(slow.lease.lost).toBe(true);
+    const other = await engine.begin({ ...request, fingerprint: 'other parameters' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+    expect(await engine.complete(slow.lease, ok('{"slow":true}'))).toEqual({ ok: true, stored: true });
+    const replay = await engine.begin(mine);
+    expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('{"slow":true}');
   });
 
   it('is validated: a duration of at least 100ms, with the heartbeat on', () => {

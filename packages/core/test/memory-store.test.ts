@@ -44,6 +44,23 @@ describe('memoryStore', () => {
     expect(store.size).toBe(4);
   });
 
+  it('evicts an abandoned record (its lease ran out unrenewed) to make room, never a live lease', async () => {
+    let now = 0;
+    const evictions: { id: string }[] = [];
+    const store = memoryStore({ maxEntries: 2, now: () => now, onEvict: (eviction) => evictions.push(eviction) });
+    await store.claim({ id: 'crashed', token: 't', fingerprint: 'fp', leaseMs: 1_000, keepAfterLeaseMs: 86_400_000 });
+    now = 1_000;
+    expect(await store.get('crashed')).toEqual({ state: 'abandoned', token: 't', fingerprint: 'fp' });
+    await store.claim({ id: 'live', token: 't', fingerprint: '', leaseMs: 5_000, keepAfterLeaseMs: 86_400_000 });
+    await store.claim({ id: 'new', token: 't', fingerprint: '', leaseMs: 5_000, keepAfterLeaseMs: 86_400_000 });
+    expect(evictions.map((eviction) => eviction.id)).toEqual(['crashed']);
+    expect(await store.get('crashed')).toBeUndefined();
+    expect((await store.get('live'))?.state).toBe('in_progress');
+    // Two live leases and no room: the store grows rather than drop one.
+    await store.claim({ id: 'third', token: 't', fingerprint: '', leaseMs: 5_000, keepAfterLeaseMs: 86_400_000 });
+    expect(store.size).toBe(3);
+  });
+
   it('reports each completed record dropped before its retention ended, and not the expired ones', async () => {
     let now = 0;
     const evictions: unknown[] = [];
