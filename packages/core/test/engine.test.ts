@@ -634,7 +634,9 @@ describe('a crashed attempt: its lease ran out with nobody renewing it', () => {
     // One of the two waiters saw the abandoned record first; the other then saw it taken over (a
     // live lease: 409 once its wait is over) or abandoned. Either way only the same parameters run.
     expect(sameResult.kind === 'execute' && sameResult.lease.recovered).toBe(true);
-    expect(differentResult.kind === 'reject' && differentResult.error.code).toMatch(/^(fingerprint_mismatch|in_progress)$/);
+    expect(differentResult.kind === 'reject' && differentResult.error.code).toMatch(
+      /^(fingerprint_mismatch|in_progress)$/,
+    );
   });
 
   it('a store that ignores `replaces` gets a 409, not a claim loop', async () => {

@@ -16,6 +16,9 @@ describe('memoryStore', () => {
       advance: async (ms: number) => {
         now += ms;
       },
+      endLease: async (_id: string, leaseMs: number) => {
+        now += leaseMs;
+      },
     };
   });
 

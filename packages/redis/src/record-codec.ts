@@ -3,8 +3,14 @@ import type { StoredResponse, StoreRecord } from '@idem/core';
 /*
  * One Redis string per record, binary safe, laid out so that the Lua scripts never parse anything:
  *
- *   in progress:  'p' <token as JSON> '\n' <fingerprint as JSON> '\n'
+ *   in progress:  'p' <token as JSON> '\n' <fingerprint as JSON> '\n' [<keepAfterLeaseMs in decimal> '\n']
  *   completed:    'c' <token as JSON> '\n' <fingerprint as JSON> '\n' <{"s":status,"h":headers} as JSON> '\n' <raw body bytes>
+ *
+ * A claim kept after its lease (`keepAfterLeaseMs` > 0) lives for its lease plus that keep (`PX`),
+ * and says how long the keep is: its lease has run out, and the record is abandoned, once the key's
+ * PTTL is at most the keep. Without a keep the claim is written exactly as before the keep existed,
+ * and completing a claim drops the keep line, so completed records never changed: a version that
+ * predates the keep reads them, and only such a claim of a newer version is a value it cannot read.
  *
  * JSON never contains a raw 0x0A byte (JSON.stringify escapes every control character, and UTF-8
  * continuation bytes are all >= 0x80), so the first three newlines are always separators, and the
@@ -45,18 +51,22 @@ export function leasePrefix(token: string): Buffer {
 }
 
 /**
- * Encodes a fresh claim: the value `SET NX PX` writes. Throws a `TypeError` for a token or
- * fingerprint that is not a string.
+ * Encodes a fresh claim: the value `SET NX PX` writes, with the keep after its lease in whole
+ * milliseconds (0: none, and no line for it). Throws a `TypeError` for a token or fingerprint that is
+ * not a string, or a keep that is not a whole number of milliseconds, 0 or more.
  *
  * @example
  * encodeClaim('t1', 'fp'); // Buffer of 'p"t1"\n"fp"\n'
+ * encodeClaim('t1', 'fp', 86_400_000); // Buffer of 'p"t1"\n"fp"\n86400000\n'
  */
-export function encodeClaim(token: string, fingerprint: string): Buffer {
+export function encodeClaim(token: string, fingerprint: string, keepMs = 0): Buffer {
   // Anything else would be written as something decodeRecord refuses: a claim nobody can read.
   if (typeof token !== 'string' || typeof fingerprint !== 'string') {
     throw new TypeError('token and fingerprint must be strings');
   }
-  return Buffer.from(`p${JSON.stringify(token)}\n${JSON.stringify(fingerprint)}\n`, 'utf8');
+  if (!Number.isSafeInteger(keepMs) || keepMs < 0) throw new TypeError('keepMs must be a whole number, 0 or more');
+  const keep = keepMs > 0 ? `${keepMs}\n` : '';
+  return Buffer.from(`p${JSON.stringify(token)}\n${JSON.stringify(fingerprint)}\n${keep}`, 'utf8');
 }
 
 /**
@@ -76,12 +86,15 @@ export function encodeOutcome(response: StoredResponse): Buffer {
 }
 
 /**
- * Decodes a record value read from Redis. Throws {@link RecordFormatError} for bytes idem did not write.
+ * Decodes a record value read from Redis. A claim with a keep is `abandoned` when `pttl`, the key's
+ * PTTL read with it, is at most its keep (its lease has run out); without `pttl` it is taken as in
+ * progress. Throws {@link RecordFormatError} for bytes idem did not write.
  *
  * @example
  * decodeRecord(encodeClaim('t1', 'fp')); // { state: 'in_progress', token: 't1', fingerprint: 'fp' }
+ * decodeRecord(encodeClaim('t1', 'fp', 60_000), 59_000); // { state: 'abandoned', ... }
  */
-export function decodeRecord(value: Uint8Array): StoreRecord {
+export function decodeRecord(value: Uint8Array, pttl?: number): StoreRecord {
   const state = value[0];
   if (state !== IN_PROGRESS && state !== COMPLETED) throw new RecordFormatError('not an idem record');
   const tokenEnd = value.indexOf(NEWLINE, 1);
@@ -90,8 +103,9 @@ export function decodeRecord(value: Uint8Array): StoreRecord {
   const token = parseString(value.subarray(1, tokenEnd));
   const fingerprint = parseString(value.subarray(tokenEnd + 1, fingerprintEnd));
   if (state === IN_PROGRESS) {
-    if (fingerprintEnd !== value.length - 1) throw new RecordFormatError('trailing bytes after an idem claim');
-    return { state: 'in_progress', token, fingerprint };
+    const keepMs = keepLine(value, fingerprintEnd);
+    const abandoned = keepMs > 0 && pttl !== undefined && pttl >= 0 && pttl <= keepMs;
+    return { state: abandoned ? 'abandoned' : 'in_progress', token, fingerprint };
   }
   const metaEnd = value.indexOf(NEWLINE, fingerprintEnd + 1);
   if (metaEnd < 0) throw new RecordFormatError('truncated idem record');
@@ -104,6 +118,32 @@ export function decodeRecord(value: Uint8Array): StoreRecord {
   const body = new Uint8Array(value.subarray(metaEnd + 1));
   return { state: 'completed', token, fingerprint, response: { status: meta.s, headers: meta.h, body } };
 }
+
+/**
+ * The keep after its lease of an in-progress value (see {@link encodeClaim}), 0 when it has none.
+ * Throws {@link RecordFormatError} for anything but a claim idem wrote.
+ *
+ * @example
+ * claimKeepMs(encodeClaim('t1', 'fp', 60_000)); // 60000
+ */
+export function claimKeepMs(value: Uint8Array): number {
+  if (value[0] !== IN_PROGRESS) throw new RecordFormatError('not an idem claim');
+  const tokenEnd = value.indexOf(NEWLINE, 1);
+  const fingerprintEnd = tokenEnd < 0 ? -1 : value.indexOf(NEWLINE, tokenEnd + 1);
+  if (fingerprintEnd < 0) throw new RecordFormatError('truncated idem record');
+  return keepLine(value, fingerprintEnd);
+}
+
+// The optional keep line after a claim's fingerprint: digits and a newline, ending the value.
+const keepLine = (value: Uint8Array, fingerprintEnd: number): number => {
+  if (fingerprintEnd === value.length - 1) return 0;
+  const line = value.subarray(fingerprintEnd + 1);
+  const digits = Buffer.from(line.subarray(0, line.length - 1)).toString('latin1');
+  if (line[line.length - 1] !== NEWLINE || !/^[1-9][0-9]{0,15}$/.test(digits)) {
+    throw new RecordFormatError('trailing bytes after an idem claim');
+  }
+  return Number(digits);
+};
 
 const parseJson = (bytes: Uint8Array): unknown => {
   try {

@@ -12,9 +12,9 @@ import {
   StoreUnavailableError,
 } from '@idem/core';
 import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
-import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
+import { claimKeepMs, decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
 import { integerReply, isOk } from './replies.js';
-import { completeScript, releaseScript, renewScript, runScript } from './scripts.js';
+import { completeScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
 
 /**
  * Options of {@link redisStore}.
@@ -68,7 +68,9 @@ const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
 /**
  * Creates a {@link Store} on Redis. Every operation is one command on one key, so it is atomic and
  * runs unchanged on Redis Cluster:
- * - `claim` is `SET key value NX PX lease`, then `GET key` only when the key is taken;
+ * - `claim` is `SET key value NX PX lease`, then `GET key` only when the key is taken (and a script
+ *   that reads the value with its PTTL when that is a claim kept after its lease, to tell whether
+ *   the lease has run out: a claim that takes an abandoned record over is that script too);
  * - `renew`, `complete` and `release` are Lua compare-and-set on the fencing token (EVALSHA, with
  *   EVAL as the fallback on NOSCRIPT);
  * - leases and retention are `PX` durations, timed by the Redis server's clock;
@@ -118,10 +120,28 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
   };
 
-  const record = (operation: string, reply: unknown): StoreRecord => {
+  const bytes = (operation: string, reply: unknown): Uint8Array => {
     if (!(reply instanceof Uint8Array))
       throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
-    return decodeRecord(reply);
+    return reply;
+  };
+
+  // A record as read by GET. A claim kept after its lease is read again with its PTTL, in one step,
+  // to tell a live lease from an abandoned one: a rare read (a key in progress), so the common ones,
+  // replays, stay one GET. Undefined when the key went away in between.
+  const read = async (k: string, operation: string, value: Uint8Array): Promise<StoreRecord | undefined> => {
+    if (value[0] !== IN_PROGRESS || claimKeepMs(value) === 0) return decodeRecord(value);
+    return inspected(operation, await runScript(runner, inspectScript, k, ['', '', '0']));
+  };
+
+  // The answer of the inspect script other than 1: {value, PTTL}, or 0 for a key that is gone.
+  const inspected = (operation: string, reply: unknown): StoreRecord | undefined => {
+    if (integerReply(reply) === 0) return undefined;
+    if (!Array.isArray(reply) || reply.length !== 2)
+      throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    const pttl = integerReply(reply[1]);
+    if (pttl === undefined) throw new StoreUnavailableError(`Redis ${operation} returned an unexpected reply`);
+    return decodeRecord(bytes(operation, reply[0]), pttl);
   };
 
   return {
@@ -129,19 +149,44 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     key,
     maxResponseBytes,
 
-    claim: async ({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> => {
+    claim: async ({
+      id,
+      token,
+      fingerprint,
+      leaseMs,
+      keepAfterLeaseMs,
+      replaces,
+    }: ClaimInput): Promise<ClaimResult> => {
       const k = key(id);
-      const value = encodeClaim(token, fingerprint);
-      const px = milliseconds(leaseMs, 'leaseMs');
+      const keepMs =
+        keepAfterLeaseMs === undefined || keepAfterLeaseMs === 0
+          ? 0
+          : Number(milliseconds(keepAfterLeaseMs, 'keepAfterLeaseMs'));
+      const value = encodeClaim(token, fingerprint, keepMs);
+      const px = String(Number(milliseconds(leaseMs, 'leaseMs')) + keepMs);
+      if (replaces !== undefined && typeof replaces !== 'string') throw new TypeError('replaces must be a token');
+      let takeover = replaces === undefined ? undefined : leasePrefix(replaces);
       return guarded('claim', async () => {
         // The fresh key, the common case, costs one plain SET NX PX: cheaper for Redis than a script.
         // A taken key costs a GET more. If the holder released (or its lease ran out) between the
         // two, the key is free again, so try the claim again rather than report a record that is gone.
         for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-          if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
-          const existing = await runner.send(k, ['GET', k]);
-          if (existing === null || existing === undefined) continue;
-          const holder = record('claim', existing);
+          let holder: StoreRecord | undefined;
+          if (takeover !== undefined) {
+            // A takeover of an abandoned record: replaced in one step if it still is that record.
+            const reply = await runScript(runner, inspectScript, k, [takeover, value, px]);
+            if (integerReply(reply) === 1) return { claimed: true };
+            holder = inspected('claim', reply);
+            // Not replaced: answered below, or, if the key is gone (its keep ended, or its holder
+            // released it), claimed afresh with a plain SET NX on the next round.
+            takeover = undefined;
+          } else {
+            if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
+            const existing = await runner.send(k, ['GET', k]);
+            if (existing === null || existing === undefined) continue;
+            holder = await read(k, 'claim', bytes('claim', existing));
+          }
+          if (holder === undefined) continue;
           // Our own token means our SET did run: its reply was lost, and the client sent the command
           // again after reconnecting (ioredis does by default), which then found the key taken by
           // us. Tokens are unique per claim, so nobody else can hold this one. Reported as taken,
@@ -185,11 +230,14 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const k = key(id);
       return guarded('get', async () => {
         const reply = await runner.send(k, ['GET', k]);
-        return reply === null || reply === undefined ? undefined : record('get', reply);
+        return reply === null || reply === undefined ? undefined : read(k, 'get', bytes('get', reply));
       });
     },
   };
 }
+
+// The first byte of a claim's value (see record-codec.ts).
+const IN_PROGRESS = 0x70;
 
 // PX takes a positive integer; a fraction rounds up so a lease is never shorter than asked for.
 const milliseconds = (value: number, name: string): string => {

@@ -27,13 +27,27 @@ const fence = `local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
 `;
 
-/** Renew: extends the lease of the holder of the token. ARGV: lease prefix, lease in ms. */
-export const renewScript = script(`${fence}redis.call('PEXPIRE', KEYS[1], ARGV[2])
+// The keep after the lease of the claim in `v` (its line after the fingerprint's, see
+// record-codec.ts), 0 for a claim without one; `from` is where the fingerprint's line starts.
+const keepOf = `local function keepOf(v, from)
+  local fingerprintEnd = string.find(v, '\\n', from, true)
+  return tonumber(string.sub(v, fingerprintEnd + 1, -2)) or 0
+end
+`;
+
+/**
+ * Renew: sets the lease of the holder of the token, and the claim's keep after it (carried over from
+ * the value). ARGV: lease prefix, lease in ms.
+ */
+export const renewScript =
+  script(`${keepOf}${fence}redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + keepOf(v, #ARGV[1] + 1))
 return 1`);
 
 /**
- * Complete: turns the claim into a completed record kept for the retention. 'p' becomes 'c' and the
- * outcome is appended, so the claim's token and fingerprint carry over untouched.
+ * Complete: turns the claim into a completed record kept for the retention. 'p' becomes 'c', the
+ * claim's keep line goes, and the outcome is appended, so the claim's token and fingerprint carry
+ * over untouched. An abandoned claim (its lease ran out, nobody took it over) completes too: its
+ * holder did the work, and a takeover would only run it again.
  * ARGV: lease prefix, encoded outcome, retention in ms.
  *
  * A run that finds the record already completed by this token with this very outcome answers 1 and
@@ -47,7 +61,8 @@ return 1`);
 export const completeScript = script(`local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2) .. ARGV[2], 'PX', ARGV[3])
+  local fingerprintEnd = string.find(v, '\\n', #ARGV[1] + 1, true)
+  redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2, fingerprintEnd) .. ARGV[2], 'PX', ARGV[3])
   return 1
 end
 if string.sub(v, 1, 1) == 'c' and string.sub(v, 2, #ARGV[1]) == string.sub(ARGV[1], 2) then
@@ -68,6 +83,22 @@ return 0`);
  */
 export const releaseScript = script(`${fence}redis.call('DEL', KEYS[1])
 return 1`);
+
+/**
+ * Inspect, and take over: reads a taken key's value with its PTTL, in one step, so a claim with a
+ * keep can tell a live lease from an abandoned one. With a lease prefix in ARGV[1] (the token the
+ * claim `replaces`), a claim held by that token whose lease has run out (PTTL at most its keep) is
+ * replaced by ARGV[2] for ARGV[3] ms and the answer is 1. Otherwise the answer is {value, PTTL}, or 0
+ * for a key that is gone. ARGV: lease prefix or '', new claim, its PX.
+ */
+export const inspectScript = script(`${keepOf}local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if #ARGV[1] > 0 and string.sub(v, 1, #ARGV[1]) == ARGV[1] and ttl >= 0 and ttl <= keepOf(v, #ARGV[1] + 1) then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return {v, ttl}`);
 
 const isNoScript = (error: unknown) => error instanceof Error && error.message.startsWith('NOSCRIPT');
 

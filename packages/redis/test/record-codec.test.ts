@@ -1,6 +1,13 @@
 import { type StoredResponse, storedResponseSize } from '@idem/core';
 import { describe, expect, it } from 'vitest';
-import { decodeRecord, encodeClaim, encodeOutcome, leasePrefix, RecordFormatError } from '../src/record-codec.js';
+import {
+  claimKeepMs,
+  decodeRecord,
+  encodeClaim,
+  encodeOutcome,
+  leasePrefix,
+  RecordFormatError,
+} from '../src/record-codec.js';
 
 const bytes = (text: string) => Buffer.from(text, 'utf8');
 
@@ -8,6 +15,31 @@ describe('record codec', () => {
   it('writes a claim as p<token>\\n<fingerprint>\\n and reads it back', () => {
     expect(encodeClaim('t1', 'fp').toString()).toBe('p"t1"\n"fp"\n');
     expect(decodeRecord(encodeClaim('t1', 'fp'))).toEqual({ state: 'in_progress', token: 't1', fingerprint: 'fp' });
+  });
+
+  it('writes a claim kept after its lease with a keep line, and tells an abandoned one by its PTTL', () => {
+    const claim = encodeClaim('t1', 'fp', 86_400_000);
+    expect(claim.toString()).toBe('p"t1"\n"fp"\n86400000\n');
+    expect(claimKeepMs(claim)).toBe(86_400_000);
+    expect(claimKeepMs(encodeClaim('t1', 'fp'))).toBe(0);
+    // No keep, no line: the value of a version that predates the keep.
+    expect(encodeClaim('t1', 'fp', 0).toString()).toBe('p"t1"\n"fp"\n');
+    const live = { state: 'in_progress', token: 't1', fingerprint: 'fp' };
+    expect(decodeRecord(claim)).toEqual(live);
+    expect(decodeRecord(claim, 86_400_001)).toEqual(live);
+    expect(decodeRecord(claim, 86_400_000)).toEqual({ ...live, state: 'abandoned' });
+    expect(decodeRecord(claim, 0)).toEqual({ ...live, state: 'abandoned' });
+    // A key without an expiry (PTTL -1) is nobody's lease: never abandoned, never taken over.
+    expect(decodeRecord(claim, -1)).toEqual(live);
+    expect(decodeRecord(encodeClaim('t1', 'fp'), 0)).toEqual(live);
+    expect(claim.subarray(0, leasePrefix('t1').length).equals(leasePrefix('t1'))).toBe(true);
+  });
+
+  it('refuses a keep that is not a whole number of milliseconds, 0 or more', () => {
+    for (const keep of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '5' as never]) {
+      expect(() => encodeClaim('t', 'fp', keep)).toThrow(TypeError);
+    }
+    expect(() => claimKeepMs(bytes('c"t"\n"f"\n{"s":200,"h":{}}\n'))).toThrow(RecordFormatError);
   });
 
   it('makes the lease prefix a prefix of its own claim only', () => {
@@ -49,6 +81,11 @@ describe('record codec', () => {
     ['another app value', 'hello'],
     ['truncated claim', 'p"t"\n'],
     ['claim with trailing bytes', 'p"t"\n"f"\nx'],
+    ['claim with a keep line of 0', 'p"t"\n"f"\n0\n'],
+    ['claim with a keep line of letters', 'p"t"\n"f"\n12a\n'],
+    ['claim with a keep line without its newline', 'p"t"\n"f"\n120'],
+    ['claim with bytes after its keep line', 'p"t"\n"f"\n120\nx'],
+    ['claim with a keep beyond any retention', 'p"t"\n"f"\n99999999999999999\n'],
     ['completed without meta', 'c"t"\n"f"\n'],
     ['token not a string', 'p1\n"f"\n'],
     ['meta without status', 'c"t"\n"f"\n{"h":{}}\n'],

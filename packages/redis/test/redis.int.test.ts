@@ -19,7 +19,8 @@ import {
   redisCommandRunner,
   redisStore,
 } from '../src/index.js';
-import { encodeOutcome } from '../src/record-codec.js';
+import { claimKeepMs, encodeOutcome } from '../src/record-codec.js';
+import { inspectScript } from '../src/scripts.js';
 import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
 import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
@@ -41,6 +42,13 @@ const harness = (client: RedisClientLike, store: RedisStore, close: () => Promis
     ttl: async (id) => {
       const ms = Number(await runner.send(store.key(id), ['PTTL', store.key(id)]));
       return ms >= 0 ? ms : undefined;
+    },
+    // What the server's clock does when a crashed holder's lease runs out: the key's time left
+    // becomes the claim's keep (0 for a claim without one, which deletes it).
+    endLease: async (id) => {
+      const value = await runner.send(store.key(id), ['GET', store.key(id)]);
+      const keep = claimKeepMs(value as Uint8Array);
+      await runner.send(store.key(id), ['PEXPIRE', store.key(id), String(keep)]);
     },
     makeCapped: (maxBytes) => redisStore({ client, prefix: store.prefix, maxResponseBytes: maxBytes }),
     close: async () => {
@@ -193,6 +201,26 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       expect(raw?.length).toBeLessThan(body.length + 200);
     });
 
+    it('keeps a claim for its lease plus its keep, and completes it into the value an older version reads', async () => {
+      const id = randomUUID();
+      const plain = randomUUID();
+      await store.claim({ id, token: 'tok', fingerprint: 'fp', leaseMs: 4_000, keepAfterLeaseMs: 60_000 });
+      expect((await admin.getBuffer(store.key(id)))?.toString()).toBe('p"tok"\n"fp"\n60000\n');
+      const ttl = await admin.pttl(store.key(id));
+      expect(ttl).toBeGreaterThan(62_000);
+      expect(ttl).toBeLessThanOrEqual(64_000);
+      await store.claim({ id: plain, token: 'tok', fingerprint: 'fp', leaseMs: 4_000 });
+      const outcome = response(new Uint8Array([7, 10, 8]));
+      await store.complete({ id, token: 'tok', response: outcome, retentionMs: 60_000 });
+      await store.complete({ id: plain, token: 'tok', response: outcome, retentionMs: 60_000 });
+      expect((await admin.getBuffer(store.key(id)))?.equals((await admin.getBuffer(store.key(plain))) as Buffer)).toBe(
+        true,
+      );
+      await expect(
+        store.claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 1_000, keepAfterLeaseMs: -1 }),
+      ).rejects.toThrow(TypeError);
+    });
+
     it('rounds a fractional lease up and refuses a non-positive one', async () => {
       const id = randomUUID();
       expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 1_500.2 })).toEqual({ claimed: true });
@@ -243,6 +271,21 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
           expect(sent).toEqual(['SET']);
           sent.length = 0;
           expect((await store.claim({ id, token: 'b', fingerprint: '', leaseMs: 5_000 })).claimed).toBe(false);
+          expect(sent).toEqual(['SET', 'GET']);
+          // A claim kept after its lease is read with its PTTL, in one script, to tell a live lease
+          // from an abandoned one; a completed record still costs only the GET.
+          const kept = randomUUID();
+          await admin.script('LOAD', inspectScript.source); // else a first EVALSHA falls back to EVAL
+          await store.claim({ id: kept, token: 'a', fingerprint: '', leaseMs: 5_000, keepAfterLeaseMs: 60_000 });
+          sent.length = 0;
+          expect(await store.claim({ id: kept, token: 'b', fingerprint: '', leaseMs: 5_000 })).toEqual({
+            claimed: false,
+            record: { state: 'in_progress', token: 'a', fingerprint: '' },
+          });
+          expect(sent).toEqual(['SET', 'GET', 'EVALSHA']);
+          await store.complete({ id: kept, token: 'a', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+          sent.length = 0;
+          expect((await store.claim({ id: kept, token: 'b', fingerprint: '', leaseMs: 5_000 })).claimed).toBe(false);
           expect(sent).toEqual(['SET', 'GET']);
         }
       } finally {

@@ -28,6 +28,14 @@ export interface StoreHarness {
    */
   advance?(ms: number): Promise<void>;
   /**
+   * Makes the lease of record `id` (in progress, claimed or last renewed with `leaseMs`) run out now,
+   * as if its holder had crashed one lease ago: the store keeps the record abandoned for its
+   * `keepAfterLeaseMs` (Redis: PEXPIRE to that; SQL: move the lease's end into the past; memory:
+   * advance the clock by `leaseMs`). Enables the abandoned-record checks; a harness without it has
+   * them reported as skipped.
+   */
+  endLease?(id: string, leaseMs: number): Promise<void>;
+  /**
    * For a store with a size cap: the same store (same backend, same records) with its
    * `maxResponseBytes` set to `maxBytes`. Enables the size cap checks: a response over the cap,
    * as `storedResponseSize` measures it, is refused with `ResponseTooLargeError` and nothing is
@@ -58,6 +66,7 @@ const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomU
 const leaseMs = 7_300;
 const renewedLeaseMs = 41_000;
 const retentionMs = 3 * 3_600_000 + 7 * 60_000;
+const keepMs = 5 * 3_600_000 + 11 * 60_000;
 // Slack for the time the checks themselves take on a slow machine.
 const slackMs = 2_000;
 
@@ -346,6 +355,128 @@ export function describeStore(
       expect(await store.claim({ id, token: 'u', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
     });
 
+    describe('abandoned records: a lease that ran out with nobody renewing it', () => {
+      const noEndLease = 'the harness gives no endLease';
+      const crashed = async (fingerprint = 'fp1') => {
+        const id = freshId();
+        expect(await store.claim({ id, token: 'a', fingerprint, leaseMs: 5_000, keepAfterLeaseMs: keepMs })).toEqual({
+          claimed: true,
+        });
+        await harness.endLease?.(id, 5_000);
+        return id;
+      };
+
+      it('keeps the record as abandoned and answers every claim that does not name its token with it', async ({
+        skip,
+      }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        const id = await crashed();
+        const abandoned = { state: 'abandoned', token: 'a', fingerprint: 'fp1' };
+        expect(await store.get(id)).toEqual(abandoned);
+        expect(
+          await store.claim({ id, token: 'b', fingerprint: 'fp2', leaseMs: 5_000, keepAfterLeaseMs: keepMs }),
+        ).toEqual({ claimed: false, record: abandoned });
+        expect(
+          await store.claim({
+            id,
+            token: 'c',
+            fingerprint: 'fp1',
+            leaseMs: 5_000,
+            keepAfterLeaseMs: keepMs,
+            replaces: 'z',
+          }),
+        ).toEqual({ claimed: false, record: abandoned });
+        expect(await store.get(id)).toEqual(abandoned);
+      });
+
+      it('is taken over by the claim that names its token, once, and its old holder is fenced', async ({ skip }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        const id = await crashed();
+        const takeover = { id, fingerprint: 'fp1', leaseMs: 5_000, keepAfterLeaseMs: keepMs, replaces: 'a' };
+        expect(await store.claim({ ...takeover, token: 'b' })).toEqual({ claimed: true });
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'b', fingerprint: 'fp1' });
+        expect(await store.claim({ ...takeover, token: 'c' })).toEqual({
+          claimed: false,
+          record: { state: 'in_progress', token: 'b', fingerprint: 'fp1' },
+        });
+        expect(await store.renew({ id, token: 'a', leaseMs: 5_000 })).toBe(false);
+        expect(
+          await store.complete({ id, token: 'a', response: response(new Uint8Array([1])), retentionMs: 60_000 }),
+        ).toBe(false);
+        expect(await store.release({ id, token: 'a' })).toBe(false);
+        expect(
+          await store.complete({ id, token: 'b', response: response(new Uint8Array([2])), retentionMs: 60_000 }),
+        ).toBe(true);
+        const record = await store.get(id);
+        expect(record?.state === 'completed' && [...record.response.body]).toEqual([2]);
+      });
+
+      it('of many concurrent takeovers naming its token, exactly one wins', async ({ skip }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        const id = await crashed();
+        const results = await Promise.all(
+          Array.from({ length: concurrency }, (_, i) =>
+            store.claim({
+              id,
+              token: `t${i}`,
+              fingerprint: 'fp1',
+              leaseMs: 5_000,
+              keepAfterLeaseMs: keepMs,
+              replaces: 'a',
+            }),
+          ),
+        );
+        expect(results.filter((result) => result.claimed)).toHaveLength(1);
+        for (const result of results) {
+          if (!result.claimed) expect(result.record.state).toBe('in_progress');
+        }
+      });
+
+      it('still belongs to its holder: a late completion stores the outcome, a renewal gives it a lease, a release frees it', async ({
+        skip,
+      }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        const completed = await crashed();
+        expect(
+          await store.complete({
+            id: completed,
+            token: 'a',
+            response: response(new Uint8Array([3])),
+            retentionMs: 60_000,
+          }),
+        ).toBe(true);
+        expect((await store.get(completed))?.state).toBe('completed');
+        const renewed = await crashed();
+        expect(await store.renew({ id: renewed, token: 'a', leaseMs: 5_000 })).toBe(true);
+        expect(await store.get(renewed)).toEqual({ state: 'in_progress', token: 'a', fingerprint: 'fp1' });
+        // The renewal carried the keep over: a second crash leaves it abandoned again, not gone.
+        await harness.endLease(renewed, 5_000);
+        expect((await store.get(renewed))?.state).toBe('abandoned');
+        const released = await crashed();
+        expect(await store.release({ id: released, token: 'a' })).toBe(true);
+        expect(await store.get(released)).toBeUndefined();
+      });
+
+      it('is not kept at all for a claim without keepAfterLeaseMs (the contract before it)', async ({ skip }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        const id = freshId();
+        await store.claim({ id, token: 'a', fingerprint: 'fp1', leaseMs: 5_000 });
+        await harness.endLease(id, 5_000);
+        expect(await store.get(id)).toBeUndefined();
+        expect(await store.claim({ id, token: 'b', fingerprint: 'fp2', leaseMs: 5_000 })).toEqual({ claimed: true });
+      });
+
+      it('is forgotten with its keep, when it expires', async ({ skip }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        const id = await crashed();
+        await harness.expire(id);
+        expect(await store.get(id)).toBeUndefined();
+        expect(
+          await store.claim({ id, token: 'b', fingerprint: 'fp2', leaseMs: 5_000, keepAfterLeaseMs: keepMs }),
+        ).toEqual({ claimed: true });
+      });
+    });
+
     it('keeps hostile keys and different scopes apart', async () => {
       const keys = ['a:b', 'a', 'a/b', 'a%2Fb', 'line\nbreak', 'x'.repeat(255), 'x'.repeat(254), ' spaced ', '*', 'é'];
       // A nonce per run keeps records of earlier runs in a persistent store out of the way.
@@ -409,6 +540,35 @@ export function describeStore(
       await advance(leaseMs + 1);
       expect(await store.get(lapsed)).toBeUndefined();
       expect(await store.renew({ id: lapsed, token: 't', leaseMs })).toBe(false);
+    });
+
+    it('keeps a record keepAfterLeaseMs past its lease, through renewals, by the store clock', async ({ skip }) => {
+      const { ttl, advance } = harness;
+      if (ttl === undefined && advance === undefined) return skip('the harness gives neither ttl nor advance');
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs, keepAfterLeaseMs: keepMs });
+      if (ttl !== undefined) {
+        const left = (await ttl(id)) ?? 0;
+        expect(left).toBeGreaterThan(leaseMs + keepMs - slackMs);
+        expect(left).toBeLessThanOrEqual(leaseMs + keepMs);
+        expect(await store.renew({ id, token: 't', leaseMs: renewedLeaseMs })).toBe(true);
+        const renewed = (await ttl(id)) ?? 0;
+        expect(renewed).toBeGreaterThan(renewedLeaseMs + keepMs - slackMs);
+        expect(renewed).toBeLessThanOrEqual(renewedLeaseMs + keepMs);
+        return;
+      }
+      if (advance === undefined) return;
+      await advance(leaseMs - 1);
+      expect((await store.get(id))?.state).toBe('in_progress');
+      await advance(1);
+      expect((await store.get(id))?.state).toBe('abandoned');
+      expect(await store.renew({ id, token: 't', leaseMs: renewedLeaseMs })).toBe(true);
+      await advance(renewedLeaseMs - 1);
+      expect((await store.get(id))?.state).toBe('in_progress');
+      await advance(keepMs);
+      expect((await store.get(id))?.state).toBe('abandoned');
+      await advance(1);
+      expect(await store.get(id)).toBeUndefined();
     });
 
     it('renews a lease to the duration given from now, a shorter one than is left too', async ({ skip }) => {
