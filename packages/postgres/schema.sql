@@ -8,6 +8,8 @@ CREATE TABLE IF NOT EXISTS "idem_records" (
   status      integer,
   headers     jsonb,
   body        bytea,
-  expires_at  timestamptz NOT NULL
+  expires_at  timestamptz NOT NULL,
+  lease_until timestamptz
 );
 CREATE INDEX IF NOT EXISTS "idem_records_expires_at" ON "idem_records" (expires_at);
+ALTER TABLE "idem_records" ADD COLUMN IF NOT EXISTS lease_until timestamptz;

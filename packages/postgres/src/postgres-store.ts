@@ -107,6 +107,8 @@ interface RecordRow {
   status: number | null;
   headers: Record<string, string> | null;
   body: Uint8Array | null;
+  /** A record in progress whose lease ran out unrenewed. */
+  abandoned: boolean;
 }
 
 interface ClaimRow extends Omit<RecordRow, 'state'> {
@@ -139,7 +141,7 @@ const toRecord = (row: RecordRow): StoreRecord => {
       },
     };
   }
-  return { state: 'in_progress', token: row.token, fingerprint: row.fingerprint };
+  return { state: row.abandoned ? 'abandoned' : 'in_progress', token: row.token, fingerprint: row.fingerprint };
 };
 
 const checkId = (id: unknown) => {
@@ -207,13 +209,23 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
     retrySerializationFailures(() => sql.run<Row>(statement.name, statement.text, params));
 
-  const claim = async ({ id, token, fingerprint, leaseMs }: ClaimInput): Promise<ClaimResult> => {
+  const claim = async ({
+    id,
+    token,
+    fingerprint,
+    leaseMs,
+    keepAfterLeaseMs = 0,
+    replaces,
+  }: ClaimInput): Promise<ClaimResult> => {
     checkId(id);
     checkToken(token);
     checkMs(leaseMs, 'leaseMs');
+    if (keepAfterLeaseMs !== 0) checkMs(keepAfterLeaseMs, 'keepAfterLeaseMs');
+    if (replaces !== undefined) checkToken(replaces);
     if (typeof fingerprint !== 'string') throw new TypeError('fingerprint must be a string');
+    const params = [id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces ?? null];
     for (let attempt = 0; attempt < claimAttempts; attempt++) {
-      const { rows } = await run<ClaimRow>(statements.claim, [id, token, fingerprint, leaseMs]);
+      const { rows } = await run<ClaimRow>(statements.claim, params);
       const row = rows[0];
       if (row === undefined) continue;
       if (row.claimed) return { claimed: true };

@@ -21,9 +21,12 @@ const expiresAtIndex = (table: TableName): string => {
  * The DDL of the records table, one statement per entry. `schema.sql` in this package is exactly
  * these statements for the default table name, for teams that run migrations with their own tool.
  *
- * Why these columns: `expires_at` is the one clock of a record (lease while in progress, retention
- * once completed), always computed by the database; `body` is bytea so replays are byte for byte;
- * `headers` is jsonb; the index on `expires_at` keeps {@link PostgresStore.purgeExpired} bounded.
+ * Why these columns: `expires_at` is when the record goes (its lease and the keep after it while in
+ * progress, its retention once completed), and `lease_until` when the lease of a record in progress
+ * ends (NULL for a claim kept no longer than its lease, and once completed): between the two the
+ * record is abandoned. Both are always computed by the database. `body` is bytea so replays are byte
+ * for byte; `headers` is jsonb; the index on `expires_at` keeps {@link PostgresStore.purgeExpired}
+ * bounded. The last statement adds `lease_until` to a table made before it existed (a no-op else).
  *
  * @example
  * for (const statement of schemaStatements('app.idem_records')) await pool.query(statement);
@@ -39,9 +42,11 @@ export function schemaStatements(table: string = defaultTable): string[] {
   status      integer,
   headers     jsonb,
   body        bytea,
-  expires_at  timestamptz NOT NULL
+  expires_at  timestamptz NOT NULL,
+  lease_until timestamptz
 )`,
     `CREATE INDEX IF NOT EXISTS "${expiresAtIndex(name)}" ON ${name.sql} (expires_at)`,
+    `ALTER TABLE ${name.sql} ADD COLUMN IF NOT EXISTS lease_until timestamptz`,
   ];
 }
 
@@ -71,10 +76,11 @@ export interface MigrateOptions {
 }
 
 /**
- * Creates the records table and its index if they do not exist. Safe to run on every deploy and from
- * many processes at once: it takes a transaction-scoped advisory lock so concurrent runs queue
- * instead of racing on the catalog. When both exist it runs no DDL at all, so a role that may only
- * read and write the table can call it too. The store itself never runs DDL.
+ * Creates the records table and its index if they do not exist, and adds the `lease_until` column to
+ * a table made before it. Safe to run on every deploy and from many processes at once: it takes a
+ * transaction-scoped advisory lock so concurrent runs queue instead of racing on the catalog. When
+ * all is there it runs no DDL at all, so a role that may only read and write the table can call it
+ * too. The store itself never runs DDL.
  *
  * @example
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
@@ -83,7 +89,7 @@ export interface MigrateOptions {
  */
 export async function migrate(client: PostgresClient, options: MigrateOptions = {}): Promise<void> {
   const table = parseTableName(options.table ?? defaultTable);
-  const [createTable, createIndex] = schemaStatements(table.name) as [string, string];
+  const [createTable, createIndex, addLeaseUntil] = schemaStatements(table.name) as [string, string, string];
   const sql = createSqlClient(client, { preparedStatements: false });
   await sql.transaction(async (tx) => {
     // One lock for every idem migration of the database, not one per name as given: `idem_records`
@@ -95,18 +101,23 @@ export async function migrate(client: PostgresClient, options: MigrateOptions = 
     // that is missing. Any plain, valid b-tree index on expires_at will do, whatever its name: one
     // made under an older naming, or by a DBA, must not be built a second time (a build blocks the
     // table's writes). A hash index, or one a failed CONCURRENTLY build left invalid, serves no purge.
-    const { rows } = await tx.query<{ has_table: boolean; has_index: boolean }>(
+    const { rows } = await tx.query<{ has_table: boolean; has_index: boolean; has_lease_until: boolean }>(
       `SELECT to_regclass($1) IS NOT NULL AS has_table,
        EXISTS (SELECT 1 FROM pg_index x
                JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
                JOIN pg_class c ON c.oid = x.indexrelid
                JOIN pg_am m ON m.oid = c.relam
                WHERE x.indrelid = to_regclass($1) AND x.indnatts = 1 AND a.attname = 'expires_at'
-                 AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indisvalid AND m.amname = 'btree') AS has_index`,
+                 AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indisvalid AND m.amname = 'btree') AS has_index,
+       EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass($1) AND attname = 'lease_until' AND NOT attisdropped) AS has_lease_until`,
       [table.sql],
     );
     if (rows[0]?.has_table !== true) await tx.query(createTable);
     if (rows[0]?.has_index !== true) await tx.query(createIndex);
+    // A table made by a version before abandoned records: a nullable column without a default is a
+    // change of the catalog only, no rewrite of the table (its ACCESS EXCLUSIVE lock is brief).
+    if (rows[0]?.has_table === true && rows[0]?.has_lease_until !== true) await tx.query(addLeaseUntil);
     return { commit: true, value: undefined };
   });
 }

@@ -19,6 +19,11 @@ export interface Statements {
 }
 
 const columns = 'state, token, fingerprint, status, headers, body';
+// A record in progress whose lease ran out with nobody renewing it: abandoned until `expires_at`.
+// `lease_until` is NULL for a claim kept no longer than its lease (and for a row of an older version).
+const abandoned = `(state = 'in_progress' AND lease_until IS NOT NULL AND lease_until <= clock_timestamp())`;
+// The claim's `replaces` ($6, NULL when it names none) is the token of the abandoned record it takes over.
+const replaced = `(${abandoned} AND token IS NOT DISTINCT FROM $6::text)`;
 
 // The database's clock, never the application's. clock_timestamp() rather than now(): inside a long
 // transaction now() is the time the transaction began, not the time of the statement.
@@ -47,7 +52,7 @@ export function buildStatements(table: TableName, tag: string): Statements {
   const t = table.sql;
   const named = (op: string, text: string): Statement => ({ name: `idem_${op}_${tag}`, text });
   return {
-    // One statement, three outcomes:
+    // One statement, three outcomes (a fourth with `replaces`, see below):
     // - `live` reads the record with the statement's snapshot. If it is live, the INSERT inserts
     //   nothing, so a replay or a 409 is a plain read: no row lock, no WAL, no commit to flush.
     // - Otherwise INSERT ... ON CONFLICT DO UPDATE inserts, or takes over a record whose lease or
@@ -56,48 +61,63 @@ export function buildStatements(table: TableName, tag: string): Statements {
     // - A row committed after the snapshot is invisible to `live` yet blocks the INSERT: then the
     //   statement returns no row at all, and the caller runs it again with a fresh snapshot. (Under
     //   REPEATABLE READ or SERIALIZABLE it fails with 40001 instead, and is run again all the same.)
+    // - A claim that names the token of an abandoned record (`replaces`, $6) goes past `live` and
+    //   takes the row over through the same ON CONFLICT, whose WHERE checks on the newest version
+    //   that it is still that abandoned record. Of N such claims one wins; the others return no row
+    //   (their `live` row is filtered out as the one they meant to replace) and run again, to read
+    //   the winner's claim.
+    // The lease ends at `lease_until` ($4 ms from now) and the record goes $5 ms after that (the
+    // keep; 0 leaves `lease_until` NULL, a record that goes with its lease).
     claim: named(
       'claim',
       `WITH live AS (
-  SELECT ${columns} FROM ${t} WHERE id = $1 AND expires_at > ${clock}
+  SELECT ${columns}, ${abandoned} AS abandoned, ${replaced} AS replaced FROM ${t} WHERE id = $1 AND expires_at > ${clock}
 ), claimed AS (
-  INSERT INTO ${t} AS r (id, state, token, fingerprint, expires_at)
-  SELECT $1, 'in_progress', $2::text, $3::text, ${after(4)}
-  WHERE NOT EXISTS (SELECT 1 FROM live)
+  INSERT INTO ${t} AS r (id, state, token, fingerprint, lease_until, expires_at)
+  SELECT $1, 'in_progress', $2::text, $3::text, CASE WHEN $5::float8 > 0 THEN ${after(4)} END,
+         ${after(4)} + $5::float8 * interval '1 millisecond'
+  WHERE NOT EXISTS (SELECT 1 FROM live WHERE NOT replaced)
   ON CONFLICT (id) DO UPDATE
     SET state = 'in_progress', token = excluded.token, fingerprint = excluded.fingerprint,
-        status = NULL, headers = NULL, body = NULL, expires_at = excluded.expires_at
+        status = NULL, headers = NULL, body = NULL, lease_until = excluded.lease_until, expires_at = excluded.expires_at
     WHERE r.expires_at <= ${clock}
+       OR (r.state = 'in_progress' AND r.lease_until <= ${clock} AND r.token = $6::text)
   RETURNING r.id
 )
 SELECT true AS claimed, NULL::text AS state, NULL::text AS token, NULL::text AS fingerprint,
-       NULL::integer AS status, NULL::jsonb AS headers, NULL::bytea AS body
+       NULL::integer AS status, NULL::jsonb AS headers, NULL::bytea AS body, NULL::boolean AS abandoned
 FROM claimed
 UNION ALL
-SELECT false, ${columns} FROM live`,
+SELECT false, ${columns}, abandoned FROM live WHERE NOT replaced`,
     ),
+    // The keep after the lease carries over: the record goes as long after its new lease as after
+    // its old one.
     renew: named(
       'renew',
-      `UPDATE ${t} SET expires_at = ${after(3)}
+      `UPDATE ${t} SET lease_until = CASE WHEN lease_until IS NOT NULL THEN ${after(3)} END,
+  expires_at = ${after(3)} + (expires_at - COALESCE(lease_until, expires_at))
 WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
     ),
+    // An abandoned record completes too (nobody took it over): its holder did the work.
     complete: named(
       'complete',
-      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, expires_at = ${after(6)}
+      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, lease_until = NULL,
+  expires_at = ${after(6)}
 WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
     ),
     release: named(
       'release',
       `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
     ),
-    get: named('get', `SELECT ${columns} FROM ${t} WHERE id = $1 AND expires_at > ${clock}`),
+    get: named('get', `SELECT ${columns}, ${abandoned} AS abandoned FROM ${t} WHERE id = $1 AND expires_at > ${clock}`),
     // Inside a transaction the compare-and-set is on the token alone. A lease that ran out while the
     // handler worked is still safe to complete if nobody took it over: a takeover replaces the token
     // (so this matches nothing), and a takeover attempted after this UPDATE waits for the row lock
     // and then finds the record completed.
     completeInTransaction: named(
       'complete_tx',
-      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, expires_at = ${after(6)}
+      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, lease_until = NULL,
+  expires_at = ${after(6)}
 WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
     ),
     releaseInTransaction: named(

@@ -94,11 +94,58 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           'headers:jsonb',
           'body:bytea',
           'expires_at:timestamp with time zone',
+          'lease_until:timestamp with time zone',
         ]);
         const indexes = await sql(client, 'SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname', [
           table,
         ]);
         expect(indexes.map((i) => i.indexname)).toEqual([`${table}_expires_at`, `${table}_pkey`]);
+      });
+
+      it('migrate() adds lease_until to a table of an older version, whose rows keep working', async () => {
+        const older = `${table}_older`;
+        try {
+          // The table as versions before abandoned records made it, with a claim and a completed
+          // record one of them wrote.
+          await sql(
+            client,
+            `CREATE TABLE "${older}" (id text PRIMARY KEY, state text NOT NULL CHECK (state IN ('in_progress', 'completed')),
+               token text NOT NULL, fingerprint text NOT NULL, status integer, headers jsonb, body bytea,
+               expires_at timestamptz NOT NULL)`,
+          );
+          await sql(client, `CREATE INDEX "${older}_expires_at" ON "${older}" (expires_at)`);
+          await sql(
+            client,
+            `INSERT INTO "${older}" (id, state, token, fingerprint, status, headers, body, expires_at) VALUES
+               ('claimed', 'in_progress', 'old', 'fp', NULL, NULL, NULL, clock_timestamp() + interval '1 hour'),
+               ('done', 'completed', 'old', 'fp', 201, '{}', '\\x01', clock_timestamp() + interval '1 hour')`,
+          );
+          await Promise.all([migrate(client, { table: older }), migrate(client, { table: older })]);
+          const columns = await sql(
+            client,
+            `SELECT column_name FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`,
+            [older],
+          );
+          expect(columns.map((c) => c.column_name).at(-1)).toBe('lease_until');
+          const upgraded = postgresStore({ client, table: older });
+          expect(await upgraded.get('claimed')).toEqual({ state: 'in_progress', token: 'old', fingerprint: 'fp' });
+          expect((await upgraded.get('done'))?.state).toBe('completed');
+          // The older claim renews and completes as ever, and a new claim is kept after its lease.
+          expect(await upgraded.renew({ id: 'claimed', token: 'old', leaseMs: 5_000 })).toBe(true);
+          expect(await upgraded.get('claimed')).toEqual({ state: 'in_progress', token: 'old', fingerprint: 'fp' });
+          const outcome = { status: 200, headers: {}, body: new Uint8Array([2]) };
+          expect(await upgraded.complete({ id: 'claimed', token: 'old', response: outcome, retentionMs: 60_000 })).toBe(
+            true,
+          );
+          await upgraded.claim({ id: 'new', token: 't', fingerprint: 'fp', leaseMs: 5_000, keepAfterLeaseMs: 60_000 });
+          await sql(
+            client,
+            `UPDATE "${older}" SET lease_until = clock_timestamp() - interval '1 millisecond' WHERE id = 'new'`,
+          );
+          expect((await upgraded.get('new'))?.state).toBe('abandoned');
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${older}"`);
+        }
       });
 
       it('gives each table its own expires_at index, also under names too long for `<table>_expires_at`', async () => {

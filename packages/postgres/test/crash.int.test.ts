@@ -64,14 +64,23 @@ describe.runIf(available)('transactional mode survives SIGKILL', () => {
     const record = await store.get(id);
     expect(record === undefined || record.state === 'in_progress').toBe(true);
 
-    // Wait for the database clock to end the dead lease (poll the store; nothing is faked).
+    // Wait for the database clock to end the dead lease (poll the store; nothing is faked). The
+    // record stays, abandoned, with the dead attempt's fingerprint.
     const deadline = Date.now() + 10 * leaseMs;
     let seen: StoreRecord | undefined = record;
-    while (seen !== undefined && Date.now() < deadline) {
+    while (seen?.state === 'in_progress' && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 25));
       seen = await store.get(id);
     }
-    expect(seen).toBeUndefined();
+    expect(seen).toEqual({ state: 'abandoned', token: written.token, fingerprint: 'fp' });
+    // Other parameters under the key are refused, never run (spec part 3, rule 2).
+    const other = await createIdempotency({ store }).begin({
+      key,
+      scope: 'user:1',
+      operation: 'POST /charges',
+      fingerprint: 'other',
+    });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
 
     // Ten concurrent retries with the same key, from two engines (as if two servers): one executes.
     // Only the dead worker's lease is short. The retries hold a long one: on a starved box a 300 ms
