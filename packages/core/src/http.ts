@@ -90,6 +90,13 @@ export interface IdempotencyContext {
   key: string;
   /** True when the server minted the key (`mintKeys`). */
   minted: boolean;
+  /**
+   * True when this execution took the key over from an earlier attempt with the same request whose
+   * lease ran out unrenewed (its process crashed or hung). That attempt may have done part of the
+   * work: a handler with effects outside a transaction can look for them first (downstream calls
+   * made with `keyFor` need no such care; their keys are the same on this run).
+   */
+  readonly recovered: boolean;
   /** The store's transaction in `transactional` mode (for PostgreSQL, a client inside BEGIN), else undefined. */
   tx: unknown;
   /**
@@ -961,6 +968,10 @@ class ExecutionContext implements IdempotencyContext {
 
   get signal(): AbortSignal {
     return this.#lease.signal;
+  }
+
+  get recovered(): boolean {
+    return this.#lease.recovered;
   }
 
   get keyFor(): (purpose: string) => string {

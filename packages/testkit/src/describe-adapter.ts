@@ -1267,6 +1267,35 @@ export function describeAdapter(
       },
     );
 
+    itWithClock(
+      'a crashed attempt: other parameters under its key get 422 and never run; the same ones take it over, recovered (7)',
+      async () => {
+        // A claim written with its reply lost is, to the store, an attempt whose process died: nobody
+        // renews it. After its lease it is abandoned, and keeps its fingerprint (spec part 3, rule 2).
+        const harness = await makeStore();
+        await withWorld(
+          async (world) => {
+            world.store.faults.claim = 'lose-ack';
+            expectProblem(await world.send('/charges', { key: 'crashed-1' }), 503, 'store_unavailable');
+            world.store.faults.claim = undefined;
+            harness.advance?.(10_001);
+            const other = await world.send('/charges', { key: 'crashed-1', body: JSON.stringify({ amount: 999 }) });
+            expectProblem(other, 422, 'fingerprint_mismatch');
+            expect(world.server.executions()).toBe(0);
+            const retried = await world.send('/charges', { key: 'crashed-1' });
+            expect(retried.status).toBe(201);
+            expect(world.server.executions()).toBe(1);
+            expect(world.requests.at(-1)?.context?.recovered).toBe(true);
+            expect((await world.send('/charges', { key: 'crashed-1' })).headers['idempotent-replayed']).toBe('true');
+            expect((await world.send('/charges', { key: 'fresh-after-crash' })).status).toBe(201);
+            expect(world.requests.at(-1)?.context?.recovered).toBe(false);
+          },
+          { lease: '10s' },
+          harness,
+        );
+      },
+    );
+
     it('body over maxBodyBytes: 413 problem+json before hashing or claiming (20)', async () => {
       await withWorld(
         async (world) => {
