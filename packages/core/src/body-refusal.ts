@@ -65,13 +65,55 @@ function isMultipartRefusal(error: object): boolean {
   return typeof code === 'number' && typeof httpCode === 'number' && httpCode >= 400 && httpCode <= 499;
 }
 
+// The codes of @fastify/multipart's refusals of an upload (FastifyErrors with their 4xx in
+// `statusCode`): a limit over (`limits.fileSize`, `files`, `fields`, `parts`), a field named after a
+// prototype property, a field sent as JSON that does not parse (or was cut at `fieldSize`). Not its
+// `FST_MP_PREMATURE_CLOSE` (the client left; the key is claimed only once the body is in whole, so it
+// is never this request's refusal, as raw-body's `request.aborted`), nor its 500s
+// (`FST_FILE_BUFFER_NOT_FOUND`, `FST_NO_FORM_DATA`: the server's set-up, not the body).
+const fastifyMultipartCodes: ReadonlySet<string> = new Set([
+  'FST_REQ_FILE_TOO_LARGE',
+  'FST_FILES_LIMIT',
+  'FST_FIELDS_LIMIT',
+  'FST_PARTS_LIMIT',
+  'FST_PROTO_VIOLATION',
+  'FST_INVALID_JSON_FIELD_ERROR',
+]);
+
+// @fastify/multipart's refusal of a request that is no multipart/form-data at all, where the handler
+// asks for its upload (`request.file()`, `request.parts()`).
+const notMultipartCode = 'FST_INVALID_MULTIPART_CONTENT_TYPE';
+
+function isFastifyMultipartRefusal(error: object): boolean {
+  const { code, name } = error as { code?: unknown; name?: unknown };
+  return (
+    name === 'FastifyError' &&
+    typeof code === 'string' &&
+    (fastifyMultipartCodes.has(code) || code === notMultipartCode)
+  );
+}
+
+// What busboy (under @fastify/multipart) throws for a malformed body, with no code and no status
+// (Fastify answers 500): no boundary in `Content-Type`, or a body that ends before its closing
+// delimiter (cut short, or under another boundary), whole or in the file part it was writing.
+const noBoundary = 'Multipart: Boundary not found';
+const unexpectedEnd =
+  /^(?:Unexpected end of multipart data|\w+ terminated early due to unexpected end of multipart data)$/;
+
+function isBusboyRefusal(error: object): boolean {
+  if (!(error instanceof Error) || (error as { code?: unknown }).code !== undefined) return false;
+  return error.message === noBoundary || unexpectedEnd.test(error.message);
+}
+
 /**
  * True when `error` has the shape of a body parser's refusal: a 4xx error of body-parser or
  * raw-body with their `type`, co-body's untyped parse error (status 400, the text in `body`), a
  * decoder's error (a body that does not inflate from its `Content-Encoding`: given status 400 by
  * body-parser, passed on bare by co-body, which Koa then answers 500), inflation's 415 for a coding
- * it does not take, or a multipart parser's (formidable's 4xx `httpCode`, multer's `MulterError`),
- * which carry no status the frameworks read (they answer 500).
+ * it does not take, or a multipart parser's (formidable's 4xx `httpCode`, multer's `MulterError`,
+ * which carry no status the frameworks read, so they answer 500; @fastify/multipart's FastifyErrors
+ * for an upload over its limits or one that is no multipart, with their 4xx `statusCode`; busboy's
+ * error for a body with no boundary or cut short, which Fastify answers 500).
  *
  * @example
  * isBodyRefusal(Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' })); // true
@@ -81,6 +123,8 @@ export function isBodyRefusal(error: unknown): boolean {
   const { status, statusCode, type } = error as { status?: unknown; statusCode?: unknown; type?: unknown };
   const code = typeof status === 'number' ? status : statusCode;
   if (code === undefined && type === undefined && (isDecoderError(error) || isMultipartRefusal(error))) return true;
+  if (code === undefined && type === undefined && isBusboyRefusal(error)) return true;
+  if (isFastifyMultipartRefusal(error)) return typeof code === 'number' && code >= 400 && code <= 499;
   if (typeof code !== 'number' || code < 400 || code > 499) return false;
   if (typeof type === 'string') return bodyRefusalTypes.has(type);
   if (code === 400 && isDecoderError(error)) return true;
@@ -106,7 +150,11 @@ export function isBodyRefusal(error: unknown): boolean {
  * - a decoder's error is this request's only when `begin` could not decode its body either
  *   ({@link markUndecodable}): one that decoded there decodes for the parser too;
  * - inflation's unsupported coding must be the request's `Content-Encoding`, as sent;
- * - formidable's and multer's refusals are of a multipart request (they parse request bodies only).
+ * - formidable's, multer's and @fastify/multipart's refusals are of a multipart request (they parse
+ *   request bodies only); @fastify/multipart's `FST_INVALID_MULTIPART_CONTENT_TYPE`, of a request
+ *   that is none;
+ * - busboy's are of a multipart request whose `Content-Type` has no boundary, or whose body has no
+ *   closing delimiter of the boundary it names.
  * An error that carries none of these (a parser of one's own that opts in with a `type`) is taken
  * on its word. Without facts (a capture made with no `request`), nothing is checked.
  *
@@ -128,8 +176,14 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
   if (told.type === undefined && isDecoderError(error)) return body !== undefined && undecodable.has(body);
   // formidable and multer parse request bodies only, never another service's answer: a multipart
   // request's.
-  if (told.type === undefined && isMultipartRefusal(error))
-    return /^multipart\//i.test(String(request.headers['content-type'] ?? '').trim());
+  const multipart = /^multipart\//i.test(String(request.headers['content-type'] ?? '').trim());
+  if (told.type === undefined && isMultipartRefusal(error)) return multipart;
+  // @fastify/multipart's refusals are raised where the handler reads this request's upload (or, with
+  // `attachFieldsToBody`, before the key is claimed): a multipart request's, and its refusal of a
+  // request that is none, that request's.
+  if (isFastifyMultipartRefusal(error))
+    return (error as { code?: unknown }).code === notMultipartCode ? !multipart : multipart;
+  if (told.type === undefined && isBusboyRefusal(error)) return multipart && busboyMeets(error as Error, request);
   const coding = told.type === undefined && error instanceof Error ? unsupportedCoding.exec(error.message) : null;
   // inflation names the coding as the header gave it: it must be this request's, to the letter.
   if (coding !== null) return coding[1] === request.headers['content-encoding'];
@@ -145,6 +199,27 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
     if (encoding !== coding && encoding !== charsetOf(request.headers)) return false;
   }
   return true;
+}
+
+// busboy's error is this request's when the request is what it says: a `Content-Type` without a
+// boundary, or a body (as `begin` read it) without the closing delimiter of the boundary it names. A
+// multipart answer of another service a handler parses after its work fails so on its own bytes,
+// not on the request's.
+function busboyMeets(error: Error, request: RequestBodyFacts): boolean {
+  const boundary = boundaryParameterOf(request.headers);
+  if (error.message === noBoundary) return boundary === undefined;
+  const body = request.body;
+  if (boundary === undefined || boundary === '' || body === undefined) return false;
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  return !bytes.includes(`--${boundary}--`);
+}
+
+// The `boundary` parameter of `Content-Type`, unquoted, or undefined when there is none. Whether
+// there is one, as busboy asks, not whether RFC 2046 allows it (as the fingerprint's reading does,
+// see canonicalMultipart): an empty one is one, and busboy fails on it otherwise.
+function boundaryParameterOf(headers: IncomingHttpHeaders): string | undefined {
+  const match = /;\s*boundary\s*=\s*(?:"([^"]*)"|([^;\s]*))/i.exec(headers['content-type'] ?? '');
+  return match === null ? undefined : (match[1] ?? match[2]);
 }
 
 // The parser's copy of the body: the bytes a `verify` hook refused, or the text it could not parse,

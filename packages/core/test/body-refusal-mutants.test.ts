@@ -181,3 +181,93 @@ describe("multer's refusals (Express uploads)", () => {
     expect(refusesRequestBody(multerError('LIMIT_FILE_SIZE'), request('{"amount":1}'))).toBe(false);
   });
 });
+
+describe("@fastify/multipart's refusals (Fastify uploads)", () => {
+  // As @fastify/error builds them: name FastifyError, the code, the status in `statusCode`.
+  const fastifyError = (code: string, statusCode: number) =>
+    Object.assign(new Error('reach files limit'), { name: 'FastifyError', code, statusCode });
+  const multipart = request('--b--', { 'content-type': 'multipart/form-data; boundary=b' });
+
+  it('a limit over, a prototype field or a JSON field that does not parse: a refusal of a multipart request only', () => {
+    for (const [code, status] of [
+      ['FST_REQ_FILE_TOO_LARGE', 413],
+      ['FST_FILES_LIMIT', 413],
+      ['FST_FIELDS_LIMIT', 413],
+      ['FST_PARTS_LIMIT', 413],
+      ['FST_PROTO_VIOLATION', 400],
+      ['FST_INVALID_JSON_FIELD_ERROR', 406],
+    ] as const) {
+      expect(isBodyRefusal(fastifyError(code, status)), code).toBe(true);
+      expect(refusesRequestBody(fastifyError(code, status), multipart), code).toBe(true);
+      expect(refusesRequestBody(fastifyError(code, status), request('{"amount":1}')), code).toBe(false);
+    }
+  });
+
+  it('a request that is no multipart is refused so only when it is none', () => {
+    const notMultipart = fastifyError('FST_INVALID_MULTIPART_CONTENT_TYPE', 406);
+    expect(isBodyRefusal(notMultipart)).toBe(true);
+    expect(refusesRequestBody(notMultipart, request('{"amount":1}'))).toBe(true);
+    expect(refusesRequestBody(notMultipart, request(undefined, { 'content-type': '' }))).toBe(true);
+    expect(refusesRequestBody(notMultipart, multipart)).toBe(false);
+  });
+
+  it('a client gone, a server set-up at fault, a look-alike of another name or a 5xx: no refusal', () => {
+    // The key is claimed once the body is in whole: a premature close is never this request's refusal.
+    expect(isBodyRefusal(fastifyError('FST_MP_PREMATURE_CLOSE', 400))).toBe(false);
+    expect(isBodyRefusal(fastifyError('FST_FILE_BUFFER_NOT_FOUND', 500))).toBe(false);
+    expect(isBodyRefusal(fastifyError('FST_NO_FORM_DATA', 500))).toBe(false);
+    expect(isBodyRefusal(fastifyError('FST_FILES_LIMIT', 500))).toBe(false);
+    expect(isBodyRefusal(fastifyError('FST_FILES_LIMIT', 399))).toBe(false);
+    expect(isBodyRefusal(Object.assign(fastifyError('FST_FILES_LIMIT', 413), { name: 'Error' }))).toBe(false);
+    expect(
+      isBodyRefusal(Object.assign(fastifyError('FST_FILES_LIMIT', 413), { code: 'FST_ERR_CTP_BODY_TOO_LARGE' })),
+    ).toBe(false);
+  });
+});
+
+describe("busboy's errors for a malformed multipart body (under @fastify/multipart)", () => {
+  const cutShort = () => new Error('Unexpected end of multipart data');
+  const partCutShort = () => new Error('Part terminated early due to unexpected end of multipart data');
+  const noBoundary = () => new Error('Multipart: Boundary not found');
+  const whole = '--b\r\nContent-Disposition: form-data; name="a"\r\n\r\nx\r\n--b--\r\n';
+  const upload = (body: string | undefined, type = 'multipart/form-data; boundary=b') =>
+    request(body, { 'content-type': type });
+
+  it('are refusal-shaped with no code and no status, and by their own words only', () => {
+    expect(isBodyRefusal(cutShort())).toBe(true);
+    expect(isBodyRefusal(partCutShort())).toBe(true);
+    expect(isBodyRefusal(noBoundary())).toBe(true);
+    expect(isBodyRefusal(Object.assign(cutShort(), { code: 'ECONNRESET' }))).toBe(false);
+    expect(isBodyRefusal(Object.assign(cutShort(), { status: 502 }))).toBe(false);
+    expect(isBodyRefusal(new Error('Unexpected end of multipart data, and more'))).toBe(false);
+    expect(isBodyRefusal(new Error('Unexpected end of form'))).toBe(false);
+    expect(isBodyRefusal({ message: 'Unexpected end of multipart data' })).toBe(false);
+  });
+
+  it("a body cut short is this request's when its body lacks the closing delimiter of its boundary", () => {
+    const cut = whole.slice(0, 40);
+    expect(refusesRequestBody(cutShort(), upload(cut))).toBe(true);
+    expect(refusesRequestBody(partCutShort(), upload(cut))).toBe(true);
+    // A body under another boundary than the one Content-Type names never ends for busboy.
+    expect(refusesRequestBody(cutShort(), upload(whole.replaceAll('--b', '--c')))).toBe(true);
+    // The boundary quoted, as RFC 2046 allows.
+    expect(refusesRequestBody(cutShort(), upload(cut, 'multipart/form-data; boundary="b"'))).toBe(true);
+    expect(refusesRequestBody(cutShort(), upload(whole, 'multipart/form-data; boundary="b"'))).toBe(false);
+    // The request's own body is whole: the handler parsed something else.
+    expect(refusesRequestBody(cutShort(), upload(whole))).toBe(false);
+    expect(refusesRequestBody(partCutShort(), upload(whole))).toBe(false);
+    // Nothing read to check it against, or no multipart request at all.
+    expect(refusesRequestBody(cutShort(), upload(undefined))).toBe(false);
+    expect(refusesRequestBody(cutShort(), request('{"amount":1}'))).toBe(false);
+    expect(refusesRequestBody(cutShort(), upload(cut, 'multipart/form-data'))).toBe(false);
+  });
+
+  it("no boundary is this request's when its Content-Type names none", () => {
+    expect(refusesRequestBody(noBoundary(), upload(whole, 'multipart/form-data'))).toBe(true);
+    // An empty boundary is one: busboy fails on it otherwise, never "not found".
+    expect(refusesRequestBody(noBoundary(), upload(whole, 'multipart/form-data; boundary='))).toBe(false);
+    expect(refusesRequestBody(cutShort(), upload(whole.slice(0, 40), 'multipart/form-data; boundary='))).toBe(false);
+    expect(refusesRequestBody(noBoundary(), upload(whole))).toBe(false);
+    expect(refusesRequestBody(noBoundary(), request('{"amount":1}'))).toBe(false);
+  });
+});

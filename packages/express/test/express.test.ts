@@ -494,6 +494,14 @@ describe('@idem/express specifics', () => {
         },
         { name: 'parameters', path: '/form', headers: form, body: Buffer.from('a=1&b=2&c=3'), status: 413 },
         { name: 'multer: a file over its fileSize', path: '/upload', ...upload(500), status: 500 },
+        // busboy's own error, passed on by multer with no status: a Content-Type without a boundary.
+        {
+          name: 'multer: no boundary',
+          path: '/upload',
+          headers: { 'content-type': 'multipart/form-data' },
+          body: upload(50).body,
+          status: 500,
+        },
       ];
     await serve(app, async (url) => {
       for (const [i, refused] of cases.entries()) {

@@ -2506,6 +2506,8 @@ const upstreamKinds = [
   'coding',
   'formidable',
   'multer',
+  'fastify-multipart',
+  'busboy',
 ];
 
 // The status each upstream error is answered with: its own, or 500 for one that has none.
@@ -2515,6 +2517,8 @@ const upstreamStatus: Record<string, number> = {
   coding: 415,
   formidable: 500,
   multer: 500,
+  'fastify-multipart': 413,
+  busboy: 500,
 };
 
 // Every upstream error, one key each: the first answer is the error's status, the retry its replay,
@@ -2545,7 +2549,9 @@ async function expectUpstreamErrorsKept(
  * What raw-body (under body-parser and co-body) raises while a handler reads another service's
  * answer, after its own work is done: the same `type`s and statuses a body parser's refusal of the
  * request has, with what they say of the stream they read (which is not the request's); and a
- * decoder's error as body-parser passes it on (status 400, zlib's code, no `type`).
+ * decoder's error as body-parser passes it on (status 400, zlib's code, no `type`); and the
+ * multipart parsers' refusals (formidable, multer, @fastify/multipart, busboy), of a request that is
+ * no multipart.
  */
 function upstreamError(kind: string): Error {
   const fields: Record<string, Record<string, unknown>> = {
@@ -2561,6 +2567,15 @@ function upstreamError(kind: string): Error {
     // formidable's over-limit refusal (its status in `httpCode`), of a body that is no multipart.
     formidable: { code: 1009, httpCode: 413, message: 'options.maxFileSize (100 bytes) exceeded' },
     multer: { name: 'MulterError', code: 'LIMIT_FILE_SIZE', message: 'File too large' },
+    // @fastify/multipart's refusal of a file over its fileSize (a FastifyError, its status in
+    // `statusCode`), and busboy's of a multipart body cut short (no code, no status).
+    'fastify-multipart': {
+      name: 'FastifyError',
+      code: 'FST_REQ_FILE_TOO_LARGE',
+      statusCode: 413,
+      message: 'request file too large',
+    },
+    busboy: { message: 'Unexpected end of multipart data' },
   };
   const told = fields[kind];
   if (told === undefined) throw new TypeError(`no upstream error ${kind}`);
