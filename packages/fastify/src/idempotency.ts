@@ -14,6 +14,7 @@ import {
   type RouteOverrides,
   readRequestBody,
   readStream,
+  type ResponseCapture,
   writeResponse,
 } from '@idem/core';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
@@ -69,6 +70,8 @@ export type FastifyIdempotencyOptions = HttpIdempotencyOptions<FastifyRequest>;
 
 interface Execution {
   thrown: boolean;
+  /** The capture of its response, told of the error the handler threw (see the `onError` hook). */
+  capture: ResponseCapture | undefined;
 }
 
 // Shared and bound to each execution, rather than a closure made per request.
@@ -411,13 +414,16 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     reply.header('idempotency-key', started.echo);
     const context: IdempotencyContext = own.context(started);
     request.idempotency = context;
-    const execution: Execution = { thrown: false };
+    const execution: Execution = { thrown: false, capture: undefined };
     stateOf(request)[kExecution] = execution;
+    // What a refusal of the body, thrown where the handler reads it, must be about to release the key.
+    const facts = { headers: request.headers, body: started.body };
     if (!own.transactional) {
-      own.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) } });
+      execution.capture = own.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) }, request: facts });
       return done();
     }
-    const capture = own.capture(reply.raw, { hold: true });
+    const capture = own.capture(reply.raw, { hold: true, request: facts });
+    execution.capture = capture;
     // The handler must run inside the transaction: Fastify is let on to the handler only from
     // within the transaction's callback.
     void own.runTransaction(
@@ -433,10 +439,17 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     );
   }
 
-  // Runs before the error response is sent, so the policy knows the handler threw.
-  fastify.addHook('onError', async (request) => {
+  // Runs before the error response is sent, so the policy knows the handler threw. A body Fastify's
+  // parser refuses never gets here (it answers before the key is claimed, as does @fastify/multipart
+  // with `attachFieldsToBody`), but an upload the handler reads itself (`request.file()`,
+  // `request.parts()`, `request.saveRequestFiles()`) is refused where it reads it: the same bytes
+  // fail the same way on every retry, so that refusal is no outcome either. It is served without the
+  // key's echo and not stored, and the key is released, so the retry with the upload fixed runs.
+  fastify.addHook('onError', async (request, reply, error) => {
     const execution = stateOf(request)[kExecution];
-    if (execution) execution.thrown = true;
+    if (execution === undefined) return;
+    execution.thrown = true;
+    if (execution.capture?.failedWith(error)) reply.removeHeader('idempotency-key');
   });
 };
 
