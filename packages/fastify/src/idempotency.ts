@@ -11,10 +11,10 @@ import {
   jsonBodyText,
   parsedBodyRead,
   principalScope,
+  type ResponseCapture,
   type RouteOverrides,
   readRequestBody,
   readStream,
-  type ResponseCapture,
   writeResponse,
 } from '@idem/core';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
