@@ -144,6 +144,22 @@ const toRecord = (row: RecordRow): StoreRecord => {
   return { state: row.abandoned ? 'abandoned' : 'in_progress', token: row.token, fingerprint: row.fingerprint };
 };
 
+// A table that is not there, or lacks a column this version uses (`lease_until`, added by a later
+// version's migrate()): a deployment mistake, not an outage, and every statement fails the same way
+// until someone migrates, so the error says how to fix it. It keeps the SQLSTATE as its `code` (the
+// engine answers 503 as for any store failure; the message reaches its store-error event).
+const unmigrated = (error: unknown, table: string): Error | undefined => {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code !== '42P01' && code !== '42703') return undefined;
+  return Object.assign(
+    new Error(
+      `PostgreSQL table ${table} is missing or predates this version of @idem/postgres: run migrate() (or schema.sql) before deploying it`,
+      { cause: error },
+    ),
+    { code },
+  );
+};
+
 const checkId = (id: unknown) => {
   if (typeof id !== 'string' || id.length === 0) throw new TypeError('id must be a non-empty string');
 };
@@ -207,7 +223,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   // with a fresh snapshot: see serialization-retry.ts. The transactional mode's statements never
   // come through here.
   const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
-    retrySerializationFailures(() => sql.run<Row>(statement.name, statement.text, params));
+    retrySerializationFailures(() => sql.run<Row>(statement.name, statement.text, params)).catch((error: unknown) => {
+      throw unmigrated(error, table.name) ?? error;
+    });
 
   const claim = async ({
     id,

@@ -102,6 +102,38 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(indexes.map((i) => i.indexname)).toEqual([`${table}_expires_at`, `${table}_pkey`]);
       });
 
+      it('a table not migrated for this version, or none at all, fails with an error that says to run migrate()', async () => {
+        const older = `${table}_unmigrated`;
+        try {
+          await sql(
+            client,
+            `CREATE TABLE "${older}" (id text PRIMARY KEY, state text NOT NULL, token text NOT NULL,
+               fingerprint text NOT NULL, status integer, headers jsonb, body bytea, expires_at timestamptz NOT NULL)`,
+          );
+          for (const name of [older, `${table}_never_created`]) {
+            const unmigrated = postgresStore({ client, table: name });
+            const claim = unmigrated.claim({
+              id: 'x',
+              token: 't',
+              fingerprint: '',
+              leaseMs: 1_000,
+              keepAfterLeaseMs: 1_000,
+            });
+            // A deployment mistake, not an outage: its SQLSTATE kept, no StoreUnavailableError.
+            const failure = await claim.then(
+              () => undefined,
+              (error: unknown) => error as Error & { code?: string },
+            );
+            expect(failure?.message).toMatch(/run migrate\(\)/);
+            expect(failure?.code).toBe(name === older ? '42703' : '42P01');
+            expect(failure).not.toBeInstanceOf(StoreUnavailableError);
+            await expect(unmigrated.get('x')).rejects.toThrow(/run migrate\(\)/);
+          }
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${older}"`);
+        }
+      });
+
       it('migrate() adds lease_until to a table of an older version, whose rows keep working', async () => {
         const older = `${table}_older`;
         try {
