@@ -93,12 +93,13 @@ function isFastifyMultipartRefusal(error: object): boolean {
   );
 }
 
-// What busboy (under @fastify/multipart) throws for a malformed body, with no code and no status
-// (Fastify answers 500): no boundary in `Content-Type`, or a body that ends before its closing
-// delimiter (cut short, or under another boundary), whole or in the file part it was writing.
+// What busboy throws for a malformed body, with no code and no status (Fastify and Express answer
+// 500): no boundary in `Content-Type`, or a body that ends before its closing delimiter (cut short,
+// or under another boundary), whole or in the file part it was writing. busboy 1 (under multer)
+// words the end "Unexpected end of form"; the version under @fastify/multipart, as the others.
 const noBoundary = 'Multipart: Boundary not found';
 const unexpectedEnd =
-  /^(?:Unexpected end of multipart data|\w+ terminated early due to unexpected end of multipart data)$/;
+  /^(?:Unexpected end of (?:multipart data|form)|\w+ terminated early due to unexpected end of multipart data)$/;
 
 function isBusboyRefusal(error: object): boolean {
   if (!(error instanceof Error) || (error as { code?: unknown }).code !== undefined) return false;

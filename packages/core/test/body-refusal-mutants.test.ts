@@ -240,7 +240,9 @@ describe("busboy's errors for a malformed multipart body (under @fastify/multipa
     expect(isBodyRefusal(Object.assign(cutShort(), { code: 'ECONNRESET' }))).toBe(false);
     expect(isBodyRefusal(Object.assign(cutShort(), { status: 502 }))).toBe(false);
     expect(isBodyRefusal(new Error('Unexpected end of multipart data, and more'))).toBe(false);
-    expect(isBodyRefusal(new Error('Unexpected end of form'))).toBe(false);
+    // busboy 1's wording, under multer.
+    expect(isBodyRefusal(new Error('Unexpected end of form'))).toBe(true);
+    expect(isBodyRefusal(new Error('Unexpected end of formula'))).toBe(false);
     expect(isBodyRefusal({ message: 'Unexpected end of multipart data' })).toBe(false);
   });
 
@@ -248,6 +250,8 @@ describe("busboy's errors for a malformed multipart body (under @fastify/multipa
     const cut = whole.slice(0, 40);
     expect(refusesRequestBody(cutShort(), upload(cut))).toBe(true);
     expect(refusesRequestBody(partCutShort(), upload(cut))).toBe(true);
+    expect(refusesRequestBody(new Error('Unexpected end of form'), upload(cut))).toBe(true);
+    expect(refusesRequestBody(new Error('Unexpected end of form'), upload(whole))).toBe(false);
     // A body under another boundary than the one Content-Type names never ends for busboy.
     expect(refusesRequestBody(cutShort(), upload(whole.replaceAll('--b', '--c')))).toBe(true);
     // The boundary quoted, as RFC 2046 allows.

@@ -16,6 +16,10 @@ function upload(size: number): { headers: Record<string, string>; body: Buffer }
   const { body, contentType } = multipartForm('idem-boundary', Buffer.alloc(size, 7));
   return { headers: { 'content-type': contentType }, body };
 }
+// The same upload without its closing delimiter, as a client that stopped writing sends it.
+function cutShort(sent: { headers: Record<string, string>; body: Buffer }) {
+  return { headers: sent.headers, body: sent.body.subarray(0, sent.body.lastIndexOf('--idem-boundary--')) };
+}
 // Sends `chunks` one by one; without a content-length the body goes out chunked.
 const post = (url: string, key: string, chunks: string[], contentLength = true) =>
   send(
@@ -502,6 +506,8 @@ describe('@idem/express specifics', () => {
           body: upload(50).body,
           status: 500,
         },
+        // busboy's "Unexpected end of form": the body stops before its closing delimiter.
+        { name: 'multer: cut short', path: '/upload', ...cutShort(upload(50)), status: 500 },
       ];
     await serve(app, async (url) => {
       for (const [i, refused] of cases.entries()) {
