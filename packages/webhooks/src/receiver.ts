@@ -42,6 +42,12 @@ export interface ReceivedEvent {
    * delivery applies it again after a crash. A UUID; see `downstreamKey` in `@idem/core`.
    */
   keyFor(purpose: string): string;
+  /**
+   * True when this delivery took the event over from an earlier one whose claim ran out unrenewed
+   * (its process crashed or hung while applying it): that delivery may have applied part of it, so
+   * an `apply` with effects outside `tx` can look for them first.
+   */
+  readonly recovered: boolean;
 }
 
 /** A framework-neutral response: write `status`, `headers` and `body` as they are. */
@@ -336,6 +342,7 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
         return lease.signal;
       },
       keyFor: (purpose: string) => downstreamKey(lease, purpose),
+      recovered: lease.recovered,
     };
 
     if (transactional) {

@@ -344,6 +344,41 @@ describe('sender and receiver together (cases 31, 32)', () => {
   });
 });
 
+describe('a delivery that crashed mid-apply', () => {
+  // Its claim, as the receiver wrote it, with nobody left to renew it.
+  const crashed = async (store: Store, id: string, body: string) => {
+    const fingerprint = createHash('sha256').update(body).digest('hex');
+    const claimed = await store.claim({
+      id: recordId('webhooks', 'webhook', id),
+      token: 'dead-delivery',
+      fingerprint,
+      leaseMs: 10_000,
+      keepAfterLeaseMs: 7 * DAY,
+    });
+    expect(claimed).toEqual({ claimed: true });
+  };
+
+  it("is applied again by the sender's retry once its lease ran out, which says it recovered", async () => {
+    const recovered: boolean[] = [];
+    const { deliver, store, advance } = setup({ apply: (event) => void recovered.push(event.recovered) });
+    await crashed(store, 'E9', paymentBody);
+    expect((await deliver('E9', paymentBody)).status).toBe(409);
+    advance(10_000);
+    expect(await deliver('E9', paymentBody)).toMatchObject({ status: 200, outcome: 'applied' });
+    expect((await deliver('E1', paymentBody)).outcome).toBe('applied');
+    expect(recovered).toEqual([true, false]);
+  });
+
+  it('refuses its id with another body, as after a finished delivery, and never applies it', async () => {
+    const { deliver, store, advance, applied } = setup();
+    await crashed(store, 'E9', paymentBody);
+    advance(10_000 + 6 * DAY);
+    const other = await deliver('E9', JSON.stringify({ type: 'payment.failed' }));
+    expect(other).toMatchObject({ status: 422, outcome: 'mismatch' });
+    expect(applied).toEqual([]);
+  });
+});
+
 describe('scopes and options', () => {
   it('keeps ids of different senders apart', async () => {
     let t = Date.UTC(2026, 0, 1);
