@@ -464,15 +464,18 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     // The token of an abandoned record with this request's parameters, once one was seen: the next
     // claim takes it over (a crashed attempt is run again, as its retry would have been).
     let replaces: string | undefined;
+    // That record's fingerprint: a request without one (`''`) takes it over keeping it, or its record
+    // would then replay to any parameters, and the crashed attempt's would be refused no more.
+    let kept = fingerprint;
     for (;;) {
       // In flight in this very process and renewed within one lease: no need to ask the store.
       // A lease that stopped renewing (crashed handler, heartbeat off) falls through to the store.
       // (An in-process store answers as fast as this map, and the same: no lookup on its behalf.)
       const local = inProcess ? undefined : held.get(id);
-      if (local !== undefined) {
-        if (now() - local.lastRenewedAt >= leaseMs)
-          held.delete(id); // abandoned, not renewed
-        else if (waitMs === 0 && !local.lost) {
+      // (One not renewed within a lease stays in `held` until a claim of ours takes the key over:
+      // then it is marked lost, so its signal aborts.)
+      if (local !== undefined && now() - local.lastRenewedAt < leaseMs) {
+        if (waitMs === 0 && !local.lost) {
           if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
           return { kind: 'reject', error: conflict() };
         }
@@ -480,7 +483,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
       const token = tokenPrefix + (++tokenSequence).toString(36);
       let claimed: ClaimResult;
       try {
-        const input: ClaimInput = { id, token, fingerprint, leaseMs, keepAfterLeaseMs: retentionMs };
+        const input: ClaimInput = { id, token, fingerprint: kept, leaseMs, keepAfterLeaseMs: retentionMs };
         if (replaces !== undefined) input.replaces = replaces;
         const answer = storeCall('claim', () => store.claim(input));
         claimed = isPending(answer) ? await answer : answer;
@@ -489,7 +492,12 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         return { kind: 'reject', error: unavailable(error) };
       }
       if (claimed.claimed) {
-        const lease = new LeaseState(id, key, scope, operation, token, fingerprint, started);
+        // A lease of this process on the same record (stalled past its lease, or hung without a
+        // heartbeat) has lost the key to this claim: say so, so its signal aborts now rather than
+        // when its complete or release finds its token gone.
+        const previous = held.get(id);
+        if (previous !== undefined) markLost(previous, 'taken over');
+        const lease = new LeaseState(id, key, scope, operation, token, kept, started);
         if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
         startHeartbeat();
@@ -515,6 +523,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           return { kind: 'reject', error: conflict() };
         }
         replaces = claimed.record.token;
+        if (fingerprint === '') kept = claimed.record.fingerprint;
         continue;
       }
 
@@ -535,6 +544,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         if (done) return done;
         if (record.state === 'abandoned') {
           replaces = record.token;
+          if (fingerprint === '') kept = record.fingerprint;
           continue;
         }
         if (now() >= deadline) {
@@ -598,8 +608,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     const started = onEvent ? now() : 0;
     let answer: Awaitable<boolean>;
     try {
-      const input = { id: lease.id, token: lease.token };
-      answer = storeCall('release', () => store.release(input));
+      answer = storeCall('release', () => letGo(state));
     } catch (error) {
       return releaseFailed(lease, error);
     }
@@ -610,6 +619,15 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         )
       : afterRelease(state, started, answer);
   };
+
+  // Frees a key whose run had no effect. A recovered run leaves it as it found it: abandoned, with the
+  // crashed attempt's fingerprint (that attempt may have had effects, so other parameters must still
+  // be refused), its lease ended at once so the next retry takes it over. Deleting it would let
+  // other parameters run. On a store that keeps no abandoned records this is a release.
+  const letGo = (lease: LeaseState): Awaitable<boolean> =>
+    lease.recovered
+      ? store.renew({ id: lease.id, token: lease.token, leaseMs: 1 })
+      : store.release({ id: lease.id, token: lease.token });
 
   const afterRelease = (lease: LeaseState, started: number, released: boolean): ReleaseResult => {
     if (!released) {
@@ -700,7 +718,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     // lease runs out. If this fails too, the short lease frees it within seconds. It runs in the
     // background: the store just failed, and waiting for a second timeout would only delay the
     // response the client is owed.
-    void withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
+    void withTimeout('release', () => letGo(lease as LeaseState)).catch(() => undefined);
     return { ok: false, reason: 'store-error', error };
   };
 

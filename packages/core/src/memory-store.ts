@@ -34,7 +34,7 @@ export interface MemoryEviction {
 
 /** What {@link memoryStore} returns: a {@link Store} that also reports how full it is. */
 export interface MemoryStore extends Store {
-  /** Records held now, in progress or completed. */
+  /** Records held now: in progress, abandoned or completed. */
   readonly size: number;
   /** Completed records dropped before their retention ended, since the store was made (see `onEvict`). */
   readonly evicted: number;
@@ -67,6 +67,8 @@ class Entry {
    */
   leaseUntil = 0;
   keepMs = 0;
+  /** When its slot in its current lane is due: its lease's end while in progress, else its expiry. */
+  dueAt = 0;
   /** The lane of this entry's current expiry, and how many slots it has there (a renewal adds one). */
   lane: Lane | undefined = undefined;
   slots = 0;
@@ -190,14 +192,24 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   };
 
   // Gives an entry in progress a lease of `ms`: it expires when its lease and its keep have passed.
+  // It is filed by its lease's end, in the lane of the lease: a lane holding claims for a lease and
+  // a day's keep would keep its head, once abandoned, for a day, and every slot behind it (the entries
+  // of every later claim, long gone) with it. When its lease ends it moves on to its keep's lane.
   const lease = (entry: Entry, ms: number, t: number) => {
     entry.leaseUntil = t + ms;
-    expireIn(entry, ms + entry.keepMs, t);
+    entry.expiresAt = entry.leaseUntil + entry.keepMs;
+    file(entry, ms, entry.leaseUntil);
   };
 
   // Sets an entry's expiry and files it in the lane of that duration.
   const expireIn = (entry: Entry, ms: number, t: number) => {
     entry.expiresAt = t + ms;
+    file(entry, ms, entry.expiresAt);
+  };
+
+  // Files an entry in the lane of duration `ms`, due at `dueAt`.
+  const file = (entry: Entry, ms: number, dueAt: number) => {
+    entry.dueAt = dueAt;
     const lane = laneFor(ms);
     if (entry.lane === lane) entry.slots++;
     else {
@@ -229,12 +241,20 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     }
   };
 
-  // Drops expired entries (and stale slots) from the lane's head, at most `budget` of them.
+  // Takes a due entry off its lane's head: gone if its time is up, else (its lease ended unrenewed:
+  // abandoned) on to the lane of its keep, due when that ends.
+  const due = (lane: Lane, entry: Entry, t: number) => {
+    lane.head++;
+    entry.lane = undefined;
+    if (entry.expiresAt <= t) remove(entry);
+    else file(entry, entry.keepMs, entry.expiresAt);
+  };
+
+  // Takes due entries (and stale slots) off the lane's head, at most `budget` of them.
   const drain = (lane: Lane, t: number, budget: number) => {
     let entry = current(lane);
-    while (entry !== undefined && entry.expiresAt <= t && budget-- > 0) {
-      remove(entry);
-      lane.head++;
+    while (entry !== undefined && entry.dueAt <= t && budget-- > 0) {
+      due(lane, entry, t);
       entry = current(lane);
     }
     compact(lane);
@@ -258,9 +278,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       for (let i = 0; i < laneList.length; i++) {
         const lane = laneList[i] as Lane;
         let entry = current(lane);
-        while (entry !== undefined && entry.expiresAt <= t) {
-          remove(entry);
-          lane.head++;
+        while (entry !== undefined && entry.dueAt <= t) {
+          due(lane, entry, t);
           entry = current(lane);
         }
         compact(lane);

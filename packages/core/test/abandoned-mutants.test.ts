@@ -171,13 +171,11 @@ describe('a store shared with other processes (not in this process): the local l
 
 describe('the lease a takeover fences', () => {
   // The engine's heartbeat renews the leases in its `held` map. A takeover in the same process (after
-  // a stall longer than a lease: a synchronous loop, a long GC pause) replaces the old lease there
-  // (or, for a shared store, deletes it on the way, `held.delete(id)` in begin) without marking it
-  // lost: no renewal of it ever runs again to find its token gone, so its `lost` stays false and its
-  // `signal` never aborts, while the recovered execution runs beside it. Only its own complete or
-  // release then learns that it lost the key. (It was so before abandoned records too, with a fresh
-  // claim of the expired key in place of the takeover.)
-  it.fails('DEFECT: the old holder in this process is told its lease is lost when a takeover lands', async () => {
+  // a stall longer than a lease: a synchronous loop, a long GC pause) used to replace the old lease
+  // there without marking it lost: no renewal of it ever ran again to find its token gone, so its
+  // signal never aborted while the recovered execution ran beside it. A claim that takes a key over
+  // from a lease of this process now marks that lease lost.
+  it('the old holder in this process is told its lease is lost when a takeover lands', async () => {
     vi.useFakeTimers();
     const store = memoryStore({ now: () => Date.now() });
     const engine = createIdempotency({ store, lease: '1s', now: () => Date.now() });
@@ -187,7 +185,67 @@ describe('the lease a takeover fences', () => {
     vi.setSystemTime(Date.now() + 1_500);
     const retry = await engine.begin(request);
     expect(retry.kind === 'execute' && retry.lease.recovered).toBe(true);
-    await vi.advanceTimersByTimeAsync(3_000);
     expect(first.lease.lost).toBe(true);
+    expect(first.lease.signal.aborted).toBe(true);
+  });
+
+  it('on a store other processes share too, where a stale lease of this process falls through to the store', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    const store: Store = { ...inner, inProcess: false };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    vi.setSystemTime(Date.now() + 1_500);
+    const retry = await engine.begin(request);
+    expect(retry.kind === 'execute' && retry.lease.recovered).toBe(true);
+    expect(first.lease.lost).toBe(true);
+    expect(events.filter((e) => e.type === 'lease-lost')).toMatchObject([{ reason: 'taken over' }]);
+  });
+});
+
+describe('a recovered run that had no effect', () => {
+  it("leaves the key abandoned with the crashed attempt's fingerprint: other parameters are still refused", async () => {
+    let now = 0;
+    const store = memoryStore({ now: () => now });
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => now });
+    expect((await engine.begin(request)).kind).toBe('execute'); // crashes
+    now += 1_000;
+    const recovered = await engine.begin(request);
+    if (recovered.kind !== 'execute') throw new Error('expected execute');
+    // A 5xx under storeOutcome 'success', a handler that called release(): the key is let go.
+    expect(await engine.release(recovered.lease)).toEqual({ ok: true });
+    now += 1;
+    const other = await engine.begin({ ...request, fingerprint: 'other parameters' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+    const again = await engine.begin(request);
+    expect(again.kind === 'execute' && again.lease.recovered).toBe(true);
+  });
+
+  it('a first run that had no effect still frees the key for any parameters', async () => {
+    const now = 0;
+    const store = memoryStore({ now: () => now });
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => now });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await engine.release(first.lease);
+    expect((await engine.begin({ ...request, fingerprint: 'other parameters' })).kind).toBe('execute');
+  });
+});
+
+describe('a takeover by a request without a fingerprint', () => {
+  it("keeps the crashed attempt's fingerprint, so its record refuses other parameters afterwards", async () => {
+    let now = 0;
+    const store = memoryStore({ now: () => now });
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => now });
+    expect((await engine.begin(request)).kind).toBe('execute'); // crashes
+    now += 1_000;
+    const recovered = await engine.begin({ ...request, fingerprint: '' });
+    if (recovered.kind !== 'execute') throw new Error('expected execute');
+    expect(recovered.lease.fingerprint).toBe(request.fingerprint);
+    await engine.complete(recovered.lease, { status: 201, headers: {}, body: new Uint8Array([1]) });
+    const other = await engine.begin({ ...request, fingerprint: 'other parameters' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
   });
 });

@@ -131,12 +131,13 @@ describe('memoryStore: making room when full', () => {
 });
 
 describe('memoryStore: memory follows what is kept', () => {
-  // Every claim files its entry in the lane of `leaseMs + keepAfterLeaseMs` (a day, from the engine),
-  // and a lane is only walked from its head. An abandoned record at that head stays there for its
-  // whole keep, and every slot filed behind it (each later claim's, each renewal's) keeps its entry
-  // reachable until then: entries released, completed and expired, or evicted long ago. Before
-  // abandoned records were kept, the head of the leases' lane moved on within one lease.
-  it.fails('DEFECT: one abandoned record does not keep every later released entry in memory for its keep', () => {
+  // A lane is only walked from its head. When a claim was filed in the lane of `leaseMs +
+  // keepAfterLeaseMs` (a day, from the engine), an abandoned record at that head stayed there for its
+  // whole keep, and every slot filed behind it (each later claim's, each renewal's) kept its entry
+  // reachable until then: entries released, completed and expired, or evicted long ago (about 45 MB
+  // for the 100,000 cycles below). A claim is now filed by its lease's end, and moves on to the
+  // lane of its keep only once abandoned.
+  it('one abandoned record does not keep every later released entry in memory for its keep', () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
     const cycles = (abandoned: boolean) => {
