@@ -164,7 +164,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           : Number(milliseconds(keepAfterLeaseMs, 'keepAfterLeaseMs'));
       const value = encodeClaim(token, fingerprint, keepMs);
       const px = String(Number(milliseconds(leaseMs, 'leaseMs')) + keepMs);
-      if (replaces !== undefined && typeof replaces !== 'string') throw new TypeError('replaces must be a token');
+      if (replaces !== undefined && (typeof replaces !== 'string' || replaces === '')) {
+        throw new TypeError('replaces must be a non-empty token');
+      }
       let takeover = replaces === undefined ? undefined : leasePrefix(replaces);
       return guarded('claim', async () => {
         // The fresh key, the common case, costs one plain SET NX PX: cheaper for Redis than a script.

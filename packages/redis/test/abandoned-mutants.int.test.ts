@@ -112,12 +112,12 @@ describe.runIf(withRedis)('@idem/redis abandoned records, the corners', () => {
     expect(await store.get(released)).toEqual({ state: 'in_progress', token: 'c', fingerprint: 'fp' });
   });
 
-  it('a lease with less than a second left is still live: not abandoned, not taken over', async () => {
+  it('a lease with a few seconds left is still live: not abandoned, not taken over', async () => {
     const { store } = traced();
     const id = randomUUID();
     await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 5_000, keepAfterLeaseMs: keepMs });
-    // 900 ms of lease left (PTTL keep + 900): comfortably live however slow the box.
-    await admin.pexpire(store.key(id), keepMs + 900);
+    // 3 s of lease left (PTTL keep + 3000): live for the three commands below, however slow the box.
+    await admin.pexpire(store.key(id), keepMs + 3_000);
     const live = { state: 'in_progress', token: 'a', fingerprint: 'fp' };
     expect(await store.get(id)).toEqual(live);
     expect(
@@ -141,13 +141,13 @@ describe.runIf(withRedis)('@idem/redis abandoned records, the corners', () => {
     await admin.del(store.key(id));
   });
 
-  it('refuses a replaces that is no string, before anything is sent', async () => {
+  it('refuses a replaces that is no token (not a string, or empty), before anything is sent', async () => {
     const { store, sent } = traced();
     const id = randomUUID();
     await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs, keepAfterLeaseMs: keepMs });
     await endLease(store.key(id));
     sent.length = 0;
-    for (const replaces of [5, null, { toString: () => 'a' }] as unknown as string[]) {
+    for (const replaces of [5, null, '', { toString: () => 'a' }] as unknown as string[]) {
       await expect(
         store.claim({ id, token: 'b', fingerprint: 'fp', leaseMs, keepAfterLeaseMs: keepMs, replaces }),
       ).rejects.toThrow(TypeError);
