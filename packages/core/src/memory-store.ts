@@ -42,7 +42,15 @@ export interface MemoryStore extends Store {
 
 // An entry that may be dropped to make room: completed, or abandoned (its lease ran out unrenewed).
 // Never one whose lease is live: that would let a second execution run beside it.
-const settled = (entry: Entry, t: number): boolean => entry.completed || entry.leaseUntil <= t;
+const settled = (entry: Entry, t: number): boolean => entry.completed || leaseEnd(entry) <= t;
+
+// When the lease of an entry in progress ends: its expiry less its keep. Not a field of its own: a
+// time is a heap number in V8, one more object per record for the collector to copy.
+const leaseEnd = (entry: Entry): number => entry.expiresAt - entry.keepMs;
+
+// When an entry's slot in its lane is due: the lease's end while it holds a lease, else its expiry.
+const dueAt = (entry: Entry): number =>
+  entry.completed || entry.abandoned ? entry.expiresAt : entry.expiresAt - entry.keepMs;
 
 // Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
 const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
@@ -62,13 +70,12 @@ class Entry {
   /** The body as a Latin-1 string, one byte per character: one plain heap object, cheapest to keep. */
   body = '';
   /**
-   * While in progress: when the lease ends (the entry is abandoned from then until `expiresAt`), and
-   * how long it stays abandoned, carried over by renewals.
+   * While in progress: how long it stays, abandoned, after its lease ends (at `expiresAt - keepMs`),
+   * carried over by renewals.
    */
-  leaseUntil = 0;
   keepMs = 0;
-  /** When its slot in its current lane is due: its lease's end while in progress, else its expiry. */
-  dueAt = 0;
+  /** Filed in its keep's lane: its lease ended unrenewed. */
+  abandoned = false;
   /** The lane of this entry's current expiry, and how many slots it has there (a renewal adds one). */
   lane: Lane | undefined = undefined;
   slots = 0;
@@ -101,7 +108,7 @@ const maxExactLanes = 32;
 /** A fresh record for a reader: callers may change what they get, and later reads must not see it. */
 function recordOf(entry: Entry, t: number): StoreRecord {
   const { token, fingerprint } = entry;
-  if (!entry.completed && entry.leaseUntil <= t) return { state: 'abandoned', token, fingerprint };
+  if (!entry.completed && leaseEnd(entry) <= t) return { state: 'abandoned', token, fingerprint };
   return entry.completed
     ? {
         state: 'completed',
@@ -196,20 +203,19 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // a day's keep would keep its head, once abandoned, for a day, and every slot behind it (the entries
   // of every later claim, long gone) with it. When its lease ends it moves on to its keep's lane.
   const lease = (entry: Entry, ms: number, t: number) => {
-    entry.leaseUntil = t + ms;
-    entry.expiresAt = entry.leaseUntil + entry.keepMs;
-    file(entry, ms, entry.leaseUntil);
+    entry.expiresAt = t + ms + entry.keepMs;
+    entry.abandoned = false;
+    file(entry, ms);
   };
 
   // Sets an entry's expiry and files it in the lane of that duration.
   const expireIn = (entry: Entry, ms: number, t: number) => {
     entry.expiresAt = t + ms;
-    file(entry, ms, entry.expiresAt);
+    file(entry, ms);
   };
 
-  // Files an entry in the lane of duration `ms`, due at `dueAt`.
-  const file = (entry: Entry, ms: number, dueAt: number) => {
-    entry.dueAt = dueAt;
+  // Files an entry in the lane of duration `ms`.
+  const file = (entry: Entry, ms: number) => {
     const lane = laneFor(ms);
     if (entry.lane === lane) entry.slots++;
     else {
@@ -247,13 +253,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     lane.head++;
     entry.lane = undefined;
     if (entry.expiresAt <= t) remove(entry);
-    else file(entry, entry.keepMs, entry.expiresAt);
+    else {
+      entry.abandoned = true;
+      file(entry, entry.keepMs);
+    }
   };
 
   // Takes due entries (and stale slots) off the lane's head, at most `budget` of them.
   const drain = (lane: Lane, t: number, budget: number) => {
     let entry = current(lane);
-    while (entry !== undefined && entry.dueAt <= t && budget-- > 0) {
+    while (entry !== undefined && dueAt(entry) <= t && budget-- > 0) {
       due(lane, entry, t);
       entry = current(lane);
     }
@@ -278,7 +287,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       for (let i = 0; i < laneList.length; i++) {
         const lane = laneList[i] as Lane;
         let entry = current(lane);
-        while (entry !== undefined && entry.dueAt <= t) {
+        while (entry !== undefined && dueAt(entry) <= t) {
           due(lane, entry, t);
           entry = current(lane);
         }
@@ -334,7 +343,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const existing = live(id, t);
       if (existing) {
         // Only the abandoned record named by the claim is taken over; anything else is answered.
-        if (replaces === undefined || existing.completed || existing.leaseUntil > t || existing.token !== replaces)
+        if (replaces === undefined || existing.completed || leaseEnd(existing) > t || existing.token !== replaces)
           return { claimed: false, record: recordOf(existing, t) };
         existing.token = token;
         existing.fingerprint = fingerprint;
