@@ -601,7 +601,9 @@ describe.runIf(available)('PostgreSQL server', () => {
 
     it('a single Client whose connection died answers every call, transactions included, with StoreUnavailableError', async () => {
       const client = new pg.Client({ connectionString: databaseUrl });
-      const died = new Promise((resolve) => client.once('error', resolve));
+      // `on`, not `once`: a terminated backend can make pg emit 'error' twice (the FATAL, then
+      // "Connection terminated unexpectedly"), and a second one with no listener is uncaught.
+      const died = new Promise((resolve) => client.on('error', resolve));
       await client.connect();
       const single = postgresStore({ client, table });
       const [{ pid }] = (await sql(client, 'SELECT pg_backend_pid() AS pid')) as [{ pid: number }];
