@@ -42,10 +42,15 @@ export interface IdempotencyOptions {
   acknowledgeShortRetention?: boolean;
   /**
    * How long a claim lives without renewal. Default `'10s'`. While the handler runs the lease is
-   * renewed every third of this, so a crashed executor's key is free again after one lease.
+   * renewed every third of this, so a crashed executor's key is abandoned after one lease: a retry
+   * with the same request takes it over, and other requests under the key are refused for the
+   * retention.
    */
   lease?: Duration;
-  /** Renew leases in the background while a handler runs. Default true. */
+  /**
+   * Renew leases in the background while a handler runs. Default true. Off (for tests), a handler
+   * that runs longer than one lease is taken for crashed: a retry may take its key over.
+   */
   heartbeat?: boolean;
   /**
    * The longest a handler may hold its key. Default off: a handler that never settles keeps its
