@@ -1,5 +1,6 @@
 import { Buffer } from 'node:buffer';
 import type { IncomingHttpHeaders } from 'node:http';
+import { boundaryParameterOf } from './multipart.js';
 
 /** What the capture knows of the request whose body a parser may refuse (see {@link refusesRequestBody}). */
 export interface RequestBodyFacts {
@@ -207,20 +208,12 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
 // multipart answer of another service a handler parses after its work fails so on its own bytes,
 // not on the request's.
 function busboyMeets(error: Error, request: RequestBodyFacts): boolean {
-  const boundary = boundaryParameterOf(request.headers);
+  const boundary = boundaryParameterOf(request.headers['content-type'] ?? '');
   if (error.message === noBoundary) return boundary === undefined;
   const body = request.body;
   if (boundary === undefined || boundary === '' || body === undefined) return false;
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   return !bytes.includes(`--${boundary}--`);
-}
-
-// The `boundary` parameter of `Content-Type`, unquoted, or undefined when there is none. Whether
-// there is one, as busboy asks, not whether RFC 2046 allows it (as the fingerprint's reading does,
-// see canonicalMultipart): an empty one is one, and busboy fails on it otherwise.
-function boundaryParameterOf(headers: IncomingHttpHeaders): string | undefined {
-  const match = /;\s*boundary\s*=\s*(?:"([^"]*)"|([^;\s]*))/i.exec(headers['content-type'] ?? '');
-  return match === null ? undefined : (match[1] ?? match[2]);
 }
 
 // The parser's copy of the body: the bytes a `verify` hook refused, or the text it could not parse,

@@ -36,7 +36,7 @@ export interface MemoryEviction {
 export interface MemoryStore extends Store {
   /** Records held now: in progress, abandoned or completed. */
   readonly size: number;
-  /** Completed records dropped before their retention ended, since the store was made (see `onEvict`). */
+  /** Completed (or abandoned) records dropped before their end, since the store was made (see `onEvict`). */
   readonly evicted: number;
 }
 
@@ -49,8 +49,7 @@ const settled = (entry: Entry, t: number): boolean => entry.completed || leaseEn
 const leaseEnd = (entry: Entry): number => entry.expiresAt - entry.keepMs;
 
 // When an entry's slot in its lane is due: the lease's end while it holds a lease, else its expiry.
-const dueAt = (entry: Entry): number =>
-  entry.completed || entry.abandoned ? entry.expiresAt : entry.expiresAt - entry.keepMs;
+const dueAt = (entry: Entry): number => (entry.completed || entry.inKeepLane ? entry.expiresAt : leaseEnd(entry));
 
 // Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
 const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
@@ -74,8 +73,8 @@ class Entry {
    * carried over by renewals.
    */
   keepMs = 0;
-  /** Filed in its keep's lane: its lease ended unrenewed. */
-  abandoned = false;
+  /** Filed in its keep's lane, once its lease ended unrenewed (where it is, not what it is: see `settled`). */
+  inKeepLane = false;
   /** The lane of this entry's current expiry, and how many slots it has there (a renewal adds one). */
   lane: Lane | undefined = undefined;
   slots = 0;
@@ -204,7 +203,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // of every later claim, long gone) with it. When its lease ends it moves on to its keep's lane.
   const lease = (entry: Entry, ms: number, t: number) => {
     entry.expiresAt = t + ms + entry.keepMs;
-    entry.abandoned = false;
+    entry.inKeepLane = false;
     file(entry, ms);
   };
 
@@ -254,7 +253,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     entry.lane = undefined;
     if (entry.expiresAt <= t) remove(entry);
     else {
-      entry.abandoned = true;
+      entry.inKeepLane = true;
       file(entry, entry.keepMs);
     }
   };
@@ -314,8 +313,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     }
   };
 
-  // The completed record nearest the end of its retention among the first slots behind the lanes'
-  // heads; bounded, since this runs on a claim (a full store of records in progress grows instead).
+  // The completed (or abandoned) record nearest its end among the first slots behind the lanes'
+  // heads; bounded, since this runs on a claim (a full store of live leases grows instead).
   const completedBehind = (t: number): Entry | undefined => {
     let victim: Entry | undefined;
     for (const lane of laneList) {

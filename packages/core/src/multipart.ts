@@ -121,11 +121,23 @@ function trimBlanks(value: string): string {
 }
 
 // RFC 2046 §5.1.1: 1 to 70 characters from a fixed set, the last not a space; quoted or not.
-const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;"]+))/i;
+const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]*)"|([^\s;"]*))/i;
 const boundaryCharacters = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]$/;
 
-function boundaryOf(contentType: string): string | undefined {
+/**
+ * The `boundary` parameter of a `Content-Type`, unquoted, as given (empty or not one RFC 2046 allows
+ * too), or undefined when there is none: whether there is one, as a multipart parser asks.
+ *
+ * @example
+ * boundaryParameterOf('multipart/form-data; boundary="a b"'); // 'a b'
+ */
+export function boundaryParameterOf(contentType: string): string | undefined {
   const match = boundaryParameter.exec(contentType);
-  const value = match?.[1] ?? match?.[2];
+  return match === null ? undefined : (match[1] ?? match[2]);
+}
+
+// The boundary, when it is one RFC 2046 allows.
+function boundaryOf(contentType: string): string | undefined {
+  const value = boundaryParameterOf(contentType);
   return value !== undefined && boundaryCharacters.test(value) ? value : undefined;
 }

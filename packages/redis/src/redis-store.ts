@@ -130,7 +130,8 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   // to tell a live lease from an abandoned one: a rare read (a key in progress), so the common ones,
   // replays, stay one GET. Undefined when the key went away in between.
   const read = async (k: string, operation: string, value: Uint8Array): Promise<StoreRecord | undefined> => {
-    if (value[0] !== IN_PROGRESS || claimKeepMs(value) === 0) return decodeRecord(value);
+    const record = decodeRecord(value);
+    if (record.state !== 'in_progress' || claimKeepMs(value) === 0) return record;
     return inspected(operation, await runScript(runner, inspectScript, k, ['', '', '0']));
   };
 
@@ -159,11 +160,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     }: ClaimInput): Promise<ClaimResult> => {
       const k = key(id);
       const keepMs =
-        keepAfterLeaseMs === undefined || keepAfterLeaseMs === 0
-          ? 0
-          : Number(milliseconds(keepAfterLeaseMs, 'keepAfterLeaseMs'));
+        keepAfterLeaseMs === undefined || keepAfterLeaseMs === 0 ? 0 : wholeMs(keepAfterLeaseMs, 'keepAfterLeaseMs');
       const value = encodeClaim(token, fingerprint, keepMs);
-      const px = String(Number(milliseconds(leaseMs, 'leaseMs')) + keepMs);
+      const px = String(wholeMs(leaseMs, 'leaseMs') + keepMs);
       if (replaces !== undefined && (typeof replaces !== 'string' || replaces === '')) {
         throw new TypeError('replaces must be a non-empty token');
       }
@@ -238,13 +237,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   };
 }
 
-// The first byte of a claim's value (see record-codec.ts).
-const IN_PROGRESS = 0x70;
-
 // PX takes a positive integer; a fraction rounds up so a lease is never shorter than asked for.
-const milliseconds = (value: number, name: string): string => {
+const wholeMs = (value: number, name: string): number => {
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
     throw new TypeError(`${name} must be a positive number of milliseconds`);
   }
-  return String(Math.ceil(value));
+  return Math.ceil(value);
 };
+
+// The same, as the PX argument.
+const milliseconds = (value: number, name: string): string => String(wholeMs(value, name));
