@@ -223,6 +223,34 @@ describe('a recovered run that had no effect', () => {
     expect(again.kind === 'execute' && again.lease.recovered).toBe(true);
   });
 
+  it('or whose outcome the store could not keep, leaves the key abandoned too', async () => {
+    let now = 0;
+    const inner = memoryStore({ now: () => now });
+    let failing = false;
+    const store: Store = {
+      ...inner,
+      complete: (input) => {
+        if (failing) throw new Error('ECONNRESET');
+        return inner.complete(input);
+      },
+    };
+    const engine = createIdempotency({ store, lease: '1s', heartbeat: false, now: () => now });
+    expect((await engine.begin(request)).kind).toBe('execute'); // crashes
+    now += 1_000;
+    const recovered = await engine.begin(request);
+    if (recovered.kind !== 'execute') throw new Error('expected execute');
+    failing = true;
+    expect(
+      await engine.complete(recovered.lease, { status: 201, headers: {}, body: new Uint8Array([1]) }),
+    ).toMatchObject({ ok: false, reason: 'store-error' });
+    // The key is let go in the background.
+    await new Promise((resolve) => setImmediate(resolve));
+    now += 1;
+    expect(await store.get(recovered.lease.id)).toMatchObject({ state: 'abandoned', fingerprint: request.fingerprint });
+    const other = await engine.begin({ ...request, fingerprint: 'other parameters' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+  });
+
   it('a first run that had no effect still frees the key for any parameters', async () => {
     const now = 0;
     const store = memoryStore({ now: () => now });
