@@ -1,6 +1,6 @@
 import { Buffer } from 'node:buffer';
 import type { IncomingHttpHeaders } from 'node:http';
-import { boundaryParameterOf } from './multipart.js';
+import { boundaryParameterOf, malformedPartHeader } from './multipart.js';
 
 /** What the capture knows of the request whose body a parser may refuse (see {@link refusesRequestBody}). */
 export interface RequestBodyFacts {
@@ -95,16 +95,18 @@ function isFastifyMultipartRefusal(error: object): boolean {
 }
 
 // What busboy throws for a malformed body, with no code and no status (Fastify and Express answer
-// 500): no boundary in `Content-Type`, or a body that ends before its closing delimiter (cut short,
-// or under another boundary), whole or in the file part it was writing. busboy 1 (under multer)
-// words the end "Unexpected end of form"; the version under @fastify/multipart, as the others.
+// 500): no boundary in `Content-Type`, a body that ends before its closing delimiter (cut short,
+// or under another boundary), whole or in the file part it was writing, or (busboy 1, under multer)
+// a part whose header section does not parse. busboy 1 words the end "Unexpected end of form"; the
+// version under @fastify/multipart, as the others.
 const noBoundary = 'Multipart: Boundary not found';
+const badPartHeader = 'Malformed part header';
 const unexpectedEnd =
   /^(?:Unexpected end of (?:multipart data|form)|\w+ terminated early due to unexpected end of multipart data)$/;
 
 function isBusboyRefusal(error: object): boolean {
   if (!(error instanceof Error) || (error as { code?: unknown }).code !== undefined) return false;
-  return error.message === noBoundary || unexpectedEnd.test(error.message);
+  return error.message === noBoundary || error.message === badPartHeader || unexpectedEnd.test(error.message);
 }
 
 /**
@@ -115,7 +117,8 @@ function isBusboyRefusal(error: object): boolean {
  * it does not take, or a multipart parser's (formidable's 4xx `httpCode`, multer's `MulterError`,
  * which carry no status the frameworks read, so they answer 500; @fastify/multipart's FastifyErrors
  * for an upload over its limits or one that is no multipart, with their 4xx `statusCode`; busboy's
- * error for a body with no boundary or cut short, which Fastify answers 500).
+ * error for a body with no boundary, cut short, or with a part header that does not parse, which
+ * Fastify and Express answer 500).
  *
  * @example
  * isBodyRefusal(Object.assign(new Error('Unexpected token'), { status: 400, type: 'entity.parse.failed' })); // true
@@ -156,7 +159,8 @@ export function isBodyRefusal(error: unknown): boolean {
  *   request bodies only); @fastify/multipart's `FST_INVALID_MULTIPART_CONTENT_TYPE`, of a request
  *   that is none;
  * - busboy's are of a multipart request whose `Content-Type` has no boundary, or whose body has no
- *   closing delimiter of the boundary it names.
+ *   closing delimiter of the boundary it names, or a part header that does not parse
+ *   ({@link malformedPartHeader}).
  * An error that carries none of these (a parser of one's own that opts in with a `type`) is taken
  * on its word. Without facts (a capture made with no `request`), nothing is checked.
  *
@@ -204,14 +208,16 @@ export function refusesRequestBody(error: object, request: RequestBodyFacts | un
 }
 
 // busboy's error is this request's when the request is what it says: a `Content-Type` without a
-// boundary, or a body (as `begin` read it) without the closing delimiter of the boundary it names. A
-// multipart answer of another service a handler parses after its work fails so on its own bytes,
-// not on the request's.
+// boundary, a body (as `begin` read it) without the closing delimiter of the boundary it names, or
+// with a part header that does not parse. A multipart answer of another service a handler parses
+// after its work fails so on its own bytes, not on the request's.
 function busboyMeets(error: Error, request: RequestBodyFacts): boolean {
-  const boundary = boundaryParameterOf(request.headers['content-type'] ?? '');
+  const contentType = request.headers['content-type'] ?? '';
+  const boundary = boundaryParameterOf(contentType);
   if (error.message === noBoundary) return boundary === undefined;
   const body = request.body;
   if (boundary === undefined || boundary === '' || body === undefined) return false;
+  if (error.message === badPartHeader) return malformedPartHeader(body, contentType);
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   return !bytes.includes(`--${boundary}--`);
 }

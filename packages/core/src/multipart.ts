@@ -17,7 +17,60 @@
 export function canonicalMultipart(body: Uint8Array, contentType: string): Buffer | undefined {
   const boundary = boundaryOf(contentType);
   if (boundary === undefined) return undefined;
-  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const read = partsOf(Buffer.from(body.buffer, body.byteOffset, body.byteLength), boundary, maxParts);
+  if (read === undefined || !read.closed) return undefined;
+  const out: Buffer[] = [];
+  for (const part of read.parts) {
+    const framed = partForHash(part);
+    if (framed === undefined) return undefined;
+    out.push(framed);
+  }
+  return Buffer.concat(out);
+}
+
+/**
+ * True when a part of the multipart body under the boundary its `Content-Type` names has a header
+ * section that is no list of header fields (RFC 7578 §4.8 takes RFC 9110's field syntax: a token,
+ * a colon, a value of visible characters, spaces and tabs, each line ended by CRLF), longer than
+ * {@link maxPartHeaderBytes}, or cut off by the end of the body: what a multipart parser refuses as a
+ * malformed part header (busboy's "Malformed part header", under multer). False for a body that is
+ * not delimited by that boundary at all (the parsers' other errors), or that has no such part.
+ *
+ * @example
+ * malformedPartHeader(Buffer.from('--x\r\nno colon\r\n\r\n1\r\n--x--\r\n'), 'multipart/form-data; boundary=x'); // true
+ */
+export function malformedPartHeader(body: Uint8Array, contentType: string): boolean {
+  const boundary = boundaryOf(contentType);
+  if (boundary === undefined) return false;
+  const read = partsOf(Buffer.from(body.buffer, body.byteOffset, body.byteLength), boundary, Number.POSITIVE_INFINITY);
+  if (read === undefined) return false;
+  return read.parts.some((part, index) => {
+    const split = part[0] === cr && part[1] === lf ? 0 : part.indexOf(headerEnd);
+    // The last part of a body that never closes may end inside its header section.
+    if (split === -1) return (!read.closed && index === read.parts.length - 1) || !fieldLines(part);
+    return split + 4 > maxPartHeaderBytes || (split > 0 && !fieldLines(part.subarray(0, split)));
+  });
+}
+
+/** The longest header section of a part, its blank line included, that a multipart parser reads (Node's own header limit, busboy's too). */
+export const maxPartHeaderBytes = 16 * 1024;
+
+// RFC 9110 §5.1, §5.5: a field line is a token, a colon and a value of visible characters (and
+// obs-text), spaces and tabs; a line that starts with a space or tab continues the one before.
+const fieldLine = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*$/;
+const continuation = /^[\t ][\t\x20-\x7e\x80-\xff]*$/;
+
+function fieldLines(section: Buffer): boolean {
+  const lines = section.toString('latin1').split('\r\n');
+  return lines.every((line, index) => fieldLine.test(line) || (index > 0 && continuation.test(line)));
+}
+
+// The parts of a multipart body under `boundary`, each as the bytes between two delimiter lines
+// (its header section, the blank line, its content), and whether a close delimiter ended them; a
+// body cut short ends with what follows its last delimiter line. Undefined when the body has no
+// delimiter line of that boundary, a delimiter followed by more than transport padding (RFC 2046:
+// linear white space a gateway may add), or more than `limit` parts.
+function partsOf(bytes: Buffer, boundary: string, limit: number): { parts: Buffer[]; closed: boolean } | undefined {
   const delimiter = Buffer.from(`--${boundary}`, 'latin1');
   const nextDelimiter = Buffer.from(`\r\n--${boundary}`, 'latin1');
   // The first delimiter opens the body or ends a line of the preamble (which may be empty).
@@ -25,20 +78,21 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
   let at = opens ? 0 : bytes.indexOf(nextDelimiter);
   if (at === -1) return undefined;
   if (!opens) at += 2;
-  const out: Buffer[] = [];
+  const parts: Buffer[] = [];
   for (;;) {
     at += delimiter.length;
     // `--` after a delimiter closes the body; whatever follows is the epilogue.
-    if (bytes[at] === dash && bytes[at + 1] === dash) return Buffer.concat(out);
-    // Transport padding (RFC 2046: linear white space a gateway may add), then the line ends.
+    if (bytes[at] === dash && bytes[at + 1] === dash) return { parts, closed: true };
     while (bytes[at] === space || bytes[at] === tab) at++;
     if (bytes[at] !== cr || bytes[at + 1] !== lf) return undefined;
     at += 2;
+    if (parts.length === limit) return undefined;
     const end = bytes.indexOf(nextDelimiter, at);
-    if (end === -1 || out.length === maxParts) return undefined;
-    const part = partForHash(bytes.subarray(at, end));
-    if (part === undefined) return undefined;
-    out.push(part);
+    if (end === -1) {
+      parts.push(bytes.subarray(at));
+      return { parts, closed: false };
+    }
+    parts.push(bytes.subarray(at, end));
     at = end + 2;
   }
 }

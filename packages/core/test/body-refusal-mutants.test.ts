@@ -266,6 +266,21 @@ describe("busboy's errors for a malformed multipart body (under @fastify/multipa
     expect(refusesRequestBody(cutShort(), upload(cut, 'multipart/form-data'))).toBe(false);
   });
 
+  it("a malformed part header (busboy 1, under multer) is this request's when a part header of its body does not parse", () => {
+    const malformed = () => new Error('Malformed part header');
+    expect(isBodyRefusal(malformed())).toBe(true);
+    expect(isBodyRefusal(Object.assign(malformed(), { code: 'ERR_X' }))).toBe(false);
+    expect(isBodyRefusal(new Error('Malformed part headers'))).toBe(false);
+    const bad = whole.replace('Content-Disposition:', 'Content-Disposition');
+    expect(refusesRequestBody(malformed(), upload(bad))).toBe(true);
+    // The request's own parts are well formed: the handler parsed something else.
+    expect(refusesRequestBody(malformed(), upload(whole))).toBe(false);
+    expect(refusesRequestBody(malformed(), upload(bad, 'multipart/form-data; boundary=c'))).toBe(false);
+    expect(refusesRequestBody(malformed(), upload(undefined))).toBe(false);
+    expect(refusesRequestBody(malformed(), upload(bad, 'multipart/form-data'))).toBe(false);
+    expect(refusesRequestBody(malformed(), request(bad, { 'content-type': 'text/plain' }))).toBe(false);
+  });
+
   it("no boundary is this request's when its Content-Type names none", () => {
     expect(refusesRequestBody(noBoundary(), upload(whole, 'multipart/form-data'))).toBe(true);
     // An empty boundary is one: busboy fails on it otherwise, never "not found".

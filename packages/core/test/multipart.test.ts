@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { canonicalMultipart, maxFieldLines, maxParts } from '../src/multipart.js';
+import {
+  canonicalMultipart,
+  malformedPartHeader,
+  maxFieldLines,
+  maxPartHeaderBytes,
+  maxParts,
+} from '../src/multipart.js';
 
 // A form as a client serialises it: the same parts under whatever boundary it picked this time.
 function form(boundary: string, parts: Array<{ headers: string[]; content: string | Buffer }>, extra = {}) {
@@ -184,5 +190,64 @@ describe('multipart fingerprint (case 20)', () => {
   it('refuses a header line without a field name', () => {
     const body = Buffer.from('--b\r\n: x\r\n\r\n1\r\n--b--');
     expect(canonicalMultipart(body, 'multipart/form-data; boundary=b')).toBeUndefined();
+  });
+});
+
+describe('malformedPartHeader: a part header a multipart parser refuses', () => {
+  const type = 'multipart/form-data; boundary=b';
+  const withHeaders = (...headers: string[]) => form('b', [...upload, { headers, content: 'x' }]);
+
+  it('is false for well-formed forms: fields, files, no header fields, folded lines, obs-text, many parts', () => {
+    expect(malformedPartHeader(form('b', upload), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders(), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('Content-Disposition: form-data;', '\tname="a"'), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('Content-Disposition: form-data; name="\u00e9"'), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('X-Empty:'), type)).toBe(false);
+    const many = form(
+      'b',
+      Array.from({ length: maxParts + 1 }, () => ({ headers: ['A: 1'], content: 'x' })),
+    );
+    expect(malformedPartHeader(many, type)).toBe(false);
+  });
+
+  it('is true for a line without a colon, an empty or non-token name, a control character, a folded first line', () => {
+    for (const bad of [
+      ['Content-Disposition form-data; name="a"'],
+      [': form-data'],
+      ['Content Disposition: form-data'],
+      ['Content-Disposition(x): form-data'],
+      ['Content-Disposition: form-data; name="a\u0000"'],
+      ['Content-Disposition: form-data; name="a\u007f"'],
+      [' Content-Disposition: form-data'],
+    ]) {
+      expect(malformedPartHeader(withHeaders(...bad), type), JSON.stringify(bad)).toBe(true);
+    }
+    // A bare CR or LF inside a line.
+    expect(malformedPartHeader(withHeaders('A: 1\rB: 2'), type)).toBe(true);
+    expect(malformedPartHeader(withHeaders('A: 1\nB: 2'), type)).toBe(true);
+  });
+
+  it(`is true for a header section over ${maxPartHeaderBytes} bytes, its blank line counted`, () => {
+    const line = (length: number) => `X: ${'a'.repeat(length - 'X: '.length - 4)}`;
+    expect(malformedPartHeader(withHeaders(line(maxPartHeaderBytes)), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders(line(maxPartHeaderBytes + 1)), type)).toBe(true);
+  });
+
+  it('is true for a body that ends inside a part header, false for one cut in a part content', () => {
+    const whole = form('b', upload);
+    const inHeader = whole.indexOf('Content-Type: image/png') + 5;
+    expect(malformedPartHeader(whole.subarray(0, inHeader), type)).toBe(true);
+    expect(malformedPartHeader(whole.subarray(0, whole.lastIndexOf('--b--') - 3), type)).toBe(false);
+    // A part that never reaches its blank line before the next delimiter is no header section either.
+    expect(malformedPartHeader(Buffer.from('--b\r\nA: 1\r\nno colon\r\n--b--'), type)).toBe(true);
+  });
+
+  it('is false when the body is not delimited by the boundary its Content-Type names, or names none', () => {
+    const bad = withHeaders('no colon');
+    expect(malformedPartHeader(bad, 'multipart/form-data; boundary=c')).toBe(false);
+    expect(malformedPartHeader(bad, 'multipart/form-data')).toBe(false);
+    expect(malformedPartHeader(bad, 'multipart/form-data; boundary="b"')).toBe(true);
+    expect(malformedPartHeader(Buffer.from('--b\r\nno colon'), type)).toBe(true);
+    expect(malformedPartHeader(Buffer.from('--bx\r\nno colon\r\n\r\n--b--'), type)).toBe(false);
   });
 });

@@ -20,6 +20,13 @@ function upload(size: number): { headers: Record<string, string>; body: Buffer }
 function cutShort(sent: { headers: Record<string, string>; body: Buffer }) {
   return { headers: sent.headers, body: sent.body.subarray(0, sent.body.lastIndexOf('--idem-boundary--')) };
 }
+// The same upload with a part header line that has no colon, as a broken client may write it.
+function malformedHeader(sent: { headers: Record<string, string>; body: Buffer }) {
+  return {
+    headers: sent.headers,
+    body: Buffer.from(sent.body.toString('latin1').replace('Content-Disposition:', 'Content-Disposition'), 'latin1'),
+  };
+}
 // Sends `chunks` one by one; without a content-length the body goes out chunked.
 const post = (url: string, key: string, chunks: string[], contentLength = true) =>
   send(
@@ -508,6 +515,8 @@ describe('@idem/express specifics', () => {
         },
         // busboy's "Unexpected end of form": the body stops before its closing delimiter.
         { name: 'multer: cut short', path: '/upload', ...cutShort(upload(50)), status: 500 },
+        // busboy's "Malformed part header": a part header line with no colon.
+        { name: 'multer: malformed part header', path: '/upload', ...malformedHeader(upload(50)), status: 500 },
       ];
     await serve(app, async (url) => {
       for (const [i, refused] of cases.entries()) {
