@@ -95,13 +95,43 @@ function parseSfString(input: string): string | undefined {
     i++;
   }
   const rest = input.slice(i);
-  if (
-    rest.length > 0 &&
-    !/^(;[ ]*[a-z*][a-z0-9_.*-]*(=("([^"\\]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~:/0-9A-Za-z]*|-?\d{1,15}(\.\d{1,3})?|\?[01]))?)*$/.test(
-      rest,
-    )
-  ) {
-    return undefined; // trailing garbage, a second list member, or a malformed parameter
-  }
+  // Trailing garbage, a second list member, or a malformed parameter.
+  if (rest.length > 0 && !wellFormedParameters(rest)) return undefined;
   return out;
+}
+
+// RFC 9651 3.1.2 and 3.3: `;` and a key, then optionally `=` and a bare item of any type: an
+// integer (15 digits at most), a decimal (12 before the point, 3 after), a string, a token, a byte
+// sequence, a boolean, a date or a display string. The key ignores its parameters, but a field
+// that is no Item is refused (draft-07: a malformed field is 400), whatever type a client used.
+const sfString = /"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"/.source;
+const sfToken = /[A-Za-z*][!#$%&'*+\-.^_`|~:/0-9A-Za-z]*/.source;
+const sfNumber = /-?(?:\d{1,12}\.\d{1,3}|\d{1,15})/.source;
+const sfBinary = /:[A-Za-z0-9+/]*=*:/.source;
+const sfDate = /@-?\d{1,15}/.source;
+const sfDisplay = /%"(?:[\x20\x21\x23\x24\x26-\x7e]|%[0-9a-f]{2})*"/.source;
+// One parameter, matched where the last one ended (sticky); the display string, if any, captured.
+const sfParameter = new RegExp(
+  `;[ ]*[a-z*][a-z0-9_.*-]*(?:=(?:${sfString}|${sfToken}|${sfNumber}|${sfBinary}|\\?[01]|${sfDate}|(${sfDisplay})))?`,
+  'y',
+);
+
+function wellFormedParameters(rest: string): boolean {
+  sfParameter.lastIndex = 0;
+  while (sfParameter.lastIndex < rest.length) {
+    const match = sfParameter.exec(rest);
+    if (match === null) return false;
+    // A display string's escapes must spell UTF-8 (RFC 9651 4.2.10); decodeURIComponent throws otherwise.
+    if (match[1] !== undefined && !decodesAsUtf8(match[1].slice(2, -1))) return false;
+  }
+  return true;
+}
+
+function decodesAsUtf8(escaped: string): boolean {
+  try {
+    decodeURIComponent(escaped);
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -1,9 +1,6 @@
-// Audit (research/idempotency-anchors.md section 7, case 28; section 1: the draft makes the field an
-// RFC 8941 Item, now RFC 9651): parameters of a valid sf-string key are ignored, whatever bare item
-// they hold. The parameter grammar of parseSfString knows strings, tokens, numbers and booleans only,
-// so a byte sequence (RFC 8941 3.3.5), a date (RFC 9651 3.3.7) or a display string (RFC 9651 3.3.8)
-// turns a well-formed field into 400 key_invalid; and a decimal whose integer part has more than 12
-// digits, which RFC 9651 3.3.2 refuses, passes as a well-formed field.
+// research/idempotency-anchors.md section 7, case 28; section 1: the draft makes the field an RFC
+// 8941 Item, now RFC 9651. The parameters of an sf-string key are ignored whatever bare item they
+// hold, and a field whose parameters are no bare items is malformed (400 key_invalid).
 import { describe, expect, it } from 'vitest';
 import { parseIdempotencyKey } from '../src/key.js';
 
@@ -13,16 +10,43 @@ const keyOf = (value: string) => {
 };
 
 describe('parseIdempotencyKey: sf-string parameters of every bare-item type (case 28)', () => {
-  it.fails('ignores a byte-sequence parameter (RFC 8941 3.3.5), as it ignores the others', () => {
+  it('ignores a byte-sequence parameter (RFC 8941 3.3.5), as it ignores the others', () => {
     expect(keyOf('"abc";sig=:aGVsbG8=:')).toBe('abc');
+    expect(keyOf('"abc";sig=::')).toBe('abc');
+    expect(keyOf('"abc";sig=:a+b/==:;n=1')).toBe('abc');
+    expect(keyOf('"abc";sig=:aGVs bG8=:')).toBe('key_invalid');
+    expect(keyOf('"abc";sig=:aGVsbG8=')).toBe('key_invalid');
+    expect(keyOf('"abc";sig=:a=b:')).toBe('key_invalid');
   });
 
-  it.fails('ignores a date (RFC 9651 3.3.7) and a display-string (RFC 9651 3.3.8) parameter', () => {
+  it('ignores a date (RFC 9651 3.3.7) and a display-string (RFC 9651 3.3.8) parameter', () => {
     expect(keyOf('"abc";at=@1700000000')).toBe('abc');
+    expect(keyOf('"abc";at=@-1')).toBe('abc');
     expect(keyOf('"abc";note=%"caf%c3%a9"')).toBe('abc');
+    expect(keyOf('"abc";note=%""; n=?1')).toBe('abc');
+    expect(keyOf('"abc";at=@1.5')).toBe('key_invalid');
+    expect(keyOf('"abc";at=@1234567890123456')).toBe('key_invalid');
+    // Escapes are lower-case hex (RFC 9651 4.2.10), a lone % is none, and they must spell UTF-8.
+    expect(keyOf('"abc";note=%"caf%C3%A9"')).toBe('key_invalid');
+    expect(keyOf('"abc";note=%"50%"')).toBe('key_invalid');
+    expect(keyOf('"abc";note=%"%c3"')).toBe('key_invalid');
+    expect(keyOf('"abc";note=%"%ff%fe"')).toBe('key_invalid');
+    expect(keyOf('"abc";note="caf%c3%a9"')).toBe('abc');
   });
 
-  it.fails('refuses a decimal parameter with more than 12 integer digits (RFC 9651 3.3.2): the field is malformed', () => {
+  it('takes integers of up to 15 digits and decimals of up to 12.3 digits (RFC 9651 3.3.1, 3.3.2)', () => {
+    expect(keyOf('"abc";v=123456789012345')).toBe('abc');
+    expect(keyOf('"abc";v=-123456789012.123')).toBe('abc');
+    expect(keyOf('"abc";v=1234567890123456')).toBe('key_invalid');
     expect(keyOf('"abc";v=1234567890123.5')).toBe('key_invalid');
+    expect(keyOf('"abc";v=1.2345')).toBe('key_invalid');
+    expect(keyOf('"abc";v=1.')).toBe('key_invalid');
+  });
+
+  it('refuses a string parameter with a control character, non-ASCII or a bad escape', () => {
+    expect(keyOf('"abc";s="a\\"b"')).toBe('abc');
+    expect(keyOf('"abc";s="a\tb"')).toBe('key_invalid');
+    expect(keyOf('"abc";s="caf\u00e9"')).toBe('key_invalid');
+    expect(keyOf('"abc";s="a\\b"')).toBe('key_invalid');
   });
 });
