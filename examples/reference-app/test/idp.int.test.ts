@@ -1324,3 +1324,104 @@ describe('client registration', () => {
     }
   });
 });
+
+describe('replays that race (rows 9 and 18, pitfall 9)', () => {
+  // A provider on the same database whose reads of one model can be held: the first two reads of a
+  // stored row wait for each other, so two token requests both see the code (or refresh token)
+  // unconsumed before either consumes it, the interleaving a real race gives.
+  let held: { model: string; waiting: Array<() => void> } | undefined;
+  let racing: Awaited<ReturnType<typeof listen>>;
+
+  beforeAll(async () => {
+    const racingDb: Database = {
+      ...db,
+      async query<Row>(text: string, params?: readonly unknown[]) {
+        const result = await db.query<Row>(text, params);
+        const gate = held;
+        if (gate && text.trimStart().startsWith('select payload from idp_models') && params?.[0] === gate.model) {
+          if (result.rows.length > 0 && gate.waiting.length < 2) {
+            await new Promise<void>((resolve) => {
+              gate.waiting.push(resolve);
+              if (gate.waiting.length === 2) for (const release of gate.waiting) release();
+              setTimeout(resolve, 2000).unref();
+            });
+          }
+        }
+        return result;
+      },
+    };
+    racing = await listen(0);
+    const idp = await createIdp({ db: racingDb, issuer: racing.url, resource });
+    racing.use(idp.app);
+  });
+
+  afterAll(async () => {
+    await racing?.close();
+  });
+
+  async function racePair(model: string, params: Record<string, string>) {
+    held = { model, waiting: [] };
+    try {
+      return await Promise.all([tokenRequest(racing.url, params, app), tokenRequest(racing.url, params, app)]);
+    } finally {
+      held = undefined;
+    }
+  }
+
+  // Research row 9 (RFC 9700 / OAuth 2.1 §4.1.3: a second redemption SHOULD revoke what the code
+  // issued) and pitfall 9. The sequential replay revokes the grant (oidc-provider sees `consumed` and
+  // revokes); the racing one does not: the adapter's compare-and-set `consume` refuses the loser with
+  // InvalidGrant, thrown before oidc-provider's revoke, so the winner's refresh token keeps working.
+  // An attacker holding a stolen code who wins the race keeps the grant the victim's replay should end.
+  it.fails('revokes what a code issued when a second redemption races the first (row 9)', async () => {
+    const agent = createUserAgent();
+    const { verifier, challenge } = pkcePair();
+    const { loginAndConsent } = await import('./flow.js');
+    const callback = await loginAndConsent(
+      agent,
+      racing.url,
+      authorizationUrl(racing.url, {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      app.redirectUri,
+      alice,
+    );
+    const results = await racePair('AuthorizationCode', {
+      grant_type: 'authorization_code',
+      code: callback.searchParams.get('code')!,
+      redirect_uri: app.redirectUri,
+      code_verifier: verifier,
+    });
+    expect(results.map((result) => result.status).sort()).toEqual([200, 400]);
+    const winner = results.find((result) => result.status === 200)!;
+    const refresh = await tokenRequest(
+      racing.url,
+      { grant_type: 'refresh_token', refresh_token: winner.body.refresh_token },
+      app,
+    );
+    expect(refresh.body.error).toBe('invalid_grant');
+  });
+
+  // Research row 18 (a reused refresh token revokes the whole grant) and pitfall 9: the same
+  // compare-and-set loss on a racing reuse of RT1 ends in invalid_grant without the revocation, so
+  // RT2, which the winner got, keeps refreshing.
+  it.fails('revokes the grant when a rotated refresh token is reused in a race (row 18)', async () => {
+    const { tokens } = await codeFlow(racing.url, app, alice);
+    expect(tokens.status).toBe(200);
+    const results = await racePair('RefreshToken', {
+      grant_type: 'refresh_token',
+      refresh_token: tokens.body.refresh_token,
+    });
+    expect(results.map((result) => result.status).sort()).toEqual([200, 400]);
+    const winner = results.find((result) => result.status === 200)!;
+    const afterReuse = await tokenRequest(
+      racing.url,
+      { grant_type: 'refresh_token', refresh_token: winner.body.refresh_token },
+      app,
+    );
+    expect(afterReuse.body.error).toBe('invalid_grant');
+  });
+});
