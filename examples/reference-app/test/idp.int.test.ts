@@ -1369,11 +1369,11 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
   }
 
   // Research row 9 (RFC 9700 / OAuth 2.1 §4.1.3: a second redemption SHOULD revoke what the code
-  // issued) and pitfall 9. The sequential replay revokes the grant (oidc-provider sees `consumed` and
-  // revokes); the racing one does not: the adapter's compare-and-set `consume` refuses the loser with
-  // InvalidGrant, thrown before oidc-provider's revoke, so the winner's refresh token keeps working.
-  // An attacker holding a stolen code who wins the race keeps the grant the victim's replay should end.
-  it.fails('revokes what a code issued when a second redemption races the first (row 9)', async () => {
+  // issued) and pitfall 9. A sequential replay is revoked by oidc-provider (it sees `consumed`); a
+  // racing one is refused by the adapter's compare-and-set `consume`, before oidc-provider's revoke,
+  // so the adapter revokes: else an attacker holding a stolen code who wins the race keeps the grant
+  // the victim's replay should end.
+  it('revokes what a code issued when a second redemption races the first (row 9)', async () => {
     const agent = createUserAgent();
     const { verifier, challenge } = pkcePair();
     const { loginAndConsent } = await import('./flow.js');
@@ -1406,9 +1406,9 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
   });
 
   // Research row 18 (a reused refresh token revokes the whole grant) and pitfall 9: the same
-  // compare-and-set loss on a racing reuse of RT1 ends in invalid_grant without the revocation, so
-  // RT2, which the winner got, keeps refreshing.
-  it.fails('revokes the grant when a rotated refresh token is reused in a race (row 18)', async () => {
+  // compare-and-set loss on a racing reuse of RT1 revokes the grant, so RT2, which the winner got,
+  // stops refreshing.
+  it('revokes the grant when a rotated refresh token is reused in a race (row 18)', async () => {
     const { tokens } = await codeFlow(racing.url, app, alice);
     expect(tokens.status).toBe(200);
     const results = await racePair('RefreshToken', {

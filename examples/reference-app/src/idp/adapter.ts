@@ -9,7 +9,8 @@ import type { Database } from '../db.js';
  *
  * `consume` is a compare-and-set (`where consumed_at is null`): oidc-provider checks `consumed` and then
  * calls `consume`, so two truly concurrent redemptions of one code (or one refresh token) would both pass
- * that check. Only one of them wins the update; the other is refused with `invalid_grant`.
+ * that check. Only one of them wins the update; the other is refused with `invalid_grant`, and, being a
+ * replay, revokes the grant as oidc-provider does for one it notices (OAuth 2.1 §4.1.3, RFC 9700 §4.14).
  *
  * An Interaction's `destroy` is one too. oidc-provider resumes a finished sign-in by reading its
  * interaction, then destroying it, then issuing the code, so two concurrent resumes of one sign-in
@@ -110,7 +111,21 @@ function createSqlAdapter(db: Database, model: string): Adapter {
          returning id`,
         [model, id, consumed],
       );
-      if (rows.length === 0) throw new errors.InvalidGrant(`${model} already consumed`);
+      if (rows.length === 0) {
+        // Lost the compare-and-set: another request consumed it after both read it unconsumed. That
+        // is a replay (a code redeemed twice, a rotated refresh token reused), which oidc-provider
+        // answers by revoking the grant only when it reads `consumed` itself; here it never does, so
+        // the revocation is done here. The Grant row goes too: the winner may save its new tokens
+        // after this delete, and without their grant they are refused at first use.
+        await db.query(
+          `with replayed as (select grant_id from idp_models where model = $1 and id = $2 and grant_id is not null)
+           delete from idp_models
+           where (grant_id = (select grant_id from replayed) and model = any($3::text[]))
+              or (model = 'Grant' and id = (select grant_id from replayed))`,
+          [model, id, issuedUnderGrant],
+        );
+        throw new errors.InvalidGrant(`${model} already consumed`);
+      }
     },
     async destroy(id) {
       if (!tombstoned) {
