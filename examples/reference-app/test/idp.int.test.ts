@@ -1214,6 +1214,33 @@ describe('storage on the shared database', () => {
     expect(await adapter.find('consume-once')).toBeUndefined();
   });
 
+  it("claims a replay-detection id as it looks it up: of many concurrent checks of one proof's jti, one finds nothing", async () => {
+    const adapter = sqlAdapterFactory(db)('ReplayDetection');
+    const found = await Promise.all(Array.from({ length: 20 }, () => adapter.find('jti-checked-at-once')));
+    expect(found.filter((payload) => payload === undefined)).toHaveLength(1);
+    // The winner's save sets the payload; a later check finds it.
+    await adapter.upsert('jti-checked-at-once', { iss: 'client-a', jti: 'jti-checked-at-once' }, 60);
+    expect(await adapter.find('jti-checked-at-once')).toMatchObject({ iss: 'client-a' });
+    // An expired row is claimed again (its proof is out of its window, so oidc-provider takes it anew).
+    await adapter.upsert('jti-expired', { iss: 'client-a', jti: 'jti-expired' }, 0);
+    expect(await adapter.find('jti-expired')).toBeUndefined();
+    expect(await adapter.find('jti-expired')).toEqual({});
+    // Other models' find is a plain read: it claims nothing.
+    expect(await sqlAdapterFactory(db)('AccessToken').find('jti-never-stored')).toBeUndefined();
+    expect(await sqlAdapterFactory(db)('AccessToken').find('jti-never-stored')).toBeUndefined();
+  });
+
+  it("oidc-provider's replay check, run at once with one DPoP proof's jti, lets exactly one through", async () => {
+    const idp = await createIdp({ db, issuer: 'http://replay-check.invalid', resource });
+    const exp = Math.floor(Date.now() / 1000) + 60;
+    const unique = await Promise.all(
+      Array.from({ length: 20 }, () => idp.provider.ReplayDetection.unique('client-a', 'proof-jti-1', exp)),
+    );
+    expect(unique.filter(Boolean)).toHaveLength(1);
+    expect(await idp.provider.ReplayDetection.unique('client-a', 'proof-jti-1', exp)).toBe(false);
+    expect(await idp.provider.ReplayDetection.unique('client-b', 'proof-jti-1', exp)).toBe(true);
+  });
+
   it('finds a row only under its own model: an access token id is no refresh token, code or client', async () => {
     const adapter = sqlAdapterFactory(db);
     await adapter('AccessToken').upsert('one-model-only', { grantId: 'g-one-model', uid: 'u-one-model' }, 60);

@@ -93,8 +93,22 @@ function createSqlAdapter(db: Database, model: string): Adapter {
       );
       if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
     },
-    find(id) {
-      return findOne('id', id);
+    async find(id) {
+      if (model !== 'ReplayDetection' || holdsNul(id)) return findOne('id', id);
+      // oidc-provider's replay check (a DPoP proof's or a client assertion's jti) finds, then saves:
+      // two copies of one proof sent at once would both find nothing and both pass. Here the find
+      // claims the id first (an insert, or the take-over of an expired row), so only one of them
+      // finds nothing; the save that follows sets the row's payload and expiry. The claim's own
+      // expiry only bounds a row whose save never came (a crash between the two).
+      const { rows } = await db.query(
+        `insert into idp_models (model, id, payload, expires_at) values ($1, $2, '{}', now() + interval '1 hour')
+         on conflict (model, id) do update set payload = excluded.payload, expires_at = excluded.expires_at
+           where idp_models.expires_at is not null and idp_models.expires_at <= now()
+         returning id`,
+        [model, id],
+      );
+      // Not claimed: the id is held, by a saved proof or one being checked (whose payload is `{}`).
+      return rows.length > 0 ? undefined : findOne('id', id);
     },
     findByUid(uid) {
       return findOne('uid', uid);
