@@ -140,6 +140,45 @@ describe('payment.succeeded: delivered at least once, applied once', () => {
   });
 });
 
+// Spec part 6: "The sender retries an event until it is acknowledged." The API's sender has a 24-hour
+// horizon (`schedule: { horizon: '24h' }` in src/api/server.ts), and its outbox dead-letters a row
+// whose first failure is older than that: the event is never sent again, and nothing in the reference
+// app lists, reports or requeues dead letters. A receiver that was down for a day never learns of the
+// payment. A known gap, recorded with it.fails: it passes once an unacknowledged event keeps being
+// retried (or is requeued) until the receiver acknowledges it.
+describe('payment.succeeded: retried until acknowledged (spec part 6)', () => {
+  it.fails('still delivers an event whose receiver failed for longer than 24 hours, once it answers again', async () => {
+    await stack.api.relayOnce();
+    const charge = await createCharge(2468);
+    const eventId = `evt_${charge.id}`;
+    // The receiver cannot apply anything while its table is away: it answers with an error, not 2xx.
+    await db.exec('alter table receiver_events rename to receiver_events_away');
+    try {
+      expect((await stack.api.relayOnce()).delivered).toBe(0);
+    } finally {
+      await db.exec('alter table receiver_events_away rename to receiver_events');
+    }
+    // A day and an hour of failed attempts later (the outbox counts its horizon from the row's
+    // creation, by the database clock), the next attempt is due, and the receiver is back.
+    await db.query(
+      `update api_webhook_outbox set created_at = created_at - interval '25 hours', next_attempt_at = now()
+        where id = $1`,
+      [eventId],
+    );
+    for (let round = 0; round < 3; round++) {
+      await stack.api.relayOnce();
+      await db.query(`update api_webhook_outbox set next_attempt_at = now() where id = $1 and status = 'pending'`, [
+        eventId,
+      ]);
+    }
+    const { rows } = await db.query<{ status: string }>('select status from api_webhook_outbox where id = $1', [
+      eventId,
+    ]);
+    expect(rows[0]?.status).toBe('delivered');
+    expect(await eventOf(charge.id)).toMatchObject({ id: eventId, applied: 1 });
+  });
+});
+
 describe('receiver: what is refused', () => {
   const webhook = () => stack.receiver.webhookUrl;
 
