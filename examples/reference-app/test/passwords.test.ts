@@ -4,7 +4,7 @@
 import * as argon2 from '@node-rs/argon2';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Database } from '../src/db.js';
-import { createPasswordChecker } from '../src/idp/passwords.js';
+import { createPasswordChecker, hashPassword } from '../src/idp/passwords.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl } from './flow.js';
@@ -33,6 +33,23 @@ describe('createPasswordChecker (row 40)', () => {
     expect(await checker.check(undefined, 'another password')).toBe(false);
     expect(verify).toHaveBeenCalledTimes(2);
     expect(verify.mock.calls[1]?.[0]).toBe(verify.mock.calls[0]?.[0]);
+  });
+});
+
+// Spec 5.10: "The encoded hash string carries its own random salt." The format checks elsewhere would
+// pass a fixed salt in passwordHashOptions; this one would not.
+describe('hashPassword (spec 5.10)', () => {
+  it('draws a new random salt for every hash: one password hashed twice gives two strings, both verify', async () => {
+    const [first, second] = await Promise.all([hashPassword('same password'), hashPassword('same password')]);
+    expect(first).toMatch(owaspHash);
+    const saltOf = (hash: string) => hash.split('$')[4] ?? '';
+    // 16 bytes of salt, base64 without padding.
+    expect(saltOf(first)).toMatch(/^[A-Za-z0-9+/]{22}$/);
+    expect(saltOf(first)).not.toBe(saltOf(second));
+    expect(first).not.toBe(second);
+    const checker = createPasswordChecker();
+    expect(await checker.check(first, 'same password')).toBe(true);
+    expect(await checker.check(second, 'same password')).toBe(true);
   });
 });
 
