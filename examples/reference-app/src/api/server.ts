@@ -11,6 +11,7 @@ import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
 import { methodNotAllowed } from '../methods.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
+import { webhookSchedule } from '../webhook-schedule.js';
 import { registerChargeRoutes } from './charges.js';
 import { registerPhotoRoutes } from './photos.js';
 import { sendProblem } from './problem.js';
@@ -117,7 +118,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   const sender = createSender({
     secret: options.webhookSecret,
     timeout: '5s',
-    schedule: { horizon: '24h' },
+    schedule: webhookSchedule,
     ...(options.now ? { now: options.now } : {}),
   });
   const pollInterval = options.relay === false ? '1s' : (options.relay?.pollInterval ?? '1s');

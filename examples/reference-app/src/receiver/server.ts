@@ -11,6 +11,7 @@ import type { Database } from '../db.js';
 import { htmlPage, pageHeaders } from '../html.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { hasControlCharacters } from '../text.js';
+import { webhookRetention, webhookSchedule } from '../webhook-schedule.js';
 import { applyChargeEvent, type ChargeEvent } from './charges.js';
 import {
   findReceivedEvent,
@@ -90,9 +91,9 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   const receiver = createReceiver({
     store: postgresStore({ client: db.client, table: apiTables.receiverInbox }),
     secret: options.webhookSecret,
-    // Longer than the API sender's 24-hour horizon: a late retry is still recognised.
-    retention: '72h',
-    senderHorizon: '24h',
+    // Longer than the API sender keeps retrying: its latest retry is still recognised.
+    retention: webhookRetention,
+    senderHorizon: webhookSchedule.horizon,
     scope: 'reference-api',
     // The event's own row, and its charge's state behind a version guard (events arrive out of
     // order); both in the inbox's transaction, so they commit with the record of the event id.
