@@ -29,7 +29,7 @@ interface SeenRequest {
 /** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
 let api: Server;
 let apiUrl: string;
-let apiMode: 'ok' | 'down' | 'flaky' = 'ok';
+let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' = 'ok';
 /** In 'flaky' mode, how many more POST /charges answer 503 before one succeeds. */
 let failuresLeft = 0;
 /** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
@@ -146,6 +146,17 @@ beforeAll(async () => {
     }
     if (apiMode === 'down' || (apiMode === 'flaky' && req.url === '/charges' && failuresLeft-- > 0)) {
       res.writeHead(503, { 'content-type': 'application/problem+json' }).end('{"title":"Service Unavailable"}');
+      return;
+    }
+    if (apiMode === 'busy' && req.url === '/charges') {
+      // The first attempt of this key still running, as the API answers it.
+      res
+        .writeHead(409, { 'content-type': 'application/problem+json', 'retry-after': '1' })
+        .end('{"title":"Request in progress"}');
+      return;
+    }
+    if (apiMode === 'refuse' && req.url === '/charges') {
+      res.writeHead(422, { 'content-type': 'application/problem+json' }).end('{"title":"Unprocessable Content"}');
       return;
     }
     const json = (status: number, value: unknown, headers: Record<string, string> = {}) =>
@@ -735,11 +746,9 @@ describe('signed in', () => {
   // Spec 2.1 ("the same key is reused on every retry of that operation; a new key per retry is wrong")
   // and part 7 (a 409 is retried later with the same key). When the client's four attempts run out
   // with the outcome unknown (the gateway's 502/504, a timeout, the first attempt still running and
-  // answering 409), the app shows "API unavailable" and forgets the key: "Send the same charge again
-  // (same key)" is offered only after a success. The user's one way to retry is "Create charge", which
-  // makes a new key, and charges twice if the first attempt went through. A known gap, recorded with
-  // it.fails: it passes once a failed charge can be sent again with its key.
-  it.fails('offers a charge whose retries ran out to be sent again with the same key (spec 2.1, part 7)', async () => {
+  // answering 409), the first attempt may have gone through: the app offers "Send the same charge
+  // again (same key)", so the user's retry cannot charge twice.
+  it('offers a charge whose retries ran out to be sent again with the same key (spec 2.1, part 7)', async () => {
     const { agent } = await signIn();
     const page = await agent.request(appUrl('/'));
     apiMode = 'flaky';
@@ -762,6 +771,29 @@ describe('signed in', () => {
     expect(seen.filter((request) => request.url === '/charges').map((request) => request.idempotencyKey)).toEqual([
       key,
     ]);
+  });
+
+  it('offers a charge still in progress after every retry (409) to be sent again with its key (spec part 7)', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    apiMode = 'busy';
+    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const attempts = seen.filter((request) => request.url === '/charges');
+    expect(attempts).toHaveLength(4);
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).toContain('Still in progress at the API (409): send it again with the same key in a moment.');
+    expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
+  });
+
+  it('offers no resend of a charge the API refused (a 4xx ran nothing, and would be refused again)', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    apiMode = 'refuse';
+    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    expect(seen.filter((request) => request.url === '/charges')).toHaveLength(1);
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).toContain('The API refused: 422 Unprocessable Content');
+    expect(after.body).not.toContain('Send the same charge again (same key)');
   });
 
   // A charge can take 15 s with its retries. Meanwhile another tab of the same session refreshes and

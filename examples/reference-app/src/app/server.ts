@@ -485,10 +485,17 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           typeof error.body === 'object' && error.body !== null && 'title' in error.body
             ? String(error.body.title)
             : '';
+        // No answer, a 5xx or a 409 (the first attempt still running) leave the outcome unknown: the
+        // charge may have gone through. Its key is kept for the user's own retry (spec 2.1: the same
+        // key on every retry), never a new one. A refusal (4xx) ran nothing, and would be refused again.
+        const unknown = error.status === undefined || error.status >= 500 || error.status === 409;
+        if (unknown && error.key) repeat = { key: error.key, amount, currency };
         lines.push(
           error.status === undefined || error.status >= 500
             ? `API unavailable (${error.code}).`
-            : `The API refused: ${error.status} ${title}`.trim(),
+            : error.status === 409
+              ? 'Still in progress at the API (409): send it again with the same key in a moment.'
+              : `The API refused: ${error.status} ${title}`.trim(),
           `Idempotency-Key: ${error.key ?? '(none)'}`,
           `Attempts: ${error.attempts.length}`,
         );
