@@ -426,15 +426,13 @@ describe('gateway: what reaches the upstream', () => {
 });
 
 // Spec 5.4 (identity headers sent by the client are never trusted; only what the gateway stamps):
-// the gateway strips by namespace (`x-user-*`, `x-auth-*`, the authenticating proxies' families), but
-// the roots of its own namespaces and the names other authenticating proxies write for the services
-// behind them get through: `X-User` (Ory Oathkeeper's header mutator, an anchor of the guard), a bare
-// `X-Auth`, the hyphenless `X-UserId`, `X-Userinfo` (Kong's OIDC plugin) and Pomerium's
-// `X-Pomerium-Claim-*` / `X-Pomerium-Jwt-Assertion`. The reference API reads none of them, but an
-// upstream moved from behind one of those proxies would take them for the gateway's word.
-// A known gap, recorded with it.fails: it passes once the gateway strips them.
+// the gateway strips by namespace, the roots of its own namespaces and their hyphenless spellings
+// included, and the names other authenticating proxies write for the services behind them: `X-User`
+// (Ory Oathkeeper's header mutator), a bare `X-Auth`, `X-UserId`, `X-Userinfo` (Kong's OIDC plugin)
+// and Pomerium's `X-Pomerium-Claim-*` / `X-Pomerium-Jwt-Assertion`. The reference API reads none of
+// them, but an upstream moved from behind one of those proxies would take them for the gateway's word.
 describe('gateway: identity headers outside the stripped namespaces (spec 5.4)', () => {
-  it.fails('strips X-User, X-Auth, X-UserId, X-Userinfo and X-Pomerium-* before forwarding', async () => {
+  it('strips X-User, X-Auth, X-UserId, X-Userinfo and X-Pomerium-* before forwarding', async () => {
     const { createServer } = await import('node:http');
     const seen: Array<Record<string, unknown>> = [];
     const echo = createServer((req, res) => {

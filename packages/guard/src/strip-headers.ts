@@ -3,8 +3,10 @@ const clientAddressHeaders = ['x-real-ip', 'true-client-ip', 'cf-connecting-ip',
 
 // What well-known authenticating proxies write for the services behind them: a service deployed
 // behind one of them (or moved from one) may still trust these. Apache and CGI `REMOTE_USER` and
-// its kin; Authelia and Authentik forward auth; Kong; Google IAP and ESP; Azure App Service
-// authentication; AWS ALB; Cloudflare Access.
+// its kin; Authelia and Authentik forward auth (and `X-Authenticated-*`, in the `x-auth*` family); Kong (its consumers, and its OIDC plugin's
+// `X-Userinfo`, `X-Access-Token`, `X-ID-Token`); Pomerium; the verified token an API gateway passes
+// on (Envoy's and Istio's `forward_payload_header` as commonly named, WSO2's `X-JWT-Assertion`);
+// Google IAP and ESP; Azure App Service authentication; AWS ALB; Cloudflare Access.
 const authenticatingProxyHeaders = [
   'x-remote-*',
   'remote-user',
@@ -13,7 +15,10 @@ const authenticatingProxyHeaders = [
   'remote-name',
   'x-consumer-*',
   'x-credential-identifier',
-  'x-authenticated-*',
+  'x-access-token',
+  'x-id-token',
+  'x-pomerium-*',
+  'x-jwt-*',
   'x-goog-authenticated-user-*',
   'x-goog-iap-jwt-assertion',
   'x-endpoint-api-userinfo',
@@ -32,9 +37,11 @@ const authenticatingProxyHeaders = [
  * stripIdentityHeaders(headers, { namespaces: [...defaultIdentityHeaders, 'x-tenant-*'] });
  */
 export const defaultIdentityHeaders = [
-  'x-auth-*',
-  'x-user-*',
-  'x-internal-*',
+  // Each family without its `-`, so its root and the hyphenless spellings go too: `X-User` (Ory
+  // Oathkeeper's example), `X-UserId`, `X-Userinfo`, a bare `X-Auth`, `X-Authorization`.
+  'x-auth*',
+  'x-user*',
+  'x-internal*',
   'forwarded',
   'x-forwarded-*',
   ...clientAddressHeaders,

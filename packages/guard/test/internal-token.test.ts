@@ -411,6 +411,19 @@ describe('header stripping and forwarding (case 47)', () => {
     'X-MS-CLIENT-PRINCIPAL-NAME': 'boss@example.com',
     'x-amzn-oidc-identity': 'admin',
     'Cf-Access-Authenticated-User-Email': 'boss@example.com',
+    // The roots of the families and their hyphenless spellings, and more proxies' names.
+    'X-User': 'admin',
+    'X-UserId': 'admin',
+    'X-Userinfo': 'e30',
+    'X-Auth': 'admin',
+    'X-Authorization': 'Bearer forged',
+    'X-Internal': '1',
+    'X-Access-Token': 'forged',
+    'X-ID-Token': 'forged',
+    'X-Pomerium-Claim-Email': 'boss@example.com',
+    'X-Pomerium-Jwt-Assertion': 'forged',
+    'X-JWT-Payload': 'e30',
+    'X-JWT-Assertion': 'forged',
     authorization: 'Bearer abc',
     accept: 'application/json',
     'x-request-id': 'r1',
@@ -419,7 +432,13 @@ describe('header stripping and forwarding (case 47)', () => {
   it('removes every identity family by namespace, whatever the case, underscores or duplicates', () => {
     const stripped = stripIdentityHeaders(spoofed);
     expect(stripped).toEqual({ authorization: 'Bearer abc', accept: 'application/json', 'x-request-id': 'r1' });
-    expect(defaultIdentityHeaders).toContain('x-user-*');
+    expect(defaultIdentityHeaders).toContain('x-user*');
+    // Near names outside every family stay.
+    expect(stripIdentityHeaders({ 'x-usage': '1', 'x-jw': '1', 'x-idempotent': '1' })).toEqual({
+      'x-usage': '1',
+      'x-jw': '1',
+      'x-idempotent': '1',
+    });
     expect(stripIdentityHeaders({ 'x-tenant': 't', X_Tenant_Id: 'u' }, { extra: ['x-tenant*'] })).toEqual({});
   });
 
