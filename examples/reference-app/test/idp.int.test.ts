@@ -828,6 +828,20 @@ describe('refresh tokens, revocation, introspection', () => {
     expect(await introspect(auth(), rt, app)).toEqual({ active: false });
   });
 
+  it("answers 200 to a client revoking another client's token, and revokes nothing (row 21)", async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const rt = tokens.body.refresh_token as string;
+    // The public client authenticates with its client_id alone (token_endpoint_auth_method none).
+    const response = await fetch(new URL('/token/revocation', auth()), {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ token: rt, token_type_hint: 'refresh_token', client_id: cli.clientId }),
+    });
+    expect(response.status).toBe(200);
+    expect(await introspect(auth(), rt, app)).toMatchObject({ active: true });
+    expect((await refresh(rt)).status).toBe(200);
+  });
+
   it('answers 200 for an unknown token, so revocation is no oracle (row 21)', async () => {
     const response = await revoke('no-such-token-at-all');
     expect(response.status).toBe(200);
