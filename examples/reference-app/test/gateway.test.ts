@@ -357,33 +357,45 @@ describe('API: only the gateway gets in', () => {
   });
 });
 
+// The gateway alone in front of a server that echoes the request it got, so a test sees exactly what
+// the gateway forwards.
+async function gatewayBeforeEcho() {
+  const { createServer } = await import('node:http');
+  const seen: Array<{ headers: Record<string, unknown>; body: string; url: string | undefined }> = [];
+  const echo = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      seen.push({ headers: { ...req.headers }, body: Buffer.concat(chunks).toString(), url: req.url });
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
+  const port = (echo.address() as { port: number }).port;
+  const { startGateway } = await import('../src/gateway/server.js');
+  const gateway = await startGateway({
+    port: 0,
+    apiUrl: `http://127.0.0.1:${port}`,
+    baseUrl: audience,
+    issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+    now,
+  });
+  return {
+    url: gateway.url,
+    seen,
+    async close() {
+      await gateway.close();
+      await new Promise<void>((resolve) => echo.close(() => resolve()));
+    },
+  };
+}
+
 describe('gateway: what reaches the upstream', () => {
-  // The gateway alone in front of a server that echoes the request it got, so the test sees
-  // exactly what the gateway forwards.
   it('strips identity headers by namespace, drops the bearer and cookies, adds one internal token', async () => {
-    const { createServer } = await import('node:http');
-    const seen: Array<{ headers: Record<string, unknown>; body: string; url: string | undefined }> = [];
-    const echo = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (chunk: Buffer) => chunks.push(chunk));
-      req.on('end', () => {
-        seen.push({ headers: { ...req.headers }, body: Buffer.concat(chunks).toString(), url: req.url });
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-      });
-    });
-    await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
-    const port = (echo.address() as { port: number }).port;
-    const { startGateway } = await import('../src/gateway/server.js');
-    const gateway = await startGateway({
-      port: 0,
-      apiUrl: `http://127.0.0.1:${port}`,
-      baseUrl: audience,
-      issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
-      now,
-    });
+    const { url, seen, close } = await gatewayBeforeEcho();
     try {
       const body = '{"amount": 100,  "currency":"EUR"}';
-      const response = await fetch(new URL('/charges?x=1', gateway.url), {
+      const response = await fetch(new URL('/charges?x=1', url), {
         method: 'POST',
         headers: {
           authorization: `Bearer ${await mint()}`,
@@ -419,37 +431,18 @@ describe('gateway: what reaches the upstream', () => {
       expect(claims).toMatchObject({ sub: 'user-alice', aud: 'reference-api', orig_iss: issuer });
       expect(claims.exp - claims.iat).toBeLessThanOrEqual(60);
     } finally {
-      await gateway.close();
-      await new Promise<void>((resolve) => echo.close(() => resolve()));
+      await close();
     }
   });
-});
 
-// Spec 5.4 (identity headers sent by the client are never trusted; only what the gateway stamps):
-// the gateway strips by namespace, the roots of its own namespaces and their hyphenless spellings
-// included, and the names other authenticating proxies write for the services behind them: `X-User`
-// (Ory Oathkeeper's header mutator), a bare `X-Auth`, `X-UserId`, `X-Userinfo` (Kong's OIDC plugin)
-// and Pomerium's `X-Pomerium-Claim-*` / `X-Pomerium-Jwt-Assertion`. The reference API reads none of
-// them, but an upstream moved from behind one of those proxies would take them for the gateway's word.
-describe('gateway: identity headers outside the stripped namespaces (spec 5.4)', () => {
+  // Spec 5.4 (identity headers sent by the client are never trusted; only what the gateway stamps):
+  // the gateway strips by namespace, the roots of its own namespaces and their hyphenless spellings
+  // included, and the names other authenticating proxies write for the services behind them: `X-User`
+  // (Ory Oathkeeper's header mutator), a bare `X-Auth`, `X-UserId`, `X-Userinfo` (Kong's OIDC plugin)
+  // and Pomerium's `X-Pomerium-Claim-*` / `X-Pomerium-Jwt-Assertion`. The reference API reads none of
+  // them, but an upstream moved from behind one of those proxies would take them for the gateway's word.
   it('strips X-User, X-Auth, X-UserId, X-Userinfo and X-Pomerium-* before forwarding', async () => {
-    const { createServer } = await import('node:http');
-    const seen: Array<Record<string, unknown>> = [];
-    const echo = createServer((req, res) => {
-      seen.push({ ...req.headers });
-      req.resume();
-      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
-    });
-    await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
-    const port = (echo.address() as { port: number }).port;
-    const { startGateway } = await import('../src/gateway/server.js');
-    const gateway = await startGateway({
-      port: 0,
-      apiUrl: `http://127.0.0.1:${port}`,
-      baseUrl: audience,
-      issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
-      now,
-    });
+    const { url, seen, close } = await gatewayBeforeEcho();
     try {
       const spoofed = {
         'X-User': 'user-bob',
@@ -459,17 +452,16 @@ describe('gateway: identity headers outside the stripped namespaces (spec 5.4)',
         'X-Pomerium-Claim-Email': 'bob@example.com',
         'X-Pomerium-Jwt-Assertion': 'forged',
       };
-      const response = await fetch(new URL('/photos', gateway.url), {
+      const response = await fetch(new URL('/photos', url), {
         headers: { authorization: `Bearer ${await mint()}`, ...spoofed, 'x-request-note': 'kept' },
       });
       expect(response.status).toBe(200);
-      const forwarded = seen[0] ?? {};
+      const forwarded = seen[0]?.headers ?? {};
       expect(forwarded['x-request-note']).toBe('kept');
       const leaked = Object.keys(spoofed).filter((name) => name.toLowerCase() in forwarded);
       expect(leaked).toEqual([]);
     } finally {
-      await gateway.close();
-      await new Promise<void>((resolve) => echo.close(() => resolve()));
+      await close();
     }
   });
 });

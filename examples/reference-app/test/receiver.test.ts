@@ -144,17 +144,22 @@ describe('payment.succeeded: delivered at least once, applied once', () => {
 // after 24 hours by default; the reference app's (src/webhook-schedule.ts) goes on for a year, and its
 // receiver remembers ids longer than that, so a receiver down for a month still gets the event, once.
 describe('payment.succeeded: retried until acknowledged (spec part 6)', () => {
-  it('still delivers an event whose receiver failed for a month, once it answers again, and applies it once', async () => {
+  // A charge whose first delivery fails: the receiver cannot apply anything while its table is away,
+  // so it answers with an error, not 2xx.
+  async function chargeFirstRefused(amount: number) {
     await stack.api.relayOnce();
-    const charge = await createCharge(2468);
-    const eventId = `evt_${charge.id}`;
-    // The receiver cannot apply anything while its table is away: it answers with an error, not 2xx.
+    const charge = await createCharge(amount);
     await db.exec('alter table receiver_events rename to receiver_events_away');
     try {
       expect((await stack.api.relayOnce()).delivered).toBe(0);
     } finally {
       await db.exec('alter table receiver_events_away rename to receiver_events');
     }
+    return { charge, eventId: `evt_${charge.id}` };
+  }
+
+  it('still delivers an event whose receiver failed for a month, once it answers again, and applies it once', async () => {
+    const { charge, eventId } = await chargeFirstRefused(2468);
     // A month of failed attempts later (the outbox counts its horizon from the row's creation, by the
     // database clock), the next attempt is due, and the receiver is back.
     await db.query(
@@ -182,15 +187,7 @@ describe('payment.succeeded: retried until acknowledged (spec part 6)', () => {
   });
 
   it('gives up on an event only past the horizon of a year: dead-lettered, never sent again', async () => {
-    await stack.api.relayOnce();
-    const charge = await createCharge(1357);
-    const eventId = `evt_${charge.id}`;
-    await db.exec('alter table receiver_events rename to receiver_events_away');
-    try {
-      expect((await stack.api.relayOnce()).delivered).toBe(0);
-    } finally {
-      await db.exec('alter table receiver_events_away rename to receiver_events');
-    }
+    const { charge, eventId } = await chargeFirstRefused(1357);
     await db.query(
       `update api_webhook_outbox set created_at = created_at - interval '366 days', next_attempt_at = now()
         where id = $1`,
