@@ -357,6 +357,18 @@ describe('API: only the gateway gets in', () => {
   });
 });
 
+// A gateway of its own (another key than the shared stack's) in front of the API port given.
+async function gatewayTo(port: number) {
+  const { startGateway } = await import('../src/gateway/server.js');
+  return startGateway({
+    port: 0,
+    apiUrl: `http://127.0.0.1:${port}`,
+    baseUrl: audience,
+    issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+    now,
+  });
+}
+
 // The gateway alone in front of a server that echoes the request it got, so a test sees exactly what
 // the gateway forwards.
 async function gatewayBeforeEcho() {
@@ -371,15 +383,7 @@ async function gatewayBeforeEcho() {
     });
   });
   await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
-  const port = (echo.address() as { port: number }).port;
-  const { startGateway } = await import('../src/gateway/server.js');
-  const gateway = await startGateway({
-    port: 0,
-    apiUrl: `http://127.0.0.1:${port}`,
-    baseUrl: audience,
-    issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
-    now,
-  });
+  const gateway = await gatewayTo((echo.address() as { port: number }).port);
   return {
     url: gateway.url,
     seen,
@@ -491,14 +495,7 @@ describe('gateway: upstream down', () => {
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
     const port = (closed.address() as { port: number }).port;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
-    const { startGateway } = await import('../src/gateway/server.js');
-    const gateway = await startGateway({
-      port: 0,
-      apiUrl: `http://127.0.0.1:${port}`,
-      baseUrl: audience,
-      issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
-      now,
-    });
+    const gateway = await gatewayTo(port);
     try {
       const response = await fetch(new URL('/photos', gateway.url), {
         headers: { authorization: `Bearer ${await mint()}` },
