@@ -110,6 +110,43 @@ const tables: readonly TableSpec[] = [
     doc: 'docs/webhooks.md',
     markers: ['`outbox.relay(options)`:'],
   },
+  // The package READMEs keep a short table of the same options.
+  {
+    source: 'packages/core/src/engine.ts',
+    interface: 'IdempotencyOptions',
+    doc: 'packages/core/README.md',
+    markers: ['## Options of `createIdempotency`'],
+  },
+  ...[
+    ['express', '## Options of `idempotency()`'],
+    ['fastify', '## Options of the `idempotency` plugin'],
+    ['koa', '## Options of `idempotency()`'],
+  ].map(
+    ([pkg, marker]): TableSpec => ({
+      ...adapterOptions('express'),
+      doc: `packages/${pkg}/README.md`,
+      markers: [marker as string],
+    }),
+  ),
+  {
+    source: 'packages/guard/src/guard.ts',
+    interface: 'GuardOptions',
+    doc: 'packages/guard/README.md',
+    markers: ['## Options of `createGuard()`'],
+  },
+  {
+    source: 'packages/webhooks/src/receiver.ts',
+    interface: 'ReceiverOptions',
+    doc: 'packages/webhooks/README.md',
+    markers: ['## Options of `createReceiver()`'],
+    inRowOf: { acknowledgeShortRetention: 'retention' },
+  },
+  {
+    source: 'packages/postgres/src/postgres-store.ts',
+    interface: 'PostgresStoreOptions',
+    doc: 'packages/postgres/README.md',
+    markers: ['## Options'],
+  },
 ];
 
 /** The option names of an interface: all of them (inherited ones too), and those it declares itself. */
