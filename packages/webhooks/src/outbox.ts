@@ -88,7 +88,7 @@ export interface RelayOptions {
    * after this. Must exceed the sender's per-attempt timeout. Default: the timeout plus 15 s.
    */
   lease?: Duration;
-  /** Pause between rounds that found nothing to do. Default `'1s'`. */
+  /** Pause after a round that claimed less than a full batch (or failed); a full one goes on at once. Default `'1s'`. */
   pollInterval?: Duration;
   /** Identifies this relay in `locked_by`. Default a random UUID. */
   relayId?: string;
