@@ -79,14 +79,11 @@ const chargesUnder = async (key: string) =>
 
 describe('the gateway under framing headers', () => {
   // `Expect: 100-continue` is what curl (bodies over its threshold), .NET and many HTTP libraries
-  // send before a POST body. Node answers the 100 itself, then the gateway hands the header on:
-  // forwardHeaders (packages/guard/src/forward-headers.ts, its hop-by-hop set) keeps `expect`, and
-  // undici, under @fastify/reply-from, throws NotSupportedError('expect header not supported')
-  // (undici lib/core/request.js) for it, which the gateway's onError answers 502
-  // upstream_unavailable, "retryable": true, "retry later with the same Idempotency-Key". Every retry
-  // gets the same 502: a valid charge can never get through. DESIGN: a valid request is answered by
-  // the handler (201); a refusal is the HTTP table's status, never a 5xx.
-  it.fails('forwards a POST sent with Expect: 100-continue and answers it 201, not 502', async () => {
+  // send before a POST body. Node answers the 100 itself; handed on, undici (under
+  // @fastify/reply-from) throws NotSupportedError('expect header not supported'), which the gateway
+  // answered 502 "retry later" on every retry: a valid charge could never get through. forwardHeaders
+  // drops `expect`. DESIGN: a valid request is answered by the handler (201), never a 5xx.
+  it('forwards a POST sent with Expect: 100-continue and answers it 201, not 502', async () => {
     const key = randomUUID();
     const answer = await sendRaw(chargeRequest(`"${key}"`, ['Expect: 100-continue']));
     expect(answer.statuses.at(-1), answer.body).toBe(201);
@@ -94,11 +91,10 @@ describe('the gateway under framing headers', () => {
   });
 
   // RFC 9110 7.6.1: a sender MUST NOT name a field meant for every recipient in `Connection`; a proxy
-  // removes the fields `Connection` names. The gateway does (forwardHeaders' dropHopByHop), so the API
-  // never sees the key; POST /charges mints keys (`mintKeys: true`), so each attempt with the client's
-  // one key runs as a new operation: two 201s, two charges, neither a replay, each under a minted key
-  // the client never sent. DESIGN: never two executions for one key; a malformed request is a 400.
-  it.fails('never runs one Idempotency-Key twice when Connection names the key', async () => {
+  // removes the fields `Connection` names. Had the gateway dropped the key, the API (POST /charges
+  // mints keys) would have run each attempt as a new operation: two charges for one key. forwardHeaders
+  // keeps `Idempotency-Key` whatever `Connection` says. DESIGN: never two executions for one key.
+  it('never runs one Idempotency-Key twice when Connection names the key', async () => {
     const key = randomUUID();
     // A caller of its own, so its charges can be counted whatever key they ended up under.
     const owner = `user-${randomUUID()}`;

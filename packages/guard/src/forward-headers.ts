@@ -24,9 +24,11 @@ export interface ForwardOptions extends StripOptions {
  * The headers a gateway sends upstream: the incoming headers without every identity family
  * (case-, underscore- and duplicate-proof), without the caller's bearer token, without hop-by-hop
  * headers (`connection` and those it names, `keep-alive`, `te`, `trailer`, `transfer-encoding`,
- * `upgrade`), `proxy-authorization` and `host`, plus a freshly minted internal token for `audience`. `content-length` is
- * kept for a body passed on as it came: drop it when you send a re-encoded one. The input is not
- * modified.
+ * `upgrade`), `expect`, `proxy-authorization` and `host`, plus a freshly minted internal token for
+ * `audience`. `content-length` is kept for a body passed on as it came: drop it when you send a
+ * re-encoded one. `Idempotency-Key` is kept even when `Connection` names it (a client may not name
+ * an end-to-end field there, RFC 9110 §7.6.1): dropped, every retry of the operation would reach the
+ * upstream without its key, and run again under a minted one. The input is not modified.
  *
  * @example
  * const headers = await forwardHeaders(req.headers, req.auth, { issuer: internal, audience: 'orders-service' });
@@ -46,7 +48,10 @@ export async function forwardHeaders<T extends string | string[] | number | unde
   if (options.keepAuthorization !== true) {
     for (const name of Object.keys(stripped)) if (name.toLowerCase() === 'authorization') delete stripped[name];
   }
-  dropHopByHop(stripped);
+  dropHopByHop(stripped, keptWhenNamed);
+  // `Expect` is no hop-by-hop field, but the server in front of the gateway has answered it already
+  // (Node sends `100 Continue` before the body is read); passed on, fetch and undici refuse the request.
+  for (const name of Object.keys(stripped)) if (name.toLowerCase() === 'expect') delete stripped[name];
   stripped[header] = await options.issuer.mint(principal, { audience: options.audience });
   return stripped;
 }
@@ -85,14 +90,17 @@ export function withoutHopByHop<T>(headers: Readonly<Record<string, T>>): Record
   return copy;
 }
 
-/** Removes, in place, the hop-by-hop headers and those the `Connection` header names. */
-function dropHopByHop(headers: Record<string, unknown>): void {
+// A request's end-to-end fields that `Connection` cannot take away (see forwardHeaders).
+const keptWhenNamed: ReadonlySet<string> = new Set(['idempotency-key']);
+
+/** Removes, in place, the hop-by-hop headers and those the `Connection` header names (but `kept`). */
+function dropHopByHop(headers: Record<string, unknown>, kept: ReadonlySet<string> = new Set()): void {
   const named = new Set<string>();
   for (const [name, value] of Object.entries(headers)) {
     if (name.toLowerCase() !== 'connection') continue;
     for (const part of (Array.isArray(value) ? value : [value]).join(',').split(',')) {
       const token = part.trim().toLowerCase();
-      if (token.length > 0) named.add(token);
+      if (token.length > 0 && !kept.has(token)) named.add(token);
     }
   }
   for (const name of Object.keys(headers)) {

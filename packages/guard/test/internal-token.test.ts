@@ -550,6 +550,24 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(incoming.connection).toBe('keep-alive, X-Hop');
   });
 
+  it('keeps Idempotency-Key when Connection names it, and drops Expect, which the gateway answered', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const principal = await edgePrincipal();
+    const incoming = {
+      Connection: 'Idempotency-Key, X-Hop, content-type',
+      'Idempotency-Key': '"k-1"',
+      'x-hop': 'only for this connection',
+      'content-type': 'application/json',
+      Expect: '100-continue',
+    };
+    const forwarded = await forwardHeaders(incoming, principal, { issuer, audience: 'orders' });
+    expect(Object.keys(forwarded).sort()).toEqual(['Idempotency-Key', 'idem-internal-token']);
+    // A response's Connection still takes what it names, whatever the name.
+    expect(withoutHopByHop({ connection: 'idempotency-key', 'idempotency-key': '"k-1"', expect: 'x' })).toEqual({
+      expect: 'x',
+    });
+  });
+
   it('joinHeaderValues joins what is still an array with ", " and drops undefined values', () => {
     expect(joinHeaderValues({ accept: ['a', 'b'], 'content-length': 17, host: 'x', gone: undefined })).toEqual({
       accept: 'a, b',

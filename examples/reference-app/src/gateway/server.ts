@@ -3,7 +3,6 @@ import { authPlugin, forwardHeaders, guard as guardHook } from '@idem/fastify';
 import {
   createGuard,
   createInternalTokenIssuer,
-  defaultInternalTokenHeader,
   type Guard,
   type InternalTokenIssuer,
   type IssuerOptions,
@@ -125,7 +124,6 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     return upstreams.find((upstream) => path === upstream.prefix || path.startsWith(`${upstream.prefix}/`));
   };
   const bound = typeof options.port === 'number' ? undefined : options.port;
-  const internalHeader = defaultInternalTokenHeader;
   let issuers = options.issuers;
   if (issuers === undefined) {
     if (options.authUrl === undefined) throw new TypeError('startGateway needs authUrl or issuers');
@@ -213,16 +211,11 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       });
       return reply.from(undefined, {
         getUpstream: () => upstream?.url ?? options.apiUrl,
-        // reply-from hands over the client's headers with hop-by-hop ones removed and `host` set to
-        // the API; keep exactly those that survived the stripping, plus the internal token.
-        rewriteRequestHeaders: (_request, headers) => {
-          const kept: Record<string, string | string[] | undefined> = {};
-          for (const [name, value] of Object.entries(headers)) {
-            if (name === 'host' || Object.hasOwn(forwarded, name)) kept[name] = value;
-          }
-          kept[internalHeader] = forwarded[internalHeader];
-          return kept as typeof headers;
-        },
+        // reply-from hands over the client's headers with `host` set to the API; what goes is what
+        // forwardHeaders made of them (stripped, with the internal token), and that host. Not
+        // reply-from's own copy: it drops whatever `Connection` names, the Idempotency-Key too, which
+        // forwardHeaders keeps (without it each retry would run as a new operation).
+        rewriteRequestHeaders: (_request, headers) => ({ ...forwarded, host: headers.host }),
         // The API's hop-by-hop headers describe the gateway's connection to it, not the client's.
         rewriteHeaders: (headers) => withoutHopByHop(headers),
         onError: (failed, { error }) => {
