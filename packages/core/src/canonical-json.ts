@@ -8,8 +8,10 @@
  *
  * Returns `undefined` for values deeper than `maxDepth`, so hostile nesting cannot exhaust the stack,
  * and for anything that is not plain JSON data (a `Date`, a class instance, `undefined`, a function),
- * which a parser with a reviver may leave behind: such a value has no canonical form, and the caller
- * then hashes bytes instead.
+ * which a parser with a reviver may leave behind, or a number that is not finite (`1e400` parses to
+ * Infinity): such a value has no canonical form (RFC 8785 has none for them; written as `null`, as
+ * `JSON.stringify` does, `{"amount":1e400}` would be one request with `{"amount":null}`), and the
+ * caller then hashes bytes instead.
  *
  * @example
  * canonicalJson(JSON.parse('{"b":1,"a":[true,{"d":null,"c":"x"}]}')); // '{"a":[true,{"c":"x","d":null}],"b":1}'
@@ -40,7 +42,8 @@ function write(value: unknown, depth: number): string {
     case 'string':
       return writeString(value);
     case 'number':
-      return Number.isFinite(value) ? String(value) : 'null';
+      if (!Number.isFinite(value)) throw notJson;
+      return String(value);
     case 'boolean':
       return value ? 'true' : 'false';
     case 'bigint':

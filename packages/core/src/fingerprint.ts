@@ -281,9 +281,19 @@ const rawJson = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 
 // A parser that keeps big integers exact (a reviver, json-bigint) leaves bigints, which
 // JSON.stringify refuses: each is written as the number it was read from, so the body fingerprints
-// as its bytes do instead of failing the request.
+// as its bytes do instead of failing the request. A number too large for a double (`1e400`, read as
+// Infinity) is written as such a number, not as the `null` JSON.stringify writes, which is another
+// request.
 function bigIntsAsNumbers(_key: string, value: unknown): unknown {
-  return typeof value === 'bigint' ? rawJson(value.toString()) : value;
+  if (typeof value === 'bigint') return rawJson(value.toString());
+  return typeof value === 'number' && !Number.isFinite(value) ? rawJson(nonFiniteText(value)) : value;
+}
+
+// The JSON text of a number no double holds: a magnitude past the largest one, with its sign. (NaN
+// is no JSON number a parser gives; a reviver's NaN is written as `null`, as JSON.stringify does.)
+function nonFiniteText(value: number): string {
+  if (Number.isNaN(value)) return 'null';
+  return value > 0 ? '1e400' : '-1e400';
 }
 
 interface Level {
@@ -305,7 +315,7 @@ function compactJson(root: unknown): string | undefined {
   for (;;) {
     if (value === null) out += 'null';
     else if (typeof value === 'string') out += JSON.stringify(value);
-    else if (typeof value === 'number') out += Number.isFinite(value) ? String(value) : 'null';
+    else if (typeof value === 'number') out += Number.isFinite(value) ? String(value) : nonFiniteText(value);
     else if (typeof value === 'boolean') out += value ? 'true' : 'false';
     else if (typeof value === 'bigint') out += value.toString();
     else if (Array.isArray(value)) {
