@@ -57,6 +57,20 @@ export interface LostAttempt {
   takenOverAt: number;
 }
 
+// The most attempts a row's `history` keeps: the first `historyHead` (how the failures began) and
+// the latest ones. `attempts` still counts them all. Without a bound, a long horizon (a schedule
+// that retries for months) grows a row by up to a KiB of response per attempt, and every attempt
+// rewrites the whole history.
+const maxHistory = 100;
+const historyHead = 10;
+
+// SQL for `history` with `entry` (a jsonb object) appended, past the cap dropping the oldest entry
+// after the head (`jsonb - integer` removes the element at that index).
+const appended = (history: string, entry: string) =>
+  `CASE WHEN jsonb_array_length(${history}) >= ${maxHistory}
+        THEN (${history} - ${historyHead}) || jsonb_build_array(${entry})
+        ELSE ${history} || jsonb_build_array(${entry}) END`;
+
 /** A row of the outbox, as {@link Outbox.deadLetters} lists it. */
 export interface OutboxRow {
   id: string;
@@ -71,7 +85,10 @@ export interface OutboxRow {
   deadReason: string | null;
   /** The last attempt whose result was recorded. A {@link LostAttempt} is never it: nothing came back. */
   lastAttempt: AttemptRecord | null;
-  /** Every attempt, in order, the lost ones included. A requeue keeps it. */
+  /**
+   * Every attempt, in order, the lost ones included, up to 100 entries: past that the first 10 and
+   * the latest 90 (each entry's `attempt` says which it was). A requeue keeps it.
+   */
   history: (AttemptRecord | LostAttempt)[];
 }
 
@@ -376,11 +393,14 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // and overwrites locked_by, so that each lost claim gets one entry, under the row lock.
     const withLost = (alias: string) =>
       `CASE WHEN ${alias}locked_by IS NULL THEN ${alias}history
-            ELSE ${alias}history || jsonb_build_array(jsonb_build_object(
+            ELSE ${appended(
+              `${alias}history`,
+              `jsonb_build_object(
                    'attempt', ${alias}attempts, 'result', 'lost'::text, 'claim', ${alias}claims,
                    'relayId', ${alias}locked_by,
                    'leaseEndedAt', floor(extract(epoch FROM ${alias}locked_until) * 1000)::bigint,
-                   'takenOverAt', floor(extract(epoch FROM now()) * 1000)::bigint)) END`;
+                   'takenOverAt', floor(extract(epoch FROM now()) * 1000)::bigint)`,
+            )} END`;
 
     const claim = async () => {
       // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
@@ -472,7 +492,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                 locked_until = NULL,
                 locked_by = NULL,
                 last_attempt = $9::jsonb,
-                history = history || jsonb_build_array($9::jsonb)
+                history = ${appended('history', '$9::jsonb')}
           WHERE ${fence}
         RETURNING status`;
     const record = async (

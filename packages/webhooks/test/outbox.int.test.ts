@@ -104,6 +104,35 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('keeps the first 10 and the latest 90 attempts in a history past 100, and counts them all', async () => {
+    await clear();
+    const server = await scripted((_request, response) => {
+      response.statusCode = 500;
+      response.end('x'.repeat(2000));
+    });
+    try {
+      await outbox.add(pool, { id: 'stuck', url: server.url, body: '{"n":1}' });
+      // No wait between attempts (a jitter of 0), so each round finds the row due again.
+      const eager = createSender({ secret: SECRET, timeout: '5s', random: () => 0 });
+      const relay = outbox.relay({ db: pool, sender: eager });
+      for (let round = 1; round <= 105; round++) {
+        expect(await relay.runOnce(), `round ${round}`).toMatchObject({ claimed: 1, retrying: 1 });
+      }
+      const [row] = await rows();
+      expect(row.attempts).toBe(105);
+      const numbers = row.history.map((entry: { attempt: number }) => entry.attempt);
+      expect(numbers).toEqual([
+        ...Array.from({ length: 10 }, (_, i) => i + 1),
+        ...Array.from({ length: 90 }, (_, i) => i + 16),
+      ]);
+      expect(row.last_attempt).toEqual(row.history[99]);
+      // The response kept in each entry is cut to its KiB.
+      expect(row.history[99].responseBody.length).toBeLessThanOrEqual(1024);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('retries on the database clock, dead-letters on 410 with its history, and requeues by hand', async () => {
     await clear();
     let status = 500;
