@@ -155,6 +155,10 @@ beforeAll(async () => {
         .end('{"title":"Request in progress"}');
       return;
     }
+    if (apiMode === 'refuse' && req.url === '/charges' && failuresLeft-- > 0) {
+      res.writeHead(503, { 'content-type': 'application/problem+json' }).end('{"title":"Service Unavailable"}');
+      return;
+    }
     if (apiMode === 'refuse' && req.url === '/charges') {
       res.writeHead(422, { 'content-type': 'application/problem+json' }).end('{"title":"Unprocessable Content"}');
       return;
@@ -794,6 +798,19 @@ describe('signed in', () => {
     const after = await agent.request(appUrl('/'));
     expect(after.body).toContain('The API refused: 422 Unprocessable Content');
     expect(after.body).not.toContain('Send the same charge again (same key)');
+  });
+
+  it('keeps the key of a charge refused only after an attempt whose outcome is unknown (503, then 422)', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    apiMode = 'refuse';
+    failuresLeft = 1;
+    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const attempts = seen.filter((request) => request.url === '/charges');
+    expect(attempts).toHaveLength(2);
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).toContain('The API refused: 422 Unprocessable Content');
+    expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
   });
 
   // A charge can take 15 s with its retries. Meanwhile another tab of the same session refreshes and

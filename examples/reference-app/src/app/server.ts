@@ -485,11 +485,16 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           typeof error.body === 'object' && error.body !== null && 'title' in error.body
             ? String(error.body.title)
             : '';
-        // No answer, a 5xx or a 409 (the first attempt still running) leave the outcome unknown: the
-        // charge may have gone through. Its key is kept for the user's own retry (spec 2.1: the same
-        // key on every retry), never a new one. A refusal (4xx) ran nothing, and would be refused again.
-        const unknown = error.status === undefined || error.status >= 500 || error.status === 409;
-        if (unknown && error.key) repeat = { key: error.key, amount, currency };
+        // An attempt with no answer, a 5xx or a 409 (the first attempt still running) leaves the
+        // outcome unknown, whatever came after it (a 401 once the session ended, a 429), and so does
+        // a success whose answer could not be read: the charge may have gone through. Its key is kept
+        // for the user's own retry (spec 2.1: the same key on every retry), never a new one. Refusals
+        // alone (4xx on every attempt) ran nothing, and would be refused again.
+        const unanswered = (status: number | undefined) => status === undefined || status >= 500 || status === 409;
+        const mayHaveRun =
+          error.attempts.some((attempt) => unanswered(attempt.status)) ||
+          (error.status !== undefined && error.status < 400);
+        if (mayHaveRun && error.key) repeat = { key: error.key, amount, currency };
         lines.push(
           error.status === undefined || error.status >= 500
             ? `API unavailable (${error.code}).`
