@@ -44,8 +44,9 @@ export function parseIdempotencyKey(
     return invalid('The Idempotency-Key header must appear once.');
   }
   const raw = (typeof fieldValues === 'string' ? fieldValues : fieldValues[0]) as string;
-  // Optional whitespace around a field value is not part of it (RFC 9110 5.5).
-  const value = raw.replace(/^[ \t]+|[ \t]+$/g, '');
+  // Optional whitespace around a field value is not part of it (RFC 9110 5.5). Index loops, not a
+  // regex: `[ \t]+$` tries every run of interior blanks, quadratic in a hostile header's length.
+  const value = trimBlanks(raw);
   if (value.length === 0) return invalid('The Idempotency-Key header is empty.');
 
   let key: string;
@@ -70,6 +71,15 @@ export function parseIdempotencyKey(
   // Every accepted character is ASCII, so characters and UTF-8 bytes count the same.
   if (key.length > maxBytes) return invalid(`The Idempotency-Key must be at most ${maxBytes} bytes.`);
   return { ok: true, key };
+}
+
+// `value` without the spaces and tabs around it.
+function trimBlanks(value: string): string {
+  let start = 0;
+  let end = value.length;
+  while (start < end && (value.charCodeAt(start) === 0x20 || value.charCodeAt(start) === 0x09)) start++;
+  while (end > start && (value.charCodeAt(end - 1) === 0x20 || value.charCodeAt(end - 1) === 0x09)) end--;
+  return start === 0 && end === value.length ? value : value.slice(start, end);
 }
 
 /** Parses `"..."` followed by optional `;param` items (RFC 9651 3.3.3 and 3.1.2); undefined if malformed. */
@@ -107,7 +117,9 @@ function parseSfString(input: string): string | undefined {
 const sfString = /"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"/.source;
 const sfToken = /[A-Za-z*][!#$%&'*+\-.^_`|~:/0-9A-Za-z]*/.source;
 const sfNumber = /-?(?:\d{1,12}\.\d{1,3}|\d{1,15})/.source;
-const sfBinary = /:[A-Za-z0-9+/]*=*:/.source;
+// Base64 that decodes (RFC 9651 4.2.7: parsing fails when it does not): whole groups of four, the
+// last one padded or not, but never a lone character or padding that does not fit.
+const sfBinary = /:(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}(?:==)?|[A-Za-z0-9+/]{3}=?)?:/.source;
 const sfDate = /@-?\d{1,15}/.source;
 const sfDisplay = /%"(?:[\x20\x21\x23\x24\x26-\x7e]|%[0-9a-f]{2})*"/.source;
 // One parameter, matched where the last one ended (sticky); the display string, if any, captured.
