@@ -31,26 +31,51 @@ export function canonicalMultipart(body: Uint8Array, contentType: string): Buffe
 /**
  * True when a part of the multipart body under the boundary its `Content-Type` names has a header
  * section that is no list of header fields (RFC 7578 §4.8 takes RFC 9110's field syntax: a token,
- * a colon, a value of visible characters, spaces and tabs, each line ended by CRLF), longer than
- * {@link maxPartHeaderBytes}, or cut off by the end of the body: what a multipart parser refuses as a
- * malformed part header (busboy's "Malformed part header", under multer). False for a body that is
- * not delimited by that boundary at all (the parsers' other errors), or that has no such part.
+ * a colon, a value of visible characters, spaces and tabs, each line ended by CRLF), or one longer
+ * than {@link maxPartHeaderBytes}: what a multipart parser refuses as a malformed part header
+ * (busboy's "Malformed part header", under multer). The body is walked as such a parser walks it,
+ * so a body it reads without that error is never said to have one: a delimiter is `--boundary`
+ * after a line break (the body read as if one came first), followed by `--` (the end) or a line
+ * break (a part's header section); anything else is content, not a delimiter, and a header section
+ * with no blank line before the next delimiter runs on into it, so it is not judged. False for a
+ * `Content-Type` that names more than one boundary (or one inside another parameter's quotes):
+ * which of them a parser takes is its own reading.
  *
  * @example
  * malformedPartHeader(Buffer.from('--x\r\nno colon\r\n\r\n1\r\n--x--\r\n'), 'multipart/form-data; boundary=x'); // true
  */
 export function malformedPartHeader(body: Uint8Array, contentType: string): boolean {
+  if ((contentType.match(/boundary\s*=/gi) ?? []).length !== 1) return false;
   const boundary = boundaryOf(contentType);
   if (boundary === undefined) return false;
-  const read = partsOf(Buffer.from(body.buffer, body.byteOffset, body.byteLength), boundary, Number.POSITIVE_INFINITY);
-  if (read === undefined) return false;
-  return read.parts.some((part, index) => {
-    const split = part[0] === cr && part[1] === lf ? 0 : part.indexOf(headerEnd);
-    // The last part of a body that never closes may end inside its header section.
-    if (split === -1) return (!read.closed && index === read.parts.length - 1) || !fieldLines(part);
-    return split + 4 > maxPartHeaderBytes || (split > 0 && !fieldLines(part.subarray(0, split)));
-  });
+  const text = Buffer.concat([lineBreak, Buffer.from(body.buffer, body.byteOffset, body.byteLength)]);
+  const delimiter = Buffer.from(`\r\n--${boundary}`, 'latin1');
+  let at = text.indexOf(delimiter);
+  while (at !== -1) {
+    const after = at + delimiter.length;
+    if (text[after] === dash && text[after + 1] === dash) return false;
+    // The next delimiter may begin at the line break that ends this one: two in a row, no part.
+    const next = text.indexOf(delimiter, after);
+    if (text[after] === cr && text[after + 1] === lf) {
+      const section = text.subarray(after + 2, next === -1 ? text.length : Math.max(after + 2, next));
+      if (badHeaderSection(section)) return true;
+    }
+    at = next;
+  }
+  return false;
 }
+
+// A part (from its header section on) whose header section does not parse: a line that is no field
+// line before the blank line, or no blank line within the limit.
+function badHeaderSection(part: Buffer): boolean {
+  if (part[0] === cr && part[1] === lf) return false;
+  // The blank line must end within the limit (a section cut by it is refused whatever it holds).
+  const split = part.subarray(0, maxPartHeaderBytes).indexOf(headerEnd);
+  if (split === -1) return part.length > maxPartHeaderBytes;
+  return !fieldLines(part.subarray(0, split));
+}
+
+const lineBreak = Buffer.from('\r\n');
 
 /** The longest header section of a part, its blank line included, that a multipart parser reads (Node's own header limit, busboy's too). */
 export const maxPartHeaderBytes = 16 * 1024;
