@@ -816,8 +816,9 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
             at: now(),
           });
       }
-      // The transaction rolled back: nothing of the handler happened, so the key is freed for a retry.
-      await withTimeout('release', () => store.release({ id: lease.id, token: lease.token })).catch(() => undefined);
+      // The transaction rolled back: nothing of the handler happened, so the key is freed for a retry
+      // (a recovered run's left abandoned, as it found it: see letGo).
+      await withTimeout('release', () => letGo(state)).catch(() => undefined);
       return { committed: false, reason: 'store-error', error };
     }
   };

@@ -805,6 +805,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       const result = await engine.transaction(lease, async (tx) => {
         start(tx);
         const outcome = await capture.result;
+        // The handler failed because the store did (its `tx.query` lost the connection: a failover,
+        // an idle-in-transaction timeout): nothing can commit, as when COMMIT itself fails, and the
+        // answer is the same 503, the key freed for the retry. The framework's 500 is no outcome.
+        const storeFailure = (capture as Partial<CaptureHandle>)[captureStateKey]?.storeFailure;
+        if (storeFailure !== undefined) throw new StoreFailed(storeFailure.error);
         // A server error or a response that cannot be stored rolls the handler's writes back, so
         // the database never keeps the effects of an outcome that is not recorded with them. So
         // does a handler that said it had no effect: its key is released, and a retry runs again.
@@ -833,6 +838,19 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       }
       capture.replace(problem(uncommitted(result.error)));
     } catch (error) {
+      if (error instanceof StoreFailed) {
+        emit({
+          type: 'store-error',
+          id: lease.id,
+          operation: lease.operation,
+          phase: 'transaction',
+          error: error.cause,
+          at: now(),
+        });
+        await engine.release(lease).catch(() => undefined);
+        capture.replace(problem(uncommitted(error.cause)));
+        return;
+      }
       if (!(error instanceof RolledBack) || failed === undefined) {
         await engine.release(lease).catch(() => undefined);
         capture.replace(problem(uncommitted(error)));
@@ -897,6 +915,13 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
 }
 
 class RolledBack extends Error {}
+
+// What a transaction is rolled back with when the handler failed with the store's unavailability.
+class StoreFailed extends Error {
+  constructor(cause: unknown) {
+    super('the store failed inside the transaction', { cause });
+  }
+}
 
 const unreplayableDetails = {
   'too-large':
@@ -1426,6 +1451,8 @@ interface CaptureState {
   tail: Buffer | undefined;
   /** Why the answer is no outcome at all, when the adapter said so before its end (`failedWith`). */
   declined: Extract<NotStoredReason, 'body-refused'> | undefined;
+  /** The store's own unavailability, when that is what the handler failed with (`failedWith`). */
+  storeFailure: { error: unknown } | undefined;
   /** The handler returned, and the framework writes the rest (`handlerReturned`). */
   returned: boolean;
   /** What settles an outcome whose client left after the handler returned, and its argument. */
@@ -1486,6 +1513,7 @@ function captureResponse(
     passed: 0,
     tail: undefined,
     declined: undefined,
+    storeFailure: undefined,
     returned: false,
     onClosed: undefined,
     onClosedContext: undefined,
@@ -1549,6 +1577,9 @@ const captureMethods: ResponseCapture = {
   },
   failedWith(error) {
     const state = (this as CaptureHandle)[captureStateKey];
+    // Kept for transactional mode, where it is the transaction's own store that failed (see
+    // transactionOf). By name, so a copy of the package raised it as well.
+    if (error instanceof Error && error.name === 'StoreUnavailableError') state.storeFailure = { error };
     if (!isBodyRefusal(error) || !refusesRequestBody(error as object, state.request)) return false;
     state.declined = 'body-refused';
     return true;

@@ -277,3 +277,36 @@ describe('a takeover by a request without a fingerprint', () => {
     expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
   });
 });
+
+describe('a recovered run whose transaction fails in the store', () => {
+  it('leaves the key abandoned, as it found it: other parameters are still refused, the same ones take it over', async () => {
+    const { transactionalMemoryStore } = await import('@idem/testkit');
+    const clock = { now: 1_700_000_000_000 };
+    const inner = memoryStore({ now: () => clock.now });
+    const failure = new Error('connection terminated');
+    let commits = 0;
+    const store = transactionalMemoryStore({
+      store: inner,
+      beforeCommit: () => {
+        commits++;
+        throw failure;
+      },
+    });
+    const engine = createIdempotency({ store, heartbeat: false, lease: '1s', now: () => clock.now });
+    expect((await engine.begin(request)).kind).toBe('execute');
+    clock.now += 1_000;
+    const retry = await engine.begin(request);
+    if (retry.kind !== 'execute') throw new Error('expected execute');
+    expect(retry.lease.recovered).toBe(true);
+    const result = await engine.transaction(retry.lease, async () => ({ value: 1, response: ok() }));
+    expect(result).toMatchObject({ committed: false, reason: 'store-error', error: failure });
+    expect(commits).toBe(1);
+    // Deleted instead, the record of the crashed attempt (which may have had effects) would let them
+    // run. Let go, its lease ends a millisecond on.
+    clock.now += 1;
+    const other = await engine.begin({ ...request, fingerprint: 'fp-other' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
+    const again = await engine.begin(request);
+    expect(again.kind === 'execute' && again.lease.recovered).toBe(true);
+  });
+});
