@@ -748,10 +748,23 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     // A failure of the handler itself is rethrown after the rollback with the lease still held, so
     // the caller can store its error outcome or release per policy; only store failures end here.
     let handlerError: { error: unknown } | undefined;
+    // The transaction must begin (a connection, BEGIN) within storeTimeout, as every other store call
+    // a request waits for (a pool whose connections are all held would otherwise keep it waiting
+    // for as long as they are); the handler inside it then takes as long as it takes. One that
+    // begins after its caller gave up runs nothing and rolls back at once.
+    let began = false;
+    let gaveUp = false;
+    let signalBegun = () => {};
+    const begun = new Promise<void>((resolve) => {
+      signalBegun = resolve;
+    });
     try {
-      const result = await (store as TransactionalStore<Tx>).transaction(
+      const running = (store as TransactionalStore<Tx>).transaction(
         { id: lease.id, token: lease.token },
         async (tx) => {
+          if (gaveUp) throw new Error('the transaction began after its caller gave up');
+          began = true;
+          signalBegun();
           let produced: Awaited<ReturnType<typeof fn>>;
           try {
             produced = await fn(tx);
@@ -774,6 +787,17 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
           return { value, response: decision.store ? response : undefined, retentionMs: decision.retentionMs };
         },
       );
+      try {
+        await withTimeout('transaction', () => Promise.race([begun, running]));
+      } catch (error) {
+        if (!began) {
+          gaveUp = true;
+          running.catch(() => undefined);
+          throw error;
+        }
+        // It began, then failed: `running` says how, below.
+      }
+      const result = await running;
       stopHeartbeat(state);
       if (!result.committed) {
         markLost(state, 'token no longer current at commit');

@@ -920,6 +920,53 @@ describe('transaction and heartbeat racing', () => {
   });
 });
 
+describe('a transaction that cannot begin', () => {
+  it('is a store-error within storeTimeout, and runs nothing when the store begins it later', async () => {
+    vi.useFakeTimers();
+    const inner = memoryStore({ now: () => Date.now() });
+    let beginLater: (() => Promise<unknown>) | undefined;
+    // As a pool whose connections are all held: the store calls the handler only once one is free.
+    const store: TransactionalStore<{ id: string }> = {
+      claim: (input) => inner.claim(input),
+      renew: (input) => inner.renew(input),
+      complete: (input) => inner.complete(input),
+      release: (input) => inner.release(input),
+      get: (id) => inner.get(id),
+      transaction: (input, fn) =>
+        new Promise((resolve, reject) => {
+          beginLater = () => {
+            const produced = fn({ id: input.id });
+            produced.then((done) => resolve({ committed: true, value: done.value }), reject);
+            return produced;
+          };
+        }),
+    };
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({
+      store,
+      storeTimeout: '200ms',
+      heartbeat: false,
+      now: () => Date.now(),
+      onEvent: (event) => events.push(event),
+    });
+    const request = { key: 'k', scope: 's', operation: 'op' };
+    const started = await engine.begin(request);
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    let ran = false;
+    const result = engine.transaction(started.lease, async () => {
+      ran = true;
+      return { value: 1, response: ok() };
+    });
+    await vi.advanceTimersByTimeAsync(300);
+    expect(await result).toMatchObject({ committed: false, reason: 'store-error' });
+    expect(events).toContainEqual(expect.objectContaining({ type: 'store-error', phase: 'transaction' }));
+    // The key is free again for the retry.
+    expect((await engine.begin(request)).kind).toBe('execute');
+    await expect(beginLater?.()).rejects.toThrow('began after its caller gave up');
+    expect(ran).toBe(false);
+  });
+});
+
 describe('fingerprints reach the store as printable ASCII', () => {
   it('keeps hex fingerprints as given, and hashes any other so every store can hold and compare it', async () => {
     const { engine, store } = setup();

@@ -1,11 +1,10 @@
 // Transactional mode on a pg Pool whose connections are all busy. Every other store call a request
 // waits for is bounded by the engine's storeTimeout (a claim on an exhausted pool is a 503 within
 // it), and DESIGN says a store that cannot serve is a 503 with Retry-After, never a hang. The
-// transaction's own connection is not: `engine.transaction()` awaits the store's `pool.connect()`
-// with no deadline, so with pg's defaults (connectionTimeoutMillis 0) a request whose claim went
-// through waits for as long as another transactional handler holds the last connection, seconds or
-// forever. Its heartbeat cannot renew meanwhile either (same pool), so its lease is reported lost
-// while it still waits to begin.
+// transaction's own connection is too: `engine.transaction()` once awaited the store's
+// `pool.connect()` with no deadline, so with pg's defaults (connectionTimeoutMillis 0) a request
+// whose claim went through waited for as long as another transactional handler held the last
+// connection, seconds or forever. Now its transaction must begin within storeTimeout.
 import { randomUUID } from 'node:crypto';
 import { createIdempotency, type IdempotencyEvent } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -30,11 +29,7 @@ describe.runIf(available)('transactional mode on an exhausted pool', () => {
     await pool.end();
   });
 
-  // Fails today: the second transaction settles only when the first lets its connection go (4 s
-  // here, never if that handler hangs), with no store-error. Cause: engine.ts transaction() calls
-  // store.transaction() without withTimeout, and postgres sql-client.ts pgPoolClient.transaction()
-  // waits on pool.connect() unbounded.
-  it.fails('a transaction that cannot get a connection is a store-error within storeTimeout, not a wait for the pool', async () => {
+  it('a transaction that cannot get a connection is a store-error within storeTimeout, not a wait for the pool', async () => {
     const events: IdempotencyEvent[] = [];
     const engine = createIdempotency({
       store: postgresStore({ client: pool, table }),
@@ -49,6 +44,7 @@ describe.runIf(available)('transactional mode on an exhausted pool', () => {
     const second = await begin();
     if (first.kind !== 'execute' || second.kind !== 'execute') throw new Error('both keys are fresh');
 
+    let secondRan = false;
     let open = () => {};
     const gate = new Promise<void>((resolve) => {
       open = resolve;
@@ -61,7 +57,10 @@ describe.runIf(available)('transactional mode on an exhausted pool', () => {
     const timer = setTimeout(open, 4_000);
     try {
       const began = performance.now();
-      const waiting = await engine.transaction(second.lease, async () => ({ value: 2, response: body('second') }));
+      const waiting = await engine.transaction(second.lease, async () => {
+        secondRan = true;
+        return { value: 2, response: body('second') };
+      });
       const took = performance.now() - began;
       // Bounded as a claim on the same pool would be: a few storeTimeouts at most, and a 503.
       expect(took).toBeLessThan(1_500);
@@ -72,5 +71,8 @@ describe.runIf(available)('transactional mode on an exhausted pool', () => {
       clearTimeout(timer);
       await holder;
     }
+    // Once the pool frees its connection, the transaction that began too late runs nothing.
+    await expect.poll(() => pool.waitingCount === 0 && pool.idleCount === 1).toBe(true);
+    expect(secondRan).toBe(false);
   });
 });
