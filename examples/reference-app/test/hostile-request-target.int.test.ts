@@ -1,0 +1,158 @@
+// The request line and the Host header, sent over raw sockets (fetch and node:http set the Host header
+// themselves and send only origin-form targets): a Host header that is not a host, and an absolute-form
+// request target (RFC 9112 section 3.2.2, which a server must accept) whose authority does not parse.
+// DESIGN's rule: bad input gets a clear error (a 4xx), never a 500. Each case below answered 500 when
+// this file was written; the `it.fails` comments say where the error comes from.
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { authorizationUrl } from './flow.js';
+import { startWholeStack, type WholeStack } from './test-stack.js';
+import { pkcePair } from './user-agent.js';
+
+const limitMs = 5000;
+let whole: WholeStack;
+
+beforeAll(async () => {
+  whole = await startWholeStack('hostile_target');
+}, 60_000);
+afterAll(async () => {
+  await whole?.close();
+});
+
+interface Answer {
+  status: number;
+  head: string;
+  body: string;
+}
+
+/** Writes `bytes` to `base`'s port as they are and reads until the server closes (or the limit). */
+function sendRaw(base: string, bytes: string): Promise<Answer> {
+  const { port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), '127.0.0.1');
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`no answer within ${limitMs} ms`));
+    }, limitMs);
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    socket.on('end', () => {
+      clearTimeout(timer);
+      const text = Buffer.concat(chunks).toString('latin1');
+      const split = text.indexOf('\r\n\r\n');
+      const head = split === -1 ? text : text.slice(0, split);
+      resolve({
+        status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1] ?? 0),
+        head,
+        body: split === -1 ? '' : text.slice(split + 4),
+      });
+    });
+    socket.write(bytes);
+  });
+}
+
+/** A GET with the request target and Host header given, as they are. */
+const get = (base: string, target: string, host: string, cookie?: string) =>
+  sendRaw(
+    base,
+    `GET ${target} HTTP/1.1\r\nHost: ${host}\r\n${cookie ? `Cookie: ${cookie}\r\n` : ''}Connection: close\r\n\r\n`,
+  );
+
+/** Hosts a client can put in the Host header that no URL parser takes. */
+const badHosts = ['x:99999', '[', 'a b', '%zz'];
+
+describe('the identity provider under a Host header that is not a host', () => {
+  // oidc-provider builds every URL it hands out with `new URL(path, ctx.href)` (OIDCContext.urlFor,
+  // node_modules/oidc-provider/lib/helpers/oidc_context.js:84), and Koa's `href` is the request's
+  // protocol + Host header + path. A Host no URL parser takes makes that throw a TypeError, which the
+  // provider answers as 500 server_error: discovery, the authorization endpoint (urlFor of the resume
+  // URL, actions/authorization/interactions.js:102, before any interaction is stored) and end_session.
+  // Nothing in src/idp/server.ts looks at the Host header before `provider.callback()`.
+  it.fails('answers discovery, authorization and end_session with a 4xx, not a 500', async () => {
+    const { app } = whole.running.clients;
+    const authorize = authorizationUrl(whole.running.authUrl, {
+      clientId: app.clientId,
+      redirectUri: app.redirectUri,
+      challenge: pkcePair().challenge,
+      challengeMethod: 'S256',
+      scope: 'openid',
+    });
+    const { pathname, search } = new URL(authorize);
+    const paths = ['/.well-known/openid-configuration', `${pathname}${search}`, '/session/end'];
+    const answered: string[] = [];
+    for (const host of badHosts) {
+      for (const path of paths) {
+        const answer = await get(whole.running.authUrl, path, host);
+        answered.push(`Host: ${host} GET ${path.split('?')[0]}: ${answer.status < 500 ? 'below 500' : answer.status}`);
+      }
+    }
+    expect(answered).toEqual(
+      badHosts.flatMap((host) => paths.map((path) => `Host: ${host} GET ${path.split('?')[0]}: below 500`)),
+    );
+  });
+
+  it('still answers a proper Host header (the same requests, for contrast)', async () => {
+    const answer = await get(
+      whole.running.authUrl,
+      '/.well-known/openid-configuration',
+      new URL(whole.running.authUrl).host,
+    );
+    expect(answer.status).toBe(200);
+  });
+
+  // The same through an absolute-form request target: Koa's `href` is then the target itself.
+  it.fails('answers an absolute-form target whose authority does not parse with a 4xx, not a 500', async () => {
+    const host = new URL(whole.running.authUrl).host;
+    const answer = await get(whole.running.authUrl, 'http://x:99999/.well-known/openid-configuration', host);
+    expect(answer.status).toBeLessThan(500);
+  });
+});
+
+describe('the webhook receiver under an absolute-form request target', () => {
+  // Koa's `ctx.path` parses `req.url` with parseurl, which hands an absolute-form target to Node's
+  // `url.parse`; on Node 24 that throws ERR_INVALID_URL for `http://[/`. The receiver's middlewares
+  // read `ctx.path` first thing (src/receiver/server.ts:118 for the page, :308 in adminApi for any
+  // other request), so every such request, to the page, the webhook endpoint or the admin API, gets
+  // Koa's plain-text 500 "Internal Server Error", not a problem document.
+  it.fails('answers GET http://[/ and POST http://[/webhooks/payments with a 4xx problem, not a 500', async () => {
+    const { receiver } = whole.stack;
+    const host = new URL(receiver.url).host;
+    const page = await get(receiver.url, 'http://[/', host);
+    const webhook = await sendRaw(
+      receiver.url,
+      `POST http://[${new URL(receiver.webhookUrl).pathname} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`,
+    );
+    expect([page.status, webhook.status].map((status) => status < 500)).toEqual([true, true]);
+    expect(webhook.head).toMatch(/content-type: application\/problem\+json/i);
+  });
+});
+
+describe('the third-party app under an absolute-form callback', () => {
+  // The callback rebuilds its URL as `new URL(req.originalUrl, options.appUrl)` (src/app/server.ts:378),
+  // outside the try that turns a failed sign-in into the 400 page. Express routes
+  // `GET http://x:99999/callback?...` to /callback (parseurl's legacy url.parse takes the port), but
+  // `new URL` refuses port 99999 and throws: a 500 "Something went wrong" for a sign-in that is
+  // already destroyed (the pending session is deleted just before).
+  it.fails('answers an absolute-form callback whose authority does not parse with the 400 page', async () => {
+    const { appUrl } = whole.running;
+    const start = await fetch(new URL('/signin', appUrl), { redirect: 'manual' });
+    expect(start.status).toBe(303);
+    const cookie = start.headers
+      .getSetCookie()
+      .map((line) => line.split(';')[0])
+      .join('; ');
+    const state = new URL(start.headers.get('location') ?? '').searchParams.get('state') ?? '';
+    const answer = await get(
+      appUrl,
+      `http://x:99999/callback?code=x&state=${encodeURIComponent(state)}&iss=x`,
+      new URL(appUrl).host,
+      cookie,
+    );
+    expect(answer.status).toBe(400);
+    expect(answer.head).toMatch(/content-type: text\/html/i);
+  });
+});
