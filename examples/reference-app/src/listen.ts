@@ -1,5 +1,6 @@
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { withOriginForm } from './request-target.js';
 
 /**
  * A listening HTTP port whose handler is attached later. Components need each other's URLs before
@@ -25,7 +26,8 @@ export interface ListeningPort {
 
 /**
  * Binds a port (0 for an ephemeral one) on loopback. Until {@link ListeningPort.use} is called every
- * request gets 503, so nothing half-configured ever answers.
+ * request gets 503, so nothing half-configured ever answers. The handler sees origin-form targets
+ * only (see {@link withOriginForm}; these ports serve the provider's and the app's pages).
  *
  * @example
  * ```ts
@@ -57,7 +59,7 @@ export async function listen(
     port: bound,
     url: options.publicUrl ?? `http://localhost:${bound}`,
     use(next) {
-      handler = next;
+      handler = withOriginForm(next, 'page');
     },
     close() {
       return new Promise<void>((resolve, reject) => {

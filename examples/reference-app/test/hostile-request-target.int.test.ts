@@ -1,8 +1,10 @@
 // The request line and the Host header, sent over raw sockets (fetch and node:http set the Host header
 // themselves and send only origin-form targets): a Host header that is not a host, and an absolute-form
 // request target (RFC 9112 section 3.2.2, which a server must accept) whose authority does not parse.
-// DESIGN's rule: bad input gets a clear error (a 4xx), never a 500. Each case below answered 500 when
-// this file was written; the `it.fails` comments say where the error comes from.
+// DESIGN's rule: bad input gets a clear error (a 4xx), never a 500. Each case below once answered 500;
+// the comments say where the error came from. Every service now brings an absolute-form target to the
+// origin form, or answers 400 path_malformed (src/request-target.ts), and the identity provider builds
+// its URLs on the issuer's host, whatever the Host header says.
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authorizationUrl } from './flow.js';
@@ -72,7 +74,7 @@ describe('the identity provider under a Host header that is not a host', () => {
   // provider answers as 500 server_error: discovery, the authorization endpoint (urlFor of the resume
   // URL, actions/authorization/interactions.js:102, before any interaction is stored) and end_session.
   // Nothing in src/idp/server.ts looks at the Host header before `provider.callback()`.
-  it.fails('answers discovery, authorization and end_session with a 4xx, not a 500', async () => {
+  it('answers discovery, authorization and end_session with a 4xx, not a 500', async () => {
     const { app } = whole.running.clients;
     const authorize = authorizationUrl(whole.running.authUrl, {
       clientId: app.clientId,
@@ -105,10 +107,29 @@ describe('the identity provider under a Host header that is not a host', () => {
   });
 
   // The same through an absolute-form request target: Koa's `href` is then the target itself.
-  it.fails('answers an absolute-form target whose authority does not parse with a 4xx, not a 500', async () => {
+  it('answers an absolute-form target whose authority does not parse with a 4xx, not a 500', async () => {
     const host = new URL(whole.running.authUrl).host;
     const answer = await get(whole.running.authUrl, 'http://x:99999/.well-known/openid-configuration', host);
     expect(answer.status).toBeLessThan(500);
+  });
+});
+
+describe('the identity provider under another host', () => {
+  // Built from the Host header, discovery once advertised whatever host a client named: a cache in
+  // front of it (or a page that reads it) would hand those URLs to everyone.
+  it("advertises the issuer's URLs whatever the Host header or an absolute-form target name", async () => {
+    const issuer = whole.running.authUrl;
+    for (const [target, host] of [
+      ['/.well-known/openid-configuration', 'evil.example'],
+      ['http://evil.example/.well-known/openid-configuration', new URL(issuer).host],
+    ] as const) {
+      const answer = await get(issuer, target, host);
+      expect(answer.status, target).toBe(200);
+      const body = answer.body.slice(answer.body.indexOf('{'), answer.body.lastIndexOf('}') + 1);
+      const metadata = JSON.parse(body) as Record<string, unknown>;
+      expect(metadata.authorization_endpoint, target).toBe(`${issuer}/auth`);
+      expect(answer.body, target).not.toContain('evil.example');
+    }
   });
 });
 
@@ -118,7 +139,7 @@ describe('the webhook receiver under an absolute-form request target', () => {
   // read `ctx.path` first thing (src/receiver/server.ts:118 for the page, :308 in adminApi for any
   // other request), so every such request, to the page, the webhook endpoint or the admin API, gets
   // Koa's plain-text 500 "Internal Server Error", not a problem document.
-  it.fails('answers GET http://[/ and POST http://[/webhooks/payments with a 4xx problem, not a 500', async () => {
+  it('answers GET http://[/ and POST http://[/webhooks/payments with a 4xx problem, not a 500', async () => {
     const { receiver } = whole.stack;
     const host = new URL(receiver.url).host;
     const page = await get(receiver.url, 'http://[/', host);
@@ -137,7 +158,7 @@ describe('the third-party app under an absolute-form callback', () => {
   // `GET http://x:99999/callback?...` to /callback (parseurl's legacy url.parse takes the port), but
   // `new URL` refuses port 99999 and throws: a 500 "Something went wrong" for a sign-in that is
   // already destroyed (the pending session is deleted just before).
-  it.fails('answers an absolute-form callback whose authority does not parse with the 400 page', async () => {
+  it('answers an absolute-form callback whose authority does not parse with the 400 page', async () => {
     const { appUrl } = whole.running;
     const start = await fetch(new URL('/signin', appUrl), { redirect: 'manual' });
     expect(start.status).toBe(303);

@@ -10,6 +10,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
 import { methodNotAllowed } from '../methods.js';
+import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { webhookSchedule } from '../webhook-schedule.js';
 import { registerChargeRoutes } from './charges.js';
@@ -124,7 +125,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   const pollInterval = options.relay === false ? '1s' : (options.relay?.pollInterval ?? '1s');
   const relay: Relay = outbox.relay({ db, sender, pollInterval });
 
-  const server = createServer(app);
+  const server = createServer(withOriginForm(app, 'problem'));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host ?? '127.0.0.1', () => {

@@ -47,7 +47,15 @@ export async function createIdp(options: IdpOptions): Promise<Idp> {
   app.set('trust proxy', process.env.TRUST_PROXY === '1');
   app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), origin }));
   app.use('/interaction', interactionErrors);
-  // The provider comes last and parses its own bodies.
+  // The provider comes last and parses its own bodies. It builds every URL it hands out (discovery,
+  // the resume URL of a sign-in, end_session) from the request's Host header: one that names another
+  // host would be advertised, and one that is no host made each of them a 500. The issuer is the
+  // provider's one public address, whatever the client wrote.
+  const issuerHost = new URL(options.issuer).host;
+  app.use((req, _res, next) => {
+    req.headers.host = issuerHost;
+    next();
+  });
   app.use(provider.callback());
   return { app, provider, issuer: options.issuer };
 }

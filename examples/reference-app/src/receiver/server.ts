@@ -9,6 +9,7 @@ import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
 import type { Database } from '../db.js';
 import { htmlPage, pageHeaders } from '../html.js';
+import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { hasControlCharacters } from '../text.js';
 import { webhookRetention, webhookSchedule } from '../webhook-schedule.js';
@@ -163,7 +164,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     else sendProblem(ctx, 404, 'route_not_found', 'No such resource', `Events are posted to ${path}.`);
   });
 
-  const server = createServer(app.callback());
+  const server = createServer(withOriginForm(app.callback(), 'problem'));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host ?? '127.0.0.1', () => {
