@@ -3,8 +3,8 @@
 // end-to-end fields. DESIGN's rule: bad input gets a clear error, never a 500 (or a 5xx that says
 // "retry later" for a request no retry can get through), a lost record or two executions for one key.
 import { randomUUID } from 'node:crypto';
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sendBytes } from './hostile-send.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
 const limitMs = 5000;
@@ -19,38 +19,8 @@ afterAll(async () => {
   await test?.close();
 });
 
-interface Answer {
-  /** Every status line, in order (a `100 Continue` first, then the final one). */
-  statuses: number[];
-  /** The final answer's header block and body. */
-  head: string;
-  body: string;
-}
-
 /** Writes `bytes` to the gateway as they are and reads until the server closes (or the limit). */
-function sendRaw(bytes: Buffer): Promise<Answer> {
-  const { port } = new URL(test.stack.gateway.url);
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(port), '127.0.0.1');
-    const chunks: Buffer[] = [];
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error(`no answer within ${limitMs} ms`));
-    }, limitMs);
-    socket.on('data', (chunk) => chunks.push(chunk));
-    socket.on('error', () => undefined);
-    socket.on('close', () => {
-      clearTimeout(timer);
-      const text = Buffer.concat(chunks).toString('latin1');
-      const statuses = [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((match) => Number(match[1]));
-      const last = text.lastIndexOf('HTTP/1.1 ');
-      const final = last === -1 ? '' : text.slice(last);
-      const end = final.indexOf('\r\n\r\n');
-      resolve({ statuses, head: final.slice(0, end), body: end === -1 ? '' : final.slice(end + 4) });
-    });
-    socket.write(bytes);
-  });
-}
+const sendRaw = (bytes: Buffer) => sendBytes(test.stack.gateway.url, bytes, limitMs);
 
 const charge = '{"amount":100,"currency":"USD"}';
 

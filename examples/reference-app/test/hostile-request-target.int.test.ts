@@ -5,9 +5,9 @@
 // the comments say where the error came from. Every service now brings an absolute-form target to the
 // origin form, or answers 400 path_malformed (src/request-target.ts), and the identity provider builds
 // its URLs on the issuer's host, whatever the Host header says.
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authorizationUrl } from './flow.js';
+import { sendBytes } from './hostile-send.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { pkcePair } from './user-agent.js';
 
@@ -21,41 +21,8 @@ afterAll(async () => {
   await whole?.close();
 });
 
-interface Answer {
-  status: number;
-  head: string;
-  body: string;
-}
-
 /** Writes `bytes` to `base`'s port as they are and reads until the server closes (or the limit). */
-function sendRaw(base: string, bytes: string): Promise<Answer> {
-  const { port } = new URL(base);
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(port), '127.0.0.1');
-    const chunks: Buffer[] = [];
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error(`no answer within ${limitMs} ms`));
-    }, limitMs);
-    socket.on('data', (chunk) => chunks.push(chunk));
-    socket.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    socket.on('end', () => {
-      clearTimeout(timer);
-      const text = Buffer.concat(chunks).toString('latin1');
-      const split = text.indexOf('\r\n\r\n');
-      const head = split === -1 ? text : text.slice(0, split);
-      resolve({
-        status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1] ?? 0),
-        head,
-        body: split === -1 ? '' : text.slice(split + 4),
-      });
-    });
-    socket.write(bytes);
-  });
-}
+const sendRaw = (base: string, bytes: string) => sendBytes(base, bytes, limitMs);
 
 /** A GET with the request target and Host header given, as they are. */
 const get = (base: string, target: string, host: string, cookie?: string) =>
