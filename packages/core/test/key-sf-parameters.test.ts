@@ -65,3 +65,61 @@ describe('parseIdempotencyKey: sf-string parameters of every bare-item type (cas
     expect(keyOf('"abc";s="a\\b"')).toBe('key_invalid');
   });
 });
+
+// Mutation audit of the parameter grammar and trimBlanks: each case below pins one boundary of an
+// RFC 9651 production (or one side of the trim) that the cases above leave open.
+describe('parseIdempotencyKey: the edges of each parameter production (mutation audit)', () => {
+  it('trims blanks on one side only as well as on both', () => {
+    expect(keyOf('"abc" \t')).toBe('abc');
+    expect(keyOf('abc\t')).toBe('abc');
+    expect(keyOf(' \t"abc"')).toBe('abc');
+    expect(keyOf('\tabc')).toBe('abc');
+  });
+
+  it('parameter keys: lower case, digits, _ . * - after the first, which is a letter or *', () => {
+    expect(keyOf('"abc";*a=1')).toBe('abc');
+    expect(keyOf('"abc";a*b.c_d-e9=1')).toBe('abc');
+    expect(keyOf('"abc";1a=1')).toBe('key_invalid');
+    expect(keyOf('"abc";aB=1')).toBe('key_invalid');
+    // Any number of spaces after `;` (RFC 9651 4.2.3.2), and a key alone is the boolean true.
+    expect(keyOf('"abc";   a=1')).toBe('abc');
+    expect(keyOf('"abc";flag')).toBe('abc');
+    expect(keyOf('"abc";flag;n=?0')).toBe('abc');
+  });
+
+  it('each parameter starts where the one before ended: garbage before a good parameter is refused', () => {
+    expect(keyOf('"abc"x;a=1')).toBe('key_invalid');
+    expect(keyOf('"abc";a=1 ;b=2')).toBe('key_invalid');
+  });
+
+  it('string parameters: space and both escapes are in, any other escape and DEL are out', () => {
+    expect(keyOf('"abc";s="a b"')).toBe('abc');
+    expect(keyOf('"abc";s="a\\\\b"')).toBe('abc');
+    expect(keyOf('"abc";s="a\\nb"')).toBe('key_invalid');
+    expect(keyOf('"abc";s="a\u007fb"')).toBe('key_invalid');
+  });
+
+  it('token parameters: a letter or * first, then tchar, : and /, never a comma', () => {
+    expect(keyOf('"abc";t=*foo')).toBe('abc');
+    expect(keyOf('"abc";t=text/plain:x')).toBe('abc');
+    expect(keyOf('"abc";t=a,b')).toBe('key_invalid');
+  });
+
+  it('numbers: a decimal needs a digit before the point; booleans are ?0 and ?1 only', () => {
+    expect(keyOf('"abc";v=.5')).toBe('key_invalid');
+    expect(keyOf('"abc";v=-.5')).toBe('key_invalid');
+    expect(keyOf('"abc";b=?0')).toBe('abc');
+    expect(keyOf('"abc";b=?2')).toBe('key_invalid');
+  });
+
+  it('dates take 15 digits, as integers do', () => {
+    expect(keyOf('"abc";at=@123456789012345')).toBe('abc');
+    expect(keyOf('"abc";at=@-123456789012345')).toBe('abc');
+  });
+
+  it('display strings: space and \\ are in, a bare " ends the string', () => {
+    expect(keyOf('"abc";note=%"a b"')).toBe('abc');
+    expect(keyOf('"abc";note=%"a\\b"')).toBe('abc');
+    expect(keyOf('"abc";note=%"a"b"')).toBe('key_invalid');
+  });
+});
