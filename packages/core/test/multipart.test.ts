@@ -287,3 +287,71 @@ describe('malformedPartHeader: a part header a multipart parser refuses', () => 
     expect(malformedPartHeader(Buffer.from('--bx\r\nno colon\r\n\r\n--b--'), type)).toBe(false);
   });
 });
+
+// Mutation audit: the edges of malformedPartHeader's walk and field-line grammar that the cases
+// above leave open, each one a way busboy reads a body that a small slip here would misjudge.
+describe('malformedPartHeader: the edges of the walk and of the field-line grammar', () => {
+  const type = 'multipart/form-data; boundary=b';
+  const withHeaders = (...headers: string[]) => form('b', [...upload, { headers, content: 'x' }]);
+  const badPart = 'no colon\r\n\r\n1\r\n';
+
+  it('is false for a boundary that names no boundary RFC 2046 allows, or one repeated in another case or spacing', () => {
+    const long = 'a'.repeat(71);
+    expect(
+      malformedPartHeader(Buffer.from(`--${long}\r\n${badPart}--${long}--`), `multipart/form-data; boundary=${long}`),
+    ).toBe(false);
+    const bad = Buffer.from(`--x\r\n${badPart}--x--\r\n`);
+    expect(malformedPartHeader(bad, 'multipart/form-data; boundary=x; boundary =x')).toBe(false);
+    expect(malformedPartHeader(bad, 'multipart/form-data; boundary=x; BOUNDARY=x')).toBe(false);
+  });
+
+  it('takes `--b` followed by anything but `--` or CRLF as content, and stops at the close delimiter', () => {
+    for (const [body, malformed] of [
+      // Not delimiters: the walk goes on to the part after them.
+      [`--b-a\r\n--b\r\n${badPart}--b--`, true],
+      [`--ba-\r\n--b\r\n${badPart}--b--`, true],
+      // Half a line break after `--b` is no delimiter line either: what follows is no header section.
+      [`--b\r!${badPart}--b--`, false],
+      [`--b!\n${badPart}--b--`, false],
+      // The epilogue after the close delimiter is not read, whatever it spells.
+      [`--b\r\nA: 1\r\n\r\n1\r\n--b--\r\n--b\r\n${badPart}`, false],
+    ] as const) {
+      expect(malformedPartHeader(Buffer.from(body), type), JSON.stringify(body)).toBe(malformed);
+    }
+  });
+
+  it('a part with no header fields is content from its blank line on, however long and whatever it holds', () => {
+    expect(malformedPartHeader(form('b', [{ headers: [], content: 'a'.repeat(maxPartHeaderBytes * 2) }]), type)).toBe(
+      false,
+    );
+    expect(malformedPartHeader(form('b', [{ headers: [], content: '\r\nno colon\r\n\r\n' }]), type)).toBe(false);
+    // A bare CR or LF at the start is no blank line.
+    expect(malformedPartHeader(withHeaders('\rA: 1'), type)).toBe(true);
+    expect(malformedPartHeader(withHeaders('A\nB: 1'), type)).toBe(true);
+  });
+
+  it(`is ${maxPartHeaderBytes} bytes (16 KiB, busboy's limit): a section cut short at that length is not over it`, () => {
+    expect(maxPartHeaderBytes).toBe(16 * 1024);
+    const cut = (length: number) => Buffer.from(`--b\r\nA: ${'a'.repeat(length - 3)}`);
+    expect(malformedPartHeader(cut(maxPartHeaderBytes), type)).toBe(false);
+    expect(malformedPartHeader(cut(maxPartHeaderBytes + 1), type)).toBe(true);
+  });
+
+  it('field values take tabs and obs-text read as bytes; names take every tchar, and no space before the colon', () => {
+    expect(malformedPartHeader(withHeaders('X-Note:\tvalue'), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders("X!#$%&'*+.^_`|~: 1"), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('X-Note : value'), type)).toBe(true);
+    // Bytes that are no UTF-8 (a latin1 file name) and characters beyond latin1 are obs-text alike.
+    const latin1 = Buffer.from('--b\r\nContent-Disposition: form-data; name="caf\u00e9"\r\n\r\n1\r\n--b--', 'latin1');
+    expect(malformedPartHeader(latin1, type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('Content-Disposition: form-data; name="\u20ac"'), type)).toBe(false);
+  });
+
+  it('a continuation line starts with a space or a tab, and is a value of visible characters to its end', () => {
+    expect(malformedPartHeader(withHeaders('Content-Disposition: form-data;', ' name="a"'), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('Content-Disposition: form-data;', ' name="\u00e9"'), type)).toBe(false);
+    expect(malformedPartHeader(withHeaders('Content-Disposition: form-data;', ' name="a"\u0000'), type)).toBe(true);
+    // A second line that is no field line and no continuation is malformed, as a first one is.
+    expect(malformedPartHeader(withHeaders('A: 1', 'no colon'), type)).toBe(true);
+  });
+});
