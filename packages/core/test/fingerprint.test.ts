@@ -345,6 +345,19 @@ describe('canonicalJson edges', () => {
     );
   });
 
+  it('writes a non-finite number as 1e400 with its sign also past the stack, and a reviver\'s NaN as null', () => {
+    // Nested deeper than JSON.stringify can recurse: the compact writer gives the client's bytes too.
+    const deep = `${'['.repeat(20_000)}-1e400,1e400${']'.repeat(20_000)}`;
+    const value = JSON.parse(deep);
+    expect(() => JSON.stringify(value)).toThrow(RangeError);
+    expect(jsonBodyText(value)).toBe(deep);
+    // NaN is no number a JSON parser gives: written as JSON.stringify writes it, never as 1e400.
+    expect(jsonBodyText({ amount: Number.NaN })).toBe('{"amount":null}');
+    let nested: unknown = Number.NaN;
+    for (let i = 0; i < 20_000; i++) nested = [nested];
+    expect(jsonBodyText(nested)).toBe(`${'['.repeat(20_000)}null${']'.repeat(20_000)}`);
+  });
+
   it('sorts a long member list too (more than 16 members, where the sort changes method)', () => {
     const names = Array.from({ length: 20 }, (_, i) => `k${String(i).padStart(2, '0')}`);
     const value = Object.fromEntries([...names].reverse().map((name) => [name, 1]));
