@@ -155,6 +155,12 @@ describe.runIf(withPostgres)('transactional mode: the connection of the transact
         expect(JSON.parse(firstBody).code).toBe('store_unavailable');
         expect(events.filter((event) => event.type === 'complete')).toHaveLength(0);
         expect(events).toContainEqual(expect.objectContaining({ type: 'store-error', phase: 'transaction' }));
+        // One store-error, carrying the store's own error (not a wrapper of it, not its cause), and the
+        // key released once: no second release that finds it gone and reports the lease lost.
+        const storeErrors = events.filter((event) => event.type === 'store-error');
+        expect(storeErrors).toHaveLength(1);
+        expect((storeErrors[0] as { error: Error }).error.name).toBe('StoreUnavailableError');
+        expect(events.filter((event) => event.type === 'lease-lost')).toHaveLength(0);
         // Nothing committed, so the retry runs, once, and succeeds.
         const retry = await send();
         expect(retry.headers.get('idempotent-replayed')).toBeNull();
@@ -163,6 +169,34 @@ describe.runIf(withPostgres)('transactional mode: the connection of the transact
         const { rows } = await admin.query(`SELECT count(*)::int AS n FROM "${effects}" WHERE key = $1`, [key]);
         expect(rows[0].n).toBe(1);
         expect(unhandled).toEqual([]);
+      } finally {
+        await server.close();
+      }
+    });
+
+    it(`${name}: a handler's own error inside the transaction is no store failure (the framework's 500, no 503)`, async () => {
+      const events: IdempotencyEvent[] = [];
+      const server = await servers[name](
+        {
+          store: postgresStore({ client: pool, table }),
+          transactional: true,
+          scope: () => `caller-own-${name}`,
+          onEvent: (event: IdempotencyEvent) => events.push(event),
+        },
+        async (tx) => {
+          await tx.query('SELECT 1');
+          throw new Error('the handler failed on its own');
+        },
+      );
+      try {
+        const first = await fetch(server.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': `own-${name}-${tag}` },
+          body: '{"amount":100}',
+        });
+        await first.text();
+        expect(first.status).toBe(500);
+        expect(events.filter((event) => event.type === 'store-error')).toHaveLength(0);
       } finally {
         await server.close();
       }
