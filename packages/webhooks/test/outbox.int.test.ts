@@ -133,6 +133,26 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  it('caps the history with the entry of a lost claim too, as with an attempt that came back', async () => {
+    await clear();
+    await outbox.add(pool, { id: 'lost-at-cap', url: 'https://receiver.test/hooks', body: '{}' });
+    // A row with a full history whose relay died mid-attempt: its lease ran out, so the next claim
+    // takes it over and writes the lost attempt's entry (withLost), past the cap.
+    await pool.query(
+      `UPDATE "${table}"
+          SET attempts = 100, claims = 100, locked_by = 'gone', locked_until = now() - interval '1 second',
+              history = (SELECT jsonb_agg(jsonb_build_object('attempt', n, 'result', 'failed') ORDER BY n)
+                           FROM generate_series(1, 100) AS n)`,
+    );
+    await outbox.relay({ db: pool, sender, relayId: 'takes-over' }).runOnce();
+    const [row] = await rows();
+    expect(row.history).toHaveLength(100);
+    expect(row.history.slice(0, 11).map((entry: { attempt: number }) => entry.attempt)).toEqual([
+      1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12,
+    ]);
+    expect(row.history[99]).toMatchObject({ attempt: 100, result: 'lost', relayId: 'gone' });
+  });
+
   it('retries on the database clock, dead-letters on 410 with its history, and requeues by hand', async () => {
     await clear();
     let status = 500;
