@@ -29,7 +29,7 @@ interface SeenRequest {
 /** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
 let api: Server;
 let apiUrl: string;
-let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' = 'ok';
+let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' | 'crash' | 'drop' | 'garbled' = 'ok';
 /** In 'flaky' mode, how many more POST /charges answer 503 before one succeeds. */
 let failuresLeft = 0;
 /** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
@@ -153,6 +153,19 @@ beforeAll(async () => {
       res
         .writeHead(409, { 'content-type': 'application/problem+json', 'retry-after': '1' })
         .end('{"title":"Request in progress"}');
+      return;
+    }
+    // A 500 (retried with a key), no answer at all, or a success whose body does not parse.
+    if (apiMode === 'crash' && req.url === '/charges') {
+      res.writeHead(500, { 'content-type': 'application/problem+json' }).end('{"title":"Internal Server Error"}');
+      return;
+    }
+    if (apiMode === 'drop' && req.url === '/charges') {
+      req.socket.destroy();
+      return;
+    }
+    if (apiMode === 'garbled' && req.url === '/charges') {
+      res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1",');
       return;
     }
     if (apiMode === 'refuse' && req.url === '/charges' && failuresLeft-- > 0) {
@@ -798,6 +811,23 @@ describe('signed in', () => {
     const after = await agent.request(appUrl('/'));
     expect(after.body).toContain('The API refused: 422 Unprocessable Content');
     expect(after.body).not.toContain('Send the same charge again (same key)');
+  });
+
+  // Mutation audit: each kind of unknown outcome keeps the key on its own (mayHaveRun's clauses).
+  it.each([
+    ['a 500 on every attempt', 'crash', 4],
+    ['no answer on any attempt', 'drop', 4],
+    ['a success whose body does not parse', 'garbled', 1],
+  ] as const)('keeps the key of a charge whose outcome is unknown after %s', async (_name, mode, tries) => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    apiMode = mode;
+    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const attempts = seen.filter((request) => request.url === '/charges');
+    expect(attempts).toHaveLength(tries);
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).toContain('Send the same charge again (same key)');
+    expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
   });
 
   it('keeps the key of a charge refused only after an attempt whose outcome is unknown (503, then 422)', async () => {

@@ -1239,6 +1239,8 @@ describe('storage on the shared database', () => {
     await adapter.upsert('jti-expired', { iss: 'client-a', jti: 'jti-expired' }, 0);
     expect(await adapter.find('jti-expired')).toBeUndefined();
     expect(await adapter.find('jti-expired')).toEqual({});
+    // A jti holding NUL (which PostgreSQL refuses in text) is no claim and no error: found nowhere.
+    expect(await adapter.find('jti-\u0000-nul')).toBeUndefined();
     // Other models' find is a plain read: it claims nothing.
     expect(await sqlAdapterFactory(db)('AccessToken').find('jti-never-stored')).toBeUndefined();
     expect(await sqlAdapterFactory(db)('AccessToken').find('jti-never-stored')).toBeUndefined();

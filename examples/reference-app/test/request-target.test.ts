@@ -1,0 +1,77 @@
+// src/request-target.ts on its own (hostile-request-target.int.test.ts sends such targets over raw
+// sockets to the running services, and checks only that they get no 500): what each target becomes,
+// which it refuses, and the 400 each kind of service answers with.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { describe, expect, it } from 'vitest';
+import { toOriginForm, withOriginForm } from '../src/request-target.js';
+
+const request = (url: string) => ({ url }) as IncomingMessage;
+
+describe('toOriginForm', () => {
+  it('leaves an origin-form target, and the asterisk of OPTIONS *, as they are', () => {
+    for (const target of ['/', '/charges?limit=2', '*']) {
+      const req = request(target);
+      expect(toOriginForm(req), target).toBe(true);
+      expect(req.url).toBe(target);
+    }
+  });
+
+  it('brings an absolute-form target to its path and query as sent, / when it has no path', () => {
+    for (const [target, origin] of [
+      ['http://api.example/charges?limit=2', '/charges?limit=2'],
+      ['https://api.example:8443/a/b', '/a/b'],
+      ['http://api.example', '/'],
+      // The authority ends at the first / ? or #: a query holding a / stays the query.
+      ['http://api.example?next=/charges', '/?next=/charges'],
+    ] as const) {
+      const req = request(target);
+      expect(toOriginForm(req), target).toBe(true);
+      expect(req.url, target).toBe(origin);
+    }
+  });
+
+  it('refuses, target untouched, an absolute-form target whose authority does not parse', () => {
+    for (const target of ['http://x:99999/charges', 'http://[/', 'http://a b/']) {
+      const req = request(target);
+      expect(toOriginForm(req), target).toBe(false);
+      expect(req.url).toBe(target);
+    }
+  });
+});
+
+describe('withOriginForm', () => {
+  const answered = (kind: 'problem' | 'page', target: string) => {
+    let handled = false;
+    const written: { status?: number; headers?: Record<string, string>; body?: string } = {};
+    const res = {
+      writeHead(status: number, headers: Record<string, string>) {
+        written.status = status;
+        written.headers = headers;
+        return this;
+      },
+      end(body: string) {
+        written.body = body;
+        return this;
+      },
+    } as unknown as ServerResponse;
+    withOriginForm(() => {
+      handled = true;
+    }, kind)(request(target), res);
+    return { handled, ...written };
+  };
+
+  it('hands a target it takes to the handler, and answers nothing itself', () => {
+    expect(answered('problem', 'http://api.example/charges')).toEqual({ handled: true });
+  });
+
+  it("answers a services' bad target with a 400 path_malformed problem, a page's with a 400 page", () => {
+    const problem = answered('problem', 'http://[/');
+    expect(problem).toMatchObject({ handled: false, status: 400 });
+    expect(problem.headers?.['Content-Type']).toBe('application/problem+json');
+    expect(JSON.parse(problem.body ?? '')).toMatchObject({ status: 400, code: 'path_malformed' });
+    const page = answered('page', 'http://[/');
+    expect(page).toMatchObject({ handled: false, status: 400 });
+    expect(page.headers?.['Content-Type']).toMatch(/^text\/html/);
+    expect(page.body).toContain('Bad request');
+  });
+});
