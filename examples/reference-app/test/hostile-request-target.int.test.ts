@@ -119,6 +119,18 @@ describe('the webhook receiver under an absolute-form request target', () => {
   });
 });
 
+describe('the API under an absolute-form request target', () => {
+  // Express builds a URL of the target, which throws for an authority that does not parse: the API's
+  // own port (behind the gateway, but a port of its own) answers it as the others do, a 400 problem.
+  it('answers GET http://[/charges with a 400 path_malformed problem, not a 500', async () => {
+    const { api } = whole.stack;
+    const answer = await get(api.url, 'http://[/charges', new URL(api.url).host);
+    expect(answer.status).toBe(400);
+    expect(answer.head).toMatch(/content-type: application\/problem\+json/i);
+    expect(answer.body).toContain('path_malformed');
+  });
+});
+
 describe('the third-party app under an absolute-form callback', () => {
   // The callback rebuilds its URL as `new URL(req.originalUrl, options.appUrl)` (src/app/server.ts:378),
   // outside the try that turns a failed sign-in into the 400 page. Express routes
