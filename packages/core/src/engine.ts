@@ -752,7 +752,6 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
     // a request waits for (a pool whose connections are all held would otherwise keep it waiting
     // for as long as they are); the handler inside it then takes as long as it takes. One that
     // begins after its caller gave up runs nothing and rolls back at once.
-    let began = false;
     let gaveUp = false;
     let signalBegun = () => {};
     const begun = new Promise<void>((resolve) => {
@@ -763,7 +762,6 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         { id: lease.id, token: lease.token },
         async (tx) => {
           if (gaveUp) throw new Error('the transaction began after its caller gave up');
-          began = true;
           signalBegun();
           let produced: Awaited<ReturnType<typeof fn>>;
           try {
@@ -788,14 +786,13 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
         },
       );
       try {
+        // (The race holds on to `running`: a rejection after a timeout is never unhandled.)
         await withTimeout('transaction', () => Promise.race([begun, running]));
       } catch (error) {
-        if (!began) {
-          gaveUp = true;
-          running.catch(() => undefined);
-          throw error;
-        }
-        // It began, then failed: `running` says how, below.
+        // Not begun in time, or failed: either way nothing of it is left to wait for. (A handler's
+        // own failure is rethrown below as such.)
+        gaveUp = true;
+        throw error;
       }
       const result = await running;
       stopHeartbeat(state);

@@ -17,10 +17,10 @@
 export function canonicalMultipart(body: Uint8Array, contentType: string): Buffer | undefined {
   const boundary = boundaryOf(contentType);
   if (boundary === undefined) return undefined;
-  const read = partsOf(Buffer.from(body.buffer, body.byteOffset, body.byteLength), boundary, maxParts);
-  if (read === undefined || !read.closed) return undefined;
+  const parts = partsOf(Buffer.from(body.buffer, body.byteOffset, body.byteLength), boundary, maxParts);
+  if (parts === undefined) return undefined;
   const out: Buffer[] = [];
-  for (const part of read.parts) {
+  for (const part of parts) {
     const framed = partForHash(part);
     if (framed === undefined) return undefined;
     out.push(framed);
@@ -90,12 +90,11 @@ function fieldLines(section: Buffer): boolean {
   return lines.every((line, index) => fieldLine.test(line) || (index > 0 && continuation.test(line)));
 }
 
-// The parts of a multipart body under `boundary`, each as the bytes between two delimiter lines
-// (its header section, the blank line, its content), and whether a close delimiter ended them; a
-// body cut short ends with what follows its last delimiter line. Undefined when the body has no
-// delimiter line of that boundary, a delimiter followed by more than transport padding (RFC 2046:
-// linear white space a gateway may add), or more than `limit` parts.
-function partsOf(bytes: Buffer, boundary: string, limit: number): { parts: Buffer[]; closed: boolean } | undefined {
+// The parts of a multipart body under `boundary`, each as the bytes between two delimiter lines (its
+// header section, the blank line, its content). Undefined when the body has no delimiter line of that
+// boundary, a delimiter followed by more than transport padding (RFC 2046: linear white space a
+// gateway may add), no close delimiter, or more than `limit` parts.
+function partsOf(bytes: Buffer, boundary: string, limit: number): Buffer[] | undefined {
   const delimiter = Buffer.from(`--${boundary}`, 'latin1');
   const nextDelimiter = Buffer.from(`\r\n--${boundary}`, 'latin1');
   // The first delimiter opens the body or ends a line of the preamble (which may be empty).
@@ -107,16 +106,13 @@ function partsOf(bytes: Buffer, boundary: string, limit: number): { parts: Buffe
   for (;;) {
     at += delimiter.length;
     // `--` after a delimiter closes the body; whatever follows is the epilogue.
-    if (bytes[at] === dash && bytes[at + 1] === dash) return { parts, closed: true };
+    if (bytes[at] === dash && bytes[at + 1] === dash) return parts;
     while (bytes[at] === space || bytes[at] === tab) at++;
     if (bytes[at] !== cr || bytes[at + 1] !== lf) return undefined;
     at += 2;
     if (parts.length === limit) return undefined;
     const end = bytes.indexOf(nextDelimiter, at);
-    if (end === -1) {
-      parts.push(bytes.subarray(at));
-      return { parts, closed: false };
-    }
+    if (end === -1) return undefined;
     parts.push(bytes.subarray(at, end));
     at = end + 2;
   }

@@ -345,7 +345,7 @@ describe('canonicalJson edges', () => {
     );
   });
 
-  it('writes a non-finite number as 1e400 with its sign also past the stack, and a reviver\'s NaN as null', () => {
+  it("writes a non-finite number as 1e400 with its sign also past the stack, and a reviver's NaN as null", () => {
     // Nested deeper than JSON.stringify can recurse: the compact writer gives the client's bytes too.
     const deep = `${'['.repeat(20_000)}-1e400,1e400${']'.repeat(20_000)}`;
     const value = JSON.parse(deep);
