@@ -15,7 +15,7 @@ const absoluteForm = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)(.*)$/s;
  *
  * @example
  * ```ts
- * if (!toOriginForm(req)) return badTarget(res);
+ * toOriginForm(req); // req.url 'http://localhost:8083/callback?code=x' becomes '/callback?code=x'
  * ```
  */
 export function toOriginForm(req: IncomingMessage): boolean {

@@ -1,3 +1,4 @@
+import { trimBlanks } from './blanks.js';
 import { IdempotencyError } from './errors.js';
 
 /** Options of {@link parseIdempotencyKey}. */
@@ -44,8 +45,7 @@ export function parseIdempotencyKey(
     return invalid('The Idempotency-Key header must appear once.');
   }
   const raw = (typeof fieldValues === 'string' ? fieldValues : fieldValues[0]) as string;
-  // Optional whitespace around a field value is not part of it (RFC 9110 5.5). Index loops, not a
-  // regex: `[ \t]+$` tries every run of interior blanks, quadratic in a hostile header's length.
+  // Optional whitespace around a field value is not part of it (RFC 9110 5.5).
   const value = trimBlanks(raw);
   if (value.length === 0) return invalid('The Idempotency-Key header is empty.');
 
@@ -71,15 +71,6 @@ export function parseIdempotencyKey(
   // Every accepted character is ASCII, so characters and UTF-8 bytes count the same.
   if (key.length > maxBytes) return invalid(`The Idempotency-Key must be at most ${maxBytes} bytes.`);
   return { ok: true, key };
-}
-
-// `value` without the spaces and tabs around it.
-function trimBlanks(value: string): string {
-  let start = 0;
-  let end = value.length;
-  while (start < end && (value.charCodeAt(start) === 0x20 || value.charCodeAt(start) === 0x09)) start++;
-  while (end > start && (value.charCodeAt(end - 1) === 0x20 || value.charCodeAt(end - 1) === 0x09)) end--;
-  return start === 0 && end === value.length ? value : value.slice(start, end);
 }
 
 /** Parses `"..."` followed by optional `;param` items (RFC 9651 3.3.3 and 3.1.2); undefined if malformed. */

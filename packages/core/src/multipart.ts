@@ -1,3 +1,5 @@
+import { trimBlanks } from './blanks.js';
+
 /**
  * The fingerprint form of a multipart body (RFC 2046 §5.1, RFC 7578): its parts, in order, each as
  * its header fields and its content, without the boundary. Clients pick a new random boundary each
@@ -183,16 +185,6 @@ function unfold(lines: string[]): string[] | undefined {
     else out.push(line);
   }
   return out;
-}
-
-// HTTP's optional white space is spaces and tabs only (String#trim would also take 0xA0, a byte of
-// the value read as latin1).
-function trimBlanks(value: string): string {
-  let start = 0;
-  let end = value.length;
-  while (start < end && (value[start] === ' ' || value[start] === '\t')) start++;
-  while (end > start && (value[end - 1] === ' ' || value[end - 1] === '\t')) end--;
-  return value.slice(start, end);
 }
 
 // RFC 2046 §5.1.1: 1 to 70 characters from a fixed set, the last not a space; quoted or not.

@@ -3,10 +3,11 @@ const clientAddressHeaders = ['x-real-ip', 'true-client-ip', 'cf-connecting-ip',
 
 // What well-known authenticating proxies write for the services behind them: a service deployed
 // behind one of them (or moved from one) may still trust these. Apache and CGI `REMOTE_USER` and
-// its kin; Authelia and Authentik forward auth (and `X-Authenticated-*`, in the `x-auth*` family); Kong (its consumers, and its OIDC plugin's
-// `X-Userinfo`, `X-Access-Token`, `X-ID-Token`); Pomerium; the verified token an API gateway passes
-// on (Envoy's and Istio's `forward_payload_header` as commonly named, WSO2's `X-JWT-Assertion`);
-// Google IAP and ESP; Azure App Service authentication; AWS ALB; Cloudflare Access.
+// its kin; Authelia and Authentik forward auth (their `X-Authenticated-*` is in the `x-auth*`
+// family below); Kong (its consumers, and its OIDC plugin's `X-Userinfo`, `X-Access-Token`,
+// `X-ID-Token`); Pomerium; the verified token an API gateway passes on (Envoy's and Istio's
+// `forward_payload_header` as commonly named, WSO2's `X-JWT-Assertion`); Google IAP and ESP; Azure
+// App Service authentication; AWS ALB; Cloudflare Access.
 const authenticatingProxyHeaders = [
   'x-remote-*',
   'remote-user',
