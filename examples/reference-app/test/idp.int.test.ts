@@ -63,6 +63,25 @@ async function authorizeOnly(params: Parameters<typeof authorizationUrl>[1]) {
   return fetch(authorizationUrl(auth(), params), { redirect: 'manual' });
 }
 
+/** alice signs in at the provider at `base` for the app: a fresh code and its PKCE verifier. */
+async function freshCode(base = auth()) {
+  const { verifier, challenge } = pkcePair();
+  const { loginAndConsent } = await import('./flow.js');
+  const callback = await loginAndConsent(
+    createUserAgent(),
+    base,
+    authorizationUrl(base, {
+      clientId: app.clientId,
+      redirectUri: app.redirectUri,
+      challenge,
+      challengeMethod: 'S256',
+    }),
+    app.redirectUri,
+    alice,
+  );
+  return { code: callback.searchParams.get('code')!, verifier };
+}
+
 describe('discovery and keys', () => {
   it('advertises code only, S256 only, iss in responses, revocation and introspection (rows 5, 6)', async () => {
     const response = await fetch(new URL('/.well-known/openid-configuration', auth()));
@@ -638,27 +657,8 @@ describe('the code flow', () => {
   });
 
   it('lets only one of two concurrent redemptions of a code through', async () => {
-    const agent = createUserAgent();
-    const { verifier, challenge } = pkcePair();
-    const { loginAndConsent } = await import('./flow.js');
-    const callback = await loginAndConsent(
-      agent,
-      auth(),
-      authorizationUrl(auth(), {
-        clientId: app.clientId,
-        redirectUri: app.redirectUri,
-        challenge,
-        challengeMethod: 'S256',
-      }),
-      app.redirectUri,
-      alice,
-    );
-    const params = {
-      grant_type: 'authorization_code',
-      code: callback.searchParams.get('code')!,
-      redirect_uri: app.redirectUri,
-      code_verifier: verifier,
-    };
+    const { code, verifier } = await freshCode();
+    const params = { grant_type: 'authorization_code', code, redirect_uri: app.redirectUri, code_verifier: verifier };
     const results = await Promise.all([tokenRequest(auth(), params, app), tokenRequest(auth(), params, app)]);
     expect(results.map((result) => result.status).sort()).toEqual([200, 400]);
   });
@@ -667,26 +667,12 @@ describe('the code flow', () => {
     ['a wrong code_verifier', (verifier: string) => ({ code_verifier: `${verifier}x` }), 'invalid_grant'],
     ['no code_verifier', () => ({}), 'invalid_grant'],
   ])('refuses %s (rows 10, 12)', async (_name, verifierParam, expected) => {
-    const agent = createUserAgent();
-    const { verifier, challenge } = pkcePair();
-    const { loginAndConsent } = await import('./flow.js');
-    const callback = await loginAndConsent(
-      agent,
-      auth(),
-      authorizationUrl(auth(), {
-        clientId: app.clientId,
-        redirectUri: app.redirectUri,
-        challenge,
-        challengeMethod: 'S256',
-      }),
-      app.redirectUri,
-      alice,
-    );
+    const { code, verifier } = await freshCode();
     const result = await tokenRequest(
       auth(),
       {
         grant_type: 'authorization_code',
-        code: callback.searchParams.get('code')!,
+        code,
         redirect_uri: app.redirectUri,
         ...verifierParam(verifier),
       },
@@ -694,25 +680,6 @@ describe('the code flow', () => {
     );
     expect(result.body.error).toBe(expected);
   });
-
-  async function freshCode() {
-    const agent = createUserAgent();
-    const { verifier, challenge } = pkcePair();
-    const { loginAndConsent } = await import('./flow.js');
-    const callback = await loginAndConsent(
-      agent,
-      auth(),
-      authorizationUrl(auth(), {
-        clientId: app.clientId,
-        redirectUri: app.redirectUri,
-        challenge,
-        challengeMethod: 'S256',
-      }),
-      app.redirectUri,
-      alice,
-    );
-    return { code: callback.searchParams.get('code')!, verifier };
-  }
 
   it('refuses a code redeemed after its 60 s lifetime (row 8)', async () => {
     // The provider reads the time from Date: shift it, and redeem one code within its TTL and one after.
@@ -1429,24 +1396,10 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
   // so the adapter revokes: else an attacker holding a stolen code who wins the race keeps the grant
   // the victim's replay should end.
   it('revokes what a code issued when a second redemption races the first (row 9)', async () => {
-    const agent = createUserAgent();
-    const { verifier, challenge } = pkcePair();
-    const { loginAndConsent } = await import('./flow.js');
-    const callback = await loginAndConsent(
-      agent,
-      racing.url,
-      authorizationUrl(racing.url, {
-        clientId: app.clientId,
-        redirectUri: app.redirectUri,
-        challenge,
-        challengeMethod: 'S256',
-      }),
-      app.redirectUri,
-      alice,
-    );
+    const { code, verifier } = await freshCode(racing.url);
     const results = await racePair('AuthorizationCode', {
       grant_type: 'authorization_code',
-      code: callback.searchParams.get('code')!,
+      code,
       redirect_uri: app.redirectUri,
       code_verifier: verifier,
     });
