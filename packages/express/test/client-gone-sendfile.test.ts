@@ -1,0 +1,58 @@
+// A client that leaves while the handler works, then the handler answers with res.sendFile: Express's
+// sendFile gives up on a request its client aborted (ECONNABORTED) and ends nothing.
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { type IdempotencyEvent, memoryStore, recordId } from '@idem/core';
+import { idempotency } from '@idem/express';
+import express from 'express';
+import { expect, it } from 'vitest';
+
+it.fails('client gone, the handler answers with res.sendFile: the outcome is settled, not left in progress', async () => {
+  // Right: the operation ran, so the key is settled (kept with 500 response_not_replayable, as a stream
+  // cut short is, or at least given up). Today sendFile's ECONNABORTED is swallowed (Express's default
+  // callback, mirrored below so the test knows when it happened), the response is never ended, the
+  // capture never settles, and the heartbeat renews the lease for as long as the process lives.
+  const events: IdempotencyEvent[] = [];
+  const store = memoryStore();
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => {
+    started = resolve;
+  });
+  let gaveUp!: (error: unknown) => void;
+  const sendFileDone = new Promise<unknown>((resolve) => {
+    gaveUp = resolve;
+  });
+  const app = express();
+  app.use(idempotency({ store, scope: () => 'tenant-1', onEvent: (event) => events.push(event) }));
+  app.post('/exports', async (req, res, next) => {
+    const gone = new Promise((resolve) => req.socket.once('close', resolve));
+    started();
+    await gone;
+    res.status(201).sendFile(fileURLToPath(import.meta.url), (error?: NodeJS.ErrnoException) => {
+      // What Express does without a callback: every error but ECONNABORTED and write errors to next().
+      if (error && error.code !== 'ECONNABORTED' && error.syscall !== 'write') next(error);
+      setImmediate(gaveUp, error);
+    });
+  });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    const req = httpRequest(`${url}/exports`, {
+      method: 'POST',
+      headers: { 'idempotency-key': 'gone-file', 'content-type': 'application/json', 'content-length': '2' },
+    });
+    req.on('error', () => undefined);
+    req.end('{}');
+    await running;
+    req.destroy();
+    expect(((await sendFileDone) as { code?: string } | undefined)?.code).toBe('ECONNABORTED');
+    // The memory store settles at once: a settled outcome shows by now.
+    expect(events.map((event) => event.type)).not.toEqual(['claim']);
+    expect((await store.get(recordId('tenant-1', 'POST /exports', 'gone-file')))?.state).not.toBe('in_progress');
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+});
