@@ -116,6 +116,78 @@ describe('the identity provider behind a TLS proxy (TRUST_PROXY=1) under a forge
   });
 });
 
+describe('the identity provider on an https issuer, behind a TLS proxy, with TRUST_PROXY left unset', () => {
+  // `AUTH_URL=https://...` makes the issuer https, and the pages' own CSRF cookie follows it
+  // (src/idp/server.ts: `secure: origin.startsWith('https:')`), as the app's cookies follow APP_URL. But
+  // oidc-provider marks its cookies Secure only when the request itself is (`ctx.secure`,
+  // node_modules/oidc-provider/lib/models/session.js and helpers/oidc_context.js), and behind a proxy
+  // that ends TLS the request reaches it over plain http: unless TRUST_PROXY=1 is also set (a separate
+  // setting, which then trusts X-Forwarded-Host too, see above), the sign-in session `_session` (14 days,
+  // the user's single sign-on) and the interaction cookies go out without Secure, and a browser sends
+  // them in clear on any http:// request to the provider's host that an attacker on the network triggers.
+  const issuer = 'https://idp.hostile-security.test';
+  let port: ListeningPort;
+
+  beforeAll(async () => {
+    port = await listen(0);
+    const idp = await createIdp({ db: whole.db, issuer, resource: whole.stack.gateway.baseUrl });
+    port.use(idp.app);
+  });
+
+  afterAll(async () => {
+    await port?.close();
+  });
+
+  /** The provider's URL as the browser knows it (the issuer's), sent to where it listens. */
+  const local = (url: string) => new URL(new URL(url, issuer).pathname + new URL(url, issuer).search, port.url).href;
+
+  /** alice's login up to the step that starts her session; every cookie the provider set on the way. */
+  async function signInBehindTls() {
+    const agent = createUserAgent();
+    const cookies: string[] = [];
+    const keep = (step: { response: Response }) => cookies.push(...step.response.headers.getSetCookie());
+    const start = await agent.request(
+      local(
+        authorizationUrl(issuer, {
+          clientId: whole.running.clients.app.clientId,
+          redirectUri: whole.running.clients.app.redirectUri,
+          challenge: pkcePair().challenge,
+          challengeMethod: 'S256',
+        }),
+      ),
+    );
+    keep(start);
+    const page = await agent.request(local(start.response.headers.get('location') ?? ''));
+    keep(page);
+    const login = await agent.postForm(local(formAction(page.body, 'login')), {
+      csrf: formField(page.body, 'csrf'),
+      ...alice,
+    });
+    expect(login.response.status).toBe(303);
+    const resumed = await agent.request(local(login.response.headers.get('location') ?? ''));
+    keep(resumed);
+    return cookies;
+  }
+
+  let cookies: string[];
+  beforeAll(async () => {
+    cookies = await signInBehindTls();
+    expect(cookies.some((cookie) => cookie.startsWith('_session='))).toBe(true);
+  });
+
+  it('marks the CSRF cookie of its own pages Secure (the contrast)', () => {
+    expect(cookies.find((cookie) => cookie.startsWith('idp_csrf='))).toMatch(/;\s*Secure/i);
+  });
+
+  it.fails('marks the sign-in session and interaction cookies Secure too', () => {
+    const provider = cookies.filter(
+      (cookie) => /^_(session|interaction)/.test(cookie) && !/max-age=0|expires=thu, 01 jan 1970/i.test(cookie),
+    );
+    expect(provider.length).toBeGreaterThan(0);
+    expect(provider.filter((cookie) => !/;\s*secure/i.test(cookie)).map((cookie) => cookie.split('=')[0])).toEqual([]);
+  });
+});
+
 describe('password guessing at the login page', () => {
   // src/idp/interactions.ts (`POST /interaction/:uid/login`) answers every wrong password with the
   // same page at once, as many times as it is sent: nothing counts failures per account, per client
