@@ -32,10 +32,11 @@ describe('the gateway under a method it has no route for', () => {
   // GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS, and the guard runs as that route's `onRequest`.
   // Any other method Node parses (PROPFIND, SEARCH, TRACE, LOCK, MKCOL, COPY, ...) matches no route,
   // so Fastify's default not-found handler answers it, before the guard and without a token:
-  // `404 application/json {"message":"Route PROPFIND:/photos/<b>x</b> not found", ...}`. That is not a
-  // problem document, says which paths are routed to an unauthenticated caller, and echoes the method
-  // and path back (README: errors are problem+json, 401 from the gateway; problems.ts: "none echoes
-  // the request"). No `setNotFoundHandler` is registered.
+  // `404 application/json {"message":"Route PROPFIND:/photos/<b>x</b> not found", ...}`. That is no
+  // problem document, it answers an unauthenticated caller past the guard (gateway.test.ts pins "401,
+  // not 404" for unknown paths), and it echoes the method and path back (README: errors are
+  // problem+json, 401 from the gateway; problems.ts: "none echoes the request"). No
+  // `setNotFoundHandler` is registered.
   const unrouted = ['PROPFIND', 'SEARCH', 'TRACE', 'LOCK', 'MKCOL', 'COPY'];
 
   it.fails.each(unrouted)(
