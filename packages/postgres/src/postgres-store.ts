@@ -72,7 +72,8 @@ export interface PurgeOptions {
   /** Most rows deleted by this call. Default 1000. */
   batchSize?: number;
   /**
-   * How long after its lease ended a record still in progress is kept, in ms. Default one hour.
+   * How long after it expired (its lease ended, and the keep after it: for a claim made by the engine,
+   * the retention) a record still in progress is kept, in ms. Default one hour.
    * A transactional handler that outlives its lease still commits when nobody took the key over;
    * it needs the record's row to be there. Completed records go as soon as their retention ends.
    */
@@ -92,10 +93,10 @@ export interface PostgresStore extends AsyncStore, Pick<TransactionalStore<Postg
   /** The largest response stored (option `maxResponseBytes`, 4 MiB by default). */
   readonly maxResponseBytes: number;
   /**
-   * Deletes up to `batchSize` records whose retention has run out, or whose lease ended more than
-   * `inProgressGraceMs` ago, and resolves to how many it deleted. Expired records are already
-   * invisible; this only reclaims space. Call it from a timer or cron, again while it returns
-   * `batchSize`.
+   * Deletes up to `batchSize` records whose retention has run out, or which, still in progress,
+   * expired (lease and keep) more than `inProgressGraceMs` ago, and resolves to how many it
+   * deleted. Expired records are already invisible; this only reclaims space. Call it from a timer
+   * or cron, again while it returns `batchSize`.
    */
   purgeExpired(options?: PurgeOptions): Promise<number>;
 }

@@ -1,5 +1,4 @@
 // Documentation claims about @idem/postgres checked against the real PostgreSQL (docs audit of 2026-12).
-// An `it.fails` states what a page says where the code does otherwise: it passes while they differ.
 import { randomUUID } from 'node:crypto';
 import { createIdempotency } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -35,14 +34,11 @@ describe.runIf(available)('@idem/postgres: documentation claims', () => {
       [id, ms, keepMs],
     );
 
-  // docs/stores.md, "Purging expired records": "A record still in progress is purged only
-  // `inProgressGraceMs` after its lease ended (default one hour)"; the same in the operations table
-  // ("in progress: lease ended over `inProgressGraceMs` ago"), packages/postgres/README.md ("goes only
-  // `inProgressGraceMs` ... after its lease ended") and PurgeOptions' JSDoc. The purge compares
-  // `expires_at`, which for a claim made by the engine is the lease plus the keep after it (the
-  // retention, 24 h): the crashed attempt's row stays abandoned, refusing other parameters, for that
-  // long, and the grace counts from the end of the keep, not of the lease.
-  it.fails('purges an engine claim whose lease ended two hours ago (grace one hour), as the docs say', async () => {
+  // docs/stores.md, "Purging": "A record still in progress is purged only `inProgressGraceMs` (default
+  // one hour) after it expired: after its lease and the keep that follows it", the operations table,
+  // operations.md, packages/postgres/README.md and PurgeOptions' JSDoc. For a claim made by the engine
+  // the keep is the retention: a crash two hours ago leaves a row that still refuses other parameters.
+  it('keeps an engine claim whose lease ended two hours ago, and purges it a grace after its keep', async () => {
     const engine = createIdempotency({ store, heartbeat: false });
     const started = await engine.begin({
       key: randomUUID(),
@@ -53,8 +49,14 @@ describe.runIf(available)('@idem/postgres: documentation claims', () => {
     expect(started.kind).toBe('execute');
     const [row] = await rows();
     expect(row?.state).toBe('in_progress');
-    await crashedAgo(row?.id, 2 * hour, engine.settings.retentionMs);
-    await store.purgeExpired();
+    const keep = engine.settings.retentionMs;
+    await crashedAgo(row?.id, 2 * hour, keep);
+    expect(await store.purgeExpired()).toBe(0);
+    // The keep ended half a grace ago: still there; a grace and a minute ago: gone.
+    await crashedAgo(row?.id, keep + hour / 2, keep);
+    expect(await store.purgeExpired()).toBe(0);
+    await crashedAgo(row?.id, keep + hour + 60_000, keep);
+    expect(await store.purgeExpired()).toBe(1);
     expect(await rows()).toEqual([]);
   });
 });
