@@ -98,12 +98,7 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
     return;
   }
   if (error !== undefined) {
-    const status = Number((error as { status?: unknown }).status) || 500;
-    capture.completeWith({
-      status,
-      headers: { 'content-type': 'text/plain; charset=utf-8' },
-      body: Buffer.from(STATUS_CODES[status] ?? String(status)),
-    });
+    capture.completeWith(plainStatus(Number((error as { status?: unknown }).status) || 500));
     return;
   }
   const body: unknown = ctx.body;
@@ -113,7 +108,24 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
     capture.abandon(ctx.status);
     return;
   }
-  capture.completeWith(responseOf(ctx));
+  let response: StoredResponse;
+  try {
+    response = responseOf(ctx);
+  } catch {
+    // A body JSON cannot write (a BigInt, a cycle): Koa's respond would have thrown too and answered
+    // 500. This may run in the response's 'close' listener, where a throw would end the process.
+    response = plainStatus(500);
+  }
+  capture.completeWith(response);
+}
+
+// The plain text answer Koa writes for an error of this status.
+function plainStatus(status: number): StoredResponse {
+  return {
+    status,
+    headers: { 'content-type': 'text/plain; charset=utf-8' },
+    body: Buffer.from(STATUS_CODES[status] ?? String(status)),
+  };
 }
 
 /**

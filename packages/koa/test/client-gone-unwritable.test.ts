@@ -6,10 +6,10 @@ import Koa from 'koa';
 import { expect, it } from 'vitest';
 import { abandonedPost, clientLeaves, eventLog, listen } from './support.js';
 
-it.fails('client gone before the handler returns a body JSON cannot write: the outcome is settled, not left in progress', async () => {
-  // Right: settleUnwritten settles it as Koa would have answered (a 500, as for a thrown error), so the
-  // key is settled. Today responseOf's JSON.stringify throws out of runNext before handlerReturned, the
-  // capture never ends, and the heartbeat renews the lease for as long as the process lives (409 forever).
+it('client gone before the handler returns a body JSON cannot write: the outcome is settled, not left in progress', async () => {
+  // Settled as Koa would have answered (its JSON.stringify throws: a 500). A throw out of runNext before
+  // handlerReturned would leave the capture open, and the heartbeat renewing the lease for as long as
+  // the process lives (409 forever).
   const log = eventLog();
   const store = memoryStore();
   const leaving = clientLeaves();
@@ -30,14 +30,14 @@ it.fails('client gone before the handler returns a body JSON cannot write: the o
     await handlerReturned;
     // The memory store settles at once: a settled outcome shows by now.
     expect(log.events.map((event) => event.type)).not.toEqual(['claim']);
-    expect((await store.get(recordId('tenant-1', 'POST /', 'gone-bigint')))?.state).not.toBe('in_progress');
+    const record = await store.get(recordId('tenant-1', 'POST /', 'gone-bigint'));
+    expect(record).toMatchObject({ state: 'completed', response: { status: 500 } });
   });
 });
 
-it.fails('client gone while middleware above awaits, with a body JSON cannot write: nothing is thrown out of the response close', async () => {
-  // Right: the close listener settles the outcome without throwing (settleUnwritten guards responseOf).
-  // Today responseOf's JSON.stringify throws inside the response's 'close' listener, which Node emits on
-  // its own: an uncaughtException that ends the process, where Koa alone would have skipped the write.
+it('client gone while middleware above awaits, with a body JSON cannot write: nothing is thrown out of the response close', async () => {
+  // The close listener settles the outcome without throwing. A throw there (responseOf's JSON.stringify)
+  // would be an uncaughtException that ends the process, where Koa alone would have skipped the write.
   const thrown: unknown[] = [];
   let handlerReturned!: () => void;
   const returned = new Promise<void>((resolve) => {
