@@ -17,7 +17,7 @@ import {
   readStream,
   writeResponse,
 } from '@idem/core';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify';
 import fp from 'fastify-plugin';
 import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
@@ -72,6 +72,39 @@ interface Execution {
   thrown: boolean;
   /** The capture of its response, told of the error the handler threw (see the `onError` hook). */
   capture: ResponseCapture | undefined;
+}
+
+/**
+ * Wraps a route's handler so the capture learns when an async handler returned nothing without
+ * sending. Fastify then sends for it (the status set, no body), but not to a client that has left:
+ * nothing would ever end the response, and the heartbeat would renew the key's lease for as long as
+ * the process lives (409 to every retry). The capture settles it from the reply instead, as that
+ * send would have. A handler that returns a value, or the reply (it sends later), or hijacks it, is
+ * left to Fastify. (Routes added before the plugin are not wrapped: register it first.)
+ */
+function watchReturn(handler: RouteHandlerMethod): RouteHandlerMethod {
+  return function watched(this: FastifyInstance, request, reply) {
+    const result = handler.call(this, request, reply);
+    const capture = stateOf(request)[kExecution]?.capture;
+    if (capture !== undefined && typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
+      (result as PromiseLike<unknown>).then((payload) => {
+        if (payload === undefined && !reply.sent) capture.handlerReturned(settleUnsent, reply);
+      }, ignore);
+    }
+    return result;
+  };
+}
+
+function ignore() {}
+
+// What Fastify sends for an async handler's undefined: the status and headers set, an empty body.
+function settleUnsent(reply: FastifyReply, capture: ResponseCapture) {
+  if (capture.ended) return;
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  capture.completeWith({ status: reply.statusCode, headers, body: Buffer.alloc(0) });
 }
 
 // Shared and bound to each execution, rather than a closure made per request.
@@ -242,6 +275,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     return Object.keys(own).length === 0 ? http : createHttpIdempotency<FastifyRequest>({ ...options, ...own });
   };
   fastify.addHook('onRoute', (route) => {
+    route.handler = watchReturn(route.handler);
     const setting = (route.config as { idempotency?: unknown } | undefined)?.idempotency;
     if (setting === undefined || setting === false) return;
     if (!routeInstances.has(setting as RouteIdempotencyOptions)) {

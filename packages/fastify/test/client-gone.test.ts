@@ -12,11 +12,10 @@ const post = (url: string, key: string) =>
     body: '{"amount":1}',
   });
 
-it.fails('client gone, an async handler that sets its status and returns nothing (Fastify sends for it): the outcome is settled, not left in progress', async () => {
-  // Right: settled as Koa's adapter settles what its framework will not write (settleUnwritten): the 204 is
-  // stored and replayed, or at least the key is settled. Today Fastify's wrapThenable skips reply.send for
-  // an aborted request, the capture never sees an end, and the heartbeat renews the lease for as long as
-  // the process lives: every retry gets 409 (maxExecution is off by default).
+it('client gone, an async handler that sets its status and returns nothing (Fastify sends for it): the outcome is settled, not left in progress', async () => {
+  // Fastify's wrapThenable skips reply.send for an aborted request: unless the plugin settles it from the
+  // reply, the capture never sees an end and the heartbeat renews the lease for as long as the process
+  // lives (every retry 409; maxExecution is off by default). The 204 is stored and replayed instead.
   const events: IdempotencyEvent[] = [];
   let runs = 0;
   let started!: () => void;
