@@ -109,6 +109,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     if (http.transactional) {
       const capture = http.capture(res, { hold: true, unrouted, request });
       execution.capture = capture;
+      res.sendFile = sendFileWatched;
       void http.runTransaction(
         lease,
         capture,
@@ -123,6 +124,7 @@ export function idempotency(options: ExpressIdempotencyOptions): RequestHandler 
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
     execution.capture = http.capture(res, { settle: { lease, thrown }, unrouted, request });
+    res.sendFile = sendFileWatched;
     next();
   };
 
@@ -195,6 +197,24 @@ const kExecution = Symbol('@idem/express execution');
 
 interface ExecutionState {
   [kExecution]?: Execution;
+}
+
+/**
+ * `res.sendFile` (and `res.download`, which calls it) of an executing request. From the call on,
+ * Express writes the response by itself, and it gives up in silence (ECONNABORTED) on a client that
+ * left before the head went out: nothing would ever end the response, and the heartbeat would renew
+ * the key's lease for as long as the process lives (409 to every retry). The capture is told that
+ * the framework writes now, so a response closed before its head is settled as a file cut short.
+ */
+const sendFileWatched: Response['sendFile'] = function (this: Response, ...args: unknown[]): void {
+  (this.req as Request & ExecutionState)[kExecution]?.capture?.handlerReturned(fileCutShort, this);
+  // The app's own sendFile, on the response's prototype, under the one this request was given.
+  (Object.getPrototypeOf(this) as { sendFile: (...args: unknown[]) => void }).sendFile.apply(this, args);
+};
+
+// The file was never sent: kept, by default, as a body that cannot be replayed (as a stream cut short).
+function fileCutShort(res: Response, capture: ResponseCapture) {
+  if (!capture.ended) capture.abandon(res.statusCode);
 }
 
 // Shared and bound to each execution, rather than a closure made per request.

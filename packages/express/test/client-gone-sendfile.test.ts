@@ -8,11 +8,11 @@ import { idempotency } from '@idem/express';
 import express from 'express';
 import { expect, it } from 'vitest';
 
-it.fails('client gone, the handler answers with res.sendFile: the outcome is settled, not left in progress', async () => {
-  // Right: the operation ran, so the key is settled (kept with 500 response_not_replayable, as a stream
-  // cut short is, or at least given up). Today sendFile's ECONNABORTED is swallowed (Express's default
-  // callback, mirrored below so the test knows when it happened), the response is never ended, the
-  // capture never settles, and the heartbeat renews the lease for as long as the process lives.
+it('client gone, the handler answers with res.sendFile: the key is kept as a file cut short, not left in progress', async () => {
+  // sendFile's ECONNABORTED is swallowed (Express's default callback, mirrored below so the test knows
+  // when it happened) and the response never ended: unless the capture settles it, the heartbeat renews
+  // the lease for as long as the process lives. The operation ran, so the key is kept with 500
+  // response_not_replayable, as a stream cut short is.
   const events: IdempotencyEvent[] = [];
   const store = memoryStore();
   let started!: () => void;
@@ -51,6 +51,13 @@ it.fails('client gone, the handler answers with res.sendFile: the outcome is set
     // The memory store settles at once: a settled outcome shows by now.
     expect(events.map((event) => event.type)).not.toEqual(['claim']);
     expect((await store.get(recordId('tenant-1', 'POST /exports', 'gone-file')))?.state).not.toBe('in_progress');
+    const retry = await fetch(`${url}/exports`, {
+      method: 'POST',
+      headers: { 'idempotency-key': 'gone-file', 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(retry.status).toBe(500);
+    expect(await retry.json()).toMatchObject({ code: 'response_not_replayable' });
   } finally {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
