@@ -216,6 +216,15 @@ describe('gateway: forwarding', () => {
     expect(response.json()).toMatchObject({ code: 'route_not_found' });
   });
 
+  it('answers a method it forwards nowhere (PROPFIND) with a valid token: 405 problem+json with Allow', async () => {
+    const response = await call('/photos/%3Cb%3Eprobe%3C%2Fb%3E', { method: 'PROPFIND', token: await mint() });
+    expect(response.status).toBe(405);
+    expect(response.headers.get('content-type')).toContain('application/problem+json');
+    expect(response.headers.get('allow')).toBe('GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS');
+    expect(response.json()).toMatchObject({ status: 405, code: 'method_not_allowed' });
+    expect(response.text).not.toContain('probe');
+  });
+
   it('serves RFC 9728 protected-resource metadata', async () => {
     const response = await call('/.well-known/oauth-protected-resource');
     expect(response.status).toBe(200);

@@ -36,6 +36,16 @@ export const pathMalformedProblem: ProblemDetails = {
   retryable: false,
 };
 
+/** The problem of a method the gateway forwards to no service (its `Allow` header lists those it does). */
+export const methodNotAllowedProblem: ProblemDetails = {
+  type: problemType('method_not_allowed'),
+  title: apiProblemTable.method_not_allowed.title,
+  status: 405,
+  detail: 'The gateway forwards no request of this method.',
+  code: 'method_not_allowed',
+  retryable: false,
+};
+
 /**
  * The problem for an error Fastify or `@fastify/reply-from` raised before the request reached a
  * service: a path that does not decode (`%E0%A4%A`, Fastify's FST_ERR_BAD_URL), one that climbs out

@@ -11,7 +11,16 @@ import {
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
-import { frameworkProblem, pathMalformedProblem, sendProblem, upstreamProblem } from './problems.js';
+import {
+  frameworkProblem,
+  methodNotAllowedProblem,
+  pathMalformedProblem,
+  sendProblem,
+  upstreamProblem,
+} from './problems.js';
+
+// The methods the gateway forwards; the API answers 405 itself for a resource that takes fewer.
+const forwardedMethods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
 /** Another service behind the gateway, reached for every path under `prefix`. */
 export interface GatewayUpstream {
@@ -190,8 +199,19 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     };
   });
 
+  // Any other method Node parses (PROPFIND, TRACE, LOCK, ...) matches no route: Fastify's own 404
+  // would answer it before the guard, as JSON that echoes the method and path. The guard answers it
+  // first, as it does every request; an authenticated caller then gets 405 with the methods taken.
+  app.setNotFoundHandler(async (request, reply) => {
+    if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
+    await ready.verify(request, reply);
+    if (reply.sent) return reply;
+    reply.header('allow', forwardedMethods.join(', '));
+    return sendProblem(reply, 405, methodNotAllowedProblem);
+  });
+
   app.route({
-    method: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    method: [...forwardedMethods],
     url: '/*',
     // The earliest hook: a refused request never has its body read, let alone forwarded.
     onRequest: async (request, reply) => {
