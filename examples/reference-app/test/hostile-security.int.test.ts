@@ -61,16 +61,11 @@ describe('the gateway under a method it has no route for', () => {
 });
 
 describe('the identity provider behind a TLS proxy (TRUST_PROXY=1) under a forged X-Forwarded-Host', () => {
-  // src/idp/server.ts sets `req.headers.host` to the issuer's host before the provider runs, so that
-  // every URL the provider hands out names the issuer "whatever the client wrote" (pinned for the Host
-  // header and absolute-form targets in hostile-request-target.int.test.ts). With TRUST_PROXY=1, the
-  // documented setting behind a TLS-terminating proxy, src/idp/provider.ts sets `provider.proxy`, and
-  // Koa's `request.host` then reads X-Forwarded-Host first (node_modules/koa/lib/request.js, `host`),
-  // and `request.protocol` X-Forwarded-Proto; oidc-provider builds its URLs from them (urlFor, `new
-  // URL(path, ctx.href)`). A proxy that passes the client's X-Forwarded-Host on (nginx does unless told
-  // otherwise; one that appends leaves the client's value first, which is the one Koa reads) lets any
-  // client have discovery advertise `https://evil.example/auth` and, worse, a `jwks_uri` on its own host,
-  // under the real `issuer`. Discovery carries no Cache-Control: a cache in front may keep it for all.
+  // Koa's `request.host` reads X-Forwarded-Host first when the provider trusts a proxy, and
+  // `request.protocol` X-Forwarded-Proto; oidc-provider builds its URLs from them. A proxy that passes
+  // the client's X-Forwarded-Host on (nginx does unless told otherwise) would let any client have
+  // discovery advertise `https://evil.example/auth` and a `jwks_uri` on its own host, under the real
+  // `issuer`. createIdp sets both from the issuer on every request.
   let proxied: ListeningPort;
 
   beforeAll(async () => {
@@ -103,7 +98,7 @@ describe('the identity provider behind a TLS proxy (TRUST_PROXY=1) under a forge
     expect(metadata.jwks_uri).toBe(`${proxied.url}/jwks`);
   });
 
-  it.fails("advertises the issuer's own URLs whatever X-Forwarded-Host and X-Forwarded-Proto a client sends", async () => {
+  it("advertises the issuer's own URLs whatever X-Forwarded-Host and X-Forwarded-Proto a client sends", async () => {
     const metadata = await discovery({ 'x-forwarded-host': 'evil.example', 'x-forwarded-proto': 'https' });
     expect({ authorization: metadata.authorization_endpoint, jwks: metadata.jwks_uri }).toEqual({
       authorization: `${proxied.url}/auth`,
@@ -113,14 +108,11 @@ describe('the identity provider behind a TLS proxy (TRUST_PROXY=1) under a forge
 });
 
 describe('the identity provider on an https issuer, behind a TLS proxy, with TRUST_PROXY left unset', () => {
-  // `AUTH_URL=https://...` makes the issuer https, and the pages' own CSRF cookie follows it
-  // (src/idp/server.ts: `secure: origin.startsWith('https:')`), as the app's cookies follow APP_URL. But
-  // oidc-provider marks its cookies Secure only when the request itself is (`ctx.secure`,
-  // node_modules/oidc-provider/lib/models/session.js and helpers/oidc_context.js), and behind a proxy
-  // that ends TLS the request reaches it over plain http: unless TRUST_PROXY=1 is also set (a separate
-  // setting, which then trusts X-Forwarded-Host too, see above), the sign-in session `_session` (14 days,
-  // the user's single sign-on) and the interaction cookies go out without Secure, and a browser sends
-  // them in clear on any http:// request to the provider's host that an attacker on the network triggers.
+  // `AUTH_URL=https://...` makes the issuer https. oidc-provider marks its cookies Secure only when it
+  // reads the request as https (`ctx.secure`), and behind a proxy that ends TLS the request arrives over
+  // plain http: without the scheme taken from the issuer, the sign-in session `_session` (14 days) and
+  // the interaction cookies would go out without Secure, and a browser would send them in clear on any
+  // http:// request to the provider's host that an attacker on the network triggers.
   const issuer = 'https://idp.hostile-security.test';
   let port: ListeningPort;
 
@@ -175,7 +167,7 @@ describe('the identity provider on an https issuer, behind a TLS proxy, with TRU
     expect(cookies.find((cookie) => cookie.startsWith('idp_csrf='))).toMatch(/;\s*Secure/i);
   });
 
-  it.fails('marks the sign-in session and interaction cookies Secure too', () => {
+  it('marks the sign-in session and interaction cookies Secure too', () => {
     const provider = cookies.filter(
       (cookie) => /^_(session|interaction)/.test(cookie) && !/max-age=0|expires=thu, 01 jan 1970/i.test(cookie),
     );

@@ -160,7 +160,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   provider.use(ownPages(db));
   // A method a provider path does not take: 405 with Allow, not Koa's plain-text 404.
   provider.use(providerMethods());
-  // Behind a TLS-terminating proxy, trust X-Forwarded-Proto so cookies get `Secure`.
-  provider.proxy = process.env.TRUST_PROXY === '1';
+  // Koa reads the host and scheme from X-Forwarded-Host and X-Forwarded-Proto, which createIdp sets
+  // from the issuer on every request (whatever the client sent): URLs are built on the issuer, and an
+  // https issuer's cookies are Secure even behind a proxy that ends TLS.
+  provider.proxy = true;
   return provider;
 }

@@ -48,12 +48,19 @@ export async function createIdp(options: IdpOptions): Promise<Idp> {
   app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), origin }));
   app.use('/interaction', interactionErrors);
   // The provider comes last and parses its own bodies. It builds every URL it hands out (discovery,
-  // the resume URL of a sign-in, end_session) from the request's Host header: one that names another
-  // host would be advertised, and one that is no host made each of them a 500. The issuer is the
-  // provider's one public address, whatever the client wrote.
-  const issuerHost = new URL(options.issuer).host;
+  // the resume URL of a sign-in, end_session) from the request's host and scheme: a Host, or an
+  // X-Forwarded-Host, that names another host would be advertised (a jwks_uri on it too), and one that
+  // is no host made each of them a 500. And it marks its cookies Secure only for a request it reads as
+  // https, which, behind a proxy that ends TLS, arrives as plain http. The issuer is the provider's one
+  // public address, whatever the client wrote: its host and scheme are set here as the forwarded ones
+  // the provider (`proxy` on) reads. The client address is a proxy's word only with TRUST_PROXY=1.
+  const issuerUrl = new URL(options.issuer);
+  const trustProxy = process.env.TRUST_PROXY === '1';
   app.use((req, _res, next) => {
-    req.headers.host = issuerHost;
+    req.headers.host = issuerUrl.host;
+    req.headers['x-forwarded-host'] = issuerUrl.host;
+    req.headers['x-forwarded-proto'] = issuerUrl.protocol.slice(0, -1);
+    if (!trustProxy) delete req.headers['x-forwarded-for'];
     next();
   });
   app.use(provider.callback());
