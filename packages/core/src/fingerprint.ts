@@ -1,6 +1,7 @@
 import { createHash, hash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.js';
 import { canonicalMultipart } from './multipart.js';
+import { normalisePercentEncoding } from './route-path.js';
 
 /** The parts of a request that make up its identity. */
 export interface RequestParts {
@@ -101,7 +102,7 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
     framed =
       frame('m', parts.method.toUpperCase()) +
       frame('r', parts.route ?? '') +
-      frame('p', parts.path ?? '') +
+      frame('p', normalisePercentEncoding(parts.path ?? '')) +
       frame('q', normaliseQuery(query)) +
       frame('t', mediaType);
     if (parts.headers) {

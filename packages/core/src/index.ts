@@ -64,7 +64,7 @@ export { mintKey } from './mint.js';
 export { notify } from './notify.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { recordId } from './record-id.js';
-export { foldRoutePath, type RoutePathOptions } from './route-path.js';
+export { foldRoutePath, normalisePercentEncoding, type RoutePathOptions } from './route-path.js';
 export type {
   AsyncStore,
   Awaitable,

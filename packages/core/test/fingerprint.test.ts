@@ -85,6 +85,16 @@ describe('canonicalJson (RFC 8785)', () => {
 });
 
 describe('fingerprintRequest', () => {
+  it('takes one spelling of a path: escaped unreserved characters are the characters, other escapes stay', () => {
+    const of = (path: string) =>
+      fingerprintRequest({ method: 'POST', route: '/events/:id', path, contentType: 'application/json', body: '{}' });
+    expect(of('/events/evt%5F1')).toBe(of('/events/evt_1'));
+    expect(of('/events/evt%5f1')).toBe(of('/events/evt_1'));
+    expect(of('/events/a%2fb')).toBe(of('/events/a%2Fb'));
+    expect(of('/events/a%2Fb')).not.toBe(of('/events/a/b'));
+    expect(of('/events/Evt_1')).not.toBe(of('/events/evt_1'));
+  });
+
   const base = { method: 'POST', route: '/charges', path: '/charges', contentType: 'application/json; charset=utf-8' };
 
   it('gives a body already parsed from JSON the fingerprint of its raw bytes (property test)', () => {

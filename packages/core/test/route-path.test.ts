@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { foldRoutePath, type RoutePathOptions } from '../src/route-path.js';
+import { foldRoutePath, normalisePercentEncoding, type RoutePathOptions } from '../src/route-path.js';
 
 const loose: RoutePathOptions = {};
 const caseSensitive: RoutePathOptions = { caseSensitive: true };
@@ -25,9 +25,22 @@ const table: [string, RoutePathOptions, string][] = [
   ['/CHARGES', strict, '/charges'],
   ['/Charges/', both, '/Charges/'],
   ['/Charges', both, '/Charges'],
-  // Percent-escapes and other scripts fold as the string does; nothing is decoded.
+  // Escapes of what is not an unreserved character stay escapes, and other scripts fold as the string does.
   ['/Caf%C3%A9/', loose, '/caf%c3%a9'],
+  ['/Caf%c3%a9', caseSensitive, '/Caf%C3%A9'],
   ['/ÉTÉ/', loose, '/été'],
+  // An escaped unreserved character is the character (RFC 3986 6.2.2.2): one operation, one key.
+  ['/evt%5F1', loose, '/evt_1'],
+  ['/evt%5f1', both, '/evt_1'],
+  ['/%41%7a', caseSensitive, '/Az'],
+  ['/%7E%2D%2E%30%39', both, '/~-.09'],
+  // Reserved and other characters stay escaped, upper case: '%2F' is not '/', '%25' is not '%'.
+  ['/a%2fb', both, '/a%2Fb'],
+  ['/%25%34%31', both, '/%2541'],
+  ['/%40%3a%20', both, '/%40%3A%20'],
+  // What is no escape is left as it is.
+  ['/%zz%4', both, '/%zz%4'],
+  ['/100%', both, '/100%'],
 ];
 
 describe('foldRoutePath', () => {
@@ -39,5 +52,22 @@ describe('foldRoutePath', () => {
     const spellings = ['/charges', '/charges/', '/CHARGES', '/Charges/'];
     expect(new Set(spellings.map((path) => foldRoutePath(path, {})))).toEqual(new Set(['/charges']));
     expect(new Set(spellings.map((path) => foldRoutePath(path, both))).size).toBe(spellings.length);
+  });
+});
+
+describe('normalisePercentEncoding', () => {
+  it('decodes exactly the unreserved characters and upper-cases every other escape', () => {
+    for (let code = 0; code < 256; code++) {
+      const hex = code.toString(16).padStart(2, '0');
+      const unreserved = /^[A-Za-z0-9\-._~]$/.test(String.fromCharCode(code));
+      const expected = unreserved ? String.fromCharCode(code) : `%${hex.toUpperCase()}`;
+      expect(normalisePercentEncoding(`/%${hex}`)).toBe(`/${expected}`);
+      expect(normalisePercentEncoding(`/%${hex.toUpperCase()}`)).toBe(`/${expected}`);
+    }
+  });
+
+  it('returns a path without escapes as it is', () => {
+    const path = '/charges/ch_1';
+    expect(normalisePercentEncoding(path)).toBe(path);
   });
 });
