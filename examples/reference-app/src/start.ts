@@ -3,7 +3,7 @@ import { createThirdPartyApp, type ThirdPartyAppOptions } from './app/server.js'
 import type { Database } from './db.js';
 import { purgeExpiredModels } from './idp/adapter.js';
 import { migrateIdp } from './idp/schema.js';
-import { createIdp, type Idp } from './idp/server.js';
+import { createIdp, type Idp, type IdpOptions } from './idp/server.js';
 import { type ListeningPort, listen } from './listen.js';
 import { type SeededClients, seed } from './seed.js';
 
@@ -27,6 +27,8 @@ export interface StartOptions {
   onAppEvent?: ThirdPartyAppOptions['onEvent'];
   /** How often the provider's expired rows are deleted, in milliseconds. Default ten minutes. */
   purgeEveryMs?: number;
+  /** The login page's limit on wrong passwords (see `createIdp`). */
+  loginThrottle?: IdpOptions['loginThrottle'];
 }
 
 /** The running components. */
@@ -62,7 +64,12 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
     await migrateApp(options.db);
     const clients = await seed(options.db, { appRedirectUri: new URL('/callback', appPort.url).href });
 
-    const idp = await createIdp({ db: options.db, issuer: authPort.url, resource: options.baseUrl });
+    const idp = await createIdp({
+      db: options.db,
+      issuer: authPort.url,
+      resource: options.baseUrl,
+      ...(options.loginThrottle ? { loginThrottle: options.loginThrottle } : {}),
+    });
     authPort.use(idp.app);
     const { app } = await createThirdPartyApp({
       db: options.db,

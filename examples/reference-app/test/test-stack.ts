@@ -5,7 +5,7 @@ import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { type ResourceStackOptions, type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { listen } from '../src/listen.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { type RunningReferenceApp, type StartOptions, startReferenceApp } from '../src/start.js';
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
 /** What a test mints into an access token. */
@@ -108,12 +108,18 @@ export interface WholeStack {
  */
 export async function startWholeStack(
   name: string,
-  options: Pick<ResourceStackOptions, 'relay' | 'now'> = {},
+  options: Pick<ResourceStackOptions, 'relay' | 'now'> & Pick<StartOptions, 'loginThrottle'> = {},
 ): Promise<WholeStack> {
   const db = await openTestDatabase(name);
   const redis = await openTestRedis(name);
   const gatewayPort = await listen(0);
-  const running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: gatewayPort.url });
+  const running = await startReferenceApp({
+    db,
+    authPort: 0,
+    appPort: 0,
+    baseUrl: gatewayPort.url,
+    ...(options.loginThrottle ? { loginThrottle: options.loginThrottle } : {}),
+  });
   const stack = await startResourceStack({
     db,
     gatewayPort,

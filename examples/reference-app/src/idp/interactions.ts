@@ -7,7 +7,8 @@ import type { Database } from '../db.js';
 import { errorPage, pageHeaders } from '../html.js';
 import { methodNotAllowed } from '../methods.js';
 import { hasControlCharacters } from '../text.js';
-import { consentPage, invalidLoginMessage, loginPage } from './pages.js';
+import type { LoginThrottle } from './login-throttle.js';
+import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
 import { findUserById, findUserByUsername } from './users.js';
 
@@ -17,6 +18,8 @@ export interface InteractionRoutesOptions {
   db: Database;
   csrf: Csrf;
   passwords: PasswordChecker;
+  /** Counts failed sign-ins; a name and address past its limit waits (429) before any password is checked. */
+  throttle: LoginThrottle;
   /** The provider's own origin; a form posted from any other origin is refused. */
   origin: string;
 }
@@ -44,12 +47,12 @@ const formBody = express.urlencoded({ extended: false, limit: '8kb' });
  *
  * @example
  * ```ts
- * app.use(interactionRoutes({ provider, db, csrf, passwords, origin: issuer }));
+ * app.use(interactionRoutes({ provider, db, csrf, passwords, throttle: createLoginThrottle(), origin: issuer }));
  * app.use(provider.callback());
  * ```
  */
 export function interactionRoutes(options: InteractionRoutesOptions): Router {
-  const { provider, db, csrf, passwords, origin } = options;
+  const { provider, db, csrf, passwords, throttle, origin } = options;
   const router = express.Router();
 
   const clientName = async (clientId: unknown) => {
@@ -105,10 +108,25 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     // username is one more unknown user, never looked up, never echoed back.
     const username = hasControlCharacters(sent) ? '' : sent;
     const password = typeof req.body.password === 'string' ? req.body.password.slice(0, 1024) : '';
+    const address = req.ip ?? '';
+    const wait = throttle.retryAfter(username, address);
+    if (wait > 0) {
+      // Too many wrong passwords for this name from this address: nothing is checked until it waits.
+      const token = csrf.issue(req, res, details.uid);
+      const name = await clientName(details.params.client_id);
+      res.set('Retry-After', String(wait));
+      send(
+        res,
+        429,
+        loginPage({ uid: details.uid, csrf: token, clientName: name, username, error: tooManyLogins(wait) }),
+      );
+      return;
+    }
     const user = username ? await findUserByUsername(db, username) : undefined;
     // Always one full argon2id verify, user or not: the response time must not say who exists.
     const ok = await passwords.check(user?.passwordHash, password);
     if (!user || !ok) {
+      throttle.failed(username, address);
       const token = csrf.issue(req, res, details.uid);
       const name = await clientName(details.params.client_id);
       send(
@@ -118,6 +136,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       );
       return;
     }
+    throttle.succeeded(username, address);
     res.set('Cache-Control', 'no-store');
     await provider.interactionFinished(req, res, { login: { accountId: user.id } }, { mergeWithLastSubmission: false });
   });

@@ -3,6 +3,10 @@ import { escapeHtml, htmlPage } from '../html.js';
 /** The only text a failed login ever shows: it must not tell an unknown user from a wrong password. */
 export const invalidLoginMessage = 'Invalid username or password';
 
+/** The login page's message while a name and address wait after too many wrong passwords. */
+export const tooManyLogins = (seconds: number): string =>
+  `Too many failed sign-ins. Try again in ${seconds < 60 ? `${seconds} seconds` : `${Math.ceil(seconds / 60)} minutes`}.`;
+
 /** What the login page needs. */
 export interface LoginPageInput {
   uid: string;

@@ -3,6 +3,7 @@ import type Provider from 'oidc-provider';
 import { createCsrf } from '../csrf.js';
 import type { Database } from '../db.js';
 import { interactionErrors, interactionRoutes } from './interactions.js';
+import { createLoginThrottle, type LoginThrottleOptions } from './login-throttle.js';
 import { createPasswordChecker } from './passwords.js';
 import { createProvider } from './provider.js';
 import { loadCsrfKey } from './secrets.js';
@@ -14,6 +15,8 @@ export interface IdpOptions {
   issuer: string;
   /** The API's resource indicator (the gateway's base URL). */
   resource: string;
+  /** The login page's limit on wrong passwords per name and address (10 per 15 minutes by default). */
+  loginThrottle?: LoginThrottleOptions;
 }
 
 /** The identity provider: an Express app serving our pages in front of oidc-provider. */
@@ -45,7 +48,8 @@ export async function createIdp(options: IdpOptions): Promise<Idp> {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', process.env.TRUST_PROXY === '1');
-  app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), origin }));
+  const throttle = createLoginThrottle(options.loginThrottle);
+  app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), throttle, origin }));
   app.use('/interaction', interactionErrors);
   // The provider comes last and parses its own bodies. It builds every URL it hands out (discovery,
   // the resume URL of a sign-in, end_session) from the request's host and scheme: a Host, or an

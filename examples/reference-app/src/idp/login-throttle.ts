@@ -1,0 +1,73 @@
+/** Options of {@link createLoginThrottle}. */
+export interface LoginThrottleOptions {
+  /** Failed sign-ins one name may have from one address within `windowMs` before the next waits. Default 10. */
+  maxFailures?: number;
+  /** How long a failure counts, in ms. Default 15 minutes. */
+  windowMs?: number;
+  /** Most name and address pairs followed at once; the longest-quiet pair is forgotten first. Default 10,000. */
+  maxEntries?: number;
+  now?: () => number;
+}
+
+/** Counts failed sign-ins per name and client address, and says how long the next one must wait. */
+export interface LoginThrottle {
+  /** Seconds until a sign-in as `name` from `address` is taken again, or 0 when it is taken now. */
+  retryAfter(name: string, address: string): number;
+  failed(name: string, address: string): void;
+  /** A right password: the pair's failures are forgotten. */
+  succeeded(name: string, address: string): void;
+}
+
+/**
+ * The login page's guard against password guessing (OWASP ASVS 2.2.1): after `maxFailures` wrong
+ * passwords for one name from one address within the window, that pair is refused (429) without any
+ * password being checked until its oldest failure leaves the window. Keyed by the name as typed
+ * (whether or not such a user exists, so a refusal says nothing about who exists) and by the address,
+ * so a stranger guessing from elsewhere cannot lock a user out of her own sign-in. The memory is
+ * bounded: forgetting a pair takes `maxEntries` other pairs' failures, each a full password check.
+ *
+ * @example
+ * const throttle = createLoginThrottle();
+ * if (throttle.retryAfter('alice', req.ip) > 0) return tooMany(res);
+ */
+export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginThrottle {
+  const maxFailures = options.maxFailures ?? 10;
+  const windowMs = options.windowMs ?? 15 * 60_000;
+  const maxEntries = options.maxEntries ?? 10_000;
+  const now = options.now ?? Date.now;
+  if (!Number.isInteger(maxFailures) || maxFailures < 1) throw new TypeError('maxFailures must be a positive integer');
+  if (!Number.isFinite(windowMs) || windowMs <= 0) throw new TypeError('windowMs must be a positive number');
+  if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
+  // Failure times per pair, oldest first, at most maxFailures of them. A Map keeps insertion order:
+  // a pair is re-inserted on each failure, so the first key is the one quiet the longest.
+  const failures = new Map<string, number[]>();
+  const keyOf = (name: string, address: string) => `${name.toLowerCase()}\u0000${address}`;
+  const recent = (key: string, t: number): number[] => {
+    const times = failures.get(key);
+    if (times === undefined) return [];
+    while (times.length > 0 && (times[0] as number) <= t - windowMs) times.shift();
+    if (times.length === 0) failures.delete(key);
+    return times;
+  };
+  return {
+    retryAfter(name, address) {
+      const t = now();
+      const times = recent(keyOf(name, address), t);
+      if (times.length < maxFailures) return 0;
+      return Math.max(1, Math.ceil(((times[0] as number) + windowMs - t) / 1000));
+    },
+    failed(name, address) {
+      const t = now();
+      const key = keyOf(name, address);
+      const times = recent(key, t);
+      times.push(t);
+      if (times.length > maxFailures) times.shift();
+      failures.delete(key);
+      failures.set(key, times);
+      if (failures.size > maxEntries) failures.delete(failures.keys().next().value as string);
+    },
+    succeeded(name, address) {
+      failures.delete(keyOf(name, address));
+    },
+  };
+}

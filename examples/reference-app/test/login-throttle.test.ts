@@ -1,0 +1,66 @@
+import { describe, expect, it } from 'vitest';
+import { createLoginThrottle } from '../src/idp/login-throttle.js';
+
+const minute = 60_000;
+
+describe('createLoginThrottle', () => {
+  const clocked = (options: { maxFailures?: number; windowMs?: number; maxEntries?: number } = {}) => {
+    let now = Date.UTC(2026, 0, 1);
+    const throttle = createLoginThrottle({ maxFailures: 3, windowMs: 10 * minute, ...options, now: () => now });
+    return { throttle, advance: (ms: number) => (now += ms) };
+  };
+
+  it('takes sign-ins up to the limit, then says how long to wait until the oldest failure leaves the window', () => {
+    const { throttle, advance } = clocked();
+    for (let i = 0; i < 3; i++) {
+      expect(throttle.retryAfter('alice', '10.0.0.1')).toBe(0);
+      throttle.failed('alice', '10.0.0.1');
+      advance(minute);
+    }
+    // The first failure was 3 minutes ago: 7 minutes to go.
+    expect(throttle.retryAfter('alice', '10.0.0.1')).toBe(7 * 60);
+    advance(7 * minute - 1);
+    expect(throttle.retryAfter('alice', '10.0.0.1')).toBe(1);
+    advance(1);
+    expect(throttle.retryAfter('alice', '10.0.0.1')).toBe(0);
+    // One more failure fills the window again (the second and third still count).
+    throttle.failed('alice', '10.0.0.1');
+    expect(throttle.retryAfter('alice', '10.0.0.1')).toBe(60);
+  });
+
+  it('counts a name whatever its case, apart per address, and forgets a pair once its password was right', () => {
+    const { throttle } = clocked();
+    for (const name of ['alice', 'ALICE', 'Alice']) throttle.failed(name, '10.0.0.1');
+    expect(throttle.retryAfter('alice', '10.0.0.1')).toBeGreaterThan(0);
+    // Someone guessing elsewhere does not lock alice out where she is, nor another name.
+    expect(throttle.retryAfter('alice', '10.0.0.2')).toBe(0);
+    expect(throttle.retryAfter('bob', '10.0.0.1')).toBe(0);
+    throttle.failed('bob', '10.0.0.1');
+    throttle.failed('bob', '10.0.0.1');
+    throttle.succeeded('bob', '10.0.0.1');
+    throttle.failed('bob', '10.0.0.1');
+    expect(throttle.retryAfter('bob', '10.0.0.1')).toBe(0);
+  });
+
+  it('follows at most maxEntries pairs, forgetting the one quiet the longest', () => {
+    const { throttle, advance } = clocked({ maxFailures: 1, maxEntries: 2 });
+    throttle.failed('a', 'x');
+    advance(1);
+    throttle.failed('b', 'x');
+    advance(1);
+    throttle.failed('a', 'x');
+    advance(1);
+    throttle.failed('c', 'x');
+    expect(throttle.retryAfter('b', 'x')).toBe(0);
+    expect(throttle.retryAfter('a', 'x')).toBeGreaterThan(0);
+    expect(throttle.retryAfter('c', 'x')).toBeGreaterThan(0);
+  });
+
+  it('refuses settings that would never or always throttle', () => {
+    expect(() => createLoginThrottle({ maxFailures: 0 })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ maxFailures: 1.5 })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ windowMs: 0 })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ windowMs: Number.NaN })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ maxEntries: 0 })).toThrow(TypeError);
+  });
+});
