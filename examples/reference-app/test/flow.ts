@@ -196,3 +196,21 @@ export async function introspect(
   expect(response.status).toBe(200);
   return (await response.json()) as Record<string, any>;
 }
+
+/**
+ * Signs out of the third-party app in `agent` as a browser does: the app's sign-out, the provider's
+ * logout confirmed ("Yes, sign me out"), then back at the app's root. Returns that page.
+ */
+export async function signOutOfApp(agent: UserAgent, appUrl: string, csrf: string): Promise<Step> {
+  const out = await agent.postForm(new URL('/signout', appUrl).href, { csrf });
+  expect(out.response.status).toBe(303);
+  const confirm = await agent.request(out.response.headers.get('location') ?? '');
+  expect(confirm.body).toContain('Yes, sign me out');
+  const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(confirm.body)?.[1] ?? '';
+  const done = await agent.postForm(new URL(action, confirm.url).href, {
+    xsrf: formField(confirm.body, 'xsrf'),
+    logout: 'yes',
+  });
+  expect(done.response.status).toBe(303);
+  return agent.follow(new URL(done.response.headers.get('location') ?? '', confirm.url).href);
+}

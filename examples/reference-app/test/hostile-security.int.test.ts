@@ -10,7 +10,7 @@ import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { loadWebhookSecret } from '../src/schema/api-schema.js';
 import { demoUsers } from '../src/seed.js';
-import { authorizationUrl, codeFlow, loginAndConsent } from './flow.js';
+import { authorizationUrl, codeFlow, loginAndConsent, signOutOfApp } from './flow.js';
 import { sendHostile } from './hostile-send.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
@@ -222,13 +222,10 @@ describe('password guessing at the login page', () => {
 });
 
 describe('signing out of the third-party app on a shared computer', () => {
-  // src/app/server.ts `POST /signout` deletes the app's session and revokes its tokens, but never sends
-  // the browser to the provider's end_session (RP-initiated logout), though src/seed.ts registers the
-  // app's post_logout_redirect_uris for exactly that. The provider's session stays, in a persistent
-  // `_session` cookie of 14 days (tokenLifetimes.Session; our login never says `remember: false`, and
-  // oidc-provider's resume.js defaults `remember = true`, so it outlives closing the browser). The next
-  // person at the computer presses "Sign in" and gets the consent page "Signed in as Alice Liddell": one
-  // click on Allow and they are in as alice, with a fresh refresh token, never asked for a password.
+  // The provider keeps a session in a persistent `_session` cookie (14 days). Were the app's sign-out
+  // only its own, the next person at the computer would press "Sign in" and get the consent page
+  // "Signed in as Alice Liddell": one click on Allow and they are in as alice, never asked for a
+  // password. The app sends the browser through the provider's logout (RP-initiated logout) instead.
   let agent: UserAgent;
 
   beforeAll(async () => {
@@ -245,11 +242,11 @@ describe('signing out of the third-party app on a shared computer', () => {
     expect((await agent.request(callback.href)).response.status).toBe(303);
     const home = await agent.request(appUrl('/'));
     expect(home.body).toContain('Alice Liddell');
-    const out = await agent.postForm(appUrl('/signout'), { csrf: formField(home.body, 'csrf') });
+    const out = await signOutOfApp(agent, whole.running.appUrl, formField(home.body, 'csrf'));
     expect(out.body).toContain('You are signed out.');
   });
 
-  it.fails('asks for the password again when someone presses "Sign in" after alice signed out', async () => {
+  it('asks for the password again when someone presses "Sign in" after alice signed out', async () => {
     const again = await agent.request(new URL('/signin', whole.running.appUrl).href);
     const page = await agent.follow(again.response.headers.get('location') ?? '');
     expect(page.body).toContain('<h1>Sign in</h1>');

@@ -7,7 +7,7 @@ import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { codeFlow, loginAndConsent, tokenRequest } from './flow.js';
+import { codeFlow, loginAndConsent, signOutOfApp, tokenRequest } from './flow.js';
 import { createUserAgent, decodeJwt } from './user-agent.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -107,8 +107,8 @@ describe.runIf(available)('reference app on PostgreSQL', () => {
     const id = agent.jar.cookies.get('app_session')?.value;
     const stored = await createSessionStore(db, { ttlSeconds: 60 }).get(id);
     const csrf = /name="csrf" value="([^"]+)"/.exec(page.body)?.[1] ?? '';
-    const out = await agent.postForm(new URL('/signout', running.appUrl).href, { csrf });
-    expect(out.response.status).toBe(200);
+    const out = await signOutOfApp(agent, running.appUrl, csrf);
+    expect(out.body).toContain('You are signed out.');
     const refresh = await tokenRequest(
       running.authUrl,
       { grant_type: 'refresh_token', refresh_token: stored!.tokens!.refreshToken! },

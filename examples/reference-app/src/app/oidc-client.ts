@@ -37,6 +37,15 @@ export interface OidcClient {
   finishSignIn(callbackUrl: URL, pending: PendingSignIn): Promise<SignInResult>;
   refresh(refreshToken: string): Promise<SignInResult>;
   revoke(token: string, hint: 'refresh_token' | 'access_token'): Promise<void>;
+  /**
+   * Where the browser signs out at the provider too (RP-initiated logout), to come back to
+   * `postLogoutRedirectUri` with `state`; undefined when the provider offers no such endpoint.
+   */
+  endSessionUrl(
+    idTokenHint: string | undefined,
+    postLogoutRedirectUri: string,
+    state: string,
+  ): Promise<URL | undefined>;
 }
 
 const loopback = new Set(['localhost', '127.0.0.1', '[::1]']);
@@ -162,6 +171,18 @@ export function createOidcClient(options: OidcClientOptions): OidcClient {
         additionalParameters: { token_type_hint: hint },
       });
       await oauth.processRevocationResponse(response);
+    },
+
+    async endSessionUrl(idTokenHint, postLogoutRedirectUri, state) {
+      const as = await server();
+      if (!as.end_session_endpoint) return undefined;
+      const url = new URL(as.end_session_endpoint);
+      url.searchParams.set('client_id', options.clientId);
+      // Names the session to end; the provider accepts it expired, as it will be after a long visit.
+      if (idTokenHint) url.searchParams.set('id_token_hint', idTokenHint);
+      url.searchParams.set('post_logout_redirect_uri', postLogoutRedirectUri);
+      url.searchParams.set('state', state);
+      return url;
     },
   };
 }

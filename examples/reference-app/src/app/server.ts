@@ -136,6 +136,9 @@ export function cookieNames(secure: boolean) {
  */
 const pendingTtlSeconds = 15 * 60;
 
+// The `state` the provider's logout hands back to the app's root: the sign-out went through.
+const signedOutState = 'signed-out';
+
 /** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
 const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -177,6 +180,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const secure = options.appUrl.startsWith('https:');
   const { session: sessionCookie, csrf: csrfCookie } = cookieNames(secure);
   const redirectUri = new URL('/callback', options.appUrl).href;
+  // Where the provider's logout sends the browser back (registered as the client's post-logout URI).
+  const postLogoutRedirectUri = new URL('/', options.appUrl).href;
   const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600 });
   const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: csrfCookie, path: '/', secure });
   const oidc = createOidcClient({
@@ -289,7 +294,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     const session = await signedIn(req);
     if (!session) {
       if (readCookie(req, sessionCookie)) clearSession(res);
-      send(res, 200, signedOutPage());
+      // Back from the provider's logout (below): say what happened. Anyone can link here with this
+      // query; it only shows a sentence to a visitor who is signed out anyway.
+      send(res, 200, signedOutPage(req.query.state === signedOutState ? 'You are signed out.' : undefined));
       return;
     }
     const { id, data } = session;
@@ -404,11 +411,28 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     await sessions.destroy(id);
     clearSession(res);
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
-    const message = (await revokeTokens(data?.tokens, 'sign-out'))
-      ? 'You are signed out.'
-      : 'You are signed out here; the identity provider could not be reached to revoke the tokens.';
+    const revoked = await revokeTokens(data?.tokens, 'sign-out');
     res.set('Cache-Control', 'no-store');
-    send(res, 200, signedOutPage(message));
+    // Then the browser signs out at the provider too (RP-initiated logout): its session (14 days) would
+    // otherwise let the next person at this computer press "Sign in" and be alice after one click on
+    // the consent page. The provider asks to confirm, then sends the browser back to the app's root.
+    // A provider that could not be reached to revoke is not sent to: the page says so instead.
+    const leave = revoked
+      ? await oidc.endSessionUrl(data?.tokens?.idToken, postLogoutRedirectUri, signedOutState).catch(() => undefined)
+      : undefined;
+    if (leave) {
+      res.redirect(303, leave.href);
+      return;
+    }
+    send(
+      res,
+      200,
+      signedOutPage(
+        revoked
+          ? 'You are signed out.'
+          : 'You are signed out here; the identity provider could not be reached to revoke the tokens.',
+      ),
+    );
   });
 
   const withSession =
