@@ -40,9 +40,9 @@ export function foldRoutePath(path: string, options: RoutePathOptions): string {
  */
 export function normalisePercentEncoding(path: string): string {
   if (path.indexOf('%') === -1) return path;
-  return path.replace(/%[0-9A-Fa-f]{2}/g, (escape) => {
-    const code = Number.parseInt(escape.slice(1), 16);
-    return isUnreserved(code) ? String.fromCharCode(code) : escape.toUpperCase();
+  return path.replace(/%[0-9A-Fa-f]{2}/g, (encoded) => {
+    const code = Number.parseInt(encoded.slice(1), 16);
+    return isUnreserved(code) ? String.fromCharCode(code) : encoded.toUpperCase();
   });
 }
 
