@@ -1,8 +1,6 @@
-// A hostile user's and a hostile third party's requests against the whole reference app, each one a
-// security or correctness gap no other test pinned when this file was written. Each gap is an `it.fails`
-// whose comment says where it comes from; what it needs is set up (and checked) in a `beforeAll`, so
-// the only thing an `it.fails` can trip on is the gap itself. A plain `it` next to each shows the
-// setup works and the contrast holds.
+// A hostile user's and a hostile third party's requests against the whole reference app: each
+// describe is a gap a security audit found (now closed), with what it needs set up and checked in a
+// `beforeAll`, and a plain contrast case beside it showing the setup works.
 import { randomUUID } from 'node:crypto';
 import { sign } from '@idem/webhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
