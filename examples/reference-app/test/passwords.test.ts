@@ -13,17 +13,27 @@ import { createUserAgent, formAction, formField, pkcePair } from './user-agent.j
 
 vi.mock('@node-rs/argon2', async (importOriginal) => {
   const original = await importOriginal<typeof import('@node-rs/argon2')>();
-  return { ...original, verify: vi.fn(original.verify) };
+  return { ...original, hash: vi.fn(original.hash), verify: vi.fn(original.verify) };
 });
 
 const verify = vi.mocked(argon2.verify);
+const hash = vi.mocked(argon2.hash);
 const owaspHash = /^\$argon2id\$v=19\$m=19456,t=2,p=1\$/;
 
 beforeEach(() => {
   verify.mockClear();
+  hash.mockClear();
 });
 
 describe('createPasswordChecker (row 40)', () => {
+  it('makes its throwaway hash when it is built, not on the first unknown user (who would wait longer)', async () => {
+    const checker = createPasswordChecker();
+    expect(hash).toHaveBeenCalledTimes(1);
+    await checker.check(undefined, 'any password');
+    await checker.check(undefined, 'another');
+    expect(hash).toHaveBeenCalledTimes(1);
+  });
+
   it('runs one full argon2id verify with the real parameters when there is no stored hash', async () => {
     const checker = createPasswordChecker();
     expect(await checker.check(undefined, 'any password')).toBe(false);

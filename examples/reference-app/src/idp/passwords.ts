@@ -40,8 +40,8 @@ export interface PasswordChecker {
 }
 
 /**
- * Builds a {@link PasswordChecker}. The dummy hash is made once, lazily, with the same parameters as
- * real ones, so the work done for an unknown user matches the work done for a known one.
+ * Builds a {@link PasswordChecker}. The dummy hash is made once, when it is built, with the same
+ * parameters as real ones, so the work done for an unknown user matches the work done for a known one.
  *
  * @example
  * ```ts
@@ -50,11 +50,14 @@ export interface PasswordChecker {
  * ```
  */
 export function createPasswordChecker(): PasswordChecker {
-  let dummy: Promise<string> | undefined;
+  // Made now: made on the first unknown user, that one login would take a hash longer than any other,
+  // and tell once per process that the name does not exist.
+  const dummy = hashPassword(`dummy-${crypto.randomUUID()}`);
+  // Awaited by every check of an unknown user; until then a failure must not be an unhandled rejection.
+  dummy.catch(() => undefined);
   return {
     async check(storedHash, password) {
       if (storedHash === undefined) {
-        dummy ??= hashPassword(`dummy-${crypto.randomUUID()}`);
         await verify(await dummy, password).catch(() => false);
         return false;
       }
