@@ -1816,6 +1816,12 @@ function settleWritten(state: CaptureState) {
 function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, callback?: unknown) {
   const res = this.res;
   if (this.ended) return afterTail(this, this.originalEnd, chunk, encoding, callback);
+  // What Node cannot write (a number, an object) it refuses at the call, and so does this end, before
+  // the response counts as ended: deferred behind the store's answer, Node's throw would be an
+  // unhandled rejection (the end of a Node process) and the outcome stored with an empty body.
+  if (chunk && typeof chunk !== 'string' && typeof chunk !== 'function' && !(chunk instanceof Uint8Array)) {
+    return this.originalEnd.call(res, chunk, encoding, callback);
+  }
   const declined = this.declined ?? (this.unrouted?.() ? 'no-route' : undefined);
   if (declined !== undefined) return endDeclined(this, declined, chunk, encoding, callback);
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
