@@ -1,26 +1,19 @@
 // `res.end` with something Node cannot write (a number, an object) throws at the call, as plain Node does,
 // even on a store that settles later: deferred behind the store's answer, the throw would become an
 // unhandled rejection (which ends a Node process) and the response a stored empty one.
-import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
+import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express from 'express';
 import { expect, it } from 'vitest';
-import { send, serve } from './support.js';
+import { send, serve, withCompletion } from './support.js';
 
 it('res.end(123) throws at the call on a store that settles later, and a fixed answer is what is stored', async () => {
   const inner = memoryStore();
   // Every completion answers on a later turn, as a network store does.
-  const store: Store = {
-    ...inner,
-    claim: (input) => inner.claim(input),
-    renew: (input) => inner.renew(input),
-    release: (input) => inner.release(input),
-    get: (id) => inner.get(id),
-    complete: async (input) => {
-      await new Promise((resolve) => setImmediate(resolve));
-      return inner.complete(input);
-    },
-  };
+  const store = withCompletion(inner, async (input) => {
+    await new Promise((resolve) => setImmediate(resolve));
+    return inner.complete(input);
+  });
   const rejections: unknown[] = [];
   const onRejection = (reason: unknown) => rejections.push(reason);
   process.on('unhandledRejection', onRejection);

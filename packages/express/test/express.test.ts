@@ -1,11 +1,11 @@
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
-import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
+import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
 import { multipartForm, transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
 import multer from 'multer';
 import { describe, expect, it } from 'vitest';
-import { send, serve } from './support.js';
+import { send, serve, withCompletion } from './support.js';
 
 // Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
 // as these tests use it, without types of its own.
@@ -326,18 +326,11 @@ describe('@idem/express specifics', () => {
       completing = resolve;
     });
     // A store whose completion waits: the window in which a client could already hold the whole body.
-    const store: Store = {
-      ...inner,
-      claim: (input) => inner.claim(input),
-      renew: (input) => inner.renew(input),
-      release: (input) => inner.release(input),
-      get: (id) => inner.get(id),
-      complete: async (input) => {
-        completing();
-        await gate;
-        return inner.complete(input);
-      },
-    };
+    const store = withCompletion(inner, async (input) => {
+      completing();
+      await gate;
+      return inner.complete(input);
+    });
     const body = Buffer.alloc(50_000, 7);
     const app = express();
     app.post('/files', idempotency(options({ store })), (_req, res) => {

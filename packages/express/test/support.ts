@@ -1,6 +1,7 @@
 // What the Express test files share.
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Store } from '@idem/core';
 import type { Express } from 'express';
 
 /** Runs `run` against `app` listening on an ephemeral loopback port, then closes every connection. */
@@ -55,4 +56,19 @@ export function send(
     for (const part of parts) req.write(part);
     req.end();
   });
+}
+
+/**
+ * `inner` with its completion answered by `complete` (which calls on to `inner` when it is ready), and
+ * every other method passed on: a store that settles an outcome later, as a network store does.
+ */
+export function withCompletion(inner: Store, complete: Store['complete']): Store {
+  return {
+    ...inner,
+    claim: (input) => inner.claim(input),
+    renew: (input) => inner.renew(input),
+    release: (input) => inner.release(input),
+    get: (id) => inner.get(id),
+    complete,
+  };
 }
