@@ -1333,7 +1333,15 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
   return undefined;
 }
 
-function headerRecord(raw: Record<string, unknown>, out: Record<string, string> = {}): Record<string, string> {
+/**
+ * A framework's header map (Node's `getHeaders()`, Fastify's `reply.getHeaders()`, Koa's
+ * `ctx.response.headers`) as a response's headers: names in lower case, a list joined with `, `,
+ * unset ones left out. Into `out` when given.
+ *
+ * @example
+ * headerRecord({ 'Content-Type': 'text/plain', Link: ['<a>', '<b>'] }); // { 'content-type': 'text/plain', link: '<a>, <b>' }
+ */
+export function headerRecord(raw: Record<string, unknown>, out: Record<string, string> = {}): Record<string, string> {
   const names = Object.keys(raw);
   for (let i = 0; i < names.length; i++) {
     const name = names[i] as string;

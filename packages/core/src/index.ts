@@ -45,6 +45,7 @@ export {
   type HttpIdempotencyOptions,
   type HttpRequestInfo,
   type HttpResponse,
+  headerRecord,
   type IdempotencyContext,
   type ParsedBodyFields,
   type PrincipalScopeOptions,

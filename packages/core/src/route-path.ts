@@ -11,9 +11,8 @@ export interface RoutePathOptions {
  * slash dropped unless `strict`. An adapter mounted before routing names the operation with it, so
  * `/charges`, `/charges/` and `/CHARGES`, which such a router sends to one handler, are one
  * operation and one key cannot run that handler twice under two spellings. So are `/evt_1` and
- * `/evt%5F1` (see {@link normalisePercentEncoding}). (The fingerprint keeps
- * the path as sent, so a key reused for `/charges/ch_A` and `/charges/ch_a` is answered 422, never
- * replayed.)
+ * `/evt%5F1` (see {@link normalisePercentEncoding}). (The fingerprint keeps the path's case and
+ * slashes, so a key reused for `/charges/ch_A` and `/charges/ch_a` is answered 422, never replayed.)
  *
  * @example
  * foldRoutePath('/Charges/', {}); // '/charges'

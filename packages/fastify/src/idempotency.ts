@@ -6,6 +6,7 @@ import {
   type HttpIdempotency,
   type HttpIdempotencyOptions,
   type HttpResponse,
+  headerRecord,
   type IdempotencyContext,
   isJsonContentType,
   jsonBodyText,
@@ -100,11 +101,7 @@ function ignore() {}
 // What Fastify sends for an async handler's undefined: the status and headers set, an empty body.
 function settleUnsent(reply: FastifyReply, capture: ResponseCapture) {
   if (capture.ended) return;
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : String(value);
-  }
-  capture.completeWith({ status: reply.statusCode, headers, body: Buffer.alloc(0) });
+  capture.completeWith({ status: reply.statusCode, headers: headerRecord(reply.getHeaders()), body: Buffer.alloc(0) });
 }
 
 // Shared and bound to each execution, rather than a closure made per request.

@@ -6,6 +6,7 @@ import {
   foldRoutePath,
   type HttpIdempotencyOptions,
   type HttpResponse,
+  headerRecord,
   type IdempotencyContext,
   type ParsedBodyFields,
   principalScope,
@@ -45,20 +46,12 @@ function ignore() {
   // Cancelling a body nobody reads has nobody to report to.
 }
 
-function headersOf(ctx: Context): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(ctx.response.headers)) {
-    if (value !== undefined) out[name.toLowerCase()] = Array.isArray(value) ? value.join(', ') : String(value);
-  }
-  return out;
-}
-
 // The response Koa would have written from ctx.body (its `respond`), for when it will not write at
 // all. Only bodies whose bytes are known without reading anything: see settleUnwritten.
 function responseOf(ctx: Context): StoredResponse {
   const body: unknown = ctx.body;
   const status = ctx.status;
-  const headers = headersOf(ctx);
+  const headers = headerRecord(ctx.response.headers);
   let bytes: Buffer;
   if (body === null || body === undefined) {
     if (emptyStatuses.has(status) || (ctx.response as { _explicitNullBody?: boolean })._explicitNullBody) {
