@@ -202,7 +202,13 @@ describe('password guessing at the login page', () => {
     const statuses: number[] = [];
     let refused: Awaited<ReturnType<UserAgent['postForm']>> | undefined;
     for (let guess = 0; guess < 12; guess++) {
-      const answer = await agent.postForm(loginUrl, { csrf, username: 'bob', password: `guess-${guess}` });
+      // A client's X-Forwarded-For names no address of its own (TRUST_PROXY is unset): rotating it
+      // does not start a fresh count.
+      const answer = await agent.postForm(
+        loginUrl,
+        { csrf, username: 'bob', password: `guess-${guess}` },
+        { 'x-forwarded-for': `203.0.113.${guess}` },
+      );
       statuses.push(answer.response.status);
       if (answer.response.status === 429) refused = answer;
     }

@@ -47,7 +47,9 @@ export async function createIdp(options: IdpOptions): Promise<Idp> {
   });
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', process.env.TRUST_PROXY === '1');
+  // Behind a proxy (TRUST_PROXY=1) the client's address is the one X-Forwarded-For names.
+  const trustProxy = process.env.TRUST_PROXY === '1';
+  app.set('trust proxy', trustProxy);
   const throttle = createLoginThrottle(options.loginThrottle);
   app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), throttle, origin }));
   app.use('/interaction', interactionErrors);
@@ -59,7 +61,6 @@ export async function createIdp(options: IdpOptions): Promise<Idp> {
   // public address, whatever the client wrote: its host and scheme are set here as the forwarded ones
   // the provider (`proxy` on) reads. The client address is a proxy's word only with TRUST_PROXY=1.
   const issuerUrl = new URL(options.issuer);
-  const trustProxy = process.env.TRUST_PROXY === '1';
   app.use((req, _res, next) => {
     req.headers.host = issuerUrl.host;
     req.headers['x-forwarded-host'] = issuerUrl.host;
