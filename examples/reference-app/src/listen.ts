@@ -1,5 +1,6 @@
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { drainable } from './drain.js';
 import { withOriginForm } from './request-target.js';
 
 /**
@@ -21,7 +22,8 @@ export interface ListeningPort {
   /** `http://localhost:<port>` unless a public URL was given. */
   readonly url: string;
   use(handler: RequestListener): void;
-  close(): Promise<void>;
+  /** Stops accepting; requests already running finish first (see {@link drainable}). */
+  close(graceMs?: number): Promise<void>;
 }
 
 /**
@@ -53,6 +55,7 @@ export async function listen(
       resolve();
     });
   });
+  const drain = drainable(server);
   const bound = (server.address() as AddressInfo).port;
   return {
     server,
@@ -61,11 +64,8 @@ export async function listen(
     use(next) {
       handler = withOriginForm(next, 'page');
     },
-    close() {
-      return new Promise<void>((resolve, reject) => {
-        server.close((error) => (error ? reject(error) : resolve()));
-        server.closeAllConnections();
-      });
+    close(graceMs) {
+      return drain.close(graceMs);
     },
   };
 }

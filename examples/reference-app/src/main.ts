@@ -2,13 +2,15 @@ import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { openDatabase } from './db.js';
 import { demoUsers } from './seed.js';
+import { closeInOrder } from './shutdown.js';
 import { startReferenceApp } from './start.js';
 
 /**
  * `npm start`: opens the database (PGlite in `data/`, or PostgreSQL with DATABASE_URL) and, with
  * REDIS_URL, a Redis client for the idempotency keys of the non-transactional routes; starts the
  * identity provider, the third-party app, the gateway, the API and the webhook receiver, prints their
- * URLs and the demo logins, and shuts down cleanly on Ctrl-C (SIGINT) or SIGTERM.
+ * URLs and the demo logins, and shuts down cleanly on Ctrl-C (SIGINT), SIGTERM or SIGHUP: requests already
+ * running finish, then the stores close; the exit status is 1 when something failed to close.
  */
 async function main(): Promise<void> {
   const authPort = Number(process.env.AUTH_PORT ?? 8081);
@@ -16,12 +18,17 @@ async function main(): Promise<void> {
   const gatewayPort = Number(process.env.GATEWAY_PORT ?? 8080);
   // The gateway's public URL is the access tokens' audience; it follows GATEWAY_PORT unless BASE_URL says otherwise.
   const baseUrl = process.env.BASE_URL ?? `http://localhost:${gatewayPort}`;
-  const db = await openDatabase({ url: process.env.DATABASE_URL });
+  const db = await openDatabase({
+    url: process.env.DATABASE_URL,
+    ...(process.env.DATA_DIR ? { dataDir: process.env.DATA_DIR } : {}),
+  });
   const redis = process.env.REDIS_URL ? await connectRedis(process.env.REDIS_URL) : undefined;
-  const closeStorage = async () => {
-    redis?.disconnect();
-    await db.close();
-  };
+  const storageSteps = [
+    // quit, not disconnect: commands already sent (a key being stored) get their replies first.
+    { name: 'Redis', close: async () => void (await redis?.quit()) },
+    { name: 'the database', close: () => db.close() },
+  ];
+  const closeStorage = () => closeInOrder(storageSteps);
   let running: Awaited<ReturnType<typeof startReferenceApp>>;
   try {
     running = await startReferenceApp({
@@ -70,19 +77,23 @@ async function main(): Promise<void> {
 
   let stopping = false;
   const stop = async (signal: string) => {
+    // A terminal's Ctrl-C reaches this process and the `npm start` wrapper, which passes it on too.
     if (stopping) return;
     stopping = true;
-    console.log(`\n${signal}: stopping...`);
+    console.log(`\n${signal}: stopping (requests already running finish first)...`);
     try {
-      await resources.close();
-      await running.close();
-      await closeStorage();
-    } finally {
+      await closeInOrder([
+        { name: 'the gateway, the API and the receiver', close: () => resources.close() },
+        { name: 'the identity provider and the app', close: () => running.close() },
+        ...storageSteps,
+      ]);
       process.exit(0);
+    } catch (error) {
+      console.error(error);
+      process.exit(1);
     }
   };
-  process.once('SIGINT', () => void stop('SIGINT'));
-  process.once('SIGTERM', () => void stop('SIGTERM'));
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => void stop(signal));
 }
 
 /** Connects to Redis before anything starts, so a wrong REDIS_URL fails the start instead of the first request. */

@@ -8,6 +8,7 @@ import { type RunningReceiver, receiverAdminPrefix, startReceiver } from '../rec
 import { loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
 import { seedApi } from '../schema/seed-api.js';
 import { apiScopes } from '../scopes.js';
+import { closeInOrder } from '../shutdown.js';
 import { type RunningApi, startApi } from './server.js';
 
 /** Options of {@link startResourceStack}. Ports may be 0 (ephemeral). */
@@ -121,10 +122,13 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       gateway,
       api,
       receiver,
-      async close() {
-        await gateway.close();
-        await api.close();
-        await receiver.close();
+      close() {
+        // The gateway first: once it stops taking requests, the API behind it drains what it forwarded.
+        return closeInOrder([
+          { name: 'the gateway', close: () => gateway.close() },
+          { name: 'the API', close: () => api.close() },
+          { name: 'the receiver', close: () => receiver.close() },
+        ]);
       },
     };
   } catch (error) {

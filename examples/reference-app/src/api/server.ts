@@ -9,6 +9,7 @@ import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/w
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
+import { drainable } from '../drain.js';
 import { methodNotAllowed } from '../methods.js';
 import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
@@ -126,6 +127,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   const relay: Relay = outbox.relay({ db, sender, pollInterval });
 
   const server = createServer(withOriginForm(app, 'problem'));
+  const drain = drainable(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host ?? '127.0.0.1', () => {
@@ -141,10 +143,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
     relayOnce: () => relay.runOnce(),
     async close() {
       await relay.stop();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
+      await drain.close();
     },
   };
 }

@@ -8,6 +8,7 @@ import { postgresStore } from '@idem/postgres';
 import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
 import type { Database } from '../db.js';
+import { drainable } from '../drain.js';
 import { htmlPage, pageHeaders } from '../html.js';
 import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
@@ -165,6 +166,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   });
 
   const server = createServer(withOriginForm(app.callback(), 'problem'));
+  const drain = drainable(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host ?? '127.0.0.1', () => {
@@ -179,10 +181,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     pageUrl: `${url}/?token=${encodeURIComponent(pageToken)}`,
     webhookUrl: `${url}${path}`,
     async close() {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
+      await drain.close();
     },
   };
 }

@@ -1,0 +1,57 @@
+import type { Server } from 'node:http';
+
+/** How long requests already running may take to finish once a server is closing. */
+export const defaultGraceMs = 10_000;
+
+/** The closing half of {@link drainable}. */
+export interface Drain {
+  /**
+   * Stops accepting connections and resolves once every connection has ended. Requests already
+   * running finish (up to `graceMs`, default {@link defaultGraceMs}); calling it again returns the same
+   * promise.
+   */
+  close(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Lets a node:http server stop without cutting the requests it is serving. `server.close()` alone
+ * stops accepting and drops idle keep-alive connections, but keeps a busy one open for its whole
+ * keep-alive timeout after its response, and `closeAllConnections()` cuts requests mid-way: a charge
+ * whose key is then left in progress until its lease runs out, a token request the client must
+ * repeat. Here a busy connection is closed the moment its response is done, and whatever still runs
+ * after the grace is cut, so a stuck handler cannot hold a shutdown forever.
+ *
+ * Call it once, right after creating the server (it must see every request).
+ *
+ * @example
+ * ```ts
+ * const server = createServer(handler);
+ * const drain = drainable(server);
+ * // ...
+ * await drain.close();
+ * ```
+ */
+export function drainable(server: Server): Drain {
+  let closing = false;
+  server.on('request', (_req, res) => {
+    // By 'close' Node has detached the response from its socket, so the socket counts as idle.
+    res.once('close', () => {
+      if (closing) server.closeIdleConnections();
+    });
+  });
+  let closed: Promise<void> | undefined;
+  return {
+    close(graceMs = defaultGraceMs) {
+      closed ??= new Promise<void>((resolve, reject) => {
+        closing = true;
+        const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+        server.close((error) => {
+          clearTimeout(cut);
+          if (error) reject(error);
+          else resolve();
+        });
+      });
+      return closed;
+    },
+  };
+}

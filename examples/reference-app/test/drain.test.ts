@@ -1,0 +1,89 @@
+// Shutdown: a request already running when a service closes still gets its answer, its keep-alive
+// connection does not hold the close for the keep-alive timeout, and a stuck one is cut at the grace.
+import { Agent, type IncomingMessage, request } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type ListeningPort, listen } from '../src/listen.js';
+
+const opened: ListeningPort[] = [];
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((port) => port.close(0)));
+});
+
+async function portWith(handler: Parameters<ListeningPort['use']>[0]): Promise<ListeningPort> {
+  const port = await listen(0);
+  port.use(handler);
+  opened.push(port);
+  return port;
+}
+
+function post(port: ListeningPort, agent: Agent): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: '127.0.0.1', port: port.port, method: 'POST', path: '/', agent },
+      (res: IncomingMessage) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          body += chunk;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** A promise (`seen`) that the handler resolves (`arrived`) once the request has reached it. */
+function arrival(): { seen: Promise<void>; arrived: () => void } {
+  let arrived: () => void = () => undefined;
+  const seen = new Promise<void>((resolve) => {
+    arrived = resolve;
+  });
+  return { seen, arrived };
+}
+
+describe('closing a port (drainable)', () => {
+  it('lets a running request finish and closes its keep-alive connection as soon as it is answered', async () => {
+    const agent = new Agent({ keepAlive: true });
+    const { seen, arrived } = arrival();
+    let answer: () => void = () => undefined;
+    const port = await portWith((_req, res) => {
+      answer = () => res.end('done');
+      arrived();
+    });
+    const running = post(port, agent);
+    await seen;
+    let closed = false;
+    const closing = port.close().then(() => {
+      closed = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(closed).toBe(false);
+    answer();
+    await expect(running).resolves.toEqual({ status: 200, body: 'done' });
+    // Node alone keeps the answered connection for its 5 s keep-alive timeout; the test's 3 s would expire.
+    await closing;
+    agent.destroy();
+  }, 3_000);
+
+  it('cuts a request still running after the grace, so a stuck handler cannot hold the shutdown', async () => {
+    const agent = new Agent({ keepAlive: true });
+    const { seen, arrived } = arrival();
+    const port = await portWith(() => arrived());
+    const running = post(port, agent);
+    await seen;
+    await port.close(30);
+    await expect(running).rejects.toThrow(/socket hang up|ECONNRESET/);
+    agent.destroy();
+  }, 3_000);
+
+  it('refuses new connections once closing, and a second close is the same close', async () => {
+    const port = await portWith((_req, res) => res.end('ok'));
+    const first = port.close();
+    expect(port.close()).toBe(first);
+    await first;
+    await expect(post(port, new Agent())).rejects.toThrow(/ECONNREFUSED/);
+  });
+});

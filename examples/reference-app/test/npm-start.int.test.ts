@@ -1,0 +1,109 @@
+// `npm start` under a supervisor: SIGTERM sent to one process only, as systemd, a container runtime or
+// `kill <pid>` do, either to `npm start` or to the script it runs (examples/reference-app/start.mjs). The app must stop
+// cleanly (its ports closed; exit status 0 when signalled itself), not be left running as an orphan
+// that holds its ports.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+function refuses(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', () => resolve(true));
+  });
+}
+
+const children: ChildProcess[] = [];
+const dataDirs: string[] = [];
+afterAll(async () => {
+  // Whatever happened, nothing of this test outlives it.
+  for (const child of children) {
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // the group is gone: nothing was left behind
+    }
+  }
+  await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+/** Starts `command` from the repository root on free ports and an empty PGlite folder; resolves once it is up. */
+async function startApp(
+  command: string,
+  args: string[],
+): Promise<{ child: ChildProcess; ports: number[]; output: () => string }> {
+  const names = ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'];
+  const dir = await mkdtemp(join(tmpdir(), 'idem-start-'));
+  dataDirs.push(dir);
+  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
+  delete env.DATABASE_URL;
+  delete env.REDIS_URL;
+  const ports: number[] = [];
+  for (const name of names) {
+    const port = await freePort();
+    ports.push(port);
+    env[name] = String(port);
+  }
+  // Its own process group, so the clean-up below reaches whatever it leaves behind.
+  const started = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  children.push(started);
+  let output = '';
+  await new Promise<void>((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      if (output.includes('Ctrl-C stops everything.')) resolve();
+    };
+    started.stdout?.on('data', onData);
+    started.stderr?.on('data', onData);
+    started.once('exit', () => reject(new Error(`${command} exited early:\n${output}`)));
+  });
+  return { child: started, ports, output: () => output };
+}
+
+function exitOf(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+}
+
+/** Resolves once every port refuses connections; the test's timeout says when that never happens. */
+async function closed(ports: number[]): Promise<void> {
+  for (const port of ports) {
+    while (!(await refuses(port))) await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+describe('npm start (examples/reference-app/start.mjs)', () => {
+  it('stops on SIGTERM to the script: the app drains, closes its ports and exits 0', async () => {
+    const app = await startApp(process.execPath, ['examples/reference-app/start.mjs']);
+    const exited = exitOf(app.child);
+    expect(await refuses(app.ports[2] as number)).toBe(false);
+    process.kill(app.child.pid as number, 'SIGTERM');
+    expect(await exited).toEqual({ code: 0, signal: null });
+    expect(app.output()).toContain('SIGTERM: stopping');
+    for (const port of app.ports) expect(await refuses(port)).toBe(true);
+  }, 60_000);
+
+  it('stops when `npm start` itself gets SIGTERM (npm signals its shell, which dies without passing it on)', async () => {
+    const app = await startApp('npm', ['start']);
+    process.kill(app.child.pid as number, 'SIGTERM');
+    await exitOf(app.child);
+    await closed(app.ports);
+  }, 60_000);
+});
