@@ -9,7 +9,7 @@ import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
 import { ownPages } from '../src/idp/own-pages.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
 import { createIdp } from '../src/idp/server.js';
-import { findUserByUsername } from '../src/idp/users.js';
+import { createUser, findUserByUsername, maxPasswordLength, maxUsernameLength } from '../src/idp/users.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
@@ -451,6 +451,32 @@ describe('login and consent pages', () => {
       expect(step.body).toContain('Invalid username or password');
       expect(step.body).toContain(`id="username" name="username" autocomplete="username" required value="${shown}"`);
     }
+  });
+
+  it('refuses a password or username longer than the form takes, never cuts it (a cut one matched its first 1024 characters)', async () => {
+    const password = `${'p'.repeat(maxPasswordLength - 1)}!`;
+    await createUser(db, { username: 'long-pw', password, name: 'Long Password', email: 'long@example.com' });
+    const login = async (username: string, typed: string) => {
+      const { agent, page } = await loginPage();
+      const action = new URL(formAction(page.body, 'login'), auth()).href;
+      return agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: typed });
+    };
+    const extended = await login('long-pw', `${password}and-then-some`);
+    expect(extended.response.status).toBe(200);
+    expect(extended.body).toContain('Invalid username or password');
+    // A username past the limit is no one's, not the account its first 200 characters name.
+    const longName = await login(`long-pw${' '.repeat(maxUsernameLength)}`, password);
+    expect(longName.response.status).toBe(200);
+    expect(longName.body).toContain('id="username" name="username" autocomplete="username" required value=""');
+    expect((await login('long-pw', password)).response.status).toBe(303);
+    // And no account is made that the form could never sign in to.
+    const account = { name: 'Too Long', email: 'too-long@example.com' };
+    await expect(createUser(db, { ...account, username: 'too-long', password: `${password}x` })).rejects.toThrow(
+      /at most 1024 characters/,
+    );
+    await expect(
+      createUser(db, { ...account, username: 'u'.repeat(maxUsernameLength + 1), password: 'x' }),
+    ).rejects.toThrow(/at most 200 characters/);
   });
 
   it('refuses an abort (Cancel) posted without the CSRF token: a cross-site post cannot cancel a sign-in', async () => {

@@ -10,7 +10,7 @@ import { hasControlCharacters } from '../text.js';
 import type { LoginThrottle } from './login-throttle.js';
 import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
-import { findUserById, findUserByUsername } from './users.js';
+import { findUserById, findUserByUsername, maxPasswordLength, maxUsernameLength } from './users.js';
 
 /** What {@link interactionRoutes} needs. */
 export interface InteractionRoutesOptions {
@@ -103,11 +103,15 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       send(res, 400, errorPage('Nothing to sign in', 'This step is already done. Start again from the application.'));
       return;
     }
-    const sent = typeof req.body.username === 'string' ? req.body.username.slice(0, 200) : '';
-    // No account has a control character in its name (and PostgreSQL refuses NUL outright): such a
-    // username is one more unknown user, never looked up, never echoed back.
-    const username = hasControlCharacters(sent) ? '' : sent;
-    const password = typeof req.body.password === 'string' ? req.body.password.slice(0, 1024) : '';
+    const sent = typeof req.body.username === 'string' ? req.body.username : '';
+    // No account has a control character in its name (and PostgreSQL refuses NUL outright), nor one
+    // longer than any account may have: such a username is one more unknown user, never looked up,
+    // never echoed back.
+    const username = hasControlCharacters(sent) || sent.length > maxUsernameLength ? '' : sent;
+    const typed = typeof req.body.password === 'string' ? req.body.password : '';
+    // Too long to be anyone's password: it fails, after the same one verify as any wrong password.
+    const tooLong = typed.length > maxPasswordLength;
+    const password = tooLong ? '' : typed;
     const address = req.ip ?? '';
     const wait = throttle.retryAfter(username, address);
     if (wait > 0) {
@@ -124,7 +128,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     }
     const user = username ? await findUserByUsername(db, username) : undefined;
     // Always one full argon2id verify, user or not: the response time must not say who exists.
-    const ok = await passwords.check(user?.passwordHash, password);
+    const ok = await passwords.check(tooLong ? undefined : user?.passwordHash, password);
     if (!user || !ok) {
       throttle.failed(username, address);
       const token = csrf.issue(req, res, details.uid);

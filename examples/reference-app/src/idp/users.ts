@@ -15,6 +15,13 @@ export interface User {
   roles: string[];
 }
 
+/**
+ * The longest username and password the login form takes. Longer input is refused, never cut: a cut
+ * password would let anything that starts with the stored one's first 1024 characters in.
+ */
+export const maxUsernameLength = 200;
+export const maxPasswordLength = 1024;
+
 /** What {@link createUser} needs; the password is hashed before it touches the database. */
 export interface NewUser {
   username: string;
@@ -55,6 +62,13 @@ function fromRow(row: UserRow): User {
  * ```
  */
 export async function createUser(db: Database, user: NewUser): Promise<User> {
+  // An account the login form could never sign in to is refused here rather than created.
+  if (user.username.length > maxUsernameLength) {
+    throw new TypeError(`createUser: a username has at most ${maxUsernameLength} characters`);
+  }
+  if (user.password.length > maxPasswordLength) {
+    throw new TypeError(`createUser: a password has at most ${maxPasswordLength} characters`);
+  }
   const existing = await findUserByUsername(db, user.username);
   if (existing) return existing;
   const passwordHash = await hashPassword(user.password);
