@@ -4,9 +4,14 @@ import { readCookie, serializeCookie } from './cookies.js';
 
 /**
  * CSRF protection for HTML forms, by signed double submit: the browser holds a random value in an
- * HttpOnly, SameSite=Strict cookie; the form carries HMAC(key, cookie value + binding). A cross-site
+ * HttpOnly, SameSite=Lax cookie; the form carries HMAC(key, cookie value + binding). A cross-site
  * page can neither read the cookie nor compute the HMAC, and the binding (an interaction uid, a session)
  * stops a token from one form being replayed on another.
+ *
+ * Lax, not Strict: pages with these forms are reached by cross-site navigations (the app sends the
+ * browser to the provider, the provider sends it back). A Strict cookie is not sent with them, so each
+ * such page made a new secret and the forms of tabs already open failed with 403. Lax sends it with
+ * a top-level GET only, never with a cross-site POST, and the secret is worthless without the key.
  *
  * @example
  * ```ts
@@ -48,7 +53,7 @@ export function createCsrf(options: CsrfOptions): Csrf {
           'Set-Cookie',
           serializeCookie(options.cookieName, secret, {
             path: options.path,
-            sameSite: 'Strict',
+            sameSite: 'Lax',
             secure: options.secure,
           }),
         );
