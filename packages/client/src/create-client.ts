@@ -54,6 +54,12 @@ export interface ClientOptions {
    */
   now?: () => number;
   /**
+   * The longest response body read, in bytes (default 16 MiB; `Infinity` for no limit). A longer
+   * one ends the request with `response_too_large` instead of filling memory; it is not retried, as
+   * the same request gets the same answer. Not applied with `parse: 'none'`: that body is yours.
+   */
+  maxResponseBytes?: number;
+  /**
    * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws, or
    * the promise it returns rejects with, is ignored: an observer never changes the outcome of a request.
    */
@@ -105,6 +111,8 @@ export interface RequestOptions {
   retry?: RetryOptions;
   /** How the response body is read. Default `'auto'`. */
   parse?: ParseMode;
+  /** Overrides the client's {@link ClientOptions.maxResponseBytes} for this request. */
+  maxResponseBytes?: number;
 }
 
 /**
@@ -164,10 +172,15 @@ export interface Client {
 
 type AttemptRecord = { -readonly [K in keyof Attempt]: Attempt[K] };
 
+// `response` is set on the failures too once the headers had arrived: the status says the server ran it.
 type AttemptRun =
   | { kind: 'response'; response: Response; bytes: Uint8Array | undefined }
-  | { kind: 'network-error' | 'timeout'; error: unknown }
-  | { kind: 'aborted'; reason: unknown };
+  | { kind: 'too-large'; response: Response }
+  | { kind: 'network-error' | 'timeout'; error: unknown; response: Response | undefined }
+  | { kind: 'aborted'; reason: unknown; response: Response | undefined };
+
+/** 16 MiB: far above any API answer, far below what runs a server or a browser tab out of memory. */
+const defaultMaxResponseBytes = 16 * 2 ** 20;
 
 const methodToken = /^[!#$%&'*+.^`|~\w-]+$/;
 const parseModes: readonly ParseMode[] = ['auto', 'json', 'text', 'bytes', 'none'];
@@ -217,6 +230,7 @@ export function createClient(options: ClientOptions): Client {
   const getToken = options.getToken;
   const onRetry = options.onRetry;
   if (onRetry !== undefined && typeof onRetry !== 'function') throw new TypeError('onRetry must be a function');
+  const clientMaxBytes = checkMaxBytes(options.maxResponseBytes ?? defaultMaxResponseBytes);
   for (const [name, value] of [
     ['random', random],
     ['sleep', sleep],
@@ -257,6 +271,7 @@ export function createClient(options: ClientOptions): Client {
     const retry: ResolvedRetry = request.retry === undefined ? clientRetry : resolveRetry(request.retry, clientRetry);
     const parse = request.parse ?? 'auto';
     if (!parseModes.includes(parse)) throw new TypeError("parse must be 'auto', 'json', 'text', 'bytes' or 'none'");
+    const maxBytes = request.maxResponseBytes === undefined ? clientMaxBytes : checkMaxBytes(request.maxResponseBytes);
     const url = buildUrl(path, request.query);
     // fetch refuses these with a TypeError on every attempt, which would look like a network error
     // and be retried until attempts_exhausted.
@@ -297,6 +312,9 @@ export function createClient(options: ClientOptions): Client {
     } else if (request.idempotencyKey === false) {
       // No key until the server mints one.
     } else if (headerKey !== null) {
+      // Headers trim the value, so a blank one arrives empty. Sent, it would make the request count
+      // as keyed and be repeated, while a server treats an empty key as none (or refuses it).
+      if (headerKey === '') throw new TypeError('an Idempotency-Key header must not be empty');
       // A key set by hand as a header is sent as written.
       keyField = headerKey;
       key = parseKeyField(headerKey) ?? headerKey;
@@ -337,7 +355,13 @@ export function createClient(options: ClientOptions): Client {
       if (getToken) {
         // A token refresh that hangs (an identity provider that does not answer) must not outlive
         // the caller's signal or the deadline: both end the operation while it is pending.
-        const fetched = await awaitToken(getToken, callerSignal, deadlineAt - now());
+        let fetched: TokenRun;
+        try {
+          fetched = await awaitToken(getToken, callerSignal, deadlineAt - now());
+        } catch (error) {
+          // Wrapped, not passed through: the caller needs the key, since an earlier attempt may have run.
+          throw fail('token_failed', error);
+        }
         if (fetched.kind === 'aborted') throw fail('aborted', fetched.reason);
         if (fetched.kind === 'deadline') throw fail('deadline_exceeded');
         const { token } = fetched;
@@ -349,52 +373,74 @@ export function createClient(options: ClientOptions): Client {
       const remaining = deadlineAt - attemptStart;
       if (remaining <= 0) throw fail('deadline_exceeded');
       const cutByDeadline = remaining < retry.timeoutMs;
+      // A write is not sent on to wherever a redirect points: fetch would take its key (and, on a 307
+      // or 308, its body) to another URL, turn it into a GET on a 303 and report that GET's answer,
+      // losing the redirect's own Idempotent-Replayed and minted key, and repeat a redirect loop as
+      // a network error. Its 3xx is its answer. Reads follow redirects as fetch does.
+      const writes = keyField !== undefined || !isIdempotentMethod(verb);
       const run = await runAttempt(
         fetchFn,
         url,
-        { method: verb, headers, body: encoded.body },
+        { method: verb, headers, body: encoded.body, redirect: writes ? 'manual' : 'follow' },
         Math.min(retry.timeoutMs, remaining),
         callerSignal,
-        parse !== 'none',
+        parse === 'none' ? undefined : maxBytes,
       );
       const attempt: AttemptRecord = {
         number,
         key,
         startedAt: attemptStart,
         durationMs: now() - attemptStart,
-        outcome: (run.kind === 'aborted' ? 'network-error' : run.kind) as AttemptOutcome,
+        outcome: (run.kind === 'aborted'
+          ? 'network-error'
+          : run.kind === 'too-large'
+            ? 'response'
+            : run.kind) as AttemptOutcome,
         status: undefined,
         replayed: false,
         retryAfterMs: undefined,
         waitMs: undefined,
         error: run.kind === 'network-error' || run.kind === 'timeout' ? run.error : undefined,
       };
-      if (run.kind === 'aborted') {
-        attempt.error = run.reason;
-        attempts.push(attempt);
-        throw fail('aborted', run.reason);
-      }
       attempts.push(attempt);
-
-      let retryable: boolean;
-      if (run.kind === 'response') {
+      // The headers arrived, even when the body then failed: what they say is known.
+      if (run.response !== undefined) {
         const { response } = run;
         attempt.status = response.status;
         attempt.replayed = isReplay(response);
         attempt.retryAfterMs = retryAfterOf(response.headers, now());
         // Spec 3.1 rule 3: a key the server minted is attached to every later retry, exactly as the
-        // server wrote it, so the server recognises its own key whatever syntax it prefers.
+        // server wrote it, so the server recognises its own key whatever syntax it prefers. Only a
+        // write takes one: a key echoed on a GET or PUT would make its real conflict (409) retried.
         const echoed = response.headers.get('idempotency-key');
         const echoedKey = parseKeyField(echoed);
-        if (!callerKeyed && echoed !== null && echoedKey !== undefined && echoedKey !== key) {
+        if (
+          !callerKeyed &&
+          !isIdempotentMethod(verb) &&
+          echoed !== null &&
+          echoedKey !== undefined &&
+          echoedKey !== key
+        ) {
           key = echoedKey;
           keyField = echoed.trim();
         }
+        lastResponse = response;
+        lastBody = undefined;
+      }
+      if (run.kind === 'aborted') {
+        attempt.error = run.reason;
+        throw fail('aborted', run.reason);
+      }
+      if (run.kind === 'too-large') throw fail('response_too_large');
+
+      let retryable: boolean;
+      if (run.kind === 'response') {
+        const { response } = run;
+        // What a browser gives a script for a redirect it may not read: status 0, no headers.
+        if (response.type === 'opaqueredirect') throw fail('redirect_unreadable');
         // A replay is the stored outcome itself: asking again returns the same thing.
         retryable =
           !attempt.replayed && isRetryableStatus(response.status, { method: verb, keyed: keyField !== undefined });
-        lastResponse = response;
-        lastBody = undefined;
         if (run.bytes !== undefined) {
           try {
             lastBody = decodeBody(run.bytes, response.headers.get('content-type'), parse === 'none' ? 'bytes' : parse);
@@ -474,8 +520,8 @@ type TokenRun =
 /**
  * Calls `getToken` and waits for it, but no longer than the caller's signal allows or `remainingMs`
  * (the time left before the deadline, on a real timer like the per-attempt timeout). What getToken
- * throws or rejects with passes through unchanged; a token that arrives after the wait was cut is
- * dropped, and so is a late rejection.
+ * throws or rejects with is rethrown (the caller wraps it as `token_failed`); a token that arrives
+ * after the wait was cut is dropped, and so is a late rejection.
  */
 async function awaitToken(
   getToken: NonNullable<ClientOptions['getToken']>,
@@ -514,9 +560,66 @@ function normalizeBaseUrl(value: string | URL): string {
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
 }
 
+/** Checks a `maxResponseBytes` setting: a positive whole number of bytes, or `Infinity`. */
+function checkMaxBytes(value: number): number {
+  if (value !== Number.POSITIVE_INFINITY && !(Number.isSafeInteger(value) && value > 0)) {
+    throw new TypeError('maxResponseBytes must be a positive whole number of bytes, or Infinity');
+  }
+  return value;
+}
+
+/** Thrown inside an attempt when the body runs past its limit. */
+class ResponseTooLarge extends Error {}
+
+/** Reads a body into memory, but no further than `maxBytes`: past it, stops reading and throws. */
+async function readCapped(response: Response, maxBytes: number): Promise<Uint8Array> {
+  if (maxBytes === Number.POSITIVE_INFINITY) return new Uint8Array(await response.arrayBuffer());
+  // A declared length says it all, unless a content coding makes the decoded body longer.
+  const declared = Number(response.headers.get('content-length') ?? Number.NaN);
+  if (declared > maxBytes && !response.headers.has('content-encoding')) {
+    response.body?.cancel().catch(() => undefined);
+    throw new ResponseTooLarge();
+  }
+  if (response.body === null) return new Uint8Array(0);
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      reader.cancel().catch(() => undefined);
+      throw new ResponseTooLarge();
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0] as Uint8Array;
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return bytes;
+}
+
 /**
- * One attempt: the fetch and, unless `readBody` is false, the whole body, under one timeout. A body
- * that breaks off half way is a network error like a refused connection: the outcome is unknown.
+ * The signal an attempt's fetch runs under: its own (the timeout) and the caller's. With
+ * `parse: 'none'` the body outlives the attempt and must still stop when the caller aborts.
+ * `AbortSignal.any` follows the caller's signal without a listener on it, so a long-lived signal
+ * gathers none; where it is missing (older browsers) the caller's signal stops the attempt only.
+ */
+function attemptSignal(own: AbortController, callerSignal: AbortSignal | undefined): AbortSignal {
+  if (callerSignal === undefined) return own.signal;
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any([callerSignal, own.signal]);
+  return own.signal;
+}
+
+/**
+ * One attempt: the fetch and, unless `maxBytes` is undefined (`parse: 'none'`), the whole body up to
+ * `maxBytes`, under one timeout. A body that breaks off half way is a network error like a refused
+ * connection: the outcome is unknown, though the response's headers, when they came, are kept.
  */
 async function runAttempt(
   fetchFn: FetchFunction,
@@ -524,7 +627,7 @@ async function runAttempt(
   init: RequestInit,
   timeoutMs: number,
   callerSignal: AbortSignal | undefined,
-  readBody: boolean,
+  maxBytes: number | undefined,
 ): Promise<AttemptRun> {
   const controller = new AbortController();
   let timedOut = false;
@@ -543,20 +646,22 @@ async function runAttempt(
   const abortion = new Promise<never>((_, reject) => {
     controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
   });
+  let response: Response | undefined;
   const work = (async () => {
-    const response = await fetchFn(url, { ...init, signal: controller.signal });
-    const bytes = readBody ? new Uint8Array(await response.arrayBuffer()) : undefined;
+    response = await fetchFn(url, { ...init, signal: attemptSignal(controller, callerSignal) });
+    const bytes = maxBytes === undefined ? undefined : await readCapped(response, maxBytes);
     return { response, bytes };
   })();
   work.catch(() => undefined);
   abortion.catch(() => undefined);
   try {
-    const { response, bytes } = await Promise.race([work, abortion]);
-    return { kind: 'response', response, bytes };
+    const done = await Promise.race([work, abortion]);
+    return { kind: 'response', response: done.response, bytes: done.bytes };
   } catch (error) {
-    if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason };
-    if (timedOut) return { kind: 'timeout', error };
-    return { kind: 'network-error', error };
+    if (error instanceof ResponseTooLarge && response !== undefined) return { kind: 'too-large', response };
+    if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason, response };
+    if (timedOut) return { kind: 'timeout', error, response };
+    return { kind: 'network-error', error, response };
   } finally {
     clearTimeout(timer);
     callerSignal?.removeEventListener('abort', onCallerAbort);

@@ -16,6 +16,10 @@ export const requestFailedCodes = {
   retry_after_too_long: 'The server asked to wait (Retry-After) longer than maxRetryAfter allows.',
   aborted: "The caller's AbortSignal fired.",
   invalid_response_body: 'A successful response declared JSON but its body is not JSON.',
+  response_too_large: 'The response body is longer than maxResponseBytes; it was not read to the end.',
+  token_failed: 'getToken threw or rejected; this attempt was not sent.',
+  redirect_unreadable:
+    'The server answered a write with a redirect the browser does not let scripts read; the write may have run.',
 } as const;
 
 /**
@@ -51,7 +55,8 @@ export interface RequestFailedDetails {
 
 /**
  * The one error the client rejects with for a request that did not succeed. Misuse (bad options, a
- * stream body) throws a `TypeError` instead; errors thrown by your own `getToken` pass through as they are.
+ * stream body) throws a `TypeError` instead; an error thrown by your own `getToken` is the `cause` of
+ * a `token_failed` one, which carries the key (an earlier attempt may have run).
  *
  * Messages never contain keys, tokens or bodies.
  *

@@ -706,10 +706,12 @@ describe('tokens, results and bodies', () => {
     expect(handlers).toHaveBeenCalled();
   });
 
-  it('lets an error thrown by getToken through unchanged', async () => {
+  it('wraps an error thrown by getToken as token_failed, its cause, with the key (an earlier attempt may have run)', async () => {
     const boom = new Error('refresh failed');
     const { client } = setup([json(200, {})], { getToken: () => Promise.reject(boom) });
-    await expect(client.get('/photos')).rejects.toBe(boom);
+    const error = await client.post('/charges', {}, { idempotencyKey: 'k-1' }).catch((caught: unknown) => caught);
+    expect(isRequestFailedError(error)).toBe(true);
+    expect(error).toMatchObject({ code: 'token_failed', cause: boom, key: 'k-1', attempts: [] });
   });
 
   it('exposes replayed, status, headers and history', async () => {
@@ -878,5 +880,66 @@ describe('URLs and options', () => {
     );
     expect(client.retryHorizon({ timeout: false, deadline: false })).toBe(Number.POSITIVE_INFINITY);
     expect(client.retryHorizon({ deadline: '2h', timeout: false })).toBe(7_200_000);
+  });
+});
+
+describe('maxResponseBytes', () => {
+  it('ends with response_too_large past the limit, not retried, the status kept', async () => {
+    const { client, seen } = setup([json(200, { data: 'x'.repeat(100) })], { maxResponseBytes: 64 });
+    const error = await failure(client.get('/report'));
+    expect([error.code, error.status, error.attempts.length, seen.length]).toEqual(['response_too_large', 200, 1, 1]);
+    expect(error.attempts[0]?.outcome).toBe('response');
+  });
+
+  it('refuses a declared Content-Length past the limit before reading, and a request can raise the limit', async () => {
+    const big = () => new Response('y'.repeat(1000), { status: 200, headers: { 'content-length': '1000' } });
+    const { client } = setup([big()], { maxResponseBytes: 999 });
+    expect((await failure(client.get('/a'))).code).toBe('response_too_large');
+    const result = await client.get('/a', { parse: 'text', maxResponseBytes: 1000 });
+    expect(result.body).toHaveLength(1000);
+    // parse: 'none' leaves the body to the caller, whatever its length.
+    const unread = await client.get('/a', { parse: 'none' });
+    expect(await unread.response.text()).toHaveLength(1000);
+  });
+
+  it('takes a positive whole number or Infinity, nothing else', () => {
+    for (const bad of [0, -1, 1.5, Number.NaN, '10' as unknown as number]) {
+      expect(() => setup([], { maxResponseBytes: bad })).toThrow(TypeError);
+    }
+    expect(() => setup([], { maxResponseBytes: Number.POSITIVE_INFINITY })).not.toThrow();
+  });
+});
+
+describe('redirects', () => {
+  function recordingFetch(answer: () => Response) {
+    const modes: (RequestRedirect | undefined)[] = [];
+    const fetch: ClientOptions['fetch'] = async (_input, init) => {
+      modes.push(init.redirect);
+      return answer();
+    };
+    return { fetch, modes };
+  }
+
+  it('asks fetch not to follow them for writes (keyed or not idempotent), and to follow them for reads', async () => {
+    const { fetch, modes } = recordingFetch(() => empty(200));
+    const { client } = setup([], { fetch });
+    await client.post('/charges', {});
+    await client.post('/charges', {}, { idempotencyKey: false });
+    await client.put('/settings', {}, { idempotencyKey: 'k-put' });
+    await client.get('/stock');
+    await client.put('/settings', {});
+    expect(modes).toEqual(['manual', 'manual', 'manual', 'follow', 'follow']);
+  });
+
+  it("ends with redirect_unreadable on a browser's opaque redirect, with the key to retry with", async () => {
+    const { fetch } = recordingFetch(() => {
+      const opaque = new Response(null, { status: 200 });
+      Object.defineProperty(opaque, 'type', { value: 'opaqueredirect' });
+      Object.defineProperty(opaque, 'status', { value: 0 });
+      return opaque;
+    });
+    const { client } = setup([], { fetch });
+    const error = await failure(client.post('/charges', {}, { idempotencyKey: 'k-7' }));
+    expect([error.code, error.key, error.attempts.length]).toEqual(['redirect_unreadable', 'k-7', 1]);
   });
 });
