@@ -24,6 +24,7 @@ export const webhookErrorTable = {
   apply_failed: { status: 500, title: 'Webhook could not be applied', retryable: true },
   raw_body_required: { status: 500, title: 'Webhook raw body required', retryable: true },
   secret_invalid: { status: 500, title: 'Webhook secret is invalid', retryable: false },
+  relay_round_timeout: { status: 503, title: 'Outbox relay round outlived its lease', retryable: true },
 } as const;
 
 /** A stable @idem/webhooks error code. */
@@ -38,7 +39,8 @@ export interface WebhookErrorOptions {
 
 /**
  * The one error class of @idem/webhooks. Verification returns it inside `{ ok: false }`; it is thrown
- * only for misuse (a parsed body where raw bytes are needed, an invalid secret).
+ * only for misuse (a parsed body where raw bytes are needed, an invalid secret), and by an outbox relay
+ * round that outlived its lease (`relay_round_timeout`).
  *
  * Messages are written from fixed text and never contain secrets, signatures or payloads.
  *

@@ -94,7 +94,10 @@ export function parseWebhookHeaders(
   if (id === false || !ID.test(id)) return { ok: false, error: malformed('webhook-id') };
   if (timestampText === false || !TIMESTAMP.test(timestampText))
     return { ok: false, error: malformed('webhook-timestamp') };
-  if (signature === false) return { ok: false, error: malformed('webhook-signature') };
+  // Node (req.headers) and fetch (Headers.get) join two field lines of one name with ", ", which no
+  // single signature header holds (entries are separated by spaces, a version from its signature by
+  // a comma): without this, a line of an unknown version followed by one that verifies would pass.
+  if (signature === false || signature.includes(', ')) return { ok: false, error: malformed('webhook-signature') };
   const entries = signature.trim().split(/ +/);
   if (entries.length > MAX_ENTRIES || entries[0] === '') return { ok: false, error: malformed('webhook-signature') };
   const signatures: ParsedWebhookHeaders['signatures'] = [];

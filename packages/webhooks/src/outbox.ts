@@ -3,6 +3,7 @@ import { abortableSleep } from '@idem/client';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
+import { WebhookError } from './errors.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
 import type { AttemptRecord, Sender } from './sender.js';
 
@@ -495,6 +496,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                 history = ${appended('history', '$9::jsonb')}
           WHERE ${fence}
         RETURNING status`;
+    // A row that will be tried again keeps the wait before its next attempt.
+    const withWait = (attempt: AttemptRecord, delivered: boolean, stop: string | null, waitMs: number) =>
+      delivered || stop ? { ...attempt } : { ...attempt, waitMs };
     const record = async (
       row: Claimed,
       attempt: AttemptRecord,
@@ -502,7 +506,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       stop: string | null,
       waitMs: number,
     ) => {
-      const saved = { ...attempt, ...(delivered || stop ? {} : { waitMs }) };
+      const saved = withWait(attempt, delivered, stop, waitMs);
       const { rows } = await db.query(recordSql, [
         ...endingValues(row, waitMs),
         delivered,
@@ -552,12 +556,13 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         { url: row.url, id: row.id, body: row.body as Buffer, contentType: row.content_type, headers: row.headers },
         row.attempts,
       );
-      // An observer must never break the relay, whether it throws or rejects.
-      notify(relayOptions.onAttempt, { id: row.id, url: row.url }, attempt);
       const delivered = attempt.result === 'delivered';
       const stop =
         attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
       const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
+      // Told with the wait that follows, as it is recorded. An observer must never break the relay,
+      // whether it throws or rejects.
+      notify(relayOptions.onAttempt, { id: row.id, url: row.url }, withWait(attempt, delivered, stop, waitMs));
       const status = await record(row, attempt, delivered, stop, waitMs);
       // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
       // other events waiting for the same URL are dead-lettered too instead of each finding out.
@@ -565,7 +570,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       return status;
     };
 
-    const runOnce = async (): Promise<RelayRound> => {
+    const runRound = async (): Promise<RelayRound> => {
       const rows = await claim();
       const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0, fenced: 0 };
       // Settle every row before the round ends, even when one fails: stop() promises the round in
@@ -580,6 +585,28 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       const failed = settled.find((result) => result.status === 'rejected');
       if (failed) throw failed.reason;
       return round;
+    };
+
+    // A round whose query never returns (a database host gone silent, without a reset) would hold the
+    // loop, and stop(), for ever. Past its lease nothing it does counts (another claim may hold its
+    // rows, and the fence refuses its results), so it is given up then and reported; if the query
+    // ever returns, the round finishes in the background and its late results are fenced off.
+    const runOnce = (): Promise<RelayRound> => {
+      const round = runRound();
+      round.catch(() => undefined);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const deadline = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () =>
+            reject(
+              new WebhookError('relay_round_timeout', 'The relay round did not finish within its lease.', {
+                details: { leaseMs },
+              }),
+            ),
+          leaseMs,
+        );
+      });
+      return Promise.race([round, deadline]).finally(() => clearTimeout(timer));
     };
 
     let running: Promise<void> | undefined;

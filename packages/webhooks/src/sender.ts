@@ -143,6 +143,10 @@ function lowerCaseNames(headers: Record<string, string>): Record<string, string>
   return lowered;
 }
 
+/**
+ * The first KiB of the body, or what of it arrived before the read failed (the attempt's timeout, a
+ * connection cut): "database is down" from a receiver that then stalls is what the dead letter needs.
+ */
 async function readSnippet(response: Response): Promise<string> {
   if (!response.body) return '';
   const reader = response.body.getReader();
@@ -155,6 +159,8 @@ async function readSnippet(response: Response): Promise<string> {
       chunks.push(value);
       size += value.length;
     }
+  } catch {
+    // Keep what was read.
   } finally {
     // Release the connection without downloading the rest of a large error page.
     await reader.cancel().catch(() => undefined);
@@ -209,7 +215,11 @@ export function createSender(options: SenderOptions): Sender {
     return Math.max(jittered, Math.min(retryAfterMs, maxRetryAfterMs));
   };
 
-  const attempt = async (
+  // An observer must never break a delivery, whether it throws or rejects. It gets its own copy,
+  // made once the record is final: send() adds the wait that follows before it tells.
+  const tell = (record: AttemptRecord, message: WebhookMessage) => notify(onAttempt, { ...record }, message);
+
+  const attemptQuietly = async (
     message: WebhookMessage,
     number: number,
     attemptOptions: { signal?: AbortSignal } = {},
@@ -227,12 +237,7 @@ export function createSender(options: SenderOptions): Sender {
     outer?.addEventListener('abort', forward, { once: true });
     const finish = (
       record: Omit<AttemptRecord, 'attempt' | 'startedAt' | 'timestamp' | 'durationMs'>,
-    ): AttemptRecord => {
-      const full: AttemptRecord = { attempt: number, startedAt, timestamp, durationMs: now() - startedAt, ...record };
-      // An observer must never break a delivery, whether it throws or rejects.
-      notify(onAttempt, full, message);
-      return full;
-    };
+    ): AttemptRecord => ({ attempt: number, startedAt, timestamp, durationMs: now() - startedAt, ...record });
     try {
       const response = await fetchImpl(message.url, {
         method: 'POST',
@@ -248,7 +253,7 @@ export function createSender(options: SenderOptions): Sender {
       });
       const status = response.status;
       const retryAfterMs = retryAfterOf(response.headers, now());
-      const responseBody = await readSnippet(response).catch(() => '');
+      const responseBody = await readSnippet(response);
       const result = status >= 200 && status < 300 ? 'delivered' : status === 410 ? 'gone' : 'failed';
       return finish({ result, status, responseBody, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) });
     } catch (error) {
@@ -261,6 +266,16 @@ export function createSender(options: SenderOptions): Sender {
       clearTimeout(timer);
       outer?.removeEventListener('abort', forward);
     }
+  };
+
+  const attempt = async (
+    message: WebhookMessage,
+    number: number,
+    attemptOptions: { signal?: AbortSignal } = {},
+  ): Promise<AttemptRecord> => {
+    const record = await attemptQuietly(message, number, attemptOptions);
+    tell(record, message);
+    return record;
   };
 
   const send = async (message: WebhookMessage, sendOptions: { signal?: AbortSignal } = {}): Promise<DeliveryResult> => {
@@ -279,16 +294,32 @@ export function createSender(options: SenderOptions): Sender {
     });
     for (let number = 1; ; number++) {
       if (signal?.aborted) return deadLetter('aborted');
-      const record = await attempt(message, number, signal ? { signal } : {});
+      const record = await attemptQuietly(message, number, signal ? { signal } : {});
       attempts.push(record);
-      if (record.result === 'delivered') return { outcome: 'delivered', id: message.id, attempts };
-      if (record.result === 'gone') return deadLetter('gone');
-      if (signal?.aborted) return deadLetter('aborted');
-      if (number >= maxAttempts) return deadLetter('max-attempts');
+      if (record.result === 'delivered') {
+        tell(record, message);
+        return { outcome: 'delivered', id: message.id, attempts };
+      }
+      const reason: DeadLetterReason | undefined =
+        record.result === 'gone'
+          ? 'gone'
+          : signal?.aborted
+            ? 'aborted'
+            : number >= maxAttempts
+              ? 'max-attempts'
+              : undefined;
+      if (reason !== undefined) {
+        tell(record, message);
+        return deadLetter(reason);
+      }
       const wait = nextDelay(number, record.retryAfterMs);
       // Give up rather than start an attempt past the horizon that receivers were promised.
-      if (now() + wait - firstAt > horizonMs) return deadLetter('horizon');
+      if (now() + wait - firstAt > horizonMs) {
+        tell(record, message);
+        return deadLetter('horizon');
+      }
       record.waitMs = wait;
+      tell(record, message);
       try {
         await sleep(wait, signal);
       } catch {

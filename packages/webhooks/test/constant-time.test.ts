@@ -64,3 +64,28 @@ describe('constant-time comparison (case 20)', () => {
     expect(spy).not.toHaveBeenCalled();
   });
 });
+
+describe('the cost of a hostile header', () => {
+  it('computes one HMAC per key per delivery, however many v1 entries the header carries', () => {
+    // Before, each of up to 32 entries recomputed the HMAC of the whole body for each key: an
+    // unauthenticated request (only a current timestamp needed) cost 32 times one verification.
+    const hmac = vi.spyOn(crypto, 'createHmac');
+    syncBuiltinESMExports();
+    try {
+      const secrets = [
+        SECRET,
+        `whsec_${Buffer.alloc(24, 1).toString('base64')}`,
+        `whsec_${Buffer.alloc(24, 2).toString('base64')}`,
+      ];
+      const verifier = createVerifier({ secret: secrets, now: () => TS * 1000 });
+      const bogus = Array.from({ length: 32 }, (_, i) => `v1,${Buffer.alloc(32, i).toString('base64')}`).join(' ');
+      const headers = { 'webhook-id': ID, 'webhook-timestamp': String(TS), 'webhook-signature': bogus };
+      hmac.mockClear();
+      expect(verifier.verify({ headers, body: BODY }).ok).toBe(false);
+      expect(hmac).toHaveBeenCalledTimes(secrets.length);
+    } finally {
+      hmac.mockRestore();
+      syncBuiltinESMExports();
+    }
+  });
+});

@@ -259,7 +259,11 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     try {
       const patient = createSender({ secret: SECRET, timeout: '5s', random: () => 0 });
       await outbox.add(pool, { id: 'R1', url: server.url, body: '{}' });
-      expect(await outbox.relay({ db: pool, sender: patient }).runOnce()).toMatchObject({ retrying: 1 });
+      const told: unknown[] = [];
+      const relay = outbox.relay({ db: pool, sender: patient, onAttempt: (_row, attempt) => void told.push(attempt) });
+      expect(await relay.runOnce()).toMatchObject({ retrying: 1 });
+      // onAttempt is told the wait too, as it is recorded.
+      expect(told).toEqual([expect.objectContaining({ status: 503, waitMs: 600_000 })]);
       const { rows: due } = await pool.query(
         `SELECT extract(epoch FROM next_attempt_at - now()) AS seconds, last_attempt FROM "${table}"`,
       );

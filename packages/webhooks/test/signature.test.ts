@@ -291,13 +291,16 @@ describe('rotation (case 17)', () => {
   it('skips an entry of an unknown version whatever it holds, and stays strict about v1 and v1a', () => {
     // Standard Webhooks: a receiver tries the versions it knows. A future scheme's entry, in a form we
     // cannot foresee, must not make a valid v1 entry beside it unreadable.
-    for (const unknown of ['v9=%%%', 'v2,%%%', 'v2,a,b', 'V1,Zm9v', 't=1700000000', ',']) {
+    for (const unknown of ['v9=%%%', 'v2,%%%', 'v2,a,b', 'V1,Zm9v', 't=1700000000', ';', ',x']) {
       expect(check(`${unknown} ${V1_SIGNATURE}`)).toBe('ok');
       expect(check(`${V1_SIGNATURE} ${unknown}`)).toBe('ok');
       expect(check(unknown)).toBe('signature_unsupported');
     }
     expect(check(`v1,%%% ${V1_SIGNATURE}`)).toBe('header_invalid');
     expect(check(`v1a,%%% ${V1_SIGNATURE}`)).toBe('header_invalid');
+    // ", " is how Node and fetch join two field lines; no single header holds it.
+    expect(check(`v2,whatever, ${V1_SIGNATURE}`)).toBe('header_invalid');
+    expect(check(`, ${V1_SIGNATURE}`)).toBe('header_invalid');
   });
 
   it('refuses a lone bad entry, and says so distinctly when no entry has a usable version', () => {
