@@ -26,7 +26,13 @@ import { secretToJwk } from './hmac-secret.js';
 import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
-import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
+import {
+  type KeyLookup,
+  type KeySource,
+  type RemoteJwksOptions,
+  remoteKeySource,
+  staticKeySource,
+} from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
 import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';
@@ -493,7 +499,18 @@ export async function verifyWithEngine(
   if (lookup.kind === 'alg-mismatch') return refuse(engine, binding, 'algorithm_not_allowed', issuer.issuer);
   if (lookup.kind === 'unavailable') return refuse(engine, binding, 'keys_unavailable', issuer.issuer);
 
-  const signature = await verifyJwsSignature(parsed.value, alg, lookup.keys);
+  let signature = await verifyJwsSignature(parsed.value, alg, lookup.keys);
+  if (!signature.ok && signature.code === 'signature_invalid' && issuer.keys.recheck !== undefined) {
+    // New material under a known kid (a replaced key) would otherwise be refused until the cached set
+    // expires, up to a day; the source refetches once per cooldown, as for an unknown kid.
+    let again: KeyLookup | undefined;
+    try {
+      again = await issuer.keys.recheck(kid, alg, lookup.keys);
+    } catch {
+      again = undefined;
+    }
+    if (again?.kind === 'found') signature = await verifyJwsSignature(parsed.value, alg, again.keys);
+  }
   if (!signature.ok) return refuse(engine, binding, signature.code, issuer.issuer);
 
   const nowMs = engine.now();

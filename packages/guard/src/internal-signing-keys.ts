@@ -25,6 +25,11 @@ export interface SigningEntry {
   activeFrom: number;
   /** Published at least until then whatever else holds (older configured keys: a previous run's tokens). */
   keepUntil?: number;
+  /**
+   * Superseded by a rotation that signed at once (a compromised key): published only while its own
+   * tokens may still verify, never kept for `maxPublished`.
+   */
+  withdrawn?: boolean;
 }
 
 /**
@@ -63,7 +68,10 @@ export interface SigningKeyRing {
   signer(at: number): SigningEntry;
   /** The keys to publish at `at`, newest first. */
   published(at: number): SigningEntry[];
-  /** Adds `entry` as the newest key. Throws a `TypeError` for a kid already held. */
+  /**
+   * Adds `entry` as the newest key. Throws a `TypeError` for a kid already held. An entry that signs
+   * at once (`activeFrom <= at`) withdraws the keys before it: see {@link SigningEntry.withdrawn}.
+   */
   add(entry: SigningEntry, at: number): void;
 }
 
@@ -114,19 +122,32 @@ export function signingKeyRing(
   }
 
   const kept = (list: readonly SigningEntry[], at: number) =>
-    list.filter((_, index) => index < options.maxPublished || needed(list, index, at));
+    list.filter((entry, index) => (index < options.maxPublished && !entry.withdrawn) || needed(list, index, at));
+
+  // The configured current key is active from -Infinity and never dropped while it signs.
+  const signerAt = (at: number) =>
+    (entries.find((entry) => entry.activeFrom <= at) ?? entries[entries.length - 1]) as SigningEntry;
 
   return {
-    signer(at) {
-      // The configured current key is active from -Infinity and never dropped while it signs.
-      return (entries.find((entry) => entry.activeFrom <= at) ?? entries[entries.length - 1]) as SigningEntry;
-    },
+    signer: signerAt,
     published(at) {
       return kept(entries, at);
     },
     add(entry, at) {
       if (entries.some((existing) => existing.kid === entry.kid)) throw new TypeError('duplicate internal kid');
-      entries = kept([entry, ...entries], at);
+      let older = entries;
+      if (entry.activeFrom <= at) {
+        // Only a key known to be compromised is rotated out at once (`rotate(key, { delay: 0 })`).
+        // Kept published for maxPublished, it would verify whatever its thief signs, for good. The key
+        // signing until now may have signed this very millisecond: its tokens are kept for their life.
+        const signing = signerAt(at);
+        older = entries.map((old) => ({
+          ...old,
+          withdrawn: true,
+          ...(old === signing ? { keepUntil: Math.max(old.keepUntil ?? at, at + liveMs) } : {}),
+        }));
+      }
+      entries = kept([entry, ...older], at);
     },
   };
 }

@@ -63,8 +63,9 @@ export interface InternalTokenIssuer {
    * Publishes `key` (default: a fresh Ed25519 key) in `jwks()` at once and makes it the signing key
    * once `delay` seconds have passed (default: the `rotationDelay` option, 60). The current key signs
    * until then and stays published until its last tokens expired. `delay: 0` switches at once, for a
-   * key known to be compromised; services that fetched the JWKS within their cooldown then refuse the
-   * new tokens (`key_unknown`) until it ends. Returns the new kid.
+   * key known to be compromised: the keys before it are withdrawn from `jwks()` once their own tokens
+   * expired (not kept for `maxPublishedKeys`), and services that fetched the JWKS within their cooldown
+   * refuse the new tokens (`key_unknown`) until it ends. Returns the new kid.
    */
   rotate(key?: InternalSigningKey, options?: { delay?: number }): string;
 }

@@ -203,24 +203,21 @@ export type KeySetResult =
 
 /**
  * Imports a JWKS. The whole set is refused when it is not `{ keys: [...] }`, holds private key
- * material, repeats a `kid`, or mixes symmetric and asymmetric keys (Wycheproof `MixedKeySet`,
- * `DuplicateKid`). Single unusable keys are dropped and reported.
+ * material, gives one `kid` to two keys it would verify with, or mixes symmetric and asymmetric keys
+ * (Wycheproof `MixedKeySet`, `DuplicateKid`). Single unusable keys are dropped and reported. A `kid`
+ * shared with a key that is dropped anyway (an encryption key: RFC 7517 4.5 lets keys of different
+ * types share one) refuses nothing.
  *
  * @example
  * const result = await importKeySet(await response.json(), { algorithms: ['RS256'], allowSymmetric: false });
  */
 export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<KeySetResult> {
   if (!isPlainObject(input) || !Array.isArray(input.keys)) return { ok: false, reason: 'not-a-key-set' };
-  const kids = new Set<string>();
   let symmetric = false;
   let asymmetric = false;
   for (const entry of input.keys) {
     if (!isPlainObject(entry)) continue;
     if (privateMembers.some((member) => member in entry)) return { ok: false, reason: 'private-key' };
-    if (typeof entry.kid === 'string') {
-      if (kids.has(entry.kid)) return { ok: false, reason: 'duplicate-kid' };
-      kids.add(entry.kid);
-    }
     if (entry.kty === 'oct') symmetric = true;
     else asymmetric = true;
   }
@@ -239,6 +236,12 @@ export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<K
     } catch {
       dropped.push({ kid, reason: 'invalid-key' });
     }
+  }
+  const kids = new Set<string>();
+  for (const key of keys) {
+    if (key.kid === undefined) continue;
+    if (kids.has(key.kid)) return { ok: false, reason: 'duplicate-kid' };
+    kids.add(key.kid);
   }
   return { ok: true, keys, dropped };
 }

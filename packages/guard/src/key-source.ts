@@ -28,6 +28,17 @@ export interface KeySource {
    * learns that a key was retired, and an outage never makes a hit wait for a fetch.
    */
   refreshIfDue(at: number): void;
+  /**
+   * A signature did not verify with `tried`, the keys a lookup gave for this `kid` and `alg`: the
+   * issuer may have put new material under the same `kid` (or rotated a set without kids). Fetches
+   * again if the cooldown allows, as for an unknown `kid`, and answers the keys that were not tried;
+   * `undefined` when there are none. Absent on sources that cannot change.
+   */
+  recheck?(
+    kid: string | undefined,
+    alg: JwsAlgorithm,
+    tried: readonly VerificationKey[],
+  ): Promise<KeyLookup | undefined>;
 }
 
 /**
@@ -252,14 +263,20 @@ export function remoteKeySource(
   const maxTtlMs = seconds(options.maxTtl ?? 86_400, 'jwks maxTtl') * 1000;
   const staleMs = seconds(options.staleIfError ?? 3600, 'jwks staleIfError') * 1000;
   const negativeTtlMs = seconds(options.negativeTtl ?? cooldownMs / 1000, 'jwks negativeTtl') * 1000;
-  const maxBytes = options.maxBytes ?? 262_144;
-  const maxUnknownKids = options.maxUnknownKids ?? 10_000;
+  // A count read from an unset environment variable is NaN, which would lift the bound it sets.
+  const count = (value: number, name: string) => {
+    if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`${name} must be a whole number, at least 1`);
+    return value;
+  };
+  const maxBytes = count(options.maxBytes ?? 262_144, 'jwks maxBytes');
+  const maxUnknownKids = count(options.maxUnknownKids ?? 10_000, 'jwks maxUnknownKids');
   const { now, emit } = context;
 
   let state: KeySetState | undefined;
   let inFlight: Promise<boolean> | undefined;
   let lastAttemptAt = Number.NEGATIVE_INFINITY;
   let lastAttemptFailed = false;
+  let failuresInARow = 0;
   const unknownKids = new Map<string, number>();
 
   async function fetchOnce(): Promise<boolean> {
@@ -338,6 +355,7 @@ export function remoteKeySource(
     inFlight ??= fetchOnce()
       .then((ok) => {
         lastAttemptFailed = !ok;
+        failuresInARow = ok ? 0 : failuresInARow + 1;
         return ok;
       })
       .finally(() => {
@@ -350,8 +368,13 @@ export function remoteKeySource(
   // fetches a client can provoke (unknown kids) and retries of a failing endpoint; after a success the
   // server's max-age decides, or a healthy endpoint with max-age under the cooldown would be served
   // stale (or fail closed) for the difference.
+  // With no keys at all (an identity provider or a sidecar not up yet at startup), every request is
+  // refused until a fetch succeeds: the next attempt comes after 1 s, then 2, 4, ... up to the
+  // cooldown, not a whole cooldown after the first failure.
   function mayRefreshExpiring(at: number): boolean {
-    return !lastAttemptFailed || at - lastAttemptAt >= cooldownMs;
+    if (!lastAttemptFailed) return true;
+    const waitMs = state === undefined ? Math.min(cooldownMs, 1000 * 2 ** (failuresInARow - 1)) : cooldownMs;
+    return at - lastAttemptAt >= waitMs;
   }
 
   // Remembers a kid that the set fetched at `fetchedAt` did not hold, for `negativeTtl` from that fetch.
@@ -398,6 +421,16 @@ export function remoteKeySource(
       refreshAhead(state, at);
       return state.keys;
     }
+    // Expired while the endpoint fails: the last good keys answer at once (stale-if-error) and the
+    // next attempt runs in the background once the cooldown allows. Waited for, it would hold every
+    // request that misses the token cache for the fetch timeout, once per cooldown, for the whole
+    // outage. Only the first refresh after a success is waited for: the endpoint was healthy and may
+    // have retired a key.
+    if (state !== undefined && lastAttemptFailed && trusted(at)) {
+      if (inFlight === undefined && mayRefreshExpiring(at)) void refresh();
+      emit({ type: 'jwks-stale', uri, ageMs: at - state.fetchedAt, at });
+      return state.keys;
+    }
     // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
     if (inFlight !== undefined || mayRefreshExpiring(at)) await refresh();
     const after = now();
@@ -406,10 +439,21 @@ export function remoteKeySource(
     return state.keys;
   }
 
+  // One fetch per cooldown for everything a client can provoke: unknown kids and failed signatures.
+  const mayFetchOnDemand = () => inFlight !== undefined || now() - lastAttemptAt >= cooldownMs;
+
   return {
     refresh,
     usable,
     refreshIfDue,
+    async recheck(kid, alg, tried) {
+      if (!mayFetchOnDemand()) return undefined;
+      await refresh();
+      const again = state === undefined ? undefined : match(state.keys, kid, alg);
+      if (again?.kind !== 'found') return again;
+      const untried = again.keys.filter((key) => !tried.some((old) => old.thumbprint === key.thumbprint));
+      return untried.length === 0 ? undefined : { kind: 'found', keys: untried };
+    },
     async lookup(kid, alg) {
       const keys = await currentKeys();
       if (keys === undefined) return { kind: 'unavailable' };
@@ -418,7 +462,7 @@ export function remoteKeySource(
       const memoryKey = kid ?? '';
       const rememberedUntil = unknownKids.get(memoryKey);
       if (rememberedUntil !== undefined && now() < rememberedUntil) return { kind: 'unknown-kid' };
-      if (inFlight !== undefined || now() - lastAttemptAt >= cooldownMs) {
+      if (mayFetchOnDemand()) {
         // One fetch per cooldown, shared by every caller that arrives while it runs.
         const fetched = await refresh();
         const again = state === undefined ? undefined : match(state.keys, kid, alg);

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { exportJWK, generateKeyPair, importJWK, type JWK, SignJWT } from 'jose';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   createGuard,
   createInternalTokenIssuer,
@@ -14,9 +14,8 @@ import {
 } from '../src/index.js';
 
 // Audit (branch audit-guard): the key source under failure and the operations around it. Real HTTP
-// JWKS servers on ephemeral ports, keys made with jose. `it` rows pin behaviour that was probed and
-// holds but had no test; `it.fails` rows state the behaviour the audit expects and the code does not
-// have yet (each flips to a failure of `it.fails`, i.e. a signal to promote it, once fixed).
+// JWKS servers on ephemeral ports, keys made with jose. The first rows pin behaviour that was probed
+// and held but had no test; the "defects" rows state behaviour the audit found missing, fixed since.
 
 const ISS = 'https://id.example';
 const AUD = 'https://api.example';
@@ -174,9 +173,9 @@ describe('audit: JWKS endpoint failures that hold', () => {
   });
 });
 
-describe('audit: defects (expected behaviour, not met yet)', () => {
-  // Wrong: after rotate(key, { delay: 0 }) (security.md/guard.md's remedy for a compromised key) the old key stays published among the newest maxPublishedKeys, so services accept tokens minted with it forever; expected: it is withdrawn once its own tokens expired.
-  it.fails('F1: after rotate(key, { delay: 0 }) the compromised key stops verifying (here: 48 h later)', async () => {
+describe('audit: defects found, fixed', () => {
+  // Was wrong: after rotate(key, { delay: 0 }) (security.md/guard.md's remedy for a compromised key) the old key stays published among the newest maxPublishedKeys, so services accept tokens minted with it forever; expected: it is withdrawn once its own tokens expired.
+  it('F1: after rotate(key, { delay: 0 }) the compromised key stops verifying (here: 48 h later)', async () => {
     let now = Date.now();
     const stolen = generateKeyPairSync('ed25519').privateKey;
     const issuer = createInternalTokenIssuer({
@@ -214,8 +213,8 @@ describe('audit: defects (expected behaviour, not met yet)', () => {
     expect(code(await verifier.verify(forged))).not.toBe('ok');
   });
 
-  // Wrong: when the first fetch fails (IdP or mesh sidecar not up yet) every request is 401 keys_unavailable for the whole 30 s cooldown after the endpoint is back (jose retries on the next request); expected: with no keys at all, a recovered endpoint is tried again within seconds (research case 50).
-  it.fails('F3: with no keys at all, a recovered endpoint is retried within seconds, not after the 30 s cooldown', async () => {
+  // Was wrong: when the first fetch fails (IdP or mesh sidecar not up yet) every request is 401 keys_unavailable for the whole 30 s cooldown after the endpoint is back (jose retries on the next request); expected: with no keys at all, a recovered endpoint is tried again within seconds (research case 50).
+  it('F3: with no keys at all, a recovered endpoint is retried within seconds, not after the 30 s cooldown', async () => {
     const key = await esKey();
     let now = Date.now();
     const server = await jwksServer(json({}, {}, 503));
@@ -227,27 +226,53 @@ describe('audit: defects (expected behaviour, not met yet)', () => {
     expect(code(await guard.verify(token))).toBe('ok');
   });
 
-  // Wrong: during an outage each retry (every cooldown) makes every uncached request wait the whole fetch timeout (5 s every 30 s on a black-holed IdP) although stale keys are in hand; expected: stale-while-revalidate, as guard.md promises for cache hits (research section 10 item 2).
-  it.fails('F4: during an outage with stale keys, an uncached token does not wait for the retry timeout', async () => {
+  // Was wrong: during an outage each retry (every cooldown) makes every uncached request wait the whole fetch timeout (5 s every 30 s on a black-holed IdP) although stale keys are in hand; expected: stale-while-revalidate, as guard.md promises for cache hits (research section 10 item 2).
+  it('F4: during an outage with stale keys, an uncached token does not wait for the retry timeout', async () => {
     const key = await esKey();
     let now = Date.now();
     const server = await jwksServer(
       json({ keys: [{ ...key.jwk, kid: 'k1', alg: 'ES256' }] }, { 'cache-control': 'max-age=60' }),
     );
-    const { guard } = edge(server.url, { timeout: 0.5, cooldown: 30 }, () => now);
+    const { guard, events } = edge(server.url, { timeout: 0.5, cooldown: 30 }, () => now);
     const token = await sign(key.privateKey, { kid: 'k1' }, now);
     expect(code(await guard.verify(token))).toBe('ok');
     server.set(hang);
     now += 61_000;
     await guard.verify(token); // the first retry after expiry: waits, fails, stale keys used
     now += 31_000; // the cooldown has passed: the next request starts the next retry
-    const started = performance.now();
+    const failedBefore = fetchReason(events).length;
+    const requestsBefore = server.requests;
     expect(code(await guard.verify(token))).toBe('ok');
-    expect(performance.now() - started).toBeLessThan(250);
+    // Answered with the stale keys while the retry it started is still out (it has not timed out).
+    expect(fetchReason(events)).toHaveLength(failedBefore);
+    await vi.waitFor(() => expect(server.requests).toBe(requestsBefore + 1));
+    expect(events.some((event) => event.type === 'jwks-stale')).toBe(true);
   });
 
-  // Wrong: new material under a known kid (security.md's "compromised key replaced" case) or a kid-less rotation is signature_invalid with no refetch until the cached set expires (600 s default, up to 86,400 s); expected: one refetch per cooldown, as a kid miss gets.
-  it.fails('F5: new material under a known kid is picked up after one refetch once the cooldown allows', async () => {
+  it('F3 (cont.): with no keys, retries back off 1 s, 2 s, 4 s ... up to the cooldown', async () => {
+    let now = Date.now();
+    const server = await jwksServer(json({}, {}, 503));
+    const { guard } = edge(server.url, {}, () => now);
+    const token = await sign((await esKey()).privateKey, { kid: 'k1' }, now);
+    const fetchesAfter = async (ms: number) => {
+      now += ms;
+      await guard.verify(token);
+      return server.requests;
+    };
+    expect(await fetchesAfter(0)).toBe(1);
+    expect(await fetchesAfter(999)).toBe(1);
+    expect(await fetchesAfter(1)).toBe(2); // 1 s after the first failure
+    expect(await fetchesAfter(1_999)).toBe(2);
+    expect(await fetchesAfter(1)).toBe(3); // 2 s after the second
+    expect(await fetchesAfter(4_000)).toBe(4);
+    expect(await fetchesAfter(8_000)).toBe(5);
+    expect(await fetchesAfter(16_000)).toBe(6);
+    expect(await fetchesAfter(29_999)).toBe(6); // capped at the 30 s cooldown
+    expect(await fetchesAfter(1)).toBe(7);
+  });
+
+  // Was wrong: new material under a known kid (security.md's "compromised key replaced" case) or a kid-less rotation is signature_invalid with no refetch until the cached set expires (600 s default, up to 86,400 s); expected: one refetch per cooldown, as a kid miss gets.
+  it('F5: new material under a known kid is picked up after one refetch once the cooldown allows', async () => {
     const first = await esKey();
     const second = await esKey();
     let now = Date.now();
@@ -258,16 +283,27 @@ describe('audit: defects (expected behaviour, not met yet)', () => {
     expect(code(await guard.verify(await sign(first.privateKey, { kid: 'main' }, now)))).toBe('ok');
     server.set(json({ keys: [{ ...second.jwk, kid: 'main', alg: 'ES256' }] }, { 'cache-control': 'max-age=3600' }));
     now += 31_000;
+    const fetches = server.requests;
+    // A forged signature under the known kid costs one refetch per cooldown, no more.
+    const forged = await sign((await esKey()).privateKey, { kid: 'main' }, now);
+    expect(code(await guard.verify(forged))).toBe('signature_invalid');
+    expect(code(await guard.verify(forged))).toBe('signature_invalid');
+    expect(server.requests).toBe(fetches + 1);
+    // The refetch brought the new material: tokens it signed verify.
     expect(code(await guard.verify(await sign(second.privateKey, { kid: 'main' }, now)))).toBe('ok');
+    expect(server.requests).toBe(fetches + 1);
   });
 
-  // Wrong: jwksOptions.maxBytes/maxUnknownKids are never checked, so NaN (Number(env) unset) lifts the body bound (a 20 MB body was read); expected: a TypeError at startup, as security.md promises for limits ("a configuration cannot lift a bound by accident").
-  it.fails('F6: jwksOptions.maxBytes NaN is refused at construction', () => {
-    expect(() => edge('http://127.0.0.1:9/jwks', { maxBytes: Number.NaN })).toThrow(TypeError);
+  // Was wrong: jwksOptions.maxBytes/maxUnknownKids are never checked, so NaN (Number(env) unset) lifts the body bound (a 20 MB body was read); expected: a TypeError at startup, as security.md promises for limits ("a configuration cannot lift a bound by accident").
+  it('F6: jwksOptions.maxBytes NaN is refused at construction', () => {
+    for (const bad of [Number.NaN, 0, -1, 1.5, Number.POSITIVE_INFINITY]) {
+      expect(() => edge('http://127.0.0.1:9/jwks', { maxBytes: bad })).toThrow(TypeError);
+      expect(() => edge('http://127.0.0.1:9/jwks', { maxUnknownKids: bad })).toThrow(TypeError);
+    }
   });
 
-  // Wrong: duplicate kids are counted before unusable keys are dropped, so an enc key sharing the signing key's kid (allowed across key types, RFC 7517 §4.5) refuses the whole set; expected: the enc key is dropped and the set used.
-  it.fails('F7: a kid shared with a key the guard drops anyway (use "enc", another kty) does not refuse the set', async () => {
+  // Was wrong: duplicate kids are counted before unusable keys are dropped, so an enc key sharing the signing key's kid (allowed across key types, RFC 7517 §4.5) refuses the whole set; expected: the enc key is dropped and the set used.
+  it('F7: a kid shared with a key the guard drops anyway (use "enc", another kty) does not refuse the set', async () => {
     const key = await esKey();
     const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({ format: 'jwk' });
     const server = await jwksServer(
