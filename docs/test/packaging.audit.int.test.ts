@@ -1,0 +1,404 @@
+// Audit of the @idem packages as a consumer receives them from npm: every package is packed once
+// (docs/test/packed-packages.ts, the same tarballs `npm pack` makes), unpacked, and installed once
+// into a fresh project outside the repository (no workspace links, third-party packages from npm).
+// Then many small checks: manifests, README links and install lines, type declarations under the
+// compiler settings of a Node project, declaration merging as the docs show it, and one more
+// install with an isolated node_modules layout (npm's `--install-strategy=linked`, like pnpm's).
+//
+// What is already checked elsewhere is not repeated here: scripts/test/packages.test.ts (declared
+// dependencies, sibling pins, licence, files), docs/test/getting-started.int.test.ts (the page run
+// word for word against the tarballs, its files type-checked) and docs/test/code-blocks.test.ts
+// (every doc block type-checked, against the sources). Each `it.fails` is a defect; the comment
+// above it says what is wrong and what is expected.
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, normalize } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PackedPackages, packPackages } from './packed-packages.js';
+
+const execFileAsync = promisify(execFile);
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+
+// Build order: a package after the @idem packages it imports.
+const folders = ['core', 'guard', 'client', 'testkit', 'redis', 'postgres', 'express', 'fastify', 'koa', 'webhooks'];
+
+const env: NodeJS.ProcessEnv = {
+  ...process.env,
+  PATH: `${join(root, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`,
+  npm_config_update_notifier: 'false',
+  npm_config_fund: 'false',
+  npm_config_audit: 'false',
+};
+
+interface Run {
+  output: string;
+  status: number;
+}
+
+async function run(command: string, args: string[], cwd: string): Promise<Run> {
+  try {
+    const { stdout, stderr } = await execFileAsync(command, args, { cwd, env, maxBuffer: 32 * 1024 * 1024 });
+    return { output: `${stdout}${stderr}`, status: 0 };
+  } catch (error) {
+    const failed = error as { stdout?: string; stderr?: string; code?: number };
+    return { output: `${failed.stdout ?? ''}${failed.stderr ?? ''}`, status: failed.code ?? 1 };
+  }
+}
+
+async function npm(args: string[], cwd: string): Promise<void> {
+  const done = await run('npm', [...args, '--prefer-offline', '--no-audit', '--no-fund'], cwd);
+  if (done.status !== 0) throw new Error(`npm ${args.join(' ')} failed:\n${done.output}`);
+}
+
+// `tsc` on files of a consumer project, with the flags of that consumer (strict always).
+async function typecheck(cwd: string, files: Record<string, string>, flags: string[]): Promise<Run> {
+  const folder = join(cwd, `check-${Object.keys(files).join('-').replace(/\W+/g, '_')}`);
+  mkdirSync(folder, { recursive: true });
+  const names = Object.entries(files).map(([name, code]) => {
+    writeFileSync(join(folder, name), code);
+    return join(folder, name);
+  });
+  return run(process.execPath, [tsc, '--noEmit', '--strict', ...flags, ...names], cwd);
+}
+
+interface Manifest {
+  name: string;
+  repository?: string | { type?: string; url?: string; directory?: string };
+  peerDependencies?: Record<string, string>;
+}
+
+let packed: PackedPackages | undefined;
+let scratch = '';
+let project = ''; // the consumer project, npm's default (hoisted) layout
+let linked = ''; // the same kind of project with an isolated layout
+const unpacked = new Map<string, string>(); // package name → its unpacked tarball (the `package/` folder)
+
+function tarball(name: string): string {
+  const file = packed?.tarballs.get(name);
+  if (file === undefined) throw new Error(`${name} was not packed`);
+  return file;
+}
+
+function manifestOf(name: string): Manifest {
+  return JSON.parse(readFileSync(join(unpacked.get(name) as string, 'package.json'), 'utf8')) as Manifest;
+}
+
+beforeAll(async () => {
+  packed = await packPackages(root, folders, env);
+  scratch = mkdtempSync(join(tmpdir(), 'pkg-audit-'));
+
+  for (const [name, file] of packed.tarballs) {
+    const into = join(scratch, 'unpacked', name.replace('/', '__'));
+    mkdirSync(into, { recursive: true });
+    const untar = await run('tar', ['-xzf', file, '-C', into], scratch);
+    if (untar.status !== 0) throw new Error(`tar of ${file} failed:\n${untar.output}`);
+    unpacked.set(name, join(into, 'package'));
+  }
+
+  // The consumer: the tarballs in place of the names (idem is not on the registry yet), the
+  // frameworks at the majors the adapters name, and the type packages a TypeScript user adds.
+  project = join(scratch, 'app');
+  mkdirSync(project);
+  writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
+  const idem = ['core', 'guard', 'client', 'webhooks', 'express', 'fastify', 'koa'].map((f) => tarball(`@idem/${f}`));
+  await npm(
+    ['install', ...idem, 'express@5', 'fastify@5', 'koa@3', '@types/express', '@types/koa', '@types/node'],
+    project,
+  );
+
+  // The same, as pnpm or `npm --install-strategy=linked` lay it out: a package sees only what it
+  // declares. What the README of @idem/express says to install, plus its types; @idem/guard (not on
+  // the registry) comes from its tarball, as the dependency of @idem/express it is.
+  linked = join(scratch, 'linked');
+  mkdirSync(linked);
+  writeFileSync(
+    join(linked, 'package.json'),
+    JSON.stringify({
+      name: 'linked',
+      private: true,
+      type: 'module',
+      overrides: { '@idem/guard': `file:${tarball('@idem/guard')}` },
+    }),
+  );
+  await npm(
+    [
+      'install',
+      '--install-strategy=linked',
+      tarball('@idem/express'),
+      tarball('@idem/core'),
+      'express@5',
+      '@types/express',
+      '@types/node',
+    ],
+    linked,
+  );
+}, 240_000);
+
+afterAll(() => {
+  packed?.remove();
+  if (scratch !== '') rmSync(scratch, { recursive: true, force: true });
+});
+
+// The compiler settings of a plain Node project (@tsconfig/node22 and the like): Node's types, the
+// ECMAScript library without the browser's DOM, declaration files checked.
+const nodeProject = ['--module', 'nodenext', '--target', 'es2023', '--lib', 'es2023', '--types', 'node'];
+
+// `Equal<A, B>` is true only for identical types; `check<...>()` fails to compile otherwise.
+const typeAssertions = `
+type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
+const check = <T extends true>(): void => {};
+`;
+
+describe('the packed packages, installed into a project outside the repository', () => {
+  // Pinned: what holds today, and was not checked anywhere before.
+  it('every installed package loads with import and with require() (Node 22.12+ loads ESM from require)', async () => {
+    const names = ['core', 'guard', 'client', 'webhooks', 'express', 'fastify', 'koa'].map((f) => `@idem/${f}`);
+    const script = `
+      import { createRequire } from 'node:module';
+      const require = createRequire(process.cwd() + '/');
+      const out = {};
+      for (const name of ${JSON.stringify(names)}) {
+        const esm = Object.keys(await import(name)).sort();
+        const cjs = Object.keys(require(name)).filter((key) => key !== '__esModule' && key !== 'module.exports').sort();
+        out[name] = esm.length > 0 && JSON.stringify(esm) === JSON.stringify(cjs);
+      }
+      console.log(JSON.stringify(out));`;
+    const done = await run(process.execPath, ['--input-type=module', '-e', script], project);
+    expect(done.status, done.output).toBe(0);
+    expect(JSON.parse(done.output.trim().split('\n').at(-1) as string)).toEqual(
+      Object.fromEntries(names.map((name) => [name, true])),
+    );
+  });
+
+  // Pinned: the Express and Fastify augmentations, as the READMEs use them, under npm's layout.
+  it('req.idempotency / req.auth (Express) and request.idempotency / request.auth (Fastify) are typed', async () => {
+    const code = `
+import type { IdempotencyContext } from '@idem/core';
+import { memoryStore } from '@idem/core';
+import type { Principal } from '@idem/guard';
+import { idempotency as expressIdempotency } from '@idem/express';
+import { idempotency as fastifyIdempotency } from '@idem/fastify';
+import express from 'express';
+import Fastify from 'fastify';
+${typeAssertions}
+const app = express();
+app.use(expressIdempotency({ store: memoryStore() }));
+app.post('/orders', (req, res) => {
+  check<Equal<typeof req.idempotency, IdempotencyContext | undefined>>();
+  check<Equal<typeof req.auth, Principal | undefined>>();
+  res.end();
+});
+const server = Fastify();
+await server.register(fastifyIdempotency, { store: memoryStore() });
+server.post('/orders', { config: { idempotency: { required: false } } }, async (request) => {
+  check<Equal<typeof request.idempotency, IdempotencyContext | undefined>>();
+  check<Equal<typeof request.auth, Principal | undefined>>();
+  return {};
+});
+export {};
+`;
+    const done = await typecheck(project, { 'merging.ts': code }, [
+      '--module',
+      'nodenext',
+      '--target',
+      'es2023',
+      '--types',
+      'node',
+      '--skipLibCheck',
+    ]);
+    expect(done.output).toBe('');
+    expect(done.status).toBe(0);
+  });
+
+  // DEFECT: @idem/client's declarations name `HeadersInit` (the `headers` options of createClient()
+  // and of each request), a type of the DOM library only: @types/node has no global of that name.
+  // A Node project (lib without "DOM", as @tsconfig/node22 sets it) that checks declaration files
+  // gets "Cannot find name 'HeadersInit'" for `import '@idem/client'`, and for `import
+  // '@idem/webhooks'`, which imports it; with skipLibCheck the option is silently `any`. The package
+  // says it runs in Node. Expected: declarations that compile with Node's types alone (for example
+  // `Headers | Record<string, string> | [string, string][]`, or the type of fetch's own parameter).
+  it.fails('@idem/client and @idem/webhooks type-check in a Node project without the DOM library', async () => {
+    const code = `
+import { createClient } from '@idem/client';
+import { createSender } from '@idem/webhooks';
+const api = createClient({ baseUrl: 'https://api.example', headers: { 'x-tenant': 'a' } });
+console.log(api, createSender);
+export {};
+`;
+    const done = await typecheck(project, { 'node-client.ts': code }, nodeProject);
+    expect(done.output).not.toContain("Cannot find name 'HeadersInit'");
+    expect(done.status, done.output).toBe(0);
+  });
+
+  // DEFECT: @idem/koa sets ctx.state.auth (guard(), internalAuth()) and ctx.state.idempotency
+  // (idempotency()), and the docs use them as typed values (`ctx.state.idempotency.signal` is an
+  // AbortSignal, `.tx` the transaction, `.keyFor()`), but unlike @idem/express and @idem/fastify it
+  // declares nothing: in a consumer both are `any`, so `ctx.state.idempotency.release()` on a route
+  // the middleware does not cover compiles, and with noPropertyAccessFromIndexSignature the README's
+  // own `ctx.state.auth?.sub` does not. Expected: the package augments Koa's `DefaultState` (meant
+  // for that) with `auth?: Principal` and `idempotency?: IdempotencyContext`, as Express and Fastify
+  // get theirs.
+  it.fails('ctx.state.auth and ctx.state.idempotency (Koa) are typed as on Express and Fastify', async () => {
+    const code = `
+import type { IdempotencyContext } from '@idem/core';
+import { memoryStore } from '@idem/core';
+import type { Principal } from '@idem/guard';
+import { guard, idempotency } from '@idem/koa';
+import Koa from 'koa';
+${typeAssertions}
+const app = new Koa();
+app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
+app.use(idempotency({ store: memoryStore() }));
+app.use(async (ctx) => {
+  check<Equal<typeof ctx.state.auth, Principal | undefined>>();
+  check<Equal<typeof ctx.state.idempotency, IdempotencyContext | undefined>>();
+});
+export {};
+`;
+    // skipLibCheck: @types/koa 3 itself does not compile against the content-disposition it gets.
+    const done = await typecheck(project, { 'koa-state.ts': code }, [
+      '--module',
+      'nodenext',
+      '--target',
+      'es2023',
+      '--types',
+      'node',
+      '--skipLibCheck',
+    ]);
+    expect(done.output).not.toContain('TS2344');
+    expect(done.status, done.output).toBe(0);
+  });
+
+  // DEFECT: @idem/fastify's manifest accepts any Fastify from 5 on (`"fastify": ">=5"`), but both of
+  // its plugins are wrapped by fastify-plugin with `fastify: '5.x'`, which throws
+  // FST_ERR_PLUGIN_VERSION_MISMATCH at register() on any other major. With Fastify 6, npm installs
+  // without a peer warning and the app fails at startup. Expected: the peer range says what the
+  // plugins accept (`^5`), or the plugins accept what the range says.
+  it.fails('the fastify peer range of @idem/fastify is one its plugins accept at register()', async () => {
+    const script = `
+      import { createRequire } from 'node:module';
+      import { readFileSync } from 'node:fs';
+      import * as plugins from '@idem/fastify';
+      const semver = createRequire(process.cwd() + '/')('semver');
+      const manifest = JSON.parse(readFileSync('node_modules/@idem/fastify/package.json', 'utf8'));
+      const range = manifest.peerDependencies.fastify;
+      const out = {};
+      for (const name of ['idempotency', 'authPlugin']) {
+        const accepted = plugins[name][Symbol.for('plugin-meta')]?.fastify;
+        out[name] = { range, accepted, subset: accepted === undefined || semver.subset(range, accepted) };
+      }
+      console.log(JSON.stringify(out));`;
+    const done = await run(process.execPath, ['--input-type=module', '-e', script], project);
+    expect(done.status, done.output).toBe(0);
+    const plugins = JSON.parse(done.output.trim().split('\n').at(-1) as string) as Record<
+      string,
+      { range: string; accepted?: string; subset: boolean }
+    >;
+    for (const [name, { range, accepted, subset }] of Object.entries(plugins)) {
+      expect(subset, `peer fastify "${range}", plugin ${name} accepts "${accepted}"`).toBe(true);
+    }
+  });
+
+  // DEFECT: no package.json of the ten has a `repository` field. npm shows no source link on the
+  // package page, `npm repo @idem/core` and `npm bugs` have nowhere to go, a provenance statement
+  // cannot be tied to the repository, and npm cannot resolve the READMEs' relative links (see the
+  // next test). Expected: `repository: { type: 'git', url, directory: 'packages/<name>' }` in each.
+  it.fails('every package names its repository and its folder in it', () => {
+    const missing = [...unpacked.keys()].filter((name) => {
+      const { repository } = manifestOf(name);
+      return typeof repository !== 'object' || !repository.url || !repository.directory;
+    });
+    expect(missing).toEqual([]);
+  });
+
+  // DEFECT: every package README links only to files outside the package (`../../docs/errors.md`,
+  // `../../README.md`, `../../docs/guides/express.md`, ...). They are not in the tarball, so each
+  // "Every code", "Guide" and "Options" link is dead where a consumer reads the README: on the npm
+  // page and in node_modules. Expected: absolute links (to the docs site or the repository), or the
+  // linked files shipped.
+  it.fails('the links of every packed README lead somewhere for a reader of the package', () => {
+    const dead: string[] = [];
+    for (const [name, folder] of unpacked) {
+      const readme = readFileSync(join(folder, 'README.md'), 'utf8');
+      for (const [, target] of readme.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (target === undefined || /^(?:[a-z][a-z+.-]*:|#)/i.test(target)) continue;
+        const file = normalize(join(folder, target.split('#')[0] as string));
+        if (!file.startsWith(folder) || !existsSync(file)) dead.push(`${name}: ${target}`);
+      }
+    }
+    expect(dead).toEqual([]);
+  });
+
+  // DEFECT: the READMEs of @idem/express, @idem/fastify and @idem/koa install
+  // `@idem/<adapter> @idem/core <framework>`, and their first example imports `requireScopes` from
+  // `@idem/guard`, which the install line leaves out. npm's hoisting hides it; under pnpm, Yarn PnP or
+  // `npm --install-strategy=linked` the example fails with ERR_MODULE_NOT_FOUND / TS2307 (the
+  // isolated project below shows it). Expected: every @idem package a README's code imports is in
+  // its install line (or re-exported by the package installed).
+  it.fails("each README's install line installs every @idem package its code imports", () => {
+    const missing: string[] = [];
+    for (const [name, folder] of unpacked) {
+      const readme = readFileSync(join(folder, 'README.md'), 'utf8');
+      const installed = new Set<string>([name]);
+      let hasInstallLine = false;
+      for (const [, words] of readme.matchAll(/^npm (?:install|i)\b([^\n#]*)/gm)) {
+        hasInstallLine = true;
+        for (const word of (words ?? '').trim().split(/\s+/)) installed.add(word);
+      }
+      if (!hasInstallLine) continue;
+      for (const [, code] of readme.matchAll(/^```(?:ts|typescript)[^\n]*\n([\s\S]*?)^```/gm)) {
+        for (const [, imported] of (code ?? '').matchAll(/from '(@idem\/[a-z]+)'/g)) {
+          if (imported !== undefined && !installed.has(imported)) missing.push(`${name} README: ${imported}`);
+        }
+      }
+    }
+    expect([...new Set(missing)]).toEqual([]);
+  });
+
+  // Shown, not a separate defect: in that isolated project, @idem/guard is not the project's.
+  it('under an isolated layout, the README install line of @idem/express leaves @idem/guard unresolvable', async () => {
+    const done = await run(
+      process.execPath,
+      ['--input-type=module', '-e', "await import('@idem/express'); await import('@idem/guard');"],
+      linked,
+    );
+    expect(done.status).not.toBe(0);
+    expect(done.output).toContain("Cannot find package '@idem/guard'");
+  });
+
+  // DEFECT: @idem/express adds `req.auth` and `req.idempotency` with `declare module
+  // 'express-serve-static-core'`, a module @idem/express neither depends on nor can resolve from
+  // its own folder under an isolated layout (npm `--install-strategy=linked`, Yarn PnP, pnpm without
+  // hoisting): there the augmentation is dropped and the documented `req.idempotency?.key` and
+  // `req.auth?.sub` are TS2339 errors. Expected: the augmentation targets what every layout
+  // resolves, such as the global `Express.Request` interface (which express-serve-static-core's
+  // Request extends), so a project that installs @types/express gets the types whatever its layout.
+  it.fails('req.idempotency and req.auth type-check in a project with an isolated node_modules', async () => {
+    const code = `
+import { memoryStore } from '@idem/core';
+import { idempotency } from '@idem/express';
+import express from 'express';
+const app = express();
+app.use(idempotency({ store: memoryStore(), scope: () => 'demo' }));
+app.post('/orders', (req, res) => {
+  res.status(201).json({ key: req.idempotency?.key, by: req.auth?.sub });
+});
+export {};
+`;
+    expect(existsSync(join(linked, 'node_modules', '@idem', 'guard'))).toBe(false);
+    const done = await typecheck(linked, { 'isolated.ts': code }, [
+      '--module',
+      'nodenext',
+      '--target',
+      'es2023',
+      '--types',
+      'node',
+    ]);
+    expect(done.output).not.toContain('TS2339');
+    expect(done.status, done.output).toBe(0);
+  });
+});
