@@ -11,6 +11,15 @@ import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } f
 import { abortableSleep, maxTimerMs } from './sleep.js';
 
 /**
+ * Headers as `new Headers(...)` takes them: a `Headers`, a record, or name-value pairs. Spelled out
+ * from `Headers` because only the DOM library names it `HeadersInit`, and a Node project has none.
+ *
+ * @example
+ * const headers: HeaderValues = { 'x-tenant': 'acme' };
+ */
+export type HeaderValues = ConstructorParameters<typeof Headers>[0];
+
+/**
  * The `fetch` the client calls: the standard one, or any function with its shape.
  *
  * @example
@@ -39,7 +48,7 @@ export interface ClientOptions {
    */
   getToken?: () => string | null | undefined | Promise<string | null | undefined>;
   /** Headers sent with every request. */
-  headers?: HeadersInit;
+  headers?: HeaderValues;
   /** How requests are retried; each request can override it. */
   retry?: RetryOptions;
   /** How client-made keys are written in the header. Default `'sf-string'`. */
@@ -104,7 +113,7 @@ export interface RequestOptions {
    * restarts), or `false` to send none and rely on a key the server mints.
    */
   idempotencyKey?: string | false;
-  headers?: HeadersInit;
+  headers?: HeaderValues;
   query?: URLSearchParams | Record<string, QueryValue>;
   signal?: AbortSignal;
   /** Overrides the client's retry options for this request. */

@@ -6,6 +6,7 @@ export {
   type ClientResult,
   createClient,
   type FetchFunction,
+  type HeaderValues,
   type QueryValue,
   type RequestOptions,
   type RequestWithBodyOptions,

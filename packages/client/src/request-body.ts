@@ -5,7 +5,7 @@
  * const { body, contentType } = await encodeBody({ amount: 500 });
  */
 export interface EncodedBody {
-  body: BodyInit | undefined;
+  body: RequestInit['body'] | undefined;
   /**
    * Set when the client chose the encoding: JSON, a serialised `URLSearchParams`, or FormData's
    * multipart with its boundary.
@@ -56,7 +56,7 @@ export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
     throw new TypeError('a stream body can be read only once and so cannot be retried: pass a string, bytes or a Blob');
   }
   if (typeof value === 'string' || isInstance(value, 'Blob'))
-    return { body: value as BodyInit, contentType: undefined };
+    return { body: value as RequestInit['body'], contentType: undefined };
   if (value instanceof ArrayBuffer || ArrayBuffer.isView(value))
     return { body: copyBytes(value), contentType: undefined };
   if (isInstance(value, 'URLSearchParams')) {

@@ -20,10 +20,15 @@ import {
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { guardOf, sendGuardError } from './auth-state.js';
 
-declare module 'express-serve-static-core' {
-  interface Request {
-    /** The caller, set by `guard()` or `internalAuth()`; the idempotency middleware scopes keys by it. */
-    auth?: Principal;
+// On the global `Express.Request`, which every Express `Request` extends: an augmentation of
+// 'express-serve-static-core' is lost where this package cannot resolve that module from its own
+// folder (pnpm, npm's linked strategy, Yarn PnP), and then `req.auth` would not type-check.
+declare global {
+  namespace Express {
+    interface Request {
+      /** The caller, set by `guard()` or `internalAuth()`; the idempotency middleware scopes keys by it. */
+      auth?: Principal;
+    }
   }
 }
 

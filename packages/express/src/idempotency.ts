@@ -14,10 +14,15 @@ import {
 import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express';
 import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
-declare module 'express-serve-static-core' {
-  interface Request {
-    /** Set by `idempotency()` while a covered request executes: its key and, in transactional mode, the transaction. */
-    idempotency?: IdempotencyContext;
+// On the global `Express.Request`, which every Express `Request` extends: an augmentation of
+// 'express-serve-static-core' is lost where this package cannot resolve that module from its own
+// folder (pnpm, npm's linked strategy, Yarn PnP), and then `req.idempotency` would not type-check.
+declare global {
+  namespace Express {
+    interface Request {
+      /** Set by `idempotency()` while a covered request executes: its key and, in transactional mode, the transaction. */
+      idempotency?: IdempotencyContext;
+    }
   }
 }
 

@@ -20,6 +20,14 @@ import {
 import type { Context, Middleware, Next } from 'koa';
 import { guardOf, sendGuardError } from './auth-state.js';
 
+declare module 'koa' {
+  // Koa's own extension point for `ctx.state`: without it `ctx.state.auth` is `any`.
+  interface DefaultState {
+    /** The caller, set by `guard()` or `internalAuth()`; the idempotency middleware scopes keys by it. */
+    auth?: Principal;
+  }
+}
+
 function view(ctx: Context, guard?: Guard): GuardRequest {
   return guardRequestFromNode(ctx.req, {
     url: ctx.originalUrl ?? ctx.url,
@@ -84,7 +92,7 @@ function withHeader(error: unknown, name: string, value: string): unknown {
  *
  * const app = new Koa();
  * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
- * app.use((ctx) => { ctx.body = { by: (ctx.state.auth as Principal).sub }; });
+ * app.use((ctx) => { ctx.body = { by: ctx.state.auth?.sub }; });
  */
 export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): Middleware {
   const instance = isGuard(options) ? options : createGuard(options);

@@ -18,6 +18,13 @@ import {
 import type { Context, Middleware, Next } from 'koa';
 import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
+declare module 'koa' {
+  interface DefaultState {
+    /** Set by `idempotency()` while a covered request executes: its key and, in transactional mode, the transaction. */
+    idempotency?: IdempotencyContext;
+  }
+}
+
 /** Options of the Koa {@link idempotency} middleware: the core's options plus the HTTP ones. */
 export type KoaIdempotencyOptions = HttpIdempotencyOptions<Context>;
 

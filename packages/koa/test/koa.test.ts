@@ -207,7 +207,7 @@ describe('@idem/koa specifics', () => {
       {},
       async (ctx) => {
         ctx.status = 201;
-        ctx.body = { key: ctx.state.idempotency.key, minted: ctx.state.idempotency.minted };
+        ctx.body = { key: ctx.state.idempotency?.key, minted: ctx.state.idempotency?.minted };
       },
       async (url) => {
         const first = await post(url, '"k-1"');

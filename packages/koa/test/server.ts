@@ -19,7 +19,7 @@ export async function makeKoaServer({
   // The guard's job in production: a verified principal on ctx.state.auth.
   app.use(async (ctx, next) => {
     const user = ctx.get('x-test-user');
-    if (user) ctx.state.auth = { sub: user, iss: 'https://issuer.test' };
+    if (user) (ctx.state as { auth?: unknown }).auth = { sub: user, iss: 'https://issuer.test' };
     await next();
   });
   // The route a request is for; a GET route answers HEAD too, as @koa/router's does.
