@@ -254,6 +254,13 @@ export function createClient(options: ClientOptions): Client {
     if (/^[a-z][a-z\d+.-]*:/i.test(path) || path.startsWith('//')) {
       throw new TypeError('path must be relative to baseUrl; create another client for another origin');
     }
+    // A dot segment (`..`, or `%2e%2e` as encodeURIComponent leaves it) climbs out of baseUrl's path:
+    // `get('/photos/' + encodeURIComponent(id))` with an id of `..` would reach another endpoint of
+    // the API with the caller's token. URLs treat `\` as `/`, so it splits segments too.
+    const segments = (path.split(/[?#]/, 1)[0] ?? '').split(/[\\/]/);
+    if (segments.some((segment) => /^(?:\.|%2e){1,2}$/i.test(segment))) {
+      throw new TypeError("path must not hold a '.' or '..' segment (nor %2e): it would name another resource");
+    }
     const url = new URL(`${baseUrl}/${path.replace(/^\/+/, '')}`);
     if (query instanceof URLSearchParams) {
       query.forEach((value, name) => {
@@ -277,6 +284,10 @@ export function createClient(options: ClientOptions): Client {
     if (typeof method !== 'string' || !methodToken.test(method))
       throw new TypeError('method must be an HTTP method name');
     const verb = method.toUpperCase();
+    // fetch refuses these on every attempt, which would look like a network error and be retried.
+    if (verb === 'CONNECT' || verb === 'TRACE' || verb === 'TRACK') {
+      throw new TypeError(`fetch cannot send a ${verb} request`);
+    }
     const retry: ResolvedRetry = request.retry === undefined ? clientRetry : resolveRetry(request.retry, clientRetry);
     const parse = request.parse ?? 'auto';
     if (!parseModes.includes(parse)) throw new TypeError("parse must be 'auto', 'json', 'text', 'bytes' or 'none'");

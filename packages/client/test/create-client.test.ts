@@ -943,3 +943,25 @@ describe('redirects', () => {
     expect([error.code, error.key, error.attempts.length]).toEqual(['redirect_unreadable', 'k-7', 1]);
   });
 });
+
+describe('paths and methods fetch cannot take', () => {
+  it("refuses a '.' or '..' segment in any spelling: an id of '..' would reach another endpoint with the token", async () => {
+    const { client, seen } = setup([json(200, {})]);
+    for (const path of ['/photos/..', '/photos/%2e%2E/admin', '/photos/.%2e', '/a/./b', '/photos\\..\\admin', '..']) {
+      await expect(client.get(path), path).rejects.toThrow(TypeError);
+    }
+    expect(seen).toHaveLength(0);
+    // Dots inside a segment, or after the query starts, are plain characters.
+    await client.get('/photos/a..b/.hidden', { query: { q: '..' } });
+    await client.get('/search?q=../x');
+    expect(seen.map((request) => new URL(request.url).pathname)).toEqual(['/v1/photos/a..b/.hidden', '/v1/search']);
+  });
+
+  it('refuses CONNECT, TRACE and TRACK at once instead of retrying what fetch refuses every time', async () => {
+    const { client, seen } = setup([json(200, {})]);
+    for (const method of ['CONNECT', 'trace', 'TRACK']) {
+      await expect(client.request(method, '/x')).rejects.toThrow(TypeError);
+    }
+    expect(seen).toHaveLength(0);
+  });
+});
