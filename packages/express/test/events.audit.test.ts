@@ -57,7 +57,7 @@ describe("guard events for the refusals of DESIGN.md's HTTP table", () => {
   // on-call engineer asked "why are clients getting 403?" finds `idem.guard.requests` (the
   // operations.md recipe) showing only successes, and guard.stats().rejected empty.
   // Expected: one `rejected` event with code `insufficient_scope` (and the counter) per 403.
-  it.fails('a 403 insufficient_scope from authorize() is a rejected event with its code, and counted', async () => {
+  it('a 403 insufficient_scope from authorize() is a rejected event with its code, and counted', async () => {
     await serve(async (url, events, edge) => {
       const response = await fetch(`${url}/orders`, {
         method: 'POST',

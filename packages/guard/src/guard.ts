@@ -162,7 +162,10 @@ export interface Guard {
   verify(token: string): Promise<GuardResult>;
   /** Checks a principal against requirements, with this guard's realm in the 403 challenge. */
   authorize(principal: Principal, requirements: readonly Requirement[], request?: GuardRequest): AuthorizationResult;
-  /** Builds the error this guard answers with for a code (for glue that refuses before verifying). */
+  /**
+   * Builds the error this guard answers with for a code (for glue that refuses before verifying),
+   * and counts it as a refusal: a `rejected` event, as for any other.
+   */
   error(code: GuardErrorCode): GuardError;
   /** Per-reason counters. */
   stats(): GuardStats;
@@ -670,7 +673,10 @@ export function guardFromEngine(
   internalTokens?: InternalTokenIssuer,
   carries: (request: GuardRequest) => boolean = (request) => present(request.headers[tokenHeader]),
 ): Guard {
-  const error = (code: GuardErrorCode) => new GuardError(code, engine.errorOptions);
+  const error = (code: GuardErrorCode) => {
+    engine.emit({ type: 'rejected', code, at: engine.now() });
+    return new GuardError(code, engine.errorOptions);
+  };
   // Authorization refusals carry what every other challenge of this guard carries (realm, RFC 9728
   // resource_metadata, the DPoP offer); built once, not per call.
   const authorizeOptions = { ...engine.errorOptions, now: engine.now };
@@ -722,7 +728,14 @@ export function guardFromEngine(
       return verifyWithEngine(token, engine);
     },
     authorize(principal, requirements, request) {
-      return authorizeRequest(principal, requirements, request ?? { headers: {} }, authorizeOptions);
+      const decision = authorizeRequest(principal, requirements, request ?? { headers: {} }, authorizeOptions);
+      // A 403 (or a step-up 401) is a refusal like a bad token's: told to onEvent and counted, or an
+      // operator asking why clients get 403 finds only successes.
+      if (!decision.ok) {
+        const issuer = principal.iss === '' ? {} : { issuer: principal.iss };
+        engine.emit({ type: 'rejected', code: decision.error.code, ...issuer, at: engine.now() });
+      }
+      return decision;
     },
     error,
     stats,

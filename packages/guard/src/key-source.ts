@@ -255,6 +255,11 @@ export function remoteKeySource(
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
     throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
   }
+  // fetch refuses a URL with credentials, so every fetch would fail as if the endpoint were down, and
+  // the password would ride in every jwks-fetch event's `uri`.
+  if (url.username !== '' || url.password !== '') {
+    throw new TypeError('jwksUri must not hold a user name or password: send them in jwksOptions.headers');
+  }
   const uri = url.href;
   const timeoutMs = seconds(options.timeout ?? 5, 'jwks timeout') * 1000;
   const cooldownMs = seconds(options.cooldown ?? 30, 'jwks cooldown') * 1000;
