@@ -152,6 +152,29 @@ export function describeStore(
       }
     });
 
+    it(`gives exactly one winner among ${concurrency} parallel claims of an expired id: an ended lease, an ended retention`, async () => {
+      // Retries that arrive after a lease or a retention ran out race just as first attempts do; a
+      // store whose insert of a new id is atomic but that reads an expired record, then overwrites it,
+      // lets every one of them run the handler.
+      for (const ended of ['lease', 'retention'] as const) {
+        const id = freshId();
+        await store.claim({ id, token: 'old', fingerprint: 'fp', leaseMs: 5_000 });
+        if (ended === 'retention') {
+          await store.complete({ id, token: 'old', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+        }
+        await harness.expire(id);
+        const results = await Promise.all(
+          Array.from({ length: concurrency }, (_, i) =>
+            store.claim({ id, token: `t${i}`, fingerprint: 'fp', leaseMs: 5_000 }),
+          ),
+        );
+        expect(
+          results.filter((result) => result.claimed),
+          `winners among claims of an id whose ${ended} ended (claim must be one atomic step)`,
+        ).toHaveLength(1);
+      }
+    });
+
     it('renews a live lease only with the current token', async () => {
       const id = freshId();
       await store.claim({ id, token: 'current', fingerprint: '', leaseMs: 5_000 });
@@ -192,7 +215,10 @@ export function describeStore(
       expect(again.record.response.status).toBe(201);
       expect(again.record.response.headers).toEqual(stored.headers);
       expect(Buffer.from(again.record.response.body).toString()).toBe('{"id":"ch_1"}');
-      expect(await store.release({ id, token: 'a' })).toBe(false);
+      expect(
+        await store.release({ id, token: 'a' }),
+        'release() of a completed record, even with its token: it must refuse and keep the outcome',
+      ).toBe(false);
     });
 
     it('stores the response as it was at completion: the caller reusing its buffer or headers changes no replay', async () => {
@@ -455,6 +481,58 @@ export function describeStore(
         const released = await crashed();
         expect(await store.release({ id: released, token: 'a' })).toBe(true);
         expect(await store.get(released)).toBeUndefined();
+      });
+
+      it('refuses a takeover once its holder renewed or completed it, and answers with that record', async ({
+        skip,
+      }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        // The engine saw the record abandoned, then names its token; meanwhile its holder came back.
+        const takeover = { fingerprint: 'fp1', leaseMs: 5_000, keepAfterLeaseMs: keepMs, replaces: 'a', token: 'b' };
+        const renewed = await crashed();
+        expect(await store.renew({ id: renewed, token: 'a', leaseMs: 5_000 })).toBe(true);
+        expect(
+          await store.claim({ id: renewed, ...takeover }),
+          'a takeover of a record its holder renewed (it is live again, not abandoned)',
+        ).toEqual({ claimed: false, record: { state: 'in_progress', token: 'a', fingerprint: 'fp1' } });
+        const completed = await crashed();
+        expect(
+          await store.complete({
+            id: completed,
+            token: 'a',
+            response: response(new Uint8Array([4])),
+            retentionMs: 60_000,
+          }),
+        ).toBe(true);
+        const refused = await store.claim({ id: completed, ...takeover });
+        expect(refused.claimed, 'a takeover of a record its holder completed (the outcome must stay)').toBe(false);
+        expect(!refused.claimed && refused.record.state).toBe('completed');
+      });
+
+      it('of a late completion and a takeover raced, exactly one succeeds', async ({ skip }) => {
+        if (!harness.endLease) return skip(noEndLease);
+        // complete() is one compare-and-set on the token: a read, a check and a write in separate round
+        // trips would let the late holder's completion and the takeover that fences it both succeed.
+        for (let round = 0; round < 10; round++) {
+          const id = await crashed();
+          const [completed, takeover] = await Promise.all([
+            store.complete({ id, token: 'a', response: response(new Uint8Array([5])), retentionMs: 60_000 }),
+            store.claim({
+              id,
+              token: 'b',
+              fingerprint: 'fp1',
+              leaseMs: 5_000,
+              keepAfterLeaseMs: keepMs,
+              replaces: 'a',
+            }),
+          ]);
+          expect(
+            [completed, takeover.claimed].filter(Boolean),
+            'of a late complete() and a takeover naming its token, exactly one may succeed',
+          ).toHaveLength(1);
+          const record = await store.get(id);
+          expect(record?.state).toBe(completed ? 'completed' : 'in_progress');
+        }
       });
 
       it('is not kept at all for a claim without keepAfterLeaseMs (the contract before it)', async ({ skip }) => {

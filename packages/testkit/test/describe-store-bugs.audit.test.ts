@@ -11,8 +11,9 @@
 // "did the suite catch it" question: the suite is used end to end, hooks and skips included, with
 // nothing of its internals imported.
 //
-// A bug the suite lets through is a testkit defect: those tests are `it.fails`, and each also shows,
-// outside the suite, what the bug does (so a reader can see it is a real one).
+// A bug the suite let through was a testkit defect: the tests marked "Was a defect" state what the
+// suite now catches, and the last block shows, outside the suite, what each of those bugs does (so a
+// reader can see it is a real one).
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -51,49 +52,49 @@ describe('describeStore() against a third-party store with one realistic bug', (
     });
   }
 
-  // DEFECT. docs/stores.md and the Store type: "`claim` is one atomic step: of N concurrent claims of
+  // Was a defect. docs/stores.md and the Store type: "`claim` is one atomic step: of N concurrent claims of
   // an absent (or expired) id, exactly one wins". The suite races claims only on a fresh id. A store
   // whose insert of a new id is conditional (DynamoDB attribute_not_exists, Mongo's unique _id) but
   // that overwrites an expired record after reading it (the usual read-modify-write) passes every
   // check, and N retries arriving after a lease or a retention ran out all run the handler.
   // Expected: a race of concurrent claims on an expired id (an ended lease and an ended retention),
   // exactly one winner.
-  it.fails('catches racy-overwrite-of-expired (a claim of an expired id that is not atomic)', () => {
+  it('catches racy-overwrite-of-expired (a claim of an expired id that is not atomic)', () => {
     expect(checksOf('racy-overwrite-of-expired').length).toBeGreaterThan(20);
     expect(failedChecks('racy-overwrite-of-expired').length).toBeGreaterThan(0);
   });
 
-  // DEFECT. docs/stores.md: "the store takes the record over only if it is still abandoned and still
+  // Was a defect. docs/stores.md: "the store takes the record over only if it is still abandoned and still
   // holds that token". The suite never names the token of a record that is no longer abandoned: one
   // its holder renewed (a late heartbeat after a stall) or completed (a late completion, which the
   // contract allows) between the engine's claim that saw it abandoned and its takeover. A store that
   // checks only the token (`UPDATE ... WHERE id = ? AND token = ?`) passes, and runs the handler a
   // second time over a live execution or a finished one. Expected: a takeover naming the token of a
   // renewed, and of a completed, record is refused with that record.
-  it.fails('catches takeover-checks-token-only (a takeover of a record no longer abandoned)', () => {
+  it('catches takeover-checks-token-only (a takeover of a record no longer abandoned)', () => {
     expect(checksOf('takeover-checks-token-only').length).toBeGreaterThan(20);
     expect(failedChecks('takeover-checks-token-only').length).toBeGreaterThan(0);
   });
 
-  // DEFECT. docs/stores.md: each method is "compare-and-set on the fencing token where it changes a
+  // Was a defect. docs/stores.md: each method is "compare-and-set on the fencing token where it changes a
   // record". The suite races claims against claims only; never a completion against the takeover
   // that fences it. A complete() that reads, checks the token, then writes in another round trip
   // passes: a late holder's completion and a takeover both answer true, and the takeover's
   // execution runs and its record is overwritten under it. Expected: a race of an abandoned
   // record's late complete() with a takeover naming its token, exactly one of them succeeding.
-  it.fails('catches racy-complete (a completion that is not one compare-and-set)', () => {
+  it('catches racy-complete (a completion that is not one compare-and-set)', () => {
     expect(checksOf('racy-complete').length).toBeGreaterThan(20);
     expect(failedChecks('racy-complete').length).toBeGreaterThan(0);
   });
 
-  // DEFECT (the report, not the verdict). The README: the suites report failures as vitest
+  // Was a defect (the report, not the verdict). The README: the suites report failures as vitest
   // assertions, and each check's title names the rule. A release() that deletes a completed record
   // (it checks the token, not the state) is caught, but only by 'completes once, then replays the
   // stored response to every later claim', with 'expected true to be false' and no word of
   // release: the author is sent to look at complete() and claim(). Expected: the failed check's
   // title or message names release (an assertion message such as
   // `expect(..., 'release of a completed record').toBe(false)`, or a check of its own).
-  it.fails('names release() when the rule release() broke is reported', () => {
+  it('names release() when the rule release() broke is reported', () => {
     const failed = failedChecks('release-ignores-state');
     expect(failed.length).toBeGreaterThan(0);
     const said = failed.map((a) => `${a.title}\n${a.failureMessages.map((m) => m.split('\n')[0]).join('\n')}`);
@@ -101,7 +102,7 @@ describe('describeStore() against a third-party store with one realistic bug', (
   });
 });
 
-// What the three bugs the suite lets through do, shown on the store directly (these pass: they
+// What the three bugs the suite let through do, shown on the store directly (these pass: they
 // prove the bugs are real contract violations, not matters of taste).
 describe('what the bugs the suite misses do', () => {
   const clocked = (bug: Parameters<typeof mapStore>[0]['bug']) => {
