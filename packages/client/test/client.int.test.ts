@@ -1,6 +1,7 @@
-import { createClient, isRequestFailedError, type RequestFailedError } from '@idem/client';
+import { createClient } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { flakyStore, startChargesServer } from './support/charges-server.js';
+import { failure } from './support/failure.js';
 import { fakeTime, seededRandom } from './support/fake-time.js';
 
 type Server = Awaited<ReturnType<typeof startChargesServer>>;
@@ -25,16 +26,6 @@ function client(url: string, time = fakeTime(), extra: Parameters<typeof createC
     getToken: () => 'user-42.token',
     retry: { timeout: '5s', ...extra },
   });
-}
-
-async function failure(promise: Promise<unknown>): Promise<RequestFailedError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (isRequestFailedError(error)) return error;
-    throw error;
-  }
-  throw new Error('expected the request to fail');
 }
 
 describe('against a real server (node:http + @idem/core engine)', () => {

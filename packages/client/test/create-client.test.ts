@@ -1,14 +1,9 @@
 import { createReadStream } from 'node:fs';
 import { Readable, Stream } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import {
-  abortableSleep,
-  type ClientOptions,
-  createClient,
-  isRequestFailedError,
-  type RequestFailedError,
-} from '@idem/client';
+import { abortableSleep, type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import { describe, expect, it, vi } from 'vitest';
+import { failure } from './support/failure.js';
 import { empty, json, type Step, scriptedFetch } from './support/fake-fetch.js';
 import { fakeTime, seededRandom } from './support/fake-time.js';
 
@@ -26,16 +21,6 @@ function setup(steps: Step[], options: Partial<ClientOptions> = {}) {
     ...options,
   });
   return { client, seen, time };
-}
-
-async function failure(promise: Promise<unknown>): Promise<RequestFailedError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (isRequestFailedError(error)) return error;
-    throw error;
-  }
-  throw new Error('expected the request to fail');
 }
 
 describe('keys: one per logical operation', () => {

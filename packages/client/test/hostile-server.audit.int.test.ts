@@ -4,9 +4,10 @@
 import { getEventListeners, once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createClient, isRequestFailedError, type RequestFailedError } from '@idem/client';
+import { createClient } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startChargesServer } from './support/charges-server.js';
+import { failure } from './support/failure.js';
 import { fakeTime, seededRandom } from './support/fake-time.js';
 
 interface Seen {
@@ -47,16 +48,6 @@ afterEach(async () => {
     }),
   );
 });
-
-async function failure(promise: Promise<unknown>): Promise<RequestFailedError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (isRequestFailedError(error)) return error;
-    throw error;
-  }
-  throw new Error('expected the request to fail');
-}
 
 /** Real server, fake clock; the jittered backoff is 0, so a wait is exactly what Retry-After asked for. */
 function fakeClient(url: string, extra: Partial<Parameters<typeof createClient>[0]> = {}) {
