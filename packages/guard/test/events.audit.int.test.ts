@@ -1,8 +1,7 @@
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createGuard, type GuardEvent } from '../src/index.js';
+import { type Handler, handlerServer } from './support/handler-server.js';
 
 // Audit (branch audit-events): what the guard's onEvent tells an on-call engineer asking "is the
 // JWKS endpoint down?", over a real JWKS server on an ephemeral port. The first rows pin behaviour
@@ -10,31 +9,6 @@ import { createGuard, type GuardEvent } from '../src/index.js';
 
 const ISS = 'https://id.example';
 const AUD = 'https://api.example';
-
-type Handler = (req: IncomingMessage, res: ServerResponse) => void;
-const closers: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  await Promise.all(closers.splice(0).map((close) => close()));
-});
-
-async function jwksServer(handler: Handler) {
-  let requests = 0;
-  const server = createServer((req, res) => {
-    requests++;
-    handler(req, res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  closers.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return {
-    port: (server.address() as AddressInfo).port,
-    get requests() {
-      return requests;
-    },
-  };
-}
 
 async function keyAndToken() {
   const { publicKey, privateKey } = await generateKeyPair('ES256', { extractable: true });
@@ -70,7 +44,7 @@ const request = (token: string) => ({ headers: { authorization: `Bearer ${token}
 describe('guard events: is the JWKS endpoint down?', () => {
   it('pinned: an endpoint answering 503 shows as one failed jwks-fetch (reason status, status 503) and keys_unavailable refusals, for 50 concurrent requests', async () => {
     const { token } = await keyAndToken();
-    const jwks = await jwksServer((_req, res) => {
+    const jwks = await handlerServer((_req, res) => {
       res.writeHead(503);
       res.end();
     });
@@ -87,7 +61,7 @@ describe('guard events: is the JWKS endpoint down?', () => {
 
   it('pinned: an onEvent that throws or rejects on every event changes no authentication result', async () => {
     const { jwk, token } = await keyAndToken();
-    const jwks = await jwksServer(serveKeys(jwk));
+    const jwks = await handlerServer(serveKeys(jwk));
     for (const hook of [
       () => {
         throw new Error('telemetry down');
@@ -115,7 +89,7 @@ describe('guard events: is the JWKS endpoint down?', () => {
   // jwksOptions.headers), or at least events carry the URI without its userinfo.
   it('a jwksUri with user:password is refused at construction, or never reaches an event', async () => {
     const { jwk, token } = await keyAndToken();
-    const jwks = await jwksServer(serveKeys(jwk));
+    const jwks = await handlerServer(serveKeys(jwk));
     const events: GuardEvent[] = [];
     let guard: ReturnType<typeof createGuard>;
     try {

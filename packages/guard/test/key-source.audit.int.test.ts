@@ -1,9 +1,7 @@
 import { generateKeyPairSync } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { exportJWK, generateKeyPair, importJWK, type JWK, SignJWT } from 'jose';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   createGuard,
   createInternalTokenIssuer,
@@ -12,6 +10,7 @@ import {
   type GuardResult,
   principalFromClaims,
 } from '../src/index.js';
+import { type Handler, handlerServer } from './support/handler-server.js';
 
 // Audit (branch audit-guard): the key source under failure and the operations around it. Real HTTP
 // JWKS servers on ephemeral ports, keys made with jose. The first rows pin behaviour that was probed
@@ -19,35 +18,6 @@ import {
 
 const ISS = 'https://id.example';
 const AUD = 'https://api.example';
-
-type Handler = (req: IncomingMessage, res: ServerResponse) => void;
-const closers: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  await Promise.all(closers.splice(0).map((close) => close()));
-});
-
-async function jwksServer(initial: Handler) {
-  let handler = initial;
-  let requests = 0;
-  const server = createServer((req, res) => {
-    requests++;
-    handler(req, res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  closers.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks`,
-    get requests() {
-      return requests;
-    },
-    set(next: Handler) {
-      handler = next;
-    },
-  };
-}
 
 const json =
   (body: unknown, headers: Record<string, string> = {}, status = 200): Handler =>
@@ -92,7 +62,7 @@ const fetchReason = (events: GuardEvent[]) =>
 describe('audit: JWKS endpoint failures that hold', () => {
   it('200 concurrent first requests against a slow (0.5 s) endpoint share one fetch', async () => {
     const key = await esKey();
-    const server = await jwksServer((req, res) =>
+    const server = await handlerServer((req, res) =>
       setTimeout(() => json({ keys: [{ ...key.jwk, kid: 'k1', alg: 'ES256' }] })(req, res), 500),
     );
     const { guard } = edge(server.url);
@@ -105,7 +75,7 @@ describe('audit: JWKS endpoint failures that hold', () => {
   it('a gzip bomb is cut at maxBytes after decompression; a gzip set is read', async () => {
     const key = await esKey();
     const bomb = gzipSync(Buffer.from(`{"keys":[],"pad":"${'0'.repeat(50 * 1024 * 1024)}"}`));
-    const server = await jwksServer((_req, res) => {
+    const server = await handlerServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
       res.end(bomb);
     });
@@ -114,7 +84,7 @@ describe('audit: JWKS endpoint failures that hold', () => {
     expect(fetchReason(events)).toEqual(['too-large']);
 
     const good = gzipSync(Buffer.from(JSON.stringify({ keys: [{ ...key.jwk, kid: 'k1', alg: 'ES256' }] })));
-    const server2 = await jwksServer((_req, res) => {
+    const server2 = await handlerServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
       res.end(good);
     });
@@ -123,7 +93,7 @@ describe('audit: JWKS endpoint failures that hold', () => {
 
   it('a body that drips slower than the timeout is aborted at the timeout', async () => {
     const key = await esKey();
-    const server = await jwksServer((_req, res) => {
+    const server = await handlerServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.write('{"keys":[');
       const timer = setInterval(() => res.write(' '), 100);
@@ -139,11 +109,11 @@ describe('audit: JWKS endpoint failures that hold', () => {
   it('an HTML login page (200) and a 203 are failed fetches', async () => {
     const key = await esKey();
     const token = await sign(key.privateKey, { kid: 'k1' });
-    const html = await jwksServer((_req, res) => {
+    const html = await handlerServer((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/html' });
       res.end('<html>sign in</html>');
     });
-    const nonAuthoritative = await jwksServer(json({ keys: [{ ...key.jwk, kid: 'k1', alg: 'ES256' }] }, {}, 203));
+    const nonAuthoritative = await handlerServer(json({ keys: [{ ...key.jwk, kid: 'k1', alg: 'ES256' }] }, {}, 203));
     for (const [uri, reason] of [
       [html.url, 'invalid-json'],
       [nonAuthoritative.url, 'status'],
@@ -157,7 +127,7 @@ describe('audit: JWKS endpoint failures that hold', () => {
   it('unsupported kty, use "enc" and non-string kids are dropped one by one; the rest of the set works', async () => {
     const key = await esKey();
     const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({ format: 'jwk' });
-    const server = await jwksServer(
+    const server = await handlerServer(
       json({
         keys: [
           { kty: 'AKP', alg: 'ML-DSA-44', kid: 'pq', pub: 'AAAA' },
@@ -183,7 +153,7 @@ describe('audit: defects found, fixed', () => {
       keys: [{ kid: 'old', privateKey: stolen }],
       now: () => now,
     });
-    const server = await jwksServer((_req, res) => json(issuer.jwks())(_req, res));
+    const server = await handlerServer((_req, res) => json(issuer.jwks())(_req, res));
     const verifier = createInternalVerifier({
       issuer: 'https://gw',
       audience: 'orders',
@@ -217,7 +187,7 @@ describe('audit: defects found, fixed', () => {
   it('F3: with no keys at all, a recovered endpoint is retried within seconds, not after the 30 s cooldown', async () => {
     const key = await esKey();
     let now = Date.now();
-    const server = await jwksServer(json({}, {}, 503));
+    const server = await handlerServer(json({}, {}, 503));
     const { guard } = edge(server.url, {}, () => now);
     const token = await sign(key.privateKey, { kid: 'k1' }, now);
     expect(code(await guard.verify(token))).toBe('keys_unavailable');
@@ -230,7 +200,7 @@ describe('audit: defects found, fixed', () => {
   it('F4: during an outage with stale keys, an uncached token does not wait for the retry timeout', async () => {
     const key = await esKey();
     let now = Date.now();
-    const server = await jwksServer(
+    const server = await handlerServer(
       json({ keys: [{ ...key.jwk, kid: 'k1', alg: 'ES256' }] }, { 'cache-control': 'max-age=60' }),
     );
     const { guard, events } = edge(server.url, { timeout: 0.5, cooldown: 30 }, () => now);
@@ -251,7 +221,7 @@ describe('audit: defects found, fixed', () => {
 
   it('F3 (cont.): with no keys, retries back off 1 s, 2 s, 4 s ... up to the cooldown', async () => {
     let now = Date.now();
-    const server = await jwksServer(json({}, {}, 503));
+    const server = await handlerServer(json({}, {}, 503));
     const { guard } = edge(server.url, {}, () => now);
     const token = await sign((await esKey()).privateKey, { kid: 'k1' }, now);
     const fetchesAfter = async (ms: number) => {
@@ -276,7 +246,7 @@ describe('audit: defects found, fixed', () => {
     const first = await esKey();
     const second = await esKey();
     let now = Date.now();
-    const server = await jwksServer(
+    const server = await handlerServer(
       json({ keys: [{ ...first.jwk, kid: 'main', alg: 'ES256' }] }, { 'cache-control': 'max-age=3600' }),
     );
     const { guard } = edge(server.url, {}, () => now);
@@ -306,7 +276,7 @@ describe('audit: defects found, fixed', () => {
   it('F7: a kid shared with a key the guard drops anyway (use "enc", another kty) does not refuse the set', async () => {
     const key = await esKey();
     const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({ format: 'jwk' });
-    const server = await jwksServer(
+    const server = await handlerServer(
       json({
         keys: [
           { ...rsa, kid: 'k1', use: 'enc', alg: 'RSA-OAEP' },
