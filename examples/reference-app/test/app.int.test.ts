@@ -231,6 +231,9 @@ beforeEach(() => {
 });
 
 const appUrl = (path = '/') => new URL(path, running.appUrl).href;
+/** The page a form's post/redirect/get lands on (`/?shown=<slot>`): where its message is shown. */
+const landing = (agent: UserAgent, posted: { response: Response }) =>
+  agent.request(appUrl(posted.response.headers.get('location') ?? '/'));
 const callbackPrefix = () => new URL('/callback', running.appUrl).href;
 
 /** Starts at the app, returns the provider's redirect back to the app's callback (not yet followed). */
@@ -494,13 +497,13 @@ describe('sign in', () => {
       expect(raw).toMatch(/SameSite=Lax/);
       expect(raw).toMatch(/;\s*Path=\/(;|$)/);
       expect(raw).not.toMatch(/Domain=/i);
-      // The app reads it back by that name: a second sign-in of the same browser replaces the
-      // pending session the cookie names.
+      // The app reads it back by that name: a second sign-in of the same browser (another tab) adds
+      // its transaction to the pending session the cookie names.
       const oldId = agent.jar.cookies.get('__Host-app_session')?.value;
       const store = createSessionStore(db, { ttlSeconds: 60 });
-      expect(await store.get(oldId)).toBeDefined();
+      expect((await store.get(oldId))?.pending).toHaveLength(1);
       expect((await agent.request(new URL('/signin', port.url).href)).response.status).toBe(303);
-      expect(await store.get(oldId)).toBeUndefined();
+      expect((await store.get(oldId))?.pending).toHaveLength(2);
     } finally {
       await port.close();
     }
@@ -735,12 +738,12 @@ describe('signed in', () => {
     expect(charge?.method).toBe('POST');
     expect(JSON.parse(charge!.body)).toEqual({ amount: 1250, currency: 'EUR' });
     expect(charge?.idempotencyKey).toMatch(/^"[0-9a-f-]{36}"$/);
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain(`Idempotency-Key: ${charge!.idempotencyKey!.slice(1, -1)}`);
     expect(after.body).toContain('Replayed: no');
     expect(after.body).toContain('Attempts: 1');
     // The message is shown once (post/redirect/get).
-    expect((await agent.request(appUrl('/'))).body).not.toContain('Idempotency-Key:');
+    expect((await landing(agent, posted)).body).not.toContain('Idempotency-Key:');
   });
 
   it('retries a failed charge with the same key, backing off 1 s then 2 s with jitter (spec part 8)', async () => {
@@ -748,14 +751,18 @@ describe('signed in', () => {
     const page = await agent.request(appUrl('/'));
     apiMode = 'flaky';
     failuresLeft = 2;
-    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '300', currency: 'EUR' });
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '300',
+      currency: 'EUR',
+    });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(3);
     // One key per logical operation, reused by every retry (spec 2.1: a new key per retry is wrong).
     expect(new Set(attempts.map((request) => request.idempotencyKey)).size).toBe(1);
     // Full jitter with random() = 0.5: half of the 1 s and 2 s ceilings.
     expect(waits).toEqual([500, 1000]);
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain('Attempts: 3');
     expect(after.body).toContain('Status 201');
   });
@@ -770,12 +777,16 @@ describe('signed in', () => {
     const page = await agent.request(appUrl('/'));
     apiMode = 'flaky';
     failuresLeft = 100;
-    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '700',
+      currency: 'EUR',
+    });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(4);
     const key = attempts[0]?.idempotencyKey;
     failuresLeft = 0;
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain('API unavailable');
     expect(after.body).toContain('Send the same charge again (same key)');
     seen.length = 0;
@@ -794,10 +805,14 @@ describe('signed in', () => {
     const { agent } = await signIn();
     const page = await agent.request(appUrl('/'));
     apiMode = 'busy';
-    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '700',
+      currency: 'EUR',
+    });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(4);
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain('Still in progress at the API (409): send it again with the same key in a moment.');
     expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
   });
@@ -806,9 +821,13 @@ describe('signed in', () => {
     const { agent } = await signIn();
     const page = await agent.request(appUrl('/'));
     apiMode = 'refuse';
-    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '700',
+      currency: 'EUR',
+    });
     expect(seen.filter((request) => request.url === '/charges')).toHaveLength(1);
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain('The API refused: 422 Unprocessable Content');
     expect(after.body).not.toContain('Send the same charge again (same key)');
   });
@@ -822,10 +841,14 @@ describe('signed in', () => {
     const { agent } = await signIn();
     const page = await agent.request(appUrl('/'));
     apiMode = mode;
-    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '700',
+      currency: 'EUR',
+    });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(tries);
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain('Send the same charge again (same key)');
     expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
   });
@@ -835,10 +858,14 @@ describe('signed in', () => {
     const page = await agent.request(appUrl('/'));
     apiMode = 'refuse';
     failuresLeft = 1;
-    await agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), amount: '700', currency: 'EUR' });
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      amount: '700',
+      currency: 'EUR',
+    });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(2);
-    const after = await agent.request(appUrl('/'));
+    const after = await landing(agent, posted);
     expect(after.body).toContain('The API refused: 422 Unprocessable Content');
     expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
   });
@@ -864,11 +891,11 @@ describe('signed in', () => {
       expect((await posted).response.status).toBe(303);
       // The message is stored, and the tokens are still the rotated ones, not the ones read at the start.
       const stored = await sessions().get(sessionId(agent));
-      expect(stored?.flash?.lines).toContain(message);
+      expect(Object.values(stored?.flashes ?? {})[0]?.lines).toContain(message);
       expect(stored?.tokens).toEqual(rotated);
       // The next refresh presents a token never used: the grant lives, the user stays signed in.
       clock = 600_000;
-      const later = await agent.request(appUrl('/'));
+      const later = await landing(agent, await posted);
       expect(later.body).toContain('Alice Liddell');
       expect(later.body).toContain(message);
     },
@@ -1261,25 +1288,49 @@ describe.each([
     const store = createSessionStore(own, { ttlSeconds: 60 });
     const id = await store.create({ user: { sub: 'user-alice' }, tokens: tokens('rt-1') });
     await store.update(id, { tokens: tokens('rt-2') });
-    await store.update(id, { flash: { title: 'Create charge', lines: ['Charge created.'] } });
+    await store.setFlash(id, 'tab-1', { title: 'Create charge', lines: ['Charge created.'] });
+    await store.setFlash(id, 'tab-2', { title: 'Theme', lines: [] });
     expect(await store.get(id)).toEqual({
       user: { sub: 'user-alice' },
       tokens: tokens('rt-2'),
-      flash: { title: 'Create charge', lines: ['Charge created.'] },
+      flashes: {
+        'tab-1': { title: 'Create charge', lines: ['Charge created.'] },
+        'tab-2': { title: 'Theme', lines: [] },
+      },
     });
-    await store.update(id, { flash: undefined });
+    await store.update(id, { flashes: undefined });
     expect(await store.get(id)).toEqual({ user: { sub: 'user-alice' }, tokens: tokens('rt-2') });
     await store.destroy(id);
-    await store.update(id, { flash: { title: 'Theme', lines: [] } });
+    await store.setFlash(id, 'tab-1', { title: 'Theme', lines: [] });
     expect(await store.get(id)).toBeUndefined();
   });
 
-  it('takes the flash once, and leaves everything else', async () => {
+  it("takes a flash slot once, and leaves everything else, other tabs' slots included", async () => {
     const store = createSessionStore(own, { ttlSeconds: 60 });
-    const id = await store.create({ tokens: tokens('rt-1'), flash: { title: 'Theme', lines: ['Theme set to dark.'] } });
-    expect(await store.takeFlash(id)).toEqual({ title: 'Theme', lines: ['Theme set to dark.'] });
-    expect(await store.takeFlash(id)).toBeUndefined();
-    expect(await store.get(id)).toEqual({ tokens: tokens('rt-1') });
+    const mine = { title: 'Theme', lines: ['Theme set to dark.'] };
+    const theirs = { title: 'Create charge', lines: ['Charge created.'] };
+    const id = await store.create({ tokens: tokens('rt-1'), flashes: { mine, theirs } });
+    expect(await store.takeFlash(id, 'mine')).toEqual(mine);
+    expect(await store.takeFlash(id, 'mine')).toBeUndefined();
+    expect(await store.get(id)).toEqual({ tokens: tokens('rt-1'), flashes: { theirs } });
+  });
+
+  it('keeps one sign-in transaction per state, each taken once by its own callback, the newest five', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 600 });
+    const signIn = (state: string) => ({ state, nonce: `n-${state}`, codeVerifier: `v-${state}`, returnTo: '/' });
+    const id = await store.create({ pending: [signIn('s1')] }, 60);
+    expect(await store.addPending(id, signIn('s2'))).toBe(true);
+    expect(await store.takePending(id, 's1')).toEqual(signIn('s1'));
+    // Single use: a replayed callback, or two at once, get it once.
+    const twice = await Promise.all([store.takePending(id, 's2'), store.takePending(id, 's2')]);
+    expect(twice.filter(Boolean)).toEqual([signIn('s2')]);
+    expect(await store.takePending(id, 's1')).toBeUndefined();
+    for (const state of ['a', 'b', 'c', 'd', 'e', 'f']) expect(await store.addPending(id, signIn(state))).toBe(true);
+    expect((await store.get(id))?.pending?.map((entry) => entry.state)).toEqual(['b', 'c', 'd', 'e', 'f']);
+    // A signed-in session takes none: a new sign-in there starts a new session.
+    const signedIn = await store.create({ user: { sub: 'user-alice' } });
+    expect(await store.addPending(signedIn, signIn('x'))).toBe(false);
+    expect(await store.takePending(undefined, 'b')).toBeUndefined();
   });
 
   const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
@@ -1304,27 +1355,29 @@ describe.each([
     const store = createSessionStore(own, { ttlSeconds: 600 });
     const id = await store.create({ user: { sub: 'user-alice' } }, 5);
     expect(await secondsLeft(id)).toBeLessThanOrEqual(5);
-    await store.update(id, { flash: { title: 'Theme', lines: [] } });
+    await store.setFlash(id, 'slot', { title: 'Theme', lines: [] });
     expect(await secondsLeft(id)).toBeGreaterThan(590);
   });
 
   it('updates only a signed-in session: a pending sign-in keeps its data and its short life', async () => {
     const store = createSessionStore(own, { ttlSeconds: 600 });
-    const pending = { state: 's', nonce: 'n', codeVerifier: 'v', returnTo: '/' };
+    const pending = [{ state: 's', nonce: 'n', codeVerifier: 'v', returnTo: '/' }];
     const id = await store.create({ pending }, 5);
-    await store.update(id, { flash: { title: 'Theme', lines: [] } });
+    await store.update(id, { tokens: tokens('rt-1') });
+    await store.setFlash(id, 'slot', { title: 'Theme', lines: [] });
     expect(await secondsLeft(id)).toBeLessThanOrEqual(5);
     expect(await store.get(id)).toEqual({ pending });
   });
 
   it('never brings an expired session back: update and takeFlash leave it expired and unseen', async () => {
     const store = createSessionStore(own, { ttlSeconds: 600 });
-    const id = await store.create({ user: { sub: 'user-alice' }, flash: { title: 'Theme', lines: [] } });
+    const id = await store.create({ user: { sub: 'user-alice' }, flashes: { slot: { title: 'Theme', lines: [] } } });
     await age(id);
     await store.update(id, { tokens: tokens('rt-late') });
+    await store.setFlash(id, 'other', { title: 'Theme', lines: [] });
     expect(await secondsLeft(id)).toBeLessThan(0);
     expect(await store.get(id)).toBeUndefined();
-    expect(await store.takeFlash(id)).toBeUndefined();
+    expect(await store.takeFlash(id, 'slot')).toBeUndefined();
   });
 
   it('deletes more expired rows per create than it adds, so abandoned sign-ins cannot pile up', async () => {

