@@ -73,8 +73,6 @@ async function main(): Promise<void> {
   for (const user of demoUsers) {
     console.log(`  ${user.username} / ${user.password}${user.roles.length ? `   (${user.roles.join(', ')})` : ''}`);
   }
-  console.log('Ctrl-C stops everything.');
-
   let stopping = false;
   const stop = async (signal: string) => {
     // A terminal's Ctrl-C reaches this process and the `npm start` wrapper, which passes it on too.
@@ -94,6 +92,9 @@ async function main(): Promise<void> {
     }
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => void stop(signal));
+  // Said once the handlers are in place: a supervisor that signals as soon as it reads this line
+  // must not find the process without them (the default action would kill it, nothing closed).
+  console.log('Ctrl-C stops everything.');
 }
 
 /** Connects to Redis before anything starts, so a wrong REDIS_URL fails the start instead of the first request. */

@@ -1,25 +1,9 @@
-// What a person does in a real browser that the HTTP-level tests do not: a second click on a button
-// whose page is slow to answer, two tabs of one browser, Back after sign-out, a form left open while the
-// session ends in another tab or the access token expires. Debian's chromium through playwright-core,
-// one launch, a fresh context per story; the whole stack in this process on ephemeral ports.
-//
-// The tests marked "Was a defect" failed when the audit wrote them; the comment above each says what
-// was wrong. The "pins" are behaviour that was checked and was right.
-//
-// A slow answer is made deterministic without sleeping: the request is sent to the server for real
-// (`route.fetch`, so its effect happens), and its answer is handed to the page only after the user's
-// second action, as a slow network would.
-import { existsSync } from 'node:fs';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
+import { chromiumOptions, hasChromium } from './chromium.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 
-const executablePath = '/usr/bin/chromium';
-const hasChromium = existsSync(executablePath);
-if (!hasChromium && process.env.CI === 'true') {
-  throw new Error(`${executablePath} is missing and CI=true: the browser audit cannot run`);
-}
 const alice = demoUsers.find((user) => user.username === 'alice');
 
 /** A promise and the function that settles it. */
@@ -39,19 +23,7 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
 
   beforeAll(async () => {
     whole = await startWholeStack('browser_audit');
-    browser = await chromium.launch({
-      executablePath,
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
+    browser = await chromium.launch(chromiumOptions);
   }, 120_000);
 
   afterAll(async () => {

@@ -1,10 +1,3 @@
-// What a new user does, in Debian's chromium driven by playwright-core: open the photo app, sign in
-// as alice at the identity provider, allow access, see her photos (not bob's), switch the theme,
-// create a charge, send it again with the same key (a replay, no second charge), and find its
-// payment.succeeded webhook applied once on the receiver's page.
-// Everything runs in this process on ephemeral ports. With UPDATE_SCREENSHOTS=1 each step is saved
-// to docs/walkthrough/ for docs/walkthrough.md; otherwise nothing is written.
-import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,17 +9,8 @@ import type { Database } from '../src/db.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import type { RunningReferenceApp } from '../src/start.js';
+import { chromiumOptions, hasChromium } from './chromium.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
-
-const executablePath = '/usr/bin/chromium';
-const hasChromium = existsSync(executablePath);
-if (!hasChromium) {
-  if (process.env.CI === 'true')
-    throw new Error(`${executablePath} is missing and CI=true: the browser test cannot run`);
-  console.warn(
-    `\n*** SKIPPING the reference app browser test: ${executablePath} is missing (apt-get install chromium) ***\n`,
-  );
-}
 
 const screenshotDir = fileURLToPath(new URL('../../../docs/walkthrough/', import.meta.url));
 const updateScreenshots = process.env.UPDATE_SCREENSHOTS === '1';
@@ -47,17 +31,7 @@ describe.runIf(hasChromium)('a new user in a real browser', () => {
     ({ db, running, stack } = whole);
     userDataDir = await mkdtemp(join(tmpdir(), 'idem-browser-'));
     context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath,
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
+      ...chromiumOptions,
       viewport: { width: 1000, height: 700 },
     });
     page = context.pages()[0] ?? (await context.newPage());

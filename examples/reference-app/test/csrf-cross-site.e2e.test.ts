@@ -1,32 +1,13 @@
-// The CSRF secret cookie and sites: in production the app and the identity provider are on different
-// sites. Here they are too (the app at localhost, the provider at 127.0.0.1), in Debian's chromium.
-// Two tabs start a sign-in: each arrives at the provider's login page by a cross-site navigation. A
-// SameSite=Strict secret is not sent on such a navigation, so the second page made a new one, and the
-// first tab's form then failed its CSRF check (403). A Lax secret is sent with the navigation, kept,
-// and both forms work; it still never travels with a cross-site POST.
-import { existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { chromiumOptions, hasChromium } from './chromium.js';
+import { freePort } from './ports.js';
 import { openTestDatabase } from './services.js';
 
-const executablePath = '/usr/bin/chromium';
-const hasChromium = existsSync(executablePath);
-if (!hasChromium && process.env.CI === 'true') {
-  throw new Error(`${executablePath} is missing and CI=true: the browser test cannot run`);
-}
 const alice = demoUsers.find((user) => user.username === 'alice');
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 describe.runIf(hasChromium)('sign-in forms when the app and the provider are on different sites', () => {
   let db: Database;
@@ -43,19 +24,7 @@ describe.runIf(hasChromium)('sign-in forms when the app and the provider are on 
       appPort: 0,
       baseUrl: 'http://localhost:8080',
     });
-    browser = await chromium.launch({
-      executablePath,
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
+    browser = await chromium.launch(chromiumOptions);
   }, 120_000);
 
   afterAll(async () => {
