@@ -301,7 +301,9 @@ describe('login and consent pages', () => {
       const normalized = step.body
         .replace(/name="csrf" value="[^"]*"/g, 'csrf')
         .replace(/\/interaction\/[^/"]+\//g, '/interaction/uid/')
-        .replace(/id="username"([^>]*)value="[^"]*"/, 'id="username"$1');
+        .replace(/id="username"([^>]*)value="[^"]*"/, 'id="username"$1')
+        // Where the cursor starts follows the name echoed (see below), not whether the account exists.
+        .replaceAll(' autofocus', '');
       return { status: step.response.status, normalized, headers: step.response.headers };
     };
     const wrongPassword = await attempt('alice', 'not-her-password');
@@ -450,6 +452,10 @@ describe('login and consent pages', () => {
       const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: 'nope' });
       expect(step.body).toContain('Invalid username or password');
       expect(step.body).toContain(`id="username" name="username" autocomplete="username" required value="${shown}"`);
+      // The cursor goes where the person types next: the password when the name was kept.
+      const focused = /<input id="(\w+)"[^>]* autofocus>/.exec(step.body)?.[1];
+      expect(focused).toBe(shown ? 'password' : 'username');
+      expect(/<input id="(\w+)"[^>]* autofocus>/.exec(page.body)?.[1]).toBe('username');
     }
   });
 

@@ -25,6 +25,8 @@ export interface LoginPageInput {
  * ```
  */
 export function loginPage(input: LoginPageInput): string {
+  // The cursor starts where typing goes: the username, or the password when the name is kept (after
+  // a wrong password), so a keyboard user need not hunt for the field.
   const error = input.error ? `<p class="error" role="alert">${escapeHtml(input.error)}</p>` : '';
   return htmlPage(
     'Sign in',
@@ -34,9 +36,13 @@ ${error}
 <form method="post" action="/interaction/${escapeHtml(input.uid)}/login">
 <input type="hidden" name="csrf" value="${escapeHtml(input.csrf)}">
 <label for="username">Username</label>
-<input id="username" name="username" autocomplete="username" required value="${escapeHtml(input.username ?? '')}">
+<input id="username" name="username" autocomplete="username" required value="${escapeHtml(input.username ?? '')}"${
+      input.username ? '' : ' autofocus'
+    }>
 <label for="password">Password</label>
-<input id="password" name="password" type="password" autocomplete="current-password" required>
+<input id="password" name="password" type="password" autocomplete="current-password" required${
+      input.username ? ' autofocus' : ''
+    }>
 <button type="submit">Sign in</button>
 </form>
 <form method="post" action="/interaction/${escapeHtml(input.uid)}/abort">
