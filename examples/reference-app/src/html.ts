@@ -25,6 +25,17 @@ const style =
 const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')}'`;
 
 /**
+ * The one script every page embeds, allowed by its hash like the stylesheet: a form is sent once per
+ * page. A double click on "Allow" or "Sign in" otherwise sends the form twice; the browser drops the
+ * first answer (the way on to the application) and shows the second, which finds the step already
+ * done: a dead end, though everything went through. The pages work without it.
+ */
+export const sendOnceScript =
+  "document.addEventListener('submit',function(e){var f=e.target;if(f.dataset.sent){e.preventDefault()}else{f.dataset.sent='1'}})";
+
+const scriptHash = `'sha256-${createHash('sha256').update(sendOnceScript).digest('base64')}'`;
+
+/**
  * The headers every HTML page of the reference app carries: a strict CSP with no framing (RFC 9700
  * clickjacking defence), no referrer (codes and state never leak through `Referer`), and no caching.
  * `form-action` is left out on purpose: the login form's 303 chain ends at the client's redirect URI,
@@ -36,7 +47,7 @@ const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')
  * ```
  */
 export const pageHeaders: Readonly<Record<string, string>> = {
-  'Content-Security-Policy': `default-src 'none'; style-src ${styleHash}; img-src 'self'; base-uri 'none'; frame-ancestors 'none'`,
+  'Content-Security-Policy': `default-src 'none'; style-src ${styleHash}; script-src ${scriptHash}; img-src 'self'; base-uri 'none'; frame-ancestors 'none'`,
   'X-Frame-Options': 'DENY',
   'Referrer-Policy': 'no-referrer',
   'X-Content-Type-Options': 'nosniff',
@@ -61,6 +72,7 @@ export function htmlPage(title: string, body: string): string {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(title)}</title>
 <style>${style}</style>
+<script>${sendOnceScript}</script>
 </head>
 <body>
 <main>

@@ -1,5 +1,7 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { chromiumOptions, hasChromium } from './chromium.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
@@ -109,10 +111,14 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
   // new key per retry is wrong"; 3.1 rule 1: exactly one side effect. Expected: the form carries a key
   // made when the page was rendered (or the app otherwise ties both submits to one key), so the second
   // submit replays the first charge and the database holds one.
-  it('creates one charge when "Create charge" is clicked twice before the page answers', async () => {
-    const context = await browser.newContext();
+  /**
+   * Signs in, fills "Create charge" with `amount` and clicks it twice, the second click landing while
+   * the first POST (which reached the app and charged) is still waiting for its answer. Returns how
+   * many POSTs left the page, and the page.
+   */
+  async function doubleClickCharge(context: BrowserContext, amount: number) {
     const page = await signIn(context);
-    await page.getByRole('spinbutton', { name: 'Amount' }).fill('5201');
+    await page.getByRole('spinbutton', { name: 'Amount' }).fill(String(amount));
     const button = page.getByRole('button', { name: 'Create charge' });
     await button.scrollIntoViewIfNeeded();
     const box = await button.boundingBox();
@@ -126,7 +132,6 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
         await route.continue();
         return;
       }
-      // The first POST reaches the app and charges; its answer is slow to come back.
       const response = await route.fetch({ maxRedirects: 0 });
       firstAnswered.open();
       await secondClicked.promise;
@@ -139,8 +144,27 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     await clickAgain(page, box);
     secondClicked.open();
     await flash(page).waitFor();
-    expect(posts).toBe(2);
+    return { posts, page };
+  }
+
+  it('creates one charge when "Create charge" is clicked twice before the page answers', async () => {
+    // Every page sends a form once: the second click sends nothing.
+    const context = await browser.newContext();
+    const { posts, page } = await doubleClickCharge(context, 5201);
+    expect(posts).toBe(1);
     expect(await charges(5201)).toBe(1);
+    expect(await flash(page).textContent()).toContain('Replayed: no');
+    await context.close();
+  });
+
+  it('creates one charge for a form sent twice where no script holds the second back', async () => {
+    // Without scripts (or a reload that sends the form again), both submits leave; the key rendered
+    // into the form makes them one operation, and the API answers the second with the first charge.
+    const context = await browser.newContext({ javaScriptEnabled: false });
+    const { posts, page } = await doubleClickCharge(context, 5202);
+    expect(posts).toBe(2);
+    expect(await charges(5202)).toBe(1);
+    expect(await flash(page).textContent()).toContain('Replayed: yes');
     await context.close();
   });
 
@@ -242,6 +266,81 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     );
     expect(signedIn).toBeGreaterThan(0);
     await context.close();
+  });
+
+  describe('at the identity provider, for a client whose callback is slow', () => {
+    let tool: Awaited<ReturnType<typeof listen>>;
+    const held: ServerResponse[] = [];
+    let callbackReached = gate();
+
+    beforeAll(async () => {
+      tool = await listen(0);
+      tool.use((req: IncomingMessage, res: ServerResponse) => {
+        if (!req.url?.startsWith('/callback')) {
+          res.writeHead(404).end();
+          return;
+        }
+        // The first callback is answered only at the end of the test: a slow client.
+        if (held.length === 0) {
+          held.push(res);
+          callbackReached.open();
+          return;
+        }
+        res.writeHead(200, { 'content-type': 'text/plain' }).end('signed in');
+      });
+    });
+
+    afterAll(async () => {
+      for (const res of held) res.destroy();
+      await tool?.close();
+    });
+
+    // Was a defect: a double click on "Allow" (the second click lands while the client's callback is still
+    // loading) ends on the provider's "Sign-in expired: This sign-in link is no longer valid", a dead end
+    // with no way back, although the person allowed access. The first POST finished the interaction
+    // and the resume consumed it; the second POST finds no interaction and gets the 400 error page.
+    // Spec 5.6 (c): the provider redirects back with a code. Now every page sends a form once (a
+    // script its CSP allows by hash), so the second click sends nothing and the browser gets back to
+    // the client (here, its redirect URI).
+    it('brings the person back to the client after a double click on "Allow"', async () => {
+      callbackReached = gate();
+      const redirectUri = `http://127.0.0.1:${tool.port}/callback`;
+      const url = new URL('/auth', whole.running.authUrl);
+      for (const [name, value] of Object.entries({
+        client_id: whole.running.clients.publicClient.clientId,
+        redirect_uri: redirectUri,
+        response_type: 'code',
+        scope: 'openid profile',
+        state: 'tool-state',
+        prompt: 'consent',
+        code_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM',
+        code_challenge_method: 'S256',
+      }))
+        url.searchParams.set(name, value);
+      const context = await browser.newContext();
+      const page = await newPage(context);
+      await page.goto(url.href);
+      await page.getByLabel('Username').fill('alice');
+      await page.getByLabel('Password').fill(alice?.password ?? '');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: 'Allow access' }).waitFor();
+      const box = await page.getByRole('button', { name: 'Allow' }).boundingBox();
+      if (!box) throw new Error('no button');
+      await clickAgain(page, box);
+      await callbackReached.promise;
+      // The consent page is still on screen (its navigation waits for the client): the second click
+      // sends nothing, so the first navigation goes on to the client.
+      let consentPosts = 0;
+      page.on('request', (request) => {
+        if (request.method() === 'POST') consentPosts += 1;
+      });
+      await clickAgain(page, box);
+      for (const res of held.splice(0)) res.writeHead(200, { 'content-type': 'text/plain' }).end('signed in');
+      await page.waitForURL((url) => url.href.startsWith(redirectUri));
+      expect(consentPosts).toBe(0);
+      expect(await page.locator('body').textContent()).toContain('signed in');
+      await context.close();
+    });
   });
 
   it('pins: no page error, CSP violation or failing script in any of these stories', () => {
