@@ -1,6 +1,6 @@
 // Docs audit of the changes of db2a6f4..HEAD: claims of today's docs, CHANGELOG entries and TSDoc
-// checked against the code. Each `it.fails` is a discrepancy: the test states what the doc promises,
-// and fails because the code (or another doc) does otherwise. Uses the real PostgreSQL of the
+// checked against the code. Each test states what a doc promises; both failed when the audit wrote
+// them (the code, or another doc, did otherwise) and were fixed. Uses the real PostgreSQL of the
 // integration tests (DATABASE_URL) for the relay; skipped loudly when it does not answer.
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -46,7 +46,7 @@ describe('docs/errors.md, Client (RequestFailedError)', () => {
   // to docs/client.md's table) but not to docs/errors.md, whose client table still ends at
   // `invalid_response_body`: a reader matching on `code` from that page has no row, and no "what your
   // code should do", for them (token_failed and redirect_unreadable both mean "retry with error.key").
-  it.fails('lists every code of requestFailedCodes in its client table', () => {
+  it('lists every code of requestFailedCodes in its client table', () => {
     const page = readFileSync(`${root}docs/errors.md`, 'utf8');
     const section = page.slice(page.indexOf('## Client (`RequestFailedError`)'), page.indexOf('## Stores'));
     const rows = new Set([...section.matchAll(/^\| `([a-z_]+)` \|/gm)].map((match) => match[1]));
@@ -62,7 +62,7 @@ describe.skipIf(!available)('docs/webhooks.md, outbox.relay() `onAttempt`', () =
   // attempt whose wait would pass the horizon is told (and stored in last_attempt/history) with a
   // waitMs of 9900 while the row is dead-lettered with reason 'horizon': there is no next attempt.
   // The sender's own send() gets this right (no waitMs when it gives up for the horizon).
-  it.fails('tells no waitMs for an attempt after which the row is dead-lettered for the horizon', async () => {
+  it('tells no waitMs for an attempt after which the row is dead-lettered for the horizon', async () => {
     const url = `${await serve((_req, res) => {
       res.writeHead(500);
       res.end('down');

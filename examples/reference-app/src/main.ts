@@ -80,9 +80,12 @@ async function main(): Promise<void> {
     stopping = true;
     console.log(`\n${signal}: stopping (requests already running finish first)...`);
     try {
+      // From the front: the app (it calls the gateway), then the gateway, the API and the receiver
+      // (the gateway checks tokens with the provider's keys while it drains), then the provider.
       await closeInOrder([
+        { name: 'the third-party app', close: () => running.closeApp() },
         { name: 'the gateway, the API and the receiver', close: () => resources.close() },
-        { name: 'the identity provider and the app', close: () => running.close() },
+        { name: 'the identity provider', close: () => running.close() },
         ...storageSteps,
       ]);
       process.exit(0);

@@ -37,6 +37,13 @@ export interface RunningReferenceApp {
   readonly appUrl: string;
   readonly clients: SeededClients;
   readonly idp: Idp;
+  /**
+   * Closes the third-party app alone (its requests still running finish first). A shutdown closes it
+   * before the gateway and the API it calls, and the provider last: the gateway checks tokens with the
+   * provider's keys while it drains.
+   */
+  closeApp(): Promise<void>;
+  /** Closes both, the app first. */
   close(): Promise<void>;
 }
 
@@ -100,9 +107,12 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       appUrl: appPort.url,
       clients,
       idp,
+      closeApp: () => appPort.close(),
       async close() {
         clearInterval(purge);
-        await Promise.all(ports.map((port) => port.close()));
+        // A second close of the app's port is the first one's (see drainable): closeApp() may have run.
+        await appPort.close();
+        await authPort.close();
       },
     };
   } catch (error) {

@@ -56,7 +56,8 @@ export interface InternalTokenIssuer {
   /**
    * The public keys as a JWKS, for services to verify with (serve it, or pass it to
    * `createInternalVerifier`): a key waiting to sign, the current one, and older ones while their
-   * tokens may still verify (and up to `maxPublishedKeys`). Ask again after a `rotate()`.
+   * tokens may still verify (and up to `maxPublishedKeys`, except keys an immediate rotation
+   * withdrew). Ask again after a `rotate()`.
    */
   jwks(): { keys: JWK[] };
   /**

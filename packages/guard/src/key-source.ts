@@ -224,8 +224,9 @@ class FailureTooLarge extends FetchFailure {
  * - when the cache has expired and the endpoint fails, the last good keys keep working for
  *   `staleIfError` seconds past expiry, then lookups fail closed (`unavailable`);
  * - fetches time out, never follow redirects, refuse bodies over `maxBytes`, duplicate-key JSON,
- *   private keys, duplicate kids, symmetric keys and sets left with no usable key, and keep the
- *   previous set when they do (a refused body is a failed fetch: cooldown and stale-if-error apply);
+ *   private keys, a kid given to two keys it would verify with, symmetric keys and sets left with no
+ *   usable key, and keep the previous set when they do (a refused body is a failed fetch: cooldown
+ *   and stale-if-error apply);
  * - a key of the previous set that the new one no longer holds, the same material under the same
  *   `kid` and `alg`, is retired: `onKeysRetired` drops the tokens cached under it.
  *

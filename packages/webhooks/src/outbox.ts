@@ -162,13 +162,15 @@ export interface Relay {
    * body is not even read: the claim appends a {@link LostAttempt} to its history, and the row is put
    * back after a backoff wait, as after a failed attempt, or dead-lettered if that claim used up the
    * last attempt or the wait would pass the horizon. A row already at `maxAttempts`, or attempted
-   * before and already past the horizon, is dead-lettered by the claim itself, unread. If a row fails (the database, a custom sender), it rejects with that
-   * error, but only once every other row of the round is settled.
+   * before and already past the horizon, is dead-lettered by the claim itself, unread. If a row
+   * fails (the database, a custom sender), it rejects with that error, but only once every other row
+   * of the round is settled. A round that outlives its lease rejects with `relay_round_timeout`
+   * (what it does after that counts for nothing, and it finishes in the background).
    */
   runOnce(): Promise<RelayRound>;
   /** Starts polling in the background. */
   start(): void;
-  /** Stops polling and waits for the round in flight. */
+  /** Stops polling and waits for the round in flight, at most until its lease ends. */
   stop(): Promise<void>;
   readonly relayId: string;
 }
@@ -482,23 +484,25 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       const branches = [...first, [`${next} > ${horizonEnds('', '$6')}`, "'dead'", "'horizon'"] as const];
       const choose = (column: 1 | 2, otherwise: string) =>
         `CASE ${branches.map((branch) => `WHEN ${branch[0]} THEN ${branch[column]}`).join(' ')} ELSE ${otherwise} END`;
-      return `status = ${choose(1, "'pending'")}, dead_reason = ${choose(2, 'NULL')}, next_attempt_at = ${next}`;
+      const status = choose(1, "'pending'");
+      return { set: `status = ${status}, dead_reason = ${choose(2, 'NULL')}, next_attempt_at = ${next}`, status };
     };
     const endingValues = (row: Claimed, waitMs: number) => [...fenceValues(row), waitMs, horizonParam];
 
-    // $7: delivered, $8: why the attempt ends the retries (410, the last attempt), $9: the attempt.
+    // $7: delivered, $8: why the attempt ends the retries (410, the last attempt), $9: the attempt,
+    // with the wait before the next one. The horizon is decided here, so a row it dead-letters keeps
+    // its attempt without that wait: no attempt follows.
+    const recordEnding = ending(['$7::boolean', "'delivered'", 'NULL'], ['$8::text IS NOT NULL', "'dead'", '$8::text']);
+    const recorded = `CASE WHEN ${recordEnding.status} = 'pending' THEN $9::jsonb ELSE $9::jsonb - 'waitMs' END`;
     const recordSql = `UPDATE ${table}
-            SET ${ending(['$7::boolean', "'delivered'", 'NULL'], ['$8::text IS NOT NULL', "'dead'", '$8::text'])},
+            SET ${recordEnding.set},
                 delivered_at = CASE WHEN $7::boolean THEN now() END,
                 locked_until = NULL,
                 locked_by = NULL,
-                last_attempt = $9::jsonb,
-                history = ${appended('history', '$9::jsonb')}
+                last_attempt = ${recorded},
+                history = ${appended('history', recorded)}
           WHERE ${fence}
         RETURNING status`;
-    // A row that will be tried again keeps the wait before its next attempt.
-    const withWait = (attempt: AttemptRecord, delivered: boolean, stop: string | null, waitMs: number) =>
-      delivered || stop ? { ...attempt } : { ...attempt, waitMs };
     const record = async (
       row: Claimed,
       attempt: AttemptRecord,
@@ -506,7 +510,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       stop: string | null,
       waitMs: number,
     ) => {
-      const saved = withWait(attempt, delivered, stop, waitMs);
+      const saved = delivered || stop ? attempt : { ...attempt, waitMs };
       const { rows } = await db.query(recordSql, [
         ...endingValues(row, waitMs),
         delivered,
@@ -519,7 +523,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // Ends a claim that makes no attempt: it gives back the attempt it counted. The row is put back
     // to wait `waitMs`, or dead-lettered with 'horizon' if the wait would end past it.
     const putBackSql = `UPDATE ${table}
-            SET ${ending()},
+            SET ${ending().set},
                 attempts = attempts - 1,
                 locked_until = NULL,
                 locked_by = NULL
@@ -560,10 +564,23 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       const stop =
         attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
       const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
-      // Told with the wait that follows, as it is recorded. An observer must never break the relay,
-      // whether it throws or rejects.
-      notify(relayOptions.onAttempt, { id: row.id, url: row.url }, withWait(attempt, delivered, stop, waitMs));
-      const status = await record(row, attempt, delivered, stop, waitMs);
+      // Told once recorded, with the wait that follows when the row waits for another attempt (the
+      // horizon is decided by the database). An observer must never break the relay, whether it
+      // throws or rejects.
+      const tell = (status: string) =>
+        notify(
+          relayOptions.onAttempt,
+          { id: row.id, url: row.url },
+          status === 'pending' ? { ...attempt, waitMs } : { ...attempt },
+        );
+      let status: Awaited<ReturnType<typeof record>>;
+      try {
+        status = await record(row, attempt, delivered, stop, waitMs);
+      } catch (error) {
+        tell('unrecorded');
+        throw error;
+      }
+      tell(status);
       // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
       // other events waiting for the same URL are dead-lettered too instead of each finding out.
       if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
