@@ -1,6 +1,7 @@
 // A scripted user agent for the tests: fetch with manual redirects and a cookie jar, the way a browser
 // keeps cookies per host (ports share a jar, as in browsers).
 import { createHash, randomBytes } from 'node:crypto';
+import { sendOnceScript } from '../src/html.js';
 
 export interface Step {
   url: string;
@@ -102,4 +103,9 @@ export function decodeJwt(token: string): { header: Record<string, unknown>; pay
     header: JSON.parse(Buffer.from(header, 'base64url').toString()),
     payload: JSON.parse(Buffer.from(payload, 'base64url').toString()),
   };
+}
+
+/** A page without the one script every page of ours carries (a form is sent once; see html.ts). */
+export function withoutSendOnce(body: string): string {
+  return body.replace(`<script>${sendOnceScript}</script>`, '');
 }
