@@ -113,4 +113,21 @@ describe('key source (mutants)', () => {
       expect(() => edge(uri, Date.now)).toThrow(TypeError);
     }
   });
+
+  // Kills (guard.ts): the signature not verified again with what the recheck brought; the token that
+  // triggers the refetch must itself pass, not only the ones after it.
+  it('the first token signed with new material under a known kid passes on the refetch it triggers', async () => {
+    const first = await esKey();
+    const second = await esKey();
+    let now = Date.now();
+    const server = await handlerServer(
+      json({ keys: [{ ...first.jwk, kid: 'main', alg: 'ES256' }] }, { 'cache-control': 'max-age=3600' }),
+    );
+    const { guard } = edge(server.url, () => now);
+    expect(code(await guard.verify(await sign(first.privateKey, 'main', now)))).toBe('ok');
+    server.set(json({ keys: [{ ...second.jwk, kid: 'main', alg: 'ES256' }] }, { 'cache-control': 'max-age=3600' }));
+    now += 31_000;
+    expect(code(await guard.verify(await sign(second.privateKey, 'main', now)))).toBe('ok');
+    expect(server.requests).toBe(2);
+  });
 });
