@@ -485,6 +485,16 @@ describe('login and consent pages', () => {
     ).rejects.toThrow(/at most 200 characters/);
   });
 
+  // Mutation pass: kills `>=` for `>` in the username limit, at login and in createUser.
+  it('takes a username of exactly the longest length, at sign-up and at login', async () => {
+    const username = 'u'.repeat(maxUsernameLength);
+    await createUser(db, { username, password: 'edge-pw', name: 'Edge', email: 'edge@example.com' });
+    const { agent, page } = await loginPage();
+    const action = new URL(formAction(page.body, 'login'), auth()).href;
+    const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: 'edge-pw' });
+    expect(step.response.status).toBe(303);
+  });
+
   it('refuses an abort (Cancel) posted without the CSRF token: a cross-site post cannot cancel a sign-in', async () => {
     const { agent, page } = await loginPage();
     const abort = new URL(formAction(page.body, 'login'), auth()).href.replace(/\/login$/, '/abort');

@@ -3,7 +3,7 @@
 // cleanly (its ports closed; exit status 0 when signalled itself), not be left running as an orphan
 // that holds its ports.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,7 +42,7 @@ afterAll(async () => {
 async function startApp(
   command: string,
   args: string[],
-): Promise<{ child: ChildProcess; ports: number[]; output: () => string }> {
+): Promise<{ child: ChildProcess; ports: number[]; output: () => string; dir: string }> {
   const names = ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'];
   const dir = await mkdtemp(join(tmpdir(), 'idem-start-'));
   dataDirs.push(dir);
@@ -68,7 +68,7 @@ async function startApp(
     started.stderr?.on('data', onData);
     started.once('exit', () => reject(new Error(`${command} exited early:\n${output}`)));
   });
-  return { child: started, ports, output: () => output };
+  return { child: started, ports, output: () => output, dir };
 }
 
 function exitOf(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
@@ -91,6 +91,16 @@ describe('npm start (examples/reference-app/start.mjs)', () => {
     expect(await exited).toEqual({ code: 0, signal: null });
     expect(app.output()).toContain('SIGTERM: stopping');
     for (const port of app.ports) expect(await refuses(port)).toBe(true);
+  }, 60_000);
+
+  // Mutation pass: kills dropping SIGHUP from the handled signals, and DATA_DIR being ignored.
+  it('stops on SIGHUP (a closed terminal) as on SIGTERM, and keeps its data in DATA_DIR', async () => {
+    const app = await startApp(process.execPath, ['examples/reference-app/start.mjs']);
+    const exited = exitOf(app.child);
+    expect((await readdir(app.dir)).length).toBeGreaterThan(0);
+    process.kill(app.child.pid as number, 'SIGHUP');
+    expect(await exited).toEqual({ code: 0, signal: null });
+    expect(app.output()).toContain('SIGHUP: stopping');
   }, 60_000);
 
   it('stops when `npm start` itself gets SIGTERM (npm signals its shell, which dies without passing it on)', async () => {
