@@ -594,7 +594,9 @@ class ResponseTooLarge extends Error {}
 /** Reads a body into memory, but no further than `maxBytes`: past it, stops reading and throws. */
 async function readCapped(response: Response, maxBytes: number): Promise<Uint8Array> {
   if (maxBytes === Number.POSITIVE_INFINITY) return new Uint8Array(await response.arrayBuffer());
-  // A declared length says it all, unless a content coding makes the decoded body longer.
+  // A declared length over the limit refuses the body unread. Not under a content coding: it counts
+  // the coded bytes, and the decoded body, the one kept, may be shorter (then it fits); a longer one
+  // is caught by the count below anyway.
   const declared = Number(response.headers.get('content-length') ?? Number.NaN);
   if (declared > maxBytes && !response.headers.has('content-encoding')) {
     response.body?.cancel().catch(() => undefined);

@@ -144,7 +144,7 @@ export function signingKeyRing(
         older = entries.map((old) => ({
           ...old,
           withdrawn: true,
-          ...(old === signing ? { keepUntil: Math.max(old.keepUntil ?? at, at + liveMs) } : {}),
+          ...(old === signing ? { keepUntil: at + liveMs } : {}),
         }));
       }
       entries = kept([entry, ...older], at);

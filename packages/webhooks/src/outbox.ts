@@ -610,7 +610,6 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // ever returns, the round finishes in the background and its late results are fenced off.
     const runOnce = (): Promise<RelayRound> => {
       const round = runRound();
-      round.catch(() => undefined);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const deadline = new Promise<never>((_, reject) => {
         timer = setTimeout(
