@@ -3,12 +3,13 @@
 // cleanly (its ports closed; exit status 0 when signalled itself), not be left running as an orphan
 // that holds its ports.
 import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { freePort } from './ports.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -83,13 +84,34 @@ async function closed(ports: number[]): Promise<void> {
 }
 
 describe('npm start (examples/reference-app/start.mjs)', () => {
-  it('stops on SIGTERM to the script: the app drains, closes its ports and exits 0', async () => {
+  it('stops on SIGTERM to the script: a request already running is answered, then the ports close and it exits 0', async () => {
     const app = await startApp(process.execPath, ['examples/reference-app/start.mjs']);
     const exited = exitOf(app.child);
     expect(await refuses(app.ports[2] as number)).toBe(false);
+    // A webhook delivery to the receiver, half sent when the signal comes: the receiver reads the
+    // whole body before anything else, so the request is running and unanswered.
+    const socket = connect({ host: '127.0.0.1', port: app.ports[4] as number });
+    await once(socket, 'connect');
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => {
+      answer += chunk.toString();
+    });
+    socket.on('error', () => undefined);
+    const ended = once(socket, 'close');
+    const body = '{"type":"payment.succeeded"}';
+    socket.write(
+      'POST /webhooks/payments HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n' +
+        `Content-Length: ${body.length}\r\nwebhook-id: msg_drain\r\nwebhook-timestamp: 1\r\n` +
+        `webhook-signature: v1,${Buffer.alloc(32).toString('base64')}\r\n\r\n${body.slice(0, 5)}`,
+    );
     process.kill(app.child.pid as number, 'SIGTERM');
+    await vi.waitFor(() => expect(app.output()).toContain('SIGTERM: stopping'));
+    expect(answer).toBe('');
+    socket.write(body.slice(5));
+    await ended;
+    // Answered (the signature is refused), not cut: the shutdown waited for it.
+    expect(answer).toMatch(/^HTTP\/1\.1 4\d\d /);
     expect(await exited).toEqual({ code: 0, signal: null });
-    expect(app.output()).toContain('SIGTERM: stopping');
     for (const port of app.ports) expect(await refuses(port)).toBe(true);
   }, 60_000);
 
