@@ -1,25 +1,12 @@
-import { type ClientOptions, createClient } from '@idem/client';
 import { describe, expect, it } from 'vitest';
 import { failure } from './support/failure.js';
-import { empty, json, type Step, scriptedFetch } from './support/fake-fetch.js';
-import { fakeTime, seededRandom } from './support/fake-time.js';
+import { empty, json } from './support/fake-fetch.js';
+import { scriptedClient } from './support/scripted-client.js';
 
 // Tests written by a mutation-testing pass: each one kills a mutant of create-client.ts the other
 // client tests let live (named in the test's comment).
 
-function setup(steps: Step[], options: Partial<ClientOptions> = {}) {
-  const time = fakeTime();
-  const { fetch, seen } = scriptedFetch(steps);
-  const client = createClient({
-    baseUrl: 'https://api.example.test/v1/',
-    fetch,
-    random: seededRandom(7),
-    sleep: time.sleep,
-    now: time.now,
-    ...options,
-  });
-  return { client, seen, time };
-}
+const setup = scriptedClient;
 
 const encoder = new TextEncoder();
 

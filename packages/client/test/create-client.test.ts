@@ -4,24 +4,13 @@ import { fileURLToPath } from 'node:url';
 import { abortableSleep, type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
 import { describe, expect, it, vi } from 'vitest';
 import { failure } from './support/failure.js';
-import { empty, json, type Step, scriptedFetch } from './support/fake-fetch.js';
-import { fakeTime, seededRandom } from './support/fake-time.js';
+import { empty, json, scriptedFetch } from './support/fake-fetch.js';
+import { fakeTime } from './support/fake-time.js';
+import { scriptedClient } from './support/scripted-client.js';
 
 const uuidV4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
-function setup(steps: Step[], options: Partial<ClientOptions> = {}) {
-  const time = fakeTime();
-  const { fetch, seen } = scriptedFetch(steps);
-  const client = createClient({
-    baseUrl: 'https://api.example.test/v1/',
-    fetch,
-    random: seededRandom(7),
-    sleep: time.sleep,
-    now: time.now,
-    ...options,
-  });
-  return { client, seen, time };
-}
+const setup = scriptedClient;
 
 describe('keys: one per logical operation', () => {
   it('gives a POST a fresh UUIDv4 and sends the same key on every attempt', async () => {

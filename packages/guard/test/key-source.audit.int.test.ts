@@ -1,6 +1,6 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
-import { exportJWK, generateKeyPair, importJWK, type JWK, SignJWT } from 'jose';
+import { importJWK, type JWK, SignJWT } from 'jose';
 import { describe, expect, it, vi } from 'vitest';
 import {
   createGuard,
@@ -10,7 +10,7 @@ import {
   type GuardResult,
   principalFromClaims,
 } from '../src/index.js';
-import { type Handler, handlerServer } from './support/handler-server.js';
+import { esKey, type Handler, handlerServer, jsonAnswer } from './support/handler-server.js';
 
 // Audit (branch audit-guard): the key source under failure and the operations around it. Real HTTP
 // JWKS servers on ephemeral ports, keys made with jose. The first rows pin behaviour that was probed
@@ -19,18 +19,8 @@ import { type Handler, handlerServer } from './support/handler-server.js';
 const ISS = 'https://id.example';
 const AUD = 'https://api.example';
 
-const json =
-  (body: unknown, headers: Record<string, string> = {}, status = 200): Handler =>
-  (_req, res) => {
-    res.writeHead(status, { 'content-type': 'application/json', ...headers });
-    res.end(JSON.stringify(body));
-  };
+const json = jsonAnswer;
 const hang: Handler = () => {};
-
-async function esKey() {
-  const { publicKey, privateKey } = await generateKeyPair('ES256', { extractable: true });
-  return { jwk: await exportJWK(publicKey), privateKey };
-}
 
 function sign(privateKey: CryptoKey, header: Record<string, unknown>, nowMs = Date.now()) {
   const iat = Math.floor(nowMs / 1000);

@@ -1,7 +1,7 @@
-import { exportJWK, generateKeyPair, SignJWT } from 'jose';
+import { SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { createGuard, type GuardEvent, type GuardResult } from '../src/index.js';
-import { type Handler, handlerServer } from './support/handler-server.js';
+import { esKey, handlerServer, jsonAnswer } from './support/handler-server.js';
 
 // Tests written by a mutation-testing pass over key-source.ts: each kills a mutant the other guard
 // tests let live (named in its comment). Real HTTP JWKS servers on loopback, an injected clock.
@@ -9,17 +9,7 @@ import { type Handler, handlerServer } from './support/handler-server.js';
 const ISS = 'https://id.example';
 const AUD = 'https://api.example';
 
-const json =
-  (body: unknown, headers: Record<string, string> = {}, status = 200): Handler =>
-  (_req, res) => {
-    res.writeHead(status, { 'content-type': 'application/json', ...headers });
-    res.end(JSON.stringify(body));
-  };
-
-async function esKey() {
-  const { publicKey, privateKey } = await generateKeyPair('ES256', { extractable: true });
-  return { jwk: await exportJWK(publicKey), privateKey };
-}
+const json = jsonAnswer;
 
 function sign(privateKey: CryptoKey, kid: string, nowMs: number) {
   const iat = Math.floor(nowMs / 1000);

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { exportJWK, generateKeyPair } from 'jose';
 import { afterEach } from 'vitest';
 
 /** What a {@link handlerServer} does with each request. */
@@ -37,4 +38,18 @@ export async function handlerServer(initial: Handler) {
       handler = next;
     },
   };
+}
+
+/** A handler that answers `body` as JSON, with `headers` and `status`. */
+export const jsonAnswer =
+  (body: unknown, headers: Record<string, string> = {}, status = 200): Handler =>
+  (_req, res) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(JSON.stringify(body));
+  };
+
+/** A fresh P-256 key pair: its public JWK and the private key to sign with. */
+export async function esKey() {
+  const { publicKey, privateKey } = await generateKeyPair('ES256', { extractable: true });
+  return { jwk: await exportJWK(publicKey), privateKey };
 }
