@@ -210,4 +210,13 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     ).toBe(1);
     expect(JSON.stringify(counted)).not.toContain(token);
   });
+
+  it('counts stale JWKS answers without a log line each (an outage would flood the log)', () => {
+    const before = logs.length;
+    for (let i = 0; i < 3; i++) {
+      telemetry.onGuardEvent({ type: 'jwks-stale', uri: 'https://id.test/jwks', ageMs: 1_000, at: i });
+    }
+    expect(sum('idem.guard.jwks.problems', { 'idem.guard.problem': 'jwks-stale' })).toBe(3);
+    expect(logs.length).toBe(before);
+  });
 });
