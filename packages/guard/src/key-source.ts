@@ -148,8 +148,13 @@ function parseCacheLifetime(headers: Headers, now: number): number | undefined {
   if (cacheControl !== null) {
     const directives = cacheControl.toLowerCase();
     if (/(?:^|[,\s])(?:no-store|no-cache)(?:$|[,\s=])/.test(directives)) return 0;
-    const maxAge = /(?:^|[,\s])max-age\s*=\s*"?(\d+)"?/.exec(directives);
-    if (maxAge !== null) return aged(Number(maxAge[1]), headers);
+    const maxAge = /(?:^|[,\s])max-age\s*=\s*("?)([^,\s"]*)\1/.exec(directives);
+    if (maxAge !== null) {
+      // RFC 9111 4.2.1: an invalid value (`max-age=-1`, `max-age=soon`) makes the directive invalid,
+      // and the response is best taken as stale, not as carrying no lifetime (the long default).
+      const value = maxAge[2] ?? '';
+      return /^\d+$/.test(value) ? aged(Number(value), headers) : 0;
+    }
   }
   const expires = headers.get('expires');
   if (expires === null) return undefined;

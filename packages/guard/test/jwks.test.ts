@@ -110,6 +110,25 @@ describe('remote JWKS', () => {
     expect(noStore.server.requests).toBe(2);
   });
 
+  it('takes an invalid max-age as stale (RFC 9111 4.2.1): the minimum TTL, not the 600 s default', async () => {
+    for (const value of ['max-age=-1', 'max-age=soon', 'max-age=']) {
+      const invalid = await setup({ kind: 'json', body: { keys: [jwk('k1')] }, headers: { 'cache-control': value } });
+      await invalid.guard.verify(invalid.token('k1'));
+      invalid.clock.advance(31);
+      await invalid.guard.verify(invalid.token('k1'));
+      expect(invalid.server.requests, value).toBe(2);
+    }
+    const quoted = await setup({
+      kind: 'json',
+      body: { keys: [jwk('k1')] },
+      headers: { 'cache-control': 'max-age="120"' },
+    });
+    await quoted.guard.verify(quoted.token('k1'));
+    quoted.clock.advance(100);
+    await quoted.guard.verify(quoted.token('k1'));
+    expect(quoted.server.requests).toBe(1);
+  });
+
   it('counts the Age a cache on the way gave the set against its max-age (RFC 9111)', async () => {
     // Kept 3600 - 3300 = 300 s here: a CDN already held it for 3300 of them.
     const { server, clock, guard, token } = await setup(
