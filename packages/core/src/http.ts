@@ -384,7 +384,11 @@ export interface HttpIdempotency<Req> {
   emit(event: IdempotencyEvent): void;
 }
 
-/** Headers a replay carries when the handler set them; the user adds more with `replayHeaders`. */
+/**
+ * Headers a replay carries when the handler set them; the user adds more with `replayHeaders`. The
+ * last two are ones a status requires (RFC 9110): `Content-Range` in a 206, `Allow` in a 405. They
+ * describe the stored answer, not the request.
+ */
 export const defaultReplayHeaders = [
   'content-type',
   'content-encoding',
@@ -394,6 +398,8 @@ export const defaultReplayHeaders = [
   'etag',
   'last-modified',
   'link',
+  'content-range',
+  'allow',
 ] as const;
 
 // Per-request or per-client headers: replaying them would hand one response's cookie, date, quota

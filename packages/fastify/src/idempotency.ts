@@ -387,7 +387,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (own instanceof Error) return done(own);
     const keyHeader = own.keyHeader(request.raw);
     if (!own.handles(request.method, keyHeader, overrides)) return done();
-    const url = request.url;
+    const url = originForm(request.url);
     const queryAt = url.indexOf('?');
     const path = queryAt === -1 ? url : url.slice(0, queryAt);
     const scope = route.scope ?? own.scope;
@@ -507,3 +507,18 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
  * app.post('/webhooks', { config: { idempotency: false } }, async () => ({ ok: true }));
  */
 export const idempotency = fp(plugin, { fastify: '5.x', name: '@idem/fastify' });
+
+/**
+ * A request target as its origin form: `http://host/r?q` is `/r?q`. A forward proxy sends the
+ * absolute form (RFC 9112 3.2.2), which Fastify routes by its path; Express and Koa fingerprint that
+ * path alone, so a retry sent in origin form is the same request here too, not a 422.
+ */
+function originForm(url: string): string {
+  if (url.startsWith('/')) return url;
+  const authority = url.indexOf('://');
+  if (authority === -1) return url;
+  const pathAt = url.indexOf('/', authority + 3);
+  const queryAt = url.indexOf('?', authority + 3);
+  if (pathAt === -1 || (queryAt !== -1 && queryAt < pathAt)) return `/${queryAt === -1 ? '' : url.slice(queryAt)}`;
+  return url.slice(pathAt);
+}

@@ -16,13 +16,13 @@ afterEach(async () => {
 });
 
 describe.each(frameworks)('replay headers a status requires (%s)', (framework) => {
-  // DEFECT: a stored 206 Partial Content is replayed without its Content-Range. RFC 9110 15.3.7.1:
+  // Was a defect: a stored 206 Partial Content is replayed without its Content-Range. RFC 9110 15.3.7.1:
   // a server generating a single-part 206 MUST send Content-Range; without it the client cannot
   // place the bytes (the replay says 206 and carries 4 bytes of a 10-byte representation with no
   // range). Expected: a replay of a 206 keeps Content-Range (it describes the stored bytes, like
   // Content-Type; it is not per-request), on all three frameworks alike. Express's res.sendFile
   // answers a POST carrying Range with such a 206 (see packages/express/test/send-file-range.audit.test.ts).
-  it.fails('a stored 206 replays with its Content-Range (RFC 9110 15.3.7)', async () => {
+  it('a stored 206 replays with its Content-Range (RFC 9110 15.3.7)', async () => {
     app = await startApp(framework);
     const first = await send(app, { key: 'partial-1', headers: { 'x-act': '206' } });
     expect(first.status).toBe(206);
@@ -34,11 +34,11 @@ describe.each(frameworks)('replay headers a status requires (%s)', (framework) =
     expect(again.headers['content-range']).toBe('bytes 0-3/10');
   });
 
-  // DEFECT: a stored 405 Method Not Allowed (a handler's answer, stored like any 4xx under the
+  // Was a defect: a stored 405 Method Not Allowed (a handler's answer, stored like any 4xx under the
   // default policy 'all') is replayed without its Allow header. RFC 9110 15.5.6: the origin server
   // MUST generate Allow in a 405. Expected: the replay keeps Allow (it is about the resource, not
   // the request), as the first answer had it.
-  it.fails('a stored 405 replays with its Allow (RFC 9110 15.5.6)', async () => {
+  it('a stored 405 replays with its Allow (RFC 9110 15.5.6)', async () => {
     app = await startApp(framework);
     const first = await send(app, { method: 'PUT', key: 'allow-1', headers: { 'x-act': '405' } });
     expect(first.status).toBe(405);
@@ -67,14 +67,14 @@ describe('absolute-form request target (RFC 9112 3.2.2), as a forward proxy send
     });
   }
 
-  // DEFECT (Fastify only): the Fastify adapter takes the concrete path from `request.url`, the raw
+  // Was a defect (Fastify only): the Fastify adapter takes the concrete path from `request.url`, the raw
   // request target, so an absolute-form target (`POST http://host/r`, which RFC 9112 3.2.2 says a
   // server MUST accept, and which Fastify routes to the same handler) is fingerprinted with its
   // scheme and authority. The same request retried in origin form (the client now bypasses the
   // proxy, or the proxy rewrote it) is answered 422 fingerprint_mismatch, where Express and Koa
   // replay it. docs/concepts.md: the fingerprint is over the "concrete path"; DESIGN.md: one
   // scenario table, three frameworks, identical results. Expected: replay, as on Express and Koa.
-  it.fails('fastify: a retry in origin form of a request sent in absolute form replays, as on Express and Koa', async () => {
+  it('fastify: a retry in origin form of a request sent in absolute form replays, as on Express and Koa', async () => {
     app = await startApp('fastify');
     const first = await send(app, { key: 'abs-1', path: absolute(app) });
     expect(first.status).toBe(201);
