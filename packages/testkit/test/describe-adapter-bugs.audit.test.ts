@@ -15,10 +15,10 @@
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { type ChildResult, runChildVitest } from './audit-support/child-vitest.js';
+import { type ChildResult, fixtureConfig, runChildVitest } from './audit-support/child-vitest.js';
 import { adapterBugs } from './audit-support/node-http-adapter.js';
 
-const fixture = join(dirname(fileURLToPath(import.meta.url)), 'third-party-adapter.audit.test.ts');
+const fixture = join(dirname(fileURLToPath(import.meta.url)), 'audit-support', 'third-party-adapter.fixture.ts');
 
 let results: ChildResult[] = [];
 const scenarios = (bug: string) =>
@@ -34,10 +34,12 @@ const newlyFailed = (bug: string) => {
 };
 
 beforeAll(async () => {
-  results = await runChildVitest(fixture, { IDEM_AUDIT_ADAPTER_BUGS: adapterBugs.join(',') }, [
-    '-t',
-    '^(?!.*transactional mode).*$',
-  ]);
+  results = await runChildVitest(
+    fixture,
+    { IDEM_AUDIT_ADAPTER_BUGS: adapterBugs.join(',') },
+    ['-t', '^(?!.*transactional mode).*$'],
+    fixtureConfig,
+  );
 }, 250_000);
 
 describe('describeAdapter() against a tiny node:http adapter with one realistic bug', () => {

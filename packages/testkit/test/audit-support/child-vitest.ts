@@ -1,5 +1,5 @@
-// Runs one test file in a child vitest (the repository's config, the `unit` project, the JSON
-// reporter) and returns every test's result. describeStore() and describeAdapter() register vitest
+// Runs one test file in a child vitest (the repository's config and its `unit` project, or a config
+// of its own for a fixture, with the JSON reporter) and returns every test's result. describeStore() and describeAdapter() register vitest
 // tests, and a failing one would fail the file that calls them: to ask "does the suite report this
 // bug?" from a passing test, the suite runs in a child, exactly as a store or adapter author's own
 // test file would, and the parent reads its report.
@@ -20,17 +20,22 @@ export interface ChildResult {
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../../../..');
 
+/** The config that runs the `*.fixture.ts` files (suites that fail on purpose, out of the main run). */
+export const fixtureConfig = join(dirname(fileURLToPath(import.meta.url)), 'fixture.vitest.config.ts');
+
 export function runChildVitest(
   file: string,
   env: Record<string, string>,
   extraArgs: readonly string[] = [],
+  config?: string,
 ): Promise<ChildResult[]> {
   const vitest = join(dirname(createRequire(import.meta.url).resolve('vitest/package.json')), 'vitest.mjs');
   const output = join(tmpdir(), `idem-audit-${randomUUID()}.json`);
   // The parent's VITEST_* variables would make the child take itself for a worker of this run.
   const childEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('VITEST')));
   Object.assign(childEnv, env);
-  const args = [vitest, 'run', '--project', 'unit', relative(root, file), '--reporter=json', `--outputFile=${output}`];
+  const where = config === undefined ? ['--project', 'unit'] : ['--config', config];
+  const args = [vitest, 'run', ...where, relative(root, file), '--reporter=json', `--outputFile=${output}`];
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
