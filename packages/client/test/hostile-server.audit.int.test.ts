@@ -314,6 +314,20 @@ describe('the caller aborts', () => {
     ]);
     expect(outcome).toBe('rejected');
   });
+
+  it('where AbortSignal.any is missing (older browsers), the caller still aborts the attempt in flight', async () => {
+    const s = await serve(() => undefined);
+    const any = AbortSignal.any;
+    Reflect.deleteProperty(AbortSignal, 'any');
+    try {
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error('user left')), 50);
+      const error = await failure(createClient({ baseUrl: s.url }).post('/charges', {}, { signal: controller.signal }));
+      expect([error.code, (error.cause as Error).message]).toEqual(['aborted', 'user left']);
+    } finally {
+      AbortSignal.any = any;
+    }
+  });
 });
 
 describe('the key is in hand however the call ends', () => {
