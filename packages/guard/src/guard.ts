@@ -506,13 +506,8 @@ export async function verifyWithEngine(
   if (!signature.ok && signature.code === 'signature_invalid' && issuer.keys.recheck !== undefined) {
     // New material under a known kid (a replaced key) would otherwise be refused until the cached set
     // expires, up to a day; the source refetches once per cooldown, as for an unknown kid.
-    let again: KeyLookup | undefined;
-    try {
-      again = await issuer.keys.recheck(kid, alg, lookup.keys);
-    } catch {
-      again = undefined;
-    }
-    if (again?.kind === 'found') signature = await verifyJwsSignature(parsed.value, alg, again.keys);
+    const untried = await issuer.keys.recheck(kid, alg, lookup.keys).catch(() => undefined);
+    if (untried) signature = await verifyJwsSignature(parsed.value, alg, untried);
   }
   if (!signature.ok) return refuse(engine, binding, signature.code, issuer.issuer);
 

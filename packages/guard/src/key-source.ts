@@ -31,14 +31,14 @@ export interface KeySource {
   /**
    * A signature did not verify with `tried`, the keys a lookup gave for this `kid` and `alg`: the
    * issuer may have put new material under the same `kid` (or rotated a set without kids). Fetches
-   * again if the cooldown allows, as for an unknown `kid`, and answers the keys that were not tried;
-   * `undefined` when there are none. Absent on sources that cannot change.
+   * again if the cooldown allows, as for an unknown `kid`, and answers the keys for them that were
+   * not tried; `undefined` when there are none. Absent on sources that cannot change.
    */
   recheck?(
     kid: string | undefined,
     alg: JwsAlgorithm,
     tried: readonly VerificationKey[],
-  ): Promise<KeyLookup | undefined>;
+  ): Promise<readonly VerificationKey[] | undefined>;
 }
 
 /**
@@ -438,7 +438,7 @@ export function remoteKeySource(
     // outage. Only the first refresh after a success is waited for: the endpoint was healthy and may
     // have retired a key.
     if (state !== undefined && lastAttemptFailed && trusted(at)) {
-      if (inFlight === undefined && mayRefreshExpiring(at)) void refresh();
+      refreshIfDue(at);
       emit({ type: 'jwks-stale', uri, ageMs: at - state.fetchedAt, at });
       return state.keys;
     }
@@ -461,9 +461,9 @@ export function remoteKeySource(
       if (!mayFetchOnDemand()) return undefined;
       await refresh();
       const again = state === undefined ? undefined : match(state.keys, kid, alg);
-      if (again?.kind !== 'found') return again;
+      if (again?.kind !== 'found') return undefined;
       const untried = again.keys.filter((key) => !tried.some((old) => old.thumbprint === key.thumbprint));
-      return untried.length === 0 ? undefined : { kind: 'found', keys: untried };
+      return untried.length === 0 ? undefined : untried;
     },
     async lookup(kid, alg) {
       const keys = await currentKeys();
