@@ -376,20 +376,27 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     await startSignIn(req, res, returnTo);
   });
 
-  // A form posted without a session (signed out in another tab, or the session ended) can act on
-  // nothing: the person is shown the signed-out page, not told the form was forged.
-  const signedOutMeanwhile = (res: Response) => res.set('Cache-Control', 'no-store').redirect(303, '/');
-
-  app.post('/signin', form, async (req, res) => {
+  /**
+   * The session a form was posted from, its CSRF token checked; `undefined` once the request is
+   * answered. A form posted without a session (signed out in another tab, or the session ended) can
+   * act on nothing: the person is shown the signed-out page, not told the form was forged.
+   */
+  const formSession = (req: Request, res: Response): string | undefined => {
     const id = readCookie(req, sessionCookie);
     if (!id) {
-      signedOutMeanwhile(res);
-      return;
+      res.set('Cache-Control', 'no-store').redirect(303, '/');
+      return undefined;
     }
     if (!csrf.verify(req, id, req.body?.csrf)) {
       send(res, 403, signInFailedPage('This form was not sent from this app.'));
-      return;
+      return undefined;
     }
+    return id;
+  };
+
+  app.post('/signin', form, async (req, res) => {
+    const id = formSession(req, res);
+    if (id === undefined) return;
     await startSignIn(req, res, safeReturnTo(req.body?.return_to));
   });
 
@@ -431,15 +438,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   });
 
   app.post('/signout', form, async (req, res) => {
-    const id = readCookie(req, sessionCookie);
-    if (!id) {
-      signedOutMeanwhile(res);
-      return;
-    }
-    if (!csrf.verify(req, id, req.body?.csrf)) {
-      send(res, 403, signInFailedPage('This form was not sent from this app.'));
-      return;
-    }
+    const id = formSession(req, res);
+    if (id === undefined) return;
     const data = await sessions.get(id);
     await sessions.destroy(id);
     clearSession(res);
@@ -480,15 +480,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const withSession =
     (handler: (req: Request, res: Response, id: string, data: SessionData) => Promise<void>) =>
     async (req: Request, res: Response) => {
-      const id = readCookie(req, sessionCookie);
-      if (!id) {
-        signedOutMeanwhile(res);
-        return;
-      }
-      if (!csrf.verify(req, id, req.body?.csrf)) {
-        send(res, 403, signInFailedPage('This form was not sent from this app.'));
-        return;
-      }
+      const id = formSession(req, res);
+      if (id === undefined) return;
       const session = await signedIn(req);
       if (!session) {
         res.redirect(303, '/');
