@@ -567,20 +567,17 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       // Told once recorded, with the wait that follows when the row waits for another attempt (the
       // horizon is decided by the database). An observer must never break the relay, whether it
       // throws or rejects.
-      const tell = (status: string) =>
-        notify(
-          relayOptions.onAttempt,
-          { id: row.id, url: row.url },
-          status === 'pending' ? { ...attempt, waitMs } : { ...attempt },
-        );
+      // Told with the wait only when the row waits for another attempt (not when recording failed).
+      const tell = (waits: boolean) =>
+        notify(relayOptions.onAttempt, { id: row.id, url: row.url }, waits ? { ...attempt, waitMs } : { ...attempt });
       let status: Awaited<ReturnType<typeof record>>;
       try {
         status = await record(row, attempt, delivered, stop, waitMs);
       } catch (error) {
-        tell('unrecorded');
+        tell(false);
         throw error;
       }
-      tell(status);
+      tell(status === 'pending');
       // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
       // other events waiting for the same URL are dead-lettered too instead of each finding out.
       if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
