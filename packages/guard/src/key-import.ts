@@ -201,12 +201,23 @@ export type KeySetResult =
   | { ok: true; keys: VerificationKey[]; dropped: Array<{ kid: string | undefined; reason: KeyDropReason }> }
   | { ok: false; reason: KeySetRejection };
 
+// Drop reasons of a key published as a verification key this verifier could use, but broken. Such a key
+// still competes for its kid (Wycheproof json_web_key tcId 4: two HS256 keys, one with a non-canonical
+// `k`); the other reasons say the key was never meant for this verifier.
+const brokenVerificationKey: ReadonlySet<KeyDropReason> = new Set(['invalid-key', 'weak-key', 'alg-mismatch']);
+
+function claimsToVerify(entry: { reason: KeyDropReason }): boolean {
+  return brokenVerificationKey.has(entry.reason);
+}
+
 /**
  * Imports a JWKS. The whole set is refused when it is not `{ keys: [...] }`, holds private key
  * material, gives one `kid` to two keys it would verify with, or mixes symmetric and asymmetric keys
  * (Wycheproof `MixedKeySet`, `DuplicateKid`). Single unusable keys are dropped and reported. A `kid`
- * shared with a key that is dropped anyway (an encryption key: RFC 7517 4.5 lets keys of different
- * types share one) refuses nothing.
+ * shared with a key that is not meant for this verifier (another `use` or `key_ops`, a key type or
+ * algorithm outside the policy: RFC 7517 4.5 lets keys of different types share one) refuses nothing.
+ * A `kid` shared with a key that claims to verify but is broken (invalid, weak, its `alg` contradicting
+ * its type) still refuses the set: which of the two the issuer signs with is then anyone's guess.
  *
  * @example
  * const result = await importKeySet(await response.json(), { algorithms: ['RS256'], allowSymmetric: false });
@@ -238,10 +249,11 @@ export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<K
     }
   }
   const kids = new Set<string>();
-  for (const key of keys) {
-    if (key.kid === undefined) continue;
-    if (kids.has(key.kid)) return { ok: false, reason: 'duplicate-kid' };
-    kids.add(key.kid);
+  const contenders = [...keys.map((key) => key.kid), ...dropped.filter(claimsToVerify).map((entry) => entry.kid)];
+  for (const kid of contenders) {
+    if (kid === undefined) continue;
+    if (kids.has(kid)) return { ok: false, reason: 'duplicate-kid' };
+    kids.add(kid);
   }
   return { ok: true, keys, dropped };
 }
