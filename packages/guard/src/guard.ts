@@ -26,13 +26,7 @@ import { secretToJwk } from './hmac-secret.js';
 import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
-import {
-  type KeyLookup,
-  type KeySource,
-  type RemoteJwksOptions,
-  remoteKeySource,
-  staticKeySource,
-} from './key-source.js';
+import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
 import { type Principal, principalFromClaims } from './principal.js';
 import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';

@@ -365,7 +365,11 @@ describe('remote JWKS', () => {
     // Was a defect: a broken key was dropped before kids were counted, so its twin verified alone
     // (Wycheproof json_web_key tcId 4). Which of the two the issuer signs with is unknown: refused.
     ['a kid shared with a broken key', set(jwk('k1'), { ...jwk('k1'), x: 'AAAA' }), 'duplicate-kid'],
-    ['a kid shared with a key whose alg contradicts its type', set(jwk('k1'), { ...jwk('k1'), kty: 'OKP', crv: 'Ed25519' }), 'duplicate-kid'],
+    [
+      'a kid shared with a key whose alg contradicts its type',
+      set(jwk('k1'), { ...jwk('k1'), kty: 'OKP', crv: 'Ed25519' }),
+      'duplicate-kid',
+    ],
     ['not a key set', { kind: 'json', body: [jwk('k1')] }, 'not-a-key-set'],
     ['a symmetric key', set({ kty: 'oct', k: 'x'.repeat(43), kid: 'h' }, jwk('k1')), 'mixed-key-types'],
   ];
