@@ -47,7 +47,7 @@ const scriptHash = `'sha256-${createHash('sha256').update(sendOnceScript).digest
  * ```
  */
 export const pageHeaders: Readonly<Record<string, string>> = {
-  'Content-Security-Policy': `default-src 'none'; style-src ${styleHash}; script-src ${scriptHash}; img-src 'self'; base-uri 'none'; frame-ancestors 'none'`,
+  'Content-Security-Policy': `default-src 'none'; style-src ${styleHash}; script-src ${scriptHash}; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'`,
   'X-Frame-Options': 'DENY',
   'Referrer-Policy': 'no-referrer',
   'X-Content-Type-Options': 'nosniff',
@@ -57,7 +57,9 @@ export const pageHeaders: Readonly<Record<string, string>> = {
 
 /**
  * Wraps page content in a small accessible HTML document: `lang`, a title, one `main` landmark.
- * `body` must already be escaped.
+ * `body` must already be escaped. The empty icon keeps browsers from asking every server of the stack
+ * for a `/favicon.ico` it does not have (a 404 in every log and console, and on the provider a
+ * request that reaches oidc-provider's error page).
  *
  * @example
  * ```ts
@@ -71,6 +73,7 @@ export function htmlPage(title: string, body: string): string {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(title)}</title>
+<link rel="icon" href="data:,">
 <style>${style}</style>
 <script>${sendOnceScript}</script>
 </head>
