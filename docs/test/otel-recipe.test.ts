@@ -5,7 +5,14 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { createIdempotency, type IdempotencyEvent, memoryStore, type Store, StoreUnavailableError } from '@idem/core';
+import {
+  createHttpIdempotency,
+  createIdempotency,
+  type IdempotencyEvent,
+  memoryStore,
+  type Store,
+  StoreUnavailableError,
+} from '@idem/core';
 import { createGuard, type GuardEvent } from '@idem/guard';
 import {
   type Attributes,
@@ -184,6 +191,20 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     expect(result).toMatchObject({ ok: false, reason: 'store-error' });
     expect(sum('idem.store.errors', { 'idem.operation': 'POST /orders', 'idem.phase': 'complete' })).toBe(before + 1);
     expect(logs.at(-1)).toMatchObject({ level: 'warn', msg: 'idempotency store error', phase: 'complete' });
+  });
+
+  it('counts refused requests by code, without a log line (a misbehaving client would fill the log)', async () => {
+    const http = createHttpIdempotency({ store: memoryStore(), onEvent: (e) => telemetry.onIdempotencyEvent(e) });
+    const logged = logs.length;
+    const request = { method: 'POST', route: '/refunds', path: '/refunds', query: '', scope: 'user:alice' };
+    expect((await http.begin({ ...request, keyHeader: 'a, b' })).kind).toBe('respond');
+    expect((await http.begin({ ...request, keyHeader: undefined })).kind).toBe('respond');
+    expect((await http.begin({ ...request, keyHeader: 'k', scope: undefined })).kind).toBe('respond');
+    const refused = { 'idem.operation': 'POST /refunds', 'idem.result': 'refused' };
+    expect(sum('idem.requests', { ...refused, 'idem.code': 'key_invalid' })).toBe(1);
+    expect(sum('idem.requests', { ...refused, 'idem.code': 'key_missing' })).toBe(1);
+    expect(sum('idem.requests', { ...refused, 'idem.code': 'scope_missing' })).toBe(1);
+    expect(logs.length).toBe(logged);
   });
 
   it('counts guard results of a real guard by result and code', async () => {

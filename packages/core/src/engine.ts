@@ -513,7 +513,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
             operation,
             at: now(),
             durationMs: now() - started,
-            ...(replaces !== undefined ? { recovered: true } : {}),
+            ...(replaces !== undefined ? { recovered: true as const } : {}),
           });
         return { kind: 'execute', lease };
       }

@@ -22,6 +22,10 @@ interface EventBase {
  * - `store-error`: a store operation failed or timed out.
  * - `policy-error`: the `storeOutcome` function threw or returned no decision; the outcome was stored
  *   with the default retention, as the spec's rule has it.
+ * - `refused`: a covered request was answered with a 4xx/5xx problem before any record was touched:
+ *   its key was missing (`key_missing`) or malformed (`key_invalid`), there was no caller to scope it
+ *   to (`scope_missing`), or its body was over `maxBodyBytes` (`body_too_large`) or cut short
+ *   (`body_incomplete`). It has no `id`: no record was looked up. Nothing ran.
  * - `response-not-stored`: an adapter served a response it could not store (too large, streaming, an
  *   event stream), or the 404 of a request that no route took (`no-route`) or the answer of a body
  *   parser that refused the body (`body-refused`), which are no outcomes; or a response that was
@@ -51,6 +55,15 @@ export type IdempotencyEvent =
       error: unknown;
     })
   | (EventBase & { type: 'policy-error'; error: unknown })
+  | {
+      type: 'refused';
+      /** No record was looked up, so there is none to name (declared so `event.id` reads on any event). */
+      id?: undefined;
+      code: RefusalCode;
+      status: number;
+      operation: string;
+      at: number;
+    }
   | (EventBase & {
       type: 'response-not-stored';
       reason: NotStoredReason;
@@ -59,6 +72,9 @@ export type IdempotencyEvent =
 
 /** Why a served response was not stored: see `response-not-stored` above. */
 export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route' | 'body-refused' | 'closed';
+
+/** Why a covered request was refused before its record was looked up: see `refused` above. */
+export type RefusalCode = 'key_missing' | 'key_invalid' | 'scope_missing' | 'body_too_large' | 'body_incomplete';
 
 /** The names of all events. */
 export type IdempotencyEventType = IdempotencyEvent['type'];

@@ -12,7 +12,7 @@ import {
   settleNow,
 } from './engine.js';
 import { IdempotencyError } from './errors.js';
-import type { IdempotencyEvent, NotStoredReason } from './events.js';
+import type { IdempotencyEvent, NotStoredReason, RefusalCode } from './events.js';
 import { checkExcludes, type FingerprintOptions, fingerprintRequest, isJsonContentType } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
@@ -339,6 +339,12 @@ export interface HttpIdempotency<Req> {
   /** The problem+json response for an error. */
   problem(error: IdempotencyError): HttpResponse;
   /**
+   * The problem+json response for a request refused before its record was looked up (a bad key, no
+   * scope, a body over the limit or cut short), reported as a `refused` event. For an adapter that
+   * reads the body itself; `begin` reports its own refusals.
+   */
+  refuse(error: IdempotencyError, request: { method: string; route: string }): HttpResponse;
+  /**
    * The response that replays `stored`; `echo` is the `Idempotency-Key` value to send back. A body
    * stored compressed is decoded when `acceptEncoding` (the retry's field) does not take its coding.
    */
@@ -585,6 +591,19 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return { status: stored.status, headers, body };
   };
 
+  const refuse = (error: IdempotencyError, request: { method: string; route: string }): HttpResponse => {
+    if (refusalCodes.has(error.code)) {
+      emit({
+        type: 'refused',
+        code: error.code as RefusalCode,
+        status: error.status,
+        operation: `${request.method.toUpperCase()} ${request.route}`,
+        at: now(),
+      });
+    }
+    return problem(error);
+  };
+
   let warnedStacked = false;
   const begin = async (request: HttpRequestInfo, overrides?: RouteOverrides): Promise<HttpBeginResult> => {
     if (!covers(request.method)) return { kind: 'pass' };
@@ -605,7 +624,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     } else {
       if (request.keyHeader === undefined && !(overrides?.required ?? required)) return { kind: 'pass' };
       const parsed = parseIdempotencyKey(request.keyHeader, { strict: strictKeys });
-      if (!parsed.ok) return { kind: 'respond', response: problem(parsed.error) };
+      if (!parsed.ok) return { kind: 'respond', response: refuse(parsed.error, request) };
       key = parsed.key;
       // Echo the field exactly as sent (parsing proved it is one printable ASCII value), so a
       // client comparing it with what it sent finds the same string, quoted or not.
@@ -615,11 +634,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     if (request.scope === undefined) {
       return {
         kind: 'respond',
-        response: problem(
+        response: refuse(
           new IdempotencyError(
             'scope_missing',
             'No authenticated caller to scope the Idempotency-Key to; run the guard first or pass a scope option.',
           ),
+          request,
         ),
       };
     }
@@ -627,7 +647,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     let json: unknown;
     if (typeof request.body === 'function') {
       const read = await request.body();
-      if (!read.ok) return { kind: 'respond', response: problem(read.error) };
+      if (!read.ok) return { kind: 'respond', response: refuse(read.error, request) };
       body = read.body;
       json = read.json;
     } else {
@@ -635,7 +655,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       if (body === undefined) json = request.json;
     }
     if (body !== undefined && body.length > maxBodyBytes) {
-      return { kind: 'respond', response: problem(tooLarge(maxBodyBytes)) };
+      return { kind: 'respond', response: refuse(tooLarge(maxBodyBytes), request) };
     }
     const fingerprint = fingerprintRequest(
       {
@@ -906,6 +926,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     begin,
     context: (started) => new ExecutionContext(started.key, started.minted, started.lease, sayNoEffect),
     problem,
+    refuse,
     replay,
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;
@@ -1029,6 +1050,15 @@ const incompleteBody = () =>
     'body_incomplete',
     'The request body ended before it was complete; send it again with the same key.',
   );
+
+// The errors `refuse` reports: those that answer a request before its record is looked up.
+const refusalCodes: ReadonlySet<string> = new Set<RefusalCode>([
+  'key_missing',
+  'key_invalid',
+  'scope_missing',
+  'body_too_large',
+  'body_incomplete',
+]);
 
 const tooLarge = (limit: number) =>
   new IdempotencyError('body_too_large', `The request body is larger than ${limit} bytes.`);

@@ -25,7 +25,7 @@ export {
   problemTypeBase,
   StoreUnavailableError,
 } from './errors.js';
-export type { IdempotencyEvent, IdempotencyEventType, NotStoredReason } from './events.js';
+export type { IdempotencyEvent, IdempotencyEventType, NotStoredReason, RefusalCode } from './events.js';
 export {
   type FingerprintOptions,
   fingerprintRequest,

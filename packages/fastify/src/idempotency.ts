@@ -314,7 +314,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   // request. Of declared length, it is left to the parser without being read here at all.
   // (A callback hook: the JSON path answers without a promise per request.)
   fastify.addHook('preParsing', (request, reply, payload, done) => {
-    const { config: route, overrides } = routeOf(request);
+    const { config: route, overrides, url: template } = routeOf(request);
     if (route === false) return done(null, payload);
     const own = instanceOf(route);
     if (own instanceof Error) return done(own, payload);
@@ -346,7 +346,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       : readStream(payload, own.maxBodyBytes, headers['content-length']);
     reading.then((read) => {
       if (!read.ok) {
-        answer(reply, own.problem(read.error));
+        const url = originForm(request.url);
+        const queryAt = url.indexOf('?');
+        const route = template ?? (queryAt === -1 ? url : url.slice(0, queryAt));
+        answer(reply, own.refuse(read.error, { method: request.method, route }));
         return done(null, payload);
       }
       const body = read.body ?? Buffer.alloc(0);

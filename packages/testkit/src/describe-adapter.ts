@@ -414,6 +414,12 @@ export function describeAdapter(
     close(): Promise<void>;
   }
 
+  /** The `refused` events of `world`: requests answered before their record was looked up. */
+  const refusals = (world: World) =>
+    world.events.flatMap((event) =>
+      event.type === 'refused' ? [{ code: event.code, status: event.status, operation: event.operation }] : [],
+    );
+
   // An instance deployed before the route `/refunds` existed (a rolling deploy).
   const olderDeployment = scenarioRoutes.filter((route) => route.path !== '/refunds');
 
@@ -914,6 +920,7 @@ export function describeAdapter(
         expectProblem(sent, 400, 'key_missing');
         expect(world.server.executions()).toBe(0);
         expect(world.store.calls.claim).toBe(0);
+        expect(refusals(world)).toEqual([{ code: 'key_missing', status: 400, operation: 'POST /charges' }]);
       });
     });
 
@@ -925,6 +932,9 @@ export function describeAdapter(
         }
         expect(world.server.executions()).toBe(0);
         expect(world.store.calls.claim).toBe(0);
+        expect(refusals(world)).toEqual(
+          Array(7).fill({ code: 'key_invalid', status: 400, operation: 'POST /charges' }),
+        );
       });
     });
 
@@ -1313,6 +1323,11 @@ export function describeAdapter(
           // Under the limit is fine.
           const small = await world.send('/charges', { key: 'big-2', body: JSON.stringify({ amount: 1 }) });
           expect(small.status).toBe(201);
+          expect(refusals(world).map((refusal) => refusal.code)).toEqual([
+            'body_too_large',
+            'key_missing',
+            'key_invalid',
+          ]);
         },
         { maxBodyBytes: 1024 },
       );
@@ -1348,6 +1363,7 @@ export function describeAdapter(
               agent,
             });
             expectProblem(over, 413, 'body_too_large');
+            expect(refusals(world)).toEqual([{ code: 'body_too_large', status: 413, operation: 'POST /charges' }]);
             const next = await world.send('/charges', { key: 'chunked-2', agent });
             expect(next.status).toBe(201);
             expect(next.localPort).toBe(over.localPort);
@@ -1967,6 +1983,7 @@ export function describeAdapter(
         expect(bob.headers['idempotent-replayed']).toBeUndefined();
         expectProblem(await world.send('/charges', { key: 'who-1', user: null }), 500, 'scope_missing');
         expect(world.server.executions()).toBe(2);
+        expect(refusals(world)).toEqual([{ code: 'scope_missing', status: 500, operation: 'POST /charges' }]);
       });
       await withWorld(
         async (world) => {
