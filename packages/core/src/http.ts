@@ -1577,6 +1577,10 @@ function captureResponse(
   const capture: ResponseCapture & { [captureStateKey]: CaptureState } = Object.create(captureMethods);
   capture[captureStateKey] = state;
   state.handle = capture;
+  // Closed already: the client left while the key was being claimed (a store round trip), and the
+  // 'close' above will never come. Taken as it would have been: a framework that then ends nothing
+  // (Express's sendFile, Fastify skipping an aborted reply) would leave the key renewed for good.
+  if (res.destroyed) onCapturedClose.call(state);
   return capture;
 }
 

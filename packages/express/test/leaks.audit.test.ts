@@ -65,8 +65,8 @@ function gatedStore() {
 
 const settledTypes = new Set(['complete', 'release', 'not-stored', 'lease-lost']);
 
-// Was wrong: client gone during the claim, then res.sendFile gives up: the lease is never settled and the heartbeat renews it forever (one held lease + renewals per such request); expected: settled as a file cut short, as when the client leaves during the handler.
-it.fails('client gone during the claim (store round trip), then res.sendFile: the lease is renewed forever, never settled', async () => {
+// Was a defect: client gone during the claim, then res.sendFile gives up: the lease is never settled and the heartbeat renews it forever (one held lease + renewals per such request); expected: settled as a file cut short, as when the client leaves during the handler.
+it('client gone during the claim (store round trip), then res.sendFile: the key is settled, not renewed for good', async () => {
   const gated = gatedStore();
   const events: IdempotencyEvent[] = [];
   let piped!: (error: unknown) => void;

@@ -61,8 +61,8 @@ function gatedStore() {
 
 const settledTypes = new Set(['complete', 'release', 'not-stored', 'lease-lost']);
 
-// Was wrong: client gone during the claim, then an async handler returns nothing (Fastify skips reply.send for an aborted request): the lease is never settled and the heartbeat renews it forever; expected: settled from the reply, as when the client leaves during the handler.
-it.fails('client gone during the claim (store round trip), async handler returns nothing: the lease is renewed forever, never settled', async () => {
+// Was a defect: client gone during the claim, then an async handler returns nothing (Fastify skips reply.send for an aborted request): the lease is never settled and the heartbeat renews it forever; expected: settled from the reply, as when the client leaves during the handler.
+it('client gone during the claim (store round trip), async handler returns nothing: the key is settled, not renewed for good', async () => {
   const gated = gatedStore();
   const events: IdempotencyEvent[] = [];
   let returned!: () => void;
