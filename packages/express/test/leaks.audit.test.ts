@@ -120,7 +120,7 @@ it('client gone during the claim (store round trip), then res.sendFile: the key 
       gated.renewed(3).then(() => 'renewed'),
     ]).finally(() => clearInterval(check));
     expect(settledOrRenewed).toBe('settled');
-    expect(gated.inner.get(recordId('tenant-leak', 'POST /exports', 'gone-during-claim'))?.state).not.toBe(
+    expect((await gated.inner.get(recordId('tenant-leak', 'POST /exports', 'gone-during-claim')))?.state).not.toBe(
       'in_progress',
     );
   } finally {

@@ -109,7 +109,7 @@ it('client gone during the claim (store round trip), async handler returns nothi
       gated.renewed(3).then(() => 'renewed'),
     ]).finally(() => clearInterval(check));
     expect(settledOrRenewed).toBe('settled');
-    expect(gated.inner.get(recordId('tenant-leak', 'POST /charges', 'gone-during-claim'))?.state).not.toBe(
+    expect((await gated.inner.get(recordId('tenant-leak', 'POST /charges', 'gone-during-claim')))?.state).not.toBe(
       'in_progress',
     );
   } finally {
