@@ -351,3 +351,174 @@ export {};
     expect(done.status, done.output).toBe(0);
   });
 });
+
+// The compiler settings of a demanding consumer: a Node project (as above) with every strictness
+// flag on. Third-party declarations are skipped (@types/koa itself does not compile so); what the
+// consumer writes against ours is the point here.
+const strictConsumer = [
+  ...nodeProject,
+  '--exactOptionalPropertyTypes',
+  '--noUncheckedIndexedAccess',
+  '--verbatimModuleSyntax',
+  '--isolatedModules',
+  '--skipLibCheck',
+];
+
+// Found by an audit of the types as a strict consumer meets them; each check failed when written.
+describe('the packed packages, as a strict TypeScript consumer uses them', () => {
+  // Was a defect: `guardRequestFromNode(req)` with the `http.IncomingMessage` it exists for (and the
+  // JSDoc's own `const message: NodeRequestLike = req`) fails with TS2379/TS2375 under
+  // exactOptionalPropertyTypes, as does `{ headers: req.headers, url: req.url, method: req.method }` for a
+  // GuardRequest: @types/node declares `url?: string | undefined`, NodeRequestLike and GuardRequest
+  // `url?: string` / `method?: string`; expected: the Node request shape they describe is accepted
+  // as is (`url?: string | undefined`, `method?: string | undefined`), without a cast.
+  it('guardRequestFromNode() and GuardRequest accept a Node IncomingMessage under exactOptionalPropertyTypes', async () => {
+    const done = await typecheck(
+      project,
+      {
+        'guard-node-request.ts': `
+import type { IncomingMessage } from 'node:http';
+import { createGuard, guardRequestFromNode, type GuardRequest, type NodeRequestLike } from '@idem/guard';
+declare const req: IncomingMessage;
+const guard = createGuard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] });
+const message: NodeRequestLike = req;
+const viaNode = await guard.authenticate(guardRequestFromNode(req));
+const request: GuardRequest = { headers: req.headers, url: req.url, method: req.method };
+const direct = await guard.authenticate(request);
+console.log(message, viaNode.ok, direct.ok);
+`,
+      },
+      strictConsumer,
+    );
+    expect(done.output).toBe('');
+    expect(done.status).toBe(0);
+  });
+
+  // Was a defect: PublicKeyInput is `string | Record<string, unknown> | { pem; kid?; alg?: JwsAlgorithm }`:
+  // the record member takes any object, so `{ pem, alg: 'RS257' }` and `{ pme: pem }` compile and
+  // fail only at run time (the key is dropped or refused), and the typed PEM form checks nothing (the
+  // guard's own source casts it back); expected: a typo in a key option is a compile error, e.g. the JWK
+  // member typed as jose's `JWK` (which @idem/guard's declarations already import), not any record.
+  it('a misspelt PEM key option (publicKeys, keys) is a compile error', async () => {
+    const done = await typecheck(
+      project,
+      {
+        'public-key-input.ts': `
+import { createGuard, createInternalVerifier, type PublicKeyInput } from '@idem/guard';
+declare const pem: string;
+// @ts-expect-error 'RS257' is no JwsAlgorithm
+const badAlg: PublicKeyInput = { pem, kid: '2026-01', alg: 'RS257' };
+// @ts-expect-error 'pme' is not 'pem'
+const badName: PublicKeyInput = { pme: pem, kid: '2026-01' };
+createGuard({
+  audience: 'https://api.example',
+  // @ts-expect-error 'ES257' is no JwsAlgorithm
+  issuers: [{ issuer: 'https://id.example', publicKeys: [{ pem, alg: 'ES257' }] }],
+});
+// @ts-expect-error 'kdi' is not 'kid'
+createInternalVerifier({ issuer: 'https://gw.example', audience: 'orders', keys: [{ pem, kdi: 'gw-1' }] });
+// What keys come as still compiles: Node's exported JWK, parsed JSON, PEM text, PEM with its kid.
+import { generateKeyPairSync } from 'node:crypto';
+const exported = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' });
+const parsed: unknown = JSON.parse('{}');
+createGuard({
+  audience: 'https://api.example',
+  issuers: [{ issuer: 'https://id.example', publicKeys: [exported, JSON.parse('{}'), pem, { pem, kid: 'k', alg: 'ES256' }, { ...exported, kid: 'k2', alg: 'ES256' }] }],
+});
+console.log(badAlg, badName, parsed);
+`,
+      },
+      strictConsumer,
+    );
+    expect(done.output).toBe('');
+    expect(done.status).toBe(0);
+  });
+
+  // Was a defect: in a route's handler list, `authorize(...)`, `idempotency(...)` (and `guard()`,
+  // `internalAuth()`) of @idem/express are `RequestHandler` with Express's default params, so Express
+  // infers the route's params from them instead of from the path: after them `req.params.id` of
+  // `app.post('/orders/:id', ...)` is `string | string[]` (TS2322 for `const id: string`), where it is
+  // `string` without them or after `express.json()`; the reference app works around it with
+  // `String(req.params.id)`. Expected: the middlewares leave the route's params alone (typed as
+  // `RequestHandler<any>` or a non-generic handler like connect's, as `express.json()` is).
+  it("@idem/express middlewares in a route do not widen the route's typed params", async () => {
+    const done = await typecheck(
+      project,
+      {
+        'express-route-params.ts': `
+import { memoryStore } from '@idem/core';
+import { requireRoles, requireScopes } from '@idem/guard';
+import { authorize, guard, idempotency } from '@idem/express';
+import express from 'express';
+const app = express();
+const store = memoryStore();
+app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
+app.post('/plain/:id', express.json(), (req, res) => {
+  const id: string = req.params.id;
+  res.json({ id });
+});
+app.delete('/orders/:id', authorize(requireRoles('admin')), (req, res) => {
+  const id: string = req.params.id;
+  res.json({ id });
+});
+app.post('/orders/:id/refunds', authorize(requireScopes('orders:write')), idempotency({ store }), (req, res) => {
+  const id: string = req.params.id;
+  res.status(201).json({ id, key: req.idempotency?.key });
+});
+`,
+      },
+      strictConsumer,
+    );
+    expect(done.output).toBe('');
+    expect(done.status).toBe(0);
+  });
+
+  // Was a defect: the `fingerprint` option of every adapter (HttpIdempotencyOptions, Fastify's route
+  // `config.idempotency`) is of type HttpFingerprintOptions (`exclude` plus `headers`), which
+  // @idem/core declares but does not export (TS2724); the exported FingerprintOptions lacks `headers`,
+  // so a shared `const fingerprint: FingerprintOptions = { headers: ['api-version'] }` is refused.
+  // Expected: every type that appears in a public option can be named from the package.
+  it("HttpFingerprintOptions, the type of the adapters' `fingerprint` option, is exported by @idem/core", async () => {
+    const done = await typecheck(
+      project,
+      {
+        'http-fingerprint-options.ts': `
+import { memoryStore, type HttpFingerprintOptions, type HttpIdempotencyOptions } from '@idem/core';
+const fingerprint: HttpFingerprintOptions = { exclude: ['/sentAt'], headers: ['api-version'] };
+const options: HttpIdempotencyOptions<unknown> = { store: memoryStore(), fingerprint };
+console.log(options);
+`,
+      },
+      strictConsumer,
+    );
+    expect(done.output).toBe('');
+    expect(done.status).toBe(0);
+  });
+
+  // Was a defect: GuardEvent's `jwks-key-dropped` and `jwks-rejected` events (and `jwks-fetch`'s reason)
+  // carry `reason: KeyDropReason` / `KeySetRejection`, unions @idem/guard declares and documents but
+  // does not export (TS2724): a metrics label map `Record<KeyDropReason, string>` cannot name them.
+  // Expected: the reason unions of the exported events are exported (as NotStoredReason is by @idem/core).
+  it('the reason unions of GuardEvent (KeyDropReason, KeySetRejection) are exported by @idem/guard', async () => {
+    const done = await typecheck(
+      project,
+      {
+        'guard-event-reasons.ts': `
+import type { GuardEvent, KeyDropReason, KeySetRejection } from '@idem/guard';
+const dropped: Record<KeyDropReason, number> = {
+  'not-an-object': 0, 'wrong-use': 0, 'wrong-key-ops': 0, 'unknown-alg': 0, 'alg-mismatch': 0, 'alg-not-allowed': 0,
+  'no-allowed-alg': 0, 'symmetric-not-allowed': 0, 'weak-key': 0, 'unsupported-key-type': 0, 'invalid-kid': 0, 'invalid-key': 0,
+};
+const onEvent = (event: GuardEvent): void => {
+  if (event.type === 'jwks-key-dropped') dropped[event.reason] += 1;
+  if (event.type === 'jwks-rejected') { const reason: KeySetRejection = event.reason; console.log(reason); }
+};
+console.log(onEvent);
+`,
+      },
+      strictConsumer,
+    );
+    expect(done.output).toBe('');
+    expect(done.status).toBe(0);
+  });
+});

@@ -41,6 +41,7 @@ export {
   createHttpIdempotency,
   defaultReplayHeaders,
   type HttpBeginResult,
+  type HttpFingerprintOptions,
   type HttpIdempotency,
   type HttpIdempotencyOptions,
   type HttpRequestInfo,

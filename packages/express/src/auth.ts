@@ -18,6 +18,10 @@ import {
   type Requirement,
 } from '@idem/guard';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+
+// The middlewares are `RequestHandler<any>`, as connect's are for express.json(): with Express's
+// default params, a route such as app.post('/orders/:id', authorize(...), handler) took its params
+// from them instead of its path, and `req.params.id` became `string | string[]` in the handler.
 import { guardOf, sendGuardError } from './auth-state.js';
 
 // On the global `Express.Request`, which every Express `Request` extends: an augmentation of
@@ -39,7 +43,7 @@ function view(req: Request, guard?: Guard): GuardRequest {
   });
 }
 
-function authenticateWith(instance: Guard, optional = false): RequestHandler {
+function authenticateWith(instance: Guard, optional = false): RequestHandler<any> {
   return (req: Request, res: Response, next: NextFunction) => {
     const request = view(req, instance);
     if (optional && !instance.carriesCredentials(request)) {
@@ -78,7 +82,7 @@ function authenticateWith(instance: Guard, optional = false): RequestHandler {
  * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
  * app.post('/orders', authorize(requireScopes('orders:write')), (req, res) => res.json({ by: req.auth?.sub }));
  */
-export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): RequestHandler {
+export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): RequestHandler<any> {
   const instance = isGuard(options) ? options : createGuard(options);
   return authenticateWith(instance, optionalGuard(glue, instance));
 }
@@ -90,7 +94,7 @@ export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}
  * @example
  * app.use(internalAuth({ issuer: 'https://gateway.example', audience: 'orders-service', jwksUri: 'https://gateway.example/jwks' }));
  */
-export function internalAuth(options: InternalVerifierOptions | Guard): RequestHandler {
+export function internalAuth(options: InternalVerifierOptions | Guard): RequestHandler<any> {
   return authenticateWith(isGuard(options) ? options : createInternalVerifier(options));
 }
 
@@ -102,7 +106,7 @@ export function internalAuth(options: InternalVerifierOptions | Guard): RequestH
  * @example
  * app.delete('/orders/:id', authorize(requireRoles('admin')), handler);
  */
-export function authorize(...requirements: Requirement[]): RequestHandler {
+export function authorize(...requirements: Requirement[]): RequestHandler<any> {
   return (req: Request, res: Response, next: NextFunction) => {
     const instance = guardOf.get(req);
     if (req.auth === undefined || instance === undefined) {

@@ -12,6 +12,8 @@ import {
   writeResponse,
 } from '@idem/core';
 import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express';
+
+// idempotency() is a `RequestHandler<any>`, so a route's params come from its path (see auth.ts).
 import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
 // On the global `Express.Request`, which every Express `Request` extends: an augmentation of
@@ -60,7 +62,7 @@ export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
  * app.post('/charges', idempotency({ store: memoryStore(), scope: tenantOf }), express.json(),
  *   (req, res) => res.status(201).json({ id: 'ch_1' }));
  */
-export function idempotency(options: ExpressIdempotencyOptions): RequestHandler {
+export function idempotency(options: ExpressIdempotencyOptions): RequestHandler<any> {
   const http = createHttpIdempotency<Request>(options);
 
   const run = async (req: Request, res: Response, next: NextFunction) => {

@@ -8,8 +8,10 @@ import type { GuardErrorCode } from './errors.js';
  */
 export interface GuardRequest {
   headers: Record<string, string | string[] | undefined>;
-  url?: string;
-  method?: string;
+  // `| undefined` spelt out: Node's IncomingMessage declares them so, and under
+  // exactOptionalPropertyTypes a request must be accepted as it is.
+  url?: string | undefined;
+  method?: string | undefined;
   /** Route parameters, when the framework has them (for attribute policies). */
   params?: unknown;
 }
@@ -130,8 +132,10 @@ export function extractHeaderToken(request: GuardRequest, name: string, maxLengt
 export interface NodeRequestLike {
   headers: Record<string, string | string[] | undefined>;
   headersDistinct?: Record<string, string[] | undefined>;
-  url?: string;
-  method?: string;
+  // `| undefined` spelt out: Node's IncomingMessage declares them so, and under
+  // exactOptionalPropertyTypes a request must be accepted as it is.
+  url?: string | undefined;
+  method?: string | undefined;
 }
 
 /**

@@ -1,3 +1,4 @@
+import type { JWK } from 'jose';
 import { assertAlgorithms, type JwsAlgorithm } from './algorithms.js';
 import { type AuthorizationResult, authorizeRequest, type Requirement } from './authorization.js';
 import { type ClaimProfile, checkClaims } from './claims.js';
@@ -38,7 +39,21 @@ import { createTokenCache, type TokenCache } from './token-cache.js';
  * @example
  * const key: PublicKeyInput = { pem, kid: '2026-01', alg: 'RS256' };
  */
-export type PublicKeyInput = string | Record<string, unknown> | { pem: string; kid?: string; alg?: JwsAlgorithm };
+export type PublicKeyInput = string | JWK | PemKeyInput;
+
+/**
+ * PEM text with the `kid` and algorithm it is published under. Its own type, so that a misspelt
+ * member (`kdi`, `pme`) or an algorithm that does not exist is a compile error, not a key dropped at
+ * run time.
+ *
+ * @example
+ * const key: PemKeyInput = { pem, kid: '2026-01', alg: 'RS256' };
+ */
+export interface PemKeyInput {
+  pem: string;
+  kid?: string | undefined;
+  alg?: JwsAlgorithm | undefined;
+}
 
 /**
  * Rules shared by the guard and each issuer (an issuer's own value wins). Durations in seconds.
@@ -285,8 +300,8 @@ function staticKeys(
   }
   for (const input of options.publicKeys ?? []) {
     if (typeof input === 'string') inputs.push(pemToJwk(input));
-    else if (typeof input.pem === 'string') {
-      const pem = input as { pem: string; kid?: string; alg?: string };
+    else if ('pem' in input && typeof input.pem === 'string') {
+      const pem = input as PemKeyInput;
       inputs.push({
         ...pemToJwk(pem.pem),
         ...(pem.kid === undefined ? {} : { kid: pem.kid }),

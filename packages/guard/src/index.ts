@@ -39,6 +39,7 @@ export {
   type IssuerOptions,
   internalTokenType,
   isGuard,
+  type PemKeyInput,
   type PublicKeyInput,
   type TokenRules,
 } from './guard.js';
@@ -53,6 +54,7 @@ export {
   type InternalVerifierOptions,
   verifyInternalToken,
 } from './internal-token.js';
+export type { KeyDropReason, KeySetRejection } from './key-import.js';
 export type { RemoteJwksOptions } from './key-source.js';
 export { type Principal, principalFromClaims } from './principal.js';
 export { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
