@@ -31,8 +31,9 @@ export interface ForwardOptions extends StripOptions {
  * upstream without its key, and run again under a minted one. The input is not modified.
  *
  * @example
- * const headers = await forwardHeaders(req.headers, req.auth, { issuer: internal, audience: 'orders-service' });
- * await fetch('http://orders.internal' + req.url, { method: req.method, headers });
+ * // after the guard, so req.auth is set
+ * const headers = await forwardHeaders(req.headers, req.auth!, { issuer: internal, audience: 'orders-service' });
+ * await fetch('http://orders.internal' + req.url, { method: req.method, headers: joinHeaderValues(headers) });
  */
 export async function forwardHeaders<T extends string | string[] | number | undefined>(
   incoming: Readonly<Record<string, T>>,
