@@ -5,6 +5,7 @@ import {
   downstreamKey,
   type IdempotencyEngine,
   IdempotencyError,
+  type IdempotencyErrorCode,
   type IdempotencyEvent,
   type Lease,
   notify,
@@ -13,7 +14,7 @@ import {
   toMilliseconds,
 } from '@idem/core';
 import { toBodyBytes } from './body.js';
-import { WebhookError } from './errors.js';
+import { WebhookError, type WebhookErrorCode } from './errors.js';
 import type { HeaderInput } from './headers.js';
 import type { WebhookSecret } from './secrets.js';
 import { createVerifier, type Tolerance } from './signature.js';
@@ -71,7 +72,14 @@ export interface ReceiverResponse {
 
 /** What a receiver reports through `onEvent`. */
 export type ReceiverEvent =
-  | { type: ReceiverResponse['outcome']; id?: string; code?: string; at: number; error?: unknown }
+  | {
+      type: ReceiverResponse['outcome'];
+      id?: string;
+      /** The problem's code, on a refused delivery: a webhook one (`signature_invalid`, ...) or idem's. */
+      code?: WebhookErrorCode | IdempotencyErrorCode;
+      at: number;
+      error?: unknown;
+    }
   | { type: 'record-failed'; id: string; reason: 'lease-lost' | 'store-error'; at: number; error?: unknown };
 
 /**
@@ -266,7 +274,10 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
   // An observer must never break a delivery, whether it throws or rejects.
   const report = (event: ReceiverEvent) => notify(onEvent, event);
 
-  const done = (response: ReceiverResponse, extra: { code?: string; error?: unknown } = {}): ReceiverResponse => {
+  const done = (
+    response: ReceiverResponse,
+    extra: { code?: WebhookErrorCode | IdempotencyErrorCode; error?: unknown } = {},
+  ): ReceiverResponse => {
     report({
       type: response.outcome,
       at: now(),
