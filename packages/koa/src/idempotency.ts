@@ -15,6 +15,7 @@ import {
   type StoredResponse,
   writeResponse,
 } from '@idem/core';
+import type { Principal } from '@idem/guard';
 import type { Context, Middleware, Next } from 'koa';
 import { anonymousGuardOf, sendGuardError } from './auth-state.js';
 
@@ -23,6 +24,22 @@ declare module 'koa' {
     /** Set by `idempotency()` while a covered request executes: its key and, in transactional mode, the transaction. */
     idempotency?: IdempotencyContext;
   }
+}
+
+/**
+ * What idem puts on `ctx.state`. Koa's `DefaultState` carries it already; an app that declares its
+ * own state type (`new Koa<MyState>()`, a router's state parameter) adds it so, since Koa then
+ * leaves `DefaultState` aside.
+ *
+ * @example
+ * const app = new Koa<{ tenant: string } & IdemState>();
+ * app.use((ctx) => { ctx.body = { by: ctx.state.auth?.sub, key: ctx.state.idempotency?.key }; });
+ */
+export interface IdemState {
+  /** The caller, set by `guard()` or `internalAuth()`. */
+  auth?: Principal;
+  /** The execution's key and context, set by `idempotency()` on a covered request. */
+  idempotency?: IdempotencyContext;
 }
 
 /** Options of the Koa {@link idempotency} middleware: the core's options plus the HTTP ones. */
