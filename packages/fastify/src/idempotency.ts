@@ -256,6 +256,11 @@ function noRead() {
   // Everything was pushed when the stream was made.
 }
 
+// The path of an origin-form target, without its query.
+function pathOf(url: string, queryAt = url.indexOf('?')): string {
+  return queryAt === -1 ? url : url.slice(0, queryAt);
+}
+
 const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
   const http = createHttpIdempotency<FastifyRequest>(options);
   // A route that sets options of its own (a longer retention, its own outcome policy) runs on an
@@ -346,9 +351,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       : readStream(payload, own.maxBodyBytes, headers['content-length']);
     reading.then((read) => {
       if (!read.ok) {
-        const url = originForm(request.url);
-        const queryAt = url.indexOf('?');
-        const route = template ?? (queryAt === -1 ? url : url.slice(0, queryAt));
+        const route = template ?? pathOf(originForm(request.url));
         answer(reply, own.refuse(read.error, { method: request.method, route }));
         return done(null, payload);
       }
@@ -392,7 +395,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     if (!own.handles(request.method, keyHeader, overrides)) return done();
     const url = originForm(request.url);
     const queryAt = url.indexOf('?');
-    const path = queryAt === -1 ? url : url.slice(0, queryAt);
+    const path = pathOf(url, queryAt);
     const scope = route.scope ?? own.scope;
     const state = stateOf(request);
     const stacked = request.idempotency !== undefined || (state[kOwner] !== undefined && state[kOwner] !== http);
