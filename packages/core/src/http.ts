@@ -1104,8 +1104,17 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
   if (req.readableEnded || (req.complete && req.readableLength === 0)) {
     return Promise.resolve({ ok: true, body: undefined });
   }
-  if (declared === 0 || (!Number.isFinite(declared) && req.headers['transfer-encoding'] === undefined)) {
-    return Promise.resolve({ ok: true, body: undefined });
+  if (declared === 0) return Promise.resolve({ ok: true, body: undefined });
+  // HTTP/1.1 frames a body by Content-Length or Transfer-Encoding, and neither means none (RFC 9112
+  // 6.3). HTTP/2 frames it by DATA frames and END_STREAM: Content-Length is optional there and
+  // Transfer-Encoding never sent (RFC 9113 8.1.1, 8.2.2), so a request without either may well
+  // carry one, and left unread its body would go unfingerprinted and unbounded. It has none only
+  // when its stream ended with its headers.
+  if (!Number.isFinite(declared) && req.headers['transfer-encoding'] === undefined) {
+    const h2 = (req as { stream?: { endAfterHeaders?: boolean } }).stream;
+    if (req.httpVersionMajor !== 2 || h2 === undefined || h2.endAfterHeaders === true) {
+      return Promise.resolve({ ok: true, body: undefined });
+    }
   }
   return startReading(req, maxBytes, 'readable');
 }
@@ -1214,6 +1223,12 @@ function unreadableBody(this: BodyReading<Readable>) {
 // For readRequestBody, 'end' only fires when something else consumed the data; with our own reads
 // we stop before it.
 function endOfBody(this: BodyReading<Readable>) {
+  // An HTTP/2 request whose client reset the stream mid-upload ends its readable side normally, with
+  // no 'error' as an HTTP/1.1 one gives: its `aborted` says the body is cut short.
+  if ((this.stream as { aborted?: boolean }).aborted === true) {
+    bodyRead(this, { ok: false, error: incompleteBody() });
+    return;
+  }
   bodyRead(this, { ok: true, body: joined(this.chunks) });
 }
 
@@ -1240,12 +1255,21 @@ function readAvailable(this: BodyReading<IncomingMessage>) {
   }
   // `complete` is set when the last byte arrived. Read returned null, so everything is in
   // hand; 'end' is only scheduled for the next tick, and unshifting now cancels it, so the next
-  // reader sees the whole body and then its end.
-  if (req.complete) {
+  // reader sees the whole body and then its end. An Http2ServerRequest only turns `complete` once
+  // its 'end' was emitted, too late to put the bytes back: there, its stream has ended (END_STREAM
+  // received and handed over) by the time the last 'readable' comes.
+  if (req.complete || lastBytesIn(req)) {
     const body = joined(this.chunks);
     if (body.length > 0) req.unshift(body);
     bodyRead(this, { ok: true, body });
   }
+}
+
+// Over HTTP/2: the request's stream ended, so every byte of the body was pushed to the request; an
+// aborted one is cut short, which 'end' reports (endOfBody).
+function lastBytesIn(req: IncomingMessage): boolean {
+  const stream = (req as { stream?: Readable }).stream;
+  return stream !== undefined && stream.readableEnded && (req as { aborted?: boolean }).aborted !== true;
 }
 
 // `headersDistinct` would build a distinct copy of every header of the request on first use; only
@@ -1533,7 +1557,7 @@ function captureResponse(
     maxBytes,
     unrouted: options.unrouted,
     echo: options.echo,
-    erroredAtStart: res.errored,
+    erroredAtStart: erroredOf(res),
     onResult,
     replayed,
     expires,
@@ -1580,7 +1604,7 @@ function captureResponse(
   // Closed already: the client left while the key was being claimed (a store round trip), and the
   // 'close' above will never come. Taken as it would have been: a framework that then ends nothing
   // (Express's sendFile, Fastify skipping an aborted reply) would leave the key renewed for good.
-  if (res.destroyed) onCapturedClose.call(state);
+  if (destroyedOf(res)) onCapturedClose.call(state);
   return capture;
 }
 
@@ -1645,7 +1669,7 @@ const captureMethods: ResponseCapture = {
     const res = state.res;
     restore(state);
     // A response destroyed meanwhile (closed before its head) takes nothing more.
-    if (res.writableEnded || res.destroyed) return;
+    if (res.writableEnded || destroyedOf(res)) return;
     const head = state.headArgs ?? [state.status ?? res.statusCode];
     state.originalWriteHead.apply(res, head);
     res.end(Buffer.concat(state.chunks));
@@ -1654,7 +1678,7 @@ const captureMethods: ResponseCapture = {
     const state = (this as CaptureHandle)[captureStateKey];
     const res = state.res;
     restore(state);
-    if (res.writableEnded || res.destroyed) return;
+    if (res.writableEnded || destroyedOf(res)) return;
     for (const name of res.getHeaderNames()) res.removeHeader(name);
     writeResponse(res, response);
   },
@@ -1949,13 +1973,37 @@ function onCapturedClose(this: CaptureState) {
   // for as long as the process lives and every retry got 409: it is given up now. So is one closed
   // once the handler returned and the framework itself was writing, unless what the handler left
   // settles it (its client left: the outcome stands, and a retry must get it, not run again).
-  if (res.errored !== this.erroredAtStart) giveUp(this);
+  if (erroredOf(res) !== this.erroredAtStart) giveUp(this);
   else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
   else this.closedEarly = true;
 }
 
+// An Http2ServerResponse (Node's HTTP/2 compatibility API, which Fastify's `http2: true` and a Koa
+// app on `http2.createServer` write to) has neither `errored` nor `destroyed`; its stream has both.
+// A client's RST_STREAM (CANCEL) destroys the stream without an error, as a client leaving an
+// HTTP/1.1 connection does; a failed pipeline into the response destroys it with one.
+function streamOf(res: ServerResponse): Readable | undefined {
+  return (res as { stream?: Readable }).stream;
+}
+
+// Compared as it is: a ServerResponse's `errored` is null until `destroy()`, which sets it to its
+// argument, undefined too, so `destroy()` without an error shows as well.
+function erroredOf(res: ServerResponse): Error | null | undefined {
+  return 'errored' in res ? res.errored : streamOf(res)?.errored;
+}
+
+/**
+ * Whether the response can take no more: destroyed, or, over HTTP/2, its stream is.
+ *
+ * @example
+ * if (destroyedOf(ctx.res)) return; // the client reset its stream
+ */
+export function destroyedOf(res: ServerResponse): boolean {
+  return res.destroyed === true || streamOf(res)?.destroyed === true;
+}
+
 function settleClosed(state: CaptureState, capture: ResponseCapture) {
-  if (state.onClosed !== undefined && state.res.errored === state.erroredAtStart) {
+  if (state.onClosed !== undefined && erroredOf(state.res) === state.erroredAtStart) {
     state.onClosed(state.onClosedContext, capture);
   }
   if (!state.ended) giveUp(state);

@@ -40,6 +40,7 @@ export {
   type CaptureResult,
   createHttpIdempotency,
   defaultReplayHeaders,
+  destroyedOf,
   type HttpBeginResult,
   type HttpFingerprintOptions,
   type HttpIdempotency,

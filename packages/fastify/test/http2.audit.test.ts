@@ -37,7 +37,7 @@ function h2post(session: http2.ClientHttp2Session, headers: Record<string, strin
   });
 }
 
-// Was wrong: over HTTP/2, a hijacked reply whose raw response the server destroys before its head
+// Was a defect: over HTTP/2, a hijacked reply whose raw response the server destroys before its head
 // goes out (`stream.pipeline(source, reply.raw)` whose source fails at once, or
 // `reply.raw.destroy()`) leaves the key in progress for as long as the process lives: the heartbeat
 // renews the lease, nothing ever settles it, and every retry gets 409 in_progress. The capture tells
@@ -46,7 +46,7 @@ function h2post(session: http2.ClientHttp2Session, headers: Record<string, strin
 // gone while the handler works. On HTTP/1.1 the same route releases the key at once. Expected (docs/
 // guides/fastify.md): "it is not stored and the key is released at once (`response-not-stored`
 // with reason `closed`), so the retry runs".
-it.fails('HTTP/2: a hijacked reply destroyed by a failed pipeline releases the key, so the retry runs (not 409)', async () => {
+it('HTTP/2: a hijacked reply destroyed by a failed pipeline releases the key, so the retry runs (not 409)', async () => {
   let runs = 0;
   let closed!: () => void;
   const responseClosed = new Promise<void>((resolve) => {
@@ -91,7 +91,7 @@ it.fails('HTTP/2: a hijacked reply destroyed by a failed pipeline releases the k
   expect(runs).toBe(2);
 });
 
-// Was wrong: over HTTP/2, a client that cancels its stream mid-upload (RST_STREAM) has the bytes it
+// Was a defect: over HTTP/2, a client that cancels its stream mid-upload (RST_STREAM) has the bytes it
 // sent so far taken for the whole body: Node's Http2ServerRequest ends its readable side normally
 // on an aborted stream (no 'error', as an HTTP/1.1 IncomingMessage gives), so readStream resolves
 // `ok` with the truncated body, the key is claimed with its fingerprint, the handler runs with
@@ -100,7 +100,7 @@ it.fails('HTTP/2: a hijacked reply destroyed by a failed pipeline releases the k
 // is claimed (400 body_incomplete, `refused` event), as on HTTP/1.1 and as readRequestBody's own
 // comment promises ("nothing is claimed instead", so the client's real retry runs); check
 // `req.aborted` / the stream's 'aborted' before taking 'end' for the end of the body.
-it.fails('HTTP/2 upload cancelled midway: nothing is claimed, so the retry with the whole body runs (not 422)', async () => {
+it('HTTP/2 upload cancelled midway: nothing is claimed, so the retry with the whole body runs (not 422)', async () => {
   const events: IdempotencyEvent[] = [];
   const bodies: string[] = [];
   let settled!: () => void;
@@ -140,7 +140,9 @@ it.fails('HTTP/2 upload cancelled midway: nothing is claimed, so the retry with 
   cut.on('error', () => undefined);
   cut.write('amount=1');
   await firstBytesIn;
-  cut.close(http2.constants.NGHTTP2_CANCEL);
+  // RST_STREAM alone: `cut.close(code)` would end the stream first (END_STREAM), which tells the
+  // server the body is complete as sent, as a chunked HTTP/1.1 body's last chunk does.
+  cut.destroy();
   // The first event after the claim: 'complete' today; 'refused' (body_incomplete) once fixed.
   await settledOnce;
   expect(events.map((event) => event.type)).not.toContain('complete');

@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import {
   type BodyRead,
   createHttpIdempotency,
+  destroyedOf,
   foldRoutePath,
   type HttpIdempotencyOptions,
   type HttpResponse,
@@ -109,7 +110,10 @@ const emptyStatuses = new Set([204, 205, 304]);
  * writes is what the capture sees (and a response it destroyed is given up).
  */
 function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown) {
-  if (capture.ended || ctx.writable || (error === undefined && ctx.respond === false)) return;
+  // Koa's `ctx.writable` asks the socket: over HTTP/2, that is the session's, still open when the
+  // client reset only its stream, which `destroyedOf` sees.
+  const writable = ctx.writable && !destroyedOf(ctx.res);
+  if (capture.ended || writable || (error === undefined && ctx.respond === false)) return;
   if (error === undefined && nothingMatched(ctx)) {
     capture.abandon(ctx.status, 'no-route');
     return;

@@ -61,7 +61,7 @@ function h2post(session: http2.ClientHttp2Session, headers: Record<string, strin
 
 const json = { 'content-type': 'application/json' };
 
-// Was wrong: over HTTP/2, every keyed POST with a Content-Length reaches the body parser mounted
+// Was a defect: over HTTP/2, every keyed POST with a Content-Length reaches the body parser mounted
 // after the middleware (@koa/bodyparser, as the Koa guide mounts it) with its stream already ended:
 // raw-body throws "stream is not readable" and the client gets 500, the handler never runs (a
 // handler reading `ctx.req` itself gets an empty body). The middleware reads the body in paused
@@ -69,7 +69,7 @@ const json = { 'content-type': 'application/json' };
 // only turns `complete` once 'end' was emitted, so the read runs to 'end' (endOfBody) and the bytes
 // are never put back. Expected: the parser reads the very same bytes "as if nothing had
 // happened" (readRequestBody's and the Koa middleware's docs), on HTTP/2 as on HTTP/1.1.
-it.fails('HTTP/2 with Content-Length: the body parser after the middleware still gets the body', async () => {
+it('HTTP/2 with Content-Length: the body parser after the middleware still gets the body', async () => {
   const seen: unknown[] = [];
   const app = new Koa();
   app.silent = true;
@@ -91,7 +91,7 @@ it.fails('HTTP/2 with Content-Length: the body parser after the middleware still
   expect(seen).toEqual([{ amount: 1 }]);
 });
 
-// Was wrong: an HTTP/2 request carries no Content-Length when its client does not know the length
+// Was a defect: an HTTP/2 request carries no Content-Length when its client does not know the length
 // up front (RFC 9113 8.1.1: the body is framed by DATA frames and END_STREAM; Content-Length is
 // optional), and never a Transfer-Encoding (RFC 9113 8.2.2). readRequestBody applies the HTTP/1.1
 // rule "neither header: no body" (RFC 9112 6.3) to it, so the body is never read: the key is
@@ -99,7 +99,7 @@ it.fails('HTTP/2 with Content-Length: the body parser after the middleware still
 // sent with another body is answered with the first body's stored response (201, Idempotent-
 // Replayed) instead of being refused. Expected: 422 fingerprint_mismatch for a key reused with
 // another payload (IETF draft-ietf-httpapi-idempotency-key-header, and the README's guarantee).
-it.fails('HTTP/2 without Content-Length: the same key with another body is refused 422, not replayed', async () => {
+it('HTTP/2 without Content-Length: the same key with another body is refused 422, not replayed', async () => {
   let runs = 0;
   const app = new Koa();
   app.use(idempotency({ store: memoryStore(), scope: () => 'user_1' }));
@@ -118,7 +118,7 @@ it.fails('HTTP/2 without Content-Length: the same key with another body is refus
   expect(runs).toBe(1);
 });
 
-// Was wrong: over HTTP/2, a client that cancels its stream (RST_STREAM: a client-side timeout, an
+// Was a defect: over HTTP/2, a client that cancels its stream (RST_STREAM: a client-side timeout, an
 // aborted fetch) while the handler works gets its operation run twice. The handler finishes and
 // sets its 201, but the middleware asks Koa's `ctx.writable`, which on an Http2ServerResponse
 // looks at the session's socket (still open) rather than the closed stream, so it takes the
@@ -127,7 +127,7 @@ it.fails('HTTP/2 without Content-Length: the same key with another body is refus
 // On HTTP/1.1 the same scenario stores the 201 and the retry replays it. Expected: "The outcome is
 // stored even if the client disconnects while the handler runs" (docs/guides/koa.md, the capture's
 // docs: "a client that timed out finds it when it retries"); exactly one side effect per key.
-it.fails('HTTP/2 stream cancelled while the handler works: the outcome is stored and the retry replays it', async () => {
+it('HTTP/2 stream cancelled while the handler works: the outcome is stored and the retry replays it', async () => {
   let runs = 0;
   let started!: () => void;
   const running = new Promise<void>((resolve) => {
