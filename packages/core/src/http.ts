@@ -1269,7 +1269,7 @@ function readAvailable(this: BodyReading<IncomingMessage>) {
 // aborted one is cut short, which 'end' reports (endOfBody).
 function lastBytesIn(req: IncomingMessage): boolean {
   const stream = (req as { stream?: Readable }).stream;
-  return stream !== undefined && stream.readableEnded && (req as { aborted?: boolean }).aborted !== true;
+  return stream?.readableEnded === true && (req as { aborted?: boolean }).aborted !== true;
 }
 
 // `headersDistinct` would build a distinct copy of every header of the request on first use; only
