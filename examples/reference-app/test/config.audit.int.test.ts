@@ -1,0 +1,110 @@
+// Configuration-mistake audit of `npm start` (examples/reference-app/start.mjs). The house rule: a bad
+// environment variable gets one line naming it and exit code 1, quickly; never a silent start on
+// something else, nor a stack trace as the only message. `it.fails` marks a defect that still exists.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { freePort } from './ports.js';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const children: ChildProcess[] = [];
+const dataDirs: string[] = [];
+
+afterAll(async () => {
+  for (const child of children) {
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // the group is gone
+    }
+  }
+  await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+interface Run {
+  /** Exit code, or 'started' when the app came up (it is then stopped). */
+  outcome: number | 'started' | 'timeout';
+  output: string;
+  ms: number;
+}
+
+/** Runs `npm start`'s script on free ports and an empty PGlite folder, with `overrides` on top. */
+async function start(overrides: Record<string, string>): Promise<Run> {
+  const dir = await mkdtemp(join(tmpdir(), 'idem-config-audit-'));
+  dataDirs.push(dir);
+  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
+  delete env.DATABASE_URL;
+  delete env.REDIS_URL;
+  for (const name of ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'])
+    env[name] = String(await freePort());
+  Object.assign(env, overrides);
+  const began = Date.now();
+  const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
+    cwd: root,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  children.push(child);
+  let output = '';
+  return new Promise<Run>((resolve) => {
+    const done = (outcome: Run['outcome']) => {
+      clearTimeout(deadline);
+      resolve({ outcome, output, ms: Date.now() - began });
+    };
+    const deadline = setTimeout(() => {
+      process.kill(-(child.pid as number), 'SIGKILL');
+      done('timeout');
+    }, 30_000);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      if (output.includes('Ctrl-C stops everything.')) {
+        process.kill(-(child.pid as number), 'SIGKILL');
+        done('started');
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('exit', (code) => done(code ?? -1));
+  });
+}
+
+// What the house rule asks of a refused start: exit code 1 within seconds, one line naming the variable.
+function expectClearRefusal(run: Run, variable: string) {
+  expect(run.outcome, run.output).toBe(1);
+  expect(run.ms).toBeLessThan(15_000);
+  const lines = run.output.trim().split('\n');
+  expect(lines, run.output).toHaveLength(1);
+  expect(lines[0]).toContain(variable);
+}
+
+describe('npm start: configuration mistakes', () => {
+  // Was wrong: `AUTH_PORT=` (set but empty, as an unfilled template leaves it) is `Number('')`, 0:
+  // the identity provider starts on a random ephemeral port, and the app starts normally;
+  // expected: exit 1 with one line naming AUTH_PORT.
+  it.fails('an empty AUTH_PORT is refused, not taken as "any free port"', async () => {
+    expectClearRefusal(await start({ AUTH_PORT: '' }), 'AUTH_PORT');
+  }, 40_000);
+
+  // Was wrong: `AUTH_PORT=abc` ends in a ten-line RangeError stack (ERR_SOCKET_BAD_PORT "Received
+  // type number (NaN)") that never names AUTH_PORT; expected: one line naming AUTH_PORT, exit 1.
+  it.fails('a non-numeric AUTH_PORT is one line naming the variable', async () => {
+    expectClearRefusal(await start({ AUTH_PORT: 'abc' }), 'AUTH_PORT');
+  }, 40_000);
+
+  // Was wrong: an unreachable REDIS_URL ends, after ~2.5 s, in "Error: Connection is closed." and an
+  // ioredis stack: neither the variable nor the address; expected: one line naming REDIS_URL.
+  it.fails('an unreachable REDIS_URL is one line naming the variable', async () => {
+    expectClearRefusal(await start({ REDIS_URL: `redis://127.0.0.1:${await freePort()}` }), 'REDIS_URL');
+  }, 40_000);
+
+  // Was wrong: `BASE_URL=localhost:8080` (no scheme) is accepted: the app starts and prints
+  // "gateway (API)  localhost:8080", the audience of every token and the URL the app calls;
+  // expected: exit 1 with one line naming BASE_URL (an absolute http(s) URL).
+  it.fails('a BASE_URL that is no absolute http(s) URL is refused at start', async () => {
+    expectClearRefusal(await start({ BASE_URL: 'localhost:8080' }), 'BASE_URL');
+  }, 40_000);
+});
