@@ -23,8 +23,7 @@ const charge = (keyHeader: string) => ({
 // after `latencyMs`, as a store across a network does.
 function sharedLike(latencyMs: number): Store {
   const inner = memoryStore();
-  const later = <T>(value: T | Promise<T>) =>
-    new Promise<T>((resolve) => setTimeout(() => resolve(value), latencyMs));
+  const later = <T>(value: T | Promise<T>) => new Promise<T>((resolve) => setTimeout(() => resolve(value), latencyMs));
   return {
     claim: (input) => later(inner.claim(input)),
     renew: (input) => later(inner.renew(input)),
