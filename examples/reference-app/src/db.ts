@@ -97,7 +97,13 @@ async function openPostgres(url: string, schema: string | undefined): Promise<Da
   });
   // An idle client dropped by the server emits 'error' on the pool; without a listener that kills the process.
   pool.on('error', () => {});
-  if (schema !== undefined) await pool.query(`create schema if not exists ${schema}`);
+  try {
+    // Connected once here, so a wrong URL fails the open, not whatever first asks for a row.
+    await pool.query(schema === undefined ? 'select 1' : `create schema if not exists ${schema}`);
+  } catch (error) {
+    await pool.end().catch(() => {});
+    throw error;
+  }
   return {
     kind: 'postgres',
     client: pool,

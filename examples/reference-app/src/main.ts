@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { openDatabase } from './db.js';
+import { ConfigError, envPort, envUrl } from './env.js';
 import { demoUsers } from './seed.js';
 import { closeInOrder } from './shutdown.js';
 import { startReferenceApp } from './start.js';
@@ -13,16 +14,43 @@ import { startReferenceApp } from './start.js';
  * running finish, then the stores close; the exit status is 1 when something failed to close.
  */
 async function main(): Promise<void> {
-  const authPort = Number(process.env.AUTH_PORT ?? 8081);
-  const appPort = Number(process.env.APP_PORT ?? 8083);
-  const gatewayPort = Number(process.env.GATEWAY_PORT ?? 8080);
+  const env = process.env;
+  const authPort = envPort(env, 'AUTH_PORT', 8081);
+  const appPort = envPort(env, 'APP_PORT', 8083);
+  const gatewayPort = envPort(env, 'GATEWAY_PORT', 8080);
+  const apiPort = envPort(env, 'API_PORT', 8082);
+  const receiverPort = envPort(env, 'RECEIVER_PORT', 8084);
   // The gateway's public URL is the access tokens' audience; it follows GATEWAY_PORT unless BASE_URL says otherwise.
-  const baseUrl = process.env.BASE_URL ?? `http://localhost:${gatewayPort}`;
-  const db = await openDatabase({
-    url: process.env.DATABASE_URL,
-    ...(process.env.DATA_DIR ? { dataDir: process.env.DATA_DIR } : {}),
-  });
-  const redis = process.env.REDIS_URL ? await connectRedis(process.env.REDIS_URL) : undefined;
+  const baseUrl = envUrl(env, 'BASE_URL') ?? `http://localhost:${gatewayPort}`;
+  const authUrl = envUrl(env, 'AUTH_URL');
+  const appUrl = envUrl(env, 'APP_URL');
+  const redisUrl = env.REDIS_URL === '' ? undefined : env.REDIS_URL;
+  // Read as a flag by the provider and the app; `true` or `yes` would silently mean "no proxy".
+  if (env.TRUST_PROXY !== undefined && !['', '0', '1'].includes(env.TRUST_PROXY)) {
+    throw new ConfigError(`TRUST_PROXY must be 1 (behind a proxy) or 0, not ${JSON.stringify(env.TRUST_PROXY)}`);
+  }
+  let db: Awaited<ReturnType<typeof openDatabase>>;
+  try {
+    db = await openDatabase({
+      url: env.DATABASE_URL,
+      ...(env.DATA_DIR ? { dataDir: env.DATA_DIR } : {}),
+    });
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (env.DATABASE_URL && typeof code === 'string' && unreachableDatabase.has(code)) {
+      throw new ConfigError(
+        `DATABASE_URL: cannot connect to ${redactedUrl(env.DATABASE_URL)} (${(error as Error).message})`,
+      );
+    }
+    throw error;
+  }
+  let redis: Redis | undefined;
+  try {
+    redis = redisUrl === undefined ? undefined : await connectRedis(redisUrl);
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
   const storageSteps = [
     // quit, not disconnect: commands already sent (a key being stored) get their replies first.
     { name: 'Redis', close: async () => void (await redis?.quit()) },
@@ -36,8 +64,8 @@ async function main(): Promise<void> {
       authPort,
       appPort,
       baseUrl,
-      ...(process.env.AUTH_URL ? { authUrl: process.env.AUTH_URL } : {}),
-      ...(process.env.APP_URL ? { appUrl: process.env.APP_URL } : {}),
+      ...(authUrl ? { authUrl } : {}),
+      ...(appUrl ? { appUrl } : {}),
     });
   } catch (error) {
     await closeStorage();
@@ -48,8 +76,8 @@ async function main(): Promise<void> {
     resources = await startResourceStack({
       db,
       gatewayPort,
-      apiPort: Number(process.env.API_PORT ?? 8082),
-      receiverPort: Number(process.env.RECEIVER_PORT ?? 8084),
+      apiPort,
+      receiverPort,
       baseUrl,
       authUrl: running.authUrl,
       ...(redis ? { redis: { client: redis } } : {}),
@@ -102,14 +130,54 @@ async function main(): Promise<void> {
 
 /** Connects to Redis before anything starts, so a wrong REDIS_URL fails the start instead of the first request. */
 async function connectRedis(url: string): Promise<Redis> {
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 2 });
+  let client: Redis;
+  try {
+    client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 2 });
+  } catch (error) {
+    throw new ConfigError(`REDIS_URL is not a Redis URL: ${(error as Error).message}`);
+  }
   // Without a listener a dropped connection would crash the process; ioredis reconnects by itself.
-  client.on('error', () => undefined);
-  await client.connect();
+  let lastError: Error | undefined;
+  client.on('error', (error: Error) => {
+    lastError = error;
+  });
+  try {
+    await client.connect();
+  } catch (error) {
+    client.disconnect();
+    const cause = lastError ?? (error as Error);
+    throw new ConfigError(`REDIS_URL: cannot connect to ${redactedUrl(url)} (${cause.message})`);
+  }
   return client;
 }
 
+// Errors that say the server named by DATABASE_URL cannot be reached or will not let us in: a
+// configuration mistake. Others (a failed migration, say) keep their stack.
+const unreachableDatabase = new Set([
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ECONNREFUSED',
+  'ETIMEDOUT',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  '28P01', // password authentication failed
+  '28000', // no such role, or not allowed
+  '3D000', // no such database
+]);
+
+// A URL as it may be printed: without its password.
+function redactedUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.href;
+  } catch {
+    return 'that address';
+  }
+}
+
 main().catch((error: unknown) => {
-  console.error(error);
+  // A configuration mistake is one line naming the variable; anything else keeps its stack.
+  console.error(error instanceof ConfigError ? error.message : error);
   process.exit(1);
 });

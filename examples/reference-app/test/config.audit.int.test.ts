@@ -1,6 +1,6 @@
 // Configuration-mistake audit of `npm start` (examples/reference-app/start.mjs). The house rule: a bad
 // environment variable gets one line naming it and exit code 1, quickly; never a silent start on
-// something else, nor a stack trace as the only message. `it.fails` marks a defect that still exists.
+// something else, nor a stack trace as the only message. Each check failed when the audit wrote it.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -38,6 +38,8 @@ async function start(overrides: Record<string, string>): Promise<Run> {
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
   delete env.DATABASE_URL;
   delete env.REDIS_URL;
+  // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
+  delete env.BASE_URL;
   for (const name of ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'])
     env[name] = String(await freePort());
   Object.assign(env, overrides);
@@ -82,29 +84,41 @@ function expectClearRefusal(run: Run, variable: string) {
 }
 
 describe('npm start: configuration mistakes', () => {
-  // Was wrong: `AUTH_PORT=` (set but empty, as an unfilled template leaves it) is `Number('')`, 0:
+  // Was a defect: `AUTH_PORT=` (set but empty, as an unfilled template leaves it) is `Number('')`, 0:
   // the identity provider starts on a random ephemeral port, and the app starts normally;
   // expected: exit 1 with one line naming AUTH_PORT.
-  it.fails('an empty AUTH_PORT is refused, not taken as "any free port"', async () => {
+  it('an empty AUTH_PORT is refused, not taken as "any free port"', async () => {
     expectClearRefusal(await start({ AUTH_PORT: '' }), 'AUTH_PORT');
   }, 40_000);
 
-  // Was wrong: `AUTH_PORT=abc` ends in a ten-line RangeError stack (ERR_SOCKET_BAD_PORT "Received
+  // Was a defect: `AUTH_PORT=abc` ends in a ten-line RangeError stack (ERR_SOCKET_BAD_PORT "Received
   // type number (NaN)") that never names AUTH_PORT; expected: one line naming AUTH_PORT, exit 1.
-  it.fails('a non-numeric AUTH_PORT is one line naming the variable', async () => {
+  it('a non-numeric AUTH_PORT is one line naming the variable', async () => {
     expectClearRefusal(await start({ AUTH_PORT: 'abc' }), 'AUTH_PORT');
   }, 40_000);
 
-  // Was wrong: an unreachable REDIS_URL ends, after ~2.5 s, in "Error: Connection is closed." and an
+  // Was a defect: an unreachable REDIS_URL ends, after ~2.5 s, in "Error: Connection is closed." and an
   // ioredis stack: neither the variable nor the address; expected: one line naming REDIS_URL.
-  it.fails('an unreachable REDIS_URL is one line naming the variable', async () => {
+  it('an unreachable REDIS_URL is one line naming the variable', async () => {
     expectClearRefusal(await start({ REDIS_URL: `redis://127.0.0.1:${await freePort()}` }), 'REDIS_URL');
   }, 40_000);
 
-  // Was wrong: `BASE_URL=localhost:8080` (no scheme) is accepted: the app starts and prints
+  // Was a defect: `BASE_URL=localhost:8080` (no scheme) is accepted: the app starts and prints
   // "gateway (API)  localhost:8080", the audience of every token and the URL the app calls;
   // expected: exit 1 with one line naming BASE_URL (an absolute http(s) URL).
-  it.fails('a BASE_URL that is no absolute http(s) URL is refused at start', async () => {
+  it('a BASE_URL that is no absolute http(s) URL is refused at start', async () => {
     expectClearRefusal(await start({ BASE_URL: 'localhost:8080' }), 'BASE_URL');
+  }, 40_000);
+
+  // Was a defect: `TRUST_PROXY=true` was read as off (only `1` counts), in silence.
+  it('a TRUST_PROXY other than 1 or 0 is refused at start', async () => {
+    expectClearRefusal(await start({ TRUST_PROXY: 'true' }), 'TRUST_PROXY');
+  }, 40_000);
+
+  // Was a defect: a DATABASE_URL nobody answers ended in a `connect ECONNREFUSED` stack.
+  it('an unreachable DATABASE_URL is one line naming the variable', async () => {
+    const run = await start({ DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${await freePort()}/test` });
+    expectClearRefusal(run, 'DATABASE_URL');
+    expect(run.output).not.toContain('secret');
   }, 40_000);
 });

@@ -50,6 +50,8 @@ async function startApp(
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
   delete env.DATABASE_URL;
   delete env.REDIS_URL;
+  // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
+  delete env.BASE_URL;
   const ports: number[] = [];
   for (const name of names) {
     const port = await freePort();

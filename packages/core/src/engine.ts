@@ -257,8 +257,12 @@ const LEASE_LOST = Object.freeze({ ok: false, reason: 'lease-lost' }) as Complet
 export function createIdempotency(options: IdempotencyOptions): IdempotencyEngine {
   if (!options || typeof options !== 'object') throw new TypeError('createIdempotency needs an options object');
   const { store } = options;
-  if (!store || typeof store.claim !== 'function' || typeof store.complete !== 'function') {
-    throw new TypeError('store must implement the Store contract (claim, renew, complete, release, get)');
+  const contract = ['claim', 'renew', 'complete', 'release', 'get'] as const;
+  const missing = store ? contract.filter((method) => typeof store[method] !== 'function') : contract;
+  if (missing.length > 0) {
+    throw new TypeError(
+      `store must implement the Store contract (claim, renew, complete, release, get); missing: ${missing.join(', ')}`,
+    );
   }
   const retentionMs = toMilliseconds(options.retention ?? '24h', 'retention');
   if (retentionMs < DAY_MS && options.acknowledgeShortRetention !== true) {
@@ -272,10 +276,13 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   if (leaseMs > MAX_LEASE_MS) throw new TypeError('lease must be at most 7d');
   const waitMs = options.wait === undefined || options.wait === false ? 0 : toMilliseconds(options.wait, 'wait');
   const storeTimeoutMs = toMilliseconds(options.storeTimeout ?? '2s', 'storeTimeout');
+  // 0 is no "no timeout": every call to a shared store would time out, every request a 503.
+  if (storeTimeoutMs < 1) throw new TypeError('storeTimeout must be at least 1ms');
   const mismatchStatus = options.mismatchStatus ?? 422;
   if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
   const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
   const heartbeat = options.heartbeat ?? true;
+  if (typeof heartbeat !== 'boolean') throw new TypeError('heartbeat must be a boolean');
   const maxExecution = options.maxExecution ?? false;
   const maxExecutionMs = maxExecution === false ? 0 : toMilliseconds(maxExecution, 'maxExecution');
   if (maxExecution !== false) {
@@ -287,6 +294,7 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const unavailableRetryAfter = delaySeconds(options.unavailableRetryAfter, 2, 'unavailableRetryAfter');
   const now = options.now ?? Date.now;
   const onEvent = options.onEvent;
+  if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError('onEvent must be a function');
   const replays = replayCacheOf(options.replayCache, store.inProcess === true);
 
   // Leases this process holds right now. A second request for the same record in this process is

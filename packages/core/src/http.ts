@@ -526,13 +526,18 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     throw new TypeError('scope must be a function of the request returning the caller');
   }
   const allow = new Set<string>(defaultReplayHeaders);
-  for (const name of options.replayHeaders ?? []) {
-    const lower = String(name).toLowerCase();
+  const extraReplayed: unknown = options.replayHeaders ?? [];
+  // A string would be walked letter by letter, and the header never replayed.
+  if (!Array.isArray(extraReplayed)) throw new TypeError('replayHeaders must be an array of header names');
+  for (const name of extraReplayed) {
+    const lower = typeof name === 'string' ? name.toLowerCase() : '';
+    if (!headerName.test(lower)) throw new TypeError(`replayHeaders holds ${JSON.stringify(name)}, no header name`);
     if (neverReplayed.test(lower))
       throw new TypeError(`replayHeaders must not include ${lower}: it belongs to one request only`);
     allow.add(lower);
   }
   const strictKeys = options.strictKeys ?? false;
+  if (typeof strictKeys !== 'boolean') throw new TypeError('strictKeys must be a boolean');
   // Checked here, once: a pointer or a header name that means nothing would only show as 422s.
   checkExcludes(options.fingerprint?.exclude);
   const identityHeaders = checkIdentityHeaders(options.fingerprint?.headers);

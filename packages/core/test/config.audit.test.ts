@@ -47,10 +47,10 @@ async function refusedOrHonoured<T>(option: string, make: () => T, check: (made:
 }
 
 describe('core options: configuration mistakes', () => {
-  // Was wrong: `strictKeys: 'false'` (a string, as read from an environment variable) is taken as
+  // Was a defect: `strictKeys: 'false'` (a string, as read from an environment variable) is taken as
   // true, so every plain `Idempotency-Key: k-1` is refused 400 while `required`, `mintKeys` and
   // `advertiseExpiry` refuse a non-boolean; expected: a TypeError naming strictKeys.
-  it.fails('strictKeys that is not a boolean is refused, not read as strict mode', async () => {
+  it('strictKeys that is not a boolean is refused, not read as strict mode', async () => {
     await refusedOrHonoured(
       'strictKeys',
       () => createHttpIdempotency({ store: memoryStore(), strictKeys: 'false' as never }),
@@ -61,10 +61,10 @@ describe('core options: configuration mistakes', () => {
     );
   });
 
-  // Was wrong: `replayHeaders: 'x-request-cost'` (a string, not an array) is iterated character by
+  // Was a defect: `replayHeaders: 'x-request-cost'` (a string, not an array) is iterated character by
   // character: the single letters are added to the allowlist, no error, and the header is never
   // replayed; expected: a TypeError naming replayHeaders (as fingerprint.headers does).
-  it.fails('replayHeaders given as a string is refused, not split into letters', async () => {
+  it('replayHeaders given as a string is refused, not split into letters', async () => {
     await refusedOrHonoured(
       'replayHeaders',
       () => createHttpIdempotency({ store: memoryStore(), replayHeaders: 'x-request-cost' as never }),
@@ -80,11 +80,11 @@ describe('core options: configuration mistakes', () => {
     );
   });
 
-  // Was wrong: `storeTimeout: 0` is accepted, and with a shared store that takes 10 ms to answer,
+  // Was a defect: `storeTimeout: 0` is accepted, and with a shared store that takes 10 ms to answer,
   // every claim times out: every covered request is answered 503 store_unavailable, for ever (users
   // often read 0 as "no timeout"); expected: a TypeError naming storeTimeout (a positive duration),
   // as `lease` has a lower bound.
-  it.fails('storeTimeout: 0 is refused rather than failing every request with 503', async () => {
+  it('storeTimeout: 0 is refused rather than failing every request with 503', async () => {
     await refusedOrHonoured(
       'storeTimeout',
       () => createIdempotency({ store: sharedLike(10), storeTimeout: 0 }),
@@ -95,10 +95,10 @@ describe('core options: configuration mistakes', () => {
     );
   });
 
-  // Was wrong: a store without `renew`, `get` and `release` passes the check whose message says they
+  // Was a defect: a store without `renew`, `get` and `release` passes the check whose message says they
   // are required; the heartbeat then fails on every tick (lease lost after one lease), and a release
   // answers store-error, per request; expected: a TypeError at construction, as the message says.
-  it.fails('a store missing renew, get or release is refused at construction', () => {
+  it('a store missing renew, get or release is refused at construction', () => {
     const inner = memoryStore();
     const partial = {
       claim: (input: Parameters<Store['claim']>[0]) => inner.claim(input),
@@ -107,16 +107,16 @@ describe('core options: configuration mistakes', () => {
     expect(() => createIdempotency({ store: partial as never })).toThrow(TypeError);
   });
 
-  // Was wrong: `onEvent: 'metrics'` (not a function) is accepted and every event is dropped in
+  // Was a defect: `onEvent: 'metrics'` (not a function) is accepted and every event is dropped in
   // silence, while memoryStore refuses an `onEvict` that is not a function; expected: a TypeError
   // naming onEvent.
-  it.fails('onEvent that is not a function is refused', () => {
+  it('onEvent that is not a function is refused', () => {
     expect(() => createIdempotency({ store: memoryStore(), onEvent: 'metrics' as never })).toThrow(/onEvent/);
   });
 
-  // Was wrong: `heartbeat: 'false'` is accepted and read as true (and `heartbeat: 0` as false), while
+  // Was a defect: `heartbeat: 'false'` is accepted and read as true (and `heartbeat: 0` as false), while
   // the HTTP layer's boolean options refuse a non-boolean; expected: a TypeError naming heartbeat.
-  it.fails('heartbeat that is not a boolean is refused', () => {
+  it('heartbeat that is not a boolean is refused', () => {
     expect(() => createIdempotency({ store: memoryStore(), heartbeat: 'false' as never })).toThrow(/heartbeat/);
   });
 });

@@ -90,6 +90,10 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
   if (algorithms.some((alg) => keyFamilyOf(alg) === 'oct')) throw new TypeError('dpop.algorithms must be asymmetric');
   const maxAge = seconds(options.maxAge ?? 60, 'dpop.maxAge', { min: 1, max: 3600 });
   const replayTimeout = seconds(options.replayTimeout ?? 1, 'dpop.replayTimeout', { min: 0.01, max: 60 });
+  // Read as "not required" otherwise: a typo would let plain bearer tokens through.
+  if (options.required !== undefined && typeof options.required !== 'boolean') {
+    throw new TypeError('dpop.required must be a boolean');
+  }
   let origin: string | undefined;
   if (options.origin !== undefined) {
     const url = new URL(options.origin);

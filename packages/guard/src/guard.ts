@@ -364,13 +364,22 @@ export function buildIssuer(
     throw new TypeError(`issuer ${options.issuer}: an audience is required (aud is always checked)`);
   }
   const typValues = options.typ ?? defaults.typ ?? ['at+jwt'];
+  // An empty list would refuse every token, per request.
+  if (!Array.isArray(typValues) || typValues.length === 0) {
+    throw new TypeError(`issuer ${options.issuer}: typ must be a non-empty list (null for no typ)`);
+  }
+  const requiredClaims = options.requiredClaims ?? defaults.requiredClaims ?? [];
+  // A string would be spread into its letters, each then required of every token.
+  if (!Array.isArray(requiredClaims) || requiredClaims.some((name) => typeof name !== 'string' || name === '')) {
+    throw new TypeError(`issuer ${options.issuer}: requiredClaims must be a list of claim names`);
+  }
   const typ = new Set(typValues.map((value) => (value === null ? null : normalizeTyp(value))));
   const profile: ClaimProfile = {
     audiences,
     clockTolerance: seconds(options.clockTolerance ?? defaults.clockTolerance ?? 5, 'clockTolerance', { max: 60 }),
     maxTokenAge: optionalSeconds(options.maxTokenAge ?? defaults.maxTokenAge, 'maxTokenAge'),
     maxLifetime: optionalSeconds(options.maxLifetime ?? defaults.maxLifetime, 'maxLifetime'),
-    requiredClaims: [...(options.requiredClaims ?? defaults.requiredClaims ?? [])],
+    requiredClaims: [...requiredClaims],
   };
   const local = staticKeys(options, algorithms);
   let keys: KeySource;

@@ -267,7 +267,8 @@ export function remoteKeySource(
     throw new TypeError('jwksUri must not hold a user name or password: send them in jwksOptions.headers');
   }
   const uri = url.href;
-  const timeoutMs = seconds(options.timeout ?? 5, 'jwks timeout') * 1000;
+  // 0 would abort every fetch at once: no key would ever load.
+  const timeoutMs = seconds(options.timeout ?? 5, 'jwks timeout', { min: 0.001 }) * 1000;
   const cooldownMs = seconds(options.cooldown ?? 30, 'jwks cooldown') * 1000;
   const defaultTtlMs = seconds(options.defaultTtl ?? 600, 'jwks defaultTtl') * 1000;
   const minTtlMs = seconds(options.minTtl ?? 30, 'jwks minTtl') * 1000;

@@ -1,0 +1,47 @@
+/**
+ * A configuration mistake in an environment variable: `npm start` prints its message, one line that
+ * names the variable, and exits 1, instead of a stack trace or a start on something else.
+ */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+/**
+ * The port in `name`, or `fallback` when it is unset. Set but empty (an unfilled template), or not
+ * a whole number from 1 to 65535, is a ConfigError: `Number('')` is 0, which would start the service
+ * on a random free port.
+ *
+ * @example
+ * const authPort = envPort(process.env, 'AUTH_PORT', 8081);
+ */
+export function envPort(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const value = env[name];
+  if (value === undefined) return fallback;
+  const port = /^\d{1,5}$/.test(value.trim()) ? Number(value.trim()) : Number.NaN;
+  if (!(port >= 1 && port <= 65_535)) {
+    throw new ConfigError(`${name} must be a port number from 1 to 65535, not ${JSON.stringify(value)}`);
+  }
+  return port;
+}
+
+/**
+ * The absolute http(s) URL in `name`, or undefined when it is unset or empty. Anything else is a
+ * ConfigError: `localhost:8080` would become the tokens' audience and the URL the app calls.
+ *
+ * @example
+ * const baseUrl = envUrl(process.env, 'BASE_URL') ?? 'http://localhost:8080';
+ */
+export function envUrl(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const value = env[name];
+  if (value === undefined || value === '') return undefined;
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+    throw new ConfigError(`${name} must be an absolute http:// or https:// URL, not ${JSON.stringify(value)}`);
+  }
+  return value;
+}
