@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { abortableSleep } from '@idem/client';
+import { abortableSleep, maxTimerMs } from '@idem/client';
 import { type Duration, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
@@ -377,6 +377,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         : toMilliseconds(relayOptions.lease, 'lease');
     if (leaseMs <= sender.schedule.timeoutMs)
       throw new TypeError("lease must be longer than the sender's per-attempt timeout");
+    // A round is given up after its lease by a timer, which fires at once past Node's limit: every
+    // round would fail with relay_round_timeout.
+    if (leaseMs > maxTimerMs) throw new TypeError('lease must be at most 24 days');
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;

@@ -1,0 +1,17 @@
+import { describe, expect, it } from 'vitest';
+import { createOutbox, createSender } from '../src/index.js';
+
+// Construction only: the relay's options are checked before it ever queries, so a stand-in `db`
+// that would answer nothing is enough.
+const db = { query: async () => ({ rows: [], rowCount: 0 }) };
+
+describe('relay options', () => {
+  // Was a defect: a lease past Node's timer limit (about 24.8 days) was accepted, and the timer that
+  // gives up a round after its lease then fired at once: every round failed with relay_round_timeout.
+  it('refuses a lease no timer can hold', () => {
+    const sender = createSender({ secret: `whsec_${Buffer.alloc(32, 1).toString('base64')}` });
+    const outbox = createOutbox();
+    expect(() => outbox.relay({ db: db as never, sender, lease: '25d' })).toThrow(/lease must be at most 24 days/);
+    expect(() => outbox.relay({ db: db as never, sender, lease: '24d' })).not.toThrow();
+  });
+});
