@@ -1,28 +1,11 @@
 // Configuration-mistake audit of `npm start` (examples/reference-app/start.mjs). The house rule: a bad
 // environment variable gets one line naming it and exit code 1, quickly; never a silent start on
 // something else, nor a stack trace as the only message. Each check failed when the audit wrote it.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { freePort } from './ports.js';
+import { startScript } from './start-script.js';
 
-const root = fileURLToPath(new URL('../../../', import.meta.url));
-const children: ChildProcess[] = [];
-const dataDirs: string[] = [];
-
-afterAll(async () => {
-  for (const child of children) {
-    try {
-      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
-    } catch {
-      // the group is gone
-    }
-  }
-  await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
-});
+const { spawnApp } = startScript('idem-config-audit-');
 
 interface Run {
   /** Exit code, or 'started' when the app came up (it is then stopped). */
@@ -33,24 +16,8 @@ interface Run {
 
 /** Runs `npm start`'s script on free ports and an empty PGlite folder, with `overrides` on top. */
 async function start(overrides: Record<string, string>): Promise<Run> {
-  const dir = await mkdtemp(join(tmpdir(), 'idem-config-audit-'));
-  dataDirs.push(dir);
-  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
-  delete env.DATABASE_URL;
-  delete env.REDIS_URL;
-  // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
-  delete env.BASE_URL;
-  for (const name of ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'])
-    env[name] = String(await freePort());
-  Object.assign(env, overrides);
   const began = Date.now();
-  const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
-    cwd: root,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true,
-  });
-  children.push(child);
+  const { child } = await spawnApp(process.execPath, ['examples/reference-app/start.mjs'], overrides);
   let output = '';
   return new Promise<Run>((resolve) => {
     const done = (outcome: Run['outcome']) => {

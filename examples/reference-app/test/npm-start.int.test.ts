@@ -2,17 +2,12 @@
 // `kill <pid>` do, either to `npm start` or to the script it runs (examples/reference-app/start.mjs). The app must stop
 // cleanly (its ports closed; exit status 0 when signalled itself), not be left running as an orphan
 // that holds its ports.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it, vi } from 'vitest';
-import { freePort } from './ports.js';
-
-const root = fileURLToPath(new URL('../../../', import.meta.url));
+import { describe, expect, it, vi } from 'vitest';
+import { startScript } from './start-script.js';
 
 function refuses(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -25,42 +20,14 @@ function refuses(port: number): Promise<boolean> {
   });
 }
 
-const children: ChildProcess[] = [];
-const dataDirs: string[] = [];
-afterAll(async () => {
-  // Whatever happened, nothing of this test outlives it.
-  for (const child of children) {
-    try {
-      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
-    } catch {
-      // the group is gone: nothing was left behind
-    }
-  }
-  await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
-});
+const { spawnApp } = startScript('idem-start-');
 
 /** Starts `command` from the repository root on free ports and an empty PGlite folder; resolves once it is up. */
 async function startApp(
   command: string,
   args: string[],
 ): Promise<{ child: ChildProcess; ports: number[]; output: () => string; dir: string }> {
-  const names = ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'];
-  const dir = await mkdtemp(join(tmpdir(), 'idem-start-'));
-  dataDirs.push(dir);
-  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
-  delete env.DATABASE_URL;
-  delete env.REDIS_URL;
-  // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
-  delete env.BASE_URL;
-  const ports: number[] = [];
-  for (const name of names) {
-    const port = await freePort();
-    ports.push(port);
-    env[name] = String(port);
-  }
-  // Its own process group, so the clean-up below reaches whatever it leaves behind.
-  const started = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  children.push(started);
+  const { child: started, ports, dir } = await spawnApp(command, args);
   let output = '';
   await new Promise<void>((resolve, reject) => {
     const onData = (chunk: Buffer) => {

@@ -1,69 +1,14 @@
-// Leaks a long-running service would accumulate: audit tests (each it.fails passes while the defect exists).
+// Leaks a long-running service would accumulate, found by an audit; each test failed when written.
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { type IdempotencyEvent, memoryStore, recordId, type Store } from '@idem/core';
+import { type IdempotencyEvent, recordId } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express from 'express';
 import { expect, it } from 'vitest';
+import { gatedStore, settledTypes } from '../../core/test/support/gated-store.js';
 
 const file = fileURLToPath(import.meta.url);
-
-// A shared store (not in this process) whose first claim waits until the test lets it answer: the
-// window a real Redis or PostgreSQL round trip leaves between the request and the capture.
-function gatedStore() {
-  const inner = memoryStore();
-  let claimed!: () => void;
-  const claiming = new Promise<void>((resolve) => {
-    claimed = resolve;
-  });
-  let open!: () => void;
-  const gate = new Promise<void>((resolve) => {
-    open = resolve;
-  });
-  let renewals = 0;
-  let onRenew: (() => void) | undefined;
-  const store: Store = {
-    inProcess: false,
-    async claim(input) {
-      claimed();
-      await gate;
-      return inner.claim(input);
-    },
-    async renew(input) {
-      renewals++;
-      onRenew?.();
-      return inner.renew(input);
-    },
-    async complete(input) {
-      return inner.complete(input);
-    },
-    async release(input) {
-      return inner.release(input);
-    },
-    async get(id) {
-      return inner.get(id);
-    },
-  };
-  return {
-    store,
-    inner,
-    claiming,
-    open,
-    renewals: () => renewals,
-    // Resolves after `n` more renewals.
-    renewed(n: number) {
-      const target = renewals + n;
-      return new Promise<void>((resolve) => {
-        onRenew = () => {
-          if (renewals >= target) resolve();
-        };
-      });
-    },
-  };
-}
-
-const settledTypes = new Set(['complete', 'release', 'not-stored', 'lease-lost']);
 
 // Was a defect: client gone during the claim, then res.sendFile gives up: the lease is never settled and the heartbeat renews it forever (one held lease + renewals per such request); expected: settled as a file cut short, as when the client leaves during the handler.
 it('client gone during the claim (store round trip), then res.sendFile: the key is settled, not renewed for good', async () => {

@@ -6,36 +6,13 @@ import { pipeline, Readable } from 'node:stream';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import Fastify from 'fastify';
 import { afterEach, expect, it } from 'vitest';
+import { h2post } from '../../core/test/support/h2.js';
 import { idempotency } from '../src/idempotency.js';
-
-interface H2Answer {
-  status: number;
-  headers: http2.IncomingHttpHeaders;
-  body: string;
-}
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {
   while (closers.length > 0) await closers.pop()?.();
 });
-
-function h2post(session: http2.ClientHttp2Session, headers: Record<string, string>, body: string): Promise<H2Answer> {
-  return new Promise((resolve, reject) => {
-    const stream = session.request({ ':method': 'POST', ':path': '/charges', ...headers });
-    let head: http2.IncomingHttpHeaders = {};
-    let text = '';
-    stream.setEncoding('utf8');
-    stream.on('response', (received) => {
-      head = received;
-    });
-    stream.on('data', (chunk: string) => {
-      text += chunk;
-    });
-    stream.on('end', () => resolve({ status: Number(head[':status']), headers: head, body: text }));
-    stream.on('error', reject);
-    stream.end(body);
-  });
-}
 
 // Was a defect: over HTTP/2, a hijacked reply whose raw response the server destroys before its head
 // goes out (`stream.pipeline(source, reply.raw)` whose source fails at once, or

@@ -6,17 +6,12 @@ import type { AddressInfo } from 'node:net';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import Koa from 'koa';
 import { afterEach, expect, it } from 'vitest';
+import { h2post } from '../../core/test/support/h2.js';
 import { idempotency } from '../src/idempotency.js';
 
 // Loaded by a specifier TypeScript does not follow (see bodyparser.test.ts).
 const parserModule: string = '@koa/bodyparser';
 const { bodyParser } = (await import(parserModule)) as { bodyParser: () => Koa.Middleware };
-
-interface H2Answer {
-  status: number;
-  headers: http2.IncomingHttpHeaders;
-  body: string;
-}
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -39,24 +34,6 @@ async function serveH2(app: Koa): Promise<{ session: http2.ClientHttp2Session; s
       }),
   );
   return { session, server };
-}
-
-function h2post(session: http2.ClientHttp2Session, headers: Record<string, string>, body: string): Promise<H2Answer> {
-  return new Promise((resolve, reject) => {
-    const stream = session.request({ ':method': 'POST', ':path': '/charges', ...headers });
-    let head: http2.IncomingHttpHeaders = {};
-    let text = '';
-    stream.setEncoding('utf8');
-    stream.on('response', (received) => {
-      head = received;
-    });
-    stream.on('data', (chunk: string) => {
-      text += chunk;
-    });
-    stream.on('end', () => resolve({ status: Number(head[':status']), headers: head, body: text }));
-    stream.on('error', reject);
-    stream.end(body);
-  });
 }
 
 const json = { 'content-type': 'application/json' };

@@ -1,0 +1,57 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll } from 'vitest';
+import { freePort } from './ports.js';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+/** The port variables of `npm start`, in the order their ports are given. */
+export const portVariables = ['AUTH_PORT', 'APP_PORT', 'GATEWAY_PORT', 'API_PORT', 'RECEIVER_PORT'];
+
+/**
+ * Spawns `npm start` (or its script) for the test file that calls this: each run on free ports and
+ * an empty PGlite folder, in its own process group; whatever a run leaves behind is killed and
+ * removed after the file's tests.
+ *
+ * @example
+ * const { spawnApp } = startScript('idem-start-');
+ * const { child, ports } = await spawnApp(process.execPath, ['examples/reference-app/start.mjs']);
+ */
+export function startScript(prefix: string) {
+  const children: ChildProcess[] = [];
+  const dataDirs: string[] = [];
+  afterAll(async () => {
+    for (const child of children) {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // the group is gone: nothing was left behind
+      }
+    }
+    await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
+  });
+  return {
+    async spawnApp(command: string, args: string[], overrides: Record<string, string> = {}) {
+      const dir = await mkdtemp(join(tmpdir(), prefix));
+      dataDirs.push(dir);
+      const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
+      delete env.DATABASE_URL;
+      delete env.REDIS_URL;
+      // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
+      delete env.BASE_URL;
+      const ports: number[] = [];
+      for (const name of portVariables) {
+        const port = await freePort();
+        ports.push(port);
+        env[name] = String(port);
+      }
+      Object.assign(env, overrides);
+      const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+      children.push(child);
+      return { child, ports, dir };
+    },
+  };
+}
