@@ -165,15 +165,10 @@ const unreachableDatabase = new Set([
   '3D000', // no such database
 ]);
 
-// A URL as it may be printed: without its password.
+// A URL as it may be printed: everything up to its last `@` (a user and a password, written raw or
+// not) is hidden, whether or not the URL has a scheme (ioredis takes `user:secret@host:6379`).
 function redactedUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') parsed.password = '***';
-    return parsed.href;
-  } catch {
-    return 'that address';
-  }
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)?.*@/i, '$1***@');
 }
 
 main().catch((error: unknown) => {

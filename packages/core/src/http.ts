@@ -1263,6 +1263,11 @@ function readAvailable(this: BodyReading<IncomingMessage>) {
   // reader sees the whole body and then its end. An Http2ServerRequest only turns `complete` once
   // its 'end' was emitted, too late to put the bytes back: there, its stream has ended (END_STREAM
   // received and handed over) by the time the last 'readable' comes.
+  // An HTTP/2 request its client reset is `complete` too, with only the bytes that came.
+  if ((req as { aborted?: boolean }).aborted === true) {
+    bodyRead(this, { ok: false, error: incompleteBody() });
+    return;
+  }
   if (req.complete || lastBytesIn(req)) {
     const body = joined(this.chunks);
     if (body.length > 0) req.unshift(body);
@@ -1498,6 +1503,10 @@ interface CaptureState {
   readonly originalWriteHead: Apply;
   readonly originalWrite: Apply;
   readonly originalEnd: Apply;
+  /** HTTP/2 only: the response's own `destroy`, wrapped to see a destroy by the server (below). */
+  originalDestroy: Apply | undefined;
+  /** HTTP/2 only: the server destroyed the response (a destroy without an error leaves no trace there). */
+  destroyedByServer: boolean;
   readonly chunks: Buffer[];
   size: number;
   overflow: boolean;
@@ -1569,6 +1578,8 @@ function captureResponse(
     originalWriteHead: res.writeHead as Apply,
     originalWrite: res.write as Apply,
     originalEnd: res.end as Apply,
+    originalDestroy: undefined,
+    destroyedByServer: false,
     chunks: [],
     size: 0,
     overflow: false,
@@ -1599,6 +1610,14 @@ function captureResponse(
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
   res.write = capturedWrite.bind(state) as ServerResponse['write'];
   res.end = capturedEnd.bind(state) as ServerResponse['end'];
+  // An HTTP/1.1 response's `errored` tells a destroy by the server from a client that left, even one
+  // without an error (it turns from null to undefined). An Http2ServerResponse has no `errored`, and
+  // its stream's stays null then: its `destroy` is watched instead. Only there, to keep HTTP/1.1's
+  // path as it was.
+  if (!('errored' in (res as object)) && streamOf(res) !== undefined) {
+    state.originalDestroy = res.destroy as Apply;
+    res.destroy = capturedDestroy.bind(state) as ServerResponse['destroy'];
+  }
   // The client went away while a streamed body was being written: the pipe stops and `end` never
   // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
   // Before the head is written, see onCapturedClose.
@@ -1722,6 +1741,12 @@ function restore(state: CaptureState) {
   res.writeHead = state.originalWriteHead as ServerResponse['writeHead'];
   res.write = state.originalWrite as ServerResponse['write'];
   res.end = state.originalEnd as ServerResponse['end'];
+  if (state.originalDestroy !== undefined) res.destroy = state.originalDestroy as ServerResponse['destroy'];
+}
+
+function capturedDestroy(this: CaptureState, ...args: unknown[]) {
+  this.destroyedByServer = true;
+  return (this.originalDestroy as Apply).apply(this.res, args);
 }
 
 function finish(state: CaptureState, value: CaptureResult) {
@@ -1978,7 +2003,7 @@ function onCapturedClose(this: CaptureState) {
   // for as long as the process lives and every retry got 409: it is given up now. So is one closed
   // once the handler returned and the framework itself was writing, unless what the handler left
   // settles it (its client left: the outcome stands, and a retry must get it, not run again).
-  if (erroredOf(res) !== this.erroredAtStart) giveUp(this);
+  if (erroredOf(res) !== this.erroredAtStart || this.destroyedByServer) giveUp(this);
   else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
   else this.closedEarly = true;
 }
@@ -2008,7 +2033,7 @@ export function destroyedOf(res: ServerResponse): boolean {
 }
 
 function settleClosed(state: CaptureState, capture: ResponseCapture) {
-  if (state.onClosed !== undefined && erroredOf(state.res) === state.erroredAtStart) {
+  if (state.onClosed !== undefined && erroredOf(state.res) === state.erroredAtStart && !state.destroyedByServer) {
     state.onClosed(state.onClosedContext, capture);
   }
   if (!state.ended) giveUp(state);

@@ -18,11 +18,12 @@ import {
   type Requirement,
 } from '@idem/guard';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { guardOf, sendGuardError } from './auth-state.js';
 
 // The middlewares are `RequestHandler<any>`, as connect's are for express.json(): with Express's
 // default params, a route such as app.post('/orders/:id', authorize(...), handler) took its params
 // from them instead of its path, and `req.params.id` became `string | string[]` in the handler.
-import { guardOf, sendGuardError } from './auth-state.js';
+type Middleware = RequestHandler<any>;
 
 // On the global `Express.Request`, which every Express `Request` extends: an augmentation of
 // 'express-serve-static-core' is lost where this package cannot resolve that module from its own
@@ -43,7 +44,7 @@ function view(req: Request, guard?: Guard): GuardRequest {
   });
 }
 
-function authenticateWith(instance: Guard, optional = false): RequestHandler<any> {
+function authenticateWith(instance: Guard, optional = false): Middleware {
   return (req: Request, res: Response, next: NextFunction) => {
     const request = view(req, instance);
     if (optional && !instance.carriesCredentials(request)) {
@@ -82,7 +83,7 @@ function authenticateWith(instance: Guard, optional = false): RequestHandler<any
  * app.use(guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/jwks' }] }));
  * app.post('/orders', authorize(requireScopes('orders:write')), (req, res) => res.json({ by: req.auth?.sub }));
  */
-export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): RequestHandler<any> {
+export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}): Middleware {
   const instance = isGuard(options) ? options : createGuard(options);
   return authenticateWith(instance, optionalGuard(glue, instance));
 }
@@ -94,7 +95,7 @@ export function guard(options: GuardOptions | Guard, glue: GuardGlueOptions = {}
  * @example
  * app.use(internalAuth({ issuer: 'https://gateway.example', audience: 'orders-service', jwksUri: 'https://gateway.example/jwks' }));
  */
-export function internalAuth(options: InternalVerifierOptions | Guard): RequestHandler<any> {
+export function internalAuth(options: InternalVerifierOptions | Guard): Middleware {
   return authenticateWith(isGuard(options) ? options : createInternalVerifier(options));
 }
 
@@ -106,7 +107,7 @@ export function internalAuth(options: InternalVerifierOptions | Guard): RequestH
  * @example
  * app.delete('/orders/:id', authorize(requireRoles('admin')), handler);
  */
-export function authorize(...requirements: Requirement[]): RequestHandler<any> {
+export function authorize(...requirements: Requirement[]): Middleware {
   return (req: Request, res: Response, next: NextFunction) => {
     const instance = guardOf.get(req);
     if (req.auth === undefined || instance === undefined) {

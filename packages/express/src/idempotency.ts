@@ -13,8 +13,10 @@ import {
 } from '@idem/core';
 import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express';
 
-// idempotency() is a `RequestHandler<any>`, so a route's params come from its path (see auth.ts).
 import { anonymousGuardOf, sendGuardError } from './auth-state.js';
+
+// A `RequestHandler<any>`, so a route's params come from its path (see auth.ts).
+type Middleware = RequestHandler<any>;
 
 // On the global `Express.Request`, which every Express `Request` extends: an augmentation of
 // 'express-serve-static-core' is lost where this package cannot resolve that module from its own
@@ -62,7 +64,7 @@ export type ExpressIdempotencyOptions = HttpIdempotencyOptions<Request>;
  * app.post('/charges', idempotency({ store: memoryStore(), scope: tenantOf }), express.json(),
  *   (req, res) => res.status(201).json({ id: 'ch_1' }));
  */
-export function idempotency(options: ExpressIdempotencyOptions): RequestHandler<any> {
+export function idempotency(options: ExpressIdempotencyOptions): Middleware {
   const http = createHttpIdempotency<Request>(options);
 
   const run = async (req: Request, res: Response, next: NextFunction) => {

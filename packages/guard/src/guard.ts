@@ -366,7 +366,9 @@ export function buildIssuer(
   const typValues = options.typ ?? defaults.typ ?? ['at+jwt'];
   // An empty list would refuse every token, per request.
   if (!Array.isArray(typValues) || typValues.length === 0) {
-    throw new TypeError(`issuer ${options.issuer}: typ must be a non-empty list (null for no typ)`);
+    throw new TypeError(
+      `issuer ${options.issuer}: typ must be a non-empty list (a null in it accepts a token without typ)`,
+    );
   }
   const requiredClaims = options.requiredClaims ?? defaults.requiredClaims ?? [];
   // A string would be spread into its letters, each then required of every token.

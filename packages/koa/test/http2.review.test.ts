@@ -12,13 +12,13 @@ afterEach(async () => {
   while (closers.length > 0) await closers.pop()?.();
 });
 
-// Was wrong: over HTTP/2, a Koa request whose client resets its stream mid-upload has the bytes so far
+// Was a defect: over HTTP/2, a Koa request whose client resets its stream mid-upload has the bytes so far
 // taken for the whole body: readAvailable checks `req.complete` before `lastBytesIn`, and an
 // Http2ServerRequest's `complete` is true once it is aborted or closed, so the truncated body is
 // resolved `ok`, the key is claimed with its fingerprint and the outcome stored (the CHANGELOG's
 // "a stream reset mid-upload ... is now refused body_incomplete" holds only for Fastify's readStream);
 // expected: 400 body_incomplete, a `refused` event, nothing claimed, the honest retry runs.
-it.fails('HTTP/2 upload reset midway on Koa: nothing is claimed, the retry with the whole body runs', async () => {
+it('HTTP/2 upload reset midway on Koa: nothing is claimed, the retry with the whole body runs', async () => {
   const events: IdempotencyEvent[] = [];
   const bodies: string[] = [];
   let settled!: () => void;

@@ -379,7 +379,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       throw new TypeError("lease must be longer than the sender's per-attempt timeout");
     // A round is given up after its lease by a timer, which fires at once past Node's limit: every
     // round would fail with relay_round_timeout.
-    if (leaseMs > maxTimerMs) throw new TypeError('lease must be at most 24 days');
+    if (leaseMs > maxTimerMs)
+      throw new TypeError('lease must be at most 2147483647 ms (about 24.8 days, the longest timer Node keeps)');
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;
