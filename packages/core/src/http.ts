@@ -404,6 +404,7 @@ export const defaultReplayHeaders = [
   'etag',
   'last-modified',
   'link',
+  'vary',
   'content-range',
   'allow',
 ] as const;
@@ -1163,6 +1164,19 @@ export async function readBodyForFingerprint(
  * refusal releases the key (see `markUndecodable`).
  */
 function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBodyResult {
+  return decodeRequestBody(body, encoding, maxBytes);
+}
+
+/**
+ * The bytes of a request body to fingerprint, decoded by its `Content-Encoding` (see above), for an
+ * adapter that reads the raw body itself and hands the encoded bytes on to the framework (Fastify:
+ * `@fastify/compress` decodes them after the plugin's hook). Without an encoding, the body as it is.
+ *
+ * @example
+ * const read = decodeRequestBody(body, request.headers['content-encoding'], 1_048_576);
+ */
+export function decodeRequestBody(body: Buffer, encoding: string | undefined, maxBytes: number): ReadBodyResult {
+  if (encoding === undefined) return { ok: true, body };
   const decode = decoderOf(encoding.trim().toLowerCase());
   if (decode === undefined) return { ok: true, body };
   try {

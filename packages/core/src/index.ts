@@ -39,6 +39,7 @@ export {
   type CaptureOptions,
   type CaptureResult,
   createHttpIdempotency,
+  decodeRequestBody,
   defaultReplayHeaders,
   destroyedOf,
   type HttpBeginResult,

@@ -2,6 +2,7 @@ import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import {
   createHttpIdempotency,
+  decodeRequestBody,
   type HttpBeginResult,
   type HttpIdempotency,
   type HttpIdempotencyOptions,
@@ -350,14 +351,22 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       ? readRequestBody(request.raw, own.maxBodyBytes)
       : readStream(payload, own.maxBodyBytes, headers['content-length']);
     reading.then((read) => {
-      if (!read.ok) {
+      // A compressed body is fingerprinted by what it says, as the Express and Koa adapters do: the
+      // same form gzipped twice (gzip writes a timestamp) is one request. The encoded bytes go on to
+      // Fastify, whose hooks (@fastify/compress) decode them after this one.
+      const result =
+        read.ok && !json
+          ? decodeRequestBody(read.body ?? Buffer.alloc(0), headers['content-encoding'], own.maxBodyBytes)
+          : read;
+      if (!result.ok) {
         const route = template ?? pathOf(originForm(request.url));
-        answer(reply, own.refuse(read.error, { method: request.method, route }));
+        answer(reply, own.refuse(result.error, { method: request.method, route }));
         return done(null, payload);
       }
-      const body = read.body ?? Buffer.alloc(0);
+      // The bytes as read (`result` is `read` itself, or what they decode to).
+      const body = (read.ok ? read.body : undefined) ?? Buffer.alloc(0);
       if (json) stateOf(request)[kFromParsed] = true;
-      else stateOf(request)[kBody] = body;
+      else stateOf(request)[kBody] = result.body ?? body;
       done(null, raw ? payload : bodyStream(body, payload));
     }, done);
   });

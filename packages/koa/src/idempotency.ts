@@ -169,6 +169,26 @@ function nothingMatched(ctx: Context): boolean {
   return routed.router !== undefined && (status === 404 || status === 405 || status === 501);
 }
 
+/**
+ * The template of the route @koa/router will run for this request, when it routed it. Mounted on a
+ * route, `ctx._matchedRoute` names it; mounted with `router.use()`, that names the use layer
+ * (`/v1(?:\/|$)` on a prefixed router, `/v1` for `use('/v1', ...)`), which every route under it
+ * shares: the router's `ctx.matched` still lists the route layers that match, and the last one of
+ * this method is the one that runs.
+ */
+function routeTemplateOf(ctx: Context): string | undefined {
+  const routed = ctx as { matched?: unknown; _matchedRoute?: unknown };
+  if (Array.isArray(routed.matched)) {
+    for (let i = routed.matched.length - 1; i >= 0; i--) {
+      const layer = routed.matched[i] as { path?: unknown; methods?: unknown };
+      if (Array.isArray(layer.methods) && layer.methods.includes(ctx.method) && typeof layer.path === 'string') {
+        return layer.path;
+      }
+    }
+  }
+  return typeof routed._matchedRoute === 'string' ? routed._matchedRoute : undefined;
+}
+
 interface Execution {
   thrown: boolean;
 }
@@ -249,12 +269,11 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const stacked = ctx.state.idempotency !== undefined;
     const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(ctx) : undefined;
     if (anonymous !== undefined) return sendGuardError(ctx, anonymous.error('token_missing'));
-    const matched = (ctx as { _matchedRoute?: unknown })._matchedRoute;
     const path = ctx.path;
     const started = await http.begin({
       method: ctx.method,
       stacked,
-      route: typeof matched === 'string' ? matched : foldRoutePath(path, koaRouting),
+      route: routeTemplateOf(ctx) ?? foldRoutePath(path, koaRouting),
       path,
       query: ctx.querystring,
       contentType: ctx.get('content-type') || undefined,

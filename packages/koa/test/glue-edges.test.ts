@@ -106,6 +106,42 @@ describe('@idem/koa idempotency, beyond the scenario table', () => {
     });
   });
 
+  // Was a defect: mounted with `router.use()` (on a router with a prefix, say), the operation was the
+  // use layer @koa/router names in `_matchedRoute` (`/v1(?:\/|$)`), one for every route under it,
+  // so a `storeOutcome` keyed by operation never matched; the route layers in `ctx.matched` name the
+  // route that runs.
+  it('mounted with router.use(), the operation is the template of the route that runs, not the use layer', async () => {
+    const operations: string[] = [];
+    const app = new Koa();
+    const guarded = idempotency({
+      store: memoryStore(),
+      scope: () => 'tenant-1',
+      onEvent: (event) => operations.push(event.operation),
+    });
+    // What @koa/router 15 leaves on the context when it runs a use layer of a router prefixed /v1.
+    app.use(async (ctx, next) => {
+      if (!ctx.path.startsWith('/v1/')) return next();
+      Object.assign(ctx, {
+        router: {},
+        _matchedRoute: '/v1(?:\\/|$)',
+        matched: [
+          { path: '/v1(?:\\/|$)', methods: [] },
+          { path: '/v1/charges/:id', methods: ['POST'] },
+          { path: '/v1/charges/:id', methods: ['HEAD', 'GET'] },
+        ],
+      });
+      await guarded(ctx, async () => {
+        ctx.status = 201;
+        ctx.body = { ok: true };
+      });
+    });
+    await listen(app, async (url) => {
+      expect((await post(`${url}/v1/charges/1`, 'use-layer-1')).status).toBe(201);
+    });
+    expect(operations).toContain('POST /v1/charges/:id');
+    expect(operations.filter((operation) => operation.includes('(?:'))).toEqual([]);
+  });
+
   it("a 501 from @koa/router's allowedMethods() answered for no route: not stored, the key released", async () => {
     let runs = 0;
     await serve(
