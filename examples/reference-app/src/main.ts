@@ -39,7 +39,7 @@ async function main(): Promise<void> {
     const code = (error as { code?: unknown }).code;
     if (env.DATABASE_URL && typeof code === 'string' && unreachableDatabase.has(code)) {
       throw new ConfigError(
-        `DATABASE_URL: cannot connect to ${redactedUrl(env.DATABASE_URL)} (${(error as Error).message})`,
+        `DATABASE_URL: cannot connect to ${databaseTarget(env.DATABASE_URL)} (${(error as Error).message})`,
       );
     }
     throw error;
@@ -146,7 +146,9 @@ async function connectRedis(url: string): Promise<Redis> {
   } catch (error) {
     client.disconnect();
     const cause = lastError ?? (error as Error);
-    throw new ConfigError(`REDIS_URL: cannot connect to ${redactedUrl(url)} (${cause.message})`);
+    const { host, port, db } = client.options;
+    // Where it tried, as ioredis read the URL: never a user, a password (the query may carry one too).
+    throw new ConfigError(`REDIS_URL: cannot connect to ${host}:${port} (db ${db ?? 0}): ${cause.message}`);
   }
   return client;
 }
@@ -165,10 +167,15 @@ const unreachableDatabase = new Set([
   '3D000', // no such database
 ]);
 
-// A URL as it may be printed: everything up to its last `@` (a user and a password, written raw or
-// not) is hidden, whether or not the URL has a scheme (ioredis takes `user:secret@host:6379`).
-function redactedUrl(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)?.*@/i, '$1***@');
+// Where a DATABASE_URL points: host, port and database, never a user or a password (the query may
+// carry one too).
+function databaseTarget(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.hostname || 'localhost'}:${parsed.port || 5432}${parsed.pathname}`;
+  } catch {
+    return 'the server it names';
+  }
 }
 
 main().catch((error: unknown) => {

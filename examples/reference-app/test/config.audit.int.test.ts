@@ -88,4 +88,22 @@ describe('npm start: configuration mistakes', () => {
     expectClearRefusal(run, 'DATABASE_URL');
     expect(run.output).not.toContain('secret');
   }, 40_000);
+  // Was a defect (found by a review): a REDIS_URL without its scheme (`user:password@host:port`,
+  // which ioredis accepts) was printed with its password when nobody answered.
+  it('an unreachable REDIS_URL without its scheme does not print its password', async () => {
+    const run = await start({ REDIS_URL: `user:s3cret-review@127.0.0.1:${await freePort()}` });
+    expectClearRefusal(run, 'REDIS_URL');
+    expect(run.output).not.toContain('s3cret-review');
+  }, 40_000);
+
+  // Was a defect (found by a second review): a password in the query (`?password=`, which ioredis
+  // and pg read as an option) was printed in full.
+  it('an unreachable REDIS_URL or DATABASE_URL with a password in its query does not print it', async () => {
+    const redis = await start({ REDIS_URL: `redis://127.0.0.1:${await freePort()}/0?password=s3cret-query` });
+    expectClearRefusal(redis, 'REDIS_URL');
+    expect(redis.output).not.toContain('s3cret-query');
+    const db = await start({ DATABASE_URL: `postgres://127.0.0.1:${await freePort()}/test?password=s3cret-query` });
+    expectClearRefusal(db, 'DATABASE_URL');
+    expect(db.output).not.toContain('s3cret-query');
+  }, 60_000);
 });

@@ -170,23 +170,31 @@ function nothingMatched(ctx: Context): boolean {
 }
 
 /**
- * The template of the route @koa/router will run for this request, when it routed it. Mounted on a
- * route, `ctx._matchedRoute` names it; mounted with `router.use()`, that names the use layer
- * (`/v1(?:\/|$)` on a prefixed router, `/v1` for `use('/v1', ...)`), which every route under it
- * shares: the router's `ctx.matched` still lists the route layers that match, and the last one of
- * this method is the one that runs.
+ * The template of the route @koa/router runs for this request, when it routed it. `ctx._matchedRoute`
+ * names the layer running now: on a route, that route. Mounted with `router.use()`, though, it names
+ * the use layer (`/v1(?:\/|$)` on a prefixed router, `/v1` for `use('/v1', ...)`), which every route
+ * under it shares. `ctx.matched` lists every layer whose path matches, in order, whatever its method
+ * (a catch-all after the route too, which runs only if the route passes the request on): the route
+ * that runs next is the first one of this method after the use layer.
  */
 function routeTemplateOf(ctx: Context): string | undefined {
   const routed = ctx as { matched?: unknown; _matchedRoute?: unknown };
-  if (Array.isArray(routed.matched)) {
-    for (let i = routed.matched.length - 1; i >= 0; i--) {
-      const layer = routed.matched[i] as { path?: unknown; methods?: unknown };
-      if (Array.isArray(layer.methods) && layer.methods.includes(ctx.method) && typeof layer.path === 'string') {
-        return layer.path;
-      }
+  const current = routed._matchedRoute;
+  if (!Array.isArray(routed.matched) || typeof current !== 'string') {
+    return typeof current === 'string' ? current : undefined;
+  }
+  const layers = routed.matched as Array<{ path?: unknown; methods?: unknown }>;
+  const at = layers.findIndex((layer) => layer.path === current);
+  const running = layers[at];
+  // A route layer (it has methods): the route itself.
+  if (running === undefined || !Array.isArray(running.methods) || running.methods.length > 0) return current;
+  for (let i = at + 1; i < layers.length; i++) {
+    const layer = layers[i] as { path?: unknown; methods?: unknown };
+    if (Array.isArray(layer.methods) && layer.methods.includes(ctx.method) && typeof layer.path === 'string') {
+      return layer.path;
     }
   }
-  return typeof routed._matchedRoute === 'string' ? routed._matchedRoute : undefined;
+  return current;
 }
 
 interface Execution {
