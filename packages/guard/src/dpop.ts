@@ -334,7 +334,8 @@ export function requestHtu(
   runtime: DpopRuntime,
   request: { headers: Record<string, string | string[] | undefined>; url?: string },
 ): string {
-  const host = request.headers.host;
+  // HTTP/2 names the host in `:authority` (RFC 9113 8.3.1), which Node lists with the headers.
+  const host = request.headers.host ?? request.headers[':authority'];
   const origin = runtime.origin ?? `http://${typeof host === 'string' ? host : 'invalid.invalid'}`;
   return origin + (typeof request.url === 'string' ? request.url : '/');
 }

@@ -57,7 +57,8 @@ export async function forwardHeaders<T extends string | string[] | number | unde
   return stripped;
 }
 
-// Headers about one connection, not the message (RFC 9110 section 7.6.1), and `host`, which names
+// Headers about one connection, not the message (RFC 9110 section 7.6.1; HTTP/2's pseudo-headers
+// go too, see dropHopByHop), and `host`, which names
 // the gateway: the client that makes the upstream request writes its own. Passed on, they break that
 // request (fetch refuses `transfer-encoding` and a `connection` it did not choose) or mislead the
 // upstream (its virtual host is the gateway's name). `proxy-authorization` is a credential for the
@@ -106,7 +107,10 @@ function dropHopByHop(headers: Record<string, unknown>, kept: ReadonlySet<string
   }
   for (const name of Object.keys(headers)) {
     const lower = name.toLowerCase();
-    if (hopByHop.has(lower) || named.has(lower)) delete headers[name];
+    // HTTP/2 pseudo-headers (`:method`, `:path`, `:authority`, `:scheme`, `:status`) frame one
+    // message of one connection (RFC 9113 8.3), and Node's compatibility API lists them with the
+    // others: passed on, fetch refuses the name and the gateway answers 500.
+    if (hopByHop.has(lower) || named.has(lower) || lower.startsWith(':')) delete headers[name];
   }
 }
 

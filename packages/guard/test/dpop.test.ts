@@ -55,6 +55,20 @@ function code(result: GuardResult): string {
 }
 
 describe('DPoP (case 52)', () => {
+  // Was a defect: without `origin`, the proof's `htu` was compared with `http://` + Host, and an
+  // HTTP/2 request has no Host, only `:authority`: every proof over HTTP/2 was refused.
+  it('without origin, an HTTP/2 request is matched by its :authority', async () => {
+    const { clock, guard } = setup({ origin: undefined });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const dpopProof = proof({ accessToken, htu: 'http://api.example/orders' }, clock.seconds());
+    const result = await guard.authenticate({
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: dpopProof, ':authority': 'api.example' },
+    });
+    expect(code(result)).toBe('ok');
+  });
+
   it('accepts a bound token with a valid proof, then refuses the same proof again (replay)', async () => {
     const { clock, guard } = setup();
     const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });

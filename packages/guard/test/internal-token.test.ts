@@ -475,6 +475,26 @@ describe('header stripping and forwarding (case 47)', () => {
     expect(own['x-gw-token']).not.toBe('forged');
   });
 
+  // Was a defect: behind an HTTP/2 server (Fastify's `http2: true`), Node's request headers carry the
+  // pseudo-headers, which were passed on: fetch refused the name `:method` and the gateway answered 500.
+  it('forwardHeaders and withoutHopByHop drop HTTP/2 pseudo-headers, which fetch refuses', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const principal = await edgePrincipal();
+    const h2 = {
+      ':method': 'POST',
+      ':path': '/orders',
+      ':authority': 'api.example',
+      ':scheme': 'https',
+      accept: 'application/json',
+    };
+    const headers = await forwardHeaders(h2, principal, { issuer, audience: 'orders' });
+    expect(Object.keys(headers).sort()).toEqual(['accept', 'idem-internal-token']);
+    expect(() => new Headers(joinHeaderValues(headers))).not.toThrow();
+    expect(withoutHopByHop({ ':status': '201', 'content-type': 'application/json' })).toEqual({
+      'content-type': 'application/json',
+    });
+  });
+
   // A client-sent X-Forwarded-For/Host/Proto reaches an upstream that trusts its proxy (the gateway) as if
   // the gateway had written it; the family also carries identity (X-Forwarded-Email, -Groups, -Client-Cert).
   const proxied = {
