@@ -1,0 +1,128 @@
+// Fastify with `http2: true, https: { allowHTTP1: true }`: HTTP/1.1 and HTTP/2 clients on one server
+// and one store. The server runs in a child process (the built packages), so that what ends a real
+// process (an unhandled rejection, Node's default `--unhandled-rejections=throw`) shows as its exit.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http2 from 'node:http2';
+import https from 'node:https';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import type { H2Answer } from '../../core/test/support/h2.js';
+import { h2post } from '../../core/test/support/h2.js';
+
+const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
+let dir: string;
+let cert: Buffer;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'idem-h2-tls-'));
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1'].concat([
+      '-subj',
+      '/CN=localhost',
+      '-keyout',
+      join(dir, 'k.pem'),
+      '-out',
+      join(dir, 'c.pem'),
+    ]),
+    { stdio: 'ignore' },
+  );
+  cert = readFileSync(join(dir, 'c.pem'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const closers: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  while (closers.length > 0) await closers.pop()?.();
+});
+
+// The app: a route answering 426 with the Upgrade field RFC 9110 §15.5.22 requires of it, and
+// `replayHeaders: ['upgrade']` so that its replays carry it too.
+const server = `
+import { readFileSync } from 'node:fs';
+import Fastify from 'fastify';
+import { memoryStore } from '@idem/core';
+import { idempotency } from '@idem/fastify';
+const app = Fastify({ http2: true, https: { allowHTTP1: true, key: readFileSync(process.env.KEY), cert: readFileSync(process.env.CERT) } });
+await app.register(idempotency, { store: memoryStore(), scope: () => 'user_1', replayHeaders: ['upgrade'] });
+app.post('/charges', async (request, reply) => {
+  reply.code(426).header('upgrade', 'TLS/1.3');
+  return { error: 'upgrade_required' };
+});
+await app.listen({ port: 0, host: '127.0.0.1' });
+process.stdout.write(app.server.address().port + '\\n');
+`;
+
+function h1post(port: number, headers: Record<string, string>, body: string): Promise<H2Answer> {
+  return new Promise((resolve, reject) => {
+    const request = https.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/charges',
+        headers,
+        ca: cert,
+        rejectUnauthorized: false,
+        agent: false,
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+      },
+    );
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
+// Was wrong: the retry over HTTP/2 of a key whose 426 was stored over HTTP/1.1 (with `upgrade` in
+// `replayHeaders`, which the plugin accepts) kills the server process: writeResponse's writeHead
+// throws ERR_HTTP2_INVALID_CONNECTION_HEADERS inside `begun()`, called from
+// `own.begin(...).then(begun, done)` in the preHandler hook, whose rejection nobody handles; the
+// process exits on the unhandled rejection (every in-flight request of every client is lost), and
+// the client is never answered. Every later HTTP/2 retry of that key does the same while the record
+// lives. Expected: the stored 426 is replayed (RFC 9113 §8.2.2: connection-specific fields are not
+// written on HTTP/2), and a failure while answering early never escapes as an unhandled rejection
+// (`.then(begun).catch(done)`, or a try/catch in `answer`, so Fastify answers 500 at worst).
+it.fails('TLS allowHTTP1: an HTTP/2 retry of a 426 stored over HTTP/1.1 is replayed; the process stays up', async () => {
+  const child: ChildProcess = spawn(process.execPath, ['--input-type=module', '-e', server], {
+    cwd: packageDir,
+    env: { ...process.env, KEY: join(dir, 'k.pem'), CERT: join(dir, 'c.pem') },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk;
+  });
+  const exited = new Promise<string>((resolve) =>
+    child.once('exit', (code, signal) =>
+      resolve(`server exited (${code ?? signal}): ${stderr.split('\n').find((line) => /Error/.test(line))}`),
+    ),
+  );
+  closers.push(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill();
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.stdout?.once('data', (chunk: Buffer) => resolve(Number(String(chunk).trim())));
+    exited.then((why) => reject(new Error(why)));
+  });
+  const headers = { 'content-type': 'application/json', 'idempotency-key': 'tls-426-1' };
+  const first = await h1post(port, headers, '{"amount":1}');
+  expect(first.status).toBe(426);
+  const session = http2.connect(`https://127.0.0.1:${port}`, { ca: cert, rejectUnauthorized: false });
+  session.on('error', () => undefined);
+  closers.push(() => void session.destroy());
+  // A stream the dying server drops (an error, or an end without a response) is reported by why.
+  const answer = await h2post(session, headers, '{"amount":1}').catch(() => undefined);
+  const retry = answer !== undefined && Number.isFinite(answer.status) ? answer : await exited;
+  expect(retry).toMatchObject({ status: 426, body: first.body });
+  expect((retry as H2Answer).headers['idempotent-replayed']).toBe('true');
+  expect(child.exitCode).toBeNull();
+});

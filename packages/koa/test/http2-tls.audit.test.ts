@@ -1,0 +1,114 @@
+// A Koa app on `http2.createSecureServer({ allowHTTP1: true })`: HTTP/1.1 clients get an
+// IncomingMessage/ServerResponse, HTTP/2 clients an Http2ServerRequest/Http2ServerResponse, and both
+// share the one idempotency store.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http2 from 'node:http2';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { memoryStore } from '@idem/core';
+import Koa from 'koa';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { h2post } from '../../core/test/support/h2.js';
+import { idempotency } from '../src/idempotency.js';
+
+let dir: string;
+let key: Buffer;
+let cert: Buffer;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'idem-h2-tls-'));
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1'].concat([
+      '-subj',
+      '/CN=localhost',
+      '-keyout',
+      join(dir, 'k.pem'),
+      '-out',
+      join(dir, 'c.pem'),
+    ]),
+    { stdio: 'ignore' },
+  );
+  key = readFileSync(join(dir, 'k.pem'));
+  cert = readFileSync(join(dir, 'c.pem'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (closers.length > 0) await closers.pop()?.();
+});
+
+function h1post(port: number, headers: Record<string, string>, body: string) {
+  return new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+    const request = https.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/charges',
+        headers,
+        ca: cert,
+        rejectUnauthorized: false,
+        agent: false,
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+      },
+    );
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
+// Was wrong: `replayHeaders: ['upgrade']` is accepted (only connection, keep-alive and
+// transfer-encoding are refused as "belonging to one request only"), so a 426 answered to an
+// HTTP/1.1 client is stored with its `Upgrade` field; the retry of the same key over HTTP/2 is then
+// answered 500 Internal Server Error, for as long as the record lives: writeResponse hands the field
+// to Http2ServerResponse.writeHead, which throws ERR_HTTP2_INVALID_CONNECTION_HEADERS. (Under
+// Fastify's `http2: true` the same throw is an unhandled rejection: see the Fastify audit file.)
+// Expected: the replay is the stored 426 (idempotency-key draft: the retry gets the first response),
+// which requires that a connection-specific field never be written on an HTTP/2 response (RFC 9113
+// §8.2.2: "MUST NOT contain any connection-specific header field"; Upgrade is one, RFC 9110 §7.8 and
+// §7.6.1). Fix: add upgrade, proxy-connection, te and http2-settings to `neverReplayed`, and have
+// writeResponse drop connection-specific fields on an HTTP/2 response.
+it.fails('TLS allowHTTP1: a 426 stored over HTTP/1.1 with replayHeaders ["upgrade"] is replayed over HTTP/2, not 500', async () => {
+  let runs = 0;
+  const app = new Koa();
+  app.silent = true;
+  app.use(idempotency({ store: memoryStore(), scope: () => 'user_1', replayHeaders: ['upgrade'] }));
+  app.use((ctx) => {
+    runs++;
+    // RFC 9110 §15.5.22: a 426 "MUST send an Upgrade header field".
+    ctx.set('upgrade', 'TLS/1.3');
+    ctx.status = 426;
+    ctx.body = { error: 'upgrade_required' };
+  });
+  const server = http2.createSecureServer({ allowHTTP1: true, key, cert }, app.callback() as never);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  const session = http2.connect(`https://127.0.0.1:${port}`, { ca: cert, rejectUnauthorized: false });
+  session.on('error', () => undefined);
+  closers.push(
+    () =>
+      new Promise<void>((resolve) => {
+        session.destroy();
+        server.close(() => resolve());
+      }),
+  );
+  const headers = { 'content-type': 'application/json', 'idempotency-key': 'tls-426-1' };
+  const first = await h1post(port, headers, '{"amount":1}');
+  expect(first.status).toBe(426);
+  const retry = await h2post(session, headers, '{"amount":1}');
+  expect(retry.status).toBe(426);
+  expect(retry.headers['idempotent-replayed']).toBe('true');
+  expect(retry.body).toBe(first.body);
+  expect(runs).toBe(1);
+});
