@@ -410,9 +410,10 @@ export const defaultReplayHeaders = [
 ] as const;
 
 // Per-request or per-client headers: replaying them would hand one response's cookie, date, quota
-// or trace id to another request. They are refused even when listed in `replayHeaders`.
+// or trace id to another request; and fields about one connection (`upgrade`, `te`, ...), which an
+// HTTP/2 retry could not even be sent. They are refused even when listed in `replayHeaders`.
 const neverReplayed =
-  /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|traceparent|tracestate|x-ratelimit-.*|ratelimit.*|retry-after)$/;
+  /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|proxy-connection|upgrade|te|http2-settings|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|traceparent|tracestate|x-ratelimit-.*|ratelimit.*|retry-after)$/;
 
 // Request headers that differ between attempts of one operation: in the identity, every retry would
 // be another request (422). Credentials rotate; ids, trace context and timing marks are per attempt;
@@ -1391,7 +1392,13 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
   }
   const bodyless = response.status === 204 || response.status === 304;
   const headers: OutgoingHttpHeaders = {};
-  for (const name in response.headers) headers[name] = response.headers[name];
+  // Over HTTP/2, fields about one connection are malformed (RFC 9113 8.2.2): Node throws on them,
+  // and a replay stored from an HTTP/1.1 answer may carry one. Left out there.
+  const h2 = streamOf(res) !== undefined && !('errored' in (res as object));
+  for (const name in response.headers) {
+    if (h2 && connectionSpecific.has(name.toLowerCase())) continue;
+    headers[name] = response.headers[name];
+  }
   const body = response.body;
   if (!bodyless) headers['content-length'] = String(body.length);
   res.writeHead(response.status, headers);
@@ -1405,6 +1412,28 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
     else res.end(bytes);
   }
 }
+
+/**
+ * Whether a header field is about one connection, which an HTTP/2 message must not carry (RFC 9113
+ * 8.2.2; Node throws on it): for an adapter copying headers onto a response that may be HTTP/2.
+ *
+ * @example
+ * if (!connectionSpecificField('keep-alive')) res.setHeader('keep-alive', 'timeout=5');
+ */
+export function connectionSpecificField(name: string): boolean {
+  return connectionSpecific.has(name.toLowerCase());
+}
+
+// The fields HTTP/2 forbids (RFC 9113 8.2.2), as Node refuses them.
+const connectionSpecific: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'http2-settings',
+  'te',
+]);
 
 // Above this, copying the body into a string costs more than the extra chunk it saves.
 const latin1Limit = 16_384;

@@ -1,6 +1,7 @@
 import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import {
+  connectionSpecificField,
   createHttpIdempotency,
   decodeRequestBody,
   type HttpBeginResult,
@@ -225,12 +226,20 @@ function overridesOf(route: RouteIdempotencyOptions): RouteOverrides {
 function answer(reply: FastifyReply, response: HttpResponse) {
   const set = reply.getHeaders();
   const raw = reply.raw;
-  for (const name in set) {
-    const value = set[name];
-    if (value !== undefined) raw.setHeader(name, value);
-  }
+  // Over HTTP/2, a field an earlier hook set about the connection (`keep-alive`, ...) is left out.
+  const h2 = reply.request.raw.httpVersionMajor === 2;
   reply.hijack();
-  writeResponse(raw, response);
+  try {
+    for (const name in set) {
+      const value = set[name];
+      if (value !== undefined && !(h2 && connectionSpecificField(name))) raw.setHeader(name, value);
+    }
+    writeResponse(raw, response);
+  } catch (error) {
+    // A header an earlier hook set that Node will not write (over HTTP/2, a connection-specific one):
+    // thrown here, inside a promise callback, it would end the process. This answer is given up.
+    raw.destroy(error as Error);
+  }
 }
 
 // The body, read by the plugin, handed on to Fastify's parser as a stream of the same bytes. A plain

@@ -44,14 +44,14 @@ function frame(type: number, flags: number, stream: number, payload: Buffer): Bu
   return Buffer.concat([head, payload]);
 }
 
-// Was wrong: over HTTP/2, a request with two `authorization` fields is authenticated with the first
+// Was a defect: over HTTP/2, a request with two `authorization` fields is authenticated with the first
 // one and runs the handler (200). Node's HTTP/2 compatibility request keeps only the first value of
 // a single-value field in `headers` and has no `headersDistinct`, which is what guardRequestFromNode
 // reads to see the second (both are still in `rawHeaders`). On HTTP/1.1 the same request is refused.
 // Expected: 400 `multiple_tokens`, the handler never runs (RFC 6750 §2: one credential per request;
 // extractBearerToken's docs: "two Authorization headers: `multiple_tokens` (400)"; the glue's
 // HTTP/1.1 case 5 in guard/test/support/http-scenarios.ts). The same function serves the Koa glue.
-it.fails('HTTP/2: two Authorization fields are refused 400 multiple_tokens, the handler never runs', async () => {
+it('HTTP/2: two Authorization fields are refused 400 multiple_tokens, the handler never runs', async () => {
   const edge = createGuard({
     audience: AUDIENCE,
     now: manualClock().now,

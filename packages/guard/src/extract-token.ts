@@ -132,10 +132,27 @@ export function extractHeaderToken(request: GuardRequest, name: string, maxLengt
 export interface NodeRequestLike {
   headers: Record<string, string | string[] | undefined>;
   headersDistinct?: Record<string, string[] | undefined>;
+  /** The fields as sent, name and value in turn (read when `headersDistinct` is missing: HTTP/2). */
+  rawHeaders?: readonly string[];
   // `| undefined` spelt out: Node's IncomingMessage declares them so, and under
   // exactOptionalPropertyTypes a request must be accepted as it is.
   url?: string | undefined;
   method?: string | undefined;
+}
+
+// Every value of a field, from the name/value list Node keeps as sent. For an HTTP/2 request, which
+// has no `headersDistinct` and keeps only the first `Authorization` in `headers`: the second one must
+// be seen for the single-credential rule.
+function rawValues(raw: readonly string[] | undefined, name: string): string[] | undefined {
+  if (!Array.isArray(raw)) return undefined;
+  const lower = name.toLowerCase();
+  let values: string[] | undefined;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if ((raw[i] as string).toLowerCase() !== lower) continue;
+    if (values === undefined) values = [raw[i + 1] as string];
+    else values.push(raw[i + 1] as string);
+  }
+  return values;
 }
 
 /**
@@ -152,7 +169,7 @@ export function guardRequestFromNode(
 ): GuardRequest {
   const headers: Record<string, string | string[] | undefined> = { ...message.headers };
   for (const name of ['authorization', 'dpop', ...(options.tokenHeaders ?? [])]) {
-    const distinct = message.headersDistinct?.[name];
+    const distinct = message.headersDistinct?.[name] ?? rawValues(message.rawHeaders, name);
     if (distinct !== undefined) headers[name] = distinct.length === 1 ? distinct[0] : distinct;
   }
   const url = options.url ?? message.url;

@@ -1,12 +1,14 @@
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
-import { decodeBody, defaultBodyLimit } from './raw-body.js';
+import { decodeBody, defaultBodyLimit, readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /** The parts of a Fastify request the handler uses. */
 export interface FastifyLikeRequest {
   headers: IncomingHttpHeaders;
   body?: unknown;
+  /** Node's request: read here when Fastify left an HTTP/2 body unparsed (no Content-Type, no length). */
+  raw?: IncomingMessage;
 }
 
 /** The parts of a Fastify reply the handler uses. */
@@ -33,6 +35,12 @@ export interface FastifyWebhookOptions extends GlueOptions {
   path: string;
 }
 
+// An HTTP/2 request whose stream did not end with its headers, and whose body nobody has read yet.
+function h2BodyPending(raw: IncomingMessage): boolean {
+  const stream = (raw as { stream?: { endAfterHeaders?: boolean } }).stream;
+  return raw.httpVersionMajor === 2 && stream?.endAfterHeaders === false && !raw.readableEnded;
+}
+
 const hasNoBody = (headers: IncomingHttpHeaders) =>
   headers['transfer-encoding'] === undefined &&
   (headers['content-length'] === undefined || headers['content-length'] === '0');
@@ -55,14 +63,21 @@ export function fastifyWebhookHandler(receiver: Receiver, options: GlueOptions =
   return async (request: FastifyLikeRequest, reply: FastifyLikeReply): Promise<unknown> => {
     let response: ReceiverResponse;
     try {
-      const raw =
-        request.body === undefined && hasNoBody(request.headers)
-          ? Buffer.alloc(0)
-          : requireBuffer(
-              request.body,
-              "Register the route with a buffer parser (parseAs: 'buffer'), e.g. with fastifyWebhook().",
-            );
-      const body = await decodeBody(raw, request.headers['content-encoding'], { limit });
+      let body: Buffer;
+      if (request.body === undefined && request.raw !== undefined && h2BodyPending(request.raw)) {
+        // HTTP/2 frames a body without Content-Length or Transfer-Encoding (RFC 9113 8.1.1), and
+        // Fastify, reading HTTP/1.1's rule, parses none: the bytes are still in the request.
+        body = await readRawBody(request.raw, { limit });
+      } else {
+        const raw =
+          request.body === undefined && hasNoBody(request.headers)
+            ? Buffer.alloc(0)
+            : requireBuffer(
+                request.body,
+                "Register the route with a buffer parser (parseAs: 'buffer'), e.g. with fastifyWebhook().",
+              );
+        body = await decodeBody(raw, request.headers['content-encoding'], { limit });
+      }
       response = await receiver.handle({ headers: request.headers, body });
     } catch (error) {
       const failed = glueErrorResponse(error, options);

@@ -15,7 +15,7 @@ afterEach(async () => {
   while (closers.length > 0) await closers.pop()?.();
 });
 
-// Was wrong: over HTTP/2, a genuine signed delivery that carries neither Content-Type nor
+// Was a defect: over HTTP/2, a genuine signed delivery that carries neither Content-Type nor
 // Content-Length is answered 400 `signature_mismatch` (non-retryable, reported `rejected`) and never
 // applied, on every retry: Fastify does not parse a body it believes absent, and
 // fastifyWebhookHandler's `hasNoBody` applies the HTTP/1.1 rule "no Content-Length and no
@@ -25,7 +25,7 @@ afterEach(async () => {
 // frames and END_STREAM, Content-Length is optional and Transfer-Encoding never sent; the same
 // HTTP/1.1 rule was fixed in core's readRequestBody). Fix: when `request.body` is undefined and the
 // raw request is HTTP/2 whose stream did not end with its headers, read `request.raw` (readRawBody).
-it.fails('HTTP/2 without Content-Type or Content-Length: a signed delivery is verified and applied', async () => {
+it('HTTP/2 without Content-Type or Content-Length: a signed delivery is verified and applied', async () => {
   const applied: string[] = [];
   const receiver = createReceiver({
     store: memoryStore(),
