@@ -1,35 +1,22 @@
 // Fastify with `http2: true, https: { allowHTTP1: true }`: HTTP/1.1 and HTTP/2 clients on one server
 // and one store. The server runs in a child process (the sources, through tsx), so that what ends a real
 // process (an unhandled rejection, Node's default `--unhandled-rejections=throw`) shows as its exit.
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import http2 from 'node:http2';
-import https from 'node:https';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import type { H2Answer } from '../../core/test/support/h2.js';
-import { h2post } from '../../core/test/support/h2.js';
+import { h1post, h2post, selfSignedCert } from '../../core/test/support/h2.js';
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 let dir: string;
 let cert: Buffer;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'idem-h2-tls-'));
-  execFileSync(
-    'openssl',
-    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1'].concat([
-      '-subj',
-      '/CN=localhost',
-      '-keyout',
-      join(dir, 'k.pem'),
-      '-out',
-      join(dir, 'c.pem'),
-    ]),
-    { stdio: 'ignore' },
-  );
-  cert = readFileSync(join(dir, 'c.pem'));
+  ({ cert } = selfSignedCert(dir));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -58,33 +45,6 @@ app.post('/charges', async (request, reply) => {
 await app.listen({ port: 0, host: '127.0.0.1' });
 process.stdout.write(app.server.address().port + '\\n');
 `;
-
-function h1post(port: number, headers: Record<string, string>, body: string): Promise<H2Answer> {
-  return new Promise((resolve, reject) => {
-    const request = https.request(
-      {
-        host: '127.0.0.1',
-        port,
-        method: 'POST',
-        path: '/charges',
-        headers,
-        ca: cert,
-        rejectUnauthorized: false,
-        agent: false,
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          text += chunk;
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
-      },
-    );
-    request.on('error', reject);
-    request.end(body);
-  });
-}
 
 // Was a defect: the retry over HTTP/2 of a key answered first over HTTP/1.1 killed the server process
 // when a hook had set a connection-specific field on the reply (`Keep-Alive`, fine on HTTP/1.1): the
@@ -115,7 +75,7 @@ it('TLS allowHTTP1: an HTTP/2 retry of a 426 stored over HTTP/1.1 is replayed; t
     exited.then((why) => reject(new Error(why)));
   });
   const headers = { 'content-type': 'application/json', 'idempotency-key': 'tls-426-1' };
-  const first = await h1post(port, headers, '{"amount":1}');
+  const first = await h1post(port, headers, '{"amount":1}', cert);
   expect(first.status).toBe(426);
   const session = http2.connect(`https://127.0.0.1:${port}`, { ca: cert, rejectUnauthorized: false });
   session.on('error', () => undefined);

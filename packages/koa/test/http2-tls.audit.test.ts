@@ -1,17 +1,15 @@
 // A Koa app on `http2.createSecureServer({ allowHTTP1: true })`: HTTP/1.1 clients get an
 // IncomingMessage/ServerResponse, HTTP/2 clients an Http2ServerRequest/Http2ServerResponse, and both
 // share the one idempotency store.
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import http2 from 'node:http2';
-import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { memoryStore } from '@idem/core';
 import Koa from 'koa';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { h2post } from '../../core/test/support/h2.js';
+import { h1post, h2post, selfSignedCert } from '../../core/test/support/h2.js';
 import { idempotency } from '../src/idempotency.js';
 
 let dir: string;
@@ -19,20 +17,7 @@ let key: Buffer;
 let cert: Buffer;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'idem-h2-tls-'));
-  execFileSync(
-    'openssl',
-    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1'].concat([
-      '-subj',
-      '/CN=localhost',
-      '-keyout',
-      join(dir, 'k.pem'),
-      '-out',
-      join(dir, 'c.pem'),
-    ]),
-    { stdio: 'ignore' },
-  );
-  key = readFileSync(join(dir, 'k.pem'));
-  cert = readFileSync(join(dir, 'c.pem'));
+  ({ key, cert } = selfSignedCert(dir));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -40,33 +25,6 @@ const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {
   while (closers.length > 0) await closers.pop()?.();
 });
-
-function h1post(port: number, headers: Record<string, string>, body: string) {
-  return new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
-    const request = https.request(
-      {
-        host: '127.0.0.1',
-        port,
-        method: 'POST',
-        path: '/charges',
-        headers,
-        ca: cert,
-        rejectUnauthorized: false,
-        agent: false,
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          text += chunk;
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
-      },
-    );
-    request.on('error', reject);
-    request.end(body);
-  });
-}
 
 // Was a defect: `replayHeaders: ['upgrade']` was accepted, so a 426 answered to an HTTP/1.1 client was
 // stored with its `Upgrade` field, and its retry over HTTP/2 was answered 500 for as long as the
@@ -105,7 +63,7 @@ it('TLS allowHTTP1: a 426 stored over HTTP/1.1 is replayed over HTTP/2', async (
       }),
   );
   const headers = { 'content-type': 'application/json', 'idempotency-key': 'tls-426-1' };
-  const first = await h1post(port, headers, '{"amount":1}');
+  const first = await h1post(port, headers, '{"amount":1}', cert);
   expect(first.status).toBe(426);
   const retry = await h2post(session, headers, '{"amount":1}');
   expect(retry.status).toBe(426);
