@@ -169,7 +169,9 @@ export function guardRequestFromNode(
 ): GuardRequest {
   const headers: Record<string, string | string[] | undefined> = { ...message.headers };
   for (const name of ['authorization', 'dpop', ...(options.tokenHeaders ?? [])]) {
-    const distinct = message.headersDistinct?.[name] ?? rawValues(message.rawHeaders, name);
+    // `headersDistinct` where Node has it (HTTP/1.1); the raw list only where it has not (HTTP/2).
+    const distinct =
+      message.headersDistinct !== undefined ? message.headersDistinct[name] : rawValues(message.rawHeaders, name);
     if (distinct !== undefined) headers[name] = distinct.length === 1 ? distinct[0] : distinct;
   }
   const url = options.url ?? message.url;
