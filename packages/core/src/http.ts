@@ -1111,19 +1111,26 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
   if (req.readableEnded || (req.complete && req.readableLength === 0)) {
     return Promise.resolve({ ok: true, body: undefined });
   }
-  if (declared === 0) return Promise.resolve({ ok: true, body: undefined });
-  // HTTP/1.1 frames a body by Content-Length or Transfer-Encoding, and neither means none (RFC 9112
-  // 6.3). HTTP/2 frames it by DATA frames and END_STREAM: Content-Length is optional there and
-  // Transfer-Encoding never sent (RFC 9113 8.1.1, 8.2.2), so a request without either may well
-  // carry one, and left unread its body would go unfingerprinted and unbounded. It has none only
-  // when its stream ended with its headers.
-  if (!Number.isFinite(declared) && req.headers['transfer-encoding'] === undefined) {
-    const h2 = (req as { stream?: { endAfterHeaders?: boolean } }).stream;
-    if (req.httpVersionMajor !== 2 || h2 === undefined || h2.endAfterHeaders === true) {
-      return Promise.resolve({ ok: true, body: undefined });
-    }
-  }
+  if (!carriesBody(req)) return Promise.resolve({ ok: true, body: undefined });
   return startReading(req, maxBytes, 'readable');
+}
+
+/**
+ * Whether a request carries a body, by its framing. HTTP/1.1 frames one by Content-Length or
+ * Transfer-Encoding, and neither means none (RFC 9112 6.3). HTTP/2 frames it by DATA frames and
+ * END_STREAM: Content-Length is optional there and Transfer-Encoding never sent (RFC 9113 8.1.1,
+ * 8.2.2), so a request without either may well carry one (left unread, it would go unfingerprinted
+ * and unbounded); it has none only when its stream ended with its headers.
+ *
+ * @example
+ * if (!carriesBody(req)) return { ok: true, body: undefined };
+ */
+export function carriesBody(req: IncomingMessage): boolean {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared)) return declared > 0;
+  if (req.headers['transfer-encoding'] !== undefined) return true;
+  const h2 = (req as { stream?: { endAfterHeaders?: boolean } }).stream;
+  return req.httpVersionMajor === 2 && h2 !== undefined && h2.endAfterHeaders !== true;
 }
 
 /** What a body parser that ran before the middleware left on the request. */
@@ -1151,27 +1158,20 @@ export async function readBodyForFingerprint(
   const read = await readRequestBody(req, maxBytes);
   if (!read.ok) return read;
   if (read.body !== undefined) {
-    const encoding = req.headers['content-encoding'];
-    return encoding === undefined ? read : decodedBody(read.body, encoding, maxBytes);
+    return decodeRequestBody(read.body, req.headers['content-encoding'], maxBytes);
   }
   return parsedBodyRead(parsed, req.headers['content-type']);
 }
 
 /**
- * A compressed body is fingerprinted by what it says, as the parser after us will read it: the same
- * JSON compressed twice (gzip writes a timestamp into its header) or once sent plain must not be
- * two different requests. Decoded up to `maxBytes` (413 past it: a small bomb must not expand); a
- * body that does not decode is left as it came, and marked so: the parser will refuse it, and that
- * refusal releases the key (see `markUndecodable`).
- */
-function decodedBody(body: Buffer, encoding: string, maxBytes: number): ReadBodyResult {
-  return decodeRequestBody(body, encoding, maxBytes);
-}
-
-/**
- * The bytes of a request body to fingerprint, decoded by its `Content-Encoding` (see above), for an
- * adapter that reads the raw body itself and hands the encoded bytes on to the framework (Fastify:
- * `@fastify/compress` decodes them after the plugin's hook). Without an encoding, the body as it is.
+ * The bytes of a request body to fingerprint, decoded by its `Content-Encoding`: a compressed body is
+ * fingerprinted by what it says, as the parser after us will read it, so the same JSON compressed
+ * twice (gzip writes a timestamp into its header) or once sent plain is one request. Decoded up to
+ * `maxBytes` (413 past it: a small bomb must not expand); a body that does not decode is left as it
+ * came, and marked so: the parser will refuse it, and that refusal releases the key (see
+ * `markUndecodable`). Without an encoding, the body as it is. Exported for an adapter that reads the
+ * raw body itself and hands the encoded bytes on to the framework (Fastify: `@fastify/compress`
+ * decodes them after the plugin's hook).
  *
  * @example
  * const read = decodeRequestBody(body, request.headers['content-encoding'], 1_048_576);
@@ -1394,7 +1394,7 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
   const headers: OutgoingHttpHeaders = {};
   // Over HTTP/2, fields about one connection are malformed (RFC 9113 8.2.2): Node throws on them,
   // and a replay stored from an HTTP/1.1 answer may carry one. Left out there.
-  const h2 = streamOf(res) !== undefined && !('errored' in (res as object));
+  const h2 = streamOf(res) !== undefined;
   for (const name in response.headers) {
     if (h2 && connectionSpecific.has(name.toLowerCase())) continue;
     headers[name] = response.headers[name];
@@ -1657,7 +1657,7 @@ function captureResponse(
   // without an error (it turns from null to undefined). An Http2ServerResponse has no `errored`, and
   // its stream's stays null then: its `destroy` is watched instead. Only there, to keep HTTP/1.1's
   // path as it was.
-  if (!('errored' in (res as object)) && streamOf(res) !== undefined) {
+  if (streamOf(res) !== undefined) {
     state.originalDestroy = res.destroy as Apply;
     res.destroy = capturedDestroy.bind(state) as ServerResponse['destroy'];
   }
@@ -2055,6 +2055,7 @@ function onCapturedClose(this: CaptureState) {
 // app on `http2.createServer` write to) has neither `errored` nor `destroyed`; its stream has both.
 // A client's RST_STREAM (CANCEL) destroys the stream without an error, as a client leaving an
 // HTTP/1.1 connection does; a failed pipeline into the response destroys it with one.
+// Only an Http2ServerResponse has a `stream`: its presence is what says a response is HTTP/2.
 function streamOf(res: ServerResponse): Readable | undefined {
   return (res as { stream?: Readable }).stream;
 }

@@ -38,6 +38,7 @@ export {
   type BodyRead,
   type CaptureOptions,
   type CaptureResult,
+  carriesBody,
   connectionSpecificField,
   createHttpIdempotency,
   decodeRequestBody,

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import { carriesBody } from '@idem/core';
 import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
 import { decodeBody, defaultBodyLimit, readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
@@ -35,12 +36,6 @@ export interface FastifyWebhookOptions extends GlueOptions {
   path: string;
 }
 
-// An HTTP/2 request whose stream did not end with its headers, and whose body nobody has read yet.
-function h2BodyPending(raw: IncomingMessage): boolean {
-  const stream = (raw as { stream?: { endAfterHeaders?: boolean } }).stream;
-  return raw.httpVersionMajor === 2 && stream?.endAfterHeaders === false && !raw.readableEnded;
-}
-
 const hasNoBody = (headers: IncomingHttpHeaders) =>
   headers['transfer-encoding'] === undefined &&
   (headers['content-length'] === undefined || headers['content-length'] === '0');
@@ -64,19 +59,21 @@ export function fastifyWebhookHandler(receiver: Receiver, options: GlueOptions =
     let response: ReceiverResponse;
     try {
       let body: Buffer;
-      if (request.body === undefined && request.raw !== undefined && h2BodyPending(request.raw)) {
-        // HTTP/2 frames a body without Content-Length or Transfer-Encoding (RFC 9113 8.1.1), and
-        // Fastify, reading HTTP/1.1's rule, parses none: the bytes are still in the request.
-        body = await readRawBody(request.raw, { limit });
+      const raw = request.raw;
+      if (request.body === undefined && raw !== undefined && carriesBody(raw) && !raw.readableEnded) {
+        // A body Fastify did not parse, still in the request: over HTTP/2 one comes without
+        // Content-Length or Transfer-Encoding (RFC 9113 8.1.1), and Fastify, reading HTTP/1.1's rule,
+        // takes it for none.
+        body = await readRawBody(raw, { limit });
       } else {
-        const raw =
+        const parsed =
           request.body === undefined && hasNoBody(request.headers)
             ? Buffer.alloc(0)
             : requireBuffer(
                 request.body,
                 "Register the route with a buffer parser (parseAs: 'buffer'), e.g. with fastifyWebhook().",
               );
-        body = await decodeBody(raw, request.headers['content-encoding'], { limit });
+        body = await decodeBody(parsed, request.headers['content-encoding'], { limit });
       }
       response = await receiver.handle({ headers: request.headers, body });
     } catch (error) {
