@@ -514,12 +514,12 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       stop: string | null,
       waitMs: number,
     ) => {
-      const saved = delivered || stop ? attempt : { ...attempt, waitMs };
+      // With its wait: the statement drops it from a row that ends (delivered, stopped, past the horizon).
       const { rows } = await db.query(recordSql, [
         ...endingValues(row, waitMs),
         delivered,
         stop,
-        JSON.stringify(saved, withoutNul),
+        JSON.stringify({ ...attempt, waitMs }, withoutNul),
       ]);
       return statusOf(rows);
     };
@@ -568,10 +568,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       const stop =
         attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
       const waitMs = delivered || stop ? 0 : sender.nextDelay(row.attempts, attempt.retryAfterMs);
-      // Told once recorded, with the wait that follows when the row waits for another attempt (the
-      // horizon is decided by the database). An observer must never break the relay, whether it
-      // throws or rejects.
-      // Told with the wait only when the row waits for another attempt (not when recording failed).
+      // Told once recorded, with the wait that follows only when the row waits for another attempt
+      // (the database decides the horizon; a failed recording has none). An observer must never break
+      // the relay, whether it throws or rejects.
       const tell = (waits: boolean) =>
         notify(relayOptions.onAttempt, { id: row.id, url: row.url }, waits ? { ...attempt, waitMs } : { ...attempt });
       let status: Awaited<ReturnType<typeof record>>;
