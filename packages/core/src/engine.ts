@@ -6,6 +6,7 @@ import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
 import { notify } from './notify.js';
+import { assertKnownOptions } from './option-names.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
 import { type CompletedRecord, createReplayCache, type ReplayCache } from './replay-cache.js';
@@ -94,6 +95,30 @@ export interface IdempotencyOptions {
    */
   replayCache?: { ttl: Duration; entries?: number } | false;
 }
+
+/** Every name {@link IdempotencyOptions} has; the type check below keeps the list complete. */
+export const engineOptionNames = [
+  'store',
+  'retention',
+  'acknowledgeShortRetention',
+  'lease',
+  'heartbeat',
+  'maxExecution',
+  'wait',
+  'storeOutcome',
+  'mismatchStatus',
+  'storeTimeout',
+  'conflictRetryAfter',
+  'unavailableRetryAfter',
+  'onEvent',
+  'now',
+  'replayCache',
+] as const satisfies readonly (keyof IdempotencyOptions)[];
+const everyEngineOptionNamed: Exclude<keyof IdempotencyOptions, (typeof engineOptionNames)[number]> extends never
+  ? true
+  : never = true;
+void everyEngineOptionNamed;
+const knownEngineOptions: ReadonlySet<string> = new Set(engineOptionNames);
 
 /** What {@link IdempotencyEngine.begin} needs to know about a request. */
 export interface BeginInput {
@@ -256,6 +281,15 @@ const LEASE_LOST = Object.freeze({ ok: false, reason: 'lease-lost' }) as Complet
  */
 export function createIdempotency(options: IdempotencyOptions): IdempotencyEngine {
   if (!options || typeof options !== 'object') throw new TypeError('createIdempotency needs an options object');
+  assertKnownOptions(options, knownEngineOptions, 'createIdempotency');
+  return engineFrom(options);
+}
+
+/**
+ * {@link createIdempotency} for a caller that checked the option names itself (the HTTP layer's
+ * options hold its own names too).
+ */
+export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const { store } = options;
   const contract = ['claim', 'renew', 'complete', 'release', 'get'] as const;
   const missing = store ? contract.filter((method) => typeof store[method] !== 'function') : contract;
@@ -293,6 +327,8 @@ export function createIdempotency(options: IdempotencyOptions): IdempotencyEngin
   const conflictRetryAfter = delaySeconds(options.conflictRetryAfter, 1, 'conflictRetryAfter');
   const unavailableRetryAfter = delaySeconds(options.unavailableRetryAfter, 2, 'unavailableRetryAfter');
   const now = options.now ?? Date.now;
+  // A clock that is no function would only fail at the first request, as a 500.
+  if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
   const onEvent = options.onEvent;
   if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError('onEvent must be a function');
   const replays = replayCacheOf(options.replayCache, store.inProcess === true);
@@ -876,10 +912,15 @@ function completedRecord(lease: Lease, response: StoredResponse): CompletedRecor
  * The `replayCache` option, checked: undefined when off, or for a store in this process, which
  * answers as fast as the cache would.
  */
+const knownReplayCacheOptions: ReadonlySet<string> = new Set<
+  keyof Exclude<IdempotencyOptions['replayCache'], false | undefined>
+>(['ttl', 'entries']);
+
 function replayCacheOf(option: IdempotencyOptions['replayCache'], inProcess: boolean): ReplayCache | undefined {
   if (option === undefined || option === false) return undefined;
   if (option === null || typeof option !== 'object')
     throw new TypeError('replayCache must be { ttl, entries? } or false');
+  assertKnownOptions(option, knownReplayCacheOptions, 'replayCache');
   const ttlMs = toMilliseconds(option.ttl, 'replayCache.ttl');
   if (!(ttlMs >= 1) || ttlMs > 3_600_000) throw new TypeError('replayCache.ttl must be from 1ms to 1h');
   const entries = option.entries ?? 10_000;

@@ -4,7 +4,8 @@ import { isBodyRefusal, markUndecodable, type RequestBodyFacts, refusesRequestBo
 import { decoderOf, negotiatedBody } from './content-coding.js';
 import { downstreamKey } from './downstream-key.js';
 import {
-  createIdempotency,
+  engineFrom,
+  engineOptionNames,
   type IdempotencyEngine,
   type IdempotencyOptions,
   type Lease,
@@ -17,6 +18,7 @@ import { checkExcludes, type FingerprintOptions, fingerprintRequest, isJsonConte
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
+import { assertKnownOptions } from './option-names.js';
 import { type Awaitable, isPending, type StoredResponse } from './store.js';
 import { storedResponseSize } from './stored-response.js';
 
@@ -77,6 +79,30 @@ export interface HttpFingerprintOptions extends FingerprintOptions {
    */
   headers?: readonly string[];
 }
+
+// Every name HttpIdempotencyOptions adds to the engine's; the type check keeps the list complete.
+const httpOptionNames = [
+  'required',
+  'methods',
+  'scope',
+  'mintKeys',
+  'maxBodyBytes',
+  'maxResponseBytes',
+  'replayHeaders',
+  'transactional',
+  'strictKeys',
+  'fingerprint',
+  'advertiseExpiry',
+] as const satisfies readonly (keyof HttpIdempotencyOptions<unknown>)[];
+const everyHttpOptionNamed: Exclude<
+  keyof HttpIdempotencyOptions<unknown>,
+  (typeof httpOptionNames)[number] | (typeof engineOptionNames)[number]
+> extends never
+  ? true
+  : never = true;
+void everyHttpOptionNamed;
+const knownHttpOptions: ReadonlySet<string> = new Set([...engineOptionNames, ...httpOptionNames]);
+const knownFingerprintOptions: ReadonlySet<string> = new Set<keyof HttpFingerprintOptions>(['exclude', 'headers']);
 
 /**
  * What a handler sees of its own execution: `req.idempotency` (Express), `request.idempotency`
@@ -425,6 +451,8 @@ const perAttempt =
 
 // Header names as RFC 9110 has them (a token), checked once so that a typo cannot silently match nothing.
 const headerName = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+// A method is a token (RFC 9110 §9.1), of any case here: it is compared upper-cased.
+const methodToken = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /** The names of `fingerprint.headers`, lower case, checked: see {@link HttpFingerprintOptions.headers}. */
 function checkIdentityHeaders(names: unknown): readonly string[] | undefined {
@@ -511,12 +539,24 @@ export function principalScope(auth: unknown, options: PrincipalScopeOptions = {
  */
 export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>): HttpIdempotency<Req> {
   if (!options || typeof options !== 'object') throw new TypeError('idempotency needs an options object with a store');
-  const engine = createIdempotency(options);
+  assertKnownOptions(options, knownHttpOptions, 'idempotency');
+  const engine = engineFrom(options);
   const required = options.required ?? true;
   if (typeof required !== 'boolean') throw new TypeError('required must be a boolean');
   const mintKeys = options.mintKeys ?? false;
   if (typeof mintKeys !== 'boolean') throw new TypeError('mintKeys must be a boolean');
-  const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => String(m).toUpperCase()));
+  const methodList: unknown = options.methods ?? ['POST', 'PATCH'];
+  // An empty list would cover nothing, and every route would run without idempotency, unannounced.
+  if (!Array.isArray(methodList) || methodList.length === 0) {
+    throw new TypeError('methods must be a non-empty array of method names, such as ["POST", "PATCH"]');
+  }
+  const methods = new Set<string>();
+  for (const method of methodList) {
+    if (typeof method !== 'string' || !methodToken.test(method)) {
+      throw new TypeError(`methods holds ${JSON.stringify(method)}, no method name`);
+    }
+    methods.add(method.toUpperCase());
+  }
   for (const method of methods) {
     if (method === 'GET' || method === 'HEAD' || method === 'OPTIONS') {
       throw new TypeError(`methods must not include ${method}: safe methods never change state (spec part 1)`);
@@ -541,6 +581,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const strictKeys = options.strictKeys ?? false;
   if (typeof strictKeys !== 'boolean') throw new TypeError('strictKeys must be a boolean');
   // Checked here, once: a pointer or a header name that means nothing would only show as 422s.
+  if (options.fingerprint !== undefined) {
+    if (options.fingerprint === null || typeof options.fingerprint !== 'object') {
+      throw new TypeError('fingerprint must be { exclude?, headers? }');
+    }
+    assertKnownOptions(options.fingerprint, knownFingerprintOptions, 'fingerprint');
+  }
   checkExcludes(options.fingerprint?.exclude);
   const identityHeaders = checkIdentityHeaders(options.fingerprint?.headers);
   const advertiseExpiry = options.advertiseExpiry ?? false;

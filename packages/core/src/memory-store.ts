@@ -1,5 +1,6 @@
 import { Buffer } from 'node:buffer';
 import { notify } from './notify.js';
+import { assertKnownOptions } from './option-names.js';
 import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, Store, StoreRecord } from './store.js';
 
 /** Options of {@link memoryStore}. */
@@ -122,6 +123,12 @@ function recordOf(entry: Entry, t: number): StoreRecord {
     : { state: 'in_progress', token, fingerprint };
 }
 
+const knownMemoryStoreOptions: ReadonlySet<string> = new Set<keyof MemoryStoreOptions>([
+  'maxEntries',
+  'onEvict',
+  'now',
+]);
+
 /**
  * An in-process {@link Store}: bounded, expiring by lease and retention on its own (injectable) clock.
  * For tests and single-process servers; it forgets everything when the process exits. Its methods
@@ -132,11 +139,14 @@ function recordOf(entry: Entry, t: number): StoreRecord {
  * const engine = createIdempotency({ store });
  */
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
+  if (options === null || typeof options !== 'object') throw new TypeError('memoryStore takes an options object');
+  assertKnownOptions(options, knownMemoryStoreOptions, 'memoryStore');
   const maxEntries = options.maxEntries ?? 100_000;
   if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
   const { onEvict } = options;
   if (onEvict !== undefined && typeof onEvict !== 'function') throw new TypeError('onEvict must be a function');
   const now = options.now ?? Date.now;
+  if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
   let evicted = 0;
   const entries = new Map<string, Entry>();
   // Every expiry set is appended to the lane of its duration, so the soonest expiries of a lane are

@@ -271,7 +271,11 @@ function pathOf(url: string, queryAt = url.indexOf('?')): string {
   return queryAt === -1 ? url : url.slice(0, queryAt);
 }
 
-const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, options) => {
+const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, registered) => {
+  // Fastify hands its own register options (`prefix`, `logLevel`, `logSerializers`) to the plugin
+  // too; the core refuses names it does not know.
+  const { prefix, logLevel, logSerializers, ...options } = registered as FastifyIdempotencyOptions &
+    Record<'prefix' | 'logLevel' | 'logSerializers', unknown>;
   const http = createHttpIdempotency<FastifyRequest>(options);
   // A route that sets options of its own (a longer retention, its own outcome policy) runs on an
   // instance of its own: the plugin's options with the route's on top, on the same store. It is

@@ -6,6 +6,7 @@ import type { GuardErrorCode } from './errors.js';
 import { normalizeTyp } from './guard-typ.js';
 import { verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey } from './key-import.js';
+import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
 import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';
@@ -59,6 +60,19 @@ export interface DpopOptions {
   nonce?: boolean | { secret?: string | Uint8Array; lifetime?: number };
 }
 
+const dpopOptionNames = [
+  'required',
+  'algorithms',
+  'maxAge',
+  'origin',
+  'replay',
+  'replayTimeout',
+  'maxReplayEntries',
+  'nonce',
+] as const satisfies readonly (keyof DpopOptions)[];
+const dpopNamesAll: NamesAll<DpopOptions, typeof dpopOptionNames> = true;
+void dpopNamesAll;
+
 /** The server's DPoP nonces (RFC 9449 §9): made from the time window, checked without state. */
 export interface DpopNonces {
   /** The nonce of the window `nowMs` falls in. */
@@ -86,6 +100,8 @@ export interface DpopRuntime {
  * const runtime = buildDpop({ origin: 'https://api.example' }, Date.now);
  */
 export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime {
+  if (options === null || typeof options !== 'object') throw new TypeError('dpop must be an object');
+  refuseUnknownOptions(options, dpopOptionNames, 'dpop');
   const algorithms = assertAlgorithms(options.algorithms ?? ['ES256', 'EdDSA', 'PS256', 'RS256'], 'dpop.algorithms');
   if (algorithms.some((alg) => keyFamilyOf(alg) === 'oct')) throw new TypeError('dpop.algorithms must be asymmetric');
   const maxAge = seconds(options.maxAge ?? 60, 'dpop.maxAge', { min: 1, max: 3600 });
@@ -116,6 +132,7 @@ function nonceOptions(option: DpopOptions['nonce']): DpopNonces | undefined {
     throw new TypeError('dpop.nonce must be true, false or { secret, lifetime }');
   }
   const settings = option === true ? {} : option;
+  refuseUnknownOptions(settings, ['secret', 'lifetime'], 'dpop.nonce');
   const lifetime = seconds(settings.lifetime ?? 300, 'dpop.nonce.lifetime', { min: 10, max: 86_400 });
   let secret: Uint8Array;
   if (settings.secret === undefined) secret = randomBytes(32);

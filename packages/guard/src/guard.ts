@@ -28,6 +28,7 @@ import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
 import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
+import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { type Principal, principalFromClaims } from './principal.js';
 import { seconds } from './seconds.js';
 import { parseStrictJson } from './strict-json.js';
@@ -110,6 +111,42 @@ export interface IssuerOptions extends TokenRules {
   jwksOptions?: Omit<RemoteJwksOptions, 'uri'>;
 }
 
+const tokenRuleNames = [
+  'audience',
+  'clockTolerance',
+  'maxTokenAge',
+  'maxLifetime',
+  'typ',
+  'requiredClaims',
+  'rolesClaim',
+  'crit',
+] as const satisfies readonly (keyof TokenRules)[];
+const issuerOptionNames = [
+  ...tokenRuleNames,
+  'issuer',
+  'algorithms',
+  'secret',
+  'publicKeys',
+  'jwks',
+  'jwksUri',
+  'jwksOptions',
+] as const satisfies readonly (keyof IssuerOptions)[];
+const issuerNamesAll: NamesAll<IssuerOptions, typeof issuerOptionNames> = true;
+const jwksOptionNames = [
+  'timeout',
+  'cooldown',
+  'defaultTtl',
+  'minTtl',
+  'maxTtl',
+  'staleIfError',
+  'negativeTtl',
+  'maxBytes',
+  'maxUnknownKids',
+  'headers',
+] as const satisfies readonly (keyof RemoteJwksOptions)[];
+const jwksNamesAll: NamesAll<Omit<RemoteJwksOptions, 'uri'>, typeof jwksOptionNames> = true;
+void [issuerNamesAll, jwksNamesAll];
+
 /**
  * Options of {@link createGuard}.
  *
@@ -140,6 +177,23 @@ export interface GuardOptions extends TokenRules {
   /** The gateway's internal token issuer, used by `guard.forwardHeaders()` and the glue's `forwardHeaders()`. */
   internalTokens?: InternalTokenIssuer;
 }
+
+const guardOptionNames = [
+  ...tokenRuleNames,
+  'issuers',
+  'realm',
+  'resourceMetadata',
+  'allowQueryToken',
+  'limits',
+  'cache',
+  'now',
+  'fetch',
+  'onEvent',
+  'dpop',
+  'internalTokens',
+] as const satisfies readonly (keyof GuardOptions)[];
+const guardNamesAll: NamesAll<GuardOptions, typeof guardOptionNames> = true;
+void guardNamesAll;
 
 /**
  * What `authenticate` and `verify` return: a principal, or the error to answer with.
@@ -251,18 +305,27 @@ export interface EngineConfig {
 }
 
 // An optional duration: unset stays unset (no such bound).
+// At least a second: 0 would refuse every token (none is issued and used in the same instant).
 const optionalSeconds = (value: number | undefined, name: string) =>
-  value === undefined ? undefined : seconds(value, name);
+  value === undefined ? undefined : seconds(value, name, { min: 1 });
+
+function claimName(value: unknown, name: string): string {
+  if (typeof value !== 'string' || value === '') throw new TypeError(`${name} must be a claim name`);
+  return value;
+}
 
 // The deepest JSON nesting a limit may allow: the strict parser recurses once per level, and a few
 // thousand levels would overflow the stack (a throw, where verification must return a value).
 const maxDepthCeiling = 1000;
 
+const limitNames = ['maxTokenLength', 'maxHeaderLength', 'maxDepth'] as const satisfies readonly (keyof TokenLimits)[];
+
 function checkLimits(limits: Partial<TokenLimits> | undefined): TokenLimits {
   if (limits === undefined) return { ...defaultTokenLimits };
   if (limits === null || typeof limits !== 'object') throw new TypeError('limits must be an object');
+  refuseUnknownOptions(limits, limitNames, 'limits');
   const checked = { ...defaultTokenLimits };
-  for (const name of ['maxTokenLength', 'maxHeaderLength', 'maxDepth'] as const) {
+  for (const name of limitNames) {
     // An explicit `undefined` means the default, as an absent member does; it never lifts the bound.
     const value = limits[name];
     if (value === undefined) continue;
@@ -352,8 +415,16 @@ export function buildIssuer(
     onKeysRetired: (issuer: string) => void;
   },
 ): IssuerRuntime {
+  if (options === null || typeof options !== 'object') throw new TypeError('every issuer must be an options object');
   if (typeof options.issuer !== 'string' || options.issuer.length === 0) {
     throw new TypeError('every issuer needs a non-empty issuer string');
+  }
+  refuseUnknownOptions(options, issuerOptionNames, `issuer ${options.issuer}`);
+  if (options.jwksOptions !== undefined) {
+    if (options.jwksOptions === null || typeof options.jwksOptions !== 'object') {
+      throw new TypeError(`issuer ${options.issuer}: jwksOptions must be an object`);
+    }
+    refuseUnknownOptions(options.jwksOptions, jwksOptionNames, `issuer ${options.issuer}: jwksOptions`);
   }
   const algorithms = assertAlgorithms(
     options.algorithms ?? (options.secret !== undefined ? ['HS256'] : defaultAsymmetric),
@@ -411,7 +482,7 @@ export function buildIssuer(
     keys,
     typ,
     profile,
-    rolesClaim: options.rolesClaim ?? defaults.rolesClaim ?? 'roles',
+    rolesClaim: claimName(options.rolesClaim ?? defaults.rolesClaim ?? 'roles', `issuer ${options.issuer}: rolesClaim`),
     crit: [...(options.crit ?? defaults.crit ?? [])],
     ready,
   };
@@ -561,8 +632,17 @@ export function buildEngine(
   assertChallengeSafe(realm, 'realm');
   if (options.resourceMetadata !== undefined) assertChallengeSafe(options.resourceMetadata, 'resourceMetadata');
   const now = options.now ?? Date.now;
+  // Either would only fail at the first request, as a 500 or as every JWKS fetch failing.
+  if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
+  if (options.fetch !== undefined && typeof options.fetch !== 'function')
+    throw new TypeError('fetch must be a function');
   const sink = createEventSink(options.onEvent);
   const issuers = new Map<string, IssuerRuntime>();
+  if (options.cache !== undefined && options.cache !== false) {
+    if (options.cache === null || typeof options.cache !== 'object')
+      throw new TypeError('cache must be false or an object');
+    refuseUnknownOptions(options.cache, ['maxEntries'], 'cache');
+  }
   const cache =
     options.cache === false
       ? undefined
@@ -636,6 +716,7 @@ export const internalTokenType = 'internal+jwt';
  */
 export function createGuard(options: GuardOptions): Guard {
   if (options === null || typeof options !== 'object') throw new TypeError('createGuard needs options');
+  refuseUnknownOptions(options, guardOptionNames, 'createGuard');
   const { engine, stats, realm } = buildEngine(options, { refusedTypes: new Set([internalTokenType]) });
   const allowQueryToken = options.allowQueryToken === true;
   const dpopMode = engine.dpop === undefined ? 'off' : engine.dpop.required ? 'required' : 'allowed';

@@ -6,6 +6,7 @@ import { buildEngine, type Guard, guardFromEngine, internalTokenType, type Publi
 import { defaultInternalTokenHeader } from './internal-header.js';
 import { type InternalSigningKey, signingKeyRing, toSigningEntry } from './internal-signing-keys.js';
 import type { RemoteJwksOptions } from './key-source.js';
+import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { type Principal, principalFromClaims } from './principal.js';
 import { seconds } from './seconds.js';
 
@@ -40,6 +41,18 @@ export interface InternalTokenIssuerOptions {
   /** Clock in epoch milliseconds (default `Date.now`). */
   now?: () => number;
 }
+
+const issuerOptionNames = [
+  'issuer',
+  'keys',
+  'ttl',
+  'claims',
+  'maxPublishedKeys',
+  'rotationDelay',
+  'now',
+] as const satisfies readonly (keyof InternalTokenIssuerOptions)[];
+const issuerOptionNamesAll: NamesAll<InternalTokenIssuerOptions, typeof issuerOptionNames> = true;
+void issuerOptionNamesAll;
 
 /**
  * Mints the gateway's internal tokens and publishes their keys.
@@ -104,6 +117,7 @@ export function createInternalTokenIssuer(options: InternalTokenIssuerOptions): 
   if (typeof options?.issuer !== 'string' || options.issuer.length === 0) {
     throw new TypeError('createInternalTokenIssuer needs an issuer');
   }
+  refuseUnknownOptions(options, issuerOptionNames, 'createInternalTokenIssuer');
   const ttl = options.ttl ?? 60;
   if (!Number.isSafeInteger(ttl) || ttl < 1 || ttl > 3600) throw new TypeError('ttl must be 1 to 3600 seconds');
   const maxPublished = options.maxPublishedKeys ?? 3;
@@ -189,6 +203,25 @@ export interface InternalVerifierOptions {
   cache?: false | { maxEntries?: number };
 }
 
+const verifierOptionNames = [
+  'issuer',
+  'audience',
+  'keys',
+  'jwks',
+  'jwksUri',
+  'jwksOptions',
+  'algorithms',
+  'header',
+  'clockTolerance',
+  'realm',
+  'now',
+  'fetch',
+  'onEvent',
+  'cache',
+] as const satisfies readonly (keyof InternalVerifierOptions)[];
+const verifierOptionNamesAll: NamesAll<InternalVerifierOptions, typeof verifierOptionNames> = true;
+void verifierOptionNamesAll;
+
 /**
  * The verifier for services behind the gateway. It checks only what spec 5.3 asks of them: the
  * gateway's signature, this service's audience, expiry, and the `internal+jwt` type. The caller's own
@@ -201,6 +234,7 @@ export interface InternalVerifierOptions {
  */
 export function createInternalVerifier(options: InternalVerifierOptions): Guard {
   if (options === null || typeof options !== 'object') throw new TypeError('createInternalVerifier needs options');
+  refuseUnknownOptions(options, verifierOptionNames, 'createInternalVerifier');
   const header = (options.header ?? defaultInternalTokenHeader).toLowerCase();
   const { engine, stats, realm } = buildEngine(
     {

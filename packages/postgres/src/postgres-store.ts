@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import {
   type AsyncStore,
+  assertKnownOptions,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -180,6 +181,14 @@ const checkMs = (value: unknown, what: string) => {
 // read of its key (pg throws in its socket handler) until its retention ended. Kept 64 KiB below.
 const POSTGRES_RESPONSE_LIMIT = 256 * 1024 * 1024 - 64 * 1024;
 
+const knownOptions: ReadonlySet<string> = new Set<keyof PostgresStoreOptions>([
+  'client',
+  'table',
+  'preparedStatements',
+  'maxResponseBytes',
+]);
+const knownPurgeOptions: ReadonlySet<string> = new Set<keyof PurgeOptions>(['batchSize', 'inProgressGraceMs']);
+
 /**
  * Creates the PostgreSQL {@link Store} for a `pg` Pool or Client, or for PGlite (the embedded
  * default): the same SQL on all three. Every time is the database's own clock; every operation is one
@@ -207,6 +216,7 @@ const POSTGRES_RESPONSE_LIMIT = 256 * 1024 * 1024 - 64 * 1024;
  */
 export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   if (!options || typeof options !== 'object') throw new TypeError('postgresStore needs an options object');
+  assertKnownOptions(options, knownOptions, 'postgresStore');
   const table = parseTableName(options.table ?? defaultTable);
   const maxResponseBytes = responseLimit(options.maxResponseBytes, POSTGRES_RESPONSE_LIMIT, 'maxResponseBytes');
   // Before any statement: an oversized response leaves the claim as it was, and the engine releases
@@ -293,10 +303,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     return row === undefined ? undefined : toRecord(row);
   };
 
-  const purgeExpired = async ({
-    batchSize = 1000,
-    inProgressGraceMs = defaultInProgressGraceMs,
-  }: PurgeOptions = {}): Promise<number> => {
+  const purgeExpired = async (options: PurgeOptions = {}): Promise<number> => {
+    assertKnownOptions(options, knownPurgeOptions, 'purgeExpired');
+    const { batchSize = 1000, inProgressGraceMs = defaultInProgressGraceMs } = options;
     if (!Number.isInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
     if (typeof inProgressGraceMs !== 'number' || !Number.isFinite(inProgressGraceMs) || inProgressGraceMs < 0) {
       throw new TypeError('inProgressGraceMs must be a number of milliseconds, 0 or more');

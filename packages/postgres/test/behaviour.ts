@@ -258,6 +258,15 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         }
         expect(() => postgresStore({ client: {} as PostgresClient })).toThrow(TypeError);
       });
+
+      it('refuses a misspelt option instead of using its default (a table name ignored, a wrong table)', async () => {
+        expect(() => postgresStore({ client, tableName: 'other' } as never)).toThrow(
+          'postgresStore: unknown option "tableName"',
+        );
+        await expect(store.purgeExpired({ batchsize: 5 } as never)).rejects.toThrow(
+          'purgeExpired: unknown option "batchsize" (did you mean "batchSize"?)',
+        );
+      });
     });
 
     describe('claim', () => {

@@ -1,5 +1,6 @@
 import {
   type AsyncStore,
+  assertKnownOptions,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -65,6 +66,8 @@ const CLAIM_ATTEMPTS = 5;
 // Redis refuses strings over 512 MB; leave room for the claim part of the value.
 const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
 
+const knownOptions: ReadonlySet<string> = new Set<keyof RedisStoreOptions>(['client', 'prefix', 'maxResponseBytes']);
+
 /**
  * Creates a {@link Store} on Redis. Every operation is one command on one key, so it is atomic and
  * runs unchanged on Redis Cluster:
@@ -90,6 +93,7 @@ const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
  */
 export function redisStore(options: RedisStoreOptions): RedisStore {
   if (!options || typeof options !== 'object') throw new TypeError('redisStore needs an options object');
+  assertKnownOptions(options, knownOptions, 'redisStore');
   const runner = redisCommandRunner(options.client);
   const prefix = options.prefix ?? 'idem:';
   if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');

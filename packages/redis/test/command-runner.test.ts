@@ -21,4 +21,11 @@ describe('redisCommandRunner', () => {
     expect(() => redisCommandRunner(client as unknown as RedisClientLike)).toThrow(TypeError);
     expect(() => redisStore({ client: client as unknown as RedisClientLike })).toThrow(TypeError);
   });
+
+  it('redisStore refuses a misspelt option instead of using its default', () => {
+    const runner: RedisCommandRunner = { send: async () => null };
+    expect(() => redisStore({ client: runner, keyPrefix: 'app:' } as never)).toThrow(
+      'redisStore: unknown option "keyPrefix"',
+    );
+  });
 });
