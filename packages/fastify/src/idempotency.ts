@@ -470,7 +470,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     if (started.kind === 'pass') return done();
     if (started.kind === 'respond') return answer(reply, started.response);
     const { lease } = started;
+    // On the raw response too: Fastify sends its reply's headers only when it sends the reply, and a
+    // hijacked one (server-sent events, raw writes) would go out without the key, a minted one lost.
     reply.header('idempotency-key', started.echo);
+    reply.raw.setHeader('idempotency-key', started.echo);
     const context: IdempotencyContext = own.context(started);
     request.idempotency = context;
     const execution: Execution = { thrown: false, capture: undefined };
@@ -508,7 +511,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     const execution = stateOf(request)[kExecution];
     if (execution === undefined) return;
     execution.thrown = true;
-    if (execution.capture?.failedWith(error)) reply.removeHeader('idempotency-key');
+    if (execution.capture?.failedWith(error)) {
+      reply.removeHeader('idempotency-key');
+      if (!reply.raw.headersSent) reply.raw.removeHeader('idempotency-key');
+    }
   });
 };
 
