@@ -58,8 +58,10 @@ export interface ClientOptions {
   /** Waits between attempts; must reject when `signal` aborts. Inject one that records waits in tests. */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /**
-   * The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default `Date.now`.
-   * The per-attempt timeout itself runs on a real timer: it cuts off a real connection.
+   * The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default: `Date.now`
+   * for attempt times and `Retry-After`, a monotonic clock for the deadline and durations (a stepped
+   * wall clock moves neither); an injected one does all. The per-attempt timeout itself runs on a
+   * real timer: it cuts off a real connection.
    */
   now?: () => number;
   /**
@@ -236,6 +238,10 @@ export function createClient(options: ClientOptions): Client {
   const random = options.random ?? Math.random;
   const sleep = options.sleep ?? abortableSleep;
   const now = options.now ?? Date.now;
+  // The deadline and attempt durations on a monotonic clock: a wall clock stepped forward (NTP, a
+  // resumed laptop) would end every operation in flight at once, one stepped back let it run past
+  // its deadline. An injected `now` drives both.
+  const elapsed = options.now ?? (() => performance.now());
   const getToken = options.getToken;
   const onRetry = options.onRetry;
   if (onRetry !== undefined && typeof onRetry !== 'function') throw new TypeError('onRetry must be a function');
@@ -353,8 +359,7 @@ export function createClient(options: ClientOptions): Client {
     }
 
     const attempts: AttemptRecord[] = [];
-    const startedAt = now();
-    const deadlineAt = startedAt + retry.deadlineMs;
+    const deadlineAt = elapsed() + retry.deadlineMs;
     let lastResponse: Response | undefined;
     let lastBody: unknown;
 
@@ -377,7 +382,7 @@ export function createClient(options: ClientOptions): Client {
         // the caller's signal or the deadline: both end the operation while it is pending.
         let fetched: TokenRun;
         try {
-          fetched = await awaitToken(getToken, callerSignal, deadlineAt - now());
+          fetched = await awaitToken(getToken, callerSignal, deadlineAt - elapsed());
         } catch (error) {
           // Wrapped, not passed through: the caller needs the key, since an earlier attempt may have run.
           throw fail('token_failed', error);
@@ -390,7 +395,8 @@ export function createClient(options: ClientOptions): Client {
       if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
 
       const attemptStart = now();
-      const remaining = deadlineAt - attemptStart;
+      const attemptBegun = elapsed();
+      const remaining = deadlineAt - attemptBegun;
       if (remaining <= 0) throw fail('deadline_exceeded');
       const cutByDeadline = remaining < retry.timeoutMs;
       // A write is not sent on to wherever a redirect points: fetch would take its key (and, on a 307
@@ -410,7 +416,7 @@ export function createClient(options: ClientOptions): Client {
         number,
         key,
         startedAt: attemptStart,
-        durationMs: now() - attemptStart,
+        durationMs: elapsed() - attemptBegun,
         outcome: (run.kind === 'aborted'
           ? 'network-error'
           : run.kind === 'too-large'
@@ -502,7 +508,7 @@ export function createClient(options: ClientOptions): Client {
       // Retry-After is a floor ("not before"), and the backoff keeps growing under it, so a key that
       // stays in progress is asked about less and less often.
       const wait = Math.max(backoffDelay(number, { ...retry, random }), attempt.retryAfterMs ?? 0);
-      if (now() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
+      if (elapsed() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
       attempt.waitMs = wait;
       // Observers never change the outcome, whether they throw or reject.
       if (onRetry) notify(onRetry, { method: verb, url, attempt: Object.freeze({ ...attempt }), waitMs: wait, key });

@@ -4,8 +4,10 @@
  * A `setTimeout` + `Promise.race` per store operation costs more than the memory store's whole
  * claim, so pending calls are kept in one set and a single unref'd interval fails the overdue
  * ones. A call may therefore fail up to a quarter of the limit late; it never fails early.
+ * `now` is a monotonic clock by default: a wall clock stepped back would let a hung call hang for
+ * the size of the step, one stepped forward fail calls a healthy store was answering.
  */
-export function createDeadlines(limitMs: number, now: () => number = () => Date.now()) {
+export function createDeadlines(limitMs: number, now: () => number = () => performance.now()) {
   interface Pending {
     deadline: number;
     operation: string;

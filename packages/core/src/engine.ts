@@ -29,6 +29,9 @@ const DAY_MS = 86_400_000;
 const MAX_RETENTION_MS = 3650 * DAY_MS;
 const MAX_LEASE_MS = 7 * DAY_MS;
 
+// The global's, read at each call (not node:perf_hooks' object): fake timers replace the global.
+const monotonicNow = () => performance.now();
+
 /** Options of {@link createIdempotency}. */
 export interface IdempotencyOptions {
   /** Where records live. */
@@ -81,7 +84,12 @@ export interface IdempotencyOptions {
   unavailableRetryAfter?: number;
   /** Called for every state change, with timings. What it throws or rejects with is swallowed. */
   onEvent?: (event: IdempotencyEvent) => void;
-  /** Clock for timings and wait deadlines (epoch ms). Lease and retention are timed by the store. */
+  /**
+   * Clock (epoch ms). Default: `Date.now` stamps events, and a monotonic clock times renewals,
+   * `maxExecution`, `wait`, `storeTimeout` and the replay cache, so a wall clock stepped by NTP or a
+   * resumed VM moves none of them. An injected clock drives both (tests, simulations). Lease and
+   * retention are timed by the store.
+   */
   now?: () => number;
   /**
    * For a store that other processes share (Redis, PostgreSQL): keep each completed outcome read
@@ -249,8 +257,10 @@ class LeaseState implements Lease {
     readonly token: string,
     readonly fingerprint: string,
     readonly startedAt: number,
+    /** When it began on the engine's interval clock (see `elapsed`), which maxExecution counts from. */
+    readonly begunAt: number,
   ) {
-    this.lastRenewedAt = startedAt;
+    this.lastRenewedAt = begunAt;
   }
 
   get signal(): AbortSignal {
@@ -329,6 +339,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const now = options.now ?? Date.now;
   // A clock that is no function would only fail at the first request, as a 500.
   if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
+  // Intervals (lease renewals, maxExecution, wait, store deadlines, the replay cache's ttl, event
+  // durations) are measured on a monotonic clock: the wall clock steps (NTP, a VM resumed, an
+  // operator's `date -s`), and an hour back would stop every renewal for an hour (another process
+  // then takes a running key over), an hour forward give up on every handler. An injected `now`
+  // (tests, simulations) drives both; `now` alone stamps events.
+  const elapsed = options.now ?? monotonicNow;
   const onEvent = options.onEvent;
   if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError('onEvent must be a function');
   const replays = replayCacheOf(options.replayCache, store.inProcess === true);
@@ -352,7 +368,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const emit = (event: IdempotencyEvent) => notify(onEvent, event);
 
   const withTimeout: <T>(operation: string, work: () => T | Promise<T>) => Promise<T> =
-    store.inProcess === true ? async (_operation, work) => work() : createDeadlines(storeTimeoutMs);
+    store.inProcess === true ? async (_operation, work) => work() : createDeadlines(storeTimeoutMs, elapsed);
 
   const unavailable = (cause: unknown) =>
     new IdempotencyError('store_unavailable', 'The idempotency store could not be reached; retry with the same key.', {
@@ -397,7 +413,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
 
   const renew = (lease: LeaseState) => {
     lease.renewing = true;
-    const started = now();
+    const started = elapsed();
     withTimeout('renew', () => store.renew({ id: lease.id, token: lease.token, leaseMs }))
       .then((renewed) => {
         // A renewal that lands after complete or release took over fails by design: not a lost lease.
@@ -410,7 +426,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         if (onEvent)
           emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
         // Without a successful renewal for a whole lease, the store may have let another executor in.
-        if (now() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
+        if (elapsed() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
       })
       .finally(() => {
         lease.renewing = false;
@@ -423,12 +439,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       beat = undefined;
       return;
     }
-    const t = now();
+    const t = elapsed();
     for (const lease of held.values()) {
       if (lease.lost) continue;
       // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
       // (Deleting from `held` while iterating it is safe for a Map.)
-      if (maxExecutionMs > 0 && t - lease.startedAt >= maxExecutionMs) markLost(lease, 'max-execution');
+      if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) markLost(lease, 'max-execution');
       else if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
     }
   };
@@ -450,7 +466,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         await new Promise((resolve) => setTimeout(resolve, delay));
         const record = await withTimeout('get', () => store.get(id));
         if (record === undefined || record.state !== 'in_progress') return record;
-        if (now() + delay >= deadline) return record;
+        if (elapsed() + delay >= deadline) return record;
         delay = Math.min(delay * 2, 250);
       }
     })().finally(() => polls.delete(id));
@@ -468,14 +484,14 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   ): BeginResult | undefined => {
     if (record.state === 'completed') {
       // Read from the store: good for the cache's time (a hit from the cache is not kept longer).
-      if (replays !== undefined && !cached) replays.set(id, record, now());
+      if (replays !== undefined && !cached) replays.set(id, record, elapsed());
       if (!fingerprintsMatch(record.fingerprint, fingerprint)) {
-        if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: now() - started });
+        if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: elapsed() - started });
         return { kind: 'reject', error: mismatch() };
       }
       if (onEvent) {
         const status = record.response.status;
-        const durationMs = now() - started;
+        const durationMs = elapsed() - started;
         emit({ type: 'replay', id, operation, status, at: now(), durationMs, ...(cached ? { cached } : {}) });
       }
       return { kind: 'replay', response: record.response };
@@ -483,7 +499,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     // A crashed attempt's parameters are kept like a finished one's: other parameters are refused
     // (spec part 3, rule 2), the same ones take the key over (the caller claims it with `replaces`).
     if (record.state === 'abandoned' && !fingerprintsMatch(record.fingerprint, fingerprint)) {
-      if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: now() - started });
+      if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: elapsed() - started });
       return { kind: 'reject', error: mismatch() };
     }
     return undefined;
@@ -503,7 +519,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (typeof operation !== 'string' || operation.length === 0) throw new TypeError('begin needs an operation');
     const fingerprint = storableFingerprint(raw.fingerprint);
     const id = recordId(scope, operation, key);
-    const started = now();
+    const started = elapsed();
     const deadline = started + waitMs;
     if (replays !== undefined) {
       const known = replays.get(id, started);
@@ -523,9 +539,9 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       const local = inProcess ? undefined : held.get(id);
       // (One not renewed within a lease stays in `held` until a claim of ours takes the key over:
       // then it is marked lost, so its signal aborts.)
-      if (local !== undefined && now() - local.lastRenewedAt < leaseMs) {
+      if (local !== undefined && elapsed() - local.lastRenewedAt < leaseMs) {
         if (waitMs === 0 && !local.lost) {
-          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
+          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: elapsed() - started });
           return { kind: 'reject', error: conflict() };
         }
       }
@@ -546,7 +562,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         // when its complete or release finds its token gone.
         const previous = held.get(id);
         if (previous !== undefined) markLost(previous, 'taken over');
-        const lease = new LeaseState(id, key, scope, operation, token, kept, started);
+        const lease = new LeaseState(id, key, scope, operation, token, kept, now(), started);
         if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
         startHeartbeat();
@@ -556,7 +572,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
             id,
             operation,
             at: now(),
-            durationMs: now() - started,
+            durationMs: elapsed() - started,
             ...(replaces !== undefined ? { recovered: true as const } : {}),
           });
         return { kind: 'execute', lease };
@@ -568,7 +584,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         // A store that answers the very record it was asked to take over did not take it over (it
         // predates `replaces`): answer as for a key in progress rather than ask it again forever.
         if (claimed.record.token === replaces) {
-          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
+          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: elapsed() - started });
           return { kind: 'reject', error: conflict() };
         }
         replaces = claimed.record.token;
@@ -577,8 +593,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       }
 
       // In progress elsewhere.
-      if (now() >= deadline) {
-        if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
+      if (elapsed() >= deadline) {
+        if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: elapsed() - started });
         return { kind: 'reject', error: conflict() };
       }
       let record: StoreRecord | undefined;
@@ -596,8 +612,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
           if (fingerprint === '') kept = record.fingerprint;
           continue;
         }
-        if (now() >= deadline) {
-          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: now() - started });
+        if (elapsed() >= deadline) {
+          if (onEvent) emit({ type: 'conflict', id, operation, at: now(), durationMs: elapsed() - started });
           return { kind: 'reject', error: conflict() };
         }
       }
@@ -654,7 +670,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const releaseNow = (lease: Lease): Awaitable<ReleaseResult> => {
     const state = lease as LeaseState;
     stopHeartbeat(state);
-    const started = onEvent ? now() : 0;
+    const started = onEvent ? elapsed() : 0;
     let answer: Awaitable<boolean>;
     try {
       answer = storeCall('release', () => letGo(state));
@@ -684,7 +700,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       return LEASE_LOST;
     }
     if (onEvent)
-      emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: now() - started });
+      emit({ type: 'release', id: lease.id, operation: lease.operation, at: now(), durationMs: elapsed() - started });
     return RELEASED;
   };
 
@@ -711,7 +727,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     }
     stopHeartbeat(state);
     // Only events report durations: no clock read without an observer.
-    const started = onEvent ? now() : 0;
+    const started = onEvent ? elapsed() : 0;
     let answer: Awaitable<boolean>;
     try {
       // Here, once, for every store: a response no store could keep or no replay could write is
@@ -746,7 +762,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       markLost(lease, 'token no longer current at complete');
       return LEASE_LOST;
     }
-    replays?.set(lease.id, completedRecord(lease, response), now());
+    replays?.set(lease.id, completedRecord(lease, response), elapsed());
     if (onEvent)
       emit({
         type: 'complete',
@@ -754,8 +770,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         operation: lease.operation,
         status: response.status,
         at: now(),
-        durationMs: now() - started,
-        executionMs: now() - lease.startedAt,
+        durationMs: elapsed() - started,
+        executionMs: elapsed() - lease.begunAt,
       });
     return STORED;
   };
@@ -785,7 +801,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   ): Promise<TransactionResult<T>> => {
     if (!isTransactionalStore(store)) throw new TypeError('this store does not support transactions');
     const state = lease as LeaseState;
-    const started = now();
+    const started = elapsed();
     let stored = false;
     let status = 0;
     let committedResponse: StoredResponse | undefined;
@@ -845,12 +861,13 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         return { committed: false, reason: 'lease-lost' };
       }
       if (stored && replays !== undefined && committedResponse !== undefined) {
-        replays.set(lease.id, completedRecord(lease, committedResponse), now());
+        replays.set(lease.id, completedRecord(lease, committedResponse), elapsed());
       }
       if (onEvent) {
         // The same events as complete(): `complete` with the status, or `release` and `not-stored`.
         const { id, operation } = lease;
         const at = now();
+        const done = elapsed();
         if (stored) {
           emit({
             type: 'complete',
@@ -858,11 +875,11 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
             operation,
             status,
             at,
-            durationMs: at - started,
-            executionMs: at - lease.startedAt,
+            durationMs: done - started,
+            executionMs: done - state.begunAt,
           });
         } else {
-          emit({ type: 'release', id, operation, at, durationMs: at - started, executionMs: at - lease.startedAt });
+          emit({ type: 'release', id, operation, at, durationMs: done - started, executionMs: done - state.begunAt });
           emit({ type: 'not-stored', id, operation, status, at });
         }
       }

@@ -82,8 +82,8 @@ describe('the harness', () => {
 });
 
 describe('the heartbeat when the wall clock steps back', () => {
-  // Was wrong: the heartbeat renews a lease when `now() - lastRenewedAt >= lease / 3` (engine.ts, tick), so after the wall clock steps back by an hour no lease of this process is renewed for an hour, the store (on its own clock) lets it expire after one lease, and another process takes the live execution over: two executions.
-  it.fails('keeps renewing a running lease, so another process cannot take the key over', async () => {
+  // Was a defect: the heartbeat renews a lease when `now() - lastRenewedAt >= lease / 3` (engine.ts, tick), so after the wall clock steps back by an hour no lease of this process is renewed for an hour, the store (on its own clock) lets it expire after one lease, and another process takes the live execution over: two executions.
+  it('keeps renewing a running lease, so another process cannot take the key over', async () => {
     const store = sharedStore();
     const a = createIdempotency({ store, lease: '1s' }); // process A: its server's clock will step
     const b = createIdempotency({ store, lease: '1s' }); // process B: the same store, another server
@@ -112,8 +112,8 @@ describe('the heartbeat when the wall clock steps back', () => {
 });
 
 describe('maxExecution when the wall clock jumps forward', () => {
-  // Was wrong: maxExecution is checked as `now() - lease.startedAt >= maxExecutionMs` on the wall clock (engine.ts, tick), so a forward step (VM resume, NTP) larger than maxExecution aborts every running handler's signal and stops renewing its lease after a few milliseconds of real execution; another process then runs the operation beside it.
-  it.fails('does not give up on a handler that has run for 300 ms of a 1 min maxExecution', async () => {
+  // Was a defect: maxExecution is checked as `now() - lease.startedAt >= maxExecutionMs` on the wall clock (engine.ts, tick), so a forward step (VM resume, NTP) larger than maxExecution aborts every running handler's signal and stops renewing its lease after a few milliseconds of real execution; another process then runs the operation beside it.
+  it('does not give up on a handler that has run for 300 ms of a 1 min maxExecution', async () => {
     const store = sharedStore();
     const a = createIdempotency({ store, lease: '1s', maxExecution: '1m' });
     const b = createIdempotency({ store, lease: '1s' });
@@ -141,8 +141,8 @@ describe('storeTimeout when the wall clock steps back', () => {
     get: () => new Promise(() => {}),
   });
 
-  // Was wrong: store-call deadlines are `Date.now() + storeTimeout`, swept against Date.now (deadlines.ts, createDeadlines), so after the wall clock steps back by an hour a request on a hung store waits an hour instead of getting 503 after storeTimeout.
-  it.fails('answers 503 store_unavailable within about storeTimeout of real time', async () => {
+  // Was a defect: store-call deadlines are `Date.now() + storeTimeout`, swept against Date.now (deadlines.ts, createDeadlines), so after the wall clock steps back by an hour a request on a hung store waits an hour instead of getting 503 after storeTimeout.
+  it('answers 503 store_unavailable within about storeTimeout of real time', async () => {
     const engine = createIdempotency({ store: hungStore(), storeTimeout: '1s' });
     const started = track(engine.begin(request));
     await vi.advanceTimersByTimeAsync(10);
@@ -153,8 +153,8 @@ describe('storeTimeout when the wall clock steps back', () => {
     expect(result.kind === 'reject' && result.error.code).toBe('store_unavailable');
   });
 
-  // Was wrong: a forward step of the wall clock makes every store call in flight look overdue at the next sweep (deadlines.ts), so a claim a healthy store answers in 300 ms (storeTimeout 2 s) is answered 503, and the claim it sent still lands and holds the key in progress with no one running it.
-  it.fails('does not time out a call a healthy store answers in 300 ms when the wall clock jumps forward', async () => {
+  // Was a defect: a forward step of the wall clock makes every store call in flight look overdue at the next sweep (deadlines.ts), so a claim a healthy store answers in 300 ms (storeTimeout 2 s) is answered 503, and the claim it sent still lands and holds the key in progress with no one running it.
+  it('does not time out a call a healthy store answers in 300 ms when the wall clock jumps forward', async () => {
     const inner = sharedStore();
     const slowish: Store = {
       ...inner,
@@ -171,8 +171,8 @@ describe('storeTimeout when the wall clock steps back', () => {
 });
 
 describe('wait when the wall clock steps back', () => {
-  // Was wrong: the wait deadline is `now() + wait` checked against the wall clock (engine.ts, begin and waitForOutcome), so a request waiting on a key in progress elsewhere polls for an hour after the clock steps back by an hour, instead of answering 409 after `wait`.
-  it.fails('answers 409 after about `wait` of real time', async () => {
+  // Was a defect: the wait deadline is `now() + wait` checked against the wall clock (engine.ts, begin and waitForOutcome), so a request waiting on a key in progress elsewhere polls for an hour after the clock steps back by an hour, instead of answering 409 after `wait`.
+  it('answers 409 after about `wait` of real time', async () => {
     const store = sharedStore();
     const a = createIdempotency({ store, lease: '10s' });
     const b = createIdempotency({ store, lease: '10s', wait: '2s' });
@@ -189,8 +189,8 @@ describe('wait when the wall clock steps back', () => {
 });
 
 describe('replayCache when the wall clock steps back', () => {
-  // Was wrong: a cached outcome is good `until: now() + ttl` on the wall clock (replay-cache.ts, used by engine.ts begin), so after a step back of an hour it is replayed for an hour after the store forgot it (docs/stores.md promises "up to `ttl`"), and a key whose retention ended never runs again meanwhile.
-  it.fails('stops replaying a record the store forgot within the cache ttl of real time', async () => {
+  // Was a defect: a cached outcome is good `until: now() + ttl` on the wall clock (replay-cache.ts, used by engine.ts begin), so after a step back of an hour it is replayed for an hour after the store forgot it (docs/stores.md promises "up to `ttl`"), and a key whose retention ended never runs again meanwhile.
+  it('stops replaying a record the store forgot within the cache ttl of real time', async () => {
     const store = sharedStore();
     const engine = createIdempotency({
       store,

@@ -77,8 +77,12 @@ void dpopNamesAll;
 export interface DpopNonces {
   /** The nonce of the window `nowMs` falls in. */
   current(nowMs: number): string;
-  /** `'current'` or `'previous'` for a nonce of this or the last window, else `'invalid'`. */
-  check(nonce: unknown, nowMs: number): 'current' | 'previous' | 'invalid';
+  /**
+   * `'current'` or `'previous'` for a nonce of this or the last window, else `'invalid'`. A nonce of
+   * the next window is `'current'` while `nowMs + toleranceMs` is in it: another gateway with the
+   * same secret and a clock that far ahead made it.
+   */
+  check(nonce: unknown, nowMs: number, toleranceMs?: number): 'current' | 'previous' | 'invalid';
 }
 
 /** The checked DPoP settings. */
@@ -147,7 +151,8 @@ function nonceOptions(option: DpopOptions['nonce']): DpopNonces | undefined {
  * Nonces for DPoP proofs: `<window>.<mac>`, the window being the time divided by `lifetimeMs` and the
  * MAC an HMAC-SHA256 of it under `secret`, so any process with the secret makes and checks them
  * without state. A nonce of the current window or the one before it is taken: one made just before
- * a window ends still has a whole window to be used in.
+ * a window ends still has a whole window to be used in. So is one of the next window within the
+ * clock tolerance of its start, made by a gateway whose clock runs ahead.
  *
  * @example
  * const nonces = createDpopNonces(randomBytes(32), 300_000);
@@ -162,14 +167,15 @@ export function createDpopNonces(secret: Uint8Array, lifetimeMs: number): DpopNo
   const nonceOf = (window: number) => `${window.toString(36)}.${mac(window).toString('base64url')}`;
   return {
     current: (nowMs) => nonceOf(windowOf(nowMs)),
-    check(nonce, nowMs) {
+    check(nonce, nowMs, toleranceMs = 0) {
       // Bounded before any parsing: a window in base 36 and 43 characters of MAC.
       if (typeof nonce !== 'string' || nonce.length > 64) return 'invalid';
       const dot = nonce.indexOf('.');
       if (dot < 1) return 'invalid';
       const window = Number.parseInt(nonce.slice(0, dot), 36);
       const now = windowOf(nowMs);
-      if (window !== now && window !== now - 1) return 'invalid';
+      const ahead = window === now + 1 && windowOf(nowMs + toleranceMs) === window;
+      if (window !== now && window !== now - 1 && !ahead) return 'invalid';
       // Spelled as this server spells it: no second form of one window gets in.
       if (nonce.slice(0, dot) !== window.toString(36)) return 'invalid';
       const given = Buffer.from(nonce.slice(dot + 1), 'base64url');
@@ -177,7 +183,7 @@ export function createDpopNonces(secret: Uint8Array, lifetimeMs: number): DpopNo
       if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'invalid';
       // Re-encoded, the MAC must read as sent: base64url has one spelling per byte string.
       if (given.toString('base64url') !== nonce.slice(dot + 1)) return 'invalid';
-      return window === now ? 'current' : 'previous';
+      return window === now || ahead ? 'current' : 'previous';
     },
   };
 }
@@ -298,7 +304,7 @@ export async function verifyDpopProof(
   // nonce to retry with, and a proof refused for its nonce is not remembered (it may come again).
   let renewNonce = false;
   if (runtime.nonces !== undefined) {
-    const freshness = runtime.nonces.check(claims.value.nonce, context.nowMs);
+    const freshness = runtime.nonces.check(claims.value.nonce, context.nowMs, context.clockToleranceMs);
     if (freshness === 'invalid') return { ok: false, code: 'dpop_nonce_required' };
     renewNonce = freshness === 'previous';
   }

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import { describe, expect, it } from 'vitest';
+import { createDpopNonces } from '../src/dpop.js';
 import { createGuard, type GuardResult } from '../src/index.js';
 import { AUDIENCE, b64url, ISSUER, makeToken, SECRET, signSegments, testKeys } from './support/tokens.js';
 
@@ -40,8 +41,8 @@ function proof(accessToken: string, nowSeconds: number, claims: Record<string, u
 const code = (result: GuardResult) => (result.ok ? 'ok' : result.error.code);
 
 describe('DPoP nonces across gateways whose clocks are 1 s apart', () => {
-  // Was wrong: a nonce is taken only for the checker's current window or the one before (dpop.ts, createDpopNonces check: `window !== now && window !== now - 1`), with no clock tolerance, so for the first second of every window (the skew) a nonce handed out by the faster gateway is refused by the slower one with 401 use_dpop_nonce.
-  it.fails("the slower gateway takes the faster one's fresh nonce", async () => {
+  // Was a defect: a nonce is taken only for the checker's current window or the one before (dpop.ts, createDpopNonces check: `window !== now && window !== now - 1`), with no clock tolerance, so for the first second of every window (the skew) a nonce handed out by the faster gateway is refused by the slower one with 401 use_dpop_nonce.
+  it("the slower gateway takes the faster one's fresh nonce", async () => {
     const fast = gateway(BOUNDARY_MS + 500); // already in the new window
     const slow = gateway(BOUNDARY_MS - 500); // 1 s behind: still in the old one
     const clientSeconds = Math.floor((BOUNDARY_MS + 500) / 1000);
@@ -60,5 +61,22 @@ describe('DPoP nonces across gateways whose clocks are 1 s apart', () => {
     expect(nonce).toBeDefined();
     // The same client's next request is load-balanced to the other gateway.
     expect(code(await send(slow, { nonce }))).toBe('ok');
+  });
+});
+
+describe('createDpopNonces: how far ahead a nonce may come from', () => {
+  const nonces = createDpopNonces(Buffer.from(secret), LIFETIME_S * 1000);
+  const next = nonces.current(BOUNDARY_MS);
+
+  it('a nonce of the next window is current within the tolerance of its start, and refused before', () => {
+    expect(nonces.check(next, BOUNDARY_MS - 5_000, 5_000)).toBe('current');
+    expect(nonces.check(next, BOUNDARY_MS - 5_001, 5_000)).toBe('invalid');
+    expect(nonces.check(next, BOUNDARY_MS - 1, 0)).toBe('invalid');
+    expect(nonces.check(next, BOUNDARY_MS - 1)).toBe('invalid');
+  });
+
+  it('two windows ahead is never taken, whatever the tolerance', () => {
+    const twoAhead = nonces.current(BOUNDARY_MS + LIFETIME_S * 1000);
+    expect(nonces.check(twoAhead, BOUNDARY_MS - 1, 60_000)).toBe('invalid');
   });
 });

@@ -55,7 +55,10 @@ export interface SenderOptions {
    * than one timer holds.
    */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
-  /** Clock, epoch milliseconds: signs timestamps and measures the horizon. Default `Date.now`. */
+  /**
+   * Clock, epoch milliseconds. Default: `Date.now` signs timestamps, and a monotonic clock measures
+   * the horizon and attempt durations (a stepped wall clock moves neither). An injected one does all.
+   */
   now?: () => number;
   /** Headers sent with every message, e.g. `user-agent`. */
   headers?: Record<string, string>;
@@ -202,6 +205,9 @@ export function createSender(options: SenderOptions): Sender {
   // Waits longer than one timer holds (about 24.9 days) are taken in steps: any cap works.
   const sleep = options.sleep ?? abortableSleep;
   const now = options.now ?? Date.now;
+  // The horizon and attempt durations on a monotonic clock: a wall clock stepped forward by an hour
+  // would dead-letter every event in retry at once. An injected `now` drives both.
+  const elapsed = options.now ?? (() => performance.now());
   // Refused now rather than failing every attempt of every message.
   assertSendableHeaders(options.headers);
   const baseHeaders = lowerCaseNames(options.headers ?? {});
@@ -225,6 +231,7 @@ export function createSender(options: SenderOptions): Sender {
     attemptOptions: { signal?: AbortSignal } = {},
   ): Promise<AttemptRecord> => {
     const startedAt = now();
+    const begunAt = elapsed();
     const timestamp = Math.floor(startedAt / 1000);
     const body = toBodyBytes(message.body);
     // Signed now, for this attempt: a stored first attempt replayed later would fail any receiver's
@@ -237,7 +244,7 @@ export function createSender(options: SenderOptions): Sender {
     outer?.addEventListener('abort', forward, { once: true });
     const finish = (
       record: Omit<AttemptRecord, 'attempt' | 'startedAt' | 'timestamp' | 'durationMs'>,
-    ): AttemptRecord => ({ attempt: number, startedAt, timestamp, durationMs: now() - startedAt, ...record });
+    ): AttemptRecord => ({ attempt: number, startedAt, timestamp, durationMs: elapsed() - begunAt, ...record });
     try {
       const response = await fetchImpl(message.url, {
         method: 'POST',
@@ -284,7 +291,7 @@ export function createSender(options: SenderOptions): Sender {
     assertDeliverable(message);
     const signal = sendOptions.signal;
     const attempts: AttemptRecord[] = [];
-    const firstAt = now();
+    const firstAt = elapsed();
     const deadLetter = (reason: DeadLetterReason): DeliveryResult => ({
       outcome: 'dead-letter',
       id: message.id,
@@ -314,7 +321,7 @@ export function createSender(options: SenderOptions): Sender {
       }
       const wait = nextDelay(number, record.retryAfterMs);
       // Give up rather than start an attempt past the horizon that receivers were promised.
-      if (now() + wait - firstAt > horizonMs) {
+      if (elapsed() + wait - firstAt > horizonMs) {
         tell(record, message);
         return deadLetter('horizon');
       }
