@@ -47,6 +47,14 @@ export interface DatabaseOptions {
   schema?: string;
 }
 
+/**
+ * The first statement of every start-up schema script: a transaction-scoped advisory lock, so two
+ * processes starting at once on an empty database run their `create ... if not exists` one after
+ * the other (together, the second fails with 23505 on `pg_type`). A script of several statements
+ * sent through `exec` is one implicit transaction, which holds the lock to its end.
+ */
+export const schemaLock = `select pg_advisory_xact_lock(hashtext('idem reference app schema'));`;
+
 /** The git-ignored folder the embedded database lives in when nothing else is configured. */
 export const defaultDataDir = fileURLToPath(new URL('../data/pglite', import.meta.url));
 

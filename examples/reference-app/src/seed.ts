@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import type { ClientMetadata } from 'oidc-provider';
 import { type Database, openDatabase } from './db.js';
-import { findClient, saveClient } from './idp/clients.js';
+import { addClientIfMissing, findClient, saveClient } from './idp/clients.js';
 import { migrateIdp } from './idp/schema.js';
 import { createUser } from './idp/users.js';
 
@@ -64,9 +64,7 @@ export async function seed(db: Database, options: SeedOptions): Promise<SeededCl
   await migrateIdp(db);
   for (const user of demoUsers) await createUser(db, { ...user, roles: [...user.roles] });
 
-  const existing = await findClient(db, appClientId);
-  const clientSecret = existing?.client_secret ?? randomBytes(32).toString('base64url');
-  const app: ClientMetadata = {
+  const appClient = (clientSecret: string): ClientMetadata => ({
     client_id: appClientId,
     client_secret: clientSecret,
     client_name: 'Photo app (third-party demo)',
@@ -76,8 +74,14 @@ export async function seed(db: Database, options: SeedOptions): Promise<SeededCl
     grant_types: ['authorization_code', 'refresh_token'],
     response_types: ['code'],
     token_endpoint_auth_method: 'client_secret_basic',
-  };
-  await saveClient(db, app);
+  });
+  // The secret is made by the first start and kept. Two first starts at once (two replicas) must
+  // agree on it, since each hands it to its own app: the first insert wins, both read it back.
+  await addClientIfMissing(db, appClient(randomBytes(32).toString('base64url')));
+  const clientSecret = (await findClient(db, appClientId))?.client_secret;
+  if (typeof clientSecret !== 'string') throw new Error(`the ${appClientId} client has no secret`);
+  // Its redirect URI follows the port this start listens on.
+  await saveClient(db, appClient(clientSecret));
 
   // Native-app style (RFC 8252): loopback redirect, any port at run time.
   const publicRedirect = 'http://127.0.0.1/callback';

@@ -36,8 +36,8 @@ async function twoProcesses(): Promise<[Database, Database]> {
 }
 
 describe('two reference-app processes starting at once on an empty PostgreSQL database', () => {
-  // Was wrong: migrateApi (and migrateIdp, migrateApp) run bare CREATE TABLE IF NOT EXISTS with no lock, so the second process fails its start with 23505 on pg_type_typname_nsp_index.
-  it.fails('both create the API and identity-provider schema without failing', async () => {
+  // Was a defect: migrateApi (and migrateIdp, migrateApp) run bare CREATE TABLE IF NOT EXISTS with no lock, so the second process fails its start with 23505 on pg_type_typname_nsp_index.
+  it('both create the API and identity-provider schema without failing', async () => {
     const [a, b] = await twoProcesses();
     const results = await Promise.allSettled([migrateApi(a), migrateApi(b), migrateIdp(a), migrateIdp(b)]);
     const failures = results.flatMap((result) =>
@@ -46,8 +46,8 @@ describe('two reference-app processes starting at once on an empty PostgreSQL da
     expect(failures).toEqual([]);
   });
 
-  // Was wrong: seed() reads the app client, makes a secret when there is none and upserts the client, so two first starts each keep their own secret and the last upsert wins: the other process's third-party app then authenticates with a secret the provider no longer has (invalid_client on every sign-in).
-  it.fails('both seed the same secret for the third-party app client', async () => {
+  // Was a defect: seed() reads the app client, makes a secret when there is none and upserts the client, so two first starts each keep their own secret and the last upsert wins: the other process's third-party app then authenticates with a secret the provider no longer has (invalid_client on every sign-in).
+  it('both seed the same secret for the third-party app client', async () => {
     const [a, b] = await twoProcesses();
     // The schema exists first, so only the seed races.
     await migrateIdp(a);

@@ -1,4 +1,4 @@
-import type { Database } from '../db.js';
+import { type Database, schemaLock } from '../db.js';
 
 /**
  * Creates the third-party app's session table. Sessions live server-side: the browser holds only a
@@ -11,6 +11,7 @@ import type { Database } from '../db.js';
  */
 export async function migrateApp(db: Database): Promise<void> {
   await db.exec(`
+    ${schemaLock}
     create table if not exists app_sessions (
       id_hash text primary key,
       data jsonb not null,

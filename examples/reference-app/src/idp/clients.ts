@@ -47,6 +47,24 @@ export async function saveClient(db: Database, metadata: ClientMetadata): Promis
 }
 
 /**
+ * Registers a client unless one with its id is there already (then nothing changes), after
+ * {@link assertRedirectUris}. Of several processes adding the same client at once, one wins and the
+ * others read its metadata back: what two first starts need to agree on one generated secret.
+ *
+ * @example
+ * ```ts
+ * await addClientIfMissing(db, { client_id: 'cli', token_endpoint_auth_method: 'none', redirect_uris: ['http://127.0.0.1/cb'] });
+ * ```
+ */
+export async function addClientIfMissing(db: Database, metadata: ClientMetadata): Promise<void> {
+  assertRedirectUris(metadata);
+  await db.query(
+    `insert into idp_models (model, id, payload) values ('Client', $1, $2) on conflict (model, id) do nothing`,
+    [metadata.client_id, JSON.stringify(metadata)],
+  );
+}
+
+/**
  * Reads a registered client's metadata.
  *
  * @example

@@ -1,4 +1,4 @@
-import type { Database } from '../db.js';
+import { type Database, schemaLock } from '../db.js';
 
 /**
  * Creates the identity provider's tables if they are missing. Safe to run on every start.
@@ -15,6 +15,7 @@ import type { Database } from '../db.js';
  */
 export async function migrateIdp(db: Database): Promise<void> {
   await db.exec(`
+    ${schemaLock}
     create table if not exists idp_users (
       id text primary key,
       username text not null unique,

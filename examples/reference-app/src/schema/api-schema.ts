@@ -1,6 +1,6 @@
 import { migrate } from '@idem/postgres';
 import { createOutbox, generateSecret } from '@idem/webhooks';
-import type { Database } from '../db.js';
+import { type Database, schemaLock } from '../db.js';
 
 /** Table names of the API, the gateway-facing resources and the webhook receiver, in one place. */
 export const apiTables = {
@@ -15,6 +15,7 @@ export const apiTables = {
 } as const;
 
 const ddl = `
+  ${schemaLock}
   create table if not exists api_charges (
     id text primary key,
     owner text not null,
