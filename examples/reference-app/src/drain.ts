@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
 
 /** How long requests already running may take to finish once a server is closing. */
 export const defaultGraceMs = 10_000;
@@ -19,7 +19,10 @@ export interface Drain {
  * keep-alive timeout after its response, and `closeAllConnections()` cuts requests mid-way: a charge
  * whose key is then left in progress until its lease runs out, a token request the client must
  * repeat. Here a busy connection is closed the moment its response is done, and whatever still runs
- * after the grace is cut, so a stuck handler cannot hold a shutdown forever.
+ * after the grace is cut, so a stuck handler cannot hold a shutdown forever. Every response not yet
+ * begun says `Connection: close`: a client that reused the connection would race its closing and
+ * get a reset (for a POST, an answer it cannot tell from a lost one), where a new connection is
+ * refused, which is plainly safe to retry.
  *
  * Call it once, right after creating the server (it must see every request).
  *
@@ -33,9 +36,13 @@ export interface Drain {
  */
 export function drainable(server: Server): Drain {
   let closing = false;
+  const running = new Set<ServerResponse>();
   server.on('request', (_req, res) => {
+    if (closing) res.setHeader('connection', 'close');
+    else running.add(res);
     // By 'close' Node has detached the response from its socket, so the socket counts as idle.
     res.once('close', () => {
+      running.delete(res);
       if (closing) server.closeIdleConnections();
     });
   });
@@ -44,6 +51,7 @@ export function drainable(server: Server): Drain {
     close(graceMs = defaultGraceMs) {
       closed ??= new Promise<void>((resolve, reject) => {
         closing = true;
+        for (const res of running) if (!res.headersSent) res.setHeader('connection', 'close');
         const cut = setTimeout(() => server.closeAllConnections(), graceMs);
         server.close((error) => {
           clearTimeout(cut);

@@ -1,3 +1,4 @@
+import { createServer, type Server } from 'node:http';
 import replyFrom from '@fastify/reply-from';
 import { authPlugin, forwardHeaders, guard as guardHook } from '@idem/fastify';
 import {
@@ -9,6 +10,7 @@ import {
   withoutHopByHop,
 } from '@idem/guard';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { type Drain, drainable } from '../drain.js';
 import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
 import {
@@ -154,20 +156,23 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     const problem = frameworkProblem(error);
     return sendProblem(reply, problem.status, problem);
   };
+  // The gateway closes as the other servers do (see drainable): Fastify's own close would keep a
+  // connection busy at the time open for its whole keep-alive timeout (72 s), with no grace for a
+  // request the API never answers. So the server is made here, or is the port bound beforehand.
+  let drain: Drain | undefined;
   const app = Fastify({
     logger: false,
-    return503OnClosing: true,
     // Errors raised before any route runs (FST_ERR_BAD_URL); the error handler below takes the rest.
     frameworkErrors: frameworkError,
-    // On a port bound beforehand, Fastify serves through that server instead of creating its own.
-    ...(bound
-      ? {
-          serverFactory: (handler: Parameters<ListeningPort['use']>[0]) => {
-            bound.use(handler);
-            return bound.server;
-          },
-        }
-      : {}),
+    serverFactory: (handler: Parameters<ListeningPort['use']>[0]): Server => {
+      if (bound) {
+        bound.use(handler);
+        return bound.server;
+      }
+      const server = createServer(handler);
+      drain = drainable(server);
+      return server;
+    },
   });
   app.setErrorHandler(frameworkError);
   // Bodies are not parsed here: the stream goes to the API byte for byte.
@@ -246,8 +251,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     },
   });
 
-  if (bound) await app.ready();
-  else await app.listen({ port: options.port as number, host: options.host ?? '127.0.0.1' });
+  await app.ready();
+  // Listened on here, not by Fastify: its close then leaves the server to the drain.
+  if (!bound) await listenOn(app.server, options.port as number, options.host ?? '127.0.0.1');
+  const closeServer = () => (bound ? bound.close() : (drain as Drain).close());
   const address = app.server.address();
   const port = typeof address === 'object' && address !== null ? address.port : Number(options.port);
   const baseUrl = options.baseUrl ?? `http://localhost:${port}`;
@@ -266,8 +273,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       createInternalTokenIssuer({ issuer: baseUrl, ...(options.now ? { now: options.now } : {}) });
     ready = { guard, internal, verify: guardHook(guard) };
   } catch (error) {
+    await closeServer();
     await app.close();
-    await bound?.close();
     throw error;
   }
   return {
@@ -275,9 +282,21 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     baseUrl,
     internalIssuer: ready.internal,
     guard: ready.guard,
+    // The requests running first (up to the drain's grace), then Fastify's own hooks (reply-from's
+    // connections to the API): closed first, those would cut the requests being forwarded.
     async close() {
+      await closeServer();
       await app.close();
-      await bound?.close();
     },
   };
+}
+
+function listenOn(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
 }
