@@ -110,10 +110,7 @@ const emptyStatuses = new Set([204, 205, 304]);
  * writes is what the capture sees (and a response it destroyed is given up).
  */
 function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown) {
-  // Koa's `ctx.writable` asks the socket: over HTTP/2, that is the session's, still open when the
-  // client reset only its stream, which `destroyedOf` sees.
-  const writable = ctx.writable && !destroyedOf(ctx.res);
-  if (capture.ended || writable || (error === undefined && ctx.respond === false)) return;
+  if (capture.ended || !clientGone(ctx) || (error === undefined && ctx.respond === false)) return;
   if (error === undefined && nothingMatched(ctx)) {
     capture.abandon(ctx.status, 'no-route');
     return;
@@ -216,12 +213,14 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
     // parser's refusal (@koa/bodyparser, koa-body) means no handler ran: its 400 is no outcome.
     execution.thrown = true;
     capture.failedWith(error);
-    settleUnwritten(ctx, capture, error);
-    // Koa answers the error itself (its `onerror`), whatever `ctx.respond` says.
-    capture.handlerReturned();
+    if (clientGone(ctx)) settleAtLastStep(ctx, capture);
+    else capture.handlerReturned();
     throw error;
   }
-  settleUnwritten(ctx, capture);
+  if (clientGone(ctx)) {
+    settleAtLastStep(ctx, capture);
+    return;
+  }
   // Koa writes the response now, from what the chain left (its `respond`), unless the handler took
   // it over. Middleware above may still be working (a session saved, a log flushed), and a client
   // that leaves meanwhile makes Koa skip the write: the outcome is then stored from what the chain
@@ -229,6 +228,53 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   // the response) is given up at once.
   if (ctx.respond !== false) capture.handlerReturned(settleUnwritten, ctx);
 }
+
+// Koa's `ctx.writable` asks the socket: over HTTP/2, that is the session's, still open when the
+// client reset only its stream, which `destroyedOf` sees.
+const clientGone = (ctx: Context) => !ctx.writable || destroyedOf(ctx.res);
+
+/**
+ * The client left while the chain below ran, so Koa will write nothing, and the outcome is stored
+ * from what Koa would have written. That is known only once the middleware above has run too: an
+ * error handler turns a throw into its own answer, a wrapper puts the body in an envelope. So it is
+ * settled at Koa's last step: `respond` (whose first read is `ctx.respond`), or `ctx.onerror` for
+ * an error no middleware caught, which Koa answers with its plain status.
+ */
+function settleAtLastStep(ctx: Context, capture: ResponseCapture) {
+  let respond: unknown = ctx.respond;
+  const inherited = ctx.onerror;
+  let settled = false;
+  const settle = (error?: unknown) => {
+    if (settled) return;
+    settled = true;
+    Object.defineProperty(ctx, 'respond', { value: respond, writable: true, configurable: true, enumerable: true });
+    ctx.onerror = inherited;
+    settleUnwritten(ctx, capture, error);
+    if (error !== undefined) capture.handlerReturned();
+    else if (ctx.respond !== false) capture.handlerReturned(settleUnwritten, ctx);
+  };
+  Object.defineProperty(ctx, 'respond', {
+    configurable: true,
+    enumerable: true,
+    get() {
+      settle();
+      return respond;
+    },
+    set(value: unknown) {
+      respond = value;
+    },
+  });
+  ctx.onerror = (error: unknown) => {
+    // A socket's own error (the client's reset, reported by on-finished) is no answer of the app.
+    if (error != null && !isSocketError(error)) settle(error);
+    return inherited.call(ctx, error as Error);
+  };
+}
+
+const isSocketError = (error: unknown) => {
+  const code = (error as { code?: unknown }).code;
+  return code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED' || code === 'ERR_STREAM_PREMATURE_CLOSE';
+};
 
 // How @koa/router compares paths by default: case-insensitive, the trailing slash optional.
 const koaRouting = Object.freeze({ caseSensitive: false, strict: false });

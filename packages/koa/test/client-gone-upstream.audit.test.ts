@@ -49,8 +49,8 @@ function appWith(above: Koa.Middleware, handler: (ctx: Koa.Context) => void) {
 }
 
 describe('a client gone mid-handler: the outcome stored is the answer the app gives', () => {
-  // Was wrong: with Koa's error-handling middleware above idem (try { await next() } catch { ctx.status = 400; ctx.body = {...} }), a client gone mid-handler gets the thrown error stored as a plain "500 Internal Server Error" and replayed so, not the app's 400 JSON answer that Express (error middleware) and Fastify (setErrorHandler) store.
-  it.fails("a thrown error is stored as the app's error handler answers it", async () => {
+  // Was a defect: with Koa's error-handling middleware above idem (try { await next() } catch { ctx.status = 400; ctx.body = {...} }), a client gone mid-handler gets the thrown error stored as a plain "500 Internal Server Error" and replayed so, not the app's 400 JSON answer that Express (error middleware) and Fastify (setErrorHandler) store.
+  it("a thrown error is stored as the app's error handler answers it", async () => {
     const { app, log, running } = appWith(
       async (ctx, next) => {
         try {
@@ -76,8 +76,8 @@ describe('a client gone mid-handler: the outcome stored is the answer the app gi
     });
   });
 
-  // Was wrong: with a middleware above idem that shapes the response after next() (an envelope { data }), a client gone mid-handler gets the handler's bare body stored and replayed, not the enveloped body the app sends (and Express and Fastify store).
-  it.fails('a body is stored as the middleware above shaped it', async () => {
+  // Was a defect: with a middleware above idem that shapes the response after next() (an envelope { data }), a client gone mid-handler gets the handler's bare body stored and replayed, not the enveloped body the app sends (and Express and Fastify store).
+  it('a body is stored as the middleware above shaped it', async () => {
     const { app, log, running } = appWith(
       async (ctx, next) => {
         await next();
@@ -97,6 +97,45 @@ describe('a client gone mid-handler: the outcome stored is the answer the app gi
         status: 201,
         body: { data: { ok: true } },
       });
+    });
+  });
+
+  it('an error no middleware catches is stored as the plain status Koa answers it with', async () => {
+    const { app, log, running } = appWith(
+      async (_ctx, next) => {
+        await next();
+      },
+      () => {
+        throw Object.assign(new Error('teapot'), { status: 418, expose: true });
+      },
+    );
+    await listen(app, async (url) => {
+      postAndLeave(url, 'gone-uncaught', running);
+      await log.next(0, 'complete', 'release');
+      const replay = await retry(url, 'gone-uncaught');
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect({ status: replay.status, body: await replay.text() }).toEqual({ status: 418, body: "I'm a Teapot" });
+    });
+  });
+
+  it('a ctx.respond set above idem after the client left is still what Koa reads', async () => {
+    const { app, log, running } = appWith(
+      async (ctx, next) => {
+        await next();
+        ctx.set('x-wrapped', 'yes');
+        ctx.respond = true;
+        expect(ctx.respond).toBe(true);
+      },
+      (ctx) => {
+        ctx.status = 202;
+        ctx.body = 'accepted';
+      },
+    );
+    await listen(app, async (url) => {
+      postAndLeave(url, 'gone-respond', running);
+      await log.next(0, 'complete', 'release');
+      const replay = await retry(url, 'gone-respond');
+      expect({ status: replay.status, body: await replay.text() }).toEqual({ status: 202, body: 'accepted' });
     });
   });
 });
