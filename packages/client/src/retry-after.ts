@@ -34,8 +34,13 @@ export function parseHttpDate(text: string, now: number = Date.now()): number | 
   if (parts === undefined) return undefined;
   const monthIndex = months[parts.month];
   if (monthIndex === undefined) return undefined;
+  // Date.UTC rolls impossible fields over (31 Feb is 3 Mar, 99:99:99 four days later): such a date
+  // names no moment, and is no Retry-After. A leap second (:60) is kept, as RFC 9110's grammar has it.
+  if (parts.hour > 23 || parts.minute > 59 || parts.second > 60) return undefined;
   const ms = Date.UTC(parts.year, monthIndex, parts.day, parts.hour, parts.minute, parts.second);
-  return Number.isNaN(ms) ? undefined : ms;
+  if (Number.isNaN(ms)) return undefined;
+  const date = new Date(Date.UTC(parts.year, monthIndex, parts.day));
+  return date.getUTCDate() === parts.day && date.getUTCMonth() === monthIndex ? ms : undefined;
 }
 
 interface DateParts {

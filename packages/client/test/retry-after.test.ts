@@ -42,6 +42,25 @@ describe('parseRetryAfter', () => {
     expect(parseHttpDate('Sunday, 06-Nov-94 08:49:37 GMT', now)).toBe(784111777000);
     expect(parseHttpDate('Sun, 06 Foo 1994 08:49:37 GMT')).toBeUndefined();
   });
+
+  // Was a defect: Date.UTC rolled impossible fields over, so 31 Feb read as 3 Mar and 99:99:99 as
+  // four days later, and the client waited for a moment the server never named.
+  it('refuses a date that names no moment, and keeps a leap second', () => {
+    for (const text of [
+      'Tue, 31 Feb 2026 08:00:00 GMT',
+      'Wed, 29 Feb 2025 08:00:00 GMT',
+      'Sat, 21 Nov 2026 24:00:00 GMT',
+      'Sat, 21 Nov 2026 99:99:99 GMT',
+      'Sat, 21 Nov 2026 07:60:00 GMT',
+      'Sat, 21 Nov 2026 07:00:61 GMT',
+      'Sat, 00 Nov 2026 07:00:00 GMT',
+      'Tuesday, 31-Apr-26 07:00:00 GMT',
+    ]) {
+      expect(parseHttpDate(text, now), text).toBeUndefined();
+    }
+    expect(parseHttpDate('Thu, 29 Feb 2024 08:00:00 GMT')).toBe(Date.UTC(2024, 1, 29, 8));
+    expect(parseHttpDate('Wed, 31 Dec 2025 23:59:60 GMT')).toBe(Date.UTC(2026, 0, 1));
+  });
 });
 
 describe('two-digit years (RFC 9110 5.6.7)', () => {
