@@ -1,3 +1,4 @@
+import { constants } from 'node:os';
 import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { openDatabase } from './db.js';
@@ -101,12 +102,18 @@ async function main(): Promise<void> {
   for (const user of demoUsers) {
     console.log(`  ${user.username} / ${user.password}${user.roles.length ? `   (${user.roles.join(', ')})` : ''}`);
   }
-  let stopping = false;
-  const stop = async (signal: string) => {
-    // A terminal's Ctrl-C reaches this process and the `npm start` wrapper, which passes it on too.
-    if (stopping) return;
-    stopping = true;
-    console.log(`\n${signal}: stopping (requests already running finish first)...`);
+  let stoppingSince: number | undefined;
+  const stop = async (signal: NodeJS.Signals) => {
+    if (stoppingSince !== undefined) {
+      // A terminal's Ctrl-C reaches this process and the `npm start` wrapper, which passes it on
+      // too: that copy comes within milliseconds. A signal a second or more later is someone asking
+      // again because the stop takes too long (a request that will not end, a stuck store): leave now.
+      if (performance.now() - stoppingSince < 1000) return;
+      console.error(`${signal} again: exiting now, without waiting for what is still running.`);
+      process.exit(128 + (constants.signals[signal] ?? 0));
+    }
+    stoppingSince = performance.now();
+    console.log(`\n${signal}: stopping (requests already running finish first; signal again to exit at once)...`);
     try {
       // From the front: the app (it calls the gateway), then the gateway, the API and the receiver
       // (the gateway checks tokens with the provider's keys while it drains), then the provider.

@@ -84,6 +84,28 @@ describe('npm start (examples/reference-app/start.mjs)', () => {
     for (const port of app.ports) expect(await refuses(port)).toBe(true);
   }, 60_000);
 
+  it('a second signal a second or more after the first exits at once, without waiting for a request that will not end', async () => {
+    const app = await startApp(process.execPath, ['examples/reference-app/start.mjs']);
+    const exited = exitOf(app.child);
+    // A webhook delivery half sent and never finished: the drain would wait its whole grace (10 s).
+    const socket = connect({ host: '127.0.0.1', port: app.ports[4] as number });
+    await once(socket, 'connect');
+    socket.on('error', () => undefined);
+    socket.write('POST /webhooks/payments HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{');
+    process.kill(app.child.pid as number, 'SIGTERM');
+    await vi.waitFor(() => expect(app.output()).toContain('SIGTERM: stopping'));
+    // The copy a terminal's Ctrl-C sends through npm arrives at once: it is not a second request.
+    process.kill(app.child.pid as number, 'SIGTERM');
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    expect(app.child.exitCode).toBeNull();
+    const asked = performance.now();
+    process.kill(app.child.pid as number, 'SIGTERM');
+    expect(await exited).toEqual({ code: 143, signal: null });
+    expect(performance.now() - asked).toBeLessThan(3_000);
+    expect(app.output()).toContain('SIGTERM again: exiting now');
+    socket.destroy();
+  }, 60_000);
+
   // Mutation pass: kills dropping SIGHUP from the handled signals, and DATA_DIR being ignored.
   it('stops on SIGHUP (a closed terminal) as on SIGTERM, and keeps its data in DATA_DIR', async () => {
     const app = await startApp(process.execPath, ['examples/reference-app/start.mjs']);

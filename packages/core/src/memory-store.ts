@@ -19,7 +19,12 @@ export interface MemoryStoreOptions {
    * or rejects with is swallowed: an observer must never fail the claim that made room.
    */
   onEvict?: (eviction: MemoryEviction) => void;
-  /** The store's clock, in epoch milliseconds. Inject one in tests. Default `Date.now`. */
+  /**
+   * The store's clock, in epoch milliseconds. Inject one in tests. Default: the time the process
+   * started plus a monotonic clock since, which a wall clock stepped by NTP or a resumed VM does not
+   * move (an hour forward would end every live lease at once, and a retry would run beside the
+   * handler).
+   */
   now?: () => number;
 }
 
@@ -123,6 +128,9 @@ function recordOf(entry: Entry, t: number): StoreRecord {
     : { state: 'in_progress', token, fingerprint };
 }
 
+// Read from the global at each call (fake timers replace it), as epoch-like milliseconds.
+const monotonicEpoch = () => performance.timeOrigin + performance.now();
+
 const knownMemoryStoreOptions: ReadonlySet<string> = new Set<keyof MemoryStoreOptions>([
   'maxEntries',
   'onEvict',
@@ -145,7 +153,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
   const { onEvict } = options;
   if (onEvict !== undefined && typeof onEvict !== 'function') throw new TypeError('onEvict must be a function');
-  const now = options.now ?? Date.now;
+  const now = options.now ?? monotonicEpoch;
   if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
   let evicted = 0;
   const entries = new Map<string, Entry>();

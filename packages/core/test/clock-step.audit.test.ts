@@ -210,3 +210,16 @@ describe('replayCache when the wall clock steps back', () => {
     expect(again.kind).toBe('execute');
   });
 });
+
+describe('the memory store when the wall clock steps', () => {
+  // Was a defect: the memory store timed leases on Date.now, so a forward step longer than the lease
+  // ended every live lease at once and a retry ran beside the handler still running.
+  it('keeps a live lease live across a forward step of an hour', async () => {
+    const store = memoryStore();
+    expect(store.claim({ id: 'r', token: 'a', fingerprint: 'fp', leaseMs: 10_000 })).toEqual({ claimed: true });
+    vi.setSystemTime(Date.now() + HOUR);
+    expect(store.claim({ id: 'r', token: 'b', fingerprint: 'fp', leaseMs: 10_000 })).toMatchObject({ claimed: false });
+    await vi.advanceTimersByTimeAsync(10_001);
+    expect(store.claim({ id: 'r', token: 'c', fingerprint: 'fp', leaseMs: 10_000 })).toEqual({ claimed: true });
+  });
+});
