@@ -6,7 +6,7 @@ import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
 import { notify } from './notify.js';
-import { assertKnownOptions } from './option-names.js';
+import { assertKnownOptions, type ListsEvery } from './option-names.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { recordId } from './record-id.js';
 import { type CompletedRecord, createReplayCache, type ReplayCache } from './replay-cache.js';
@@ -122,9 +122,7 @@ export const engineOptionNames = [
   'now',
   'replayCache',
 ] as const satisfies readonly (keyof IdempotencyOptions)[];
-const everyEngineOptionNamed: Exclude<keyof IdempotencyOptions, (typeof engineOptionNames)[number]> extends never
-  ? true
-  : never = true;
+const everyEngineOptionNamed: ListsEvery<IdempotencyOptions, typeof engineOptionNames> = true;
 void everyEngineOptionNamed;
 const knownEngineOptions: ReadonlySet<string> = new Set(engineOptionNames);
 

@@ -18,7 +18,7 @@ import { checkExcludes, type FingerprintOptions, fingerprintRequest, isJsonConte
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
-import { assertKnownOptions } from './option-names.js';
+import { assertKnownOptions, type ListsEvery } from './option-names.js';
 import { type Awaitable, isPending, type StoredResponse } from './store.js';
 import { storedResponseSize } from './stored-response.js';
 
@@ -94,12 +94,10 @@ const httpOptionNames = [
   'fingerprint',
   'advertiseExpiry',
 ] as const satisfies readonly (keyof HttpIdempotencyOptions<unknown>)[];
-const everyHttpOptionNamed: Exclude<
-  keyof HttpIdempotencyOptions<unknown>,
-  (typeof httpOptionNames)[number] | (typeof engineOptionNames)[number]
-> extends never
-  ? true
-  : never = true;
+const everyHttpOptionNamed: ListsEvery<
+  HttpIdempotencyOptions<unknown>,
+  [...typeof engineOptionNames, ...typeof httpOptionNames]
+> = true;
 void everyHttpOptionNamed;
 const knownHttpOptions: ReadonlySet<string> = new Set([...engineOptionNames, ...httpOptionNames]);
 const knownFingerprintOptions: ReadonlySet<string> = new Set<keyof HttpFingerprintOptions>(['exclude', 'headers']);

@@ -68,7 +68,7 @@ export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key
 export { type MemoryEviction, type MemoryStore, type MemoryStoreOptions, memoryStore } from './memory-store.js';
 export { mintKey } from './mint.js';
 export { notify } from './notify.js';
-export { assertKnownOptions } from './option-names.js';
+export { assertKnownOptions, type ListsEvery } from './option-names.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { recordId } from './record-id.js';
 export { foldRoutePath, normalisePercentEncoding, type RoutePathOptions } from './route-path.js';

@@ -47,3 +47,11 @@ function editDistance(a: string, b: string): number {
   }
   return previous[b.length] as number;
 }
+
+/**
+ * `true` when `Names` lists every option of `T`: `const all: ListsEvery<T, typeof names> = true`
+ * fails to compile once an option is added to `T` and not to the list that checks it.
+ */
+export type ListsEvery<T, Names extends readonly PropertyKey[]> = [Exclude<keyof T, Names[number]>] extends [never]
+  ? true
+  : false;

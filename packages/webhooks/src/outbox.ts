@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { abortableSleep, maxTimerMs } from '@idem/client';
-import { type Duration, notify, toMilliseconds } from '@idem/core';
+import { assertKnownOptions, type Duration, type ListsEvery, notify, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { WebhookError } from './errors.js';
@@ -119,6 +119,19 @@ export interface RelayOptions {
    */
   onError?: (error: unknown) => void;
 }
+
+const relayOptionNames = [
+  'db',
+  'sender',
+  'batchSize',
+  'lease',
+  'pollInterval',
+  'relayId',
+  'onAttempt',
+  'onError',
+] as const satisfies readonly (keyof RelayOptions)[];
+const relayOptionNamesAll: ListsEvery<RelayOptions, typeof relayOptionNames> = true;
+void relayOptionNamesAll;
 
 /** What one relay round did. */
 export interface RelayRound {
@@ -289,6 +302,8 @@ function toRow(row: Record<string, any>): OutboxRow {
  * outbox.relay({ db: pool, sender }).start();
  */
 export function createOutbox(options: OutboxOptions = {}): Outbox {
+  if (options === null || typeof options !== 'object') throw new TypeError('createOutbox takes an options object');
+  assertKnownOptions(options, new Set(['table']), 'createOutbox');
   const { sql: table, base } = quoteTable(options.table ?? 'idem_webhook_outbox');
   const name = options.table ?? 'idem_webhook_outbox';
 
@@ -366,6 +381,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   };
 
   const relay = (relayOptions: RelayOptions): Relay => {
+    if (!relayOptions || typeof relayOptions !== 'object') throw new TypeError('relay needs an options object');
+    assertKnownOptions(relayOptions, new Set(relayOptionNames), 'relay');
     const { db, sender } = relayOptions;
     if (!db || typeof db.query !== 'function') throw new TypeError('relay needs db (a pg Pool or client)');
     if (!sender || typeof sender.attempt !== 'function') throw new TypeError('relay needs a sender');
@@ -382,6 +399,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     if (leaseMs > maxTimerMs)
       throw new TypeError('lease must be at most 2147483647 ms (about 24.8 days, the longest timer Node keeps)');
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
+    // 0 would query the database back to back, without a pause, for as long as the outbox is idle.
+    if (pollMs < 10) throw new TypeError('pollInterval must be at least 10ms');
     const relayId = relayOptions.relayId ?? randomUUID();
     const { horizonMs, maxAttempts } = sender.schedule;
     const horizonParam = Number.isFinite(horizonMs) ? horizonMs : 1e15;

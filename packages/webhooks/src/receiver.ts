@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import {
+  assertKnownOptions,
   createIdempotency,
   type Duration,
   downstreamKey,
@@ -8,6 +9,7 @@ import {
   type IdempotencyErrorCode,
   type IdempotencyEvent,
   type Lease,
+  type ListsEvery,
   notify,
   type Store,
   type StoredResponse,
@@ -154,6 +156,27 @@ export interface ReceiverOptions<Tx = unknown> {
   onStoreEvent?: (event: IdempotencyEvent) => void;
 }
 
+const receiverOptionNames = [
+  'store',
+  'secret',
+  'apply',
+  'retention',
+  'acknowledgeShortRetention',
+  'senderHorizon',
+  'onWarning',
+  'tolerance',
+  'scope',
+  'wait',
+  'lease',
+  'maxExecution',
+  'transactional',
+  'now',
+  'onEvent',
+  'onStoreEvent',
+] as const satisfies readonly (keyof ReceiverOptions<unknown>)[];
+const receiverOptionNamesAll: ListsEvery<ReceiverOptions<unknown>, typeof receiverOptionNames> = true;
+void receiverOptionNamesAll;
+
 /** What {@link Receiver.handle} takes: the request's headers and its raw body. */
 export interface ReceiverRequest {
   headers: HeaderInput;
@@ -220,6 +243,7 @@ function problemResponse(
  */
 export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Receiver {
   if (!options || typeof options !== 'object') throw new TypeError('createReceiver needs an options object');
+  assertKnownOptions(options, new Set(receiverOptionNames), 'createReceiver');
   if (typeof options.apply !== 'function') throw new TypeError('apply must be a function');
   const now = options.now ?? Date.now;
   const verifier = createVerifier({

@@ -1,5 +1,5 @@
 import { abortableSleep, maxTimerMs, retryAfterOf } from '@idem/client';
-import { type Duration, notify, toMilliseconds } from '@idem/core';
+import { assertKnownOptions, type Duration, type ListsEvery, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable, assertSendableHeaders } from './deliverable.js';
@@ -39,6 +39,17 @@ export interface ScheduleOptions extends BackoffOptions {
   maxRetryAfter?: Duration;
 }
 
+const scheduleOptionNames = [
+  'base',
+  'cap',
+  'factor',
+  'maxAttempts',
+  'horizon',
+  'maxRetryAfter',
+] as const satisfies readonly (keyof ScheduleOptions)[];
+const scheduleOptionNamesAll: ListsEvery<ScheduleOptions, typeof scheduleOptionNames> = true;
+void scheduleOptionNamesAll;
+
 /** Options of {@link createSender}. */
 export interface SenderOptions {
   /** Signing secret(s): `whsec_...` for v1, `whsk_...` for v1a; several sign with each. */
@@ -65,6 +76,20 @@ export interface SenderOptions {
   /** Called after every attempt, for logs and metrics. What it throws or rejects with is swallowed. */
   onAttempt?: (attempt: AttemptRecord, message: WebhookMessage) => void;
 }
+
+const senderOptionNames = [
+  'secret',
+  'fetch',
+  'schedule',
+  'timeout',
+  'random',
+  'sleep',
+  'now',
+  'headers',
+  'onAttempt',
+] as const satisfies readonly (keyof SenderOptions)[];
+const senderOptionNamesAll: ListsEvery<SenderOptions, typeof senderOptionNames> = true;
+void senderOptionNamesAll;
 
 /** What happened in one attempt. */
 export interface AttemptRecord {
@@ -185,10 +210,13 @@ async function readSnippet(response: Response): Promise<string> {
  */
 export function createSender(options: SenderOptions): Sender {
   if (!options || typeof options !== 'object') throw new TypeError('createSender needs an options object');
+  assertKnownOptions(options, new Set(senderOptionNames), 'createSender');
   const signer = createSigner({ secret: options.secret });
   const fetchImpl = options.fetch ?? globalThis.fetch;
   if (typeof fetchImpl !== 'function') throw new TypeError('fetch must be a function');
   const schedule = options.schedule ?? {};
+  if (schedule === null || typeof schedule !== 'object') throw new TypeError('schedule must be an object');
+  assertKnownOptions(schedule, new Set(scheduleOptionNames), 'schedule');
   const backoff = createBackoff(schedule);
   const maxAttempts = schedule.maxAttempts ?? Number.POSITIVE_INFINITY;
   if (!(maxAttempts >= 1) || (Number.isFinite(maxAttempts) && !Number.isInteger(maxAttempts))) {

@@ -1,4 +1,4 @@
-import { type Duration, toMilliseconds } from '@idem/core';
+import { assertKnownOptions, type Duration, toMilliseconds } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { WebhookError } from './errors.js';
 import { type HeaderInput, isValidWebhookId, parseWebhookHeaders, type WebhookHeaders } from './headers.js';
@@ -49,6 +49,7 @@ function unixSeconds(timestamp: Date | number): number {
  */
 export function createSigner(options: SignerOptions): Signer {
   if (!options || typeof options !== 'object') throw new TypeError('createSigner needs an options object');
+  assertKnownOptions(options, new Set(['secret']), 'createSigner');
   const signers = parseSecrets(options.secret).map((key) => {
     if (!key.signer)
       throw new WebhookError('secret_invalid', 'A whpk_ public key can verify but not sign; use the whsk_ key.');
@@ -141,6 +142,7 @@ export interface Verifier {
  */
 export function createVerifier(options: VerifierOptions): Verifier {
   if (!options || typeof options !== 'object') throw new TypeError('createVerifier needs an options object');
+  assertKnownOptions(options, new Set(['secret', 'tolerance', 'now']), 'createVerifier');
   const keys: ParsedSecret[] = parseSecrets(options.secret);
   const tolerance = options.tolerance ?? '5m';
   const pastMs =

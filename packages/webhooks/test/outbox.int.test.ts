@@ -1318,7 +1318,7 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
         return pool.query(text, values);
       },
     };
-    const relay = outbox.relay({ db, sender, pollInterval: '1ms' });
+    const relay = outbox.relay({ db, sender, pollInterval: '10ms' });
     try {
       relay.start();
       await until(() => between.length >= 25, '25 idle rounds');
