@@ -102,7 +102,7 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
     framed =
       frame('m', parts.method.toUpperCase()) +
       frame('r', parts.route ?? '') +
-      frame('p', normalisePercentEncoding(parts.path ?? '')) +
+      frame('p', normalisePercentEncoding(withoutFragment(parts.path ?? ''))) +
       frame('q', normaliseQuery(query)) +
       frame('t', mediaType);
     if (parts.headers) {
@@ -161,10 +161,21 @@ export function fingerprintsMatch(a: string, b: string): boolean {
   return difference === 0;
 }
 
+// A fragment is no part of what a server is asked (RFC 9110 §7.1); a client should never send one, and
+// where one is sent the frameworks disagree on whether it belongs to the path or the query. Cut, the
+// same request fingerprints alike behind any of them.
+function withoutFragment(text: string): string {
+  const hash = text.indexOf('#');
+  return hash === -1 ? text : text.slice(0, hash);
+}
+
 function normaliseQuery(query: RequestParts['query']): string {
   if (query === undefined || query === '' || query === '?') return '';
   let params: URLSearchParams;
-  if (typeof query === 'string') params = new URLSearchParams(query.startsWith('?') ? query.slice(1) : query);
+  if (typeof query === 'string') {
+    const text = withoutFragment(query);
+    params = new URLSearchParams(text.startsWith('?') ? text.slice(1) : text);
+  }
   else if (query instanceof URLSearchParams) params = new URLSearchParams(query);
   else {
     params = new URLSearchParams();

@@ -12,12 +12,8 @@ import express from 'express';
 import Fastify from 'fastify';
 import Koa from 'koa';
 import { describe, expect, it } from 'vitest';
+import { bodyParser } from './audit-support/koa-body-parser.js';
 import { frameworks, postAndLeave } from './events-harness.js';
-
-// Loaded by a name the compiler does not follow: @koa/bodyparser's type declarations, once in the
-// program, turn Express's `req.body` into `unknown` for every Express file of the repository.
-const koaBodyParserModule: string = '@koa/bodyparser';
-const bodyParser = ((await import(koaBodyParserModule)) as { default: () => Koa.Middleware }).default;
 
 type Framework = (typeof frameworks)[number];
 type Seen = Record<string, unknown>;

@@ -12,12 +12,12 @@ import { guard as expressGuard, idempotency as expressIdempotency, idempotencyEr
 import { guard as fastifyGuard, idempotency as fastifyIdempotency } from '@idem/fastify';
 import type { GuardOptions } from '@idem/guard';
 import { guard as koaGuard, idempotency as koaIdempotency } from '@idem/koa';
-import bodyParser from '@koa/bodyparser';
 import express from 'express';
 import Fastify from 'fastify';
 import Koa, { type Context } from 'koa';
 import { expect } from 'vitest';
 import { type RawAnswer, rawRequest, sendRaw } from '../hostile/raw-http.js';
+import { bodyParser } from './koa-body-parser.js';
 
 export const ISSUER = 'https://id.xframe.test';
 export const AUDIENCE = 'https://api.xframe.test';
