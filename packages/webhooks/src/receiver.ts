@@ -257,7 +257,8 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     retention,
     acknowledgeShortRetention: options.acknowledgeShortRetention ?? false,
     wait: options.wait ?? false,
-    now,
+    // Passed on only when injected: the engine's default times leases and waits on a monotonic clock.
+    ...(options.now === undefined ? {} : { now: options.now }),
     // An acknowledgement is only stored for a 2xx; every other outcome leaves the id free for a retry.
     storeOutcome: 'success',
     ...(options.lease === undefined ? {} : { lease: options.lease }),

@@ -1,5 +1,6 @@
+import { memoryStore, type Store } from '@idem/core';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createSender, seededRandom } from '../src/index.js';
+import { createReceiver, createSender, createSigner, seededRandom } from '../src/index.js';
 
 // Audit (clocks): the sender's horizon ("no attempt starts later than this after the first one") is
 // measured on its `now`, by default `Date.now`, a wall clock that an NTP step or a VM resume moves
@@ -48,5 +49,55 @@ describe('the horizon when the wall clock jumps forward', () => {
     expect(result?.outcome).toBe('dead-letter');
     expect(result?.outcome === 'dead-letter' && result.reason).toBe('max-attempts');
     expect(starts).toHaveLength(4);
+  });
+});
+
+describe('the receiver when the wall clock steps back', () => {
+  // Was a defect: createReceiver handed its default `now` (Date.now) to the engine as an injected
+  // clock, so the engine timed lease renewals on the wall clock: after a step back of an hour the
+  // lease of an event still being applied was not renewed, the store ended it, and a redelivery of
+  // the same event to another process was applied a second time.
+  it('keeps renewing the lease of an event being applied, so a redelivery is not applied twice', async () => {
+    const serverClock = () => T0 + performance.now();
+    const inner = memoryStore({ now: serverClock });
+    // A store other processes share (not in this process): the engine renews its leases.
+    const store: Store = {
+      claim: (input) => inner.claim(input),
+      renew: (input) => inner.renew(input),
+      complete: (input) => inner.complete(input),
+      release: (input) => inner.release(input),
+      get: (id) => inner.get(id),
+    };
+    let release: () => void = () => undefined;
+    const applied: string[] = [];
+    // Two processes of the receiver on one store; the redelivery reaches the other one.
+    const [receiver, other] = [1, 2].map(() =>
+      createReceiver({
+        store,
+        secret: SECRET,
+        lease: '3s',
+        apply: (event) => {
+          applied.push(event.id);
+          return new Promise<void>((resolve) => {
+            release = resolve;
+          });
+        },
+      }),
+    ) as [ReturnType<typeof createReceiver>, ReturnType<typeof createReceiver>];
+    const signer = createSigner({ secret: SECRET });
+    const deliver = (to = receiver) =>
+      to.handle({
+        headers: signer.sign({ id: 'E1', body: '{}', timestamp: Math.floor(Date.now() / 1000) }),
+        body: Buffer.from('{}'),
+      });
+    const first = deliver();
+    await vi.advanceTimersByTimeAsync(10);
+    vi.setSystemTime(Date.now() - HOUR);
+    await vi.advanceTimersByTimeAsync(10_000);
+    const again = await deliver(other);
+    expect(again.status).not.toBe(200);
+    expect(applied).toEqual(['E1']);
+    release();
+    expect((await first).status).toBe(200);
   });
 });
