@@ -86,8 +86,8 @@ describe('the identity provider on an https issuer', () => {
     }
   });
 
-  // Was wrong: the provider keeps its 14-day sign-in session in `_session` (and `_session.sig`) even over https, where the `__Host-` prefix is possible and would refuse a cookie tossed from a sibling subdomain.
-  it.fails('names its sign-in session cookies __Host- over https, as the app does', () => {
+  // Was a defect: the provider keeps its 14-day sign-in session in `_session` (and `_session.sig`) even over https, where the `__Host-` prefix is possible and would refuse a cookie tossed from a sibling subdomain.
+  it('names its sign-in session cookies __Host- over https, as the app does', () => {
     const session = cookies.filter((raw) => /;\s*path=\/(;|$)/i.test(raw)).map(cookieName);
     expect(session.length).toBeGreaterThan(0);
     expect(session.filter((name) => !name.startsWith('__Host-'))).toEqual([]);
@@ -99,8 +99,8 @@ describe('the app served over https, its URL written with an upper-case scheme',
   // the app decides on Secure and `__Host-` with `appUrl.startsWith('https:')` on the raw string.
   // Its redirect URI (`new URL('/callback', appUrl)`) is https all the same, so sign-in works and
   // nothing tells the operator that the session cookie goes out without Secure.
-  // Was wrong: server.ts compares the raw appUrl with 'https:', so an https app whose URL is spelled HTTPS:// sets a plain app_session cookie without Secure or the __Host- prefix.
-  it.fails('marks the session cookie Secure and names it __Host- whatever the case of the scheme', async () => {
+  // Was a defect: server.ts compares the raw appUrl with 'https:', so an https app whose URL is spelled HTTPS:// sets a plain app_session cookie without Secure or the __Host- prefix.
+  it('marks the session cookie Secure and names it __Host- whatever the case of the scheme', async () => {
     const port = await listen(0);
     try {
       const { app } = await createThirdPartyApp({
@@ -132,8 +132,8 @@ describe('a sign-in in progress while the app is open in another tab', () => {
   // browser by its cookie), and while the provider's login page is open, the app's root is loaded in
   // another tab (or Back is pressed to it: every page is no-store, so it is fetched again). GET / sees
   // a cookie that is not a signed-in session and clears it; the callback then finds no transaction.
-  // Was wrong: GET / clears the session cookie whenever the browser is not signed in, a sign-in in progress included, so that sign-in's callback fails with "unknown or already used".
-  it.fails('still completes the sign-in after the app root was loaded meanwhile', async () => {
+  // Was a defect: GET / clears the session cookie whenever the browser is not signed in, a sign-in in progress included, so that sign-in's callback fails with "unknown or already used".
+  it('still completes the sign-in after the app root was loaded meanwhile', async () => {
     const { authUrl, appUrl } = whole.running;
     const agent = createUserAgent();
     const callback = await loginAndConsent(
@@ -275,8 +275,8 @@ describe('a refresh whose ID token names another user', () => {
     expect(home.body).toContain('Alice Liddell');
   });
 
-  // Was wrong: refreshSession (server.ts) stores `result.user` from a refreshed ID token without comparing its sub with the session's, so the signed-in session silently becomes another account.
-  it.fails("never turns alice's session into another user's on a refresh (OIDC Core 12.2)", async () => {
+  // Was a defect: refreshSession (server.ts) stores `result.user` from a refreshed ID token without comparing its sub with the session's, so the signed-in session silently becomes another account.
+  it("never turns alice's session into another user's on a refresh (OIDC Core 12.2)", async () => {
     const agent = await signIn();
     clock += 10 * 60_000;
     const home = await agent.request(new URL('/', appPort.url).href);

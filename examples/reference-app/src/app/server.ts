@@ -181,7 +181,8 @@ export function safeReturnTo(value: unknown): string {
  */
 export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promise<ThirdPartyApp> {
   const now = options.now ?? Date.now;
-  const secure = options.appUrl.startsWith('https:');
+  // Parsed, not a prefix of the text: a scheme may be written in any case (`HTTPS://`).
+  const secure = new URL(options.appUrl).protocol === 'https:';
   const { session: sessionCookie, csrf: csrfCookie } = cookieNames(secure);
   const redirectUri = new URL('/callback', options.appUrl).href;
   // Where the provider's logout sends the browser back (registered as the client's post-logout URI).
@@ -240,6 +241,13 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     }
     try {
       const result = await oidc.refresh(refreshToken);
+      // OIDC Core 12.2: an ID token from a refresh names the same user. One that names another is no
+      // refresh of this session: it ends, and the tokens just issued are revoked.
+      if (result.user !== undefined && result.user.sub !== data.user.sub) {
+        await sessions.destroy(id);
+        await revokeTokens({ ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken }, 'sign-out');
+        return undefined;
+      }
       const tokens = { ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken };
       // Only the tokens (and the user, when the provider sent a new ID token): a flash set meanwhile stays.
       await sessions.update(id, { tokens, ...(result.user ? { user: result.user } : {}) });
@@ -297,7 +305,10 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   app.get('/', async (req, res) => {
     const session = await signedIn(req);
     if (!session) {
-      if (readCookie(req, sessionCookie)) clearSession(res);
+      // The cookie of a session that is over goes. One of a sign-in in progress stays: the provider's
+      // page may be open in another tab, and its callback needs the state and verifier.
+      const id = readCookie(req, sessionCookie);
+      if (id && !(await sessions.get(id))?.pending?.length) clearSession(res);
       // Back from the provider's logout (below): say what happened. Anyone can link here with this
       // query; it only shows a sentence to a visitor who is signed out anyway.
       send(res, 200, signedOutPage(req.query.state === signedOutState ? 'You are signed out.' : undefined));

@@ -61,6 +61,19 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
       keys: cookieKeys,
       long: { httpOnly: true, sameSite: 'lax' },
       short: { httpOnly: true, sameSite: 'lax' },
+      // Over https the sign-in session (Path=/, no Domain) is `__Host-`: a browser then refuses a
+      // cookie of that name set by a sibling subdomain, which could sign the visitor in as someone
+      // else (login CSRF by a tossed session). The interaction cookies are path-scoped, so
+      // `__Secure-` is the most they can carry.
+      ...(new URL(issuer).protocol === 'https:'
+        ? {
+            names: {
+              session: '__Host-session',
+              interaction: '__Secure-interaction',
+              resume: '__Secure-interaction_resume',
+            },
+          }
+        : {}),
     },
     responseTypes: ['code'],
     // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
