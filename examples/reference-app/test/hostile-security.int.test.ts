@@ -158,7 +158,8 @@ describe('the identity provider on an https issuer, behind a TLS proxy, with TRU
   let cookies: string[];
   beforeAll(async () => {
     cookies = await signInBehindTls();
-    expect(cookies.some((cookie) => cookie.startsWith('_session='))).toBe(true);
+    // Over https the provider's session is a `__Host-` cookie (see session-security.audit.int.test.ts).
+    expect(cookies.some((cookie) => cookie.startsWith('__Host-session='))).toBe(true);
   });
 
   it('marks the CSRF cookie of its own pages Secure (the contrast)', () => {
@@ -167,7 +168,8 @@ describe('the identity provider on an https issuer, behind a TLS proxy, with TRU
 
   it('marks the sign-in session and interaction cookies Secure too', () => {
     const provider = cookies.filter(
-      (cookie) => /^_(session|interaction)/.test(cookie) && !/max-age=0|expires=thu, 01 jan 1970/i.test(cookie),
+      (cookie) =>
+        /^(__Host-session|__Secure-interaction)/.test(cookie) && !/max-age=0|expires=thu, 01 jan 1970/i.test(cookie),
     );
     expect(provider.length).toBeGreaterThan(0);
     expect(provider.filter((cookie) => !/;\s*secure/i.test(cookie)).map((cookie) => cookie.split('=')[0])).toEqual([]);
