@@ -26,9 +26,9 @@ function claim(name: string, pattern: RegExp): string {
   return found;
 }
 const pglitePath = claim('stores.md', /new PGlite\('([^']+)'\)/);
-const statedRoundTrips = Number(claim('stores.md', /A replay or a 409 also costs (\d+)/));
-const stripNamespaces = JSON.parse(
-  claim('guard.md', /stripIdentityHeaders\(incoming, \{ namespaces: (\[[^\]]*\]) \}\)/).replaceAll("'", '"'),
+const statedRoundTrips = Number(claim('stores.md', /A 409 costs (\d+)/));
+const stripExtra = JSON.parse(
+  claim('guard.md', /stripIdentityHeaders\(incoming, \{ extra: (\[[^\]]*\]) \}\)/).replaceAll("'", '"'),
 ) as string[];
 
 describe('docs/stores.md, PostgreSQL: "The embedded default, with no server to run"', () => {
@@ -37,8 +37,8 @@ describe('docs/stores.md, PostgreSQL: "The embedded default, with no server to r
   // a plain mkdirSync (not recursive), so `./data` must exist first, and migrate() rejects with
   // `ENOENT: no such file or directory, mkdir './data/idem'` (PGlite 0.3 in this repository, 0.5 from
   // npm alike). The same example is in the TSDoc of PGliteLike (packages/postgres/src/sql-client.ts:102).
-  // Was wrong: the page's `new PGlite('./data/idem')` throws ENOENT in a fresh project (its parent folder must exist).
-  it.fails("the page's on-disk PGlite path works in an empty project folder", async () => {
+  // Was a defect: the page's `new PGlite('./data/idem')` throws ENOENT in a fresh project (its parent folder must exist).
+  it("the page's on-disk PGlite path works in an empty project folder", async () => {
     const project = mkdtempSync(join(tmpdir(), 'idem-newcomer-'));
     try {
       const db = new PGlite(join(project, pglitePath));
@@ -69,8 +69,8 @@ describe.skipIf(!withRedis)('docs/stores.md, Redis: Sizing', () => {
   // again with its PTTL by the inspect script (packages/redis/src/redis-store.ts), so a 409 is
   // SET NX, GET, EVALSHA. Someone sizing Redis for a retry storm on slow handlers counts one round
   // trip in three short.
-  // Was wrong: the Sizing paragraph says a 409 costs 2 round trips; it costs 3 (SET NX, GET, the PTTL script).
-  it.fails('a 409 costs the round trips the Sizing paragraph says', async () => {
+  // Was a defect: the Sizing paragraph says a 409 costs 2 round trips; it costs 3 (SET NX, GET, the PTTL script).
+  it('a 409 costs the round trips the Sizing paragraph says', async () => {
     const inner = redisCommandRunner(client);
     let roundTrips = 0;
     const counted = {
@@ -105,17 +105,18 @@ describe('docs/guard.md, At the gateway: the stripIdentityHeaders() example', ()
   // ("stripped by default"; "set `keepForwarded: true` ... on `stripIdentityHeaders`" to keep it),
   // a forged `idem-internal-token`, and `X-UserId` (the hyphenless spelling the page lists as gone).
   // The TSDoc of defaultIdentityHeaders shows the safe form: `[...defaultIdentityHeaders, 'x-tenant-*']`.
-  // Was wrong: the example's `namespaces` replaces the defaults, so X-Forwarded-For, idem-internal-token and X-UserId pass.
-  it.fails("the page's call strips the headers the page says are stripped", () => {
+  // Was a defect: the example's `namespaces` replaces the defaults, so X-Forwarded-For, idem-internal-token and X-UserId pass.
+  it("the page's call strips the headers the page says are stripped", () => {
     const stripped = stripIdentityHeaders(
       {
         'x-user-id': 'admin',
         'x-forwarded-for': '10.0.0.1',
         'idem-internal-token': 'forged',
         'x-userid': 'admin',
+        'x-tenant-id': 't_other',
         accept: 'application/json',
       },
-      { namespaces: stripNamespaces },
+      { extra: stripExtra },
     );
     expect(stripped).toEqual({ accept: 'application/json' });
   });

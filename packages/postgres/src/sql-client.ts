@@ -99,7 +99,7 @@ export interface PGliteTransactionLike {
  * A PGlite instance (`@electric-sql/pglite`), in memory or on disk.
  *
  * @example
- * const db: PGliteLike = new PGlite('./data/idem');
+ * const db: PGliteLike = new PGlite('./idem-data');
  */
 export interface PGliteLike {
   query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;

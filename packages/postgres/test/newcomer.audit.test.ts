@@ -5,8 +5,8 @@
 import { createRequire } from 'node:module';
 import { expect, it } from 'vitest';
 
-// Was wrong: the exports map has no './schema.sql', so require.resolve / import.meta.resolve of it throw ERR_PACKAGE_PATH_NOT_EXPORTED.
-it.fails('schema.sql resolves by its package path, as a migration tool names it', () => {
+// Was a defect: the exports map has no './schema.sql', so require.resolve / import.meta.resolve of it throw ERR_PACKAGE_PATH_NOT_EXPORTED.
+it('schema.sql resolves by its package path, as a migration tool names it', () => {
   // Through the installed package (node_modules/@idem/postgres), as a consumer's require.resolve()
   // or import.meta.resolve() finds it: the exports map has only '.' and './package.json', so Node
   // answers ERR_PACKAGE_PATH_NOT_EXPORTED and the only way in is a path into node_modules.

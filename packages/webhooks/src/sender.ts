@@ -210,6 +210,11 @@ async function readSnippet(response: Response): Promise<string> {
  */
 export function createSender(options: SenderOptions): Sender {
   if (!options || typeof options !== 'object') throw new TypeError('createSender needs an options object');
+  // The retry settings live in `schedule`; at the top level the nearest name would be a wrong hint.
+  const misplaced = Object.keys(options).find((name) => (scheduleOptionNames as readonly string[]).includes(name));
+  if (misplaced !== undefined) {
+    throw new TypeError(`createSender: ${misplaced} belongs in schedule: createSender({ schedule: { ${misplaced} } })`);
+  }
   assertKnownOptions(options, new Set(senderOptionNames), 'createSender');
   const signer = createSigner({ secret: options.secret });
   const fetchImpl = options.fetch ?? globalThis.fetch;
@@ -308,6 +313,7 @@ export function createSender(options: SenderOptions): Sender {
     number: number,
     attemptOptions: { signal?: AbortSignal } = {},
   ): Promise<AttemptRecord> => {
+    assertBodyBytes(message.body);
     const record = await attemptQuietly(message, number, attemptOptions);
     tell(record, message);
     return record;
@@ -317,6 +323,7 @@ export function createSender(options: SenderOptions): Sender {
     if (!message || typeof message !== 'object') throw new TypeError('send needs a message');
     // A message no attempt could send is the caller's bug: thrown now, not retried until the horizon.
     assertDeliverable(message);
+    assertBodyBytes(message.body);
     const signal = sendOptions.signal;
     const attempts: AttemptRecord[] = [];
     const firstAt = elapsed();
@@ -376,4 +383,16 @@ export function createSender(options: SenderOptions): Sender {
       timeoutMs,
     }),
   };
+}
+
+/**
+ * The signature is over the exact bytes sent, so a message carries them: bytes or a string. An object
+ * (which `outbox.add()` serialises for its caller) or no body is the caller's mistake, a `TypeError`
+ * before any request, not the receiver's `raw_body_required` from inside the first attempt.
+ */
+function assertBodyBytes(body: unknown): void {
+  if (typeof body === 'string' || body instanceof Uint8Array || body instanceof ArrayBuffer) return;
+  throw new TypeError(
+    'body must be the bytes to send: a string, a Uint8Array or an ArrayBuffer (JSON.stringify an object first)',
+  );
 }

@@ -21,6 +21,9 @@ describe('unknown option names are refused at construction', () => {
       'schedule: unknown option "maxAttempt" (did you mean "maxAttempts"?)',
     );
     expect(() => createSender({ secret, schedule: '1h' } as never)).toThrow('schedule must be an object');
+    expect(() => createSender({ secret, maxAttempts: 3 } as never)).toThrow(
+      'createSender: maxAttempts belongs in schedule: createSender({ schedule: { maxAttempts } })',
+    );
     expect(() => createReceiver({ secret, apply: async () => {}, tolerence: '1m' } as never)).toThrow(
       'createReceiver: unknown option "tolerence" (did you mean "tolerance"?)',
     );
