@@ -175,8 +175,7 @@ function normaliseQuery(query: RequestParts['query']): string {
   if (typeof query === 'string') {
     const text = withoutFragment(query);
     params = new URLSearchParams(text.startsWith('?') ? text.slice(1) : text);
-  }
-  else if (query instanceof URLSearchParams) params = new URLSearchParams(query);
+  } else if (query instanceof URLSearchParams) params = new URLSearchParams(query);
   else {
     params = new URLSearchParams();
     for (const [name, value] of Object.entries(query)) {
