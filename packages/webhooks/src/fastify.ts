@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { carriesBody } from '@idem/core';
 import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
-import { decodeBody, defaultBodyLimit, readRawBody } from './raw-body.js';
+import { bodyTooLarge, decodeBody, defaultBodyLimit, readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /** The parts of a Fastify request the handler uses. */
@@ -28,6 +28,7 @@ export interface FastifyLikeInstance {
     parser: (request: any, body: Buffer, done: (error: Error | null, body?: Buffer) => void) => void,
   ): void;
   post(path: string, handler: (request: any, reply: any) => Promise<unknown>): unknown;
+  setErrorHandler(handler: (error: any, request: any, reply: any) => unknown): unknown;
 }
 
 /** Options of {@link fastifyWebhook}. */
@@ -81,10 +82,14 @@ export function fastifyWebhookHandler(receiver: Receiver, options: GlueOptions =
       if (!failed) throw error;
       response = failed;
     }
-    reply.code(response.status);
-    for (const [name, value] of Object.entries(response.headers)) reply.header(name, value);
-    return reply.send(Buffer.from(response.body));
+    return sendResponse(reply, response);
   };
+}
+
+function sendResponse(reply: FastifyLikeReply, response: ReceiverResponse): unknown {
+  reply.code(response.status);
+  for (const [name, value] of Object.entries(response.headers)) reply.header(name, value);
+  return reply.send(Buffer.from(response.body));
 }
 
 /**
@@ -109,6 +114,13 @@ export function fastifyWebhook(receiver: Receiver, options: FastifyWebhookOption
     instance.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limit }, (_request, body, done) =>
       done(null, body),
     );
+    // Fastify's parser refuses a body over its bodyLimit itself, with its own JSON error; the other
+    // glue answer that with the receiver's problem (`body_too_large`), so this scope does too. Other
+    // errors go on to the app's handler.
+    instance.setErrorHandler((error, _request, reply) => {
+      if ((error as { code?: unknown } | null)?.code !== 'FST_ERR_CTP_BODY_TOO_LARGE') throw error;
+      return sendResponse(reply, glueErrorResponse(bodyTooLarge(limit), options) as ReceiverResponse);
+    });
     instance.post(options.path, handler);
   };
 }

@@ -17,7 +17,8 @@ export interface RawBodyOptions {
   limit?: number;
 }
 
-const tooLarge = (limit: number) =>
+/** The `body_too_large` error for a body over `limit` bytes. */
+export const bodyTooLarge = (limit: number): WebhookError =>
   new WebhookError('body_too_large', `The webhook body is larger than ${limit} bytes.`, { details: { limit } });
 
 const alreadyRead = () =>
@@ -44,7 +45,7 @@ async function collect(stream: AsyncIterable<Buffer | string>, limit: number): P
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk;
     size += bytes.length;
     // Checked while reading, so a compressed bomb or an endless stream stops at the limit.
-    if (size > limit) throw tooLarge(limit);
+    if (size > limit) throw bodyTooLarge(limit);
     chunks.push(bytes);
   }
   return Buffer.concat(chunks, size);
@@ -94,7 +95,7 @@ export async function readBodyStream(
   }
   if (decoder === undefined && Number.isFinite(declared) && declared > limit) {
     source.resume();
-    throw tooLarge(limit);
+    throw bodyTooLarge(limit);
   }
   if (decoder === undefined) return collect(source, limit);
   return decodeStream(source, decoder(), limit);
@@ -146,7 +147,7 @@ export async function decodeBody(
   const limit = options.limit ?? defaultBodyLimit;
   const decoder = decoderFor(encoding);
   if (decoder === undefined) {
-    if (body.length > limit) throw tooLarge(limit);
+    if (body.length > limit) throw bodyTooLarge(limit);
     return body;
   }
   if (decoder === false) {

@@ -5,7 +5,7 @@ import { memoryStore } from '@idem/core';
 import express from 'express';
 import Fastify from 'fastify';
 import Koa from 'koa';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   createReceiver,
   createSigner,
@@ -58,8 +58,11 @@ function post(
 
 type Start = (
   receiver: ReturnType<typeof makeReceiver>['receiver'],
-  onMisconfigured: (e: WebhookError) => void,
+  onMisconfigured?: (e: WebhookError) => void,
 ) => Promise<string>;
+
+// The glue's options with the hook, or without any (to see the default warning).
+const hooked = (onMisconfigured?: (e: WebhookError) => void) => (onMisconfigured ? { onMisconfigured } : {});
 
 const frameworks: Record<string, { good: Start; parsedFirst: Start }> = {
   express: {
@@ -72,7 +75,7 @@ const frameworks: Record<string, { good: Start; parsedFirst: Start }> = {
     async parsedFirst(receiver, onMisconfigured) {
       const app = express();
       app.use(express.json());
-      app.post('/hooks', expressWebhook(receiver, { onMisconfigured }));
+      app.post('/hooks', expressWebhook(receiver, hooked(onMisconfigured)));
       return listen(createServer(app));
     },
   },
@@ -87,7 +90,7 @@ const frameworks: Record<string, { good: Start; parsedFirst: Start }> = {
     },
     async parsedFirst(receiver, onMisconfigured) {
       const app = Fastify();
-      app.post('/hooks', fastifyWebhookHandler(receiver, { onMisconfigured }));
+      app.post('/hooks', fastifyWebhookHandler(receiver, hooked(onMisconfigured)));
       await app.listen({ port: 0, host: '127.0.0.1' });
       servers.push(() => app.close());
       return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
@@ -111,7 +114,7 @@ const frameworks: Record<string, { good: Start; parsedFirst: Start }> = {
         (ctx.request as unknown as { body: unknown }).body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
         await next();
       });
-      app.use(koaWebhook(receiver, { onMisconfigured }));
+      app.use(koaWebhook(receiver, hooked(onMisconfigured)));
       return listen(createServer(app.callback()));
     },
   },
@@ -153,6 +156,36 @@ describe.each(Object.keys(frameworks))('%s glue (cases 21, 22, 23)', (name) => {
     expect(applied).toEqual([]);
   });
 
+  it("answers 413 with the receiver's problem body, whether the length is declared or the body is chunked", async () => {
+    // Was a defect: Fastify's own parser refused the body first and answered its own JSON error.
+    const { receiver, applied } = makeReceiver();
+    const url = `${await framework.good(receiver, () => undefined)}/hooks`;
+    const big = Buffer.from(JSON.stringify({ pad: 'x'.repeat(10_000) }));
+    const chunked = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new Uint8Array(big));
+        controller.close();
+      },
+    });
+    const declared = await post(url, 'E4', big);
+    const streamed = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...signer.sign({ id: 'E5', body: big, timestamp: new Date() }) },
+      body: chunked,
+      duplex: 'half',
+    } as RequestInit);
+    for (const response of [declared, streamed]) {
+      expect(response.status).toBe(413);
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(await response.json()).toMatchObject({
+        status: 413,
+        code: 'body_too_large',
+        type: 'https://idem.dev/problems/body-too-large',
+      });
+    }
+    expect(applied).toEqual([]);
+  });
+
   it('refuses a tampered body with 400 and records nothing', async () => {
     const { receiver, applied } = makeReceiver();
     const url = `${await framework.good(receiver, () => undefined)}/hooks`;
@@ -178,6 +211,28 @@ describe.each(Object.keys(frameworks))('%s glue (cases 21, 22, 23)', (name) => {
     });
     expect(seen.map((e) => e.code)).toEqual(['raw_body_required']);
     expect(applied).toEqual([]);
+  });
+
+  it('warns once per route by default, not once per delivery attempt', async () => {
+    // Was a defect: every refused delivery wrote the same warning, so a sender's retries flooded the logs.
+    const warnings = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const { receiver, applied } = makeReceiver();
+      const url = `${await framework.parsedFirst(receiver)}/hooks`;
+      for (const id of ['E9', 'E9', 'E10']) {
+        const response = await post(url, id);
+        expect(response.status).toBe(500);
+        expect((await response.json()).code).toBe('raw_body_required');
+      }
+      expect(warnings.mock.calls.map((call) => (call[1] as { code?: string }).code)).toEqual(['IDEM_WEBHOOK_RAW_BODY']);
+      // Another route (its own options) still gets its one warning.
+      const other = `${await framework.parsedFirst(receiver)}/hooks`;
+      expect((await post(other, 'E11')).status).toBe(500);
+      expect(warnings).toHaveBeenCalledTimes(2);
+      expect(applied).toEqual([]);
+    } finally {
+      warnings.mockRestore();
+    }
   });
 
   it('answers the same 500 when onMisconfigured throws or rejects', async () => {
