@@ -410,6 +410,7 @@ export function buildIssuer(
   defaults: TokenRules,
   context: {
     now: () => number;
+    clock: () => number;
     fetch: typeof globalThis.fetch;
     emit: (event: GuardEvent) => void;
     onKeysRetired: (issuer: string) => void;
@@ -552,7 +553,7 @@ export async function verifyWithEngine(
   if (cached !== undefined) {
     const at = engine.now();
     // A hit starts the refresh a lookup would have started, so the keys behind hits stay current.
-    engine.issuers.get(cached.issuer)?.keys.refreshIfDue(at);
+    engine.issuers.get(cached.issuer)?.keys.refreshIfDue();
     return accept(engine, binding, cached.principal, cached.issuer, true, at);
   }
   const parsed = parseCompactJws(token, engine.limits);
@@ -634,6 +635,10 @@ export function buildEngine(
   const now = options.now ?? Date.now;
   // Either would only fail at the first request, as a 500 or as every JWKS fetch failing.
   if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
+  // Key sets' lifetimes and cooldowns are intervals: measured on a monotonic clock, a wall clock set
+  // back (NTP, a VM resumed) cannot hold a set fresh or an on-demand fetch back. An injected `now`
+  // drives both, so tests step one clock.
+  const clock = options.now ?? (() => performance.now());
   if (options.fetch !== undefined && typeof options.fetch !== 'function')
     throw new TypeError('fetch must be a function');
   const sink = createEventSink(options.onEvent);
@@ -646,10 +651,7 @@ export function buildEngine(
   const cache =
     options.cache === false
       ? undefined
-      : createTokenCache(
-          options.cache?.maxEntries ?? 10_000,
-          (issuer, at) => issuers.get(issuer)?.keys.usable(at) ?? false,
-        );
+      : createTokenCache(options.cache?.maxEntries ?? 10_000, (issuer) => issuers.get(issuer)?.keys.usable() ?? false);
   const limits = checkLimits(options.limits);
   const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   const dpop = options.dpop === undefined ? undefined : buildDpop(options.dpop, now);
@@ -663,6 +665,7 @@ export function buildEngine(
       issuerOptions.issuer,
       buildIssuer(issuerOptions, options, {
         now,
+        clock,
         fetch: fetchImpl,
         emit: sink.emit,
         onKeysRetired: (issuer) => cache?.deleteIssuer(issuer),

@@ -15,19 +15,19 @@ export type KeyLookup =
 export interface KeySource {
   lookup(kid: string | undefined, alg: JwsAlgorithm): Promise<KeyLookup>;
   /**
-   * Whether a result verified with the keys held now may answer at `at` (epoch ms) without a lookup:
+   * Whether a result verified with the keys held now may answer now without a lookup:
    * true while a remote set is fresh, or stale while its refreshes fail (up to stale-if-error); false
    * past the set's lifetime after a successful fetch (a lookup fetches first), or with no trusted
    * keys. The verified-token cache asks it, so a cached result never outlives the keys behind it.
    */
-  usable(at: number): boolean;
+  usable(): boolean;
   /**
-   * Starts, in the background, the refresh a lookup at `at` would start without waiting for it: ahead
+   * Starts, in the background, the refresh a lookup now would start without waiting for it: ahead
    * of the end of a fresh set, or the next attempt of a failing endpoint once the cooldown allows.
    * The guard calls it on a verified-token cache hit, so a gateway whose traffic is all hits still
    * learns that a key was retired, and an outage never makes a hit wait for a fetch.
    */
-  refreshIfDue(at: number): void;
+  refreshIfDue(): void;
   /**
    * A signature did not verify with `tried`, the keys a lookup gave for this `kid` and `alg`: the
    * issuer may have put new material under the same `kid` (or rotated a set without kids). Fetches
@@ -237,14 +237,21 @@ class FailureTooLarge extends FetchFailure {
  *
  * @example
  * const source = remoteKeySource({ uri: 'https://id.example/jwks' }, { algorithms: ['RS256'], allowSymmetric: false }, {
- *   now: Date.now, fetch: globalThis.fetch, emit: () => {},
+ *   now: Date.now, clock: () => performance.now(), fetch: globalThis.fetch, emit: () => {},
  * });
  */
 export function remoteKeySource(
   options: RemoteJwksOptions,
   policy: KeyPolicy,
   context: {
+    /** Wall clock in epoch milliseconds: the `at` of events, and `Expires` headers. */
     now: () => number;
+    /**
+     * The clock every interval is measured on (lifetimes, cooldowns, remembered kids), in
+     * milliseconds. A monotonic one in production: a wall clock set back an hour would keep a set
+     * fresh and every on-demand fetch cooling down for that hour, so a rotated key would be refused.
+     */
+    clock: () => number;
     fetch: typeof globalThis.fetch;
     emit: (event: GuardEvent) => void;
     /** Called when a new set no longer holds a key of the previous one (a key was retired). */
@@ -282,7 +289,7 @@ export function remoteKeySource(
   };
   const maxBytes = count(options.maxBytes ?? 262_144, 'jwks maxBytes');
   const maxUnknownKids = count(options.maxUnknownKids ?? 10_000, 'jwks maxUnknownKids');
-  const { now, emit } = context;
+  const { now, clock, emit } = context;
 
   let state: KeySetState | undefined;
   let inFlight: Promise<boolean> | undefined;
@@ -292,8 +299,7 @@ export function remoteKeySource(
   const unknownKids = new Map<string, number>();
 
   async function fetchOnce(): Promise<boolean> {
-    const started = now();
-    lastAttemptAt = started;
+    lastAttemptAt = clock();
     const startedClock = performance.now();
     const finish = (event: Omit<Extract<GuardEvent, { type: 'jwks-fetch' }>, 'type' | 'uri' | 'durationMs' | 'at'>) =>
       emit({ type: 'jwks-fetch', uri, durationMs: performance.now() - startedClock, at: now(), ...event });
@@ -340,7 +346,7 @@ export function remoteKeySource(
       if (imported.keys.length === 0) return reject('no-usable-keys');
       const lifetime = parseCacheLifetime(response.headers, now());
       const ttlMs = lifetime === undefined ? defaultTtlMs : Math.min(maxTtlMs, Math.max(minTtlMs, lifetime * 1000));
-      const fetchedAt = now();
+      const fetchedAt = clock();
       const previous = state?.keys ?? [];
       state = { keys: imported.keys, fetchedAt, expiresAt: fetchedAt + ttlMs };
       // Tokens cached under a retired key must be verified again (research section 10, item 10). A key
@@ -416,19 +422,19 @@ export function remoteKeySource(
   // yes, up to stale-if-error (the keys a lookup would fall back on). Past its lifetime after a
   // successful fetch: no, the cached result waits for the refresh with everyone else, since the
   // endpoint is healthy and may have retired the key.
-  function usable(at: number): boolean {
+  function usable(at = clock()): boolean {
     if (state === undefined) return false;
     return at < state.expiresAt || (lastAttemptFailed && trusted(at));
   }
 
-  function refreshIfDue(at: number): void {
+  function refreshIfDue(at = clock()): void {
     if (state === undefined) return;
     if (at < state.expiresAt) refreshAhead(state, at);
     else if (lastAttemptFailed && inFlight === undefined && mayRefreshExpiring(at)) void refresh();
   }
 
   async function currentKeys(): Promise<readonly VerificationKey[] | undefined> {
-    const at = now();
+    const at = clock();
     if (state !== undefined && at < state.expiresAt) {
       refreshAhead(state, at);
       return state.keys;
@@ -440,19 +446,19 @@ export function remoteKeySource(
     // have retired a key.
     if (state !== undefined && lastAttemptFailed && trusted(at)) {
       refreshIfDue(at);
-      emit({ type: 'jwks-stale', uri, ageMs: at - state.fetchedAt, at });
+      emit({ type: 'jwks-stale', uri, ageMs: at - state.fetchedAt, at: now() });
       return state.keys;
     }
     // Expired or never fetched: refresh, unless a failed attempt is still cooling down.
     if (inFlight !== undefined || mayRefreshExpiring(at)) await refresh();
-    const after = now();
+    const after = clock();
     if (state === undefined || !trusted(after)) return undefined;
-    if (after >= state.expiresAt) emit({ type: 'jwks-stale', uri, ageMs: after - state.fetchedAt, at: after });
+    if (after >= state.expiresAt) emit({ type: 'jwks-stale', uri, ageMs: after - state.fetchedAt, at: now() });
     return state.keys;
   }
 
   // One fetch per cooldown for everything a client can provoke: unknown kids and failed signatures.
-  const mayFetchOnDemand = () => inFlight !== undefined || now() - lastAttemptAt >= cooldownMs;
+  const mayFetchOnDemand = () => inFlight !== undefined || clock() - lastAttemptAt >= cooldownMs;
 
   return {
     refresh,
@@ -473,7 +479,7 @@ export function remoteKeySource(
       if (found !== undefined) return found;
       const memoryKey = kid ?? '';
       const rememberedUntil = unknownKids.get(memoryKey);
-      if (rememberedUntil !== undefined && now() < rememberedUntil) return { kind: 'unknown-kid' };
+      if (rememberedUntil !== undefined && clock() < rememberedUntil) return { kind: 'unknown-kid' };
       if (mayFetchOnDemand()) {
         // One fetch per cooldown, shared by every caller that arrives while it runs.
         const fetched = await refresh();

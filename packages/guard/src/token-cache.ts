@@ -49,7 +49,7 @@ export interface TokenCache {
  * `keysUsable` tells whether the keys of a configured issuer may still be trusted at a time.
  *
  * @example
- * const cache = createTokenCache(10_000, (issuer, at) => issuers.get(issuer)?.keys.usable(at) ?? false);
+ * const cache = createTokenCache(10_000, (issuer) => issuers.get(issuer)?.keys.usable() ?? false);
  * const epoch = cache.epoch(principal.iss); // before the key lookup
  * cache.set(token, undefined, principal, principal.claims.exp * 1000, principal.iss, epoch);
  */

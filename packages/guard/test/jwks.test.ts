@@ -736,3 +736,57 @@ describe('key import (unit)', () => {
     expect((await importKeySet({ keys: [keys.rsa.publicJwk] }, policy)).ok).toBe(true);
   });
 });
+
+describe('remote JWKS when the wall clock is set back', () => {
+  // No injected `now`: the guard runs on its own clocks, and its wall clock (Date.now, replaced before
+  // the guard takes it) is stepped back an hour, as NTP or a resumed VM does.
+  const realNow = Date.now;
+  let offset = 0;
+  afterEach(() => {
+    vi.restoreAllMocks();
+    offset = 0;
+  });
+  async function realClockGuard(
+    reply: JwksReply,
+    jwksOptions: NonNullable<GuardOptions['issuers'][number]['jwksOptions']>,
+  ) {
+    vi.spyOn(Date, 'now').mockImplementation(() => realNow() + offset);
+    const server = await startJwksServer(reply);
+    servers.push(server);
+    const guard = createGuard({
+      audience: AUDIENCE,
+      cache: false,
+      issuers: [{ issuer: ISSUER, jwksUri: server.url, algorithms: ['ES256'], jwksOptions }],
+    });
+    const token = (kid: string, pair = keys.ec) =>
+      makeToken({ alg: 'ES256', key: pair.privateKey, header: { kid }, now: Date.now() });
+    return { server, guard, token };
+  }
+  const other = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  const otherPair = { ...keys.ec, privateKey: other.privateKey, publicJwk: other.publicKey.export({ format: 'jwk' }) };
+
+  it('fetches for a new kid at once: the cooldown is not held back by the hour the wall clock lost', async () => {
+    // Was a defect: the cooldown was `Date.now() - lastAttempt`, negative for that hour, so a rotated
+    // key was refused as unknown until the wall clock caught up.
+    const { server, guard, token } = await realClockGuard(set(jwk('k1')), { cooldown: 0 });
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    offset = -3_600_000;
+    server.set(set(jwk('k1'), jwk('k2', otherPair)));
+    expect(await guard.verify(token('k2', otherPair))).toMatchObject({ ok: true });
+    expect(server.requests).toBe(2);
+  });
+
+  it('does not keep a key set fresh for the hour the wall clock lost', async () => {
+    // Was a defect: the set's lifetime was compared with Date.now, so a set already past its
+    // lifetime read as fresh for another hour, and a key the issuer had retired kept verifying.
+    const { server, guard, token } = await realClockGuard(
+      { kind: 'json', body: { keys: [jwk('k1')] }, headers: { 'cache-control': 'max-age=0' } },
+      { minTtl: 0 },
+    );
+    expect((await guard.verify(token('k1'))).ok).toBe(true);
+    offset = -3_600_000;
+    server.set(set(jwk('k2', otherPair)));
+    expect(await guard.verify(token('k1'))).toMatchObject({ ok: false, error: { code: 'key_unknown' } });
+    expect(server.requests).toBe(2);
+  });
+});
