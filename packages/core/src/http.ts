@@ -2092,7 +2092,22 @@ function onCapturedClose(this: CaptureState) {
   // settles it (its client left: the outcome stands, and a retry must get it, not run again).
   if (erroredOf(res) !== this.erroredAtStart || this.destroyedByServer) giveUp(this);
   else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
-  else this.closedEarly = true;
+  else if (res.listenerCount('unpipe') > 0) pipedIntoClosed.call(this);
+  else {
+    this.closedEarly = true;
+    res.once('pipe', pipedIntoClosed.bind(this));
+  }
+}
+
+// A stream piped into a response whose client left, before any of it went out (Express's
+// `stream.pipe(res)`, Fastify's `reply.send(stream)`): Node's pipe stalls at its first write, since
+// a destroyed response never drains, and never ends the response. The handler ran, so its key must
+// not run again, and what it answered cannot be known in full: settled as a streamed response that
+// could not be stored, as if cut mid-body. Watched only once a response closed early (here, and with
+// the pipe's own 'unpipe' listener above for one that began before), so a request that keeps its
+// client pays nothing.
+function pipedIntoClosed(this: CaptureState) {
+  if (!this.ended) abandon(this, this.status ?? this.res.statusCode, 'streaming');
 }
 
 // An Http2ServerResponse (Node's HTTP/2 compatibility API, which Fastify's `http2: true` and a Koa

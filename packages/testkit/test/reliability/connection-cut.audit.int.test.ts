@@ -75,8 +75,8 @@ for (const store of stores) {
   describe.runIf(store.runs)(`connection reset while the handler runs, on ${store.name}`, () => {
     const start = (name: FrameworkName) => startCutServer(name, store.make(), { lease: '1s' });
 
-    it.fails('Express: a streamed answer piped to a response whose client left settles the key (no endless 409)', async () => {
-      // Was wrong: Express's `stream.pipe(res)` into a response closed before its head never ends it, and the capture (core http.ts onCapturedClose: closedEarly, no handlerReturned on Express) waits for an end forever while the heartbeat renews the lease, so every retry gets 409.
+    it('Express: a streamed answer piped to a response whose client left settles the key (no endless 409)', async () => {
+      // Was a defect: Express's `stream.pipe(res)` into a response closed before its head never ends it, and the capture (core http.ts onCapturedClose: closedEarly, no handlerReturned on Express) waits for an end forever while the heartbeat renews the lease, so every retry gets 409.
       const server = await start('express');
       try {
         const key = newKey();
@@ -91,8 +91,8 @@ for (const store of stores) {
       }
     });
 
-    it.fails('Fastify: a streamed answer whose client left is never replayed as an empty 201', async () => {
-      // Was wrong: an async handler returning `reply.send(stream)` resolves to undefined when the response closes early (FastifyReply is a thenable), so watchReturn (fastify/src/idempotency.ts) takes it for a handler that sent nothing and settleUnsent stores 201 with an empty body.
+    it('Fastify: a streamed answer whose client left is never replayed as an empty 201', async () => {
+      // Was a defect: an async handler returning `reply.send(stream)` resolves to undefined when the response closes early (FastifyReply is a thenable), so watchReturn (fastify/src/idempotency.ts) takes it for a handler that sent nothing and settleUnsent stores 201 with an empty body.
       const server = await start('fastify');
       try {
         const key = newKey();
