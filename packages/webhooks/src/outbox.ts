@@ -669,14 +669,19 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
       relayId,
       runOnce,
       start() {
-        if (running) return;
-        stopping = new AbortController();
-        running = loop(stopping.signal);
+        if (stopping !== undefined && !stopping.signal.aborted) return;
+        // A start while a stop() is still waiting for its round is a restart: the new loop begins once
+        // the old one has ended, so two loops never run at once, and the stop cannot undo it.
+        const controller = new AbortController();
+        const previous = running ?? Promise.resolve();
+        stopping = controller;
+        running = previous.then(() => loop(controller.signal));
       },
       async stop() {
+        const stopped = running;
         stopping?.abort();
-        await running;
-        running = undefined;
+        await stopped;
+        if (running === stopped) running = undefined;
       },
     };
   };

@@ -59,7 +59,8 @@ export interface ReceiverResponse {
   headers: Record<string, string>;
   body: Uint8Array;
   /**
-   * - `applied`: first delivery, `apply` ran and its effect is recorded.
+   * - `applied`: first delivery, `apply` ran and its effect is recorded (if the store fails at that
+   *   last step, still acknowledged, with a `record-failed` event: see the receiver docs).
    * - `duplicate`: seen before; acknowledged without applying again.
    * - `rejected`: verification failed (bad signature, headers or timestamp); nothing was recorded.
    * - `in-progress`: the same event is being applied right now; 409, the sender retries.
