@@ -285,7 +285,7 @@ function readBody(this: Context, maxBytes: number): Promise<BodyRead> {
 }
 
 /**
- * Koa 3 middleware (it uses nothing Koa 2 lacks) that makes covered requests (POST and PATCH by default) safe to retry with
+ * Koa 3.1+ middleware (earlier Koa answers a failing body stream itself) that makes covered requests (POST and PATCH by default) safe to retry with
  * an `Idempotency-Key`. The execution's key (and, in transactional mode, the transaction) is on
  * `ctx.state.idempotency`.
  *

@@ -103,7 +103,8 @@ export interface PGliteTransactionLike {
  */
 export interface PGliteLike {
   query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
-  transaction<T>(callback: (tx: PGliteTransactionLike) => Promise<T>): Promise<T>;
+  // What it resolves to is not used: PGlite before 0.2.16 declares `Promise<T | undefined>`.
+  transaction<T>(callback: (tx: PGliteTransactionLike) => Promise<T>): Promise<unknown>;
 }
 
 /**
@@ -216,8 +217,11 @@ function pgliteClient(db: PGliteLike): SqlClient {
     // until the transaction ends, so nothing else can slip into it.
     async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
       let open = true;
+      // Kept here, not taken from what transaction() resolves to, which a PGlite before 0.2.16
+      // declares as possibly undefined (after a rollback, say).
+      let value = undefined as T;
       try {
-        return await db.transaction(async (raw) => {
+        await db.transaction(async (raw) => {
           const tx = guarded(
             async (text, params) => fromPGlite(await raw.query(text, params ? [...params] : [])),
             () => open,
@@ -232,9 +236,10 @@ function pgliteClient(db: PGliteLike): SqlClient {
           } finally {
             open = false;
           }
+          value = decision.value;
           if (!decision.commit) await raw.rollback();
-          return decision.value;
         });
+        return value;
       } catch (error) {
         if (error instanceof HandlerFailure) throw error.error;
         throw toStoreError(error, 'transaction');

@@ -28,7 +28,7 @@ export interface IoredisLike {
 }
 
 /**
- * The part of a node-redis v5 client the store uses.
+ * The part of a node-redis v5 or v6 client the store uses.
  *
  * @example
  * const store = redisStore({ client: await createClient({ url: process.env.REDIS_URL }).connect() });
@@ -38,7 +38,7 @@ export interface NodeRedisClientLike {
 }
 
 /**
- * The part of a node-redis v5 cluster the store uses.
+ * The part of a node-redis v5 or v6 cluster the store uses.
  *
  * @example
  * const cluster = await createCluster({ rootNodes: [{ url: 'redis://10.0.0.1:6379' }] }).connect();
@@ -62,7 +62,7 @@ export interface NodeRedisClusterLike {
  */
 export type RedisClientLike = IoredisLike | NodeRedisClientLike | NodeRedisClusterLike | RedisCommandRunner;
 
-// node-redis v5 maps RESP types through `typeMapping`; 36 is '$', the blob (bulk) string. Spelled
+// node-redis (v5 and v6) maps RESP types through `typeMapping`; 36 is '$', the blob (bulk) string. Spelled
 // as a number so this package never imports `redis` at runtime (it is an optional peer).
 const nodeRedisBuffers = { typeMapping: { 36: Buffer } };
 
@@ -81,11 +81,7 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
   }
   const candidate = client as Partial<IoredisLike & NodeRedisClientLike & NodeRedisClusterLike & RedisCommandRunner>;
   if (typeof candidate.send === 'function') return client as RedisCommandRunner;
-  if (typeof candidate.callBuffer === 'function') {
-    const ioredis = client as IoredisLike;
-    // ioredis finds the key of EVAL/EVALSHA itself (for Cluster routing and keyPrefix).
-    return { send: (_key, [command, ...args]) => ioredis.callBuffer(command as string, ...args) };
-  }
+  if (typeof candidate.callBuffer === 'function') return ioredisRunner(client as IoredisLike);
   if (typeof candidate.sendCommand === 'function') {
     // A node-redis cluster's sendCommand takes the routing key first; its `masters` list tells it apart.
     if (Array.isArray(candidate.masters)) {
@@ -96,4 +92,31 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
     return { send: (_key, args) => single.sendCommand([...args], nodeRedisBuffers) };
   }
   throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
+}
+
+type IoredisMethod = (...args: (string | Buffer)[]) => Promise<unknown>;
+
+/**
+ * Sends through ioredis's own per-command Buffer methods (`setBuffer`, `evalshaBuffer`, ...), which
+ * find each command's keys (Cluster routing, `keyPrefix`) and pass its name on in every mode.
+ * `callBuffer` does neither everywhere: under `enableAutoPipelining` ioredis batches it without its
+ * command name (Redis then answers "unknown command" to every call), and before ioredis 5.9 it finds
+ * no keys for upper-case names, so `keyPrefix` was skipped and a Cluster redirected every command. It
+ * stays the fallback for a client without the method.
+ */
+function ioredisRunner(ioredis: IoredisLike): RedisCommandRunner {
+  const methods = new Map<string, IoredisMethod | undefined>();
+  const methodOf = (command: string) => {
+    if (!methods.has(command)) {
+      const method = (ioredis as unknown as Record<string, unknown>)[`${command.toLowerCase()}Buffer`];
+      methods.set(command, typeof method === 'function' ? (method.bind(ioredis) as IoredisMethod) : undefined);
+    }
+    return methods.get(command);
+  };
+  return {
+    send: (_key, [command, ...args]) => {
+      const method = methodOf(command as string);
+      return method === undefined ? ioredis.callBuffer(command as string, ...args) : method(...args);
+    },
+  };
 }

@@ -25,7 +25,7 @@ import { completeScript, inspectScript, releaseScript, renewScript, runScript } 
  */
 export interface RedisStoreOptions {
   /**
-   * A connected client the caller owns: an ioredis `Redis` or `Cluster`, a node-redis v5 client or
+   * A connected client the caller owns: an ioredis `Redis` or `Cluster` (v5 or v6), a node-redis v5 or v6 client or
    * cluster, or any {@link RedisCommandRunner}. The store never connects, quits or listens to it.
    */
   client: RedisClientLike;

@@ -1,4 +1,4 @@
-// Was wrong: on an ioredis client with `enableAutoPipelining: true` every store call fails, because ioredis's auto-pipeline path drops the command name of callBuffer(), which command-runner.ts sends everything through.
+// Was a defect: on an ioredis client with `enableAutoPipelining: true` every store call fails, because ioredis's auto-pipeline path drops the command name of callBuffer(), which command-runner.ts sends everything through.
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -18,11 +18,10 @@ describe.runIf(withRedis)('@idem/redis on ioredis clients configured as users co
   // `enableAutoPipelining` is ioredis's documented throughput option; the store accepts "an ioredis
   // client" with no exception for it. ioredis (5.11.1 in the lockfile, also 5.0.0 and 6.0.0) re-adds
   // the command name only for call(), not callBuffer(), when it batches a command into its
-  // auto-pipeline (ioredis built/autoPipelining.js, executeWithAutoPipelining), so Redis receives
-  // `<key> <value> NX PX ...` and answers "ERR unknown command": every claim is a store error, every
-  // request a 503. redisCommandRunner (command-runner.ts:87) could call the per-command Buffer methods
-  // (getBuffer, evalshaBuffer, ...), which the auto-pipeline forwards correctly, or refuse the option.
-  it.fails('claims, renews, completes and reads a record through a client with enableAutoPipelining', async () => {
+  // auto-pipeline (ioredis built/autoPipelining.js, executeWithAutoPipelining), so Redis received
+  // `<key> <value> NX PX ...` and answered "ERR unknown command": every claim was a store error, every
+  // request a 503. The runner now calls the per-command Buffer methods (setBuffer, evalshaBuffer, ...).
+  it('claims, renews, completes and reads a record through a client with enableAutoPipelining', async () => {
     const client = new Redis(redisUrl, { enableAutoPipelining: true });
     try {
       const store = redisStore({ client, prefix });

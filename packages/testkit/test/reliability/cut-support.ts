@@ -274,7 +274,8 @@ export async function createCuttingProxy(targetPort: number) {
       // The server's end of the link goes at once; the client gets the bytes it was let have, then FIN.
       if (how === 'reset') upstream.resetAndDestroy();
       else upstream.destroy();
-      client.end(room > 0 ? chunk.subarray(0, room) : undefined);
+      if (room > 0) client.end(chunk.subarray(0, room));
+      else client.end();
     });
     upstream.on('end', () => client.end());
     upstream.on('error', teardown);
