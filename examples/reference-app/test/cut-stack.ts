@@ -5,7 +5,7 @@ import net from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
-import { type RunningGateway, startGateway } from '../src/gateway/server.js';
+import { type GatewayOptions, type RunningGateway, startGateway } from '../src/gateway/server.js';
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 import { allScopes } from './test-stack.js';
 
@@ -211,6 +211,8 @@ export interface CutStack {
   /** A proxy in front of the stack's gateway (client to gateway). */
   readonly frontProxy: Awaited<ReturnType<typeof createCutProxy>>;
   readonly gatewayPort: number;
+  /** One more gateway like the stack's, to another API (closed with the stack). */
+  gatewayTo(apiUrl: string, options?: Partial<GatewayOptions>): Promise<RunningGateway>;
   token(): Promise<string>;
   charges(key: string): Promise<string[]>;
   close(): Promise<void>;
@@ -247,6 +249,7 @@ export async function startCutStack(name: string): Promise<CutStack> {
   });
   const gatewayPort = Number(new URL(stack.gateway.url).port);
   const frontProxy = await createCutProxy(gatewayPort);
+  const others: RunningGateway[] = [];
   return {
     stack,
     db,
@@ -254,6 +257,19 @@ export async function startCutStack(name: string): Promise<CutStack> {
     upstreamProxy,
     frontProxy,
     gatewayPort,
+    async gatewayTo(apiUrl, options = {}) {
+      const gateway = await startGateway({
+        port: 0,
+        apiUrl,
+        apiAudience: 'reference-api',
+        internalIssuer: stack.gateway.internalIssuer,
+        baseUrl: audience,
+        issuers,
+        ...options,
+      });
+      others.push(gateway);
+      return gateway;
+    },
     token: () =>
       new SignJWT({ scope: allScopes, roles: [], client_id: 'photo-app' })
         .setProtectedHeader({ alg: 'ES256', kid, typ: 'at+jwt' })
@@ -269,6 +285,7 @@ export async function startCutStack(name: string): Promise<CutStack> {
       return rows.map((row) => row.id);
     },
     async close() {
+      for (const gateway of others) await gateway.close();
       await cutGateway.close();
       await upstreamProxy.close();
       await frontProxy.close();

@@ -6,6 +6,7 @@
 // or a 5xx; and a cut upstream is answered at once with DESIGN's 502/504 problem+json (or, once the
 // API's 201 head went through, by closing the client's connection before the announced length).
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CutHow, type CutStack, chargeBytes, pause, type RawAnswer, sendRaw, startCutStack } from './cut-stack.js';
 
@@ -85,10 +86,10 @@ function expectUpstreamProblem(where: string, answer: RawAnswer) {
 let n = 0;
 
 describe('gateway to API link cut', () => {
-  it.fails.each(['fin', 'reset'] as CutHow[])(
+  it.each(['fin', 'reset'] as CutHow[])(
     'an API answer cut right after its head (%s) is a 502 upstream_unavailable, not a 500 internal_error',
     async (how) => {
-      // Was wrong: reply-from hands the API's response stream to reply.send() once its head arrived (gateway/server.ts reply.from), so a link cut before the first body byte reaches the gateway's error handler as an undici socket error with no statusCode and frameworkProblem (gateway/problems.ts) makes it 500 internal_error instead of DESIGN's 502.
+      // Was a defect: reply-from hands the API's response stream to reply.send() once its head arrived (gateway/server.ts reply.from), so a link cut before the first body byte reaches the gateway's error handler as an undici socket error with no statusCode and frameworkProblem (gateway/problems.ts) makes it 500 internal_error instead of DESIGN's 502.
       const key = randomUUID();
       const { bytes } = chargeBytes(token, key, body(n++));
       await s.upstreamProxy.arm('response', apiAnswer.headEnd, how);
@@ -187,4 +188,35 @@ describe('client to gateway link cut', () => {
       }
     }
   }, 300_000);
+});
+
+describe('gateway to a silent API', () => {
+  it('answers 504 upstream_timeout once upstreamTimeout passes, for an API that accepts and never answers', async () => {
+    // Was a defect: no upstream timeout was set, so each request waited for undici's 300 s default.
+    const silent = net.createServer(() => undefined);
+    const held = new Set<net.Socket>();
+    silent.on('connection', (socket) => held.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (silent.address() as net.AddressInfo).port;
+      const gateway = await s.gatewayTo(`http://127.0.0.1:${port}`, { upstreamTimeout: 300 });
+      const key = randomUUID();
+      const started = performance.now();
+      const answer = await sendRaw(Number(new URL(gateway.url).port), chargeBytes(token, key, body(n++)).bytes);
+      expect(performance.now() - started).toBeLessThan(10_000);
+      expect(answer.status).toBe(504);
+      expectUpstreamProblem('silent API', answer);
+      expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'upstream_timeout' });
+      expect(await s.charges(key)).toEqual([]);
+    } finally {
+      for (const socket of held) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  });
+
+  it('refuses an upstreamTimeout that is not a whole number of milliseconds', async () => {
+    for (const upstreamTimeout of [0, -1, 1.5, Number.NaN]) {
+      await expect(s.gatewayTo('http://127.0.0.1:9', { upstreamTimeout })).rejects.toThrow(/upstreamTimeout/);
+    }
+  });
 });

@@ -65,8 +65,12 @@ export const methodNotAllowedProblem: ProblemDetails = {
  */
 export function frameworkProblem(error: unknown): ProblemDetails {
   const given = (error as { statusCode?: unknown } | null)?.statusCode;
-  const status = typeof given === 'number' && given >= 400 && given < 600 ? given : 500;
   const code = (error as { code?: unknown } | null)?.code;
+  // The link to the API failed after reply-from had handed its answer on (the head came, the body
+  // did not start), so reply-from's onError no longer sees it: undici's socket and timeout errors,
+  // or a reset, with no status. Still the API's failure, and still retryable, not the gateway's own.
+  if (typeof given !== 'number' && isUpstreamFailure(code)) return { ...upstreamProblem(isTimeout(code) ? 504 : 502) };
+  const status = typeof given === 'number' && given >= 400 && given < 600 ? given : 500;
   // The statuses the API answers too carry the API's codes: a caller matches on `code`, whichever
   // part of the stack refused the request.
   if (status === 413 || status === 415) {
@@ -109,6 +113,11 @@ export function frameworkProblem(error: unknown): ProblemDetails {
     retryable: false,
   };
 }
+
+const upstreamCodes = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'ERR_STREAM_PREMATURE_CLOSE']);
+const isUpstreamFailure = (code: unknown): code is string =>
+  typeof code === 'string' && (code.startsWith('UND_ERR_') || upstreamCodes.has(code));
+const isTimeout = (code: string) => /TIMEOUT|ETIMEDOUT/.test(code);
 
 // @fastify/reply-from refuses a path holding ".." (or other characters it will not forward) with a
 // plain 400 Error of its own.

@@ -70,6 +70,12 @@ export interface GatewayOptions {
   now?: () => number;
   /** `fetch` for discovery and the JWKS. */
   fetch?: typeof globalThis.fetch;
+  /**
+   * How long the gateway waits for the API's head, and then between body chunks, in ms, before it
+   * answers 504 `upstream_timeout` (or cuts the answer already under way). Default 30 000; without
+   * it an API that accepts the connection and never answers held each request for undici's 300 s.
+   */
+  upstreamTimeout?: number;
 }
 
 /** A running gateway. */
@@ -180,10 +186,15 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
   // No fixed `base`: reply-from would then send every request to it. Each request names its upstream
   // through `getUpstream` below, and reply-from still keeps the path inside that origin.
+  const upstreamTimeout = options.upstreamTimeout ?? 30_000;
+  if (!Number.isSafeInteger(upstreamTimeout) || upstreamTimeout < 1) {
+    throw new TypeError('upstreamTimeout must be a whole number of milliseconds, at least 1');
+  }
   await app.register(replyFrom, {
     // Never retry on the client's behalf: a repeated POST is the client's decision, with its key.
     retryMethods: [],
     disableRequestLogging: true,
+    undici: { headersTimeout: upstreamTimeout, bodyTimeout: upstreamTimeout },
   });
 
   // The guard and the internal issuer need the base URL, which an ephemeral port only gives after
