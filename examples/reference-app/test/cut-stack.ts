@@ -2,6 +2,7 @@
 // whose link to the API runs through a cutting proxy, a raw-socket client and a cutting proxy.
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
+import type { IssuerOptions } from '@idem/guard';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
@@ -226,7 +227,7 @@ export async function startCutStack(name: string): Promise<CutStack> {
   const jwk = { ...(await exportJWK(pair.publicKey)), kid, alg: 'ES256' };
   const db = await openTestDatabase(name);
   const redis = await openTestRedis(name);
-  const issuers = [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }];
+  const issuers: IssuerOptions[] = [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }];
   const stack = await startResourceStack({
     db,
     gatewayPort: 0,
