@@ -2,6 +2,7 @@
 // match on `code`, whichever part of the stack refused the request).
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import { startTestStack, type TestStack } from './test-stack.js';
@@ -86,5 +87,33 @@ describe('frameworkProblem', () => {
     for (const status of [302, 399, 600]) {
       expect(frameworkProblem(raised(status))).toMatchObject({ status: 500, code: 'internal_error' });
     }
+  });
+});
+
+describe("gateway: requests Node's parser refuses", () => {
+  /** Sends raw bytes and reads until the gateway closes the connection. */
+  function raw(bytes: string) {
+    return new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(new URL(stack.gateway.url).port), '127.0.0.1');
+      let text = '';
+      socket.on('data', (chunk) => {
+        text += chunk;
+      });
+      socket.on('error', reject);
+      socket.on('close', () => resolve(text));
+      socket.end(bytes);
+    });
+  }
+  const problemOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+
+  it("are answered as problems (400 for a malformed head, 431 for oversize headers), not Fastify's JSON", async () => {
+    // Was a defect: Fastify's default client-error handler answered {"error":"Bad Request","message":"Client Error"}.
+    const malformed = await raw('POST /charges HTTP/1.1\r\nHost: gateway\r\nNot a header line\r\n\r\n');
+    expect(malformed).toMatch(/^HTTP\/1\.1 400 /);
+    expect(malformed).toMatch(/\r\ncontent-type: application\/problem\+json\r\n/i);
+    expect(problemOf(malformed)).toMatchObject({ status: 400, code: 'request_refused', retryable: false });
+    const oversize = await raw(`GET /photos HTTP/1.1\r\nHost: gateway\r\nX-Pad: ${'a'.repeat(20_000)}\r\n\r\n`);
+    expect(oversize).toMatch(/^HTTP\/1\.1 431 /);
+    expect(problemOf(oversize)).toMatchObject({ status: 431, code: 'request_refused' });
   });
 });

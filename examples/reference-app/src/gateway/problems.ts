@@ -1,4 +1,5 @@
 import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { type ProblemDetails, problemType } from '@idem/core';
 import type { FastifyReply } from 'fastify';
 import { apiProblemTable } from '../api/problem.js';
@@ -118,6 +119,29 @@ const upstreamCodes = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT
 const isUpstreamFailure = (code: unknown): code is string =>
   typeof code === 'string' && (code.startsWith('UND_ERR_') || upstreamCodes.has(code));
 const isTimeout = (code: string) => /TIMEOUT|ETIMEDOUT/.test(code);
+
+/**
+ * Answers a request Node's HTTP parser refused before Fastify saw it (a malformed head, headers over
+ * the size limit, a head or body that took too long): 400, 431 or 408 as a problem, where Fastify's own
+ * handler sends `application/json` of its own shape. Then closes the connection, whose framing can no
+ * longer be trusted.
+ *
+ * @example
+ * Fastify({ clientErrorHandler: clientErrorProblem });
+ */
+export function clientErrorProblem(error: Error & { code?: string }, socket: Duplex): void {
+  // A reset connection has no one to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+  if (socket.writable) {
+    const body = JSON.stringify(frameworkProblem({ statusCode: status }));
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/problem+json\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
+}
 
 // @fastify/reply-from refuses a path holding ".." (or other characters it will not forward) with a
 // plain 400 Error of its own.

@@ -14,6 +14,7 @@ import { type Drain, drainable } from '../drain.js';
 import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
 import {
+  clientErrorProblem,
   frameworkProblem,
   methodNotAllowedProblem,
   pathMalformedProblem,
@@ -170,6 +171,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     logger: false,
     // Errors raised before any route runs (FST_ERR_BAD_URL); the error handler below takes the rest.
     frameworkErrors: frameworkError,
+    // Requests Node's parser refused (malformed heads, oversize headers): problems too.
+    clientErrorHandler: clientErrorProblem,
     serverFactory: (handler: Parameters<ListeningPort['use']>[0]): Server => {
       if (bound) {
         bound.use(handler);
