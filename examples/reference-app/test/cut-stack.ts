@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import type { IssuerOptions } from '@idem/guard';
+import { type CutHow, createCutProxy } from '@idem/testkit';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
@@ -10,112 +11,7 @@ import { type GatewayOptions, type RunningGateway, startGateway } from '../src/g
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 import { allScopes } from './test-stack.js';
 
-export type CutHow = 'fin' | 'reset';
-
-/**
- * A proxy that cuts the next connection once: after `at` bytes of the request (`request`) or of the
- * answer (`response`), by FIN on both sides (`fin`) or RST on both sides (`reset`). Later
- * connections pass untouched until armed again.
- */
-export async function createCutProxy(targetPort: number) {
-  let armed: { dir: 'request' | 'response'; at: number; how: CutHow } | undefined;
-  const open = new Set<net.Socket>();
-  let cutsDone = 0;
-  const last = { request: 0, response: 0, requestBytes: Buffer.alloc(0), responseBytes: Buffer.alloc(0) };
-  const server = net.createServer((client) => {
-    const plan = armed;
-    armed = undefined;
-    const upstream = net.connect(targetPort, '127.0.0.1');
-    open.add(client);
-    open.add(upstream);
-    client.on('error', () => undefined);
-    upstream.on('error', () => undefined);
-    let cut = false;
-    const doCut = () => {
-      cut = true;
-      cutsDone++;
-      if (plan?.how === 'reset') {
-        if (!upstream.destroyed) upstream.resetAndDestroy();
-        if (!client.destroyed) client.resetAndDestroy();
-      } else {
-        upstream.end();
-        client.end();
-        // Nothing more passes either way; both sockets go once their FIN is out.
-        setTimeout(() => {
-          upstream.destroy();
-          client.destroy();
-        }, 200);
-      }
-    };
-    const forward = (from: net.Socket, to: net.Socket, dir: 'request' | 'response') => {
-      let passed = 0;
-      if (dir === 'request') {
-        last.request = 0;
-        last.requestBytes = Buffer.alloc(0);
-      } else {
-        last.response = 0;
-        last.responseBytes = Buffer.alloc(0);
-      }
-      from.on('data', (chunk: Buffer) => {
-        if (cut) return;
-        last[dir] += chunk.length;
-        if (dir === 'request') last.requestBytes = Buffer.concat([last.requestBytes, chunk]);
-        else last.responseBytes = Buffer.concat([last.responseBytes, chunk]);
-        if (plan && plan.dir === dir) {
-          const room = plan.at - passed;
-          if (chunk.length < room) {
-            passed += chunk.length;
-            to.write(chunk);
-            return;
-          }
-          passed = plan.at;
-          if (room > 0) to.write(chunk.subarray(0, room), () => doCut());
-          else doCut();
-          return;
-        }
-        to.write(chunk);
-      });
-      from.on('end', () => {
-        if (!cut) to.end();
-      });
-    };
-    forward(client, upstream, 'request');
-    forward(upstream, client, 'response');
-    const teardown = () => {
-      client.destroy();
-      upstream.destroy();
-      open.delete(client);
-      open.delete(upstream);
-    };
-    client.on('close', teardown);
-    upstream.on('close', teardown);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    /**
-     * Cuts the next connection. Open connections (a client's keep-alive pool) are closed first, and
-     * the client is given a moment to see it, so the next request opens the connection that is cut.
-     */
-    async arm(dir: 'request' | 'response', at: number, how: CutHow) {
-      if (open.size > 0) {
-        for (const socket of open) socket.destroy();
-        open.clear();
-        await new Promise((resolve) => setTimeout(resolve, 30));
-      }
-      armed = { dir, at, how };
-    },
-    /** Bytes seen each way on the latest connection. */
-    last,
-    get cuts() {
-      return cutsDone;
-    },
-    close() {
-      for (const socket of open) socket.destroy();
-      return new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
+export type { CutHow } from '@idem/testkit';
 
 export interface RawAnswer {
   status: number;

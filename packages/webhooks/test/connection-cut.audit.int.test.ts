@@ -10,6 +10,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { memoryStore, type Store } from '@idem/core';
 import { redisStore } from '@idem/redis';
+import { type CutHow, createCutProxy } from '@idem/testkit';
 import express from 'express';
 import Fastify from 'fastify';
 import { Redis } from 'ioredis';
@@ -25,7 +26,6 @@ import {
   koaWebhook,
   type Receiver,
 } from '../src/index.js';
-import { type CutHow, createCutProxy } from './support/cut-proxy.js';
 import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';

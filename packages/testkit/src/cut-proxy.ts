@@ -1,6 +1,8 @@
-// A one-shot cutting TCP proxy for the webhook cut audit (a copy of the reference app test one).
+// A TCP proxy that cuts one connection at a chosen byte, for exactly-once tests under connections
+// cut at every point (the reference app's gateway, the webhook sender and receiver).
 import net from 'node:net';
 
+/** How a cut ends both sides: FIN (`fin`) or RST (`reset`). */
 export type CutHow = 'fin' | 'reset';
 
 /**
@@ -84,7 +86,20 @@ export async function createCutProxy(targetPort: number) {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return {
     port: (server.address() as net.AddressInfo).port,
-    arm(dir: 'request' | 'response', at: number, how: CutHow) {
+    /**
+     * Cuts the next connection. Open connections (a client's keep-alive pool) are closed first, and
+     * the client is given a moment to see it, so the next request opens the connection that is cut.
+     */
+    /**
+     * Cuts the next connection after `at` bytes going `dir`. Connections still open (a client's
+     * keep-alive pool) are closed first, so the next request really opens the armed one.
+     */
+    async arm(dir: 'request' | 'response', at: number, how: CutHow) {
+      if (open.size > 0) {
+        for (const socket of open) socket.destroy();
+        open.clear();
+        await new Promise((resolve) => setTimeout(resolve, 30));
+      }
       armed = { dir, at, how };
     },
     /** Bytes seen each way on the latest connection. */
@@ -98,3 +113,6 @@ export async function createCutProxy(targetPort: number) {
     },
   };
 }
+
+/** A running {@link createCutProxy}. */
+export type CutProxy = Awaited<ReturnType<typeof createCutProxy>>;
