@@ -80,7 +80,9 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
     const keyHeader = http.keyHeader(req);
     const url = req.originalUrl ?? req.url;
     const queryAt = url.indexOf('?');
-    const path = req.baseUrl + req.path;
+    // Express sets `baseUrl` and `path`. A server that is not Express (node:http, Connect, a NestJS
+    // middleware on the Fastify platform through middie) has only the URL, whose path is the operation.
+    const path = typeof req.path === 'string' ? req.baseUrl + req.path : queryAt === -1 ? url : url.slice(0, queryAt);
     // Mounted with app.use, no route has matched yet: the operation is the path as the router sees it.
     const routed = req.route?.path !== undefined;
     const started = await http.begin({
