@@ -9,7 +9,7 @@ import {
   type StoreRecord,
   storedResponseSize,
 } from '@idem/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 /**
  * What a store's test file gives {@link describeStore}: the store, and a way to make a record's
@@ -650,6 +650,60 @@ export function describeStore(
       expect((await store.get(id))?.state).toBe('abandoned');
       await advance(1);
       expect(await store.get(id)).toBeUndefined();
+    });
+
+    it('keeps an outcome for its retention, also when its claim kept a record longer', async ({ skip }) => {
+      // The engine claims with a keep as long as its retention, and an outcome policy may keep an
+      // outcome for less (a 5xx for a minute): a store that never shortens a record (the later of
+      // the two ends) would replay it for the whole keep.
+      const { ttl, advance } = harness;
+      if (ttl === undefined && advance === undefined) return skip('the harness gives neither ttl nor advance');
+      const id = freshId();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs, keepAfterLeaseMs: keepMs });
+      expect(await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs })).toBe(true);
+      if (ttl !== undefined) {
+        const left = (await ttl(id)) ?? 0;
+        expect(left).toBeGreaterThan(retentionMs - slackMs);
+        expect(left).toBeLessThanOrEqual(retentionMs + tickMs);
+        return;
+      }
+      if (advance === undefined) return;
+      await advance(retentionMs - 1);
+      expect((await store.get(id))?.state).toBe('completed');
+      await advance(2);
+      expect(await store.get(id)).toBeUndefined();
+    });
+
+    it("times leases and retention by the store's clock, not the application's", async ({ skip }) => {
+      // An application server whose clock is an hour off must neither stretch nor cut a lease: a
+      // store that sends `Date.now() + leaseMs` as the end would. Only a harness that reads the time
+      // left from the store (`ttl`) can tell; with `advance` the harness's clock is the store's.
+      const { ttl } = harness;
+      if (ttl === undefined) return skip('the harness gives no ttl');
+      const id = freshId();
+      const stored = response(new Uint8Array([1]));
+      // Only `Date` is faked (timers run as before), set an hour ahead, for the writes and the reads.
+      const ahead = async <T>(run: () => T | PromiseLike<T>): Promise<T> => {
+        vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 3_600_000 });
+        try {
+          return await run();
+        } finally {
+          vi.useRealTimers();
+        }
+      };
+      // Read while the application's clock is still off too: an embedded store (PGlite) runs on
+      // that very clock, which is then the store's own.
+      const within = async (ms: number) => {
+        const left = (await ahead(() => ttl(id))) ?? 0;
+        expect(left).toBeGreaterThan(ms - slackMs);
+        expect(left).toBeLessThanOrEqual(ms + tickMs);
+      };
+      expect(await ahead(() => store.claim({ id, token: 't', fingerprint: '', leaseMs }))).toEqual({ claimed: true });
+      await within(leaseMs);
+      expect(await ahead(() => store.renew({ id, token: 't', leaseMs: renewedLeaseMs }))).toBe(true);
+      await within(renewedLeaseMs);
+      expect(await ahead(() => store.complete({ id, token: 't', response: stored, retentionMs }))).toBe(true);
+      await within(retentionMs);
     });
 
     it('renews a lease to the duration given from now, a shorter one than is left too', async ({ skip }) => {

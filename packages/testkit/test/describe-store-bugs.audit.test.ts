@@ -34,7 +34,10 @@ describe('describeStore() against a third-party store with one realistic bug', (
   it('passes the correct store: every check ran, none failed, none skipped (the control)', () => {
     const control = checksOf('none');
     expect(control.length).toBeGreaterThan(20);
-    expect(control.filter((a) => a.status !== 'passed').map((a) => a.title)).toEqual([]);
+    // Except the application-clock check, which needs a harness `ttl`: this one gives `advance`.
+    const ttlOnly = "times leases and retention by the store's clock, not the application's";
+    const skippedForTtl = (a: { status: string; title: string }) => a.status === 'skipped' && a.title === ttlOnly;
+    expect(control.filter((a) => a.status !== 'passed' && !skippedForTtl(a)).map((a) => a.title)).toEqual([]);
   });
 
   // Caught, pinned so a change to the suite that stops catching them shows.

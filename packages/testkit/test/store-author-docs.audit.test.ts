@@ -20,8 +20,8 @@ describe("the store author's docs", () => {
     expect(authorSection.length).toBeGreaterThan(1_000);
   });
 
-  it.fails('docs/stores.md tells a store author how to call describeStore() and the one harness method it requires', () => {
-    // Was wrong: docs/stores.md's store-author section names the optional harness methods (ttl, advance, endLease, makeCapped) but never the required expire(id), never shows a describeStore() call, and does not link the testkit README that does.
+  it('docs/stores.md tells a store author how to call describeStore() and the one harness method it requires', () => {
+    // Was a defect: docs/stores.md's store-author section names the optional harness methods (ttl, advance, endLease, makeCapped) but never the required expire(id), never shows a describeStore() call, and does not link the testkit README that does.
     // A reader of that section has to find node_modules/@idem/testkit/README.md (or the
     // StoreHarness type) on their own to learn that a harness is `{ store, expire(id), ... }` and
     // that `expire` must end the whole record (lease, keep and retention) now. Expected: the
@@ -31,8 +31,8 @@ describe("the store author's docs", () => {
     expect(namesExpire || linksReadme).toBe(true);
   });
 
-  it.fails('the testkit README says how to install it while idem is not on the npm registry', () => {
-    // Was wrong: packages/testkit/README.md's only install step is `npm install --save-dev @idem/testkit @idem/core vitest`, which answers 404 (docs/getting-started.md says idem is not on the registry), with no word of packing from a clone.
+  it('the testkit README says how to install it while idem is not on the npm registry', () => {
+    // Was a defect: packages/testkit/README.md's only install step is `npm install --save-dev @idem/testkit @idem/core vitest`, which answers 404 (docs/getting-started.md says idem is not on the registry), with no word of packing from a clone.
     // docs/getting-started.md gives the `npm pack -w ... --pack-destination` way for core, guard and
     // express only; a store author starts from the testkit README. Expected: the README gives the
     // pack step (with -w packages/testkit) or links getting-started's.

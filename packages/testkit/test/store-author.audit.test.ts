@@ -34,8 +34,8 @@ describe('describeStore() against a store on its own server clock, with one stor
     expect(control.filter((a) => a.status !== 'passed').map((a) => a.title)).toEqual([]);
   });
 
-  it.fails('catches app-clock: a store that times leases and retention with the application clock', () => {
-    // Was wrong: describeStore() never moves the application's clock, so a store that times leases with Date.now() passes every "by the store clock" check when its harness gives ttl.
+  it('catches app-clock: a store that times leases and retention with the application clock', () => {
+    // Was a defect: describeStore() never moves the application's clock, so a store that times leases with Date.now() passes every "by the store clock" check when its harness gives ttl.
     // packages/core/src/store.ts: "Durations are relative; a store never trusts the application's
     // wall clock"; the testkit README lists "durations measured by the store's clock" as checked, and
     // the duration check is titled "... by the store clock". With a `ttl` harness the suite only
@@ -48,8 +48,8 @@ describe('describeStore() against a store on its own server clock, with one stor
     expect(failedChecks('app-clock').length).toBeGreaterThan(0);
   });
 
-  it.fails("catches complete-keeps-longer-expiry: a completion that keeps the claim's keep when the retention is shorter", () => {
-    // Was wrong: describeStore() checks an outcome's retention only on a claim without keepAfterLeaseMs, so complete() keeping GREATEST(old expiry, now + retentionMs) passes.
+  it("catches complete-keeps-longer-expiry: a completion that keeps the claim's keep when the retention is shorter", () => {
+    // Was a defect: describeStore() checks an outcome's retention only on a claim without keepAfterLeaseMs, so complete() keeping GREATEST(old expiry, now + retentionMs) passes.
     // The contract: "A completed record lives `retentionMs`". The engine claims with
     // keepAfterLeaseMs = its retention (24 h) and an outcome policy may store an outcome for less
     // ({ store: true, retention: '1m' } for a 5xx): such a store replays that 5xx for a day.
