@@ -1924,6 +1924,10 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
   const res = this.res;
   // Past the last declared byte (see writeLast), which already settled the outcome.
   if (this.ended && !this.hold) return afterTail(this, this.originalWrite, chunk, encoding, callback);
+  if (this.closedEarly && !this.hold) {
+    streamedIntoClosed.call(this);
+    return this.originalWrite.call(res, chunk, encoding, callback);
+  }
   if (this.status === undefined && !this.hold) {
     // Node writes the implicit head inside write; capture status and headers now in case it does
     // not go through our writeHead (it does on current Node, this is belt and braces).
@@ -2092,21 +2096,22 @@ function onCapturedClose(this: CaptureState) {
   // settles it (its client left: the outcome stands, and a retry must get it, not run again).
   if (erroredOf(res) !== this.erroredAtStart || this.destroyedByServer) giveUp(this);
   else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
-  else if (res.listenerCount('unpipe') > 0) pipedIntoClosed.call(this);
   else {
     this.closedEarly = true;
-    res.once('pipe', pipedIntoClosed.bind(this));
+    // Held, every write is kept and the pipe never stalls: its end settles the response.
+    if (!this.hold) res.once('pipe', streamedIntoClosed.bind(this));
   }
 }
 
-// A stream piped into a response whose client left, before any of it went out (Express's
-// `stream.pipe(res)`, Fastify's `reply.send(stream)`): Node's pipe stalls at its first write, since
-// a destroyed response never drains, and never ends the response. The handler ran, so its key must
-// not run again, and what it answered cannot be known in full: settled as a streamed response that
-// could not be stored, as if cut mid-body. Watched only once a response closed early (here, and with
-// the pipe's own 'unpipe' listener above for one that began before), so a request that keeps its
-// client pays nothing.
-function pipedIntoClosed(this: CaptureState) {
+// A response streamed to a client that left before its head went out: a stream piped into it
+// (Express's `stream.pipe(res)`, Fastify's `reply.send(stream)`, caught at 'pipe'), or any write
+// after the close (`stream.pipeline(source, res)`, a web stream's `pipeTo`, a handler writing in
+// pieces), caught in capturedWrite. A destroyed response never drains, so a pipe stalls at its
+// first write and a pipeline fails, and neither ends it: waited for, the key would stay in progress
+// for as long as the process lives. The handler ran, so its key must not run again, and what it
+// answered cannot be known in full: settled as a streamed response cut short, as when the client
+// leaves after the head. A response ended whole (`res.end(body)`, `res.json()`) is stored as usual.
+function streamedIntoClosed(this: CaptureState) {
   if (!this.ended) abandon(this, this.status ?? this.res.statusCode, 'streaming');
 }
 

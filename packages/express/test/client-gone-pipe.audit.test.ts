@@ -60,8 +60,8 @@ async function clientGoneThen(key: string, answer: Answer, before?: Answer) {
   }
 }
 
-it.fails('client gone, the handler streams with stream.pipeline(async generator, res): the key is settled, not left in progress', async () => {
-  // Was wrong: only a 'pipe' event (or an 'unpipe' listener) tells onCapturedClose a stream went into the closed response, and pipeline() from an async iterable writes without pipe(), so Express's key stays in_progress (409 to every retry) for as long as the process lives.
+it('client gone, the handler streams with stream.pipeline(async generator, res): the key is settled, not left in progress', async () => {
+  // Was a defect: only a 'pipe' event (or an 'unpipe' listener) tells onCapturedClose a stream went into the closed response, and pipeline() from an async iterable writes without pipe(), so Express's key stays in_progress (409 to every retry) for as long as the process lives.
   const result = await clientGoneThen('gone-generator', async (_req, res) => {
     res.status(201).type('text/plain');
     await new Promise<void>((resolve) => {
@@ -79,8 +79,8 @@ it.fails('client gone, the handler streams with stream.pipeline(async generator,
   expect(result.status).not.toBe(409);
 });
 
-it.fails('client gone after a pipe whose source failed, the handler answers in full: the answer is stored and replayed', async () => {
-  // Was wrong: onCapturedClose takes any 'unpipe' listener on the response for a live pipe, but pipe() leaves its listener behind when its source fails (an ENOENT file stream), so a handler that then answers in full has its answer thrown away as a stream cut short (500 response_not_replayable) instead of stored.
+it('client gone after a pipe whose source failed, the handler answers in full: the answer is stored and replayed', async () => {
+  // Was a defect: onCapturedClose takes any 'unpipe' listener on the response for a live pipe, but pipe() leaves its listener behind when its source fails (an ENOENT file stream), so a handler that then answers in full has its answer thrown away as a stream cut short (500 response_not_replayable) instead of stored.
   const result = await clientGoneThen(
     'gone-fallback',
     async (_req, res) => {
