@@ -3,9 +3,8 @@ import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { openDatabase } from './db.js';
 import { ConfigError, envPort, envUrl } from './env.js';
-import { demoUsers } from './seed.js';
 import { closeInOrder } from './shutdown.js';
-import { startReferenceApp } from './start.js';
+import type { startReferenceApp } from './start.js';
 
 /**
  * `npm start`: opens the database (PGlite in `data/`, or PostgreSQL with DATABASE_URL) and, with
@@ -58,9 +57,13 @@ async function main(): Promise<void> {
     { name: 'the database', close: () => db.close() },
   ];
   const closeStorage = () => closeInOrder(storageSteps);
+  // Loaded only now, once the configuration passed: oidc-provider prints a warning of its own when it
+  // loads on a Node release that is not LTS, which would otherwise come before a configuration error
+  // and make it two lines.
+  const [{ startReferenceApp: start }, { demoUsers }] = await Promise.all([import('./start.js'), import('./seed.js')]);
   let running: Awaited<ReturnType<typeof startReferenceApp>>;
   try {
-    running = await startReferenceApp({
+    running = await start({
       db,
       authPort,
       appPort,
