@@ -60,6 +60,14 @@ describe('npm start: configuration mistakes', () => {
 
   // Was a defect: `AUTH_PORT=abc` ends in a ten-line RangeError stack (ERR_SOCKET_BAD_PORT "Received
   // type number (NaN)") that never names AUTH_PORT; expected: one line naming AUTH_PORT, exit 1.
+  // Was a defect: on a Node release that is not LTS (Node 26 until October), oidc-provider warns
+  // "Unsupported runtime" as it loads, and npm start loaded it before checking the configuration:
+  // two lines. Here the release is made to look like one such (no `process.release.lts`).
+  it('on a Node release that is not LTS, a refused start is still one line', async () => {
+    const notLts = '--import=data:text/javascript,delete%20process.release.lts';
+    expectClearRefusal(await start({ AUTH_PORT: 'abc', NODE_OPTIONS: notLts }), 'AUTH_PORT');
+  }, 40_000);
+
   it('a non-numeric AUTH_PORT is one line naming the variable', async () => {
     expectClearRefusal(await start({ AUTH_PORT: 'abc' }), 'AUTH_PORT');
   }, 40_000);

@@ -1,9 +1,8 @@
 // Shared by the gateway cut audit: the resource stack behind a test issuer, plus a second gateway
 // whose link to the API runs through a cutting proxy, a raw-socket client and a cutting proxy.
 import { randomUUID } from 'node:crypto';
-import net from 'node:net';
 import type { IssuerOptions } from '@idem/guard';
-import { type CutHow, createCutProxy } from '@idem/testkit';
+import { createCutProxy, frameRequest } from '@idem/testkit';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
@@ -11,64 +10,7 @@ import { type GatewayOptions, type RunningGateway, startGateway } from '../src/g
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 import { allScopes } from './test-stack.js';
 
-export type { CutHow } from '@idem/testkit';
-
-export interface RawAnswer {
-  status: number;
-  head: string;
-  headers: Record<string, string>;
-  body: Buffer;
-  raw: Buffer;
-  timedOut: boolean;
-  /** Milliseconds until the connection closed. */
-  ms: number;
-}
-
-export function parseAnswer(raw: Buffer): Omit<RawAnswer, 'timedOut' | 'raw' | 'ms'> {
-  const end = raw.indexOf('\r\n\r\n');
-  const head = raw.subarray(0, end === -1 ? raw.length : end).toString('latin1');
-  const match = /^HTTP\/1\.[01] (\d{3})/.exec(head);
-  const headers: Record<string, string> = {};
-  for (const line of head.split('\r\n').slice(1)) {
-    const colon = line.indexOf(':');
-    if (colon > 0) headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
-  }
-  const body = end === -1 ? Buffer.alloc(0) : raw.subarray(end + 4);
-  return { status: match ? Number(match[1]) : 0, head, headers, body };
-}
-
-/**
- * Writes the first `cutAt` bytes of `bytes` on a fresh connection to `port` (all of them when
- * undefined), then FIN (`fin`), RST (`reset`) or nothing more (undefined); resolves with what came
- * back once the connection closed, or after `limitMs`.
- */
-export function sendRaw(port: number, bytes: Buffer, cutAt?: number, how?: CutHow, limitMs = 5000): Promise<RawAnswer> {
-  return new Promise((resolve) => {
-    const started = Date.now();
-    const socket = net.connect(port, '127.0.0.1');
-    const chunks: Buffer[] = [];
-    let done = false;
-    const finish = (timedOut: boolean) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      socket.destroy();
-      const raw = Buffer.concat(chunks);
-      resolve({ ...parseAnswer(raw), raw, timedOut, ms: Date.now() - started });
-    };
-    const timer = setTimeout(() => finish(true), limitMs);
-    socket.on('data', (chunk) => chunks.push(chunk));
-    socket.on('end', () => finish(false));
-    socket.on('close', () => finish(false));
-    socket.on('error', () => finish(false));
-    socket.on('connect', () => {
-      socket.write(cutAt === undefined ? bytes : bytes.subarray(0, cutAt), () => {
-        if (how === 'fin') socket.end();
-        else if (how === 'reset') socket.resetAndDestroy();
-      });
-    });
-  });
-}
+export { type CutHow, type RawAnswer, sendRaw } from '@idem/testkit';
 
 /** The raw bytes of a keyed `POST /charges`, with Content-Length or chunked. */
 export function chargeBytes(
@@ -80,20 +22,7 @@ export function chargeBytes(
   const head =
     `POST /charges HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n` +
     `Idempotency-Key: "${key}"\r\nContent-Type: application/json\r\nConnection: close\r\n`;
-  const payload = Buffer.from(body);
-  if (!options.chunked) {
-    const first = Buffer.from(`${head}Content-Length: ${payload.length}\r\n\r\n`);
-    return { bytes: Buffer.concat([first, payload]), headEnd: first.length };
-  }
-  const first = Buffer.from(`${head}Transfer-Encoding: chunked\r\n\r\n`);
-  const half = Math.ceil(payload.length / 2);
-  const pieces = [payload.subarray(0, half), payload.subarray(half)];
-  const chunks = pieces.flatMap((piece) => [
-    Buffer.from(`${piece.length.toString(16)}\r\n`),
-    piece,
-    Buffer.from('\r\n'),
-  ]);
-  return { bytes: Buffer.concat([first, ...chunks, Buffer.from('0\r\n\r\n')]), headEnd: first.length };
+  return frameRequest(head, Buffer.from(body), options.chunked);
 }
 
 export const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -422,8 +422,9 @@ export function remoteKeySource(
   // yes, up to stale-if-error (the keys a lookup would fall back on). Past its lifetime after a
   // successful fetch: no, the cached result waits for the refresh with everyone else, since the
   // endpoint is healthy and may have retired the key.
-  function usable(at = clock()): boolean {
+  function usable(): boolean {
     if (state === undefined) return false;
+    const at = clock();
     return at < state.expiresAt || (lastAttemptFailed && trusted(at));
   }
 

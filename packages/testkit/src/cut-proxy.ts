@@ -87,10 +87,6 @@ export async function createCutProxy(targetPort: number) {
   return {
     port: (server.address() as net.AddressInfo).port,
     /**
-     * Cuts the next connection. Open connections (a client's keep-alive pool) are closed first, and
-     * the client is given a moment to see it, so the next request opens the connection that is cut.
-     */
-    /**
      * Cuts the next connection after `at` bytes going `dir`. Connections still open (a client's
      * keep-alive pool) are closed first, so the next request really opens the armed one.
      */

@@ -3,6 +3,7 @@ export { type CutHow, type CutProxy, createCutProxy } from './cut-proxy.js';
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
 export { multipartForm } from './multipart-form.js';
+export { frameRequest, parseAnswer, type RawAnswer, sendRaw } from './raw-http.js';
 export { databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from './services.js';
 export { createTcpProxy, type TcpProxy, type TcpProxyOptions } from './tcp-proxy.js';
 export {

@@ -9,17 +9,17 @@ export interface GlueOptions {
   limit?: number;
   /**
    * Called with a `raw_body_required` error (the server is misconfigured: the body was parsed before
-   * the webhook route), on every such request. Default: one `process.emitWarning` per route (per options object), so the
-   * deployment bug is visible in logs while the sender, answered 500, keeps retrying, without a line
-   * per delivery attempt.
+   * the webhook route), on every such request. Default: one `process.emitWarning` per route (per
+   * options object), so the deployment bug is visible in logs while the sender, answered 500, keeps
+   * retrying, without a line per delivery attempt.
    */
   onMisconfigured?: (error: WebhookError) => void;
 }
 
 // The options objects of routes that already warned. Each glue call holds its own options object
 // (a default `{}` is made per call), so this is one warning per route, or per group of routes that
-// share one options object: a misconfigured server that
-// takes thousands of retried deliveries must not write a warning for each.
+// share one options object: a misconfigured server that takes thousands of retried deliveries must
+// not write a warning for each.
 const warned = new WeakSet<GlueOptions>();
 
 /** Turns a glue-level {@link WebhookError} into the response to send, or `undefined` for other errors. */

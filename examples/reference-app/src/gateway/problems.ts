@@ -70,7 +70,7 @@ export function frameworkProblem(error: unknown): ProblemDetails {
   // The link to the API failed after reply-from had handed its answer on (the head came, the body
   // did not start), so reply-from's onError no longer sees it: undici's socket and timeout errors,
   // or a reset, with no status. Still the API's failure, and still retryable, not the gateway's own.
-  if (typeof given !== 'number' && isUpstreamFailure(code)) return { ...upstreamProblem(isTimeout(code) ? 504 : 502) };
+  if (typeof given !== 'number' && isUpstreamFailure(code)) return upstreamFailureProblem(error);
   const status = typeof given === 'number' && given >= 400 && given < 600 ? given : 500;
   // The statuses the API answers too carry the API's codes: a caller matches on `code`, whichever
   // part of the stack refused the request.
@@ -118,7 +118,16 @@ export function frameworkProblem(error: unknown): ProblemDetails {
 const upstreamCodes = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'ERR_STREAM_PREMATURE_CLOSE']);
 const isUpstreamFailure = (code: unknown): code is string =>
   typeof code === 'string' && (code.startsWith('UND_ERR_') || upstreamCodes.has(code));
-const isTimeout = (code: string) => /TIMEOUT|ETIMEDOUT/.test(code);
+
+/**
+ * The problem of a link to the API that failed, from its error: 504 when it timed out (undici's
+ * `UND_ERR_HEADERS_TIMEOUT`, `ETIMEDOUT`, a `TimeoutError`), else 502.
+ */
+export function upstreamFailureProblem(error: unknown): ProblemDetails {
+  const failure = error as { code?: unknown; name?: unknown } | null;
+  const timedOut = /timeout/i.test(String(failure?.code ?? failure?.name ?? ''));
+  return { ...upstreamProblem(timedOut ? 504 : 502) };
+}
 
 /**
  * Answers a request Node's HTTP parser refused before Fastify saw it (a malformed head, headers over

@@ -19,6 +19,7 @@ import {
   methodNotAllowedProblem,
   pathMalformedProblem,
   sendProblem,
+  upstreamFailureProblem,
   upstreamProblem,
 } from './problems.js';
 
@@ -258,8 +259,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
         // The API's hop-by-hop headers describe the gateway's connection to it, not the client's.
         rewriteHeaders: (headers) => withoutHopByHop(headers),
         onError: (failed, { error }) => {
-          const timedOut = /timeout/i.test(String((error as { code?: unknown }).code ?? error?.name ?? ''));
-          sendProblem(failed as FastifyReply, timedOut ? 504 : 502, upstreamProblem(timedOut ? 504 : 502));
+          const problem = upstreamFailureProblem(error);
+          sendProblem(failed as FastifyReply, problem.status, problem);
         },
       });
     },
