@@ -29,6 +29,9 @@ async function main(): Promise<void> {
   if (env.TRUST_PROXY !== undefined && !['', '0', '1'].includes(env.TRUST_PROXY)) {
     throw new ConfigError(`TRUST_PROXY must be 1 (behind a proxy) or 0, not ${JSON.stringify(env.TRUST_PROXY)}`);
   }
+  // Redis first: it answers or refuses at once, while a first PGlite open takes seconds, and a wrong
+  // REDIS_URL should not wait for that to be reported.
+  const redis = redisUrl === undefined ? undefined : await connectRedis(redisUrl);
   let db: Awaited<ReturnType<typeof openDatabase>>;
   try {
     db = await openDatabase({
@@ -36,19 +39,13 @@ async function main(): Promise<void> {
       ...(env.DATA_DIR ? { dataDir: env.DATA_DIR } : {}),
     });
   } catch (error) {
+    redis?.disconnect();
     const code = (error as { code?: unknown }).code;
     if (env.DATABASE_URL && typeof code === 'string' && unreachableDatabase.has(code)) {
       throw new ConfigError(
         `DATABASE_URL: cannot connect to ${databaseTarget(env.DATABASE_URL)} (${(error as Error).message})`,
       );
     }
-    throw error;
-  }
-  let redis: Redis | undefined;
-  try {
-    redis = redisUrl === undefined ? undefined : await connectRedis(redisUrl);
-  } catch (error) {
-    await db.close();
     throw error;
   }
   const storageSteps = [

@@ -82,7 +82,8 @@ describe('sender against real HTTP servers', () => {
     const waits: number[] = [];
     const result = await createSender({
       secret: SECRET,
-      timeout: 100,
+      // Long enough that the answered retry never times out on a loaded machine (100 ms did in CI).
+      timeout: 1_000,
       sleep: async (ms) => void waits.push(ms),
     }).send({ url: `${base}/hooks`, id: 'evt_timeout', body: '{}' });
     expect(result.outcome).toBe('delivered');
