@@ -3,8 +3,9 @@
  * sorted by their UTF-16 code units, no whitespace, numbers and strings as ECMAScript's
  * `JSON.stringify` writes them (which is what RFC 8785 specifies).
  *
- * A bigint (what a parser that keeps big integers exact leaves) is written as its digits: RFC 8785
- * would round it to a double, and two different amounts past 2^53 must not read as one.
+ * A bigint or a `JSON.rawJSON` integer (what a parser that keeps big integers exact leaves) is
+ * written as its digits: RFC 8785 would round it to a double, and two different amounts past 2^53
+ * must not read as one.
  *
  * Returns `undefined` for values deeper than `maxDepth`, so hostile nesting cannot exhaust the stack,
  * and for anything that is not plain JSON data (a `Date`, a class instance, `undefined`, a function),
@@ -26,6 +27,24 @@ export function canonicalJson(value: unknown, maxDepth = 512): string | undefine
 }
 
 const tooDeep = Symbol('too deep');
+
+// `JSON.rawJSON` and `JSON.isRawJSON` (Node 22 and later; not yet in TypeScript's ES2023 library).
+const json = JSON as unknown as { rawJSON(text: string): unknown; isRawJSON(value: unknown): boolean };
+
+/** `JSON.rawJSON(text)`: a value `JSON.stringify` writes as `text`, which must be a JSON primitive. */
+export const rawJson = (text: string): unknown => json.rawJSON(text);
+
+/** True for a value made by {@link rawJson}. */
+export const isRawJson = (value: unknown): value is { readonly rawJSON: string } => json.isRawJSON(value);
+
+const integerText = /^-?\d+$/;
+
+// A raw JSON integer (what a reviver that keeps big integers exact leaves) is written as its digits,
+// as a bigint is, without a trip through BigInt, which is super-linear in the digit count. Any other
+// raw text is written as the value it stands for.
+function rawText(text: string, depth: number): string {
+  return integerText.test(text) ? text : write(JSON.parse(text), depth);
+}
 const notJson = Symbol('not JSON data');
 
 // Every request body with a key goes through here, so the common cases skip the general calls:
@@ -51,6 +70,7 @@ function write(value: unknown, depth: number): string {
   }
   if (value === null) return 'null';
   if (typeof value !== 'object') throw notJson;
+  if (isRawJson(value)) return rawText(value.rawJSON, depth);
   if (depth <= 0) throw tooDeep;
   if (Array.isArray(value)) {
     let out = '[';

@@ -1,5 +1,5 @@
 import { createHash, hash } from 'node:crypto';
-import { canonicalJson } from './canonical-json.js';
+import { canonicalJson, isRawJson, rawJson } from './canonical-json.js';
 import { canonicalMultipart } from './multipart.js';
 import { normalisePercentEncoding } from './route-path.js';
 
@@ -237,7 +237,7 @@ function bodyForHash(
   } catch {
     return body;
   }
-  if (exclude && exclude.length > 0) value = withoutPointers(value, exclude);
+  if (exclude && exclude.length > 0) removePointers(value, exclude);
   // `json:` marks canonical text so it can never equal a raw body that happens to hold the same bytes.
   const canonical = canonicalJson(value);
   return canonical === undefined ? body : `json:${canonical}`;
@@ -246,11 +246,12 @@ function bodyForHash(
 const longDigits = /\d{16}/;
 const integerText = /^-?\d+$/;
 
-// A JSON.parse reviver: a number that is an integer past 2^53 becomes the bigint of its source text.
+// A JSON.parse reviver: a number that is an integer past 2^53 is kept as its source text (raw JSON,
+// written back as those digits). Not a bigint: BigInt of a million digits and back costs a second.
 function exactIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
   if (typeof value !== 'number' || Number.isSafeInteger(value)) return value;
   const source = context?.source;
-  return source !== undefined && integerText.test(source) ? BigInt(source) : value;
+  return source !== undefined && integerText.test(source) ? rawJson(source) : value;
 }
 
 function bodyForHashFromValue(value: unknown, mediaType: string, exclude?: readonly string[]): Uint8Array | string {
@@ -286,9 +287,6 @@ function serialised(value: unknown): string {
     return text;
   }
 }
-
-// `JSON.rawJSON` (Node 22 and later; not yet in TypeScript's ES2023 library).
-const rawJson = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 
 // A parser that keeps big integers exact (a reviver, json-bigint) leaves bigints, which
 // JSON.stringify refuses: each is written as the number it was read from, so the body fingerprints
@@ -329,6 +327,7 @@ function compactJson(root: unknown): string | undefined {
     else if (typeof value === 'number') out += Number.isFinite(value) ? String(value) : nonFiniteText(value);
     else if (typeof value === 'boolean') out += value ? 'true' : 'false';
     else if (typeof value === 'bigint') out += value.toString();
+    else if (isRawJson(value)) out += value.rawJSON;
     else if (Array.isArray(value)) {
       out += '[';
       levels.push({ items: value, names: undefined, next: 0 });
@@ -365,17 +364,17 @@ function compactJson(root: unknown): string | undefined {
   }
 }
 
-function withoutPointers(value: unknown, pointers: readonly string[]): unknown {
-  const copy = structuredClone(value);
+// Removes in place: `value` is always one just parsed from the body, nobody else's. (A copy made
+// with structuredClone recursed, and a body nested deeper than the stack crashed the request.)
+function removePointers(value: unknown, pointers: readonly string[]): void {
   for (const pointer of pointers) {
     if (!pointer.startsWith('/')) continue;
     const path = pointer
       .slice(1)
       .split('/')
       .map((token) => token.replaceAll('~1', '/').replaceAll('~0', '~'));
-    remove(copy, path, 0);
+    remove(value, path, 0);
   }
-  return copy;
 }
 
 // RFC 6901's array index: no sign, no leading zero (`length` or `01` names no item).
