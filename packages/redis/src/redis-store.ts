@@ -186,9 +186,21 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
             // released it), claimed afresh with a plain SET NX on the next round.
             takeover = undefined;
           } else {
-            if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
+            let full: unknown;
+            try {
+              if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
+            } catch (error) {
+              // A full Redis (maxmemory, noeviction) refuses SET before it looks at the key, but still
+              // serves GET: a retry of a stored request is answered from its record; only a free key,
+              // which would need a write, is refused.
+              if (!isOutOfMemory(error)) throw error;
+              full = error;
+            }
             const existing = await runner.send(k, ['GET', k]);
-            if (existing === null || existing === undefined) continue;
+            if (existing === null || existing === undefined) {
+              if (full !== undefined) throw full;
+              continue;
+            }
             holder = await read(k, 'claim', bytes('claim', existing));
           }
           if (holder === undefined) continue;
@@ -240,6 +252,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     },
   };
 }
+
+// Redis's refusal of a write when it is over maxmemory with the noeviction policy.
+const isOutOfMemory = (error: unknown): boolean => error instanceof Error && error.message.startsWith('OOM');
 
 // PX takes a positive integer; a fraction rounds up so a lease is never shorter than asked for.
 const wholeMs = (value: number, name: string): number => {

@@ -50,6 +50,11 @@ return 1`);
  * holder did the work, and a takeover would only run it again.
  * ARGV: lease prefix, encoded outcome, retention in ms.
  *
+ * `allow-oom` (Redis 7.0 and later): a Redis over maxmemory with noeviction refuses new claims, but
+ * still stores the outcome of a request already running. Refused, that outcome would be lost, the
+ * key freed, and the client's retry would run the operation a second time. Memory can grow past
+ * maxmemory by at most the outcomes of the requests in flight when Redis filled up.
+ *
  * A run that finds the record already completed by this token with this very outcome answers 1 and
  * changes nothing. That is this completion sent twice: its reply was lost and the client sent it
  * again after reconnecting (ioredis does by default), and only the holder of the token can have
@@ -58,7 +63,8 @@ return 1`);
  * newline inside), the rest must be the outcome byte for byte; another outcome with the same token
  * (a caller completing twice) still gets 0.
  */
-export const completeScript = script(`local v = redis.call('GET', KEYS[1])
+export const completeScript = script(`#!lua flags=allow-oom
+local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   local fingerprintEnd = string.find(v, '\\n', #ARGV[1] + 1, true)
