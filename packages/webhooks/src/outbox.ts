@@ -315,32 +315,39 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // queues for one (behind a transaction that called add() and is still open) makes every relay
     // claim and every add() queue behind it. CREATE TABLE IF NOT EXISTS takes no lock on a table that
     // exists, but ALTER TABLE and CREATE INDEX IF NOT EXISTS lock the table before they look whether
-    // there is anything to do, so each runs only when the catalog says it is needed:
+    // there is anything to do, so each runs only when the catalog says it is needed, and so does
+    // CREATE TABLE (even with IF NOT EXISTS it needs CREATE on the schema, which a role that may only
+    // read and write the table lacks):
     // - a table made by an earlier version lacks `claims` and `requeued_at`. Both are cheap to add:
     //   no default (`requeued_at`) or a constant one (`claims`) rewrites no row;
     // - the index is looked up in the table's own schema (where CREATE INDEX puts it), whether the
     //   table was named with its schema or found on the search_path.
     await db.query(`
       SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox'));
-      CREATE TABLE IF NOT EXISTS ${table} (
-        id text PRIMARY KEY,
-        url text NOT NULL,
-        body bytea NOT NULL,
-        content_type text NOT NULL DEFAULT 'application/json',
-        headers jsonb NOT NULL DEFAULT '{}'::jsonb,
-        status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
-        attempts integer NOT NULL DEFAULT 0,
-        claims integer NOT NULL DEFAULT 0,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        requeued_at timestamptz,
-        next_attempt_at timestamptz NOT NULL DEFAULT now(),
-        locked_until timestamptz,
-        locked_by text,
-        delivered_at timestamptz,
-        dead_reason text,
-        last_attempt jsonb,
-        history jsonb NOT NULL DEFAULT '[]'::jsonb
-      );
+      DO $$
+      BEGIN
+        IF to_regclass('${table}') IS NULL THEN
+          CREATE TABLE ${table} (
+            id text PRIMARY KEY,
+            url text NOT NULL,
+            body bytea NOT NULL,
+            content_type text NOT NULL DEFAULT 'application/json',
+            headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+            status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
+            attempts integer NOT NULL DEFAULT 0,
+            claims integer NOT NULL DEFAULT 0,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            requeued_at timestamptz,
+            next_attempt_at timestamptz NOT NULL DEFAULT now(),
+            locked_until timestamptz,
+            locked_by text,
+            delivered_at timestamptz,
+            dead_reason text,
+            last_attempt jsonb,
+            history jsonb NOT NULL DEFAULT '[]'::jsonb
+          );
+        END IF;
+      END $$;
       DO $$
       DECLARE
         outbox regclass := '${table}'::regclass;
