@@ -1,4 +1,5 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
@@ -77,10 +78,86 @@ export async function openDatabase(options: DatabaseOptions = {}): Promise<Datab
   return openPglite(options.memory ? undefined : (options.dataDir ?? defaultDataDir));
 }
 
+/**
+ * The embedded database's folder cannot be used: it is no folder, this user may not write it, or
+ * another process has it open. `npm start` prints it as one line naming DATA_DIR.
+ */
+export class DataDirError extends Error {
+  override readonly name = 'DataDirError';
+}
+
+/**
+ * Takes the folder for this process. PGlite takes no lock of its own: two processes on one folder
+ * each keep their own buffers, the last to close writes its view over the other's, and charges
+ * answered 201 vanish with their Idempotency-Key records (a retry then charges again). The lock
+ * (`<folder>.lock`) holds the owner's pid; a lock whose process is gone (killed, crashed) is taken over.
+ */
+async function lockFolder(dataDir: string): Promise<() => Promise<void>> {
+  try {
+    await mkdir(dataDir, { recursive: true });
+  } catch (error) {
+    throw folderError(dataDir, error);
+  }
+  // Beside the folder, not in it: PGlite refuses to create a database in a folder that holds a file.
+  const path = `${resolve(dataDir)}.lock`;
+  const mine = String(process.pid);
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      await writeFile(path, mine, { flag: 'wx' });
+      return async () => {
+        // Removed only if still ours: never another process's lock taken over after ours went stale.
+        if ((await readFile(path, 'utf8').catch(() => '')) === mine) await rm(path, { force: true });
+      };
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw folderError(dataDir, error);
+    }
+    const owner = Number((await readFile(path, 'utf8').catch(() => '')).trim());
+    if (Number.isSafeInteger(owner) && owner > 0 && alive(owner)) {
+      throw new DataDirError(
+        `${dataDir} is in use by process ${owner} (another npm start?); stop it, or set DATA_DIR to another folder`,
+      );
+    }
+    await rm(path, { force: true });
+  }
+  throw new DataDirError(`${dataDir} is being taken by another process at the same moment; try again`);
+}
+
+// A signal 0 tests for the process without touching it; EPERM means it exists under another user.
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function folderError(dataDir: string, error: unknown): unknown {
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'EEXIST' || code === 'ENOTDIR') return new DataDirError(`${dataDir} is not a folder`);
+  if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
+    return new DataDirError(`cannot write ${dataDir} (${code}); set DATA_DIR to a writable folder, or DATABASE_URL`);
+  }
+  return error;
+}
+
 async function openPglite(dataDir: string | undefined): Promise<Database> {
-  if (dataDir !== undefined) await mkdir(dataDir, { recursive: true });
-  const client = dataDir === undefined ? new PGlite() : new PGlite(dataDir);
-  await client.waitReady;
+  const unlock = dataDir === undefined ? async () => {} : await lockFolder(dataDir);
+  let client: PGlite;
+  try {
+    client = dataDir === undefined ? new PGlite() : new PGlite(dataDir);
+    await client.waitReady;
+  } catch (error) {
+    await unlock();
+    // PGlite ends a failed start with an ExitStatus ("Program terminated with exit(1)") that says
+    // neither where nor why; files it may not read (a folder left by another user) are the usual cause.
+    if (dataDir !== undefined && (error as { name?: unknown }).name === 'ExitStatus') {
+      throw new DataDirError(
+        `cannot open the database in ${dataDir} (check the owner and modes of its files); set DATA_DIR to another folder, or DATABASE_URL`,
+      );
+    }
+    throw error;
+  }
   return {
     kind: 'pglite',
     client,
@@ -92,7 +169,11 @@ async function openPglite(dataDir: string | undefined): Promise<Database> {
       await client.exec(sql);
     },
     async close() {
-      await client.close();
+      try {
+        await client.close();
+      } finally {
+        await unlock();
+      }
     },
   };
 }

@@ -1,7 +1,7 @@
 import { constants } from 'node:os';
 import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
-import { openDatabase } from './db.js';
+import { DataDirError, openDatabase } from './db.js';
 import { ConfigError, envPort, envUrl } from './env.js';
 import { closeInOrder } from './shutdown.js';
 import type { startReferenceApp } from './start.js';
@@ -25,6 +25,20 @@ async function main(): Promise<void> {
   const authUrl = envUrl(env, 'AUTH_URL');
   const appUrl = envUrl(env, 'APP_URL');
   const redisUrl = env.REDIS_URL === '' ? undefined : env.REDIS_URL;
+  const ports: Record<string, number> = {
+    AUTH_PORT: authPort,
+    APP_PORT: appPort,
+    GATEWAY_PORT: gatewayPort,
+    API_PORT: apiPort,
+    RECEIVER_PORT: receiverPort,
+  };
+  const names = Object.keys(ports);
+  for (const [index, name] of names.entries()) {
+    const other = names.slice(index + 1).find((candidate) => ports[candidate] === ports[name]);
+    if (other !== undefined) {
+      throw new ConfigError(`${name} and ${other} are both ${ports[name]}; give each its own port`);
+    }
+  }
   // Read as a flag by the provider and the app; `true` or `yes` would silently mean "no proxy".
   if (env.TRUST_PROXY !== undefined && !['', '0', '1'].includes(env.TRUST_PROXY)) {
     throw new ConfigError(`TRUST_PROXY must be 1 (behind a proxy) or 0, not ${JSON.stringify(env.TRUST_PROXY)}`);
@@ -40,6 +54,7 @@ async function main(): Promise<void> {
     });
   } catch (error) {
     redis?.disconnect();
+    if (error instanceof DataDirError) throw new ConfigError(`DATA_DIR: ${error.message}`);
     const code = (error as { code?: unknown }).code;
     if (env.DATABASE_URL && typeof code === 'string' && unreachableDatabase.has(code)) {
       throw new ConfigError(
@@ -70,7 +85,7 @@ async function main(): Promise<void> {
     });
   } catch (error) {
     await closeStorage();
-    throw error;
+    throw portRefusal(error, ports);
   }
   let resources: Awaited<ReturnType<typeof startResourceStack>>;
   try {
@@ -86,7 +101,7 @@ async function main(): Promise<void> {
   } catch (error) {
     await running.close();
     await closeStorage();
-    throw error;
+    throw portRefusal(error, ports);
   }
 
   console.log(
@@ -133,6 +148,17 @@ async function main(): Promise<void> {
   // Said once the handlers are in place: a supervisor that signals as soon as it reads this line
   // must not find the process without them (the default action would kill it, nothing closed).
   console.log('Ctrl-C stops everything.');
+}
+
+// A port another process holds, or one this user may not bind (below 1024): one line naming the
+// variable that chose it, instead of listen()'s stack.
+function portRefusal(error: unknown, ports: Record<string, number>): unknown {
+  const { code, port } = error as { code?: unknown; port?: unknown };
+  if (code !== 'EADDRINUSE' && code !== 'EACCES') return error;
+  const name = Object.keys(ports).find((candidate) => ports[candidate] === port);
+  if (name === undefined) return error;
+  const why = code === 'EADDRINUSE' ? 'is already in use (another npm start?)' : 'may not be opened by this user';
+  return new ConfigError(`${name}: port ${port} ${why}`);
 }
 
 /** Connects to Redis before anything starts, so a wrong REDIS_URL fails the start instead of the first request. */

@@ -73,12 +73,12 @@ async function occupied(): Promise<{ port: number; server: Server }> {
 }
 
 describe('npm start: the machine it runs on', () => {
-  // Was wrong: a port already taken (another `npm start`, any other server) ends in an 11-line
+  // Was a defect: a port already taken (another `npm start`, any other server) ends in an 11-line
   // `Error: listen EADDRINUSE ... 127.0.0.1:<port>` stack that names no variable, for each of the five
   // ports (listen() in src/listen.ts, listenOn() in src/gateway/server.ts, the API's and the
   // receiver's server.listen). Fix: turn EADDRINUSE/EACCES from listen into a ConfigError such as
   // "AUTH_PORT: port 8081 is already in use (another npm start?)"; ideally bind before opening the store.
-  it.fails('a port already in use is one line naming its variable', async () => {
+  it('a port already in use is one line naming its variable', async () => {
     for (const variable of portVariables) {
       const { port, server } = await occupied();
       try {
@@ -89,20 +89,20 @@ describe('npm start: the machine it runs on', () => {
     }
   }, 120_000);
 
-  // Was wrong: a second `npm start` on the DATA_DIR (or default data/ folder) of one that is running,
+  // Was a defect: a second `npm start` on the DATA_DIR (or default data/ folder) of one that is running,
   // on other ports, starts normally on the same PGlite folder; the two then overwrite each other's
   // writes (store-folder.audit.test.ts shows committed charges and their keys lost). Fix: lock the
   // folder in openPglite (src/db.ts) and refuse with one line naming DATA_DIR.
-  it.fails('a second start on the embedded store of a running one is refused, naming DATA_DIR', async () => {
+  it('a second start on the embedded store of a running one is refused, naming DATA_DIR', async () => {
     const first = await start();
     expect(first.outcome, first.output).toBe('started');
     const second = await start({ DATA_DIR: first.dir });
     expectClearRefusal(second, 'DATA_DIR');
   }, 90_000);
 
-  // Was wrong: DATA_DIR naming a file is a 9-line `Error: EEXIST: file already exists, mkdir ...` stack
+  // Was a defect: DATA_DIR naming a file is a 9-line `Error: EEXIST: file already exists, mkdir ...` stack
   // from openPglite (src/db.ts); the variable is never named. Fix: a ConfigError from main.ts.
-  it.fails('a DATA_DIR that is a file is one line naming the variable', async () => {
+  it('a DATA_DIR that is a file is one line naming the variable', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'idem-environment-audit-file-'));
     scratch.push(dir);
     const file = join(dir, 'not-a-folder');
@@ -110,13 +110,13 @@ describe('npm start: the machine it runs on', () => {
     expectClearRefusal(await start({ DATA_DIR: file }), 'DATA_DIR');
   }, 40_000);
 
-  // Was wrong: a store folder the process may not read or write (a read-only checkout, a data/ folder
+  // Was a defect: a store folder the process may not read or write (a read-only checkout, a data/ folder
   // left by another user or by root) ends in `ExitStatus { name: 'ExitStatus', message: 'Program
   // terminated with exit(1)', status: 1 }` from inside PGlite: no path, no cause, no variable. (With
   // no DATA_DIR on a read-only checkout it is an `EACCES: permission denied, mkdir` stack.) Fix: check
   // access to the folder in openPglite and say "DATA_DIR: cannot write <path> (EACCES); set DATA_DIR to
   // a writable folder or DATABASE_URL".
-  it.fails('a store folder the process cannot write is one line naming DATA_DIR', async () => {
+  it('a store folder the process cannot write is one line naming DATA_DIR', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'idem-environment-audit-ro-'));
     scratch.push(dir);
     await chmod(dir, 0o500);

@@ -31,7 +31,10 @@ export function startScript(prefix: string) {
         // the group is gone: nothing was left behind
       }
     }
-    await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })));
+    // The folder and the lock npm start keeps beside it (left by a run killed with SIGKILL).
+    await Promise.all(
+      dataDirs.flatMap((dir) => [dir, `${dir}.lock`]).map((path) => rm(path, { recursive: true, force: true })),
+    );
   });
   return {
     async spawnApp(command: string, args: string[], overrides: Record<string, string> = {}) {

@@ -1,7 +1,8 @@
 // Environment audit of the embedded store (PGlite in a folder, `npm start`'s default): two handles on
 // one folder, as two `npm start` on one checkout (or one DATA_DIR) make. PGlite takes no lock on its
 // folder; each handle keeps its own buffers and the last to close writes its view over the other's.
-import { mkdtemp, rm } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -9,14 +10,17 @@ import { type Database, openDatabase } from '../src/db.js';
 
 const dirs: string[] = [];
 const open: Database[] = [];
+const locks: string[] = [];
 afterEach(async () => {
   await Promise.allSettled(open.splice(0).map((db) => db.close()));
   await Promise.all(dirs.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
+  await Promise.all(locks.splice(0).map((lock) => rm(lock, { force: true })));
 });
 
 async function folder(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'idem-store-folder-audit-'));
   dirs.push(dir);
+  locks.push(`${dir}.lock`);
   return dir;
 }
 
@@ -30,11 +34,11 @@ async function secondHandle(dataDir: string): Promise<Database | undefined> {
 }
 
 describe('the embedded store folder, opened twice', () => {
-  // Was wrong: openPglite (examples/reference-app/src/db.ts) opens a folder another process (or handle)
+  // Was a defect: openPglite (examples/reference-app/src/db.ts) opens a folder another process (or handle)
   // has open without a word: a second `npm start` on the same checkout or DATA_DIR runs on it as if it
   // were its own. Fix: take an exclusive lock on the folder (a lock file created with 'wx' holding the
   // pid, checked for a live process) and refuse with a ConfigError naming DATA_DIR.
-  it.fails('a second handle on a folder in use is refused', async () => {
+  it('a second handle on a folder in use is refused', async () => {
     const dir = await folder();
     const first = await openDatabase({ dataDir: dir });
     open.push(first);
@@ -43,11 +47,11 @@ describe('the embedded store folder, opened twice', () => {
     expect(second).toBeUndefined();
   });
 
-  // Was wrong: with two handles on one folder, rows the first committed are gone once the second
+  // Was a defect: with two handles on one folder, rows the first committed are gone once the second
   // closes after it: a charge answered 201 and its Idempotency-Key record vanish, so the client's
   // retry charges again (seen end to end with two `npm start` on one DATA_DIR). Same fix as above;
   // once the second handle is refused, this passes.
-  it.fails('rows the first handle committed survive a second handle on the same folder', async () => {
+  it('rows the first handle committed survive a second handle on the same folder', async () => {
     const dir = await folder();
     const first = await openDatabase({ dataDir: dir });
     await first.exec('create table audit_rows (n int)');
@@ -61,5 +65,22 @@ describe('the embedded store folder, opened twice', () => {
     open.push(after);
     const { rows } = await after.query<{ n: number }>('select n from audit_rows order by n');
     expect(rows.map((row) => row.n)).toEqual(expect.arrayContaining([1, 2]));
+  });
+});
+
+describe('the embedded store folder after a process that held it was killed', () => {
+  it('takes over a lock whose process is gone', async () => {
+    const dir = await folder();
+    // A pid that surely names no process any more: one of a child that has exited.
+    const child = spawn(process.execPath, ['-e', '0']);
+    const pid = child.pid as number;
+    await new Promise((resolve) => child.once('exit', resolve));
+    await writeFile(`${dir}.lock`, String(pid));
+    const db = await openDatabase({ dataDir: dir });
+    open.push(db);
+    expect(await readFile(`${dir}.lock`, 'utf8')).toBe(String(process.pid));
+    await db.close();
+    open.pop();
+    await expect(readFile(`${dir}.lock`, 'utf8')).rejects.toThrow(/ENOENT/);
   });
 });

@@ -158,13 +158,25 @@ function parseCacheLifetime(headers: Headers, now: number): number | undefined {
   }
   const expires = headers.get('expires');
   if (expires === null) return undefined;
-  const expiresAt = Date.parse(expires);
+  const expiresAt = httpDate(expires);
   if (Number.isNaN(expiresAt)) return undefined;
   const date = headers.get('date');
-  const dated = date !== null && !Number.isNaN(Date.parse(date));
+  const datedAt = date === null ? Number.NaN : httpDate(date);
   // Without a Date, Expires is measured from now: that is already what is left, whatever its age.
-  if (!dated) return Math.max(0, Math.floor((expiresAt - now) / 1000));
-  return aged(Math.max(0, Math.floor((expiresAt - Date.parse(date)) / 1000)), headers);
+  if (Number.isNaN(datedAt)) return Math.max(0, Math.floor((expiresAt - now) / 1000));
+  return aged(Math.max(0, Math.floor((expiresAt - datedAt) / 1000)), headers);
+}
+
+// The three HTTP-date forms (RFC 9110 5.6.7), all in GMT: IMF-fixdate and RFC 850 say so, asctime
+// (`Sun Nov  6 08:49:37 1994`) does not, and Date.parse alone reads it in the host's time zone (a
+// JWKS fresh for five minutes was kept three and a half hours in St. John's). Other shapes are NaN.
+const zonedHttpDate = /^[A-Z][a-z]{2,8}, \d{2}[ -][A-Z][a-z]{2}[ -]\d{2}(?:\d{2})? \d{2}:\d{2}:\d{2} GMT$/;
+const asctimeDate = /^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/;
+
+function httpDate(text: string): number {
+  const trimmed = text.trim();
+  if (zonedHttpDate.test(trimmed)) return Date.parse(trimmed);
+  return asctimeDate.test(trimmed) ? Date.parse(`${trimmed} GMT`) : Number.NaN;
 }
 
 function aged(lifetime: number, headers: Headers): number {
