@@ -5,6 +5,14 @@ import net from 'node:net';
 /** How a cut ends both sides: FIN (`fin`) or RST (`reset`). */
 export type CutHow = 'fin' | 'reset';
 
+/** What a {@link createCutProxy} saw on its latest connection: byte counts and the bytes each way. */
+export interface CutProxyBytes {
+  request: number;
+  response: number;
+  requestBytes: Buffer;
+  responseBytes: Buffer;
+}
+
 /**
  * A proxy that cuts the next connection once: after `at` bytes of the request (`request`) or of the
  * answer (`response`), by FIN on both sides (`fin`) or RST on both sides (`reset`). Later
@@ -14,7 +22,14 @@ export async function createCutProxy(targetPort: number) {
   let armed: { dir: 'request' | 'response'; at: number; how: CutHow } | undefined;
   const open = new Set<net.Socket>();
   let cutsDone = 0;
-  const last = { request: 0, response: 0, requestBytes: Buffer.alloc(0), responseBytes: Buffer.alloc(0) };
+  // Typed by hand: inferred, it is `Buffer<ArrayBuffer>` in the declarations, which TypeScript
+  // before 5.7 (whose @types/node has no generic Buffer) refuses.
+  const last: CutProxyBytes = {
+    request: 0,
+    response: 0,
+    requestBytes: Buffer.alloc(0),
+    responseBytes: Buffer.alloc(0),
+  };
   const server = net.createServer((client) => {
     const plan = armed;
     armed = undefined;

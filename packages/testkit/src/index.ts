@@ -1,5 +1,5 @@
 export { type SkewedClock, skewedClock } from './clock.js';
-export { type CutHow, type CutProxy, createCutProxy } from './cut-proxy.js';
+export { type CutHow, type CutProxy, type CutProxyBytes, createCutProxy } from './cut-proxy.js';
 export * from './describe-adapter.js';
 export { type DescribeStoreOptions, describeStore, type StoreHarness } from './describe-store.js';
 export { multipartForm } from './multipart-form.js';
