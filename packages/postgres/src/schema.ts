@@ -101,8 +101,14 @@ export async function migrate(client: PostgresClient, options: MigrateOptions = 
     // that is missing. Any plain, valid b-tree index on expires_at will do, whatever its name: one
     // made under an older naming, or by a DBA, must not be built a second time (a build blocks the
     // table's writes). A hash index, or one a failed CONCURRENTLY build left invalid, serves no purge.
-    const { rows } = await tx.query<{ has_table: boolean; has_index: boolean; has_lease_until: boolean }>(
+    const { rows } = await tx.query<{
+      has_table: boolean;
+      has_index: boolean;
+      has_lease_until: boolean;
+      read_only: boolean;
+    }>(
       `SELECT to_regclass($1) IS NOT NULL AS has_table,
+       current_setting('transaction_read_only') = 'on' AS read_only,
        EXISTS (SELECT 1 FROM pg_index x
                JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
                JOIN pg_class c ON c.oid = x.indexrelid
@@ -113,6 +119,14 @@ export async function migrate(client: PostgresClient, options: MigrateOptions = 
                WHERE attrelid = to_regclass($1) AND attname = 'lease_until' AND NOT attisdropped) AS has_lease_until`,
       [table.sql],
     );
+    // With everything there, a session that may not write (a replica, default_transaction_read_only,
+    // a read-only role's setting) would pass here and fail every request with a 503: say it now.
+    if (rows[0]?.read_only === true) {
+      throw new Error(
+        'migrate(): this database session is read-only (a standby, or default_transaction_read_only); ' +
+          'the store writes a row per request: connect it to the primary, with a role that may write',
+      );
+    }
     if (rows[0]?.has_table !== true) await tx.query(createTable);
     if (rows[0]?.has_index !== true) await tx.query(createIndex);
     // A table made by a version before abandoned records: a nullable column without a default is a
