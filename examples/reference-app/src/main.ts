@@ -163,6 +163,11 @@ function portRefusal(error: unknown, ports: Record<string, number>): unknown {
 
 /** Connects to Redis before anything starts, so a wrong REDIS_URL fails the start instead of the first request. */
 async function connectRedis(url: string): Promise<Redis> {
+  // ioredis reads `http://x` as host `http` and path `//x`, and the failure then names neither.
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(url)?.[1]?.toLowerCase();
+  if (scheme !== undefined && scheme !== 'redis' && scheme !== 'rediss') {
+    throw new ConfigError(`REDIS_URL must be a redis:// or rediss:// URL, not ${scheme}://...`);
+  }
   let client: Redis;
   try {
     client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 2 });

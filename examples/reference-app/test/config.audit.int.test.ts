@@ -85,6 +85,14 @@ describe('npm start: configuration mistakes', () => {
     expect(readdirSync(run.dir)).toEqual([]);
   }, 40_000);
 
+  // Was a defect (found by an audit of the environment): `REDIS_URL=http://cache:6379` was read by
+  // ioredis as host `http`, and the refusal named `http:6379` and `ENOENT //cache:6379`.
+  it('a REDIS_URL of another scheme is refused by name', async () => {
+    const run = await start({ REDIS_URL: 'http://cache.invalid:6379' });
+    expectClearRefusal(run, 'REDIS_URL');
+    expect(run.output).toContain('redis://');
+  }, 40_000);
+
   // Was a defect: `BASE_URL=localhost:8080` (no scheme) is accepted: the app starts and prints
   // "gateway (API)  localhost:8080", the audience of every token and the URL the app calls;
   // expected: exit 1 with one line naming BASE_URL (an absolute http(s) URL).
