@@ -6,40 +6,18 @@
 // the tarballs on TypeScript 5.0 and later with skipLibCheck; with the declaration files checked
 // (skipLibCheck off), Fastify's and @types/node's own declarations need 5.4, and from 5.4 on every
 // @idem package's declarations compile, except @idem/testkit's before 5.7.
-import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type PackedPackages, packPackages } from './packed-packages.js';
+import { type CommandRun, consumerEnv, type PackedPackages, packPackages, runIn } from './packed-packages.js';
 
-const execFileAsync = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
-const env: NodeJS.ProcessEnv = {
-  ...process.env,
-  PATH: `${join(root, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`,
-  npm_config_update_notifier: 'false',
-  npm_config_fund: 'false',
-  npm_config_audit: 'false',
-};
-
-interface Run {
-  output: string;
-  status: number;
-}
-
-async function run(command: string, args: string[], cwd: string): Promise<Run> {
-  try {
-    const { stdout, stderr } = await execFileAsync(command, args, { cwd, env, maxBuffer: 32 * 1024 * 1024 });
-    return { output: `${stdout}${stderr}`, status: 0 };
-  } catch (error) {
-    const failed = error as { stdout?: string; stderr?: string; code?: number };
-    return { output: `${failed.stdout ?? ''}${failed.stderr ?? ''}`, status: failed.code ?? 1 };
-  }
-}
+const env = consumerEnv(root);
+type Run = CommandRun;
+const run = (command: string, args: string[], cwd: string): Promise<Run> => runIn(command, args, cwd, env);
 
 let packed: PackedPackages | undefined;
 let scratch = '';

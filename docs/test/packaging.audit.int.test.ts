@@ -10,44 +10,22 @@
 // word for word against the tarballs, its files type-checked) and docs/test/code-blocks.test.ts
 // (every doc block type-checked, against the sources). The checks marked "Was a defect" failed when
 // the audit wrote them; the comment above each says what was wrong.
-import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type PackedPackages, packPackages } from './packed-packages.js';
+import { type CommandRun, consumerEnv, type PackedPackages, packPackages, runIn } from './packed-packages.js';
 
-const execFileAsync = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 
 // Build order: a package after the @idem packages it imports.
 const folders = ['core', 'guard', 'client', 'testkit', 'redis', 'postgres', 'express', 'fastify', 'koa', 'webhooks'];
 
-const env: NodeJS.ProcessEnv = {
-  ...process.env,
-  PATH: `${join(root, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`,
-  npm_config_update_notifier: 'false',
-  npm_config_fund: 'false',
-  npm_config_audit: 'false',
-};
-
-interface Run {
-  output: string;
-  status: number;
-}
-
-async function run(command: string, args: string[], cwd: string): Promise<Run> {
-  try {
-    const { stdout, stderr } = await execFileAsync(command, args, { cwd, env, maxBuffer: 32 * 1024 * 1024 });
-    return { output: `${stdout}${stderr}`, status: 0 };
-  } catch (error) {
-    const failed = error as { stdout?: string; stderr?: string; code?: number };
-    return { output: `${failed.stdout ?? ''}${failed.stderr ?? ''}`, status: failed.code ?? 1 };
-  }
-}
+const env = consumerEnv(root);
+type Run = CommandRun;
+const run = (command: string, args: string[], cwd: string): Promise<Run> => runIn(command, args, cwd, env);
 
 async function npm(args: string[], cwd: string): Promise<void> {
   const done = await run('npm', [...args, '--prefer-offline', '--no-audit', '--no-fund'], cwd);

@@ -70,3 +70,34 @@ export async function packPackages(root: string, names: string[], env: NodeJS.Pr
     throw error;
   }
 }
+
+/**
+ * The environment a consumer project's commands run in: the checkout's `node_modules/.bin` first
+ * (its Node and TypeScript), and npm quiet about updates, funding and audits.
+ */
+export function consumerEnv(root: string): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    PATH: `${join(root, 'node_modules', '.bin')}:${process.env.PATH ?? ''}`,
+    npm_config_update_notifier: 'false',
+    npm_config_fund: 'false',
+    npm_config_audit: 'false',
+  };
+}
+
+/** What a command printed (stdout, then stderr) and its exit status. */
+export interface CommandRun {
+  output: string;
+  status: number;
+}
+
+/** Runs a command to its end in `cwd`; a failure is a status, never a rejection. */
+export async function runIn(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<CommandRun> {
+  try {
+    const { stdout, stderr } = await run(command, args, { cwd, env, maxBuffer: 32 * 1024 * 1024 });
+    return { output: `${stdout}${stderr}`, status: 0 };
+  } catch (error) {
+    const failed = error as { stdout?: string; stderr?: string; code?: number };
+    return { output: `${failed.stdout ?? ''}${failed.stderr ?? ''}`, status: failed.code ?? 1 };
+  }
+}
