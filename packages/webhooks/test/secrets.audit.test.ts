@@ -1,0 +1,71 @@
+// Audit (branch audit-secrets): what the sender's refusals of a bad message carry. docs/webhooks.md:
+// errors carry "header names, never secrets, signatures or payloads"; security.md: "Nothing secret
+// reaches a message, an event or a log".
+import { describe, expect, it } from 'vitest';
+import { createSender, generateSecret } from '../src/index.js';
+
+// Every string reachable from `value`: own properties, enumerable or not (an error's `cause` is not
+// enumerable), what a logger's error serializer or util.inspect (an uncaught error's print) walks.
+function reachableText(value: unknown, seen = new Set<unknown>()): string[] {
+  if (typeof value === 'string') return [value];
+  if (value === null || typeof value !== 'object' || seen.has(value)) return [];
+  seen.add(value);
+  return Reflect.ownKeys(value).flatMap((key) =>
+    key === 'stack' ? [] : reachableText((value as Record<PropertyKey, unknown>)[key], seen),
+  );
+}
+
+const thrown = async (run: () => unknown): Promise<unknown> => {
+  try {
+    await run();
+  } catch (error) {
+    return error;
+  }
+  throw new Error('did not throw');
+};
+
+const { secret } = generateSecret('v1') as { secret: string };
+const PARTNER_TOKEN = 'partner-token-PLANTED-9f8e7d6c';
+
+// Was wrong: a header value fetch would refuse (a control character, as in a token read from a file
+// with a stray byte) is refused with a TypeError whose message names the header only, but whose `cause`
+// is undici's TypeError 'Headers.append: "Bearer <the whole value>" is an invalid header value.': the
+// partner's credential, printed by util.inspect (an uncaught error, console.error) and by pino's err
+// serializer. Expected: no cause, or one naming the header without its value (deliverable.ts,
+// assertSendableHeaders; also reached by outbox.add()).
+describe('a header value the sender refuses', () => {
+  it.fails('createSender({ headers }) refuses it without carrying the value', async () => {
+    const error = await thrown(() =>
+      createSender({ secret, headers: { authorization: `Bearer ${PARTNER_TOKEN}\u0000` } }),
+    );
+    expect(error).toBeInstanceOf(TypeError);
+    expect(reachableText(error).join('\n')).not.toContain(PARTNER_TOKEN);
+  });
+
+  it.fails('send() refuses a message header without carrying the value', async () => {
+    const sender = createSender({ secret, fetch: async () => new Response(null, { status: 204 }) });
+    const error = await thrown(() =>
+      sender.send({
+        url: 'https://hooks.example/in',
+        id: 'evt_1',
+        body: '{}',
+        headers: { authorization: `Bearer ${PARTNER_TOKEN}\n` + 'x' },
+      }),
+    );
+    expect(error).toBeInstanceOf(TypeError);
+    expect(reachableText(error).join('\n')).not.toContain(PARTNER_TOKEN);
+  });
+});
+
+// Was wrong: a URL that does not parse (a port out of range, a password with a raw '/') is refused
+// with 'url must be an absolute http: or https: URL', but its `cause` is the URL parser's TypeError,
+// whose `input` is the whole URL: the endpoint's credentials (userinfo, a ?token= query). Expected: no
+// cause carrying the input (deliverable.ts, assertDeliverable; also reached by outbox.add()).
+it.fails('send() refuses an unparsable URL without carrying its credentials', async () => {
+  const sender = createSender({ secret, fetch: async () => new Response(null, { status: 204 }) });
+  const error = await thrown(() =>
+    sender.send({ url: `https://hooks:${PARTNER_TOKEN}@hooks.example:99999/in`, id: 'evt_1', body: '{}' }),
+  );
+  expect(error).toBeInstanceOf(TypeError);
+  expect(reachableText(error).join('\n')).not.toContain(PARTNER_TOKEN);
+});
