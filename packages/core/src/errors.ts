@@ -108,6 +108,32 @@ export class StoreUnavailableError extends Error {
   override readonly name = 'StoreUnavailableError' as const;
   readonly code = 'store_unavailable' as const;
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super(message, options === undefined ? undefined : { cause: withoutCommandValues(options.cause) });
   }
+}
+
+/**
+ * Takes off a database driver's error the values of the command that failed, which drivers attach
+ * for debugging: ioredis's `command.args` (the name stays) and PGlite's `params` (the statement's
+ * text stays). Those values are what a store writes, a response body included, and the error goes
+ * on to store-error events and from there to logs. Returns the same error, trimmed in place; any
+ * other value is returned as it is. Store authors: pass a driver's error through it before
+ * wrapping or rethrowing it.
+ *
+ * @example
+ * catch (error) { throw new StoreUnavailableError('claim failed', { cause: withoutCommandValues(error) }); }
+ */
+export function withoutCommandValues<T>(error: T): T {
+  if (error === null || typeof error !== 'object') return error;
+  const trimmed = error as { command?: unknown; params?: unknown };
+  try {
+    const command = trimmed.command;
+    if (command !== null && typeof command === 'object' && 'args' in command) {
+      trimmed.command = { name: (command as { name?: unknown }).name };
+    }
+    if ('params' in trimmed) delete trimmed.params;
+  } catch {
+    // A frozen error cannot be trimmed: it is passed on as it is.
+  }
+  return error;
 }

@@ -24,6 +24,7 @@ export {
   problemType,
   problemTypeBase,
   StoreUnavailableError,
+  withoutCommandValues,
 } from './errors.js';
 export type { IdempotencyEvent, IdempotencyEventType, NotStoredReason, RefusalCode } from './events.js';
 export {

@@ -1,4 +1,4 @@
-import { StoreUnavailableError } from '@idem/core';
+import { StoreUnavailableError, withoutCommandValues } from '@idem/core';
 
 // SQLSTATE codes (or class prefixes) that say "the database could not do it right now", not "the
 // statement is wrong": connection exceptions (08), insufficient resources (53), operator
@@ -64,6 +64,8 @@ export function isTransientDatabaseError(error: unknown): boolean {
  */
 export function toStoreError(error: unknown, operation: string): unknown {
   if (error instanceof StoreUnavailableError) return error;
+  // A non-transient error is passed on as it is, so it is trimmed here too (PGlite's `params`).
+  withoutCommandValues(error);
   if (isTransientDatabaseError(error)) {
     return new StoreUnavailableError(`PostgreSQL store unavailable during ${operation}`, { cause: error });
   }

@@ -22,8 +22,9 @@ export function assertDeliverable(message: Deliverable): void {
   let protocol: string;
   try {
     protocol = new URL(message.url).protocol;
-  } catch (error) {
-    throw new TypeError('url must be an absolute http: or https: URL', { cause: error });
+  } catch {
+    // No cause: the parser's error holds the whole URL, a password in its userinfo included.
+    throw new TypeError('url must be an absolute http: or https: URL');
   }
   if (protocol !== 'http:' && protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
   if (!isValidWebhookId(message.id))
@@ -43,9 +44,18 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
   if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
     throw new TypeError('headers must map header names to strings');
   if (contentType !== undefined && typeof contentType !== 'string') throw new TypeError('contentType must be a string');
-  try {
-    new Headers({ ...(headers as Record<string, string>), 'content-type': contentType ?? 'application/json' });
-  } catch (error) {
-    throw new TypeError('headers and contentType must be valid HTTP header names and values', { cause: error });
+  // Named, never quoted: fetch's own error holds the value, which may be a partner's credential.
+  const entries = Object.entries({
+    ...(headers as Record<string, string>),
+    'content-type': contentType ?? 'application/json',
+  });
+  for (const [name, value] of entries) {
+    try {
+      new Headers([[name, value]]);
+    } catch {
+      const which =
+        name === 'content-type' && contentType !== undefined ? 'contentType' : `header ${JSON.stringify(name)}`;
+      throw new TypeError(`${which} is not a valid HTTP header name and value`);
+    }
   }
 }

@@ -1,6 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { abortableSleep, maxTimerMs } from '@idem/client';
-import { assertKnownOptions, type Duration, type ListsEvery, notify, toMilliseconds } from '@idem/core';
+import {
+  assertKnownOptions,
+  type Duration,
+  type ListsEvery,
+  notify,
+  toMilliseconds,
+  withoutCommandValues,
+} from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { WebhookError } from './errors.js';
@@ -379,11 +386,16 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // JSON.stringify gives undefined for undefined, a function or a symbol: there is nothing to send.
     if (!isBytes && json === undefined) throw new TypeError('body must be bytes, a string or a JSON value');
     const body = isBytes ? toBodyBytes(raw) : Buffer.from(json as string, 'utf8');
-    const result = await tx.query(
-      `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
+    const result = await tx
+      .query(
+        `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
        ON CONFLICT (id) DO NOTHING`,
-      [id, event.url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})],
-    );
+        [id, event.url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})],
+      )
+      .catch((error: unknown) => {
+        // Without the event's body and headers, which PGlite puts on its errors as `params`.
+        throw withoutCommandValues(error);
+      });
     return { id, added: result.rowCount === 1 };
   };
 
@@ -661,7 +673,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
           round = await runOnce();
         } catch (error) {
           // The database is down or a round failed: rows stay leased or pending; try again later.
-          notify(relayOptions.onError, error);
+          // Without the failed statement's values (PGlite's `params`: bodies, partner answers).
+          notify(relayOptions.onError, withoutCommandValues(error));
         }
         if (signal.aborted) return;
         if (round && round.claimed === batchSize) continue;
