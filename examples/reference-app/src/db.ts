@@ -1,4 +1,5 @@
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { access, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
@@ -99,6 +100,11 @@ async function lockFolder(dataDir: string): Promise<() => Promise<void>> {
     throw folderError(dataDir, error);
   }
   // Beside the folder, not in it: PGlite refuses to create a database in a folder that holds a file.
+  try {
+    await access(dataDir, constants.R_OK | constants.W_OK | constants.X_OK);
+  } catch (error) {
+    throw folderError(dataDir, error);
+  }
   const path = `${resolve(dataDir)}.lock`;
   const mine = String(process.pid);
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -149,14 +155,15 @@ async function openPglite(dataDir: string | undefined): Promise<Database> {
     await client.waitReady;
   } catch (error) {
     await unlock();
-    // PGlite ends a failed start with an ExitStatus ("Program terminated with exit(1)") that says
-    // neither where nor why; files it may not read (a folder left by another user) are the usual cause.
-    if (dataDir !== undefined && (error as { name?: unknown }).name === 'ExitStatus') {
-      throw new DataDirError(
-        `cannot open the database in ${dataDir} (check the owner and modes of its files); set DATA_DIR to another folder, or DATABASE_URL`,
-      );
-    }
-    throw error;
+    // PGlite's failed starts say neither where nor why, and differ by version: an ExitStatus
+    // ("Program terminated with exit(1)") in 0.3, an ErrnoError or "failed to initialize properly" in
+    // 0.5. Files it may not read (a folder left by another user) or a folder made by another
+    // PostgreSQL major are the usual causes.
+    if (dataDir === undefined) throw error;
+    throw new DataDirError(
+      `cannot open the database in ${dataDir} (check the owner and modes of its files, or that this PGlite made it); set DATA_DIR to another folder, or DATABASE_URL`,
+      { cause: error },
+    );
   }
   return {
     kind: 'pglite',

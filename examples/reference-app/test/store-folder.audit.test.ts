@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type Database, openDatabase } from '../src/db.js';
+import { type Database, DataDirError, openDatabase } from '../src/db.js';
 
 const dirs: string[] = [];
 const open: Database[] = [];
@@ -81,6 +81,27 @@ describe('the embedded store folder after a process that held it was killed', ()
     expect(await readFile(`${dir}.lock`, 'utf8')).toBe(String(process.pid));
     await db.close();
     open.pop();
+    await expect(readFile(`${dir}.lock`, 'utf8')).rejects.toThrow(/ENOENT/);
+  });
+});
+
+describe('an embedded store folder PGlite cannot start on', () => {
+  // Was a defect (found by running the app on PGlite 0.5): only PGlite 0.3's ExitStatus was told
+  // apart; any other failed start (0.5's ErrnoError, "failed to initialize properly") was a raw error.
+  it('is a DataDirError naming the folder, whatever PGlite threw', async () => {
+    const dir = await folder();
+    // What a folder made by another PostgreSQL major looks like to this PGlite.
+    await writeFile(join(dir, 'PG_VERSION'), '9\n');
+    const failure = await openDatabase({ dataDir: dir }).then(
+      (db) => {
+        open.push(db);
+        return undefined;
+      },
+      (error: unknown) => error,
+    );
+    expect(failure).toBeInstanceOf(DataDirError);
+    expect((failure as Error).message).toContain(dir);
+    // The lock is given back: the next start is not refused as "in use".
     await expect(readFile(`${dir}.lock`, 'utf8')).rejects.toThrow(/ENOENT/);
   });
 });
