@@ -32,5 +32,7 @@ export function sendGuardError(reply: FastifyReply, error: GuardError): FastifyR
     .header('WWW-Authenticate', error.wwwAuthenticate)
     .header('Cache-Control', 'no-store')
     .type('application/problem+json')
-    .send(JSON.stringify(error.toProblem()));
+    // Bytes, not a string: Fastify adds `; charset=utf-8` to a JSON type sent as a string, and the
+    // other adapters, idem's own problems and the guard docs say `application/problem+json`.
+    .send(Buffer.from(JSON.stringify(error.toProblem())));
 }

@@ -380,7 +380,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
       const body = (read.ok ? read.body : undefined) ?? Buffer.alloc(0);
       if (json) stateOf(request)[kFromParsed] = true;
       else stateOf(request)[kBody] = result.body ?? body;
-      done(null, raw ? payload : bodyStream(body, payload));
+      // An empty body (chunked, `0\r\n\r\n` alone) had nothing to put back, so nothing cancelled
+      // the request's 'end', which came before Fastify's parser listened: it waited for ever.
+      done(null, raw && body.length > 0 ? payload : bodyStream(body, payload));
     }, done);
   });
 

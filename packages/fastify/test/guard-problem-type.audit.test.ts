@@ -57,13 +57,13 @@ describe('Fastify: the guard refusals have the same media type as every other pr
     expect(answer).toEqual({ status: 400, type: 'application/problem+json' });
   });
 
-  // Was wrong: sendGuardError (packages/fastify/src/auth-state.ts) answers with
+  // Was a defect: sendGuardError (packages/fastify/src/auth-state.ts) answers with
   // `reply.type('application/problem+json').send(string)`, and Fastify appends `; charset=utf-8` to
   // the type of a string payload, so the 401 and 403 say `application/problem+json; charset=utf-8`
   // where Express, Koa, docs/guard.md and the plugin's own problems say `application/problem+json`.
   // Fix: send the JSON as a Buffer (Fastify then leaves the type alone), or write the problem with
   // core's writeResponse as the idempotency plugin does.
-  it.fails('401 (no token) and 403 (insufficient_scope) are application/problem+json', async () => {
+  it('401 (no token) and 403 (insufficient_scope) are application/problem+json', async () => {
     const missing = await post({ 'content-type': 'application/json', 'idempotency-key': randomUUID() });
     const forbidden = await post({
       authorization: `Bearer ${token('orders:read')}`,
