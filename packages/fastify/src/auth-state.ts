@@ -27,12 +27,12 @@ export function anonymousGuardOf(request: FastifyRequest): Guard | undefined {
 export function sendGuardError(reply: FastifyReply, error: GuardError): FastifyReply {
   // `use_dpop_nonce` brings the nonce to retry with (RFC 9449 §9).
   if (error.dpopNonce !== undefined) reply.header('DPoP-Nonce', error.dpopNonce);
+  // Bytes, not a string: Fastify adds `; charset=utf-8` to a JSON type sent as a string, and the
+  // other adapters, idem's own problems and the guard docs say `application/problem+json`.
   return reply
     .code(error.status)
     .header('WWW-Authenticate', error.wwwAuthenticate)
     .header('Cache-Control', 'no-store')
     .type('application/problem+json')
-    // Bytes, not a string: Fastify adds `; charset=utf-8` to a JSON type sent as a string, and the
-    // other adapters, idem's own problems and the guard docs say `application/problem+json`.
     .send(Buffer.from(JSON.stringify(error.toProblem())));
 }
