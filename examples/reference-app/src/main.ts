@@ -56,6 +56,13 @@ async function main(): Promise<void> {
     redis?.disconnect();
     if (error instanceof DataDirError) throw new ConfigError(`DATA_DIR: ${error.message}`);
     const code = (error as { code?: unknown }).code;
+    // pg parses the URL with WHATWG's parser: a password with `/` or `#` must be percent-encoded.
+    // The URL itself is not printed (it holds the password).
+    if (env.DATABASE_URL && code === 'ERR_INVALID_URL') {
+      throw new ConfigError(
+        'DATABASE_URL is not a valid URL (percent-encode any of : / @ # ? in the user or password)',
+      );
+    }
     if (env.DATABASE_URL && typeof code === 'string' && unreachableDatabase.has(code)) {
       throw new ConfigError(
         `DATABASE_URL: cannot connect to ${databaseTarget(env.DATABASE_URL)} (${(error as Error).message})`,

@@ -93,6 +93,14 @@ describe('npm start: configuration mistakes', () => {
     expect(run.output).toContain('redis://');
   }, 40_000);
 
+  // Was a defect (found by an audit of what leaks where): a DATABASE_URL whose password holds a `/`
+  // ended in pg's `TypeError: Invalid URL` stack, naming no variable.
+  it('a DATABASE_URL that is no URL is one line naming the variable, without the password', async () => {
+    const run = await start({ DATABASE_URL: 'postgres://app:s3cret/pw@127.0.0.1:5432/test' });
+    expectClearRefusal(run, 'DATABASE_URL');
+    expect(run.output).not.toContain('s3cret');
+  }, 40_000);
+
   // Was a defect: `BASE_URL=localhost:8080` (no scheme) is accepted: the app starts and prints
   // "gateway (API)  localhost:8080", the audience of every token and the URL the app calls;
   // expected: exit 1 with one line naming BASE_URL (an absolute http(s) URL).
