@@ -3,20 +3,9 @@
 // log ... engine events carry the hashed record id"; response bodies are "the sensitive part".
 import { PGlite } from '@electric-sql/pglite';
 import { createIdempotency, type IdempotencyEvent } from '@idem/core';
+import { reachableText } from '@idem/testkit';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { migrate, postgresStore } from '../src/index.js';
-
-// Every string and byte sequence reachable from `value`: own properties, enumerable or not (an
-// error's `cause` is not enumerable), what a logger's error serializer or util.inspect walks.
-function reachableText(value: unknown, seen = new Set<unknown>()): string[] {
-  if (typeof value === 'string') return [value];
-  if (value instanceof Uint8Array) return [Buffer.from(value).toString('latin1')];
-  if (value === null || typeof value !== 'object' || seen.has(value)) return [];
-  seen.add(value);
-  return Reflect.ownKeys(value).flatMap((key) =>
-    key === 'stack' ? [] : reachableText((value as Record<PropertyKey, unknown>)[key], seen),
-  );
-}
 
 const BODY = '{"card":"4111111111111111","email":"planted-person@example.com"}';
 

@@ -2,6 +2,7 @@
 // secret reaches a message, an event or a log ... engine events carry the hashed record id", and calls
 // response bodies "the sensitive part". The redis-server here is this file's own (never the shared one).
 import { createIdempotency, type IdempotencyEvent } from '@idem/core';
+import { reachableText } from '@idem/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../src/index.js';
@@ -9,18 +10,6 @@ import { freePort, redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
 const withBinaries = await redisBinariesAvailable();
-
-// Every string and byte sequence reachable from `value`: own properties, enumerable or not (an
-// error's `cause` is not enumerable), what a logger's error serializer or util.inspect walks.
-function reachableText(value: unknown, seen = new Set<unknown>()): string[] {
-  if (typeof value === 'string') return [value];
-  if (value instanceof Uint8Array) return [Buffer.from(value).toString('latin1')];
-  if (value === null || typeof value !== 'object' || seen.has(value)) return [];
-  seen.add(value);
-  return Reflect.ownKeys(value).flatMap((key) =>
-    key === 'stack' ? [] : reachableText((value as Record<PropertyKey, unknown>)[key], seen),
-  );
-}
 
 const BODY = '{"card":"4111111111111111","email":"planted-person@example.com"}';
 

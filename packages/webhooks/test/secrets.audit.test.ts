@@ -1,19 +1,10 @@
 // Audit (branch audit-secrets): what the sender's refusals of a bad message carry. docs/webhooks.md:
 // errors carry "header names, never secrets, signatures or payloads"; security.md: "Nothing secret
 // reaches a message, an event or a log".
+
+import { reachableText } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import { createSender, generateSecret } from '../src/index.js';
-
-// Every string reachable from `value`: own properties, enumerable or not (an error's `cause` is not
-// enumerable), what a logger's error serializer or util.inspect (an uncaught error's print) walks.
-function reachableText(value: unknown, seen = new Set<unknown>()): string[] {
-  if (typeof value === 'string') return [value];
-  if (value === null || typeof value !== 'object' || seen.has(value)) return [];
-  seen.add(value);
-  return Reflect.ownKeys(value).flatMap((key) =>
-    key === 'stack' ? [] : reachableText((value as Record<PropertyKey, unknown>)[key], seen),
-  );
-}
 
 const thrown = async (run: () => unknown): Promise<unknown> => {
   try {
