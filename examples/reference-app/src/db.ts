@@ -99,12 +99,12 @@ async function lockFolder(dataDir: string): Promise<() => Promise<void>> {
   } catch (error) {
     throw folderError(dataDir, error);
   }
-  // Beside the folder, not in it: PGlite refuses to create a database in a folder that holds a file.
   try {
     await access(dataDir, constants.R_OK | constants.W_OK | constants.X_OK);
   } catch (error) {
     throw folderError(dataDir, error);
   }
+  // Beside the folder, not in it: PGlite refuses to create a database in a folder that holds a file.
   const path = `${resolve(dataDir)}.lock`;
   const mine = String(process.pid);
   for (let attempt = 0; attempt < 2; attempt++) {

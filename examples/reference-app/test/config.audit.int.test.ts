@@ -101,6 +101,15 @@ describe('npm start: configuration mistakes', () => {
     expect(run.output).not.toContain('s3cret');
   }, 40_000);
 
+  // Was a defect (found by an audit of the environment): two port variables with one value ended in
+  // listen()'s EADDRINUSE stack from the second service, after the first had started.
+  it('two port variables with one value are refused, naming both', async () => {
+    const port = String(await freePort());
+    const run = await start({ APP_PORT: port, RECEIVER_PORT: port });
+    expectClearRefusal(run, 'APP_PORT');
+    expect(run.output).toContain('RECEIVER_PORT');
+  }, 40_000);
+
   // Was a defect: `BASE_URL=localhost:8080` (no scheme) is accepted: the app starts and prints
   // "gateway (API)  localhost:8080", the audience of every token and the URL the app calls;
   // expected: exit 1 with one line naming BASE_URL (an absolute http(s) URL).

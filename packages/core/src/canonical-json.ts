@@ -27,6 +27,7 @@ export function canonicalJson(value: unknown, maxDepth = 512): string | undefine
 }
 
 const tooDeep = Symbol('too deep');
+const notJson = Symbol('not JSON data');
 
 // `JSON.rawJSON` and `JSON.isRawJSON` (Node 22 and later; not yet in TypeScript's ES2023 library).
 const json = JSON as unknown as { rawJSON(text: string): unknown; isRawJSON(value: unknown): boolean };
@@ -37,7 +38,8 @@ export const rawJson = (text: string): unknown => json.rawJSON(text);
 /** True for a value made by {@link rawJson}. */
 export const isRawJson = (value: unknown): value is { readonly rawJSON: string } => json.isRawJSON(value);
 
-const integerText = /^-?\d+$/;
+/** The text of an integer as JSON writes it: digits, with a minus in front for a negative one. */
+export const integerText = /^-?\d+$/;
 
 // A raw JSON integer (what a reviver that keeps big integers exact leaves) is written as its digits,
 // as a bigint is, without a trip through BigInt, which is super-linear in the digit count. Any other
@@ -45,7 +47,6 @@ const integerText = /^-?\d+$/;
 function rawText(text: string, depth: number): string {
   return integerText.test(text) ? text : write(JSON.parse(text), depth);
 }
-const notJson = Symbol('not JSON data');
 
 // Every request body with a key goes through here, so the common cases skip the general calls:
 // a string of printable ASCII without `"` or `\` needs no escaping, a finite number's `String` is

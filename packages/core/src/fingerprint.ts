@@ -1,5 +1,5 @@
 import { createHash, hash } from 'node:crypto';
-import { canonicalJson, isRawJson, rawJson } from './canonical-json.js';
+import { canonicalJson, integerText, isRawJson, rawJson } from './canonical-json.js';
 import { canonicalMultipart } from './multipart.js';
 import { normalisePercentEncoding } from './route-path.js';
 
@@ -244,7 +244,6 @@ function bodyForHash(
 }
 
 const longDigits = /\d{16}/;
-const integerText = /^-?\d+$/;
 
 // A JSON.parse reviver: a number that is an integer past 2^53 is kept as its source text (raw JSON,
 // written back as those digits). Not a bigint: BigInt of a million digits and back costs a second.

@@ -2,9 +2,10 @@
 // errors carry "header names, never secrets, signatures or payloads"; security.md: "Nothing secret
 // reaches a message, an event or a log".
 
+import { PGlite } from '@electric-sql/pglite';
 import { reachableText } from '@idem/testkit';
-import { describe, expect, it } from 'vitest';
-import { createSender, generateSecret } from '../src/index.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createOutbox, createSender, generateSecret, type Queryable } from '../src/index.js';
 
 const thrown = async (run: () => unknown): Promise<unknown> => {
   try {
@@ -59,4 +60,44 @@ it('send() refuses an unparsable URL without carrying its credentials', async ()
   );
   expect(error).toBeInstanceOf(TypeError);
   expect(reachableText(error).join('\n')).not.toContain(PARTNER_TOKEN);
+});
+
+// PGlite puts a failed statement's bound values on its errors (`params`): for the outbox, the
+// event's body and headers, or what a partner answered. The outbox trims the errors it passes on.
+describe('outbox errors on PGlite (an outbox table never migrated)', () => {
+  const CARD = '4111111111111111';
+  const db = new PGlite();
+  const outbox = createOutbox({ table: 'outbox_never_migrated' });
+  afterAll(() => db.close());
+
+  it('PGlite itself does attach the values (the control)', async () => {
+    const error = await thrown(() => db.query('SELECT $1::text FROM outbox_never_migrated', [CARD]));
+    expect(reachableText(error).join('\n')).toContain(CARD);
+  });
+
+  it("add() rejects without the event's body", async () => {
+    const body = `{"card":"${CARD}"}`;
+    const error = await thrown(() =>
+      outbox.add(db as unknown as Queryable, { url: 'https://partner.example/hooks', body }),
+    );
+    expect(String(error)).toContain('outbox_never_migrated');
+    expect(reachableText(error).join('\n')).not.toContain(CARD);
+  });
+
+  it("the relay's onError gets the failure without the statement's values", async () => {
+    let reported: (error: unknown) => void = () => {};
+    const failed = new Promise<unknown>((resolve) => {
+      reported = resolve;
+    });
+    const relay = outbox.relay({
+      db: db as unknown as Queryable,
+      sender: createSender({ secret }),
+      onError: (error) => reported(error),
+    });
+    relay.start();
+    const error = await failed;
+    await relay.stop();
+    expect(String(error)).toContain('outbox_never_migrated');
+    expect(error).not.toHaveProperty('params');
+  });
 });
