@@ -15,24 +15,20 @@ import type { startReferenceApp } from './start.js';
  */
 async function main(): Promise<void> {
   const env = process.env;
-  const authPort = envPort(env, 'AUTH_PORT', 8081);
-  const appPort = envPort(env, 'APP_PORT', 8083);
-  const gatewayPort = envPort(env, 'GATEWAY_PORT', 8080);
-  const apiPort = envPort(env, 'API_PORT', 8082);
-  const receiverPort = envPort(env, 'RECEIVER_PORT', 8084);
+  // One record: the ports, and the variable each came from for the messages that name it.
+  const ports = {
+    AUTH_PORT: envPort(env, 'AUTH_PORT', 8081),
+    APP_PORT: envPort(env, 'APP_PORT', 8083),
+    GATEWAY_PORT: envPort(env, 'GATEWAY_PORT', 8080),
+    API_PORT: envPort(env, 'API_PORT', 8082),
+    RECEIVER_PORT: envPort(env, 'RECEIVER_PORT', 8084),
+  };
   // The gateway's public URL is the access tokens' audience; it follows GATEWAY_PORT unless BASE_URL says otherwise.
-  const baseUrl = envUrl(env, 'BASE_URL') ?? `http://localhost:${gatewayPort}`;
+  const baseUrl = envUrl(env, 'BASE_URL') ?? `http://localhost:${ports.GATEWAY_PORT}`;
   const authUrl = envUrl(env, 'AUTH_URL');
   const appUrl = envUrl(env, 'APP_URL');
   const redisUrl = env.REDIS_URL === '' ? undefined : env.REDIS_URL;
-  const ports: Record<string, number> = {
-    AUTH_PORT: authPort,
-    APP_PORT: appPort,
-    GATEWAY_PORT: gatewayPort,
-    API_PORT: apiPort,
-    RECEIVER_PORT: receiverPort,
-  };
-  const names = Object.keys(ports);
+  const names = Object.keys(ports) as (keyof typeof ports)[];
   for (const [index, name] of names.entries()) {
     const other = names.slice(index + 1).find((candidate) => ports[candidate] === ports[name]);
     if (other !== undefined) {
@@ -98,9 +94,9 @@ async function main(): Promise<void> {
   try {
     resources = await startResourceStack({
       db,
-      gatewayPort,
-      apiPort,
-      receiverPort,
+      gatewayPort: ports.GATEWAY_PORT,
+      apiPort: ports.API_PORT,
+      receiverPort: ports.RECEIVER_PORT,
       baseUrl,
       authUrl: running.authUrl,
       ...(redis ? { redis: { client: redis } } : {}),
@@ -159,7 +155,7 @@ async function main(): Promise<void> {
 
 // A port another process holds, or one this user may not bind (below 1024): one line naming the
 // variable that chose it, instead of listen()'s stack.
-function portRefusal(error: unknown, ports: Record<string, number>): unknown {
+function portRefusal(error: unknown, ports: Readonly<Record<string, number>>): unknown {
   const { code, port } = error as { code?: unknown; port?: unknown };
   if (code !== 'EADDRINUSE' && code !== 'EACCES') return error;
   const name = Object.keys(ports).find((candidate) => ports[candidate] === port);

@@ -2,7 +2,8 @@
 // get wrong. The house rule (see config.audit.int.test.ts): a start that cannot go on says so in one
 // line naming the variable to change, and exits 1; never a stack trace as the only message.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -136,4 +137,37 @@ describe('npm start: the machine it runs on', () => {
     });
     expectClearRefusal(await outcomeOf(child), 'DATA_DIR');
   }, 40_000);
+
+  // A port below the first unprivileged one (1024 unless the kernel says otherwise) for a user who may not
+  // bind it: listen() fails with EACCES, and the refusal names the variable that chose the port.
+  const unprivilegedFrom = Number(
+    readFileSync('/proc/sys/net/ipv4/ip_unprivileged_port_start', { encoding: 'utf8', flag: 'r' }).trim() || 1024,
+  );
+  it.runIf(unprivilegedFrom > 1)(
+    'a port this user may not open is one line naming its variable',
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'idem-environment-audit-port-'));
+      scratch.push(dir);
+      const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dir };
+      delete env.DATABASE_URL;
+      delete env.REDIS_URL;
+      delete env.BASE_URL;
+      for (const name of portVariables) env[name] = String(await freePort());
+      env.GATEWAY_PORT = '1';
+      // Root may bind any port: run as nobody there, as a deployment's service user would.
+      const root0 = process.getuid?.() === 0;
+      if (root0) await chown(dir, 65_534, 65_534);
+      const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
+        cwd: root,
+        env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+        ...(root0 ? { uid: 65_534, gid: 65_534 } : {}),
+      });
+      const run = await outcomeOf(child);
+      expectClearRefusal(run, 'GATEWAY_PORT');
+      expect(run.output).toContain('port 1 may not be opened by this user');
+    },
+    40_000,
+  );
 });
