@@ -1,11 +1,12 @@
 import type { Duration } from '@idem/core';
 import { createInternalTokenIssuer, type IssuerOptions } from '@idem/guard';
+import { postgresStore } from '@idem/postgres';
 import type { RedisClientLike } from '@idem/redis';
 import type { Database } from '../db.js';
 import { type RunningGateway, startGateway } from '../gateway/server.js';
 import type { ListeningPort } from '../listen.js';
 import { type RunningReceiver, receiverAdminPrefix, startReceiver } from '../receiver/server.js';
-import { loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
+import { apiTables, loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
 import { seedApi } from '../schema/seed-api.js';
 import { apiScopes } from '../scopes.js';
 import { closeInOrder } from '../shutdown.js';
@@ -38,6 +39,8 @@ export interface ResourceStackOptions {
   now?: () => number;
   /** `fetch` the gateway uses for discovery and the JWKS. */
   fetch?: typeof globalThis.fetch;
+  /** How often expired idempotency records (the API's and the receiver's) are deleted, in milliseconds. Default ten minutes. */
+  purgeEveryMs?: number;
 }
 
 /** The running resource side of the reference app. */
@@ -118,11 +121,13 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       ...(options.fetch ? { fetch: options.fetch } : {}),
       ...now,
     });
+    const purge = purgeExpiredRecords(db, options.purgeEveryMs ?? 600_000);
     return {
       gateway,
       api,
       receiver,
       close() {
+        clearInterval(purge);
         // The gateway first: once it stops taking requests, the API behind it drains what it forwarded.
         return closeInOrder([
           { name: 'the gateway', close: () => gateway.close() },
@@ -140,4 +145,38 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     }
     throw error;
   }
+}
+
+const purgeBatch = 1_000;
+
+/**
+ * Deletes expired idempotency records every `everyMs`, from the API's tables and the receiver's inbox.
+ * PostgreSQL keeps an expired record's row (invisible to every request) until it is purged
+ * (docs/operations.md, "Purge jobs"): without this, every stored response and webhook id would stay
+ * for good, long past the retention. Records in progress go an hour after their keep (the store's
+ * grace), so a transactional charge still running keeps its row. A pass still running when the next
+ * tick comes is not doubled; a failed one is said on stderr and tried again at the next tick.
+ */
+function purgeExpiredRecords(db: Database, everyMs: number): ReturnType<typeof setInterval> {
+  const stores = [apiTables.idempotency, apiTables.plainIdempotency, apiTables.receiverInbox].map((table) =>
+    postgresStore({ client: db.client, table }),
+  );
+  let running = false;
+  const pass = async () => {
+    for (const store of stores) while ((await store.purgeExpired({ batchSize: purgeBatch })) === purgeBatch) {}
+  };
+  const timer = setInterval(() => {
+    if (running) return;
+    running = true;
+    pass()
+      .catch((error: unknown) => {
+        const reason = error instanceof Error ? error.message : String(error);
+        process.stderr.write(`API: deleting expired idempotency records failed: ${reason}\n`);
+      })
+      .finally(() => {
+        running = false;
+      });
+  }, everyMs);
+  timer.unref();
+  return timer;
 }
