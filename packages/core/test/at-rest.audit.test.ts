@@ -1,0 +1,36 @@
+// Audit (branch audit-atrest): what the stores really keep. docs/security.md, "What is stored, and for
+// how long": an idempotency record holds "the request fingerprint (a SHA-256)", and "Not stored: the
+// request body". The adapters and the webhook receiver hand the engine a hex SHA-256; these tests are
+// about a direct caller of the engine, which the concepts page shows passing a fingerprint of its own.
+import { createIdempotency, memoryStore } from '@idem/core';
+import { expect, it } from 'vitest';
+
+const request = { key: 'k-1', scope: 'user:alice', operation: 'POST /charges' };
+
+// Was wrong: `begin()` keeps a printable-ASCII fingerprint exactly as given (only other text is hashed,
+// see storableFingerprint in engine.ts). A caller that passes the request itself (`JSON.stringify(body)`,
+// the natural first try) has the body written to every store, in progress and completed alike, for
+// the lease plus a whole retention, whatever security.md says; and a fingerprint of any length is
+// kept, with no cap (maxResponseBytes bounds only the response). Proposed fix: store every fingerprint
+// that is not already a digest (64 hex digits, or `sha256:` and 64 hex) as `sha256:` and the hex
+// SHA-256 of its JSON text, as non-ASCII ones are today. Needs a decision: records written before
+// the change hold the raw form, so during one retention `settle` must also accept a raw fingerprint
+// that hashes to the new one (or the change waits for a major version), and `keyFor` keys change.
+it.fails('a fingerprint that is the request body is not kept as the body, nor at any length', async () => {
+  const store = memoryStore();
+  const engine = createIdempotency({ store });
+  const body = JSON.stringify({ card: '4111111111111111', note: 'x'.repeat(100_000) });
+  const started = await engine.begin({ ...request, fingerprint: body });
+  expect(started.kind).toBe('execute');
+  if (started.kind !== 'execute') return;
+  const record = store.get(started.lease.id);
+  expect(record?.fingerprint).not.toContain('4111111111111111');
+  expect(record?.fingerprint.length).toBeLessThanOrEqual(71);
+  // The same request is still recognised as such, another one refused.
+  await engine.complete(started.lease, { status: 201, headers: {}, body: new Uint8Array() });
+  expect((await engine.begin({ ...request, fingerprint: body })).kind).toBe('replay');
+  expect(await engine.begin({ ...request, fingerprint: `${body} ` })).toMatchObject({
+    kind: 'reject',
+    error: { code: 'fingerprint_mismatch' },
+  });
+});
