@@ -23,7 +23,7 @@ it.fails('a fingerprint that is the request body is not kept as the body, nor at
   const started = await engine.begin({ ...request, fingerprint: body });
   expect(started.kind).toBe('execute');
   if (started.kind !== 'execute') return;
-  const record = store.get(started.lease.id);
+  const record = await store.get(started.lease.id);
   expect(record?.fingerprint).not.toContain('4111111111111111');
   expect(record?.fingerprint.length).toBeLessThanOrEqual(71);
   // The same request is still recognised as such, another one refused.
