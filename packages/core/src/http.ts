@@ -1890,6 +1890,20 @@ function advertise(state: CaptureState, status: number) {
   state.announced = true;
 }
 
+/**
+ * True when a live feed's head has not been written yet and is about to leave with this write or end
+ * (Express's res.send, Koa's string body, a write that reaches the declared length): the body is
+ * settled before Node writes that head, so onHead must see it first, or the feed is stored as an
+ * outcome. (Held mode calls onHead itself before it settles.)
+ */
+function liveFeedHeadPending(state: CaptureState): boolean {
+  return (
+    state.status === undefined &&
+    !state.hold &&
+    /^text\/event-stream/i.test(String(state.res.getHeader('content-type') ?? ''))
+  );
+}
+
 function onHead(state: CaptureState, args: unknown[]) {
   const status = Number(args[0]);
   state.status = status;
@@ -1931,6 +1945,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
   if (this.status === undefined && !this.hold) {
     // Node writes the implicit head inside write; capture status and headers now in case it does
     // not go through our writeHead (it does on current Node, this is belt and braces).
+    if (liveFeedHeadPending(this)) onHead(this, [res.statusCode]);
     this.status = res.statusCode;
     advertise(this, res.statusCode);
     this.headers ??= responseHeaders(res, this.headHeaders, this.replayed);
@@ -2021,6 +2036,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     res.setHeader('idempotency-key', this.echo);
   }
   // A response ended without a head of its own (Express's res.send): its head leaves with the end.
+  if (liveFeedHeadPending(this)) onHead(this, [res.statusCode]);
   advertise(this, this.status ?? res.statusCode);
   this.ended = true;
   if (!this.eventStream) copy(this, chunk, encoding);
