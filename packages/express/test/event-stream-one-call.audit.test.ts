@@ -8,7 +8,7 @@ import express from 'express';
 import { expect, it } from 'vitest';
 
 // Was wrong: a feed sent in one call, with no head written before it (res.send, res.end with the
-// content type set by setHeader), reached capturedEnd with its status still unknown, so the live-feed
+// content type set by setHeader, a write that reaches its Content-Length), reached capturedEnd with its status still unknown, so the live-feed
 // check of onHead had not run yet: the feed was stored as an outcome for the whole retention, and a
 // retry got its old events replayed instead of a fresh feed.
 it.each([
@@ -18,6 +18,16 @@ it.each([
     (res: express.Response, n: number) => {
       res.setHeader('content-type', 'text/event-stream');
       res.end(`data: ${n}\n\n`);
+    },
+  ],
+  [
+    'a write that reaches the declared length',
+    (res: express.Response, n: number) => {
+      const body = `data: ${n}\n\n`;
+      res.setHeader('content-type', 'text/event-stream');
+      res.setHeader('content-length', Buffer.byteLength(body));
+      res.write(body);
+      res.end();
     },
   ],
 ])('server-sent events sent in one call (%s) are served and never stored', async (_name, send) => {
