@@ -67,4 +67,4 @@ it('deletes expired idempotency records of the API and the receiver on a timer, 
     vi.useRealTimers();
     await db.close();
   }
-});
+}, 60_000);

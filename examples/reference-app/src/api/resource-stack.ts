@@ -127,10 +127,10 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       api,
       receiver,
       close() {
-        clearInterval(purge);
         // The gateway first: once it stops taking requests, the API behind it drains what it forwarded.
         return closeInOrder([
           { name: 'the gateway', close: () => gateway.close() },
+          { name: 'the purge of expired records', close: () => purge.stop() },
           { name: 'the API', close: () => api.close() },
           { name: 'the receiver', close: () => receiver.close() },
         ]);
@@ -155,28 +155,32 @@ const purgeBatch = 1_000;
  * (docs/operations.md, "Purge jobs"): without this, every stored response and webhook id would stay
  * for good, long past the retention. Records in progress go an hour after their keep (the store's
  * grace), so a transactional charge still running keeps its row. A pass still running when the next
- * tick comes is not doubled; a failed one is said on stderr and tried again at the next tick.
+ * tick comes is not doubled; a failed one is said on stderr and tried again at the next tick. stop()
+ * waits for a pass under way, so none is cut by the database closing.
  */
-function purgeExpiredRecords(db: Database, everyMs: number): ReturnType<typeof setInterval> {
+function purgeExpiredRecords(db: Database, everyMs: number): { stop(): Promise<void> } {
   const stores = [apiTables.idempotency, apiTables.plainIdempotency, apiTables.receiverInbox].map((table) =>
     postgresStore({ client: db.client, table }),
   );
-  let running = false;
+  let running: Promise<void> | undefined;
   const pass = async () => {
     for (const store of stores) while ((await store.purgeExpired({ batchSize: purgeBatch })) === purgeBatch) {}
   };
   const timer = setInterval(() => {
-    if (running) return;
-    running = true;
-    pass()
+    running ??= pass()
       .catch((error: unknown) => {
         const reason = error instanceof Error ? error.message : String(error);
         process.stderr.write(`API: deleting expired idempotency records failed: ${reason}\n`);
       })
       .finally(() => {
-        running = false;
+        running = undefined;
       });
   }, everyMs);
   timer.unref();
-  return timer;
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
 }
