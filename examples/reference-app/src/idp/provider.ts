@@ -160,7 +160,11 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     async renderError(ctx: KoaContextWithOIDC, out) {
       ctx.set(pageHeaders);
       ctx.type = 'html';
+      // The error and its description only, both from oidc-provider's own tables. `out` also carries
+      // the request's `state`, which whoever wrote the link chose: shown on this page it reads as the
+      // provider speaking ("your account is locked, call ..."), on the provider's own origin.
       const lines = Object.entries(out)
+        .filter(([key]) => key === 'error' || key === 'error_description')
         .map(([key, value]) => `<p><strong>${escapeHtml(key)}</strong>: ${escapeHtml(value)}</p>`)
         .join('\n');
       ctx.body = htmlPage('Sign-in error', `<h1>Sign-in error</h1>\n${lines}`);
