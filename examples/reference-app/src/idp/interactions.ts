@@ -126,11 +126,14 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       );
       return;
     }
+    // Counted as a failure now, before anything is awaited, and forgiven below if the password is
+    // right. Counted only once the check failed, guesses sent all at once each passed the limit above
+    // while the others were still being verified, and a script got every one of them checked.
+    throttle.failed(username, address);
     const user = username ? await findUserByUsername(db, username) : undefined;
     // Always one full argon2id verify, user or not: the response time must not say who exists.
     const ok = await passwords.check(tooLong ? undefined : user?.passwordHash, password);
     if (!user || !ok) {
-      throttle.failed(username, address);
       const token = csrf.issue(req, res, details.uid);
       const name = await clientName(details.params.client_id);
       send(

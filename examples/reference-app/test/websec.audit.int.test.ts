@@ -1,0 +1,59 @@
+// A browser attacker's requests that need no browser: what the identity provider's pages promise
+// (README, "What the identity provider enforces") checked at the HTTP level.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Database } from '../src/db.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { authorizationUrl } from './flow.js';
+import { openTestDatabase } from './services.js';
+import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
+
+let db: Database;
+let running: RunningReferenceApp;
+
+beforeAll(async () => {
+  db = await openTestDatabase('websec_audit');
+  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: 'http://localhost:8080' });
+}, 120_000);
+
+afterAll(async () => {
+  await running?.close();
+  await db?.close();
+});
+
+describe('password guessing at the login page, all at once', () => {
+  // README: "after 10 wrong passwords for one name from one address within 15 minutes, that name and
+  // address get 429 ... and no password is checked until the oldest failure is 15 minutes old". A
+  // script does not wait for one answer before sending the next guess: one sign-in's form, posted
+  // many times at once from one address.
+  it('checks at most 10 passwords for one name and address, however many guesses arrive together', async () => {
+    const agent = createUserAgent();
+    const page = await agent.follow(
+      authorizationUrl(running.authUrl, {
+        clientId: running.clients.app.clientId,
+        redirectUri: running.clients.app.redirectUri,
+        challenge: pkcePair().challenge,
+        challengeMethod: 'S256',
+      }),
+    );
+    const loginUrl = new URL(formAction(page.body, 'login'), running.authUrl).href;
+    const csrf = formField(page.body, 'csrf');
+    const guesses = 30;
+    const answers = await Promise.all(
+      Array.from({ length: guesses }, (_, guess) =>
+        agent.postForm(loginUrl, { csrf, username: 'bob', password: `guess-${guess}` }),
+      ),
+    );
+    const statuses = answers.map((answer) => answer.response.status);
+    // 200 is the login page again, "Invalid username or password": a password was checked.
+    expect(statuses.filter((status) => status === 200).length).toBeLessThanOrEqual(10);
+    expect(statuses.filter((status) => status === 429).length).toBeGreaterThanOrEqual(guesses - 10);
+    // And the right one is refused as well, until the wait is over.
+    const right = await agent.postForm(loginUrl, {
+      csrf,
+      username: 'bob',
+      password: demoUsers.find((user) => user.username === 'bob')?.password ?? '',
+    });
+    expect(right.response.status).toBe(429);
+  });
+});
