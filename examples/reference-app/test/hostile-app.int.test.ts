@@ -942,9 +942,9 @@ function expectClearIdpAnswer(answer: Answer, input: Hostile): void {
     const error = (JSON.parse(answer.text) as { error?: unknown }).error;
     expect(typeof error, `${where}: ${answer.text.slice(0, 200)}`).toBe('string');
     expect(error, where).toMatch(/^[a-z_]+$/);
-  } else if (pathname.startsWith('/interaction/') && answer.status !== 404) {
-    // Our pages: a plain HTML page, with no stack trace in it, a method they do not take included (405).
-    // (A path none of them has falls through to the provider, whose 404 is plain text.)
+  } else if (pathname.startsWith('/interaction/')) {
+    // Our pages: a plain HTML page, with no stack trace in it, a method they do not take included (405),
+    // and a path none of them has, which falls through to the provider and gets our 404 page.
     expect(answer.contentType, where).toMatch(/^text\/html/);
     expect(answer.text, where).not.toMatch(/at .*\.js:\d+/);
   }

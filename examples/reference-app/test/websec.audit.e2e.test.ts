@@ -71,4 +71,37 @@ describe.runIf(hasChromium)('the reference app against pages of another site', (
     expect(text).toContain('Sign-in error');
     expect(text).not.toContain(bait);
   });
+  // README: "every other page a browser can get from the provider ... Each replaces oidc-provider's
+  // own ... Content-Security-Policy ... X-Frame-Options: DENY". The provider's address itself, typed
+  // into the address bar, or a mistyped path, is such a page too; the third-party app answers those
+  // with its 404 page and these headers.
+  it.each([
+    ['/', 'the provider', () => whole.running.authUrl],
+    ['/no-such-page', 'the provider', () => whole.running.authUrl],
+    ['/no-such-page', 'the app (the contrast)', () => whole.running.appUrl],
+  ])("answers a browser at %s of %s with a page carrying every page's headers", async (path, _name, origin) => {
+    const context = await browser.newContext();
+    try {
+      const page = await context.newPage();
+      const response = await page.goto(new URL(path, origin()).href);
+      const headers = response?.headers() ?? {};
+      expect(response?.status()).toBe(404);
+      expect({
+        type: headers['content-type'],
+        frameAncestors: /frame-ancestors 'none'/.test(headers['content-security-policy'] ?? ''),
+        frameOptions: headers['x-frame-options'],
+        nosniff: headers['x-content-type-options'],
+        referrer: headers['referrer-policy'],
+      }).toEqual({
+        type: 'text/html; charset=utf-8',
+        frameAncestors: true,
+        frameOptions: 'DENY',
+        nosniff: 'nosniff',
+        referrer: 'no-referrer',
+      });
+      await expect(page.locator('html').getAttribute('lang')).resolves.toBe('en');
+    } finally {
+      await context.close();
+    }
+  });
 });

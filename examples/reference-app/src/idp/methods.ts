@@ -69,7 +69,8 @@ export function providerRouteAt(path: string): ProviderRoute | undefined {
  * not take gets 405 with `Allow` (RFC 9110 section 15.5.6) instead of Koa's plain-text 404, in the
  * format of the path: an OAuth error (`invalid_request`) for the JSON endpoints, our page for the
  * others. `OPTIONS` there, when the provider leaves it unanswered (no CORS preflight), gets 204 with
- * the same `Allow`. The provider answers every other request as before.
+ * the same `Allow`. A path that is none of the provider's gets our 404 page. The provider answers
+ * every other request as before.
  *
  * @example
  * ```ts
@@ -83,7 +84,16 @@ export function providerMethods(): ProviderMiddleware {
     // Koa's untouched default: no route of the provider answered.
     if (ctx.status !== 404 || ctx.body != null) return;
     const route = providerRouteAt(ctx.path);
-    if (!route || (route.methods.includes(ctx.method) && ctx.method !== 'OPTIONS')) return;
+    if (!route) {
+      // No path of the provider's (its root, a mistyped link): our 404 page, with the headers of every
+      // other page, not Koa's bare text/plain "Not Found", which carries none (no nosniff, no framing
+      // rules). A HEAD gets the headers alone, as Koa sends it.
+      ctx.status = 404;
+      ctx.set(pageHeaders);
+      ctx.body = errorPage('Page not found', 'There is no page here.');
+      return;
+    }
+    if (route.methods.includes(ctx.method) && ctx.method !== 'OPTIONS') return;
     const allow = route.methods.includes('OPTIONS') ? route.methods : [...route.methods, 'OPTIONS'];
     ctx.set('Allow', allow.join(', '));
     if (ctx.method === 'OPTIONS') {
