@@ -134,7 +134,7 @@ export interface BeginInput {
   scope: string;
   /** What is being done, e.g. `POST /charges`. The same key on another operation is another record. */
   operation: string;
-  /** The request fingerprint, or `''` to skip the comparison. */
+  /** The request fingerprint, or `''` to skip the comparison. Stored as a SHA-256: a hex digest as given, any other text hashed. */
   fingerprint?: string;
 }
 
@@ -945,20 +945,23 @@ function replayCacheOf(option: IdempotencyOptions['replayCache'], inProcess: boo
 }
 
 /**
- * The fingerprint as every store keeps it: printable ASCII as given (the adapters' are hex), anything
- * else as the hex SHA-256 of its JSON text. PostgreSQL cannot hold a NUL in text and turns a lone
- * surrogate into U+FFFD, so such a fingerprint would fail every claim there, or never match its own
- * retry; hashed, it means the same on every store. (JSON text keeps lone surrogates apart.)
+ * The fingerprint as every store keeps it: a SHA-256 digest in hex (what the adapters and the webhook
+ * receiver pass) as given, anything else as `sha256:` and the hex SHA-256 of its JSON text. Never
+ * the text itself: a caller that passes the request (`JSON.stringify(body)`, the natural first try)
+ * would have the body kept in every store for the lease and a whole retention, at any length, though
+ * the record is documented to hold a SHA-256 and no request body. Hashing also makes every
+ * fingerprint mean the same on every store: PostgreSQL cannot hold a NUL in text and turns a lone
+ * surrogate into U+FFFD (JSON text keeps lone surrogates apart). `''` stays: it means "no fingerprint".
  */
 function storableFingerprint(fingerprint: string | undefined): string {
   if (fingerprint === undefined) return '';
   if (typeof fingerprint !== 'string') throw new TypeError('begin needs a string fingerprint, or none');
-  return printableAscii.test(fingerprint)
+  return fingerprint === '' || hexDigest.test(fingerprint)
     ? fingerprint
     : `sha256:${createHash('sha256').update(JSON.stringify(fingerprint)).digest('hex')}`;
 }
 
-const printableAscii = /^[\x20-\x7e]*$/;
+const hexDigest = /^(?:sha256:)?[0-9a-f]{64}$/;
 
 // Sent as `Retry-After`, whose value is delay-seconds, digits only (RFC 9110, 10.2.3): '1s', 1.5, -1
 // or NaN would go on the wire as a field no client can read.

@@ -14,7 +14,8 @@ const ok = (body = '{"ok":true}', status = 201): StoredResponse => ({
   body: new TextEncoder().encode(body),
 });
 
-const request = { key: 'k-1', scope: 'user:alice', operation: 'POST /charges', fingerprint: 'fp-a' };
+// A hex SHA-256, as the adapters pass: the engine stores it as given (other text it hashes first).
+const request = { key: 'k-1', scope: 'user:alice', operation: 'POST /charges', fingerprint: 'a'.repeat(64) };
 
 function setup(options: Partial<IdempotencyOptions> = {}, wrap: (store: Store) => Store = (store) => store) {
   const clock = { now: 1_700_000_000_000 };

@@ -7,16 +7,13 @@ import { expect, it } from 'vitest';
 
 const request = { key: 'k-1', scope: 'user:alice', operation: 'POST /charges' };
 
-// Was wrong: `begin()` keeps a printable-ASCII fingerprint exactly as given (only other text is hashed,
-// see storableFingerprint in engine.ts). A caller that passes the request itself (`JSON.stringify(body)`,
-// the natural first try) has the body written to every store, in progress and completed alike, for
-// the lease plus a whole retention, whatever security.md says; and a fingerprint of any length is
-// kept, with no cap (maxResponseBytes bounds only the response). Proposed fix: store every fingerprint
-// that is not already a digest (64 hex digits, or `sha256:` and 64 hex) as `sha256:` and the hex
-// SHA-256 of its JSON text, as non-ASCII ones are today. Needs a decision: records written before
-// the change hold the raw form, so during one retention `settle` must also accept a raw fingerprint
-// that hashes to the new one (or the change waits for a major version), and `keyFor` keys change.
-it.fails('a fingerprint that is the request body is not kept as the body, nor at any length', async () => {
+// Was a defect: `begin()` kept a printable-ASCII fingerprint exactly as given (only other text was
+// hashed). A caller that passed the request itself (`JSON.stringify(body)`, the natural first try)
+// had the body written to every store, in progress and completed alike, for the lease plus a whole
+// retention, whatever security.md says; and a fingerprint of any length was kept, with no cap
+// (maxResponseBytes bounds only the response). Now anything but a hex SHA-256 is stored hashed. (No
+// release holds the old form, so no record written before the change needs to be matched.)
+it('a fingerprint that is the request body is not kept as the body, nor at any length', async () => {
   const store = memoryStore();
   const engine = createIdempotency({ store });
   const body = JSON.stringify({ card: '4111111111111111', note: 'x'.repeat(100_000) });

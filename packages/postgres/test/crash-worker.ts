@@ -22,7 +22,9 @@ const engine = createIdempotency({
 });
 const send = (message: unknown) => new Promise<void>((resolve) => process.send?.(message, () => resolve()));
 
-const started = await engine.begin({ key: config.key, scope: 'user:1', operation: 'POST /charges', fingerprint: 'fp' });
+// A hex SHA-256, as the adapters pass, so the record holds it as given (crash.int.test.ts reads it).
+const fingerprint = 'f'.repeat(64);
+const started = await engine.begin({ key: config.key, scope: 'user:1', operation: 'POST /charges', fingerprint });
 if (started.kind !== 'execute') {
   await send({ error: `expected to execute, got ${started.kind}` });
   process.exit(1);
