@@ -9,6 +9,7 @@ describe('docs/migrating.md', () => {
   // gets 422 for the retention. (The first row once said the key was "free" after one lease.)
   it('after one lease the same request takes the crashed key over, another request gets 422', async () => {
     let now = Date.UTC(2026, 0, 1);
+    const fp = 'f'.repeat(64); // a hex SHA-256, kept as given
     const engine = createIdempotency({ store: memoryStore({ now: () => now }), heartbeat: false, now: () => now });
     const request = { key: 'k-crash', scope: 'user:alice', operation: 'POST /charges' };
     expect((await engine.begin({ ...request, fingerprint: 'first' })).kind).toBe('execute');
@@ -29,14 +30,15 @@ describe('docs/security.md', () => {
   // later still). Someone sizing the store or listing what it holds took it for ten seconds.
   it('a claim whose holder crashed stays a whole retention after its lease, as the row says', async () => {
     let now = Date.UTC(2026, 0, 1);
+    const fp = 'f'.repeat(64); // a hex SHA-256, kept as given
     const store = memoryStore({ now: () => now });
     const engine = createIdempotency({ store, heartbeat: false, now: () => now });
-    const started = await engine.begin({ key: 'k', scope: 'user:alice', operation: 'POST /charges', fingerprint: 'f' });
+    const started = await engine.begin({ key: 'k', scope: 'user:alice', operation: 'POST /charges', fingerprint: fp });
     expect(started.kind).toBe('execute');
     if (started.kind !== 'execute') return;
     const { leaseMs, retentionMs } = engine.settings;
     now += leaseMs + retentionMs - 1;
-    expect(store.get(started.lease.id)).toMatchObject({ state: 'abandoned', fingerprint: 'f' });
+    expect(store.get(started.lease.id)).toMatchObject({ state: 'abandoned', fingerprint: fp });
     now += 1;
     expect(store.get(started.lease.id)).toBeUndefined();
 
