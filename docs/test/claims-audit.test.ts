@@ -9,7 +9,6 @@ describe('docs/migrating.md', () => {
   // gets 422 for the retention. (The first row once said the key was "free" after one lease.)
   it('after one lease the same request takes the crashed key over, another request gets 422', async () => {
     let now = Date.UTC(2026, 0, 1);
-    const fp = 'f'.repeat(64); // a hex SHA-256, kept as given
     const engine = createIdempotency({ store: memoryStore({ now: () => now }), heartbeat: false, now: () => now });
     const request = { key: 'k-crash', scope: 'user:alice', operation: 'POST /charges' };
     expect((await engine.begin({ ...request, fingerprint: 'first' })).kind).toBe('execute');
