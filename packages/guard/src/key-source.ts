@@ -159,7 +159,9 @@ function parseCacheLifetime(headers: Headers, now: number): number | undefined {
   const expires = headers.get('expires');
   if (expires === null) return undefined;
   const expiresAt = httpDate(expires);
-  if (Number.isNaN(expiresAt)) return undefined;
+  // RFC 9111 5.3: an Expires that is not a date (`0`, `-1`, as IIS and ASP.NET send) means "already
+  // expired", not "no freshness information": the response is stale (minTtl), never the long default.
+  if (Number.isNaN(expiresAt)) return 0;
   const date = headers.get('date');
   const datedAt = date === null ? Number.NaN : httpDate(date);
   // Without a Date, Expires is measured from now: that is already what is left, whatever its age.
