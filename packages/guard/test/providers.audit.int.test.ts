@@ -325,6 +325,17 @@ describe('Microsoft Entra ID', () => {
     expect(server.requests).toBe(2); // one fetch per listed tenant
   });
 
+  it('a token with 200 groups (Entra overage starts above that) needs limits.maxTokenLength raised', async () => {
+    const { key, kid, server } = await entraKeys();
+    const groups = Array.from({ length: 200 }, () => randomUUID());
+    const token = await sign(key.privateKey, { typ: 'JWT', alg: 'RS256', kid }, v2Access(tenantA, { groups }));
+    expect(token.length).toBeGreaterThan(8192);
+    const issuers = recipe.entraTenants([tenantA]).map((options) => local(options, server.url));
+    expect(code(await guardFor({ audience: apiClientId, issuers }).guard.verify(token))).toBe('token_too_large');
+    const raised = guardFor({ audience: apiClientId, issuers, limits: { maxTokenLength: 16_384 } }).guard;
+    expect(code(await raised.verify(token))).toBe('ok');
+  });
+
   it('v1: the x5t header and the alg-less keys verify; a Graph token (header nonce) does not', async () => {
     const { key, kid, server } = await entraKeys();
     const issuer = `https://sts.windows.net/${tenantA}/`;
