@@ -80,8 +80,8 @@ async function main(): Promise<void> {
   try {
     running = await start({
       db,
-      authPort,
-      appPort,
+      authPort: ports.AUTH_PORT,
+      appPort: ports.APP_PORT,
       baseUrl,
       ...(authUrl ? { authUrl } : {}),
       ...(appUrl ? { appUrl } : {}),
