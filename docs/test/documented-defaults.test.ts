@@ -540,7 +540,7 @@ describe('guard defaults', () => {
     }
     expect(refusedFrom).toBe(documented);
     // "at most 60" (docs/guard.md createGuard table, packages/guard/README.md "(seconds, at most 60)").
-    expect(guardTable('clockTolerance').where).toBe('docs/guard.md:104');
+    expect(guardTable('clockTolerance').where).toBe('docs/guard.md:105');
     expect(() => hsGuard({ clockTolerance: 60 })).not.toThrow();
     expect(() => hsGuard({ clockTolerance: 61 })).toThrow(TypeError);
   });

@@ -3,8 +3,10 @@ import { isWordList } from './principal.js';
 
 /** The claim rules of one issuer. Durations are in seconds. */
 export interface ClaimProfile {
-  /** Accepted audiences; the token's `aud` must contain at least one. */
+  /** Accepted audiences; the token's audience claim must contain at least one. */
   audiences: readonly string[];
+  /** The claim holding the audience: `aud`, or another one (Cognito's `client_id`). */
+  audienceClaim: string;
   /** Allowed clock skew for `exp`, `nbf` and `iat`. */
   clockTolerance: number;
   /** Maximum age since `iat` (then `iat` is required). */
@@ -77,7 +79,7 @@ export function checkClaims(
     if (exp - (start as number) > profile.maxLifetime) return 'lifetime_too_long';
   }
 
-  const audiences = audienceList(payload.aud);
+  const audiences = audienceList(payload[profile.audienceClaim]);
   if (audiences === undefined) return 'claim_invalid';
   if (!audiences.some((audience) => profile.audiences.includes(audience))) return 'audience_invalid';
 

@@ -65,6 +65,12 @@ export interface PemKeyInput {
 export interface TokenRules {
   /** Accepted audiences; `aud` must contain one. Required (here or on every issuer). */
   audience?: string | readonly string[];
+  /**
+   * The claim the audience is read from (default `aud`). For issuers whose access tokens carry no
+   * `aud` and name the client instead: AWS Cognito's (`client_id`, with `audience` the app client id;
+   * its ID tokens, which have `aud` but no `client_id`, are then refused).
+   */
+  audienceClaim?: string;
   /** Allowed clock skew (default 5, at most 60). */
   clockTolerance?: number;
   /** Refuse tokens whose `iat` is older than this (then `iat` is required). */
@@ -113,6 +119,7 @@ export interface IssuerOptions extends TokenRules {
 
 const tokenRuleNames = [
   'audience',
+  'audienceClaim',
   'clockTolerance',
   'maxTokenAge',
   'maxLifetime',
@@ -309,6 +316,18 @@ export interface EngineConfig {
 const optionalSeconds = (value: number | undefined, name: string) =>
   value === undefined ? undefined : seconds(value, name, { min: 1 });
 
+const notAudienceClaims: ReadonlySet<string> = new Set([
+  'iss',
+  'sub',
+  'exp',
+  'nbf',
+  'iat',
+  'jti',
+  'cnf',
+  'scope',
+  'scp',
+]);
+
 function claimName(value: unknown, name: string): string {
   if (typeof value !== 'string' || value === '') throw new TypeError(`${name} must be a claim name`);
   return value;
@@ -448,8 +467,17 @@ export function buildIssuer(
     throw new TypeError(`issuer ${options.issuer}: requiredClaims must be a list of claim names`);
   }
   const typ = new Set(typValues.map((value) => (value === null ? null : normalizeTyp(value))));
+  const audienceClaim = claimName(
+    options.audienceClaim ?? defaults.audienceClaim ?? 'aud',
+    `issuer ${options.issuer}: audienceClaim`,
+  );
+  // Claims with a meaning of their own: read as an audience, a token for anyone would pass as one.
+  if (notAudienceClaims.has(audienceClaim)) {
+    throw new TypeError(`issuer ${options.issuer}: audienceClaim cannot be ${audienceClaim}`);
+  }
   const profile: ClaimProfile = {
     audiences,
+    audienceClaim,
     clockTolerance: seconds(options.clockTolerance ?? defaults.clockTolerance ?? 5, 'clockTolerance', { max: 60 }),
     maxTokenAge: optionalSeconds(options.maxTokenAge ?? defaults.maxTokenAge, 'maxTokenAge'),
     maxLifetime: optionalSeconds(options.maxLifetime ?? defaults.maxLifetime, 'maxLifetime'),
@@ -680,7 +708,15 @@ export function buildEngine(
     emit: sink.emit,
     refusedTypes: overrides.refusedTypes,
     principal:
-      overrides.principal ?? ((claims, issuer) => principalFromClaims(claims, { rolesClaim: issuer.rolesClaim })),
+      overrides.principal ??
+      ((claims, issuer) =>
+        principalFromClaims(claims, {
+          rolesClaim: issuer.rolesClaim,
+          // The audience the token was accepted for, when it is named by another claim than `aud`.
+          ...(issuer.profile.audienceClaim === 'aud'
+            ? {}
+            : { audience: [claims[issuer.profile.audienceClaim] as string].flat() }),
+        })),
     errorOptions: {
       realm,
       ...(options.resourceMetadata === undefined ? {} : { resourceMetadata: options.resourceMetadata }),

@@ -13,7 +13,7 @@ describe('unknown option names are refused at construction', () => {
   it('top-level guard options', () => {
     expect(build({})).not.toThrow();
     expect(build({ requiredClaim: ['tenant'] })).toThrow(
-      /^createGuard: unknown option "requiredClaim"; it takes audience, clockTolerance, .*internalTokens$/,
+      /^createGuard: unknown option "requiredClaim"; it takes audience, audienceClaim, clockTolerance, .*internalTokens$/,
     );
     expect(build({ audiance: 'x', realms: 'x' })).toThrow(
       /^createGuard: unknown options "audiance", "realms"; it takes /,

@@ -44,6 +44,7 @@ interface Recipe {
   google: IssuerOptions[];
   githubActions: IssuerOptions;
   kubernetes(issuer: string, jwksUri: string): IssuerOptions;
+  cognito(region: string, userPoolId: string): IssuerOptions;
   keycloakRealmRole(role: string): (p: Principal) => boolean;
   auth0Permission(permission: string): (p: Principal) => boolean;
   clientIs(...clients: string[]): (p: Principal) => boolean;
@@ -425,7 +426,7 @@ describe('AWS Cognito', () => {
     };
   }
 
-  it('the access token is refused (no aud), as docs/guard.md says; its ID token passes on its aud', async () => {
+  it('without audienceClaim the access token is refused (no aud) and its ID token passes on its aud', async () => {
     const { server, accessToken, idToken } = await cognito();
     const { guard } = guardFor({
       audience: clientId,
@@ -435,24 +436,32 @@ describe('AWS Cognito', () => {
     expect(code(await guard.verify(idToken))).toBe('ok');
   });
 
-  // Was wrong: a Cognito user pool's access token cannot pass the guard under any configuration. It
-  // has no `aud` (RFC 9068 requires one; Cognito names the app client in `client_id`, and marks the
-  // kind in `token_use`), and the guard always requires `aud`: 401 claim_invalid. The only Cognito
-  // token that can pass is the ID token, the one an API must not take. aws-jwt-verify checks
-  // `client_id` for access tokens and `token_use`; Envoy and Oathkeeper let `aud` be optional.
-  // Proposed (a design choice, so not fixed here): a per-issuer `audienceClaim` ('client_id') that
-  // moves the audience check to that claim for that issuer only, and claim values required per
-  // issuer (`requiredClaimValues: { token_use: 'access' }`), so the ID token is refused by the guard
-  // itself. The options below do not exist yet: createGuard refuses them as unknown.
-  it.fails('a Cognito access token passes, its ID token does not (proposed audienceClaim)', async () => {
+  // Was a defect: a Cognito user pool's access token could not pass the guard under any configuration.
+  // It has no `aud` (RFC 9068 requires one; Cognito names the app client in `client_id`, and marks the
+  // kind in `token_use`), and the guard always read the audience from `aud`: 401 claim_invalid. The
+  // only Cognito token that could pass was the ID token, the one an API must not take. Now an issuer
+  // may name the claim its audience is in (`audienceClaim: 'client_id'`); the ID token, which has
+  // `aud` but no `client_id`, is refused, and the principal's `aud` is the client the token was for.
+  it('a Cognito access token passes with audienceClaim client_id, its ID token does not', async () => {
     const { server, accessToken, idToken } = await cognito();
-    const proposed = { audienceClaim: 'client_id', requiredClaimValues: { token_use: 'access' } } as object;
-    const { guard } = guardFor({
-      audience: clientId,
-      issuers: [{ issuer, jwksUri: server.url, algorithms: ['RS256'], typ: [null], ...proposed }],
-    });
-    expect(code(await guard.verify(accessToken))).toBe('ok');
+    const pool = local(recipe.cognito('us-east-1', 'us-east-1_EXAMPLE'), server.url);
+    expect(pool.issuer).toBe(issuer);
+    const { guard } = guardFor({ audience: clientId, issuers: [pool] });
+    const accepted = await guard.verify(accessToken);
+    expect(code(accepted)).toBe('ok');
+    expect(accepted.ok && accepted.principal.aud).toEqual([clientId]);
     expect(code(await guard.verify(idToken))).toBe('claim_invalid');
+    // Another app client's access token is another audience.
+    const other = guardFor({ audience: 'another-app-client', issuers: [pool] });
+    expect(code(await other.guard.verify(accessToken))).toBe('audience_invalid');
+  });
+
+  it('refuses an audienceClaim that names a claim with a meaning of its own', () => {
+    for (const name of ['sub', 'iss', 'scope', 'jti']) {
+      expect(() =>
+        guardFor({ audience: clientId, issuers: [{ issuer, jwks: { keys: [] }, audienceClaim: name }] }),
+      ).toThrow(`audienceClaim cannot be ${name}`);
+    }
   });
 
   it('an ID token configured by its aud is still told apart from an access token only by policy', async () => {
