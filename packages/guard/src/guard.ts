@@ -409,9 +409,11 @@ function staticKeys(
     }
     const result = checkJwk(input, policy);
     if (!result.ok) throw new TypeError(`issuer ${options.issuer}: key ${index} refused (${result.reason})`);
+    // As in a fetched set: one kid may name a key for two algorithms, never two keys for one.
     if (result.key.kid !== undefined) {
-      if (kids.has(result.key.kid)) throw new TypeError(`issuer ${options.issuer}: duplicate kid ${result.key.kid}`);
-      kids.add(result.key.kid);
+      const slot = `${result.key.alg} ${result.key.kid}`;
+      if (kids.has(slot)) throw new TypeError(`issuer ${options.issuer}: duplicate kid ${result.key.kid}`);
+      kids.add(slot);
     }
     return result.key;
   });

@@ -212,7 +212,7 @@ function claimsToVerify(entry: { reason: KeyDropReason }): boolean {
 
 /**
  * Imports a JWKS. The whole set is refused when it is not `{ keys: [...] }`, holds private key
- * material, gives one `kid` to two keys it would verify with, or mixes symmetric and asymmetric keys
+ * material, gives one `kid` to two keys it would verify one algorithm with, or mixes symmetric and asymmetric keys
  * (Wycheproof `MixedKeySet`, `DuplicateKid`). Single unusable keys are dropped and reported. A `kid`
  * shared with a key that is not meant for this verifier (another `use` or `key_ops`, a key type or
  * algorithm outside the policy: RFC 7517 4.5 lets keys of different types share one) refuses nothing.
@@ -248,12 +248,23 @@ export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<K
       dropped.push({ kid, reason: 'invalid-key' });
     }
   }
-  const kids = new Set<string>();
-  const contenders = [...keys.map((key) => key.kid), ...dropped.filter(claimsToVerify).map((entry) => entry.kid)];
-  for (const kid of contenders) {
-    if (kid === undefined) continue;
-    if (kids.has(kid)) return { ok: false, reason: 'duplicate-kid' };
-    kids.add(kid);
+  // A kid is a duplicate when two keys would both be taken for one token: the same kid and the same
+  // algorithm (every key is pinned to one, and a lookup asks for the token's). One RSA key published
+  // twice under one kid, for RS256 and for PS256 (Keycloak, FAPI providers), is two keys a token can
+  // tell apart. A broken key's algorithm is not to be trusted: it contends for every algorithm of
+  // its kid, as before.
+  const taken = new Set<string>();
+  for (const key of keys) {
+    if (key.kid === undefined) continue;
+    const slot = `${key.alg} ${key.kid}`;
+    if (taken.has(slot)) return { ok: false, reason: 'duplicate-kid' };
+    taken.add(slot);
+  }
+  const named = new Set(keys.flatMap((key) => (key.kid === undefined ? [] : [key.kid])));
+  for (const entry of dropped.filter(claimsToVerify)) {
+    if (entry.kid === undefined) continue;
+    if (named.has(entry.kid)) return { ok: false, reason: 'duplicate-kid' };
+    named.add(entry.kid);
   }
   return { ok: true, keys, dropped };
 }

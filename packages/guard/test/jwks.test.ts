@@ -737,6 +737,41 @@ describe('key import (unit)', () => {
   });
 });
 
+describe('one kid, two algorithms', () => {
+  // Was a defect: one RSA key listed twice under one kid, for RS256 and for PS256 (Keycloak publishes
+  // this, and FAPI providers), was refused as a duplicate kid: the whole set, so every token of the
+  // issuer got keys_unavailable. Every key is pinned to one algorithm and a lookup asks for the
+  // token's, so the two entries never compete; two keys under one kid for one algorithm still do.
+  const rsaFor = (alg: string, pair = keys.rsa) => ({ ...pair.publicJwk, kid: 'k1', alg, use: 'sig' });
+  const policy = { algorithms: ['RS256', 'PS256'] as const, allowSymmetric: false };
+
+  it('takes one key under one kid for RS256 and for PS256, and verifies tokens of both', async () => {
+    const imported = await importKeySet({ keys: [rsaFor('RS256'), rsaFor('PS256')] }, policy);
+    expect(imported.ok && imported.keys.map((key) => key.alg)).toEqual(['RS256', 'PS256']);
+    const guard = createGuard({
+      audience: AUDIENCE,
+      issuers: [{ issuer: ISSUER, jwks: { keys: [rsaFor('RS256'), rsaFor('PS256')] }, algorithms: ['RS256', 'PS256'] }],
+      now: () => START_MS,
+    });
+    for (const alg of ['RS256', 'PS256']) {
+      const token = makeToken({ alg, key: keys.rsa.privateKey, header: { kid: 'k1' } });
+      const result = await guard.verify(token);
+      expect(result.ok ? alg : result.error.code).toBe(alg);
+    }
+  });
+
+  it('still refuses two keys under one kid for one algorithm', async () => {
+    const result = await importKeySet({ keys: [rsaFor('RS256'), rsaFor('RS256', keys.rsa2)] }, policy);
+    expect(result).toEqual({ ok: false, reason: 'duplicate-kid' });
+    // A kid shared with a broken key stays refused whatever the algorithms say.
+    const broken = { ...rsaFor('PS256'), n: 'AAAA' };
+    expect(await importKeySet({ keys: [rsaFor('RS256'), broken] }, policy)).toEqual({
+      ok: false,
+      reason: 'duplicate-kid',
+    });
+  });
+});
+
 describe('remote JWKS when the wall clock is set back', () => {
   // No injected `now`: the guard runs on its own clocks, and its wall clock (Date.now, replaced before
   // the guard takes it) is stepped back an hour, as NTP or a resumed VM does.
