@@ -246,6 +246,8 @@ class LeaseState implements Lease {
   /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
   finished = false;
   lastRenewedAt: number;
+  /** Set while a lease about to end unrenewed waits for its exact end (see the heartbeat's tick). */
+  deadline: ReturnType<typeof setTimeout> | undefined = undefined;
 
   constructor(
     readonly id: string,
@@ -398,6 +400,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
 
   const stopHeartbeat = (lease: LeaseState) => {
     lease.finished = true;
+    if (lease.deadline !== undefined) clearTimeout(lease.deadline);
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
 
@@ -443,7 +446,30 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
       // (Deleting from `held` while iterating it is safe for a Map.)
       if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) markLost(lease, 'max-execution');
-      else if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
+      // A whole lease without a renewal: the store may let another executor in now, whether the
+      // last attempt failed or is still hanging (a paused Redis, a lock, a partition that drops
+      // packets). Judged here too, not only when an attempt ends: a hung one ends only at
+      // storeTimeout, which can be later than the lease, and the signal must abort before a retry
+      // elsewhere can take the key over.
+      else if (t - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
+      else {
+        // It would end before the next tick unless a renewal lands first: a lease whose claim fell
+        // between two ticks, its first renewal failing or hanging. Judge it at its very end, not up
+        // to a tick later. Only this unhealthy path costs a timer.
+        const renewedAt = lease.lastRenewedAt;
+        if (lease.deadline === undefined && t + beatEvery > renewedAt + leaseMs) {
+          lease.deadline = setTimeout(
+            () => {
+              lease.deadline = undefined;
+              if (!lease.finished && lease.lastRenewedAt === renewedAt)
+                markLost(lease, 'could not renew within one lease');
+            },
+            renewedAt + leaseMs - t,
+          );
+          lease.deadline.unref?.();
+        }
+        if (!lease.renewing && t - renewedAt >= leaseMs / 3) renew(lease);
+      }
     }
   };
 

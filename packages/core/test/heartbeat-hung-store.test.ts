@@ -1,0 +1,83 @@
+// The lease's signal and `lease-lost` when the store hangs instead of failing (operations day two): a
+// paused Redis, a PostgreSQL renewal stuck behind a lock, or a network path that drops packets from
+// this worker only, while other workers still reach the store. docs/reliability.md and the adapter
+// guides promise that the signal aborts when a renewal is "refused or impossible for a whole lease",
+// so that "a handler that checks it before its write stops there" and "cannot make the effect twice".
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createIdempotency } from '../src/engine.js';
+import type { IdempotencyEvent } from '../src/events.js';
+import { memoryStore } from '../src/memory-store.js';
+import type { Store } from '../src/store.js';
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+const request = { key: 'k-1', scope: 'user:alice', operation: 'POST /charges', fingerprint: 'fp-a' };
+
+// The memory store as a store behind a network (not in process, so `storeTimeout` applies), whose
+// renewals from this worker never answer once `cut` is set.
+function partitioned(inner: Store) {
+  const link = { cut: false };
+  const store: Store = {
+    claim: (input) => Promise.resolve(inner.claim(input)),
+    renew: (input) => (link.cut ? new Promise<boolean>(() => {}) : Promise.resolve(inner.renew(input))),
+    complete: (input) => Promise.resolve(inner.complete(input)),
+    release: (input) => Promise.resolve(inner.release(input)),
+    get: (id) => Promise.resolve(inner.get(id)),
+  };
+  return { store, link };
+}
+
+describe('a store that hangs on renewals', () => {
+  it.each([
+    ['the default storeTimeout (2 s)', undefined, 0],
+    ['a storeTimeout longer than the lease (15 s)', '15s', 0],
+    // A busy server: the heartbeat already ticks for other requests, so this claim falls between
+    // two ticks and its lease ends between them too.
+    ['a claim between two heartbeat ticks', undefined, 1_300],
+  ] as const)(
+    'aborts the signal once the lease ended, before another worker can take the key over, with %s',
+    async (_name, storeTimeout, earlierClaimMs) => {
+      vi.useFakeTimers();
+      const shared = memoryStore({ now: () => Date.now() });
+      const { store, link } = partitioned(shared);
+      const events: IdempotencyEvent[] = [];
+      const worker = createIdempotency({
+        store,
+        lease: '10s',
+        now: () => Date.now(),
+        onEvent: (event) => events.push(event),
+        ...(storeTimeout === undefined ? {} : { storeTimeout }),
+      });
+      const other = createIdempotency({ store: shared, heartbeat: false, now: () => Date.now() });
+
+      if (earlierClaimMs > 0) {
+        expect((await worker.begin({ ...request, key: 'k-earlier' })).kind).toBe('execute');
+        await vi.advanceTimersByTimeAsync(earlierClaimMs);
+      }
+      const first = await worker.begin(request);
+      if (first.kind !== 'execute') throw new Error('expected execute');
+      link.cut = true;
+      // Within the lease the key is held, and nothing is lost yet.
+      await vi.advanceTimersByTimeAsync(9_000);
+      expect(first.lease.signal.aborted).toBe(false);
+      expect((await other.begin(request)).kind).toBe('reject');
+
+      // One lease after the last renewal the store lets the retry in, on another worker.
+      await vi.advanceTimersByTimeAsync(1_000);
+      const retry = await other.begin(request);
+      expect(retry.kind).toBe('execute');
+      // The first worker's handler, checking its signal before its effect, must see the loss by now.
+      // Was wrong: the heartbeat judged "impossible for a whole lease" only when a renewal attempt
+      // ended, so a renewal that hung kept the signal quiet for as long as storeTimeout let it hang:
+      // until 12 s with the defaults, 25 s with a 15 s storeTimeout, while the retry ran beside it.
+      // (And a claim made between two ticks was judged at the first tick after its lease ended.)
+      expect(first.lease.signal.aborted).toBe(true);
+      expect(first.lease.lost).toBe(true);
+      expect(events.filter((event) => event.type === 'lease-lost' && event.id === first.lease.id)).toEqual([
+        expect.objectContaining({ reason: 'could not renew within one lease', operation: 'POST /charges' }),
+      ]);
+    },
+  );
+});
