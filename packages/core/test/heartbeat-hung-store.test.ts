@@ -81,3 +81,31 @@ describe('a store that hangs on renewals', () => {
     },
   );
 });
+
+// docs/operations.md, "What to alert on", lease-lost: what a lost lease leaves depends on whether
+// another execution took the key over. Nobody did here: the store came back before any retry.
+describe('a lease lost to a store outage that nobody took over', () => {
+  it('still stores the outcome when the handler answers, and retries replay it', async () => {
+    vi.useFakeTimers();
+    const shared = memoryStore({ now: () => Date.now() });
+    const { store, link } = partitioned(shared);
+    const events: IdempotencyEvent[] = [];
+    const worker = createIdempotency({ store, lease: '10s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const first = await worker.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    link.cut = true;
+    await vi.advanceTimersByTimeAsync(12_000);
+    expect(first.lease.lost).toBe(true);
+    link.cut = false;
+    const body = new TextEncoder().encode('{"id":"ch_1"}');
+    expect(await worker.complete(first.lease, { status: 201, headers: {}, body })).toEqual({ ok: true, stored: true });
+    // (Each renewal that timed out is a store-error of phase renew.)
+    expect(events.filter((event) => event.type !== 'store-error').map((event) => event.type)).toEqual([
+      'claim',
+      'lease-lost',
+      'complete',
+    ]);
+    const retry = await worker.begin(request);
+    expect(retry.kind === 'replay' && retry.response.status).toBe(201);
+  });
+});
