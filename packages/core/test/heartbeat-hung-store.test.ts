@@ -109,3 +109,36 @@ describe('a lease lost to a store outage that nobody took over', () => {
     expect(retry.kind === 'replay' && retry.response.status).toBe(201);
   });
 });
+
+// A stalled event loop (a long GC pause, a VM paused) is the other way a lease outlives itself: no
+// tick ran, and no renewal hangs. Then the store can tell: if nobody took the key over, the holder
+// still holds its token and the renewal succeeds (concepts.md: "if it was only stalled and answers
+// before that, its outcome is stored").
+describe('a lease whose process stalled past it', () => {
+  it('asks the store: renewed when nobody took the key over, lost when somebody did', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const events: IdempotencyEvent[] = [];
+    const worker = createIdempotency({ store, lease: '10s', now: () => Date.now(), onEvent: (e) => events.push(e) });
+    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+
+    const stalled = await worker.begin(request);
+    if (stalled.kind !== 'execute') throw new Error('expected execute');
+    // Twelve seconds pass with no timer run, then the loop wakes up.
+    vi.setSystemTime(Date.now() + 12_000);
+    await vi.advanceTimersByTimeAsync(2_500);
+    expect(stalled.lease.lost).toBe(false);
+    expect(events.some((event) => event.type === 'lease-lost')).toBe(false);
+    // Renewed: the key is held again.
+    expect((await other.begin(request)).kind).toBe('reject');
+
+    const taken = await worker.begin({ ...request, key: 'k-2' });
+    if (taken.kind !== 'execute') throw new Error('expected execute');
+    vi.setSystemTime(Date.now() + 12_000);
+    // Another worker takes the abandoned key over during the stall.
+    expect((await other.begin({ ...request, key: 'k-2' })).kind).toBe('execute');
+    await vi.advanceTimersByTimeAsync(2_500);
+    expect(taken.lease.lost).toBe(true);
+    expect(taken.lease.signal.aborted).toBe(true);
+  });
+});
