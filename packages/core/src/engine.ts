@@ -246,10 +246,6 @@ class LeaseState implements Lease {
   /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
   finished = false;
   lastRenewedAt: number;
-  /** The last renewal attempt failed or timed out (cleared by one that succeeds). */
-  renewFailed = false;
-  /** Set while a lease about to end unrenewed waits for its exact end (see the heartbeat's tick). */
-  deadline: ReturnType<typeof setTimeout> | undefined = undefined;
 
   constructor(
     readonly id: string,
@@ -402,7 +398,6 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
 
   const stopHeartbeat = (lease: LeaseState) => {
     lease.finished = true;
-    if (lease.deadline !== undefined) clearTimeout(lease.deadline);
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
 
@@ -421,14 +416,11 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       .then((renewed) => {
         // A renewal that lands after complete or release took over fails by design: not a lost lease.
         if (lease.finished) return;
-        if (renewed) {
-          lease.lastRenewedAt = started;
-          lease.renewFailed = false;
-        } else markLost(lease, 'token no longer current');
+        if (renewed) lease.lastRenewedAt = started;
+        else markLost(lease, 'token no longer current');
       })
       .catch((error) => {
         if (lease.finished) return;
-        lease.renewFailed = true;
         if (onEvent)
           emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
         // Without a successful renewal for a whole lease, the store may have let another executor in.
@@ -438,9 +430,6 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         lease.renewing = false;
       });
   };
-
-  // A renewal hangs, or the last one failed: the store cannot be asked in time.
-  const unhealthy = (lease: LeaseState) => lease.renewing || lease.renewFailed;
 
   const tick = () => {
     if (held.size === 0) {
@@ -454,31 +443,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
       // (Deleting from `held` while iterating it is safe for a Map.)
       if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) markLost(lease, 'max-execution');
-      // A whole lease without a renewal while the store hangs or fails (a paused Redis, a lock, a
-      // partition that drops packets): it may let another executor in now, and an attempt ends
-      // only at storeTimeout, which can be later than the lease. Judged here, so the signal aborts
-      // before a retry elsewhere can take the key over. When no attempt failed or hangs (the loop
-      // itself stalled past the lease), the renewal below asks the store instead: the holder
-      // still holds its token if nobody took the key over.
-      else if (unhealthy(lease) && t - lease.lastRenewedAt >= leaseMs)
-        markLost(lease, 'could not renew within one lease');
-      else {
-        // It ends before the next tick unless a renewal lands first: a lease whose claim fell
-        // between two ticks, its first renewal failing or hanging. Judged at its very end, not up to
-        // a tick later. Only this unhealthy path costs a timer.
-        const end = lease.lastRenewedAt + leaseMs;
-        if (lease.deadline === undefined && end > t && end < t + beatEvery) {
-          const renewedAt = lease.lastRenewedAt;
-          lease.deadline = setTimeout(() => {
-            lease.deadline = undefined;
-            if (lease.finished || lease.lastRenewedAt !== renewedAt) return;
-            if (unhealthy(lease)) markLost(lease, 'could not renew within one lease');
-            else renew(lease);
-          }, end - t);
-          lease.deadline.unref?.();
-        }
-        if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
-      }
+      else if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
     }
   };
 
