@@ -715,6 +715,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   ): Awaitable<CompleteResult> => {
     const state = lease as LeaseState;
     if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
+    if (state.lost && outcome?.thrown === true) return settleAsCrash(state, outcome.status ?? response.status);
     const decision = decide(response, outcome, lease);
     if (!decision.store) {
       const released = releaseNow(lease);
@@ -742,6 +743,25 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
           (error) => completeFailed(lease, error),
         )
       : afterComplete(state, response, started, answer);
+  };
+
+  // A handler that threw after its lease was lost (its signal aborted: maxExecution, or renewals that
+  // failed for a whole lease) most likely stopped on that signal, as the guides ask, before its
+  // effect. Stored, its error would answer every retry for the retention and the operation would
+  // never run. It is settled as a crash instead: the lease ends at once and the record stays
+  // abandoned with this attempt's fingerprint (other parameters still refused), so the same request
+  // takes it over and runs. If someone already took the key over, the store refuses and the result
+  // is fenced as any late one.
+  const settleAsCrash = (lease: LeaseState, status: number): Promise<CompleteResult> => {
+    stopHeartbeat(lease);
+    return withTimeout('release', () => store.renew({ id: lease.id, token: lease.token, leaseMs: 1 })).then(
+      (ended) => {
+        if (!ended) return LEASE_LOST;
+        if (onEvent) emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status, at: now() });
+        return NOT_STORED;
+      },
+      (error) => releaseFailed(lease, error) as CompleteResult,
+    );
   };
 
   const notStored = (lease: Lease, status: number, released: ReleaseResult): CompleteResult => {

@@ -67,9 +67,7 @@ describe('downstreamKey', () => {
     const first = await engine.begin(request);
     if (first.kind !== 'execute') throw new Error('expected an execution');
     const key = downstreamKey(first.lease, 'charge');
-    expect(key).toBe(
-      downstreamKey({ id: recordId('user:alice', 'POST /charges', 'k-1'), fingerprint }, 'charge'),
-    );
+    expect(key).toBe(downstreamKey({ id: recordId('user:alice', 'POST /charges', 'k-1'), fingerprint }, 'charge'));
     // The run failed and the policy let the key go: the retry is a new run with a new lease token.
     await engine.release(first.lease);
     const second = await engine.begin(request);

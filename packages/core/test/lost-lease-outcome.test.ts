@@ -22,19 +22,14 @@ const thrown500: StoredResponse = {
 };
 
 describe('a handler that stopped on its lost lease', () => {
-  // Was wrong: the engine stores the outcome of a lease it has itself marked lost as long as nobody
-  // took the key over, whatever that outcome is. So the handler that did what the guides ask (it
-  // stopped before its effect when the signal aborted, with maxExecution or a store outage) has its
+  // Was a defect: the engine stored the outcome of a lease it had itself marked lost as long as nobody
+  // took the key over, whatever that outcome was. So the handler that did what the guides ask (it
+  // stopped before its effect when the signal aborted, with maxExecution or a store outage) had its
   // abort error stored as a 500 under the default policy ('all' keeps thrown errors), and every
-  // retry for the whole retention gets that 500 replayed: the operation never runs, though nothing
-  // ran. Reproduced over HTTP with @idem/express: 500, then 500 `Idempotent-Replayed: true` forever.
-  // Proposed fix (a design choice, so not made here): in completeNow, when the lease is marked lost
-  // and the outcome is `thrown`, settle it as a crash instead of storing it: end the lease at once
-  // (store.renew with leaseMs 1, as letGo does for a recovered run), so the record stays abandoned
-  // with this attempt's fingerprint (other parameters still 422) and a retry with the same request
-  // takes it over (`recovered: true`). Emit `not-stored` for it. An answered outcome (the handler
-  // finished despite the loss) is still stored, as concepts.md describes.
-  it.fails('is not pinned as the outcome: a retry runs once the lease is gone', async () => {
+  // retry for the whole retention got that 500 replayed: the operation never ran, though nothing
+  // ran. Now a thrown outcome of a lost lease is settled as a crash: the lease ends at once, the
+  // record stays abandoned with this attempt's fingerprint, and the same request takes it over.
+  it('is not pinned as the outcome: a retry runs once the lease is gone', async () => {
     vi.useFakeTimers();
     const store = memoryStore({ now: () => Date.now() });
     const events: IdempotencyEvent[] = [];
@@ -53,7 +48,25 @@ describe('a handler that stopped on its lost lease', () => {
     await engine.complete(first.lease, thrown500, { status: 500, thrown: true });
     // Within one lease more the store has let the lease go, and the client's retry runs the charge.
     await vi.advanceTimersByTimeAsync(1_000);
+    // Other parameters under the key are still refused: the stopped attempt may have done part of its work.
+    const other = await engine.begin({ ...request, fingerprint: 'fp-b' });
+    expect(other.kind === 'reject' && other.error.code).toBe('fingerprint_mismatch');
     const retry = await engine.begin(request);
     expect(retry.kind).toBe('execute');
+    if (retry.kind === 'execute') expect(retry.lease.recovered).toBe(true);
+    expect(events.filter((event) => event.type === 'not-stored')).toHaveLength(1);
+    expect(events.some((event) => event.type === 'complete')).toBe(false);
+  });
+
+  it('an answer that still comes after the loss, nobody having taken the key over, is stored as before', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', maxExecution: '3s', now: () => Date.now() });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(3_500);
+    const created: StoredResponse = { status: 201, headers: {}, body: new TextEncoder().encode('{"id":"ch_1"}') };
+    expect(await engine.complete(first.lease, created, { status: 201 })).toEqual({ ok: true, stored: true });
+    expect((await engine.begin(request)).kind).toBe('replay');
   });
 });
