@@ -28,7 +28,7 @@ import {
 } from '@opentelemetry/api';
 import { SignJWT } from 'jose';
 import ts from 'typescript';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(join(root, 'docs', 'operations.md'), 'utf8');
@@ -155,6 +155,38 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     const everything = JSON.stringify({ counted, histograms, spans, logs });
     expect(everything).not.toContain('secret-key-1');
     expect(everything).not.toContain('user:alice');
+  });
+
+  // Was wrong (audit of the operator's day two): `lease-lost` and `response-not-stored` were counted
+  // in idem.outcomes beside the execution's own end, so one execution whose lease was lost and whose
+  // answer was then stored counted twice there (lease-lost and stored), and ratios were off.
+  it('counts each execution once in idem.outcomes; a lost lease and an unstored response on counters of their own', async () => {
+    vi.useFakeTimers();
+    try {
+      const engine = createIdempotency({
+        store: memoryStore({ now: () => Date.now() }),
+        lease: '1s',
+        maxExecution: '3s',
+        now: () => Date.now(),
+        onEvent: (e) => telemetry.onIdempotencyEvent(e),
+      });
+      const started = await engine.begin({ key: 'k-late', scope: 's', operation: 'POST /late', fingerprint: 'f' });
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      await vi.advanceTimersByTimeAsync(3_500);
+      expect(started.lease.signal.aborted).toBe(true);
+      await engine.complete(started.lease, { status: 201, headers: {}, body: new Uint8Array([1]) });
+    } finally {
+      vi.useRealTimers();
+    }
+    const op = { 'idem.operation': 'POST /late' };
+    expect(sum('idem.outcomes', op)).toBe(1);
+    expect(sum('idem.outcomes', { ...op, 'idem.outcome': 'stored' })).toBe(1);
+    expect(sum('idem.leases.lost', { ...op, 'idem.reason': 'max-execution' })).toBe(1);
+
+    const served = { at: 0, id: 'r', operation: 'POST /big', status: 201 } as const;
+    telemetry.onIdempotencyEvent({ type: 'response-not-stored', reason: 'too-large', ...served });
+    expect(sum('idem.outcomes', { 'idem.operation': 'POST /big' })).toBe(0);
+    expect(sum('idem.responses.unstored', { 'idem.operation': 'POST /big', 'idem.reason': 'too-large' })).toBe(1);
   });
 
   it('counts store errors, marks their span as an error, and logs a warning', async () => {
