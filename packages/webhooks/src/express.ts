@@ -35,7 +35,7 @@ export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
             );
       response = await receiver.handle({ headers: req.headers, body });
     } catch (error) {
-      const failed = glueErrorResponse(error, options);
+      const failed = glueErrorResponse(error, options, receiver);
       if (failed) response = failed;
       else if (typeof next === 'function') return next(error);
       else {

@@ -78,7 +78,7 @@ export function fastifyWebhookHandler(receiver: Receiver, options: GlueOptions =
       }
       response = await receiver.handle({ headers: request.headers, body });
     } catch (error) {
-      const failed = glueErrorResponse(error, options);
+      const failed = glueErrorResponse(error, options, receiver);
       if (!failed) throw error;
       response = failed;
     }
@@ -119,7 +119,7 @@ export function fastifyWebhook(receiver: Receiver, options: FastifyWebhookOption
     // errors go on to the app's handler.
     instance.setErrorHandler((error, _request, reply) => {
       if ((error as { code?: unknown } | null)?.code !== 'FST_ERR_CTP_BODY_TOO_LARGE') throw error;
-      return sendResponse(reply, glueErrorResponse(bodyTooLarge(limit), options) as ReceiverResponse);
+      return sendResponse(reply, glueErrorResponse(bodyTooLarge(limit), options, receiver) as ReceiverResponse);
     });
     instance.post(options.path, handler);
   };

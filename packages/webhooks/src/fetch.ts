@@ -28,7 +28,7 @@ export function fetchWebhook(receiver: Receiver, options: GlueOptions = {}) {
       }
       response = await receiver.handle({ headers: request.headers, body: await readFetchBody(request, limit) });
     } catch (error) {
-      const failed = glueErrorResponse(error, options);
+      const failed = glueErrorResponse(error, options, receiver);
       if (!failed) throw error;
       response = failed;
     }

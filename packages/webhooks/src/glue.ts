@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { notify } from '@idem/core';
 import { isWebhookError, WebhookError } from './errors.js';
-import type { ReceiverResponse } from './receiver.js';
+import { type Receiver, type ReceiverResponse, reportGlueRejection } from './receiver.js';
 
 /** Options shared by the Express, Fastify and Koa glue. */
 export interface GlueOptions {
@@ -22,9 +22,17 @@ export interface GlueOptions {
 // not write a warning for each.
 const warned = new WeakSet<GlueOptions>();
 
-/** Turns a glue-level {@link WebhookError} into the response to send, or `undefined` for other errors. */
-export function glueErrorResponse(error: unknown, options: GlueOptions): ReceiverResponse | undefined {
+/**
+ * Turns a glue-level {@link WebhookError} into the response to send, or `undefined` for other errors,
+ * and reports it through the receiver's `onEvent` (one event per delivery, refused ones included).
+ */
+export function glueErrorResponse(
+  error: unknown,
+  options: GlueOptions,
+  receiver: Receiver,
+): ReceiverResponse | undefined {
   if (!isWebhookError(error)) return undefined;
+  reportGlueRejection(receiver, error);
   if (error.code === 'raw_body_required') {
     // A failing hook must not turn the misconfiguration answer into a crash.
     if (options.onMisconfigured) notify(options.onMisconfigured, error);

@@ -49,7 +49,7 @@ export function koaWebhook(receiver: Receiver, options: KoaWebhookOptions = {}) 
           : requireBuffer(ctx.request.body, 'Register the webhook middleware before the body parser.');
       response = await receiver.handle({ headers: ctx.req.headers, body });
     } catch (error) {
-      const failed = glueErrorResponse(error, options);
+      const failed = glueErrorResponse(error, options, receiver);
       if (!failed) throw error;
       response = failed;
     }

@@ -78,7 +78,7 @@ export type ReceiverEvent =
   | {
       type: ReceiverResponse['outcome'];
       id?: string;
-      /** The problem's code, on a refused delivery: a webhook one (`signature_invalid`, ...) or idem's. */
+      /** The problem's code, on a refused delivery: a webhook one (`signature_mismatch`, ...) or idem's. */
       code?: WebhookErrorCode | IdempotencyErrorCode;
       at: number;
       error?: unknown;
@@ -196,6 +196,17 @@ export interface Receiver {
 }
 
 const OPERATION = 'webhook';
+
+// The glue (Express, Fastify, Koa, fetch) refuses some deliveries before `handle` can: a body over
+// its limit, one that does not decompress, one a parser already consumed. The docs promise one
+// `onEvent` per delivery, so the glue reports those here. Not on `Receiver` itself: the glue is the
+// only caller, and a public method would let an app fake rejections into its own metrics.
+const glueReporters = new WeakMap<Receiver, (error: WebhookError) => void>();
+
+/** Reports a delivery the glue refused for `receiver` through its `onEvent`, as `rejected`. */
+export function reportGlueRejection(receiver: Receiver, error: WebhookError): void {
+  glueReporters.get(receiver)?.(error);
+}
 
 // How many receivers of this process use each scope of each store object. Two on one scope are
 // either two instances of one endpoint (harmless, though one process rarely needs two) or two
@@ -428,9 +439,11 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     return done(ack(id));
   };
 
-  return {
+  const receiver: Receiver = {
     handle,
     engine,
     settings: Object.freeze({ retentionMs, senderHorizonMs, transactional, scope }),
   };
+  glueReporters.set(receiver, (error) => report({ type: 'rejected', at: now(), code: error.code }));
+  return receiver;
 }

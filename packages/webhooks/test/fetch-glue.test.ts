@@ -1,7 +1,7 @@
 import { gzipSync } from 'node:zlib';
 import { memoryStore } from '@idem/core';
 import { describe, expect, it } from 'vitest';
-import { createReceiver, createSigner, fetchWebhook, type WebhookError } from '../src/index.js';
+import { createReceiver, createSigner, fetchWebhook, type ReceiverEvent, type WebhookError } from '../src/index.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = createSigner({ secret: SECRET });
@@ -82,6 +82,36 @@ describe('fetch glue', () => {
     // The limit is 2 KiB: a few chunks past it at most, never the whole stream.
     expect(pulled).toBeLessThanOrEqual(16 * 1024);
     expect(applied).toEqual([]);
+  });
+
+  // docs/webhooks.md: "`onEvent` is called once per delivery", and its table counts the glue's 413,
+  // 415 and 500 among the `rejected` ones. The glue answered those itself and told nobody, so a
+  // receiver's metrics missed oversize bodies and a misconfigured route (`raw_body_required`).
+  it("reports the glue's own refusals through the receiver's onEvent, once each", async () => {
+    const events: ReceiverEvent[] = [];
+    const receiver = createReceiver({
+      store: memoryStore(),
+      secret: SECRET,
+      apply: () => undefined,
+      onEvent: (event) => void events.push(event),
+    });
+    const handle = fetchWebhook(receiver, { limit: 2048, onMisconfigured: () => undefined });
+    const request = (id: string, wire: Buffer, extra: Record<string, string> = {}) =>
+      new Request('https://receiver.test/hooks', {
+        method: 'POST',
+        headers: { ...signer.sign({ id, body, timestamp: new Date() }), ...extra },
+        body: new Uint8Array(wire),
+      });
+    expect((await handle(request('E7', Buffer.alloc(4096, 0x61)))).status).toBe(413);
+    expect((await handle(request('E8', body, { 'content-encoding': 'compress' }))).status).toBe(415);
+    const used = request('E9', body);
+    await used.text();
+    expect((await handle(used)).status).toBe(500);
+    expect(events.map((event) => ({ type: event.type, code: 'code' in event ? event.code : undefined }))).toEqual([
+      { type: 'rejected', code: 'body_too_large' },
+      { type: 'rejected', code: 'body_encoding_unsupported' },
+      { type: 'rejected', code: 'raw_body_required' },
+    ]);
   });
 
   it('survives an onMisconfigured hook that throws or rejects', async () => {
