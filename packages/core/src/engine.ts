@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
-import type { IdempotencyEvent } from './events.js';
+import type { IdempotencyEvent, LeaseLostReason } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
 import { notify } from './notify.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
@@ -401,7 +401,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
 
-  const markLost = (lease: LeaseState, reason: string) => {
+  const markLost = (lease: LeaseState, reason: LeaseLostReason) => {
     if (lease.lost) return;
     lease.lost = true;
     stopHeartbeat(lease);
@@ -417,14 +417,14 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         // A renewal that lands after complete or release took over fails by design: not a lost lease.
         if (lease.finished) return;
         if (renewed) lease.lastRenewedAt = started;
-        else markLost(lease, 'token no longer current');
+        else markLost(lease, 'renew-refused');
       })
       .catch((error) => {
         if (lease.finished) return;
         if (onEvent)
           emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'renew', error, at: now() });
         // Without a successful renewal for a whole lease, the store may have let another executor in.
-        if (elapsed() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'could not renew within one lease');
+        if (elapsed() - lease.lastRenewedAt >= leaseMs) markLost(lease, 'renew-failed');
       })
       .finally(() => {
         lease.renewing = false;
@@ -559,7 +559,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         // heartbeat) has lost the key to this claim: say so, so its signal aborts now rather than
         // when its complete or release finds its token gone.
         const previous = held.get(id);
-        if (previous !== undefined) markLost(previous, 'taken over');
+        if (previous !== undefined) markLost(previous, 'taken-over');
         const lease = new LeaseState(id, key, scope, operation, token, kept, now(), started);
         if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
@@ -694,7 +694,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
 
   const afterRelease = (lease: LeaseState, started: number, released: boolean): ReleaseResult => {
     if (!released) {
-      markLost(lease, 'token no longer current at release');
+      markLost(lease, 'fenced');
       return LEASE_LOST;
     }
     if (onEvent)
@@ -777,7 +777,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   ): CompleteResult => {
     if (!completed) {
       // Someone else holds the record now: a late finisher must never overwrite it.
-      markLost(lease, 'token no longer current at complete');
+      markLost(lease, 'fenced');
       return LEASE_LOST;
     }
     replays?.set(lease.id, completedRecord(lease, response), elapsed());
@@ -875,7 +875,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       const result = await running;
       stopHeartbeat(state);
       if (!result.committed) {
-        markLost(state, 'token no longer current at commit');
+        markLost(state, 'fenced');
         return { committed: false, reason: 'lease-lost' };
       }
       if (stored && replays !== undefined && committedResponse !== undefined) {

@@ -48,7 +48,7 @@ export type IdempotencyEvent =
   | (EventBase & { type: 'complete'; status: number; durationMs: number; executionMs: number })
   | (EventBase & { type: 'not-stored'; status: number })
   | (EventBase & { type: 'release'; durationMs: number; executionMs?: number })
-  | (EventBase & { type: 'lease-lost'; reason: string })
+  | (EventBase & { type: 'lease-lost'; reason: LeaseLostReason })
   | (EventBase & {
       type: 'store-error';
       phase: 'claim' | 'get' | 'renew' | 'complete' | 'release' | 'transaction';
@@ -71,6 +71,19 @@ export type IdempotencyEvent =
     });
 
 /** Why a served response was not stored: see `response-not-stored` above. */
+/**
+ * Why a lease was lost (`lease-lost` events):
+ * - `max-execution`: the handler ran past `maxExecution`, so its lease is no longer renewed;
+ * - `renew-refused`: a renewal was answered, but the token was no longer current (another execution
+ *   took the key over);
+ * - `renew-failed`: renewals failed (errors, timeouts) for a whole lease: the store may have let
+ *   another execution in;
+ * - `taken-over`: another request of this process took the abandoned key over;
+ * - `fenced`: complete, release or a transaction's commit found the token no longer current, so the
+ *   late finisher's outcome was refused.
+ */
+export type LeaseLostReason = 'max-execution' | 'renew-refused' | 'renew-failed' | 'taken-over' | 'fenced';
+
 export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route' | 'body-refused' | 'closed';
 
 /** Why a covered request was refused before its record was looked up: see `refused` above. */

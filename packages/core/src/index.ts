@@ -26,7 +26,13 @@ export {
   StoreUnavailableError,
   withoutCommandValues,
 } from './errors.js';
-export type { IdempotencyEvent, IdempotencyEventType, NotStoredReason, RefusalCode } from './events.js';
+export type {
+  IdempotencyEvent,
+  IdempotencyEventType,
+  LeaseLostReason,
+  NotStoredReason,
+  RefusalCode,
+} from './events.js';
 export {
   type FingerprintOptions,
   fingerprintRequest,

@@ -202,7 +202,7 @@ describe('the lease a takeover fences', () => {
     const retry = await engine.begin(request);
     expect(retry.kind === 'execute' && retry.lease.recovered).toBe(true);
     expect(first.lease.lost).toBe(true);
-    expect(events.filter((e) => e.type === 'lease-lost')).toMatchObject([{ reason: 'taken over' }]);
+    expect(events.filter((e) => e.type === 'lease-lost')).toMatchObject([{ reason: 'taken-over' }]);
   });
 });
 

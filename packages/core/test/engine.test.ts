@@ -1135,7 +1135,7 @@ describe('the heartbeat', () => {
     expect(started.lease.lost).toBe(true);
     expect(started.lease.signal.aborted).toBe(true);
     expect(events.filter((e) => e.type === 'lease-lost')).toEqual([
-      expect.objectContaining({ reason: 'could not renew within one lease' }),
+      expect.objectContaining({ reason: 'renew-failed' }),
     ]);
   });
 
@@ -1255,7 +1255,7 @@ describe('transactional mode', () => {
     expect(result).toEqual({ committed: false, reason: 'lease-lost' });
     expect(started.lease.lost).toBe(true);
     expect(started.lease.signal.aborted).toBe(true);
-    expect(events.at(-1)).toMatchObject({ type: 'lease-lost', reason: 'token no longer current at commit' });
+    expect(events.at(-1)).toMatchObject({ type: 'lease-lost', reason: 'fenced' });
   });
 
   it('a transaction the store fails has freed the key by the time it returns', async () => {

@@ -267,7 +267,8 @@ export interface GuardProblem {
   status: number;
   detail: string;
   code: GuardErrorCode;
-  retryable: false;
+  /** True for `keys_unavailable` only: the same token passes once the issuer's keys can be fetched. */
+  retryable: boolean;
   [extension: string]: unknown;
 }
 
@@ -285,7 +286,11 @@ export class GuardError extends Error {
   override readonly name = 'GuardError' as const;
   readonly code: GuardErrorCode;
   readonly status: 400 | 401 | 403;
-  readonly retryable = false as const;
+  /**
+   * Whether the same request (same token) can succeed later: true for `keys_unavailable` only, a
+   * refusal about the issuer's key endpoint, not the token. Every other refusal is repeated.
+   */
+  readonly retryable: boolean;
   /** The complete `WWW-Authenticate` header value (RFC 6750 §3). */
   readonly wwwAuthenticate: string;
   /**
@@ -299,6 +304,7 @@ export class GuardError extends Error {
     super(row.description, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.status = row.status;
+    this.retryable = retryableCodes.has(code);
     this.wwwAuthenticate = buildChallenge(row.error, row.description, row.status, options);
     this.dpopNonce = options.dpopNonce;
   }
@@ -312,10 +318,14 @@ export class GuardError extends Error {
       status: this.status,
       detail: row.description,
       code: this.code,
-      retryable: false,
+      retryable: this.retryable,
     };
   }
 }
+
+// The refusals a later attempt with the same token may pass: the guard fails closed while the issuer's
+// keys cannot be fetched, and the token itself may be fine.
+const retryableCodes: ReadonlySet<GuardErrorCode> = new Set(['keys_unavailable']);
 
 function buildChallenge(
   error: string | undefined,

@@ -186,7 +186,7 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
         status: row.status,
         detail: row.description,
         code,
-        retryable: false,
+        retryable: code === 'keys_unavailable',
       });
       expect(isGuardError(error)).toBe(true);
     }

@@ -334,18 +334,20 @@ describe('remote JWKS', () => {
     expect((await guard.verify(token('k1'))).ok).toBe(true);
   });
 
-  // Was wrong: docs/errors.md defines `retryable` as "sending the same request again (same key, same
+  // Was a defect: docs/errors.md defines `retryable` as "sending the same request again (same key, same
   // token) can succeed", and its keys_unavailable row says "retry later"; the test above shows the
-  // same token accepted once the JWKS is back. Yet every GuardError says `retryable: false` (typed
-  // `false as const`, and the guard section says "always false: the same token will be refused
-  // again"). Proposed fix: `retryable: true` for keys_unavailable (and a `retryable` column in
-  // guardErrorTable), with `GuardError.retryable`/`GuardProblem.retryable` widened to boolean: a
-  // change of the public types, so a design decision, left open.
-  it.fails('keys_unavailable says retryable: the same token succeeds once the keys come back', async () => {
+  // same token accepted once the JWKS is back. Yet every GuardError said `retryable: false`.
+  it('keys_unavailable says retryable: the same token succeeds once the keys come back', async () => {
     const { token, guard } = await setup({ kind: 'raw', status: 500, body: '' });
     const result = await guard.verify(token('k1'));
     expect(result.ok ? 'ok' : result.error.code).toBe('keys_unavailable');
-    if (!result.ok) expect(result.error.toProblem().retryable).toBe(true);
+    if (!result.ok) {
+      expect(result.error.retryable).toBe(true);
+      expect(result.error.toProblem().retryable).toBe(true);
+    }
+    // Any refusal about the token itself stays final.
+    const malformed = await guard.verify('not-a-token');
+    expect(!malformed.ok && malformed.error.retryable).toBe(false);
   });
 
   it('case 50: a hanging endpoint times out and the stale keys are used', async () => {
