@@ -21,6 +21,8 @@ export default defineConfig({
           include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'scripts/test/**/*.test.ts'],
           exclude: ['**/*.int.test.ts', '**/*.e2e.test.ts', '**/node_modules/**'],
           testTimeout: 20_000,
+          // A PGlite store started in beforeAll compiles its WebAssembly first: seconds on a busy box.
+          hookTimeout: 30_000,
           // Unit files wait more than they compute (PGlite starts, child processes, sockets): on 2
           // cores, 3 workers keep both busy and take the project from about 180 s to 105 s, where
           // the default left a core idle. Their clocks are injected, so the extra worker costs no
