@@ -22,12 +22,11 @@ const asctimeDate = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) ([ \d]\d) 
 
 /**
  * Parses an HTTP-date (IMF-fixdate, obsolete RFC 850 or asctime) to epoch milliseconds, or
- * `undefined` when the text is none of them.
+ * `undefined` when the text is none of them. `now` (epoch ms) only places the two-digit years of the
+ * RFC 850 form in their century.
  *
  * @example
  * parseHttpDate('Sun, 06 Nov 1994 08:49:37 GMT'); // 784111777000
- *
- * `now` (epoch ms) only places the two-digit years of the RFC 850 form in their century.
  */
 export function parseHttpDate(text: string, now: number = Date.now()): number | undefined {
   const parts = dateParts(text, now);

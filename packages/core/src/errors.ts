@@ -121,7 +121,11 @@ export class StoreUnavailableError extends Error {
  * wrapping or rethrowing it.
  *
  * @example
- * catch (error) { throw new StoreUnavailableError('claim failed', { cause: withoutCommandValues(error) }); }
+ * try {
+ *   await redis.eval(claimScript, 1, key, record);
+ * } catch (error) {
+ *   throw new StoreUnavailableError('claim failed', { cause: withoutCommandValues(error) });
+ * }
  */
 export function withoutCommandValues<T>(error: T): T {
   if (error === null || typeof error !== 'object') return error;

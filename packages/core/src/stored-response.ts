@@ -48,7 +48,12 @@ export class ResponseTooLargeError extends Error {
  * True when `value` is a {@link ResponseTooLargeError} (works across copies of the package).
  *
  * @example
- * if (isResponseTooLargeError(event.error)) metrics.increment('idem.response_not_stored');
+ * const engine = createIdempotency({
+ *   store,
+ *   onEvent: (event) => {
+ *     if (event.type === 'store-error' && isResponseTooLargeError(event.error)) metrics.increment('idem.response_not_stored');
+ *   },
+ * });
  */
 export function isResponseTooLargeError(value: unknown): value is ResponseTooLargeError {
   return (

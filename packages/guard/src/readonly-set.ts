@@ -9,7 +9,7 @@
  * @example
  * const scope = readonlyStringSet(['orders:read']);
  * scope.has('orders:read'); // true
- * scope.add('orders:write'); // TypeError
+ * (scope as Set<string>).add('orders:write'); // TypeError (the type has no `add`; a cast does not help)
  */
 export function readonlyStringSet(values: Iterable<string>): ReadonlySet<string> {
   const set = new Set(values);

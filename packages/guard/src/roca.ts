@@ -27,7 +27,7 @@ function buildSubgroups(): Array<{ prime: bigint; members: Set<number> }> {
  * True when the modulus carries the ROCA fingerprint.
  *
  * @example
- * isRocaModulus(modulusFromJwk); // false for a healthy key
+ * isRocaModulus(BigInt(`0x${Buffer.from(jwk.n, 'base64url').toString('hex')}`)); // false for a healthy key
  */
 export function isRocaModulus(modulus: bigint): boolean {
   subgroups ??= buildSubgroups();

@@ -68,7 +68,10 @@ export function isSerializationFailure(error: unknown): boolean {
  * is rethrown unchanged.
  *
  * @example
- * const { rowCount } = await retrySerializationFailures(() => sql.run(name, text, params));
+ * async function expire(sql: SqlExecutor, key: string) {
+ *   const { rowCount } = await retrySerializationFailures(() => sql.query('DELETE FROM idem WHERE key = $1', [key]));
+ *   return rowCount;
+ * }
  */
 export async function retrySerializationFailures<T>(
   statement: () => Promise<T>,

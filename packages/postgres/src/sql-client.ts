@@ -77,8 +77,10 @@ export interface PgPoolLike {
  * one statement or transaction at a time on it; a Pool serves concurrent requests better.
  *
  * @example
- * const client: PgClientLike = new pg.Client({ connectionString });
+ * import pg from 'pg';
+ * const client = new pg.Client({ connectionString });
  * await client.connect();
+ * const store = postgresStore({ client }); // a PgClientLike
  */
 export interface PgClientLike {
   query(config: PgQueryConfig): Promise<PgQueryResult>;

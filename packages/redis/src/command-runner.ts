@@ -21,7 +21,7 @@ export interface RedisCommandRunner {
  * The part of an ioredis `Redis` or `Cluster` the store uses.
  *
  * @example
- * const store = redisStore({ client: new Redis(process.env.REDIS_URL) }); // or new Cluster(nodes)
+ * const store = redisStore({ client: new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') }); // or new Cluster(nodes)
  */
 export interface IoredisLike {
   callBuffer(command: string, ...args: (string | Buffer | number)[]): Promise<unknown>;
@@ -72,7 +72,7 @@ const nodeRedisBuffers = { typeMapping: { 36: Buffer } };
  *
  * @example
  * import { Redis } from 'ioredis';
- * const runner = redisCommandRunner(new Redis(process.env.REDIS_URL));
+ * const runner = redisCommandRunner(new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'));
  * await runner.send('k', ['GET', 'k']); // Buffer or null
  */
 export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner {

@@ -88,7 +88,7 @@ const knownOptions: ReadonlySet<string> = new Set<keyof RedisStoreOptions>(['cli
  * import { createIdempotency } from '@idem/core';
  * import { redisStore } from '@idem/redis';
  *
- * const redis = new Redis(process.env.REDIS_URL);
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
  * const engine = createIdempotency({ store: redisStore({ client: redis, prefix: 'billing:idem:' }) });
  */
 export function redisStore(options: RedisStoreOptions): RedisStore {

@@ -380,11 +380,17 @@ function transactionalMemoryHarness(log: TransactionLog): AdapterStoreHarness {
  * One table for every framework: the same requests must give the same answers.
  *
  * @example
+ * import { once } from 'node:events';
+ * import type { AddressInfo } from 'node:net';
+ * import express from 'express';
  * import { describeAdapter } from '@idem/testkit';
  * describeAdapter('express', async ({ idempotency, handle }) => {
  *   const app = express();
  *   // ...x-test-user to req.auth, app.use(idempotency(options)), parsers, scenarioRoutes calling handle()
  *   const server = app.listen(0);
+ *   await once(server, 'listening');
+ *   const { port } = server.address() as AddressInfo;
+ *   const close = () => new Promise<void>((done) => server.close(() => done()));
  *   return { url: `http://127.0.0.1:${port}`, close, executions: () => runs };
  * });
  */

@@ -7,7 +7,8 @@ import { Buffer } from 'node:buffer';
  *
  * @example
  * const { body, contentType } = multipartForm('----idemBoundaryA1', Buffer.alloc(500, 7));
- * await fetch(url, { method: 'POST', headers: { 'content-type': contentType }, body });
+ * // fetch's types take no Buffer (its memory may be shared): hand it the bytes as a Uint8Array.
+ * await fetch(url, { method: 'POST', headers: { 'content-type': contentType }, body: new Uint8Array(body) });
  */
 export function multipartForm(boundary: string, file: Buffer, note = 'hello ✓'): { body: Buffer; contentType: string } {
   const body = Buffer.concat([

@@ -81,7 +81,9 @@ export function postgresAnswers(url = databaseUrl(), timeoutMs = 1_500): Promise
  *
  * @example
  * const withRedis = serviceAvailable(`Redis at ${redisUrl()}`, await redisAnswers(), 'the Redis receiver tests');
- * describe.runIf(withRedis)('receiver on Redis', () => { ... });
+ * describe.runIf(withRedis)('receiver on Redis', () => {
+ *   // …
+ * });
  */
 export function serviceAvailable(what: string, available: boolean, skipped: string): boolean {
   if (available) return true;

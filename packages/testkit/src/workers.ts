@@ -46,7 +46,7 @@ export interface Workers {
  *
  * @example
  * const group = await startWorkers({ count: 4, script: 'test/fixtures/charge-server.ts', env: { REDIS_URL } });
- * await fetch(`${group.workers[0].url}/charges`, { method: 'POST', headers: { 'idempotency-key': 'k' } });
+ * await fetch(`${group.workers[0]!.url}/charges`, { method: 'POST', headers: { 'idempotency-key': 'k' } });
  * await group.close();
  */
 export async function startWorkers(options: WorkersOptions): Promise<Workers> {
