@@ -4,6 +4,7 @@ import type { Guard } from './guard.js';
  * Options of the framework glue's `guard()` (`@idem/express`, `@idem/fastify`, `@idem/koa`).
  *
  * @example
+ * import { guard } from '@idem/express';
  * app.get('/products', guard(edge, { optional: true }), listProducts);
  */
 export interface GuardGlueOptions {
