@@ -276,8 +276,9 @@ function moduleOf(example: Example, sources: Source[]): Module {
 }
 
 describe('TSDoc @example blocks', () => {
-  it('finds the examples', () => {
+  it('finds the examples, none of them empty', () => {
     expect(examples.length).toBeGreaterThan(250);
+    expect(examples.filter(({ code }) => code.trim() === '').map(({ file, line }) => `${file}:${line}`)).toEqual([]);
   });
 
   it('every example type-checks against its package', () => {
