@@ -83,6 +83,7 @@ export interface MigrateOptions {
  * too. The store itself never runs DDL.
  *
  * @example
+ * import pg from 'pg';
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
  * await migrate(pool, { table: 'idem_records' });
  * const store = postgresStore({ client: pool, table: 'idem_records' });

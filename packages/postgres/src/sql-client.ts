@@ -61,6 +61,7 @@ export interface PgPoolClientLike {
  * A `pg` Pool. The caller creates, configures and ends it, and listens for its `'error'` events.
  *
  * @example
+ * import pg from 'pg';
  * const pool: PgPoolLike = new pg.Pool({ connectionString: process.env.DATABASE_URL });
  */
 export interface PgPoolLike {
@@ -101,6 +102,7 @@ export interface PGliteTransactionLike {
  * A PGlite instance (`@electric-sql/pglite`), in memory or on disk.
  *
  * @example
+ * import { PGlite } from '@electric-sql/pglite';
  * const db: PGliteLike = new PGlite('./idem-data');
  */
 export interface PGliteLike {
@@ -113,6 +115,8 @@ export interface PGliteLike {
  * Any client the PostgreSQL store accepts: a `pg` Pool, a `pg` Client, or PGlite.
  *
  * @example
+ * import { PGlite } from '@electric-sql/pglite';
+ * import pg from 'pg';
  * const client: PostgresClient = process.env.DATABASE_URL ? new pg.Pool({ connectionString: process.env.DATABASE_URL }) : new PGlite();
  */
 export type PostgresClient = PgPoolLike | PgClientLike | PGliteLike;
@@ -190,6 +194,7 @@ const guarded = (
  * The caller keeps owning the client: the shim never connects, ends or closes it.
  *
  * @example
+ * import pg from 'pg';
  * const sql = createSqlClient(new pg.Pool({ connectionString }));
  * const { rows } = await sql.query('SELECT 1 AS one');
  */

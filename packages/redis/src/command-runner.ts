@@ -21,6 +21,7 @@ export interface RedisCommandRunner {
  * The part of an ioredis `Redis` or `Cluster` the store uses.
  *
  * @example
+ * import { Redis } from 'ioredis';
  * const store = redisStore({ client: new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') }); // or new Cluster(nodes)
  */
 export interface IoredisLike {
@@ -31,7 +32,8 @@ export interface IoredisLike {
  * The part of a node-redis v5 or v6 client the store uses.
  *
  * @example
- * const store = redisStore({ client: await createClient({ url: process.env.REDIS_URL }).connect() });
+ * import { createClient } from 'redis';
+ * const store = redisStore({ client: await createClient({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' }).connect() });
  */
 export interface NodeRedisClientLike {
   sendCommand(args: (string | Buffer)[], options?: object): Promise<unknown>;
@@ -41,6 +43,7 @@ export interface NodeRedisClientLike {
  * The part of a node-redis v5 or v6 cluster the store uses.
  *
  * @example
+ * import { createCluster } from 'redis';
  * const cluster = await createCluster({ rootNodes: [{ url: 'redis://10.0.0.1:6379' }] }).connect();
  * const store = redisStore({ client: cluster });
  */

@@ -38,6 +38,7 @@ export interface TcpProxy {
  * when its store is slow, silent or gone.
  *
  * @example
+ * import { Redis } from 'ioredis';
  * const proxy = await createTcpProxy({ target: { host: '127.0.0.1', port: 6379 } });
  * const redis = new Redis({ port: proxy.port });
  * proxy.cut();      // the store vanishes
