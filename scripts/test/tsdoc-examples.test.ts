@@ -9,6 +9,9 @@
 //     own file exports (an example on an internal helper names the helper), its package's public
 //     API, what the package's other files export, and the public API of the idem packages the
 //     package depends on; a name from the first that has it, none the example imports itself;
+//   - in the framework glue (express, fastify, koa, and webhooks' files of the same names), the
+//     framework's objects typed under their usual names (`app`, `req`, `ctx`, `reply`: see
+//     `frameworkContext`);
 //   - the rest of the example as the body of an `async` function, since most examples are
 //     fragments of one: they `return`, they `await`, and they may reuse an imported name locally.
 //     A top-level `export` in an example (a Next.js route handler) loses its keyword there.
@@ -175,6 +178,28 @@ function dependenciesOf(pkg: string): string[] {
     .map((name) => name.slice('@idem/'.length));
 }
 
+// The framework objects a glue example names by their framework's convention, typed: the
+// callbacks an example gives `app.post` then get real parameter types, and what it reads off the
+// request (`req.auth`, `ctx.state.idempotency`) is checked. Declared around the example, so a name
+// the example declares itself wins.
+const express = [
+  "declare const app: import('express').Express;",
+  "declare const req: import('express').Request;",
+  "declare const res: import('express').Response;",
+];
+const fastify = [
+  "declare const app: import('fastify').FastifyInstance;",
+  "declare const request: import('fastify').FastifyRequest;",
+  "declare const reply: import('fastify').FastifyReply;",
+];
+const koa = ["declare const app: import('koa');", "declare const ctx: import('koa').Context;"];
+function frameworkContext(file: string): string[] {
+  if (file.startsWith('packages/express/') || file === 'packages/webhooks/src/express.ts') return express;
+  if (file.startsWith('packages/fastify/') || file === 'packages/webhooks/src/fastify.ts') return fastify;
+  if (file.startsWith('packages/koa/') || file === 'packages/webhooks/src/koa.ts') return koa;
+  return [];
+}
+
 function compilerOptions(): ts.CompilerOptions {
   const config = ts.readConfigFile(join(root, 'tsconfig.json'), ts.sys.readFile);
   const parsed = ts.parseJsonConfigFileContent(config.config, ts.sys, root);
@@ -271,7 +296,13 @@ function moduleOf(example: Example, sources: Source[]): Module {
     const list = names.map(({ name, value }) => (value ? name : `type ${name}`)).join(', ');
     return [`import { ${list} } from '${specifier}';`];
   });
-  const header = [...hoisted, ...imports, 'export {};', 'async function example() {'];
+  const header = [
+    ...hoisted,
+    ...imports,
+    ...frameworkContext(example.file),
+    'export {};',
+    'async function example() {',
+  ];
   return { example, offset: header.length, text: `${header.join('\n')}\n${body}\n}\nvoid example;\n`, api };
 }
 
