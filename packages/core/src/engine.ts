@@ -688,9 +688,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // be refused), its lease ended at once so the next retry takes it over. Deleting it would let
   // other parameters run. On a store that keeps no abandoned records this is a release.
   const letGo = (lease: LeaseState): Awaitable<boolean> =>
-    lease.recovered
-      ? store.renew({ id: lease.id, token: lease.token, leaseMs: 1 })
-      : store.release({ id: lease.id, token: lease.token });
+    lease.recovered ? endLease(lease) : store.release({ id: lease.id, token: lease.token });
+
+  // Ends a lease at once and keeps its record, abandoned, with its fingerprint: the same request
+  // takes it over, other parameters are still refused.
+  const endLease = (lease: LeaseState): Awaitable<boolean> =>
+    store.renew({ id: lease.id, token: lease.token, leaseMs: 1 });
 
   const afterRelease = (lease: LeaseState, started: number, released: boolean): ReleaseResult => {
     if (!released) {
@@ -754,13 +757,10 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // is fenced as any late one.
   const settleAsCrash = (lease: LeaseState, status: number): Promise<CompleteResult> => {
     stopHeartbeat(lease);
-    return withTimeout('release', () => store.renew({ id: lease.id, token: lease.token, leaseMs: 1 })).then(
-      (ended) => {
-        if (!ended) return LEASE_LOST;
-        if (onEvent) emit({ type: 'not-stored', id: lease.id, operation: lease.operation, status, at: now() });
-        return NOT_STORED;
-      },
-      (error) => releaseFailed(lease, error) as CompleteResult,
+    return withTimeout('release', () => endLease(lease)).then(
+      (ended) => (ended ? notStored(lease, status, RELEASED) : LEASE_LOST),
+      // As when a policy's release fails: the store-error event, then not-stored.
+      (error) => notStored(lease, status, releaseFailed(lease, error)),
     );
   };
 

@@ -70,7 +70,6 @@ export type IdempotencyEvent =
       status: number;
     });
 
-/** Why a served response was not stored: see `response-not-stored` above. */
 /**
  * Why a lease was lost (`lease-lost` events):
  * - `max-execution`: the handler ran past `maxExecution`, so its lease is no longer renewed;
@@ -84,6 +83,7 @@ export type IdempotencyEvent =
  */
 export type LeaseLostReason = 'max-execution' | 'renew-refused' | 'renew-failed' | 'taken-over' | 'fenced';
 
+/** Why a served response was not stored: see `response-not-stored` above. */
 export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route' | 'body-refused' | 'closed';
 
 /** Why a covered request was refused before its record was looked up: see `refused` above. */

@@ -1883,7 +1883,7 @@ function advertise(state: CaptureState, status: number) {
   const res = state.res;
   if (state.expires === undefined || state.eventStream || res.headersSent || res.hasHeader(expiresHeader)) return;
   // A live feed is never stored (see onHead), here too when its head is not written yet.
-  if (/^text\/event-stream/i.test(String(res.getHeader('content-type') ?? ''))) return;
+  if (declaresLiveFeed(res)) return;
   const value = state.expires(status);
   if (value === undefined) return;
   res.setHeader(expiresHeader, value);
@@ -1897,11 +1897,15 @@ function advertise(state: CaptureState, status: number) {
  * outcome. (Held mode calls onHead itself before it settles.)
  */
 function liveFeedHeadPending(state: CaptureState): boolean {
-  return (
-    state.status === undefined &&
-    !state.hold &&
-    /^text\/event-stream/i.test(String(state.res.getHeader('content-type') ?? ''))
-  );
+  return state.status === undefined && !state.hold && declaresLiveFeed(state.res);
+}
+
+/** Server-sent events: a media type, never an outcome. */
+const liveFeedType = /^text\/event-stream/i;
+
+/** Whether the response's `Content-Type`, as set so far, is a live feed's. */
+function declaresLiveFeed(res: ServerResponse): boolean {
+  return liveFeedType.test(String(res.getHeader('content-type') ?? ''));
 }
 
 function onHead(state: CaptureState, args: unknown[]) {
@@ -1912,7 +1916,7 @@ function onHead(state: CaptureState, args: unknown[]) {
   // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
   // so the feed does not hold a lease open for as long as it streams. (In held mode nothing has
   // been sent: the transaction learns at once that it cannot be stored, and rolls back.)
-  if (/^text\/event-stream/i.test(type)) {
+  if (liveFeedType.test(type)) {
     state.eventStream = true;
     if (!state.hold) state.chunks.length = 0;
     finish(state, { kind: 'unstorable', reason: 'event-stream', status });

@@ -58,6 +58,27 @@ describe('a handler that stopped on its lost lease', () => {
     expect(events.some((event) => event.type === 'complete')).toBe(false);
   });
 
+  it('a throw after another execution took the key over is fenced: its record and answer stay', async () => {
+    vi.useFakeTimers();
+    const store = memoryStore({ now: () => Date.now() });
+    const engine = createIdempotency({ store, lease: '1s', maxExecution: '3s', now: () => Date.now() });
+    const first = await engine.begin(request);
+    if (first.kind !== 'execute') throw new Error('expected execute');
+    await vi.advanceTimersByTimeAsync(4_500);
+    // The lease has ended at the store: another server's retry takes the key over and answers.
+    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+    const retry = await other.begin(request);
+    if (retry.kind !== 'execute') throw new Error('expected the retry to execute');
+    const created: StoredResponse = { status: 201, headers: {}, body: new TextEncoder().encode('{"id":"ch_1"}') };
+    await other.complete(retry.lease, created);
+    // The first handler, stopped on its signal, throws now: refused, nothing of its own kept.
+    expect(await engine.complete(first.lease, thrown500, { status: 500, thrown: true })).toEqual({
+      ok: false,
+      reason: 'lease-lost',
+    });
+    expect(await store.get(first.lease.id)).toMatchObject({ state: 'completed', response: { status: 201 } });
+  });
+
   it('an answer that still comes after the loss, nobody having taken the key over, is stored as before', async () => {
     vi.useFakeTimers();
     const store = memoryStore({ now: () => Date.now() });

@@ -26,7 +26,7 @@ import { normalizeTyp } from './guard-typ.js';
 import { secretToJwk } from './hmac-secret.js';
 import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
-import { checkJwk, importCheckedKey, type KeyPolicy, pemToJwk, type VerificationKey } from './key-import.js';
+import { checkJwk, importCheckedKey, type KeyPolicy, kidSlot, pemToJwk, type VerificationKey } from './key-import.js';
 import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
 import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { type Principal, principalFromClaims } from './principal.js';
@@ -411,7 +411,7 @@ function staticKeys(
     if (!result.ok) throw new TypeError(`issuer ${options.issuer}: key ${index} refused (${result.reason})`);
     // As in a fetched set: one kid may name a key for two algorithms, never two keys for one.
     if (result.key.kid !== undefined) {
-      const slot = `${result.key.alg} ${result.key.kid}`;
+      const slot = kidSlot(result.key.kid, result.key.alg);
       if (kids.has(slot)) throw new TypeError(`issuer ${options.issuer}: duplicate kid ${result.key.kid}`);
       kids.add(slot);
     }
@@ -712,13 +712,7 @@ export function buildEngine(
     principal:
       overrides.principal ??
       ((claims, issuer) =>
-        principalFromClaims(claims, {
-          rolesClaim: issuer.rolesClaim,
-          // The audience the token was accepted for, when it is named by another claim than `aud`.
-          ...(issuer.profile.audienceClaim === 'aud'
-            ? {}
-            : { audience: [claims[issuer.profile.audienceClaim] as string].flat() }),
-        })),
+        principalFromClaims(claims, { rolesClaim: issuer.rolesClaim, audienceClaim: issuer.profile.audienceClaim })),
     errorOptions: {
       realm,
       ...(options.resourceMetadata === undefined ? {} : { resourceMetadata: options.resourceMetadata }),

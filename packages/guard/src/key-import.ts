@@ -211,6 +211,18 @@ function claimsToVerify(entry: { reason: KeyDropReason }): boolean {
 }
 
 /**
+ * What a `kid` may name once: one key per algorithm. Every key is pinned to one algorithm and a
+ * lookup asks for the token's, so one key listed for RS256 and for PS256 under one `kid` never
+ * competes with itself; two keys for one algorithm would. Shared by fetched and configured keys.
+ *
+ * @example
+ * kidSlot('k1', 'RS256') === kidSlot('k1', 'PS256'); // false
+ */
+export function kidSlot(kid: string, alg: JwsAlgorithm): string {
+  return `${alg} ${kid}`;
+}
+
+/**
  * Imports a JWKS. The whole set is refused when it is not `{ keys: [...] }`, holds private key
  * material, gives one `kid` to two keys it would verify one algorithm with, or mixes symmetric and asymmetric keys
  * (Wycheproof `MixedKeySet`, `DuplicateKid`). Single unusable keys are dropped and reported. A `kid`
@@ -248,15 +260,13 @@ export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<K
       dropped.push({ kid, reason: 'invalid-key' });
     }
   }
-  // A kid is a duplicate when two keys would both be taken for one token: the same kid and the same
-  // algorithm (every key is pinned to one, and a lookup asks for the token's). One RSA key published
-  // twice under one kid, for RS256 and for PS256 (Keycloak, FAPI providers), is two keys a token can
-  // tell apart. A broken key's algorithm is not to be trusted: it contends for every algorithm of
-  // its kid, as before.
+  // A kid is a duplicate when two keys would both be taken for one token (kidSlot): one RSA key
+  // published for RS256 and for PS256 under one kid (Keycloak, FAPI providers) is not. A broken
+  // key's algorithm is not to be trusted: it contends for every algorithm of its kid.
   const taken = new Set<string>();
   for (const key of keys) {
     if (key.kid === undefined) continue;
-    const slot = `${key.alg} ${key.kid}`;
+    const slot = kidSlot(key.kid, key.alg);
     if (taken.has(slot)) return { ok: false, reason: 'duplicate-kid' };
     taken.add(slot);
   }

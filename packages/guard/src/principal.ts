@@ -67,7 +67,8 @@ export function isWordList(value: unknown): boolean {
  * Builds a principal from verified claims. Scopes come from `scope` (space-delimited, RFC 9068) and
  * `scp` (string or array, as some issuers send), so both shapes give the same decision (research case
  * 49). Roles come from the configured claim (default `roles`): an array of names, or one string that
- * is one role (never split on spaces, unlike `scope`).
+ * is one role (never split on spaces, unlike `scope`). The audience comes from `aud`, or from the
+ * issuer's `audienceClaim`.
  *
  * @example
  * const principal = principalFromClaims({ sub: 'u1', iss: 'https://id.example', aud: 'api', scope: 'a b' });
@@ -75,14 +76,16 @@ export function isWordList(value: unknown): boolean {
  */
 export function principalFromClaims(
   claims: Record<string, unknown>,
-  options: { rolesClaim?: string; issuer?: string; audience?: readonly string[] } = {},
+  options: { rolesClaim?: string; audienceClaim?: string; issuer?: string; audience?: readonly string[] } = {},
 ): Principal {
   const scope = new Set<string>();
   addWords(scope, claims.scope, true);
   addWords(scope, claims.scp, true);
   const roles = new Set<string>();
   addWords(roles, claims[options.rolesClaim ?? 'roles'], false);
-  const aud = options.audience ?? (typeof claims.aud === 'string' ? [claims.aud] : ((claims.aud as string[]) ?? []));
+  // `aud`, or the claim an issuer names its audience in (Cognito's `client_id`), already checked.
+  const named = claims[options.audienceClaim ?? 'aud'];
+  const aud = options.audience ?? (typeof named === 'string' ? [named] : ((named as string[] | undefined) ?? []));
   return Object.freeze({
     sub: claims.sub as string,
     iss: options.issuer ?? (claims.iss as string),
