@@ -148,7 +148,10 @@ export interface Lease {
   readonly token: string;
   readonly fingerprint: string;
   readonly startedAt: number;
-  /** Aborted when the lease is lost (renewal refused or impossible for a whole lease period). */
+  /**
+   * Aborted when the lease is lost: a renewal refused, or none confirmed for a whole lease (counted
+   * from the last confirmed one's sending, even while a renewal is still unanswered), or `maxExecution`.
+   */
   readonly signal: AbortSignal;
   /** True once the lease is known to be lost. */
   readonly lost: boolean;
@@ -394,6 +397,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // Each tick renews the leases last renewed a third of a lease ago or more, so a lease is renewed
   // before about 0.6 of its life has passed, leaving time for a slow or failed renewal to be retried.
   let beat: ReturnType<typeof setInterval> | undefined;
+  // A one-shot wake-up for the end of a lease whose renewals have not been confirmed (see `tick`).
+  let watch: ReturnType<typeof setTimeout> | undefined;
   const beatEvery = Math.max(25, Math.floor(leaseMs / 4));
 
   const stopHeartbeat = (lease: LeaseState) => {
@@ -402,9 +407,14 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   };
 
   const markLost = (lease: LeaseState, reason: LeaseLostReason) => {
+    // A lease that went a whole lease without a renewal the store confirmed may have ended there, so
+    // its handler is told at once. But the store may only be slow (a renewal still on its way lands
+    // and extends it), or back before anyone took the key over: the heartbeat keeps trying, so a
+    // handler that carries on is not left without a lease for another worker to take. Every other
+    // reason is final.
+    if (reason !== 'renew-failed') stopHeartbeat(lease);
     if (lease.lost) return;
     lease.lost = true;
-    stopHeartbeat(lease);
     lease.controller?.abort(new Error(`lease lost: ${reason}`));
     if (onEvent) emit({ type: 'lease-lost', id: lease.id, operation: lease.operation, reason, at: now() });
   };
@@ -435,15 +445,36 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (held.size === 0) {
       clearInterval(beat);
       beat = undefined;
+      clearTimeout(watch);
       return;
     }
     const t = elapsed();
+    let soonest = Number.POSITIVE_INFINITY;
     for (const lease of held.values()) {
-      if (lease.lost) continue;
       // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
       // (Deleting from `held` while iterating it is safe for a Map.)
-      if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) markLost(lease, 'max-execution');
-      else if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
+      if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) {
+        markLost(lease, 'max-execution');
+        continue;
+      }
+      // One lease after the last confirmed renewal was sent, the store's lease may have ended (it
+      // was set no earlier than that), even while a renewal hangs there: tell the handler before
+      // another worker's retry can take the key over. Counted from the send, not the answer: a
+      // renewal's own deadline (storeTimeout) may be longer than the lease.
+      // (Not for an in-process store: nobody outside this process shares it, and its renewal, sent
+      // below, is answered before any other request of this process can claim, even after a stall.)
+      const end = lease.lastRenewedAt + leaseMs;
+      if (!inProcess) {
+        if (t >= end) markLost(lease, 'renew-failed');
+        else if (end < soonest) soonest = end;
+      }
+      if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
+    }
+    // A lease can reach that end between two ticks (its renewals hang): wake up then, not a tick late.
+    if (soonest - t < beatEvery) {
+      clearTimeout(watch);
+      watch = setTimeout(tick, Math.max(1, Math.ceil(soonest - t)));
+      watch.unref?.();
     }
   };
 

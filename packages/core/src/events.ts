@@ -75,8 +75,10 @@ export type IdempotencyEvent =
  * - `max-execution`: the handler ran past `maxExecution`, so its lease is no longer renewed;
  * - `renew-refused`: a renewal was answered, but the token was no longer current (another execution
  *   took the key over);
- * - `renew-failed`: renewals failed (errors, timeouts) for a whole lease: the store may have let
- *   another execution in;
+ * - `renew-failed`: no renewal was confirmed for a whole lease, counted from the last confirmed one's
+ *   sending (errors, timeouts, a renewal still unanswered, a stalled process): the store may have let
+ *   another execution in. The heartbeat keeps trying, so the key stays held if the store still
+ *   renews it;
  * - `taken-over`: another request of this process took the abandoned key over;
  * - `fenced`: complete, release or a transaction's commit found the token no longer current, so the
  *   late finisher's outcome was refused.

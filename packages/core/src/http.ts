@@ -125,7 +125,7 @@ export interface IdempotencyContext {
   tx: unknown;
   /**
    * Aborts when this execution's lease is lost: its renewal was refused (another execution took the
-   * key over), failed for a whole lease, or stopped at `maxExecution`. Another execution may then be
+   * key over), none was confirmed for a whole lease, or renewals stopped at `maxExecution`. Another execution may then be
    * running, so a handler that has not made its effect yet should stop; pass it to `fetch`, a
    * database query or a timer.
    */

@@ -34,7 +34,7 @@ export interface ReceivedEvent {
   /** The body parsed as JSON (throws a `SyntaxError` on a body that is not JSON). */
   json<T = unknown>(): T;
   /**
-   * Aborts when this delivery's claim is lost: its renewal was refused or failed for a whole lease,
+   * Aborts when this delivery's claim is lost: its renewal was refused or none confirmed for a whole lease,
    * or `apply` ran past `maxExecution`. Another delivery of the event may then apply it, so an
    * `apply` that has not made its effect yet should stop; pass it to `fetch`, a query or a timer.
    */
