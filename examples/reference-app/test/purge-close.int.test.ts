@@ -1,0 +1,104 @@
+// Closing the resource stack while its purge of expired idempotency records is under way: the purge
+// must finish (or fail on its own) before close() resolves, so the caller's next step (closing the
+// database) never cuts a DELETE in the middle and prints a failure for a pass that had no fault.
+// On a real PostgreSQL (DATABASE_URL): another session holds a lock on the first table the purge
+// walks, so the pass is caught mid-way for as long as the test wants, without any sleep.
+import { randomBytes } from 'node:crypto';
+import { exportJWK, generateKeyPair } from 'jose';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { startResourceStack } from '../src/api/resource-stack.js';
+import { type Database, openDatabase } from '../src/db.js';
+import { apiTables } from '../src/schema/api-schema.js';
+
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const schema = `purge_close_${randomBytes(5).toString('hex')}`;
+
+describe('the resource stack closing during a purge pass', () => {
+  let db: Database;
+  const locker = new pg.Client({ connectionString: databaseUrl });
+  // A session of its own: inside the locker's transaction, pg_stat_activity would be read once and
+  // kept (statistics are a snapshot per transaction).
+  const observer = new pg.Client({ connectionString: databaseUrl });
+
+  beforeAll(async () => {
+    db = await openDatabase({ url: databaseUrl, schema });
+    await locker.connect();
+    await observer.connect();
+  });
+
+  afterAll(async () => {
+    await locker.end().catch(() => undefined);
+    await observer.end().catch(() => undefined);
+    await db?.query(`drop schema if exists ${schema} cascade`);
+    await db?.close();
+  });
+
+  // The sessions the locker holds up: the purge's DELETE, as PostgreSQL sees it.
+  const blocked = async () => {
+    const { rows } = await observer.query<{ pid: number }>(
+      'select pid from pg_stat_activity where $1::int = any(pg_blocking_pids(pid))',
+      [locker.processID],
+    );
+    return rows.map((row) => row.pid);
+  };
+
+  it('waits for the pass under way before it resolves, and the pass ends without an error', async () => {
+    const pair = await generateKeyPair('ES256');
+    const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'purge-close', alg: 'ES256' };
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      written.push(String(chunk));
+      return true;
+    });
+    try {
+      const stack = await startResourceStack({
+        db,
+        gatewayPort: 0,
+        apiPort: 0,
+        receiverPort: 0,
+        baseUrl: 'http://gateway.purge-close-test',
+        issuers: [{ issuer: 'https://issuer.purge-close-test.example', jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
+        relay: false,
+        seed: false,
+        purgeEveryMs: 50,
+      });
+      // SHARE blocks the purge's DELETE and nothing else the idle stack does. A pass runs every 50 ms:
+      // the next one after the lock is caught.
+      await locker.query('begin');
+      await locker.query(`lock table ${schema}.${apiTables.idempotency} in share mode`);
+      for (let turn = 0; turn < 400 && (await blocked()).length === 0; turn++) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      const purging = await blocked();
+      expect(purging).toHaveLength(1);
+      const { rows: held } = await observer.query<{ query: string }>(
+        'select query from pg_stat_activity where pid = $1',
+        [purging[0]],
+      );
+      expect(held[0]?.query).toMatch(/^DELETE FROM "api_idempotency_records"/);
+
+      let closed = false;
+      const closing = stack.close().then(() => {
+        closed = true;
+      });
+      // The servers close in a few turns; the close as a whole must not, while the DELETE waits.
+      for (let turn = 0; turn < 20; turn++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(await blocked()).toEqual(purging);
+      expect(closed).toBe(false);
+
+      await locker.query('rollback');
+      await closing;
+      // Nothing of the pass is left running on the database once close() resolved.
+      const { rows: after } = await observer.query<{ state: string }>(
+        'select state from pg_stat_activity where pid = $1',
+        [purging[0]],
+      );
+      expect(after[0]?.state).toBe('idle');
+    } finally {
+      stderr.mockRestore();
+      await locker.query('rollback').catch(() => undefined);
+    }
+    expect(written.filter((line) => line.includes('deleting expired'))).toEqual([]);
+  });
+});
