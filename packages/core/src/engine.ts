@@ -8,6 +8,7 @@ import { fingerprintsMatch } from './fingerprint.js';
 import { notify } from './notify.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
 import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
+import { unreadableRecord } from './record-check.js';
 import { recordId } from './record-id.js';
 import { type CompletedRecord, createReplayCache, type ReplayCache } from './replay-cache.js';
 import {
@@ -503,14 +504,24 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     return poll;
   };
 
+  // `phase`: the store call that answered `record`, for the event of a record that cannot be read.
   const settle = (
     operation: string,
     fingerprint: string,
     id: string,
     record: StoreRecord,
     started: number,
+    phase: 'claim' | 'get',
     cached = false,
   ): BeginResult | undefined => {
+    // Not from the cache: what it holds was checked when it was read. A shared store may hold a
+    // record another version or a hand-rolled tool wrote; replayed, its response would fail in
+    // writeHead (see record-check.ts), and nothing may run under its key either.
+    const broken = cached ? undefined : unreadableRecord(record);
+    if (broken !== undefined) {
+      if (onEvent) emit({ type: 'store-error', id, operation, phase, error: broken, at: now() });
+      return { kind: 'reject', error: unavailable(broken) };
+    }
     if (record.state === 'completed') {
       // Read from the store: good for the cache's time (a hit from the cache is not kept longer).
       if (replays !== undefined && !cached) replays.set(id, record, elapsed());
@@ -552,7 +563,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     const deadline = started + waitMs;
     if (replays !== undefined) {
       const known = replays.get(id, started);
-      if (known !== undefined) return settle(operation, fingerprint, id, known, started, true) as BeginResult;
+      if (known !== undefined) return settle(operation, fingerprint, id, known, started, 'get', true) as BeginResult;
     }
 
     // The token of an abandoned record with this request's parameters, once one was seen: the next
@@ -607,7 +618,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         return { kind: 'execute', lease };
       }
 
-      const settled = settle(operation, fingerprint, id, claimed.record, started);
+      const settled = settle(operation, fingerprint, id, claimed.record, started, 'claim');
       if (settled) return settled;
       if (claimed.record.state === 'abandoned') {
         // A store that answers the very record it was asked to take over did not take it over (it
@@ -634,7 +645,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         return { kind: 'reject', error: unavailable(error) };
       }
       if (record !== undefined) {
-        const done = settle(operation, fingerprint, id, record, started);
+        const done = settle(operation, fingerprint, id, record, started, 'get');
         if (done) return done;
         if (record.state === 'abandoned') {
           replaces = record.token;

@@ -130,16 +130,22 @@ const defaultInProgressGraceMs = 60 * 60 * 1000;
 
 const toRecord = (row: RecordRow): StoreRecord => {
   if (row.state === 'completed') {
+    // complete() always writes all three. A completed row without one was written by something else
+    // (a hand-rolled tool, a migration): read as 0, {} or an empty body it would replay a 201 with no
+    // body, or make writeHead throw. It is no answer: the engine answers 503 (see record-check.ts).
+    if (row.status === null || row.headers === null || row.body === null) {
+      throw new StoreUnavailableError('PostgreSQL holds a completed record without its status, headers or body');
+    }
     return {
       state: 'completed',
       token: row.token,
       fingerprint: row.fingerprint,
       response: {
-        status: row.status ?? 0,
-        headers: row.headers ?? {},
+        status: row.status,
+        headers: row.headers,
         // pg hands back a Buffer, PGlite a Uint8Array; a plain copy is the same for both and does not
         // pin the driver's receive buffer.
-        body: new Uint8Array(row.body ?? new Uint8Array(0)),
+        body: new Uint8Array(row.body),
       },
     };
   }
