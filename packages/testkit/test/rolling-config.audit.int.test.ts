@@ -3,7 +3,7 @@
 // first request runs on an Express server of the old configuration, and its retry goes to the
 // Express, Fastify and Koa servers of the new one, all on ONE real store (Redis; PostgreSQL for
 // transactional mode). docs/operations.md ("Changing the configuration of a live service") says
-// which changes are safe; each row of it is checked here.
+// which changes are safe; its rows are checked here.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
