@@ -34,7 +34,7 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
   /**
    * Who is calling, as a string; requests with different scopes never share a record. Default: the
    * principal the guard attached (`sub` and `iss` of `req.auth`, `request.auth` or `ctx.state.auth`).
-   * Return `undefined` when there is no caller: the request is refused with 500 `scope_missing`.
+   * Return `undefined` (or `''`) when there is no caller: the request is refused with 500 `scope_missing`.
    */
   scope?: (request: Req) => string | undefined;
   /** Mint a key for a covered request that has none and return it in `Idempotency-Key` (spec part 3, rule 3). Default false. */
@@ -205,7 +205,7 @@ export interface HttpRequestInfo {
    * a JSON body of declared length); used only when `body` is undefined. See {@link parsedBodyRead}.
    */
   json?: unknown;
-  /** The caller, from the `scope` option or the default principal; undefined when unknown. */
+  /** The caller, from the `scope` option or the default principal; undefined (or empty) when unknown. */
   scope: string | undefined;
   /**
    * The request's headers (Node's `req.headers`), read only for the names in `fingerprint.headers`.
@@ -682,7 +682,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       const field = request.keyHeader;
       echo = (typeof field === 'string' ? field : (field?.[0] ?? key)).trim();
     }
-    if (request.scope === undefined) {
+    // An empty scope is no caller either: a tenant lookup that falls back to '' for a missing claim
+    // would otherwise put every such request in one namespace, the leak scope_missing stops.
+    if (request.scope === undefined || request.scope === '') {
       return {
         kind: 'respond',
         response: refuse(
