@@ -194,6 +194,37 @@ function routeTemplateOf(ctx: Context): string | undefined {
   return current;
 }
 
+/**
+ * The operation's route: the template @koa/router matched, after the prefix a mount took off (a
+ * router knows nothing of it), or else the whole path, folded as @koa/router matches paths.
+ */
+function routeOf(ctx: Context, mounted: string, path: string): string {
+  const template = routeTemplateOf(ctx);
+  return template === undefined ? foldRoutePath(path, koaRouting) : mounted + template;
+}
+
+/**
+ * The path prefix a mount took off `ctx.path` (koa-mount runs a mounted app with `/v1/charges` as
+ * `/charges`, and `/v1` as `/`), or `''`. Express keeps its mount path in the operation
+ * (`req.baseUrl`) and Fastify a plugin's prefix in the route: without it here, apps mounted at `/v1`
+ * and `/v2` on one store would both name `POST /charges`, and a key sent to `/v2/charges` would
+ * replay `/v1/charges`. Read from `ctx.originalUrl`, which no mount changes: the part of its path
+ * before `ctx.path`. (A rewrite that changed the whole path leaves no such prefix: nothing is added.)
+ */
+function mountPrefixOf(ctx: Context): string {
+  const original = ctx.originalUrl;
+  if (typeof original !== 'string') return '';
+  const query = original.indexOf('?');
+  const whole = query === -1 ? original : original.slice(0, query);
+  const rest = ctx.path;
+  if (whole === rest) return '';
+  // koa-mount gives the mount point itself (`/v1`, `/v1/`) as `/`.
+  if (rest === '/') return whole.endsWith('/') ? whole.slice(0, -1) : whole;
+  return whole.length > rest.length && whole.endsWith(rest) && whole[whole.length - rest.length - 1] !== '/'
+    ? whole.slice(0, whole.length - rest.length)
+    : '';
+}
+
 interface Execution {
   thrown: boolean;
 }
@@ -323,11 +354,12 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const stacked = ctx.state.idempotency !== undefined;
     const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(ctx) : undefined;
     if (anonymous !== undefined) return sendGuardError(ctx, anonymous.error('token_missing'));
-    const path = ctx.path;
+    const mounted = mountPrefixOf(ctx);
+    const path = mounted + ctx.path;
     const started = await http.begin({
       method: ctx.method,
       stacked,
-      route: routeTemplateOf(ctx) ?? foldRoutePath(path, koaRouting),
+      route: routeOf(ctx, mounted, path),
       path,
       query: ctx.querystring,
       contentType: ctx.get('content-type') || undefined,

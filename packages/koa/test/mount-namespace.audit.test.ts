@@ -31,14 +31,12 @@ function mount(prefix: string, downstream: Middleware): Middleware {
   };
 }
 
-// Was wrong: the operation is `POST /charges` under both mounts, and the fingerprint holds the same
-// path, so the caller's key sent to `/v2/charges` after `/v1/charges` is answered with v1's stored
-// response (replayed, 201), and v2's handler never runs: a key replays a response from another
-// endpoint, which docs/concepts.md says it never can. A fix names the operation with the prefix the
-// mount took off (the part of `ctx.originalUrl`'s path before `ctx.path`), as Express does with
-// `req.baseUrl`; that renames the operations of mounted apps (records in flight across the deploy,
-// `storeOutcome` rules by operation), so it is left for a decision.
-it.fails('two apps mounted at /v1 and /v2 on one store keep their operations apart', async () => {
+// Was wrong: the operation was `POST /charges` under both mounts, and the fingerprint held the same
+// path, so the caller's key sent to `/v2/charges` after `/v1/charges` was answered with v1's stored
+// response (replayed, 201), and v2's handler never ran: a key replayed a response from another
+// endpoint, which docs/concepts.md says it never can. The operation now carries the prefix the mount
+// took off, as Express's does with `req.baseUrl`.
+it('two apps mounted at /v1 and /v2 on one store keep their operations apart', async () => {
   const store = memoryStore();
   const operations: string[] = [];
   // Each version is its own stack: idempotency, then the handler.
@@ -74,4 +72,58 @@ it.fails('two apps mounted at /v1 and /v2 on one store keep their operations apa
     expect(await other.json()).toEqual({ version: 'v2' });
   });
   expect(operations).toEqual(['POST /v1/charges', 'POST /v2/charges']);
+});
+
+// A route matcher as @koa/router leaves its traces on the context (`ctx.router`, `_matchedRoute`,
+// the template relative to the router, which knows nothing of the mount). @koa/router is not a
+// dependency; glue-edges.test.ts shapes its contexts the same way.
+function route(template: string, pattern: RegExp, handler: Middleware): Middleware {
+  return (ctx, next) => {
+    if (!pattern.test(ctx.path)) return next();
+    Object.assign(ctx, { router: {}, _matchedRoute: template });
+    return handler(ctx, next);
+  };
+}
+
+it('names a mounted route by its whole path, with a router inside the mount and at the mount point itself', async () => {
+  const store = memoryStore();
+  const operations: string[] = [];
+  const idem = idempotency({
+    store,
+    scope: () => 'tenant-1',
+    onEvent: (event) => {
+      if (event.type === 'claim') operations.push(event.operation);
+    },
+  });
+  const created: Middleware = (ctx) => {
+    ctx.status = 201;
+    ctx.body = { ok: true };
+  };
+  const app = new Koa();
+  app.use(
+    mount('/v1', async (ctx, next) => {
+      await route('/accounts/:id/charges', /^\/accounts\/[^/]+\/charges$/, (c, n) => idem(c, () => created(c, n)))(
+        ctx,
+        async () => {
+          // Not a routed path: the mount point itself, answered without a router.
+          if (ctx.path === '/') await idem(ctx, () => created(ctx, next));
+          else await next();
+        },
+      );
+    }),
+  );
+  await listen(app, async (url) => {
+    const post = (path: string, key: string) =>
+      fetch(`${url}${path}?x=1`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: '{}',
+      });
+    expect((await post('/v1/accounts/7/charges', 'k-1')).status).toBe(201);
+    expect((await post('/v1', 'k-2')).status).toBe(201);
+    expect((await post('/v1/', 'k-3')).status).toBe(201);
+    // Outside the mount: the path as it is.
+    expect((await post('/v2', 'k-4')).status).toBe(404);
+  });
+  expect(operations).toEqual(['POST /v1/accounts/:id/charges', 'POST /v1', 'POST /v1']);
 });
