@@ -20,11 +20,13 @@ describe('the resource stack closing during a purge pass', () => {
   // A session of its own: inside the locker's transaction, pg_stat_activity would be read once and
   // kept (statistics are a snapshot per transaction).
   const observer = new pg.Client({ connectionString: databaseUrl });
+  let lockerPid = 0;
 
   beforeAll(async () => {
     db = await openDatabase({ url: databaseUrl, schema });
     await locker.connect();
     await observer.connect();
+    lockerPid = (await locker.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]?.pid ?? 0;
   });
 
   afterAll(async () => {
@@ -38,7 +40,7 @@ describe('the resource stack closing during a purge pass', () => {
   const blocked = async () => {
     const { rows } = await observer.query<{ pid: number }>(
       'select pid from pg_stat_activity where $1::int = any(pg_blocking_pids(pid))',
-      [locker.processID],
+      [lockerPid],
     );
     return rows.map((row) => row.pid);
   };

@@ -120,6 +120,7 @@ const kSnapshot = Symbol('@idem/fastify body snapshot');
 const kExecution = Symbol('@idem/fastify execution');
 const kRoute = Symbol('@idem/fastify route');
 const kOwner = Symbol('@idem/fastify owner');
+const kConstraints = Symbol('@idem/fastify route constraints');
 
 /** What the plugin needs of a request's route, worked out once per request. */
 interface RouteInfo {
@@ -177,12 +178,35 @@ function routeOf(request: FastifyRequest): RouteInfo {
     info = {
       config,
       overrides: config === false ? noOverrides : overridesOf(config),
-      url: options?.url,
+      url: withConstraints(options?.url, (options?.config as { [kConstraints]?: string } | undefined)?.[kConstraints]),
       validatesBody: (options?.schema as { body?: unknown } | undefined)?.body !== undefined,
     };
   }
   state[kRoute] = info;
   return info;
+}
+
+// Routes on one method and URL that differ in their constraints (`constraints: { host }` for a
+// tenant's subdomain, `{ version }` for an API version) are different endpoints with different
+// handlers. Fastify keeps the matched route's constraints nowhere on the request, so `onRoute`
+// notes them in the route's config, and they become part of its operation: `/charges [host:
+// a.example]`. Without them, a key sent to b.example would replay a.example's response.
+function withConstraints(url: string | undefined, constraints: string | undefined): string | undefined {
+  return url === undefined || constraints === undefined ? url : `${url} [${constraints}]`;
+}
+
+function describeConstraints(constraints: unknown): string | undefined {
+  if (constraints === null || typeof constraints !== 'object') return undefined;
+  const names = Object.keys(constraints).sort();
+  if (names.length === 0) return undefined;
+  return names
+    .map((name) => {
+      const value = (constraints as Record<string, unknown>)[name];
+      // A host may be a RegExp; a custom strategy's value may be anything its matcher takes.
+      const text = typeof value === 'string' || value instanceof RegExp ? String(value) : JSON.stringify(value);
+      return `${name}: ${text}`;
+    })
+    .join(', ');
 }
 
 // A typo in a route's settings (`retension`) or a setting only the plugin has (`store`) would be
@@ -292,6 +316,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
   };
   fastify.addHook('onRoute', (route) => {
     route.handler = watchReturn(route.handler);
+    const constraints = describeConstraints(route.constraints);
+    if (constraints !== undefined)
+      route.config = { ...route.config, [kConstraints]: constraints } as typeof route.config;
     const setting = (route.config as { idempotency?: unknown } | undefined)?.idempotency;
     if (setting === undefined || setting === false) return;
     if (!routeInstances.has(setting as RouteIdempotencyOptions)) {
