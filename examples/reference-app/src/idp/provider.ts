@@ -6,6 +6,7 @@ import { sqlAdapterFactory } from './adapter.js';
 import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
+import { assertRefreshResource } from './refresh-resource.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { findUserById } from './users.js';
 
@@ -54,6 +55,11 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   const { db, issuer, resource } = options;
   const [keys, cookieKeys] = await Promise.all([loadSigningKeys(db), loadCookieKeys(db)]);
 
+  // A client that names no resource gets the API only when it asks for an API scope. One that asks
+  // for `openid` alone gets an opaque token for UserInfo, not an API token with no scope in it.
+  const defaultResource = (ctx: KoaContextWithOIDC, oneOf?: readonly string[]) =>
+    oneOf || asksForApiScope(ctx.oidc.params?.scope) ? resource : undefined;
+
   const configuration: Configuration = {
     adapter: sqlAdapterFactory(db),
     jwks: { keys: keys as NonNullable<Configuration['jwks']>['keys'] },
@@ -78,8 +84,12 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     responseTypes: ['code'],
     // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
     pkce: { required: () => true },
-    // Every refresh rotates; presenting a consumed refresh token revokes the whole grant.
-    rotateRefreshToken: true,
+    // Every refresh rotates; presenting a consumed refresh token revokes the whole grant. A refresh
+    // refused for its resource is refused before the rotation, so it does not use the token up.
+    rotateRefreshToken: (ctx) => {
+      assertRefreshResource(ctx, (oneOf) => defaultResource(ctx, oneOf));
+      return true;
+    },
     scopes: [...oidcScopes],
     claims: { openid: ['sub'], profile: ['name'], email: ['email'] },
     // The access token is bound to the API, so it cannot call UserInfo: the ID token carries the claims.
@@ -121,10 +131,7 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
       },
       resourceIndicators: {
         enabled: true,
-        // A client that names no resource gets the API only when it asks for an API scope. One that asks
-        // for `openid` alone gets an opaque token for UserInfo, not an API token with no scope in it.
-        defaultResource: (ctx, _client, oneOf) =>
-          oneOf || asksForApiScope(ctx.oidc.params?.scope) ? resource : undefined,
+        defaultResource: (ctx, _client, oneOf) => defaultResource(ctx, oneOf),
         // The token request need not repeat `resource`: the granted one is used.
         useGrantedResource: () => true,
         getResourceServerInfo: (_ctx, indicator) => {
