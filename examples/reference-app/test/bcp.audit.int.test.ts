@@ -61,3 +61,32 @@ describe('a refresh refused for its resource indicator (RFC 8707) leaves the ref
     expect((await refresh(first.body.refresh_token, cli)).body.error).toBe('invalid_grant');
   });
 });
+
+describe('introspection (RFC 7662 section 2.1: the endpoint MUST require some form of authorization)', () => {
+  const introspectAs = (token: string, headers: Record<string, string>, fields: Record<string, string> = {}) =>
+    fetch(new URL('/token/introspection', auth()), {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+      body: new URLSearchParams({ token, ...fields }),
+    }).then(async (response) => ({
+      status: response.status,
+      body: (await response.json()) as Record<string, unknown>,
+    }));
+
+  it('tells a caller that names the public client, and proves nothing, nothing about its tokens', async () => {
+    const { tokens } = await codeFlow(auth(), cli, alice, { scope: 'openid offline_access photos:read' });
+    // Was wrong: a client_id alone was enough (the public client has no secret), and anyone got back
+    // `active`, the user's `sub`, the scopes and the expiry of whatever cli-pkce token they held or guessed.
+    const answer = await introspectAs(tokens.body.refresh_token, {}, { client_id: cli.clientId });
+    expect(answer.body).toEqual({ active: false });
+    // The token itself is live: refused for who asked, not for what it is.
+    expect((await refresh(tokens.body.refresh_token, cli)).status).toBe(200);
+  });
+
+  it('pins: the confidential app, authenticated, introspects its own refresh token (the contrast)', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const basic = Buffer.from(`${app.clientId}:${app.clientSecret}`).toString('base64');
+    const answer = await introspectAs(tokens.body.refresh_token, { authorization: `Basic ${basic}` });
+    expect(answer.body).toMatchObject({ active: true, client_id: app.clientId, sub: 'user-alice' });
+  });
+});

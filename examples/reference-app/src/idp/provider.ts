@@ -114,7 +114,11 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
       },
       introspection: {
         enabled: true,
-        allowedPolicy: async (_ctx, client, token) => token.clientId === client.clientId,
+        // Only a client that proved who it is (RFC 7662 section 2.1: the endpoint MUST require some
+        // authorization). The public client's `client_id` is no proof: anyone could send it and read the
+        // user, scopes and expiry of its tokens. Revocation stays open to it (RFC 7009 allows that).
+        allowedPolicy: async (_ctx, client, token) =>
+          client.clientAuthMethod !== 'none' && token.clientId === client.clientId,
       },
       rpInitiatedLogout: {
         enabled: true,
