@@ -1,11 +1,13 @@
 // RFC 9700 (OAuth 2.0 Security BCP) and OpenID Connect Core, walked against the whole running app: the
 // provider, the gateway in front of the API, the public and the confidential client. The rows the other
 // files pin (redirect URI matching, PKCE, code replay, rotation, logout, framing) are not repeated here.
+import { createHash, randomUUID } from 'node:crypto';
+import { calculateJwkThumbprint, exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
-import { type Credentials, codeFlow, tokenRequest } from './flow.js';
+import { authorizationUrl, type Credentials, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
-import { decodeJwt } from './user-agent.js';
+import { createUserAgent, decodeJwt, pkcePair } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers[0].password };
 
@@ -13,6 +15,7 @@ let whole: WholeStack;
 let app: Required<Credentials>;
 let cli: Credentials;
 const auth = () => whole.running.authUrl;
+const gateway = () => whole.stack.gateway.url;
 
 beforeAll(async () => {
   whole = await startWholeStack('bcp');
@@ -88,5 +91,108 @@ describe('introspection (RFC 7662 section 2.1: the endpoint MUST require some fo
     const basic = Buffer.from(`${app.clientId}:${app.clientSecret}`).toString('base64');
     const answer = await introspectAs(tokens.body.refresh_token, { authorization: `Basic ${basic}` });
     expect(answer.body).toMatchObject({ active: true, client_id: app.clientId, sub: 'user-alice' });
+  });
+});
+
+describe('DPoP-bound tokens (RFC 9449), which the provider issues to any client that sends a proof', () => {
+  /** A client key and proofs made with it. */
+  async function dpopKey() {
+    const pair = await generateKeyPair('ES256');
+    const jwk = await exportJWK(pair.publicKey);
+    const proof = (htm: string, htu: string, accessToken?: string) =>
+      new SignJWT({
+        htm,
+        htu,
+        jti: randomUUID(),
+        ...(accessToken ? { ath: createHash('sha256').update(accessToken).digest('base64url') } : {}),
+      })
+        .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk })
+        .setIssuedAt()
+        .sign(pair.privateKey);
+    return { proof, thumbprint: await calculateJwkThumbprint(jwk) };
+  }
+
+  /** The public client's code flow, its code redeemed with a DPoP proof: an API token bound to `key`. */
+  async function boundTokens(key: Awaited<ReturnType<typeof dpopKey>>) {
+    const { verifier, challenge } = pkcePair();
+    const callback = await loginAndConsent(
+      createUserAgent(),
+      auth(),
+      authorizationUrl(auth(), {
+        clientId: cli.clientId,
+        redirectUri: cli.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+        scope: 'openid offline_access photos:read',
+      }),
+      cli.redirectUri,
+      alice,
+    );
+    const tokenUrl = new URL('/token', auth()).href;
+    const response = await fetch(tokenUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', dpop: await key.proof('POST', tokenUrl) },
+      body: new URLSearchParams({
+        grant_type: 'authorization_code',
+        code: callback.searchParams.get('code') ?? '',
+        code_verifier: verifier,
+        redirect_uri: cli.redirectUri,
+        client_id: cli.clientId,
+      }),
+    });
+    expect(response.status).toBe(200);
+    return (await response.json()) as { access_token: string; refresh_token: string; token_type: string };
+  }
+
+  it('pins: the provider binds the access and refresh tokens of a public client to its key', async () => {
+    const key = await dpopKey();
+    const tokens = await boundTokens(key);
+    expect(tokens.token_type).toBe('DPoP');
+    expect(decodeJwt(tokens.access_token).payload.cnf).toEqual({ jkt: key.thumbprint });
+    // The refresh token needs a proof of the same key: stolen alone, it is worthless (RFC 9700 2.2.2).
+    expect((await refresh(tokens.refresh_token, cli)).body.error).toBe('invalid_grant');
+  });
+
+  it('takes the bound token with its proof at the gateway, and refuses it as a bearer token', async () => {
+    const key = await dpopKey();
+    const tokens = await boundTokens(key);
+    const url = new URL('/photos', gateway()).href;
+    const asBearer = await fetch(url, { headers: { authorization: `Bearer ${tokens.access_token}` } });
+    expect(asBearer.status).toBe(401);
+    // Was wrong: the gateway took Bearer tokens only. The provider advertises DPoP and binds the tokens
+    // of any client that uses it, so such a client got an API token that every API call refused (401).
+    const withProof = await fetch(url, {
+      headers: { authorization: `DPoP ${tokens.access_token}`, dpop: await key.proof('GET', url, tokens.access_token) },
+    });
+    expect(withProof.status).toBe(200);
+  });
+
+  it("names the same proof algorithms in the provider's discovery and the gateway's resource metadata", async () => {
+    const json = async (url: URL) => (await (await fetch(url)).json()) as Record<string, unknown>;
+    const provider = await json(new URL('/.well-known/openid-configuration', auth()));
+    const resource = await json(new URL('/.well-known/oauth-protected-resource', gateway()));
+    // Was wrong: the provider offered ES256, Ed25519 and EdDSA, the gateway took none (no DPoP at all).
+    expect(resource.dpop_signing_alg_values_supported).toEqual(provider.dpop_signing_alg_values_supported);
+  });
+
+  it('refuses the bound token with a proof made for another URL, or by another key', async () => {
+    const key = await dpopKey();
+    const other = await dpopKey();
+    const tokens = await boundTokens(key);
+    const url = new URL('/photos', gateway()).href;
+    const elsewhere = await fetch(url, {
+      headers: {
+        authorization: `DPoP ${tokens.access_token}`,
+        dpop: await key.proof('GET', 'https://other-api.example/photos', tokens.access_token),
+      },
+    });
+    expect(elsewhere.status).toBe(401);
+    const stolen = await fetch(url, {
+      headers: {
+        authorization: `DPoP ${tokens.access_token}`,
+        dpop: await other.proof('GET', url, tokens.access_token),
+      },
+    });
+    expect(stolen.status).toBe(401);
   });
 });

@@ -93,10 +93,17 @@ export interface RunningGateway {
 }
 
 /**
- * Stripped on top of the guard's identity families and the bearer: the client's cookies and proxy
- * credentials, which are credentials for the gateway's origin, not the API's.
+ * Stripped on top of the guard's identity families and the bearer: the client's cookies, proxy
+ * credentials and DPoP proof, which are credentials for the gateway's origin, not the API's.
  */
-const strippedCredentials = ['cookie', 'proxy-authorization'];
+const strippedCredentials = ['cookie', 'proxy-authorization', 'dpop'];
+
+/**
+ * The DPoP proof algorithms (RFC 9449) the gateway takes: those of the identity provider's
+ * `dpop_signing_alg_values_supported` the guard knows (it names Ed25519 `EdDSA`), so a token the
+ * provider binds to a client's key can be used here with that key's proofs.
+ */
+export const dpopAlgorithms = ['ES256', 'EdDSA'] as const;
 
 /**
  * True when the request target `url` resolves, against `origin`, to a path on that origin. WHATWG URL
@@ -215,6 +222,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       resource: baseUrl,
       authorization_servers: options.authUrl ? [options.authUrl] : (issuers ?? []).map((issuer) => issuer.issuer),
       bearer_methods_supported: ['header'],
+      dpop_signing_alg_values_supported: [...dpopAlgorithms],
       ...(options.scopesSupported ? { scopes_supported: [...options.scopesSupported] } : {}),
     };
   });
@@ -279,6 +287,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       issuers,
       realm: 'reference-api',
       resourceMetadata: `${baseUrl}/.well-known/oauth-protected-resource`,
+      // The provider binds the tokens of any client that sends it a DPoP proof (RFC 9700 section 2.2.2
+      // recommends it for public clients): such a token must work here with its proofs, or that client
+      // could call nothing. The origin is ours, never the Host header a client writes.
+      dpop: { origin: new URL(baseUrl).origin, algorithms: [...dpopAlgorithms] },
       ...(options.now ? { now: options.now } : {}),
       ...(options.fetch ? { fetch: options.fetch } : {}),
     });

@@ -82,6 +82,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
         : {}),
     },
     responseTypes: ['code'],
+    // DPoP proofs (RFC 9449) only with the algorithms the gateway takes too (`dpopAlgorithms` there): a
+    // token bound with an `Ed25519`-named proof would be one the API refuses.
+    enabledJWA: { dPoPSigningAlgValues: ['ES256', 'EdDSA'] },
     // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
     pkce: { required: () => true },
     // Every refresh rotates; presenting a consumed refresh token revokes the whole grant. A refresh
