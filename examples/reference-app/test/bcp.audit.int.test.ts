@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, type Credentials, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
-import { createUserAgent, decodeJwt, pkcePair } from './user-agent.js';
+import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers[0].password };
 
@@ -194,5 +194,144 @@ describe('DPoP-bound tokens (RFC 9449), which the provider issues to any client 
       },
     });
     expect(stolen.status).toBe(401);
+  });
+});
+
+describe('OpenID Connect Core: max_age, auth_time, prompt=none, sub', () => {
+  /** alice's browser, signed in at the provider with a grant for the app. */
+  async function signedInAgent() {
+    const { agent } = await codeFlow(auth(), app, alice);
+    return agent;
+  }
+
+  const start = (extra: Record<string, string>, scope?: string) => {
+    const { verifier, challenge } = pkcePair();
+    const url = new URL(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+        prompt: extra.prompt ?? 'consent',
+        ...(scope ? { scope } : {}),
+      }),
+    );
+    for (const [name, value] of Object.entries(extra)) if (name !== 'prompt') url.searchParams.set(name, value);
+    if (extra.prompt === '') url.searchParams.delete('prompt');
+    return { url: url.href, verifier };
+  };
+  const toApp = (url: string) => url.startsWith(app.redirectUri);
+
+  it('answers prompt=none without a session with login_required, to the client, with iss', async () => {
+    const step = await createUserAgent().follow(start({ prompt: 'none' }).url, toApp);
+    const callback = new URL(step.url);
+    expect(callback.searchParams.get('error')).toBe('login_required');
+    expect(callback.searchParams.get('iss')).toBe(auth());
+    expect(callback.searchParams.get('code')).toBeNull();
+  });
+
+  it('answers prompt=none for a scope not yet granted with consent_required', async () => {
+    const agent = await signedInAgent();
+    const step = await agent.follow(start({ prompt: 'none' }, 'openid settings:write').url, toApp);
+    expect(new URL(step.url).searchParams.get('error')).toBe('consent_required');
+  });
+
+  it('puts auth_time into the ID token when max_age is asked for, and makes max_age=0 sign in again', async () => {
+    const agent = await signedInAgent();
+    const before = Math.floor(Date.now() / 1000);
+    const silent = start({ prompt: 'none', max_age: '3600' }, 'openid');
+    const step = await agent.follow(silent.url, toApp);
+    const code = new URL(step.url).searchParams.get('code');
+    expect(code).toEqual(expect.any(String));
+    const tokens = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: code ?? '',
+        redirect_uri: app.redirectUri,
+        code_verifier: silent.verifier,
+      },
+      app,
+    );
+    const authTime = decodeJwt(tokens.body.id_token).payload.auth_time as number;
+    expect(authTime).toBeLessThanOrEqual(before + 1);
+
+    // max_age=0 with prompt=none cannot be met without a login.
+    const none = await agent.follow(start({ prompt: 'none', max_age: '0' }).url, toApp);
+    expect(new URL(none.url).searchParams.get('error')).toBe('login_required');
+    // Without prompt=none, the login page, although alice is signed in.
+    const again = start({ prompt: '', max_age: '0' }, 'openid');
+    const page = await agent.follow(again.url, toApp);
+    expect(page.body).toContain('<h1>Sign in</h1>');
+    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
+      csrf: formField(page.body, 'csrf'),
+      ...alice,
+    });
+    const back = await agent.follow(new URL(login.response.headers.get('location') ?? '', auth()).href, toApp);
+    const fresh = await tokenRequest(
+      auth(),
+      {
+        grant_type: 'authorization_code',
+        code: new URL(back.url).searchParams.get('code') ?? '',
+        redirect_uri: app.redirectUri,
+        code_verifier: again.verifier,
+      },
+      app,
+    );
+    expect(decodeJwt(fresh.body.id_token).payload.auth_time).toBeGreaterThanOrEqual(before);
+  });
+
+  it('gives one user the same sub at every client and every sign-in', async () => {
+    const first = await codeFlow(auth(), app, alice);
+    const second = await codeFlow(auth(), app, alice);
+    const native = await codeFlow(auth(), cli, alice, { scope: 'openid' });
+    const subs = [first, second, native].map(({ tokens }) => decodeJwt(tokens.body.id_token).payload.sub);
+    expect(new Set(subs)).toEqual(new Set(['user-alice']));
+  });
+});
+
+describe('pushed authorization requests (RFC 9126) follow the same rules as the front channel', () => {
+  const push = async (fields: Record<string, string>, client: Credentials) => {
+    const headers: Record<string, string> = { 'content-type': 'application/x-www-form-urlencoded' };
+    if (client.clientSecret !== undefined) {
+      headers.authorization = `Basic ${Buffer.from(`${client.clientId}:${client.clientSecret}`).toString('base64')}`;
+    }
+    const response = await fetch(new URL('/request', auth()), {
+      method: 'POST',
+      headers,
+      body: new URLSearchParams({
+        client_id: client.clientId,
+        response_type: 'code',
+        scope: 'openid photos:read',
+        state: 'state-1',
+        nonce: 'nonce-1',
+        ...fields,
+      }),
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, string> };
+  };
+
+  const s256 = () => ({ code_challenge: pkcePair().challenge, code_challenge_method: 'S256' });
+
+  it.each([
+    ['code_challenge_method=plain', () => ({ code_challenge: pkcePair().verifier, code_challenge_method: 'plain' })],
+    ['no code_challenge', () => ({})],
+    ['an unregistered redirect_uri', () => ({ ...s256(), redirect_uri: 'https://evil.example/callback' })],
+    ['response_type=token', () => ({ ...s256(), response_type: 'token' })],
+  ])('refuses %s', async (_name, fields) => {
+    const answer = await push({ redirect_uri: app.redirectUri, ...fields() }, app);
+    expect(answer.status).toBe(400);
+    expect(answer.body.request_uri).toBeUndefined();
+  });
+
+  it("refuses a request_uri pushed by the app when another client's id comes with it", async () => {
+    const pushed = await push({ redirect_uri: app.redirectUri, ...s256() }, app);
+    expect(pushed.status).toBe(201);
+    const url = new URL('/auth', auth());
+    url.searchParams.set('client_id', cli.clientId);
+    url.searchParams.set('request_uri', pushed.body.request_uri ?? '');
+    const response = await fetch(url, { redirect: 'manual' });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('location')).toBeNull();
   });
 });
