@@ -248,6 +248,26 @@ describe('DPoP-bound tokens (RFC 9449), which the provider issues to any client 
   });
 });
 
+describe('each token only where it belongs (RFC 9700 section 2.3, audience restriction)', () => {
+  it('refuses the API access token at UserInfo, and the ID, UserInfo and refresh tokens at the gateway', async () => {
+    const { tokens } = await codeFlow(auth(), app, alice);
+    const userinfo = await fetch(new URL('/me', auth()), {
+      headers: { authorization: `Bearer ${tokens.body.access_token}` },
+    });
+    expect(userinfo.status).toBe(401);
+    const opaque = (await codeFlow(auth(), cli, alice, { scope: 'openid' })).tokens.body.access_token as string;
+    const photos = new URL('/photos', gateway());
+    for (const token of [tokens.body.id_token, tokens.body.refresh_token, opaque]) {
+      const response = await fetch(photos, { headers: { authorization: `Bearer ${token}` } });
+      expect(response.status).toBe(401);
+      expect(response.headers.get('www-authenticate')).toContain('error="invalid_token"');
+    }
+    // The contrast: the API token itself.
+    const ok = await fetch(photos, { headers: { authorization: `Bearer ${tokens.body.access_token}` } });
+    expect(ok.status).toBe(200);
+  });
+});
+
 describe('OpenID Connect Core: max_age, auth_time, prompt=none, sub', () => {
   /** alice's browser, signed in at the provider with a grant for the app. */
   async function signedInAgent() {
