@@ -684,17 +684,16 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     }
     // An empty scope is no caller either: a tenant lookup that falls back to '' for a missing claim
     // would otherwise put every such request in one namespace, the leak scope_missing stops.
-    if (request.scope === undefined || request.scope === '') {
-      return {
-        kind: 'respond',
-        response: refuse(
-          new IdempotencyError(
-            'scope_missing',
-            'No authenticated caller to scope the Idempotency-Key to; run the guard first or pass a scope option.',
-          ),
-          request,
-        ),
-      };
+    // Anything but a string is a scope function's mistake (a numeric tenant id, an object whose
+    // text would be `[object Object]` for every caller, so one namespace): refused as no caller, with
+    // a problem body, rather than a TypeError thrown out of the middleware as the framework's 500 page.
+    const scope: unknown = request.scope;
+    if (typeof scope !== 'string' || scope === '') {
+      const detail =
+        scope === undefined || scope === ''
+          ? 'No authenticated caller to scope the Idempotency-Key to; run the guard first or pass a scope option.'
+          : `The scope option returned ${scope === null ? 'null' : `${typeof scope === 'object' ? 'an' : 'a'} ${typeof scope}`}, not the caller as a string.`;
+      return { kind: 'respond', response: refuse(new IdempotencyError('scope_missing', detail), request) };
     }
     let body: Uint8Array | undefined;
     let json: unknown;

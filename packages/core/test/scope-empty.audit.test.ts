@@ -36,3 +36,25 @@ describe('begin: an empty scope is no caller', () => {
     expect(await http.begin(charge('tenant-1'))).toMatchObject({ kind: 'execute' });
   });
 });
+
+describe('begin: a scope that is no string', () => {
+  // Was wrong: a scope function that returned a number (a numeric tenant id) or an object threw a
+  // TypeError out of the middleware, which the framework answered with its own 500 page (Express's
+  // HTML with the stack trace outside production) instead of a problem body with a code.
+  it('answers 500 scope_missing naming what the scope option returned, and claims nothing', async () => {
+    const http = createHttpIdempotency({ store: memoryStore() });
+    for (const [scope, named] of [
+      [42, 'a number'],
+      [{ tenant: 'a' }, 'an object'],
+      [null, 'null'],
+    ] as const) {
+      const started = await http.begin({ ...charge('x'), scope: scope as unknown as string });
+      expect(started.kind).toBe('respond');
+      if (started.kind !== 'respond') continue;
+      expect(started.response.status).toBe(500);
+      const problem = JSON.parse(Buffer.from(started.response.body ?? []).toString());
+      expect(problem).toMatchObject({ code: 'scope_missing' });
+      expect(problem.detail).toContain(named);
+    }
+  });
+});
