@@ -726,7 +726,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     );
     const started = await engine.begin({
       key,
-      scope: request.scope,
+      scope,
       operation: `${request.method.toUpperCase()} ${request.route}`,
       fingerprint,
     });
