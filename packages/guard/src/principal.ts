@@ -17,10 +17,20 @@ export interface Principal {
   readonly aud: readonly string[];
   readonly scope: ReadonlySet<string>;
   readonly roles: ReadonlySet<string>;
+  /** The client the token was issued to: `client_id`, else `azp` (see {@link principalFromClaims}). */
   readonly clientId: string | undefined;
   readonly jti: string | undefined;
   /** Every claim of the verified token (frozen, nested objects and arrays too). */
   readonly claims: Readonly<Record<string, unknown>>;
+}
+
+// The client the token was issued to: RFC 9068's `client_id`, else OpenID Connect's authorized party
+// `azp`, where Auth0, Keycloak and Entra (v2) name it in their access tokens. Provider-specific names
+// (Okta's `cid`, Entra v1's `appid`) stay in `claims`: read by name, one issuer's claim could mean
+// something else in another's tokens.
+function clientOf(claims: Record<string, unknown>): string | undefined {
+  if (typeof claims.client_id === 'string') return claims.client_id;
+  return typeof claims.azp === 'string' ? claims.azp : undefined;
 }
 
 // Frozen copies of JSON values: plain objects and arrays are copied, then frozen, at every level.
@@ -92,7 +102,7 @@ export function principalFromClaims(
     aud: Object.freeze([...aud]),
     scope: readonlyStringSet(scope),
     roles: readonlyStringSet(roles),
-    clientId: typeof claims.client_id === 'string' ? claims.client_id : undefined,
+    clientId: clientOf(claims),
     jti: typeof claims.jti === 'string' ? claims.jti : undefined,
     claims: frozenRecord(claims),
   });

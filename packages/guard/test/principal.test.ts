@@ -103,3 +103,16 @@ describe('principal', () => {
     expect(nested.roles).toEqual(['user', 'admin']);
   });
 });
+
+// Auth0, Keycloak and Entra v2 name the requesting client in `azp`, not RFC 9068's `client_id`: with
+// only `client_id` read, `principal.clientId` was undefined for their tokens, and a per-client scope
+// (`principalScope(auth, { perClient: true })`) refused every one of them with 500 scope_missing.
+describe('principal.clientId', () => {
+  const base = { sub: 'user-1', iss: ISSUER, aud: AUDIENCE, exp: 2_000_000_000, iat: 1_000_000_000 };
+  it('is client_id, else azp; other names stay in claims only', () => {
+    expect(principalFromClaims({ ...base, client_id: 'app-1', azp: 'app-2' }).clientId).toBe('app-1');
+    expect(principalFromClaims({ ...base, azp: 'app-2' }).clientId).toBe('app-2');
+    expect(principalFromClaims({ ...base, cid: 'okta-app' }).clientId).toBeUndefined();
+    expect(principalFromClaims({ ...base, azp: 42 }).clientId).toBeUndefined();
+  });
+});
