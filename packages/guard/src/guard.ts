@@ -85,8 +85,12 @@ export interface TokenRules {
   typ?: ReadonlyArray<string | null>;
   /** Claims that must be present besides `iss`, `sub`, `aud` and `exp` (e.g. `['client_id', 'jti', 'iat']`). */
   requiredClaims?: readonly string[];
-  /** The claim holding roles (default `roles`). */
-  rolesClaim?: string;
+  /**
+   * The claim holding roles (default `roles`), or the path to it inside nested claims as an array of
+   * member names: `['realm_access', 'roles']` for Keycloak's realm roles. (A path is an array, not a
+   * dotted string: claim names may hold dots, as Auth0's namespaced `https://example.com/roles` does.)
+   */
+  rolesClaim?: string | readonly string[];
   /** `crit` header parameters this deployment understands (default none: any `crit` is refused). */
   crit?: readonly string[];
 }
@@ -288,7 +292,7 @@ export interface IssuerRuntime {
   keys: KeySource;
   typ: ReadonlySet<string | null> | undefined;
   profile: ClaimProfile;
-  rolesClaim: string;
+  rolesClaim: readonly string[];
   crit: readonly string[];
   ready: Promise<void>;
 }
@@ -331,6 +335,21 @@ const notAudienceClaims: ReadonlySet<string> = new Set([
 function claimName(value: unknown, name: string): string {
   if (typeof value !== 'string' || value === '') throw new TypeError(`${name} must be a claim name`);
   return value;
+}
+
+// A claim name, or a path of member names into nested claims (at most 8 deep: no provider nests roles
+// deeper, and a longer path is more likely a string split by mistake).
+function claimPath(value: unknown, name: string): readonly string[] {
+  if (typeof value === 'string') return Object.freeze([claimName(value, name)]);
+  if (
+    !Array.isArray(value) ||
+    value.length === 0 ||
+    value.length > 8 ||
+    !value.every((part) => typeof part === 'string' && part !== '')
+  ) {
+    throw new TypeError(`${name} must be a claim name, or an array of 1 to 8 member names (a path into nested claims)`);
+  }
+  return Object.freeze([...(value as string[])]);
 }
 
 // The deepest JSON nesting a limit may allow: the strict parser recurses once per level, and a few
@@ -513,7 +532,7 @@ export function buildIssuer(
     keys,
     typ,
     profile,
-    rolesClaim: claimName(options.rolesClaim ?? defaults.rolesClaim ?? 'roles', `issuer ${options.issuer}: rolesClaim`),
+    rolesClaim: claimPath(options.rolesClaim ?? defaults.rolesClaim ?? 'roles', `issuer ${options.issuer}: rolesClaim`),
     crit: [...(options.crit ?? defaults.crit ?? [])],
     ready,
   };

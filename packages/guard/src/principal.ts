@@ -63,6 +63,20 @@ function addWords(target: Set<string>, value: unknown, split: boolean): void {
   }
 }
 
+// The claim a name or a path of member names leads to: own members of plain objects only, so no path
+// reaches `__proto__` or `constructor` of a claim's prototype.
+function claimAt(claims: Record<string, unknown>, path: string | readonly string[]): unknown {
+  if (typeof path === 'string') return Object.hasOwn(claims, path) ? claims[path] : undefined;
+  let value: unknown = claims;
+  for (const name of path) {
+    if (value === null || typeof value !== 'object' || Array.isArray(value) || !Object.hasOwn(value, name)) {
+      return undefined;
+    }
+    value = (value as Record<string, unknown>)[name];
+  }
+  return value;
+}
+
 /**
  * True when a claim is a string or an array of strings (the shapes scope and role claims may take).
  *
@@ -86,13 +100,18 @@ export function isWordList(value: unknown): boolean {
  */
 export function principalFromClaims(
   claims: Record<string, unknown>,
-  options: { rolesClaim?: string; audienceClaim?: string; issuer?: string; audience?: readonly string[] } = {},
+  options: {
+    rolesClaim?: string | readonly string[];
+    audienceClaim?: string;
+    issuer?: string;
+    audience?: readonly string[];
+  } = {},
 ): Principal {
   const scope = new Set<string>();
   addWords(scope, claims.scope, true);
   addWords(scope, claims.scp, true);
   const roles = new Set<string>();
-  addWords(roles, claims[options.rolesClaim ?? 'roles'], false);
+  addWords(roles, claimAt(claims, options.rolesClaim ?? 'roles'), false);
   // `aud`, or the claim an issuer names its audience in (Cognito's `client_id`), already checked.
   const named = claims[options.audienceClaim ?? 'aud'];
   const aud = options.audience ?? (typeof named === 'string' ? [named] : ((named as string[] | undefined) ?? []));

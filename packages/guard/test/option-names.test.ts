@@ -76,6 +76,15 @@ describe('options only a request would have found wrong', () => {
     expect(build({ rolesClaim: 'groups' })).not.toThrow();
   });
 
+  it('rolesClaim may be a path of 1 to 8 member names, nothing else', () => {
+    for (const bad of [[], [''], ['a', 1], Array(9).fill('a'), { 0: 'a' }]) {
+      expect(build({}, { rolesClaim: bad }), JSON.stringify(bad)).toThrow(
+        `issuer ${ISSUER}: rolesClaim must be a claim name, or an array of 1 to 8 member names`,
+      );
+    }
+    expect(build({ rolesClaim: ['realm_access', 'roles'] })).not.toThrow();
+  });
+
   it('maxLifetime and maxTokenAge of 0 are refused: they refused every token', () => {
     expect(build({ maxLifetime: 0 })).toThrow('maxLifetime must be a number of seconds, at least 1');
     expect(build({}, { maxTokenAge: 0 })).toThrow('maxTokenAge must be a number of seconds, at least 1');

@@ -116,3 +116,51 @@ describe('principal.clientId', () => {
     expect(principalFromClaims({ ...base, azp: 42 }).clientId).toBeUndefined();
   });
 });
+
+// Keycloak keeps realm roles in `realm_access.roles`, an object claim: with `rolesClaim` limited to a
+// top-level name, principal.roles was always empty for its tokens and requireRoles() refused them all
+// (a policy() reading the claim by hand on every route was the only way).
+describe('rolesClaim as a path into nested claims', () => {
+  const base = { sub: 'user-1', iss: ISSUER, aud: AUDIENCE, exp: 2_000_000_000, iat: 1_000_000_000 };
+  it('reads the roles at the path, own members of objects only', () => {
+    const claims = {
+      ...base,
+      realm_access: { roles: ['clerk', 'viewer'] },
+      'realm_access.roles': ['dotted'],
+      resource_access: { account: { roles: ['manage-account'] } },
+    };
+    expect([...principalFromClaims(claims, { rolesClaim: ['realm_access', 'roles'] }).roles]).toEqual([
+      'clerk',
+      'viewer',
+    ]);
+    // A dotted string is one claim name, as Auth0's namespaced claims are.
+    expect([...principalFromClaims(claims, { rolesClaim: 'realm_access.roles' }).roles]).toEqual(['dotted']);
+    expect([...principalFromClaims(claims, { rolesClaim: ['resource_access', 'account', 'roles'] }).roles]).toEqual([
+      'manage-account',
+    ]);
+    // Missing members, arrays on the way and inherited members lead nowhere.
+    for (const path of [
+      ['realm_access', 'missing'],
+      ['resource_access', '0'],
+      ['realm_access', 'constructor'],
+      ['__proto__'],
+    ]) {
+      expect(
+        [...principalFromClaims({ ...base, resource_access: [{}] }, { rolesClaim: path }).roles],
+        path.join('/'),
+      ).toEqual([]);
+    }
+  });
+
+  it('gives requireRoles() the realm roles of a verified token', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET, rolesClaim: ['realm_access', 'roles'] }],
+    });
+    const verified = await guard.verify(makeToken({ claims: { realm_access: { roles: ['clerk'] } } }));
+    if (!verified.ok) throw new Error(verified.error.code);
+    expect(authorizeRequest(verified.principal, [requireRoles('clerk')], { headers: {} }).ok).toBe(true);
+    expect(authorizeRequest(verified.principal, [requireRoles('admin')], { headers: {} }).ok).toBe(false);
+  });
+});

@@ -45,7 +45,6 @@ interface Recipe {
   githubActions: IssuerOptions;
   kubernetes(issuer: string, jwksUri: string): IssuerOptions;
   cognito(region: string, userPoolId: string): IssuerOptions;
-  keycloakRealmRole(role: string): (p: Principal) => boolean;
   auth0Permission(permission: string): (p: Principal) => boolean;
   clientIs(...clients: string[]): (p: Principal) => boolean;
 }
@@ -219,9 +218,11 @@ describe('Keycloak', () => {
     expect(code(result)).toBe('ok');
     expect(dropped(events)).toEqual(['kc-enc:wrong-use']);
     if (!result.ok) return;
-    const realmRole = (role: string) => policy(recipe.keycloakRealmRole(role));
-    expect(guard.authorize(result.principal, [realmRole('clerk')]).ok).toBe(true);
-    expect(guard.authorize(result.principal, [realmRole('admin')]).ok).toBe(false);
+    // Realm roles through rolesClaim's path; a client's roles (resource_access) are not realm roles.
+    expect([...result.principal.roles]).toEqual(['default-roles-acme', 'offline_access', 'clerk']);
+    expect(guard.authorize(result.principal, [requireRoles('clerk')]).ok).toBe(true);
+    expect(guard.authorize(result.principal, [requireRoles('admin')]).ok).toBe(false);
+    expect(guard.authorize(result.principal, [requireRoles('manage-account')]).ok).toBe(false);
     // The ID token of the same login: payload `typ: ID`, `aud` the client, `nonce`.
     const idToken = await sign(key.privateKey, header, {
       ...claims,
