@@ -62,7 +62,9 @@ export function checkClaims(
   for (const name of ['jti', 'client_id'] as const) {
     if (payload[name] !== undefined && typeof payload[name] !== 'string') return 'claim_invalid';
   }
-  if (payload.scope !== undefined && typeof payload.scope !== 'string') return 'claim_invalid';
+  // RFC 9068 makes `scope` one space-delimited string; Duende IdentityServer emits an array of them by
+  // default. Read alike (the principal takes each item as one scope); anything else is refused.
+  if (payload.scope !== undefined && !isWordList(payload.scope)) return 'claim_invalid';
   if (payload.scp !== undefined && !isWordList(payload.scp)) return 'claim_invalid';
   for (const name of profile.requiredClaims) if (payload[name] === undefined) return 'claim_invalid';
 

@@ -164,3 +164,22 @@ describe('rolesClaim as a path into nested claims', () => {
     expect(authorizeRequest(verified.principal, [requireRoles('admin')], { headers: {} }).ok).toBe(false);
   });
 });
+
+// Duende IdentityServer writes `scope` as a JSON array unless told otherwise
+// (EmitScopesAsSpaceDelimitedStringInJwt): its tokens were refused with claim_invalid.
+describe('scope as an array', () => {
+  it('is read item by item; an array with anything but strings is refused', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const verified = await guard.verify(makeToken({ claims: { scope: ['orders:read', 'orders:write'] } }));
+    if (!verified.ok) throw new Error(verified.error.code);
+    expect([...verified.principal.scope]).toEqual(['orders:read', 'orders:write']);
+    for (const scope of [['orders:read', 1], [null], { 0: 'a' }, 7]) {
+      const refused = await guard.verify(makeToken({ claims: { scope } }));
+      expect(refused.ok ? 'ok' : refused.error.code, JSON.stringify(scope)).toBe('claim_invalid');
+    }
+  });
+});
