@@ -135,13 +135,16 @@ export interface LogoutPageInput {
  * ```
  */
 export function logoutPage(input: LogoutPageInput): string {
+  // No button here (nor on the switch-account page) takes the focus on its own: a hostile page that
+  // opens it (framing is refused, a new tab is not) could then act for the user on one key press
+  // meant for that page (Enter, Space), signing them out or switching their account.
   const from = input.clientName ? `<p>You are leaving <strong>${escapeHtml(input.clientName)}</strong>.</p>\n` : '';
   return htmlPage(
     'Sign out',
     `<h1>Sign out?</h1>
 ${from}<p>Do you want to sign out of the identity provider?</p>
 ${input.form}
-<button autofocus type="submit" form="op.logoutForm" name="logout" value="yes">Yes, sign me out</button>
+<button type="submit" form="op.logoutForm" name="logout" value="yes">Yes, sign me out</button>
 <button type="submit" form="op.logoutForm">No, stay signed in</button>`,
   );
 }
@@ -217,7 +220,7 @@ export function switchAccountPage(input: SwitchAccountPageInput): string {
 <form id="op.logoutForm" method="post" action="${escapeHtml(input.action)}">
 <input type="hidden" name="xsrf" value="${escapeHtml(input.xsrf)}">
 <input type="hidden" name="logout" value="yes">
-<button autofocus type="submit">Continue as ${escapeHtml(input.nextName)}</button>
+<button type="submit">Continue as ${escapeHtml(input.nextName)}</button>
 </form>
 <p>To stay signed in as ${current}, close this page and start again from the application.</p>`,
   );
