@@ -1,6 +1,7 @@
 import {
   type BodyRead,
   createHttpIdempotency,
+  destroyedOf,
   foldRoutePath,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
@@ -108,6 +109,14 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
       return;
     }
     const { lease } = started;
+    // The client left while the claim waited (a slow store, an overloaded pool): nothing has run,
+    // and nothing should. Body parsers skip a request whose socket is gone (body-parser's
+    // isFinished), so the handler would run without the body it sent, and its failure would be
+    // stored for the retention. The key is released: a retry runs as the first attempt would have.
+    if (clientLeft(req, res)) {
+      await http.engine.release(lease);
+      return;
+    }
     res.setHeader('Idempotency-Key', started.echo);
     const context: IdempotencyContext = http.context(started);
     req.idempotency = context;
@@ -146,6 +155,11 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
     }
     run(req, res, next).catch(next);
   };
+}
+
+// The client's connection (or, over HTTP/2, its stream) is gone.
+function clientLeft(req: Request, res: Response): boolean {
+  return destroyedOf(res) || req.socket?.destroyed === true;
 }
 
 /**

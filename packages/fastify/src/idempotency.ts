@@ -4,6 +4,7 @@ import {
   connectionSpecificField,
   createHttpIdempotency,
   decodeRequestBody,
+  destroyedOf,
   type HttpBeginResult,
   type HttpIdempotency,
   type HttpIdempotencyOptions,
@@ -499,6 +500,14 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     if (started.kind === 'pass') return done();
     if (started.kind === 'respond') return answer(reply, started.response);
     const { lease } = started;
+    // The client left while the claim waited (a slow store, an overloaded pool): nothing has run, and
+    // nothing should, as in Express and Koa, where the body would be lost too. The key is released:
+    // a retry runs as the first attempt would have.
+    if (destroyedOf(reply.raw) || request.raw.socket?.destroyed === true) {
+      reply.hijack();
+      void own.engine.release(lease);
+      return;
+    }
     // On the raw response too: Fastify sends its reply's headers only when it sends the reply, and a
     // hijacked one (server-sent events, raw writes) would go out without the key, a minted one lost.
     reply.header('idempotency-key', started.echo);

@@ -373,6 +373,14 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     if (started.kind === 'pass') return next();
     if (started.kind === 'respond') return answer(ctx, started.response);
     const { lease } = started;
+    // The client left while the claim waited (a slow store, an overloaded pool): nothing has run, and
+    // nothing should. A body parser below may skip a request whose socket is gone, and the handler
+    // would run without the body it sent. The key is released: a retry runs as the first would have.
+    if (clientGone(ctx) || ctx.req.socket?.destroyed === true) {
+      ctx.respond = false;
+      await http.engine.release(lease);
+      return;
+    }
     ctx.set('Idempotency-Key', started.echo);
     const context: IdempotencyContext = http.context(started);
     ctx.state.idempotency = context;
