@@ -250,6 +250,11 @@ class LeaseState implements Lease {
   /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
   finished = false;
   lastRenewedAt: number;
+  /**
+   * Marks the lease lost when its end has passed unrenewed (see `signal`); set by the engine for
+   * stores behind a network, where another worker may take the key over at that end.
+   */
+  check: ((lease: LeaseState) => void) | undefined = undefined;
 
   constructor(
     readonly id: string,
@@ -266,12 +271,43 @@ class LeaseState implements Lease {
   }
 
   get signal(): AbortSignal {
+    this.check?.(this);
     if (this.controller === undefined) {
       this.controller = new AbortController();
       if (this.lost) this.controller.abort(new Error('lease lost'));
+      if (this.check !== undefined) watchReads(this.controller.signal, this);
     }
     return this.controller.signal;
   }
+}
+
+/**
+ * Makes a lease's signal current when it is read, not only when the heartbeat ticks. After an event
+ * loop stall past the lease, overdue timers run in the order they were due: a handler's callback may
+ * run before the tick that finds the lease ended, read `aborted` as false and make its effect while
+ * another worker, which took the key over during the stall, makes it too. So reading `aborted` (or
+ * calling `throwIfAborted()`) first looks at the clock. Own members of this one signal; `fetch` and
+ * listeners see the abort itself as usual.
+ */
+function watchReads(signal: AbortSignal, lease: LeaseState): void {
+  const aborted = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborted')?.get;
+  const throwIfAborted = AbortSignal.prototype.throwIfAborted;
+  if (aborted === undefined) return;
+  Object.defineProperty(signal, 'aborted', {
+    configurable: true,
+    get() {
+      lease.check?.(lease);
+      return aborted.call(signal);
+    },
+  });
+  Object.defineProperty(signal, 'throwIfAborted', {
+    configurable: true,
+    writable: true,
+    value() {
+      lease.check?.(lease);
+      return throwIfAborted.call(signal);
+    },
+  });
 }
 
 // Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
@@ -406,6 +442,18 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     lease.finished = true;
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
+
+  // A lease read (its signal) after its end passed unrenewed is lost now, whether or not the tick that
+  // would find it has run (see `watchReads`). Only for a store behind a network with the heartbeat
+  // on: nobody outside the process shares an in-process store, and without the heartbeat no lease
+  // is watched at all.
+  const checkLease =
+    heartbeat && !inProcess
+      ? (lease: LeaseState) => {
+          if (!lease.lost && !lease.finished && elapsed() - lease.lastRenewedAt >= leaseMs)
+            markLost(lease, 'renew-failed');
+        }
+      : undefined;
 
   const markLost = (lease: LeaseState, reason: LeaseLostReason) => {
     // A lease that went a whole lease without a renewal the store confirmed may have ended there, so
@@ -603,6 +651,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         const previous = held.get(id);
         if (previous !== undefined) markLost(previous, 'taken-over');
         const lease = new LeaseState(id, key, scope, operation, token, kept, now(), started);
+        if (checkLease !== undefined) lease.check = checkLease;
         if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
         startHeartbeat();

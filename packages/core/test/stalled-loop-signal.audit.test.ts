@@ -25,16 +25,14 @@ function networked(inner: Store): Store {
   };
 }
 
-// Was wrong: the signal only aborts when a heartbeat tick runs and finds the lease's end passed.
-// After a stall, every overdue timer runs in the order it was due, so a handler's own timer (or
-// any callback due before the next tick) runs first and reads `signal.aborted === false`, though
-// its lease ended during the stall and another worker has taken the key over and run it. Measured
-// with Fastify on Redis, lease 1 s, a 1.3 s stall every 2.5 s on one of two workers, the handler
-// checking its signal after 800 ms of work: 30 of 193 lost leases were not seen by the handler's
-// check, and those 30 keys ran twice. Making `aborted` (and `lost`) current when read, not only
-// when the next tick runs, is a design choice (a getter on the signal, or a check of the lease's end
-// wherever the handler can look), so the test stays failing.
-it.fails('a handler that wakes from a stall before the heartbeat sees its lease lost', async () => {
+// Was wrong: the signal only aborted when a heartbeat tick ran and found the lease's end passed.
+// After a stall, every overdue timer runs in the order it was due, so a handler's own timer (or any
+// callback due before the next tick) ran first and read `signal.aborted === false`, though its lease
+// ended during the stall and another worker had taken the key over and run it. Measured with Fastify
+// on Redis, lease 1 s, a 1.3 s stall every 2.5 s on one of two workers, the handler checking its
+// signal after 800 ms of work: 30 of 193 lost leases were not seen by the handler's check, and those
+// 30 keys ran twice. Reading the signal now looks at the clock first.
+it('a handler that wakes from a stall before the heartbeat sees its lease lost', async () => {
   vi.useFakeTimers();
   const shared = memoryStore({ now: () => Date.now() });
   const stalledWorker = createIdempotency({ store: networked(shared), lease: '1s', now: () => Date.now() });
@@ -61,4 +59,35 @@ it.fails('a handler that wakes from a stall before the heartbeat sees its lease 
   await vi.advanceTimersByTimeAsync(100);
   expect(first.lease.lost).toBe(true);
   expect(abortedAtEffect).toBe(true);
+});
+
+it('a signal taken at the start and read after the stall is current too: aborted, throwIfAborted, its listeners', async () => {
+  vi.useFakeTimers();
+  const shared = memoryStore({ now: () => Date.now() });
+  const stalledWorker = createIdempotency({ store: networked(shared), lease: '1s', now: () => Date.now() });
+  const first = await stalledWorker.begin(request);
+  if (first.kind !== 'execute') throw new Error('expected execute');
+  const { signal } = first.lease;
+  const heard: string[] = [];
+  signal.addEventListener('abort', () => heard.push('abort'));
+  await vi.advanceTimersByTimeAsync(500);
+  expect(signal.aborted).toBe(false);
+  expect(() => signal.throwIfAborted()).not.toThrow();
+  vi.setSystemTime(Date.now() + 1_500);
+  // No timer has run since the stall: the read itself finds the lease's end passed.
+  expect(() => signal.throwIfAborted()).toThrow('lease lost');
+  expect(signal.aborted).toBe(true);
+  expect(heard).toEqual(['abort']);
+  expect(first.lease.lost).toBe(true);
+});
+
+it('an in-process store, shared by nobody, is not judged by the clock on a read', async () => {
+  vi.useFakeTimers();
+  const store = memoryStore({ now: () => Date.now() });
+  const worker = createIdempotency({ store, lease: '1s', now: () => Date.now() });
+  const first = await worker.begin(request);
+  if (first.kind !== 'execute') throw new Error('expected execute');
+  const { signal } = first.lease;
+  vi.setSystemTime(Date.now() + 1_500);
+  expect(signal.aborted).toBe(false);
 });
