@@ -443,6 +443,23 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (held.get(lease.id) === lease) held.delete(lease.id);
   };
 
+  // A claim given up on (503: its storeTimeout passed) may still be waiting for the store, in a full
+  // pool's queue or a busy Redis, and land later for nobody: it would hold the key for a lease (the
+  // client's retry, told nothing ran, would get 409), then be taken over as a crashed attempt though
+  // nothing ran. If it lands, it is withdrawn at once, as a run with no effect is (`letGo`).
+  const withdrawLateClaim = (input: ClaimInput, call: Promise<ClaimResult>) => {
+    call.then(
+      (late) => {
+        if (!late.claimed) return;
+        const { id, token } = input;
+        const withdrawn =
+          input.replaces === undefined ? store.release({ id, token }) : store.renew({ id, token, leaseMs: 1 });
+        Promise.resolve(withdrawn).catch(() => {});
+      },
+      () => {},
+    );
+  };
+
   // A lease read (its signal) after its end passed unrenewed is lost now, whether or not the tick that
   // would find it has run (see `watchReads`). Only for a store behind a network with the heartbeat
   // on: nobody outside the process shares an in-process store, and without the heartbeat no lease
@@ -635,13 +652,18 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       }
       const token = tokenPrefix + (++tokenSequence).toString(36);
       let claimed: ClaimResult;
+      const input: ClaimInput = { id, token, fingerprint: kept, leaseMs, keepAfterLeaseMs: retentionMs };
+      if (replaces !== undefined) input.replaces = replaces;
+      let call: Awaitable<ClaimResult> | undefined;
       try {
-        const input: ClaimInput = { id, token, fingerprint: kept, leaseMs, keepAfterLeaseMs: retentionMs };
-        if (replaces !== undefined) input.replaces = replaces;
-        const answer = storeCall('claim', () => store.claim(input));
+        const answer = storeCall('claim', () => {
+          call = store.claim(input);
+          return call;
+        });
         claimed = isPending(answer) ? await answer : answer;
       } catch (error) {
         if (onEvent) emit({ type: 'store-error', id, operation, phase: 'claim', error, at: now() });
+        if (call !== undefined && isPending(call)) withdrawLateClaim(input, call);
         return { kind: 'reject', error: unavailable(error) };
       }
       if (claimed.claimed) {
