@@ -215,7 +215,13 @@ function mountPrefixOf(ctx: Context): string {
   const original = ctx.originalUrl;
   if (typeof original !== 'string') return '';
   const query = original.indexOf('?');
-  const whole = query === -1 ? original : original.slice(0, query);
+  let whole = query === -1 ? original : original.slice(0, query);
+  // A request target in absolute form (`http://host/v1/charges`, proxies send it): its path only.
+  if (!whole.startsWith('/')) {
+    const scheme = whole.indexOf('://');
+    const slash = scheme === -1 ? -1 : whole.indexOf('/', scheme + 3);
+    whole = slash === -1 ? '/' : whole.slice(slash);
+  }
   const rest = ctx.path;
   if (whole === rest) return '';
   // koa-mount gives the mount point itself (`/v1`, `/v1/`) as `/`.

@@ -127,3 +127,46 @@ it('names a mounted route by its whole path, with a router inside the mount and 
   });
   expect(operations).toEqual(['POST /v1/accounts/:id/charges', 'POST /v1', 'POST /v1']);
 });
+
+it('finds the mount prefix of a request target in absolute form', async () => {
+  const store = memoryStore();
+  const operations: string[] = [];
+  const idem = idempotency({
+    store,
+    scope: () => 'tenant-1',
+    onEvent: (event) => {
+      if (event.type === 'claim') operations.push(event.operation);
+    },
+  });
+  const app = new Koa();
+  app.use(
+    mount('/v1', (ctx, next) =>
+      idem(ctx, async () => {
+        ctx.status = 201;
+        ctx.body = { ok: true };
+        await next();
+      }),
+    ),
+  );
+  await listen(app, async (url) => {
+    const { request } = await import('node:http');
+    const { port } = new URL(url);
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request({
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: `http://127.0.0.1:${port}/v1/charges?x=1`,
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'abs-1' },
+      });
+      req.on('response', (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end('{}');
+    });
+    expect(status).toBe(201);
+  });
+  expect(operations).toEqual(['POST /v1/charges']);
+});
