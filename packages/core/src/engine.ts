@@ -15,12 +15,13 @@ import {
   type Awaitable,
   type ClaimInput,
   type ClaimResult,
+  type CompleteInput,
   isPending,
   type Store,
   type StoredResponse,
   type StoreRecord,
 } from './store.js';
-import { assertStoredResponse } from './stored-response.js';
+import { assertStoredResponse, isResponseTooLargeError } from './stored-response.js';
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
 
 const DAY_MS = 86_400_000;
@@ -844,19 +845,22 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     // Only events report durations: no clock read without an observer.
     const started = onEvent ? elapsed() : 0;
     let answer: Awaitable<boolean>;
+    let input: CompleteInput | undefined;
     try {
       // Here, once, for every store: a response no store could keep or no replay could write is
       // refused before any store sees it, and handled as a store's refusal is (event, key released).
       assertStoredResponse(response);
-      const input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
-      answer = storeCall('complete', () => store.complete(input));
+      input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
+      const storing = input;
+      answer = storeCall('complete', () => store.complete(storing));
     } catch (error) {
-      return completeFailed(lease, error);
+      return completeFailed(lease, error, input);
     }
+    const tried = input;
     return isPending(answer)
       ? answer.then(
           (completed) => afterComplete(state, response, started, completed),
-          (error) => completeFailed(lease, error),
+          (error) => completeFailed(lease, error, tried),
         )
       : afterComplete(state, response, started, answer);
   };
@@ -907,16 +911,69 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     return STORED;
   };
 
-  const completeFailed = (lease: Lease, error: unknown): CompleteResult => {
+  const completeFailed = (lease: Lease, error: unknown, input?: CompleteInput): CompleteResult => {
     if (onEvent)
       emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
-    // The outcome could not be stored: free the key so a retry is not refused with 409 until the
-    // lease runs out. If this fails too, the short lease frees it within seconds. It runs in the
-    // background: the store just failed, and waiting for a second timeout would only delay the
-    // response the client is owed.
-    void withTimeout('release', () => letGo(lease as LeaseState)).catch(() => undefined);
+    // The handler ran, so its outcome is what a retry must get: a store that failed once (a pool with
+    // no free connection in time, a dropped connection) is asked again in the background, a few
+    // times, while the key stays held (a retry meanwhile gets 409, then the replay). Only a response
+    // the store refuses for what it is (too large, not storable) is not worth asking again.
+    if (input !== undefined && !inProcess && !isResponseTooLargeError(error) && !(error instanceof TypeError)) {
+      retryCompletion(lease as LeaseState, input, 0);
+    } else {
+      // Not stored: free the key so a retry is not refused with 409 until the lease runs out. It runs
+      // in the background: the store just failed, and waiting for a second timeout would only delay
+      // the response the client is owed.
+      void withTimeout('release', () => letGo(lease as LeaseState)).catch(() => undefined);
+    }
     return { ok: false, reason: 'store-error', error };
   };
+
+  // Tries a failed completion again after 100 ms, 200 ms, 400 ms, 800 ms and 1.6 s, the lease renewed
+  // in between (so the key is not abandoned to a retry that would run the handler again). After the
+  // last failure the key is freed as before; if even that fails, the lease ends it. A lease lost
+  // meanwhile for good (another execution took the key over) ends the attempts: the late outcome
+  // would be fenced anyway.
+  const retryCompletion = (lease: LeaseState, input: CompleteInput, attempt: number) => {
+    lease.finished = false;
+    held.set(lease.id, lease);
+    startHeartbeat();
+    const timer = setTimeout(
+      () => {
+        if (lease.finished) return;
+        stopHeartbeat(lease);
+        const started = onEvent ? elapsed() : 0;
+        let answer: Awaitable<boolean>;
+        try {
+          answer = storeCall('complete', () => store.complete(input));
+        } catch (error) {
+          answer = Promise.reject(error);
+        }
+        Promise.resolve(answer).then(
+          (completed) => {
+            afterComplete(lease, input.response, started, completed);
+          },
+          (error: unknown) => {
+            if (onEvent)
+              emit({
+                type: 'store-error',
+                id: lease.id,
+                operation: lease.operation,
+                phase: 'complete',
+                error,
+                at: now(),
+              });
+            if (attempt + 1 < completionRetries) retryCompletion(lease, input, attempt + 1);
+            else void withTimeout('release', () => letGo(lease)).catch(() => undefined);
+          },
+        );
+      },
+      100 * 2 ** attempt,
+    );
+    timer.unref?.();
+  };
+
+  const completionRetries = 5;
 
   const release = async (lease: Lease): Promise<ReleaseResult> => releaseNow(lease);
 

@@ -302,8 +302,11 @@ function instrument(store: Store) {
     transaction: undefined as undefined | 'throw',
     /** `slow`: every release takes 100 ms more, as a remote store's can. */
     release: undefined as undefined | 'slow',
-    /** `throw`: the outcome cannot be written (the store failed after the handler ran); `slow`: every completion takes 100 ms more. */
-    complete: undefined as undefined | 'throw' | 'slow',
+    /**
+     * `throw`: the outcome cannot be written (the store failed after the handler ran); `throw-once`:
+     * the next completion fails, the ones after it do not; `slow`: every completion takes 100 ms more.
+     */
+    complete: undefined as undefined | 'throw' | 'throw-once' | 'slow',
   };
   const wrapped: Store = {
     async claim(input) {
@@ -318,6 +321,10 @@ function instrument(store: Store) {
     async complete(input) {
       calls.complete++;
       if (faults.complete === 'throw') throw new Error('store down while storing the outcome (injected)');
+      if (faults.complete === 'throw-once') {
+        faults.complete = undefined;
+        throw new Error('connection lost while storing the outcome (injected)');
+      }
       completions.push({ id: input.id, retentionMs: input.retentionMs });
       if (faults.complete === 'slow') await new Promise((resolve) => setTimeout(resolve, 100));
       return store.complete(input);
@@ -1181,7 +1188,29 @@ export function describeAdapter(
       );
     });
 
-    it('the outcome cannot be stored: the response is served, the key released, a store-error reported; the retry runs (13)', async () => {
+    it('a completion that fails once is tried again: the response is served, the retry gets 409 or the replay, never a second run (13)', async () => {
+      await withWorld(async (world) => {
+        world.store.faults.complete = 'throw-once';
+        const first = await world.send('/charges', { key: 'unstored-once' });
+        expect(first.status).toBe(201);
+        expect(first.headers['idempotent-replayed']).toBeUndefined();
+        expect(await world.waitForEvent('store-error')).toMatchObject({ type: 'store-error', phase: 'complete' });
+        // Held while the completion is tried again (409), then replayed: the handler never runs twice.
+        await expect
+          .poll(
+            async () => {
+              const retry = await world.send('/charges', { key: 'unstored-once' });
+              expect([409, 201]).toContain(retry.status);
+              return retry.headers['idempotent-replayed'];
+            },
+            { timeout: 15_000 },
+          )
+          .toBe('true');
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('the outcome cannot be stored (the store keeps failing): the response is served, the completion tried again, then the key released, store-errors reported; the retry runs (13)', async () => {
       await withWorld(
         async (world) => {
           world.store.faults.complete = 'throw';
