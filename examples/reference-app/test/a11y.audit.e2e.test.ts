@@ -4,7 +4,7 @@
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pageHeaders } from '../src/html.js';
-import { formPostPage, switchAccountPage } from '../src/idp/pages.js';
+import { formPostPage, invalidLoginMessage, switchAccountPage } from '../src/idp/pages.js';
 import { demoUsers } from '../src/seed.js';
 import {
   axControls,
@@ -221,6 +221,29 @@ describe.runIf(hasChromium)('the reference app for keyboard and screen reader us
     await page.getByRole('heading', { name: 'Sign out?' }).waitFor();
     await press('Tab', 'Space');
     await page.getByText('You are signed out.').waitFor();
+    await context.close();
+  });
+
+  // Was a defect: after a wrong password the login page puts the cursor in the password field, but
+  // the message saying what went wrong ("Invalid username or password") is tied to no field: a
+  // screen reader announces "Password, edit text, required" and nothing else, and the person types
+  // again without knowing the first attempt failed (WCAG 3.3.1, 4.1.2). Expected: the focused field's
+  // accessible description is the message.
+  it('reads the sign-in error with the field that has the focus after a wrong password', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    await page.goto(whole.running.appUrl);
+    await page.getByRole('link', { name: 'Sign in' }).click();
+    await page.getByLabel('Username').fill('alice');
+    await page.getByLabel('Password').fill('not her password');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').waitFor();
+    const focused = (await axControls(page)).find((control) => control.focused);
+    expect(focused?.name).toBe('Password');
+    expect(focused?.description).toBe(invalidLoginMessage);
+    // The username, one Shift+Tab away, says it too: either may be the wrong one.
+    const username = (await axControls(page)).find((control) => control.name === 'Username');
+    expect(username?.description).toBe(invalidLoginMessage);
     await context.close();
   });
 

@@ -17,7 +17,8 @@ export interface LoginPageInput {
 }
 
 /**
- * The login form: labelled fields, one `main`, the error (if any) announced by `role="alert"`.
+ * The login form: labelled fields, one `main`, the error (if any) announced by `role="alert"` and
+ * read as the description of each field.
  *
  * @example
  * ```ts
@@ -26,8 +27,11 @@ export interface LoginPageInput {
  */
 export function loginPage(input: LoginPageInput): string {
   // The cursor starts where typing goes: the username, or the password when the name is kept (after
-  // a wrong password), so a keyboard user need not hunt for the field.
-  const error = input.error ? `<p class="error" role="alert">${escapeHtml(input.error)}</p>` : '';
+  // a wrong password), so a keyboard user need not hunt for the field. A screen reader reads the
+  // field that takes the focus, not the page: the error is each field's description, so it is heard
+  // there (an alert already on the page when it loads is not announced everywhere).
+  const error = input.error ? `<p class="error" id="login-error" role="alert">${escapeHtml(input.error)}</p>` : '';
+  const describedBy = input.error ? ' aria-describedby="login-error"' : '';
   return htmlPage(
     'Sign in',
     `<h1>Sign in</h1>
@@ -36,11 +40,11 @@ ${error}
 <form method="post" action="/interaction/${escapeHtml(input.uid)}/login">
 <input type="hidden" name="csrf" value="${escapeHtml(input.csrf)}">
 <label for="username">Username</label>
-<input id="username" name="username" autocomplete="username" required value="${escapeHtml(input.username ?? '')}"${
+<input id="username" name="username" autocomplete="username" required value="${escapeHtml(input.username ?? '')}"${describedBy}${
       input.username ? '' : ' autofocus'
     }>
 <label for="password">Password</label>
-<input id="password" name="password" type="password" autocomplete="current-password" required${
+<input id="password" name="password" type="password" autocomplete="current-password" required${describedBy}${
       input.username ? ' autofocus' : ''
     }>
 <button type="submit">Sign in</button>
