@@ -14,13 +14,18 @@ export function escapeHtml(value: unknown): string {
   return String(value).replace(/[&<>"']/g, (char) => entities[char] ?? char);
 }
 
-/** The one stylesheet every page embeds; the CSP allows exactly this text by its hash. */
+/**
+ * The one stylesheet every page embeds; the CSP allows exactly this text by its hash. Every text meets
+ * WCAG's 4.5:1 contrast on its background: the error red is #a00 on white (7.7:1) and a light red on
+ * the dark theme (7.3:1), where #a00 would be 2.1:1.
+ */
 const style =
   'body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem;line-height:1.5}' +
   'label{display:block;margin-top:.75rem}input,button{font:inherit;padding:.35rem .5rem}' +
   'button{margin-top:1rem}.error{color:#a00;font-weight:600}section{border-top:1px solid #ccc;margin-top:1.5rem}' +
   'pre{white-space:pre-wrap;background:#f4f4f4;padding:.5rem}li,td{overflow-wrap:anywhere}' +
-  '.theme-dark{background:#1d1f21;color:#e8e8e8;padding:.5rem 1rem}.theme-dark pre{background:#2c2f33}';
+  '.theme-dark{background:#1d1f21;color:#e8e8e8;padding:.5rem 1rem}.theme-dark pre{background:#2c2f33}' +
+  '.theme-dark .error{color:#ff8a80}';
 
 const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')}'`;
 

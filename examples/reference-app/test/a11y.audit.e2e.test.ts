@@ -3,6 +3,7 @@
 // screenshots of the focus, Tab and Enter and Space. No checker library: what is checked is in a11y.ts.
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { homePage } from '../src/app/pages.js';
 import { pageHeaders } from '../src/html.js';
 import { formPostPage, invalidLoginMessage, switchAccountPage } from '../src/idp/pages.js';
 import { demoUsers } from '../src/seed.js';
@@ -244,6 +245,34 @@ describe.runIf(hasChromium)('the reference app for keyboard and screen reader us
     // The username, one Shift+Tab away, says it too: either may be the wrong one.
     const username = (await axControls(page)).find((control) => control.name === 'Username');
     expect(username?.description).toBe(invalidLoginMessage);
+    await context.close();
+  });
+
+  // Was a defect: with the dark theme saved, an API section that failed ("API unavailable", "The API
+  // refused") shows its message in the light theme's dark red (#a00) on the dark background
+  // (#1d1f21): a contrast of 2.1:1, where normal text needs 4.5:1 (WCAG 1.4.3). Expected: every text
+  // of the dark page readable.
+  it('shows the API errors of the dark theme with readable contrast', async () => {
+    const context = await newContext();
+    const page = await context.newPage();
+    const headers = new Headers();
+    await serve(
+      page,
+      `${whole.running.appUrl}/a11y/dark-errors`,
+      homePage({
+        user: { sub: 'user-alice', name: 'Alice Liddell' },
+        csrf: 'x',
+        chargeKey: 'k',
+        photos: { kind: 'unavailable', reason: 'ECONNREFUSED' },
+        stock: { kind: 'refused', status: 403, title: 'Forbidden', body: null, headers },
+        settings: { kind: 'ok', status: 200, body: { theme: 'dark' }, headers },
+      }),
+    );
+    expect(await page.locator('.theme-dark .error').count()).toBe(2);
+    // The stylesheet applies (the CSP allows it by its hash): the errors sit on the dark background.
+    const dark = await page.locator('.theme-dark').evaluate((element) => getComputedStyle(element).backgroundColor);
+    expect(dark).toBe('rgb(29, 31, 33)');
+    expect(await contrastFailures(page)).toEqual([]);
     await context.close();
   });
 
