@@ -1,7 +1,7 @@
 // The reference app's pages for a person on a keyboard, with a screen reader, zoomed in or on a narrow
 // screen (WCAG 2.2 AA), checked in a real browser: the accessibility tree over CDP, computed styles,
 // screenshots of the focus, Tab and Enter and Space. No checker library: what is checked is in a11y.ts.
-import { type Browser, chromium, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { homePage } from '../src/app/pages.js';
 import { pageHeaders } from '../src/html.js';
@@ -225,6 +225,19 @@ describe.runIf(hasChromium)('the reference app for keyboard and screen reader us
     await context.close();
   });
 
+  /** A new tab of `context` signed in as alice. */
+  async function signIn(context: BrowserContext): Promise<Page> {
+    const page = await context.newPage();
+    await page.goto(whole.running.appUrl);
+    await page.getByRole('link', { name: 'Sign in' }).click();
+    await page.getByLabel('Username').fill('alice');
+    await page.getByLabel('Password').fill(alice?.password ?? '');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Allow' }).click();
+    await page.locator('#user-name').waitFor();
+    return page;
+  }
+
   // Was a defect: after a wrong password the login page puts the cursor in the password field, but
   // the message saying what went wrong ("Invalid username or password") is tied to no field: a
   // screen reader announces "Password, edit text, required" and nothing else, and the person types
@@ -273,6 +286,40 @@ describe.runIf(hasChromium)('the reference app for keyboard and screen reader us
     const dark = await page.locator('.theme-dark').evaluate((element) => getComputedStyle(element).backgroundColor);
     expect(dark).toBe('rgb(29, 31, 33)');
     expect(await contrastFailures(page)).toEqual([]);
+    await context.close();
+  });
+
+  // Was a defect: a charge, theme or sign-out form the app refuses (the CSRF check) or cannot read (too
+  // large: 413, an unknown charset: 415) lands on a page whose title and heading say "Sign-in failed":
+  // a screen reader user hears the title first, and thinks they were signed out or their sign-in broke,
+  // while nobody was signing in (WCAG 2.4.2, 2.4.6). Expected: the title and heading say what happened.
+  it('names a refused or unreadable form for what happened, not "Sign-in failed"', async () => {
+    const context = await newContext();
+    const page = await signIn(context);
+    await page.locator('form[action="/charges"] input[name="csrf"]').evaluate((input) => {
+      (input as HTMLInputElement).value = 'not the token';
+    });
+    await page.getByRole('button', { name: 'Create charge' }).click();
+    await page.locator('h1').waitFor();
+    expect(await page.title()).toBe('Request refused');
+    expect(await page.locator('h1').textContent()).toBe('Request refused');
+    // The way on is still there.
+    expect(await page.getByRole('link', { name: 'Back' }).count()).toBe(1);
+
+    for (const [status, contentType, body] of [
+      [413, 'application/x-www-form-urlencoded', `amount=${'1'.repeat(200_000)}`],
+      [415, 'application/x-www-form-urlencoded; charset=koi8-r', 'amount=1'],
+    ] as const) {
+      const response = await fetch(`${whole.running.appUrl}/charges`, {
+        method: 'POST',
+        headers: { 'content-type': contentType },
+        body,
+      });
+      expect(response.status).toBe(status);
+      const html = await response.text();
+      expect(html).toContain('<title>Form not read</title>');
+      expect(html).toContain('<h1>Form not read</h1>');
+    }
     await context.close();
   });
 

@@ -129,6 +129,21 @@ export function signInAgainPage(input: { user: SignedInUser; csrf: string; retur
 }
 
 /**
+ * An error page of the app with the way back to its start. The title and heading name what happened
+ * to the request the person made: they are what a screen reader reads first (a refused "Create
+ * charge" titled "Sign-in failed" tells someone their sign-in broke when nobody was signing in).
+ * The text is fixed by the caller: nothing from the request or a provider is echoed.
+ *
+ * @example
+ * ```ts
+ * res.status(403).send(appErrorPage('Request refused', 'This form was not sent from this app.'));
+ * ```
+ */
+export function appErrorPage(title: string, detail: string): string {
+  return htmlPage(title, `<h1>${escapeHtml(title)}</h1>\n<p>${escapeHtml(detail)}</p>\n<p><a href="/">Back</a></p>`);
+}
+
+/**
  * The page for a failed or refused sign-in. The text is fixed: no provider message is echoed.
  *
  * @example
@@ -137,8 +152,5 @@ export function signInAgainPage(input: { user: SignedInUser; csrf: string; retur
  * ```
  */
 export function signInFailedPage(detail = 'The sign-in could not be completed.'): string {
-  return htmlPage(
-    'Sign-in failed',
-    `<h1>Sign-in failed</h1>\n<p>${escapeHtml(detail)}</p>\n<p><a href="/">Back</a></p>`,
-  );
+  return appErrorPage('Sign-in failed', detail);
 }

@@ -12,7 +12,7 @@ import { loadCsrfKey } from '../idp/secrets.js';
 import { methodNotAllowed } from '../methods.js';
 import { type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
-import { homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
+import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
 import { createSessionStore, type Flash, type SessionData, type SessionTokens } from './sessions.js';
 
 /**
@@ -399,7 +399,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return undefined;
     }
     if (!csrf.verify(req, id, req.body?.csrf)) {
-      send(res, 403, signInFailedPage('This form was not sent from this app.'));
+      send(res, 403, appErrorPage('Request refused', 'This form was not sent from this app.'));
       return undefined;
     }
     return id;
@@ -598,12 +598,13 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return;
     }
     // A form the body parser refused (too large, an unknown charset) blames the request: its 4xx.
+    // Any form of the app lands here (a charge, the theme, sign-out): the page names no sign-in.
     const status = clientErrorStatus(error);
     if (status !== undefined) {
-      send(res, status, signInFailedPage('This form could not be read. Go back and try again.'));
+      send(res, status, appErrorPage('Form not read', 'This form could not be read. Go back and try again.'));
       return;
     }
-    send(res, 500, signInFailedPage('Something went wrong. Please try again.'));
+    send(res, 500, appErrorPage('Something went wrong', 'Please try again.'));
   });
 
   return { app };
