@@ -5,7 +5,7 @@ import { type Browser, type BrowserContext, chromium, type Page } from 'playwrig
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { homePage } from '../src/app/pages.js';
 import { pageHeaders } from '../src/html.js';
-import { formPostPage, invalidLoginMessage, switchAccountPage } from '../src/idp/pages.js';
+import { consentPage, formPostPage, invalidLoginMessage, switchAccountPage } from '../src/idp/pages.js';
 import { demoUsers } from '../src/seed.js';
 import {
   axControls,
@@ -321,6 +321,52 @@ describe.runIf(hasChromium)('the reference app for keyboard and screen reader us
       expect(html).toContain('<h1>Form not read</h1>');
     }
     await context.close();
+  });
+
+  // Was a defect: at 320 CSS px (a phone, or 400% zoom) a page scrolls sideways as soon as it shows one
+  // long word: an email address, a subject, or the API's URL in a consent heading
+  // ("At https://api.payments.example.com"). Only list items and table cells could break a word;
+  // paragraphs and headings could not (WCAG 1.4.10 Reflow). Expected: no page scrolls sideways.
+  it('reflows long addresses, subjects and resource URLs at 320 px without scrolling sideways', async () => {
+    const context = await browser.newContext({ viewport: { width: 320, height: 640 } });
+    const page = await context.newPage();
+    const headers = new Headers();
+    const pages: Array<[string, string]> = [
+      [
+        'home',
+        homePage({
+          user: {
+            sub: 'oauth2|googleapis|112233445566778899001122',
+            name: 'Alice Liddell',
+            email: 'alice.pleasance.liddell@wonderlanduniversity.example',
+          },
+          csrf: 'x',
+          chargeKey: 'k',
+          photos: { kind: 'ok', status: 200, body: { photos: [] }, headers },
+          stock: { kind: 'ok', status: 200, body: {}, headers },
+          settings: { kind: 'ok', status: 200, body: { theme: 'light' }, headers },
+        }),
+      ],
+      [
+        'consent',
+        consentPage({
+          uid: 'u',
+          csrf: 'x',
+          clientName: 'Photo app',
+          userName: 'Alice Liddell',
+          scopes: ['openid'],
+          resources: [{ resource: 'https://api.payments.wonderland.example', scopes: ['photos:read'] }],
+        }),
+      ],
+    ];
+    const overflows: string[] = [];
+    for (const [name, html] of pages) {
+      await serve(page, `${whole.running.appUrl}/a11y/reflow-${name}`, html);
+      const overflow = await sidewaysOverflow(page);
+      if (overflow.by > 0) overflows.push(`${name}: ${overflow.by} px (${overflow.culprits.join('; ')})`);
+    }
+    await context.close();
+    expect(overflows).toEqual([]);
   });
 
   // Was wrong: the webhook receiver's page reloads itself every 5 seconds (`<meta http-equiv="refresh">`)

@@ -175,7 +175,11 @@ export async function sidewaysOverflow(page: Page): Promise<{ by: number; culpri
   return page.evaluate(() => {
     const width = document.documentElement.clientWidth;
     const culprits = Array.from(document.body.querySelectorAll('*'))
-      .filter((element) => element.getBoundingClientRect().right > width + 0.5)
+      // Its box sticks out, or the text inside it does (a word too long for its line).
+      .filter(
+        (element) =>
+          element.getBoundingClientRect().right > width + 0.5 || element.scrollWidth > element.clientWidth + 1,
+      )
       .map((element) => `${element.tagName.toLowerCase()}: ${(element.textContent ?? '').trim().slice(0, 40)}`);
     return { by: document.documentElement.scrollWidth - width, culprits };
   });
