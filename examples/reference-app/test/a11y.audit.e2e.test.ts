@@ -185,7 +185,7 @@ describe.runIf(hasChromium)('the reference app for keyboard and screen reader us
     await check('form_post');
     await context.close();
     expect(problems).toEqual([]);
-  });
+  }, 120_000);
 
   it('pins: signs in, consents, sets the theme, charges and signs out by keyboard alone', async () => {
     const context = await newContext();
