@@ -129,7 +129,10 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
         );
         return;
       }
-      ctx.body = eventsPage(await listReceivedEvents(db));
+      ctx.body = eventsPage(await listReceivedEvents(db), {
+        token: String(ctx.query.token),
+        refresh: ctx.query.refresh !== 'off',
+      });
       return;
     }
     await next();
