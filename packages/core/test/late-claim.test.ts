@@ -28,7 +28,12 @@ function queuedClaims(inner: Store, held: (input: ClaimInput) => boolean = () =>
     release: (input) => Promise.resolve(inner.release(input)),
     get: (id) => Promise.resolve(inner.get(id)),
   };
-  return { store, land: () => queued.splice(0).forEach((go) => go()) };
+  return {
+    store,
+    land: () => {
+      for (const go of queued.splice(0)) go();
+    },
+  };
 }
 
 it('withdraws a claim that lands after its 503: the retry runs at once, not after a lease as a recovery', async () => {
