@@ -1,11 +1,10 @@
 // A client that leaves while its claim waits on a slow store: as in Express and Koa, the handler is
 // not started for nobody, and the key is released so the retry runs as the first attempt would have.
-import { request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { type IdempotencyEvent, recordId } from '@idem/core';
+import type { IdempotencyEvent } from '@idem/core';
 import { idempotency } from '@idem/fastify';
 import Fastify from 'fastify';
-import { expect, it } from 'vitest';
+import { it } from 'vitest';
+import { leaveDuringClaim } from '../../core/test/support/client-gone.js';
 import { gatedStore } from '../../core/test/support/gated-store.js';
 
 it('a client gone while its claim waited: no handler runs, the key is released, the retry runs', async () => {
@@ -19,32 +18,8 @@ it('a client gone while its claim waited: no handler runs, the key is released, 
     return reply.code(201).send({ ok: true });
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
-  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-  const closed = new Promise<void>((resolve) =>
-    app.server.once('connection', (socket) => socket.once('close', resolve)),
-  );
   try {
-    const body = JSON.stringify({ amount: 1000 });
-    const req = httpRequest(`${url}/charges`, {
-      method: 'POST',
-      headers: { 'idempotency-key': 'gone', 'content-type': 'application/json', 'content-length': String(body.length) },
-    });
-    req.on('error', () => undefined);
-    req.end(body);
-    await gated.claiming;
-    req.destroy();
-    await closed;
-    gated.open();
-    await expect.poll(() => events.map((event) => event.type)).toEqual(['claim', 'release']);
-    expect(runs).toEqual([]);
-    expect(await gated.inner.get(recordId('tenant-1', 'POST /charges', 'gone'))).toBeUndefined();
-    const retry = await fetch(`${url}/charges`, {
-      method: 'POST',
-      headers: { 'idempotency-key': 'gone', 'content-type': 'application/json' },
-      body,
-    });
-    expect(retry.status).toBe(201);
-    expect(runs).toEqual([{ amount: 1000 }]);
+    await leaveDuringClaim(app.server, gated, events, runs);
   } finally {
     await app.close();
   }
