@@ -58,12 +58,32 @@ export interface NodeRedisClusterLike {
 }
 
 /**
+ * The part of a node-redis v5 or v6 Sentinel client (`createSentinel`) the store uses. Its
+ * `sendCommand` takes `isReadonly` first: the store passes `false`, so every command goes to the
+ * primary the sentinels name (a replica lags it, see docs/stores.md).
+ *
+ * @example
+ * import { createSentinel } from 'redis';
+ * const sentinel = await createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '10.0.0.1', port: 26379 }] }).connect();
+ * const store = redisStore({ client: sentinel });
+ */
+export interface NodeRedisSentinelLike {
+  sendCommand(isReadonly: boolean | undefined, args: (string | Buffer)[], options?: object): Promise<unknown>;
+  getMasterNode(): unknown;
+}
+
+/**
  * Every client {@link redisStore} accepts.
  *
  * @example
  * const fromEnv = (client: RedisClientLike) => redisStore({ client, prefix: `${process.env.SERVICE}:idem:` });
  */
-export type RedisClientLike = IoredisLike | NodeRedisClientLike | NodeRedisClusterLike | RedisCommandRunner;
+export type RedisClientLike =
+  | IoredisLike
+  | NodeRedisClientLike
+  | NodeRedisClusterLike
+  | NodeRedisSentinelLike
+  | RedisCommandRunner;
 
 // node-redis (v5 and v6) maps RESP types through `typeMapping`; 36 is '$', the blob (bulk) string. Spelled
 // as a number so this package never imports `redis` at runtime (it is an optional peer).
@@ -82,7 +102,9 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
   if (!client || (typeof client !== 'object' && typeof client !== 'function')) {
     throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
   }
-  const candidate = client as Partial<IoredisLike & NodeRedisClientLike & NodeRedisClusterLike & RedisCommandRunner>;
+  const candidate = client as Partial<
+    IoredisLike & NodeRedisClientLike & NodeRedisClusterLike & NodeRedisSentinelLike & RedisCommandRunner
+  >;
   if (typeof candidate.send === 'function') return client as RedisCommandRunner;
   if (typeof candidate.callBuffer === 'function') return ioredisRunner(client as IoredisLike);
   if (typeof candidate.sendCommand === 'function') {
@@ -90,6 +112,12 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
     if (Array.isArray(candidate.masters)) {
       const cluster = client as NodeRedisClusterLike;
       return { send: (key, args) => cluster.sendCommand(key, false, [...args], nodeRedisBuffers) };
+    }
+    // A Sentinel client's sendCommand takes `isReadonly` first; taken for a plain client, it got the
+    // options as the command and every call failed ("ERR Protocol error"). `getMasterNode` tells it apart.
+    if (typeof candidate.getMasterNode === 'function') {
+      const sentinel = client as NodeRedisSentinelLike;
+      return { send: (_key, args) => sentinel.sendCommand(false, [...args], nodeRedisBuffers) };
     }
     const single = client as NodeRedisClientLike;
     return { send: (_key, args) => single.sendCommand([...args], nodeRedisBuffers) };

@@ -4,6 +4,7 @@ export {
   type IoredisLike,
   type NodeRedisClientLike,
   type NodeRedisClusterLike,
+  type NodeRedisSentinelLike,
   type RedisClientLike,
   type RedisCommandRunner,
   redisCommandRunner,

@@ -25,8 +25,8 @@ import { completeScript, inspectScript, releaseScript, renewScript, runScript } 
  */
 export interface RedisStoreOptions {
   /**
-   * A connected client the caller owns: an ioredis `Redis` or `Cluster` (v5 or v6), a node-redis v5 or v6 client or
-   * cluster, or any {@link RedisCommandRunner}. The store never connects, quits or listens to it.
+   * A connected client the caller owns: an ioredis `Redis` or `Cluster` (v5 or v6), a node-redis v5 or v6 client,
+   * cluster or Sentinel client (`createSentinel`), or any {@link RedisCommandRunner}. The store never connects, quits or listens to it.
    */
   client: RedisClientLike;
   /**
