@@ -25,6 +25,8 @@ export interface SentinelSetup {
   switchedFrom(port: number, timeoutMs?: number): Promise<number>;
   /** Sends `SENTINEL FAILOVER` (a planned switch) and resolves with the new primary's port once it takes writes. */
   failover(): Promise<number>;
+  /** Waits until the node on `port` reports `role` (`'master'` or `'slave'`). */
+  hasRole(port: number, role: 'master' | 'slave', timeoutMs?: number): Promise<void>;
   /** Waits until the primary has `count` replicas online with their link up. */
   replicasInSync(count: number, timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
@@ -126,6 +128,11 @@ export async function startSentinelSetup({ replicas = 1, downAfterMs = 1_000 } =
         await ask(sentinels[0]!.port, 'SENTINEL', 'FAILOVER', MASTER_NAME);
         return setup.switchedFrom(before);
       },
+      hasRole: (port, role, timeoutMs = 60_000) =>
+        until(`the node on ${port} to be a ${role}`, timeoutMs, async () => {
+          const [now] = await ask<[string]>(port, 'ROLE');
+          return now === role ? true : undefined;
+        }).then(() => undefined),
       replicasInSync: (count, timeoutMs = 30_000) =>
         until(`${count} replicas in sync`, timeoutMs, async () => {
           const info = await ask<string>(await setup.primaryPort(), 'INFO', 'replication');
