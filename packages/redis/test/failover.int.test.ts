@@ -1,12 +1,14 @@
 // The store behind Redis Sentinel: what requests and their retries see when the primary is
 // replaced. Every server here is started by this file on loopback ports, never the shared Redis.
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, connect as connectTcp, createServer as createNetServer, type Socket } from 'node:net';
 import { createIdempotency, type IdempotencyEngine } from '@idem/core';
 import { Redis, type RedisOptions } from 'ioredis';
-import { createSentinel } from 'redis';
+import { createClient, createSentinel } from 'redis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type RedisClientLike, type RedisCommandRunner, redisCommandRunner, redisStore } from '../src/index.js';
-import { redisBinariesAvailable } from './redis-env.js';
+import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 import { MASTER_NAME, type SentinelSetup, startSentinelSetup } from './sentinel.js';
 
 const withBinaries = await redisBinariesAvailable();
@@ -259,5 +261,136 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
     expect(load.others()).toEqual([]);
     expect(await load.silentDuplicates()).toEqual([]);
     expect(unhandled).toEqual([]);
+  });
+});
+
+/** An error and every `cause` under it. */
+const causes = (error: unknown): unknown[] =>
+  error instanceof Error && error.cause !== undefined ? [error, ...causes(error.cause)] : [error];
+
+/**
+ * A managed Redis's primary endpoint (a DNS name that moves on failover) as a TCP proxy: connections
+ * made after `moveTo` reach the new node, connections made before stay where they were, as a TCP
+ * connection to a resolved address does.
+ */
+async function movableEndpoint(port: number) {
+  let target = port;
+  const open = new Set<Socket>();
+  const server = createNetServer((client) => {
+    const upstream = connectTcp(target, '127.0.0.1');
+    for (const socket of [client, upstream]) {
+      open.add(socket);
+      socket.on('error', () => undefined);
+      socket.on('close', () => {
+        open.delete(socket);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    moveTo(next: number) {
+      target = next;
+    },
+    close: () => {
+      for (const socket of open) socket.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe.runIf(withBinaries)('a managed endpoint that moves: the old primary demoted to a replica', () => {
+  let primary: RedisServerProcess;
+  let replica: RedisServerProcess;
+  let endpoint: Awaited<ReturnType<typeof movableEndpoint>>;
+  const clients: { disconnect(): unknown }[] = [];
+
+  beforeEach(async () => {
+    primary = await startRedisServer(await freePort());
+    replica = await startRedisServer(await freePort(), ['--replicaof', '127.0.0.1', String(primary.port)]);
+    endpoint = await movableEndpoint(primary.port);
+  });
+  afterEach(async () => {
+    for (const client of clients.splice(0)) client.disconnect();
+    await endpoint?.close();
+    await Promise.all([primary?.stop(), replica?.stop()]);
+  });
+
+  // What the service does on failover: the replica becomes the primary, the old primary its replica
+  // (it keeps its client connections), and the endpoint's name moves.
+  const failOver = async () => {
+    const admin = (port: number) => new Redis(port, '127.0.0.1');
+    const [promoted, demoted] = [admin(replica.port), admin(primary.port)];
+    try {
+      await promoted.replicaof('NO', 'ONE');
+      await demoted.replicaof('127.0.0.1', replica.port);
+    } finally {
+      promoted.disconnect();
+      demoted.disconnect();
+    }
+    endpoint.moveTo(replica.port);
+  };
+
+  const requestsAfterFailover = async (client: RedisClientLike) => {
+    const engine = createIdempotency({ store: redisStore({ client, prefix: 'failover:' }), storeTimeout: '1s' });
+    const attempt = async () => {
+      const started = await engine.begin({
+        key: randomUUID(),
+        scope: 'user:1',
+        operation: 'POST /orders',
+        fingerprint: 'fp',
+      });
+      if (started.kind === 'execute')
+        return (await engine.complete(started.lease, outcome)).ok ? 'stored' : 'not-stored';
+      if (started.kind === 'replay') return 'replay';
+      const readOnly = causes(started.error).some((cause) => /^READONLY/.test((cause as Error).message));
+      return `${started.error.code}${readOnly ? ' READONLY' : ''}`;
+    };
+    expect(await attempt()).toBe('stored');
+    await failOver();
+    const seen: string[] = [];
+    for (let i = 0; i < 20; i++) seen.push(await attempt());
+    return seen;
+  };
+
+  it.each([
+    {
+      name: 'ioredis',
+      connect: async (port: number) => {
+        const client = new Redis(port, '127.0.0.1');
+        client.on('error', () => undefined);
+        clients.push(client);
+        return client;
+      },
+    },
+    {
+      name: 'node-redis',
+      connect: async (port: number) => {
+        const client = createClient({ url: `redis://127.0.0.1:${port}` });
+        client.on('error', () => undefined);
+        await client.connect();
+        clients.push({ disconnect: () => client.destroy() });
+        return client as RedisClientLike;
+      },
+    },
+  ])(
+    'holds (as documented): a $name connection that stays on the demoted primary gets 503 READONLY on every write, for as long as it lives',
+    async ({ connect }) => {
+      const client = await connect(endpoint.port);
+      expect(new Set(await requestsAfterFailover(client))).toEqual(new Set(['store_unavailable READONLY']));
+    },
+  );
+
+  it('holds: with reconnectOnError for READONLY, ioredis reconnects to the moved endpoint and requests are served again', async () => {
+    const ioredis = new Redis(endpoint.port, '127.0.0.1', {
+      reconnectOnError: (error) => (error.message.startsWith('READONLY') ? 2 : false),
+    });
+    ioredis.on('error', () => undefined);
+    clients.push(ioredis);
+    expect(new Set(await requestsAfterFailover(ioredis))).toEqual(new Set(['stored']));
   });
 });
