@@ -13,6 +13,22 @@ describe('redisCommandRunner', () => {
     expect(redisCommandRunner(runner)).toBe(runner);
   });
 
+  // Was wrong: a node-redis Sentinel client (createSentinel) was taken for a plain client, and its
+  // sendCommand(isReadonly, args, options) got the command as isReadonly and the options as the
+  // command: every call failed with "ERR Protocol error". failover.int.test.ts runs it on real Sentinels.
+  it('sends through a node-redis Sentinel client to the primary (isReadonly false), with buffers', async () => {
+    const calls: unknown[][] = [];
+    const sentinel = {
+      sendCommand: async (...args: unknown[]) => {
+        calls.push(args);
+        return null;
+      },
+      getMasterNode: () => ({ host: '127.0.0.1', port: 6379 }),
+    };
+    await redisCommandRunner(sentinel as unknown as RedisClientLike).send('k', ['GET', 'k']);
+    expect(calls).toEqual([[false, ['GET', 'k'], { typeMapping: { 36: Buffer } }]]);
+  });
+
   it.each([
     ['null', null],
     ['a string', 'redis://127.0.0.1'],
