@@ -18,6 +18,8 @@ export const jwsAlgorithms = [
   'ES384',
   'ES512',
   'EdDSA',
+  // RFC 9864's fully-specified name for EdDSA on Ed25519, the one curve the guard takes for EdDSA.
+  'Ed25519',
 ] as const;
 
 /**
@@ -55,6 +57,18 @@ export function keyFamilyOf(alg: JwsAlgorithm): KeyFamily {
   if (alg.startsWith('RS') || alg.startsWith('PS')) return 'RSA';
   if (alg.startsWith('ES')) return 'EC';
   return 'OKP';
+}
+
+/**
+ * True when a key pinned to `keyAlg` verifies a signature made with `alg`: the same name, or
+ * `EdDSA` and `Ed25519` (RFC 9864), one signature scheme on the one curve the guard takes for either.
+ * An issuer still names which of the two its tokens may carry (`algorithms`).
+ *
+ * @example
+ * verifiesAs('EdDSA', 'Ed25519'); // true
+ */
+export function verifiesAs(keyAlg: JwsAlgorithm, alg: JwsAlgorithm): boolean {
+  return keyAlg === alg || (keyFamilyOf(keyAlg) === 'OKP' && keyFamilyOf(alg) === 'OKP');
 }
 
 /** The curve each ECDSA algorithm is bound to (RFC 7518 §3.4). */

@@ -20,7 +20,7 @@ import { parseStrictJson } from './strict-json.js';
 export interface DpopOptions {
   /** Refuse plain Bearer tokens: every request must carry a DPoP-bound token and a proof (default false). */
   required?: boolean;
-  /** Accepted proof algorithms (default `['ES256', 'EdDSA', 'PS256', 'RS256']`; asymmetric only). */
+  /** Accepted proof algorithms (default `['ES256', 'EdDSA', 'Ed25519', 'PS256', 'RS256']`; asymmetric only). */
   algorithms?: readonly JwsAlgorithm[];
   /** How old a proof's `iat` may be (default 60). The clock tolerance applies on top. */
   maxAge?: number;
@@ -106,7 +106,10 @@ export interface DpopRuntime {
 export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime {
   if (options === null || typeof options !== 'object') throw new TypeError('dpop must be an object');
   refuseUnknownOptions(options, dpopOptionNames, 'dpop');
-  const algorithms = assertAlgorithms(options.algorithms ?? ['ES256', 'EdDSA', 'PS256', 'RS256'], 'dpop.algorithms');
+  const algorithms = assertAlgorithms(
+    options.algorithms ?? ['ES256', 'EdDSA', 'Ed25519', 'PS256', 'RS256'],
+    'dpop.algorithms',
+  );
   if (algorithms.some((alg) => keyFamilyOf(alg) === 'oct')) throw new TypeError('dpop.algorithms must be asymmetric');
   const maxAge = seconds(options.maxAge ?? 60, 'dpop.maxAge', { min: 1, max: 3600 });
   const replayTimeout = seconds(options.replayTimeout ?? 1, 'dpop.replayTimeout', { min: 0.01, max: 60 });

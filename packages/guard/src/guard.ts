@@ -283,7 +283,7 @@ export function isGuard(value: unknown): value is Guard {
   );
 }
 
-const defaultAsymmetric: readonly JwsAlgorithm[] = ['RS256', 'PS256', 'ES256', 'EdDSA'];
+const defaultAsymmetric: readonly JwsAlgorithm[] = ['RS256', 'PS256', 'ES256', 'EdDSA', 'Ed25519'];
 
 /** Internal description of one issuer after option checks. */
 export interface IssuerRuntime {

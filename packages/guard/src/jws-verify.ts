@@ -1,4 +1,4 @@
-import { isJwsAlgorithm, type JwsAlgorithm } from './algorithms.js';
+import { isJwsAlgorithm, type JwsAlgorithm, verifiesAs } from './algorithms.js';
 import type { ParsedJws } from './compact-jws.js';
 import type { GuardErrorCode } from './errors.js';
 import { normalizeTyp } from './guard-typ.js';
@@ -85,6 +85,7 @@ const verifyParameters: Readonly<Record<JwsAlgorithm, AlgorithmIdentifier | RsaP
   ES384: { name: 'ECDSA', hash: 'SHA-384' },
   ES512: { name: 'ECDSA', hash: 'SHA-512' },
   EdDSA: { name: 'Ed25519' },
+  Ed25519: { name: 'Ed25519' },
 };
 
 /**
@@ -109,7 +110,7 @@ export async function verifyJwsSignature(
   let signingInput: Uint8Array<ArrayBuffer> | undefined;
   let sawCandidate = false;
   for (const key of keys) {
-    if (key.alg !== alg) continue;
+    if (!verifiesAs(key.alg, alg)) continue;
     sawCandidate = true;
     // The segments passed the base64url alphabet check, so the signing input is ASCII: latin1 is exact.
     signingInput ??= signingInputBytes(parsed.signingInput);
@@ -144,7 +145,7 @@ export async function verifyParsedJws(
   if (!header.ok) return header;
   const candidates = keys.filter(
     (key) =>
-      key.alg === header.header.alg &&
+      verifiesAs(key.alg, header.header.alg) &&
       (header.header.kid === undefined || key.kid === undefined || key.kid === header.header.kid),
   );
   const verified = await verifyJwsSignature(parsed, header.header.alg, candidates);

@@ -1,6 +1,13 @@
 import { createHash, createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto';
 import { importJWK, type JWK } from 'jose';
-import { ecCurveOf, hmacMinimumBytes, isJwsAlgorithm, type JwsAlgorithm, keyFamilyOf } from './algorithms.js';
+import {
+  ecCurveOf,
+  hmacMinimumBytes,
+  isJwsAlgorithm,
+  type JwsAlgorithm,
+  keyFamilyOf,
+  verifiesAs,
+} from './algorithms.js';
 import { decodeCanonicalBase64url, isPlainObject } from './compact-jws.js';
 import { isRocaModulus } from './roca.js';
 
@@ -115,7 +122,9 @@ export function checkJwk(
     if (keyFamilyOf(named) === 'EC' && ecCurveOf[named as keyof typeof ecCurveOf] !== jwk.crv) {
       return { ok: false, reason: 'alg-mismatch' };
     }
-    if (!policy.algorithms.includes(named)) return { ok: false, reason: 'alg-not-allowed' };
+    // A key named for EdDSA serves an issuer that allows Ed25519 (RFC 9864), and the other way round.
+    if (!policy.algorithms.some((allowed) => verifiesAs(named, allowed)))
+      return { ok: false, reason: 'alg-not-allowed' };
     alg = named;
   } else {
     alg = inferAlgorithm(jwk, policy);

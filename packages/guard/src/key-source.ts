@@ -1,4 +1,4 @@
-import type { JwsAlgorithm } from './algorithms.js';
+import { type JwsAlgorithm, verifiesAs } from './algorithms.js';
 import type { GuardEvent } from './events.js';
 import { importKeySet, type KeyPolicy, type KeySetRejection, type VerificationKey } from './key-import.js';
 import { seconds } from './seconds.js';
@@ -63,14 +63,14 @@ function match(
       const candidates = key.kid === kid ? exact : kidlessMatchesAny && key.kid === undefined ? kidless : undefined;
       if (candidates === undefined) continue;
       named = true;
-      if (key.alg === alg) candidates.push(key);
+      if (verifiesAs(key.alg, alg)) candidates.push(key);
     }
     if (!named) return undefined;
     // The keys that carry this kid come first: the likely signer is tried before the key-less ones.
     const usable = kidless.length === 0 ? exact : exact.concat(kidless);
     return usable.length === 0 ? { kind: 'alg-mismatch' } : { kind: 'found', keys: usable };
   }
-  const usable = keys.filter((key) => key.alg === alg);
+  const usable = keys.filter((key) => verifiesAs(key.alg, alg));
   return usable.length === 0 ? undefined : { kind: 'found', keys: usable };
 }
 

@@ -85,7 +85,7 @@ describe('DPoP (case 52)', () => {
     if (!replay.ok) {
       expect(replay.error.status).toBe(401);
       expect(replay.error.wwwAuthenticate).toBe(
-        'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof was already used", algs="ES256 EdDSA PS256 RS256"',
+        'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof was already used", algs="ES256 EdDSA Ed25519 PS256 RS256"',
       );
     }
     // A fresh proof for the same token passes (the verified-token cache keys on token and key).
@@ -251,7 +251,7 @@ describe('DPoP (case 52)', () => {
     expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${makeToken()}` } }))).toBe('ok');
     const missing = await guard.authenticate({ headers: {} });
     expect(!missing.ok && missing.error.wwwAuthenticate).toBe(
-      'Bearer realm="api", DPoP realm="api", algs="ES256 EdDSA PS256 RS256"',
+      'Bearer realm="api", DPoP realm="api", algs="ES256 EdDSA Ed25519 PS256 RS256"',
     );
   });
 
@@ -435,7 +435,7 @@ describe('DPoP (case 52)', () => {
     if (!full.ok) {
       expect(full.error.status).toBe(401);
       expect(full.error.wwwAuthenticate).toBe(
-        'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof cannot be accepted now: the replay memory is full", algs="ES256 EdDSA PS256 RS256"',
+        'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof cannot be accepted now: the replay memory is full", algs="ES256 EdDSA Ed25519 PS256 RS256"',
       );
     }
     // The oldest live proof id was kept: its replay is still caught.
@@ -490,7 +490,7 @@ describe('DPoP (case 52)', () => {
       if (!refused.ok) {
         expect(refused.error.status).toBe(401);
         expect(refused.error.wwwAuthenticate).toBe(
-          'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof cannot be accepted now: the replay memory is unavailable", algs="ES256 EdDSA PS256 RS256"',
+          'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof cannot be accepted now: the replay memory is unavailable", algs="ES256 EdDSA Ed25519 PS256 RS256"',
         );
       }
       expect(events).toEqual(['rejected:dpop_replay_unavailable']);
@@ -641,7 +641,7 @@ describe('DPoP server nonces (RFC 9449 §9)', () => {
     if (first.ok) throw new Error('expected a refusal');
     expect(first.error.status).toBe(401);
     expect(first.error.wwwAuthenticate).toBe(
-      'DPoP realm="api", error="use_dpop_nonce", error_description="The DPoP proof must carry the nonce this server provides", algs="ES256 EdDSA PS256 RS256"',
+      'DPoP realm="api", error="use_dpop_nonce", error_description="The DPoP proof must carry the nonce this server provides", algs="ES256 EdDSA Ed25519 PS256 RS256"',
     );
     const nonce = first.error.dpopNonce;
     expect(nonce).toMatch(/^[0-9a-z]+\.[A-Za-z0-9_-]{43}$/);
