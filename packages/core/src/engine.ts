@@ -935,6 +935,15 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // meanwhile for good (another execution took the key over) ends the attempts: the late outcome
   // would be fenced anyway.
   const retryCompletion = (lease: LeaseState, input: CompleteInput, attempt: number) => {
+    // While the completion was out (no renewals meanwhile) the key may have gone to another claim of
+    // this process: its lease is the one `held` renews. Put back over it, this one would push it out
+    // of the heartbeat (then be dropped when fenced), and that run's lease would end under its
+    // handler for a third run to take the key over. This outcome would be fenced anyway.
+    const holder = held.get(lease.id);
+    if (holder !== undefined && holder !== lease) {
+      markLost(lease, 'taken-over');
+      return;
+    }
     lease.finished = false;
     held.set(lease.id, lease);
     startHeartbeat();
