@@ -960,7 +960,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         }
         Promise.resolve(answer).then(
           (completed) => {
-            afterComplete(lease, input.response, started, completed);
+            if (completed) afterComplete(lease, input.response, started, true);
+            else settleRefusedRetry(lease, input, started);
           },
           (error: unknown) => {
             if (onEvent)
@@ -983,6 +984,21 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   };
 
   const completionRetries = 5;
+
+  // A retried completion the store refused. The attempt before it was given up on, not known to have
+  // failed: one that timed out may have landed after all, and a store that answers only for a record
+  // in progress (PostgreSQL's UPDATE) then refuses its own outcome. Reported as fenced, that outcome
+  // would read as a late finisher refused for another execution's, which never ran. The record says
+  // which: completed under this claim's token (no other claim has it) is this very outcome.
+  const settleRefusedRetry = (lease: LeaseState, input: CompleteInput, started: number) => {
+    withTimeout('get', () => store.get(input.id)).then(
+      (record) => {
+        const landed = record !== undefined && record.state === 'completed' && record.token === input.token;
+        afterComplete(lease, input.response, started, landed);
+      },
+      () => afterComplete(lease, input.response, started, false),
+    );
+  };
 
   const release = async (lease: Lease): Promise<ReleaseResult> => releaseNow(lease);
 
