@@ -153,6 +153,8 @@ export interface Lease {
   /**
    * Aborted when the lease is lost: a renewal refused, or none confirmed for a whole lease (counted
    * from the last confirmed one's sending, even while a renewal is still unanswered), or `maxExecution`.
+   * With `heartbeat: false` nothing renews or watches the lease: only a takeover by another request
+   * of this process aborts it.
    */
   readonly signal: AbortSignal;
   /** True once the lease is known to be lost. */
