@@ -211,7 +211,7 @@ function routeOf(ctx: Context, mounted: string, path: string): string {
  * replay `/v1/charges`. Read from `ctx.originalUrl`, which no mount changes: the part of its path
  * before `ctx.path`. (A rewrite that changed the whole path leaves no such prefix: nothing is added.)
  */
-function mountPrefixOf(ctx: Context): string {
+function mountPrefixOf(ctx: Context, rest: string): string {
   const original = ctx.originalUrl;
   if (typeof original !== 'string') return '';
   const query = original.indexOf('?');
@@ -222,13 +222,19 @@ function mountPrefixOf(ctx: Context): string {
     const slash = scheme === -1 ? -1 : whole.indexOf('/', scheme + 3);
     whole = slash === -1 ? '/' : whole.slice(slash);
   }
-  const rest = ctx.path;
   if (whole === rest) return '';
   // koa-mount gives the mount point itself (`/v1`, `/v1/`) as `/`.
   if (rest === '/') return whole.endsWith('/') ? whole.slice(0, -1) : whole;
   return whole.length > rest.length && whole.endsWith(rest) && whole[whole.length - rest.length - 1] !== '/'
     ? whole.slice(0, whole.length - rest.length)
     : '';
+}
+
+// `ctx.path` as a path: koa-mount with a prefix that ends in a slash (`/v1/`) runs the mounted app
+// with `charges` for `/v1/charges`, without the leading slash.
+function pathInMount(ctx: Context): string {
+  const path = ctx.path;
+  return path.startsWith('/') ? path : `/${path}`;
 }
 
 interface Execution {
@@ -360,8 +366,9 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const stacked = ctx.state.idempotency !== undefined;
     const anonymous = http.scope === undefined && !stacked ? anonymousGuardOf(ctx) : undefined;
     if (anonymous !== undefined) return sendGuardError(ctx, anonymous.error('token_missing'));
-    const mounted = mountPrefixOf(ctx);
-    const path = mounted + ctx.path;
+    const rest = pathInMount(ctx);
+    const mounted = mountPrefixOf(ctx, rest);
+    const path = mounted + rest;
     const started = await http.begin({
       method: ctx.method,
       stacked,

@@ -170,3 +170,50 @@ it('finds the mount prefix of a request target in absolute form', async () => {
   });
   expect(operations).toEqual(['POST /v1/charges']);
 });
+
+// koa-mount with a prefix that ends in a slash (`mount('/v1/', app)`) runs the app with `ctx.path`
+// `charges` for `/v1/charges`: no leading slash. The prefix was not found, and the operation was
+// named `POST charges` under every such mount.
+it('finds the prefix of a mount whose prefix ends in a slash', async () => {
+  const store = memoryStore();
+  const operations: string[] = [];
+  const idem = idempotency({
+    store,
+    scope: () => 'tenant-1',
+    onEvent: (event) => {
+      if (event.type === 'claim') operations.push(event.operation);
+    },
+  });
+  // What koa-mount does for `mount('/v1/', ...)`: the prefix replaced, the slash with it.
+  const trailing =
+    (prefix: string, downstream: Middleware): Middleware =>
+    async (ctx, upstream) => {
+      const previous = ctx.path;
+      if (!previous.startsWith(prefix)) return upstream();
+      ctx.path = previous.slice(prefix.length) || '/';
+      try {
+        await downstream(ctx, upstream);
+      } finally {
+        ctx.path = previous;
+      }
+    };
+  const created: Middleware = (ctx) => {
+    ctx.status = 201;
+    ctx.body = { ok: true };
+  };
+  const app = new Koa();
+  app.use(trailing('/v1/', (ctx, next) => idem(ctx, () => created(ctx, next))));
+  app.use(trailing('/v2/', (ctx, next) => idem(ctx, () => created(ctx, next))));
+  await listen(app, async (url) => {
+    const post = (path: string) =>
+      fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'trailing-1' },
+        body: '{}',
+      });
+    expect((await post('/v1/charges')).status).toBe(201);
+    const other = await post('/v2/charges');
+    expect(other.headers.get('idempotent-replayed')).toBeNull();
+  });
+  expect(operations).toEqual(['POST /v1/charges', 'POST /v2/charges']);
+});
