@@ -453,11 +453,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const withdrawLateClaim = (input: ClaimInput, call: Promise<ClaimResult>) => {
     call.then(
       (late) => {
-        if (!late.claimed) return;
-        const { id, token } = input;
-        const withdrawn =
-          input.replaces === undefined ? store.release({ id, token }) : store.renew({ id, token, leaseMs: 1 });
-        Promise.resolve(withdrawn).catch(() => {});
+        if (late.claimed)
+          Promise.resolve(giveBack(input.id, input.token, input.replaces !== undefined)).catch(() => {});
       },
       () => {},
     );
@@ -803,13 +800,16 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // crashed attempt's fingerprint (that attempt may have had effects, so other parameters must still
   // be refused), its lease ended at once so the next retry takes it over. Deleting it would let
   // other parameters run. On a store that keeps no abandoned records this is a release.
-  const letGo = (lease: LeaseState): Awaitable<boolean> =>
-    lease.recovered ? endLease(lease) : store.release({ id: lease.id, token: lease.token });
+  const letGo = (lease: LeaseState): Awaitable<boolean> => giveBack(lease.id, lease.token, lease.recovered);
+
+  // The same for a claim known by its id and token (a late one, see `withdrawLateClaim`): a takeover
+  // of an abandoned record ends its lease at once (`endLease`), a fresh claim is deleted.
+  const giveBack = (id: string, token: string, recovered: boolean): Awaitable<boolean> =>
+    recovered ? store.renew({ id, token, leaseMs: 1 }) : store.release({ id, token });
 
   // Ends a lease at once and keeps its record, abandoned, with its fingerprint: the same request
   // takes it over, other parameters are still refused.
-  const endLease = (lease: LeaseState): Awaitable<boolean> =>
-    store.renew({ id: lease.id, token: lease.token, leaseMs: 1 });
+  const endLease = (lease: LeaseState): Awaitable<boolean> => giveBack(lease.id, lease.token, true);
 
   const afterRelease = (lease: LeaseState, started: number, released: boolean): ReleaseResult => {
     if (!released) {
@@ -846,23 +846,24 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     stopHeartbeat(state);
     // Only events report durations: no clock read without an observer.
     const started = onEvent ? elapsed() : 0;
-    let answer: Awaitable<boolean>;
-    let input: CompleteInput | undefined;
     try {
       // Here, once, for every store: a response no store could keep or no replay could write is
       // refused before any store sees it, and handled as a store's refusal is (event, key released).
       assertStoredResponse(response);
-      input = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
-      const storing = input;
-      answer = storeCall('complete', () => store.complete(storing));
+    } catch (error) {
+      return completeFailed(lease, error);
+    }
+    const input: CompleteInput = { id: lease.id, token: lease.token, response, retentionMs: decision.retentionMs };
+    let answer: Awaitable<boolean>;
+    try {
+      answer = storeCall('complete', () => store.complete(input));
     } catch (error) {
       return completeFailed(lease, error, input);
     }
-    const tried = input;
     return isPending(answer)
       ? answer.then(
           (completed) => afterComplete(state, response, started, completed),
-          (error) => completeFailed(lease, error, tried),
+          (error) => completeFailed(lease, error, input),
         )
       : afterComplete(state, response, started, answer);
   };
@@ -914,8 +915,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   };
 
   const completeFailed = (lease: Lease, error: unknown, input?: CompleteInput): CompleteResult => {
-    if (onEvent)
-      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
+    reportCompleteError(lease, error);
     // The handler ran, so its outcome is what a retry must get: a store that failed once (a pool with
     // no free connection in time, a dropped connection) is asked again in the background, a few
     // times, while the key stays held (a retry meanwhile gets 409, then the replay). Only a response
@@ -923,12 +923,21 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (input !== undefined && !inProcess && !isResponseTooLargeError(error) && !(error instanceof TypeError)) {
       retryCompletion(lease as LeaseState, input, 0);
     } else {
-      // Not stored: free the key so a retry is not refused with 409 until the lease runs out. It runs
-      // in the background: the store just failed, and waiting for a second timeout would only delay
-      // the response the client is owed.
-      void withTimeout('release', () => letGo(lease as LeaseState)).catch(() => undefined);
+      freeKey(lease as LeaseState);
     }
     return { ok: false, reason: 'store-error', error };
+  };
+
+  const reportCompleteError = (lease: Lease, error: unknown) => {
+    if (onEvent)
+      emit({ type: 'store-error', id: lease.id, operation: lease.operation, phase: 'complete', error, at: now() });
+  };
+
+  // An outcome that will not be stored: the key is freed so a retry is not refused with 409 until the
+  // lease runs out. In the background: the store just failed, and waiting for a second timeout would
+  // only delay the response the client is owed. If this fails too, the lease ends it.
+  const freeKey = (lease: LeaseState) => {
+    void withTimeout('release', () => letGo(lease)).catch(() => undefined);
   };
 
   // Tries a failed completion again after 100 ms, 200 ms, 400 ms, 800 ms and 1.6 s, the lease renewed
@@ -966,17 +975,9 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
             else settleRefusedRetry(lease, input, started);
           },
           (error: unknown) => {
-            if (onEvent)
-              emit({
-                type: 'store-error',
-                id: lease.id,
-                operation: lease.operation,
-                phase: 'complete',
-                error,
-                at: now(),
-              });
+            reportCompleteError(lease, error);
             if (attempt + 1 < completionRetries) retryCompletion(lease, input, attempt + 1);
-            else void withTimeout('release', () => letGo(lease)).catch(() => undefined);
+            else freeKey(lease);
           },
         );
       },

@@ -6,6 +6,7 @@ import { createIdempotency } from '../src/engine.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
+import { ResponseTooLargeError } from '../src/stored-response.js';
 
 afterEach(() => {
   vi.useRealTimers();
@@ -64,4 +65,29 @@ it('a completion retried after its key was taken over in this process leaves the
   expect(second.lease.signal.aborted).toBe(false);
   expect(await worker.complete(second.lease, response)).toEqual({ ok: true, stored: true });
   expect(events.filter((event) => event.type === 'complete')).toHaveLength(1);
+});
+
+// The background retry is for a store that failed, not one that refused the response for what it
+// is: a response over the store's cap would be refused on every try while the key stayed held.
+it('a completion refused for its size is not tried again: the key is released at once', async () => {
+  vi.useFakeTimers();
+  const shared = memoryStore({ now: () => Date.now() });
+  let completions = 0;
+  const store: Store = {
+    claim: (input) => Promise.resolve(shared.claim(input)),
+    renew: (input) => Promise.resolve(shared.renew(input)),
+    complete: () => {
+      completions++;
+      return Promise.reject(new ResponseTooLargeError(5_000_000, 4_194_304));
+    },
+    release: (input) => Promise.resolve(shared.release(input)),
+    get: (id) => Promise.resolve(shared.get(id)),
+  };
+  const worker = createIdempotency({ store, now: () => Date.now() });
+  const first = await worker.begin(request);
+  if (first.kind !== 'execute') throw new Error('expected execute');
+  expect(await worker.complete(first.lease, response)).toMatchObject({ ok: false, reason: 'store-error' });
+  await vi.advanceTimersByTimeAsync(10_000);
+  expect(completions).toBe(1);
+  expect((await worker.begin(request)).kind).toBe('execute');
 });
