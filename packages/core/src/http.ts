@@ -2152,6 +2152,19 @@ function erroredOf(res: ServerResponse): Error | null | undefined {
 }
 
 /**
+ * Whether the client is gone: its connection (or, over HTTP/2, its stream) closed. An adapter asks
+ * once its key is claimed: a client that left while the claim waited on a slow store gets no handler
+ * (body parsers skip a request whose socket is gone, so it would run without the body it sent); the
+ * key is released and the retry runs as the first attempt would have.
+ *
+ * @example
+ * if (clientLeft(req, res)) return void (await http.engine.release(lease));
+ */
+export function clientLeft(req: IncomingMessage, res: ServerResponse): boolean {
+  return destroyedOf(res) || req.socket?.destroyed === true;
+}
+
+/**
  * Whether the response can take no more: destroyed, or, over HTTP/2, its stream is.
  *
  * @example

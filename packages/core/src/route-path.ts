@@ -56,3 +56,21 @@ function isUnreserved(code: number): boolean {
     code === 0x7e // ~
   );
 }
+
+/**
+ * A request target as its origin form: `http://host/r?q` is `/r?q`. A forward proxy sends the
+ * absolute form (RFC 9112 3.2.2), which routers route by its path: the adapters fingerprint that
+ * path alone, so a retry sent in origin form is the same request, not a 422.
+ *
+ * @example
+ * originForm('http://api.example/charges?a=1'); // '/charges?a=1'
+ */
+export function originForm(url: string): string {
+  if (url.startsWith('/')) return url;
+  const authority = url.indexOf('://');
+  if (authority === -1) return url;
+  const pathAt = url.indexOf('/', authority + 3);
+  const queryAt = url.indexOf('?', authority + 3);
+  if (pathAt === -1 || (queryAt !== -1 && queryAt < pathAt)) return `/${queryAt === -1 ? '' : url.slice(queryAt)}`;
+  return url.slice(pathAt);
+}

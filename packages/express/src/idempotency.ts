@@ -1,7 +1,7 @@
 import {
   type BodyRead,
+  clientLeft,
   createHttpIdempotency,
-  destroyedOf,
   foldRoutePath,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
@@ -109,10 +109,8 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
       return;
     }
     const { lease } = started;
-    // The client left while the claim waited (a slow store, an overloaded pool): nothing has run,
-    // and nothing should. Body parsers skip a request whose socket is gone (body-parser's
-    // isFinished), so the handler would run without the body it sent, and its failure would be
-    // stored for the retention. The key is released: a retry runs as the first attempt would have.
+    // The client left while the claim waited: no handler for nobody (see clientLeft; body-parser's
+    // isFinished would hand the handler no body, and its failure would be stored).
     if (clientLeft(req, res)) {
       await http.engine.release(lease);
       return;
@@ -155,11 +153,6 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
     }
     run(req, res, next).catch(next);
   };
-}
-
-// The client's connection (or, over HTTP/2, its stream) is gone.
-function clientLeft(req: Request, res: Response): boolean {
-  return destroyedOf(res) || req.socket?.destroyed === true;
 }
 
 /**

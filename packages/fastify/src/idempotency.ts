@@ -1,10 +1,10 @@
 import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import {
+  clientLeft,
   connectionSpecificField,
   createHttpIdempotency,
   decodeRequestBody,
-  destroyedOf,
   type HttpBeginResult,
   type HttpIdempotency,
   type HttpIdempotencyOptions,
@@ -13,6 +13,7 @@ import {
   type IdempotencyContext,
   isJsonContentType,
   jsonBodyText,
+  originForm,
   parsedBodyRead,
   principalScope,
   type ResponseCapture,
@@ -500,10 +501,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     if (started.kind === 'pass') return done();
     if (started.kind === 'respond') return answer(reply, started.response);
     const { lease } = started;
-    // The client left while the claim waited (a slow store, an overloaded pool): nothing has run, and
-    // nothing should, as in Express and Koa, where the body would be lost too. The key is released:
-    // a retry runs as the first attempt would have.
-    if (destroyedOf(reply.raw) || request.raw.socket?.destroyed === true) {
+    // The client left while the claim waited: no handler for nobody (see clientLeft).
+    if (clientLeft(request.raw, reply.raw)) {
       reply.hijack();
       void own.engine.release(lease);
       return;
@@ -579,18 +578,3 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
  * app.post('/webhooks', { config: { idempotency: false } }, async () => ({ ok: true }));
  */
 export const idempotency = fp(plugin, { fastify: '5.x', name: '@idem/fastify' });
-
-/**
- * A request target as its origin form: `http://host/r?q` is `/r?q`. A forward proxy sends the
- * absolute form (RFC 9112 3.2.2), which Fastify routes by its path; Express and Koa fingerprint that
- * path alone, so a retry sent in origin form is the same request here too, not a 422.
- */
-function originForm(url: string): string {
-  if (url.startsWith('/')) return url;
-  const authority = url.indexOf('://');
-  if (authority === -1) return url;
-  const pathAt = url.indexOf('/', authority + 3);
-  const queryAt = url.indexOf('?', authority + 3);
-  if (pathAt === -1 || (queryAt !== -1 && queryAt < pathAt)) return `/${queryAt === -1 ? '' : url.slice(queryAt)}`;
-  return url.slice(pathAt);
-}

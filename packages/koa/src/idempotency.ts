@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Readable } from 'node:stream';
 import {
   type BodyRead,
+  clientLeft,
   createHttpIdempotency,
   destroyedOf,
   foldRoutePath,
@@ -9,6 +10,7 @@ import {
   type HttpResponse,
   headerRecord,
   type IdempotencyContext,
+  originForm,
   type ParsedBodyFields,
   principalScope,
   type ResponseCapture,
@@ -214,14 +216,10 @@ function routeOf(ctx: Context, mounted: string, path: string): string {
 function mountPrefixOf(ctx: Context, rest: string): string {
   const original = ctx.originalUrl;
   if (typeof original !== 'string') return '';
-  const query = original.indexOf('?');
-  let whole = query === -1 ? original : original.slice(0, query);
-  // A request target in absolute form (`http://host/v1/charges`, proxies send it): its path only.
-  if (!whole.startsWith('/')) {
-    const scheme = whole.indexOf('://');
-    const slash = scheme === -1 ? -1 : whole.indexOf('/', scheme + 3);
-    whole = slash === -1 ? '/' : whole.slice(slash);
-  }
+  // Its path alone, also of a target in absolute form (`http://host/v1/charges`, proxies send it).
+  const target = originForm(original);
+  const query = target.indexOf('?');
+  const whole = query === -1 ? target : target.slice(0, query);
   if (whole === rest) return '';
   // koa-mount gives the mount point itself (`/v1`, `/v1/`) as `/`.
   if (rest === '/') return whole.endsWith('/') ? whole.slice(0, -1) : whole;
@@ -386,10 +384,8 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     if (started.kind === 'pass') return next();
     if (started.kind === 'respond') return answer(ctx, started.response);
     const { lease } = started;
-    // The client left while the claim waited (a slow store, an overloaded pool): nothing has run, and
-    // nothing should. A body parser below may skip a request whose socket is gone, and the handler
-    // would run without the body it sent. The key is released: a retry runs as the first would have.
-    if (clientGone(ctx) || ctx.req.socket?.destroyed === true) {
+    // The client left while the claim waited: no handler for nobody (see clientLeft).
+    if (clientGone(ctx) || clientLeft(ctx.req, ctx.res)) {
       ctx.respond = false;
       await http.engine.release(lease);
       return;
