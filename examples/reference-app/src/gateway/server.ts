@@ -10,6 +10,7 @@ import {
   withoutHopByHop,
 } from '@idem/guard';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { type Drain, drainable } from '../drain.js';
 import type { ListeningPort } from '../listen.js';
 import { discoverProvider } from './discovery.js';
@@ -97,13 +98,6 @@ export interface RunningGateway {
  * credentials and DPoP proof, which are credentials for the gateway's origin, not the API's.
  */
 const strippedCredentials = ['cookie', 'proxy-authorization', 'dpop'];
-
-/**
- * The DPoP proof algorithms (RFC 9449) the gateway takes: those of the identity provider's
- * `dpop_signing_alg_values_supported` the guard knows (it names Ed25519 `EdDSA`), so a token the
- * provider binds to a client's key can be used here with that key's proofs.
- */
-export const dpopAlgorithms = ['ES256', 'EdDSA'] as const;
 
 /**
  * True when the request target `url` resolves, against `origin`, to a path on that origin. WHATWG URL

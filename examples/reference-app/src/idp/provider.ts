@@ -1,5 +1,6 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db.js';
+import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
 import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
@@ -82,9 +83,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
         : {}),
     },
     responseTypes: ['code'],
-    // DPoP proofs (RFC 9449) only with the algorithms the gateway takes too (`dpopAlgorithms` there): a
-    // token bound with an `Ed25519`-named proof would be one the API refuses.
-    enabledJWA: { dPoPSigningAlgValues: ['ES256', 'EdDSA'] },
+    // DPoP proofs (RFC 9449) only with the algorithms the gateway takes too: a token bound with any
+    // other would be one the API refuses.
+    enabledJWA: { dPoPSigningAlgValues: [...dpopAlgorithms] },
     // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
     pkce: { required: () => true },
     // Every refresh rotates; presenting a consumed refresh token revokes the whole grant. A refresh
