@@ -4,7 +4,7 @@
 // so two apps mounted at `/v1` and `/v2` on one store name `POST /v1/charges` and `POST /v2/charges`
 // alike (`POST /charges`), with the same fingerprint. Express keeps the mount path (`req.baseUrl`)
 // in the operation and Fastify keeps a plugin's prefix in the route template.
-import { memoryStore } from '@idem/core';
+import { memoryStore, type Store } from '@idem/core';
 import { idempotency } from '@idem/koa';
 import Koa, { type Middleware } from 'koa';
 import { expect, it } from 'vitest';
@@ -31,6 +31,18 @@ function mount(prefix: string, downstream: Middleware): Middleware {
   };
 }
 
+// The adapter on `store` for one tenant, noting the operation of every claim in `operations`.
+function recording(store: Store, operations: string[] = []) {
+  const idem = idempotency({
+    store,
+    scope: () => 'tenant-1',
+    onEvent: (event) => {
+      if (event.type === 'claim') operations.push(event.operation);
+    },
+  });
+  return { idem, operations };
+}
+
 // Was wrong: the operation was `POST /charges` under both mounts, and the fingerprint held the same
 // path, so the caller's key sent to `/v2/charges` after `/v1/charges` was answered with v1's stored
 // response (replayed, 201), and v2's handler never ran: a key replayed a response from another
@@ -41,13 +53,7 @@ it('two apps mounted at /v1 and /v2 on one store keep their operations apart', a
   const operations: string[] = [];
   // Each version is its own stack: idempotency, then the handler.
   const version = (name: string): Middleware => {
-    const idem = idempotency({
-      store,
-      scope: () => 'tenant-1',
-      onEvent: (event) => {
-        if (event.type === 'claim') operations.push(event.operation);
-      },
-    });
+    const { idem } = recording(store, operations);
     return (ctx) =>
       idem(ctx, async () => {
         ctx.status = 201;
@@ -86,15 +92,7 @@ function route(template: string, pattern: RegExp, handler: Middleware): Middlewa
 }
 
 it('names a mounted route by its whole path, with a router inside the mount and at the mount point itself', async () => {
-  const store = memoryStore();
-  const operations: string[] = [];
-  const idem = idempotency({
-    store,
-    scope: () => 'tenant-1',
-    onEvent: (event) => {
-      if (event.type === 'claim') operations.push(event.operation);
-    },
-  });
+  const { idem, operations } = recording(memoryStore());
   const created: Middleware = (ctx) => {
     ctx.status = 201;
     ctx.body = { ok: true };
@@ -129,15 +127,7 @@ it('names a mounted route by its whole path, with a router inside the mount and 
 });
 
 it('finds the mount prefix of a request target in absolute form', async () => {
-  const store = memoryStore();
-  const operations: string[] = [];
-  const idem = idempotency({
-    store,
-    scope: () => 'tenant-1',
-    onEvent: (event) => {
-      if (event.type === 'claim') operations.push(event.operation);
-    },
-  });
+  const { idem, operations } = recording(memoryStore());
   const app = new Koa();
   app.use(
     mount('/v1', (ctx, next) =>
@@ -175,15 +165,7 @@ it('finds the mount prefix of a request target in absolute form', async () => {
 // `charges` for `/v1/charges`: no leading slash. The prefix was not found, and the operation was
 // named `POST charges` under every such mount.
 it('finds the prefix of a mount whose prefix ends in a slash', async () => {
-  const store = memoryStore();
-  const operations: string[] = [];
-  const idem = idempotency({
-    store,
-    scope: () => 'tenant-1',
-    onEvent: (event) => {
-      if (event.type === 'claim') operations.push(event.operation);
-    },
-  });
+  const { idem, operations } = recording(memoryStore());
   // What koa-mount does for `mount('/v1/', ...)`: the prefix replaced, the slash with it.
   const trailing =
     (prefix: string, downstream: Middleware): Middleware =>
