@@ -96,6 +96,15 @@ describe('discovery and keys', () => {
     expect(metadata.grant_types_supported).not.toContain('password');
     expect(metadata.grant_types_supported).not.toContain('implicit');
     expect(metadata.scopes_supported).toEqual(expect.arrayContaining(['openid', 'profile', 'email', 'offline_access']));
+    // Only the client authentication a client here can use: a secret (Basic or body) or none; no
+    // assertion methods (client_secret_jwt, private_key_jwt), which no registered client has.
+    // (oidc-provider lists them for the token endpoint; introspection and revocation take the same.)
+    expect(metadata.token_endpoint_auth_methods_supported).toEqual([
+      'client_secret_basic',
+      'client_secret_post',
+      'none',
+    ]);
+    expect(metadata.token_endpoint_auth_signing_alg_values_supported).toBeUndefined();
   });
 
   it('publishes public signing keys only, and keeps them in the database across restarts', async () => {
@@ -770,6 +779,25 @@ describe('the code flow', () => {
     const none = await tokenRequest(auth(), params, { clientId: app.clientId });
     expect(none.status).toBe(401);
     expect(none.body.error).toBe('invalid_client');
+  });
+
+  it("takes the app's secret in the body too (client_secret_post), as discovery says", async () => {
+    // oidc-provider treats Basic and the body as one method for a client with a secret; the metadata
+    // says so rather than list assertion methods no client here can use.
+    const { code, verifier } = await freshCode();
+    const response = await fetch(new URL('/token', auth()), {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({
+        grant_type: 'authorization_code',
+        code,
+        redirect_uri: app.redirectUri,
+        code_verifier: verifier,
+        client_id: app.clientId,
+        client_secret: app.clientSecret,
+      }),
+    });
+    expect(response.status).toBe(200);
   });
 
   it('refuses the password grant (row 16)', async () => {

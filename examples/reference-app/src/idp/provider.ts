@@ -83,6 +83,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
         : {}),
     },
     responseTypes: ['code'],
+    // The methods the registered clients use: a secret (oidc-provider takes it in Basic or the body
+    // alike) or none for the public client. Discovery then lists no assertion methods nobody can use.
+    clientAuthMethods: ['client_secret_basic', 'client_secret_post', 'none'],
     // DPoP proofs (RFC 9449) only with the algorithms the gateway takes too: a token bound with any
     // other would be one the API refuses.
     enabledJWA: { dPoPSigningAlgValues: [...dpopAlgorithms] },
