@@ -440,6 +440,23 @@ describe('store defaults', () => {
     expect(store.size).toBe(documented);
   });
 
+  it('memoryStore maxBytes: the budget is 256 MiB (docs/stores.md:16, docs/operations.md:55)', () => {
+    const documented = /`maxBytes`, default (\d+) MiB/.exec(readFileSync(join(root, 'docs/stores.md'), 'utf8'))?.[1];
+    expect(lineOf('docs/operations.md', `\`maxBytes\` (${documented} MiB)`).where).toBe('docs/operations.md:55');
+    const store = memoryStore();
+    store.claim({ id: 'm', token: 't', fingerprint: 'f', leaseMs: 60_000 });
+    // One byte over the budget with its id, token and fingerprint: refused before anything is copied
+    // (a zeroed Uint8Array touches no memory), naming the budget.
+    const body = new Uint8Array(Number(documented) * 1024 * 1024 - 2);
+    let limit: unknown;
+    try {
+      store.complete({ id: 'm', token: 't', response: { status: 201, headers: {}, body }, retentionMs: 60_000 });
+    } catch (error) {
+      limit = (error as { limit?: unknown }).limit;
+    }
+    expect(limit).toBe(Number(documented) * 1024 * 1024);
+  });
+
   it('redisStore: prefix and maxResponseBytes are the documented ones (docs/stores.md Redis options)', () => {
     const store = redisStore({ client: { send: async () => null } });
     const markers = ['## Redis', '### Options'];

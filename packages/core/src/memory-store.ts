@@ -2,6 +2,7 @@ import { Buffer } from 'node:buffer';
 import { notify } from './notify.js';
 import { assertKnownOptions } from './option-names.js';
 import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, Store, StoreRecord } from './store.js';
+import { ResponseTooLargeError } from './stored-response.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -13,9 +14,17 @@ export interface MemoryStoreOptions {
    */
   maxEntries?: number;
   /**
+   * Most bytes kept, counted as the ids, tokens, fingerprints, header names and values and bodies of
+   * the records (not the JavaScript objects around them, about 200 bytes a record more). When over,
+   * records make room as for `maxEntries`; one response bigger than the whole budget is refused with
+   * `ResponseTooLargeError` (the engine then serves it unstored and frees the key). A count alone does
+   * not bound memory: 100,000 records of 1 MiB responses are 100 GiB. Default 256 MiB.
+   */
+  maxBytes?: number;
+  /**
    * Called when a completed (or abandoned) record is dropped to make room before its retention ended:
    * a retry of that key would run again, which is what retention exists to prevent. When it fires, raise
-   * `maxEntries` or move to a shared store. Dropping expired records is not reported. What it throws
+   * `maxEntries` (or `maxBytes`) or move to a shared store. Dropping expired records is not reported. What it throws
    * or rejects with is swallowed: an observer must never fail the claim that made room.
    */
   onEvict?: (eviction: MemoryEviction) => void;
@@ -42,6 +51,8 @@ export interface MemoryEviction {
 export interface MemoryStore extends Store {
   /** Records held now: in progress, abandoned or completed. */
   readonly size: number;
+  /** Bytes those records hold, counted as `maxBytes` counts them. */
+  readonly bytes: number;
   /** Completed (or abandoned) records dropped before their end, since the store was made (see `onEvict`). */
   readonly evicted: number;
 }
@@ -69,6 +80,8 @@ const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
 class Entry {
   /** Set when the entry leaves the map, so the lanes can skip it without a lookup in a large map. */
   gone = false;
+  /** What it counts against `maxBytes` (see `sizeOf`). */
+  bytes = 0;
   completed = false;
   status = 0;
   headers: Record<string, string> | undefined = undefined;
@@ -128,11 +141,22 @@ function recordOf(entry: Entry, t: number): StoreRecord {
     : { state: 'in_progress', token, fingerprint };
 }
 
+// What a record counts against `maxBytes`: its strings, one byte a character (the body is Latin-1;
+// ids, tokens and fingerprints are ASCII; a header value is a byte string to HTTP).
+function sizeOf(id: string, token: string, fingerprint: string, headers?: Record<string, string>, body = 0): number {
+  let bytes = id.length + token.length + fingerprint.length + body;
+  if (headers !== undefined) for (const name in headers) bytes += name.length + (headers[name] as string).length;
+  return bytes;
+}
+
+const DEFAULT_MAX_BYTES = 256 * 1024 * 1024;
+
 // Read from the global at each call (fake timers replace it), as epoch-like milliseconds.
 const monotonicEpoch = () => performance.timeOrigin + performance.now();
 
 const knownMemoryStoreOptions: ReadonlySet<string> = new Set<keyof MemoryStoreOptions>([
   'maxEntries',
+  'maxBytes',
   'onEvict',
   'now',
 ]);
@@ -151,11 +175,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   assertKnownOptions(options, knownMemoryStoreOptions, 'memoryStore');
   const maxEntries = options.maxEntries ?? 100_000;
   if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
+  const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw new TypeError('maxBytes must be a positive integer');
   const { onEvict } = options;
   if (onEvict !== undefined && typeof onEvict !== 'function') throw new TypeError('onEvict must be a function');
   const now = options.now ?? monotonicEpoch;
   if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');
   let evicted = 0;
+  let bytes = 0;
   const entries = new Map<string, Entry>();
   // Every expiry set is appended to the lane of its duration, so the soonest expiries of a lane are
   // found at its head in O(1). (Iterating the Map from its front would walk the tombstones V8 leaves
@@ -169,7 +196,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   const remove = (entry: Entry) => {
     entries.delete(entry.id);
     entry.gone = true;
+    bytes -= entry.bytes;
   };
+
+  // Sets what an entry counts against the budget.
+  const weigh = (entry: Entry, size: number) => {
+    bytes += size - entry.bytes;
+    entry.bytes = size;
+  };
+
+  const full = () => entries.size > maxEntries || bytes > maxBytes;
 
   // Each operation reads the clock once and hands the reading on: a clock read costs as much as a
   // lookup in a small map, and an operation used to make up to four.
@@ -292,11 +328,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       writesSinceSweep = 0;
       for (let i = 0; i < laneList.length; i++) drain(laneList[i] as Lane, t, 64);
     }
-    if (entries.size > maxEntries) evict(t);
+    if (full()) evict(t);
   };
 
   const evict = (t: number) => {
-    while (entries.size > maxEntries) {
+    while (full()) {
       // One pass over the lanes: drop what has expired at each head (room that costs no retry its
       // replay), and note the completed head nearest the end of its retention.
       let victim: Entry | undefined;
@@ -314,7 +350,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
           from = lane;
         }
       }
-      if (entries.size <= maxEntries) return;
+      if (!full()) return;
       if (victim !== undefined && from !== undefined) {
         from.head++;
       } else {
@@ -351,6 +387,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     get size() {
       return entries.size;
     },
+    get bytes() {
+      return bytes;
+    },
     get evicted() {
       return evicted;
     },
@@ -365,12 +404,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         existing.token = token;
         existing.fingerprint = fingerprint;
         existing.keepMs = keepMs;
+        weigh(existing, sizeOf(id, token, fingerprint));
         lease(existing, leaseMs, t);
         return CLAIMED;
       }
       const entry = new Entry(id, token, fingerprint, 0);
       entry.keepMs = keepMs;
       entries.set(id, entry);
+      weigh(entry, sizeOf(id, token, fingerprint));
       lease(entry, leaseMs, t);
       afterClaim(t);
       return CLAIMED;
@@ -389,11 +430,17 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // Copies of headers and body: the caller may reuse its objects, and a replay must be the bytes
       // of this moment. Completed in place: the entry moves to its retention's lane.
       const body = response.body;
+      const size = sizeOf(id, token, existing.fingerprint, response.headers, body.byteLength);
+      // Kept, it would push out every other record and still be over: refused as a capped store does.
+      if (size > maxBytes) throw new ResponseTooLargeError(size, maxBytes);
       existing.completed = true;
       existing.status = response.status;
       existing.headers = { ...response.headers };
       existing.body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('latin1');
       expireIn(existing, retentionMs, t);
+      weigh(existing, size);
+      // Room for what this response added (a count of records alone never grows here).
+      if (bytes > maxBytes) evict(t);
       return true;
     },
     release({ id, token }: ReleaseInput): boolean {

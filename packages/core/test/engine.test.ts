@@ -509,6 +509,9 @@ describe('anchor cases at engine level', () => {
         get evicted() {
           return inner.evicted;
         },
+        get bytes() {
+          return inner.bytes;
+        },
         claim: (input) => inner.claim(input),
         renew: (input) => inner.renew(input),
         release: (input) => inner.release(input),
