@@ -1202,7 +1202,7 @@ describe('refresh and sign-out', () => {
         }
         // ... and no token in any of it, down to the error's message, stack, cause and hidden fields.
         const text = serialised(events);
-        for (const token of [tokens.refreshToken, tokens.accessToken, tokens.idToken]) {
+        for (const token of [tokens.refreshToken, tokens.accessToken]) {
           expect(token).toEqual(expect.any(String));
           expect(text).not.toContain(token);
         }
@@ -1238,7 +1238,7 @@ describe('refresh and sign-out', () => {
             expect.stringContaining(`the ${tokenType} of a session ended by sign-out could not be revoked`),
           );
         }
-        const secrets = [tokens.refreshToken, tokens.accessToken, tokens.idToken, own.clients.app.clientSecret];
+        const secrets = [tokens.refreshToken, tokens.accessToken, own.clients.app.clientSecret];
         for (const line of lines) {
           expect(line).not.toContain('\n');
           for (const secret of secrets) expect(line).not.toContain(secret);
@@ -1249,6 +1249,25 @@ describe('refresh and sign-out', () => {
       }
     },
   );
+
+  it("sends the browser to the provider's logout without the ID token in the address", async () => {
+    // An address is kept in the browser's history and the provider's access logs: an ID token there
+    // hands the user's name and email to whoever reads them. client_id names the client instead.
+    const { agent } = await signIn();
+    // Nor is it kept: the session holds only the tokens the app uses.
+    const kept = (await sessions().get(sessionId(agent)))?.tokens;
+    expect(kept?.accessToken).toEqual(expect.any(String));
+    expect(Object.keys(kept ?? {})).not.toContain('idToken');
+    const page = await agent.request(appUrl('/'));
+    const out = await agent.postForm(appUrl('/signout'), { csrf: formField(page.body, 'csrf') });
+    expect(out.response.status).toBe(303);
+    const leave = new URL(out.response.headers.get('location') ?? '');
+    expect(leave.searchParams.get('client_id')).toBe(running.clients.app.clientId);
+    expect(leave.searchParams.has('id_token_hint')).toBe(false);
+    expect(leave.href).not.toMatch(/eyJ/);
+    const confirm = await agent.request(leave.href);
+    expect(confirm.body).toContain('Yes, sign me out');
+  });
 
   it('revokes the refresh token at the provider on sign-out and clears the cookie', async () => {
     const { agent } = await signIn();

@@ -41,11 +41,7 @@ export interface OidcClient {
    * Where the browser signs out at the provider too (RP-initiated logout), to come back to
    * `postLogoutRedirectUri` with `state`; undefined when the provider offers no such endpoint.
    */
-  endSessionUrl(
-    idTokenHint: string | undefined,
-    postLogoutRedirectUri: string,
-    state: string,
-  ): Promise<URL | undefined>;
+  endSessionUrl(postLogoutRedirectUri: string, state: string): Promise<URL | undefined>;
 }
 
 const loopback = new Set(['localhost', '127.0.0.1', '[::1]']);
@@ -104,7 +100,6 @@ export function createOidcClient(options: OidcClientOptions): OidcClient {
       tokens: {
         accessToken: result.access_token,
         ...(result.refresh_token ? { refreshToken: result.refresh_token } : {}),
-        ...(result.id_token ? { idToken: result.id_token } : {}),
         ...(result.scope ? { scope: result.scope } : {}),
         expiresAt: options.now() + expiresIn * 1000,
       },
@@ -173,13 +168,14 @@ export function createOidcClient(options: OidcClientOptions): OidcClient {
       await oauth.processRevocationResponse(response);
     },
 
-    async endSessionUrl(idTokenHint, postLogoutRedirectUri, state) {
+    async endSessionUrl(postLogoutRedirectUri, state) {
       const as = await server();
       if (!as.end_session_endpoint) return undefined;
       const url = new URL(as.end_session_endpoint);
+      // The client, not an `id_token_hint`: this address stays in the browser's history and the
+      // provider's access logs, and an ID token there would hand the user's name and email to whoever
+      // reads them. The provider asks the user to confirm either way, so the hint would add nothing.
       url.searchParams.set('client_id', options.clientId);
-      // Names the session to end; the provider accepts it expired, as it will be after a long visit.
-      if (idTokenHint) url.searchParams.set('id_token_hint', idTokenHint);
       url.searchParams.set('post_logout_redirect_uri', postLogoutRedirectUri);
       url.searchParams.set('state', state);
       return url;

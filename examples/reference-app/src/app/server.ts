@@ -462,7 +462,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // the consent page. The provider asks to confirm, then sends the browser back to the app's root.
     // A provider that could not be reached to revoke is not sent to: the page says so instead.
     const leave = revoked
-      ? await oidc.endSessionUrl(data?.tokens?.idToken, postLogoutRedirectUri, signedOutState).catch(() => undefined)
+      ? await oidc.endSessionUrl(postLogoutRedirectUri, signedOutState).catch(() => undefined)
       : undefined;
     if (leave) {
       res.redirect(303, leave.href);

@@ -20,7 +20,6 @@ export interface SignedInUser {
 export interface SessionTokens {
   accessToken: string;
   refreshToken?: string;
-  idToken?: string;
   expiresAt: number;
   scope?: string;
 }
