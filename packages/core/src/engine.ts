@@ -71,7 +71,8 @@ export interface IdempotencyOptions {
   maxExecution?: Duration | false;
   /**
    * How long a request that finds its key in progress waits for the first one's outcome before it
-   * gets 409. Default off (answer 409 at once, as the spec says).
+   * gets 409. Default off (answer 409 at once, as the spec says). The store calls made while waiting
+   * keep their own `storeTimeout`: with a slow store, the answer can come up to that much later.
    */
   wait?: Duration | false;
   /** Which outcomes are stored. Default `'all'`. See {@link OutcomePolicy}. */
