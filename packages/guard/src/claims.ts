@@ -15,7 +15,12 @@ export interface ClaimProfile {
   maxLifetime: number | undefined;
   /** Claims that must be present besides `iss`, `sub`, `aud`, `exp`. */
   requiredClaims: readonly string[];
+  /** Claims that must hold one of their accepted values (`claimValues`), as pairs. */
+  claimValues: ReadonlyArray<readonly [string, readonly ClaimValue[]]>;
 }
+
+/** A value `claimValues` compares a claim with: exactly, by type and value. */
+export type ClaimValue = string | number | boolean;
 
 /**
  * A NumericDate as the guard accepts it: a non-negative safe integer. Strings, booleans, null,
@@ -67,6 +72,9 @@ export function checkClaims(
   if (payload.scope !== undefined && !isWordList(payload.scope)) return 'claim_invalid';
   if (payload.scp !== undefined && !isWordList(payload.scp)) return 'claim_invalid';
   for (const name of profile.requiredClaims) if (payload[name] === undefined) return 'claim_invalid';
+  for (const [name, accepted] of profile.claimValues) {
+    if (!accepted.includes(payload[name] as ClaimValue)) return 'claim_invalid';
+  }
 
   // RFC 7519 §4.1.4: the current time must be before `exp`; equality is expired.
   if (now >= exp + tolerance) return 'token_expired';

@@ -1,7 +1,7 @@
 import type { JWK } from 'jose';
 import { assertAlgorithms, type JwsAlgorithm } from './algorithms.js';
 import { type AuthorizationResult, authorizeRequest, type Requirement } from './authorization.js';
-import { type ClaimProfile, checkClaims } from './claims.js';
+import { type ClaimProfile, type ClaimValue, checkClaims } from './claims.js';
 import {
   decodeUtf8Strict,
   defaultTokenLimits,
@@ -86,6 +86,14 @@ export interface TokenRules {
   /** Claims that must be present besides `iss`, `sub`, `aud` and `exp` (e.g. `['client_id', 'jti', 'iat']`). */
   requiredClaims?: readonly string[];
   /**
+   * Claims that must hold one of the given values, compared exactly (no case folding, no coercion: `2`
+   * is not `'2'`); a token without the claim is refused (`claim_invalid`). For the kind of token an
+   * issuer marks in a claim of its own: `{ typ: 'Bearer' }` refuses Keycloak's ID tokens (`typ: ID`),
+   * `{ token_use: 'access' }` Cognito's. On an issuer it replaces the guard-wide rules. `iss`, `aud`,
+   * `exp`, `nbf`, `iat` and `cnf` have options of their own and are refused here.
+   */
+  claimValues?: Readonly<Record<string, ClaimValue | readonly ClaimValue[]>>;
+  /**
    * The claim holding roles (default `roles`), or the path to it inside nested claims as an array of
    * member names: `['realm_access', 'roles']` for Keycloak's realm roles. (A path is an array, not a
    * dotted string: claim names may hold dots, as Auth0's namespaced `https://example.com/roles` does.)
@@ -129,6 +137,7 @@ const tokenRuleNames = [
   'maxLifetime',
   'typ',
   'requiredClaims',
+  'claimValues',
   'rolesClaim',
   'crit',
 ] as const satisfies readonly (keyof TokenRules)[];
@@ -320,6 +329,41 @@ export interface EngineConfig {
 const optionalSeconds = (value: number | undefined, name: string) =>
   value === undefined ? undefined : seconds(value, name, { min: 1 });
 
+// The claims other options own: a value rule on one would pass tokens those options refuse, or
+// refuse every token. (`sub` is free: Kubernetes service accounts are pinned by it.)
+const ownedClaims: Readonly<Record<string, string>> = {
+  iss: 'issuer',
+  aud: 'audience',
+  exp: 'maxLifetime',
+  nbf: 'clockTolerance',
+  iat: 'maxTokenAge',
+  cnf: 'dpop',
+};
+
+const isClaimValue = (value: unknown): value is ClaimValue =>
+  typeof value === 'string' || typeof value === 'boolean' || (typeof value === 'number' && Number.isFinite(value));
+
+// Checks `claimValues` and gives it as pairs of a claim and its accepted values (a one-value rule
+// is a list of one), the shape checkClaims walks per token.
+function claimValueRules(value: unknown, where: string): ReadonlyArray<readonly [string, readonly ClaimValue[]]> {
+  if (value === undefined) return [];
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new TypeError(`${where}: claimValues must be an object of claim names and accepted values`);
+  }
+  return Object.entries(value).map(([claim, accepted]) => {
+    if (claim === '') throw new TypeError(`${where}: claimValues cannot name an empty claim`);
+    const owner = ownedClaims[claim];
+    if (owner !== undefined) throw new TypeError(`${where}: claimValues cannot rule on ${claim} (see ${owner})`);
+    const list: unknown[] = Array.isArray(accepted) ? accepted : [accepted];
+    if (list.length === 0 || !list.every(isClaimValue)) {
+      throw new TypeError(
+        `${where}: claimValues.${claim} must be a string, a finite number or a boolean, or a non-empty list of them`,
+      );
+    }
+    return [claim, list as ClaimValue[]] as const;
+  });
+}
+
 const notAudienceClaims: ReadonlySet<string> = new Set([
   'iss',
   'sub',
@@ -503,6 +547,7 @@ export function buildIssuer(
     maxTokenAge: optionalSeconds(options.maxTokenAge ?? defaults.maxTokenAge, 'maxTokenAge'),
     maxLifetime: optionalSeconds(options.maxLifetime ?? defaults.maxLifetime, 'maxLifetime'),
     requiredClaims: [...requiredClaims],
+    claimValues: claimValueRules(options.claimValues ?? defaults.claimValues, `issuer ${options.issuer}`),
   };
   const local = staticKeys(options, algorithms);
   let keys: KeySource;

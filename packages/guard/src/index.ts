@@ -10,7 +10,7 @@ export {
   requireRoles,
   requireScopes,
 } from './authorization.js';
-export { isNumericDate } from './claims.js';
+export { type ClaimValue, isNumericDate } from './claims.js';
 export { defaultTokenLimits, type TokenLimits } from './compact-jws.js';
 export type { DpopOptions } from './dpop.js';
 export {

@@ -232,6 +232,10 @@ describe('Keycloak', () => {
       realm_access: undefined,
     });
     expect(code(await guard.verify(idToken))).toBe('type_invalid');
+    // One without a nonce (the client sent none) whose aud is the API's too: refused by the recipe's
+    // claimValues, not let through as an access token.
+    const bareIdToken = await sign(key.privateKey, header, { ...claims, typ: 'ID', realm_access: undefined });
+    expect(code(await guard.verify(bareIdToken))).toBe('claim_invalid');
     // Keycloak before 25 also copied the login's nonce into the access token (keycloak/keycloak#26893):
     // refused as an ID token, as docs/guard.md says under "Identity providers".
     expect(code(await guard.verify(await sign(key.privateKey, header, { ...claims, nonce: 'n-1' })))).toBe(
@@ -465,7 +469,7 @@ describe('AWS Cognito', () => {
     }
   });
 
-  it('an ID token configured by its aud is still told apart from an access token only by policy', async () => {
+  it('an ID token configured by its aud is told apart from an access token by claimValues (or a policy)', async () => {
     const { server, idToken } = await cognito();
     const { guard } = guardFor({
       audience: clientId,
@@ -475,6 +479,14 @@ describe('AWS Cognito', () => {
     expect(code(result)).toBe('ok');
     const accessOnly = policy((p) => p.claims.token_use === 'access');
     expect(result.ok && guard.authorize(result.principal, [accessOnly]).ok).toBe(false);
+    // The same rule for every route of the issuer, where no route can forget it.
+    const ruled = guardFor({
+      audience: clientId,
+      issuers: [
+        { issuer, jwksUri: server.url, algorithms: ['RS256'], typ: [null], claimValues: { token_use: 'access' } },
+      ],
+    });
+    expect(code(await ruled.guard.verify(idToken))).toBe('claim_invalid');
   });
 });
 
