@@ -19,3 +19,20 @@ const controlCharacterButTabOrLineFeed = /[\u0000-\u0008\u000b-\u001f\u007f-\u00
 export function hasControlCharacters(text: string, options: { allowLines?: boolean } = {}): boolean {
   return (options.allowLines ? controlCharacterButTabOrLineFeed : controlCharacter).test(text);
 }
+
+/**
+ * The one spelling of a username or password that is stored, looked up and verified: Unicode NFC,
+ * as RFC 8265's profiles for usernames and passwords prescribe (NIST SP 800-63B asks for a
+ * normalisation too). The same word reaches the provider composed (`é`, one code point) from most
+ * keyboards and decomposed (`e` and U+0301) from others, or from text pasted out of a macOS file
+ * name; compared as sent, the second would be another username, and the right password a wrong one.
+ * ASCII is its own NFC, so accounts with ASCII credentials are unchanged.
+ *
+ * @example
+ * ```ts
+ * credentialText('cafe\u0301') === credentialText('caf\u00e9'); // true
+ * ```
+ */
+export function credentialText(text: string): string {
+  return text.normalize('NFC');
+}

@@ -6,7 +6,7 @@ import type { Csrf } from '../csrf.js';
 import type { Database } from '../db.js';
 import { errorPage, pageHeaders } from '../html.js';
 import { methodNotAllowed } from '../methods.js';
-import { hasControlCharacters } from '../text.js';
+import { credentialText, hasControlCharacters } from '../text.js';
 import type { LoginThrottle } from './login-throttle.js';
 import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
@@ -103,12 +103,14 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       send(res, 400, errorPage('Nothing to sign in', 'This step is already done. Start again from the application.'));
       return;
     }
-    const sent = typeof req.body.username === 'string' ? req.body.username : '';
+    // Both in their one spelling (NFC, see credentialText): the composed and the decomposed forms of
+    // a name are one account, and one name to the throttle, whichever a keyboard produced.
+    const sent = typeof req.body.username === 'string' ? credentialText(req.body.username) : '';
     // No account has a control character in its name (and PostgreSQL refuses NUL outright), nor one
     // longer than any account may have: such a username is one more unknown user, never looked up,
     // never echoed back.
     const username = hasControlCharacters(sent) || sent.length > maxUsernameLength ? '' : sent;
-    const typed = typeof req.body.password === 'string' ? req.body.password : '';
+    const typed = typeof req.body.password === 'string' ? credentialText(req.body.password) : '';
     // Too long to be anyone's password: it fails, after the same one verify as any wrong password.
     const tooLong = typed.length > maxPasswordLength;
     const password = tooLong ? '' : typed;

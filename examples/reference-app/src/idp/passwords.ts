@@ -1,4 +1,5 @@
 import { hash, type Options, verify } from '@node-rs/argon2';
+import { credentialText } from '../text.js';
 
 /**
  * OWASP's argon2id minimum (Password Storage Cheat Sheet): m=19456 KiB, t=2, p=1. Spelled out rather
@@ -22,7 +23,8 @@ export const passwordHashOptions: Options = {
  * ```
  */
 export function hashPassword(password: string): Promise<string> {
-  return hash(password, passwordHashOptions);
+  // Hashed in its one spelling (NFC), as it is verified: see credentialText.
+  return hash(credentialText(password), passwordHashOptions);
 }
 
 /**
@@ -62,7 +64,7 @@ export function createPasswordChecker(): PasswordChecker {
         return false;
       }
       try {
-        return await verify(storedHash, password);
+        return await verify(storedHash, credentialText(password));
       } catch {
         // A malformed stored hash is a failed login, not a crash of the login page.
         return false;

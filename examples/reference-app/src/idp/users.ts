@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../db.js';
+import { credentialText } from '../text.js';
 import { hashPassword } from './passwords.js';
 
 /**
@@ -61,7 +62,10 @@ function fromRow(row: UserRow): User {
  * const alice = await createUser(db, { username: 'alice', password: 'wonderland', name: 'Alice', email: 'alice@example.com' });
  * ```
  */
-export async function createUser(db: Database, user: NewUser): Promise<User> {
+export async function createUser(db: Database, given: NewUser): Promise<User> {
+  // Stored in the one spelling the login form looks up (NFC, see credentialText); the password is
+  // normalised by hashPassword, and measured here as it will be typed in.
+  const user = { ...given, username: credentialText(given.username), password: credentialText(given.password) };
   // An account the login form could never sign in to is refused here rather than created.
   if (user.username.length > maxUsernameLength) {
     throw new TypeError(`createUser: a username has at most ${maxUsernameLength} characters`);
@@ -91,7 +95,7 @@ export async function createUser(db: Database, user: NewUser): Promise<User> {
  * ```
  */
 export async function findUserByUsername(db: Database, username: string): Promise<User | undefined> {
-  const { rows } = await db.query<UserRow>('select * from idp_users where username = $1', [username]);
+  const { rows } = await db.query<UserRow>('select * from idp_users where username = $1', [credentialText(username)]);
   return rows[0] ? fromRow(rows[0]) : undefined;
 }
 

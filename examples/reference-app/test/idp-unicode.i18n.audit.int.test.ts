@@ -1,0 +1,107 @@
+// Audit (internationalisation): people whose names and passwords are not ASCII sign in at the
+// provider as anyone else does, whichever Unicode normalisation form their keyboard produced.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Database, openDatabase } from '../src/db.js';
+import { createUser } from '../src/idp/users.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { authorizationUrl, type Credentials, tokenRequest } from './flow.js';
+import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
+
+const resource = 'http://localhost:8080';
+
+// Composed (NFC) as most keyboards type them; macOS file names, some input methods and copy-paste
+// from decomposed sources give the NFD spelling of the very same text.
+const nfc = {
+  username: 'zoë.åström',
+  password: 'Grüße aus Köln, café ☕',
+  name: 'Zoë Åström <b>&amp;',
+  email: 'zoë@bücher.example',
+};
+const nfd = { username: nfc.username.normalize('NFD'), password: nfc.password.normalize('NFD') };
+
+let db: Database;
+let running: RunningReferenceApp;
+let app: Required<Credentials>;
+
+beforeAll(async () => {
+  // PGlite in memory: nothing shared with the other suites running on this machine.
+  db = await openDatabase({ memory: true });
+  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
+  app = {
+    clientId: running.clients.app.clientId,
+    clientSecret: running.clients.app.clientSecret,
+    redirectUri: running.clients.app.redirectUri,
+  };
+  await createUser(db, { ...nfc, id: 'user-zoe' });
+}, 60_000);
+
+afterAll(async () => {
+  await running?.close();
+  await db?.close();
+});
+
+/** Opens the login page for the app and posts the credentials; the login answer and the agent. */
+async function signIn(credentials: { username: string; password: string }) {
+  const agent = createUserAgent();
+  const { verifier, challenge } = pkcePair();
+  const start = authorizationUrl(running.authUrl, {
+    clientId: app.clientId,
+    redirectUri: app.redirectUri,
+    challenge,
+    challengeMethod: 'S256',
+  });
+  const page = await agent.follow(start, (url) => url.startsWith(app.redirectUri));
+  expect(page.body).toContain('<h1>Sign in</h1>');
+  const login = await agent.postForm(new URL(formAction(page.body, 'login'), running.authUrl).href, {
+    csrf: formField(page.body, 'csrf'),
+    username: credentials.username,
+    password: credentials.password,
+  });
+  return { agent, login, verifier };
+}
+
+describe('sign-in with non-ASCII usernames and passwords', () => {
+  it('signs in with the composed (NFC) spelling it was created with', async () => {
+    const { login } = await signIn(nfc);
+    expect(login.response.status).toBe(303);
+  });
+
+  it('signs in with the decomposed (NFD) spelling of the same username and password', async () => {
+    const { login } = await signIn(nfd);
+    expect(login.body).not.toContain('id="login-error"');
+    expect(login.response.status).toBe(303);
+  });
+
+  it('still refuses a password that differs by more than its normalisation', async () => {
+    const { login } = await signIn({ username: nfc.username, password: nfc.password.replace('ü', 'u') });
+    expect(login.response.status).toBe(200);
+    expect(login.body).toContain('id="login-error"');
+  });
+
+  it('puts the name and email into the ID token exactly, and escapes them on the consent page', async () => {
+    const { agent, login, verifier } = await signIn(nfc);
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, running.authUrl).href, (url) =>
+      url.startsWith(app.redirectUri),
+    );
+    expect(consent.response.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(consent.body).toContain('<meta charset="utf-8">');
+    expect(consent.body).toContain('Zoë Åström &lt;b&gt;&amp;amp;');
+    const allow = await agent.postForm(new URL(formAction(consent.body, 'consent'), running.authUrl).href, {
+      csrf: formField(consent.body, 'csrf'),
+    });
+    const callback = await agent.follow(new URL(allow.response.headers.get('location')!, running.authUrl).href, (url) =>
+      url.startsWith(app.redirectUri),
+    );
+    const code = new URL(callback.url).searchParams.get('code')!;
+    const tokens = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'authorization_code', code, redirect_uri: app.redirectUri, code_verifier: verifier },
+      app,
+    );
+    expect(tokens.status).toBe(200);
+    const { payload } = decodeJwt(tokens.body.id_token);
+    expect(payload.sub).toBe('user-zoe');
+    expect(payload.name).toBe(nfc.name);
+    expect(payload.email).toBe(nfc.email);
+  });
+});
