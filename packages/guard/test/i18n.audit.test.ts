@@ -60,8 +60,8 @@ describe('non-ASCII claims', () => {
   it('compares role names exactly: the NFC role passes, its NFD spelling does not, and the 403 challenge is ASCII', async () => {
     const edge = await guardFor().verify(makeToken({ claims }));
     if (!edge.ok) throw new Error(edge.error.code);
-    expect(authorizeRequest(edge.principal, [requireRoles('編集者')]).ok).toBe(true);
-    const refused = authorizeRequest(edge.principal, [requireRoles('Rédacteur'.normalize('NFD'))]);
+    expect(authorizeRequest(edge.principal, [requireRoles('編集者')], { headers: {} }).ok).toBe(true);
+    const refused = authorizeRequest(edge.principal, [requireRoles('Rédacteur'.normalize('NFD'))], { headers: {} });
     expect(refused.ok).toBe(false);
     if (refused.ok) return;
     expect(refused.error.status).toBe(403);
