@@ -3,6 +3,8 @@
  * - `'auto'` (default): JSON for `application/json` and `+json` types (so problem+json errors
  *   arrive as objects), text for `text/*`, bytes (`Uint8Array`) otherwise, `undefined` when empty.
  * - `'json'`, `'text'`, `'bytes'`: always that.
+ * Text is decoded in the `charset` the response declares (UTF-8 when it declares none or one no
+ * `TextDecoder` knows); JSON is always UTF-8.
  * - `'none'`: the body is left unread in `response`, and the per-attempt timeout ends with the headers.
  *
  * @example
@@ -31,7 +33,7 @@ const jsonType = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
  */
 export function decodeBody(bytes: Uint8Array, contentType: string | null, mode: Exclude<ParseMode, 'none'>): unknown {
   if (mode === 'bytes') return bytes;
-  if (mode === 'text') return new TextDecoder().decode(bytes);
+  if (mode === 'text') return decodeText(bytes, contentType);
   const type = contentType ?? '';
   if (mode === 'json' || jsonType.test(type)) {
     if (bytes.length === 0) return undefined;
@@ -43,6 +45,26 @@ export function decodeBody(bytes: Uint8Array, contentType: string | null, mode: 
     }
   }
   if (bytes.length === 0) return undefined;
-  if (/^text\//i.test(type)) return new TextDecoder().decode(bytes);
+  if (/^text\//i.test(type)) return decodeText(bytes, type);
   return bytes;
+}
+
+// The `charset` parameter of a Content-Type (RFC 9110 8.3.2), quoted or not.
+const charsetParameter = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i;
+
+// Text in the charset its Content-Type declares: a Shift_JIS or latin1 page read as UTF-8 would come
+// out as replacement characters, with nothing to tell the caller. A charset no decoder knows (or
+// none) is read as UTF-8, as fetch's `text()` reads everything. JSON is not read here: it is UTF-8
+// whatever it declares (RFC 8259 §8.1).
+function decodeText(bytes: Uint8Array, contentType: string | null): string {
+  const match = charsetParameter.exec(contentType ?? '');
+  const label = match?.[1] ?? match?.[2];
+  if (label) {
+    try {
+      return new TextDecoder(label).decode(bytes);
+    } catch {
+      // An unknown label (RangeError): UTF-8 below.
+    }
+  }
+  return new TextDecoder().decode(bytes);
 }
