@@ -23,11 +23,8 @@ import { bodyParser } from './audit-support/koa-body-parser.js';
 import { rawRequest } from './hostile/raw-http.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-// Its own database (createdb audit_i18n), falling back to the shared one's URL with another name.
-const databaseUrl = (process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test').replace(
-  /\/[^/]*$/,
-  '/audit_i18n',
-);
+// A table of this file's own (dropped afterwards) in the database the suite is given.
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const skipped = 'the i18n audit over it';
 const withRedis = serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), skipped);
 const withPostgres = serviceAvailable(`PostgreSQL at ${databaseUrl}`, await postgresAnswers(databaseUrl), skipped);
