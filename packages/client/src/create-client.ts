@@ -390,7 +390,16 @@ export function createClient(options: ClientOptions): Client {
         if (fetched.kind === 'aborted') throw fail('aborted', fetched.reason);
         if (fetched.kind === 'deadline') throw fail('deadline_exceeded');
         const { token } = fetched;
-        if (typeof token === 'string' && token.length > 0) headers.set('authorization', `Bearer ${token}`);
+        if (typeof token === 'string' && token.length > 0) {
+          try {
+            headers.set('authorization', `Bearer ${token}`);
+          } catch (error) {
+            // A token with a line break inside, or a character above U+00FF, is no header value:
+            // Headers throws a TypeError. That is getToken failing, after an earlier attempt may
+            // have run, so the caller gets the key with it, as for a getToken that throws.
+            throw fail('token_failed', error);
+          }
+        }
       }
       if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
 

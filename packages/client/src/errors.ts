@@ -17,7 +17,8 @@ export const requestFailedCodes = {
   aborted: "The caller's AbortSignal fired.",
   invalid_response_body: 'A successful response declared JSON but its body is not JSON.',
   response_too_large: 'The response body is longer than maxResponseBytes; it was not read to the end.',
-  token_failed: 'getToken threw or rejected; this attempt was not sent.',
+  token_failed:
+    'getToken threw, rejected or gave a token the Authorization header cannot carry; this attempt was not sent.',
   redirect_unreadable:
     'The server answered a write with a redirect the browser does not let scripts read; the write may have run.',
 } as const;
