@@ -27,10 +27,17 @@ function isOneShot(value: unknown): boolean {
   return Symbol.asyncIterator in value || typeof (value as { pipe?: unknown }).pipe === 'function';
 }
 
+// An ArrayBuffer made in another realm (a vm context, a jsdom test environment, an iframe) fails
+// `instanceof ArrayBuffer`, and JSON.stringify would send `{}` for it. fetch sends its bytes, and so
+// does this: such a buffer still says `[object ArrayBuffer]`.
+function isArrayBuffer(value: unknown): value is ArrayBuffer {
+  return value instanceof ArrayBuffer || Object.prototype.toString.call(value) === '[object ArrayBuffer]';
+}
+
 // A copy of the bytes a view covers, so a buffer the caller reuses or changes afterwards (a pooled
 // buffer, a reused Uint8Array) cannot change what this call's attempts send.
 function copyBytes(value: ArrayBuffer | ArrayBufferView): Uint8Array<ArrayBuffer> {
-  if (value instanceof ArrayBuffer) return new Uint8Array(value.slice(0));
+  if (isArrayBuffer(value)) return new Uint8Array(value).slice();
   return new Uint8Array(value.buffer, value.byteOffset, value.byteLength).slice();
 }
 
@@ -57,8 +64,7 @@ export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
   }
   if (typeof value === 'string' || isInstance(value, 'Blob'))
     return { body: value as RequestInit['body'], contentType: undefined };
-  if (value instanceof ArrayBuffer || ArrayBuffer.isView(value))
-    return { body: copyBytes(value), contentType: undefined };
+  if (isArrayBuffer(value) || ArrayBuffer.isView(value)) return { body: copyBytes(value), contentType: undefined };
   if (isInstance(value, 'URLSearchParams')) {
     // The type fetch would give it; set here because the body is now a plain string.
     return { body: String(value), contentType: 'application/x-www-form-urlencoded;charset=UTF-8' };
