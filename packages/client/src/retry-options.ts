@@ -108,11 +108,15 @@ export function resolveRetry(options: RetryOptions | undefined, base?: ResolvedR
 export function retryHorizonMs(retry: ResolvedRetry): number {
   let horizon = 0;
   for (let retryNumber = 1; retryNumber < retry.maxAttempts; retryNumber++) {
-    const longestWait = Math.max(
-      backoffCeiling(retryNumber, retry.baseDelayMs, retry.maxDelayMs),
-      retry.maxRetryAfterMs,
-    );
-    horizon += retry.timeoutMs + longestWait;
+    const ceiling = backoffCeiling(retryNumber, retry.baseDelayMs, retry.maxDelayMs);
+    const step = retry.timeoutMs + Math.max(ceiling, retry.maxRetryAfterMs);
+    if (ceiling >= retry.maxDelayMs) {
+      // Every later retry adds this same step: multiplied, not looped, so a maxAttempts in the
+      // millions (retries bounded by a deadline, or by nothing) does not hang a startup check.
+      horizon += step * (retry.maxAttempts - retryNumber);
+      break;
+    }
+    horizon += step;
     if (horizon >= retry.deadlineMs) return retry.deadlineMs;
   }
   return Math.min(horizon, retry.deadlineMs);
