@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runInNewContext } from 'node:vm';
 import { createClient, resolveRetry, retryHorizonMs } from '@idem/client';
+import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { selfSignedCert } from '../../core/test/support/h2.js';
 import { failure } from './support/failure.js';
@@ -119,6 +120,37 @@ describe('defects found by the audit', () => {
     expect(retryHorizonMs(small)).toBe(47_000 + 8 * 100);
     expect(createClient({ baseUrl: 'http://x.test', retry: { maxAttempts: 2 ** 40 } }).retryHorizon()).toBe(60_000);
     expect(performance.now() - start).toBeLessThan(1_000);
+  });
+
+  it('retryHorizon still equals the sum over every retry, for any schedule', () => {
+    const summed = (r: ReturnType<typeof resolveRetry>) => {
+      let horizon = 0;
+      for (let n = 1; n < r.maxAttempts; n++) {
+        horizon += r.timeoutMs + Math.max(Math.min(r.maxDelayMs, r.baseDelayMs * 2 ** (n - 1)), r.maxRetryAfterMs);
+      }
+      return Math.min(horizon, r.deadlineMs);
+    };
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 300 }),
+        fc.integer({ min: 1, max: 5_000 }),
+        fc.integer({ min: 0, max: 100_000 }),
+        fc.integer({ min: 0, max: 90_000 }),
+        fc.option(fc.integer({ min: 1, max: 20_000 })),
+        fc.option(fc.integer({ min: 1, max: 10_000_000 })),
+        (maxAttempts, baseDelay, extra, maxRetryAfter, timeout, deadline) => {
+          const retry = resolveRetry({
+            maxAttempts,
+            baseDelay,
+            maxDelay: baseDelay + extra,
+            maxRetryAfter,
+            timeout: timeout ?? false,
+            deadline: deadline ?? false,
+          });
+          expect(retryHorizonMs(retry)).toBe(summed(retry));
+        },
+      ),
+    );
   });
 
   // Was wrong: a TLS certificate the runtime refuses (self-signed, expired, wrong host) fails every
