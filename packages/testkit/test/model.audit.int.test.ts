@@ -1,0 +1,115 @@
+// Model-based audit of the Redis and PostgreSQL stores: the random histories of model.audit.test.ts
+// (several holders over a few ids: claim with and without `replaces`, renew, complete, release, get,
+// time passing) against the reference model (audit-support/store-model.ts), step by step. Their
+// clocks are the servers': time passing is played by moving every record of the history the same
+// amount closer to its end (Redis: PTTL less the step, in one script; PostgreSQL: expires_at and
+// lease_until less the step), which is what the server's clock does. Real time passes too, a few ms,
+// so durations come in whole units of 5 s (coarseDurations): no step lands just short of a boundary.
+import { randomBytes } from 'node:crypto';
+import { migrate, postgresStore } from '@idem/postgres';
+import { redisStore } from '@idem/redis';
+import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
+import fc from 'fast-check';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteKeys } from '../../redis/test/redis-env.js';
+import {
+  type Coverage,
+  coarseDurations,
+  commandArbitrary,
+  newCoverage,
+  playHistory,
+} from './audit-support/store-model.js';
+
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const skipped = 'the model-based store audit over it';
+const withRedis = serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), skipped);
+const withPostgres = serviceAvailable(`PostgreSQL at ${databaseUrl}`, await postgresAnswers(databaseUrl), skipped);
+const tag = randomBytes(4).toString('hex');
+const unitMs = 5_000;
+
+const histories = fc.array(commandArbitrary(coarseDurations(unitMs)), { minLength: 10, maxLength: 40, size: 'max' });
+// Each history gets ids of its own, so histories never meet (no flush between them).
+let history = 0;
+const idsOf = () => {
+  history++;
+  return ['a', 'b', 'c'].map((name) => `${tag}-${history}-${name}`);
+};
+const reached = (coverage: Coverage) => {
+  for (const [what, count] of Object.entries(coverage)) expect(count, what).toBeGreaterThan(5);
+};
+
+// Every key of the history `ms` closer to its end, as the server's clock would move it; a key whose
+// time is up is deleted (Redis keeps a key whose PTTL is exactly 0 for that millisecond).
+const advanceScript = `for _, k in ipairs(KEYS) do
+  local t = redis.call('PTTL', k)
+  if t >= 0 then
+    local left = t - tonumber(ARGV[1])
+    if left <= 0 then redis.call('DEL', k) else redis.call('PEXPIRE', k, left) end
+  end
+end
+return 0`;
+
+describe.runIf(withRedis)('redisStore against the model of the Store contract', () => {
+  const prefix = `audit-model:${tag}:`;
+  let client: Redis;
+  beforeAll(() => {
+    client = new Redis(redisUrl);
+  });
+  afterAll(async () => {
+    await deleteKeys(client, prefix);
+    await client.quit();
+  });
+
+  it('answers every step of random histories as the model does', async () => {
+    const store = redisStore({ client, prefix });
+    const coverage = newCoverage();
+    await fc.assert(
+      fc.asyncProperty(histories, async (commands) => {
+        const advance = async (ms: number, ids: readonly string[]) => {
+          await client.eval(advanceScript, ids.length, ...ids.map((id) => store.key(id)), String(ms));
+        };
+        await playHistory({ store, advance }, commands, idsOf(), coverage);
+      }),
+      { numRuns: 600 },
+    );
+    console.info(`[figures] model redis ${JSON.stringify(coverage)}`);
+    reached(coverage);
+  }, 60_000);
+});
+
+describe.runIf(withPostgres)('postgresStore against the model of the Store contract', () => {
+  const table = `audit_model_${tag}`;
+  let pool: pg.Pool;
+  beforeAll(async () => {
+    pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+    pool.on('error', () => undefined);
+    await migrate(pool, { table });
+  });
+  afterAll(async () => {
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+
+  it('answers every step of random histories as the model does', async () => {
+    const store = postgresStore({ client: pool, table });
+    const coverage = newCoverage();
+    await fc.assert(
+      fc.asyncProperty(histories, async (commands) => {
+        const advance = async (ms: number, ids: readonly string[]) => {
+          await pool.query(
+            `UPDATE "${table}" SET expires_at = expires_at - $1::float8 * interval '1 millisecond',
+               lease_until = lease_until - $1::float8 * interval '1 millisecond' WHERE id = ANY($2)`,
+            [ms, ids],
+          );
+        };
+        await playHistory({ store, advance }, commands, idsOf(), coverage);
+      }),
+      { numRuns: 400 },
+    );
+    console.info(`[figures] model postgres ${JSON.stringify(coverage)}`);
+    reached(coverage);
+  }, 60_000);
+});

@@ -1,0 +1,112 @@
+// Model-based audit of memoryStore: random histories of claim, renew, complete, release, get and
+// time passing, from several holders over a few ids, compared at every step with the reference model
+// of the Store contract (audit-support/store-model.ts). The store's clock is injected, so durations
+// are a few milliseconds and every boundary (lease end, keep end, retention end) is hit exactly and
+// one millisecond either side.
+import { memoryStore } from '@idem/core';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  commandArbitrary,
+  fineDurations,
+  newCoverage,
+  playHistory,
+  type SeenEviction,
+} from './audit-support/store-model.js';
+
+describe('memoryStore against the model of the Store contract', () => {
+  it('answers every step of random histories as the model does, to the millisecond', async () => {
+    const coverage = newCoverage();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(commandArbitrary(fineDurations), { minLength: 10, maxLength: 60, size: 'max' }),
+        async (commands) => {
+          let now = 0;
+          const store = memoryStore({ now: () => now });
+          const advance = (ms: number) => {
+            now += ms;
+          };
+          await playHistory({ store, advance }, commands, ['a', 'b', 'c'], coverage);
+        },
+      ),
+      { numRuns: 2_000 },
+    );
+    // The histories reached what they are for: takeovers, abandoned records, fenced tokens.
+    for (const [what, count] of Object.entries(coverage)) expect(count, what).toBeGreaterThan(50);
+  });
+});
+
+describe('a full memoryStore against the model of the Store contract and its eviction rule', () => {
+  it('evicts only settled records, never a live lease, and makes room when it can', async () => {
+    const coverage = newCoverage();
+    let evictions = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 4 }),
+        fc.array(commandArbitrary(fineDurations, 6), { minLength: 10, maxLength: 80, size: 'max' }),
+        async (maxEntries, commands) => {
+          let now = 0;
+          const seen: SeenEviction[] = [];
+          const store = memoryStore({ maxEntries, now: () => now, onEvict: (e) => seen.push(e) });
+          const advance = (ms: number) => {
+            now += ms;
+          };
+          const bounded = { maxEntries, size: () => store.size, evictions: () => seen.splice(0) };
+          await playHistory({ store, advance, bounded }, commands, ['a', 'b', 'c', 'd', 'e', 'f'], coverage);
+          evictions += store.evicted;
+        },
+      ),
+      { numRuns: 2_000 },
+    );
+    expect(evictions).toBeGreaterThan(100);
+  });
+
+  const ok = { status: 200, headers: {}, body: new Uint8Array(0) };
+
+  // Was wrong: docs/stores.md and MemoryStoreOptions.maxEntries say that when the store is full,
+  // "every expired record goes first (whatever its duration)". An abandoned record is filed in the
+  // lane of its keep when a drain finds its lease over, which is after its lease ended; a record
+  // completed in between with a retention equal to that keep (the engine passes its retention as
+  // the keep, so this is the usual case) is ahead of it in that lane yet ends later. Once the
+  // abandoned one has expired and the completed one has not, eviction stops at the lane's head and
+  // drops the completed record (onEvict, a retry of its key runs again) while the expired one stays.
+  // The fix needs a decision on the lanes (file an abandoned record in order, or keep lanes apart
+  // from retention lanes, at a cost on the hot path): left to the maintainers.
+  it.fails('when full, an expired abandoned record goes before a completed one still within its retention', async () => {
+    let t = 0;
+    const evicted: string[] = [];
+    const store = memoryStore({ maxEntries: 3, now: () => t, onEvict: ({ id }) => evicted.push(id) });
+    store.claim({ id: 'crashed', token: 'a', fingerprint: '', leaseMs: 1, keepAfterLeaseMs: 50 }); // ends at 51
+    store.claim({ id: 'done', token: 'c', fingerprint: '', leaseMs: 1, keepAfterLeaseMs: 50 });
+    t = 2;
+    store.complete({ id: 'done', token: 'c', response: ok, retentionMs: 50 }); // ends at 52
+    store.claim({ id: 'short', token: 'f', fingerprint: '', leaseMs: 1 });
+    store.complete({ id: 'short', token: 'f', response: ok, retentionMs: 10 }); // ends at 12
+    // Full: 'short' is evicted (nearest its end), and 'crashed' is filed behind 'done'.
+    store.claim({ id: 'running', token: 'e', fingerprint: '', leaseMs: 100 });
+    expect(evicted).toEqual(['short']);
+    t = 51; // 'crashed' has expired, 'done' has a millisecond left
+    store.claim({ id: 'next', token: 'g', fingerprint: '', leaseMs: 100 });
+    expect(evicted, 'the expired record makes the room').toEqual(['short']);
+    expect((await store.get('done'))?.state).toBe('completed');
+  });
+
+  // Was wrong: the same docs say that, nothing having expired, "the completed and abandoned records
+  // nearest their end" go. Eviction looks at each lane's head only (and behind the heads only when
+  // every head is a live lease): an abandoned record filed in a lane behind a live lease of the same
+  // duration is passed over, and a completed record ending later is dropped instead. Shrunk from the
+  // eviction property above; same decision as the test before.
+  it.fails('when full, the abandoned record nearest its end goes before a completed one ending later', async () => {
+    let t = 0;
+    const evicted: string[] = [];
+    const store = memoryStore({ maxEntries: 3, now: () => t, onEvict: ({ id }) => evicted.push(id) });
+    store.claim({ id: 'done', token: 'd', fingerprint: '', leaseMs: 1 });
+    store.claim({ id: 'crashed', token: 'a', fingerprint: '', leaseMs: 1, keepAfterLeaseMs: 10 }); // ends at 11
+    store.complete({ id: 'done', token: 'd', response: ok, retentionMs: 60 }); // ends at 60
+    t = 1;
+    store.claim({ id: 'running', token: 'b', fingerprint: '', leaseMs: 10 }); // a lease as long as the keep
+    store.claim({ id: 'next', token: 'e', fingerprint: '', leaseMs: 100 });
+    expect(evicted).toEqual(['crashed']);
+    expect((await store.get('done'))?.state).toBe('completed');
+  });
+});
