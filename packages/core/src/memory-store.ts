@@ -361,6 +361,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         if (victim === undefined) return;
       }
       remove(victim);
+      // One found behind the heads may have expired (a lane is only roughly in expiry order): that
+      // is room that costs no retry its replay, so it is neither counted nor reported.
+      if (victim.expiresAt <= t) continue;
       evicted++;
       // An observer must never fail the claim that made room.
       if (onEvict) notify(onEvict, { id: victim.id, expiresAt: victim.expiresAt, at: t });

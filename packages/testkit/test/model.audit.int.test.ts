@@ -7,13 +7,14 @@
 // so durations come in whole units of 5 s (coarseDurations): no step lands just short of a boundary.
 import { randomBytes } from 'node:crypto';
 import { migrate, postgresStore } from '@idem/postgres';
-import { redisStore } from '@idem/redis';
+import { type RedisStore, redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteKeys } from '../../redis/test/redis-env.js';
+import { checkLog, runConcurrently } from './audit-support/store-concurrency.js';
 import {
   type Coverage,
   coarseDurations,
@@ -111,5 +112,96 @@ describe.runIf(withPostgres)('postgresStore against the model of the Store contr
     );
     console.info(`[figures] model postgres ${JSON.stringify(coverage)}`);
     reached(coverage);
+  }, 60_000);
+});
+
+// Ends the lease of a record in progress now, in one step, as its holder's crash would: its time
+// left becomes its keep (the line after the fingerprint's, see record-codec.ts), or it goes.
+const endLeaseScript = `local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 1) ~= 'p' then return false end
+local tokenEnd = string.find(v, '\\n', 1, true)
+local fingerprintEnd = string.find(v, '\\n', tokenEnd + 1, true)
+local keep = tonumber(string.sub(v, fingerprintEnd + 1, -2)) or 0
+if keep > 0 then redis.call('PEXPIRE', KEYS[1], keep) else redis.call('DEL', KEYS[1]) end
+return string.sub(v, 2, tokenEnd - 1)`;
+
+describe.runIf(withRedis)('redisStore under concurrent clients', () => {
+  const prefix = `audit-model:${tag}:concurrent:`;
+  let client: Redis;
+  beforeAll(() => {
+    client = new Redis(redisUrl);
+  });
+  afterAll(async () => {
+    await deleteKeys(client, prefix);
+    await client.quit();
+  });
+
+  it('never grants two live leases, never lets a stale token act, never loses an outcome', async () => {
+    const total = { takeovers: 0, endedLeases: 0, completions: 0, fencedLate: 0 };
+    for (let seed = 1; seed <= 5; seed++) {
+      // Each client on a connection of its own, so their commands really interleave at the server.
+      const connections = Array.from({ length: 4 }, () => new Redis(redisUrl));
+      try {
+        const stores = connections.map((c) => redisStore({ client: c, prefix }));
+        let next = 0;
+        const store = new Proxy(stores[0] as RedisStore, {
+          get: (_, name: keyof RedisStore) => {
+            const s = stores[next++ % stores.length] as RedisStore;
+            const value = s[name];
+            return typeof value === 'function' ? value.bind(s) : value;
+          },
+        });
+        const endLease = async (id: string) => {
+          const token = await client.eval(endLeaseScript, 1, store.key(id));
+          return typeof token === 'string' ? (JSON.parse(token) as string) : undefined;
+        };
+        const ids = ['a', 'b', 'c', 'd', 'e'].map((name) => `${tag}-concurrent-${seed}-${name}`);
+        const figures = checkLog(await runConcurrently({ store, endLease }, ids, { clients: 6, rounds: 60, seed }));
+        for (const key of Object.keys(total) as (keyof typeof total)[]) total[key] += figures[key];
+      } finally {
+        await Promise.all(connections.map((c) => c.quit()));
+      }
+    }
+    console.info(`[figures] concurrent redis ${JSON.stringify(total)}`);
+    for (const [what, count] of Object.entries(total)) expect(count, what).toBeGreaterThan(3);
+  }, 60_000);
+});
+
+describe.runIf(withPostgres)('postgresStore under concurrent clients', () => {
+  const table = `audit_model_concurrent_${tag}`;
+  let pool: pg.Pool;
+  beforeAll(async () => {
+    pool = new pg.Pool({ connectionString: databaseUrl, max: 8 });
+    pool.on('error', () => undefined);
+    await migrate(pool, { table });
+  });
+  afterAll(async () => {
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+
+  it('never grants two live leases, never lets a stale token act, never loses an outcome', async () => {
+    const store = postgresStore({ client: pool, table });
+    // As a crash would: the lease ends now by the database clock, the keep after it stays.
+    const endLease = async (id: string) => {
+      const { rows } = await pool.query(
+        `UPDATE "${table}" SET
+           lease_until = CASE WHEN lease_until IS NOT NULL THEN clock_timestamp() - interval '1 millisecond' END,
+           expires_at = clock_timestamp() - interval '1 millisecond' + (expires_at - COALESCE(lease_until, expires_at))
+         WHERE id = $1 AND state = 'in_progress' AND expires_at > clock_timestamp()
+           AND (lease_until IS NULL OR lease_until > clock_timestamp())
+         RETURNING token`,
+        [id],
+      );
+      return rows[0]?.token as string | undefined;
+    };
+    const total = { takeovers: 0, endedLeases: 0, completions: 0, fencedLate: 0 };
+    for (let seed = 1; seed <= 4; seed++) {
+      const ids = ['a', 'b', 'c', 'd', 'e'].map((name) => `${tag}-concurrent-${seed}-${name}`);
+      const figures = checkLog(await runConcurrently({ store, endLease }, ids, { clients: 6, rounds: 50, seed }));
+      for (const key of Object.keys(total) as (keyof typeof total)[]) total[key] += figures[key];
+    }
+    console.info(`[figures] concurrent postgres ${JSON.stringify(total)}`);
+    for (const [what, count] of Object.entries(total)) expect(count, what).toBeGreaterThan(3);
   }, 60_000);
 });
