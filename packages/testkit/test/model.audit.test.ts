@@ -10,6 +10,7 @@ import { mapStore, storeBugs } from './audit-support/map-store.js';
 import { checkLog, runConcurrently } from './audit-support/store-concurrency.js';
 import {
   commandArbitrary,
+  type Durations,
   fineDurations,
   newCoverage,
   playHistory,
@@ -35,6 +36,40 @@ describe('memoryStore against the model of the Store contract', () => {
     );
     // The histories reached what they are for: takeovers, abandoned records, fenced tokens.
     for (const [what, count] of Object.entries(coverage)) expect(count, what).toBeGreaterThan(50);
+  });
+});
+
+// Random histories on a fresh unbounded-enough memoryStore, every answer compared with the model.
+const matchModel = (durations: Durations, length: { minLength: number; maxLength: number }, numRuns: number) =>
+  fc.assert(
+    fc.asyncProperty(fc.array(commandArbitrary(durations, 4), length), async (commands) => {
+      let now = 0;
+      const store = memoryStore({ maxEntries: 1_000, now: () => now });
+      const advance = (ms: number) => {
+        now += ms;
+      };
+      await playHistory({ store, advance }, commands, ['a', 'b', 'c', 'd']);
+    }),
+    { numRuns },
+  );
+
+describe('memoryStore against the model over long histories', () => {
+  // Long enough for the store's sweep (every 64th claim drains each lane's due heads), with a bound
+  // high enough that nothing is evicted: a sweep must never take a live record.
+  it('answers every step as the model does through its periodic sweeps', async () => {
+    await matchModel(fineDurations, { minLength: 300, maxLength: 400 }, 150);
+  });
+
+  // Over 32 distinct durations the store shares lanes between durations rounded up to a power of
+  // two, each only roughly in expiry order: no answer may change.
+  it('answers every step as the model does once durations share rounded lanes', async () => {
+    const many: Durations = {
+      leases: Array.from({ length: 40 }, (_, i) => 3 + i * 7),
+      keeps: [0, ...Array.from({ length: 30 }, (_, i) => 5 + i * 11)],
+      retentions: Array.from({ length: 30 }, (_, i) => 2 + i * 13),
+      advances: [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233],
+    };
+    await matchModel(many, { minLength: 200, maxLength: 300 }, 150);
   });
 });
 
