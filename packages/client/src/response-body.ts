@@ -3,9 +3,10 @@
  * - `'auto'` (default): JSON for `application/json` and `+json` types (so problem+json errors
  *   arrive as objects), text for `text/*`, bytes (`Uint8Array`) otherwise, `undefined` when empty.
  * - `'json'`, `'text'`, `'bytes'`: always that.
+ * - `'none'`: the body is left unread in `response`, and the per-attempt timeout ends with the headers.
+ *
  * Text is decoded in the `charset` the response declares (UTF-8 when it declares none or one no
  * `TextDecoder` knows); JSON is always UTF-8.
- * - `'none'`: the body is left unread in `response`, and the per-attempt timeout ends with the headers.
  *
  * @example
  * await client.get('/report.pdf', { parse: 'bytes' });
