@@ -6,7 +6,13 @@ import { notify } from './notify.js';
 import { encodeBody } from './request-body.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { retryAfterOf } from './retry-after.js';
-import { isIdempotentMethod, isRetryableStatus, isSafeToRepeat, saysNotRetryable } from './retry-decision.js';
+import {
+  isCertificateError,
+  isIdempotentMethod,
+  isRetryableStatus,
+  isSafeToRepeat,
+  saysNotRetryable,
+} from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 import { abortableSleep, maxTimerMs } from './sleep.js';
 
@@ -502,6 +508,8 @@ export function createClient(options: ClientOptions): Client {
           throw fail('http_error');
         }
       } else {
+        // A certificate the runtime refused: nothing was sent, and every retry meets it again.
+        if (run.kind === 'network-error' && isCertificateError(run.error)) throw fail('tls_failed', run.error);
         // The outcome is unknown: the server may have run the request. Only a key or an idempotent
         // method makes a repeat harmless.
         retryable = isSafeToRepeat({ method: verb, keyed: keyField !== undefined });

@@ -10,6 +10,8 @@ import type { Attempt } from './attempt.js';
 export const requestFailedCodes = {
   http_error: 'The server answered with a status that retrying cannot fix (for example 400, 404, 422).',
   network_error: 'The connection failed and the request could not be repeated safely (no key, not idempotent).',
+  tls_failed:
+    "The server's TLS certificate was refused (expired, self-signed, another host's); the attempt was not sent.",
   timeout: 'The attempt timed out and the request could not be repeated safely (no key, not idempotent).',
   attempts_exhausted: 'Every allowed attempt failed with a retryable outcome.',
   deadline_exceeded: 'The total deadline ran out before the request succeeded.',

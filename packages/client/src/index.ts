@@ -23,6 +23,12 @@ export {
 export { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 export type { ParseMode } from './response-body.js';
 export { parseHttpDate, parseRetryAfter, retryAfterOf } from './retry-after.js';
-export { isIdempotentMethod, isRetryableStatus, isSafeToRepeat, type RetryContext } from './retry-decision.js';
+export {
+  isCertificateError,
+  isIdempotentMethod,
+  isRetryableStatus,
+  isSafeToRepeat,
+  type RetryContext,
+} from './retry-decision.js';
 export { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 export { abortableSleep, maxTimerMs } from './sleep.js';

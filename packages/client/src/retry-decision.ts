@@ -32,6 +32,9 @@ export interface RetryContext {
  *   (spec part 7), which a later retry resolves; without one it is a real state conflict.
  * - 500, 502, 503, 504: only when a repeat is safe (an idempotent method, or a key). Without a key
  *   a POST may have run before the error, and a repeat could run it twice.
+ * - 520 to 524, a CDN's names for the same failures (Cloudflare: the origin answered something
+ *   unexpected, is down, timed out on connect, is unreachable, timed out on the answer): as 502-504.
+ *   Other 5xx (501, 505, 507, 511, ...) say the request or the server must change first.
  * - 408 Request Timeout and 425 Too Early: also only when a repeat is safe. RFC 9110 15.5.9 lets a
  *   client repeat a 408 (the server gave up before the whole request arrived) and RFC 8470 5.2 a 425
  *   (the server would not risk running it from early data), so a repeat fixes both. They are not
@@ -48,7 +51,55 @@ export function isRetryableStatus(status: number, context: RetryContext): boolea
   if (status === 429) return true;
   if (status === 409) return context.keyed;
   if (status === 500 || status === 502 || status === 503 || status === 504) return isSafeToRepeat(context);
+  if (status >= 520 && status <= 524) return isSafeToRepeat(context);
   if (status === 408 || status === 425) return isSafeToRepeat(context);
+  return false;
+}
+
+// The codes Node (OpenSSL, and its own host check) gives a TLS certificate it refuses. The handshake
+// fails before a byte of the request is sent, and the next attempt meets the same certificate.
+const certificateErrorCodes: ReadonlySet<string> = new Set([
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_REVOKED',
+  'CERT_REJECTED',
+  'CERT_UNTRUSTED',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_CHAIN_TOO_LONG',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_DECRYPT_CERT_SIGNATURE',
+  'UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY',
+  'ERROR_IN_CERT_NOT_BEFORE_FIELD',
+  'ERROR_IN_CERT_NOT_AFTER_FIELD',
+  'INVALID_CA',
+  'INVALID_PURPOSE',
+  'PATH_LENGTH_EXCEEDED',
+  'HOSTNAME_MISMATCH',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/**
+ * True when a failed fetch was a TLS certificate the runtime refused (expired, self-signed, another
+ * host's), read from the `code` of the error or of a `cause` under it (undici wraps it in
+ * `TypeError: fetch failed`). Such an attempt never reached the server, and a retry meets the same
+ * certificate: it is a configuration error, not a "try later". Browsers hide the cause, so there it
+ * stays a network error.
+ *
+ * @example
+ * isCertificateError(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'CERT_HAS_EXPIRED' }) })); // true
+ */
+export function isCertificateError(error: unknown): boolean {
+  let current: unknown = error;
+  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string' && certificateErrorCodes.has(code)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
   return false;
 }
 

@@ -153,17 +153,18 @@ describe('defects found by the audit', () => {
     );
   });
 
-  // Was wrong: a TLS certificate the runtime refuses (self-signed, expired, wrong host) fails every
+  // Was a defect: a TLS certificate the runtime refuses (self-signed, expired, wrong host) fails every
   // attempt the same way before a byte of the request is sent, yet it is retried like a dropped
   // connection: five attempts and up to 15 s of backoff by default, ending in attempts_exhausted,
   // which hides a configuration error behind a "try later". got (its errorCodes), axios-retry
   // (is-retry-allowed's denylist) and undici's RetryAgent (its errorCodes) do not retry certificate
   // errors. Decision needed: which `cause.code`s count as certain and permanent (CERT_*,
   // DEPTH_ZERO_SELF_SIGNED_CERT, SELF_SIGNED_CERT_IN_CHAIN, UNABLE_TO_VERIFY_LEAF_SIGNATURE,
-  // ERR_TLS_CERT_ALTNAME_INVALID...), and which code ends them (network_error says "could not be
-  // repeated safely", which is not the reason here; a new `tls_failed`?). Browsers hide the cause, so
-  // there it would stay retried.
-  it.fails('a certificate the runtime refuses is not retried', async () => {
+  // ERR_TLS_CERT_ALTNAME_INVALID...), and which code ends them. Decided: Node's certificate codes,
+  // found on the error or its causes, end the call with a code of their own, `tls_failed` (network_error
+  // says "could not be repeated safely", which is not the reason). Browsers hide the cause, so there it
+  // stays a network error.
+  it('a certificate the runtime refuses is not retried', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'audit-client-tls-'));
     try {
       const { key, cert } = selfSignedCert(dir);
@@ -178,19 +179,21 @@ describe('defects found by the audit', () => {
       const error = await failure(fakeClient(url).post('/charges', { amount: 1 }));
       expect(handled).toBe(0);
       expect(error.attempts).toHaveLength(1);
+      expect(error.code).toBe('tls_failed');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  // Was wrong: only 500, 502, 503 and 504 are retried, so a keyed POST behind Cloudflare, whose origin
+  // Was a defect: only 500, 502, 503 and 504 were retried, so a keyed POST behind Cloudflare, whose origin
   // is down (521), unreachable (523), or timed out on connect (522) or on the answer (524), ends at
   // once with http_error, while 502/503/504, the same failures under their standard names, are
   // retried. stripe-node retries every 5xx of a keyed request; got retries 521, 522 and 524. With a
   // key (or an idempotent method) a repeat is harmless whatever ran. Decision needed: retry every
   // 5xx where a repeat is safe except those a repeat cannot fix (501, 505, 511?), or add the 52x
-  // family to the list. docs/client.md's table now states today's rule ("other 5xx": http_error).
-  it.fails('a keyed POST answered 522 by a CDN in front of the origin is retried', async () => {
+  // family to the list. Decided: 520 to 524 are retried as 502-504 are (where a repeat is safe); other
+  // 5xx (501, 505, 507, 511) say the request or the server must change first.
+  it('a keyed POST answered 522 by a CDN in front of the origin is retried', async () => {
     const s = await serve((res, n) => {
       res.writeHead(n === 1 ? 522 : 201);
       res.end();
