@@ -37,6 +37,7 @@ export {
   type OutboxEvent,
   type OutboxOptions,
   type OutboxRow,
+  type PurgeOptions,
   type Queryable,
   type Relay,
   type RelayOptions,

@@ -174,6 +174,33 @@ export interface DeadLetterOptions {
   after?: string | undefined;
 }
 
+/** Options of {@link Outbox.purge}. */
+export interface PurgeOptions {
+  /**
+   * Delivered rows whose `delivered_at` is older than this go (`'30d'`, or milliseconds). Required:
+   * how long a producer may add the same id again is yours to say (see {@link Outbox.purge}).
+   */
+  olderThan: Duration;
+  /**
+   * Dead-lettered rows go too, once added (or last requeued) longer than `olderThan` ago: by the
+   * later of `created_at` and `requeued_at`, where their horizon counts from. Default false.
+   */
+  dead?: boolean;
+  /** Rows per DELETE statement, each its own short transaction on a pool. Default 1000. */
+  batchSize?: number;
+  /** Stops before the next batch once aborted; the rows deleted so far are counted. */
+  signal?: AbortSignal;
+}
+
+const purgeOptionNames = [
+  'olderThan',
+  'dead',
+  'batchSize',
+  'signal',
+] as const satisfies readonly (keyof PurgeOptions)[];
+const purgeOptionNamesAll: ListsEvery<PurgeOptions, typeof purgeOptionNames> = true;
+void purgeOptionNamesAll;
+
 /** A relay process loop. */
 export interface Relay {
   /**
@@ -229,6 +256,24 @@ export interface Outbox {
    * True if it was dead.
    */
   requeue(db: Queryable, id: string): Promise<boolean>;
+  /**
+   * Deletes delivered rows whose `delivered_at` is older than `olderThan` (and, with `dead: true`,
+   * dead-lettered rows added or last requeued longer ago than that), `batchSize` rows per DELETE,
+   * until a batch deletes fewer, and resolves to how many it deleted. The age is measured by
+   * PostgreSQL's clock (`now()`), as the relay's schedule is. A pending row, or one a relay holds, is
+   * never deleted, even one that a requeue turns pending while the batch runs. Pass a pool: each
+   * batch is then its own short transaction (on a client inside a transaction, they all commit with
+   * it). Safe to run from several processes at once. A bad option rejects with a `TypeError`.
+   *
+   * Once a row is gone, `add()` with its id adds the event again (and it is sent again): keep rows
+   * longer than a producer may add the same id.
+   *
+   * @example
+   * // Every hour: delivered rows go after 30 days, dead letters after 90.
+   * await outbox.purge(pool, { olderThan: '30d' });
+   * const { deleted } = await outbox.purge(pool, { olderThan: '90d', dead: true, batchSize: 500 });
+   */
+  purge(db: Queryable, options: PurgeOptions): Promise<{ deleted: number }>;
 }
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
@@ -242,18 +287,32 @@ function quoteTable(name: string): { sql: string; base: string } {
 }
 
 /**
- * The name of the due-rows index. PostgreSQL cuts identifiers to 63 bytes, so `<table>_due` of a long
- * name would be cut to a name another relation may have (the table itself, for 63 characters), and
- * CREATE INDEX IF NOT EXISTS would skip it in silence, leaving every claim to scan the table. A name
- * that does not fit keeps the table's first characters and a hash of the whole name, as the
- * PostgreSQL store names its own index.
+ * The name of one of the table's indexes: `<table><suffix>` (`_due`, `_delivered`, `_dead`).
+ * PostgreSQL cuts identifiers to 63 bytes, so that name for a long table name would be cut to a name
+ * another relation may have (the table itself, for 63 characters, or a sibling index), and CREATE
+ * INDEX IF NOT EXISTS would skip it in silence, leaving every claim (or purge) to scan the table. A
+ * name that does not fit keeps the table's first characters and a hash of the whole name, as the
+ * PostgreSQL store names its own index. Table names are ASCII (see IDENT): characters are bytes.
  */
-function dueIndex(base: string): string {
-  const plain = `${base}_due`;
+function indexName(base: string, suffix: string): string {
+  const plain = `${base}${suffix}`;
   if (plain.length <= 63) return plain;
   const hash = createHash('sha256').update(base).digest('hex').slice(0, 8);
-  return `${base.slice(0, 63 - '_due'.length - hash.length - 1)}_${hash}_due`;
+  return `${base.slice(0, 63 - suffix.length - hash.length - 1)}_${hash}${suffix}`;
 }
+
+// The indexes migrate() makes besides the primary key: the relay's due rows, and the two that keep
+// each purge() batch (and each deadLetters() page, in its order) an index scan. A table that has
+// millions of delivered rows would otherwise be read whole by every batch.
+const indexes = [
+  { suffix: '_due', columns: ['next_attempt_at'], status: 'pending' },
+  { suffix: '_delivered', columns: ['delivered_at'], status: 'delivered' },
+  { suffix: '_dead', columns: ['created_at', 'id'], status: 'dead' },
+] as const;
+
+// The longest olderThan the cutoff takes, in ms (about 3,170 years): now() less a longer one falls
+// before the earliest timestamp PostgreSQL holds, and the DELETE would fail. No row is that old.
+const maxOlderThanMs = 1e14;
 
 // jsonb cannot hold U+0000, and a response snippet may contain it (a binary acknowledgement): left
 // as is, recording the attempt fails, the row stays leased, and the event is sent again after every
@@ -314,6 +373,24 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   const { sql: table, base } = quoteTable(options.table ?? 'idem_webhook_outbox');
   const name = options.table ?? 'idem_webhook_outbox';
 
+  // A DO block's IF that creates `index` when the catalog has neither its name nor an index doing
+  // its work (see migrate). `outbox` and `schema_name` are the block's variables.
+  const createIndexIfMissing = (index: (typeof indexes)[number]) => {
+    const name = indexName(base, index.suffix);
+    const predicate = `status = '${index.status}'`;
+    return `
+        IF to_regclass(format('%I.%I', schema_name, '${name}')) IS NULL
+           AND NOT EXISTS (
+             SELECT 1 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am m ON m.oid = i.relam
+              WHERE x.indrelid = outbox AND x.indisvalid AND m.amname = 'btree' AND x.indexprs IS NULL
+                AND x.indkey[0] = (SELECT attnum FROM pg_attribute
+                                    WHERE attrelid = outbox AND attname = '${index.columns[0]}' AND NOT attisdropped)
+                AND pg_get_expr(x.indpred, x.indrelid) = '(status = ''${index.status}''::text)')
+        THEN
+          CREATE INDEX IF NOT EXISTS "${name}" ON ${table} (${index.columns.join(', ')}) WHERE ${predicate};
+        END IF;`;
+  };
+
   const migrate = async (db: Queryable) => {
     // One simple-protocol query runs as one implicit transaction; the advisory lock makes concurrent
     // migrations (several processes booting at once) wait instead of racing on the catalog. One lock
@@ -327,8 +404,13 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // read and write the table lacks):
     // - a table made by an earlier version lacks `claims` and `requeued_at`. Both are cheap to add:
     //   no default (`requeued_at`) or a constant one (`claims`) rewrites no row;
-    // - the index is looked up in the table's own schema (where CREATE INDEX puts it), whether the
-    //   table was named with its schema or found on the search_path.
+    // - each index is looked up in the table's own schema (where CREATE INDEX puts it), whether the
+    //   table was named with its schema or found on the search_path. An index that does the same work
+    //   under another name (the `(created_at, id) WHERE status = 'dead'` the docs once told users to
+    //   make for deadLetters()) counts too: a valid b-tree on the same leading column with the same
+    //   predicate, which PostgreSQL writes back the same way however it was typed. Building a second
+    //   one would block every add() for as long as the build takes, to no end. A name taken by
+    //   something else is left alone (CREATE INDEX IF NOT EXISTS would lock the table, then skip).
     await db.query(`
       SELECT pg_advisory_xact_lock(hashtext('idem_webhook_outbox'));
       DO $$
@@ -367,10 +449,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
           ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS claims integer NOT NULL DEFAULT 0,
                                ADD COLUMN IF NOT EXISTS requeued_at timestamptz;
         END IF;
-        IF to_regclass(format('%I.%I', schema_name, '${dueIndex(base)}')) IS NULL THEN
-          CREATE INDEX IF NOT EXISTS "${dueIndex(base)}" ON ${table} (next_attempt_at) WHERE status = 'pending';
-        END IF;
-      END $$;
+${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     `);
   };
 
@@ -745,5 +824,64 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     return result.rowCount === 1;
   };
 
-  return { table: name, migrate, add, relay, deadLetters, requeue };
+  // One batch of purge(), for delivered rows or dead ones: $1 rows at most, older than $2 ms. The
+  // inner SELECT walks the kind's partial index in order and stops after $1 rows, locking each one
+  // (SKIP LOCKED: a row a requeue, a relay or another purge holds is left for the next call). The
+  // outer DELETE finds them by primary key: `id IN (SELECT ...)` let the planner hash-join the batch
+  // against a scan of the whole table (or of the whole partial index), every batch; and the age is
+  // not said again there, or the planner may walk the kind's index for it instead of the key. The
+  // status is: the row deleted is the row that was selected, and a row a requeue turned pending after
+  // the statement's snapshot is re-read under its lock and no longer matches. (A requeue is the one
+  // write that moves the age of a delivered or dead row, and it makes the row pending.) A delivered
+  // or dead row holds no lease (every statement that ends a claim clears it); the lease is checked
+  // all the same, so that no row a relay holds could ever go. now() is the statement's own
+  // transaction's start on a pool, and a stable value: the index can use it.
+  const cutoff = `now() - ($2::double precision * interval '1 millisecond')`;
+  const purgeBatch = (status: 'delivered' | 'dead', old: string, order: string) =>
+    `DELETE FROM ${table}
+      WHERE id = ANY(ARRAY(
+              SELECT id FROM ${table}
+               WHERE status = '${status}' AND ${old}
+               ORDER BY ${order}
+               LIMIT $1
+                 FOR UPDATE SKIP LOCKED))
+        AND status = '${status}' AND (locked_until IS NULL OR locked_until <= now())`;
+  const purgeSql = {
+    delivered: purgeBatch('delivered', `delivered_at < ${cutoff}`, 'delivered_at'),
+    // The later of created_at and requeued_at, where the row's horizon counts from, written so that
+    // the index on created_at bounds the scan: a row requeued since is read and left.
+    dead: purgeBatch(
+      'dead',
+      `created_at < ${cutoff} AND (requeued_at IS NULL OR requeued_at < ${cutoff})`,
+      'created_at',
+    ),
+  };
+
+  const purge = async (db: Queryable, purgeOptions: PurgeOptions): Promise<{ deleted: number }> => {
+    if (!db || typeof db.query !== 'function') throw new TypeError('purge needs db (a pg Pool or client)');
+    if (!purgeOptions || typeof purgeOptions !== 'object')
+      throw new TypeError("purge needs options with olderThan (such as { olderThan: '30d' })");
+    assertKnownOptions(purgeOptions, new Set(purgeOptionNames), 'purge');
+    const { olderThan, dead = false, batchSize = 1000, signal } = purgeOptions;
+    // No default: a wrong guess deletes what a producer may still add again (see the TSDoc).
+    if (olderThan === undefined) throw new TypeError("purge needs olderThan (such as '30d')");
+    const olderThanMs = Math.min(toMilliseconds(olderThan, 'olderThan'), maxOlderThanMs);
+    if (typeof dead !== 'boolean') throw new TypeError('dead must be true or false');
+    // A safe integer: pg would send 1e21 as "1e+21", which LIMIT refuses on every batch.
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
+    let deleted = 0;
+    for (const sql of dead ? [purgeSql.delivered, purgeSql.dead] : [purgeSql.delivered]) {
+      for (;;) {
+        if (signal?.aborted) return { deleted };
+        const { rowCount } = await db.query(sql, [batchSize, olderThanMs]);
+        deleted += rowCount ?? 0;
+        // Fewer than a batch: nothing more is old enough, or the rest is locked (left for next time).
+        if ((rowCount ?? 0) < batchSize) break;
+      }
+    }
+    return { deleted };
+  };
+
+  return { table: name, migrate, add, relay, deadLetters, requeue, purge };
 }

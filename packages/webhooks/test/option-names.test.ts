@@ -39,6 +39,44 @@ describe('unknown option names are refused at construction', () => {
     expect(() => createOutbox().relay({ db, sender, pollInterval: '2s', batchSize: 5 })).not.toThrow();
   });
 
+  it('outbox.purge: an unknown option, a missing or malformed olderThan, a bad batchSize, dead or signal', async () => {
+    const outbox = createOutbox();
+    await expect(outbox.purge(db, { olderThan: '30d', olderthan: '1d' } as never)).rejects.toThrow(
+      new TypeError('purge: unknown option "olderthan" (did you mean "olderThan"?)'),
+    );
+    await expect(outbox.purge(db, { olderThan: '30d', batch: 10 } as never)).rejects.toThrow(
+      'purge: unknown option "batch"',
+    );
+    await expect(outbox.purge(db, {} as never)).rejects.toThrow(new TypeError("purge needs olderThan (such as '30d')"));
+    await expect(outbox.purge(db, undefined as never)).rejects.toThrow(TypeError);
+    await expect(outbox.purge(undefined as never, { olderThan: '30d' })).rejects.toThrow(
+      new TypeError('purge needs db (a pg Pool or client)'),
+    );
+    for (const olderThan of ['30 days', '-1d', -5, Number.NaN, Number.POSITIVE_INFINITY, '', null]) {
+      await expect(outbox.purge(db, { olderThan: olderThan as never }), String(olderThan)).rejects.toThrow(
+        /^olderThan must be/,
+      );
+    }
+    for (const batchSize of [0, -1, 1.5, '10', 1e21, Number.NaN]) {
+      await expect(
+        outbox.purge(db, { olderThan: '30d', batchSize: batchSize as never }),
+        String(batchSize),
+      ).rejects.toThrow(new TypeError('batchSize must be a positive integer'));
+    }
+    await expect(outbox.purge(db, { olderThan: '30d', dead: 'yes' as never })).rejects.toThrow(
+      new TypeError('dead must be true or false'),
+    );
+    await expect(outbox.purge(db, { olderThan: '30d', signal: { aborted: false } as never })).rejects.toThrow(
+      new TypeError('signal must be an AbortSignal'),
+    );
+    // Every name it takes, and a Duration in either form.
+    const signal = new AbortController().signal;
+    await expect(outbox.purge(db, { olderThan: '30d', dead: true, batchSize: 10, signal })).resolves.toEqual({
+      deleted: 0,
+    });
+    await expect(outbox.purge(db, { olderThan: 0 })).resolves.toEqual({ deleted: 0 });
+  });
+
   it('a relay pollInterval under 10ms is refused: 0 queried the database back to back while idle', () => {
     const sender = createSender({ secret });
     for (const pollInterval of [0, '0s', '5ms', 9]) {

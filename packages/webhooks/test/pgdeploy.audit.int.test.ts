@@ -55,4 +55,8 @@ describe.runIf(available)('outbox migrate() under a role that may only read and 
   it('migrate() succeeds when there is nothing to create', async () => {
     await expect(outbox.migrate(app)).resolves.toBeUndefined();
   });
+
+  it('the role can purge (DELETE is all it needs)', async () => {
+    await expect(outbox.purge(app, { olderThan: '30d', dead: true })).resolves.toEqual({ deleted: 0 });
+  });
 });
