@@ -110,6 +110,12 @@ const tables: readonly TableSpec[] = [
     doc: 'docs/webhooks.md',
     markers: ['`outbox.relay(options)`:'],
   },
+  {
+    source: 'packages/webhooks/src/outbox.ts',
+    interface: 'PurgeOptions',
+    doc: 'docs/webhooks.md',
+    markers: ['`outbox.purge(db, options)`:'],
+  },
   // The package READMEs keep a short table of the same options.
   {
     source: 'packages/core/src/engine.ts',

@@ -225,7 +225,11 @@ export interface Relay {
 /** A PostgreSQL transactional outbox for webhooks. */
 export interface Outbox {
   readonly table: string;
-  /** Creates the table and its index if missing. Safe to run from several processes at once. */
+  /**
+   * Creates the table and its indexes if missing (and an index that does the same work under another
+   * name counts). Safe to run from several processes at once; once all is there, it takes no lock
+   * that would hold up a relay or an `add()`.
+   */
   migrate(db: Queryable): Promise<void>;
   /**
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
@@ -269,6 +273,7 @@ export interface Outbox {
    * longer than a producer may add the same id.
    *
    * @example
+   * const outbox = createOutbox({ table: 'webhook_outbox' });
    * // Every hour: delivered rows go after 30 days, dead letters after 90.
    * await outbox.purge(pool, { olderThan: '30d' });
    * const { deleted } = await outbox.purge(pool, { olderThan: '90d', dead: true, batchSize: 500 });
