@@ -490,7 +490,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     if (!db || typeof db.query !== 'function') throw new TypeError('relay needs db (a pg Pool or client)');
     if (!sender || typeof sender.attempt !== 'function') throw new TypeError('relay needs a sender');
     const batchSize = relayOptions.batchSize ?? 10;
-    if (!Number.isInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    // A safe integer: pg would send 1e21 as "1e+21", which LIMIT refuses in every round.
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
     const leaseMs =
       relayOptions.lease === undefined
         ? sender.schedule.timeoutMs + 15_000
@@ -792,7 +793,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
 
   const deadLetters = async (db: Queryable, listOptions: DeadLetterOptions = {}): Promise<DeadLetterPage> => {
     const limit = listOptions.limit ?? 100;
-    if (!Number.isInteger(limit) || limit < 1) throw new TypeError('limit must be a positive integer');
+    // A safe integer, as the relay's batchSize.
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new TypeError('limit must be a positive integer');
     const after = listOptions.after === undefined ? undefined : decodeCursor(listOptions.after);
     // Keyset pagination on (created_at, id): a page starts after the last row of the one before, so
     // rows dead-lettered or requeued meanwhile never shift the others to a page already read (as an

@@ -16,4 +16,19 @@ describe('relay options', () => {
     );
     expect(() => outbox.relay({ db: db as never, sender, lease: '24d' })).not.toThrow();
   });
+
+  // Was a defect: an integer past 2^53 passed Number.isInteger, and pg sends 1e21 as "1e+21", which
+  // PostgreSQL refuses for LIMIT (22P02): every relay round, or every deadLetters() call, failed
+  // with a database error instead of a TypeError at construction.
+  it('refuses a batchSize, or a deadLetters() limit, that is not a safe integer', async () => {
+    const sender = createSender({ secret: `whsec_${Buffer.alloc(32, 1).toString('base64')}` });
+    const outbox = createOutbox();
+    expect(() => outbox.relay({ db: db as never, sender, batchSize: 1e21 })).toThrow(
+      new TypeError('batchSize must be a positive integer'),
+    );
+    await expect(outbox.deadLetters(db as never, { limit: 1e21 })).rejects.toThrow(
+      new TypeError('limit must be a positive integer'),
+    );
+    expect(() => outbox.relay({ db: db as never, sender, batchSize: Number.MAX_SAFE_INTEGER })).not.toThrow();
+  });
 });
