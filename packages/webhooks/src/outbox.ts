@@ -381,10 +381,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   // A DO block's IF that creates `index` when the catalog has neither its name nor an index doing
   // its work (see migrate). `outbox` and `schema_name` are the block's variables.
   const createIndexIfMissing = (index: (typeof indexes)[number]) => {
-    const name = indexName(base, index.suffix);
-    const predicate = `status = '${index.status}'`;
+    const indexed = indexName(base, index.suffix);
     return `
-        IF to_regclass(format('%I.%I', schema_name, '${name}')) IS NULL
+        IF to_regclass(format('%I.%I', schema_name, '${indexed}')) IS NULL
            AND NOT EXISTS (
              SELECT 1 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am m ON m.oid = i.relam
               WHERE x.indrelid = outbox AND x.indisvalid AND m.amname = 'btree' AND x.indexprs IS NULL
@@ -392,7 +391,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
                                     WHERE attrelid = outbox AND attname = '${index.columns[0]}' AND NOT attisdropped)
                 AND pg_get_expr(x.indpred, x.indrelid) = '(status = ''${index.status}''::text)')
         THEN
-          CREATE INDEX IF NOT EXISTS "${name}" ON ${table} (${index.columns.join(', ')}) WHERE ${predicate};
+          CREATE INDEX IF NOT EXISTS "${indexed}" ON ${table} (${index.columns.join(', ')}) WHERE status = '${index.status}';
         END IF;`;
   };
 

@@ -79,6 +79,9 @@ describe.skipIf(!available)('outbox.purge()', () => {
     expect(await outbox.purge(pool, { olderThan: 30 * 86_400_000, dead: true })).toEqual({ deleted: 1 });
     expect(await ids(table)).toEqual(all.filter((id) => id !== 'd_old' && id !== 'x_old'));
 
+    // An olderThan longer than PostgreSQL's timestamps reach back deletes nothing, and does not fail.
+    expect(await outbox.purge(pool, { olderThan: '10000000d', dead: true })).toEqual({ deleted: 0 });
+
     // A shorter olderThan reaches the younger rows; pending and leased ones still stay.
     expect(await outbox.purge(pool, { olderThan: '1d', dead: true })).toEqual({ deleted: 4 });
     expect(await ids(table)).toEqual(['d_leased', 'p_odd', 'p_old']);
