@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { exportJWK, generateKeyPair } from 'jose';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { startResourceStack } from '../src/api/resource-stack.js';
+import { outboxKept, startResourceStack } from '../src/api/resource-stack.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { apiTables } from '../src/schema/api-schema.js';
 
@@ -102,5 +102,48 @@ describe('the resource stack closing during a purge pass', () => {
       await locker.query('rollback').catch(() => undefined);
     }
     expect(written.filter((line) => line.includes('deleting expired'))).toEqual([]);
+  });
+
+  it('deletes old delivered and dead webhook events from the outbox, and nothing else', async () => {
+    expect(outboxKept).toEqual({ delivered: '7d', dead: '30d' });
+    const outbox = `${schema}.${apiTables.outbox}`;
+    const pair = await generateKeyPair('ES256');
+    const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'purge-outbox', alg: 'ES256' };
+    const stack = await startResourceStack({
+      db,
+      gatewayPort: 0,
+      apiPort: 0,
+      receiverPort: 0,
+      baseUrl: 'http://gateway.purge-close-test',
+      issuers: [{ issuer: 'https://issuer.purge-close-test.example', jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
+      relay: false,
+      seed: false,
+      purgeEveryMs: 50,
+    });
+    try {
+      // Ages set in SQL, on the database's clock, which the purge measures with.
+      const rows: Array<[string, string, string]> = [
+        ['delivered-8d', 'delivered', `delivered_at = now() - interval '8 days'`],
+        ['delivered-6d', 'delivered', `delivered_at = now() - interval '6 days'`],
+        ['dead-31d', 'dead', `created_at = now() - interval '31 days'`],
+        ['dead-29d', 'dead', `created_at = now() - interval '29 days'`],
+        ['pending-40d', 'pending', `created_at = now() - interval '40 days'`],
+      ];
+      for (const [id, status, age] of rows) {
+        await db.query(
+          `insert into ${outbox} (id, url, body, status, delivered_at) values ($1, 'http://receiver.test/', '\\x7b7d', $2, null)`,
+          [id, status],
+        );
+        await db.query(`update ${outbox} set ${age} where id = $1`, [id]);
+      }
+      const left = async () =>
+        (await db.query<{ id: string }>(`select id from ${outbox} order by id`)).rows.map((row) => row.id);
+      for (let turn = 0; turn < 400 && (await left()).length > 3; turn++) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      expect(await left()).toEqual(['dead-29d', 'delivered-6d', 'pending-40d']);
+    } finally {
+      await stack.close();
+    }
   });
 });

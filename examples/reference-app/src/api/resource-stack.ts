@@ -2,6 +2,7 @@ import type { Duration } from '@idem/core';
 import { createInternalTokenIssuer, type IssuerOptions } from '@idem/guard';
 import { postgresStore } from '@idem/postgres';
 import type { RedisClientLike } from '@idem/redis';
+import { createOutbox } from '@idem/webhooks';
 import type { Database } from '../db.js';
 import { type RunningGateway, startGateway } from '../gateway/server.js';
 import type { ListeningPort } from '../listen.js';
@@ -150,7 +151,15 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
 const purgeBatch = 1_000;
 
 /**
- * Deletes expired idempotency records every `everyMs`, from the API's tables and the receiver's inbox.
+ * How long the outbox keeps a delivered event (for support to see what was sent) and a dead-lettered
+ * one (for an operator to requeue). A charge's key is kept a day, so no retry adds an event again
+ * after a week.
+ */
+export const outboxKept = { delivered: '7d', dead: '30d' } as const;
+
+/**
+ * Deletes expired idempotency records every `everyMs`, from the API's tables and the receiver's inbox,
+ * and the outbox's old delivered and dead events (`outboxKept`): without it the outbox only grows.
  * PostgreSQL keeps an expired record's row (invisible to every request) until it is purged
  * (docs/operations.md, "Purge jobs"): without this, every stored response and webhook id would stay
  * for good, long past the retention. Records in progress go an hour after their keep (the store's
@@ -162,9 +171,12 @@ function purgeExpiredRecords(db: Database, everyMs: number): { stop(): Promise<v
   const stores = [apiTables.idempotency, apiTables.plainIdempotency, apiTables.receiverInbox].map((table) =>
     postgresStore({ client: db.client, table }),
   );
+  const outbox = createOutbox({ table: apiTables.outbox });
   let running: Promise<void> | undefined;
   const pass = async () => {
     for (const store of stores) while ((await store.purgeExpired({ batchSize: purgeBatch })) === purgeBatch) {}
+    await outbox.purge(db, { olderThan: outboxKept.delivered });
+    await outbox.purge(db, { olderThan: outboxKept.dead, dead: true });
   };
   const timer = setInterval(() => {
     running ??= pass()
