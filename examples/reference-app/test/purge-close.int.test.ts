@@ -45,26 +45,31 @@ describe('the resource stack closing during a purge pass', () => {
     return rows.map((row) => row.pid);
   };
 
-  it('waits for the pass under way before it resolves, and the pass ends without an error', async () => {
+  // The stack with no relay and no seed, purging every 50 ms.
+  const startIdleStack = async () => {
     const pair = await generateKeyPair('ES256');
     const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'purge-close', alg: 'ES256' };
+    return startResourceStack({
+      db,
+      gatewayPort: 0,
+      apiPort: 0,
+      receiverPort: 0,
+      baseUrl: 'http://gateway.purge-close-test',
+      issuers: [{ issuer: 'https://issuer.purge-close-test.example', jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
+      relay: false,
+      seed: false,
+      purgeEveryMs: 50,
+    });
+  };
+
+  it('waits for the pass under way before it resolves, and the pass ends without an error', async () => {
     const written: string[] = [];
     const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
       written.push(String(chunk));
       return true;
     });
     try {
-      const stack = await startResourceStack({
-        db,
-        gatewayPort: 0,
-        apiPort: 0,
-        receiverPort: 0,
-        baseUrl: 'http://gateway.purge-close-test',
-        issuers: [{ issuer: 'https://issuer.purge-close-test.example', jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-        relay: false,
-        seed: false,
-        purgeEveryMs: 50,
-      });
+      const stack = await startIdleStack();
       // SHARE blocks the purge's DELETE and nothing else the idle stack does. A pass runs every 50 ms:
       // the next one after the lock is caught.
       await locker.query('begin');
@@ -107,19 +112,7 @@ describe('the resource stack closing during a purge pass', () => {
   it('deletes old delivered and dead webhook events from the outbox, and nothing else', async () => {
     expect(outboxKept).toEqual({ delivered: '7d', dead: '30d' });
     const outbox = `${schema}.${apiTables.outbox}`;
-    const pair = await generateKeyPair('ES256');
-    const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'purge-outbox', alg: 'ES256' };
-    const stack = await startResourceStack({
-      db,
-      gatewayPort: 0,
-      apiPort: 0,
-      receiverPort: 0,
-      baseUrl: 'http://gateway.purge-close-test',
-      issuers: [{ issuer: 'https://issuer.purge-close-test.example', jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-      relay: false,
-      seed: false,
-      purgeEveryMs: 50,
-    });
+    const stack = await startIdleStack();
     try {
       // Ages set in SQL, on the database's clock, which the purge measures with.
       const rows: Array<[string, string, string]> = [

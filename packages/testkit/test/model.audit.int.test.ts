@@ -81,26 +81,32 @@ describe.runIf(withRedis)('redisStore against the model of the Store contract', 
   }, 60_000);
 });
 
-describe.runIf(withPostgres)('postgresStore against the model of the Store contract', () => {
-  const table = `audit_model_${tag}`;
-  let pool: pg.Pool;
+/** A pool of `max` connections and a migrated table of its own for one describe block, dropped after it. */
+function usePostgresTable(table: string, max: number): { readonly pool: pg.Pool } {
+  const held = { pool: undefined as unknown as pg.Pool };
   beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
-    pool.on('error', () => undefined);
-    await migrate(pool, { table });
+    held.pool = new pg.Pool({ connectionString: databaseUrl, max });
+    held.pool.on('error', () => undefined);
+    await migrate(held.pool, { table });
   });
   afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-    await pool.end();
+    await held.pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await held.pool.end();
   });
+  return held;
+}
+
+describe.runIf(withPostgres)('postgresStore against the model of the Store contract', () => {
+  const table = `audit_model_${tag}`;
+  const held = usePostgresTable(table, 4);
 
   it('answers every step of random histories as the model does', async () => {
-    const store = postgresStore({ client: pool, table });
+    const store = postgresStore({ client: held.pool, table });
     const coverage = newCoverage();
     await fc.assert(
       fc.asyncProperty(histories, async (commands) => {
         const advance = async (ms: number, ids: readonly string[]) => {
-          await pool.query(
+          await held.pool.query(
             `UPDATE "${table}" SET expires_at = expires_at - $1::float8 * interval '1 millisecond',
                lease_until = lease_until - $1::float8 * interval '1 millisecond' WHERE id = ANY($2)`,
             [ms, ids],
@@ -172,22 +178,13 @@ describe.runIf(withRedis)('redisStore under concurrent clients', () => {
 
 describe.runIf(withPostgres)('postgresStore under concurrent clients', () => {
   const table = `audit_model_concurrent_${tag}`;
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl, max: 8 });
-    pool.on('error', () => undefined);
-    await migrate(pool, { table });
-  });
-  afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-    await pool.end();
-  });
+  const held = usePostgresTable(table, 8);
 
   it('never grants two live leases, never lets a stale token act, never loses an outcome', async () => {
-    const store = postgresStore({ client: pool, table });
+    const store = postgresStore({ client: held.pool, table });
     // As a crash would: the lease ends now by the database clock, the keep after it stays.
     const endLease = async (id: string) => {
-      const { rows } = await pool.query(
+      const { rows } = await held.pool.query(
         `UPDATE "${table}" SET
            lease_until = CASE WHEN lease_until IS NOT NULL THEN clock_timestamp() - interval '1 millisecond' END,
            expires_at = clock_timestamp() - interval '1 millisecond' + (expires_at - COALESCE(lease_until, expires_at))
