@@ -405,6 +405,13 @@ export interface ModelRun {
    * (another body), and a retry of each afterwards the replay or the 422.
    */
   burst(burst: BurstReq[]): Promise<void>;
+  /**
+   * A hang claims a key, its lease runs out (no heartbeat), then `same` retries of its request and
+   * `other` requests with another body go at once: exactly one retry takes the key over and runs, the
+   * others get 409 (or 422, another body, before the takeover). The first finisher is fenced (its
+   * answer served, not stored), the takeover's answer is what a later retry replays.
+   */
+  takeoverBurst(same: number, other: number): Promise<void>;
   check(config: Config): Promise<{ sequences: number; requests: number; coverage: Record<string, number> }>;
   /** One given sequence, for the minimised examples. */
   play(config: Config, steps: Step[]): Promise<void>;
@@ -987,8 +994,100 @@ export async function startModelRun(options: ModelRunOptions): Promise<ModelRun>
     await options.advance(30 * 24 * HOUR);
   };
 
+  const takeoverBurst = async (same: number, other: number) => {
+    const config = configs[1]!;
+    const targets = byConfig.get(config.name)!;
+    const run = `${Date.now().toString(36)}t${(++sequenceNumber).toString(36)}`;
+    const base: Req = {
+      user: 'alice',
+      key: { kind: 'field', field: 'k1' },
+      endpoint: 0,
+      act: 'hang',
+      amount: 1,
+      spaced: false,
+      query: '',
+      version: undefined,
+      trace: 'takeover',
+      oversized: false,
+    };
+    const shown = `${same} same, ${other} other`;
+    // The first attempt, on every framework, each at its gate.
+    const firsts = await Promise.all(
+      targets.map(async (t) => {
+        t.runs = 0;
+        const gatesBefore = t.gates.length;
+        const answer = sendOne(t, base, run).answer;
+        answer.catch(ignore);
+        await within(
+          (async () => {
+            while (t.gates.length === gatesBefore) await new Promise<void>((resolve) => t.entered.push(resolve));
+          })(),
+          10_000,
+          () => `${t.name}: the first attempt never ran`,
+        );
+        return { answer, gate: t.gates[t.gates.length - 1]! };
+      }),
+    );
+    await options.advance(options.leaseMs + 1);
+    await Promise.all(
+      targets.map(async (t, i) => {
+        const gatesBefore = t.gates.length;
+        let answered = 0;
+        const requests = [
+          ...Array.from({ length: same }, () => base),
+          ...Array.from({ length: other }, () => ({ ...base, amount: 2 as const })),
+        ];
+        const flights = requests.map((req) => {
+          const answer = sendOne(t, req, run).answer;
+          void answer.then(() => {
+            answered++;
+            for (const w of t.entered.splice(0)) w();
+          }, ignore);
+          return answer;
+        });
+        await within(
+          (async () => {
+            while (answered + t.gates.length - gatesBefore < requests.length)
+              await new Promise<void>((resolve) => t.entered.push(resolve));
+          })(),
+          15_000,
+          () => `${t.name}: takeover burst never settled: ${shown}`,
+        );
+        const entered = t.gates.length - gatesBefore;
+        expect(entered, `${t.name}: one takeover: ${shown}`).toBe(1);
+        expect(t.runs, `${t.name}: runs: ${shown}`).toBe(2);
+        // The late finisher first: fenced, its answer served as written.
+        const first = firsts[i]!;
+        first.gate();
+        const late = await within(first.answer, 10_000, () => `${t.name}: the late finisher never answered`);
+        expect({ status: late.status, replayed: late.headers['idempotent-replayed'] }, t.name).toEqual({
+          status: 201,
+          replayed: undefined,
+        });
+        for (const g of t.gates.splice(gatesBefore)) g();
+        const answers = await within(Promise.all(flights), 15_000, () => `${t.name}: takeover burst unanswered`);
+        const ran = answers.filter((a) => a.status === 201);
+        expect(ran.length, `${t.name}: one answer of a run: ${shown}`).toBe(1);
+        for (const [j, a] of answers.entries()) {
+          if (a === ran[0]) continue;
+          const where = `${t.name}: request ${j} (${j < same ? 'same' : 'other'} body): ${shown}`;
+          if (j < same) expect(a.status, where).toBe(409);
+          else expect([409, 422], where).toContain(a.status);
+        }
+        const again = await sendOne(t, base, run).answer;
+        expect(again.headers['idempotent-replayed'], `${t.name}: replayed`).toBe('true');
+        expect(again.body.toString(), `${t.name}: the takeover's answer`).toBe(ran[0]!.body.toString());
+        expect(again.body.toString(), `${t.name}: not the late finisher's`).not.toBe(late.body.toString());
+        expect((await sendOne(t, { ...base, amount: 2 }, run).answer).status, t.name).toBe(422);
+        expect(t.runs, `${t.name}: runs at the end`).toBe(2);
+      }),
+    );
+    await options.advance(30 * 24 * HOUR);
+  };
+
   return {
     burst,
+    takeoverBurst,
     play: (config, steps) => play(config, steps),
     check: async (config) => {
       let sequences = 0;
