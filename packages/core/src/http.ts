@@ -682,19 +682,6 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       const field = request.keyHeader;
       echo = (typeof field === 'string' ? field : (field?.[0] ?? key)).trim();
     }
-    // An empty scope is no caller either: a tenant lookup that falls back to '' for a missing claim
-    // would otherwise put every such request in one namespace, the leak scope_missing stops.
-    // Anything but a string is a scope function's mistake (a numeric tenant id, an object whose
-    // text would be `[object Object]` for every caller, so one namespace): refused as no caller, with
-    // a problem body, rather than a TypeError thrown out of the middleware as the framework's 500 page.
-    const scope: unknown = request.scope;
-    if (typeof scope !== 'string' || scope === '') {
-      const detail =
-        scope === undefined || scope === ''
-          ? 'No authenticated caller to scope the Idempotency-Key to; run the guard first or pass a scope option.'
-          : `The scope option returned ${scope === null ? 'null' : `${typeof scope === 'object' ? 'an' : 'a'} ${typeof scope}`}, not the caller as a string.`;
-      return { kind: 'respond', response: refuse(new IdempotencyError('scope_missing', detail), request) };
-    }
     let body: Uint8Array | undefined;
     let json: unknown;
     if (typeof request.body === 'function') {
@@ -708,6 +695,21 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     }
     if (body !== undefined && body.length > maxBodyBytes) {
       return { kind: 'respond', response: refuse(tooLarge(maxBodyBytes), request) };
+    }
+    // Checked after the body, as Fastify must (it refuses an oversized body while parsing, before the
+    // hook that reads the caller runs): the three adapters answer alike, 413 before scope_missing.
+    // An empty scope is no caller either: a tenant lookup that falls back to '' for a missing claim
+    // would otherwise put every such request in one namespace, the leak scope_missing stops.
+    // Anything but a string is a scope function's mistake (a numeric tenant id, an object whose
+    // text would be `[object Object]` for every caller, so one namespace): refused as no caller, with
+    // a problem body, rather than a TypeError thrown out of the middleware as the framework's 500 page.
+    const scope: unknown = request.scope;
+    if (typeof scope !== 'string' || scope === '') {
+      const detail =
+        scope === undefined || scope === ''
+          ? 'No authenticated caller to scope the Idempotency-Key to; run the guard first or pass a scope option.'
+          : `The scope option returned ${scope === null ? 'null' : `${typeof scope === 'object' ? 'an' : 'a'} ${typeof scope}`}, not the caller as a string.`;
+      return { kind: 'respond', response: refuse(new IdempotencyError('scope_missing', detail), request) };
     }
     const fingerprint = fingerprintRequest(
       {
