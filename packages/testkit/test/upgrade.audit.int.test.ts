@@ -15,7 +15,7 @@ import { idempotency } from '@idem/express';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
-import { createOutbox, createSender } from '@idem/webhooks';
+import { createOutbox, createReceiver, createSender, createSigner } from '@idem/webhooks';
 import express from 'express';
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -133,6 +133,35 @@ describe.runIf(withRedis)('Redis records written by earlier versions', () => {
   // The value exactly as the earlier version wrote it, for the time it had left.
   const restore = (storePrefix: string, record: Record<string, unknown>, ttlMs = Number(record.pttl)) =>
     client.set(`${storePrefix}${record.id}`, Buffer.from(String(record.value), 'base64'), 'PX', ttlMs);
+
+  describe.each(
+    (['121bd6d', '90ee851'] as const).map((commit) => ({
+      commit,
+      ...fixture<{
+        event: { id: string; body: string };
+        record: { id: string; value: string; pttl: number };
+      }>(`receiver-${commit}.json`),
+    })),
+  )('a webhook receiver inbox record written by $commit', ({ commit, event, record }) => {
+    it('holds: the sender redelivers the event it applied (signed again, later): a duplicate, not applied twice', async () => {
+      const storePrefix = `${prefix}${commit}:receiver:`;
+      await restore(storePrefix, record);
+      const secret = `whsec_${Buffer.from('0123456789abcdef0123456789abcdef').toString('base64')}`;
+      let applied = 0;
+      const receiver = createReceiver({
+        store: redisStore({ client, prefix: storePrefix }),
+        secret,
+        apply: () => {
+          applied++;
+        },
+      });
+      const body = Buffer.from(event.body, 'base64');
+      const headers = createSigner({ secret }).sign({ id: event.id, body, timestamp: new Date() });
+      const answer = await receiver.handle({ headers: { ...headers }, body });
+      expect(answer).toMatchObject({ status: 200, outcome: 'duplicate', id: event.id });
+      expect(applied).toBe(0);
+    });
+  });
 
   describe.each(recordFiles)('written by $commit', (file) => {
     it.each(completed(file, 'redis').map((entry) => [entry.scenario, entry] as const))(
