@@ -72,11 +72,15 @@ export interface LostAttempt {
 const maxHistory = 100;
 const historyHead = 10;
 
-// SQL for `history` with `entry` (a jsonb object) appended, past the cap dropping the oldest entry
-// after the head (`jsonb - integer` removes the element at that index).
+// SQL for `history` with `entry` (a jsonb object) appended, at the cap keeping the head and the
+// latest entries. Not just the one oldest entry after the head dropped per append: a row written
+// before the cap existed can hold thousands, and dropping one per append would keep it that long
+// (and rewrite all of it on every attempt) for as long as the row lives.
 const appended = (history: string, entry: string) =>
   `CASE WHEN jsonb_array_length(${history}) >= ${maxHistory}
-        THEN (${history} - ${historyHead}) || jsonb_build_array(${entry})
+        THEN (SELECT jsonb_agg(kept.item ORDER BY kept.n) FROM jsonb_array_elements(${history}) WITH ORDINALITY AS kept(item, n)
+               WHERE kept.n <= ${historyHead} OR kept.n > jsonb_array_length(${history}) - ${maxHistory - historyHead - 1})
+             || jsonb_build_array(${entry})
         ELSE ${history} || jsonb_build_array(${entry}) END`;
 
 /** A row of the outbox, as {@link Outbox.deadLetters} lists it. */
