@@ -273,6 +273,10 @@ describe.runIf(withPostgres)('PostgreSQL records written by earlier versions', (
         }
       }
       expect(runs.count).toBe(0);
+      // Their retention ends: purgeExpired() deletes the old rows like its own.
+      await pool.query(`UPDATE ${table} SET expires_at = clock_timestamp() - interval '1 ms'`);
+      expect(await postgresStore({ client: pool, table }).purgeExpired({ batchSize: 100 })).toBe(entries.length);
+      expect((await pool.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n).toBe(0);
     });
 
     it('holds: a claim in progress is refused 409 while its lease lasts, and runs once the lease is over', async () => {
