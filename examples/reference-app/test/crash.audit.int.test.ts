@@ -1,0 +1,509 @@
+// Crash consistency of the whole reference app (audit): `npm start`'s script as a child process on
+// PostgreSQL (a schema of this file's own), SIGKILLed again and again and started again on the same
+// database, while clients create charges with keys and retry every failure with the same key, as
+// @idem/client does.
+//
+// 1. Start-up on an empty schema, killed as soon as each step of it has committed something (the
+//    provider's tables, the seeded client, the signing keys, the API's tables, the outbox): each next
+//    start must finish what the killed one began.
+// 2. Kill cycles under load: each cycle kills at a moment chosen by what the database shows (a charge
+//    claimed and not yet committed, an outbox row claimed by the relay, an inbox record being applied
+//    by the receiver) or at random. After each restart, tokens issued before it still work and the
+//    refresh token rotates.
+// 3. Catch-up: the last process is stopped cleanly; the leases that killed processes left (outbox
+//    rows, inbox records) are moved into the past, which is what waiting them out would do; a last
+//    start delivers the rest.
+//
+// Then, in the database: every key answered 201 has exactly one charge, the one it was answered with;
+// every charge has its payment.succeeded event and no event lacks its charge; every event was
+// delivered and applied exactly once; no idempotency record is left in progress. No answer was a 5xx,
+// a 401 or any status but 201 and 409: a killed process only ever drops connections.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { type Attempt, createClient, isRequestFailedError } from '@idem/client';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { demoUsers } from '../src/seed.js';
+import { authorizationUrl, codeFlow, tokenRequest } from './flow.js';
+import { freePort } from './ports.js';
+import { portVariables } from './start-script.js';
+import { createUserAgent, pkcePair } from './user-agent.js';
+
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
+const scope = 'openid offline_access charges:write';
+const chargeWorkers = 4;
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function postgresAnswers(): Promise<boolean> {
+  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 2000 });
+  try {
+    await client.connect();
+    await client.query('select 1');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+const available = await postgresAnswers();
+if (!available) {
+  const message = `PostgreSQL at ${databaseUrl} is not reachable: the reference-app crash audit is SKIPPED.`;
+  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
+  console.warn(`\n!!! ${message}\n`);
+}
+
+/** The app's DATABASE_URL: the same server, with `schema` first on every connection's search_path. */
+function inSchema(url: string, schema: string): string {
+  const parsed = new URL(url);
+  parsed.searchParams.set('options', `-c search_path=${schema}`);
+  return parsed.href;
+}
+
+/** One run of `start.mjs`: its output so far, whether it said it is ready, and how it ended. */
+interface AppRun {
+  child: ChildProcess;
+  output(): string;
+  ready: Promise<void>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  isReady(): boolean;
+}
+
+describe.runIf(available)('the reference app killed with SIGKILL at random points (crash audit)', () => {
+  const schema = `refapp_crash_${randomBytes(5).toString('hex')}`;
+  const ports: Record<string, number> = {};
+  let admin: pg.Pool;
+  let current: AppRun | undefined;
+  const runs: AppRun[] = [];
+
+  beforeAll(async () => {
+    admin = new pg.Pool({ connectionString: inSchema(databaseUrl, schema), max: 3 });
+    admin.on('error', () => undefined);
+    await admin.query(`create schema ${schema}`);
+    // The same ports on every start: the provider's issuer and the gateway's audience are URLs with
+    // them, and tokens issued before a restart must still be accepted after it.
+    for (const name of portVariables) ports[name] = await freePort();
+  });
+
+  afterAll(async () => {
+    for (const run of runs) {
+      if (run.child.exitCode === null && run.child.signalCode === null && run.child.pid !== undefined) {
+        try {
+          process.kill(-run.child.pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    }
+    await Promise.all(runs.map((run) => run.exited));
+    await admin?.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
+    await admin?.end();
+  });
+
+  function startApp(): AppRun {
+    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: inSchema(databaseUrl, schema) };
+    delete env.REDIS_URL;
+    delete env.DATA_DIR;
+    // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
+    delete env.BASE_URL;
+    for (const [name, port] of Object.entries(ports)) env[name] = String(port);
+    const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
+      cwd: root,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let output = '';
+    let ready = false;
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const readyPromise = new Promise<void>((resolve, reject) => {
+      const onData = (chunk: Buffer) => {
+        output += chunk.toString();
+        if (!ready && output.includes('Ctrl-C stops everything.')) {
+          ready = true;
+          resolve();
+        }
+      };
+      child.stdout?.on('data', onData);
+      child.stderr?.on('data', onData);
+      void exited.then(({ code, signal }) =>
+        reject(new Error(`the app exited (${signal ?? code}) before it was ready:\n${output}`)),
+      );
+    });
+    readyPromise.catch(() => undefined);
+    const run: AppRun = { child, output: () => output, ready: readyPromise, exited, isReady: () => ready };
+    runs.push(run);
+    current = run;
+    return run;
+  }
+
+  async function kill(run: AppRun): Promise<void> {
+    if (run.child.exitCode === null && run.child.signalCode === null && run.child.pid !== undefined) {
+      process.kill(-run.child.pid, 'SIGKILL');
+    }
+    await run.exited;
+  }
+
+  /** Polls `sql` until it returns a row, `until()` says stop, or `ms` passed; true when a row came. */
+  async function waitForRow(
+    sql: string,
+    options: { ms: number; params?: unknown[]; until?: () => boolean },
+  ): Promise<boolean> {
+    const end = performance.now() + options.ms;
+    while (performance.now() < end && !(options.until?.() ?? false)) {
+      const { rows } = await admin.query(sql, options.params ?? []).catch(() => ({ rows: [] as unknown[] }));
+      if (rows.length > 0) return true;
+    }
+    return false;
+  }
+
+  it('start-up killed after each of its steps: the next start finishes it, and the schema and seed rows are whole', {
+    timeout: 90_000,
+  }, async () => {
+    // Each condition is a step of the first start that commits on its own; the start is killed the
+    // moment the step shows, before the steps after it. A condition met by an earlier start (or
+    // never met before the start is ready) kills a start that got further, which is fine too.
+    const steps = [
+      `select 1 from pg_tables where schemaname = '${schema}' and tablename = 'idp_users'`,
+      `select 1 from ${schema}.idp_models where model = 'Client' and id = 'photo-app'`,
+      `select 1 from ${schema}.idp_secrets where name = 'signing-keys'`,
+      `select 1 from pg_tables where schemaname = '${schema}' and tablename = 'api_charges'`,
+      `select 1 from pg_tables where schemaname = '${schema}' and tablename = 'api_webhook_outbox'`,
+    ];
+    const hits: string[] = [];
+    for (const step of steps) {
+      const run = startApp();
+      const hit = await waitForRow(step, {
+        ms: 30_000,
+        until: () => run.isReady() || run.child.exitCode !== null,
+      }).catch(() => false);
+      await kill(run);
+      expect(run.output()).not.toMatch(/Error|error/);
+      hits.push(`${hit && !run.isReady() ? 'killed at' : 'passed'}: ${step.split(' where ')[1] ?? step}`);
+    }
+    const run = startApp();
+    await run.ready;
+    // What a start leaves, whole: both demo users with argon2id hashes, both clients, the provider's
+    // keys, the API's tables with their seed rows and the webhook secret.
+    const count = async (sql: string) => Number((await admin.query<{ n: string }>(sql)).rows[0]?.n);
+    expect(await count(`select count(*) as n from idp_users where password_hash like '$argon2id$%'`)).toBe(2);
+    expect(await count(`select count(*) as n from idp_models where model = 'Client'`)).toBe(2);
+    expect(
+      await count(`select count(*) as n from idp_secrets where name in ('signing-keys', 'cookie-keys', 'csrf-key')`),
+    ).toBe(3);
+    expect(await count('select count(*) as n from api_stock')).toBe(120);
+    expect(await count('select count(*) as n from api_photos')).toBe(5);
+    expect(await count('select count(*) as n from api_webhook_secrets')).toBe(1);
+    console.log(`start-up kills:\n  ${hits.join('\n  ')}`);
+  });
+
+  it('kill cycles under load: one charge per key, every event applied once, tokens valid across restarts', {
+    timeout: 150_000,
+  }, async () => {
+    const run0 = current?.isReady() && current.child.exitCode === null ? current : startApp();
+    await run0.ready;
+    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    const baseUrl = `http://localhost:${ports.GATEWAY_PORT}`;
+    const { rows: clientRows } = await admin.query<{ secret: string }>(
+      `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
+    );
+    const photoApp = {
+      clientId: 'photo-app',
+      clientSecret: clientRows[0]?.secret ?? '',
+      redirectUri: `http://localhost:${ports.APP_PORT}/callback`,
+    };
+    const agent = createUserAgent();
+    const flow = await codeFlow(authUrl, photoApp, alice, { scope }, agent);
+    expect(flow.tokens.status).toBe(200);
+    let accessToken = flow.tokens.body.access_token as string;
+    let refreshToken = flow.tokens.body.refresh_token as string;
+    expect(refreshToken).toBeTruthy();
+
+    // Every attempt of every charge, with the time it started (Date.now(), the client's clock).
+    const attempts: { key: string; at: number; status: number | undefined; outcome: string }[] = [];
+    const answered = new Map<string, { id: string; replayed: boolean }>();
+    const failures: string[] = [];
+    let loadOn = true;
+    const client = createClient({
+      baseUrl,
+      getToken: () => accessToken,
+      retry: {
+        maxAttempts: 10_000,
+        baseDelay: '50ms',
+        maxDelay: '500ms',
+        timeout: '10s',
+        deadline: false,
+        maxRetryAfter: '30s',
+      },
+    });
+    const record = (key: string, list: readonly Attempt[]) => {
+      for (const attempt of list) {
+        attempts.push({ key, at: attempt.startedAt, status: attempt.status, outcome: attempt.outcome });
+      }
+    };
+    const worker = async () => {
+      while (loadOn) {
+        const key = randomUUID();
+        const amount = 1 + Math.floor(Math.random() * 10_000);
+        try {
+          const result = await client.post<{ id: string }>(
+            '/charges',
+            { amount, currency: 'EUR' },
+            { idempotencyKey: key },
+          );
+          record(key, result.attempts);
+          if (result.status !== 201) failures.push(`${key}: final status ${result.status}`);
+          answered.set(key, { id: result.body.id, replayed: result.replayed });
+        } catch (error) {
+          if (isRequestFailedError(error)) record(key, error.attempts);
+          failures.push(
+            `${key}: ${isRequestFailedError(error) ? `${error.code} ${error.status ?? ''}` : String(error)}`,
+          );
+          return;
+        }
+      }
+    };
+    const workers = Array.from({ length: chargeWorkers }, () => worker());
+
+    // Kill cycles. Each waits for its moment: a row the current process is working on right now.
+    const moments = [
+      {
+        name: 'charge claimed, its transaction open',
+        sql: `select 1 from api_idempotency_records
+               where state = 'in_progress' and lease_until > clock_timestamp() and not (token = any($1::text[]))`,
+        seen: `select coalesce(array_agg(token), '{}') as seen from api_idempotency_records where state = 'in_progress'`,
+      },
+      {
+        name: 'outbox row claimed by the relay, mid-delivery',
+        sql: `select 1 from api_webhook_outbox
+               where locked_by is not null and locked_until > now() and not (id || ':' || claims = any($1::text[]))`,
+        seen: `select coalesce(array_agg(id || ':' || claims), '{}') as seen from api_webhook_outbox where locked_by is not null`,
+      },
+      {
+        name: 'inbox record being applied by the receiver',
+        sql: `select 1 from receiver_inbox_records
+               where state = 'in_progress' and lease_until > clock_timestamp() and not (token = any($1::text[]))`,
+        seen: `select coalesce(array_agg(token), '{}') as seen from receiver_inbox_records where state = 'in_progress'`,
+      },
+      { name: 'at random', sql: undefined, seen: undefined },
+    ];
+    const cycles = 6;
+    const windows: { killedAt: number; readyAt: number }[] = [];
+    const log: string[] = [];
+    let run = run0;
+    for (let cycle = 0; cycle < cycles; cycle++) {
+      const moment = moments[cycle % moments.length]!;
+      // Some load first, so the relay and the receiver have events to work on.
+      await pause(300 + Math.random() * 700);
+      let hit = false;
+      if (moment.sql !== undefined && moment.seen !== undefined) {
+        const { rows } = await admin.query<{ seen: string[] }>(moment.seen);
+        hit = await waitForRow(moment.sql, { ms: 4000, params: [rows[0]?.seen ?? []] });
+      } else {
+        await pause(Math.random() * 1000);
+      }
+      const killedAt = Date.now();
+      await kill(run);
+      log.push(
+        `cycle ${cycle}: ${hit || moment.sql === undefined ? 'killed' : 'not seen, killed anyway'}: ${moment.name}`,
+      );
+      // Sometimes started again at once, sometimes after clients found it down for a while.
+      if (cycle % 2 === 1) await pause(500);
+      run = startApp();
+      await run.ready;
+      windows.push({ killedAt, readyAt: Date.now() });
+      // Tokens of before the restart: the refresh token rotates, and the access token it replaces
+      // was in use by the clients all along (a 401 would have ended a worker).
+      const refreshed = await tokenRequest(
+        authUrl,
+        { grant_type: 'refresh_token', refresh_token: refreshToken },
+        photoApp,
+      );
+      expect(refreshed.status, JSON.stringify(refreshed.body)).toBe(200);
+      accessToken = refreshed.body.access_token as string;
+      refreshToken = refreshed.body.refresh_token as string;
+    }
+
+    // No new charges; the ones under way finish (a key a killed process held waits out its lease).
+    loadOn = false;
+    await Promise.all(workers);
+    expect(failures).toEqual([]);
+
+    // The provider's session (its cookie) survived every restart: a silent authorization
+    // (prompt=none) is answered with a code, which redeems.
+    const { verifier, challenge } = pkcePair();
+    const silent = await agent.follow(
+      authorizationUrl(authUrl, {
+        clientId: photoApp.clientId,
+        redirectUri: photoApp.redirectUri,
+        scope,
+        prompt: 'none',
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      (url) => url.startsWith(photoApp.redirectUri),
+    );
+    const code = new URL(silent.url).searchParams.get('code');
+    expect(code, silent.url).toBeTruthy();
+    const redeemed = await tokenRequest(
+      authUrl,
+      {
+        grant_type: 'authorization_code',
+        code: code ?? '',
+        redirect_uri: photoApp.redirectUri,
+        code_verifier: verifier,
+      },
+      photoApp,
+    );
+    expect(redeemed.status).toBe(200);
+
+    // Catch-up: stop cleanly (the relay settles its round), then move the leases killed processes
+    // left into the past and start once more, so the relay delivers what they held.
+    process.kill(run.child.pid as number, 'SIGTERM');
+    expect(await run.exited).toEqual({ code: 0, signal: null });
+    await admin.query(
+      `update api_webhook_outbox set locked_until = now() - interval '1 second' where status = 'pending' and locked_until > now()`,
+    );
+    await admin.query(
+      `update api_webhook_outbox set next_attempt_at = now() where status = 'pending' and next_attempt_at > now()`,
+    );
+    await admin.query(
+      `update receiver_inbox_records set lease_until = clock_timestamp() - interval '1 second'
+        where state = 'in_progress' and lease_until > clock_timestamp()`,
+    );
+    run = startApp();
+    await run.ready;
+    const drained = async () => {
+      const { rows } = await admin.query<{ pending: string; unapplied: string }>(
+        `select (select count(*) from api_webhook_outbox where status <> 'delivered') as pending,
+                (select count(*) from api_charges c
+                  where not exists (select 1 from receiver_events e where e.id = 'evt_' || c.id and e.applied >= 1)) as unapplied`,
+      );
+      return Number(rows[0]?.pending) === 0 && Number(rows[0]?.unapplied) === 0;
+    };
+    const drainEnd = performance.now() + 30_000;
+    while (!(await drained()) && performance.now() < drainEnd) await pause(100);
+    process.kill(run.child.pid as number, 'SIGTERM');
+    expect(await run.exited).toEqual({ code: 0, signal: null });
+
+    // The answers: only 201 and 409; the rest were dropped connections (status undefined).
+    const statuses = new Map<string, number>();
+    for (const attempt of attempts) {
+      const label = attempt.status === undefined ? attempt.outcome : String(attempt.status);
+      statuses.set(label, (statuses.get(label) ?? 0) + 1);
+    }
+    const unexpected = attempts.filter(
+      (attempt) => attempt.status !== undefined && ![201, 409].includes(attempt.status),
+    );
+    const outsideWindows = unexpected.filter(
+      (attempt) => !windows.some((window) => attempt.at >= window.killedAt - 50 && attempt.at <= window.readyAt),
+    );
+    console.log(
+      `crash audit: ${answered.size} keys, ${attempts.length} attempts ${JSON.stringify(Object.fromEntries(statuses))}\n  ${log.join('\n  ')}`,
+    );
+    expect(outsideWindows.map((attempt) => `${attempt.status} ${attempt.key}`)).toEqual([]);
+    expect(unexpected.map((attempt) => `${attempt.status} ${attempt.key}`)).toEqual([]);
+    expect(answered.size).toBeGreaterThan(20);
+    // A key a killed process held is free once its lease (10 s) ends: from its first 409 to its 201
+    // takes no longer than that, a Retry-After and a backoff, with room for a busy machine.
+    const firstConflict = new Map<string, number>();
+    let longestWait = 0;
+    for (const attempt of attempts) {
+      if (attempt.status === 409 && !firstConflict.has(attempt.key)) firstConflict.set(attempt.key, attempt.at);
+      const since = firstConflict.get(attempt.key);
+      if (attempt.status === 201 && since !== undefined) longestWait = Math.max(longestWait, attempt.at - since);
+    }
+    console.log(`longest wait of a key a killed process held: ${Math.round(longestWait)} ms`);
+    expect(longestWait).toBeLessThan(20_000);
+
+    // One charge per key, the one the key was answered with; no charge of a key never answered.
+    const { rows: charges } = await admin.query<{ id: string; key: string }>(
+      'select id, idempotency_key as key from api_charges',
+    );
+    const byKey = new Map<string, string[]>();
+    for (const charge of charges) byKey.set(charge.key, [...(byKey.get(charge.key) ?? []), charge.id]);
+    const wrong = [...answered].filter(([key, answer]) => byKey.get(key)?.join() !== answer.id);
+    expect(wrong).toEqual([]);
+    expect(charges.length).toBe(answered.size);
+
+    // The outbox holds exactly one event per charge, each delivered; the receiver applied each once.
+    const { rows: events } = await admin.query<{ id: string; status: string }>(
+      'select id, status from api_webhook_outbox',
+    );
+    expect(events.map((event) => event.id).sort()).toEqual(charges.map((charge) => `evt_${charge.id}`).sort());
+    expect(events.filter((event) => event.status !== 'delivered')).toEqual([]);
+    const { rows: applied } = await admin.query<{ id: string; applied: number; deliveries: number }>(
+      'select id, applied, deliveries from receiver_events',
+    );
+    expect(applied.map((event) => event.id).sort()).toEqual(events.map((event) => event.id).sort());
+    expect(applied.filter((event) => event.applied !== 1)).toEqual([]);
+    const { rows: states } = await admin.query<{ n: string }>(
+      `select count(*) as n from receiver_charges where status = 'succeeded'`,
+    );
+    expect(Number(states[0]?.n)).toBe(charges.length);
+
+    // Nothing left in progress: every key's record completed, every inbox record too.
+    const { rows: open } = await admin.query<{ api: string; inbox: string }>(
+      `select (select count(*) from api_idempotency_records where state <> 'completed') as api,
+              (select count(*) from receiver_inbox_records where state <> 'completed') as inbox`,
+    );
+    expect(open[0]).toEqual({ api: '0', inbox: '0' });
+  });
+  // A refresh the kill cuts: sent, and the process killed the moment the provider has consumed the
+  // old refresh token (rotation consumes it, saves its successor, then answers). The client never
+  // reads an answer. The next test sends it again.
+  let cutRefresh: { token: string; client: { clientId: string; clientSecret: string } } | undefined;
+  it('a refresh cut by the kill: the old refresh token is consumed, the answer lost, the app starts again', {
+    timeout: 60_000,
+  }, async () => {
+    const run = current?.isReady() && current.child.exitCode === null ? current : startApp();
+    await run.ready;
+    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    const { rows } = await admin.query<{ secret: string }>(
+      `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
+    );
+    const photoApp = {
+      clientId: 'photo-app',
+      clientSecret: rows[0]?.secret ?? '',
+      redirectUri: `http://localhost:${ports.APP_PORT}/callback`,
+    };
+    const flow = await codeFlow(authUrl, photoApp, alice, { scope });
+    expect(flow.tokens.status).toBe(200);
+    const token = flow.tokens.body.refresh_token as string;
+    const cut = tokenRequest(authUrl, { grant_type: 'refresh_token', refresh_token: token }, photoApp).catch(
+      () => undefined,
+    );
+    const consumed = await waitForRow(
+      `select 1 from idp_models where model = 'RefreshToken' and id = $1 and consumed_at is not null`,
+      { ms: 10_000, params: [token] },
+    );
+    await kill(run);
+    await cut;
+    expect(consumed).toBe(true);
+    await startApp().ready;
+    cutRefresh = { token, client: photoApp };
+  });
+
+  // Was wrong: a refresh cut by a crash ends the grant. The client holds only the consumed token, and
+  // its retry after the restart is taken for a replay: invalid_grant, and the whole grant revoked
+  // (oidc-provider's rule, which the README states: "a used one presented again revokes the whole
+  // grant"). In the reference app the third-party app refreshes through the provider in the same
+  // process, so a kill during a session's refresh signs that user out of the app at the next page.
+  // A lost answer (a proxy timeout, a dropped connection) does the same. Decision needed: keep the
+  // strict rule (a crash costs a sign-in), or accept a consumed token once more from the same client
+  // for a short window after its rotation (Auth0's reuse interval, Okta's grace period), answering
+  // with its successor, at the price of a window in which a stolen token goes unnoticed.
+  it.fails('the cut refresh, sent again after the restart, is answered (not taken for a replay)', async () => {
+    expect(cutRefresh).toBeDefined();
+    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    const { token, client } = cutRefresh ?? { token: '', client: { clientId: '', clientSecret: '' } };
+    const again = await tokenRequest(authUrl, { grant_type: 'refresh_token', refresh_token: token }, client);
+    expect(again.status, JSON.stringify(again.body)).toBe(200);
+  });
+});
