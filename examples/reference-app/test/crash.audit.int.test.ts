@@ -25,10 +25,10 @@ import { type Attempt, createClient, isRequestFailedError } from '@idem/client';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
-import { authorizationUrl, codeFlow, tokenRequest } from './flow.js';
+import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { freePort } from './ports.js';
 import { portVariables } from './start-script.js';
-import { createUserAgent, pkcePair } from './user-agent.js';
+import { createUserAgent, formField, pkcePair } from './user-agent.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -172,7 +172,6 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     const steps = [
       `select 1 from pg_tables where schemaname = '${schema}' and tablename = 'idp_users'`,
       `select 1 from ${schema}.idp_models where model = 'Client' and id = 'photo-app'`,
-      `select 1 from ${schema}.idp_secrets where name = 'signing-keys'`,
       `select 1 from pg_tables where schemaname = '${schema}' and tablename = 'api_charges'`,
       `select 1 from pg_tables where schemaname = '${schema}' and tablename = 'api_webhook_outbox'`,
     ];
@@ -455,6 +454,65 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     );
     expect(open[0]).toEqual({ api: '0', inbox: '0' });
   });
+  /** The app running now, started if the last one is gone. */
+  async function runningApp(): Promise<AppRun> {
+    const run = current?.isReady() && current.child.exitCode === null ? current : startApp();
+    await run.ready;
+    return run;
+  }
+
+  it("a sign-in begun before a kill finishes after the restart; the app's session survives the next; a charge from its form, cut by a third and sent again from the same form, is one charge", {
+    timeout: 90_000,
+  }, async () => {
+    let run = await runningApp();
+    const appUrl = `http://localhost:${ports.APP_PORT}`;
+    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    const restart = async () => {
+      await kill(run);
+      run = startApp();
+      await run.ready;
+    };
+    const agent = createUserAgent();
+    // The login page of the provider, reached from the app's "Sign in": an interaction in progress.
+    const loginPage = await agent.follow(`${appUrl}/signin`);
+    expect(loginPage.body).toContain('<h1>Sign in</h1>');
+    await restart();
+    // Its form, posted after the restart: the interaction, its cookie and the CSRF token all held.
+    const callback = await loginAndConsent(agent, authUrl, loginPage.url, `${appUrl}/callback`, alice);
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    await restart();
+    const page = await agent.request(`${appUrl}/`);
+    expect(page.response.status).toBe(200);
+    // The form as rendered: its CSRF token and the key it carries for this one charge.
+    const form = {
+      csrf: formField(page.body, 'csrf'),
+      key: formField(page.body, 'key'),
+      amount: '4242',
+      currency: 'EUR',
+    };
+    const before = await admin.query(`select token from api_idempotency_records where state = 'in_progress'`);
+    const cut = agent.postForm(`${appUrl}/charges`, form).catch(() => undefined);
+    // Killed once the API has claimed the key: the charge's transaction is open, or just committed.
+    const claimed = await waitForRow(
+      `select 1 from api_idempotency_records where state = 'in_progress' and not (token = any($1::text[]))`,
+      { ms: 10_000, params: [before.rows.map((row) => row.token)] },
+    );
+    await restart();
+    await cut;
+    expect(claimed).toBe(true);
+    // The user sends the form again (a reload, or the page's "send the same charge again"), with the
+    // same key, until the app says the charge was made: a 409 while the killed claim's lease lives.
+    let flash = '';
+    for (let attempt = 0; attempt < 6 && !flash.includes('Charge created.'); attempt++) {
+      const posted = await agent.postForm(`${appUrl}/charges`, form);
+      expect(posted.response.status).toBe(303);
+      flash = (await agent.request(new URL(posted.response.headers.get('location') ?? '/', appUrl).href)).body;
+    }
+    expect(flash).toContain('Charge created.');
+    const { rows } = await admin.query('select id from api_charges where idempotency_key = $1', [form.key]);
+    expect(rows).toHaveLength(1);
+  });
+
   // A refresh the kill cuts: sent, and the process killed the moment the provider has consumed the
   // old refresh token (rotation consumes it, saves its successor, then answers). The client never
   // reads an answer. The next test sends it again.
@@ -462,8 +520,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   it('a refresh cut by the kill: the old refresh token is consumed, the answer lost, the app starts again', {
     timeout: 60_000,
   }, async () => {
-    const run = current?.isReady() && current.child.exitCode === null ? current : startApp();
-    await run.ready;
+    const run = await runningApp();
     const authUrl = `http://localhost:${ports.AUTH_PORT}`;
     const { rows } = await admin.query<{ secret: string }>(
       `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
