@@ -18,150 +18,39 @@
 // every charge has its payment.succeeded event and no event lacks its charge; every event was
 // delivered and applied exactly once; no idempotency record is left in progress. No answer was a 5xx,
 // a 401 or any status but 201 and 409: a killed process only ever drops connections.
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { type Attempt, createClient, isRequestFailedError } from '@idem/client';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
-import { freePort } from './ports.js';
-import { portVariables } from './start-script.js';
+import { databaseUrl, inSchema, killableApp, postgresForCrashAudit, waitForRow } from './killable-app.js';
 import { createUserAgent, formField, pkcePair } from './user-agent.js';
 
-const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const root = fileURLToPath(new URL('../../../', import.meta.url));
 const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 const scope = 'openid offline_access charges:write';
 const chargeWorkers = 4;
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function postgresAnswers(): Promise<boolean> {
-  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 2000 });
-  try {
-    await client.connect();
-    await client.query('select 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
-const available = await postgresAnswers();
-if (!available) {
-  const message = `PostgreSQL at ${databaseUrl} is not reachable: the reference-app crash audit is SKIPPED.`;
-  if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
-  console.warn(`\n!!! ${message}\n`);
-}
-
-/** The app's DATABASE_URL: the same server, with `schema` first on every connection's search_path. */
-function inSchema(url: string, schema: string): string {
-  const parsed = new URL(url);
-  parsed.searchParams.set('options', `-c search_path=${schema}`);
-  return parsed.href;
-}
-
-/** One run of `start.mjs`: its output so far, whether it said it is ready, and how it ended. */
-interface AppRun {
-  child: ChildProcess;
-  output(): string;
-  ready: Promise<void>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  isReady(): boolean;
-}
+const available = await postgresForCrashAudit('the reference-app crash audit');
 
 describe.runIf(available)('the reference app killed with SIGKILL at random points (crash audit)', () => {
   const schema = `refapp_crash_${randomBytes(5).toString('hex')}`;
-  const ports: Record<string, number> = {};
   let admin: pg.Pool;
-  let current: AppRun | undefined;
-  const runs: AppRun[] = [];
+  let app: Awaited<ReturnType<typeof killableApp>>;
 
   beforeAll(async () => {
     admin = new pg.Pool({ connectionString: inSchema(databaseUrl, schema), max: 3 });
     admin.on('error', () => undefined);
     await admin.query(`create schema ${schema}`);
-    // The same ports on every start: the provider's issuer and the gateway's audience are URLs with
-    // them, and tokens issued before a restart must still be accepted after it.
-    for (const name of portVariables) ports[name] = await freePort();
+    app = await killableApp(schema);
   });
 
   afterAll(async () => {
-    for (const run of runs) {
-      if (run.child.exitCode === null && run.child.signalCode === null && run.child.pid !== undefined) {
-        try {
-          process.kill(-run.child.pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    }
-    await Promise.all(runs.map((run) => run.exited));
+    await app?.close();
     await admin?.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
     await admin?.end();
   });
-
-  function startApp(): AppRun {
-    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: inSchema(databaseUrl, schema) };
-    delete env.REDIS_URL;
-    delete env.DATA_DIR;
-    // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
-    delete env.BASE_URL;
-    for (const [name, port] of Object.entries(ports)) env[name] = String(port);
-    const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
-      cwd: root,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true,
-    });
-    let output = '';
-    let ready = false;
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-      child.once('exit', (code, signal) => resolve({ code, signal })),
-    );
-    const readyPromise = new Promise<void>((resolve, reject) => {
-      const onData = (chunk: Buffer) => {
-        output += chunk.toString();
-        if (!ready && output.includes('Ctrl-C stops everything.')) {
-          ready = true;
-          resolve();
-        }
-      };
-      child.stdout?.on('data', onData);
-      child.stderr?.on('data', onData);
-      void exited.then(({ code, signal }) =>
-        reject(new Error(`the app exited (${signal ?? code}) before it was ready:\n${output}`)),
-      );
-    });
-    readyPromise.catch(() => undefined);
-    const run: AppRun = { child, output: () => output, ready: readyPromise, exited, isReady: () => ready };
-    runs.push(run);
-    current = run;
-    return run;
-  }
-
-  async function kill(run: AppRun): Promise<void> {
-    if (run.child.exitCode === null && run.child.signalCode === null && run.child.pid !== undefined) {
-      process.kill(-run.child.pid, 'SIGKILL');
-    }
-    await run.exited;
-  }
-
-  /** Polls `sql` until it returns a row, `until()` says stop, or `ms` passed; true when a row came. */
-  async function waitForRow(
-    sql: string,
-    options: { ms: number; params?: unknown[]; until?: () => boolean },
-  ): Promise<boolean> {
-    const end = performance.now() + options.ms;
-    while (performance.now() < end && !(options.until?.() ?? false)) {
-      const { rows } = await admin.query(sql, options.params ?? []).catch(() => ({ rows: [] as unknown[] }));
-      if (rows.length > 0) return true;
-    }
-    return false;
-  }
 
   it('start-up killed after each of its steps: the next start finishes it, and the schema and seed rows are whole', {
     timeout: 90_000,
@@ -177,16 +66,16 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     ];
     const hits: string[] = [];
     for (const step of steps) {
-      const run = startApp();
-      const hit = await waitForRow(step, {
+      const run = app.start();
+      const hit = await waitForRow(admin, step, {
         ms: 30_000,
         until: () => run.isReady() || run.child.exitCode !== null,
       }).catch(() => false);
-      await kill(run);
+      await app.kill(run);
       expect(run.output()).not.toMatch(/Error|error/);
       hits.push(`${hit && !run.isReady() ? 'killed at' : 'passed'}: ${step.split(' where ')[1] ?? step}`);
     }
-    const run = startApp();
+    const run = app.start();
     await run.ready;
     // What a start leaves, whole: both demo users with argon2id hashes, both clients, the provider's
     // keys, the API's tables with their seed rows and the webhook secret.
@@ -205,17 +94,16 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   it('kill cycles under load: one charge per key, every event applied once, tokens valid across restarts', {
     timeout: 150_000,
   }, async () => {
-    const run0 = current?.isReady() && current.child.exitCode === null ? current : startApp();
-    await run0.ready;
-    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
-    const baseUrl = `http://localhost:${ports.GATEWAY_PORT}`;
+    const run0 = await app.running();
+    const authUrl = app.authUrl;
+    const baseUrl = app.baseUrl;
     const { rows: clientRows } = await admin.query<{ secret: string }>(
       `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
     );
     const photoApp = {
       clientId: 'photo-app',
       clientSecret: clientRows[0]?.secret ?? '',
-      redirectUri: `http://localhost:${ports.APP_PORT}/callback`,
+      redirectUri: `${app.appUrl}/callback`,
     };
     const agent = createUserAgent();
     const flow = await codeFlow(authUrl, photoApp, alice, { scope }, agent);
@@ -303,18 +191,18 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       let hit = false;
       if (moment.sql !== undefined && moment.seen !== undefined) {
         const { rows } = await admin.query<{ seen: string[] }>(moment.seen);
-        hit = await waitForRow(moment.sql, { ms: 4000, params: [rows[0]?.seen ?? []] });
+        hit = await waitForRow(admin, moment.sql, { ms: 4000, params: [rows[0]?.seen ?? []] });
       } else {
         await pause(Math.random() * 1000);
       }
       const killedAt = Date.now();
-      await kill(run);
+      await app.kill(run);
       log.push(
         `cycle ${cycle}: ${hit || moment.sql === undefined ? 'killed' : 'not seen, killed anyway'}: ${moment.name}`,
       );
       // Sometimes started again at once, sometimes after clients found it down for a while.
       if (cycle % 2 === 1) await pause(500);
-      run = startApp();
+      run = app.start();
       await run.ready;
       windows.push({ killedAt, readyAt: Date.now() });
       // Tokens of before the restart: the refresh token rotates, and the access token it replaces
@@ -376,7 +264,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       `update receiver_inbox_records set lease_until = clock_timestamp() - interval '1 second'
         where state = 'in_progress' and lease_until > clock_timestamp()`,
     );
-    run = startApp();
+    run = app.start();
     await run.ready;
     const drained = async () => {
       const { rows } = await admin.query<{ pending: string; unapplied: string }>(
@@ -454,22 +342,15 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     );
     expect(open[0]).toEqual({ api: '0', inbox: '0' });
   });
-  /** The app running now, started if the last one is gone. */
-  async function runningApp(): Promise<AppRun> {
-    const run = current?.isReady() && current.child.exitCode === null ? current : startApp();
-    await run.ready;
-    return run;
-  }
-
   it("a sign-in begun before a kill finishes after the restart; the app's session survives the next; a charge from its form, cut by a third and sent again from the same form, is one charge", {
     timeout: 90_000,
   }, async () => {
-    let run = await runningApp();
-    const appUrl = `http://localhost:${ports.APP_PORT}`;
-    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    let run = await app.running();
+    const appUrl = app.appUrl;
+    const authUrl = app.authUrl;
     const restart = async () => {
-      await kill(run);
-      run = startApp();
+      await app.kill(run);
+      run = app.start();
       await run.ready;
     };
     const agent = createUserAgent();
@@ -494,6 +375,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     const cut = agent.postForm(`${appUrl}/charges`, form).catch(() => undefined);
     // Killed once the API has claimed the key: the charge's transaction is open, or just committed.
     const claimed = await waitForRow(
+      admin,
       `select 1 from api_idempotency_records where state = 'in_progress' and not (token = any($1::text[]))`,
       { ms: 10_000, params: [before.rows.map((row) => row.token)] },
     );
@@ -520,15 +402,15 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   it('a refresh cut by the kill: the old refresh token is consumed, the answer lost, the app starts again', {
     timeout: 60_000,
   }, async () => {
-    const run = await runningApp();
-    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    const run = await app.running();
+    const authUrl = app.authUrl;
     const { rows } = await admin.query<{ secret: string }>(
       `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
     );
     const photoApp = {
       clientId: 'photo-app',
       clientSecret: rows[0]?.secret ?? '',
-      redirectUri: `http://localhost:${ports.APP_PORT}/callback`,
+      redirectUri: `${app.appUrl}/callback`,
     };
     const flow = await codeFlow(authUrl, photoApp, alice, { scope });
     expect(flow.tokens.status).toBe(200);
@@ -537,13 +419,14 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       () => undefined,
     );
     const consumed = await waitForRow(
+      admin,
       `select 1 from idp_models where model = 'RefreshToken' and id = $1 and consumed_at is not null`,
       { ms: 10_000, params: [token] },
     );
-    await kill(run);
+    await app.kill(run);
     await cut;
     expect(consumed).toBe(true);
-    await startApp().ready;
+    await app.start().ready;
     cutRefresh = { token, client: photoApp };
   });
 
@@ -558,7 +441,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   // with its successor, at the price of a window in which a stolen token goes unnoticed.
   it.fails('the cut refresh, sent again after the restart, is answered (not taken for a replay)', async () => {
     expect(cutRefresh).toBeDefined();
-    const authUrl = `http://localhost:${ports.AUTH_PORT}`;
+    const authUrl = app.authUrl;
     const { token, client } = cutRefresh ?? { token: '', client: { clientId: '', clientSecret: '' } };
     const again = await tokenRequest(authUrl, { grant_type: 'refresh_token', refresh_token: token }, client);
     expect(again.status, JSON.stringify(again.body)).toBe(200);

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { principalScope, type Store } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
@@ -29,7 +28,9 @@ export interface Photo {
  *   OAuth client acting for them (`principalScope` with `perClient`). Nothing else must commit with
  *   the photo, so the key lives in a plain (non-transactional) store: Redis when `REDIS_URL` is set, the
  *   SQL database otherwise. A 5xx means the insert failed, so nothing was created: the key is released
- *   and a retry runs, instead of replaying the failure for 24 hours.
+ *   and a retry runs, instead of replaying the failure for 24 hours. The photo's id derives from the
+ *   key's record and the request (`keyFor`), so a run after a crash between the insert and the key's
+ *   completion finds the photo the killed run made and answers it, instead of adding a second one.
  * - `DELETE /photos/<id>` (scope `photos:write`): the owner's photo. Deletion leaves a tombstone, so a
  *   second DELETE of the same photo by its owner is a no-op answered 204 like the first (spec part 4).
  *   Another user's photo, an id that never existed and an id no photo can have ({@link resourceId}) are
@@ -69,15 +70,19 @@ export function registerPhotoRoutes(app: Express, options: { db: Database; store
       storeOutcome: releaseServerErrors,
     }),
     async (req: Request, res: Response) => {
-      const id = `photo-${randomUUID()}`;
+      const context = req.idempotency;
+      if (!context) throw new Error('POST /photos runs only behind its idempotency middleware');
+      // The insert commits on its own, before the key's record completes in another store. A process
+      // killed between the two leaves the photo and a key in progress; once the lease is over, the
+      // client's retry runs this again. The id is the same on every run of this request (it derives
+      // from the caller, the route, the key and the body), so that run finds the photo and answers it.
+      const id = `photo-${context.keyFor('photo')}`;
       const title = String((req.body as { title: string }).title).trim();
       const photo: Photo = { id, title, url: `/photos/${id}.jpg` };
-      await db.query('insert into api_photos (id, owner, title, url) values ($1, $2, $3, $4)', [
-        id,
-        principalOf(req).sub,
-        title,
-        photo.url,
-      ]);
+      await db.query(
+        'insert into api_photos (id, owner, title, url) values ($1, $2, $3, $4) on conflict (id) do nothing',
+        [id, principalOf(req).sub, title, photo.url],
+      );
       res.status(201).location(`/photos/${id}`).json(photo);
     },
   );

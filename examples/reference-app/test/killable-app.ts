@@ -1,0 +1,147 @@
+// `npm start`'s script as a child process on PostgreSQL, for the crash audits: started again and
+// again on one schema and the same ports, killed with SIGKILL (no handler runs, nothing closes), as a
+// crash or an OOM kill would.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { freePort } from './ports.js';
+import { portVariables } from './start-script.js';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+/** PostgreSQL for the crash audits; the schema of each file is created and dropped by it. */
+export const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+/** True when PostgreSQL answers; says loudly when not, and fails instead with CI=true. */
+export async function postgresForCrashAudit(what: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 2000 });
+  try {
+    await client.connect();
+    await client.query('select 1');
+    return true;
+  } catch {
+    const message = `PostgreSQL at ${databaseUrl} is not reachable: ${what} is SKIPPED.`;
+    if (process.env.CI === 'true') throw new Error(`CI=true and ${message}`);
+    console.warn(`\n!!! ${message}\n`);
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** A DATABASE_URL for the same server with `schema` first on every connection's search_path. */
+export function inSchema(url: string, schema: string): string {
+  const parsed = new URL(url);
+  parsed.searchParams.set('options', `-c search_path=${schema}`);
+  return parsed.href;
+}
+
+/** One run of `start.mjs`: its output so far, whether it said it is ready, and how it ended. */
+export interface AppRun {
+  readonly child: ChildProcess;
+  output(): string;
+  /** Resolves once the app printed its last start-up line; rejects if it exits before. */
+  readonly ready: Promise<void>;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  isReady(): boolean;
+}
+
+/**
+ * Starts and kills the app on `schema`. Ports are picked once: the provider's issuer and the
+ * gateway's audience are URLs with them, so tokens issued before a restart are only good after it
+ * on the same ones.
+ *
+ * @example
+ * const app = await killableApp('refapp_crash_1a2b');
+ * const run = app.start();
+ * await run.ready;
+ * await app.kill(run);
+ * await app.close();
+ */
+export async function killableApp(schema: string) {
+  const ports: Record<string, number> = {};
+  for (const name of portVariables) ports[name] = await freePort();
+  const runs: AppRun[] = [];
+  let current: AppRun | undefined;
+
+  const start = (): AppRun => {
+    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: inSchema(databaseUrl, schema) };
+    // Charges keep their keys in the database whatever REDIS_URL says; without it the photos' keys
+    // go there too (the app's Redis prefix is fixed, and would be shared with other runs).
+    delete env.REDIS_URL;
+    delete env.DATA_DIR;
+    // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
+    delete env.BASE_URL;
+    for (const [name, port] of Object.entries(ports)) env[name] = String(port);
+    const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
+      cwd: root,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let output = '';
+    let ready = false;
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const readyPromise = new Promise<void>((resolve, reject) => {
+      const onData = (chunk: Buffer) => {
+        output += chunk.toString();
+        if (!ready && output.includes('Ctrl-C stops everything.')) {
+          ready = true;
+          resolve();
+        }
+      };
+      child.stdout?.on('data', onData);
+      child.stderr?.on('data', onData);
+      void exited.then(({ code, signal }) =>
+        reject(new Error(`the app exited (${signal ?? code}) before it was ready:\n${output}`)),
+      );
+    });
+    readyPromise.catch(() => undefined);
+    const run: AppRun = { child, output: () => output, ready: readyPromise, exited, isReady: () => ready };
+    runs.push(run);
+    current = run;
+    return run;
+  };
+
+  const kill = async (run: AppRun): Promise<void> => {
+    if (run.child.exitCode === null && run.child.signalCode === null && run.child.pid !== undefined) {
+      process.kill(-run.child.pid, 'SIGKILL');
+    }
+    await run.exited;
+  };
+
+  return {
+    ports,
+    authUrl: `http://localhost:${ports.AUTH_PORT}`,
+    appUrl: `http://localhost:${ports.APP_PORT}`,
+    baseUrl: `http://localhost:${ports.GATEWAY_PORT}`,
+    start,
+    kill,
+    /** The app running now, started if the last one is gone. */
+    async running(): Promise<AppRun> {
+      const run = current?.isReady() && current.child.exitCode === null ? current : start();
+      await run.ready;
+      return run;
+    },
+    /** Kills whatever is still running. */
+    async close(): Promise<void> {
+      await Promise.all(runs.map(kill));
+    },
+  };
+}
+
+/** Polls `sql` until it returns a row, `until()` says stop, or `ms` passed; true when a row came. */
+export async function waitForRow(
+  db: pg.Pool,
+  sql: string,
+  options: { ms: number; params?: unknown[]; until?: () => boolean },
+): Promise<boolean> {
+  const end = performance.now() + options.ms;
+  while (performance.now() < end && !(options.until?.() ?? false)) {
+    const { rows } = await db.query(sql, options.params ?? []).catch(() => ({ rows: [] as unknown[] }));
+    if (rows.length > 0) return true;
+  }
+  return false;
+}
