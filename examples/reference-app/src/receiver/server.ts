@@ -300,7 +300,10 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
     const text = (ctx.state as { note?: string }).note ?? '';
     const author = (ctx.state as { auth?: { sub?: string } }).auth?.sub ?? 'unknown';
     ctx.status = 201;
-    ctx.body = await addEventNote(db, event.id, author, text.trim());
+    // The same on every run of this request, a run after a crash too: that run answers the note the
+    // killed one added (see addEventNote).
+    const requestKey = (ctx.state as { idempotency?: { keyFor(purpose: string): string } }).idempotency?.keyFor('note');
+    ctx.body = await addEventNote(db, event.id, author, text.trim(), requestKey);
   });
   // A path of the admin API with a method it does not take: 405, once the caller is authenticated.
   const refuse = (allow: readonly string[]) =>

@@ -53,8 +53,13 @@ const ddl = `
     event_id text not null,
     author text not null,
     text text not null,
-    created_at timestamptz not null default now()
+    created_at timestamptz not null default now(),
+    request_key text
   );
+  -- The request a note was added by (see addEventNote): a run after a crash finds the note instead of
+  -- adding a second. Added to a table made before it; a nullable column without a default rewrites no row.
+  alter table receiver_event_notes add column if not exists request_key text;
+  create unique index if not exists receiver_event_notes_request_key on receiver_event_notes (request_key);
   create table if not exists receiver_events (
     id text primary key,
     type text,
