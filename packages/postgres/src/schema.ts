@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { type Duration, StoreUnavailableError, toMilliseconds } from '@idem/core';
 import { createSqlClient, type PostgresClient } from './sql-client.js';
 import { defaultTable, parseTableName, type TableName } from './table-name.js';
 
@@ -73,6 +74,19 @@ ${schemaStatements(table)
 export interface MigrateOptions {
   /** Table name, `name` or `schema.name`. Default `idem_records`. */
   table?: string;
+  /**
+   * How long one try of a change to an existing table (adding `lease_until`, building a missing index)
+   * waits for the table's lock. Such a change waits for every transaction open on the table, and
+   * every replay, 409 and claim of every instance queues behind it while it waits: a try that waits
+   * longer gives up (`lock_timeout`), frees the queue, and is tried again after a pause. Default
+   * `'500ms'`; `false` waits as long as it takes (or as your session's own `lock_timeout` says).
+   */
+  lockTimeout?: Duration | false;
+  /**
+   * How long migrate() keeps trying before it rejects with a `StoreUnavailableError` (its `cause` has
+   * the code `55P03`), having changed nothing. Default `'30s'`.
+   */
+  lockWait?: Duration;
 }
 
 /**
@@ -90,6 +104,37 @@ export interface MigrateOptions {
  */
 export async function migrate(client: PostgresClient, options: MigrateOptions = {}): Promise<void> {
   const table = parseTableName(options.table ?? defaultTable);
+  const lockTimeoutMs =
+    options.lockTimeout === false ? undefined : toMilliseconds(options.lockTimeout ?? '500ms', 'lockTimeout');
+  const lockWaitMs = toMilliseconds(options.lockWait ?? '30s', 'lockWait');
+  // A monotonic clock: a wall clock stepped meanwhile must not stretch or cut the wait.
+  const started = performance.now();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await migrateOnce(client, table, lockTimeoutMs);
+      return;
+    } catch (error) {
+      if (lockTimeoutMs === undefined || !isLockTimeout(error)) throw error;
+      const pause = Math.min(250 * 2 ** (attempt - 1), 2_000);
+      if (performance.now() - started + pause >= lockWaitMs) {
+        throw new StoreUnavailableError(
+          `migrate(): the lock on ${table.name} was not free in ${lockWaitMs} ms (a transaction stays open on it: a running handler, or an idle session); nothing was changed, run migrate() again`,
+          { cause: (error as { cause?: unknown }).cause ?? error },
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
+  }
+}
+
+// lock_timeout's SQLSTATE, on the error itself or on the StoreUnavailableError the client wraps it in.
+const isLockTimeout = (error: unknown): boolean => {
+  const code = (error as { code?: unknown })?.code;
+  const causeCode = (error as { cause?: { code?: unknown } })?.cause?.code;
+  return code === '55P03' || causeCode === '55P03';
+};
+
+async function migrateOnce(client: PostgresClient, table: TableName, lockTimeoutMs: number | undefined): Promise<void> {
   const [createTable, createIndex, addLeaseUntil] = schemaStatements(table.name) as [string, string, string];
   const sql = createSqlClient(client, { preparedStatements: false });
   await sql.transaction(async (tx) => {
@@ -129,6 +174,13 @@ export async function migrate(client: PostgresClient, options: MigrateOptions = 
       );
     }
     if (rows[0]?.has_table !== true) await tx.query(createTable);
+    // A change to a table that exists waits for its open transactions while every request queues
+    // behind it: a short wait per try (after the advisory lock, which may wait for another migrate()).
+    const changesExisting =
+      rows[0]?.has_table === true && (rows[0]?.has_index !== true || rows[0]?.has_lease_until !== true);
+    if (changesExisting && lockTimeoutMs !== undefined) {
+      await tx.query(`SET LOCAL lock_timeout = '${Math.max(1, Math.round(lockTimeoutMs))}ms'`);
+    }
     if (rows[0]?.has_index !== true) await tx.query(createIndex);
     // A table made by a version before abandoned records: a nullable column without a default is a
     // change of the catalog only, no rewrite of the table (its ACCESS EXCLUSIVE lock is brief).
