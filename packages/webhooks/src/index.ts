@@ -35,6 +35,7 @@ export {
   type LostAttempt,
   type Outbox,
   type OutboxEvent,
+  type OutboxMigrateOptions,
   type OutboxOptions,
   type OutboxRow,
   type PurgeOptions,

@@ -178,6 +178,25 @@ export interface DeadLetterOptions {
   after?: string | undefined;
 }
 
+/** Options of {@link Outbox.migrate}. */
+export interface OutboxMigrateOptions {
+  /**
+   * How long one try of a change to a table that exists (adding a column, building a missing index)
+   * waits for the table's lock. Such a change waits for every transaction open on the table (one
+   * that called `add()` and is still running), and every relay claim and `add()` queues behind it
+   * while it waits: a try that waits longer gives up, frees the queue, and is tried again after a
+   * pause. Default `'500ms'`; `false` waits as long as it takes (or as your session's own
+   * `lock_timeout` says). It does not bound the build of an index once it has its lock.
+   */
+  lockTimeout?: Duration | false;
+  /** How long migrate() keeps trying before it rejects with the last `55P03` error. Default `'30s'`. */
+  lockWait?: Duration;
+}
+
+const migrateOptionNames = ['lockTimeout', 'lockWait'] as const satisfies readonly (keyof OutboxMigrateOptions)[];
+const migrateOptionNamesAll: ListsEvery<OutboxMigrateOptions, typeof migrateOptionNames> = true;
+void migrateOptionNamesAll;
+
 /** Options of {@link Outbox.purge}. */
 export interface PurgeOptions {
   /**
@@ -234,7 +253,7 @@ export interface Outbox {
    * name counts). Safe to run from several processes at once; once all is there, it takes no lock
    * that would hold up a relay or an `add()`.
    */
-  migrate(db: Queryable): Promise<void>;
+  migrate(db: Queryable, options?: OutboxMigrateOptions): Promise<void>;
   /**
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
    * if that transaction commits. Adding an id twice keeps the first (`added: false`). An event that
@@ -399,7 +418,33 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         END IF;`;
   };
 
-  const migrate = async (db: Queryable) => {
+  const migrate = async (db: Queryable, migrateOptions: OutboxMigrateOptions = {}) => {
+    if (!db || typeof db.query !== 'function') throw new TypeError('migrate needs db (a pg Pool or client)');
+    if (!migrateOptions || typeof migrateOptions !== 'object') throw new TypeError('migrate takes an options object');
+    assertKnownOptions(migrateOptions, new Set(migrateOptionNames), 'migrate');
+    const lockTimeoutMs =
+      migrateOptions.lockTimeout === false
+        ? undefined
+        : toMilliseconds(migrateOptions.lockTimeout ?? '500ms', 'lockTimeout');
+    const lockWaitMs = toMilliseconds(migrateOptions.lockWait ?? '30s', 'lockWait');
+    // A monotonic clock: a wall clock stepped meanwhile must not stretch or cut the wait.
+    const started = performance.now();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await migrateOnce(db, lockTimeoutMs);
+        return;
+      } catch (error) {
+        // lock_timeout (55P03): the implicit transaction rolled back, nothing changed; the queue that
+        // formed behind the waiting DDL is free again until the next try.
+        if (lockTimeoutMs === undefined || (error as { code?: unknown })?.code !== '55P03') throw error;
+        const pause = Math.min(250 * 2 ** (attempt - 1), 2_000);
+        if (performance.now() - started + pause >= lockWaitMs) throw error;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
+  };
+
+  const migrateOnce = async (db: Queryable, lockTimeoutMs: number | undefined) => {
     // One simple-protocol query runs as one implicit transaction; the advisory lock makes concurrent
     // migrations (several processes booting at once) wait instead of racing on the catalog. One lock
     // for every outbox: a table named two ways (`t` and `public.t`) must not get two.
@@ -451,6 +496,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         schema_name name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                               WHERE c.oid = outbox);
       BEGIN
+        -- Each change below waits at most this long for its lock (see OutboxMigrateOptions).
+        ${lockTimeoutMs === undefined ? '' : `PERFORM set_config('lock_timeout', '${Math.max(1, Math.round(lockTimeoutMs))}ms', true);`}
         IF (SELECT count(*) FROM pg_attribute
              WHERE attrelid = outbox AND attname IN ('claims', 'requeued_at') AND NOT attisdropped) < 2
         THEN

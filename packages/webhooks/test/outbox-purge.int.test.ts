@@ -314,12 +314,24 @@ describe.skipIf(!available)('outbox.purge()', () => {
       await delivered(table, 'd', 3, '40 days');
       expect(await indexDefs()).toHaveLength(1);
 
-      // With a writer's transaction open, building the missing indexes must wait for it: the reason
-      // the docs give that first migrate() a lock_timeout.
+      // With a writer's transaction open, building the missing indexes must wait for it. Each try
+      // waits at most lockTimeout, so another add() is held up no longer than that, and after
+      // lockWait migrate() gives up with 55P03, having changed nothing.
       await holder.query('BEGIN');
       await outbox.add(holder, { id: 'open', url: 'https://p.example/h', body: '{}' });
-      await migrator.query(`SET lock_timeout = '200ms'`);
-      await expect(outbox.migrate(migrator)).rejects.toMatchObject({ code: '55P03' });
+      const migrating = outbox.migrate(migrator, { lockTimeout: '200ms', lockWait: '1s' });
+      const gaveUp = expect(migrating).rejects.toMatchObject({ code: '55P03' });
+      const other = await pool.connect();
+      try {
+        await other.query('BEGIN');
+        const started = performance.now();
+        await outbox.add(other, { id: 'other', url: 'https://p.example/h', body: '{}' });
+        expect(performance.now() - started).toBeLessThan(900);
+        await other.query('ROLLBACK');
+      } finally {
+        other.release();
+      }
+      await gaveUp;
       await holder.query('ROLLBACK');
 
       await Promise.all([outbox.migrate(pool), outbox.migrate(pool)]);
