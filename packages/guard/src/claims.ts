@@ -42,6 +42,12 @@ function audienceList(value: unknown): string[] | undefined {
   return value as string[];
 }
 
+// A claim the token itself carries. The payload is a plain object, so `payload.constructor` or
+// `payload.toString` would be what every object inherits: a rule requiring a claim of that name
+// would pass a token without it.
+const ownClaim = (payload: Record<string, unknown>, name: string): unknown =>
+  Object.hasOwn(payload, name) ? payload[name] : undefined;
+
 /**
  * Checks the claims of a token whose signature already verified. Returns the error code of the first
  * failed rule, or `undefined` when every rule holds. `nowMs` is the injected clock; `boundKey` is the
@@ -71,9 +77,9 @@ export function checkClaims(
   // default. Read alike (the principal takes each item as one scope); anything else is refused.
   if (payload.scope !== undefined && !isWordList(payload.scope)) return 'claim_invalid';
   if (payload.scp !== undefined && !isWordList(payload.scp)) return 'claim_invalid';
-  for (const name of profile.requiredClaims) if (payload[name] === undefined) return 'claim_invalid';
+  for (const name of profile.requiredClaims) if (ownClaim(payload, name) === undefined) return 'claim_invalid';
   for (const [name, accepted] of profile.claimValues) {
-    if (!accepted.includes(payload[name] as ClaimValue)) return 'claim_invalid';
+    if (!accepted.includes(ownClaim(payload, name) as ClaimValue)) return 'claim_invalid';
   }
 
   // RFC 7519 §4.1.4: the current time must be before `exp`; equality is expired.

@@ -352,8 +352,12 @@ function claimValueRules(value: unknown, where: string): ReadonlyArray<readonly 
   }
   return Object.entries(value).map(([claim, accepted]) => {
     if (claim === '') throw new TypeError(`${where}: claimValues cannot name an empty claim`);
-    const owner = ownedClaims[claim];
-    if (owner !== undefined) throw new TypeError(`${where}: claimValues cannot rule on ${claim} (see ${owner})`);
+    // The token parser refuses a `__proto__` member, so no token could meet a rule on it.
+    if (claim === '__proto__') throw new TypeError(`${where}: claimValues cannot rule on __proto__ (no token has it)`);
+    // Own members only: `constructor` or `toString` are claims a token may carry, not owned ones.
+    if (Object.hasOwn(ownedClaims, claim)) {
+      throw new TypeError(`${where}: claimValues cannot rule on ${claim} (see ${ownedClaims[claim]})`);
+    }
     const list: unknown[] = Array.isArray(accepted) ? accepted : [accepted];
     if (list.length === 0 || !list.every(isClaimValue)) {
       throw new TypeError(
