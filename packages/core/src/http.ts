@@ -197,7 +197,8 @@ export interface HttpRequestInfo {
   acceptEncoding?: string | undefined;
   /**
    * The raw request body bytes (undefined when there is none), or a reader that `begin` calls only
-   * once the key and the caller are known to be valid, so a bad key is refused without reading a byte.
+   * once the key is known to be valid, so a bad key is refused without reading a byte. (The caller is
+   * checked after the body, so that an oversized body gets 413 on every adapter, as on Fastify.)
    */
   body: Uint8Array | undefined | (() => Promise<BodyRead>);
   /**

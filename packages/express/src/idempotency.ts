@@ -95,7 +95,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
       contentType: req.headers['content-type'],
       keyHeader,
       acceptEncoding: req.headers['accept-encoding'],
-      // Read only once the key and the caller passed: a bad key costs no body read.
+      // Read only once the key passed (a bad key costs no body read), before the caller is checked.
       body: readBody.bind(req, http.maxBodyBytes),
       scope: http.scope ? http.scope(req) : principalScope((req as { auth?: unknown }).auth),
       headers: req.headers,

@@ -376,7 +376,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       contentType: ctx.get('content-type') || undefined,
       keyHeader,
       acceptEncoding: ctx.req.headers['accept-encoding'],
-      // Read only once the key and the caller passed: a bad key costs no body read.
+      // Read only once the key passed (a bad key costs no body read), before the caller is checked.
       body: readBody.bind(ctx, http.maxBodyBytes),
       scope: http.scope ? http.scope(ctx) : principalScope(ctx.state?.auth),
       headers: ctx.req.headers,
