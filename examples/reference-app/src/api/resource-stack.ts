@@ -165,18 +165,26 @@ export const outboxKept = { delivered: '7d', dead: '30d' } as const;
  * for good, long past the retention. Records in progress go an hour after their keep (the store's
  * grace), so a transactional charge still running keeps its row. A pass still running when the next
  * tick comes is not doubled; a failed one is said on stderr and tried again at the next tick. stop()
- * waits for a pass under way, so none is cut by the database closing.
+ * ends a pass under way after its current batch and waits for that, so none is cut by the database
+ * closing.
  */
 function purgeExpiredRecords(db: Database, everyMs: number): { stop(): Promise<void> } {
   const stores = [apiTables.idempotency, apiTables.plainIdempotency, apiTables.receiverInbox].map((table) =>
     postgresStore({ client: db.client, table }),
   );
   const outbox = createOutbox({ table: apiTables.outbox });
+  // Aborted by stop(): a pass working through a backlog (the first after an upgrade, with every
+  // event the outbox ever delivered) ends after the batch under way, not after the whole backlog,
+  // which a process manager's stop timeout would cut with a SIGKILL. The next start goes on.
+  const stopping = new AbortController();
+  const { signal } = stopping;
   let running: Promise<void> | undefined;
   const pass = async () => {
-    for (const store of stores) while ((await store.purgeExpired({ batchSize: purgeBatch })) === purgeBatch) {}
-    await outbox.purge(db, { olderThan: outboxKept.delivered });
-    await outbox.purge(db, { olderThan: outboxKept.dead, dead: true });
+    for (const store of stores) {
+      while (!signal.aborted && (await store.purgeExpired({ batchSize: purgeBatch })) === purgeBatch) {}
+    }
+    await outbox.purge(db, { olderThan: outboxKept.delivered, signal });
+    await outbox.purge(db, { olderThan: outboxKept.dead, dead: true, signal });
   };
   const timer = setInterval(() => {
     running ??= pass()
@@ -192,6 +200,7 @@ function purgeExpiredRecords(db: Database, everyMs: number): { stop(): Promise<v
   return {
     async stop() {
       clearInterval(timer);
+      stopping.abort();
       await running;
     },
   };
