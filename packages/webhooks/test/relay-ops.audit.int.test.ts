@@ -1,0 +1,286 @@
+// Audit: the outbox relay under realistic operations. Many endpoints, one of them slow or dead, a
+// backlog to catch up, endpoints that throttle (429), redirect, hang or reset, relays that stop and
+// start, lose their database connection, or run beside purge(). Real PostgreSQL (tables named
+// `audit_relay_*`), real HTTP endpoints on ephemeral ports, real relays. Each "Was wrong" test
+// states the behaviour expected and is kept as it.fails until the decision it names is taken.
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duration } from '@idem/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createOutbox, createSender, type Relay, type Sender } from '../src/index.js';
+import { postgresAvailable, testPool } from './support/postgres.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const available = await postgresAvailable('relay operations audit');
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+type Handler = (request: IncomingMessage, response: ServerResponse, id: string) => void;
+
+/** A real endpoint that records when each webhook-id reached it, and answers as `handler` says. */
+async function endpoint(handler: Handler = (_request, response) => response.end('ok')) {
+  const arrivals = new Map<string, number[]>();
+  const server = createServer((request, response) => {
+    const id = String(request.headers['webhook-id']);
+    // The body is read whole before the handler decides: a hanging endpoint has accepted it.
+    request.resume();
+    request.on('end', () => {
+      arrivals.set(id, [...(arrivals.get(id) ?? []), Date.now()]);
+      handler(request, response, id);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url: `${base}/hooks`,
+    base,
+    arrivals,
+    count: () => [...arrivals.values()].reduce((sum, times) => sum + times.length, 0),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+// The endpoint that hangs: it takes the body and never answers, so every attempt runs to the timeout.
+const hanging: Handler = () => undefined;
+
+describe.skipIf(!available)('outbox relay under realistic operations', () => {
+  const pool = testPool({ max: 20 });
+  const table = `audit_relay_${randomBytes(4).toString('hex')}`;
+  const outbox = createOutbox({ table });
+  const closers: (() => Promise<unknown>)[] = [];
+  const rows = async (where = 'true') =>
+    (await pool.query(`SELECT * FROM "${table}" WHERE ${where} ORDER BY created_at, id`)).rows;
+
+  /** Adds `count` events for `url` in one statement (a backlog, as a burst of business transactions leaves it). */
+  const addMany = async (url: string, count: number, prefix: string) => {
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body) SELECT $2 || n, $1, convert_to('{"n":' || n || '}', 'UTF8')
+         FROM generate_series(1, $3::int) AS n`,
+      [url, prefix, count],
+    );
+    return Array.from({ length: count }, (_, n) => `${prefix}${n + 1}`);
+  };
+
+  const relays = (count: number, sender: Sender, options: { batchSize?: number; lease?: Duration } = {}) => {
+    const started: Relay[] = [];
+    for (let n = 0; n < count; n++) {
+      const relay = outbox.relay({ db: pool, sender, pollInterval: '20ms', ...options });
+      relay.start();
+      started.push(relay);
+    }
+    const stop = () => Promise.all(started.map((relay) => relay.stop()));
+    closers.push(stop);
+    return { relays: started, stop };
+  };
+
+  beforeAll(async () => {
+    await outbox.migrate(pool);
+  });
+  afterAll(async () => {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+
+  const clear = () => pool.query(`DELETE FROM "${table}"`);
+
+  /**
+   * One dead endpoint (it accepts the body and never answers) with a backlog of `deadBacklog` due
+   * events, then one event for each of 4 healthy endpoints. Resolves to the worst latency of the
+   * healthy events (from when they were added to when they arrived).
+   */
+  const healthyLatencyBehindADeadEndpoint = async (relayCount: number, deadBacklog: number) => {
+    await clear();
+    const dead = await endpoint(hanging);
+    const healthy = await Promise.all([1, 2, 3, 4].map(() => endpoint()));
+    closers.push(dead.close, ...healthy.map((h) => h.close));
+    const sender = createSender({ secret: SECRET, timeout: '1s' });
+    await addMany(dead.url, deadBacklog, 'evt_dead_');
+    // Added a moment later, as the healthy endpoints' traffic goes on while the dead one's backlog waits.
+    await sleep(5);
+    const addedAt = Date.now();
+    const ids = (await Promise.all(healthy.map((h, n) => addMany(h.url, 1, `evt_ok${n}_`)))).flat();
+    const { stop } = relays(relayCount, sender, { lease: '3s' });
+    try {
+      await until(() => healthy.every((h) => h.count() >= 1), 'every healthy endpoint', 20_000);
+      return Math.max(...healthy.flatMap((h) => ids.flatMap((id) => h.arrivals.get(id) ?? []))) - addedAt;
+    } finally {
+      await stop();
+    }
+  };
+
+  // Was wrong: head-of-line blocking. A round claims the `batchSize` rows due first, whatever their
+  // endpoint, and the next round starts only once every attempt of this one has ended. An endpoint that
+  // accepts the body and never answers (or answers just under the timeout) holds every round it has a
+  // row in for the full timeout (15 s by default), and a backlog of its due rows fills whole rounds:
+  // with 30 such rows ahead, the healthy endpoints' events wait 3 rounds of the timeout (measured: about
+  // 3 s with a 1 s timeout; 45 s with the default). Standard Webhooks and Stripe give each endpoint its
+  // own queue, so a dead one delays only itself. Expected: a healthy endpoint's event is delivered well
+  // within one timeout while another endpoint hangs. Decision needed: attempts not bound to rounds (claim
+  // again as soon as a slot frees, each row under its own lease), a share per URL in each claim, or both.
+  it.fails("a dead endpoint's backlog does not hold up healthy endpoints (1 relay)", async () => {
+    const latency = await healthyLatencyBehindADeadEndpoint(1, 30);
+    console.info(`healthy latency behind a dead endpoint, 1 relay: ${latency} ms`);
+    expect(latency).toBeLessThan(1000);
+  });
+
+  // Was wrong: as above; more relays only divide the backlog. Each of 3 relays claims 10 of the 60 dead
+  // rows per round and waits out the timeout, so the healthy events wait 2 rounds (about 2 s with a 1 s
+  // timeout, 30 s with the default). Decision needed: as above.
+  it.fails("a dead endpoint's backlog does not hold up healthy endpoints (3 relays)", async () => {
+    const latency = await healthyLatencyBehindADeadEndpoint(3, 60);
+    console.info(`healthy latency behind a dead endpoint, 3 relays: ${latency} ms`);
+    expect(latency).toBeLessThan(1000);
+  });
+
+  // Was wrong: a 429 with Retry-After is honoured only for the event it answered. The endpoint asked the
+  // sender to slow down, but the relay goes on sending every other waiting event of that URL at full
+  // speed: 40 due events bring 40 requests within a round or two, each answered 429. Standard Webhooks
+  // lists 429 (and 502/504) as "throttle", and Svix holds the endpoint back (at least 60 s after a 429).
+  // Expected: once a URL answered 429 with Retry-After, its other waiting events wait that long too (at
+  // most the events already in flight arrive). Decision needed: defer the URL's waiting rows (as a 410
+  // dead-letters them), for which statuses (429 only, or 503 with Retry-After too), and by how much.
+  it.fails("a 429 with Retry-After holds back the URL's other waiting events, not just the one it answered", async () => {
+    await clear();
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(429, { 'retry-after': '60' });
+      response.end('slow down');
+    });
+    closers.push(throttled.close);
+    await addMany(throttled.url, 40, 'evt_429_');
+    const sender = createSender({ secret: SECRET, timeout: '1s' });
+    const { stop } = relays(1, sender, { lease: '3s' });
+    try {
+      await until(() => throttled.count() >= 1, 'the first 429');
+      // Rounds of 10 go back to back: give the relay time for the rest of the backlog.
+      await until(
+        async () => (await rows("status = 'pending' AND attempts = 0")).length === 0,
+        'every row tried',
+        3000,
+      ).catch(() => undefined);
+    } finally {
+      await stop();
+    }
+    console.info(`requests to an endpoint that answered 429 Retry-After: 60: ${throttled.count()}`);
+    expect(throttled.count()).toBeLessThanOrEqual(10);
+  });
+
+  it("honours each event's Retry-After: its next attempt waits at least that long, by the database's clock", async () => {
+    await clear();
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(503, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await addMany(throttled.url, 3, 'evt_503_');
+    const relay = outbox.relay({ db: pool, sender: createSender({ secret: SECRET, timeout: '1s' }), lease: '3s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 3, retrying: 3 });
+    for (const row of await rows()) {
+      const waited = (
+        await pool.query(`SELECT extract(epoch FROM next_attempt_at - now()) AS s FROM "${table}" WHERE id = $1`, [
+          row.id,
+        ])
+      ).rows[0].s;
+      expect(Number(waited)).toBeGreaterThan(110);
+      expect(row.last_attempt).toMatchObject({ status: 503, retryAfterMs: 120_000, waitMs: 120_000 });
+    }
+  });
+
+  it('410 dead-letters the waiting events of that URL only: not another path or query of the same host', async () => {
+    await clear();
+    const gone = await endpoint((request, response) => {
+      response.writeHead(request.url === '/hooks' ? 410 : 503);
+      response.end();
+    });
+    closers.push(gone.close);
+    await addMany(gone.url, 1, 'evt_gone_first_');
+    await sleep(5);
+    await addMany(gone.url, 5, 'evt_gone_');
+    await addMany(`${gone.base}/other`, 3, 'evt_other_');
+    await addMany(`${gone.url}?tenant=2`, 3, 'evt_query_');
+    const relay = outbox.relay({
+      db: pool,
+      sender: createSender({ secret: SECRET, timeout: '1s' }),
+      batchSize: 1,
+      lease: '3s',
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, dead: 6 });
+    const all = await rows();
+    expect(all.filter((row) => row.status === 'dead').map((row) => row.dead_reason)).toEqual(Array(6).fill('gone'));
+    expect(all.filter((row) => row.url !== gone.url).every((row) => row.status === 'pending')).toBe(true);
+    // Only the first was sent: the others learnt of the 410 without a request.
+    expect(gone.count()).toBe(1);
+  });
+
+  it('a redirect is a failed attempt and is not followed; the target gets nothing', async () => {
+    await clear();
+    const target = await endpoint();
+    const redirecting = await endpoint((_request, response) => {
+      response.writeHead(307, { location: target.url });
+      response.end();
+    });
+    closers.push(target.close, redirecting.close);
+    await addMany(redirecting.url, 1, 'evt_redirect_');
+    const relay = outbox.relay({ db: pool, sender: createSender({ secret: SECRET, timeout: '1s' }), lease: '3s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+    const [row] = await rows();
+    expect(row.last_attempt).toMatchObject({ result: 'failed', status: 307 });
+    expect(target.count()).toBe(0);
+  });
+
+  it('tells a receiver that took the body and never answered (timeout) from one that reset the connection', async () => {
+    await clear();
+    const silent = await endpoint(hanging);
+    const resetting = await endpoint((request) => request.socket.destroy());
+    closers.push(silent.close, resetting.close);
+    await addMany(silent.url, 1, 'evt_silent_');
+    await addMany(resetting.url, 1, 'evt_reset_');
+    const relay = outbox.relay({ db: pool, sender: createSender({ secret: SECRET, timeout: '500ms' }), lease: '3s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 2, retrying: 2 });
+    const byId = new Map((await rows()).map((row) => [row.id, row]));
+    expect(byId.get('evt_silent_1')?.last_attempt).toMatchObject({ result: 'timeout' });
+    expect(byId.get('evt_reset_1')?.last_attempt).toMatchObject({ result: 'network-error' });
+    expect([...byId.values()].every((row) => row.status === 'pending' && row.locked_by === null)).toBe(true);
+    expect(silent.count() + resetting.count()).toBe(2);
+  });
+
+  it('stop() waits for the attempt in flight and leaves its row recorded; a start() after it runs again', async () => {
+    await clear();
+    const silent = await endpoint(hanging);
+    const healthy = await endpoint();
+    closers.push(silent.close, healthy.close);
+    await addMany(silent.url, 1, 'evt_stop_');
+    const relay = outbox.relay({
+      db: pool,
+      sender: createSender({ secret: SECRET, timeout: '700ms' }),
+      lease: '3s',
+      pollInterval: '20ms',
+    });
+    relay.start();
+    await until(() => silent.count() === 1, 'the attempt in flight');
+    const asked = Date.now();
+    await relay.stop();
+    expect(Date.now() - asked).toBeGreaterThan(300);
+    const [row] = await rows();
+    expect(row).toMatchObject({ status: 'pending', locked_by: null, attempts: 1 });
+    expect(row.last_attempt).toMatchObject({ result: 'timeout' });
+    await addMany(healthy.url, 1, 'evt_restart_');
+    relay.start();
+    closers.push(() => relay.stop());
+    await until(() => healthy.count() === 1, 'the restarted relay');
+    await relay.stop();
+  });
+});
