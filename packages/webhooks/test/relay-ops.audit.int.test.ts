@@ -146,6 +146,32 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
     expect(latency).toBeLessThan(1000);
   });
 
+  // Was wrong: claims are first due, first claimed, whatever the endpoint, with no share per URL. A
+  // backlog of 100 events for an endpoint that is up but slow (300 ms an answer) comes first, and one
+  // event for a fast endpoint added just after waits for all ten rounds of it (about 3 s), though the
+  // fast endpoint would take it in a millisecond. Expected: an endpoint's backlog delays that endpoint,
+  // not the others (Stripe and Svix queue per endpoint). Decision needed: as for the dead endpoint
+  // above (a share per URL in each claim, or attempts not bound to rounds).
+  it.fails("a slow endpoint's backlog does not make the next endpoint wait its turn", async () => {
+    await clear();
+    const slow = await endpoint((_request, response) => void setTimeout(() => response.end('ok'), 300));
+    const fast = await endpoint();
+    closers.push(slow.close, fast.close);
+    await addMany(slow.url, 100, 'evt_slow_');
+    await sleep(5);
+    const addedAt = Date.now();
+    await addMany(fast.url, 1, 'evt_fast_');
+    const { stop } = relays(1, createSender({ secret: SECRET, timeout: '2s' }), { lease: '4s' });
+    try {
+      await until(() => fast.count() === 1, 'the fast endpoint');
+    } finally {
+      await stop();
+    }
+    const latency = (fast.arrivals.get('evt_fast_1')?.[0] ?? Number.NaN) - addedAt;
+    console.info(`fast endpoint latency behind a slow one's backlog of 100: ${latency} ms`);
+    expect(latency).toBeLessThan(1000);
+  });
+
   // Was wrong: a 429 with Retry-After is honoured only for the event it answered. The endpoint asked the
   // sender to slow down, but the relay goes on sending every other waiting event of that URL at full
   // speed: 40 due events bring 40 requests within a round or two, each answered 429. Standard Webhooks
@@ -282,5 +308,152 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
     closers.push(() => relay.stop());
     await until(() => healthy.count() === 1, 'the restarted relay');
     await relay.stop();
+  });
+
+  it('catches up a backlog of 10,000 events with 3 relays, each event once, and reports the rate', async () => {
+    await clear();
+    const healthy = await endpoint();
+    closers.push(healthy.close);
+    const ids = await addMany(healthy.url, 10_000, 'evt_backlog_');
+    const started = Date.now();
+    const { stop } = relays(3, createSender({ secret: SECRET, timeout: '2s' }), { batchSize: 50, lease: '5s' });
+    try {
+      await until(() => healthy.arrivals.size === ids.length, 'the backlog', 25_000);
+    } finally {
+      await stop();
+    }
+    const took = Date.now() - started;
+    console.info(`10,000 events, 3 relays, batchSize 50: ${took} ms (${Math.round(10_000 / (took / 1000))}/s)`);
+    expect(healthy.count()).toBe(ids.length);
+    expect((await pool.query(`SELECT count(*)::int AS n FROM "${table}" WHERE status = 'delivered'`)).rows[0].n).toBe(
+      ids.length,
+    );
+  }, 30_000);
+
+  it('spreads the retries of a backlog that failed together: no stampede when the endpoint comes back', async () => {
+    await clear();
+    let up = false;
+    const flapping = await endpoint((_request, response) => {
+      response.writeHead(up ? 200 : 503);
+      response.end();
+    });
+    closers.push(flapping.close);
+    await addMany(flapping.url, 200, 'evt_outage_');
+    const relay = outbox.relay({
+      db: pool,
+      sender: createSender({ secret: SECRET, timeout: '1s', schedule: { base: '2s' } }),
+      batchSize: 200,
+      lease: '3s',
+    });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 200, retrying: 200 });
+    up = true;
+    // The database's schedule, read rather than waited out: every retry within [now, now + 2 s), spread.
+    const { rows: waits } = await pool.query(
+      `SELECT floor(extract(epoch FROM next_attempt_at - now()) * 10)::int AS bucket, count(*)::int AS n
+         FROM "${table}" GROUP BY 1`,
+    );
+    expect(Math.max(...waits.map((w) => w.bucket))).toBeLessThan(20);
+    expect(Math.max(...waits.map((w) => w.n))).toBeLessThanOrEqual(30); // of 200 in 20 buckets of 100 ms
+  });
+
+  it('a relay whose database connections are cut mid-round records its results on new ones', async () => {
+    await clear();
+    const name = `audit_relay_cut_${randomBytes(3).toString('hex')}`;
+    const relayPool = testPool({ max: 4, application_name: name });
+    closers.push(() => relayPool.end());
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = await endpoint((_request, response) => void held.then(() => response.end('ok')));
+    closers.push(slow.close);
+    await addMany(slow.url, 5, 'evt_cut_');
+    const errors: unknown[] = [];
+    const relay = outbox.relay({
+      db: relayPool,
+      sender: createSender({ secret: SECRET, timeout: '5s' }),
+      lease: '8s',
+      pollInterval: '20ms',
+      onError: (error) => void errors.push(error),
+    });
+    relay.start();
+    closers.push(() => relay.stop());
+    await until(() => slow.arrivals.size === 5, 'the attempts in flight');
+    const { rowCount } = await pool.query(
+      'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1',
+      [name],
+    );
+    expect(rowCount).toBeGreaterThan(0);
+    release();
+    await until(async () => (await rows("status = 'delivered'")).length === 5, 'every result recorded', 5000);
+    await relay.stop();
+    expect(slow.count()).toBe(5);
+  });
+
+  it('relays with clocks an hour apart schedule by the database clock alone', async () => {
+    await clear();
+    let failing = true;
+    const flaky = await endpoint((_request, response) => {
+      response.writeHead(failing ? 503 : 200);
+      response.end();
+    });
+    closers.push(flaky.close);
+    await addMany(flaky.url, 10, 'evt_clock_');
+    const ahead = outbox.relay({
+      db: pool,
+      sender: createSender({ secret: SECRET, timeout: '1s', now: () => Date.now() + 3_600_000 }),
+      batchSize: 5,
+      lease: '3s',
+    });
+    const behind = outbox.relay({
+      db: pool,
+      sender: createSender({ secret: SECRET, timeout: '1s', now: () => Date.now() - 3_600_000 }),
+      batchSize: 5,
+      lease: '3s',
+    });
+    await Promise.all([ahead.runOnce(), behind.runOnce()]);
+    const { rows: waits } = await pool.query(
+      `SELECT extract(epoch FROM next_attempt_at - now()) AS s FROM "${table}" WHERE status = 'pending'`,
+    );
+    expect(waits).toHaveLength(10);
+    for (const { s } of waits) expect(Number(s)).toBeLessThan(1.5);
+    failing = false;
+    await until(async () => {
+      await Promise.all([ahead.runOnce(), behind.runOnce()]);
+      return (await rows("status = 'delivered'")).length === 10;
+    }, 'every event delivered by either relay');
+  });
+
+  it('purge() beside 3 relays and a 410: deletes only what ended, never an event still to send', async () => {
+    await clear();
+    const healthy = await endpoint();
+    const gone = await endpoint((_request, response) => {
+      response.writeHead(410);
+      response.end();
+    });
+    closers.push(healthy.close, gone.close);
+    const ids = await addMany(healthy.url, 600, 'evt_purge_ok_');
+    await addMany(gone.url, 100, 'evt_purge_gone_');
+    const { stop } = relays(3, createSender({ secret: SECRET, timeout: '1s' }), { lease: '3s' });
+    const controller = new AbortController();
+    let purged = 0;
+    const purging = (async () => {
+      while (!controller.signal.aborted) {
+        purged += (await outbox.purge(pool, { olderThan: 0, dead: true, batchSize: 7 })).deleted;
+        await sleep(5);
+      }
+    })();
+    try {
+      await until(() => healthy.arrivals.size === ids.length, 'every healthy event');
+      await until(async () => (await rows("status = 'pending'")).length === 0, 'nothing pending');
+    } finally {
+      controller.abort();
+      await purging;
+      await stop();
+    }
+    purged += (await outbox.purge(pool, { olderThan: 0, dead: true })).deleted;
+    expect(healthy.count()).toBe(ids.length);
+    expect(purged).toBe(700);
+    expect(await rows()).toEqual([]);
   });
 });
