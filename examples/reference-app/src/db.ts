@@ -57,6 +57,26 @@ export interface DatabaseOptions {
  */
 export const schemaLock = `select pg_advisory_xact_lock(hashtext('idem reference app schema'));`;
 
+/**
+ * DDL that runs only when the catalog says it is missing: `create index if not exists` and `alter
+ * table ... add column if not exists` take their table's lock before they look, so on every start
+ * they would wait for each transaction open on the table (a charge, a login) while every statement
+ * on it queued behind them. `relation` is the index (or, with `column`, the table) that the DDL
+ * makes; it is looked up on the search path, as the DDL itself is.
+ *
+ * @example
+ * ```ts
+ * onlyIfMissing({ relation: 'app_sessions_expires_at' }, 'create index if not exists app_sessions_expires_at on app_sessions (expires_at)');
+ * ```
+ */
+export function onlyIfMissing(what: { relation: string; column?: string }, ddl: string): string {
+  const missing =
+    what.column === undefined
+      ? `to_regclass('${what.relation}') is null`
+      : `not exists (select 1 from pg_attribute where attrelid = to_regclass('${what.relation}') and attname = '${what.column}' and not attisdropped)`;
+  return `do $$ begin if ${missing} then ${ddl}; end if; end $$;`;
+}
+
 /** The git-ignored folder the embedded database lives in when nothing else is configured. */
 export const defaultDataDir = fileURLToPath(new URL('../data/pglite', import.meta.url));
 

@@ -1,4 +1,4 @@
-import { type Database, schemaLock } from '../db.js';
+import { type Database, onlyIfMissing, schemaLock } from '../db.js';
 
 /**
  * Creates the third-party app's session table. Sessions live server-side: the browser holds only a
@@ -18,6 +18,6 @@ export async function migrateApp(db: Database): Promise<void> {
       expires_at timestamptz not null
     );
     -- Each new session deletes a batch of expired ones, oldest first.
-    create index if not exists app_sessions_expires_at on app_sessions (expires_at);
+    ${onlyIfMissing({ relation: 'app_sessions_expires_at' }, 'create index if not exists app_sessions_expires_at on app_sessions (expires_at)')}
   `);
 }

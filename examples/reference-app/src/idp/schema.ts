@@ -1,4 +1,4 @@
-import { type Database, schemaLock } from '../db.js';
+import { type Database, onlyIfMissing, schemaLock } from '../db.js';
 
 /**
  * Creates the identity provider's tables if they are missing. Safe to run on every start.
@@ -43,8 +43,8 @@ export async function migrateIdp(db: Database): Promise<void> {
       consumed_at timestamptz,
       primary key (model, id)
     );
-    create index if not exists idp_models_grant_id on idp_models (grant_id) where grant_id is not null;
-    create index if not exists idp_models_uid on idp_models (model, uid) where uid is not null;
-    create index if not exists idp_models_user_code on idp_models (model, user_code) where user_code is not null;
+    ${onlyIfMissing({ relation: 'idp_models_grant_id' }, 'create index if not exists idp_models_grant_id on idp_models (grant_id) where grant_id is not null')}
+    ${onlyIfMissing({ relation: 'idp_models_uid' }, 'create index if not exists idp_models_uid on idp_models (model, uid) where uid is not null')}
+    ${onlyIfMissing({ relation: 'idp_models_user_code' }, 'create index if not exists idp_models_user_code on idp_models (model, user_code) where user_code is not null')}
   `);
 }

@@ -1,6 +1,6 @@
 import { migrate } from '@idem/postgres';
 import { createOutbox, generateSecret } from '@idem/webhooks';
-import { type Database, schemaLock } from '../db.js';
+import { type Database, onlyIfMissing, schemaLock } from '../db.js';
 
 /** Table names of the API, the gateway-facing resources and the webhook receiver, in one place. */
 export const apiTables = {
@@ -32,7 +32,7 @@ const ddl = `
     created_at timestamptz not null default now(),
     deleted_at timestamptz
   );
-  create index if not exists api_photos_owner on api_photos (owner) where deleted_at is null;
+  ${onlyIfMissing({ relation: 'api_photos_owner' }, 'create index if not exists api_photos_owner on api_photos (owner) where deleted_at is null')}
   create table if not exists api_stock (
     item text primary key,
     name text not null,
@@ -58,8 +58,8 @@ const ddl = `
   );
   -- The request a note was added by (see addEventNote): a run after a crash finds the note instead of
   -- adding a second. Added to a table made before it; a nullable column without a default rewrites no row.
-  alter table receiver_event_notes add column if not exists request_key text;
-  create unique index if not exists receiver_event_notes_request_key on receiver_event_notes (request_key);
+  ${onlyIfMissing({ relation: 'receiver_event_notes', column: 'request_key' }, 'alter table receiver_event_notes add column if not exists request_key text')}
+  ${onlyIfMissing({ relation: 'receiver_event_notes_request_key' }, 'create unique index if not exists receiver_event_notes_request_key on receiver_event_notes (request_key)')}
   create table if not exists receiver_events (
     id text primary key,
     type text,

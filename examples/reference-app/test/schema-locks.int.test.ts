@@ -1,0 +1,54 @@
+// Start-up schema scripts on a database already up to date, while transactions are open on every
+// table (a charge, a login, a note): they must not wait for those transactions. `create index if not
+// exists` and `alter table ... add column if not exists` take their table's lock before they look, so
+// a restart (or a second instance starting) stalled behind the longest open transaction, and every
+// statement on those tables queued behind the waiting DDL. Real PostgreSQL (DATABASE_URL).
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrateApp } from '../src/app/schema.js';
+import { type Database, openDatabase } from '../src/db.js';
+import { migrateIdp } from '../src/idp/schema.js';
+import { migrateApi } from '../src/schema/api-schema.js';
+
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const schema = `schema_locks_${randomBytes(5).toString('hex')}`;
+const migrateAll = async (db: Database) => {
+  await migrateIdp(db);
+  await migrateApp(db);
+  await migrateApi(db);
+};
+
+describe('start-up schema scripts on an up-to-date database', () => {
+  let db: Database;
+  const holder = new pg.Client({ connectionString: databaseUrl, options: `-c search_path=${schema},public` });
+
+  beforeAll(async () => {
+    db = await openDatabase({ url: databaseUrl, schema });
+    await migrateAll(db);
+    await holder.connect();
+  });
+
+  afterAll(async () => {
+    await holder.query('rollback').catch(() => undefined);
+    await holder.end().catch(() => undefined);
+    await db?.query(`drop schema if exists ${schema} cascade`);
+    await db?.close();
+  });
+
+  it('take no lock that waits for the transactions open on their tables', async () => {
+    // What a write in a running request holds on each table an index or column is ensured on.
+    await holder.query('begin');
+    for (const table of ['idp_models', 'app_sessions', 'api_photos', 'receiver_event_notes']) {
+      await holder.query(`lock table ${table} in row exclusive mode`);
+    }
+    const again = migrateAll(db).then(() => 'done' as const);
+    const outcome = await Promise.race([
+      again,
+      new Promise<'stalled'>((resolve) => setTimeout(() => resolve('stalled'), 5_000)),
+    ]);
+    await holder.query('rollback');
+    await again;
+    expect(outcome).toBe('done');
+  });
+});
