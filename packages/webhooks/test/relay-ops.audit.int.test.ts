@@ -310,25 +310,29 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
     await relay.stop();
   });
 
-  it('catches up a backlog of 10,000 events with 3 relays, each event once, and reports the rate', async () => {
+  // 3,000 events: 10,000 took 25 s on CI's shared box (beside the other integration files), past
+  // the budget; the rate is what the figure is for. The lease is long so that a round slowed by that
+  // load is never taken over, and the timeout long so that an answer slowed by it is not taken for
+  // a failure: either would send events twice (at least once is the contract, not this test's point).
+  it('catches up a backlog of 3,000 events with 3 relays, each event once, and reports the rate', async () => {
     await clear();
     const healthy = await endpoint();
     closers.push(healthy.close);
-    const ids = await addMany(healthy.url, 10_000, 'evt_backlog_');
+    const ids = await addMany(healthy.url, 3_000, 'evt_backlog_');
     const started = Date.now();
-    const { stop } = relays(3, createSender({ secret: SECRET, timeout: '2s' }), { batchSize: 50, lease: '5s' });
+    const { stop } = relays(3, createSender({ secret: SECRET, timeout: '20s' }), { batchSize: 50, lease: '30s' });
     try {
-      await until(() => healthy.arrivals.size === ids.length, 'the backlog', 25_000);
+      await until(() => healthy.arrivals.size === ids.length, 'the backlog', 40_000);
     } finally {
       await stop();
     }
     const took = Date.now() - started;
-    console.info(`10,000 events, 3 relays, batchSize 50: ${took} ms (${Math.round(10_000 / (took / 1000))}/s)`);
+    console.info(`3,000 events, 3 relays, batchSize 50: ${took} ms (${Math.round(3_000 / (took / 1000))}/s)`);
     expect(healthy.count()).toBe(ids.length);
     expect((await pool.query(`SELECT count(*)::int AS n FROM "${table}" WHERE status = 'delivered'`)).rows[0].n).toBe(
       ids.length,
     );
-  }, 30_000);
+  }, 50_000);
 
   it('spreads the retries of a backlog that failed together: no stampede when the endpoint comes back', async () => {
     await clear();
@@ -372,7 +376,9 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
     const relay = outbox.relay({
       db: relayPool,
       sender: createSender({ secret: SECRET, timeout: '5s' }),
-      lease: '8s',
+      // Longer than the wait below: results recorded only by a takeover after the lease (which would
+      // send the events again) cannot pass, however slow a loaded box makes the reconnects.
+      lease: '25s',
       pollInterval: '20ms',
       onError: (error) => void errors.push(error),
     });
@@ -385,7 +391,7 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
     );
     expect(rowCount).toBeGreaterThan(0);
     release();
-    await until(async () => (await rows("status = 'delivered'")).length === 5, 'every result recorded', 5000);
+    await until(async () => (await rows("status = 'delivered'")).length === 5, 'every result recorded', 20_000);
     await relay.stop();
     expect(slow.count()).toBe(5);
   });
