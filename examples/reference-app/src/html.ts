@@ -36,9 +36,15 @@ const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')
  * page. A double click on "Allow" or "Sign in" otherwise sends the form twice; the browser drops the
  * first answer (the way on to the application) and shows the second, which finds the step already
  * done: a dead end, though everything went through. The pages work without it.
+ *
+ * A page that Back (or Forward) brings out of the browser's back/forward cache comes back as it was
+ * left, its sent form still marked: every button of it would do nothing, silently. Chromium keeps
+ * even `no-store` pages there. Such a page reloads instead, as it would without that cache: a fresh
+ * render, with fresh forms (a new idempotency key for a new charge) and data as it is now.
  */
 export const sendOnceScript =
-  "document.addEventListener('submit',function(e){var f=e.target;if(f.dataset.sent){e.preventDefault()}else{f.dataset.sent='1'}})";
+  "document.addEventListener('submit',function(e){var f=e.target;if(f.dataset.sent){e.preventDefault()}else{f.dataset.sent='1'}});" +
+  "addEventListener('pageshow',function(e){if(e.persisted)location.reload()})";
 
 const scriptHash = `'sha256-${createHash('sha256').update(sendOnceScript).digest('base64')}'`;
 
