@@ -416,4 +416,21 @@ describe.runIf(hasChromium)('the third-party app in a real browser: retries of i
     }
   });
 
+  // Was wrong: a session that ended between the render of the page and the submit (it expired, or the
+  // provider revoked its grant) sent the person to the signed-out start page with no word about the
+  // charge they had just asked for: did it go through? Now the page says nothing was done.
+  it('tells a person whose session ended before the form arrived that nothing was charged', async () => {
+    const context = await browser.newContext();
+    const page = await signIn(context);
+    await expireSession(context);
+    await page.getByRole('spinbutton', { name: 'Amount' }).fill('6801');
+    await page.getByRole('button', { name: 'Create charge' }).click();
+    await page.getByRole('link', { name: 'Sign in' }).waitFor();
+    expect(await charges(6801)).toBe(0);
+    expect(await page.locator('main [role="status"]').allTextContents()).toEqual([
+      expect.stringContaining('nothing was done'),
+    ]);
+    await context.close();
+  });
+
 });

@@ -140,6 +140,17 @@ const pendingTtlSeconds = 15 * 60;
 // The `state` the provider's logout hands back to the app's root: the sign-out went through.
 const signedOutState = 'signed-out';
 
+// The `state` of the app's root after a form that came with no live session (it expired, its grant was
+// revoked, or another tab signed out): the person asked for something, a charge say, and must not be
+// left to wonder whether it went through.
+const formUnsentState = 'form-not-sent';
+
+/** What the signed-out page says for the `state` the app's root was sent to; anyone can link there. */
+const signedOutNotices: Record<string, string> = {
+  [signedOutState]: 'You are signed out.',
+  [formUnsentState]: 'Your session ended before this form arrived: nothing was done. Sign in to go on.',
+};
+
 /** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
 const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -311,7 +322,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       if (id && !(await sessions.get(id))?.pending?.length) clearSession(res);
       // Back from the provider's logout (below): say what happened. Anyone can link here with this
       // query; it only shows a sentence to a visitor who is signed out anyway.
-      send(res, 200, signedOutPage(req.query.state === signedOutState ? 'You are signed out.' : undefined));
+      const notice = typeof req.query.state === 'string' ? signedOutNotices[req.query.state] : undefined;
+      send(res, 200, signedOutPage(notice));
       return;
     }
     const { id, data } = session;
@@ -395,7 +407,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const formSession = (req: Request, res: Response): string | undefined => {
     const id = readCookie(req, sessionCookie);
     if (!id) {
-      res.set('Cache-Control', 'no-store').redirect(303, '/');
+      res.set('Cache-Control', 'no-store').redirect(303, `/?state=${formUnsentState}`);
       return undefined;
     }
     if (!csrf.verify(req, id, req.body?.csrf)) {
@@ -495,7 +507,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       if (id === undefined) return;
       const session = await signedIn(req);
       if (!session) {
-        res.redirect(303, '/');
+        res.set('Cache-Control', 'no-store').redirect(303, `/?state=${formUnsentState}`);
         return;
       }
       await handler(req, res, session.id, session.data);
