@@ -433,4 +433,34 @@ describe.runIf(hasChromium)('the third-party app in a real browser: retries of i
     await context.close();
   });
 
+  // Was wrong: a page left open from before the person signed in again (in another tab) sends its form
+  // with the CSRF token of the old session, and got "Request refused: This form was not sent from this
+  // app." The form was sent from this app: the page only said something untrue and never how to go
+  // on. The token cannot tell an out-of-date form from a forged one, so the page now names both, says
+  // nothing was done, and how to send it again.
+  it('answers a form from before a new sign-in truthfully: out of date, nothing done, reload', async () => {
+    const context = await browser.newContext();
+    const a = await signIn(context);
+    const b = await context.newPage();
+    await b.goto(`${whole.running.appUrl}/signin`);
+    await b.getByRole('button', { name: 'Sign in again' }).click();
+    // The old grant was revoked: the provider asks again (its own session skips the login).
+    const allow = b.getByRole('button', { name: 'Allow' });
+    await allow.or(b.locator('#user-name')).waitFor();
+    if (await allow.count()) await allow.click();
+    await b.locator('#user-name').waitFor();
+    await a.getByRole('spinbutton', { name: 'Amount' }).fill('6901');
+    await a.getByRole('button', { name: 'Create charge' }).click();
+    await a.locator('h1').waitFor();
+    const main = (await a.locator('main').textContent()) ?? '';
+    expect(await charges(6901)).toBe(0);
+    expect(main).not.toContain('This form was not sent from this app.');
+    expect(main).toContain('Nothing was done');
+    await a.getByRole('link', { name: 'Back' }).click();
+    await a.getByRole('spinbutton', { name: 'Amount' }).fill('6901');
+    await a.getByRole('button', { name: 'Create charge' }).click();
+    await flash(a).waitFor();
+    expect(await charges(6901)).toBe(1);
+    await context.close();
+  });
 });

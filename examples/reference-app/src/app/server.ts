@@ -410,8 +410,17 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       res.set('Cache-Control', 'no-store').redirect(303, `/?state=${formUnsentState}`);
       return undefined;
     }
+    // A page left open from before a new sign-in (in another tab) sends the old session's token too:
+    // the token cannot tell that from a forgery, so the page names both, and the way on.
     if (!csrf.verify(req, id, req.body?.csrf)) {
-      send(res, 403, appErrorPage('Request refused', 'This form was not sent from this app.'));
+      send(
+        res,
+        403,
+        appErrorPage(
+          'Request refused',
+          'This form is from before your last sign-in, or was not sent from this app. Nothing was done: go back to the app and send it again from there.',
+        ),
+      );
       return undefined;
     }
     return id;
