@@ -463,4 +463,24 @@ describe.runIf(hasChromium)('the third-party app in a real browser: retries of i
     expect(await charges(6901)).toBe(1);
     await context.close();
   });
+
+  // Was wrong: the page a charge lands on (post/redirect/get) was titled "Photo app" like any other, its
+  // outcome in a status region further down. A live region present when a page loads is not
+  // announced, and the title is what a screen reader reads first: someone who cannot see the page
+  // heard nothing of "Charge created." or "Still in progress" until they went looking (WCAG 2.4.2;
+  // the app's error pages are titled for what happened already). Now the title names the outcome.
+  it('titles the page a form lands on with its outcome, a replay as created', async () => {
+    const context = await browser.newContext();
+    const page = await signIn(context);
+    expect(await page.title()).toBe('Photo app');
+    await page.getByRole('spinbutton', { name: 'Amount' }).fill('7001');
+    await page.getByRole('button', { name: 'Create charge' }).click();
+    await flash(page).waitFor();
+    expect(await page.title()).toBe('Create charge: Charge created. - Photo app');
+    await page.getByRole('button', { name: 'Send the same charge again (same key)' }).click();
+    await page.getByText('Replayed: yes').waitFor();
+    expect(await page.title()).toBe('Create charge: Charge created. - Photo app');
+    expect(await charges(7001)).toBe(1);
+    await context.close();
+  });
 });

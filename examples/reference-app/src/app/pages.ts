@@ -79,8 +79,11 @@ export function homePage(input: HomePageInput): string {
 <select id="theme" name="theme"><option value="light">Light</option><option value="dark"${dark ? ' selected' : ''}>Dark</option></select>
 <button type="submit">Save theme</button>
 </form>`;
+  // The title names the outcome of the form this page answers: it is what a screen reader reads first,
+  // and the status region below, there from the start, is not announced when the page loads.
+  const outcome = input.flash ? `${input.flash.title}: ${input.flash.lines[0] ?? ''}`.trim() : undefined;
   return htmlPage(
-    'Photo app',
+    outcome ? `${outcome} - Photo app` : 'Photo app',
     `<div class="theme-${dark ? 'dark' : 'light'}">
 <h1>Photo app</h1>
 <p>Signed in as <strong id="user-name">${escapeHtml(user.name ?? user.sub)}</strong>${
