@@ -483,4 +483,40 @@ describe.runIf(hasChromium)('the third-party app in a real browser: retries of i
     expect(await charges(7001)).toBe(1);
     await context.close();
   });
+
+  it('holds: a form sent while offline charges nothing; Reload once back online sends it once', async () => {
+    const context = await browser.newContext();
+    const page = await signIn(context);
+    const key = await formKey(page);
+    await page.getByRole('spinbutton', { name: 'Amount' }).fill('7101');
+    await context.setOffline(true);
+    await page
+      .getByRole('button', { name: 'Create charge' })
+      .click()
+      .catch(() => undefined);
+    await page.waitForURL((url) => url.protocol === 'chrome-error:');
+    expect(await charges(7101)).toBe(0);
+    await context.setOffline(false);
+    await page.reload();
+    await flash(page).waitFor();
+    expect(await flash(page).textContent()).toContain(`Idempotency-Key: ${key}`);
+    expect(await charges(7101)).toBe(1);
+    await context.close();
+  });
+
+  // Was wrong: an amount over the API's limit came back as "The API refused: 422 The request is not
+  // valid", and nothing said what to change. Now the page carries the API's problem detail too.
+  it('says what to change when the API refuses a charge (an amount over the limit)', async () => {
+    const context = await browser.newContext();
+    const page = await signIn(context);
+    await page.getByRole('spinbutton', { name: 'Amount' }).fill('999999999999');
+    await page.getByRole('button', { name: 'Create charge' }).click();
+    await flash(page).waitFor();
+    const text = (await flash(page).textContent()) ?? '';
+    expect(text).toContain('The API refused: 422');
+    expect(text).toMatch(/amount must be an integer from 1 to \d+/);
+    // Nothing ran, so there is no "send the same charge again": the key is not offered for a retry.
+    expect(await page.getByRole('button', { name: 'Send the same charge again (same key)' }).count()).toBe(0);
+    await context.close();
+  });
 });

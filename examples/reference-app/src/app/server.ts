@@ -597,6 +597,13 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           `Idempotency-Key: ${error.key ?? '(none)'}`,
           `Attempts: ${error.attempts.length}`,
         );
+        // A refusal says what to change: "422 The request is not valid" alone leaves the person to
+        // guess that the amount is over the limit. The API's problem detail (RFC 9457) says which.
+        const detail =
+          typeof error.body === 'object' && error.body !== null && 'detail' in error.body
+            ? error.body.detail
+            : undefined;
+        if (!mayHaveRun && typeof detail === 'string' && detail !== '') lines.splice(1, 0, detail);
       }
       // The flash only: the charge may have taken 15 s, and a request of the same session may have
       // rotated the refresh token meanwhile; writing back the one read at the start would bring back a
