@@ -139,7 +139,7 @@ export function signInAgainPage(input: { user: SignedInUser; csrf: string; retur
  *
  * @example
  * ```ts
- * res.status(403).send(appErrorPage('Request refused', 'This form was not sent from this app.'));
+ * res.status(403).send(appErrorPage('Request refused', 'Nothing was done: go back to the app and send it again.'));
  * ```
  */
 export function appErrorPage(title: string, detail: string): string {
