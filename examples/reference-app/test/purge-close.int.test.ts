@@ -9,7 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { outboxKept, startResourceStack } from '../src/api/resource-stack.js';
 import { type Database, openDatabase } from '../src/db.js';
-import { apiTables } from '../src/schema/api-schema.js';
+import { apiTables, migrateApi } from '../src/schema/api-schema.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const schema = `purge_close_${randomBytes(5).toString('hex')}`;
@@ -138,5 +138,53 @@ describe('the resource stack closing during a purge pass', () => {
     } finally {
       await stack.close();
     }
+  });
+
+  // The first pass after an upgrade works through every event the outbox ever delivered. close() waits
+  // for the statement under way, so none is cut by the database closing; it must not wait for the rest
+  // of that backlog, batch after batch, which a process manager's stop timeout would end with a SIGKILL.
+  it('stops after the batch under way instead of deleting a whole outbox backlog before close() resolves', async () => {
+    const written: string[] = [];
+    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      written.push(String(chunk));
+      return true;
+    });
+    const outbox = `${schema}.${apiTables.outbox}`;
+    try {
+      await migrateApi(db);
+      // Five batches of the pass's 1,000 rows, delivered 8 days ago (the app keeps them 7), written
+      // before the stack starts; then the lock, so its first outbox DELETE waits.
+      await db.query(
+        `insert into ${outbox} (id, url, body, status, created_at, delivered_at)
+         select 'evt_stop_' || lpad(g::text, 6, '0'), 'http://receiver.test/', '\\x7b7d', 'delivered',
+                now() - interval '9 days', now() - interval '8 days'
+           from generate_series(1, 5000) g`,
+      );
+      await locker.query('begin');
+      await locker.query(`lock table ${outbox} in share mode`);
+      const stack = await startIdleStack();
+      let held: string[] = [];
+      for (let turn = 0; turn < 400 && held.length === 0; turn++) {
+        const { rows } = await observer.query<{ query: string }>(
+          'select query from pg_stat_activity where $1::int = any(pg_blocking_pids(pid))',
+          [lockerPid],
+        );
+        held = rows.map((row) => row.query).filter((query) => /^DELETE FROM/.test(query));
+        if (held.length === 0) await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      expect(held).toHaveLength(1);
+      const closing = stack.close();
+      // close() has begun (its servers close in a few turns) before the lock goes.
+      for (let turn = 0; turn < 10; turn++) await new Promise((resolve) => setTimeout(resolve, 10));
+      await locker.query('commit');
+      await closing;
+      const { rows } = await db.query<{ n: string }>(`select count(*) as n from ${outbox} where id like 'evt_stop_%'`);
+      // The batch that was waiting went (1,000 rows); the next four are the next pass's.
+      expect(Number(rows[0]?.n)).toBeGreaterThanOrEqual(3_000);
+    } finally {
+      stderr.mockRestore();
+      await locker.query('rollback').catch(() => undefined);
+    }
+    expect(written.filter((line) => line.includes('deleting expired'))).toEqual([]);
   });
 });
