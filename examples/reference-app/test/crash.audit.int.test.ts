@@ -18,13 +18,12 @@
 // every charge has its payment.succeeded event and no event lacks its charge; every event was
 // delivered and applied exactly once; no idempotency record is left in progress. No answer was a 5xx,
 // a 401 or any status but 201 and 409: a killed process only ever drops connections.
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { type Attempt, createClient, isRequestFailedError } from '@idem/client';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
-import { databaseUrl, inSchema, killableApp, postgresForCrashAudit, waitForRow } from './killable-app.js';
+import { postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
 import { createUserAgent, formField, pkcePair } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
@@ -35,22 +34,8 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const available = await postgresForCrashAudit('the reference-app crash audit');
 
 describe.runIf(available)('the reference app killed with SIGKILL at random points (crash audit)', () => {
-  const schema = `refapp_crash_${randomBytes(5).toString('hex')}`;
-  let admin: pg.Pool;
-  let app: Awaited<ReturnType<typeof killableApp>>;
-
-  beforeAll(async () => {
-    admin = new pg.Pool({ connectionString: inSchema(databaseUrl, schema), max: 3 });
-    admin.on('error', () => undefined);
-    await admin.query(`create schema ${schema}`);
-    app = await killableApp(schema);
-  });
-
-  afterAll(async () => {
-    await app?.close();
-    await admin?.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
-    await admin?.end();
-  });
+  const crash = useCrashSchema('refapp_crash');
+  const { schema } = crash;
 
   it('start-up killed after each of its steps: the next start finishes it, and the schema and seed rows are whole', {
     timeout: 90_000,
@@ -66,20 +51,20 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     ];
     const hits: string[] = [];
     for (const step of steps) {
-      const run = app.start();
-      const hit = await waitForRow(admin, step, {
+      const run = crash.app.start();
+      const hit = await waitForRow(crash.admin, step, {
         ms: 30_000,
         until: () => run.isReady() || run.child.exitCode !== null,
       }).catch(() => false);
-      await app.kill(run);
+      await crash.app.kill(run);
       expect(run.output()).not.toMatch(/Error|error/);
       hits.push(`${hit && !run.isReady() ? 'killed at' : 'passed'}: ${step.split(' where ')[1] ?? step}`);
     }
-    const run = app.start();
+    const run = crash.app.start();
     await run.ready;
     // What a start leaves, whole: both demo users with argon2id hashes, both clients, the provider's
     // keys, the API's tables with their seed rows and the webhook secret.
-    const count = async (sql: string) => Number((await admin.query<{ n: string }>(sql)).rows[0]?.n);
+    const count = async (sql: string) => Number((await crash.admin.query<{ n: string }>(sql)).rows[0]?.n);
     expect(await count(`select count(*) as n from idp_users where password_hash like '$argon2id$%'`)).toBe(2);
     expect(await count(`select count(*) as n from idp_models where model = 'Client'`)).toBe(2);
     expect(
@@ -94,16 +79,16 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   it('kill cycles under load: one charge per key, every event applied once, tokens valid across restarts', {
     timeout: 150_000,
   }, async () => {
-    const run0 = await app.running();
-    const authUrl = app.authUrl;
-    const baseUrl = app.baseUrl;
-    const { rows: clientRows } = await admin.query<{ secret: string }>(
+    const run0 = await crash.app.running();
+    const authUrl = crash.app.authUrl;
+    const baseUrl = crash.app.baseUrl;
+    const { rows: clientRows } = await crash.admin.query<{ secret: string }>(
       `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
     );
     const photoApp = {
       clientId: 'photo-app',
       clientSecret: clientRows[0]?.secret ?? '',
-      redirectUri: `${app.appUrl}/callback`,
+      redirectUri: `${crash.app.appUrl}/callback`,
     };
     const agent = createUserAgent();
     const flow = await codeFlow(authUrl, photoApp, alice, { scope }, agent);
@@ -190,19 +175,19 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       await pause(300 + Math.random() * 700);
       let hit = false;
       if (moment.sql !== undefined && moment.seen !== undefined) {
-        const { rows } = await admin.query<{ seen: string[] }>(moment.seen);
-        hit = await waitForRow(admin, moment.sql, { ms: 4000, params: [rows[0]?.seen ?? []] });
+        const { rows } = await crash.admin.query<{ seen: string[] }>(moment.seen);
+        hit = await waitForRow(crash.admin, moment.sql, { ms: 4000, params: [rows[0]?.seen ?? []] });
       } else {
         await pause(Math.random() * 1000);
       }
       const killedAt = Date.now();
-      await app.kill(run);
+      await crash.app.kill(run);
       log.push(
         `cycle ${cycle}: ${hit || moment.sql === undefined ? 'killed' : 'not seen, killed anyway'}: ${moment.name}`,
       );
       // Sometimes started again at once, sometimes after clients found it down for a while.
       if (cycle % 2 === 1) await pause(500);
-      run = app.start();
+      run = crash.app.start();
       await run.ready;
       windows.push({ killedAt, readyAt: Date.now() });
       // Tokens of before the restart: the refresh token rotates, and the access token it replaces
@@ -254,20 +239,20 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     // left into the past and start once more, so the relay delivers what they held.
     process.kill(run.child.pid as number, 'SIGTERM');
     expect(await run.exited).toEqual({ code: 0, signal: null });
-    await admin.query(
+    await crash.admin.query(
       `update api_webhook_outbox set locked_until = now() - interval '1 second' where status = 'pending' and locked_until > now()`,
     );
-    await admin.query(
+    await crash.admin.query(
       `update api_webhook_outbox set next_attempt_at = now() where status = 'pending' and next_attempt_at > now()`,
     );
-    await admin.query(
+    await crash.admin.query(
       `update receiver_inbox_records set lease_until = clock_timestamp() - interval '1 second'
         where state = 'in_progress' and lease_until > clock_timestamp()`,
     );
-    run = app.start();
+    run = crash.app.start();
     await run.ready;
     const drained = async () => {
-      const { rows } = await admin.query<{ pending: string; unapplied: string }>(
+      const { rows } = await crash.admin.query<{ pending: string; unapplied: string }>(
         `select (select count(*) from api_webhook_outbox where status <> 'delivered') as pending,
                 (select count(*) from api_charges c
                   where not exists (select 1 from receiver_events e where e.id = 'evt_' || c.id and e.applied >= 1)) as unapplied`,
@@ -310,7 +295,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     expect(longestWait).toBeLessThan(20_000);
 
     // One charge per key, the one the key was answered with; no charge of a key never answered.
-    const { rows: charges } = await admin.query<{ id: string; key: string }>(
+    const { rows: charges } = await crash.admin.query<{ id: string; key: string }>(
       'select id, idempotency_key as key from api_charges',
     );
     const byKey = new Map<string, string[]>();
@@ -320,23 +305,23 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     expect(charges.length).toBe(answered.size);
 
     // The outbox holds exactly one event per charge, each delivered; the receiver applied each once.
-    const { rows: events } = await admin.query<{ id: string; status: string }>(
+    const { rows: events } = await crash.admin.query<{ id: string; status: string }>(
       'select id, status from api_webhook_outbox',
     );
     expect(events.map((event) => event.id).sort()).toEqual(charges.map((charge) => `evt_${charge.id}`).sort());
     expect(events.filter((event) => event.status !== 'delivered')).toEqual([]);
-    const { rows: applied } = await admin.query<{ id: string; applied: number; deliveries: number }>(
+    const { rows: applied } = await crash.admin.query<{ id: string; applied: number; deliveries: number }>(
       'select id, applied, deliveries from receiver_events',
     );
     expect(applied.map((event) => event.id).sort()).toEqual(events.map((event) => event.id).sort());
     expect(applied.filter((event) => event.applied !== 1)).toEqual([]);
-    const { rows: states } = await admin.query<{ n: string }>(
+    const { rows: states } = await crash.admin.query<{ n: string }>(
       `select count(*) as n from receiver_charges where status = 'succeeded'`,
     );
     expect(Number(states[0]?.n)).toBe(charges.length);
 
     // Nothing left in progress: every key's record completed, every inbox record too.
-    const { rows: open } = await admin.query<{ api: string; inbox: string }>(
+    const { rows: open } = await crash.admin.query<{ api: string; inbox: string }>(
       `select (select count(*) from api_idempotency_records where state <> 'completed') as api,
               (select count(*) from receiver_inbox_records where state <> 'completed') as inbox`,
     );
@@ -345,12 +330,12 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   it("a sign-in begun before a kill finishes after the restart; the app's session survives the next; a charge from its form, cut by a third and sent again from the same form, is one charge", {
     timeout: 90_000,
   }, async () => {
-    let run = await app.running();
-    const appUrl = app.appUrl;
-    const authUrl = app.authUrl;
+    let run = await crash.app.running();
+    const appUrl = crash.app.appUrl;
+    const authUrl = crash.app.authUrl;
     const restart = async () => {
-      await app.kill(run);
-      run = app.start();
+      await crash.app.kill(run);
+      run = crash.app.start();
       await run.ready;
     };
     const agent = createUserAgent();
@@ -371,11 +356,11 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       amount: '4242',
       currency: 'EUR',
     };
-    const before = await admin.query(`select token from api_idempotency_records where state = 'in_progress'`);
+    const before = await crash.admin.query(`select token from api_idempotency_records where state = 'in_progress'`);
     const cut = agent.postForm(`${appUrl}/charges`, form).catch(() => undefined);
     // Killed once the API has claimed the key: the charge's transaction is open, or just committed.
     const claimed = await waitForRow(
-      admin,
+      crash.admin,
       `select 1 from api_idempotency_records where state = 'in_progress' and not (token = any($1::text[]))`,
       { ms: 10_000, params: [before.rows.map((row) => row.token)] },
     );
@@ -391,7 +376,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       flash = (await agent.request(new URL(posted.response.headers.get('location') ?? '/', appUrl).href)).body;
     }
     expect(flash).toContain('Charge created.');
-    const { rows } = await admin.query('select id from api_charges where idempotency_key = $1', [form.key]);
+    const { rows } = await crash.admin.query('select id from api_charges where idempotency_key = $1', [form.key]);
     expect(rows).toHaveLength(1);
   });
 
@@ -402,15 +387,15 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   it('a refresh cut by the kill: the old refresh token is consumed, the answer lost, the app starts again', {
     timeout: 60_000,
   }, async () => {
-    const run = await app.running();
-    const authUrl = app.authUrl;
-    const { rows } = await admin.query<{ secret: string }>(
+    const run = await crash.app.running();
+    const authUrl = crash.app.authUrl;
+    const { rows } = await crash.admin.query<{ secret: string }>(
       `select payload->>'client_secret' as secret from idp_models where model = 'Client' and id = 'photo-app'`,
     );
     const photoApp = {
       clientId: 'photo-app',
       clientSecret: rows[0]?.secret ?? '',
-      redirectUri: `${app.appUrl}/callback`,
+      redirectUri: `${crash.app.appUrl}/callback`,
     };
     const flow = await codeFlow(authUrl, photoApp, alice, { scope });
     expect(flow.tokens.status).toBe(200);
@@ -419,14 +404,14 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       () => undefined,
     );
     const consumed = await waitForRow(
-      admin,
+      crash.admin,
       `select 1 from idp_models where model = 'RefreshToken' and id = $1 and consumed_at is not null`,
       { ms: 10_000, params: [token] },
     );
-    await app.kill(run);
+    await crash.app.kill(run);
     await cut;
     expect(consumed).toBe(true);
-    await app.start().ready;
+    await crash.app.start().ready;
     cutRefresh = { token, client: photoApp };
   });
 
@@ -441,7 +426,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
   // with its successor, at the price of a window in which a stolen token goes unnoticed.
   it.fails('the cut refresh, sent again after the restart, is answered (not taken for a replay)', async () => {
     expect(cutRefresh).toBeDefined();
-    const authUrl = app.authUrl;
+    const authUrl = crash.app.authUrl;
     const { token, client } = cutRefresh ?? { token: '', client: { clientId: '', clientSecret: '' } };
     const again = await tokenRequest(authUrl, { grant_type: 'refresh_token', refresh_token: token }, client);
     expect(again.status, JSON.stringify(again.body)).toBe(200);

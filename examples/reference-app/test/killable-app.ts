@@ -4,6 +4,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
 import { freePort } from './ports.js';
 import { portVariables } from './start-script.js';
 
@@ -144,4 +145,29 @@ export async function waitForRow(
     if (rows.length > 0) return true;
   }
   return false;
+}
+
+/**
+ * For one describe block: a schema of its own (made before, dropped after), a pool on it for the
+ * test's own reads, and the killable app on it. Read the fields inside tests (they are set in beforeAll).
+ */
+export function useCrashSchema(prefix: string): {
+  readonly schema: string;
+  readonly admin: pg.Pool;
+  readonly app: Awaited<ReturnType<typeof killableApp>>;
+} {
+  const schema = `${prefix}_${Math.random().toString(16).slice(2, 12)}`;
+  const held = { schema } as { schema: string; admin: pg.Pool; app: Awaited<ReturnType<typeof killableApp>> };
+  beforeAll(async () => {
+    held.admin = new pg.Pool({ connectionString: inSchema(databaseUrl, schema), max: 3 });
+    held.admin.on('error', () => undefined);
+    await held.admin.query(`create schema ${schema}`);
+    held.app = await killableApp(schema);
+  });
+  afterAll(async () => {
+    await held.app?.close();
+    await held.admin?.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
+    await held.admin?.end();
+  });
+  return held;
 }

@@ -9,40 +9,24 @@
 // there leaves behind, the created row and a key still in progress.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createClient } from '@idem/client';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { demoUsers } from '../src/seed.js';
 import { codeFlow } from './flow.js';
-import { databaseUrl, inSchema, killableApp, postgresForCrashAudit, waitForRow } from './killable-app.js';
+import { postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
 
 const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 const available = await postgresForCrashAudit('the reference-app crash audit of plain-store creates');
 
 describe.runIf(available)('creates killed between their insert and their key completing (crash audit)', () => {
-  const schema = `refapp_createcrash_${randomBytes(5).toString('hex')}`;
-  let admin: pg.Pool;
-  let app: Awaited<ReturnType<typeof killableApp>>;
-
-  beforeAll(async () => {
-    admin = new pg.Pool({ connectionString: inSchema(databaseUrl, schema), max: 3 });
-    admin.on('error', () => undefined);
-    await admin.query(`create schema ${schema}`);
-    app = await killableApp(schema);
-  });
-
-  afterAll(async () => {
-    await app?.close();
-    await admin?.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
-    await admin?.end();
-  });
+  const crash = useCrashSchema('refapp_createcrash');
 
   it('the retry of each with the same key after the restart answers what the killed run made: one photo, one note', {
     timeout: 90_000,
   }, async () => {
-    let run = await app.running();
+    let run = await crash.app.running();
     // The operators' public client: alice's token for it acts with her admin role on the notes.
     const flow = await codeFlow(
-      app.authUrl,
+      crash.app.authUrl,
       { clientId: 'cli-pkce', redirectUri: 'http://127.0.0.1/callback' },
       alice,
       {
@@ -52,7 +36,7 @@ describe.runIf(available)('creates killed between their insert and their key com
     expect(flow.tokens.status).toBe(200);
     const accessToken = flow.tokens.body.access_token as string;
     const client = createClient({
-      baseUrl: app.baseUrl,
+      baseUrl: crash.app.baseUrl,
       getToken: () => accessToken,
       retry: { maxAttempts: 100, baseDelay: '100ms', maxDelay: '1s', deadline: '40s' },
     });
@@ -60,13 +44,13 @@ describe.runIf(available)('creates killed between their insert and their key com
     const charge = await client.post<{ id: string }>('/charges', { amount: 100, currency: 'EUR' });
     const eventId = `evt_${charge.body.id}`;
     expect(
-      await waitForRow(admin, 'select 1 from receiver_events where id = $1 and applied = 1', {
+      await waitForRow(crash.admin, 'select 1 from receiver_events where id = $1 and applied = 1', {
         ms: 20_000,
         params: [eventId],
       }),
     ).toBe(true);
 
-    await admin.query(`
+    await crash.admin.query(`
       create function audit_hold_completion() returns trigger language plpgsql as $$
       begin
         perform pg_sleep(3);
@@ -91,7 +75,7 @@ describe.runIf(available)('creates killed between their insert and their key com
       },
     ].map((create) => ({ ...create, key: randomUUID() }));
     const cut = creates.map((create) =>
-      fetch(`${app.baseUrl}${create.path}`, {
+      fetch(`${crash.app.baseUrl}${create.path}`, {
         method: 'POST',
         headers: {
           authorization: `Bearer ${accessToken}`,
@@ -103,17 +87,21 @@ describe.runIf(available)('creates killed between their insert and their key com
     );
     // Both rows are committed; both keys' completions wait in the trigger: kill now.
     for (const create of creates) {
-      expect(await waitForRow(admin, create.rows, { ms: 10_000, params: [create.value] }), create.path).toBe(true);
+      expect(await waitForRow(crash.admin, create.rows, { ms: 10_000, params: [create.value] }), create.path).toBe(
+        true,
+      );
     }
-    await app.kill(run);
+    await crash.app.kill(run);
     await Promise.all(cut);
     // Dropping the trigger waits for the held completions to fail and roll back.
-    await admin.query('drop trigger audit_hold_completion on api_plain_idempotency_records');
-    await admin.query('drop function audit_hold_completion()');
-    const { rows: open } = await admin.query(`select 1 from api_plain_idempotency_records where state = 'in_progress'`);
+    await crash.admin.query('drop trigger audit_hold_completion on api_plain_idempotency_records');
+    await crash.admin.query('drop function audit_hold_completion()');
+    const { rows: open } = await crash.admin.query(
+      `select 1 from api_plain_idempotency_records where state = 'in_progress'`,
+    );
     expect(open).toHaveLength(2);
 
-    run = app.start();
+    run = crash.app.start();
     await run.ready;
     // The client's retries: the same key and body, 409 until the killed execution's lease is over.
     const retried = await Promise.all(
@@ -123,7 +111,7 @@ describe.runIf(available)('creates killed between their insert and their key com
     );
     for (const [index, create] of creates.entries()) {
       expect(retried[index]?.status).toBe(201);
-      const { rows } = await admin.query<{ id: string }>(create.rows, [create.value]);
+      const { rows } = await crash.admin.query<{ id: string }>(create.rows, [create.value]);
       expect(
         rows.map((row) => String(row.id)),
         create.path,
