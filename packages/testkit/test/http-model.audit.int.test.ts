@@ -33,6 +33,25 @@ const tag = randomBytes(4).toString('hex');
 const leaseMs = 30_000;
 const seed = process.env.HTTP_MODEL_SEED === undefined ? undefined : Number(process.env.HTTP_MODEL_SEED);
 
+/** The concurrent properties, the same on every store: bursts, and retries racing after a lease ran out. */
+function concurrencyProperties(runner: () => ModelRun) {
+  it('bursts of concurrent requests: one run per record, replays byte-equal, 409 or 422 for the rest', async () => {
+    await fc.assert(
+      fc.asyncProperty(burstArbitrary, (burst) => runner().burst(burst)),
+      { numRuns: 15, endOnFailure: true },
+    );
+  }, 120_000);
+
+  it('a lease run out, then concurrent retries: exactly one takes the key over; the late finisher is fenced', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 8 }), fc.integer({ min: 0, max: 4 }), (same, other) =>
+        runner().takeoverBurst(same, other),
+      ),
+      { numRuns: 15, endOnFailure: true },
+    );
+  }, 120_000);
+}
+
 describe('the three adapters against the HTTP model, on memory stores', () => {
   let clock = Date.UTC(2026, 0, 1);
   let run: ModelRun;
@@ -64,21 +83,7 @@ describe('the three adapters against the HTTP model, on memory stores', () => {
     }, 120_000);
   }
 
-  it('bursts of concurrent requests: one run per record, replays byte-equal, 409 or 422 for the rest', async () => {
-    await fc.assert(
-      fc.asyncProperty(burstArbitrary, (burst) => run.burst(burst)),
-      { numRuns: 15, endOnFailure: true },
-    );
-  }, 120_000);
-
-  it('a lease run out, then concurrent retries: exactly one takes the key over; the late finisher is fenced', async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.integer({ min: 1, max: 8 }), fc.integer({ min: 0, max: 4 }), (same, other) =>
-        run.takeoverBurst(same, other),
-      ),
-      { numRuns: 15, endOnFailure: true },
-    );
-  }, 120_000);
+  concurrencyProperties(() => run);
 });
 
 // Counterexamples and corner cases of the random runs, minimised into plain sequences (each step's
@@ -243,19 +248,5 @@ describe.runIf(withRedis)('the three adapters against the HTTP model, on Redis',
     }, 120_000);
   }
 
-  it('bursts of concurrent requests: one run per record, replays byte-equal, 409 or 422 for the rest', async () => {
-    await fc.assert(
-      fc.asyncProperty(burstArbitrary, (burst) => run.burst(burst)),
-      { numRuns: 15, endOnFailure: true },
-    );
-  }, 120_000);
-
-  it('a lease run out, then concurrent retries: exactly one takes the key over; the late finisher is fenced', async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.integer({ min: 1, max: 8 }), fc.integer({ min: 0, max: 4 }), (same, other) =>
-        run.takeoverBurst(same, other),
-      ),
-      { numRuns: 15, endOnFailure: true },
-    );
-  }, 120_000);
+  concurrencyProperties(() => run);
 });
