@@ -6,7 +6,8 @@
  * - `'none'`: the body is left unread in `response`, and the per-attempt timeout ends with the headers.
  *
  * Text is decoded in the `charset` the response declares (UTF-8 when it declares none or one no
- * `TextDecoder` knows); JSON is always UTF-8.
+ * `TextDecoder` knows), unless it starts with a byte order mark, which wins, as in fetch's `text()`;
+ * JSON is always UTF-8.
  *
  * @example
  * await client.get('/report.pdf', { parse: 'bytes' });
@@ -58,6 +59,10 @@ const charsetParameter = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i;
 // none) is read as UTF-8, as fetch's `text()` reads everything. JSON is not read here: it is UTF-8
 // whatever it declares (RFC 8259 §8.1).
 function decodeText(bytes: Uint8Array, contentType: string | null): string {
+  // A byte order mark names the encoding before any label does (WHATWG Encoding, "decode"), as
+  // fetch's text() and browsers read it; TextDecoder drops it.
+  const sniffed = byteOrderMark(bytes);
+  if (sniffed !== undefined) return new TextDecoder(sniffed).decode(bytes);
   const match = charsetParameter.exec(contentType ?? '');
   const label = match?.[1] ?? match?.[2];
   if (label) {
@@ -68,4 +73,11 @@ function decodeText(bytes: Uint8Array, contentType: string | null): string {
     }
   }
   return new TextDecoder().decode(bytes);
+}
+
+function byteOrderMark(bytes: Uint8Array): 'utf-8' | 'utf-16le' | 'utf-16be' | undefined {
+  if (bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) return 'utf-8';
+  if (bytes[0] === 0xff && bytes[1] === 0xfe) return 'utf-16le';
+  if (bytes[0] === 0xfe && bytes[1] === 0xff) return 'utf-16be';
+  return undefined;
 }

@@ -409,6 +409,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         existing.keepMs = keepMs;
         weigh(existing, sizeOf(id, token, fingerprint));
         lease(existing, leaseMs, t);
+        // Another fingerprint may weigh more than the one it replaces (a direct caller's, of any length).
+        if (bytes > maxBytes) evict(t);
         return CLAIMED;
       }
       const entry = new Entry(id, token, fingerprint, 0);

@@ -72,6 +72,21 @@ describe('memoryStore maxBytes', () => {
     expect(store.bytes).toBe(0);
   });
 
+  it('makes room when a takeover grows a record past the budget', async () => {
+    let t = 0;
+    const evictions: string[] = [];
+    const store = memoryStore({ maxBytes: 2_000, now: () => t, onEvict: ({ id }) => evictions.push(id) });
+    store.claim({ id: 'done', token: 't1', fingerprint: 'f', leaseMs });
+    store.complete({ id: 'done', token: 't1', response: response(1_000), retentionMs });
+    store.claim({ id: 'crashed', token: 't2', fingerprint: 'f', leaseMs: 10, keepAfterLeaseMs: retentionMs * 2 });
+    t = 20;
+    // Taken over with a fingerprint of 1,500 characters (a direct caller's; the engine's are 64).
+    const taken = store.claim({ id: 'crashed', token: 't3', fingerprint: 'f'.repeat(1_500), leaseMs, replaces: 't2' });
+    expect(taken).toEqual({ claimed: true });
+    expect(store.bytes).toBeLessThanOrEqual(2_000);
+    expect(evictions).toEqual(['done']);
+  });
+
   it('refuses, before it writes anything, one response over the whole budget', async () => {
     const store = memoryStore({ maxBytes: 1_000, now: () => 0 });
     store.claim({ id: 'a', token: 't', fingerprint: 'f', leaseMs });
