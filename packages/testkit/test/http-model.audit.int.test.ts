@@ -22,6 +22,7 @@ import {
   type Step,
   startModelRun,
 } from './audit-support/http-model.js';
+import { advanceRedisPrefix } from './audit-support/redis-clock.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const withRedis = serviceAvailable(
@@ -196,25 +197,6 @@ describe('the HTTP model, minimised examples (memory stores)', () => {
   });
 });
 
-// Every key under `prefix` `ms` closer to its end, as the server's clock would move it.
-const advanceScript = `for _, k in ipairs(KEYS) do
-  local t = redis.call('PTTL', k)
-  if t >= 0 then
-    local left = t - tonumber(ARGV[1])
-    if left <= 0 then redis.call('DEL', k) else redis.call('PEXPIRE', k, left) end
-  end
-end
-return 0`;
-
-async function advanceRedis(client: Redis, prefix: string, ms: number) {
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await client.eval(advanceScript, keys.length, ...keys, String(ms));
-  } while (cursor !== '0');
-}
-
 describe.runIf(withRedis)('the three adapters against the HTTP model, on Redis', () => {
   const prefix = `audit-httpmodel:${tag}:`;
   let clock = Date.UTC(2026, 0, 1);
@@ -227,7 +209,7 @@ describe.runIf(withRedis)('the three adapters against the HTTP model, on Redis',
       now: () => clock,
       advance: async (ms) => {
         clock += ms;
-        await advanceRedis(client, prefix, ms);
+        await advanceRedisPrefix(client, prefix, ms);
       },
       leaseMs,
       numRuns: 20,

@@ -14,6 +14,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteKeys } from '../../redis/test/redis-env.js';
+import { advanceRedisKeys } from './audit-support/redis-clock.js';
 import { checkLog, runConcurrently } from './audit-support/store-concurrency.js';
 import {
   type Coverage,
@@ -42,17 +43,6 @@ const reached = (coverage: Coverage) => {
   for (const [what, count] of Object.entries(coverage)) expect(count, what).toBeGreaterThan(5);
 };
 
-// Every key of the history `ms` closer to its end, as the server's clock would move it; a key whose
-// time is up is deleted (Redis keeps a key whose PTTL is exactly 0 for that millisecond).
-const advanceScript = `for _, k in ipairs(KEYS) do
-  local t = redis.call('PTTL', k)
-  if t >= 0 then
-    local left = t - tonumber(ARGV[1])
-    if left <= 0 then redis.call('DEL', k) else redis.call('PEXPIRE', k, left) end
-  end
-end
-return 0`;
-
 describe.runIf(withRedis)('redisStore against the model of the Store contract', () => {
   const prefix = `audit-model:${tag}:`;
   let client: Redis;
@@ -70,7 +60,11 @@ describe.runIf(withRedis)('redisStore against the model of the Store contract', 
     await fc.assert(
       fc.asyncProperty(histories, async (commands) => {
         const advance = async (ms: number, ids: readonly string[]) => {
-          await client.eval(advanceScript, ids.length, ...ids.map((id) => store.key(id)), String(ms));
+          await advanceRedisKeys(
+            client,
+            ids.map((id) => store.key(id)),
+            ms,
+          );
         };
         await playHistory({ store, advance }, commands, idsOf(), coverage);
       }),
