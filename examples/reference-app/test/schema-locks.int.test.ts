@@ -51,4 +51,15 @@ describe('start-up schema scripts on an up-to-date database', () => {
     await again;
     expect(outcome).toBe('done');
   });
+
+  it('still add what is missing: the column and index a table made before them lacks', async () => {
+    await db.query('drop index receiver_event_notes_request_key');
+    await db.query('alter table receiver_event_notes drop column request_key');
+    await migrateAll(db);
+    const { rows } = await db.query<{ name: string }>(
+      `select attname as name from pg_attribute where attrelid = to_regclass('receiver_event_notes') and attname = 'request_key' and not attisdropped
+       union all select relname from pg_class where oid = to_regclass('receiver_event_notes_request_key')`,
+    );
+    expect(rows.map((row) => row.name).sort()).toEqual(['receiver_event_notes_request_key', 'request_key']);
+  });
 });

@@ -32,9 +32,12 @@ export class InvalidResponseError extends TypeError {
 export class ResponseTooLargeError extends Error {
   override readonly name = 'ResponseTooLargeError' as const;
   readonly code = 'response_too_large' as const;
-  /** Size of the response as {@link storedResponseSize} measures it (status, headers and body). */
+  /**
+   * Size of the response as {@link storedResponseSize} measures it (status, headers and body); from
+   * `memoryStore`, the size of the whole record as its `maxBytes` counts it.
+   */
   readonly bytes: number;
-  /** The store's `maxResponseBytes`. */
+  /** The store's `maxResponseBytes` (`memoryStore`'s `maxBytes`, the budget a single record is over). */
   readonly limit: number;
 
   constructor(bytes: number, limit: number) {

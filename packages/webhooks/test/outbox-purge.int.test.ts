@@ -332,7 +332,12 @@ describe.skipIf(!available)('outbox.purge()', () => {
         other.release();
       }
       await gaveUp;
+      // With lockTimeout false it waits for the writer as long as it takes, as before.
+      const waiting = outbox.migrate(migrator, { lockTimeout: false }).then(() => 'migrated' as const);
+      const early = await Promise.race([waiting, new Promise((resolve) => setTimeout(() => resolve('waiting'), 700))]);
+      expect(early).toBe('waiting');
       await holder.query('ROLLBACK');
+      expect(await waiting).toBe('migrated');
 
       await Promise.all([outbox.migrate(pool), outbox.migrate(pool)]);
       expect(await indexDefs()).toEqual([
