@@ -79,6 +79,7 @@ export { notify } from './notify.js';
 export { assertKnownOptions, type ListsEvery } from './option-names.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { recordId } from './record-id.js';
+export { retryWithPauses } from './retry-pauses.js';
 export { foldRoutePath, normalisePercentEncoding, originForm, type RoutePathOptions } from './route-path.js';
 export type {
   AsyncStore,

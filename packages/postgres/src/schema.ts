@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { type Duration, StoreUnavailableError, toMilliseconds } from '@idem/core';
+import { type Duration, retryWithPauses, StoreUnavailableError, toMilliseconds } from '@idem/core';
 import { createSqlClient, type PostgresClient } from './sql-client.js';
 import { defaultTable, parseTableName, type TableName } from './table-name.js';
 
@@ -107,23 +107,17 @@ export async function migrate(client: PostgresClient, options: MigrateOptions = 
   const lockTimeoutMs =
     options.lockTimeout === false ? undefined : toMilliseconds(options.lockTimeout ?? '500ms', 'lockTimeout');
   const lockWaitMs = toMilliseconds(options.lockWait ?? '30s', 'lockWait');
-  // A monotonic clock: a wall clock stepped meanwhile must not stretch or cut the wait.
-  const started = performance.now();
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await migrateOnce(client, table, lockTimeoutMs);
-      return;
-    } catch (error) {
-      if (lockTimeoutMs === undefined || !isLockTimeout(error)) throw error;
-      const pause = Math.min(250 * 2 ** (attempt - 1), 2_000);
-      if (performance.now() - started + pause >= lockWaitMs) {
-        throw new StoreUnavailableError(
-          `migrate(): the lock on ${table.name} was not free in ${lockWaitMs} ms (a transaction stays open on it: a running handler, or an idle session); nothing was changed, run migrate() again`,
-          { cause: (error as { cause?: unknown }).cause ?? error },
-        );
-      }
-      await new Promise((resolve) => setTimeout(resolve, pause));
-    }
+  try {
+    await retryWithPauses(() => migrateOnce(client, table, lockTimeoutMs), {
+      retryable: (error) => lockTimeoutMs !== undefined && isLockTimeout(error),
+      budgetMs: lockWaitMs,
+    });
+  } catch (error) {
+    if (lockTimeoutMs === undefined || !isLockTimeout(error)) throw error;
+    throw new StoreUnavailableError(
+      `migrate(): the lock on ${table.name} was not free in ${lockWaitMs} ms (a transaction stays open on it: a running handler, or an idle session); nothing was changed, run migrate() again`,
+      { cause: (error as { cause?: unknown }).cause ?? error },
+    );
   }
 }
 

@@ -5,6 +5,7 @@ import {
   type Duration,
   type ListsEvery,
   notify,
+  retryWithPauses,
   toMilliseconds,
   withoutCommandValues,
 } from '@idem/core';
@@ -427,21 +428,12 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         ? undefined
         : toMilliseconds(migrateOptions.lockTimeout ?? '500ms', 'lockTimeout');
     const lockWaitMs = toMilliseconds(migrateOptions.lockWait ?? '30s', 'lockWait');
-    // A monotonic clock: a wall clock stepped meanwhile must not stretch or cut the wait.
-    const started = performance.now();
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await migrateOnce(db, lockTimeoutMs);
-        return;
-      } catch (error) {
-        // lock_timeout (55P03): the implicit transaction rolled back, nothing changed; the queue that
-        // formed behind the waiting DDL is free again until the next try.
-        if (lockTimeoutMs === undefined || (error as { code?: unknown })?.code !== '55P03') throw error;
-        const pause = Math.min(250 * 2 ** (attempt - 1), 2_000);
-        if (performance.now() - started + pause >= lockWaitMs) throw error;
-        await new Promise((resolve) => setTimeout(resolve, pause));
-      }
-    }
+    // lock_timeout (55P03): the implicit transaction rolled back, nothing changed; the queue that
+    // formed behind the waiting DDL is free again until the next try.
+    await retryWithPauses(() => migrateOnce(db, lockTimeoutMs), {
+      retryable: (error) => lockTimeoutMs !== undefined && (error as { code?: unknown })?.code === '55P03',
+      budgetMs: lockWaitMs,
+    });
   };
 
   const migrateOnce = async (db: Queryable, lockTimeoutMs: number | undefined) => {
