@@ -644,6 +644,16 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     const fenceValues = (row: Claimed) => [row.id, relayId, row.claims, row.attempts];
     const statusOf = (rows: { status: OutboxRow['status'] }[]) => rows[0]?.status ?? 'fenced';
 
+    // A write that ends a claim, tried again when it fails. Without it a result whose write met a
+    // connection the pool had not yet seen die (a database restart, pg_terminate_backend, a pooler
+    // recycling its servers) was lost, and the row was sent again once its lease ended: a second
+    // delivery for an attempt that worked. Any error is retried: the fence makes a write that did
+    // land the first time (its answer lost) change nothing the second time, which then reads as
+    // 'fenced' in the round's counts. The budget stays well inside the lease, past which the fence
+    // refuses the write anyway.
+    const endClaim = (sql: string, values: unknown[]) =>
+      retryWithPauses(() => db.query(sql, values), { retryable: () => true, budgetMs: Math.min(1_000, leaseMs / 4) });
+
     // How a claim ends, in every query that ends one: the fence in $1 to $4, the wait before the next
     // attempt in $5, the horizon in $6. The first of `first` (a condition, a status, a dead_reason)
     // that holds decides; else the row is dead-lettered with 'horizon' if the wait would end past
@@ -680,7 +690,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       waitMs: number,
     ) => {
       // With its wait: the statement drops it from a row that ends (delivered, stopped, past the horizon).
-      const { rows } = await db.query(recordSql, [
+      const { rows } = await endClaim(recordSql, [
         ...endingValues(row, waitMs),
         delivered,
         stop,
@@ -699,7 +709,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
           WHERE ${fence}
         RETURNING status`;
     const putBack = async (row: Claimed, waitMs: number) =>
-      statusOf((await db.query(putBackSql, endingValues(row, waitMs))).rows);
+      statusOf((await endClaim(putBackSql, endingValues(row, waitMs))).rows);
 
     // A row whose relay died and that no claim has taken over yet is taken over here: its lost
     // attempt gets its entry, as in a claim.
