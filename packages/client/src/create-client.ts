@@ -11,6 +11,8 @@ import {
   isIdempotentMethod,
   isRetryableStatus,
   isSafeToRepeat,
+  problemOf,
+  saysBodyIncomplete,
   saysNotRetryable,
 } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
@@ -492,7 +494,17 @@ export function createClient(options: ClientOptions): Client {
             if (!retryable && response.status < 400) throw fail('invalid_response_body', error);
           }
         }
-        if (retryable && saysNotRetryable(response.headers.get('content-type'), run.bytes)) retryable = false;
+        const problem = problemOf(response.headers.get('content-type'), run.bytes);
+        if (saysNotRetryable(problem)) retryable = false;
+        // The server received less than was sent and ran nothing; a repeat is still only made where
+        // one is harmless, in case what answered only claims to be idem.
+        else if (
+          !attempt.replayed &&
+          response.status === 400 &&
+          saysBodyIncomplete(problem) &&
+          isSafeToRepeat({ method: verb, keyed: keyField !== undefined })
+        )
+          retryable = true;
         if (!retryable) {
           if (response.status < 400) {
             return {

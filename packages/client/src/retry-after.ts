@@ -94,10 +94,30 @@ function dateParts(text: string, now: number): DateParts | undefined {
   return undefined;
 }
 
+// A response with the header twice (a framework and a proxy both set it) reaches fetch's Headers as
+// one value, the two joined by ", ". When every copy is the same, that is the value; copies that
+// differ are left as they are, and parse as nothing: which one the server meant is unknown. An
+// HTTP-date holds a comma itself, so the copies are found by length, not by splitting on commas.
+function onlyValue(text: string): string {
+  for (let copies = 2; copies <= 8; copies++) {
+    const length = (text.length - 2 * (copies - 1)) / copies;
+    if (!Number.isInteger(length) || length < 1) continue;
+    const first = text.slice(0, length);
+    if (Array.from({ length: copies }, () => first).join(', ') === text) return first;
+  }
+  // delay-seconds copies joined without the space, or with more of it.
+  const members = text.split(',').map((member) => member.trim());
+  if (members.length > 1 && members.every((member) => /^\d+$/.test(member) && member === members[0])) {
+    return members[0] as string;
+  }
+  return text;
+}
+
 /**
  * Reads a `Retry-After` field value as a wait in milliseconds from `now` (epoch ms): either
- * delay-seconds (`'3'` gives 3000) or an HTTP-date (a date in the past gives 0). Anything else, or
- * no value, gives `undefined`, and the client falls back to its backoff.
+ * delay-seconds (`'3'` gives 3000) or an HTTP-date (a date in the past gives 0); the same value
+ * repeated (`'3, 3'`, the header sent twice) is that value. Anything else, or no value, gives
+ * `undefined`, and the client falls back to its backoff.
  *
  * @example
  * parseRetryAfter('3', Date.now()); // 3000
@@ -105,7 +125,7 @@ function dateParts(text: string, now: number): DateParts | undefined {
  */
 export function parseRetryAfter(value: string | null | undefined, now: number): number | undefined {
   if (value === null || value === undefined) return undefined;
-  const text = value.trim();
+  const text = onlyValue(value.trim());
   if (/^\d+$/.test(text)) return Number(text) * 1000;
   const at = parseHttpDate(text, now);
   return at === undefined ? undefined : Math.max(0, at - now);

@@ -115,25 +115,50 @@ export function isSafeToRepeat(context: RetryContext): boolean {
 }
 
 /**
- * True when a response's body is an RFC 9457 problem (`application/problem+json`) that says
- * `"retryable": false`: the server's own word that asking again changes nothing (idem's problems,
- * and any service that follows them, carry that member). It turns the status rule down, never up:
- * a handler's business 409 on a keyed POST ("the seat is taken") is not a "still running", and is
- * final on the first answer instead of after one wasted retry that comes back replayed. It reads
- * the raw bytes, so the caller's `parse` mode (`text`, `bytes`, ...) does not change the decision;
- * a body that does not parse, or is not an object, says nothing.
+ * The members of an RFC 9457 problem (`application/problem+json`) body, read from its raw bytes, so
+ * the caller's `parse` mode (`text`, `bytes`, ...) does not change a decision made from them. A body
+ * of another type, one that does not parse, or one that is not an object gives `undefined`.
  *
  * @example
- * saysNotRetryable('application/problem+json', new TextEncoder().encode('{"retryable":false}')); // true
+ * problemOf('application/problem+json', new TextEncoder().encode('{"code":"body_incomplete"}')); // { code: 'body_incomplete' }
  */
-export function saysNotRetryable(contentType: string | null, bytes: Uint8Array | undefined): boolean {
-  if (bytes === undefined || contentType === null) return false;
-  if (!/^\s*application\/problem\+json\s*(?:;|$)/i.test(contentType)) return false;
+export function problemOf(
+  contentType: string | null,
+  bytes: Uint8Array | undefined,
+): Record<string, unknown> | undefined {
+  if (bytes === undefined || contentType === null) return undefined;
+  if (!/^\s*application\/problem\+json\s*(?:;|$)/i.test(contentType)) return undefined;
   let problem: unknown;
   try {
     problem = JSON.parse(new TextDecoder().decode(bytes));
   } catch {
-    return false;
+    return undefined;
   }
-  return typeof problem === 'object' && problem !== null && (problem as { retryable?: unknown }).retryable === false;
+  return typeof problem === 'object' && problem !== null ? (problem as Record<string, unknown>) : undefined;
+}
+
+/**
+ * True when a problem says `"retryable": false`: the server's own word that asking again changes
+ * nothing (idem's problems, and any service that follows them, carry that member). It turns the
+ * status rule down: a handler's business 409 on a keyed POST ("the seat is taken") is final on the
+ * first answer instead of after one wasted retry that comes back replayed.
+ *
+ * @example
+ * saysNotRetryable({ retryable: false }); // true
+ */
+export function saysNotRetryable(problem: Record<string, unknown> | undefined): boolean {
+  return problem?.retryable === false;
+}
+
+/**
+ * True for idem's 400 `body_incomplete`: the body reached the server cut short (a proxy or the
+ * network dropped the end of the upload), and the server claimed and ran nothing. Sending the same
+ * request again is what fixes it. Only this code turns the status rule up: a generic
+ * `"retryable": true` on a 4xx is not trusted to mean that nothing ran.
+ *
+ * @example
+ * saysBodyIncomplete({ code: 'body_incomplete', retryable: true }); // true
+ */
+export function saysBodyIncomplete(problem: Record<string, unknown> | undefined): boolean {
+  return problem?.code === 'body_incomplete' && problem.retryable !== false;
 }

@@ -287,6 +287,35 @@ describe('what is retried', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it("retries idem's 400 body_incomplete (the body arrived cut short, nothing ran) where a repeat is safe", async () => {
+    const problem = { 'content-type': 'application/problem+json' };
+    const cut = () =>
+      json(400, { code: 'body_incomplete', retryable: true, status: 400, title: 'Request body incomplete' }, problem);
+    const keyed = setup([cut(), json(201, { id: 'ch_1' })]);
+    const result = await keyed.client.post('/charges', { amount: 5 });
+    expect(result.status).toBe(201);
+    expect(keyed.seen).toHaveLength(2);
+    expect(new Set(keyed.seen.map((r) => r.headers.get('idempotency-key'))).size).toBe(1);
+    const put = setup([cut(), json(200, {})]);
+    expect((await put.client.put('/settings', { theme: 'dark' })).status).toBe(200);
+    expect(put.seen).toHaveLength(2);
+    // Without a key a POST is not repeated on a server's word alone.
+    const unkeyed = setup([cut(), json(201, {})]);
+    expect((await failure(unkeyed.client.post('/charges', {}, { idempotencyKey: false }))).code).toBe('http_error');
+    expect(unkeyed.seen).toHaveLength(1);
+    // The code alone, in plain JSON, in another status, or with retryable: false, says nothing.
+    for (const first of [
+      json(400, { code: 'body_incomplete', retryable: true }),
+      json(422, { code: 'body_incomplete', retryable: true }, problem),
+      json(400, { code: 'body_incomplete', retryable: false }, problem),
+      json(400, { code: 'bad_amount', retryable: true }, problem),
+    ]) {
+      const other = setup([first, json(201, {})]);
+      expect((await failure(other.client.post('/charges', {}))).code).toBe('http_error');
+      expect(other.seen).toHaveLength(1);
+    }
+  });
+
   it('reads retryable: false only from a problem document: no member, no media type or another type says nothing', async () => {
     for (const first of [
       // A problem without the member leaves the status rule: a 503 on a keyed POST is retried.

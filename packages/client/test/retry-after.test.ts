@@ -17,6 +17,30 @@ describe('parseRetryAfter', () => {
     expect(parseRetryAfter('Sat Nov  1 06:00:00 2026', Date.UTC(2026, 10, 1, 5, 59, 59))).toBe(1000);
   });
 
+  it('reads the header sent twice with the same value (fetch joins the copies with ", ")', () => {
+    expect(parseRetryAfter('5, 5', now)).toBe(5000);
+    expect(parseRetryAfter('5,5,5', now)).toBe(5000);
+    const date = 'Sat, 21 Nov 2026 06:00:05 GMT';
+    expect(parseRetryAfter(`${date}, ${date}`, now)).toBe(5000);
+    expect(parseRetryAfter(`${date}, ${date}, ${date}`, now)).toBe(5000);
+    const headers = new Headers();
+    headers.append('retry-after', '7');
+    headers.append('retry-after', '7');
+    expect(retryAfterOf(headers, now)).toBe(7000);
+  });
+
+  it('ignores copies that differ: which one the server meant is unknown', () => {
+    for (const value of [
+      '5, 6',
+      '5, 5, 6',
+      'Sat, 21 Nov 2026 06:00:05 GMT, Sat, 21 Nov 2026 06:00:06 GMT',
+      '5, ',
+      ', 5',
+    ]) {
+      expect(parseRetryAfter(value, now), value).toBeUndefined();
+    }
+  });
+
   it('gives 0 for a date in the past', () => {
     expect(parseRetryAfter('Sun, 06 Nov 1994 08:49:37 GMT', now)).toBe(0);
   });
