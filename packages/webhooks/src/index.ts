@@ -67,6 +67,7 @@ export {
   type WebhookSecret,
 } from './secrets.js';
 export {
+  type AttemptOptions,
   type AttemptRecord,
   createSender,
   type DeadLetterReason,

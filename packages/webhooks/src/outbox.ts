@@ -613,7 +613,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
            FROM due
           WHERE o.id = due.id
         RETURNING o.id, o.url, CASE WHEN due.crashed OR due.stop IS NOT NULL THEN NULL ELSE o.body END AS body,
-                  o.content_type, o.headers, o.status, o.attempts, o.claims, due.crashed`,
+                  o.content_type, o.headers, o.status, o.attempts, o.claims, due.crashed,
+                  floor(extract(epoch FROM now()) * 1000)::float8 AS database_now`,
         [batchSize, leaseMs, relayId, horizonParam, maxAttemptsParam],
       );
       return rows as {
@@ -630,6 +631,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
         /** The fencing token: every claim raises it, nothing lowers or resets it. */
         claims: number;
         crashed: boolean;
+        /** The database's clock when the claim ran, epoch ms. */
+        database_now: number;
       }[];
     };
     type Claimed = Awaited<ReturnType<typeof claim>>[number];
@@ -733,11 +736,12 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // there dead-letters it (so does one past the horizon), and no takeover gets here with it.
     const takeOver = (row: Claimed) => putBack(row, sender.nextDelay(Math.max(1, row.attempts - 1)));
 
-    const send = async (row: Claimed, round: RelayRound) => {
+    const send = async (row: Claimed, round: RelayRound, clock: () => number) => {
       // Only a crashed or dead-lettered row's body is null, and neither is sent.
       const attempt = await sender.attempt(
         { url: row.url, id: row.id, body: row.body as Buffer, contentType: row.content_type, headers: row.headers },
         row.attempts,
+        { now: clock },
       );
       const delivered = attempt.result === 'delivered';
       const stop =
@@ -764,12 +768,20 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
 
     const runRound = async (): Promise<RelayRound> => {
       const rows = await claim();
+      // Attempts are signed (webhook-timestamp) by the database's clock, the one that schedules them,
+      // carried forward by this process's monotonic clock: a relay host whose wall clock is minutes
+      // off would otherwise send signatures every receiver refuses as too old or too new, and dates
+      // in its history that disagree with next_attempt_at.
+      const claimedAt = performance.now();
+      const databaseNow = rows[0]?.database_now ?? 0;
+      const clock = () => databaseNow + (performance.now() - claimedAt);
       const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0, fenced: 0 };
       // Settle every row before the round ends, even when one fails: stop() promises the round in
       // flight is over, and a caller may close the pool right after it.
       const settled = await Promise.allSettled(
         rows.map(async (row) => {
-          const status = row.status === 'dead' ? 'dead' : row.crashed ? await takeOver(row) : await send(row, round);
+          const status =
+            row.status === 'dead' ? 'dead' : row.crashed ? await takeOver(row) : await send(row, round, clock);
           if (status === 'pending') round.retrying++;
           else round[status]++;
         }),

@@ -133,6 +133,17 @@ export type DeliveryResult =
       lastAttempt: AttemptRecord | undefined;
     };
 
+/** Options of one {@link Sender.attempt}. */
+export interface AttemptOptions {
+  /** Ends the attempt (recorded as a network error). */
+  signal?: AbortSignal;
+  /**
+   * The clock (epoch ms) that signs this attempt (`webhook-timestamp`), dates it (`startedAt`) and
+   * reads an HTTP-date `Retry-After` that comes without a `Date`. Default: the sender's `now`.
+   */
+  now?: () => number;
+}
+
 /** A retrying Standard Webhooks sender. */
 export interface Sender {
   /**
@@ -140,8 +151,11 @@ export interface Sender {
    * a fresh signature per attempt, and a dead-letter outcome carrying every attempt.
    */
   send(message: WebhookMessage, options?: { signal?: AbortSignal }): Promise<DeliveryResult>;
-  /** Makes exactly one signed attempt (a relay schedules the retries itself). */
-  attempt(message: WebhookMessage, attempt: number, options?: { signal?: AbortSignal }): Promise<AttemptRecord>;
+  /**
+   * Makes exactly one signed attempt (a relay schedules the retries itself). `now` replaces the
+   * sender's clock for this attempt: the relay signs by the database's clock, as it schedules.
+   */
+  attempt(message: WebhookMessage, attempt: number, options?: AttemptOptions): Promise<AttemptRecord>;
   /**
    * The wait before retry `retry` (1 = after the first attempt): a full-jitter draw, raised to
    * `Retry-After` when that is larger (cut to `maxRetryAfter`).
@@ -261,9 +275,10 @@ export function createSender(options: SenderOptions): Sender {
   const attemptQuietly = async (
     message: WebhookMessage,
     number: number,
-    attemptOptions: { signal?: AbortSignal } = {},
+    attemptOptions: AttemptOptions = {},
   ): Promise<AttemptRecord> => {
-    const startedAt = now();
+    const clock = attemptOptions.now ?? now;
+    const startedAt = clock();
     const begunAt = elapsed();
     const timestamp = Math.floor(startedAt / 1000);
     const body = toBodyBytes(message.body);
@@ -292,7 +307,7 @@ export function createSender(options: SenderOptions): Sender {
         body: new Uint8Array(body),
       });
       const status = response.status;
-      const retryAfterMs = retryAfterOf(response.headers, now());
+      const retryAfterMs = retryAfterOf(response.headers, clock());
       const responseBody = await readSnippet(response);
       const result = status >= 200 && status < 300 ? 'delivered' : status === 410 ? 'gone' : 'failed';
       return finish({ result, status, responseBody, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) });
@@ -311,8 +326,11 @@ export function createSender(options: SenderOptions): Sender {
   const attempt = async (
     message: WebhookMessage,
     number: number,
-    attemptOptions: { signal?: AbortSignal } = {},
+    attemptOptions: AttemptOptions = {},
   ): Promise<AttemptRecord> => {
+    if (attemptOptions.now !== undefined && typeof attemptOptions.now !== 'function') {
+      throw new TypeError('attempt(): `now` must be a function returning epoch milliseconds');
+    }
     assertBodyBytes(message.body);
     const record = await attemptQuietly(message, number, attemptOptions);
     tell(record, message);

@@ -8,7 +8,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import type { Duration } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOutbox, createSender, type Relay, type Sender } from '../src/index.js';
+import { createOutbox, createSender, createVerifier, type Relay, type Sender } from '../src/index.js';
 import { postgresAvailable, testPool } from './support/postgres.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -470,6 +470,51 @@ describe.skipIf(!available)('outbox relay under realistic operations', () => {
       await Promise.all([ahead.runOnce(), behind.runOnce()]);
       return (await rows("status = 'delivered'")).length === 10;
     }, 'every event delivered by either relay');
+  });
+
+  // Was wrong: the relay signed webhook-timestamp by its host's clock, so a relay an hour off had
+  // every delivery refused by receivers (timestamp_too_old / too_new) while the database scheduled
+  // it correctly; it signs by the database's clock now, as it schedules.
+  it("signs by the database's clock: relays an hour off are accepted by a verifying receiver", async () => {
+    await clear();
+    const verifier = createVerifier({ secret: SECRET });
+    const refusals: string[] = [];
+    const strict = await new Promise<{ url: string; close: () => Promise<void> }>((resolve) => {
+      const server = createServer((request, response) => {
+        const chunks: Buffer[] = [];
+        request.on('data', (chunk: Buffer) => chunks.push(chunk));
+        request.on('end', () => {
+          const result = verifier.verify({ headers: request.headers, body: Buffer.concat(chunks) });
+          if (!result.ok) refusals.push(result.error.code);
+          response.writeHead(result.ok ? 204 : 400);
+          response.end();
+        });
+      });
+      server.listen(0, '127.0.0.1', () =>
+        resolve({
+          url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`,
+          close: () => new Promise<void>((done) => server.close(() => done())),
+        }),
+      );
+    });
+    closers.push(strict.close);
+    await addMany(strict.url, 6, 'evt_signclock_');
+    for (const offset of [3_600_000, -3_600_000]) {
+      const relay = outbox.relay({
+        db: pool,
+        sender: createSender({ secret: SECRET, timeout: '1s', now: () => Date.now() + offset }),
+        batchSize: 3,
+        lease: '3s',
+      });
+      expect(await relay.runOnce()).toMatchObject({ claimed: 3, delivered: 3 });
+    }
+    expect(refusals).toEqual([]);
+    // The history dates each attempt by the same clock: within a few seconds of the database's.
+    const { rows: dated } = await pool.query(
+      `SELECT abs((last_attempt->>'startedAt')::float8 - extract(epoch FROM now()) * 1000) AS off FROM "${table}"`,
+    );
+    expect(dated).toHaveLength(6);
+    for (const { off } of dated) expect(Number(off)).toBeLessThan(60_000);
   });
 
   it('purge() beside 3 relays and a 410: deletes only what ended, never an event still to send', async () => {

@@ -168,6 +168,24 @@ describe('attempts', () => {
     expect(replayed.ok ? 'ok' : replayed.error.code).toBe('timestamp_too_old');
   });
 
+  it("attempt({ now }) signs, dates and reads Retry-After by that clock instead of the sender's", async () => {
+    const other = START + 3_600_000;
+    const { sender, calls } = harness([
+      { status: 503, headers: { 'retry-after': new Date(other + 9_000).toUTCString() } },
+    ]);
+    const record = await sender.attempt(message, 1, { now: () => other });
+    expect(Number(header(calls[0]!.init, 'webhook-timestamp'))).toBe(other / 1000);
+    expect(record.startedAt).toBe(other);
+    expect(record.retryAfterMs).toBe(9_000);
+    const byOther = createVerifier({ secret: SECRET, now: () => other });
+    const body = Buffer.from(message.body);
+    expect(byOther.verify({ headers: calls[0]!.init.headers as Record<string, string>, body }).ok).toBe(true);
+    // Without it, the sender's own clock.
+    await sender.attempt(message, 2);
+    expect(Number(header(calls[1]!.init, 'webhook-timestamp'))).toBe(START / 1000);
+    await expect(sender.attempt(message, 3, { now: 5 as never })).rejects.toThrow(TypeError);
+  });
+
   it('retries every other 4xx and 5xx, 404 included: only 410 stops', async () => {
     for (const status of [400, 401, 403, 404, 409, 422, 429, 500, 503]) {
       const { sender, calls } = harness([{ status }, { status: 200 }]);
