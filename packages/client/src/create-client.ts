@@ -3,6 +3,7 @@ import { backoffDelay } from './backoff.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
 import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
+import { followingRedirects } from './redirects.js';
 import { encodeBody } from './request-body.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { retryAfterOf } from './retry-after.js';
@@ -242,6 +243,11 @@ export function createClient(options: ClientOptions): Client {
         'Pass a key per call instead: client.post(path, body, { idempotencyKey })',
     );
   }
+  // Reads follow redirects by hand, so that the client-wide headers (an API key, most often) stay
+  // on the origins they were meant for.
+  const clientHeaderNames: string[] = [];
+  defaultHeaders.forEach((_value, name) => clientHeaderNames.push(name));
+  const readFetch = followingRedirects(fetchFn, clientHeaderNames);
   const clientRetry = resolveRetry(options.retry);
   const random = options.random ?? Math.random;
   const sleep = options.sleep ?? abortableSleep;
@@ -419,12 +425,13 @@ export function createClient(options: ClientOptions): Client {
       // A write is not sent on to wherever a redirect points: fetch would take its key (and, on a 307
       // or 308, its body) to another URL, turn it into a GET on a 303 and report that GET's answer,
       // losing the redirect's own Idempotent-Replayed and minted key, and repeat a redirect loop as
-      // a network error. Its 3xx is its answer. Reads follow redirects as fetch does.
+      // a network error. Its 3xx is its answer. Reads follow redirects as fetch does, but keep the
+      // client's own headers off other origins (followingRedirects).
       const writes = keyField !== undefined || !isIdempotentMethod(verb);
       const run = await runAttempt(
-        fetchFn,
+        writes ? fetchFn : readFetch,
         url,
-        { method: verb, headers, body: encoded.body, redirect: writes ? 'manual' : 'follow' },
+        { method: verb, headers, body: encoded.body, redirect: 'manual' },
         Math.min(retry.timeoutMs, remaining),
         callerSignal,
         parse === 'none' ? undefined : maxBytes,

@@ -923,7 +923,7 @@ describe('redirects', () => {
     return { fetch, modes };
   }
 
-  it('asks fetch not to follow them for writes (keyed or not idempotent), and to follow them for reads', async () => {
+  it('asks fetch not to follow them: a write takes its 3xx as its answer, a read is followed by the client', async () => {
     const { fetch, modes } = recordingFetch(() => empty(200));
     const { client } = setup([], { fetch });
     await client.post('/charges', {});
@@ -931,7 +931,71 @@ describe('redirects', () => {
     await client.put('/settings', {}, { idempotencyKey: 'k-put' });
     await client.get('/stock');
     await client.put('/settings', {});
-    expect(modes).toEqual(['manual', 'manual', 'manual', 'follow', 'follow']);
+    expect(modes).toEqual(['manual', 'manual', 'manual', 'manual', 'manual']);
+  });
+
+  it("a read's redirects keep the client's headers on its origin and drop them for any other", async () => {
+    const seen: { url: string; method: string; headers: Headers; body: unknown }[] = [];
+    const hops: Record<string, Response | (() => Response)> = {};
+    const fetch: ClientOptions['fetch'] = async (input, init) => {
+      seen.push({ url: input, method: String(init.method), headers: new Headers(init.headers), body: init.body });
+      const answer = hops[input] ?? empty(200);
+      return typeof answer === 'function' ? answer() : answer;
+    };
+    const redirect = (status: number, location: string) => () => new Response(null, { status, headers: { location } });
+    const client = createClient({
+      baseUrl: 'https://api.example.test/',
+      fetch,
+      headers: { 'x-api-key': 'sk_live_1', accept: 'application/json' },
+      getToken: () => 'bearer-1',
+    });
+    hops['https://api.example.test/stock'] = redirect(302, '/stock/v2');
+    hops['https://api.example.test/stock/v2'] = redirect(301, 'https://cdn.example.test/stock');
+    hops['https://cdn.example.test/stock'] = redirect(307, 'https://api.example.test/back');
+    const result = await client.get('/stock');
+    expect(result.status).toBe(200);
+    expect(result.response.redirected).toBe(true);
+    expect(
+      seen.map((r) => [r.url, r.headers.get('x-api-key'), r.headers.get('authorization'), r.headers.get('accept')]),
+    ).toEqual([
+      ['https://api.example.test/stock', 'sk_live_1', 'Bearer bearer-1', 'application/json'],
+      ['https://api.example.test/stock/v2', 'sk_live_1', 'Bearer bearer-1', 'application/json'],
+      // Another origin: the client's own headers and the credentials stay behind, the rest goes on.
+      ['https://cdn.example.test/stock', null, null, null],
+      // Back on the origin after a hop elsewhere: still without them.
+      ['https://api.example.test/back', null, null, null],
+    ]);
+    // A 303 turns an unkeyed PUT into a GET without its body, as fetch does.
+    seen.length = 0;
+    hops['https://api.example.test/settings'] = redirect(303, '/settings/done');
+    await client.put('/settings', { theme: 'dark' });
+    expect(seen.map((r) => [r.method, r.body === undefined, r.headers.get('content-type')])).toEqual([
+      ['PUT', false, 'application/json'],
+      ['GET', true, null],
+    ]);
+    // More than 20 hops is a network error, as in fetch (and, for a read, retried).
+    seen.length = 0;
+    hops['https://api.example.test/loop'] = redirect(302, '/loop');
+    const looped = await failure(client.get('/loop', { retry: { maxAttempts: 1 } }));
+    expect([looped.code, seen.length]).toEqual(['attempts_exhausted', 21]);
+    // A location that is no http(s) URL is not followed.
+    hops['https://api.example.test/odd'] = redirect(302, 'ftp://files.example.test/x');
+    expect((await failure(client.get('/odd', { retry: { maxAttempts: 1 } }))).code).toBe('attempts_exhausted');
+  });
+
+  it("sends a read again with redirect: 'follow' where redirects are opaque (a browser)", async () => {
+    const modes: (RequestRedirect | undefined)[] = [];
+    const fetch: ClientOptions['fetch'] = async (_input, init) => {
+      modes.push(init.redirect);
+      if (init.redirect === 'follow') return json(200, { here: true });
+      const opaque = new Response(null, { status: 200 });
+      Object.defineProperty(opaque, 'type', { value: 'opaqueredirect' });
+      Object.defineProperty(opaque, 'status', { value: 0 });
+      return opaque;
+    };
+    const { client } = setup([], { fetch });
+    expect((await client.get('/stock')).body).toEqual({ here: true });
+    expect(modes).toEqual(['manual', 'follow']);
   });
 
   it("ends with redirect_unreadable on a browser's opaque redirect, with the key to retry with", async () => {

@@ -1,0 +1,78 @@
+import type { FetchFunction } from './create-client.js';
+
+// What fetch allows before it gives up on a chain of redirects (WHATWG Fetch, "HTTP-redirect fetch").
+const maxRedirects = 20;
+
+const redirectStatuses: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
+
+// The headers that describe a request body: dropped with the body when a redirect turns the request
+// into a GET, as fetch does.
+const bodyHeaders = ['content-type', 'content-encoding', 'content-language', 'content-location'];
+
+// Credentials fetch itself drops on a redirect to another origin; the client adds its own list.
+const credentialHeaders = ['authorization', 'cookie', 'cookie2', 'proxy-authorization'];
+
+/**
+ * A fetch for reads that follows redirects itself, as fetch would, except that on a hop to another
+ * origin it drops `dropAcrossOrigins` (the names of the client-wide `headers`) and the credential
+ * headers, for that hop and every later one. fetch drops only Authorization and cookies, so an API
+ * key set once on the client went to whatever origin a GET's 302 named; the client refuses absolute
+ * paths so that credentials stay on baseUrl's origin, and a redirect must not undo that.
+ *
+ * Where redirects are opaque to scripts (a browser answers `redirect: 'manual'` with an
+ * `opaqueredirect`), the request is sent again with `redirect: 'follow'`: the browser then follows
+ * it under its own rules, and its CORS checks keep custom headers from other origins that do not
+ * allow them. That costs one more request, for a read only.
+ *
+ * @example
+ * const get = followingRedirects(fetch, ['x-api-key']);
+ * await get('https://api.example.com/stock', { method: 'GET', headers: { 'x-api-key': 'k' } });
+ */
+export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: readonly string[]): FetchFunction {
+  const dropped = [...new Set([...credentialHeaders, ...dropAcrossOrigins.map((name) => name.toLowerCase())])];
+  return async (input, init) => {
+    const origin = new URL(input).origin;
+    let url = input;
+    let method = (init.method ?? 'GET').toUpperCase();
+    let body = init.body;
+    const headers = new Headers(init.headers);
+    let leftOrigin = false;
+    for (let hops = 0; ; hops++) {
+      const response = await fetchFn(url, { ...init, method, body, headers, redirect: 'manual' });
+      if (response.type === 'opaqueredirect') return fetchFn(input, { ...init, redirect: 'follow' });
+      const location = response.headers.get('location');
+      if (!redirectStatuses.has(response.status) || location === null) {
+        // As fetch reports a followed chain (callers read it to tell a moved resource).
+        if (hops > 0) Object.defineProperty(response, 'redirected', { value: true });
+        return response;
+      }
+      // The redirect itself is not the answer: its body is not read.
+      response.body?.cancel().catch(() => undefined);
+      if (hops >= maxRedirects) throw new TypeError('fetch failed: redirect count exceeded');
+      let next: URL;
+      try {
+        next = new URL(location, url);
+      } catch (error) {
+        throw new TypeError('fetch failed: the redirect location is not a URL', { cause: error });
+      }
+      if (next.protocol !== 'http:' && next.protocol !== 'https:') {
+        throw new TypeError(`fetch failed: a redirect to a ${next.protocol} URL is not followed`);
+      }
+      // 303 turns anything but GET and HEAD into a GET; 301 and 302 turn a POST into one (fetch's
+      // rule, kept for the browser compatibility it encodes). 307 and 308 keep method and body.
+      if (
+        (response.status === 303 && method !== 'GET' && method !== 'HEAD') ||
+        (response.status <= 302 && method === 'POST')
+      ) {
+        method = 'GET';
+        body = undefined;
+        for (const name of bodyHeaders) headers.delete(name);
+      }
+      if (next.origin !== origin) leftOrigin = true;
+      // Once the chain has left the origin the credentials stay off, even if it comes back: the
+      // hops in between could have pointed it anywhere.
+      if (leftOrigin) for (const name of dropped) headers.delete(name);
+      url = next.href;
+    }
+  };
+}
