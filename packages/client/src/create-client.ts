@@ -246,7 +246,9 @@ export function createClient(options: ClientOptions): Client {
   // Reads follow redirects by hand, so that the client-wide headers (an API key, most often) stay
   // on the origins they were meant for.
   const clientHeaderNames: string[] = [];
-  defaultHeaders.forEach((_value, name) => clientHeaderNames.push(name));
+  defaultHeaders.forEach((_value, name) => {
+    clientHeaderNames.push(name);
+  });
   const readFetch = followingRedirects(fetchFn, clientHeaderNames);
   const clientRetry = resolveRetry(options.retry);
   const random = options.random ?? Math.random;
