@@ -210,7 +210,7 @@ describe('the authorization code flow with PKCE, driven by oauth4webapi', () => 
     expect(() => oauth.validateAuthResponse(as, rp.client, stripped, 'the-state')).toThrow(/iss/);
   });
 
-  it("answers a denied or failed authorization with the error, state and iss, which the library reads", async () => {
+  it('answers a denied or failed authorization with the error, state and iss, which the library reads', async () => {
     const as = await discover();
     const rp = confidential();
     const url = new URL(as.authorization_endpoint ?? '');
@@ -281,7 +281,7 @@ describe('refresh, revocation, introspection and UserInfo, through the library',
     expect(after.active).toBe(false);
   });
 
-  it("calls UserInfo with the opaque token of a sign-in that asked for no API scope, and the library checks sub", async () => {
+  it('calls UserInfo with the opaque token of a sign-in that asked for no API scope, and the library checks sub', async () => {
     const rp = confidential();
     const { as, tokens, claims } = await libraryFlow(rp, { scope: 'openid profile email', resource: undefined });
     const response = await oauth.userInfoRequest(as, rp.client, tokens.access_token, insecure);
@@ -295,7 +295,9 @@ describe('refresh, revocation, introspection and UserInfo, through the library',
 async function challengesOf(request: Promise<Response>): Promise<oauth.WWWAuthenticateChallenge[]> {
   try {
     const response = await request;
-    throw new Error(`no challenge the library could parse: ${response.status} ${response.headers.get('www-authenticate')}`);
+    throw new Error(
+      `no challenge the library could parse: ${response.status} ${response.headers.get('www-authenticate')}`,
+    );
   } catch (error) {
     if (!(error instanceof oauth.WWWAuthenticateChallengeError)) throw error;
     return error.cause;
@@ -316,9 +318,9 @@ describe('access tokens at independent resource servers and at the gateway', () 
     expect(payload.client_id).toBe(whole.running.clients.app.clientId);
     expect(String(payload.scope).split(' ')).toContain('photos:read');
     // Another audience, or the clock past exp, is refused by the same verifier.
-    await expect(jwtVerify(tokens.access_token, keys, { audience: 'https://other-api.example' })).rejects.toBeInstanceOf(
-      joseErrors.JWTClaimValidationFailed,
-    );
+    await expect(
+      jwtVerify(tokens.access_token, keys, { audience: 'https://other-api.example' }),
+    ).rejects.toBeInstanceOf(joseErrors.JWTClaimValidationFailed);
     const afterExpiry = new Date(((payload.exp ?? 0) + 1) * 1000);
     await expect(jwtVerify(tokens.access_token, keys, { currentDate: afterExpiry })).rejects.toBeInstanceOf(
       joseErrors.JWTExpired,
@@ -363,21 +365,35 @@ describe("the gateway's refusals, as a client library reads them (RFC 6750, RFC 
     expect(bearer?.parameters.resource_metadata).toBe(`${gateway()}/.well-known/oauth-protected-resource`);
   });
 
-  it('answers a token without the scope with 403 insufficient_scope naming the scope the route needs', async () => {
-    const { tokens } = await libraryFlow(confidential());
-    const url = new URL('/settings', gateway());
-    const response = await fetch(url, { headers: { authorization: `Bearer ${tokens.access_token}` } });
-    expect(response.status).toBe(403);
-    const [challenge] = await parse(response);
-    expect(challenge?.scheme).toBe('bearer');
-    expect(challenge?.parameters.error).toBe('insufficient_scope');
-    expect(challenge?.parameters.scope?.split(' ')).toContain('settings:read');
-    expect(challenge?.parameters.resource_metadata).toBe(`${gateway()}/.well-known/oauth-protected-resource`);
-  });
+  // Was wrong: the 403 comes from the API or the receiver behind the gateway, whose challenges had the
+  // guard's default realm ("api", the gateway's 401 says "reference-api") and no resource_metadata, so a
+  // client told insufficient_scope could not find the metadata (RFC 9728) to step up with.
+  it.each([
+    ['the API', '/settings', 'settings:read'],
+    ['the receiver', '/webhook-events', 'events:read'],
+  ])(
+    'answers a token without the scope (%s) with 403 insufficient_scope, the scope, and the 401s realm and metadata',
+    async (_name, path, scope) => {
+      const { tokens } = await libraryFlow(confidential());
+      const response = await fetch(new URL(path, gateway()), {
+        headers: { authorization: `Bearer ${tokens.access_token}` },
+      });
+      expect(response.status).toBe(403);
+      const [challenge] = await parse(response);
+      expect(challenge?.scheme).toBe('bearer');
+      expect(challenge?.parameters.error).toBe('insufficient_scope');
+      expect(challenge?.parameters.scope?.split(' ')).toContain(scope);
+      const unauthenticated = await parse(await fetch(new URL(path, gateway())));
+      const bearer401 = unauthenticated.find((c) => c.scheme === 'bearer');
+      expect(challenge?.parameters.realm).toBe(bearer401?.parameters.realm);
+      expect(challenge?.parameters.resource_metadata).toBe(`${gateway()}/.well-known/oauth-protected-resource`);
+    },
+  );
 
   it('leads a client from the resource_metadata of a 401 to the provider (RFC 9728), all through the library', async () => {
     const response = await fetch(new URL('/photos', gateway()), { headers: { authorization: 'Bearer not-a-token' } });
-    const metadataUrl = (await parse(response)).find((c) => c.parameters.resource_metadata)?.parameters.resource_metadata;
+    const metadataUrl = (await parse(response)).find((c) => c.parameters.resource_metadata)?.parameters
+      .resource_metadata;
     expect(metadataUrl).toBe(`${gateway()}/.well-known/oauth-protected-resource`);
     const resource = new URL(gateway());
     const metadata = await oauth.processResourceDiscoveryResponse(

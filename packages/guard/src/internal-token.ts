@@ -197,6 +197,12 @@ export interface InternalVerifierOptions {
   /** Allowed clock skew (default 5, at most 60). */
   clockTolerance?: number;
   realm?: string;
+  /**
+   * RFC 9728 metadata URL for `resource_metadata="..."` in this service's challenges: the gateway's,
+   * since to the client the service is the resource behind it. A 403 `insufficient_scope` comes from
+   * here, not from the gateway, and without it that one challenge would not say where to step up.
+   */
+  resourceMetadata?: string;
   now?: () => number;
   fetch?: typeof globalThis.fetch;
   onEvent?: (event: GuardEvent) => void;
@@ -214,6 +220,7 @@ const verifierOptionNames = [
   'header',
   'clockTolerance',
   'realm',
+  'resourceMetadata',
   'now',
   'fetch',
   'onEvent',
@@ -252,6 +259,7 @@ export function createInternalVerifier(options: InternalVerifierOptions): Guard 
         },
       ],
       ...(options.realm === undefined ? {} : { realm: options.realm }),
+      ...(options.resourceMetadata === undefined ? {} : { resourceMetadata: options.resourceMetadata }),
       ...(options.now === undefined ? {} : { now: options.now }),
       ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
       ...(options.onEvent === undefined ? {} : { onEvent: options.onEvent }),

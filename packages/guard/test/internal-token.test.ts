@@ -9,6 +9,7 @@ import {
   joinHeaderValues,
   type Principal,
   principalFromClaims,
+  requireScopes,
   stripIdentityHeaders,
   verifyInternalToken,
   withoutHopByHop,
@@ -473,6 +474,33 @@ describe('header stripping and forwarding (case 47)', () => {
     const own = await forwardHeaders(forged, principal, { issuer, audience: 'orders', header: 'X-GW-Token' });
     expect(Object.keys(own).sort()).toEqual(['accept', 'x-gw-token']);
     expect(own['x-gw-token']).not.toBe('forged');
+  });
+
+  // Was a defect (found from the reference app): the verifier took a realm but no resourceMetadata, so
+  // the 403 a service behind the gateway answers lacked the resource_metadata of the gateway's own 401s.
+  it('puts its realm and resourceMetadata into the challenges of its refusals, the 403 included', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY });
+    const metadata = 'https://api.example/.well-known/oauth-protected-resource';
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      jwks: issuer.jwks(),
+      realm: 'orders',
+      resourceMetadata: metadata,
+    });
+    const missing = await verifier.authenticate({ headers: {} });
+    expect(!missing.ok && missing.error.wwwAuthenticate).toBe(`Bearer realm="orders", resource_metadata="${metadata}"`);
+    const token = await issuer.mint(await edgePrincipal({ scope: 'orders:read' }), { audience: 'orders' });
+    const result = await verifier.authenticate({ headers: { 'idem-internal-token': token } });
+    if (!result.ok) throw new Error(result.error.code);
+    const decision = verifier.authorize(result.principal, [requireScopes('orders:write')]);
+    expect(!decision.ok && decision.error.wwwAuthenticate).toBe(
+      `Bearer realm="orders", error="insufficient_scope", error_description="The access token lacks the privileges this request needs", scope="orders:write", resource_metadata="${metadata}"`,
+    );
+    // A value that would break the header is refused at construction, as the guard refuses it.
+    expect(() =>
+      createInternalVerifier({ issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks(), resourceMetadata: 'a"b' }),
+    ).toThrow(TypeError);
   });
 
   // Was a defect: behind an HTTP/2 server (Fastify's `http2: true`), Node's request headers carry the

@@ -4,7 +4,7 @@ import { postgresStore } from '@idem/postgres';
 import type { RedisClientLike } from '@idem/redis';
 import { createOutbox } from '@idem/webhooks';
 import type { Database } from '../db.js';
-import { type RunningGateway, startGateway } from '../gateway/server.js';
+import { gatewayRealm, type RunningGateway, resourceMetadataUrl, startGateway } from '../gateway/server.js';
 import type { ListeningPort } from '../listen.js';
 import { type RunningReceiver, receiverAdminPrefix, startReceiver } from '../receiver/server.js';
 import { apiTables, loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
@@ -85,7 +85,18 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
   });
   const apiAudience = 'reference-api';
   const receiverAudience = 'reference-receiver';
-  const internal = { issuer: internalIssuer.issuer, jwks: internalIssuer.jwks() };
+  // A 403 comes from the API or the receiver, a 401 from the gateway: both challenges must name the
+  // same realm and RFC 9728 metadata, or a client reading the 403 cannot find where to step up. The
+  // base URL (the gateway's default for it: `http://localhost:<port>`) is known here unless the
+  // gateway is yet to take an ephemeral port and none is given (tests only).
+  const gatewayPortNumber = typeof options.gatewayPort === 'number' ? options.gatewayPort : options.gatewayPort.port;
+  const knownBaseUrl =
+    options.baseUrl ?? (gatewayPortNumber === 0 ? undefined : `http://localhost:${gatewayPortNumber}`);
+  const challenge = {
+    realm: gatewayRealm,
+    ...(knownBaseUrl === undefined ? {} : { resourceMetadata: resourceMetadataUrl(knownBaseUrl) }),
+  };
+  const internal = { issuer: internalIssuer.issuer, jwks: internalIssuer.jwks(), challenge };
 
   const started: Array<{ close(): Promise<void> }> = [];
   try {

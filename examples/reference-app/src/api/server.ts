@@ -29,6 +29,17 @@ export interface InternalTokenTrust {
   /** The gateway's public keys (its `internalIssuer.jwks()`), or a URL serving them. */
   jwks?: { keys: readonly unknown[] };
   jwksUri?: string;
+  /**
+   * The gateway's challenge attributes (its `realm`, its RFC 9728 metadata URL), for the 403s this
+   * service answers through it: to the client, they come from the one resource it called.
+   */
+  challenge?: ServiceChallenge;
+}
+
+/** What a service behind the gateway puts in its challenges, so they read like the gateway's own. */
+export interface ServiceChallenge {
+  realm: string;
+  resourceMetadata?: string;
 }
 
 /** Options of {@link startApi}. */
@@ -93,6 +104,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
     audience: options.internal.audience,
     ...(options.internal.jwks ? { jwks: options.internal.jwks } : {}),
     ...(options.internal.jwksUri ? { jwksUri: options.internal.jwksUri } : {}),
+    ...options.internal.challenge,
     ...(options.now ? { now: options.now } : {}),
   });
   await verifier.ready();

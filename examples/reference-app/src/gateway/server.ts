@@ -25,6 +25,24 @@ import {
 } from './problems.js';
 
 // The methods the gateway forwards; the API answers 405 itself for a resource that takes fewer.
+/** The `realm` of the gateway's challenges, and of those the services behind it answer with. */
+export const gatewayRealm = 'reference-api';
+
+/** Where the gateway serves its RFC 9728 protected resource metadata. */
+export const resourceMetadataPath = '/.well-known/oauth-protected-resource';
+
+/**
+ * The gateway's RFC 9728 metadata URL for the base URL `baseUrl`, named in its challenges.
+ *
+ * @example
+ * ```ts
+ * resourceMetadataUrl('http://localhost:8080'); // 'http://localhost:8080/.well-known/oauth-protected-resource'
+ * ```
+ */
+export function resourceMetadataUrl(baseUrl: string): string {
+  return `${baseUrl}${resourceMetadataPath}`;
+}
+
 const forwardedMethods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
 /** Another service behind the gateway, reached for every path under `prefix`. */
@@ -209,7 +227,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     | undefined;
   await app.register(authPlugin);
 
-  app.get('/.well-known/oauth-protected-resource', async (_request, reply) => {
+  app.get(resourceMetadataPath, async (_request, reply) => {
     if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
     reply.header('cache-control', 'public, max-age=300');
     return {
@@ -279,8 +297,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     const guard = createGuard({
       audience: baseUrl,
       issuers,
-      realm: 'reference-api',
-      resourceMetadata: `${baseUrl}/.well-known/oauth-protected-resource`,
+      realm: gatewayRealm,
+      resourceMetadata: resourceMetadataUrl(baseUrl),
       // The provider binds the tokens of any client that sends it a DPoP proof (RFC 9700 section 2.2.2
       // recommends it for public clients): such a token must work here with its proofs, or that client
       // could call nothing. The origin is ours, never the Host header a client writes.

@@ -7,6 +7,7 @@ import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
 import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
+import type { ServiceChallenge } from '../api/server.js';
 import type { Database } from '../db.js';
 import { drainable } from '../drain.js';
 import { htmlPage, pageHeaders } from '../html.js';
@@ -42,7 +43,7 @@ export interface ReceiverOptions {
    * The gateway's internal tokens, for the admin API under {@link receiverAdminPrefix}. Without it
    * the admin API answers 404: there is nobody it could trust.
    */
-  internal?: { issuer: string; audience: string; jwks: { keys: readonly unknown[] } };
+  internal?: { issuer: string; audience: string; jwks: { keys: readonly unknown[] }; challenge?: ServiceChallenge };
 }
 
 /** Where the receiver's admin API lives; the gateway forwards this prefix to the receiver. */
@@ -142,6 +143,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
       issuer: options.internal.issuer,
       audience: options.internal.audience,
       jwks: options.internal.jwks,
+      ...options.internal.challenge,
       ...(options.now ? { now: options.now } : {}),
     });
     await verifier.ready();
