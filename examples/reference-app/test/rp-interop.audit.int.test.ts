@@ -497,3 +497,273 @@ async function proofFor(keyPair: CryptoKeyPair, alg: string, htm: string, htu: U
     .setIssuedAt()
     .sign(keyPair.privateKey);
 }
+
+/** The OAuth error a library reads off a token-endpoint style response, with the status and headers. */
+async function oauthError(response: Response) {
+  const headers = response.headers;
+  try {
+    await oauth.processRevocationResponse(response);
+  } catch (error) {
+    if (error instanceof oauth.ResponseBodyError) {
+      return { status: error.status, error: error.error, description: error.error_description, headers };
+    }
+    if (error instanceof oauth.WWWAuthenticateChallengeError) {
+      // A 401 with a challenge: the library reads the error from the challenge, not the body.
+      const [challenge] = error.cause;
+      return {
+        status: error.status,
+        error: challenge?.parameters.error,
+        description: challenge?.parameters.error_description,
+        headers,
+      };
+    }
+    throw error;
+  }
+  throw new Error(`not an error: ${response.status}`);
+}
+
+describe("the provider's errors for the mistakes a client library makes (RFC 6749 section 5.2)", () => {
+  const form = (fields: Record<string, string>, headers: Record<string, string> = {}) => ({
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+    body: new URLSearchParams(fields),
+  });
+  const basic = (id: string, secret: string) => ({
+    authorization: `Basic ${Buffer.from(`${encodeURIComponent(id)}:${encodeURIComponent(secret)}`).toString('base64')}`,
+  });
+  const tokenUrl = () => new URL('/token', auth());
+
+  it('answers each with 400/401, a JSON error and description, and Cache-Control: no-store', async () => {
+    const { clientId, clientSecret, redirectUri } = whole.running.clients.app;
+    const good = basic(clientId, clientSecret);
+    const code = {
+      grant_type: 'authorization_code',
+      code: 'not-a-code',
+      redirect_uri: redirectUri,
+      code_verifier: 'v'.repeat(43),
+    };
+    const cases: Array<[string, RequestInit, number, string]> = [
+      ['a code that is not one', form(code, good), 400, 'invalid_grant'],
+      [
+        'a refresh token that is not one',
+        form({ grant_type: 'refresh_token', refresh_token: 'x' }, good),
+        400,
+        'invalid_grant',
+      ],
+      ['no grant_type', form({}, good), 400, 'invalid_request'],
+      [
+        'a grant nobody registered (client_credentials)',
+        form({ grant_type: 'client_credentials' }, good),
+        400,
+        'unsupported_grant_type',
+      ],
+      [
+        'the password grant',
+        form({ grant_type: 'password', username: 'alice', password: 'x' }, good),
+        400,
+        'unsupported_grant_type',
+      ],
+      [
+        'a JSON body',
+        { method: 'POST', headers: { 'content-type': 'application/json', ...good }, body: '{}' },
+        400,
+        'invalid_request',
+      ],
+      [
+        'the wrong secret in the body',
+        form({ ...code, client_id: clientId, client_secret: 'wrong' }),
+        401,
+        'invalid_client',
+      ],
+      ['an unknown client', form(code, basic('nobody', 'x')), 401, 'invalid_client'],
+    ];
+    for (const [name, init, status, error] of cases) {
+      const response = await fetch(tokenUrl(), init);
+      expect(response.headers.get('content-type'), name).toMatch(/^application\/json/);
+      expect(response.headers.get('cache-control'), name).toBe('no-store');
+      const read = await oauthError(response);
+      expect([read.status, read.error], name).toEqual([status, error]);
+      expect(read.description, name).toEqual(expect.any(String));
+    }
+  });
+
+  it('answers the wrong secret in Basic with 401 and a Basic challenge (RFC 6749 section 5.2 MUST)', async () => {
+    const { clientId, redirectUri } = whole.running.clients.app;
+    const response = await fetch(
+      tokenUrl(),
+      form({ grant_type: 'authorization_code', code: 'x', redirect_uri: redirectUri }, basic(clientId, 'wrong')),
+    );
+    expect(response.status).toBe(401);
+    expect(response.headers.get('www-authenticate')).toMatch(/^Basic realm="[^"]+"/);
+    expect(((await response.json()) as { error: string }).error).toBe('invalid_client');
+  });
+
+  // Was wrong: a confidential client that sends no authentication at all (a library set up with
+  // oauth.None() by mistake) gets 400 invalid_request "no client authentication mechanism provided";
+  // RFC 6749 section 5.2 names this case for invalid_client ("no client authentication included"), and
+  // the introspection endpoint answers the same. That is oidc-provider's own answer; turning it into
+  // 401 invalid_client needs a layer rewriting the provider's errors: a decision, not a one-line fix.
+  it.fails('answers a token request with no client authentication at all with invalid_client', async () => {
+    const { redirectUri } = whole.running.clients.app;
+    const response = await fetch(
+      tokenUrl(),
+      form({ grant_type: 'authorization_code', code: 'x', redirect_uri: redirectUri }),
+    );
+    expect((await oauthError(response)).error).toBe('invalid_client');
+  });
+
+  it('answers UserInfo without a token with a bare challenge, and with a bad one invalid_token (RFC 6750)', async () => {
+    const as = await discover();
+    const userinfo = as.userinfo_endpoint ?? '';
+    const none = await parse(await fetch(userinfo));
+    expect(none.find((c) => c.scheme === 'bearer')?.parameters.error).toBeUndefined();
+    const bad = await parse(await fetch(userinfo, { headers: { authorization: 'Bearer not-a-token' } }));
+    expect(bad.find((c) => c.scheme === 'bearer')?.parameters.error).toBe('invalid_token');
+  });
+
+  it('answers introspection and revocation without client authentication with an error, never the token', async () => {
+    const as = await discover();
+    for (const endpoint of [as.introspection_endpoint, as.revocation_endpoint]) {
+      const response = await fetch(endpoint ?? '', form({ token: 'x' }));
+      const read = await oauthError(response);
+      expect(read.status).toBeGreaterThanOrEqual(400);
+      expect(read.status).toBeLessThan(500);
+      expect(read.error).toEqual(expect.any(String));
+    }
+  });
+
+  // Was wrong: introspecting the API access token (a JWT) by the client it was issued to answers 400
+  // unsupported_token_type, an error RFC 7662 does not have; RFC 7662 section 2.2 answers a token the
+  // server will not describe with 200 {"active": false}, so oauth4webapi (and any RFC 7662 client)
+  // throws instead. oidc-provider refuses to introspect JWTs it issued. Decision needed: describe them
+  // (active, scope, exp, ...), or answer {"active": false} and document that the JWT is checked locally.
+  it.fails('introspects the JWT access token as RFC 7662 says: a 200 the library reads', async () => {
+    const rp = confidential();
+    const { as, tokens } = await libraryFlow(rp);
+    const response = await oauth.introspectionRequest(as, rp.client, rp.clientAuth, tokens.access_token, insecure);
+    const result = await oauth.processIntrospectionResponse(as, rp.client, response);
+    expect(typeof result.active).toBe('boolean');
+  });
+
+  it('refuses to revoke the JWT access token with unsupported_token_type, the RFC 7009 answer', async () => {
+    const rp = confidential();
+    const { as, tokens } = await libraryFlow(rp);
+    const response = await oauth.revocationRequest(as, rp.client, rp.clientAuth, tokens.access_token, insecure);
+    await expect(oauth.processRevocationResponse(response)).rejects.toMatchObject({ error: 'unsupported_token_type' });
+  });
+});
+
+describe('the rest of what discovery advertises', () => {
+  it('runs the flow through a pushed authorization request (RFC 9126), made by the library', async () => {
+    const rp = confidential();
+    const as = await discover();
+    const verifier = oauth.generateRandomCodeVerifier();
+    const state = oauth.generateRandomState();
+    const params = new URLSearchParams({
+      redirect_uri: rp.redirectUri,
+      response_type: 'code',
+      scope: 'openid photos:read',
+      state,
+      resource: gateway(),
+      code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+      code_challenge_method: 'S256',
+    });
+    const pushed = await oauth.processPushedAuthorizationResponse(
+      as,
+      rp.client,
+      await oauth.pushedAuthorizationRequest(as, rp.client, rp.clientAuth, params, insecure),
+    );
+    const url = new URL(as.authorization_endpoint ?? '');
+    url.searchParams.set('client_id', rp.client.client_id);
+    url.searchParams.set('request_uri', pushed.request_uri);
+    const callback = await loginAndConsent(createUserAgent(), auth(), url.href, rp.redirectUri, alice);
+    const code = oauth.validateAuthResponse(as, rp.client, callback, state);
+    const tokens = await oauth.processAuthorizationCodeResponse(
+      as,
+      rp.client,
+      await oauth.authorizationCodeGrantRequest(as, rp.client, rp.clientAuth, code, rp.redirectUri, verifier, insecure),
+    );
+    expect(tokens.access_token).toEqual(expect.any(String));
+  });
+
+  it('answers response_mode=fragment (advertised) in the fragment, with state and iss', async () => {
+    const rp = confidential();
+    const as = await discover();
+    const verifier = oauth.generateRandomCodeVerifier();
+    const url = new URL(as.authorization_endpoint ?? '');
+    for (const [name, value] of Object.entries({
+      client_id: rp.client.client_id,
+      redirect_uri: rp.redirectUri,
+      response_type: 'code',
+      response_mode: 'fragment',
+      scope: 'openid',
+      state: 'frag-state',
+      code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+      code_challenge_method: 'S256',
+    })) {
+      url.searchParams.set(name, value);
+    }
+    const callback = await loginAndConsent(createUserAgent(), auth(), url.href, rp.redirectUri, alice);
+    expect(callback.search).toBe('');
+    const fragment = new URLSearchParams(callback.hash.slice(1));
+    const code = oauth.validateAuthResponse(as, rp.client, fragment, 'frag-state');
+    const tokens = await oauth.processAuthorizationCodeResponse(
+      as,
+      rp.client,
+      await oauth.authorizationCodeGrantRequest(as, rp.client, rp.clientAuth, code, rp.redirectUri, verifier, insecure),
+    );
+    expect(tokens.id_token).toEqual(expect.any(String));
+  });
+
+  it('ends the session at end_session_endpoint with id_token_hint, post_logout_redirect_uri and state (RP-Initiated Logout)', async () => {
+    const rp = confidential();
+    const agent = createUserAgent();
+    const as = await discover();
+    // Signed in at the provider in this browser.
+    const verifier = oauth.generateRandomCodeVerifier();
+    const start = new URL(as.authorization_endpoint ?? '');
+    for (const [name, value] of Object.entries({
+      client_id: rp.client.client_id,
+      redirect_uri: rp.redirectUri,
+      response_type: 'code',
+      scope: 'openid',
+      state: 's',
+      code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+      code_challenge_method: 'S256',
+    })) {
+      start.searchParams.set(name, value);
+    }
+    const callback = await loginAndConsent(agent, auth(), start.href, rp.redirectUri, alice);
+    const tokens = await oauth.processAuthorizationCodeResponse(
+      as,
+      rp.client,
+      await oauth.authorizationCodeGrantRequest(
+        as,
+        rp.client,
+        rp.clientAuth,
+        oauth.validateAuthResponse(as, rp.client, callback, 's'),
+        rp.redirectUri,
+        verifier,
+        insecure,
+      ),
+    );
+    const postLogout = new URL('/', rp.redirectUri).href;
+    const end = new URL(as.end_session_endpoint ?? '');
+    end.searchParams.set('id_token_hint', tokens.id_token ?? '');
+    end.searchParams.set('post_logout_redirect_uri', postLogout);
+    end.searchParams.set('state', 'bye');
+    const confirm = await agent.request(end.href);
+    expect(confirm.response.status).toBe(200);
+    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(confirm.body)?.[1] ?? '';
+    const xsrf = /name="xsrf" value="([^"]+)"/.exec(confirm.body)?.[1] ?? '';
+    const done = await agent.postForm(new URL(action, end).href, { xsrf, logout: 'yes' });
+    expect(done.response.status).toBe(303);
+    const back = new URL(done.response.headers.get('location') ?? '', end);
+    expect(`${back.origin}${back.pathname}`).toBe(postLogout);
+    expect(back.searchParams.get('state')).toBe('bye');
+    // Signed out at the provider: prompt=none now answers login_required.
+    start.searchParams.set('prompt', 'none');
+    const again = await agent.request(start.href);
+    expect(new URL(again.response.headers.get('location') ?? '').searchParams.get('error')).toBe('login_required');
+  });
+});
