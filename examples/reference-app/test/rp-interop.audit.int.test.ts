@@ -1,7 +1,8 @@
 // Third-party relying parties and resource servers against the reference app, unmodified: oauth4webapi
-// (a certified RP, strict by design) drives discovery, the code flow with PKCE, refresh, revocation,
-// introspection, UserInfo and DPoP; jose checks the tokens against the published JWKS on its own; the
-// gateway's refusals are read the way a client library reads them. What discovery advertises must work.
+// (a certified RP, strict by design; openid-client v6 wraps it) drives discovery, the code flow with
+// PKCE, refresh, revocation, introspection, UserInfo, PAR and DPoP; jose checks the tokens against the
+// published JWKS on its own; the gateway's refusals are read the way a client library reads them
+// (RFC 6750, RFC 9728). What discovery advertises must work with what these libraries send.
 import { createRemoteJWKSet, errors as joseErrors, jwtVerify } from 'jose';
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
