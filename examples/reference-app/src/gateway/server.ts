@@ -24,7 +24,6 @@ import {
   upstreamProblem,
 } from './problems.js';
 
-// The methods the gateway forwards; the API answers 405 itself for a resource that takes fewer.
 /** The `realm` of the gateway's challenges, and of those the services behind it answer with. */
 export const gatewayRealm = 'reference-api';
 
@@ -43,6 +42,7 @@ export function resourceMetadataUrl(baseUrl: string): string {
   return `${baseUrl}${resourceMetadataPath}`;
 }
 
+// The methods the gateway forwards; the API answers 405 itself for a resource that takes fewer.
 const forwardedMethods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
 /** Another service behind the gateway, reached for every path under `prefix`. */
