@@ -599,18 +599,23 @@ describe("the provider's errors for the mistakes a client library makes (RFC 674
     expect(((await response.json()) as { error: string }).error).toBe('invalid_client');
   });
 
-  // Was wrong: a confidential client that sends no authentication at all (a library set up with
-  // oauth.None() by mistake) gets 400 invalid_request "no client authentication mechanism provided";
-  // RFC 6749 section 5.2 names this case for invalid_client ("no client authentication included"), and
-  // the introspection endpoint answers the same. That is oidc-provider's own answer; turning it into
-  // 401 invalid_client needs a layer rewriting the provider's errors: a decision, not a one-line fix.
-  it.fails('answers a token request with no client authentication at all with invalid_client', async () => {
+  // Was wrong: a request that sends no client authentication at all (a library set up with
+  // oauth.None() by mistake) got 400 invalid_request "no client authentication mechanism provided",
+  // oidc-provider's own answer; RFC 6749 section 5.2 names this case for invalid_client ("no client
+  // authentication included"). A provider middleware now answers 401 invalid_client with a Basic
+  // challenge, at the token endpoint and at introspection.
+  it('answers a request with no client authentication at all with 401 invalid_client and a challenge', async () => {
     const { redirectUri } = whole.running.clients.app;
-    const response = await fetch(
-      tokenUrl(),
-      form({ grant_type: 'authorization_code', code: 'x', redirect_uri: redirectUri }),
-    );
-    expect((await oauthError(response)).error).toBe('invalid_client');
+    const as = await discover();
+    for (const [url, params] of [
+      [tokenUrl(), { grant_type: 'authorization_code', code: 'x', redirect_uri: redirectUri }],
+      [as.introspection_endpoint ?? '', { token: 'x' }],
+    ] as const) {
+      const response = await fetch(url, form(params));
+      expect(response.status, url).toBe(401);
+      expect(response.headers.get('www-authenticate'), url).toMatch(/^Basic realm="[^"]+", error="invalid_client"/);
+      expect((await oauthError(response)).error, url).toBe('invalid_client');
+    }
   });
 
   it('answers UserInfo without a token with a bare challenge, and with a bad one invalid_token (RFC 6750)', async () => {

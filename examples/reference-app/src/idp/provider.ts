@@ -4,6 +4,7 @@ import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
 import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
+import { clientAuthErrors } from './client-auth-errors.js';
 import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
@@ -195,6 +196,8 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   provider.use(ownPages(db));
   // A method a provider path does not take: 405 with Allow, not Koa's plain-text 404.
   provider.use(providerMethods());
+  // A request naming no client at all: 401 invalid_client (RFC 6749 section 5.2), not 400.
+  provider.use(clientAuthErrors(issuer));
   // Koa reads the host and scheme from X-Forwarded-Host and X-Forwarded-Proto, which createIdp sets
   // from the issuer on every request (whatever the client sent): URLs are built on the issuer, and an
   // https issuer's cookies are Secure even behind a proxy that ends TLS.
