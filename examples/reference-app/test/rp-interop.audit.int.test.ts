@@ -611,10 +611,11 @@ describe("the provider's errors for the mistakes a client library makes (RFC 674
       [tokenUrl(), { grant_type: 'authorization_code', code: 'x', redirect_uri: redirectUri }],
       [as.introspection_endpoint ?? '', { token: 'x' }],
     ] as const) {
+      const where = String(url);
       const response = await fetch(url, form(params));
-      expect(response.status, url).toBe(401);
-      expect(response.headers.get('www-authenticate'), url).toMatch(/^Basic realm="[^"]+", error="invalid_client"/);
-      expect((await oauthError(response)).error, url).toBe('invalid_client');
+      expect(response.status, where).toBe(401);
+      expect(response.headers.get('www-authenticate'), where).toMatch(/^Basic realm="[^"]+", error="invalid_client"/);
+      expect((await oauthError(response)).error, where).toBe('invalid_client');
     }
   });
 
