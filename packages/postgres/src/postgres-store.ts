@@ -49,8 +49,10 @@ export interface PostgresStoreOptions {
   /** The records table, `name` or `schema.name`, created by {@link migrate}. Default `idem_records`. */
   table?: string;
   /**
-   * Use named prepared statements on pg, parsed once per connection. Default true. Turn off behind
-   * a pooler that cannot keep them (PgBouncer in transaction mode before 1.21).
+   * Use named prepared statements on pg, parsed once per connection. Default true. Behind a pooler
+   * that cannot keep them (PgBouncer in transaction mode before 1.21, or with
+   * `max_prepared_statements = 0`) the first statement the server session lost is sent again
+   * unnamed, and so is every statement after it; pass false there to skip that first round trip.
    */
   preparedStatements?: boolean;
   /**
@@ -168,22 +170,6 @@ const unmigrated = (error: unknown, table: string): Error | undefined => {
   );
 };
 
-// A named prepared statement the server already has (42P05) or no longer has (26000): the session
-// under this connection is not the one pg prepared on, which is what a pooler in transaction mode
-// does (PgBouncer before 1.21, or with max_prepared_statements = 0). Every claim may fail so, now
-// and then, until the option is off; the error says which.
-const unpreparable = (error: unknown): Error | undefined => {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (code !== '42P05' && code !== '26000') return undefined;
-  return Object.assign(
-    new Error(
-      'PostgreSQL lost or duplicated a prepared statement of @idem/postgres: behind a pooler in transaction mode (PgBouncer before 1.21, or max_prepared_statements = 0), pass preparedStatements: false',
-      { cause: error },
-    ),
-    { code },
-  );
-};
-
 const checkId = (id: unknown) => {
   if (typeof id !== 'string' || id.length === 0) throw new TypeError('id must be a non-empty string');
 };
@@ -257,7 +243,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   // come through here.
   const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
     retrySerializationFailures(() => sql.run<Row>(statement.name, statement.text, params)).catch((error: unknown) => {
-      throw unmigrated(error, table.name) ?? unpreparable(error) ?? error;
+      throw unmigrated(error, table.name) ?? error;
     });
 
   const claim = async ({

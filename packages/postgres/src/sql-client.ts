@@ -330,22 +330,53 @@ async function settle<T>(work: Promise<T>, done: (broken: unknown) => void): Pro
   }
 }
 
+// A named statement that the server session does not have (26000) or already has under that name
+// (42P05): the connection pg prepared it on is not the session the statement reached. That is what
+// a pooler in transaction mode does (PgBouncer before 1.21, or with max_prepared_statements = 0):
+// each transaction may run on another server session. Such a statement failed at Parse or Bind,
+// before it ran, so sending it again unnamed runs it exactly once.
+const lostPreparation = (error: unknown): boolean => {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '42P05' || code === '26000';
+};
+
+/**
+ * Sends named prepared statements until the first one is lost (see {@link lostPreparation}), then
+ * sends that one again, and every statement after it, unnamed: behind such a pooler preparing
+ * cannot work, and each fresh pg connection would otherwise fail its statements anew.
+ */
+function preparing(
+  send: (config: PgQueryConfig) => Promise<AnyResult>,
+  prepared: boolean,
+): (name: string, text: string, params: readonly unknown[]) => Promise<AnyResult> {
+  let named = prepared;
+  return async (name, text, params) => {
+    if (named) {
+      try {
+        return await send({ name, text, values: [...params] });
+      } catch (error) {
+        if (!lostPreparation(error)) throw error;
+        named = false;
+      }
+    }
+    return send({ text, values: [...params] });
+  };
+}
+
 function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
   const query = async (text: string, params: readonly unknown[] = []) =>
     fromPg(await pool.query({ text, values: [...params] }));
+  const run = preparing(async (config) => fromPg(await pool.query(config)), prepared);
   return {
     kind: 'pg-pool',
     query: (text, params) =>
       query(text, params).catch((error) => {
         throw toStoreError(error, 'query');
       }),
-    run: async (name, text, params) => {
-      try {
-        return fromPg(await pool.query(prepared ? { name, text, values: [...params] } : { text, values: [...params] }));
-      } catch (error) {
+    run: (name, text, params) =>
+      run(name, text, params).catch((error) => {
         throw toStoreError(error, name);
-      }
-    },
+      }),
     // A dedicated connection for the whole transaction: the heartbeat and other requests keep
     // using the rest of the pool meanwhile.
     async transaction<T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> {
@@ -408,6 +439,7 @@ function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
   const exclusive = turnsOf(client);
   const query = (config: PgQueryConfig): Promise<AnyResult> =>
     exclusive(async () => fromPg(await client.query(config)));
+  const run = preparing(query, prepared);
   return {
     kind: 'pg-client',
     query: (text, params) =>
@@ -415,7 +447,7 @@ function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
         throw toStoreError(error, 'query');
       }),
     run: (name, text, params) =>
-      query(prepared ? { name, text, values: [...params] } : { text, values: [...params] }).catch((error) => {
+      run(name, text, params).catch((error) => {
         throw toStoreError(error, name);
       }),
     transaction: <T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> =>

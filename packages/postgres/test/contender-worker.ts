@@ -13,12 +13,16 @@ interface Config {
   key: string;
   concurrency: number;
   transactional: boolean;
+  /** Off behind a pooler in transaction mode (pgbouncer.audit.int.test.ts). Default true. */
+  preparedStatements?: boolean;
 }
 
 const config = JSON.parse(process.argv[2] ?? '{}') as Config;
 const pool = new pg.Pool({ connectionString: config.url, max: 8 });
 pool.on('error', () => undefined);
-const engine = createIdempotency({ store: postgresStore({ client: pool, table: config.table }) });
+const engine = createIdempotency({
+  store: postgresStore({ client: pool, table: config.table, preparedStatements: config.preparedStatements ?? true }),
+});
 const send = (message: unknown) => new Promise<void>((resolve) => process.send?.(message, () => resolve()));
 const body = (text: string) => ({
   status: 201,
