@@ -24,6 +24,122 @@ const bouncerPool = (bouncer: PgBouncer, config: pg.PoolConfig = {}) => {
   return pool;
 };
 
+// In session mode a pg connection keeps its server session for as long as it is open: a Pool larger
+// than the server pool would wait for a session (up to query_wait_timeout), so it is sized to it.
+const poolMax = { transaction: 8, session: 4 } as const;
+
+// What both pool modes must do alike: transactional mode, migrate() from several pools, purging.
+function sharedCases(mode: keyof typeof poolMax, bouncerOf: () => PgBouncer, admin: pg.Pool) {
+  it('transactional mode: more handlers than server connections all commit, each with its own writes', async () => {
+    const pool = bouncerPool(bouncerOf(), { max: poolMax[mode] });
+    const { table, drop } = await freshTable(admin, `pgb_txmode_${mode}`);
+    const effects = `${table}_effects`;
+    await sql(admin, `CREATE TABLE "${effects}" (key text PRIMARY KEY, backend integer NOT NULL)`);
+    try {
+      const engine = createIdempotency({ store: postgresStore({ client: pool, table, preparedStatements: false }) });
+      const keys = Array.from({ length: 8 }, () => randomUUID());
+      const results = await Promise.all(
+        keys.map(async (key) => {
+          const started = await engine.begin({ key, scope: 'u', operation: 'POST /orders', fingerprint: 'f' });
+          if (started.kind !== 'execute') throw new Error(`a fresh key executes, not ${started.kind}`);
+          return engine.transaction(started.lease, async (tx: pg.PoolClient) => {
+            // Two statements of one transaction: the pooler keeps them on one server session.
+            const { rows } = await tx.query('SELECT pg_backend_pid() AS pid');
+            await tx.query(`INSERT INTO "${effects}" (key, backend) VALUES ($1, $2)`, [key, rows[0].pid]);
+            await tx
+              .query(`UPDATE "${effects}" SET backend = backend WHERE key = $1 AND backend = pg_backend_pid()`, [key])
+              .then((result) => {
+                if (result.rowCount !== 1) throw new Error('the transaction moved to another server session');
+              });
+            return { value: key, response: body(key) };
+          });
+        }),
+      );
+      expect(results.every((result) => result.committed)).toBe(true);
+      expect((await sql(admin, `SELECT count(*)::int AS n FROM "${effects}"`))[0].n).toBe(8);
+      const states = await sql(admin, `SELECT state FROM "${table}"`);
+      expect(states.map((row) => row.state)).toEqual(Array(8).fill('completed'));
+    } finally {
+      await pool.end();
+      await sql(admin, `DROP TABLE IF EXISTS "${effects}"`);
+      await drop();
+    }
+  });
+
+  it('migrate() from four pools at once, on a new table and on one made before lease_until; its lock_timeout stays in its transaction', async () => {
+    const pools = Array.from({ length: 4 }, () => bouncerPool(bouncerOf(), { max: mode === 'session' ? 1 : 2 }));
+    const fresh = uniqueTable('pgb_migrate');
+    const old = uniqueTable('pgb_migrate_old');
+    await sql(
+      admin,
+      `CREATE TABLE "${old}" (id text PRIMARY KEY, state text NOT NULL, token text NOT NULL, fingerprint text NOT NULL,
+         status integer, headers jsonb, body bytea, expires_at timestamptz NOT NULL)`,
+    );
+    try {
+      await Promise.all(pools.flatMap((pool) => [migrate(pool, { table: fresh }), migrate(pool, { table: old })]));
+      const columns = await sql(
+        admin,
+        `SELECT count(*)::int AS n FROM information_schema.columns WHERE table_name = $1 AND column_name = 'lease_until'`,
+        [old],
+      );
+      expect(columns[0].n).toBe(1);
+      // migrate() set lock_timeout for the ALTER: a session SET would stay on the server session the
+      // pooler hands the next client. Every server session of the pool still has the default.
+      const seen = await Promise.all(
+        Array.from({ length: 6 }, async () => {
+          const client = await pools[0]?.connect();
+          if (!client) throw new Error('no client');
+          try {
+            await client.query('BEGIN');
+            const { rows } = await client.query(`SELECT current_setting('lock_timeout') AS value`);
+            await client.query('COMMIT');
+            return rows[0].value as string;
+          } finally {
+            client.release();
+          }
+        }),
+      );
+      expect(new Set(seen)).toEqual(new Set(['0']));
+    } finally {
+      for (const pool of pools) await pool.end();
+      await sql(admin, `DROP TABLE IF EXISTS "${fresh}", "${old}"`);
+    }
+  });
+
+  it('purgeExpired() deletes what expired while claims run through the same pooler', async () => {
+    const pool = bouncerPool(bouncerOf(), { max: poolMax[mode] });
+    const { table, drop } = await freshTable(admin, `pgb_purge_${mode}`);
+    try {
+      const store = postgresStore({ client: pool, table, preparedStatements: false });
+      for (let i = 0; i < 30; i++) {
+        await store.claim({ id: `old-${i}`, token: 't', fingerprint: 'f', leaseMs: 60_000 });
+        await store.complete({ id: `old-${i}`, token: 't', response: body('x'), retentionMs: 60_000 });
+      }
+      await sql(admin, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 second'`);
+      const claims = Promise.all(
+        Array.from({ length: 30 }, () =>
+          store.claim({ id: randomUUID(), token: 't', fingerprint: 'f', leaseMs: 60_000 }),
+        ),
+      );
+      let deleted = 0;
+      for (
+        let batch = await store.purgeExpired({ batchSize: 7 });
+        ;
+        batch = await store.purgeExpired({ batchSize: 7 })
+      ) {
+        deleted += batch;
+        if (batch < 7) break;
+      }
+      expect((await claims).every((result) => result.claimed)).toBe(true);
+      expect(deleted).toBe(30);
+      expect((await sql(admin, `SELECT count(*)::int AS n FROM "${table}"`))[0].n).toBe(30);
+    } finally {
+      await pool.end();
+      await drop();
+    }
+  });
+}
+
 describe.runIf(available)('@idem/postgres behind PgBouncer in transaction mode', () => {
   let bouncer: PgBouncer;
   const admin = testPool({ max: 2 });
@@ -75,128 +191,23 @@ describe.runIf(available)('@idem/postgres behind PgBouncer in transaction mode',
     }
   });
 
-  it('transactional mode: more handlers than server connections all commit, each with its own writes', async () => {
-    const pool = bouncerPool(bouncer);
-    const { table, drop } = await freshTable(admin, 'pgb_txmode');
-    const effects = `${table}_effects`;
-    await sql(admin, `CREATE TABLE "${effects}" (key text PRIMARY KEY, backend integer NOT NULL)`);
-    try {
-      const engine = createIdempotency({ store: postgresStore({ client: pool, table, preparedStatements: false }) });
-      const keys = Array.from({ length: 8 }, () => randomUUID());
-      const results = await Promise.all(
-        keys.map(async (key) => {
-          const started = await engine.begin({ key, scope: 'u', operation: 'POST /orders', fingerprint: 'f' });
-          if (started.kind !== 'execute') throw new Error(`a fresh key executes, not ${started.kind}`);
-          return engine.transaction(started.lease, async (tx: pg.PoolClient) => {
-            // Two statements of one transaction: the pooler keeps them on one server session.
-            const { rows } = await tx.query('SELECT pg_backend_pid() AS pid');
-            await tx.query(`INSERT INTO "${effects}" (key, backend) VALUES ($1, $2)`, [key, rows[0].pid]);
-            await tx
-              .query(`UPDATE "${effects}" SET backend = backend WHERE key = $1 AND backend = pg_backend_pid()`, [key])
-              .then((result) => {
-                if (result.rowCount !== 1) throw new Error('the transaction moved to another server session');
-              });
-            return { value: key, response: body(key) };
-          });
-        }),
-      );
-      expect(results.every((result) => result.committed)).toBe(true);
-      expect((await sql(admin, `SELECT count(*)::int AS n FROM "${effects}"`))[0].n).toBe(8);
-      const states = await sql(admin, `SELECT state FROM "${table}"`);
-      expect(states.map((row) => row.state)).toEqual(Array(8).fill('completed'));
-    } finally {
-      await pool.end();
-      await sql(admin, `DROP TABLE IF EXISTS "${effects}"`);
-      await drop();
-    }
-  });
-
-  it('migrate() from four pools at once, on a new table and on one made before lease_until; its lock_timeout stays in its transaction', async () => {
-    const pools = Array.from({ length: 4 }, () => bouncerPool(bouncer, { max: 2 }));
-    const fresh = uniqueTable('pgb_migrate');
-    const old = uniqueTable('pgb_migrate_old');
-    await sql(
-      admin,
-      `CREATE TABLE "${old}" (id text PRIMARY KEY, state text NOT NULL, token text NOT NULL, fingerprint text NOT NULL,
-         status integer, headers jsonb, body bytea, expires_at timestamptz NOT NULL)`,
-    );
-    try {
-      await Promise.all(pools.flatMap((pool) => [migrate(pool, { table: fresh }), migrate(pool, { table: old })]));
-      const columns = await sql(
-        admin,
-        `SELECT count(*)::int AS n FROM information_schema.columns WHERE table_name = $1 AND column_name = 'lease_until'`,
-        [old],
-      );
-      expect(columns[0].n).toBe(1);
-      // migrate() set lock_timeout for the ALTER: a session SET would stay on the server session the
-      // pooler hands the next client. Every server session of the pool still has the default.
-      const seen = await Promise.all(
-        Array.from({ length: 6 }, async () => {
-          const client = await pools[0]?.connect();
-          if (!client) throw new Error('no client');
-          try {
-            await client.query('BEGIN');
-            const { rows } = await client.query(`SELECT current_setting('lock_timeout') AS value`);
-            await client.query('COMMIT');
-            return rows[0].value as string;
-          } finally {
-            client.release();
-          }
-        }),
-      );
-      expect(new Set(seen)).toEqual(new Set(['0']));
-    } finally {
-      for (const pool of pools) await pool.end();
-      await sql(admin, `DROP TABLE IF EXISTS "${fresh}", "${old}"`);
-    }
-  });
-
-  it('purgeExpired() deletes what expired while claims run through the same pooler', async () => {
-    const pool = bouncerPool(bouncer);
-    const { table, drop } = await freshTable(admin, 'pgb_purge');
-    try {
-      const store = postgresStore({ client: pool, table, preparedStatements: false });
-      for (let i = 0; i < 30; i++) {
-        await store.claim({ id: `old-${i}`, token: 't', fingerprint: 'f', leaseMs: 60_000 });
-        await store.complete({ id: `old-${i}`, token: 't', response: body('x'), retentionMs: 60_000 });
-      }
-      await sql(admin, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 second'`);
-      const claims = Promise.all(
-        Array.from({ length: 30 }, () =>
-          store.claim({ id: randomUUID(), token: 't', fingerprint: 'f', leaseMs: 60_000 }),
-        ),
-      );
-      let deleted = 0;
-      for (
-        let batch = await store.purgeExpired({ batchSize: 7 });
-        ;
-        batch = await store.purgeExpired({ batchSize: 7 })
-      ) {
-        deleted += batch;
-        if (batch < 7) break;
-      }
-      expect((await claims).every((result) => result.claimed)).toBe(true);
-      expect(deleted).toBe(30);
-      expect((await sql(admin, `SELECT count(*)::int AS n FROM "${table}"`))[0].n).toBe(30);
-    } finally {
-      await pool.end();
-      await drop();
-    }
-  });
+  sharedCases('transaction', () => bouncer, admin);
 });
 
 describe.runIf(available)('@idem/postgres behind PgBouncer in session mode', () => {
   let bouncer: PgBouncer;
+  const admin = testPool({ max: 2 });
 
   beforeAll(async () => {
-    // Session mode gives a client one server session for as long as it is connected: a pool with
-    // more connections than the server pool would wait, so the pg Pool is sized to it.
     bouncer = await startPgBouncer({ databaseUrl, poolMode: 'session', poolSize: 4 });
   });
 
   afterAll(async () => {
     await bouncer?.stop();
+    await admin.end();
   });
+
+  sharedCases('session', () => bouncer, admin);
 
   describeStore('postgresStore through PgBouncer (session mode), default options', async () => {
     const pool = bouncerPool(bouncer, { max: 4 });

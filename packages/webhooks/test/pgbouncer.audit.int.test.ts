@@ -18,6 +18,9 @@ const available = (await postgresAvailable('PgBouncer audit')) && pgBouncerAvail
 
 describe.runIf(available)('the webhook outbox behind PgBouncer in transaction mode', () => {
   let bouncer: PgBouncer;
+  // Session pooling: every pg connection keeps a server session while it is open, so its server pool
+  // is as large as all the test's pools together.
+  let sessionBouncer: PgBouncer;
   const admin = testPool({ max: 2 });
   const pools: pg.Pool[] = [];
   const tables: string[] = [];
@@ -33,8 +36,8 @@ describe.runIf(available)('the webhook outbox behind PgBouncer in transaction mo
   });
   let url = '';
 
-  const bouncerPool = (max = 3) => {
-    const pool = new pg.Pool({ connectionString: bouncer.url, max });
+  const bouncerPool = (max = 3, through: PgBouncer = bouncer) => {
+    const pool = new pg.Pool({ connectionString: through.url, max });
     pool.on('error', () => undefined);
     pools.push(pool);
     return pool;
@@ -48,6 +51,7 @@ describe.runIf(available)('the webhook outbox behind PgBouncer in transaction mo
 
   beforeAll(async () => {
     bouncer = await startPgBouncer({ databaseUrl, poolMode: 'transaction', poolSize: 2 });
+    sessionBouncer = await startPgBouncer({ databaseUrl, poolMode: 'session', poolSize: 12 });
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
     url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks`;
   });
@@ -57,6 +61,7 @@ describe.runIf(available)('the webhook outbox behind PgBouncer in transaction mo
     for (const table of tables) await admin.query(`DROP TABLE IF EXISTS "${table}"`);
     await admin.end();
     await bouncer?.stop();
+    await sessionBouncer?.stop();
     receiver.closeAllConnections();
     await new Promise<void>((resolve) => receiver.close(() => resolve()));
   });
@@ -86,56 +91,61 @@ describe.runIf(available)('the webhook outbox behind PgBouncer in transaction mo
     expect(new Set(seen)).toEqual(new Set(['0']));
   });
 
-  it('events added in committed transactions are delivered once each by three relays; a rolled-back one never', async () => {
-    const outbox = freshOutbox('pgb_relay');
-    const producer = bouncerPool(3);
-    await outbox.migrate(producer);
-    const committed: string[] = [];
-    const rolledBack = `evt_${randomUUID()}`;
-    await Promise.all(
-      Array.from({ length: 3 }, async (_, worker) => {
-        for (let i = 0; i < 20; i++) {
-          const client = await producer.connect();
-          try {
-            await client.query('BEGIN');
-            const id = `evt_${randomUUID()}`;
-            await outbox.add(client, { id, url, body: { worker, i } });
-            await client.query('COMMIT');
-            committed.push(id);
-          } finally {
-            client.release();
+  for (const mode of ['transaction', 'session'] as const) {
+    it(`${mode} pooling: events added in committed transactions are delivered once each by three relays; a rolled-back one never`, async () => {
+      const through = mode === 'session' ? sessionBouncer : bouncer;
+      const outbox = freshOutbox(`pgb_relay_${mode}`);
+      const producer = bouncerPool(3, through);
+      await outbox.migrate(producer);
+      const committed: string[] = [];
+      const rolledBack = `evt_${randomUUID()}`;
+      await Promise.all(
+        Array.from({ length: 3 }, async (_, worker) => {
+          for (let i = 0; i < 20; i++) {
+            const client = await producer.connect();
+            try {
+              await client.query('BEGIN');
+              const id = `evt_${randomUUID()}`;
+              await outbox.add(client, { id, url, body: { worker, i } });
+              await client.query('COMMIT');
+              committed.push(id);
+            } finally {
+              client.release();
+            }
           }
-        }
-      }),
-    );
-    const client = await producer.connect();
-    try {
-      await client.query('BEGIN');
-      await outbox.add(client, { id: rolledBack, url, body: { never: true } });
-      await client.query('ROLLBACK');
-    } finally {
-      client.release();
-    }
+        }),
+      );
+      const client = await producer.connect();
+      try {
+        await client.query('BEGIN');
+        await outbox.add(client, { id: rolledBack, url, body: { never: true } });
+        await client.query('ROLLBACK');
+      } finally {
+        client.release();
+      }
 
-    const sender = createSender({ secret: SECRET, timeout: '5s' });
-    const relays = Array.from({ length: 3 }, () => outbox.relay({ db: bouncerPool(3), sender, batchSize: 7 }));
-    // Rounds until a round of every relay claims nothing: all of them compete for the same rows.
-    for (let round = 0; round < 40; round++) {
-      const results = await Promise.all(relays.map((relay) => relay.runOnce()));
-      if (results.every((result) => result.claimed === 0)) break;
-    }
-    expect(committed).toHaveLength(60);
-    expect(committed.filter((id) => deliveries.get(id) !== 1)).toEqual([]);
-    expect(deliveries.has(rolledBack)).toBe(false);
-    const { rows } = await admin.query(`SELECT status, count(*)::int AS n FROM "${outbox.table}" GROUP BY status`);
-    expect(rows).toEqual([{ status: 'delivered', n: 60 }]);
+      const sender = createSender({ secret: SECRET, timeout: '5s' });
+      const relays = Array.from({ length: 3 }, () =>
+        outbox.relay({ db: bouncerPool(3, through), sender, batchSize: 7 }),
+      );
+      // Rounds until a round of every relay claims nothing: all of them compete for the same rows.
+      for (let round = 0; round < 40; round++) {
+        const results = await Promise.all(relays.map((relay) => relay.runOnce()));
+        if (results.every((result) => result.claimed === 0)) break;
+      }
+      expect(committed).toHaveLength(60);
+      expect(committed.filter((id) => deliveries.get(id) !== 1)).toEqual([]);
+      expect(deliveries.has(rolledBack)).toBe(false);
+      const { rows } = await admin.query(`SELECT status, count(*)::int AS n FROM "${outbox.table}" GROUP BY status`);
+      expect(rows).toEqual([{ status: 'delivered', n: 60 }]);
 
-    // purge() through the pooler: the rows delivered long enough ago go, batch after batch.
-    await admin.query(`UPDATE "${outbox.table}" SET delivered_at = now() - interval '2 days'`);
-    const purged = await outbox.purge(producer, { olderThan: '1d', batchSize: 7 });
-    expect(purged.deleted).toBe(60);
-    expect((await admin.query(`SELECT count(*)::int AS n FROM "${outbox.table}"`)).rows[0].n).toBe(0);
-  });
+      // purge() through the pooler: the rows delivered long enough ago go, batch after batch.
+      await admin.query(`UPDATE "${outbox.table}" SET delivered_at = now() - interval '2 days'`);
+      const purged = await outbox.purge(producer, { olderThan: '1d', batchSize: 7 });
+      expect(purged.deleted).toBe(60);
+      expect((await admin.query(`SELECT count(*)::int AS n FROM "${outbox.table}"`)).rows[0].n).toBe(0);
+    });
+  }
 
   it('a round the pooler refuses (query_wait_timeout) loses nothing: the next round delivers', async () => {
     const busy = await startPgBouncer({
