@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { TableName } from './table-name.js';
 
 /** One SQL statement and the name it is prepared under on each pg connection. */
@@ -41,8 +42,12 @@ const purgeable = (now: string) =>
 const purgeClock = '(SELECT clock_timestamp())';
 
 /**
- * Builds the store's SQL for `table`. Statement names carry a hash of the table so two stores on
- * different tables never reuse each other's prepared statements on a shared connection.
+ * Builds the store's SQL for `table`. A statement's name is a hash of `tag` (the table's) and of
+ * its text: two stores on different tables never reuse each other's prepared statements on a
+ * shared connection, and neither do two versions of this package whose SQL differs. Behind a pooler
+ * in transaction mode server sessions are shared by every instance of a rolling deploy, and pg Binds
+ * a statement it prepared on one session by name on the next: under a name that stood for the table
+ * alone, an older version's claim ran in place of this one's.
  *
  * @example
  * const sql = buildStatements(parseTableName('idem_records'), 'a1b2c3d4');
@@ -50,7 +55,10 @@ const purgeClock = '(SELECT clock_timestamp())';
  */
 export function buildStatements(table: TableName, tag: string): Statements {
   const t = table.sql;
-  const named = (op: string, text: string): Statement => ({ name: `idem_${op}_${tag}`, text });
+  const named = (op: string, text: string): Statement => ({
+    name: `idem_${op}_${createHash('sha256').update(`${tag}\0${text}`).digest('hex').slice(0, 12)}`,
+    text,
+  });
   return {
     // One statement, three outcomes (a fourth with `replaces`, see below):
     // - `live` reads the record with the statement's snapshot. If it is live, the INSERT inserts
