@@ -194,6 +194,60 @@ describe.runIf(available)('@idem/postgres behind PgBouncer in transaction mode',
   sharedCases('transaction', () => bouncer, admin);
 });
 
+describe.runIf(available)('a claim that waits in the pooler past storeTimeout', () => {
+  let bouncer: PgBouncer;
+  const admin = testPool({ max: 2 });
+
+  beforeAll(async () => {
+    // One server connection, and the pooler's default patience (120 s): the claim waits there.
+    bouncer = await startPgBouncer({ databaseUrl, poolMode: 'transaction', poolSize: 1 });
+  });
+
+  afterAll(async () => {
+    await bouncer?.stop();
+    await admin.end();
+  });
+
+  // The engine answers 503 at storeTimeout, but pg cannot take back a query the pooler holds: the
+  // claim lands once a server connection is free, with nobody to run its handler. The engine
+  // withdraws such a late claim, so the retry runs (once) without waiting out a lease.
+  it('503 at storeTimeout; the claim that lands later is withdrawn, and the retry runs once', async () => {
+    const pool = bouncerPool(bouncer, { max: 2 });
+    const { table, drop } = await freshTable(admin, 'pgb_late');
+    const store = postgresStore({ client: pool, table, preparedStatements: false });
+    const engine = createIdempotency({ store, storeTimeout: '300ms', lease: '30s' });
+    const request = { key: randomUUID(), scope: 'u', operation: 'POST /orders', fingerprint: 'f' };
+    const other = new pg.Client({ connectionString: bouncer.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1');
+      const first = await engine.begin(request);
+      expect(first).toMatchObject({ kind: 'reject', error: { code: 'store_unavailable' } });
+      await other.query('ROLLBACK');
+      // Until the late claim is withdrawn a retry may see it in progress (409); within far less
+      // than its 30 s lease, it runs.
+      const kinds: string[] = [];
+      let retry = await engine.begin(request);
+      for (const deadline = Date.now() + 10_000; retry.kind === 'reject' && Date.now() < deadline; ) {
+        kinds.push(retry.error.code);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        retry = await engine.begin(request);
+      }
+      expect(kinds.filter((code) => code !== 'in_progress')).toEqual([]);
+      expect(retry.kind).toBe('execute');
+      if (retry.kind !== 'execute') return;
+      expect(await engine.complete(retry.lease, body('done'))).toMatchObject({ ok: true });
+      expect(await engine.begin(request)).toMatchObject({ kind: 'replay' });
+      expect(await sql(admin, `SELECT state FROM "${table}"`)).toEqual([{ state: 'completed' }]);
+    } finally {
+      await other.end();
+      await pool.end();
+      await drop();
+    }
+  });
+});
+
 describe.runIf(available)('@idem/postgres behind PgBouncer in session mode', () => {
   let bouncer: PgBouncer;
   const admin = testPool({ max: 2 });
