@@ -249,6 +249,37 @@ describe.runIf(available)('server-side limits behind PgBouncer, over HTTP', () =
     }
   });
 
+  it("the pooler's own client limit (max_client_conn): 503 with Retry-After", async () => {
+    const full = await startPgBouncer({
+      databaseUrl: databaseUrl(),
+      poolMode: 'transaction',
+      poolSize: 2,
+      settings: { max_client_conn: 1 },
+    });
+    // The probe that saw the pooler start may still count as its client for a moment.
+    let hog = new pg.Client({ connectionString: full.url });
+    await expect
+      .poll(async () => {
+        hog = new pg.Client({ connectionString: full.url });
+        hog.on('error', () => undefined);
+        return hog.connect().then(
+          () => true,
+          () => false,
+        );
+      })
+      .toBe(true);
+    try {
+      const url = await serve(poolFor(full.url), false);
+      const key = randomUUID();
+      expectUnavailable(await post(url, key));
+      expect(await effectsOf(key)).toBe(0);
+    } finally {
+      await hog.end();
+      await full.stop();
+    }
+    expect(unhandled).toEqual([]);
+  });
+
   it('a pooler whose server connections are all busy: 503 at query_wait_timeout, then service resumes', async () => {
     const busy = await startPgBouncer({
       databaseUrl: databaseUrl(),
