@@ -248,6 +248,71 @@ describe.runIf(available)('a claim that waits in the pooler past storeTimeout', 
   });
 });
 
+describe.runIf(available)('a completion the pooler refuses (query_wait_timeout)', () => {
+  let bouncer: PgBouncer;
+  const admin = testPool({ max: 2 });
+
+  beforeAll(async () => {
+    bouncer = await startPgBouncer({
+      databaseUrl,
+      poolMode: 'transaction',
+      poolSize: 1,
+      settings: { query_wait_timeout: 1 },
+    });
+  });
+
+  afterAll(async () => {
+    await bouncer?.stop();
+    await admin.end();
+  });
+
+  // The handler ran; its outcome must not be lost because the pooler had no server connection for
+  // the completion: a retry is held (409) until the outcome is stored, then replayed, never run again.
+  it('the outcome is kept: retries are held, then replayed, and the handler never runs twice', async () => {
+    const pool = bouncerPool(bouncer, { max: 2 });
+    const { table, drop } = await freshTable(admin, 'pgb_complete');
+    const engine = createIdempotency({
+      store: postgresStore({ client: pool, table, preparedStatements: false }),
+      storeTimeout: '5s',
+      lease: '30s',
+    });
+    const request = { key: randomUUID(), scope: 'u', operation: 'POST /orders', fingerprint: 'f' };
+    const other = new pg.Client({ connectionString: bouncer.url });
+    await other.connect();
+    try {
+      const started = await engine.begin(request);
+      if (started.kind !== 'execute') throw new Error('a fresh key executes');
+      // The handler's effect happens here; then the pooler's one server connection is busy.
+      await other.query('BEGIN');
+      await other.query('SELECT 1');
+      const completing = engine.complete(started.lease, body('first'));
+      // The completion's statement waits in the pooler, until query_wait_timeout refuses it.
+      const waiting = async () =>
+        (await bouncer.admin('SHOW POOLS'))
+          .filter((row) => row.database !== 'pgbouncer')
+          .reduce((sum, row) => sum + Number(row.cl_waiting), 0);
+      await expect.poll(waiting, { timeout: 10_000, interval: 20 }).toBe(1);
+      await expect.poll(waiting, { timeout: 10_000, interval: 20 }).toBe(0);
+      await other.query('ROLLBACK');
+      await completing;
+      const kinds: string[] = [];
+      let retry = await engine.begin(request);
+      for (const deadline = Date.now() + 15_000; retry.kind !== 'replay' && Date.now() < deadline; ) {
+        kinds.push(retry.kind === 'reject' ? retry.error.code : retry.kind);
+        if (retry.kind === 'execute') break;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        retry = await engine.begin(request);
+      }
+      expect(kinds.filter((kind) => kind !== 'in_progress')).toEqual([]);
+      expect(retry.kind).toBe('replay');
+    } finally {
+      await other.end();
+      await pool.end();
+      await drop();
+    }
+  });
+});
+
 describe.runIf(available)('@idem/postgres behind PgBouncer in session mode', () => {
   let bouncer: PgBouncer;
   const admin = testPool({ max: 2 });
