@@ -28,6 +28,8 @@ const roles = {
   idle: `idem_audit_pgb_idle_${suffix}`,
   // CONNECTION LIMIT 1: the server's "too many connections" (53300) for this role alone.
   few: `idem_audit_pgb_few_${suffix}`,
+  // idle_session_timeout (PostgreSQL 14+): the server ends the pool's idle connections.
+  idleSession: `idem_audit_pgb_idles_${suffix}`,
 } as const;
 
 // Words of pg's and PgBouncer's error texts, and the connection details they carry.
@@ -149,12 +151,14 @@ describe.runIf(available)('server-side limits behind PgBouncer, over HTTP', () =
     process.on('unhandledRejection', onUnhandled);
     await migrate(admin, { table });
     await admin.query(`CREATE TABLE "${effects}" (key text NOT NULL)`);
-    await admin.query(`DROP ROLE IF EXISTS ${roles.slow}, ${roles.idle}, ${roles.few}`);
+    await admin.query(`DROP ROLE IF EXISTS ${Object.values(roles).join(', ')}`);
     await admin.query(`CREATE ROLE ${roles.slow} LOGIN`);
     await admin.query(`ALTER ROLE ${roles.slow} SET statement_timeout = '300ms'`);
     await admin.query(`CREATE ROLE ${roles.idle} LOGIN`);
     await admin.query(`ALTER ROLE ${roles.idle} SET idle_in_transaction_session_timeout = '300ms'`);
     await admin.query(`CREATE ROLE ${roles.few} LOGIN CONNECTION LIMIT 1`);
+    await admin.query(`CREATE ROLE ${roles.idleSession} LOGIN`);
+    await admin.query(`ALTER ROLE ${roles.idleSession} SET idle_session_timeout = '300ms'`);
     for (const role of Object.values(roles)) {
       await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON "${table}", "${effects}" TO ${role}`);
     }
@@ -174,7 +178,7 @@ describe.runIf(available)('server-side limits behind PgBouncer, over HTTP', () =
     for (const pool of pools.splice(0)) await pool.end();
     await bouncer?.stop();
     await admin.query(`DROP TABLE IF EXISTS "${effects}", "${table}"`);
-    await admin.query(`DROP ROLE IF EXISTS ${roles.slow}, ${roles.idle}, ${roles.few}`);
+    await admin.query(`DROP ROLE IF EXISTS ${Object.values(roles).join(', ')}`);
     await admin.end();
   });
 
@@ -220,6 +224,31 @@ describe.runIf(available)('server-side limits behind PgBouncer, over HTTP', () =
     expect(await effectsOf(key)).toBe(1);
     expect(unhandled).toEqual([]);
   });
+
+  for (const through of ['PgBouncer', 'no pooler'] as const) {
+    it(`idle_session_timeout ends the pool's idle connections (${through}): the next requests are served`, async () => {
+      const target = through === 'PgBouncer' ? bouncer.url : databaseUrl();
+      const pool = poolFor(urlAs(target, roles.idleSession));
+      const url = await serve(pool, false);
+      expect((await post(url, randomUUID())).status).toBe(201);
+      // Until the server has ended every session of the role (the pooler's, or the pool's own).
+      await expect
+        .poll(
+          async () =>
+            (
+              await admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1', [
+                roles.idleSession,
+              ])
+            ).rows[0].n,
+          { timeout: 10_000, interval: 50 },
+        )
+        .toBe(0);
+      // pg hears of it on each idle connection and drops it (the pool's 'error' listener is there).
+      if (through === 'no pooler') await expect.poll(() => pool.totalCount, { timeout: 10_000 }).toBe(0);
+      for (let i = 0; i < 3; i++) expect((await post(url, randomUUID())).status).toBe(201);
+      expect(unhandled).toEqual([]);
+    });
+  }
 
   it('too many connections (53300) without a pooler: 503 with Retry-After, quickly', async () => {
     const direct = urlAs(databaseUrl(), roles.few);
