@@ -1,40 +1,14 @@
 // Four Node processes, each sending 50 concurrent begin calls with one key through the engine over
 // one shared PostgreSQL table: the side effect, counted by rows in PostgreSQL, happens exactly once.
-import { type ChildProcess, fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { contenderReport as report, startContender as start } from './contenders.js';
 import { databaseUrl, freshTable, postgresAvailable, sql, testPool } from './database.js';
 
 const available = await postgresAvailable();
-const worker = fileURLToPath(new URL('./contender-worker.ts', import.meta.url));
-const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 const processes = 4;
 const concurrency = 50;
-
-interface Report {
-  outcomes: string[];
-}
-
-const start = (config: object) =>
-  new Promise<ChildProcess>((resolve, reject) => {
-    const child = fork(worker, [JSON.stringify(config)], {
-      cwd: repoRoot,
-      execArgv: ['--import', 'tsx'],
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`worker exited early with ${code}`)));
-    child.once('message', (message) => (message === 'ready' ? resolve(child) : reject(new Error(String(message)))));
-  });
-
-const report = (child: ChildProcess) =>
-  new Promise<Report>((resolve, reject) => {
-    child.removeAllListeners('exit');
-    child.once('message', (message) => resolve(message as Report));
-    child.once('exit', (code) => reject(new Error(`worker exited with ${code} before reporting`)));
-  });
 
 describe.runIf(available)('multi-process exactly-once on PostgreSQL', () => {
   let pool: pg.Pool;

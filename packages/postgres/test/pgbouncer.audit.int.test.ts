@@ -4,15 +4,14 @@
 // it has connections. What the store relies on, checked here: every statement is its own
 // transaction or inside the caller's BEGIN ... COMMIT; migrate() takes a transaction-scoped advisory
 // lock and a SET LOCAL lock_timeout; no LISTEN, temp table or session SET anywhere.
-import { type ChildProcess, fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { createIdempotency } from '@idem/core';
 import { describeStore } from '@idem/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PgBouncer, pgBouncerAvailable, startPgBouncer } from '../../testkit/test/audit-support/pgbouncer.js';
 import { migrate, postgresStore } from '../src/index.js';
+import { contenderReport, startContender } from './contenders.js';
 import { databaseUrl, freshTable, harness, postgresAvailable, sql, testPool, uniqueTable } from './database.js';
 
 const available = (await postgresAvailable()) && pgBouncerAvailable('the PgBouncer audits of @idem/postgres');
@@ -339,29 +338,6 @@ describe.runIf(available)('@idem/postgres behind PgBouncer in session mode', () 
   });
 });
 
-// One of multi-process.int.test.ts's processes, pointed at the pooler.
-const worker = fileURLToPath(new URL('./contender-worker.ts', import.meta.url));
-const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
-
-const startWorker = (config: object) =>
-  new Promise<ChildProcess>((resolve, reject) => {
-    const child = fork(worker, [JSON.stringify(config)], {
-      cwd: repoRoot,
-      execArgv: ['--import', 'tsx'],
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`worker exited early with ${code}`)));
-    child.once('message', (message) => (message === 'ready' ? resolve(child) : reject(new Error(String(message)))));
-  });
-
-const reportOf = (child: ChildProcess) =>
-  new Promise<{ outcomes: string[] }>((resolve, reject) => {
-    child.removeAllListeners('exit');
-    child.once('message', (message) => resolve(message as { outcomes: string[] }));
-    child.once('exit', (code) => reject(new Error(`worker exited with ${code} before reporting`)));
-  });
-
 describe.runIf(available)('three processes through one PgBouncer (transaction mode, 2 server connections)', () => {
   let bouncer: PgBouncer;
   const admin = testPool({ max: 2 });
@@ -395,8 +371,8 @@ describe.runIf(available)('three processes through one PgBouncer (transaction mo
         transactional,
         preparedStatements: false,
       };
-      const children = await Promise.all(Array.from({ length: 3 }, () => startWorker(config)));
-      const reports = children.map(reportOf);
+      const children = await Promise.all(Array.from({ length: 3 }, () => startContender(config)));
+      const reports = children.map(contenderReport);
       for (const child of children) child.send('go');
       const outcomes = (await Promise.all(reports)).flatMap((report) => report.outcomes);
       const tally: Record<string, number> = {};
