@@ -651,11 +651,34 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // connection the pool had not yet seen die (a database restart, pg_terminate_backend, a pooler
     // recycling its servers) was lost, and the row was sent again once its lease ended: a second
     // delivery for an attempt that worked. Any error is retried: the fence makes a write that did
-    // land the first time (its answer lost) change nothing the second time, which then reads as
-    // 'fenced' in the round's counts. The budget stays well inside the lease, past which the fence
-    // refuses the write anyway.
-    const endClaim = (sql: string, values: unknown[]) =>
-      retryWithPauses(() => db.query(sql, values), { retryable: () => true, budgetMs: Math.min(1_000, leaseMs / 4) });
+    // land the first time (its answer lost) change nothing the second time. That second time matches
+    // no row, which would read as 'fenced' ("another claim took the row over") in the round's counts
+    // and tell onAttempt that no attempt follows; so after a failed try, a write that matches nothing
+    // reads back what the row holds if this claim is still its last one and has ended (locked_by
+    // cleared with `claims` unchanged: only a write of this claim does that). The budget stays well
+    // inside the lease, past which the fence refuses the write anyway.
+    const endClaimBudgetMs = Math.min(1_000, leaseMs / 4);
+    const endClaim = async (sql: string, values: unknown[]): Promise<{ rows: { status: OutboxRow['status'] }[] }> => {
+      let failed = false;
+      const result = await retryWithPauses(
+        () =>
+          db.query(sql, values).catch((error: unknown) => {
+            failed = true;
+            throw error;
+          }),
+        { retryable: () => true, budgetMs: endClaimBudgetMs },
+      );
+      if (!failed || result.rows.length > 0) return result as { rows: { status: OutboxRow['status'] }[] };
+      const landed = await retryWithPauses(
+        () =>
+          db.query(`SELECT status FROM ${table} WHERE id = $1 AND claims = $2 AND locked_by IS NULL`, [
+            values[0],
+            values[2],
+          ]),
+        { retryable: () => true, budgetMs: endClaimBudgetMs },
+      );
+      return landed as { rows: { status: OutboxRow['status'] }[] };
+    };
 
     // How a claim ends, in every query that ends one: the fence in $1 to $4, the wait before the next
     // attempt in $5, the horizon in $6. The first of `first` (a condition, a status, a dead_reason)
