@@ -13,6 +13,24 @@ const bodyHeaders = ['content-type', 'content-encoding', 'content-language', 'co
 const credentialHeaders = ['authorization', 'cookie', 'cookie2', 'proxy-authorization'];
 
 /**
+ * A Location as fetch reads it. Headers hold one Latin-1 character per byte, so a Location a server
+ * sent as raw UTF-8 (some do, unencoded) arrives as mojibake, and resolving it as it is would go to
+ * `/caf%C3%83%C2%A9` instead of `/caf%C3%A9`. undici and browsers read the bytes of such a value as
+ * UTF-8; so does this, when a character outside printable ASCII shows the value is not encoded.
+ */
+function asUtf8(location: string): string {
+  if (!/[^\x20-\x7e]/.test(location)) return location;
+  const bytes = Uint8Array.from(location, (char) => char.charCodeAt(0) & 0xff);
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    // Not UTF-8 either (a Latin-1 `ü`, one byte): read as the characters it holds, where undici
+    // would decode it to U+FFFD and fail the redirect.
+    return location;
+  }
+}
+
+/**
  * A fetch for reads that follows redirects itself, as fetch would, except that on a hop to another
  * origin it drops `dropAcrossOrigins` (the names of the client-wide `headers`) and the credential
  * headers, for that hop and every later one. fetch drops only Authorization and cookies, so an API
@@ -51,7 +69,7 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
       if (hops >= maxRedirects) throw new TypeError('fetch failed: redirect count exceeded');
       let next: URL;
       try {
-        next = new URL(location, url);
+        next = new URL(asUtf8(location), url);
       } catch (error) {
         throw new TypeError('fetch failed: the redirect location is not a URL', { cause: error });
       }
