@@ -97,12 +97,17 @@ function dateParts(text: string, now: number): DateParts | undefined {
 // A response with the header twice (a framework and a proxy both set it) reaches fetch's Headers as
 // one value, the two joined by ", ". When every copy is the same, that is the value; copies that
 // differ are left as they are, and parse as nothing: which one the server meant is unknown. An
-// HTTP-date holds a comma itself, so the copies are found by length, not by splitting on commas.
+// HTTP-date holds a comma itself, so the copies are not found by splitting on commas: one value
+// holds at most one ", " (an IMF-fixdate's or an RFC 850 date's), so the first copy ends at the
+// first or the second ", " of the text, and the text is that copy repeated, whatever the count.
 function onlyValue(text: string): string {
-  for (let copies = 2; copies <= 8; copies++) {
-    const length = (text.length - 2 * (copies - 1)) / copies;
-    if (!Number.isInteger(length) || length < 1) continue;
-    const first = text.slice(0, length);
+  let end = -1;
+  for (let tries = 0; tries < 2; tries++) {
+    end = text.indexOf(', ', end + 1);
+    if (end < 1) break;
+    const copies = (text.length + 2) / (end + 2);
+    if (!Number.isInteger(copies)) continue;
+    const first = text.slice(0, end);
     if (Array.from({ length: copies }, () => first).join(', ') === text) return first;
   }
   // delay-seconds copies joined without the space, or with more of it.
@@ -143,6 +148,7 @@ export function retryAfterOf(headers: { get(name: string): string | null }, now:
   const value = headers.get('retry-after');
   if (value === null) return undefined;
   const date = headers.get('date');
-  const serverNow = date === null ? undefined : parseHttpDate(date.trim(), now);
+  // A Date sent twice with one value (a proxy adding its own beside the origin's) is that date.
+  const serverNow = date === null ? undefined : parseHttpDate(onlyValue(date.trim()), now);
   return parseRetryAfter(value, serverNow ?? now);
 }
