@@ -4,8 +4,9 @@
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AttemptRecord, createOutbox, createSender } from '../src/index.js';
+import { type AttemptRecord, createOutbox, createSender, createVerifier, type Queryable } from '../src/index.js';
 import { postgresAvailable, testPool } from './support/postgres.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -125,4 +126,60 @@ describe.skipIf(!available)('relay: a result write whose answer is lost', () => 
     const relay = outbox.relay({ db: pool, sender: createSender({ secret: SECRET, timeout: '1s' }), lease: '3s' });
     expect(await relay.runOnce()).toEqual({ claimed: 0, delivered: 0, retrying: 0, dead: 0, fenced: 0 });
   });
+});
+
+// Held: on PGlite too the claim returns the database's clock as a number, and a relay whose own
+// clock is an hour off signs what a verifying receiver accepts and dates its history by the database.
+describe('relay on PGlite signs by the database clock', () => {
+  it('a relay an hour off is accepted by a verifying receiver', async () => {
+    const db = new PGlite();
+    const outbox = createOutbox({ table: 'audit_review_pglite_clock' });
+    const verifier = createVerifier({ secret: SECRET });
+    const refusals: string[] = [];
+    const server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const result = verifier.verify({ headers: request.headers, body: Buffer.concat(chunks) });
+        if (!result.ok) refusals.push(result.error.code);
+        response.writeHead(result.ok ? 204 : 400);
+        response.end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      // The outbox documents a pg Pool "or anything with query()": PGlite's query() takes one
+      // statement, so the migration's script goes through exec().
+      const queryable: Queryable = {
+        query: async (text, values) => {
+          if (values === undefined || values.length === 0) {
+            const results = await db.exec(text);
+            const last = results.at(-1);
+            return { rows: last?.rows ?? [], rowCount: last?.affectedRows ?? null };
+          }
+          const result = await db.query(text, values);
+          return { rows: result.rows as unknown[], rowCount: result.affectedRows ?? null };
+        },
+      };
+      await outbox.migrate(queryable);
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+      for (const id of ['evt_pg_1', 'evt_pg_2']) await outbox.add(queryable, { id, url, body: '{}' });
+      const relay = outbox.relay({
+        db: queryable,
+        sender: createSender({ secret: SECRET, timeout: '2s', now: () => Date.now() - 3_600_000 }),
+        lease: '5s',
+      });
+      expect(await relay.runOnce()).toMatchObject({ claimed: 2, delivered: 2, fenced: 0 });
+      expect(refusals).toEqual([]);
+      const { rows } = await db.query<{ started: number }>(
+        `SELECT (last_attempt->>'startedAt')::float8 AS started FROM audit_review_pglite_clock`,
+      );
+      for (const { started } of rows) expect(Math.abs(started - Date.now())).toBeLessThan(60_000);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+      await db.close();
+    }
+    // PGlite compiles its WebAssembly first: seconds on a loaded box.
+  }, 30_000);
 });
