@@ -39,7 +39,8 @@ export const resourceMetadataPath = '/.well-known/oauth-protected-resource';
  * ```
  */
 export function resourceMetadataUrl(baseUrl: string): string {
-  return `${baseUrl}${resourceMetadataPath}`;
+  // BASE_URL is often written with a trailing slash; `//.well-known/...` is no route of the gateway.
+  return `${baseUrl.replace(/\/+$/, '')}${resourceMetadataPath}`;
 }
 
 // The methods the gateway forwards; the API answers 405 itself for a resource that takes fewer.
