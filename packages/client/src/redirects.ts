@@ -89,7 +89,11 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
       if (next.origin !== origin) leftOrigin = true;
       // Once the chain has left the origin the credentials stay off, even if it comes back: the
       // hops in between could have pointed it anywhere.
-      if (leftOrigin) for (const name of dropped) headers.delete(name);
+      // A client-wide Content-Type (or another body header) is no credential: it goes on with the body
+      // it describes, or the other origin gets that body typed as whatever fetch guesses.
+      if (leftOrigin) {
+        for (const name of dropped) if (body === undefined || !bodyHeaders.includes(name)) headers.delete(name);
+      }
       url = next.href;
     }
   };

@@ -120,6 +120,33 @@ describe('a read follows its redirects as fetch does', () => {
     ]).toEqual(['PUT', '{"a":1}', 'application/json', undefined, undefined, 't2']);
   });
 
+  // Was wrong: a client-wide Content-Type (headers: { 'content-type': 'application/json' }, a common
+  // setting, and then the client adds none of its own) was dropped with the client's other headers
+  // on a 307 or 308 to another origin, while the body it describes went on: the other origin got a
+  // JSON body without its type (and answered 415, or read it as text). It is not a credential; it now
+  // goes with its body, and is dropped only when a 303 drops the body.
+  it('keeps a client-wide Content-Type with the body it describes on a hop to another origin', async () => {
+    const other = await serve((_req, res) => res.end());
+    const api = await serve((req, res) => {
+      if (req.url === '/away') redirect(res, 308, `${other.base}/landing`);
+      else if (req.url === '/see') redirect(res, 303, `${other.base}/list`);
+      else res.end();
+    });
+    const client = createClient({
+      baseUrl: api.base,
+      headers: { 'content-type': 'application/json', 'x-api-key': 'sk_live_1' },
+      retry: { maxAttempts: 1 },
+    });
+    await client.put('/away', { a: 1 });
+    await client.put('/see', { a: 1 });
+    expect(
+      other.log.map((s) => [s.method, s.url, s.body.toString(), s.headers['content-type'], s.headers['x-api-key']]),
+    ).toEqual([
+      ['PUT', '/landing', '{"a":1}', 'application/json', undefined],
+      ['GET', '/list', '', undefined, undefined],
+    ]);
+  });
+
   it('resends the same bytes of a Blob, FormData, URLSearchParams or bytes body on 307 and 308', async () => {
     const api = await serve((req, res) => {
       if (req.url?.startsWith('/r')) redirect(res, req.url === '/r307' ? 307 : 308, '/done');
