@@ -1,0 +1,185 @@
+// Shared by the timeout audits of the three adapters: the stores they run on (memory, and the real
+// Redis under a prefix of their own), a gate a handler waits on, a plain HTTP client that reports a
+// cut connection instead of throwing, and a reverse proxy that gives up on its origin as nginx does.
+import { randomBytes } from 'node:crypto';
+import http, { type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { memoryStore, type Store } from '@idem/core';
+import { redisStore } from '@idem/redis';
+import { redisAnswers, serviceAvailable } from '@idem/testkit';
+import { Redis } from 'ioredis';
+
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A store for one test, and what to do once the file is done with the backend. */
+export interface StoreBackend {
+  name: string;
+  store: () => Store;
+  close: () => Promise<void>;
+}
+
+/** The memory store, and the real Redis under `audit-timeouts:` when it answers. */
+export async function timeoutBackends(file: string): Promise<StoreBackend[]> {
+  const backends: StoreBackend[] = [{ name: 'memory', store: () => memoryStore(), close: async () => undefined }];
+  if (!serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), `${file} over Redis`)) return backends;
+  const client = new Redis(redisUrl);
+  const prefix = `audit-timeouts:${file}:${randomBytes(4).toString('hex')}:`;
+  let n = 0;
+  backends.push({
+    name: 'redis',
+    store: () => redisStore({ client, prefix: `${prefix}${++n}:` }),
+    close: async () => {
+      const keys = await client.keys(`${prefix}*`);
+      if (keys.length > 0) await client.del(...keys);
+      await client.quit();
+    },
+  });
+  return backends;
+}
+
+/** A promise and the function that settles it: what a handler waits on until the test lets it go. */
+export function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { promise, open };
+}
+
+/** What came back: an answer, or the connection cut before one (`status` 0). */
+export interface Answer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: string;
+  error?: string;
+}
+
+/** POSTs `body` as JSON with `key`, on a fresh connection unless an agent is given. */
+export function post(
+  url: string,
+  key: string,
+  body: unknown = { amount: 100 },
+  agent: http.Agent | false = false,
+): Promise<Answer> {
+  const bytes = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve) => {
+    const req = http.request(
+      url,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': bytes.length, 'idempotency-key': key },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }),
+        );
+        res.on('error', (error) => resolve({ status: 0, headers: {}, body: '', error: error.message }));
+      },
+    );
+    req.on('error', (error) => resolve({ status: 0, headers: {}, body: '', error: (error as Error).message }));
+    req.end(bytes);
+  });
+}
+
+/**
+ * Resolves once `check` is true, polling every 10 ms; rejects after `limitMs`. For waiting on a
+ * handler that runs on its own (the test never sleeps a fixed time).
+ */
+export async function until(check: () => boolean, limitMs = 10_000): Promise<void> {
+  const started = Date.now();
+  while (!check()) {
+    if (Date.now() - started > limitMs) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Listens on an ephemeral port of 127.0.0.1; returns the URL and a close that cuts every connection. */
+export async function listen(server: http.Server): Promise<{ url: string; close: () => Promise<void> }> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Options of {@link timeoutProxy}. */
+export interface TimeoutProxyOptions {
+  /** The origins, tried in order (nginx's `proxy_next_upstream timeout` with `non_idempotent`). */
+  upstreams: string[];
+  /** How long one origin may take to answer (nginx's `proxy_read_timeout`). */
+  timeoutMs: number;
+  /** On a timeout, send the same request to the next origin. Default false: answer 504. */
+  nextUpstream?: boolean;
+}
+
+/**
+ * A reverse proxy as nginx is one: it forwards the request, gives up on an origin that does not
+ * answer within `timeoutMs` (closing its connection to it, as nginx does), and then either answers
+ * 504 or sends the same request to the next origin. It counts what each origin was sent.
+ */
+export async function timeoutProxy(options: TimeoutProxyOptions) {
+  const sent = options.upstreams.map(() => 0);
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      const attempt = (index: number) => {
+        const upstream = options.upstreams[index];
+        if (upstream === undefined) {
+          res.writeHead(504, { 'content-type': 'text/plain' }).end('upstream timed out');
+          return;
+        }
+        sent[index] = (sent[index] ?? 0) + 1;
+        const forwarded = http.request(upstream + (req.url ?? '/'), {
+          method: req.method,
+          agent: false,
+          headers: { ...req.headers, connection: 'close' },
+        });
+        let gaveUp = false;
+        const timer = setTimeout(() => {
+          gaveUp = true;
+          forwarded.destroy();
+          if (options.nextUpstream) attempt(index + 1);
+          else res.writeHead(504, { 'content-type': 'text/plain' }).end('upstream timed out');
+        }, options.timeoutMs);
+        forwarded.on('response', (answer) => {
+          clearTimeout(timer);
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+        });
+        forwarded.on('error', () => {
+          // A connection the timer destroyed has been answered for already.
+          if (gaveUp || res.headersSent) return;
+          clearTimeout(timer);
+          res.writeHead(502, { 'content-type': 'text/plain' }).end('bad gateway');
+        });
+        forwarded.end(body);
+      };
+      attempt(0);
+    });
+  });
+  const listening = await listen(server);
+  return { ...listening, sent: () => [...sent] };
+}
+
+/**
+ * Sends the request again while it gets 409 (the first attempt still running), as a client backs
+ * off and retries (spec part 7): what the key's retries end up with once the first run settled.
+ */
+export async function retryPast409(url: string, key: string, body?: unknown, limitMs = 10_000): Promise<Answer> {
+  const started = Date.now();
+  for (;;) {
+    const answer = await post(url, key, body);
+    if (answer.status !== 409 || Date.now() - started > limitMs) return answer;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
