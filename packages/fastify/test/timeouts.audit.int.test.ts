@@ -1,0 +1,175 @@
+// Audit: what Fastify's own timeouts (`connectionTimeout`, `requestTimeout`), its 503 while closing
+// (`return503OnClosing`), and a timer that answers for the handler do to the key, the stored
+// outcome and the side effect, over real sockets, on the memory store and on Redis. The right
+// behaviour: exactly one effect, and the key's retries end up with the handler's real outcome; a
+// timeout answer written while the handler still runs must never become the key's stored outcome.
+import net from 'node:net';
+import type { Store } from '@idem/core';
+import { idempotency } from '@idem/fastify';
+import { frameRequest, parseAnswer, sendRaw } from '@idem/testkit';
+import Fastify, { type FastifyServerOptions } from 'fastify';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  gate,
+  post,
+  retryPast409,
+  type StoreBackend,
+  timeoutBackends,
+  until,
+} from '../../core/test/support/timeouts-kit.js';
+
+const backends: StoreBackend[] = await timeoutBackends('fastify');
+afterAll(async () => {
+  for (const backend of backends) await backend.close();
+});
+
+interface Effects {
+  started: number;
+  finished: number;
+}
+
+async function start(
+  store: Store,
+  options: FastifyServerOptions & { effects?: Effects; answerAfter?: number } = {},
+  provider = gate(),
+) {
+  const { effects = { started: 0, finished: 0 }, answerAfter, ...server } = options;
+  const app = Fastify(server);
+  app.decorateRequest('auth', null);
+  app.addHook('onRequest', async (request) => {
+    (request as { auth?: unknown }).auth = { sub: 'user-1', iss: 'https://issuer.test' };
+  });
+  await app.register(idempotency, { store, storeTimeout: '15s' });
+  app.get('/ping', async () => ({ ok: true }));
+  app.post('/charges', async (_request, reply) => {
+    const id = `ch_${++effects.started}`;
+    // A timer of the app's own that answers 503 for a slow handler (a common Fastify snippet).
+    if (answerAfter !== undefined) {
+      setTimeout(() => {
+        if (!reply.sent) void reply.code(503).send({ error: 'timeout' });
+      }, answerAfter);
+    }
+    await provider.promise;
+    effects.finished++;
+    if (reply.sent) return reply;
+    return reply.code(201).send({ id });
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.server.address() as net.AddressInfo;
+  return { app, port, url: `http://127.0.0.1:${port}/charges`, effects, provider };
+}
+
+const charge = Buffer.from(JSON.stringify({ amount: 100 }));
+
+describe.each(backends)('Fastify on $name: server timeouts around the plugin', (backend) => {
+  it('HELD: connectionTimeout cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed', async () => {
+    const server = await start(backend.store(), { connectionTimeout: 300 });
+    try {
+      expect((await post(server.url, 'connection-timeout')).status).toBe(0);
+      expect((await post(server.url, 'connection-timeout')).status).toBe(409);
+      server.provider.open();
+      await until(() => server.effects.finished === 1);
+      const retry = await retryPast409(server.url, 'connection-timeout');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+      expect(server.effects.started).toBe(1);
+    } finally {
+      server.provider.open();
+      await server.app.close();
+    }
+  });
+
+  it('HELD: requestTimeout cuts a body mid-upload; nothing is claimed, the retry runs once', async () => {
+    const server = await start(backend.store(), {
+      requestTimeout: 400,
+      http: { headersTimeout: 300, connectionsCheckingInterval: 50 },
+    });
+    server.provider.open();
+    try {
+      const framed = frameRequest(
+        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: request-timeout\r\n',
+        charge,
+      );
+      const cut = await sendRaw(server.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+      expect(cut.timedOut).toBe(false);
+      expect(cut.status).toBe(408);
+      expect(server.effects.started).toBe(0);
+      const retry = await post(server.url, 'request-timeout');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(server.effects.started).toBe(1);
+    } finally {
+      await server.app.close();
+    }
+  });
+
+  it('HELD: return503OnClosing answers a retry pipelined behind the running request 503 without storing it; the other instance replays the real 201', async () => {
+    const store = backend.store();
+    const effects: Effects = { started: 0, finished: 0 };
+    const provider = gate();
+    // Two instances on one store, as behind a load balancer; the first is being shut down.
+    const closing = await start(store, { effects }, provider);
+    const other = await start(store, { effects }, provider);
+    // server.close() reaps idle connections, so the retry that reaches a closing Fastify is one on a
+    // busy connection: pipelined behind the first attempt, which still runs.
+    const kept = net.connect(closing.port, '127.0.0.1');
+    kept.on('error', () => undefined);
+    const head = 'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: closing\r\n';
+    const request = frameRequest(head, charge).bytes;
+    const received: Buffer[] = [];
+    kept.on('data', (chunk: Buffer) => received.push(chunk));
+    const ended = new Promise<void>((resolve) => kept.once('close', () => resolve()));
+    let arrived = 0;
+    closing.app.server.on('request', () => arrived++);
+    try {
+      kept.write(request);
+      await until(() => effects.started === 1);
+      const closed = closing.app.close();
+      kept.write(request);
+      // Only once the closing server has the retry: the first answer goes out with Connection: close.
+      await until(() => arrived === 2);
+      provider.open();
+      await ended;
+      await closed;
+      const bytes = Buffer.concat(received);
+      const second = bytes.indexOf('HTTP/1.1', 1);
+      expect(parseAnswer(bytes.subarray(0, second)).status).toBe(201);
+      expect(parseAnswer(bytes.subarray(second)).status).toBe(503);
+      expect(effects.started).toBe(1);
+      // The 503 was the closing server's, never the key's: the other instance replays the charge.
+      const elsewhere = await retryPast409(other.url, 'closing');
+      expect(elsewhere.status).toBe(201);
+      expect(elsewhere.headers['idempotent-replayed']).toBe('true');
+      expect(effects.started).toBe(1);
+    } finally {
+      kept.destroy();
+      provider.open();
+      await closing.app.close();
+      await other.app.close();
+    }
+  });
+
+  // Was wrong: a timer of the app's that answers 503 through the reply while the handler runs
+  // writes on the response the capture watches, so the 503 is settled as the key's outcome (stored
+  // under the default policy) and replayed for the retention, though the handler then made its
+  // effect. The plugin wraps the handler (it knows when its promise settles), so it could hold the
+  // key until then, but the handler's own answer can no longer be sent or known: what to store is
+  // a decision (see the Express and Koa audits). Fastify's own timeouts only ever cut the socket.
+  it.fails('a timer answering 503 for the handler: the retry gets 409, then the real 201', async () => {
+    const server = await start(backend.store(), { answerAfter: 300 });
+    try {
+      expect((await post(server.url, 'timer-503')).status).toBe(503);
+      const during = await post(server.url, 'timer-503');
+      server.provider.open();
+      await until(() => server.effects.finished === 1);
+      const retry = await retryPast409(server.url, 'timer-503');
+      expect(server.effects.started).toBe(1);
+      expect(during.status).toBe(409);
+      expect(retry.status).toBe(201);
+    } finally {
+      server.provider.open();
+      await server.app.close();
+    }
+  });
+});
