@@ -1,0 +1,160 @@
+// Audit: a reverse proxy in front of the origin gives up before the handler answers (nginx's
+// `proxy_read_timeout`). It answers 504 and closes its connection to the origin, whose handler goes
+// on; or, with `proxy_next_upstream timeout non_idempotent`, it sends the same request to a second
+// origin on the same store. The client retries with the same key, through the proxy, while the
+// first run still goes and after it finished. On every adapter, on the memory store and on Redis:
+// exactly one effect, the proxy's 504 is never the key's outcome, and the retries end up with the
+// handler's own answer.
+import http from 'node:http';
+import type { Store } from '@idem/core';
+import { idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
+import { idempotency as fastifyIdempotency } from '@idem/fastify';
+import { idempotency as koaIdempotency } from '@idem/koa';
+import express from 'express';
+import Fastify from 'fastify';
+import Koa from 'koa';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  gate,
+  listen,
+  post,
+  retryPast409,
+  type StoreBackend,
+  timeoutBackends,
+  timeoutProxy,
+  until,
+} from '../../core/test/support/timeouts-kit.js';
+
+const backends: StoreBackend[] = await timeoutBackends('proxy');
+afterAll(async () => {
+  for (const backend of backends) await backend.close();
+});
+
+/** What every origin's POST /charges shares: its effects, and the gate its provider waits on. */
+interface Shared {
+  started: number;
+  finished: number;
+  provider: ReturnType<typeof gate>;
+}
+
+interface Origin {
+  url: string;
+  close: () => Promise<void>;
+}
+
+const caller = { sub: 'user-1', iss: 'https://issuer.test' };
+const storeTimeout = '15s';
+
+// The charge: an effect, then a wait for the provider, then the handler's own answer.
+async function charge(shared: Shared): Promise<{ id: string }> {
+  const id = `ch_${++shared.started}`;
+  await shared.provider.promise;
+  shared.finished++;
+  return { id };
+}
+
+const origins: Record<string, (store: Store, shared: Shared) => Promise<Origin>> = {
+  express: async (store, shared) => {
+    const app = express();
+    app.use((req, _res, next) => {
+      (req as { auth?: unknown }).auth = caller;
+      next();
+    });
+    app.use(expressIdempotency({ store, storeTimeout }));
+    app.use(express.json());
+    app.post('/charges', async (_req, res) => {
+      res.status(201).json(await charge(shared));
+    });
+    app.use(idempotencyErrors());
+    return listen(http.createServer(app));
+  },
+  fastify: async (store, shared) => {
+    const app = Fastify();
+    app.decorateRequest('auth', null);
+    app.addHook('onRequest', async (request) => {
+      (request as { auth?: unknown }).auth = caller;
+    });
+    await app.register(fastifyIdempotency, { store, storeTimeout });
+    app.post('/charges', async (_request, reply) => reply.code(201).send(await charge(shared)));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as { port: number };
+    return { url: `http://127.0.0.1:${port}`, close: () => app.close() };
+  },
+  koa: async (store, shared) => {
+    const app = new Koa();
+    app.use(async (ctx, next) => {
+      ctx.state.auth = caller as never;
+      await next();
+    });
+    app.use(koaIdempotency({ store, storeTimeout }));
+    app.use(async (ctx) => {
+      const body = await charge(shared);
+      ctx.status = 201;
+      ctx.body = body;
+    });
+    return listen(http.createServer(app.callback()));
+  },
+};
+
+const frameworks = Object.keys(origins).flatMap((framework) =>
+  backends.map((backend) => ({ framework, backend, name: `${framework} on ${backend.name}` })),
+);
+
+describe.each(frameworks)('a proxy that times out in front of $name', ({ framework, backend }) => {
+  const makeOrigin = origins[framework] as (store: Store, shared: Shared) => Promise<Origin>;
+
+  it('HELD: the proxy answers 504 and hangs up; the retry gets 409 while the handler runs, then its 201, one effect', async () => {
+    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const origin = await makeOrigin(backend.store(), shared);
+    const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
+    const url = `${proxy.url}/charges`;
+    try {
+      const first = await post(url, 'proxy-504');
+      expect(first.status).toBe(504);
+      expect(shared.started).toBe(1);
+      // The origin's handler still runs: the retry is told so, not handed the proxy's 504.
+      const during = await post(url, 'proxy-504');
+      expect(during.status).toBe(409);
+      expect(during.headers['retry-after']).toBeDefined();
+      shared.provider.open();
+      await until(() => shared.finished === 1);
+      const retry = await retryPast409(url, 'proxy-504');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+      expect(shared.started).toBe(1);
+    } finally {
+      shared.provider.open();
+      await proxy.close();
+      await origin.close();
+    }
+  });
+
+  it('HELD: proxy_next_upstream sends the same request to a second origin on the same store: it gets 409, never a second run', async () => {
+    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const store = backend.store();
+    const first = await makeOrigin(store, shared);
+    const second = await makeOrigin(store, shared);
+    const proxy = await timeoutProxy({ upstreams: [first.url, second.url], timeoutMs: 300, nextUpstream: true });
+    const url = `${proxy.url}/charges`;
+    try {
+      const answer = await post(url, 'next-upstream');
+      // The second origin found the key in progress and said so, at once, within the proxy's timeout.
+      expect(proxy.sent()).toEqual([1, 1]);
+      expect(answer.status).toBe(409);
+      expect(shared.started).toBe(1);
+      shared.provider.open();
+      await until(() => shared.finished === 1);
+      const retry = await retryPast409(url, 'next-upstream');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+      expect(shared.started).toBe(1);
+    } finally {
+      shared.provider.open();
+      await proxy.close();
+      await first.close();
+      await second.close();
+    }
+  });
+});
