@@ -160,6 +160,53 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
     }
   });
 
+  it('HELD: server.timeout cuts an upload that stalls; nothing is claimed, the retry runs once', async () => {
+    const app = await start({ store: backend.store(), configure: (server) => server.setTimeout(300) });
+    app.provider.open();
+    try {
+      const { port } = app.server.address() as AddressInfo;
+      const framed = frameRequest(
+        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: socket-timeout-body\r\n',
+        Buffer.from(JSON.stringify({ amount: 100 })),
+      );
+      const cut = await sendRaw(port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+      expect(cut.timedOut).toBe(false);
+      expect(app.effects.started).toBe(0);
+      const retry = await post(app.url, 'socket-timeout-body');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(app.effects.started).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('HELD: server.requestTimeout counts only the upload: a handler running past it is not cut, its 201 is the outcome', async () => {
+    const app = await start({
+      store: backend.store(),
+      server: { requestTimeout: 200, headersTimeout: 150, connectionsCheckingInterval: 25 },
+    });
+    try {
+      const first = post(app.url, 'request-timeout-handler');
+      await until(() => app.effects.started === 1);
+      // Several checking rounds past the request timeout, the handler still holding the answer.
+      let rounds = 0;
+      const ticking = setInterval(() => rounds++, 25);
+      await until(() => rounds >= 24);
+      clearInterval(ticking);
+      app.provider.open();
+      const answer = await first;
+      expect(answer.status).toBe(201);
+      const retry = await post(app.url, 'request-timeout-handler');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(app.effects.started).toBe(1);
+    } finally {
+      app.provider.open();
+      await app.close();
+    }
+  });
+
   // Was wrong: connect-timeout's 503 is written on the response the capture watches, so it is
   // settled as the key's outcome while the handler still runs: under the default policy it is
   // stored, and every retry replays 503 (`Idempotent-Replayed: true`) for the whole retention,

@@ -80,6 +80,36 @@ describe.each(backends)('Fastify on $name: server timeouts around the plugin', (
     }
   });
 
+  it('HELD: connectionTimeout cuts an upload that stalls; nothing is claimed, the retry runs once', async () => {
+    const server = await start(backend.store(), { connectionTimeout: 300 });
+    server.provider.open();
+    try {
+      const framed = frameRequest(
+        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: connection-timeout-body\r\n',
+        charge,
+      );
+      const cut = await sendRaw(server.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+      expect(cut.timedOut).toBe(false);
+      expect(server.effects.started).toBe(0);
+      const retry = await post(server.url, 'connection-timeout-body');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(server.effects.started).toBe(1);
+    } finally {
+      await server.app.close();
+    }
+  });
+
+  it('HELD: the plugin registers without store I/O, well within a short pluginTimeout', async () => {
+    const app = Fastify({ pluginTimeout: 200 });
+    try {
+      await app.register(idempotency, { store: backend.store() });
+      await expect(app.ready()).resolves.toBeDefined();
+    } finally {
+      await app.close();
+    }
+  });
+
   it('HELD: requestTimeout cuts a body mid-upload; nothing is claimed, the retry runs once', async () => {
     const server = await start(backend.store(), {
       requestTimeout: 400,

@@ -4,8 +4,10 @@
 // real outcome; a timeout answer written while the handler still runs must never become the key's
 // stored outcome.
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Store } from '@idem/core';
 import { idempotency } from '@idem/koa';
+import { frameRequest, sendRaw } from '@idem/testkit';
 import Koa, { type Middleware } from 'koa';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
@@ -42,7 +44,13 @@ function koaTimeout(ms: number): Middleware {
   };
 }
 
-async function start(store: Store, options: { before?: Middleware[]; configure?: (server: http.Server) => void }) {
+interface StartOptions {
+  before?: Middleware[];
+  configure?: (server: http.Server) => void;
+  server?: http.ServerOptions;
+}
+
+async function start(store: Store, options: StartOptions) {
   const effects = { started: 0, finished: 0 };
   const provider = gate();
   const app = new Koa();
@@ -62,10 +70,10 @@ async function start(store: Store, options: { before?: Middleware[]; configure?:
     ctx.status = 201;
     ctx.body = { id };
   });
-  const server = http.createServer(app.callback());
+  const server = http.createServer(options.server ?? {}, app.callback());
   options.configure?.(server);
   const listening = await listen(server);
-  return { ...listening, url: `${listening.url}/charges`, effects, provider };
+  return { ...listening, url: `${listening.url}/charges`, server, effects, provider };
 }
 
 describe.each(backends)('Koa on $name: server timeouts around idempotency()', (backend) => {
@@ -83,6 +91,30 @@ describe.each(backends)('Koa on $name: server timeouts around idempotency()', (b
       expect(app.effects.started).toBe(1);
     } finally {
       app.provider.open();
+      await app.close();
+    }
+  });
+
+  it('HELD: server.requestTimeout cuts a body mid-upload; nothing is claimed, the retry runs once', async () => {
+    const app = await start(backend.store(), {
+      server: { requestTimeout: 400, headersTimeout: 300, connectionsCheckingInterval: 50 },
+    });
+    app.provider.open();
+    try {
+      const { port } = app.server.address() as AddressInfo;
+      const framed = frameRequest(
+        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: request-timeout\r\n',
+        Buffer.from(JSON.stringify({ amount: 100 })),
+      );
+      const cut = await sendRaw(port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+      expect(cut.timedOut).toBe(false);
+      expect(cut.status).toBe(408);
+      expect(app.effects.started).toBe(0);
+      const retry = await post(app.url, 'request-timeout');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(app.effects.started).toBe(1);
+    } finally {
       await app.close();
     }
   });
