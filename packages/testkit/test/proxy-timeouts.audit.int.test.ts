@@ -6,7 +6,8 @@
 // exactly one effect, the proxy's 504 is never the key's outcome, and the retries end up with the
 // handler's own answer.
 import http from 'node:http';
-import type { Store } from '@idem/core';
+import { createClient } from '@idem/client';
+import type { IdempotencyOptions, Store } from '@idem/core';
 import { idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
 import { idempotency as fastifyIdempotency } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
@@ -53,14 +54,16 @@ async function charge(shared: Shared): Promise<{ id: string }> {
   return { id };
 }
 
-const origins: Record<string, (store: Store, shared: Shared) => Promise<Origin>> = {
-  express: async (store, shared) => {
+type Extra = Partial<Pick<IdempotencyOptions, 'wait'>>;
+
+const origins: Record<string, (store: Store, shared: Shared, extra?: Extra) => Promise<Origin>> = {
+  express: async (store, shared, extra = {}) => {
     const app = express();
     app.use((req, _res, next) => {
       (req as { auth?: unknown }).auth = caller;
       next();
     });
-    app.use(expressIdempotency({ store, storeTimeout }));
+    app.use(expressIdempotency({ store, storeTimeout, ...extra }));
     app.use(express.json());
     app.post('/charges', async (_req, res) => {
       res.status(201).json(await charge(shared));
@@ -68,25 +71,25 @@ const origins: Record<string, (store: Store, shared: Shared) => Promise<Origin>>
     app.use(idempotencyErrors());
     return listen(http.createServer(app));
   },
-  fastify: async (store, shared) => {
+  fastify: async (store, shared, extra = {}) => {
     const app = Fastify();
     app.decorateRequest('auth', null);
     app.addHook('onRequest', async (request) => {
       (request as { auth?: unknown }).auth = caller;
     });
-    await app.register(fastifyIdempotency, { store, storeTimeout });
+    await app.register(fastifyIdempotency, { store, storeTimeout, ...extra });
     app.post('/charges', async (_request, reply) => reply.code(201).send(await charge(shared)));
     await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = app.server.address() as { port: number };
     return { url: `http://127.0.0.1:${port}`, close: () => app.close() };
   },
-  koa: async (store, shared) => {
+  koa: async (store, shared, extra = {}) => {
     const app = new Koa();
     app.use(async (ctx, next) => {
       ctx.state.auth = caller as never;
       await next();
     });
-    app.use(koaIdempotency({ store, storeTimeout }));
+    app.use(koaIdempotency({ store, storeTimeout, ...extra }));
     app.use(async (ctx) => {
       const body = await charge(shared);
       ctx.status = 201;
@@ -101,7 +104,7 @@ const frameworks = Object.keys(origins).flatMap((framework) =>
 );
 
 describe.each(frameworks)('a proxy that times out in front of $name', ({ framework, backend }) => {
-  const makeOrigin = origins[framework] as (store: Store, shared: Shared) => Promise<Origin>;
+  const makeOrigin = origins[framework] as (store: Store, shared: Shared, extra?: Extra) => Promise<Origin>;
 
   it('HELD: the proxy answers 504 and hangs up; the retry gets 409 while the handler runs, then its 201, one effect', async () => {
     const shared: Shared = { started: 0, finished: 0, provider: gate() };
@@ -155,6 +158,64 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
       await proxy.close();
       await first.close();
       await second.close();
+    }
+  });
+
+  it('HELD: a retry that waits at the origin (`wait`) and is cut by the proxy too runs nothing; the next retry replays', async () => {
+    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const origin = await makeOrigin(backend.store(), shared, { wait: '5s' });
+    const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
+    const url = `${proxy.url}/charges`;
+    try {
+      expect((await post(url, 'waiting')).status).toBe(504);
+      // This one waits at the origin for the first run, longer than the proxy gives it.
+      expect((await post(url, 'waiting')).status).toBe(504);
+      shared.provider.open();
+      await until(() => shared.finished === 1);
+      const retry = await retryPast409(url, 'waiting');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+      expect(shared.started).toBe(1);
+    } finally {
+      shared.provider.open();
+      await proxy.close();
+      await origin.close();
+    }
+  });
+
+  it("HELD: @idem/client through the proxy: 504, then 409 while the handler runs, then the handler's 201 replayed, one effect", async () => {
+    const shared: Shared = { started: 0, finished: 0, provider: gate() };
+    const origin = await makeOrigin(backend.store(), shared);
+    const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
+    let waits = 0;
+    const api = createClient({
+      baseUrl: proxy.url,
+      retry: { maxAttempts: 6, deadline: '30s' },
+      // The client's waits, shortened; after the 409 the provider answers and the run finishes.
+      sleep: async () => {
+        if (++waits === 2) {
+          shared.provider.open();
+          await until(() => shared.finished === 1);
+        }
+      },
+    });
+    try {
+      const result = await api.post<{ id: string }>('/charges', { amount: 100 });
+      const statuses = result.attempts.map((attempt) => attempt.status);
+      // A 409 more when the retry came between the handler's end and the store's answer.
+      expect(statuses[0]).toBe(504);
+      expect(statuses.slice(1, -1).every((status) => status === 409)).toBe(true);
+      expect(statuses.slice(1, -1).length).toBeGreaterThanOrEqual(1);
+      expect(statuses.at(-1)).toBe(201);
+      expect(result.status).toBe(201);
+      expect(result.replayed).toBe(true);
+      expect(result.body).toEqual({ id: 'ch_1' });
+      expect(shared.started).toBe(1);
+    } finally {
+      shared.provider.open();
+      await proxy.close();
+      await origin.close();
     }
   });
 });
