@@ -5,7 +5,7 @@
 // become the key's stored outcome.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Store } from '@idem/core';
+import type { IdempotencyEvent, Store } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import { frameRequest, sendRaw } from '@idem/testkit';
 import express, { type RequestHandler } from 'express';
@@ -64,13 +64,21 @@ interface AppOptions {
 async function start(options: AppOptions) {
   const effects = { started: 0, finished: 0 };
   const provider = gate();
+  const events: IdempotencyEvent[] = [];
   const app = express();
   app.use((req, _res, next) => {
     (req as { auth?: unknown }).auth = { sub: 'user-1', iss: 'https://issuer.test' };
     next();
   });
   for (const middleware of options.before ?? []) app.use(middleware);
-  app.use(idempotency({ store: options.store, storeOutcome: options.storeOutcome ?? 'all', storeTimeout: '15s' }));
+  app.use(
+    idempotency({
+      store: options.store,
+      storeOutcome: options.storeOutcome ?? 'all',
+      storeTimeout: '15s',
+      onEvent: (event) => events.push(event),
+    }),
+  );
   app.use(express.json());
   app.post('/charges', async (req, res) => {
     const id = `ch_${++effects.started}`;
@@ -83,7 +91,7 @@ async function start(options: AppOptions) {
   const server = http.createServer(options.server ?? {}, app);
   options.configure?.(server);
   const listening = await listen(server);
-  return { ...listening, url: `${listening.url}/charges`, server, effects, provider };
+  return { ...listening, url: `${listening.url}/charges`, server, effects, provider, events };
 }
 
 describe.each(backends)('Express on $name: server timeouts around idempotency()', (backend) => {
@@ -151,6 +159,11 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
       expect(cut.timedOut).toBe(false);
       expect(cut.status).toBe(408);
       expect(app.effects.started).toBe(0);
+      // The client got Node's 408; the middleware saw the body cut short and claimed nothing.
+      await until(() => app.events.some((event) => event.type === 'refused'));
+      expect(app.events.map((event) => (event.type === 'refused' ? event.code : event.type))).toEqual([
+        'body_incomplete',
+      ]);
       const retry = await post(app.url, 'request-timeout');
       expect(retry.status).toBe(201);
       expect(retry.headers['idempotent-replayed']).toBeUndefined();
