@@ -3,11 +3,13 @@
 // outcome and the side effect, over real sockets, on the memory store and on Redis. The right
 // behaviour: exactly one effect, and the key's retries end up with the handler's real outcome; a
 // timeout answer written while the handler still runs must never become the key's stored outcome.
+
+import type http from 'node:http';
 import net from 'node:net';
 import type { Store } from '@idem/core';
 import { idempotency } from '@idem/fastify';
 import { frameRequest, parseAnswer, sendRaw } from '@idem/testkit';
-import Fastify, { type FastifyServerOptions } from 'fastify';
+import Fastify, { type FastifyHttpOptions } from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   gate,
@@ -30,12 +32,11 @@ interface Effects {
 
 async function start(
   store: Store,
-  options: FastifyServerOptions & { effects?: Effects; answerAfter?: number } = {},
+  options: FastifyHttpOptions<http.Server> & { effects?: Effects; answerAfter?: number } = {},
   provider = gate(),
 ) {
   const { effects = { started: 0, finished: 0 }, answerAfter, ...server } = options;
   const app = Fastify(server);
-  app.decorateRequest('auth', null);
   app.addHook('onRequest', async (request) => {
     (request as { auth?: unknown }).auth = { sub: 'user-1', iss: 'https://issuer.test' };
   });

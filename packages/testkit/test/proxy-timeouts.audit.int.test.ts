@@ -73,7 +73,6 @@ const origins: Record<string, (store: Store, shared: Shared, extra?: Extra) => P
   },
   fastify: async (store, shared, extra = {}) => {
     const app = Fastify();
-    app.decorateRequest('auth', null);
     app.addHook('onRequest', async (request) => {
       (request as { auth?: unknown }).auth = caller;
     });
