@@ -8,6 +8,7 @@ import { memoryStore, type Store } from '@idem/core';
 import { redisStore } from '@idem/redis';
 import { redisAnswers, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
+import { deleteKeys } from '../../../redis/test/redis-env.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -29,8 +30,7 @@ export async function timeoutBackends(file: string): Promise<StoreBackend[]> {
     name: 'redis',
     store: () => redisStore({ client, prefix: `${prefix}${++n}:` }),
     close: async () => {
-      const keys = await client.keys(`${prefix}*`);
-      if (keys.length > 0) await client.del(...keys);
+      await deleteKeys(client, prefix);
       await client.quit();
     },
   });
