@@ -3,7 +3,8 @@
  *
  * A `setTimeout` + `Promise.race` per store operation costs more than the memory store's whole
  * claim, so pending calls are kept in one set and a single unref'd interval fails the overdue
- * ones. A call may therefore fail up to a quarter of the limit late; it never fails early.
+ * ones. A call may therefore fail up to a quarter of the limit late (and one turn of the event loop,
+ * see `failOverdue`); it never fails early.
  * `now` is a monotonic clock by default: a wall clock stepped back would let a hung call hang for
  * the size of the step, one stepped forward fail calls a healthy store was answering.
  */
@@ -17,17 +18,36 @@ export function createDeadlines(limitMs: number, now: () => number = () => perfo
   let timer: ReturnType<typeof setInterval> | undefined;
   const every = Math.max(5, Math.min(250, Math.floor(limitMs / 4)));
 
-  const sweep = () => {
-    const t = now();
-    for (const entry of pending) {
-      if (entry.deadline > t) continue;
-      pending.delete(entry);
-      entry.reject(new Error(`store ${entry.operation} timed out after ${limitMs}ms`));
-    }
+  const stopWhenIdle = () => {
     if (pending.size === 0 && timer !== undefined) {
       clearInterval(timer);
       timer = undefined;
     }
+  };
+
+  // Overdue calls are failed on the next turn of the event loop, after its I/O phase, not in the
+  // timer phase that found them. After the process was stalled (frozen by SIGSTOP, `docker pause`, a
+  // Lambda freeze, a long GC pause), timers run before any socket is read, so an answer that arrived
+  // during the stall sits unread while its deadline has passed: failed here, a completion the store
+  // did make would be reported failed (and retried), a claim it granted answered 503.
+  const failOverdue = (overdue: Pending[]) => {
+    for (const entry of overdue) {
+      // Still pending: its answer was not in during the I/O phase either.
+      if (pending.delete(entry)) entry.reject(new Error(`store ${entry.operation} timed out after ${limitMs}ms`));
+    }
+    stopWhenIdle();
+  };
+
+  const sweep = () => {
+    const t = now();
+    let overdue: Pending[] | undefined;
+    for (const entry of pending) {
+      if (entry.deadline > t) continue;
+      if (overdue === undefined) overdue = [];
+      overdue.push(entry);
+    }
+    if (overdue !== undefined) setImmediate(failOverdue, overdue);
+    else stopWhenIdle();
   };
 
   return function withDeadline<T>(operation: string, work: () => T | Promise<T>): Promise<T> {
