@@ -286,7 +286,14 @@ export function createSender(options: SenderOptions): Sender {
     // timestamp tolerance.
     const signed = signer.sign({ id: message.id, body, timestamp });
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new Error('attempt timed out')), timeoutMs);
+    // The timeout aborts on the next turn of the event loop, after its I/O phase. After the process
+    // was stalled (frozen by SIGSTOP, `docker pause` or a Lambda freeze; a long GC pause), timers run
+    // before any socket is read: an answer that arrived during the stall, a 2xx, would be cut off
+    // unread, and the delivered event recorded as a timeout and sent again.
+    let late: ReturnType<typeof setImmediate> | undefined;
+    const timer = setTimeout(() => {
+      late = setImmediate(() => controller.abort(new Error('attempt timed out')));
+    }, timeoutMs);
     const outer = attemptOptions.signal;
     const forward = () => controller.abort(outer?.reason);
     outer?.addEventListener('abort', forward, { once: true });
@@ -319,6 +326,7 @@ export function createSender(options: SenderOptions): Sender {
       return finish({ result: 'network-error', error: cause?.code ?? (error as Error).name ?? 'network error' });
     } finally {
       clearTimeout(timer);
+      if (late !== undefined) clearImmediate(late);
       outer?.removeEventListener('abort', forward);
     }
   };
