@@ -706,11 +706,19 @@ async function runAttempt(
   let timedOut = false;
   const onCallerAbort = () => controller.abort(callerSignal?.reason);
   callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
+  // The timeout aborts on a later turn of the event loop, after its I/O phase (a second timer, which
+  // a browser has too). After a stall of the whole program (frozen by SIGSTOP, `docker pause` or
+  // a Lambda freeze; a long GC pause), timers run before any socket is read: an answer that arrived
+  // during the stall would be cut off unread, and an operation the server carried out reported as
+  // timed out (or sent again).
+  let late: ReturnType<typeof setTimeout> | undefined;
   const timer = Number.isFinite(timeoutMs)
     ? setTimeout(
         () => {
-          timedOut = true;
-          controller.abort(new DOMException('The attempt timed out.', 'TimeoutError'));
+          late = setTimeout(() => {
+            timedOut = true;
+            controller.abort(new DOMException('The attempt timed out.', 'TimeoutError'));
+          }, 0);
         },
         Math.min(Math.max(0, timeoutMs), maxTimerMs),
       )
@@ -737,6 +745,7 @@ async function runAttempt(
     return { kind: 'network-error', error, response };
   } finally {
     clearTimeout(timer);
+    clearTimeout(late);
     callerSignal?.removeEventListener('abort', onCallerAbort);
   }
 }
