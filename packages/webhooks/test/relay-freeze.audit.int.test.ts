@@ -109,7 +109,7 @@ describe.skipIf(!available)('outbox relay frozen mid-attempt', () => {
   it('frozen past its per-attempt timeout but within its lease: the 200 that came during the freeze counts, the event is delivered once', async () => {
     const id = `evt_freeze_short_${Date.now()}`;
     await outbox.add(pool, { id, url, body: { id } });
-    relay = await spawnRelay(table, { SENDER_TIMEOUT: '500ms', RELAY_LEASE: '5s' });
+    relay = await spawnRelay(table, { SENDER_TIMEOUT_MS: '500', RELAY_LEASE_MS: '5000' });
     freezeOnArrival = relay.process;
     await until(() => arrivals.get(id), 'the attempt to arrive');
     // Frozen longer than the sender's timeout (500 ms), shorter than the relay's lease (5 s).
@@ -129,7 +129,7 @@ describe.skipIf(!available)('outbox relay frozen mid-attempt', () => {
   it('frozen past its lease while another relay takes the row over: its late result is fenced, the takeover stands, the event is delivered again once (at least once)', async () => {
     const id = `evt_freeze_long_${Date.now()}`;
     await outbox.add(pool, { id, url, body: { id } });
-    relay = await spawnRelay(table, { SENDER_TIMEOUT: '500ms', RELAY_LEASE: '1s' });
+    relay = await spawnRelay(table, { SENDER_TIMEOUT_MS: '500', RELAY_LEASE_MS: '1000' });
     freezeOnArrival = relay.process;
     await until(() => arrivals.get(id), 'the attempt to arrive');
     // Another relay (this process) takes the row over once the lease ends by the database's clock.
