@@ -2015,11 +2015,13 @@ function afterTail(state: CaptureState, original: Apply, chunk: unknown, encodin
   return original === state.originalEnd ? state.res : true;
 }
 
-// The outcome of a response whose every byte is known: the response, or too large to store.
+// The outcome of a response whose every byte is known: the response, or too large to store, or cut
+// short of the length its head declared.
 function settleWritten(state: CaptureState) {
   const res = state.res;
   const finalStatus = state.status ?? res.statusCode;
   if (state.overflow) unreplayable(state, 'too-large', finalStatus);
+  else if (cutShort(state, finalStatus)) unreplayable(state, 'streaming', finalStatus);
   else if (!state.eventStream) {
     // One chunk is already a private copy (see `copy`): no need to copy it again.
     const chunks = state.chunks;
@@ -2027,6 +2029,21 @@ function settleWritten(state: CaptureState) {
     const headers = state.headers ?? responseHeaders(res, state.headHeaders, state.replayed);
     finish(state, { kind: 'complete', response: { status: finalStatus, headers, body } });
   }
+}
+
+/**
+ * True when a response ended with fewer body bytes than its `Content-Length` (a source that ended
+ * early behind a length set from a `stat`, a file that shrank under `sendFile`, a handler's wrong
+ * count). Node sends what it has and the client waits for the rest: it never received a whole
+ * message. Stored, the short body would replay framed by its own length, as if it were the whole
+ * answer; it is settled as a streamed body cut short instead. A 204 or 304 has no body whatever its
+ * length says (a 304's is the length of the representation it stands for), and a live feed is no
+ * outcome anyway.
+ */
+function cutShort(state: CaptureState, status: number): boolean {
+  if (state.eventStream || status === 204 || status === 304 || status < 200) return false;
+  const length = declaredLength(state);
+  return length !== undefined && state.size < length;
 }
 
 function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, callback?: unknown) {

@@ -1,0 +1,319 @@
+// Three servers (Express, Fastify, Koa) answering one route, POST /stream/:name, with a body the
+// test describes as a plan: a status, headers, and bytes that go out the way each framework streams
+// (a pipeline or a Readable, writes that wait for 'drain', a file, one buffer). For the streaming
+// audit (streaming.audit.int.test.ts): what the first caller receives, what is stored, and what a
+// retry gets, for large, slow, failed and abandoned streamed bodies.
+import { once } from 'node:events';
+import fs from 'node:fs';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pipeline, Readable } from 'node:stream';
+import type { HttpIdempotencyOptions, IdempotencyEvent, Store } from '@idem/core';
+import { idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
+import { idempotency as fastifyIdempotency } from '@idem/fastify';
+import { idempotency as koaIdempotency } from '@idem/koa';
+import express from 'express';
+import Fastify from 'fastify';
+import Koa from 'koa';
+
+export type FrameworkName = 'express' | 'fastify' | 'koa';
+export const frameworkNames: readonly FrameworkName[] = ['express', 'fastify', 'koa'];
+
+/**
+ * How a plan's bytes leave the handler:
+ * - `stream`: a Readable of the chunks (Express `stream.pipeline(readable, res)`, Fastify
+ *   `reply.send(readable)`, Koa `ctx.body = readable`);
+ * - `writes`: one write per chunk, awaiting 'drain' when a write says so (Express `res.write`,
+ *   Fastify `reply.raw` after `reply.hijack()`, Koa `ctx.res` with `ctx.respond = false`);
+ * - `file`: the file at `file` (Express `res.sendFile`, Fastify and Koa a `fs.createReadStream`);
+ * - `buffer`: every chunk joined, sent at once.
+ */
+export type PlanMode = 'stream' | 'writes' | 'file' | 'buffer';
+
+export interface Plan {
+  status: number;
+  headers?: Record<string, string>;
+  mode: PlanMode;
+  /** The body's chunks; a generator that throws fails the body there. */
+  chunks?: () => AsyncIterable<Buffer>;
+  file?: string;
+}
+
+export interface StreamServerOptions {
+  store: Store;
+  /** Core options for the middleware (maxResponseBytes, lease, ...). */
+  extra?: Record<string, unknown>;
+  onEvent?: (event: IdempotencyEvent) => void;
+}
+
+export interface StreamServer {
+  readonly port: number;
+  /** Handler runs, by plan name. */
+  readonly runs: Record<string, number>;
+  /** Resolves when the handler of `name` has finished (returned, thrown, or its stream ended or failed). */
+  finished(name: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+type Plans = Record<string, Plan>;
+
+const joined = async (plan: Plan): Promise<Buffer> => {
+  const parts: Buffer[] = [];
+  for await (const chunk of plan.chunks?.() ?? []) parts.push(chunk);
+  return Buffer.concat(parts);
+};
+
+/** Writes the chunks to a raw response, waiting for 'drain'; stops if the response closes. */
+async function writeAll(res: NodeJS.WritableStream & { destroyed: boolean }, plan: Plan): Promise<void> {
+  try {
+    for await (const chunk of plan.chunks?.() ?? []) {
+      if (res.destroyed) return;
+      if (!res.write(chunk)) {
+        await Promise.race([once(res, 'drain'), once(res, 'close')]);
+      }
+    }
+  } catch (error) {
+    // The body failed after its head: what a server can do is cut the response.
+    (res as unknown as { destroy(error?: Error): void }).destroy(error as Error);
+    return;
+  }
+  res.end();
+}
+
+export async function startStreamServer(
+  framework: FrameworkName,
+  plans: Plans,
+  options: StreamServerOptions,
+): Promise<StreamServer> {
+  const runs: Record<string, number> = {};
+  const done: Record<string, { promise: Promise<void>; resolve: () => void }> = {};
+  const doneOf = (name: string) => {
+    let entry = done[name];
+    if (entry === undefined) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      entry = { promise, resolve };
+      done[name] = entry;
+    }
+    return entry;
+  };
+  const started = (name: string): Plan => {
+    runs[name] = (runs[name] ?? 0) + 1;
+    const plan = plans[name];
+    if (plan === undefined) throw new Error(`no plan ${name}`);
+    return plan;
+  };
+  const idem: HttpIdempotencyOptions<unknown> = {
+    store: options.store,
+    scope: () => 'tenant-stream',
+    storeTimeout: '15s',
+    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    ...options.extra,
+  };
+
+  let port: number;
+  let closeServer: () => Promise<void>;
+
+  if (framework === 'express') {
+    const app = express();
+    app.post('/stream/:name', expressIdempotency(idem), (req, res, next) => {
+      const name = String(req.params.name);
+      const plan = started(name);
+      const finish = () => doneOf(name).resolve();
+      res.status(plan.status);
+      if (plan.headers) res.set(plan.headers);
+      if (plan.mode === 'stream') {
+        pipeline(Readable.from(plan.chunks?.() ?? []), res, () => finish());
+      } else if (plan.mode === 'writes') {
+        writeAll(res, plan).then(finish, finish);
+      } else if (plan.mode === 'file') {
+        res.sendFile(plan.file as string, () => finish());
+      } else {
+        joined(plan).then((body) => {
+          res.end(body);
+          finish();
+        }, next);
+      }
+    });
+    app.use(idempotencyErrors());
+    const server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    port = (server.address() as AddressInfo).port;
+    closeServer = async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    };
+  } else if (framework === 'fastify') {
+    const app = Fastify();
+    await app.register(fastifyIdempotency, idem);
+    app.post<{ Params: { name: string } }>('/stream/:name', async (request, reply) => {
+      const name = request.params.name;
+      const plan = started(name);
+      const finish = () => doneOf(name).resolve();
+      if (plan.mode === 'writes') {
+        reply.hijack();
+        reply.raw.writeHead(plan.status, plan.headers ?? {});
+        writeAll(reply.raw, plan).then(finish, finish);
+        return reply;
+      }
+      reply.code(plan.status);
+      if (plan.headers) reply.headers(plan.headers);
+      if (plan.mode === 'buffer') {
+        const body = await joined(plan);
+        finish();
+        return reply.send(body);
+      }
+      const stream =
+        plan.mode === 'file' ? fs.createReadStream(plan.file as string) : Readable.from(plan.chunks?.() ?? []);
+      stream.once('close', finish);
+      return reply.send(stream);
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    port = (app.server.address() as AddressInfo).port;
+    closeServer = async () => {
+      app.server.closeAllConnections();
+      await app.close();
+    };
+  } else {
+    const app = new Koa();
+    const handle = koaIdempotency(idem);
+    app.use(async (ctx, next) => {
+      const match = /^\/stream\/([^/]+)$/.exec(ctx.path);
+      if (ctx.method !== 'POST' || match === null) return next();
+      await handle(ctx, async () => {
+        const name = match[1] as string;
+        const plan = started(name);
+        const finish = () => doneOf(name).resolve();
+        if (plan.mode === 'writes') {
+          ctx.respond = false;
+          ctx.res.writeHead(plan.status, plan.headers ?? {});
+          writeAll(ctx.res, plan).then(finish, finish);
+          return;
+        }
+        ctx.status = plan.status;
+        if (plan.headers) ctx.set(plan.headers);
+        if (plan.mode === 'buffer') {
+          ctx.body = await joined(plan);
+          finish();
+          return;
+        }
+        const stream =
+          plan.mode === 'file' ? fs.createReadStream(plan.file as string) : Readable.from(plan.chunks?.() ?? []);
+        stream.once('close', finish);
+        ctx.body = stream;
+      });
+    });
+    app.on('error', () => undefined);
+    const server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    port = (server.address() as AddressInfo).port;
+    closeServer = async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    };
+  }
+
+  return {
+    port,
+    runs,
+    finished: (name) => doneOf(name).promise,
+    close: () => closeServer(),
+  };
+}
+
+/** What a client received: the status, headers, the bytes and whether the message ended well. */
+export interface Received {
+  status: number;
+  headers: IncomingMessage['headers'];
+  body: Buffer;
+  /** The message arrived whole ('end'); false when the connection failed or closed mid-body. */
+  complete: boolean;
+}
+
+export interface PostOptions {
+  /** Reads this many bytes, then destroys the connection (the client leaves mid-body). */
+  leaveAfter?: number;
+  /** Pauses after the head for this long before reading (a slow reader), calling `whilePaused`. */
+  whilePaused?: () => Promise<void>;
+  /** Gives up (destroying the connection) after this many ms. Default 20 s. */
+  timeoutMs?: number;
+}
+
+/** A keyed POST with node:http on a fresh connection. */
+export function post(port: number, name: string, key: string, options: PostOptions = {}): Promise<Received> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({
+      host: '127.0.0.1',
+      port,
+      path: `/stream/${name}`,
+      method: 'POST',
+      agent: false,
+      headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
+    });
+    const timer = setTimeout(() => req.destroy(new Error('client timed out')), options.timeoutMs ?? 20_000);
+    req.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    req.on('response', (res) => {
+      const parts: Buffer[] = [];
+      let size = 0;
+      let settled = false;
+      const settle = (complete: boolean) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts), complete });
+      };
+      res.on('data', (chunk: Buffer) => {
+        parts.push(chunk);
+        size += chunk.length;
+        if (options.leaveAfter !== undefined && size >= options.leaveAfter) {
+          req.destroy();
+          settle(false);
+        }
+      });
+      res.on('end', () => settle(res.complete));
+      res.on('error', () => settle(false));
+      res.on('aborted', () => settle(false));
+      res.on('close', () => settle(res.complete));
+      if (options.whilePaused !== undefined) {
+        res.pause();
+        options.whilePaused().then(
+          () => res.resume(),
+          (error) => {
+            req.destroy();
+            reject(error);
+          },
+        );
+      }
+    });
+    req.end('{}');
+  });
+}
+
+/** `size` bytes of a repeating, position-dependent pattern, in chunks of `chunk` bytes. */
+export function patternChunks(size: number, chunk: number, failAfter?: number): () => AsyncIterable<Buffer> {
+  return async function* () {
+    let sent = 0;
+    while (sent < size) {
+      if (failAfter !== undefined && sent >= failAfter) throw new Error('the body source failed');
+      const n = Math.min(chunk, size - sent);
+      const bytes = Buffer.allocUnsafe(n);
+      for (let i = 0; i < n; i++) bytes[i] = (sent + i) % 251;
+      sent += n;
+      yield bytes;
+      // Lets the event loop turn, as a real source (a database cursor, a file) would.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+  };
+}
+
+/** The bytes `patternChunks(size, …)` yields. */
+export function patternBytes(size: number): Buffer {
+  const bytes = Buffer.allocUnsafe(size);
+  for (let i = 0; i < size; i++) bytes[i] = i % 251;
+  return bytes;
+}

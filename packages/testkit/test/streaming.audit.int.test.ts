@@ -1,0 +1,335 @@
+// Streamed responses, large bodies and backpressure through the three adapters, on the memory store
+// and on Redis, with real sockets (node:http). The promise under test (docs/concepts.md, "Some
+// responses go out but cannot be replayed"; docs/errors.md `response_not_replayable`): every byte the
+// client is sent goes through the capture; a whole response is replayed byte for byte; one that
+// cannot be (too large for maxResponseBytes or the store's cap, cut short by its client or by a
+// failing source) is served to its first caller as written and kept, by the default policy, as
+// `500 response_not_replayable`, so a retry never runs the operation again and never gets half a body.
+import { randomBytes, randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { memoryStore, type Store } from '@idem/core';
+import { redisStore } from '@idem/redis';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteKeys, redisAvailable, redisUrl } from '../../redis/test/redis-env.js';
+import {
+  type FrameworkName,
+  frameworkNames,
+  type Plan,
+  patternBytes,
+  patternChunks,
+  post,
+  type Received,
+  type StreamServer,
+  type StreamServerOptions,
+  startStreamServer,
+} from './audit-support/streaming-servers.js';
+
+const KIB = 1024;
+const MIB = 1024 * KIB;
+const withRedis = await redisAvailable();
+const run = randomBytes(4).toString('hex');
+const prefix = `audit-streaming:${run}:`;
+let redis: Redis | undefined;
+let scenario = 0;
+
+beforeAll(() => {
+  if (withRedis) redis = new Redis(redisUrl);
+});
+afterAll(async () => {
+  if (redis !== undefined) {
+    await deleteKeys(redis, prefix);
+    await redis.quit();
+  }
+});
+
+type StoreKind = 'memory' | 'redis';
+const storeKinds: StoreKind[] = withRedis ? ['memory', 'redis'] : ['memory'];
+
+/** A fresh store of `kind`; `cap` is the store's own limit (memoryStore `maxBytes`, Redis `maxResponseBytes`). */
+function storeOf(kind: StoreKind, cap?: number): Store {
+  if (kind === 'memory') return cap === undefined ? memoryStore() : memoryStore({ maxBytes: cap });
+  return redisStore({
+    client: redis as Redis,
+    prefix: `${prefix}${++scenario}:`,
+    ...(cap === undefined ? {} : { maxResponseBytes: cap }),
+  });
+}
+
+async function withServer<T>(
+  framework: FrameworkName,
+  plans: Record<string, Plan>,
+  options: StreamServerOptions,
+  body: (server: StreamServer) => Promise<T>,
+): Promise<T> {
+  const server = await startStreamServer(framework, plans, options);
+  try {
+    return await body(server);
+  } finally {
+    await server.close();
+  }
+}
+
+/**
+ * The retry's answer once the first attempt is settled: a retry that meets the key still in
+ * progress (409, the settle racing the client) asks again, as a client honouring Retry-After would.
+ */
+async function settledRetry(port: number, name: string, key: string): Promise<Received> {
+  const until = Date.now() + 15_000;
+  for (;;) {
+    const answer = await post(port, name, key);
+    if (answer.status !== 409 || Date.now() > until) return answer;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+function expectNotReplayable(answer: Received) {
+  expect(answer.status).toBe(500);
+  expect(answer.headers['idempotent-replayed']).toBe('true');
+  expect(answer.headers['content-type']).toBe('application/problem+json');
+  expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'response_not_replayable', retryable: false });
+}
+
+const sameBytes = (a: Buffer, b: Buffer) => a.length === b.length && a.equals(b);
+
+let tmp: string;
+let filePath: string;
+const FILE_SIZE = 2 * MIB + 17;
+beforeAll(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'idem-streaming-'));
+  filePath = path.join(tmp, 'export.bin');
+  fs.writeFileSync(filePath, patternBytes(FILE_SIZE));
+});
+afterAll(() => {
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+describe.each(storeKinds)('on the %s store', (kind) => {
+  describe.each(frameworkNames)('%s', (framework) => {
+    // Big enough to go out in many writes, under every cap: adapter 3 MiB, Redis 4 MiB.
+    const size = 2 * MIB + 5;
+    const whole = patternBytes(size);
+    const big = (mode: Plan['mode']): Plan => ({
+      status: 201,
+      headers: { 'content-type': 'application/octet-stream', 'x-export': 'e1' },
+      mode,
+      chunks: patternChunks(size, 32 * KIB + 3),
+      file: filePath,
+    });
+
+    it.each(['stream', 'writes', 'buffer'] as const)(
+      'a 2 MiB body sent as %s reaches the first caller whole and replays byte for byte, once run',
+      async (mode) => {
+        await withServer(
+          framework,
+          { big: big(mode) },
+          { store: storeOf(kind), extra: { maxResponseBytes: 3 * MIB, replayHeaders: ['x-export'] } },
+          async (server) => {
+            const key = randomUUID();
+            const first = await post(server.port, 'big', key);
+            expect(first.status).toBe(201);
+            expect(first.complete).toBe(true);
+            expect(sameBytes(first.body, whole)).toBe(true);
+            const retry = await settledRetry(server.port, 'big', key);
+            expect(retry.status).toBe(201);
+            expect(retry.complete).toBe(true);
+            expect(retry.headers['idempotent-replayed']).toBe('true');
+            expect(retry.headers['x-export']).toBe('e1');
+            expect(retry.headers['content-type']).toBe('application/octet-stream');
+            // A chunked first answer replays with its length: the same bytes, framed by Content-Length.
+            expect(retry.headers['content-length']).toBe(String(size));
+            expect(sameBytes(retry.body, whole)).toBe(true);
+            expect(server.runs.big).toBe(1);
+          },
+        );
+      },
+    );
+
+    it('a file sent by the framework (sendFile, a file stream) replays byte for byte, once run', async () => {
+      await withServer(
+        framework,
+        { file: { ...big('file'), headers: { 'content-type': 'application/octet-stream' } } },
+        { store: storeOf(kind), extra: { maxResponseBytes: 3 * MIB } },
+        async (server) => {
+          const key = randomUUID();
+          const first = await post(server.port, 'file', key);
+          expect(first.status).toBe(201);
+          expect(first.complete).toBe(true);
+          expect(sameBytes(first.body, patternBytes(FILE_SIZE))).toBe(true);
+          const retry = await settledRetry(server.port, 'file', key);
+          expect(retry.status).toBe(201);
+          expect(retry.headers['idempotent-replayed']).toBe('true');
+          expect(sameBytes(retry.body, patternBytes(FILE_SIZE))).toBe(true);
+          expect(server.runs.file).toBe(1);
+        },
+      );
+    });
+
+    it.each(['stream', 'writes'] as const)(
+      'a %s body over maxResponseBytes reaches the first caller whole; the retry gets 500 response_not_replayable, nothing runs again',
+      async (mode) => {
+        await withServer(
+          framework,
+          { big: big(mode) },
+          { store: storeOf(kind), extra: { maxResponseBytes: 64 * KIB } },
+          async (server) => {
+            const key = randomUUID();
+            const first = await post(server.port, 'big', key);
+            expect(first.status).toBe(201);
+            expect(first.complete).toBe(true);
+            expect(sameBytes(first.body, whole)).toBe(true);
+            expectNotReplayable(await settledRetry(server.port, 'big', key));
+            expect(server.runs.big).toBe(1);
+          },
+        );
+      },
+    );
+
+    it.each(['stream', 'writes'] as const)(
+      'a %s body whose source fails mid-body: the first caller sees a broken message, the retry 500 response_not_replayable, never half a body',
+      async (mode) => {
+        const plan: Plan = {
+          status: 201,
+          headers: { 'content-type': 'application/octet-stream' },
+          mode,
+          chunks: patternChunks(size, 32 * KIB, 256 * KIB),
+        };
+        await withServer(framework, { failing: plan }, { store: storeOf(kind) }, async (server) => {
+          const key = randomUUID();
+          const first = await post(server.port, 'failing', key);
+          expect(first.status).toBe(201);
+          expect(first.complete).toBe(false);
+          expect(first.body.length).toBeLessThan(size);
+          await server.finished('failing');
+          expectNotReplayable(await settledRetry(server.port, 'failing', key));
+          expect(server.runs.failing).toBe(1);
+        });
+      },
+    );
+
+    it.each(['stream', 'writes'] as const)(
+      'a client that leaves a %s body mid-way: the retry gets 500 response_not_replayable, never the half it read',
+      async (mode) => {
+        const plan: Plan = {
+          status: 201,
+          headers: { 'content-type': 'application/octet-stream' },
+          mode,
+          chunks: patternChunks(16 * MIB, 64 * KIB),
+        };
+        await withServer(framework, { endless: plan }, { store: storeOf(kind) }, async (server) => {
+          const key = randomUUID();
+          const first = await post(server.port, 'endless', key, { leaveAfter: 128 * KIB });
+          expect(first.complete).toBe(false);
+          await server.finished('endless');
+          const retry = await settledRetry(server.port, 'endless', key);
+          expectNotReplayable(retry);
+          expect(server.runs.endless).toBe(1);
+        });
+      },
+    );
+
+    it('a body shorter than the Content-Length its handler declared is never replayed as a whole response', async () => {
+      // The handler (or a file that shrank under sendFile) declares 1 MiB and ends after 512 KiB:
+      // the first caller waits for bytes that never come and ends with a broken message.
+      const plan: Plan = {
+        status: 201,
+        headers: { 'content-type': 'application/octet-stream', 'content-length': String(MIB) },
+        mode: 'stream',
+        chunks: patternChunks(512 * KIB, 32 * KIB),
+      };
+      await withServer(framework, { short: plan }, { store: storeOf(kind) }, async (server) => {
+        const key = randomUUID();
+        const first = await post(server.port, 'short', key, { timeoutMs: 1500 }).catch(() => undefined);
+        expect(first?.complete ?? false).toBe(false);
+        await server.finished('short');
+        const retry = await settledRetry(server.port, 'short', key);
+        // Whatever the retry gets, it is not a 201 that passes 512 KiB off as the whole answer.
+        expect(retry.status === 201 && retry.complete).toBe(false);
+        expectNotReplayable(retry);
+        expect(server.runs.short).toBe(1);
+      });
+    });
+
+    it('a slow reader: the lease is renewed while the body drains (a retry meanwhile gets 409, not a second run)', async () => {
+      // 32 MiB to a client that reads nothing for a while: the handler's writes wait on the socket.
+      const plan: Plan = {
+        status: 201,
+        headers: { 'content-type': 'application/octet-stream' },
+        mode: 'stream',
+        chunks: patternChunks(32 * MIB, 64 * KIB),
+      };
+      await withServer(
+        framework,
+        { slow: plan },
+        { store: storeOf(kind), extra: { lease: '300ms' } },
+        async (server) => {
+          const key = randomUUID();
+          const during: Received[] = [];
+          const first = await post(server.port, 'slow', key, {
+            // Several leases long: without renewals the key would be free for a takeover.
+            whilePaused: async () => {
+              for (let i = 0; i < 3; i++) {
+                await new Promise((resolve) => setTimeout(resolve, 400));
+                during.push(await post(server.port, 'slow', key));
+              }
+            },
+            timeoutMs: 30_000,
+          });
+          expect(first.status).toBe(201);
+          expect(first.complete).toBe(true);
+          expect(first.body.length).toBe(32 * MIB);
+          for (const answer of during) expect(answer.status).toBe(409);
+          expect(server.runs.slow).toBe(1);
+          expectNotReplayable(await settledRetry(server.port, 'slow', key));
+          expect(server.runs.slow).toBe(1);
+        },
+      );
+    });
+
+    it('a response over the store cap but under maxResponseBytes is served whole and kept as response_not_replayable', async () => {
+      // The store's own limit (memoryStore maxBytes, Redis maxResponseBytes) below the adapter's
+      // maxResponseBytes (1 MiB by default): docs/errors.md says the adapters settle such a response as
+      // one over their own limit, kept by the default policy, rather than let the store refuse it and
+      // release the key (which would run the operation again on retry).
+      const plan: Plan = {
+        status: 201,
+        headers: { 'content-type': 'application/octet-stream' },
+        mode: 'stream',
+        chunks: patternChunks(256 * KIB, 32 * KIB),
+      };
+      await withServer(framework, { capped: plan }, { store: storeOf(kind, 64 * KIB) }, async (server) => {
+        const key = randomUUID();
+        const first = await post(server.port, 'capped', key);
+        expect(first.status).toBe(201);
+        expect(sameBytes(first.body, patternBytes(256 * KIB))).toBe(true);
+        expectNotReplayable(await settledRetry(server.port, 'capped', key));
+        expect(server.runs.capped).toBe(1);
+      });
+    });
+
+    it('204 and 304 with a body written: no body goes out, first or replayed', async () => {
+      const plans: Record<string, Plan> = {
+        empty: { status: 204, mode: 'writes', chunks: patternChunks(10, 10) },
+        same: { status: 304, headers: { etag: '"v1"' }, mode: 'writes', chunks: patternChunks(10, 10) },
+      };
+      await withServer(framework, plans, { store: storeOf(kind) }, async (server) => {
+        for (const [name, status] of [
+          ['empty', 204],
+          ['same', 304],
+        ] as const) {
+          const key = randomUUID();
+          const first = await post(server.port, name, key);
+          expect(first.status).toBe(status);
+          expect(first.body.length).toBe(0);
+          const retry = await settledRetry(server.port, name, key);
+          expect(retry.status).toBe(status);
+          expect(retry.headers['idempotent-replayed']).toBe('true');
+          expect(retry.body.length).toBe(0);
+          expect(server.runs[name]).toBe(1);
+        }
+      });
+    });
+  });
+});
