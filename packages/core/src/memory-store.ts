@@ -17,7 +17,10 @@ export interface MemoryStoreOptions {
    * Most bytes kept, counted as the ids, tokens, fingerprints, header names and values and bodies of
    * the records (not the JavaScript objects around them, about 200 bytes a record more). When over,
    * records make room as for `maxEntries`; one response bigger than the whole budget is refused with
-   * `ResponseTooLargeError` (the engine then serves it unstored and frees the key). A count alone does
+   * `ResponseTooLargeError` (the engine then serves it unstored and frees the key). The store declares
+   * it as its `maxResponseBytes`, so the HTTP adapters settle such a response in advance as one over
+   * their own `maxResponseBytes` (served; by default the key is kept with `response_not_replayable`,
+   * so a retry does not run the operation again). A count alone does
    * not bound memory: 100,000 records of 1 MiB responses are 100 GiB. Default 256 MiB.
    */
   maxBytes?: number;
@@ -387,6 +390,12 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
 
   return {
     inProcess: true,
+    // A response over the whole budget is refused (see complete): declared, so the adapters settle
+    // it in advance as one over their own maxResponseBytes (kept, by the default policy, as
+    // response_not_replayable) instead of handing it over, whose refusal would release the key and
+    // let a retry run the operation again. (The store counts the record's id, token and fingerprint
+    // too, so a response within those few bytes of the budget is still refused here, unannounced.)
+    maxResponseBytes: maxBytes,
     get size() {
       return entries.size;
     },
