@@ -22,6 +22,7 @@ import {
   patternChunks,
   post,
   type Received,
+  retainedBufferBytes,
   type StreamServer,
   type StreamServerOptions,
   startStreamServer,
@@ -287,6 +288,35 @@ describe.each(storeKinds)('on the %s store', (kind) => {
         },
       );
     });
+
+    it.each(['stream', 'writes'] as const)(
+      'a 64 MiB %s body to a paused reader: the server holds no copy of it (memory bounded by maxResponseBytes, not the body)',
+      async (mode) => {
+        const plan: Plan = { status: 201, mode, chunks: patternChunks(64 * MIB, 256 * KIB) };
+        await withServer(framework, { huge: plan }, { store: storeOf(kind) }, async (server) => {
+          const key = randomUUID();
+          const base = retainedBufferBytes();
+          let whilePaused = Number.POSITIVE_INFINITY;
+          const first = await post(server.port, 'huge', key, {
+            discard: true,
+            // The handler's writes now wait on a full socket: what the server keeps meanwhile is
+            // the capture's copy (at most maxResponseBytes, 1 MiB, dropped once over) and socket buffers.
+            whilePaused: async () => {
+              await new Promise((resolve) => setTimeout(resolve, 300));
+              whilePaused = retainedBufferBytes() - base;
+            },
+            timeoutMs: 40_000,
+          });
+          expect(first.complete).toBe(true);
+          expect(first.length).toBe(64 * MIB);
+          expect(whilePaused).toBeLessThan(12 * MIB);
+          await server.finished('huge');
+          expect(retainedBufferBytes() - base).toBeLessThan(4 * MIB);
+          expectNotReplayable(await settledRetry(server.port, 'huge', key));
+          expect(server.runs.huge).toBe(1);
+        });
+      },
+    );
 
     it('a response over the store cap but under maxResponseBytes is served whole and kept as response_not_replayable', async () => {
       // The store's own limit (memoryStore maxBytes, Redis maxResponseBytes) below the adapter's

@@ -8,6 +8,8 @@ import fs from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pipeline, Readable } from 'node:stream';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import type { HttpIdempotencyOptions, IdempotencyEvent, Store } from '@idem/core';
 import { idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
 import { idempotency as fastifyIdempotency } from '@idem/fastify';
@@ -228,6 +230,8 @@ export interface Received {
   status: number;
   headers: IncomingMessage['headers'];
   body: Buffer;
+  /** Body bytes received (kept in `body` unless `discard`). */
+  length: number;
   /** The message arrived whole ('end'); false when the connection failed or closed mid-body. */
   complete: boolean;
 }
@@ -239,6 +243,8 @@ export interface PostOptions {
   whilePaused?: () => Promise<void>;
   /** Gives up (destroying the connection) after this many ms. Default 20 s. */
   timeoutMs?: number;
+  /** Counts the body's bytes without keeping them (`body` stays empty). */
+  discard?: boolean;
 }
 
 /** A keyed POST with node:http on a fresh connection. */
@@ -265,10 +271,16 @@ export function post(port: number, name: string, key: string, options: PostOptio
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts), complete });
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          body: Buffer.concat(parts),
+          length: size,
+          complete,
+        });
       };
       res.on('data', (chunk: Buffer) => {
-        parts.push(chunk);
+        if (options.discard !== true) parts.push(chunk);
         size += chunk.length;
         if (options.leaveAfter !== undefined && size >= options.leaveAfter) {
           req.destroy();
@@ -316,4 +328,21 @@ export function patternBytes(size: number): Buffer {
   const bytes = Buffer.allocUnsafe(size);
   for (let i = 0; i < size; i++) bytes[i] = i % 251;
   return bytes;
+}
+
+let collect: (() => void) | undefined;
+
+/**
+ * Bytes of ArrayBuffers (Buffers) this process still holds after a full garbage collection: what is
+ * retained, not what was allocated and dropped. The collector is reached through V8's flag (set once,
+ * for this worker only), so the figure does not depend on when V8 chose to collect.
+ */
+export function retainedBufferBytes(): number {
+  if (collect === undefined) {
+    v8.setFlagsFromString('--expose-gc');
+    collect = vm.runInNewContext('gc') as () => void;
+  }
+  collect();
+  collect();
+  return process.memoryUsage().arrayBuffers;
 }

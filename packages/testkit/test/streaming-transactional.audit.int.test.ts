@@ -1,0 +1,79 @@
+// Streamed responses in transactional mode (PostgreSQL), through the three adapters: the capture
+// holds the response back until the transaction commits ("held" mode in packages/core/src/http.ts),
+// so what it keeps meanwhile is bounded only by what it chooses to keep.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { migrate, postgresStore } from '@idem/postgres';
+import { postgresAnswers, serviceAvailable } from '@idem/testkit';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  frameworkNames,
+  type Plan,
+  patternChunks,
+  post,
+  retainedBufferBytes,
+  startStreamServer,
+} from './audit-support/streaming-servers.js';
+
+const MIB = 1024 * 1024;
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const withPostgres = serviceAvailable(
+  `PostgreSQL at ${databaseUrl}`,
+  await postgresAnswers(databaseUrl),
+  'the transactional streaming audit',
+);
+const table = `audit_streaming_tx_${randomBytes(4).toString('hex')}`;
+let pool: pg.Pool;
+
+beforeAll(async () => {
+  if (!withPostgres) return;
+  pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
+  pool.on('error', () => undefined);
+  await migrate(pool, { table });
+});
+afterAll(async () => {
+  if (!withPostgres) return;
+  await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+  await pool.end();
+});
+
+describe.runIf(withPostgres).each(frameworkNames)('%s, transactional', (framework) => {
+  // Was wrong: in held mode the capture keeps every byte past maxResponseBytes (copy() in
+  // packages/core/src/http.ts: "In held mode every byte is still kept") and its write() always
+  // answers true, so a handler streaming 32 MiB is read at full speed into memory (about 32 MiB
+  // retained at the peak; a 2 GiB export would take the process down), only for the answer to be
+  // replaced by 503 once the transaction rolls back. The bytes are kept for one case only: a handler
+  // that calls release() after the body went over the limit, whose answer is then flushed whole.
+  // Decision needed: drop the bytes at the overflow (and answer 503 to that release() case too), or
+  // refuse the stream early (destroy the source once over the limit), or document the cost.
+  it.fails('a body over maxResponseBytes is not kept in memory whole while the transaction is open', async () => {
+    let base = 0;
+    let atEnd = Number.NaN;
+    const source = patternChunks(32 * MIB, 256 * 1024);
+    const plan: Plan = {
+      status: 201,
+      mode: 'stream',
+      // Measured once the last chunk was taken: every byte of the body has been written by then.
+      chunks: async function* () {
+        yield* source();
+        atEnd = retainedBufferBytes() - base;
+      },
+    };
+    const server = await startStreamServer(
+      framework,
+      { huge: plan },
+      { store: postgresStore({ client: pool, table }), extra: { transactional: true } },
+    );
+    try {
+      base = retainedBufferBytes();
+      const first = await post(server.port, 'huge', randomUUID(), { discard: true, timeoutMs: 40_000 });
+      await server.finished('huge');
+      // What the documentation promises (docs/concepts.md): rolled back, 503, nothing ran.
+      expect(first.status).toBe(503);
+      expect(server.runs.huge).toBe(1);
+      expect(atEnd).toBeLessThan(8 * MIB);
+    } finally {
+      await server.close();
+    }
+  });
+});
