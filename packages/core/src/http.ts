@@ -2025,10 +2025,21 @@ function settleWritten(state: CaptureState) {
   else if (!state.eventStream) {
     // One chunk is already a private copy (see `copy`): no need to copy it again.
     const chunks = state.chunks;
-    const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+    const written = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
     const headers = state.headers ?? responseHeaders(res, state.headHeaders, state.replayed);
-    finish(state, { kind: 'complete', response: { status: finalStatus, headers, body } });
+    finish(state, { kind: 'complete', response: { status: finalStatus, headers, body: asFramed(state, written) } });
   }
+}
+
+/**
+ * The body as its client read it: a handler that wrote past its `Content-Length` had Node send the
+ * extra bytes, but the client's message ended at the declared length (what follows is garbage on the
+ * connection, which it then drops). Stored whole, the replay would be longer than the answer the
+ * first caller got, framed by a length no one declared.
+ */
+function asFramed(state: CaptureState, body: Buffer): Buffer {
+  const length = declaredLength(state);
+  return length !== undefined && body.length > length ? body.subarray(0, length) : body;
 }
 
 /**

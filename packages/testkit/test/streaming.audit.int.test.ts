@@ -253,6 +253,30 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       });
     });
 
+    it('a body longer than its declared Content-Length replays as the client read it, not longer', async () => {
+      // The client reads the declared 100 KiB and takes the rest for garbage on the connection.
+      const plan: Plan = {
+        status: 201,
+        headers: { 'content-type': 'application/octet-stream', 'content-length': String(100 * KIB) },
+        mode: 'stream',
+        chunks: patternChunks(200 * KIB, 48 * KIB),
+      };
+      await withServer(framework, { long: plan }, { store: storeOf(kind) }, async (server) => {
+        const key = randomUUID();
+        const first = await post(server.port, 'long', key, { timeoutMs: 3000 }).catch((error: Error) => error);
+        await server.finished('long');
+        const retry = await settledRetry(server.port, 'long', key);
+        // What the first caller got, when its client took the message before the garbage after it.
+        if (!(first instanceof Error) && first.complete) {
+          expect(sameBytes(first.body, patternBytes(100 * KIB))).toBe(true);
+        }
+        expect(retry.status).toBe(201);
+        expect(retry.headers['idempotent-replayed']).toBe('true');
+        expect(sameBytes(retry.body, patternBytes(100 * KIB))).toBe(true);
+        expect(server.runs.long).toBe(1);
+      });
+    });
+
     it('a slow reader: the lease is renewed while the body drains (a retry meanwhile gets 409, not a second run)', async () => {
       // 32 MiB to a client that reads nothing for a while: the handler's writes wait on the socket.
       const plan: Plan = {
