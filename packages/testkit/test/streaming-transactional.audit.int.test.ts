@@ -38,6 +38,30 @@ afterAll(async () => {
 });
 
 describe.runIf(withPostgres).each(frameworkNames)('%s, transactional', (framework) => {
+  it('a body shorter than its declared Content-Length is not committed: the transaction rolls back, 503', async () => {
+    const plan: Plan = {
+      status: 201,
+      headers: { 'content-type': 'application/octet-stream', 'content-length': String(256 * 1024) },
+      mode: 'stream',
+      chunks: patternChunks(100 * 1024, 16 * 1024),
+    };
+    const server = await startStreamServer(
+      framework,
+      { short: plan },
+      { store: postgresStore({ client: pool, table }), extra: { transactional: true } },
+    );
+    try {
+      const key = randomUUID();
+      const first = await post(server.port, 'short', key);
+      expect(first.status).toBe(503);
+      expect(first.complete).toBe(true);
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable' });
+      expect(server.runs.short).toBe(1);
+    } finally {
+      await server.close();
+    }
+  });
+
   // Was wrong: in held mode the capture keeps every byte past maxResponseBytes (copy() in
   // packages/core/src/http.ts: "In held mode every byte is still kept") and its write() always
   // answers true, so a handler streaming 32 MiB is read at full speed into memory (about 32 MiB

@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pipeline, Readable } from 'node:stream';
+import { ReadableStream } from 'node:stream/web';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import type { HttpIdempotencyOptions, IdempotencyEvent, Store } from '@idem/core';
@@ -27,10 +28,12 @@ export const frameworkNames: readonly FrameworkName[] = ['express', 'fastify', '
  *   `reply.send(readable)`, Koa `ctx.body = readable`);
  * - `writes`: one write per chunk, awaiting 'drain' when a write says so (Express `res.write`,
  *   Fastify `reply.raw` after `reply.hijack()`, Koa `ctx.res` with `ctx.respond = false`);
+ * - `web`: a web ReadableStream of the chunks (Express through `Readable.fromWeb`, Fastify
+ *   `reply.send(stream)`, Koa `ctx.body = stream`);
  * - `file`: the file at `file` (Express `res.sendFile`, Fastify and Koa a `fs.createReadStream`);
  * - `buffer`: every chunk joined, sent at once.
  */
-export type PlanMode = 'stream' | 'writes' | 'file' | 'buffer';
+export type PlanMode = 'stream' | 'web' | 'writes' | 'file' | 'buffer';
 
 export interface Plan {
   status: number;
@@ -64,6 +67,29 @@ const joined = async (plan: Plan): Promise<Buffer> => {
   for await (const chunk of plan.chunks?.() ?? []) parts.push(chunk);
   return Buffer.concat(parts);
 };
+
+/** The chunks as a web ReadableStream; `finish` once it ended, failed or was cancelled. */
+function webStreamOf(plan: Plan, finish: () => void): ReadableStream<Uint8Array> {
+  const iterator = (plan.chunks?.() ?? (async function* () {})())[Symbol.asyncIterator]();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const next = await iterator.next();
+        if (next.done) {
+          controller.close();
+          finish();
+        } else controller.enqueue(next.value);
+      } catch (error) {
+        controller.error(error);
+        finish();
+      }
+    },
+    async cancel() {
+      await iterator.return?.();
+      finish();
+    },
+  });
+}
 
 /** Writes the chunks to a raw response, waiting for 'drain'; stops if the response closes. */
 async function writeAll(res: NodeJS.WritableStream & { destroyed: boolean }, plan: Plan): Promise<void> {
@@ -128,6 +154,8 @@ export async function startStreamServer(
       if (plan.headers) res.set(plan.headers);
       if (plan.mode === 'stream') {
         pipeline(Readable.from(plan.chunks?.() ?? []), res, () => finish());
+      } else if (plan.mode === 'web') {
+        pipeline(Readable.fromWeb(webStreamOf(plan, finish)), res, () => undefined);
       } else if (plan.mode === 'writes') {
         writeAll(res, plan).then(finish, finish);
       } else if (plan.mode === 'file') {
@@ -167,6 +195,7 @@ export async function startStreamServer(
         finish();
         return reply.send(body);
       }
+      if (plan.mode === 'web') return reply.send(webStreamOf(plan, finish));
       const stream =
         plan.mode === 'file' ? fs.createReadStream(plan.file as string) : Readable.from(plan.chunks?.() ?? []);
       stream.once('close', finish);
@@ -199,6 +228,10 @@ export async function startStreamServer(
         if (plan.mode === 'buffer') {
           ctx.body = await joined(plan);
           finish();
+          return;
+        }
+        if (plan.mode === 'web') {
+          ctx.body = webStreamOf(plan, finish);
           return;
         }
         const stream =
