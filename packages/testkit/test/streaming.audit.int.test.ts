@@ -7,8 +7,10 @@
 // `500 response_not_replayable`, so a retry never runs the operation again and never gets half a body.
 import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { memoryStore, type Store } from '@idem/core';
 import { redisStore } from '@idem/redis';
 import { Redis } from 'ioredis';
@@ -77,10 +79,15 @@ async function withServer<T>(
  * The retry's answer once the first attempt is settled: a retry that meets the key still in
  * progress (409, the settle racing the client) asks again, as a client honouring Retry-After would.
  */
-async function settledRetry(port: number, name: string, key: string): Promise<Received> {
+async function settledRetry(
+  port: number,
+  name: string,
+  key: string,
+  headers?: Record<string, string>,
+): Promise<Received> {
   const until = Date.now() + 15_000;
   for (;;) {
-    const answer = await post(port, name, key);
+    const answer = await post(port, name, key, headers === undefined ? {} : { headers });
     if (answer.status !== 409 || Date.now() > until) return answer;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
@@ -196,6 +203,35 @@ describe.each(storeKinds)('on the %s store', (kind) => {
           expect(answer.body.toString()).toContain('data: tick 19');
         }
         expect(server.runs.feed).toBe(2);
+      });
+    });
+
+    it('a gzip body streamed chunk by chunk replays its coded bytes to a gzip client, and decoded to one that takes none', async () => {
+      const coded = gzipSync(whole);
+      const plan: Plan = {
+        status: 201,
+        headers: { 'content-type': 'application/octet-stream', 'content-encoding': 'gzip', vary: 'Accept-Encoding' },
+        mode: 'stream',
+        chunks: async function* () {
+          for (let at = 0; at < coded.length; at += 7 * KIB) yield coded.subarray(at, at + 7 * KIB);
+        },
+      };
+      await withServer(framework, { gz: plan }, { store: storeOf(kind) }, async (server) => {
+        const key = randomUUID();
+        const gzip = { 'accept-encoding': 'gzip' };
+        const first = await post(server.port, 'gz', key, { headers: gzip });
+        expect(first.headers['content-encoding']).toBe('gzip');
+        expect(sameBytes(first.body, coded)).toBe(true);
+        const again = await settledRetry(server.port, 'gz', key, gzip);
+        expect(again.status).toBe(201);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.headers['content-encoding']).toBe('gzip');
+        expect(sameBytes(again.body, coded)).toBe(true);
+        const plain = await settledRetry(server.port, 'gz', key);
+        expect(plain.status).toBe(201);
+        expect(plain.headers['content-encoding']).toBeUndefined();
+        expect(sameBytes(plain.body, whole)).toBe(true);
+        expect(server.runs.gz).toBe(1);
       });
     });
 
@@ -467,5 +503,64 @@ describe.each(storeKinds)('on the %s store', (kind) => {
         }
       });
     });
+  });
+});
+
+describe.each(frameworkNames)('%s, a request body streamed past maxBodyBytes', (framework) => {
+  it('is answered 413 while the client still uploads, without the handler and without holding the body', async () => {
+    await withServer(
+      framework,
+      { upload: { status: 201, mode: 'buffer', chunks: patternChunks(10, 10) } },
+      { store: memoryStore() },
+      async (server) => {
+        const base = retainedBufferBytes();
+        // A chunked upload of up to 256 MiB (no Content-Length to refuse it by), written with backpressure.
+        const answer = await new Promise<{ status: number; sent: number; body: string }>((resolve, reject) => {
+          const req = httpRequest({
+            host: '127.0.0.1',
+            port: server.port,
+            path: '/stream/upload',
+            method: 'POST',
+            agent: false,
+            headers: {
+              'idempotency-key': randomUUID(),
+              'content-type': 'application/octet-stream',
+              'transfer-encoding': 'chunked',
+            },
+          });
+          let sent = 0;
+          let answered = false;
+          const chunk = Buffer.alloc(256 * KIB, 0x61);
+          req.on('error', (error) => {
+            if (!answered) reject(error);
+          });
+          req.on('response', (res) => {
+            const parts: Buffer[] = [];
+            res.on('data', (part: Buffer) => parts.push(part));
+            res.on('end', () => {
+              answered = true;
+              resolve({ status: res.statusCode ?? 0, sent, body: Buffer.concat(parts).toString() });
+              req.destroy();
+            });
+          });
+          const pump = () => {
+            while (!answered && sent < 256 * MIB) {
+              sent += chunk.length;
+              if (!req.write(chunk)) {
+                req.once('drain', pump);
+                return;
+              }
+            }
+            if (!answered) req.end();
+          };
+          pump();
+        });
+        expect(answer.status).toBe(413);
+        expect(JSON.parse(answer.body)).toMatchObject({ code: 'body_too_large' });
+        expect(answer.sent).toBeLessThan(256 * MIB);
+        expect(retainedBufferBytes() - base).toBeLessThan(8 * MIB);
+        expect(server.runs.upload).toBeUndefined();
+      },
+    );
   });
 });

@@ -278,6 +278,8 @@ export interface PostOptions {
   timeoutMs?: number;
   /** Counts the body's bytes without keeping them (`body` stays empty). */
   discard?: boolean;
+  /** Extra request headers (Accept-Encoding, ...). */
+  headers?: Record<string, string>;
 }
 
 /** A keyed POST with node:http on a fresh connection. */
@@ -289,7 +291,12 @@ export function post(port: number, name: string, key: string, options: PostOptio
       path: `/stream/${name}`,
       method: 'POST',
       agent: false,
-      headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
+      headers: {
+        'idempotency-key': key,
+        'content-type': 'application/json',
+        'content-length': '2',
+        ...options.headers,
+      },
     });
     const timer = setTimeout(() => req.destroy(new Error('client timed out')), options.timeoutMs ?? 20_000);
     req.on('error', (error) => {
