@@ -66,7 +66,8 @@ export interface IdempotencyOptions {
    * one `lease` more. A handler that finishes within that lease still has its outcome stored; later,
    * it is a late finisher like a stalled executor's, refused by the store (`lease-lost`), and its
    * response is served but not stored. Set it above your slowest legitimate handler: a retry after
-   * it runs the operation again. Needs the heartbeat.
+   * it runs the operation again. Over HTTP the execution lasts until the response is ended, so the
+   * time a streamed body waits on a client that reads it slowly counts too. Needs the heartbeat.
    */
   maxExecution?: Duration | false;
   /**
