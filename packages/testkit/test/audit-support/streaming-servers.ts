@@ -6,6 +6,13 @@
 import { once } from 'node:events';
 import fs from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
+import {
+  createServer as createH2Server,
+  type Http2Server,
+  type Http2Session,
+  connect as h2connect,
+  constants as h2constants,
+} from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { pipeline, Readable } from 'node:stream';
 import { ReadableStream } from 'node:stream/web';
@@ -16,7 +23,7 @@ import { idempotency as expressIdempotency, idempotencyErrors } from '@idem/expr
 import { idempotency as fastifyIdempotency } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
 import express from 'express';
-import Fastify from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import Koa from 'koa';
 
 export type FrameworkName = 'express' | 'fastify' | 'koa';
@@ -49,6 +56,8 @@ export interface StreamServerOptions {
   /** Core options for the middleware (maxResponseBytes, lease, ...). */
   extra?: Record<string, unknown>;
   onEvent?: (event: IdempotencyEvent) => void;
+  /** Serve h2c (HTTP/2 without TLS): Fastify's `http2: true`, Koa on `http2.createServer`. Not Express. */
+  http2?: boolean;
 }
 
 export interface StreamServer {
@@ -176,7 +185,14 @@ export async function startStreamServer(
       await new Promise<void>((resolve) => server.close(() => resolve()));
     };
   } else if (framework === 'fastify') {
-    const app = Fastify();
+    const app = (options.http2 === true ? Fastify({ http2: true }) : Fastify()) as unknown as FastifyInstance;
+    const sessions = new Set<Http2Session>();
+    if (options.http2 === true) {
+      (app.server as unknown as Http2Server).on('session', (session: Http2Session) => {
+        sessions.add(session);
+        session.once('close', () => sessions.delete(session));
+      });
+    }
     await app.register(fastifyIdempotency, idem);
     app.post<{ Params: { name: string } }>('/stream/:name', async (request, reply) => {
       const name = request.params.name;
@@ -204,7 +220,8 @@ export async function startStreamServer(
     await app.listen({ port: 0, host: '127.0.0.1' });
     port = (app.server.address() as AddressInfo).port;
     closeServer = async () => {
-      app.server.closeAllConnections();
+      for (const session of sessions) session.destroy();
+      if (options.http2 !== true) app.server.closeAllConnections();
       await app.close();
     };
   } else {
@@ -241,13 +258,29 @@ export async function startStreamServer(
       });
     });
     app.on('error', () => undefined);
-    const server = app.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    port = (server.address() as AddressInfo).port;
-    closeServer = async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    };
+    if (options.http2 === true) {
+      const server = createH2Server(app.callback());
+      const sessions = new Set<Http2Session>();
+      server.on('session', (session) => {
+        sessions.add(session);
+        session.once('close', () => sessions.delete(session));
+      });
+      server.listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      port = (server.address() as AddressInfo).port;
+      closeServer = async () => {
+        for (const session of sessions) session.destroy();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      };
+    } else {
+      const server = app.listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      port = (server.address() as AddressInfo).port;
+      closeServer = async () => {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      };
+    }
   }
 
   return {
@@ -385,4 +418,52 @@ export function retainedBufferBytes(): number {
   collect();
   collect();
   return process.memoryUsage().arrayBuffers;
+}
+
+/**
+ * The same keyed POST over h2c, on a session of its own. `leaveAfter` cancels the stream
+ * (RST_STREAM CANCEL) once that many body bytes arrived: the client leaves mid-body.
+ */
+export function postH2(port: number, name: string, key: string, options: PostOptions = {}): Promise<Received> {
+  return new Promise((resolve, reject) => {
+    const session = h2connect(`http://127.0.0.1:${port}`);
+    session.on('error', () => undefined);
+    const stream = session.request({
+      ':method': 'POST',
+      ':path': `/stream/${name}`,
+      'idempotency-key': key,
+      'content-type': 'application/json',
+      ...options.headers,
+    });
+    const parts: Buffer[] = [];
+    let size = 0;
+    let status = 0;
+    let headers: IncomingMessage['headers'] = {};
+    let settled = false;
+    const timer = setTimeout(() => stream.close(h2constants.NGHTTP2_CANCEL), options.timeoutMs ?? 20_000);
+    const settle = (complete: boolean) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      session.close();
+      if (status === 0) reject(new Error('no response'));
+      else resolve({ status, headers, body: Buffer.concat(parts), length: size, complete });
+    };
+    stream.on('response', (head) => {
+      status = Number(head[':status']);
+      headers = head as IncomingMessage['headers'];
+    });
+    stream.on('data', (chunk: Buffer) => {
+      if (options.discard !== true) parts.push(chunk);
+      size += chunk.length;
+      if (options.leaveAfter !== undefined && size >= options.leaveAfter) {
+        stream.close(h2constants.NGHTTP2_CANCEL);
+        settle(false);
+      }
+    });
+    stream.on('end', () => settle(stream.rstCode === undefined || stream.rstCode === 0));
+    stream.on('error', () => settle(false));
+    stream.on('close', () => settle(stream.rstCode === 0 && stream.readableEnded));
+    stream.end('{}');
+  });
 }
