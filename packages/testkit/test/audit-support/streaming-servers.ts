@@ -27,6 +27,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import Koa from 'koa';
 
 export type FrameworkName = 'express' | 'fastify' | 'koa';
+/** Express 4 (the `express4` alias) as well: the middleware says it uses nothing Express 4 lacks. */
+export type ServerName = FrameworkName | 'express4';
 export const frameworkNames: readonly FrameworkName[] = ['express', 'fastify', 'koa'];
 
 /**
@@ -118,7 +120,7 @@ async function writeAll(res: NodeJS.WritableStream & { destroyed: boolean }, pla
 }
 
 export async function startStreamServer(
-  framework: FrameworkName,
+  framework: ServerName,
   plans: Plans,
   options: StreamServerOptions,
 ): Promise<StreamServer> {
@@ -153,8 +155,10 @@ export async function startStreamServer(
   let port: number;
   let closeServer: () => Promise<void>;
 
-  if (framework === 'express') {
-    const app = express();
+  if (framework === 'express' || framework === 'express4') {
+    // The alias has no types of its own: it is express@4, whose app has the same surface here.
+    const app =
+      framework === 'express4' ? ((await import('express4' as string)).default as typeof express)() : express();
     app.post('/stream/:name', expressIdempotency(idem), (req, res, next) => {
       const name = String(req.params.name);
       const plan = started(name);
