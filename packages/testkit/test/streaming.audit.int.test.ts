@@ -302,7 +302,8 @@ describe.each(storeKinds)('on the %s store', (kind) => {
     // out, and the capture settles that as `closed`: the key is released (docs/concepts.md: "the key
     // is released at once") and the retry runs the operation a second time. Fastify writes its own
     // 500 there, which is stored, so its retry gets that 500 replayed and nothing runs again: the
-    // three adapters answer one scenario two ways. Decision needed: keep such a key (as
+    // three adapters answer one scenario two ways (as docs/guides/{express,koa,fastify}.md say, so it
+    // is known, but it breaks "no second execution" under the default policy). Decision needed: keep such a key (as
     // `response_not_replayable`, as for a stream that fails after its head) so that no retry runs an
     // operation whose handler ran, or keep releasing it and say in the docs that a handler must not
     // have effects before its body stream can fail.
