@@ -127,7 +127,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       file: filePath,
     });
 
-    it.each(['stream', 'web', 'writes', 'buffer'] as const)(
+    it.each(['stream', 'web', 'response', 'writes', 'buffer'] as const)(
       'a 2 MiB body sent as %s reaches the first caller whole and replays byte for byte, once run',
       async (mode) => {
         await withServer(
@@ -275,7 +275,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       },
     );
 
-    it.each(['stream', 'web', 'writes'] as const)(
+    it.each(['stream', 'web', 'response', 'writes'] as const)(
       'a %s body whose source fails mid-body: the first caller sees a broken message, the retry 500 response_not_replayable, never half a body',
       async (mode) => {
         const plan: Plan = {
@@ -329,7 +329,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       },
     );
 
-    it.each(['stream', 'web', 'writes'] as const)(
+    it.each(['stream', 'web', 'response', 'writes'] as const)(
       'a client that leaves a %s body mid-way: the retry gets 500 response_not_replayable, never the half it read',
       async (mode) => {
         const plan: Plan = {

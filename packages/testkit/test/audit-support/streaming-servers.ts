@@ -39,10 +39,12 @@ export const frameworkNames: readonly FrameworkName[] = ['express', 'fastify', '
  *   Fastify `reply.raw` after `reply.hijack()`, Koa `ctx.res` with `ctx.respond = false`);
  * - `web`: a web ReadableStream of the chunks (Express through `Readable.fromWeb`, Fastify
  *   `reply.send(stream)`, Koa `ctx.body = stream`);
+ * - `response`: a fetch `Response` of that web stream, with the plan's status and headers (Fastify
+ *   `reply.send(response)`, Koa `ctx.body = response`; Express pipes its body);
  * - `file`: the file at `file` (Express `res.sendFile`, Fastify and Koa a `fs.createReadStream`);
  * - `buffer`: every chunk joined, sent at once.
  */
-export type PlanMode = 'stream' | 'web' | 'writes' | 'file' | 'buffer';
+export type PlanMode = 'stream' | 'web' | 'response' | 'writes' | 'file' | 'buffer';
 
 export interface Plan {
   status: number;
@@ -99,6 +101,14 @@ function webStreamOf(plan: Plan, finish: () => void): ReadableStream<Uint8Array>
       await iterator.return?.();
       finish();
     },
+  });
+}
+
+/** The chunks as the body of a fetch Response with the plan's status and headers. */
+function responseOf(plan: Plan, finish: () => void): Response {
+  return new Response(webStreamOf(plan, finish) as unknown as BodyInit, {
+    status: plan.status,
+    headers: plan.headers ?? {},
   });
 }
 
@@ -167,7 +177,7 @@ export async function startStreamServer(
       if (plan.headers) res.set(plan.headers);
       if (plan.mode === 'stream') {
         pipeline(Readable.from(plan.chunks?.() ?? []), res, () => finish());
-      } else if (plan.mode === 'web') {
+      } else if (plan.mode === 'web' || plan.mode === 'response') {
         pipeline(Readable.fromWeb(webStreamOf(plan, finish)), res, () => undefined);
       } else if (plan.mode === 'writes') {
         writeAll(res, plan).then(finish, finish);
@@ -216,6 +226,7 @@ export async function startStreamServer(
         return reply.send(body);
       }
       if (plan.mode === 'web') return reply.send(webStreamOf(plan, finish));
+      if (plan.mode === 'response') return reply.send(responseOf(plan, finish));
       const stream =
         plan.mode === 'file' ? fs.createReadStream(plan.file as string) : Readable.from(plan.chunks?.() ?? []);
       stream.once('close', finish);
@@ -253,6 +264,10 @@ export async function startStreamServer(
         }
         if (plan.mode === 'web') {
           ctx.body = webStreamOf(plan, finish);
+          return;
+        }
+        if (plan.mode === 'response') {
+          ctx.body = responseOf(plan, finish);
           return;
         }
         const stream =
