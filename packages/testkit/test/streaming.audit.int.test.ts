@@ -191,11 +191,14 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       };
       await withServer(framework, { feed: plan }, { store: storeOf(kind) }, async (server) => {
         const key = randomUUID();
-        const [first, second] = await Promise.all([
-          post(server.port, 'feed', key),
-          // Sent while the first feed streams (it lasts about 200 ms).
-          new Promise((resolve) => setTimeout(resolve, 60)).then(() => post(server.port, 'feed', key)),
-        ]);
+        let second: Received | undefined;
+        const first = await post(server.port, 'feed', key, {
+          // Sent once the first feed's head arrived, while it streams (it lasts about 200 ms).
+          whilePaused: async () => {
+            second = await post(server.port, 'feed', key);
+          },
+        });
+        if (second === undefined) throw new Error('no second answer');
         for (const answer of [first, second]) {
           expect(answer.status).toBe(200);
           expect(answer.complete).toBe(true);
@@ -407,7 +410,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       await withServer(
         framework,
         { slow: plan },
-        { store: storeOf(kind), extra: { lease: '300ms' } },
+        { store: storeOf(kind), extra: { lease: '500ms' } },
         async (server) => {
           const key = randomUUID();
           const during: Received[] = [];
@@ -415,7 +418,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
             // Several leases long: without renewals the key would be free for a takeover.
             whilePaused: async () => {
               for (let i = 0; i < 3; i++) {
-                await new Promise((resolve) => setTimeout(resolve, 400));
+                await new Promise((resolve) => setTimeout(resolve, 600));
                 during.push(await post(server.port, 'slow', key));
               }
             },
