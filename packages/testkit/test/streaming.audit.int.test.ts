@@ -163,7 +163,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
           { big: big(mode) },
           { store: storeOf(kind), extra: { maxResponseBytes: 3 * MIB } },
           async (server) => {
-            for (let i = 0; i < 3; i++) {
+            for (let i = 0; i < 2; i++) {
               const key = randomUUID();
               const first = await post(server.port, 'big', key);
               expect(first.complete).toBe(true);
@@ -171,7 +171,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
               expect(retry.status).toBe(201);
               expect(retry.headers['idempotent-replayed']).toBe('true');
             }
-            expect(server.runs.big).toBe(3);
+            expect(server.runs.big).toBe(2);
           },
         );
       },
@@ -364,9 +364,10 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       };
       await withServer(framework, { short: plan }, { store: storeOf(kind) }, async (server) => {
         const key = randomUUID();
-        const first = await post(server.port, 'short', key, { timeoutMs: 1500 }).catch(() => undefined);
-        expect(first?.complete ?? false).toBe(false);
-        await server.finished('short');
+        // It waits for the rest until it gives up, once the handler has ended its response.
+        const first = await post(server.port, 'short', key, { leaveWhen: server.finished('short') });
+        expect(first.complete).toBe(false);
+        expect(first.length).toBeLessThanOrEqual(512 * KIB);
         const retry = await settledRetry(server.port, 'short', key);
         // Whatever the retry gets, it is not a 201 that passes 512 KiB off as the whole answer.
         expect(retry.status === 201 && retry.complete).toBe(false);
@@ -399,41 +400,45 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       });
     });
 
-    it('a slow reader: the lease is renewed while the body drains (a retry meanwhile gets 409, not a second run)', async () => {
-      // 32 MiB to a client that reads nothing for a while: the handler's writes wait on the socket.
-      const plan: Plan = {
-        status: 201,
-        headers: { 'content-type': 'application/octet-stream' },
-        mode: 'stream',
-        chunks: patternChunks(32 * MIB, 64 * KIB),
-      };
-      await withServer(
-        framework,
-        { slow: plan },
-        { store: storeOf(kind), extra: { lease: '500ms' } },
-        async (server) => {
-          const key = randomUUID();
-          const during: Received[] = [];
-          const first = await post(server.port, 'slow', key, {
-            // Several leases long: without renewals the key would be free for a takeover.
-            whilePaused: async () => {
-              for (let i = 0; i < 3; i++) {
-                await new Promise((resolve) => setTimeout(resolve, 600));
-                during.push(await post(server.port, 'slow', key));
-              }
-            },
-            timeoutMs: 30_000,
-          });
-          expect(first.status).toBe(201);
-          expect(first.complete).toBe(true);
-          expect(first.body.length).toBe(32 * MIB);
-          for (const answer of during) expect(answer.status).toBe(409);
-          expect(server.runs.slow).toBe(1);
-          expectNotReplayable(await settledRetry(server.port, 'slow', key));
-          expect(server.runs.slow).toBe(1);
-        },
-      );
-    });
+    // The heartbeat is the engine's, whatever the store: run where it crosses a network when one is here.
+    it.runIf(kind === storeKinds[storeKinds.length - 1])(
+      'a slow reader: the lease is renewed while the body drains (a retry meanwhile gets 409, not a second run)',
+      async () => {
+        // 32 MiB to a client that reads nothing for a while: the handler's writes wait on the socket.
+        const plan: Plan = {
+          status: 201,
+          headers: { 'content-type': 'application/octet-stream' },
+          mode: 'stream',
+          chunks: patternChunks(32 * MIB, 64 * KIB),
+        };
+        await withServer(
+          framework,
+          { slow: plan },
+          { store: storeOf(kind), extra: { lease: '500ms' } },
+          async (server) => {
+            const key = randomUUID();
+            const during: Received[] = [];
+            const first = await post(server.port, 'slow', key, {
+              // Several leases long: without renewals the key would be free for a takeover.
+              whilePaused: async () => {
+                for (let i = 0; i < 3; i++) {
+                  await new Promise((resolve) => setTimeout(resolve, 600));
+                  during.push(await post(server.port, 'slow', key));
+                }
+              },
+              timeoutMs: 30_000,
+            });
+            expect(first.status).toBe(201);
+            expect(first.complete).toBe(true);
+            expect(first.body.length).toBe(32 * MIB);
+            for (const answer of during) expect(answer.status).toBe(409);
+            expect(server.runs.slow).toBe(1);
+            expectNotReplayable(await settledRetry(server.port, 'slow', key));
+            expect(server.runs.slow).toBe(1);
+          },
+        );
+      },
+    );
 
     // What the capture holds does not depend on the store: measured once, on the memory store.
     it.runIf(kind === 'memory').each(['stream', 'writes'] as const)(

@@ -332,6 +332,8 @@ export interface PostOptions {
   discard?: boolean;
   /** Extra request headers (Accept-Encoding, ...). */
   headers?: Record<string, string>;
+  /** Destroys the connection once this settles (the client leaves at a moment the test chooses). */
+  leaveWhen?: Promise<unknown>;
 }
 
 /** A keyed POST with node:http on a fresh connection. */
@@ -380,6 +382,10 @@ export function post(port: number, name: string, key: string, options: PostOptio
         }
       });
       res.on('end', () => settle(res.complete));
+      options.leaveWhen?.then(() => {
+        req.destroy();
+        settle(false);
+      });
       res.on('error', () => settle(false));
       res.on('aborted', () => settle(false));
       res.on('close', () => settle(res.complete));
