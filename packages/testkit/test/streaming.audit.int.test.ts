@@ -491,6 +491,35 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       });
     });
 
+    // Was wrong (memory store): memoryStore declares `maxBytes` as its cap (storedResponseSize), but
+    // refuses a record whose id, token and fingerprint push it over the same budget. A response
+    // within those ~130 bytes of `maxBytes` passes the adapter's check, is refused by the store, and
+    // the refusal releases the key: the retry runs the operation again. Only a budget about the size of
+    // one response meets it. Decision needed: let the store keep such a record a few bytes over its
+    // budget (evicting the rest), or declare a cap that leaves room for the record's own fields.
+    (kind === 'memory' ? it.fails : it.skip)(
+      'a response within a record of the memory store budget is not released for a second run',
+      async () => {
+        const budget = 64 * KIB;
+        const type = { 'content-type': 'application/octet-stream' };
+        const plan: Plan = {
+          status: 201,
+          headers: type,
+          mode: 'buffer',
+          // storedResponseSize (the body, the headers as JSON and 15 bytes) 10 bytes under the budget.
+          chunks: patternChunks(budget - JSON.stringify(type).length - 15 - 10, budget),
+        };
+        await withServer(framework, { edge: plan }, { store: memoryStore({ maxBytes: budget }) }, async (server) => {
+          const key = randomUUID();
+          const first = await post(server.port, 'edge', key);
+          expect(first.status).toBe(201);
+          const retry = await settledRetry(server.port, 'edge', key);
+          expect(retry.headers['idempotent-replayed']).toBe('true');
+          expect(server.runs.edge).toBe(1);
+        });
+      },
+    );
+
     it('204 and 304 with a body written: no body goes out, first or replayed', async () => {
       const plans: Record<string, Plan> = {
         empty: { status: 204, mode: 'writes', chunks: patternChunks(10, 10) },
