@@ -177,37 +177,40 @@ describe.each(storeKinds)('on the %s store', (kind) => {
       },
     );
 
-    it('a live feed (text/event-stream) written event by event is never stored: its key is free while it streams', async () => {
-      const plan: Plan = {
-        status: 200,
-        headers: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' },
-        mode: 'writes',
-        chunks: async function* () {
-          for (let i = 0; i < 20; i++) {
-            yield Buffer.from(`id: ${i}\ndata: tick ${i}\n\n`);
-            await new Promise((resolve) => setTimeout(resolve, 10));
-          }
-        },
-      };
-      await withServer(framework, { feed: plan }, { store: storeOf(kind) }, async (server) => {
-        const key = randomUUID();
-        let second: Received | undefined;
-        const first = await post(server.port, 'feed', key, {
-          // Sent once the first feed's head arrived, while it streams (it lasts about 200 ms).
-          whilePaused: async () => {
-            second = await post(server.port, 'feed', key);
+    it.each(['writes', 'stream'] as const)(
+      'a live feed (text/event-stream) sent as %s is never stored: its key is free while it streams',
+      async (mode) => {
+        const plan: Plan = {
+          status: 200,
+          headers: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' },
+          mode,
+          chunks: async function* () {
+            for (let i = 0; i < 20; i++) {
+              yield Buffer.from(`id: ${i}\ndata: tick ${i}\n\n`);
+              await new Promise((resolve) => setTimeout(resolve, 10));
+            }
           },
+        };
+        await withServer(framework, { feed: plan }, { store: storeOf(kind) }, async (server) => {
+          const key = randomUUID();
+          let second: Received | undefined;
+          const first = await post(server.port, 'feed', key, {
+            // Sent once the first feed's head arrived, while it streams (it lasts about 200 ms).
+            whilePaused: async () => {
+              second = await post(server.port, 'feed', key);
+            },
+          });
+          if (second === undefined) throw new Error('no second answer');
+          for (const answer of [first, second]) {
+            expect(answer.status).toBe(200);
+            expect(answer.complete).toBe(true);
+            expect(answer.headers['idempotent-replayed']).toBeUndefined();
+            expect(answer.body.toString()).toContain('data: tick 19');
+          }
+          expect(server.runs.feed).toBe(2);
         });
-        if (second === undefined) throw new Error('no second answer');
-        for (const answer of [first, second]) {
-          expect(answer.status).toBe(200);
-          expect(answer.complete).toBe(true);
-          expect(answer.headers['idempotent-replayed']).toBeUndefined();
-          expect(answer.body.toString()).toContain('data: tick 19');
-        }
-        expect(server.runs.feed).toBe(2);
-      });
-    });
+      },
+    );
 
     it('a gzip body streamed chunk by chunk replays its coded bytes to a gzip client, and decoded to one that takes none', async () => {
       const coded = gzipSync(whole);
