@@ -248,6 +248,8 @@ export interface SettleNow {
  */
 class LeaseState implements Lease {
   lost = false;
+  /** The signal's abort reason once the lease is lost (set with `lost`). */
+  lostError: IdempotencyError | undefined = undefined;
   recovered = false;
   /** Made on first use of `signal`: most handlers never look at it. */
   controller: AbortController | undefined = undefined;
@@ -279,7 +281,7 @@ class LeaseState implements Lease {
     this.check?.(this);
     if (this.controller === undefined) {
       this.controller = new AbortController();
-      if (this.lost) this.controller.abort(new Error('lease lost'));
+      if (this.lost) this.controller.abort(this.lostError);
       if (this.check !== undefined) watchReads(this.controller.signal, this);
     }
     return this.controller.signal;
@@ -483,7 +485,15 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (reason !== 'renew-failed') stopHeartbeat(lease);
     if (lease.lost) return;
     lease.lost = true;
-    lease.controller?.abort(new Error(`lease lost: ${reason}`));
+    // The reason a handler that stops on the signal throws (`throwIfAborted()`, a fetch given it):
+    // an IdempotencyError the adapters answer as a problem, 503 with Retry-After, as they do their
+    // own refusals. Its retry gets the outcome of whoever holds the key now (409, then the replay).
+    lease.lostError = new IdempotencyError(
+      'lease_lost',
+      `Lease lost (${reason}): this execution no longer holds the key; retry with the same key.`,
+      { retryAfter: conflictRetryAfter },
+    );
+    lease.controller?.abort(lease.lostError);
     if (onEvent) emit({ type: 'lease-lost', id: lease.id, operation: lease.operation, reason, at: now() });
   };
 

@@ -12,7 +12,7 @@ import {
   type SettleNow,
   settleNow,
 } from './engine.js';
-import { IdempotencyError } from './errors.js';
+import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason, RefusalCode } from './events.js';
 import { checkExcludes, type FingerprintOptions, fingerprintRequest, isJsonContentType } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
@@ -536,6 +536,34 @@ export function principalScope(auth: unknown, options: PrincipalScopeOptions = {
  * const started = await http.begin({ method: 'POST', route: '/charges', path: '/charges', query: '',
  *   contentType: 'application/json', keyHeader: '"k-1"', body: Buffer.from('{}'), scope: 'user_1' });
  */
+/**
+ * The answer to an {@link IdempotencyError}: its status, `Retry-After` when it has one, and its RFC
+ * 9457 problem as `application/problem+json`, never cached. Every adapter answers idem's errors with
+ * these bytes.
+ *
+ * @example
+ * writeResponse(res, problemResponse(new IdempotencyError('in_progress', 'Still running.', { retryAfter: 1 })));
+ */
+export function problemResponse(error: IdempotencyError): HttpResponse {
+  const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+  if (error.retryAfter !== undefined) headers['retry-after'] = String(error.retryAfter);
+  // Problem answers are about this attempt only; nothing in between may cache them.
+  headers['cache-control'] = 'no-store';
+  return { status: error.status, headers, body: Buffer.from(JSON.stringify(error.toProblem())) };
+}
+
+/**
+ * True for the reason a lease's `signal` aborts with once the execution lost the key (`lease_lost`):
+ * what a handler that stops on the signal throws. The adapters answer it as a problem (503 with
+ * `Retry-After`) instead of passing it to the framework's error handler as a bug.
+ *
+ * @example
+ * try { req.idempotency?.signal.throwIfAborted(); } catch (error) { if (isLeaseLost(error)) return; }
+ */
+export function isLeaseLost(error: unknown): error is IdempotencyError {
+  return isIdempotencyError(error) && error.code === 'lease_lost';
+}
+
 export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>): HttpIdempotency<Req> {
   if (!options || typeof options !== 'object') throw new TypeError('idempotency needs an options object with a store');
   assertKnownOptions(options, knownHttpOptions, 'idempotency');
@@ -612,13 +640,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     return !parseIdempotencyKey(keyHeader, { strict: strictKeys }).ok;
   };
 
-  const problem = (error: IdempotencyError): HttpResponse => {
-    const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
-    if (error.retryAfter !== undefined) headers['retry-after'] = String(error.retryAfter);
-    // Problem answers are about this attempt only; nothing in between may cache them.
-    headers['cache-control'] = 'no-store';
-    return { status: error.status, headers, body: Buffer.from(JSON.stringify(error.toProblem())) };
-  };
+  const problem = problemResponse;
 
   // A stored compressed body is decoded for a retry that does not take its coding, up to this many
   // bytes; a larger one is served as stored rather than blocking the event loop on a huge inflate.

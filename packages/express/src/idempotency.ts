@@ -5,8 +5,10 @@ import {
   foldRoutePath,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
+  isLeaseLost,
   type ParsedBodyFields,
   principalScope,
+  problemResponse,
   type ResponseCapture,
   type RoutePathOptions,
   readBodyForFingerprint,
@@ -247,7 +249,9 @@ function threw(this: Execution): boolean {
  * `storeOutcome: 'stripe'` releases the key as Stripe does, and a policy function sees `thrown: true`.
  * It also learns when a body parser mounted after the middleware (`express.json()`) refused the
  * body: no handler ran, so the parser's 400 (or 413, 415) is served without being stored and the
- * key is released, and the retry with the body fixed runs, as on Fastify.
+ * key is released, and the retry with the body fixed runs, as on Fastify. A handler that stopped on
+ * its lost lease (it threw the `signal`'s reason, `lease_lost`) is answered here, 503 with
+ * `Retry-After` and a problem body, as Fastify and Koa answer it; the error goes no further.
  * Mount it after the routes and before your own error handlers.
  *
  * @example
@@ -257,11 +261,17 @@ function threw(this: Execution): boolean {
  * app.use(myErrorHandler);
  */
 export function idempotencyErrors(): ErrorRequestHandler {
-  return function idempotencyErrorsMiddleware(error, req, _res, next) {
+  return function idempotencyErrorsMiddleware(error, req, res, next) {
     const execution = (req as Request & ExecutionState)[kExecution];
     if (execution !== undefined) {
       execution.thrown = true;
       execution.capture?.failedWith(error);
+      // A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its
+      // client is told to retry (503, Retry-After), as for idem's own refusals, not shown a bug.
+      if (isLeaseLost(error) && !res.headersSent) {
+        writeResponse(res, problemResponse(error));
+        return;
+      }
     }
     next(error);
   };

@@ -12,10 +12,12 @@ import {
   headerRecord,
   type IdempotencyContext,
   isJsonContentType,
+  isLeaseLost,
   jsonBodyText,
   originForm,
   parsedBodyRead,
   principalScope,
+  problemResponse,
   type ResponseCapture,
   type RouteOverrides,
   readRequestBody,
@@ -89,18 +91,41 @@ interface Execution {
  */
 function watchReturn(handler: RouteHandlerMethod): RouteHandlerMethod {
   return function watched(this: FastifyInstance, request, reply) {
-    const result = handler.call(this, request, reply);
+    let result: unknown;
+    try {
+      result = handler.call(this, request, reply);
+    } catch (error) {
+      if (answeredLeaseLost(request, reply, error)) return reply;
+      throw error;
+    }
     const capture = stateOf(request)[kExecution]?.capture;
     if (capture !== undefined && typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
-      (result as PromiseLike<unknown>).then((payload) => {
-        if (payload === undefined && !reply.sent) capture.handlerReturned(settleUnsent, reply);
-      }, ignore);
+      return (result as PromiseLike<unknown>).then(
+        (payload) => {
+          if (payload === undefined && !reply.sent) capture.handlerReturned(settleUnsent, reply);
+          return payload;
+        },
+        (error: unknown) => {
+          if (answeredLeaseLost(request, reply, error)) return reply;
+          throw error;
+        },
+      );
     }
     return result;
-  };
+  } as RouteHandlerMethod;
 }
 
-function ignore() {}
+// A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its client
+// is told to retry (503, Retry-After), as for idem's own refusals, instead of Fastify's error handler
+// answering a bug. True when so answered.
+function answeredLeaseLost(request: FastifyRequest, reply: FastifyReply, error: unknown): boolean {
+  const execution = stateOf(request)[kExecution];
+  if (execution === undefined || !isLeaseLost(error) || reply.sent) return false;
+  execution.thrown = true;
+  execution.capture?.failedWith(error);
+  answer(reply, problemResponse(error));
+  return true;
+}
 
 // What Fastify sends for an async handler's undefined: the status and headers set, an empty body.
 function settleUnsent(reply: FastifyReply, capture: ResponseCapture) {

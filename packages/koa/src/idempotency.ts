@@ -10,9 +10,11 @@ import {
   type HttpResponse,
   headerRecord,
   type IdempotencyContext,
+  isLeaseLost,
   originForm,
   type ParsedBodyFields,
   principalScope,
+  problemResponse,
   type ResponseCapture,
   readBodyForFingerprint,
   type StoredResponse,
@@ -256,6 +258,12 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
     capture.failedWith(error);
     if (clientGone(ctx)) settleAtLastStep(ctx, capture);
     else capture.handlerReturned();
+    // A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its
+    // client is told to retry (503, Retry-After), as for idem's own refusals, not shown a bug.
+    if (isLeaseLost(error) && !ctx.headerSent && !clientGone(ctx)) {
+      answer(ctx, problemResponse(error));
+      return;
+    }
     throw error;
   }
   if (clientGone(ctx)) {

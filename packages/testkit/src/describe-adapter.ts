@@ -563,7 +563,13 @@ export function describeAdapter(
         case '/boom': {
           // `upstream`: the handler did its work, then met one of the errors raw-body raises for
           // any stream, reading another service's answer: shaped like a body parser's refusal.
-          const upstream = (request.body as { upstream?: string } | undefined)?.upstream;
+          // `stopOnLostLease`: the handler stops on its aborted signal, as `throwIfAborted()` does.
+          const { upstream, stopOnLostLease } = (request.body ?? {}) as {
+            upstream?: string;
+            stopOnLostLease?: boolean;
+          };
+          if (stopOnLostLease && request.signal?.aborted)
+            return { kind: 'throw', error: request.signal.reason as Error };
           return { kind: 'throw', ...(upstream === undefined ? {} : { error: upstreamError(upstream) }) };
         }
         case '/form': {
@@ -1160,6 +1166,33 @@ export function describeAdapter(
         // A short lease renews every hundred milliseconds or so: the loss is seen at once. Not the
         // shortest: on a busy box a stall of a few tens of ms would let a 100 ms lease lapse before
         // the first look at the signal.
+        { lease: '400ms' },
+      );
+    });
+
+    it('a handler that stops on its lost lease (signal.throwIfAborted()) is answered 503 lease_lost problem+json with Retry-After, nothing stored', async () => {
+      await withWorld(
+        async (world) => {
+          const gate = world.hold();
+          const sending = world.send('/boom', { key: 'lost-1', body: JSON.stringify({ stopOnLostLease: true }) });
+          await gate.entered;
+          const signal = world.requests[0]?.signal;
+          // Another execution took the key over: the next renewal is refused and the lease is lost.
+          world.store.faults.renew = 'refuse';
+          await world.waitForEvent('lease-lost');
+          expect(signal?.aborted).toBe(true);
+          gate.open();
+          const answer = await sending;
+          expect(answer.status).toBe(503);
+          expect(answer.headers['content-type']).toBe('application/problem+json');
+          expect(answer.headers['retry-after']).toBe('1');
+          expect(JSON.parse(answer.body.toString())).toMatchObject({
+            code: 'lease_lost',
+            status: 503,
+            retryable: true,
+          });
+          expect(world.events.filter((event) => event.type === 'complete')).toEqual([]);
+        },
         { lease: '400ms' },
       );
     });

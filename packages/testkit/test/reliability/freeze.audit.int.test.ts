@@ -472,14 +472,12 @@ describe.runIf(procfs && available.redis)('process freeze, each framework (redis
   );
 
   // Was wrong: a handler that stops on its aborted signal (`signal.throwIfAborted()`, or a `fetch`
-  // given the signal) throws the signal's reason, a plain `Error('lease lost')` with no code. Every
-  // framework answers it as any bug: Express's default handler a 500 HTML page with the stack trace
-  // (outside production), Fastify a 500 JSON with the message, Koa a 500 "Internal Server Error". The
-  // client is told nothing useful, though its retry with the same key would get the takeover's stored
-  // response. Decision needed: abort with an `IdempotencyError` (a `lease_lost` code, 503, retryable,
-  // `Retry-After`) that the adapters render as problem+json, or document that the application's
-  // error handler must map the signal's reason itself (and how to recognise it).
-  it.fails.each(frameworks.map((name, index) => [name, index, (index + 1) % 3] as const))(
+  // given the signal) threw the signal's reason, a plain `Error('lease lost')` with no code. Every
+  // framework answered it as any bug: Express's default handler a 500 HTML page with the stack trace
+  // (outside production), Fastify a 500 JSON with the message, Koa a 500 "Internal Server Error".
+  // Decided: the signal aborts with an IdempotencyError `lease_lost` (503, retryable, Retry-After),
+  // which the adapters answer as problem+json (Express through idempotencyErrors()).
+  it.each(frameworks.map((name, index) => [name, index, (index + 1) % 3] as const))(
     '%s: the client of a run that stopped on its lost lease gets 503 with Retry-After and a problem body, not a 500',
     async (_name, frozenIndex, takerIndex) => {
       const late = await freezeAndTakeOver(frozenIndex, takerIndex);
