@@ -9,7 +9,7 @@ import type { IdempotencyEvent, Store } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import { frameRequest, sendRaw } from '@idem/testkit';
 import express, { type RequestHandler } from 'express';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   gate,
   listen,
@@ -21,9 +21,6 @@ import {
 } from '../../core/test/support/timeouts-kit.js';
 
 const backends: StoreBackend[] = await timeoutBackends('express');
-afterAll(async () => {
-  for (const backend of backends) await backend.close();
-});
 
 // connect-timeout (1.9), as its README shows it: after `ms` it marks the request timed out and
 // hands Express a 503 error (`code: 'ETIMEDOUT'`) while the handler goes on. The package is not

@@ -10,7 +10,7 @@ import type { Store } from '@idem/core';
 import { idempotency } from '@idem/fastify';
 import { frameRequest, parseAnswer, sendRaw } from '@idem/testkit';
 import Fastify, { type FastifyHttpOptions } from 'fastify';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   gate,
   post,
@@ -21,9 +21,6 @@ import {
 } from '../../core/test/support/timeouts-kit.js';
 
 const backends: StoreBackend[] = await timeoutBackends('fastify');
-afterAll(async () => {
-  for (const backend of backends) await backend.close();
-});
 
 interface Effects {
   started: number;

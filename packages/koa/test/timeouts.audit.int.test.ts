@@ -9,7 +9,7 @@ import type { Store } from '@idem/core';
 import { idempotency } from '@idem/koa';
 import { frameRequest, sendRaw } from '@idem/testkit';
 import Koa, { type Middleware } from 'koa';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   gate,
   listen,
@@ -21,9 +21,6 @@ import {
 } from '../../core/test/support/timeouts-kit.js';
 
 const backends: StoreBackend[] = await timeoutBackends('koa');
-afterAll(async () => {
-  for (const backend of backends) await backend.close();
-});
 
 // What koa-timeout and koa-timeout-v2 do: race the rest of the chain against a timer and, when the
 // timer wins, throw a 503 that Koa's error handler answers, while the handler goes on.

@@ -14,7 +14,7 @@ import { idempotency as koaIdempotency } from '@idem/koa';
 import express from 'express';
 import Fastify from 'fastify';
 import Koa from 'koa';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   gate,
   listen,
@@ -27,9 +27,6 @@ import {
 } from '../../core/test/support/timeouts-kit.js';
 
 const backends: StoreBackend[] = await timeoutBackends('proxy');
-afterAll(async () => {
-  for (const backend of backends) await backend.close();
-});
 
 /** What every origin's POST /charges shares: its effects, and the gate its provider waits on. */
 interface Shared {

@@ -8,6 +8,7 @@ import { memoryStore, type Store } from '@idem/core';
 import { redisStore } from '@idem/redis';
 import { redisAnswers, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
+import { afterAll } from 'vitest';
 import { deleteKeys } from '../../../redis/test/redis-env.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -19,9 +20,15 @@ export interface StoreBackend {
   close: () => Promise<void>;
 }
 
-/** The memory store, and the real Redis under `audit-timeouts:` when it answers. */
+/**
+ * The memory store, and the real Redis under `audit-timeouts:` when it answers; closed after the
+ * file's tests (an `afterAll` of the calling file).
+ */
 export async function timeoutBackends(file: string): Promise<StoreBackend[]> {
   const backends: StoreBackend[] = [{ name: 'memory', store: () => memoryStore(), close: async () => undefined }];
+  afterAll(async () => {
+    for (const backend of backends) await backend.close();
+  });
   if (!serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), `${file} over Redis`)) return backends;
   const client = new Redis(redisUrl);
   const prefix = `audit-timeouts:${file}:${randomBytes(4).toString('hex')}:`;
