@@ -27,7 +27,13 @@ import { secretToJwk } from './hmac-secret.js';
 import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, kidSlot, pemToJwk, type VerificationKey } from './key-import.js';
-import { type KeySource, type RemoteJwksOptions, remoteKeySource, staticKeySource } from './key-source.js';
+import {
+  type KeySource,
+  liveKeySource,
+  type RemoteJwksOptions,
+  remoteKeySource,
+  staticKeySource,
+} from './key-source.js';
 import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { type Principal, principalFromClaims } from './principal.js';
 import { seconds } from './seconds.js';
@@ -121,8 +127,12 @@ export interface IssuerOptions extends TokenRules {
   secret?: string | Uint8Array;
   /** Public keys as PEM or JWK. */
   publicKeys?: readonly PublicKeyInput[];
-  /** A local JWKS object. */
-  jwks?: { keys: readonly unknown[] };
+  /**
+   * A local JWKS object, or a function returning one, read on every lookup (cheap: imported again
+   * only when it changed): `() => internalIssuer.jwks()` follows the issuer's `rotate()` in the
+   * same process, where an object would be a copy of the keys of the moment.
+   */
+  jwks?: LocalJwks;
   /** A remote JWKS URL. */
   jwksUri?: string;
   /** Cache, cooldown, timeout and stale-if-error settings of the remote JWKS. */
@@ -434,6 +444,9 @@ function toList(value: string | readonly string[] | undefined): string[] | undef
   return typeof iterable?.[Symbol.iterator] === 'function' ? [...value] : undefined;
 }
 
+/** A local JWKS: the set, or a function returning the current set (see {@link IssuerOptions.jwks}). */
+export type LocalJwks = { keys: readonly unknown[] } | (() => { keys: readonly unknown[] });
+
 function staticKeys(
   options: IssuerOptions,
   algorithms: readonly JwsAlgorithm[],
@@ -553,7 +566,9 @@ export function buildIssuer(
     requiredClaims: [...requiredClaims],
     claimValues: claimValueRules(options.claimValues ?? defaults.claimValues, `issuer ${options.issuer}`),
   };
-  const local = staticKeys(options, algorithms);
+  // A function is read once here, so a bad set is a TypeError at construction as an object's is.
+  const liveJwks = typeof options.jwks === 'function' ? options.jwks : undefined;
+  const local = staticKeys(liveJwks === undefined ? options : { ...options, jwks: liveJwks() }, algorithms);
   let keys: KeySource;
   let ready: Promise<void>;
   if (options.jwksUri !== undefined) {
@@ -570,7 +585,15 @@ export function buildIssuer(
   } else {
     if (local === undefined)
       throw new TypeError(`issuer ${options.issuer}: configure secret, publicKeys, jwks or jwksUri`);
-    keys = staticKeySource(local);
+    keys =
+      liveJwks === undefined
+        ? staticKeySource(local)
+        : liveKeySource(
+            liveJwks,
+            (set) =>
+              staticKeys({ ...options, jwks: set as { keys: readonly unknown[] } }, algorithms) ?? Promise.resolve([]),
+            () => context.onKeysRetired(options.issuer),
+          );
     ready = local.then(() => undefined);
     // Avoid an unhandled rejection before anyone awaits `ready()`; verification reports it instead.
     ready.catch(() => {});

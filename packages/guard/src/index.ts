@@ -39,6 +39,7 @@ export {
   type IssuerOptions,
   internalTokenType,
   isGuard,
+  type LocalJwks,
   type PemKeyInput,
   type PublicKeyInput,
   type TokenRules,

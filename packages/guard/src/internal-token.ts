@@ -2,7 +2,14 @@ import { type JWK, SignJWT } from 'jose';
 import type { JwsAlgorithm } from './algorithms.js';
 import type { GuardEvent } from './events.js';
 import { extractHeaderToken } from './extract-token.js';
-import { buildEngine, type Guard, guardFromEngine, internalTokenType, type PublicKeyInput } from './guard.js';
+import {
+  buildEngine,
+  type Guard,
+  guardFromEngine,
+  internalTokenType,
+  type LocalJwks,
+  type PublicKeyInput,
+} from './guard.js';
 import { defaultInternalTokenHeader } from './internal-header.js';
 import { type InternalSigningKey, signingKeyRing, toSigningEntry } from './internal-signing-keys.js';
 import type { RemoteJwksOptions } from './key-source.js';
@@ -185,8 +192,12 @@ export interface InternalVerifierOptions {
   audience: string | readonly string[];
   /** The gateway's public keys (PEM or JWK). */
   keys?: readonly PublicKeyInput[];
-  /** The gateway's JWKS object (e.g. `issuer.jwks()` in one process, or loaded from a file). */
-  jwks?: { keys: readonly unknown[] };
+  /**
+   * The gateway's JWKS: an object (loaded from a file), or, in the gateway's own process, a function
+   * read on every lookup, `() => issuer.jwks()`, which follows `rotate()`. The object
+   * `issuer.jwks()` is a copy of the moment: after a `rotate()` its verifier refuses every token.
+   */
+  jwks?: LocalJwks;
   /** The gateway's JWKS URL. */
   jwksUri?: string;
   jwksOptions?: Omit<RemoteJwksOptions, 'uri'>;

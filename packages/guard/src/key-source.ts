@@ -93,6 +93,57 @@ export function staticKeySource(keys: Promise<readonly VerificationKey[]>): KeyS
 }
 
 /**
+ * Keys read from `read()` on every lookup: a set held in memory that changes, such as the internal
+ * token issuer's `jwks()` in the same process, whose `rotate()` publishes a key before it signs and
+ * withdraws a compromised one later. A copy taken once would refuse every token of the new key
+ * (`key_unknown`) and keep verifying a withdrawn one for as long as the process lives. The set is
+ * imported again only when its JSON changed, and then the tokens cached under the issuer are dropped
+ * (`onKeysChanged`). A `read()` that throws, or a set that no longer imports, makes lookups
+ * `unavailable` (`keys_unavailable`, the guard's fail-closed 401), never a 500.
+ *
+ * @example
+ * const source = liveKeySource(() => issuer.jwks(), (set) => importLocal(set), () => cache.deleteIssuer(iss));
+ */
+export function liveKeySource(
+  read: () => unknown,
+  importSet: (set: unknown) => Promise<readonly VerificationKey[]>,
+  onKeysChanged: () => void,
+): KeySource {
+  let lastText: string | undefined;
+  let current: Promise<readonly VerificationKey[] | undefined> = Promise.resolve(undefined);
+  const load = () => {
+    let set: unknown;
+    let text: string;
+    try {
+      set = read();
+      text = JSON.stringify(set);
+    } catch {
+      return Promise.resolve(undefined);
+    }
+    if (text !== lastText) {
+      const first = lastText === undefined;
+      lastText = text;
+      try {
+        current = importSet(set).catch(() => undefined);
+      } catch {
+        current = Promise.resolve(undefined);
+      }
+      if (!first) onKeysChanged();
+    }
+    return current;
+  };
+  return {
+    async lookup(kid, alg) {
+      const resolved = await load();
+      if (resolved === undefined) return { kind: 'unavailable' };
+      return match(resolved, kid, alg, true) ?? { kind: 'unknown-kid' };
+    },
+    usable: () => true,
+    refreshIfDue: () => {},
+  };
+}
+
+/**
  * Options of a remote JWKS. Durations are in seconds.
  *
  * @example
