@@ -56,7 +56,7 @@ export interface RunningResourceStack {
 /**
  * Starts the resource side of the reference app on one database, in the order each part needs the
  * previous one: schema and seed rows, the webhook receiver (its URL goes to the API's outbox), the
- * API (trusting the gateway's internal-token key, generated here at start), and the gateway in
+ * API (trusting the gateway's internal-token keys, generated here at start and followed across `rotate()`), and the gateway in
  * front of it.
  *
  * @example
@@ -96,7 +96,9 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     realm: gatewayRealm,
     ...(knownBaseUrl === undefined ? {} : { resourceMetadata: resourceMetadataUrl(knownBaseUrl) }),
   };
-  const internal = { issuer: internalIssuer.issuer, jwks: internalIssuer.jwks(), challenge };
+  // A function, read on every lookup: a copy of `jwks()` taken now would refuse every token once a
+  // `gateway.internalIssuer.rotate()` made a new key sign.
+  const internal = { issuer: internalIssuer.issuer, jwks: () => internalIssuer.jwks(), challenge };
 
   const started: Array<{ close(): Promise<void> }> = [];
   try {

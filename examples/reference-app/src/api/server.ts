@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duration } from '@idem/core';
 import { internalAuth } from '@idem/express';
-import { createInternalVerifier, type Guard } from '@idem/guard';
+import { createInternalVerifier, type Guard, type LocalJwks } from '@idem/guard';
 import { postgresStore } from '@idem/postgres';
 import { type RedisClientLike, redisStore } from '@idem/redis';
 import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/webhooks';
@@ -26,8 +26,8 @@ export interface InternalTokenTrust {
   issuer: string;
   /** This API's name: the `aud` the gateway mints for it. */
   audience: string;
-  /** The gateway's public keys (its `internalIssuer.jwks()`), or a URL serving them. */
-  jwks?: { keys: readonly unknown[] };
+  /** The gateway's public keys (`() => internalIssuer.jwks()`, which follows its `rotate()`), or a URL serving them. */
+  jwks?: LocalJwks;
   jwksUri?: string;
   /**
    * The gateway's challenge attributes (its `realm`, its RFC 9728 metadata URL), for the 403s this
@@ -90,7 +90,7 @@ export interface RunningApi {
  * const api = await startApi({
  *   port: 8082,
  *   db,
- *   internal: { issuer: internalIssuer.issuer, audience: 'reference-api', jwks: internalIssuer.jwks() },
+ *   internal: { issuer: internalIssuer.issuer, audience: 'reference-api', jwks: () => internalIssuer.jwks() },
  *   webhookUrl: 'http://localhost:8084/webhooks/payments',
  *   webhookSecret: await loadWebhookSecret(db),
  * });

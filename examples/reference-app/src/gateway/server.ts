@@ -106,7 +106,7 @@ export interface RunningGateway {
   readonly url: string;
   /** The public base URL: the audience every access token must carry. */
   readonly baseUrl: string;
-  /** Signs the internal tokens; give `internalIssuer.jwks()` to the API. */
+  /** Signs the internal tokens; give `() => internalIssuer.jwks()` to the API (a function, so it follows `rotate()`). */
   readonly internalIssuer: InternalTokenIssuer;
   readonly guard: Guard;
   close(): Promise<void>;

@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { decoderOf, principalScope, problemType, readRequestBody, type Store } from '@idem/core';
-import { createInternalVerifier, type Principal, requireRoles, requireScopes } from '@idem/guard';
+import { createInternalVerifier, type LocalJwks, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
 import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
@@ -43,7 +43,7 @@ export interface ReceiverOptions {
    * The gateway's internal tokens, for the admin API under {@link receiverAdminPrefix}. Without it
    * the admin API answers 404: there is nobody it could trust.
    */
-  internal?: { issuer: string; audience: string; jwks: { keys: readonly unknown[] }; challenge?: ServiceChallenge };
+  internal?: { issuer: string; audience: string; jwks: LocalJwks; challenge?: ServiceChallenge };
 }
 
 /** Where the receiver's admin API lives; the gateway forwards this prefix to the receiver. */
