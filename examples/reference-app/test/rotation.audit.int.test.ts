@@ -75,6 +75,21 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
   };
   const photos = async (accessToken: string) =>
     (await fetch(new URL('/photos', baseUrl), { headers: { authorization: `Bearer ${accessToken}` } })).status;
+  // A charge with `key`: the stored response is replayed for a retry with the same key by the same
+  // caller, whatever key signed the caller's token (record ids and keyFor hash no secret).
+  const chargeWith = async (accessToken: string, key: string) => {
+    const response = await fetch(new URL('/charges', baseUrl), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${accessToken}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${key}"`,
+      },
+      body: JSON.stringify({ amount: 700, currency: 'EUR' }),
+    });
+    const body = (await response.json()) as { id: string };
+    return { status: response.status, replayed: response.headers.get('idempotent-replayed') === 'true', id: body.id };
+  };
   const refresh = (refreshToken: string, secret = client().clientSecret) =>
     tokenRequest(
       authUrl,
@@ -127,6 +142,9 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
     const oldAccess = first.tokens.body.access_token as string;
     const oldKid = kidOf(oldAccess);
     expect(await photos(oldAccess)).toBe(200);
+    const key = randomUUID();
+    const charged = await chargeWith(oldAccess, key);
+    expect(charged).toMatchObject({ status: 201, replayed: false });
     // A second browser signed in at the provider that will not come back during the rotation.
     const absent = (await codeFlow(authUrl, client(), alice)).agent;
 
@@ -170,6 +188,8 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
     expect(await photos(retired.body.access_token)).toBe(200);
     expect(await signedInAtProvider(first.agent)).toBe(true);
     expect(await signedInAtProvider(absent)).toBe(false);
+    // A retry of the first charge, with a token the new key signed, is its replay.
+    expect(await chargeWith(retired.body.access_token, key)).toEqual({ status: 201, replayed: true, id: charged.id });
   });
 
   it('the third-party app client secret: the old secret is refused after the restart, the refresh tokens of the client keep working with the new one', {
@@ -222,10 +242,14 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
     const flow = await codeFlow(authUrl, client(), alice);
     const access = flow.tokens.body.access_token as string;
     expect(await photos(access)).toBe(200);
+    const key = randomUUID();
+    const charged = await chargeWith(access, key);
+    expect(charged).toMatchObject({ status: 201, replayed: false });
     running.gateway.internalIssuer.rotate();
     expect(await photos(access)).toBe(200);
     offsetMs += 61_000;
     expect(await photos(access)).toBe(200);
+    expect(await chargeWith(access, key)).toEqual({ status: 201, replayed: true, id: charged.id });
   });
 
   it('the webhook secret: events waiting in the outbox are signed with the new one after the restart and applied once; the old one is refused', {
