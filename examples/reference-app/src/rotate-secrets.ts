@@ -103,13 +103,14 @@ const statements: Record<RotationStep, { sql: string; param?: () => string }> = 
 export async function rotateSecret(db: Database, step: RotationStep): Promise<void> {
   const statement = statements[step];
   if (!statement) throw new TypeError(`unknown rotation step ${String(step)}; one of ${rotationSteps.join(', ')}`);
-  const { rows } = await db.query(statement.sql, statement.param ? [statement.param()] : []);
+  const notStarted = 'the secret does not exist yet: start the app once on this database first';
+  const { rows } = await db.query(statement.sql, statement.param ? [statement.param()] : []).catch((error: unknown) => {
+    // 42P01: the table itself is missing, on a database the app never started on.
+    if ((error as { code?: unknown }).code === '42P01') throw new Error(notStarted, { cause: error });
+    throw error;
+  });
   if (rows.length === 0) {
-    throw new Error(
-      step === 'signing-promote'
-        ? 'no signing key is staged: run signing-stage first'
-        : 'the secret does not exist yet: start the app once on this database first',
-    );
+    throw new Error(step === 'signing-promote' ? 'no signing key is staged: run signing-stage first' : notStarted);
   }
 }
 

@@ -321,8 +321,15 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
     expect(again.rows[0]?.applied).toBe(1);
   });
 
-  it('a rotation step that cannot apply says why: promote with nothing staged, an unknown step', async () => {
+  it('a rotation step that cannot apply says why: promote with nothing staged, an unknown step, a database the app never started on', async () => {
     await expect(rotateSecret(db, 'signing-promote')).rejects.toThrow(/no signing key is staged/);
     await expect(rotateSecret(db, 'everything' as never)).rejects.toThrow(TypeError);
+    const empty = await openDatabase({ url: databaseUrl, schema: `${schema}_empty` });
+    try {
+      await expect(rotateSecret(empty, 'csrf')).rejects.toThrow(/start the app once/);
+    } finally {
+      await empty.query(`drop schema if exists ${schema}_empty cascade`);
+      await empty.close();
+    }
   });
 });
