@@ -19,8 +19,9 @@ import { type Database, openDatabase } from './db.js';
  *   cookie read with one is signed again with the new key on its way out.
  * - `cookie-retire`: only the newest cookie key is kept. A sign-in session that never came back
  *   meanwhile must sign in again at the provider (the app's own session is not affected).
- * - `csrf`: a fresh key for the login and consent forms. Forms open at that moment fail once, with
- *   the page asking to try again.
+ * - `csrf`: a fresh key for the forms of the provider (login, consent) and of the third-party app,
+ *   which share it. A form open at that moment is refused once (403, nothing done); sent again from
+ *   a fresh page, it works.
  * - `app-client-secret`: a fresh client secret for the third-party app (`photo-app`). The provider
  *   holds one secret per client, and the app reads it at start-up, as the provider does: both must
  *   restart together (one process here). Refresh tokens belong to the client, not to its secret:
