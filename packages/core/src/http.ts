@@ -2110,7 +2110,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     // The end goes out once the outcome is stored: at once when the store answered at once.
     const settling = this.settling;
     if (settling === undefined) endNow(this, chunk, encoding, callback);
-    else void settling.then(() => endNow(this, chunk, encoding, callback));
+    else void settling.then(() => endLater(this, chunk, encoding, callback));
   }
   return res;
 }
@@ -2145,13 +2145,27 @@ function endDeclined(
   abandon(state, status, reason);
   const settling = state.settling;
   if (settling === undefined) endNow(state, chunk, encoding, callback);
-  else void settling.then(() => endNow(state, chunk, encoding, callback));
+  else void settling.then(() => endLater(state, chunk, encoding, callback));
   return res;
 }
 
 // Sends the end that capturedEnd held back.
 function endNow(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
   state.originalEnd.call(state.res, chunk, encoding, callback);
+}
+
+// The end deferred behind the store's answer. Node can still refuse it there: with
+// `res.strictContentLength` an end short of (or past) the declared length throws
+// ERR_HTTP_CONTENT_LENGTH_MISMATCH. The handler that called end() has moved on and cannot catch it;
+// thrown here it would be an unhandled rejection (the end of a Node process) and the response would
+// stay open, its client waiting for bytes that never come. The response is destroyed instead, as a
+// stream that failed; its outcome was settled before (a short body as cut short).
+function endLater(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
+  try {
+    endNow(state, chunk, encoding, callback);
+  } catch {
+    state.res.destroy();
+  }
 }
 
 function onCapturedClose(this: CaptureState) {
