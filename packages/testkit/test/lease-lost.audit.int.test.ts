@@ -83,7 +83,7 @@ async function serve(framework: 'express' | 'fastify' | 'koa', options: object, 
     const app = new Koa();
     app.use(koaIdempotency(options as never));
     app.use(async (ctx) => {
-      await handlers[ctx.path === '/a' ? 'a' : 'b'](ctx.state.idempotency.signal);
+      await handlers[ctx.path === '/a' ? 'a' : 'b']((ctx.state.idempotency as { signal: AbortSignal }).signal);
       ctx.body = { done: true };
     });
     server = app.listen(0, '127.0.0.1');
