@@ -1870,11 +1870,21 @@ function finish(state: CaptureState, value: CaptureResult) {
   if (state.onResult) state.settling = state.onResult(value);
 }
 
+// A Content-Length is digits (RFC 9110 8.6), around which a client ignores whitespace. Anything else
+// declares no length: Number() would read '' and '  ' as 0, '0x6' as 6 and '1e1' as 10, and the
+// body stored would be cut to (or judged short of) a length nobody declared.
+const contentLengthValue = /^[ \t]*\d+[ \t]*$/;
+
 function declaredLength(state: CaptureState): number | undefined {
   if (state.declared === null) {
     const value = state.headHeaders['content-length'] ?? state.res.getHeader('content-length');
-    const length = Number(value);
-    state.declared = value !== undefined && Number.isInteger(length) && length >= 0 ? length : undefined;
+    // One header given as a one-item list is sent as that one header.
+    const one = Array.isArray(value) && value.length === 1 ? value[0] : value;
+    const text = typeof one === 'number' ? String(one) : one;
+    state.declared =
+      typeof text === 'string' && contentLengthValue.test(text) && Number.isSafeInteger(Number(text))
+        ? Number(text)
+        : undefined;
   }
   return state.declared;
 }
