@@ -75,7 +75,7 @@ describe.runIf(available)('a handler stopping on its lost lease after its head w
       const options = {
         store: redisStore({ client, prefix: scoped }),
         scope: () => 't',
-        lease: '300ms',
+        lease: '300ms' as const,
         onEvent: (event: IdempotencyEvent) => events.push(event),
       };
       let runs = 0;
