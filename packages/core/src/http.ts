@@ -1877,6 +1877,12 @@ const contentLengthValue = /^[ \t]*\d+[ \t]*$/;
 
 function declaredLength(state: CaptureState): number | undefined {
   if (state.declared === null) {
+    // With Transfer-Encoding the message is framed by it, whatever Content-Length says (RFC 9112
+    // 6.3), and Node ignores the length too: the body is what the chunks carry.
+    if ((state.headHeaders['transfer-encoding'] ?? state.res.getHeader('transfer-encoding')) !== undefined) {
+      state.declared = undefined;
+      return undefined;
+    }
     const value = state.headHeaders['content-length'] ?? state.res.getHeader('content-length');
     // One header given as a one-item list is sent as that one header.
     const one = Array.isArray(value) && value.length === 1 ? value[0] : value;
