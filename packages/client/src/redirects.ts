@@ -30,12 +30,6 @@ function asUtf8(location: string): string {
   }
 }
 
-// A browser page (it has a document) or worker (WorkerGlobalScope): where fetch answers
-// `redirect: 'manual'` with an opaque redirect that scripts may not read.
-const hidesRedirects = () =>
-  typeof (globalThis as { document?: unknown }).document !== 'undefined' ||
-  typeof (globalThis as { WorkerGlobalScope?: unknown }).WorkerGlobalScope !== 'undefined';
-
 /**
  * A fetch for reads that follows redirects itself, as fetch would, except that on a hop to another
  * origin it drops `dropAcrossOrigins` (the names of the client-wide `headers`) and the credential
@@ -43,13 +37,14 @@ const hidesRedirects = () =>
  * key set once on the client went to whatever origin a GET's 302 named; the client refuses absolute
  * paths so that credentials stay on baseUrl's origin, and a redirect must not undo that.
  *
- * Where redirects are opaque to scripts (a browser page or worker answers `redirect: 'manual'` with
- * an `opaqueredirect`), reads are sent with `redirect: 'follow'` from the start: the browser follows
- * under its own rules, and its CORS checks keep custom headers from other origins that do not allow
- * them. A runtime that turns out to hide redirects though it looked like none of those is
- * remembered as one: a GET or HEAD that met the opaque redirect is sent again to be followed (one
- * more request, nothing else), while an unkeyed PUT or DELETE has already run and ends with
- * `redirect_unreadable`, as a write does, rather than being run a second time.
+ * Where redirects are opaque to scripts (a browser answers `redirect: 'manual'` with an
+ * `opaqueredirect`), the runtime is known by that answer, not guessed from its globals (jsdom and
+ * SSR shims give Node a `document`, and Node's fetch would then carry the client's headers across
+ * origins): a GET or HEAD that met the opaque redirect is sent again with `redirect: 'follow'` (one
+ * more request, nothing else), an unkeyed PUT or DELETE, which has already run, ends with
+ * `redirect_unreadable`, as a write does, rather than being run a second time, and every later read
+ * of this client is sent with `redirect: 'follow'` from the start: the browser follows under its own
+ * rules, and its CORS checks keep custom headers from other origins that do not allow them.
  *
  * @example
  * const get = followingRedirects(fetch, ['x-api-key']);
@@ -57,7 +52,8 @@ const hidesRedirects = () =>
  */
 export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: readonly string[]): FetchFunction {
   const dropped = [...new Set([...credentialHeaders, ...dropAcrossOrigins.map((name) => name.toLowerCase())])];
-  let opaque = hidesRedirects();
+  // Set once a fetch of this client answered with an opaque redirect.
+  let opaque = false;
   return async (input, init) => {
     if (opaque) return fetchFn(input, { ...init, redirect: 'follow' });
     const origin = new URL(input).origin;

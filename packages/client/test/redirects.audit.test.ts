@@ -292,10 +292,10 @@ describe('a read follows its redirects as fetch does', () => {
   // Was wrong: where redirects are opaque (a browser), a read that met one was sent again with
   // redirect: 'follow'. For GET and HEAD that is one more request and nothing else; an unkeyed PUT or
   // DELETE had already run, so the DELETE was executed twice and the second answered 404, an
-  // http_error for a delete that worked. Decided: a browser page or worker is known up front, and
-  // reads are sent there with redirect: 'follow' (the browser follows, as before the change); a
-  // runtime that hides redirects without looking like one ends such a PUT or DELETE with
-  // redirect_unreadable (it ran once) and is followed from then on.
+  // http_error for a delete that worked. Decided: a runtime that hides redirects ends such a PUT or
+  // DELETE with redirect_unreadable (it ran once), and every later read of the client is sent with
+  // redirect: 'follow' for the browser to follow. (A guess from globals such as `document` was
+  // tried and dropped: jsdom gives Node one; see browser-detection.audit.test.ts.)
   const deletedOnce = async () => {
     let deleted = 0;
     const api = await serve((req, res) => {
@@ -320,20 +320,6 @@ describe('a read follows its redirects as fetch does', () => {
     const client = createClient({ baseUrl: api.base, fetch: browserFetch, retry: { maxAttempts: 1 } });
     return { client, modes, deleted: () => deleted };
   };
-
-  it('in a browser page, an unkeyed DELETE that is redirected is followed by the browser, run once', async () => {
-    const global = globalThis as { document?: unknown };
-    global.document = {};
-    try {
-      const { client, modes, deleted } = await deletedOnce();
-      const result = await client.delete('/items/1');
-      expect(result.body).toEqual([]);
-      expect(deleted()).toBe(1);
-      expect(modes).toEqual(['follow']);
-    } finally {
-      delete global.document;
-    }
-  });
 
   it('where redirects turn out opaque, an unkeyed DELETE ends with redirect_unreadable (run once); later reads are followed', async () => {
     const { client, modes, deleted } = await deletedOnce();

@@ -75,25 +75,14 @@ export class IdempotencyError extends Error {
   readonly status: number;
   readonly retryable: boolean;
   readonly retryAfter: number | undefined;
-  /**
-   * What a framework's own error handler reads, so that one this error reaches unmapped still
-   * answers its status and `Retry-After` (Express and Koa read `status` and `headers`, Fastify
-   * `statusCode` and `headers`; Koa shows the message when `expose` is true: it is written from a
-   * fixed table and carries no key or payload).
-   */
-  readonly statusCode: number;
-  readonly headers: Record<string, string>;
-  readonly expose = true;
 
   constructor(code: IdempotencyErrorCode, detail: string, options: IdempotencyErrorOptions = {}) {
     super(detail, options.cause === undefined ? undefined : { cause: options.cause });
     const row = errorTable[code];
     this.code = code;
     this.status = options.status ?? row.status;
-    this.statusCode = this.status;
     this.retryable = row.retryable;
     this.retryAfter = options.retryAfter;
-    this.headers = this.retryAfter === undefined ? {} : { 'retry-after': String(this.retryAfter) };
   }
 
   /** The RFC 9457 body for this error. */

@@ -554,14 +554,18 @@ export function problemResponse(error: IdempotencyError): HttpResponse {
 
 /**
  * True for the reason a lease's `signal` aborts with once the execution lost the key (`lease_lost`):
- * what a handler that stops on the signal throws. The adapters answer it as a problem (503 with
- * `Retry-After`) instead of passing it to the framework's error handler as a bug.
+ * what a handler that stops on the signal throws. Given `context` (the request's
+ * `IdempotencyContext`), true only for that execution's own reason: the adapters answer it as a
+ * problem (503 with `Retry-After`), and only it. Another request's reason, rethrown by this handler
+ * (a shared in-flight call), is this handler's failure, not a lost lease of its own: answered as a
+ * problem it would be stored as the outcome, and its retries replayed "retry later" for ever.
  *
  * @example
  * try { req.idempotency?.signal.throwIfAborted(); } catch (error) { if (isLeaseLost(error)) return; }
  */
-export function isLeaseLost(error: unknown): error is IdempotencyError {
-  return isIdempotencyError(error) && error.code === 'lease_lost';
+export function isLeaseLost(error: unknown, context?: Pick<IdempotencyContext, 'signal'>): error is IdempotencyError {
+  if (!isIdempotencyError(error) || error.code !== 'lease_lost') return false;
+  return context === undefined || context.signal.reason === error;
 }
 
 export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>): HttpIdempotency<Req> {

@@ -268,7 +268,7 @@ export function idempotencyErrors(): ErrorRequestHandler {
       execution.capture?.failedWith(error);
       // A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its
       // client is told to retry (503, Retry-After), as for idem's own refusals, not shown a bug.
-      if (isLeaseLost(error) && !res.headersSent) {
+      if (!res.headersSent && isLeaseLost(error, req.idempotency)) {
         writeResponse(res, problemResponse(error));
         return;
       }

@@ -120,7 +120,7 @@ function watchReturn(handler: RouteHandlerMethod): RouteHandlerMethod {
 // answering a bug. True when so answered.
 function answeredLeaseLost(request: FastifyRequest, reply: FastifyReply, error: unknown): boolean {
   const execution = stateOf(request)[kExecution];
-  if (execution === undefined || !isLeaseLost(error) || reply.sent) return false;
+  if (execution === undefined || reply.sent || !isLeaseLost(error, request.idempotency)) return false;
   execution.thrown = true;
   execution.capture?.failedWith(error);
   answer(reply, problemResponse(error));

@@ -260,7 +260,7 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
     else capture.handlerReturned();
     // A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its
     // client is told to retry (503, Retry-After), as for idem's own refusals, not shown a bug.
-    if (isLeaseLost(error) && !ctx.headerSent && !clientGone(ctx)) {
+    if (!ctx.headerSent && !clientGone(ctx) && isLeaseLost(error, (ctx.state as IdemState).idempotency)) {
       answer(ctx, problemResponse(error));
       return;
     }
