@@ -230,7 +230,17 @@ export const settleNow = Symbol('idem settle now');
 
 /** What {@link settleNow} holds. */
 export interface SettleNow {
-  complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Awaitable<CompleteResult>;
+  /**
+   * With `keep`, the response is stored whatever the outcome policy says, with the default
+   * retention: the HTTP layer's answer for an execution whose own outcome can never be known (a
+   * timeout answered while the handler ran), which must not run again.
+   */
+  complete(
+    lease: Lease,
+    response: StoredResponse,
+    outcome?: Partial<Outcome>,
+    keep?: boolean,
+  ): Awaitable<CompleteResult>;
   release(lease: Lease): Awaitable<ReleaseResult>;
   /**
    * How long an outcome of `status` (of a handler that threw, with `thrown`) would be kept, per the
@@ -843,11 +853,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     lease: Lease,
     response: StoredResponse,
     outcome?: Partial<Outcome>,
+    keep = false,
   ): Awaitable<CompleteResult> => {
     const state = lease as LeaseState;
     if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
     if (state.lost && outcome?.thrown === true) return settleAsCrash(state, outcome.status ?? response.status);
-    const decision = decide(response, outcome, lease);
+    const decision = keep ? storeIt : decide(response, outcome, lease);
     if (!decision.store) {
       const released = releaseNow(lease);
       const status = outcome?.status ?? response.status;

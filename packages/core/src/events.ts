@@ -33,7 +33,12 @@ interface EventBase {
  *   For `too-large` and `streaming` the operation ran, and the outcome policy decides as for the
  *   status sent: `complete` follows (status 500: the key is kept, and its retries get
  *   `response_not_replayable`), or `release` and `not-stored`. In transactional mode they always
- *   release it: the handler's writes rolled back, so nothing ran. Every other reason releases the key.
+ *   release it: the handler's writes rolled back, so nothing ran. `answered-early`: something else
+ *   answered while the handler still ran (a timeout middleware's 503): the operation ran or is
+ *   running, so the key is kept with `response_not_replayable` whatever the policy says (`complete`
+ *   follows, status 500), once the handler ended where the adapter can tell; only a handler that
+ *   then threw, under a policy that releases thrown handlers, releases it. Every other reason
+ *   releases the key.
  */
 export type IdempotencyEvent =
   | (EventBase & {
@@ -86,7 +91,14 @@ export type IdempotencyEvent =
 export type LeaseLostReason = 'max-execution' | 'renew-refused' | 'renew-failed' | 'taken-over' | 'fenced';
 
 /** Why a served response was not stored: see `response-not-stored` above. */
-export type NotStoredReason = 'too-large' | 'streaming' | 'event-stream' | 'no-route' | 'body-refused' | 'closed';
+export type NotStoredReason =
+  | 'too-large'
+  | 'streaming'
+  | 'event-stream'
+  | 'no-route'
+  | 'body-refused'
+  | 'closed'
+  | 'answered-early';
 
 /** Why a covered request was refused before its record was looked up: see `refused` above. */
 export type RefusalCode = 'key_missing' | 'key_invalid' | 'scope_missing' | 'body_too_large' | 'body_incomplete';

@@ -278,6 +278,25 @@ export interface CaptureOptions {
    * {@link ResponseCapture.failedWith}): its headers and the body `begin` read (`started.body`).
    */
   request?: RequestBodyFacts;
+  /**
+   * Whether the handler still runs, for an adapter that can tell (Koa, until its `await next()`
+   * settles). A response ended while `running` is true, unless `writesItself()` says the handler
+   * wrote it, is an answer written for the handler by someone else (a timeout middleware's 503):
+   * it goes out at once and is never the key's outcome. The key stays held (retries get 409) until
+   * the adapter sets `running` to false and calls {@link ResponseCapture.handlerSettled}; it is
+   * then kept with `500 response_not_replayable` whatever the policy says of the status sent (the
+   * operation ran), or released if the handler threw and the policy releases a thrown handler.
+   * Checked only when the response ends: an adapter passes an object it keeps per request anyway.
+   */
+  handler?: RunningHandler;
+}
+
+/** What {@link CaptureOptions.handler} reads: see there. */
+export interface RunningHandler {
+  /** True until the handler settled; the adapter sets it false, then calls `handlerSettled()`. */
+  running: boolean;
+  /** True when the handler writes the response itself (Koa's `ctx.respond = false`): its end is its own. */
+  writesItself(): boolean;
 }
 
 /** A live capture of one response. See {@link HttpIdempotency.capture}. */
@@ -331,6 +350,19 @@ export interface ResponseCapture {
    * Releasing the key of a finished handler would let the retry run it a second time.
    */
   handlerReturned<C>(onClosed?: (context: C, capture: ResponseCapture) => void, context?: C): void;
+  /**
+   * Tells the capture that the handler of {@link CaptureOptions.handler} settled (set its `running`
+   * to false first): an answer written for it while it ran is settled now (see there).
+   */
+  handlerSettled(): void;
+  /**
+   * Tells the capture that the answer about to be written is written for a handler that still runs,
+   * and whose end the adapter cannot see (Express, told by connect-timeout's error): the answer is
+   * never the key's outcome. It is settled when it ends as an operation whose answer cannot be
+   * replayed: the key kept with `500 response_not_replayable` whatever the policy says, so the
+   * retry never runs the handler a second time. No-op once the response ended.
+   */
+  answeredForHandler(): void;
   /** Held mode: writes the held response to the client. */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
@@ -844,7 +876,17 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         const lost = reason === 'too-large' || reason === 'streaming' ? reason : undefined;
         const response = lost !== undefined && !rolledBack ? unreplayableResponse(lost, result.expires) : undefined;
         if (hadNoEffect(lease)) answer = releaseWithoutEffect(lease, result.status);
-        else if (response !== undefined && !overStoreCap(response)) {
+        else if (reason === 'answered-early') {
+          // Someone else answered while the handler ran (a timeout's 503): that answer is no outcome,
+          // and the handler's own can no longer be written. The operation ran, so the key is kept
+          // whatever the policy says of the status sent, or a retry would run it a second time. Only
+          // a handler that then threw (settled after its end, where the adapter can tell) is
+          // released, when the policy releases a thrown handler.
+          answer =
+            thrown && atOnce.retentionFor(500, lease.operation, true) === undefined
+              ? atOnce.release(lease)
+              : atOnce.complete(lease, unreplayableResponse(reason, undefined), { status: 500 }, true);
+        } else if (response !== undefined && !overStoreCap(response)) {
           // The operation ran and its answer went out (in full or in part), but no replay can give
           // it again. The policy decides as for any response of the status the client was sent:
           // stored, the key is kept with an answer that says so, and a retry never runs it again.
@@ -1036,6 +1078,8 @@ const unreplayableDetails = {
     'The operation ran under this key, but its response was larger than the server stores, so it cannot be replayed. It will not run again under this key: look its result up another way, or send a new key to run it again.',
   streaming:
     'The operation ran under this key, but its response was cut short (the client left, or its stream failed) and was not recorded. It will not run again under this key: look its result up another way, or send a new key to run it again.',
+  'answered-early':
+    'The operation ran under this key, but the server answered before it finished (a timeout), so its response was never recorded. It will not run again under this key: look its result up another way, or send a new key to run it again.',
 } as const;
 
 // What is stored in place of a response that was served but cannot be replayed (see
@@ -1667,6 +1711,12 @@ interface CaptureState {
   onEnd: (() => void) | undefined;
   /** What a body parser's refusal is checked against (`failedWith`). */
   readonly request: RequestBodyFacts | undefined;
+  /** Whether the handler still runs, where the adapter can tell (see `CaptureOptions.handler`). */
+  readonly handler: RunningHandler | undefined;
+  /** The next end is an answer for a handler that runs on unseen (`answeredForHandler`). */
+  forHandler: boolean;
+  /** The status of an answer written while the handler ran, once it ended (see `endAnsweredEarly`). */
+  answeredEarly: number | undefined;
 }
 
 /**
@@ -1723,6 +1773,9 @@ function captureResponse(
     announced: false,
     onEnd: undefined,
     request: options.request,
+    handler: options.handler,
+    forHandler: false,
+    answeredEarly: undefined,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
   res.write = capturedWrite.bind(state) as ServerResponse['write'];
@@ -1804,6 +1857,14 @@ const captureMethods: ResponseCapture = {
     state.onClosedContext = context;
     // Closed before its head while the handler still worked, and the handler left nothing to end it.
     if (state.closedEarly && !state.ended) settleClosed(state, this);
+  },
+  handlerSettled() {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (state.answeredEarly !== undefined) settleAnsweredEarly(state);
+  },
+  answeredForHandler() {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (!state.ended) state.forHandler = true;
   },
   flush() {
     const state = (this as CaptureHandle)[captureStateKey];
@@ -2024,6 +2085,10 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
 // outcome is stored, so a client that retries the moment it has it finds the replay.
 function writeLast(state: CaptureState, bytes: Buffer, callback: unknown): boolean {
   const res = state.res;
+  if (answeredForRunning(state)) {
+    answeredEarly(state);
+    return state.originalWrite.call(res, bytes, callback) as boolean;
+  }
   state.ended = true;
   const declined = state.declined ?? (state.unrouted?.() ? 'no-route' : undefined);
   const status = state.status ?? res.statusCode;
@@ -2113,6 +2178,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
     res.setHeader('idempotency-key', this.echo);
   }
+  if (!this.hold && answeredForRunning(this)) return endAnsweredEarly(this, chunk, encoding, callback);
   // A response ended without a head of its own (Express's res.send): its head leaves with the end.
   if (liveFeedHeadPending(this)) onHead(this, [res.statusCode]);
   advertise(this, this.status ?? res.statusCode);
@@ -2186,6 +2252,41 @@ function endLater(state: CaptureState, chunk: unknown, encoding: unknown, callba
   } catch {
     state.res.destroy();
   }
+}
+
+// Asked only when the response ends: is this an answer someone else wrote for a handler that still
+// runs (see `CaptureOptions.handler` and `answeredForHandler`)?
+function answeredForRunning(state: CaptureState): boolean {
+  if (state.forHandler) return true;
+  const handler = state.handler;
+  return handler?.running === true && !handler.writesItself();
+}
+
+// Marks the response ended by an answer for a running handler. Where the adapter sees the handler's
+// end, the settlement waits for it (`handlerSettled`), so the key stays held while it runs; where it
+// cannot (`answeredForHandler`), it is settled now.
+function answeredEarly(state: CaptureState) {
+  state.ended = true;
+  state.answeredEarly = state.status ?? state.res.statusCode;
+  state.chunks.length = 0;
+  restore(state);
+  if (state.forHandler) settleAnsweredEarly(state);
+}
+
+// An answer written for a running handler (see `answeredForRunning`). Not stored; no expiry announced
+// (it is not the outcome). Waiting for the handler, it goes out at once: that is the timeout's point,
+// and the key stays held meanwhile. Settled now, it goes out once the key is kept, as any outcome, so
+// a retry that comes the moment it is read gets the replay, not a 409.
+function endAnsweredEarly(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
+  answeredEarly(state);
+  const settling = state.settling;
+  if (settling === undefined) endNow(state, chunk, encoding, callback);
+  else void settling.then(() => endLater(state, chunk, encoding, callback));
+  return state.res;
+}
+
+function settleAnsweredEarly(state: CaptureState) {
+  finish(state, { kind: 'unstorable', reason: 'answered-early', status: state.answeredEarly as number });
 }
 
 function onCapturedClose(this: CaptureState) {

@@ -69,6 +69,7 @@ export {
   type ReadBodyResult,
   type ResponseCapture,
   type RouteOverrides,
+  type RunningHandler,
   readBodyForFingerprint,
   readRequestBody,
   readStream,

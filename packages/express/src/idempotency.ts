@@ -243,6 +243,17 @@ function threw(this: Execution): boolean {
 }
 
 /**
+ * True for connect-timeout's error (503, `code: 'ETIMEDOUT'`, the numeric `timeout` it waited), or
+ * any error on a request it marked timed out (`req.timedout`): the handler is still running.
+ */
+function timedOutForHandler(error: unknown, req: Request): boolean {
+  if ((req as { timedout?: unknown }).timedout === true) return true;
+  if (error === null || typeof error !== 'object') return false;
+  const { code, timeout, status, statusCode } = error as Record<string, unknown>;
+  return code === 'ETIMEDOUT' && typeof timeout === 'number' && (status ?? statusCode) === 503;
+}
+
+/**
  * Express error middleware that tells {@link idempotency} the handler threw (or called `next(error)`),
  * then passes the error on unchanged. Express gives a middleware no other way to see it, so without
  * this the outcome policy takes a thrown handler's 500 for an answer (`thrown: false`); with it,
@@ -252,7 +263,10 @@ function threw(this: Execution): boolean {
  * key is released, and the retry with the body fixed runs, as on Fastify. A handler that stopped on
  * its lost lease (it threw the `signal`'s reason, `lease_lost`) is answered here, 503 with
  * `Retry-After` and a problem body, as Fastify and Koa answer it; the error goes no further.
- * Mount it after the routes and before your own error handlers.
+ * connect-timeout's error (`code: 'ETIMEDOUT'`, or any error on a request it marked `req.timedout`)
+ * is no failure of the handler, which still runs: the timeout's answer is served but never stored,
+ * and the key is kept with `500 response_not_replayable` (whatever `storeOutcome` says), so a retry
+ * never runs the handler a second time. Mount it after the routes and before your own error handlers.
  *
  * @example
  * app.use(idempotency({ store, storeOutcome: 'stripe' }));
@@ -264,6 +278,15 @@ export function idempotencyErrors(): ErrorRequestHandler {
   return function idempotencyErrorsMiddleware(error, req, res, next) {
     const execution = (req as Request & ExecutionState)[kExecution];
     if (execution !== undefined) {
+      // connect-timeout answering for a handler that runs on: not the handler's failure, and its 503
+      // is not the operation's outcome. Express never says when the handler ends, so the key is kept
+      // at once with `500 response_not_replayable`, whatever the policy says of a 503 or a throw:
+      // the retry is told the operation ran, and never runs it a second time.
+      if (timedOutForHandler(error, req)) {
+        execution.capture?.answeredForHandler();
+        next(error);
+        return;
+      }
       execution.thrown = true;
       execution.capture?.failedWith(error);
       // A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its

@@ -51,6 +51,8 @@ interface AppOptions {
   storeOutcome?: 'all' | 'stripe' | 'success';
   /** Options of the node:http server the app runs on. */
   server?: http.ServerOptions;
+  /** The handler throws this once it is let go, instead of answering 201. */
+  failWith?: Error;
   /** Set up on the server once it exists (its timeouts). */
   configure?: (server: http.Server) => void;
 }
@@ -81,6 +83,7 @@ async function start(options: AppOptions) {
     const id = `ch_${++effects.started}`;
     await provider.promise;
     effects.finished++;
+    if (options.failWith) throw options.failWith;
     if ((req as { timedout?: boolean }).timedout || res.headersSent) return;
     res.status(201).json({ id });
   });
@@ -217,50 +220,37 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
     }
   });
 
-  // Was wrong: connect-timeout's 503 is written on the response the capture watches, so it is
-  // settled as the key's outcome while the handler still runs: under the default policy it is
-  // stored, and every retry replays 503 (`Idempotent-Replayed: true`) for the whole retention,
-  // although the charge was made; the client never learns it succeeded. Express gives a middleware
-  // no way to see when the handler ends, so the fix is a decision: recognise connect-timeout's
-  // error (`code: 'ETIMEDOUT'`, `timeout`) in idempotencyErrors() and hold the key (serve the 503
-  // unstored, keep the lease until maxExecution), or document that a timeout middleware that
-  // answers for the handler must not sit in front of idempotency() (use maxExecution and the
-  // lease's signal instead). See docs/guides/express.md.
-  it.fails('connect-timeout: the 503 is not stored while the handler runs; the retry gets 409, then the real 201', async () => {
-    const app = await start({ store: backend.store(), before: [connectTimeout(300)] });
-    try {
-      const first = await post(app.url, 'connect-timeout');
-      expect(first.status).toBe(503);
-      expect(app.effects.started).toBe(1);
-      // The handler still runs: a retry must not be told the operation's outcome is a 503.
-      const during = await post(app.url, 'connect-timeout');
-      expect(during.status).toBe(409);
-      app.provider.open();
-      await until(() => app.effects.finished === 1);
-      const retry = await retryPast409(app.url, 'connect-timeout');
-      expect(app.effects.started).toBe(1);
-      expect(retry.status).toBe(201);
-    } finally {
-      app.provider.open();
-      await app.close();
-    }
-  });
-
-  // Was wrong: under `storeOutcome: 'stripe'`, idempotencyErrors() sees connect-timeout's error
-  // and marks the execution thrown, and under 'success' a 503 is never stored: either way the
-  // timeout's 503 releases the key while the handler still runs, and the retry runs the handler a
-  // second time, concurrently (two charges). Same decision as above.
-  it.fails.each(['stripe', 'success'] as const)(
-    "connect-timeout with storeOutcome '%s': the retry never runs the handler a second time",
+  // Was wrong (fixed): connect-timeout's 503 was settled as the key's outcome while the handler still
+  // ran: under the default policy stored, and every retry replayed 503 for the retention although the
+  // charge was made; under 'stripe' (idempotencyErrors() took its error for a throw) or 'success' the
+  // key was released, and the retry ran the handler a second time, concurrently. Express never says
+  // when the handler ends, so idempotencyErrors() recognises connect-timeout's error and the key is
+  // kept at once with `500 response_not_replayable`, whatever the policy says: the 503 is served
+  // unstored, and the retry learns the operation ran and never runs it again.
+  it.each(['all', 'stripe', 'success'] as const)(
+    "connect-timeout (storeOutcome '%s'): the 503 is not stored; the retry gets the replayed 500 response_not_replayable, one effect",
     async (storeOutcome) => {
       const app = await start({ store: backend.store(), before: [connectTimeout(300)], storeOutcome });
+      const key = `connect-timeout-${storeOutcome}`;
       try {
-        expect((await post(app.url, `connect-timeout-${storeOutcome}`)).status).toBe(503);
-        const during = await post(app.url, `connect-timeout-${storeOutcome}`);
-        app.provider.open();
-        await until(() => app.effects.finished === app.effects.started);
+        const first = await post(app.url, key);
+        expect(first.status).toBe(503);
+        expect(first.headers['idempotent-replayed']).toBeUndefined();
         expect(app.effects.started).toBe(1);
-        expect(during.status).toBe(409);
+        // The handler still runs: the retry is told the operation ran, not that its outcome is a 503.
+        const during = await post(app.url, key);
+        expect(during.status).toBe(500);
+        expect(during.headers['idempotent-replayed']).toBe('true');
+        expect(JSON.parse(during.body)).toMatchObject({ code: 'response_not_replayable' });
+        app.provider.open();
+        await until(() => app.effects.finished === 1);
+        const retry = await retryPast409(app.url, key);
+        expect(retry.status).toBe(500);
+        expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
+        expect(app.effects.started).toBe(1);
+        expect(
+          app.events.some((event) => event.type === 'response-not-stored' && event.reason === 'answered-early'),
+        ).toBe(true);
       } finally {
         app.provider.open();
         await app.close();
@@ -268,9 +258,39 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
     },
   );
 
-  // Was wrong: the same with `res.setTimeout(ms, callback)` answering 503 itself, the pattern of
-  // many Express timeout snippets: the callback's 503 is the stored outcome, replayed for the
-  // retention, though the handler made its effect afterwards. Same decision as above.
+  it.each(['all', 'stripe'] as const)(
+    "HELD: a handler's own ETIMEDOUT 503 (an upstream call that timed out, no `timeout` field) is its failure, judged by the policy '%s' as before",
+    async (storeOutcome) => {
+      const failWith = Object.assign(new Error('upstream timed out'), { status: 503, code: 'ETIMEDOUT' });
+      const app = await start({ store: backend.store(), storeOutcome, failWith });
+      app.provider.open();
+      const key = `own-timeout-${storeOutcome}`;
+      try {
+        expect((await post(app.url, key)).status).toBe(503);
+        const retry = await retryPast409(app.url, key);
+        expect(retry.status).toBe(503);
+        if (storeOutcome === 'all') {
+          // Stored as the handler's answer and replayed.
+          expect(retry.headers['idempotent-replayed']).toBe('true');
+          expect(app.effects.started).toBe(1);
+        } else {
+          // 'stripe' releases a thrown handler: the retry ran it again.
+          expect(retry.headers['idempotent-replayed']).toBeUndefined();
+          expect(app.effects.started).toBe(2);
+        }
+      } finally {
+        await app.close();
+      }
+    },
+  );
+
+  // Was wrong, and stays unsupported (documented): the same with `res.setTimeout(ms, callback)`
+  // answering 503 itself, the pattern of many Express timeout snippets: the callback's 503 is the
+  // stored outcome, replayed for the retention, though the handler made its effect afterwards (under
+  // 'stripe' or 'success' the key is released and the retry runs it again). The callback writes on
+  // the response like any handler and leaves no signal, and Express never says when the handler
+  // ends, so nothing tells its 503 from the handler's answer. docs/guides/express.md says to use
+  // connect-timeout (recognised by idempotencyErrors()) or maxExecution and the lease's signal.
   it.fails('res.setTimeout answering 503: the retry ends up with the handler’s real outcome', async () => {
     const app = await start({
       store: backend.store(),

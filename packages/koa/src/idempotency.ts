@@ -237,8 +237,22 @@ function pathInMount(ctx: Context): string {
   return path.startsWith('/') ? path : `/${path}`;
 }
 
+/**
+ * One execution: whether its handler threw, and whether it still runs (`await next()` not settled),
+ * which the capture asks only when the response ends (see `RunningHandler`).
+ */
 interface Execution {
   thrown: boolean;
+  running: boolean;
+  readonly ctx: Context;
+  writesItself(this: Execution): boolean;
+}
+
+// A handler that took the response over (`ctx.respond = false`) writes its own answer, maybe before
+// it returns: that end is its outcome. Any other end before `next()` settled is Koa answering for
+// someone else (a timeout racing the chain from above this middleware, its 503 thrown to Koa).
+function respondsItself(this: Execution): boolean {
+  return this.ctx.respond === false;
 }
 
 // Shared and bound to each execution, rather than a closure made per request.
@@ -256,6 +270,9 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
     // parser's refusal (@koa/bodyparser, koa-body) means no handler ran: its 400 is no outcome.
     execution.thrown = true;
     capture.failedWith(error);
+    // An answer Koa wrote for the chain while it ran (a timeout above) is settled now that it ended.
+    execution.running = false;
+    capture.handlerSettled();
     if (clientGone(ctx)) settleAtLastStep(ctx, capture);
     else capture.handlerReturned();
     // A handler that stopped on its lost lease (`signal.throwIfAborted()`) did what it should: its
@@ -266,6 +283,8 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
     }
     throw error;
   }
+  execution.running = false;
+  capture.handlerSettled();
   if (clientGone(ctx)) {
     settleAtLastStep(ctx, capture);
     return;
@@ -401,7 +420,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     ctx.set('Idempotency-Key', started.echo);
     const context: IdempotencyContext = http.context(started);
     ctx.state.idempotency = context;
-    const execution: Execution = { thrown: false };
+    const execution: Execution = { thrown: false, running: true, ctx, writesItself: respondsItself };
     // Koa writes the response after the middleware returned, so what it is only shows at its end:
     // whether a route took the request at all, and whether Koa's error handler, which removes every
     // header, removed the key's echo with them (the client must learn the key its 500 sits under,
@@ -416,7 +435,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
       ctx.res,
       http.transactional
         ? { hold: true, unrouted, echo, request }
-        : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo, request },
+        : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo, request, handler: execution },
     );
     if (!http.transactional) return runNext(ctx, next, capture, execution);
     // The handler must run inside the transaction, whose callback waits for the response that Koa
