@@ -43,7 +43,9 @@ function koaTimeout(ms: number): Middleware {
 
 interface StartOptions {
   before?: Middleware[];
-  storeOutcome?: 'all' | 'stripe' | 'success';
+  storeOutcome?: 'all' | 'stripe' | 'success' | (() => boolean);
+  /** The handler says it had no effect (`release()`) once it is let go. */
+  releases?: boolean;
   /** The handler throws once it is let go, instead of answering 201. */
   throws?: boolean;
   configure?: (server: http.Server) => void;
@@ -68,6 +70,7 @@ async function start(store: Store, options: StartOptions) {
     await provider.promise;
     effects.finished++;
     if (options.throws) throw new Error('the provider failed');
+    if (options.releases) ctx.state.idempotency?.release();
     ctx.status = 201;
     ctx.body = { id };
   });
@@ -126,11 +129,16 @@ describe.each(backends)('Koa on $name: server timeouts around idempotency()', (b
   // ran the handler a second time). Now the 503 goes out unstored, the key stays held while the
   // handler runs (409), and once it ended the key keeps `500 response_not_replayable` whatever the
   // policy says: the operation ran, and its own answer could never be written.
-  it.each(['all', 'stripe', 'success'] as const)(
-    "koa-timeout around idempotency() (storeOutcome '%s'): the 503 is not stored; 409 while the handler runs, then the replayed 500 response_not_replayable, one effect",
-    async (storeOutcome) => {
+  it.each([
+    ['all', 'all'],
+    ['stripe', 'stripe'],
+    ['success', 'success'],
+    ['a function that releases every outcome', () => false],
+  ] as const)(
+    'koa-timeout around idempotency() (storeOutcome %s): the 503 is not stored; 409 while the handler runs, then the replayed 500 response_not_replayable, one effect',
+    async (name, storeOutcome) => {
       const app = await start(backend.store(), { before: [koaTimeout(300)], storeOutcome });
-      const key = `koa-timeout-${storeOutcome}`;
+      const key = `koa-timeout-${name.replaceAll(' ', '-')}`;
       try {
         const first = await post(app.url, key);
         expect(first.status).toBe(503);
@@ -152,20 +160,59 @@ describe.each(backends)('Koa on $name: server timeouts around idempotency()', (b
     },
   );
 
-  it("koa-timeout around idempotency(), storeOutcome 'stripe', the handler then throws: held while it runs, released only after it ended", async () => {
-    const app = await start(backend.store(), { before: [koaTimeout(300)], storeOutcome: 'stripe', throws: true });
+  it.each(['stripe', 'success'] as const)(
+    "koa-timeout around idempotency(), storeOutcome '%s', the handler then throws: held while it runs, released only after it ended",
+    async (storeOutcome) => {
+      const app = await start(backend.store(), { before: [koaTimeout(300)], storeOutcome, throws: true });
+      const key = `koa-timeout-throws-${storeOutcome}`;
+      try {
+        expect((await post(app.url, key)).status).toBe(503);
+        // Never released while the handler runs: no second execution alongside the first.
+        expect((await post(app.url, key)).status).toBe(409);
+        expect(app.effects.started).toBe(1);
+        app.provider.open();
+        await until(() => app.effects.finished === 1);
+        // The handler threw, which the policy reads as a crash before any effect: the retry runs.
+        const retry = await retryPast409(app.url, key);
+        expect(retry.status).toBe(500);
+        expect(retry.headers['idempotent-replayed']).toBeUndefined();
+        expect(app.effects.started).toBe(2);
+      } finally {
+        app.provider.open();
+        await app.close();
+      }
+    },
+  );
+
+  it("koa-timeout around idempotency(), storeOutcome 'all', the handler then throws: still kept with response_not_replayable", async () => {
+    const app = await start(backend.store(), { before: [koaTimeout(300)], throws: true });
     try {
-      expect((await post(app.url, 'koa-timeout-throws')).status).toBe(503);
-      // Never released while the handler runs: no second execution alongside the first.
-      expect((await post(app.url, 'koa-timeout-throws')).status).toBe(409);
-      expect(app.effects.started).toBe(1);
+      expect((await post(app.url, 'koa-timeout-throws-all')).status).toBe(503);
       app.provider.open();
       await until(() => app.effects.finished === 1);
-      // The handler threw, which 'stripe' reads as a crash before any effect: the retry runs.
-      const retry = await retryPast409(app.url, 'koa-timeout-throws');
+      const retry = await retryPast409(app.url, 'koa-timeout-throws-all');
       expect(retry.status).toBe(500);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
+      expect(app.effects.started).toBe(1);
+    } finally {
+      app.provider.open();
+      await app.close();
+    }
+  });
+
+  it('koa-timeout around idempotency(), the handler then says it had no effect (release()): held while it runs, released once it ended', async () => {
+    const app = await start(backend.store(), { before: [koaTimeout(300)], releases: true });
+    try {
+      expect((await post(app.url, 'koa-timeout-release')).status).toBe(503);
+      expect((await post(app.url, 'koa-timeout-release')).status).toBe(409);
+      app.provider.open();
+      await until(() => app.effects.finished === 1);
+      // Let go once more: the retry runs the handler, which answers 201 this time (no timeout race
+      // lost: it is let go at once).
+      const retry = await retryPast409(app.url, 'koa-timeout-release');
       expect(app.effects.started).toBe(2);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
     } finally {
       app.provider.open();
       await app.close();
