@@ -2291,6 +2291,12 @@ function settleAnsweredEarly(state: CaptureState) {
 
 function onCapturedClose(this: CaptureState) {
   if (this.ended) return;
+  // Told the handler runs on (connect-timeout), then closed: the timeout could not write its answer
+  // over a head already sent, and Express destroyed the socket. Still no outcome of the handler's.
+  if (this.forHandler) {
+    answeredEarly(this);
+    return;
+  }
   const res = this.res;
   if (res.headersSent || this.status !== undefined) {
     unreplayable(this, 'streaming', this.status ?? res.statusCode);

@@ -48,9 +48,11 @@ interface AppOptions {
   store: Store;
   /** Middleware mounted ahead of idempotency() (a timeout, say). */
   before?: RequestHandler[];
-  storeOutcome?: 'all' | 'stripe' | 'success';
+  storeOutcome?: 'all' | 'stripe' | 'success' | (() => boolean);
   /** Options of the node:http server the app runs on. */
   server?: http.ServerOptions;
+  /** The handler writes its head and a first chunk before it waits (a streamed answer). */
+  streams?: boolean;
   /** The handler throws this once it is let go, instead of answering 201. */
   failWith?: Error;
   /** Set up on the server once it exists (its timeouts). */
@@ -81,9 +83,14 @@ async function start(options: AppOptions) {
   app.use(express.json());
   app.post('/charges', async (req, res) => {
     const id = `ch_${++effects.started}`;
+    if (options.streams) res.status(201).type('application/json').write('[');
     await provider.promise;
     effects.finished++;
     if (options.failWith) throw options.failWith;
+    if (options.streams && !res.destroyed) {
+      res.end(`"${id}"]`);
+      return;
+    }
     if ((req as { timedout?: boolean }).timedout || res.headersSent) return;
     res.status(201).json({ id });
   });
@@ -251,6 +258,34 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
         expect(
           app.events.some((event) => event.type === 'response-not-stored' && event.reason === 'answered-early'),
         ).toBe(true);
+      } finally {
+        app.provider.open();
+        await app.close();
+      }
+    },
+  );
+
+  // Was wrong (fixed with the above): connect-timeout firing while the handler streams its answer
+  // (head sent) cannot write its 503, so Express destroys the socket; the capture took it for a
+  // stream cut short and the policy judged its 201: a policy that releases it (a function that
+  // releases all but what it knows) let the retry run the handler a second time while the first ran.
+  it.each([
+    ['all', 'all'],
+    ['a function that releases every outcome', () => false],
+  ] as const)(
+    'connect-timeout while the handler streams (storeOutcome %s): the cut answer keeps the key, the retry never runs it again',
+    async (name, storeOutcome) => {
+      const app = await start({ store: backend.store(), before: [connectTimeout(300)], storeOutcome, streams: true });
+      const key = `connect-timeout-stream-${name.replaceAll(' ', '-')}`;
+      try {
+        const first = await post(app.url, key);
+        expect(first.status === 0 || first.status === 201).toBe(true);
+        const during = await retryPast409(app.url, key);
+        expect(during.status).toBe(500);
+        expect(JSON.parse(during.body)).toMatchObject({ code: 'response_not_replayable' });
+        app.provider.open();
+        await until(() => app.effects.finished === 1);
+        expect(app.effects.started).toBe(1);
       } finally {
         app.provider.open();
         await app.close();
