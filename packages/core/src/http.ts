@@ -1989,6 +1989,9 @@ function copy(state: CaptureState, chunk: unknown, encoding: unknown) {
 function advertise(state: CaptureState, status: number) {
   const res = state.res;
   if (state.expires === undefined || state.eventStream || res.headersSent || res.hasHeader(expiresHeader)) return;
+  // An answer written for a running handler is not the outcome: the policy's date for its status
+  // says nothing of what the key keeps (see `answeredForRunning`).
+  if (answeredForRunning(state)) return;
   // A live feed is never stored (see onHead), here too when its head is not written yet.
   if (declaresLiveFeed(res)) return;
   const value = state.expires(status);
@@ -2273,8 +2276,8 @@ function answeredEarly(state: CaptureState) {
   if (state.forHandler) settleAnsweredEarly(state);
 }
 
-// An answer written for a running handler (see `answeredForRunning`). Not stored; no expiry announced
-// (it is not the outcome). Waiting for the handler, it goes out at once: that is the timeout's point,
+// An answer written for a running handler (see `answeredForRunning`). Not stored, and no expiry
+// announced on it (see `advertise`): it is not the outcome. Waiting for the handler, it goes out at once: that is the timeout's point,
 // and the key stays held meanwhile. Settled now, it goes out once the key is kept, as any outcome, so
 // a retry that comes the moment it is read gets the replay, not a 409.
 function endAnsweredEarly(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {

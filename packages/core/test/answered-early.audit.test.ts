@@ -27,7 +27,13 @@ afterEach(async () => {
 async function serve(store: Store, storeOutcome: OutcomePolicy = 'all') {
   const events: IdempotencyEvent[] = [];
   const runs: Run[] = [];
-  const http = createHttpIdempotency({ store, scope: () => 'caller', storeOutcome, onEvent: (e) => events.push(e) });
+  const http = createHttpIdempotency({
+    store,
+    scope: () => 'caller',
+    storeOutcome,
+    advertiseExpiry: true,
+    onEvent: (e) => events.push(e),
+  });
   const server = createServer(async (req, res) => {
     const started = await http.begin({
       method: 'POST',
@@ -151,7 +157,10 @@ describe.each([
     const run = app.runs[0] as Run;
     run.handler.writes = true;
     run.res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1"}');
-    expect((await first).status).toBe(201);
+    const answered = await first;
+    expect(answered.status).toBe(201);
+    // The handler's own answer: its expiry is announced as for any outcome.
+    expect(answered.headers['idempotency-expires']).toBeDefined();
     const retry = await app.post('k');
     expect(retry.status).toBe(201);
     expect(retry.headers['idempotent-replayed']).toBe('true');
