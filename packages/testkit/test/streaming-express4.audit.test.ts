@@ -9,12 +9,13 @@ import path from 'node:path';
 import { memoryStore } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  expectNotReplayable,
   type Plan,
   patternBytes,
   patternChunks,
   post,
-  type Received,
   type StreamServer,
+  settledRetry,
   startStreamServer,
 } from './audit-support/streaming-servers.js';
 
@@ -33,21 +34,6 @@ async function withServer<T>(
   } finally {
     await server.close();
   }
-}
-
-async function settledRetry(port: number, name: string, key: string): Promise<Received> {
-  const until = Date.now() + 15_000;
-  for (;;) {
-    const answer = await post(port, name, key);
-    if (answer.status !== 409 || Date.now() > until) return answer;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-function expectNotReplayable(answer: Received) {
-  expect(answer.status).toBe(500);
-  expect(answer.headers['idempotent-replayed']).toBe('true');
-  expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'response_not_replayable' });
 }
 
 let tmp: string;

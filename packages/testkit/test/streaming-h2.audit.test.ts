@@ -7,13 +7,14 @@ import { randomUUID } from 'node:crypto';
 import { memoryStore } from '@idem/core';
 import { describe, expect, it } from 'vitest';
 import {
+  expectNotReplayable,
   type FrameworkName,
   type Plan,
   patternBytes,
   patternChunks,
   postH2,
-  type Received,
   type StreamServer,
+  settledRetry,
   startStreamServer,
 } from './audit-support/streaming-servers.js';
 
@@ -34,21 +35,6 @@ async function withH2Server<T>(
   }
 }
 
-async function settledRetry(port: number, name: string, key: string): Promise<Received> {
-  const until = Date.now() + 15_000;
-  for (;;) {
-    const answer = await postH2(port, name, key);
-    if (answer.status !== 409 || Date.now() > until) return answer;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-function expectNotReplayable(answer: Received) {
-  expect(answer.status).toBe(500);
-  expect(answer.headers['idempotent-replayed']).toBe('true');
-  expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'response_not_replayable' });
-}
-
 describe.each(['fastify', 'koa'] as const)('%s over HTTP/2', (framework) => {
   const size = 2 * MIB + 5;
 
@@ -67,7 +53,7 @@ describe.each(['fastify', 'koa'] as const)('%s over HTTP/2', (framework) => {
         expect(first.status).toBe(201);
         expect(first.complete).toBe(true);
         expect(first.body.equals(patternBytes(size))).toBe(true);
-        const retry = await settledRetry(server.port, 'big', key);
+        const retry = await settledRetry(server.port, 'big', key, { send: postH2 });
         expect(retry.status).toBe(201);
         expect(retry.headers['idempotent-replayed']).toBe('true');
         expect(retry.body.equals(patternBytes(size))).toBe(true);
@@ -85,7 +71,7 @@ describe.each(['fastify', 'koa'] as const)('%s over HTTP/2', (framework) => {
         const first = await postH2(server.port, 'endless', key, { leaveAfter: 128 * KIB });
         expect(first.complete).toBe(false);
         await server.finished('endless');
-        expectNotReplayable(await settledRetry(server.port, 'endless', key));
+        expectNotReplayable(await settledRetry(server.port, 'endless', key, { send: postH2 }));
         expect(server.runs.endless).toBe(1);
       });
     },
@@ -103,7 +89,7 @@ describe.each(['fastify', 'koa'] as const)('%s over HTTP/2', (framework) => {
         // byte count says it was cut.
         expect(first.length).toBeLessThan(size);
         await server.finished('failing');
-        expectNotReplayable(await settledRetry(server.port, 'failing', key));
+        expectNotReplayable(await settledRetry(server.port, 'failing', key, { send: postH2 }));
         expect(server.runs.failing).toBe(1);
       });
     },
@@ -120,7 +106,7 @@ describe.each(['fastify', 'koa'] as const)('%s over HTTP/2', (framework) => {
       const key = randomUUID();
       await postH2(server.port, 'short', key, { timeoutMs: 2000 }).catch(() => undefined);
       await server.finished('short');
-      expectNotReplayable(await settledRetry(server.port, 'short', key));
+      expectNotReplayable(await settledRetry(server.port, 'short', key, { send: postH2 }));
       expect(server.runs.short).toBe(1);
     });
   });

@@ -17,6 +17,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteKeys, redisAvailable, redisUrl } from '../../redis/test/redis-env.js';
 import {
+  expectNotReplayable,
   type FrameworkName,
   frameworkNames,
   type Plan,
@@ -27,6 +28,7 @@ import {
   retainedBufferBytes,
   type StreamServer,
   type StreamServerOptions,
+  settledRetry,
   startStreamServer,
 } from './audit-support/streaming-servers.js';
 
@@ -73,31 +75,6 @@ async function withServer<T>(
   } finally {
     await server.close();
   }
-}
-
-/**
- * The retry's answer once the first attempt is settled: a retry that meets the key still in
- * progress (409, the settle racing the client) asks again, as a client honouring Retry-After would.
- */
-async function settledRetry(
-  port: number,
-  name: string,
-  key: string,
-  headers?: Record<string, string>,
-): Promise<Received> {
-  const until = Date.now() + 15_000;
-  for (;;) {
-    const answer = await post(port, name, key, headers === undefined ? {} : { headers });
-    if (answer.status !== 409 || Date.now() > until) return answer;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-function expectNotReplayable(answer: Received) {
-  expect(answer.status).toBe(500);
-  expect(answer.headers['idempotent-replayed']).toBe('true');
-  expect(answer.headers['content-type']).toBe('application/problem+json');
-  expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'response_not_replayable', retryable: false });
 }
 
 const sameBytes = (a: Buffer, b: Buffer) => a.length === b.length && a.equals(b);
@@ -228,7 +205,7 @@ describe.each(storeKinds)('on the %s store', (kind) => {
         const first = await post(server.port, 'gz', key, { headers: gzip });
         expect(first.headers['content-encoding']).toBe('gzip');
         expect(sameBytes(first.body, coded)).toBe(true);
-        const again = await settledRetry(server.port, 'gz', key, gzip);
+        const again = await settledRetry(server.port, 'gz', key, { headers: gzip });
         expect(again.status).toBe(201);
         expect(again.headers['idempotent-replayed']).toBe('true');
         expect(again.headers['content-encoding']).toBe('gzip');

@@ -25,6 +25,7 @@ import { idempotency as koaIdempotency } from '@idem/koa';
 import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import Koa from 'koa';
+import { expect } from 'vitest';
 
 export type FrameworkName = 'express' | 'fastify' | 'koa';
 /** Express 4 (the `express4` alias) as well: the middleware says it uses nothing Express 4 lacks. */
@@ -491,4 +492,32 @@ export function postH2(port: number, name: string, key: string, options: PostOpt
     stream.on('close', () => settle(stream.rstCode === 0 && stream.readableEnded));
     stream.end('{}');
   });
+}
+
+/**
+ * The retry's answer once the first attempt is settled: a retry that meets the key still in
+ * progress (409, the settle racing the client) asks again, as a client honouring Retry-After would.
+ * `send` is how it asks (`post`, or `postH2` over HTTP/2).
+ */
+export async function settledRetry(
+  port: number,
+  name: string,
+  key: string,
+  options: PostOptions & { send?: typeof post } = {},
+): Promise<Received> {
+  const { send = post, ...postOptions } = options;
+  const until = Date.now() + 15_000;
+  for (;;) {
+    const answer = await send(port, name, key, postOptions);
+    if (answer.status !== 409 || Date.now() > until) return answer;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Asserts the replayed `500 response_not_replayable` problem of an operation that ran. */
+export function expectNotReplayable(answer: Received): void {
+  expect(answer.status).toBe(500);
+  expect(answer.headers['idempotent-replayed']).toBe('true');
+  expect(answer.headers['content-type']).toBe('application/problem+json');
+  expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'response_not_replayable', retryable: false });
 }
