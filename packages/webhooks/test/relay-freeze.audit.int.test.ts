@@ -133,9 +133,11 @@ describe.skipIf(!available)('outbox relay frozen mid-attempt', () => {
     freezeOnArrival = relay.process;
     await until(() => arrivals.get(id), 'the attempt to arrive');
     // Another relay (this process) takes the row over once the lease ends by the database's clock.
+    // Its takeover backs the row off by a minute, so that the thawed relay never finds it due again
+    // (a claim of its own, still in flight when it is killed, would hold the row for its lease).
     const survivor = outbox.relay({
       db: pool,
-      sender: createSender({ secret: SECRET, timeout: '500ms' }),
+      sender: createSender({ secret: SECRET, timeout: '500ms', schedule: { base: '1m', cap: '1h' } }),
       lease: '5s',
     });
     await until(async () => (await survivor.runOnce()).claimed > 0, 'the takeover');
@@ -154,7 +156,10 @@ describe.skipIf(!available)('outbox relay frozen mid-attempt', () => {
     const after = await row(id);
     expect(after).toMatchObject({ status: 'pending', attempts: 1, claims: 2, locked_by: null });
     expect(after.history).toHaveLength(1);
-    relay.process.kill('SIGKILL');
+    const thawed = relay.process;
+    const exited = new Promise((resolve) => thawed.once('exit', resolve));
+    thawed.kill('SIGKILL');
+    await exited;
 
     // The takeover's backoff is moved by SQL, not waited out; then the event is delivered again.
     await pool.query(`UPDATE "${table}" SET next_attempt_at = now() WHERE id = $1`, [id]);
