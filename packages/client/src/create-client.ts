@@ -17,7 +17,7 @@ import {
   saysNotRetryable,
 } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
-import { abortableSleep, maxTimerMs } from './sleep.js';
+import { abortableSleep, lateTimeout, maxTimerMs } from './sleep.js';
 
 /**
  * Headers as `new Headers(...)` takes them: a `Headers`, a record, or name-value pairs. Spelled out
@@ -706,22 +706,12 @@ async function runAttempt(
   let timedOut = false;
   const onCallerAbort = () => controller.abort(callerSignal?.reason);
   callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
-  // The timeout aborts on a later turn of the event loop, after its I/O phase (a second timer, which
-  // a browser has too). After a stall of the whole program (frozen by SIGSTOP, `docker pause` or
-  // a Lambda freeze; a long GC pause), timers run before any socket is read: an answer that arrived
-  // during the stall would be cut off unread, and an operation the server carried out reported as
-  // timed out (or sent again).
-  let late: ReturnType<typeof setTimeout> | undefined;
-  const timer = Number.isFinite(timeoutMs)
-    ? setTimeout(
-        () => {
-          late = setTimeout(() => {
-            timedOut = true;
-            controller.abort(new DOMException('The attempt timed out.', 'TimeoutError'));
-          }, 0);
-        },
-        Math.min(Math.max(0, timeoutMs), maxTimerMs),
-      )
+  // One turn late (see lateTimeout): an answer that arrived during a freeze of the program counts.
+  const cancelTimeout = Number.isFinite(timeoutMs)
+    ? lateTimeout(timeoutMs, () => {
+        timedOut = true;
+        controller.abort(new DOMException('The attempt timed out.', 'TimeoutError'));
+      })
     : undefined;
   // A fetch that ignores its signal must still not hold the attempt past its timeout.
   const abortion = new Promise<never>((_, reject) => {
@@ -744,8 +734,7 @@ async function runAttempt(
     if (timedOut) return { kind: 'timeout', error, response };
     return { kind: 'network-error', error, response };
   } finally {
-    clearTimeout(timer);
-    clearTimeout(late);
+    cancelTimeout?.();
     callerSignal?.removeEventListener('abort', onCallerAbort);
   }
 }

@@ -31,4 +31,4 @@ export {
   type RetryContext,
 } from './retry-decision.js';
 export { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
-export { abortableSleep, maxTimerMs } from './sleep.js';
+export { abortableSleep, lateTimeout, maxTimerMs } from './sleep.js';

@@ -39,3 +39,29 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
+
+/**
+ * Calls `onTimeout` once `ms` have passed, one turn of the event loop after its timer fires, and
+ * returns what cancels it. After a stall of the whole program (frozen by SIGSTOP, `docker pause` or
+ * a Lambda freeze; a long GC pause), timers run before any socket is read: an answer that arrived
+ * during the stall would be cut off unread by a timeout fired in that same timer phase, and an
+ * operation the server carried out reported as timed out (or sent again). The second step is a
+ * timer too, which a browser has.
+ *
+ * @example
+ * const cancel = lateTimeout(15_000, () => controller.abort(new Error('attempt timed out')));
+ * try { await fetch(url, { signal: controller.signal }); } finally { cancel(); }
+ */
+export function lateTimeout(ms: number, onTimeout: () => void): () => void {
+  let late: ReturnType<typeof setTimeout> | undefined;
+  const timer = setTimeout(
+    () => {
+      late = setTimeout(onTimeout, 0);
+    },
+    Math.min(Math.max(0, ms), maxTimerMs),
+  );
+  return () => {
+    clearTimeout(timer);
+    clearTimeout(late);
+  };
+}

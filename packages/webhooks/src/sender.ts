@@ -1,4 +1,4 @@
-import { abortableSleep, maxTimerMs, retryAfterOf } from '@idem/client';
+import { abortableSleep, lateTimeout, maxTimerMs, retryAfterOf } from '@idem/client';
 import { assertKnownOptions, type Duration, type ListsEvery, notify, toMilliseconds } from '@idem/core';
 import { type BackoffOptions, createBackoff } from './backoff.js';
 import { toBodyBytes, type WebhookBody } from './body.js';
@@ -286,14 +286,9 @@ export function createSender(options: SenderOptions): Sender {
     // timestamp tolerance.
     const signed = signer.sign({ id: message.id, body, timestamp });
     const controller = new AbortController();
-    // The timeout aborts on the next turn of the event loop, after its I/O phase. After the process
-    // was stalled (frozen by SIGSTOP, `docker pause` or a Lambda freeze; a long GC pause), timers run
-    // before any socket is read: an answer that arrived during the stall, a 2xx, would be cut off
-    // unread, and the delivered event recorded as a timeout and sent again.
-    let late: ReturnType<typeof setImmediate> | undefined;
-    const timer = setTimeout(() => {
-      late = setImmediate(() => controller.abort(new Error('attempt timed out')));
-    }, timeoutMs);
+    // One turn late (see lateTimeout): a 2xx that reached a frozen sender during the freeze counts,
+    // instead of the delivered event being recorded as a timeout and sent again.
+    const cancelTimeout = lateTimeout(timeoutMs, () => controller.abort(new Error('attempt timed out')));
     const outer = attemptOptions.signal;
     const forward = () => controller.abort(outer?.reason);
     outer?.addEventListener('abort', forward, { once: true });
@@ -325,8 +320,7 @@ export function createSender(options: SenderOptions): Sender {
       const cause = (error as { cause?: { code?: string } }).cause;
       return finish({ result: 'network-error', error: cause?.code ?? (error as Error).name ?? 'network error' });
     } finally {
-      clearTimeout(timer);
-      if (late !== undefined) clearImmediate(late);
+      cancelTimeout();
       outer?.removeEventListener('abort', forward);
     }
   };
