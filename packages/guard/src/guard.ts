@@ -264,6 +264,14 @@ export interface Guard {
   stats(): GuardStats;
   /** Resolves once configured keys are imported; rejects when one cannot be. */
   ready(): Promise<void>;
+  /**
+   * Fetches every remote JWKS (or only `issuer`'s) now, past its cached lifetime and the cooldown,
+   * with requests sent after this call, and drops the verified tokens cached under a key the new set
+   * no longer holds. For a key compromise: once the issuer has withdrawn the key, tokens signed with
+   * it are refused at once instead of until the cached set ends (up to `maxTtl`). A failed fetch keeps
+   * the keys held, as any failed fetch does. Rejects with a `TypeError` for an issuer not configured.
+   */
+  refreshKeys(issuer?: string): Promise<readonly KeyRefresh[]>;
   /** The realm of this guard's challenges. */
   readonly realm: string;
   /** The header this guard reads its token from (`authorization`, or the internal token header). */
@@ -285,6 +293,17 @@ export interface Guard {
     principal: Principal,
     options: Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer },
   ): Promise<Record<string, string | string[]>>;
+}
+
+/**
+ * What {@link Guard.refreshKeys} did for one issuer: `fetched` (the set was fetched and taken in),
+ * `failed` (the fetch failed or its set was refused: the keys held stay, a `jwks-fetch` event says
+ * why), or `configured` (keys given in the options, or a `jwks` function read on every lookup:
+ * nothing to fetch).
+ */
+export interface KeyRefresh {
+  readonly issuer: string;
+  readonly outcome: 'fetched' | 'failed' | 'configured';
 }
 
 /**
@@ -972,6 +991,16 @@ export function guardFromEngine(
     },
     async ready() {
       await Promise.all([...engine.issuers.values()].map((issuer) => issuer.ready));
+    },
+    async refreshKeys(only) {
+      const chosen = only === undefined ? [...engine.issuers.values()] : [engine.issuers.get(only)];
+      return Promise.all(
+        chosen.map(async (issuer): Promise<KeyRefresh> => {
+          if (issuer === undefined) throw new TypeError(`refreshKeys: issuer ${String(only)} is not configured`);
+          if (issuer.keys.reload === undefined) return { issuer: issuer.issuer, outcome: 'configured' };
+          return { issuer: issuer.issuer, outcome: (await issuer.keys.reload()) ? 'fetched' : 'failed' };
+        }),
+      );
     },
   };
 }

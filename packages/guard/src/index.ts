@@ -39,6 +39,7 @@ export {
   type IssuerOptions,
   internalTokenType,
   isGuard,
+  type KeyRefresh,
   type LocalJwks,
   type PemKeyInput,
   type PublicKeyInput,

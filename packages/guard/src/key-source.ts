@@ -39,6 +39,12 @@ export interface KeySource {
     alg: JwsAlgorithm,
     tried: readonly VerificationKey[],
   ): Promise<readonly VerificationKey[] | undefined>;
+  /**
+   * Fetches the set again now, whatever its lifetime and the cooldown, with a request sent after this
+   * call: an operator's answer to a compromised key withdrawn at the issuer. Resolves to whether the
+   * fetch succeeded. Absent on sources with nothing to fetch.
+   */
+  reload?(): Promise<boolean>;
 }
 
 /**
@@ -526,8 +532,17 @@ export function remoteKeySource(
   // One fetch per cooldown for everything a client can provoke: unknown kids and failed signatures.
   const mayFetchOnDemand = () => inFlight !== undefined || clock() - lastAttemptAt >= cooldownMs;
 
+  // A fetch already on its way may have left before the issuer withdrew the key, so its answer cannot
+  // stand for "now": wait for it, then fetch again (shared with whoever started one after this call).
+  async function reload(): Promise<boolean> {
+    const earlier = inFlight;
+    if (earlier !== undefined) await earlier;
+    return refresh();
+  }
+
   return {
     refresh,
+    reload,
     usable,
     refreshIfDue,
     async recheck(kid, alg, tried) {

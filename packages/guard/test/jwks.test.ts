@@ -841,3 +841,91 @@ describe('remote JWKS when the wall clock is set back', () => {
     expect(server.requests).toBe(2);
   });
 });
+
+describe('guard.refreshKeys(): a compromised key withdrawn at the issuer', () => {
+  const codeOf = (result: Awaited<ReturnType<ReturnType<typeof createGuard>['verify']>>) =>
+    result.ok ? 'ok' : result.error.code;
+  const hourLong = (...entries: object[]): JwksReply => ({
+    kind: 'json',
+    body: { keys: entries },
+    headers: { 'cache-control': 'max-age=3600' },
+  });
+
+  it('refuses the withdrawn key’s tokens at once, cached ones too, without waiting out the set’s hour', async () => {
+    const { server, guard, token } = await setup(hourLong(jwk('k1'), jwk('k2', keys.ec2)), {}, true);
+    const stolen = token('k1');
+    expect(codeOf(await guard.verify(stolen))).toBe('ok');
+    server.set(hourLong(jwk('k2', keys.ec2)));
+    // The set is fresh for an hour and the token is cached: it still passes.
+    expect(codeOf(await guard.verify(stolen))).toBe('ok');
+    expect(await guard.refreshKeys()).toEqual([{ issuer: ISSUER, outcome: 'fetched' }]);
+    expect(codeOf(await guard.verify(stolen))).toBe('key_unknown');
+    expect(codeOf(await guard.verify(token('k2', keys.ec2)))).toBe('ok');
+    expect(server.requests).toBe(2);
+  });
+
+  it('fetches inside the cooldown that holds back the fetches unknown kids provoke', async () => {
+    const { server, clock, guard, token } = await setup(hourLong(jwk('k1')));
+    expect(codeOf(await guard.verify(token('k1')))).toBe('ok');
+    server.set(hourLong(jwk('k1'), jwk('k2', keys.ec2)));
+    clock.advance(31);
+    expect(codeOf(await guard.verify(token('k2', keys.ec2)))).toBe('ok');
+    server.set(hourLong(jwk('k2', keys.ec2)));
+    // The kid fetch just now started a cooldown: only an operator's refresh fetches again.
+    expect(codeOf(await guard.verify(token('k1')))).toBe('ok');
+    expect(await guard.refreshKeys(ISSUER)).toEqual([{ issuer: ISSUER, outcome: 'fetched' }]);
+    expect(codeOf(await guard.verify(token('k1')))).toBe('key_unknown');
+    expect(server.requests).toBe(3);
+  });
+
+  it('does not take the answer of a fetch that left before the call: it fetches again after it', async () => {
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const { server, guard, token } = await setup({ kind: 'gated', gate, reply: hourLong(jwk('k1')) });
+    const first = guard.verify(token('k1'));
+    await vi.waitFor(() => expect(server.requests).toBe(1));
+    // The issuer withdraws k1 while the first fetch, which already has its answer, is on its way.
+    server.set(hourLong(jwk('k2', keys.ec2)));
+    const refreshed = guard.refreshKeys();
+    open();
+    expect(codeOf(await first)).toBe('ok');
+    expect(await refreshed).toEqual([{ issuer: ISSUER, outcome: 'fetched' }]);
+    expect(server.requests).toBe(2);
+    expect(codeOf(await guard.verify(token('k1')))).toBe('key_unknown');
+  });
+
+  it('reports a failed fetch and keeps the keys it holds', async () => {
+    const { server, guard, token, events } = await setup(hourLong(jwk('k1')));
+    expect(codeOf(await guard.verify(token('k1')))).toBe('ok');
+    server.set({ kind: 'raw', status: 503, body: '{}' });
+    expect(await guard.refreshKeys()).toEqual([{ issuer: ISSUER, outcome: 'failed' }]);
+    expect(events.filter((event) => event.type === 'jwks-fetch').at(-1)).toMatchObject({ ok: false, status: 503 });
+    expect(codeOf(await guard.verify(token('k1')))).toBe('ok');
+  });
+
+  it('fetches only the issuer named, answers configured keys as such, and rejects an issuer not configured', async () => {
+    const one = await startJwksServer(hourLong(jwk('k1')));
+    const two = await startJwksServer(hourLong(jwk('k1')));
+    servers.push(one, two);
+    const guard = createGuard({
+      audience: AUDIENCE,
+      issuers: [
+        { issuer: 'https://one.example', jwksUri: one.url, algorithms: ['ES256'] },
+        { issuer: 'https://two.example', jwksUri: two.url, algorithms: ['ES256'] },
+        { issuer: 'https://local.example', jwks: { keys: [jwk('k1')] }, algorithms: ['ES256'] },
+      ],
+    });
+    expect(await guard.refreshKeys('https://two.example')).toEqual([
+      { issuer: 'https://two.example', outcome: 'fetched' },
+    ]);
+    expect([one.requests, two.requests]).toEqual([0, 1]);
+    expect(await guard.refreshKeys()).toEqual([
+      { issuer: 'https://one.example', outcome: 'fetched' },
+      { issuer: 'https://two.example', outcome: 'fetched' },
+      { issuer: 'https://local.example', outcome: 'configured' },
+    ]);
+    await expect(guard.refreshKeys('https://elsewhere.example')).rejects.toThrow(TypeError);
+  });
+});

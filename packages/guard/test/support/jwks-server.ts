@@ -7,6 +7,8 @@ export type JwksReply =
   | { kind: 'json'; body: unknown; headers?: Record<string, string>; sendDate?: boolean }
   | { kind: 'raw'; status: number; body: string; headers?: Record<string, string> }
   | { kind: 'hang' }
+  // Chosen when the request arrives, answered once `gate` settles: a fetch caught on its way.
+  | { kind: 'gated'; gate: Promise<void>; reply: JwksReply }
   | { kind: 'destroy' };
 
 /** A real HTTP JWKS endpoint on an ephemeral port, counting requests. */
@@ -14,11 +16,13 @@ export async function startJwksServer(initial: JwksReply) {
   let reply = initial;
   let requests = 0;
   const hanging: ServerResponse[] = [];
-  const server = createServer((_request: IncomingMessage, response: ServerResponse) => {
-    requests++;
-    const current = reply;
+  const answer = (current: JwksReply, response: ServerResponse): void => {
     if (current.kind === 'hang') {
       hanging.push(response);
+      return;
+    }
+    if (current.kind === 'gated') {
+      void current.gate.then(() => answer(current.reply, response));
       return;
     }
     if (current.kind === 'destroy') {
@@ -33,6 +37,10 @@ export async function startJwksServer(initial: JwksReply) {
     }
     response.writeHead(current.status, { 'content-type': 'application/json', ...current.headers });
     response.end(current.body);
+  };
+  const server = createServer((_request: IncomingMessage, response: ServerResponse) => {
+    requests++;
+    answer(reply, response);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;

@@ -45,11 +45,12 @@ export function testKeys() {
     rsa: pair('rsa'),
     rsa2: pair('rsa'),
     ec: pair('ec'),
+    ec2: pair('ec'),
     ec384: pair('ec384'),
     ed: pair('ed25519'),
     rsa1024: pair('rsa1024'),
   };
-  return cache as Record<'rsa' | 'rsa2' | 'ec' | 'ec384' | 'ed' | 'rsa1024', KeyPair>;
+  return cache as Record<'rsa' | 'rsa2' | 'ec' | 'ec2' | 'ec384' | 'ed' | 'rsa1024', KeyPair>;
 }
 
 export function b64url(value: string | Uint8Array | object): string {
