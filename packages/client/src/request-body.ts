@@ -7,8 +7,8 @@
 export interface EncodedBody {
   body: RequestInit['body'] | undefined;
   /**
-   * Set when the client chose the encoding: JSON, a serialised `URLSearchParams`, or FormData's
-   * multipart with its boundary.
+   * Set when the client chose the encoding: JSON, text for a string, a serialised `URLSearchParams`,
+   * or FormData's multipart with its boundary.
    */
   contentType: string | undefined;
 }
@@ -62,8 +62,11 @@ export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
   if (isOneShot(value)) {
     throw new TypeError('a stream body can be read only once and so cannot be retried: pass a string, bytes or a Blob');
   }
-  if (typeof value === 'string' || isInstance(value, 'Blob'))
-    return { body: value as RequestInit['body'], contentType: undefined };
+  // The type the Fetch standard gives a string body, set here because Bun's fetch sets none: the
+  // same call must be the same request (type included) whichever runtime sends it.
+  if (typeof value === 'string') return { body: value, contentType: 'text/plain;charset=UTF-8' };
+  // A Blob goes with its own type, or none: what every fetch sends for it.
+  if (isInstance(value, 'Blob')) return { body: value as Blob, contentType: undefined };
   if (isArrayBuffer(value) || ArrayBuffer.isView(value)) return { body: copyBytes(value), contentType: undefined };
   if (isInstance(value, 'URLSearchParams')) {
     // The type fetch would give it; set here because the body is now a plain string.

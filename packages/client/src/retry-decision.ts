@@ -82,12 +82,18 @@ const certificateErrorCodes: ReadonlySet<string> = new Set([
   'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
+// Deno's fetch (rustls) gives a refused certificate no `code`: only its message says so, in the
+// words rustls uses for every such refusal ("invalid peer certificate: UnknownIssuer", "...: Expired",
+// "...: NotValidForName", "...: Other(OtherError(CaUsedAsEndEntity))" for a self-signed one).
+const rustlsCertificateRefusal = /\binvalid peer certificate\b/;
+
 /**
  * True when a failed fetch was a TLS certificate the runtime refused (expired, self-signed, another
  * host's), read from the `code` of the error or of a `cause` under it (undici wraps it in
- * `TypeError: fetch failed`). Such an attempt never reached the server, and a retry meets the same
- * certificate: it is a configuration error, not a "try later". Browsers hide the cause, so there it
- * stays a network error.
+ * `TypeError: fetch failed`; Bun's error carries the same codes), or, on Deno, which sets no code,
+ * from rustls' "invalid peer certificate" in the message. Such an attempt never reached the server,
+ * and a retry meets the same certificate: it is a configuration error, not a "try later". Browsers
+ * hide the cause, so there it stays a network error.
  *
  * @example
  * isCertificateError(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'CERT_HAS_EXPIRED' }) })); // true
@@ -96,8 +102,9 @@ export function isCertificateError(error: unknown): boolean {
   let current: unknown = error;
   // A few levels at most: a cause chain is short, and a cyclic one must not loop.
   for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    const code = (current as { code?: unknown }).code;
+    const { code, message } = current as { code?: unknown; message?: unknown };
     if (typeof code === 'string' && certificateErrorCodes.has(code)) return true;
+    if (typeof message === 'string' && rustlsCertificateRefusal.test(message)) return true;
     current = (current as { cause?: unknown }).cause;
   }
   return false;
