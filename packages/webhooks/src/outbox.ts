@@ -750,6 +750,24 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       return result.rowCount ?? 0;
     };
 
+    // An endpoint that answered 429, or any status with a Retry-After (a 503 during maintenance), spoke
+    // for itself, not for the one event: its other waiting events wait as long as this one does, so a
+    // backlog does not keep knocking at the rate the endpoint asked to leave. Leased rows (in flight
+    // with another claim) are left to their claim; none counts an attempt, and none is moved earlier.
+    // A hold that fails only lets the other events be tried sooner: reported, never the row's failure.
+    const holdUrl = async (url: string, waitMs: number) => {
+      await db
+        .query(
+          `UPDATE ${table}
+            SET next_attempt_at = now() + ($2::double precision * interval '1 millisecond')
+          WHERE url = $1 AND status = 'pending'
+            AND next_attempt_at < now() + ($2::double precision * interval '1 millisecond')
+            AND (locked_until IS NULL OR locked_until <= now())`,
+          [url, waitMs],
+        )
+        .catch((error: unknown) => notify(relayOptions.onError, withoutCommandValues(error)));
+    };
+
     // A row whose relay died mid-attempt, taken over: that attempt may have reached the endpoint, and
     // the row itself may be what killed the relay (a body that crashes a serialiser, a response that
     // exhausts memory). It is counted as a failed attempt and waits out the same backoff before the
@@ -786,6 +804,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
       // other events waiting for the same URL are dead-lettered too instead of each finding out.
       if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
+      else if (status === 'pending' && (attempt.status === 429 || attempt.retryAfterMs !== undefined))
+        await holdUrl(row.url, waitMs);
       return status;
     };
 
