@@ -329,8 +329,10 @@ for (const backend of backends) {
       void dying(message);
       await until(() => crashedRuns === 1);
       let recovered: boolean | undefined;
+      let aborted: boolean | undefined;
       const survivor = wrap(consumer({ wait: '15s' }), async (_message, run) => {
         recovered = run.recovered;
+        aborted = run.signal.aborted;
         return 'redone';
       });
       const redelivered = survivor(message);
@@ -338,6 +340,8 @@ for (const backend of backends) {
       await opened.endLease(recordId('', 'processOrder', message.id));
       expect(await redelivered).toBe('redone');
       expect(recovered).toBe(true);
+      // Its own lease, fresh from its claim (packages/core/test/wait-takeover.audit.test.ts).
+      expect(aborted).toBe(false);
     }, 30_000);
 
     it('duplicates at once on several consumers: the handler runs once, every copy gets its result', async () => {

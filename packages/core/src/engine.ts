@@ -677,6 +677,11 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       const input: ClaimInput = { id, token, fingerprint: kept, leaseMs, keepAfterLeaseMs: retentionMs };
       if (replaces !== undefined) input.replaces = replaces;
       let call: Awaitable<ClaimResult> | undefined;
+      // The lease this claim gets is set no earlier than now: its renewals, its end as the engine
+      // watches it and `maxExecution` count from here, not from when `begin` started, which may be
+      // a whole `wait` ago (a key taken over after its crashed holder's lease ran out): dated from
+      // there, the new lease would be born past its end, its signal aborted before its handler ran.
+      const claimSent = elapsed();
       try {
         const answer = storeCall('claim', () => {
           call = store.claim(input);
@@ -694,7 +699,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         // when its complete or release finds its token gone.
         const previous = held.get(id);
         if (previous !== undefined) markLost(previous, 'taken-over');
-        const lease = new LeaseState(id, key, scope, operation, token, kept, now(), started);
+        const lease = new LeaseState(id, key, scope, operation, token, kept, now(), claimSent);
         if (checkLease !== undefined) lease.check = checkLease;
         if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
