@@ -18,13 +18,13 @@ import {
   recordId,
   type Store,
 } from '@idem/core';
+import { migrate, postgresStore } from '@idem/postgres';
+import { redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate, postgresStore } from '../../packages/postgres/src/index.js';
-import { redisStore } from '../../packages/redis/src/index.js';
 import { claimKeepMs } from '../../packages/redis/src/record-codec.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
