@@ -32,7 +32,7 @@ function anchors(markdown: string): Set<string> {
   const seen = new Map<string, number>();
   const text = markdown.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, '');
   for (const [, heading] of text.matchAll(/^#{1,6}[ \t]+(.+?)[ \t#]*$/gm)) {
-    const plain = heading
+    const plain = (heading ?? '')
       .replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1')
       .replace(/<[^>]+>/g, '')
       .replace(/[`*]/g, '')
@@ -45,7 +45,7 @@ function anchors(markdown: string): Set<string> {
     seen.set(slug, count + 1);
     found.add(count === 0 ? slug : `${slug}-${count}`);
   }
-  for (const [, id] of markdown.matchAll(/<a\s+(?:id|name)="([^"]+)"/g)) found.add(id);
+  for (const [, id] of markdown.matchAll(/<a\s+(?:id|name)="([^"]+)"/g)) found.add(id ?? '');
   return found;
 }
 

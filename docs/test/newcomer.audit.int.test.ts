@@ -74,7 +74,7 @@ describe.skipIf(!withRedis)('docs/stores.md, Redis: Sizing', () => {
     const inner = redisCommandRunner(client);
     let roundTrips = 0;
     const counted = {
-      send: (key: string, args: ReadonlyArray<string | Uint8Array>) => {
+      send: (key: string, args: ReadonlyArray<string | Buffer>) => {
         roundTrips++;
         return inner.send(key, args);
       },

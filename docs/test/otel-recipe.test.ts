@@ -228,7 +228,15 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
   it('counts refused requests by code, without a log line (a misbehaving client would fill the log)', async () => {
     const http = createHttpIdempotency({ store: memoryStore(), onEvent: (e) => telemetry.onIdempotencyEvent(e) });
     const logged = logs.length;
-    const request = { method: 'POST', route: '/refunds', path: '/refunds', query: '', scope: 'user:alice' };
+    const request = {
+      method: 'POST',
+      route: '/refunds',
+      path: '/refunds',
+      query: '',
+      scope: 'user:alice',
+      contentType: undefined,
+      body: undefined,
+    };
     expect((await http.begin({ ...request, keyHeader: 'a, b' })).kind).toBe('respond');
     expect((await http.begin({ ...request, keyHeader: undefined })).kind).toBe('respond');
     expect((await http.begin({ ...request, keyHeader: 'k', scope: undefined })).kind).toBe('respond');
