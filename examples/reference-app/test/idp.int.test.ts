@@ -781,6 +781,31 @@ describe('the code flow', () => {
     expect(none.body.error).toBe('invalid_client');
   });
 
+  it('refuses a wrong client secret, or none, at revocation and introspection too: 401 invalid_client with a Basic challenge', async () => {
+    const basic = (secret: string) =>
+      `Basic ${Buffer.from(`${encodeURIComponent(app.clientId)}:${encodeURIComponent(secret)}`).toString('base64')}`;
+    for (const path of ['/token/revocation', '/token/introspection']) {
+      for (const authorization of [basic('wrong'), undefined]) {
+        const headers: Record<string, string> = { 'content-type': 'application/x-www-form-urlencoded' };
+        if (authorization !== undefined) headers.authorization = authorization;
+        const response = await fetch(new URL(path, auth()), {
+          method: 'POST',
+          headers,
+          body: new URLSearchParams({ token: 'some-token' }),
+        });
+        const what = `${path} ${authorization === undefined ? 'without credentials' : 'with a wrong secret'}`;
+        expect({ what, status: response.status, error: ((await response.json()) as { error?: string }).error }).toEqual(
+          {
+            what,
+            status: 401,
+            error: 'invalid_client',
+          },
+        );
+        expect(response.headers.get('www-authenticate') ?? '', what).toMatch(/^Basic /);
+      }
+    }
+  });
+
   it("takes the app's secret in the body too (client_secret_post), as discovery says", async () => {
     // oidc-provider treats Basic and the body as one method for a client with a secret; the metadata
     // says so rather than list assertion methods no client here can use.
