@@ -37,13 +37,20 @@ const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')
  * first answer (the way on to the application) and shows the second, which finds the step already
  * done: a dead end, though everything went through. The pages work without it.
  *
+ * A form that carries an idempotency key (`key`, the charge forms) may be sent again 2 s after the
+ * last time: the same key makes the second send harmless (the API replays the first charge), and a
+ * person who pressed Stop during a slow answer and clicks again must not meet a button that does
+ * nothing, whose only way on (a reload) renders a new key and so a second charge. A double click
+ * still sends once.
+ *
  * A page that Back (or Forward) brings out of the browser's back/forward cache comes back as it was
  * left, its sent form still marked: every button of it would do nothing, silently. Chromium keeps
  * even `no-store` pages there. Such a page reloads instead, as it would without that cache: a fresh
  * render, with fresh forms (a new idempotency key for a new charge) and data as it is now.
  */
 export const sendOnceScript =
-  "document.addEventListener('submit',function(e){var f=e.target;if(f.dataset.sent){e.preventDefault()}else{f.dataset.sent='1'}});" +
+  "document.addEventListener('submit',function(e){var f=e.target,t=Date.now(),s=Number(f.dataset.sent);" +
+  "if(s&&!(f.elements.namedItem('key')&&t-s>=2000)){e.preventDefault()}else{f.dataset.sent=String(t)}});" +
   "addEventListener('pageshow',function(e){if(e.persisted)location.reload()})";
 
 const scriptHash = `'sha256-${createHash('sha256').update(sendOnceScript).digest('base64')}'`;
