@@ -29,8 +29,9 @@ interface EventBase {
  * - `response-not-stored`: an adapter served a response it could not store (too large, streaming, an
  *   event stream), or the 404 of a request that no route took (`no-route`) or the answer of a body
  *   parser that refused the body (`body-refused`), which are no outcomes; or a response that was
- *   closed before its head went out and can never be ended (`closed`: the server destroyed it).
- *   For `too-large` and `streaming` the operation ran, and the outcome policy decides as for the
+ *   closed before its head went out and can never be ended (`closed`: the server destroyed it without
+ *   an error and without a body stream piped into it). A body stream that failed before its first
+ *   chunk is `streaming`, as one that fails after its head. For `too-large` and `streaming` the operation ran, and the outcome policy decides as for the
  *   status sent: `complete` follows (status 500: the key is kept, and its retries get
  *   `response_not_replayable`), or `release` and `not-stored`. In transactional mode they always
  *   release it: the handler's writes rolled back, so nothing ran. `answered-early`: something else

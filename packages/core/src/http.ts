@@ -346,7 +346,8 @@ export interface ResponseCapture {
    * `respond`). A response closed before its head from now on is never ended by the framework. If
    * its client left, the outcome is known all the same: `onClosed(context, capture)` is called then
    * to settle it from what the handler left (`completeWith`, or `abandon` for a stream); the key is
-   * released only when it does not, or when the server destroyed the response (reason `'closed'`).
+   * released only when it does not, or when the server destroyed the response without a failure
+   * (reason `'closed'`; see {@link HttpIdempotency.capture}).
    * Releasing the key of a finished handler would let the retry run it a second time.
    */
   handlerReturned<C>(onClosed?: (context: C, capture: ResponseCapture) => void, context?: C): void;
@@ -413,11 +414,14 @@ export interface HttpIdempotency<Req> {
    * retries at once gets the replay, never a 409. In held mode (`hold: true`, transactional) nothing
    * reaches the client until `flush()` or `replace()`.
    *
-   * A response the server destroyed before its head went out (`res.destroy()`, a failed
-   * `stream.pipeline(source, res)`, a framework giving up on a failed body stream) can never be
-   * ended: it is given up at once, not stored, and the key released (reason `'closed'`), where the
-   * heartbeat would otherwise renew its lease for as long as the process lives. So is one closed
-   * after {@link ResponseCapture.handlerReturned}. One whose client left may still be ended by a
+   * A response the server destroyed before its head went out can never be ended: it is settled at
+   * once, where the heartbeat would otherwise renew its lease for as long as the process lives.
+   * Destroyed with an error or after a body stream was piped into it (a failed
+   * `stream.pipeline(source, res)`, a framework giving up on a failed body stream), the handler ran
+   * and had begun its answer: settled as a stream cut short (reason `'streaming'`), which the
+   * default policy keeps as `500 response_not_replayable`. Destroyed without a word
+   * (`res.destroy()`), it is not stored and the key released (reason `'closed'`). So is one closed
+   * after {@link ResponseCapture.handlerReturned}, unless destroyed by a failure as above. One whose client left may still be ended by a
    * handler that is working, and its outcome is then stored as usual (a client that timed out
    * finds it when it retries); a handler that never ends it is a hanging handler, which
    * `maxExecution` bounds.
@@ -1668,6 +1672,11 @@ interface CaptureState {
   originalDestroy: Apply | undefined;
   /** HTTP/2 only: the server destroyed the response (a destroy without an error leaves no trace there). */
   destroyedByServer: boolean;
+  /**
+   * HTTP/2 only: the server destroyed the response with an error. Its stream's `errored` cannot say:
+   * a client's RST_STREAM with an error code (not CANCEL) sets it too.
+   */
+  destroyedWithError: boolean;
   readonly chunks: Buffer[];
   size: number;
   overflow: boolean;
@@ -1747,6 +1756,7 @@ function captureResponse(
     originalEnd: res.end as Apply,
     originalDestroy: undefined,
     destroyedByServer: false,
+    destroyedWithError: false,
     chunks: [],
     size: 0,
     overflow: false,
@@ -1792,6 +1802,9 @@ function captureResponse(
   // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
   // Before the head is written, see onCapturedClose.
   res.on('close', onCapturedClose.bind(state));
+  // A body stream handed to the response: if the server then destroys it, the handler had begun
+  // its answer (see failedWhileAnswering). Shared: it marks the response, not this state.
+  res.on('pipe', markPiped);
   const capture: ResponseCapture & { [captureStateKey]: CaptureState } = Object.create(captureMethods);
   capture[captureStateKey] = state;
   state.handle = capture;
@@ -1924,6 +1937,7 @@ function restore(state: CaptureState) {
 
 function capturedDestroy(this: CaptureState, ...args: unknown[]) {
   this.destroyedByServer = true;
+  if (args[0] !== undefined && args[0] !== null) this.destroyedWithError = true;
   return (this.originalDestroy as Apply).apply(this.res, args);
 }
 
@@ -2312,8 +2326,14 @@ function onCapturedClose(this: CaptureState) {
   // for as long as the process lives and every retry got 409: it is given up now. So is one closed
   // once the handler returned and the framework itself was writing, unless what the handler left
   // settles it (its client left: the outcome stands, and a retry must get it, not run again).
-  if (erroredOf(res) !== this.erroredAtStart || this.destroyedByServer) giveUp(this);
-  else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
+  if (erroredOf(res) !== this.erroredAtStart || this.destroyedByServer) {
+    // Destroyed by a failure while the handler answered (its body stream failed before the first
+    // chunk: Express's or Koa's pipeline): the operation ran, so its key must not run it again. Kept
+    // as a streamed response cut short, as one that fails after its head is. Destroyed without a
+    // word and with no body handed over, the handler gave nothing: the key is released.
+    if (failedWhileAnswering(this)) unreplayable(this, 'streaming', this.status ?? res.statusCode);
+    else giveUp(this);
+  } else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
   else {
     this.closedEarly = true;
     // Held, every write is kept and the pipe never stalls: its end settles the response.
@@ -2331,6 +2351,30 @@ function onCapturedClose(this: CaptureState) {
 // leaves after the head. A response ended whole (`res.end(body)`, `res.json()`) is stored as usual.
 function streamedIntoClosed(this: CaptureState) {
   if (!this.ended) abandon(this, this.status ?? this.res.statusCode, 'streaming');
+}
+
+const pipedKey = Symbol('idem piped');
+
+type Piped = ServerResponse & { [pipedKey]?: true };
+
+function markPiped(this: Piped) {
+  this[pipedKey] = true;
+}
+
+/**
+ * Whether the server destroyed the response, before its head, while the handler was answering: with
+ * an error (`stream.pipeline(source, res)` and Koa's respond destroy it with the source's, a web
+ * stream's `pipeTo` aborts it with it, a handler's `res.destroy(error)`), or after a body stream was
+ * piped into it (a handler's own `source.on('error', () => res.destroy())`). Not a client that left:
+ * its close destroys no response with an error (HTTP/1.1's `errored` stays null, and a pipeline
+ * that fails then finds the response destroyed already; over HTTP/2 only the server's own `destroy`
+ * is counted, as a client's RST_STREAM can carry an error code).
+ */
+function failedWhileAnswering(state: CaptureState): boolean {
+  const piped = (state.res as Piped)[pipedKey] === true;
+  if (state.originalDestroy !== undefined) return state.destroyedByServer && (state.destroyedWithError || piped);
+  const errored = erroredOf(state.res);
+  return errored !== state.erroredAtStart && (piped || (errored !== undefined && errored !== null));
 }
 
 // An Http2ServerResponse (Node's HTTP/2 compatibility API, which Fastify's `http2: true` and a Koa

@@ -29,7 +29,11 @@ afterEach(async () => {
 // ServerResponse's becomes undefined), so the close is taken for a client gone while the handler
 // works and nothing settles it; expected: as on HTTP/1.1, the key is released at once
 // (`response-not-stored`/`release`) and the retry runs.
-const serverDestroys: Array<[string, (raw: NodeJS.WritableStream & { destroy(error?: Error): void }) => void]> = [
+// Since: a body stream that fails before its first chunk keeps the key (the handler ran and handed
+// its body over), as on HTTP/1.1: the retry gets 500 response_not_replayable and runs nothing. A
+// destroy without an error and without a body stream still releases it.
+type ServerDestroy = (raw: NodeJS.WritableStream & { destroy(error?: Error): void }) => void;
+const serverDestroys: Array<[string, ServerDestroy, 'kept' | 'released']> = [
   [
     'a failed pipeline',
     (raw) => {
@@ -40,11 +44,13 @@ const serverDestroys: Array<[string, (raw: NodeJS.WritableStream & { destroy(err
       });
       pipeline(failing, raw, () => undefined);
     },
+    'kept',
   ],
-  ['reply.raw.destroy() without an error', (raw) => raw.destroy()],
+  ['reply.raw.destroy() without an error', (raw) => raw.destroy(), 'released'],
 ];
-for (const [index, [how, destroy]] of serverDestroys.entries()) {
-  it(`HTTP/2: a hijacked reply destroyed by ${how} releases the key, so the retry runs (not 409)`, async () => {
+for (const [index, [how, destroy, outcome]] of serverDestroys.entries()) {
+  const says = outcome === 'kept' ? 'keeps the key, so the retry runs nothing' : 'releases the key, so the retry runs';
+  it(`HTTP/2: a hijacked reply destroyed by ${how} ${says} (not 409)`, async () => {
     let runs = 0;
     let released!: () => void;
     const release = new Promise<void>((resolve) => {
@@ -55,7 +61,7 @@ for (const [index, [how, destroy]] of serverDestroys.entries()) {
       store: memoryStore(),
       scope: () => 'user_1',
       onEvent: (event: IdempotencyEvent) => {
-        if (event.type === 'release') released();
+        if (event.type === (outcome === 'kept' ? 'complete' : 'release')) released();
       },
     });
     app.post('/charges', async (_request, reply) => {
@@ -82,8 +88,15 @@ for (const [index, [how, destroy]] of serverDestroys.entries()) {
     first.end('{"a":1}');
     await release;
     const retry = await h2post(session, headers, '{"a":1}');
-    expect(retry.status).toBe(201);
-    expect(runs).toBe(2);
+    if (outcome === 'kept') {
+      expect(retry.status).toBe(500);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
+      expect(runs).toBe(1);
+    } else {
+      expect(retry.status).toBe(201);
+      expect(runs).toBe(2);
+    }
   });
 }
 

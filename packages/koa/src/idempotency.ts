@@ -293,7 +293,7 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   // it over. Middleware above may still be working (a session saved, a log flushed), and a client
   // that leaves meanwhile makes Koa skip the write: the outcome is then stored from what the chain
   // left, as when it left before. A body stream that failed before its first chunk (Koa destroys
-  // the response) is given up at once.
+  // the response with its error) is settled at once as a stream cut short: the handler ran.
   if (ctx.respond !== false) capture.handlerReturned(settleUnwritten, ctx);
 }
 
