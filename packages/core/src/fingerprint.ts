@@ -130,6 +130,21 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
   return createHash('sha256').update(`${framed}${label}${body.length}:`).update(body).digest('hex');
 }
 
+/**
+ * SHA-256 fingerprint (hex) of a message's payload: its bytes as they are, a string as its UTF-8.
+ * What `makeIdempotent` compares across deliveries of a message, which has no method, route
+ * or media type to frame, so nothing but the payload goes into the hash (the same digest as
+ * `createHash('sha256').update(payload).digest('hex')`, which the queues guide's copied wrapper
+ * stored). A string must be well formed: a lone surrogate has no UTF-8 form, and hashed as U+FFFD
+ * two different strings would fingerprint alike; the caller refuses one first.
+ *
+ * @example
+ * payloadFingerprint('{"id":"order-1"}') === payloadFingerprint(Buffer.from('{"id":"order-1"}')); // true
+ */
+export function payloadFingerprint(payload: string | Uint8Array): string {
+  return hash('sha256', payload, 'hex');
+}
+
 let last:
   | {
       method: string;

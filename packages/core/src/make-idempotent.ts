@@ -1,0 +1,289 @@
+import { Buffer } from 'node:buffer';
+import type { IdempotencyEngine } from './engine.js';
+import { IdempotencyError } from './errors.js';
+import { payloadFingerprint } from './fingerprint.js';
+import { assertKnownOptions, type ListsEvery } from './option-names.js';
+import type { StoredResponse } from './store.js';
+import { storedResponseSize } from './stored-response.js';
+
+/**
+ * How a message maps to its idempotency record, for {@link makeIdempotent}.
+ *
+ * @example
+ * const options: MakeIdempotentOptions<{ id: string; amount: number }> = {
+ *   engine,
+ *   operation: 'processOrder',
+ *   key: (order) => order.id,
+ *   payload: (order) => JSON.stringify(order),
+ * };
+ */
+export interface MakeIdempotentOptions<M> {
+  /** One engine per process; every consumer of the queue gives it the same shared store. */
+  engine: IdempotencyEngine;
+  /** Names the handler: part of the record id, so a key never crosses two handlers. */
+  operation: string;
+  /**
+   * The key: the message id, or a business id in the payload (Powertools' `eventKeyJmesPath`).
+   * No key (`undefined`, `null`, `''`) is `key_missing`; another type, or a throw, `key_invalid`.
+   */
+  key: (message: M) => string;
+  /**
+   * What every delivery under the key must carry, as text (its UTF-8) or bytes: another payload is
+   * refused, `fingerprint_mismatch`. Only its SHA-256 is stored.
+   */
+  payload: (message: M) => string | Uint8Array;
+  /**
+   * Whose keys these are, when two producers' keys could collide. Default: one scope, `''`, for
+   * every message (a key then means the same whoever sent it). Not a string, or a throw: `scope_missing`.
+   */
+  scope?: (message: M) => string;
+  /**
+   * A larger result is not kept (the first run and its redeliveries get `response_not_replayable`).
+   * Measured as stores measure a response (see `storedResponseSize`); keep it within the store's own
+   * cap (`maxResponseBytes`, 4 MiB by default on Redis and PostgreSQL). Default 1 MiB.
+   */
+  maxResultBytes?: number;
+}
+
+/** What the wrapped handler is given besides its message: its lease's signal, and whether it took a crashed run's key over. */
+export interface IdempotentRun {
+  /** Aborts with `lease_lost` when the lease is lost: stop before the effect. */
+  signal: AbortSignal;
+  /** True when this run took the key over from a run whose lease ran out (it may have done part of the work). */
+  recovered: boolean;
+}
+
+/** Every name {@link MakeIdempotentOptions} has; the type check below keeps the list complete. */
+const makeIdempotentOptionNames = [
+  'engine',
+  'operation',
+  'key',
+  'payload',
+  'scope',
+  'maxResultBytes',
+] as const satisfies readonly (keyof MakeIdempotentOptions<unknown>)[];
+const everyOptionNamed: ListsEvery<MakeIdempotentOptions<unknown>, typeof makeIdempotentOptionNames> = true;
+void everyOptionNamed;
+const knownOptions: ReadonlySet<string> = new Set(makeIdempotentOptionNames);
+
+const defaultMaxResultBytes = 1024 * 1024;
+
+// The engine keeps an HTTP-shaped outcome (status, headers, bytes); this header says what its bytes
+// hold, so a replay gives back the kind of value the first run returned.
+const kind = 'x-result';
+
+/**
+ * Wraps a message handler (a queue consumer's: SQS, RabbitMQ, NATS JetStream) so that it runs once
+ * per key, whichever consumer gets which delivery: the first delivery runs it and stores its result;
+ * every other delivery under the key gets that result without running it. The engine's refusals are
+ * thrown as `IdempotencyError` (match on `code`; `retryable` and `retryAfter` say whether and when
+ * to redeliver): `in_progress` while the first run goes on, `fingerprint_mismatch` for another
+ * payload under the key, `store_unavailable`. A result that cannot be stored (not JSON, over
+ * `maxResultBytes`) throws `response_not_replayable` after the effect, and the key is kept: the
+ * handler is never run again for it. A thrown handler is stored or released as the engine's
+ * `storeOutcome` says (`'stripe'` or `'success'` release it, as Powertools does; `'all'` keeps it).
+ * Options are checked here, once: a `TypeError` names the wrong one.
+ *
+ * @example
+ * const processOrder = makeIdempotent(async (order: { id: string; amount: number }) => chargeCard(order), {
+ *   engine: createIdempotency({ store, storeOutcome: 'stripe', wait: '15s' }),
+ *   operation: 'processOrder',
+ *   key: (order) => order.id,
+ *   payload: (order) => JSON.stringify(order),
+ * });
+ * await processOrder({ id: 'order-1', amount: 5 }); // runs chargeCard; a redelivery gets its result
+ */
+export function makeIdempotent<M, R>(
+  handler: (message: M, run: IdempotentRun) => Promise<R>,
+  options: MakeIdempotentOptions<M>,
+): (message: M) => Promise<R> {
+  if (typeof handler !== 'function') throw new TypeError('makeIdempotent needs a handler function');
+  if (!options || typeof options !== 'object') throw new TypeError('makeIdempotent needs an options object');
+  assertKnownOptions(options, knownOptions, 'makeIdempotent');
+  // Read once: an options object changed later changes nothing, as for every other factory of core.
+  const { engine, operation, key, payload, scope } = options;
+  if (!engine || typeof engine.begin !== 'function' || typeof engine.complete !== 'function') {
+    throw new TypeError('makeIdempotent: engine must be an engine made by createIdempotency()');
+  }
+  if (typeof operation !== 'string' || operation.length === 0) {
+    throw new TypeError('makeIdempotent: operation must be a non-empty string');
+  }
+  if (typeof key !== 'function') throw new TypeError('makeIdempotent: key must be a function of the message');
+  if (typeof payload !== 'function') throw new TypeError('makeIdempotent: payload must be a function of the message');
+  if (scope !== undefined && typeof scope !== 'function') {
+    throw new TypeError('makeIdempotent: scope must be a function of the message, or left out');
+  }
+  const maxResultBytes = options.maxResultBytes ?? defaultMaxResultBytes;
+  if (!Number.isSafeInteger(maxResultBytes) || maxResultBytes < 1) {
+    throw new TypeError('makeIdempotent: maxResultBytes must be a positive integer');
+  }
+
+  return async (message) => {
+    // All three are read before the claim: a message they cannot describe is refused with nothing
+    // claimed, so no key is left in progress by a consumer that never ran the handler.
+    const started = await engine.begin({
+      key: keyOf(key, message),
+      scope: scope === undefined ? '' : scopeOf(scope, message),
+      operation,
+      fingerprint: fingerprintOf(payload, message),
+    });
+    if (started.kind === 'reject') throw started.error; // in_progress, fingerprint_mismatch, store_unavailable
+    if (started.kind === 'replay') return decode(started.response) as R;
+    const { lease } = started;
+    let result: R;
+    try {
+      result = await handler(message, { signal: lease.signal, recovered: lease.recovered });
+    } catch (error) {
+      // The engine's storeOutcome decides: 'stripe' or 'success' release the key (the redelivery
+      // runs again, as in Powertools), 'all' keeps the failure (the redelivery gets it, replayed).
+      await engine.complete(lease, failureResponse(error), { thrown: true });
+      throw error;
+    }
+    // The handler's effect happened: from here on the key must never be released, or a redelivery
+    // would make it again. A result that cannot be kept is stored as such, under any preset (its
+    // outcome is judged as the success it was, status 200).
+    let response: StoredResponse | undefined;
+    let cause: unknown;
+    try {
+      response = encode(result);
+      const bytes = storedResponseSize(response);
+      if (bytes > maxResultBytes) throw new RangeError(`the result is ${bytes} bytes, over ${maxResultBytes}`);
+    } catch (error) {
+      cause = error;
+      response = undefined;
+    }
+    if (response === undefined) {
+      await engine.complete(
+        lease,
+        { status: 500, headers: { [kind]: 'unstorable' }, body: new Uint8Array() },
+        { status: 200 },
+      );
+      throw unstorable(cause);
+    }
+    // Not stored (the lease was lost to another consumer, or the store failed even after the
+    // engine's retries) changes nothing here: the effect is done, so this delivery is done.
+    await engine.complete(lease, response);
+    return result;
+  };
+}
+
+// The key of a message, or the refusal a message without one gets. An IdempotencyError, not a
+// TypeError: the message is at fault, not the code, and a consumer dead-letters a non-retryable one.
+function keyOf<M>(key: (message: M) => string, message: M): string {
+  let value: unknown;
+  try {
+    value = key(message);
+  } catch (cause) {
+    throw new IdempotencyError('key_invalid', 'The key function threw for this message; nothing was claimed.', {
+      cause,
+    });
+  }
+  if (value === undefined || value === null || value === '') {
+    throw new IdempotencyError('key_missing', 'The key function gave no key for this message; nothing was claimed.');
+  }
+  if (typeof value !== 'string') {
+    throw new IdempotencyError(
+      'key_invalid',
+      `The key function gave a ${typeof value}, not a string, for this message; nothing was claimed.`,
+    );
+  }
+  return value;
+}
+
+function scopeOf<M>(scope: (message: M) => string, message: M): string {
+  let value: unknown;
+  try {
+    value = scope(message);
+  } catch (cause) {
+    throw new IdempotencyError('scope_missing', 'The scope function threw for this message; nothing was claimed.', {
+      cause,
+    });
+  }
+  if (typeof value !== 'string') {
+    throw new IdempotencyError(
+      'scope_missing',
+      `The scope function gave a ${value === null ? 'null' : typeof value}, not a string, for this message; nothing was claimed.`,
+    );
+  }
+  return value;
+}
+
+// A payload that is no text or bytes is the payload function's bug (what it hashes would depend on
+// how Node coerces it), so a TypeError, as for bad options; one that throws is passed on in one.
+function fingerprintOf<M>(payload: (message: M) => string | Uint8Array, message: M): string {
+  let value: unknown;
+  try {
+    value = payload(message);
+  } catch (cause) {
+    throw new TypeError('makeIdempotent: the payload function threw for this message; nothing was claimed', { cause });
+  }
+  if (typeof value === 'string') {
+    // A lone surrogate has no UTF-8 form: hashed as U+FFFD, two payloads would match that differ.
+    // (JSON.stringify never makes one; only a string cut or built by hand can hold one.)
+    if (!(value as WellFormedCheck).isWellFormed()) {
+      throw new TypeError(
+        'makeIdempotent: the payload function gave a string with a lone surrogate, which has no UTF-8 form; give its bytes',
+      );
+    }
+    return payloadFingerprint(value);
+  }
+  if (value instanceof Uint8Array) return payloadFingerprint(value);
+  throw new TypeError(
+    `makeIdempotent: the payload function must give a string or a Uint8Array, not ${value === null ? 'null' : typeof value}; nothing was claimed`,
+  );
+}
+
+// String.prototype.isWellFormed (ES2024, Node 20+), which the ES2023 library types do not declare.
+type WellFormedCheck = string & { isWellFormed(): boolean };
+
+function encode(result: unknown): StoredResponse {
+  if (result === undefined) return { status: 200, headers: { [kind]: 'undefined' }, body: new Uint8Array() };
+  if (result instanceof Uint8Array) return { status: 200, headers: { [kind]: 'bytes' }, body: result };
+  const text = JSON.stringify(result); // throws on a BigInt or a cycle
+  if (text === undefined) throw new TypeError(`a ${typeof result} result is not JSON`);
+  return { status: 200, headers: { [kind]: 'json' }, body: Buffer.from(text) };
+}
+
+// What a thrown handler leaves: its error's name and message (never its stack or fields, which may
+// hold what the store must not keep), replayed under 'all' as an Error with the same two.
+function failureResponse(error: unknown): StoredResponse {
+  const thrown = error as { name?: unknown; message?: unknown } | null | undefined;
+  let failure: { name: string; message: string };
+  try {
+    failure = {
+      name: typeof thrown?.name === 'string' ? thrown.name : 'Error',
+      message: String(thrown?.message ?? error),
+    };
+  } catch {
+    // A getter that throws, or a value String() refuses (a symbol, a null-prototype object).
+    failure = { name: 'Error', message: 'the handler threw a value that has no message' };
+  }
+  return { status: 500, headers: { [kind]: 'error' }, body: Buffer.from(JSON.stringify(failure)) };
+}
+
+const unstorable = (cause?: unknown) =>
+  new IdempotencyError(
+    'response_not_replayable',
+    'The handler ran, but its result could not be stored: it is not run again for this key.',
+    { cause },
+  );
+
+function decode(response: StoredResponse): unknown {
+  const text = () => Buffer.from(response.body).toString('utf8');
+  switch (response.headers[kind]) {
+    case 'undefined':
+      return undefined;
+    case 'bytes':
+      return Buffer.from(response.body);
+    case 'json':
+      return JSON.parse(text());
+    case 'error': {
+      // A failure kept by the engine's `storeOutcome` policy ('all'): replayed as an error.
+      const { name, message } = JSON.parse(text()) as { name: string; message: string };
+      throw Object.assign(new Error(message), { name });
+    }
+    default:
+      // 'unstorable', or a record some other writer left under this operation and key.
+      throw unstorable();
+  }
+}
