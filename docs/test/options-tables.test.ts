@@ -116,6 +116,12 @@ const tables: readonly TableSpec[] = [
     doc: 'docs/webhooks.md',
     markers: ['`outbox.purge(db, options)`:'],
   },
+  {
+    source: 'packages/core/src/make-idempotent.ts',
+    interface: 'MakeIdempotentOptions',
+    doc: 'docs/guides/queues.md',
+    markers: ['## The wrapper', '### Options'],
+  },
   // The package READMEs keep a short table of the same options.
   {
     source: 'packages/core/src/engine.ts',

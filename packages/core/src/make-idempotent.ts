@@ -45,7 +45,17 @@ export interface MakeIdempotentOptions<M> {
   maxResultBytes?: number;
 }
 
-/** What the wrapped handler is given besides its message: its lease's signal, and whether it took a crashed run's key over. */
+/**
+ * What the wrapped handler is given besides its message: its lease's signal, and whether it took a
+ * crashed run's key over.
+ *
+ * @example
+ * const handler = async (order: { id: string }, run: IdempotentRun) => {
+ *   if (run.recovered) await lookForAnEarlierCharge(order.id); // a crashed run may have charged
+ *   run.signal.throwIfAborted(); // the lease is lost: stop before the effect
+ *   return chargeCard(order);
+ * };
+ */
 export interface IdempotentRun {
   /** Aborts with `lease_lost` when the lease is lost: stop before the effect. */
   signal: AbortSignal;
