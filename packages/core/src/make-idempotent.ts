@@ -104,7 +104,7 @@ const kind = 'x-result';
  * await processOrder({ id: 'order-1', amount: 5 }); // runs chargeCard; a redelivery gets its result
  */
 export function makeIdempotent<M, R>(
-  handler: (message: M, run: IdempotentRun) => Promise<R>,
+  handler: (message: M, run: IdempotentRun) => R | PromiseLike<R>,
   options: MakeIdempotentOptions<M>,
 ): (message: M) => Promise<R> {
   if (typeof handler !== 'function') throw new TypeError('makeIdempotent needs a handler function');
@@ -142,7 +142,15 @@ export function makeIdempotent<M, R>(
     const { lease } = started;
     let result: R;
     try {
-      result = await handler(message, { signal: lease.signal, recovered: lease.recovered });
+      // `signal` is read through: the engine makes a lease's AbortController on first use only, and
+      // most handlers never look at it.
+      const run: IdempotentRun = {
+        get signal() {
+          return lease.signal;
+        },
+        recovered: lease.recovered,
+      };
+      result = await handler(message, run);
     } catch (error) {
       // The engine's storeOutcome decides: 'stripe' or 'success' release the key (the redelivery
       // runs again, as in Powertools), 'all' keeps the failure (the redelivery gets it, replayed).

@@ -77,6 +77,29 @@ describe('makeIdempotent: one run per key', () => {
     expect(runs).toBe(2);
   });
 
+  it('a handler that is not async: its value, typed as it returns it, and replayed', async () => {
+    const { engine } = setup();
+    let runs = 0;
+    const handle = makeIdempotent(
+      (m: Order) => {
+        runs++;
+        return { doubled: m.amount * 2 };
+      },
+      { engine, operation: 'sync', key: (m: Order) => m.id, payload: (m: Order) => JSON.stringify(m) },
+    );
+    const first: { doubled: number } = await handle(order('o-1'));
+    expect(first).toEqual({ doubled: 10 });
+    expect(await handle(order('o-1'))).toEqual({ doubled: 10 });
+    expect(runs).toBe(1);
+  });
+
+  it('an async handler: the wrapper resolves to its value, not a promise of one (types)', async () => {
+    const { wrap } = setup();
+    const handle = wrap(async () => 42);
+    const value: number = await handle(order('o-1'));
+    expect(value).toBe(42);
+  });
+
   it('the handler gets its lease: a signal not aborted, recovered false on a first run', async () => {
     const { wrap } = setup();
     let seen: { aborted: boolean; recovered: boolean } | undefined;
@@ -371,13 +394,16 @@ describe('makeIdempotent: a thrown handler', () => {
   });
 
   it('a handler that throws synchronously (not async) is treated the same', async () => {
-    const { wrap } = setup({ storeOutcome: 'stripe' });
+    const { engine } = setup({ storeOutcome: 'stripe' });
     let runs = 0;
-    const handle = wrap((() => {
-      runs++;
-      if (runs === 1) throw new Error('sync');
-      return Promise.resolve('ok');
-    }) as () => Promise<string>);
+    const handle = makeIdempotent(
+      () => {
+        runs++;
+        if (runs === 1) throw new Error('sync');
+        return 'ok';
+      },
+      { engine, operation: 'sync', key: (m: Order) => m.id, payload: (m: Order) => JSON.stringify(m) },
+    );
     await expect(handle(order('o-1'))).rejects.toThrow('sync');
     expect(await handle(order('o-1'))).toBe('ok');
   });
