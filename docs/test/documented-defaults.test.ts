@@ -20,7 +20,10 @@ import {
   createIdempotency,
   defaultMaxResponseBytes,
   type IdempotencyEvent,
+  isIdempotencyError,
+  makeIdempotent,
   memoryStore,
+  recordId,
   type Store,
   toMilliseconds,
 } from '@idem/core';
@@ -1245,5 +1248,46 @@ describe('documented bounds', () => {
     await createOutbox().deadLetters(db);
     // One row more than the page, to know whether there is a next one.
     expect(asked[0]?.[0]).toBe(documented + 1);
+  });
+});
+
+describe('makeIdempotent defaults (docs/guides/queues.md)', () => {
+  const queuesTable = (option: string) =>
+    documentedDefault('docs/guides/queues.md', ['## The wrapper', '### Options'], option);
+  const wrap = <R>(store: Store, result: () => R) =>
+    makeIdempotent(async () => result(), {
+      engine: createIdempotency({ store }),
+      operation: 'op',
+      key: (id: string) => id,
+      payload: (id: string) => id,
+    });
+
+  it('maxResultBytes 1 MiB: a result that size, as the stores count it, is kept; one byte more is not', async () => {
+    const documented = amount(queuesTable('maxResultBytes').text);
+    expect(documented).toBe(MIB);
+    // A JSON string result: 15 bytes of framing, the kind header, the quotes, then the characters.
+    const overhead = 15 + Buffer.byteLength(JSON.stringify({ 'x-result': 'json' })) + 2;
+    const store = memoryStore();
+    let runs = 0;
+    const fits = wrap(store, () => {
+      runs++;
+      return 'x'.repeat(documented - overhead);
+    });
+    await fits('a');
+    expect(await fits('a')).toHaveLength(documented - overhead);
+    const over = wrap(store, () => {
+      runs++;
+      return 'x'.repeat(documented - overhead + 1);
+    });
+    const refused = await over('b').catch((error: unknown) => error);
+    expect(isIdempotencyError(refused) && refused.code).toBe('response_not_replayable');
+    expect(runs).toBe(2);
+  });
+
+  it("scope: one scope, '', for every message when it is left out", async () => {
+    expect(queuesTable('scope').text).toMatch(/^`''`/);
+    const store = memoryStore();
+    await wrap(store, () => 'done')('k-1');
+    expect(store.get(recordId('', 'op', 'k-1'))).toMatchObject({ state: 'completed' });
   });
 });
