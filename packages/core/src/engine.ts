@@ -219,6 +219,12 @@ export interface IdempotencyEngine {
     maxExecutionMs: number;
     /** Seconds in `Retry-After` on 503. */
     unavailableRetryAfter: number;
+    /**
+     * The store's own cap on a stored response (`store.maxResponseBytes`), when it declares one: a
+     * larger one is refused by the store and the key released, so a caller that must never run twice
+     * checks its result against it first (as the HTTP adapters and {@link makeIdempotent} do).
+     */
+    storeMaxResponseBytes: number | undefined;
   }>;
 }
 
@@ -1156,7 +1162,15 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     [settleNow]: { complete: completeNow, release: releaseNow, retentionFor },
     transaction,
     transactional: isTransactionalStore(store),
-    settings: Object.freeze({ retentionMs, leaseMs, waitMs, storeTimeoutMs, maxExecutionMs, unavailableRetryAfter }),
+    settings: Object.freeze({
+      retentionMs,
+      leaseMs,
+      waitMs,
+      storeTimeoutMs,
+      maxExecutionMs,
+      unavailableRetryAfter,
+      storeMaxResponseBytes: typeof store.maxResponseBytes === 'number' ? store.maxResponseBytes : undefined,
+    }),
   };
   return engine;
 }

@@ -39,8 +39,8 @@ export interface MakeIdempotentOptions<M> {
   scope?: (message: M) => string;
   /**
    * A larger result is not kept (the first run and its redeliveries get `response_not_replayable`).
-   * Measured as stores measure a response (see `storedResponseSize`); keep it within the store's own
-   * cap (`maxResponseBytes`, 4 MiB by default on Redis and PostgreSQL). Default 1 MiB.
+   * Measured as stores measure a response (see `storedResponseSize`), and never above the store's own
+   * cap (`maxResponseBytes`, 4 MiB by default on Redis and PostgreSQL), whatever is set. Default 1 MiB.
    */
   maxResultBytes?: number;
 }
@@ -123,10 +123,15 @@ export function makeIdempotent<M, R>(
   if (scope !== undefined && typeof scope !== 'function') {
     throw new TypeError('makeIdempotent: scope must be a function of the message, or left out');
   }
-  const maxResultBytes = options.maxResultBytes ?? defaultMaxResultBytes;
-  if (!Number.isSafeInteger(maxResultBytes) || maxResultBytes < 1) {
+  const asked = options.maxResultBytes ?? defaultMaxResultBytes;
+  if (!Number.isSafeInteger(asked) || asked < 1) {
     throw new TypeError('makeIdempotent: maxResultBytes must be a positive integer');
   }
+  // Never above the store's own cap: a result it refuses would release the key after the effect,
+  // and the redelivery would run the handler again. Over the smaller cap, the key is kept as
+  // unreplayable instead.
+  const storeCap = engine.settings?.storeMaxResponseBytes;
+  const maxResultBytes = storeCap === undefined ? asked : Math.min(asked, storeCap);
 
   return async (message) => {
     // All three are read before the claim: a message they cannot describe is refused with nothing

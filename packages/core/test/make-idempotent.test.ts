@@ -569,8 +569,10 @@ describe('makeIdempotent: options are checked once, when it is made', () => {
 });
 
 describe("makeIdempotent: a result the store's own cap refuses", () => {
-  it.fails('a result within maxResultBytes but over the store cap is kept as unreplayable, never run again', async () => {
-    // Was wrong: the engine refuses the completion (ResponseTooLargeError) and frees the key, so the redelivery runs the effect again; needs a decision: the engine exposes the store's maxResponseBytes (settings) and makeIdempotent caps maxResultBytes by it, as the HTTP adapters do, or complete() keeps an unreplayable marker when the store refuses a response as too large.
+  it('a result within maxResultBytes but over the store cap is kept as unreplayable, never run again', async () => {
+    // Was wrong: the store refused the completion (ResponseTooLargeError) and the engine freed the
+    // key, so the redelivery ran the effect again. The engine now says the store's cap
+    // (settings.storeMaxResponseBytes) and makeIdempotent keeps to it, as the HTTP adapters do.
     const clock = { now: 1_700_000_000_000 };
     const store = memoryStore({ maxBytes: 4096, now: () => clock.now });
     const engine = createIdempotency({ store, heartbeat: false, now: () => clock.now });
@@ -582,8 +584,9 @@ describe("makeIdempotent: a result the store's own cap refuses", () => {
       },
       { engine, operation: 'processOrder', key: (m: Order) => m.id, payload: (m: Order) => JSON.stringify(m) },
     );
-    await handle(order('o-1')).catch(() => undefined);
-    await handle(order('o-1')).catch(() => undefined);
+    expect(engine.settings.storeMaxResponseBytes).toBe(4096);
+    await expect(handle(order('o-1'))).rejects.toMatchObject({ code: 'response_not_replayable' });
+    await expect(handle(order('o-1'))).rejects.toMatchObject({ code: 'response_not_replayable' });
     expect(runs).toBe(1);
   });
 });

@@ -173,6 +173,8 @@ describe('documentation claims pinned', () => {
       storeTimeoutMs: 2_000,
       maxExecutionMs: 0,
       unavailableRetryAfter: 2,
+      // memoryStore's maxBytes (256 MiB): no one record may be larger.
+      storeMaxResponseBytes: 268_435_456,
     });
   });
 
