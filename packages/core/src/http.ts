@@ -424,7 +424,9 @@ export interface HttpIdempotency<Req> {
    * after {@link ResponseCapture.handlerReturned}, unless destroyed by a failure as above. One whose client left may still be ended by a
    * handler that is working, and its outcome is then stored as usual (a client that timed out
    * finds it when it retries); a handler that never ends it is a hanging handler, which
-   * `maxExecution` bounds.
+   * `maxExecution` bounds. But one whose client left while a body stream piped into it had yet to
+   * give its first chunk is never ended (the pipe or pipeline stops with the close): it is settled at
+   * once as a stream cut short, as above (held: rolled back, and the key released).
    */
   capture(res: ServerResponse, options?: CaptureOptions): ResponseCapture;
   /**
@@ -2334,7 +2336,13 @@ function onCapturedClose(this: CaptureState) {
     if (failedWhileAnswering(this)) unreplayable(this, 'streaming', this.status ?? res.statusCode);
     else giveUp(this);
   } else if (this.returned) settleClosed(this, this.handle as ResponseCapture);
-  else {
+  else if (livePipeInto(res)) {
+    // Its client left while a body stream piped into it had yet to give its first chunk (a slow
+    // upstream). Nothing will end it: `stream.pipeline` fails now with a premature close and
+    // destroys the source, `source.pipe(res)` unpipes it, and no write ever comes. The handler ran
+    // and handed its body over, so its key must not run it again: settled now as a stream cut short.
+    abandon(this, this.status ?? res.statusCode, 'streaming');
+  } else {
     this.closedEarly = true;
     // Held, every write is kept and the pipe never stalls: its end settles the response.
     if (!this.hold) res.once('pipe', streamedIntoClosed.bind(this));
@@ -2355,10 +2363,26 @@ function streamedIntoClosed(this: CaptureState) {
 
 const pipedKey = Symbol('idem piped');
 
-type Piped = ServerResponse & { [pipedKey]?: true };
+// The last body stream piped into a response ('pipe' hands it over), kept on the response itself so
+// that one listener serves every response, not a closure per request.
+type Piped = ServerResponse & { [pipedKey]?: PipedSource };
 
-function markPiped(this: Piped) {
-  this[pipedKey] = true;
+type PipedSource = { destroyed?: boolean; readableEnded?: boolean; errored?: unknown } | true;
+
+function markPiped(this: Piped, source: unknown) {
+  this[pipedKey] = typeof source === 'object' && source !== null ? (source as PipedSource) : true;
+}
+
+/**
+ * Whether a body stream piped into the response is still live: neither destroyed (failed, or torn
+ * down by a pipeline) nor ended. One that failed before the close is over, and the handler may answer
+ * whole after it (a cached file missing, the answer built instead); one that ended has ended the
+ * response too, or handed it back to the handler (`{ end: false }`).
+ */
+function livePipeInto(res: ServerResponse): boolean {
+  const source = (res as Piped)[pipedKey];
+  if (source === undefined || source === true) return false;
+  return source.destroyed !== true && source.readableEnded !== true && (source.errored ?? null) === null;
 }
 
 /**
@@ -2371,7 +2395,7 @@ function markPiped(this: Piped) {
  * is counted, as a client's RST_STREAM can carry an error code).
  */
 function failedWhileAnswering(state: CaptureState): boolean {
-  const piped = (state.res as Piped)[pipedKey] === true;
+  const piped = (state.res as Piped)[pipedKey] !== undefined;
   if (state.originalDestroy !== undefined) return state.destroyedByServer && (state.destroyedWithError || piped);
   const errored = erroredOf(state.res);
   return errored !== state.erroredAtStart && (piped || (errored !== undefined && errored !== null));

@@ -4,7 +4,9 @@
 // handler ran and handed its body over; `stream.pipeline` destroys the response with the stream's
 // error) is kept as a stream cut short, `500 response_not_replayable`; so is one the handler
 // destroys with an error, or after piping a body into it. Destroyed without a word and without a
-// body, it is no answer: released (`closed`), as before. A client that leaves is neither.
+// body, it is no answer: released (`closed`), as before. A client that leaves is neither: what its
+// handler answers after the close is stored, unless a body stream piped into the response was still
+// waiting for its first chunk, which nothing will end: kept then as a stream cut short too.
 
 import type { ServerResponse } from 'node:http';
 import { pipeline, Readable } from 'node:stream';
@@ -97,41 +99,93 @@ describe('a response destroyed by the server before its head', () => {
     expect(server.runs()).toBe(1);
   });
 
-  // Was wrong (found on the way; the client-left side, left as it was): a client that leaves before
-  // the head while the handler's body stream is piped (`stream.pipeline(source, res)`) but has not
-  // produced its first chunk. The pipeline fails at once with a premature close and destroys the
-  // source, so no write ever reaches the capture (which waits for a write or a pipe after the close):
-  // the key stays in progress, renewed, and every retry gets 409 for as long as the process lives
-  // (`maxExecution` is off by default). Needs a decision: settle such a response at the close as a
-  // stream cut short when a pipe whose source is still live went into it before the close (the
-  // 'pipe' event gives the source; a source that already failed, as in
-  // express/test/client-gone-pipe.audit.test.ts, must still let the handler answer whole), or
-  // watch that source and settle once it is destroyed without having written; or document that
-  // `maxExecution` is what bounds it.
-  it.fails('a client that leaves before the first chunk of a piped body stream: the key is settled, not left in progress', async () => {
+  // A client that leaves before the head while the handler's body stream is piped into the response
+  // but has not produced its first chunk (a slow upstream). `stream.pipeline` then fails with a
+  // premature close and destroys the source, `source.pipe(res)` unpipes it: no write ever reaches
+  // the capture, and nothing would end the response, so waited for, the key would stay in progress,
+  // renewed by the heartbeat, and every retry get 409 for as long as the process lives. The handler
+  // ran and handed its body over: settled at the close as a stream cut short (kept, `500
+  // response_not_replayable`); held (transactional), rolled back and released.
+  const livePipes: Array<[string, (res: ServerResponse, source: Readable, failed: () => void) => void]> = [
+    ['stream.pipeline(source, res)', (res, source, failed) => pipeline(source, res, failed)],
+    [
+      'source.pipe(res)',
+      (res, source, failed) => {
+        res.once('close', failed);
+        source.pipe(res);
+      },
+    ],
+  ];
+  for (const [index, [how, pipeInto]] of livePipes.entries()) {
+    for (const hold of [false, true]) {
+      it(`a client that leaves before the first chunk of a piped body stream (${how}${hold ? ', held' : ''}): the key is ${hold ? 'released with the rollback' : 'kept as a stream cut short'}, not left in progress`, async () => {
+        let left!: () => void;
+        const leave = new Promise<void>((resolve) => {
+          left = resolve;
+        });
+        let failed = false;
+        const server = await serve({
+          lease: '1h',
+          hold,
+          answer: (res, run) => {
+            res.statusCode = 201;
+            if (run > 1) return void res.end('second run');
+            // A source whose data has not arrived yet.
+            pipeInto(res, new Readable({ read() {} }), () => {
+              failed = true;
+            });
+            left();
+          },
+        });
+        served.push(server);
+        await expect(server.post(`early-3-${index}-${hold}`, '/charges', leave)).rejects.toThrow();
+        // The server saw the client go: the retry comes after that.
+        await waitFor(() => failed);
+        await waitFor(() => server.events.some((event) => event.type === 'complete' || event.type === 'release'));
+        expect(server.notStored()).toMatchObject([{ reason: 'streaming', status: 201 }]);
+        const retry = await server.post(`early-3-${index}-${hold}`);
+        if (hold) {
+          expect(retry.status).toBe(201);
+          expect(retry.body.toString()).toBe('second run');
+          expect(server.runs()).toBe(2);
+        } else {
+          expect(retry.status).toBe(500);
+          expect(retry.headers['idempotent-replayed']).toBe('true');
+          expect(JSON.parse(retry.body.toString())).toMatchObject({ code: 'response_not_replayable' });
+          expect(server.runs()).toBe(1);
+        }
+      });
+    }
+  }
+
+  it('a client that leaves after the piped source failed: the whole answer the handler then gives is stored', async () => {
+    // The source is dead at the close (a missing file): the pipe is over, so the handler's own
+    // answer, given after the close, is the outcome.
     let left!: () => void;
     const leave = new Promise<void>((resolve) => {
       left = resolve;
     });
-    let failed = false;
     const server = await serve({
       lease: '1h',
       answer: (res, run) => {
         res.statusCode = 201;
         if (run > 1) return void res.end('second run');
-        // A source whose data has not arrived yet (a slow upstream).
-        pipeline(new Readable({ read() {} }), res, () => {
-          failed = true;
+        const source = failing();
+        source.once('error', () => {
+          res.once('close', () => res.end('built instead'));
+          left();
         });
-        left();
+        source.pipe(res);
       },
     });
     served.push(server);
-    await expect(server.post('early-3', '/charges', leave)).rejects.toThrow();
-    // The server saw the client go (the pipeline failed with it): the retry comes after that.
-    await waitFor(() => failed);
-    const retry = await server.post('early-3');
-    expect(retry.status).not.toBe(409);
+    await expect(server.post('early-4', '/charges', leave)).rejects.toThrow();
+    await waitFor(() => server.events.some((event) => event.type === 'complete' || event.type === 'release'));
+    expect(server.notStored()).toEqual([]);
+    const retry = await server.post('early-4');
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(retry.body.toString()).toBe('built instead');
     expect(server.runs()).toBe(1);
   });
 });
