@@ -49,6 +49,8 @@ const cases: Array<[PipeLeftServerName, boolean]> = [
   ['fastify', true],
   ['koa', false],
   ['koa', true],
+  ['koa-raw', false],
+  ['koa-raw', true],
 ];
 
 describe.runIf(withPostgres)(

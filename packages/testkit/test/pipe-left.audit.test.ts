@@ -1,6 +1,6 @@
 // A client that leaves before the first chunk of a body stream piped into its response (a slow
 // upstream behind `stream.pipeline(source, res)`, `source.pipe(res)`, Fastify's `reply.send(stream)`,
-// Koa's `ctx.body = stream`), on the three adapters, over HTTP/1.1 and, for Fastify and Koa, h2c.
+// Koa's `ctx.body = stream` or a pipeline into `ctx.res`), on the three adapters, over HTTP/1.1 and, for Fastify and Koa, h2c.
 // The pipe stops with the close and nothing ever ends the response: waited for, the key stayed in
 // progress, renewed by the heartbeat, and every retry got 409 for as long as the process lived.
 // The handler ran and handed its body over: the key is kept as a stream cut short, and the retry
@@ -29,6 +29,8 @@ const cases: Array<[PipeLeftServerName, boolean]> = [
   ['fastify', true],
   ['koa', false],
   ['koa', true],
+  ['koa-raw', false],
+  ['koa-raw', true],
 ];
 
 describe('a client that leaves before the first chunk of a piped body stream', () => {

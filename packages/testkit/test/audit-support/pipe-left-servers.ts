@@ -1,6 +1,7 @@
 // Servers for the "client left before the first chunk of a piped body" audit (pipe-left.audit*.ts):
 // one route, POST /slow, on Express (stream.pipeline or source.pipe), Fastify (reply.send(stream))
-// and Koa (ctx.body = stream), over HTTP/1.1 or h2c. Its first run pipes a source that has no data
+// and Koa (ctx.body = stream, or stream.pipeline into ctx.res under ctx.respond = false), over
+// HTTP/1.1 or h2c. Its first run pipes a source that has no data
 // yet (a slow upstream) and says when the pipe went in; every later run answers `201 second run`
 // whole. A client that leaves once the pipe went in is what the audit is about.
 import { once } from 'node:events';
@@ -21,7 +22,7 @@ import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import Koa from 'koa';
 
-export type PipeLeftServerName = 'express-pipeline' | 'express-pipe' | 'fastify' | 'koa';
+export type PipeLeftServerName = 'express-pipeline' | 'express-pipe' | 'fastify' | 'koa' | 'koa-raw';
 
 export interface PipeLeftServer {
   readonly port: number;
@@ -125,7 +126,11 @@ export async function startPipeLeftServer(
       ctx.status = 201;
       ctx.type = 'text/csv';
       if (++runs > 1) ctx.body = 'second run';
-      else ctx.body = slowSource(ctx.res);
+      else if (name === 'koa') ctx.body = slowSource(ctx.res);
+      else {
+        ctx.respond = false;
+        pipeline(slowSource(ctx.res), ctx.res, () => undefined);
+      }
     });
     if (http2) {
       const server = createH2Server(app.callback());
