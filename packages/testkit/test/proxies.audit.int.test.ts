@@ -290,6 +290,31 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     },
   );
 
+  it('HELD: a client that gives up behind nginx (499, nginx closes its origin connection) leaves the run going: its retry gets 409, then the replay, one run', async () => {
+    await withProxy(
+      { framework, backend },
+      ([a]) => startNginx({ server: `location / { proxy_pass http://127.0.0.1:${a}; }` }),
+      async (nginx, s) => {
+        const gone = new AbortController();
+        const request = fetch(`${nginx.url}/slow`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': 'gave-up', 'x-user': 'alice' },
+          body: JSON.stringify({ amount: 100 }),
+          signal: gone.signal,
+        }).catch(() => undefined);
+        await until(() => s.runs.slow === 1);
+        gone.abort();
+        await request;
+        await logShows(nginx, /POST \/slow 499 .*key=gave-up/);
+        expectInFlight(await post(`${nginx.url}/slow`, 'gave-up'));
+        s.slow.open();
+        await until(() => s.finished.slow === 1);
+        expectReplay(await post(`${nginx.url}/slow`, 'gave-up'), 'slow', 'gave-up');
+        expect(s.runs.slow).toBe(1);
+      },
+    );
+  });
+
   it('HELD: HAProxy `http-reuse always` shares origin connections between users: the same key from two users runs twice, each replayed only their own', async () => {
     await withProxy(
       { framework, backend },
