@@ -44,14 +44,22 @@ export const freePort = () =>
     });
   });
 
-const connects = (port: number) =>
+// True once the proxy on `port` answers GET /__ready with `token`. A bare connect is not enough:
+// between freePort() and the proxy's bind another process may take the port (nginx keeps retrying a
+// failed bind for seconds), and the test would then talk to that server.
+const ready = (port: number, token: string) =>
   new Promise<boolean>((resolve) => {
-    const socket = net.connect({ host: '127.0.0.1', port });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
+    const req = http.get({ host: '127.0.0.1', port, path: '/__ready', agent: false, timeout: 2_000 }, (res) => {
+      let body = '';
+      res.setEncoding('latin1');
+      res.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      res.on('end', () => resolve(body === token));
+      res.on('error', () => resolve(false));
     });
-    socket.once('error', () => resolve(false));
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
   });
 
 /** A running proxy: its URL and port, what it logged, and a stop that kills it by its pid. */
@@ -63,14 +71,21 @@ export interface RealProxy {
   stop: () => Promise<void>;
 }
 
-async function run(command: string, args: string[], dir: string, port: number, logFile: string): Promise<RealProxy> {
+async function run(
+  command: string,
+  args: string[],
+  dir: string,
+  port: number,
+  token: string,
+  logFile: string,
+): Promise<RealProxy> {
   const output: Buffer[] = [];
   const child: ChildProcess = spawn(command, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stdout?.on('data', (chunk: Buffer) => output.push(chunk));
   child.stderr?.on('data', (chunk: Buffer) => output.push(chunk));
   const exited = once(child, 'exit');
   const started = Date.now();
-  while (!(await connects(port))) {
+  while (!(await ready(port, token))) {
     if (child.exitCode !== null || Date.now() - started > 15_000) {
       child.kill('SIGKILL');
       throw new Error(`${command} did not start: ${Buffer.concat(output).toString()}`);
@@ -104,6 +119,7 @@ async function run(command: string, args: string[], dir: string, port: number, l
 export async function startNginx(config: { http?: string; server: string }): Promise<RealProxy> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'audit-proxies-nginx-'));
   const port = await freePort();
+  const token = path.basename(dir);
   const access = path.join(dir, 'access.log');
   const conf = `
 daemon off;
@@ -123,12 +139,13 @@ http {
   ${config.http ?? ''}
   server {
     listen 127.0.0.1:${port};
+    location = /__ready { access_log off; return 200 "${token}"; }
     ${config.server}
   }
 }
 `;
   fs.writeFileSync(path.join(dir, 'nginx.conf'), conf);
-  return run(nginxBinary, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], dir, port, access);
+  return run(nginxBinary, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], dir, port, token, access);
 }
 
 /**
@@ -138,6 +155,7 @@ http {
 export async function startHaproxy(config: { defaults?: string; backend: string }): Promise<RealProxy> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'audit-proxies-haproxy-'));
   const port = await freePort();
+  const token = path.basename(dir);
   const conf = `
 global
   log stderr format raw local0 info
@@ -151,12 +169,13 @@ defaults
   ${config.defaults ?? ''}
 frontend fe
   bind 127.0.0.1:${port}
+  http-request return status 200 content-type text/plain string ${token} if { path /__ready }
   default_backend be
 backend be
   ${config.backend}
 `;
   fs.writeFileSync(path.join(dir, 'haproxy.cfg'), conf);
-  return run(haproxyBinary, ['-db', '-f', path.join(dir, 'haproxy.cfg')], dir, port, path.join(dir, 'none'));
+  return run(haproxyBinary, ['-db', '-f', path.join(dir, 'haproxy.cfg')], dir, port, token, path.join(dir, 'none'));
 }
 
 export type FrameworkName = 'express' | 'fastify' | 'koa';
