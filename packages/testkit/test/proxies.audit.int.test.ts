@@ -6,6 +6,7 @@
 // - proxy-side resends of a POST (nginx `proxy_next_upstream ... non_idempotent`, HAProxy
 //   `retry-on` with `option redispatch`) after an origin died or was slow mid-request: one run, and
 //   the client gets the in-flight 409 with Retry-After, then the replay; never a second run or a 500;
+//   and a body too large for the proxy to keep, which it does not resend (502);
 // - proxy timeouts (nginx `proxy_read_timeout`, HAProxy `timeout server`): 504, then 409, then the
 //   handler's own answer replayed;
 // - headers through the proxies, HAProxy `http-reuse always` sharing one origin connection between
@@ -245,6 +246,40 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
       },
     );
   });
+
+  it.each([
+    [
+      'HAProxy (a body over its 16 KiB buffer)',
+      ([a, b]: number[]) =>
+        startHaproxy({
+          backend: `balance first\n  retries 2\n  option redispatch 1\n  retry-on all-retryable-errors\n  server a 127.0.0.1:${a}\n  server b 127.0.0.1:${b}`,
+        }),
+    ],
+    [
+      'nginx with `proxy_request_buffering off`',
+      (ports: number[]) =>
+        startNginx({
+          http: upstream(ports),
+          server:
+            'location / { proxy_pass http://app; proxy_http_version 1.1; proxy_request_buffering off; proxy_next_upstream error timeout non_idempotent; }',
+        }),
+    ],
+  ])(
+    'HELD: %s cannot resend a body it did not keep: the client gets 502 despite the retry settings, its retry the replay',
+    async (_name, proxy) => {
+      await withProxy({ framework, backend, origins: 2 }, proxy, async (p, s) => {
+        const big = { body: Buffer.alloc(200_000, 97), headers: { 'content-type': 'application/octet-stream' } };
+        expect((await post(`${p.url}/crash`, 'kept-no-body', big)).status).toBe(502);
+        expect(s.runs.crash).toBe(1);
+        s.slow.open();
+        await until(() => s.finished.crash === 1);
+        const retry = await post(`${p.url}/crash`, 'kept-no-body', big);
+        expect(retry.status).toBe(201);
+        expect(retry.headers['idempotent-replayed']).toBe('true');
+        expect(s.runs.crash).toBe(1);
+      });
+    },
+  );
 
   it('HELD: HAProxy `retry-on response-timeout` on one origin resends the POST to the same origin: 409, one run', async () => {
     await withProxy(
