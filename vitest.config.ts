@@ -38,6 +38,7 @@ export default defineConfig({
             'packages/*/test/**/*.int.test.ts',
             'examples/*/test/**/*.int.test.ts',
             'examples/*/test/**/*.e2e.test.ts',
+            'packages/*/test/**/*.e2e.test.ts',
             'examples/test/**/*.int.test.ts',
             'docs/test/**/*.test.ts',
             'benchmarks/test/**/*.int.test.ts',
