@@ -2,6 +2,7 @@
 // one). The client is bundled with esbuild and loaded by a page on one origin; the API, Express
 // with the idem middleware on a memoryStore, runs on another, with the CORS headers docs/client.md
 // gives (read from the docs, so the recipe itself is what is tested).
+import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -166,6 +167,11 @@ describe.runIf(hasChromium)('@idem/client in a real browser, cross-origin', () =
         if (req.query.expose === '0') {
           res.set('Access-Control-Expose-Headers', 'Idempotency-Key, Idempotent-Replayed, Date, Location');
         }
+        if (req.query.expose === 'nodate') {
+          res.set('Access-Control-Expose-Headers', 'Idempotency-Key, Idempotent-Replayed, Retry-After, Location');
+        }
+        // A server that exposes nothing.
+        if (req.query.expose === 'none') res.removeHeader('Access-Control-Expose-Headers');
         if (req.path.startsWith('/cred/')) res.set('Access-Control-Allow-Credentials', 'true');
       }
       if (req.method === 'OPTIONS') {
@@ -197,6 +203,35 @@ describe.runIf(hasChromium)('@idem/client in a real browser, cross-origin', () =
     app.get('/busy', (req, res) => {
       if (hit(`busy-${req.query.id}`) === 1) res.status(503).set('Retry-After', '1').type('text').send('busy');
       else res.json({ ok: true });
+    });
+    // The server's clock an hour behind the browser's: an HTTP-date Retry-After one second after the
+    // response's own Date means one second, and only a client that can read that Date knows it.
+    app.get('/busy-date', (req, res) => {
+      if (hit(`busy-date-${req.query.id}`) > 1) {
+        res.json({ ok: true });
+        return;
+      }
+      const serverNow = Date.now() - 3_600_000;
+      res
+        .status(503)
+        .set('Date', new Date(serverNow).toUTCString())
+        .set('Retry-After', new Date(serverNow + 1000).toUTCString())
+        .type('text')
+        .send('busy');
+    });
+    app.post('/mint', idempotency({ store, scope: () => 'page', mintKeys: true }), (_req, res) => {
+      res.status(201).json({ minted: true });
+    });
+    // 4096 random bytes, gzipped: the coded body is a little longer than the body itself.
+    const random = randomBytes(4096);
+    const gzipped = gzipSync(random);
+    app.get('/gz', (_req, res) => {
+      res.writeHead(200, {
+        'content-type': 'application/octet-stream',
+        'content-encoding': 'gzip',
+        'content-length': gzipped.length,
+      });
+      res.end(gzipped);
     });
     app.get('/down', (_req, res) => {
       ran('down');
@@ -311,6 +346,45 @@ describe.runIf(hasChromium)('@idem/client in a real browser, cross-origin', () =
     // The browser hides a header the server did not expose: the client sees none and backs off.
     expect(hidden).toMatchObject({ ok: true, status: 200 });
     expect(hidden.attempts[0]).toMatchObject({ status: 503, retryAfterMs: undefined, waitMs: 50 });
+  });
+
+  it('measures an HTTP-date Retry-After from the exposed Date, and adopts a minted key only where it is exposed', async () => {
+    const [dated, undated, minted, unseen] = await inPage(
+      page,
+      async (w, base) => {
+        const client = w.idem.createClient({ baseUrl: base, retry: { baseDelay: '50ms', jitter: 'none' } });
+        return Promise.all([
+          w.settle(client.get('/busy-date', { query: { id: 'exposed' } })),
+          w.settle(client.get('/busy-date', { query: { id: 'hidden', expose: 'nodate' } })),
+          w.settle(client.post('/mint', { a: 1 }, { idempotencyKey: false })),
+          w.settle(client.post('/mint?expose=none', { a: 1 }, { idempotencyKey: false })),
+        ]);
+      },
+      api,
+    );
+    expect(dated.attempts[0]).toMatchObject({ status: 503, retryAfterMs: 1000, waitMs: 1000 });
+    // Without Date the date is an hour past on the browser's clock: no wait asked, the backoff decides.
+    expect(undated.attempts[0]).toMatchObject({ status: 503, waitMs: 50 });
+    expect(undated.attempts[0]?.retryAfterMs ?? 0).toBe(0);
+    expect(minted).toMatchObject({ ok: true, status: 201 });
+    expect(minted.key).toMatch(/^[0-9a-f-]{36}$/);
+    expect(unseen).toMatchObject({ ok: true, status: 201, key: undefined });
+  });
+
+  // Was wrong: a cross-origin response shows a script no Content-Encoding (not exposed by the
+  // recipe, nor safelisted), so the client took the coded Content-Length for the body's length and
+  // refused a gzipped 4096-byte body under maxResponseBytes 4096 unread (response_too_large).
+  it('reads a compressed body whose decoded length fits maxResponseBytes, though its coded length does not', async () => {
+    const result = await inPage(
+      page,
+      async (w, base) => {
+        const client = w.idem.createClient({ baseUrl: base, maxResponseBytes: 4096 });
+        const settled = await w.settle(client.get('/gz', { parse: 'bytes' }));
+        return { ...settled, body: settled.body instanceof Uint8Array ? settled.body.length : settled.body };
+      },
+      api,
+    );
+    expect(result).toMatchObject({ ok: true, status: 200, body: 4096 });
   });
 
   it('a keyed POST that meets 409 (the first still running) waits its Retry-After and gets the one outcome', async () => {
