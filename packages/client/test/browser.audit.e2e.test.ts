@@ -572,7 +572,7 @@ describe.runIf(hasChromium)('@idem/client in a real browser, cross-origin', () =
         async (w, base) => {
           const client = w.idem.createClient({ baseUrl: base });
           // Not awaited: the page leaves while the handler runs.
-          void client.post('/charges?delay=800', { amount: 6 }, { idempotencyKey: 'browser-unload' });
+          void client.post('/charges?delay=2000', { amount: 6 }, { idempotencyKey: 'browser-unload' });
         },
         api,
       );
@@ -586,7 +586,7 @@ describe.runIf(hasChromium)('@idem/client in a real browser, cross-origin', () =
         tab,
         async (w, base) => {
           const client = w.idem.createClient({ baseUrl: base });
-          return w.settle(client.post('/charges?delay=800', { amount: 6 }, { idempotencyKey: 'browser-unload' }));
+          return w.settle(client.post('/charges?delay=2000', { amount: 6 }, { idempotencyKey: 'browser-unload' }));
         },
         api,
       );
