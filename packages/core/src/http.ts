@@ -1807,6 +1807,9 @@ function captureResponse(
   // A body stream handed to the response: if the server then destroys it, the handler had begun
   // its answer (see failedWhileAnswering). Shared: it marks the response, not this state.
   res.on('pipe', markPiped);
+  // Unpiped while still open (the handler chose to answer whole instead), it no longer answers: a
+  // client that leaves then leaves a working handler, not a stream cut short.
+  res.on('unpipe', markUnpiped);
   const capture: ResponseCapture & { [captureStateKey]: CaptureState } = Object.create(captureMethods);
   capture[captureStateKey] = state;
   state.handle = capture;
@@ -2371,6 +2374,14 @@ type PipedSource = { destroyed?: boolean; readableEnded?: boolean; errored?: unk
 
 function markPiped(this: Piped, source: unknown) {
   this[pipedKey] = typeof source === 'object' && source !== null ? (source as PipedSource) : true;
+}
+
+// The source stays marked as once piped (a destroy after it is still a failed answer), but is no
+// longer held: what `livePipeInto` asks is whether a body stream is piped into the response now.
+// Only a response still open forgets it: the unpipe a close brings (over HTTP/2 before the
+// response's own 'close' is seen) is the pipe stopping with it, which `livePipeInto` is about.
+function markUnpiped(this: Piped, source: unknown) {
+  if (this[pipedKey] === source && !destroyedOf(this)) this[pipedKey] = true;
 }
 
 /**
