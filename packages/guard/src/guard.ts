@@ -299,7 +299,8 @@ export interface Guard {
  * What {@link Guard.refreshKeys} did for one issuer: `fetched` (the set was fetched and taken in),
  * `failed` (the fetch failed or its set was refused: the keys held stay, a `jwks-fetch` event says
  * why), or `configured` (keys given in the options, or a `jwks` function read on every lookup:
- * nothing to fetch).
+ * nothing to fetch; a function's set is read again all the same, so the tokens cached under a key
+ * it no longer holds are dropped).
  */
 export interface KeyRefresh {
   readonly issuer: string;
@@ -997,7 +998,12 @@ export function guardFromEngine(
       return Promise.all(
         chosen.map(async (issuer): Promise<KeyRefresh> => {
           if (issuer === undefined) throw new TypeError(`refreshKeys: issuer ${String(only)} is not configured`);
-          if (issuer.keys.reload === undefined) return { issuer: issuer.issuer, outcome: 'configured' };
+          if (issuer.keys.reload === undefined) {
+            // A `jwks` function is read on every lookup, but a cached token's hit reads nothing: read
+            // now, a key withdrawn from it takes the tokens cached under it along.
+            await issuer.keys.reread?.();
+            return { issuer: issuer.issuer, outcome: 'configured' };
+          }
           return { issuer: issuer.issuer, outcome: (await issuer.keys.reload()) ? 'fetched' : 'failed' };
         }),
       );

@@ -45,6 +45,11 @@ export interface KeySource {
    * fetch succeeded. Absent on sources with nothing to fetch.
    */
   reload?(): Promise<boolean>;
+  /**
+   * Reads a set held in memory again now (a `jwks` function's), so that tokens cached under a key it
+   * no longer holds are dropped at once: a cache hit never reads the set. Absent on other sources.
+   */
+  reread?(): Promise<void>;
 }
 
 /**
@@ -146,6 +151,9 @@ export function liveKeySource(
     },
     usable: () => true,
     refreshIfDue: () => {},
+    async reread() {
+      await load();
+    },
   };
 }
 
