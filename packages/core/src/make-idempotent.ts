@@ -261,7 +261,9 @@ type WellFormedCheck = string & { isWellFormed(): boolean };
 
 function encode(result: unknown): StoredResponse {
   if (result === undefined) return { status: 200, headers: { [kind]: 'undefined' }, body: new Uint8Array() };
-  if (result instanceof Uint8Array) return { status: 200, headers: { [kind]: 'bytes' }, body: result };
+  // A copy: the handler's own buffer goes back to its caller, who may refill it (a pooled buffer)
+  // while a completion that failed is tried again in the background, after this call returned.
+  if (result instanceof Uint8Array) return { status: 200, headers: { [kind]: 'bytes' }, body: Uint8Array.from(result) };
   const text = JSON.stringify(result); // throws on a BigInt or a cycle
   if (text === undefined) throw new TypeError(`a ${typeof result} result is not JSON`);
   return { status: 200, headers: { [kind]: 'json' }, body: Buffer.from(text) };
