@@ -94,6 +94,41 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(throttled.count()).toBe(1);
   });
 
+  it('a crashed row (lease over) is held without touching its claim; a row leased to a live claim is left alone', async () => {
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(429, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await seed(throttled.url, 0, 0);
+    // Another relay's claims: one whose lease ran out (it died mid-attempt), one still live.
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body, attempts, claims, locked_by, locked_until, next_attempt_at) VALUES
+         ('evt_crashed', $1, convert_to('{}', 'UTF8'), 1, 1, 'relay-dead', now() - interval '1 second', now() - interval '10 seconds'),
+         ('evt_leased', $1, convert_to('{}', 'UTF8'), 1, 1, 'relay-live', now() + interval '1 minute', now() - interval '10 seconds')`,
+      [throttled.url],
+    );
+    const sender = createSender({ secret: SECRET, timeout: '2s', schedule: { base: '1s' }, random: () => 0.5 });
+    const relay = outbox.relay({ db: pool, sender, batchSize: 1, lease: '5s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+    const byId = Object.fromEntries(
+      (
+        await pool.query(
+          `SELECT id, attempts, claims, locked_by, extract(epoch FROM next_attempt_at - now())::float8 AS s
+             FROM "${table}" WHERE id IN ('evt_crashed', 'evt_leased')`,
+        )
+      ).rows.map((row: { id: string }) => [row.id, row]),
+    );
+    // Held as long as the answered row waits; its claim untouched, so a late result of that claim
+    // still passes the fence, and a takeover still finds it crashed.
+    expect(byId.evt_crashed).toMatchObject({ attempts: 1, claims: 1, locked_by: 'relay-dead' });
+    expect(byId.evt_crashed.s).toBeGreaterThan(110);
+    // In flight with a live claim: left to it.
+    expect(byId.evt_leased).toMatchObject({ attempts: 1, claims: 1, locked_by: 'relay-live' });
+    expect(byId.evt_leased.s).toBeLessThan(0);
+    expect(throttled.count()).toBe(1);
+  });
+
   // Was wrong: the hold is the answered event's own wait, which is its backoff whenever that is longer
   // than the Retry-After: an event deep in its retries (backoff near the 1 h cap) that meets
   // `429, Retry-After: 5` puts every fresh event of the URL off for its half hour, though the endpoint
