@@ -129,6 +129,44 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(throttled.count()).toBe(1);
   });
 
+  // Was wrong: a hold that puts a row's next attempt past its horizon leaves it pending, where the
+  // row's own wait ending past the horizon dead-letters it at once ('horizon', `ending` in outbox.ts).
+  // It then sits until the hold ends and the claim that finds it dead-letters it without an attempt:
+  // the dead letter (and whatever watches for one) comes up to `maxRetryAfter` late, and the table
+  // shows it waiting for an attempt that will never be made. Needs a decision: dead-letter such a row
+  // in the hold (one that was attempted; a first attempt is always made), or hold it only up to its
+  // horizon (its last attempt then comes before the endpoint's wait has ended), or leave it as now.
+  it.fails('a row the hold puts past its horizon is dead-lettered at once, as its own wait would', async () => {
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(429, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await seed(throttled.url, 0, 0);
+    // Tried once, 10 s before its 1 h horizon ends, waiting for its next attempt in 1 s.
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body, attempts, claims, created_at, next_attempt_at)
+       VALUES ('evt_late', $1, convert_to('{}', 'UTF8'), 1, 1,
+               now() - interval '59 minutes 50 seconds', now() + interval '1 second')`,
+      [throttled.url],
+    );
+    const sender = createSender({
+      secret: SECRET,
+      timeout: '2s',
+      schedule: { base: '1s', horizon: '1h' },
+      random: () => 0.5,
+    });
+    const relay = outbox.relay({ db: pool, sender, batchSize: 1, lease: '5s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+    const [late] = (
+      await pool.query(
+        `SELECT status, dead_reason, extract(epoch FROM next_attempt_at - now())::float8 AS s
+           FROM "${table}" WHERE id = 'evt_late'`,
+      )
+    ).rows;
+    expect(late).toMatchObject({ status: 'dead', dead_reason: 'horizon' });
+  });
+
   // Was wrong: the hold is the answered event's own wait, which is its backoff whenever that is longer
   // than the Retry-After: an event deep in its retries (backoff near the 1 h cap) that meets
   // `429, Retry-After: 5` puts every fresh event of the URL off for its half hour, though the endpoint
