@@ -32,6 +32,8 @@ async function endpoint(handler: (request: IncomingMessage, response: ServerResp
   };
 }
 
+type HeldRow = { id: string; attempts: number; claims: number; locked_by: string | null; s: number };
+
 describe.skipIf(!available)('the relay holds a throttling URL', () => {
   const pool = testPool({ max: 4 });
   const table = uniqueTable('hold');
@@ -117,8 +119,8 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
           `SELECT id, attempts, claims, locked_by, extract(epoch FROM next_attempt_at - now())::float8 AS s
              FROM "${table}" WHERE id IN ('evt_crashed', 'evt_leased')`,
         )
-      ).rows.map((row: { id: string }) => [row.id, row]),
-    );
+      ).rows.map((row: HeldRow) => [row.id, row]),
+    ) as Record<'evt_crashed' | 'evt_leased', HeldRow>;
     // Held as long as the answered row waits; its claim untouched, so a late result of that claim
     // still passes the fence, and a takeover still finds it crashed.
     expect(byId.evt_crashed).toMatchObject({ attempts: 1, claims: 1, locked_by: 'relay-dead' });
