@@ -751,21 +751,39 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     };
 
     // An endpoint that answered 429, or any status with a Retry-After (a 503 during maintenance), spoke
-    // for itself, not for the one event: its other waiting events wait as long as this one does, so a
-    // backlog does not keep knocking at the rate the endpoint asked to leave. Leased rows (in flight
-    // with another claim) are left to their claim; none counts an attempt, and none is moved earlier.
-    // A hold that fails only lets the other events be tried sooner: reported, never the row's failure.
-    const holdUrl = async (url: string, waitMs: number) => {
-      await db
-        .query(
+    // for itself, not for the one event: its other waiting events wait as if each had been answered
+    // the same on a first attempt (the Retry-After, up to maxRetryAfter, or a first retry's backoff),
+    // so a backlog does not keep knocking at the rate the endpoint asked to leave. Not the answered
+    // row's own wait: deep in its retries that is its backoff, up to the cap, far longer than the
+    // endpoint asked. None counts an attempt, none is moved earlier, and leased rows (in flight with
+    // another claim) are left to it. A row already attempted whose horizon ends before the hold does
+    // is dead-lettered now, as its own wait past the horizon would have it ('horizon'), with the lost
+    // attempt of a crashed claim recorded as a takeover would (withLost). Returns how many it
+    // dead-lettered; a hold that fails only lets the others be tried sooner: reported, never the row's
+    // failure.
+    const holdUrl = async (url: string, retryAfterMs: number | undefined): Promise<number> => {
+      const holdMs = sender.nextDelay(1, retryAfterMs);
+      const until = `now() + ($2::double precision * interval '1 millisecond')`;
+      const pastHorizon = `(attempts >= 1 AND ${until} > ${horizonEnds('', '$3')})`;
+      try {
+        const result = await db.query(
           `UPDATE ${table}
-            SET next_attempt_at = now() + ($2::double precision * interval '1 millisecond')
-          WHERE url = $1 AND status = 'pending'
-            AND next_attempt_at < now() + ($2::double precision * interval '1 millisecond')
-            AND (locked_until IS NULL OR locked_until <= now())`,
-          [url, waitMs],
-        )
-        .catch((error: unknown) => notify(relayOptions.onError, withoutCommandValues(error)));
+              SET status = CASE WHEN ${pastHorizon} THEN 'dead' ELSE status END,
+                  dead_reason = CASE WHEN ${pastHorizon} THEN 'horizon' ELSE dead_reason END,
+                  history = CASE WHEN ${pastHorizon} THEN ${withLost('')} ELSE history END,
+                  locked_until = CASE WHEN ${pastHorizon} THEN NULL ELSE locked_until END,
+                  locked_by = CASE WHEN ${pastHorizon} THEN NULL ELSE locked_by END,
+                  next_attempt_at = ${until}
+            WHERE url = $1 AND status = 'pending' AND next_attempt_at < ${until}
+              AND (locked_until IS NULL OR locked_until <= now())
+        RETURNING status`,
+          [url, holdMs, horizonParam],
+        );
+        return (result.rows as { status: string }[]).filter((row) => row.status === 'dead').length;
+      } catch (error) {
+        notify(relayOptions.onError, withoutCommandValues(error));
+        return 0;
+      }
     };
 
     // A row whose relay died mid-attempt, taken over: that attempt may have reached the endpoint, and
@@ -804,8 +822,15 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // 410 says the endpoint is gone (Standard Webhooks: disable it), not just this event: the
       // other events waiting for the same URL are dead-lettered too instead of each finding out.
       if (stop === 'gone' && status === 'dead') round.dead += await disableUrl(row.url);
-      else if (status === 'pending' && (attempt.status === 429 || attempt.retryAfterMs !== undefined))
-        await holdUrl(row.url, waitMs);
+      // Whatever became of this row (waiting, or dead on its last attempt): the endpoint asked all the
+      // same. Not when this claim was fenced off: the claim that took the row over decides.
+      else if (
+        status !== 'fenced' &&
+        !delivered &&
+        stop !== 'gone' &&
+        (attempt.status === 429 || attempt.retryAfterMs !== undefined)
+      )
+        round.dead += await holdUrl(row.url, attempt.retryAfterMs);
       return status;
     };
 

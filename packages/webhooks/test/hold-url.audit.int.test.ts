@@ -72,6 +72,23 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
       )
     ).rows.map((row: { s: number }) => row.s);
 
+  // Was wrong: only an answered row that went on waiting held its URL; one answered 429 on its last
+  // attempt (dead-lettered, max-attempts) held nothing, though the endpoint asked all the same.
+  it('a 429 on an event’s last attempt still holds the URL’s other events', async () => {
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(429, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await seed(throttled.url, 2, 2);
+    const sender = createSender({ secret: SECRET, timeout: '2s', schedule: { maxAttempts: 3 }, random: () => 0.5 });
+    const relay = outbox.relay({ db: pool, sender, batchSize: 1, lease: '5s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, dead: 1 });
+    const held = await freshHeldFor();
+    expect(held).toHaveLength(2);
+    for (const seconds of held) expect(seconds).toBeGreaterThan(110);
+  });
+
   it('a Retry-After past maxRetryAfter holds the URL for the cap, not for what was asked', async () => {
     const throttled = await endpoint((_request, response) => {
       response.writeHead(429, { 'retry-after': '999999' });
@@ -131,14 +148,11 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(throttled.count()).toBe(1);
   });
 
-  // Was wrong: a hold that puts a row's next attempt past its horizon leaves it pending, where the
-  // row's own wait ending past the horizon dead-letters it at once ('horizon', `ending` in outbox.ts).
-  // It then sits until the hold ends and the claim that finds it dead-letters it without an attempt:
-  // the dead letter (and whatever watches for one) comes up to `maxRetryAfter` late, and the table
-  // shows it waiting for an attempt that will never be made. Needs a decision: dead-letter such a row
-  // in the hold (one that was attempted; a first attempt is always made), or hold it only up to its
-  // horizon (its last attempt then comes before the endpoint's wait has ended), or leave it as now.
-  it.fails('a row the hold puts past its horizon is dead-lettered at once, as its own wait would', async () => {
+  // Was wrong: a hold that put a row's next attempt past its horizon left it pending, where the row's
+  // own wait ending past the horizon dead-letters it at once ('horizon', `ending` in outbox.ts): it
+  // sat until the hold ended and the claim that found it dead-lettered it without an attempt, up to
+  // `maxRetryAfter` late. Decided: the hold dead-letters such a row (one already attempted) at once.
+  it('a row the hold puts past its horizon is dead-lettered at once, as its own wait would', async () => {
     const throttled = await endpoint((_request, response) => {
       response.writeHead(429, { 'retry-after': '120' });
       response.end();
@@ -169,14 +183,12 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(late).toMatchObject({ status: 'dead', dead_reason: 'horizon' });
   });
 
-  // Was wrong: the hold is the answered event's own wait, which is its backoff whenever that is longer
-  // than the Retry-After: an event deep in its retries (backoff near the 1 h cap) that meets
-  // `429, Retry-After: 5` puts every fresh event of the URL off for its half hour, though the endpoint
-  // asked for 5 s (docs/webhooks.md: "as long as the answered row waits"). Expected: the URL is held
-  // for what the endpoint asked (the capped Retry-After). Needs a decision: hold for the capped
-  // Retry-After alone when one came; for a bare 429, the backoff of a first retry, a fixed throttle
-  // (Svix: 60 s), or the answered row's wait as now.
-  it.fails('a Retry-After of 5 s from an event deep in its backoff holds the fresh events 5 s, not its half hour', async () => {
+  // Was wrong: the hold was the answered event's own wait, which is its backoff whenever that is
+  // longer than the Retry-After: an event deep in its retries (backoff near the 1 h cap) that met
+  // `429, Retry-After: 5` put every fresh event of the URL off for its half hour, though the endpoint
+  // asked for 5 s. Decided: the others wait as if each had been answered the same on a first attempt
+  // (`sender.nextDelay(1, retryAfter)`: the capped Retry-After, or a first retry's backoff).
+  it('a Retry-After of 5 s from an event deep in its backoff holds the fresh events as a first retry waits, not its half hour', async () => {
     const throttled = await endpoint((_request, response) => {
       response.writeHead(429, { 'retry-after': '5' });
       response.end();
@@ -196,6 +208,10 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(old.last_attempt.waitMs).toBe(1_800_000);
     const held = await freshHeldFor();
     expect(held).toHaveLength(3);
-    for (const seconds of held) expect(seconds).toBeLessThanOrEqual(5);
+    // As a first retry of each would wait: max(its backoff, 1 min × 0.5, and the 5 s asked) = 30 s.
+    for (const seconds of held) {
+      expect(seconds).toBeGreaterThan(25);
+      expect(seconds).toBeLessThanOrEqual(30);
+    }
   });
 });
