@@ -2,7 +2,7 @@ import { Buffer } from 'node:buffer';
 import { notify } from './notify.js';
 import { assertKnownOptions } from './option-names.js';
 import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, Store, StoreRecord } from './store.js';
-import { ResponseTooLargeError } from './stored-response.js';
+import { ResponseTooLargeError, storedResponseSize } from './stored-response.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -393,8 +393,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     // A response over the whole budget is refused (see complete): declared, so the adapters settle
     // it in advance as one over their own maxResponseBytes (kept, by the default policy, as
     // response_not_replayable) instead of handing it over, whose refusal would release the key and
-    // let a retry run the operation again. (The store counts the record's id, token and fingerprint
-    // too, so a response within those few bytes of the budget is still refused here, unannounced.)
+    // let a retry run the operation again. Refused here by the same measure (see complete).
     maxResponseBytes: maxBytes,
     get size() {
       return entries.size;
@@ -444,9 +443,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // Copies of headers and body: the caller may reuse its objects, and a replay must be the bytes
       // of this moment. Completed in place: the entry moves to its retention's lane.
       const body = response.body;
-      const size = sizeOf(id, token, existing.fingerprint, response.headers, body.byteLength);
-      // Kept, it would push out every other record and still be over: refused as a capped store does.
-      if (size > maxBytes) throw new ResponseTooLargeError(size, maxBytes);
+      // Refused when the response alone is over the budget, measured as the declared cap
+      // (`maxResponseBytes`) is measured by those who keep to it: the adapters and makeIdempotent
+      // check it in advance and keep the key as unreplayable. Measured here with the record's id,
+      // token and fingerprint too, a response just under the declared cap was refused unannounced,
+      // its key released, and the retry ran the operation again.
+      const responseSize = storedResponseSize(response);
+      if (responseSize > maxBytes) throw new ResponseTooLargeError(responseSize, maxBytes);
+      // Counted at most as the whole budget: such a record pushes out every other one and stays, a few
+      // bytes (its id, token and fingerprint) over what it counts.
+      const size = Math.min(maxBytes, sizeOf(id, token, existing.fingerprint, response.headers, body.byteLength));
       existing.completed = true;
       existing.status = response.status;
       existing.headers = { ...response.headers };

@@ -33,8 +33,8 @@ export class ResponseTooLargeError extends Error {
   override readonly name = 'ResponseTooLargeError' as const;
   readonly code = 'response_too_large' as const;
   /**
-   * Size of the response as {@link storedResponseSize} measures it (status, headers and body); from
-   * `memoryStore`, the size of the whole record as its `maxBytes` counts it.
+   * Size of the response as {@link storedResponseSize} measures it (status, headers and body), from
+   * every store of this project, `memoryStore` included.
    */
   readonly bytes: number;
   /** The store's `maxResponseBytes` (`memoryStore`'s `maxBytes`, the budget a single record is over). */

@@ -64,16 +64,13 @@ describe('makeIdempotent: a store that fails mid-complete', () => {
 });
 
 describe("makeIdempotent: the memory store's cap", () => {
-  // Was wrong: the memory store declares its whole budget (`maxBytes`) as its `maxResponseBytes`,
-  // but counts a record's id, token and fingerprint against it besides the response, which
+  // Was wrong: the memory store declared its whole budget (`maxBytes`) as its `maxResponseBytes`,
+  // but counted a record's id, token and fingerprint against it besides the response, which
   // `storedResponseSize` does not. A result between the two (here 4,060 characters under a 4 KiB
-  // store) passed makeIdempotent's check (and an HTTP adapter's), was refused by the store
-  // (ResponseTooLargeError), and the engine freed the key after the effect: the redelivery ran the
-  // handler again. Needs a decision: the memory store declares `maxBytes` less the most a record's
-  // id, token and fingerprint take, or measures its refusal with `storedResponseSize` (and lets
-  // eviction deal with the rest), or the engine keeps a key a store refused as too large as
-  // unreplayable instead of freeing it.
-  it.fails('a result within the declared cap but over what the store counts is never run twice', async () => {
+  // store) passed makeIdempotent's check (and an HTTP adapter's), was refused by the store, and the
+  // engine freed the key after the effect: the redelivery ran the handler again. The store now
+  // refuses by `storedResponseSize` and keeps such a record a few bytes over its budget.
+  it('a result within the declared cap but over what the store counts is never run twice', async () => {
     const clock = { now: 1_700_000_000_000 };
     const store = memoryStore({ maxBytes: 4096, now: () => clock.now });
     const engine = createIdempotency({ store, heartbeat: false, now: () => clock.now });
