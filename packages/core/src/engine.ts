@@ -238,8 +238,9 @@ export const settleNow = Symbol('idem settle now');
 export interface SettleNow {
   /**
    * With `keep`, the response is stored whatever the outcome policy says, with the default
-   * retention: the HTTP layer's answer for an execution whose own outcome can never be known (a
-   * timeout answered while the handler ran), which must not run again.
+   * retention or, when longer, the one the policy gives a success (200) of the operation: the HTTP
+   * layer's answer for an execution whose own outcome can never be known (a timeout answered while
+   * the handler ran), which must not run again.
    */
   complete(
     lease: Lease,
@@ -793,6 +794,14 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       return retentionMs;
     }
   };
+  // A key kept whatever the policy says (an execution whose own outcome can never be known) is kept
+  // at least as long as the policy would keep a success of its operation: the handler ran on, most
+  // likely to success, and a policy that keeps one operation's outcomes longer than the default
+  // retention must not see that key run again sooner. Asked only on that rare path.
+  const keptAtLeastAsSuccess = (operation: string) => {
+    const success = retentionFor(200, operation);
+    return success === undefined || success <= retentionMs ? storeIt : { store: true as const, retentionMs: success };
+  };
   // The policy judges `outcome.status` when given (the status the client was sent, for a response
   // stored in another form), else the status of the response stored.
   const decide = (response: StoredResponse, outcome: Partial<Outcome> | undefined, lease: Lease) => {
@@ -869,7 +878,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     const state = lease as LeaseState;
     if (!state || typeof state.token !== 'string') throw new TypeError('complete needs the lease returned by begin');
     if (state.lost && outcome?.thrown === true) return settleAsCrash(state, outcome.status ?? response.status);
-    const decision = keep ? storeIt : decide(response, outcome, lease);
+    const decision = keep ? keptAtLeastAsSuccess(lease.operation) : decide(response, outcome, lease);
     if (!decision.store) {
       const released = releaseNow(lease);
       const status = outcome?.status ?? response.status;

@@ -182,3 +182,30 @@ describe.each([
     expect(retry.headers['idempotent-replayed']).toBe('true');
   });
 });
+
+// Was wrong: a key kept for an answer written while its handler ran took the default retention (24 h)
+// whatever the policy function gave the operation: with payments kept 7 days, a retry on day 2 ran
+// the payment again. It is now kept at least as long as the policy keeps a success of the operation.
+describe('answered for a running handler, with a policy function that keeps the operation longer', () => {
+  it('the kept key lasts as long as a success of the operation would, not the default retention', async () => {
+    let t = 1_700_000_000_000;
+    const store = memoryStore({ now: () => t });
+    const week: OutcomePolicy = ({ operation }) => ({
+      store: true,
+      retention: operation === 'POST /charges' ? '7d' : '1h',
+    });
+    const app = await serve(store, week);
+    const first = app.post('k');
+    await waitFor(() => app.runs.length === 1);
+    const run = app.runs[0] as Run;
+    timeoutAnswer(run.res);
+    expect((await first).status).toBe(503);
+    settled(run);
+    await waitFor(() => app.events.some((event) => event.type === 'complete'));
+    t += 2 * 24 * 3_600_000;
+    const retry = await app.post('k');
+    expect(retry.status).toBe(500);
+    expect(JSON.parse(retry.body.toString())).toMatchObject({ code: 'response_not_replayable' });
+    expect(app.runs).toHaveLength(1);
+  });
+});
