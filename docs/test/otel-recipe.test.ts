@@ -225,6 +225,72 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     expect(logs.at(-1)).toMatchObject({ level: 'warn', msg: 'idempotency store error', phase: 'complete' });
   });
 
+  // Was wrong (audit of a support engineer's day with one key): the warnings for a response served
+  // but not stored, a failing storeOutcome and a store error carried no record id, so the engineer
+  // who computed `recordId(scope, operation, key)` from a ticket found none of them (a `500
+  // response_not_replayable` ticket most of all); only mismatch and lease-lost lines had it.
+  it('names the record in every log line about one, so the record id of a ticket finds them all', async () => {
+    const store = memoryStore();
+    const failing: Store = {
+      ...store,
+      complete: () => Promise.reject(new StoreUnavailableError('Redis write failed')),
+    };
+    const engine = createIdempotency({
+      store: failing,
+      storeOutcome: () => {
+        throw new Error('policy bug');
+      },
+      onEvent: (e) => telemetry.onIdempotencyEvent(e),
+    });
+    const started = await engine.begin({ key: 'k-ticket', scope: 's', operation: 'POST /tickets', fingerprint: 'f' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const from = logs.length;
+    await engine.complete(started.lease, { status: 201, headers: {}, body: new Uint8Array() });
+    telemetry.onIdempotencyEvent({
+      type: 'response-not-stored',
+      reason: 'too-large',
+      id: started.lease.id,
+      operation: 'POST /tickets',
+      status: 201,
+      at: 0,
+    });
+    const lines = logs.slice(from);
+    expect(lines.map((line) => line.msg)).toEqual(
+      expect.arrayContaining([
+        'storeOutcome failed; the outcome was stored',
+        'idempotency store error',
+        'response served but not stored',
+      ]),
+    );
+    for (const line of lines) expect(line).toMatchObject({ record: started.lease.id });
+  });
+
+  // Was wrong (same audit): a claim that took a crashed attempt's key over (`recovered: true`, "an
+  // operation that may have run twice", the events table says to alert on them) was counted as any
+  // claim and logged nowhere, so neither the alert nor a "charged twice" ticket could find it.
+  it('counts a claim that took over a crashed attempt apart, and logs it with its record', async () => {
+    let t = 1_000_000;
+    const now = () => t;
+    const engine = createIdempotency({
+      store: memoryStore({ now }),
+      now,
+      lease: '1s',
+      heartbeat: false,
+      onEvent: (e) => telemetry.onIdempotencyEvent(e),
+    });
+    const input = { key: 'k-crash', scope: 's', operation: 'POST /payouts', fingerprint: 'f' };
+    const crashed = await engine.begin(input);
+    if (crashed.kind !== 'execute') throw new Error('expected execute');
+    t += 2_000;
+    const recovered = await engine.begin(input);
+    if (recovered.kind !== 'execute') throw new Error('expected execute');
+    expect(recovered.lease.recovered).toBe(true);
+    const op = { 'idem.operation': 'POST /payouts', 'idem.result': 'claim' };
+    expect(sum('idem.requests', op)).toBe(2);
+    expect(sum('idem.requests', { ...op, 'idem.recovered': true })).toBe(1);
+    expect(logs.at(-1)).toMatchObject({ level: 'warn', record: recovered.lease.id, operation: 'POST /payouts' });
+  });
+
   it('counts refused requests by code, without a log line (a misbehaving client would fill the log)', async () => {
     const http = createHttpIdempotency({ store: memoryStore(), onEvent: (e) => telemetry.onIdempotencyEvent(e) });
     const logged = logs.length;
