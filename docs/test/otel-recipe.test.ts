@@ -291,6 +291,31 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     expect(logs.at(-1)).toMatchObject({ level: 'warn', record: recovered.lease.id, operation: 'POST /payouts' });
   });
 
+  // Was wrong (same audit): a 5xx the outcome policy released ('stripe', 'success', or a function)
+  // left no trace of its record: counted under idem.outcomes only. Its retry runs the operation
+  // again, which is the whole answer to a "charged twice" ticket after an outage, and the engineer
+  // holding the record id found nothing. A released 4xx (401, 429) stays unlogged: it is routine.
+  it('logs a released 5xx with its record (its retry runs again), not a released 4xx', async () => {
+    const engine = createIdempotency({
+      store: memoryStore(),
+      storeOutcome: 'success',
+      onEvent: (e) => telemetry.onIdempotencyEvent(e),
+    });
+    const from = logs.length;
+    const run = async (key: string, status: number) => {
+      const started = await engine.begin({ key, scope: 's', operation: 'POST /refunds', fingerprint: 'f' });
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      await engine.complete(started.lease, { status, headers: {}, body: new Uint8Array() });
+      return started.lease.id;
+    };
+    await run('k-429', 429);
+    const id = await run('k-503', 503);
+    expect(sum('idem.outcomes', { 'idem.operation': 'POST /refunds', 'idem.outcome': 'not-stored' })).toBe(2);
+    expect(logs.slice(from)).toEqual([
+      expect.objectContaining({ level: 'warn', record: id, status: 503, operation: 'POST /refunds' }),
+    ]);
+  });
+
   it('counts refused requests by code, without a log line (a misbehaving client would fill the log)', async () => {
     const http = createHttpIdempotency({ store: memoryStore(), onEvent: (e) => telemetry.onIdempotencyEvent(e) });
     const logged = logs.length;
