@@ -10,7 +10,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { type IdempotencyEvent, memoryStore, type Store, type StoreRecord } from '@idem/core';
+import {
+  createIdempotency,
+  type IdempotencyEvent,
+  makeIdempotent,
+  memoryStore,
+  recordId,
+  type Store,
+  type StoreRecord,
+} from '@idem/core';
 import { idempotency } from '@idem/express';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
@@ -209,6 +217,19 @@ describe('investigating one key: the record id and the Store contract (memory st
     } finally {
       await server.close();
     }
+  });
+
+  it('makeIdempotent: the record id is recordId of the empty scope, the operation option and the key', async () => {
+    const events: IdempotencyEvent[] = [];
+    const engine = createIdempotency({ store: memoryStore(), onEvent: (event) => void events.push(event) });
+    const processOrder = makeIdempotent(async (order: { id: string }) => order.id, {
+      engine,
+      operation: 'processOrder',
+      key: (order) => order.id,
+      payload: (order) => JSON.stringify(order),
+    });
+    await processOrder({ id: 'order-9f1c' });
+    expect(events.find((e) => e.type === 'claim')?.id).toBe(recordId('', 'processOrder', 'order-9f1c'));
   });
 
   it('a stuck key is freed with store.release and its token: the retry runs, the old holder is fenced', async () => {
