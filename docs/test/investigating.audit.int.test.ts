@@ -450,8 +450,8 @@ describe.runIf(withPostgres)('investigating one key on PostgreSQL, with psql', (
     await until(async () => (await recipe.inspectRecord(store, id))?.state === 'in_progress', 'the claim');
     const row = await inspect(id);
     expect(row).toMatchObject({ state: 'in_progress', status: '', expired: 'f' });
-    expect(row?.lease_left).toMatch(/^00:00:0[0-3]\./);
-    expect(row?.expires_in).toMatch(/^1 day 00:00:0[0-3]\./);
+    expect(row?.lease_left).toMatch(/^00:00:0[0-3](\.\d+)?$/);
+    expect(row?.expires_in).toMatch(/^1 day 00:00:0[0-3](\.\d+)?$/);
     expect((await server.post(key)).status).toBe(409);
 
     expect(await forget(id, row?.token ?? '', row?.state ?? '')).toEqual({ id });
