@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { principalScope } from '@idem/core';
+import { type IdempotencyEvent, principalScope } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { PostgresStore, PostgresTransaction } from '@idem/postgres';
@@ -28,6 +28,8 @@ export interface ChargeRouteOptions {
   outbox: Outbox;
   /** Where the `payment.succeeded` event goes (the webhook receiver's endpoint). */
   webhookUrl: string;
+  /** Told the idempotency events of the route (the API's `onIdempotencyEvent`). */
+  onEvent?: (event: IdempotencyEvent) => void;
 }
 
 function checkCharge(body: Record<string, unknown>): Checked<{ amount: number; currency: string }> {
@@ -78,6 +80,7 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       scope: (req) => principalScope(req.auth, { perClient: true }),
       // A 5xx rolls the whole transaction back (charge and event included): nothing happened.
       storeOutcome: releaseServerErrors,
+      ...(options.onEvent ? { onEvent: options.onEvent } : {}),
     }),
     async (req: Request, res: Response) => {
       const context = req.idempotency;

@@ -1,4 +1,4 @@
-import { principalScope, type Store } from '@idem/core';
+import { type IdempotencyEvent, principalScope, type Store } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
@@ -41,7 +41,10 @@ export interface Photo {
  * registerPhotoRoutes(app, { db, store: redisStore({ client: redis, prefix: 'idem:reference-api:' }) });
  * ```
  */
-export function registerPhotoRoutes(app: Express, options: { db: Database; store: Store }): void {
+export function registerPhotoRoutes(
+  app: Express,
+  options: { db: Database; store: Store; onEvent?: (event: IdempotencyEvent) => void },
+): void {
   const { db } = options;
 
   app.post(
@@ -68,6 +71,7 @@ export function registerPhotoRoutes(app: Express, options: { db: Database; store
       scope: (req) => principalScope(req.auth, { perClient: true }),
       // The insert is the only effect and a single statement: a 5xx means it did not happen.
       storeOutcome: releaseServerErrors,
+      ...(options.onEvent ? { onEvent: options.onEvent } : {}),
     }),
     async (req: Request, res: Response) => {
       const context = req.idempotency;

@@ -1,4 +1,4 @@
-import type { Duration } from '@idem/core';
+import type { Duration, IdempotencyEvent } from '@idem/core';
 import { createInternalTokenIssuer, type IssuerOptions } from '@idem/guard';
 import { postgresStore } from '@idem/postgres';
 import type { RedisClientLike } from '@idem/redis';
@@ -42,6 +42,8 @@ export interface ResourceStackOptions {
   fetch?: typeof globalThis.fetch;
   /** How often expired idempotency records (the API's and the receiver's) are deleted, in milliseconds. Default ten minutes. */
   purgeEveryMs?: number;
+  /** The API's idempotency events (`startApi`'s `onIdempotencyEvent`; default: a line on stderr for those worth a look). */
+  onApiIdempotencyEvent?: (event: IdempotencyEvent) => void;
 }
 
 /** The running resource side of the reference app. */
@@ -118,6 +120,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       webhookSecret,
       ...(options.relay === undefined ? {} : { relay: options.relay }),
       ...(options.redis ? { redis: options.redis } : {}),
+      ...(options.onApiIdempotencyEvent ? { onIdempotencyEvent: options.onApiIdempotencyEvent } : {}),
       ...now,
     });
     started.push(api);

@@ -1,6 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Duration } from '@idem/core';
+import type { Duration, IdempotencyEvent } from '@idem/core';
 import { internalAuth } from '@idem/express';
 import { createInternalVerifier, type Guard, type LocalJwks } from '@idem/guard';
 import { postgresStore } from '@idem/postgres';
@@ -15,6 +15,7 @@ import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { webhookSchedule } from '../webhook-schedule.js';
 import { registerChargeRoutes } from './charges.js';
+import { logIdempotencyEvent } from './idempotency-log.js';
 import { registerPhotoRoutes } from './photos.js';
 import { sendProblem } from './problem.js';
 import { registerSettingsRoutes } from './settings.js';
@@ -64,6 +65,13 @@ export interface ApiOptions {
    * Charges stay on the SQL store either way: their key commits with the charge and its event.
    */
   redis?: { client: RedisClientLike; prefix?: string };
+  /**
+   * Told every idempotency event of the API's keyed routes (`POST /charges`, `POST /photos`), with
+   * its record id, never the key. Default: one line on stderr for each event an operator should look
+   * at (a store error, a lost lease, a claim that took over a crashed attempt, ...; see
+   * {@link logIdempotencyEvent}), nothing for a claim, a replay or a completion.
+   */
+  onIdempotencyEvent?: (event: IdempotencyEvent) => void;
 }
 
 /** A running API. */
@@ -117,9 +125,11 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   const app = express();
   app.disable('x-powered-by');
   app.use(internalAuth(verifier));
-  registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl });
+  // The operators' trail: without it a "charged twice" ticket has nothing to follow.
+  const onEvent = options.onIdempotencyEvent ?? logIdempotencyEvent;
+  registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl, onEvent });
   registerStockRoutes(app, { db });
-  registerPhotoRoutes(app, { db, store: plainStore });
+  registerPhotoRoutes(app, { db, store: plainStore, onEvent });
   registerSettingsRoutes(app, { db });
   app.use(
     methodNotAllowed(app, (_req, res, allow) =>
