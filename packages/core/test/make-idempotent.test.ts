@@ -251,6 +251,11 @@ describe('makeIdempotent: what a result becomes on a redelivery (the guide table
     ['an object with toJSON', () => ({ toJSON: () => 'mine' }), 'mine'],
     ['a Map', () => new Map([['a', 1]]), {}],
     ['a Set', () => new Set([1]), {}],
+    ['NaN', () => Number.NaN, null],
+    ['Infinity inside an object', () => ({ rate: Number.POSITIVE_INFINITY }), { rate: null }],
+    ['a Float32Array', () => new Float32Array([1.5, 2]), { 0: 1.5, 1: 2 }],
+    ['a DataView', () => new DataView(new ArrayBuffer(2)), {}],
+    ['an ArrayBuffer', () => new ArrayBuffer(2), {}],
   ];
   for (const [label, result, replay] of rows) {
     it(`${label}: the first run returns the handler's own value; a redelivery gets ${JSON.stringify(replay) ?? 'undefined'}`, async () => {
