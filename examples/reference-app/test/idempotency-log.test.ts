@@ -1,10 +1,10 @@
-// The API's default idempotency log (src/api/idempotency-log.ts), event by event: one line for each
+// The default idempotency log of the API and the receiver (src/idempotency-log.ts), event by event: one line for each
 // event docs/operations.md says to look at, none for the routine ones, and nothing but the record id,
 // the operation and the event's reason, status, phase or error codes. The lines as the running API
 // writes them are in api-events.int.test.ts.
 import { type IdempotencyEvent, StoreUnavailableError } from '@idem/core';
 import { describe, expect, it } from 'vitest';
-import { idempotencyLogLine } from '../src/api/idempotency-log.js';
+import { idempotencyLogLine } from '../src/idempotency-log.js';
 
 const base = { id: 'rec-id_1', operation: 'POST /charges', at: 0 };
 
@@ -19,7 +19,7 @@ describe('idempotencyLogLine', () => {
     { ...base, type: 'not-stored', status: 429 },
     { type: 'refused', code: 'key_missing', status: 400, operation: 'POST /photos', at: 0 },
   ])('writes nothing for a routine $type', (event) => {
-    expect(idempotencyLogLine(event)).toBeUndefined();
+    expect(idempotencyLogLine(event, 'API')).toBeUndefined();
   });
 
   it.each<[IdempotencyEvent, RegExp]>([
@@ -43,7 +43,7 @@ describe('idempotencyLogLine', () => {
       /store-error .*, phase complete: StoreUnavailableError store_unavailable "PostgreSQL store unavailable during complete" \(cause 57P01\)$/,
     ],
   ])('writes one line for %j, with the record id and the operation', (event, expected) => {
-    const line = idempotencyLogLine(event);
+    const line = idempotencyLogLine(event, 'API');
     expect(line).toMatch(/^API: idempotency [a-z-]+( recovered)? for record rec-id_1 \(POST \/charges\)/);
     expect(line).toMatch(expected);
     expect(line).not.toMatch(/\n/);
@@ -51,26 +51,36 @@ describe('idempotencyLogLine', () => {
 
   it("tells a driver's error by its name and codes, never by its message, which may quote what it was sent", () => {
     const error = Object.assign(new Error('invalid input syntax: "card 4242 4242"'), { code: '22P02' });
-    const line = idempotencyLogLine({ ...base, type: 'store-error', phase: 'transaction', error });
+    const line = idempotencyLogLine({ ...base, type: 'store-error', phase: 'transaction', error }, 'API');
     expect(line).toMatch(/phase transaction: Error 22P02$/);
     expect(line).not.toContain('4242');
     // A code that is no identifier is a value: left out too.
     const odd = Object.assign(new Error('x'), { code: 'the body: {"amount": 1}' });
-    expect(idempotencyLogLine({ ...base, type: 'store-error', phase: 'claim', error: odd })).toMatch(
+    expect(idempotencyLogLine({ ...base, type: 'store-error', phase: 'claim', error: odd }, 'API')).toMatch(
       /phase claim: Error$/,
     );
   });
 
   it('keeps to one line whatever a message or an operation holds', () => {
-    const line = idempotencyLogLine({
-      id: 'rec',
-      operation: 'POST /a\nAPI: forged\u2028line',
-      at: 0,
-      type: 'store-error',
-      phase: 'get',
-      error: new StoreUnavailableError('two\nlines'),
-    });
+    const line = idempotencyLogLine(
+      {
+        id: 'rec',
+        operation: 'POST /a\nAPI: forged\u2028line',
+        at: 0,
+        type: 'store-error',
+        phase: 'get',
+        error: new StoreUnavailableError('two\nlines'),
+      },
+      'API',
+    );
     expect(line).toBeDefined();
     expect(line).not.toMatch(/[\n\r\u2028\u2029]/);
+  });
+
+  it("starts with the name of the component whose route it is: the API's and the receiver's share one output", () => {
+    const event: IdempotencyEvent = { ...base, type: 'lease-lost', reason: 'fenced' };
+    expect(idempotencyLogLine(event, 'API')).toMatch(/^API: idempotency lease-lost for record rec-id_1 /);
+    expect(idempotencyLogLine(event, 'receiver')).toMatch(/^receiver: idempotency lease-lost for record rec-id_1 /);
+    expect(idempotencyLogLine(event, 'a\nforged')).toMatch(/^a forged: idempotency /);
   });
 });

@@ -1,5 +1,5 @@
+export { idempotencyLogger, idempotencyLogLine } from '../idempotency-log.js';
 export { type Charge, type ChargeRouteOptions, maxChargeAmount, registerChargeRoutes } from './charges.js';
-export { idempotencyLogLine, logIdempotencyEvent } from './idempotency-log.js';
 export { principalOf } from './internal-auth.js';
 export { maxPhotoTitle, type Photo, registerPhotoRoutes } from './photos.js';
 export { type ApiProblemCode, apiProblemTable, problemType, sendProblem } from './problem.js';

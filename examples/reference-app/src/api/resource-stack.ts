@@ -44,6 +44,8 @@ export interface ResourceStackOptions {
   purgeEveryMs?: number;
   /** The API's idempotency events (`startApi`'s `onIdempotencyEvent`; default: a line on stderr for those worth a look). */
   onApiIdempotencyEvent?: (event: IdempotencyEvent) => void;
+  /** The receiver's idempotency events (`startReceiver`'s `onIdempotencyEvent`; default: a line on stderr for those worth a look). */
+  onReceiverIdempotencyEvent?: (event: IdempotencyEvent) => void;
 }
 
 /** The running resource side of the reference app. */
@@ -109,6 +111,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       db,
       webhookSecret,
       internal: { ...internal, audience: receiverAudience },
+      ...(options.onReceiverIdempotencyEvent ? { onIdempotencyEvent: options.onReceiverIdempotencyEvent } : {}),
       ...now,
     });
     started.push(receiver);

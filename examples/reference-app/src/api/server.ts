@@ -10,12 +10,12 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
 import { drainable } from '../drain.js';
+import { idempotencyLogger } from '../idempotency-log.js';
 import { methodNotAllowed } from '../methods.js';
 import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { webhookSchedule } from '../webhook-schedule.js';
 import { registerChargeRoutes } from './charges.js';
-import { logIdempotencyEvent } from './idempotency-log.js';
 import { registerPhotoRoutes } from './photos.js';
 import { sendProblem } from './problem.js';
 import { registerSettingsRoutes } from './settings.js';
@@ -69,7 +69,7 @@ export interface ApiOptions {
    * Told every idempotency event of the API's keyed routes (`POST /charges`, `POST /photos`), with
    * its record id, never the key. Default: one line on stderr for each event an operator should look
    * at (a store error, a lost lease, a claim that took over a crashed attempt, ...; see
-   * {@link logIdempotencyEvent}), nothing for a claim, a replay or a completion.
+   * {@link idempotencyLogger}), `API: idempotency ...`, nothing for a claim, a replay or a completion.
    */
   onIdempotencyEvent?: (event: IdempotencyEvent) => void;
 }
@@ -126,7 +126,7 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   app.disable('x-powered-by');
   app.use(internalAuth(verifier));
   // The operators' trail: without it a "charged twice" ticket has nothing to follow.
-  const onEvent = options.onIdempotencyEvent ?? logIdempotencyEvent;
+  const onEvent = options.onIdempotencyEvent ?? idempotencyLogger('API');
   registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl, onEvent });
   registerStockRoutes(app, { db });
   registerPhotoRoutes(app, { db, store: plainStore, onEvent });

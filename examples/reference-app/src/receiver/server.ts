@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { decoderOf, principalScope, problemType, readRequestBody, type Store } from '@idem/core';
+import { decoderOf, type IdempotencyEvent, principalScope, problemType, readRequestBody, type Store } from '@idem/core';
 import { createInternalVerifier, type LocalJwks, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
@@ -11,6 +11,7 @@ import type { ServiceChallenge } from '../api/server.js';
 import type { Database } from '../db.js';
 import { drainable } from '../drain.js';
 import { htmlPage, pageHeaders } from '../html.js';
+import { idempotencyLogger } from '../idempotency-log.js';
 import { withOriginForm } from '../request-target.js';
 import { apiTables, migrateApi } from '../schema/api-schema.js';
 import { hasControlCharacters } from '../text.js';
@@ -44,6 +45,13 @@ export interface ReceiverOptions {
    * the admin API answers 404: there is nobody it could trust.
    */
   internal?: { issuer: string; audience: string; jwks: LocalJwks; challenge?: ServiceChallenge };
+  /**
+   * Told every idempotency event of the admin API's keyed route (`POST /webhook-events/<id>/notes`),
+   * with its record id, never the key. Default: one line on stderr, `receiver: idempotency ...`, for
+   * each event an operator should look at (a store error, a claim that took over a crashed attempt,
+   * ...; see {@link idempotencyLogger}), nothing for a claim, a replay or a completion.
+   */
+  onIdempotencyEvent?: (event: IdempotencyEvent) => void;
 }
 
 /** Where the receiver's admin API lives; the gateway forwards this prefix to the receiver. */
@@ -155,6 +163,8 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
         read: authorize(requireScopes('events:read'), requireRoles('admin')),
         write: authorize(requireScopes('events:write'), requireRoles('admin')),
         store,
+        // The operators' trail, as the API's: without it a note's 503 leaves nothing to follow.
+        onEvent: options.onIdempotencyEvent ?? idempotencyLogger('receiver'),
       }),
     );
   }
@@ -233,6 +243,8 @@ export interface AdminApiOptions {
   write: KoaMiddleware;
   /** Where the notes' `Idempotency-Key`s live. */
   store: Store;
+  /** Told the idempotency events of the notes route (the receiver's `onIdempotencyEvent`). */
+  onEvent?: (event: IdempotencyEvent) => void;
 }
 
 /** Largest note, in characters. */
@@ -290,6 +302,7 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
       store: options.store,
       maxBodyBytes: maxNoteBodyBytes,
       scope: (ctx) => principalScope((ctx.state as { auth?: Principal }).auth, { perClient: true }),
+      ...(options.onEvent ? { onEvent: options.onEvent } : {}),
     }),
   ];
   const write = runChain(writeChain, async (ctx) => {

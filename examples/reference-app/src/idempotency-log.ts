@@ -1,7 +1,8 @@
 import type { IdempotencyEvent } from '@idem/core';
 
 /**
- * The line an operator should read for an idempotency event, or `undefined` for an ordinary one.
+ * The line an operator should read for an idempotency event of `component` (`API`, `receiver`: the
+ * part of the app whose keyed route it is, the line's prefix), or `undefined` for an ordinary one.
  * These are the events docs/operations.md says to log and alert on ("Metrics, traces and logs",
  * "Investigating one key"): a store error, a policy error, a lost lease, a claim that took over a
  * crashed attempt (`recovered`: the operation may have run twice), a response served but not stored,
@@ -17,13 +18,13 @@ import type { IdempotencyEvent } from '@idem/core';
  *
  * @example
  * ```ts
- * idempotencyLogLine({ type: 'claim', id: 'q3J…', operation: 'POST /charges', at: 0, durationMs: 2, recovered: true });
+ * idempotencyLogLine({ type: 'claim', id: 'q3J…', operation: 'POST /charges', at: 0, durationMs: 2, recovered: true }, 'API');
  * // 'API: idempotency claim recovered for record q3J… (POST /charges): took over a crashed attempt, which may have run the operation too'
  * ```
  */
-export function idempotencyLogLine(event: IdempotencyEvent): string | undefined {
+export function idempotencyLogLine(event: IdempotencyEvent, component: string): string | undefined {
   const about = (what: string) =>
-    `API: idempotency ${what} for record ${oneLine(event.id ?? '-')} (${oneLine(event.operation)})`;
+    `${oneLine(component)}: idempotency ${what} for record ${oneLine(event.id ?? '-')} (${oneLine(event.operation)})`;
   switch (event.type) {
     case 'claim':
       return event.recovered
@@ -48,17 +49,21 @@ export function idempotencyLogLine(event: IdempotencyEvent): string | undefined 
 }
 
 /**
- * The default of the API's `onIdempotencyEvent`: {@link idempotencyLogLine} on stderr, one line per
- * event worth an operator's attention, nothing for the others.
+ * The default `onIdempotencyEvent` of the API (`idempotencyLogger('API')`) and of the receiver
+ * (`idempotencyLogger('receiver')`): {@link idempotencyLogLine} on stderr, one line per event worth an
+ * operator's attention, nothing for the others. The prefix tells which part's store and route a line
+ * is about, for the one output `npm start` writes both to.
  *
  * @example
  * ```ts
- * idempotency({ store, onEvent: logIdempotencyEvent });
+ * idempotency({ store, onEvent: idempotencyLogger('receiver') });
  * ```
  */
-export function logIdempotencyEvent(event: IdempotencyEvent): void {
-  const line = idempotencyLogLine(event);
-  if (line !== undefined) process.stderr.write(`${line}\n`);
+export function idempotencyLogger(component: string): (event: IdempotencyEvent) => void {
+  return (event) => {
+    const line = idempotencyLogLine(event, component);
+    if (line !== undefined) process.stderr.write(`${line}\n`);
+  };
 }
 
 /** An error's name, `code` and cause's `code`; its message only when it is idem's own. */
