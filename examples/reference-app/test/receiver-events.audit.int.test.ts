@@ -22,16 +22,17 @@ const issuer = 'https://issuer.receiver-events-test.example';
 const audience = 'http://gateway.receiver-events-test';
 const sub = 'admin-events';
 const clientId = 'ops-cli';
-const eventId = `evt_rcvtrail_${randomUUID().replaceAll('-', '')}`;
+// Mixed case: the route's operation is its path, lowercased as Koa's routing matches paths.
+const eventId = `evt_RcvTrail_${randomUUID().replaceAll('-', '')}`;
 const notesPath = `/webhook-events/${eventId}/notes`;
 // The record id of this caller's key on the notes route, as the docs' ticketRecordId computes it
-// (with the receiver's `perClient` scope; the operation is the route's whole path).
+// (with the receiver's `perClient` scope; the operation is the route's whole path, lowercased).
 const recordOf = (keyHeader: string) => {
   const parsed = parseIdempotencyKey(keyHeader);
   if (!parsed.ok) throw new Error('not a key');
   const scope = principalScope({ iss: issuer, sub, clientId }, { perClient: true });
   if (scope === undefined) throw new Error('no scope');
-  return recordId(scope, `POST ${notesPath}`, parsed.key);
+  return recordId(scope, `POST ${notesPath.toLowerCase()}`, parsed.key);
 };
 
 describe('the receiver logs the idempotency events an operator must see, by record id', () => {
@@ -126,7 +127,7 @@ describe('the receiver logs the idempotency events an operator must see, by reco
       const about = lines.filter((line) => line.includes(id));
       expect(about).toHaveLength(1);
       expect(about[0]).toMatch(/^receiver: idempotency store-error /);
-      expect(about[0]).toContain(`POST ${notesPath}`);
+      expect(about[0]).toContain(`POST ${notesPath.toLowerCase()}`);
       expect(about[0]).toContain('phase claim');
       expect(about[0]).toContain('StoreUnavailableError');
       expect(about[0]).toContain('(cause 57P03)');
