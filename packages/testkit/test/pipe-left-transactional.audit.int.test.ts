@@ -3,11 +3,8 @@
 // with the transaction, so the transaction rolls back and the key is released: the retry runs the
 // operation, whose first run left no effect. Waited for instead, the transaction stayed open and the
 // key in progress (409) for as long as the process lived.
-import { randomBytes, randomUUID } from 'node:crypto';
-import { migrate, postgresStore } from '@idem/postgres';
-import { postgresAnswers, serviceAvailable } from '@idem/testkit';
-import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
 import {
   type PipeLeftServer,
   type PipeLeftServerName,
@@ -15,27 +12,12 @@ import {
   startPipeLeftServer,
   within,
 } from './audit-support/pipe-left-servers.js';
+import { postgresStoreTable } from './audit-support/postgres-store-table.js';
 
-const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const withPostgres = serviceAvailable(
-  `PostgreSQL at ${databaseUrl}`,
-  await postgresAnswers(databaseUrl),
+const { available: withPostgres, store } = await postgresStoreTable(
+  'audit_pipe_left',
   'the transactional pipe-left audit',
 );
-const table = `audit_pipe_left_${randomBytes(4).toString('hex')}`;
-let pool: pg.Pool;
-
-beforeAll(async () => {
-  if (!withPostgres) return;
-  pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
-  pool.on('error', () => undefined);
-  await migrate(pool, { table });
-});
-afterAll(async () => {
-  if (!withPostgres) return;
-  await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-  await pool.end();
-});
 
 const servers: PipeLeftServer[] = [];
 afterEach(async () => {
@@ -59,7 +41,7 @@ describe.runIf(withPostgres)(
     it.each(cases)(
       '%s (HTTP/2: %s): the transaction rolls back and the key is released, the retry runs',
       async (name, http2) => {
-        const server = await startPipeLeftServer(name, postgresStore({ client: pool, table }), {
+        const server = await startPipeLeftServer(name, store(), {
           http2,
           extra: { transactional: true },
         });

@@ -1,11 +1,9 @@
 // Streamed responses in transactional mode (PostgreSQL), through the three adapters: the capture
 // holds the response back until the transaction commits ("held" mode in packages/core/src/http.ts),
 // so what it keeps meanwhile is bounded only by what it chooses to keep.
-import { randomBytes, randomUUID } from 'node:crypto';
-import { migrate, postgresStore } from '@idem/postgres';
-import { postgresAnswers, serviceAvailable } from '@idem/testkit';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { postgresStoreTable } from './audit-support/postgres-store-table.js';
 import {
   frameworkNames,
   type Plan,
@@ -16,26 +14,10 @@ import {
 } from './audit-support/streaming-servers.js';
 
 const MIB = 1024 * 1024;
-const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const withPostgres = serviceAvailable(
-  `PostgreSQL at ${databaseUrl}`,
-  await postgresAnswers(databaseUrl),
+const { available: withPostgres, store } = await postgresStoreTable(
+  'audit_streaming_tx',
   'the transactional streaming audit',
 );
-const table = `audit_streaming_tx_${randomBytes(4).toString('hex')}`;
-let pool: pg.Pool;
-
-beforeAll(async () => {
-  if (!withPostgres) return;
-  pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
-  pool.on('error', () => undefined);
-  await migrate(pool, { table });
-});
-afterAll(async () => {
-  if (!withPostgres) return;
-  await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-  await pool.end();
-});
 
 describe.runIf(withPostgres).each(frameworkNames)('%s, transactional', (framework) => {
   it('a body shorter than its declared Content-Length is not committed: the transaction rolls back, 503', async () => {
@@ -48,7 +30,7 @@ describe.runIf(withPostgres).each(frameworkNames)('%s, transactional', (framewor
     const server = await startStreamServer(
       framework,
       { short: plan },
-      { store: postgresStore({ client: pool, table }), extra: { transactional: true } },
+      { store: store(), extra: { transactional: true } },
     );
     try {
       const key = randomUUID();
@@ -86,7 +68,7 @@ describe.runIf(withPostgres).each(frameworkNames)('%s, transactional', (framewor
     const server = await startStreamServer(
       framework,
       { huge: plan },
-      { store: postgresStore({ client: pool, table }), extra: { transactional: true } },
+      { store: store(), extra: { transactional: true } },
     );
     try {
       base = retainedBufferBytes();
