@@ -28,6 +28,7 @@ import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, kidSlot, pemToJwk, type VerificationKey } from './key-import.js';
 import {
+  type KeyReloadOutcome,
   type KeySource,
   liveKeySource,
   type RemoteJwksOptions,
@@ -304,7 +305,7 @@ export interface Guard {
  */
 export interface KeyRefresh {
   readonly issuer: string;
-  readonly outcome: 'fetched' | 'failed' | 'configured';
+  readonly outcome: KeyReloadOutcome;
 }
 
 /**
@@ -998,13 +999,8 @@ export function guardFromEngine(
       return Promise.all(
         chosen.map(async (issuer): Promise<KeyRefresh> => {
           if (issuer === undefined) throw new TypeError(`refreshKeys: issuer ${String(only)} is not configured`);
-          if (issuer.keys.reload === undefined) {
-            // A `jwks` function is read on every lookup, but a cached token's hit reads nothing: read
-            // now, a key withdrawn from it takes the tokens cached under it along.
-            await issuer.keys.reread?.();
-            return { issuer: issuer.issuer, outcome: 'configured' };
-          }
-          return { issuer: issuer.issuer, outcome: (await issuer.keys.reload()) ? 'fetched' : 'failed' };
+          const outcome = issuer.keys.reload === undefined ? 'configured' : await issuer.keys.reload();
+          return { issuer: issuer.issuer, outcome };
         }),
       );
     },

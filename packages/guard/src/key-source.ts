@@ -11,6 +11,9 @@ export type KeyLookup =
   | { kind: 'alg-mismatch' }
   | { kind: 'unavailable' };
 
+/** What reading a key set again did (see {@link KeySource.reload}). */
+export type KeyReloadOutcome = 'fetched' | 'failed' | 'configured';
+
 /** Where an issuer's verification keys come from. */
 export interface KeySource {
   lookup(kid: string | undefined, alg: JwsAlgorithm): Promise<KeyLookup>;
@@ -40,16 +43,13 @@ export interface KeySource {
     tried: readonly VerificationKey[],
   ): Promise<readonly VerificationKey[] | undefined>;
   /**
-   * Fetches the set again now, whatever its lifetime and the cooldown, with a request sent after this
-   * call: an operator's answer to a compromised key withdrawn at the issuer. Resolves to whether the
-   * fetch succeeded. Absent on sources with nothing to fetch.
+   * Reads the set again now, an operator's answer to a compromised key withdrawn at the issuer, so
+   * that tokens cached under a key it no longer holds are dropped at once (a cache hit reads nothing).
+   * A remote set is fetched whatever its lifetime and the cooldown, with a request sent after this
+   * call: `fetched` or `failed`. A set held in memory (a `jwks` function's) is read: `configured`.
+   * Absent on a fixed set, which cannot change.
    */
-  reload?(): Promise<boolean>;
-  /**
-   * Reads a set held in memory again now (a `jwks` function's), so that tokens cached under a key it
-   * no longer holds are dropped at once: a cache hit never reads the set. Absent on other sources.
-   */
-  reread?(): Promise<void>;
+  reload?(): Promise<KeyReloadOutcome>;
 }
 
 /**
@@ -151,8 +151,9 @@ export function liveKeySource(
     },
     usable: () => true,
     refreshIfDue: () => {},
-    async reread() {
+    async reload() {
       await load();
+      return 'configured';
     },
   };
 }
@@ -542,10 +543,10 @@ export function remoteKeySource(
 
   // A fetch already on its way may have left before the issuer withdrew the key, so its answer cannot
   // stand for "now": wait for it, then fetch again (shared with whoever started one after this call).
-  async function reload(): Promise<boolean> {
+  async function reload(): Promise<KeyReloadOutcome> {
     const earlier = inFlight;
     if (earlier !== undefined) await earlier;
-    return refresh();
+    return (await refresh()) ? 'fetched' : 'failed';
   }
 
   return {
