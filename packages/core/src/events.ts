@@ -31,10 +31,11 @@ interface EventBase {
  *   parser that refused the body (`body-refused`), which are no outcomes; or a response that was
  *   closed before its head went out and can never be ended (`closed`: the server destroyed it without
  *   an error and without a body stream piped into it). A body stream that failed before its first
- *   chunk is `streaming`, as one that fails after its head. For `too-large` and `streaming` the operation ran, and the outcome policy decides as for the
- *   status sent: `complete` follows (status 500: the key is kept, and its retries get
- *   `response_not_replayable`), or `release` and `not-stored`. In transactional mode they always
- *   release it: the handler's writes rolled back, so nothing ran. `answered-early`: something else
+ *   chunk is `streaming`, as one that fails after its head. For `too-large` and `streaming` the
+ *   operation ran, and the outcome policy decides as for the status sent: `complete` follows
+ *   (status 500: the key is kept, and its retries get `response_not_replayable`), or `release` and
+ *   `not-stored`. In transactional mode they always release it: the handler's writes rolled back,
+ *   so nothing ran. `answered-early`: something else
  *   answered while the handler still ran (a timeout middleware's 503): the operation ran or is
  *   running, so the key is kept with `response_not_replayable` whatever the policy says (`complete`
  *   follows, status 500), once the handler ended where the adapter can tell; only a handler that

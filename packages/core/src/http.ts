@@ -421,12 +421,13 @@ export interface HttpIdempotency<Req> {
    * and had begun its answer: settled as a stream cut short (reason `'streaming'`), which the
    * default policy keeps as `500 response_not_replayable`. Destroyed without a word
    * (`res.destroy()`), it is not stored and the key released (reason `'closed'`). So is one closed
-   * after {@link ResponseCapture.handlerReturned}, unless destroyed by a failure as above. One whose client left may still be ended by a
-   * handler that is working, and its outcome is then stored as usual (a client that timed out
-   * finds it when it retries); a handler that never ends it is a hanging handler, which
-   * `maxExecution` bounds. But one whose client left while a body stream piped into it had yet to
-   * give its first chunk is never ended (the pipe or pipeline stops with the close): it is settled at
-   * once as a stream cut short, as above (held: rolled back, and the key released).
+   * after {@link ResponseCapture.handlerReturned}, unless destroyed by a failure as above. One whose
+   * client left may still be ended by a handler that is working, and its outcome is then stored as
+   * usual (a client that timed out finds it when it retries); a handler that never ends it is a
+   * hanging handler, which `maxExecution` bounds. But one whose client left while a body stream
+   * piped into it had yet to give its first chunk is never ended (the pipe or pipeline stops with
+   * the close): it is settled at once as a stream cut short, as above (held: rolled back, and the
+   * key released).
    */
   capture(res: ServerResponse, options?: CaptureOptions): ResponseCapture;
   /**

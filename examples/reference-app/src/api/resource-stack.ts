@@ -42,9 +42,15 @@ export interface ResourceStackOptions {
   fetch?: typeof globalThis.fetch;
   /** How often expired idempotency records (the API's and the receiver's) are deleted, in milliseconds. Default ten minutes. */
   purgeEveryMs?: number;
-  /** The API's idempotency events (`startApi`'s `onIdempotencyEvent`; default: a line on stderr for those worth a look). */
+  /**
+   * The API's idempotency events (`startApi`'s `onIdempotencyEvent`; default: a line on stderr for
+   * those worth a look).
+   */
   onApiIdempotencyEvent?: (event: IdempotencyEvent) => void;
-  /** The receiver's idempotency events (`startReceiver`'s `onIdempotencyEvent`; default: a line on stderr for those worth a look). */
+  /**
+   * The receiver's idempotency events (`startReceiver`'s `onIdempotencyEvent`; default: a line on
+   * stderr for those worth a look).
+   */
   onReceiverIdempotencyEvent?: (event: IdempotencyEvent) => void;
 }
 
