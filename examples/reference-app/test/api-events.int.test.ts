@@ -13,11 +13,12 @@ import { randomUUID } from 'node:crypto';
 import { parseIdempotencyKey, principalScope, recordId } from '@idem/core';
 import { Redis } from 'ioredis';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { apiTables } from '../src/schema/api-schema.js';
 import { openTestDatabase } from './services.js';
+import { postCapturingStderr } from './stderr-lines.js';
 import { allScopes } from './test-stack.js';
 
 const issuer = 'https://issuer.api-events-test.example';
@@ -84,24 +85,8 @@ describe('the API logs the idempotency events an operator must see, by record id
   });
 
   /** Sends a request and returns it with every line written on stderr while it ran. */
-  const send = async (path: string, keyHeader: string, body: unknown) => {
-    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-      written.push(String(chunk));
-      return true;
-    });
-    const from = written.length;
-    try {
-      const response = await fetch(new URL(path, stack.gateway.url), {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': keyHeader },
-        body: JSON.stringify(body),
-      });
-      await response.arrayBuffer();
-      return { response, lines: written.slice(from).join('').split('\n').filter(Boolean) };
-    } finally {
-      stderr.mockRestore();
-    }
-  };
+  const send = (path: string, keyHeader: string, body: unknown) =>
+    postCapturingStderr(new URL(path, stack.gateway.url), { token, keyHeader, body }, written);
 
   // Whatever a line says, it names none of what the request carried.
   afterAll(() => {

@@ -10,12 +10,13 @@
 import { randomUUID } from 'node:crypto';
 import { type IdempotencyEvent, parseIdempotencyKey, principalScope, recordId } from '@idem/core';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { recordDelivery } from '../src/receiver/events.js';
 import { apiTables } from '../src/schema/api-schema.js';
 import { openTestDatabase } from './services.js';
+import { postCapturingStderr } from './stderr-lines.js';
 import { allScopes } from './test-stack.js';
 
 const issuer = 'https://issuer.receiver-events-test.example';
@@ -74,24 +75,8 @@ describe('the receiver logs the idempotency events an operator must see, by reco
   });
 
   /** Adds a note and returns the response with every line written on stderr while it ran. */
-  const send = async (keyHeader: string, text: string) => {
-    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => {
-      written.push(String(chunk));
-      return true;
-    });
-    const from = written.length;
-    try {
-      const response = await fetch(new URL(notesPath, stack.gateway.url), {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': keyHeader },
-        body: JSON.stringify({ text }),
-      });
-      await response.arrayBuffer();
-      return { response, lines: written.slice(from).join('').split('\n').filter(Boolean) };
-    } finally {
-      stderr.mockRestore();
-    }
-  };
+  const send = (keyHeader: string, text: string) =>
+    postCapturingStderr(new URL(notesPath, stack.gateway.url), { token, keyHeader, body: { text } }, written);
 
   // Whatever a line says, it names none of what the request carried, nor the driver's message.
   afterAll(() => {
