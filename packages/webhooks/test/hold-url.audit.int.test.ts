@@ -89,6 +89,30 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     for (const seconds of held) expect(seconds).toBeGreaterThan(110);
   });
 
+  it('a hold that fails is told to onError and fails nothing else: the answered event is recorded, the others are tried sooner', async () => {
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(429, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await seed(throttled.url, 0, 2);
+    const errors: unknown[] = [];
+    // The hold's statement alone meets a failing database.
+    const db = {
+      query: (text: string, values?: unknown[]) =>
+        text.includes("THEN 'horizon' ELSE dead_reason")
+          ? Promise.reject(Object.assign(new Error('terminating connection'), { code: '57P01' }))
+          : pool.query(text, values),
+    };
+    const sender = createSender({ secret: SECRET, timeout: '2s', random: () => 0.5 });
+    const relay = outbox.relay({ db, sender, batchSize: 1, lease: '5s', onError: (error) => errors.push(error) });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
+    expect(errors).toMatchObject([{ code: '57P01' }]);
+    const [old] = (await pool.query(`SELECT last_attempt FROM "${table}" WHERE id = 'evt_old'`)).rows;
+    expect(old.last_attempt).toMatchObject({ status: 429 });
+    for (const seconds of await freshHeldFor()) expect(seconds).toBeLessThanOrEqual(0);
+  });
+
   it('a Retry-After past maxRetryAfter holds the URL for the cap, not for what was asked', async () => {
     const throttled = await endpoint((_request, response) => {
       response.writeHead(429, { 'retry-after': '999999' });
