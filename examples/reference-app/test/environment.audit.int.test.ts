@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { freePort } from './ports.js';
+import { freePorts } from './ports.js';
 import { portVariables, startScript } from './start-script.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -125,7 +125,10 @@ describe('npm start: the machine it runs on', () => {
     delete env.DATABASE_URL;
     delete env.REDIS_URL;
     delete env.BASE_URL;
-    for (const name of portVariables) env[name] = String(await freePort());
+    const picked = await freePorts(portVariables.length);
+    portVariables.forEach((name, index) => {
+      env[name] = String(picked[index]);
+    });
     // Root ignores file modes: run as nobody there, as a deployment's service user would.
     const asNobody = process.getuid?.() === 0 ? { uid: 65_534, gid: 65_534 } : {};
     const child = spawn(process.execPath, ['examples/reference-app/start.mjs'], {
@@ -152,7 +155,10 @@ describe('npm start: the machine it runs on', () => {
       delete env.DATABASE_URL;
       delete env.REDIS_URL;
       delete env.BASE_URL;
-      for (const name of portVariables) env[name] = String(await freePort());
+      const picked = await freePorts(portVariables.length);
+      portVariables.forEach((name, index) => {
+        env[name] = String(picked[index]);
+      });
       env.GATEWAY_PORT = '1';
       // Root may bind any port: run as nobody there, as a deployment's service user would.
       const root0 = process.getuid?.() === 0;

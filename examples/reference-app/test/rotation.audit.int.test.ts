@@ -19,7 +19,7 @@ import { rotateSecret } from '../src/rotate-secrets.js';
 import { demoUsers, type SeededClients, seed } from '../src/seed.js';
 import { authorizationUrl, codeFlow, tokenRequest } from './flow.js';
 import { databaseUrl, postgresForCrashAudit } from './killable-app.js';
-import { freePort } from './ports.js';
+import { freePorts } from './ports.js';
 import { createUserAgent, decodeJwt, formAction, formField, type UserAgent } from './user-agent.js';
 
 const available = await postgresForCrashAudit('the reference-app rotation audit');
@@ -117,12 +117,13 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
 
   beforeAll(async () => {
     db = await openDatabase({ url: databaseUrl, schema });
-    authPort = await freePort();
+    const [auth, gateway, app, api, receiver] = (await freePorts(5)) as [number, number, number, number, number];
+    authPort = auth;
     authUrl = `http://localhost:${authPort}`;
-    baseUrl = `http://localhost:${await freePort()}`;
-    appRedirectUri = `http://localhost:${await freePort()}/callback`;
-    apiPort = await freePort();
-    receiverPort = await freePort();
+    baseUrl = `http://localhost:${gateway}`;
+    appRedirectUri = `http://localhost:${app}/callback`;
+    apiPort = api;
+    receiverPort = receiver;
     await startIdp();
     await startStack();
   }, 60_000);

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll } from 'vitest';
-import { freePort } from './ports.js';
+import { freePorts } from './ports.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -45,12 +45,10 @@ export function startScript(prefix: string) {
       delete env.REDIS_URL;
       // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
       delete env.BASE_URL;
-      const ports: number[] = [];
-      for (const name of portVariables) {
-        const port = await freePort();
-        ports.push(port);
-        env[name] = String(port);
-      }
+      const ports = await freePorts(portVariables.length);
+      portVariables.forEach((name, index) => {
+        env[name] = String(ports[index]);
+      });
       Object.assign(env, overrides);
       const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
       children.push(child);
