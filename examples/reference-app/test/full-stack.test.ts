@@ -233,11 +233,13 @@ describe('events (spec part 6)', () => {
     } finally {
       await db.exec('alter table receiver_events_away rename to receiver_events');
     }
-    const pending = await db.query<{ status: string; attempts: number; due_later: boolean }>(
-      'select status, attempts, next_attempt_at > now() as due_later from api_webhook_outbox where id = $1',
+    // Put back to wait for another attempt (its wait recorded; drawn from [0, 1 s) with full jitter,
+    // so it may already be over when read: whether it is due now says nothing).
+    const pending = await db.query<{ status: string; attempts: number; waits: boolean }>(
+      "select status, attempts, last_attempt ? 'waitMs' as waits from api_webhook_outbox where id = $1",
       [eventId],
     );
-    expect(pending.rows[0]).toMatchObject({ status: 'pending', attempts: 1, due_later: true });
+    expect(pending.rows[0]).toMatchObject({ status: 'pending', attempts: 1, waits: true });
     // The backoff has passed (the outbox reads the database clock): the next round delivers it.
     await db.query('update api_webhook_outbox set next_attempt_at = now() where id = $1', [eventId]);
     expect((await stack.api.relayOnce()).delivered).toBeGreaterThanOrEqual(1);
