@@ -242,7 +242,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   // with a fresh snapshot: see serialization-retry.ts. The transactional mode's statements never
   // come through here.
   const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
-    retrySerializationFailures(() => sql.run<Row>(statement.name, statement.text, params)).catch((error: unknown) => {
+    retrySerializationFailures(() => sql.run<Row>(statement, params)).catch((error: unknown) => {
       throw unmigrated(error, table.name) ?? error;
     });
 

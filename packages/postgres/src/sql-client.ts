@@ -1,3 +1,4 @@
+import type { Statement } from './statements.js';
 import { toStoreError } from './unavailable.js';
 
 /**
@@ -136,8 +137,11 @@ export interface TransactionDecision<T> {
  */
 export interface SqlClient extends SqlExecutor {
   readonly kind: SqlClientKind;
-  /** Runs one statement, as a named prepared statement where the driver supports it. */
-  run<Row = Record<string, unknown>>(name: string, text: string, params: readonly unknown[]): Promise<SqlResult<Row>>;
+  /**
+   * Runs one statement, as a named prepared statement where the driver supports it. A failure is
+   * reported under `statement.operation` (`claim`), not its prepared name, which is a hash.
+   */
+  run<Row = Record<string, unknown>>(statement: Statement, params: readonly unknown[]): Promise<SqlResult<Row>>;
   /**
    * Runs `fn` inside BEGIN ... COMMIT on one connection; `fn` decides commit or rollback. If `fn`
    * throws, the transaction rolls back and the error propagates unchanged.
@@ -216,9 +220,9 @@ function pgliteClient(db: PGliteLike): SqlClient {
       query(text, params).catch((error) => {
         throw toStoreError(error, 'query');
       }),
-    run: (name, text, params) =>
-      query(text, params).catch((error) => {
-        throw toStoreError(error, name);
+    run: (statement, params) =>
+      query(statement.text, params).catch((error) => {
+        throw toStoreError(error, statement.operation);
       }),
     // PGlite is one connection; its transaction() holds a lock that makes every other query wait
     // until the transaction ends, so nothing else can slip into it.
@@ -373,9 +377,9 @@ function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
       query(text, params).catch((error) => {
         throw toStoreError(error, 'query');
       }),
-    run: (name, text, params) =>
-      run(name, text, params).catch((error) => {
-        throw toStoreError(error, name);
+    run: (statement, params) =>
+      run(statement.name, statement.text, params).catch((error) => {
+        throw toStoreError(error, statement.operation);
       }),
     // A dedicated connection for the whole transaction: the heartbeat and other requests keep
     // using the rest of the pool meanwhile.
@@ -446,9 +450,9 @@ function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
       query({ text, values: params ? [...params] : [] }).catch((error) => {
         throw toStoreError(error, 'query');
       }),
-    run: (name, text, params) =>
-      run(name, text, params).catch((error) => {
-        throw toStoreError(error, name);
+    run: (statement, params) =>
+      run(statement.name, statement.text, params).catch((error) => {
+        throw toStoreError(error, statement.operation);
       }),
     transaction: <T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> =>
       exclusive(() => settle(runPgTransaction(client, fn), () => undefined)),

@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { TableName } from './table-name.js';
 
-/** One SQL statement and the name it is prepared under on each pg connection. */
+/** One SQL statement, the name it is prepared under on each pg connection, and what it does. */
 export interface Statement {
   readonly name: string;
   readonly text: string;
+  /** The store operation it serves (`claim`, `complete`, ...): what an error message names. */
+  readonly operation: string;
 }
 
 /** Every statement the store runs, for one table. */
@@ -58,6 +60,7 @@ export function buildStatements(table: TableName, tag: string): Statements {
   const named = (op: string, text: string): Statement => ({
     name: `idem_${op}_${createHash('sha256').update(`${tag}\0${text}`).digest('hex').slice(0, 12)}`,
     text,
+    operation: op,
   });
   return {
     // One statement, three outcomes (a fourth with `replaces`, see below):

@@ -2,9 +2,11 @@
 // they reach SQL, and infrastructure failures are told apart from mistakes.
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { type AddressInfo, createServer } from 'node:net';
 import { StoreUnavailableError } from '@idem/core';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { defaultTable, isTransientDatabaseError, schemaSql, schemaStatements } from '../src/index.js';
+import { defaultTable, isTransientDatabaseError, postgresStore, schemaSql, schemaStatements } from '../src/index.js';
 import {
   isSerializationFailure,
   maxSerializationPauseMs,
@@ -215,5 +217,40 @@ describe("serialization failures of the store's own statements", () => {
     expect(maxSerializationPauseMs).toBe(8);
     expect(serializationPauseMs(3, 0)).toBe(0);
     expect(serializationPauseMs(3, 0.5)).toBe(2);
+  });
+});
+
+describe('a store whose database drops every connection', () => {
+  // A real pg Pool against a server that accepts and closes each connection: every statement fails
+  // with "Connection terminated unexpectedly", before any SQL runs.
+  it('names the store operation in the error, not the prepared statement', async () => {
+    const server = createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const pool = new pg.Pool({ host: '127.0.0.1', port, user: 'nobody', database: 'none', max: 1 });
+    try {
+      const store = postgresStore({ client: pool });
+      const token = 't'.repeat(32);
+      const response = { status: 201, headers: {}, body: new Uint8Array() };
+      const attempts: Array<[string, () => Promise<unknown>]> = [
+        ['claim', () => store.claim({ id: 'r'.repeat(43), token, fingerprint: 'f', leaseMs: 1_000 })],
+        ['renew', () => store.renew({ id: 'r'.repeat(43), token, leaseMs: 1_000 })],
+        ['complete', () => store.complete({ id: 'r'.repeat(43), token, response, retentionMs: 1_000 })],
+        ['release', () => store.release({ id: 'r'.repeat(43), token })],
+        ['get', () => store.get('r'.repeat(43))],
+        ['purge', () => store.purgeExpired()],
+      ];
+      for (const [operation, attempt] of attempts) {
+        const error = await attempt().then(
+          () => undefined,
+          (failure: unknown) => failure,
+        );
+        expect(error, operation).toBeInstanceOf(StoreUnavailableError);
+        expect((error as Error).message, operation).toBe(`PostgreSQL store unavailable during ${operation}`);
+      }
+    } finally {
+      await pool.end();
+      server.close();
+    }
   });
 });
