@@ -520,6 +520,23 @@ describe("receiver admin API (Koa, @idem/koa's internalAuth and authorize, behin
     expect(notes.map((n) => n.id)).toEqual([created.id, ((await second.json()) as { id: number }).id]);
   });
 
+  it('refuses a note key reused on an event id spelled in another case (422): ids are case-sensitive', async () => {
+    // Koa's routing ignores case, so the route's operation is the path folded to lower case: the
+    // notes of evt_A and evt_a share one record per key. The fingerprint keeps the path as sent, so
+    // the second is refused as a key reused for another request, never answered with evt_A's note.
+    const charge = await createCharge(57);
+    await stack.api.relayOnce();
+    const key = `"${randomUUID()}"`;
+    const eventId = `evt_${charge.id}`;
+    const swapped = [...eventId].map((c) => (c === c.toLowerCase() ? c.toUpperCase() : c.toLowerCase())).join('');
+    const first = await postNote(eventId, { text: 'On the right event' }, { key });
+    expect(first.status).toBe(201);
+    const other = await postNote(swapped, { text: 'On the right event' }, { key });
+    expect(other.status).toBe(422);
+    expect(await other.json()).toMatchObject({ code: 'fingerprint_mismatch' });
+    expect(await notesOf(eventId)).toHaveLength(1);
+  });
+
   it('keeps note keys per admin and client: the same key from another client adds its own note', async () => {
     const charge = await createCharge(60);
     await stack.api.relayOnce();
