@@ -1,6 +1,6 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { importJWK, type JWK } from 'jose';
-import { jwkThumbprint } from './key-import.js';
+import { jwkThumbprint, publicJwkOf } from './key-import.js';
 
 /**
  * A signing key of the gateway: Ed25519 (EdDSA) or P-256 (ES256).
@@ -51,7 +51,8 @@ export function toSigningEntry(input: InternalSigningKey | undefined, activeFrom
   else if (privateKey.asymmetricKeyType === 'ec' && privateKey.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
     alg = 'ES256';
   } else throw new TypeError('internal token keys must be Ed25519 (EdDSA) or P-256 (ES256)');
-  const publicJwk = createPublicKey(privateKey).export({ format: 'jwk' }) as JWK;
+  // Public members only: the JWKS is published, and a runtime's export may list more (see publicJwkOf).
+  const publicJwk: JWK = publicJwkOf(createPublicKey(privateKey));
   const kid = input?.kid ?? jwkThumbprint(publicJwk);
   const privateJwk = privateKey.export({ format: 'jwk' }) as JWK;
   const signingKey = importJWK(privateJwk, alg) as Promise<CryptoKey>;

@@ -302,5 +302,29 @@ export function pemToJwk(pem: string): Record<string, unknown> {
   } catch (cause) {
     throw new TypeError('publicKeys: a PEM entry is not a public key or certificate', { cause });
   }
-  return keyObject.export({ format: 'jwk' }) as Record<string, unknown>;
+  return publicJwkOf(keyObject);
+}
+
+// The members of a public JWK (RFC 7518 6.2.1, 6.3.1; RFC 8037 2), and nothing else.
+const publicMembers = ['kty', 'crv', 'x', 'y', 'n', 'e'] as const;
+
+/**
+ * A public key as a JWK of its public members only. Node's `export({ format: 'jwk' })` gives just
+ * those; workerd's (Cloudflare Workers with nodejs_compat) lists every member JWK defines, the
+ * private ones (`d`, `p`, `k`...) as `undefined`, and adds `alg: 'EdDSA'` to Ed25519 keys. Taken as
+ * it is, such a JWK reads as private material (a PEM key or the gateway's own JWKS would be refused)
+ * and pins an Ed25519 key to `EdDSA`. Picking the members by name gives the same JWK everywhere,
+ * and one that can never carry more than the public key.
+ *
+ * @example
+ * const jwk = publicJwkOf(createPublicKey(pem)); // { kty: 'OKP', crv: 'Ed25519', x: '...' }
+ */
+export function publicJwkOf(key: KeyObject): Record<string, string> {
+  const exported = key.export({ format: 'jwk' }) as Record<string, unknown>;
+  const jwk: Record<string, string> = {};
+  for (const member of publicMembers) {
+    const value = exported[member];
+    if (typeof value === 'string') jwk[member] = value;
+  }
+  return jwk;
 }
