@@ -316,7 +316,7 @@ function quoteTable(name: string): { sql: string; base: string } {
 }
 
 /**
- * The name of one of the table's indexes: `<table><suffix>` (`_due`, `_delivered`, `_dead`).
+ * The name of one of the table's indexes: `<table><suffix>` (`_due`, `_url`, `_delivered`, `_dead`).
  * PostgreSQL cuts identifiers to 63 bytes, so that name for a long table name would be cut to a name
  * another relation may have (the table itself, for 63 characters, or a sibling index), and CREATE
  * INDEX IF NOT EXISTS would skip it in silence, leaving every claim (or purge) to scan the table. A
@@ -330,11 +330,15 @@ function indexName(base: string, suffix: string): string {
   return `${base.slice(0, 63 - suffix.length - hash.length - 1)}_${hash}${suffix}`;
 }
 
-// The indexes migrate() makes besides the primary key: the relay's due rows, and the two that keep
-// each purge() batch (and each deadLetters() page, in its order) an index scan. A table that has
-// millions of delivered rows would otherwise be read whole by every batch.
+// The indexes migrate() makes besides the primary key: the relay's due rows, one URL's waiting rows,
+// and the two that keep each purge() batch (and each deadLetters() page, in its order) an index
+// scan. A table that has millions of delivered rows would otherwise be read whole by every batch.
+// `_url` serves holdUrl (a 429 or a Retry-After) and disableUrl (a 410): without it each read every
+// pending row through `_due` and kept one URL's, so a partner answering 429 cost as much as the whole
+// backlog of every partner (100,000 pending rows read to hold 1,429).
 const indexes = [
   { suffix: '_due', columns: ['next_attempt_at'], status: 'pending' },
+  { suffix: '_url', columns: ['url', 'next_attempt_at'], status: 'pending' },
   { suffix: '_delivered', columns: ['delivered_at'], status: 'delivered' },
   { suffix: '_dead', columns: ['created_at', 'id'], status: 'dead' },
 ] as const;

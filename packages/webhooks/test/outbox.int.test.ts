@@ -1256,11 +1256,13 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
         `SELECT indexrelid::regclass::text AS name FROM pg_index WHERE indrelid = $1::regclass AND NOT indisprimary`,
         [`"${long}"`],
       );
-      // The due rows', and the delivered and dead rows' that purge() walks: three names, none cut.
+      // The due rows', one URL's waiting rows', and the delivered and dead rows' that purge() walks:
+      // four names, none cut.
       expect(indexes.map((index) => index.name.replace(/"/g, '').replace(/^.*_/, '')).sort()).toEqual([
         'dead',
         'delivered',
         'due',
+        'url',
       ]);
       for (const index of indexes) expect(index.name.replace(/"/g, '').length).toBeLessThanOrEqual(63);
     } finally {
