@@ -4,7 +4,7 @@ import Koa from 'koa';
 import { errors } from 'oidc-provider';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Database } from '../src/db.js';
-import { sqlAdapterFactory } from '../src/idp/adapter.js';
+import { purgeExpiredModels, sqlAdapterFactory } from '../src/idp/adapter.js';
 import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
 import { ownPages } from '../src/idp/own-pages.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
@@ -1405,6 +1405,38 @@ describe('storage on the shared database', () => {
     await adapter.revokeByGrantId('g-lifetime');
   });
 
+  it('purges expired rows in batches through an index on their expiry, and keeps the live ones', async () => {
+    await db.query(
+      `insert into idp_models (model, id, payload, expires_at)
+       select 'PurgeProbe', 'gone-' || n, '{}', now() - interval '1 minute' from generate_series(1, 2500) as n`,
+    );
+    await db.query(
+      `insert into idp_models (model, id, payload, expires_at) values
+         ('PurgeProbe', 'live', '{}', now() + interval '1 hour'), ('PurgeProbe', 'forever', '{}', null)`,
+    );
+    // Every statement the purge sends, with what it deleted: batches, not one statement for all.
+    const deleted: number[] = [];
+    const counting: Database = {
+      ...db,
+      query: async <Row>(text: string, params?: readonly unknown[]) => {
+        const result = await db.query<Row>(text, params);
+        if (text.trimStart().startsWith('delete')) deleted.push(result.rowCount);
+        return result;
+      },
+    };
+    expect(await purgeExpiredModels(counting, 1_000)).toBeGreaterThanOrEqual(2500);
+    expect(deleted.slice(0, 2)).toEqual([1_000, 1_000]);
+    expect(Math.max(...deleted)).toBeLessThanOrEqual(1_000);
+    const { rows } = await db.query<{ id: string }>(`select id from idp_models where model = 'PurgeProbe' order by id`);
+    expect(rows.map((row) => row.id)).toEqual(['forever', 'live']);
+    await expect(purgeExpiredModels(db, 0)).rejects.toThrow(TypeError);
+    // The batch finds the expired rows by their index, not by reading every live session: with
+    // sequential scans priced out, a plan without the index would still scan the table.
+    expect(
+      await planOf(db, 'select model, id from idp_models where expires_at <= now() order by expires_at limit 1000'),
+    ).toMatch(/idp_models_expires_at/);
+  });
+
   it('does not return expired rows', async () => {
     const adapter = sqlAdapterFactory(db)('Interaction');
     await adapter.upsert('expired-one', { uid: 'u-expired' }, 60);
@@ -1412,6 +1444,25 @@ describe('storage on the shared database', () => {
     expect(await adapter.find('expired-one')).toBeUndefined();
   });
 });
+
+/** The plan PostgreSQL (or PGlite) gives `sql` on one session with sequential scans priced out. */
+async function planOf(db: Database, sql: string): Promise<string> {
+  const explain = async (query: (text: string) => Promise<{ rows: Record<string, unknown>[] }>) => {
+    await query('set enable_seqscan = off');
+    try {
+      return (await query(`explain ${sql}`)).rows.map((row) => String(Object.values(row)[0])).join('\n');
+    } finally {
+      await query('reset enable_seqscan');
+    }
+  };
+  if (db.kind === 'pglite') return explain((text) => db.query(text));
+  const client = await (db.client as import('pg').Pool).connect();
+  try {
+    return await explain((text) => client.query(text));
+  } finally {
+    client.release();
+  }
+}
 
 describe('client registration', () => {
   it.each([

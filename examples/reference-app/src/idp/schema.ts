@@ -46,5 +46,6 @@ export async function migrateIdp(db: Database): Promise<void> {
     ${onlyIfMissing({ relation: 'idp_models_grant_id' }, 'create index if not exists idp_models_grant_id on idp_models (grant_id) where grant_id is not null')}
     ${onlyIfMissing({ relation: 'idp_models_uid' }, 'create index if not exists idp_models_uid on idp_models (model, uid) where uid is not null')}
     ${onlyIfMissing({ relation: 'idp_models_user_code' }, 'create index if not exists idp_models_user_code on idp_models (model, user_code) where user_code is not null')}
+    ${onlyIfMissing({ relation: 'idp_models_expires_at' }, 'create index if not exists idp_models_expires_at on idp_models (expires_at) where expires_at is not null')}
   `);
 }
