@@ -17,9 +17,9 @@ import {
   type Principal,
   type Requirement,
 } from '@idem/guard';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import fp from 'fastify-plugin';
-import { guardOf, sendGuardError } from './auth-state.js';
+import { type AnyServerReply, type AnyServerRequest, guardOf, sendGuardError } from './auth-state.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -29,14 +29,15 @@ declare module 'fastify' {
 }
 
 /**
- * A Fastify hook (`onRequest` or `preHandler`) produced by this module.
+ * A Fastify hook (`onRequest` or `preHandler`) produced by this module, for an instance of any server
+ * (HTTP/1.1, HTTPS, HTTP/2) and a route of any types.
  *
  * @example
  * const hooks: AuthHook[] = [guard(edge), authorize(requireScopes('orders:write'))];
  */
-export type AuthHook = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
+export type AuthHook = (request: AnyServerRequest, reply: AnyServerReply) => Promise<AnyServerReply | undefined>;
 
-function view(request: FastifyRequest, guard?: Guard): GuardRequest {
+function view(request: AnyServerRequest, guard?: Guard): GuardRequest {
   return guardRequestFromNode(request.raw, {
     url: request.raw.url ?? request.url,
     ...(guard === undefined ? {} : { tokenHeaders: [guard.tokenHeader] }),
@@ -162,7 +163,10 @@ export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: Int
  * @example
  * const headers = await forwardHeaders(request, { audience: 'orders-service' }); // guard built with internalTokens
  */
-export function forwardHeaders(request: FastifyRequest, options: GlueForwardOptions): Promise<Record<string, string>> {
+export function forwardHeaders(
+  request: AnyServerRequest,
+  options: GlueForwardOptions,
+): Promise<Record<string, string>> {
   if (request.auth === undefined || request.auth === null) {
     throw new TypeError('forwardHeaders needs an authenticated request (run the guard hook first)');
   }
