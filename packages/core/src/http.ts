@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
 import type { Readable } from 'node:stream';
 import { isBodyRefusal, markUndecodable, type RequestBodyFacts, refusesRequestBody } from './body-refusal.js';
 import { decoderOf, negotiatedBody } from './content-coding.js';
@@ -1250,7 +1251,7 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
  * @example
  * if (!carriesBody(req)) return { ok: true, body: undefined };
  */
-export function carriesBody(req: IncomingMessage): boolean {
+export function carriesBody(req: IncomingMessage | Http2ServerRequest): boolean {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared)) return declared > 0;
   if (req.headers['transfer-encoding'] !== undefined) return true;

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
 import { carriesBody } from '@idem/core';
 import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
 import { bodyTooLarge, decodeBody, defaultBodyLimit, readRawBody } from './raw-body.js';
@@ -8,8 +9,12 @@ import type { Receiver, ReceiverResponse } from './receiver.js';
 export interface FastifyLikeRequest {
   headers: IncomingHttpHeaders;
   body?: unknown;
-  /** Node's request: read here when Fastify left an HTTP/2 body unparsed (no Content-Type, no length). */
-  raw?: IncomingMessage;
+  /**
+   * Node's request: read here when Fastify left an HTTP/2 body unparsed (no Content-Type, no length).
+   * An HTTP/2 one on an `http2: true` instance, so both are accepted (an IncomingMessage alone made
+   * the handler refuse such an instance's routes at compile time).
+   */
+  raw?: IncomingMessage | Http2ServerRequest;
 }
 
 /** The parts of a Fastify reply the handler uses. */

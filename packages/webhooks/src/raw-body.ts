@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
 import type { Readable } from 'node:stream';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import { WebhookError } from './errors.js';
@@ -53,7 +54,8 @@ async function collect(stream: AsyncIterable<Buffer | string>, limit: number): P
 
 /**
  * Reads a request's exact body bytes, decompressing a `Content-Encoding` of gzip, deflate or br
- * (a signature covers the payload, not its transfer compression), under a size limit.
+ * (a signature covers the payload, not its transfer compression), under a size limit. Node's HTTP/1
+ * and HTTP/2 requests alike (`http.createServer`, `http2.createServer`, `request.raw` of Fastify).
  *
  * Fails closed: a stream another middleware already read throws `raw_body_required`; an unknown
  * encoding throws `body_encoding_unsupported`; too many bytes throw `body_too_large`.
@@ -62,7 +64,10 @@ async function collect(stream: AsyncIterable<Buffer | string>, limit: number): P
  * const body = await readRawBody(req, { limit: 256 * 1024 });
  * const response = await receiver.handle({ headers: req.headers, body });
  */
-export async function readRawBody(request: IncomingMessage, options: RawBodyOptions = {}): Promise<Buffer> {
+export async function readRawBody(
+  request: IncomingMessage | Http2ServerRequest,
+  options: RawBodyOptions = {},
+): Promise<Buffer> {
   const limit = options.limit ?? defaultBodyLimit;
   if (!Number.isSafeInteger(limit) || limit < 0)
     throw new TypeError('limit must be a non-negative integer number of bytes');
