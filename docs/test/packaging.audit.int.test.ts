@@ -10,7 +10,8 @@
 // word for word against the tarballs, its files type-checked) and docs/test/code-blocks.test.ts
 // (every doc block type-checked, against the sources). The checks marked "Was a defect" failed when
 // the audit wrote them; the comment above each says what was wrong.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -141,6 +142,27 @@ describe('the packed packages, installed into a project outside the repository',
     // modules is experimental (later 22.x releases do not).
     const line = done.output.split('\n').find((text) => text.startsWith('{"@idem/'));
     expect(JSON.parse(line as string)).toEqual(Object.fromEntries(names.map((name) => [name, true])));
+  });
+
+  // Was a defect: tsup strips the `node:` prefix by default, so the packages shipped `from "zlib"`,
+  // `from "crypto"`: a bundler for a browser or an edge runtime may then put a polyfill package of
+  // that name in its place without a word, where `node:zlib` is refused (or mapped by an explicit flag).
+  it("imports Node's built-ins by their node: names only, in every shipped module", () => {
+    const bare = new Set(builtinModules.filter((name) => !name.startsWith('_') && !name.startsWith('node:')));
+    const found: string[] = [];
+    for (const [name, folder] of unpacked) {
+      for (const file of readdirSync(join(folder, 'dist'), { recursive: true, encoding: 'utf8' })) {
+        if (!file.endsWith('.js')) continue;
+        const text = readFileSync(join(folder, 'dist', file), 'utf8');
+        for (const match of text.matchAll(
+          /(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\s*\(\s*|^import\s+)["']([^"']+)["']/gm,
+        )) {
+          const specifier = match[1] as string;
+          if (bare.has(specifier.split('/')[0] as string)) found.push(`${name}/dist/${file}: ${specifier}`);
+        }
+      }
+    }
+    expect(found).toEqual([]);
   });
 
   // Pinned: the Express and Fastify augmentations, as the READMEs use them, under npm's layout.
