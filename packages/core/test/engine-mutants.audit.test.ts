@@ -199,6 +199,26 @@ describe('the heartbeat of a store behind a network', () => {
     expect(lostAt(events)).toEqual([['renew-failed', 1_500]]);
   });
 
+  it('renews a lease at the tick a third of a lease after its last renewal, not a tick later', async () => {
+    vi.useFakeTimers({ now: 0 });
+    const inner = memoryStore({ now: () => Date.now() });
+    const { store, link } = remoteRenewals(inner);
+    const renewedAt: number[] = [];
+    link.renew = (answer) => {
+      renewedAt.push(Date.now());
+      return Promise.resolve(answer);
+    };
+    const engine = createIdempotency({ store, lease: '3s', now: () => Date.now() });
+    // The first lease starts the heartbeat (a tick every 750 ms); the second is claimed at 500 ms, so
+    // the tick at 1500 ms finds it renewed exactly a third of its lease (1 s) ago.
+    expect((await engine.begin({ ...request, key: 'k-0' })).kind).toBe('execute');
+    await vi.advanceTimersByTimeAsync(500);
+    expect((await engine.begin(request)).kind).toBe('execute');
+    await vi.advanceTimersByTimeAsync(1_000);
+    // At 750 ms the first lease (a third of 3 s is 1 s) is not due yet; at 1500 ms both are.
+    expect(renewedAt).toEqual([1_500, 1_500]);
+  });
+
   it('gives a handler up at maxExecution exactly', async () => {
     vi.useFakeTimers({ now: 0 });
     const events: IdempotencyEvent[] = [];
