@@ -85,8 +85,8 @@ export class IdempotencyError extends Error {
     this.retryAfter = options.retryAfter;
   }
 
-  /** The RFC 9457 body for this error. */
-  toProblem(): ProblemDetails {
+  /** The RFC 9457 body for this error; its `code` is this error's, typed as the union to switch on. */
+  toProblem(): ProblemDetails & { code: IdempotencyErrorCode } {
     return {
       type: problemType(this.code),
       title: errorTable[this.code].title,

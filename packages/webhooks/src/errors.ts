@@ -66,7 +66,14 @@ export class WebhookError extends Error {
   }
 
   /** The RFC 9457 problem body for this error. */
-  toProblem(): { type: string; title: string; status: number; detail: string; code: string; retryable: boolean } {
+  toProblem(): {
+    type: string;
+    title: string;
+    status: number;
+    detail: string;
+    code: WebhookErrorCode;
+    retryable: boolean;
+  } {
     return {
       type: problemType(this.code),
       title: webhookErrorTable[this.code].title,
