@@ -277,8 +277,10 @@ export async function verifyDpopProof(
   if (!isPlainObject(header.jwk)) return invalid;
   // The proof must carry a public key only (RFC 9449 §4.2); a private member means a leaked key.
   for (const name of ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth', 'k']) if (name in header.jwk) return invalid;
+  // Taken for `alg` alone, so the key verifies exactly that algorithm; a key that names the other of
+  // EdDSA and Ed25519 (RFC 9864: one scheme, one curve) passes, as a configured key does.
   const checked = checkJwk(header.jwk, { algorithms: [alg as JwsAlgorithm], allowSymmetric: false });
-  if (!checked.ok || checked.key.alg !== alg) return invalid;
+  if (!checked.ok) return invalid;
   let key: Awaited<ReturnType<typeof importCheckedKey>>;
   try {
     key = await importCheckedKey(checked.key);
