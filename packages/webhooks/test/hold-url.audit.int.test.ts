@@ -207,6 +207,41 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(late).toMatchObject({ status: 'dead', dead_reason: 'horizon' });
   });
 
+  // Found untested by a mutation pass (pastHorizon without `attempts >= 1` changed no test): the hold
+  // dead-letters only a row already attempted. A row never tried gets its first attempt however late
+  // it is (the claim's rule too), so the hold only puts it off.
+  it('a row never attempted is held, not dead-lettered, though the hold ends past its horizon', async () => {
+    const throttled = await endpoint((_request, response) => {
+      response.writeHead(429, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await seed(throttled.url, 0, 0);
+    // Never tried, 10 s before its 1 h horizon ends, due in 1 s.
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body, created_at, next_attempt_at)
+       VALUES ('evt_never', $1, convert_to('{}', 'UTF8'),
+               now() - interval '59 minutes 50 seconds', now() + interval '1 second')`,
+      [throttled.url],
+    );
+    const sender = createSender({
+      secret: SECRET,
+      timeout: '2s',
+      schedule: { base: '1s', horizon: '1h' },
+      random: () => 0.5,
+    });
+    const relay = outbox.relay({ db: pool, sender, batchSize: 1, lease: '5s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1, dead: 0 });
+    const [never] = (
+      await pool.query(
+        `SELECT status, dead_reason, attempts, extract(epoch FROM next_attempt_at - now())::float8 AS s
+           FROM "${table}" WHERE id = 'evt_never'`,
+      )
+    ).rows;
+    expect(never).toMatchObject({ status: 'pending', dead_reason: null, attempts: 0 });
+    expect(never.s).toBeGreaterThan(100);
+  });
+
   // Was wrong: the hold was the answered event's own wait, which is its backoff whenever that is
   // longer than the Retry-After: an event deep in its retries (backoff near the 1 h cap) that met
   // `429, Retry-After: 5` put every fresh event of the URL off for its half hour, though the endpoint
