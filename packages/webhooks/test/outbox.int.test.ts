@@ -482,6 +482,40 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     }
   });
 
+  // Found untested by a mutation pass (the fence without `attempts = $4` changed no test). A relay of
+  // an earlier version raises `attempts` when it claims, never `claims`: during a rolling upgrade, one
+  // that shares this relay's relayId and takes the row over leaves `claims` as this claim saw it, and
+  // only the attempt count tells the two claims apart.
+  it('fences a stalled claim out of a takeover by an earlier version under the same relayId (attempts only)', async () => {
+    await clear();
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let calls = 0;
+    const server = await scripted(async (_request, response) => {
+      calls++;
+      await held;
+      response.statusCode = 500;
+      response.end();
+    });
+    try {
+      await outbox.add(pool, { id: 'E1', url: server.url, body: '{}' });
+      const relay = outbox.relay({ db: pool, sender, relayId: 'worker' });
+      const first = relay.runOnce();
+      await until(() => calls === 1, 'the attempt to reach the endpoint');
+      // The earlier version's claim, as it wrote it: its own lease, one more attempt, `claims` untouched.
+      await pool.query(
+        `UPDATE "${table}" SET attempts = attempts + 1, locked_by = 'worker', locked_until = now() + interval '1 minute'`,
+      );
+      release();
+      expect(await first).toEqual({ claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 1 });
+      const [row] = await rows();
+      expect(row).toMatchObject({ status: 'pending', attempts: 2, claims: 1, locked_by: 'worker' });
+      expect(row.last_attempt).toBeNull();
+    } finally {
+      await server.close();
+    }
+  });
+
   it('never attempts a row taken over from a dead relay past maxAttempts or the horizon', async () => {
     await clear();
     let release!: () => void;
