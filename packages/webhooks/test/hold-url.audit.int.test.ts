@@ -207,6 +207,28 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     expect(late).toMatchObject({ status: 'dead', dead_reason: 'horizon' });
   });
 
+  // Found untested by a mutation pass (the hold without `status !== 'fenced'` changed no test): a claim
+  // fenced off while its attempt ran holds nothing, whatever the endpoint answered it. The claim that
+  // took the row over decides, with an answer of its own.
+  it('a fenced claim answered 429 holds none of the URL’s other events', async () => {
+    const throttled = await endpoint(async (_request, response) => {
+      // Taken over while the attempt runs: another relay's claim, with a lease of its own.
+      await pool.query(
+        `UPDATE "${table}" SET claims = claims + 1, attempts = attempts + 1, locked_by = 'other',
+                locked_until = now() + interval '1 minute' WHERE id = 'evt_old'`,
+      );
+      response.writeHead(429, { 'retry-after': '120' });
+      response.end();
+    });
+    closers.push(throttled.close);
+    await seed(throttled.url, 0, 3);
+    const sender = createSender({ secret: SECRET, timeout: '2s', schedule: { base: '1s' }, random: () => 0.5 });
+    const relay = outbox.relay({ db: pool, sender, batchSize: 1, lease: '5s' });
+    expect(await relay.runOnce()).toMatchObject({ claimed: 1, fenced: 1 });
+    expect(throttled.count()).toBe(1);
+    for (const s of await freshHeldFor()) expect(s).toBeLessThanOrEqual(0);
+  });
+
   // Found untested by a mutation pass (pastHorizon without `attempts >= 1` changed no test): the hold
   // dead-letters only a row already attempted. A row never tried gets its first attempt however late
   // it is (the claim's rule too), so the hold only puts it off.
