@@ -7,8 +7,6 @@ export default defineConfig({
   clean: true,
   sourcemap: true,
   target: 'node22',
-  // Imports of Node's built-ins keep their `node:` prefix (tsup strips it by default): a bundler for
-  // browsers or edge runtimes then refuses `node:zlib` loudly instead of putting a polyfill of a bare
-  // `zlib` in its place, and a runtime never mistakes it for a package of that name.
+  // Keep `node:zlib` as written: a bare `zlib` may be swapped for a polyfill by a bundler, silently.
   removeNodeProtocol: false,
 });
