@@ -891,7 +891,7 @@ describe('client defaults (createClient)', () => {
     expect(error.code).toBe('retry_after_too_long');
   });
 
-  it('deadline 60s: an attempt 59 s in still starts, none 61 s in; retryHorizon() is 60 s (docs/client.md:169)', async () => {
+  it('deadline 60s: an attempt 59 s in still starts, none 61 s in; retryHorizon() is 60 s (docs/client.md:170)', async () => {
     const deadline = amount(retryTable('deadline').text);
     const attemptsWhenEachTakes = async (ms: number) => {
       const r = recording(() => {
@@ -904,7 +904,7 @@ describe('client defaults (createClient)', () => {
     expect(await attemptsWhenEachTakes(deadline - 1000)).toBe(2);
     expect(await attemptsWhenEachTakes(deadline + 1000)).toBe(1);
     expect(lineOf('docs/client.md', 'With the defaults the horizon is 60 s, which is the deadline').where).toBe(
-      'docs/client.md:169',
+      'docs/client.md:170',
     );
     expect(recording(unavailable).client.retryHorizon()).toBe(60_000);
   });
@@ -1233,11 +1233,11 @@ describe('documented bounds', () => {
     expect(issuer({ rotationDelay: 3601 })).toThrow(TypeError);
   });
 
-  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:710)', async () => {
+  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:717)', async () => {
     const documented = Number(
       /`limit` defaults to (\d+)\./.exec(readFileSync(join(root, 'docs/webhooks.md'), 'utf8'))?.[1],
     );
-    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:710');
+    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:717');
     const asked: unknown[][] = [];
     const db = {
       query: async (_text: string, values?: unknown[]) => {
