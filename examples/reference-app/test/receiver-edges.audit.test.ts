@@ -1,0 +1,133 @@
+import { randomUUID } from 'node:crypto';
+import { sign } from '@idem/webhooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findChargeState } from '../src/receiver/charges.js';
+import { findReceivedEvent } from '../src/receiver/events.js';
+import { loadWebhookSecret } from '../src/schema/api-schema.js';
+import { startTestStack, type TestStack } from './test-stack.js';
+
+// Edges of the receiver's apply a mutation pass found unchecked: the version guard's strictness and
+// what an amount that is no safe integer is recorded as. Events are posted signed, straight to the
+// receiver's webhook endpoint, as the API's relay posts them.
+let test: TestStack;
+
+beforeAll(async () => {
+  test = await startTestStack('receiver_edges');
+}, 60_000);
+
+afterAll(async () => {
+  await test?.close();
+});
+
+async function post(id: string, payload: unknown): Promise<number> {
+  const secret = await loadWebhookSecret(test.db);
+  const body = JSON.stringify(payload);
+  const headers = sign({ id, timestamp: Math.floor(Date.now() / 1000), body, secret });
+  const response = await fetch(test.stack.receiver.webhookUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+describe('receiver: applying an event', () => {
+  // Only a newer version moves a charge: a second event of the version the charge holds (another
+  // sender's copy, a replayed export under a new id) is acknowledged and changes nothing.
+  it('keeps the state of the first event when another event of the same version arrives', async () => {
+    const chargeId = `ch_${randomUUID()}`;
+    const first = `evt_a_${randomUUID()}`;
+    expect(
+      await post(first, { type: 'payment.refunded', data: { id: chargeId, status: 'refunded', version: 2 } }),
+    ).toBe(200);
+    const second = `evt_b_${randomUUID()}`;
+    expect(
+      await post(second, { type: 'payment.disputed', data: { id: chargeId, status: 'disputed', version: 2 } }),
+    ).toBe(200);
+    expect(await findChargeState(test.db, chargeId)).toMatchObject({ status: 'refunded', version: 2, eventId: first });
+    expect(await findReceivedEvent(test.db, second)).toMatchObject({ applied: 1 });
+  });
+
+  // The amount is shown, not computed with: one that is no safe integer is recorded as unknown (null)
+  // and the event still applies, rather than failing the insert and being retried for days.
+  it.each([1.5, 2 ** 53])('records an amount of %d as null and applies the event once', async (amount) => {
+    const id = `evt_amount_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount, currency: 'EUR' } })).toBe(200);
+    expect(await findReceivedEvent(test.db, id)).toMatchObject({ amount: null, currency: 'EUR', applied: 1 });
+  });
+});
+
+describe('receiver admin API: paths it does not serve', () => {
+  // Only `<id>/notes` is the notes route: another segment after the id is no resource at all (404),
+  // not the notes route under another name (which would answer a GET with 405, or add a note).
+  it.each(['GET', 'POST'])('answers %s /webhook-events/<id>/other with 404, and adds no note', async (method) => {
+    const id = `evt_path_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
+      200,
+    );
+    const token = await test.token({ roles: ['admin'], scope: 'events:read events:write' });
+    const response = await fetch(new URL(`/webhook-events/${id}/other`, test.stack.gateway.url), {
+      method,
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      ...(method === 'POST' ? { body: JSON.stringify({ text: 'not a note' }) } : {}),
+    });
+    expect(response.status).toBe(404);
+    const { rows } = await test.db.query<{ n: number }>(
+      'select count(*)::int as n from receiver_event_notes where event_id = $1',
+      [id],
+    );
+    expect(rows[0]?.n).toBe(0);
+  });
+});
+
+describe('receiver admin API: notes and lists', () => {
+  const postNote = async (id: string, body: string, headers: Record<string, string> = {}) => {
+    const token = await test.token({ roles: ['admin'], scope: 'events:read events:write' });
+    const response = await fetch(new URL(`/webhook-events/${id}/notes`, test.stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+        ...headers,
+      },
+      body,
+    });
+    return { status: response.status, body: await response.json() };
+  };
+
+  // `Content-Encoding: identity` is no coding at all: the note is checked as any other, never left
+  // unchecked to the handler (which would add an empty note for a body without a text).
+  it('checks a note sent with Content-Encoding: identity like any other', async () => {
+    const id = `evt_identity_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
+      200,
+    );
+    const refused = await postNote(id, '{"text":""}', { 'content-encoding': 'identity' });
+    expect(refused).toMatchObject({ status: 422, body: { code: 'validation_failed' } });
+    const added = await postNote(id, '{"text":"  kept  "}', { 'content-encoding': 'identity' });
+    expect(added).toMatchObject({ status: 201, body: { text: 'kept' } });
+  });
+
+  // The operators' list is the receiver's whole recent history up to 1000 events, not the page's 100.
+  it('lists more than 100 events', async () => {
+    const prefix = `evt_many_${randomUUID().slice(0, 8)}`;
+    await test.db.query(
+      `insert into receiver_events (id, type, deliveries, applied)
+       select $1 || '_' || n, 'payment.succeeded', 1, 1 from generate_series(1, 101) n`,
+      [prefix],
+    );
+    const token = await test.token({ roles: ['admin'], scope: 'events:read' });
+    const response = await fetch(new URL('/webhook-events', test.stack.gateway.url), {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(response.status).toBe(200);
+    const { events } = (await response.json()) as { events: Array<{ id: string }> };
+    expect(events.filter((event) => event.id.startsWith(prefix))).toHaveLength(101);
+  });
+});
