@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { sign } from '@idem/webhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findChargeState } from '../src/receiver/charges.js';
@@ -86,7 +87,7 @@ describe('receiver admin API: paths it does not serve', () => {
 });
 
 describe('receiver admin API: notes and lists', () => {
-  const postNote = async (id: string, body: string, headers: Record<string, string> = {}) => {
+  const postNote = async (id: string, body: string | Uint8Array<ArrayBuffer>, headers: Record<string, string> = {}) => {
     const token = await test.token({ roles: ['admin'], scope: 'events:read events:write' });
     const response = await fetch(new URL(`/webhook-events/${id}/notes`, test.stack.gateway.url), {
       method: 'POST',
@@ -112,6 +113,44 @@ describe('receiver admin API: notes and lists', () => {
     expect(refused).toMatchObject({ status: 422, body: { code: 'validation_failed' } });
     const added = await postNote(id, '{"text":"  kept  "}', { 'content-encoding': 'identity' });
     expect(added).toMatchObject({ status: 201, body: { text: 'kept' } });
+  });
+
+  // Was wrong: validNote left a body it could not decode (a coding it does not take, bytes that do not
+  // inflate) to the idempotency middleware, which fingerprints such a body as it came and answers
+  // nothing: the handler then added an empty note (201), against the 1-to-500-characters rule. Such a
+  // body is now refused before the key is claimed, as the API refuses it: 415 or 400.
+  it.each([
+    [
+      'a coding it does not take',
+      'identity, identity',
+      new TextEncoder().encode('{"text":""}'),
+      415,
+      'unsupported_media_type',
+    ],
+    [
+      'a list of codings',
+      'gzip, gzip',
+      new Uint8Array(gzipSync(gzipSync('{"text":"x"}'))),
+      415,
+      'unsupported_media_type',
+    ],
+    ['bytes that do not inflate', 'gzip', new TextEncoder().encode('not gzip'), 400, 'body_malformed'],
+    ['bytes that do not decode as br', 'br', new TextEncoder().encode('xx'), 400, 'body_malformed'],
+  ])('refuses a note in %s, adds nothing and keeps the key', async (_name, coding, bytes, status, code) => {
+    const id = `evt_coding_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
+      200,
+    );
+    const key = `"${randomUUID()}"`;
+    const refused = await postNote(id, bytes, { 'content-encoding': coding, 'idempotency-key': key });
+    expect(refused).toMatchObject({ status, body: { status, code } });
+    const { rows } = await test.db.query<{ n: number }>(
+      'select count(*)::int as n from receiver_event_notes where event_id = $1',
+      [id],
+    );
+    expect(rows[0]?.n).toBe(0);
+    const added = await postNote(id, '{"text":"after"}', { 'idempotency-key': key });
+    expect(added).toMatchObject({ status: 201, body: { text: 'after' } });
   });
 
   // The operators' list is the receiver's whole recent history up to 1000 events, not the page's 100.

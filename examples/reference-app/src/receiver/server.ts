@@ -359,16 +359,20 @@ function refuseMethod(ctx: Context, methods: readonly string[]): void {
   sendProblem(ctx, 405, 'method_not_allowed', 'Method not allowed', `This resource takes ${allow}.`);
 }
 
-/** The note's bytes with its Content-Encoding undone, or null when that cannot be done here. */
-function decodedNote(bytes: Buffer, encoding: string): Buffer | null {
+/**
+ * The note's bytes with its Content-Encoding undone; `unsupported` for a coding (or a list of them)
+ * not taken here, `undecodable` for bytes that do not decode from it, `too-large` for bytes that
+ * decode past the limit.
+ */
+function decodedNote(bytes: Buffer, encoding: string): Buffer | 'unsupported' | 'undecodable' | 'too-large' {
   const coding = encoding.trim().toLowerCase();
   if (coding === '' || coding === 'identity') return bytes;
   const decode = decoderOf(coding);
-  if (decode === undefined) return null;
+  if (decode === undefined) return 'unsupported';
   try {
     return decode(bytes, { maxOutputLength: maxNoteBodyBytes });
-  } catch {
-    return null;
+  } catch (error) {
+    return (error as { code?: unknown }).code === 'ERR_BUFFER_TOO_LARGE' ? 'too-large' : 'undecodable';
   }
 }
 
@@ -381,10 +385,32 @@ function decodedNote(bytes: Buffer, encoding: string): Buffer | null {
 async function validNote(ctx: Context, next: Next): Promise<unknown> {
   const body = await readRequestBody(ctx.req, maxNoteBodyBytes);
   if (!body.ok) return next();
-  // A compressed note is read as its text; a coding we do not take, or bytes that do not inflate
-  // within the limit, are left to the idempotency middleware, which answers them.
+  // A compressed note is read as its text. Bytes that inflate past the limit are left to the
+  // idempotency middleware's 413. A coding we do not take, or bytes that do not decode, are refused
+  // here, before the key is claimed: the middleware fingerprints such a body as it came and answers
+  // nothing, and no parser after it would refuse it, so the handler would add an empty note.
   const bytes = body.body ? decodedNote(body.body, ctx.get('content-encoding')) : undefined;
-  if (bytes === null) return next();
+  if (bytes === 'too-large') return next();
+  if (bytes === 'unsupported') {
+    sendProblem(
+      ctx,
+      415,
+      'unsupported_media_type',
+      'The body is not in a supported format',
+      'The Content-Encoding is not supported; send identity, gzip, deflate or br.',
+    );
+    return;
+  }
+  if (bytes === 'undecodable') {
+    sendProblem(
+      ctx,
+      400,
+      'body_malformed',
+      'The body could not be read',
+      'The body does not decode from its Content-Encoding.',
+    );
+    return;
+  }
   let text: unknown;
   try {
     text = bytes ? (JSON.parse(bytes.toString('utf8')) as { text?: unknown }).text : undefined;
