@@ -63,6 +63,19 @@ describe('hashPassword (spec 5.10)', () => {
   });
 });
 
+// Mutation pass: the checker reads a password in its one spelling (NFC) itself, as hashPassword
+// stores it, whatever its caller did: a password typed on a keyboard that decomposes accents verifies.
+describe('createPasswordChecker: one spelling of a password', () => {
+  it('verifies the decomposed spelling of a password hashed composed, and the composed of one hashed decomposed', async () => {
+    const checker = createPasswordChecker();
+    const composed = 'caf\u00e9 cr\u00e8me';
+    const decomposed = 'cafe\u0301 cre\u0300me';
+    expect(await checker.check(await hashPassword(composed), decomposed)).toBe(true);
+    expect(await checker.check(await hashPassword(decomposed), composed)).toBe(true);
+    expect(await checker.check(await hashPassword(composed), 'cafe creme')).toBe(false);
+  });
+});
+
 describe('the login page (row 40)', () => {
   let db: Database;
   let running: RunningReferenceApp;
