@@ -584,11 +584,15 @@ describe('sign in', () => {
     await stale.reached;
     const first = await agent.request(appUrl('/'));
     expect(first.body).toContain('Alice Liddell');
+    const refreshed = await sessions().get(id);
     stale.release();
     expect((await late).body).toContain('Alice Liddell');
     clock = 0;
-    // Had the late request presented the used refresh token, the provider would have ended the grant.
+    // Read again before its refresh, the session held fresh tokens: the late request used them and
+    // refreshed nothing (a second rotation would be a refresh for nothing, one more chance to race).
     const now = await sessions().get(id);
+    expect(now?.tokens).toEqual(refreshed?.tokens);
+    // Had the late request presented the used refresh token, the provider would have ended the grant.
     expect(now?.tokens?.refreshToken).toEqual(expect.any(String));
     const refresh = await tokenRequest(
       running.authUrl,
@@ -999,6 +1003,20 @@ describe('refresh and sign-out', () => {
     expect(after?.tokens?.refreshToken).not.toBe(before?.tokens?.refreshToken);
     const used = seen.filter((request) => request.url === '/photos').map((request) => request.authorization);
     expect(used.at(-1)).toBe(`Bearer ${after?.tokens?.accessToken}`);
+  });
+
+  // Mutation pass: the in-flight refresh leaves the map when it ends. Kept there, the session's next
+  // expiry would be answered with the first refresh's (by then expired) tokens, never refreshed again.
+  it('refreshes again when the refreshed access token expires in turn', async () => {
+    const { agent } = await signIn();
+    clock = 301_000;
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+    const once = await sessions().get(sessionId(agent));
+    clock = 602_000;
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+    const twice = await sessions().get(sessionId(agent));
+    expect(twice?.tokens?.accessToken).not.toBe(once?.tokens?.accessToken);
+    expect(twice?.tokens?.refreshToken).not.toBe(once?.tokens?.refreshToken);
   });
 
   it('refreshes once for concurrent requests of one session (no false reuse detection)', async () => {
