@@ -437,6 +437,9 @@ describe('sign in', () => {
     expect(raw).toMatch(/HttpOnly/);
     expect(raw).toMatch(/SameSite=Lax/);
     expect(sessionId(agent)).not.toBe(beforeLogin);
+    // The sign-in's own session row is gone, not left to expire: an id planted before the sign-in
+    // (session fixation) names nothing afterwards, not even the other tabs' pending transactions.
+    expect(await sessionRow(beforeLogin)).toBeUndefined();
 
     const page = await agent.request(appUrl('/'));
     expect(page.response.status).toBe(200);
