@@ -116,6 +116,22 @@ describe('gateway: which upstream a path goes to', () => {
   });
 });
 
+describe('gateway: a target in absolute form', () => {
+  // Node passes an absolute-form target (`GET http://host/path`) through as the URL: resolved, it
+  // names another origin than the upstream's, which the proxy would refuse with an error of no
+  // status (a 500). The origin check answers it as a malformed path instead, and forwards nothing.
+  it('answers a target naming another host with 400 path_malformed, and forwards nothing', async () => {
+    api.length = 0;
+    const answer = await sendHostile(
+      { method: 'GET', path: 'http://evil.example/photos', headers: { authorization: `Bearer ${await mint()}` } },
+      gateway.url,
+    );
+    expect(answer?.status).toBe(400);
+    expect(JSON.parse(answer?.text ?? '{}')).toMatchObject({ status: 400, code: 'path_malformed' });
+    expect(api).toEqual([]);
+  });
+});
+
 describe('gateway: what it forwards', () => {
   // The DPoP proof is bound to the gateway's URL and method: a credential for the gateway, which the
   // API must never see (it could replay it to the gateway within its lifetime).
