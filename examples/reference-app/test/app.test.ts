@@ -115,6 +115,17 @@ describe('createCsrf (the forms of the provider and the app)', () => {
     expect(csrf.verify(req, 'uid-1', first)).toBe(true);
   });
 
+  // Mutation pass: the edge of "too short". 32 characters is the least a secret may have (the ones
+  // it sets have 43, 32 random bytes); one character less is replaced.
+  it('keeps a held secret of 32 characters and replaces one of 31', () => {
+    const kept = exchange(`idp_csrf=${'k'.repeat(32)}`);
+    csrf.issue(kept.req, kept.res, 'uid-1');
+    expect(kept.setCookies).toEqual([]);
+    const replaced = exchange(`idp_csrf=${'k'.repeat(31)}`);
+    csrf.issue(replaced.req, replaced.res, 'uid-1');
+    expect(replaced.setCookies).toHaveLength(1);
+  });
+
   it('replaces a secret too short to be one it set (a planted cookie), and verifies against the new one only', () => {
     const planted = exchange('idp_csrf=short');
     const token = csrf.issue(planted.req, planted.res, 'uid-1');
