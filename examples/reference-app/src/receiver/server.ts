@@ -266,7 +266,8 @@ const maxNoteBodyBytes = 16 * 1024;
  * `idempotency()`: an operator's retry with the same `Idempotency-Key` gets the first note back
  * instead of a second copy. Keys are scoped to the admin the internal token names and to the client
  * acting for them. A note is 1 to 500 characters with no control characters but tab and line feed
- * (422 otherwise).
+ * (422 otherwise); its body may come gzip, deflate or br coded (415 for another coding, 400 for bytes
+ * that do not decode), all refused before the key is claimed.
  *
  * @example
  * ```ts
