@@ -153,6 +153,17 @@ describe('receiver admin API: notes and lists', () => {
     expect(added).toMatchObject({ status: 201, body: { text: 'after' } });
   });
 
+  // A body past the notes' 16 KiB is not read whole by the check: it goes on to the idempotency
+  // middleware, whose 413 answers it (an unanswered request would be Koa's bare 404).
+  it('answers a note body over 16 KiB with 413 body_too_large', async () => {
+    const id = `evt_large_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
+      200,
+    );
+    const refused = await postNote(id, JSON.stringify({ text: 'x'.repeat(17 * 1024) }));
+    expect(refused).toMatchObject({ status: 413, body: { code: 'body_too_large' } });
+  });
+
   // The operators' list is the receiver's whole recent history up to 1000 events, not the page's 100.
   it('lists more than 100 events', async () => {
     const prefix = `evt_many_${randomUUID().slice(0, 8)}`;
