@@ -2046,10 +2046,11 @@ function onHead(state: CaptureState, args: unknown[]) {
   const type = state.headHeaders['content-type'] ?? String(state.res.getHeader('content-type') ?? '');
   // Server-sent events are a live feed, not an outcome: never stored, and the key is freed at once
   // so the feed does not hold a lease open for as long as it streams. (In held mode nothing has
-  // been sent: the transaction learns at once that it cannot be stored, and rolls back.)
+  // been sent: the transaction learns at once that it cannot be stored, and rolls back.) Held or
+  // not, what it wrote is dropped: a held feed is answered 503 in its place, never flushed.
   if (liveFeedType.test(type)) {
     state.eventStream = true;
-    if (!state.hold) state.chunks.length = 0;
+    state.chunks.length = 0;
     finish(state, { kind: 'unstorable', reason: 'event-stream', status });
   }
   advertise(state, status);
