@@ -390,7 +390,7 @@ describe.runIf(withPostgres)('webhook outbox rows written by earlier versions', 
         [table],
       );
       expect(indexes.map((index) => index.name.replace(`${schema}.`, '')).sort()).toEqual(
-        [`${name}_dead`, `${name}_delivered`, `${name}_due`, `${name}_pkey`].sort(),
+        [`${name}_dead`, `${name}_delivered`, `${name}_due`, `${name}_pkey`, `${name}_url`].sort(),
       );
       // The old relay died: its lease runs out. The earlier version's retrying row comes due.
       await pool.query(

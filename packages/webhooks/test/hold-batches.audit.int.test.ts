@@ -5,10 +5,9 @@
 // at a median of 130 ms instead of 0.1 ms, up to 0.5 s. Its time grows with the URL's backlog, and a
 // backlog a few times larger outlasts the round's lease (relay_round_timeout). The 410's
 // dead-lettering (disableUrl) is the same one statement: 2.1 s for 90,000 rows.
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOutbox, createSender, type Queryable } from '../src/index.js';
+import { startThrottlingEndpoint } from './support/endpoint.js';
 import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -18,20 +17,16 @@ describe.skipIf(!available)("a 429's hold on a URL with a large backlog", () => 
   const pool = testPool({ max: 4 });
   const table = uniqueTable('hold_batches');
   const outbox = createOutbox({ table });
-  const server = createServer((request, response) => {
-    request.resume();
-    request.on('end', () => response.writeHead(429, { 'retry-after': '60' }).end());
-  });
+  let endpoint: Awaited<ReturnType<typeof startThrottlingEndpoint>>;
   let url = '';
 
   beforeAll(async () => {
     await outbox.migrate(pool);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+    endpoint = await startThrottlingEndpoint();
+    url = endpoint.url;
   });
   afterAll(async () => {
-    server.closeAllConnections();
-    server.close();
+    await endpoint.close();
     await pool.query(`DROP TABLE IF EXISTS "${table}"`);
     await pool.end();
   });

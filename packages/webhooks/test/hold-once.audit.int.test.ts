@@ -5,10 +5,9 @@
 // rows of one URL, a round of 10: 450,004 row versions written, a round of 36 s (past a default
 // lease of 30 s), and the other relays' claims up to 0.7 s slower while the 90,000 rows stayed
 // locked. Here a trigger counts the row versions written for 500 waiting rows.
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOutbox, createSender } from '../src/index.js';
+import { startThrottlingEndpoint } from './support/endpoint.js';
 import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -18,10 +17,7 @@ describe.skipIf(!available)('a round of several 429s from one URL', () => {
   const pool = testPool({ max: 8 });
   const table = uniqueTable('hold_once');
   const outbox = createOutbox({ table });
-  const server = createServer((request, response) => {
-    request.resume();
-    request.on('end', () => response.writeHead(429, { 'retry-after': '60' }).end());
-  });
+  let endpoint: Awaited<ReturnType<typeof startThrottlingEndpoint>>;
   let url = '';
 
   beforeAll(async () => {
@@ -34,12 +30,11 @@ describe.skipIf(!available)('a round of several 429s from one URL', () => {
     await pool.query(`
       CREATE TRIGGER counted BEFORE UPDATE ON "${table}" FOR EACH ROW
         WHEN (NEW.id LIKE 'evt_wait_%') EXECUTE FUNCTION "${table}_count"()`);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+    endpoint = await startThrottlingEndpoint();
+    url = endpoint.url;
   });
   afterAll(async () => {
-    server.closeAllConnections();
-    server.close();
+    await endpoint.close();
     await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_writes"`);
     await pool.query(`DROP FUNCTION IF EXISTS "${table}_count"()`);
     await pool.end();

@@ -59,3 +59,23 @@ export async function startEndpoint(receiver: Receiver): Promise<Endpoint> {
       }),
   };
 }
+
+/**
+ * An endpoint that reads each delivery and answers `429` with `Retry-After: <retryAfter>`, for the
+ * relay's hold on a throttling URL.
+ */
+export async function startThrottlingEndpoint(retryAfter = '60'): Promise<{ url: string; close(): Promise<void> }> {
+  const server = createServer((request, response) => {
+    request.resume();
+    request.on('end', () => response.writeHead(429, { 'retry-after': retryAfter }).end());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
