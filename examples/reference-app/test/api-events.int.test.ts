@@ -12,42 +12,30 @@
 import { randomUUID } from 'node:crypto';
 import { parseIdempotencyKey, principalScope, recordId } from '@idem/core';
 import { Redis } from 'ioredis';
-import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import type { Database } from '../src/db.js';
 import { apiTables } from '../src/schema/api-schema.js';
-import { openTestDatabase } from './services.js';
 import { postCapturingStderr } from './stderr-lines.js';
-import { allScopes } from './test-stack.js';
+import { startTestStack, type TestStack } from './test-stack.js';
 
-const issuer = 'https://issuer.api-events-test.example';
-const audience = 'http://gateway.api-events-test';
 const sub = 'user-events';
 const clientId = 'photo-app';
-// The record ids of this caller's keys, as the docs' ticketRecordId computes them (with the
-// reference app's `perClient` scope).
-const recordOf = (operation: string, keyHeader: string) => {
-  const parsed = parseIdempotencyKey(keyHeader);
-  if (!parsed.ok) throw new Error('not a key');
-  const scope = principalScope({ iss: issuer, sub, clientId }, { perClient: true });
-  if (scope === undefined) throw new Error('no scope');
-  return recordId(scope, operation, parsed.key);
-};
 
 describe('the API logs the idempotency events an operator must see, by record id', () => {
-  let db: Database;
-  let stack: RunningResourceStack;
+  let test: TestStack;
   let deadRedis: Redis;
-  let privateKey: CryptoKey;
   let token: string;
   const written: string[] = [];
+  // The record ids of this caller's keys, as the docs' ticketRecordId computes them (with the
+  // reference app's `perClient` scope).
+  const recordOf = (operation: string, keyHeader: string) => {
+    const parsed = parseIdempotencyKey(keyHeader);
+    if (!parsed.ok) throw new Error('not a key');
+    const scope = principalScope({ iss: test.issuer, sub, clientId }, { perClient: true });
+    if (scope === undefined) throw new Error('no scope');
+    return recordId(scope, operation, parsed.key);
+  };
 
   beforeAll(async () => {
-    const pair = await generateKeyPair('ES256');
-    privateKey = pair.privateKey;
-    const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'events-test', alg: 'ES256' };
-    db = await openTestDatabase('api_events');
     // Redis down: nothing listens on port 1, the client never connects, and it queues no command.
     deadRedis = new Redis('redis://127.0.0.1:1', {
       lazyConnect: true,
@@ -56,37 +44,18 @@ describe('the API logs the idempotency events an operator must see, by record id
       retryStrategy: () => null,
     });
     deadRedis.on('error', () => undefined);
-    stack = await startResourceStack({
-      db,
-      gatewayPort: 0,
-      apiPort: 0,
-      receiverPort: 0,
-      baseUrl: audience,
-      issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-      relay: false,
-      seed: false,
-      redis: { client: deadRedis, prefix: 'audit-apitrail:' },
-    });
-    token = await new SignJWT({ scope: allScopes, roles: [], client_id: clientId })
-      .setProtectedHeader({ alg: 'ES256', kid: 'events-test', typ: 'at+jwt' })
-      .setIssuer(issuer)
-      .setSubject(sub)
-      .setAudience(audience)
-      .setIssuedAt()
-      .setExpirationTime('5m')
-      .setJti(randomUUID())
-      .sign(privateKey);
+    test = await startTestStack('api_events', { seed: false, redis: { client: deadRedis, prefix: 'audit-apitrail:' } });
+    token = await test.token({ sub, clientId });
   }, 60_000);
 
   afterAll(async () => {
-    await stack?.close();
+    await test?.close();
     deadRedis?.disconnect();
-    await db?.close();
   });
 
   /** Sends a request and returns it with every line written on stderr while it ran. */
   const send = (path: string, keyHeader: string, body: unknown) =>
-    postCapturingStderr(new URL(path, stack.gateway.url), { token, keyHeader, body }, written);
+    postCapturingStderr(new URL(path, test.stack.gateway.url), { token, keyHeader, body }, written);
 
   // Whatever a line says, it names none of what the request carried.
   afterAll(() => {
@@ -96,7 +65,7 @@ describe('the API logs the idempotency events an operator must see, by record id
       // No JWT at all (the gateway's internal token): a record id is base64url without dots.
       expect(line).not.toMatch(/eyJ[\w-]+\.[\w-]+\./);
       expect(line).not.toContain(sub);
-      expect(line).not.toContain(issuer);
+      expect(line).not.toContain(test.issuer);
       expect(line).not.toMatch(/secret-title|"amount"|"title"|k-events-/);
     }
   });
@@ -136,7 +105,7 @@ describe('the API logs the idempotency events an operator must see, by record id
     expect(first.response.status).toBe(201);
     const id = recordOf('POST /charges', keyHeader);
     // What a process killed in the middle of the charge leaves: its claim, its lease over.
-    const { rowCount } = await db.query(
+    const { rowCount } = await test.db.query(
       `update ${apiTables.idempotency}
           set state = 'in_progress', status = null, headers = null, body = null,
               lease_until = clock_timestamp() - interval '1 second'

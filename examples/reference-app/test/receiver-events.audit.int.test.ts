@@ -9,18 +9,12 @@
 // which the PostgreSQL store takes for the database being unavailable, as a failover leaves it.
 import { randomUUID } from 'node:crypto';
 import { type IdempotencyEvent, parseIdempotencyKey, principalScope, recordId } from '@idem/core';
-import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import type { Database } from '../src/db.js';
 import { recordDelivery } from '../src/receiver/events.js';
 import { apiTables } from '../src/schema/api-schema.js';
-import { openTestDatabase } from './services.js';
 import { postCapturingStderr } from './stderr-lines.js';
-import { allScopes } from './test-stack.js';
+import { startTestStack, type TestStack } from './test-stack.js';
 
-const issuer = 'https://issuer.receiver-events-test.example';
-const audience = 'http://gateway.receiver-events-test';
 const sub = 'admin-events';
 const clientId = 'ops-cli';
 // Mixed case: the route's operation is its path, lowercased as Koa's routing matches paths.
@@ -28,7 +22,7 @@ const eventId = `evt_RcvTrail_${randomUUID().replaceAll('-', '')}`;
 const notesPath = `/webhook-events/${eventId}/notes`;
 // The record id of this caller's key on the notes route, as the docs' ticketRecordId computes it
 // (with the receiver's `perClient` scope; the operation is the route's whole path, lowercased).
-const recordOf = (keyHeader: string) => {
+const recordOf = (issuer: string, keyHeader: string) => {
   const parsed = parseIdempotencyKey(keyHeader);
   if (!parsed.ok) throw new Error('not a key');
   const scope = principalScope({ iss: issuer, sub, clientId }, { perClient: true });
@@ -37,46 +31,24 @@ const recordOf = (keyHeader: string) => {
 };
 
 describe('the receiver logs the idempotency events an operator must see, by record id', () => {
-  let db: Database;
-  let stack: RunningResourceStack;
+  let test: TestStack;
   let token: string;
   const written: string[] = [];
 
   beforeAll(async () => {
-    const pair = await generateKeyPair('ES256');
-    const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'rcv-events-test', alg: 'ES256' };
-    db = await openTestDatabase('receiver_events');
-    stack = await startResourceStack({
-      db,
-      gatewayPort: 0,
-      apiPort: 0,
-      receiverPort: 0,
-      baseUrl: audience,
-      issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-      relay: false,
-      seed: false,
-    });
+    test = await startTestStack('receiver_events', { seed: false });
     // An event to take notes on, as one verified delivery leaves it.
-    await recordDelivery(db, eventId);
-    token = await new SignJWT({ scope: allScopes, roles: ['admin'], client_id: clientId })
-      .setProtectedHeader({ alg: 'ES256', kid: 'rcv-events-test', typ: 'at+jwt' })
-      .setIssuer(issuer)
-      .setSubject(sub)
-      .setAudience(audience)
-      .setIssuedAt()
-      .setExpirationTime('5m')
-      .setJti(randomUUID())
-      .sign(pair.privateKey);
+    await recordDelivery(test.db, eventId);
+    token = await test.token({ sub, clientId, roles: ['admin'] });
   }, 60_000);
 
   afterAll(async () => {
-    await stack?.close();
-    await db?.close();
+    await test?.close();
   });
 
   /** Adds a note and returns the response with every line written on stderr while it ran. */
   const send = (keyHeader: string, text: string) =>
-    postCapturingStderr(new URL(notesPath, stack.gateway.url), { token, keyHeader, body: { text } }, written);
+    postCapturingStderr(new URL(notesPath, test.stack.gateway.url), { token, keyHeader, body: { text } }, written);
 
   // Whatever a line says, it names none of what the request carried, nor the driver's message.
   afterAll(() => {
@@ -85,7 +57,7 @@ describe('the receiver logs the idempotency events an operator must see, by reco
       expect(line).not.toContain(token);
       expect(line).not.toMatch(/eyJ[\w-]+\.[\w-]+\./);
       expect(line).not.toContain(sub);
-      expect(line).not.toContain(issuer);
+      expect(line).not.toContain(test.issuer);
       expect(line).not.toContain(clientId);
       expect(line).not.toMatch(/secret-note|"text"|k-rcv-events-|audit-driver-message/);
     }
@@ -95,14 +67,14 @@ describe('the receiver logs the idempotency events an operator must see, by reco
     timeout: 30_000,
   }, async () => {
     const keyHeader = `"k-rcv-events-${randomUUID()}"`;
-    const id = recordOf(keyHeader);
+    const id = recordOf(test.issuer, keyHeader);
     // Only this record's claim fails: the trigger's condition names its id.
-    await db.query(`
+    await test.db.query(`
       create or replace function audit_rcvtrail_refuse() returns trigger language plpgsql as $$
       begin
         raise exception 'audit-driver-message: the claim is refused' using errcode = '57P03';
       end $$`);
-    await db.query(
+    await test.db.query(
       `create trigger audit_rcvtrail_refuse before insert on ${apiTables.plainIdempotency}
          for each row when (new.id = '${id}') execute function audit_rcvtrail_refuse()`,
     );
@@ -118,8 +90,8 @@ describe('the receiver logs the idempotency events an operator must see, by reco
       expect(about[0]).toContain('(cause 57P03)');
       expect(lines).toEqual(about);
     } finally {
-      await db.query(`drop trigger audit_rcvtrail_refuse on ${apiTables.plainIdempotency}`);
-      await db.query('drop function audit_rcvtrail_refuse()');
+      await test.db.query(`drop trigger audit_rcvtrail_refuse on ${apiTables.plainIdempotency}`);
+      await test.db.query('drop function audit_rcvtrail_refuse()');
     }
   });
 
@@ -136,47 +108,28 @@ describe('the receiver logs the idempotency events an operator must see, by reco
 
 describe("startResourceStack's onReceiverIdempotencyEvent", () => {
   it('takes every idempotency event of the receiver instead of stderr', { timeout: 60_000 }, async () => {
-    const pair = await generateKeyPair('ES256');
-    const jwk = { ...(await exportJWK(pair.publicKey)), kid: 'rcv-events-own', alg: 'ES256' };
-    const db = await openTestDatabase('receiver_events_own');
     const events: IdempotencyEvent[] = [];
-    const stack = await startResourceStack({
-      db,
-      gatewayPort: 0,
-      apiPort: 0,
-      receiverPort: 0,
-      baseUrl: audience,
-      issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
-      relay: false,
+    const test = await startTestStack('receiver_events_own', {
       seed: false,
       onReceiverIdempotencyEvent: (event) => events.push(event),
     });
     try {
-      await recordDelivery(db, eventId);
-      const own = await new SignJWT({ scope: allScopes, roles: ['admin'], client_id: clientId })
-        .setProtectedHeader({ alg: 'ES256', kid: 'rcv-events-own', typ: 'at+jwt' })
-        .setIssuer(issuer)
-        .setSubject(sub)
-        .setAudience(audience)
-        .setIssuedAt()
-        .setExpirationTime('5m')
-        .setJti(randomUUID())
-        .sign(pair.privateKey);
+      await recordDelivery(test.db, eventId);
+      const own = await test.token({ sub, clientId, roles: ['admin'] });
       const keyHeader = `"k-rcv-events-${randomUUID()}"`;
-      const response = await fetch(new URL(notesPath, stack.gateway.url), {
+      const response = await fetch(new URL(notesPath, test.stack.gateway.url), {
         method: 'POST',
         headers: { authorization: `Bearer ${own}`, 'content-type': 'application/json', 'idempotency-key': keyHeader },
         body: JSON.stringify({ text: 'a note' }),
       });
       await response.arrayBuffer();
       expect(response.status).toBe(201);
-      const id = recordOf(keyHeader);
+      const id = recordOf(test.issuer, keyHeader);
       expect(events.filter((event) => event.id === id).map((event) => event.type)).toEqual(
         expect.arrayContaining(['claim', 'complete']),
       );
     } finally {
-      await stack.close();
-      await db.close();
+      await test.close();
     }
   });
 });

@@ -21,7 +21,7 @@ export interface TestTokenClaims {
 export interface TestStack {
   readonly stack: RunningResourceStack;
   readonly db: Database;
-  /** The file's Redis client and key prefix when REDIS_URL is set. */
+  /** The file's Redis client and key prefix when REDIS_URL is set (none when `options.redis` replaced it). */
   readonly redis: Awaited<ReturnType<typeof openTestRedis>>;
   readonly issuer: string;
   readonly audience: string;
@@ -34,6 +34,15 @@ export const allScopes =
   'photos:read photos:write stock:read stock:write charges:write settings:read settings:write events:read events:write';
 
 /**
+ * What a test file may set of the stack: `redis` in place of the file's own Redis (a client that is
+ * down, say), no seed rows, its own idempotency event listeners.
+ */
+export type TestStackOptions = Pick<
+  ResourceStackOptions,
+  'redis' | 'seed' | 'onApiIdempotencyEvent' | 'onReceiverIdempotencyEvent'
+>;
+
+/**
  * Starts the stack for the test file `name`: an ES256 test issuer, tokens with `typ: at+jwt` for the
  * gateway's audience, no background outbox relay (tests drive `relayOnce()`).
  *
@@ -43,14 +52,14 @@ export const allScopes =
  * const token = await test.token({ roles: ['admin'] });
  * ```
  */
-export async function startTestStack(name: string): Promise<TestStack> {
+export async function startTestStack(name: string, options: TestStackOptions = {}): Promise<TestStack> {
   const issuer = `https://issuer.${name}-test.example`;
   const audience = `http://gateway.${name}-test`;
   const kid = `${name}-test`;
   const pair = await generateKeyPair('ES256');
   const jwk = { ...(await exportJWK(pair.publicKey)), kid, alg: 'ES256' };
   const db = await openTestDatabase(name);
-  const redis = await openTestRedis(name);
+  const redis = options.redis === undefined ? await openTestRedis(name) : undefined;
   const stack = await startResourceStack({
     db,
     gatewayPort: 0,
@@ -60,6 +69,7 @@ export async function startTestStack(name: string): Promise<TestStack> {
     issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
     relay: false,
     ...(redis ? { redis } : {}),
+    ...options,
   });
   return {
     stack,
