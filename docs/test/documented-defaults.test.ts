@@ -263,7 +263,7 @@ describe('engine defaults (createIdempotency)', () => {
     });
     expect(again.kind === 'reject' && again.error.code).toBe('in_progress');
     for (const { doc, markers } of engineTables)
-      expect(documentedDefault(doc, markers, 'heartbeat').text).toBe('`true`');
+      expect(documentedDefault(doc, markers, 'heartbeat').text).toBe("`true` (`'per-lease'` on Cloudflare Workers)");
     if (begun.kind === 'execute') await engine.release(begun.lease);
   });
 

@@ -54,10 +54,14 @@ export interface IdempotencyOptions {
    */
   lease?: Duration;
   /**
-   * Renew leases in the background while a handler runs. Default true. Off (for tests), a handler
-   * that runs longer than one lease is taken for crashed: a retry may take its key over.
+   * Renew leases in the background while a handler runs. Default true: one shared timer renews every
+   * lease of the engine. `'per-lease'`: each claim sets its own renewal timer, in the request that
+   * claimed; for runtimes that run a timer only while the request that set it is alive (Cloudflare
+   * Workers, where it is the default), on which a shared timer dies with the request that started
+   * it. Off (for tests), a handler that runs longer than one lease is taken for crashed: a retry may
+   * take its key over.
    */
-  heartbeat?: boolean;
+  heartbeat?: boolean | 'per-lease';
   /**
    * The longest a handler may hold its key. Default off: a handler that never settles keeps its
    * key in progress (409) for as long as its process lives. When set, the heartbeat stops renewing
@@ -279,6 +283,9 @@ class LeaseState implements Lease {
    * stores behind a network, where another worker may take the key over at that end.
    */
   check: ((lease: LeaseState) => void) | undefined = undefined;
+  /** Its own renewal timer and end-of-lease wake-up, with `heartbeat: 'per-lease'` only. */
+  beat: ReturnType<typeof setInterval> | undefined = undefined;
+  watch: ReturnType<typeof setTimeout> | undefined = undefined;
 
   constructor(
     readonly id: string,
@@ -335,6 +342,16 @@ function watchReads(signal: AbortSignal, lease: LeaseState): void {
 }
 
 // Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
+/**
+ * True on Cloudflare Workers, which documents `navigator.userAgent` as `'Cloudflare-Workers'` for
+ * telling it apart: there a timer runs only while the request that set it is alive, so the shared
+ * heartbeat, started by whichever request claimed first, would stop renewing with that request.
+ */
+function requestScopedTimers(): boolean {
+  const agent = (globalThis as { navigator?: { userAgent?: unknown } }).navigator?.userAgent;
+  return agent === 'Cloudflare-Workers';
+}
+
 const STORED: CompleteResult = Object.freeze({ ok: true, stored: true });
 const NOT_STORED: CompleteResult = Object.freeze({ ok: true, stored: false });
 const RELEASED: ReleaseResult = Object.freeze({ ok: true });
@@ -387,8 +404,10 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const mismatchStatus = options.mismatchStatus ?? 422;
   if (mismatchStatus !== 422 && mismatchStatus !== 400) throw new TypeError('mismatchStatus must be 422 or 400');
   const policy = resolveOutcomePolicy(options.storeOutcome ?? 'all');
-  const heartbeat = options.heartbeat ?? true;
-  if (typeof heartbeat !== 'boolean') throw new TypeError('heartbeat must be a boolean');
+  const heartbeat = options.heartbeat ?? (requestScopedTimers() ? 'per-lease' : true);
+  if (typeof heartbeat !== 'boolean' && heartbeat !== 'per-lease')
+    throw new TypeError("heartbeat must be a boolean or 'per-lease'");
+  const perLease = heartbeat === 'per-lease';
   const maxExecution = options.maxExecution ?? false;
   const maxExecutionMs = maxExecution === false ? 0 : toMilliseconds(maxExecution, 'maxExecution');
   if (maxExecution !== false) {
@@ -465,6 +484,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const stopHeartbeat = (lease: LeaseState) => {
     lease.finished = true;
     if (held.get(lease.id) === lease) held.delete(lease.id);
+    if (lease.beat !== undefined) {
+      clearInterval(lease.beat);
+      clearTimeout(lease.watch);
+      lease.beat = undefined;
+      lease.watch = undefined;
+    }
   };
 
   // A claim given up on (503: its storeTimeout passed) may still be waiting for the store, in a full
@@ -536,6 +561,30 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       });
   };
 
+  // Renews one lease if due; returns when its end would pass unrenewed, for a wake-up then (infinite
+  // when nothing needs one).
+  const tend = (lease: LeaseState, t: number): number => {
+    // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
+    if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) {
+      markLost(lease, 'max-execution');
+      return Number.POSITIVE_INFINITY;
+    }
+    // One lease after the last confirmed renewal was sent, the store's lease may have ended (it
+    // was set no earlier than that), even while a renewal hangs there: tell the handler before
+    // another worker's retry can take the key over. Counted from the send, not the answer: a
+    // renewal's own deadline (storeTimeout) may be longer than the lease.
+    // (Not for an in-process store: nobody outside this process shares it, and its renewal, sent
+    // below, is answered before any other request of this process can claim, even after a stall.)
+    const end = lease.lastRenewedAt + leaseMs;
+    let wake = Number.POSITIVE_INFINITY;
+    if (!inProcess) {
+      if (t >= end) markLost(lease, 'renew-failed');
+      else wake = end;
+    }
+    if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
+    return wake;
+  };
+
   const tick = () => {
     if (held.size === 0) {
       clearInterval(beat);
@@ -545,26 +594,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     }
     const t = elapsed();
     let soonest = Number.POSITIVE_INFINITY;
-    for (const lease of held.values()) {
-      // A handler past maxExecution is given up on: no more renewals, so the store ends its lease.
-      // (Deleting from `held` while iterating it is safe for a Map.)
-      if (maxExecutionMs > 0 && t - lease.begunAt >= maxExecutionMs) {
-        markLost(lease, 'max-execution');
-        continue;
-      }
-      // One lease after the last confirmed renewal was sent, the store's lease may have ended (it
-      // was set no earlier than that), even while a renewal hangs there: tell the handler before
-      // another worker's retry can take the key over. Counted from the send, not the answer: a
-      // renewal's own deadline (storeTimeout) may be longer than the lease.
-      // (Not for an in-process store: nobody outside this process shares it, and its renewal, sent
-      // below, is answered before any other request of this process can claim, even after a stall.)
-      const end = lease.lastRenewedAt + leaseMs;
-      if (!inProcess) {
-        if (t >= end) markLost(lease, 'renew-failed');
-        else if (end < soonest) soonest = end;
-      }
-      if (!lease.renewing && t - lease.lastRenewedAt >= leaseMs / 3) renew(lease);
-    }
+    // (tend may delete from `held` while this iterates it: safe for a Map.)
+    for (const lease of held.values()) soonest = Math.min(soonest, tend(lease, t));
     // A lease can reach that end between two ticks (its renewals hang): wake up then, not a tick late.
     if (soonest - t < beatEvery) {
       clearTimeout(watch);
@@ -573,8 +604,29 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     }
   };
 
-  const startHeartbeat = () => {
-    if (!heartbeat || beat !== undefined) return;
+  // The same for one lease, on its own timers (`heartbeat: 'per-lease'`), which stopHeartbeat clears.
+  const tickOne = (lease: LeaseState) => {
+    const t = elapsed();
+    const wake = tend(lease, t);
+    if (lease.beat !== undefined && wake - t < beatEvery) {
+      clearTimeout(lease.watch);
+      lease.watch = setTimeout(tickOne, Math.max(1, Math.ceil(wake - t)), lease);
+      lease.watch.unref?.();
+    }
+  };
+
+  const startHeartbeat = (lease: LeaseState) => {
+    if (!heartbeat) return;
+    if (perLease) {
+      // Set here, while the claiming request runs: on Workers, the one whose timers live as long as
+      // this lease's handler. (A completion retried in the background starts it again: stopHeartbeat
+      // cleared it before the store was asked.)
+      if (lease.beat !== undefined) return;
+      lease.beat = setInterval(tickOne, beatEvery, lease);
+      lease.beat.unref?.();
+      return;
+    }
+    if (beat !== undefined) return;
     beat = setInterval(tick, beatEvery);
     beat.unref?.();
   };
@@ -710,7 +762,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         if (checkLease !== undefined) lease.check = checkLease;
         if (replaces !== undefined) lease.recovered = true;
         held.set(id, lease);
-        startHeartbeat();
+        startHeartbeat(lease);
         if (onEvent)
           emit({
             type: 'claim',
@@ -1000,7 +1052,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     }
     lease.finished = false;
     held.set(lease.id, lease);
-    startHeartbeat();
+    startHeartbeat(lease);
     const timer = setTimeout(
       () => {
         if (lease.finished) return;

@@ -43,7 +43,8 @@ const hungCases = [
   ['a claim between two heartbeat ticks', undefined, 1_300],
 ] as const;
 
-describe('a store that hangs on renewals', () => {
+// Both heartbeats: the shared one and a timer per lease (`'per-lease'`, the default on Workers).
+describe.each([true, 'per-lease'] as const)('a store that hangs on renewals (heartbeat: %s)', (heartbeat) => {
   for (const [name, storeTimeout, earlierClaimMs] of hungCases) {
     it(`aborts the signal once the lease ended, before another worker can take the key over, with ${name}`, async () => {
       vi.useFakeTimers();
@@ -53,6 +54,7 @@ describe('a store that hangs on renewals', () => {
       const worker = createIdempotency({
         store,
         lease: '10s',
+        heartbeat,
         now: () => Date.now(),
         onEvent: (event) => events.push(event),
         ...(storeTimeout === undefined ? {} : { storeTimeout }),

@@ -51,6 +51,7 @@ describe('lease renewal on a runtime whose timers die with their request (Cloudf
   afterEach(() => {
     timers.restore();
     vi.useRealTimers();
+    vi.unstubAllGlobals();
   });
 
   // The emulation is faithful where the engine already works: a heartbeat started by the live request.
@@ -65,18 +66,88 @@ describe('lease renewal on a runtime whose timers die with their request (Cloudf
     expect(duplicate.kind === 'reject' && duplicate.error.code).toBe('in_progress');
   });
 
-  // Was wrong: the engine's one shared heartbeat (setInterval) is started by the first request that
-  // claims and cleared by its own tick once no lease is held. On Workers the request that started it
-  // has answered by then, so the interval never ticks again and is never cleared; `beat` stays set,
-  // no later lease is renewed, and a retry takes a running handler's key over after one lease: the
-  // handler runs twice. Needs a decision. Options: (a) one renewal timer per lease, set in the
-  // claiming request's own context (a timer per running handler instead of one per process);
-  // (b) keep one heartbeat but stop it as soon as the last lease is settled and restart it when a
-  // tick is overdue (fixes requests one after another, not a request that outlives the one that
-  // started the heartbeat); (c) document that on Workers the lease must outlast the longest handler
-  // (`lease` at least `maxExecution`), since nothing renews it there.
-  it.fails('a slow request after a quick one keeps its key past three leases: a duplicate gets 409', async () => {
-    const engine = createIdempotency({ store: memoryStore({ now: () => Date.now() }), lease: '1s' });
+  // The shared heartbeat (setInterval) is started by the first request that claims and cleared by
+  // its own tick once no lease is held. On Workers the request that started it has answered by then,
+  // so the interval never ticks again and is never cleared: no later lease is renewed, and a retry
+  // takes a running handler's key over after one lease (the handler runs twice). What remains of it
+  // on Workers: nothing renews a lease whose own request set no timer.
+  it('with the shared heartbeat forced on, a slow request after a quick one loses its key', async () => {
+    const engine = createIdempotency({ store: memoryStore({ now: () => Date.now() }), lease: '1s', heartbeat: true });
+    await slowAfterQuick(engine);
+    const duplicate = await engine.begin(input('k-2'));
+    expect(duplicate.kind).toBe('execute');
+  });
+
+  // So each claim sets its own renewal timer, in its own request (`heartbeat: 'per-lease'`), which
+  // is the default where navigator.userAgent says Cloudflare-Workers.
+  for (const [name, options] of [
+    ["heartbeat: 'per-lease'", { heartbeat: 'per-lease' }],
+    ['the default on Cloudflare Workers', {}],
+  ] as const) {
+    it(`a slow request after a quick one keeps its key past three leases (${name}): a duplicate gets 409`, async () => {
+      vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' });
+      const engine = createIdempotency({ store: memoryStore({ now: () => Date.now() }), lease: '1s', ...options });
+      await slowAfterQuick(engine);
+      const duplicate = await engine.begin(input('k-2'));
+      expect(duplicate.kind === 'reject' && duplicate.error.code).toBe('in_progress');
+    });
+  }
+
+  it('per lease, a slow request outlives the one that claimed before it and still keeps its key', async () => {
+    const engine = createIdempotency({
+      store: memoryStore({ now: () => Date.now() }),
+      lease: '1s',
+      heartbeat: 'per-lease',
+    });
+    const first = timers.start();
+    const short = await engine.begin(input('k-1'));
+    timers.start();
+    const long = await engine.begin(input('k-2'));
+    expect(long.kind).toBe('execute');
+    await vi.advanceTimersByTimeAsync(500);
+    if (short.kind !== 'execute') throw new Error(short.kind);
+    await engine.complete(short.lease, response);
+    first.end();
+    await vi.advanceTimersByTimeAsync(2500);
+    timers.start();
+    const duplicate = await engine.begin(input('k-2'));
+    expect(duplicate.kind === 'reject' && duplicate.error.code).toBe('in_progress');
+  });
+
+  it('per lease, a settled lease leaves no timer behind, and a lease past maxExecution is given up', async () => {
+    const events: string[] = [];
+    const engine = createIdempotency({
+      store: memoryStore({ now: () => Date.now() }),
+      lease: '1s',
+      heartbeat: 'per-lease',
+      maxExecution: '2s',
+      onEvent: (event) => {
+        if (event.type === 'lease-lost') events.push(event.reason);
+      },
+    });
+    const before = vi.getTimerCount();
+    const done = await engine.begin(input('k-1'));
+    if (done.kind !== 'execute') throw new Error(done.kind);
+    expect(vi.getTimerCount()).toBe(before + 1);
+    await engine.complete(done.lease, response);
+    expect(vi.getTimerCount()).toBe(before);
+    const stuck = await engine.begin(input('k-2'));
+    if (stuck.kind !== 'execute') throw new Error(stuck.kind);
+    await vi.advanceTimersByTimeAsync(2500);
+    expect(events).toEqual(['max-execution']);
+    expect(stuck.lease.signal.aborted).toBe(true);
+    expect(vi.getTimerCount()).toBe(before);
+  });
+
+  it("refuses a heartbeat that is neither a boolean nor 'per-lease'", () => {
+    expect(() => createIdempotency({ store: memoryStore(), heartbeat: 'shared' as unknown as boolean })).toThrow(
+      "heartbeat must be a boolean or 'per-lease'",
+    );
+  });
+
+  // A quick keyed request, then a slow one in another request: 2.5 s later (past two of its 1 s
+  // leases), in a third request, the caller asks again.
+  async function slowAfterQuick(engine: ReturnType<typeof createIdempotency>) {
     const first = timers.start();
     const quick = await engine.begin(input('k-1'));
     if (quick.kind !== 'execute') throw new Error(quick.kind);
@@ -87,7 +158,5 @@ describe('lease renewal on a runtime whose timers die with their request (Cloudf
     expect(slow.kind).toBe('execute');
     await vi.advanceTimersByTimeAsync(2500);
     timers.start();
-    const duplicate = await engine.begin(input('k-2'));
-    expect(duplicate.kind === 'reject' && duplicate.error.code).toBe('in_progress');
-  });
+  }
 });
