@@ -56,27 +56,24 @@ describe('Node built-ins imported by the fetch-style entry points (Cloudflare Wo
     expect(await nodeImportsOf(entry)).toEqual(['node:crypto']);
   });
 
-  it('@idem/webhooks fetchWebhook, receiver, sender and signer: what workerd gives with nodejs_compat from 2025-08-15', async () => {
+  it('@idem/webhooks fetchWebhook, receiver, sender and signer: buffer, crypto, stream and zlib, no http', async () => {
     const entry =
       "export { createReceiver, createSender, createSigner, createVerifier, fetchWebhook, generateSecret } from '@idem/webhooks'; export { memoryStore } from '@idem/core';";
-    expect(await nodeImportsOf(entry)).toEqual(['node:buffer', 'node:crypto', 'node:http', 'node:stream', 'node:zlib']);
+    expect(await nodeImportsOf(entry)).toEqual(['node:buffer', 'node:crypto', 'node:stream', 'node:zlib']);
   });
 
-  it('@idem/core engine with the memory store: buffer, crypto and http', async () => {
+  it('@idem/core engine with the memory store: buffer and crypto', async () => {
     const entry =
       "export { createIdempotency, fingerprintRequest, memoryStore, parseIdempotencyKey } from '@idem/core';";
-    expect(await nodeImportsOf(entry)).toEqual(['node:buffer', 'node:crypto', 'node:http']);
+    expect(await nodeImportsOf(entry)).toEqual(['node:buffer', 'node:crypto']);
   });
 
-  // Was wrong: the engine imports node:http only for validateHeaderName/validateHeaderValue
-  // (stored-response.ts), and workerd's nodejs_compat has node:http only from compatibility date
-  // 2025-08-15 (or with the flag enable_nodejs_http_modules): a Worker pinned to an earlier date fails
-  // at startup with `No such module "node:http"`, though buffer and crypto are there since
-  // 2024-09-23; needs a decision. Options: (a) keep Node's checks and document the date or flag (done
-  // in docs/getting-started.md); (b) replace them with the same RFC 9110 token and field-value checks
-  // written locally, with a property test that they agree with Node's on every character, and drop
-  // the stored-response test that pins Node's error as the cause.
-  it.fails('@idem/core engine with the memory store needs no node:http', async () => {
+  // The engine once imported node:http only for validateHeaderName/validateHeaderValue, and workerd's
+  // nodejs_compat has node:http only from compatibility date 2025-08-15 (or with the flag
+  // enable_nodejs_http_modules): a Worker pinned to an earlier date failed at startup with `No such
+  // module "node:http"`. The checks are now local (src/header-syntax.ts), held to Node's by
+  // test/header-syntax.property.test.ts.
+  it('@idem/core engine with the memory store needs no node:http', async () => {
     const entry =
       "export { createIdempotency, fingerprintRequest, memoryStore, parseIdempotencyKey } from '@idem/core';";
     expect(await nodeImportsOf(entry)).not.toContain('node:http');
