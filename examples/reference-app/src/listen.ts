@@ -21,7 +21,11 @@ export interface ListeningPort {
   readonly port: number;
   /** `http://localhost:<port>` unless a public URL was given. */
   readonly url: string;
-  use(handler: RequestListener): void;
+  /**
+   * Attaches the handler. It sees origin-form targets only, unless `targets` is `'as-sent'`: then it
+   * takes absolute-form targets itself (the gateway, which serves only those naming its own origin).
+   */
+  use(handler: RequestListener, targets?: 'origin-form' | 'as-sent'): void;
   /** Stops accepting; requests already running finish first (see {@link drainable}). */
   close(graceMs?: number): Promise<void>;
 }
@@ -29,7 +33,8 @@ export interface ListeningPort {
 /**
  * Binds a port (0 for an ephemeral one) on loopback. Until {@link ListeningPort.use} is called every
  * request gets 503, so nothing half-configured ever answers. The handler sees origin-form targets
- * only (see {@link withOriginForm}; these ports serve the provider's and the app's pages).
+ * only unless told otherwise (see {@link withOriginForm}; these ports serve the provider's and the
+ * app's pages).
  *
  * @example
  * ```ts
@@ -61,8 +66,8 @@ export async function listen(
     server,
     port: bound,
     url: options.publicUrl ?? `http://localhost:${bound}`,
-    use(next) {
-      handler = withOriginForm(next, 'page');
+    use(next, targets = 'origin-form') {
+      handler = targets === 'as-sent' ? next : withOriginForm(next, 'page');
     },
     close(graceMs) {
       return drain.close(graceMs);

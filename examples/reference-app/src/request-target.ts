@@ -23,10 +23,39 @@ export function toOriginForm(req: IncomingMessage): boolean {
   if (target.startsWith('/') || target === '*') return true;
   const parts = absoluteForm.exec(target);
   if (parts === null || !URL.canParse(`${parts[1]}://${parts[2]}/`)) return false;
-  const rest = parts[3] ?? '';
-  req.url = rest.startsWith('/') ? rest : `/${rest}`;
+  req.url = originFormOf(parts[3] ?? '');
   return true;
 }
+
+/**
+ * Brings an absolute-form request target that names one of `origins` (the server's own, as
+ * `URL.origin` writes them) to the origin form, and makes its authority the Host header: RFC 9112
+ * §3.2.2, a server MUST accept the absolute form, whose authority replaces Host. A client configured
+ * with the server as its forward proxy sends it. Any other target is left as sent, for the server to
+ * refuse: one naming another origin (another host, port or scheme), one with user info in its
+ * authority, one that does not parse. A server that is no proxy serves no other origin's targets.
+ *
+ * @example
+ * ```ts
+ * toOwnOriginForm(req, new Set(['http://localhost:8080']));
+ * // req.url 'http://localhost:8080/photos' becomes '/photos', Host 'localhost:8080';
+ * // 'http://evil.example/photos' stays as it is
+ * ```
+ */
+export function toOwnOriginForm(req: IncomingMessage, origins: ReadonlySet<string>): void {
+  const target = req.url ?? '/';
+  if (target.startsWith('/')) return;
+  const parts = absoluteForm.exec(target);
+  // User info has no place in an http(s) target (RFC 9110 §4.2.4): such a target is refused, not read.
+  if (parts === null || parts[2]?.includes('@')) return;
+  const authority = URL.parse(`${parts[1]}://${parts[2]}/`);
+  if (authority === null || !origins.has(authority.origin)) return;
+  req.url = originFormOf(parts[3] ?? '');
+  req.headers.host = authority.host;
+}
+
+// The path and query after an absolute-form target's authority, as sent: `/` when it has no path.
+const originFormOf = (rest: string) => (rest.startsWith('/') ? rest : `/${rest}`);
 
 /** How a service answers a target {@link toOriginForm} cannot take: a problem document, or a page. */
 export type BadTargetAnswer = 'problem' | 'page';

@@ -3,6 +3,7 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningGateway, startGateway } from '../src/gateway/server.js';
+import { listen } from '../src/listen.js';
 import { sendHostile } from './hostile-send.js';
 
 // Lines of the gateway a mutation pass found unchecked: which upstream a path goes to, what the
@@ -129,6 +130,97 @@ describe('gateway: a target in absolute form', () => {
     expect(answer?.status).toBe(400);
     expect(JSON.parse(answer?.text ?? '{}')).toMatchObject({ status: 400, code: 'path_malformed' });
     expect(api).toEqual([]);
+  });
+
+  // RFC 9112 section 3.2.2: a server MUST accept the absolute form, which a client configured with the
+  // gateway as its forward proxy sends. Naming the gateway itself (the URL it listens on, or its
+  // public base URL), it is the path it holds; it was resolved against the API's origin and refused.
+  it.each([
+    ['the URL it listens on', () => gateway.url],
+    ['its public base URL', () => audience],
+  ])('forwards a target naming %s as the path it holds, to the service of that path', async (_name, own) => {
+    api.length = 0;
+    events.length = 0;
+    const token = await mint();
+    const photos = await sendHostile(
+      { method: 'GET', path: `${own()}/photos?limit=2`, headers: { authorization: `Bearer ${token}` } },
+      gateway.url,
+    );
+    const event = await sendHostile(
+      { method: 'GET', path: `${own()}/events/evt_1`, headers: { authorization: `Bearer ${await mint()}` } },
+      gateway.url,
+    );
+    expect([photos?.status, event?.status]).toEqual([200, 200]);
+    expect(api.map((seen) => seen.url)).toEqual(['/photos?limit=2']);
+    expect(events.map((seen) => seen.url)).toEqual(['/events/evt_1']);
+  });
+
+  // The authority in the target replaces the Host header (RFC 9112 section 3.2.2): a Host naming
+  // another host beside it changes nothing, and the API still gets its own host.
+  it('takes the authority of an own-host target over a Host header that names another', async () => {
+    api.length = 0;
+    const answer = await sendHostile(
+      {
+        method: 'GET',
+        path: `${gateway.url}/photos`,
+        headers: { authorization: `Bearer ${await mint()}`, host: 'evil.example' },
+      },
+      gateway.url,
+    );
+    expect(answer?.status).toBe(200);
+    expect(api.map((seen) => [seen.url, seen.headers.host])).toEqual([['/photos', new URL(apiBase).host]]);
+  });
+
+  // Only the gateway's own origin, exactly: another port or scheme of its host, credentials in the
+  // authority, or the API's own origin (which resolved onto the API and was forwarded), is another
+  // target the gateway does not serve (never an open proxy).
+  it('still refuses a target on another port or scheme of its host, with user info, or naming the API', async () => {
+    api.length = 0;
+    const { host, port } = new URL(gateway.url);
+    const targets = [
+      `http://localhost:${Number(port) === 1 ? 2 : 1}/photos`,
+      `https://${host}/photos`,
+      `http://user@${host}/photos`,
+      `${apiBase}/photos`,
+    ];
+    const statuses: Array<number | undefined> = [];
+    for (const target of targets) {
+      const answer = await sendHostile(
+        { method: 'GET', path: target, headers: { authorization: `Bearer ${await mint()}` } },
+        gateway.url,
+      );
+      statuses.push(answer?.status);
+    }
+    expect(statuses).toEqual([400, 400, 400, 400]);
+    expect(api).toEqual([]);
+  });
+});
+
+describe('gateway: a target in absolute form, on a port bound beforehand', () => {
+  // A port from listen() brings every absolute-form target to the origin form for the pages behind
+  // it, whatever host it names: the gateway takes its targets as sent there too, and reads them itself.
+  it('forwards a target naming its own URL, and refuses one naming another host', async () => {
+    const port = await listen(0);
+    const bound = await startGateway({
+      port,
+      apiUrl: apiBase,
+      baseUrl: audience,
+      issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+    });
+    try {
+      api.length = 0;
+      const send = async (target: string) =>
+        (
+          await sendHostile(
+            { method: 'GET', path: target, headers: { authorization: `Bearer ${await mint()}` } },
+            bound.url,
+          )
+        )?.status;
+      expect([await send(`${bound.url}/photos`), await send('http://evil.example/photos')]).toEqual([200, 400]);
+      expect(api.map((seen) => seen.url)).toEqual(['/photos']);
+    } finally {
+      await bound.close();
+    }
   });
 });
 

@@ -3,7 +3,7 @@
 // which it refuses, and the 400 each kind of service answers with.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { toOriginForm, withOriginForm } from '../src/request-target.js';
+import { toOriginForm, toOwnOriginForm, withOriginForm } from '../src/request-target.js';
 
 const request = (url: string) => ({ url }) as IncomingMessage;
 
@@ -35,6 +35,41 @@ describe('toOriginForm', () => {
       const req = request(target);
       expect(toOriginForm(req), target).toBe(false);
       expect(req.url).toBe(target);
+    }
+  });
+});
+
+describe('toOwnOriginForm', () => {
+  const own = new Set(['http://localhost:8080', 'https://api.example']);
+  const sent = (url: string, host = 'evil.example') => ({ url, headers: { host } }) as unknown as IncomingMessage;
+
+  it('brings a target naming an own origin to its path and query, and makes its authority the Host', () => {
+    for (const [target, origin, host] of [
+      ['http://localhost:8080/photos?limit=2', '/photos?limit=2', 'localhost:8080'],
+      // The origin as URL writes it: host in lower case, the scheme's default port dropped.
+      ['http://LOCALHOST:8080', '/', 'localhost:8080'],
+      ['https://api.example:443/a', '/a', 'api.example'],
+    ] as const) {
+      const req = sent(target);
+      toOwnOriginForm(req, own);
+      expect([req.url, req.headers.host], target).toEqual([origin, host]);
+    }
+  });
+
+  it('leaves as sent, Host untouched, an origin-form target and one naming another origin', () => {
+    for (const target of [
+      '/photos',
+      '*',
+      'http://evil.example/photos',
+      'http://localhost:8081/photos',
+      'https://localhost:8080/photos',
+      'http://api.example/photos',
+      'http://user@localhost:8080/photos',
+      'http://[/photos',
+    ]) {
+      const req = sent(target);
+      toOwnOriginForm(req, own);
+      expect([req.url, req.headers.host], target).toEqual([target, 'evil.example']);
     }
   });
 });

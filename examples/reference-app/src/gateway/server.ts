@@ -13,6 +13,7 @@ import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { type Drain, drainable } from '../drain.js';
 import type { ListeningPort } from '../listen.js';
+import { toOwnOriginForm } from '../request-target.js';
 import { discoverProvider } from './discovery.js';
 import {
   clientErrorProblem,
@@ -119,7 +120,8 @@ export interface RunningGateway {
 const strippedCredentials = ['cookie', 'proxy-authorization', 'dpop'];
 
 /**
- * True when the request target `url` resolves, against `origin`, to a path on that origin. WHATWG URL
+ * True when the request target `url` resolves, against `origin`, to a path on that origin (an
+ * absolute-form target naming another origin than the gateway's own does not). WHATWG URL
  * parsing, which the proxy uses, reads a backslash as a slash: `/\\evil.example/x` names another
  * host (the proxy then refuses it with an error of no status, a 500) and `/\\?` does not parse at
  * all. A backslash has no place in a request target (RFC 3986 has it percent-encoded), so such a
@@ -188,15 +190,25 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // connection busy at the time open for its whole keep-alive timeout (72 s), with no grace for a
   // request the API never answers. So the server is made here, or is the port bound beforehand.
   let drain: Drain | undefined;
+  // The origins the gateway answers for (the URL it listens on, its public base URL), known once it
+  // listens: an absolute-form target naming one is the path it holds, read so before Fastify routes it
+  // and the guard checks a DPoP proof's `htu` against it. Any other stays absolute, and is refused
+  // below as a path that leaves its service.
+  const ownOrigins = new Set<string>();
   const app = Fastify({
     logger: false,
     // Errors raised before any route runs (FST_ERR_BAD_URL); the error handler below takes the rest.
     frameworkErrors: frameworkError,
     // Requests Node's parser refused (malformed heads, oversize headers): problems too.
     clientErrorHandler: clientErrorProblem,
-    serverFactory: (handler: Parameters<ListeningPort['use']>[0]): Server => {
+    serverFactory: (fastifyHandler: Parameters<ListeningPort['use']>[0]): Server => {
+      const handler: typeof fastifyHandler = (req, res) => {
+        toOwnOriginForm(req, ownOrigins);
+        fastifyHandler(req, res);
+      };
       if (bound) {
-        bound.use(handler);
+        // As sent: the port's own reading would take an absolute-form target naming any host.
+        bound.use(handler, 'as-sent');
         return bound.server;
       }
       const server = createServer(handler);
@@ -262,7 +274,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     handler: async (request, reply) => {
       if (!ready || !request.auth) return sendProblem(reply, 503, upstreamProblem(502));
       const upstream = upstreamOf(request.url);
-      if (!staysOnOrigin(request.url, upstream?.url ?? options.apiUrl)) {
+      // A target still absolute names another origin than the gateway's (toOwnOriginForm took its
+      // own): refused even when it names the upstream, which resolved onto it and went through.
+      if (!request.url.startsWith('/') || !staysOnOrigin(request.url, upstream?.url ?? options.apiUrl)) {
         return sendProblem(reply, 400, pathMalformedProblem);
       }
       const forwarded = await forwardHeaders(request, {
@@ -293,8 +307,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const closeServer = () => (bound ? bound.close() : (drain as Drain).close());
   const address = app.server.address();
   const port = typeof address === 'object' && address !== null ? address.port : Number(options.port);
+  const url = bound?.url ?? `http://localhost:${port}`;
   const baseUrl = options.baseUrl ?? `http://localhost:${port}`;
   try {
+    ownOrigins.add(new URL(url).origin).add(new URL(baseUrl).origin);
     const guard = createGuard({
       audience: baseUrl,
       issuers,
@@ -318,7 +334,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     throw error;
   }
   return {
-    url: bound?.url ?? `http://localhost:${port}`,
+    url,
     baseUrl,
     internalIssuer: ready.internal,
     guard: ready.guard,
