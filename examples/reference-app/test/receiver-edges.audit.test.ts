@@ -153,8 +153,8 @@ describe('receiver admin API: notes and lists', () => {
     expect(added).toMatchObject({ status: 201, body: { text: 'after' } });
   });
 
-  // A body past the notes' 16 KiB is not read whole by the check: it goes on to the idempotency
-  // middleware, whose 413 answers it (an unanswered request would be Koa's bare 404).
+  // A body past the notes' 16 KiB is not read whole by the check: it answers 413 as the idempotency
+  // middleware does (an unanswered request would be Koa's bare 404).
   it('answers a note body over 16 KiB with 413 body_too_large', async () => {
     const id = `evt_large_${randomUUID()}`;
     expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
@@ -162,6 +162,48 @@ describe('receiver admin API: notes and lists', () => {
     );
     const refused = await postNote(id, JSON.stringify({ text: 'x'.repeat(17 * 1024) }));
     expect(refused).toMatchObject({ status: 413, body: { code: 'body_too_large' } });
+  });
+
+  // Was wrong: the same body sent chunked (no Content-Length) was added as an empty note (201). The
+  // check's read stops past 16 KiB and drains the rest; it left the 413 to the idempotency middleware,
+  // whose own read then took the drained body as an empty one, claimed the key and ran the handler
+  // without a note, which fell back to ''. The check now answers the 413 itself.
+  it('answers a chunked note body over 16 KiB with 413 body_too_large, and adds no note', async () => {
+    const id = `evt_chunked_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
+      200,
+    );
+    const text = JSON.stringify({ text: 'x'.repeat(17 * 1024) });
+    const chunks = [text.slice(0, 9000), text.slice(9000)].map((part) => new TextEncoder().encode(part));
+    const token = await test.token({ roles: ['admin'], scope: 'events:read events:write' });
+    const response = await fetch(new URL(`/webhook-events/${id}/notes`, test.stack.gateway.url), {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
+        'idempotency-key': `"${randomUUID()}"`,
+      },
+      body: new ReadableStream({
+        async pull(controller) {
+          const chunk = chunks.shift();
+          if (chunk === undefined) controller.close();
+          else {
+            await new Promise((resolve) => setTimeout(resolve, 20));
+            controller.enqueue(chunk);
+          }
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
+    const { rows } = await test.db.query<{ n: number }>(
+      'select count(*)::int as n from receiver_event_notes where event_id = $1',
+      [id],
+    );
+    expect({ status: response.status, body: await response.json(), notes: rows[0]?.n }).toMatchObject({
+      status: 413,
+      body: { code: 'body_too_large' },
+      notes: 0,
+    });
   });
 
   // The operators' list is the receiver's whole recent history up to 1000 events, not the page's 100.

@@ -1,7 +1,16 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { decoderOf, type IdempotencyEvent, principalScope, problemType, readRequestBody, type Store } from '@idem/core';
+import {
+  decoderOf,
+  IdempotencyError,
+  type IdempotencyEvent,
+  principalScope,
+  problemResponse,
+  problemType,
+  readRequestBody,
+  type Store,
+} from '@idem/core';
 import { createInternalVerifier, type LocalJwks, type Principal, requireRoles, requireScopes } from '@idem/guard';
 import { authorize, idempotency, internalAuth } from '@idem/koa';
 import { postgresStore } from '@idem/postgres';
@@ -313,7 +322,12 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
       notFound(ctx, 'The receiver has seen no event with this id.');
       return;
     }
-    const text = (ctx.state as { note?: string }).note ?? '';
+    // validNote answers every request it does not set a note for, so this never runs without one. An
+    // empty text in its place would add a note the route refuses (1 to 500 characters): a bug that let
+    // a request past validNote fails here, as a 500, and adds nothing.
+    const text = (ctx.state as { note?: unknown }).note;
+    if (typeof text !== 'string')
+      throw new Error('receiver notes: a request reached the handler without a checked note');
     const author = (ctx.state as { auth?: { sub?: string } }).auth?.sub ?? 'unknown';
     ctx.status = 201;
     // The same on every run of this request, a run after a crash too: that run answers the note the
@@ -381,17 +395,26 @@ function decodedNote(bytes: Buffer, encoding: string): Buffer | 'unsupported' | 
  * Reads the note's body and answers 422 unless it is a JSON object whose `text`, trimmed, is 1 to
  * {@link maxNoteLength} characters without control characters but tab and line feed; a valid text
  * goes to `ctx.state.note`. The bytes are put back into the stream, so the idempotency middleware
- * after it fingerprints them as they came. A body over the limit is left to that middleware's 413.
+ * after it fingerprints them as they came. A body it cannot read (over the limit, or cut short) is
+ * answered here too, as the idempotency middleware answers it (413 `body_too_large`, 400
+ * `body_incomplete`): nothing goes on without a checked note.
  */
 async function validNote(ctx: Context, next: Next): Promise<unknown> {
   const body = await readRequestBody(ctx.req, maxNoteBodyBytes);
-  if (!body.ok) return next();
-  // A compressed note is read as its text. Bytes that inflate past the limit are left to the
-  // idempotency middleware's 413. A coding we do not take, or bytes that do not decode, are refused
-  // here, before the key is claimed: the middleware fingerprints such a body as it came and answers
-  // nothing, and no parser after it would refuse it, so the handler would add an empty note.
+  // Not left to the idempotency middleware: a chunked body read past the limit is drained, and that
+  // middleware's own read then finds a body that ended (or its tail), takes it, and the handler ran
+  // without a note.
+  if (!body.ok) return answerError(ctx, body.error);
+  // A compressed note is read as its text. A coding we do not take, or bytes that do not decode, are
+  // refused here, before the key is claimed: the middleware fingerprints such a body as it came and
+  // answers nothing, and no parser after it would refuse it.
   const bytes = body.body ? decodedNote(body.body, ctx.get('content-encoding')) : undefined;
-  if (bytes === 'too-large') return next();
+  if (bytes === 'too-large') {
+    return answerError(
+      ctx,
+      new IdempotencyError('body_too_large', `The request body is larger than ${maxNoteBodyBytes} bytes.`),
+    );
+  }
   if (bytes === 'unsupported') {
     sendProblem(
       ctx,
@@ -437,6 +460,14 @@ async function validNote(ctx: Context, next: Next): Promise<unknown> {
   }
   (ctx.state as { note?: string }).note = text;
   return next();
+}
+
+/** Answers `error` with the very bytes the idempotency middleware answers it with. */
+function answerError(ctx: Context, error: IdempotencyError): void {
+  const response = problemResponse(error);
+  ctx.status = response.status;
+  ctx.set(response.headers);
+  ctx.body = Buffer.from(response.body);
 }
 
 /** The event id in an admin path, or '' when it is not one a `webhook-id` (and so an event) can have. */
