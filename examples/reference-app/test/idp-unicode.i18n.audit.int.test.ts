@@ -2,7 +2,7 @@
 // provider as anyone else does, whichever Unicode normalisation form their keyboard produced.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
-import { createUser } from '../src/idp/users.js';
+import { createUser, maxPasswordLength } from '../src/idp/users.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl, type Credentials, tokenRequest } from './flow.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
@@ -76,6 +76,28 @@ describe('sign-in with non-ASCII usernames and passwords', () => {
     const { login } = await signIn({ username: nfc.username, password: nfc.password.replace('ü', 'u') });
     expect(login.response.status).toBe(200);
     expect(login.body).toContain('id="login-error"');
+  });
+
+  // The password limit counts NFC characters at sign-up and at login alike: 'e' + U+0301 is two
+  // characters as sent and one (é) once normalised. A password of exactly the limit once normalised,
+  // sent decomposed (twice as long), is an account, and signs in decomposed or composed; one character
+  // more is refused by both. Measured as sent at sign-up, the first would have been refused there
+  // and signed in at the form; measured as sent at login, the form would have refused its owner.
+  it('measures the password limit after NFC at sign-up and at login alike', async () => {
+    const composed = '\u00e9'.repeat(maxPasswordLength);
+    const decomposed = composed.normalize('NFD');
+    expect([composed.length, decomposed.length]).toEqual([maxPasswordLength, 2 * maxPasswordLength]);
+    const account = { name: 'Limit', email: 'limit@example.com' };
+    await createUser(db, { ...account, username: 'nfc-limit', password: decomposed });
+    const signedIn = [(await signIn({ username: 'nfc-limit', password: decomposed })).login.response.status];
+    signedIn.push((await signIn({ username: 'nfc-limit', password: composed })).login.response.status);
+    expect(signedIn).toEqual([303, 303]);
+    await expect(
+      createUser(db, { ...account, username: 'nfc-over-limit', password: `${decomposed}e\u0301` }),
+    ).rejects.toThrow(/at most 1024 characters/);
+    const over = await signIn({ username: 'nfc-limit', password: `${decomposed}e\u0301` });
+    expect(over.login.response.status).toBe(200);
+    expect(over.login.body).toContain('id="login-error"');
   });
 
   it('puts the name and email into the ID token exactly, and escapes them on the consent page', async () => {
