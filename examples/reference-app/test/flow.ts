@@ -110,6 +110,43 @@ function pkceStart(authUrl: string, client: Credentials, extra: Partial<Authoriz
   return { verifier, start };
 }
 
+/** A new sign-in's login page, opened as a browser opens it, and what its form posts to. */
+export interface LoginForm {
+  /** The browser it was opened in: it holds the interaction's cookies. */
+  agent: UserAgent;
+  page: Step;
+  /** Where the login form posts, absolute. */
+  action: string;
+  /** The form's CSRF token. */
+  csrf: string;
+  /** The sign-in's PKCE verifier, to redeem the code it ends with. */
+  verifier: string;
+}
+
+/**
+ * Opens the login page of a new sign-in of `client` (a code flow with PKCE S256, `extra` on top) in
+ * `agent`, a fresh browser unless given, and reads its form: where it posts and its CSRF token. Fails
+ * the test on any other page (one where the user is signed in at the provider already gets consent).
+ *
+ * @example
+ * ```ts
+ * const { agent, action, csrf } = await openLoginForm(running.authUrl, running.clients.app);
+ * await agent.postForm(action, { csrf, username: 'alice', password: 'wrong' });
+ * ```
+ */
+export async function openLoginForm(
+  authUrl: string,
+  client: Credentials,
+  extra: Partial<AuthorizeParams> = {},
+  agent: UserAgent = createUserAgent(),
+): Promise<LoginForm> {
+  const { verifier, start } = pkceStart(authUrl, client, extra);
+  const page = await agent.follow(start, (url) => url.startsWith(client.redirectUri));
+  expect(page.body).toContain('<h1>Sign in</h1>');
+  const action = new URL(formAction(page.body, 'login'), authUrl).href;
+  return { agent, page, action, csrf: formField(page.body, 'csrf'), verifier };
+}
+
 /** Redeems the code the callback URL carries, with the flow's verifier. */
 async function redeem(authUrl: string, client: Credentials, callback: URL, verifier: string) {
   const code = callback.searchParams.get('code');

@@ -8,7 +8,7 @@ import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { loadWebhookSecret } from '../src/schema/api-schema.js';
 import { demoUsers } from '../src/seed.js';
-import { authorizationUrl, codeFlow, loginAndConsent, signOutOfApp } from './flow.js';
+import { authorizationUrl, codeFlow, loginAndConsent, openLoginForm, signOutOfApp } from './flow.js';
 import { sendHostile } from './hostile-send.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
@@ -186,18 +186,7 @@ describe('password guessing at the login page', () => {
   let csrf: string;
 
   beforeAll(async () => {
-    agent = createUserAgent();
-    const page = await agent.follow(
-      authorizationUrl(whole.running.authUrl, {
-        clientId: whole.running.clients.app.clientId,
-        redirectUri: whole.running.clients.app.redirectUri,
-        challenge: pkcePair().challenge,
-        challengeMethod: 'S256',
-      }),
-    );
-    expect(page.body).toContain('<h1>Sign in</h1>');
-    loginUrl = new URL(formAction(page.body, 'login'), whole.running.authUrl).href;
-    csrf = formField(page.body, 'csrf');
+    ({ agent, action: loginUrl, csrf } = await openLoginForm(whole.running.authUrl, whole.running.clients.app));
   });
 
   it('throttles a run of wrong passwords for one account: 429 with Retry-After from the eleventh', async () => {

@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
 import { createUser, maxPasswordLength } from '../src/idp/users.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl, type Credentials, tokenRequest } from './flow.js';
-import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
+import { type Credentials, openLoginForm, tokenRequest } from './flow.js';
+import { decodeJwt, formAction, formField } from './user-agent.js';
 
 const resource = 'http://localhost:8080';
 
@@ -42,18 +42,9 @@ afterAll(async () => {
 
 /** Opens the login page for the app and posts the credentials; the login answer and the agent. */
 async function signIn(credentials: { username: string; password: string }) {
-  const agent = createUserAgent();
-  const { verifier, challenge } = pkcePair();
-  const start = authorizationUrl(running.authUrl, {
-    clientId: app.clientId,
-    redirectUri: app.redirectUri,
-    challenge,
-    challengeMethod: 'S256',
-  });
-  const page = await agent.follow(start, (url) => url.startsWith(app.redirectUri));
-  expect(page.body).toContain('<h1>Sign in</h1>');
-  const login = await agent.postForm(new URL(formAction(page.body, 'login'), running.authUrl).href, {
-    csrf: formField(page.body, 'csrf'),
+  const { agent, action, csrf, verifier } = await openLoginForm(running.authUrl, app);
+  const login = await agent.postForm(action, {
+    csrf,
     username: credentials.username,
     password: credentials.password,
   });

@@ -7,8 +7,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl } from './flow.js';
-import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
+import { openLoginForm } from './flow.js';
 
 const resource = 'http://localhost:8080';
 const fixture = JSON.parse(
@@ -37,18 +36,9 @@ afterAll(async () => {
 });
 
 async function signIn(credentials: { username: string; password: string }) {
-  const agent = createUserAgent();
-  const { challenge } = pkcePair();
-  const app = running.clients.app;
-  const start = authorizationUrl(running.authUrl, {
-    clientId: app.clientId,
-    redirectUri: app.redirectUri,
-    challenge,
-    challengeMethod: 'S256',
-  });
-  const page = await agent.follow(start, (url) => url.startsWith(app.redirectUri));
-  return agent.postForm(new URL(formAction(page.body, 'login'), running.authUrl).href, {
-    csrf: formField(page.body, 'csrf'),
+  const { agent, action, csrf } = await openLoginForm(running.authUrl, running.clients.app);
+  return agent.postForm(action, {
+    csrf,
     username: credentials.username,
     password: credentials.password,
   });

@@ -13,7 +13,15 @@ import { createUser, findUserByUsername, maxPasswordLength, maxUsernameLength } 
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl, type Credentials, codeFlow, introspect, switchAccount, tokenRequest } from './flow.js';
+import {
+  authorizationUrl,
+  type Credentials,
+  codeFlow,
+  introspect,
+  openLoginForm,
+  switchAccount,
+  tokenRequest,
+} from './flow.js';
 import { openTestDatabase } from './services.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair, withoutSendOnce } from './user-agent.js';
 
@@ -261,23 +269,8 @@ describe('authorization request checks', () => {
 });
 
 describe('login and consent pages', () => {
-  async function loginPage() {
-    const agent = createUserAgent();
-    const { challenge } = pkcePair();
-    const start = authorizationUrl(auth(), {
-      clientId: app.clientId,
-      redirectUri: app.redirectUri,
-      challenge,
-      challengeMethod: 'S256',
-    });
-    const first = await agent.request(start);
-    expect(first.response.status).toBe(303);
-    const page = await agent.request(new URL(first.response.headers.get('location')!, auth()).href);
-    return { agent, page };
-  }
-
   it('is plain accessible HTML that cannot be framed (row 29, row 38)', async () => {
-    const { page } = await loginPage();
+    const { page } = await openLoginForm(auth(), app);
     expect(page.response.status).toBe(200);
     const csp = page.response.headers.get('content-security-policy') ?? '';
     expect(csp).toContain("frame-ancestors 'none'");
@@ -304,9 +297,8 @@ describe('login and consent pages', () => {
 
   it('answers a failed login the same way for a wrong password and an unknown user (row 40)', async () => {
     const attempt = async (username: string, password: string) => {
-      const { agent, page } = await loginPage();
-      const action = new URL(formAction(page.body, 'login'), auth()).href;
-      const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password });
+      const { agent, action, csrf } = await openLoginForm(auth(), app);
+      const step = await agent.postForm(action, { csrf, username, password });
       const normalized = step.body
         .replace(/name="csrf" value="[^"]*"/g, 'csrf')
         .replace(/\/interaction\/[^/"]+\//g, '/interaction/uid/')
@@ -331,9 +323,7 @@ describe('login and consent pages', () => {
   });
 
   it('answers a login form the parser refuses with its 4xx and a plain page, not a 500', async () => {
-    const { agent, page } = await loginPage();
-    const action = new URL(formAction(page.body, 'login'), auth()).href;
-    const csrf = formField(page.body, 'csrf');
+    const { agent, action, csrf } = await openLoginForm(auth(), app);
     const large = await agent.request(action, {
       method: 'POST',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
@@ -354,19 +344,10 @@ describe('login and consent pages', () => {
   });
 
   it('names each scope on the consent page in words, and says which act with the administrator role', async () => {
-    const agent = createUserAgent();
-    const start = authorizationUrl(auth(), {
-      clientId: cli.clientId,
-      redirectUri: cli.redirectUri,
-      challenge: pkcePair().challenge,
-      challengeMethod: 'S256',
+    const { agent, action, csrf } = await openLoginForm(auth(), cli, {
       scope: 'openid settings:read stock:write events:read events:write',
     });
-    const page = await agent.follow(start);
-    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
-      csrf: formField(page.body, 'csrf'),
-      ...alice,
-    });
+    const login = await agent.postForm(action, { csrf, ...alice });
     const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
     expect(consent.body).toContain('<h1>Allow access</h1>');
     // The consent page cannot be framed either (row 29), and loads nothing from elsewhere (row 38).
@@ -380,35 +361,33 @@ describe('login and consent pages', () => {
   });
 
   it('refuses a login post without the CSRF token, or from another origin', async () => {
-    const { agent, page } = await loginPage();
-    const action = new URL(formAction(page.body, 'login'), auth()).href;
+    const { agent, action, csrf } = await openLoginForm(auth(), app);
     const noToken = await agent.postForm(action, { username: 'alice', password: alice.password });
     expect(noToken.response.status).toBe(403);
     const wrongToken = await agent.postForm(action, { csrf: 'forged', username: 'alice', password: alice.password });
     expect(wrongToken.response.status).toBe(403);
     const crossSite = await agent.postForm(
       action,
-      { csrf: formField(page.body, 'csrf'), username: 'alice', password: alice.password },
+      { csrf, username: 'alice', password: alice.password },
       { origin: 'https://evil.example' },
     );
     expect(crossSite.response.status).toBe(403);
     // The origin is compared whole: a host that only starts like ours is another site.
     const lookalike = await agent.postForm(
       action,
-      { csrf: formField(page.body, 'csrf'), username: 'alice', password: alice.password },
+      { csrf, username: 'alice', password: alice.password },
       { origin: `${new URL(auth()).origin}.evil.example` },
     );
     expect(lookalike.response.status).toBe(403);
     // The same form, posted properly, still works: the refusals did not burn the interaction.
-    const ok = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), ...alice });
+    const ok = await agent.postForm(action, { csrf, ...alice });
     expect(ok.response.status).toBe(303);
   });
 
   it('takes a login post with Origin: null (what no-referrer makes browsers send) or its own origin', async () => {
     for (const origin of ['null', new URL(auth()).origin]) {
-      const { agent, page } = await loginPage();
-      const action = new URL(formAction(page.body, 'login'), auth()).href;
-      const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), ...alice }, { origin });
+      const { agent, action, csrf } = await openLoginForm(auth(), app);
+      const step = await agent.postForm(action, { csrf, ...alice }, { origin });
       expect(step.response.status, origin).toBe(303);
       // The redirect after a password was posted is never kept by a cache.
       expect(step.response.headers.get('cache-control')).toBe('no-store');
@@ -416,11 +395,9 @@ describe('login and consent pages', () => {
   });
 
   it('refuses a consent post without its CSRF token or from another origin, and allows the proper one', async () => {
-    const { agent, page } = await loginPage();
-    const login = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
-      csrf: formField(page.body, 'csrf'),
-      ...alice,
-    });
+    const form = await openLoginForm(auth(), app);
+    const { agent } = form;
+    const login = await agent.postForm(form.action, { csrf: form.csrf, ...alice });
     const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
     const action = new URL(formAction(consent.body, 'consent'), auth()).href;
     const csrf = formField(consent.body, 'csrf');
@@ -434,9 +411,7 @@ describe('login and consent pages', () => {
   });
 
   it('refuses a login posted to a sign-in already at consent, and a consent posted before the login', async () => {
-    const { agent, page } = await loginPage();
-    const csrf = formField(page.body, 'csrf');
-    const loginAction = new URL(formAction(page.body, 'login'), auth()).href;
+    const { agent, action: loginAction, csrf } = await openLoginForm(auth(), app);
     // Consent before anyone signed in: there is nobody to allow anything for.
     const early = await agent.postForm(loginAction.replace(/\/login$/, '/consent'), { csrf });
     expect(early.response.status).toBe(400);
@@ -456,9 +431,8 @@ describe('login and consent pages', () => {
       ['ali\u0007ce', ''],
       ['mallory', 'mallory'],
     ] as const) {
-      const { agent, page } = await loginPage();
-      const action = new URL(formAction(page.body, 'login'), auth()).href;
-      const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: 'nope' });
+      const { agent, page, action, csrf } = await openLoginForm(auth(), app);
+      const step = await agent.postForm(action, { csrf, username, password: 'nope' });
       expect(step.body).toContain('Invalid username or password');
       expect(step.body).toContain(`id="username" name="username" autocomplete="username" required value="${shown}"`);
       // The cursor goes where the person types next: the password when the name was kept.
@@ -472,9 +446,8 @@ describe('login and consent pages', () => {
     const password = `${'p'.repeat(maxPasswordLength - 1)}!`;
     await createUser(db, { username: 'long-pw', password, name: 'Long Password', email: 'long@example.com' });
     const login = async (username: string, typed: string) => {
-      const { agent, page } = await loginPage();
-      const action = new URL(formAction(page.body, 'login'), auth()).href;
-      return agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: typed });
+      const { agent, action, csrf } = await openLoginForm(auth(), app);
+      return agent.postForm(action, { csrf, username, password: typed });
     };
     const extended = await login('long-pw', `${password}and-then-some`);
     expect(extended.response.status).toBe(200);
@@ -498,46 +471,30 @@ describe('login and consent pages', () => {
   it('takes a username of exactly the longest length, at sign-up and at login', async () => {
     const username = 'u'.repeat(maxUsernameLength);
     await createUser(db, { username, password: 'edge-pw', name: 'Edge', email: 'edge@example.com' });
-    const { agent, page } = await loginPage();
-    const action = new URL(formAction(page.body, 'login'), auth()).href;
-    const step = await agent.postForm(action, { csrf: formField(page.body, 'csrf'), username, password: 'edge-pw' });
+    const { agent, action, csrf } = await openLoginForm(auth(), app);
+    const step = await agent.postForm(action, { csrf, username, password: 'edge-pw' });
     expect(step.response.status).toBe(303);
   });
 
   it('refuses an abort (Cancel) posted without the CSRF token: a cross-site post cannot cancel a sign-in', async () => {
-    const { agent, page } = await loginPage();
-    const abort = new URL(formAction(page.body, 'login'), auth()).href.replace(/\/login$/, '/abort');
+    const { agent, action, csrf } = await openLoginForm(auth(), app);
+    const abort = action.replace(/\/login$/, '/abort');
     const forged = await agent.postForm(abort, {});
     expect(forged.response.status).toBe(403);
     expect(forged.response.headers.get('location')).toBeNull();
     // The sign-in goes on: the same form still signs alice in.
-    const ok = await agent.postForm(new URL(formAction(page.body, 'login'), auth()).href, {
-      csrf: formField(page.body, 'csrf'),
-      ...alice,
-    });
+    const ok = await agent.postForm(action, { csrf, ...alice });
     expect(ok.response.status).toBe(303);
   });
 
   it('refuses a consent posted while the provider asks the signed-in user to log in again (prompt=login)', async () => {
-    const agent = createUserAgent();
-    const params = {
-      clientId: app.clientId,
-      redirectUri: app.redirectUri,
-      challenge: pkcePair().challenge,
-      challengeMethod: 'S256',
-    };
-    const first = await agent.follow(authorizationUrl(auth(), params));
-    const login = await agent.postForm(new URL(formAction(first.body, 'login'), auth()).href, {
-      csrf: formField(first.body, 'csrf'),
-      ...alice,
-    });
+    const first = await openLoginForm(auth(), app);
+    const { agent } = first;
+    const login = await agent.postForm(first.action, { csrf: first.csrf, ...alice });
     expect(login.response.status).toBe(303);
     // Alice has a session now; prompt=login asks her to authenticate again before anything is allowed.
-    const again = await agent.follow(authorizationUrl(auth(), { ...params, prompt: 'login' }));
-    const loginAction = new URL(formAction(again.body, 'login'), auth()).href;
-    const skipped = await agent.postForm(loginAction.replace(/\/login$/, '/consent'), {
-      csrf: formField(again.body, 'csrf'),
-    });
+    const again = await openLoginForm(auth(), app, { prompt: 'login' }, agent);
+    const skipped = await agent.postForm(again.action.replace(/\/login$/, '/consent'), { csrf: again.csrf });
     expect(skipped.response.status).toBe(400);
     expect(skipped.body).toContain('Nothing to allow');
   });

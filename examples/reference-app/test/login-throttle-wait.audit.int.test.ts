@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl } from './flow.js';
+import { openLoginForm } from './flow.js';
 import { openTestDatabase } from './services.js';
-import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
 
 // Mutation pass: the login page refuses while the throttle says to wait at all, its last second
 // included (`wait > 0`). The throttle's clock is injected, so the test stands at that last second.
@@ -29,17 +28,7 @@ afterAll(async () => {
 
 describe('the login page under the throttle', () => {
   it('refuses a sign-in in the last second of the wait with 429 Retry-After: 1, and takes it once the wait is over', async () => {
-    const agent = createUserAgent();
-    const page = await agent.follow(
-      authorizationUrl(running.authUrl, {
-        clientId: running.clients.app.clientId,
-        redirectUri: running.clients.app.redirectUri,
-        challenge: pkcePair().challenge,
-        challengeMethod: 'S256',
-      }),
-    );
-    const loginUrl = new URL(formAction(page.body, 'login'), running.authUrl).href;
-    const csrf = formField(page.body, 'csrf');
+    const { agent, action: loginUrl, csrf } = await openLoginForm(running.authUrl, running.clients.app);
     const guess = () => agent.postForm(loginUrl, { csrf, username: 'bob', password: 'not-bobs-password' });
     expect((await guess()).response.status).toBe(200);
     clock += 59_001;

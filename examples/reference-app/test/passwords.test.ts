@@ -7,9 +7,8 @@ import type { Database } from '../src/db.js';
 import { createPasswordChecker, hashPassword } from '../src/idp/passwords.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl } from './flow.js';
+import { openLoginForm } from './flow.js';
 import { openTestDatabase } from './services.js';
-import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
 
 vi.mock('@node-rs/argon2', async (importOriginal) => {
   const original = await importOriginal<typeof import('@node-rs/argon2')>();
@@ -91,18 +90,10 @@ describe('the login page (row 40)', () => {
   });
 
   const verifiesFor = async (username: string) => {
-    const agent = createUserAgent();
-    const page = await agent.follow(
-      authorizationUrl(running.authUrl, {
-        clientId: running.clients.app.clientId,
-        redirectUri: running.clients.app.redirectUri,
-        challenge: pkcePair().challenge,
-        challengeMethod: 'S256',
-      }),
-    );
+    const { agent, action, csrf } = await openLoginForm(running.authUrl, running.clients.app);
     verify.mockClear();
-    const step = await agent.postForm(new URL(formAction(page.body, 'login'), running.authUrl).href, {
-      csrf: formField(page.body, 'csrf'),
+    const step = await agent.postForm(action, {
+      csrf,
       username,
       password: 'not-the-password',
     });

@@ -17,10 +17,10 @@ import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { rotateSecret } from '../src/rotate-secrets.js';
 import { demoUsers, type SeededClients, seed } from '../src/seed.js';
-import { authorizationUrl, codeFlow, tokenRequest } from './flow.js';
+import { authorizationUrl, codeFlow, openLoginForm, tokenRequest } from './flow.js';
 import { databaseUrl, postgresForCrashAudit } from './killable-app.js';
 import { freePorts } from './ports.js';
-import { createUserAgent, decodeJwt, formAction, formField, type UserAgent } from './user-agent.js';
+import { createUserAgent, decodeJwt, type UserAgent } from './user-agent.js';
 
 const available = await postgresForCrashAudit('the reference-app rotation audit');
 const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
@@ -211,21 +211,10 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
   it('the login form key (csrf): a form open across the restart is refused once with a page that says to start again; the next one signs in', {
     timeout: 30_000,
   }, async () => {
-    const agent = createUserAgent();
-    const start = authorizationUrl(authUrl, {
-      clientId: client().clientId,
-      redirectUri: client().redirectUri,
-      challenge: 'y'.repeat(43),
-      challengeMethod: 'S256',
-    });
-    const open = await agent.follow(start);
-    expect(open.body).toContain('<h1>Sign in</h1>');
+    const { agent, action, csrf } = await openLoginForm(authUrl, client());
     await rotateSecret(db, 'csrf');
     await restartIdp();
-    const stale = await agent.postForm(new URL(formAction(open.body, 'login'), authUrl).href, {
-      csrf: formField(open.body, 'csrf'),
-      ...alice,
-    });
+    const stale = await agent.postForm(action, { csrf, ...alice });
     expect(stale.response.status).toBe(403);
     expect(stale.body).toContain('Start again');
     const fresh = await codeFlow(authUrl, client(), alice, {}, agent);

@@ -4,9 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl } from './flow.js';
+import { openLoginForm } from './flow.js';
 import { openTestDatabase } from './services.js';
-import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
 
 let db: Database;
 let running: RunningReferenceApp;
@@ -27,17 +26,7 @@ describe('password guessing at the login page, all at once', () => {
   // script does not wait for one answer before sending the next guess: one sign-in's form, posted
   // many times at once from one address.
   it('checks at most 10 passwords for one name and address, however many guesses arrive together', async () => {
-    const agent = createUserAgent();
-    const page = await agent.follow(
-      authorizationUrl(running.authUrl, {
-        clientId: running.clients.app.clientId,
-        redirectUri: running.clients.app.redirectUri,
-        challenge: pkcePair().challenge,
-        challengeMethod: 'S256',
-      }),
-    );
-    const loginUrl = new URL(formAction(page.body, 'login'), running.authUrl).href;
-    const csrf = formField(page.body, 'csrf');
+    const { agent, action: loginUrl, csrf } = await openLoginForm(running.authUrl, running.clients.app);
     const guesses = 30;
     const answers = await Promise.all(
       Array.from({ length: guesses }, (_, guess) =>
