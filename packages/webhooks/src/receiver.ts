@@ -368,7 +368,9 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     if (started.kind === 'reject') {
       const { error } = started;
       if (error.code === 'in_progress') return done(problemResponse(error, 'in-progress', id), { code: error.code });
-      if (error.code === 'fingerprint_mismatch' || error.code === 'idempotency_error') {
+      // The engine's only mismatch here: its 400 `idempotency_error` comes with `mismatchStatus: 400`,
+      // which the receiver never sets (nor takes as an option).
+      if (error.code === 'fingerprint_mismatch') {
         const reused = new WebhookError(
           'event_id_reused',
           'This webhook id was already received with a different body; it is not applied.',

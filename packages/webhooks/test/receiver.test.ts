@@ -473,6 +473,15 @@ describe('scopes and options', () => {
     ).toThrow(/tolerance must be at least 1s/);
   });
 
+  // The engine answers a reused key 400 `idempotency_error` only with `mismatchStatus: 400`: the
+  // receiver never sets it, and takes no such option, so an id reused with another body is always
+  // `fingerprint_mismatch` underneath (event_id_reused, 422 above).
+  it('takes no mismatchStatus: a reused id is never the 400 idempotency_error', () => {
+    expect(() =>
+      createReceiver({ store: memoryStore(), secret: SECRET, apply: () => undefined, mismatchStatus: 400 } as never),
+    ).toThrow(/unknown option "mismatchStatus"/);
+  });
+
   it('refuses an empty scope: it would share ids with no endpoint in particular', () => {
     expect(() => createReceiver({ store: memoryStore(), secret: SECRET, scope: '', apply: () => undefined })).toThrow(
       /scope must be a non-empty string/,
