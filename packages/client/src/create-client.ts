@@ -50,40 +50,40 @@ export interface ClientOptions {
   /** Absolute http(s) URL every path is relative to, e.g. `https://api.example.com/v1`. */
   baseUrl: string | URL;
   /** Default `globalThis.fetch`. */
-  fetch?: FetchFunction;
+  fetch?: FetchFunction | undefined;
   /**
    * Called before every attempt; a non-empty result is sent as `Authorization: Bearer <token>`.
    * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
    */
-  getToken?: () => string | null | undefined | Promise<string | null | undefined>;
+  getToken?: (() => string | null | undefined | Promise<string | null | undefined>) | undefined;
   /** Headers sent with every request. */
   headers?: HeaderValues;
   /** How requests are retried; each request can override it. */
-  retry?: RetryOptions;
+  retry?: RetryOptions | undefined;
   /** How client-made keys are written in the header. Default `'sf-string'`. */
-  keyFormat?: KeyFormat;
+  keyFormat?: KeyFormat | undefined;
   /** Uniform in `[0, 1)`, for the backoff jitter. Default `Math.random`; inject a seeded one in tests. */
-  random?: () => number;
+  random?: (() => number) | undefined;
   /** Waits between attempts; must reject when `signal` aborts. Inject one that records waits in tests. */
-  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  sleep?: ((ms: number, signal?: AbortSignal) => Promise<void>) | undefined;
   /**
    * The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default: `Date.now`
    * for attempt times and `Retry-After`, a monotonic clock for the deadline and durations (a stepped
    * wall clock moves neither); an injected one does all. The per-attempt timeout itself runs on a
    * real timer: it cuts off a real connection.
    */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /**
    * The longest response body read, in bytes (default 16 MiB; `Infinity` for no limit). A longer
    * one ends the request with `response_too_large` instead of filling memory; it is not retried, as
    * the same request gets the same answer. Not applied with `parse: 'none'`: that body is yours.
    */
-  maxResponseBytes?: number;
+  maxResponseBytes?: number | undefined;
   /**
    * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws, or
    * the promise it returns rejects with, is ignored: an observer never changes the outcome of a request.
    */
-  onRetry?: (event: RetryEvent) => void;
+  onRetry?: ((event: RetryEvent) => void) | undefined;
 }
 
 /**
@@ -123,16 +123,16 @@ export interface RequestOptions {
    * attempt; other methods get none. Pass your own to retry one logical operation across calls (or
    * restarts), or `false` to send none and rely on a key the server mints.
    */
-  idempotencyKey?: string | false;
+  idempotencyKey?: string | false | undefined;
   headers?: HeaderValues;
-  query?: URLSearchParams | Record<string, QueryValue>;
-  signal?: AbortSignal;
+  query?: URLSearchParams | Record<string, QueryValue> | undefined;
+  signal?: AbortSignal | undefined;
   /** Overrides the client's retry options for this request. */
-  retry?: RetryOptions;
+  retry?: RetryOptions | undefined;
   /** How the response body is read. Default `'auto'`. */
-  parse?: ParseMode;
+  parse?: ParseMode | undefined;
   /** Overrides the client's {@link ClientOptions.maxResponseBytes} for this request. */
-  maxResponseBytes?: number;
+  maxResponseBytes?: number | undefined;
 }
 
 /**

@@ -11,22 +11,22 @@ import { type Duration, durationToMs } from './duration.js';
  */
 export interface RetryOptions {
   /** Attempts in total, the first included. Default 5. `1` turns retries off. */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** Ceiling of the first retry's wait; each later ceiling doubles. Default `'1s'`; must be above zero. */
-  baseDelay?: Duration;
+  baseDelay?: Duration | undefined;
   /** No wait's ceiling grows beyond this. Default `'30s'`; must be at least `baseDelay`. */
-  maxDelay?: Duration;
+  maxDelay?: Duration | undefined;
   /** How waits are randomized. Default `'full'`. */
-  jitter?: Jitter;
+  jitter?: Jitter | undefined;
   /** Longest one attempt may take, body included. Default `'10s'`; `false` for none. */
-  timeout?: Duration | false;
+  timeout?: Duration | false | undefined;
   /** Longest the whole operation may take, retries and waits included. Default `'60s'`; `false` for none. */
-  deadline?: Duration | false;
+  deadline?: Duration | false | undefined;
   /**
    * Longest `Retry-After` the client accepts. A server asking for more ends the operation with
    * `retry_after_too_long` instead of retrying early against its wish. Default `'60s'`.
    */
-  maxRetryAfter?: Duration;
+  maxRetryAfter?: Duration | undefined;
 }
 
 /**

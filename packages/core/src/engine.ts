@@ -43,16 +43,16 @@ export interface IdempotencyOptions {
    * `acknowledgeShortRetention: true`: retention must outlive the client's retry horizon, or a late
    * retry executes again.
    */
-  retention?: Duration;
+  retention?: Duration | undefined;
   /** Set to true to allow `retention` below 24 hours. */
-  acknowledgeShortRetention?: boolean;
+  acknowledgeShortRetention?: boolean | undefined;
   /**
    * How long a claim lives without renewal. Default `'10s'`. While the handler runs the lease is
    * renewed every third of this, so a crashed executor's key is abandoned after one lease: a retry
    * with the same request takes it over, and other requests under the key are refused for the
    * retention.
    */
-  lease?: Duration;
+  lease?: Duration | undefined;
   /**
    * Renew leases in the background while a handler runs. Default true: one shared timer renews every
    * lease of the engine. `'per-lease'`: each claim sets its own renewal timer, in the request that
@@ -61,7 +61,7 @@ export interface IdempotencyOptions {
    * it. Off (for tests), a handler that runs longer than one lease is taken for crashed: a retry may
    * take its key over.
    */
-  heartbeat?: boolean | 'per-lease';
+  heartbeat?: boolean | 'per-lease' | undefined;
   /**
    * The longest a handler may hold its key. Default off: a handler that never settles keeps its
    * key in progress (409) for as long as its process lives. When set, the heartbeat stops renewing
@@ -73,32 +73,32 @@ export interface IdempotencyOptions {
    * it runs the operation again. Over HTTP the execution lasts until the response is ended, so the
    * time a streamed body waits on a client that reads it slowly counts too. Needs the heartbeat.
    */
-  maxExecution?: Duration | false;
+  maxExecution?: Duration | false | undefined;
   /**
    * How long a request that finds its key in progress waits for the first one's outcome before it
    * gets 409. Default off (answer 409 at once, as the spec says). The store calls made while waiting
    * keep their own `storeTimeout`: with a slow store, the answer can come up to that much later.
    */
-  wait?: Duration | false;
+  wait?: Duration | false | undefined;
   /** Which outcomes are stored. Default `'all'`. See {@link OutcomePolicy}. */
-  storeOutcome?: OutcomePolicy;
+  storeOutcome?: OutcomePolicy | undefined;
   /** Status for "same key, other request": 422 (default) or 400 with code `idempotency_error` (spec part 7). */
-  mismatchStatus?: 422 | 400;
+  mismatchStatus?: 422 | 400 | undefined;
   /** Longest time one store operation may take before the request gets 503. Default `'2s'`. */
-  storeTimeout?: Duration;
+  storeTimeout?: Duration | undefined;
   /** Seconds in `Retry-After` on 409. Default 1. */
-  conflictRetryAfter?: number;
+  conflictRetryAfter?: number | undefined;
   /** Seconds in `Retry-After` on 503. Default 2. */
-  unavailableRetryAfter?: number;
+  unavailableRetryAfter?: number | undefined;
   /** Called for every state change, with timings. What it throws or rejects with is swallowed. */
-  onEvent?: (event: IdempotencyEvent) => void;
+  onEvent?: ((event: IdempotencyEvent) => void) | undefined;
   /**
    * Clock (epoch ms). Default: `Date.now` stamps events, and a monotonic clock times renewals,
    * `maxExecution`, `wait`, `storeTimeout` and the replay cache, so a wall clock stepped by NTP or a
    * resumed VM moves none of them. An injected clock drives both (tests, simulations). Lease and
    * retention are timed by the store.
    */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /**
    * For a store that other processes share (Redis, PostgreSQL): keep each completed outcome read
    * from the store or written to it in this process for `ttl`, up to `entries` of them (default
@@ -109,7 +109,7 @@ export interface IdempotencyOptions {
    * keep it short: `'1s'` takes a key hit a thousand times a second down to one store read a
    * second. At most `'1h'`. Default off; the memory store answers at once and takes none.
    */
-  replayCache?: { ttl: Duration; entries?: number } | false;
+  replayCache?: { ttl: Duration; entries?: number | undefined } | false | undefined;
 }
 
 /** Every name {@link IdempotencyOptions} has; the type check below keeps the list complete. */
@@ -143,7 +143,7 @@ export interface BeginInput {
   /** What is being done, e.g. `POST /charges`. The same key on another operation is another record. */
   operation: string;
   /** The request fingerprint, or `''` to skip the comparison. Stored as a SHA-256: a hex digest as given, any other text hashed. */
-  fingerprint?: string;
+  fingerprint?: string | undefined;
 }
 
 /** A claim on a key: hold it while the handler runs, then `complete` or `release` it. */

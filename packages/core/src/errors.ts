@@ -53,9 +53,9 @@ export interface ProblemDetails {
 /** Options of an {@link IdempotencyError}. */
 export interface IdempotencyErrorOptions {
   /** Overrides the status of the error table (used for the 400 `idempotency_error` mismatch mode). */
-  status?: number;
+  status?: number | undefined;
   /** Seconds a client should wait before retrying (409 and 503). */
-  retryAfter?: number;
+  retryAfter?: number | undefined;
   cause?: unknown;
 }
 

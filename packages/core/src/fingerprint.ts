@@ -7,13 +7,13 @@ import { normalisePercentEncoding } from './route-path.js';
 export interface RequestParts {
   method: string;
   /** The route template, e.g. `/charges/:id`. */
-  route?: string;
+  route?: string | undefined;
   /** The concrete path, e.g. `/charges/ch_1`. */
-  path?: string;
+  path?: string | undefined;
   /** The query string (with or without `?`), or already-parsed pairs. */
-  query?: string | URLSearchParams | Record<string, string | readonly string[] | undefined>;
-  contentType?: string;
-  body?: Uint8Array | string;
+  query?: string | URLSearchParams | Record<string, string | readonly string[] | undefined> | undefined;
+  contentType?: string | undefined;
+  body?: Uint8Array | string | undefined;
   /**
    * The body as a parser already left it, for when the raw bytes are gone (a body parser ran first);
    * used only when `body` is absent. With a JSON media type it is canonicalised as it is, which gives
@@ -22,7 +22,7 @@ export interface RequestParts {
    */
   json?: unknown;
   /** Extra request headers that are part of the identity (e.g. an API version), name to value. */
-  headers?: Record<string, string | undefined>;
+  headers?: Record<string, string | undefined> | undefined;
 }
 
 /** Options of {@link fingerprintRequest}. */
@@ -34,7 +34,7 @@ export interface FingerprintOptions {
    * `clientRef` leaves out the `clientRef` of every item (an array index is digits only, so no
    * pointer meant otherwise; on an object, `*` is the member named `*`, as RFC 6901 has it).
    */
-  exclude?: readonly string[];
+  exclude?: readonly string[] | undefined;
 }
 
 /**

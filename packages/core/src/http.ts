@@ -29,33 +29,33 @@ import { storedResponseSize } from './stored-response.js';
  */
 export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
   /** Answer 400 when a covered request has no key. Default true. With false, such requests pass through untouched. */
-  required?: boolean;
+  required?: boolean | undefined;
   /** Methods that are covered. Default `['POST', 'PATCH']`: PUT and DELETE are idempotent by definition (spec part 1). */
-  methods?: readonly string[];
+  methods?: readonly string[] | undefined;
   /**
    * Who is calling, as a string; requests with different scopes never share a record. Default: the
    * principal the guard attached (`sub` and `iss` of `req.auth`, `request.auth` or `ctx.state.auth`).
    * Return `undefined` (or `''`) when there is no caller: the request is refused with 500 `scope_missing`.
    */
-  scope?: (request: Req) => string | undefined;
+  scope?: ((request: Req) => string | undefined) | undefined;
   /** Mint a key for a covered request that has none and return it in `Idempotency-Key` (spec part 3, rule 3). Default false. */
-  mintKeys?: boolean;
+  mintKeys?: boolean | undefined;
   /** Largest request body hashed, in bytes; larger bodies get 413 before any hashing or claim. Default 1 MiB. */
-  maxBodyBytes?: number;
+  maxBodyBytes?: number | undefined;
   /** Largest response body stored, in bytes; larger responses are served but not stored. Default 1 MiB. */
-  maxResponseBytes?: number;
+  maxResponseBytes?: number | undefined;
   /** Response headers replayed on top of the built-in allowlist (lower or mixed case). */
-  replayHeaders?: readonly string[];
+  replayHeaders?: readonly string[] | undefined;
   /** Run the handler inside the store's transaction and hold the response until it commits. Default false. */
-  transactional?: boolean;
+  transactional?: boolean | undefined;
   /** Accept only RFC 9651 sf-string keys (`"abc"`). Default false. */
-  strictKeys?: boolean;
+  strictKeys?: boolean | undefined;
   /**
    * What the request's identity leaves out or takes in besides method, route, path, query, media
    * type and body: `{ exclude: ['/sentAt'] }` (JSON Pointers of volatile body fields), `{ headers:
    * ['api-version'] }` (request headers whose values are part of it).
    */
-  fingerprint?: HttpFingerprintOptions;
+  fingerprint?: HttpFingerprintOptions | undefined;
   /**
    * Tell the client how long its key is kept: a first execution whose outcome the policy stores gets
    * `Idempotency-Expires` (an HTTP-date, as `Expires` has it) when its head goes out, and its replays
@@ -63,7 +63,7 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
    * to the second; the store counts the retention from the completion, by its own clock, so a retry
    * with the key until then replays (barring clock skew between the two). Default false.
    */
-  advertiseExpiry?: boolean;
+  advertiseExpiry?: boolean | undefined;
 }
 
 /** The fingerprint options of the HTTP layer: {@link FingerprintOptions} and request headers. */
@@ -78,7 +78,7 @@ export interface HttpFingerprintOptions extends FingerprintOptions {
    * `signature`), retry counters (`x-envoy-attempt-count`), and framing (`content-length`,
    * `transfer-encoding`), since every honest retry would be refused 422.
    */
-  headers?: readonly string[];
+  headers?: readonly string[] | undefined;
 }
 
 // Every name HttpIdempotencyOptions adds to the engine's; the type check keeps the list complete.
@@ -163,8 +163,8 @@ export interface IdempotencyContext {
 
 /** Per-route settings that override the middleware's (Fastify route `config.idempotency`). */
 export interface RouteOverrides {
-  required?: boolean;
-  mintKeys?: boolean;
+  required?: boolean | undefined;
+  mintKeys?: boolean | undefined;
 }
 
 /** A response an adapter writes as is: status, headers (lower case) and body bytes. */
@@ -189,7 +189,7 @@ export interface HttpRequestInfo {
    * app-wide instance and a route's own. The first one's claim covers the request; this one steps
    * aside and warns once, instead of claiming the same key again and answering 409 to every request.
    */
-  stacked?: boolean;
+  stacked?: boolean | undefined;
   /**
    * The request's `Accept-Encoding`, undefined when it has none: a replay of a body stored
    * compressed is decoded for a retry that does not take its coding (none given means identity, as
@@ -213,7 +213,7 @@ export interface HttpRequestInfo {
    * The request's headers (Node's `req.headers`), read only for the names in `fingerprint.headers`.
    * Required when that option names any.
    */
-  headers?: IncomingHttpHeaders;
+  headers?: IncomingHttpHeaders | undefined;
 }
 
 /** The outcome of {@link HttpIdempotency.begin}. */
@@ -252,9 +252,9 @@ export type CaptureResult =
 /** Options of {@link HttpIdempotency.capture}. */
 export interface CaptureOptions {
   /** Hold the whole response until `flush()` or `replace()` (transactional mode). */
-  hold?: boolean;
+  hold?: boolean | undefined;
   /** Settle this lease with the outcome; `thrown` is read when the outcome is known. */
-  settle?: { lease: Lease; thrown: () => boolean };
+  settle?: { lease: Lease; thrown: () => boolean } | undefined;
   /**
    * Asked once, when the response ends (its first `end`): true when no route answered the request,
    * for an adapter that claims the key before it knows (Express and Koa mounted with `app.use`, or
@@ -268,17 +268,17 @@ export interface CaptureOptions {
    * @example
    * http.capture(res, { settle: { lease, thrown }, unrouted: () => res.statusCode === 404 && req.route === undefined });
    */
-  unrouted?: () => boolean;
+  unrouted?: (() => boolean) | undefined;
   /**
    * The `Idempotency-Key` echo, put back when the response ends if something took it off while its
    * head had not gone out (Koa's error handler removes every header). Not on an unrouted answer.
    */
-  echo?: string;
+  echo?: string | undefined;
   /**
    * The request, as far as a body parser's refusal is checked against it (see
    * {@link ResponseCapture.failedWith}): its headers and the body `begin` read (`started.body`).
    */
-  request?: RequestBodyFacts;
+  request?: RequestBodyFacts | undefined;
   /**
    * Whether the handler still runs, for an adapter that can tell (Koa, until its `await next()`
    * settles). A response ended while `running` is true, unless `writesItself()` says the handler
@@ -289,7 +289,7 @@ export interface CaptureOptions {
    * operation ran), or released if the handler threw and the policy releases a thrown handler.
    * Checked only when the response ends: an adapter passes an object it keeps per request anyway.
    */
-  handler?: RunningHandler;
+  handler?: RunningHandler | undefined;
 }
 
 /** What {@link CaptureOptions.handler} reads: see there. */
@@ -540,7 +540,7 @@ export interface PrincipalScopeOptions {
    * one user then never share a key, and a principal without a client id has no scope. Default
    * false: the user alone, so every client of one user shares the user's keys.
    */
-  perClient?: boolean;
+  perClient?: boolean | undefined;
 }
 
 /**

@@ -7,9 +7,9 @@ export interface ParseKeyOptions {
    * With `strict: true` only an RFC 9651 sf-string (`"abc"`) is accepted, as draft-07 requires.
    * By default a bare value (`abc`) is accepted too, and both spellings are the same key.
    */
-  strict?: boolean;
+  strict?: boolean | undefined;
   /** Maximum length in UTF-8 bytes of the decoded key. Default 255. */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
 }
 
 /** The result of {@link parseIdempotencyKey}: a key, or the typed error an adapter answers with 400. */

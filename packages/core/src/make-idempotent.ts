@@ -36,13 +36,13 @@ export interface MakeIdempotentOptions<M> {
    * Whose keys these are, when two producers' keys could collide. Default: one scope, `''`, for
    * every message (a key then means the same whoever sent it). Not a string, or a throw: `scope_missing`.
    */
-  scope?: (message: M) => string;
+  scope?: ((message: M) => string) | undefined;
   /**
    * A larger result is not kept (the first run and its redeliveries get `response_not_replayable`).
    * Measured as stores measure a response (see `storedResponseSize`), and never above the store's own
    * cap (`maxResponseBytes`, 4 MiB by default on Redis and PostgreSQL), whatever is set. Default 1 MiB.
    */
-  maxResultBytes?: number;
+  maxResultBytes?: number | undefined;
 }
 
 /**

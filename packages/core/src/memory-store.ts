@@ -12,7 +12,7 @@ export interface MemoryStoreOptions {
    * abandoned key would no longer refuse other parameters). Records whose lease is live are never
    * evicted: that would allow a second execution beside the first. Default 100,000.
    */
-  maxEntries?: number;
+  maxEntries?: number | undefined;
   /**
    * Most bytes kept, counted as the ids, tokens, fingerprints, header names and values and bodies of
    * the records (not the JavaScript objects around them, about 200 bytes a record more). When over,
@@ -23,21 +23,21 @@ export interface MemoryStoreOptions {
    * so a retry does not run the operation again). A count alone does
    * not bound memory: 100,000 records of 1 MiB responses are 100 GiB. Default 256 MiB.
    */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
   /**
    * Called when a completed (or abandoned) record is dropped to make room before its retention ended:
    * a retry of that key would run again, which is what retention exists to prevent. When it fires, raise
    * `maxEntries` (or `maxBytes`) or move to a shared store. Dropping expired records is not reported. What it throws
    * or rejects with is swallowed: an observer must never fail the claim that made room.
    */
-  onEvict?: (eviction: MemoryEviction) => void;
+  onEvict?: ((eviction: MemoryEviction) => void) | undefined;
   /**
    * The store's clock, in epoch milliseconds. Inject one in tests. Default: the time the process
    * started plus a monotonic clock since, which a wall clock stepped by NTP or a resumed VM does not
    * move (an hour forward would end every live lease at once, and a retry would run beside the
    * handler).
    */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /** A completed (or abandoned) record that {@link memoryStore} dropped before its retention ended. */

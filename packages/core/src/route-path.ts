@@ -1,9 +1,9 @@
 /** How a router compares paths: the two settings Express and @koa/router share. */
 export interface RoutePathOptions {
   /** `/Charges` and `/charges` are different routes. Default false (Express, @koa/router). */
-  caseSensitive?: boolean;
+  caseSensitive?: boolean | undefined;
   /** `/charges/` and `/charges` are different routes. Default false (Express, @koa/router). */
-  strict?: boolean;
+  strict?: boolean | undefined;
 }
 
 /**

@@ -110,7 +110,7 @@ export function storedResponseSize(response: StoredResponse): number {
 /** Options of {@link assertStoredResponse}. */
 export interface StoredResponseLimits {
   /** A store's `maxResponseBytes`: a bigger response throws {@link ResponseTooLargeError}. */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
 }
 
 /**

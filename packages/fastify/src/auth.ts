@@ -122,9 +122,9 @@ export function authorize(...requirements: Requirement[]): AuthHook {
  */
 export interface AuthPluginOptions {
   /** Verify every request of the instance with this guard (an `onRequest` hook). */
-  guard?: GuardOptions | Guard;
+  guard?: GuardOptions | Guard | undefined;
   /** Or, behind the gateway, verify every request's internal token. */
-  internal?: InternalVerifierOptions | Guard;
+  internal?: InternalVerifierOptions | Guard | undefined;
 }
 
 const plugin: FastifyPluginAsync<AuthPluginOptions> = async (fastify, options) => {
@@ -153,7 +153,7 @@ export const authPlugin = fp(plugin, { fastify: '5.x', name: '@idem/fastify-auth
  * @example
  * const options: GlueForwardOptions = { audience: 'orders-service' };
  */
-export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer };
+export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer | undefined };
 
 /**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the

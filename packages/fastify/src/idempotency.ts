@@ -53,10 +53,10 @@ type RouteSettings = Pick<FastifyIdempotencyOptions, (typeof routeSettingNames)[
 
 /** Per-route settings in the route's `config.idempotency`; `false` turns the plugin off for that route. */
 export interface RouteIdempotencyOptions extends RouteSettings {
-  required?: boolean;
-  mintKeys?: boolean;
+  required?: boolean | undefined;
+  mintKeys?: boolean | undefined;
   /** The caller for this route's records; overrides the plugin's `scope`. */
-  scope?: (request: FastifyRequest) => string | undefined;
+  scope?: ((request: FastifyRequest) => string | undefined) | undefined;
 }
 
 const routeOptionNames: ReadonlySet<string> = new Set([...routeSettingNames, 'required', 'mintKeys', 'scope']);

@@ -110,7 +110,7 @@ export function requireAuthentication(options: { acrValues?: readonly string[]; 
 export interface AuthorizeOptions
   extends Pick<GuardErrorOptions, 'realm' | 'resourceMetadata' | 'dpopAlgorithms' | 'dpopOnly'> {
   /** Clock in epoch milliseconds for `maxAge` checks (default `Date.now`). */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /**

@@ -19,18 +19,18 @@ import { parseStrictJson } from './strict-json.js';
  */
 export interface DpopOptions {
   /** Refuse plain Bearer tokens: every request must carry a DPoP-bound token and a proof (default false). */
-  required?: boolean;
+  required?: boolean | undefined;
   /** Accepted proof algorithms (default `['ES256', 'EdDSA', 'Ed25519', 'PS256', 'RS256']`; asymmetric only). */
-  algorithms?: readonly JwsAlgorithm[];
+  algorithms?: readonly JwsAlgorithm[] | undefined;
   /** How old a proof's `iat` may be (default 60). The clock tolerance applies on top. */
-  maxAge?: number;
+  maxAge?: number | undefined;
   /**
    * The public origin clients call (e.g. `https://api.example`), used to check `htu`. Set it: the
    * default, `http://` plus the Host header, is what the client sends, so without it a proof made for
    * another server with the same path is accepted when the client sends that server's Host. It is
    * also wrong whenever TLS ends in front of the app.
    */
-  origin?: string;
+  origin?: string | undefined;
   /**
    * Replay memory. Called with a key unique to the proof (`jkt:jti`) and the time it can be forgotten,
    * once the access token has verified and is bound to the proof's key (so requests that authenticate
@@ -39,14 +39,14 @@ export interface DpopOptions {
    * refuses the proof with `dpop_replay_unavailable`. Default: in process, at most
    * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
    */
-  replay?: (key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>;
+  replay?: ((key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>) | undefined;
   /**
    * Seconds a `replay` store may take before the proof is refused with `dpop_replay_unavailable`
    * (default 1; 0.01 to 60). A store that hangs must not hang every request behind it.
    */
-  replayTimeout?: number;
+  replayTimeout?: number | undefined;
   /** Bound on the default replay memory (default 100,000); when it is full of live proofs, new ones are refused. */
-  maxReplayEntries?: number;
+  maxReplayEntries?: number | undefined;
   /**
    * Require a nonce this server provides in every proof (RFC 9449 §9): `true`, or `{ secret,
    * lifetime }`. A proof without one, or with one past its time, is refused with 401
@@ -57,7 +57,7 @@ export interface DpopOptions {
    * the current one in `DPoP-Nonce` with its answer. Nonces are an HMAC of the time window under `secret` (at least 32 bytes), so gateways that
    * share it take each other's; the default is a random secret of this process.
    */
-  nonce?: boolean | { secret?: string | Uint8Array; lifetime?: number };
+  nonce?: boolean | { secret?: string | Uint8Array | undefined; lifetime?: number | undefined } | undefined;
 }
 
 const dpopOptionNames = [

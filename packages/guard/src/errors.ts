@@ -234,25 +234,25 @@ export function assertScopeToken(value: string, name: string): void {
  */
 export interface GuardErrorOptions {
   /** The `realm` of the challenge (default `api`). Configured, never taken from a request. */
-  realm?: string;
+  realm?: string | undefined;
   /** Scopes named in an `insufficient_scope` challenge. Configured, never taken from a request. */
-  scope?: readonly string[];
+  scope?: readonly string[] | undefined;
   /** RFC 9728 protected-resource metadata URL added to the challenge. */
-  resourceMetadata?: string;
+  resourceMetadata?: string | undefined;
   /** RFC 9470 step-up: the authentication context classes that would satisfy the request. */
-  acrValues?: readonly string[];
+  acrValues?: readonly string[] | undefined;
   /** RFC 9470 step-up: the maximum authentication age in seconds. */
-  maxAge?: number;
+  maxAge?: number | undefined;
   /** The scheme the client used (`DPoP` answers with a DPoP challenge, RFC 9449 §7.1). */
-  scheme?: 'Bearer' | 'DPoP';
+  scheme?: 'Bearer' | 'DPoP' | undefined;
   /** Proof algorithms when DPoP is enabled; a 401 then also offers a `DPoP` challenge. */
-  dpopAlgorithms?: readonly string[];
+  dpopAlgorithms?: readonly string[] | undefined;
   /** DPoP required: only the `DPoP` challenge is offered. */
-  dpopOnly?: boolean;
+  dpopOnly?: boolean | undefined;
   /** The underlying failure, for logs; never sent to a client. */
   cause?: unknown;
   /** A DPoP nonce for the client's next proof, sent in the `DPoP-Nonce` response header (RFC 9449 §9). */
-  dpopNonce?: string;
+  dpopNonce?: string | undefined;
 }
 
 /**

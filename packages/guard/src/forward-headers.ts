@@ -15,9 +15,9 @@ export interface ForwardOptions extends StripOptions {
   /** The upstream the request goes to: the internal token's `aud`. */
   audience: string;
   /** Header carrying the internal token (default `idem-internal-token`); always stripped first. */
-  header?: string;
+  header?: string | undefined;
   /** Keep the caller's `Authorization` header (default false: the bearer never reaches the upstream). */
-  keepAuthorization?: boolean;
+  keepAuthorization?: boolean | undefined;
 }
 
 /**

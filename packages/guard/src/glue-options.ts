@@ -17,7 +17,7 @@ export interface GuardGlueOptions {
    * and so does the idempotency middleware where it scopes keys by the default principal (an
    * anonymous write has no caller to scope its key to). Default false.
    */
-  optional?: boolean;
+  optional?: boolean | undefined;
 }
 
 /**

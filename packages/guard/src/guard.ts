@@ -71,27 +71,27 @@ export interface PemKeyInput {
  */
 export interface TokenRules {
   /** Accepted audiences; `aud` must contain one. Required (here or on every issuer). */
-  audience?: string | readonly string[];
+  audience?: string | readonly string[] | undefined;
   /**
    * The claim the audience is read from (default `aud`). For issuers whose access tokens carry no
    * `aud` and name the client instead: AWS Cognito's (`client_id`, with `audience` the app client id;
    * its ID tokens, which have `aud` but no `client_id`, are then refused).
    */
-  audienceClaim?: string;
+  audienceClaim?: string | undefined;
   /** Allowed clock skew (default 5, at most 60). */
-  clockTolerance?: number;
+  clockTolerance?: number | undefined;
   /** Refuse tokens whose `iat` is older than this (then `iat` is required). */
-  maxTokenAge?: number;
+  maxTokenAge?: number | undefined;
   /** Refuse tokens whose lifetime (`exp - iat`) is longer than this. */
-  maxLifetime?: number;
+  maxLifetime?: number | undefined;
   /**
    * Accepted `typ` values, compared case-insensitively with an optional `application/` prefix
    * (default `['at+jwt']`, RFC 9068). Add `'jwt'` (and `null` for no `typ`) only for issuers that
    * cannot type their access tokens; a token carrying `nonce` is still refused as an ID token.
    */
-  typ?: ReadonlyArray<string | null>;
+  typ?: ReadonlyArray<string | null> | undefined;
   /** Claims that must be present besides `iss`, `sub`, `aud` and `exp` (e.g. `['client_id', 'jti', 'iat']`). */
-  requiredClaims?: readonly string[];
+  requiredClaims?: readonly string[] | undefined;
   /**
    * Claims that must hold one of the given values, compared exactly (no case folding, no coercion: `2`
    * is not `'2'`); a token without the claim is refused (`claim_invalid`). For the kind of token an
@@ -99,15 +99,15 @@ export interface TokenRules {
    * `{ token_use: 'access' }` Cognito's. On an issuer it replaces the guard-wide rules. `iss`, `aud`,
    * `exp`, `nbf`, `iat` and `cnf` have options of their own and are refused here.
    */
-  claimValues?: Readonly<Record<string, ClaimValue | readonly ClaimValue[]>>;
+  claimValues?: Readonly<Record<string, ClaimValue | readonly ClaimValue[]>> | undefined;
   /**
    * The claim holding roles (default `roles`), or the path to it inside nested claims as an array of
    * member names: `['realm_access', 'roles']` for Keycloak's realm roles. (A path is an array, not a
    * dotted string: claim names may hold dots, as Auth0's namespaced `https://example.com/roles` does.)
    */
-  rolesClaim?: string | readonly string[];
+  rolesClaim?: string | readonly string[] | undefined;
   /** `crit` header parameters this deployment understands (default none: any `crit` is refused). */
-  crit?: readonly string[];
+  crit?: readonly string[] | undefined;
 }
 
 /**
@@ -123,21 +123,21 @@ export interface IssuerOptions extends TokenRules {
    * Algorithms accepted for this issuer (default `['HS256']` with a secret, otherwise
    * `['RS256', 'PS256', 'ES256', 'EdDSA']`). Each key is pinned to one of them.
    */
-  algorithms?: readonly JwsAlgorithm[];
+  algorithms?: readonly JwsAlgorithm[] | undefined;
   /** A shared HMAC secret (at least the hash length: 32 bytes for HS256). Not combinable with public keys. */
-  secret?: string | Uint8Array;
+  secret?: string | Uint8Array | undefined;
   /** Public keys as PEM or JWK. */
-  publicKeys?: readonly PublicKeyInput[];
+  publicKeys?: readonly PublicKeyInput[] | undefined;
   /**
    * A local JWKS object, or a function returning one, read on every lookup (cheap: imported again
    * only when it changed): `() => internalIssuer.jwks()` follows the issuer's `rotate()` in the
    * same process, where an object would be a copy of the keys of the moment.
    */
-  jwks?: LocalJwks;
+  jwks?: LocalJwks | undefined;
   /** A remote JWKS URL. */
-  jwksUri?: string;
+  jwksUri?: string | undefined;
   /** Cache, cooldown, timeout and stale-if-error settings of the remote JWKS. */
-  jwksOptions?: Omit<RemoteJwksOptions, 'uri'>;
+  jwksOptions?: Omit<RemoteJwksOptions, 'uri'> | undefined;
 }
 
 const tokenRuleNames = [
@@ -188,25 +188,25 @@ export interface GuardOptions extends TokenRules {
   /** The trusted issuers (at least one). */
   issuers: readonly IssuerOptions[];
   /** `realm` of every challenge (default `api`). */
-  realm?: string;
+  realm?: string | undefined;
   /** RFC 9728 metadata URL announced in 401 challenges. */
-  resourceMetadata?: string;
+  resourceMetadata?: string | undefined;
   /** Accept `?access_token=` when no Authorization header is sent (default false; RFC 6750 §2.3). */
-  allowQueryToken?: boolean;
+  allowQueryToken?: boolean | undefined;
   /** Size and depth limits applied before any decoding (positive integers; `maxDepth` at most 1000). */
-  limits?: Partial<TokenLimits>;
+  limits?: Partial<TokenLimits> | undefined;
   /** The verified-token cache (default 10,000 entries), or `false` to verify every time. */
-  cache?: false | { maxEntries?: number };
+  cache?: false | { maxEntries?: number | undefined } | undefined;
   /** Clock in epoch milliseconds (default `Date.now`); injected by tests. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** `fetch` used for remote JWKS (default the global one). */
-  fetch?: typeof globalThis.fetch;
+  fetch?: typeof globalThis.fetch | undefined;
   /** Hook receiving every {@link GuardEvent}. */
-  onEvent?: (event: GuardEvent) => void;
+  onEvent?: ((event: GuardEvent) => void) | undefined;
   /** Accept DPoP-bound tokens with proofs (RFC 9449); `{ required: true }` refuses plain bearer tokens. */
-  dpop?: DpopOptions;
+  dpop?: DpopOptions | undefined;
   /** The gateway's internal token issuer, used by `guard.forwardHeaders()` and the glue's `forwardHeaders()`. */
-  internalTokens?: InternalTokenIssuer;
+  internalTokens?: InternalTokenIssuer | undefined;
 }
 
 const guardOptionNames = [

@@ -10,7 +10,7 @@ import { jwkThumbprint, publicJwkOf } from './key-import.js';
  */
 export interface InternalSigningKey {
   /** Key id published in the JWKS (default: the RFC 7638 thumbprint). */
-  kid?: string;
+  kid?: string | undefined;
   /** The private key: a `KeyObject`, PKCS#8 PEM, or a private JWK. */
   privateKey: KeyObject | string | Record<string, unknown>;
 }

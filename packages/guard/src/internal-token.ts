@@ -29,24 +29,24 @@ export interface InternalTokenIssuerOptions {
   /** The gateway's issuer name (`iss` of every internal token). */
   issuer: string;
   /** Signing keys, newest first; the first signs. Default: one fresh Ed25519 key. */
-  keys?: readonly InternalSigningKey[];
+  keys?: readonly InternalSigningKey[] | undefined;
   /** Lifetime of an internal token in seconds (default 60). */
-  ttl?: number;
+  ttl?: number | undefined;
   /** Names of further claims copied from the caller's token (e.g. `['email', 'tenant']`). */
-  claims?: readonly string[];
+  claims?: readonly string[] | undefined;
   /**
    * How many keys `jwks()` keeps publishing, newest first (default 3). A key whose tokens may still
    * verify, or that has yet to sign, is published whatever this says.
    */
-  maxPublishedKeys?: number;
+  maxPublishedKeys?: number | undefined;
   /**
    * Seconds between `rotate()` publishing a key and the key signing (default 60; 0 to 3600). Make it
    * at least the services' JWKS `cooldown` (default 30) plus any HTTP cache in front of the JWKS, so
    * a service has fetched the new key before the first token that names it (no `key_unknown`).
    */
-  rotationDelay?: number;
+  rotationDelay?: number | undefined;
   /** Clock in epoch milliseconds (default `Date.now`). */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 const issuerOptionNames = [
@@ -191,33 +191,33 @@ export interface InternalVerifierOptions {
   /** This service's name: the `aud` the gateway minted for it. */
   audience: string | readonly string[];
   /** The gateway's public keys (PEM or JWK). */
-  keys?: readonly PublicKeyInput[];
+  keys?: readonly PublicKeyInput[] | undefined;
   /**
    * The gateway's JWKS: an object (loaded from a file), or, in the gateway's own process, a function
    * read on every lookup, `() => issuer.jwks()`, which follows `rotate()`. The object
    * `issuer.jwks()` is a copy of the moment: after a `rotate()` its verifier refuses every token.
    */
-  jwks?: LocalJwks;
+  jwks?: LocalJwks | undefined;
   /** The gateway's JWKS URL. */
-  jwksUri?: string;
-  jwksOptions?: Omit<RemoteJwksOptions, 'uri'>;
+  jwksUri?: string | undefined;
+  jwksOptions?: Omit<RemoteJwksOptions, 'uri'> | undefined;
   /** Accepted algorithms (default `['EdDSA', 'ES256']`). */
-  algorithms?: readonly JwsAlgorithm[];
+  algorithms?: readonly JwsAlgorithm[] | undefined;
   /** Header carrying the token (default `idem-internal-token`). */
-  header?: string;
+  header?: string | undefined;
   /** Allowed clock skew (default 5, at most 60). */
-  clockTolerance?: number;
-  realm?: string;
+  clockTolerance?: number | undefined;
+  realm?: string | undefined;
   /**
    * RFC 9728 metadata URL for `resource_metadata="..."` in this service's challenges: the gateway's,
    * since to the client the service is the resource behind it. A 403 `insufficient_scope` comes from
    * here, not from the gateway, and without it that one challenge would not say where to step up.
    */
-  resourceMetadata?: string;
-  now?: () => number;
-  fetch?: typeof globalThis.fetch;
-  onEvent?: (event: GuardEvent) => void;
-  cache?: false | { maxEntries?: number };
+  resourceMetadata?: string | undefined;
+  now?: (() => number) | undefined;
+  fetch?: typeof globalThis.fetch | undefined;
+  onEvent?: ((event: GuardEvent) => void) | undefined;
+  cache?: false | { maxEntries?: number | undefined } | undefined;
 }
 
 const verifierOptionNames = [

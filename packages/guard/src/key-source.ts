@@ -168,28 +168,28 @@ export interface RemoteJwksOptions {
   /** The JWKS URL. `https:` unless the host is loopback (tests, sidecars). */
   uri: string;
   /** Fetch timeout (default 5). */
-  timeout?: number;
+  timeout?: number | undefined;
   /**
    * Minimum time between two fetches triggered by unknown kids, and after a failed fetch (default 30).
    * It never delays the refresh of a set whose lifetime ended after a successful fetch.
    */
-  cooldown?: number;
+  cooldown?: number | undefined;
   /** Cache lifetime when the response has no usable cache headers (default 600). */
-  defaultTtl?: number;
+  defaultTtl?: number | undefined;
   /** Lower bound on a cache lifetime taken from headers (default 30). */
-  minTtl?: number;
+  minTtl?: number | undefined;
   /** Upper bound on a cache lifetime taken from headers (default 86400). */
-  maxTtl?: number;
+  maxTtl?: number | undefined;
   /** How long past expiry the last good keys stay usable while the endpoint fails (default 3600; 0 disables). */
-  staleIfError?: number;
+  staleIfError?: number | undefined;
   /** How long a kid that a fresh fetch did not contain is answered from memory (default: the cooldown). */
-  negativeTtl?: number;
+  negativeTtl?: number | undefined;
   /** Largest accepted response body in bytes (default 262144). */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
   /** Largest number of remembered unknown kids (default 10000). */
-  maxUnknownKids?: number;
+  maxUnknownKids?: number | undefined;
   /** Extra request headers (for example an API key of a private JWKS). */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
 }
 
 interface KeySetState {

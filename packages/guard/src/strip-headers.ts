@@ -74,15 +74,15 @@ export interface StripOptions {
    * Header families to remove: an exact name, or a prefix ending in `*` (`x-user-*`). Matching is
    * case-insensitive and treats `_` as `-`. Default {@link defaultIdentityHeaders}.
    */
-  namespaces?: readonly string[];
+  namespaces?: readonly string[] | undefined;
   /** Families added to the defaults (or to `namespaces`). */
-  extra?: readonly string[];
+  extra?: readonly string[] | undefined;
   /**
    * Keep `Forwarded` and `X-Forwarded-For`, `-Host`, `-Proto`, `-Port`, `-Prefix` (default false). Set it
    * only when a proxy you trust in front of the gateway writes them (overwrites, or appends to a chain
    * the upstream counts hops in); the rest of the `x-forwarded-*` family is removed all the same.
    */
-  keepForwarded?: boolean;
+  keepForwarded?: boolean | undefined;
 }
 
 /** Lower case with `_` read as `-`: how proxies and CGI-style servers may alias a header name. */

@@ -144,7 +144,7 @@ export function authorize(...requirements: Requirement[]): Middleware {
  * @example
  * const options: GlueForwardOptions = { audience: 'orders-service' };
  */
-export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer };
+export type GlueForwardOptions = Omit<ForwardOptions, 'issuer'> & { issuer?: InternalTokenIssuer | undefined };
 
 /**
  * For a gateway route: the headers to send upstream. Identity header families are stripped, the

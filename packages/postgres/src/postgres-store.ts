@@ -47,14 +47,14 @@ export interface PostgresStoreOptions {
    */
   client: PostgresClient;
   /** The records table, `name` or `schema.name`, created by {@link migrate}. Default `idem_records`. */
-  table?: string;
+  table?: string | undefined;
   /**
    * Use named prepared statements on pg, parsed once per connection. Default true. Behind a pooler
    * that cannot keep them (PgBouncer in transaction mode before 1.21, or with
    * `max_prepared_statements = 0`) the first statement the server session lost is sent again
    * unnamed, and so is every statement after it; pass false there to skip that first round trip.
    */
-  preparedStatements?: boolean;
+  preparedStatements?: boolean | undefined;
   /**
    * Largest response (status, headers and body, as `storedResponseSize` measures it) that is stored.
    * A bigger one is refused with `ResponseTooLargeError` (the engine then releases the key); the
@@ -62,7 +62,7 @@ export interface PostgresStoreOptions {
    * stored, and by default the key kept with `500 response_not_replayable`). Default 4 MiB, as the Redis store; at most 256 MiB less 64 KiB, because pg reads a
    * `bytea` back as hex text and a JavaScript string cannot hold a larger one.
    */
-  maxResponseBytes?: number;
+  maxResponseBytes?: number | undefined;
 }
 
 /**
@@ -73,14 +73,14 @@ export interface PostgresStoreOptions {
  */
 export interface PurgeOptions {
   /** Most rows deleted by this call. Default 1000. */
-  batchSize?: number;
+  batchSize?: number | undefined;
   /**
    * How long after it expired (its lease ended, and the keep after it: for a claim made by the engine,
    * the retention) a record still in progress is kept, in ms. Default one hour.
    * A transactional handler that outlives its lease still commits when nobody took the key over;
    * it needs the record's row to be there. Completed records go as soon as their retention ends.
    */
-  inProgressGraceMs?: number;
+  inProgressGraceMs?: number | undefined;
 }
 
 /**

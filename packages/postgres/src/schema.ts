@@ -73,7 +73,7 @@ ${schemaStatements(table)
  */
 export interface MigrateOptions {
   /** Table name, `name` or `schema.name`. Default `idem_records`. */
-  table?: string;
+  table?: string | undefined;
   /**
    * How long one try of a change to an existing table (adding `lease_until`, building a missing index)
    * waits for the table's lock. Such a change waits for every transaction open on the table, and
@@ -81,12 +81,12 @@ export interface MigrateOptions {
    * longer gives up (`lock_timeout`), frees the queue, and is tried again after a pause. Default
    * `'500ms'`; `false` waits as long as it takes (or as your session's own `lock_timeout` says).
    */
-  lockTimeout?: Duration | false;
+  lockTimeout?: Duration | false | undefined;
   /**
    * How long migrate() keeps trying before it rejects with a `StoreUnavailableError` (its `cause` has
    * the code `55P03`), having changed nothing. Default `'30s'`.
    */
-  lockWait?: Duration;
+  lockWait?: Duration | undefined;
 }
 
 /**

@@ -34,14 +34,14 @@ export interface RedisStoreOptions {
    * service (or environment) sharing a Redis. Avoid `{...}` in it on a cluster: a hash tag in the
    * prefix would put every record in one slot, on one node.
    */
-  prefix?: string;
+  prefix?: string | undefined;
   /**
    * Largest encoded response (status, headers and body, as `storedResponseSize` measures it) that is
    * stored. A bigger one is refused with `ResponseTooLargeError` (the engine then releases the key);
    * the adapters read the cap from the store and settle such a response before they ask it (served,
    * not stored, and by default the key kept with `500 response_not_replayable`). Default 4 MiB.
    */
-  maxResponseBytes?: number;
+  maxResponseBytes?: number | undefined;
 }
 
 /**

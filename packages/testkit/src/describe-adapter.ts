@@ -134,7 +134,7 @@ export interface AdapterServerOptions {
    * routes (the plugin is wrapped with fastify-plugin, so one registered on the root would run for
    * every context's routes as well). Absent in most scenarios: then every route has the shared instance.
    */
-  routeIdempotency?: Partial<Record<ScenarioRoute['path'], HttpIdempotencyOptions<any>>>;
+  routeIdempotency?: Partial<Record<ScenarioRoute['path'], HttpIdempotencyOptions<any>>> | undefined;
   /** Every route handler calls this once and writes what it returns. */
   handle: (request: ScenarioRequest) => Promise<ScenarioReply>;
 }
@@ -168,18 +168,18 @@ export interface DescribeAdapterOptions {
    * Makes a fresh store per scenario. Default: a `memoryStore` on a test clock. Return `advance` when
    * the store's clock can be moved, to include the lease expiry scenario.
    */
-  store?: () => Promise<AdapterStoreHarness> | AdapterStoreHarness;
+  store?: (() => Promise<AdapterStoreHarness> | AdapterStoreHarness) | undefined;
   /** Set when `store` returns `advance`. Default: true for the default store, false otherwise. */
-  clock?: boolean;
+  clock?: boolean | undefined;
   /** A store supporting transactions, for the transactional scenarios. Default: a memory store with a recording transaction. */
-  transactionalStore?: () => Promise<AdapterStoreHarness> | AdapterStoreHarness;
+  transactionalStore?: (() => Promise<AdapterStoreHarness> | AdapterStoreHarness) | undefined;
   /** Concurrent identical requests in the race scenario. Default 100. */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /**
    * Adapter options added to every scenario's (a scenario's own options win), e.g. a longer
    * `storeTimeout` for a shared, loaded database in CI.
    */
-  adapterOptions?: Partial<HttpIdempotencyOptions<any>>;
+  adapterOptions?: Partial<HttpIdempotencyOptions<any>> | undefined;
 }
 
 interface Sent {

@@ -48,9 +48,9 @@ export interface StoreHarness {
 /** Options of {@link describeStore}. */
 export interface DescribeStoreOptions {
   /** Concurrent claims in the race test. Default 50. */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /** Size of the large body round trip. Default 1 MiB. */
-  largeBodyBytes?: number;
+  largeBodyBytes?: number | undefined;
 }
 
 const response = (body: Uint8Array, status = 201, headers: Record<string, string> = {}): StoredResponse => ({

@@ -5,7 +5,7 @@ export interface TcpProxyOptions {
   /** Where the proxy forwards to. */
   target: { host: string; port: number };
   /** Port to listen on (default 0: an ephemeral port on 127.0.0.1). */
-  port?: number;
+  port?: number | undefined;
 }
 
 /** A controllable TCP proxy between a client (a server under test) and a store or peer. */

@@ -6,11 +6,11 @@ export type TransactionOutcome = 'committed' | 'rolled-back' | 'lost';
 /** Options of {@link transactionalMemoryStore}. */
 export interface TransactionalMemoryOptions {
   /** The memory store underneath (default: a new `memoryStore()`). */
-  store?: MemoryStore;
+  store?: MemoryStore | undefined;
   /** Told how each transaction ended. */
-  onOutcome?: (id: string, outcome: TransactionOutcome) => void;
+  onOutcome?: ((id: string, outcome: TransactionOutcome) => void) | undefined;
   /** Awaited before each commit, e.g. to hold a commit while a test looks at the held response. */
-  beforeCommit?: () => Promise<void> | void;
+  beforeCommit?: (() => Promise<void> | void) | undefined;
 }
 
 /**

@@ -10,11 +10,11 @@ export interface WorkersOptions {
    */
   script: string;
   /** Extra environment for every worker, or per worker. */
-  env?: Record<string, string> | ((index: number) => Record<string, string>);
+  env?: Record<string, string> | ((index: number) => Record<string, string>) | undefined;
   /** Node flags, e.g. `['--import', 'tsx']` for a TypeScript worker. Default `['--import', 'tsx']`. */
-  execArgv?: string[];
+  execArgv?: string[] | undefined;
   /** Longest wait for a worker's READY line. Default 20 s. */
-  readyTimeoutMs?: number;
+  readyTimeoutMs?: number | undefined;
 }
 
 /** One worker process. */

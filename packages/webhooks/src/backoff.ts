@@ -3,11 +3,11 @@ import { type Duration, toMilliseconds } from '@idem/core';
 /** Options of {@link createBackoff}. */
 export interface BackoffOptions {
   /** The ceiling of the first wait. Default `'1s'` (spec part 8: waits of 1 s, 2 s, 4 s, randomized). */
-  base?: Duration;
+  base?: Duration | undefined;
   /** No wait is ever longer than this. Default `'1h'`. */
-  cap?: Duration;
+  cap?: Duration | undefined;
   /** Growth per retry. Default 2. */
-  factor?: number;
+  factor?: number | undefined;
 }
 
 /** A full-jitter exponential backoff. */

@@ -34,7 +34,7 @@ export type WebhookErrorCode = keyof typeof webhookErrorTable;
 export interface WebhookErrorOptions {
   cause?: unknown;
   /** Non-secret facts for logs, such as body lengths. Never keys, signatures or payloads. */
-  details?: Record<string, string | number | boolean>;
+  details?: Record<string, string | number | boolean> | undefined;
 }
 
 /**

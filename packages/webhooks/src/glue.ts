@@ -6,14 +6,14 @@ import { type Receiver, type ReceiverResponse, reportGlueRejection } from './rec
 /** Options shared by the Express, Fastify and Koa glue. */
 export interface GlueOptions {
   /** Largest body in bytes, after decompression. Default 1 MiB. */
-  limit?: number;
+  limit?: number | undefined;
   /**
    * Called with a `raw_body_required` error (the server is misconfigured: the body was parsed before
    * the webhook route), on every such request. Default: one `process.emitWarning` per route (per
    * options object), so the deployment bug is visible in logs while the sender, answered 500, keeps
    * retrying, without a line per delivery attempt.
    */
-  onMisconfigured?: (error: WebhookError) => void;
+  onMisconfigured?: ((error: WebhookError) => void) | undefined;
 }
 
 // The options objects of routes that already warned. Each glue call holds its own options object

@@ -17,7 +17,7 @@ export interface KoaLikeContext {
 /** Options of {@link koaWebhook}. */
 export interface KoaWebhookOptions extends GlueOptions {
   /** Only `POST` to this path is handled; other requests pass to `next`. Omit when mounted on a router route. */
-  path?: string;
+  path?: string | undefined;
 }
 
 /**

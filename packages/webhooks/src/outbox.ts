@@ -26,21 +26,21 @@ export interface Queryable {
 /** Options of {@link createOutbox}. */
 export interface OutboxOptions {
   /** Table name, optionally schema-qualified. Default `idem_webhook_outbox`. */
-  table?: string;
+  table?: string | undefined;
 }
 
 /** An event to deliver, as the business transaction records it. */
 export interface OutboxEvent {
   /** The event id (`webhook-id`). Default: a fresh `evt_<uuid>`. */
-  id?: string;
+  id?: string | undefined;
   /** The endpoint. */
   url: string;
   /** The exact bytes to send; an object is sent as its JSON. */
   body: WebhookBody | Record<string, unknown>;
   /** Default `application/json`. */
-  contentType?: string;
+  contentType?: string | undefined;
   /** Extra headers for this event. */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
 }
 
 /**
@@ -112,24 +112,24 @@ export interface RelayOptions {
   /** Delivers and signs; its schedule (backoff, horizon, max attempts) is the outbox's schedule. */
   sender: Sender;
   /** Rows claimed per round. Default 10. */
-  batchSize?: number;
+  batchSize?: number | undefined;
   /**
    * How long a claimed row stays reserved for this relay. A relay that dies mid-delivery frees its rows
    * after this. Must exceed the sender's per-attempt timeout. Default: the timeout plus 15 s.
    */
-  lease?: Duration;
+  lease?: Duration | undefined;
   /** Pause after a round that claimed less than a full batch (or failed); a full one goes on at once. Default `'1s'`. */
-  pollInterval?: Duration;
+  pollInterval?: Duration | undefined;
   /** Identifies this relay in `locked_by`. Default a random UUID. */
-  relayId?: string;
+  relayId?: string | undefined;
   /** Called after every attempt. What it throws or rejects with is swallowed. */
-  onAttempt?: (row: { id: string; url: string }, attempt: AttemptRecord) => void;
+  onAttempt?: ((row: { id: string; url: string }, attempt: AttemptRecord) => void) | undefined;
   /**
    * Called when a round of the background loop (`start()`) fails, e.g. the database is down; the loop
    * goes on after `pollInterval`. Without it such failures are silent. What it throws or rejects with
    * is swallowed.
    */
-  onError?: (error: unknown) => void;
+  onError?: ((error: unknown) => void) | undefined;
 }
 
 const relayOptionNames = [
@@ -174,7 +174,7 @@ export interface DeadLetterPage {
 /** Options of {@link Outbox.deadLetters}. */
 export interface DeadLetterOptions {
   /** Rows per page, a positive integer. Default 100. */
-  limit?: number;
+  limit?: number | undefined;
   /** The `next` of the previous page: this page starts after it. */
   after?: string | undefined;
 }
@@ -189,9 +189,9 @@ export interface OutboxMigrateOptions {
    * pause. Default `'500ms'`; `false` waits as long as it takes (or as your session's own
    * `lock_timeout` says). It does not bound the build of an index once it has its lock.
    */
-  lockTimeout?: Duration | false;
+  lockTimeout?: Duration | false | undefined;
   /** How long migrate() keeps trying before it rejects with the last `55P03` error. Default `'30s'`. */
-  lockWait?: Duration;
+  lockWait?: Duration | undefined;
 }
 
 const migrateOptionNames = ['lockTimeout', 'lockWait'] as const satisfies readonly (keyof OutboxMigrateOptions)[];
@@ -209,11 +209,11 @@ export interface PurgeOptions {
    * Dead-lettered rows go too, once added (or last requeued) longer than `olderThan` ago: by the
    * later of `created_at` and `requeued_at`, where their horizon counts from. Default false.
    */
-  dead?: boolean;
+  dead?: boolean | undefined;
   /** Rows per DELETE statement, each its own short transaction on a pool. Default 1000. */
-  batchSize?: number;
+  batchSize?: number | undefined;
   /** Stops before the next batch once aborted; the rows deleted so far are counted. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 const purgeOptionNames = [

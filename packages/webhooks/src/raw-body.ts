@@ -15,7 +15,7 @@ export const defaultBodyLimit = 1024 * 1024;
 /** Options of {@link readRawBody}. */
 export interface RawBodyOptions {
   /** Largest body in bytes, after decompression. Default 1 MiB. */
-  limit?: number;
+  limit?: number | undefined;
 }
 
 /** The `body_too_large` error for a body over `limit` bytes. */

@@ -115,46 +115,46 @@ export interface ReceiverOptions<Tx = unknown> {
    * is a few hundred bytes.
    * Below 24 h needs `acknowledgeShortRetention`.
    */
-  retention?: Duration;
-  acknowledgeShortRetention?: boolean;
+  retention?: Duration | undefined;
+  acknowledgeShortRetention?: boolean | undefined;
   /**
    * How long the sender keeps retrying (and redelivering by hand). A retention shorter than this
    * raises a warning: a late retry would be applied a second time. Default `'76h'`: the longest
    * automatic schedule of the common senders (Standard Webhooks' example, 75.6 h), rounded up.
    */
-  senderHorizon?: Duration;
+  senderHorizon?: Duration | undefined;
   /** Receives configuration warnings. Default `process.emitWarning`. */
-  onWarning?: (warning: ReceiverWarning) => void;
+  onWarning?: ((warning: ReceiverWarning) => void) | undefined;
   /** Signature timestamp tolerance. Default `'5m'` both ways. */
-  tolerance?: Tolerance;
+  tolerance?: Tolerance | undefined;
   /**
    * The sender or endpoint; ids are unique per scope. Default `'webhooks'`. Give each endpoint that
    * shares a store its own: senders deliver one event, with one id, to every endpoint subscribed to
    * it, and two endpoints on one scope would apply it only once between them.
    */
-  scope?: string;
+  scope?: string | undefined;
   /**
    * A duplicate arriving while the first delivery is being applied: wait up to this long for its
    * outcome (then acknowledge it), or answer 409 at once (`false`, the default) so the sender retries.
    */
-  wait?: Duration | false;
+  wait?: Duration | false | undefined;
   /** The claim lease while `apply` runs; renewed in the background. Default `'10s'`. */
-  lease?: Duration;
+  lease?: Duration | undefined;
   /**
    * The longest `apply` may hold an event id. Past it the claim is no longer renewed: the event's
    * `signal` aborts, and the sender's next retry applies the event once the lease ends (an `apply`
    * that finishes later is not recorded). Off by default; without it, an `apply` that never settles
    * keeps the id in progress, and every retry gets 409, for as long as the process lives.
    */
-  maxExecution?: Duration | false;
+  maxExecution?: Duration | false | undefined;
   /** Use the store's transactions when it has them. Default true. */
-  transactional?: boolean;
+  transactional?: boolean | undefined;
   /** Clock for the signature tolerance and timings, epoch ms. Default `Date.now`. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** Called once per delivery with its outcome. What it throws or rejects with is swallowed. */
-  onEvent?: (event: ReceiverEvent) => void;
+  onEvent?: ((event: ReceiverEvent) => void) | undefined;
   /** Passed to the idempotency engine, for metrics of the store itself. */
-  onStoreEvent?: (event: IdempotencyEvent) => void;
+  onStoreEvent?: ((event: IdempotencyEvent) => void) | undefined;
 }
 
 const receiverOptionNames = [

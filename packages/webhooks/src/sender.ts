@@ -15,28 +15,28 @@ export interface WebhookMessage {
   /** The exact bytes to send. */
   body: WebhookBody;
   /** Default `application/json`. */
-  contentType?: string;
+  contentType?: string | undefined;
   /**
    * Extra headers for this message, over the sender's `headers`. Names are case-insensitive:
    * `content-type` (see `contentType`) and the three `webhook-*` headers are always ours.
    */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
 }
 
 /** The retry schedule of a {@link createSender}. */
 export interface ScheduleOptions extends BackoffOptions {
   /** Most attempts in all, the first included. Default unlimited (the horizon ends the retries). */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /**
    * No attempt starts later than this after the first one. Default `'24h'`. Receivers must keep event
    * ids at least this long (their retention), or a late retry is applied twice.
    */
-  horizon?: Duration;
+  horizon?: Duration | undefined;
   /**
    * The longest `Retry-After` honoured. A larger value is cut to this, so an endpoint cannot park a
    * message forever. Default: the backoff cap.
    */
-  maxRetryAfter?: Duration;
+  maxRetryAfter?: Duration | undefined;
 }
 
 const scheduleOptionNames = [
@@ -55,26 +55,26 @@ export interface SenderOptions {
   /** Signing secret(s): `whsec_...` for v1, `whsk_...` for v1a; several sign with each. */
   secret: WebhookSecret | readonly WebhookSecret[];
   /** Default `globalThis.fetch`. */
-  fetch?: typeof fetch;
-  schedule?: ScheduleOptions;
+  fetch?: typeof fetch | undefined;
+  schedule?: ScheduleOptions | undefined;
   /** Per-attempt limit, covering the response head and the first KiB of its body. Default `'15s'`. */
-  timeout?: Duration;
+  timeout?: Duration | undefined;
   /** Source of jitter in [0, 1). Default `Math.random`; inject {@link seededRandom} in tests. */
-  random?: () => number;
+  random?: (() => number) | undefined;
   /**
    * Waits between attempts. Default: timers that an abort signal cancels, in steps for waits longer
    * than one timer holds.
    */
-  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  sleep?: ((ms: number, signal?: AbortSignal) => Promise<void>) | undefined;
   /**
    * Clock, epoch milliseconds. Default: `Date.now` signs timestamps, and a monotonic clock measures
    * the horizon and attempt durations (a stepped wall clock moves neither). An injected one does all.
    */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** Headers sent with every message, e.g. `user-agent`. */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /** Called after every attempt, for logs and metrics. What it throws or rejects with is swallowed. */
-  onAttempt?: (attempt: AttemptRecord, message: WebhookMessage) => void;
+  onAttempt?: ((attempt: AttemptRecord, message: WebhookMessage) => void) | undefined;
 }
 
 const senderOptionNames = [
@@ -136,12 +136,12 @@ export type DeliveryResult =
 /** Options of one {@link Sender.attempt}. */
 export interface AttemptOptions {
   /** Ends the attempt (recorded as a network error). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * The clock (epoch ms) that signs this attempt (`webhook-timestamp`), dates it (`startedAt`) and
    * reads an HTTP-date `Retry-After` that comes without a `Date`. Default: the sender's `now`.
    */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /** A retrying Standard Webhooks sender. */

@@ -92,9 +92,9 @@ export interface VerifierOptions {
    * Allowed clock distance, in both directions. Default `'5m'`, as every Standard Webhooks library.
    * At least `'1s'` on each side (timestamps are whole seconds); there is no "off".
    */
-  tolerance?: Tolerance;
+  tolerance?: Tolerance | undefined;
   /** The receiver's clock, epoch milliseconds. Inject in tests. Default `Date.now`. */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /** What {@link Verifier.verify} checks. */
