@@ -90,7 +90,8 @@ interface Walk {
   skipped: string[];
 }
 
-// Walks the options types a file exports (`entries`), and the object types their properties nest
+// Walks the options types a file exports (`entries`), the inline object types of its exported
+// functions' and interfaces' methods' parameters, and the object types their properties nest
 // (inline object literals, arrays of them, and other types declared in `ownSource`), and lists the
 // optional properties whose type does not take `undefined`. The test asks the checker, not the
 // source text, so `| undefined` behind an alias, an inherited property, or a Partial<> all count.
@@ -152,8 +153,27 @@ function walkOptions(
     const module = source && checker.getSymbolAtLocation(source);
     if (!module) throw new Error(`no module for ${relative(root, file)}`);
     for (const exported of checker.getExportsOfModule(module)) {
-      if (!optionName.test(exported.name) && !(exported.name in alsoInputs)) continue;
       const symbol = exported.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(exported) : exported;
+      // Options written inline in a signature, `f(options: { maxAge?: number })`: an exported
+      // function's, or a method's of an exported interface (a client's, a sender's).
+      const signatures =
+        symbol.flags & ts.SymbolFlags.Function
+          ? checker.getTypeOfSymbol(symbol).getCallSignatures()
+          : symbol.flags & ts.SymbolFlags.Interface
+            ? checker
+                .getPropertiesOfType(checker.getDeclaredTypeOfSymbol(symbol))
+                .flatMap((member) => checker.getTypeOfSymbol(member).getCallSignatures())
+            : [];
+      for (const signature of signatures) {
+        const owner = signature.getDeclaration()?.name?.getText() ?? exported.name;
+        for (const parameter of signature.getParameters()) {
+          const type = checker.getNonNullableType(checker.getTypeOfSymbol(parameter));
+          const anonymous = type.getSymbol()?.name === '__type' && !type.aliasSymbol;
+          const at = `${pkg} ${exported.name === owner ? '' : `${exported.name}.`}${owner}(${parameter.name})`;
+          if (anonymous) visit(type, at, new Set());
+        }
+      }
+      if (!optionName.test(exported.name) && !(exported.name in alsoInputs)) continue;
       if (!(symbol.flags & (ts.SymbolFlags.Interface | ts.SymbolFlags.TypeAlias))) continue;
       visit(checker.getDeclaredTypeOfSymbol(symbol), `${pkg} ${exported.name}`, new Set(), true);
     }
@@ -176,6 +196,8 @@ const exceptions: Readonly<Record<string, string>> = {
   '@idem/postgres PgQueryConfig.name':
     'the query idem hands to the pg client the user passes (as pg names it), not a setting the user passes to idem',
   '@idem/postgres PgQueryConfig.values': 'the same: what idem hands to the pg client',
+  '@idem/webhooks FastifyLikeInstance.addContentTypeParser(options).bodyLimit':
+    "fastify's own method, as idem calls it on the user's instance, not a setting the user passes to idem",
 };
 
 describe('options that may be undefined, under exactOptionalPropertyTypes', () => {
@@ -216,6 +238,8 @@ describe('options that may be undefined, under exactOptionalPropertyTypes', () =
       }
       export type FixtureConfig = Partial<{ required: string }>;
       export interface Result { plain?: string }
+      export function inline(options: { plain?: number; taken?: number | undefined }): void {}
+      export interface Thing { method(options?: { plain?: number }): void }
     `;
     const program = programWith([], { [file]: fixture });
     const walk = walkOptions(program, [{ pkg: 'fixture', file }], (name) => name === file);
@@ -224,9 +248,11 @@ describe('options that may be undefined, under exactOptionalPropertyTypes', () =
       'fixture FixtureOptions.entries.plain',
       'fixture FixtureOptions.nested.plain',
       'fixture FixtureOptions.plain',
+      'fixture Thing.method(options).plain',
+      'fixture inline(options).plain',
     ]);
-    // Eleven: not the `plain` in the callback's parameter (a function is not walked into).
-    expect(walk.checked).toHaveLength(11);
+    // Fourteen: not the `plain` in the callback's parameter (a function is not walked into).
+    expect(walk.checked).toHaveLength(14);
   }, 60_000);
 
   it('every optional property of every public options type takes `undefined`, nested ones too', () => {

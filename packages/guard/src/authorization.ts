@@ -82,7 +82,10 @@ export function policy(check: (principal: Principal, request: GuardRequest) => b
  * @example
  * const recentMfa = requireAuthentication({ acrValues: ['urn:example:mfa'], maxAge: 300 });
  */
-export function requireAuthentication(options: { acrValues?: readonly string[]; maxAge?: number }): Requirement {
+export function requireAuthentication(options: {
+  acrValues?: readonly string[] | undefined;
+  maxAge?: number | undefined;
+}): Requirement {
   const { acrValues, maxAge } = options ?? {};
   if (acrValues === undefined && maxAge === undefined)
     throw new TypeError('requireAuthentication needs acrValues or maxAge');

@@ -67,7 +67,7 @@ function queryTokens(url: string | undefined): string[] {
  */
 export function extractBearerToken(
   request: GuardRequest,
-  options: { allowQueryToken: boolean; maxLength: number; dpop?: 'off' | 'allowed' | 'required' },
+  options: { allowQueryToken: boolean; maxLength: number; dpop?: 'off' | 'allowed' | 'required' | undefined },
 ): TokenExtraction {
   const dpop = options.dpop ?? 'off';
   const headers = values(request.headers.authorization);
@@ -165,7 +165,7 @@ function rawValues(raw: readonly string[] | undefined, name: string): string[] |
  */
 export function guardRequestFromNode(
   message: NodeRequestLike,
-  options: { url?: string; tokenHeaders?: readonly string[] } = {},
+  options: { url?: string | undefined; tokenHeaders?: readonly string[] | undefined } = {},
 ): GuardRequest {
   const headers: Record<string, string | string[] | undefined> = { ...message.headers };
   for (const name of ['authorization', 'dpop', ...(options.tokenHeaders ?? [])]) {

@@ -88,7 +88,7 @@ export interface InternalTokenIssuer {
    * expired (not kept for `maxPublishedKeys`), and services that fetched the JWKS within their cooldown
    * refuse the new tokens (`key_unknown`) until it ends. Returns the new kid.
    */
-  rotate(key?: InternalSigningKey, options?: { delay?: number }): string;
+  rotate(key?: InternalSigningKey, options?: { delay?: number | undefined }): string;
 }
 
 /** Claims reserved by the internal token; extra claims never overwrite them. */

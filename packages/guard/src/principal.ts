@@ -101,10 +101,10 @@ export function isWordList(value: unknown): boolean {
 export function principalFromClaims(
   claims: Record<string, unknown>,
   options: {
-    rolesClaim?: string | readonly string[];
-    audienceClaim?: string;
-    issuer?: string;
-    audience?: readonly string[];
+    rolesClaim?: string | readonly string[] | undefined;
+    audienceClaim?: string | undefined;
+    issuer?: string | undefined;
+    audience?: readonly string[] | undefined;
   } = {},
 ): Principal {
   const scope = new Set<string>();

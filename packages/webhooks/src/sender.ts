@@ -150,7 +150,7 @@ export interface Sender {
    * Delivers `message` until a 2xx, with full-jitter exponential backoff, `Retry-After`, a stop on 410,
    * a fresh signature per attempt, and a dead-letter outcome carrying every attempt.
    */
-  send(message: WebhookMessage, options?: { signal?: AbortSignal }): Promise<DeliveryResult>;
+  send(message: WebhookMessage, options?: { signal?: AbortSignal | undefined }): Promise<DeliveryResult>;
   /**
    * Makes exactly one signed attempt (a relay schedules the retries itself). `now` replaces the
    * sender's clock for this attempt: the relay signs by the database's clock, as it schedules.
@@ -339,7 +339,10 @@ export function createSender(options: SenderOptions): Sender {
     return record;
   };
 
-  const send = async (message: WebhookMessage, sendOptions: { signal?: AbortSignal } = {}): Promise<DeliveryResult> => {
+  const send = async (
+    message: WebhookMessage,
+    sendOptions: { signal?: AbortSignal | undefined } = {},
+  ): Promise<DeliveryResult> => {
     if (!message || typeof message !== 'object') throw new TypeError('send needs a message');
     // A message no attempt could send is the caller's bug: thrown now, not retried until the horizon.
     assertDeliverable(message);
