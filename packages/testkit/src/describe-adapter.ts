@@ -381,6 +381,17 @@ function transactionalMemoryHarness(log: TransactionLog): AdapterStoreHarness {
   return { store, ...(base.advance ? { advance: base.advance } : {}) };
 }
 
+// Options laid one over another, the later winning; a setting a layer gives as undefined is left
+// out, as every idem option takes it, so `adapterOptions: { onEvent: undefined }` (a configuration
+// handed on as it is) keeps the table's store and listener instead of replacing them with nothing.
+function layered<T extends object>(...layers: readonly (Partial<T> | undefined)[]): T {
+  const merged: Record<string, unknown> = {};
+  for (const layer of layers) {
+    for (const [name, value] of Object.entries(layer ?? {})) if (value !== undefined) merged[name] = value;
+  }
+  return merged as T;
+}
+
 /**
  * The scenario table every idem adapter passes (anchors section 7, cases 1-3, 5, 6, 11-15, 18-20,
  * 23, 24, 28, 29, 32, 34-40, and every row of the HTTP table), run against real servers on ephemeral ports.
@@ -618,10 +629,14 @@ export function describeAdapter(
           return { kind: 'json', status: 200, headers: {}, json: { n } };
       }
     };
-    const shared = { store: store.store, onEvent, ...options.adapterOptions, ...adapterOptions };
+    const shared = layered<HttpIdempotencyOptions<any>>(
+      { store: store.store, onEvent },
+      options.adapterOptions,
+      adapterOptions,
+    );
     const routeIdempotency: Partial<Record<ScenarioRoute['path'], HttpIdempotencyOptions<any>>> = {};
     for (const [path, own] of Object.entries(routeOptions)) {
-      routeIdempotency[path as ScenarioRoute['path']] = { ...shared, ...own };
+      routeIdempotency[path as ScenarioRoute['path']] = layered<HttpIdempotencyOptions<any>>(shared, own);
     }
     const server = await makeServer({
       idempotency: shared,
