@@ -121,6 +121,9 @@ describe('every optional setting given as undefined is taken as left out', () =>
 
   it('client', async () => {
     expect(resolveRetry(leftOut('client', 'RetryOptions'))).toEqual(resolveRetry({}));
+    // Laid over a client's retry settings, a request's undefined ones keep the client's.
+    const clientRetry = resolveRetry({ maxAttempts: 2, baseDelay: '2s', timeout: false });
+    expect(resolveRetry(leftOut('client', 'RetryOptions'), clientRetry)).toEqual(clientRetry);
     const seen: Request[] = [];
     const fetch = async (input: Request | URL | string, init?: RequestInit) => {
       seen.push(new Request(input, init));
@@ -187,13 +190,26 @@ describe('every optional setting given as undefined is taken as left out', () =>
     expect(new GuardError('token_missing', leftOut('guard', 'GuardErrorOptions')).code).toBe('token_missing');
   });
 
-  it('webhooks', () => {
+  it('webhooks', async () => {
     const sender = createSender({
       secret: webhookSecret,
-      ...leftOut('webhooks', 'SenderOptions', ['secret']),
+      ...leftOut('webhooks', 'SenderOptions', ['secret', 'fetch']),
       schedule: leftOut('webhooks', 'ScheduleOptions'),
+      fetch: async () => new Response(null, { status: 204 }),
     });
-    expect(typeof sender.send).toBe('function');
+    const message = { url: 'https://hooks.example/in', id: 'msg_1', body: '{}' };
+    const sent = await sender.send({ ...message, ...leftOut('webhooks', 'WebhookMessage') }, { signal: undefined });
+    expect(sent.outcome).toBe('delivered');
+    const added: unknown[][] = [];
+    const tx = {
+      query: async (_text: string, values?: unknown[]) => {
+        added.push(values ?? []);
+        return { rows: [], rowCount: 1 };
+      },
+    };
+    await createOutbox().add(tx, { url: message.url, body: { a: 1 }, ...leftOut('webhooks', 'OutboxEvent') });
+    expect(String(added[0]?.[0])).toMatch(/^evt_/);
+    expect(added[0]?.slice(3)).toEqual(['application/json', '{}']);
     expect(createBackoff(leftOut('webhooks', 'BackoffOptions')).ceiling(3)).toBe(createBackoff().ceiling(3));
     const outbox = createOutbox(leftOut('webhooks', 'OutboxOptions'));
     expect(() =>
