@@ -778,12 +778,19 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
                    LIMIT $2
                      FOR UPDATE SKIP LOCKED))
             AND status = 'pending' AND (locked_until IS NULL OR locked_until <= now())`;
+    // Like a hold, it only spares the others an attempt each: one that fails is reported, never the
+    // answered row's failure (its result is recorded), and the batches written before it count.
     const disableUrl = async (url: string, more: () => boolean) => {
       let dead = 0;
-      for (;;) {
-        const { rowCount } = await db.query(disableSql, [url, urlBatchSize]);
-        dead += rowCount ?? 0;
-        if ((rowCount ?? 0) < urlBatchSize || !more()) return dead;
+      try {
+        for (;;) {
+          const { rowCount } = await db.query(disableSql, [url, urlBatchSize]);
+          dead += rowCount ?? 0;
+          if ((rowCount ?? 0) < urlBatchSize || !more()) return dead;
+        }
+      } catch (error) {
+        notify(relayOptions.onError, withoutCommandValues(error));
+        return dead;
       }
     };
 
