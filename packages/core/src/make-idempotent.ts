@@ -63,6 +63,99 @@ export interface IdempotentRun {
   recovered: boolean;
 }
 
+/**
+ * What a handler's result `R` is once it has been stored and read back: the value every delivery
+ * under a key gets from {@link makeIdempotent}, the first included. At the top, `undefined` (and
+ * `void`) stays so, and bytes (a `Uint8Array` or `Buffer`) come back as a `Buffer` copy; everything
+ * else is what `JSON.parse(JSON.stringify(value))` makes of it:
+ *
+ * - a `Date`, or any object with `toJSON()`, is what its `toJSON()` returns (a `Date`: its ISO string);
+ * - a `Map`, `Set`, `WeakMap`, `WeakSet`, `ArrayBuffer` or `DataView` is an empty record, and another
+ *   typed array (or a `Uint8Array` inside a value) a record of its elements by index;
+ * - a class instance is a plain object of its data fields: methods are dropped (so are getters at
+ *   run time, which TypeScript cannot tell from fields: a getter is still typed as a field);
+ * - in an object, properties that are functions, symbols or `undefined` are dropped, and one that
+ *   may be any of them is optional; symbol keys are dropped;
+ * - in an array, `undefined`, a function or a symbol is `null`;
+ * - a `BigInt` (or a `BigInt64Array`), and at the top a function or a symbol, is `never`: no such
+ *   result can be stored, and its run throws `response_not_replayable`.
+ *
+ * A `number` stays `number`, though `NaN` and `±Infinity` come back `null`: the type cannot tell
+ * them apart from other numbers.
+ *
+ * @example
+ * const stamp = makeIdempotent(async (order: { id: string }) => ({ id: order.id, at: new Date() }), options);
+ * const { at } = await stamp(order); // Replayed<{ id: string; at: Date }>: `at` is a string
+ */
+export type Replayed<R> = 0 extends 1 & R
+  ? R // any
+  : unknown extends R
+    ? R // unknown
+    : R extends void
+      ? R // undefined, or a handler that returns nothing
+      : R extends Uint8Array
+        ? Buffer<ArrayBuffer>
+        : Json<R>;
+
+// What JSON makes of a value that is kept (the top, an array item, a kept property).
+type Json<T> = 0 extends 1 & T
+  ? T
+  : unknown extends T
+    ? T
+    : T extends Dropped | bigint | BigInt64Array | BigUint64Array
+      ? never // dropped, or JSON.stringify throws
+      : T extends string | number | boolean | null
+        ? T
+        : T extends { toJSON(...args: never[]): infer J }
+          ? Json<J>
+          : T extends Map<unknown, unknown> | Set<unknown> | WeakMap<object, unknown> | WeakSet<object>
+            ? Record<string, never>
+            : T extends ArrayBuffer | SharedArrayBuffer | DataView
+              ? Record<string, never>
+              : T extends NumberArray
+                ? Record<string, number>
+                : T extends readonly unknown[]
+                  ? { -readonly [I in keyof T]: Item<T[I]> }
+                  : T extends object
+                    ? Fields<T>
+                    : never;
+
+// JSON.stringify leaves these out of an object and writes them as null in an array.
+type Dropped = undefined | symbol | ((...args: any[]) => unknown);
+
+type NumberArray =
+  | Int8Array
+  | Uint8Array
+  | Uint8ClampedArray
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | Float32Array
+  | Float64Array;
+
+type Item<T> = T extends Dropped ? null : Json<T>;
+
+// Properties that are always kept, then those that may be dropped (as optional), flattened into one
+// object type so that it reads (and compares) as the object a caller gets.
+type Fields<T> = Flat<
+  {
+    -readonly [K in keyof T as K extends symbol ? never : [Extract<T[K], Dropped>] extends [never] ? K : never]: Json<
+      T[K]
+    >;
+  } & {
+    -readonly [K in keyof T as K extends symbol
+      ? never
+      : [Extract<T[K], Dropped>] extends [never]
+        ? never
+        : [Exclude<T[K], Dropped>] extends [never]
+          ? never
+          : K]?: Json<Exclude<T[K], Dropped>>;
+  }
+>;
+
+type Flat<T> = { [K in keyof T]: T[K] };
+
 /** Every name {@link MakeIdempotentOptions} has; the type check below keeps the list complete. */
 const makeIdempotentOptionNames = [
   'engine',
@@ -85,7 +178,10 @@ const kind = 'x-result';
 /**
  * Wraps a message handler (a queue consumer's: SQS, RabbitMQ, NATS JetStream) so that it runs once
  * per key, whichever consumer gets which delivery: the first delivery runs it and stores its result;
- * every other delivery under the key gets that result without running it. The engine's refusals are
+ * every other delivery under the key gets that result without running it. Every delivery, the first
+ * included, returns the stored copy ({@link Replayed}): what JSON makes of the result (a `Date` is
+ * its ISO string, a class instance a plain object of its fields, a `Map` `{}`), bytes as a `Buffer`
+ * copy, `undefined` as it is, so the first delivery and a redelivery are deep-equal. The engine's refusals are
  * thrown as `IdempotencyError` (match on `code`; `retryable` and `retryAfter` say whether and when
  * to redeliver): `in_progress` while the first run goes on, `fingerprint_mismatch` for another
  * payload under the key, `store_unavailable`. A result that cannot be stored (not JSON, over
@@ -101,12 +197,12 @@ const kind = 'x-result';
  *   key: (order) => order.id,
  *   payload: (order) => JSON.stringify(order),
  * });
- * await processOrder({ id: 'order-1', amount: 5 }); // runs chargeCard; a redelivery gets its result
+ * await processOrder({ id: 'order-1', amount: 5 }); // runs chargeCard; a redelivery gets the same copy of its result
  */
 export function makeIdempotent<M, R>(
   handler: (message: M, run: IdempotentRun) => R | PromiseLike<R>,
   options: MakeIdempotentOptions<M>,
-): (message: M) => Promise<R> {
+): (message: M) => Promise<Replayed<R>> {
   if (typeof handler !== 'function') throw new TypeError('makeIdempotent needs a handler function');
   if (!options || typeof options !== 'object') throw new TypeError('makeIdempotent needs an options object');
   assertKnownOptions(options, knownOptions, 'makeIdempotent');
@@ -143,7 +239,7 @@ export function makeIdempotent<M, R>(
       fingerprint: fingerprintOf(payload, message),
     });
     if (started.kind === 'reject') throw started.error; // in_progress, fingerprint_mismatch, store_unavailable
-    if (started.kind === 'replay') return decode(started.response) as R;
+    if (started.kind === 'replay') return decode(started.response) as Replayed<R>;
     const { lease } = started;
     let result: R;
     try {
@@ -183,10 +279,15 @@ export function makeIdempotent<M, R>(
       );
       throw unstorable(cause);
     }
+    // The first run returns what every redelivery will get, decoded by the replay path's own
+    // function, so a caller meets a Date turned string (or a Map turned {}) on the delivery it tests,
+    // not first on a redelivery. Decoded before completing: the value never shares a buffer with the
+    // store's copy.
+    const stored = decode(response) as Replayed<R>;
     // Not stored (the lease was lost to another consumer, or the store failed even after the
     // engine's retries) changes nothing here: the effect is done, so this delivery is done.
     await engine.complete(lease, response);
-    return result;
+    return stored;
   };
 }
 
