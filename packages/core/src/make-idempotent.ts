@@ -94,8 +94,13 @@ export type Replayed<R> = 0 extends 1 & R
     : R extends void
       ? R // undefined, or a handler that returns nothing
       : R extends Uint8Array
-        ? Buffer<ArrayBuffer>
+        ? ReplayedBytes
         : Json<R>;
+
+// What decode() gives for bytes, a Buffer of its own memory: `Buffer<ArrayBuffer>` where @types/node
+// makes Buffer generic (TypeScript 5.7 on), plain `Buffer` for an older compiler, where writing
+// `Buffer<ArrayBuffer>` would not compile. Buffer.alloc's return type is each of those in turn.
+type ReplayedBytes = ReturnType<typeof Buffer.alloc>;
 
 // What JSON makes of a value that is kept (the top, an array item, a kept property).
 type Json<T> = 0 extends 1 & T
