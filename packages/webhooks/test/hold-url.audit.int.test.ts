@@ -63,6 +63,13 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
       [url, fresh],
     );
   };
+  // The pool, but the statements that contain `marker` meet a database that went away.
+  const failingOn = (marker: string) => ({
+    query: (text: string, values?: unknown[]) =>
+      text.includes(marker)
+        ? Promise.reject(Object.assign(new Error('terminating connection'), { code: '57P01' }))
+        : pool.query(text, values),
+  });
   // How far the never-tried events were put off, in seconds from now (by the database's clock).
   const freshHeldFor = async () =>
     (
@@ -98,12 +105,7 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     await seed(throttled.url, 0, 2);
     const errors: unknown[] = [];
     // The hold's statement alone meets a failing database.
-    const db = {
-      query: (text: string, values?: unknown[]) =>
-        text.includes("THEN 'horizon' ELSE dead_reason")
-          ? Promise.reject(Object.assign(new Error('terminating connection'), { code: '57P01' }))
-          : pool.query(text, values),
-    };
+    const db = failingOn("THEN 'horizon' ELSE dead_reason");
     const sender = createSender({ secret: SECRET, timeout: '2s', random: () => 0.5 });
     const relay = outbox.relay({ db, sender, batchSize: 1, lease: '5s', onError: (error) => errors.push(error) });
     expect(await relay.runOnce()).toMatchObject({ claimed: 1, retrying: 1 });
@@ -124,12 +126,7 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
     closers.push(gone.close);
     await seed(gone.url, 0, 2);
     const errors: unknown[] = [];
-    const db = {
-      query: (text: string, values?: unknown[]) =>
-        text.includes("dead_reason = 'gone', locked_until = NULL, locked_by = NULL,")
-          ? Promise.reject(Object.assign(new Error('terminating connection'), { code: '57P01' }))
-          : pool.query(text, values),
-    };
+    const db = failingOn("dead_reason = 'gone', locked_until = NULL, locked_by = NULL,");
     const sender = createSender({ secret: SECRET, timeout: '2s', random: () => 0.5 });
     const relay = outbox.relay({ db, sender, batchSize: 1, lease: '5s', onError: (error) => errors.push(error) });
     expect(await relay.runOnce()).toMatchObject({ claimed: 1, dead: 1 });
