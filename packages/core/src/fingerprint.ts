@@ -105,6 +105,8 @@ export function fingerprintRequest(parts: RequestParts, options: FingerprintOpti
       frame('p', normalisePercentEncoding(withoutFragment(parts.path ?? ''))) +
       frame('q', normaliseQuery(query)) +
       frame('t', mediaType);
+    const charset = contentType.includes(';') ? framedCharsetOf(contentType) : undefined;
+    if (charset !== undefined) framed += frame('c', charset);
     if (parts.headers) {
       for (const name of Object.keys(parts.headers).sort())
         framed += frame('h', `${name.toLowerCase()}=${parts.headers[name] ?? ''}`);
@@ -224,6 +226,25 @@ function isJsonMediaType(mediaType: string): boolean {
  */
 export function isJsonContentType(contentType: string | undefined): boolean {
   return contentType !== undefined && isJsonMediaType(mediaTypeOf(contentType));
+}
+
+/**
+ * The `charset` parameter of a content type, lower case and unquoted, when it says anything but
+ * UTF-8 (or the parameter is absent: undefined). The body parsers decode a text body by it, so the
+ * same bytes under `charset=shift_jis` and under UTF-8 are two texts, two requests: the charset is
+ * framed into the fingerprint then. Not when it names UTF-8 (or is absent), which is how nearly
+ * every request is sent: their fingerprints are those of records stored before it was framed.
+ */
+function framedCharsetOf(contentType: string): string | undefined {
+  for (const parameter of contentType.split(';').slice(1)) {
+    const equals = parameter.indexOf('=');
+    if (equals === -1 || parameter.slice(0, equals).trim().toLowerCase() !== 'charset') continue;
+    let value = parameter.slice(equals + 1).trim();
+    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"')) value = value.slice(1, -1);
+    value = value.toLowerCase();
+    return value === 'utf-8' || value === 'utf8' ? undefined : value;
+  }
+  return undefined;
 }
 
 // `Application/JSON; charset=utf-8` -> `application/json`: the type and subtype, parameters dropped.

@@ -443,3 +443,37 @@ describe('fingerprintRequest edges', () => {
     expect(fp('{"amount":1}')).not.toBe(fp('{"amount":2}'));
   });
 });
+
+// The body parsers decode a text body by its charset: the same bytes under two charsets are two
+// texts the handler is given, so two requests. UTF-8, however it is spelled, and no charset at all
+// are the one default, and fingerprint as before the charset was framed (stored records keep theirs).
+describe('fingerprintRequest and the charset parameter', () => {
+  const bytes = new Uint8Array([0x93, 0xfa, 0x96, 0x7b, 0x8c, 0xea]);
+  const of = (contentType: string) =>
+    fingerprintRequest({ method: 'POST', route: '/echo', path: '/echo', contentType, body: bytes });
+
+  it('UTF-8 in any spelling, or none, is one request', () => {
+    const plain = of('text/plain');
+    for (const contentType of [
+      'text/plain; charset=utf-8',
+      'text/plain;charset=UTF-8',
+      'text/plain; charset="utf-8"',
+      'text/plain; charset=utf8',
+      'text/plain; format=flowed',
+    ])
+      expect(of(contentType), contentType).toBe(plain);
+  });
+
+  it('another charset is another request, and its name is read case-insensitively, quoted or not', () => {
+    const shiftJis = of('text/plain; charset=shift_jis');
+    expect(shiftJis).not.toBe(of('text/plain'));
+    expect(shiftJis).not.toBe(of('text/plain; charset=iso-8859-1'));
+    expect(of('text/plain; charset="Shift_JIS"')).toBe(shiftJis);
+    expect(of('text/plain; format=flowed; CHARSET=shift_jis')).toBe(shiftJis);
+  });
+
+  it('frames the charset apart from the media type: no media type spelling stands for it', () => {
+    expect(of('text/plain; charset=x')).not.toBe(of('text/plainx'));
+    expect(of('text/plain; charset=x')).not.toBe(of('text/plain; charset=x2'));
+  });
+});
