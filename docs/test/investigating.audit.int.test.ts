@@ -259,12 +259,10 @@ describe('investigating one key: the record id and the Store contract (memory st
     }
   });
 
-  // Was wrong: the memory store has no way to forget a completed record (release only frees one in
-  // progress), so a 500 stored during an outage replays for the whole retention unless the process
-  // restarts; needs a decision: an optional `forget({ id, token })` in the Store contract (checked
-  // by describeStore, fenced like release) on every store, or per-store recipes only (as Redis and
-  // PostgreSQL have on the page) and a documented restart for the memory store.
-  it.fails('a wrongly stored 500 can be forgotten through the Store contract, so the retry runs', async () => {
+  // Was wrong: the memory store had no way to forget a completed record (release only frees one in
+  // progress), so a 500 stored during an outage replayed for the whole retention unless the process
+  // restarted. The Store contract's optional `forget` does it, fenced by the token as release is.
+  it('a wrongly stored 500 can be forgotten through the Store contract, so the retry runs', async () => {
     const store = memoryStore();
     const server = await chargesServer(store);
     try {
@@ -274,7 +272,8 @@ describe('investigating one key: the record id and the Store contract (memory st
       const id = recipe.ticketRecordId(ticketFor(key));
       const record = await recipe.inspectRecord(store, id);
       expect(record?.state).toBe('completed');
-      await store.release({ id, token: record?.token ?? '' });
+      expect(await store.forget({ id, token: record?.token ?? '' })).toBe(true);
+      expect(await recipe.inspectRecord(store, id)).toBeUndefined();
       expect((await server.post(key)).status).toBe(201);
     } finally {
       await server.close();

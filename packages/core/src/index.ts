@@ -91,6 +91,7 @@ export type {
   ClaimInput,
   ClaimResult,
   CompleteInput,
+  ForgetInput,
   ReleaseInput,
   RenewInput,
   Store,

@@ -1,7 +1,16 @@
 import { Buffer } from 'node:buffer';
 import { notify } from './notify.js';
 import { assertKnownOptions } from './option-names.js';
-import type { ClaimInput, ClaimResult, CompleteInput, ReleaseInput, RenewInput, Store, StoreRecord } from './store.js';
+import type {
+  ClaimInput,
+  ClaimResult,
+  CompleteInput,
+  ForgetInput,
+  ReleaseInput,
+  RenewInput,
+  Store,
+  StoreRecord,
+} from './store.js';
 import { ResponseTooLargeError, storedResponseSize } from './stored-response.js';
 
 /** Options of {@link memoryStore}. */
@@ -58,6 +67,8 @@ export interface MemoryStore extends Store {
   readonly bytes: number;
   /** Completed (or abandoned) records dropped before their end, since the store was made (see `onEvict`). */
   readonly evicted: number;
+  /** Always there on this store (see {@link Store.forget}); what it held leaves `size` and `bytes`. */
+  forget(input: ForgetInput): boolean;
 }
 
 // An entry that may be dropped to make room: completed, or abandoned (its lease ran out unrenewed).
@@ -466,6 +477,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     release({ id, token }: ReleaseInput): boolean {
       const existing = live(id, now());
       if (existing === undefined || existing.completed || existing.token !== token) return false;
+      remove(existing);
+      return true;
+    },
+    // Any state, the token the only fence. `remove` gives back what the record counted against
+    // maxEntries and maxBytes; its slot in its lane is skipped as gone, as a release's is.
+    forget({ id, token }: ForgetInput): boolean {
+      const existing = live(id, now());
+      if (existing === undefined || existing.token !== token) return false;
       remove(existing);
       return true;
     },

@@ -15,6 +15,8 @@
  *   its late `complete` stores the outcome (the work is done; a takeover would only run it again), and
  *   its `renew` gives it a lease again.
  * - A completed record lives `retentionMs` (store clock), then the id is unseen again.
+ * - `forget`, optional, deletes a record in any state, fenced on the token as `release` is: an
+ *   operator's way out of a wrongly stored outcome that would otherwise replay for the retention.
  * - Durations are relative; a store never trusts the application's wall clock.
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
  *   (lost race, stale token) are values.
@@ -40,6 +42,17 @@ export interface Store {
   complete(input: CompleteInput): Awaitable<boolean>;
   /** Deletes an in-progress record held by `token`, so a retry runs. False when the token is no longer current. */
   release(input: ReleaseInput): Awaitable<boolean>;
+  /**
+   * Optional, for operators (the engine never calls it): deletes the record `id` if it holds
+   * `token`, whatever its state (completed, in progress or abandoned), so the next claim runs afresh.
+   * It is how a wrongly stored outcome (a 500 stored during an outage) is forgotten before its
+   * retention ends. True when it deleted the record; false when the record is gone (never claimed,
+   * expired, forgotten) or holds another token. The token is the fence: a record that expired and
+   * was claimed again since the operator read it has a new token, and a forget never removes that
+   * newer claim. A record in progress is freed as `release` frees it: its holder's later `renew`
+   * and `complete` are refused.
+   */
+  forget?(input: ForgetInput): Awaitable<boolean>;
   /**
    * Reads the live record (an abandoned one as such), or `undefined` when the id is unseen (never
    * claimed, released, or expired).
@@ -67,6 +80,7 @@ export interface AsyncStore extends Store {
   renew(input: RenewInput): Promise<boolean>;
   complete(input: CompleteInput): Promise<boolean>;
   release(input: ReleaseInput): Promise<boolean>;
+  forget?(input: ForgetInput): Promise<boolean>;
   get(id: string): Promise<StoreRecord | undefined>;
 }
 
@@ -136,6 +150,12 @@ export interface CompleteInput {
 }
 
 export interface ReleaseInput {
+  id: string;
+  token: string;
+}
+
+/** What {@link Store.forget} takes: the record and the token it must still hold (as `get` read it). */
+export interface ForgetInput {
   id: string;
   token: string;
 }

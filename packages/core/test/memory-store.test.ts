@@ -324,4 +324,32 @@ describe('memoryStore', () => {
     expect(store.evicted).toBe(1);
     expect(store.size).toBe(4);
   });
+
+  it('forget gives back what the record counted: size and bytes go down, and the next record needs no room made', () => {
+    const store = memoryStore({ maxEntries: 2, maxBytes: 1_000, now: () => 0 });
+    const small = { status: 201, headers: {}, body: new Uint8Array(10) };
+    const large = { status: 500, headers: { 'content-type': 'text/plain' }, body: new Uint8Array(700) };
+    store.claim({ id: 'kept', token: 't', fingerprint: 'fp', leaseMs: 1_000 });
+    store.complete({ id: 'kept', token: 't', response: small, retentionMs: 60_000 });
+    const keptBytes = store.bytes;
+    store.claim({ id: 'wrong', token: 'w', fingerprint: 'fp', leaseMs: 1_000 });
+    store.complete({ id: 'wrong', token: 'w', response: large, retentionMs: 60_000 });
+    expect(store.bytes).toBeGreaterThan(keptBytes + 700);
+    expect(store.forget({ id: 'wrong', token: 'w' })).toBe(true);
+    expect(store.size).toBe(1);
+    expect(store.bytes).toBe(keptBytes);
+    // A record in progress counts and is given back too.
+    store.claim({ id: 'hung', token: 'h', fingerprint: 'fp', leaseMs: 1_000 });
+    expect(store.bytes).toBeGreaterThan(keptBytes);
+    expect(store.forget({ id: 'hung', token: 'h' })).toBe(true);
+    expect(store.size).toBe(1);
+    expect(store.bytes).toBe(keptBytes);
+    // Counted still, the forgotten bytes and entries would make this claim and completion push out
+    // 'kept', whose retry would then run again.
+    store.claim({ id: 'next', token: 'n', fingerprint: 'fp', leaseMs: 1_000 });
+    store.complete({ id: 'next', token: 'n', response: large, retentionMs: 60_000 });
+    expect(store.evicted).toBe(0);
+    expect(store.get('kept')?.state).toBe('completed');
+    expect(store.size).toBe(2);
+  });
 });

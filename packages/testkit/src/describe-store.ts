@@ -384,6 +384,125 @@ export function describeStore(
       expect(await store.claim({ id, token: 'u', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
     });
 
+    describe('forget (optional): an operator deletes a record by its token, whatever its state', () => {
+      const noForget = 'the store has no forget';
+      // Bound here, not read once in beforeAll: the harness (and so the store) is made there.
+      const forget = (input: { id: string; token: string }) => {
+        if (store.forget === undefined) throw new Error(noForget);
+        return store.forget(input);
+      };
+
+      it('forgets a completed record with its token, so the next claim runs afresh', async ({ skip }) => {
+        if (store.forget === undefined) return skip(noForget);
+        const id = freshId();
+        await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
+        await store.complete({ id, token: 'a', response: response(new Uint8Array([5]), 500), retentionMs: 60_000 });
+        expect(await forget({ id, token: 'a' })).toBe(true);
+        expect(await store.get(id)).toBeUndefined();
+        expect(await forget({ id, token: 'a' }), 'a second forget: the record is gone').toBe(false);
+        expect(await store.claim({ id, token: 'b', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'b', fingerprint: 'fp' });
+      });
+
+      it("refuses a token that is not the record's, and keeps the record as it was", async ({ skip }) => {
+        if (store.forget === undefined) return skip(noForget);
+        const done = freshId();
+        await store.claim({ id: done, token: 'current', fingerprint: 'fp', leaseMs: 5_000 });
+        await store.complete({
+          id: done,
+          token: 'current',
+          response: response(new Uint8Array([7])),
+          retentionMs: 60_000,
+        });
+        const running = freshId();
+        await store.claim({ id: running, token: 'current', fingerprint: 'fp', leaseMs: 5_000 });
+        // A prefix of the token, and the token with more after it, are other tokens too.
+        for (const token of ['other', 'curr', 'current2', '"current"']) {
+          expect(await forget({ id: done, token }), `forget of a completed record with token ${token}`).toBe(false);
+          expect(await forget({ id: running, token }), `forget of a record in progress with token ${token}`).toBe(
+            false,
+          );
+        }
+        const kept = await store.get(done);
+        expect(kept).toMatchObject({ state: 'completed', token: 'current', fingerprint: 'fp' });
+        if (kept?.state === 'completed') expect([...kept.response.body]).toEqual([7]);
+        expect(await store.get(running)).toEqual({ state: 'in_progress', token: 'current', fingerprint: 'fp' });
+      });
+
+      it('answers false for an id never claimed, or expired, and creates no record', async ({ skip }) => {
+        if (store.forget === undefined) return skip(noForget);
+        const never = freshId();
+        expect(await forget({ id: never, token: 't' })).toBe(false);
+        expect(await store.get(never)).toBeUndefined();
+        const expired = freshId();
+        await store.claim({ id: expired, token: 't', fingerprint: '', leaseMs: 5_000 });
+        await store.complete({ id: expired, token: 't', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+        await harness.expire(expired);
+        expect(await forget({ id: expired, token: 't' })).toBe(false);
+        expect(await store.claim({ id: expired, token: 'u', fingerprint: '', leaseMs: 5_000 })).toEqual({
+          claimed: true,
+        });
+      });
+
+      it('forgets a record in progress with its token: a new claim runs, and the old holder is fenced', async ({
+        skip,
+      }) => {
+        if (store.forget === undefined) return skip(noForget);
+        const id = freshId();
+        await store.claim({ id, token: 'hung', fingerprint: 'fp', leaseMs: 5_000 });
+        expect(await forget({ id, token: 'hung' })).toBe(true);
+        expect(await store.get(id)).toBeUndefined();
+        expect(await store.claim({ id, token: 'retry', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await store.renew({ id, token: 'hung', leaseMs: 5_000 })).toBe(false);
+        expect(
+          await store.complete({ id, token: 'hung', response: response(new Uint8Array([1])), retentionMs: 60_000 }),
+        ).toBe(false);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'retry', fingerprint: 'fp' });
+      });
+
+      it('refuses the token of a record that was taken over since (expired, then claimed afresh)', async ({ skip }) => {
+        if (store.forget === undefined) return skip(noForget);
+        const id = freshId();
+        await store.claim({ id, token: 'old', fingerprint: 'fp', leaseMs: 5_000 });
+        await store.complete({ id, token: 'old', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+        await harness.expire(id);
+        expect(await store.claim({ id, token: 'new', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await forget({ id, token: 'old' }), "an operator's forget with the token read before").toBe(false);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'new', fingerprint: 'fp' });
+        await store.complete({ id, token: 'new', response: response(new Uint8Array([2])), retentionMs: 60_000 });
+        expect(await forget({ id, token: 'old' })).toBe(false);
+        expect((await store.get(id))?.state).toBe('completed');
+      });
+
+      it('forgets an abandoned record with its token, and refuses the old token once it was taken over', async ({
+        skip,
+      }) => {
+        if (store.forget === undefined) return skip(noForget);
+        if (!harness.endLease) return skip('the harness gives no endLease');
+        const forgotten = freshId();
+        await store.claim({ id: forgotten, token: 'a', fingerprint: 'fp', leaseMs: 5_000, keepAfterLeaseMs: keepMs });
+        await harness.endLease(forgotten, 5_000);
+        expect((await store.get(forgotten))?.state).toBe('abandoned');
+        expect(await forget({ id: forgotten, token: 'a' })).toBe(true);
+        expect(await store.get(forgotten)).toBeUndefined();
+        const taken = freshId();
+        await store.claim({ id: taken, token: 'a', fingerprint: 'fp', leaseMs: 5_000, keepAfterLeaseMs: keepMs });
+        await harness.endLease(taken, 5_000);
+        expect(
+          await store.claim({
+            id: taken,
+            token: 'b',
+            fingerprint: 'fp',
+            leaseMs: 5_000,
+            keepAfterLeaseMs: keepMs,
+            replaces: 'a',
+          }),
+        ).toEqual({ claimed: true });
+        expect(await forget({ id: taken, token: 'a' })).toBe(false);
+        expect(await store.get(taken)).toEqual({ state: 'in_progress', token: 'b', fingerprint: 'fp' });
+      });
+    });
+
     describe('abandoned records: a lease that ran out with nobody renewing it', () => {
       const noEndLease = 'the harness gives no endLease';
       const crashed = async (fingerprint = 'fp1') => {
