@@ -4,6 +4,7 @@ import {
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
+  type ForgetInput,
   type ReleaseInput,
   type RenewInput,
   ResponseTooLargeError,
@@ -15,7 +16,7 @@ import {
 import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
 import { claimKeepMs, decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
 import { integerReply, isOk } from './replies.js';
-import { completeScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
+import { completeScript, forgetScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
 
 /**
  * Options of {@link redisStore}.
@@ -58,6 +59,8 @@ export interface RedisStore extends AsyncStore {
   key(id: string): string;
   /** The largest response stored (option `maxResponseBytes`, 4 MiB by default). */
   readonly maxResponseBytes: number;
+  /** Always there on this store: a Lua compare-and-delete on the token (see {@link Store.forget}). */
+  forget(input: ForgetInput): Promise<boolean>;
 }
 
 // A key that is freed between our failed SET NX and our GET this many times in a row is flapping
@@ -74,8 +77,8 @@ const knownOptions: ReadonlySet<string> = new Set<keyof RedisStoreOptions>(['cli
  * - `claim` is `SET key value NX PX lease`, then `GET key` only when the key is taken (and a script
  *   that reads the value with its PTTL when that is a claim kept after its lease, to tell whether
  *   the lease has run out: a claim that takes an abandoned record over is that script too);
- * - `renew`, `complete` and `release` are Lua compare-and-set on the fencing token (EVALSHA, with
- *   EVAL as the fallback on NOSCRIPT);
+ * - `renew`, `complete`, `release` and `forget` are Lua compare-and-set on the fencing token
+ *   (EVALSHA, with EVAL as the fallback on NOSCRIPT);
  * - leases and retention are `PX` durations, timed by the Redis server's clock;
  * - bodies are stored as raw bytes.
  *
@@ -240,6 +243,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const k = key(id);
       return guarded('release', async () =>
         flag('release', await runScript(runner, releaseScript, k, [leasePrefix(token)])),
+      );
+    },
+
+    forget: async ({ id, token }: ForgetInput): Promise<boolean> => {
+      const k = key(id);
+      return guarded('forget', async () =>
+        flag('forget', await runScript(runner, forgetScript, k, [leasePrefix(token)])),
       );
     },
 

@@ -91,6 +91,21 @@ export const releaseScript = script(`${fence}redis.call('DEL', KEYS[1])
 return 1`);
 
 /**
+ * Forget: deletes the record held by the token, in progress or completed, so the next claim runs
+ * afresh (an operator's way out of a wrongly stored outcome). ARGV: lease prefix.
+ *
+ * The fence is release's with the state byte left out: the value must start with 'p' or 'c' and then
+ * the rest of the lease prefix, the token as JSON and its newline, so another token (one that starts
+ * with this one too) never matches, and neither does a value whose first byte idem never writes.
+ */
+export const forgetScript = script(`local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local state = string.sub(v, 1, 1)
+if (state ~= 'p' and state ~= 'c') or string.sub(v, 2, #ARGV[1]) ~= string.sub(ARGV[1], 2) then return 0 end
+redis.call('DEL', KEYS[1])
+return 1`);
+
+/**
  * Inspect, and take over: reads a taken key's value with its PTTL, in one step, so a claim with a
  * keep can tell a live lease from an abandoned one. With a lease prefix in ARGV[1] (the token the
  * claim `replaces`), a claim held by that token whose lease has run out (PTTL at most its keep) is

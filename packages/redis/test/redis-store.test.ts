@@ -64,6 +64,7 @@ describe('redisStore failures', () => {
     for (const attempt of [
       () => store.renew({ id: 'a', token: 't', leaseMs: 1_000 }),
       () => store.release({ id: 'a', token: 't' }),
+      () => store.forget({ id: 'a', token: 't' }),
       () =>
         store.complete({
           id: 'a',

@@ -121,6 +121,8 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       const released = randomUUID();
       await store.claim({ id: released, token: 't', fingerprint: '', leaseMs: 5_000 });
       expect(await store.release({ id: released, token: 't' })).toBe(true);
+      expect(await store.forget({ id, token: 'stale' })).toBe(false);
+      expect(await store.forget({ id, token: 't' })).toBe(true);
     });
 
     it('still refuses a reply that is no integer, or another integer', async () => {
@@ -547,6 +549,7 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
         () => store.renew({ id, token: 't', leaseMs: 1_000 }),
         () => store.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
         () => store.release({ id, token: 't' }),
+        () => store.forget({ id, token: 't' }),
       ]) {
         // One at a time, each awaited at once: a rejection never waits without a handler.
         const error = await attempt().catch((e: unknown) => e);
@@ -565,10 +568,11 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
       );
       // And a CAS never touches it.
       expect(await store.release({ id, token: 'hello' })).toBe(false);
+      expect(await store.forget({ id, token: 'hello' })).toBe(false);
       expect(await admin.get(store.key(id))).toBe('hello');
     });
 
-    it('renew, complete and release leave a value idem did not write alone, one shaped like a record too', async () => {
+    it('renew, complete, release and forget leave a value idem did not write alone, one shaped like a record too', async () => {
       const stored = response(new Uint8Array([1]));
       // Token, fingerprint and outcome lines as a completion of token 't' writes them, under a state
       // byte that is neither 'p' nor 'c': no claim of anyone's, and no record completed by 't'.
@@ -579,6 +583,7 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
         expect(await store.renew({ id, token: 't', leaseMs: 1_000 })).toBe(false);
         expect(await store.complete({ id, token: 't', response: stored, retentionMs: 1_000 })).toBe(false);
         expect(await store.release({ id, token: 't' })).toBe(false);
+        expect(await store.forget({ id, token: 't' })).toBe(false);
         expect((await admin.getBuffer(store.key(id)))?.equals(value)).toBe(true);
       }
     });
@@ -628,6 +633,7 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
           () => dead.renew({ id, token: 't', leaseMs: 1_000 }),
           () => dead.complete({ id, token: 't', response: response(new Uint8Array(1)), retentionMs: 1_000 }),
           () => dead.release({ id, token: 't' }),
+          () => dead.forget({ id, token: 't' }),
         ]) {
           await expect(attempt()).rejects.toBeInstanceOf(StoreUnavailableError);
         }
