@@ -5,6 +5,7 @@ import {
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
+  type ForgetInput,
   type ReleaseInput,
   type RenewInput,
   ResponseTooLargeError,
@@ -95,6 +96,8 @@ export interface PostgresStore extends AsyncStore, Pick<TransactionalStore<Postg
   readonly table: string;
   /** The largest response stored (option `maxResponseBytes`, 4 MiB by default). */
   readonly maxResponseBytes: number;
+  /** Always there on this store: `DELETE ... WHERE id AND token AND not expired` (see {@link AsyncStore.forget}). */
+  forget(input: ForgetInput): Promise<boolean>;
   /**
    * Deletes up to `batchSize` records whose retention has run out, or which, still in progress,
    * expired (lease and keep) more than `inProgressGraceMs` ago, and resolves to how many it
@@ -304,6 +307,13 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     return rowCount > 0;
   };
 
+  const forget = async ({ id, token }: ForgetInput): Promise<boolean> => {
+    checkId(id);
+    checkToken(token);
+    const { rowCount } = await run(statements.forget, [id, token]);
+    return rowCount > 0;
+  };
+
   const get = async (id: string): Promise<StoreRecord | undefined> => {
     checkId(id);
     const { rows } = await run<RecordRow>(statements.get, [id]);
@@ -350,5 +360,16 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     });
   };
 
-  return { table: table.name, maxResponseBytes, claim, renew, complete, release, get, transaction, purgeExpired };
+  return {
+    table: table.name,
+    maxResponseBytes,
+    claim,
+    renew,
+    complete,
+    release,
+    forget,
+    get,
+    transaction,
+    purgeExpired,
+  };
 }

@@ -15,6 +15,7 @@ export interface Statements {
   renew: Statement;
   complete: Statement;
   release: Statement;
+  forget: Statement;
   get: Statement;
   completeInTransaction: Statement;
   releaseInTransaction: Statement;
@@ -120,6 +121,9 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}
       'release',
       `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
     ),
+    // Any state: the token is the only fence (see Store.forget). An expired row is gone to every
+    // other statement, so it is gone here too: false, and purge reclaims it.
+    forget: named('forget', `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND expires_at > ${clock}`),
     get: named('get', `SELECT ${columns}, ${abandoned} AS abandoned FROM ${t} WHERE id = $1 AND expires_at > ${clock}`),
     // Inside a transaction the compare-and-set is on the token alone. A lease that ran out while the
     // handler worked is still safe to complete if nobody took it over: a takeover replaces the token

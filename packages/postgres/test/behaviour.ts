@@ -281,13 +281,14 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(row).toEqual({ status: null, headers: null, body: null });
       });
 
-      it('does not renew, complete or release a lease that has run out', async () => {
+      it('does not renew, complete, release or forget a lease that has run out', async () => {
         const id = freshId();
         await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
         await expire(id);
         expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(false);
         expect(await store.complete({ id, token: 't', response: response('x'), retentionMs: 60_000 })).toBe(false);
         expect(await store.release({ id, token: 't' })).toBe(false);
+        expect(await store.forget({ id, token: 't' })).toBe(false);
         expect(await store.get(id)).toBeUndefined();
       });
 
@@ -327,6 +328,8 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           ],
           ['renew, zero lease', () => store.renew({ id, token: 't', leaseMs: 0 })],
           ['release, empty token', () => store.release({ id, token: '' })],
+          ['forget, empty token', () => store.forget({ id, token: '' })],
+          ['forget, empty id', () => store.forget({ id: '', token: 't' })],
           ['get, empty id', () => store.get('')],
           ['purge, fractional batch', () => store.purgeExpired({ batchSize: 1.5 })],
         ];

@@ -1,5 +1,5 @@
-// Model-based property test: random sequences of claim, renew, complete, release, get and "time
-// passes" run against postgresStore on PGlite and against memoryStore from @idem/core (the
+// Model-based property test: random sequences of claim, renew, complete, release, forget, get and
+// "time passes" run against postgresStore on PGlite and against memoryStore from @idem/core (the
 // reference model) must give the same answer at every step.
 import { PGlite } from '@electric-sql/pglite';
 import { memoryStore, type Store, type StoreRecord } from '@idem/core';
@@ -15,6 +15,7 @@ type Command =
   | { op: 'renew'; id: string; token: string }
   | { op: 'complete'; id: string; token: string; status: number; body: number[] }
   | { op: 'release'; id: string; token: string }
+  | { op: 'forget'; id: string; token: string }
   | { op: 'get'; id: string }
   | { op: 'elapse' };
 
@@ -31,6 +32,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     body: fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }),
   }),
   fc.record({ op: fc.constant('release' as const), id, token }),
+  fc.record({ op: fc.constant('forget' as const), id, token }),
   fc.record({ op: fc.constant('get' as const), id }),
   fc.constant({ op: 'elapse' as const }),
 );
@@ -58,6 +60,9 @@ const apply = async (store: Store, c: Exclude<Command, { op: 'elapse' }>): Promi
       });
     case 'release':
       return store.release({ id: c.id, token: c.token });
+    case 'forget':
+      if (store.forget === undefined) throw new Error('both stores have forget');
+      return store.forget({ id: c.id, token: c.token });
     case 'get':
       return plain(await store.get(c.id));
   }

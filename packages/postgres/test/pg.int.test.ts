@@ -691,6 +691,7 @@ describe.runIf(available)('PostgreSQL server', () => {
         store.renew({ id, token: 't', leaseMs: 1_000 }),
         store.complete({ id, token: 't', response: body('x'), retentionMs: 1_000 }),
         store.release({ id, token: 't' }),
+        store.forget({ id, token: 't' }),
         store.get(id),
         store.purgeExpired(),
         store.transaction({ id, token: 't' }, async () => ({ value: 1, response: body('x'), retentionMs: 1_000 })),

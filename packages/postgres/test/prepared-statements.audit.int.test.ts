@@ -27,14 +27,14 @@ describe.runIf(available)('a write whose prepared statement the server session l
 
   const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new Uint8Array([111, 107]) };
 
-  it('complete, renew and release each take effect once after DEALLOCATE ALL (26000) on a single pg Client', async () => {
+  it('complete, renew, release and forget each take effect once after DEALLOCATE ALL (26000) on a single pg Client', async () => {
     const client = new pg.Client({ connectionString: databaseUrl });
     await client.connect();
     try {
       const store = postgresStore({ client, table });
-      const ids = [randomUUID(), randomUUID()];
+      const ids = [randomUUID(), randomUUID(), randomUUID()];
       for (const id of ids) await store.claim({ id, token: `t-${id}`, fingerprint: 'fp', leaseMs: 5_000 });
-      // Prepare complete, renew and release on this session first, then take them away.
+      // Prepare complete, renew, release and forget on this session first, then take them away.
       const warm = randomUUID();
       await store.claim({ id: warm, token: 'w', fingerprint: 'fp', leaseMs: 5_000 });
       expect(await store.renew({ id: warm, token: 'w', leaseMs: 5_000 })).toBe(true);
@@ -42,13 +42,16 @@ describe.runIf(available)('a write whose prepared statement the server session l
       const again = randomUUID();
       await store.claim({ id: again, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
       expect(await store.release({ id: again, token: 'a' })).toBe(true);
+      expect(await store.forget({ id: warm, token: 'w' })).toBe(true);
       await client.query('DEALLOCATE ALL');
-      const [first, second] = ids as [string, string];
+      const [first, second, third] = ids as [string, string, string];
       expect(await store.renew({ id: first, token: `t-${first}`, leaseMs: 5_000 })).toBe(true);
       expect(await store.complete({ id: first, token: `t-${first}`, response, retentionMs: 60_000 })).toBe(true);
       expect(await store.release({ id: second, token: `t-${second}` })).toBe(true);
+      expect(await store.forget({ id: third, token: `t-${third}` })).toBe(true);
       expect(await store.get(first)).toMatchObject({ state: 'completed' });
       expect(await store.get(second)).toBeUndefined();
+      expect(await store.get(third)).toBeUndefined();
     } finally {
       await client.end();
     }
