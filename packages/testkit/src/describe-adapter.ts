@@ -337,6 +337,8 @@ function instrument(store: Store) {
     get: (id) => store.get(id),
     ...(store.maxResponseBytes === undefined ? {} : { maxResponseBytes: store.maxResponseBytes }),
   };
+  // An operator's forget, passed through untouched: the engine never calls it, so nothing to count.
+  if (store.forget !== undefined) wrapped.forget = store.forget.bind(store);
   if (typeof (store as Partial<TransactionalStore>).transaction === 'function') {
     const inner = store as TransactionalStore;
     (wrapped as TransactionalStore).transaction = async (input, fn) => {

@@ -30,6 +30,7 @@ export function transactionalMemoryStore(options: TransactionalMemoryOptions = {
     renew: (input) => store.renew(input),
     complete: (input) => store.complete(input),
     release: (input) => store.release(input),
+    forget: (input) => store.forget(input),
     get: (id) => store.get(id),
     async transaction(input, fn) {
       let produced: Awaited<ReturnType<typeof fn>>;
