@@ -515,6 +515,7 @@ describe('anchor cases at engine level', () => {
         claim: (input) => inner.claim(input),
         renew: (input) => inner.renew(input),
         release: (input) => inner.release(input),
+        forget: (input) => inner.forget(input),
         get: (id) => inner.get(id),
         complete: (input) => {
           retentions.push(input.retentionMs);

@@ -325,7 +325,7 @@ describe('memoryStore', () => {
     expect(store.size).toBe(4);
   });
 
-  it('forget gives back what the record counted: size and bytes go down, and the next record needs no room made', () => {
+  it('forget gives back what the record counted: size and bytes go down, and the next record needs no room made', async () => {
     const store = memoryStore({ maxEntries: 2, maxBytes: 1_000, now: () => 0 });
     const small = { status: 201, headers: {}, body: new Uint8Array(10) };
     const large = { status: 500, headers: { 'content-type': 'text/plain' }, body: new Uint8Array(700) };
@@ -349,7 +349,7 @@ describe('memoryStore', () => {
     store.claim({ id: 'next', token: 'n', fingerprint: 'fp', leaseMs: 1_000 });
     store.complete({ id: 'next', token: 'n', response: large, retentionMs: 60_000 });
     expect(store.evicted).toBe(0);
-    expect(store.get('kept')?.state).toBe('completed');
+    expect((await store.get('kept'))?.state).toBe('completed');
     expect(store.size).toBe(2);
   });
 });
