@@ -46,6 +46,7 @@ describe('describeStore() against a third-party store with one realistic bug', (
     'complete-ignores-token',
     'renew-ignores-state',
     'release-ignores-state',
+    'forget-ignores-token',
     'wall-clock',
     'renew-drops-keep',
   ] as const) {

@@ -179,7 +179,9 @@ describe('the model and the concurrency check catch a store with a known bug', (
   // The store of third-party-store.audit.test.ts, with its realistic mistakes one at a time. A
   // claim that overwrites an expired record with a second round trip is left out: the concurrent
   // run never lets a record expire (its leases and retention outlast it), describeStore() races it.
-  const caught = storeBugs.filter((bug) => bug !== 'racy-overwrite-of-expired');
+  // So is a forget that ignores the token: the model plays the engine's operations, and forget is
+  // an operator's (describeStore() checks it).
+  const caught = storeBugs.filter((bug) => bug !== 'racy-overwrite-of-expired' && bug !== 'forget-ignores-token');
 
   it.each(caught)('%s', async (bug) => {
     const sequential = await fc.check(

@@ -10,6 +10,7 @@ import {
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
+  type ForgetInput,
   type ReleaseInput,
   type RenewInput,
   ResponseTooLargeError,
@@ -42,6 +43,9 @@ export const storeBugs = [
   'renew-drops-keep',
   // release() checks the token but not the state: it deletes a completed record.
   'release-ignores-state',
+  // forget() deletes by id alone (what a plain DEL or `DELETE WHERE id = ?` does): an operator's
+  // forget of a record read a while ago deletes the newer claim that took the key over since.
+  'forget-ignores-token',
 ] as const;
 export type StoreBug = (typeof storeBugs)[number];
 
@@ -193,6 +197,15 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
       const row = live(input.id, clock());
       if (row === undefined || row.token !== input.token) return false;
       if (row.state !== 'in_progress' && bug !== 'release-ignores-state') return false;
+      records.delete(input.id);
+      return true;
+    },
+
+    // Optional in the contract: any state, fenced on the token alone.
+    async forget(input: ForgetInput): Promise<boolean> {
+      await hop();
+      const row = live(input.id, clock());
+      if (row === undefined || (row.token !== input.token && bug !== 'forget-ignores-token')) return false;
       records.delete(input.id);
       return true;
     },
