@@ -144,6 +144,15 @@ export interface BeginInput {
   operation: string;
   /** The request fingerprint, or `''` to skip the comparison. Stored as a SHA-256: a hex digest as given, any other text hashed. */
   fingerprint?: string | undefined;
+  /**
+   * The same request's fingerprints under earlier ways of computing it (a rolling change of what the
+   * fingerprint covers: the HTTP layer's `fingerprint.previous`), each taken as `fingerprint` is.
+   * Called at most once, and only when a record's fingerprint does not match `fingerprint`: a record
+   * that matches one of them is this request, made under the earlier settings (replayed, or taken
+   * over with its own fingerprint kept, so instances of those settings still match it). `''` among
+   * them matches nothing.
+   */
+  alternateFingerprints?: (() => readonly string[] | undefined) | undefined;
 }
 
 /** A claim on a key: hold it while the handler runs, then `complete` or `release` it. */
@@ -654,6 +663,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   const settle = (
     operation: string,
     fingerprint: string,
+    alternates: Alternates | undefined,
     id: string,
     record: StoreRecord,
     started: number,
@@ -671,7 +681,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (record.state === 'completed') {
       // Read from the store: good for the cache's time (a hit from the cache is not kept longer).
       if (replays !== undefined && !cached) replays.set(id, record, elapsed());
-      if (!fingerprintsMatch(record.fingerprint, fingerprint)) {
+      if (!sameRequest(record.fingerprint, fingerprint, alternates)) {
         if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: elapsed() - started });
         return { kind: 'reject', error: mismatch() };
       }
@@ -684,7 +694,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     }
     // A crashed attempt's parameters are kept like a finished one's: other parameters are refused
     // (spec part 3, rule 2), the same ones take the key over (the caller claims it with `replaces`).
-    if (record.state === 'abandoned' && !fingerprintsMatch(record.fingerprint, fingerprint)) {
+    if (record.state === 'abandoned' && !sameRequest(record.fingerprint, fingerprint, alternates)) {
       if (onEvent) emit({ type: 'mismatch', id, operation, at: now(), durationMs: elapsed() - started });
       return { kind: 'reject', error: mismatch() };
     }
@@ -704,19 +714,23 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     if (typeof scope !== 'string') throw new TypeError('begin needs a scope (the authenticated caller)');
     if (typeof operation !== 'string' || operation.length === 0) throw new TypeError('begin needs an operation');
     const fingerprint = storableFingerprint(raw.fingerprint);
+    const ask = raw.alternateFingerprints;
+    if (ask !== undefined && typeof ask !== 'function')
+      throw new TypeError('begin needs alternateFingerprints as a function returning fingerprints, or none');
+    const alternates = ask === undefined ? undefined : new Alternates(ask);
     const id = recordId(scope, operation, key);
     const started = elapsed();
     const deadline = started + waitMs;
     if (replays !== undefined) {
       const known = replays.get(id, started);
-      if (known !== undefined) return settle(operation, fingerprint, id, known, started, 'get', true) as BeginResult;
+      if (known !== undefined)
+        return settle(operation, fingerprint, alternates, id, known, started, 'get', true) as BeginResult;
     }
 
     // The token of an abandoned record with this request's parameters, once one was seen: the next
     // claim takes it over (a crashed attempt is run again, as its retry would have been).
     let replaces: string | undefined;
-    // That record's fingerprint: a request without one (`''`) takes it over keeping it, or its record
-    // would then replay to any parameters, and the crashed attempt's would be refused no more.
+    // The fingerprint the claim writes: a takeover keeps the record's (see keptFingerprint).
     let kept = fingerprint;
     for (;;) {
       // In flight in this very process and renewed within one lease: no need to ask the store.
@@ -775,7 +789,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         return { kind: 'execute', lease };
       }
 
-      const settled = settle(operation, fingerprint, id, claimed.record, started, 'claim');
+      const settled = settle(operation, fingerprint, alternates, id, claimed.record, started, 'claim');
       if (settled) return settled;
       if (claimed.record.state === 'abandoned') {
         // A store that answers the very record it was asked to take over did not take it over (it
@@ -785,7 +799,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
           return { kind: 'reject', error: conflict() };
         }
         replaces = claimed.record.token;
-        if (fingerprint === '') kept = claimed.record.fingerprint;
+        kept = keptFingerprint(fingerprint, claimed.record.fingerprint);
         continue;
       }
 
@@ -802,11 +816,11 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         return { kind: 'reject', error: unavailable(error) };
       }
       if (record !== undefined) {
-        const done = settle(operation, fingerprint, id, record, started, 'get');
+        const done = settle(operation, fingerprint, alternates, id, record, started, 'get');
         if (done) return done;
         if (record.state === 'abandoned') {
           replaces = record.token;
-          if (fingerprint === '') kept = record.fingerprint;
+          kept = keptFingerprint(fingerprint, record.fingerprint);
           continue;
         }
         if (elapsed() >= deadline) {
@@ -1283,6 +1297,40 @@ function storableFingerprint(fingerprint: string | undefined): string {
 }
 
 const hexDigest = /^(?:sha256:)?[0-9a-f]{64}$/;
+
+/**
+ * A request's fingerprints under earlier settings (`alternateFingerprints`), asked for once and only
+ * when a record's fingerprint is not the request's own: a mismatch is rare, so the common path never
+ * computes them (and a begin without them allocates nothing for them).
+ */
+class Alternates {
+  private list: readonly string[] | undefined = undefined;
+
+  constructor(private readonly ask: () => readonly string[] | undefined) {}
+
+  /** True when `stored` is one of them. */
+  has(stored: string): boolean {
+    this.list ??= (this.ask() ?? []).map(storableFingerprint);
+    // An empty alternate means "no fingerprint", which would match anything: never a match here.
+    return this.list.some((other) => other !== '' && fingerprintsMatch(stored, other));
+  }
+}
+
+/** True when a record's fingerprint is of this request: its own, or one of its alternates. */
+function sameRequest(stored: string, fingerprint: string, alternates: Alternates | undefined): boolean {
+  return fingerprintsMatch(stored, fingerprint) || alternates?.has(stored) === true;
+}
+
+/**
+ * The fingerprint a takeover of an abandoned record (one of this request) writes: the record's own,
+ * unless it has none. A request without a fingerprint keeps the record's, or the record would then
+ * replay to any parameters and the crashed attempt's be refused no more; a request that matched it
+ * only under earlier settings keeps it too, so instances still on those settings (a rolling deploy)
+ * match the outcome, and records are never rewritten to the new settings.
+ */
+function keptFingerprint(fingerprint: string, stored: string): string {
+  return stored === '' ? fingerprint : stored;
+}
 
 // Sent as `Retry-After`, whose value is delay-seconds, digits only (RFC 9110, 10.2.3): '1s', 1.5, -1
 // or NaN would go on the wire as a field no client can read.

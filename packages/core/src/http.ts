@@ -15,7 +15,13 @@ import {
 } from './engine.js';
 import { IdempotencyError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason, RefusalCode } from './events.js';
-import { checkExcludes, type FingerprintOptions, fingerprintRequest, isJsonContentType } from './fingerprint.js';
+import {
+  checkExcludes,
+  type FingerprintOptions,
+  fingerprintRequest,
+  isJsonContentType,
+  type RequestParts,
+} from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
@@ -53,7 +59,8 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
   /**
    * What the request's identity leaves out or takes in besides method, route, path, query, media
    * type and body: `{ exclude: ['/sentAt'] }` (JSON Pointers of volatile body fields), `{ headers:
-   * ['api-version'] }` (request headers whose values are part of it).
+   * ['api-version'] }` (request headers whose values are part of it). While changing either on a live
+   * service, list the settings it had in `previous`.
    */
   fingerprint?: HttpFingerprintOptions | undefined;
   /**
@@ -66,8 +73,8 @@ export interface HttpIdempotencyOptions<Req> extends IdempotencyOptions {
   advertiseExpiry?: boolean | undefined;
 }
 
-/** The fingerprint options of the HTTP layer: {@link FingerprintOptions} and request headers. */
-export interface HttpFingerprintOptions extends FingerprintOptions {
+/** What the HTTP layer's fingerprint covers: {@link FingerprintOptions} and request headers. */
+export interface HttpFingerprintSettings extends FingerprintOptions {
   /**
    * Request headers whose values are part of the request's identity, by name (any case): an API
    * version (`'api-version'`, `'stripe-version'`), a tenant or account switch. The same key sent
@@ -79,6 +86,26 @@ export interface HttpFingerprintOptions extends FingerprintOptions {
    * `transfer-encoding`), since every honest retry would be refused 422.
    */
   headers?: readonly string[] | undefined;
+}
+
+/** The fingerprint options of the HTTP layer: what it covers, and what it covered before. */
+export interface HttpFingerprintOptions extends HttpFingerprintSettings {
+  /**
+   * The settings (`exclude`, `headers`) the service had before a change of them, for as long as
+   * records made under them may be retried: one retention after the change, then remove them.
+   * Changing `exclude` or `headers` changes every request's fingerprint, so without them every retry
+   * of a request stored before the change is refused 422 `fingerprint_mismatch` for the whole
+   * retention, though it was sent byte for byte the same. When a record's fingerprint is not the
+   * request's, the request is fingerprinted again under each of these (only then: a match costs
+   * nothing more), and one that gives the record's is the same request: replayed, answered 409
+   * while in progress, or taken over when abandoned (the record keeps its fingerprint, so instances
+   * still on the old settings match it too). Each is checked at construction as the current
+   * settings are. The request headers any of them names are read as `headers` are.
+   *
+   * @example
+   * fingerprint: { exclude: ['/sentAt'], previous: [{}] } // the service had no fingerprint option
+   */
+  previous?: readonly HttpFingerprintSettings[] | undefined;
 }
 
 // Every name HttpIdempotencyOptions adds to the engine's; the type check keeps the list complete.
@@ -101,7 +128,12 @@ const everyHttpOptionNamed: ListsEvery<
 > = true;
 void everyHttpOptionNamed;
 const knownHttpOptions: ReadonlySet<string> = new Set([...engineOptionNames, ...httpOptionNames]);
-const knownFingerprintOptions: ReadonlySet<string> = new Set<keyof HttpFingerprintOptions>(['exclude', 'headers']);
+const knownFingerprintSettings: ReadonlySet<string> = new Set<keyof HttpFingerprintSettings>(['exclude', 'headers']);
+const knownFingerprintOptions: ReadonlySet<string> = new Set<keyof HttpFingerprintOptions>([
+  'exclude',
+  'headers',
+  'previous',
+]);
 
 /**
  * What a handler sees of its own execution: `req.idempotency` (Express), `request.idempotency`
@@ -493,23 +525,69 @@ const headerName = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
 // A method is a token (RFC 9110 §9.1), of any case here: it is compared upper-cased.
 const methodToken = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
-/** The names of `fingerprint.headers`, lower case, checked: see {@link HttpFingerprintOptions.headers}. */
-function checkIdentityHeaders(names: unknown): readonly string[] | undefined {
+/** The names of `fingerprint.headers`, lower case, checked: see {@link HttpFingerprintSettings.headers}. */
+function checkIdentityHeaders(names: unknown, option = 'fingerprint.headers'): readonly string[] | undefined {
   if (names === undefined) return undefined;
-  if (!Array.isArray(names)) throw new TypeError('fingerprint.headers must be an array of header names');
+  if (!Array.isArray(names)) throw new TypeError(`${option} must be an array of header names`);
   const lower = new Set<string>();
   for (const name of names) {
     const header = typeof name === 'string' ? name.toLowerCase() : '';
-    if (!headerName.test(header))
-      throw new TypeError(`fingerprint.headers holds ${JSON.stringify(name)}, no header name`);
+    if (!headerName.test(header)) throw new TypeError(`${option} holds ${JSON.stringify(name)}, no header name`);
     if (perAttempt.test(header)) {
       throw new TypeError(
-        `fingerprint.headers must not include ${header}: it changes from one attempt to the next, so every retry would be refused 422`,
+        `${option} must not include ${header}: it changes from one attempt to the next, so every retry would be refused 422`,
       );
     }
     lower.add(header);
   }
   return lower.size === 0 ? undefined : [...lower];
+}
+
+/**
+ * The request's fingerprint under each of `fingerprint.previous`: what the engine compares a
+ * record's with when the current one does not match it.
+ */
+function previousFingerprints(
+  parts: RequestParts,
+  previous: readonly PreviousSettings[],
+  headers: IncomingHttpHeaders | undefined,
+): string[] {
+  return previous.map((settings) =>
+    fingerprintRequest(
+      { ...parts, headers: settings.headers === undefined ? undefined : identityOf(settings.headers, headers) },
+      settings,
+    ),
+  );
+}
+
+/** One of `fingerprint.previous`, checked: its exclude as given, its header names as `identityOf` reads them. */
+interface PreviousSettings {
+  exclude: readonly string[] | undefined;
+  headers: readonly string[] | undefined;
+}
+
+/** `fingerprint.previous`, checked as the current settings are; undefined when it lists none. */
+function checkPrevious(previous: unknown): readonly PreviousSettings[] | undefined {
+  if (previous === undefined) return undefined;
+  if (!Array.isArray(previous)) {
+    throw new TypeError(
+      'fingerprint.previous must be an array of earlier fingerprint settings, each { exclude?, headers? }',
+    );
+  }
+  const checked = previous.map((settings: unknown, i): PreviousSettings => {
+    const name = `fingerprint.previous[${i}]`;
+    if (settings === null || typeof settings !== 'object' || Array.isArray(settings)) {
+      throw new TypeError(`${name} must be { exclude?, headers? }`);
+    }
+    // Its own check: a nested `previous` is no setting, and a misspelt `exlude` would exclude nothing.
+    assertKnownOptions(settings, knownFingerprintSettings, name);
+    const { exclude, headers } = settings as HttpFingerprintSettings;
+    return {
+      exclude: checkExcludes(exclude, `${name}.exclude`),
+      headers: checkIdentityHeaders(headers, `${name}.headers`),
+    };
+  });
+  return checked.length === 0 ? undefined : checked;
 }
 
 // The values of the identity headers, by name: a repeated field as Node joins it (`, `).
@@ -654,12 +732,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   // Checked here, once: a pointer or a header name that means nothing would only show as 422s.
   if (options.fingerprint !== undefined) {
     if (options.fingerprint === null || typeof options.fingerprint !== 'object') {
-      throw new TypeError('fingerprint must be { exclude?, headers? }');
+      throw new TypeError('fingerprint must be { exclude?, headers?, previous? }');
     }
     assertKnownOptions(options.fingerprint, knownFingerprintOptions, 'fingerprint');
   }
   checkExcludes(options.fingerprint?.exclude);
   const identityHeaders = checkIdentityHeaders(options.fingerprint?.headers);
+  const previous = checkPrevious(options.fingerprint?.previous);
+  const previousReadsHeaders = previous?.some((settings) => settings.headers !== undefined) ?? false;
   const advertiseExpiry = options.advertiseExpiry ?? false;
   if (typeof advertiseExpiry !== 'boolean') throw new TypeError('advertiseExpiry must be a boolean');
   // The announced expiry is stored with the response, so replays carry it too.
@@ -778,26 +858,31 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           : `The scope option returned ${scope === null ? 'null' : `${typeof scope === 'object' ? 'an' : 'a'} ${typeof scope}`}, not the caller as a string.`;
       return { kind: 'respond', response: refuse(new IdempotencyError('scope_missing', detail), request) };
     }
-    const fingerprint = fingerprintRequest(
-      {
-        method: request.method,
-        route: request.route,
-        path: request.path,
-        query: request.query,
-        // Always the same shape (undefined where absent, which the fingerprint treats as absent):
-        // spreading optional fields made objects of four shapes and slowed every read of them.
-        contentType: request.contentType,
-        body,
-        json,
-        headers: identityHeaders === undefined ? undefined : identityOf(identityHeaders, request.headers),
-      },
-      options.fingerprint,
-    );
+    const parts: RequestParts = {
+      method: request.method,
+      route: request.route,
+      path: request.path,
+      query: request.query,
+      // Always the same shape (undefined where absent, which the fingerprint treats as absent):
+      // spreading optional fields made objects of four shapes and slowed every read of them.
+      contentType: request.contentType,
+      body,
+      json,
+      headers: identityHeaders === undefined ? undefined : identityOf(identityHeaders, request.headers),
+    };
+    const fingerprint = fingerprintRequest(parts, options.fingerprint);
+    // Checked on every request, not only when the previous settings are asked (a mismatch): an
+    // adapter that passes no headers is found at its first request.
+    if (previousReadsHeaders && request.headers === undefined) {
+      throw new TypeError('fingerprint.previous names headers, but the adapter passed no request headers to begin()');
+    }
     const started = await engine.begin({
       key,
       scope,
       operation: `${request.method.toUpperCase()} ${request.route}`,
       fingerprint,
+      alternateFingerprints:
+        previous === undefined ? undefined : () => previousFingerprints(parts, previous, request.headers),
     });
     if (started.kind === 'reject') return { kind: 'respond', response: problem(started.error) };
     if (started.kind === 'replay')

@@ -54,6 +54,7 @@ export {
   destroyedOf,
   type HttpBeginResult,
   type HttpFingerprintOptions,
+  type HttpFingerprintSettings,
   type HttpIdempotency,
   type HttpIdempotencyOptions,
   type HttpRequestInfo,

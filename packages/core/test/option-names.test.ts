@@ -50,7 +50,7 @@ describe('unknown option names are refused at construction', () => {
       /fingerprint: unknown option "excludes" \(did you mean "exclude"\?\)/,
     );
     expect(() => createHttpIdempotency({ store: memoryStore(), fingerprint: 'none' } as never)).toThrow(
-      new TypeError('fingerprint must be { exclude?, headers? }'),
+      new TypeError('fingerprint must be { exclude?, headers?, previous? }'),
     );
     expect(() => createIdempotency({ store: memoryStore(), replayCache: { ttl: '1s', size: 10 } } as never)).toThrow(
       /replayCache: unknown option "size"/,
