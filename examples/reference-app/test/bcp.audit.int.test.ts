@@ -60,7 +60,7 @@ describe('a refresh refused for its resource indicator (RFC 8707) leaves the ref
   );
 
   /** alice signs in twice in one browser (one grant at the provider); the second sign-in's code, unredeemed. */
-  async function secondSignIn() {
+  async function secondSignIn(extra: Record<string, string> = {}) {
     const first = await codeFlow(auth(), app, alice);
     const { verifier, challenge } = pkcePair();
     const callback = await loginAndConsent(
@@ -87,8 +87,27 @@ describe('a refresh refused for its resource indicator (RFC 8707) leaves the ref
         },
         app,
       );
-    return { firstRefreshToken: first.tokens.body.refresh_token as string, redeem };
+    // The same redemption as a form, for requests `tokenRequest` cannot make (a repeated `resource`).
+    const body = new URLSearchParams({
+      grant_type: 'authorization_code',
+      code: callback.searchParams.get('code') ?? '',
+      redirect_uri: app.redirectUri,
+      code_verifier: verifier,
+      ...extra,
+    });
+    return { firstRefreshToken: first.tokens.body.refresh_token as string, redeem, body };
   }
+
+  /** A token request from the confidential app, answered as it came (status, headers, body). */
+  const postToken = (body: URLSearchParams) =>
+    fetch(new URL('/token', auth()), {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Basic ${Buffer.from(`${encodeURIComponent(app.clientId)}:${encodeURIComponent(app.clientSecret)}`).toString('base64')}`,
+      },
+      body,
+    });
 
   it('pins: a second sign-in in the same browser leaves the first one refreshing (the contrast)', async () => {
     const { firstRefreshToken, redeem } = await secondSignIn();
@@ -97,16 +116,51 @@ describe('a refresh refused for its resource indicator (RFC 8707) leaves the ref
   });
 
   // Was wrong: at the token endpoint, oidc-provider consumes the code before it resolves `resource`, so
-  // a redemption refused with invalid_target uses the code up. The corrected retry is then a second
-  // redemption, which revokes the whole grant: the browser's earlier sign-in stops refreshing too.
-  // Unlike the refresh grant, no configuration hook runs between the checks and the consume, so the fix
-  // (checking `resource` ahead of oidc-provider's grant handler) is a design choice.
-  it.fails('a code redemption refused for its resource leaves the code, and the grant, as they were', async () => {
+  // a redemption refused with invalid_target used the code up. The corrected retry was then a second
+  // redemption, which revoked the whole grant: the browser's earlier sign-in stopped refreshing too.
+  // The resource is now checked ahead of oidc-provider's grant handler (src/idp/code-resource.ts).
+  it('a code redemption refused for its resource leaves the code, and the grant, as they were', async () => {
     const { firstRefreshToken, redeem } = await secondSignIn();
     const refused = await redeem({ resource: `${whole.stack.gateway.baseUrl}/` });
     expect(refused.body.error).toBe('invalid_target');
-    expect((await redeem()).status).toBe(200);
+    const retried = await redeem();
+    expect(retried.status).toBe(200);
+    expect(decodeJwt(retried.body.access_token).payload.aud).toBe(whole.stack.gateway.baseUrl);
     expect((await refresh(firstRefreshToken, app)).status).toBe(200);
+  });
+
+  it('answers the refused redemption as oidc-provider did: 400 invalid_target, JSON, no-store', async () => {
+    const { body } = await secondSignIn({ resource: `${whole.stack.gateway.baseUrl}/` });
+    const response = await postToken(body);
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    expect(response.headers.get('cache-control')).toBe('no-store');
+    expect(await response.json()).toEqual({
+      error: 'invalid_target',
+      error_description: 'resource indicator is missing, or unknown',
+    });
+  });
+
+  it('redeems a code that names the granted resource, alone or among others (the API is the one picked)', async () => {
+    for (const resources of [
+      [whole.stack.gateway.baseUrl],
+      [`${whole.stack.gateway.baseUrl}/`, whole.stack.gateway.baseUrl],
+    ]) {
+      const { body } = await secondSignIn();
+      for (const resource of resources) body.append('resource', resource);
+      const response = await postToken(body);
+      expect(response.status, resources.join(' ')).toBe(200);
+      const tokens = (await response.json()) as { access_token: string };
+      expect(decodeJwt(tokens.access_token).payload.aud).toBe(whole.stack.gateway.baseUrl);
+    }
+  });
+
+  it('pins: a used code presented again with a wrong resource still revokes the grant (replay comes first)', async () => {
+    const { firstRefreshToken, redeem } = await secondSignIn();
+    expect((await redeem()).status).toBe(200);
+    const replay = await redeem({ resource: `${whole.stack.gateway.baseUrl}/` });
+    expect(replay.body.error).toBe('invalid_grant');
+    expect((await refresh(firstRefreshToken, app)).body.error).toBe('invalid_grant');
   });
 
   it('pins: a used refresh token presented again still revokes the grant (the contrast)', async () => {

@@ -1,14 +1,21 @@
-import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
+import Provider, {
+  type CanBePromise,
+  type Configuration,
+  errors,
+  type KoaContextWithOIDC,
+  type TokenEndpointGrantContext,
+} from 'oidc-provider';
 import type { Database } from '../db.js';
 import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
 import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
 import { clientAuthErrors } from './client-auth-errors.js';
+import { checkCodeResourceFirst, type GrantHandler } from './code-resource.js';
+import { assertRefreshResource } from './granted-resource.js';
 import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
-import { assertRefreshResource } from './refresh-resource.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { findUserById } from './users.js';
 
@@ -62,6 +69,25 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   const defaultResource = (ctx: KoaContextWithOIDC, oneOf?: readonly string[]) =>
     oneOf || asksForApiScope(ctx.oidc.params?.scope) ? resource : undefined;
 
+  // oidc-provider registers its grant handlers while it is constructed, through this public method:
+  // overriding it is the one way to run a step ahead of its authorization_code handler. A code redeemed
+  // for a resource it was not granted is refused there, before the handler consumes it.
+  let codeHandlerChecked = false;
+  class ReferenceProvider extends Provider {
+    override registerGrantType<Params extends object>(
+      name: string,
+      handler: (ctx: TokenEndpointGrantContext<Params>) => CanBePromise<void>,
+      params?: string | readonly string[] | ReadonlySet<string>,
+      duplicates?: string | readonly string[] | ReadonlySet<string>,
+    ): void {
+      // oidc-provider's own handler takes no parameters of its own type: the plain grant context.
+      const isCode = name === 'authorization_code';
+      codeHandlerChecked ||= isCode;
+      const checked = isCode ? checkCodeResourceFirst(handler as GrantHandler, defaultResource) : handler;
+      super.registerGrantType(name, checked, params, duplicates);
+    }
+  }
+
   const configuration: Configuration = {
     adapter: sqlAdapterFactory(db),
     jwks: { keys: keys as NonNullable<Configuration['jwks']>['keys'] },
@@ -93,9 +119,10 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
     pkce: { required: () => true },
     // Every refresh rotates; presenting a consumed refresh token revokes the whole grant. A refresh
-    // refused for its resource is refused before the rotation, so it does not use the token up.
+    // refused for its resource is refused before the rotation, so it does not use the token up (a code
+    // redemption likewise, in `ReferenceProvider` above).
     rotateRefreshToken: (ctx) => {
-      assertRefreshResource(ctx, (oneOf) => defaultResource(ctx, oneOf));
+      assertRefreshResource(ctx, defaultResource);
       return true;
     },
     scopes: [...oidcScopes],
@@ -190,7 +217,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     },
   };
 
-  const provider = new Provider(issuer, configuration);
+  const provider = new ReferenceProvider(issuer, configuration);
+  // A later oidc-provider that registers its handlers another way would skip the check without a word.
+  if (!codeHandlerChecked) throw new Error('oidc-provider registered no authorization_code handler to check');
   // The steps oidc-provider answers with pages of its own, out of reach of the hooks above: the logout
   // of a visitor with no session, the account switch, the form_post response mode.
   provider.use(ownPages(db));
