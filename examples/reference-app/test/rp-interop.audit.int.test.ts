@@ -3,9 +3,21 @@
 // PKCE, refresh, revocation, introspection, UserInfo, PAR and DPoP; jose checks the tokens against the
 // published JWKS on its own; the gateway's refusals are read the way a client library reads them
 // (RFC 6750, RFC 9728). What discovery advertises must work with what these libraries send.
-import { createRemoteJWKSet, errors as joseErrors, jwtVerify } from 'jose';
+import {
+  createRemoteJWKSet,
+  decodeJwt,
+  decodeProtectedHeader,
+  generateKeyPair,
+  importJWK,
+  type JWTPayload,
+  errors as joseErrors,
+  jwtVerify,
+  SignJWT,
+} from 'jose';
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { saveClient } from '../src/idp/clients.js';
+import { loadSigningKeys } from '../src/idp/secrets.js';
 import { demoUsers } from '../src/seed.js';
 import { loginAndConsent } from './flow.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
@@ -108,6 +120,14 @@ async function libraryFlow(rp: RelyingParty, options: FlowOptions = {}) {
       throw error;
     });
   return { as, tokens, callback, claims: oauth.getValidatedIdTokenClaims(tokens) };
+}
+
+/** RFC 7662 introspection by `rp`, made and read by the library (which throws on anything but a 200). */
+async function introspect(as: oauth.AuthorizationServer, rp: RelyingParty, token: string) {
+  const response = await oauth.introspectionRequest(as, rp.client, rp.clientAuth, token, insecure);
+  expect(response.status).toBe(200);
+  expect(response.headers.get('cache-control')).toBe('no-store');
+  return oauth.processIntrospectionResponse(as, rp.client, response);
 }
 
 describe('discovery and keys, read by a strict client', () => {
@@ -639,17 +659,116 @@ describe("the provider's errors for the mistakes a client library makes (RFC 674
     }
   });
 
-  // Was wrong: introspecting the API access token (a JWT) by the client it was issued to answers 400
+  // Was wrong: introspecting the API access token (a JWT) by the client it was issued to answered 400
   // unsupported_token_type, an error RFC 7662 does not have; RFC 7662 section 2.2 answers a token the
   // server will not describe with 200 {"active": false}, so oauth4webapi (and any RFC 7662 client)
-  // throws instead. oidc-provider refuses to introspect JWTs it issued. Decision needed: describe them
-  // (active, scope, exp, ...), or answer {"active": false} and document that the JWT is checked locally.
-  it.fails('introspects the JWT access token as RFC 7662 says: a 200 the library reads', async () => {
+  // threw instead. oidc-provider refuses to introspect JWTs it issued; a provider middleware
+  // (src/idp/jwt-introspection.ts) now verifies them and describes them.
+  it('introspects the JWT access token as RFC 7662 says: a 200 the library reads, with the token described', async () => {
     const rp = confidential();
     const { as, tokens } = await libraryFlow(rp);
-    const response = await oauth.introspectionRequest(as, rp.client, rp.clientAuth, tokens.access_token, insecure);
-    const result = await oauth.processIntrospectionResponse(as, rp.client, response);
-    expect(typeof result.active).toBe('boolean');
+    const result = await introspect(as, rp, tokens.access_token);
+    const claims = decodeJwt(tokens.access_token);
+    expect(result).toEqual({
+      active: true,
+      client_id: rp.client.client_id,
+      sub: 'user-alice',
+      scope: claims.scope,
+      aud: gateway(),
+      iss: auth(),
+      exp: claims.exp,
+      iat: claims.iat,
+      jti: claims.jti,
+      token_type: 'Bearer',
+    });
+    expect(String(result.scope).split(' ')).toContain('photos:read');
+  });
+
+  it('introspects a DPoP-bound JWT access token as DPoP, with its key thumbprint (RFC 9449 section 6.2)', async () => {
+    const rp = confidential();
+    const keyPair = await oauth.generateKeyPair('ES256');
+    const { as, tokens } = await libraryFlow(rp, { dpop: oauth.DPoP(rp.client, keyPair) });
+    const jkt = (decodeJwt(tokens.access_token).cnf as { jkt: string }).jkt;
+    const result = await introspect(as, rp, tokens.access_token);
+    expect(result).toMatchObject({ active: true, token_type: 'DPoP', cnf: { jkt } });
+  });
+
+  it('tells another client, even an authenticated one, nothing about the JWT: active false', async () => {
+    const rp = confidential();
+    const { as, tokens } = await libraryFlow(rp);
+    const other = { client_id: 'rp-interop-other', client_secret: 'rp-interop-other-secret-0123456789' };
+    await saveClient(whole.db, {
+      ...other,
+      redirect_uris: ['http://127.0.0.1:4400/callback'],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'client_secret_basic',
+    });
+    const stranger = {
+      ...rp,
+      client: { client_id: other.client_id },
+      clientAuth: oauth.ClientSecretBasic(other.client_secret),
+    };
+    expect(await introspect(as, stranger, tokens.access_token)).toEqual({ active: false });
+    // The public client proves nothing with its client_id: not even its own JWT is described to it.
+    const cli = publicClient();
+    const own = await libraryFlow(cli, { scope: 'openid offline_access photos:read' });
+    expect(await introspect(as, cli, own.tokens.access_token)).toEqual({ active: false });
+  });
+
+  it('answers active false for a JWT that is expired, signed by another key, tampered with or not an access token', async () => {
+    const rp = confidential();
+    const { as, tokens } = await libraryFlow(rp);
+    const real = decodeJwt(tokens.access_token);
+    const header = decodeProtectedHeader(tokens.access_token);
+    const [providerKey] = await loadSigningKeys(whole.db);
+    const signingKey = await importJWK(providerKey as Parameters<typeof importJWK>[0], 'RS256');
+    const now = Math.floor(Date.now() / 1000);
+    const sign = (payload: JWTPayload, key: Parameters<SignJWT['sign']>[0] = signingKey, typ = 'at+jwt') =>
+      new SignJWT(payload).setProtectedHeader({ alg: 'RS256', kid: header.kid, typ }).sign(key);
+    // The provider's own key, the real claims: described while it lives, within the gateway's 5 s tolerance.
+    const fresh = await sign({ ...real, iat: now - 290, exp: now - 2 });
+    expect(await introspect(as, rp, fresh)).toMatchObject({ active: true, jti: real.jti });
+    const [header64, payload64, signature64] = tokens.access_token.split('.');
+    const tampered = { ...real, scope: `${real.scope} photos:write` };
+    const cases: Array<[string, string]> = [
+      ['expired a minute ago', await sign({ ...real, iat: now - 360, exp: now - 60 })],
+      ['not valid yet', await sign({ ...real, nbf: now + 60 })],
+      ['signed by another key under the same kid', await sign(real, (await generateKeyPair('RS256')).privateKey)],
+      ['tampered with', `${header64}.${Buffer.from(JSON.stringify(tampered)).toString('base64url')}.${signature64}`],
+      ['issued by another issuer', await sign({ ...real, iss: 'http://evil.example' })],
+      ['typed as an ID token', await sign(real, signingKey, 'JWT')],
+      ['an ID token of the provider', tokens.id_token ?? ''],
+      ['not a JWS at all', `${header64}.${payload64}`],
+    ];
+    for (const [name, token] of cases) {
+      expect(await introspect(as, rp, token), name).toEqual({ active: false });
+    }
+  });
+
+  it('describes the JWT in JSON whatever the Accept, and leaves the other refusals of the provider as they were', async () => {
+    const rp = confidential();
+    const { as, tokens } = await libraryFlow(rp);
+    const { clientId, clientSecret } = whole.running.clients.app;
+    const basic = Buffer.from(`${encodeURIComponent(clientId)}:${encodeURIComponent(clientSecret)}`).toString('base64');
+    const post = (body: URLSearchParams, accept: string) =>
+      fetch(as.introspection_endpoint ?? '', {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${basic}`, accept },
+        body,
+      });
+    // A client that prefers HTML would have got the provider's error page; the answer is JSON all the same.
+    const html = await post(new URLSearchParams({ token: tokens.access_token }), 'text/html');
+    expect(html.status).toBe(200);
+    expect(html.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    expect(html.headers.get('cache-control')).toBe('no-store');
+    expect(await html.json()).toMatchObject({ active: true, client_id: clientId });
+    // A parameter sent twice is the provider's invalid_request, JWT or not.
+    const twice = new URLSearchParams({ token: tokens.access_token, token_type_hint: 'access_token' });
+    twice.append('token_type_hint', 'access_token');
+    const repeated = await post(twice, 'application/json');
+    expect(repeated.status).toBe(400);
+    expect(((await repeated.json()) as { error: string }).error).toBe('invalid_request');
   });
 
   it('refuses to revoke the JWT access token with unsupported_token_type, the RFC 7009 answer', async () => {

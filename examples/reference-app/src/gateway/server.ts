@@ -10,6 +10,7 @@ import {
   withoutHopByHop,
 } from '@idem/guard';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { accessTokenClockTolerance } from '../clock-tolerance.js';
 import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { type Drain, drainable } from '../drain.js';
 import type { ListeningPort } from '../listen.js';
@@ -320,6 +321,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       // recommends it for public clients): such a token must work here with its proofs, or that client
       // could call nothing. The origin is ours, never the Host header a client writes.
       dpop: { origin: new URL(baseUrl).origin, algorithms: [...dpopAlgorithms] },
+      // The provider's introspection of its JWTs allows the same skew: both agree on a token's life.
+      clockTolerance: accessTokenClockTolerance,
       ...(options.now ? { now: options.now } : {}),
       ...(options.fetch ? { fetch: options.fetch } : {}),
     });

@@ -5,6 +5,7 @@ import Provider, {
   type KoaContextWithOIDC,
   type TokenEndpointGrantContext,
 } from 'oidc-provider';
+import { accessTokenClockTolerance } from '../clock-tolerance.js';
 import type { Database } from '../db.js';
 import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { escapeHtml, htmlPage, pageHeaders } from '../html.js';
@@ -13,6 +14,7 @@ import { sqlAdapterFactory } from './adapter.js';
 import { clientAuthErrors } from './client-auth-errors.js';
 import { checkCodeResourceFirst, type GrantHandler } from './code-resource.js';
 import { assertRefreshResource } from './granted-resource.js';
+import { jwtIntrospection } from './jwt-introspection.js';
 import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
@@ -88,6 +90,15 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     }
   }
 
+  // Only a client that proved who it is (RFC 7662 section 2.1: the endpoint MUST require some
+  // authorization), and only about its own tokens. The public client's `client_id` is no proof: anyone
+  // could send it and read the user, scopes and expiry of its tokens. Revocation stays open to it (RFC
+  // 7009 allows that). Opaque tokens (oidc-provider) and JWTs (`jwtIntrospection`) alike.
+  const mayIntrospect = (
+    client: { clientId: string; clientAuthMethod?: string | undefined },
+    tokenClientId: string | undefined,
+  ) => client.clientAuthMethod !== 'none' && tokenClientId === client.clientId;
+
   const configuration: Configuration = {
     adapter: sqlAdapterFactory(db),
     jwks: { keys: keys as NonNullable<Configuration['jwks']>['keys'] },
@@ -149,11 +160,7 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
       },
       introspection: {
         enabled: true,
-        // Only a client that proved who it is (RFC 7662 section 2.1: the endpoint MUST require some
-        // authorization). The public client's `client_id` is no proof: anyone could send it and read the
-        // user, scopes and expiry of its tokens. Revocation stays open to it (RFC 7009 allows that).
-        allowedPolicy: async (_ctx, client, token) =>
-          client.clientAuthMethod !== 'none' && token.clientId === client.clientId,
+        allowedPolicy: async (_ctx, client, token) => mayIntrospect(client, token.clientId),
       },
       rpInitiatedLogout: {
         enabled: true,
@@ -227,6 +234,8 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   provider.use(providerMethods());
   // A request naming no client at all: 401 invalid_client (RFC 6749 section 5.2), not 400.
   provider.use(clientAuthErrors(issuer));
+  // A JWT access token at introspection: described (RFC 7662), not refused with 400 unsupported_token_type.
+  provider.use(jwtIntrospection({ provider, issuer, keys, clockTolerance: accessTokenClockTolerance, mayIntrospect }));
   // Koa reads the host and scheme from X-Forwarded-Host and X-Forwarded-Proto, which createIdp sets
   // from the issuer on every request (whatever the client sent): URLs are built on the issuer, and an
   // https issuer's cookies are Secure even behind a proxy that ends TLS.
