@@ -4,8 +4,9 @@
 // or password, as typed on some keyboards or pasted from a macOS file name, is stored as it was
 // typed: its row and its argon2id hash are in fixtures/upgrade, exactly as commit 90ee851 wrote them.
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
+import { createPasswordChecker } from '../src/idp/passwords.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { openLoginForm } from './flow.js';
 
@@ -22,13 +23,18 @@ let running: RunningReferenceApp;
 beforeAll(async () => {
   db = await openDatabase({ memory: true });
   running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
+}, 60_000);
+
+// The rows exactly as the earlier version wrote them, before each test: a sign-in rewrites them.
+beforeEach(async () => {
   for (const row of fixture.rows) {
+    await db.query('delete from idp_users where id = $1', [row.id]);
     await db.query(
       'insert into idp_users (id, username, password_hash, name, email, roles) values ($1, $2, $3, $4, $5, $6)',
       [row.id, row.username, row.password_hash, row.name, row.email, row.roles],
     );
   }
-}, 60_000);
+});
 
 afterAll(async () => {
   await running?.close();
@@ -53,24 +59,34 @@ describe('an account an earlier version stored with the decomposed spelling', ()
 
   // Was wrong: since 758f6d4 the login form normalises the username and password to NFC before it
   // looks the account up and verifies the hash, but rows stored before keep the spelling they were
-  // typed in: the lookup of the NFC name misses the NFD row, and the NFC password misses an argon2id
-  // hash of the NFD one. The owner of such an account is locked out by the upgrade, whichever
-  // spelling they type (the CHANGELOG entry does not say so). Needs a decision: look up
-  // `normalize(username, NFC)` as well (two accounts an earlier version kept apart, one per
-  // spelling, then collide) and verify the password as typed and in NFD too when NFC fails (every
-  // unknown-user check must then cost the same number of verifies), rehashing in NFC on success; or
-  // a one-time migration of usernames plus a forced password reset for the affected accounts.
-  it.fails('signs in with the spelling its owner has always typed', async () => {
+  // typed in: the lookup of the NFC name missed the NFD row, and the NFC password missed an argon2id
+  // hash of the NFD one, so the owner was locked out by the upgrade, whichever spelling they typed.
+  // Now the lookup finds the NFD row too (after an NFC one, if an earlier version kept both apart),
+  // the password is verified in NFD as well when NFC fails (an unknown user costs as many verifies),
+  // and a sign-in that matched so rewrites the row in NFC.
+  it('signs in with the spelling its owner has always typed', async () => {
     const login = await signIn(decomposed);
     expect(login.body).not.toContain('id="login-error"');
     expect(login.response.status).toBe(303);
   });
 
-  // Was wrong: the same defect, typed in the composed spelling (see above).
-  it.fails('signs in with the composed spelling of the same name and password too', async () => {
+  it('signs in with the composed spelling of the same name and password too', async () => {
     const login = await signIn(composed);
     expect(login.body).not.toContain('id="login-error"');
     expect(login.response.status).toBe(303);
+  });
+
+  it('is rewritten in NFC by its first sign-in, and found and verified by that spelling from then on', async () => {
+    expect((await signIn(decomposed)).response.status).toBe(303);
+    const [row] = fixture.rows;
+    const { rows } = await db.query<{ username: string; password_hash: string }>(
+      'select username, password_hash from idp_users where id = $1',
+      [row?.id],
+    );
+    expect(rows[0]?.username).toBe(composed.username);
+    expect(rows[0]?.password_hash).not.toBe(row?.password_hash);
+    expect(await createPasswordChecker().match(rows[0]?.password_hash, composed.password)).toBe('nfc');
+    expect((await signIn(composed)).response.status).toBe(303);
   });
 
   it('still refuses a wrong password', async () => {

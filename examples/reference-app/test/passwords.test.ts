@@ -114,3 +114,35 @@ describe('the login page (row 40)', () => {
     expect(unknown[0]).not.toBe(known[0]);
   });
 });
+
+// Accounts an earlier version stored hash the password as it was typed, decomposed on some keyboards:
+// a password with a decomposable character is verified in NFC and then in NFD. An unknown user then
+// costs the same two verifies as a wrong password of a known one: the count says nothing of who exists.
+describe('createPasswordChecker and the decomposed spelling', () => {
+  const composed = 'Grüße aus Köln';
+
+  it('matches a hash of the decomposed spelling, and says so (the caller rehashes it)', async () => {
+    const checker = createPasswordChecker();
+    expect(await checker.match(await hashPassword(composed), composed)).toBe('nfc');
+    // As an earlier version hashed it: the password as typed, decomposed.
+    const decomposedHash = await argon2.hash(composed.normalize('NFD'));
+    expect(await checker.match(decomposedHash, composed)).toBe('nfd');
+    expect(await checker.check(decomposedHash, composed)).toBe(true);
+  });
+
+  it('costs an unknown user as many verifies as a known user’s wrong password', async () => {
+    const checker = createPasswordChecker();
+    const stored = await hashPassword('something else');
+    verify.mockClear();
+    expect(await checker.match(stored, composed)).toBe(false);
+    const known = verify.mock.calls.length;
+    verify.mockClear();
+    expect(await checker.match(undefined, composed)).toBe(false);
+    expect(verify.mock.calls.length).toBe(known);
+    expect(known).toBe(2);
+    verify.mockClear();
+    // Nothing to decompose: one spelling, one verify, either way.
+    expect(await checker.match(undefined, 'plain ascii')).toBe(false);
+    expect(verify).toHaveBeenCalledTimes(1);
+  });
+});

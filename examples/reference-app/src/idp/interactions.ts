@@ -10,7 +10,7 @@ import { credentialText, hasControlCharacters } from '../text.js';
 import type { LoginThrottle } from './login-throttle.js';
 import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
-import { findUserById, findUserByUsername, maxPasswordLength, maxUsernameLength } from './users.js';
+import { findUserById, findUserByUsername, maxPasswordLength, maxUsernameLength, upgradeCredentials } from './users.js';
 
 /** What {@link interactionRoutes} needs. */
 export interface InteractionRoutesOptions {
@@ -133,9 +133,10 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     // while the others were still being verified, and a script got every one of them checked.
     throttle.failed(username, address);
     const user = username ? await findUserByUsername(db, username) : undefined;
-    // Always one full argon2id verify, user or not: the response time must not say who exists.
-    const ok = await passwords.check(tooLong ? undefined : user?.passwordHash, password);
-    if (!user || !ok) {
+    // The same argon2id verifies, user or not (one per spelling of what was typed): the response time
+    // must not say who exists.
+    const matched = await passwords.match(tooLong ? undefined : user?.passwordHash, password);
+    if (!user || matched === false) {
       const token = csrf.issue(req, res, details.uid);
       const name = await clientName(details.params.client_id);
       send(
@@ -146,6 +147,11 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       return;
     }
     throttle.succeeded(username, address);
+    // An account an earlier version stored in the decomposed spelling is rewritten in NFC now that its
+    // owner proved the password; if that fails, the sign-in goes on and the next one tries again.
+    if (matched === 'nfd' || user.username !== credentialText(user.username)) {
+      await upgradeCredentials(db, user, password).catch(() => undefined);
+    }
     res.set('Cache-Control', 'no-store');
     await provider.interactionFinished(req, res, { login: { accountId: user.id } }, { mergeWithLastSubmission: false });
   });

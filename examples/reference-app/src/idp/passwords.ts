@@ -39,6 +39,22 @@ export function hashPassword(password: string): Promise<string> {
  */
 export interface PasswordChecker {
   check(storedHash: string | undefined, password: string): Promise<boolean>;
+  /**
+   * As `check`, saying which spelling matched: `'nfc'`, the one hashes are made of now, or `'nfd'`,
+   * the decomposed one a version before NFC hashed as it was typed (the caller rehashes it in NFC).
+   */
+  match(storedHash: string | undefined, password: string): Promise<'nfc' | 'nfd' | false>;
+}
+
+/**
+ * The spellings a password is verified in: NFC, and its decomposed spelling (NFD) when that differs.
+ * Versions before the credentials were normalised hashed the password as typed, and a keyboard or a
+ * paste from a macOS file name types it decomposed: that hash matches only the NFD spelling.
+ */
+function spellingsOf(password: string): string[] {
+  const composed = credentialText(password);
+  const decomposed = password.normalize('NFD');
+  return decomposed === composed ? [composed] : [composed, decomposed];
 }
 
 /**
@@ -57,18 +73,26 @@ export function createPasswordChecker(): PasswordChecker {
   const dummy = hashPassword(`dummy-${crypto.randomUUID()}`);
   // Awaited by every check of an unknown user; until then a failure must not be an unhandled rejection.
   dummy.catch(() => undefined);
+  const verifies = (storedHash: string, password: string) =>
+    // A malformed stored hash is a failed login, not a crash of the login page.
+    verify(storedHash, password).catch(() => false);
+  const match: PasswordChecker['match'] = async (storedHash, password) => {
+    const spellings = spellingsOf(password);
+    // As many verifies for an unknown user as a wrong password of a known one costs (one per
+    // spelling): the count depends on what was typed, never on who exists.
+    if (storedHash === undefined) {
+      const hash = await dummy;
+      for (const spelling of spellings) await verifies(hash, spelling);
+      return false;
+    }
+    if (await verifies(storedHash, spellings[0] as string)) return 'nfc';
+    if (spellings.length > 1 && (await verifies(storedHash, spellings[1] as string))) return 'nfd';
+    return false;
+  };
   return {
+    match,
     async check(storedHash, password) {
-      if (storedHash === undefined) {
-        await verify(await dummy, password).catch(() => false);
-        return false;
-      }
-      try {
-        return await verify(storedHash, credentialText(password));
-      } catch {
-        // A malformed stored hash is a failed login, not a crash of the login page.
-        return false;
-      }
+      return (await match(storedHash, password)) !== false;
     },
   };
 }

@@ -95,8 +95,37 @@ export async function createUser(db: Database, given: NewUser): Promise<User> {
  * ```
  */
 export async function findUserByUsername(db: Database, username: string): Promise<User | undefined> {
-  const { rows } = await db.query<UserRow>('select * from idp_users where username = $1', [credentialText(username)]);
+  // Stored in NFC since the credentials were normalised; a row an earlier version stored as typed in
+  // the decomposed spelling (NFD) is found too, after the NFC one if both exist (an earlier version
+  // kept them apart), so its owner is not locked out by the upgrade. The login rewrites it in NFC.
+  const composed = credentialText(username);
+  const decomposed = username.normalize('NFD');
+  const { rows } = await db.query<UserRow>(
+    'select * from idp_users where username = $1 or username = $2 order by username = $1 desc limit 1',
+    [composed, decomposed],
+  );
   return rows[0] ? fromRow(rows[0]) : undefined;
+}
+
+/**
+ * Rewrites an account an earlier version stored in the decomposed spelling (its username or its
+ * password hash) in NFC, once its owner signed in with `password`: from then on it is found and
+ * verified by the spelling every later lookup uses. The username stays as it is when another account
+ * holds its NFC spelling already. Best effort: a failure leaves the account as it was, still usable.
+ *
+ * @example
+ * ```ts
+ * if (matched === 'nfd' || user.username !== credentialText(user.username)) await upgradeCredentials(db, user, password);
+ * ```
+ */
+export async function upgradeCredentials(db: Database, user: User, password: string): Promise<void> {
+  const passwordHash = await hashPassword(password);
+  await db.query(
+    `update idp_users set password_hash = $2,
+            username = case when exists (select 1 from idp_users where username = $3) then username else $3 end
+      where id = $1`,
+    [user.id, passwordHash, credentialText(user.username)],
+  );
 }
 
 /**
