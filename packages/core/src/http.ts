@@ -103,7 +103,8 @@ export interface HttpFingerprintOptions extends HttpFingerprintSettings {
    * settings are. The request headers any of them names are read as `headers` are.
    *
    * @example
-   * fingerprint: { exclude: ['/sentAt'], previous: [{}] } // the service had no fingerprint option
+   * // `/sentAt` is excluded now; before, the service had no fingerprint option.
+   * const fingerprint: HttpFingerprintOptions = { exclude: ['/sentAt'], previous: [{}] };
    */
   previous?: readonly HttpFingerprintSettings[] | undefined;
 }
