@@ -176,8 +176,9 @@ export interface IdempotencyContext {
    * it is served but not stored, and the key is released, so a retry runs (a 503 "try again later"
    * answered before anything was written, say). Whatever the outcome policy would decide. In
    * transactional mode the handler's writes roll back, and the response is served as written, but
-   * for a live feed: its events are never held, so it is still refused 503. Call it before the
-   * response ends; after that it changes nothing. With `advertiseExpiry`, call it before the head
+   * for a live feed (its events are never held) or a body over `maxResponseBytes` (nothing past the
+   * limit is held): those are still refused 503. Call it before the response ends; after that it
+   * changes nothing. With `advertiseExpiry`, call it before the head
    * goes out too, or the head announces a date (a held response takes it back). Called after the
    * response ended, it warns once (`IDEM_LATE_RELEASE`). Like `keyFor`, it works detached from the
    * context (`const { release } = req.idempotency`).
@@ -284,7 +285,10 @@ export type CaptureResult =
 
 /** Options of {@link HttpIdempotency.capture}. */
 export interface CaptureOptions {
-  /** Hold the whole response until `flush()` or `replace()` (transactional mode). */
+  /**
+   * Hold the whole response until `flush()` or `replace()` (transactional mode). A body over
+   * `maxResponseBytes` is not held past the limit: what it wrote is dropped, and it can only be replaced.
+   */
   hold?: boolean | undefined;
   /** Settle this lease with the outcome; `thrown` is read when the outcome is known. */
   settle?: { lease: Lease; thrown: () => boolean } | undefined;
@@ -398,7 +402,7 @@ export interface ResponseCapture {
    * retry never runs the handler a second time. No-op once the response ended.
    */
   answeredForHandler(): void;
-  /** Held mode: writes the held response to the client. */
+  /** Held mode: writes the held response to the client (not one over `maxResponseBytes`: see `hold`). */
   flush(): void;
   /** Held mode: drops the held response and writes `response` instead. */
   replace(response: HttpResponse): void;
@@ -1102,12 +1106,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       // A 5xx, the answer of a request no route or no handler took (a 404, a body parser's
       // refusal), or any answer of a handler that said it had no effect (nothing of it needs
       // storing): served as it is once the key is settled.
+      // Not a body over maxResponseBytes: nothing of it past the limit was kept (see `copy`), so it
+      // cannot go out whole, and gets the 503 below. Nor a live feed: its events are never held.
       if (
-        failed.kind === 'complete' ||
-        failed.reason === 'no-route' ||
-        failed.reason === 'body-refused' ||
-        // (Not a live feed: its events are never held, so there is nothing written to serve.)
-        (hadNoEffect(lease) && failed.reason !== 'event-stream')
+        keptWhole(capture) &&
+        (failed.kind === 'complete' ||
+          failed.reason === 'no-route' ||
+          failed.reason === 'body-refused' ||
+          (hadNoEffect(lease) && failed.reason !== 'event-stream'))
       ) {
         await settleRolledBack(lease, failed, thrown());
         // Held, nothing went out yet: a date announced before the handler said it had no effect
@@ -2008,6 +2014,12 @@ function unreplayable(state: CaptureState, reason: 'too-large' | 'streaming', st
   finish(state, { kind: 'unstorable', reason, status, expires });
 }
 
+// Whether a held response was kept whole, so that `flush()` can send it: not once its body went
+// over maxResponseBytes, whose bytes the capture drops from there on (see `copy`).
+function keptWhole(capture: ResponseCapture): boolean {
+  return (capture as Partial<CaptureHandle>)[captureStateKey]?.overflow !== true;
+}
+
 // Takes back the `Idempotency-Expires` a held response announced (see transactionOf).
 function withdrawExpiry(capture: ResponseCapture) {
   const state = (capture as Partial<CaptureHandle>)[captureStateKey];
@@ -2068,7 +2080,7 @@ function declaredLength(state: CaptureState): number | undefined {
 }
 
 function copy(state: CaptureState, chunk: unknown, encoding: unknown) {
-  if ((state.overflow && !state.hold) || chunk === undefined || chunk === null || typeof chunk === 'function') return;
+  if (state.overflow || chunk === undefined || chunk === null || typeof chunk === 'function') return;
   const isString = typeof chunk === 'string';
   const bytes = isString
     ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
@@ -2076,13 +2088,14 @@ function copy(state: CaptureState, chunk: unknown, encoding: unknown) {
   if (bytes === undefined || bytes.length === 0) return;
   state.size += bytes.length;
   if (state.size > state.maxBytes) {
-    // Too large to store. In held mode every byte is still kept, because it has to be sent after
-    // the transaction; the outcome is unstorable either way, so the transaction rolls back.
+    // Too large to store, so nothing more of it is kept, and what was is freed. Held too: the
+    // outcome cannot be stored, so the transaction rolls back and a 503 goes out in its place (see
+    // `keptWhole`), and kept until then, a body of any size would sit in memory whole while the
+    // transaction is open (a 2 GiB export, the process). Held writes still answer true: the rest
+    // is read and dropped, which ends the handler, and so the transaction, soonest.
     state.overflow = true;
-    if (!state.hold) {
-      state.chunks.length = 0;
-      return;
-    }
+    state.chunks.length = 0;
+    return;
   }
   // A string was encoded into a fresh buffer already; a caller's buffer may be reused after the
   // write returns, so it is copied.
@@ -2436,7 +2449,8 @@ function onCapturedClose(this: CaptureState) {
     abandon(this, this.status ?? res.statusCode, 'streaming');
   } else {
     this.closedEarly = true;
-    // Held, every write is kept and the pipe never stalls: its end settles the response.
+    // Held, every write is taken (kept, or dropped past the limit) and the pipe never stalls: its
+    // end settles the response.
     if (!this.hold) res.once('pipe', streamedIntoClosed.bind(this));
   }
 }

@@ -6,9 +6,17 @@ import { Readable } from 'node:stream';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
-import { writeResponse } from '../src/http.js';
+import { type ResponseCapture, writeResponse } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 import { networkLike, plainServer, serve, waitFor } from './capture-server.js';
+
+// The bytes a capture holds, read from its state (kept under a symbol of http.ts's own).
+function heldBytes(capture: ResponseCapture): number {
+  const [key] = Object.getOwnPropertySymbols(capture);
+  const state = (capture as unknown as Record<symbol, { chunks: Buffer[] } | undefined>)[key as symbol];
+  if (state === undefined) throw new Error('the capture keeps its state under a symbol no more');
+  return state.chunks.reduce((sum, chunk) => sum + chunk.length, 0);
+}
 
 const allBytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
 
@@ -1083,7 +1091,10 @@ describe('an answer no route took (`unrouted`)', () => {
     }
   });
 
-  it('held: a 404 larger than maxResponseBytes, written in pieces, goes out whole', async () => {
+  // Held, nothing past maxResponseBytes is kept (see the next describe): a 404 over it cannot go out
+  // whole, nor cut short as if it were whole. It gets the 503 of any held answer over the limit; the
+  // key is released as for any unrouted answer.
+  it('held: a 404 larger than maxResponseBytes, written in pieces, is answered 503, never cut short', async () => {
     const pieces = ['no such route, ', 'and this answer ', 'is longer than the cap'];
     const served = await serve({
       hold: true,
@@ -1097,9 +1108,110 @@ describe('an answer no route took (`unrouted`)', () => {
     });
     try {
       const first = await served.post('nr-big', '/nowhere');
-      expect(first.status).toBe(404);
-      expect(first.body.toString()).toBe(pieces.join(''));
+      expect(first.status).toBe(503);
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable', retryable: true });
       expect(served.notStored()).toMatchObject([{ reason: 'no-route', status: 404 }]);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('held: a body over maxResponseBytes', () => {
+  // Nothing of it can be stored, so the transaction rolls back and the client gets 503: the capture
+  // keeps none of it, whatever its size, rather than every byte until then.
+  it('keeps no byte past the limit, and frees what it held: 503, the retry runs', async () => {
+    const piece = 'x'.repeat(1000);
+    let held: number[] = [];
+    const served = await serve({
+      hold: true,
+      maxResponseBytes: 2500,
+      answer: (res, _run, capture) => {
+        res.statusCode = 201;
+        held = [];
+        for (let i = 0; i < 5; i++) {
+          expect(res.write(piece)).toBe(true);
+          held.push(heldBytes(capture));
+        }
+        res.end(piece);
+        held.push(heldBytes(capture));
+      },
+    });
+    try {
+      const first = await served.post('big-held');
+      expect(first.status).toBe(503);
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable', retryable: true });
+      expect(held).toEqual([1000, 2000, 0, 0, 0, 0]);
+      expect(served.notStored()).toMatchObject([{ reason: 'too-large', status: 201 }]);
+      expect((await served.post('big-held')).status).toBe(503);
+      expect(served.runs()).toBe(2);
+    } finally {
+      await served.close();
+    }
+  });
+
+  // Its answer cannot be flushed whole any more: the same 503, though the handler said it had no
+  // effect, and its key released as that says. Before, every byte was kept for this case alone.
+  it('release() after the overflow: the same 503, and the key released', async () => {
+    const served = await serve({
+      hold: true,
+      maxResponseBytes: 10,
+      answer: (res, run, _capture, context) => {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.write('0123456789');
+        res.write('abc');
+        context.release();
+        res.end(`run ${run}`);
+      },
+    });
+    try {
+      const first = await served.post('said-over');
+      expect(first.status).toBe(503);
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable', retryable: true });
+      expect(first.headers['content-type']).toBe('application/problem+json');
+      const again = await served.post('said-over');
+      expect([again.status, again.headers['idempotent-replayed']]).toEqual([503, undefined]);
+      expect(served.runs()).toBe(2);
+      expect(served.events.filter((event) => event.type === 'not-stored')).toHaveLength(2);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('release() before the body went over it: the same 503', async () => {
+    const served = await serve({
+      hold: true,
+      maxResponseBytes: 10,
+      answer: (res, _run, _capture, context) => {
+        context.release();
+        res.statusCode = 200;
+        res.write('0123456789');
+        res.end('abc');
+      },
+    });
+    try {
+      const first = await served.post('said-before');
+      expect(first.status).toBe(503);
+      expect(JSON.parse(first.body.toString())).toMatchObject({ code: 'store_unavailable' });
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('release() with a body of exactly the limit: served as written, nothing was dropped', async () => {
+    const served = await serve({
+      hold: true,
+      maxResponseBytes: 10,
+      answer: (res, run, _capture, context) => {
+        context.release();
+        res.statusCode = 200;
+        res.write('01234');
+        res.end(run === 1 ? '56789' : 'run 2');
+      },
+    });
+    try {
+      expect((await served.post('said-fits')).body.toString()).toBe('0123456789');
+      expect((await served.post('said-fits')).body.toString()).toBe('01234run 2');
     } finally {
       await served.close();
     }
