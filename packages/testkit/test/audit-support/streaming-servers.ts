@@ -18,7 +18,7 @@ import { pipeline, Readable } from 'node:stream';
 import { ReadableStream } from 'node:stream/web';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import type { HttpIdempotencyOptions, IdempotencyEvent, Store } from '@idem/core';
+import type { HttpIdempotencyOptions, IdempotencyContext, IdempotencyEvent, Store } from '@idem/core';
 import { idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
 import { idempotency as fastifyIdempotency } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
@@ -54,6 +54,8 @@ export interface Plan {
   /** The body's chunks; a generator that throws fails the body there. */
   chunks?: () => AsyncIterable<Buffer>;
   file?: string;
+  /** Called as the handler starts, with its execution's context (`release()`, `keyFor`, ...). */
+  onStart?: (context: IdempotencyContext | undefined) => void;
 }
 
 export interface StreamServerOptions {
@@ -149,10 +151,11 @@ export async function startStreamServer(
     }
     return entry;
   };
-  const started = (name: string): Plan => {
+  const started = (name: string, context: IdempotencyContext | undefined): Plan => {
     runs[name] = (runs[name] ?? 0) + 1;
     const plan = plans[name];
     if (plan === undefined) throw new Error(`no plan ${name}`);
+    plan.onStart?.(context);
     return plan;
   };
   const idem: HttpIdempotencyOptions<unknown> = {
@@ -172,7 +175,7 @@ export async function startStreamServer(
       framework === 'express4' ? ((await import('express4' as string)).default as typeof express)() : express();
     app.post('/stream/:name', expressIdempotency(idem), (req, res, next) => {
       const name = String(req.params.name);
-      const plan = started(name);
+      const plan = started(name, req.idempotency);
       const finish = () => doneOf(name).resolve();
       res.status(plan.status);
       if (plan.headers) res.set(plan.headers);
@@ -211,7 +214,7 @@ export async function startStreamServer(
     await app.register(fastifyIdempotency, idem);
     app.post<{ Params: { name: string } }>('/stream/:name', async (request, reply) => {
       const name = request.params.name;
-      const plan = started(name);
+      const plan = started(name, request.idempotency);
       const finish = () => doneOf(name).resolve();
       if (plan.mode === 'writes') {
         reply.hijack();
@@ -248,7 +251,7 @@ export async function startStreamServer(
       if (ctx.method !== 'POST' || match === null) return next();
       await handle(ctx, async () => {
         const name = match[1] as string;
-        const plan = started(name);
+        const plan = started(name, ctx.state.idempotency);
         const finish = () => doneOf(name).resolve();
         if (plan.mode === 'writes') {
           ctx.respond = false;
