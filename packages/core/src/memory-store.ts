@@ -71,16 +71,9 @@ export interface MemoryStore extends Store {
   forget(input: ForgetInput): boolean;
 }
 
-// An entry that may be dropped to make room: completed, or abandoned (its lease ran out unrenewed).
-// Never one whose lease is live: that would let a second execution run beside it.
-const settled = (entry: Entry, t: number): boolean => entry.completed || leaseEnd(entry) <= t;
-
 // When the lease of an entry in progress ends: its expiry less its keep. Not a field of its own: a
 // time is a heap number in V8, one more object per record for the collector to copy.
 const leaseEnd = (entry: Entry): number => entry.expiresAt - entry.keepMs;
-
-// When an entry's slot in its lane is due: the lease's end while it holds a lease, else its expiry.
-const dueAt = (entry: Entry): number => (entry.completed || entry.inKeepLane ? entry.expiresAt : leaseEnd(entry));
 
 // Shared: a claim that succeeded carries no data, and a fresh object per claim is only garbage.
 const CLAIMED: ClaimResult = Object.freeze({ claimed: true });
@@ -106,11 +99,8 @@ class Entry {
    * carried over by renewals.
    */
   keepMs = 0;
-  /** Filed in its keep's lane, once its lease ended unrenewed (where it is, not what it is: see `settled`). */
-  inKeepLane = false;
-  /** The lane of this entry's current expiry, and how many slots it has there (a renewal adds one). */
-  lane: Lane | undefined = undefined;
-  slots = 0;
+  /** The lane or heap where it was last filed: a slot anywhere else is stale (see `current`). */
+  filed: Lane | Heap | undefined = undefined;
 
   constructor(
     readonly id: string,
@@ -121,21 +111,159 @@ class Entry {
 }
 
 /**
- * The entries whose expiry was last set with one duration (a lease of 10 s, a retention of 24 h), in
- * the order it was set. The clock only moves forward, so within a lane they expire in that order:
- * the expired ones are always at the head, whatever the other lanes hold. One queue for all durations
- * would not do: a record kept 1 h behind one kept 24 h would outlive its retention there, and the
- * store would make room by dropping a record still within its retention.
+ * The slots filed for one duration (a lease of 10 s, a retention of 24 h), each entry with the time
+ * it is due then (`keys`), soonest first: a slot joins the tail only when it is due no sooner than
+ * the one before (the clock only moves forward, so one duration's slots nearly always arrive in
+ * order); any other goes to its timeline's heap. So a lane's head is its soonest slot, and a claim
+ * and its completion cost an append each. One queue for all durations would not do: a record kept
+ * 1 h behind one kept 24 h would outlive its retention there.
  */
 class Lane {
   entries: Entry[] = [];
+  keys: number[] = [];
   head = 0;
+  /** The key of the last slot appended: the latest in the lane. */
+  last = Number.NEGATIVE_INFINITY;
 }
 
-// Durations beyond this many distinct ones share lanes, rounded up to a power of two of milliseconds:
-// a store fed computed retentions must not grow a lane per record. Such a lane is only roughly in
-// expiry order (an entry can stay up to its duration's rounding past its expiry).
-const maxExactLanes = 32;
+/**
+ * The slots that could not join a lane in order (an abandoned record filed in its keep's lane after
+ * records completed since, or durations past the lanes' count): a binary min-heap on `keys`, its
+ * stale slots dropped when they come to the top.
+ */
+class Heap {
+  entries: Entry[] = [];
+  keys: number[] = [];
+}
+
+/**
+ * Entries by the time they are due, in lanes by duration and a heap for the rest: the live leases,
+ * due when their lease ends, or the settled records (completed, or abandoned: their lease ran out
+ * unrenewed), due when they expire. Apart, so that the soonest slot of every settled lane is a
+ * record that may be evicted: a live lease is never in the way of the record nearest its end.
+ */
+class Timeline {
+  readonly lanes = new Map<number, Lane>();
+  /** The same lanes in an array: walked on every eviction, where a Map iterator would be garbage. */
+  readonly list: Lane[] = [];
+  readonly heap = new Heap();
+  /** The last lane asked for: most filings in a row are for one duration, and skip the Map. */
+  lastMs = Number.NaN;
+  lastLane: Lane | undefined = undefined;
+  constructor(readonly leases: boolean) {}
+}
+
+// Lanes past this many durations, per timeline: beyond it, durations go to the heap (a store fed
+// computed retentions must not grow a lane per record, and every eviction looks at each lane).
+const maxLanes = 32;
+
+// When an entry is due in a timeline: a lease when it ends, a settled record when it expires.
+const dueIn = (timeline: Timeline, entry: Entry): number => (timeline.leases ? leaseEnd(entry) : entry.expiresAt);
+
+// Whether a slot (an entry, due at `key`, in `where`) is the entry's current one. An entry refiled
+// since (renewed, completed, abandoned, taken over) or removed leaves stale slots behind. Its key
+// tells the slots of one lane apart: an entry that leaves a lane and comes back (a lease, a renewal
+// of another length, a takeover with the first) has an older slot there, ahead of its place.
+const isCurrent = (timeline: Timeline, where: Lane | Heap, entry: Entry, key: number): boolean =>
+  entry.filed === where && !entry.gone && dueIn(timeline, entry) === key;
+
+function heapPush(heap: Heap, entry: Entry, key: number) {
+  const { entries, keys } = heap;
+  let i = keys.length;
+  entries.push(entry);
+  keys.push(key);
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if ((keys[parent] as number) <= key) break;
+    keys[i] = keys[parent] as number;
+    entries[i] = entries[parent] as Entry;
+    i = parent;
+  }
+  keys[i] = key;
+  entries[i] = entry;
+}
+
+function heapPop(heap: Heap) {
+  const { entries, keys } = heap;
+  const key = keys.pop() as number;
+  const entry = entries.pop() as Entry;
+  const n = keys.length;
+  if (n === 0) return;
+  let i = 0;
+  for (;;) {
+    let child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && (keys[child + 1] as number) < (keys[child] as number)) child++;
+    if ((keys[child] as number) >= key) break;
+    keys[i] = keys[child] as number;
+    entries[i] = entries[child] as Entry;
+    i = child;
+  }
+  keys[i] = key;
+  entries[i] = entry;
+}
+
+// The entry at the lane's head if that slot is its current one; stale slots are dropped.
+function current(timeline: Timeline, lane: Lane): Entry | undefined {
+  const { entries, keys } = lane;
+  while (lane.head < entries.length) {
+    const entry = entries[lane.head] as Entry;
+    if (isCurrent(timeline, lane, entry, keys[lane.head] as number)) return entry;
+    lane.head++;
+  }
+  return undefined;
+}
+
+// The entry at the top of the heap if that slot is its current one; stale slots are dropped.
+function top(timeline: Timeline): Entry | undefined {
+  const heap = timeline.heap;
+  while (heap.keys.length > 0) {
+    const entry = heap.entries[0] as Entry;
+    if (isCurrent(timeline, heap, entry, heap.keys[0] as number)) return entry;
+    heapPop(heap);
+  }
+  return undefined;
+}
+
+// Not on every emptied lane: a lane of leases empties after nearly every request, and truncating
+// its arrays each time would make V8 reallocate them on the next push.
+function compact(lane: Lane) {
+  if (lane.head > 1_024 && lane.head * 2 > lane.entries.length) {
+    lane.entries = lane.entries.slice(lane.head);
+    lane.keys = lane.keys.slice(lane.head);
+    lane.head = 0;
+  }
+}
+
+function laneFor(timeline: Timeline, ms: number): Lane | undefined {
+  if (ms === timeline.lastMs) return timeline.lastLane;
+  let lane = timeline.lanes.get(ms);
+  if (lane === undefined) {
+    if (timeline.list.length >= maxLanes) return undefined;
+    lane = new Lane();
+    timeline.lanes.set(ms, lane);
+    timeline.list.push(lane);
+  }
+  timeline.lastMs = ms;
+  timeline.lastLane = lane;
+  return lane;
+}
+
+// Files an entry in the timeline, with a duration of `ms`: at its lane's tail when it is due no
+// sooner than the lane's last slot, else in the heap.
+function file(timeline: Timeline, entry: Entry, ms: number) {
+  const key = dueIn(timeline, entry);
+  const lane = laneFor(timeline, ms);
+  if (lane !== undefined && key >= lane.last) {
+    lane.entries.push(entry);
+    lane.keys.push(key);
+    lane.last = key;
+    entry.filed = lane;
+  } else {
+    heapPush(timeline.heap, entry, key);
+    entry.filed = timeline.heap;
+  }
+}
 
 /** A fresh record for a reader: callers may change what they get, and later reads must not see it. */
 function recordOf(entry: Entry, t: number): StoreRecord {
@@ -198,13 +326,10 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   let evicted = 0;
   let bytes = 0;
   const entries = new Map<string, Entry>();
-  // Every expiry set is appended to the lane of its duration, so the soonest expiries of a lane are
-  // found at its head in O(1). (Iterating the Map from its front would walk the tombstones V8 leaves
-  // behind deleted entries, which turns eviction quadratic.) Slots of a lane whose entry was removed,
-  // moved to another lane or renewed since are skipped.
-  const lanes = new Map<number, Lane>();
-  // The same lanes in an array: walked on every eviction, where a Map iterator would be garbage.
-  const laneList: Lane[] = [];
+  // Live leases, and the records that may be dropped to make room (completed or abandoned): never
+  // a live lease, which would let a second execution run beside it. An entry is in one at a time.
+  const leases = new Timeline(true);
+  const settled = new Timeline(false);
   let writesSinceSweep = 0;
 
   const remove = (entry: Entry) => {
@@ -233,170 +358,96 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     return entry;
   };
 
-  // The last lane asked for: a claim and its completion alternate between two durations (the lease
-  // and the retention), so most lookups are one of those two and skip the Map.
-  let lastMs = Number.NaN;
-  let lastLane: Lane | undefined;
-  let otherMs = Number.NaN;
-  let otherLane: Lane | undefined;
-  const laneFor = (ms: number): Lane => {
-    if (ms === lastMs) return lastLane as Lane;
-    if (ms === otherMs) return otherLane as Lane;
-    const lane = findLane(ms);
-    otherMs = lastMs;
-    otherLane = lastLane;
-    lastMs = ms;
-    lastLane = lane;
-    return lane;
-  };
-
-  const findLane = (ms: number): Lane => {
-    let lane = lanes.get(ms);
-    if (lane !== undefined) return lane;
-    if (lanes.size >= maxExactLanes) {
-      const rounded = 2 ** Math.ceil(Math.log2(Math.max(ms, 1)));
-      lane = lanes.get(rounded);
-      if (lane !== undefined) return lane;
-      ms = rounded;
-    }
-    lane = new Lane();
-    lanes.set(ms, lane);
-    laneList.push(lane);
-    return lane;
-  };
-
   // Gives an entry in progress a lease of `ms`: it expires when its lease and its keep have passed.
-  // It is filed by its lease's end, in the lane of the lease: a lane holding claims for a lease and
-  // a day's keep would keep its head, once abandoned, for a day, and every slot behind it (the entries
-  // of every later claim, long gone) with it. When its lease ends it moves on to its keep's lane.
+  // It is filed by its lease's end, with the leases: once that has passed unrenewed, it moves on to
+  // the settled records, filed by its expiry (see `lapse`).
   const lease = (entry: Entry, ms: number, t: number) => {
     entry.expiresAt = t + ms + entry.keepMs;
-    entry.inKeepLane = false;
-    file(entry, ms);
+    file(leases, entry, ms);
   };
 
-  // Sets an entry's expiry and files it in the lane of that duration.
-  const expireIn = (entry: Entry, ms: number, t: number) => {
-    entry.expiresAt = t + ms;
-    file(entry, ms);
+  // A slot taken off a timeline, due: a settled record has expired and goes; a lease has ended
+  // unrenewed, and its record goes too if its keep has passed, else it is abandoned, due when the
+  // keep ends (in the keep's lane if it comes in order there, else in the heap).
+  const lapse = (timeline: Timeline, entry: Entry, t: number) => {
+    if (timeline.leases && entry.expiresAt > t) file(settled, entry, entry.keepMs);
+    else remove(entry);
   };
 
-  // Files an entry in the lane of duration `ms`.
-  const file = (entry: Entry, ms: number) => {
-    const lane = laneFor(ms);
-    if (entry.lane === lane) entry.slots++;
-    else {
-      entry.lane = lane;
-      entry.slots = 1;
-    }
-    lane.entries.push(entry);
-  };
-
-  // The entry at the lane's head if that slot is its current one; a stale slot is dropped.
-  const current = (lane: Lane): Entry | undefined => {
-    while (lane.head < lane.entries.length) {
-      const entry = lane.entries[lane.head] as Entry;
-      if (entry.gone || entry.lane !== lane) lane.head++;
-      else if (entry.slots > 1) {
-        entry.slots--;
+  // Takes the due slots (and the stale ones before them) off every lane and the heap of a timeline,
+  // at most `budget` of them from each.
+  const drain = (timeline: Timeline, t: number, budget: number) => {
+    const { list, heap } = timeline;
+    for (let i = 0; i < list.length; i++) {
+      const lane = list[i] as Lane;
+      let left = budget;
+      let entry = current(timeline, lane);
+      while (entry !== undefined && (lane.keys[lane.head] as number) <= t && left-- > 0) {
         lane.head++;
-      } else return entry;
+        lapse(timeline, entry, t);
+        entry = current(timeline, lane);
+      }
+      compact(lane);
     }
-    return undefined;
-  };
-
-  // Not on every emptied lane: a lane of leases empties after nearly every request, and truncating
-  // its array each time would make V8 reallocate it on the next push.
-  const compact = (lane: Lane) => {
-    if (lane.head > 1_024 && lane.head * 2 > lane.entries.length) {
-      lane.entries = lane.entries.slice(lane.head);
-      lane.head = 0;
+    let left = budget;
+    let entry = top(timeline);
+    while (entry !== undefined && (heap.keys[0] as number) <= t && left-- > 0) {
+      heapPop(heap);
+      lapse(timeline, entry, t);
+      entry = top(timeline);
     }
-  };
-
-  // Takes a due entry off its lane's head: gone if its time is up, else (its lease ended unrenewed:
-  // abandoned) on to the lane of its keep, due when that ends.
-  const due = (lane: Lane, entry: Entry, t: number) => {
-    lane.head++;
-    entry.lane = undefined;
-    if (entry.expiresAt <= t) remove(entry);
-    else {
-      entry.inKeepLane = true;
-      file(entry, entry.keepMs);
-    }
-  };
-
-  // Takes due entries (and stale slots) off the lane's head, at most `budget` of them.
-  const drain = (lane: Lane, t: number, budget: number) => {
-    let entry = current(lane);
-    while (entry !== undefined && dueAt(entry) <= t && budget-- > 0) {
-      due(lane, entry, t);
-      entry = current(lane);
-    }
-    compact(lane);
   };
 
   // After every claim: a sweep now and then, so memory follows the retention, and room when full.
   const afterClaim = (t: number) => {
     if (++writesSinceSweep >= 64) {
       writesSinceSweep = 0;
-      for (let i = 0; i < laneList.length; i++) drain(laneList[i] as Lane, t, 64);
+      drain(leases, t, 64);
+      drain(settled, t, 64);
     }
     if (full()) evict(t);
   };
 
+  // Makes room in the documented order: every expired record first, whatever its duration, then the
+  // settled record nearest its end, one at a time. Each lane is in order and the heap's top is its
+  // soonest, so the soonest of all is among the lanes' heads and the top: one look at each.
   const evict = (t: number) => {
+    // Every lease that has ended is settled first (or gone, its keep over too): an abandoned record
+    // waiting there would be passed over.
+    drain(leases, t, Number.POSITIVE_INFINITY);
+    const { list, heap } = settled;
     while (full()) {
-      // One pass over the lanes: drop what has expired at each head (room that costs no retry its
-      // replay), and note the completed head nearest the end of its retention.
       let victim: Entry | undefined;
       let from: Lane | undefined;
-      for (let i = 0; i < laneList.length; i++) {
-        const lane = laneList[i] as Lane;
-        let entry = current(lane);
-        while (entry !== undefined && dueAt(entry) <= t) {
-          due(lane, entry, t);
-          entry = current(lane);
-        }
-        compact(lane);
-        if (entry !== undefined && settled(entry, t) && (victim === undefined || entry.expiresAt < victim.expiresAt)) {
+      let soonest = Number.POSITIVE_INFINITY;
+      for (let i = 0; i < list.length; i++) {
+        const lane = list[i] as Lane;
+        const entry = current(settled, lane);
+        if (entry !== undefined && (lane.keys[lane.head] as number) < soonest) {
           victim = entry;
           from = lane;
+          soonest = lane.keys[lane.head] as number;
         }
       }
-      if (!full()) return;
-      if (victim !== undefined && from !== undefined) {
+      const topEntry = top(settled);
+      if (topEntry !== undefined && (heap.keys[0] as number) < soonest) {
+        victim = topEntry;
+        from = undefined;
+      }
+      // Only live leases left: records in progress are never dropped, so the store grows instead.
+      if (victim === undefined) return;
+      if (from === undefined) heapPop(heap);
+      else {
         from.head++;
-      } else {
-        // Every head is in progress (a lane holds both when a lease and a retention are equal, or
-        // when durations share a rounded lane): look behind them, moving nothing, so each lane stays
-        // in expiry order. Records in progress are never dropped, so the store may grow instead.
-        victim = completedBehind(t);
-        if (victim === undefined) return;
+        compact(from);
       }
       remove(victim);
-      // One found behind the heads may have expired (a lane is only roughly in expiry order): that
-      // is room that costs no retry its replay, so it is neither counted nor reported.
+      // An expired record is room that costs no retry its replay: neither counted nor reported.
       if (victim.expiresAt <= t) continue;
       evicted++;
       // An observer must never fail the claim that made room.
       if (onEvict) notify(onEvict, { id: victim.id, expiresAt: victim.expiresAt, at: t });
     }
-  };
-
-  // The completed (or abandoned) record nearest its end among the first slots behind the lanes'
-  // heads; bounded, since this runs on a claim (a full store of live leases grows instead).
-  const completedBehind = (t: number): Entry | undefined => {
-    let victim: Entry | undefined;
-    for (const lane of laneList) {
-      const end = Math.min(lane.entries.length, lane.head + 1_024);
-      for (let i = lane.head; i < end; i++) {
-        const entry = lane.entries[i] as Entry;
-        if (entry.gone || entry.lane !== lane || !settled(entry, t)) continue;
-        if (victim === undefined || entry.expiresAt < victim.expiresAt) victim = entry;
-      }
-    }
-    return victim;
   };
 
   return {
@@ -468,7 +519,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       existing.status = response.status;
       existing.headers = { ...response.headers };
       existing.body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('latin1');
-      expireIn(existing, retentionMs, t);
+      existing.expiresAt = t + retentionMs;
+      file(settled, existing, retentionMs);
       weigh(existing, size);
       // Room for what this response added (a count of records alone never grows here).
       if (bytes > maxBytes) evict(t);

@@ -303,11 +303,10 @@ export interface ModelTarget {
   advance(ms: number, ids: readonly string[]): Promise<void> | void;
   /**
    * For a bounded store (memoryStore's `maxEntries`): its bound, its size, and the evictions its
-   * `onEvict` reported since the last call. Each is checked against the documented rule's safety
-   * half: only a completed or abandoned record goes, never a live lease, reported with its real end,
-   * and a claim that adds a record over the bound makes room when there is a settled record to drop.
-   * (Its order half, expired records first and then the nearest end, is checked by example in
-   * model.audit.test.ts: the memory store breaks it.)
+   * `onEvict` reported since the last call. Each is checked against the documented rule: only a
+   * completed or abandoned record goes, never a live lease, reported with its real end; every
+   * expired record goes before one is evicted; the one evicted is the settled record nearest its
+   * end; and a claim that adds a record over the bound makes room when there is a settled record to drop.
    */
   bounded?: { maxEntries: number; size(): number; evictions(): SeenEviction[] };
 }
@@ -447,7 +446,8 @@ function checkEvictions(
   log: string[],
   added: boolean,
 ) {
-  for (const eviction of bounded.evictions()) {
+  const evictions = bounded.evictions();
+  for (const eviction of evictions) {
     log.push(`  evicted ${JSON.stringify(eviction)}`);
     const entry = model.entries.get(eviction.id);
     if (!entry || entry.expiresAt <= model.now) fail(`evicted ${eviction.id}, which had already expired`, log);
@@ -455,9 +455,19 @@ function checkEvictions(
     if (!model.settled(victim)) fail(`evicted ${eviction.id}, a live lease`, log);
     if (eviction.expiresAt !== victim.expiresAt)
       fail(`reported ${eviction.id} ending at ${eviction.expiresAt}, not ${victim.expiresAt}`, log);
+    // Ties may go either way: any of the settled records nearest their end will do.
+    const sooner = model.liveEntries().find(([, e]) => model.settled(e) && e.expiresAt < victim.expiresAt);
+    if (sooner)
+      fail(
+        `evicted ${eviction.id} (ending at ${victim.expiresAt}) before ${sooner[0]} (ending at ${sooner[1].expiresAt})`,
+        log,
+      );
     model.evict(eviction.id);
   }
   const size = bounded.size();
+  // Expired records go first, all of them: once one record was evicted, none is left.
+  const live = model.liveEntries().length;
+  if (evictions.length > 0 && size !== live) fail(`evicted a record while holding ${size - live} expired ones`, log);
   if (added && size > bounded.maxEntries && model.liveEntries().some(([, e]) => model.settled(e))) {
     fail(`grew to ${size} over maxEntries ${bounded.maxEntries} with a settled record to evict`, log);
   }
