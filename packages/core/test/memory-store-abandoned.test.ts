@@ -114,9 +114,9 @@ describe('memoryStore: making room when full', () => {
     expect((await store.get('done'))?.state).toBe('completed');
   });
 
-  it('finds an abandoned record behind a live lease at the head of its lane', async () => {
-    // Two claims whose lease and keep add up to the same duration share a lane: the live one at its
-    // head, the abandoned one behind it.
+  it('finds an abandoned record behind a live lease filed before it', async () => {
+    // Two claims whose lease and keep add up to the same duration, the live one first (they once
+    // shared a lane, the live one at its head and the abandoned one behind it).
     let now = 0;
     const evictions: string[] = [];
     const store = memoryStore({ maxEntries: 2, now: () => now, onEvict: ({ id }) => evictions.push(id) });

@@ -6,12 +6,12 @@ import { memoryStore } from '../src/memory-store.js';
 
 const done = { status: 201, headers: {}, body: new Uint8Array() };
 
-describe('memoryStore eviction behind a lane head in progress', () => {
+describe('memoryStore eviction beside a claim in progress of the same duration', () => {
   it('drops the completed record nearest the end of its retention, not a later one', async () => {
     let now = 0;
     const store = memoryStore({ maxEntries: 3, now: () => now });
-    // A lease and a retention of one duration share a lane: its head is a claim in progress, and the
-    // two completed records behind it end 1 s apart.
+    // A lease and a retention of one duration (they once shared a lane, headed by the claim in
+    // progress): the two completed records filed after the claim end 1 s apart.
     store.claim({ id: 'running', token: 't', fingerprint: '', leaseMs: 60_000 });
     store.claim({ id: 'sooner', token: 't', fingerprint: '', leaseMs: 60_000 });
     store.complete({ id: 'sooner', token: 't', response: done, retentionMs: 60_000 });

@@ -132,7 +132,7 @@ describe('memoryStore', () => {
     expect(store.size).toBe(3);
   });
 
-  it('keeps each lane in expiry order when every head is in progress: an expired record goes before a live one is evicted', async () => {
+  it('over the bound with only live leases it grows; later, an ended lease goes before a completed record is evicted', async () => {
     let t = 0;
     const evictions: string[] = [];
     const store = memoryStore({ maxEntries: 3, now: () => t, onEvict: (e) => evictions.push(e.id) });
@@ -160,7 +160,7 @@ describe('memoryStore', () => {
     expect(await store.get('A')).toBeUndefined();
   });
 
-  it('when a lease and a retention share a lane, drops a completed record behind records in progress, never one of those', async () => {
+  it('when a lease and a retention are equal, drops a completed record claimed after records in progress, never one of those', async () => {
     const store = memoryStore({ maxEntries: 2, now: () => 0 });
     const ok = { status: 201, headers: {}, body: new Uint8Array() };
     store.claim({ id: 'running', token: 't', fingerprint: '', leaseMs: 60_000 });
@@ -316,7 +316,7 @@ describe('memoryStore', () => {
 
   it('finds a completed record to evict behind several records in progress', async () => {
     const store = memoryStore({ maxEntries: 4, now: () => 0 });
-    // A lease and a retention of one duration share a queue: the completed record sits behind three claims.
+    // A lease and a retention of one duration: the completed record was claimed after three still running.
     for (const id of ['r1', 'r2', 'r3', 'done']) store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 });
     store.complete({ id: 'done', token: 't', response: done, retentionMs: 60_000 });
     store.claim({ id: 'next', token: 't', fingerprint: '', leaseMs: 60_000 });
