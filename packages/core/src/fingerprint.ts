@@ -1,5 +1,6 @@
 import { createHash, hash } from 'node:crypto';
 import { canonicalJson, integerText, isRawJson, rawJson } from './canonical-json.js';
+import { parameterOf, parameterPattern } from './media-type.js';
 import { canonicalMultipart } from './multipart.js';
 import { normalisePercentEncoding } from './route-path.js';
 
@@ -236,16 +237,11 @@ export function isJsonContentType(contentType: string | undefined): boolean {
  * every request is sent: their fingerprints are those of records stored before it was framed.
  */
 function framedCharsetOf(contentType: string): string | undefined {
-  for (const parameter of contentType.split(';').slice(1)) {
-    const equals = parameter.indexOf('=');
-    if (equals === -1 || parameter.slice(0, equals).trim().toLowerCase() !== 'charset') continue;
-    let value = parameter.slice(equals + 1).trim();
-    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"')) value = value.slice(1, -1);
-    value = value.toLowerCase();
-    return value === 'utf-8' || value === 'utf8' ? undefined : value;
-  }
-  return undefined;
+  const charset = parameterOf(charsetParameter, contentType)?.toLowerCase();
+  return charset === 'utf-8' || charset === 'utf8' ? undefined : charset;
 }
+
+const charsetParameter = parameterPattern('charset');
 
 // `Application/JSON; charset=utf-8` -> `application/json`: the type and subtype, parameters dropped.
 function mediaTypeOf(contentType: string): string {

@@ -1,4 +1,5 @@
 import { trimBlanks } from './blanks.js';
+import { parameterOf, parameterPattern } from './media-type.js';
 
 /**
  * The fingerprint form of a multipart body (RFC 2046 §5.1, RFC 7578): its parts, in order, each as
@@ -188,7 +189,7 @@ function unfold(lines: string[]): string[] | undefined {
 }
 
 // RFC 2046 §5.1.1: 1 to 70 characters from a fixed set, the last not a space; quoted or not.
-const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]*)"|([^\s;"]*))/i;
+const boundaryParameter = parameterPattern('boundary');
 const boundaryCharacters = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]$/;
 
 /**
@@ -199,8 +200,7 @@ const boundaryCharacters = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./
  * boundaryParameterOf('multipart/form-data; boundary="a b"'); // 'a b'
  */
 export function boundaryParameterOf(contentType: string): string | undefined {
-  const match = boundaryParameter.exec(contentType);
-  return match === null ? undefined : (match[1] ?? match[2]);
+  return parameterOf(boundaryParameter, contentType);
 }
 
 // The boundary, when it is one RFC 2046 allows.
