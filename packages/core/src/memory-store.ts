@@ -336,6 +336,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     entries.delete(entry.id);
     entry.gone = true;
     bytes -= entry.bytes;
+    // Its slots stay in the lanes until their due time (skipped as gone), and hold the entry till
+    // then: its body and headers go now, as `bytes` says they did (a forgotten record's body would
+    // otherwise stay for up to its retention).
+    entry.body = '';
+    entry.headers = undefined;
   };
 
   // Sets what an entry counts against the budget.

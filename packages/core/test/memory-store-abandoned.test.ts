@@ -167,3 +167,28 @@ describe('memoryStore: memory follows what is kept', () => {
     expect(stuck.grown).toBeLessThan(10_000_000);
   });
 });
+
+describe('memoryStore: a forgotten record frees its body at once', () => {
+  // Its slot stays in its lane (or heap) until its due time, skipped as gone, and held the entry, body
+  // included, for up to its retention, while `bytes` already said it was freed.
+  it('the body of a forgotten record is not kept until the record would have expired', () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const store = memoryStore({ now: () => 0 });
+    const body = new Uint8Array(32 * 1024 * 1024).fill(7);
+    store.claim({ id: 'big', token: 't', fingerprint: 'fp', leaseMs: 10_000 });
+    expect(
+      store.complete({ id: 'big', token: 't', response: { status: 200, headers: {}, body }, retentionMs: DAY }),
+    ).toBe(true);
+    // A large body is kept as an external string: counted outside the heap.
+    const used = () => {
+      const { heapUsed, external } = process.memoryUsage();
+      return heapUsed + external;
+    };
+    gc();
+    const kept = used();
+    expect(store.forget({ id: 'big', token: 't' })).toBe(true);
+    gc();
+    expect(kept - used()).toBeGreaterThan(24 * 1024 * 1024);
+  });
+});
