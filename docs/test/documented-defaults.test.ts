@@ -1151,6 +1151,28 @@ describe('webhooks defaults', () => {
       expect(leaseMs).toBe(sender.schedule.timeoutMs + 15_000);
     });
 
+    it('maxPerUrl half of batchSize (at least 1): the share each claim gives one URL', async () => {
+      expect(relayTable('maxPerUrl').text).toBe('half of `batchSize` (at least 1)');
+      for (const [batchSize, share] of [
+        [10, 5],
+        [7, 3],
+        [1, 1],
+      ]) {
+        const queries: unknown[][] = [];
+        const db = {
+          query: async (_text: string, values?: unknown[]) => {
+            queries.push(values ?? []);
+            return { rows: [], rowCount: 0 };
+          },
+        };
+        await createOutbox()
+          .relay({ db, sender: createSender({ secret: WEBHOOK_SECRET }), batchSize })
+          .runOnce();
+        // The claim's last value is the share of a URL with nothing in flight.
+        expect(queries[0]?.at(-1)).toBe(share);
+      }
+    });
+
     it("pollInterval '1s': an idle relay claims again 1 s after an empty round", async () => {
       const pollMs = amount(relayTable('pollInterval').text);
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
@@ -1233,11 +1255,11 @@ describe('documented bounds', () => {
     expect(issuer({ rotationDelay: 3601 })).toThrow(TypeError);
   });
 
-  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:726)', async () => {
+  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:733)', async () => {
     const documented = Number(
       /`limit` defaults to (\d+)\./.exec(readFileSync(join(root, 'docs/webhooks.md'), 'utf8'))?.[1],
     );
-    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:726');
+    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:733');
     const asked: unknown[][] = [];
     const db = {
       query: async (_text: string, values?: unknown[]) => {

@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { abortableSleep, maxTimerMs } from '@idem/client';
+import { maxTimerMs } from '@idem/client';
 import {
   assertKnownOptions,
   type Duration,
@@ -13,6 +13,7 @@ import { toBodyBytes, type WebhookBody } from './body.js';
 import { assertDeliverable } from './deliverable.js';
 import { WebhookError } from './errors.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
+import { runSlots } from './relay-slots.js';
 import type { AttemptRecord, Sender } from './sender.js';
 
 /**
@@ -111,8 +112,19 @@ export interface RelayOptions {
   db: Queryable;
   /** Delivers and signs; its schedule (backoff, horizon, max attempts) is the outbox's schedule. */
   sender: Sender;
-  /** Rows claimed per round. Default 10. */
+  /**
+   * How many rows the relay works on at once: `runOnce()` claims up to this many, and the `start()`
+   * loop keeps up to this many attempts in flight, claiming again as soon as one ends. Default 10.
+   */
   batchSize?: number | undefined;
+  /**
+   * How many of those may be one URL's at once (its share): a backlog for one endpoint, a dead one
+   * that makes every attempt wait out the timeout or a slow one, never takes more, and the other
+   * endpoints' events go out through the rest. A positive integer up to `batchSize`; default half
+   * of `batchSize` (at least 1). Counted per relay: with several relays, an endpoint may get one
+   * share from each.
+   */
+  maxPerUrl?: number | undefined;
   /**
    * How long a claimed row stays reserved for this relay. A relay that dies mid-delivery frees its rows
    * after this. Must exceed the sender's per-attempt timeout. Default: the timeout plus 15 s.
@@ -136,6 +148,7 @@ const relayOptionNames = [
   'db',
   'sender',
   'batchSize',
+  'maxPerUrl',
   'lease',
   'pollInterval',
   'relayId',
@@ -542,6 +555,11 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     const batchSize = relayOptions.batchSize ?? 10;
     // A safe integer: pg would send 1e21 as "1e+21", which LIMIT refuses in every round.
     if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    // Half the slots by default: an endpoint that hangs keeps at most half of them for its timeout,
+    // and the other endpoints' events go out through the rest.
+    const maxPerUrl = relayOptions.maxPerUrl ?? Math.max(1, Math.floor(batchSize / 2));
+    if (!Number.isSafeInteger(maxPerUrl) || maxPerUrl < 1 || maxPerUrl > batchSize)
+      throw new TypeError('maxPerUrl must be a positive integer, at most batchSize');
     const leaseMs =
       relayOptions.lease === undefined
         ? sender.schedule.timeoutMs + 15_000
@@ -582,7 +600,17 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
                    'takenOverAt', floor(extract(epoch FROM now()) * 1000)::bigint)`,
             )} END`;
 
-    const claim = async () => {
+    // How many of one URL's rows a claim may take, as `room` says for each URL this relay already
+    // has rows of in flight (none for a URL missing from it): `maxPerUrl` less those. A claim reads
+    // the due rows in due order, leaving out the URLs with no room, picks up to the room of each
+    // URL among the first `limit × maxPerUrl` of them, and leases the first `limit` picked. Without
+    // a share, a backlog for one endpoint (a dead one that makes every attempt wait the whole
+    // timeout, or a slow one) filled every claim, and every other endpoint's events waited behind
+    // it. The candidates are read without a lock; the rows picked are locked (SKIP LOCKED) and
+    // checked again under the lock, as another relay may have claimed one since.
+    // `more_due`: rows were left out for their URL's share (or the limit), so a claim made at once
+    // may find more (the loop claims again while it has free slots).
+    const claim = async (limit: number, room: ReadonlyMap<string, number> = new Map()) => {
       // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
       // locked_by), so its relay died or stalled mid-attempt and its lease ran out. Read before the
       // UPDATE overwrites locked_by.
@@ -597,17 +625,37 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // A crashed row's lost attempt gets its history entry here (withLost), in the statement that
       // takes the row over: so even when this relay dies right after, or the claim dead-letters the
       // row. last_attempt is left alone: it is the last result that came back, and none did.
+      const full = [...room].filter(([, left]) => left <= 0).map(([url]) => url);
+      const partly = [...room].filter(([, left]) => left > 0);
       const { rows } = await db.query(
-        `WITH due AS (
-              SELECT id, locked_by IS NOT NULL AS crashed,
-                     CASE WHEN attempts >= $5::double precision THEN 'max-attempts'
-                          WHEN attempts >= 1 AND now() > ${horizonEnds('', '$4')} THEN 'horizon' END AS stop
+        `WITH room AS (SELECT * FROM unnest($6::text[], $7::int[]) AS r(url, room)),
+              candidate AS (
+              SELECT id, url, next_attempt_at
                 FROM ${table}
                WHERE status = 'pending'
                  AND next_attempt_at <= now()
                  AND (locked_until IS NULL OR locked_until <= now())
+                 AND url <> ALL($8::text[])
                ORDER BY next_attempt_at
-               LIMIT $1
+               LIMIT $9),
+              picked AS (
+              SELECT ranked.id
+                FROM (SELECT id, url, next_attempt_at,
+                             row_number() OVER (PARTITION BY url ORDER BY next_attempt_at, id) AS n
+                        FROM candidate) AS ranked
+                LEFT JOIN room ON room.url = ranked.url
+               WHERE ranked.n <= coalesce(room.room, $10)
+               ORDER BY ranked.next_attempt_at
+               LIMIT $1),
+              due AS (
+              SELECT id, locked_by IS NOT NULL AS crashed,
+                     CASE WHEN attempts >= $5::double precision THEN 'max-attempts'
+                          WHEN attempts >= 1 AND now() > ${horizonEnds('', '$4')} THEN 'horizon' END AS stop
+                FROM ${table}
+               WHERE id = ANY(ARRAY(SELECT id FROM picked))
+                 AND status = 'pending'
+                 AND next_attempt_at <= now()
+                 AND (locked_until IS NULL OR locked_until <= now())
                  FOR UPDATE SKIP LOCKED)
          UPDATE ${table} AS o
             SET status = CASE WHEN due.stop IS NULL THEN o.status ELSE 'dead' END,
@@ -622,8 +670,21 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
           WHERE o.id = due.id
         RETURNING o.id, o.url, CASE WHEN due.crashed OR due.stop IS NOT NULL THEN NULL ELSE o.body END AS body,
                   o.content_type, o.headers, o.status, o.attempts, o.claims, due.crashed,
-                  floor(extract(epoch FROM now()) * 1000)::float8 AS database_now`,
-        [batchSize, leaseMs, relayId, horizonParam, maxAttemptsParam],
+                  floor(extract(epoch FROM now()) * 1000)::float8 AS database_now,
+                  (SELECT count(*) FROM candidate) > (SELECT count(*) FROM picked) AS more_due`,
+        [
+          limit,
+          leaseMs,
+          relayId,
+          horizonParam,
+          maxAttemptsParam,
+          partly.map(([url]) => url),
+          partly.map(([, left]) => left),
+          full,
+          // A safe integer whatever the batch: pg would send a larger one as 1e+31, which LIMIT refuses.
+          Math.min(limit * maxPerUrl, Number.MAX_SAFE_INTEGER),
+          maxPerUrl,
+        ],
       );
       return rows as {
         id: string;
@@ -641,6 +702,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
         crashed: boolean;
         /** The database's clock when the claim ran, epoch ms. */
         database_now: number;
+        /** Due rows were left out of this claim for their URL's share or its limit. */
+        more_due: boolean;
       }[];
     };
     type Claimed = Awaited<ReturnType<typeof claim>>[number];
@@ -926,23 +989,35 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       return () => performance.now() < ends && !signal?.aborted;
     };
 
-    const runRound = async (signal: AbortSignal | undefined): Promise<RelayRound> => {
-      const more = batchesWhile(signal);
-      const rows = await claim();
-      // Attempts are signed (webhook-timestamp) by the database's clock, the one that schedules them,
-      // carried forward by this process's monotonic clock: a relay host whose wall clock is minutes
-      // off would otherwise send signatures every receiver refuses as too old or too new, and dates
-      // in its history that disagree with next_attempt_at.
+    // Attempts are signed (webhook-timestamp) by the database's clock, the one that schedules them,
+    // carried forward by this process's monotonic clock: a relay host whose wall clock is minutes
+    // off would otherwise send signatures every receiver refuses as too old or too new, and dates
+    // in its history that disagree with next_attempt_at.
+    const clockOf = (rows: Claimed[]) => {
       const claimedAt = performance.now();
       const databaseNow = rows[0]?.database_now ?? 0;
-      const clock = () => databaseNow + (performance.now() - claimedAt);
+      return () => databaseNow + (performance.now() - claimedAt);
+    };
+
+    // One claimed row to its end: a row dead-lettered by its claim is done already, a crashed one is
+    // put back, any other gets its attempt.
+    const workOn = (row: Claimed, round: RelayRound, clock: () => number, more: () => boolean) =>
+      row.status === 'dead'
+        ? Promise.resolve('dead' as const)
+        : row.crashed
+          ? takeOver(row)
+          : send(row, round, clock, more);
+
+    const runRound = async (signal: AbortSignal | undefined): Promise<RelayRound> => {
+      const more = batchesWhile(signal);
+      const rows = await claim(batchSize);
+      const clock = clockOf(rows);
       const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0, fenced: 0 };
       // Settle every row before the round ends, even when one fails: stop() promises the round in
       // flight is over, and a caller may close the pool right after it.
       const settled = await Promise.allSettled(
         rows.map(async (row) => {
-          const status =
-            row.status === 'dead' ? 'dead' : row.crashed ? await takeOver(row) : await send(row, round, clock, more);
+          const status = await workOn(row, round, clock, more);
           if (status === 'pending') round.retrying++;
           else round[status]++;
         }),
@@ -952,53 +1027,62 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       return round;
     };
 
-    // A round whose query never returns (a database host gone silent, without a reset) would hold the
-    // loop, and stop(), for ever. Past its lease nothing it does counts (another claim may hold its
-    // rows, and the fence refuses its results), so it is given up then and reported; if the query
-    // ever returns, the round finishes in the background and its late results are fenced off.
-    // `signal`: the background loop's, which stop() aborts.
-    const runInLease = (signal: AbortSignal | undefined): Promise<RelayRound> => {
-      const round = runRound(signal);
+    // Work whose query never returns (a database host gone silent, without a reset) would hold the
+    // round, or the loop's slot, and stop(), for ever. Past its lease nothing it does counts (another
+    // claim may hold its rows, and the fence refuses its results), so it is given up then and
+    // reported; if the query ever returns, the work finishes in the background and its late
+    // results are fenced off.
+    const withinLease = <T>(work: Promise<T>, message: string, details: Record<string, unknown>): Promise<T> => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const deadline = new Promise<never>((_, reject) => {
         timer = setTimeout(
-          () =>
-            reject(
-              new WebhookError('relay_round_timeout', 'The relay round did not finish within its lease.', {
-                details: { leaseMs },
-              }),
-            ),
+          () => reject(new WebhookError('relay_round_timeout', message, { details: { leaseMs, ...details } })),
           leaseMs,
         );
       });
-      return Promise.race([round, deadline]).finally(() => clearTimeout(timer));
+      return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
     };
 
     let running: Promise<void> | undefined;
     let stopping: AbortController | undefined;
 
-    const loop = async (signal: AbortSignal) => {
-      while (!signal.aborted) {
-        let round: RelayRound | undefined;
-        try {
-          round = await runInLease(signal);
-        } catch (error) {
-          // The database is down or a round failed: rows stay leased or pending; try again later.
+    // The background loop keeps up to batchSize rows in flight, each on its own lease, and claims
+    // again as soon as one ends (relay-slots.ts). `signal`: the loop's, which stop() aborts.
+    const loop = (signal: AbortSignal) =>
+      runSlots<{ url: string; row: Claimed; clock: () => number }>(
+        {
+          slots: batchSize,
+          maxPerUrl,
+          pollMs,
+          claim: async (limit, room) => {
+            const rows = await withinLease(
+              claim(limit, room),
+              'The relay did not finish a claim within its lease.',
+              {},
+            );
+            const clock = clockOf(rows);
+            return {
+              work: rows.filter((row) => row.status !== 'dead').map((row) => ({ url: row.url, row, clock })),
+              claimed: rows.length,
+              moreDue: rows.some((row) => row.more_due),
+            };
+          },
+          // The counts of a round are runOnce()'s; the loop's rows are told through onAttempt.
+          work: ({ row, clock }) =>
+            withinLease(
+              workOn(row, { claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 0 }, clock, batchesWhile(signal)),
+              'The relay did not finish a row within its lease.',
+              { id: row.id },
+            ),
           // Without the failed statement's values (PGlite's `params`: bodies, partner answers).
-          notify(relayOptions.onError, withoutCommandValues(error));
-        }
-        if (signal.aborted) return;
-        if (round && round.claimed === batchSize) continue;
-        // One signal serves every wait of the loop: the sleep removes its listener when it ends, or
-        // each idle poll would leave one behind (Node warns past 10). It waits a long pollInterval
-        // in steps, and rejects when stop() aborts, which ends the loop.
-        await abortableSleep(pollMs, signal).catch(() => undefined);
-      }
-    };
+          onError: (error) => notify(relayOptions.onError, withoutCommandValues(error)),
+        },
+        signal,
+      );
 
     return {
       relayId,
-      runOnce: () => runInLease(undefined),
+      runOnce: () => withinLease(runRound(undefined), 'The relay round did not finish within its lease.', {}),
       start() {
         if (stopping !== undefined && !stopping.signal.aborted) return;
         // A start while a stop() is still waiting for its round is a restart: the new loop begins once

@@ -53,7 +53,7 @@ describe.skipIf(!available)('a round of several 429s from one URL', () => {
       [url],
     );
     const sender = createSender({ secret: SECRET, timeout: '2s', random: () => 0.5 });
-    const round = await outbox.relay({ db: pool, sender, batchSize: 5, lease: '10s' }).runOnce();
+    const round = await outbox.relay({ db: pool, sender, batchSize: 5, maxPerUrl: 5, lease: '10s' }).runOnce();
     expect(round).toMatchObject({ claimed: 5, retrying: 5 });
 
     // Every waiting row was put off for the minute the endpoint asked...

@@ -31,4 +31,19 @@ describe('relay options', () => {
     );
     expect(() => outbox.relay({ db: db as never, sender, batchSize: Number.MAX_SAFE_INTEGER })).not.toThrow();
   });
+
+  it('refuses a maxPerUrl that is not a positive integer up to batchSize', () => {
+    const sender = createSender({ secret: `whsec_${Buffer.alloc(32, 1).toString('base64')}` });
+    const outbox = createOutbox();
+    for (const maxPerUrl of [0, -1, 1.5, Number.NaN, 11, '5' as never]) {
+      expect(() => outbox.relay({ db: db as never, sender, batchSize: 10, maxPerUrl })).toThrow(
+        new TypeError('maxPerUrl must be a positive integer, at most batchSize'),
+      );
+    }
+    for (const maxPerUrl of [1, 10, undefined]) {
+      expect(() => outbox.relay({ db: db as never, sender, batchSize: 10, maxPerUrl })).not.toThrow();
+    }
+    // A batch of 1 gets a share of 1, not 0 (which would claim nothing).
+    expect(() => outbox.relay({ db: db as never, sender, batchSize: 1 })).not.toThrow();
+  });
 });

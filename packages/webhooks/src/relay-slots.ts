@@ -1,0 +1,122 @@
+import { abortableSleep } from '@idem/client';
+
+/** A promise and the function that resolves it. */
+function signalled(): { promise: Promise<void>; resolve: () => void } {
+  let resolve: () => void = () => undefined;
+  const promise = new Promise<void>((settle) => {
+    resolve = settle;
+  });
+  return { promise, resolve };
+}
+
+/** What one claim of the slot loop gave. */
+export interface SlotClaim<Row extends { url: string }> {
+  /** Rows that take a slot (an attempt, or a takeover that puts the row back). */
+  work: Row[];
+  /** Rows the claim took, those that took no slot (dead-lettered by the claim itself) included. */
+  claimed: number;
+  /** Due rows were left out for their URL's share (or the limit): a claim made at once may find more. */
+  moreDue: boolean;
+}
+
+/** What the slot loop needs from the relay. */
+export interface SlotLoopOptions<Row extends { url: string }> {
+  /** How many rows may be in flight at once. */
+  slots: number;
+  /** How many of them may be one URL's. */
+  maxPerUrl: number;
+  /** The pause when nothing more was due, or a claim failed. */
+  pollMs: number;
+  /** Claims up to `limit` rows; `room` says how many more of each URL in flight may come. */
+  claim(limit: number, room: ReadonlyMap<string, number>): Promise<SlotClaim<Row>>;
+  /** Works one row to its end. It must settle within the row's lease (the relay races it against one). */
+  work(row: Row): Promise<unknown>;
+  /** Told what a claim or a row's work failed with. */
+  onError(error: unknown): void;
+}
+
+/**
+ * The `start()` loop of an outbox relay: up to `slots` rows in flight, each on its own, and a claim
+ * again as soon as one ends. Rounds used to end together: the next claim waited for every attempt of
+ * the last one, so a row whose endpoint hung held its round's other slots empty for the whole
+ * timeout, and with a backlog for that endpoint, every round. Here a slot is taken again the moment
+ * it is free, and no URL holds more than `maxPerUrl` of them, so the other endpoints' events go out
+ * through the rest while one endpoint keeps its attempts waiting.
+ *
+ * Claims again at once while a claim found rows and left some due ones out (for a URL's share: the
+ * next claim leaves that URL out, and reaches the rows behind its backlog). Otherwise waits for
+ * `pollMs`, or for a slot to free (a URL that was at its share may have due rows): a free slot
+ * costs at most one claim that finds nothing. After `signal` aborts it claims no more and resolves
+ * once every row in flight has settled, each within its lease.
+ */
+export async function runSlots<Row extends { url: string }>(
+  options: SlotLoopOptions<Row>,
+  signal: AbortSignal,
+): Promise<void> {
+  const { slots, maxPerUrl, pollMs } = options;
+  const inFlight = new Set<Promise<void>>();
+  const perUrl = new Map<string, number>();
+  // Resolved (and replaced) whenever a slot frees: the loop's waits race it.
+  let slotFreed = signalled();
+
+  const begin = (row: Row) => {
+    perUrl.set(row.url, (perUrl.get(row.url) ?? 0) + 1);
+    const task = options
+      .work(row)
+      .then(
+        () => undefined,
+        (error: unknown) => options.onError(error),
+      )
+      .finally(() => {
+        inFlight.delete(task);
+        const left = (perUrl.get(row.url) ?? 1) - 1;
+        if (left === 0) perUrl.delete(row.url);
+        else perUrl.set(row.url, left);
+        slotFreed.resolve();
+        slotFreed = signalled();
+      });
+    inFlight.add(task);
+  };
+
+  // Waits for `freed`, for `sleepMs` if given, or for the loop's abort, whichever comes first, and
+  // leaves no listener on `signal` behind (an idle loop waits many times; Node warns past 10).
+  const pause = async (freed: Promise<void>, sleepMs: number | undefined) => {
+    const ended = new AbortController();
+    const end = () => ended.abort();
+    signal.addEventListener('abort', end, { once: true });
+    try {
+      const waits = [freed, new Promise<void>((resolve) => ended.signal.addEventListener('abort', () => resolve()))];
+      if (sleepMs !== undefined) waits.push(abortableSleep(sleepMs, ended.signal).catch(() => undefined));
+      await Promise.race(waits);
+    } finally {
+      signal.removeEventListener('abort', end);
+      ended.abort();
+    }
+  };
+
+  while (!signal.aborted) {
+    // Taken before the claim: a slot that frees while it runs still ends the wait after it.
+    const freed = slotFreed.promise;
+    const free = slots - inFlight.size;
+    let outcome: 'more' | 'idle' | 'failed' = 'idle';
+    if (free > 0) {
+      try {
+        const room = new Map([...perUrl].map(([url, count]) => [url, maxPerUrl - count] as const));
+        const claimed = await options.claim(free, room);
+        for (const row of claimed.work) begin(row);
+        if (claimed.claimed > 0 && claimed.moreDue) outcome = 'more';
+      } catch (error) {
+        // The database is down: rows stay leased or pending; try again after the pause.
+        options.onError(error);
+        outcome = 'failed';
+      }
+    }
+    if (signal.aborted) break;
+    if (outcome === 'more' && inFlight.size < slots) continue;
+    if (outcome === 'failed') await abortableSleep(pollMs, signal).catch(() => undefined);
+    // Every slot taken: claim again when one frees. Else nothing more was due: claim again after
+    // the poll, or when a slot frees (its URL, at its share, may have rows waiting).
+    else await pause(freed, inFlight.size >= slots ? undefined : pollMs);
+  }
+  await Promise.allSettled([...inFlight]);
+}
