@@ -447,7 +447,10 @@ export interface HttpIdempotency<Req> {
   replay(stored: StoredResponse, echo: string, acceptEncoding?: string): HttpResponse;
   /**
    * Watches `res` (Node's `ServerResponse`, which every framework ends up writing to) and copies what
-   * is written: status, body, and the headers a replay carries (the allowlist and `replayHeaders`). With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
+   * is written: status, body, and the headers a replay carries (the allowlist and `replayHeaders`).
+   * Every head it lets out says `Cache-Control: no-store`, whatever its status, unless the response
+   * has a Cache-Control already (the handler's own is kept): a shared cache must not hand one
+   * caller's answer to another. Never stored, so replays carry their own. With `settle`, the outcome is settled for `settle.lease` as soon as it is known, and
    * the end of the response is held until it is stored: a client that read the whole response and
    * retries at once gets the replay, never a 409. In held mode (`hold: true`, transactional) nothing
    * reaches the client until `flush()` or `replace()`.
@@ -2121,6 +2124,26 @@ function advertise(state: CaptureState, status: number) {
 }
 
 /**
+ * Keeps the answer to a keyed request out of shared caches: `Cache-Control: no-store` on its head,
+ * whatever its status, unless the response has a Cache-Control already (the handler's, or one an
+ * earlier layer set): a handler that set one said what it wants. Without it, a cache that keeps POST
+ * answers (nginx with `proxy_cache_methods POST`) kept Alice's first 201 and served it, her body and
+ * her key echoed, to Bob's POST, whose handler never ran: a first execution is one caller's result
+ * as much as its replay is (see `replay`). Set on the response only: Cache-Control is never
+ * replayed (`neverReplayed`), so the record and the replays are what they were.
+ *
+ * Called wherever a head can leave: `writeHead`, the first write, `end` (held too, which covers the
+ * flush). Node writes an implicit head through the `writeHead` on the response at that moment, the
+ * original one once the wrappers are restored (`end`, the last declared byte), so the wrapper alone
+ * would miss it. Headers passed to `writeHead` (Fastify passes all of its reply's there) replace one
+ * set on the response, so a handler's own Cache-Control among them wins over this one, over HTTP/1.1
+ * and HTTP/2 alike, and need not be looked for.
+ */
+function keepFromCaches(res: ServerResponse) {
+  if (!res.headersSent && !res.hasHeader('cache-control')) res.setHeader('cache-control', 'no-store');
+}
+
+/**
  * True when a live feed's head has not been written yet and is about to leave with this write or end
  * (Express's res.send, Koa's string body, a write that reaches the declared length): the body is
  * settled before Node writes that head, so onHead must see it first, or the feed is stored as an
@@ -2153,6 +2176,7 @@ function onHead(state: CaptureState, args: unknown[]) {
     finish(state, { kind: 'unstorable', reason: 'event-stream', status });
   }
   advertise(state, status);
+  keepFromCaches(state.res);
 }
 
 function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
@@ -2183,6 +2207,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     if (liveFeedHeadPending(this)) onHead(this, [res.statusCode]);
     this.status = res.statusCode;
     advertise(this, res.statusCode);
+    keepFromCaches(res);
     this.headers ??= responseHeaders(res, this.headHeaders, this.replayed);
   }
   if (!this.eventStream) copy(this, chunk, encoding);
@@ -2297,6 +2322,9 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   if (chunk && typeof chunk !== 'string' && typeof chunk !== 'function' && !(chunk instanceof Uint8Array)) {
     return this.originalEnd.call(res, chunk, encoding, callback);
   }
+  // Before any of the ends below: each leaves through Node's own writeHead (the wrappers restored).
+  // After whatever cleared the headers on the way (Koa's error handler removes every one).
+  keepFromCaches(res);
   const declined = this.declined ?? (this.unrouted?.() ? 'no-route' : undefined);
   if (declined !== undefined) return endDeclined(this, declined, chunk, encoding, callback);
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
