@@ -502,6 +502,10 @@ export function describeAdapter(
             kind: 'json',
             status: request.route === '/charges' ? 201 : 200,
             headers: {
+              // `cacheable`: a handler that says its answer may be cached, which idem leaves as it is.
+              ...((request.body as { cacheable?: boolean } | undefined)?.cacheable
+                ? { 'cache-control': 'public, max-age=60' }
+                : {}),
               location: `/charges/ch_${n}`,
               'content-location': `/charges/ch_${n}`,
               etag: `"v${n}"`,
@@ -737,6 +741,46 @@ export function describeAdapter(
         expect(again.headers['idempotency-key']).toBe('"replay-1"');
         expect(world.server.executions()).toBe(1);
       });
+    });
+
+    it('every answer to a keyed request says Cache-Control: no-store unless the handler set its own; the record gains nothing, and a request without a key is untouched (40)', async () => {
+      // A shared cache in front of a POST route (nginx's `proxy_cache_methods POST`) keeps whatever
+      // does not forbid it, and would hand Alice's first 201 to Bob. Every write path of the table:
+      // json, text, bytes, gzip, a piped stream, 204, a 4xx answer, a thrown handler's 500.
+      await withWorld(async (world) => {
+        for (const path of ['/charges', '/text', '/binary', '/gzip', '/stream', '/empty', '/declined', '/boom']) {
+          const first = await world.send(path, { key: `cc${path.replace('/', '-')}` });
+          expect(first.headers['idempotent-replayed'], path).toBeUndefined();
+          expect(first.headers['cache-control'], path).toBe('no-store');
+        }
+        // The header is the response's, not the outcome's: the record is what it was, and its
+        // replay says no-store as every replay does.
+        const record = (await storedRecord(world, 'cc-charges')) as { response: StoredResponse };
+        expect(record.response.headers['cache-control']).toBeUndefined();
+        expect((await world.send('/charges', { key: 'cc-charges' })).headers['cache-control']).toBe('no-store');
+        // A handler that set its own said what it wants: kept, on a stream too (`no-cache` of the feed).
+        const body = '{"amount":100,"cacheable":true}';
+        const own = await world.send('/charges', { key: 'cc-own', body });
+        expect(own.status).toBe(201);
+        expect(own.headers['cache-control']).toBe('public, max-age=60');
+        expect((await world.send('/events', { key: 'cc-events' })).headers['cache-control']).toBe('no-cache');
+        // Its replay is still one caller's result, and the record holds no Cache-Control either way.
+        const replayed = await world.send('/charges', { key: 'cc-own', body });
+        expect(replayed.headers['idempotent-replayed']).toBe('true');
+        expect(replayed.headers['cache-control']).toBe('no-store');
+      });
+      // Without a key (`required: false`) idem passes the request through as it came.
+      await withWorld(
+        async (world) => {
+          const plain = await world.send('/charges', { key: null });
+          expect(plain.status).toBe(201);
+          expect(plain.headers['idempotency-key']).toBeUndefined();
+          expect(plain.headers['cache-control']).toBeUndefined();
+          const own = await world.send('/charges', { key: null, body: '{"amount":100,"cacheable":true}' });
+          expect(own.headers['cache-control']).toBe('public, max-age=60');
+        },
+        { required: false },
+      );
     });
 
     it('never replays Set-Cookie, Date, request-id or rate-limit headers (24)', async () => {
@@ -2341,6 +2385,26 @@ export function describeAdapter(
             expect(again.body.equals(first.body)).toBe(true);
             expect(world.server.executions()).toBe(1);
             if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
+      it('a held answer says Cache-Control: no-store when it goes out, unless the handler set its own (40)', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            for (const path of ['/charges', '/stream', '/empty', '/boom']) {
+              const first = await world.send(path, { key: `tx-cc${path.replace('/', '-')}` });
+              expect(first.headers['idempotent-replayed'], path).toBeUndefined();
+              expect(first.headers['cache-control'], path).toBe('no-store');
+            }
+            const record = (await storedRecord(world, 'tx-cc-charges')) as { response: StoredResponse };
+            expect(record.response.headers['cache-control']).toBeUndefined();
+            const own = await world.send('/charges', { key: 'tx-cc-own', body: '{"amount":100,"cacheable":true}' });
+            expect(own.status).toBe(201);
+            expect(own.headers['cache-control']).toBe('public, max-age=60');
           },
           { transactional: true },
           harness,

@@ -486,8 +486,8 @@ describe.each(frameworkNames)('request bodies through nginx in front of %s', (fr
 });
 
 describe.each(frameworkNames)('an nginx `proxy_cache` on POST in front of %s', (framework) => {
-  it.fails('a first response cached by nginx is not served to another user', async () => {
-    // Was wrong: idem marks replays `Cache-Control: no-store` but not first executions, so nginx with `proxy_cache_methods POST` and `proxy_cache_valid` caches Alice's first 201 and serves it (her body, her key echoed) to Bob's POST, whose handler never runs; with `$http_idempotency_key` in the cache key, to Bob reusing her key string. needs a decision: (a) adapters set `Cache-Control: no-store` on every execution unless the handler set its own (a change to the HTTP table's "first execution" row), (b) force it, overriding the handler, (c) document only: never put a cache on keyed routes (docs/operations.md "Behind nginx or HAProxy" says so now).
+  it('a first response cached by nginx is not served to another user', async () => {
+    // Was a defect: idem marked replays `Cache-Control: no-store` but not first executions, so nginx with `proxy_cache_methods POST` and `proxy_cache_valid` cached Alice's first 201 and served it (her body, her key echoed) to Bob's POST, whose handler never ran; with `$http_idempotency_key` in the cache key, to Bob reusing her key string. Now every answer of a keyed request says `no-store` unless the handler set its own Cache-Control, and nginx keeps none.
     await withProxy(
       { framework, backend: 'memory' },
       ([a]) =>
@@ -498,9 +498,13 @@ describe.each(frameworkNames)('an nginx `proxy_cache` on POST in front of %s', (
       async (nginx, s) => {
         const alice = await post(`${nginx.url}/charges`, 'guessable-key', { user: 'alice' });
         expect(JSON.parse(alice.body.toString()).user).toBe('alice');
+        expect(alice.headers['cache-control']).toBe('no-store');
         const bob = await post(`${nginx.url}/charges`, 'guessable-key', { user: 'bob' });
         expect(s.runs.charges).toBe(2);
         expect(JSON.parse(bob.body.toString()).user).toBe('bob');
+        expect(bob.headers['idempotent-replayed']).toBeUndefined();
+        await until(() => (nginx.log().match(/key=guessable-key/g)?.length ?? 0) === 2);
+        expect(nginx.log()).not.toMatch(/cache=HIT/);
       },
     );
   });
