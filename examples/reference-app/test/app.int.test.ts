@@ -839,6 +839,42 @@ describe('signed in', () => {
     expect(after.body).not.toContain('Send the same charge again (same key)');
   });
 
+  // The form's own key, its charge's answer lost on the way to the browser (the redirect to its
+  // message never followed): the page comes back with that key and amount, and says what is known,
+  // until a page has shown the charge's outcome. An unknown outcome shown keeps the key; a refusal
+  // shown (nothing ran) ends it.
+  it('brings back the key and amount of a charge whose outcome no page showed, saying what is known', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const key = formField(page.body, 'key');
+    const send = (body: string) =>
+      agent.postForm(appUrl('/charges'), { csrf: formField(body, 'csrf'), key, amount: '700', currency: 'EUR' });
+    apiMode = 'drop';
+    const lost = await send(page.body);
+    const back = await agent.request(appUrl('/'));
+    expect(back.body).toContain('Your charge of 700 EUR was sent; it may have gone through.');
+    expect(back.body).toContain('<title>Create charge: Your charge of 700 EUR was sent; it may have gone through.');
+    expect(formField(back.body, 'key')).toBe(key);
+    expect(back.body).toMatch(/name="amount"[^>]*value="700"/);
+    // The page the charge led to says it itself; the key stays, the outcome is still unknown.
+    const shown = await landing(agent, lost);
+    expect(shown.body).toContain('API unavailable');
+    expect(shown.body).not.toContain('it may have gone through.');
+    expect((await agent.request(appUrl('/'))).body).toContain('it may have gone through.');
+    apiMode = 'refuse';
+    const refused = await send(shown.body);
+    expect((await agent.request(appUrl('/'))).body).toContain(
+      'Your charge of 700 EUR was refused: nothing was charged.',
+    );
+    expect((await landing(agent, refused)).body).toContain('The API refused: 422');
+    const after = await agent.request(appUrl('/'));
+    expect(after.body).not.toContain('Your charge of 700 EUR');
+    expect(formField(after.body, 'key')).not.toBe(key);
+    expect(seen.filter((request) => request.url === '/charges').map((request) => request.idempotencyKey)).toEqual(
+      Array(5).fill(`"${key}"`),
+    );
+  });
+
   // Mutation audit: each kind of unknown outcome keeps the key on its own (mayHaveRun's clauses).
   it.each([
     ['a 500 on every attempt', 'crash', 4],
@@ -1353,6 +1389,34 @@ describe.each([
     expect(await store.takeFlash(id, 'mine')).toEqual(mine);
     expect(await store.takeFlash(id, 'mine')).toBeUndefined();
     expect(await store.get(id)).toEqual({ tokens: tokens('rt-1'), flashes: { theirs } });
+  });
+
+  // The charge whose outcome no page has shown yet: one per session, the first sent. Two tabs that send
+  // at once must not take it from each other, and a late answer of one charge must not settle or end
+  // another that is open by then.
+  it('keeps one open charge per signed-in session, the first sent, settled and ended only by its own key', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 60 });
+    const id = await store.create({ user: { sub: 'user-alice' }, tokens: tokens('rt-1') });
+    const first = { key: 'k-1', amount: 100, currency: 'EUR' };
+    const [a, b] = await Promise.all([
+      store.openCharge(id, first),
+      store.openCharge(id, { key: 'k-2', amount: 200, currency: 'EUR' }),
+    ]);
+    expect(a).toEqual(b);
+    const open = a?.key === 'k-1' ? first : { key: 'k-2', amount: 200, currency: 'EUR' };
+    const other = open.key === 'k-1' ? 'k-2' : 'k-1';
+    await store.settleCharge(id, { key: other, amount: 300, currency: 'EUR', outcome: 'created' });
+    await store.closeCharge(id, other);
+    expect((await store.get(id))?.openCharge).toEqual(open);
+    await store.settleCharge(id, { ...open, amount: 400, outcome: 'created' });
+    expect((await store.get(id))?.openCharge).toEqual({ ...open, amount: 400, outcome: 'created' });
+    await store.closeCharge(id, open.key);
+    expect((await store.get(id))?.openCharge).toBeUndefined();
+    expect(await store.openCharge(id, first)).toEqual(first);
+    // A sign-in in progress holds none.
+    const pending = await store.create({ pending: [] }, 60);
+    expect(await store.openCharge(pending, first)).toBeUndefined();
+    expect(await store.get(pending)).toEqual({ pending: [] });
   });
 
   it('keeps one sign-in transaction per state, each taken once by its own callback, the newest five', async () => {

@@ -1,6 +1,6 @@
 import { escapeHtml, htmlPage } from '../html.js';
 import type { ApiResult } from './api-client.js';
-import type { Flash, SignedInUser } from './sessions.js';
+import type { Flash, OpenCharge, SignedInUser } from './sessions.js';
 
 /**
  * The page for a visitor who is not signed in.
@@ -37,12 +37,44 @@ function apiSection(heading: string, id: string, result: ApiResult, extra = ''):
 export interface HomePageInput {
   user: SignedInUser;
   csrf: string;
-  /** The key of the charge this page's form makes: one per rendered form. */
+  /**
+   * The key of the charge this page's form makes: the open charge's while there is one, else one per
+   * rendered form.
+   */
   chargeKey: string;
+  /**
+   * A charge sent from this session whose outcome no page has shown: the form comes back with its
+   * details, and says what is known of it (unless the flash on this page is about it already).
+   */
+  openCharge?: OpenCharge | undefined;
   photos: ApiResult;
   stock: ApiResult;
   settings: ApiResult;
   flash?: Flash;
+}
+
+/**
+ * What the charge form says of an open charge: a headline (the page's title names it too) and what to
+ * do. A lost answer is the usual cause, so the person may well have seen nothing of it.
+ */
+function openChargeNotice(open: OpenCharge): { headline: string; detail: string } {
+  const charge = `Your charge of ${open.amount} ${open.currency}`;
+  if (open.outcome === 'created')
+    return {
+      headline: `${charge} went through.`,
+      detail:
+        'Its answer did not reach this page. The form below is still that charge: sent as it is, it shows the charge and charges nothing more. The form after it is a new charge.',
+    };
+  if (open.outcome === 'refused')
+    return {
+      headline: `${charge} was refused: nothing was charged.`,
+      detail: 'Its answer did not reach this page. Send the form below as it is to see why.',
+    };
+  return {
+    headline: `${charge} was sent; it may have gone through.`,
+    detail:
+      'Its answer did not reach this page. The form below is still that charge: send it as it is to find out. It is charged at most once.',
+  };
 }
 
 /**
@@ -81,7 +113,14 @@ export function homePage(input: HomePageInput): string {
 </form>`;
   // The title names the outcome of the form this page answers: it is what a screen reader reads first,
   // and the status region below, there from the start, is not announced when the page loads.
-  const outcome = input.flash ? `${input.flash.title}: ${input.flash.lines[0] ?? ''}`.trim() : undefined;
+  // The flash of this very charge says more than the notice would.
+  const open = input.openCharge;
+  const notice = open && open.key !== input.flash?.charge?.key ? openChargeNotice(open) : undefined;
+  const outcome = input.flash
+    ? `${input.flash.title}: ${input.flash.lines[0] ?? ''}`.trim()
+    : notice
+      ? `Create charge: ${notice.headline}`
+      : undefined;
   return htmlPage(
     outcome ? `${outcome} - Photo app` : 'Photo app',
     `<div class="theme-${dark ? 'dark' : 'light'}">
@@ -96,12 +135,18 @@ ${apiSection('Stock', 'stock', input.stock)}
 ${apiSection('Theme', 'settings', input.settings, themeForm)}
 <section aria-labelledby="charge">
 <h2 id="charge">Create charge</h2>
-<form method="post" action="/charges">${hidden}
+${
+  notice
+    ? `<div role="status"><p><strong>${escapeHtml(notice.headline)}</strong></p>
+<p>${escapeHtml(notice.detail)}</p></div>
+`
+    : ''
+}<form method="post" action="/charges">${hidden}
 <input type="hidden" name="key" value="${escapeHtml(input.chargeKey)}">
 <label for="amount">Amount (smallest currency unit)</label>
-<input id="amount" name="amount" type="number" min="1" step="1" required value="1000">
+<input id="amount" name="amount" type="number" min="1" step="1" required value="${escapeHtml(open?.amount ?? 1000)}">
 <label for="currency">Currency</label>
-<input id="currency" name="currency" required value="EUR" maxlength="3">
+<input id="currency" name="currency" required value="${escapeHtml(open?.currency ?? 'EUR')}" maxlength="3">
 <button type="submit">Create charge</button>
 </form>
 </section>

@@ -338,15 +338,22 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // it was read before the API calls, so tokens a concurrent refresh stored meanwhile stay.
     const slot = typeof req.query.shown === 'string' && flashSlot.test(req.query.shown) ? req.query.shown : undefined;
     const flash = slot === undefined ? undefined : await sessions.takeFlash(id, slot);
+    // This page shows the outcome of that charge: the person knows it now, so its key is no longer
+    // kept, and the form below is a new charge. An unknown outcome (no answer, 409) keeps the key.
+    if (flash?.charge?.settled) await sessions.closeCharge(id, flash.charge.key);
+    // A charge sent from this session whose outcome no page has shown (its answer was lost: Back, a
+    // reload, another tab) comes back with its key and details: sent again, the API replays it.
+    // Otherwise a key per rendered form: a double click, or a reload that sends the form again, is one
+    // operation. A form never sent is no operation yet, so two tabs opened to make two charges get two.
+    const open = (await sessions.get(id))?.openCharge;
     send(
       res,
       200,
       homePage({
         user: data.user!,
         csrf: csrf.issue(req, res, id),
-        // A key per rendered form: a double click, or a reload that sends the form again, is one
-        // operation, and the API answers the second submit with the first one's outcome.
-        chargeKey: randomUUID(),
+        chargeKey: open?.key ?? randomUUID(),
+        openCharge: open,
         photos,
         stock,
         settings,
@@ -545,6 +552,20 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       // "Send the same charge again" posts the key of the first one: the retry a user makes by hand
       // after a lost answer. Only the shape of a key the client itself makes is taken from the form.
       const repeatKey = typeof req.body?.key === 'string' && keyShape.test(req.body.key) ? req.body.key : undefined;
+      // Kept before the API is called, so a Back or a reload that comes while it works finds the
+      // charge (and its key) too. Only a charge that can run: one the API refuses on sight ran nothing,
+      // and a new key for it is harmless. `open` is the session's open charge, this one's or not.
+      const runnable = Number.isSafeInteger(amount) && amount > 0 && /^[A-Z]{3}$/.test(currency);
+      const open =
+        repeatKey !== undefined && runnable
+          ? await sessions.openCharge(id, { key: repeatKey, amount, currency })
+          : undefined;
+      // What the API said, with this request's details: a kept form sent again after a refusal (which
+      // ran nothing) may carry another amount, and that is the charge its key now stands for.
+      const settle = async (outcome: 'created' | 'refused') => {
+        if (repeatKey !== undefined && open?.key === repeatKey)
+          await sessions.settleCharge(id, { key: repeatKey, amount, currency, outcome });
+      };
       // @idem/client makes one key for this logical charge and reuses it on every retry (network
       // errors, 409 while the first attempt runs, 502-504), backing off about 1 s, 2 s, 4 s with
       // jitter. Each attempt reads the session's access token as it is then, refreshed if it is about
@@ -557,13 +578,18 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       });
       const lines: string[] = [];
       let repeat: { key: string; amount: number; currency: string } | undefined;
+      let charge: Flash['charge'];
       try {
         const result = await client.post(
           '/charges',
           { amount, currency },
           repeatKey === undefined ? {} : { idempotencyKey: repeatKey },
         );
-        if (result.key) repeat = { key: result.key, amount, currency };
+        await settle('created');
+        if (result.key) {
+          repeat = { key: result.key, amount, currency };
+          charge = { key: result.key, settled: true };
+        }
         lines.push(
           'Charge created.',
           `Idempotency-Key: ${result.key}`,
@@ -578,6 +604,33 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           typeof error.body === 'object' && error.body !== null && 'title' in error.body
             ? String(error.body.title)
             : '';
+        const code =
+          typeof error.body === 'object' && error.body !== null && 'code' in error.body ? error.body.code : undefined;
+        if (error.key && (code === 'fingerprint_mismatch' || code === 'idempotency_error')) {
+          // Its key already stands for another charge (a kept form whose amount was changed, or an
+          // old tab's form): this one never ran, whatever its earlier attempts met (had one run, its
+          // record would hold this very request, and be replayed). Said in words, with that first
+          // charge as far as this session knows it, and the way to make this one: the form below,
+          // under a new key (the page that shows this ends the kept one).
+          const first = (await sessions.get(id))?.openCharge;
+          const known = first?.key === error.key ? first : undefined;
+          lines.push(
+            'Not charged: this form had already been sent with other details.',
+            `Its key stands for that first charge only, so the API ran nothing for this one (${error.status} ${code}).`,
+            known === undefined
+              ? 'The first charge was shown on the page its own sending led to.'
+              : known.outcome === 'created'
+                ? `Your charge of ${known.amount} ${known.currency} went through: that is the first charge.`
+                : `The first charge was of ${known.amount} ${known.currency}; whether it went through is not known here: send it again with its key to find out.`,
+            `To charge ${amount} ${currency}, send the form below: it is a new charge.`,
+            `Idempotency-Key: ${error.key}`,
+          );
+          if (known !== undefined && known.outcome !== 'created')
+            repeat = { key: error.key, amount: known.amount, currency: known.currency };
+          charge = { key: error.key, settled: true };
+          await showOnce(res, id, { title: 'Create charge', lines, ...(repeat ? { repeat } : {}), charge });
+          return;
+        }
         // An attempt with no answer, a 5xx or a 409 (the first attempt still running) leaves the
         // outcome unknown, whatever came after it (a 401 once the session ended, a 429), and so does
         // a success whose answer could not be read: the charge may have gone through. Its key is kept
@@ -588,6 +641,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           error.attempts.some((attempt) => unanswered(attempt.status)) ||
           (error.status !== undefined && error.status < 400);
         if (mayHaveRun && error.key) repeat = { key: error.key, amount, currency };
+        if (!mayHaveRun) await settle('refused');
+        if (error.key) charge = { key: error.key, settled: !mayHaveRun };
         lines.push(
           error.status === undefined || error.status >= 500
             ? `API unavailable (${error.code}).`
@@ -608,7 +663,12 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       // The flash only: the charge may have taken 15 s, and a request of the same session may have
       // rotated the refresh token meanwhile; writing back the one read at the start would bring back a
       // used token, which the provider takes for reuse at the next refresh and revokes the grant.
-      await showOnce(res, id, { title: 'Create charge', lines, ...(repeat ? { repeat } : {}) });
+      await showOnce(res, id, {
+        title: 'Create charge',
+        lines,
+        ...(repeat ? { repeat } : {}),
+        ...(charge ? { charge } : {}),
+      });
     }),
   );
 

@@ -29,7 +29,30 @@ export interface Flash {
   title: string;
   lines: string[];
   /** After a charge: what "Send the same charge again" re-sends, with the same key. */
-  repeat?: { key: string; amount: number; currency: string };
+  repeat?: { key: string; amount: number; currency: string } | undefined;
+  /**
+   * After a charge: its key, and whether this message settles it (the charge went through, the API
+   * refused it and ran nothing, or refused other details under its key). The page that shows a
+   * settling message ends the session's {@link OpenCharge} of that key; an unknown outcome keeps it.
+   */
+  charge?: { key: string; settled: boolean } | undefined;
+}
+
+/**
+ * A charge the person sent whose outcome no page has shown yet: its answer may have been lost (the
+ * connection dropped, Stop, a closed tab) after the API made it. Until a page shows that outcome, the
+ * charge form comes back with this key and these details, so sending it again replays the charge
+ * instead of making a second one (spec 2.1: the same key on every retry of one operation).
+ */
+export interface OpenCharge {
+  key: string;
+  amount: number;
+  currency: string;
+  /**
+   * What the app learnt from the API: `created` (a 201, first or replayed), `refused` (a 4xx that ran
+   * nothing); absent while unknown (in flight, or every attempt ended without an answer).
+   */
+  outcome?: 'created' | 'refused' | undefined;
 }
 
 /**
@@ -43,6 +66,8 @@ export interface SessionData {
   user?: SignedInUser;
   tokens?: SessionTokens;
   flashes?: Record<string, Flash>;
+  /** At most one per session: the first charge sent while none was open (see {@link OpenCharge}). */
+  openCharge?: OpenCharge;
 }
 
 /** At most this many sign-ins in progress per browser; a further one drops the oldest. */
@@ -79,6 +104,20 @@ export interface SessionStore {
   setFlash(id: string, slot: string, flash: Flash): Promise<void>;
   /** Removes one flash slot and returns it, in one statement. */
   takeFlash(id: string, slot: string): Promise<Flash | undefined>;
+  /**
+   * Makes `charge` the session's open charge unless one is open already, in one statement, and
+   * returns the one open now (`undefined` for a session that is gone or not signed in). Two tabs that
+   * send at once: the first to arrive is kept, the other's key goes its own way (its tab still shows
+   * its outcome through its flash slot).
+   */
+  openCharge(id: string, charge: OpenCharge): Promise<OpenCharge | undefined>;
+  /**
+   * Records what the API said of the open charge, with the details of the request it answered, if
+   * `charge.key` is still the open one.
+   */
+  settleCharge(id: string, charge: Required<OpenCharge>): Promise<void>;
+  /** Ends the open charge if `key` is still the open one (a page showed its outcome). */
+  closeCharge(id: string, key: string): Promise<void>;
   /**
    * Adds a sign-in transaction to a session that is itself a sign-in in progress (no user), keeping
    * the newest {@link maxPendingSignIns}. False when there is no such session (none, expired, or
@@ -171,6 +210,31 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
         [hashId(id), slot],
       );
       return rows[0]?.flash ?? undefined;
+    },
+    async openCharge(id, charge) {
+      // The row as it is when locked: of two tabs sending at once, one opens, the other reads it.
+      const { rows } = await db.query<{ open: OpenCharge | null }>(
+        `update app_sessions
+            set data = case when data ? 'openCharge' then data else jsonb_set(data, '{openCharge}', $2::jsonb) end
+          where id_hash = $1 and expires_at > now() and data ? 'user'
+          returning data -> 'openCharge' as open`,
+        [hashId(id), JSON.stringify(charge)],
+      );
+      return rows[0]?.open ?? undefined;
+    },
+    async settleCharge(id, charge) {
+      await db.query(
+        `update app_sessions set data = jsonb_set(data, '{openCharge}', $3::jsonb)
+          where id_hash = $1 and expires_at > now() and data -> 'openCharge' ->> 'key' = $2`,
+        [hashId(id), charge.key, JSON.stringify(charge)],
+      );
+    },
+    async closeCharge(id, key) {
+      await db.query(
+        `update app_sessions set data = data - 'openCharge'
+          where id_hash = $1 and expires_at > now() and data -> 'openCharge' ->> 'key' = $2`,
+        [hashId(id), key],
+      );
     },
     async addPending(id, pending) {
       const { rows } = await db.query(
