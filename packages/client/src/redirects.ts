@@ -41,21 +41,38 @@ function asUtf8(location: string): string {
  * `opaqueredirect`), the runtime is known by that answer, not guessed from its globals (jsdom and
  * SSR shims give Node a `document`, and Node's fetch would then carry the client's headers across
  * origins): a GET or HEAD that met the opaque redirect is sent again with `redirect: 'follow'` (one
- * more request, nothing else), an unkeyed PUT or DELETE, which has already run, ends with
- * `redirect_unreadable`, as a write does, rather than being run a second time, and every later read
- * of this client is sent with `redirect: 'follow'` from the start: the browser follows under its own
- * rules, and its CORS checks keep custom headers from other origins that do not allow them.
+ * more request) without the client-wide headers, since where the browser takes it cannot be read
+ * (an origin that allows any header would get an API key set once on the client), an unkeyed PUT or
+ * DELETE, which has already run, ends with `redirect_unreadable`, as a write does, rather than being
+ * run a second time, and every later read of this client that carries none of the client-wide
+ * headers is sent with `redirect: 'follow'` from the start (one that carries them is asked with
+ * `'manual'` first, as before): the browser follows under its own rules, dropping Authorization and
+ * cookies on a hop to another origin.
  *
  * @example
  * const get = followingRedirects(fetch, ['x-api-key']);
  * await get('https://api.example.com/stock', { method: 'GET', headers: { 'x-api-key': 'k' } });
  */
 export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: readonly string[]): FetchFunction {
-  const dropped = [...new Set([...credentialHeaders, ...dropAcrossOrigins.map((name) => name.toLowerCase())])];
+  const own = [...new Set(dropAcrossOrigins.map((name) => name.toLowerCase()))];
+  const dropped = [...new Set([...credentialHeaders, ...own])];
+  // Where the browser follows, the client cannot see where a hop goes: a read that met an opaque
+  // redirect is sent again without the client-wide headers, on every hop, its own origin's
+  // included. fetch drops Authorization and cookies on a hop to another origin by itself.
+  const followed = (input: string, init: RequestInit) => {
+    const headers = new Headers(init.headers);
+    for (const name of own) headers.delete(name);
+    return fetchFn(input, { ...init, headers, redirect: 'follow' });
+  };
   // Set once a fetch of this client answered with an opaque redirect.
   let opaque = false;
   return async (input, init) => {
-    if (opaque) return fetchFn(input, { ...init, redirect: 'follow' });
+    // A read with none of the client-wide headers has nothing to lose on a hop: the browser follows.
+    // One with them is asked with 'manual' first (no cost unless it is redirected), so that they
+    // never go where a redirect points.
+    if (opaque && !own.some((name) => new Headers(init.headers).has(name))) {
+      return fetchFn(input, { ...init, redirect: 'follow' });
+    }
     const origin = new URL(input).origin;
     let url = input;
     let method = (init.method ?? 'GET').toUpperCase();
@@ -69,7 +86,7 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
         // What create-client ends with redirect_unreadable: the request ran, and where the redirect
         // points cannot be read.
         if (method !== 'GET' && method !== 'HEAD') return response;
-        return fetchFn(input, { ...init, redirect: 'follow' });
+        return followed(input, init);
       }
       const location = response.headers.get('location');
       if (!redirectStatuses.has(response.status) || location === null) {

@@ -999,6 +999,32 @@ describe('redirects', () => {
     expect(modes).toEqual(['manual', 'follow']);
   });
 
+  it("follows an opaque redirect without the client-wide headers, and asks a read carrying them with 'manual' first ever after", async () => {
+    const sent: { redirect: RequestRedirect | undefined; key: string | null; token: string | null }[] = [];
+    const fetch: ClientOptions['fetch'] = async (input, init) => {
+      const headers = new Headers(init.headers);
+      sent.push({ redirect: init.redirect, key: headers.get('x-api-key'), token: headers.get('authorization') });
+      if (init.redirect === 'follow' || input.endsWith('/plain')) return json(200, { here: true });
+      const opaque = new Response(null, { status: 200 });
+      Object.defineProperty(opaque, 'type', { value: 'opaqueredirect' });
+      Object.defineProperty(opaque, 'status', { value: 0 });
+      return opaque;
+    };
+    const { client } = setup([], { fetch, headers: { 'X-Api-Key': 'sk_1' }, getToken: () => 'token_1' });
+    await client.get('/moved');
+    await client.get('/plain');
+    await client.get('/moved');
+    expect(sent).toEqual([
+      { redirect: 'manual', key: 'sk_1', token: 'Bearer token_1' },
+      // Where the browser takes it cannot be read: the key stays behind, the token is fetch's to drop.
+      { redirect: 'follow', key: null, token: 'Bearer token_1' },
+      // Not redirected: one request, with the key, as before the client met an opaque redirect.
+      { redirect: 'manual', key: 'sk_1', token: 'Bearer token_1' },
+      { redirect: 'manual', key: 'sk_1', token: 'Bearer token_1' },
+      { redirect: 'follow', key: null, token: 'Bearer token_1' },
+    ]);
+  });
+
   it("ends with redirect_unreadable on a browser's opaque redirect, with the key to retry with", async () => {
     const { fetch } = recordingFetch(() => {
       const opaque = new Response(null, { status: 200 });
