@@ -15,6 +15,14 @@
  */
 export interface RedisCommandRunner {
   send(key: string, args: readonly (string | Buffer)[]): Promise<unknown>;
+  /**
+   * Optional: sends `commands`, all for `key`, on one connection, one after the other and written
+   * together (a pipeline: one round trip, no `MULTI`), and resolves with their replies in order, or
+   * rejects with the first error reply. The store's `waitForReplicas` needs it: `WAIT` counts the
+   * replicas that have the writes of the connection it is sent on, so it must follow the write on
+   * the write's connection. {@link redisCommandRunner} provides it for every client it wraps.
+   */
+  sendPipeline?(key: string, commands: readonly (readonly (string | Buffer)[])[]): Promise<unknown[]>;
 }
 
 /**
@@ -26,6 +34,8 @@ export interface RedisCommandRunner {
  */
 export interface IoredisLike {
   callBuffer(command: string, ...args: (string | Buffer | number)[]): Promise<unknown>;
+  /** Used by the store's `waitForReplicas` only. */
+  pipeline?(): { exec(): Promise<[Error | null, unknown][] | null> };
 }
 
 /**
@@ -55,6 +65,8 @@ export interface NodeRedisClusterLike {
     options?: object,
   ): Promise<unknown>;
   readonly masters: readonly unknown[];
+  /** Used by the store's `waitForReplicas` only: `withTypeMapping(...).multi(key)` pipelines. */
+  withTypeMapping?(typeMapping: object): unknown;
 }
 
 /**
@@ -70,6 +82,8 @@ export interface NodeRedisClusterLike {
 export interface NodeRedisSentinelLike {
   sendCommand(isReadonly: boolean | undefined, args: (string | Buffer)[], options?: object): Promise<unknown>;
   getMasterNode(): unknown;
+  /** Used by the store's `waitForReplicas` only: `withTypeMapping(...).multi()` pipelines. */
+  withTypeMapping?(typeMapping: object): unknown;
 }
 
 /**
@@ -111,18 +125,80 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
     // A node-redis cluster's sendCommand takes the routing key first; its `masters` list tells it apart.
     if (Array.isArray(candidate.masters)) {
       const cluster = client as NodeRedisClusterLike;
-      return { send: (key, args) => cluster.sendCommand(key, false, [...args], nodeRedisBuffers) };
+      return {
+        send: (key, args) => cluster.sendCommand(key, false, [...args], nodeRedisBuffers),
+        // Not two sendCommand calls: each finds its node on its own, and a redirection between them
+        // would send the WAIT to another node than the write. A pipeline goes to the key's node whole.
+        ...nodeRedisPipeline(cluster),
+      };
     }
     // A Sentinel client's sendCommand takes `isReadonly` first; taken for a plain client, it got the
     // options as the command and every call failed ("ERR Protocol error"). `getMasterNode` tells it apart.
     if (typeof candidate.getMasterNode === 'function') {
       const sentinel = client as NodeRedisSentinelLike;
-      return { send: (_key, args) => sentinel.sendCommand(false, [...args], nodeRedisBuffers) };
+      return {
+        send: (_key, args) => sentinel.sendCommand(false, [...args], nodeRedisBuffers),
+        // Not two sendCommand calls: the Sentinel client keeps a pool of connections to the primary
+        // (masterPoolSize), and two commands may leave on two of them. A pipeline leaves on one.
+        ...nodeRedisPipeline(sentinel),
+      };
     }
     const single = client as NodeRedisClientLike;
-    return { send: (_key, args) => single.sendCommand([...args], nodeRedisBuffers) };
+    return {
+      send: (_key, args) => single.sendCommand([...args], nodeRedisBuffers),
+      // A plain client has one connection, and writes the commands asked for in one tick together,
+      // in order: no pipeline object needed.
+      sendPipeline: async (_key, commands) => {
+        const settled = await Promise.allSettled(
+          commands.map((args) => single.sendCommand([...args], nodeRedisBuffers)),
+        );
+        const failed = settled.find((result) => result.status === 'rejected');
+        if (failed !== undefined) throw failed.reason;
+        return settled.map((result) => (result as PromiseFulfilledResult<unknown>).value);
+      },
+    };
   }
   throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
+}
+
+// What node-redis's `multi()` (cluster or Sentinel) answers with, as far as the store uses it.
+interface NodeRedisMulti {
+  addCommand(...args: unknown[]): NodeRedisMulti;
+  execAsPipeline(): Promise<unknown[]>;
+}
+
+/**
+ * `sendPipeline` through node-redis's `withTypeMapping(buffers).multi(...)`, sent with
+ * `execAsPipeline` (no MULTI/EXEC), or nothing when the client has no `withTypeMapping`. A cluster's
+ * `addCommand` takes the routing key and `isReadonly` before the command, a Sentinel client's only
+ * `isReadonly`. node-redis rejects a pipeline with a `MultiErrorReply` that holds every reply, or with
+ * the first error itself: the store wants that first error either way (NOSCRIPT, OOM).
+ */
+function nodeRedisPipeline(
+  client: NodeRedisClusterLike | NodeRedisSentinelLike,
+): Pick<RedisCommandRunner, 'sendPipeline'> {
+  if (typeof client.withTypeMapping !== 'function') return {};
+  const cluster = Array.isArray((client as Partial<NodeRedisClusterLike>).masters);
+  let buffered: { multi(routing?: string): NodeRedisMulti } | undefined;
+  return {
+    sendPipeline: async (key, commands) => {
+      buffered ??= client.withTypeMapping?.(nodeRedisBuffers.typeMapping) as {
+        multi(routing?: string): NodeRedisMulti;
+      };
+      // A cluster's multi takes the key that routes the pipeline; a Sentinel client's takes nothing.
+      let multi = cluster ? buffered.multi(key) : buffered.multi();
+      for (const args of commands) {
+        multi = cluster ? multi.addCommand(key, false, [...args]) : multi.addCommand(false, [...args]);
+      }
+      try {
+        return await multi.execAsPipeline();
+      } catch (error) {
+        const { replies, errorIndexes } = error as { replies?: unknown[]; errorIndexes?: number[] };
+        const first = errorIndexes?.[0];
+        throw first === undefined || replies === undefined ? error : replies[first];
+      }
+    },
+  };
 }
 
 type IoredisMethod = (...args: (string | Buffer)[]) => Promise<unknown>;
@@ -144,10 +220,30 @@ function ioredisRunner(ioredis: IoredisLike): RedisCommandRunner {
     }
     return methods.get(command);
   };
-  return {
+  const runner: RedisCommandRunner = {
     send: (_key, [command, ...args]) => {
       const method = methodOf(command as string);
       return method === undefined ? ioredis.callBuffer(command as string, ...args) : method(...args);
     },
   };
+  if (typeof ioredis.pipeline !== 'function') return runner;
+  // A pipeline leaves on one connection, written at once; on a Cluster it goes, whole, to the node
+  // that owns its keys' slot (WAIT has none, so the write's key decides). Sent one by one, a
+  // Cluster would send the keyless WAIT to any node.
+  runner.sendPipeline = async (_key, commands) => {
+    const pipeline = ioredis.pipeline?.() as unknown as Record<string, (...args: unknown[]) => unknown> & {
+      exec(): Promise<[Error | null, unknown][] | null>;
+    };
+    for (const [command, ...args] of commands) {
+      const buffered = pipeline[`${String(command).toLowerCase()}Buffer`];
+      if (typeof buffered === 'function') buffered.apply(pipeline, args);
+      else pipeline.callBuffer?.call(pipeline, command, ...args);
+    }
+    const replies = await pipeline.exec();
+    return (replies ?? []).map(([error, reply]) => {
+      if (error) throw error;
+      return reply;
+    });
+  };
+  return runner;
 }

@@ -9,4 +9,4 @@ export {
   type RedisCommandRunner,
   redisCommandRunner,
 } from './command-runner.js';
-export { type RedisStore, type RedisStoreOptions, redisStore } from './redis-store.js';
+export { type RedisStore, type RedisStoreOptions, type ReplicaWait, redisStore } from './redis-store.js';

@@ -4,7 +4,9 @@ import {
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
+  type Duration,
   type ForgetInput,
+  type ListsEvery,
   type ReleaseInput,
   type RenewInput,
   ResponseTooLargeError,
@@ -12,8 +14,9 @@ import {
   type Store,
   type StoreRecord,
   StoreUnavailableError,
+  toMilliseconds,
 } from '@idem/core';
-import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
+import { type RedisClientLike, type RedisCommandRunner, redisCommandRunner } from './command-runner.js';
 import { claimKeepMs, decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
 import { integerReply, isOk } from './replies.js';
 import { completeScript, forgetScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
@@ -43,6 +46,29 @@ export interface RedisStoreOptions {
    * not stored, and by default the key kept with `500 response_not_replayable`). Default 4 MiB.
    */
   maxResponseBytes?: number | undefined;
+  /**
+   * Follow every write the store answers as done (a claim, a renewal, a completion, a release, a
+   * forget) with `WAIT count timeout` in the same pipeline, on the write's connection, and answer
+   * `StoreUnavailableError` (503) when fewer than `count` replicas acknowledged it within `timeout`.
+   * Replication is asynchronous: without it, a failover can drop outcomes that were answered 201, and
+   * their retries run again without a word. Off by default: a standalone Redis has no replica, and
+   * every write would be a 503. Against a planned failover set `count` to every replica; keep
+   * `timeout` well below the engine's `storeTimeout`. See docs/stores.md, "Failover".
+   */
+  waitForReplicas?: ReplicaWait | undefined;
+}
+
+/**
+ * Option `waitForReplicas` of {@link redisStore}.
+ *
+ * @example
+ * const wait: ReplicaWait = { count: 2, timeout: '200ms' }; // both replicas of a Sentinel setup
+ */
+export interface ReplicaWait {
+  /** How many replicas must have the write: a positive integer. */
+  count: number;
+  /** How long `WAIT` waits for them: more than 0 (`WAIT ... 0` would wait for ever). */
+  timeout: Duration;
 }
 
 /**
@@ -69,7 +95,18 @@ const CLAIM_ATTEMPTS = 5;
 // Redis refuses strings over 512 MB; leave room for the claim part of the value.
 const REDIS_STRING_LIMIT = 512 * 1024 * 1024 - 64 * 1024;
 
-const knownOptions: ReadonlySet<string> = new Set<keyof RedisStoreOptions>(['client', 'prefix', 'maxResponseBytes']);
+const optionNames = [
+  'client',
+  'prefix',
+  'maxResponseBytes',
+  'waitForReplicas',
+] as const satisfies readonly (keyof RedisStoreOptions)[];
+const optionNamesAll: ListsEvery<RedisStoreOptions, typeof optionNames> = true;
+void optionNamesAll;
+const knownOptions: ReadonlySet<string> = new Set(optionNames);
+const replicaWaitNames = ['count', 'timeout'] as const satisfies readonly (keyof ReplicaWait)[];
+const replicaWaitNamesAll: ListsEvery<ReplicaWait, typeof replicaWaitNames> = true;
+void replicaWaitNamesAll;
 
 /**
  * Creates a {@link Store} on Redis. Every operation is one command on one key, so it is atomic and
@@ -101,6 +138,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const prefix = options.prefix ?? 'idem:';
   if (typeof prefix !== 'string') throw new TypeError('prefix must be a string');
   const maxResponseBytes = responseLimit(options.maxResponseBytes, REDIS_STRING_LIMIT, 'maxResponseBytes');
+  // What sends the writes: the runner itself when waitForReplicas is off (nothing added per request),
+  // or the runner behind a WAIT that fails the write unless enough replicas have it.
+  const writer =
+    options.waitForReplicas === undefined ? runner : waitingWriter(runner, replicaWait(options.waitForReplicas));
 
   const key = (id: string) => {
     if (typeof id !== 'string' || id.length === 0) throw new TypeError('a record id must be a non-empty string');
@@ -182,7 +223,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           let holder: StoreRecord | undefined;
           if (takeover !== undefined) {
             // A takeover of an abandoned record: replaced in one step if it still is that record.
-            const reply = await runScript(runner, inspectScript, k, [takeover, value, px]);
+            const reply = await runScript(writer, inspectScript, k, [takeover, value, px]);
             if (integerReply(reply) === 1) return { claimed: true };
             holder = inspected('claim', reply);
             // Not replaced: answered below, or, if the key is gone (its keep ended, or its holder
@@ -191,7 +232,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           } else {
             let full: unknown;
             try {
-              if (isOk(await runner.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
+              if (isOk(await writer.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
             } catch (error) {
               // A full Redis (maxmemory, noeviction) refuses SET before it looks at the key, but still
               // serves GET: a retry of a stored request is answered from its record; only a free key,
@@ -222,7 +263,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const k = key(id);
       const px = milliseconds(leaseMs, 'leaseMs');
       return guarded('renew', async () =>
-        flag('renew', await runScript(runner, renewScript, k, [leasePrefix(token), px])),
+        flag('renew', await runScript(writer, renewScript, k, [leasePrefix(token), px])),
       );
     },
 
@@ -235,21 +276,21 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const outcome = encodeOutcome(response);
       if (outcome.length > maxResponseBytes) throw new ResponseTooLargeError(outcome.length, maxResponseBytes);
       return guarded('complete', async () =>
-        flag('complete', await runScript(runner, completeScript, k, [leasePrefix(token), outcome, px])),
+        flag('complete', await runScript(writer, completeScript, k, [leasePrefix(token), outcome, px])),
       );
     },
 
     release: async ({ id, token }: ReleaseInput): Promise<boolean> => {
       const k = key(id);
       return guarded('release', async () =>
-        flag('release', await runScript(runner, releaseScript, k, [leasePrefix(token)])),
+        flag('release', await runScript(writer, releaseScript, k, [leasePrefix(token)])),
       );
     },
 
     forget: async ({ id, token }: ForgetInput): Promise<boolean> => {
       const k = key(id);
       return guarded('forget', async () =>
-        flag('forget', await runScript(runner, forgetScript, k, [leasePrefix(token)])),
+        flag('forget', await runScript(writer, forgetScript, k, [leasePrefix(token)])),
       );
     },
 
@@ -261,6 +302,55 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       });
     },
   };
+}
+
+// Option waitForReplicas, checked once: a count WAIT takes, and its timeout in whole milliseconds.
+const replicaWait = (value: ReplicaWait): { count: number; timeoutMs: number } => {
+  if (value === null || typeof value !== 'object')
+    throw new TypeError('waitForReplicas must be an object: { count, timeout }');
+  assertKnownOptions(value, new Set(replicaWaitNames), 'waitForReplicas');
+  const { count, timeout } = value;
+  if (!Number.isInteger(count) || count < 1) throw new TypeError('waitForReplicas.count must be a positive integer');
+  if (timeout === undefined) throw new TypeError('waitForReplicas.timeout is required (WAIT with 0 waits for ever)');
+  const timeoutMs = Math.ceil(toMilliseconds(timeout, 'waitForReplicas.timeout'));
+  if (timeoutMs <= 0) throw new TypeError('waitForReplicas.timeout must be more than 0 (WAIT with 0 waits for ever)');
+  return { count, timeoutMs };
+};
+
+/**
+ * A runner for the store's writes that sends `WAIT count timeout` behind each one, in one pipeline.
+ * WAIT answers how many replicas have every write its connection made so far, so it must leave on
+ * the write's connection: sent on another one (a pool, a cluster's random node), it would count
+ * replicas that never saw the write and prove nothing. Hence the pipeline, which also costs no round
+ * trip more than the write itself: Redis runs the two back to back.
+ *
+ * Only a write that changed something is held to the count: `OK` from SET, 1 from a script (the
+ * store answers it as done). A refused SET NX or a fenced script changed nothing, so its WAIT's
+ * answer does not matter; failing it would turn the replay of a stored outcome into a 503 while a
+ * replica is away.
+ */
+function waitingWriter(runner: RedisCommandRunner, { count, timeoutMs }: { count: number; timeoutMs: number }) {
+  const { sendPipeline } = runner;
+  if (typeof sendPipeline !== 'function') {
+    throw new TypeError(
+      'waitForReplicas needs a client that sends pipelines: an ioredis or node-redis client, or a RedisCommandRunner with sendPipeline',
+    );
+  }
+  const wait = ['WAIT', String(count), String(timeoutMs)];
+  return {
+    send: async (key: string, args: readonly (string | Buffer)[]): Promise<unknown> => {
+      const [reply, acknowledged] = await sendPipeline.call(runner, key, [args, wait]);
+      if (!isOk(reply) && integerReply(reply) !== 1) return reply;
+      const replicas = integerReply(acknowledged);
+      if (replicas === undefined) throw new StoreUnavailableError('Redis WAIT returned an unexpected reply');
+      if (replicas < count) {
+        throw new StoreUnavailableError(
+          `Redis write not replicated: ${replicas} of ${count} replicas acknowledged it within ${timeoutMs} ms`,
+        );
+      }
+      return reply;
+    },
+  } satisfies RedisCommandRunner;
 }
 
 // Redis's refusal of a write when it is over maxmemory with the noeviction policy.

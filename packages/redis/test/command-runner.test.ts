@@ -29,6 +29,54 @@ describe('redisCommandRunner', () => {
     expect(calls).toEqual([[false, ['GET', 'k'], { typeMapping: { 36: Buffer } }]]);
   });
 
+  // Pipelines carry the store's waitForReplicas: a write and its WAIT on one connection. node-redis
+  // rejects a pipeline with a MultiErrorReply that holds every reply; the store needs the first error
+  // itself, to tell NOSCRIPT (send EVAL) from a failure.
+  it('pipelines through a node-redis cluster to the key, and rejects with the first error reply', async () => {
+    const noScript = new Error('NOSCRIPT No matching script');
+    const added: unknown[][] = [];
+    const multi = {
+      addCommand: (...args: unknown[]) => {
+        added.push(args);
+        return multi;
+      },
+      execAsPipeline: () =>
+        Promise.reject(Object.assign(new Error('1 commands failed'), { replies: [noScript, 0], errorIndexes: [0] })),
+    };
+    const mappings: unknown[] = [];
+    const routed: unknown[] = [];
+    const cluster = {
+      sendCommand: async () => null,
+      masters: [],
+      withTypeMapping: (mapping: unknown) => {
+        mappings.push(mapping);
+        return {
+          multi: (key: unknown) => {
+            routed.push(key);
+            return multi;
+          },
+        };
+      },
+    };
+    const runner = redisCommandRunner(cluster as unknown as RedisClientLike);
+    const sent = runner.sendPipeline?.('k', [
+      ['EVALSHA', 'sha', '1', 'k'],
+      ['WAIT', '1', '100'],
+    ]);
+    await expect(sent).rejects.toBe(noScript);
+    expect(mappings).toEqual([{ 36: Buffer }]);
+    expect(routed).toEqual(['k']);
+    expect(added).toEqual([
+      ['k', false, ['EVALSHA', 'sha', '1', 'k']],
+      ['k', false, ['WAIT', '1', '100']],
+    ]);
+  });
+
+  it('gives a runner of its own no sendPipeline it lacks, and a client without pipelines none', () => {
+    expect(redisCommandRunner({ send: async () => null }).sendPipeline).toBeUndefined();
+    expect(redisCommandRunner({ callBuffer: async () => null }).sendPipeline).toBeUndefined();
+  });
+
   it.each([
     ['null', null],
     ['a string', 'redis://127.0.0.1'],

@@ -79,3 +79,96 @@ describe('redisStore failures', () => {
     }
   });
 });
+
+// A runner that also sends batches, as redisCommandRunner's do for every client it wraps: each batch
+// is recorded as one entry, and WAIT answers `acknowledged`.
+const pipelining = (acknowledged: number, reply: (args: readonly (string | Buffer)[]) => unknown) => {
+  const sent: string[][][] = [];
+  const runner: RedisCommandRunner = {
+    send: async (_key, args) => {
+      sent.push([args.map(String)]);
+      return reply(args);
+    },
+    sendPipeline: async (_key, commands) => {
+      sent.push(commands.map((args) => args.map(String)));
+      return commands.map((args) => (args[0] === 'WAIT' ? acknowledged : reply(args)));
+    },
+  };
+  return { runner, sent };
+};
+
+const completeInput = {
+  id: 'a',
+  token: 't',
+  response: { status: 201, headers: {}, body: new Uint8Array() },
+  retentionMs: 60_000,
+};
+
+describe('redisStore waitForReplicas', () => {
+  it.each([
+    ['no object', 2],
+    ['a count of 0', { count: 0, timeout: '200ms' }],
+    ['a fractional count', { count: 1.5, timeout: '200ms' }],
+    ['a count as a string', { count: '1', timeout: '200ms' }],
+    ['no timeout', { count: 1 }],
+    // WAIT 1 0 blocks until a replica answers, for ever: the store would hang on a missing replica.
+    ['a timeout of 0', { count: 1, timeout: 0 }],
+    ['an unreadable timeout', { count: 1, timeout: 'soon' }],
+    ['a misspelt name', { count: 1, timeoutMs: 200 }],
+  ])('refuses %s with a TypeError naming the option', (_, waitForReplicas) => {
+    expect(() => redisStore({ client: pipelining(1, () => null).runner, waitForReplicas } as never)).toThrow(
+      /waitForReplicas/,
+    );
+    expect(() => redisStore({ client: pipelining(1, () => null).runner, waitForReplicas } as never)).toThrow(TypeError);
+  });
+
+  it('refuses a runner that cannot send a write and its WAIT together, since a WAIT on another connection proves nothing', () => {
+    expect(() => redisStore({ client: recorder().runner, waitForReplicas: { count: 1, timeout: '200ms' } })).toThrow(
+      /waitForReplicas needs a client that sends pipelines/,
+    );
+  });
+
+  it('sends nothing more when it is off: a write is one command', async () => {
+    const { runner, sent } = pipelining(0, () => Buffer.from('OK'));
+    const store = redisStore({ client: runner });
+    expect(await store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({ claimed: true });
+    expect(sent).toEqual([[expect.arrayContaining(['SET', 'idem:a'])]]);
+  });
+
+  it('sends WAIT count timeout behind every write, in the same pipeline', async () => {
+    const { runner, sent } = pipelining(2, (args) => (args[0] === 'SET' ? Buffer.from('OK') : 1));
+    const store = redisStore({ client: runner, waitForReplicas: { count: 2, timeout: '0.2s' } });
+    expect(await store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({ claimed: true });
+    expect(await store.renew({ id: 'a', token: 't', leaseMs: 1_000 })).toBe(true);
+    expect(await store.complete(completeInput)).toBe(true);
+    expect(await store.release({ id: 'a', token: 't' })).toBe(true);
+    expect(await store.forget({ id: 'a', token: 't' })).toBe(true);
+    expect(sent.map((batch) => batch.map((args) => args[0]))).toEqual(
+      Array.from({ length: 5 }, (_, i) => [i === 0 ? 'SET' : 'EVALSHA', 'WAIT']),
+    );
+    for (const batch of sent) expect(batch[1]).toEqual(['WAIT', '2', '200']);
+  });
+
+  it('answers a write that too few replicas acknowledged as store unavailable (503), never as done', async () => {
+    const { runner } = pipelining(1, (args) => (args[0] === 'SET' ? Buffer.from('OK') : 1));
+    const store = redisStore({ client: runner, waitForReplicas: { count: 2, timeout: 200 } });
+    for (const attempt of [
+      () => store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 }),
+      () => store.renew({ id: 'a', token: 't', leaseMs: 1_000 }),
+      () => store.complete(completeInput),
+      () => store.release({ id: 'a', token: 't' }),
+      () => store.forget({ id: 'a', token: 't' }),
+    ]) {
+      const error = await attempt().catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(StoreUnavailableError);
+      expect((error as Error).message).toMatch(/1 of 2 replicas acknowledged/);
+    }
+  });
+
+  it('does not hold a write that changed nothing (a fenced one) to the replicas: its answer is false', async () => {
+    const { runner } = pipelining(0, () => 0);
+    const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });
+    expect(await store.complete(completeInput)).toBe(false);
+    expect(await store.release({ id: 'a', token: 't' })).toBe(false);
+  });
+});

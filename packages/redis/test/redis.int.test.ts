@@ -16,6 +16,7 @@ import {
   type RedisClientLike,
   type RedisCommandRunner,
   type RedisStore,
+  type RedisStoreOptions,
   redisCommandRunner,
   redisStore,
 } from '../src/index.js';
@@ -31,7 +32,12 @@ const withBinaries = await redisBinariesAvailable();
 // One prefix per file and run, so parallel files and earlier runs never meet.
 const prefix = `idem-test:redis-int:${randomUUID()}:`;
 
-const harness = (client: RedisClientLike, store: RedisStore, close: () => Promise<unknown>): StoreHarness => {
+const harness = (
+  client: RedisClientLike,
+  store: RedisStore,
+  close: () => Promise<unknown>,
+  options: Pick<RedisStoreOptions, 'waitForReplicas'> = {},
+): StoreHarness => {
   const runner = redisCommandRunner(client);
   return {
     store,
@@ -50,7 +56,7 @@ const harness = (client: RedisClientLike, store: RedisStore, close: () => Promis
       const keep = claimKeepMs(value as Uint8Array);
       await runner.send(store.key(id), ['PEXPIRE', store.key(id), String(keep)]);
     },
-    makeCapped: (maxBytes) => redisStore({ client, prefix: store.prefix, maxResponseBytes: maxBytes }),
+    makeCapped: (maxBytes) => redisStore({ client, prefix: store.prefix, maxResponseBytes: maxBytes, ...options }),
     close: async () => {
       await close();
     },
@@ -693,6 +699,80 @@ describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)
   });
 });
 
+// The whole contract with waitForReplicas on, against a real replica: every write leaves with its
+// WAIT in one pipeline, and each one the replica acknowledges is answered as before.
+describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitForReplicas on', () => {
+  let primary: RedisServerProcess | undefined;
+  let replica: RedisServerProcess | undefined;
+  let starting: Promise<RedisServerProcess> | undefined;
+  const waitForReplicas = { count: 1, timeout: '2s' } as const;
+  // Started by the first store the suite asks for (describeStore's factories run inside its tests).
+  const local = () => {
+    starting ??= (async () => {
+      primary = await startRedisServer(await freePort());
+      replica = await startRedisServer(await freePort(), ['--replicaof', '127.0.0.1', String(primary.port)]);
+      const probe = new Redis(primary.url);
+      try {
+        // Ready once WAIT 1 has a replica to count.
+        while ((await probe.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));
+      } finally {
+        probe.disconnect();
+      }
+      return primary;
+    })();
+    return starting;
+  };
+  afterAll(async () => {
+    await Promise.all([replica?.stop(), primary?.stop()]);
+  });
+
+  describeStore('redisStore with ioredis, waitForReplicas count 1', async () => {
+    const client = new Redis((await local()).url);
+    const store = redisStore({ client, prefix: 'waited:io:', waitForReplicas });
+    return harness(client, store, () => client.quit(), { waitForReplicas });
+  });
+
+  describeStore('redisStore with node-redis, waitForReplicas count 1', async () => {
+    const client = createClient({ url: (await local()).url });
+    await client.connect();
+    const store = redisStore({ client, prefix: 'waited:nr:', waitForReplicas });
+    return harness(client, store, () => client.close(), { waitForReplicas });
+  });
+
+  it('answers 503 for a write the replica does not acknowledge, and still replays what it stored', async () => {
+    const client = new Redis((await local()).url);
+    try {
+      const store = redisStore({ client, prefix: 'waited:paused:', waitForReplicas: { count: 1, timeout: 100 } });
+      const stored = { id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 };
+      expect(await store.claim(stored)).toEqual({ claimed: true });
+      expect(await store.complete({ ...stored, response: response(new Uint8Array([1])), retentionMs: 60_000 })).toBe(
+        true,
+      );
+      // A replica that is away: detached from the primary, so it acknowledges nothing. The last test
+      // here, so the full resync after it delays nobody.
+      const away = new Redis(replica!.url);
+      await away.replicaof('NO', 'ONE');
+      try {
+        const error = await store
+          .claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 })
+          .catch((caught: unknown) => caught);
+        expect(error).toBeInstanceOf(StoreUnavailableError);
+        expect((error as Error).message).toMatch(/0 of 1 replicas acknowledged it within 100 ms/);
+        // The retry of a stored request changes nothing, so its WAIT does not count: it is replayed.
+        expect(await store.claim({ ...stored, token: 'u' })).toMatchObject({
+          claimed: false,
+          record: { state: 'completed' },
+        });
+      } finally {
+        await away.replicaof('127.0.0.1', primary!.port);
+        away.disconnect();
+      }
+    } finally {
+      client.disconnect();
+    }
+  });
+});
+
 describe.runIf(withBinaries)('@idem/redis on a 3-master Redis Cluster', () => {
   let cluster: LocalRedisCluster | undefined;
   let starting: Promise<LocalRedisCluster> | undefined;
@@ -747,6 +827,39 @@ describe.runIf(withBinaries)('@idem/redis on a 3-master Redis Cluster', () => {
           ),
         );
         expect(moved).toEqual([0, 0, 0]);
+      }
+    } finally {
+      for (const master of masters) master.disconnect();
+      await io.quit();
+      await nr.close();
+    }
+  });
+
+  // WAIT names no key; sent on its own, a cluster client would send it to any node. In one pipeline
+  // with the write, it goes to the master that owns the write's key: no MOVED anywhere, and that
+  // master, which has no replica here, answers 0.
+  it('with waitForReplicas, sends each write and its WAIT to the master that owns the key, with either client', async () => {
+    const { nodes, urls } = await local();
+    const masters = nodes.map((node) => new Redis(node.port, node.host));
+    const io = new Cluster([...nodes]);
+    const nr = createCluster({ rootNodes: urls.map((url) => ({ url })) });
+    await nr.connect();
+    try {
+      for (const client of [io, nr] as RedisClientLike[]) {
+        const store = redisStore({ client, prefix: 'waited:', waitForReplicas: { count: 1, timeout: 50 } });
+        await store.get(randomUUID());
+        await Promise.all(masters.map((master) => master.config('RESETSTAT')));
+        for (let i = 0; i < 6; i++) {
+          const error = await store
+            .claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 })
+            .catch((caught: unknown) => caught);
+          expect((error as Error).message).toMatch(/0 of 1 replicas acknowledged/);
+        }
+        const stats = await Promise.all(masters.map((master) => master.info('all')));
+        expect(stats.map((info) => Number(/errorstat_MOVED:count=(\d+)/.exec(info)?.[1] ?? 0))).toEqual([0, 0, 0]);
+        const waits = stats.map((info) => Number(/cmdstat_wait:calls=(\d+)/.exec(info)?.[1] ?? 0));
+        const sets = stats.map((info) => Number(/cmdstat_set:calls=(\d+)/.exec(info)?.[1] ?? 0));
+        expect(waits).toEqual(sets);
       }
     } finally {
       for (const master of masters) master.disconnect();
