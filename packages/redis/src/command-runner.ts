@@ -22,7 +22,7 @@ export interface RedisCommandRunner {
    * replicas that have the writes of the connection it is sent on, so it must follow the write on
    * the write's connection. {@link redisCommandRunner} provides it for every client it wraps.
    */
-  sendPipeline?(key: string, commands: readonly (readonly (string | Buffer)[])[]): Promise<unknown[]>;
+  sendPipeline?: ((key: string, commands: readonly (readonly (string | Buffer)[])[]) => Promise<unknown[]>) | undefined;
 }
 
 /**
@@ -35,7 +35,7 @@ export interface RedisCommandRunner {
 export interface IoredisLike {
   callBuffer(command: string, ...args: (string | Buffer | number)[]): Promise<unknown>;
   /** Used by the store's `waitForReplicas` only. */
-  pipeline?(): { exec(): Promise<[Error | null, unknown][] | null> };
+  pipeline?: (() => { exec(): Promise<[Error | null, unknown][] | null> }) | undefined;
 }
 
 /**
@@ -66,7 +66,7 @@ export interface NodeRedisClusterLike {
   ): Promise<unknown>;
   readonly masters: readonly unknown[];
   /** Used by the store's `waitForReplicas` only: `withTypeMapping(...).multi(key)` pipelines. */
-  withTypeMapping?(typeMapping: object): unknown;
+  withTypeMapping?: ((typeMapping: object) => unknown) | undefined;
 }
 
 /**
@@ -83,7 +83,7 @@ export interface NodeRedisSentinelLike {
   sendCommand(isReadonly: boolean | undefined, args: (string | Buffer)[], options?: object): Promise<unknown>;
   getMasterNode(): unknown;
   /** Used by the store's `waitForReplicas` only: `withTypeMapping(...).multi()` pipelines. */
-  withTypeMapping?(typeMapping: object): unknown;
+  withTypeMapping?: ((typeMapping: object) => unknown) | undefined;
 }
 
 /**
