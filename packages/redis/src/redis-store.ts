@@ -234,6 +234,15 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
             try {
               if (isOk(await writer.send(k, ['SET', k, value, 'NX', 'PX', px]))) return { claimed: true };
             } catch (error) {
+              // A claim that too few replicas acknowledged is answered 503, and no handler runs for
+              // it; left on the primary it would answer the client's retry 409 for a whole lease. Freed
+              // by its token, alone (a WAIT behind the delete would fail the same way); if even that
+              // fails, the lease runs out. A takeover is not freed: deleting it would drop the
+              // abandoned record it replaced, and with it the 'abandoned' answer a retry should get.
+              if (notReplicated.has(error as object)) {
+                await runScript(runner, releaseScript, k, [leasePrefix(token)]).catch(() => undefined);
+                throw error;
+              }
               // A full Redis (maxmemory, noeviction) refuses SET before it looks at the key, but still
               // serves GET: a retry of a stored request is answered from its record; only a free key,
               // which would need a write, is refused.
@@ -317,6 +326,9 @@ const replicaWait = (value: ReplicaWait): { count: number; timeoutMs: number } =
   return { count, timeoutMs };
 };
 
+// The errors of writes that were made but that too few replicas acknowledged: the claim frees its own.
+const notReplicated = new WeakSet<object>();
+
 /**
  * A runner for the store's writes that sends `WAIT count timeout` behind each one, in one pipeline.
  * WAIT answers how many replicas have every write its connection made so far, so it must leave on
@@ -344,9 +356,11 @@ function waitingWriter(runner: RedisCommandRunner, { count, timeoutMs }: { count
       const replicas = integerReply(acknowledged);
       if (replicas === undefined) throw new StoreUnavailableError('Redis WAIT returned an unexpected reply');
       if (replicas < count) {
-        throw new StoreUnavailableError(
+        const error = new StoreUnavailableError(
           `Redis write not replicated: ${replicas} of ${count} replicas acknowledged it within ${timeoutMs} ms`,
         );
+        notReplicated.add(error);
+        throw error;
       }
       return reply;
     },

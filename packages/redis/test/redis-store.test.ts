@@ -165,6 +165,18 @@ describe('redisStore waitForReplicas', () => {
     }
   });
 
+  // Was wrong (in this change's first version): a claim whose WAIT fell short was answered 503 but
+  // stayed on the primary, so the client's retry got 409 for a whole lease although no handler ran.
+  it('frees a claim that too few replicas acknowledged, so the 503 is retried at once instead of meeting a 409', async () => {
+    const { runner, sent } = pipelining(0, (args) => (args[0] === 'SET' ? Buffer.from('OK') : 1));
+    const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });
+    const claim = store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 });
+    await expect(claim).rejects.toBeInstanceOf(StoreUnavailableError);
+    // The release goes alone: waiting for the replicas to have a delete would only fail it the same way.
+    expect(sent.map((batch) => batch.map((args) => args[0]))).toEqual([['SET', 'WAIT'], ['EVALSHA']]);
+    expect(sent[1]?.[0]?.slice(2, 4)).toEqual(['1', 'idem:a']);
+  });
+
   it('does not hold a write that changed nothing (a fenced one) to the replicas: its answer is false', async () => {
     const { runner } = pipelining(0, () => 0);
     const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });

@@ -753,11 +753,14 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
       const away = new Redis(replica!.url);
       await away.replicaof('NO', 'ONE');
       try {
+        const unreplicated = randomUUID();
         const error = await store
-          .claim({ id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 })
+          .claim({ id: unreplicated, token: 't', fingerprint: '', leaseMs: 5_000 })
           .catch((caught: unknown) => caught);
         expect(error).toBeInstanceOf(StoreUnavailableError);
         expect((error as Error).message).toMatch(/0 of 1 replicas acknowledged it within 100 ms/);
+        // No handler ran for it, so the claim is not left behind: the retry claims instead of a 409.
+        expect(await client.exists(store.key(unreplicated))).toBe(0);
         // The retry of a stored request changes nothing, so its WAIT does not count: it is replayed.
         expect(await store.claim({ ...stored, token: 'u' })).toMatchObject({
           claimed: false,
