@@ -1,4 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import {
   createIdempotency,
   type IdempotencyEvent,
@@ -705,12 +708,21 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
   let primary: RedisServerProcess | undefined;
   let replica: RedisServerProcess | undefined;
   let starting: Promise<RedisServerProcess> | undefined;
+  let scratch: string | undefined;
   const waitForReplicas = { count: 1, timeout: '2s' } as const;
   // Started by the first store the suite asks for (describeStore's factories run inside its tests).
   const local = () => {
     starting ??= (async () => {
-      primary = await startRedisServer(await freePort());
-      replica = await startRedisServer(await freePort(), ['--replicaof', '127.0.0.1', String(primary.port)]);
+      // A replica writes the RDB it receives to its directory: a scratch one, not the working tree.
+      scratch = mkdtempSync(join(tmpdir(), 'idem-redis-replica-'));
+      primary = await startRedisServer(await freePort(), ['--dir', scratch]);
+      replica = await startRedisServer(await freePort(), [
+        '--dir',
+        scratch,
+        '--replicaof',
+        '127.0.0.1',
+        String(primary.port),
+      ]);
       const probe = new Redis(primary.url);
       try {
         // Ready once WAIT 1 has a replica to count.
@@ -724,6 +736,7 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
   };
   afterAll(async () => {
     await Promise.all([replica?.stop(), primary?.stop()]);
+    if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
   });
 
   describeStore('redisStore with ioredis, waitForReplicas count 1', async () => {
