@@ -1,14 +1,5 @@
 import { abortableSleep } from '@idem/client';
 
-/** A promise and the function that resolves it. */
-function signalled(): { promise: Promise<void>; resolve: () => void } {
-  let resolve: () => void = () => undefined;
-  const promise = new Promise<void>((settle) => {
-    resolve = settle;
-  });
-  return { promise, resolve };
-}
-
 /** What one claim of the slot loop gave. */
 export interface SlotClaim<Row extends { url: string }> {
   /** Rows that take a slot (an attempt, or a takeover that puts the row back). */
@@ -56,8 +47,13 @@ export async function runSlots<Row extends { url: string }>(
   const { slots, maxPerUrl, pollMs } = options;
   const inFlight = new Set<Promise<void>>();
   const perUrl = new Map<string, number>();
-  // Resolved (and replaced) whenever a slot frees: the loop's waits race it.
-  let slotFreed = signalled();
+  // How many slots have freed so far, and the wait (at most one) to wake when the next one does.
+  // Not one shared promise "a slot freed" that each wait races: it stays the same until a slot
+  // frees, and Promise.race leaves a reaction on it per wait that only its settling releases, so
+  // an idle loop (or one whose rows in flight are all slow) kept about 300 bytes more per poll,
+  // for as long as it stayed so.
+  let freedCount = 0;
+  let wake: (() => void) | undefined;
 
   const begin = (row: Row) => {
     perUrl.set(row.url, (perUrl.get(row.url) ?? 0) + 1);
@@ -72,23 +68,28 @@ export async function runSlots<Row extends { url: string }>(
         const left = (perUrl.get(row.url) ?? 1) - 1;
         if (left === 0) perUrl.delete(row.url);
         else perUrl.set(row.url, left);
-        slotFreed.resolve();
-        slotFreed = signalled();
+        freedCount++;
+        wake?.();
       });
     inFlight.add(task);
   };
 
-  // Waits for `freed`, for `sleepMs` if given, or for the loop's abort, whichever comes first, and
-  // leaves no listener on `signal` behind (an idle loop waits many times; Node warns past 10).
-  const pause = async (freed: Promise<void>, sleepMs: number | undefined) => {
+  // Waits until a slot has freed since `freedBefore` (at once if one already has), for `sleepMs`
+  // if given, or for the loop's abort, whichever comes first. It leaves nothing behind: no listener
+  // on `signal` (an idle loop waits many times; Node warns past 10), no reaction on a promise that
+  // outlives it. abortableSleep takes a pollInterval longer than one timer holds in steps.
+  const pause = async (freedBefore: number, sleepMs: number | undefined) => {
+    if (freedCount !== freedBefore) return;
     const ended = new AbortController();
     const end = () => ended.abort();
     signal.addEventListener('abort', end, { once: true });
+    wake = end;
     try {
-      const waits = [freed, new Promise<void>((resolve) => ended.signal.addEventListener('abort', () => resolve()))];
+      const waits = [new Promise<void>((resolve) => ended.signal.addEventListener('abort', () => resolve()))];
       if (sleepMs !== undefined) waits.push(abortableSleep(sleepMs, ended.signal).catch(() => undefined));
       await Promise.race(waits);
     } finally {
+      wake = undefined;
       signal.removeEventListener('abort', end);
       ended.abort();
     }
@@ -96,7 +97,7 @@ export async function runSlots<Row extends { url: string }>(
 
   while (!signal.aborted) {
     // Taken before the claim: a slot that frees while it runs still ends the wait after it.
-    const freed = slotFreed.promise;
+    const freed = freedCount;
     const free = slots - inFlight.size;
     let outcome: 'more' | 'idle' | 'failed' = 'idle';
     if (free > 0) {
