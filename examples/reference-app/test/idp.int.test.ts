@@ -53,6 +53,13 @@ afterAll(async () => {
 
 const auth = () => running.authUrl;
 
+/** Moves the first use of a refresh token past the reuse interval, as waiting would. */
+const usedLongAgo = (token: string) =>
+  db.query(
+    `update idp_models set consumed_at = consumed_at - interval '1 hour' where model = 'RefreshToken' and id = $1`,
+    [token],
+  );
+
 /** A second provider process on the same database (a restart), without re-seeding the clients. */
 async function startIdpOnly() {
   const port = await listen(0);
@@ -806,6 +813,9 @@ describe('refresh tokens, revocation, introspection', () => {
     expect(rt2).not.toBe(rt1);
     expect(decodeJwt(first.body.access_token).payload.aud).toBe(resource);
 
+    // Past the reuse interval (within it, the retry of a refresh whose answer was lost is answered
+    // once more: `refresh-reuse.int.test.ts`).
+    await usedLongAgo(rt1);
     const reuse = await refresh(rt1);
     expect(reuse.status).toBe(400);
     expect(reuse.body.error).toBe('invalid_grant');
@@ -1451,7 +1461,7 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
       async query<Row>(text: string, params?: readonly unknown[]) {
         const result = await db.query<Row>(text, params);
         const gate = held;
-        if (gate && text.trimStart().startsWith('select payload from idp_models') && params?.[0] === gate.model) {
+        if (gate && /^\s*select\b[\s\S]*\bfrom idp_models m\b/.test(text) && params?.[0] === gate.model) {
           if (result.rows.length > 0 && gate.waiting.length < 2) {
             await new Promise<void>((resolve) => {
               gate.waiting.push(resolve);
@@ -1466,27 +1476,38 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
     racing = await listen(0);
     const idp = await createIdp({ db: racingDb, issuer: racing.url, resource });
     racing.use(idp.app);
+    // The strict rule, no reuse interval: a refresh token's racing reuse is a replay like a code's.
+    strictRacing = await listen(0);
+    const strictIdp = await createIdp({
+      db: racingDb,
+      issuer: strictRacing.url,
+      resource,
+      refreshTokenReuseSeconds: 0,
+    });
+    strictRacing.use(strictIdp.app);
   });
+  let strictRacing: Awaited<ReturnType<typeof listen>>;
 
   afterAll(async () => {
     await racing?.close();
+    await strictRacing?.close();
   });
 
-  async function racePair(model: string, params: Record<string, string>) {
+  async function racePair(model: string, params: Record<string, string>, base = racing.url) {
     held = { model, waiting: [] };
     try {
-      return await Promise.all([tokenRequest(racing.url, params, app), tokenRequest(racing.url, params, app)]);
+      return await Promise.all([tokenRequest(base, params, app), tokenRequest(base, params, app)]);
     } finally {
       held = undefined;
     }
   }
 
   // One of the pair won, the other was refused, and the winner's refresh token no longer refreshes.
-  async function expectWinnerRevoked(results: Awaited<ReturnType<typeof racePair>>) {
+  async function expectWinnerRevoked(results: Awaited<ReturnType<typeof racePair>>, base = racing.url) {
     expect(results.map((result) => result.status).sort()).toEqual([200, 400]);
     const winner = results.find((result) => result.status === 200)!;
     const refresh = await tokenRequest(
-      racing.url,
+      base,
       { grant_type: 'refresh_token', refresh_token: winner.body.refresh_token },
       app,
     );
@@ -1509,16 +1530,49 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
     await expectWinnerRevoked(results);
   });
 
-  // Research row 18 (a reused refresh token revokes the whole grant) and pitfall 9: the same
-  // compare-and-set loss on a racing reuse of RT1 revokes the grant, so RT2, which the winner got,
-  // stops refreshing.
-  it('revokes the grant when a rotated refresh token is reused in a race (row 18)', async () => {
-    const { tokens } = await codeFlow(racing.url, app, alice);
+  // Research row 18 (a reused refresh token revokes the whole grant) and pitfall 9: with no reuse
+  // interval, the same compare-and-set loss on a racing reuse of RT1 revokes the grant, so RT2, which
+  // the winner got, stops refreshing.
+  it('revokes the grant when a rotated refresh token is reused in a race, with no reuse interval (row 18)', async () => {
+    const { tokens } = await codeFlow(strictRacing.url, app, alice);
     expect(tokens.status).toBe(200);
-    const results = await racePair('RefreshToken', {
-      grant_type: 'refresh_token',
-      refresh_token: tokens.body.refresh_token,
-    });
-    await expectWinnerRevoked(results);
+    const results = await racePair(
+      'RefreshToken',
+      { grant_type: 'refresh_token', refresh_token: tokens.body.refresh_token },
+      strictRacing.url,
+    );
+    await expectWinnerRevoked(results, strictRacing.url);
   });
+
+  // Within the reuse interval (the default) the loser of the compare-and-set takes the token's one
+  // reuse: both are answered, as two requests of a client that raced its own refresh should be, but
+  // only one line of tokens lives on. The refresh token the first use issued is superseded by the
+  // reuse's, whichever of the two was saved last; presented, it is a replay and revokes the grant.
+  it.each(['the reuse', 'the first use'])(
+    'answers both of a racing pair within the reuse interval; the refresh token %s issued lives on',
+    async (presentedFirst) => {
+      const { tokens } = await codeFlow(racing.url, app, alice);
+      const used = tokens.body.refresh_token as string;
+      const results = await racePair('RefreshToken', { grant_type: 'refresh_token', refresh_token: used });
+      expect(results.map((result) => result.status)).toEqual([200, 200]);
+      const issued = results.map((result) => result.body.refresh_token as string);
+      // The first use's token records the token it was rotated from; the reuse's does not.
+      const { rows } = await db.query<{ id: string }>(
+        `select id from idp_models where model = 'RefreshToken' and rotated_from = $1`,
+        [used],
+      );
+      expect(rows).toHaveLength(1);
+      const firstUse = rows[0]!.id;
+      const reuse = issued.find((token) => token !== firstUse)!;
+      expect(issued).toContain(firstUse);
+      const refreshWith = (token: string) =>
+        tokenRequest(racing.url, { grant_type: 'refresh_token', refresh_token: token }, app);
+      if (presentedFirst === 'the reuse') {
+        expect((await refreshWith(reuse)).status).toBe(200);
+      } else {
+        expect((await refreshWith(firstUse)).body.error).toBe('invalid_grant');
+        expect((await refreshWith(reuse)).body.error).toBe('invalid_grant');
+      }
+    },
+  );
 });

@@ -1,5 +1,5 @@
 import type { Adapter, AdapterPayload } from 'oidc-provider';
-import { errors } from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
 
 /**
@@ -18,6 +18,27 @@ import type { Database } from '../db.js';
  * resume that sets it goes on, the other gets `SessionNotFound`, a read no longer finds it, and a
  * login or consent posted meanwhile cannot save it back to life (its save is refused the same way).
  *
+ * A rotated refresh token presented again within `refreshTokenReuseSeconds` (30 by default) of its
+ * first use is answered once more instead of revoking the grant: the reuse interval, Auth0's name
+ * (Okta's "grace period for token rotation"). oidc-provider consumes the presented token before it
+ * stores the one it rotates to and answers; when that save fails, the process dies, or the answer is
+ * lost on the way, the client holds only the used token, and its retry is no theft. Here `find` reads
+ * such a token as unused and `consume` takes it a second time (a compare-and-set on `reused_at`), so
+ * oidc-provider rotates it again. The bounds, each of them needed:
+ *
+ * - once more only, within the interval counted from the first use (a third use, or a second one
+ *   later, is a replay as before);
+ * - only while the token it was rotated to is unused (Auth0's "only the previous token"): a token two
+ *   rotations back is a replay even within the interval;
+ * - one line of tokens lives on: the token the first use issued is superseded by the reuse, and
+ *   presented later it is a replay that revokes the grant. Whoever holds it, a client whose answer came
+ *   late after all or a thief who used the token first, gives the fork away at its next refresh.
+ *
+ * The price: a stolen refresh token used within the interval after its owner's refresh goes unnoticed
+ * until the owner's next refresh (which then revokes the grant), and its access token stays good for
+ * its 5 minutes. `refreshTokenReuseSeconds: 0` turns the interval off: every reuse revokes the grant.
+ * The database's clock measures the interval, as it sets every expiry.
+ *
  * PostgreSQL holds no NUL character in text or jsonb, and a client can put one in any parameter
  * (`state=%00`). A lookup by such an id finds nothing, as for any unknown id, and storing a model that
  * carries one is refused with `invalid_request`, which oidc-provider answers as a 400 in the route's
@@ -28,9 +49,31 @@ import type { Database } from '../db.js';
  * const provider = new Provider(issuer, { adapter: sqlAdapterFactory(db), ... });
  * ```
  */
-export function sqlAdapterFactory(db: Database): (model: string) => Adapter {
-  return (model) => createSqlAdapter(db, model);
+export function sqlAdapterFactory(db: Database, options: SqlAdapterOptions = {}): (model: string) => Adapter {
+  const reuseSeconds = options.refreshTokenReuseSeconds ?? defaultRefreshTokenReuseSeconds;
+  if (!Number.isSafeInteger(reuseSeconds) || reuseSeconds < 0) {
+    throw new TypeError('refreshTokenReuseSeconds must be a whole number of seconds, 0 or more');
+  }
+  return (model) => createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0);
 }
+
+/** What {@link sqlAdapterFactory} takes besides the database. */
+export interface SqlAdapterOptions {
+  /**
+   * Seconds after its first use during which a rotated refresh token is answered once more instead of
+   * revoking the grant (see {@link sqlAdapterFactory}); 30 by default, 0 turns the interval off.
+   */
+  refreshTokenReuseSeconds?: number | undefined;
+}
+
+/** The reuse interval of a rotated refresh token, in seconds, when none is given. */
+export const defaultRefreshTokenReuseSeconds = 30;
+
+/**
+ * The requests (oidc-provider's request context) that rotate a refresh token on its one reuse: the
+ * token they save is the newest of the line, not one to supersede (see `upsert`).
+ */
+const rotatingOnReuse = new WeakSet<object>();
 
 /**
  * The models issued under a grant, which go with it (oidc-provider's memory adapter keeps the same
@@ -50,21 +93,71 @@ interface PayloadRow {
   payload: AdapterPayload;
 }
 
-function createSqlAdapter(db: Database, model: string): Adapter {
+/**
+ * `reuseSeconds` is the refresh token reuse interval (0 for every other model). The SQL below names the
+ * row read or consumed `m`, and `$3` is the interval.
+ */
+function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Adapter {
   // A consumed Interaction is a tombstone (see above): never read, never saved back. A consumed
   // token is still read, with its `consumed` flag, which is how oidc-provider notices a code or
   // refresh token used twice.
   const tombstoned = model === 'Interaction';
   const live = tombstoned ? 'and consumed_at is null' : '';
+  const reusable = reuseSeconds > 0;
+  // Used within the interval, not reused yet, and the token it was rotated to unused: the one reuse
+  // `consume` allows. The same condition in both, so a token read as unused is taken, unless a
+  // concurrent request took its one reuse first (that one is then a replay).
+  const withinReuse = `m.consumed_at > now() - make_interval(secs => $3)
+    and m.reused_at is null
+    and not exists (select 1 from idp_models successor
+      where successor.model = m.model and successor.grant_id = m.grant_id and successor.rotated_from = m.id
+        and successor.consumed_at is not null)`;
+  // A token issued by the first use of one reused since (see `consume`): a replay from now on. `consume`
+  // marks it so; this reads it so too when its save came after that reuse, as it may in a race.
+  const superseded = `exists (select 1 from idp_models predecessor
+    where predecessor.model = m.model and predecessor.id = m.rotated_from and predecessor.reused_at is not null)`;
+  const payloadAsRead = reusable
+    ? `case
+         when ${superseded} then jsonb_set(m.payload, '{consumed}', to_jsonb(extract(epoch from now())::bigint))
+         when ${withinReuse} then m.payload - 'consumed'
+         else m.payload
+       end`
+    : 'm.payload';
   const findOne = async (column: 'id' | 'uid' | 'user_code', value: string) => {
     if (holdsNul(value)) return undefined;
     const { rows } = await db.query<PayloadRow>(
-      `select payload from idp_models
-       where model = $1 and ${column} = $2 and (expires_at is null or expires_at > now()) ${live}
+      `select ${payloadAsRead} as payload from idp_models m
+       where m.model = $1 and m.${column} = $2 and (m.expires_at is null or m.expires_at > now()) ${live}
        limit 1`,
-      [model, value],
+      reusable ? [model, value, reuseSeconds] : [model, value],
     );
     return rows[0]?.payload;
+  };
+
+  // The one reuse of a refresh token used within the interval (see above), for the request that read
+  // it as unused: taken here (`reused_at`), and the token its first use issued superseded in the same
+  // statement (as consumed at the beginning of time, past any interval). That request then saves the
+  // token it rotates to without the link to this one (see `upsert`), so it is left alone.
+  const takeReuse = async (id: string): Promise<boolean> => {
+    const { rows } = await db.query(
+      `with taken as (
+         update idp_models m set reused_at = now()
+         where m.model = $1 and m.id = $2 and ${withinReuse}
+         returning m.id, m.grant_id
+       ), superseded as (
+         update idp_models earlier
+         set consumed_at = '-infinity',
+             payload = jsonb_set(earlier.payload, '{consumed}', to_jsonb(extract(epoch from now())::bigint))
+         from taken
+         where earlier.model = $1 and earlier.grant_id = taken.grant_id and earlier.rotated_from = taken.id
+       )
+       select id from taken`,
+      [model, id, reuseSeconds],
+    );
+    if (rows.length === 0) return false;
+    const ctx = Provider.ctx;
+    if (ctx) rotatingOnReuse.add(ctx);
+    return true;
   };
 
   return {
@@ -72,10 +165,16 @@ function createSqlAdapter(db: Database, model: string): Adapter {
       if (holdsNul(id) || holdsNul(payload)) {
         throw new errors.InvalidRequest('a parameter holds a NUL character');
       }
+      // A refresh token issued by a rotation records the one it replaces (oidc-provider names it on the
+      // request it saves it in): the reuse interval reads that link. Not the one issued on the reuse:
+      // it is the newest of the line, which that reuse's supersession must leave alone.
+      const ctx = reusable ? Provider.ctx : undefined;
+      const rotatedFrom =
+        ctx && !rotatingOnReuse.has(ctx) ? (ctx.oidc.entities.RotatedRefreshToken?.jti ?? null) : null;
       // The database's clock sets the expiry, so a skewed app clock cannot stretch a stored token.
       const { rows } = await db.query(
-        `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
-         values ($1, $2, $3, $4, $5, $6, case when $7::int is null then null else now() + make_interval(secs => $7::int) end)
+        `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at, rotated_from)
+         values ($1, $2, $3, $4, $5, $6, case when $7::int is null then null else now() + make_interval(secs => $7::int) end, $8)
          on conflict (model, id) do update set
            payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
            user_code = excluded.user_code, expires_at = excluded.expires_at
@@ -89,6 +188,7 @@ function createSqlAdapter(db: Database, model: string): Adapter {
           payload.uid ?? null,
           payload.userCode ?? null,
           typeof expiresIn === 'number' ? Math.ceil(expiresIn) : null,
+          rotatedFrom,
         ],
       );
       if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
@@ -125,9 +225,11 @@ function createSqlAdapter(db: Database, model: string): Adapter {
          returning id`,
         [model, id, consumed],
       );
+      if (rows.length === 0 && reusable && (await takeReuse(id))) return;
       if (rows.length === 0) {
-        // Lost the compare-and-set: another request consumed it after both read it unconsumed. That
-        // is a replay (a code redeemed twice, a rotated refresh token reused), which oidc-provider
+        // Lost the compare-and-set: another request consumed it after both read it unconsumed (and,
+        // for a refresh token, its one reuse was gone or taken too). That is a replay (a code
+        // redeemed twice, a rotated refresh token reused), which oidc-provider
         // answers by revoking the grant only when it reads `consumed` itself; here it never does, so
         // the revocation is done here. The Grant row goes too: the winner may save its new tokens
         // after this delete, and without their grant they are refused at first use.

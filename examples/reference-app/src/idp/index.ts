@@ -1,6 +1,11 @@
 export { errorPage } from '../html.js';
 export { apiScopes, roleScopes } from '../scopes.js';
-export { purgeExpiredModels, sqlAdapterFactory } from './adapter.js';
+export {
+  defaultRefreshTokenReuseSeconds,
+  purgeExpiredModels,
+  type SqlAdapterOptions,
+  sqlAdapterFactory,
+} from './adapter.js';
 export { assertRedirectUris, findClient, saveClient } from './clients.js';
 export { type ProviderRoute, providerMethods, providerRouteAt, providerRoutes } from './methods.js';
 export {

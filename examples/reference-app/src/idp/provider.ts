@@ -42,12 +42,18 @@ export interface ProviderOptions {
   issuer: string;
   /** The API's resource indicator (RFC 8707), the gateway's base URL; access tokens carry it as `aud`. */
   resource: string;
+  /**
+   * Seconds after its first use during which a rotated refresh token is answered once more instead of
+   * revoking the grant (the reuse interval, `adapter.ts`); 30 by default, 0 for the strict rule.
+   */
+  refreshTokenReuseSeconds?: number | undefined;
 }
 
 /**
  * The identity provider on oidc-provider v9, configured to the reference app's rules:
  * authorization code only; PKCE S256 for every client; refresh tokens rotated on each use (a reused one
- * revokes the grant, oidc-provider's default on a consumed token); revocation (RFC 7009) and
+ * revokes the grant, oidc-provider's default on a consumed token, unless it is the retry of a refresh
+ * whose answer was lost: once more within `refreshTokenReuseSeconds` of the first use); revocation (RFC 7009) and
  * introspection (RFC 7662); `iss` in authorization responses (RFC 9207, always on in v9); JWT access
  * tokens (`at+jwt`, RFC 9068) for one audience through resource indicators (RFC 8707), 5 minutes,
  * issued only when an API scope is asked for, and carrying the user's `roles` only next to a scope
@@ -64,6 +70,8 @@ export interface ProviderOptions {
  */
 export async function createProvider(options: ProviderOptions): Promise<Provider> {
   const { db, issuer, resource } = options;
+  // First: it refuses a bad reuse interval before anything is read.
+  const adapter = sqlAdapterFactory(db, { refreshTokenReuseSeconds: options.refreshTokenReuseSeconds });
   const [keys, cookieKeys] = await Promise.all([loadSigningKeys(db), loadCookieKeys(db)]);
 
   // A client that names no resource gets the API only when it asks for an API scope. One that asks
@@ -100,7 +108,7 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   ) => client.clientAuthMethod !== 'none' && tokenClientId === client.clientId;
 
   const configuration: Configuration = {
-    adapter: sqlAdapterFactory(db),
+    adapter,
     jwks: { keys: keys as NonNullable<Configuration['jwks']>['keys'] },
     cookies: {
       keys: cookieKeys,
@@ -129,7 +137,8 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     enabledJWA: { dPoPSigningAlgValues: [...dpopAlgorithms] },
     // Every client, confidential ones too, must send an S256 challenge (v9 supports no other method).
     pkce: { required: () => true },
-    // Every refresh rotates; presenting a consumed refresh token revokes the whole grant. A refresh
+    // Every refresh rotates; presenting a consumed refresh token revokes the whole grant, past the reuse
+    // interval (the adapter reads one used within it as unused, once: see `adapter.ts`). A refresh
     // refused for its resource is refused before the rotation, so it does not use the token up (a code
     // redemption likewise, in `ReferenceProvider` above).
     rotateRefreshToken: (ctx) => {

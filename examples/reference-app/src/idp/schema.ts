@@ -6,7 +6,9 @@ import { type Database, onlyIfMissing, schemaLock } from '../db.js';
  * - `idp_users`: accounts, passwords only as argon2id hashes;
  * - `idp_clients`: registered OAuth clients (metadata as oidc-provider reads it);
  * - `idp_secrets`: the signing keys and cookie keys, generated once, never in the repository;
- * - `idp_models`: everything oidc-provider stores through its adapter (sessions, grants, codes, tokens).
+ * - `idp_models`: everything oidc-provider stores through its adapter (sessions, grants, codes, tokens);
+ *   a refresh token's row also says which token it was rotated from and when its one reuse happened
+ *   (`rotated_from`, `reused_at`: the reuse interval in `adapter.ts`), added to an older table here.
  *
  * @example
  * ```ts
@@ -41,8 +43,12 @@ export async function migrateIdp(db: Database): Promise<void> {
       user_code text,
       expires_at timestamptz,
       consumed_at timestamptz,
+      rotated_from text,
+      reused_at timestamptz,
       primary key (model, id)
     );
+    ${onlyIfMissing({ relation: 'idp_models', column: 'rotated_from' }, 'alter table idp_models add column if not exists rotated_from text')}
+    ${onlyIfMissing({ relation: 'idp_models', column: 'reused_at' }, 'alter table idp_models add column if not exists reused_at timestamptz')}
     ${onlyIfMissing({ relation: 'idp_models_grant_id' }, 'create index if not exists idp_models_grant_id on idp_models (grant_id) where grant_id is not null')}
     ${onlyIfMissing({ relation: 'idp_models_uid' }, 'create index if not exists idp_models_uid on idp_models (model, uid) where uid is not null')}
     ${onlyIfMissing({ relation: 'idp_models_user_code' }, 'create index if not exists idp_models_user_code on idp_models (model, user_code) where user_code is not null')}

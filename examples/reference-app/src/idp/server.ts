@@ -17,6 +17,12 @@ export interface IdpOptions {
   resource: string;
   /** The login page's limit on wrong passwords per name and address (10 per 15 minutes by default). */
   loginThrottle?: LoginThrottleOptions;
+  /**
+   * Seconds after its first use during which a rotated refresh token is answered once more, with fresh
+   * tokens, instead of revoking the grant: the retry of a refresh whose answer was lost. 30 by default;
+   * 0 turns it off (every reuse revokes the grant). A whole number; anything else is a `TypeError`.
+   */
+  refreshTokenReuseSeconds?: number | undefined;
 }
 
 /** The identity provider: an Express app serving our pages in front of oidc-provider. */
