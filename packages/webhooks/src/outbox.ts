@@ -937,13 +937,22 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // there dead-letters it (so does one past the horizon), and no takeover gets here with it.
     const takeOver = (row: Claimed) => putBack(row, sender.nextDelay(Math.max(1, row.attempts - 1)));
 
-    const send = async (row: Claimed, round: RelayRound, clock: () => number, more: () => boolean) => {
+    // `heard`: told whether the endpoint answered at all (the loop gives an endpoint that does not
+    // one slot until it does, see relay-slots.ts).
+    const send = async (
+      row: Claimed,
+      round: RelayRound,
+      clock: () => number,
+      more: () => boolean,
+      heard?: (answered: boolean) => void,
+    ) => {
       // Only a crashed or dead-lettered row's body is null, and neither is sent.
       const attempt = await sender.attempt(
         { url: row.url, id: row.id, body: row.body as Buffer, contentType: row.content_type, headers: row.headers },
         row.attempts,
         { now: clock },
       );
+      heard?.(attempt.result !== 'timeout' && attempt.result !== 'network-error');
       const delivered = attempt.result === 'delivered';
       const stop =
         attempt.result === 'gone' ? 'gone' : !delivered && row.attempts >= maxAttempts ? 'max-attempts' : null;
@@ -1001,12 +1010,18 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
 
     // One claimed row to its end: a row dead-lettered by its claim is done already, a crashed one is
     // put back, any other gets its attempt.
-    const workOn = (row: Claimed, round: RelayRound, clock: () => number, more: () => boolean) =>
+    const workOn = (
+      row: Claimed,
+      round: RelayRound,
+      clock: () => number,
+      more: () => boolean,
+      heard?: (answered: boolean) => void,
+    ) =>
       row.status === 'dead'
         ? Promise.resolve('dead' as const)
         : row.crashed
           ? takeOver(row)
-          : send(row, round, clock, more);
+          : send(row, round, clock, more, heard);
 
     const runRound = async (signal: AbortSignal | undefined): Promise<RelayRound> => {
       const more = batchesWhile(signal);
@@ -1068,12 +1083,19 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
             };
           },
           // The counts of a round are runOnce()'s; the loop's rows are told through onAttempt.
-          work: ({ row, clock }) =>
-            withinLease(
-              workOn(row, { claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 0 }, clock, batchesWhile(signal)),
+          work: async ({ row, clock }) => {
+            let answered: boolean | undefined;
+            const round = { claimed: 1, delivered: 0, retrying: 0, dead: 0, fenced: 0 };
+            const heard = (value: boolean) => {
+              answered = value;
+            };
+            await withinLease(
+              workOn(row, round, clock, batchesWhile(signal), heard),
               'The relay did not finish a row within its lease.',
               { id: row.id },
-            ),
+            );
+            return answered;
+          },
           // Without the failed statement's values (PGlite's `params`: bodies, partner answers).
           onError: (error) => notify(relayOptions.onError, withoutCommandValues(error)),
         },

@@ -1,5 +1,8 @@
 import { abortableSleep } from '@idem/client';
 
+/** How many URLs without an answer the loop remembers (each then gets one slot). */
+const maxUnanswered = 10_000;
+
 /** What one claim of the slot loop gave. */
 export interface SlotClaim<Row extends { url: string }> {
   /** Rows that take a slot (an attempt, or a takeover that puts the row back). */
@@ -20,8 +23,13 @@ export interface SlotLoopOptions<Row extends { url: string }> {
   pollMs: number;
   /** Claims up to `limit` rows; `room` says how many more of each URL in flight may come. */
   claim(limit: number, room: ReadonlyMap<string, number>): Promise<SlotClaim<Row>>;
-  /** Works one row to its end. It must settle within the row's lease (the relay races it against one). */
-  work(row: Row): Promise<unknown>;
+  /**
+   * Works one row to its end. It must settle within the row's lease (the relay races it against one).
+   * Resolves to whether its endpoint answered: `false` (a timeout, a refused or broken connection)
+   * leaves the URL one slot until an attempt of it is answered; `undefined` (no attempt was made, a
+   * takeover) changes nothing.
+   */
+  work(row: Row): Promise<boolean | undefined>;
   /** Told what a claim or a row's work failed with. */
   onError(error: unknown): void;
 }
@@ -54,13 +62,26 @@ export async function runSlots<Row extends { url: string }>(
   // for as long as it stayed so.
   let freedCount = 0;
   let wake: (() => void) | undefined;
+  // URLs whose last attempt got no answer: one slot each, not maxPerUrl, until one is answered. A
+  // share bounds what one dead endpoint takes, but two of them at half the slots each took them all,
+  // and every other endpoint's events waited out the timeout again. An endpoint that answers, even
+  // with an error, keeps its share. Oldest first, and bounded: dead URLs whose rows are all gone
+  // would otherwise stay here for the life of the process.
+  const unanswered = new Map<string, true>();
+  const heard = (url: string, answered: boolean | undefined) => {
+    if (answered === undefined) return;
+    unanswered.delete(url);
+    if (answered) return;
+    unanswered.set(url, true);
+    if (unanswered.size > maxUnanswered) unanswered.delete(unanswered.keys().next().value as string);
+  };
 
   const begin = (row: Row) => {
     perUrl.set(row.url, (perUrl.get(row.url) ?? 0) + 1);
     const task = options
       .work(row)
       .then(
-        () => undefined,
+        (answered) => heard(row.url, answered),
         (error: unknown) => options.onError(error),
       )
       .finally(() => {
@@ -102,7 +123,9 @@ export async function runSlots<Row extends { url: string }>(
     let outcome: 'more' | 'idle' | 'failed' = 'idle';
     if (free > 0) {
       try {
-        const room = new Map([...perUrl].map(([url, count]) => [url, maxPerUrl - count] as const));
+        const room = new Map<string, number>();
+        for (const url of unanswered.keys()) room.set(url, 1 - (perUrl.get(url) ?? 0));
+        for (const [url, count] of perUrl) if (!unanswered.has(url)) room.set(url, maxPerUrl - count);
         const claimed = await options.claim(free, room);
         for (const row of claimed.work) begin(row);
         if (claimed.claimed > 0 && claimed.moreDue) outcome = 'more';

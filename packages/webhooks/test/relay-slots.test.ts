@@ -16,15 +16,19 @@ interface Row {
 
 /** Work the test ends by hand: `end(id)` settles the row's work, `fail(id)` rejects it. */
 function handWork() {
-  const pending = new Map<string, { resolve: () => void; reject: (error: unknown) => void }>();
+  const pending = new Map<
+    string,
+    { resolve: (answered: boolean | undefined) => void; reject: (error: unknown) => void }
+  >();
   return {
     pending,
     work: (row: Row) =>
-      new Promise<void>((resolve, reject) => {
+      new Promise<boolean | undefined>((resolve, reject) => {
         pending.set(row.id, { resolve, reject });
       }),
-    end(id: string) {
-      pending.get(id)?.resolve();
+    /** `answered`: whether the row's endpoint answered (undefined: no attempt was made). */
+    end(id: string, answered?: boolean) {
+      pending.get(id)?.resolve(answered);
       pending.delete(id);
     },
   };
@@ -111,6 +115,55 @@ describe('runSlots', () => {
       { limit: 2, room: { a: 1 } },
       { limit: 1, room: { a: 0 } },
     ]);
+    expect(hand.pending.size).toBe(2);
+    stop.abort();
+    for (const id of [...hand.pending.keys()]) hand.end(id);
+    await done;
+  });
+
+  // Was wrong: a share bounds one dead endpoint, but two of them at half the slots each took every
+  // slot, and the other endpoints' events waited out the timeout again. An endpoint whose attempt
+  // got no answer now has one slot until one of its attempts is answered.
+  it('gives a URL whose attempt got no answer one slot, until one of its attempts is answered', async () => {
+    vi.useFakeTimers();
+    const asked: Record<string, number>[] = [];
+    const hand = handWork();
+    let next = 0;
+    const stop = new AbortController();
+    const done = runSlots<Row>(
+      {
+        slots: 4,
+        maxPerUrl: 2,
+        pollMs: 1_000,
+        // Always one more row of `a` than its room, so every claim says more are due.
+        claim: async (limit, room): Promise<SlotClaim<Row>> => {
+          asked.push(Object.fromEntries(room));
+          const take = Math.max(0, Math.min(limit, room.get('a') ?? 2));
+          const work = Array.from({ length: take }, () => ({ url: 'a', id: `a${next++}` }));
+          return { work, claimed: work.length, moreDue: work.length > 0 };
+        },
+        work: hand.work,
+        onError: () => undefined,
+      },
+      stop.signal,
+    );
+    await settle();
+    expect(hand.pending.size).toBe(2);
+    // Both of a's attempts time out: a is down to one slot, and gets it back once they are over.
+    hand.end('a0', false);
+    await settle();
+    expect(asked.at(-1)).toEqual({ a: 0 });
+    hand.end('a1', false);
+    await settle();
+    expect(asked.at(-2)).toEqual({ a: 1 });
+    expect(hand.pending.size).toBe(1);
+    // An answer (any status) gives a its share again.
+    hand.end('a2', true);
+    await settle();
+    expect(hand.pending.size).toBe(2);
+    // No attempt made (a takeover): nothing learnt, nothing changes.
+    hand.end('a3', undefined);
+    await settle();
     expect(hand.pending.size).toBe(2);
     stop.abort();
     for (const id of [...hand.pending.keys()]) hand.end(id);
