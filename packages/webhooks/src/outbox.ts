@@ -608,8 +608,9 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // timeout, or a slow one) filled every claim, and every other endpoint's events waited behind
     // it. The candidates are read without a lock; the rows picked are locked (SKIP LOCKED) and
     // checked again under the lock, as another relay may have claimed one since.
-    // `more_due`: rows were left out for their URL's share (or the limit), so a claim made at once
-    // may find more (the loop claims again while it has free slots).
+    // `moreDue`: due rows were left out (for their URL's share, the limit, or another relay's claim
+    // that took them first), so a claim made at once may find more (the loop claims again while it
+    // has free slots).
     const claim = async (limit: number, room: ReadonlyMap<string, number> = new Map()) => {
       // `crashed`: the row's last claim never recorded a result (every write that ends a claim clears
       // locked_by), so its relay died or stalled mid-attempt and its lease ran out. Read before the
@@ -656,7 +657,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
                  AND status = 'pending'
                  AND next_attempt_at <= now()
                  AND (locked_until IS NULL OR locked_until <= now())
-                 FOR UPDATE SKIP LOCKED)
+                 FOR UPDATE SKIP LOCKED),
+              claimed AS (
          UPDATE ${table} AS o
             SET status = CASE WHEN due.stop IS NULL THEN o.status ELSE 'dead' END,
                 dead_reason = coalesce(due.stop, o.dead_reason),
@@ -670,8 +672,9 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
           WHERE o.id = due.id
         RETURNING o.id, o.url, CASE WHEN due.crashed OR due.stop IS NOT NULL THEN NULL ELSE o.body END AS body,
                   o.content_type, o.headers, o.status, o.attempts, o.claims, due.crashed,
-                  floor(extract(epoch FROM now()) * 1000)::float8 AS database_now,
-                  (SELECT count(*) FROM candidate) > (SELECT count(*) FROM picked) AS more_due`,
+                  floor(extract(epoch FROM now()) * 1000)::float8 AS database_now)
+         SELECT claimed.*, (SELECT count(*) FROM candidate) > (SELECT count(*) FROM claimed) AS more_due
+           FROM (VALUES (1)) AS one (x) LEFT JOIN claimed ON true`,
         [
           limit,
           leaseMs,
@@ -686,27 +689,31 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
           maxPerUrl,
         ],
       );
-      return rows as {
-        id: string;
-        url: string;
-        /** Null for a crashed or dead-lettered row: neither is sent. */
-        body: Buffer | null;
-        content_type: string;
-        headers: Record<string, string>;
-        /** 'dead' when the claim itself dead-lettered the row; nothing more is written then. */
-        status: 'pending' | 'dead';
-        /** Counts this claim too, unless the claim dead-lettered the row. A requeue resets it. */
-        attempts: number;
-        /** The fencing token: every claim raises it, nothing lowers or resets it. */
-        claims: number;
-        crashed: boolean;
-        /** The database's clock when the claim ran, epoch ms. */
-        database_now: number;
-        /** Due rows were left out of this claim for their URL's share or its limit. */
-        more_due: boolean;
-      }[];
+      // Always one row at least: a claim that took nothing still says whether rows were due (a row of
+      // nulls and `more_due`), so a relay that lost every row it picked to another relay's claim
+      // made at the same moment claims again at once instead of waiting out its poll.
+      const claimedRows = (rows as (Claimed | { id: null; more_due: boolean })[]).filter(
+        (row): row is Claimed => row.id !== null,
+      );
+      return { rows: claimedRows, moreDue: rows[0]?.more_due === true };
     };
-    type Claimed = Awaited<ReturnType<typeof claim>>[number];
+    type Claimed = {
+      id: string;
+      url: string;
+      /** Null for a crashed or dead-lettered row: neither is sent. */
+      body: Buffer | null;
+      content_type: string;
+      headers: Record<string, string>;
+      /** 'dead' when the claim itself dead-lettered the row; nothing more is written then. */
+      status: 'pending' | 'dead';
+      /** Counts this claim too, unless the claim dead-lettered the row. A requeue resets it. */
+      attempts: number;
+      /** The fencing token: every claim raises it, nothing lowers or resets it. */
+      claims: number;
+      crashed: boolean;
+      /** The database's clock when the claim ran, epoch ms. */
+      database_now: number;
+    };
 
     // Every write that ends a claim is fenced by locked_by, `claims` and the attempt count: if this
     // relay's lease ran out and another claim took the row over (by another relay, or by one that
@@ -1025,7 +1032,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
 
     const runRound = async (signal: AbortSignal | undefined): Promise<RelayRound> => {
       const more = batchesWhile(signal);
-      const rows = await claim(batchSize);
+      const { rows } = await claim(batchSize);
       const clock = clockOf(rows);
       const round: RelayRound = { claimed: rows.length, delivered: 0, retrying: 0, dead: 0, fenced: 0 };
       // Settle every row before the round ends, even when one fails: stop() promises the round in
@@ -1070,7 +1077,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
           maxPerUrl,
           pollMs,
           claim: async (limit, room) => {
-            const rows = await withinLease(
+            const { rows, moreDue } = await withinLease(
               claim(limit, room),
               'The relay did not finish a claim within its lease.',
               {},
@@ -1079,7 +1086,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
             return {
               work: rows.filter((row) => row.status !== 'dead').map((row) => ({ url: row.url, row, clock })),
               claimed: rows.length,
-              moreDue: rows.some((row) => row.more_due),
+              moreDue,
             };
           },
           // The counts of a round are runOnce()'s; the loop's rows are told through onAttempt.

@@ -3,13 +3,19 @@ import { abortableSleep } from '@idem/client';
 /** How many URLs without an answer the loop remembers (each then gets one slot). */
 const maxUnanswered = 10_000;
 
+/** How many claims in a row may come back empty, though rows were due, before the loop waits its poll. */
+const maxEmptyClaims = 3;
+
 /** What one claim of the slot loop gave. */
 export interface SlotClaim<Row extends { url: string }> {
   /** Rows that take a slot (an attempt, or a takeover that puts the row back). */
   work: Row[];
   /** Rows the claim took, those that took no slot (dead-lettered by the claim itself) included. */
   claimed: number;
-  /** Due rows were left out for their URL's share (or the limit): a claim made at once may find more. */
+  /**
+   * Due rows were left out (for their URL's share, the limit, or another relay's claim that took them
+   * first): a claim made at once may find more.
+   */
   moreDue: boolean;
 }
 
@@ -42,8 +48,9 @@ export interface SlotLoopOptions<Row extends { url: string }> {
  * it is free, and no URL holds more than `maxPerUrl` of them, so the other endpoints' events go out
  * through the rest while one endpoint keeps its attempts waiting.
  *
- * Claims again at once while a claim found rows and left some due ones out (for a URL's share: the
- * next claim leaves that URL out, and reaches the rows behind its backlog). Otherwise waits for
+ * Claims again at once while a claim left due rows out (for a URL's share: the next claim leaves
+ * that URL out, and reaches the rows behind its backlog; or lost to another relay's claim: a few
+ * times in a row at most when it took nothing). Otherwise waits for
  * `pollMs`, or for a slot to free (a URL that was at its share may have due rows): a free slot
  * costs at most one claim that finds nothing. After `signal` aborts it claims no more and resolves
  * once every row in flight has settled, each within its lease.
@@ -116,6 +123,7 @@ export async function runSlots<Row extends { url: string }>(
     }
   };
 
+  let emptyButDue = 0;
   while (!signal.aborted) {
     // Taken before the claim: a slot that frees while it runs still ends the wait after it.
     const freed = freedCount;
@@ -128,7 +136,11 @@ export async function runSlots<Row extends { url: string }>(
         for (const [url, count] of perUrl) if (!unanswered.has(url)) room.set(url, maxPerUrl - count);
         const claimed = await options.claim(free, room);
         for (const row of claimed.work) begin(row);
-        if (claimed.claimed > 0 && claimed.moreDue) outcome = 'more';
+        // A claim that took nothing though rows were due lost them to another relay's claim made at
+        // the same moment: claim again at once, but not for ever (a row another statement holds
+        // locked for a while would make every claim come back empty).
+        emptyButDue = claimed.claimed === 0 && claimed.moreDue ? emptyButDue + 1 : 0;
+        if (claimed.moreDue && emptyButDue <= maxEmptyClaims) outcome = 'more';
       } catch (error) {
         // The database is down: rows stay leased or pending; try again after the pause.
         options.onError(error);
@@ -141,6 +153,7 @@ export async function runSlots<Row extends { url: string }>(
     // Every slot taken: claim again when one frees. Else nothing more was due: claim again after
     // the poll, or when a slot frees (its URL, at its share, may have rows waiting).
     else await pause(freed, inFlight.size >= slots ? undefined : pollMs);
+    emptyButDue = 0;
   }
   await Promise.allSettled([...inFlight]);
 }

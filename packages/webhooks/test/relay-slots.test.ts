@@ -90,7 +90,9 @@ describe('runSlots', () => {
           asked.push({ limit, room: Object.fromEntries(room) });
           const left = room.get('a') ?? 2;
           const work = queue.splice(0, Math.min(limit, left));
-          return { work, claimed: work.length, moreDue: queue.length > 0 };
+          // As the claim says it: rows it could have taken were left (a URL with no room is left out
+          // of what it reads).
+          return { work, claimed: work.length, moreDue: left > 0 && queue.length > 0 };
         },
         work: hand.work,
         onError: () => undefined,
@@ -167,6 +169,35 @@ describe('runSlots', () => {
     expect(hand.pending.size).toBe(2);
     stop.abort();
     for (const id of [...hand.pending.keys()]) hand.end(id);
+    await done;
+  });
+
+  // Was wrong: a claim whose picked rows all went to another relay's claim made at the same moment
+  // came back empty, and the loop waited out its poll though rows were due. It now claims again at
+  // once, three times in a row at most, then waits.
+  it('claims again at once after a claim lost every row it picked, a few times in a row at most', async () => {
+    vi.useFakeTimers();
+    let claims = 0;
+    const stop = new AbortController();
+    const done = runSlots<Row>(
+      {
+        slots: 2,
+        maxPerUrl: 2,
+        pollMs: 1_000,
+        claim: async () => {
+          claims++;
+          return { work: [], claimed: 0, moreDue: true };
+        },
+        work: async () => undefined,
+        onError: () => undefined,
+      },
+      stop.signal,
+    );
+    await settle();
+    expect(claims).toBe(4);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(claims).toBe(8);
+    stop.abort();
     await done;
   });
 
