@@ -91,8 +91,7 @@ export async function runSlots<Row extends { url: string }>(
 
   // The wait ends once the current turn's I/O has been handled, not at the first slot that frees:
   // the results that came back together (a pool's answers read in one pass) end as one wake-up and
-  // one claim, instead of one claim per slot. Against an endpoint that answers at once, a claim per
-  // freed slot doubled the queries per event and cut a relay's throughput by a third.
+  // one claim for all their slots, instead of a claim per slot.
   let wakeScheduled = false;
   const wakeSoon = () => {
     if (wakeScheduled) return;
