@@ -47,6 +47,11 @@ export interface IoredisLike {
  */
 export interface NodeRedisClientLike {
   sendCommand(args: (string | Buffer)[], options?: object): Promise<unknown>;
+  /**
+   * A pool's (`createClientPool`): runs `task` with one of its clients. Used by the store's
+   * `waitForReplicas` only, to send a write and its `WAIT` on one connection.
+   */
+  execute?: ((task: (client: NodeRedisClientLike) => Promise<unknown>) => Promise<unknown>) | undefined;
 }
 
 /**
@@ -144,21 +149,32 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
       };
     }
     const single = client as NodeRedisClientLike;
+    // A pool (createClientPool) has a sendCommand too, but hands each call to whichever of its
+    // clients is free: the commands of one pipeline would leave on several connections, and a WAIT
+    // would count the replicas of a connection that wrote nothing (at once, all of them). Its
+    // `execute` lends one client for the whole pipeline.
+    const execute = single.execute;
     return {
       send: (_key, args) => single.sendCommand([...args], nodeRedisBuffers),
-      // A plain client has one connection, and writes the commands asked for in one tick together,
-      // in order: no pipeline object needed.
-      sendPipeline: async (_key, commands) => {
-        const settled = await Promise.allSettled(
-          commands.map((args) => single.sendCommand([...args], nodeRedisBuffers)),
-        );
-        const failed = settled.find((result) => result.status === 'rejected');
-        if (failed !== undefined) throw failed.reason;
-        return settled.map((result) => (result as PromiseFulfilledResult<unknown>).value);
-      },
+      sendPipeline:
+        typeof execute === 'function'
+          ? (_key, commands) => execute.call(single, (one) => sendTogether(one, commands)) as Promise<unknown[]>
+          : (_key, commands) => sendTogether(single, commands),
     };
   }
   throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
+}
+
+/**
+ * Sends `commands` through one plain node-redis client. It has one connection, and writes the
+ * commands asked for in one tick together, in order: no pipeline object needed. Rejects with the
+ * first error, as a pipeline does.
+ */
+async function sendTogether(client: NodeRedisClientLike, commands: readonly (readonly (string | Buffer)[])[]) {
+  const settled = await Promise.allSettled(commands.map((args) => client.sendCommand([...args], nodeRedisBuffers)));
+  const failed = settled.find((result) => result.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
+  return settled.map((result) => (result as PromiseFulfilledResult<unknown>).value);
 }
 
 // What node-redis's `multi()` (cluster or Sentinel) answers with, as far as the store uses it.

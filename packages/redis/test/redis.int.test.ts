@@ -13,7 +13,7 @@ import {
 } from '@idem/core';
 import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
-import { createClient, createCluster, RESP_TYPES } from 'redis';
+import { createClient, createClientPool, createCluster, RESP_TYPES } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type RedisClientLike,
@@ -303,6 +303,38 @@ describe.runIf(withRedis)('@idem/redis on a single Redis', () => {
         await nodeRedis.close();
       }
     });
+  });
+
+  // waitForReplicas rests on this: WAIT counts the replicas that have the writes of the connection
+  // it is sent on, so a write and its WAIT must leave on one connection, or the WAIT answers for a
+  // connection that wrote nothing and the write is reported replicated when it is not.
+  // Was wrong: a node-redis pool (createClientPool) has a sendCommand, so it was taken for a plain
+  // client, and its pipeline was two sendCommand calls, which the pool hands to two of its clients.
+  it('sends the commands of a pipeline on one connection, with every client it pipelines for', async () => {
+    const nodeRedis = await createClient({ url: redisUrl }).connect();
+    const pool = createClientPool({ url: redisUrl });
+    await pool.connect();
+    try {
+      for (const client of [admin, nodeRedis, pool] as RedisClientLike[]) {
+        const runner = redisCommandRunner(client);
+        // Concurrent, as requests are: a pool then has every reason to spread them.
+        const pipelines = await Promise.all(
+          Array.from({ length: 10 }, () =>
+            runner.sendPipeline?.('k', [
+              ['CLIENT', 'ID'],
+              ['CLIENT', 'ID'],
+            ]),
+          ),
+        );
+        for (const ids of pipelines) {
+          expect(ids).toHaveLength(2);
+          expect(ids?.[1]).toEqual(ids?.[0]);
+        }
+      }
+    } finally {
+      await nodeRedis.close();
+      await pool.close();
+    }
   });
 
   describe('claim races', () => {
