@@ -7,6 +7,7 @@
 //
 // Time is the database's: the adapter compares the first use (`consumed_at`) with the database's
 // `now()`, as it does for every expiry. Moving `consumed_at` into the past is what waiting would do.
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
@@ -46,6 +47,15 @@ async function usedAgo(token: string, seconds: number) {
     [token, seconds],
   );
   expect(rowCount).toBe(1);
+}
+
+/** Resolves once `ready` answers true, asked every 10 ms for up to 5 s. */
+async function waitFor(ready: () => Promise<boolean>) {
+  for (let waited = 0; waited < 5_000; waited += 10) {
+    if (await ready()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('waited 5 s in vain');
 }
 
 /** A signed-in alice and her first refresh: the used token and the one it was rotated to. */
@@ -105,6 +115,44 @@ describe('a used refresh token within the reuse interval (30 seconds by default)
     expect(stale.body.error).toBe('invalid_grant');
     expect((await refresh(next.body.refresh_token)).body.error).toBe('invalid_grant');
   });
+
+  // Was wrong: the reuse read "the token it was rotated to is unused" in its statement's snapshot. A
+  // refresh with that successor (its holder's next refresh), committed while the reuse's statement
+  // ran, was not seen: both were answered, and two lines of refresh tokens lived on, neither of them
+  // ever read as a replay (a thief who reused the token at that moment kept a line of its own).
+  // PostgreSQL only: PGlite has one connection, so the two cannot overlap.
+  it.runIf(process.env.DATABASE_URL)(
+    'is a replay when the token it was rotated to is used while the reuse is under way',
+    async () => {
+      const { used, successor } = await rotatedOnce();
+      // The successor's refresh, caught in the middle: its consume (the adapter's statement) done
+      // and not yet committed, so its row stays locked and reads as unused elsewhere.
+      const holder = await (db.client as pg.Pool).connect();
+      try {
+        await holder.query('begin');
+        await holder.query(
+          `update idp_models set consumed_at = now(), payload = jsonb_set(payload, '{consumed}', to_jsonb(1))
+           where model = 'RefreshToken' and id = $1 and consumed_at is null`,
+          [successor],
+        );
+        const reuse = refresh(used);
+        // Until the reuse's statement waits for that row.
+        await waitFor(async () => {
+          const { rows } = await db.query<{ waiting: number }>(
+            `select count(*)::int as waiting from pg_stat_activity
+             where wait_event_type = 'Lock' and datname = current_database()`,
+          );
+          return (rows[0]?.waiting ?? 0) > 0;
+        });
+        await holder.query('commit');
+        const answer = await reuse;
+        expect(answer.body.error, JSON.stringify(answer.body)).toBe('invalid_grant');
+      } finally {
+        await holder.query('rollback').catch(() => undefined);
+        holder.release();
+      }
+    },
+  );
 
   it('introspects as active while it would be answered, and inactive once the interval is over', async () => {
     const { used } = await rotatedOnce();

@@ -104,11 +104,12 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
   const tombstoned = model === 'Interaction';
   const live = tombstoned ? 'and consumed_at is null' : '';
   const reusable = reuseSeconds > 0;
-  // Used within the interval, not reused yet, and the token it was rotated to unused: the one reuse
-  // `consume` allows. The same condition in both, so a token read as unused is taken, unless a
-  // concurrent request took its one reuse first (that one is then a replay).
-  const withinReuse = `m.consumed_at > now() - make_interval(secs => $3)
-    and m.reused_at is null
+  // Used within the interval and not reused yet: the first half of the one reuse `consume` allows.
+  const usedWithin = 'm.consumed_at > now() - make_interval(secs => $3) and m.reused_at is null';
+  // The second half: the token it was rotated to unused. The same condition in both, so a token read
+  // as unused is taken, unless a concurrent request took its one reuse first, or used that successor
+  // (either is then a replay): `takeReuse` reads the successor locked, not as `find` does.
+  const withinReuse = `${usedWithin}
     and not exists (select 1 from idp_models successor
       where successor.model = m.model and successor.grant_id = m.grant_id and successor.rotated_from = m.id
         and successor.consumed_at is not null)`;
@@ -138,11 +139,23 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
   // it as unused: taken here (`reused_at`), and the token its first use issued superseded in the same
   // statement (as consumed at the beginning of time, past any interval). That request then saves the
   // token it rotates to without the link to this one (see `upsert`), so it is left alone.
+  //
+  // The successor is read locked (`for update`), not in the statement's snapshot: a refresh with it
+  // that commits while this statement runs (its holder's next refresh) must be seen, or both are
+  // answered and two lines of tokens live on, neither ever read as a replay. Locked first, it is the
+  // latest version (a consume in progress is waited for), and a consume that comes after waits for
+  // this one and finds the successor superseded: a replay that revokes the grant.
   const takeReuse = async (id: string): Promise<boolean> => {
     const { rows } = await db.query(
-      `with taken as (
+      `with successor as (
+         select next.consumed_at from idp_models next
+           join idp_models used on used.model = $1 and used.id = $2
+         where next.model = $1 and next.grant_id = used.grant_id and next.rotated_from = used.id
+         for update of next
+       ), taken as (
          update idp_models m set reused_at = now()
-         where m.model = $1 and m.id = $2 and ${withinReuse}
+         where m.model = $1 and m.id = $2 and ${usedWithin}
+           and not exists (select 1 from successor where successor.consumed_at is not null)
          returning m.id, m.grant_id
        ), superseded as (
          update idp_models earlier
