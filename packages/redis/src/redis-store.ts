@@ -237,9 +237,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
               // A claim that too few replicas acknowledged is answered 503, and no handler runs for
               // it; left on the primary it would answer the client's retry 409 for a whole lease. Freed
               // by its token, alone (a WAIT behind the delete would fail the same way); if even that
-              // fails, the lease runs out. A takeover is not freed: deleting it would drop the
-              // abandoned record it replaced, and with it the 'abandoned' answer a retry should get.
-              if (notReplicated.has(error as object)) {
+              // fails, the lease runs out. So is one whose WAIT failed (Sentinel's switch answers a
+              // waiting WAIT `UNBLOCKED`, an ACL may refuse it): the pipeline rejects with the WAIT's
+              // error after its SET ran. Only OOM is the SET's own refusal; for any other error the
+              // delete is fenced by the token, and changes nothing where the SET did not run. A
+              // takeover is not freed: deleting it would drop the abandoned record it replaced, and
+              // with it the 'abandoned' answer a retry should get.
+              if (writer !== runner && !isOutOfMemory(error)) {
                 await runScript(runner, releaseScript, k, [leasePrefix(token)]).catch(() => undefined);
                 throw error;
               }
@@ -326,9 +330,6 @@ const replicaWait = (value: ReplicaWait): { count: number; timeoutMs: number } =
   return { count, timeoutMs };
 };
 
-// The errors of writes that were made but that too few replicas acknowledged: the claim frees its own.
-const notReplicated = new WeakSet<object>();
-
 /**
  * A runner for the store's writes that sends `WAIT count timeout` behind each one, in one pipeline.
  * WAIT answers how many replicas have every write its connection made so far, so it must leave on
@@ -356,11 +357,9 @@ function waitingWriter(runner: RedisCommandRunner, { count, timeoutMs }: { count
       const replicas = integerReply(acknowledged);
       if (replicas === undefined) throw new StoreUnavailableError('Redis WAIT returned an unexpected reply');
       if (replicas < count) {
-        const error = new StoreUnavailableError(
+        throw new StoreUnavailableError(
           `Redis write not replicated: ${replicas} of ${count} replicas acknowledged it within ${timeoutMs} ms`,
         );
-        notReplicated.add(error);
-        throw error;
       }
       return reply;
     },

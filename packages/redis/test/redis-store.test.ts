@@ -177,6 +177,27 @@ describe('redisStore waitForReplicas', () => {
     expect(sent[1]?.[0]?.slice(2, 4)).toEqual(['1', 'idem:a']);
   });
 
+  // Was wrong: only a WAIT that answered too few was freed. A WAIT that failed (Sentinel's switch
+  // answers a waiting one UNBLOCKED, an ACL may refuse WAIT) rejects the pipeline after its SET ran,
+  // and that claim stayed: the 503's retry met a 409 for a whole lease, though no handler ran.
+  it('frees a claim whose WAIT failed after its SET ran, as one too few replicas acknowledged', async () => {
+    const sent: string[] = [];
+    const runner: RedisCommandRunner = {
+      send: async (_key, args) => {
+        sent.push(String(args[0]));
+        return 1;
+      },
+      sendPipeline: async (_key, commands) => {
+        sent.push(...commands.map((args) => String(args[0])));
+        throw new Error('UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)');
+      },
+    };
+    const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });
+    const claim = store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 });
+    await expect(claim).rejects.toBeInstanceOf(StoreUnavailableError);
+    expect(sent).toEqual(['SET', 'WAIT', 'EVALSHA']);
+  });
+
   it('does not hold a write that changed nothing (a fenced one) to the replicas: its answer is false', async () => {
     const { runner } = pipelining(0, () => 0);
     const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });
