@@ -164,6 +164,25 @@ function startLoad(engine: IdempotencyEngine, loops = 6) {
   };
 }
 
+/**
+ * Runs `load` through a planned SENTINEL FAILOVER: 300 stored outcomes before it, the switch (until
+ * Sentinel has turned the old primary into a replica, which ends the split brain, and `inSync`
+ * replicas have caught up, when given), then 100 stored outcomes after it. Stops the load.
+ */
+async function throughPlannedFailover(setup: SentinelSetup, load: ReturnType<typeof startLoad>, inSync?: number) {
+  try {
+    await load.until('300 stored outcomes before the failover', () => load.count('stored') >= 300);
+    const before = await setup.primaryPort();
+    await setup.failover();
+    await setup.hasRole(before, 'slave');
+    if (inSync !== undefined) await setup.replicasInSync(inSync);
+    const stored = load.count('stored');
+    await load.until('100 stored outcomes after the switch', () => load.count('stored') >= stored + 100);
+  } finally {
+    await load.stop();
+  }
+}
+
 describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primary is replaced', () => {
   let setup: SentinelSetup;
   const clients: Redis[] = [];
@@ -227,18 +246,7 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
   it.fails('a planned SENTINEL FAILOVER loses no outcome answered as stored (store defaults)', async () => {
     const client = connect();
     const load = startLoad(engineOn(client));
-    let before = 0;
-    try {
-      await load.until('300 stored outcomes before the failover', () => load.count('stored') >= 300);
-      before = await setup.primaryPort();
-      await setup.failover();
-      // The split brain ends when Sentinel turns the old primary into a replica of the new one.
-      await setup.hasRole(before, 'slave');
-      const stored = load.count('stored');
-      await load.until('100 stored outcomes after the switch', () => load.count('stored') >= stored + 100);
-    } finally {
-      await load.stop();
-    }
+    await throughPlannedFailover(setup, load);
     expect(load.others()).toEqual([]);
     expect(await load.silentDuplicates()).toEqual([]);
   });
@@ -246,17 +254,7 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
   it('holds: a planned SENTINEL FAILOVER with waitForReplicas for every replica (count 2) loses nothing silently: a handler that runs twice was reported the first time', async () => {
     const client = connect({ failoverDetector: true });
     const load = startLoad(engineOn(client, { waitForReplicas: { count: 2, timeout: 200 } }));
-    try {
-      await load.until('300 stored outcomes before the failover', () => load.count('stored') >= 300);
-      const before = await setup.primaryPort();
-      await setup.failover();
-      await setup.hasRole(before, 'slave');
-      await setup.replicasInSync(2);
-      const stored = load.count('stored');
-      await load.until('100 stored outcomes after the switch', () => load.count('stored') >= stored + 100);
-    } finally {
-      await load.stop();
-    }
+    await throughPlannedFailover(setup, load, 2);
     expect(load.others()).toEqual([]);
     expect(await load.silentDuplicates()).toEqual([]);
     expect(unhandled).toEqual([]);
@@ -292,17 +290,7 @@ describe.runIf(withBinaries)('ioredis Sentinel client, one replica: a planned fa
       storeTimeout: STORE_TIMEOUT_MS,
     });
     const load = startLoad(engine);
-    try {
-      await load.until('300 stored outcomes before the failover', () => load.count('stored') >= 300);
-      const before = await setup.primaryPort();
-      await setup.failover();
-      await setup.hasRole(before, 'slave');
-      await setup.replicasInSync(1);
-      const stored = load.count('stored');
-      await load.until('100 stored outcomes after the switch', () => load.count('stored') >= stored + 100);
-    } finally {
-      await load.stop();
-    }
+    await throughPlannedFailover(setup, load, 1);
     expect(load.others()).toEqual([]);
     expect(load.count('unavailable')).toBeGreaterThan(0);
     expect(await load.silentDuplicates()).toEqual([]);

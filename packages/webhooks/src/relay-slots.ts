@@ -1,11 +1,5 @@
 import { abortableSleep } from '@idem/client';
 
-/** Runs `run` after the I/O callbacks of the current turn (setImmediate where there is one). */
-const afterIo: (run: () => void) => void =
-  typeof globalThis.setImmediate === 'function'
-    ? (run) => void globalThis.setImmediate(run)
-    : (run) => void setTimeout(run, 0);
-
 /** How many URLs without an answer the loop remembers (each then gets one slot). */
 const maxUnanswered = 10_000;
 
@@ -89,19 +83,6 @@ export async function runSlots<Row extends { url: string }>(
     if (unanswered.size > maxUnanswered) unanswered.delete(unanswered.keys().next().value as string);
   };
 
-  // The wait ends once the current turn's I/O has been handled, not at the first slot that frees:
-  // the results that came back together (a pool's answers read in one pass) end as one wake-up and
-  // one claim for all their slots, instead of a claim per slot.
-  let wakeScheduled = false;
-  const wakeSoon = () => {
-    if (wakeScheduled) return;
-    wakeScheduled = true;
-    afterIo(() => {
-      wakeScheduled = false;
-      wake?.();
-    });
-  };
-
   const begin = (row: Row) => {
     perUrl.set(row.url, (perUrl.get(row.url) ?? 0) + 1);
     const task = options
@@ -116,7 +97,7 @@ export async function runSlots<Row extends { url: string }>(
         if (left === 0) perUrl.delete(row.url);
         else perUrl.set(row.url, left);
         freedCount++;
-        wakeSoon();
+        wake?.();
       });
     inFlight.add(task);
   };
