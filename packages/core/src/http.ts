@@ -1769,6 +1769,8 @@ interface CaptureState {
   readonly originalEnd: Apply;
   /** HTTP/2 only: the response's own `destroy`, wrapped to see a destroy by the server (below). */
   originalDestroy: Apply | undefined;
+  /** The response's `setTimeout` before the capture wrapped it (see watchTimeouts), if it did. */
+  originalSetTimeout: Apply | undefined;
   /** HTTP/2 only: the server destroyed the response (a destroy without an error leaves no trace there). */
   destroyedByServer: boolean;
   /**
@@ -1854,6 +1856,7 @@ function captureResponse(
     originalWrite: res.write as Apply,
     originalEnd: res.end as Apply,
     originalDestroy: undefined,
+    originalSetTimeout: undefined,
     destroyedByServer: false,
     destroyedWithError: false,
     chunks: [],
@@ -1897,6 +1900,7 @@ function captureResponse(
     state.originalDestroy = res.destroy as Apply;
     res.destroy = capturedDestroy.bind(state) as ServerResponse['destroy'];
   }
+  if (state.handler === undefined) watchTimeouts(state);
   // The client went away while a streamed body was being written: the pipe stops and `end` never
   // comes, so the outcome cannot be known in full (in held mode too: the transaction must end).
   // Before the head is written, see onCapturedClose.
@@ -2041,6 +2045,47 @@ function restore(state: CaptureState) {
   res.write = state.originalWrite as ServerResponse['write'];
   res.end = state.originalEnd as ServerResponse['end'];
   if (state.originalDestroy !== undefined) res.destroy = state.originalDestroy as ServerResponse['destroy'];
+  if (state.originalSetTimeout !== undefined) res.setTimeout = state.originalSetTimeout as ServerResponse['setTimeout'];
+}
+
+// `res.setTimeout(ms, callback)` makes `callback` a 'timeout' listener, called when the socket idles
+// past `ms`: while the handler still runs, as a rule, and many Express snippets answer 503 there. That
+// answer is not the handler's, which goes on and makes its effect unseen (Express never says when a
+// handler ends): settled as the key's outcome, it was replayed for the retention, or under a policy
+// that releases a 503 the retry ran the handler a second time, concurrently. An answer written inside
+// such a listener is taken as `answeredForHandler` says. Watched: the listeners there are when the
+// capture starts (an earlier middleware's `res.setTimeout`) and those `setTimeout` adds later; a
+// listener added with `on('timeout')` later, or one that answers after an await, is not. Only where
+// the adapter cannot see the handler run (`CaptureOptions.handler`): where it can, an answer written
+// while it runs is known for what it is already, and the key stays held until it ends.
+function watchTimeouts(state: CaptureState) {
+  const res = state.res;
+  state.originalSetTimeout = res.setTimeout as Apply;
+  res.setTimeout = capturedSetTimeout.bind(state) as ServerResponse['setTimeout'];
+  if (res.listenerCount('timeout') === 0) return;
+  const listeners = res.rawListeners('timeout') as Apply[];
+  res.removeAllListeners('timeout');
+  for (const listener of listeners) res.on('timeout', answeringForHandler(state, listener));
+}
+
+function capturedSetTimeout(this: CaptureState, ms: unknown, callback?: unknown) {
+  const original = this.originalSetTimeout as Apply;
+  if (typeof callback !== 'function') return original.call(this.res, ms);
+  return original.call(this.res, ms, answeringForHandler(this, callback as Apply));
+}
+
+// The listener, run so that an answer it writes is one for a handler that still runs. A listener that
+// writes nothing (it logs, say) leaves the handler to answer for itself, as before.
+function answeringForHandler(state: CaptureState, listener: Apply): Apply {
+  return function timeoutListener(this: unknown, ...args: unknown[]) {
+    if (state.ended || state.forHandler) return listener.apply(this, args);
+    state.forHandler = true;
+    try {
+      return listener.apply(this, args);
+    } finally {
+      if (!state.ended && state.status === undefined && !state.res.headersSent) state.forHandler = false;
+    }
+  };
 }
 
 function capturedDestroy(this: CaptureState, ...args: unknown[]) {

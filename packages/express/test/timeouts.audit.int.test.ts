@@ -48,6 +48,8 @@ interface AppOptions {
   store: Store;
   /** Middleware mounted ahead of idempotency() (a timeout, say). */
   before?: RequestHandler[];
+  /** Middleware mounted after idempotency() and the body parser, ahead of the route. */
+  after?: RequestHandler[];
   storeOutcome?: 'all' | 'stripe' | 'success' | (() => boolean);
   /** Options of the node:http server the app runs on. */
   server?: http.ServerOptions;
@@ -81,6 +83,7 @@ async function start(options: AppOptions) {
     }),
   );
   app.use(express.json());
+  for (const middleware of options.after ?? []) app.use(middleware);
   app.post('/charges', async (req, res) => {
     const id = `ch_${++effects.started}`;
     if (options.streams) res.status(201).type('application/json').write('[');
@@ -319,35 +322,83 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
     },
   );
 
-  // Was wrong, and stays unsupported (documented): the same with `res.setTimeout(ms, callback)`
-  // answering 503 itself, the pattern of many Express timeout snippets: the callback's 503 is the
-  // stored outcome, replayed for the retention, though the handler made its effect afterwards (under
-  // 'stripe' or 'success' the key is released and the retry runs it again). The callback writes on
-  // the response like any handler and leaves no signal, and Express never says when the handler
-  // ends, so nothing tells its 503 from the handler's answer. docs/guides/express.md says to use
-  // connect-timeout (recognised by idempotencyErrors()) or maxExecution and the lease's signal.
-  it.fails('res.setTimeout answering 503: the retry ends up with the handler’s real outcome', async () => {
-    const app = await start({
-      store: backend.store(),
-      before: [
-        (_req, res, next) => {
-          res.setTimeout(300, () => {
-            if (!res.headersSent) res.status(503).json({ error: 'timeout' });
-          });
-          next();
-        },
-      ],
+  // Was wrong (fixed): the same with `res.setTimeout(ms, callback)` answering 503 itself, the pattern
+  // of many Express timeout snippets: the callback's 503 was settled as the key's outcome (stored and
+  // replayed for the retention under the default policy, though the handler made its charge after;
+  // under 'stripe' or 'success' the key was released and the retry ran the handler a second time,
+  // concurrently). The capture now sees an answer written inside a response 'timeout' listener (one
+  // added before idempotency() or after it) as connect-timeout's: served, never stored, the key kept
+  // at once with `500 response_not_replayable`. The handler's real 201 cannot be had: Express never
+  // says when it ends, and its late answer goes nowhere.
+  const resTimeout503: RequestHandler = (_req, res, next) => {
+    res.setTimeout(300, () => {
+      if (!res.headersSent) res.status(503).json({ error: 'timeout' });
     });
-    try {
-      expect((await post(app.url, 'res-timeout-503')).status).toBe(503);
-      app.provider.open();
-      await until(() => app.effects.finished === 1);
-      const retry = await retryPast409(app.url, 'res-timeout-503');
-      expect(app.effects.started).toBe(1);
-      expect(retry.status).toBe(201);
-    } finally {
-      app.provider.open();
-      await app.close();
-    }
-  });
+    next();
+  };
+  it.each([
+    ['all', 'before'],
+    ['stripe', 'before'],
+    ['success', 'before'],
+    ['all', 'after'],
+    ['stripe', 'after'],
+  ] as const)(
+    "res.setTimeout answering 503 (storeOutcome '%s', set %s idempotency()): not stored; the retry gets the replayed 500 response_not_replayable, one effect",
+    async (storeOutcome, where) => {
+      const app = await start({ store: backend.store(), storeOutcome, [where]: [resTimeout503] });
+      const key = `res-timeout-503-${storeOutcome}-${where}`;
+      try {
+        const first = await post(app.url, key);
+        expect(first.status).toBe(503);
+        expect(first.headers['idempotent-replayed']).toBeUndefined();
+        const during = await post(app.url, key);
+        expect(during.status).toBe(500);
+        expect(during.headers['idempotent-replayed']).toBe('true');
+        expect(JSON.parse(during.body)).toMatchObject({ code: 'response_not_replayable' });
+        app.provider.open();
+        await until(() => app.effects.finished === 1);
+        const retry = await retryPast409(app.url, key);
+        expect(retry.status).toBe(500);
+        expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
+        expect(app.effects.started).toBe(1);
+        expect(
+          app.events.some((event) => event.type === 'response-not-stored' && event.reason === 'answered-early'),
+        ).toBe(true);
+      } finally {
+        app.provider.open();
+        await app.close();
+      }
+    },
+  );
+
+  // The mark lasts only while the listener runs and only if it answers: a timeout callback that
+  // logs and leaves the answer to the handler leaves the handler's 201 the outcome, replayed.
+  it.each(['before', 'after'] as const)(
+    'a res.setTimeout callback that writes nothing (set %s idempotency()): the handler answers 201 later, stored and replayed',
+    async (where) => {
+      let fired = 0;
+      const logOnly: RequestHandler = (_req, res, next) => {
+        res.setTimeout(200, () => {
+          fired++;
+        });
+        next();
+      };
+      const app = await start({ store: backend.store(), [where]: [logOnly] });
+      const key = `res-timeout-log-${where}`;
+      try {
+        const first = post(app.url, key);
+        await until(() => fired === 1);
+        app.provider.open();
+        expect((await first).status).toBe(201);
+        const retry = await retryPast409(app.url, key);
+        expect(retry.status).toBe(201);
+        expect(retry.headers['idempotent-replayed']).toBe('true');
+        expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+        expect(app.effects.started).toBe(1);
+      } finally {
+        app.provider.open();
+        await app.close();
+      }
+    },
+  );
 });
