@@ -323,10 +323,17 @@ const replicaWait = (value: ReplicaWait): { count: number; timeoutMs: number } =
     throw new TypeError('waitForReplicas must be an object: { count, timeout }');
   assertKnownOptions(value, new Set(replicaWaitNames), 'waitForReplicas');
   const { count, timeout } = value;
-  if (!Number.isInteger(count) || count < 1) throw new TypeError('waitForReplicas.count must be a positive integer');
+  // Safe integers only: past 2^53 String() writes a number as '1e+21', which WAIT refuses, and
+  // every write would be a 503 (each claim set and freed again) instead of a TypeError at startup.
+  if (!Number.isSafeInteger(count) || count < 1) {
+    throw new TypeError('waitForReplicas.count must be a positive integer');
+  }
   if (timeout === undefined) throw new TypeError('waitForReplicas.timeout is required (WAIT with 0 waits for ever)');
   const timeoutMs = Math.ceil(toMilliseconds(timeout, 'waitForReplicas.timeout'));
   if (timeoutMs <= 0) throw new TypeError('waitForReplicas.timeout must be more than 0 (WAIT with 0 waits for ever)');
+  if (!Number.isSafeInteger(timeoutMs)) {
+    throw new TypeError('waitForReplicas.timeout must be at most 2^53 - 1 milliseconds');
+  }
   return { count, timeoutMs };
 };
 

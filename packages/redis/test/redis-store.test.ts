@@ -115,6 +115,15 @@ describe('redisStore waitForReplicas', () => {
     ['a timeout of 0', { count: 1, timeout: 0 }],
     ['an unreadable timeout', { count: 1, timeout: 'soon' }],
     ['a misspelt name', { count: 1, timeoutMs: 200 }],
+    // Was wrong: these two passed the checks, and String() wrote them as '1e+21', which WAIT refuses
+    // ("value is not an integer or out of range"): every write a 503, each claim set and freed again.
+    ['a count past the integers a number holds exactly', { count: 1e21, timeout: 200 }],
+    ['a timeout past the integers a number holds exactly', { count: 1, timeout: 1e21 }],
+    // Held: refused already.
+    ['a negative timeout', { count: 1, timeout: -200 }],
+    ['a timeout that is not a number', { count: 1, timeout: Number.NaN }],
+    ['an infinite timeout', { count: 1, timeout: Number.POSITIVE_INFINITY }],
+    ['an infinite count', { count: Number.POSITIVE_INFINITY, timeout: 200 }],
   ])('refuses %s with a TypeError naming the option', (_, waitForReplicas) => {
     expect(() => redisStore({ client: pipelining(1, () => null).runner, waitForReplicas } as never)).toThrow(
       /waitForReplicas/,
@@ -196,6 +205,16 @@ describe('redisStore waitForReplicas', () => {
     const claim = store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 });
     await expect(claim).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(sent).toEqual(['SET', 'WAIT', 'EVALSHA']);
+  });
+
+  it('Held: sends the largest count and timeout a number holds exactly as plain digits', async () => {
+    const { runner, sent } = pipelining(Number.MAX_SAFE_INTEGER, (args) => (args[0] === 'SET' ? Buffer.from('OK') : 1));
+    const store = redisStore({
+      client: runner,
+      waitForReplicas: { count: Number.MAX_SAFE_INTEGER, timeout: Number.MAX_SAFE_INTEGER },
+    });
+    expect(await store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({ claimed: true });
+    expect(sent[0]?.[1]).toEqual(['WAIT', '9007199254740991', '9007199254740991']);
   });
 
   it('does not hold a write that changed nothing (a fenced one) to the replicas: its answer is false', async () => {
