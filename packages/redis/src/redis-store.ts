@@ -193,6 +193,26 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     return decodeRecord(bytes(operation, reply[0]), pttl);
   };
 
+  // With waitForReplicas, a claim found already held by its own token: its SET (or takeover) ran on
+  // a connection whose replies were lost, and was sent again on a new one, where it wrote nothing.
+  // The WAIT behind that resend counts, by its contract, the new connection's writes alone (none),
+  // so it proves nothing of the claim. A renewal to the same lease is a write of this connection
+  // after the claim's, and a replica that has it has the claim: its WAIT is the proof. Short of it,
+  // the claim is freed by its token, as any claim too few replicas acknowledged.
+  const replicated = async (k: string, token: string, leaseMs: number) => {
+    let renewed: boolean;
+    try {
+      renewed = flag(
+        'claim',
+        await runScript(writer, renewScript, k, [leasePrefix(token), String(wholeMs(leaseMs, 'leaseMs'))]),
+      );
+    } catch (error) {
+      await runScript(runner, releaseScript, k, [leasePrefix(token)]).catch(() => undefined);
+      throw error;
+    }
+    if (!renewed) throw new StoreUnavailableError('Redis claim was lost before its replicas acknowledged it; retry');
+  };
+
   return {
     prefix,
     key,
@@ -265,7 +285,10 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
           // again after reconnecting (ioredis does by default), which then found the key taken by
           // us. Tokens are unique per claim, so nobody else can hold this one. Reported as taken,
           // the claim would answer 409 and leave the key held by nobody for a whole lease.
-          if (holder.state === 'in_progress' && holder.token === token) return { claimed: true };
+          if (holder.state === 'in_progress' && holder.token === token) {
+            if (writer !== runner) await replicated(k, token, leaseMs);
+            return { claimed: true };
+          }
           return { claimed: false, record: holder };
         }
         throw new StoreUnavailableError('Redis claim kept racing with releases; retry');

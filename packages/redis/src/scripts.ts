@@ -62,6 +62,13 @@ return 1`);
  * stored. The comparison is exact: after 'c', the token and the fingerprint's line (JSON, so no raw
  * newline inside), the rest must be the outcome byte for byte; another outcome with the same token
  * (a caller completing twice) still gets 0.
+ *
+ * That run sets the key's expiry again to what is left of it (at least 1 ms: 0 would delete it): a
+ * write that changes nothing, but goes out to the replicas. With `waitForReplicas` the WAIT behind
+ * it then covers the first run too (a replica that has a later write has every earlier one), where
+ * a run that wrote nothing would leave WAIT, by its contract, to count writes of that connection
+ * alone: none, sent again on a new connection, so it would answer at once and the outcome would be
+ * reported replicated while no replica has it.
  */
 export const completeScript = script(`#!lua flags=allow-oom
 local v = redis.call('GET', KEYS[1])
@@ -73,7 +80,11 @@ if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
 end
 if string.sub(v, 1, 1) == 'c' and string.sub(v, 2, #ARGV[1]) == string.sub(ARGV[1], 2) then
   local fingerprintEnd = string.find(v, '\\n', #ARGV[1] + 1, true)
-  if fingerprintEnd and string.sub(v, fingerprintEnd + 1) == ARGV[2] then return 1 end
+  if fingerprintEnd and string.sub(v, fingerprintEnd + 1) == ARGV[2] then
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 then redis.call('PEXPIRE', KEYS[1], math.max(ttl, 1)) end
+    return 1
+  end
 end
 return 0`);
 

@@ -1,6 +1,7 @@
 import { StoreUnavailableError } from '@idem/core';
 import { describe, expect, it } from 'vitest';
 import { type RedisCommandRunner, redisStore } from '../src/index.js';
+import { encodeClaim } from '../src/record-codec.js';
 
 // These checks happen before any command is sent: a runner that only records is enough, and a test
 // that finds something in `sent` has caught a command that should never have left.
@@ -215,6 +216,41 @@ describe('redisStore waitForReplicas', () => {
     });
     expect(await store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({ claimed: true });
     expect(sent[0]?.[1]).toEqual(['WAIT', '9007199254740991', '9007199254740991']);
+  });
+
+  // Was wrong: a claim found held by its own token (its SET ran, every reply of the pipeline was
+  // lost, and ioredis sent the pipeline again on a new connection, where SET NX found the key) was
+  // answered claimed whatever the replicas had: the WAIT behind the resent SET counts, by its
+  // contract, the new connection's writes, and that SET wrote nothing.
+  const ownClaim = (acknowledged: number) =>
+    pipelining(acknowledged, (args) => {
+      if (args[0] === 'SET') return null;
+      if (args[0] === 'GET') return encodeClaim('t', '', 0);
+      return 1;
+    });
+
+  it('confirms a claim found held by its own token with a renewal and its WAIT before answering it claimed', async () => {
+    const { runner, sent } = ownClaim(1);
+    const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });
+    expect(await store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({ claimed: true });
+    expect(sent.map((batch) => batch.map((args) => args[0]))).toEqual([['SET', 'WAIT'], ['GET'], ['EVALSHA', 'WAIT']]);
+    // The renewal sets the lease asked for: the claim's, not a longer one.
+    expect(sent[2]?.[0]?.slice(2, 4)).toEqual(['1', 'idem:a']);
+    expect(sent[2]?.[0]?.[5]).toBe('1000');
+  });
+
+  it('answers 503, and frees it, a claim found held by its own token that too few replicas acknowledged', async () => {
+    const { runner, sent } = ownClaim(0);
+    const store = redisStore({ client: runner, waitForReplicas: { count: 1, timeout: 200 } });
+    await expect(store.claim({ id: 'a', token: 't', fingerprint: '', leaseMs: 1_000 })).rejects.toBeInstanceOf(
+      StoreUnavailableError,
+    );
+    expect(sent.map((batch) => batch.map((args) => args[0]))).toEqual([
+      ['SET', 'WAIT'],
+      ['GET'],
+      ['EVALSHA', 'WAIT'],
+      ['EVALSHA'],
+    ]);
   });
 
   it('does not hold a write that changed nothing (a fenced one) to the replicas: its answer is false', async () => {

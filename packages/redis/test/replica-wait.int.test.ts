@@ -1,0 +1,259 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type StoredResponse, StoreUnavailableError } from '@idem/core';
+import { createTcpProxy } from '@idem/testkit';
+import { Redis } from 'ioredis';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RedisClientLike, redisStore } from '../src/index.js';
+import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+
+const withBinaries = await redisBinariesAvailable();
+
+const response = (body: Uint8Array): StoredResponse => ({ status: 201, headers: {}, body });
+
+// waitForReplicas against a real primary and replica this file starts, in the combinations the
+// option's own suite does not reach: ioredis keyPrefix and auto-pipelining, a connection lost between
+// a write and its WAIT, a replica that stops answering, a count no replica set can meet.
+describe.runIf(withBinaries)('waitForReplicas against a real replica', () => {
+  let primary: RedisServerProcess;
+  let replica: RedisServerProcess;
+  let scratch: string;
+  let admin: Redis;
+  let replicaAdmin: Redis;
+
+  beforeAll(async () => {
+    // A replica writes the RDB it receives to its directory: a scratch one, not the working tree.
+    scratch = mkdtempSync(join(tmpdir(), 'idem-replica-wait-'));
+    primary = await startRedisServer(await freePort(), ['--dir', scratch]);
+    replica = await startRedisServer(await freePort(), [
+      '--dir',
+      scratch,
+      '--replicaof',
+      '127.0.0.1',
+      String(primary.port),
+    ]);
+    admin = new Redis(primary.url);
+    replicaAdmin = new Redis(replica.url);
+    // Ready once WAIT 1 has a replica to count.
+    while ((await admin.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));
+  });
+  afterAll(async () => {
+    admin?.disconnect();
+    replicaAdmin?.disconnect();
+    await Promise.all([replica?.stop({ hard: true }), primary?.stop({ hard: true })]);
+    if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+  });
+
+  // A replica that stops answering (SIGSTOP): still connected, so the primary keeps it in its count of
+  // replicas, but it acknowledges nothing new. Continued, and caught up, before the test goes on.
+  const withReplicaStopped = async <T>(work: () => Promise<T>): Promise<T> => {
+    replica.child.kill('SIGSTOP');
+    try {
+      return await work();
+    } finally {
+      replica.child.kill('SIGCONT');
+      await admin.set('audit-redisreplicas:caught-up', '1');
+      while ((await admin.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+
+  // Polls the primary until `check` holds: readiness, never a sleep standing in for a deadline.
+  const until = async (check: () => Promise<boolean>) => {
+    const deadline = Date.now() + 10_000;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error('condition not reached');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+
+  // The client id of the connection blocked in WAIT on the primary, once there is one.
+  const blockedInWait = async (): Promise<string> => {
+    let id: string | undefined;
+    await until(async () => {
+      const list = (await admin.client('LIST')) as string;
+      id = /(?:^|\n)id=(\d+) [^\n]*cmd=wait/.exec(list)?.[1];
+      return id !== undefined;
+    });
+    return id as string;
+  };
+
+  describe('a connection lost between a write and its WAIT', () => {
+    // ioredis sends commands whose replies were lost again after it reconnects. Were the WAIT alone
+    // sent again, on the new connection it would count replicas of a connection that wrote nothing,
+    // answer at once, and make the unreplicated claim look acknowledged. ioredis (since 4.17, every
+    // version the store accepts) rejects what is left of a pipeline that was half answered instead.
+    it.each([
+      ['ioredis', () => new Redis(primary.url)],
+      [
+        'node-redis',
+        () =>
+          createClient({ url: primary.url })
+            .on('error', () => undefined)
+            .connect(),
+      ],
+    ] as const)(
+      'Held: %s: the WAIT is not answered on the new connection, the claim is a 503 and freed',
+      async (_, connect) => {
+        const client = (await connect()) as RedisClientLike & { disconnect?: () => void; destroy?: () => void };
+        try {
+          const store = redisStore({
+            client,
+            prefix: 'audit-redisreplicas:lone:',
+            waitForReplicas: { count: 1, timeout: '5s' },
+          });
+          const id = randomUUID();
+          await withReplicaStopped(async () => {
+            const started = Date.now();
+            const claim = store
+              .claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 })
+              .catch((caught: unknown) => caught);
+            await admin.client('KILL', 'ID', await blockedInWait());
+            const error = await claim;
+            expect(error).toBeInstanceOf(StoreUnavailableError);
+            expect(Date.now() - started).toBeLessThan(4_000);
+            // Freed by its token (on the new connection), so the retry claims rather than meets a 409.
+            await until(async () => (await admin.exists(store.key(id))) === 0);
+          });
+        } finally {
+          if (typeof client.destroy === 'function') client.destroy();
+          else client.disconnect?.();
+        }
+      },
+    );
+
+    // The other way a reply is lost: every reply of the pipeline, so ioredis sends all of it again
+    // on the new connection. There the write finds its own work done (SET NX finds the key, complete
+    // finds its outcome) and writes nothing, so that connection's WAIT counts from no write at all
+    // and answers at once with every replica still connected, one that has nothing of it included.
+    describe('every reply of the pipeline lost, the whole pipeline sent again', () => {
+      const lostReplies = async (
+        operation: (store: ReturnType<typeof redisStore>, id: string) => Promise<unknown>,
+        prepare?: (store: ReturnType<typeof redisStore>, id: string) => Promise<unknown>,
+        written?: (value: Buffer | null) => boolean,
+      ) => {
+        const proxy = await createTcpProxy({ target: { host: '127.0.0.1', port: primary.port } });
+        const client = new Redis({ host: proxy.host, port: proxy.port, retryStrategy: () => 20 });
+        client.on('error', () => undefined);
+        try {
+          const store = redisStore({
+            client,
+            prefix: 'audit-redisreplicas:resent:',
+            waitForReplicas: { count: 1, timeout: '3s' },
+          });
+          // Connected, and the scripts cached on the primary (a NOSCRIPT whose reply is lost would
+          // stop the pipeline before its write ran), before the replies are cut off.
+          const warm = randomUUID();
+          await store.claim({ id: warm, token: 't', fingerprint: '', leaseMs: 60_000 });
+          await store.complete({ id: warm, token: 't', response: response(new Uint8Array([1])), retentionMs: 1_000 });
+          const id = randomUUID();
+          await prepare?.(store, id);
+          return await withReplicaStopped(async () => {
+            proxy.blackhole('downstream');
+            const outcome = operation(store, id).then(
+              (value) => ({ value }),
+              (error: unknown) => ({ error }),
+            );
+            // The write ran on the primary, and its WAIT waits for the stopped replica; no reply
+            // reached the client. Then the connection drops.
+            await until(async () => (written ?? ((value) => value !== null))(await admin.getBuffer(store.key(id))));
+            await blockedInWait();
+            proxy.cut();
+            proxy.restore();
+            const settled = await outcome;
+            return { settled, key: store.key(id) };
+          });
+        } finally {
+          client.disconnect();
+          await proxy.close();
+        }
+      };
+
+      it('a claim is not answered as claimed while its replica has nothing of it', async () => {
+        const { settled, key } = await lostReplies((store, id) =>
+          store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 }),
+        );
+        expect(settled).toEqual({ error: expect.any(StoreUnavailableError) });
+        expect(await admin.exists(key)).toBe(0);
+      });
+
+      // Held on the suite's Redis 7.0, which counts for WAIT up to the last command of the connection,
+      // read or write: the resent WAIT covers the first run's write. WAIT's documented contract is
+      // only "the previous write commands sent in the context of the current connection", so the
+      // completion found done writes something again (next test) to hold on any server.
+      it('Held: a completion is not answered as stored while its replica has nothing of it', async () => {
+        const { settled } = await lostReplies(
+          (store, id) =>
+            store.complete({ id, token: 't', response: response(new Uint8Array([9])), retentionMs: 60_000 }),
+          (store, id) => store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 }),
+          (value) => value?.[0] === 'c'.charCodeAt(0),
+        );
+        expect(settled).toEqual({ error: expect.any(StoreUnavailableError) });
+      });
+    });
+  });
+
+  // What the resent WAIT can count on: a write of its own connection, after the first run's. A
+  // completion that finds its outcome stored (sent again after a reconnect) answers 1; wrote it
+  // nothing, a WAIT behind it would, by its contract, count from no write of that connection.
+  it('a completion sent again writes to the replication stream, so the WAIT behind it covers the first run', async () => {
+    const client = new Redis(primary.url);
+    try {
+      const store = redisStore({ client, prefix: 'audit-redisreplicas:twice:' });
+      const id = randomUUID();
+      const completion = { id, token: 't', response: response(new Uint8Array([5])), retentionMs: 60_000 };
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 });
+      expect(await store.complete(completion)).toBe(true);
+      const offset = async () => Number(/master_repl_offset:(\d+)/.exec(await admin.info('replication'))?.[1]);
+      const before = await offset();
+      const ttlBefore = await admin.pttl(store.key(id));
+      expect(await store.complete(completion)).toBe(true);
+      expect(await offset()).toBeGreaterThan(before);
+      // Without changing what is kept, or for how long.
+      expect((await admin.getBuffer(store.key(id)))?.[0]).toBe('c'.charCodeAt(0));
+      expect(await admin.pttl(store.key(id))).toBeLessThanOrEqual(ttlBefore);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  describe('ioredis keyPrefix', () => {
+    it('Held: the scripts and SET get the client prefix once, WAIT (keyless) passes, and a short claim is freed under the prefixed key', async () => {
+      const client = new Redis(primary.url, { keyPrefix: 'audit-redisreplicas:kp:' });
+      try {
+        const store = redisStore({ client, prefix: 'idem:', waitForReplicas: { count: 1, timeout: '2s' } });
+        const id = randomUUID();
+        const full = `audit-redisreplicas:kp:${store.key(id)}`;
+        expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+        expect(await store.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
+        expect(
+          await store.complete({ id, token: 't', response: response(new Uint8Array([7])), retentionMs: 60_000 }),
+        ).toBe(true);
+        expect((await store.get(id))?.state).toBe('completed');
+        // Once: the key is the client's prefix, then the store's, then the id; nothing doubled, nothing bare.
+        expect(await admin.exists(full)).toBe(1);
+        expect(await admin.exists(store.key(id))).toBe(0);
+        expect(await admin.exists(`audit-redisreplicas:kp:${full}`)).toBe(0);
+        // And the replica has it, under the same name, by the time the store answered.
+        expect((await replicaAdmin.getBuffer(full))?.[0]).toBe('c'.charCodeAt(0));
+
+        const short = randomUUID();
+        await withReplicaStopped(async () => {
+          const waiting = redisStore({ client, prefix: 'idem:', waitForReplicas: { count: 1, timeout: 100 } });
+          const error = await waiting
+            .claim({ id: short, token: 't', fingerprint: '', leaseMs: 60_000 })
+            .catch((caught: unknown) => caught);
+          expect(error).toBeInstanceOf(StoreUnavailableError);
+          // Freed by its token under the prefixed key (the release goes through the same client).
+          expect(await admin.exists(`audit-redisreplicas:kp:${store.key(short)}`)).toBe(0);
+        });
+        await store.forget({ id, token: 't' });
+      } finally {
+        client.disconnect();
+      }
+    });
+  });
+});
