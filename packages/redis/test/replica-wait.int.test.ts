@@ -4,10 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type StoredResponse, StoreUnavailableError } from '@idem/core';
 import { createTcpProxy } from '@idem/testkit';
-import { Redis } from 'ioredis';
-import { createClient, createClientPool } from 'redis';
+import { Cluster, Redis } from 'ioredis';
+import { createClient, createClientPool, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisClientLike, redisStore } from '../src/index.js';
+import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
 import { freePort, redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
@@ -424,4 +425,105 @@ describe.runIf(withBinaries)('waitForReplicas against a real replica', () => {
       }
     });
   });
+});
+
+// The suite's other cluster has no replicas, so there WAIT can only answer 0: what it checks is the
+// routing. Here each master has a replica, so WAIT has something to count, per shard.
+describe.runIf(withBinaries)('waitForReplicas on a Redis Cluster of 3 masters with a replica each', () => {
+  let cluster: LocalRedisCluster | undefined;
+  beforeAll(async () => {
+    cluster = await startRedisCluster({ replicas: 1 });
+  }, 60_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it.each([
+    ['ioredis Cluster', async (nodes: LocalRedisCluster) => new Cluster([...nodes.nodes])],
+    [
+      'node-redis cluster',
+      async (nodes: LocalRedisCluster) =>
+        createCluster({ rootNodes: nodes.urls.map((url) => ({ url })) })
+          .on('error', () => undefined)
+          .connect(),
+    ],
+  ] as const)(
+    "Held: %s: a write is stored once its shard's replica has it, and a 503 on the one shard whose replica stopped",
+    async (_, connect) => {
+      const local = cluster as LocalRedisCluster;
+      const client = (await connect(local)) as RedisClientLike & {
+        quit?: () => Promise<unknown>;
+        close?: () => Promise<unknown>;
+      };
+      const masters = local.nodes.map((node) => new Redis(node.port, node.host));
+      try {
+        const store = redisStore({
+          client,
+          prefix: 'audit-redisreplicas:cluster:',
+          waitForReplicas: { count: 1, timeout: 300 },
+        });
+        const ids = Array.from({ length: 24 }, () => randomUUID());
+        for (const id of ids) {
+          expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 })).toEqual({ claimed: true });
+          expect(
+            await store.complete({ id, token: 't', response: response(new Uint8Array([2])), retentionMs: 60_000 }),
+          ).toBe(true);
+        }
+        // Which master holds which record, and the replica of the first one.
+        const owner = async (id: string) => {
+          // A master that does not own the key's slot answers MOVED: not there.
+          const found = await Promise.all(masters.map((master) => master.exists(store.key(id)).catch(() => 0)));
+          return found.indexOf(1);
+        };
+        const owners = await Promise.all(ids.map(owner));
+        expect(new Set(owners).size).toBe(3);
+        const firstMasterId = await masters[0]!.cluster('MYID');
+        const replicas = local.servers.filter((server) => !local.nodes.some((node) => node.port === server.port));
+        const roles = await Promise.all(
+          replicas.map(async (server) => {
+            const one = new Redis(server.port, '127.0.0.1');
+            try {
+              return ((await one.cluster('NODES')) as string).split('\n').find((line) => line.includes('myself'));
+            } finally {
+              one.disconnect();
+            }
+          }),
+        );
+        const stopped = replicas[roles.findIndex((line) => line?.includes(String(firstMasterId)))];
+        expect(stopped).toBeDefined();
+        stopped!.child.kill('SIGSTOP');
+        try {
+          const results = await Promise.all(
+            Array.from({ length: 24 }, async () => {
+              const id = randomUUID();
+              const outcome = await store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 }).then(
+                () => 'claimed',
+                (error: unknown) => (error instanceof StoreUnavailableError ? '503' : String(error)),
+              );
+              return { outcome, id };
+            }),
+          );
+          for (const { outcome, id } of results) {
+            // A short claim is freed, so its key is on no master; a stored one is on its shard's master.
+            const where = await owner(id);
+            if (outcome === '503') expect(where).toBe(-1);
+            else expect(outcome).toBe('claimed');
+          }
+          // The shard whose replica stopped answered 503, the others stored.
+          const claimedOwners = new Set(
+            await Promise.all(results.filter((r) => r.outcome === 'claimed').map((r) => owner(r.id))),
+          );
+          expect(claimedOwners.has(0)).toBe(false);
+          expect(results.some((r) => r.outcome === '503')).toBe(true);
+          expect(claimedOwners.size).toBe(2);
+        } finally {
+          stopped!.child.kill('SIGCONT');
+        }
+      } finally {
+        for (const master of masters) master.disconnect();
+        if (typeof client.close === 'function') await client.close();
+        else await client.quit?.();
+      }
+    },
+  );
 });
