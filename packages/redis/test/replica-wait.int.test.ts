@@ -359,8 +359,9 @@ describe.runIf(withBinaries)('waitForReplicas against a real replica', () => {
     // and each claim's release (its 503's clean-up) queues behind every later WAIT: 8 concurrent
     // claims with `timeout: 200` all answered after about 1.8 s, and a replay (a plain GET) sent
     // with them as late. With the engine's storeTimeout of 2 s, a dozen concurrent writes turn every
-    // request on the client, replays included, into the engine's timeout rather than this 503;
-    // needs a decision: (a) document it and tell ioredis users to give the store a client of its own
+    // request on the client, replays included, into the engine's timeout rather than this 503.
+    // Decided for now: (a), documented in docs/stores.md (Throughput), with (b) the remedy to plan;
+    // the options were: (a) document it and tell ioredis users to give the store a client of its own
     // (or a node-redis createClientPool, whose pipelines each borrow one connection: next test);
     // (b) an option for a pool of ioredis clients (the store picks a free one per pipeline); (c) have
     // the store duplicate() the ioredis client for waited writes, against "the store never connects".
