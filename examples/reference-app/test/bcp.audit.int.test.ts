@@ -192,7 +192,8 @@ describe('a refresh whose new refresh token the database failed to store', () =>
     const failingDb: Database = {
       ...db,
       async query<Row>(text: string, params?: readonly unknown[]) {
-        if (failNextSave && text.trimStart().startsWith('insert into idp_models') && params?.[0] === 'RefreshToken') {
+        // Any statement that stores a refresh token: a rotation's save is one statement with its use.
+        if (failNextSave && /\binsert into idp_models\b/.test(text) && params?.[0] === 'RefreshToken') {
           failNextSave = false;
           throw new Error('connection terminated unexpectedly');
         }

@@ -20,11 +20,11 @@ import type { Database } from '../db.js';
  *
  * A rotated refresh token presented again within `refreshTokenReuseSeconds` (30 by default) of its
  * first use is answered once more instead of revoking the grant: the reuse interval, Auth0's name
- * (Okta's "grace period for token rotation"). oidc-provider consumes the presented token before it
- * stores the one it rotates to and answers; when that save fails, the process dies, or the answer is
- * lost on the way, the client holds only the used token, and its retry is no theft. Here `find` reads
- * such a token as unused and `consume` takes it a second time (a compare-and-set on `reused_at`), so
- * oidc-provider rotates it again. The bounds, each of them needed:
+ * (Okta's "grace period for token rotation"). The presented token is used up when the one it is rotated
+ * to is stored, before the answer is sent; when the process dies then, or the answer is lost on the way
+ * (a proxy timeout, a dropped connection), the client holds only the used token, and its retry is no
+ * theft. Here `find` reads such a token as unused and the rotation takes it a second time (a
+ * compare-and-set on `reused_at`), so oidc-provider rotates it again. The bounds, each of them needed:
  *
  * - once more only, within the interval counted from the first use (a third use, or a second one
  *   later, is a replay as before);
@@ -33,6 +33,13 @@ import type { Database } from '../db.js';
  * - one line of tokens lives on: the token the first use issued is superseded by the reuse, and
  *   presented later it is a replay that revokes the grant. Whoever holds it, a client whose answer came
  *   late after all or a thief who used the token first, gives the fork away at its next refresh.
+ *
+ * A rotation is one statement: the use of the presented token (first use or reuse) and the save of the
+ * token it is rotated to commit together. oidc-provider calls `consume` and then `upsert`; `consume`
+ * of a refresh token in a request only notes the token, and its `upsert` does both. A save that fails
+ * (a dropped connection, a statement timeout) then leaves the presented token as it was, unused or with
+ * its one reuse still ahead: the client's retry of that 500, which issued no token, is no replay, and
+ * a token issued by a first use always exists before a reuse can supersede it.
  *
  * The price: a stolen refresh token used within the interval after its owner's refresh goes unnoticed
  * until the owner's next refresh (which then revokes the grant), and its access token stays good for
@@ -70,10 +77,10 @@ export interface SqlAdapterOptions {
 export const defaultRefreshTokenReuseSeconds = 30;
 
 /**
- * The requests (oidc-provider's request context) that rotate a refresh token on its one reuse: the
- * token they save is the newest of the line, not one to supersede (see `upsert`).
+ * The refresh token each request (oidc-provider's request context) is rotating: noted by `consume`,
+ * used by the `upsert` of the token it is rotated to, which does both in one statement (see above).
  */
-const rotatingOnReuse = new WeakSet<object>();
+const rotating = new WeakMap<object, string>();
 
 /**
  * The models issued under a grant, which go with it (oidc-provider's memory adapter keeps the same
@@ -95,7 +102,7 @@ interface PayloadRow {
 
 /**
  * `reuseSeconds` is the refresh token reuse interval (0 for every other model). The SQL below names the
- * row read or consumed `m`, and `$3` is the interval.
+ * row read or consumed `m`; `$3` is the interval where it is read, `$9` where a rotation takes it.
  */
 function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Adapter {
   // A consumed Interaction is a tombstone (see above): never read, never saved back. A consumed
@@ -104,17 +111,20 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
   const tombstoned = model === 'Interaction';
   const live = tombstoned ? 'and consumed_at is null' : '';
   const reusable = reuseSeconds > 0;
-  // Used within the interval and not reused yet: the first half of the one reuse `consume` allows.
-  const usedWithin = 'm.consumed_at > now() - make_interval(secs => $3) and m.reused_at is null';
+  // Used within the interval (in seconds, the parameter named) and not reused yet: the first half of
+  // the one reuse a rotation may take.
+  const usedWithin = (seconds: string) =>
+    `m.consumed_at > now() - make_interval(secs => ${seconds}) and m.reused_at is null`;
   // The second half: the token it was rotated to unused. The same condition in both, so a token read
   // as unused is taken, unless a concurrent request took its one reuse first, or used that successor
-  // (either is then a replay): `takeReuse` reads the successor locked, not as `find` does.
-  const withinReuse = `${usedWithin}
+  // (either is then a replay): `rotateOnReuse` reads the successor locked, not as `find` does.
+  const withinReuse = `${usedWithin('$3')}
     and not exists (select 1 from idp_models successor
       where successor.model = m.model and successor.grant_id = m.grant_id and successor.rotated_from = m.id
         and successor.consumed_at is not null)`;
-  // A token issued by the first use of one reused since (see `consume`): a replay from now on. `consume`
-  // marks it so; this reads it so too when its save came after that reuse, as it may in a race.
+  // A token issued by the first use of one reused since: a replay from now on. The reuse marks it so
+  // (see `rotateOnReuse`); this reads it so too for a row stored by an earlier version of this adapter,
+  // which saved that token apart from the first use, so a reuse could come before it was there.
   const superseded = `exists (select 1 from idp_models predecessor
     where predecessor.model = m.model and predecessor.id = m.rotated_from and predecessor.reused_at is not null)`;
   const payloadAsRead = reusable
@@ -135,26 +145,58 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
     return rows[0]?.payload;
   };
 
-  // The one reuse of a refresh token used within the interval (see above), for the request that read
-  // it as unused: taken here (`reused_at`), and the token its first use issued superseded in the same
-  // statement (as consumed at the beginning of time, past any interval). That request then saves the
-  // token it rotates to without the link to this one (see `upsert`), so it is left alone.
+  // What `upsert` stores, `$1` to `$7`, and the row's expiry computed from `$7` by the database's clock,
+  // so a skewed app clock cannot stretch a stored token.
+  const rowParams = (id: string, payload: AdapterPayload, expiresIn: number | undefined) => [
+    model,
+    id,
+    JSON.stringify(payload),
+    payload.grantId ?? null,
+    payload.uid ?? null,
+    payload.userCode ?? null,
+    typeof expiresIn === 'number' ? Math.ceil(expiresIn) : null,
+  ];
+  const expiresAt = 'case when $7::int is null then null else now() + make_interval(secs => $7::int) end';
+
+  // The first use of refresh token `$8`, and the save of the token it is rotated to, which records it
+  // (`rotated_from`: the reuse interval reads that link), in one statement: false when it was used.
+  const rotateOnFirstUse = async (used: string, id: string, payload: AdapterPayload, expiresIn?: number) => {
+    const { rows } = await db.query(
+      `with used as (
+         update idp_models m
+         set consumed_at = now(), payload = jsonb_set(m.payload, '{consumed}', to_jsonb($9::bigint))
+         where m.model = $1 and m.id = $8 and m.consumed_at is null
+         returning m.id
+       )
+       insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at, rotated_from)
+       select $1, $2, $3, $4, $5, $6, ${expiresAt}, used.id from used
+       returning id`,
+      [...rowParams(id, payload, expiresIn), used, Math.floor(Date.now() / 1000)],
+    );
+    return rows.length > 0;
+  };
+
+  // The one reuse of refresh token `$8`, used within the interval (see above), for the request that read
+  // it as unused: taken (`reused_at`), the token its first use issued superseded (as consumed at the
+  // beginning of time, past any interval), and the token it is rotated to saved, in one statement: false
+  // when there is no reuse to take. The saved token is the newest of the line: no link to the used one,
+  // which a later reuse's supersession would follow.
   //
   // The successor is read locked (`for update`), not in the statement's snapshot: a refresh with it
   // that commits while this statement runs (its holder's next refresh) must be seen, or both are
   // answered and two lines of tokens live on, neither ever read as a replay. Locked first, it is the
-  // latest version (a consume in progress is waited for), and a consume that comes after waits for
+  // latest version (a rotation in progress is waited for), and a rotation that comes after waits for
   // this one and finds the successor superseded: a replay that revokes the grant.
-  const takeReuse = async (id: string): Promise<boolean> => {
+  const rotateOnReuse = async (used: string, id: string, payload: AdapterPayload, expiresIn?: number) => {
     const { rows } = await db.query(
       `with successor as (
          select next.consumed_at from idp_models next
-           join idp_models used on used.model = $1 and used.id = $2
+           join idp_models used on used.model = $1 and used.id = $8
          where next.model = $1 and next.grant_id = used.grant_id and next.rotated_from = used.id
          for update of next
        ), taken as (
          update idp_models m set reused_at = now()
-         where m.model = $1 and m.id = $2 and ${usedWithin}
+         where m.model = $1 and m.id = $8 and ${usedWithin('$9')}
            and not exists (select 1 from successor where successor.consumed_at is not null)
          returning m.id, m.grant_id
        ), superseded as (
@@ -164,13 +206,29 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
          from taken
          where earlier.model = $1 and earlier.grant_id = taken.grant_id and earlier.rotated_from = taken.id
        )
-       select id from taken`,
-      [model, id, reuseSeconds],
+       insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
+       select $1, $2, $3, $4, $5, $6, ${expiresAt} from taken
+       returning id`,
+      [...rowParams(id, payload, expiresIn), used, reuseSeconds],
     );
-    if (rows.length === 0) return false;
-    const ctx = Provider.ctx;
-    if (ctx) rotatingOnReuse.add(ctx);
-    return true;
+    return rows.length > 0;
+  };
+
+  // Lost the compare-and-set: another request used `id` after both read it unused (and, for a refresh
+  // token, its one reuse was gone or taken too). That is a replay (a code redeemed twice, a rotated
+  // refresh token reused), which oidc-provider answers by revoking the grant only when it reads
+  // `consumed` itself; here it never does, so the revocation is done here. The Grant row goes too: a
+  // winner may save tokens after this delete (a code's), and without their grant they are refused at
+  // first use.
+  const refuseReplay = async (id: string): Promise<never> => {
+    await db.query(
+      `with replayed as (select grant_id from idp_models where model = $1 and id = $2 and grant_id is not null)
+       delete from idp_models
+       where (grant_id = (select grant_id from replayed) and model = any($3::text[]))
+          or (model = 'Grant' and id = (select grant_id from replayed))`,
+      [model, id, issuedUnderGrant],
+    );
+    throw new errors.InvalidGrant(`${model} already consumed`);
   };
 
   return {
@@ -178,31 +236,24 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
       if (holdsNul(id) || holdsNul(payload)) {
         throw new errors.InvalidRequest('a parameter holds a NUL character');
       }
-      // A refresh token issued by a rotation records the one it replaces (oidc-provider names it on the
-      // request it saves it in): the reuse interval reads that link. Not the one issued on the reuse:
-      // it is the newest of the line, which that reuse's supersession must leave alone.
-      const ctx = reusable ? Provider.ctx : undefined;
-      const rotatedFrom =
-        ctx && !rotatingOnReuse.has(ctx) ? (ctx.oidc.entities.RotatedRefreshToken?.jti ?? null) : null;
-      // The database's clock sets the expiry, so a skewed app clock cannot stretch a stored token.
+      // The token a rotation issues: saved with the use of the one it replaces (see above).
+      const ctx = model === 'RefreshToken' ? Provider.ctx : undefined;
+      const used = ctx ? rotating.get(ctx) : undefined;
+      if (ctx && used !== undefined) {
+        rotating.delete(ctx);
+        if (await rotateOnFirstUse(used, id, payload, expiresIn)) return;
+        if (reusable && (await rotateOnReuse(used, id, payload, expiresIn))) return;
+        await refuseReplay(used);
+      }
       const { rows } = await db.query(
-        `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at, rotated_from)
-         values ($1, $2, $3, $4, $5, $6, case when $7::int is null then null else now() + make_interval(secs => $7::int) end, $8)
+        `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
+         values ($1, $2, $3, $4, $5, $6, ${expiresAt})
          on conflict (model, id) do update set
            payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
            user_code = excluded.user_code, expires_at = excluded.expires_at
          ${tombstoned ? 'where idp_models.consumed_at is null' : ''}
          returning id`,
-        [
-          model,
-          id,
-          JSON.stringify(payload),
-          payload.grantId ?? null,
-          payload.uid ?? null,
-          payload.userCode ?? null,
-          typeof expiresIn === 'number' ? Math.ceil(expiresIn) : null,
-          rotatedFrom,
-        ],
+        rowParams(id, payload, expiresIn),
       );
       if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
     },
@@ -230,6 +281,13 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
       return findOne('user_code', userCode);
     },
     async consume(id) {
+      // A refresh token is consumed by a rotation (the only place oidc-provider consumes one), in the
+      // statement that saves the token it is rotated to: noted here, used by that `upsert`.
+      const ctx = model === 'RefreshToken' ? Provider.ctx : undefined;
+      if (ctx) {
+        rotating.set(ctx, id);
+        return;
+      }
       const consumed = Math.floor(Date.now() / 1000);
       const { rows } = await db.query(
         `update idp_models
@@ -238,23 +296,7 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
          returning id`,
         [model, id, consumed],
       );
-      if (rows.length === 0 && reusable && (await takeReuse(id))) return;
-      if (rows.length === 0) {
-        // Lost the compare-and-set: another request consumed it after both read it unconsumed (and,
-        // for a refresh token, its one reuse was gone or taken too). That is a replay (a code
-        // redeemed twice, a rotated refresh token reused), which oidc-provider
-        // answers by revoking the grant only when it reads `consumed` itself; here it never does, so
-        // the revocation is done here. The Grant row goes too: the winner may save its new tokens
-        // after this delete, and without their grant they are refused at first use.
-        await db.query(
-          `with replayed as (select grant_id from idp_models where model = $1 and id = $2 and grant_id is not null)
-           delete from idp_models
-           where (grant_id = (select grant_id from replayed) and model = any($3::text[]))
-              or (model = 'Grant' and id = (select grant_id from replayed))`,
-          [model, id, issuedUnderGrant],
-        );
-        throw new errors.InvalidGrant(`${model} already consumed`);
-      }
+      if (rows.length === 0) await refuseReplay(id);
     },
     async destroy(id) {
       if (!tombstoned) {
