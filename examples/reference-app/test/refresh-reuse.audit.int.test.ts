@@ -28,6 +28,8 @@ let rigged: Awaited<ReturnType<typeof listen>>;
 const rig: {
   /** How many saves of a refresh token still fail, as a dropped connection would. */
   failSaves: number;
+  /** How many saves of an (opaque) access token still fail. */
+  failAccessTokenSaves?: number;
   /** Reads of this refresh token wait until `count` of them have been made (a real race's interleaving). */
   gate?: { token: string; count: number; waiting: Array<() => void> } | undefined;
   /** The next save of a refresh token waits for this promise. */
@@ -45,6 +47,10 @@ beforeAll(async () => {
   const riggedDb: Database = {
     ...db,
     async query<Row>(text: string, params?: readonly unknown[]) {
+      if (rig.failAccessTokenSaves && params?.[0] === 'AccessToken' && /\binsert into idp_models\b/.test(text)) {
+        rig.failAccessTokenSaves -= 1;
+        throw new Error('Connection terminated unexpectedly');
+      }
       if (savesRefreshToken(text, params)) {
         if (rig.failSaves > 0) {
           rig.failSaves -= 1;
@@ -155,6 +161,32 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
     expect(next.status, JSON.stringify(next.body)).toBe(200);
     // And the token of that third try, which a failed save never issued, has its own reuse still.
     expect((await refresh(third.body.refresh_token as string)).status).toBe(200);
+  });
+
+  // Was wrong: a refresh that asks for no API scope gets an opaque access token, which oidc-provider
+  // stores after the refresh token it rotated to. A failed save of that access token is a 500 after the
+  // rotation committed: the retry takes the one reuse, and when that access token's save fails too,
+  // the next retry revokes the grant, though no token ever reached the client; needs a decision:
+  // (a) undo the rotation when the access token's save fails in the same request (a second statement,
+  // conditional on nothing having used the line since: best effort, it fails with the database); (b)
+  // one transaction per token request, from the use of the refresh token to the last save (a pool
+  // connection held across oidc-provider's steps: 5 concurrent refreshes would hold the whole pool, and
+  // PGlite has one connection); (c) accept it and say so (an opaque access token is only issued to a
+  // client that asks for no API scope, and its save follows a save that just succeeded).
+  it.fails('a failed save of the opaque access token spends nothing either: two in a row, the third try answered', async () => {
+    const { tokens } = await codeFlow(running.authUrl, app, alice, { scope: 'openid offline_access' });
+    expect(tokens.status).toBe(200);
+    const token = tokens.body.refresh_token as string;
+    rig.failAccessTokenSaves = 2;
+    try {
+      expect((await refresh(token)).status).toBe(500);
+      expect((await refresh(token)).status).toBe(500);
+      expect(rig.failAccessTokenSaves).toBe(0);
+    } finally {
+      rig.failAccessTokenSaves = 0;
+    }
+    const third = await refresh(token);
+    expect(third.status, JSON.stringify(third.body)).toBe(200);
   });
 
   // Was wrong, the same way: the token was consumed before its successor's save was tried.
