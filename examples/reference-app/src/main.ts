@@ -2,7 +2,8 @@ import { constants } from 'node:os';
 import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { DataDirError, openDatabase } from './db.js';
-import { ConfigError, envPort, envUrl } from './env.js';
+import { ConfigError, envPort, envSeconds, envUrl } from './env.js';
+import { maxRefreshTokenReuseSeconds } from './idp/reuse-interval.js';
 import { closeInOrder } from './shutdown.js';
 import type { startReferenceApp } from './start.js';
 
@@ -28,6 +29,8 @@ async function main(): Promise<void> {
   const authUrl = envUrl(env, 'AUTH_URL');
   const appUrl = envUrl(env, 'APP_URL');
   const redisUrl = env.REDIS_URL === '' ? undefined : env.REDIS_URL;
+  // The identity provider's refresh token reuse interval (`createIdp`); unset, its default (30).
+  const refreshTokenReuseSeconds = envSeconds(env, 'REFRESH_TOKEN_REUSE_SECONDS', maxRefreshTokenReuseSeconds);
   const names = Object.keys(ports) as (keyof typeof ports)[];
   for (const [index, name] of names.entries()) {
     const other = names.slice(index + 1).find((candidate) => ports[candidate] === ports[name]);
@@ -85,6 +88,7 @@ async function main(): Promise<void> {
       baseUrl,
       ...(authUrl ? { authUrl } : {}),
       ...(appUrl ? { appUrl } : {}),
+      refreshTokenReuseSeconds,
     });
   } catch (error) {
     await closeStorage();

@@ -29,6 +29,8 @@ export interface StartOptions {
   purgeEveryMs?: number;
   /** The login page's limit on wrong passwords (see `createIdp`). */
   loginThrottle?: IdpOptions['loginThrottle'];
+  /** The provider's refresh token reuse interval (env REFRESH_TOKEN_REUSE_SECONDS; see `createIdp`). */
+  refreshTokenReuseSeconds?: number | undefined;
 }
 
 /** The running components. */
@@ -76,6 +78,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       issuer: authPort.url,
       resource: options.baseUrl,
       ...(options.loginThrottle ? { loginThrottle: options.loginThrottle } : {}),
+      refreshTokenReuseSeconds: options.refreshTokenReuseSeconds,
     });
     authPort.use(idp.app);
     const { app } = await createThirdPartyApp({

@@ -122,6 +122,18 @@ describe('npm start: configuration mistakes', () => {
     expectClearRefusal(await start({ TRUST_PROXY: 'true' }), 'TRUST_PROXY');
   }, 40_000);
 
+  // Was a defect (found by an audit of the refresh token reuse interval): the interval could not be set
+  // for `npm start` at all, though the README tells an operator who wants every reuse taken for theft
+  // to set it to 0; REFRESH_TOKEN_REUSE_SECONDS now sets it, and a value that is no whole number of
+  // seconds (or is empty, as an unfilled template leaves it) is refused, not read as 0 or the default.
+  it.each(['abc', '', '-1', '1.5', '30s', '999999999999999'])(
+    'a REFRESH_TOKEN_REUSE_SECONDS of %j is refused at start',
+    async (value) => {
+      expectClearRefusal(await start({ REFRESH_TOKEN_REUSE_SECONDS: value }), 'REFRESH_TOKEN_REUSE_SECONDS');
+    },
+    40_000,
+  );
+
   // Was a defect: a DATABASE_URL nobody answers ended in a `connect ECONNREFUSED` stack.
   it('an unreachable DATABASE_URL is one line naming the variable', async () => {
     const run = await start({ DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${await freePort()}/test` });

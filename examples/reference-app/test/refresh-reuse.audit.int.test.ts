@@ -199,6 +199,52 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
   });
 });
 
+describe('startReferenceApp (what `npm start` runs) and the interval', () => {
+  // Was wrong: `startReferenceApp` took no `refreshTokenReuseSeconds`, so `npm start` always ran with
+  // the default 30 (REFRESH_TOKEN_REUSE_SECONDS, which `main.ts` reads, passes it on).
+  it('passes refreshTokenReuseSeconds on to the provider: 0 is the strict rule', async () => {
+    // A database of its own: starting seeds the app's client with this start's redirect URI.
+    const own = await openTestDatabase('refresh_reuse_start');
+    const strict = await startReferenceApp({
+      db: own,
+      authPort: 0,
+      appPort: 0,
+      baseUrl: resource,
+      refreshTokenReuseSeconds: 0,
+    });
+    try {
+      const client = strict.clients.app;
+      const { tokens } = await codeFlow(strict.authUrl, client, alice);
+      const used = tokens.body.refresh_token as string;
+      const refreshHere = (token: string) =>
+        tokenRequest(strict.authUrl, { grant_type: 'refresh_token', refresh_token: token }, client);
+      expect((await refreshHere(used)).status).toBe(200);
+      expect((await refreshHere(used)).body.error).toBe('invalid_grant');
+    } finally {
+      await strict.close();
+      await own.close();
+    }
+  });
+});
+
+describe('refreshTokenReuseSeconds out of range', () => {
+  // Was wrong: any safe integer was taken. The database measures the interval (`now() - interval`),
+  // and one of ten million years or so is out of a timestamp's range: every refresh then failed with a
+  // 500 (every read of a refresh token computes it), instead of the start refusing the value. Longer
+  // than a refresh token lives (14 days) the interval means nothing anyway.
+  it.each([14 * 24 * 3600 + 1, 10 ** 15])('refuses %s with a TypeError', async (seconds) => {
+    await expect(createIdp({ db, issuer: rigged.url, resource, refreshTokenReuseSeconds: seconds })).rejects.toThrow(
+      TypeError,
+    );
+  });
+
+  it('Held: takes the refresh token lifetime itself', async () => {
+    await expect(
+      createIdp({ db, issuer: rigged.url, resource, refreshTokenReuseSeconds: 14 * 24 * 3600 }),
+    ).resolves.toBeDefined();
+  });
+});
+
 describe('concurrent presentations of one used token within the interval', () => {
   // The docs: once more only, and "a third use, still within the interval, revokes the grant". Of a
   // crowd of reuses one is the once more; every other one is a third use or later.

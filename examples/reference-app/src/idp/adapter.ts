@@ -1,6 +1,7 @@
 import type { Adapter, AdapterPayload } from 'oidc-provider';
 import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
+import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds } from './reuse-interval.js';
 
 /**
  * An oidc-provider storage adapter on the shared database (PGlite or PostgreSQL): one row per stored
@@ -58,8 +59,11 @@ import type { Database } from '../db.js';
  */
 export function sqlAdapterFactory(db: Database, options: SqlAdapterOptions = {}): (model: string) => Adapter {
   const reuseSeconds = options.refreshTokenReuseSeconds ?? defaultRefreshTokenReuseSeconds;
-  if (!Number.isSafeInteger(reuseSeconds) || reuseSeconds < 0) {
-    throw new TypeError('refreshTokenReuseSeconds must be a whole number of seconds, 0 or more');
+  // Bounded above too (see `reuse-interval.ts`).
+  if (!Number.isSafeInteger(reuseSeconds) || reuseSeconds < 0 || reuseSeconds > maxRefreshTokenReuseSeconds) {
+    throw new TypeError(
+      `refreshTokenReuseSeconds must be a whole number of seconds from 0 to ${maxRefreshTokenReuseSeconds}`,
+    );
   }
   return (model) => createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0);
 }
@@ -73,8 +77,7 @@ export interface SqlAdapterOptions {
   refreshTokenReuseSeconds?: number | undefined;
 }
 
-/** The reuse interval of a rotated refresh token, in seconds, when none is given. */
-export const defaultRefreshTokenReuseSeconds = 30;
+export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
 
 /**
  * The refresh token each request (oidc-provider's request context) is rotating: noted by `consume`,

@@ -20,7 +20,8 @@ export interface IdpOptions {
   /**
    * Seconds after its first use during which a rotated refresh token is answered once more, with fresh
    * tokens, instead of revoking the grant: the retry of a refresh whose answer was lost. 30 by default;
-   * 0 turns it off (every reuse revokes the grant). A whole number; anything else is a `TypeError`.
+   * 0 turns it off (every reuse revokes the grant). A whole number up to 14 days (1209600, a refresh
+   * token's lifetime); anything else is a `TypeError`.
    */
   refreshTokenReuseSeconds?: number | undefined;
 }
