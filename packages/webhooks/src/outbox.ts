@@ -709,7 +709,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
                        WHERE status = 'pending'
                          AND next_attempt_at <= now()
                        ORDER BY next_attempt_at
-                       LIMIT $11) AS head
+                       LIMIT $10) AS head
                WHERE (locked_until IS NULL OR locked_until <= now())
                  AND url <> ALL($8::text[])
                LIMIT $9),
@@ -719,18 +719,18 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
                              row_number() OVER (PARTITION BY url ORDER BY next_attempt_at, id) AS n
                         FROM candidate) AS ranked
                 LEFT JOIN room ON room.url = ranked.url
-               WHERE ranked.n <= coalesce(room.room, $10)
+               WHERE ranked.n <= coalesce(room.room, $11)
                ORDER BY ranked.next_attempt_at
                LIMIT $1),
               ${leaseSql}
          SELECT claimed.*, (SELECT count(*) FROM candidate) > (SELECT count(*) FROM claimed) AS more_due,
                 CASE WHEN (SELECT count(*) FROM candidate) >= $9 THEN false
                      ELSE EXISTS (SELECT FROM ${table} WHERE status = 'pending' AND next_attempt_at <= now()
-                                   ORDER BY next_attempt_at OFFSET $11 - 1) END AS capped
+                                   ORDER BY next_attempt_at OFFSET $10 - 1) END AS capped
            FROM (VALUES (1)) AS one (x) LEFT JOIN claimed ON true`;
 
     // The rest of a claim whose head was used up (claimSql's `capped`): up to $1 more rows, from
-    // the URLs with pending rows in the order of `_url`, starting after $11 (the URL where this
+    // the URLs with pending rows in the order of `_url`, starting after $10 (the URL where this
     // relay's last walk stopped) and wrapping round to the first, one URL per step: the next URL
     // (one descent, `min(url) > the last`), then its first due rows up to its room (a descent of
     // the URL's range in due order, past its leased rows). The URLs with no room ($8) are stepped
@@ -742,7 +742,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // short: URLs not looked at may have rows due.
     const fallbackSql = `WITH RECURSIVE room AS (SELECT * FROM unnest($6::text[], $7::int[]) AS r(url, room)),
               walk (step, url, lap, probes, got, ids) AS (
-              SELECT 0, $11::text, 0, 0, 0::bigint, '{}'::text[]
+              SELECT 0, $10::text, 0, 0, 0::bigint, '{}'::text[]
               UNION ALL
               SELECT w.step + 1, nxt.url, nxt.lap, w.probes + CASE WHEN nxt.skip THEN 0 ELSE 1 END,
                      w.got + cardinality(found.ids), found.ids
@@ -765,10 +765,10 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
                                  AND next_attempt_at <= now()
                                  AND (locked_until IS NULL OR locked_until <= now())
                                ORDER BY url, next_attempt_at
-                               LIMIT least(coalesce((SELECT room FROM room WHERE room.url = nxt.url), $10), $1 - w.got))
+                               LIMIT least(coalesce((SELECT room FROM room WHERE room.url = nxt.url), $11), $1 - w.got))
                             END AS ids) AS found
                WHERE w.probes < $9 AND w.got < $1
-                 AND nxt.url IS NOT NULL AND NOT (nxt.lap = 1 AND nxt.url > $11::text)),
+                 AND nxt.url IS NOT NULL AND NOT (nxt.lap = 1 AND nxt.url > $10::text)),
               picked AS (SELECT unnest(ids) AS id FROM walk WHERE step > 0),
               ${leaseSql}
          SELECT claimed.*,
@@ -790,8 +790,9 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
         maxAttemptsParam,
         ...roomParams(room),
         window,
-        maxPerUrl,
         Math.min(Math.max(headRows, window * headPerWindow), Number.MAX_SAFE_INTEGER),
+        // Last, as it always was: the share of a URL with nothing in flight.
+        maxPerUrl,
       ]);
       const rows = claimedOf(first.rows);
       const capped = first.rows[0]?.capped === true;
@@ -809,8 +810,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
         maxAttemptsParam,
         ...roomParams(left),
         Math.min(Math.max(minProbes, window), Number.MAX_SAFE_INTEGER),
-        maxPerUrl,
         walkedTo,
+        maxPerUrl,
       ]);
       const walked = rest.rows[0]?.walked_to;
       if (typeof walked === 'string') walkedTo = walked;
