@@ -247,6 +247,43 @@ describe.skipIf(!available)('outbox relay claims behind a backlog, on real Postg
     await clear();
     await behindTheBacklog(pool, table);
   });
+
+  // Held: the rows the walk finds are claimed by the same lock and checks as the head's: a row
+  // whose relay died mid-attempt is taken over unread (its lost attempt in its history, put back
+  // without an attempt), one at maxAttempts is dead-lettered by the claim, unread, and a fresh one
+  // is sent. All three behind a backlog longer than the head.
+  it('the walk takes over a crashed row and dead-letters a spent one, as the head does', async () => {
+    await clear();
+    const server = await endpoint();
+    closers.push(server.close);
+    await addMany(pool, table, [`${server.base}/full`], 1_500, 'evt_full_', 3_600_000);
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body, attempts, claims, locked_by, locked_until, next_attempt_at) VALUES
+         ('evt_crashed', $1, convert_to('{}', 'UTF8'), 1, 1, 'a-relay-that-died', now() - interval '1 minute', now() - interval '2 minutes'),
+         ('evt_spent', $2, convert_to('{}', 'UTF8'), 3, 3, NULL, NULL, now() - interval '1 second'),
+         ('evt_fresh', $3, convert_to('{}', 'UTF8'), 0, 0, NULL, NULL, now() - interval '1 second')`,
+      [`${server.base}/c`, `${server.base}/s`, `${server.base}/f`],
+    );
+    const watch = watched(pool);
+    const relay = outbox.relay({
+      db: watch.db,
+      sender: createSender({ secret: SECRET, schedule: { maxAttempts: 3 } }),
+      batchSize: 4,
+      maxPerUrl: 1,
+    });
+    expect(await relay.runOnce()).toEqual({ claimed: 4, delivered: 2, retrying: 1, dead: 1, fenced: 0 });
+    expect(watch.queries.filter((query) => isWalk(query.text))).toHaveLength(1);
+    expect([...server.arrivals.keys()].sort()).toEqual(['evt_fresh', 'evt_full_1_1']);
+    const { rows } = await pool.query(
+      `SELECT id, status, dead_reason, attempts, locked_by, history FROM "${table}" WHERE id IN ('evt_crashed', 'evt_spent')
+        ORDER BY id`,
+    );
+    expect(rows[0]).toMatchObject({ id: 'evt_crashed', status: 'pending', attempts: 1, locked_by: null });
+    expect(rows[0].history).toEqual([
+      expect.objectContaining({ attempt: 1, result: 'lost', claim: 1, relayId: 'a-relay-that-died' }),
+    ]);
+    expect(rows[1]).toMatchObject({ id: 'evt_spent', status: 'dead', dead_reason: 'max-attempts', attempts: 3 });
+  });
 });
 
 // Held: behind PgBouncer in transaction mode the walk is one more ordinary statement (its cursor is
