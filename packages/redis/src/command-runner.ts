@@ -1,3 +1,5 @@
+import { runnerPool } from './runner-pool.js';
+
 /**
  * The one thing the store needs from a Redis client: send a command that touches one `key` and get
  * the raw reply, with bulk strings as `Buffer` (records hold bytes). Integers may come as numbers, or
@@ -92,7 +94,9 @@ export interface NodeRedisSentinelLike {
 }
 
 /**
- * Every client {@link redisStore} accepts.
+ * Every client {@link redisStore} accepts: one client, or a non-empty array of ioredis clients (all
+ * `Redis` or all `Cluster`, each a connection of its own to the same deployment), for the store to
+ * spread its commands over.
  *
  * @example
  * const fromEnv = (client: RedisClientLike) => redisStore({ client, prefix: `${process.env.SERVICE}:idem:` });
@@ -102,7 +106,8 @@ export type RedisClientLike =
   | NodeRedisClientLike
   | NodeRedisClusterLike
   | NodeRedisSentinelLike
-  | RedisCommandRunner;
+  | RedisCommandRunner
+  | readonly IoredisLike[];
 
 // node-redis (v5 and v6) maps RESP types through `typeMapping`; 36 is '$', the blob (bulk) string. Spelled
 // as a number so this package never imports `redis` at runtime (it is an optional peer).
@@ -118,6 +123,7 @@ const nodeRedisBuffers = { typeMapping: { 36: Buffer } };
  * await runner.send('k', ['GET', 'k']); // Buffer or null
  */
 export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner {
+  if (Array.isArray(client)) return ioredisClients(client as readonly unknown[]);
   if (!client || (typeof client !== 'object' && typeof client !== 'function')) {
     throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
   }
@@ -164,6 +170,67 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
   }
   throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
 }
+
+/**
+ * The runner over an array of ioredis clients: each command to the least busy (see runner-pool.ts),
+ * or, for an array of one, that client's own runner, unchanged. What would make the clients disagree
+ * on where a record lives is refused here, once: keys written under two prefixes or in two databases
+ * would let two claims of one key both find it free.
+ */
+function ioredisClients(clients: readonly unknown[]): RedisCommandRunner {
+  if (clients.length === 0) throw new TypeError('client is an empty array: give one ioredis client, or several');
+  const kinds: string[] = [];
+  clients.forEach((element, index) => {
+    const candidate = (element ?? {}) as Partial<IoredisLike & NodeRedisClientLike & RedisCommandRunner>;
+    if (typeof candidate.callBuffer !== 'function') {
+      if (typeof candidate.sendCommand === 'function') {
+        throw new TypeError(
+          `client[${index}] is a node-redis client: an array takes ioredis clients only (a node-redis createClientPool is given as one client)`,
+        );
+      }
+      throw new TypeError(
+        `client[${index}] is not an ioredis client: an array takes ioredis Redis or Cluster clients only`,
+      );
+    }
+    const first = clients.indexOf(element);
+    if (first !== index) {
+      throw new TypeError(
+        `client[${index}] is client[${first}] again: each element must be a client, and a connection, of its own`,
+      );
+    }
+    const kind = (element as { isCluster?: unknown }).isCluster === true ? 'Cluster' : 'Redis';
+    kinds.push(kind);
+    if (kind !== kinds[0]) {
+      throw new TypeError(
+        `client[${index}] is an ioredis ${kind} where client[0] is a ${kinds[0]}: give all Redis or all Cluster clients`,
+      );
+    }
+    const { keyPrefix, db } = written(element);
+    const firstWritten = written(clients[0]);
+    if (keyPrefix !== firstWritten.keyPrefix) {
+      throw new TypeError(
+        `client[${index}] has keyPrefix '${keyPrefix}' where client[0] has '${firstWritten.keyPrefix}': every client must write a record under the same key`,
+      );
+    }
+    if (db !== firstWritten.db) {
+      throw new TypeError(
+        `client[${index}] selects db ${db} where client[0] selects db ${firstWritten.db}: every client must write a record in the same database`,
+      );
+    }
+  });
+  const runners = clients.map((element) => ioredisRunner(element as IoredisLike));
+  return runners.length === 1 ? (runners[0] as RedisCommandRunner) : runnerPool(runners);
+}
+
+// Where an ioredis client writes a key: its keyPrefix (a Cluster's own, or its redisOptions' one,
+// which ioredis copies over) and, for a Redis, its database. Unset reads as ioredis's defaults.
+const written = (client: unknown): { keyPrefix: string; db: number } => {
+  const options = (client as { options?: { keyPrefix?: unknown; db?: unknown } }).options ?? {};
+  return {
+    keyPrefix: typeof options.keyPrefix === 'string' ? options.keyPrefix : '',
+    db: typeof options.db === 'number' ? options.db : 0,
+  };
+};
 
 /**
  * Sends `commands` through one plain node-redis client. It has one connection, and writes the
