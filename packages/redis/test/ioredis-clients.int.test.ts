@@ -1,0 +1,213 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { StoredResponse } from '@idem/core';
+import { describeStore, type StoreHarness } from '@idem/testkit';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RedisStore, type RedisStoreOptions, redisCommandRunner, redisStore } from '../src/index.js';
+import { claimKeepMs } from '../src/record-codec.js';
+import { renewScript } from '../src/scripts.js';
+import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
+import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+
+// redisStore over an array of ioredis clients, against real Redis: the whole store contract, with
+// and without waitForReplicas, a claim race spread over every client, and scripts the server has
+// not cached. replica-wait.int.test.ts has what the array is for: writes held by WAIT one each.
+
+const withRedis = await redisAvailable();
+const withBinaries = await redisBinariesAvailable();
+
+// One prefix per file and run on the shared Redis, so parallel files and earlier runs never meet.
+const prefix = `audit-iopool:${randomUUID()}:`;
+
+const response = (body: Uint8Array): StoredResponse => ({ status: 201, headers: {}, body });
+
+const connect = (url: string, count: number) => Array.from({ length: count }, () => new Redis(url));
+
+// The store contract's harness, over the array: what it reads and expires behind the store's back
+// goes through the same array, as an operator's tooling given the store's client would.
+const harness = (
+  clients: readonly Redis[],
+  store: RedisStore,
+  options: Pick<RedisStoreOptions, 'waitForReplicas'> = {},
+): StoreHarness => {
+  const runner = redisCommandRunner(clients);
+  return {
+    store,
+    expire: async (id) => {
+      await runner.send(store.key(id), ['PEXPIRE', store.key(id), '0']);
+    },
+    ttl: async (id) => {
+      const ms = Number(await runner.send(store.key(id), ['PTTL', store.key(id)]));
+      return ms >= 0 ? ms : undefined;
+    },
+    endLease: async (id) => {
+      const value = await runner.send(store.key(id), ['GET', store.key(id)]);
+      await runner.send(store.key(id), ['PEXPIRE', store.key(id), String(claimKeepMs(value as Uint8Array))]);
+    },
+    makeCapped: (maxBytes) =>
+      redisStore({ client: clients, prefix: store.prefix, maxResponseBytes: maxBytes, ...options }),
+    close: async () => {
+      await Promise.all(clients.map((client) => client.quit()));
+    },
+  };
+};
+
+// Counts what each client is asked to send: ioredis sends every command, in a pipeline or not,
+// through its sendCommand.
+const counted = (clients: readonly Redis[]) => {
+  const counts = clients.map(() => 0);
+  clients.forEach((client, index) => {
+    const send = client.sendCommand.bind(client);
+    client.sendCommand = (...args: Parameters<Redis['sendCommand']>) => {
+      counts[index] = (counts[index] as number) + 1;
+      return send(...args);
+    };
+  });
+  return counts;
+};
+
+describe.runIf(withRedis)('redisStore over an array of ioredis clients, on a single Redis', () => {
+  const admin = new Redis(redisUrl);
+  afterAll(async () => {
+    await deleteKeys(admin, prefix);
+    await admin.quit();
+  });
+
+  describeStore(
+    'redisStore over 4 ioredis clients',
+    async () => {
+      const clients = connect(redisUrl, 4);
+      return harness(clients, redisStore({ client: clients, prefix: `${prefix}array:` }));
+    },
+    { concurrency: 100 },
+  );
+
+  it('gives exactly one of 100 concurrent claims of one key, sent over every client of 8', async () => {
+    const clients = connect(redisUrl, 8);
+    try {
+      const counts = counted(clients);
+      const store = redisStore({ client: clients, prefix: `${prefix}race:` });
+      const id = randomUUID();
+      const results = await Promise.all(
+        Array.from({ length: 100 }, (_, i) => store.claim({ id, token: `t${i}`, fingerprint: 'fp', leaseMs: 60_000 })),
+      );
+      const winners = results.flatMap((result, i) => (result.claimed ? [i] : []));
+      expect(winners).toHaveLength(1);
+      for (const result of results) {
+        if (!result.claimed) expect(result.record).toMatchObject({ state: 'in_progress', token: `t${winners[0]}` });
+      }
+      // Spread: every client carried some of the claims, none all of them.
+      for (const count of counts) {
+        expect(count).toBeGreaterThan(0);
+        expect(count).toBeLessThan(100);
+      }
+    } finally {
+      for (const client of clients) client.disconnect();
+    }
+  });
+});
+
+// waitForReplicas over the array, against a primary and replica of this file's own, on free ports.
+describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitForReplicas on', () => {
+  let primary: RedisServerProcess | undefined;
+  let replica: RedisServerProcess | undefined;
+  let starting: Promise<RedisServerProcess> | undefined;
+  let scratch: string | undefined;
+  const waitForReplicas = { count: 1, timeout: '2s' } as const;
+  // Started by the first test that asks (describeStore's factories run inside its tests).
+  const local = () => {
+    starting ??= (async () => {
+      // A replica writes the RDB it receives to its directory: a scratch one, not the working tree.
+      scratch = mkdtempSync(join(tmpdir(), 'idem-iopool-replica-'));
+      primary = await startRedisServer(await freePort(), ['--dir', scratch]);
+      replica = await startRedisServer(await freePort(), [
+        '--dir',
+        scratch,
+        '--replicaof',
+        '127.0.0.1',
+        String(primary.port),
+      ]);
+      const probe = new Redis(primary.url);
+      try {
+        // Ready once WAIT 1 has a replica to count.
+        while ((await probe.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));
+      } finally {
+        probe.disconnect();
+      }
+      return primary;
+    })();
+    return starting;
+  };
+  afterAll(async () => {
+    await Promise.all([replica?.stop(), primary?.stop()]);
+    if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+  });
+
+  describeStore(
+    'redisStore over 4 ioredis clients, waitForReplicas count 1',
+    async () => {
+      const clients = connect((await local()).url, 4);
+      const store = redisStore({ client: clients, prefix: 'audit-iopool:waited:', waitForReplicas });
+      return harness(clients, store, { waitForReplicas });
+    },
+    { concurrency: 100 },
+  );
+
+  describe('scripts the server has not cached (a restart, SCRIPT FLUSH, a failover)', () => {
+    let admin: Redis;
+    beforeAll(async () => {
+      admin = new Redis((await local()).url);
+    });
+    afterAll(() => admin?.disconnect());
+
+    // The store sends EVALSHA, and EVAL on NOSCRIPT, each to whichever client is least busy: right
+    // because Redis caches a script per server, not per connection, so one client's EVAL caches it
+    // for all the others. Were it per connection, the EVALSHA below would be a NOSCRIPT.
+    it('Held: a script cached through one connection is there for every other connection of the server', async () => {
+      const [a, b] = connect((await local()).url, 2) as [Redis, Redis];
+      try {
+        await admin.script('FLUSH');
+        const key = 'audit-iopool:cached';
+        await a.eval(renewScript.source, 1, key, 'x', '1000');
+        expect(await b.evalsha(renewScript.sha, 1, key, 'x', '1000')).toBe(0);
+      } finally {
+        a.disconnect();
+        b.disconnect();
+      }
+    });
+
+    it('Held: after SCRIPT FLUSH every write over 8 clients is answered, each client past its NOSCRIPT, and the replica has it', async () => {
+      const clients = connect((await local()).url, 8);
+      try {
+        const store = redisStore({ client: clients, prefix: 'audit-iopool:noscript:', waitForReplicas });
+        const ids = Array.from({ length: 16 }, () => randomUUID());
+        const claimed = await Promise.all(
+          ids.map((id) => store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 })),
+        );
+        expect(claimed.every((result) => result.claimed)).toBe(true);
+        await admin.script('FLUSH');
+        const renewed = await Promise.all(ids.map((id) => store.renew({ id, token: 't', leaseMs: 60_000 })));
+        expect(renewed).toEqual(ids.map(() => true));
+        await admin.script('FLUSH');
+        const completed = await Promise.all(
+          ids.map((id) =>
+            store.complete({ id, token: 't', response: response(new Uint8Array([9])), retentionMs: 60_000 }),
+          ),
+        );
+        expect(completed).toEqual(ids.map(() => true));
+        const replicaAdmin = new Redis((replica as RedisServerProcess).url);
+        try {
+          for (const id of ids) expect((await replicaAdmin.getBuffer(store.key(id)))?.[0]).toBe('c'.charCodeAt(0));
+        } finally {
+          replicaAdmin.disconnect();
+        }
+        await admin.del(...ids.map((id) => store.key(id)));
+      } finally {
+        for (const client of clients) client.disconnect();
+      }
+    });
+  });
+});
