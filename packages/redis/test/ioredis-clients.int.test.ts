@@ -4,11 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { StoredResponse } from '@idem/core';
 import { describeStore, type StoreHarness } from '@idem/testkit';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisStore, type RedisStoreOptions, redisCommandRunner, redisStore } from '../src/index.js';
 import { claimKeepMs } from '../src/record-codec.js';
 import { renewScript } from '../src/scripts.js';
+import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
 import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
@@ -29,7 +30,7 @@ const connect = (url: string, count: number) => Array.from({ length: count }, ()
 // The store contract's harness, over the array: what it reads and expires behind the store's back
 // goes through the same array, as an operator's tooling given the store's client would.
 const harness = (
-  clients: readonly Redis[],
+  clients: readonly (Redis | Cluster)[],
   store: RedisStore,
   options: Pick<RedisStoreOptions, 'waitForReplicas'> = {},
 ): StoreHarness => {
@@ -209,5 +210,28 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
         for (const client of clients) client.disconnect();
       }
     });
+  });
+});
+
+// An array of ioredis Clusters: each routes a command to the master that owns its key, so the
+// clients agree on where every record lives, whichever of them sends it.
+describe.runIf(withBinaries)('redisStore over an array of ioredis Clusters, on a 3-master Redis Cluster', () => {
+  let cluster: LocalRedisCluster | undefined;
+  let starting: Promise<LocalRedisCluster> | undefined;
+  const local = () => {
+    starting ??= startRedisCluster().then((started) => {
+      cluster = started;
+      return started;
+    });
+    return starting;
+  };
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  describeStore('redisStore over 3 ioredis Clusters', async () => {
+    const { nodes } = await local();
+    const clients = Array.from({ length: 3 }, () => new Cluster([...nodes]));
+    return harness(clients, redisStore({ client: clients, prefix: 'audit-iopool:cluster:' }));
   });
 });
