@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { StoredResponse } from '@idem/core';
-import { describeStore, type StoreHarness } from '@idem/testkit';
+import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisStore, type RedisStoreOptions, redisCommandRunner, redisStore } from '../src/index.js';
@@ -107,6 +107,42 @@ describe.runIf(withRedis)('redisStore over an array of ioredis clients, on a sin
       }
     } finally {
       for (const client of clients) client.disconnect();
+    }
+  });
+  // A client whose connection went silent (a partition: nothing answers, nothing is closed) keeps
+  // what the store sent it in its count: after its one stuck command, every request goes elsewhere.
+  it('Held: a client whose connection went silent gets no more commands while the others are idle', async () => {
+    const { hostname, port } = new URL(redisUrl);
+    const proxy = await createTcpProxy({ target: { host: hostname, port: Number(port || 6379) } });
+    // Its stuck command fails after 5 s: a command the store wrongly sent it would fail the test then.
+    const silent = new Redis({ host: proxy.host, port: proxy.port, commandTimeout: 5_000 });
+    silent.on('error', () => undefined);
+    const clients = [silent, ...connect(redisUrl, 3)];
+    try {
+      const store = redisStore({ client: clients, prefix: `${prefix}silent:` });
+      const id = randomUUID();
+      await store.claim({ id, token: 't', fingerprint: '', leaseMs: 60_000 });
+      await store.complete({ id, token: 't', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+      const counts = counted(clients);
+      proxy.blackhole();
+      // Four at once, one to each client (none busy, so in turn): three answered, the silent one's not.
+      const first = clients.map(() => store.get(id));
+      let settled = 0;
+      await new Promise<void>((resolve) => {
+        for (const get of first) {
+          get.then(
+            () => ++settled === 3 && resolve(),
+            () => undefined,
+          );
+        }
+      });
+      expect(counts).toEqual([1, 1, 1, 1]);
+      // Each of these is answered before the next is sent: none goes to the silent client.
+      for (let i = 0; i < 12; i++) expect((await store.get(id))?.state).toBe('completed');
+      expect(counts).toEqual([1, 5, 5, 5]);
+    } finally {
+      for (const client of clients) client.disconnect();
+      await proxy.close();
     }
   });
 });
