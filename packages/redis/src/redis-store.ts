@@ -31,6 +31,21 @@ export interface RedisStoreOptions {
   /**
    * A connected client the caller owns: an ioredis `Redis` or `Cluster` (v5 or v6), a node-redis v5 or v6 client,
    * cluster or Sentinel client (`createSentinel`), or any {@link RedisCommandRunner}. The store never connects, quits or listens to it.
+   *
+   * Or a non-empty array of ioredis clients, all `Redis` (standalone or through Sentinel) or all
+   * `Cluster`, each its own connection to the same deployment (same `keyPrefix`, same `db`): each
+   * command, or write with its `WAIT`, goes to the one with the fewest of the store's commands in
+   * flight. With `waitForReplicas`, a write held by its `WAIT` then holds one connection, not every
+   * request (one ioredis client is one connection). Refused with a `TypeError`: an empty array, an
+   * element that is no ioredis client, `Redis` mixed with `Cluster`, the same client twice, or clients
+   * with a different `keyPrefix` or `db`. A node-redis `createClientPool` is given as one client.
+   *
+   * @example
+   * import { Redis } from 'ioredis';
+   *
+   * const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+   * const clients = Array.from({ length: 8 }, () => new Redis(url)); // yours to close
+   * const store = redisStore({ client: clients, waitForReplicas: { count: 1, timeout: '200ms' } });
    */
   client: RedisClientLike;
   /**
