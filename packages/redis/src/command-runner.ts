@@ -125,7 +125,9 @@ const nodeRedisBuffers = { typeMapping: { 36: Buffer } };
 export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner {
   if (Array.isArray(client)) return ioredisClients(client as readonly unknown[]);
   if (!client || (typeof client !== 'object' && typeof client !== 'function')) {
-    throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
+    throw new TypeError(
+      'client must be an ioredis or node-redis client, a non-empty array of ioredis clients, or a RedisCommandRunner',
+    );
   }
   const candidate = client as Partial<
     IoredisLike & NodeRedisClientLike & NodeRedisClusterLike & NodeRedisSentinelLike & RedisCommandRunner
@@ -168,7 +170,9 @@ export function redisCommandRunner(client: RedisClientLike): RedisCommandRunner 
           : (_key, commands) => sendTogether(single, commands),
     };
   }
-  throw new TypeError('client must be an ioredis or node-redis client, or a RedisCommandRunner');
+  throw new TypeError(
+    'client must be an ioredis or node-redis client, a non-empty array of ioredis clients, or a RedisCommandRunner',
+  );
 }
 
 /**

@@ -211,8 +211,9 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   // With waitForReplicas, a claim found already held by its own token: its SET (or takeover) ran on
   // a connection whose replies were lost, and was sent again on a new one, where it wrote nothing.
   // The WAIT behind that resend counts, by its contract, the new connection's writes alone (none),
-  // so it proves nothing of the claim. A renewal to the same lease is a write of this connection
-  // after the claim's, and a replica that has it has the claim: its WAIT is the proof. Short of it,
+  // so it proves nothing of the claim. A renewal to the same lease is a write after the claim's (on
+  // whichever connection it leaves: the replication stream is one, in order), and a replica that
+  // has it has the claim: its WAIT is the proof. Short of it,
   // the claim is freed by its token, as any claim too few replicas acknowledged.
   const replicated = async (k: string, token: string, leaseMs: number) => {
     let renewed: boolean;
