@@ -175,6 +175,42 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
     },
   );
 
+  // docs/stores.md's ACL list was written before waitForReplicas: that option sends WAIT behind every
+  // write, which the listed permissions refuse (NOPERM), so every claim was a 503 for a user who
+  // followed the list. The list now names +wait for the option; this pins both halves.
+  it.each(clients)(
+    'with waitForReplicas the documented list needs +wait: without it every claim is a 503 (NOPERM), with it claims are served (%s)',
+    async (_name, connect) => {
+      const documented = ['+set', '+get', '+evalsha', '+eval', '+pexpire', '+pttl', '+del'];
+      await admin.acl('SETUSER', 'idem-nowait', 'on', '>pw', 'resetkeys', '~acl:*', '-@all', ...documented);
+      await admin.acl('SETUSER', 'idem-wait', 'on', '>pw', 'resetkeys', '~acl:*', '-@all', ...documented, '+wait');
+      const without = await connect(url('idem-nowait'));
+      const withWait = await connect(url('idem-wait'));
+      try {
+        const events: IdempotencyEvent[] = [];
+        const waitForReplicas = { count: 1, timeout: '2s' } as const;
+        const refused = await begin(
+          engineOn(redisStore({ client: without, prefix: 'acl:', waitForReplicas }), events),
+          randomUUID(),
+        );
+        expect(kindOf(refused)).toBe('reject:store_unavailable');
+        const failure = events.find((event) => event.type === 'store-error') as { error: Error };
+        expect(String(failure.error.cause ?? failure.error)).toMatch(/NOPERM/);
+
+        const store = redisStore({ client: withWait, prefix: 'acl:', waitForReplicas });
+        const engine = engineOn(store);
+        const key = randomUUID();
+        const first = await begin(engine, key);
+        if (first.kind !== 'execute') throw new Error(kindOf(first));
+        expect(await engine.complete(first.lease, response)).toEqual({ ok: true, stored: true });
+        expect(kindOf(await begin(engineOn(store), key))).toBe('replay');
+      } finally {
+        await close(without);
+        await close(withWait);
+      }
+    },
+  );
+
   it.each(clients)(
     'holds: a missing permission is a prompt 503 store_unavailable with NOPERM as its cause (%s)',
     async (_name, connect) => {
