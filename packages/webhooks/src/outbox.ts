@@ -144,15 +144,19 @@ export interface RelayOptions {
    * after this. Must exceed the sender's per-attempt timeout. Default: the timeout plus 15 s.
    */
   lease?: Duration | undefined;
-  /** Pause after a round that claimed less than a full batch (or failed); a full one goes on at once. Default `'1s'`. */
+  /**
+   * The `start()` loop's pause after a claim that found nothing more due (or failed), before it claims
+   * again; a slot that frees ends it sooner. Default `'1s'`.
+   */
   pollInterval?: Duration | undefined;
   /** Identifies this relay in `locked_by`. Default a random UUID. */
   relayId?: string | undefined;
   /** Called after every attempt. What it throws or rejects with is swallowed. */
   onAttempt?: ((row: { id: string; url: string }, attempt: AttemptRecord) => void) | undefined;
   /**
-   * Called when a round of the background loop (`start()`) fails, e.g. the database is down; the loop
-   * goes on after `pollInterval`. Without it such failures are silent. What it throws or rejects with
+   * Called when a claim or a row's work in the background loop (`start()`) fails, e.g. the database is
+   * down, and when a hold of a throttling URL or a 410's dead-lettering fails; the loop goes on (after
+   * `pollInterval` for a claim). Without it such failures are silent. What it throws or rejects with
    * is swallowed.
    */
   onError?: ((error: unknown) => void) | undefined;
@@ -269,8 +273,8 @@ export interface Relay {
   /** Starts polling in the background. */
   start(): void;
   /**
-   * Stops polling and waits for the round in flight, at most until its lease ends. A hold of a
-   * throttling URL (or a 410's dead-lettering) in that round writes no further batch of the URL's
+   * Stops claiming and waits for the attempts in flight, each at most until its lease ends. A hold of
+   * a throttling URL (or a 410's dead-lettering) they started writes no further batch of the URL's
    * rows: the ones left are held when a claim reaches one and gets the same answer.
    */
   stop(): Promise<void>;
