@@ -189,9 +189,10 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
       try {
         const events: IdempotencyEvent[] = [];
         const waitForReplicas = { count: 1, timeout: '2s' } as const;
+        const key = randomUUID();
         const refused = await begin(
           engineOn(redisStore({ client: without, prefix: 'acl:', waitForReplicas }), events),
-          randomUUID(),
+          key,
         );
         expect(kindOf(refused)).toBe('reject:store_unavailable');
         const failure = events.find((event) => event.type === 'store-error') as { error: Error };
@@ -199,7 +200,8 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
 
         const store = redisStore({ client: withWait, prefix: 'acl:', waitForReplicas });
         const engine = engineOn(store);
-        const key = randomUUID();
+        // docs/stores.md: a claim whose WAIT failed ("an ACL that refuses it") is deleted again by its
+        // token before the 503, so the retry claims the key instead of meeting a 409 for a lease.
         const first = await begin(engine, key);
         if (first.kind !== 'execute') throw new Error(kindOf(first));
         expect(await engine.complete(first.lease, response)).toEqual({ ok: true, stored: true });
