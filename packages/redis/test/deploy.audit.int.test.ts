@@ -115,6 +115,18 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
   beforeAll(async () => {
     server = await startRedisServer(await freePort());
     replica = await startRedisServer(await freePort(), ['--replicaof', '127.0.0.1', String(server.port)]);
+    // Synced before any test: waitForReplicas below needs the replica to acknowledge (the first cases
+    // ran while its initial sync was still going, and WAIT counted none).
+    const watcher = new Redis(replica.url);
+    try {
+      const deadline = Date.now() + 10_000;
+      while (!/master_link_status:up/.test(await watcher.info('replication'))) {
+        if (Date.now() > deadline) throw new Error('the replica did not sync');
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+    } finally {
+      watcher.disconnect();
+    }
     admin = new Redis(server.url);
     // What the store sends (SET, GET, EVALSHA, EVAL after NOSCRIPT) and what its scripts call
     // (GET, SET, PEXPIRE, PTTL, DEL), on its own prefix only.

@@ -1,5 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 /** A redis-server this test process started, on a loopback port. */
 export interface RedisServerProcess {
@@ -31,6 +34,7 @@ const accepts = (port: number) =>
  * it accepts connections. Rejects if it exits first (for example because the port was taken).
  */
 export async function startRedisServer(port: number, extraArgs: readonly string[] = []): Promise<RedisServerProcess> {
+  const workDir = mkdtempSync(join(tmpdir(), 'idem-redis-server-'));
   const child = spawn(
     'redis-server',
     [
@@ -46,7 +50,9 @@ export async function startRedisServer(port: number, extraArgs: readonly string[
       'no',
       ...extraArgs,
     ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
+    // In a folder of its own: a replica's full sync writes the primary's RDB into its `dir` (the
+    // working folder unless `--dir` is given), which left a dump.rdb in the repository.
+    { stdio: ['ignore', 'ignore', 'pipe'], cwd: workDir },
   );
   let stderr = '';
   child.stderr?.on('data', (chunk) => {
@@ -60,7 +66,10 @@ export async function startRedisServer(port: number, extraArgs: readonly string[
   // Readiness, not a TTL: poll until the port answers or the process dies.
   const deadline = Date.now() + 10_000;
   while (!(await accepts(port))) {
-    if (dead) throw new Error(`redis-server on port ${port} exited: ${stderr.trim()}`);
+    if (dead) {
+      rmSync(workDir, { recursive: true, force: true });
+      throw new Error(`redis-server on port ${port} exited: ${stderr.trim()}`);
+    }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`redis-server on port ${port} did not start`);
@@ -74,6 +83,7 @@ export async function startRedisServer(port: number, extraArgs: readonly string[
     async stop({ hard = false } = {}) {
       if (!dead) child.kill(hard ? 'SIGKILL' : 'SIGTERM');
       await gone;
+      rmSync(workDir, { recursive: true, force: true });
     },
   };
 }
