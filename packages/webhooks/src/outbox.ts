@@ -578,12 +578,18 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     const maxPerUrl = relayOptions.maxPerUrl ?? Math.max(1, Math.floor(batchSize / 2));
     if (!Number.isSafeInteger(maxPerUrl) || maxPerUrl < 1 || maxPerUrl > batchSize)
       throw new TypeError('maxPerUrl must be a positive integer, at most batchSize');
+    // By default the sender's timeout and 15 s, within the longest timer (see below): a timeout
+    // near that limit must not make relay() refuse a `lease` nobody gave.
     const leaseMs =
       relayOptions.lease === undefined
-        ? sender.schedule.timeoutMs + 15_000
+        ? Math.min(sender.schedule.timeoutMs + 15_000, maxTimerMs)
         : toMilliseconds(relayOptions.lease, 'lease');
     if (leaseMs <= sender.schedule.timeoutMs)
-      throw new TypeError("lease must be longer than the sender's per-attempt timeout");
+      throw new TypeError(
+        relayOptions.lease === undefined
+          ? `the sender's timeout leaves no room for the relay's lease (at most ${maxTimerMs} ms): shorten it`
+          : "lease must be longer than the sender's per-attempt timeout",
+      );
     // A round is given up after its lease by a timer, which fires at once past Node's limit: every
     // round would fail with relay_round_timeout.
     if (leaseMs > maxTimerMs)

@@ -17,6 +17,23 @@ describe('relay options', () => {
     expect(() => outbox.relay({ db: db as never, sender, lease: '24d' })).not.toThrow();
   });
 
+  // Was a defect: the default lease (the sender's timeout + 15 s) of a sender whose timeout is within
+  // 15 s of Node's timer limit went past it, and relay() threw about a `lease` never given. The
+  // default is now capped at that limit; a timeout that leaves no room at all says so.
+  it("keeps the default lease within Node's timer limit, and names the timeout when it leaves no room", () => {
+    const secret = `whsec_${Buffer.alloc(32, 1).toString('base64')}`;
+    const outbox = createOutbox();
+    const late = createSender({ secret, timeout: 2_147_483_647 - 10_000 });
+    expect(() => outbox.relay({ db: db as never, sender: late })).not.toThrow();
+    const whole = createSender({ secret, timeout: 2_147_483_647 });
+    expect(() => outbox.relay({ db: db as never, sender: whole })).toThrow(
+      new TypeError("the sender's timeout leaves no room for the relay's lease (at most 2147483647 ms): shorten it"),
+    );
+    expect(() => outbox.relay({ db: db as never, sender: late, lease: 2_147_483_647 - 20_000 })).toThrow(
+      new TypeError("lease must be longer than the sender's per-attempt timeout"),
+    );
+  });
+
   // Was a defect: an integer past 2^53 passed Number.isInteger, and pg sends 1e21 as "1e+21", which
   // PostgreSQL refuses for LIMIT (22P02): every relay round, or every deadLetters() call, failed
   // with a database error instead of a TypeError at construction.
