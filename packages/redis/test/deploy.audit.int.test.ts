@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisClientLike, type RedisStore, redisStore } from '../src/index.js';
 import { freePort, redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
 
 const withBinaries = await redisBinariesAvailable();
 
@@ -111,22 +112,13 @@ describe.runIf(withBinaries)('@idem/redis on a full Redis with maxmemory-policy 
 describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a replica', () => {
   let server: RedisServerProcess;
   let replica: RedisServerProcess;
+  let started: ReplicatedRedis | undefined;
   let admin: Redis;
   beforeAll(async () => {
-    server = await startRedisServer(await freePort());
-    replica = await startRedisServer(await freePort(), ['--replicaof', '127.0.0.1', String(server.port)]);
     // Synced before any test: waitForReplicas below needs the replica to acknowledge (the first cases
     // ran while its initial sync was still going, and WAIT counted none).
-    const watcher = new Redis(replica.url);
-    try {
-      const deadline = Date.now() + 10_000;
-      while (!/master_link_status:up/.test(await watcher.info('replication'))) {
-        if (Date.now() > deadline) throw new Error('the replica did not sync');
-        await new Promise((resolve) => setTimeout(resolve, 25));
-      }
-    } finally {
-      watcher.disconnect();
-    }
+    started = await startReplicatedRedis();
+    ({ primary: server, replica } = started);
     admin = new Redis(server.url);
     // What the store sends (SET, GET, EVALSHA, EVAL after NOSCRIPT) and what its scripts call
     // (GET, SET, PEXPIRE, PTTL, DEL), on its own prefix only.
@@ -150,8 +142,7 @@ describe.runIf(withBinaries)('@idem/redis with an ACL-restricted user and on a r
   });
   afterAll(async () => {
     await admin?.quit();
-    await replica?.stop();
-    await server?.stop();
+    await started?.stop();
   });
 
   const url = (user: string, port = server.port) => `redis://${user}:pw@127.0.0.1:${port}`;

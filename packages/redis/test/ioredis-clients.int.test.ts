@@ -1,7 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { StoredResponse } from '@idem/core';
 import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
@@ -10,8 +7,9 @@ import { type RedisStore, type RedisStoreOptions, redisCommandRunner, redisStore
 import { claimKeepMs } from '../src/record-codec.js';
 import { renewScript } from '../src/scripts.js';
 import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
-import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
-import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+import { deleteKeys, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
+import type { RedisServerProcess } from './redis-server.js';
+import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
 
 // redisStore over an array of ioredis clients, against real Redis: the whole store contract, with
 // and without waitForReplicas, a claim race spread over every client, and scripts the server has
@@ -149,38 +147,19 @@ describe.runIf(withRedis)('redisStore over an array of ioredis clients, on a sin
 
 // waitForReplicas over the array, against a primary and replica of this file's own, on free ports.
 describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitForReplicas on', () => {
-  let primary: RedisServerProcess | undefined;
-  let replica: RedisServerProcess | undefined;
+  let started: ReplicatedRedis | undefined;
   let starting: Promise<RedisServerProcess> | undefined;
-  let scratch: string | undefined;
   const waitForReplicas = { count: 1, timeout: '2s' } as const;
   // Started by the first test that asks (describeStore's factories run inside its tests).
   const local = () => {
-    starting ??= (async () => {
-      // A replica writes the RDB it receives to its directory: a scratch one, not the working tree.
-      scratch = mkdtempSync(join(tmpdir(), 'idem-iopool-replica-'));
-      primary = await startRedisServer(await freePort(), ['--dir', scratch]);
-      replica = await startRedisServer(await freePort(), [
-        '--dir',
-        scratch,
-        '--replicaof',
-        '127.0.0.1',
-        String(primary.port),
-      ]);
-      const probe = new Redis(primary.url);
-      try {
-        // Ready once WAIT 1 has a replica to count.
-        while ((await probe.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));
-      } finally {
-        probe.disconnect();
-      }
-      return primary;
-    })();
+    starting ??= startReplicatedRedis().then((pair) => {
+      started = pair;
+      return pair.primary;
+    });
     return starting;
   };
   afterAll(async () => {
-    await Promise.all([replica?.stop(), primary?.stop()]);
-    if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+    await started?.stop();
   });
 
   describeStore(
@@ -235,7 +214,7 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
           ),
         );
         expect(completed).toEqual(ids.map(() => true));
-        const replicaAdmin = new Redis((replica as RedisServerProcess).url);
+        const replicaAdmin = new Redis((started as ReplicatedRedis).replica.url);
         try {
           for (const id of ids) expect((await replicaAdmin.getBuffer(store.key(id)))?.[0]).toBe('c'.charCodeAt(0));
         } finally {

@@ -1,7 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   createIdempotency,
   type IdempotencyEvent,
@@ -28,6 +25,7 @@ import { inspectScript } from '../src/scripts.js';
 import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
 import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
 
 const withRedis = await redisAvailable();
 const withBinaries = await redisBinariesAvailable();
@@ -737,38 +735,19 @@ describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)
 // The whole contract with waitForReplicas on, against a real replica: every write leaves with its
 // WAIT in one pipeline, and each one the replica acknowledges is answered as before.
 describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitForReplicas on', () => {
-  let primary: RedisServerProcess | undefined;
-  let replica: RedisServerProcess | undefined;
+  let started: ReplicatedRedis | undefined;
   let starting: Promise<RedisServerProcess> | undefined;
-  let scratch: string | undefined;
   const waitForReplicas = { count: 1, timeout: '2s' } as const;
   // Started by the first store the suite asks for (describeStore's factories run inside its tests).
   const local = () => {
-    starting ??= (async () => {
-      // A replica writes the RDB it receives to its directory: a scratch one, not the working tree.
-      scratch = mkdtempSync(join(tmpdir(), 'idem-redis-replica-'));
-      primary = await startRedisServer(await freePort(), ['--dir', scratch]);
-      replica = await startRedisServer(await freePort(), [
-        '--dir',
-        scratch,
-        '--replicaof',
-        '127.0.0.1',
-        String(primary.port),
-      ]);
-      const probe = new Redis(primary.url);
-      try {
-        // Ready once WAIT 1 has a replica to count.
-        while ((await probe.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));
-      } finally {
-        probe.disconnect();
-      }
-      return primary;
-    })();
+    starting ??= startReplicatedRedis().then((pair) => {
+      started = pair;
+      return pair.primary;
+    });
     return starting;
   };
   afterAll(async () => {
-    await Promise.all([replica?.stop(), primary?.stop()]);
-    if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+    await started?.stop();
   });
 
   describeStore('redisStore with ioredis, waitForReplicas count 1', async () => {
@@ -795,7 +774,7 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
       );
       // A replica that is away: detached from the primary, so it acknowledges nothing. The last test
       // here, so the full resync after it delays nobody.
-      const away = new Redis(replica!.url);
+      const away = new Redis((started as ReplicatedRedis).replica.url);
       await away.replicaof('NO', 'ONE');
       try {
         const unreplicated = randomUUID();
@@ -812,7 +791,7 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
           record: { state: 'completed' },
         });
       } finally {
-        await away.replicaof('127.0.0.1', primary!.port);
+        await away.replicaof('127.0.0.1', (started as ReplicatedRedis).primary.port);
         away.disconnect();
       }
     } finally {

@@ -1,7 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { type StoredResponse, StoreUnavailableError } from '@idem/core';
 import { createTcpProxy } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
@@ -9,8 +6,9 @@ import { createClient, createClientPool, createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisClientLike, redisStore } from '../src/index.js';
 import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
-import { freePort, redisBinariesAvailable } from './redis-env.js';
-import { type RedisServerProcess, startRedisServer } from './redis-server.js';
+import { redisBinariesAvailable } from './redis-env.js';
+import type { RedisServerProcess } from './redis-server.js';
+import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
 
 const withBinaries = await redisBinariesAvailable();
 
@@ -20,33 +18,22 @@ const response = (body: Uint8Array): StoredResponse => ({ status: 201, headers: 
 // option's own suite does not reach: ioredis keyPrefix and auto-pipelining, a connection lost between
 // a write and its WAIT, a replica that stops answering, a count no replica set can meet.
 describe.runIf(withBinaries)('waitForReplicas against a real replica', () => {
+  let started: ReplicatedRedis | undefined;
   let primary: RedisServerProcess;
   let replica: RedisServerProcess;
-  let scratch: string;
   let admin: Redis;
   let replicaAdmin: Redis;
 
   beforeAll(async () => {
-    // A replica writes the RDB it receives to its directory: a scratch one, not the working tree.
-    scratch = mkdtempSync(join(tmpdir(), 'idem-replica-wait-'));
-    primary = await startRedisServer(await freePort(), ['--dir', scratch]);
-    replica = await startRedisServer(await freePort(), [
-      '--dir',
-      scratch,
-      '--replicaof',
-      '127.0.0.1',
-      String(primary.port),
-    ]);
+    started = await startReplicatedRedis();
+    ({ primary, replica } = started);
     admin = new Redis(primary.url);
     replicaAdmin = new Redis(replica.url);
-    // Ready once WAIT 1 has a replica to count.
-    while ((await admin.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));
   });
   afterAll(async () => {
     admin?.disconnect();
     replicaAdmin?.disconnect();
-    await Promise.all([replica?.stop({ hard: true }), primary?.stop({ hard: true })]);
-    if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+    await started?.stop({ hard: true });
   });
 
   // A replica that stops answering (SIGSTOP): still connected, so the primary keeps it in its count of
