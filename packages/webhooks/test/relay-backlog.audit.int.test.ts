@@ -5,77 +5,20 @@
 // stopped. Against real PostgreSQL, PgBouncer in transaction mode, PGlite and real HTTP endpoints.
 // Tables are named `audit_relaybacklog_*`.
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { pgBouncerAvailable, startPgBouncer } from '../../testkit/test/audit-support/pgbouncer.js';
 import { createOutbox, createSender, type Queryable, type Relay } from '../src/index.js';
 import { databaseUrl, postgresAvailable, testPool } from './support/postgres.js';
+import { endpoint, hanging, until, watched } from './support/relay-kit.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const available = await postgresAvailable('relay backlog audit');
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
-
-type Handler = (request: IncomingMessage, response: ServerResponse) => void;
-
-/** A real endpoint: counts each webhook-id it got, and the most requests open at once per path. */
-async function endpoint(handler: Handler = (_request, response) => response.end('ok')) {
-  const arrivals = new Map<string, number>();
-  const open = new Map<string, number>();
-  const mostOpen = new Map<string, number>();
-  const server = createServer((request, response) => {
-    const path = request.url ?? '/';
-    open.set(path, (open.get(path) ?? 0) + 1);
-    mostOpen.set(path, Math.max(mostOpen.get(path) ?? 0, open.get(path) ?? 0));
-    response.on('close', () => open.set(path, (open.get(path) ?? 1) - 1));
-    request.resume();
-    request.on('end', () => {
-      const id = String(request.headers['webhook-id']);
-      arrivals.set(id, (arrivals.get(id) ?? 0) + 1);
-      handler(request, response);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    arrivals,
-    mostOpen,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-const hanging: Handler = () => undefined;
 
 // The relay's two claim statements, told apart by their text: the head of `_due`, and the walk
 // through `_url` that follows it only when that head was all rows the claim could not take.
 const isClaim = (text: string) => text.includes('candidate AS (');
 const isWalk = (text: string) => text.includes('WITH RECURSIVE') && text.includes('walk (');
-
-/** A db that passes every query to `pool` and keeps each one's text and values. */
-function watched(pool: Queryable) {
-  const queries: { text: string; values: unknown[] }[] = [];
-  const db: Queryable = {
-    query: ((text: string, values?: unknown[]) => {
-      queries.push({ text, values: values ?? [] });
-      return pool.query(text, values);
-    }) as Queryable['query'],
-  };
-  return { db, queries };
-}
 
 /** Rows of `urls`, `perUrl` each, due `dueAgoMs` ago (later URLs and later rows a microsecond later). */
 async function addMany(db: Queryable, table: string, urls: string[], perUrl: number, prefix: string, dueAgoMs = 0) {

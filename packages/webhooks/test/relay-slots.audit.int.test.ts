@@ -5,90 +5,19 @@
 // right; each "Was wrong" test the behaviour expected, as it.fails until the decision it names.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { pgBouncerAvailable, startPgBouncer } from '../../testkit/test/audit-support/pgbouncer.js';
 import { createOutbox, createSender, type Queryable, type Relay } from '../src/index.js';
 import { databaseUrl, postgresAvailable, testPool } from './support/postgres.js';
+import { endpoint, hanging, slowly, until, watched } from './support/relay-kit.js';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const available = await postgresAvailable('relay slots audit');
 const root = fileURLToPath(new URL('../../..', import.meta.url));
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
-
-type Handler = (request: IncomingMessage, response: ServerResponse) => void;
-
-/**
- * A real endpoint on its own port: counts each webhook-id it got, and how many requests it had open
- * at once (the most, over its life), per path (each path a URL of its own).
- */
-async function endpoint(handler: Handler = (_request, response) => response.end('ok')) {
-  const arrivals = new Map<string, number>();
-  const open = new Map<string, number>();
-  const mostOpen = new Map<string, number>();
-  const server = createServer((request, response) => {
-    const path = request.url ?? '/';
-    open.set(path, (open.get(path) ?? 0) + 1);
-    mostOpen.set(path, Math.max(mostOpen.get(path) ?? 0, open.get(path) ?? 0));
-    response.on('close', () => open.set(path, (open.get(path) ?? 1) - 1));
-    request.resume();
-    request.on('end', () => {
-      const id = String(request.headers['webhook-id']);
-      arrivals.set(id, (arrivals.get(id) ?? 0) + 1);
-      handler(request, response);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    arrivals,
-    mostOpen,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-const slowly =
-  (ms: number): Handler =>
-  (_request, response) =>
-    setTimeout(() => response.end('ok'), ms);
-const hanging: Handler = () => undefined;
-
-/** A db that passes every query to `pool` and lets the test watch (and hold) them. */
-function watched(pool: Queryable) {
-  const queries: { text: string; values: unknown[] }[] = [];
-  let hold: ((text: string) => boolean) | undefined;
-  const db: Queryable = {
-    query: ((text: string, values?: unknown[]) => {
-      queries.push({ text, values: values ?? [] });
-      if (hold?.(text)) return new Promise(() => undefined);
-      return pool.query(text, values);
-    }) as Queryable['query'],
-  };
-  return {
-    db,
-    queries,
-    claims: () => queries.filter((query) => query.text.includes('candidate AS')),
-    holdWhen: (when: ((text: string) => boolean) | undefined) => {
-      hold = when;
-    },
-  };
-}
 
 describe.skipIf(!available)('outbox relay slots, on real PostgreSQL', () => {
   const pool = testPool({ max: 30 });
