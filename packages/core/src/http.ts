@@ -982,9 +982,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           // and the handler's own can no longer be written. The operation ran, so the key is kept
           // whatever the policy says of the status sent, or a retry would run it a second time. Only
           // a handler that then threw (settled after its end, where the adapter can tell) is
-          // released, when the policy releases a thrown handler.
+          // released, when the policy releases a thrown handler; and one whose transaction was rolled
+          // back (held mode): its writes are undone and its handle refuses any more, so the retry
+          // runs it as the first attempt would have.
           answer =
-            thrown && atOnce.retentionFor(500, lease.operation, true) === undefined
+            rolledBack || (thrown && atOnce.retentionFor(500, lease.operation, true) === undefined)
               ? atOnce.release(lease)
               : atOnce.complete(lease, unreplayableResponse(reason, undefined), { status: 500 }, true);
         } else if (response !== undefined && !overStoreCap(response)) {
@@ -1058,8 +1060,17 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         // The handler failed because the store did (its `tx.query` lost the connection: a failover,
         // an idle-in-transaction timeout): nothing can commit, as when COMMIT itself fails, and the
         // answer is the same 503, the key freed for the retry. The framework's 500 is no outcome.
-        const storeFailure = (capture as Partial<CaptureHandle>)[captureStateKey]?.storeFailure;
+        const held = (capture as Partial<CaptureHandle>)[captureStateKey];
+        const storeFailure = held?.storeFailure;
         if (storeFailure !== undefined) throw new StoreFailed(storeFailure.error);
+        // An answer written for a handler that still runs (a timeout's, see `answeredForHandler`):
+        // committed, the handler's writes so far would be kept without the rest (a debit without its
+        // credit) under an outcome it never gave. Rolled back, nothing of it ran: see settleAtOnce.
+        if (held?.forHandler === true) {
+          const status = outcome.kind === 'complete' ? outcome.response.status : outcome.status;
+          failed = { kind: 'unstorable', reason: 'answered-early', status };
+          throw new RolledBack();
+        }
         // A server error or a response that cannot be stored rolls the handler's writes back, so
         // the database never keeps the effects of an outcome that is not recorded with them. So
         // does a handler that said it had no effect: its key is released, and a retry runs again.
@@ -1769,8 +1780,13 @@ interface CaptureState {
   readonly originalEnd: Apply;
   /** HTTP/2 only: the response's own `destroy`, wrapped to see a destroy by the server (below). */
   originalDestroy: Apply | undefined;
-  /** The response's `setTimeout` before the capture wrapped it (see watchTimeouts), if it did. */
-  originalSetTimeout: Apply | undefined;
+  /**
+   * What emits the response's 'timeout' to its listeners (the response, or over HTTP/2 its stream,
+   * where `res.setTimeout` puts them), and its `emit` before the capture wrapped it (see
+   * watchTimeouts), if it did.
+   */
+  timeoutEmitter: { emit: Apply } | undefined;
+  originalEmit: Apply | undefined;
   /** HTTP/2 only: the server destroyed the response (a destroy without an error leaves no trace there). */
   destroyedByServer: boolean;
   /**
@@ -1856,7 +1872,8 @@ function captureResponse(
     originalWrite: res.write as Apply,
     originalEnd: res.end as Apply,
     originalDestroy: undefined,
-    originalSetTimeout: undefined,
+    timeoutEmitter: undefined,
+    originalEmit: undefined,
     destroyedByServer: false,
     destroyedWithError: false,
     chunks: [],
@@ -2045,47 +2062,48 @@ function restore(state: CaptureState) {
   res.write = state.originalWrite as ServerResponse['write'];
   res.end = state.originalEnd as ServerResponse['end'];
   if (state.originalDestroy !== undefined) res.destroy = state.originalDestroy as ServerResponse['destroy'];
-  if (state.originalSetTimeout !== undefined) res.setTimeout = state.originalSetTimeout as ServerResponse['setTimeout'];
+  if (state.timeoutEmitter !== undefined) state.timeoutEmitter.emit = state.originalEmit as Apply;
 }
 
 // `res.setTimeout(ms, callback)` makes `callback` a 'timeout' listener, called when the socket idles
 // past `ms`: while the handler still runs, as a rule, and many Express snippets answer 503 there. That
 // answer is not the handler's, which goes on and makes its effect unseen (Express never says when a
 // handler ends): settled as the key's outcome, it was replayed for the retention, or under a policy
-// that releases a 503 the retry ran the handler a second time, concurrently. An answer written inside
-// such a listener is taken as `answeredForHandler` says. Watched: the listeners there are when the
-// capture starts (an earlier middleware's `res.setTimeout`) and those `setTimeout` adds later; a
-// listener added with `on('timeout')` later, or one that answers after an await, is not. Only where
-// the adapter cannot see the handler run (`CaptureOptions.handler`): where it can, an answer written
-// while it runs is known for what it is already, and the key stays held until it ends.
+// that releases a 503 the retry ran the handler a second time, concurrently. An answer written while
+// the 'timeout' is emitted (by any of its listeners, whenever and however added) is taken as
+// `answeredForHandler` says; one written after an await in a listener is not. Only where the adapter
+// cannot see the handler run (`CaptureOptions.handler`): where it can, an answer written while it
+// runs is known for what it is already, and the key stays held until it ends.
+// The emit is watched, not the listeners: wrapped, they were no longer the app's functions, so its
+// `removeListener(callback)` removed nothing (a timeout answer taken back still went out) and a
+// `once` listener stayed after it fired (and Node destroys a timed-out socket only when the response
+// has no 'timeout' listener). Over HTTP/2 `res.setTimeout` puts the callback on the stream, whose
+// 'timeout' also emits the response's: the stream's emit is watched there.
 function watchTimeouts(state: CaptureState) {
-  const res = state.res;
-  state.originalSetTimeout = res.setTimeout as Apply;
-  res.setTimeout = capturedSetTimeout.bind(state) as ServerResponse['setTimeout'];
-  if (res.listenerCount('timeout') === 0) return;
-  const listeners = res.rawListeners('timeout') as Apply[];
-  res.removeAllListeners('timeout');
-  for (const listener of listeners) res.on('timeout', answeringForHandler(state, listener));
+  const emitter = (streamOf(state.res) ?? state.res) as unknown as { emit: Apply };
+  state.timeoutEmitter = emitter;
+  state.originalEmit = emitter.emit;
+  emitter.emit = capturedEmit.bind(state);
 }
 
-function capturedSetTimeout(this: CaptureState, ms: unknown, callback?: unknown) {
-  const original = this.originalSetTimeout as Apply;
-  if (typeof callback !== 'function') return original.call(this.res, ms);
-  return original.call(this.res, ms, answeringForHandler(this, callback as Apply));
-}
-
-// The listener, run so that an answer it writes is one for a handler that still runs. A listener that
-// writes nothing (it logs, say) leaves the handler to answer for itself, as before.
-function answeringForHandler(state: CaptureState, listener: Apply): Apply {
-  return function timeoutListener(this: unknown, ...args: unknown[]) {
-    if (state.ended || state.forHandler) return listener.apply(this, args);
-    state.forHandler = true;
-    try {
-      return listener.apply(this, args);
-    } finally {
-      if (!state.ended && state.status === undefined && !state.res.headersSent) state.forHandler = false;
+function capturedEmit(this: CaptureState, event: unknown) {
+  const emit = this.originalEmit as Apply;
+  // biome-ignore lint/complexity/noArguments: every emit goes through here: no array made for its arguments.
+  if (event !== 'timeout' || this.ended || this.forHandler) return Reflect.apply(emit, this.timeoutEmitter, arguments);
+  // A listener that writes nothing (it logs, say) leaves the handler to answer for itself, as before:
+  // the mark stays only when something was written while the listeners ran.
+  const res = this.res;
+  const { status, size } = this;
+  const sent = res.headersSent;
+  this.forHandler = true;
+  try {
+    // biome-ignore lint/complexity/noArguments: as above.
+    return Reflect.apply(emit, this.timeoutEmitter, arguments);
+  } finally {
+    if (!this.ended && this.status === status && this.size === size && res.headersSent === sent) {
+      this.forHandler = false;
     }
-  };
+  }
 }
 
 function capturedDestroy(this: CaptureState, ...args: unknown[]) {
