@@ -752,7 +752,10 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // short: URLs not looked at may have rows due.
     const fallbackSql = `WITH RECURSIVE room AS (SELECT * FROM unnest($6::text[], $7::int[]) AS r(url, room)),
               walk (step, url, lap, probes, got, ids) AS (
-              SELECT 0, $10::text, 0, 0, 0::bigint, '{}'::text[]
+              -- The start in the url column's collation, as the URLs the walk steps to are: one
+              -- given to the column (COLLATE "C") would otherwise differ from the parameter's, which
+              -- a recursive query refuses. (No row: the subquery only lends its collation.)
+              SELECT 0, coalesce((SELECT url FROM ${table} WHERE false), $10::text), 0, 0, 0::bigint, '{}'::text[]
               UNION ALL
               SELECT w.step + 1, nxt.url, nxt.lap, w.probes + CASE WHEN nxt.skip THEN 0 ELSE 1 END,
                      w.got + cardinality(found.ids), found.ids
