@@ -212,15 +212,24 @@ describe.runIf(withPostgres)('Express transactional on PostgreSQL: an answer wri
 
   // A handler writes half its effect in the transaction, then waits on its provider; the app's
   // timeout callback answers for it meanwhile (202 "still working", or 503).
+  // `status` 0: connect-timeout's way instead (its 503 error handed to next() after 150 ms).
   async function startHeld(status: number) {
     const provider = gate();
     const failures: unknown[] = [];
     const app = express();
     app.use((req, res, next) => {
       (req as { auth?: unknown }).auth = { sub: 'user-1', iss: 'https://issuer.test' };
-      res.setTimeout(150, () => {
-        if (!res.headersSent) res.status(status).json({ status: 'pending' });
-      });
+      if (status === 0) {
+        const timer = setTimeout(() => {
+          (req as { timedout?: boolean }).timedout = true;
+          next(Object.assign(new Error('Response timeout'), { status: 503, code: 'ETIMEDOUT', timeout: 150 }));
+        }, 150);
+        res.once('close', () => clearTimeout(timer));
+      } else {
+        res.setTimeout(150, () => {
+          if (!res.headersSent) res.status(status).json({ status: 'pending' });
+        });
+      }
       next();
     });
     app.use(idempotency({ store: postgresStore({ client: pool, table }), transactional: true, storeTimeout: '15s' }));
@@ -251,11 +260,16 @@ describe.runIf(withPostgres)('Express transactional on PostgreSQL: an answer wri
   // transaction's outcome. A 2xx ("still working") committed the handler's writes so far (a debit
   // without its credit) and was replayed as the outcome; a 503 was stored and replayed for the
   // retention (default policy) though nothing of the operation was kept, so the key could never run
-  // it. Now the transaction rolls back, the client is told to retry (503 store_unavailable), the key
-  // is released, and the retry runs the operation once, whole.
-  it.each([202, 503])(
-    'a %i written in the listener while the handler is mid-transaction rolls it back; the retry runs it once, whole',
-    async (status) => {
+  // it. So did connect-timeout's 503 (idempotencyErrors() marks it, and held mode ignored the mark).
+  // Now the transaction rolls back, the client is told to retry (503 store_unavailable), the key is
+  // released, and the retry runs the operation once, whole.
+  it.each([
+    [202, 'a 202 written in the listener'],
+    [503, 'a 503 written in the listener'],
+    [0, "connect-timeout's 503"],
+  ])(
+    '%i: %s while the handler is mid-transaction rolls it back; the retry runs it once, whole',
+    async (status, _name) => {
       const app = await startHeld(status);
       const key = `review-held-${status}-${run}`;
       try {
