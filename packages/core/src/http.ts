@@ -1790,6 +1790,12 @@ interface CaptureState {
   /** HTTP/2 only: the server destroyed the response (a destroy without an error leaves no trace there). */
   destroyedByServer: boolean;
   /**
+   * A 'timeout' listener destroyed the response and wrote nothing: the cut Node itself makes of a
+   * timed-out socket nobody listens for, so the close is a client's that left, not a server's that
+   * gave up on the response (see capturedEmit).
+   */
+  cutByTimeout: boolean;
+  /**
    * HTTP/2 only: the server destroyed the response with an error. Its stream's `errored` cannot say:
    * a client's RST_STREAM with an error code (not CANCEL) sets it too.
    */
@@ -1875,6 +1881,7 @@ function captureResponse(
     timeoutEmitter: undefined,
     originalEmit: undefined,
     destroyedByServer: false,
+    cutByTimeout: false,
     destroyedWithError: false,
     chunks: [],
     size: 0,
@@ -2095,6 +2102,7 @@ function capturedEmit(this: CaptureState, event: unknown) {
   const res = this.res;
   const { status, size } = this;
   const sent = res.headersSent;
+  const destroyed = destroyedOf(res);
   this.forHandler = true;
   try {
     // biome-ignore lint/complexity/noArguments: as above.
@@ -2102,6 +2110,11 @@ function capturedEmit(this: CaptureState, event: unknown) {
   } finally {
     if (!this.ended && this.status === status && this.size === size && res.headersSent === sent) {
       this.forHandler = false;
+      // Cut without a word (`res.destroy()`), as Node cuts a timed-out socket nobody listens for: the
+      // handler runs on, so its key stays held and its outcome is stored, as for Node's own cut. Taken
+      // for a server that gave up on the response, the key was released while the handler ran, and
+      // the client's retry ran it a second time, concurrently.
+      if (!destroyed && destroyedOf(res)) this.cutByTimeout = true;
     }
   }
 }
@@ -2524,7 +2537,7 @@ function onCapturedClose(this: CaptureState) {
   // for as long as the process lives and every retry got 409: it is given up now. So is one closed
   // once the handler returned and the framework itself was writing, unless what the handler left
   // settles it (its client left: the outcome stands, and a retry must get it, not run again).
-  if (erroredOf(res) !== this.erroredAtStart || this.destroyedByServer) {
+  if (destroyedByServer(this)) {
     // Destroyed by a failure while the handler answered (its body stream failed before the first
     // chunk: Express's or Koa's pipeline): the operation ran, so its key must not run it again. Kept
     // as a streamed response cut short, as one that fails after its head is. Destroyed without a
@@ -2644,8 +2657,14 @@ export function destroyedOf(res: ServerResponse): boolean {
   return res.destroyed === true || streamOf(res)?.destroyed === true;
 }
 
+// Whether the server destroyed the response (`res.destroy()`, a failed pipeline), as opposed to a
+// client that left; a timeout listener's cut counts as the latter (see `cutByTimeout`).
+function destroyedByServer(state: CaptureState): boolean {
+  return (erroredOf(state.res) !== state.erroredAtStart || state.destroyedByServer) && !state.cutByTimeout;
+}
+
 function settleClosed(state: CaptureState, capture: ResponseCapture) {
-  if (state.onClosed !== undefined && erroredOf(state.res) === state.erroredAtStart && !state.destroyedByServer) {
+  if (state.onClosed !== undefined && !destroyedByServer(state)) {
     state.onClosed(state.onClosedContext, capture);
   }
   if (!state.ended) giveUp(state);

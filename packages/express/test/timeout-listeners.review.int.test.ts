@@ -101,6 +101,38 @@ describe.each(backends)('Express on $name: res timeout listeners that answer not
     },
   );
 
+  // Was wrong: a timeout callback that cuts the response (`res.destroy()`, what Node itself does to a
+  // timed-out socket nobody listens for) made the capture take the close for a server that gave up on
+  // the response: the key was released while the handler still ran, and the client's retry ran it a
+  // second time, concurrently. Node's own cut keeps the key while the handler runs and stores its
+  // outcome; the callback's cut now does the same.
+  it.each(['before', 'after'] as const)(
+    "a res.setTimeout callback (set %s idempotency()) that destroys the response: one effect, the handler's 201 stored and replayed",
+    async (where) => {
+      const cut: RequestHandler = (_req, res, next) => {
+        res.setTimeout(150, () => res.destroy());
+        next();
+      };
+      const app = await start({ store: backend.store(), [where]: [cut] });
+      const key = `review-destroy-${where}`;
+      try {
+        const first = await post(app.url, key);
+        expect(first.status).toBe(0);
+        expect((await post(app.url, key)).status).toBe(409);
+        app.provider.open();
+        await until(() => app.effects.finished === 1);
+        const retry = await retryPast409(app.url, key);
+        expect(retry.status).toBe(201);
+        expect(retry.headers['idempotent-replayed']).toBe('true');
+        expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+        expect(app.effects.started).toBe(1);
+      } finally {
+        app.provider.open();
+        await app.close();
+      }
+    },
+  );
+
   // Was wrong: the capture put its own function in place of each listener, so `removeListener` with
   // the function the app registered found nothing to remove: a timeout answer the app had taken back
   // (a route that allows itself longer) still went out, a 503 in place of the handler's 201, and the
