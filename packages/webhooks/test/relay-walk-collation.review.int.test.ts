@@ -1,5 +1,6 @@
 // Review of the relay claim's walk through `_url` (fallbackSql): its recursive CTE starts from the
-// URL where the last walk stopped, a text parameter. Against real PostgreSQL and a real endpoint.
+// URL where the last walk stopped, a text parameter, and each relay keeps its own such cursor.
+// Against real PostgreSQL and real endpoints.
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -59,6 +60,73 @@ describe.skipIf(!available)('the relay walk on a url column with a collation of 
     } finally {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+  // Several relays, each walking from where its own last walk stopped: behind a dead endpoint's
+  // backlog three times the head, 120 healthy URLs (more than a walk looks at) after 60 URLs whose
+  // only row waits an hour. Every healthy event arrives once; none waits on another relay's cursor.
+  it('Held: three relays with their own cursors deliver every healthy URL behind a dead endpoint, each event once', async () => {
+    const arrivals = new Map<string, number>();
+    const listenOn = async (answer: boolean) => {
+      const server = createServer((request, response) => {
+        request.resume();
+        request.on('end', () => {
+          const key = String(request.headers['webhook-id']);
+          arrivals.set(key, (arrivals.get(key) ?? 0) + 1);
+          if (answer) response.end('ok');
+        });
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return { server, base: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+    };
+    const dead = await listenOn(false);
+    const healthy = await listenOn(true);
+    const tableMany = `${table}_many`;
+    const outbox = createOutbox({ table: tableMany });
+    const relays: ReturnType<typeof outbox.relay>[] = [];
+    try {
+      await outbox.migrate(pool);
+      const add = (urls: string[], perUrl: number, prefix: string, dueAgoMs: number) =>
+        pool.query(
+          `INSERT INTO "${tableMany}" (id, url, body, next_attempt_at)
+           SELECT $2 || u || '_' || n, ($1::text[])[u], convert_to('{}', 'UTF8'),
+                  now() - ($4::double precision * interval '1 millisecond') + (u * $3 + n) * interval '1 microsecond'
+             FROM generate_series(1, array_length($1::text[], 1)) AS u, generate_series(1, $3::int) AS n`,
+          [urls, prefix, perUrl, dueAgoMs],
+        );
+      await add([`${dead.base}/dead`], 3_000, 'evt_dead_', 3_600_000);
+      await add(
+        Array.from({ length: 60 }, (_, n) => `${healthy.base}/a-wait${String(n).padStart(3, '0')}`),
+        1,
+        'evt_wait_',
+        -3_600_000,
+      );
+      const ok = Array.from({ length: 120 }, (_, n) => `${healthy.base}/b-ok${String(n).padStart(3, '0')}`);
+      await add(ok, 2, 'evt_ok_', 60_000);
+      await pool.query(`ANALYZE "${tableMany}"`);
+      for (let n = 0; n < 3; n++) {
+        const relay = outbox.relay({
+          db: pool,
+          sender: createSender({ secret: SECRET, timeout: '2s' }),
+          batchSize: 8,
+          pollInterval: '20ms',
+        });
+        relay.start();
+        relays.push(relay);
+      }
+      const okEvents = () => [...arrivals.keys()].filter((key) => key.startsWith('evt_ok_'));
+      const deadline = Date.now() + 30_000;
+      while (okEvents().length < ok.length * 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(okEvents().length).toBe(ok.length * 2);
+      expect(okEvents().every((key) => arrivals.get(key) === 1)).toBe(true);
+      expect([...arrivals.keys()].some((key) => key.startsWith('evt_wait_'))).toBe(false);
+    } finally {
+      await Promise.all(relays.map((relay) => relay.stop()));
+      for (const { server } of [dead, healthy]) {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+      await pool.query(`DROP TABLE IF EXISTS "${tableMany}"`);
     }
   });
 });
