@@ -2406,7 +2406,13 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
     res.setHeader('idempotency-key', this.echo);
   }
-  if (!this.hold && answeredForRunning(this)) return endAnsweredEarly(this, chunk, encoding, callback);
+  if (answeredForRunning(this)) {
+    if (!this.hold) return endAnsweredEarly(this, chunk, encoding, callback);
+    // Held, the transaction reads the mark once the end is known and rolls back (see transactionOf):
+    // a timeout's answer (Koa's koa-timeout above idempotency()) is no outcome of the handler's, and
+    // stored it was replayed for the retention though nothing of the operation committed.
+    this.forHandler = true;
+  }
   // A response ended without a head of its own (Express's res.send): its head leaves with the end.
   if (liveFeedHeadPending(this)) onHead(this, [res.statusCode]);
   advertise(this, this.status ?? res.statusCode);

@@ -434,7 +434,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
     const capture = http.capture(
       ctx.res,
       http.transactional
-        ? { hold: true, unrouted, echo, request }
+        ? { hold: true, unrouted, echo, request, handler: execution }
         : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo, request, handler: execution },
     );
     if (!http.transactional) return runNext(ctx, next, capture, execution);
