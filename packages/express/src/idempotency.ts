@@ -263,10 +263,11 @@ function timedOutForHandler(error: unknown, req: Request): boolean {
  * key is released, and the retry with the body fixed runs, as on Fastify. A handler that stopped on
  * its lost lease (it threw the `signal`'s reason, `lease_lost`) is answered here, 503 with
  * `Retry-After` and a problem body, as Fastify and Koa answer it; the error goes no further.
- * connect-timeout's error (`code: 'ETIMEDOUT'`, or any error on a request it marked `req.timedout`)
- * is no failure of the handler, which still runs: the timeout's answer is served but never stored,
- * and the key is kept with `500 response_not_replayable` (whatever `storeOutcome` says), so a retry
- * never runs the handler a second time. Mount it after the routes and before your own error handlers.
+ * connect-timeout's error (503 with `code: 'ETIMEDOUT'` and a numeric `timeout`, or any error on a
+ * request it marked `req.timedout`) is no failure of the handler, which still runs: the timeout's
+ * answer is served but never stored, and the key is kept with `500 response_not_replayable`
+ * (whatever `storeOutcome` says), so a retry never runs the handler a second time; in transactional
+ * mode the transaction rolls back and the key is released instead (`503 store_unavailable`). Mount it after the routes and before your own error handlers.
  *
  * @example
  * app.use(idempotency({ store, storeOutcome: 'stripe' }));
