@@ -46,12 +46,12 @@ export interface ResourceStackOptions {
    * The API's idempotency events (`startApi`'s `onIdempotencyEvent`; default: a line on stderr for
    * those worth a look).
    */
-  onApiIdempotencyEvent?: (event: IdempotencyEvent) => void;
+  onApiIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
   /**
    * The receiver's idempotency events (`startReceiver`'s `onIdempotencyEvent`; default: a line on
    * stderr for those worth a look).
    */
-  onReceiverIdempotencyEvent?: (event: IdempotencyEvent) => void;
+  onReceiverIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
 }
 
 /** The running resource side of the reference app. */

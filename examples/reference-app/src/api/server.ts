@@ -71,7 +71,7 @@ export interface ApiOptions {
    * at (a store error, a lost lease, a claim that took over a crashed attempt, ...; see
    * {@link idempotencyLogger}), `API: idempotency ...`, nothing for a claim, a replay or a completion.
    */
-  onIdempotencyEvent?: (event: IdempotencyEvent) => void;
+  onIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
 }
 
 /** A running API. */

@@ -60,7 +60,7 @@ export interface ReceiverOptions {
    * each event an operator should look at (a store error, a claim that took over a crashed attempt,
    * ...; see {@link idempotencyLogger}), nothing for a claim, a replay or a completion.
    */
-  onIdempotencyEvent?: (event: IdempotencyEvent) => void;
+  onIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
 }
 
 /** Where the receiver's admin API lives; the gateway forwards this prefix to the receiver. */
