@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
+import { memoryStore } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
 import { postgresAnswers, serviceAvailable } from '@idem/testkit';
@@ -22,47 +22,9 @@ import {
   timeoutBackends,
   until,
 } from '../../core/test/support/timeouts-kit.js';
+import { start } from './support/timeout-app.js';
 
 const backends: StoreBackend[] = await timeoutBackends('express-review');
-
-interface AppOptions {
-  store: Store;
-  before?: RequestHandler[];
-  after?: RequestHandler[];
-  /** The handler writes its head and a first chunk before it waits (a streamed answer). */
-  streams?: boolean;
-}
-
-// POST /charges: counts its effect, waits for the test, then answers 201 (or ends its stream).
-async function start(options: AppOptions) {
-  const effects = { started: 0, finished: 0 };
-  const provider = gate();
-  const events: IdempotencyEvent[] = [];
-  const app = express();
-  app.use((req, _res, next) => {
-    (req as { auth?: unknown }).auth = { sub: 'user-1', iss: 'https://issuer.test' };
-    next();
-  });
-  for (const middleware of options.before ?? []) app.use(middleware);
-  app.use(idempotency({ store: options.store, storeTimeout: '15s', onEvent: (event) => events.push(event) }));
-  app.use(express.json());
-  for (const middleware of options.after ?? []) app.use(middleware);
-  app.post('/charges', async (_req, res) => {
-    const id = `ch_${++effects.started}`;
-    if (options.streams) res.status(201).type('application/json').write('[');
-    await provider.promise;
-    effects.finished++;
-    if (options.streams) {
-      if (!res.destroyed) res.end(`"${id}"]`);
-      return;
-    }
-    if (!res.headersSent) res.status(201).json({ id });
-  });
-  app.use(idempotencyErrors());
-  const server = http.createServer(app);
-  const listening = await listen(server);
-  return { ...listening, url: `${listening.url}/charges`, effects, provider, events };
-}
 
 describe.each(backends)('Express on $name: res timeout listeners that answer nothing', (backend) => {
   // Was wrong: the mark an answering listener sets was taken back only while no head had gone out,

@@ -1,108 +1,11 @@
-// Audit: what the server's own timeouts, and a timeout middleware that answers for the handler, do
-// to the key, the stored outcome and the side effect, over real sockets, on the memory store and on
-// Redis. The right behaviour: exactly one effect, and the key's retries end up with the handler's
-// real outcome; a timeout answer written by someone else while the handler still runs must never
-// become the key's stored outcome.
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { IdempotencyEvent, Store } from '@idem/core';
-import { idempotency, idempotencyErrors } from '@idem/express';
 import { frameRequest, sendRaw } from '@idem/testkit';
-import express, { type RequestHandler } from 'express';
+import type { RequestHandler } from 'express';
 import { describe, expect, it } from 'vitest';
-import {
-  gate,
-  listen,
-  post,
-  retryPast409,
-  type StoreBackend,
-  timeoutBackends,
-  until,
-} from '../../core/test/support/timeouts-kit.js';
+import { post, retryPast409, type StoreBackend, timeoutBackends, until } from '../../core/test/support/timeouts-kit.js';
+import { connectTimeout, start } from './support/timeout-app.js';
 
 const backends: StoreBackend[] = await timeoutBackends('express');
-
-// connect-timeout (1.9), as its README shows it: after `ms` it marks the request timed out and
-// hands Express a 503 error (`code: 'ETIMEDOUT'`) while the handler goes on. The package is not
-// installed here; these are its lines, with on-finished reduced to the response's own events.
-function connectTimeout(ms: number): RequestHandler {
-  return (req, res, next) => {
-    const timer = setTimeout(() => {
-      (req as { timedout?: boolean }).timedout = true;
-      const error = Object.assign(new Error('Response timeout'), {
-        status: 503,
-        statusCode: 503,
-        expose: true,
-        code: 'ETIMEDOUT',
-        timeout: ms,
-      });
-      next(error);
-    }, ms);
-    res.once('finish', () => clearTimeout(timer));
-    res.once('close', () => clearTimeout(timer));
-    next();
-  };
-}
-
-interface AppOptions {
-  store: Store;
-  /** Middleware mounted ahead of idempotency() (a timeout, say). */
-  before?: RequestHandler[];
-  /** Middleware mounted after idempotency() and the body parser, ahead of the route. */
-  after?: RequestHandler[];
-  storeOutcome?: 'all' | 'stripe' | 'success' | (() => boolean);
-  /** Options of the node:http server the app runs on. */
-  server?: http.ServerOptions;
-  /** The handler writes its head and a first chunk before it waits (a streamed answer). */
-  streams?: boolean;
-  /** The handler throws this once it is let go, instead of answering 201. */
-  failWith?: Error;
-  /** Set up on the server once it exists (its timeouts). */
-  configure?: (server: http.Server) => void;
-}
-
-// One route, POST /charges: its effect counts, then it waits for the test to let it answer, as a
-// slow payment provider would. A handler that follows connect-timeout's README answers only when
-// the request has not timed out.
-async function start(options: AppOptions) {
-  const effects = { started: 0, finished: 0 };
-  const provider = gate();
-  const events: IdempotencyEvent[] = [];
-  const app = express();
-  app.use((req, _res, next) => {
-    (req as { auth?: unknown }).auth = { sub: 'user-1', iss: 'https://issuer.test' };
-    next();
-  });
-  for (const middleware of options.before ?? []) app.use(middleware);
-  app.use(
-    idempotency({
-      store: options.store,
-      storeOutcome: options.storeOutcome ?? 'all',
-      storeTimeout: '15s',
-      onEvent: (event) => events.push(event),
-    }),
-  );
-  app.use(express.json());
-  for (const middleware of options.after ?? []) app.use(middleware);
-  app.post('/charges', async (req, res) => {
-    const id = `ch_${++effects.started}`;
-    if (options.streams) res.status(201).type('application/json').write('[');
-    await provider.promise;
-    effects.finished++;
-    if (options.failWith) throw options.failWith;
-    if (options.streams && !res.destroyed) {
-      res.end(`"${id}"]`);
-      return;
-    }
-    if ((req as { timedout?: boolean }).timedout || res.headersSent) return;
-    res.status(201).json({ id });
-  });
-  app.use(idempotencyErrors());
-  const server = http.createServer(options.server ?? {}, app);
-  options.configure?.(server);
-  const listening = await listen(server);
-  return { ...listening, url: `${listening.url}/charges`, server, effects, provider, events };
-}
 
 describe.each(backends)('Express on $name: server timeouts around idempotency()', (backend) => {
   it('HELD: server.timeout cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed', async () => {
