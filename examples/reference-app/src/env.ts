@@ -17,7 +17,7 @@ export class ConfigError extends Error {
 export function envPort(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const value = env[name];
   if (value === undefined) return fallback;
-  const port = /^\d{1,5}$/.test(value.trim()) ? Number(value.trim()) : Number.NaN;
+  const port = wholeNumber(value);
   if (!(port >= 1 && port <= 65_535)) {
     throw new ConfigError(`${name} must be a port number from 1 to 65535, not ${JSON.stringify(value)}`);
   }
@@ -57,9 +57,16 @@ export function envUrl(env: NodeJS.ProcessEnv, name: string): string | undefined
 export function envSeconds(env: NodeJS.ProcessEnv, name: string, max: number): number | undefined {
   const value = env[name];
   if (value === undefined) return undefined;
-  const seconds = /^\d{1,15}$/.test(value.trim()) ? Number(value.trim()) : Number.NaN;
+  const seconds = wholeNumber(value);
   if (!(seconds >= 0 && seconds <= max)) {
     throw new ConfigError(`${name} must be a whole number of seconds from 0 to ${max}, not ${JSON.stringify(value)}`);
   }
   return seconds;
+}
+
+// Digits only (surrounding blanks allowed), else NaN: `Number()` reads '', '1e3', '0x10' and ' 1.5'
+// as numbers, each a value nobody meant. At most 15 digits, all exact in a double.
+function wholeNumber(value: string): number {
+  const trimmed = value.trim();
+  return /^\d{1,15}$/.test(trimmed) ? Number(trimmed) : Number.NaN;
 }

@@ -6,10 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisStore, type RedisStoreOptions, redisCommandRunner, redisStore } from '../src/index.js';
 import { claimKeepMs } from '../src/record-codec.js';
 import { renewScript } from '../src/scripts.js';
-import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
+import { startRedisCluster } from './cluster.js';
+import { startedOnFirstUse } from './on-first-use.js';
 import { deleteKeys, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
-import type { RedisServerProcess } from './redis-server.js';
-import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
+import { startReplicatedRedis } from './replicated.js';
 
 // redisStore over an array of ioredis clients, against real Redis: the whole store contract, with
 // and without waitForReplicas, a claim race spread over every client, and scripts the server has
@@ -147,25 +147,13 @@ describe.runIf(withRedis)('redisStore over an array of ioredis clients, on a sin
 
 // waitForReplicas over the array, against a primary and replica of this file's own, on free ports.
 describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitForReplicas on', () => {
-  let started: ReplicatedRedis | undefined;
-  let starting: Promise<RedisServerProcess> | undefined;
   const waitForReplicas = { count: 1, timeout: '2s' } as const;
-  // Started by the first test that asks (describeStore's factories run inside its tests).
-  const local = () => {
-    starting ??= startReplicatedRedis().then((pair) => {
-      started = pair;
-      return pair.primary;
-    });
-    return starting;
-  };
-  afterAll(async () => {
-    await started?.stop();
-  });
+  const local = startedOnFirstUse(() => startReplicatedRedis());
 
   describeStore(
     'redisStore over 4 ioredis clients, waitForReplicas count 1',
     async () => {
-      const clients = connect((await local()).url, 4);
+      const clients = connect((await local()).primary.url, 4);
       const store = redisStore({ client: clients, prefix: 'audit-iopool:waited:', waitForReplicas });
       return harness(clients, store, { waitForReplicas });
     },
@@ -175,7 +163,7 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
   describe('scripts the server has not cached (a restart, SCRIPT FLUSH, a failover)', () => {
     let admin: Redis;
     beforeAll(async () => {
-      admin = new Redis((await local()).url);
+      admin = new Redis((await local()).primary.url);
     });
     afterAll(() => admin?.disconnect());
 
@@ -183,7 +171,7 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
     // because Redis caches a script per server, not per connection, so one client's EVAL caches it
     // for all the others. Were it per connection, the EVALSHA below would be a NOSCRIPT.
     it('Held: a script cached through one connection is there for every other connection of the server', async () => {
-      const [a, b] = connect((await local()).url, 2) as [Redis, Redis];
+      const [a, b] = connect((await local()).primary.url, 2) as [Redis, Redis];
       try {
         await admin.script('FLUSH');
         const key = 'audit-iopool:cached';
@@ -196,7 +184,7 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
     });
 
     it('Held: after SCRIPT FLUSH every write over 8 clients is answered, each client past its NOSCRIPT, and the replica has it', async () => {
-      const clients = connect((await local()).url, 8);
+      const clients = connect((await local()).primary.url, 8);
       try {
         const store = redisStore({ client: clients, prefix: 'audit-iopool:noscript:', waitForReplicas });
         const ids = Array.from({ length: 16 }, () => randomUUID());
@@ -214,7 +202,7 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
           ),
         );
         expect(completed).toEqual(ids.map(() => true));
-        const replicaAdmin = new Redis((started as ReplicatedRedis).replica.url);
+        const replicaAdmin = new Redis((await local()).replica.url);
         try {
           for (const id of ids) expect((await replicaAdmin.getBuffer(store.key(id)))?.[0]).toBe('c'.charCodeAt(0));
         } finally {
@@ -231,18 +219,7 @@ describe.runIf(withBinaries)('redisStore over an array of ioredis clients, waitF
 // An array of ioredis Clusters: each routes a command to the master that owns its key, so the
 // clients agree on where every record lives, whichever of them sends it.
 describe.runIf(withBinaries)('redisStore over an array of ioredis Clusters, on a 3-master Redis Cluster', () => {
-  let cluster: LocalRedisCluster | undefined;
-  let starting: Promise<LocalRedisCluster> | undefined;
-  const local = () => {
-    starting ??= startRedisCluster().then((started) => {
-      cluster = started;
-      return started;
-    });
-    return starting;
-  };
-  afterAll(async () => {
-    await cluster?.stop();
-  });
+  const local = startedOnFirstUse(() => startRedisCluster());
 
   describeStore('redisStore over 3 ioredis Clusters', async () => {
     const { nodes } = await local();

@@ -22,10 +22,11 @@ import {
 } from '../src/index.js';
 import { claimKeepMs, encodeOutcome } from '../src/record-codec.js';
 import { inspectScript } from '../src/scripts.js';
-import { type LocalRedisCluster, startRedisCluster } from './cluster.js';
+import { startRedisCluster } from './cluster.js';
+import { startedOnFirstUse } from './on-first-use.js';
 import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
-import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
+import { startReplicatedRedis } from './replicated.js';
 
 const withRedis = await redisAvailable();
 const withBinaries = await redisBinariesAvailable();
@@ -735,36 +736,24 @@ describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)
 // The whole contract with waitForReplicas on, against a real replica: every write leaves with its
 // WAIT in one pipeline, and each one the replica acknowledges is answered as before.
 describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitForReplicas on', () => {
-  let started: ReplicatedRedis | undefined;
-  let starting: Promise<RedisServerProcess> | undefined;
   const waitForReplicas = { count: 1, timeout: '2s' } as const;
-  // Started by the first store the suite asks for (describeStore's factories run inside its tests).
-  const local = () => {
-    starting ??= startReplicatedRedis().then((pair) => {
-      started = pair;
-      return pair.primary;
-    });
-    return starting;
-  };
-  afterAll(async () => {
-    await started?.stop();
-  });
+  const local = startedOnFirstUse(() => startReplicatedRedis());
 
   describeStore('redisStore with ioredis, waitForReplicas count 1', async () => {
-    const client = new Redis((await local()).url);
+    const client = new Redis((await local()).primary.url);
     const store = redisStore({ client, prefix: 'waited:io:', waitForReplicas });
     return harness(client, store, () => client.quit(), { waitForReplicas });
   });
 
   describeStore('redisStore with node-redis, waitForReplicas count 1', async () => {
-    const client = createClient({ url: (await local()).url });
+    const client = createClient({ url: (await local()).primary.url });
     await client.connect();
     const store = redisStore({ client, prefix: 'waited:nr:', waitForReplicas });
     return harness(client, store, () => client.close(), { waitForReplicas });
   });
 
   it('answers 503 for a write the replica does not acknowledge, and still replays what it stored', async () => {
-    const client = new Redis((await local()).url);
+    const client = new Redis((await local()).primary.url);
     try {
       const store = redisStore({ client, prefix: 'waited:paused:', waitForReplicas: { count: 1, timeout: 100 } });
       const stored = { id: randomUUID(), token: 't', fingerprint: '', leaseMs: 5_000 };
@@ -774,7 +763,7 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
       );
       // A replica that is away: detached from the primary, so it acknowledges nothing. The last test
       // here, so the full resync after it delays nobody.
-      const away = new Redis((started as ReplicatedRedis).replica.url);
+      const away = new Redis((await local()).replica.url);
       await away.replicaof('NO', 'ONE');
       try {
         const unreplicated = randomUUID();
@@ -791,7 +780,7 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
           record: { state: 'completed' },
         });
       } finally {
-        await away.replicaof('127.0.0.1', (started as ReplicatedRedis).primary.port);
+        await away.replicaof('127.0.0.1', (await local()).primary.port);
         away.disconnect();
       }
     } finally {
@@ -801,18 +790,7 @@ describe.runIf(withBinaries)('@idem/redis on a primary with one replica, waitFor
 });
 
 describe.runIf(withBinaries)('@idem/redis on a 3-master Redis Cluster', () => {
-  let cluster: LocalRedisCluster | undefined;
-  let starting: Promise<LocalRedisCluster> | undefined;
-  const local = () => {
-    starting ??= startRedisCluster().then((started) => {
-      cluster = started;
-      return started;
-    });
-    return starting;
-  };
-  afterAll(async () => {
-    await cluster?.stop();
-  });
+  const local = startedOnFirstUse(() => startRedisCluster());
 
   describeStore('redisStore with ioredis Cluster', async () => {
     const { nodes } = await local();

@@ -6,11 +6,11 @@
 // Tables are named `audit_relaybacklog_*`.
 import { randomBytes } from 'node:crypto';
 import { PGlite } from '@electric-sql/pglite';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { pgBouncerAvailable, startPgBouncer } from '../../testkit/test/audit-support/pgbouncer.js';
-import { createOutbox, createSender, type Queryable, type Relay } from '../src/index.js';
+import { createOutbox, createSender, type Queryable } from '../src/index.js';
 import { databaseUrl, postgresAvailable, testPool } from './support/postgres.js';
-import { endpoint, hanging, until, watched } from './support/relay-kit.js';
+import { endpoint, hanging, relayTable, until, watched } from './support/relay-kit.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const available = await postgresAvailable('relay backlog audit');
@@ -81,28 +81,7 @@ async function behindTheBacklog(db: Queryable, table: string) {
 
 describe.skipIf(!available)('outbox relay claims behind a backlog, on real PostgreSQL', () => {
   const pool = testPool({ max: 20 });
-  const table = `audit_relaybacklog_${randomBytes(4).toString('hex')}`;
-  const outbox = createOutbox({ table });
-  const closers: (() => Promise<unknown>)[] = [];
-  const running: Relay[] = [];
-  const clear = () => pool.query(`DELETE FROM "${table}"`);
-  const started = (relay: Relay) => {
-    relay.start();
-    running.push(relay);
-    return relay;
-  };
-
-  beforeAll(async () => {
-    await outbox.migrate(pool);
-  });
-  afterEach(async () => {
-    await Promise.all(running.splice(0).map((relay) => relay.stop()));
-  });
-  afterAll(async () => {
-    for (const close of closers.reverse()) await close().catch(() => undefined);
-    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-    await pool.end();
-  });
+  const { table, outbox, closers, clear, started } = relayTable(pool, 'audit_relaybacklog');
 
   // The walk must not starve anyone: it looks at a bounded number of URLs per claim (32 for a
   // batch of 10), and 100 healthy URLs wait behind a dead endpoint's 3,000 due rows (three times

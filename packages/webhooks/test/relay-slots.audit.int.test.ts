@@ -7,11 +7,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { pgBouncerAvailable, startPgBouncer } from '../../testkit/test/audit-support/pgbouncer.js';
 import { createOutbox, createSender, type Queryable, type Relay } from '../src/index.js';
 import { databaseUrl, postgresAvailable, testPool } from './support/postgres.js';
-import { endpoint, hanging, slowly, until, watched } from './support/relay-kit.js';
+import { endpoint, hanging, relayTable, slowly, until, watched } from './support/relay-kit.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -21,11 +21,7 @@ const root = fileURLToPath(new URL('../../..', import.meta.url));
 
 describe.skipIf(!available)('outbox relay slots, on real PostgreSQL', () => {
   const pool = testPool({ max: 30 });
-  const table = `audit_slots_${randomBytes(4).toString('hex')}`;
-  const outbox = createOutbox({ table });
-  const closers: (() => Promise<unknown>)[] = [];
-  // Each test's relays, stopped when it ends: a relay left running would claim the next test's rows.
-  const running: Relay[] = [];
+  const { table, outbox, closers, clear, started } = relayTable(pool, 'audit_slots');
 
   const addMany = async (urls: string[], perUrl: number, prefix: string, dueAgoMs = 0) => {
     await pool.query(
@@ -37,24 +33,6 @@ describe.skipIf(!available)('outbox relay slots, on real PostgreSQL', () => {
     );
     return urls.length * perUrl;
   };
-  const clear = () => pool.query(`DELETE FROM "${table}"`);
-  const started = (relay: Relay) => {
-    relay.start();
-    running.push(relay);
-    return relay;
-  };
-
-  beforeAll(async () => {
-    await outbox.migrate(pool);
-  });
-  afterEach(async () => {
-    await Promise.all(running.splice(0).map((relay) => relay.stop()));
-  });
-  afterAll(async () => {
-    for (const close of closers.reverse()) await close().catch(() => undefined);
-    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-    await pool.end();
-  });
 
   // Held: 3 relays in this process and one in another, on one table, 1,200 events for 40 URLs of
   // endpoints that take 20 ms to answer: every event reached its endpoint exactly once, no row was

@@ -1,8 +1,11 @@
 // What the relay audits share: real HTTP endpoints that count what reached them, a db that lets a
 // test watch (and hold) the relay's queries, and a poll for a condition.
+import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Queryable } from '../../src/index.js';
+import type pg from 'pg';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { createOutbox, type Queryable, type Relay } from '../../src/index.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -77,6 +80,41 @@ export function watched(pool: Queryable) {
     claims: () => queries.filter((query) => query.text.includes('candidate AS')),
     holdWhen: (when: ((text: string) => boolean) | undefined) => {
       hold = when;
+    },
+  };
+}
+
+/**
+ * An outbox table of the calling suite's own on `pool` (`<prefix>_<random>`): migrated before its
+ * tests, dropped after them with the pool ended. The relays `started` starts are stopped after each
+ * test (a relay left running would claim the next test's rows); `closers` (endpoints, say) run after
+ * all of them, last added first.
+ */
+export function relayTable(pool: pg.Pool, prefix: string) {
+  const table = `${prefix}_${randomBytes(4).toString('hex')}`;
+  const outbox = createOutbox({ table });
+  const closers: (() => Promise<unknown>)[] = [];
+  const running: Relay[] = [];
+  beforeAll(async () => {
+    await outbox.migrate(pool);
+  });
+  afterEach(async () => {
+    await Promise.all(running.splice(0).map((relay) => relay.stop()));
+  });
+  afterAll(async () => {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+  return {
+    table,
+    outbox,
+    closers,
+    clear: () => pool.query(`DELETE FROM "${table}"`),
+    started: (relay: Relay) => {
+      relay.start();
+      running.push(relay);
+      return relay;
     },
   };
 }
