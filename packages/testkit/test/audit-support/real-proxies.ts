@@ -71,6 +71,27 @@ export interface RealProxy {
   stop: () => Promise<void>;
 }
 
+class ProxyStartError extends Error {
+  readonly portTaken: boolean;
+  constructor(command: string, output: string) {
+    super(`${command} did not start: ${output}`);
+    // HAProxy exits at once on a port taken; nginx retries its bind for seconds, then exits.
+    this.portTaken = /Address already in use|cannot bind socket/.test(output);
+  }
+}
+
+// Between freePort() and the proxy's bind another process may take the port (CI runs the suite's
+// files in parallel, each listening on ephemeral ports): start again on another port, a few times.
+async function withFreePort(start: (port: number) => Promise<RealProxy>): Promise<RealProxy> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(await freePort());
+    } catch (error) {
+      if (!(error instanceof ProxyStartError && error.portTaken) || attempt === 5) throw error;
+    }
+  }
+}
+
 async function run(
   command: string,
   args: string[],
@@ -88,7 +109,8 @@ async function run(
   while (!(await ready(port, token))) {
     if (child.exitCode !== null || Date.now() - started > 15_000) {
       child.kill('SIGKILL');
-      throw new Error(`${command} did not start: ${Buffer.concat(output).toString()}`);
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw new ProxyStartError(command, Buffer.concat(output).toString());
     }
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
@@ -116,12 +138,12 @@ async function run(
  * The access log records each request's upstream addresses and statuses (`$upstream_addr`,
  * `$upstream_status`): a retried request shows two.
  */
-export async function startNginx(config: { http?: string; server: string }): Promise<RealProxy> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'audit-proxies-nginx-'));
-  const port = await freePort();
-  const token = path.basename(dir);
-  const access = path.join(dir, 'access.log');
-  const conf = `
+export function startNginx(config: { http?: string; server: string }): Promise<RealProxy> {
+  return withFreePort((port) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'audit-proxies-nginx-'));
+    const token = path.basename(dir);
+    const access = path.join(dir, 'access.log');
+    const conf = `
 daemon off;
 user root;
 worker_processes 1;
@@ -144,19 +166,20 @@ http {
   }
 }
 `;
-  fs.writeFileSync(path.join(dir, 'nginx.conf'), conf);
-  return run(nginxBinary, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], dir, port, token, access);
+    fs.writeFileSync(path.join(dir, 'nginx.conf'), conf);
+    return run(nginxBinary, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], dir, port, token, access);
+  });
 }
 
 /**
  * Starts HAProxy in the foreground (`-db`) with `defaults` and `backend` lines of its own; its one
  * frontend listens on an ephemeral port. It logs each request (httplog) on stderr.
  */
-export async function startHaproxy(config: { defaults?: string; backend: string }): Promise<RealProxy> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'audit-proxies-haproxy-'));
-  const port = await freePort();
-  const token = path.basename(dir);
-  const conf = `
+export function startHaproxy(config: { defaults?: string; backend: string }): Promise<RealProxy> {
+  return withFreePort((port) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'audit-proxies-haproxy-'));
+    const token = path.basename(dir);
+    const conf = `
 global
   log stderr format raw local0 info
 defaults
@@ -174,8 +197,9 @@ frontend fe
 backend be
   ${config.backend}
 `;
-  fs.writeFileSync(path.join(dir, 'haproxy.cfg'), conf);
-  return run(haproxyBinary, ['-db', '-f', path.join(dir, 'haproxy.cfg')], dir, port, token, path.join(dir, 'none'));
+    fs.writeFileSync(path.join(dir, 'haproxy.cfg'), conf);
+    return run(haproxyBinary, ['-db', '-f', path.join(dir, 'haproxy.cfg')], dir, port, token, path.join(dir, 'none'));
+  });
 }
 
 export type FrameworkName = 'express' | 'fastify' | 'koa';
