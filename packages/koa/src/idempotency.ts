@@ -262,7 +262,13 @@ function threw(this: Execution): boolean {
 
 // Runs the rest of the chain; whatever happens, the capture learns the outcome even when Koa will
 // not write the response.
-async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execution: Execution): Promise<void> {
+async function runNext(
+  ctx: Context,
+  next: Next,
+  capture: ResponseCapture,
+  execution: Execution,
+  held: boolean,
+): Promise<void> {
   try {
     await next();
   } catch (error) {
@@ -270,6 +276,7 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
     // parser's refusal (@koa/bodyparser, koa-body) means no handler ran: its 400 is no outcome.
     execution.thrown = true;
     capture.failedWith(error);
+    if (held) endedWhileHeld(ctx, capture);
     // An answer Koa wrote for the chain while it ran (a timeout above) is settled now that it ended.
     execution.running = false;
     capture.handlerSettled();
@@ -285,6 +292,7 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   }
   execution.running = false;
   capture.handlerSettled();
+  if (held) endedWhileHeld(ctx, capture);
   if (clientGone(ctx)) {
     settleAtLastStep(ctx, capture);
     return;
@@ -295,6 +303,17 @@ async function runNext(ctx: Context, next: Next, capture: ResponseCapture, execu
   // left, as when it left before. A body stream that failed before its first chunk (Koa destroys
   // the response with its error) is settled at once as a stream cut short: the handler ran.
   if (ctx.respond !== false) capture.handlerReturned(settleUnwritten, ctx);
+}
+
+// Held (transactional mode), an end the handler wrote on `ctx.res` itself, without taking the
+// response over (`ctx.respond = false`), has not reached Node: Koa, which leaves a response already
+// ended alone, would write its own over it (its respond from ctx.body, or its error answer), and the
+// client read a body without a head, the connection then cut. Koa is told what Node would tell it:
+// nothing more to write, the head gone (what its error handler and middleware above read).
+function endedWhileHeld(ctx: Context, capture: ResponseCapture) {
+  if (!capture.ended || ctx.respond === false) return;
+  ctx.respond = false;
+  Object.defineProperty(ctx, 'headerSent', { value: true, configurable: true, enumerable: true });
 }
 
 // Koa's `ctx.writable` asks the socket: over HTTP/2, that is the session's, still open when the
@@ -437,7 +456,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
         ? { hold: true, unrouted, echo, request, handler: execution }
         : { settle: { lease, thrown: threw.bind(execution) }, unrouted, echo, request, handler: execution },
     );
-    if (!http.transactional) return runNext(ctx, next, capture, execution);
+    if (!http.transactional) return runNext(ctx, next, capture, execution, false);
     // The handler must run inside the transaction, whose callback waits for the response that Koa
     // writes after this middleware returns: so the middleware returns from within the callback.
     await new Promise<void>((resolve, reject) => {
@@ -446,7 +465,7 @@ export function idempotency(options: KoaIdempotencyOptions): Middleware {
         capture,
         (tx) => {
           context.tx = tx;
-          runNext(ctx, next, capture, execution).then(resolve, reject);
+          runNext(ctx, next, capture, execution, true).then(resolve, reject);
         },
         threw.bind(execution),
         () => {

@@ -99,7 +99,7 @@ describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answe
 
   // A handler that ends `ctx.res` itself inside the transaction. With `ctx.respond = false` the end is
   // its own: stored with its writes, and replayed.
-  const ownEnd = (ownsResponse: boolean) => {
+  const ownEnd = (ownsResponse: boolean, thenThrows = false) => {
     const app = new Koa();
     app.silent = true;
     app.use(async (ctx, next) => {
@@ -113,6 +113,7 @@ describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answe
       if (ownsResponse) ctx.respond = false;
       ctx.res.writeHead(201, { 'content-type': 'application/json' });
       ctx.res.end('{"ok":true}');
+      if (thenThrows) throw new Error('after the end');
     });
     return listen(http.createServer(app.callback()));
   };
@@ -131,15 +132,28 @@ describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answe
     }
   });
 
-  // Was wrong (found in the session's last review, not fixed yet): without `ctx.respond = false` the
-  // end is not the handler's own (Koa answers after it), and the answer reads as written for a running
-  // handler, so the transaction rolls back (no rows) as it should; but the client gets no answer at
-  // all, the connection cut, on the first request and on every retry (the same before this session's
-  // change to Koa's held capture). Expected: 503 store_unavailable, the key released. Koa does not
-  // support bypassing its response without `ctx.respond = false`, but a cut connection is no answer.
-  it.fails('a handler that ends ctx.res itself without ctx.respond = false: rolled back, answered 503 store_unavailable', async () => {
+  // Was wrong (found in a review): without `ctx.respond = false` the end is not the handler's own (Koa
+  // answers after it), and it reads as written for a running handler, so the transaction rolled back
+  // (no rows) as it should; but the client got no answer at all: Koa, seeing a response not ended
+  // (the end was held), wrote its own over it, a body without a head, and the connection was cut.
+  // Koa does not support bypassing its response without `ctx.respond = false`; the answer is the
+  // rollback's 503, the key released.
+  it('a handler that ends ctx.res itself without ctx.respond = false: rolled back, answered 503 store_unavailable', async () => {
     const listening = await ownEnd(false);
     const key = `koa-bypass-end-${run}`;
+    try {
+      const answer = await post(`${listening.url}/charges`, key);
+      expect(await steps(key)).toEqual([]);
+      expect(answer.status).toBe(503);
+      expect(JSON.parse(answer.body)).toMatchObject({ code: 'store_unavailable' });
+    } finally {
+      await listening.close();
+    }
+  });
+
+  it('a handler that ends ctx.res itself, then throws: Koa writes nothing over it; rolled back, 503 store_unavailable', async () => {
+    const listening = await ownEnd(false, true);
+    const key = `koa-bypass-throw-${run}`;
     try {
       const answer = await post(`${listening.url}/charges`, key);
       expect(await steps(key)).toEqual([]);
