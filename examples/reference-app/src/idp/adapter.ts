@@ -40,7 +40,10 @@ import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds } from './
  * of a refresh token in a request only notes the token, and its `upsert` does both. A save that fails
  * (a dropped connection, a statement timeout) then leaves the presented token as it was, unused or with
  * its one reuse still ahead: the client's retry of that 500, which issued no token, is no replay, and
- * a token issued by a first use always exists before a reuse can supersede it.
+ * a token issued by a first use always exists before a reuse can supersede it. The save of an opaque
+ * access token, which oidc-provider makes after the rotation (for a client that asked for no API),
+ * fails the request after the rotation committed: the rotation is then undone in a second statement
+ * before the error goes on (see `undoneOnFailure`), best effort.
  *
  * The price: a stolen refresh token used within the interval after its owner's refresh goes unnoticed
  * until the owner's next refresh (which then revokes the grant), and its access token stays good for
@@ -84,6 +87,12 @@ export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
  * used by the `upsert` of the token it is rotated to, which does both in one statement (see above).
  */
 const rotating = new WeakMap<object, string>();
+
+/**
+ * The rotation each request made, for as long as the request may still fail: `used`, the presented
+ * token; `issued`, the one it was rotated to; `reuse`, whether that was the presented token's one reuse.
+ */
+const rotated = new WeakMap<object, { used: string; issued: string; reuse: boolean }>();
 
 /**
  * The models issued under a grant, which go with it (oidc-provider's memory adapter keeps the same
@@ -244,11 +253,17 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
       const used = ctx ? rotating.get(ctx) : undefined;
       if (ctx && used !== undefined) {
         rotating.delete(ctx);
-        if (await rotateOnFirstUse(used, id, payload, expiresIn)) return;
-        if (reusable && (await rotateOnReuse(used, id, payload, expiresIn))) return;
+        if (await rotateOnFirstUse(used, id, payload, expiresIn)) {
+          rotated.set(ctx, { used, issued: id, reuse: false });
+          return;
+        }
+        if (reusable && (await rotateOnReuse(used, id, payload, expiresIn))) {
+          rotated.set(ctx, { used, issued: id, reuse: true });
+          return;
+        }
         await refuseReplay(used);
       }
-      const { rows } = await db.query(
+      const save = db.query(
         `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
          values ($1, $2, $3, $4, $5, $6, ${expiresAt})
          on conflict (model, id) do update set
@@ -258,6 +273,7 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
          returning id`,
         rowParams(id, payload, expiresIn),
       );
+      const { rows } = model === 'AccessToken' ? await undoneOnFailure(db, save) : await save;
       if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
     },
     async find(id) {
@@ -324,6 +340,65 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
       ]);
     },
   };
+}
+
+/**
+ * The save of the opaque access token a refresh issues (oidc-provider stores it after the refresh token
+ * it rotated to, when the client asked for no API): when it fails, the client gets a 500 and no token,
+ * yet the rotation has committed, and its retry would spend the presented token's one reuse (two such
+ * failures in a row and the next retry revoked the grant). The rotation is undone before the error goes
+ * on, so a failed token request spends nothing, as when the rotation's own save fails. Best effort: a
+ * database that failed the save may fail this statement too, and the retry is then a reuse as before.
+ */
+async function undoneOnFailure<Result>(db: Database, save: Promise<Result>): Promise<Result> {
+  try {
+    return await save;
+  } catch (error) {
+    const ctx = Provider.ctx;
+    const rotation = ctx ? rotated.get(ctx) : undefined;
+    if (ctx && rotation) {
+      rotated.delete(ctx);
+      await undoRotation(db, rotation).catch(() => undefined);
+    }
+    throw error;
+  }
+}
+
+/**
+ * Takes a rotation back: the token it issued, which no client was given, is deleted, and the presented
+ * token is as it was before. For a first use, unused again; for a reuse, its one reuse ahead again and
+ * the token its first use issued no longer superseded. Only while the issued token is unused: a reuse
+ * that superseded it meanwhile (a concurrent presentation of the same token) stands, and so does what
+ * it took.
+ */
+async function undoRotation(db: Database, rotation: { used: string; issued: string; reuse: boolean }) {
+  if (!rotation.reuse) {
+    await db.query(
+      `with issued as (
+         delete from idp_models
+         where model = 'RefreshToken' and id = $2 and rotated_from = $1 and consumed_at is null
+         returning rotated_from
+       )
+       update idp_models m set consumed_at = null, payload = m.payload - 'consumed'
+       from issued where m.model = 'RefreshToken' and m.id = issued.rotated_from and m.reused_at is null`,
+      [rotation.used, rotation.issued],
+    );
+    return;
+  }
+  await db.query(
+    `with issued as (
+       delete from idp_models where model = 'RefreshToken' and id = $2 and consumed_at is null
+       returning id
+     ), untaken as (
+       update idp_models m set reused_at = null
+       from issued where m.model = 'RefreshToken' and m.id = $1 and m.reused_at is not null
+       returning m.id
+     )
+     update idp_models earlier set consumed_at = null, payload = earlier.payload - 'consumed'
+     from untaken
+     where earlier.model = 'RefreshToken' and earlier.rotated_from = untaken.id and earlier.consumed_at = '-infinity'`,
+    [rotation.used, rotation.issued],
+  );
 }
 
 /** True when `value`, or any string in it however deep, holds U+0000, which PostgreSQL cannot store. */
