@@ -193,6 +193,33 @@ export interface IdempotencyContext {
    * });
    */
   release(): void;
+  /**
+   * Says that the answer about to be written is written for the handler, which still runs: a timeout
+   * of the app's own that answers 503 while the handler works (a Fastify timer that sends a reply, an
+   * Express `setTimeout`, a Koa timeout mounted after `idempotency()` that throws through it). That
+   * answer goes out and is never the key's outcome: the handler's own can no longer be written, but
+   * the operation ran (or runs), so the key is kept with `500 response_not_replayable` whatever the
+   * outcome policy says, and whether or not the timeout's error went through the chain as if the
+   * handler threw; a retry never runs the handler again. In transactional mode the transaction rolls
+   * back and the key is released instead (`503 store_unavailable`; the retry runs the handler once,
+   * whole). Call it just before writing (or throwing) the answer. Once the response ended (the
+   * handler answered first, its timer firing late) it changes nothing. Works detached from the
+   * context, like `release`.
+   *
+   * @example
+   * fastify.post('/charges', async (request, reply) => {
+   *   const timer = setTimeout(() => {
+   *     request.idempotency?.answeringForHandler();
+   *     void reply.code(503).send({ error: 'timeout' });
+   *   }, 10_000);
+   *   try {
+   *     return reply.code(201).send(await payments.charge(request.body));
+   *   } finally {
+   *     clearTimeout(timer);
+   *   }
+   * });
+   */
+  answeringForHandler(): void;
 }
 
 /** Per-route settings that override the middleware's (Fastify route `config.idempotency`). */
@@ -982,11 +1009,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           // and the handler's own can no longer be written. The operation ran, so the key is kept
           // whatever the policy says of the status sent, or a retry would run it a second time. Only
           // a handler that then threw (settled after its end, where the adapter can tell) is
-          // released, when the policy releases a thrown handler; and one whose transaction was rolled
+          // released, when the policy releases a thrown handler, unless the answer was said to be
+          // for it (`answeringForHandler`): a Koa timeout below idempotency() throws its own error
+          // through the chain, and that is no failure of the handler's; and one whose transaction was rolled
           // back (held mode): its writes are undone and its handle refuses any more, so the retry
           // runs it as the first attempt would have.
           answer =
-            rolledBack || (thrown && atOnce.retentionFor(500, lease.operation, true) === undefined)
+            rolledBack ||
+            (thrown && !answeredForHandler(lease) && atOnce.retentionFor(500, lease.operation, true) === undefined)
               ? atOnce.release(lease)
               : atOnce.complete(lease, unreplayableResponse(reason, undefined), { status: 500 }, true);
         } else if (response !== undefined && !overStoreCap(response)) {
@@ -1021,6 +1051,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     let began = false;
     // Held, the capture settles nothing itself: its end is what seals release() (see `endedMark`).
     // Its lease is known from here on, so is the expiry it announces (`advertiseExpiry`).
+    watchedBy(lease, capture);
     const state = (capture as Partial<CaptureHandle>)[captureStateKey];
     if (state !== undefined) {
       state.onEnd = () => mark(lease, endedMark);
@@ -1170,7 +1201,16 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       const onResult = target ? settleCaptured.bind(undefined, settleAtOnce, target) : undefined;
       // Held, the lease is given to runTransaction, which sets the expiry then.
       const expires = advertiseExpiry && target !== undefined ? expiryFor(target.lease, target.thrown) : undefined;
-      return captureResponse(res, captureOptions ?? noCaptureOptions, maxResponseBytes, onResult, replayed, expires);
+      const capture = captureResponse(
+        res,
+        captureOptions ?? noCaptureOptions,
+        maxResponseBytes,
+        onResult,
+        replayed,
+        expires,
+      );
+      if (target !== undefined) watchedBy(target.lease, capture);
+      return capture;
     },
     settle,
     runTransaction,
@@ -1214,7 +1254,10 @@ const noCaptureOptions: CaptureOptions = Object.freeze({});
 const marksKey = Symbol('idem http marks');
 const endedMark = 1;
 const noEffectMark = 2;
-type MarkedLease = Lease & { [marksKey]?: number };
+const answeringMark = 4;
+// The capture of the lease's response, for `IdempotencyContext.answeringForHandler`.
+const captureOfLease = Symbol('idem capture of lease');
+type MarkedLease = Lease & { [marksKey]?: number; [captureOfLease]?: ResponseCapture };
 
 function mark(lease: Lease, bit: number): void {
   const marked = lease as MarkedLease;
@@ -1229,6 +1272,24 @@ function hadNoEffect(lease: Lease): boolean {
   return (((lease as MarkedLease)[marksKey] ?? 0) & noEffectMark) !== 0;
 }
 
+function answeredForHandler(lease: Lease): boolean {
+  return (((lease as MarkedLease)[marksKey] ?? 0) & answeringMark) !== 0;
+}
+
+function watchedBy(lease: Lease, capture: ResponseCapture): void {
+  (lease as MarkedLease)[captureOfLease] = capture;
+}
+
+// `IdempotencyContext.answeringForHandler`: the capture takes the answer about to be written as one
+// for a running handler (as `idempotencyErrors()` does for connect-timeout's), and the settlement
+// knows that an error thrown through the chain with it was the timeout's, not the handler's. After
+// the response ended, the handler answered first: nothing to change.
+function answeringForHandler(lease: Lease): void {
+  if (hasEnded(lease)) return;
+  mark(lease, answeringMark);
+  (lease as MarkedLease)[captureOfLease]?.answeredForHandler();
+}
+
 // One class for every execution's context: `signal` is a getter on the prototype, and the lease
 // makes its AbortController only when a handler asks for it.
 class ExecutionContext implements IdempotencyContext {
@@ -1236,6 +1297,7 @@ class ExecutionContext implements IdempotencyContext {
   readonly #lease: Lease;
   readonly #sayNoEffect: (lease: Lease) => void;
   #release: (() => void) | undefined = undefined;
+  #answering: (() => void) | undefined = undefined;
   #keyFor: ((purpose: string) => string) | undefined = undefined;
 
   constructor(
@@ -1255,6 +1317,11 @@ class ExecutionContext implements IdempotencyContext {
   get release(): () => void {
     if (this.#release === undefined) this.#release = () => this.#sayNoEffect(this.#lease);
     return this.#release;
+  }
+
+  get answeringForHandler(): () => void {
+    if (this.#answering === undefined) this.#answering = answeringForHandler.bind(undefined, this.#lease);
+    return this.#answering;
   }
 
   get signal(): AbortSignal {

@@ -237,7 +237,9 @@ describe.each(backends)('Koa on $name: server timeouts around idempotency()', (b
   // 'stripe', released: the retry charges again), while the handler goes on and makes its effect.
   // Nothing tells the adapter that the handler still runs (the racing middleware's error has no
   // common shape). docs/concepts.md "Timeouts around the handler" says to mount such a timeout
-  // outside idempotency(), where it is handled. A decision would be needed to recognise one.
+  // outside idempotency(), where it is handled. Decided: a timeout of the app's own says so,
+  // `ctx.state.idempotency.answeringForHandler()` before it throws (testkit's
+  // answering-for-handler.int.test.ts); koa-timeout, which cannot, stays this documented limit.
   it.fails('koa-timeout inside idempotency(): the retry ends up with the real 201, one effect', async () => {
     const store = backend.store();
     const effects = { started: 0, finished: 0 };
