@@ -7,7 +7,7 @@ import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisClientLike, type RedisStore, redisStore } from '../src/index.js';
-import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 import { type ReplicatedRedis, startReplicatedRedis } from './replicated.js';
 
@@ -28,7 +28,7 @@ describe.runIf(withBinaries)('@idem/redis on a full Redis with maxmemory-policy 
   let admin: Redis;
   let client: Redis;
   beforeAll(async () => {
-    server = await startRedisServer(await freePort(), ['--maxmemory-policy', 'noeviction']);
+    server = await startRedisServer(0, ['--maxmemory-policy', 'noeviction']);
     admin = new Redis(server.url);
     client = new Redis(server.url);
   });

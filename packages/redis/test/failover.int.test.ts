@@ -7,7 +7,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { createClient, createSentinel } from 'redis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type RedisClientLike, type RedisStoreOptions, redisStore } from '../src/index.js';
-import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 import { MASTER_NAME, type SentinelSetup, startSentinelSetup } from './sentinel.js';
 
@@ -344,8 +344,8 @@ describe.runIf(withBinaries)('a managed endpoint that moves: the old primary dem
   const clients: { disconnect(): unknown }[] = [];
 
   beforeEach(async () => {
-    primary = await startRedisServer(await freePort());
-    replica = await startRedisServer(await freePort(), ['--replicaof', '127.0.0.1', String(primary.port)]);
+    primary = await startRedisServer(0);
+    replica = await startRedisServer(0, ['--replicaof', '127.0.0.1', String(primary.port)]);
     endpoint = await movableEndpoint(primary.port);
   });
   afterEach(async () => {

@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from './redis-env.js';
 
 /** A redis-server this test process started, on a loopback port. */
 export interface RedisServerProcess {
@@ -19,21 +19,26 @@ const exited = (child: ChildProcess) =>
     else child.once('exit', () => resolve());
   });
 
-const accepts = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = net.connect({ host: '127.0.0.1', port });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-
 /**
  * Starts `redis-server` in the foreground as a child process, without persistence, and resolves when
- * it accepts connections. Rejects if it exits first (for example because the port was taken).
+ * it says it accepts connections. Rejects if it exits first (for example because the port was taken).
+ * Port 0 takes a free port, and another one when that was taken before redis-server could bind it
+ * (the suite's files run in parallel, each listening on ephemeral ports).
  */
 export async function startRedisServer(port: number, extraArgs: readonly string[] = []): Promise<RedisServerProcess> {
+  if (port !== 0) return startOn(port, extraArgs);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOn(await freePort(), extraArgs);
+    } catch (error) {
+      if (!(error instanceof PortTakenError) || attempt === 5) throw error;
+    }
+  }
+}
+
+class PortTakenError extends Error {}
+
+async function startOn(port: number, extraArgs: readonly string[]): Promise<RedisServerProcess> {
   const workDir = mkdtempSync(join(tmpdir(), 'idem-redis-server-'));
   const child = spawn(
     'redis-server',
@@ -52,23 +57,32 @@ export async function startRedisServer(port: number, extraArgs: readonly string[
     ],
     // In a folder of its own: a replica's full sync writes the primary's RDB into its `dir` (the
     // working folder unless `--dir` is given), which left a dump.rdb in the repository.
-    { stdio: ['ignore', 'ignore', 'pipe'], cwd: workDir },
+    { stdio: ['ignore', 'pipe', 'pipe'], cwd: workDir },
   );
-  let stderr = '';
+  // Its log (stdout): ready once it says so. A connect to the port is not enough: another process
+  // may hold the port (redis-server then exits), and the test would talk to that one.
+  let log = '';
+  let ready = false;
+  child.stdout?.on('data', (chunk) => {
+    if (ready) return;
+    log += chunk;
+    if (log.includes('Ready to accept connections')) ready = true;
+  });
   child.stderr?.on('data', (chunk) => {
-    stderr += chunk;
+    log += chunk;
   });
   const gone = exited(child);
   let dead = false;
   gone.then(() => {
     dead = true;
   });
-  // Readiness, not a TTL: poll until the port answers or the process dies.
+  // Readiness, not a TTL: poll until it says it is ready or the process dies.
   const deadline = Date.now() + 10_000;
-  while (!(await accepts(port))) {
+  while (!ready) {
     if (dead) {
       rmSync(workDir, { recursive: true, force: true });
-      throw new Error(`redis-server on port ${port} exited: ${stderr.trim()}`);
+      const message = `redis-server on port ${port} exited: ${log.trim().split('\n').slice(-3).join(' | ')}`;
+      throw log.includes('Address already in use') ? new PortTakenError(message) : new Error(message);
     }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');

@@ -697,7 +697,7 @@ describe.runIf(withBinaries)('@idem/redis on a fresh redis-server (script cache)
   let server: RedisServerProcess;
   let client: Redis;
   beforeAll(async () => {
-    server = await startRedisServer(await freePort());
+    server = await startRedisServer(0);
     client = new Redis(server.url);
   });
   afterAll(async () => {

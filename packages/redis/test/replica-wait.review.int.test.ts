@@ -11,7 +11,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../src/index.js';
 import { completeScript, renewScript } from '../src/scripts.js';
-import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
 const withBinaries = await redisBinariesAvailable();
@@ -26,14 +26,8 @@ describe.runIf(withBinaries)('waitForReplicas: writes sent again, reviewed', () 
 
   beforeAll(async () => {
     scratch = mkdtempSync(join(tmpdir(), 'idem-replica-review-'));
-    primary = await startRedisServer(await freePort(), ['--dir', scratch]);
-    replica = await startRedisServer(await freePort(), [
-      '--dir',
-      scratch,
-      '--replicaof',
-      '127.0.0.1',
-      String(primary.port),
-    ]);
+    primary = await startRedisServer(0, ['--dir', scratch]);
+    replica = await startRedisServer(0, ['--dir', scratch, '--replicaof', '127.0.0.1', String(primary.port)]);
     admin = new Redis(primary.url);
     replicaAdmin = new Redis(replica.url);
     while ((await admin.wait(1, 100)) < 1) await new Promise((resolve) => setTimeout(resolve, 50));

@@ -1,5 +1,4 @@
 import { Redis } from 'ioredis';
-import { freePort } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
 /** A primary and one replica of it, each a redis-server of this test process (see startRedisServer). */
@@ -19,15 +18,10 @@ export interface ReplicatedRedis {
  * const { primary, replica, stop } = await startReplicatedRedis();
  */
 export async function startReplicatedRedis(extraArgs: readonly string[] = []): Promise<ReplicatedRedis> {
-  const primary = await startRedisServer(await freePort(), extraArgs);
+  const primary = await startRedisServer(0, extraArgs);
   let replica: RedisServerProcess;
   try {
-    replica = await startRedisServer(await freePort(), [
-      ...extraArgs,
-      '--replicaof',
-      '127.0.0.1',
-      String(primary.port),
-    ]);
+    replica = await startRedisServer(0, [...extraArgs, '--replicaof', '127.0.0.1', String(primary.port)]);
   } catch (error) {
     await primary.stop({ hard: true });
     throw error;

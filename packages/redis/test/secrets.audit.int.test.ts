@@ -6,7 +6,7 @@ import { reachableText } from '@idem/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../src/index.js';
-import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
 const withBinaries = await redisBinariesAvailable();
@@ -19,7 +19,7 @@ describe.runIf(withBinaries)('a completion Redis refuses (a failover left the cl
   let client: Redis;
 
   beforeAll(async () => {
-    server = await startRedisServer(await freePort());
+    server = await startRedisServer(0);
     admin = new Redis(server.url);
     client = new Redis(server.url);
   });

@@ -84,12 +84,10 @@ export async function startSentinelSetup({ replicas = 1, downAfterMs = 1_000 } =
     // Any node may become the primary; without the delay a replica's first sync waits 5 s.
     // A replica writes the RDB it receives to its directory: the scratch one, not the working tree.
     const quickSync = ['--repl-diskless-sync-delay', '0', '--dir', dir];
-    const primary = await startRedisServer(await freePort(), quickSync);
+    const primary = await startRedisServer(0, quickSync);
     nodes.push(primary);
     for (let i = 0; i < replicas; i++) {
-      nodes.push(
-        await startRedisServer(await freePort(), [...quickSync, '--replicaof', '127.0.0.1', String(primary.port)]),
-      );
+      nodes.push(await startRedisServer(0, [...quickSync, '--replicaof', '127.0.0.1', String(primary.port)]));
     }
     for (let i = 0; i < 3; i++) {
       const port = await freePort();

@@ -9,7 +9,7 @@ import { createIdempotency } from '@idem/core';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore } from '../src/index.js';
-import { freePort, redisBinariesAvailable } from './redis-env.js';
+import { redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 
 const withBinaries = await redisBinariesAvailable();
@@ -32,7 +32,7 @@ describe.runIf(withBinaries)('@idem/redis: the memory per record that the docs g
   let server: RedisServerProcess;
   let client: Redis;
   beforeAll(async () => {
-    server = await startRedisServer(await freePort());
+    server = await startRedisServer(0);
     client = new Redis(server.url);
   });
   afterAll(async () => {
