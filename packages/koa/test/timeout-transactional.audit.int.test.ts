@@ -138,29 +138,22 @@ describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answe
   // (the end was held), wrote its own over it, a body without a head, and the connection was cut.
   // Koa does not support bypassing its response without `ctx.respond = false`; the answer is the
   // rollback's 503, the key released.
-  it('a handler that ends ctx.res itself without ctx.respond = false: rolled back, answered 503 store_unavailable', async () => {
-    const listening = await ownEnd(false);
-    const key = `koa-bypass-end-${run}`;
-    try {
-      const answer = await post(`${listening.url}/charges`, key);
-      expect(await steps(key)).toEqual([]);
-      expect(answer.status).toBe(503);
-      expect(JSON.parse(answer.body)).toMatchObject({ code: 'store_unavailable' });
-    } finally {
-      await listening.close();
-    }
-  });
-
-  it('a handler that ends ctx.res itself, then throws: Koa writes nothing over it; rolled back, 503 store_unavailable', async () => {
-    const listening = await ownEnd(false, true);
-    const key = `koa-bypass-throw-${run}`;
-    try {
-      const answer = await post(`${listening.url}/charges`, key);
-      expect(await steps(key)).toEqual([]);
-      expect(answer.status).toBe(503);
-      expect(JSON.parse(answer.body)).toMatchObject({ code: 'store_unavailable' });
-    } finally {
-      await listening.close();
-    }
-  });
+  it.each([
+    ['returns', false],
+    ['then throws', true],
+  ] as const)(
+    'a handler that ends ctx.res itself without ctx.respond = false, then %s: Koa writes nothing over it; rolled back, 503 store_unavailable',
+    async (name, thenThrows) => {
+      const listening = await ownEnd(false, thenThrows);
+      const key = `koa-bypass-end-${name.replace(' ', '-')}-${run}`;
+      try {
+        const answer = await post(`${listening.url}/charges`, key);
+        expect(await steps(key)).toEqual([]);
+        expect(answer.status).toBe(503);
+        expect(JSON.parse(answer.body)).toMatchObject({ code: 'store_unavailable' });
+      } finally {
+        await listening.close();
+      }
+    },
+  );
 });
