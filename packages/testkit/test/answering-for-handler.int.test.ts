@@ -44,6 +44,8 @@ interface Setup {
   /** When the timer fires, in ms; it says `answeringForHandler()` unless `silent`. */
   answerAfter: number;
   silent?: boolean;
+  /** The handler calls `answeringForHandler()` itself right after its answer: a timer firing late. */
+  late?: boolean;
 }
 
 // The handler: one effect started, then (transactional) a first write, a wait on `provider`, and a
@@ -85,6 +87,7 @@ async function start(framework: Framework, setup: Setup): Promise<Server> {
       await effect(setup, req.idempotency?.tx, effects, provider);
       clearTimeout(timer);
       if (!res.headersSent) res.status(201).json({ id: `ch_${effects.started}` });
+      if (setup.late) req.idempotency?.answeringForHandler();
     });
     const listening = await listen(http.createServer(app));
     return { url: `${listening.url}/charges`, effects, provider, close: listening.close };
@@ -103,7 +106,9 @@ async function start(framework: Framework, setup: Setup): Promise<Server> {
       await effect(setup, request.idempotency?.tx, effects, provider);
       clearTimeout(timer);
       if (reply.sent) return reply;
-      return reply.code(201).send({ id: `ch_${effects.started}` });
+      await reply.code(201).send({ id: `ch_${effects.started}` });
+      if (setup.late) request.idempotency?.answeringForHandler();
+      return reply;
     });
     await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = app.server.address() as AddressInfo;
@@ -135,6 +140,11 @@ async function start(framework: Framework, setup: Setup): Promise<Server> {
     await effect(setup, ctx.state.idempotency?.tx, effects, provider);
     ctx.status = 201;
     ctx.body = { id: `ch_${effects.started}` };
+    // Koa writes after the chain returned: a timer firing once the response ended.
+    if (setup.late) {
+      const { answeringForHandler } = ctx.state.idempotency ?? {};
+      ctx.res.once('finish', () => answeringForHandler?.());
+    }
   });
   const listening = await listen(http.createServer(app.callback()));
   return { url: `${listening.url}/charges`, effects, provider, close: listening.close };
@@ -170,12 +180,12 @@ describe.each(frameworks)('%s: a timeout that says answeringForHandler()', (fram
   );
 
   it('called after the handler answered (its timer firing late): the 201 stays the outcome, replayed', async () => {
-    const server = await start(framework, { store: memoryStore(), answerAfter: 10_000 });
+    const server = await start(framework, { store: memoryStore(), answerAfter: 10_000, late: true });
     try {
       server.provider.open();
       const first = await post(server.url, 'k2');
       expect(first.status).toBe(201);
-      // What a late timer does: too late, it changes nothing (the frameworks refuse its answer too).
+      // Too late, it changes nothing: the outcome stored is the handler's.
       const replay = await post(server.url, 'k2');
       expect(replay.status).toBe(201);
       expect(replay.headers['idempotent-replayed']).toBe('true');
