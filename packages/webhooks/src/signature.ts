@@ -179,8 +179,13 @@ export function createVerifier(options: VerifierOptions): Verifier {
       const parsed = parseWebhookHeaders(headers);
       if (!parsed.ok) return parsed;
       const { id, timestamp, timestampText, signatures } = parsed.value;
+      // The stamp is a whole second: the delivery was signed somewhere in [timestamp, timestamp + 1 s).
+      // Too old only when all of that second lies past the window (the Standard Webhooks libraries'
+      // whole-second comparison); counting its lost fraction against the sender would refuse, in
+      // all but its first millisecond, a delivery that may still be inside the tolerance. The future
+      // side counts from the second's start, the earliest instant it can stand for.
       const age = now() - timestamp * 1000;
-      if (age > pastMs) {
+      if (age - 1000 >= pastMs) {
         return {
           ok: false,
           error: new WebhookError('timestamp_too_old', 'The webhook timestamp is older than the allowed tolerance.', {
