@@ -34,6 +34,7 @@ export interface FastifyLikeInstance {
   ): void;
   post(path: string, handler: (request: any, reply: any) => Promise<unknown>): unknown;
   setErrorHandler(handler: (error: any, request: any, reply: any) => unknown): unknown;
+  addHook(name: 'onRequest', hook: (request: any) => Promise<void>): unknown;
 }
 
 /** Options of {@link fastifyWebhook}. */
@@ -126,6 +127,29 @@ export function fastifyWebhook(receiver: Receiver, options: FastifyWebhookOption
       if ((error as { code?: unknown } | null)?.code !== 'FST_ERR_CTP_BODY_TOO_LARGE') throw error;
       return sendResponse(reply, glueErrorResponse(bodyTooLarge(limit), options, receiver) as ReceiverResponse);
     });
+    instance.addHook('onRequest', dropUnreadableContentType);
     instance.post(options.path, handler);
   };
+}
+
+// A Content-Type Fastify cannot read (empty, no `type/subtype`, two values a proxy joined with a
+// comma) makes Fastify refuse the request itself, 415 in its own JSON, before any parser runs, the
+// catch-all one included: no problem body, no `onEvent`, and the sender retries a delivery whose
+// signature (over the bytes, never the media type) may be good. Express and Koa apply it. On this
+// route it is dropped, so the body is read as one without a type; the app's later hooks see none.
+async function dropUnreadableContentType(request: FastifyLikeRequest): Promise<void> {
+  const type = request.headers['content-type'];
+  if (type !== undefined && !fastifyReads(type)) delete request.headers['content-type'];
+}
+
+// Fastify's own reading of a media type (its ContentType): `type/subtype` of token characters before
+// any `;`, the type trimmed at its start, the subtype at its end.
+const typeToken = /^[\w!#$%&'*+.^`|~-]+$/;
+function fastifyReads(value: string): boolean {
+  if (value === 'undefined') return false;
+  const semicolon = value.indexOf(';');
+  const mediaType = semicolon === -1 ? value : value.slice(0, semicolon);
+  const slash = mediaType.indexOf('/');
+  if (slash === -1) return false;
+  return typeToken.test(mediaType.slice(0, slash).trimStart()) && typeToken.test(mediaType.slice(slash + 1).trimEnd());
 }
