@@ -521,6 +521,17 @@ function staticKeys(
   return Promise.all(checked.map(importCheckedKey));
 }
 
+// The construction-time read of a `jwks` function. Its own error would name no option; as a bad set
+// is, a throw here is a TypeError that says which issuer's function failed (the error is its cause).
+// Later reads that throw are `keys_unavailable` (see liveKeySource).
+function readJwks(read: () => { keys: readonly unknown[] }, options: IssuerOptions) {
+  try {
+    return read();
+  } catch (cause) {
+    throw new TypeError(`issuer ${options.issuer}: the jwks function threw when read at construction`, { cause });
+  }
+}
+
 /**
  * Checks issuer options and builds its runtime. Throws a `TypeError` for bad options.
  *
@@ -589,7 +600,10 @@ export function buildIssuer(
   };
   // A function is read once here, so a bad set is a TypeError at construction as an object's is.
   const liveJwks = typeof options.jwks === 'function' ? options.jwks : undefined;
-  const local = staticKeys(liveJwks === undefined ? options : { ...options, jwks: liveJwks() }, algorithms);
+  const local = staticKeys(
+    liveJwks === undefined ? options : { ...options, jwks: readJwks(liveJwks, options) },
+    algorithms,
+  );
   let keys: KeySource;
   let ready: Promise<void>;
   if (options.jwksUri !== undefined) {
