@@ -121,7 +121,7 @@ export interface IssuerOptions extends TokenRules {
   issuer: string;
   /**
    * Algorithms accepted for this issuer (default `['HS256']` with a secret, otherwise
-   * `['RS256', 'PS256', 'ES256', 'EdDSA']`). Each key is pinned to one of them.
+   * `['RS256', 'PS256', 'ES256', 'EdDSA', 'Ed25519']`). Each key is pinned to one of them.
    */
   algorithms?: readonly JwsAlgorithm[] | undefined;
   /** A shared HMAC secret (at least the hash length: 32 bytes for HS256). Not combinable with public keys. */
@@ -189,7 +189,7 @@ export interface GuardOptions extends TokenRules {
   issuers: readonly IssuerOptions[];
   /** `realm` of every challenge (default `api`). */
   realm?: string | undefined;
-  /** RFC 9728 metadata URL announced in 401 challenges. */
+  /** RFC 9728 metadata URL announced in every challenge (400, 401 and 403). */
   resourceMetadata?: string | undefined;
   /** Accept `?access_token=` when no Authorization header is sent (default false; RFC 6750 §2.3). */
   allowQueryToken?: boolean | undefined;
