@@ -252,7 +252,11 @@ export type GuardResult =
 export interface Guard {
   /** Finds the bearer token of a request and verifies it. Never throws for a bad request. */
   authenticate(request: GuardRequest): Promise<GuardResult>;
-  /** Verifies a token string. Never throws for bad input: a non-string is `token_malformed`. */
+  /**
+   * Verifies a token string. Never throws for bad input: a non-string is `token_malformed`. A token
+   * string comes with no DPoP proof: with `dpop: { required: true }` every token is refused
+   * (`dpop_proof_invalid`); use `authenticate` with the request, whose proof it checks.
+   */
   verify(token: string): Promise<GuardResult>;
   /** Checks a principal against requirements, with this guard's realm in the 403 challenge. */
   authorize(principal: Principal, requirements: readonly Requirement[], request?: GuardRequest): AuthorizationResult;
@@ -982,6 +986,12 @@ export function guardFromEngine(
       return verifyWithEngine(found.token, engine);
     },
     verify(token) {
+      // `dpop: { required: true }` refuses bearer use, and a token string comes with no proof: every
+      // token is refused, as a request without one is. Unbound tokens passed here before, the one
+      // kind the option exists to refuse (a bound one was token_bound).
+      if (engine.dpop?.required === true) {
+        return Promise.resolve({ ok: false, error: error('dpop_proof_invalid') });
+      }
       return verifyWithEngine(token, engine);
     },
     authorize(principal, requirements, request) {

@@ -644,16 +644,14 @@ describe('docs/guard.md: DPoP proof times', () => {
 
 describe('docs/guard.md: dpop.required and verify()', () => {
   // Was wrong: with `dpop: { required: true }` ("Refuse Bearer credentials"), `guard.verify(token)`
-  // accepts a plain, unbound access token: the one kind of token the option exists to refuse (a bound
-  // one is token_bound there, since verify() takes no proof). A gateway that authenticates a
-  // WebSocket or a queue message with verify() gets bearer semantics without a word.
-  // Needs a decision: (a) verify() refuses every token when DPoP is required (which code?);
-  // (b) verify(token, { proof, method, url }) checks a proof; (c) document that verify() ignores
-  // `dpop` and is for transports with no proof.
-  it.fails('verify() of an unbound token is refused when DPoP is required', async () => {
+  // accepted a plain, unbound access token: the one kind of token the option exists to refuse (a bound
+  // one was token_bound there, since verify() takes no proof). A gateway that authenticated a
+  // WebSocket or a queue message with verify() got bearer semantics without a word. Decided: verify()
+  // refuses every token then (dpop_proof_invalid: the proof it cannot have).
+  it('verify() of any token is refused when DPoP is required (dpop_proof_invalid)', async () => {
     const { edge } = pageGuard({ dpop: { required: true, origin: 'https://api.example' } });
     const token = await accessToken();
     expect(code(await edge.authenticate({ headers: { authorization: `Bearer ${token}` } }))).toBe('token_missing');
-    expect(code(await edge.verify(token))).not.toBe('ok');
+    expect(code(await edge.verify(token))).toBe('dpop_proof_invalid');
   });
 });
