@@ -52,7 +52,7 @@ describe("the root README's Quick start", () => {
         try {
           return (await promisify(execFile)('bash', args, { encoding: 'utf8' })).stdout;
         } catch (error) {
-          if (tries > 100) throw error;
+          if (tries > 300 || server?.exitCode !== null) throw error;
           await new Promise((resolve) => setTimeout(resolve, 100)); // the server is still starting
         }
       }
