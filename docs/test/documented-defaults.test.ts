@@ -372,6 +372,17 @@ describe('HTTP layer defaults (the adapters)', () => {
     });
   }
 
+  // docs/operations.md's sizing example: 50 writes a second kept 24 h, at the table's bytes per
+  // completed record with a 1 KiB body (1.4 KiB in Redis, 1.7 KiB in PostgreSQL), in decimal GB.
+  it('the sizing example multiplies out: 4.3 million a day, about 6 GB in Redis, 7.5 GB in PostgreSQL', () => {
+    const perDay = 50 * 86_400;
+    const gb = (kib: number) => (perDay * kib * 1024) / 1e9;
+    const text = readFileSync(join(root, 'docs/operations.md'), 'utf8').replace(/\s+/g, ' ');
+    expect(text).toContain('| completed, 1 KiB body | about 1.4 KiB | about 1.7 KiB |');
+    expect(text).toContain(`is ${(perDay / 1e6).toFixed(1)} million a day`);
+    expect(text).toContain(`about ${gb(1.4).toFixed(0)} GB in Redis or ${gb(1.7).toFixed(1)} GB in PostgreSQL`);
+  });
+
   // maxResponseBytes is observed on the wire, through Express: a response body of exactly the limit
   // is stored (a retry replays it), one byte more is served but not stored (`response-not-stored`).
   it('maxResponseBytes: the adapters store a body of exactly the documented size and not one byte more', async () => {
