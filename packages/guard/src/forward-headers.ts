@@ -16,13 +16,17 @@ export interface ForwardOptions extends StripOptions {
   audience: string;
   /** Header carrying the internal token (default `idem-internal-token`); always stripped first. */
   header?: string | undefined;
-  /** Keep the caller's `Authorization` header (default false: the bearer never reaches the upstream). */
+  /**
+   * Keep the caller's `Authorization` header and its `DPoP` proof (default false: neither reaches the
+   * upstream). They go together: a DPoP-bound token is of no use without its proof.
+   */
   keepAuthorization?: boolean | undefined;
 }
 
 /**
  * The headers a gateway sends upstream: the incoming headers without every identity family
- * (case-, underscore- and duplicate-proof), without the caller's bearer token, without hop-by-hop
+ * (case-, underscore- and duplicate-proof), without the caller's credentials (`Authorization` and
+ * the `DPoP` proof; `Cookie` is kept: the guard reads none), without hop-by-hop
  * headers (`connection` and those it names, `keep-alive`, `te`, `trailer`, `transfer-encoding`,
  * `upgrade`), `expect`, `proxy-authorization` and `host`, plus a freshly minted internal token for
  * `audience`. `content-length` is kept for a body passed on as it came: drop it when you send a
@@ -47,7 +51,9 @@ export async function forwardHeaders<T extends string | string[] | number | unde
     keepForwarded: options.keepForwarded === true,
   });
   if (options.keepAuthorization !== true) {
-    for (const name of Object.keys(stripped)) if (name.toLowerCase() === 'authorization') delete stripped[name];
+    // The DPoP proof is a credential too (RFC 9449 §4): signed by the caller's key for the gateway's
+    // URL, of no use to an upstream, and a leak wherever that upstream logs or relays its headers.
+    for (const name of Object.keys(stripped)) if (callerCredentials.has(name.toLowerCase())) delete stripped[name];
   }
   dropHopByHop(stripped, keptWhenNamed);
   // `Expect` is no hop-by-hop field, but the server in front of the gateway has answered it already
@@ -56,6 +62,9 @@ export async function forwardHeaders<T extends string | string[] | number | unde
   stripped[header] = await options.issuer.mint(principal, { audience: options.audience });
   return stripped;
 }
+
+// What the guard reads as the caller's credentials, dropped unless `keepAuthorization`.
+const callerCredentials: ReadonlySet<string> = new Set(['authorization', 'dpop']);
 
 // Headers about one connection, not the message (RFC 9110 section 7.6.1; HTTP/2's pseudo-headers
 // go too, see dropHopByHop), and `host`, which names

@@ -1,0 +1,84 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { calculateJwkThumbprint } from 'jose';
+import { describe, expect, it } from 'vitest';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  type DpopOptions,
+  forwardHeaders,
+  GuardError,
+  type GuardOptions,
+} from '../src/index.js';
+import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
+
+// Small defects a docs audit noticed in @idem/guard and left alone, each checked against the code and
+// the RFCs, decided, pinned here. Time is injected; the replay stores are functions (no server needed).
+
+const keys = testKeys();
+const ORIGIN = 'https://api.example';
+const issuers = [{ issuer: ISSUER, secret: SECRET }];
+
+function dpopGuard(dpop: DpopOptions, options: Partial<GuardOptions> = {}) {
+  const clock = manualClock();
+  const guard = createGuard({
+    audience: AUDIENCE,
+    now: clock.now,
+    ...options,
+    dpop: { origin: ORIGIN, ...dpop },
+    issuers,
+  });
+  return { clock, guard };
+}
+
+function proof(accessToken: string, nowSeconds: number): string {
+  const header = { typ: 'dpop+jwt', alg: 'ES256', jwk: keys.ec.publicJwk };
+  const claims = {
+    jti: randomUUID(),
+    htm: 'POST',
+    htu: `${ORIGIN}/orders`,
+    iat: nowSeconds,
+    ath: createHash('sha256').update(accessToken).digest('base64url'),
+  };
+  return signSegments(b64url(header), b64url(claims), 'ES256', keys.ec.privateKey);
+}
+
+async function principal() {
+  const guard = createGuard({ audience: AUDIENCE, now: manualClock().now, issuers });
+  const result = await guard.verify(makeToken());
+  if (!result.ok) throw new Error(result.error.code);
+  return result.principal;
+}
+
+describe('forwardHeaders and the caller credentials', () => {
+  // Was wrong: only `Authorization` was dropped, and the client's `DPoP` proof went on to the
+  // upstream. A proof is a signed credential of the caller's key for the gateway's URL: an internal
+  // service has no use for it, and one that logs or relays headers leaks it.
+  it('drops the DPoP proof with the Authorization header, in any spelling; keepAuthorization keeps both', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example' });
+    const incoming = { authorization: 'DPoP abc', DPoP: 'proof', dpop: 'proof', accept: 'application/json' };
+    const headers = await forwardHeaders(incoming, await principal(), { issuer, audience: 'orders' });
+    expect(Object.keys(headers).sort()).toEqual(['accept', 'idem-internal-token']);
+    // Kept on purpose, the caller's credentials go together: a DPoP-bound token is no use without its proof.
+    const kept = await forwardHeaders(incoming, await principal(), {
+      issuer,
+      audience: 'orders',
+      keepAuthorization: true,
+    });
+    expect(Object.keys(kept).sort()).toEqual(['DPoP', 'accept', 'authorization', 'dpop', 'idem-internal-token']);
+  });
+
+  // The guard reads no cookie, so none is its credential to drop: a route behind the gateway may need
+  // them (documented, with `extra: ['cookie']` to strip them).
+  it('HELD: Cookie passes unless the gateway adds it to extra', async () => {
+    const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example' });
+    const incoming = { cookie: 'session=1', accept: 'application/json' };
+    const passed = await forwardHeaders(incoming, await principal(), { issuer, audience: 'orders' });
+    expect(passed.cookie).toBe('session=1');
+    const stripped = await forwardHeaders(incoming, await principal(), {
+      issuer,
+      audience: 'orders',
+      extra: ['cookie'],
+    });
+    expect(stripped.cookie).toBeUndefined();
+  });
+});
