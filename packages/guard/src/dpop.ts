@@ -37,15 +37,20 @@ export interface DpopOptions {
    * no one never fill it); returns false when the key was already seen, or `'full'` when it cannot be
    * remembered (the proof is then refused with `dpop_replay_full`). A store that throws or rejects
    * refuses the proof with `dpop_replay_unavailable`. Default: in process, at most
-   * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run.
+   * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run;
+   * it bounds itself (`maxReplayEntries` with a store is a `TypeError`).
    */
   replay?: ((key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>) | undefined;
   /**
    * Seconds a `replay` store may take before the proof is refused with `dpop_replay_unavailable`
-   * (default 1; 0.01 to 60). A store that hangs must not hang every request behind it.
+   * (default 1; 0.01 to 60). A store that hangs must not hang every request behind it. Only with
+   * `replay` (without it, a `TypeError`: the in-process memory answers at once).
    */
   replayTimeout?: number | undefined;
-  /** Bound on the default replay memory (default 100,000); when it is full of live proofs, new ones are refused. */
+  /**
+   * Bound on the in-process replay memory (default 100,000); when it is full of live proofs, new ones
+   * are refused. Not with `replay` (a `TypeError`): a store of one's own is bounded by its own means.
+   */
   maxReplayEntries?: number | undefined;
   /**
    * Require a nonce this server provides in every proof (RFC 9449 §9): `true`, or `{ secret,
@@ -112,6 +117,21 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
   );
   if (algorithms.some((alg) => keyFamilyOf(alg) === 'oct')) throw new TypeError('dpop.algorithms must be asymmetric');
   const maxAge = seconds(options.maxAge ?? 60, 'dpop.maxAge', { min: 1, max: 3600 });
+  // Each bounds one of the two memories: silently ignored, the other would be a limit the operator
+  // believes in and that is not there.
+  if (options.replay !== undefined && options.maxReplayEntries !== undefined) {
+    throw new TypeError(
+      'dpop.maxReplayEntries bounds the in-process replay memory and cannot be combined with dpop.replay: bound your store itself',
+    );
+  }
+  if (options.replay === undefined && options.replayTimeout !== undefined) {
+    throw new TypeError(
+      'dpop.replayTimeout applies to a dpop.replay store only: the in-process memory answers at once',
+    );
+  }
+  if (options.replay !== undefined && typeof options.replay !== 'function') {
+    throw new TypeError('dpop.replay must be a function');
+  }
   const replayTimeout = seconds(options.replayTimeout ?? 1, 'dpop.replayTimeout', { min: 0.01, max: 60 });
   // Read as "not required" otherwise: a typo would let plain bearer tokens through.
   if (options.required !== undefined && typeof options.required !== 'boolean') {

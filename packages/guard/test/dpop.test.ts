@@ -610,7 +610,7 @@ describe('DPoP (case 52)', () => {
       expect(() => setup({ maxReplayEntries })).toThrow(TypeError);
     }
     for (const replayTimeout of [0, 0.001, 61, Number.NaN]) {
-      expect(() => setup({ replayTimeout })).toThrow(/replayTimeout/);
+      expect(() => setup({ replay: () => true, replayTimeout })).toThrow(/replayTimeout must/);
     }
   });
 });

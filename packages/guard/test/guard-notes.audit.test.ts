@@ -82,3 +82,20 @@ describe('forwardHeaders and the caller credentials', () => {
     expect(stripped.cookie).toBeUndefined();
   });
 });
+
+describe('DPoP replay options', () => {
+  // Was wrong: a `replay` store given with `maxReplayEntries` (which bounds only the in-process
+  // memory) silently ignored the limit; and `replayTimeout` without a store, the in-process memory
+  // answering at once, was ignored too. A bound the operator believes in and that is not there.
+  it('maxReplayEntries with a replay store, or replayTimeout without one, is a TypeError naming both', () => {
+    const replay = () => true;
+    expect(() => dpopGuard({ replay, maxReplayEntries: 10 })).toThrow(
+      /dpop\.maxReplayEntries.*dpop\.replay|dpop\.replay.*dpop\.maxReplayEntries/,
+    );
+    expect(() => dpopGuard({ replayTimeout: 2 })).toThrow(/dpop\.replayTimeout.*dpop\.replay\b/);
+    expect(() => dpopGuard({ replay, replayTimeout: 2 })).not.toThrow();
+    // A store that is no function (a client object passed as is) refused every proof as unavailable.
+    expect(() => dpopGuard({ replay: {} as never })).toThrow(/dpop\.replay must be a function/);
+    expect(() => dpopGuard({ maxReplayEntries: 10 })).not.toThrow();
+  });
+});
