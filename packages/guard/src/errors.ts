@@ -267,7 +267,11 @@ export interface GuardProblem {
   status: number;
   detail: string;
   code: GuardErrorCode;
-  /** True for `keys_unavailable` only: the same token passes once the issuer's keys can be fetched. */
+  /**
+   * True where the same token may pass later: `keys_unavailable` (once the issuer's keys can be
+   * fetched), `dpop_replay_full` and `dpop_replay_unavailable` (with a fresh proof, once the replay
+   * memory has room or answers again).
+   */
   retryable: boolean;
   [extension: string]: unknown;
 }
@@ -287,8 +291,9 @@ export class GuardError extends Error {
   readonly code: GuardErrorCode;
   readonly status: 400 | 401 | 403;
   /**
-   * Whether the same request (same token) can succeed later: true for `keys_unavailable` only, a
-   * refusal about the issuer's key endpoint, not the token. Every other refusal is repeated.
+   * Whether the same request (same token) can succeed later: true for `keys_unavailable`,
+   * `dpop_replay_full` and `dpop_replay_unavailable`, refusals about the server's own dependencies
+   * (the issuer's key endpoint, the replay memory), not the token. Every other refusal is repeated.
    */
   readonly retryable: boolean;
   /** The complete `WWW-Authenticate` header value (RFC 6750 §3). */
@@ -324,8 +329,14 @@ export class GuardError extends Error {
 }
 
 // The refusals a later attempt with the same token may pass: the guard fails closed while the issuer's
-// keys cannot be fetched, and the token itself may be fine.
-const retryableCodes: ReadonlySet<GuardErrorCode> = new Set(['keys_unavailable']);
+// keys cannot be fetched, or while the replay memory is full or down, and the token itself may be fine.
+// (A DPoP retry brings a fresh proof, as every DPoP request does; a replayed proof stays final.)
+// No `Retry-After`: RFC 9110 §10.2.3 gives it a meaning for 503 and 3xx, and these are 401s.
+const retryableCodes: ReadonlySet<GuardErrorCode> = new Set([
+  'keys_unavailable',
+  'dpop_replay_full',
+  'dpop_replay_unavailable',
+]);
 
 function buildChallenge(
   error: string | undefined,

@@ -186,7 +186,8 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
         status: row.status,
         detail: row.description,
         code,
-        retryable: code === 'keys_unavailable',
+        // The server's own dependencies (key endpoint, DPoP replay memory): the same token may pass later.
+        retryable: ['keys_unavailable', 'dpop_replay_full', 'dpop_replay_unavailable'].includes(code),
       });
       expect(isGuardError(error)).toBe(true);
     }

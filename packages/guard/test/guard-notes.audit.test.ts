@@ -99,3 +99,40 @@ describe('DPoP replay options', () => {
     expect(() => dpopGuard({ maxReplayEntries: 10 })).not.toThrow();
   });
 });
+
+describe('retryable DPoP replay refusals', () => {
+  // Was wrong: `retryable` was false for `dpop_replay_full` and `dpop_replay_unavailable`, while
+  // docs/errors.md told clients to retry them with a fresh proof. Both say the server's replay memory
+  // could not take the proof, not that the token or the proof is bad: the same token passes later.
+  for (const [label, replay, code] of [
+    ['full', () => 'full' as const, 'dpop_replay_full'],
+    [
+      'down',
+      () => {
+        throw new Error('ECONNREFUSED');
+      },
+      'dpop_replay_unavailable',
+    ],
+  ] as const) {
+    it(`a replay memory that is ${label} refuses with ${code}, retryable: true`, async () => {
+      const { clock, guard } = dpopGuard({ replay });
+      const accessToken = makeToken({
+        claims: { cnf: { jkt: await calculateJwkThumbprint(keys.ec.publicJwk as never, 'sha256') } },
+      });
+      const result = await guard.authenticate({
+        method: 'POST',
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof(accessToken, clock.seconds()) },
+      });
+      expect(result.ok || [result.error.code, result.error.retryable, result.error.toProblem().retryable]).toEqual([
+        code,
+        true,
+        true,
+      ]);
+    });
+  }
+
+  it('a replayed proof stays final: the same proof never passes', () => {
+    expect(new GuardError('dpop_proof_replayed').retryable).toBe(false);
+  });
+});
