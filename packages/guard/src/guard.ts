@@ -191,7 +191,10 @@ export interface GuardOptions extends TokenRules {
   realm?: string | undefined;
   /** RFC 9728 metadata URL announced in every challenge (400, 401 and 403). */
   resourceMetadata?: string | undefined;
-  /** Accept `?access_token=` when no Authorization header is sent (default false; RFC 6750 §2.3). */
+  /**
+   * Accept `?access_token=` when no Authorization header is sent (default false; RFC 6750 §2.3).
+   * Not with `dpop: { required: true }` (a `TypeError`): a query token is a bearer token.
+   */
   allowQueryToken?: boolean | undefined;
   /** Size and depth limits applied before any decoding (positive integers; `maxDepth` at most 1000). */
   limits?: Partial<TokenLimits> | undefined;
@@ -885,6 +888,14 @@ export function createGuard(options: GuardOptions): Guard {
   const { engine, stats, realm } = buildEngine(options, { refusedTypes: new Set([internalTokenType]) });
   const allowQueryToken = options.allowQueryToken === true;
   const dpopMode = engine.dpop === undefined ? 'off' : engine.dpop.required ? 'required' : 'allowed';
+  // A query token is a bearer token (RFC 6750 §2.3; RFC 9449 defines no query form), which
+  // `dpop.required` refuses: together, the option did nothing but make an `optional` route refuse a
+  // request carrying one, instead of serving it as anonymous.
+  if (allowQueryToken && dpopMode === 'required') {
+    throw new TypeError(
+      'allowQueryToken cannot be combined with dpop.required: a query token is a bearer token, which dpop.required refuses',
+    );
+  }
   return guardFromEngine(
     engine,
     stats,

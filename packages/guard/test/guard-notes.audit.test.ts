@@ -136,3 +136,17 @@ describe('retryable DPoP replay refusals', () => {
     expect(new GuardError('dpop_proof_replayed').retryable).toBe(false);
   });
 });
+
+describe('query tokens with DPoP required', () => {
+  // Was wrong: with `dpop.required`, a query token is a bearer token and never read, yet
+  // `carriesCredentials` counted it, so an `optional` route answered 401 to a request it should have
+  // served as anonymous; and the option the operator set did nothing. Decided: the combination is
+  // refused at construction, naming both.
+  it('allowQueryToken with dpop.required is a TypeError naming both', () => {
+    expect(() => dpopGuard({ required: true }, { allowQueryToken: true })).toThrow(
+      /allowQueryToken.*dpop\.required|dpop\.required.*allowQueryToken/,
+    );
+    expect(() => dpopGuard({}, { allowQueryToken: true })).not.toThrow();
+    expect(() => dpopGuard({ required: true }, { allowQueryToken: false })).not.toThrow();
+  });
+});
