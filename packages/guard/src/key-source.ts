@@ -296,6 +296,21 @@ class FailureTooLarge extends FetchFailure {
   }
 }
 
+// The hosts a plain-http JWKS may be fetched from: traffic to them never leaves the machine.
+// `localhost` by name (its one spelling: `*.localhost` and `localhost.` go to a resolver that may not
+// keep them local), and by address all of 127.0.0.0/8 (RFC 1122 §3.2.1.3), `[::1]` and the
+// IPv4-mapped 127.0.0.0/8 (`[::ffff:127.0.0.2]`, which the URL parser writes `[::ffff:7f00:2]`). The
+// WHATWG parser has already rewritten every IPv4 spelling (`127.1`, `2130706433`, `0x7f.1`) to
+// dotted decimal, so the address forms are compared as it writes them.
+const loopbackIpv4 = /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
+const loopbackMapped = /^\[::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}\]$/;
+
+function isLoopbackHost(hostname: string): boolean {
+  return (
+    hostname === 'localhost' || hostname === '[::1]' || loopbackIpv4.test(hostname) || loopbackMapped.test(hostname)
+  );
+}
+
 /**
  * A remote JWKS with the behaviour none of the anchors combine (research section 10, items 1 and 2):
  * - cached for the server's `Cache-Control: max-age` / `Expires`, less the `Age` a cache on the way
@@ -344,8 +359,7 @@ export function remoteKeySource(
   } catch (cause) {
     throw new TypeError('jwksUri must be an absolute URL', { cause });
   }
-  const loopback = url.hostname === 'localhost' || url.hostname === '127.0.0.1' || url.hostname === '[::1]';
-  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
     throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
   }
   // fetch refuses a URL with credentials, so every fetch would fail as if the endpoint were down, and

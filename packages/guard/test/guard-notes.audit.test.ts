@@ -150,3 +150,36 @@ describe('query tokens with DPoP required', () => {
     expect(() => dpopGuard({ required: true }, { allowQueryToken: false })).not.toThrow();
   });
 });
+
+describe('remote JWKS over http: on loopback', () => {
+  const guardFor = (jwksUri: string) => () =>
+    createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, jwksUri, algorithms: ['ES256'] }] });
+
+  // Was wrong: only 127.0.0.1 of 127.0.0.0/8 was loopback (RFC 1122 §3.2.1.3, RFC 6890): a JWKS
+  // served on 127.0.0.2 (a second local listener, a sidecar bound to its own address) was refused.
+  it('takes every address of 127.0.0.0/8 and the IPv4-mapped ones, in any spelling the URL parser reads', () => {
+    for (const uri of [
+      'http://127.0.0.2:8080/jwks',
+      'http://127.255.255.254/jwks',
+      'http://127.1:8080/jwks', // read as 127.0.0.1
+      'http://2130706434/jwks', // 127.0.0.2 as one number
+      'http://[::ffff:127.0.0.2]/jwks',
+    ]) {
+      expect(guardFor(uri), uri).not.toThrow();
+    }
+  });
+
+  it('HELD: refuses http: on every other host, names that merely start like loopback included', () => {
+    for (const uri of [
+      'http://128.0.0.1/jwks',
+      'http://126.255.255.255/jwks',
+      'http://127.0.0.1.nip.io/jwks',
+      'http://localhost.example/jwks',
+      'http://api.localhost/jwks',
+      'http://[::ffff:10.0.0.1]/jwks',
+      'http://[::2]/jwks',
+    ]) {
+      expect(guardFor(uri), uri).toThrow(TypeError);
+    }
+  });
+});
