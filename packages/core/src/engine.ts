@@ -2,7 +2,7 @@ import { Buffer } from 'node:buffer';
 import { createHash, randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
 import { type Duration, toMilliseconds } from './duration.js';
-import { IdempotencyError, isIdempotencyError } from './errors.js';
+import { IdempotencyError, isIdempotencyError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent, LeaseLostReason } from './events.js';
 import { fingerprintsMatch } from './fingerprint.js';
 import { notify } from './notify.js';
@@ -214,7 +214,10 @@ export interface IdempotencyEngine {
   /**
    * Transactional mode (stores that support it, such as PostgreSQL): runs `fn` in one transaction
    * that also completes the record, so the handler's writes and the stored outcome commit together or
-   * not at all. If the lease was lost, nothing of `fn` commits.
+   * not at all. If the lease was lost, nothing of `fn` commits. If `fn` throws, or left the
+   * transaction aborted (the store rejects with `TransactionAbortedError`: a statement of `fn`'s
+   * failed and it went on without a SAVEPOINT), everything rolls back and the error is rethrown with
+   * the lease still held: release it, or store an error outcome, as for any failed handler.
    */
   transaction<T, Tx = unknown>(
     lease: Lease,
@@ -1211,6 +1214,11 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       return { committed: true, value: result.value as T, stored };
     } catch (error) {
       if (handlerError) throw handlerError.error;
+      // The handler left the transaction aborted (a statement of its own failed and it went on), so
+      // the store could not complete the record: the handler's failure, rethrown as its own error
+      // would be, with the lease still held. Reported as a store-error and answered 503, it would
+      // send an operator after an outage that is not there, and the client into retrying for ever.
+      if (isTransactionAbortedError(error)) throw error;
       stopHeartbeat(state);
       if (!isIdempotencyError(error)) {
         if (onEvent)

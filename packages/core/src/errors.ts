@@ -26,6 +26,13 @@ export const errorTable = {
     title: 'The response of this Idempotency-Key cannot be replayed',
     retryable: false,
   },
+  // The handler's bug, not the store's: the key is released, but the same request fails the same way
+  // until the server is fixed, so a client is not told to retry.
+  transaction_aborted: {
+    status: 500,
+    title: "The handler's transaction was aborted",
+    retryable: false,
+  },
 } as const;
 
 /** A stable idem error code. */
@@ -115,6 +122,41 @@ export class StoreUnavailableError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options === undefined ? undefined : { cause: withoutCommandValues(options.cause) });
   }
+}
+
+/**
+ * Thrown by a transactional store when the handler left its transaction aborted: a statement of
+ * the handler's failed and the handler went on (a unique violation caught and ignored, without a
+ * SAVEPOINT), so PostgreSQL refuses everything until the transaction ends (SQLSTATE 25P02), the
+ * record's completion included. Nothing of the transaction commits. It is the handler's failure,
+ * not the store's: the engine rethrows it as it would the handler's own error (no `store-error`),
+ * the HTTP adapters answer 500 `transaction_aborted` and release the key, and the webhook receiver
+ * answers 500 `apply_failed`. `cause` is the database's error.
+ *
+ * @example
+ * try {
+ *   await engine.transaction(lease, handler);
+ * } catch (error) {
+ *   if (isTransactionAbortedError(error)) log.error({ error }, 'use a SAVEPOINT or ON CONFLICT DO NOTHING');
+ * }
+ */
+export class TransactionAbortedError extends Error {
+  override readonly name = 'TransactionAbortedError' as const;
+  readonly code = 'transaction_aborted' as const;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options === undefined ? undefined : { cause: withoutCommandValues(options.cause) });
+  }
+}
+
+/**
+ * True when `value` is a {@link TransactionAbortedError}. By name, so one raised by another copy of
+ * `@idem/core` (a store built against it) is recognised too.
+ *
+ * @example
+ * if (isTransactionAbortedError(error)) metrics.increment('handler.transaction_aborted');
+ */
+export function isTransactionAbortedError(value: unknown): value is TransactionAbortedError {
+  return value instanceof Error && value.name === 'TransactionAbortedError';
 }
 
 /**

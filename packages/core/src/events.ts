@@ -39,8 +39,10 @@ interface EventBase {
  *   answered while the handler still ran (a timeout middleware's 503): the operation ran or is
  *   running, so the key is kept with `response_not_replayable` whatever the policy says (`complete`
  *   follows, status 500), once the handler ended where the adapter can tell; only a handler that
- *   then threw, under a policy that releases thrown handlers, releases it. Every other reason
- *   releases the key.
+ *   then threw, under a policy that releases thrown handlers, releases it. `transaction-aborted`
+ *   (transactional mode): the handler left its transaction aborted (a statement of its own failed
+ *   and it went on without a SAVEPOINT), so nothing committed; its answer (`status`) is replaced by
+ *   `500 transaction_aborted`. Every other reason releases the key.
  */
 export type IdempotencyEvent =
   | (EventBase & {
@@ -100,7 +102,8 @@ export type NotStoredReason =
   | 'no-route'
   | 'body-refused'
   | 'closed'
-  | 'answered-early';
+  | 'answered-early'
+  | 'transaction-aborted';
 
 /** Why a covered request was refused before its record was looked up: see `refused` above. */
 export type RefusalCode = 'key_missing' | 'key_invalid' | 'scope_missing' | 'body_too_large' | 'body_incomplete';

@@ -13,7 +13,7 @@ import {
   type SettleNow,
   settleNow,
 } from './engine.js';
-import { IdempotencyError, isIdempotencyError } from './errors.js';
+import { IdempotencyError, isIdempotencyError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason, RefusalCode } from './events.js';
 import {
   checkExcludes,
@@ -1077,6 +1077,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       cause,
     });
 
+  const transactionAborted = () =>
+    new IdempotencyError(
+      'transaction_aborted',
+      'The server could not commit this request: its handler left the database transaction aborted. Nothing was committed, and the key is free again, but a retry is likely to fail the same way until the server is fixed.',
+    );
+
   const transactionOf = async (
     lease: Lease,
     capture: ResponseCapture,
@@ -1084,6 +1090,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     thrown: () => boolean,
   ): Promise<void> => {
     let failed: CaptureResult | undefined;
+    // The status of the response handed to the store, for the event of one it could not commit.
+    let handed = 0;
     try {
       const result = await engine.transaction(lease, async (tx) => {
         start(tx);
@@ -1122,6 +1130,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           failed = outcome;
           throw new RolledBack();
         }
+        handed = response.status;
         return { value: undefined, response, outcome: { thrown: thrown() } };
       });
       if (result.committed) {
@@ -1130,6 +1139,23 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       }
       capture.replace(problem(uncommitted(result.error)));
     } catch (error) {
+      // The handler left its transaction aborted (one of its statements failed and it went on), so
+      // nothing of it could commit: its failure, not the store's. Its answer is not served as if it
+      // had committed; the key is released so that the retry runs once the handler is fixed, and the
+      // client is told what happened (500, not a 503 that would have it retry for ever).
+      if (isTransactionAbortedError(error)) {
+        emit({
+          type: 'response-not-stored',
+          id: lease.id,
+          operation: lease.operation,
+          reason: 'transaction-aborted',
+          status: handed,
+          at: now(),
+        });
+        await engine.release(lease).catch(() => undefined);
+        capture.replace(problem(transactionAborted()));
+        return;
+      }
       if (error instanceof StoreFailed) {
         emit({
           type: 'store-error',

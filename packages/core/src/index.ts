@@ -20,10 +20,12 @@ export {
   type IdempotencyErrorCode,
   type IdempotencyErrorOptions,
   isIdempotencyError,
+  isTransactionAbortedError,
   type ProblemDetails,
   problemType,
   problemTypeBase,
   StoreUnavailableError,
+  TransactionAbortedError,
   withoutCommandValues,
 } from './errors.js';
 export type {

@@ -14,6 +14,7 @@ import {
   type StoreRecord,
   StoreUnavailableError,
   storedResponseSize,
+  TransactionAbortedError,
   type TransactionalStore,
 } from '@idem/core';
 import { retrySerializationFailures } from './serialization-retry.js';
@@ -170,6 +171,20 @@ const unmigrated = (error: unknown, table: string): Error | undefined => {
       { cause: error },
     ),
     { code },
+  );
+};
+
+// 25P02 (in_failed_sql_transaction) on the completion inside a transactional handler's transaction:
+// a statement of the handler's failed and the handler went on without rolling back to a SAVEPOINT
+// (a unique violation caught and ignored), so PostgreSQL refuses everything until the transaction
+// ends. The completion is the first statement of the store's own there, so this can only be the
+// handler's doing: told apart from a store failure, the engine does not answer 503 for it (a retry
+// would fail the same way, for ever) nor report a store-error.
+const abortedByHandler = (error: unknown): Error | undefined => {
+  if ((error as { code?: unknown } | null)?.code !== '25P02') return undefined;
+  return new TransactionAbortedError(
+    'The handler left its transaction aborted: one of its statements failed and it went on without rolling back to a SAVEPOINT; nothing was committed',
+    { cause: error },
   );
 };
 
@@ -342,17 +357,17 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     type Outcome = { committed: true; value: T } | { committed: false };
     return sql.transaction<Outcome>(async (tx) => {
       const produced = await fn(tx);
-      let cas: SqlResult;
-      if (produced.response === undefined) {
-        cas = await tx.query(statements.releaseInTransaction.text, [id, token]);
-      } else {
-        checkSize(produced.response);
+      const response = produced.response;
+      if (response !== undefined) {
+        checkSize(response);
         checkMs(produced.retentionMs, 'retentionMs');
-        cas = await tx.query(
-          statements.completeInTransaction.text,
-          completeParams(id, token, produced.response, produced.retentionMs),
-        );
       }
+      const cas = await (response === undefined
+        ? tx.query(statements.releaseInTransaction.text, [id, token])
+        : tx.query(statements.completeInTransaction.text, completeParams(id, token, response, produced.retentionMs))
+      ).catch((error: unknown) => {
+        throw abortedByHandler(error) ?? error;
+      });
       // The token is no longer current: someone else owns the record, so nothing of this run may
       // commit, neither the handler's writes nor the outcome.
       if (cas.rowCount === 0) return { commit: false, value: { committed: false } };

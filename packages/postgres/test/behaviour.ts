@@ -5,9 +5,11 @@ import {
   createIdempotency,
   type IdempotencyEvent,
   InvalidResponseError,
+  isTransactionAbortedError,
   recordId,
   type StoredResponse,
   StoreUnavailableError,
+  TransactionAbortedError,
 } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -578,6 +580,58 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           .catch((error: unknown) => error);
         expect((failure as { code?: string }).code).toBe('42P01');
         expect((await store.get(id))?.state).toBe('in_progress');
+      });
+
+      // Was wrong: a handler that swallowed a failed statement ("insert, ignore the unique
+      // violation", without a SAVEPOINT) left the transaction aborted (25P02); the completion then
+      // failed with that raw error, which the engine took for the store's (503 store_unavailable and
+      // a store-error, on every retry). It is the handler's failure, told apart by name and code.
+      for (const response_ of ['a response', 'no response (release)'] as const) {
+        it(`rejects with TransactionAbortedError when the handler left the transaction aborted, with ${response_}`, async () => {
+          const id = freshId();
+          const marker = randomUUID();
+          await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+          const failure = await store
+            .transaction({ id, token: 't' }, async (tx) => {
+              await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+              await tx.query('SELECT 1 / 0').catch(() => undefined);
+              return {
+                value: undefined,
+                response: response_ === 'a response' ? response('never') : undefined,
+                retentionMs: 60_000,
+              };
+            })
+            .catch((error: unknown) => error);
+          expect(failure).toBeInstanceOf(TransactionAbortedError);
+          expect(isTransactionAbortedError(failure)).toBe(true);
+          expect(failure).not.toBeInstanceOf(StoreUnavailableError);
+          expect((failure as { code?: string }).code).toBe('transaction_aborted');
+          expect(((failure as Error).cause as { code?: string }).code).toBe('25P02');
+          expect(await effectCount(marker)).toBe(0);
+          expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+          // The connection is usable again afterwards.
+          expect(await store.release({ id, token: 't' })).toBe(true);
+        });
+      }
+
+      it('through the engine, a transaction left aborted is rethrown as the handler failure, with no store-error', async () => {
+        const events: IdempotencyEvent[] = [];
+        const engine = createIdempotency({ store, heartbeat: false, onEvent: (event) => events.push(event) });
+        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /orders' };
+        const first = await engine.begin(request);
+        if (first.kind !== 'execute') throw new Error(`expected execute, got ${first.kind}`);
+        const failure = await engine
+          .transaction(first.lease, async (tx: { query(text: string): Promise<unknown> }) => {
+            await tx.query('SELECT 1 / 0').catch(() => undefined);
+            return { value: undefined, response: response('{}') };
+          })
+          .catch((error: unknown) => error);
+        expect(isTransactionAbortedError(failure)).toBe(true);
+        expect(events.filter((event) => event.type === 'store-error')).toEqual([]);
+        // As for a handler that threw, the lease is still held: the caller releases it.
+        expect((await store.get(first.lease.id))?.state).toBe('in_progress');
+        expect(await engine.release(first.lease)).toEqual({ ok: true });
+        expect((await engine.begin(request)).kind).toBe('execute');
       });
 
       it('commits nothing when the token is no longer current, and says so', async () => {

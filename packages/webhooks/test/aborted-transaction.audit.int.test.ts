@@ -1,3 +1,4 @@
+import type { IdempotencyEvent } from '@idem/core';
 import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createReceiver, createSigner, type ReceiverEvent } from '../src/index.js';
@@ -24,36 +25,50 @@ describe.skipIf(!available)('transactional receiver: an apply that swallows a fa
   });
 
   // Was wrong: "insert, and ignore the unique violation" inside `tx` leaves the transaction aborted
-  // (25P02), so recording the id fails at commit and the receiver answers 503 `store_unavailable`
+  // (25P02), so recording the id failed and the receiver answered 503 `store_unavailable`
   // ("Idempotency store unavailable") with a `record-failed` store-error, on every retry: an operator
-  // is sent after a database outage that does not exist, while the cause is the apply's own
+  // was sent after a database outage that did not exist, while the cause is the apply's own
   // statement (a SAVEPOINT, or `ON CONFLICT DO NOTHING`, is the fix on the app's side).
-  // Needs a decision: (a) postgresStore reports a completion refused because the caller's statements
-  // already aborted the transaction as the handler's failure, so the engine rethrows it and the
-  // receiver answers 500 `apply_failed` (the HTTP adapters' transactional mode would change the same
-  // way); (b) keep 503 and document the pattern in the receiver's transactional-mode section;
-  // (c) a distinct code for "the handler's transaction was aborted".
-  it.fails("answers 500 apply_failed, not 503 store_unavailable, and reports it as the apply's failure", async () => {
+  // Decided: a transaction the apply left aborted is the apply's failure: 500 `apply_failed`, the id
+  // released (the sender's retry applies it once the apply is fixed), and no store-error.
+  it("answers 500 apply_failed, not 503 store_unavailable, reports it as the apply's failure and frees the id", async () => {
     const events: ReceiverEvent[] = [];
+    const storeEvents: IdempotencyEvent[] = [];
+    let fixed = false;
     const receiver = createReceiver<PostgresTransaction>({
       store: postgresStore({ client: pool, table: records }),
       secret: SECRET,
       onEvent: (event) => events.push(event),
+      onStoreEvent: (event) => storeEvents.push(event),
       apply: async (event, tx) => {
+        const id = event.json<{ data: { id: string } }>().data.id;
+        if (fixed) {
+          await tx!.query(`INSERT INTO "${payments}" (id) VALUES ($1) ON CONFLICT DO NOTHING`, [id]);
+          return;
+        }
         try {
-          await tx!.query(`INSERT INTO "${payments}" (id) VALUES ($1)`, [
-            event.json<{ data: { id: string } }>().data.id,
-          ]);
+          await tx!.query(`INSERT INTO "${payments}" (id) VALUES ($1)`, [id]);
         } catch {
           // "Already there: fine."
         }
       },
     });
-    const response = await receiver.handle({
-      headers: signer.sign({ id: 'evt_aborted', body, timestamp: new Date() }),
-      body,
-    });
+    const deliver = () =>
+      receiver.handle({ headers: signer.sign({ id: 'evt_aborted', body, timestamp: new Date() }), body });
+    const response = await deliver();
     expect(response).toMatchObject({ status: 500, outcome: 'failed' });
-    expect(events.map((event) => event.type)).toEqual(['failed']);
+    expect(JSON.parse(Buffer.from(response.body).toString())).toMatchObject({ code: 'apply_failed' });
+    expect(events).toEqual([
+      expect.objectContaining({
+        type: 'failed',
+        code: 'apply_failed',
+        error: expect.objectContaining({ code: 'transaction_aborted' }),
+      }),
+    ]);
+    expect(storeEvents.filter((event) => event.type === 'store-error')).toEqual([]);
+
+    fixed = true;
+    expect(await deliver()).toMatchObject({ status: 200, outcome: 'applied' });
+    expect(await deliver()).toMatchObject({ status: 200, outcome: 'duplicate' });
   });
 });
