@@ -299,6 +299,7 @@ describe('the error catalogue (docs/errors.md)', () => {
         StoreUnavailableError: new core.StoreUnavailableError('x'),
         ResponseTooLargeError: new core.ResponseTooLargeError(2, 1),
         InvalidResponseError: new core.InvalidResponseError('x'),
+        TransactionAbortedError: new core.TransactionAbortedError('x'),
       };
       for (const [name, error] of Object.entries(classes)) {
         const row = rows.find((candidate) => candidate.Error === `\`${name}\``);
