@@ -64,7 +64,7 @@ describe('fastify glue: the Content-Type the plugin drops is the one Fastify can
   });
   const handle = receiver.handle.bind(receiver);
   receiver.handle = (request) => {
-    seen.push(request.headers['content-type'] as string | undefined);
+    seen.push((request.headers as Record<string, string | undefined>)['content-type']);
     return handle(request);
   };
   app.register(fastifyWebhook(receiver, { path: '/hooks' }));
