@@ -203,8 +203,9 @@ export interface IdempotencyContext {
    * handler threw; a retry never runs the handler again. In transactional mode the transaction rolls
    * back and the key is released instead (`503 store_unavailable`; the retry runs the handler once,
    * whole). Call it just before writing (or throwing) the answer. Once the response ended (the
-   * handler answered first, its timer firing late) it changes nothing. Works detached from the
-   * context, like `release`.
+   * handler answered first, its timer firing late) it changes nothing, nor, outside transactional
+   * mode, once the handler's head went out (it streams): no other answer can be written then, and
+   * the handler's is the outcome. Works detached from the context, like `release`.
    *
    * @example
    * fastify.post('/charges', async (request, reply) => {
@@ -971,10 +972,15 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const settleAtOnce = (
     lease: Lease,
     result: CaptureResult,
-    thrown: boolean,
+    threw: boolean,
     rolledBack = false,
   ): Promise<void> | undefined => {
     mark(lease, endedMark);
+    // An error thrown through the chain with an answer said to be for the handler
+    // (`answeringForHandler`) is the timeout's: a Koa timeout below idempotency() throws its own.
+    // Whatever the response's outcome, the handler did not fail: a policy that releases a thrown
+    // handler would let the retry run it a second time.
+    const thrown = threw && !answeredForHandler(lease);
     let answer: Awaitable<unknown>;
     try {
       if (result.kind === 'complete' && !hadNoEffect(lease)) {
@@ -1009,14 +1015,11 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           // and the handler's own can no longer be written. The operation ran, so the key is kept
           // whatever the policy says of the status sent, or a retry would run it a second time. Only
           // a handler that then threw (settled after its end, where the adapter can tell) is
-          // released, when the policy releases a thrown handler, unless the answer was said to be
-          // for it (`answeringForHandler`): a Koa timeout below idempotency() throws its own error
-          // through the chain, and that is no failure of the handler's; and one whose transaction was rolled
-          // back (held mode): its writes are undone and its handle refuses any more, so the retry
+          // released, when the policy releases a thrown handler (not when the answer was said to be
+          // for it: see `thrown` above); and one whose transaction was rolled back (held mode): its writes are undone and its handle refuses any more, so the retry
           // runs it as the first attempt would have.
           answer =
-            rolledBack ||
-            (thrown && !answeredForHandler(lease) && atOnce.retentionFor(500, lease.operation, true) === undefined)
+            rolledBack || (thrown && atOnce.retentionFor(500, lease.operation, true) === undefined)
               ? atOnce.release(lease)
               : atOnce.complete(lease, unreplayableResponse(reason, undefined), { status: 500 }, true);
         } else if (response !== undefined && !overStoreCap(response)) {
@@ -1309,11 +1312,23 @@ function watchedBy(lease: Lease, capture: ResponseCapture): void {
 // `IdempotencyContext.answeringForHandler`: the capture takes the answer about to be written as one
 // for a running handler (as `idempotencyErrors()` does for connect-timeout's), and the settlement
 // knows that an error thrown through the chain with it was the timeout's, not the handler's. After
-// the response ended, the handler answered first: nothing to change.
+// the response ended, the handler answered first: nothing to change. So too once the handler's head
+// went out (a timer firing while it streams): no other answer can be written in its place (Node
+// refuses a second head), and the handler's, whole, is its outcome. Marked, it was settled as a
+// timeout's and the key kept `500 response_not_replayable` though its client had the whole answer.
+// Held, nothing went out yet: a head written into the hold is still taken (see transactionOf).
+// The lease is marked all the same: a Koa timeout below idempotency() still throws through the
+// chain, and that error is the timeout's, not the handler's (see settleAtOnce).
 function answeringForHandler(lease: Lease): void {
   if (hasEnded(lease)) return;
   mark(lease, answeringMark);
-  (lease as MarkedLease)[captureOfLease]?.answeredForHandler();
+  const capture = (lease as MarkedLease)[captureOfLease];
+  if (capture !== undefined && !headWentOut(capture)) capture.answeredForHandler();
+}
+
+function headWentOut(capture: ResponseCapture): boolean {
+  const state = (capture as Partial<CaptureHandle>)[captureStateKey];
+  return state !== undefined && !state.hold && state.res.headersSent;
 }
 
 // One class for every execution's context: `signal` is a getter on the prototype, and the lease
@@ -2349,6 +2364,10 @@ function onHead(state: CaptureState, args: unknown[]) {
 }
 
 function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
+  // A second head, over one already sent (a timer's 503 while the handler streams): Node refuses it
+  // (ERR_HTTP_HEADERS_SENT), so nothing of it is taken. Taken, its status was stored with the body
+  // the handler sent under its own, and every retry was replayed a status its client never read.
+  if (!this.hold && this.res.headersSent) return this.originalWriteHead.apply(this.res, args);
   onHead(this, args);
   if (this.hold) {
     this.headArgs = args;
