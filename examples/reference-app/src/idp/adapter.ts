@@ -261,6 +261,13 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
           rotated.set(ctx, { used, issued: id, reuse: true });
           return;
         }
+        // Used when the first use was tried, and unused again when the reuse was: another request's
+        // rotation of it, undone since (its access token failed to save, see `undoneOnFailure`). The
+        // first use is then this request's, not a replay: taken for one, the grant was revoked.
+        if (await rotateOnFirstUse(used, id, payload, expiresIn)) {
+          rotated.set(ctx, { used, issued: id, reuse: false });
+          return;
+        }
         await refuseReplay(used);
       }
       const save = db.query(
