@@ -137,9 +137,13 @@ export function fastifyWebhook(receiver: Receiver, options: FastifyWebhookOption
 // catch-all one included: no problem body, no `onEvent`, and the sender retries a delivery whose
 // signature (over the bytes, never the media type) may be good. Express and Koa apply it. On this
 // route it is dropped, so the body is read as one without a type; the app's later hooks see none.
+// From Node's headers too: once an app hook set `request.headers`, Fastify's getter merges a fresh
+// copy over them at every read, and a delete from that copy alone left Fastify its 415.
 async function dropUnreadableContentType(request: FastifyLikeRequest): Promise<void> {
   const type = request.headers['content-type'];
-  if (type !== undefined && !fastifyReads(type)) delete request.headers['content-type'];
+  if (type === undefined || fastifyReads(type)) return;
+  delete request.headers['content-type'];
+  if (request.raw !== undefined) delete request.raw.headers['content-type'];
 }
 
 // Fastify's own reading of a media type (its ContentType): `type/subtype` of token characters before

@@ -101,4 +101,27 @@ describe('fastify glue: the Content-Type the plugin drops is the one Fastify can
     expect(response.statusCode).toBe(415);
     expect(response.json()).toMatchObject({ code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE' });
   });
+
+  // Was wrong: an app hook that sets `request.headers` (Fastify's setter: every read then merges a
+  // fresh copy over the raw headers) made the plugin drop the Content-Type from a copy, and Fastify
+  // still answered its own 415.
+  it('a Content-Type Fastify cannot read is dropped also after an app hook set request.headers', async () => {
+    const hooked = Fastify();
+    hooked.addHook('onRequest', async (request) => {
+      request.headers = { 'x-tenant': 'a' };
+    });
+    hooked.register(fastifyWebhook(receiver, { path: '/hooks' }));
+    try {
+      const headers = signer.sign({ id: `ct_${n++}`, body, timestamp: new Date() });
+      const response = await hooked.inject({
+        method: 'POST',
+        url: '/hooks',
+        headers: { ...headers, 'content-type': 'json' },
+        payload: body,
+      });
+      expect(response.statusCode).toBe(200);
+    } finally {
+      await hooked.close();
+    }
+  });
 });
