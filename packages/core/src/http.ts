@@ -202,7 +202,9 @@ export interface IdempotencyContext {
    * outcome policy says, and whether or not the timeout's error went through the chain as if the
    * handler threw; a retry never runs the handler again. In transactional mode the transaction rolls
    * back and the key is released instead (`503 store_unavailable`; the retry runs the handler once,
-   * whole). Call it just before writing (or throwing) the answer. Once the response ended (the
+   * whole). Call it just before writing (or throwing) the answer: once said, the next answer is
+   * taken as the timeout's, the handler's own too when the timeout then writes nothing (its client
+   * reads it, and the key keeps `500 response_not_replayable`). Once the response ended (the
    * handler answered first, its timer firing late) it changes nothing, nor, outside transactional
    * mode, once the handler's head went out (it streams): no other answer can be written then, and
    * the handler's is the outcome. Works detached from the context, like `release`.
@@ -210,6 +212,7 @@ export interface IdempotencyContext {
    * @example
    * fastify.post('/charges', async (request, reply) => {
    *   const timer = setTimeout(() => {
+   *     if (reply.sent) return; // answering already: a second head would throw
    *     request.idempotency?.answeringForHandler();
    *     void reply.code(503).send({ error: 'timeout' });
    *   }, 10_000);
@@ -1016,8 +1019,9 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
           // whatever the policy says of the status sent, or a retry would run it a second time. Only
           // a handler that then threw (settled after its end, where the adapter can tell) is
           // released, when the policy releases a thrown handler (not when the answer was said to be
-          // for it: see `thrown` above); and one whose transaction was rolled back (held mode): its writes are undone and its handle refuses any more, so the retry
-          // runs it as the first attempt would have.
+          // for it: see `thrown` above); and one whose transaction was rolled back (held mode): its
+          // writes are undone and its handle refuses any more, so the retry runs it as the first
+          // attempt would have.
           answer =
             rolledBack || (thrown && atOnce.retentionFor(500, lease.operation, true) === undefined)
               ? atOnce.release(lease)
