@@ -34,7 +34,13 @@ const rig: {
   gate?: { token: string; count: number; waiting: Array<() => void> } | undefined;
   /** The next save of a refresh token waits for this promise. */
   holdSave?: { released: Promise<void>; reached: () => void } | undefined;
+  /** Around every statement: wait before it, or fail it; told after it, with its row count. */
+  before?: Hook | undefined;
+  after?: After | undefined;
 } = { failSaves: 0 };
+
+type Hook = (text: string, params: readonly unknown[] | undefined) => Promise<'fail' | undefined> | undefined;
+type After = (text: string, params: readonly unknown[] | undefined, rows: number) => void;
 
 // A statement that stores a refresh token (whatever else it does): `$1` is the model.
 const savesRefreshToken = (text: string, params?: readonly unknown[]) =>
@@ -47,6 +53,7 @@ beforeAll(async () => {
   const riggedDb: Database = {
     ...db,
     async query<Row>(text: string, params?: readonly unknown[]) {
+      if ((await rig.before?.(text, params)) === 'fail') throw new Error('Connection terminated unexpectedly');
       if (rig.failAccessTokenSaves && params?.[0] === 'AccessToken' && /\binsert into idp_models\b/.test(text)) {
         rig.failAccessTokenSaves -= 1;
         throw new Error('Connection terminated unexpectedly');
@@ -64,6 +71,7 @@ beforeAll(async () => {
         }
       }
       const result = await db.query<Row>(text, params);
+      rig.after?.(text, params, result.rows.length);
       const gate = rig.gate;
       if (gate && /^\s*select\b[\s\S]*\bfrom idp_models m\b/.test(text) && params?.[1] === gate.token) {
         if (gate.waiting.length < gate.count) {
@@ -363,5 +371,68 @@ describe('the deletion of expired rows (purgeExpiredModels) and the reuse interv
     await purgeExpiredModels(db);
     expect((await refresh(live)).status).toBe(200);
     expect((await refresh(superseded)).body.error).toBe('invalid_grant');
+  });
+});
+
+// The undo of a rotation whose opaque access token failed to save (`undoneOnFailure` in
+// src/idp/adapter.ts), against a second presentation of the same token in flight (two tabs of an app
+// refreshing at once): the interleaving is made by statements that wait for each other, no timer.
+function signal() {
+  let fire!: () => void;
+  const fired = new Promise<void>((resolve) => {
+    fire = resolve;
+  });
+  return { fired, fire };
+}
+
+const firstUse = (text: string) => /^\s*with used as \(/.test(text);
+const reuse = (text: string) => /^\s*with successor as \(/.test(text);
+const undo = (text: string) => /^\s*with issued as \(/.test(text);
+const savesAccessToken = (text: string, params?: readonly unknown[]) =>
+  params?.[0] === 'AccessToken' && /\binsert into idp_models\b/.test(text);
+
+describe('the undo of a rotation whose opaque access token failed to save, against a second presentation', () => {
+  // Was wrong: request A rotated the token (first use) and its access token's save failed; request B,
+  // with the same token, tried a first use while A's rotation stood (refused: used), then A undid the
+  // rotation (the token unused again), then B tried the reuse, which needs the token used: refused
+  // too, B took itself for a replay and revoked the grant, signing the user out. Without the undo,
+  // B's reuse was answered.
+  it('B, whose first use came before the undo and reuse after it, is answered; the grant lives on', async () => {
+    const { tokens } = await codeFlow(running.authUrl, app, alice, { scope: 'openid offline_access' });
+    expect(tokens.status).toBe(200);
+    const token = tokens.body.refresh_token as string;
+    const aRotated = signal();
+    const bFirstUseRefused = signal();
+    const undone = signal();
+    let failed = 0;
+    rig.before = async (text, params) => {
+      if (savesAccessToken(text, params) && failed === 0) {
+        failed++;
+        aRotated.fire();
+        await bFirstUseRefused.fired;
+        return 'fail';
+      }
+      if (reuse(text)) await undone.fired;
+      return undefined;
+    };
+    rig.after = (text, _params, rows) => {
+      if (firstUse(text) && rows === 0) bFirstUseRefused.fire();
+      if (undo(text)) undone.fire();
+    };
+    try {
+      const a = refresh(token);
+      await aRotated.fired;
+      const b = refresh(token);
+      expect((await a).status).toBe(500);
+      const answered = await b;
+      expect(answered.status, JSON.stringify(answered.body)).toBe(200);
+      const next = await refresh(answered.body.refresh_token as string);
+      expect(next.status, JSON.stringify(next.body)).toBe(200);
+    } finally {
+      rig.before = undefined;
+      rig.after = undefined;
+      bFirstUseRefused.fire();
+      undone.fire();
+    }
   });
 });
