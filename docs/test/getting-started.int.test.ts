@@ -19,12 +19,12 @@
 // fail with CI=true.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from './free-port.js';
 import { type PackedPackages, packPackages } from './packed-packages.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -135,17 +135,6 @@ function parseCurl(output: string): Reply {
     headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
   }
   return { status: Number(head[0]?.split(' ')[1]), headers, body: text.slice(split + 4) };
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 const skipped = 'the getting-started sections that need it';

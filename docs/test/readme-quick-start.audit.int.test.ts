@@ -4,27 +4,16 @@
 // it does. The one change: port 3000 becomes a free port.
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePort } from './free-port.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
 const code = /^## Quick start\n+```ts\n([\s\S]*?)^```/m.exec(readme)?.[1];
 const curl = /^`(curl -X POST localhost:3000\/charges [^`]+)`\ntwice/m.exec(readme)?.[1];
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 let server: ChildProcess | undefined;
 afterAll(async () => {
