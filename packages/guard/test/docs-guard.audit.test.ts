@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import { calculateJwkThumbprint, exportJWK, exportSPKI, generateKeyPair, type JW
 import Koa from 'koa';
 import { createClient as createRedisClient } from 'redis';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { listen as listenOn } from '../../core/test/support/timeouts-kit.js';
 import {
   authorizeRequest,
   createGuard,
@@ -92,19 +94,8 @@ afterEach(() => {
 
 const jwksRoute = (): Route => () => Response.json({ keys: [publicJwk] });
 
-async function listen(app: express.Express) {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
+// An Express app on an ephemeral port (the timeout kit's listen, on the app's own server).
+const listen = (app: express.Express) => listenOn(http.createServer(app));
 
 const code = (result: GuardResult) => (result.ok ? 'ok' : result.error.code);
 
