@@ -1,51 +1,48 @@
 // The root README's first screen, run as a newcomer runs it: its Quick start block saved as a file
-// and started with tsx (the packages resolved from this checkout), then its curl line sent twice.
-// The block is type-checked by code-blocks.test.ts; this checks that what the README says it does,
-// it does. The one change: port 3000 becomes a free port.
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+// and run (imported by the test, so the packages resolve from this checkout's sources, as in every
+// test: a clean clone has no built dist for a separate tsx process to load), then its curl line sent
+// twice. The block is type-checked by code-blocks.test.ts; this checks that what the README says it
+// does, it does. The one change: `app.listen(3000)` listens on a free port and is exported, so the
+// test can close it.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { freePort } from './free-port.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
 const code = /^## Quick start\n+```ts\n([\s\S]*?)^```/m.exec(readme)?.[1];
 const curl = /^`(curl -X POST localhost:3000\/charges [^`]+)`\ntwice/m.exec(readme)?.[1];
 
-let server: ChildProcess | undefined;
+const folder = mkdtempSync(join(tmpdir(), 'idem-readme-quick-start-'));
+let server: Server | undefined;
 afterAll(async () => {
-  if (server?.pid === undefined || server.exitCode !== null) return;
-  const exited = new Promise((resolve) => server?.once('exit', resolve));
-  server.kill('SIGTERM');
-  await exited;
+  if (server !== undefined) {
+    server.closeAllConnections();
+    await new Promise((resolve) => server?.close(resolve));
+  }
+  rmSync(folder, { recursive: true, force: true });
 });
 
 describe("the root README's Quick start", () => {
   it('HELD: its curl line sent twice gives one 201 and its replay, byte for byte; a POST without a key is 400', async () => {
     expect(code, 'README.md has no ts block under "## Quick start"').toBeDefined();
     expect(curl, 'README.md has no curl line followed by "twice"').toBeDefined();
-    const port = await freePort();
-    const folder = join(root, 'node_modules', '.cache', 'idem-readme-quick-start');
-    mkdirSync(folder, { recursive: true });
+    expect(code).toContain('app.listen(3000);');
     const file = join(folder, 'server.ts');
-    writeFileSync(file, (code as string).replace('app.listen(3000)', `app.listen(${port})`));
-    server = spawn(join(root, 'node_modules', '.bin', 'tsx'), [file], { cwd: folder, stdio: 'ignore' });
-    const command = (curl as string).replace('localhost:3000', `127.0.0.1:${port}`);
-    const send = async (): Promise<string> => {
-      // `-i` shows the head; the README's line prints the body only.
-      const args = ['-c', `${command} -s -i`];
-      for (let tries = 0; ; tries++) {
-        try {
-          return (await promisify(execFile)('bash', args, { encoding: 'utf8' })).stdout;
-        } catch (error) {
-          if (tries > 300 || server?.exitCode !== null) throw error;
-          await new Promise((resolve) => setTimeout(resolve, 100)); // the server is still starting
-        }
-      }
-    };
+    writeFileSync(file, (code as string).replace('app.listen(3000);', 'export const server = app.listen(0);'));
+    server = ((await import(file)) as { server: Server }).server;
+    if (!server.listening) await new Promise((resolve) => server?.once('listening', resolve));
+    const { port } = server.address() as AddressInfo;
+    // `-i` shows the head; the README's line prints the body only.
+    const command = `${(curl as string).replace('localhost:3000', `127.0.0.1:${port}`)} -s -i`;
+    const send = async (): Promise<string> =>
+      (await promisify(execFile)('bash', ['-c', command], { encoding: 'utf8' })).stdout;
     const split = (answer: string) => {
       const at = answer.indexOf('\r\n\r\n');
       return { head: answer.slice(0, at).toLowerCase(), body: answer.slice(at + 4) };
