@@ -5,6 +5,7 @@ import { purgeExpiredModels } from './idp/adapter.js';
 import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp, type IdpOptions } from './idp/server.js';
 import { type ListeningPort, listen } from './listen.js';
+import { purgeEvery } from './purge-every.js';
 import { type SeededClients, seed } from './seed.js';
 
 /** Ports and URLs for {@link startReferenceApp}; 0 picks an ephemeral port. */
@@ -25,10 +26,13 @@ export interface StartOptions {
   retryTiming?: ThirdPartyAppOptions['retryTiming'];
   /** What the third-party app reports (default: a line on stderr). */
   onAppEvent?: ThirdPartyAppOptions['onEvent'];
-  /** How often the provider's expired rows are deleted, in milliseconds. Default ten minutes. */
-  purgeEveryMs?: number;
+  /**
+   * How often the provider's expired rows are deleted, in milliseconds: a whole number from 1 to
+   * 2147483647 (a Node timer's longest), else a `TypeError` before any port is bound. Default ten minutes.
+   */
+  purgeEveryMs?: number | undefined;
   /** The login page's limit on wrong passwords (see `createIdp`). */
-  loginThrottle?: IdpOptions['loginThrottle'];
+  loginThrottle?: IdpOptions['loginThrottle'] | undefined;
   /** The provider's refresh token reuse interval (env REFRESH_TOKEN_REUSE_SECONDS; see `createIdp`). */
   refreshTokenReuseSeconds?: number | undefined;
 }
@@ -62,6 +66,7 @@ export interface RunningReferenceApp {
  * ```
  */
 export async function startReferenceApp(options: StartOptions): Promise<RunningReferenceApp> {
+  const purgeEveryMs = purgeEvery(options.purgeEveryMs, 'purgeEveryMs');
   const ports: ListeningPort[] = [];
   try {
     const authPort = await listen(options.authPort, options.authUrl ? { publicUrl: options.authUrl } : {});
@@ -102,7 +107,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
         const reason = error instanceof Error ? error.message : String(error);
         process.stderr.write(`identity provider: deleting expired rows failed: ${reason}\n`);
       });
-    }, options.purgeEveryMs ?? 600_000);
+    }, purgeEveryMs);
     purge.unref();
 
     return {

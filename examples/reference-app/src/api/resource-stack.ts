@@ -6,6 +6,7 @@ import { createOutbox } from '@idem/webhooks';
 import type { Database } from '../db.js';
 import { gatewayRealm, type RunningGateway, resourceMetadataUrl, startGateway } from '../gateway/server.js';
 import type { ListeningPort } from '../listen.js';
+import { purgeEvery } from '../purge-every.js';
 import { type RunningReceiver, receiverAdminPrefix, startReceiver } from '../receiver/server.js';
 import { apiTables, loadWebhookSecret, migrateApi } from '../schema/api-schema.js';
 import { seedApi } from '../schema/seed-api.js';
@@ -40,8 +41,11 @@ export interface ResourceStackOptions {
   now?: () => number;
   /** `fetch` the gateway uses for discovery and the JWKS. */
   fetch?: typeof globalThis.fetch;
-  /** How often expired idempotency records (the API's and the receiver's) are deleted, in milliseconds. Default ten minutes. */
-  purgeEveryMs?: number;
+  /**
+   * How often expired idempotency records (the API's and the receiver's) are deleted, in milliseconds:
+   * a whole number from 1 to 2147483647, else a `TypeError` before anything starts. Default ten minutes.
+   */
+  purgeEveryMs?: number | undefined;
   /**
    * The API's idempotency events (`startApi`'s `onIdempotencyEvent`; default: a line on stderr for
    * those worth a look).
@@ -85,33 +89,34 @@ export interface RunningResourceStack {
  */
 export async function startResourceStack(options: ResourceStackOptions): Promise<RunningResourceStack> {
   const { db } = options;
-  await migrateApi(db);
-  if (options.seed !== false) await seedApi(db);
-  const webhookSecret = await loadWebhookSecret(db);
-  const now = options.now ? { now: options.now } : {};
-  const internalIssuer = createInternalTokenIssuer({
-    issuer: options.internalIssuerName ?? 'reference-gateway',
-    ...now,
-  });
-  const apiAudience = 'reference-api';
-  const receiverAudience = 'reference-receiver';
-  // A 403 comes from the API or the receiver, a 401 from the gateway: both challenges must name the
-  // same realm and RFC 9728 metadata, or a client reading the 403 cannot find where to step up. The
-  // base URL (the gateway's default for it: `http://localhost:<port>`) is known here unless the
-  // gateway is yet to take an ephemeral port and none is given (tests only).
-  const gatewayPortNumber = typeof options.gatewayPort === 'number' ? options.gatewayPort : options.gatewayPort.port;
-  const knownBaseUrl =
-    options.baseUrl ?? (gatewayPortNumber === 0 ? undefined : `http://localhost:${gatewayPortNumber}`);
-  const challenge = {
-    realm: gatewayRealm,
-    ...(knownBaseUrl === undefined ? {} : { resourceMetadata: resourceMetadataUrl(knownBaseUrl) }),
-  };
-  // A function, read on every lookup: a copy of `jwks()` taken now would refuse every token once a
-  // `gateway.internalIssuer.rotate()` made a new key sign.
-  const internal = { issuer: internalIssuer.issuer, jwks: () => internalIssuer.jwks(), challenge };
-
   const started: Array<{ close(): Promise<void> }> = [];
   try {
+    const purgeEveryMs = purgeEvery(options.purgeEveryMs, 'purgeEveryMs');
+    await migrateApi(db);
+    if (options.seed !== false) await seedApi(db);
+    const webhookSecret = await loadWebhookSecret(db);
+    const now = options.now ? { now: options.now } : {};
+    const internalIssuer = createInternalTokenIssuer({
+      issuer: options.internalIssuerName ?? 'reference-gateway',
+      ...now,
+    });
+    const apiAudience = 'reference-api';
+    const receiverAudience = 'reference-receiver';
+    // A 403 comes from the API or the receiver, a 401 from the gateway: both challenges must name the
+    // same realm and RFC 9728 metadata, or a client reading the 403 cannot find where to step up. The
+    // base URL (the gateway's default for it: `http://localhost:<port>`) is known here unless the
+    // gateway is yet to take an ephemeral port and none is given (tests only).
+    const gatewayPortNumber = typeof options.gatewayPort === 'number' ? options.gatewayPort : options.gatewayPort.port;
+    const knownBaseUrl =
+      options.baseUrl ?? (gatewayPortNumber === 0 ? undefined : `http://localhost:${gatewayPortNumber}`);
+    const challenge = {
+      realm: gatewayRealm,
+      ...(knownBaseUrl === undefined ? {} : { resourceMetadata: resourceMetadataUrl(knownBaseUrl) }),
+    };
+    // A function, read on every lookup: a copy of `jwks()` taken now would refuse every token once a
+    // `gateway.internalIssuer.rotate()` made a new key sign.
+    const internal = { issuer: internalIssuer.issuer, jwks: () => internalIssuer.jwks(), challenge };
+
     const receiver = await startReceiver({
       port: options.receiverPort,
       db,
@@ -147,7 +152,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       ...(options.fetch ? { fetch: options.fetch } : {}),
       ...now,
     });
-    const purge = purgeExpiredRecords(db, options.purgeEveryMs ?? 600_000);
+    const purge = purgeExpiredRecords(db, purgeEveryMs);
     return {
       gateway,
       api,
@@ -165,7 +170,8 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
   } catch (error) {
     for (const component of started.reverse()) await component.close().catch(() => undefined);
     // A pre-bound gateway port belongs to the gateway, which closes it itself once started (or when
-    // its own start fails); when an earlier part failed it never got that far, so close it here.
+    // its own start fails); when an earlier part failed (an option, the schema, the seed rows) it
+    // never got that far, so close it here.
     if (typeof options.gatewayPort !== 'number' && options.gatewayPort.server.listening) {
       await options.gatewayPort.close().catch(() => undefined);
     }

@@ -1,12 +1,12 @@
 /** Options of {@link createLoginThrottle}. */
 export interface LoginThrottleOptions {
   /** Failed sign-ins one name may have from one address within `windowMs` before the next waits. Default 10. */
-  maxFailures?: number;
+  maxFailures?: number | undefined;
   /** How long a failure counts, in ms. Default 15 minutes. */
-  windowMs?: number;
+  windowMs?: number | undefined;
   /** Most name and address pairs followed at once; the longest-quiet pair is forgotten first. Default 10,000. */
-  maxEntries?: number;
-  now?: () => number;
+  maxEntries?: number | undefined;
+  now?: (() => number) | undefined;
 }
 
 /** Counts failed sign-ins per name and client address, and says how long the next one must wait. */

@@ -16,7 +16,7 @@ export interface IdpOptions {
   /** The API's resource indicator (the gateway's base URL). */
   resource: string;
   /** The login page's limit on wrong passwords per name and address (10 per 15 minutes by default). */
-  loginThrottle?: LoginThrottleOptions;
+  loginThrottle?: LoginThrottleOptions | undefined;
   /**
    * Seconds after its first use during which a rotated refresh token is answered once more, with fresh
    * tokens, instead of revoking the grant: the retry of a refresh whose answer was lost. 30 by default;
