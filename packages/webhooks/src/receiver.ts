@@ -8,6 +8,7 @@ import {
   IdempotencyError,
   type IdempotencyErrorCode,
   type IdempotencyEvent,
+  isIdempotencyError,
   type Lease,
   type ListsEvery,
   notify,
@@ -216,6 +217,20 @@ const scopesInUse = new WeakMap<Store, Map<string, number>>();
 const ACK_BODY = Buffer.from('{"received":true}');
 const ACK: StoredResponse = { status: 200, headers: { 'content-type': 'application/json' }, body: ACK_BODY };
 
+// The core's title and detail for these two speak of a request's Idempotency-Key and of retrying with
+// the same key: a webhook sender never sent one, and its log should say what happened to the webhook.
+// The type, status, code and Retry-After stay the core's, so a client switching on them is unchanged.
+const receiverWords: Partial<Record<string, { title: string; detail: string }>> = {
+  in_progress: {
+    title: 'Webhook being applied',
+    detail: 'This webhook is being applied by another delivery; retry later.',
+  },
+  store_unavailable: {
+    title: 'Webhook store unavailable',
+    detail: 'The webhook could not be recorded; retry later.',
+  },
+};
+
 function problemResponse(
   error: WebhookError | IdempotencyError,
   outcome: ReceiverResponse['outcome'],
@@ -224,10 +239,12 @@ function problemResponse(
   const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
   const retryAfter = (error as { retryAfter?: number }).retryAfter;
   if (retryAfter !== undefined) headers['retry-after'] = String(retryAfter);
+  const problem = error.toProblem();
+  const words = isIdempotencyError(error) ? receiverWords[error.code] : undefined;
   return {
     status: error.status,
     headers,
-    body: Buffer.from(JSON.stringify(error.toProblem())),
+    body: Buffer.from(JSON.stringify(words === undefined ? problem : { ...problem, ...words })),
     outcome,
     ...(id === undefined ? {} : { id }),
   };
@@ -410,13 +427,9 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
       // event now holds it; store failure means nobody does. Either way the sender must retry.
       report({ type: 'record-failed', id, reason: result.reason, at: now(), error: result.error });
       if (result.reason === 'lease-lost') {
-        const busy = new IdempotencyError(
-          'in_progress',
-          'This webhook is being applied by another delivery; retry later.',
-          {
-            retryAfter: 1,
-          },
-        );
+        const busy = new IdempotencyError('in_progress', 'This webhook is being applied by another delivery.', {
+          retryAfter: 1,
+        });
         return done(problemResponse(busy, 'in-progress', id), { code: busy.code });
       }
       const unavailable = new IdempotencyError('store_unavailable', 'The webhook could not be recorded; retry later.', {

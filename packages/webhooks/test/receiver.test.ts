@@ -761,3 +761,66 @@ describe('a hung apply and calls to other services', () => {
     expect(keys[2]).not.toBe(keys[0]);
   });
 });
+
+describe("a refusal's words are the receiver's, not an HTTP client's", () => {
+  // The core's in_progress and store_unavailable problems speak of an Idempotency-Key and of retrying
+  // with the same key: a webhook sender never sent one. Each way the receiver answers 409 or 503.
+  const storeDown: Store = {
+    claim: async () => {
+      throw new Error('connection refused');
+    },
+    renew: async () => false,
+    complete: async () => false,
+    release: async () => false,
+    get: async () => undefined,
+  };
+  const t = Date.UTC(2026, 0, 1);
+  const busy = {
+    type: 'https://idem.dev/problems/in-progress',
+    title: 'Webhook being applied',
+    status: 409,
+    detail: 'This webhook is being applied by another delivery; retry later.',
+    code: 'in_progress',
+    retryable: true,
+  };
+  const unavailable = {
+    type: 'https://idem.dev/problems/store-unavailable',
+    title: 'Webhook store unavailable',
+    status: 503,
+    detail: 'The webhook could not be recorded; retry later.',
+    code: 'store_unavailable',
+    retryable: true,
+  };
+  const cases: [string, () => Promise<ReceiverResponse>, typeof busy | typeof unavailable][] = [
+    [
+      'a duplicate while the first is applied',
+      async () => {
+        let release: (() => void) | undefined;
+        const { deliver } = setup({ apply: () => new Promise<void>((resolve) => (release = resolve)) });
+        const first = deliver('E1', paymentBody);
+        await vi.waitFor(() => expect(release).toBeDefined());
+        const second = await deliver('E1', paymentBody);
+        release?.();
+        await first;
+        return second;
+      },
+      busy,
+    ],
+    ['a store that cannot be reached', () => setup({ store: storeDown }).deliver('E1', paymentBody), unavailable],
+    [
+      'a transaction whose lease was lost',
+      () => setup({ store: failingTransactions('lease-lost', () => t), now: () => t }).deliver('E1', paymentBody),
+      busy,
+    ],
+    [
+      'a transaction that failed at COMMIT',
+      () => setup({ store: failingTransactions('throws', () => t), now: () => t }).deliver('E1', paymentBody),
+      unavailable,
+    ],
+  ];
+  it.each(cases)('%s', async (_name, run, problem) => {
+    const response = await run();
+    expect(response.status).toBe(problem.status);
+    expect(JSON.parse(Buffer.from(response.body).toString())).toEqual(problem);
+  });
+});
