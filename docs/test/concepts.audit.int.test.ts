@@ -1,0 +1,537 @@
+// Audit of docs/concepts.md and docs/reliability.md against behaviour: each test checks a sentence of
+// the page that no other test pinned on a real store (most of the engine's own tests run on the
+// memory store). Crashes are an engine with `heartbeat: false` and the shortest lease (100 ms): the
+// store's own clock ends it, and the tests poll the store for that, as the reliability suite does;
+// nothing sleeps out a TTL. Redis keys live under `audit-concepts:`; PostgreSQL uses a table of
+// this file's own.
+import { createHash, randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  createIdempotency,
+  downstreamKey,
+  type IdempotencyEngine,
+  type IdempotencyEvent,
+  type IdempotencyOptions,
+  isLeaseLost,
+  type Lease,
+  type Store,
+  type StoredResponse,
+} from '@idem/core';
+import { migrate, postgresStore } from '@idem/postgres';
+import { redisStore } from '@idem/redis';
+import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const read = (path: string) => readFileSync(join(root, path), 'utf8');
+
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const skipped = 'the concepts/reliability audit tests on that store';
+const withRedis = serviceAvailable(`Redis at ${redisUrl}`, await redisAnswers(redisUrl), skipped);
+const withPostgres = serviceAvailable(`PostgreSQL at ${databaseUrl}`, await postgresAnswers(databaseUrl), skipped);
+
+const run = randomUUID();
+const table = `audit_concepts_${run.replaceAll('-', '').slice(0, 12)}`;
+
+let redis: Redis | undefined;
+let pool: pg.Pool | undefined;
+
+beforeAll(async () => {
+  if (withRedis) redis = new Redis(redisUrl, { maxRetriesPerRequest: 0 });
+  if (withPostgres) {
+    pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
+    pool.on('error', () => {});
+    await migrate(pool, { table });
+  }
+});
+
+afterAll(async () => {
+  if (redis) {
+    const keys = await redis.keys(`audit-concepts:${run}:*`);
+    if (keys.length > 0) await redis.del(...keys);
+    await redis.quit();
+  }
+  if (pool) {
+    await pool.query(`DROP TABLE IF EXISTS ${table}`);
+    await pool.end();
+  }
+});
+
+const backends: { name: string; available: boolean; store: () => Store }[] = [
+  {
+    name: 'redis',
+    available: withRedis,
+    store: () => redisStore({ client: redis as Redis, prefix: `audit-concepts:${run}:` }),
+  },
+  { name: 'postgres', available: withPostgres, store: () => postgresStore({ client: pool as pg.Pool, table }) },
+];
+
+const body = (text: string): StoredResponse => ({
+  status: 201,
+  headers: { 'content-type': 'application/json' },
+  body: new TextEncoder().encode(text),
+});
+const text = (response: StoredResponse) => new TextDecoder().decode(response.body);
+
+// An engine on `store` whose events are kept.
+function engineOn(store: Store, options: Partial<IdempotencyOptions> = {}) {
+  const events: IdempotencyEvent[] = [];
+  const engine = createIdempotency({ store, onEvent: (event) => events.push(event), ...options });
+  return { engine, events };
+}
+
+// A process that "crashes": nothing renews its leases, and the store ends them after 100 ms.
+const crashing = (store: Store, options: Partial<IdempotencyOptions> = {}) =>
+  engineOn(store, { heartbeat: false, lease: '100ms', ...options });
+
+// Polls the store (its clock decides) until the record is in `state`.
+async function until(store: Store, id: string, state: 'abandoned' | 'completed' | undefined, withinMs = 5_000) {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    const record = await store.get(id);
+    if (record?.state === state) return record;
+    if (Date.now() > deadline) throw new Error(`record ${id} never became ${state}; it is ${record?.state}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+const input = (key: string, fingerprint: string, more: { scope?: string; operation?: string } = {}) => ({
+  key,
+  scope: more.scope ?? 'user:alice',
+  operation: more.operation ?? 'POST /charges',
+  fingerprint,
+});
+
+async function executed(engine: IdempotencyEngine, begin: ReturnType<typeof input>): Promise<Lease> {
+  const started = await engine.begin(begin);
+  if (started.kind !== 'execute') throw new Error(`expected execute, got ${started.kind}`);
+  return started.lease;
+}
+
+describe('docs/concepts.md', () => {
+  describe.each(backends)('the state machine on $name', ({ available, store: makeStore }) => {
+    // "| abandoned, same request | the takeover: `execute`, with `lease.recovered` true |", "| abandoned,
+    // different request under the key | `422` (or `400 idempotency_error`) |", and "The takeover's lease
+    // says `recovered: true`, and so does its `claim` event".
+    it.runIf(available)(
+      'an abandoned key: other parameters get 422 (or 400), the same ones take it over, recovered',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const crashed = crashing(store);
+        const first = await executed(crashed.engine, input(key, 'body-a'));
+        await until(store, first.id, 'abandoned');
+
+        const strict = engineOn(store);
+        const other = await strict.engine.begin(input(key, 'body-b'));
+        expect(other).toMatchObject({ kind: 'reject', error: { code: 'fingerprint_mismatch', status: 422 } });
+        const lenient = engineOn(store, { mismatchStatus: 400 });
+        const other400 = await lenient.engine.begin(input(key, 'body-b'));
+        expect(other400).toMatchObject({ kind: 'reject', error: { code: 'idempotency_error', status: 400 } });
+
+        const retry = await strict.engine.begin(input(key, 'body-a'));
+        expect(retry.kind).toBe('execute');
+        const lease = (retry as { lease: Lease }).lease;
+        expect(lease.recovered).toBe(true);
+        expect(strict.events.filter((event) => event.type === 'claim')).toMatchObject([{ recovered: true }]);
+        await strict.engine.complete(lease, body('{"id":"ch_1"}'));
+      },
+    );
+
+    // "A recovered run that had no effect (its outcome released by the policy, or `release()`) leaves
+    // the key abandoned rather than unseen: the crashed attempt's parameters are still the only ones
+    // that run."
+    it.runIf(available)(
+      'a recovered run released leaves the key abandoned: still 422 for others, the same request runs',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const crashed = crashing(store);
+        const first = await executed(crashed.engine, input(key, 'body-a'));
+        await until(store, first.id, 'abandoned');
+        const { engine } = engineOn(store);
+        const recovered = await executed(engine, input(key, 'body-a'));
+        expect(await engine.release(recovered)).toEqual({ ok: true });
+
+        // Its lease is ended at once (renewed to 1 ms, by the store's clock).
+        await until(store, first.id, 'abandoned', 1_000);
+        expect(await engine.begin(input(key, 'body-b'))).toMatchObject({ kind: 'reject', error: { status: 422 } });
+        const again = await executed(engine, input(key, 'body-a'));
+        expect(again.recovered).toBe(true);
+        await engine.complete(again, body('{}'));
+      },
+    );
+
+    // "The crashed attempt's holder keeps its token until someone takes over: if it was only stalled
+    // and answers before that, its outcome is stored".
+    it.runIf(available)(
+      'a stalled holder that answers before any takeover has its outcome stored and replayed',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const stalled = crashing(store);
+        const lease = await executed(stalled.engine, input(key, 'body-a'));
+        await until(store, lease.id, 'abandoned');
+        expect(await stalled.engine.complete(lease, body('{"id":"late"}'))).toEqual({ ok: true, stored: true });
+        const { engine } = engineOn(store);
+        const replay = await engine.begin(input(key, 'body-a'));
+        expect(replay.kind).toBe('replay');
+        expect(text((replay as { response: StoredResponse }).response)).toBe('{"id":"late"}');
+      },
+    );
+
+    // "## Fencing tokens": "Worker A wakes up and tries to store its outcome. Its token is no longer
+    // current: the store refuses, `complete()` returns `{ ok: false, reason: 'lease-lost' }`, and a
+    // `lease-lost` event is emitted. The late finisher never overwrites B's outcome."
+    it.runIf(available)(
+      'the fencing timeline: the late finisher is refused with lease-lost and B’s outcome stays',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const a = crashing(store);
+        const leaseA = await executed(a.engine, input(key, 'body-a'));
+        await until(store, leaseA.id, 'abandoned');
+        const b = engineOn(store);
+        const leaseB = await executed(b.engine, input(key, 'body-a'));
+        expect(leaseB.token).not.toBe(leaseA.token);
+
+        expect(await a.engine.complete(leaseA, body('{"by":"A"}'))).toEqual({ ok: false, reason: 'lease-lost' });
+        expect(a.events.filter((event) => event.type === 'lease-lost')).toHaveLength(1);
+        expect(await b.engine.complete(leaseB, body('{"by":"B"}'))).toEqual({ ok: true, stored: true });
+        // A's late completion again, after B's: still refused, B's outcome is what replays.
+        expect(await a.engine.complete(leaseA, body('{"by":"A"}'))).toMatchObject({ ok: false, reason: 'lease-lost' });
+        const replay = await b.engine.begin(input(key, 'body-a'));
+        expect(text((replay as { response: StoredResponse }).response)).toBe('{"by":"B"}');
+      },
+    );
+
+    // "If it is in this process, the takeover marks its lease lost, so its `signal` aborts." And its
+    // reason "is an `IdempotencyError` with code `lease_lost` (`isLeaseLost(error)`)".
+    it.runIf(available)(
+      'a takeover in the same process aborts the stalled lease’s signal with lease_lost',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const { engine, events } = crashing(store);
+        const stalled = await executed(engine, input(key, 'body-a'));
+        const signal = stalled.signal;
+        await until(store, stalled.id, 'abandoned');
+        const takeover = await executed(engine, input(key, 'body-a'));
+        expect(takeover.recovered).toBe(true);
+        expect(signal.aborted).toBe(true);
+        expect(isLeaseLost(signal.reason)).toBe(true);
+        expect(events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'taken-over' }]);
+        await engine.complete(takeover, body('{}'));
+      },
+    );
+
+    // "`maxExecution` ... a lease that old ... is no longer renewed. Its `signal` aborts, a
+    // `lease-lost` event with reason `max-execution` is emitted, and a retry runs once the store lets
+    // the lease go, within one lease more. ... one that throws then (it stopped on its `signal`, as
+    // it should) is settled as a crash: nothing stored, the key abandoned for the same request to
+    // take over (a `not-stored` event)."
+    it.runIf(available)(
+      'maxExecution: lease-lost max-execution, then a thrown answer leaves the key abandoned for the same request',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
+        const lease = await executed(hung.engine, input(key, 'body-a'));
+        const deadline = Date.now() + 5_000;
+        while (!lease.signal.aborted && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(lease.signal.aborted).toBe(true);
+        expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
+
+        // The handler stops on its signal: a thrown answer.
+        expect(await hung.engine.complete(lease, body('{"error":"stopped"}'), { status: 503, thrown: true })).toEqual({
+          ok: true,
+          stored: false,
+        });
+        expect(hung.events.filter((event) => event.type === 'not-stored')).toHaveLength(1);
+        expect(await store.get(lease.id)).toMatchObject({ state: 'abandoned' });
+        const other = engineOn(store);
+        expect(await other.engine.begin(input(key, 'body-b'))).toMatchObject({
+          kind: 'reject',
+          error: { status: 422 },
+        });
+        const retry = await executed(other.engine, input(key, 'body-a'));
+        expect(retry.recovered).toBe(true);
+        await other.engine.complete(retry, body('{}'));
+      },
+    );
+
+    // "A handler that answers before a retry took its key over still has its outcome stored" (after
+    // maxExecution), "One that answers after is a late finisher (below): its response is served, not
+    // stored."
+    it.runIf(available)(
+      'maxExecution: an answer after a retry took the key over is fenced, the retry’s is kept',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
+        const lease = await executed(hung.engine, input(key, 'body-a'));
+        await until(store, lease.id, 'abandoned');
+        expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
+        const other = engineOn(store);
+        const retry = await executed(other.engine, input(key, 'body-a'));
+        expect(await hung.engine.complete(lease, body('{"by":"hung"}'))).toMatchObject({
+          ok: false,
+          reason: 'lease-lost',
+        });
+        await other.engine.complete(retry, body('{"by":"retry"}'));
+        const replay = await other.engine.begin(input(key, 'body-a'));
+        expect(text((replay as { response: StoredResponse }).response)).toBe('{"by":"retry"}');
+      },
+    );
+
+    // "## Calls to other services": "The key is a UUID (version 8, from SHA-256) of the record id, the
+    // request's fingerprint and the purpose, so it is the same on every run of one request and
+    // differs for another caller, route, key, body or purpose."
+    it.runIf(available)(
+      'downstreamKey: the same on the crashed run and its takeover, another for any other part',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const crashed = crashing(store);
+        const first = await executed(crashed.engine, input(key, 'body-a'));
+        await until(store, first.id, 'abandoned');
+        const { engine } = engineOn(store);
+        const second = await executed(engine, input(key, 'body-a'));
+        const charge = downstreamKey(first, 'charge');
+        expect(charge).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+        expect(downstreamKey(second, 'charge')).toBe(charge);
+        expect(charge).not.toContain(key);
+
+        const others = [
+          await executed(engine, input(key, 'body-a', { scope: 'user:bob' })),
+          await executed(engine, input(key, 'body-a', { operation: 'POST /refunds' })),
+          await executed(engine, input(randomUUID(), 'body-a')),
+          await executed(engine, input(randomUUID(), 'body-b')),
+        ];
+        const keys = new Set([
+          charge,
+          downstreamKey(second, 'refund'),
+          ...others.map((l) => downstreamKey(l, 'charge')),
+        ]);
+        expect(keys.size).toBe(6);
+        for (const lease of [second, ...others]) await engine.complete(lease, body('{}'));
+      },
+    );
+
+    // "Called directly, `engine.begin()` takes any string as the fingerprint and stores a SHA-256 of it
+    // (a hex SHA-256, as the adapters pass, as given), never the text itself." Was vague: what is
+    // stored is `sha256:` and the hex SHA-256 of the string's JSON text, which a reader comparing a
+    // record with sha256(text) would not find. The page now says so.
+    it.runIf(available)(
+      'begin() stores sha256: and the SHA-256 of a text fingerprint’s JSON, a hex SHA-256 as given',
+      async () => {
+        const store = makeStore();
+        const { engine } = engineOn(store);
+        const secret = 'card=4242424242424242';
+        const one = await executed(engine, input(randomUUID(), secret));
+        const stored = (await store.get(one.id))?.fingerprint;
+        expect(stored).not.toContain(secret);
+        expect(stored).toBe(`sha256:${createHash('sha256').update(JSON.stringify(secret)).digest('hex')}`);
+        const digest = createHash('sha256').update('x').digest('hex');
+        const two = await executed(engine, input(randomUUID(), digest));
+        expect((await store.get(two.id))?.fingerprint).toBe(digest);
+        await engine.complete(one, body('{}'));
+        await engine.complete(two, body('{}'));
+      },
+    );
+  });
+
+  // "## Concurrency": "Waiters in one process share a single poll loop per key, and a second request
+  // for a key that this very process is executing is answered without a store round trip".
+  describe.each(backends)('concurrency on $name', ({ available, store: makeStore }) => {
+    const counted = (store: Store) => {
+      const calls = { claim: 0, get: 0 };
+      const wrapped: Store = {
+        claim: (i) => {
+          calls.claim++;
+          return store.claim(i);
+        },
+        renew: (i) => store.renew(i),
+        complete: (i) => store.complete(i),
+        release: (i) => store.release(i),
+        get: (id) => {
+          calls.get++;
+          return store.get(id);
+        },
+      };
+      return { wrapped, calls };
+    };
+
+    it.runIf(available)(
+      'a second request for a key this process executes costs no store call: 409 at once',
+      async () => {
+        const { wrapped, calls } = counted(makeStore());
+        const { engine } = engineOn(wrapped);
+        const key = randomUUID();
+        const lease = await executed(engine, input(key, 'body-a'));
+        for (let i = 0; i < 5; i++) {
+          expect(await engine.begin(input(key, 'body-a'))).toMatchObject({
+            kind: 'reject',
+            error: { code: 'in_progress', status: 409, retryAfter: 1 },
+          });
+        }
+        expect(calls).toEqual({ claim: 1, get: 0 });
+        await engine.complete(lease, body('{}'));
+      },
+    );
+
+    it.runIf(available)(
+      'ten waiters in one process share one poll loop, and all get the winner’s response',
+      async () => {
+        const store = makeStore();
+        const winner = engineOn(store);
+        const key = randomUUID();
+        const lease = await executed(winner.engine, input(key, 'body-a'));
+        const { wrapped, calls } = counted(store);
+        const { engine } = engineOn(wrapped, { wait: '5s' });
+        const waiting = Array.from({ length: 10 }, () => engine.begin(input(key, 'body-a')));
+        // Complete once the poll loop has asked the store once.
+        const deadline = Date.now() + 5_000;
+        while (calls.get === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 1));
+        await winner.engine.complete(lease, body('{"id":"won"}'));
+        const results = await Promise.all(waiting);
+        for (const result of results) {
+          expect(result.kind).toBe('replay');
+          expect(text((result as { response: StoredResponse }).response)).toBe('{"id":"won"}');
+        }
+        // One loop: a few polls in all, not one per waiter.
+        expect(calls.get).toBeLessThan(10);
+      },
+    );
+  });
+});
+
+describe('docs/reliability.md', () => {
+  // A store behind a network whose calls are counted, and whose `complete` can be made to hang.
+  const wrap = (store: Store) => {
+    const calls = { claim: 0, get: 0, renew: 0, complete: 0, release: 0 };
+    let hang = false;
+    const wrapped: Store = {
+      claim: (i) => {
+        calls.claim++;
+        return store.claim(i);
+      },
+      renew: (i) => {
+        calls.renew++;
+        return store.renew(i);
+      },
+      complete: (i) => {
+        calls.complete++;
+        return hang ? new Promise<boolean>(() => {}) : store.complete(i);
+      },
+      release: (i) => {
+        calls.release++;
+        return store.release(i);
+      },
+      get: (id) => {
+        calls.get++;
+        return store.get(id);
+      },
+    };
+    return { wrapped, calls, hangCompletions: () => (hang = true) };
+  };
+
+  describe.each(backends)('Limits and findings, on $name', ({ available, store: makeStore }) => {
+    // "A hot completed key costs one store read per replay here: the workers run without
+    // `replayCache`. ... with `replayCache: { ttl }` a completed key's repeats are too [free], one
+    // store read per `ttl`."
+    it.runIf(available)('a completed key: one store call per replay, or one per replayCache ttl', async () => {
+      const { wrapped, calls } = wrap(makeStore());
+      const plain = engineOn(wrapped).engine;
+      const key = randomUUID();
+      await plain.complete(await executed(plain, input(key, 'body-a')), body('{"id":"hot"}'));
+      const before = { ...calls };
+      for (let i = 0; i < 5; i++) expect((await plain.begin(input(key, 'body-a'))).kind).toBe('replay');
+      expect(calls.claim + calls.get - before.claim - before.get).toBe(5);
+
+      let now = 1_000_000;
+      const cached = engineOn(wrapped, { replayCache: { ttl: '1s' }, now: () => now }).engine;
+      const start = calls.claim + calls.get;
+      for (let i = 0; i < 5; i++) expect((await cached.begin(input(key, 'body-a'))).kind).toBe('replay');
+      expect(calls.claim + calls.get - start).toBe(1);
+      now += 1_000;
+      for (let i = 0; i < 5; i++) expect((await cached.begin(input(key, 'body-a'))).kind).toBe('replay');
+      expect(calls.claim + calls.get - start).toBe(2);
+    });
+
+    // "A request makes two store calls, each bounded by `storeTimeout`. The claim and the completion;
+    // when a completion fails, its further tries (and, if they all fail, the release that frees the
+    // key) run in the background and add no wait".
+    it.runIf(available)(
+      'a completion that hangs answers store-error after one storeTimeout; its retries are in the background',
+      async () => {
+        const { wrapped, calls, hangCompletions } = wrap(makeStore());
+        const { engine, events } = engineOn(wrapped, { storeTimeout: '200ms' });
+        const lease = await executed(engine, input(randomUUID(), 'body-a'));
+        hangCompletions();
+        const result = await engine.complete(lease, body('{}'));
+        expect(result).toMatchObject({ ok: false, reason: 'store-error' });
+        // Answered after the first try alone: the next one waits 100 ms in the background.
+        expect(calls.complete).toBe(1);
+        expect(events.filter((event) => event.type === 'store-error')).toMatchObject([{ phase: 'complete' }]);
+        // The key stays held meanwhile (the retry would get 409, not run).
+        expect(await store409(makeStore(), lease)).toBe(true);
+      },
+    );
+
+    // "it aborts when a renewal is refused": an operator's `forget` of a record in progress frees it,
+    // and its holder's next renewal is refused.
+    it.runIf(available)('a renewal the store refuses aborts the signal (lease-lost, renew-refused)', async () => {
+      const store = makeStore();
+      const { engine, events } = engineOn(store, { lease: '300ms' });
+      const lease = await executed(engine, input(randomUUID(), 'body-a'));
+      const record = await store.get(lease.id);
+      expect(await store.forget?.({ id: lease.id, token: record?.token as string })).toBe(true);
+      const deadline = Date.now() + 5_000;
+      while (!lease.signal.aborted && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(lease.signal.aborted).toBe(true);
+      expect(isLeaseLost(lease.signal.reason)).toBe(true);
+      expect(events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'renew-refused' }]);
+    });
+  });
+
+  // The harness the page names is exported from @idem/testkit, and the worker is set up as it says.
+  it('the harness and the worker are as the page describes them', async () => {
+    const testkit = await import('@idem/testkit');
+    for (const name of ['startWorkers', 'createTcpProxy', 'createCutProxy', 'skewedClock'] as const) {
+      expect(typeof testkit[name]).toBe('function');
+    }
+    const ahead = testkit.skewedClock(30_000, () => 1_000);
+    const behind = testkit.skewedClock(-30_000, () => 1_000);
+    expect(ahead() - behind()).toBe(60_000);
+
+    const worker = read('packages/testkit/test/reliability/fixtures/charge-worker.ts');
+    for (const point of ['inside-handler', 'after-write', 'after-complete']) expect(worker).toContain(`'${point}'`);
+    expect(worker).toMatch(/enableOfflineQueue: false/);
+    expect(worker).toMatch(/maxRetriesPerRequest: 0/);
+    expect(worker).toContain("app.get('/stats'");
+    const config = read('vitest.config.ts');
+    expect(config).toMatch(/name: 'reliability',\s+include: \[reliability\],[\s\S]*?maxWorkers: 1/);
+    const scripts = JSON.parse(read('package.json')).scripts as Record<string, string>;
+    expect(scripts['test:chaos']).toMatch(/IDEM_CHAOS=1 .*--project reliability.*soak\.int\.test\.ts/);
+    const hostile = read('packages/testkit/test/hostile/servers.ts');
+    expect(hostile).toContain('maxBodyBytes = 64 * 1024');
+  });
+});
+
+// True when a fresh engine on `store` is refused 409 for the lease's key (it is still held).
+async function store409(store: Store, lease: Lease): Promise<boolean> {
+  const { engine } = engineOn(store);
+  const again = await engine.begin({
+    key: lease.key,
+    scope: lease.scope,
+    operation: lease.operation,
+    fingerprint: lease.fingerprint,
+  });
+  return again.kind === 'reject' && again.error.status === 409;
+}
