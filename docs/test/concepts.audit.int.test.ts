@@ -6,6 +6,7 @@
 // this file's own.
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -19,9 +20,13 @@ import {
   type Store,
   type StoredResponse,
 } from '@idem/core';
+import { idempotency as expressIdempotency } from '@idem/express';
+import { idempotency as fastifyIdempotency } from '@idem/fastify';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
+import express from 'express';
+import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -409,6 +414,133 @@ describe('docs/concepts.md', () => {
       },
     );
   });
+});
+
+// A real server on port 0 for each framework, every route answering with the run's number.
+type Serve = (options: Record<string, unknown>) => Promise<{ url: string; runs: () => number; close(): Promise<void> }>;
+const servers: { name: string; serve: Serve }[] = [
+  {
+    name: 'Express, on the route',
+    serve: async (options) => {
+      let runs = 0;
+      const app = express();
+      app.post('/accounts/:id/charges', expressIdempotency(options as never), (_req, res) => {
+        res.status(201).json({ run: ++runs });
+      });
+      const server = app.listen(0, '127.0.0.1');
+      await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+      return {
+        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        runs: () => runs,
+        close: async () => {
+          server.closeAllConnections();
+          await new Promise<void>((resolve) => server.close(() => resolve()));
+        },
+      };
+    },
+  },
+  {
+    name: 'Fastify',
+    serve: async (options) => {
+      let runs = 0;
+      const app = Fastify();
+      await app.register(fastifyIdempotency, options as never);
+      app.post('/accounts/:id/charges', async (_request, reply) => reply.code(201).send({ run: ++runs }));
+      const url = await app.listen({ port: 0, host: '127.0.0.1' });
+      return { url, runs: () => runs, close: () => app.close() };
+    },
+  },
+];
+
+describe('docs/concepts.md over HTTP', () => {
+  describe.runIf(withRedis).each(servers)('$name on Redis', ({ serve }) => {
+    const store = () => redisStore({ client: redis as Redis, prefix: `audit-concepts:${run}:http:` });
+    const post = (url: string, path: string, key: string) =>
+      fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'idempotency-key': `"${key}"`, 'content-type': 'application/json' },
+        body: '{"amount":100}',
+      });
+
+    // "The parameters' values are not part of it: the same key sent to `/accounts/1/charges` and then
+    // `/accounts/2/charges` is one record, whose fingerprint (it holds the concrete path) differs, so
+    // the second gets 422, never the first's response."
+    it('one key on /accounts/1/charges then /accounts/2/charges: 422, the handler ran once', async () => {
+      const server = await serve({ store: store(), scope: () => 'user:alice' });
+      try {
+        const key = randomUUID();
+        expect((await post(server.url, '/accounts/1/charges', key)).status).toBe(201);
+        const second = await post(server.url, '/accounts/2/charges', key);
+        expect(second.status).toBe(422);
+        expect(second.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+        expect(await second.text()).not.toContain('"run"');
+        expect(server.runs()).toBe(1);
+      } finally {
+        await server.close();
+      }
+    });
+
+    // "with `advertiseExpiry: true`, ... a stored outcome carries `Idempotency-Expires`, an HTTP-date
+    // (the server's clock plus the outcome's retention, rounded down to the second), and its replays
+    // the same date."
+    it('advertiseExpiry: the clock plus the retention, rounded down to the second, and the same date on replays', async () => {
+      let now = Date.UTC(2026, 0, 2, 3, 4, 5, 999);
+      const server = await serve({
+        store: store(),
+        scope: () => 'user:alice',
+        advertiseExpiry: true,
+        retention: '48h',
+        now: () => now,
+      });
+      try {
+        const key = randomUUID();
+        const first = await post(server.url, '/accounts/1/charges', key);
+        const expires = new Date(Date.UTC(2026, 0, 4, 3, 4, 5)).toUTCString();
+        expect(first.headers.get('idempotency-expires')).toBe(expires);
+        now += 60_000;
+        const replay = await post(server.url, '/accounts/1/charges', key);
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(replay.headers.get('idempotency-expires')).toBe(expires);
+      } finally {
+        await server.close();
+      }
+    });
+  });
+
+  // The same sentence, for Express mounted app-wide: there the operation is the path as the router
+  // matches it ("Express and Koa mounted app-wide claim before routing"), so the two paths are two
+  // records and the second runs. Was vague: the Scope section said "one record ... 422" without the
+  // condition; it now says where it holds.
+  it.runIf(withRedis)(
+    'Express mounted app-wide: /accounts/1/charges and /accounts/2/charges are two records, both run',
+    async () => {
+      let runs = 0;
+      const app = express();
+      app.use(
+        expressIdempotency({
+          store: redisStore({ client: redis as Redis, prefix: `audit-concepts:${run}:http:` }),
+          scope: () => 'user:alice',
+        }),
+      );
+      app.post('/accounts/:id/charges', (_req, res) => {
+        res.status(201).json({ run: ++runs });
+      });
+      const server = app.listen(0, '127.0.0.1');
+      await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      try {
+        const key = randomUUID();
+        const init = { method: 'POST', headers: { 'idempotency-key': `"${key}"` } };
+        expect((await fetch(`${url}/accounts/1/charges`, init)).status).toBe(201);
+        expect((await fetch(`${url}/accounts/2/charges`, init)).status).toBe(201);
+        expect(runs).toBe(2);
+      } finally {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+      expect(read('docs/concepts.md')).toMatch(/on a route's own instance and on Fastify[^.]*is one record/);
+    },
+  );
 });
 
 describe('docs/reliability.md', () => {
