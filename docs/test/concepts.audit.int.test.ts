@@ -215,6 +215,23 @@ describe('docs/concepts.md', () => {
       },
     );
 
+    // "Every claim carries a fresh token, used by no other claim (a random prefix per engine and a
+    // counter)." Was "a fresh random token": each is not random, only unique.
+    it.runIf(available)('every claim has a token of its own, across claims and engines', async () => {
+      const store = makeStore();
+      const one = engineOn(store).engine;
+      const two = engineOn(store).engine;
+      const leases = [
+        await executed(one, input(randomUUID(), 'a')),
+        await executed(one, input(randomUUID(), 'a')),
+        await executed(two, input(randomUUID(), 'a')),
+      ];
+      expect(new Set(leases.map((lease) => lease.token)).size).toBe(3);
+      expect(leases[0]?.token.slice(0, 8)).toBe(leases[1]?.token.slice(0, 8));
+      expect(leases[0]?.token.slice(0, 8)).not.toBe(leases[2]?.token.slice(0, 8));
+      for (const lease of leases) await (lease === leases[2] ? two : one).complete(lease, body('{}'));
+    });
+
     // "If it is in this process, the takeover marks its lease lost, so its `signal` aborts." And its
     // reason "is an `IdempotencyError` with code `lease_lost` (`isLeaseLost(error)`)".
     it.runIf(available)(
@@ -291,6 +308,37 @@ describe('docs/concepts.md', () => {
         await other.engine.complete(retry, body('{"by":"retry"}'));
         const replay = await other.engine.begin(input(key, 'body-a'));
         expect(text((replay as { response: StoredResponse }).response)).toBe('{"by":"retry"}');
+      },
+    );
+
+    // The same sentence's other half: "its outcome released by the policy" (a 429 under `'all'`).
+    it.runIf(available)('a recovered run whose outcome the policy releases leaves the key abandoned too', async () => {
+      const store = makeStore();
+      const key = randomUUID();
+      const crashed = crashing(store);
+      const first = await executed(crashed.engine, input(key, 'body-a'));
+      await until(store, first.id, 'abandoned');
+      const { engine } = engineOn(store);
+      const recovered = await executed(engine, input(key, 'body-a'));
+      expect(await engine.complete(recovered, { ...body('{}'), status: 429 })).toEqual({ ok: true, stored: false });
+      await until(store, first.id, 'abandoned', 1_000);
+      expect(await engine.begin(input(key, 'body-b'))).toMatchObject({ kind: 'reject', error: { status: 422 } });
+    });
+
+    // "A handler that answers before a retry took its key over still has its outcome stored".
+    it.runIf(available)(
+      'maxExecution: an answer after the lease was given up, before any takeover, is stored',
+      async () => {
+        const store = makeStore();
+        const key = randomUUID();
+        const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
+        const lease = await executed(hung.engine, input(key, 'body-a'));
+        const deadline = Date.now() + 5_000;
+        while (!lease.signal.aborted && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
+        expect(await hung.engine.complete(lease, body('{"by":"slow"}'))).toEqual({ ok: true, stored: true });
+        const replay = await engineOn(store).engine.begin(input(key, 'body-a'));
+        expect(text((replay as { response: StoredResponse }).response)).toBe('{"by":"slow"}');
       },
     );
 
@@ -389,6 +437,23 @@ describe('docs/concepts.md', () => {
         await engine.complete(lease, body('{}'));
       },
     );
+
+    // ...but only without `wait`: with it, the second request asks the store (one claim), then joins
+    // the poll loop. Was vague: the page said it "is answered without a store round trip" after
+    // describing `wait`; it now says "without `wait`".
+    it.runIf(available)('with wait, a second request for a key this process executes asks the store once', async () => {
+      const { wrapped, calls } = counted(makeStore());
+      const { engine } = engineOn(wrapped, { wait: '2s' });
+      const key = randomUUID();
+      const lease = await executed(engine, input(key, 'body-a'));
+      const second = engine.begin(input(key, 'body-a'));
+      const deadline = Date.now() + 5_000;
+      while (calls.get === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 1));
+      expect(calls.claim).toBe(2);
+      await engine.complete(lease, body('{"id":"won"}'));
+      expect((await second).kind).toBe('replay');
+      expect(read('docs/concepts.md')).toMatch(/without `wait`, a second request for a key that this very process/);
+    });
 
     it.runIf(available)(
       'ten waiters in one process share one poll loop, and all get the winner’s response',
