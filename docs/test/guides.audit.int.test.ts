@@ -393,3 +393,297 @@ for (const guide of guides) {
     }
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// The snippets, as a reader pastes them, and what the text around each promises.
+
+const replayOf = async (answer: Response) => ({
+  status: answer.status,
+  replayed: answer.headers.get('idempotent-replayed'),
+  cacheControl: answer.headers.get('cache-control'),
+  echo: answer.headers.get('idempotency-key'),
+  body: await answer.text(),
+});
+
+describe('docs/guides/express.md: the snippets', () => {
+  it('Setup: the first answer echoes the key, its retry replays the same bytes, the handler runs once', async () => {
+    let runs = 0;
+    // The Setup block, with a counter in its handler.
+    const app = express();
+    app.use(expressIdempotency({ store: memoryStore(), scope: () => 'demo' }));
+    app.use(express.json());
+    app.post('/charges', (req, res) => {
+      runs++;
+      res.status(201).json({ id: 'ch_1', key: req.idempotency?.key });
+    });
+    app.use(idempotencyErrors());
+    const url = await serve(app);
+    const first = await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
+    expect(first).toEqual({
+      status: 201,
+      replayed: null,
+      cacheControl: 'no-store',
+      echo: '"k-1"',
+      body: '{"id":"ch_1","key":"k-1"}',
+    });
+    const again = await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
+    expect(again).toEqual({ ...first, replayed: 'true' });
+    expect(runs).toBe(1);
+    // Mounted with app.use, `/CHARGES` and `/charges/` are the operation `/charges`, but the
+    // fingerprint keeps the path as sent: a key retried under another spelling is 422, never run twice.
+    const spelled = await fetch(`${url}/CHARGES`, json('"k-1"', { amount: 1 }));
+    expect(spelled.status).toBe(422);
+    expect(runs).toBe(1);
+  });
+
+  it('release(): the 503 is served, not stored, and the retry runs', async () => {
+    let up = false;
+    let runs = 0;
+    const providerUp = async () => up;
+    // The release() block.
+    const app = express();
+    app.use(expressIdempotency({ store: memoryStore(), scope: () => 'demo' }));
+    app.post('/charges', express.json(), async (req, res) => {
+      runs++;
+      if (!(await providerUp())) {
+        req.idempotency?.release();
+        res.status(503).set('retry-after', '5').json({ error: 'payment_provider_down' });
+        return;
+      }
+      res.status(201).json({ id: 'ch_1' });
+    });
+    const url = `${await serve(app)}/charges`;
+    const down = await fetch(url, json('"k-1"', { amount: 1 }));
+    expect(down.status).toBe(503);
+    expect(down.headers.get('retry-after')).toBe('5');
+    expect(await down.json()).toEqual({ error: 'payment_provider_down' });
+    up = true;
+    const retried = await fetch(url, json('"k-1"', { amount: 1 }));
+    expect(retried.status).toBe(201);
+    expect(retried.headers.get('idempotent-replayed')).toBeNull();
+    expect((await fetch(url, json('"k-1"', { amount: 1 }))).headers.get('idempotent-replayed')).toBe('true');
+    expect(runs).toBe(2);
+  });
+
+  it('the guard and storeOutcome stripe block: keys scoped by the tenant claim; a thrown handler frees its key', async () => {
+    const { rsa } = testKeys();
+    const token = (claims: Record<string, unknown>) =>
+      makeToken({ alg: 'RS256', key: rsa.privateKey, header: { kid: 'k1' }, claims, now: Date.now() });
+    let runs = 0;
+    let fail = true;
+    // The block, with a local key set in place of the IdP's jwksUri, and a second route that throws
+    // once, for the sentence before it ("with storeOutcome: 'stripe' the key is then released").
+    const app = express();
+    app.use(
+      expressGuard({
+        audience: AUDIENCE,
+        issuers: [{ issuer: ISSUER, jwks: { keys: [{ ...rsa.publicJwk, kid: 'k1', alg: 'RS256', use: 'sig' }] } }],
+      }),
+    );
+    const tenantOf = (req: express.Request) => {
+      const tenant = req.auth?.claims.tenant;
+      return typeof tenant === 'string' ? tenant : undefined;
+    };
+    app.use(expressIdempotency({ store: memoryStore(), storeOutcome: 'stripe', scope: tenantOf }));
+    app.use(express.json());
+    app.post('/charges', (_req, res) => {
+      runs++;
+      res.status(201).json({ id: 'ch_1' });
+    });
+    app.post('/refunds', (_req, res) => {
+      runs++;
+      if (fail) throw new Error('provider said no');
+      res.status(201).json({ id: 're_1' });
+    });
+    app.use(idempotencyErrors());
+    const url = await serve(app);
+    const as = (tenant: string | undefined) => ({
+      authorization: `Bearer ${token(tenant === undefined ? {} : { tenant })}`,
+    });
+    const a = await fetch(`${url}/charges`, json('"k-1"', { amount: 1 }, as('acme')));
+    expect(a.status).toBe(201);
+    expect(
+      (await fetch(`${url}/charges`, json('"k-1"', { amount: 1 }, as('acme')))).headers.get('idempotent-replayed'),
+    ).toBe('true');
+    // Another tenant's key of the same name is its own: it runs, and sees nothing of acme's.
+    const b = await fetch(`${url}/charges`, json('"k-1"', { amount: 1 }, as('globex')));
+    expect(b.status).toBe(201);
+    expect(b.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs).toBe(2);
+    // A verified token without the claim has no caller: 500 scope_missing, no shared namespace.
+    const none = await fetch(`${url}/charges`, json('"k-2"', { amount: 1 }, as(undefined)));
+    expect(none.status).toBe(500);
+    expect(await none.json()).toMatchObject({ code: 'scope_missing' });
+    // No token: the guard's 401.
+    const anonymous = await fetch(`${url}/charges`, json('"k-3"', { amount: 1 }));
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    // A thrown handler under 'stripe': its 500 is not kept, and the retry runs.
+    expect((await fetch(`${url}/refunds`, json('"r-1"', { amount: 1 }, as('acme')))).status).toBe(500);
+    fail = false;
+    const retried = await fetch(`${url}/refunds`, json('"r-1"', { amount: 1 }, as('acme')));
+    expect(retried.status).toBe(201);
+    expect(runs).toBe(4);
+  });
+});
+
+const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const withPostgres = serviceAvailable(
+  `PostgreSQL at ${databaseUrl}`,
+  await postgresAnswers(databaseUrl),
+  "express.md's transactional snippet",
+);
+
+describe.runIf(withPostgres)('docs/guides/express.md: the transactional snippet on PostgreSQL', () => {
+  it('the insert and the stored outcome commit together: a retry replays, the row is written once; a 5xx rolls back', async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl });
+    opened.push(() => pool.end());
+    await pool.query('DROP TABLE IF EXISTS charges');
+    await pool.query('CREATE TABLE charges (amount integer NOT NULL)');
+    // The block, as written (but for the pool's connection string), plus a route whose handler
+    // writes and then fails, for the transactional row of the options ("a 5xx rolls back").
+    await migrate(pool);
+    const app = express();
+    app.post(
+      '/charges',
+      expressIdempotency({ store: postgresStore({ client: pool }), transactional: true, scope: () => 'demo' }),
+      express.json(),
+      async (req, res) => {
+        const tx = req.idempotency?.tx as PostgresTransaction;
+        await tx.query('INSERT INTO charges (amount) VALUES ($1)', [(req.body as { amount: number }).amount]);
+        res.status(201).json({ ok: true });
+      },
+    );
+    app.post(
+      '/failing',
+      expressIdempotency({ store: postgresStore({ client: pool }), transactional: true, scope: () => 'demo' }),
+      express.json(),
+      async (req, res) => {
+        const tx = req.idempotency?.tx as PostgresTransaction;
+        await tx.query('INSERT INTO charges (amount) VALUES ($1)', [(req.body as { amount: number }).amount]);
+        res.status(502).json({ error: 'upstream' });
+      },
+    );
+    const url = await serve(app);
+    const key = `"audit-guides-${Date.now()}"`;
+    const first = await fetch(`${url}/charges`, json(key, { amount: 7 }));
+    expect(first.status).toBe(201);
+    const again = await fetch(`${url}/charges`, json(key, { amount: 7 }));
+    expect(again.status).toBe(201);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect((await pool.query('SELECT amount FROM charges')).rows).toEqual([{ amount: 7 }]);
+    const failed = await fetch(`${url}/failing`, json(key, { amount: 9 }));
+    expect(failed.status).toBe(502);
+    // Stored under the default policy ('all'), and rolled back: no row of 9.
+    expect((await fetch(`${url}/failing`, json(key, { amount: 9 }))).headers.get('idempotent-replayed')).toBe('true');
+    expect((await pool.query('SELECT amount FROM charges')).rows).toEqual([{ amount: 7 }]);
+  });
+});
+
+describe('docs/guides/fastify.md: the snippets', () => {
+  it('Setup: /charges replays, /webhooks is left alone, /quotes takes no key, /payouts keeps its outcome 7 days', async () => {
+    let at = Date.parse('2026-01-01T00:00:00Z');
+    const now = () => at;
+    const runs: Record<string, number> = {};
+    const count = (route: string) => {
+      runs[route] = (runs[route] ?? 0) + 1;
+    };
+    // The Setup block, with a counter in each handler and the clock injected (plugin and store).
+    const app = Fastify();
+    await app.register(fastifyIdempotency, { store: memoryStore({ now }), scope: () => 'demo', now });
+    app.post('/charges', async (request, reply) => {
+      count('charges');
+      return reply.code(201).send({ id: 'ch_1', key: request.idempotency?.key });
+    });
+    app.post('/webhooks', { config: { idempotency: false } }, async () => {
+      count('webhooks');
+      return { ok: true };
+    });
+    app.post('/quotes', { config: { idempotency: { required: false } } }, async () => {
+      count('quotes');
+      return { ok: true };
+    });
+    app.post(
+      '/payouts',
+      { config: { idempotency: { retention: '7d', storeOutcome: 'success' } } },
+      async (_request, reply) => {
+        count('payouts');
+        return reply.code(201).send({ id: 'po_1' });
+      },
+    );
+    const url = await serve(app);
+    const post = (path: string, key?: string) => fetch(`${url}${path}`, json(key, { amount: 1 }));
+
+    const first = await replayOf(await post('/charges', '"k-1"'));
+    expect(first).toEqual({
+      status: 201,
+      replayed: null,
+      cacheControl: 'no-store',
+      echo: '"k-1"',
+      body: '{"id":"ch_1","key":"k-1"}',
+    });
+    expect(await replayOf(await post('/charges', '"k-1"'))).toEqual({ ...first, replayed: 'true' });
+    expect((await post('/charges')).status).toBe(400);
+
+    // config.idempotency false: the key is ignored, no echo, the handler runs each time.
+    for (let i = 0; i < 2; i++) {
+      const hook = await post('/webhooks', '"k-1"');
+      expect(hook.status).toBe(200);
+      expect(hook.headers.get('idempotency-key')).toBeNull();
+    }
+    // required false: no key passes through; a key still makes it idempotent.
+    expect((await post('/quotes')).status).toBe(200);
+    expect((await post('/quotes', '"q-1"')).status).toBe(200);
+    expect((await post('/quotes', '"q-1"')).headers.get('idempotent-replayed')).toBe('true');
+
+    expect((await post('/payouts', '"p-1"')).status).toBe(201);
+    // Two days on: the plugin's 24 h retention has let /charges' key go; /payouts' 7 days have not.
+    at += 2 * 24 * 3_600_000;
+    expect((await post('/charges', '"k-1"')).headers.get('idempotent-replayed')).toBeNull();
+    expect((await post('/payouts', '"p-1"')).headers.get('idempotent-replayed')).toBe('true');
+    at += 6 * 24 * 3_600_000;
+    expect((await post('/payouts', '"p-1"')).headers.get('idempotent-replayed')).toBeNull();
+    expect(runs).toEqual({ charges: 2, webhooks: 2, quotes: 2, payouts: 2 });
+  });
+
+  it('Per route: a typo, a plugin-only option or a bad value fails when the route is added', async () => {
+    const app = Fastify();
+    await app.register(fastifyIdempotency, { store: memoryStore(), scope: () => 'demo' });
+    const add = (idempotency: unknown) => () =>
+      app.post('/x', { config: { idempotency: idempotency as never } }, async () => ({ ok: true }));
+    expect(add({ retension: '7d' })).toThrow(TypeError);
+    expect(add({ store: memoryStore() })).toThrow(TypeError);
+    expect(add({ retention: '1h' })).toThrow(/acknowledgeShortRetention/);
+    await app.close();
+  });
+});
+
+describe('docs/guides/koa.md: the snippets', () => {
+  it('Setup: the first answer echoes the key, its retry replays the same bytes, the handler runs once', async () => {
+    let runs = 0;
+    // The Setup block, with a counter in its handler.
+    const app = new Koa();
+    app.use(koaIdempotency({ store: memoryStore(), scope: () => 'demo' }));
+    app.use(async (ctx) => {
+      runs++;
+      ctx.status = 201;
+      ctx.body = { id: 'ch_1', key: ctx.state.idempotency?.key };
+    });
+    const url = await serve(app);
+    const first = await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
+    expect(first).toEqual({
+      status: 201,
+      replayed: null,
+      cacheControl: 'no-store',
+      echo: '"k-1"',
+      body: '{"id":"ch_1","key":"k-1"}',
+    });
+    expect(await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })))).toEqual({
+      ...first,
+      replayed: 'true',
+    });
+    expect(runs).toBe(1);
+    expect((await fetch(`${url}/Charges/`, json('"k-1"', { amount: 1 }))).status).toBe(422);
+    expect(runs).toBe(1);
+  });
+});
