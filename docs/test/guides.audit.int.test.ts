@@ -733,3 +733,115 @@ describe('docs/guides/koa.md: the snippets', () => {
     expect(runs).toBe(1);
   });
 });
+
+// ---------------------------------------------------------------------------------------------
+// Rows of the Options table (the same in the three guides) that the shared scenario table leaves to
+// the adapters' own tests, checked on each adapter with the page's words.
+
+/** A route whose handler answers `status` (or throws, for 'throw'), counting its runs. */
+async function answering(guide: Guide, options: AnyOptions, status: number | 'throw') {
+  let runs = 0;
+  const run = () => {
+    runs++;
+    if (status === 'throw') throw new Error('handler failed');
+    return { status, body: { n: runs } };
+  };
+  let url: string;
+  if (guide === 'express') {
+    const app = express();
+    app.use(expressIdempotency(options));
+    app.post('/op', (_req, res) => {
+      const { status: s, body } = run();
+      res.status(s).json(body);
+    });
+    app.use(idempotencyErrors());
+    url = await serve(app);
+  } else if (guide === 'fastify') {
+    const app = Fastify();
+    await app.register(fastifyIdempotency, options as never);
+    app.post('/op', async (_request, reply) => {
+      const { status: s, body } = run();
+      return reply.code(s).send(body);
+    });
+    url = await serve(app);
+  } else {
+    const app = new Koa();
+    app.use(koaIdempotency(options as never));
+    app.use(async (ctx) => {
+      const { status: s, body } = run();
+      ctx.status = s;
+      ctx.body = body;
+    });
+    url = await serve(app);
+  }
+  return { url: `${url}/op`, runs: () => runs };
+}
+
+/** Builds the adapter's middleware or plugin with `options`, as a reader would at startup. */
+async function construct(guide: Guide, options: AnyOptions): Promise<void> {
+  if (guide === 'express') expressIdempotency(options);
+  else if (guide === 'koa') koaIdempotency(options as never);
+  else {
+    const app = Fastify();
+    try {
+      await app.register(fastifyIdempotency, options as never);
+      await app.ready();
+    } finally {
+      await app.close();
+    }
+  }
+}
+
+for (const guide of guides) {
+  describe(`docs/guides/${guide}.md: rows of the Options table`, () => {
+    const options = table(guide, '## Options');
+    const demo = () => ({ store: memoryStore(), scope: () => 'demo' });
+
+    it("storeOutcome 'all' (the default) stores everything but 401, 403 and 429", async () => {
+      const row = rowOf(options, '`storeOutcome`');
+      expect(row[1]).toBe("`'all'`");
+      expect(row[2]).toContain("`'all'` (everything but 401, 403, 429)");
+      for (const status of [200, 201, 400, 401, 403, 404, 409, 429, 500, 503]) {
+        const route = await answering(guide, demo(), status);
+        expect((await fetch(route.url, json('"k-1"', {}))).status).toBe(status);
+        const retry = await fetch(route.url, json('"k-1"', {}));
+        expect(retry.status, `retry of ${status}`).toBe(status);
+        const stored = ![401, 403, 429].includes(status);
+        expect(retry.headers.get('idempotent-replayed'), `${status} stored`).toBe(stored ? 'true' : null);
+        expect(route.runs()).toBe(stored ? 1 : 2);
+      }
+    });
+
+    it('a handler that throws: its error answer echoes the key, and is stored under the default policy', async () => {
+      const route = await answering(guide, demo(), 'throw');
+      const first = await fetch(route.url, json('"k-1"', {}));
+      expect(first.status).toBe(500);
+      expect(first.headers.get('idempotency-key')).toBe('"k-1"');
+      const retry = await fetch(route.url, json('"k-1"', {}));
+      expect(retry.status).toBe(500);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(route.runs()).toBe(1);
+    });
+
+    it('conflictRetryAfter and unavailableRetryAfter: the Retry-After of 409, 503 store_unavailable and 503 lease_lost', async () => {
+      const row = rowOf(options, '`storeTimeout`');
+      const [, conflict, unavailable] = (row[1] ?? '').split(',').map((item) => item.trim().replace(/`/g, ''));
+      expect((await provoke(guide, 'in_progress')).headers.get('retry-after')).toBe(conflict);
+      expect((await provoke(guide, 'store_unavailable')).headers.get('retry-after')).toBe(unavailable);
+      // docs/errors.md: lease_lost's Retry-After is "as for in_progress".
+      expect((await provoke(guide, 'lease_lost')).headers.get('retry-after')).toBe(conflict);
+    });
+
+    it('methods: GET, HEAD and OPTIONS are refused; retention below 24 h needs acknowledgeShortRetention', async () => {
+      expect(rowOf(options, '`methods`')[2]).toContain('GET, HEAD and OPTIONS are refused here');
+      for (const method of ['GET', 'HEAD', 'OPTIONS']) {
+        await expect(construct(guide, { ...demo(), methods: ['POST', method] })).rejects.toThrow(TypeError);
+      }
+      expect(rowOf(options, '`retention`')[2]).toContain('Below 24 h needs `acknowledgeShortRetention: true`');
+      await expect(construct(guide, { ...demo(), retention: '23h' })).rejects.toThrow(TypeError);
+      await expect(construct(guide, { ...demo(), retention: '23h', acknowledgeShortRetention: true })).resolves.toBe(
+        undefined,
+      );
+    });
+  });
+}
