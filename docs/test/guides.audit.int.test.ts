@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { errorTable, type IdempotencyContext, memoryStore, problemType, type Store } from '@idem/core';
 import { guard as expressGuard, idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
-import { idempotency as fastifyIdempotency } from '@idem/fastify';
+import { idempotency as fastifyIdempotency, routeSettingNames } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
 import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
 import { multipartForm, postgresAnswers, serviceAvailable } from '@idem/testkit';
@@ -701,6 +701,71 @@ describe('docs/guides/fastify.md: the snippets', () => {
     expect(add({ store: memoryStore() })).toThrow(TypeError);
     expect(add({ retention: '1h' })).toThrow(/acknowledgeShortRetention/);
     await app.close();
+  });
+
+  it('Per route: the settings the page lists are routeSettingNames, and the plugin-only ones are refused on a route', async () => {
+    const text = pageOf('fastify').replace(/\s+/g, ' ');
+    const listed = /and any of (.*?) \(exported as `routeSettingNames`\)/.exec(text)?.[1];
+    expect(listed).toBeDefined();
+    const names = [...(listed as string).matchAll(/`(\w+)`/g)].map((m) => m[1]);
+    expect(names.sort()).toEqual([...routeSettingNames].sort());
+    const plugins = /What ties records together \((.*?)\) stays the plugin's/.exec(text)?.[1] ?? '';
+    const app = Fastify();
+    await app.register(fastifyIdempotency, { store: memoryStore(), scope: () => 'demo' });
+    for (const [, name] of plugins.matchAll(/`(\w+)`/g)) {
+      const add = () =>
+        app.post(`/x-${name}`, { config: { idempotency: { [name as string]: undefined } as never } }, async () => ({}));
+      expect(add, name).toThrow(/is not a per-route setting/);
+    }
+    await app.close();
+  });
+});
+
+describe('docs/guides/fastify.md: the Body bullet, against Express and Koa', () => {
+  const big = (digits: string) => ({
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': '"k-big"' },
+    body: `{"amount":${digits}}`,
+  });
+
+  it('two integers past 2^53 are one request on Fastify (its parser reads doubles), two on Express and Koa', async () => {
+    const text = pageOf('fastify').replace(/\s+/g, ' ');
+    expect(text).toContain(
+      'two such amounts are one request here, as they are to the handler; Express and Koa, reading the bytes, keep them apart',
+    );
+    for (const guide of guides) {
+      const route = await chargesOn(guide, { store: memoryStore(), scope: () => 'demo' });
+      expect((await fetch(route.url, big('9007199254740993'))).status).toBe(201);
+      const other = await fetch(route.url, big('9007199254740992'));
+      expect(other.status, guide).toBe(guide === 'fastify' ? 201 : 422);
+      if (guide === 'fastify') expect(other.headers.get('idempotent-replayed')).toBe('true');
+    }
+  });
+
+  it('on a route with a body schema, the fingerprint is of what the client sent, not what validation left', async () => {
+    let runs = 0;
+    const app = Fastify();
+    await app.register(fastifyIdempotency, { store: memoryStore(), scope: () => 'demo' });
+    const schema = {
+      body: {
+        type: 'object',
+        properties: { amount: { type: 'integer' }, currency: { type: 'string', default: 'eur' } },
+        additionalProperties: false,
+      },
+    };
+    app.post('/charges', { schema }, async (request, reply) => {
+      runs++;
+      return reply.code(201).send(request.body);
+    });
+    const url = `${await serve(app)}/charges`;
+    const first = await fetch(url, json('"k-1"', { amount: 1, note: 'x' }));
+    expect(first.status).toBe(201);
+    expect(await first.json()).toEqual({ amount: 1, currency: 'eur' });
+    // What validation would make of both is the same; what the client sent is not.
+    expect((await fetch(url, json('"k-1"', { amount: 1 }))).status).toBe(422);
+    expect((await fetch(url, json('"k-1"', { amount: '1', note: 'x' }))).status).toBe(422);
+    expect((await fetch(url, json('"k-1"', { amount: 1, note: 'x' }))).headers.get('idempotent-replayed')).toBe('true');
+    expect(runs).toBe(1);
   });
 });
 
