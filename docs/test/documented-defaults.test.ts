@@ -1219,7 +1219,7 @@ describe('webhooks defaults', () => {
 describe('documented bounds', () => {
   const receiverTable = (option: string) =>
     documentedDefault('packages/webhooks/README.md', ['## Options of `createReceiver()`'], option);
-  it('keys: 255 bytes are accepted, 256 are key_invalid (docs/errors.md:50, docs/guides/express.md:254)', async () => {
+  it('keys: 255 bytes are accepted, 256 are key_invalid (docs/errors.md:51, docs/guides/express.md:257)', async () => {
     const bound = Number(/over (\d+) bytes/.exec(lineOf('docs/errors.md', 'over 255 bytes').text)?.[1]);
     lineOf('docs/guides/express.md', 'Empty, over 255 bytes');
     const http = createHttpIdempotency({ store: memoryStore() });

@@ -9,7 +9,14 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { errorTable, type IdempotencyContext, memoryStore, problemType, type Store } from '@idem/core';
+import {
+  defaultReplayHeaders,
+  errorTable,
+  type IdempotencyContext,
+  memoryStore,
+  problemType,
+  type Store,
+} from '@idem/core';
 import { guard as expressGuard, idempotency as expressIdempotency, idempotencyErrors } from '@idem/express';
 import { idempotency as fastifyIdempotency, routeSettingNames } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
@@ -626,6 +633,40 @@ describe.runIf(withPostgres)('docs/guides/express.md: the transactional snippet 
   });
 });
 
+describe('docs/guides/express.md: idempotencyErrors() and the thrown handler', () => {
+  // Was wrong: "with storeOutcome: 'stripe' the key is then released and a retry runs, as at Stripe".
+  // Stripe keeps a 500 once execution began; releasing a thrown handler is the preset's one
+  // departure from it (docs/concepts.md, "Which outcomes are stored", and outcome-policy.ts).
+  it("the 'stripe' sentence agrees with concepts.md: releasing a thrown handler is where idem departs from Stripe", () => {
+    const concepts = readFileSync(join(root, 'docs', 'concepts.md'), 'utf8');
+    expect(concepts).toContain(
+      "Close to Stripe's documented behaviour, which keeps 500s too. One departure: a handler that threw is released",
+    );
+    const paragraph = pageOf('express')
+      .split('\n\n')
+      .find((text) => text.includes("policy learns that the handler threw: with `storeOutcome: 'stripe'`"));
+    expect(paragraph).toBeDefined();
+    expect(paragraph).not.toMatch(/as at Stripe|as Stripe does/);
+    expect((paragraph as string).replace(/\s+/g, ' ')).toContain('Stripe itself keeps the 500');
+  });
+
+  it("without idempotencyErrors(), a thrown handler's 500 is stored under 'stripe' too (thrown is false)", async () => {
+    let runs = 0;
+    const app = express();
+    app.use(expressIdempotency({ store: memoryStore(), storeOutcome: 'stripe', scope: () => 'demo' }));
+    app.post('/refunds', () => {
+      runs++;
+      throw new Error('provider said no');
+    });
+    const url = `${await serve(app)}/refunds`;
+    expect((await fetch(url, json('"k-1"', {}))).status).toBe(500);
+    const retry = await fetch(url, json('"k-1"', {}));
+    expect(retry.status).toBe(500);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(runs).toBe(1);
+  });
+});
+
 describe('docs/guides/fastify.md: the snippets', () => {
   it('Setup: /charges replays, /webhooks is left alone, /quotes takes no key, /payouts keeps its outcome 7 days', async () => {
     let at = Date.parse('2026-01-01T00:00:00Z');
@@ -895,6 +936,13 @@ for (const guide of guides) {
       expect((await provoke(guide, 'store_unavailable')).headers.get('retry-after')).toBe(unavailable);
       // docs/errors.md: lease_lost's Retry-After is "as for in_progress".
       expect((await provoke(guide, 'lease_lost')).headers.get('retry-after')).toBe(conflict);
+    });
+
+    it('replayHeaders: the built-in allowlist the row names is the one replays carry', async () => {
+      const row = rowOf(options, '`replayHeaders`')[2] ?? '';
+      const named = /on top of (.*?)\. `Set-Cookie`/.exec(row)?.[1] ?? '';
+      const listed = [...named.matchAll(/`([\w-]+)`/g)].map((m) => (m[1] as string).toLowerCase());
+      expect(listed.sort()).toEqual([...defaultReplayHeaders].sort());
     });
 
     it('methods: GET, HEAD and OPTIONS are refused; retention below 24 h needs acknowledgeShortRetention', async () => {

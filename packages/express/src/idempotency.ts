@@ -257,7 +257,8 @@ function timedOutForHandler(error: unknown, req: Request): boolean {
  * Express error middleware that tells {@link idempotency} the handler threw (or called `next(error)`),
  * then passes the error on unchanged. Express gives a middleware no other way to see it, so without
  * this the outcome policy takes a thrown handler's 500 for an answer (`thrown: false`); with it,
- * `storeOutcome: 'stripe'` releases the key as Stripe does, and a policy function sees `thrown: true`.
+ * `storeOutcome: 'stripe'` releases the key (where Stripe keeps the 500: the preset's one departure from
+ * it), and a policy function sees `thrown: true`.
  * It also learns when a body parser mounted after the middleware (`express.json()`) refused the
  * body: no handler ran, so the parser's 400 (or 413, 415) is served without being stored and the
  * key is released, and the retry with the body fixed runs, as on Fastify. A handler that stopped on
