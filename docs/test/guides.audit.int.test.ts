@@ -810,6 +810,36 @@ describe('docs/guides/fastify.md: the Body bullet, against Express and Koa', () 
   });
 });
 
+describe('docs/guides/koa.md: the "no route matches" row', () => {
+  // Was wrong: the row said 404 only, while the No route bullet names @koa/router's 405 and 501
+  // from allowedMethods(), also served without the echo and not stored. @koa/router is not installed
+  // here: what it leaves on the context for a request it saw and matched no route for (`ctx.router`,
+  // no `ctx._matchedRoute`, allowedMethods' status) is set by hand, as packages/koa/test does.
+  it("allowedMethods()' 405 and 501 for a request no route took: served without the echo, not stored", async () => {
+    const row = rowOf(table('koa', '## What clients see'), 'no route matches');
+    let runs = 0;
+    let status = 405;
+    const app = new Koa();
+    app.use(koaIdempotency({ store: memoryStore(), scope: () => 'demo' }));
+    app.use(async (ctx) => {
+      runs++;
+      (ctx as unknown as { router: object }).router = {};
+      ctx.status = status;
+      if (status === 405) ctx.set('Allow', 'GET');
+    });
+    const url = `${await serve(app)}/charges`;
+    for (const answered of [405, 501]) {
+      status = answered;
+      const first = await fetch(url, json('"k-1"', {}));
+      expect(first.status).toBe(answered);
+      expect(first.headers.get('idempotency-key')).toBeNull();
+      expect(row[1], `the row's statuses hold ${answered}`).toContain(String(answered));
+    }
+    // Neither was stored: each ran, and the key is free for the route that a newer instance has.
+    expect(runs).toBe(2);
+  });
+});
+
 describe('docs/guides/koa.md: the snippets', () => {
   it('Setup: the first answer echoes the key, its retry replays the same bytes, the handler runs once', async () => {
     let runs = 0;
