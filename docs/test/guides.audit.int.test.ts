@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
+  createIdempotency,
   defaultReplayHeaders,
   errorTable,
   type IdempotencyContext,
@@ -91,8 +92,11 @@ afterAll(async () => {
 /** Serves an app (Express, Koa, or a ready Fastify instance) on port 0 until the file ends. */
 async function serve(app: express.Express | Koa | ReturnType<typeof Fastify>): Promise<string> {
   let server: Server;
-  if (app instanceof Koa) server = createServer(app.callback());
-  else if ('inject' in app) {
+  if (app instanceof Koa) {
+    // Koa prints every error it answers; the tests read the answers instead.
+    app.silent = true;
+    server = createServer(app.callback());
+  } else if ('inject' in app) {
     await app.listen({ port: 0, host: '127.0.0.1' });
     server = app.server;
   } else server = createServer(app);
@@ -966,6 +970,19 @@ for (const guide of guides) {
       expect((await provoke(guide, 'store_unavailable')).headers.get('retry-after')).toBe(unavailable);
       // docs/errors.md: lease_lost's Retry-After is "as for in_progress".
       expect((await provoke(guide, 'lease_lost')).headers.get('retry-after')).toBe(conflict);
+    });
+
+    it("the first nine rows and the tuning row are the engine's options, and the tenth is not", () => {
+      expect(pageOf(guide)).toContain(
+        "The first nine are the engine's (`createIdempotency`), and so are the tuning options of the last row.",
+      );
+      const names = options.map((row) => [...(row[0] ?? '').matchAll(/`(\w+)`/g)].map((m) => m[1] as string));
+      const engine = [...names.slice(0, 9).flat(), ...(names.at(-1) ?? [])];
+      for (const name of engine.filter((n) => n !== 'store')) {
+        expect(() => createIdempotency({ store: memoryStore(), [name]: undefined }), name).not.toThrow();
+      }
+      const tenth = names[9]?.[0] as string;
+      expect(() => createIdempotency({ store: memoryStore(), [tenth]: undefined }), tenth).toThrow(/unknown option/);
     });
 
     it('replayHeaders: the built-in allowlist the row names is the one replays carry', async () => {
