@@ -766,6 +766,25 @@ describe('docs/guides/fastify.md: the snippets', () => {
   });
 });
 
+describe("docs/guides/fastify.md: Fastify's parser runs before the key is refused", () => {
+  it("a bad key with a body over bodyLimit gets Fastify's 413; with malformed JSON, the parser's 400", async () => {
+    const text = pageOf('fastify').replace(/\s+/g, ' ');
+    expect(text).toContain(
+      "a bad key with a body over `bodyLimit` gets Fastify's 413 (`FST_ERR_CTP_BODY_TOO_LARGE`), and a body the parser refuses gets the parser's 400",
+    );
+    const app = Fastify({ bodyLimit: 32 });
+    await app.register(fastifyIdempotency, { store: memoryStore(), scope: () => 'demo' });
+    app.post('/charges', async () => ({ ok: true }));
+    const url = `${await serve(app)}/charges`;
+    const big = await fetch(url, json('k k', { pad: 'x'.repeat(64) }));
+    expect(big.status).toBe(413);
+    expect(await big.json()).toMatchObject({ code: 'FST_ERR_CTP_BODY_TOO_LARGE' });
+    const malformed = await fetch(url, malformedJson('k k'));
+    expect(malformed.status).toBe(400);
+    expect(await malformed.json()).toMatchObject({ code: 'FST_ERR_CTP_INVALID_JSON_BODY' });
+  });
+});
+
 describe('docs/guides/fastify.md: the Body bullet, against Express and Koa', () => {
   const big = (digits: string) => ({
     method: 'POST',
