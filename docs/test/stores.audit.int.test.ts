@@ -42,7 +42,9 @@ const response = (body: Uint8Array = new Uint8Array()): StoredResponse => ({
 });
 
 describe('Memory, and writing a store of your own (and operations.md, Purge jobs: memory)', () => {
-  // operations.md, Purge jobs: memory: "invisible at once, swept on writes".
+  // operations.md, Purge jobs: memory: "invisible at once, swept on writes". Vague: a read of an
+  // expired record drops it too, and claims sweep a batch at a time (every 64 claims), not every
+  // write. The page now says so.
   it('an expired record is invisible at once, and its memory is given back as later claims come in', () => {
     let t = 1_000_000;
     const store: MemoryStore = memoryStore({ now: () => t });
