@@ -23,15 +23,22 @@ import { idempotency as fastifyIdempotency, routeSettingNames } from '@idem/fast
 import { idempotency as koaIdempotency } from '@idem/koa';
 import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
 import { multipartForm, postgresAnswers, serviceAvailable } from '@idem/testkit';
-import { bodyParser } from '@koa/bodyparser';
 import express from 'express';
 import Fastify from 'fastify';
 import Koa from 'koa';
-import { koaBody } from 'koa-body';
 import multer from 'multer';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AUDIENCE, ISSUER, makeToken, testKeys } from '../../packages/guard/test/support/tokens.js';
+
+// Loaded by specifiers TypeScript does not follow (as packages/koa/test/bodyparser.test.ts does): the
+// declarations of both add `body` to every `http.IncomingMessage`, which would retype `req.body` as
+// `unknown` for all the Express code this repository type-checks in the same project.
+const koaParsers: string[] = ['@koa/bodyparser', 'koa-body'];
+const [{ bodyParser }, { koaBody }] = (await Promise.all(koaParsers.map((name) => import(name)))) as [
+  { bodyParser: () => Koa.Middleware },
+  { koaBody: (options: { multipart?: boolean; formidable?: { maxFileSize?: number } }) => Koa.Middleware },
+];
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const guides = ['express', 'fastify', 'koa'] as const;
