@@ -742,3 +742,31 @@ describe('README.md (the root) and docs/README.md: the Migrating line', () => {
     }
   });
 });
+
+describe('the Errors tables of @idem/core, @idem/express, @idem/fastify and @idem/koa', () => {
+  // Was a defect: the adapter READMEs open their table with "Every error is application/problem+json
+  // (RFC 9457) with a stable `code`:", and the core README's lists the codes, but neither had
+  // `response_not_replayable` (500, replayed to every retry of a request whose response was too large
+  // to store: the same READMEs' `maxResponseBytes` row names it), `lease_lost` (503 + Retry-After)
+  // or `transaction_aborted` (500, the postgres README says the adapters answer it). A client author
+  // reading the README for what to handle missed the three; docs/errors.md has them.
+  it('lists every code the engine and the adapters answer, with its status', async () => {
+    const { errorTable } = await import('@idem/core');
+    const problems: string[] = [];
+    for (const folder of ['core', 'express', 'fastify', 'koa']) {
+      const text = readme(folder);
+      // The first table after the heading.
+      const after = text.slice(text.indexOf('## Errors')).split('\n');
+      const start = after.findIndex((line) => line.startsWith('|'));
+      const end = after.findIndex((line, i) => i > start && !line.startsWith('|'));
+      const rows = after.slice(start, end).filter((line) => line.startsWith('| `'));
+      expect(rows.length, `${folder}: the Errors table moved`).toBeGreaterThan(5);
+      for (const [code, { status }] of Object.entries(errorTable)) {
+        const row = rows.find((line) => line.includes(`\`${code}\``));
+        if (row === undefined) problems.push(`${folder}: no row for ${code}`);
+        else if (!row.includes(String(status))) problems.push(`${folder}: ${code} row lacks ${status}`);
+      }
+    }
+    expect(problems).toEqual([]);
+  });
+});
