@@ -770,3 +770,21 @@ describe('the Errors tables of @idem/core, @idem/express, @idem/fastify and @ide
     expect(problems).toEqual([]);
   });
 });
+
+describe('README.md (the root): the Documentation list', () => {
+  // Was a defect: the root README's Documentation list linked every page of the documentation map
+  // but the queue consumers guide (docs/guides/queues.md, `makeIdempotent` of @idem/core): a reader
+  // with a RabbitMQ, NATS or SQS consumer, not an HTTP route, was not told idem covers it.
+  it('links every page the documentation map (docs/README.md) links', () => {
+    const linked = (file: string, prefix: string) =>
+      new Set(
+        [...readFileSync(join(root, file), 'utf8').matchAll(/\]\(([^)#\s]+\.md)(?:#[^)]*)?\)/g)]
+          .map(([, target]) => target as string)
+          .filter((target) => !target.startsWith('../'))
+          .map((target) => `${prefix}${target}`),
+      );
+    const fromRoot = linked('README.md', '');
+    const missing = [...linked('docs/README.md', 'docs/')].filter((page) => !fromRoot.has(page));
+    expect(missing).toEqual([]);
+  });
+});
