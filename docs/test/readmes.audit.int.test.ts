@@ -194,6 +194,21 @@ describe('packages/express/README.md', () => {
     expect(fixed.headers.get('idempotent-replayed')).toBeNull();
   });
 
+  it('HELD: with app.use, the operation is the concrete path as Express matches it (lower case, no trailing slash): /Orders/ is the operation of /orders', async () => {
+    const headers = {
+      authorization: `Bearer ${await bearer()}`,
+      'idempotency-key': '"e-case"',
+      'content-type': 'application/json',
+    };
+    const first = await send(`${base}/orders`, { headers, body: '{"amount":1}' });
+    const other = await send(`${base}/Orders/`, { headers, body: '{"amount":1}' });
+    expect(first.status).toBe(201);
+    // The same operation (another one would run afresh: 201), with the path fingerprinted as it was
+    // sent: another request under the key, 422.
+    expect(other.status, other.text).toBe(422);
+    expect(JSON.parse(other.text)).toMatchObject({ code: 'fingerprint_mismatch' });
+  });
+
   it("HELD: a body over express.json()'s limit (100 kB) is not stored either: the smaller retry runs", async () => {
     const headers = {
       authorization: `Bearer ${await bearer()}`,
@@ -786,5 +801,36 @@ describe('README.md (the root): the Documentation list', () => {
     const fromRoot = linked('README.md', '');
     const missing = [...linked('docs/README.md', 'docs/')].filter((page) => !fromRoot.has(page));
     expect(missing).toEqual([]);
+  });
+});
+
+describe('every package README: names its snippets use without defining', () => {
+  // Was a defect: the core README's engine block uses `request`, `contentType`, `body`, `principal`,
+  // `reply()` and `handler()`, and the client README's block `session`, none defined in the block
+  // nor named in the text (only in the hidden prelude that lets code-blocks.test.ts compile them):
+  // pasted alone, the block throws ReferenceError, and nothing tells the reader what to put there.
+  it('each name the hidden prelude declares is named in the prose the reader sees', () => {
+    const unexplained: string[] = [];
+    for (const folder of [
+      'client',
+      'core',
+      'express',
+      'fastify',
+      'guard',
+      'koa',
+      'postgres',
+      'redis',
+      'testkit',
+      'webhooks',
+    ]) {
+      const text = readme(folder);
+      const prelude = /<!--\s*prelude\s*\n([\s\S]*?)-->/.exec(text)?.[1] ?? '';
+      const declared = [...prelude.matchAll(/^declare (?:const|function|let) ([A-Za-z_$][\w$]*)/gm)].map((m) => m[1]);
+      const prose = text.replace(/<!--[\s\S]*?-->/g, '').replace(/^```[\s\S]*?^```/gm, '');
+      for (const name of declared) {
+        if (!new RegExp(`\`${name}(?:\\(\\))?\``).test(prose)) unexplained.push(`${folder}: ${name}`);
+      }
+    }
+    expect(unexplained).toEqual([]);
   });
 });
