@@ -567,10 +567,20 @@ class Redis extends IoRedis {
     );
     const loaded = await runSnippet<{
       engine: Engine;
-      clients: Array<{ quit(): Promise<unknown> }>;
+      clients: Array<{
+        quit(): Promise<unknown>;
+        keys(pattern: string): Promise<string[]>;
+        del(...keys: string[]): Promise<unknown>;
+      }>;
       commands: string[];
     }>(`${code}\nexport { engine };\n`);
-    cleanups.push(() => Promise.all(loaded.clients.map((client) => client.quit())));
+    cleanups.push(async () => {
+      // The records this audit left (kept for the retention otherwise): only its own prefix.
+      const [client] = loaded.clients;
+      const keys = (await client?.keys('audit-readmes:billing:idem:*')) ?? [];
+      if (keys.length > 0) await client?.del(...keys);
+      await Promise.all(loaded.clients.map((each) => each.quit()));
+    });
     await loaded.engine.begin({ key: 'warm-up', scope: crypto.randomUUID(), operation: 'x', fingerprint: 'fp' });
     return loaded;
   }
