@@ -12,7 +12,8 @@ export const requestFailedCodes = {
   network_error: 'The connection failed and the request could not be repeated safely (no key, not idempotent).',
   tls_failed:
     "The server's TLS certificate was refused (expired, self-signed, another host's); the attempt was not sent.",
-  timeout: 'The attempt timed out and the request could not be repeated safely (no key, not idempotent).',
+  timeout:
+    'The attempt timed out (its own timeout, or the deadline cutting it short) and the request could not be repeated safely (no key, not idempotent).',
   attempts_exhausted: 'Every allowed attempt failed with a retryable outcome.',
   deadline_exceeded: 'The total deadline ran out before the request succeeded.',
   retry_after_too_long: 'The server asked to wait (Retry-After) longer than maxRetryAfter allows.',
