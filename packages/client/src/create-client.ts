@@ -534,6 +534,9 @@ export function createClient(options: ClientOptions): Client {
         // The outcome is unknown: the server may have run the request. Only a key or an idempotent
         // method makes a repeat harmless.
         retryable = isSafeToRepeat({ method: verb, keyed: keyField !== undefined });
+        // Before the deadline's own code: an unkeyed write cut short by the deadline may have run and
+        // has no key to retry it with, which is what `timeout` tells (`deadline_exceeded` says
+        // "retry later with error.key").
         if (!retryable) throw fail(run.kind === 'timeout' ? 'timeout' : 'network_error', run.error);
         if (run.kind === 'timeout' && cutByDeadline) throw fail('deadline_exceeded', run.error);
       }
