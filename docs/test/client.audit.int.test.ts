@@ -171,6 +171,29 @@ describe('@idem/client against the spec (parts 3.1, 7, 8)', () => {
 });
 
 describe('docs/client.md: defects found by this audit', () => {
+  // Was wrong: readCapped refused a declared Content-Length over maxResponseBytes unread, on any
+  // response. A HEAD (RFC 9110 9.3.2) and a 304 (15.4.5) carry the Content-Length of the
+  // representation and no body at all, so asking the size of a file over 16 MiB, or revalidating it
+  // with If-None-Match, ended with response_too_large.
+  it('a HEAD or a 304 that declares a length over maxResponseBytes has no body, and resolves', async () => {
+    const big = String(20 * 2 ** 20);
+    const s = await serve((req, res) => {
+      if (req.headers['if-none-match'] === '"v1"') res.writeHead(304, { etag: '"v1"', 'content-length': big });
+      else res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': big });
+      res.end();
+    });
+    const api = createClient({ baseUrl: s.url });
+    const head = await api.request('HEAD', '/files/big.iso');
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-length')).toBe(big);
+    expect(head.body).toBeUndefined();
+    const cached = await api.get('/files/big.iso', { headers: { 'if-none-match': '"v1"' } });
+    expect(cached.status).toBe(304);
+    expect(cached.body).toBeUndefined();
+    // A small limit changes nothing either: there is no body to hold.
+    expect((await api.request('HEAD', '/files/big.iso', { maxResponseBytes: 1 })).status).toBe(200);
+  });
+
   // docs/client.md, error codes, said: "`deadline_exceeded` | the deadline ran out (before a wait, or
   // in the middle of the last attempt)". Was wrong for an unkeyed write: its attempt cut short by the
   // deadline ends with `timeout`, and must, since docs/errors.md answers deadline_exceeded with "retry

@@ -640,6 +640,10 @@ class ResponseTooLarge extends Error {}
 
 /** Reads a body into memory, but no further than `maxBytes`: past it, stops reading and throws. */
 async function readCapped(response: Response, maxBytes: number): Promise<Uint8Array> {
+  // No body at all: the answer to a HEAD, a 204 or a 304 (fetch gives them a null body). Its
+  // Content-Length is that of the representation (RFC 9110 8.6), which is not being sent: a HEAD that
+  // asks the size of a large file, or a 304 that revalidates it, is no body over the limit.
+  if (response.body === null) return new Uint8Array(0);
   if (maxBytes === Number.POSITIVE_INFINITY) return new Uint8Array(await response.arrayBuffer());
   // A declared length over the limit refuses the body unread. Not under a content coding: it counts
   // the coded bytes, and the decoded body, the one kept, may be shorter (then it fits); a longer one
@@ -651,7 +655,6 @@ async function readCapped(response: Response, maxBytes: number): Promise<Uint8Ar
     response.body?.cancel().catch(() => undefined);
     throw new ResponseTooLarge();
   }
-  if (response.body === null) return new Uint8Array(0);
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
