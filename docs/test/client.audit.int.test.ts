@@ -342,6 +342,24 @@ describe('docs/client.md: claims no other test pins', () => {
     expect(row).toMatch(/with `parse: 'none'`, up to the headers/);
   });
 
+  // Waits: "`signal` cancels everything at once: ... and, with `parse: 'none'`, the body you read
+  // afterwards (that read rejects with the signal's reason)".
+  it("with parse: 'none', a body read the signal cuts rejects with the signal's own reason", async () => {
+    const s = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '100' });
+      res.write('partial');
+    });
+    const controller = new AbortController();
+    const result = await createClient({ baseUrl: s.url }).get('/r', { parse: 'none', signal: controller.signal });
+    const reason = new Error('user left');
+    const read = result.response.text().then(
+      () => 'read',
+      (error: unknown) => error,
+    );
+    controller.abort(reason);
+    expect(await read).toBe(reason);
+  });
+
   // In browsers: "bundled and minified it is about 22 KB, 9 KB gzipped".
   it('bundles and minifies to about 22 KB, 9 KB gzipped', async () => {
     const built = await build({
