@@ -67,6 +67,13 @@ function codeRow(code: string): string {
   return row;
 }
 
+/** The baseUrl row of docs/client.md's options table. */
+function baseUrlRow(): string {
+  const row = page.split('\n').find((line) => line.startsWith('| `baseUrl` |'));
+  if (row === undefined) throw new Error('docs/client.md has no baseUrl row: revisit this audit');
+  return row;
+}
+
 async function failure(promise: Promise<unknown>): Promise<RequestFailedError> {
   const error = await promise.then(
     () => undefined,
@@ -219,6 +226,33 @@ describe('docs/client.md: defects found by this audit', () => {
     ]);
     expect(codeRow('timeout')).toMatch(/the deadline cut it short/);
     expect(codeRow('deadline_exceeded')).toMatch(/could have been repeated/);
+  });
+
+  // Was wrong: a baseUrl with credentials (`http://user:pw@host`) was accepted and its credentials
+  // dropped without a word (the normalized URL keeps only origin and path), so the requests went
+  // without the Basic credentials the caller wrote. fetch refuses such a URL; the client now does too,
+  // at construction, like every other bad option.
+  it('a baseUrl with credentials is refused with a TypeError, not stripped silently', () => {
+    expect(() => createClient({ baseUrl: 'http://user:pw@127.0.0.1:1/v1' })).toThrow(TypeError);
+    expect(() => createClient({ baseUrl: 'http://user@127.0.0.1:1/v1' })).toThrow(/credentials/);
+    expect(baseUrlRow()).toMatch(/credentials/);
+  });
+
+  // Was wrong: a getToken that gave something other than a string, null or undefined (an object
+  // from a token endpoint, `{ access_token }`, passed on unread) sent the request with no
+  // Authorization at all, and the caller saw only a 401. It is getToken failing, like a token a
+  // header cannot carry: token_failed, nothing sent.
+  it('a getToken that gives neither a string nor nothing ends with token_failed before anything is sent', async () => {
+    const s = await serve((_req, res) => answer(res, 200));
+    const api = createClient({
+      baseUrl: s.url,
+      getToken: (() => ({ access_token: 't' })) as unknown as () => string,
+    });
+    const error = await failure(api.post('/charges', {}));
+    expect(error.code).toBe('token_failed');
+    expect(error.cause).toBeInstanceOf(TypeError);
+    expect(error.key).toBeDefined();
+    expect(s.seen).toHaveLength(0);
   });
 
   // Was wrong: a request's own Authorization header is overwritten by getToken's bearer, silently,

@@ -47,12 +47,13 @@ export type FetchFunction = (input: string, init: RequestInit) => Promise<Respon
  * });
  */
 export interface ClientOptions {
-  /** Absolute http(s) URL every path is relative to, e.g. `https://api.example.com/v1`. */
+  /** Absolute http(s) URL every path is relative to, e.g. `https://api.example.com/v1`; no query, fragment or credentials. */
   baseUrl: string | URL;
   /** Default `globalThis.fetch`. */
   fetch?: FetchFunction | undefined;
   /**
-   * Called before every attempt; a non-empty result is sent as `Authorization: Bearer <token>`.
+   * Called before every attempt; a non-empty result is sent as `Authorization: Bearer <token>`, and
+   * anything but a string, `null` or `undefined` ends the request with `token_failed`.
    * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
    */
   getToken?: (() => string | null | undefined | Promise<string | null | undefined>) | undefined;
@@ -406,6 +407,11 @@ export function createClient(options: ClientOptions): Client {
         if (fetched.kind === 'aborted') throw fail('aborted', fetched.reason);
         if (fetched.kind === 'deadline') throw fail('deadline_exceeded');
         const { token } = fetched;
+        // Anything else (an object a token endpoint returned, passed on unread) would send the request
+        // without Authorization, and the caller would see only a 401: getToken failed.
+        if (typeof token !== 'string' && token !== null && token !== undefined) {
+          throw fail('token_failed', new TypeError('getToken must give a string, null or undefined'));
+        }
         if (typeof token === 'string' && token.length > 0) {
           try {
             headers.set('authorization', `Bearer ${token}`);
@@ -624,6 +630,11 @@ function normalizeBaseUrl(value: string | URL): string {
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new TypeError('baseUrl must be an http or https URL');
   if (url.search !== '' || url.hash !== '') throw new TypeError('baseUrl must not have a query or a fragment');
+  // The normalized URL keeps origin and path only: credentials in it would be dropped without a word
+  // (and fetch refuses a URL that holds them).
+  if (url.username !== '' || url.password !== '') {
+    throw new TypeError('baseUrl must not hold credentials: send them with headers or getToken');
+  }
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
 }
 
