@@ -255,16 +255,27 @@ describe('docs/client.md: defects found by this audit', () => {
     expect(s.seen).toHaveLength(0);
   });
 
-  // Was wrong: a request's own Authorization header is overwritten by getToken's bearer, silently,
+  // Was wrong: a request's own Authorization header was overwritten by getToken's bearer, silently,
   // though "a request's own headers win" is the rule for every other header (a token-exchange call
-  // with Basic credentials, or one call made for another user, is sent with the session's token).
-  // Needs a decision: (a) a request's own Authorization wins and getToken is not called for it;
-  // (b) getToken always wins, documented in the options table; (c) both at once is misuse, a TypeError.
-  it.fails("a request's own Authorization header wins over getToken", async () => {
+  // with Basic credentials, or one call made for another user, went with the session's token).
+  // Decided: the request's own Authorization wins, and getToken is not called for that request.
+  it("a request's own Authorization header wins over getToken, which is not called for it", async () => {
     const s = await serve((_req, res) => answer(res, 200));
-    const api = createClient({ baseUrl: s.url, getToken: () => 'session-token' });
+    let calls = 0;
+    const api = createClient({
+      baseUrl: s.url,
+      getToken: () => {
+        calls++;
+        return 'session-token';
+      },
+    });
     await api.post('/oauth/token', { grant_type: 'x' }, { headers: { Authorization: 'Basic Y2xpZW50OnNlY3JldA==' } });
     expect(s.seen[0]?.headers.authorization).toBe('Basic Y2xpZW50OnNlY3JldA==');
+    expect(calls).toBe(0);
+    // Any other request still gets the session's token.
+    await api.get('/photos');
+    expect(s.seen[1]?.headers.authorization).toBe('Bearer session-token');
+    expect(calls).toBe(1);
   });
 });
 

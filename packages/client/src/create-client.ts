@@ -53,7 +53,8 @@ export interface ClientOptions {
   fetch?: FetchFunction | undefined;
   /**
    * Called before every attempt; a non-empty result is sent as `Authorization: Bearer <token>`, and
-   * anything but a string, `null` or `undefined` ends the request with `token_failed`.
+   * anything but a string, `null` or `undefined` ends the request with `token_failed`. Not called for a
+   * request that gives its own `Authorization` header: that one is sent.
    * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
    */
   getToken?: (() => string | null | undefined | Promise<string | null | undefined>) | undefined;
@@ -326,9 +327,13 @@ export function createClient(options: ClientOptions): Client {
     // Everything this call sends is read from the caller's values here, synchronously, before the
     // first await: the caller may change or reuse them as soon as the call returns its promise.
     const baseHeaders = new Headers(defaultHeaders);
-    new Headers(request.headers).forEach((value, name) => {
+    const ownHeaders = new Headers(request.headers);
+    ownHeaders.forEach((value, name) => {
       baseHeaders.set(name, value);
     });
+    // A request's own headers win, Authorization too (Basic credentials on a token exchange, a call
+    // made for another user): getToken is then not called for it, rather than its token replacing them.
+    const tokenFor = ownHeaders.has('authorization') ? undefined : getToken;
 
     // The key belongs to the logical operation: chosen here, once, before the first attempt. Making
     // a new one per attempt would turn every retry into a new operation (spec 2.1: "a new key per
@@ -394,12 +399,12 @@ export function createClient(options: ClientOptions): Client {
     for (let number = 1; ; number++) {
       const headers = new Headers(baseHeaders);
       if (keyField !== undefined) headers.set('idempotency-key', keyField);
-      if (getToken) {
+      if (tokenFor) {
         // A token refresh that hangs (an identity provider that does not answer) must not outlive
         // the caller's signal or the deadline: both end the operation while it is pending.
         let fetched: TokenRun;
         try {
-          fetched = await awaitToken(getToken, callerSignal, deadlineAt - elapsed());
+          fetched = await awaitToken(tokenFor, callerSignal, deadlineAt - elapsed());
         } catch (error) {
           // Wrapped, not passed through: the caller needs the key, since an earlier attempt may have run.
           throw fail('token_failed', error);
