@@ -547,9 +547,12 @@ export const defaultReplayHeaders = [
 
 // Per-request or per-client headers: replaying them would hand one response's cookie, date, quota
 // or trace id to another request; and fields about one connection (`upgrade`, `te`, ...), which an
-// HTTP/2 retry could not even be sent. They are refused even when listed in `replayHeaders`.
+// HTTP/2 retry could not even be sent. They are refused even when listed in `replayHeaders`. Rate
+// limits in both spellings (`X-RateLimit-*`, and `X-Rate-Limit-*` as Twitter and many APIs write
+// it); request ids and trace context as the usual tracers and platforms answer them (W3C's
+// `traceresponse`, AWS, Google Cloud, Zipkin's B3, Jaeger, Datadog, Sentry, Cloudflare's `CF-Ray`).
 const neverReplayed =
-  /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|proxy-connection|upgrade|te|http2-settings|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|traceparent|tracestate|x-ratelimit-.*|ratelimit.*|retry-after)$/;
+  /^(set-cookie|date|age|expires|content-length|transfer-encoding|connection|keep-alive|proxy-connection|upgrade|te|http2-settings|idempotency-key|idempotent-replayed|cache-control|x-request-id|request-id|x-correlation-id|x-amzn-requestid|x-amz-request-id|traceparent|tracestate|traceresponse|baggage|x-amzn-trace-id|x-cloud-trace-context|x-b3-.*|b3|uber-trace-id|x-datadog-.*|sentry-trace|cf-ray|x-ratelimit-.*|x-rate-limit-.*|ratelimit.*|retry-after)$/;
 
 // Request headers that differ between attempts of one operation: in the identity, every retry would
 // be another request (422). Credentials rotate; ids, trace context and timing marks are per attempt;
