@@ -11,10 +11,15 @@ import { idempotency } from '@idem/express';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
+import { createReceiver, createSigner, expressWebhook } from '@idem/webhooks';
 import express from 'express';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createIdp } from '../../examples/reference-app/src/idp/server.js';
+import { type ListeningPort, listen as listenPort } from '../../examples/reference-app/src/listen.js';
+import { openLoginForm } from '../../examples/reference-app/test/flow.js';
+import { startWholeStack, type WholeStack } from '../../examples/reference-app/test/test-stack.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const securityPage = readFileSync(join(root, 'docs', 'security.md'), 'utf8');
@@ -235,6 +240,59 @@ describe('docs/security.md, What is stored: not the body, query, key, caller or 
     expectNoRequestMarkers(atRest);
   });
 
+  // The stored-data table's webhook row: "the same record per event id; the stored response is the
+  // receiver's own acknowledgement, not the event". And "A delivery that fails verification is never
+  // recorded": a forged delivery of a real event id leaves nothing, and the genuine one is applied.
+  it.runIf(withRedis)(
+    'Redis: a webhook receiver keeps its acknowledgement, not the event; a forgery leaves nothing',
+    async () => {
+      const redis = client as Redis;
+      const hookPrefix = `${prefix}webhook:`;
+      const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+      const applied: string[] = [];
+      const receiver = createReceiver({
+        store: redisStore({ client: redis, prefix: hookPrefix }),
+        secret,
+        apply: (event) => void applied.push(event.body.toString()),
+      });
+      const app = express();
+      app.post('/hooks', expressWebhook(receiver));
+      const server = await listen(app);
+      try {
+        const id = `msg_${run}`;
+        const body = JSON.stringify({ type: 'payment.succeeded', note: marker.body });
+        const deliver = (headers: Record<string, string>, sent: string) =>
+          fetch(`${server.url}/hooks`, {
+            method: 'POST',
+            headers: { ...headers, 'content-type': 'application/json' },
+            body: sent,
+          });
+        const genuine = createSigner({ secret }).sign({ id, body, timestamp: new Date() });
+        const forger = createSigner({ secret: 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=' });
+        const forged = await deliver(
+          forger.sign({ id, body: '{"type":"forged"}', timestamp: new Date() }),
+          '{"type":"forged"}',
+        );
+        expect(forged.status).toBe(400);
+        expect(await redis.keys(`${hookPrefix}*`)).toEqual([]);
+        const tampered = await deliver(genuine, body.replace('succeeded', 'refunded'));
+        expect(tampered.status).toBe(400);
+        expect(await redis.keys(`${hookPrefix}*`)).toEqual([]);
+        expect((await deliver(genuine, body)).status).toBeLessThan(300);
+        expect(applied).toEqual([body]);
+        const keys = await redis.keys(`${hookPrefix}*`);
+        expect(keys.length).toBeGreaterThan(0);
+        let atRest = '';
+        for (const key of keys) atRest += `${key}\n${(await redis.getBuffer(key))?.toString('latin1') ?? ''}\n`;
+        expect(atRest).not.toContain(marker.body);
+        expect(atRest).not.toContain('payment.succeeded');
+        expect(atRest).not.toContain(id);
+      } finally {
+        await server.close();
+      }
+    },
+  );
+
   it.runIf(withPostgres)('PostgreSQL: every column of every row holds none of the request', async () => {
     const db = pool as pg.Pool;
     expect(await completeOneRequest(postgresStore({ client: db, table }))).toContain('ch_1');
@@ -244,5 +302,58 @@ describe('docs/security.md, What is stored: not the body, query, key, caller or 
     );
     expect(rows).toHaveLength(1);
     expectNoRequestMarkers(rows.map((r) => r.row).join('\n'));
+  });
+});
+
+describe('examples/reference-app/README.md, password guessing behind a proxy (TRUST_PROXY=1)', () => {
+  // "after 10 wrong passwords for one name from one address within 15 minutes, that name and address
+  // get 429 ... Keyed by ... the address (`TRUST_PROXY=1` takes it from `X-Forwarded-For`)". Was
+  // wrong: TRUST_PROXY=1 set Express's `trust proxy` to true, which trusts every hop and takes the
+  // left-most address of X-Forwarded-For, the one the client wrote. Proxies append the address they
+  // saw to the client's header (nginx's $proxy_add_x_forwarded_for, AWS ALB, Heroku), so a client that
+  // sent another X-Forwarded-For with each guess started a fresh count each time: no limit at all on
+  // guessing one account's password. One trusted proxy means the last address, the one it appended.
+  let whole: WholeStack;
+  let proxied: ListeningPort;
+
+  beforeAll(async () => {
+    whole = await startWholeStack('security_audit');
+    const before = process.env.TRUST_PROXY;
+    process.env.TRUST_PROXY = '1';
+    try {
+      proxied = await listenPort(0);
+      const idp = await createIdp({ db: whole.db, issuer: proxied.url, resource: whole.stack.gateway.baseUrl });
+      proxied.use(idp.app);
+    } finally {
+      if (before === undefined) delete process.env.TRUST_PROXY;
+      else process.env.TRUST_PROXY = before;
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    await proxied?.close();
+    await whole?.close();
+  });
+
+  it('a client that forges a new X-Forwarded-For on every guess is refused from the eleventh', async () => {
+    const { agent, action, csrf } = await openLoginForm(proxied.url, whole.running.clients.app);
+    const statuses: number[] = [];
+    for (let guess = 0; guess < 12; guess++) {
+      // What the proxy passes on: the client's own header, then the address it saw.
+      const answer = await agent.postForm(
+        action,
+        { csrf, username: 'bob', password: `guess-${guess}` },
+        { 'x-forwarded-for': `203.0.113.${guess}, 198.51.100.7` },
+      );
+      statuses.push(answer.response.status);
+    }
+    expect(statuses).toEqual([...Array(10).fill(200), 429, 429]);
+    // Another client behind the same proxy is another address: not locked out (the contrast).
+    const other = await agent.postForm(
+      action,
+      { csrf, username: 'bob', password: 'guess-other' },
+      { 'x-forwarded-for': '198.51.100.8' },
+    );
+    expect(other.response.status).toBe(200);
   });
 });

@@ -310,7 +310,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
 
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', process.env.TRUST_PROXY === '1');
+  // One proxy in front (TRUST_PROXY=1): its hop only, never addresses the client wrote itself.
+  app.set('trust proxy', process.env.TRUST_PROXY === '1' ? 1 : false);
   const form = express.urlencoded({ extended: false, limit: '8kb' });
 
   app.get('/', async (req, res) => {

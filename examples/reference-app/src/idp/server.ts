@@ -54,9 +54,12 @@ export async function createIdp(options: IdpOptions): Promise<Idp> {
   });
   const app = express();
   app.disable('x-powered-by');
-  // Behind a proxy (TRUST_PROXY=1) the client's address is the one X-Forwarded-For names.
+  // Behind a proxy (TRUST_PROXY=1) the client's address is the last one of X-Forwarded-For: the one
+  // that proxy appended. `true` would trust every hop and take the first, which the client writes
+  // itself (a proxy appends to the client's own header), and a new one with each wrong password would
+  // be a fresh count for the login throttle: no limit on guessing at all. One proxy, one hop.
   const trustProxy = process.env.TRUST_PROXY === '1';
-  app.set('trust proxy', trustProxy);
+  app.set('trust proxy', trustProxy ? 1 : false);
   const throttle = createLoginThrottle(options.loginThrottle);
   app.use(interactionRoutes({ provider, db: options.db, csrf, passwords: createPasswordChecker(), throttle, origin }));
   app.use('/interaction', interactionErrors);
