@@ -16,6 +16,7 @@ import express from 'express';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLoginThrottle } from '../../examples/reference-app/src/idp/login-throttle.js';
 import { createIdp } from '../../examples/reference-app/src/idp/server.js';
 import { type ListeningPort, listen as listenPort } from '../../examples/reference-app/src/listen.js';
 import { openLoginForm } from '../../examples/reference-app/test/flow.js';
@@ -315,6 +316,7 @@ describe('examples/reference-app/README.md, password guessing behind a proxy (TR
   // guessing one account's password. One trusted proxy means the last address, the one it appended.
   let whole: WholeStack;
   let proxied: ListeningPort;
+  let small: ListeningPort;
 
   beforeAll(async () => {
     whole = await startWholeStack('security_audit');
@@ -328,9 +330,20 @@ describe('examples/reference-app/README.md, password guessing behind a proxy (TR
       if (before === undefined) delete process.env.TRUST_PROXY;
       else process.env.TRUST_PROXY = before;
     }
+    // The throttle follows at most `maxEntries` pairs (10,000 by default): 3 here, so that filling it
+    // takes three requests rather than ten thousand.
+    small = await listenPort(0);
+    const bounded = await createIdp({
+      db: whole.db,
+      issuer: small.url,
+      resource: whole.stack.gateway.baseUrl,
+      loginThrottle: { maxEntries: 3 },
+    });
+    small.use(bounded.app);
   }, 120_000);
 
   afterAll(async () => {
+    await small?.close();
     await proxied?.close();
     await whole?.close();
   });
@@ -355,5 +368,54 @@ describe('examples/reference-app/README.md, password guessing behind a proxy (TR
       { 'x-forwarded-for': '198.51.100.8' },
     );
     expect(other.response.status).toBe(200);
+  });
+
+  // "... that name and address get 429 ... and no password is checked until the oldest failure is 15
+  // minutes old." Was wrong once the throttle's memory was full: it forgot the pair quiet the longest,
+  // and a locked pair is quiet by construction (a refused guess is no failure), so it was the first to
+  // go. Anyone, from any address, who made `maxEntries` failures under other names (10,000 by default,
+  // about a minute of argon2 on four threads) unlocked the account for ten more guesses: about ten a
+  // minute instead of ten per quarter hour. A locked pair now goes last.
+  it('a locked name and address stay locked while the throttle forgets other pairs to make room', async () => {
+    const { agent, action, csrf } = await openLoginForm(small.url, whole.running.clients.app);
+    const guess = async (username: string, password: string) =>
+      (await agent.postForm(action, { csrf, username, password })).response.status;
+    const statuses: number[] = [];
+    for (let n = 0; n < 11; n++) statuses.push(await guess('bob', `guess-${n}`));
+    expect(statuses).toEqual([...Array(10).fill(200), 429]);
+    // Three failures under other names fill the throttle's memory (bob's pair and three more).
+    for (const name of ['flood-1', 'flood-2', 'flood-3']) expect(await guess(name, 'x')).toBe(200);
+    expect(await guess('bob', 'guess-11')).toBe(429);
+    // The memory stays bounded: an unlocked pair was forgotten instead (the contrast).
+    expect(await guess('flood-1', 'x')).toBe(200);
+  });
+
+  it('the throttle itself: it forgets an unlocked pair first, and never the pair that just failed', () => {
+    let now = Date.UTC(2026, 0, 1);
+    const clocked = (maxEntries: number) => createLoginThrottle({ maxFailures: 2, maxEntries, now: () => now });
+    const failing =
+      (throttle: ReturnType<typeof createLoginThrottle>) =>
+      (name: string, times = 1) => {
+        for (let i = 0; i < times; i++) {
+          throttle.failed(name, 'x');
+          now += 1;
+        }
+      };
+    const throttle = clocked(3);
+    const fail = failing(throttle);
+    fail('locked-1', 2);
+    fail('open-1');
+    fail('locked-2', 2);
+    fail('new');
+    // Full (three pairs) when `new` came: the unlocked `open-1` went, though `locked-1` was quieter.
+    expect(throttle.retryAfter('locked-1', 'x')).toBeGreaterThan(0);
+    expect(throttle.retryAfter('locked-2', 'x')).toBeGreaterThan(0);
+    // Every other pair locked: the one that just failed is still counted (the quietest locked one goes).
+    const full = clocked(2);
+    const failFull = failing(full);
+    failFull('a', 2);
+    failFull('b', 2);
+    failFull('victim', 2);
+    expect(full.retryAfter('victim', 'x')).toBeGreaterThan(0);
   });
 });

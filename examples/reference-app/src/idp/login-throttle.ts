@@ -24,7 +24,8 @@ export interface LoginThrottle {
  * password being checked until its oldest failure leaves the window. Keyed by the name as typed
  * (whether or not such a user exists, so a refusal says nothing about who exists) and by the address,
  * so a stranger guessing from elsewhere cannot lock a user out of her own sign-in. The memory is
- * bounded: forgetting a pair takes `maxEntries` other pairs' failures, each a full password check.
+ * bounded: when it is full, the pair quiet the longest among those not locked is forgotten, so that
+ * unlocking a pair takes `maxEntries` other locked pairs, `maxFailures` full password checks each.
  *
  * @example
  * const throttle = createLoginThrottle();
@@ -49,6 +50,17 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
     if (times.length === 0) failures.delete(key);
     return times;
   };
+  // The pair to forget when the memory is full: the one quiet the longest among those not locked. A
+  // locked pair is quiet by construction (a refused sign-in is no failure), so forgetting the quietest
+  // unlocked it first: failures under `maxEntries` other names, from anywhere, bought ten more guesses.
+  // Only when every other pair is locked does the quietest go (the memory stays bounded). Never the
+  // pair that just failed (`current`, the newest): forgotten at once, its failures would never count.
+  const forgettable = (current: string, t: number): string => {
+    for (const key of failures.keys()) {
+      if (key !== current && recent(key, t).length < maxFailures) return key;
+    }
+    return failures.keys().next().value as string;
+  };
   return {
     retryAfter(name, address) {
       const t = now();
@@ -64,7 +76,7 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
       if (times.length > maxFailures) times.shift();
       failures.delete(key);
       failures.set(key, times);
-      if (failures.size > maxEntries) failures.delete(failures.keys().next().value as string);
+      if (failures.size > maxEntries) failures.delete(forgettable(key, t));
     },
     succeeded(name, address) {
       failures.delete(keyOf(name, address));
