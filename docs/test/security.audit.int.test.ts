@@ -2,8 +2,10 @@
 // README) against behaviour: each test takes one sentence that states a security behaviour no other
 // test pinned, and checks it on real servers (port 0), real Redis and PostgreSQL, injected clocks.
 
+import * as dns from 'node:dns';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import * as net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { memoryStore } from '@idem/core';
@@ -11,10 +13,13 @@ import { idempotency } from '@idem/express';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
+import * as webhooks from '@idem/webhooks';
 import { createReceiver, createSigner, expressWebhook } from '@idem/webhooks';
 import express from 'express';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import ts from 'typescript';
+import * as undici from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLoginThrottle } from '../../examples/reference-app/src/idp/login-throttle.js';
 import { createIdp } from '../../examples/reference-app/src/idp/server.js';
@@ -417,5 +422,53 @@ describe('examples/reference-app/README.md, password guessing behind a proxy (TR
     failFull('b', 2);
     failFull('victim', 2);
     expect(full.retryAfter('victim', 'x')).toBeGreaterThan(0);
+  });
+});
+
+describe('docs/security.md, Outgoing webhooks: the recipe that refuses private addresses', () => {
+  // "Refuse private addresses when the connection is made ... an agent whose DNS lookup refuses
+  // private, loopback and link-local addresses, plus a check of IP literals in the URL.
+  // [webhooks](webhooks.md#sending) has the code." The code (run as printed below, as
+  // packages/webhooks/test/ssrf-recipe.audit.test.ts runs it) let through every IPv6 address that
+  // carries an IPv4 one to a private network: NAT64 (`64:ff9b::/96`, RFC 6052, and the local-use
+  // `64:ff9b:1::/48`, RFC 8215: on an IPv6-only host behind a NAT64 gateway, such as an AWS NAT
+  // gateway, `64:ff9b::a00:1` is 10.0.0.1), 6to4 (`2002::/16`, deprecated by RFC 7526) and the
+  // deprecated IPv4-compatible `::/96`. A name whose AAAA record is one of them reached the network
+  // the recipe exists to keep out.
+  function recipeIsPrivate(): (address: string) => boolean {
+    const page = readFileSync(join(root, 'docs', 'webhooks.md'), 'utf8');
+    const section = page.slice(page.indexOf('**Endpoint URLs you did not choose (SSRF).**'));
+    const block = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+    expect(block, 'the recipe block').toBeDefined();
+    const js = ts.transpileModule(`${block}\nmodule.exports = { isPrivate };`, {
+      compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022 },
+    }).outputText;
+    const modules: Record<string, unknown> = { 'node:dns': dns, 'node:net': net, undici, '@idem/webhooks': webhooks };
+    const module = { exports: {} as { isPrivate: (address: string) => boolean } };
+    const require = (name: string) => modules[name];
+    const env = { env: { WEBHOOK_SIGNING_SECRET: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } };
+    new Function('require', 'module', 'exports', 'process', js)(require, module, module.exports, env);
+    return module.exports.isPrivate;
+  }
+
+  it.each([
+    ['64:ff9b::a00:1', 'NAT64 of 10.0.0.1'],
+    ['64:ff9b::a9fe:a9fe', 'NAT64 of 169.254.169.254'],
+    ['64:ff9b::7f00:1', 'NAT64 of 127.0.0.1'],
+    ['64:ff9b:1::a00:1', 'local-use NAT64 of 10.0.0.1'],
+    ['2002:a00:1::1', '6to4 of 10.0.0.1'],
+    ['2002:a9fe:a9fe::1', '6to4 of 169.254.169.254'],
+    ['::a9fe:a9fe', 'IPv4-compatible 169.254.169.254'],
+    ['::ffff:a00:1', 'IPv4-mapped 10.0.0.1 (the contrast: refused before)'],
+  ])('refuses %s (%s)', (address) => {
+    expect(recipeIsPrivate()(address)).toBe(true);
+  });
+
+  it('still lets public addresses through, IPv6 and IPv4 alike, and NAT64 of a public one (IPv6-only hosts)', () => {
+    const isPrivate = recipeIsPrivate();
+    const publicOnes = ['93.184.216.34', '2606:2800:220:1:248:1893:25c8:1946', '2a00:1450:4001:80b::200e'];
+    for (const address of [...publicOnes, '64:ff9b::5db8:d822', '64:ff9b::93.184.216.34']) {
+      expect(isPrivate(address), address).toBe(false);
+    }
   });
 });
