@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createLoginThrottle } from '../src/idp/login-throttle.js';
+import { addressGroup, createLoginThrottle } from '../src/idp/login-throttle.js';
 
 const minute = 60_000;
 
@@ -62,5 +62,36 @@ describe('createLoginThrottle', () => {
     expect(() => createLoginThrottle({ windowMs: 0 })).toThrow(TypeError);
     expect(() => createLoginThrottle({ windowMs: Number.NaN })).toThrow(TypeError);
     expect(() => createLoginThrottle({ maxEntries: 0 })).toThrow(TypeError);
+  });
+});
+
+describe('addressGroup: an IPv6 client is counted by its /64', () => {
+  it.each([
+    ['10.0.0.1', '10.0.0.1'],
+    ['::ffff:192.0.2.1', '192.0.2.1'],
+    ['::FFFF:192.0.2.1', '192.0.2.1'],
+    ['2001:db8:1:2:aaaa::1', '2001:db8:1:2::/64'],
+    ['2001:0db8:0001:0002:ffff:ffff:ffff:ffff', '2001:db8:1:2::/64'],
+    ['2001:DB8:1:2::', '2001:db8:1:2::/64'],
+    ['2001:db8::1', '2001:db8:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+    ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+    ['2001:db8:1:2:3:4:1.2.3.4', '2001:db8:1:2::/64'],
+    ['not an address', 'not an address'],
+  ])('%s is counted as %s', (address, group) => {
+    expect(addressGroup(address)).toBe(group);
+  });
+
+  it('a guesser that takes a new address of its /64 for each wrong password is refused from the limit on', () => {
+    let now = Date.UTC(2026, 0, 1);
+    const throttle = createLoginThrottle({ maxFailures: 3, windowMs: 10 * minute, now: () => now });
+    for (let i = 1; i <= 3; i++) {
+      expect(throttle.retryAfter('alice', `2001:db8:1:2::${i.toString(16)}`)).toBe(0);
+      throttle.failed('alice', `2001:db8:1:2::${i.toString(16)}`);
+      now += 1000;
+    }
+    expect(throttle.retryAfter('alice', '2001:db8:1:2:dead:beef:0:4')).toBeGreaterThan(0);
+    // Another /64 is another client.
+    expect(throttle.retryAfter('alice', '2001:db8:1:3::1')).toBe(0);
   });
 });

@@ -1,3 +1,5 @@
+import { isIPv6 } from 'node:net';
+
 /** Options of {@link createLoginThrottle}. */
 export interface LoginThrottleOptions {
   /** Failed sign-ins one name may have from one address within `windowMs` before the next waits. Default 10. */
@@ -42,7 +44,7 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
   // Failure times per pair, oldest first, at most maxFailures of them. A Map keeps insertion order:
   // a pair is re-inserted on each failure, so the first key is the one quiet the longest.
   const failures = new Map<string, number[]>();
-  const keyOf = (name: string, address: string) => `${name.toLowerCase()}\u0000${address}`;
+  const keyOf = (name: string, address: string) => `${name.toLowerCase()}\u0000${addressGroup(address)}`;
   const recent = (key: string, t: number): number[] => {
     const times = failures.get(key);
     if (times === undefined) return [];
@@ -82,4 +84,31 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
       failures.delete(keyOf(name, address));
     },
   };
+}
+
+/**
+ * The address a failure is counted under: an IPv4 address as it is, an IPv6 one by its /64. One
+ * subscriber, one machine even, holds a whole /64 (2^64 addresses, SLAAC privacy addresses change by
+ * themselves): counted one by one, they would give a guesser as many fresh counts as it likes. An
+ * IPv4 address mapped into IPv6 (`::ffff:192.0.2.1`, as a dual-stack socket reports it) is the IPv4
+ * one.
+ *
+ * @example
+ * addressGroup('2001:db8:1:2:aaaa::1'); // '2001:db8:1:2::/64'
+ */
+export function addressGroup(address: string): string {
+  const bare = address.replace(/%.*$/, '');
+  if (!isIPv6(bare)) return address;
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(bare);
+  if (mapped) return mapped[1] as string;
+  const [head = '', tail] = bare.toLowerCase().split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  // An embedded IPv4 tail (`::ffff:1.2.3.4` aside) is two groups; it is past the /64 anyway.
+  const missing = 8 - left.length - right.length;
+  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, missing)).fill('0'), ...right];
+  return `${groups
+    .slice(0, 4)
+    .map((group) => Number.parseInt(group, 16).toString(16))
+    .join(':')}::/64`;
 }
