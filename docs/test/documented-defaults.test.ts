@@ -975,7 +975,9 @@ describe('webhooks defaults', () => {
 
   it("tolerance '5m' both ways: the verifier's resolved window, and a receiver's answers at 300 and 301 s", async () => {
     const documented = receiverTable('tolerance').text.replace(/ both ways$/, '');
-    expect(lineOf('docs/webhooks.md', 'The default is 5 minutes in both directions').where).toBe('docs/webhooks.md:99');
+    expect(lineOf('docs/webhooks.md', 'The default is 5 minutes in both directions').where).toBe(
+      'docs/webhooks.md:100',
+    );
     const toleranceMs = amount(documented);
     expect(createVerifier({ secret: WEBHOOK_SECRET }).tolerance).toEqual({
       pastMs: toleranceMs,
@@ -1038,7 +1040,7 @@ describe('webhooks defaults', () => {
     expect([...new Set(claims)]).toEqual([amount(receiverTable('lease').text)]);
     expect(retentions).toEqual([amount(receiverTable('retention').text)]);
     expect(lineOf('docs/webhooks.md', 'The receiver keeps ids for **7 days** (`retention`) by default').where).toBe(
-      'docs/webhooks.md:331',
+      'docs/webhooks.md:332',
     );
     // docs/webhooks.md:160: "`unavailable` | 503 + `Retry-After: 2`".
     lineOf('docs/webhooks.md', '| `unavailable` | 503 + `Retry-After: 2` |');
@@ -1266,11 +1268,11 @@ describe('documented bounds', () => {
     expect(issuer({ rotationDelay: 3601 })).toThrow(TypeError);
   });
 
-  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:777)', async () => {
+  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:779)', async () => {
     const documented = Number(
       /`limit` defaults to (\d+)\./.exec(readFileSync(join(root, 'docs/webhooks.md'), 'utf8'))?.[1],
     );
-    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:777');
+    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:779');
     const asked: unknown[][] = [];
     const db = {
       query: async (_text: string, values?: unknown[]) => {
