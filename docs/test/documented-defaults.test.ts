@@ -1040,7 +1040,7 @@ describe('webhooks defaults', () => {
     expect([...new Set(claims)]).toEqual([amount(receiverTable('lease').text)]);
     expect(retentions).toEqual([amount(receiverTable('retention').text)]);
     expect(lineOf('docs/webhooks.md', 'The receiver keeps ids for **7 days** (`retention`) by default').where).toBe(
-      'docs/webhooks.md:332',
+      'docs/webhooks.md:334',
     );
     // docs/webhooks.md:160: "`unavailable` | 503 + `Retry-After: 2`".
     lineOf('docs/webhooks.md', '| `unavailable` | 503 + `Retry-After: 2` |');
@@ -1268,11 +1268,11 @@ describe('documented bounds', () => {
     expect(issuer({ rotationDelay: 3601 })).toThrow(TypeError);
   });
 
-  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:779)', async () => {
+  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:781)', async () => {
     const documented = Number(
       /`limit` defaults to (\d+)\./.exec(readFileSync(join(root, 'docs/webhooks.md'), 'utf8'))?.[1],
     );
-    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:779');
+    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:781');
     const asked: unknown[][] = [];
     const db = {
       query: async (_text: string, values?: unknown[]) => {

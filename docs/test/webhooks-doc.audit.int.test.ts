@@ -194,13 +194,44 @@ describe('## Signing and verifying', () => {
     const result = createVerifier({ secret: SECRET }).verify({ headers, body: swapped });
     expect(result.ok === false && result.error.code).toBe('signature_mismatch');
   });
+
+  // docs/webhooks.md:116-118: the two interoperate "for bodies that are valid UTF-8: over other bytes
+  // `standardwebhooks` signs and checks its lossy decoding, so neither side verifies the other's
+  // signature".
+  it('over a body that is not UTF-8, neither verifies the other; over UTF-8 each does (the control)', () => {
+    const reference = new Webhook(SECRET);
+    const seconds = Math.floor(Date.now() / 1000);
+    const ours = createVerifier({ secret: SECRET });
+    const signer = createSigner({ secret: SECRET });
+    for (const [body, agree] of [
+      [Buffer.from('{"note":"Zoë"}'), true],
+      [Buffer.from([0x7b, 0xff, 0x7d]), false],
+    ] as const) {
+      const theirs = {
+        'webhook-id': 'msg_1',
+        'webhook-timestamp': String(seconds),
+        'webhook-signature': reference.sign('msg_1', new Date(seconds * 1000), body),
+      };
+      expect(ours.verify({ headers: theirs, body }).ok).toBe(agree);
+      const headers = signer.sign({ id: 'msg_1', body, timestamp: seconds });
+      const accepted = (() => {
+        try {
+          reference.verify(body, headers, { jsonParse: false });
+          return true;
+        } catch {
+          return false;
+        }
+      })();
+      expect(accepted).toBe(agree);
+    }
+  });
 });
 
 describe('## Receiving', () => {
   const body = Buffer.from('{"data":{"id":"pay_1","amount":5}}');
 
-  // docs/webhooks.md:153 (`handle()` returns `{ status, headers, body, outcome, id }`) and the
-  // events table, 304-310: `id` once the headers were verified (a `rejected` event has none), `code`
+  // docs/webhooks.md:155 (`handle()` returns `{ status, headers, body, outcome, id }`) and the
+  // events table, 306-312: `id` once the headers were verified (a `rejected` event has none), `code`
   // of a rejected delivery is the verification code, `at` is the receiver's `now`.
   it("onEvent: at is the receiver's now, a rejected event has no id and the verification code", async () => {
     let clock = 1_767_225_600_000;
@@ -258,7 +289,7 @@ describe('## Raw body per framework (Koa)', () => {
       body,
     });
 
-  // docs/webhooks.md:411-412: "`ctx.request.rawBody` from `@koa/bodyparser` is never trusted: it is a
+  // docs/webhooks.md:413-414: "`ctx.request.rawBody` from `@koa/bodyparser` is never trusted: it is a
   // decoded string". A parser ran (its object and its rawBody are there, the stream drained):
   // refused, whatever rawBody holds, even the exact bytes.
   it('fails closed under a parsed body even when rawBody holds the exact text', async () => {
@@ -279,7 +310,7 @@ describe('## Raw body per framework (Koa)', () => {
     expect(misconfigured).toHaveLength(1);
   });
 
-  // docs/webhooks.md:409-411, as corrected: a Buffer that a raw parser left in ctx.request.body is
+  // docs/webhooks.md:411-413, as corrected: a Buffer that a raw parser left in ctx.request.body is
   // the exact bytes (as with express.raw()), and is taken; anything else set there fails closed.
   it('takes a Buffer a raw parser left in ctx.request.body, as Express takes express.raw()', async () => {
     let applied = 0;
@@ -297,7 +328,7 @@ describe('## Raw body per framework (Koa)', () => {
 });
 
 describe('## Sending', () => {
-  // docs/webhooks.md:504-506: "Each attempt record holds its number, start time, signed timestamp,
+  // docs/webhooks.md:506-508: "Each attempt record holds its number, start time, signed timestamp,
   // duration, result, status, `Retry-After`, the first KiB of the response body and the wait that
   // followed."
   it('an attempt record holds each field the page lists', async () => {
@@ -345,7 +376,7 @@ describe('## Sending', () => {
     });
   });
 
-  // docs/webhooks.md:511-515: "`send()` rejects with a `TypeError` before any request goes out: ...
+  // docs/webhooks.md:513-517: "`send()` rejects with a `TypeError` before any request goes out: ...
   // a header value that is not a string, a `contentType` that is not a string".
   it('send() refuses a header value or a contentType that is not a string, before any request', async () => {
     let requests = 0;
@@ -386,7 +417,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     return name;
   };
 
-  // docs/webhooks.md:829-836: the columns, and four partial indexes with their columns and predicates.
+  // docs/webhooks.md:831-838: the columns, and four partial indexes with their columns and predicates.
   it('migrate() makes exactly the columns and the four partial indexes the page lists', async () => {
     const table = fresh('cols');
     await createOutbox({ table }).migrate(pool);
@@ -434,7 +465,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     ]);
   });
 
-  // docs/webhooks.md:687-688 (`id` defaults to `evt_<uuid>`; an object body is sent as its JSON) and
+  // docs/webhooks.md:689-690 (`id` defaults to `evt_<uuid>`; an object body is sent as its JSON) and
   // the options table: `table` defaults to 'idem_webhook_outbox'; `relayId` is a random UUID.
   it('add(): an evt_<uuid> id, an object body sent as its JSON; the default table and relayId', async () => {
     expect(createOutbox().table).toBe('idem_webhook_outbox');
@@ -458,12 +489,12 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     expect(id).toMatch(/^evt_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     const relay = outbox.relay({ db: pool, sender: createSender({ secret: SECRET }) });
     expect(relay.relayId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    // docs/webhooks.md:748: "`runOnce()` resolves to what the round did: `{ claimed, delivered, retrying, dead, fenced }`".
+    // docs/webhooks.md:750: "`runOnce()` resolves to what the round did: `{ claimed, delivered, retrying, dead, fenced }`".
     expect(await relay.runOnce()).toEqual({ claimed: 1, delivered: 1, retrying: 0, dead: 0, fenced: 0 });
     expect(received).toEqual([{ id, type: 'application/json', body: '{"type":"order.paid","order":"ord_7"}' }]);
   });
 
-  // docs/webhooks.md:663-665, as corrected: "a 429, or any failed answer with a `Retry-After`" holds
+  // docs/webhooks.md:665-667, as corrected: "a 429, or any failed answer with a `Retry-After`" holds
   // the URL's other waiting rows. Was "any answer": a 2xx that carries a `Retry-After` is a
   // delivery, and holds nothing.
   it('a 2xx with a Retry-After holds none of the URL’s other rows; a 503 with one does (the control)', async () => {
@@ -496,7 +527,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     expect(await waiting()).toEqual(['evt_b', 'evt_c']);
   });
 
-  // docs/webhooks.md:760-763: `requeue(db, id)` "puts a dead row back to pending". What it does with a
+  // docs/webhooks.md:762-765: `requeue(db, id)` "puts a dead row back to pending". What it does with a
   // row that is not dead, and what it resolves to, the page did not say: it changes nothing and
   // resolves to false (true when it requeued).
   it('requeue() of a row that is not dead changes nothing and resolves to false', async () => {
@@ -513,7 +544,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
 });
 
 describe('## Errors', () => {
-  // docs/webhooks.md:898-900: "`toProblem()`, which gives an RFC 9457 body whose `type` is
+  // docs/webhooks.md:900-902: "`toProblem()`, which gives an RFC 9457 body whose `type` is
   // `https://idem.dev/problems/<code with - for _>`" for every code of the table.
   it('every code of the table has its problem type, and the statuses the table gives', () => {
     const documented: Record<string, number | 'thrown'> = {
