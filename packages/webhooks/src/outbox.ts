@@ -34,8 +34,8 @@ export interface OutboxOptions {
 export interface OutboxEvent {
   /** The event id (`webhook-id`). Default: a fresh `evt_<uuid>`. */
   id?: string | undefined;
-  /** The endpoint. */
-  url: string;
+  /** The endpoint (a `URL` is taken as its text, as `sender.send()` takes it). */
+  url: string | URL;
   /** The exact bytes to send; an object is sent as its JSON. */
   body: WebhookBody | Record<string, unknown>;
   /** Default `application/json`. */
@@ -541,10 +541,13 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
 
   const add = async (tx: Queryable, event: OutboxEvent) => {
     if (!tx || typeof tx.query !== 'function') throw new TypeError('add needs the transaction client (with query())');
-    if (!event || typeof event.url !== 'string') throw new TypeError('add needs an event with a url');
+    if (!event || (typeof event.url !== 'string' && !(event.url instanceof URL))) {
+      throw new TypeError('add needs an event with a url');
+    }
     const id = event.id ?? `evt_${randomUUID()}`;
+    const url = String(event.url);
     // Refused here rather than stored to fail every attempt until the horizon.
-    assertDeliverable({ ...event, id });
+    assertDeliverable({ ...event, url, id });
     const raw = event.body;
     const isBytes = typeof raw === 'string' || raw instanceof Uint8Array || raw instanceof ArrayBuffer;
     const json = isBytes ? undefined : JSON.stringify(raw);
@@ -555,7 +558,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       .query(
         `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
        ON CONFLICT (id) DO NOTHING`,
-        [id, event.url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})],
+        [id, url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})],
       )
       .catch((error: unknown) => {
         // Without the event's body and headers, which PGlite puts on its errors as `params`.

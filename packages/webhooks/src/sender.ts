@@ -247,7 +247,7 @@ export function createSender(options: SenderOptions): Sender {
   const timeoutMs = toMilliseconds(options.timeout ?? '15s', 'timeout');
   if (timeoutMs <= 0) throw new TypeError('timeout must be positive');
   // Its timer would fire at once, and every attempt would be a timeout.
-  if (timeoutMs > maxTimerMs) throw new TypeError('timeout must be at most 24 days');
+  if (timeoutMs > maxTimerMs) throw new TypeError('timeout must be at most 2147483647 ms (about 24.9 days)');
   const random = options.random ?? Math.random;
   // Waits longer than one timer holds (about 24.9 days) are taken in steps: any cap works.
   const sleep = options.sleep ?? abortableSleep;

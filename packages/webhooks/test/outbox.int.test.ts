@@ -636,6 +636,17 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     expect(await rows()).toEqual([]);
   });
 
+  it('takes a URL object as its text, as sender.send() does, and refuses a URL object of another scheme', async () => {
+    await clear();
+    const url = new URL('https://receiver.test/hooks?tenant=a');
+    expect(await outbox.add(pool, { id: 'url_object', url, body: '{}' })).toMatchObject({ id: 'url_object' });
+    expect((await rows()).map((row) => [row.id, row.url])).toEqual([
+      ['url_object', 'https://receiver.test/hooks?tenant=a'],
+    ]);
+    await expect(outbox.add(pool, { url: new URL('file:///etc/passwd'), body: '{}' })).rejects.toThrow(TypeError);
+    expect(await rows()).toHaveLength(1);
+  });
+
   describe('crash of a relay process (case 10)', () => {
     let child: ChildProcess | undefined;
     let endpoint: Endpoint | undefined;
