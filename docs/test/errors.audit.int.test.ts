@@ -1,0 +1,336 @@
+// Audit of docs/errors.md: each code's "when it happens" and "what to do" provoked for real (servers
+// on port 0 with the adapters, real Redis and PostgreSQL, injected clocks), where no other test
+// already does it with the same check. The status, the headers the row names, `retryable`, and that
+// following the row's advice works (the retry replays or runs once). One describe per section.
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createClient, isRequestFailedError } from '@idem/client';
+import { type IdempotencyEvent, memoryStore } from '@idem/core';
+import { idempotency, idempotencyErrors } from '@idem/express';
+import { idempotency as koaIdempotency } from '@idem/koa';
+import { redisStore } from '@idem/redis';
+import { createTcpProxy, redisAnswers, redisUrl, serviceAvailable } from '@idem/testkit';
+import express from 'express';
+import { Redis } from 'ioredis';
+import Koa from 'koa';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+
+const withRedis = serviceAvailable(`Redis at ${redisUrl()}`, await redisAnswers(), 'the errors.md audit on Redis');
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const page = readFileSync(join(root, 'docs', 'errors.md'), 'utf8');
+/** The row of the page's tables whose first cell is the code `code`. */
+const row = (code: string): string => {
+  const line = page.split('\n').find((text) => text.startsWith(`| \`${code}\``));
+  if (line === undefined) throw new Error(`docs/errors.md has no row ${code}`);
+  return line;
+};
+
+const prefix = `audit-errorsdoc:${randomUUID().slice(0, 8)}:`;
+
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  await Promise.all(closers.splice(0).map((close) => close()));
+});
+
+async function listen(server: import('node:http').Server): Promise<string> {
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  closers.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+const serveExpress = (app: express.Express) => listen(app.listen(0, '127.0.0.1'));
+const serveKoa = (app: Koa) => listen(app.listen(0, '127.0.0.1'));
+
+/** A promise and the function that settles it. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { opened, open };
+}
+
+describe('Idempotency (IdempotencyError)', () => {
+  // The fingerprint_mismatch row listed "method, route" among the differences that get 422. Was
+  // wrong: the record is the caller, the operation (method and route) and the key, so the same key
+  // on another method or route is another record and the request runs; only what differs within
+  // one operation (the concrete path of a template, query, media type, body, a header named in
+  // fingerprint.headers) gets 422.
+  it('fingerprint_mismatch: within one operation a path, query, media type, body or fingerprint header gets 422; another method or route runs', async () => {
+    const runs: string[] = [];
+    const app = express();
+    // Mounted per route: the operation is the route's template (app-wide, it is the concrete path).
+    const keyed = idempotency({
+      store: memoryStore(),
+      scope: () => 'tenant-1',
+      fingerprint: { headers: ['api-version'] },
+    });
+    const handler: express.RequestHandler = (req, res) => {
+      runs.push(`${req.method} ${req.path}`);
+      res.status(201).json({ run: runs.length });
+    };
+    app.post('/orders/:id', keyed, handler);
+    app.patch('/orders/:id', keyed, handler);
+    app.post('/refunds/:id', keyed, handler);
+    const url = await serveExpress(app);
+    const send = (method: string, path: string, headers: Record<string, string> = {}, body = '{"a":1}') =>
+      fetch(`${url}${path}`, {
+        method,
+        headers: { 'idempotency-key': '"k-1"', 'content-type': 'application/json', 'api-version': '1', ...headers },
+        body,
+      });
+    expect((await send('POST', '/orders/1')).status).toBe(201);
+    for (const other of [
+      () => send('POST', '/orders/2'),
+      () => send('POST', '/orders/1?x=1'),
+      () => send('POST', '/orders/1', { 'content-type': 'text/plain' }),
+      () => send('POST', '/orders/1', {}, '{"a":2}'),
+      () => send('POST', '/orders/1', { 'api-version': '2' }),
+    ]) {
+      const answer = await other();
+      expect(answer.status).toBe(422);
+      expect(await answer.json()).toMatchObject({ code: 'fingerprint_mismatch', retryable: false });
+    }
+    // Another method or route under the same key: its own record, so it runs.
+    expect((await send('PATCH', '/orders/1')).status).toBe(201);
+    expect((await send('POST', '/refunds/1')).status).toBe(201);
+    expect(runs).toEqual(['POST /orders/1', 'PATCH /orders/1', 'POST /refunds/1']);
+    // The row's advice: a new key for a new operation runs it.
+    expect((await send('POST', '/orders/2', { 'idempotency-key': '"k-2"' })).status).toBe(201);
+    expect(runs).toHaveLength(4);
+    expect(row('fingerprint_mismatch')).not.toMatch(/\(method, route,/);
+    expect(row('fingerprint_mismatch')).toMatch(
+      /the same key on another method or route is another record, and that request runs/,
+    );
+  });
+
+  it.runIf(withRedis)(
+    'store_unavailable: a store slower than storeTimeout gets 503 + Retry-After 2, retryable; the retry with the same key runs once',
+    async () => {
+      const target = new URL(redisUrl());
+      const proxy = await createTcpProxy({ target: { host: target.hostname, port: Number(target.port || 6379) } });
+      const redis = new Redis({ host: proxy.host, port: proxy.port, lazyConnect: true });
+      await redis.connect();
+      closers.push(async () => {
+        redis.disconnect();
+        await proxy.close();
+      });
+      let runs = 0;
+      const app = new Koa();
+      app.use(
+        koaIdempotency({
+          store: redisStore({ client: redis, prefix }),
+          scope: () => 'tenant-1',
+          storeTimeout: '200ms',
+        }),
+      );
+      app.use((ctx) => {
+        runs++;
+        ctx.status = 201;
+        ctx.body = { run: runs };
+      });
+      const url = await serveKoa(app);
+      const send = () =>
+        fetch(`${url}/charges`, { method: 'POST', headers: { 'idempotency-key': '"k-slow"' }, body: 'x' });
+      proxy.blackhole();
+      const refused = await send();
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('2');
+      expect(await refused.json()).toMatchObject({ code: 'store_unavailable', retryable: true });
+      expect(runs).toBe(0);
+      // The store answers again: the connection the blackhole swallowed is dropped, ioredis reconnects.
+      proxy.cut();
+      proxy.restore();
+      let retried = await send();
+      for (let i = 0; i < 50 && retried.status === 503; i++) retried = await send();
+      expect(retried.status).toBe(201);
+      const again = await send();
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(runs).toBe(1);
+    },
+  );
+
+  it('scope_missing: a scope function giving a number, an object or an empty string is 500, not retryable, and nothing runs', async () => {
+    for (const given of [42, { id: 'u' }, '']) {
+      let runs = 0;
+      const app = new Koa();
+      app.use(koaIdempotency({ store: memoryStore(), scope: () => given as unknown as string }));
+      app.use((ctx) => {
+        runs++;
+        ctx.status = 201;
+      });
+      const url = await serveKoa(app);
+      const answer = await fetch(`${url}/charges`, {
+        method: 'POST',
+        headers: { 'idempotency-key': '"k"' },
+        body: 'x',
+      });
+      expect(answer.status).toBe(500);
+      expect(answer.headers.get('content-type')).toBe('application/problem+json');
+      expect(await answer.json()).toMatchObject({ code: 'scope_missing', retryable: false });
+      expect(runs).toBe(0);
+    }
+  });
+
+  // lease_lost row: "without it Express's default handler answers a bare 503 from the error's status".
+  it('lease_lost on Express: with idempotencyErrors() a 503 problem with Retry-After; without it a bare 503', async () => {
+    for (const withErrors of [true, false]) {
+      const app = express();
+      app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1', lease: '300ms', maxExecution: '200ms' }));
+      const entered = gate();
+      app.post('/charges', async (req, res, next) => {
+        const signal = req.idempotency?.signal as AbortSignal;
+        entered.open();
+        try {
+          await new Promise((_resolve, reject) =>
+            signal.addEventListener('abort', () => reject(signal.reason), { once: true }),
+          );
+          res.status(201).end();
+        } catch (error) {
+          next(error);
+        }
+      });
+      if (withErrors) app.use(idempotencyErrors());
+      const url = await serveExpress(app);
+      const answer = await fetch(`${url}/charges`, {
+        method: 'POST',
+        headers: { 'idempotency-key': '"k-lost"' },
+        body: 'x',
+      });
+      await entered.opened;
+      expect(answer.status).toBe(503);
+      if (withErrors) {
+        expect(answer.headers.get('retry-after')).toBe('1');
+        expect(await answer.json()).toMatchObject({ code: 'lease_lost', retryable: true });
+      } else {
+        expect(answer.headers.get('content-type')).not.toBe('application/problem+json');
+      }
+    }
+  });
+});
+
+describe('Client (RequestFailedError)', () => {
+  // "any problem+json answer that says retryable: false, such as a replayed response_not_replayable"
+  // is final: the client does not repeat a 500 whose answer says it cannot succeed.
+  it('a replayed response_not_replayable rejects with http_error after one attempt, body.code kept', async () => {
+    let runs = 0;
+    const app = express();
+    app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1', maxResponseBytes: 16 }));
+    app.post('/exports', (_req, res) => {
+      runs++;
+      res.status(201).json({ rows: 'x'.repeat(100) });
+    });
+    const url = await serveExpress(app);
+    const waits: number[] = [];
+    const client = createClient({
+      baseUrl: url,
+      sleep: async (ms) => {
+        waits.push(ms);
+      },
+    });
+    const first = await client.post('/exports', {}, { idempotencyKey: 'k-export' });
+    expect(first.status).toBe(201);
+    const error = await client.post('/exports', {}, { idempotencyKey: 'k-export' }).catch((e: unknown) => e);
+    expect(isRequestFailedError(error)).toBe(true);
+    if (!isRequestFailedError(error)) return;
+    expect(error.code).toBe('http_error');
+    expect(error.status).toBe(500);
+    expect(error.body).toMatchObject({ code: 'response_not_replayable', retryable: false });
+    expect(error.key).toBe('k-export');
+    expect(waits).toEqual([]);
+    expect(runs).toBe(1);
+  });
+
+  // in_progress row: "Wait Retry-After, retry with the same key"; the client does it, and gets the replay.
+  it('in_progress: the client waits Retry-After and retries with the same key, and gets the replay; one run', async () => {
+    let runs = 0;
+    const release = gate();
+    const app = express();
+    app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1' }));
+    const finished = gate();
+    app.post('/charges', async (_req, res) => {
+      runs++;
+      await release.opened;
+      res.status(201).json({ id: 'ch_1' });
+      res.on('finish', () => finished.open());
+    });
+    const url = await serveExpress(app);
+    const first = fetch(`${url}/charges`, {
+      method: 'POST',
+      headers: { 'idempotency-key': 'k-busy', 'content-type': 'application/json' },
+      body: '{}',
+    });
+    while (runs === 0) await new Promise((resolve) => setImmediate(resolve));
+    const waits: number[] = [];
+    const client = createClient({
+      baseUrl: url,
+      sleep: async (ms) => {
+        waits.push(ms);
+        release.open();
+        await finished.opened;
+      },
+    });
+    const retried = await client.post<{ id: string }>('/charges', {}, { idempotencyKey: 'k-busy' });
+    expect((await first).status).toBe(201);
+    expect(waits[0]).toBeGreaterThanOrEqual(1_000);
+    expect(retried.status).toBe(201);
+    expect(retried.replayed).toBe(true);
+    expect(retried.body.id).toBe('ch_1');
+    expect(runs).toBe(1);
+  });
+});
+
+describe.runIf(withRedis)('Stores', () => {
+  let admin: Redis;
+  beforeAll(() => {
+    admin = new Redis(redisUrl());
+  });
+  afterAll(async () => {
+    const keys = await admin.keys(`${prefix}*`);
+    if (keys.length > 0) await admin.del(...keys);
+    await admin.quit();
+  });
+
+  it('a value idem did not write under the prefix: 503 store_unavailable, store-error with a RecordFormatError cause', async () => {
+    const storePrefix = `${prefix}foreign:`;
+    const events: IdempotencyEvent[] = [];
+    let runs = 0;
+    const app = express();
+    app.use(
+      idempotency({
+        store: redisStore({ client: admin, prefix: storePrefix }),
+        scope: () => 'tenant-1',
+        onEvent: (event) => events.push(event),
+      }),
+    );
+    app.post('/charges', (_req, res) => {
+      runs++;
+      res.status(201).end();
+    });
+    app.use(idempotencyErrors());
+    const url = await serveExpress(app);
+    const send = () =>
+      fetch(`${url}/charges`, { method: 'POST', headers: { 'idempotency-key': '"k-foreign"' }, body: 'x' });
+    expect((await send()).status).toBe(201);
+    // Another application overwrites every record under the prefix.
+    const keys = await admin.keys(`${storePrefix}*`);
+    expect(keys.length).toBeGreaterThan(0);
+    for (const key of keys) await admin.set(key, 'not idem');
+    const answer = await send();
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toBe('2');
+    expect(await answer.json()).toMatchObject({ code: 'store_unavailable' });
+    const failure = events.find((event) => event.type === 'store-error');
+    expect(failure).toBeDefined();
+    const error = (failure as { error?: { code?: string; cause?: { name?: string } } }).error;
+    expect(error?.code).toBe('store_unavailable');
+    expect(error?.cause?.name).toBe('RecordFormatError');
+    expect(runs).toBe(1);
+  });
+});
