@@ -9,16 +9,27 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient, isRequestFailedError } from '@idem/client';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
-import { idempotency, idempotencyErrors } from '@idem/express';
+import { guard, idempotency, idempotencyErrors } from '@idem/express';
+import { idempotency as fastifyIdempotency } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
+import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
-import { createTcpProxy, redisAnswers, redisUrl, serviceAvailable } from '@idem/testkit';
+import { createTcpProxy, databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from '@idem/testkit';
+import { createReceiver, createSender, createSigner, expressWebhook } from '@idem/webhooks';
 import express from 'express';
+import Fastify from 'fastify';
 import { Redis } from 'ioredis';
+import { SignJWT } from 'jose';
 import Koa from 'koa';
+import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 const withRedis = serviceAvailable(`Redis at ${redisUrl()}`, await redisAnswers(), 'the errors.md audit on Redis');
+const withPostgres = serviceAvailable(
+  `PostgreSQL at ${databaseUrl()}`,
+  await postgresAnswers(),
+  'the errors.md audit on PostgreSQL',
+);
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(join(root, 'docs', 'errors.md'), 'utf8');
@@ -215,6 +226,149 @@ describe('Idempotency (IdempotencyError)', () => {
   });
 });
 
+describe('Guard (GuardError)', () => {
+  // token_expired: "Refresh the token, then retry the request (with the same Idempotency-Key)". The
+  // guard answers before the key is claimed, so the retry with a fresh token runs the operation once,
+  // and its repeat replays.
+  it('token_expired: 401 invalid_token, no Retry-After, not retryable; the same key with a fresh token runs once', async () => {
+    const ISS = 'https://id.example';
+    const AUD = 'https://api.example';
+    const secret = 'errors-audit-hs256-secret-of-32+bytes!';
+    let t = Date.UTC(2026, 11, 6, 12, 0, 0);
+    let runs = 0;
+    const app = express();
+    app.use(guard({ audience: AUD, issuers: [{ issuer: ISS, secret }], now: () => t }));
+    app.use(idempotency({ store: memoryStore({ now: () => t }), now: () => t }));
+    app.post('/charges', (_req, res) => {
+      runs++;
+      res.status(201).json({ id: `ch_${runs}` });
+    });
+    app.use(idempotencyErrors());
+    const url = await serveExpress(app);
+    const token = (iat: number) =>
+      new SignJWT({ iss: ISS, aud: AUD, sub: 'user-1', iat, exp: iat + 300 })
+        .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt' })
+        .sign(new TextEncoder().encode(secret));
+    const send = async (bearer: string) =>
+      fetch(`${url}/charges`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${bearer}`,
+          'idempotency-key': '"k-auth"',
+          'content-type': 'application/json',
+        },
+        body: '{"amount":100}',
+      });
+    const old = await token(Math.floor(t / 1000));
+    t += 10 * 60_000; // the token expired on the way
+    const refused = await send(old);
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('www-authenticate')).toMatch(/^Bearer .*error="invalid_token"/);
+    expect(refused.headers.get('retry-after')).toBeNull();
+    expect(refused.headers.get('cache-control')).toBe('no-store');
+    expect(await refused.json()).toMatchObject({ code: 'token_expired', retryable: false });
+    expect(runs).toBe(0);
+    const fresh = await token(Math.floor(t / 1000));
+    expect((await send(fresh)).status).toBe(201);
+    const again = await send(fresh);
+    expect(again.status).toBe(201);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(runs).toBe(1);
+  });
+});
+
+describe.runIf(withRedis)('Webhooks (WebhookError)', () => {
+  const secret = `whsec_${Buffer.from('errors-audit-webhook-secret-32b!').toString('base64')}`;
+  let redis: Redis;
+  beforeAll(() => {
+    redis = new Redis(redisUrl());
+  });
+  afterAll(async () => {
+    await redis.quit();
+  });
+
+  // "The receiver also answers in_progress (409, Retry-After: 1 ...). Both are retried by any sender,
+  // and the retry is acknowledged once." Through @idem/webhooks' own sender and a real server.
+  it('in_progress: 409 with Retry-After 1 while the event is applied; the sender retries and is acknowledged once, applied once', async () => {
+    const applied: string[] = [];
+    const release = gate();
+    const entered = gate();
+    const receiver = createReceiver({
+      store: redisStore({ client: redis, prefix: `${prefix}hooks:` }),
+      secret,
+      apply: async (event) => {
+        applied.push(event.id);
+        entered.open();
+        await release.opened;
+      },
+    });
+    const app = express();
+    app.post('/hooks', expressWebhook(receiver));
+    const url = await serveExpress(app);
+    const id = `msg_${randomUUID().replaceAll('-', '')}`;
+    const body = '{"type":"payment.succeeded"}';
+    // A first delivery is being applied.
+    const first = fetch(`${url}/hooks`, {
+      method: 'POST',
+      headers: { ...createSigner({ secret }).sign({ id, body, timestamp: Math.floor(Date.now() / 1000) }) },
+      body,
+    });
+    await entered.opened;
+    const attempts: Array<{ status?: number | undefined }> = [];
+    const waits: number[] = [];
+    const sender = createSender({
+      secret,
+      sleep: async (ms) => {
+        waits.push(ms);
+        release.open();
+        await first;
+      },
+      onAttempt: (attempt) => attempts.push({ status: attempt.status }),
+    });
+    const result = await sender.send({ url: `${url}/hooks`, id, body });
+    expect(attempts.map((attempt) => attempt.status)).toEqual([409, 200]);
+    expect(waits[0]).toBeGreaterThanOrEqual(1_000);
+    expect(result).toMatchObject({ outcome: 'delivered' });
+    expect((await first).status).toBe(200);
+    expect(applied).toEqual([id]);
+  });
+
+  it('apply_failed: 500, retryable; the next delivery applies the event once', async () => {
+    const applied: string[] = [];
+    let failNext = true;
+    const receiver = createReceiver({
+      store: redisStore({ client: redis, prefix: `${prefix}hooks:` }),
+      secret,
+      apply: (event) => {
+        if (failNext) {
+          failNext = false;
+          throw new Error('ledger down');
+        }
+        applied.push(event.id);
+      },
+    });
+    const app = express();
+    app.post('/hooks', expressWebhook(receiver));
+    const url = await serveExpress(app);
+    const id = `msg_${randomUUID().replaceAll('-', '')}`;
+    const body = '{"type":"payment.succeeded"}';
+    const deliver = () =>
+      fetch(`${url}/hooks`, {
+        method: 'POST',
+        headers: { ...createSigner({ secret }).sign({ id, body, timestamp: Math.floor(Date.now() / 1000) }) },
+        body,
+      });
+    const failed = await deliver();
+    expect(failed.status).toBe(500);
+    expect(await failed.json()).toMatchObject({ code: 'apply_failed', retryable: true });
+    expect((await deliver()).status).toBe(200);
+    const duplicate = await deliver();
+    expect(duplicate.status).toBe(200);
+    expect(duplicate.headers.get('idempotent-replayed')).toBe('true');
+    expect(applied).toEqual([id]);
+  });
+});
+
 describe('Client (RequestFailedError)', () => {
   // "any problem+json answer that says retryable: false, such as a replayed response_not_replayable"
   // is final: the client does not repeat a 500 whose answer says it cannot succeed.
@@ -331,6 +485,52 @@ describe.runIf(withRedis)('Stores', () => {
     const error = (failure as { error?: { code?: string; cause?: { name?: string } } }).error;
     expect(error?.code).toBe('store_unavailable');
     expect(error?.cause?.name).toBe('RecordFormatError');
+    expect(runs).toBe(1);
+  });
+});
+
+describe.runIf(withPostgres)('Stores (PostgreSQL)', () => {
+  // "any other database error ... (passed through) ... such as a missing table (run migrate()). The
+  // engine still answers 503 and emits store-error with the original error": and once migrate() ran,
+  // the retry with the same key runs once.
+  it('a missing table: 503 store_unavailable with Retry-After, store-error with the 42P01 error itself; after migrate() the retry runs once', async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl(), max: 2 });
+    const table = `audit_errorsdoc_${randomUUID().slice(0, 8)}`;
+    closers.push(async () => {
+      await pool.query(`drop table if exists ${table}`);
+      await pool.end();
+    });
+    const events: IdempotencyEvent[] = [];
+    let runs = 0;
+    const app = Fastify();
+    await app.register(fastifyIdempotency, {
+      store: postgresStore({ client: pool, table }),
+      scope: () => 'tenant-1',
+      onEvent: (event) => events.push(event),
+    });
+    app.post('/charges', async (_request, reply) => {
+      runs++;
+      return reply.code(201).send({ run: runs });
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    closers.push(() => app.close());
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const send = () =>
+      fetch(`${url}/charges`, {
+        method: 'POST',
+        headers: { 'idempotency-key': '"k-table"', 'content-type': 'application/json' },
+        body: '{}',
+      });
+    const refused = await send();
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get('retry-after')).toBe('2');
+    expect(await refused.json()).toMatchObject({ code: 'store_unavailable', retryable: true });
+    const failure = events.find((event) => event.type === 'store-error') as { error?: { code?: string } } | undefined;
+    expect(failure?.error?.code).toBe('42P01');
+    expect(runs).toBe(0);
+    await migrate(pool, { table });
+    expect((await send()).status).toBe(201);
+    expect((await send()).headers.get('idempotent-replayed')).toBe('true');
     expect(runs).toBe(1);
   });
 });
