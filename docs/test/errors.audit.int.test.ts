@@ -401,6 +401,39 @@ describe('Client (RequestFailedError)', () => {
     expect(runs).toBe(1);
   });
 
+  // response_too_large: "Raise maxResponseBytes for that request, or read it yourself". Was
+  // incomplete: the write ran (the server answered it in full), and a new call mints a new key, so
+  // following the advice as written ran the operation twice. With `idempotencyKey: error.key` the
+  // retry is a replay.
+  it('response_too_large: the write ran; a retry with error.key and a larger limit replays it, a new call would run it again', async () => {
+    let runs = 0;
+    const app = express();
+    app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1' }));
+    app.post('/exports', (_req, res) => {
+      runs++;
+      res.status(201).json({ run: runs, rows: 'x'.repeat(2_000) });
+    });
+    const url = await serveExpress(app);
+    const client = createClient({ baseUrl: url, maxResponseBytes: 1_000 });
+    const error = await client.post('/exports', {}).catch((e: unknown) => e);
+    expect(isRequestFailedError(error) && error.code).toBe('response_too_large');
+    if (!isRequestFailedError(error)) return;
+    expect(runs).toBe(1);
+    expect(error.key).toBeDefined();
+    const retried = await client.post<{ run: number }>(
+      '/exports',
+      {},
+      { idempotencyKey: error.key as string, maxResponseBytes: 10_000 },
+    );
+    expect(retried.replayed).toBe(true);
+    expect(retried.body.run).toBe(1);
+    expect(runs).toBe(1);
+    // Without the key, the same call is a new operation: it runs again.
+    await client.post('/exports', {}, { maxResponseBytes: 10_000 });
+    expect(runs).toBe(2);
+    expect(row('response_too_large')).toMatch(/same `error\.key`/);
+  });
+
   // in_progress row: "Wait Retry-After, retry with the same key"; the client does it, and gets the replay.
   it('in_progress: the client waits Retry-After and retries with the same key, and gets the replay; one run', async () => {
     let runs = 0;
