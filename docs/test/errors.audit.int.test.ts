@@ -14,7 +14,16 @@ import { idempotency as fastifyIdempotency } from '@idem/fastify';
 import { idempotency as koaIdempotency } from '@idem/koa';
 import { migrate, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
-import { createTcpProxy, databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from '@idem/testkit';
+import {
+  createTcpProxy,
+  databaseUrl,
+  frameRequest,
+  postgresAnswers,
+  redisAnswers,
+  redisUrl,
+  sendRaw,
+  serviceAvailable,
+} from '@idem/testkit';
 import { createReceiver, createSender, createSigner, expressWebhook } from '@idem/webhooks';
 import express from 'express';
 import Fastify from 'fastify';
@@ -119,6 +128,38 @@ describe('Idempotency (IdempotencyError)', () => {
     expect(row('fingerprint_mismatch')).toMatch(
       /the same key on another method or route is another record, and that request runs/,
     );
+  });
+
+  // key_invalid row: "control or non-ASCII characters". Was wrong for every control character but
+  // a tab: Node's HTTP parser refuses such a header line itself, with a bare 400 (Fastify's JSON
+  // `Client Error`), before any middleware; only a tab inside a key and non-ASCII bytes reach the
+  // middleware and get key_invalid.
+  it("key_invalid: a tab or a non-ASCII byte in the key gets key_invalid; another control character gets Node's own 400", async () => {
+    const app = express();
+    app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1' }));
+    app.post('/charges', (_req, res) => {
+      res.status(201).end();
+    });
+    const port = Number(new URL(await serveExpress(app)).port);
+    const send = (key: string) =>
+      sendRaw(
+        port,
+        frameRequest(
+          `POST /charges HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/plain\r\nIdempotency-Key: ${key}\r\n`,
+          Buffer.from('x'),
+        ).bytes,
+      );
+    for (const key of ['a\tb', '"a\tb"', 'caf\u00e9', '"caf\u00e9"']) {
+      const answer = await send(key);
+      expect(answer.status, JSON.stringify(key)).toBe(400);
+      expect(JSON.parse(answer.body.toString())).toMatchObject({ code: 'key_invalid' });
+    }
+    for (const key of ['a\u0001b', 'a\u007fb']) {
+      const answer = await send(key);
+      expect(answer.status, JSON.stringify(key)).toBe(400);
+      expect(answer.headers['content-type']).toBeUndefined();
+    }
+    expect(row('key_invalid')).toMatch(/other control characters never reach it/);
   });
 
   it.runIf(withRedis)(
