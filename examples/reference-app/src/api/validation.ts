@@ -1,4 +1,5 @@
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { isUtf8Charset } from '../charset.js';
 import { sendProblem } from './problem.js';
 
 /** The result of checking a body: the typed value, or the names of the invalid fields. */
@@ -6,8 +7,8 @@ export type Checked<T> = { ok: true; value: T } | { ok: false; detail: string; i
 
 /**
  * Parses an `application/json` body of at most `limit` and requires it to be an object. Other
- * media types get 415, bad JSON 400, a larger body 413, all as problem+json (the API's error handler
- * maps the parser's errors).
+ * media types, and a charset other than UTF-8, get 415, bad JSON 400, a larger body 413, all as
+ * problem+json (the API's error handler maps the parser's errors).
  *
  * @example
  * ```ts
@@ -19,6 +20,11 @@ export function jsonObjectBody(limit: string): RequestHandler[] {
   const requireJson = (req: Request, res: Response, next: NextFunction) => {
     if (!req.is('application/json')) {
       sendProblem(res, 'unsupported_media_type', 'Send the body as application/json.');
+      return;
+    }
+    // Before the parser, which decodes any `utf-` charset (UTF-16 and UTF-32 too).
+    if (!isUtf8Charset(req.get('content-type'))) {
+      sendProblem(res, 'unsupported_media_type', 'Send the body as JSON in UTF-8 (application/json; charset=utf-8).');
       return;
     }
     next();

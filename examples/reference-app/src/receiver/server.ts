@@ -17,6 +17,7 @@ import { postgresStore } from '@idem/postgres';
 import { createReceiver, isValidWebhookId, koaWebhook } from '@idem/webhooks';
 import Koa, { type Context, type Next } from 'koa';
 import type { ServiceChallenge } from '../api/server.js';
+import { isUtf8Charset } from '../charset.js';
 import type { Database } from '../db.js';
 import { drainable } from '../drain.js';
 import { htmlPage, pageHeaders } from '../html.js';
@@ -259,6 +260,9 @@ export interface AdminApiOptions {
 /** Largest note, in characters. */
 const maxNoteLength = 500;
 
+/** The title of a 415, as the API's. */
+const unsupportedTitle = 'The body is not in a supported format';
+
 /** Largest note body, in bytes. */
 const maxNoteBodyBytes = 16 * 1024;
 
@@ -275,8 +279,9 @@ const maxNoteBodyBytes = 16 * 1024;
  * `idempotency()`: an operator's retry with the same `Idempotency-Key` gets the first note back
  * instead of a second copy. Keys are scoped to the admin the internal token names and to the client
  * acting for them. A note is 1 to 500 characters with no control characters but tab and line feed
- * (422 otherwise); its body may come gzip, deflate or br coded (415 for another coding, 400 for bytes
- * that do not decode), all refused before the key is claimed.
+ * (422 otherwise), sent as `application/json` in UTF-8 (415 otherwise); its body may come gzip,
+ * deflate or br coded (415 for another coding, 400 for bytes that do not decode), all refused before
+ * the key is claimed.
  *
  * @example
  * ```ts
@@ -392,14 +397,30 @@ function decodedNote(bytes: Buffer, encoding: string): Buffer | 'unsupported' | 
 }
 
 /**
- * Reads the note's body and answers 422 unless it is a JSON object whose `text`, trimmed, is 1 to
- * {@link maxNoteLength} characters without control characters but tab and line feed; a valid text
- * goes to `ctx.state.note`. The bytes are put back into the stream, so the idempotency middleware
+ * Answers 415 unless the note comes as `application/json` in UTF-8; then reads its body and answers
+ * 422 unless it is a JSON object whose `text`, trimmed, is 1 to {@link maxNoteLength} characters
+ * without control characters but tab and line feed; a valid text goes to `ctx.state.note`. The bytes are put back into the stream, so the idempotency middleware
  * after it fingerprints them as they came. A body it cannot read (over the limit, or cut short) is
  * answered here too, as the idempotency middleware answers it (413 `body_too_large`, 400
  * `body_incomplete`): nothing goes on without a checked note.
  */
 async function validNote(ctx: Context, next: Next): Promise<unknown> {
+  // JSON in UTF-8, as the API's routes take it: a form, plain text or another charset is not read as
+  // a note (it would be decoded as UTF-8 whatever it said it was).
+  if (!ctx.is('application/json')) {
+    sendProblem(ctx, 415, 'unsupported_media_type', unsupportedTitle, 'Send the body as application/json.');
+    return;
+  }
+  if (!isUtf8Charset(ctx.get('content-type'))) {
+    sendProblem(
+      ctx,
+      415,
+      'unsupported_media_type',
+      unsupportedTitle,
+      'Send the body as JSON in UTF-8 (application/json; charset=utf-8).',
+    );
+    return;
+  }
   const body = await readRequestBody(ctx.req, maxNoteBodyBytes);
   // Not left to the idempotency middleware: a chunked body read past the limit is drained, and that
   // middleware's own read then finds a body that ended (or its tail), takes it, and the handler ran
@@ -420,7 +441,7 @@ async function validNote(ctx: Context, next: Next): Promise<unknown> {
       ctx,
       415,
       'unsupported_media_type',
-      'The body is not in a supported format',
+      unsupportedTitle,
       'The Content-Encoding is not supported; send identity, gzip, deflate or br.',
     );
     return;
