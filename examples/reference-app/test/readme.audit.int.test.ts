@@ -11,6 +11,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { apiTables } from '../src/schema/api-schema.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { codeFlow } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { portVariables, startScript } from './start-script.js';
 import { startTestStack, type TestStack } from './test-stack.js';
@@ -117,6 +120,28 @@ describe('README "Errors": 415 unsupported_media_type for a body that is not JSO
       expect(await notesOf(eventId)).toEqual(before);
     },
   );
+
+  // "A role says who the user is; a scope says what the user let this client do. The admin routes need
+  // both": a token with every scope but without the admin role gets 403 insufficient_scope, in the
+  // realm and with the metadata of the gateway's 401s, and no `scope` to step up to (none would help).
+  it.each([
+    ['PUT', '/stock/item-1', '{"level":2}'],
+    ['GET', '/webhook-events', undefined],
+    ['POST', '/webhook-events/evt_x/notes', '{"text":"x"}'],
+  ])('refuses %s %s to a token without the admin role with 403, naming no scope', async (method, path, body) => {
+    const token = await test.token({ roles: [] });
+    const refused = await fetch(new URL(path, test.stack.gateway.url), {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': '"k"' },
+      ...(body === undefined ? {} : { body }),
+    });
+    expect(refused.status).toBe(403);
+    expect(await refused.json()).toMatchObject({ status: 403, code: 'insufficient_scope' });
+    const challenge = refused.headers.get('www-authenticate') ?? '';
+    expect(challenge).toMatch(/^Bearer realm="reference-api", error="insufficient_scope"/);
+    expect(challenge).toContain(`resource_metadata="${test.audience}/.well-known/oauth-protected-resource"`);
+    expect(challenge).not.toContain('scope="');
+  });
 
   async function notesOf(id: string): Promise<unknown[]> {
     const token = await test.token({ roles: ['admin'] });
@@ -270,4 +295,36 @@ describe('README "Storage": the outbox keeps dead-lettered events 30 days', () =
     await vi.waitFor(async () => expect(await statusOf(witness)).toBeUndefined(), { timeout: 10_000, interval: 25 });
     expect(await statusOf(dead)).toBe('dead');
   });
+});
+
+describe('README "What the identity provider enforces": refresh tokens', () => {
+  let db: Database;
+  let running: RunningReferenceApp;
+
+  beforeAll(async () => {
+    db = await openTestDatabase('readme_idp');
+    running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: 'http://gateway.readme-idp-test' });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.close();
+  });
+
+  // "A refresh token needs `offline_access` and `prompt=consent`": idp.int.test.ts pins the first half
+  // (no offline_access, no refresh token); this is the second.
+  it.each(['login', 'consent'])(
+    'gives a refresh token for offline_access only with prompt=consent (prompt=%s)',
+    async (prompt) => {
+      const user = { username: 'alice', password: demoUsers[0].password };
+      const { tokens } = await codeFlow(running.authUrl, running.clients.app, user, {
+        scope: 'openid offline_access photos:read',
+        prompt,
+      });
+      expect(tokens.status).toBe(200);
+      expect(typeof tokens.body.access_token).toBe('string');
+      if (prompt === 'consent') expect(typeof tokens.body.refresh_token).toBe('string');
+      else expect(tokens.body.refresh_token).toBeUndefined();
+    },
+  );
 });
