@@ -115,14 +115,18 @@ export async function rotateSecret(db: Database, step: RotationStep): Promise<vo
   }
 }
 
-// `npm run rotate -- <step>`: one step on the default database (or DATABASE_URL).
+// `npm run rotate -- <step>`: one step on the database `npm start` uses (DATABASE_URL, or PGlite in
+// DATA_DIR or the default folder).
 async function rotateFromCommandLine(step: string | undefined): Promise<void> {
   if (!rotationSteps.includes(step as RotationStep)) {
     console.error(`usage: npm run rotate -- <step>, one of ${rotationSteps.join(', ')}`);
     process.exitCode = 2;
     return;
   }
-  const db = await openDatabase({ url: process.env.DATABASE_URL });
+  const db = await openDatabase({
+    url: process.env.DATABASE_URL,
+    ...(process.env.DATA_DIR ? { dataDir: process.env.DATA_DIR } : {}),
+  });
   try {
     await rotateSecret(db, step as RotationStep);
   } finally {

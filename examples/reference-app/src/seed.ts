@@ -101,10 +101,14 @@ export async function seed(db: Database, options: SeedOptions): Promise<SeededCl
   };
 }
 
-// `npm run seed`: seed the default database without starting anything.
+// `npm run seed`: seed the database `npm start` uses (DATABASE_URL, or PGlite in DATA_DIR or the
+// default folder) without starting anything.
 async function seedFromCommandLine(): Promise<void> {
   const appUrl = process.env.APP_URL ?? `http://localhost:${process.env.APP_PORT ?? 8083}`;
-  const db = await openDatabase({ url: process.env.DATABASE_URL });
+  const db = await openDatabase({
+    url: process.env.DATABASE_URL,
+    ...(process.env.DATA_DIR ? { dataDir: process.env.DATA_DIR } : {}),
+  });
   try {
     await seed(db, { appRedirectUri: `${appUrl}/callback` });
   } finally {

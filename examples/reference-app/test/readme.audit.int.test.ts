@@ -2,14 +2,17 @@
 // test file pinned, checked against the real app (the resource stack on the file's database and Redis
 // prefix, the identity provider, `npm start` itself). A check marked "Was wrong" failed when the audit
 // wrote it.
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
-import { networkInterfaces } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { exportJWK, generateKeyPair } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
-import type { Database } from '../src/db.js';
+import { type Database, openDatabase } from '../src/db.js';
 import { apiTables } from '../src/schema/api-schema.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
@@ -169,16 +172,43 @@ function connects(host: string, port: number): Promise<boolean> {
   });
 }
 
+/** Runs one of the app's scripts as `npm run` does (tsx, from the app's folder), without DATABASE_URL. */
+function runScript(
+  script: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  const environment: NodeJS.ProcessEnv = { ...process.env, ...env };
+  delete environment.DATABASE_URL;
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    cwd: appFolder,
+    env: environment,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  return new Promise((resolve) => child.once('exit', (code) => resolve({ code, output })));
+}
+
+const appFolder = fileURLToPath(new URL('..', import.meta.url));
+
 describe('README: what `npm start` prints, where it listens, and Ctrl-C', () => {
   const { spawnApp } = startScript('idem-readme-audit-');
   let child: ChildProcess;
   let ports: Record<string, number>;
   let output = '';
   let exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  let dataDir: string;
 
   beforeAll(async () => {
     const spawned = await spawnApp(process.execPath, ['examples/reference-app/start.mjs']);
     child = spawned.child;
+    dataDir = spawned.dir;
     ports = Object.fromEntries(portVariables.map((name, index) => [name, spawned.ports[index] as number]));
     exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     await new Promise<void>((resolve, reject) => {
@@ -234,6 +264,47 @@ describe('README: what `npm start` prints, where it listens, and Ctrl-C', () => 
     expect(output).toContain('SIGINT: stopping');
     for (const [name, port] of Object.entries(ports)) expect(await connects('127.0.0.1', port), name).toBe(false);
   }, 30_000);
+
+  // "`npm run seed` seeds without starting" and "`npm run rotate ... -- <step>` rotates one of these
+  // secrets", of the database `npm start` uses: with DATA_DIR, that folder.
+  // Was wrong: both opened examples/reference-app/data/ whatever DATA_DIR said, so an operator who
+  // runs the demo from DATA_DIR rotated the secret of another database (or made a new one there) and
+  // was told "done"; the seed likewise went to the default folder.
+  it('runs `npm run rotate` and `npm run seed` on the folder DATA_DIR names', async () => {
+    await exited;
+    const secret = async () => {
+      const db = await openDatabase({ dataDir });
+      try {
+        return (await db.query<{ secret: string }>('select secret from api_webhook_secrets')).rows[0]?.secret;
+      } finally {
+        await db.close();
+      }
+    };
+    const before = await secret();
+    expect(before).toMatch(/^whsec_/);
+    const rotated = await runScript('src/rotate-secrets.ts', ['webhook'], { DATA_DIR: dataDir });
+    expect(rotated.code, rotated.output).toBe(0);
+    expect(rotated.output).toContain('webhook: done');
+    const after = await secret();
+    expect(after).toMatch(/^whsec_/);
+    expect(after).not.toBe(before);
+
+    const fresh = await mkdtemp(join(tmpdir(), 'idem-readme-seed-'));
+    try {
+      const seeded = await runScript('src/seed.ts', [], { DATA_DIR: fresh });
+      expect(seeded.code, seeded.output).toBe(0);
+      const db = await openDatabase({ dataDir: fresh });
+      try {
+        const { rows } = await db.query<{ username: string }>('select username from idp_users order by username');
+        expect(rows.map((row) => row.username)).toEqual(['alice', 'bob']);
+      } finally {
+        await db.close();
+      }
+    } finally {
+      await rm(fresh, { recursive: true, force: true });
+      await rm(`${fresh}.lock`, { force: true });
+    }
+  }, 60_000);
 });
 
 describe('README "Storage": the outbox keeps dead-lettered events 30 days', () => {
