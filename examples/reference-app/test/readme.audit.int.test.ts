@@ -337,16 +337,13 @@ describe('README "Storage": the outbox keeps dead-lettered events 30 days', () =
   const statusOf = async (id: string) =>
     (await db.query<{ status: string }>(`select status from ${apiTables.outbox} where id = $1`, [id])).rows[0]?.status;
 
-  // Was wrong: "dead-lettered ones after 30 [days]" reads as 30 days after an event was dead-lettered,
-  // the time an operator has to requeue it (outboxKept's comment says so too). The purge counts from
-  // the event's creation (or last requeue), and the API's sender retries for 365 days
-  // (webhookSchedule.horizon), so an event dead-lettered at its horizon, the usual way to die here,
-  // is already 365 days old: the next pass, within ten minutes, deletes it unseen.
-  // Needs a decision: (a) keep dead rows horizon + 30 days by creation (outboxKept.dead = '395d';
-  // an early 410 Gone then stays up to 13 months), (b) a `dead_at` column in @idem/webhooks' outbox
-  // and `purge({ dead: true })` counting from it (a schema change of the library), or (c) say in the
-  // README that dead rows go 30 days after they were added, which leaves horizon dead letters no time.
-  it.fails('keeps an event dead-lettered at its horizon a moment ago', async () => {
+  // Was wrong: "dead-lettered ones after 30 [days]" read as 30 days after an event was dead-lettered,
+  // the time an operator has to requeue it. The purge counts from the event's creation (or last
+  // requeue), and the API's sender retries for 365 days (webhookSchedule.horizon), so an event
+  // dead-lettered at its horizon, the usual way to die here, was already 365 days old: the next pass,
+  // within ten minutes, deleted it unseen. Decided: dead rows are kept the horizon and 30 days
+  // (outboxKept.dead '395d'), as the README now says.
+  it('keeps an event dead-lettered at its horizon a moment ago', async () => {
     const dead = 'evt_readme_horizon';
     // Attempted once, added 366 days ago: its next claim dead-letters it (past the 365-day horizon).
     await db.query(
