@@ -5,7 +5,7 @@
 // drifting from what the code does.
 import { Buffer } from 'node:buffer';
 import { readFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +29,7 @@ import Koa from 'koa';
 import multer from 'multer';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
+import { listen } from '../../packages/core/test/support/timeouts-kit.js';
 import { AUDIENCE, ISSUER, makeToken, testKeys } from '../../packages/guard/test/support/tokens.js';
 
 // Loaded by specifiers TypeScript does not follow (as packages/koa/test/bodyparser.test.ts does): the
@@ -70,20 +71,6 @@ function rowOf(rows: string[][], first: string): string[] {
   return row;
 }
 
-async function listening(server: Server): Promise<{ url: string; close: () => Promise<void> }> {
-  if (!server.listening) {
-    server.listen(0, '127.0.0.1');
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  }
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const withPostgres = serviceAvailable(
   `PostgreSQL at ${databaseUrl}`,
@@ -98,17 +85,17 @@ afterAll(async () => {
 
 /** Serves an app (Express, Koa, or a ready Fastify instance) on port 0 until the file ends. */
 async function serve(app: express.Express | Koa | ReturnType<typeof Fastify>): Promise<string> {
-  let server: Server;
+  if ('inject' in app) {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    opened.push(() => app.close());
+    return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  }
   if (app instanceof Koa) {
     // Koa prints every error it answers; the tests read the answers instead.
     app.silent = true;
-    server = createServer(app.callback());
-  } else if ('inject' in app) {
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    server = app.server;
-  } else server = createServer(app);
-  const { url, close } = await listening(server);
-  opened.push('inject' in app ? () => app.close() : close);
+  }
+  const { url, close } = await listen(createServer(app instanceof Koa ? app.callback() : app));
+  opened.push(close);
   return url;
 }
 

@@ -4,7 +4,7 @@
 
 import * as dns from 'node:dns';
 import { readFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
+import { createServer } from 'node:http';
 import * as net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,24 +26,13 @@ import { createIdp } from '../../examples/reference-app/src/idp/server.js';
 import { type ListeningPort, listen as listenPort } from '../../examples/reference-app/src/listen.js';
 import { openLoginForm } from '../../examples/reference-app/test/flow.js';
 import { startWholeStack, type WholeStack } from '../../examples/reference-app/test/test-stack.js';
+import { listen } from '../../packages/core/test/support/timeouts-kit.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const securityPage = readFileSync(join(root, 'docs', 'security.md'), 'utf8');
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const run = `${process.pid}-${Date.now().toString(36)}`;
-
-async function listen(app: express.Express): Promise<{ url: string; close(): Promise<void> }> {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 /** The paragraph of security.md that holds `words`, joined into one line. */
 function sentenceOf(words: string): string {
@@ -99,7 +88,7 @@ describe('docs/security.md, What is stored: per-request headers are never replay
       for (const name of perRequest) res.setHeader(name, `first-${runs}`);
       res.status(201).json({ id: 'ch_1' });
     });
-    const server = await listen(app);
+    const server = await listen(createServer(app));
     try {
       const init = { method: 'POST', headers: { 'idempotency-key': '"k-1"' } };
       await fetch(`${server.url}/charges`, init);
@@ -125,7 +114,7 @@ describe('docs/security.md, Spoofed headers: what a response may carry from the 
     app.post('/charges', idempotency({ store: memoryStore(), scope: () => 'tenant-1' }), (_req, res) => {
       res.status(201).json({ id: 'ch_1' });
     });
-    const server = await listen(app);
+    const server = await listen(createServer(app));
     try {
       const key = '"echo-\u0021me"';
       const first = await fetch(`${server.url}/charges`, { method: 'POST', headers: { 'idempotency-key': key } });
@@ -165,7 +154,7 @@ async function completeOneRequest(store: Parameters<typeof idempotency>[0]['stor
       res.status(201).setHeader('x-request-id', 'r-1').json({ id: 'ch_1' });
     },
   );
-  const server = await listen(app);
+  const server = await listen(createServer(app));
   try {
     const send = () =>
       fetch(`${server.url}/charges?note=${marker.query}`, {
@@ -263,7 +252,7 @@ describe('docs/security.md, What is stored: not the body, query, key, caller or 
       });
       const app = express();
       app.post('/hooks', expressWebhook(receiver));
-      const server = await listen(app);
+      const server = await listen(createServer(app));
       try {
         const id = `msg_${run}`;
         const body = JSON.stringify({ type: 'payment.succeeded', note: marker.body });

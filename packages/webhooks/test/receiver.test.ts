@@ -506,6 +506,17 @@ function failingComplete(failure: 'throws' | 'lease-lost', clock: () => number):
 }
 
 /** A store with transactions that apply `fn` and then fail to commit, the way `failure` says. */
+// A store that cannot be reached: every claim fails as a refused connection would.
+const storeDown: Store = {
+  claim: async () => {
+    throw new Error('connection refused');
+  },
+  renew: async () => false,
+  complete: async () => false,
+  release: async () => false,
+  get: async () => undefined,
+};
+
 function failingTransactions(failure: 'throws' | 'lease-lost', clock: () => number): Store {
   const inner = memoryStore({ now: clock });
   const store: TransactionalStore<{ tx: true }> = {
@@ -591,15 +602,6 @@ describe('observers that throw or reject', () => {
     rejects: () => Promise.reject(new Error('observer bug')),
   };
   type Deliver = ReturnType<typeof setup>['deliver'];
-  const down: Store = {
-    claim: async () => {
-      throw new Error('connection refused');
-    },
-    renew: async () => false,
-    complete: async () => false,
-    release: async () => false,
-    get: async () => undefined,
-  };
   const t = Date.UTC(2026, 0, 1);
   // Each way a delivery can end, so each place the receiver reports from runs: [the report that must
   // reach onEvent, the options (fresh for every run), what to deliver].
@@ -630,7 +632,7 @@ describe('observers that throw or reject', () => {
       }),
       (deliver) => deliver('E1', paymentBody),
     ],
-    ['unavailable', () => ({ store: down }), (deliver) => deliver('E1', paymentBody)],
+    ['unavailable', () => ({ store: storeDown }), (deliver) => deliver('E1', paymentBody)],
     ['record-failed', () => ({ store: failingComplete('throws', () => t) }), (deliver) => deliver('E1', paymentBody)],
     [
       'record-failed',
@@ -765,15 +767,6 @@ describe('a hung apply and calls to other services', () => {
 describe("a refusal's words are the receiver's, not an HTTP client's", () => {
   // The core's in_progress and store_unavailable problems speak of an Idempotency-Key and of retrying
   // with the same key: a webhook sender never sent one. Each way the receiver answers 409 or 503.
-  const storeDown: Store = {
-    claim: async () => {
-      throw new Error('connection refused');
-    },
-    renew: async () => false,
-    complete: async () => false,
-    release: async () => false,
-    get: async () => undefined,
-  };
   const t = Date.UTC(2026, 0, 1);
   const busy = {
     type: 'https://idem.dev/problems/in-progress',
