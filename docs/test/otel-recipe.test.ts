@@ -316,6 +316,27 @@ describe('the OpenTelemetry recipe of docs/operations.md', () => {
     ]);
   });
 
+  // Was wrong (audit of docs/operations.md against the events): a key the outcome policy released
+  // (or a handler's `release()`) emits `release` and then `not-stored` (engine.ts: "the same events
+  // as complete(): `complete` with the status, or `release` and `not-stored`"), and the recipe
+  // counted both in idem.outcomes, so each such execution counted twice there and a ratio of
+  // not-stored (or released) executions to stored ones, after an outage, came out twice too high.
+  it('counts an execution the policy released once in idem.outcomes (release then not-stored)', async () => {
+    const engine = createIdempotency({
+      store: memoryStore(),
+      storeOutcome: 'success',
+      onEvent: (e) => telemetry.onIdempotencyEvent(e),
+    });
+    const started = await engine.begin({ key: 'k-out', scope: 's', operation: 'POST /outcomes', fingerprint: 'f' });
+    if (started.kind !== 'execute') throw new Error('expected execute');
+    const result = await engine.complete(started.lease, { status: 503, headers: {}, body: new Uint8Array() });
+    expect(result).toEqual({ ok: true, stored: false });
+    expect(sum('idem.outcomes', { 'idem.operation': 'POST /outcomes' })).toBe(1);
+    expect(sum('idem.outcomes', { 'idem.operation': 'POST /outcomes', 'idem.outcome': 'not-stored' })).toBe(1);
+    // Every key released is still counted, once, on a counter of its own.
+    expect(sum('idem.releases', { 'idem.operation': 'POST /outcomes' })).toBe(1);
+  });
+
   it('counts refused requests by code, without a log line (a misbehaving client would fill the log)', async () => {
     const http = createHttpIdempotency({ store: memoryStore(), onEvent: (e) => telemetry.onIdempotencyEvent(e) });
     const logged = logs.length;
