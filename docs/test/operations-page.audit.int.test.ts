@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { IdempotencyEvent } from '@idem/core';
 import { idempotency } from '@idem/express';
-import { createInternalTokenIssuer, createInternalVerifier, type Guard } from '@idem/guard';
+import { createGuard, createInternalTokenIssuer, createInternalVerifier, type Guard } from '@idem/guard';
 import { migrate, type PostgresStore, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
 import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
@@ -291,6 +291,62 @@ describe.skipIf(!withRedis)('Metrics, traces and logs', () => {
     const table = section('Metrics, traces and logs');
     expect(table).toMatch(
       /\| `release` \| a claim was released: before each `not-stored`, and alone when the adapter released/,
+    );
+  });
+});
+
+describe('What to alert on', () => {
+  // Was wrong: "idem.guard.requests{idem.guard.code="signature_invalid"} spikes | Forged tokens, or a
+  // key rotated without publishing it". A provider that signs with a key it has not published names
+  // a kid the JWKS lacks: the guard refuses `key_unknown`, which no row of the table watched, so the
+  // commonest rotation mistake (the page's own "a key that signs the moment it is published") raised
+  // no alert. `signature_invalid` is a known kid (or none) whose key does not verify the signature.
+  it('a provider signing with a key it never published gives key_unknown; a forgery under a published kid gives signature_invalid', async () => {
+    const { generateKeyPair, exportJWK } = await import('jose');
+    const published = await generateKeyPair('ES256', { extractable: true });
+    const unpublished = await generateKeyPair('ES256', { extractable: true });
+    const jwk = { ...(await exportJWK(published.publicKey)), kid: 'k-2026', alg: 'ES256', use: 'sig' };
+    const server = createServer((_req, res) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ keys: [jwk] }));
+    });
+    server.listen(0, '127.0.0.1');
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    const jwksUri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks`;
+    const codes: string[] = [];
+    const guard = createGuard({
+      audience: 'https://api.test',
+      issuers: [{ issuer: 'https://id.test', jwksUri, algorithms: ['ES256'] }],
+      onEvent: (event) => {
+        if (event.type === 'rejected') codes.push(event.code);
+      },
+    });
+    const token = (key: CryptoKey, kid: string) =>
+      new SignJWT({})
+        .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid })
+        .setIssuer('https://id.test')
+        .setAudience('https://api.test')
+        .setSubject('alice')
+        .setExpirationTime('5m')
+        .sign(key);
+    const check = async (jwt: string) => guard.authenticate({ headers: { authorization: `Bearer ${jwt}` } });
+    try {
+      expect((await check(await token(published.privateKey, 'k-2026'))).ok).toBe(true);
+      await check(await token(unpublished.privateKey, 'k-2027'));
+      await check(await token(unpublished.privateKey, 'k-2026'));
+      expect(codes).toEqual(['key_unknown', 'signature_invalid']);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+    const alerts = section('Metrics, traces and logs');
+    says(
+      '| `idem.guard.requests{idem.guard.code="key_unknown"}` rising | Tokens name a key the JWKS lacks: the identity provider signs with a key it has not published, or published less than a guard\'s `cooldown` ago (see [the identity provider\'s signing key](#the-identity-providers-signing-key-any-issuer-behind-idemguard)) |',
+      alerts,
+    );
+    says(
+      '| `idem.guard.requests{idem.guard.code="signature_invalid"}` spikes | Forged tokens, or a key replaced under the same `kid` without publishing it |',
+      alerts,
     );
   });
 });
