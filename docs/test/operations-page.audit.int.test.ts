@@ -13,7 +13,7 @@ import { idempotency } from '@idem/express';
 import { createGuard, createInternalTokenIssuer, createInternalVerifier, type Guard } from '@idem/guard';
 import { migrate, type PostgresStore, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
-import { postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
+import { createTcpProxy, postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
 import { createOutbox } from '@idem/webhooks';
 import express from 'express';
 import Fastify from 'fastify';
@@ -347,6 +347,67 @@ describe('What to alert on', () => {
     says(
       '| `idem.guard.requests{idem.guard.code="signature_invalid"}` spikes | Forged tokens, or a key replaced under the same `kid` without publishing it |',
       alerts,
+    );
+  });
+});
+
+describe.skipIf(!withRedis)('What to alert on, on Redis', () => {
+  // Was wrong: "idem.store.errors above zero for minutes | Clients are getting 503". True of the
+  // phases `claim` and `get`; a failed `complete` comes after the handler ran, and its client got the
+  // handler's answer: the engine stores it again in the background (a retry meanwhile gets 409, then
+  // the replay). An operator reading 503s into every store error looked for the wrong symptom.
+  it("a store error of phase complete: the client got the handler's answer, the outcome is stored in the background, the retry replays it", async () => {
+    const target = new URL(redisUrl);
+    const proxy = await createTcpProxy({ target: { host: target.hostname, port: Number(target.port || 6379) } });
+    const redis = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: 1 });
+    redis.on('error', () => {});
+    const direct = new Redis(redisUrl);
+    const prefix = `audit-ops:alerts:${randomBytes(4).toString('hex')}:`;
+    const events: IdempotencyEvent[] = [];
+    const app = express();
+    app.use(
+      idempotency({
+        store: redisStore({ client: redis, prefix }),
+        storeTimeout: '300ms',
+        scope: () => 'tenant-1',
+        onEvent: (e) => events.push(e),
+      }),
+    );
+    let runs = 0;
+    app.post('/charges', (_req, res) => {
+      runs++;
+      proxy.cut(); // the store goes away while the handler runs: its completion fails
+      res.status(201).json({ id: `ch_${runs}` });
+    });
+    const server = await listen(app);
+    try {
+      const init = { method: 'POST', headers: { 'idempotency-key': '"k-complete"' } };
+      const first = await fetch(`${server.url}/charges`, init);
+      expect(first.status).toBe(201);
+      expect(await first.json()).toEqual({ id: 'ch_1' });
+      expect(events.map((e) => (e.type === 'store-error' ? `${e.type}:${e.phase}` : e.type))).toEqual([
+        'claim',
+        'store-error:complete',
+      ]);
+      proxy.restore();
+      for (let i = 0; i < 100 && !events.some((e) => e.type === 'complete'); i++)
+        await new Promise((r) => setTimeout(r, 50));
+      const retry = await fetch(`${server.url}/charges`, init);
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(await retry.json()).toEqual({ id: 'ch_1' });
+      expect(runs).toBe(1);
+    } finally {
+      await server.close();
+      redis.disconnect();
+      const keys = await direct.keys(`${prefix}*`);
+      if (keys.length > 0) await direct.del(...keys);
+      direct.disconnect();
+      await proxy.close();
+    }
+    says(
+      "| `idem.store.errors` above zero for minutes (by `idem.phase`) | The store is down, slow (`storeTimeout`) or full. On `claim` and `get` clients get 503 and nothing runs; on `complete` the client got the handler's answer, which the engine tries to store again in the background, five times over about three seconds (a retry meanwhile gets 409, then the replay), and if it still fails the outcome is lost: the key is released (or abandoned when its lease ends) and a retry runs the operation again; on `renew` leases may be lost (`idem.leases.lost`) |",
+      section('Metrics, traces and logs'),
     );
   });
 });
