@@ -10,7 +10,13 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { IdempotencyEvent } from '@idem/core';
 import { idempotency } from '@idem/express';
-import { createGuard, createInternalTokenIssuer, createInternalVerifier, type Guard } from '@idem/guard';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  createInternalVerifier,
+  type Guard,
+  type GuardEvent,
+} from '@idem/guard';
 import { migrate, type PostgresStore, postgresStore } from '@idem/postgres';
 import { redisStore } from '@idem/redis';
 import { createTcpProxy, postgresAnswers, redisAnswers, serviceAvailable } from '@idem/testkit';
@@ -240,6 +246,34 @@ describe('Rotating secrets and keys', () => {
   });
 });
 
+// Every field of every guard event, as the page lists them ("Guard events, each with `at`: ...").
+// The mapped type makes tsc fail when a field is listed that the union lacks, or one is left out.
+type GuardFields<T extends GuardEvent['type']> = Exclude<keyof Extract<GuardEvent, { type: T }>, 'type' | 'at'>;
+const guardEventFields = {
+  authenticated: ['issuer', 'cached'],
+  rejected: ['code', 'issuer'],
+  'jwks-fetch': ['uri', 'ok', 'status', 'reason', 'keys', 'durationMs'],
+  'jwks-rejected': ['uri', 'reason'],
+  'jwks-key-dropped': ['uri', 'kid', 'reason'],
+  'jwks-stale': ['uri', 'ageMs'],
+} as const satisfies { [T in GuardEvent['type']]: readonly GuardFields<T>[] };
+type Unlisted = {
+  [T in GuardEvent['type']]: Exclude<GuardFields<T>, (typeof guardEventFields)[T][number]>;
+}[GuardEvent['type']];
+const everyGuardFieldListed: [Unlisted] extends [never] ? true : false = true;
+
+describe('Metrics, traces and logs: the guard events', () => {
+  // Was vague: the page gave the fields of three guard events and none of `jwks-rejected`,
+  // `jwks-key-dropped` (its `kid`) and `jwks-stale` (its `ageMs`), nor `uri` and `keys` of `jwks-fetch`.
+  it('names every guard event with all its fields', () => {
+    expect(everyGuardFieldListed).toBe(true);
+    const listed = Object.entries(guardEventFields)
+      .map(([type, fields]) => `\`${type}\` (${fields.map((field) => `\`${field}\``).join(', ')})`)
+      .join(', ');
+    says(`Guard events, each with \`at\`: ${listed}.`);
+  });
+});
+
 describe.skipIf(!withRedis)('Metrics, traces and logs', () => {
   const redis = new Redis(redisUrl);
   afterAll(async () => {
@@ -292,6 +326,39 @@ describe.skipIf(!withRedis)('Metrics, traces and logs', () => {
     expect(table).toMatch(
       /\| `release` \| a claim was released: before each `not-stored`, and alone when the adapter released/,
     );
+  });
+});
+
+describe.skipIf(!withPostgres)('PostgreSQL durability', () => {
+  // "pg connects to one host (it does not take libpq's host=a,b target_session_attrs=read-write)".
+  it("pg refuses libpq's multi-host connection strings: reach the primary through one endpoint", async () => {
+    const { hostname, port } = new URL(databaseUrl);
+    const pair = `${hostname}:${port || 5432},${hostname}:${port || 5432}`;
+    expect(
+      () => new pg.Client({ connectionString: `postgres://postgres@${pair}/postgres?target_session_attrs=read-write` }),
+    ).toThrow(/Invalid URL/);
+    const keywords = new pg.Client({
+      connectionString: `host=${hostname},${hostname} port=${port || 5432} user=postgres dbname=postgres`,
+    });
+    await expect(keywords.connect()).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    says("pg connects to one host (it does not take libpq's `host=a,b target_session_attrs=read-write`)");
+  });
+
+  // "Listen for the pool's 'error' event (idle connections that die emit it)."
+  it("an idle pooled connection that dies emits the pool's 'error' event", async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    try {
+      const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid;
+      const errored = new Promise<Error>((resolve) => pool.once('error', resolve));
+      await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+      expect((await errored).message).toMatch(/terminat/);
+    } finally {
+      await admin.end();
+      await pool.end();
+    }
+    says("Listen for the pool's `'error'` event (idle connections that die emit it)");
   });
 });
 
