@@ -8,7 +8,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { IdempotencyEvent } from '@idem/core';
+import { createIdempotency, type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency } from '@idem/express';
 import {
   createGuard,
@@ -414,6 +414,29 @@ describe('What to alert on', () => {
     says(
       '| `idem.guard.requests{idem.guard.code="signature_invalid"}` spikes | Forged tokens, or a key replaced under the same `kid` without publishing it |',
       alerts,
+    );
+  });
+});
+
+describe('What to alert on, memory store', () => {
+  // Was incomplete: "memoryStore's evicted above zero | maxEntries holds less than one retention
+  // period of writes". maxBytes (256 MiB) evicts as maxEntries does, and is the bound that bites first
+  // with large responses; the row named only the count.
+  it('maxBytes, not only maxEntries, drops completed records before their retention, counted in evicted and onEvict', async () => {
+    const t = 1_800_000_000_000;
+    const evictions: string[] = [];
+    const store = memoryStore({ maxBytes: 8 * 1024, now: () => t, onEvict: ({ id }) => evictions.push(id) });
+    const engine = createIdempotency({ store, now: () => t });
+    for (let i = 0; i < 12; i++) {
+      const started = await engine.begin({ key: `k-${i}`, scope: 's', operation: 'POST /exports', fingerprint: 'f' });
+      if (started.kind !== 'execute') throw new Error('expected execute');
+      await engine.complete(started.lease, { status: 201, headers: {}, body: new Uint8Array(1024) });
+    }
+    expect(store.size).toBeLessThan(12);
+    expect(store.evicted).toBe(12 - store.size);
+    expect(evictions).toHaveLength(store.evicted);
+    says(
+      "| memoryStore's `evicted` above zero (or `onEvict` firing) | `maxEntries` or `maxBytes` holds less than one retention period of writes",
     );
   });
 });
