@@ -78,8 +78,46 @@ describe('addressGroup: an IPv6 client is counted by its /64', () => {
     ['fe80::1%eth0', 'fe80:0:0:0::/64'],
     ['2001:db8:1:2:3:4:1.2.3.4', '2001:db8:1:2::/64'],
     ['not an address', 'not an address'],
+    ['[not an address]:80', '[not an address]:80'],
   ])('%s is counted as %s', (address, group) => {
     expect(addressGroup(address)).toBe(group);
+  });
+
+  // Was wrong: only the `::ffff:a.b.c.d` spelling of an IPv4-mapped address was taken for the IPv4
+  // one; the full and the hex spellings (as valid, and what a proxy may write in X-Forwarded-For) were
+  // grouped as the /64 `0:0:0:0::/64`, one count for every IPv4 client. A port or brackets (Azure
+  // Application Gateway writes `a.b.c.d:port` in X-Forwarded-For, and `[v6]:port` is how IPv6 takes
+  // one) made the text no address at all, so each new connection was a fresh count.
+  it.each([
+    ['0:0:0:0:0:ffff:192.0.2.1', '192.0.2.1'],
+    ['0:0:0:0:0:FFFF:C000:0201', '192.0.2.1'],
+    ['::ffff:c000:201', '192.0.2.1'],
+    ['::ffff:198.51.100.7%eth0', '198.51.100.7'],
+    ['192.0.2.1:5678', '192.0.2.1'],
+    ['[2001:db8:1:2::1]', '2001:db8:1:2::/64'],
+    ['[2001:db8:1:2:aaaa::1]:443', '2001:db8:1:2::/64'],
+    ['[::ffff:192.0.2.1]:443', '192.0.2.1'],
+  ])('%s is counted as %s too', (address, group) => {
+    expect(addressGroup(address)).toBe(group);
+  });
+
+  it('a guesser whose proxy writes its address with a port (a new one per connection) is refused from the limit on', () => {
+    let now = Date.UTC(2026, 0, 1);
+    const throttle = createLoginThrottle({ maxFailures: 3, windowMs: 10 * minute, now: () => now });
+    for (let port = 40_001; port <= 40_003; port++) {
+      expect(throttle.retryAfter('alice', `192.0.2.1:${port}`)).toBe(0);
+      throttle.failed('alice', `192.0.2.1:${port}`);
+      now += 1000;
+    }
+    expect(throttle.retryAfter('alice', '192.0.2.1:40004')).toBeGreaterThan(0);
+    expect(throttle.retryAfter('alice', '192.0.2.1')).toBeGreaterThan(0);
+  });
+
+  it('IPv4 clients written as mapped IPv6 in hex are counted apart: a stranger cannot lock out every other one', () => {
+    const throttle = createLoginThrottle({ maxFailures: 3, windowMs: 10 * minute, now: () => Date.UTC(2026, 0, 1) });
+    for (let i = 0; i < 3; i++) throttle.failed('alice', '::ffff:c633:6407'); // 198.51.100.7
+    expect(throttle.retryAfter('alice', '::ffff:c633:6407')).toBeGreaterThan(0);
+    expect(throttle.retryAfter('alice', '::ffff:c000:201')).toBe(0); // 192.0.2.1, alice herself
   });
 
   it('a guesser that takes a new address of its /64 for each wrong password is refused from the limit on', () => {

@@ -1,4 +1,4 @@
-import { isIPv6 } from 'node:net';
+import { isIPv4, isIPv6 } from 'node:net';
 
 /** Options of {@link createLoginThrottle}. */
 export interface LoginThrottleOptions {
@@ -90,25 +90,53 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
  * The address a failure is counted under: an IPv4 address as it is, an IPv6 one by its /64. One
  * subscriber, one machine even, holds a whole /64 (2^64 addresses, SLAAC privacy addresses change by
  * themselves): counted one by one, they would give a guesser as many fresh counts as it likes. An
- * IPv4 address mapped into IPv6 (`::ffff:192.0.2.1`, as a dual-stack socket reports it) is the IPv4
- * one.
+ * IPv4 address mapped into IPv6 (`::ffff:192.0.2.1` as a dual-stack socket reports it, or in any other
+ * spelling: `::ffff:c000:201`, `0:0:0:0:0:ffff:192.0.2.1`) is the IPv4 one. A port, and the brackets
+ * around an IPv6 address, are dropped: a proxy may write them in X-Forwarded-For (Azure Application
+ * Gateway writes `a.b.c.d:port`), and a new source port with each connection would be a fresh count.
  *
  * @example
  * addressGroup('2001:db8:1:2:aaaa::1'); // '2001:db8:1:2::/64'
+ * addressGroup('[::ffff:c000:201]:443'); // '192.0.2.1'
  */
 export function addressGroup(address: string): string {
-  const bare = address.replace(/%.*$/, '');
+  const host = withoutPort(address);
+  if (isIPv4(host)) return host;
+  // A zone id (`fe80::1%eth0`) names the local interface, not the client.
+  const bare = host.replace(/%.*$/, '');
   if (!isIPv6(bare)) return address;
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(bare);
-  if (mapped) return mapped[1] as string;
-  const [head = '', tail] = bare.toLowerCase().split('::');
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === undefined || tail === '' ? [] : tail.split(':');
-  // An embedded IPv4 tail (`::ffff:1.2.3.4` aside) is two groups; it is past the /64 anyway.
-  const missing = 8 - left.length - right.length;
-  const groups = tail === undefined ? left : [...left, ...Array<string>(Math.max(0, missing)).fill('0'), ...right];
+  const groups = ipv6Groups(bare);
+  // ::ffff:0:0/96, IPv4-mapped.
+  if (groups.slice(0, 5).every((group) => group === 0) && groups[5] === 0xffff) {
+    const high = groups[6] as number;
+    const low = groups[7] as number;
+    return [high >> 8, high & 0xff, low >> 8, low & 0xff].join('.');
+  }
   return `${groups
     .slice(0, 4)
-    .map((group) => Number.parseInt(group, 16).toString(16))
+    .map((group) => group.toString(16))
     .join(':')}::/64`;
+}
+
+/** `address` without a port (`a.b.c.d:port`, `[v6]:port`) or the brackets of `[v6]`. */
+function withoutPort(address: string): string {
+  const bracketed = /^\[([^\]]*)\](?::\d{1,5})?$/.exec(address);
+  if (bracketed) return bracketed[1] as string;
+  const withPort = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/.exec(address);
+  return withPort ? (withPort[1] as string) : address;
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (an embedded IPv4 tail is its last two). */
+function ipv6Groups(address: string): number[] {
+  let text = address;
+  const ipv4Tail = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (ipv4Tail) {
+    const [a, b, c, d] = ipv4Tail.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, ipv4Tail.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const zeros = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill('0');
+  return [...left, ...zeros, ...right].map((group) => Number.parseInt(group, 16));
 }
