@@ -103,6 +103,19 @@ describe('README "Errors": 415 unsupported_media_type for a body that is not JSO
     },
   );
 
+  // Was wrong: `charset=utf8` (no hyphen: a label of UTF-8 in the WHATWG Encoding standard, which
+  // Node's Buffer and @idem/core's fingerprint both take for UTF-8, and which some clients send) is 415
+  // on every route: the API's body-parser takes only `utf-` charsets, and the receiver's notes route,
+  // which read it as UTF-8 before its 415 check, now refuses it too (charset.ts takes `utf-8` only).
+  // Needs a decision: take `utf8` as UTF-8 everywhere (charset.ts, and the API passes it to
+  // body-parser as `utf-8`), or keep refusing it and say so in the README ("charset=utf-8 or none").
+  it.fails('takes application/json; charset=utf8, UTF-8 under its other name', async () => {
+    for (const [method, path, json] of routes()) {
+      const sent = await send(method, path, JSON.stringify(json), { 'content-type': 'application/json; charset=utf8' });
+      expect(sent.status, `${method} ${path}`).toBeLessThan(300);
+    }
+  });
+
   // Was wrong: the receiver's notes route read any body as JSON whatever its Content-Type (text/plain,
   // a form, none at all, JSON in latin1), and added the note (201); the README's 415 for a body that
   // is not JSON held for the API's routes only.
