@@ -22,8 +22,12 @@ export function charsetOf(contentType: string | undefined): string | undefined {
   return undefined;
 }
 
-/** True when `contentType` names no charset, or UTF-8. */
+/**
+ * True when `contentType` names no charset, or UTF-8: `utf-8`, or `utf8`, its other label in the
+ * WHATWG Encoding standard, which some clients send (and which Node and @idem/core's fingerprint read
+ * as UTF-8).
+ */
 export function isUtf8Charset(contentType: string | undefined): boolean {
   const charset = charsetOf(contentType);
-  return charset === undefined || charset === 'utf-8';
+  return charset === undefined || charset === 'utf-8' || charset === 'utf8';
 }

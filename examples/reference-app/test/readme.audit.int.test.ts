@@ -104,12 +104,10 @@ describe('README "Errors": 415 unsupported_media_type for a body that is not JSO
   );
 
   // Was wrong: `charset=utf8` (no hyphen: a label of UTF-8 in the WHATWG Encoding standard, which
-  // Node's Buffer and @idem/core's fingerprint both take for UTF-8, and which some clients send) is 415
-  // on every route: the API's body-parser takes only `utf-` charsets, and the receiver's notes route,
-  // which read it as UTF-8 before its 415 check, now refuses it too (charset.ts takes `utf-8` only).
-  // Needs a decision: take `utf8` as UTF-8 everywhere (charset.ts, and the API passes it to
-  // body-parser as `utf-8`), or keep refusing it and say so in the README ("charset=utf-8 or none").
-  it.fails('takes application/json; charset=utf8, UTF-8 under its other name', async () => {
+  // Node's Buffer and @idem/core's fingerprint both take for UTF-8, and which some clients send) was
+  // 415 on every route: the API's body-parser takes only `utf-` charsets, and the receiver's notes
+  // route took `utf-8` only. Decided: `utf8` is UTF-8 everywhere.
+  it('takes application/json; charset=utf8, UTF-8 under its other name', async () => {
     for (const [method, path, json] of routes()) {
       const sent = await send(method, path, JSON.stringify(json), { 'content-type': 'application/json; charset=utf8' });
       expect(sent.status, `${method} ${path}`).toBeLessThan(300);

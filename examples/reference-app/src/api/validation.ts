@@ -1,5 +1,5 @@
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import { isUtf8Charset } from '../charset.js';
+import { charsetOf, isUtf8Charset } from '../charset.js';
 import { sendProblem } from './problem.js';
 
 /** The result of checking a body: the typed value, or the names of the invalid fields. */
@@ -23,10 +23,15 @@ export function jsonObjectBody(limit: string): RequestHandler[] {
       return;
     }
     // Before the parser, which decodes any `utf-` charset (UTF-16 and UTF-32 too).
-    if (!isUtf8Charset(req.get('content-type'))) {
+    const contentType = req.get('content-type');
+    if (!isUtf8Charset(contentType)) {
       sendProblem(res, 'unsupported_media_type', 'Send the body as JSON in UTF-8 (application/json; charset=utf-8).');
       return;
     }
+    // `utf8` is UTF-8, but the parser takes `utf-` charsets only: it is told so in its own spelling.
+    // (The idempotency middleware after it on these routes, whose fingerprint reads both as UTF-8 too,
+    // sees one spelling for both.)
+    if (charsetOf(contentType) === 'utf8') req.headers['content-type'] = 'application/json; charset=utf-8';
     next();
   };
   const requireObject = (req: Request, res: Response, next: NextFunction) => {
