@@ -596,7 +596,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // A round is given up after its lease by a timer, which fires at once past Node's limit: every
     // round would fail with relay_round_timeout.
     if (leaseMs > maxTimerMs)
-      throw new TypeError('lease must be at most 2147483647 ms (about 24.8 days, the longest timer Node keeps)');
+      throw new TypeError('lease must be at most 2147483647 ms (about 24.9 days, the longest timer Node keeps)');
     const pollMs = toMilliseconds(relayOptions.pollInterval ?? '1s', 'pollInterval');
     // 0 would query the database back to back, without a pause, for as long as the outbox is idle.
     if (pollMs < 10) throw new TypeError('pollInterval must be at least 10ms');

@@ -6,7 +6,7 @@ import { createOutbox, createSender } from '../src/index.js';
 const db = { query: async () => ({ rows: [], rowCount: 0 }) };
 
 describe('relay options', () => {
-  // Was a defect: a lease past Node's timer limit (about 24.8 days) was accepted, and the timer that
+  // Was a defect: a lease past Node's timer limit (about 24.9 days) was accepted, and the timer that
   // gives up a round after its lease then fired at once: every round failed with relay_round_timeout.
   it('refuses a lease no timer can hold', () => {
     const sender = createSender({ secret: `whsec_${Buffer.alloc(32, 1).toString('base64')}` });
