@@ -233,20 +233,28 @@ describe('anchor cases at engine level', () => {
   it('case 8 and 31: a handler running past its lease keeps ownership through the heartbeat', async () => {
     vi.useFakeTimers();
     const store = memoryStore({ now: () => Date.now() });
-    const engine = createIdempotency({ store, lease: '1s', now: () => Date.now() });
+    // A retention of 2 s, shorter than the handler's run (case 31): counted from the claim, it would
+    // end while the handler still works. It starts at completion; in flight only the lease counts.
+    const retention = { retention: '2s', acknowledgeShortRetention: true } as const;
+    const engine = createIdempotency({ store, lease: '1s', ...retention, now: () => Date.now() });
     const request = { key: 'k', scope: 's', operation: 'op', fingerprint: '' };
     const first = await engine.begin(request);
     if (first.kind !== 'execute') throw new Error('expected execute');
-    // Ten leases pass while the handler is still running.
+    // Ten leases, and five retentions, pass while the handler is still running.
     for (let i = 0; i < 30; i++) await vi.advanceTimersByTimeAsync(350);
     expect(first.lease.lost).toBe(false);
     const second = await engine.begin(request);
     expect(second.kind === 'reject' && second.error.code).toBe('in_progress');
     // The store agrees: a second engine (another process) cannot claim it either.
-    const other = createIdempotency({ store, heartbeat: false, now: () => Date.now() });
+    const other = createIdempotency({ store, heartbeat: false, ...retention, now: () => Date.now() });
     expect((await other.begin(request)).kind).toBe('reject');
     expect(await engine.complete(first.lease, ok())).toEqual({ ok: true, stored: true });
     expect((await other.begin(request)).kind).toBe('replay');
+    // The retention runs from the completion: replayed until it ends, then the key is free.
+    await vi.advanceTimersByTimeAsync(1_999);
+    expect((await other.begin(request)).kind).toBe('replay');
+    await vi.advanceTimersByTimeAsync(1);
+    expect((await other.begin(request)).kind).toBe('execute');
   });
 
   it('case 9: after a takeover, the old owner cannot complete or release; the event says so', async () => {
@@ -463,6 +471,9 @@ describe('anchor cases at engine level', () => {
       ['success', 404, false],
       ['stripe', 500, true],
       ['stripe', 429, false],
+      ['stripe', 401, false],
+      ['success', 401, false],
+      ['success', 429, false],
     ] as const) {
       const { engine, request } = setup({ storeOutcome: policy });
       const started = await engine.begin(request);

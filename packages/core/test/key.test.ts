@@ -21,7 +21,23 @@ describe('parseIdempotencyKey', () => {
   });
 
   it('case 26: empty, whitespace-only and control characters are refused', () => {
-    for (const bad of ['', '   ', '""', '" "', '"   "', 'a\u0000b', '"a\tb"', 'a\u007fb', '\t']) {
+    // Line breaks too, bare or quoted, whatever framing let them through (case 22).
+    for (const bad of [
+      '',
+      '   ',
+      '""',
+      '" "',
+      '"   "',
+      'a\u0000b',
+      '"a\tb"',
+      'a\u007fb',
+      '\t',
+      'a\nb',
+      '"a\nb"',
+      'a\r\nb',
+      '"a\rb"',
+      'a\n',
+    ]) {
       expect(keyOf(bad)).toBe('key_invalid');
     }
   });

@@ -1007,7 +1007,8 @@ export function describeAdapter(
     it('missing key on a covered route: 400 problem+json key_missing, handler not run (25)', async () => {
       await withWorld(async (world) => {
         const sent = await world.send('/charges', { key: null });
-        expectProblem(sent, 400, 'key_missing');
+        // The IETF draft's own title for this case.
+        expect(expectProblem(sent, 400, 'key_missing').title).toBe('Idempotency-Key is missing');
         expect(world.server.executions()).toBe(0);
         expect(world.store.calls.claim).toBe(0);
         expect(refusals(world)).toEqual([{ code: 'key_missing', status: 400, operation: 'POST /charges' }]);
