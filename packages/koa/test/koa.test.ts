@@ -223,7 +223,7 @@ describe('@idem/koa specifics', () => {
       },
     );
   });
-  it('client gone, body a Blob, web ReadableStream or Response: never stored as "{}"; the key is released and the retry gets the body', async () => {
+  it('client gone, body a Blob, web ReadableStream or Response: never stored as "{}"; the key is kept and the retry gets 500 response_not_replayable', async () => {
     const bodies: Record<string, () => unknown> = {
       Blob: () => new Blob(['hello from a blob'], { type: 'text/plain' }),
       ReadableStream: () =>
