@@ -2,6 +2,8 @@ import { migrateApp } from './app/schema.js';
 import { createThirdPartyApp, type ThirdPartyAppOptions } from './app/server.js';
 import type { Database } from './db.js';
 import { purgeExpiredModels } from './idp/adapter.js';
+import { createLoginThrottle } from './idp/login-throttle.js';
+import { refreshTokenReuse } from './idp/reuse-interval.js';
 import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp, type IdpOptions } from './idp/server.js';
 import { type ListeningPort, listen } from './listen.js';
@@ -66,7 +68,11 @@ export interface RunningReferenceApp {
  * ```
  */
 export async function startReferenceApp(options: StartOptions): Promise<RunningReferenceApp> {
+  // Every option is checked before a port is bound or the database is touched, as `npm start` checks
+  // its environment first: a bad value is one TypeError, not a start half made and closed again.
   const purgeEveryMs = purgeEvery(options.purgeEveryMs, 'purgeEveryMs');
+  refreshTokenReuse(options.refreshTokenReuseSeconds);
+  createLoginThrottle(options.loginThrottle);
   const ports: ListeningPort[] = [];
   try {
     const authPort = await listen(options.authPort, options.authUrl ? { publicUrl: options.authUrl } : {});

@@ -74,4 +74,23 @@ describe('purgeEveryMs', () => {
     expect(db.tried.length).toBeGreaterThan(0);
     expect(gatewayPort.server.listening).toBe(false);
   });
+
+  it.each([
+    ['refreshTokenReuseSeconds', { refreshTokenReuseSeconds: -1 }, /^refreshTokenReuseSeconds must be a whole number/],
+    ['loginThrottle', { loginThrottle: { maxFailures: 0 } }, /^maxFailures must be a positive integer/],
+  ])(
+    'startReferenceApp refuses a wrong %s before it binds a port or touches the database',
+    async (_name, bad, message) => {
+      const db = refusingDatabase();
+      const port = await listen(0);
+      const taken = port.port;
+      await port.close();
+      await expect(
+        startReferenceApp({ db, authPort: taken, appPort: 0, baseUrl: 'http://localhost:8080', ...bad }),
+      ).rejects.toThrow(message);
+      expect(db.tried).toEqual([]);
+      const again = await listen(taken);
+      await again.close();
+    },
+  );
 });

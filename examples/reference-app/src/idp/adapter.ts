@@ -1,7 +1,7 @@
 import type { Adapter, AdapterPayload } from 'oidc-provider';
 import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
-import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds } from './reuse-interval.js';
+import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds, refreshTokenReuse } from './reuse-interval.js';
 
 /**
  * An oidc-provider storage adapter on the shared database (PGlite or PostgreSQL): one row per stored
@@ -61,13 +61,8 @@ import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds } from './
  * ```
  */
 export function sqlAdapterFactory(db: Database, options: SqlAdapterOptions = {}): (model: string) => Adapter {
-  const reuseSeconds = options.refreshTokenReuseSeconds ?? defaultRefreshTokenReuseSeconds;
   // Bounded above too (see `reuse-interval.ts`).
-  if (!Number.isSafeInteger(reuseSeconds) || reuseSeconds < 0 || reuseSeconds > maxRefreshTokenReuseSeconds) {
-    throw new TypeError(
-      `refreshTokenReuseSeconds must be a whole number of seconds from 0 to ${maxRefreshTokenReuseSeconds}`,
-    );
-  }
+  const reuseSeconds = refreshTokenReuse(options.refreshTokenReuseSeconds);
   return (model) => createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0);
 }
 

@@ -12,3 +12,20 @@ export const defaultRefreshTokenReuseSeconds = 30;
  * years (every refresh a 500), and no refresh token lives longer anyway.
  */
 export const maxRefreshTokenReuseSeconds = 14 * 24 * 3600;
+
+/**
+ * The reuse interval `value` (seconds), or the default when it is undefined; anything but a whole
+ * number from 0 to {@link maxRefreshTokenReuseSeconds} is a `TypeError`.
+ *
+ * @example
+ * const reuseSeconds = refreshTokenReuse(options.refreshTokenReuseSeconds);
+ */
+export function refreshTokenReuse(value: number | undefined): number {
+  const seconds = value ?? defaultRefreshTokenReuseSeconds;
+  if (!Number.isSafeInteger(seconds) || seconds < 0 || seconds > maxRefreshTokenReuseSeconds) {
+    throw new TypeError(
+      `refreshTokenReuseSeconds must be a whole number of seconds from 0 to ${maxRefreshTokenReuseSeconds}`,
+    );
+  }
+  return seconds;
+}
