@@ -6,7 +6,7 @@
 // this file's own.
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
+import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -30,6 +30,7 @@ import Fastify from 'fastify';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listen, until } from '../../packages/core/test/support/timeouts-kit.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const read = (path: string) => readFileSync(join(root, path), 'utf8');
@@ -95,7 +96,7 @@ const crashing = (store: Store, options: Partial<IdempotencyOptions> = {}) =>
   engineOn(store, { heartbeat: false, lease: '100ms', ...options });
 
 // Polls the store (its clock decides) until the record is in `state`.
-async function until(store: Store, id: string, state: 'abandoned' | 'completed' | undefined, withinMs = 5_000) {
+async function untilState(store: Store, id: string, state: 'abandoned' | 'completed' | undefined, withinMs = 5_000) {
   const deadline = Date.now() + withinMs;
   for (;;) {
     const record = await store.get(id);
@@ -118,6 +119,44 @@ async function executed(engine: IdempotencyEngine, begin: ReturnType<typeof inpu
   return started.lease;
 }
 
+// A fresh key whose first run (fingerprint `body-a`) crashed: its lease ran out, the record is abandoned.
+async function abandonedKey(store: Store) {
+  const key = randomUUID();
+  const crashed = crashing(store);
+  const first = await executed(crashed.engine, input(key, 'body-a'));
+  await untilState(store, first.id, 'abandoned');
+  return { key, crashed, first };
+}
+
+// A store whose calls are counted, and whose `complete` can be made to hang.
+function wrap(store: Store) {
+  const calls = { claim: 0, get: 0, renew: 0, complete: 0, release: 0 };
+  let hang = false;
+  const wrapped: Store = {
+    claim: (i) => {
+      calls.claim++;
+      return store.claim(i);
+    },
+    renew: (i) => {
+      calls.renew++;
+      return store.renew(i);
+    },
+    complete: (i) => {
+      calls.complete++;
+      return hang ? new Promise<boolean>(() => {}) : store.complete(i);
+    },
+    release: (i) => {
+      calls.release++;
+      return store.release(i);
+    },
+    get: (id) => {
+      calls.get++;
+      return store.get(id);
+    },
+  };
+  return { wrapped, calls, hangCompletions: () => (hang = true) };
+}
+
 describe('docs/concepts.md', () => {
   describe.each(backends)('the state machine on $name', ({ available, store: makeStore }) => {
     // "| abandoned, same request | the takeover: `execute`, with `lease.recovered` true |", "| abandoned,
@@ -127,10 +166,7 @@ describe('docs/concepts.md', () => {
       'an abandoned key: other parameters get 422 (or 400), the same ones take it over, recovered',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const crashed = crashing(store);
-        const first = await executed(crashed.engine, input(key, 'body-a'));
-        await until(store, first.id, 'abandoned');
+        const { key } = await abandonedKey(store);
 
         const strict = engineOn(store);
         const other = await strict.engine.begin(input(key, 'body-b'));
@@ -155,16 +191,13 @@ describe('docs/concepts.md', () => {
       'a recovered run released leaves the key abandoned: still 422 for others, the same request runs',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const crashed = crashing(store);
-        const first = await executed(crashed.engine, input(key, 'body-a'));
-        await until(store, first.id, 'abandoned');
+        const { key, first } = await abandonedKey(store);
         const { engine } = engineOn(store);
         const recovered = await executed(engine, input(key, 'body-a'));
         expect(await engine.release(recovered)).toEqual({ ok: true });
 
         // Its lease is ended at once (renewed to 1 ms, by the store's clock).
-        await until(store, first.id, 'abandoned', 1_000);
+        await untilState(store, first.id, 'abandoned', 1_000);
         expect(await engine.begin(input(key, 'body-b'))).toMatchObject({ kind: 'reject', error: { status: 422 } });
         const again = await executed(engine, input(key, 'body-a'));
         expect(again.recovered).toBe(true);
@@ -178,10 +211,7 @@ describe('docs/concepts.md', () => {
       'a stalled holder that answers before any takeover has its outcome stored and replayed',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const stalled = crashing(store);
-        const lease = await executed(stalled.engine, input(key, 'body-a'));
-        await until(store, lease.id, 'abandoned');
+        const { key, crashed: stalled, first: lease } = await abandonedKey(store);
         expect(await stalled.engine.complete(lease, body('{"id":"late"}'))).toEqual({ ok: true, stored: true });
         const { engine } = engineOn(store);
         const replay = await engine.begin(input(key, 'body-a'));
@@ -197,10 +227,7 @@ describe('docs/concepts.md', () => {
       'the fencing timeline: the late finisher is refused with lease-lost and B’s outcome stays',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const a = crashing(store);
-        const leaseA = await executed(a.engine, input(key, 'body-a'));
-        await until(store, leaseA.id, 'abandoned');
+        const { key, crashed: a, first: leaseA } = await abandonedKey(store);
         const b = engineOn(store);
         const leaseB = await executed(b.engine, input(key, 'body-a'));
         expect(leaseB.token).not.toBe(leaseA.token);
@@ -238,11 +265,12 @@ describe('docs/concepts.md', () => {
       'a takeover in the same process aborts the stalled lease’s signal with lease_lost',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const { engine, events } = crashing(store);
-        const stalled = await executed(engine, input(key, 'body-a'));
+        const {
+          key,
+          crashed: { engine, events },
+          first: stalled,
+        } = await abandonedKey(store);
         const signal = stalled.signal;
-        await until(store, stalled.id, 'abandoned');
         const takeover = await executed(engine, input(key, 'body-a'));
         expect(takeover.recovered).toBe(true);
         expect(signal.aborted).toBe(true);
@@ -264,8 +292,7 @@ describe('docs/concepts.md', () => {
         const key = randomUUID();
         const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
         const lease = await executed(hung.engine, input(key, 'body-a'));
-        const deadline = Date.now() + 5_000;
-        while (!lease.signal.aborted && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+        await until(() => lease.signal.aborted, 5_000);
         expect(lease.signal.aborted).toBe(true);
         expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
 
@@ -276,7 +303,7 @@ describe('docs/concepts.md', () => {
         });
         expect(hung.events.filter((event) => event.type === 'not-stored')).toHaveLength(1);
         // Abandoned by a renewal to 1 ms: PostgreSQL reads it in progress for up to that millisecond.
-        await until(store, lease.id, 'abandoned');
+        await untilState(store, lease.id, 'abandoned');
         const other = engineOn(store);
         expect(await other.engine.begin(input(key, 'body-b'))).toMatchObject({
           kind: 'reject',
@@ -298,7 +325,7 @@ describe('docs/concepts.md', () => {
         const key = randomUUID();
         const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
         const lease = await executed(hung.engine, input(key, 'body-a'));
-        await until(store, lease.id, 'abandoned');
+        await untilState(store, lease.id, 'abandoned');
         expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
         const other = engineOn(store);
         const retry = await executed(other.engine, input(key, 'body-a'));
@@ -315,14 +342,11 @@ describe('docs/concepts.md', () => {
     // The same sentence's other half: "its outcome released by the policy" (a 429 under `'all'`).
     it.runIf(available)('a recovered run whose outcome the policy releases leaves the key abandoned too', async () => {
       const store = makeStore();
-      const key = randomUUID();
-      const crashed = crashing(store);
-      const first = await executed(crashed.engine, input(key, 'body-a'));
-      await until(store, first.id, 'abandoned');
+      const { key, first } = await abandonedKey(store);
       const { engine } = engineOn(store);
       const recovered = await executed(engine, input(key, 'body-a'));
       expect(await engine.complete(recovered, { ...body('{}'), status: 429 })).toEqual({ ok: true, stored: false });
-      await until(store, first.id, 'abandoned', 1_000);
+      await untilState(store, first.id, 'abandoned', 1_000);
       expect(await engine.begin(input(key, 'body-b'))).toMatchObject({ kind: 'reject', error: { status: 422 } });
     });
 
@@ -334,8 +358,7 @@ describe('docs/concepts.md', () => {
         const key = randomUUID();
         const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
         const lease = await executed(hung.engine, input(key, 'body-a'));
-        const deadline = Date.now() + 5_000;
-        while (!lease.signal.aborted && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+        await until(() => lease.signal.aborted, 5_000);
         expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
         expect(await hung.engine.complete(lease, body('{"by":"slow"}'))).toEqual({ ok: true, stored: true });
         const replay = await engineOn(store).engine.begin(input(key, 'body-a'));
@@ -350,10 +373,7 @@ describe('docs/concepts.md', () => {
       'downstreamKey: the same on the crashed run and its takeover, another for any other part',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const crashed = crashing(store);
-        const first = await executed(crashed.engine, input(key, 'body-a'));
-        await until(store, first.id, 'abandoned');
+        const { key, first } = await abandonedKey(store);
         const { engine } = engineOn(store);
         const second = await executed(engine, input(key, 'body-a'));
         const charge = downstreamKey(first, 'charge');
@@ -403,28 +423,10 @@ describe('docs/concepts.md', () => {
   // "## Concurrency": "Waiters in one process share a single poll loop per key, and a second request
   // for a key that this very process is executing is answered without a store round trip".
   describe.each(backends)('concurrency on $name', ({ available, store: makeStore }) => {
-    const counted = (store: Store) => {
-      const calls = { claim: 0, get: 0 };
-      const wrapped: Store = {
-        claim: (i) => {
-          calls.claim++;
-          return store.claim(i);
-        },
-        renew: (i) => store.renew(i),
-        complete: (i) => store.complete(i),
-        release: (i) => store.release(i),
-        get: (id) => {
-          calls.get++;
-          return store.get(id);
-        },
-      };
-      return { wrapped, calls };
-    };
-
     it.runIf(available)(
       'a second request for a key this process executes costs no store call: 409 at once',
       async () => {
-        const { wrapped, calls } = counted(makeStore());
+        const { wrapped, calls } = wrap(makeStore());
         const { engine } = engineOn(wrapped);
         const key = randomUUID();
         const lease = await executed(engine, input(key, 'body-a'));
@@ -434,7 +436,7 @@ describe('docs/concepts.md', () => {
             error: { code: 'in_progress', status: 409, retryAfter: 1 },
           });
         }
-        expect(calls).toEqual({ claim: 1, get: 0 });
+        expect({ claim: calls.claim, get: calls.get }).toEqual({ claim: 1, get: 0 });
         await engine.complete(lease, body('{}'));
       },
     );
@@ -443,13 +445,12 @@ describe('docs/concepts.md', () => {
     // the poll loop. Was vague: the page said it "is answered without a store round trip" after
     // describing `wait`; it now says "without `wait`".
     it.runIf(available)('with wait, a second request for a key this process executes asks the store once', async () => {
-      const { wrapped, calls } = counted(makeStore());
+      const { wrapped, calls } = wrap(makeStore());
       const { engine } = engineOn(wrapped, { wait: '2s' });
       const key = randomUUID();
       const lease = await executed(engine, input(key, 'body-a'));
       const second = engine.begin(input(key, 'body-a'));
-      const deadline = Date.now() + 5_000;
-      while (calls.get === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 1));
+      await until(() => calls.get > 0, 5_000);
       expect(calls.claim).toBe(2);
       await engine.complete(lease, body('{"id":"won"}'));
       expect((await second).kind).toBe('replay');
@@ -463,12 +464,11 @@ describe('docs/concepts.md', () => {
         const winner = engineOn(store);
         const key = randomUUID();
         const lease = await executed(winner.engine, input(key, 'body-a'));
-        const { wrapped, calls } = counted(store);
+        const { wrapped, calls } = wrap(store);
         const { engine } = engineOn(wrapped, { wait: '5s' });
         const waiting = Array.from({ length: 10 }, () => engine.begin(input(key, 'body-a')));
         // Complete once the poll loop has asked the store once.
-        const deadline = Date.now() + 5_000;
-        while (calls.get === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 1));
+        await until(() => calls.get > 0, 5_000);
         await winner.engine.complete(lease, body('{"id":"won"}'));
         const results = await Promise.all(waiting);
         for (const result of results) {
@@ -493,16 +493,7 @@ const servers: { name: string; serve: Serve }[] = [
       app.post('/accounts/:id/charges', expressIdempotency(options as never), (_req, res) => {
         res.status(201).json({ run: ++runs });
       });
-      const server = app.listen(0, '127.0.0.1');
-      await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-      return {
-        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-        runs: () => runs,
-        close: async () => {
-          server.closeAllConnections();
-          await new Promise<void>((resolve) => server.close(() => resolve()));
-        },
-      };
+      return { ...(await listen(http.createServer(app))), runs: () => runs };
     },
   },
   {
@@ -591,9 +582,7 @@ describe('docs/concepts.md over HTTP', () => {
       app.post('/accounts/:id/charges', (_req, res) => {
         res.status(201).json({ run: ++runs });
       });
-      const server = app.listen(0, '127.0.0.1');
-      await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const { url, close } = await listen(http.createServer(app));
       try {
         const key = randomUUID();
         const init = { method: 'POST', headers: { 'idempotency-key': `"${key}"` } };
@@ -601,8 +590,7 @@ describe('docs/concepts.md over HTTP', () => {
         expect((await fetch(`${url}/accounts/2/charges`, init)).status).toBe(201);
         expect(runs).toBe(2);
       } finally {
-        server.closeAllConnections();
-        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await close();
       }
       expect(read('docs/concepts.md')).toMatch(/on a route's own instance and on Fastify[^.]*is one record/);
     },
@@ -610,35 +598,6 @@ describe('docs/concepts.md over HTTP', () => {
 });
 
 describe('docs/reliability.md', () => {
-  // A store behind a network whose calls are counted, and whose `complete` can be made to hang.
-  const wrap = (store: Store) => {
-    const calls = { claim: 0, get: 0, renew: 0, complete: 0, release: 0 };
-    let hang = false;
-    const wrapped: Store = {
-      claim: (i) => {
-        calls.claim++;
-        return store.claim(i);
-      },
-      renew: (i) => {
-        calls.renew++;
-        return store.renew(i);
-      },
-      complete: (i) => {
-        calls.complete++;
-        return hang ? new Promise<boolean>(() => {}) : store.complete(i);
-      },
-      release: (i) => {
-        calls.release++;
-        return store.release(i);
-      },
-      get: (id) => {
-        calls.get++;
-        return store.get(id);
-      },
-    };
-    return { wrapped, calls, hangCompletions: () => (hang = true) };
-  };
-
   describe.each(backends)('Limits and findings, on $name', ({ available, store: makeStore }) => {
     // "A hot completed key costs one store read per replay here: the workers run without
     // `replayCache`. ... with `replayCache: { ttl }` a completed key's repeats are too [free], one
@@ -690,8 +649,7 @@ describe('docs/reliability.md', () => {
       const lease = await executed(engine, input(randomUUID(), 'body-a'));
       const record = await store.get(lease.id);
       expect(await store.forget?.({ id: lease.id, token: record?.token as string })).toBe(true);
-      const deadline = Date.now() + 5_000;
-      while (!lease.signal.aborted && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+      await until(() => lease.signal.aborted, 5_000);
       expect(lease.signal.aborted).toBe(true);
       expect(isLeaseLost(lease.signal.reason)).toBe(true);
       expect(events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'renew-refused' }]);
