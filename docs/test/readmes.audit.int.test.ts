@@ -20,6 +20,19 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const readme = (pkg: string): string => readFileSync(join(root, 'packages', pkg, 'README.md'), 'utf8');
+/** Every package folder, each with a README. */
+const packageFolders = [
+  'client',
+  'core',
+  'express',
+  'fastify',
+  'guard',
+  'koa',
+  'postgres',
+  'redis',
+  'testkit',
+  'webhooks',
+] as const;
 
 /** The `ts` blocks of a README, in order. */
 function tsBlocks(text: string): string[] {
@@ -705,8 +718,6 @@ describe('packages/testkit/README.md', () => {
 await runSnippet(tsBlocks(readme('testkit'))[0] as string);
 
 describe('every package README, as a newcomer reads it', () => {
-  const folders = ['client', 'core', 'express', 'fastify', 'guard', 'koa', 'postgres', 'redis', 'testkit', 'webhooks'];
-
   // Was a defect: @idem/redis and @idem/client had no install line at all (the Redis README's snippet
   // imports ioredis, which nothing installs, and never says node-redis is the other choice), and
   // @idem/webhooks' snippet imports express, which its install lines leave out; docs/README.md says
@@ -714,7 +725,7 @@ describe('every package README, as a newcomer reads it', () => {
   // @idem packages of the lines there are; this checks that there is one, and its third-party modules.
   it('has an npm install line naming the package and every module its snippets import that the package does not bring', () => {
     const missing: string[] = [];
-    for (const folder of folders) {
+    for (const folder of packageFolders) {
       const text = readme(folder);
       const manifest = JSON.parse(readFileSync(join(root, 'packages', folder, 'package.json'), 'utf8')) as {
         name: string;
@@ -821,18 +832,7 @@ describe('every package README: names its snippets use without defining', () => 
   // pasted alone, the block throws ReferenceError, and nothing tells the reader what to put there.
   it('each name the hidden prelude declares is named in the prose the reader sees', () => {
     const unexplained: string[] = [];
-    for (const folder of [
-      'client',
-      'core',
-      'express',
-      'fastify',
-      'guard',
-      'koa',
-      'postgres',
-      'redis',
-      'testkit',
-      'webhooks',
-    ]) {
+    for (const folder of packageFolders) {
       const text = readme(folder);
       const prelude = /<!--\s*prelude\s*\n([\s\S]*?)-->/.exec(text)?.[1] ?? '';
       const declared = [...prelude.matchAll(/^declare (?:const|function|let) ([A-Za-z_$][\w$]*)/gm)].map((m) => m[1]);
@@ -860,18 +860,7 @@ describe('docs/README.md: what it says every package README has', () => {
       errors: /its errors/.test(sentence as string) && !/most also/.test(sentence as string),
     };
     const lacking: string[] = [];
-    for (const folder of [
-      'client',
-      'core',
-      'express',
-      'fastify',
-      'guard',
-      'koa',
-      'postgres',
-      'redis',
-      'testkit',
-      'webhooks',
-    ]) {
+    for (const folder of packageFolders) {
       const text = readme(folder);
       if (promised['install line'] && !/^npm (?:install|i) /m.test(text)) lacking.push(`${folder}: install line`);
       if (promised.options && !/^## Options/m.test(text)) lacking.push(`${folder}: options`);
