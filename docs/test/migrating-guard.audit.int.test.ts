@@ -23,6 +23,8 @@ import Fastify from 'fastify';
 import { exportJWK, exportSPKI, generateKeyPair, SignJWT } from 'jose';
 import jwksRsa from 'jwks-rsa';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { listen } from '../../packages/core/test/support/timeouts-kit.js';
+import { freePort } from './free-port.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(join(root, 'docs', 'migrating.md'), 'utf8');
@@ -176,20 +178,33 @@ const closers: Array<() => Promise<unknown>> = [];
 
 /** A JWKS URL on a loopback port nobody listens on: every fetch is refused at once. */
 async function deadJwksUri(): Promise<string> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return `http://127.0.0.1:${port}/jwks`;
+  return `http://127.0.0.1:${await freePort()}/jwks`;
 }
 async function listenExpress(app: express.Express): Promise<string> {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  closers.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { url, close } = await listen(http.createServer(app));
+  closers.push(close);
+  return url;
+}
+/**
+ * Their middleware and the guard, each in an Express app whose GET /orders answers `{}` behind it
+ * (mounted app-wide or on the route); the two base URLs.
+ */
+async function ordersPair(
+  mount: 'app-wide' | 'route',
+  theirs: express.RequestHandler,
+  ours: express.RequestHandler,
+): Promise<[string, string]> {
+  const urls: string[] = [];
+  for (const middleware of [theirs, ours]) {
+    const app = express();
+    const answer: express.RequestHandler = (_req, res) => {
+      res.json({});
+    };
+    if (mount === 'app-wide') app.use(middleware).get('/orders', answer);
+    else app.get('/orders', middleware, answer);
+    urls.push(await listenExpress(app));
+  }
+  return urls as [string, string];
 }
 async function listenFastify(app: ReturnType<typeof Fastify>): Promise<string> {
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -200,14 +215,14 @@ async function listenFastify(app: ReturnType<typeof Fastify>): Promise<string> {
 beforeAll(async () => {
   // Only Date: sockets and timers run as usual.
   vi.useFakeTimers({ toFake: ['Date'], now: T0 });
-  await new Promise<void>((resolve) => jwksServer.listen(0, '127.0.0.1', () => resolve()));
-  jwksBase = `http://127.0.0.1:${(jwksServer.address() as AddressInfo).port}`;
+  const jwks = await listen(jwksServer);
+  jwksBase = jwks.url;
+  closers.push(jwks.close);
   tokens = await tokenSet();
 });
 
 afterAll(async () => {
   for (const close of closers) await close();
-  await new Promise<void>((resolve) => jwksServer.close(() => resolve()));
   vi.useRealTimers();
 });
 
@@ -436,17 +451,11 @@ describe('docs/migrating.md, From express-jwt and jwks-rsa', () => {
 
   it("a string secret is the issuer's secret (HS256)", async () => {
     const secret = 'a-shared-secret-of-at-least-32-bytes!';
-    const before = express();
-    before.use(expressjwt({ secret, algorithms: ['HS256'], issuer: ISS, audience: AUD }));
-    before.get('/orders', (_req, res) => {
-      res.json({});
-    });
-    const after = express();
-    after.use(guard({ audience: AUD, issuers: [{ issuer: ISS, secret }], now: Date.now }));
-    after.get('/orders', (_req, res) => {
-      res.json({});
-    });
-    const [b, a] = [await listenExpress(before), await listenExpress(after)];
+    const [b, a] = await ordersPair(
+      'app-wide',
+      expressjwt({ secret, algorithms: ['HS256'], issuer: ISS, audience: AUD }),
+      guard({ audience: AUD, issuers: [{ issuer: ISS, secret }], now: Date.now }),
+    );
     const hs = await new SignJWT({ iss: ISS, aud: AUD, sub: 'user-1', iat: now, exp: now + 600 })
       .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt' })
       .sign(new TextEncoder().encode(secret));
@@ -462,26 +471,16 @@ describe('docs/migrating.md, From express-jwt and jwks-rsa', () => {
 
   it('the JWKS endpoint unreachable: express-jwt answers 500, the guard 401 keys_unavailable', async () => {
     const dead = await deadJwksUri();
-    const before = express();
-    before.use(
+    const [b, a] = await ordersPair(
+      'app-wide',
       expressjwt({
         secret: jwksRsa.expressJwtSecret({ jwksUri: dead }) as never,
         algorithms: ['RS256'],
         issuer: ISS,
         audience: AUD,
       }),
-    );
-    before.get('/orders', (_req, res) => {
-      res.json({});
-    });
-    const after = express();
-    after.use(
       guard({ audience: AUD, issuers: [{ issuer: ISS, jwksUri: dead, algorithms: ['RS256'] }], now: Date.now }),
     );
-    after.get('/orders', (_req, res) => {
-      res.json({});
-    });
-    const [b, a] = [await listenExpress(before), await listenExpress(after)];
     const probe = { headers: { authorization: `Bearer ${tokens.valid}` } };
     expect((await ask(b, probe)).status).toBe(500);
     const ours = await ask(a, probe);
@@ -628,17 +627,9 @@ describe('docs/migrating.md, From express-oauth2-jwt-bearer', () => {
   });
 
   it('strict: true is the default typ plus requiredClaims; clockTolerance and maxTokenAge alike', async () => {
-    const before = express();
-    before.get(
-      '/orders',
+    const [b, a] = await ordersPair(
+      'route',
       auth({ issuer: ISS, audience: AUD, jwksUri: jwksUri('a0'), strict: true, maxTokenAge: 3600 }),
-      (_req, res) => {
-        res.json({});
-      },
-    );
-    const after = express();
-    after.get(
-      '/orders',
       guard({
         audience: AUD,
         issuers: [{ issuer: ISS, jwksUri: jwksUri('idem-a0') }],
@@ -646,11 +637,7 @@ describe('docs/migrating.md, From express-oauth2-jwt-bearer', () => {
         maxTokenAge: 3600,
         now: Date.now,
       }),
-      (_req, res) => {
-        res.json({});
-      },
     );
-    const [b, a] = [await listenExpress(before), await listenExpress(after)];
     const strict = { client_id: 'app-1', jti: 'j-1' };
     const cases: Record<string, { token: string; status: number }> = {
       'RFC 9068 token': { token: await mint({ claims: strict }), status: 200 },
@@ -692,17 +679,11 @@ describe('docs/migrating.md, From express-oauth2-jwt-bearer', () => {
 
   it('the JWKS endpoint unreachable: both refuse with 401', async () => {
     const dead = await deadJwksUri();
-    const before = express();
-    before.use(auth({ issuer: ISS, audience: AUD, jwksUri: dead }));
-    before.get('/orders', (_req, res) => {
-      res.json({});
-    });
-    const after = express();
-    after.use(guard({ audience: AUD, issuers: [{ issuer: ISS, jwksUri: dead }], now: Date.now }));
-    after.get('/orders', (_req, res) => {
-      res.json({});
-    });
-    const [b, a] = [await listenExpress(before), await listenExpress(after)];
+    const [b, a] = await ordersPair(
+      'app-wide',
+      auth({ issuer: ISS, audience: AUD, jwksUri: dead }),
+      guard({ audience: AUD, issuers: [{ issuer: ISS, jwksUri: dead }], now: Date.now }),
+    );
     const probe = { headers: { authorization: `Bearer ${tokens.valid}` } };
     const before401 = await ask(b, probe);
     expect([before401.status, before401.challenge]).toEqual([401, expect.stringContaining('invalid_token')]);
@@ -710,27 +691,15 @@ describe('docs/migrating.md, From express-oauth2-jwt-bearer', () => {
   });
 
   it('tokenSigningAlg is one algorithm; the JWKS: 30 s cooldown on an unknown kid, 10 min cache, on both', async () => {
-    const before = express();
-    before.get(
-      '/orders',
+    const [b, a] = await ordersPair(
+      'route',
       auth({ issuer: ISS, audience: AUD, jwksUri: jwksUri('a0-jwks'), tokenSigningAlg: 'RS256' }),
-      (_req, res) => {
-        res.json({});
-      },
-    );
-    const after = express();
-    after.get(
-      '/orders',
       guard({
         audience: AUD,
         issuers: [{ issuer: ISS, jwksUri: jwksUri('idem-a0-jwks'), algorithms: ['RS256'] }],
         now: Date.now,
       }),
-      (_req, res) => {
-        res.json({});
-      },
     );
-    const [b, a] = [await listenExpress(before), await listenExpress(after)];
     const long = await mint({ claims: { exp: now + 7200 } });
     const send = async (token: string, status: number) => {
       const probe = { headers: { authorization: `Bearer ${token}` } };
