@@ -463,6 +463,22 @@ const replayOf = async (answer: Response) => ({
   body: await answer.text(),
 });
 
+/**
+ * The Setup promise: the first answer to `send()` (a POST of /charges with key `"k-1"`, answered
+ * 201 `{ id: 'ch_1', key }`) echoes the key; its retry replays the same bytes.
+ */
+async function expectChargeReplayed(send: () => Promise<Response>): Promise<void> {
+  const first = await replayOf(await send());
+  expect(first).toEqual({
+    status: 201,
+    replayed: null,
+    cacheControl: 'no-store',
+    echo: '"k-1"',
+    body: '{"id":"ch_1","key":"k-1"}',
+  });
+  expect(await replayOf(await send())).toEqual({ ...first, replayed: 'true' });
+}
+
 describe('docs/guides/express.md: the snippets', () => {
   it('Setup: the first answer echoes the key, its retry replays the same bytes, the handler runs once', async () => {
     let runs = 0;
@@ -476,16 +492,7 @@ describe('docs/guides/express.md: the snippets', () => {
     });
     app.use(idempotencyErrors());
     const url = await serve(app);
-    const first = await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
-    expect(first).toEqual({
-      status: 201,
-      replayed: null,
-      cacheControl: 'no-store',
-      echo: '"k-1"',
-      body: '{"id":"ch_1","key":"k-1"}',
-    });
-    const again = await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
-    expect(again).toEqual({ ...first, replayed: 'true' });
+    await expectChargeReplayed(() => fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
     expect(runs).toBe(1);
     // Mounted with app.use, `/CHARGES` and `/charges/` are the operation `/charges`, but the
     // fingerprint keeps the path as sent: a key retried under another spelling is 422, never run twice.
@@ -699,15 +706,7 @@ describe('docs/guides/fastify.md: the snippets', () => {
     const url = await serve(app);
     const post = (path: string, key?: string) => fetch(`${url}${path}`, json(key, { amount: 1 }));
 
-    const first = await replayOf(await post('/charges', '"k-1"'));
-    expect(first).toEqual({
-      status: 201,
-      replayed: null,
-      cacheControl: 'no-store',
-      echo: '"k-1"',
-      body: '{"id":"ch_1","key":"k-1"}',
-    });
-    expect(await replayOf(await post('/charges', '"k-1"'))).toEqual({ ...first, replayed: 'true' });
+    await expectChargeReplayed(() => post('/charges', '"k-1"'));
     expect((await post('/charges')).status).toBe(400);
 
     // config.idempotency false: the key is ignored, no echo, the handler runs each time.
@@ -869,18 +868,7 @@ describe('docs/guides/koa.md: the snippets', () => {
       ctx.body = { id: 'ch_1', key: ctx.state.idempotency?.key };
     });
     const url = await serve(app);
-    const first = await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
-    expect(first).toEqual({
-      status: 201,
-      replayed: null,
-      cacheControl: 'no-store',
-      echo: '"k-1"',
-      body: '{"id":"ch_1","key":"k-1"}',
-    });
-    expect(await replayOf(await fetch(`${url}/charges`, json('"k-1"', { amount: 1 })))).toEqual({
-      ...first,
-      replayed: 'true',
-    });
+    await expectChargeReplayed(() => fetch(`${url}/charges`, json('"k-1"', { amount: 1 })));
     expect(runs).toBe(1);
     expect((await fetch(`${url}/Charges/`, json('"k-1"', { amount: 1 }))).status).toBe(422);
     expect(runs).toBe(1);
