@@ -4,6 +4,7 @@
 // following the row's advice works (the retry replays or runs once). One describe per section.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +33,7 @@ import { SignJWT } from 'jose';
 import Koa from 'koa';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { gate, listen } from '../../packages/core/test/support/timeouts-kit.js';
 
 const withRedis = serviceAvailable(`Redis at ${redisUrl()}`, await redisAnswers(), 'the errors.md audit on Redis');
 const withPostgres = serviceAvailable(
@@ -56,25 +58,14 @@ afterEach(async () => {
   await Promise.all(closers.splice(0).map((close) => close()));
 });
 
-async function listen(server: import('node:http').Server): Promise<string> {
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  closers.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+/** Serves a request listener on port 0 until the test ends. */
+async function serve(listener: http.RequestListener): Promise<string> {
+  const { url, close } = await listen(http.createServer(listener));
+  closers.push(close);
+  return url;
 }
-const serveExpress = (app: express.Express) => listen(app.listen(0, '127.0.0.1'));
-const serveKoa = (app: Koa) => listen(app.listen(0, '127.0.0.1'));
-
-/** A promise and the function that settles it. */
-function gate() {
-  let open!: () => void;
-  const opened = new Promise<void>((resolve) => {
-    open = resolve;
-  });
-  return { opened, open };
-}
+const serveExpress = (app: express.Express) => serve(app);
+const serveKoa = (app: Koa) => serve(app.callback());
 
 describe('Idempotency (IdempotencyError)', () => {
   // The fingerprint_mismatch row listed "method, route" among the differences that get 422. Was
@@ -255,7 +246,7 @@ describe('Idempotency (IdempotencyError)', () => {
         headers: { 'idempotency-key': '"k-lost"' },
         body: 'x',
       });
-      await entered.opened;
+      await entered.promise;
       expect(answer.status).toBe(503);
       if (withErrors) {
         expect(answer.headers.get('retry-after')).toBe('1');
@@ -340,7 +331,7 @@ describe.runIf(withRedis)('Webhooks (WebhookError)', () => {
       apply: async (event) => {
         applied.push(event.id);
         entered.open();
-        await release.opened;
+        await release.promise;
       },
     });
     const app = express();
@@ -354,7 +345,7 @@ describe.runIf(withRedis)('Webhooks (WebhookError)', () => {
       headers: { ...createSigner({ secret }).sign({ id, body, timestamp: Math.floor(Date.now() / 1000) }) },
       body,
     });
-    await entered.opened;
+    await entered.promise;
     const attempts: Array<{ status?: number | undefined }> = [];
     const waits: number[] = [];
     const sender = createSender({
@@ -484,7 +475,7 @@ describe('Client (RequestFailedError)', () => {
     const finished = gate();
     app.post('/charges', async (_req, res) => {
       runs++;
-      await release.opened;
+      await release.promise;
       res.status(201).json({ id: 'ch_1' });
       res.on('finish', () => finished.open());
     });
@@ -501,7 +492,7 @@ describe('Client (RequestFailedError)', () => {
       sleep: async (ms) => {
         waits.push(ms);
         release.open();
-        await finished.opened;
+        await finished.promise;
       },
     });
     const retried = await client.post<{ id: string }>('/charges', {}, { idempotencyKey: 'k-busy' });
