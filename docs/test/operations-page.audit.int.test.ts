@@ -5,7 +5,6 @@
 import { generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createIdempotency, type IdempotencyEvent, memoryStore } from '@idem/core';
@@ -29,6 +28,7 @@ import Koa from 'koa';
 import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, describe, expect, it } from 'vitest';
+import { listen } from '../../packages/core/test/support/timeouts-kit.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(join(root, 'docs', 'operations.md'), 'utf8');
@@ -61,18 +61,6 @@ const withPostgres = serviceAvailable(
   await postgresAnswers(databaseUrl),
   'the operations page on PostgreSQL',
 );
-
-async function listen(app: express.Express): Promise<{ url: string; close(): Promise<void> }> {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 describe.skipIf(!withPostgres)('Purge jobs', () => {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
@@ -185,9 +173,8 @@ describe('Rotating secrets and keys', () => {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify(gateway.jwks()));
     });
-    server.listen(0, '127.0.0.1');
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    const jwksUri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks`;
+    const jwks = await listen(server);
+    const jwksUri = `${jwks.url}/jwks`;
     try {
       const remote = createInternalVerifier({
         issuer: 'https://gateway.test',
@@ -231,8 +218,7 @@ describe('Rotating secrets and keys', () => {
       await remote.refreshKeys();
       expect(await accepts(remote, await forge(stolen, 'old', t))).toBe(false);
     } finally {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await jwks.close();
     }
     const internalKey = section('Rotating secrets and keys').replace(/\s+/g, ' ');
     says(
@@ -300,7 +286,7 @@ describe.skipIf(!withRedis)('Metrics, traces and logs', () => {
       req.idempotency?.release();
       res.status(402).json({ error: 'card declined, nothing charged' });
     });
-    const server = await listen(app);
+    const server = await listen(createServer(app));
     const post = async (path: string, key: string) => {
       events.length = 0;
       const response = await fetch(`${server.url}${path}`, {
@@ -377,9 +363,8 @@ describe('What to alert on', () => {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify({ keys: [jwk] }));
     });
-    server.listen(0, '127.0.0.1');
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-    const jwksUri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks`;
+    const jwks = await listen(server);
+    const jwksUri = `${jwks.url}/jwks`;
     const codes: string[] = [];
     const guard = createGuard({
       audience: 'https://api.test',
@@ -403,8 +388,7 @@ describe('What to alert on', () => {
       await check(await token(unpublished.privateKey, 'k-2026'));
       expect(codes).toEqual(['key_unknown', 'signature_invalid']);
     } finally {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await jwks.close();
     }
     const alerts = section('Metrics, traces and logs');
     says(
@@ -469,7 +453,7 @@ describe.skipIf(!withRedis)('What to alert on, on Redis', () => {
       proxy.cut(); // the store goes away while the handler runs: its completion fails
       res.status(201).json({ id: `ch_${runs}` });
     });
-    const server = await listen(app);
+    const server = await listen(createServer(app));
     try {
       const init = { method: 'POST', headers: { 'idempotency-key': '"k-complete"' } };
       const first = await fetch(`${server.url}/charges`, init);
