@@ -3,7 +3,6 @@
 // tests and docs/test/documented-defaults.test.ts pin the rest). One describe per page section.
 // Real HTTP servers on port 0, real PostgreSQL for the outbox, injected clocks.
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { createIdempotency, type IdempotencyEngine, makeIdempotent, memoryStore, type Store } from '@idem/core';
 import { postgresAnswers, serviceAvailable } from '@idem/testkit';
 import {
@@ -24,6 +23,7 @@ import Koa from 'koa';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { listen } from '../../packages/core/test/support/timeouts-kit.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -38,16 +38,11 @@ afterEach(async () => {
   while (closers.length) await closers.pop()?.();
 });
 
-async function listen(server: Server): Promise<string> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  closers.push(
-    () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  );
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+/** Serves `server` on port 0 until the test ends; the URL of its /hooks path. */
+async function serveHooks(server: Server): Promise<string> {
+  const { url, close } = await listen(server);
+  closers.push(close);
+  return `${url}/hooks`;
 }
 
 async function readAll(request: IncomingMessage): Promise<Buffer> {
@@ -275,7 +270,7 @@ describe('## Raw body per framework (Koa)', () => {
     });
     const misconfigured: WebhookError[] = [];
     app.use(koaWebhook(receiver, { path: '/hooks', onMisconfigured: (error) => misconfigured.push(error) }));
-    const url = await listen(createServer(app.callback()));
+    const url = await serveHooks(createServer(app.callback()));
     return { url, misconfigured };
   }
 
@@ -333,7 +328,7 @@ describe('## Sending', () => {
   // followed."
   it('an attempt record holds each field the page lists', async () => {
     let calls = 0;
-    const url = await listen(
+    const url = await serveHooks(
       createServer(async (request, response) => {
         await readAll(request);
         calls++;
@@ -380,7 +375,7 @@ describe('## Sending', () => {
   // a header value that is not a string, a `contentType` that is not a string".
   it('send() refuses a header value or a contentType that is not a string, before any request', async () => {
     let requests = 0;
-    const url = await listen(
+    const url = await serveHooks(
       createServer((request, response) => {
         requests++;
         request.resume();
@@ -473,7 +468,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     const outbox = createOutbox({ table });
     await outbox.migrate(pool);
     const received: { id: string; type: string; body: string }[] = [];
-    const url = await listen(
+    const url = await serveHooks(
       createServer(async (request, response) => {
         const bytes = await readAll(request);
         received.push({
@@ -502,7 +497,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     const outbox = createOutbox({ table });
     await outbox.migrate(pool);
     let status = 200;
-    const url = await listen(
+    const url = await serveHooks(
       createServer(async (request, response) => {
         await readAll(request);
         response.writeHead(status, { 'retry-after': '3600' }).end();
