@@ -4,13 +4,13 @@
 // real waits are a few hundred milliseconds of a timeout or deadline that runs on a real timer.
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { createClient, isRequestFailedError, type RequestFailedError } from '@idem/client';
 import { build } from 'esbuild';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fakeTime } from '../../packages/client/test/support/fake-time.js';
+import { listen } from '../../packages/core/test/support/timeouts-kit.js';
 
 interface Seen {
   method: string;
@@ -43,13 +43,9 @@ async function serve(handler: Handler): Promise<{ url: string; seen: Seen[] }> {
       handler(req, res, entry, seen.length - 1);
     });
   });
-  server.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
-  closers.push(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+  const { url, close } = await listen(server);
+  closers.push(close);
+  return { url, seen };
 }
 
 function answer(res: ServerResponse, status: number, body: unknown = {}, headers: Record<string, string> = {}) {
