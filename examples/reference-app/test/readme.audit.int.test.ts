@@ -208,6 +208,16 @@ function runScript(
 
 const appFolder = fileURLToPath(new URL('..', import.meta.url));
 
+/** The rows `sql` reads from the app's database in `dataDir`, opened for this query alone. */
+async function rowsIn<Row>(dataDir: string, sql: string): Promise<Row[]> {
+  const db = await openDatabase({ dataDir });
+  try {
+    return (await db.query<Row>(sql)).rows;
+  } finally {
+    await db.close();
+  }
+}
+
 describe('README: what `npm start` prints, where it listens, and Ctrl-C', () => {
   const { spawnApp } = startScript('idem-readme-audit-');
   let child: ChildProcess;
@@ -283,14 +293,8 @@ describe('README: what `npm start` prints, where it listens, and Ctrl-C', () => 
   // was told "done"; the seed likewise went to the default folder.
   it('runs `npm run rotate` and `npm run seed` on the folder DATA_DIR names', async () => {
     await exited;
-    const secret = async () => {
-      const db = await openDatabase({ dataDir });
-      try {
-        return (await db.query<{ secret: string }>('select secret from api_webhook_secrets')).rows[0]?.secret;
-      } finally {
-        await db.close();
-      }
-    };
+    const secret = async () =>
+      (await rowsIn<{ secret: string }>(dataDir, 'select secret from api_webhook_secrets'))[0]?.secret;
     const before = await secret();
     expect(before).toMatch(/^whsec_/);
     const rotated = await runScript('src/rotate-secrets.ts', ['webhook'], { DATA_DIR: dataDir });
@@ -304,13 +308,8 @@ describe('README: what `npm start` prints, where it listens, and Ctrl-C', () => 
     try {
       const seeded = await runScript('src/seed.ts', [], { DATA_DIR: fresh });
       expect(seeded.code, seeded.output).toBe(0);
-      const db = await openDatabase({ dataDir: fresh });
-      try {
-        const { rows } = await db.query<{ username: string }>('select username from idp_users order by username');
-        expect(rows.map((row) => row.username)).toEqual(['alice', 'bob']);
-      } finally {
-        await db.close();
-      }
+      const rows = await rowsIn<{ username: string }>(fresh, 'select username from idp_users order by username');
+      expect(rows.map((row) => row.username)).toEqual(['alice', 'bob']);
     } finally {
       await rm(fresh, { recursive: true, force: true });
       await rm(`${fresh}.lock`, { force: true });
