@@ -34,6 +34,16 @@ const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const run = `${process.pid}-${Date.now().toString(36)}`;
 
+/** Serves `app` on port 0 for as long as `use` runs, then closes it. */
+async function withServer<T>(app: express.Express, use: (url: string) => Promise<T>): Promise<T> {
+  const server = await listen(createServer(app));
+  try {
+    return await use(server.url);
+  } finally {
+    await server.close();
+  }
+}
+
 /** The paragraph of security.md that holds `words`, joined into one line. */
 function sentenceOf(words: string): string {
   const paragraph = securityPage.split(/\n\s*\n/).find((part) => part.replace(/\s+/g, ' ').includes(words));
@@ -88,17 +98,14 @@ describe('docs/security.md, What is stored: per-request headers are never replay
       for (const name of perRequest) res.setHeader(name, `first-${runs}`);
       res.status(201).json({ id: 'ch_1' });
     });
-    const server = await listen(createServer(app));
-    try {
+    await withServer(app, async (url) => {
       const init = { method: 'POST', headers: { 'idempotency-key': '"k-1"' } };
-      await fetch(`${server.url}/charges`, init);
-      const replay = await fetch(`${server.url}/charges`, init);
+      await fetch(`${url}/charges`, init);
+      const replay = await fetch(`${url}/charges`, init);
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       for (const name of perRequest) expect(replay.headers.get(name), name).toBeNull();
       expect(runs).toBe(1);
-    } finally {
-      await server.close();
-    }
+    });
   });
 });
 
@@ -114,21 +121,18 @@ describe('docs/security.md, Spoofed headers: what a response may carry from the 
     app.post('/charges', idempotency({ store: memoryStore(), scope: () => 'tenant-1' }), (_req, res) => {
       res.status(201).json({ id: 'ch_1' });
     });
-    const server = await listen(createServer(app));
-    try {
+    await withServer(app, async (url) => {
       const key = '"echo-\u0021me"';
-      const first = await fetch(`${server.url}/charges`, { method: 'POST', headers: { 'idempotency-key': key } });
-      const replay = await fetch(`${server.url}/charges`, { method: 'POST', headers: { 'idempotency-key': key } });
+      const first = await fetch(`${url}/charges`, { method: 'POST', headers: { 'idempotency-key': key } });
+      const replay = await fetch(`${url}/charges`, { method: 'POST', headers: { 'idempotency-key': key } });
       expect(first.headers.get('idempotency-key')).toBe(key);
       expect(replay.headers.get('idempotency-key')).toBe(key);
       const bad = `"${'x'.repeat(300)}"`;
-      const refused = await fetch(`${server.url}/charges`, { method: 'POST', headers: { 'idempotency-key': bad } });
+      const refused = await fetch(`${url}/charges`, { method: 'POST', headers: { 'idempotency-key': bad } });
       expect(refused.status).toBe(400);
       expect(refused.headers.get('idempotency-key')).toBeNull();
       expect(await refused.text()).not.toContain('xxxxxxxxxx');
-    } finally {
-      await server.close();
-    }
+    });
     expect(sentenceOf('is echoed into a response')).toMatch(/except the `Idempotency-Key`/);
   });
 });
@@ -154,10 +158,9 @@ async function completeOneRequest(store: Parameters<typeof idempotency>[0]['stor
       res.status(201).setHeader('x-request-id', 'r-1').json({ id: 'ch_1' });
     },
   );
-  const server = await listen(createServer(app));
-  try {
+  return withServer(app, async (url) => {
     const send = () =>
-      fetch(`${server.url}/charges?note=${marker.query}`, {
+      fetch(`${url}/charges?note=${marker.query}`, {
         method: 'POST',
         headers: {
           'idempotency-key': marker.key,
@@ -172,9 +175,7 @@ async function completeOneRequest(store: Parameters<typeof idempotency>[0]['stor
     expect(first.status).toBe(201);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     return await replay.text();
-  } finally {
-    await server.close();
-  }
+  });
 }
 
 function expectNoRequestMarkers(atRest: string): void {
@@ -252,12 +253,11 @@ describe('docs/security.md, What is stored: not the body, query, key, caller or 
       });
       const app = express();
       app.post('/hooks', expressWebhook(receiver));
-      const server = await listen(createServer(app));
-      try {
+      await withServer(app, async (url) => {
         const id = `msg_${run}`;
         const body = JSON.stringify({ type: 'payment.succeeded', note: marker.body });
         const deliver = (headers: Record<string, string>, sent: string) =>
-          fetch(`${server.url}/hooks`, {
+          fetch(`${url}/hooks`, {
             method: 'POST',
             headers: { ...headers, 'content-type': 'application/json' },
             body: sent,
@@ -282,9 +282,7 @@ describe('docs/security.md, What is stored: not the body, query, key, caller or 
         expect(atRest).not.toContain(marker.body);
         expect(atRest).not.toContain('payment.succeeded');
         expect(atRest).not.toContain(id);
-      } finally {
-        await server.close();
-      }
+      });
     },
   );
 
