@@ -34,6 +34,10 @@ const row = (section: string, name: string): string => {
   return line;
 };
 
+/** How many listeners a client (or pool) has for each event: a store that subscribed would change it. */
+const listeners = (emitter: { eventNames(): (string | symbol)[]; listenerCount(name: string | symbol): number }) =>
+  Object.fromEntries(emitter.eventNames().map((name) => [String(name), emitter.listenerCount(name)]));
+
 const prefix = `audit-stores:${randomUUID().slice(0, 8)}:`;
 const response = (body: Uint8Array = new Uint8Array()): StoredResponse => ({
   status: 201,
@@ -87,9 +91,6 @@ describe.runIf(withRedis)('Redis', () => {
     await store.claim({ id, token: 'c', fingerprint: 'f', leaseMs: 5_000 });
     await store.release({ id, token: 'c' });
   };
-
-  const listeners = (emitter: { eventNames(): (string | symbol)[]; listenerCount(name: string | symbol): number }) =>
-    Object.fromEntries(emitter.eventNames().map((name) => [String(name), emitter.listenerCount(name)]));
 
   // "You connect the client and you close it. The store never connects, quits, or subscribes to the
   // client's events."
@@ -182,11 +183,9 @@ describe.runIf(withPostgres)('PostgreSQL', () => {
 
   // "You create the client and you close it. The store never connects or ends it."
   it('never connects, ends or listens to the pool or a client', async () => {
-    const events = (emitter: pg.Pool | pg.Client) =>
-      Object.fromEntries(emitter.eventNames().map((name) => [String(name), emitter.listenerCount(name)]));
     const own = new pg.Pool({ connectionString: databaseUrl(), max: 2 });
     try {
-      const before = events(own);
+      const before = listeners(own);
       const store = postgresStore({ client: own, table });
       expect(own.totalCount).toBe(0); // made, not connected
       const id = randomUUID();
@@ -194,7 +193,7 @@ describe.runIf(withPostgres)('PostgreSQL', () => {
       await store.complete({ id, token: 'a', response: response(), retentionMs: 60_000 });
       await store.get(id);
       await store.purgeExpired();
-      expect(events(own)).toEqual(before);
+      expect(listeners(own)).toEqual(before);
       expect(own.ended).toBe(false);
       expect((await own.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     } finally {
