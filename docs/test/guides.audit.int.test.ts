@@ -29,7 +29,7 @@ import Koa from 'koa';
 import multer from 'multer';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { listen } from '../../packages/core/test/support/timeouts-kit.js';
+import { listen, until } from '../../packages/core/test/support/timeouts-kit.js';
 import { AUDIENCE, ISSUER, makeToken, testKeys } from '../../packages/guard/test/support/tokens.js';
 
 // Loaded by specifiers TypeScript does not follow (as packages/koa/test/bodyparser.test.ts does): the
@@ -191,7 +191,7 @@ async function provoke(guide: Guide, code: string): Promise<Response> {
     case 'in_progress': {
       const route = await chargesOn(guide, demo, 'block');
       const first = fetch(route.url, json('"k-1"', { amount: 1 }));
-      while (route.runs() === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      await until(() => route.runs() > 0);
       const second = await fetch(route.url, json('"k-1"', { amount: 1 }));
       route.unblock();
       expect((await first).status).toBe(201);
