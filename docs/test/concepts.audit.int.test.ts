@@ -128,6 +128,15 @@ async function abandonedKey(store: Store) {
   return { key, crashed, first };
 }
 
+// A fresh key's run on an engine that stops renewing after `maxExecution` (300 ms, two 150 ms leases):
+// the handler hangs, and the test decides when (and whether) it answers.
+async function hungRun(store: Store) {
+  const key = randomUUID();
+  const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
+  const lease = await executed(hung.engine, input(key, 'body-a'));
+  return { key, hung, lease };
+}
+
 // A store whose calls are counted, and whose `complete` can be made to hang.
 function wrap(store: Store) {
   const calls = { claim: 0, get: 0, renew: 0, complete: 0, release: 0 };
@@ -289,9 +298,7 @@ describe('docs/concepts.md', () => {
       'maxExecution: lease-lost max-execution, then a thrown answer leaves the key abandoned for the same request',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
-        const lease = await executed(hung.engine, input(key, 'body-a'));
+        const { key, hung, lease } = await hungRun(store);
         await until(() => lease.signal.aborted, 5_000);
         expect(lease.signal.aborted).toBe(true);
         expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
@@ -322,9 +329,7 @@ describe('docs/concepts.md', () => {
       'maxExecution: an answer after a retry took the key over is fenced, the retry’s is kept',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
-        const lease = await executed(hung.engine, input(key, 'body-a'));
+        const { key, hung, lease } = await hungRun(store);
         await untilState(store, lease.id, 'abandoned');
         expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
         const other = engineOn(store);
@@ -355,9 +360,7 @@ describe('docs/concepts.md', () => {
       'maxExecution: an answer after the lease was given up, before any takeover, is stored',
       async () => {
         const store = makeStore();
-        const key = randomUUID();
-        const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
-        const lease = await executed(hung.engine, input(key, 'body-a'));
+        const { key, hung, lease } = await hungRun(store);
         await until(() => lease.signal.aborted, 5_000);
         expect(hung.events.filter((event) => event.type === 'lease-lost')).toMatchObject([{ reason: 'max-execution' }]);
         expect(await hung.engine.complete(lease, body('{"by":"slow"}'))).toEqual({ ok: true, stored: true });
