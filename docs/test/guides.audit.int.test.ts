@@ -219,9 +219,13 @@ async function provoke(guide: Guide, code: string): Promise<Response> {
     }
     case 'transaction_aborted': {
       const pool = new pg.Pool({ connectionString: databaseUrl });
-      opened.push(() => pool.end());
-      await migrate(pool);
-      const store = postgresStore({ client: pool });
+      const table = `audit_guides_aborted_${guide}_${process.pid}_${Date.now().toString(36)}`;
+      opened.push(async () => {
+        await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+        await pool.end();
+      });
+      await migrate(pool, { table });
+      const store = postgresStore({ client: pool, table });
       const route = await chargesOn(guide, { ...demo, store, transactional: true }, 'abort');
       const key = `"audit-guides-${guide}-${Date.now()}"`;
       const answer = await fetch(route.url, json(key, { amount: 1 }));
@@ -595,30 +599,36 @@ describe('docs/guides/express.md: the snippets', () => {
 describe.runIf(withPostgres)('docs/guides/express.md: the transactional snippet on PostgreSQL', () => {
   it('the insert and the stored outcome commit together: a retry replays, the row is written once; a 5xx rolls back', async () => {
     const pool = new pg.Pool({ connectionString: databaseUrl });
-    opened.push(() => pool.end());
-    await pool.query('DROP TABLE IF EXISTS charges');
-    await pool.query('CREATE TABLE charges (amount integer NOT NULL)');
-    // The block, as written (but for the pool's connection string), plus a route whose handler
+    // Tables of this run's own: the database is shared with every other test file and run.
+    const run = `${process.pid}_${Date.now().toString(36)}`;
+    const charges = `audit_guides_charges_${run}`;
+    const table = `audit_guides_idem_${run}`;
+    opened.push(async () => {
+      await pool.query(`DROP TABLE IF EXISTS "${charges}", "${table}"`);
+      await pool.end();
+    });
+    await pool.query(`CREATE TABLE "${charges}" (amount integer NOT NULL)`);
+    // The block, as written (but for the pool's connection string and the tables' names), plus a route whose handler
     // writes and then fails, for the transactional row of the options ("a 5xx rolls back").
-    await migrate(pool);
+    await migrate(pool, { table });
     const app = express();
     app.post(
       '/charges',
-      expressIdempotency({ store: postgresStore({ client: pool }), transactional: true, scope: () => 'demo' }),
+      expressIdempotency({ store: postgresStore({ client: pool, table }), transactional: true, scope: () => 'demo' }),
       express.json(),
       async (req, res) => {
         const tx = req.idempotency?.tx as PostgresTransaction;
-        await tx.query('INSERT INTO charges (amount) VALUES ($1)', [(req.body as { amount: number }).amount]);
+        await tx.query(`INSERT INTO "${charges}" (amount) VALUES ($1)`, [(req.body as { amount: number }).amount]);
         res.status(201).json({ ok: true });
       },
     );
     app.post(
       '/failing',
-      expressIdempotency({ store: postgresStore({ client: pool }), transactional: true, scope: () => 'demo' }),
+      expressIdempotency({ store: postgresStore({ client: pool, table }), transactional: true, scope: () => 'demo' }),
       express.json(),
       async (req, res) => {
         const tx = req.idempotency?.tx as PostgresTransaction;
-        await tx.query('INSERT INTO charges (amount) VALUES ($1)', [(req.body as { amount: number }).amount]);
+        await tx.query(`INSERT INTO "${charges}" (amount) VALUES ($1)`, [(req.body as { amount: number }).amount]);
         res.status(502).json({ error: 'upstream' });
       },
     );
@@ -629,12 +639,12 @@ describe.runIf(withPostgres)('docs/guides/express.md: the transactional snippet 
     const again = await fetch(`${url}/charges`, json(key, { amount: 7 }));
     expect(again.status).toBe(201);
     expect(again.headers.get('idempotent-replayed')).toBe('true');
-    expect((await pool.query('SELECT amount FROM charges')).rows).toEqual([{ amount: 7 }]);
+    expect((await pool.query(`SELECT amount FROM "${charges}"`)).rows).toEqual([{ amount: 7 }]);
     const failed = await fetch(`${url}/failing`, json(key, { amount: 9 }));
     expect(failed.status).toBe(502);
     // Stored under the default policy ('all'), and rolled back: no row of 9.
     expect((await fetch(`${url}/failing`, json(key, { amount: 9 }))).headers.get('idempotent-replayed')).toBe('true');
-    expect((await pool.query('SELECT amount FROM charges')).rows).toEqual([{ amount: 7 }]);
+    expect((await pool.query(`SELECT amount FROM "${charges}"`)).rows).toEqual([{ amount: 7 }]);
   });
 });
 

@@ -174,8 +174,10 @@ describe.runIf(withPostgres)('PostgreSQL', () => {
     await migrate(pool, { table });
   });
   afterAll(async () => {
+    // This run's tables only (each starts with its name): the database is shared with other runs.
     const { rows } = await pool.query<{ tablename: string }>(
-      `SELECT tablename FROM pg_tables WHERE tablename LIKE 'audit_stores_%'`,
+      `SELECT tablename FROM pg_tables WHERE starts_with(tablename, $1)`,
+      [table],
     );
     for (const { tablename } of rows) await pool.query(`DROP TABLE IF EXISTS "${tablename}"`);
     await pool.end();
