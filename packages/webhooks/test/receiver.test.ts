@@ -45,6 +45,17 @@ function setup(options: Partial<ReceiverOptions> = {}) {
 const paymentBody = JSON.stringify({ type: 'payment.succeeded', data: { id: 'pay_1', amount: 4200 } });
 const recordOf = (store: Store, id: string, scope = 'webhooks') => store.get(recordId(scope, 'webhook', id));
 
+// A store that cannot be reached: every claim fails as a refused connection would.
+const storeDown: Store = {
+  claim: async () => {
+    throw new Error('connection refused');
+  },
+  renew: async () => false,
+  complete: async () => false,
+  release: async () => false,
+  get: async () => undefined,
+};
+
 describe('duplicates (cases 1, 2, 13)', () => {
   it('applies the first delivery once and records the id with the body hash', async () => {
     const { deliver, applied, store } = setup();
@@ -218,17 +229,8 @@ describe('failures (cases 6, 9, 11, 14)', () => {
   });
 
   it('answers 503 with Retry-After when the store is down, and applies nothing', async () => {
-    const broken: Store = {
-      claim: async () => {
-        throw new Error('connection refused');
-      },
-      renew: async () => false,
-      complete: async () => false,
-      release: async () => false,
-      get: async () => undefined,
-    };
     const applied: string[] = [];
-    const { deliver } = setup({ store: broken, apply: (event) => void applied.push(event.id) });
+    const { deliver } = setup({ store: storeDown, apply: (event) => void applied.push(event.id) });
     const response = await deliver('E1', paymentBody);
     expect(response).toMatchObject({ status: 503, outcome: 'unavailable' });
     expect(response.headers['retry-after']).toBe('2');
@@ -506,17 +508,6 @@ function failingComplete(failure: 'throws' | 'lease-lost', clock: () => number):
 }
 
 /** A store with transactions that apply `fn` and then fail to commit, the way `failure` says. */
-// A store that cannot be reached: every claim fails as a refused connection would.
-const storeDown: Store = {
-  claim: async () => {
-    throw new Error('connection refused');
-  },
-  renew: async () => false,
-  complete: async () => false,
-  release: async () => false,
-  get: async () => undefined,
-};
-
 function failingTransactions(failure: 'throws' | 'lease-lost', clock: () => number): Store {
   const inner = memoryStore({ now: clock });
   const store: TransactionalStore<{ tx: true }> = {
