@@ -260,8 +260,8 @@ function timedOutForHandler(error: unknown, req: Request): boolean {
  * `storeOutcome: 'stripe'` releases the key (where Stripe keeps the 500: the preset's one departure from
  * it), and a policy function sees `thrown: true`.
  * It also learns when a body parser mounted after the middleware (`express.json()`) refused the
- * body: no handler ran, so the parser's 400 (or 413, 415, or multer's and busboy's 500) is served without being stored and the
- * key is released, and the retry with the body fixed runs, as on Fastify. A handler that stopped on
+ * body: no handler ran, so the parser's 400 (or 413, 415, or multer's and busboy's 500) is served
+ * without being stored and the key is released, and the retry with the body fixed runs, as on Fastify. A handler that stopped on
  * its lost lease (it threw the `signal`'s reason, `lease_lost`) is answered here, 503 with
  * `Retry-After` and a problem body, as Fastify and Koa answer it; the error goes no further.
  * connect-timeout's error (503 with `code: 'ETIMEDOUT'` and a numeric `timeout`, or any error on a

@@ -427,9 +427,13 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
       // event now holds it; store failure means nobody does. Either way the sender must retry.
       report({ type: 'record-failed', id, reason: result.reason, at: now(), error: result.error });
       if (result.reason === 'lease-lost') {
-        const busy = new IdempotencyError('in_progress', 'This webhook is being applied by another delivery.', {
-          retryAfter: 1,
-        });
+        const busy = new IdempotencyError(
+          'in_progress',
+          'This webhook is being applied by another delivery; retry later.',
+          {
+            retryAfter: 1,
+          },
+        );
         return done(problemResponse(busy, 'in-progress', id), { code: busy.code });
       }
       const unavailable = new IdempotencyError('store_unavailable', 'The webhook could not be recorded; retry later.', {
