@@ -5,7 +5,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
-import { freePorts } from './ports.js';
+import { restartablePorts } from './ports.js';
 import { portVariables } from './start-script.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -61,7 +61,7 @@ export interface AppRun {
  */
 export async function killableApp(schema: string) {
   const ports: Record<string, number> = {};
-  const picked = await freePorts(portVariables.length);
+  const picked = await restartablePorts(portVariables.length);
   portVariables.forEach((name, index) => {
     ports[name] = picked[index] as number;
   });

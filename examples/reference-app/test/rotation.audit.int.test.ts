@@ -19,7 +19,7 @@ import { rotateSecret } from '../src/rotate-secrets.js';
 import { demoUsers, type SeededClients, seed } from '../src/seed.js';
 import { authorizationUrl, codeFlow, openLoginForm, tokenRequest } from './flow.js';
 import { databaseUrl, postgresForCrashAudit } from './killable-app.js';
-import { freePorts } from './ports.js';
+import { restartablePorts } from './ports.js';
 import { createUserAgent, decodeJwt, type UserAgent } from './user-agent.js';
 
 const available = await postgresForCrashAudit('the reference-app rotation audit');
@@ -117,7 +117,7 @@ describe.runIf(available)('rotating the reference app secrets and keys while it 
 
   beforeAll(async () => {
     db = await openDatabase({ url: databaseUrl, schema });
-    const [auth, gateway, app, api, receiver] = (await freePorts(5)) as [number, number, number, number, number];
+    const [auth, gateway, app, api, receiver] = (await restartablePorts(5)) as [number, number, number, number, number];
     authPort = auth;
     authUrl = `http://localhost:${authPort}`;
     baseUrl = `http://localhost:${gateway}`;

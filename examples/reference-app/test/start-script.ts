@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll } from 'vitest';
-import { freePorts } from './ports.js';
+import { restartablePorts } from './ports.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -45,7 +45,7 @@ export function startScript(prefix: string) {
       delete env.REDIS_URL;
       // Vitest sets BASE_URL ('/', Vite's base path) in its own environment; it is no gateway URL.
       delete env.BASE_URL;
-      const ports = await freePorts(portVariables.length);
+      const ports = await restartablePorts(portVariables.length);
       portVariables.forEach((name, index) => {
         env[name] = String(ports[index]);
       });
