@@ -25,7 +25,7 @@ import { createLoginThrottle } from '../../examples/reference-app/src/idp/login-
 import { createIdp } from '../../examples/reference-app/src/idp/server.js';
 import { type ListeningPort, listen as listenPort } from '../../examples/reference-app/src/listen.js';
 import { openLoginForm } from '../../examples/reference-app/test/flow.js';
-import { startWholeStack, type WholeStack } from '../../examples/reference-app/test/test-stack.js';
+import { startIdpBehindProxy, startWholeStack, type WholeStack } from '../../examples/reference-app/test/test-stack.js';
 import { listen } from '../../packages/core/test/support/timeouts-kit.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -312,16 +312,7 @@ describe('examples/reference-app/README.md, password guessing behind a proxy (TR
 
   beforeAll(async () => {
     whole = await startWholeStack('security_audit');
-    const before = process.env.TRUST_PROXY;
-    process.env.TRUST_PROXY = '1';
-    try {
-      proxied = await listenPort(0);
-      const idp = await createIdp({ db: whole.db, issuer: proxied.url, resource: whole.stack.gateway.baseUrl });
-      proxied.use(idp.app);
-    } finally {
-      if (before === undefined) delete process.env.TRUST_PROXY;
-      else process.env.TRUST_PROXY = before;
-    }
+    proxied = await startIdpBehindProxy(whole);
     // The throttle follows at most `maxEntries` pairs (10,000 by default): 3 here, so that filling it
     // takes three requests rather than ten thousand.
     small = await listenPort(0);

@@ -1,10 +1,11 @@
+import { maxTimerMs } from '@idem/client';
+
 /** How often expired rows are deleted when no interval is given: ten minutes. */
 export const defaultPurgeEveryMs = 600_000;
 
-// The longest delay a Node timer keeps. Past it (or at 0, a negative or a non-number) `setInterval`
-// fires every millisecond instead, with only a warning: a purge of the whole table a thousand times a
-// second, which is the opposite of what a long interval meant.
-const maxTimerMs = 2_147_483_647;
+// `maxTimerMs` is the longest delay a Node timer keeps. Past it (or at 0, a negative or a non-number)
+// `setInterval` fires every millisecond instead, with only a warning: a purge of the whole table a
+// thousand times a second, which is the opposite of what a long interval meant.
 
 /**
  * The purge interval `value` (milliseconds), or the default when it is undefined. Anything but a whole

@@ -10,7 +10,7 @@ import { loadWebhookSecret } from '../src/schema/api-schema.js';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, openLoginForm, signOutOfApp } from './flow.js';
 import { sendHostile } from './hostile-send.js';
-import { startWholeStack, type WholeStack } from './test-stack.js';
+import { startIdpBehindProxy, startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers[0].password };
@@ -67,16 +67,7 @@ describe('the identity provider behind a TLS proxy (TRUST_PROXY=1) under a forge
   let proxied: ListeningPort;
 
   beforeAll(async () => {
-    const before = process.env.TRUST_PROXY;
-    process.env.TRUST_PROXY = '1';
-    try {
-      proxied = await listen(0);
-      const idp = await createIdp({ db: whole.db, issuer: proxied.url, resource: whole.stack.gateway.baseUrl });
-      proxied.use(idp.app);
-    } finally {
-      if (before === undefined) delete process.env.TRUST_PROXY;
-      else process.env.TRUST_PROXY = before;
-    }
+    proxied = await startIdpBehindProxy(whole);
   });
 
   afterAll(async () => {

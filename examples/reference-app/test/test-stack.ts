@@ -4,7 +4,8 @@ import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { type ResourceStackOptions, type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
-import { listen } from '../src/listen.js';
+import { createIdp, type IdpOptions } from '../src/idp/server.js';
+import { type ListeningPort, listen } from '../src/listen.js';
 import { type RunningReferenceApp, type StartOptions, startReferenceApp } from '../src/start.js';
 import { closeTestRedis, openTestDatabase, openTestRedis } from './services.js';
 
@@ -153,4 +154,34 @@ export async function startWholeStack(
       await db.close();
     },
   };
+}
+
+/**
+ * A second identity provider on `whole`'s database, on a port of its own, built as `npm start` builds
+ * it behind one proxy (`TRUST_PROXY=1`, read when the provider is built): for tests of what a proxy's
+ * forwarded headers may and may not change. `options` go to `createIdp` (a small `loginThrottle`).
+ *
+ * @example
+ * const proxied = await startIdpBehindProxy(whole);
+ */
+export async function startIdpBehindProxy(
+  whole: WholeStack,
+  options: Partial<Pick<IdpOptions, 'loginThrottle'>> = {},
+): Promise<ListeningPort> {
+  const before = process.env.TRUST_PROXY;
+  process.env.TRUST_PROXY = '1';
+  try {
+    const port = await listen(0);
+    const idp = await createIdp({
+      db: whole.db,
+      issuer: port.url,
+      resource: whole.stack.gateway.baseUrl,
+      ...options,
+    });
+    port.use(idp.app);
+    return port;
+  } finally {
+    if (before === undefined) delete process.env.TRUST_PROXY;
+    else process.env.TRUST_PROXY = before;
+  }
 }
