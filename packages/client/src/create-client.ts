@@ -12,6 +12,7 @@ import {
   isIdempotentMethod,
   isRetryableStatus,
   isSafeToRepeat,
+  normalizeMethod,
   problemOf,
   saysBodyIncomplete,
   saysNotRetryable,
@@ -307,10 +308,11 @@ export function createClient(options: ClientOptions): Client {
   ): Promise<ClientResult<T>> => {
     if (typeof method !== 'string' || !methodToken.test(method))
       throw new TypeError('method must be an HTTP method name');
-    const verb = method.toUpperCase();
-    // fetch refuses these on every attempt, which would look like a network error and be retried.
-    if (verb === 'CONNECT' || verb === 'TRACE' || verb === 'TRACK') {
-      throw new TypeError(`fetch cannot send a ${verb} request`);
+    const verb = normalizeMethod(method);
+    // fetch refuses these, in any case, on every attempt, which would look like a network error and be retried.
+    const upper = verb.toUpperCase();
+    if (upper === 'CONNECT' || upper === 'TRACE' || upper === 'TRACK') {
+      throw new TypeError(`fetch cannot send a ${upper} request`);
     }
     const retry: ResolvedRetry = request.retry === undefined ? clientRetry : resolveRetry(request.retry, clientRetry);
     const parse = request.parse ?? 'auto';

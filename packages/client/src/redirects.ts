@@ -1,4 +1,5 @@
 import type { FetchFunction } from './create-client.js';
+import { normalizeMethod } from './retry-decision.js';
 
 // What fetch allows before it gives up on a chain of redirects (WHATWG Fetch, "HTTP-redirect fetch").
 const maxRedirects = 20;
@@ -75,7 +76,7 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
     }
     const origin = new URL(input).origin;
     let url = input;
-    let method = (init.method ?? 'GET').toUpperCase();
+    let method = normalizeMethod(init.method ?? 'GET');
     let body = init.body;
     const headers = new Headers(init.headers);
     let leftOrigin = false;

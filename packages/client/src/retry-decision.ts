@@ -1,6 +1,23 @@
 // Methods whose repeat leaves the same result (RFC 9110 9.2.2; spec part 1: PUT and DELETE).
 const idempotentMethods: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
 
+// The names fetch upper-cases (Fetch standard, "normalize a method"), and PATCH: `request('patch')`
+// is what a caller means, and a lower-case patch reaches no server's PATCH route.
+const normalizedMethods: ReadonlySet<string> = new Set(['DELETE', 'GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH']);
+
+/**
+ * A method as it goes on the wire: the standard names upper-cased, any other as written (methods
+ * are case-sensitive, RFC 9110 9.1: a server may route `purge` and `PURGE` apart).
+ *
+ * @example
+ * normalizeMethod('patch'); // 'PATCH'
+ * normalizeMethod('purge'); // 'purge'
+ */
+export function normalizeMethod(method: string): string {
+  const upper = method.toUpperCase();
+  return normalizedMethods.has(upper) ? upper : method;
+}
+
 /**
  * True for methods that are safe to repeat without a key: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
  * POST and PATCH are not, and get an `Idempotency-Key`.

@@ -226,6 +226,17 @@ describe('what is retried', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('sends a method as fetch does: the standard names and PATCH upper-cased, any other name as written', async () => {
+    // Methods are case-sensitive (RFC 9110 9.1): a server may route `purge` and `PURGE` apart, and
+    // fetch itself upper-cases only DELETE, GET, HEAD, OPTIONS, POST and PUT. PATCH is upper-cased too:
+    // `request('patch', ...)` working is what a caller means, and no server has a lower-case patch.
+    const { client, seen } = setup(Array.from({ length: 5 }, () => json(200, {})));
+    for (const method of ['post', 'Patch', 'put', 'purge', 'MKCOL']) await client.request(method, '/x');
+    expect(seen.map((request) => request.method)).toEqual(['POST', 'PATCH', 'PUT', 'purge', 'MKCOL']);
+    // A custom method is a write unless known otherwise: it carries a key.
+    expect(seen[3]?.headers.has('idempotency-key')).toBe(true);
+  });
+
   it('retries GET, PUT and DELETE on network errors, timeouts and 500', async () => {
     for (const method of ['get', 'put', 'delete'] as const) {
       const { client, seen } = setup([new TypeError('fetch failed'), empty(500), json(200, { ok: true })]);
