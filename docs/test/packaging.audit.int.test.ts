@@ -320,6 +320,51 @@ export {};
     expect([...new Set(missing)]).toEqual([]);
   });
 
+  // Was a defect: @idem/express's and @idem/koa's declarations import `express` / `koa`, which ship
+  // no types; a TypeScript project without @types/express or @types/koa gets TS7016, or `any` for
+  // every request under skipLibCheck, and neither README said so. Expected: a README whose package's
+  // declarations import a package without types of its own installs its @types package.
+  it('each README installs the @types package of every typeless package its declarations import', () => {
+    const typesOf = (pkg: string): boolean => {
+      const manifest = JSON.parse(readFileSync(join(root, 'node_modules', pkg, 'package.json'), 'utf8'));
+      const exported = JSON.stringify(manifest.exports ?? {});
+      return (
+        manifest.types !== undefined ||
+        manifest.typings !== undefined ||
+        exported.includes('"types"') ||
+        existsSync(join(root, 'node_modules', pkg, 'index.d.ts'))
+      );
+    };
+    const missing: string[] = [];
+    for (const [name, folder] of unpacked) {
+      const installs = [
+        ...readFileSync(join(folder, 'README.md'), 'utf8').matchAll(/^npm (?:install|i)\b([^\n#]*)/gm),
+      ].flatMap(([, words]) => (words ?? '').trim().split(/\s+/));
+      const declarations = readdirSync(join(folder, 'dist'))
+        .filter((file) => file.endsWith('.d.ts'))
+        .map((file) => readFileSync(join(folder, 'dist', file), 'utf8'))
+        .join('\n');
+      const imported = new Set(
+        // Import and export statements only: the TSDoc examples import packages too.
+        [...declarations.matchAll(/^(?:import|export)\b[^;]*?from '([^'./][^']*)'/gm)]
+          .map(([, specifier]) => specifier as string)
+          .filter((specifier) => !specifier.startsWith('node:') && !specifier.startsWith('@idem/'))
+          .filter((specifier) => !builtinModules.includes(specifier))
+          .map((specifier) =>
+            specifier.startsWith('@')
+              ? specifier.split('/').slice(0, 2).join('/')
+              : (specifier.split('/')[0] as string),
+          ),
+      );
+      for (const pkg of imported) {
+        if (typesOf(pkg)) continue;
+        const typesName = `@types/${pkg.startsWith('@') ? pkg.slice(1).replace('/', '__') : pkg}`;
+        if (!installs.includes(typesName)) missing.push(`${name} README: ${typesName}`);
+      }
+    }
+    expect(missing).toEqual([]);
+  });
+
   // Was a defect: @idem/express adds `req.auth` and `req.idempotency` with `declare module
   // 'express-serve-static-core'`, a module @idem/express neither depends on nor can resolve from
   // its own folder under an isolated layout (npm `--install-strategy=linked`, Yarn PnP, pnpm without
