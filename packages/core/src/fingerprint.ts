@@ -192,7 +192,12 @@ function normaliseQuery(query: RequestParts['query']): string {
   let params: URLSearchParams;
   if (typeof query === 'string') {
     const text = withoutFragment(query);
-    params = new URLSearchParams(text.startsWith('?') ? text.slice(1) : text);
+    const raw = text.startsWith('?') ? text.slice(1) : text;
+    if (highEscape.test(raw)) {
+      const exact = queryWithRawBytes(raw);
+      if (exact !== undefined) return exact;
+    }
+    params = new URLSearchParams(raw);
   } else if (query instanceof URLSearchParams) params = new URLSearchParams(query);
   else {
     params = new URLSearchParams();
@@ -207,6 +212,80 @@ function normaliseQuery(query: RequestParts['query']): string {
   // never equals `?a=1`.
   const pairs = [...params].sort(byName);
   return pairs.map(([n, v]) => `${encodeURIComponent(n)}=${encodeURIComponent(v)}`).join('&');
+}
+
+// An escape of a byte past ASCII: only such a query can hold an escape that is not UTF-8.
+const highEscape = /%[89a-f][0-9a-f]/i;
+
+// UTF-8 as URLSearchParams decodes it: a leading byte order mark is kept, not dropped.
+const formDecoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * The normalised query of a query string where an escape spells bytes that are not UTF-8 (`%FF`), or
+ * undefined when there is none (the caller then normalises it as always). URLSearchParams decodes
+ * each such escape to U+FFFD, so `?id=%FF` and `?id=%FE` were one request; the frameworks hand the
+ * handler `'%FF'` and `'%FE'` (qs, fast-querystring), two. A name or value that is not UTF-8 keeps
+ * its bytes here, each escape spelled in upper case: no UTF-8 text is ever written that way, so it
+ * cannot frame as any other. Every other name and value is written as the usual path writes it.
+ */
+function queryWithRawBytes(raw: string): string | undefined {
+  const pairs: Array<[string, string]> = [];
+  let rawBytes = false;
+  for (const piece of raw.split('&')) {
+    if (piece === '') continue;
+    const equals = piece.indexOf('=');
+    const name = formComponent(equals === -1 ? piece : piece.slice(0, equals));
+    const value = formComponent(equals === -1 ? '' : piece.slice(equals + 1));
+    if (name.text === undefined || value.text === undefined) rawBytes = true;
+    pairs.push([name.text ?? name.encoded, `${name.encoded}=${value.encoded}`]);
+  }
+  if (!rawBytes) return undefined;
+  return pairs
+    .sort(byName)
+    .map(([, pair]) => pair)
+    .join('&');
+}
+
+/** A name or value of a form-encoded query: its text when its bytes are UTF-8, and its encoded form. */
+function formComponent(component: string): { text: string | undefined; encoded: string } {
+  const bytes = percentDecoded(Buffer.from(component.replaceAll('+', ' ')));
+  let text: string;
+  try {
+    text = formDecoder.decode(bytes);
+  } catch {
+    let encoded = '';
+    for (const byte of bytes) {
+      encoded += uriUnreserved.test(String.fromCharCode(byte))
+        ? String.fromCharCode(byte)
+        : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+    }
+    return { text: undefined, encoded };
+  }
+  return { text, encoded: encodeURIComponent(text) };
+}
+
+// What encodeURIComponent leaves as it is.
+const uriUnreserved = /^[A-Za-z0-9\-_.!~*'()]$/;
+
+// WHATWG URL's percent-decode: `%` and two hex digits is that byte; anything else stays as it is.
+function percentDecoded(bytes: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(bytes.length);
+  let length = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const byte = bytes[i] as number;
+    if (byte === 0x25 && i + 2 < bytes.length && isHexDigit(bytes[i + 1]) && isHexDigit(bytes[i + 2])) {
+      out[length++] = Number.parseInt(bytes.toString('latin1', i + 1, i + 3), 16);
+      i += 2;
+    } else out[length++] = byte;
+  }
+  return out.subarray(0, length);
+}
+
+function isHexDigit(byte: number | undefined): boolean {
+  return (
+    byte !== undefined &&
+    ((byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x46) || (byte >= 0x61 && byte <= 0x66))
+  );
 }
 
 // Names in code unit order; equal names compare equal, so the stable sort keeps their values in order.
