@@ -289,6 +289,8 @@ class LeaseState implements Lease {
   renewing = false;
   /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
   finished = false;
+  /** Set while a failed completion is tried again in the background (see `retryCompletion`). */
+  retrying = false;
   lastRenewedAt: number;
   /**
    * Marks the lease lost when its end has passed unrenewed (see `signal`); set by the engine for
@@ -559,7 +561,14 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
         // A renewal that lands after complete or release took over fails by design: not a lost lease.
         if (lease.finished) return;
         if (renewed) lease.lastRenewedAt = started;
-        else markLost(lease, 'renew-refused');
+        else if (lease.retrying) {
+          // The completion that failed may have landed after all (its answer lost, its deadline
+          // passed as it was written): the record is then completed under this very token, and a
+          // renewal is refused. Not a lost lease: renewals stop, and the retry's own refused
+          // completion reads the record to tell which (settleRefusedRetry).
+          stopHeartbeat(lease);
+          lease.finished = false;
+        } else markLost(lease, 'renew-refused');
       })
       .catch((error) => {
         if (lease.finished) return;
@@ -1068,6 +1077,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
       return;
     }
     lease.finished = false;
+    lease.retrying = true;
     held.set(lease.id, lease);
     startHeartbeat(lease);
     const timer = setTimeout(
