@@ -54,12 +54,21 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
  */
 export function lateTimeout(ms: number, onTimeout: () => void): () => void {
   let late: ReturnType<typeof setTimeout> | undefined;
-  const timer = setTimeout(
-    () => {
+  let left = Math.max(0, ms);
+  let timer: ReturnType<typeof setTimeout>;
+  // A time longer than one timer holds is waited in steps, as abortableSleep waits it: clamped, a
+  // per-attempt timeout of 30 days would cut the attempt off after 24.9.
+  const step = () => {
+    if (left > maxTimerMs) {
+      left -= maxTimerMs;
+      timer = setTimeout(step, maxTimerMs);
+      return;
+    }
+    timer = setTimeout(() => {
       late = setTimeout(onTimeout, 0);
-    },
-    Math.min(Math.max(0, ms), maxTimerMs),
-  );
+    }, left);
+  };
+  step();
   return () => {
     clearTimeout(timer);
     clearTimeout(late);
