@@ -56,6 +56,12 @@ describe('a handler that stopped on its lost lease', () => {
     if (retry.kind === 'execute') expect(retry.lease.recovered).toBe(true);
     expect(events.filter((event) => event.type === 'not-stored')).toHaveLength(1);
     expect(events.some((event) => event.type === 'complete')).toBe(false);
+    // As docs/operations.md's event table says: `lease-lost` first, then `not-stored`, and no
+    // `release` (the key is not released: it stays for the same request to take over).
+    const settled = events
+      .filter((event) => event.id === first.lease.id && event.type !== 'store-error')
+      .map((event) => event.type);
+    expect(settled.slice(0, settled.indexOf('not-stored') + 1)).toEqual(['claim', 'lease-lost', 'not-stored']);
   });
 
   it('a throw after another execution took the key over is fenced: its record and answer stay', async () => {
