@@ -55,7 +55,7 @@ describe('docs/errors.md, Client (RequestFailedError)', () => {
 });
 
 describe.skipIf(!available)('docs/webhooks.md, outbox.relay() `onAttempt`', () => {
-  // docs/webhooks.md:612 (changed today, 955ee0c): onAttempt's attempt carries "the `waitMs` before the
+  // docs/webhooks.md, the relay options table (`onAttempt` row; changed in 955ee0c): onAttempt's attempt carries "the `waitMs` before the
   // next one when there will be one" (the sender's AttemptRecord.waitMs TSDoc: "how long the sender
   // waited after this attempt before the next one"). The relay adds waitMs whenever the attempt is
   // neither delivered nor stopped by 410/maxAttempts; the horizon is decided afterwards, in SQL, so an
