@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
+import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { openLoginForm } from './flow.js';
 import { openTestDatabase } from './services.js';
@@ -37,5 +38,37 @@ describe('the login page under the throttle', () => {
     expect(refused.response.headers.get('retry-after')).toBe('1');
     clock += 999;
     expect((await guess()).response.status).toBe(200);
+  });
+});
+
+// Was wrong: the throttle counted per name and address only, so one address sprayed one password over
+// as many names as it liked and was never refused. The per-address cap answers as the pair's does.
+describe('the login page under the per-address cap', () => {
+  let sprayed: RunningReferenceApp;
+
+  beforeAll(async () => {
+    sprayed = await startReferenceApp({
+      db,
+      authPort: 0,
+      appPort: 0,
+      baseUrl: 'http://localhost:8080',
+      loginThrottle: { maxFailures: 3, maxFailuresPerAddress: 4, windowMs: 60_000, now: () => clock },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await sprayed?.close();
+  });
+
+  it('refuses every name from an address past its cap with 429 and Retry-After, a right password too', async () => {
+    const { agent, action: loginUrl, csrf } = await openLoginForm(sprayed.authUrl, sprayed.clients.app);
+    const guess = (username: string, password = 'Winter2026!') =>
+      agent.postForm(loginUrl, { csrf, username, password });
+    for (const name of ['carol', 'dave', 'erin', 'frank']) expect((await guess(name)).response.status).toBe(200);
+    const refused = await guess('grace');
+    expect(refused.response.status).toBe(429);
+    expect(refused.response.headers.get('retry-after')).toBe('60');
+    expect(refused.body).toContain('Too many');
+    expect((await guess('alice', demoUsers[0].password)).response.status).toBe(429);
   });
 });

@@ -133,3 +133,83 @@ describe('addressGroup: an IPv6 client is counted by its /64', () => {
     expect(throttle.retryAfter('alice', '2001:db8:1:3::1')).toBe(0);
   });
 });
+
+// Was wrong: failures were counted per (name, address) pair only, so one address could try one
+// password against every name it likes (password spraying) and never be slowed: 10,000 names, 10,000
+// guesses, none of them refused. Now an address (an IPv6 one by its /64) has a cap of its own across
+// names, higher than the pair's, in the same window and with the same answer.
+describe('createLoginThrottle: failures per address, across names', () => {
+  const clocked = (options: { maxFailures?: number; maxFailuresPerAddress?: number; maxEntries?: number } = {}) => {
+    let now = Date.UTC(2026, 0, 1);
+    const throttle = createLoginThrottle({ windowMs: 10 * minute, ...options, now: () => now });
+    return { throttle, advance: (ms: number) => (now += ms) };
+  };
+
+  it('refuses an address that sprays one password over many names, from its 100th failure by default', () => {
+    const { throttle, advance } = clocked();
+    let refused = 0;
+    for (let i = 0; i < 10_000; i++) {
+      if (throttle.retryAfter(`user-${i}`, '198.51.100.7') > 0) {
+        refused++;
+        continue;
+      }
+      throttle.failed(`user-${i}`, '198.51.100.7');
+    }
+    expect(refused).toBe(10_000 - 100);
+    // Until its oldest failure leaves the window; then one more guess, and the wait again.
+    expect(throttle.retryAfter('someone-new', '198.51.100.7')).toBe(10 * 60);
+    advance(10 * minute);
+    expect(throttle.retryAfter('someone-new', '198.51.100.7')).toBe(0);
+    // Another address is another client.
+    expect(throttle.retryAfter('user-1', '198.51.100.8')).toBe(0);
+  });
+
+  it('counts an IPv6 sprayer by its /64, whichever address of it each guess comes from', () => {
+    const { throttle } = clocked({ maxFailures: 3, maxFailuresPerAddress: 5 });
+    for (let i = 1; i <= 5; i++) throttle.failed(`user-${i}`, `2001:db8:1:2::${i.toString(16)}`);
+    expect(throttle.retryAfter('user-6', '2001:db8:1:2:dead:beef:0:6')).toBeGreaterThan(0);
+    expect(throttle.retryAfter('user-6', '2001:db8:1:3::1')).toBe(0);
+  });
+
+  it("forgives a right password's pair at its address too, and nothing else there", () => {
+    const { throttle } = clocked({ maxFailures: 3, maxFailuresPerAddress: 5 });
+    // Each sign-in is counted before its password is checked (interactions.ts), then forgiven.
+    for (let i = 0; i < 20; i++) {
+      throttle.failed('alice', '10.0.0.1');
+      throttle.succeeded('alice', '10.0.0.1');
+    }
+    expect(throttle.retryAfter('bob', '10.0.0.1')).toBe(0);
+    // A sprayer with an account of its own cannot wipe its guesses by signing in as itself.
+    for (let i = 0; i < 4; i++) throttle.failed(`user-${i}`, '10.0.0.1');
+    throttle.failed('mallory', '10.0.0.1');
+    throttle.succeeded('mallory', '10.0.0.1');
+    expect(throttle.retryAfter('user-9', '10.0.0.1')).toBe(0);
+    throttle.failed('user-9', '10.0.0.1');
+    expect(throttle.retryAfter('user-10', '10.0.0.1')).toBeGreaterThan(0);
+    expect(throttle.retryAfter('mallory', '10.0.0.1')).toBeGreaterThan(0);
+  });
+
+  it('follows at most maxEntries addresses, forgetting the quietest one not locked', () => {
+    const { throttle, advance } = clocked({ maxFailures: 1, maxFailuresPerAddress: 2, maxEntries: 2 });
+    throttle.failed('a', '10.0.0.1');
+    advance(1);
+    throttle.failed('b', '10.0.0.1');
+    advance(1);
+    throttle.failed('a', '10.0.0.2');
+    advance(1);
+    throttle.failed('a', '10.0.0.3');
+    // The locked address stays locked, for every name; the quietest unlocked one was forgotten.
+    expect(throttle.retryAfter('c', '10.0.0.1')).toBeGreaterThan(0);
+    throttle.failed('b', '10.0.0.2');
+    expect(throttle.retryAfter('c', '10.0.0.2')).toBe(0);
+  });
+
+  it('refuses a per-address cap that is not a whole number at least the per-pair limit', () => {
+    expect(() => createLoginThrottle({ maxFailuresPerAddress: 0 })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ maxFailuresPerAddress: 50.5 })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ maxFailures: 10, maxFailuresPerAddress: 9 })).toThrow(TypeError);
+    expect(() => createLoginThrottle({ maxFailures: 10, maxFailuresPerAddress: 10 })).not.toThrow();
+    // The default follows a per-pair limit set above it.
+    expect(() => createLoginThrottle({ maxFailures: 500 })).not.toThrow();
+  });
+});

@@ -78,6 +78,11 @@ describe('purgeEveryMs', () => {
   it.each([
     ['refreshTokenReuseSeconds', { refreshTokenReuseSeconds: -1 }, /^refreshTokenReuseSeconds must be a whole number/],
     ['loginThrottle', { loginThrottle: { maxFailures: 0 } }, /^maxFailures must be a positive integer/],
+    [
+      'loginThrottle per address',
+      { loginThrottle: { maxFailures: 10, maxFailuresPerAddress: 5 } },
+      /^maxFailuresPerAddress must be an integer no lower than maxFailures/,
+    ],
   ])(
     'startReferenceApp refuses a wrong %s before it binds a port or touches the database',
     async (_name, bad, message) => {

@@ -4,9 +4,18 @@ import { isIPv4, isIPv6 } from 'node:net';
 export interface LoginThrottleOptions {
   /** Failed sign-ins one name may have from one address within `windowMs` before the next waits. Default 10. */
   maxFailures?: number | undefined;
+  /**
+   * Failed sign-ins one address may have within `windowMs`, whatever the names, before every sign-in
+   * from it waits: the cap on password spraying (one password tried against many names). At least
+   * `maxFailures`. Default 100, or `maxFailures` when that is higher.
+   */
+  maxFailuresPerAddress?: number | undefined;
   /** How long a failure counts, in ms. Default 15 minutes. */
   windowMs?: number | undefined;
-  /** Most name and address pairs followed at once; the longest-quiet pair is forgotten first. Default 10,000. */
+  /**
+   * Most name and address pairs followed at once, and most addresses; the longest-quiet one not locked
+   * is forgotten first. Default 10,000.
+   */
   maxEntries?: number | undefined;
   now?: (() => number) | undefined;
 }
@@ -16,7 +25,10 @@ export interface LoginThrottle {
   /** Seconds until a sign-in as `name` from `address` is taken again, or 0 when it is taken now. */
   retryAfter(name: string, address: string): number;
   failed(name: string, address: string): void;
-  /** A right password: the pair's failures are forgotten. */
+  /**
+   * A right password: the pair's failures are forgotten, at its address too (the attempt itself was
+   * counted as a failure before its password was checked). Failures under other names stay.
+   */
   succeeded(name: string, address: string): void;
 }
 
@@ -25,9 +37,18 @@ export interface LoginThrottle {
  * passwords for one name from one address within the window, that pair is refused (429) without any
  * password being checked until its oldest failure leaves the window. Keyed by the name as typed
  * (whether or not such a user exists, so a refusal says nothing about who exists) and by the address,
- * so a stranger guessing from elsewhere cannot lock a user out of her own sign-in. The memory is
- * bounded: when it is full, the pair quiet the longest among those not locked is forgotten, so that
- * unlocking a pair takes `maxEntries` other locked pairs, `maxFailures` full password checks each.
+ * so a stranger guessing from elsewhere cannot lock a user out of her own sign-in.
+ *
+ * The pair alone lets one address try one password against every name (password spraying): each pair
+ * fails once. So an address also has a cap across names, `maxFailuresPerAddress`, ten times the pair's
+ * by default: past it every sign-in from that address waits, whatever the name, until its oldest
+ * failure leaves the window. A right password forgives its own pair's failures there, never those of
+ * other names, so a sprayer cannot wipe its count by signing in to an account of its own. The price:
+ * many people behind one address (an office's NAT) who together mistype 100 passwords in 15 minutes
+ * wait too.
+ *
+ * The memory is bounded: when it is full, the pair (or address) quiet the longest among those not
+ * locked is forgotten, so that unlocking one takes `maxEntries` other locked ones.
  *
  * @example
  * const throttle = createLoginThrottle();
@@ -39,12 +60,40 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
   const maxEntries = options.maxEntries ?? 10_000;
   const now = options.now ?? Date.now;
   if (!Number.isInteger(maxFailures) || maxFailures < 1) throw new TypeError('maxFailures must be a positive integer');
+  const maxFailuresPerAddress = options.maxFailuresPerAddress ?? Math.max(100, maxFailures);
+  if (!Number.isInteger(maxFailuresPerAddress) || maxFailuresPerAddress < maxFailures) {
+    throw new TypeError('maxFailuresPerAddress must be an integer no lower than maxFailures');
+  }
   if (!Number.isFinite(windowMs) || windowMs <= 0) throw new TypeError('windowMs must be a positive number');
   if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
-  // Failure times per pair, oldest first, at most maxFailures of them. A Map keeps insertion order:
-  // a pair is re-inserted on each failure, so the first key is the one quiet the longest.
-  const failures = new Map<string, number[]>();
+  const pairs = failureLog(maxFailures, windowMs, maxEntries);
+  const addresses = failureLog(maxFailuresPerAddress, windowMs, maxEntries);
   const keyOf = (name: string, address: string) => `${name.toLowerCase()}\u0000${addressGroup(address)}`;
+  return {
+    retryAfter(name, address) {
+      const t = now();
+      return Math.max(pairs.wait(keyOf(name, address), t), addresses.wait(addressGroup(address), t));
+    },
+    failed(name, address) {
+      const t = now();
+      pairs.add(keyOf(name, address), t);
+      addresses.add(addressGroup(address), t);
+    },
+    succeeded(name, address) {
+      const key = keyOf(name, address);
+      addresses.remove(addressGroup(address), pairs.recent(key, now()));
+      pairs.forget(key);
+    },
+  };
+}
+
+/**
+ * Failure times per key within the window, oldest first, at most `limit` of them, for at most
+ * `maxEntries` keys. A Map keeps insertion order: a key is re-inserted on each failure, so the first
+ * key is the one quiet the longest.
+ */
+function failureLog(limit: number, windowMs: number, maxEntries: number) {
+  const failures = new Map<string, number[]>();
   const recent = (key: string, t: number): number[] => {
     const times = failures.get(key);
     if (times === undefined) return [];
@@ -52,36 +101,45 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
     if (times.length === 0) failures.delete(key);
     return times;
   };
-  // The pair to forget when the memory is full: the one quiet the longest among those not locked. A
-  // locked pair is quiet by construction (a refused sign-in is no failure), so forgetting the quietest
+  // The key to forget when the memory is full: the one quiet the longest among those not locked. A
+  // locked key is quiet by construction (a refused sign-in is no failure), so forgetting the quietest
   // unlocked it first: failures under `maxEntries` other names, from anywhere, bought ten more guesses.
-  // Only when every other pair is locked does the quietest go (the memory stays bounded). Never the
-  // pair that just failed (`current`, the newest): forgotten at once, its failures would never count.
+  // Only when every other key is locked does the quietest go (the memory stays bounded). Never the
+  // key that just failed (`current`, the newest): forgotten at once, its failures would never count.
   const forgettable = (current: string, t: number): string => {
     for (const key of failures.keys()) {
-      if (key !== current && recent(key, t).length < maxFailures) return key;
+      if (key !== current && recent(key, t).length < limit) return key;
     }
     return failures.keys().next().value as string;
   };
   return {
-    retryAfter(name, address) {
-      const t = now();
-      const times = recent(keyOf(name, address), t);
-      if (times.length < maxFailures) return 0;
+    recent: (key: string, t: number): readonly number[] => [...recent(key, t)],
+    /** Seconds until `key` is under its limit again; 0 when it is now. */
+    wait(key: string, t: number): number {
+      const times = recent(key, t);
+      if (times.length < limit) return 0;
       return Math.max(1, Math.ceil(((times[0] as number) + windowMs - t) / 1000));
     },
-    failed(name, address) {
-      const t = now();
-      const key = keyOf(name, address);
+    add(key: string, t: number): void {
       const times = recent(key, t);
       times.push(t);
-      if (times.length > maxFailures) times.shift();
+      if (times.length > limit) times.shift();
       failures.delete(key);
       failures.set(key, times);
       if (failures.size > maxEntries) failures.delete(forgettable(key, t));
     },
-    succeeded(name, address) {
-      failures.delete(keyOf(name, address));
+    /** Takes one failure at each of `forgiven` times off `key` (those it still holds). */
+    remove(key: string, forgiven: readonly number[]): void {
+      const times = failures.get(key);
+      if (times === undefined) return;
+      for (const time of forgiven) {
+        const at = times.lastIndexOf(time);
+        if (at >= 0) times.splice(at, 1);
+      }
+      if (times.length === 0) failures.delete(key);
+    },
+    forget(key: string): void {
+      failures.delete(key);
     },
   };
 }

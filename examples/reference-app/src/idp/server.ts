@@ -15,7 +15,10 @@ export interface IdpOptions {
   issuer: string;
   /** The API's resource indicator (the gateway's base URL). */
   resource: string;
-  /** The login page's limit on wrong passwords per name and address (10 per 15 minutes by default). */
+  /**
+   * The login page's limits on wrong passwords: per name and address (10 per 15 minutes by default), and
+   * per address across names (100 per 15 minutes by default, against password spraying).
+   */
   loginThrottle?: LoginThrottleOptions | undefined;
   /**
    * Seconds after its first use during which a rotated refresh token is answered once more, with fresh
