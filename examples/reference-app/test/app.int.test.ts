@@ -636,6 +636,37 @@ describe('sign in', () => {
     expect(await sessionRow(sessionId(agent))).toBeDefined();
   });
 
+  // Was wrong: each use (a form, a token refresh) extended a signed-in session by its full 8 hours,
+  // with no limit: a session in use, or a stolen cookie replayed now and then, never ended (OWASP ASVS
+  // 3.3.2). Now it ends 12 hours after the sign-in however much it is used, by the database's clock
+  // from a creation time only the server holds, and is then answered as an idle-expired one.
+  it('ends a signed-in session 12 hours after the sign-in however much it is used, as an idle one ends', async () => {
+    const { agent } = await signIn();
+    const id = sessionId(agent);
+    const hash = createHash('sha256').update(String(id)).digest('base64url');
+    // Signed in 11 hours 59 minutes ago (the database's clock cannot be moved: the row is aged).
+    await db.query(`update app_sessions set created_at = now() - interval '11 hours 59 minutes' where id_hash = $1`, [
+      hash,
+    ]);
+    const page = await agent.request(appUrl('/'));
+    expect(page.body).toContain('Alice Liddell');
+    const theme = await agent.postForm(appUrl('/theme'), { csrf: formField(page.body, 'csrf'), theme: 'dark' });
+    expect(theme.response.headers.get('location')).toMatch(/^\/\?shown=/);
+    // Used just now, yet a minute left at most: the use did not extend it past its lifetime.
+    expect((await sessionRow(id))?.left).toBeLessThanOrEqual(60);
+    // Past it, whatever its last use: the signed-out page, the cookie cleared, a form not sent.
+    await db.query(`update app_sessions set created_at = now() - interval '12 hours 1 second' where id_hash = $1`, [
+      hash,
+    ]);
+    const form = await agent.request(appUrl('/'));
+    expect(form.body).not.toContain('Alice Liddell');
+    expect(form.body).toContain('href="/signin"');
+    expect(sessionId(agent)).toBeUndefined();
+    agent.jar.cookies.set('app_session', { value: String(id), raw: `app_session=${id}` });
+    const late = await agent.postForm(appUrl('/theme'), { csrf: formField(page.body, 'csrf'), theme: 'light' });
+    expect(late.response.headers.get('location')).toBe('/?state=form-not-sent');
+  });
+
   it.each([
     ['//evil.example/x', '/'],
     ['https://evil.example/', '/'],
@@ -1484,6 +1515,31 @@ describe.each([
     expect(await secondsLeft(id)).toBeLessThan(0);
     expect(await store.get(id)).toBeUndefined();
     expect(await store.takeFlash(id, 'slot')).toBeUndefined();
+  });
+
+  // Was wrong: no session had a lifetime, only an idle timeout that every use reset (see the 12-hour
+  // test above). The lifetime counts from the creation, which only the server holds.
+  it('ends a session its lifetime after its creation: no use extends it past that, and then it is gone', async () => {
+    const store = createSessionStore(own, { ttlSeconds: 600, lifetimeSeconds: 3600 });
+    const id = await store.create({ user: { sub: 'user-alice' } });
+    const born = (ago: string) =>
+      own.query(`update app_sessions set created_at = now() - $2::interval where id_hash = $1`, [hashOf(id), ago]);
+    await born('3550 seconds');
+    await store.setFlash(id, 'slot', { title: 'Theme', lines: [] });
+    expect(await secondsLeft(id)).toBeLessThanOrEqual(50);
+    await store.update(id, { tokens: tokens('rt-2') });
+    expect(await secondsLeft(id)).toBeLessThanOrEqual(50);
+    expect(await store.takeFlash(id, 'slot')).toBeDefined();
+    // Past its lifetime, whatever its idle expiry says: unseen, as an expired one, and not brought back.
+    await born('3601 seconds');
+    await own.query(`update app_sessions set expires_at = now() + interval '1 hour' where id_hash = $1`, [hashOf(id)]);
+    expect(await store.get(id)).toBeUndefined();
+    await store.update(id, { tokens: tokens('rt-3') });
+    expect(await store.get(id)).toBeUndefined();
+    expect(await store.openCharge(id, { key: 'k', amount: 1, currency: 'EUR' })).toBeUndefined();
+    expect(await store.takePending(id, 's')).toBeUndefined();
+    // A lifetime shorter than the idle timeout, or none at all, is refused.
+    expect(() => createSessionStore(own, { ttlSeconds: 600, lifetimeSeconds: 599 })).toThrow(TypeError);
   });
 
   it('deletes more expired rows per create than it adds, so abandoned sign-ins cannot pile up', async () => {

@@ -63,7 +63,13 @@ describe.runIf(available)('start-up schema scripts on an up-to-date database', (
   it('still add what is missing: the column and index a table made before them lacks', async () => {
     await db.query('drop index receiver_event_notes_request_key');
     await db.query('alter table receiver_event_notes drop column request_key');
+    // The session lifetime's column, on a table made before it: its rows count as created now.
+    await db.query('alter table app_sessions drop column created_at');
     await migrateAll(db);
+    const sessions = await db.query<{ name: string }>(
+      `select attname as name from pg_attribute where attrelid = to_regclass('app_sessions') and attname = 'created_at' and not attisdropped`,
+    );
+    expect(sessions.rows).toEqual([{ name: 'created_at' }]);
     const { rows } = await db.query<{ name: string }>(
       `select attname as name from pg_attribute where attrelid = to_regclass('receiver_event_notes') and attname = 'request_key' and not attisdropped
        union all select relname from pg_class where oid = to_regclass('receiver_event_notes_request_key')`,

@@ -198,7 +198,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const redirectUri = new URL('/callback', options.appUrl).href;
   // Where the provider's logout sends the browser back (registered as the client's post-logout URI).
   const postLogoutRedirectUri = new URL('/', options.appUrl).href;
-  const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600 });
+  // 8 hours after its last use, 12 after the sign-in however much it is used (OWASP ASVS 3.3.2).
+  const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600, lifetimeSeconds: 12 * 3600 });
   const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: csrfCookie, path: '/', secure });
   const oidc = createOidcClient({
     issuer: options.issuer,

@@ -92,8 +92,8 @@ export interface SessionStore {
    * every other field as the database holds it now, not as the caller read it: a request that read
    * the session before a slow call must not write back a refresh token that a concurrent refresh
    * has used up meanwhile (the provider would take it for reuse and revoke the grant). It also
-   * extends the session to the store's full `ttlSeconds` (a signed-in session in use stays alive);
-   * only signed-in sessions (those with a `user`) are updated, so a pending sign-in keeps its short
+   * extends the session to the store's full `ttlSeconds` (a signed-in session in use stays alive), never
+   * past its `lifetimeSeconds` from its creation; only signed-in sessions (those with a `user`) are updated, so a pending sign-in keeps its short
    * life and its data: the sign-in's callback starts a new session instead.
    */
   update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
@@ -134,11 +134,32 @@ export interface SessionStore {
 
 const hashId = (id: string) => createHash('sha256').update(id).digest('base64url');
 
+/** The default of {@link SessionStoreOptions.lifetimeSeconds}: 12 hours. */
+const defaultLifetimeSeconds = 12 * 3600;
+
 /** At most this many expired rows are deleted per {@link SessionStore.create}. */
 const purgeBatch = 100;
 
+/** What {@link createSessionStore} takes. */
+export interface SessionStoreOptions {
+  /** How long a session lives after its last update (its idle timeout), in seconds. */
+  ttlSeconds: number;
+  /**
+   * How long a session lives after its creation however much it is used (its absolute timeout, OWASP
+   * ASVS 3.3.2), in seconds; at least `ttlSeconds`. Default 12 hours, or `ttlSeconds` if longer.
+   */
+  lifetimeSeconds?: number | undefined;
+}
+
 /**
  * Creates a {@link SessionStore}. Ids are 256 random bits; only their hash is stored.
+ *
+ * A session ends `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation at the
+ * latest: without that limit a session in use, or a stolen cookie replayed every few hours, would
+ * never end. Both are measured by the database's clock, the lifetime from `created_at`, which the
+ * browser never sees and no request changes. Every read and write treats a session past either as
+ * gone, and an update extends `expires_at` only up to the end of the lifetime, so the purge below
+ * finds those rows too.
  *
  * An expired row is invisible at once and deleted by a later `create`, up to {@link purgeBatch} at a
  * time: every visitor who opens "Sign in" and leaves writes a row, so without that the table would
@@ -149,9 +170,17 @@ const purgeBatch = 100;
  * const sessions = createSessionStore(db, { ttlSeconds: 8 * 3600 });
  * ```
  */
-export function createSessionStore(db: Database, options: { ttlSeconds: number }): SessionStore {
+export function createSessionStore(db: Database, options: SessionStoreOptions): SessionStore {
   const seconds = (ttl: number) => Math.max(1, Math.floor(ttl));
   const ttl = seconds(options.ttlSeconds);
+  const lifetime = options.lifetimeSeconds ?? Math.max(defaultLifetimeSeconds, ttl);
+  if (!Number.isSafeInteger(lifetime) || lifetime < ttl) {
+    throw new TypeError('lifetimeSeconds must be a whole number of seconds, at least ttlSeconds');
+  }
+  // A whole number, checked above: written into the statements as it is.
+  const end = `created_at + make_interval(secs => ${lifetime})`;
+  const live = `expires_at > now() and ${end} > now()`;
+  const extended = (param: string) => `least(now() + make_interval(secs => ${param}::int), ${end})`;
   return {
     async create(data, ttlSeconds = ttl) {
       await db.query(
@@ -162,15 +191,16 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       );
       const id = randomBytes(32).toString('base64url');
       await db.query(
-        `insert into app_sessions (id_hash, data, expires_at) values ($1, $2, now() + make_interval(secs => $3::int))`,
-        [hashId(id), JSON.stringify(data), seconds(ttlSeconds)],
+        `insert into app_sessions (id_hash, data, created_at, expires_at)
+         values ($1, $2, now(), now() + make_interval(secs => least($3::int, $4::int)))`,
+        [hashId(id), JSON.stringify(data), seconds(ttlSeconds), lifetime],
       );
       return id;
     },
     async get(id) {
       if (!id) return undefined;
       const { rows } = await db.query<{ data: SessionData }>(
-        'select data from app_sessions where id_hash = $1 and expires_at > now()',
+        `select data from app_sessions where id_hash = $1 and ${live}`,
         [hashId(id)],
       );
       return rows[0]?.data;
@@ -180,8 +210,8 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
       await db.query(
         `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
-           expires_at = now() + make_interval(secs => $4::int)
-         where id_hash = $1 and expires_at > now() and data ? 'user'`,
+           expires_at = ${extended('$4')}
+         where id_hash = $1 and ${live} and data ? 'user'`,
         [hashId(id), JSON.stringify(changes), removed, ttl],
       );
     },
@@ -190,8 +220,8 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       await db.query(
         `update app_sessions
             set data = jsonb_set(data, '{flashes}', coalesce(data -> 'flashes', '{}'::jsonb) || jsonb_build_object($2::text, $3::jsonb)),
-                expires_at = now() + make_interval(secs => $4::int)
-          where id_hash = $1 and expires_at > now() and data ? 'user'`,
+                expires_at = ${extended('$4')}
+          where id_hash = $1 and ${live} and data ? 'user'`,
         [hashId(id), slot, JSON.stringify(flash), ttl],
       );
     },
@@ -200,7 +230,7 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       const { rows } = await db.query<{ flash: Flash }>(
         `with shown as (
            select id_hash, data -> 'flashes' -> $2::text as flash from app_sessions
-           where id_hash = $1 and expires_at > now() and data -> 'flashes' -> $2::text is not null
+           where id_hash = $1 and ${live} and data -> 'flashes' -> $2::text is not null
            for update
          )
          update app_sessions set data = jsonb_set(app_sessions.data, '{flashes}', (app_sessions.data -> 'flashes') - $2::text)
@@ -216,7 +246,7 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
       const { rows } = await db.query<{ open: OpenCharge | null }>(
         `update app_sessions
             set data = case when data ? 'openCharge' then data else jsonb_set(data, '{openCharge}', $2::jsonb) end
-          where id_hash = $1 and expires_at > now() and data ? 'user'
+          where id_hash = $1 and ${live} and data ? 'user'
           returning data -> 'openCharge' as open`,
         [hashId(id), JSON.stringify(charge)],
       );
@@ -225,14 +255,14 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
     async settleCharge(id, charge) {
       await db.query(
         `update app_sessions set data = jsonb_set(data, '{openCharge}', $3::jsonb)
-          where id_hash = $1 and expires_at > now() and data -> 'openCharge' ->> 'key' = $2`,
+          where id_hash = $1 and ${live} and data -> 'openCharge' ->> 'key' = $2`,
         [hashId(id), charge.key, JSON.stringify(charge)],
       );
     },
     async closeCharge(id, key) {
       await db.query(
         `update app_sessions set data = data - 'openCharge'
-          where id_hash = $1 and expires_at > now() and data -> 'openCharge' ->> 'key' = $2`,
+          where id_hash = $1 and ${live} and data -> 'openCharge' ->> 'key' = $2`,
         [hashId(id), key],
       );
     },
@@ -246,7 +276,7 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
                 order by n desc limit $3
               ) newest
             ))
-          where id_hash = $1 and expires_at > now() and not (data ? 'user')
+          where id_hash = $1 and ${live} and not (data ? 'user')
             and jsonb_typeof(data -> 'pending') = 'array'
           returning 1`,
         [hashId(id), JSON.stringify(pending), maxPendingSignIns],
@@ -256,7 +286,7 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
     async takePending(id, state) {
       if (!id) return undefined;
       const { rows: found } = await db.query<{ data: SessionData }>(
-        'select data from app_sessions where id_hash = $1 and expires_at > now()',
+        `select data from app_sessions where id_hash = $1 and ${live}`,
         [hashId(id)],
       );
       const list = found[0]?.data.pending;
@@ -269,7 +299,7 @@ export function createSessionStore(db: Database, options: { ttlSeconds: number }
              select coalesce(jsonb_agg(other), '[]'::jsonb)
                from jsonb_array_elements(data -> 'pending') other where other ->> 'state' <> $2
            ))
-          where id_hash = $1 and expires_at > now() and jsonb_typeof(data -> 'pending') = 'array'
+          where id_hash = $1 and ${live} and jsonb_typeof(data -> 'pending') = 'array'
             and data -> 'pending' @> jsonb_build_array(jsonb_build_object('state', $2::text))
           returning 1`,
         [hashId(id), state],
