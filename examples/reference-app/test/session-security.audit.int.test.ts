@@ -284,3 +284,59 @@ describe('a refresh whose ID token names another user', () => {
     expect(home.body).not.toContain('user-mallory');
   });
 });
+
+describe("the identity provider's own sign-in session", () => {
+  // Was wrong: oidc-provider saves its session with the whole `ttl.Session` (14 days) on each visit
+  // that reads it (any app's "Sign in"), so a browser that came back within 14 days each time stayed
+  // signed in at the provider for ever and was never asked for the password again (OWASP ASVS 3.3.2).
+  // Now it ends 14 days after the password was given, however often it is used. The sign-in time is
+  // the session's `loginTs`, stored server-side; the test ages it in the row (the clocks run on).
+  const app = () => whole.running.clients.app;
+  const start = () =>
+    authorizationUrl(whole.running.authUrl, {
+      clientId: app().clientId,
+      redirectUri: app().redirectUri,
+      challenge: pkcePair().challenge,
+      challengeMethod: 'S256',
+    });
+  const signedIn = async () => {
+    const agent = createUserAgent();
+    await loginAndConsent(agent, whole.running.authUrl, start(), app().redirectUri, alice);
+    const id = agent.jar.cookies.get('_session')?.value;
+    expect(id).toEqual(expect.any(String));
+    return { agent, id: id! };
+  };
+  const signedInDaysAgo = (id: string, days: number) =>
+    whole.db.query(
+      `update idp_models set payload = jsonb_set(payload, '{loginTs}', to_jsonb(extract(epoch from now())::bigint - $2::bigint))
+        where model = 'Session' and id = $1 and payload ? 'loginTs'`,
+      [id, Math.round(days * 86_400)],
+    );
+  const daysLeft = async (id: string) =>
+    (
+      await whole.db.query<{ left: number }>(
+        `select extract(epoch from expires_at - now())::float8 / 86400 as left from idp_models where model = 'Session' and id = $1`,
+        [id],
+      )
+    ).rows[0]?.left;
+
+  it('does not extend the session past 14 days from the sign-in when it is used', async () => {
+    const { agent, id } = await signedIn();
+    expect(await daysLeft(id)).toBeGreaterThan(13.9);
+    const aged = await signedInDaysAgo(id, 13);
+    expect(aged.rowCount).toBe(1);
+    // Another "Sign in": the provider reads the session, and saves it again.
+    const visit = await agent.request(start());
+    expect(visit.response.status).toBe(303);
+    expect(await daysLeft(id)).toBeLessThanOrEqual(1.001);
+  });
+
+  it('asks for the password again once 14 days have passed since it was given, whatever the row says', async () => {
+    const { agent, id } = await signedIn();
+    // A session a visit extended before the limit existed: its row still has days to go.
+    await signedInDaysAgo(id, 14.01);
+    expect(await daysLeft(id)).toBeGreaterThan(13);
+    const page = await agent.follow(start(), (url) => url.startsWith(app().redirectUri));
+    expect(page.body).toContain('<h1>Sign in</h1>');
+  });
+});

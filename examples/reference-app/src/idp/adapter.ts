@@ -2,6 +2,7 @@ import type { Adapter, AdapterPayload } from 'oidc-provider';
 import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
 import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds, refreshTokenReuse } from './reuse-interval.js';
+import { sessionLifetimeSeconds } from './session-lifetime.js';
 
 /**
  * An oidc-provider storage adapter on the shared database (PGlite or PostgreSQL): one row per stored
@@ -116,7 +117,14 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
   // token is still read, with its `consumed` flag, which is how oidc-provider notices a code or
   // refresh token used twice.
   const tombstoned = model === 'Interaction';
-  const live = tombstoned ? 'and consumed_at is null' : '';
+  // A sign-in session past its lifetime from the sign-in (`session-lifetime.ts`) is not read, whatever
+  // its row's expiry: one an earlier version extended on each visit would otherwise sign in once more.
+  // `loginTs` is the provider's clock, the expiry the database's; seconds apart, against 14 days.
+  const signInAged =
+    model === 'Session'
+      ? `and (m.payload ->> 'loginTs' is null or (m.payload ->> 'loginTs')::numeric > extract(epoch from now()) - ${sessionLifetimeSeconds})`
+      : '';
+  const live = `${tombstoned ? 'and consumed_at is null' : ''} ${signInAged}`;
   const reusable = reuseSeconds > 0;
   // Used within the interval (in seconds, the parameter named) and not reused yet: the first half of
   // the one reuse a rotation may take.

@@ -19,6 +19,7 @@ import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
+import { sessionLifetimeSeconds, sessionTtl } from './session-lifetime.js';
 import { findUserById } from './users.js';
 
 /** The OpenID Connect scopes, with the claims each one releases. */
@@ -31,7 +32,8 @@ export const tokenLifetimes = {
   AuthorizationCode: 60,
   Interaction: 600,
   RefreshToken: 14 * 24 * 3600,
-  Session: 14 * 24 * 3600,
+  /** The most a sign-in session lives, counted from the sign-in (see `session-lifetime.ts`). */
+  Session: sessionLifetimeSeconds,
   Grant: 14 * 24 * 3600,
 } as const;
 
@@ -158,7 +160,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     },
     // No CORS beyond discovery and JWKS: the clients here are server-side or native.
     clientBasedCORS: () => false,
-    ttl: { ...tokenLifetimes },
+    // The sign-in session ends 14 days after the password was given, not 14 days after its last use
+    // (`session-lifetime.ts`): oidc-provider saves it again, with this TTL, on each visit.
+    ttl: { ...tokenLifetimes, Session: (_ctx, session) => sessionTtl(session.loginTs, Math.floor(Date.now() / 1000)) },
     interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {
       devInteractions: { enabled: false },
