@@ -1,9 +1,9 @@
 import { constants } from 'node:os';
 import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
-import { DataDirError, openDatabase } from './db.js';
 import { ConfigError, envPort, envSeconds, envUrl } from './env.js';
 import { maxRefreshTokenReuseSeconds } from './idp/reuse-interval.js';
+import { openDatabaseFromEnv } from './open-from-env.js';
 import { closeInOrder } from './shutdown.js';
 import type { startReferenceApp } from './start.js';
 
@@ -45,28 +45,11 @@ async function main(): Promise<void> {
   // Redis first: it answers or refuses at once, while a first PGlite open takes seconds, and a wrong
   // REDIS_URL should not wait for that to be reported.
   const redis = redisUrl === undefined ? undefined : await connectRedis(redisUrl);
-  let db: Awaited<ReturnType<typeof openDatabase>>;
+  let db: Awaited<ReturnType<typeof openDatabaseFromEnv>>;
   try {
-    db = await openDatabase({
-      url: env.DATABASE_URL,
-      ...(env.DATA_DIR ? { dataDir: env.DATA_DIR } : {}),
-    });
+    db = await openDatabaseFromEnv(env);
   } catch (error) {
     redis?.disconnect();
-    if (error instanceof DataDirError) throw new ConfigError(`DATA_DIR: ${error.message}`);
-    const code = (error as { code?: unknown }).code;
-    // pg parses the URL with WHATWG's parser: a password with `/` or `#` must be percent-encoded.
-    // The URL itself is not printed (it holds the password).
-    if (env.DATABASE_URL && code === 'ERR_INVALID_URL') {
-      throw new ConfigError(
-        'DATABASE_URL is not a valid URL (percent-encode any of : / @ # ? in the user or password)',
-      );
-    }
-    if (env.DATABASE_URL && typeof code === 'string' && unreachableDatabase.has(code)) {
-      throw new ConfigError(
-        `DATABASE_URL: cannot connect to ${databaseTarget(env.DATABASE_URL)} (${(error as Error).message})`,
-      );
-    }
     throw error;
   }
   const storageSteps = [
@@ -196,31 +179,6 @@ async function connectRedis(url: string): Promise<Redis> {
     throw new ConfigError(`REDIS_URL: cannot connect to ${host}:${port} (db ${db ?? 0}): ${cause.message}`);
   }
   return client;
-}
-
-// Errors that say the server named by DATABASE_URL cannot be reached or will not let us in: a
-// configuration mistake. Others (a failed migration, say) keep their stack.
-const unreachableDatabase = new Set([
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'ECONNREFUSED',
-  'ETIMEDOUT',
-  'ECONNRESET',
-  'EHOSTUNREACH',
-  '28P01', // password authentication failed
-  '28000', // no such role, or not allowed
-  '3D000', // no such database
-]);
-
-// Where a DATABASE_URL points: host, port and database, never a user or a password (the query may
-// carry one too).
-function databaseTarget(url: string): string {
-  try {
-    const parsed = new URL(url);
-    return `${parsed.hostname || 'localhost'}:${parsed.port || 5432}${parsed.pathname}`;
-  } catch {
-    return 'the server it names';
-  }
 }
 
 main().catch((error: unknown) => {

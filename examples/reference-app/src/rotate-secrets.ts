@@ -1,7 +1,8 @@
 import { generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { generateSecret } from '@idem/webhooks';
-import { type Database, openDatabase } from './db.js';
+import type { Database } from './db.js';
+import { openDatabaseFromEnv } from './open-from-env.js';
 
 /**
  * One step of a rotation of the secrets the reference app keeps in its database. Each takes effect
@@ -123,10 +124,7 @@ async function rotateFromCommandLine(step: string | undefined): Promise<void> {
     process.exitCode = 2;
     return;
   }
-  const db = await openDatabase({
-    url: process.env.DATABASE_URL,
-    ...(process.env.DATA_DIR ? { dataDir: process.env.DATA_DIR } : {}),
-  });
+  const db = await openDatabaseFromEnv(process.env);
   try {
     await rotateSecret(db, step as RotationStep);
   } finally {

@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import type { ClientMetadata } from 'oidc-provider';
-import { type Database, openDatabase } from './db.js';
+import type { Database } from './db.js';
+import { ConfigError, envPort, envUrl } from './env.js';
 import { addClientIfMissing, findClient, saveClient } from './idp/clients.js';
 import { migrateIdp } from './idp/schema.js';
 import { createUser } from './idp/users.js';
+import { openDatabaseFromEnv } from './open-from-env.js';
 
 /**
  * The demo accounts. Development only: the passwords are public (they are in the README).
@@ -102,15 +104,13 @@ export async function seed(db: Database, options: SeedOptions): Promise<SeededCl
 }
 
 // `npm run seed`: seed the database `npm start` uses (DATABASE_URL, or PGlite in DATA_DIR or the
-// default folder) without starting anything.
-async function seedFromCommandLine(): Promise<void> {
-  const appUrl = process.env.APP_URL ?? `http://localhost:${process.env.APP_PORT ?? 8083}`;
-  const db = await openDatabase({
-    url: process.env.DATABASE_URL,
-    ...(process.env.DATA_DIR ? { dataDir: process.env.DATA_DIR } : {}),
-  });
+// default folder) without starting anything, registering the app's callback where `npm start` does.
+async function seedFromCommandLine(env: NodeJS.ProcessEnv): Promise<void> {
+  // Read as `npm start` reads them, so a seed registers the redirect URI the app then sends.
+  const appUrl = envUrl(env, 'APP_URL') ?? `http://localhost:${envPort(env, 'APP_PORT', 8083)}`;
+  const db = await openDatabaseFromEnv(env);
   try {
-    await seed(db, { appRedirectUri: `${appUrl}/callback` });
+    await seed(db, { appRedirectUri: new URL('/callback', appUrl).href });
   } finally {
     await db.close();
   }
@@ -118,8 +118,9 @@ async function seedFromCommandLine(): Promise<void> {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  seedFromCommandLine().catch((error: unknown) => {
-    console.error(error);
+  seedFromCommandLine(process.env).catch((error: unknown) => {
+    // A configuration mistake is one line naming the variable, as from `npm start`.
+    console.error(error instanceof ConfigError ? error.message : error);
     process.exitCode = 1;
   });
 }
