@@ -66,6 +66,30 @@ describe('README "Errors": 415 unsupported_media_type for a body that is not JSO
       ['POST', `/webhook-events/${eventId}/notes`, { text: 'Customer called' }],
     ] as const;
 
+  // Was missing from the README's table: the refusals of the two stock reads besides a single
+  // unknown item.
+  it('the stock reads answer as the table says: 422 for a bad ?item, 404 naming every unknown id of a batch, 422 over 100', async () => {
+    const token = await test.token({ scope: 'stock:read' });
+    const get = (path: string, init: RequestInit = {}) =>
+      fetch(new URL(path, test.stack.gateway.url), {
+        ...init,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      });
+    for (const query of ['', '?item=item-1&item=item-2', '?item=no%20such']) {
+      const refused = await get(`/stock${query}`);
+      expect(refused.status, query).toBe(422);
+      expect(await refused.json(), query).toMatchObject({ code: 'validation_failed', invalid: ['item'] });
+    }
+    expect(await (await get('/stock?item=nope')).json()).toMatchObject({ status: 404, code: 'unknown_item' });
+    const batch = (items: string[]) => get('/stock/batch', { method: 'POST', body: JSON.stringify({ items }) });
+    const unknown = await batch(['item-1', 'nope-1', 'nope-2']);
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toMatchObject({ code: 'unknown_item', unknownItems: ['nope-1', 'nope-2'] });
+    const tooMany = await batch(Array.from({ length: 101 }, () => 'item-1'));
+    expect(tooMany.status).toBe(422);
+    expect(await tooMany.json()).toMatchObject({ code: 'too_many_items', maxItems: 100 });
+  });
+
   // Was wrong: body-parser takes any charset that starts with `utf-` (RFC 8259 allowed UTF-16 and
   // UTF-32 once), so `application/json; charset=utf-16` with UTF-16 bytes made a charge (201), saved
   // settings and added a photo; the README says a charset other than UTF-8 is 415, and RFC 8259 has
