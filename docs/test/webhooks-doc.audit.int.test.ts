@@ -412,8 +412,9 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     return name;
   };
 
-  // docs/webhooks.md:831-838: the columns, and four partial indexes with their columns and predicates.
-  it('migrate() makes exactly the columns and the four partial indexes the page lists', async () => {
+  // docs/webhooks.md, "The table has these columns": the columns, and five partial indexes with their
+  // columns and predicates.
+  it('migrate() makes exactly the columns and the five partial indexes the page lists', async () => {
     const table = fresh('cols');
     await createOutbox({ table }).migrate(pool);
     const { rows: columns } = await pool.query(
@@ -436,6 +437,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
       'locked_by',
       'delivered_at',
       'dead_reason',
+      'dead_at',
       'last_attempt',
       'history',
     ]);
@@ -454,6 +456,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     ]);
     expect(shape).toEqual([
       ['_dead', ['created_at, id', 'dead']],
+      ['_dead_at', ['dead_at, next_attempt_at', 'dead']],
       ['_delivered', ['delivered_at', 'delivered']],
       ['_due', ['next_attempt_at', 'pending']],
       ['_url', ['url, next_attempt_at', 'pending']],

@@ -384,13 +384,15 @@ describe.runIf(withPostgres)('webhook outbox rows written by earlier versions', 
         `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`,
         [table],
       );
-      expect(columns.map((column) => column.attname)).toEqual(expect.arrayContaining(['claims', 'requeued_at']));
+      expect(columns.map((column) => column.attname)).toEqual(
+        expect.arrayContaining(['claims', 'requeued_at', 'dead_at']),
+      );
       const { rows: indexes } = await pool.query(
         `SELECT indexrelid::regclass::text AS name FROM pg_index WHERE indrelid = $1::regclass`,
         [table],
       );
       expect(indexes.map((index) => index.name.replace(`${schema}.`, '')).sort()).toEqual(
-        [`${name}_dead`, `${name}_delivered`, `${name}_due`, `${name}_pkey`, `${name}_url`].sort(),
+        [`${name}_dead`, `${name}_dead_at`, `${name}_delivered`, `${name}_due`, `${name}_pkey`, `${name}_url`].sort(),
       );
       // The old relay died: its lease runs out. The earlier version's retrying row comes due.
       await pool.query(

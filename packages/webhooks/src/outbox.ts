@@ -111,6 +111,12 @@ export interface OutboxRow {
   /** When the event was last requeued (its horizon counts from here), or null. */
   requeuedAt: Date | null;
   deadReason: string | null;
+  /**
+   * When the row was dead-lettered (PostgreSQL's clock), or null for a row dead-lettered before the
+   * outbox kept it (by a version before `dead_at`, or by a relay of one during a rolling upgrade).
+   * A requeue clears it.
+   */
+  deadAt: Date | null;
   /** The last attempt whose result was recorded. A {@link LostAttempt} is never it: nothing came back. */
   lastAttempt: AttemptRecord | null;
   /**
@@ -237,8 +243,10 @@ export interface PurgeOptions {
    */
   olderThan: Duration;
   /**
-   * Dead-lettered rows go too, once added (or last requeued) longer than `olderThan` ago: by the
-   * later of `created_at` and `requeued_at`, where their horizon counts from. Default false.
+   * Dead-lettered rows go too, once dead-lettered longer than `olderThan` ago (`dead_at`). A row
+   * dead-lettered before the outbox kept `dead_at` (by an earlier version) is aged by the later of
+   * `created_at`, `requeued_at` and `next_attempt_at` instead: its last write set that one to when
+   * it died, or later. Default false.
    */
   dead?: boolean | undefined;
   /** Rows per DELETE statement, each its own short transaction on a pool. Default 1000. */
@@ -315,13 +323,14 @@ export interface Outbox {
   deadLetters(db: Queryable, options?: DeadLetterOptions): Promise<DeadLetterPage>;
   /**
    * Moves a dead-lettered event back to pending, due now, with a fresh horizon (counted from
-   * `requeued_at`) and a fresh count of attempts. Its `created_at` and history keep the old ones.
+   * `requeued_at`) and a fresh count of attempts, and clears its `dead_at`. Its `created_at` and
+   * history keep the old ones.
    * True if it was dead.
    */
   requeue(db: Queryable, id: string): Promise<boolean>;
   /**
    * Deletes delivered rows whose `delivered_at` is older than `olderThan` (and, with `dead: true`,
-   * dead-lettered rows added or last requeued longer ago than that), `batchSize` rows per DELETE,
+   * dead-lettered rows whose `dead_at` is older than that), `batchSize` rows per DELETE,
    * until a batch deletes fewer, and resolves to how many it deleted. The age is measured by
    * PostgreSQL's clock (`now()`), as the relay's schedule is. A pending row, or one a relay holds, is
    * never deleted, even one that a requeue turns pending while the batch runs. Pass a pool: each
@@ -333,7 +342,7 @@ export interface Outbox {
    *
    * @example
    * const outbox = createOutbox({ table: 'webhook_outbox' });
-   * // Every hour: delivered rows go after 30 days, dead letters after 90.
+   * // Every hour: delivered rows go after 30 days, dead letters 90 days after they died.
    * await outbox.purge(pool, { olderThan: '30d' });
    * const { deleted } = await outbox.purge(pool, { olderThan: '90d', dead: true, batchSize: 500 });
    */
@@ -366,8 +375,14 @@ function indexName(base: string, suffix: string): string {
 }
 
 // The indexes migrate() makes besides the primary key: the relay's due rows, one URL's waiting rows,
-// and the two that keep each purge() batch (and each deadLetters() page, in its order) an index
+// and the three that keep each purge() batch (and each deadLetters() page, in its order) an index
 // scan. A table that has millions of delivered rows would otherwise be read whole by every batch.
+// Dead rows have two: deadLetters() lists them in the order they happened (`_dead`, created_at),
+// which a requeue keeps, and purge() deletes them in the order they died (`_dead_at`). One index
+// for both would leave one of them reading every dead row: a row that retried for a year and died
+// yesterday is first in created_at order and last in dead_at order. `_dead_at` leads with dead_at,
+// and a btree keeps the NULLs (rows dead before dead_at existed) together at its end, ordered by
+// next_attempt_at, which their purge batch ages them by (see purgeSql).
 // `_url` serves holdUrl (a 429 or a Retry-After) and disableUrl (a 410): without it each read every
 // pending row through `_due` and kept one URL's, so a partner answering 429 cost as much as the whole
 // backlog of every partner (100,000 pending rows read to hold 1,429).
@@ -376,6 +391,7 @@ const indexes = [
   { suffix: '_url', columns: ['url', 'next_attempt_at'], status: 'pending' },
   { suffix: '_delivered', columns: ['delivered_at'], status: 'delivered' },
   { suffix: '_dead', columns: ['created_at', 'id'], status: 'dead' },
+  { suffix: '_dead_at', columns: ['dead_at', 'next_attempt_at'], status: 'dead' },
 ] as const;
 
 // The longest olderThan the cutoff takes, in ms (about 3,170 years): now() less a longer one falls
@@ -397,6 +413,7 @@ function toRow(row: Record<string, any>): OutboxRow {
     createdAt: row.created_at,
     requeuedAt: row.requeued_at,
     deadReason: row.dead_reason,
+    deadAt: row.dead_at ?? null,
     lastAttempt: row.last_attempt,
     history: row.history,
   };
@@ -486,8 +503,8 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     // there is anything to do, so each runs only when the catalog says it is needed, and so does
     // CREATE TABLE (even with IF NOT EXISTS it needs CREATE on the schema, which a role that may only
     // read and write the table lacks):
-    // - a table made by an earlier version lacks `claims` and `requeued_at`. Both are cheap to add:
-    //   no default (`requeued_at`) or a constant one (`claims`) rewrites no row;
+    // - a table made by an earlier version lacks `claims`, `requeued_at` or `dead_at`. Each is cheap
+    //   to add: no default (`requeued_at`, `dead_at`) or a constant one (`claims`) rewrites no row;
     // - each index is looked up in the table's own schema (where CREATE INDEX puts it), whether the
     //   table was named with its schema or found on the search_path. An index that does the same work
     //   under another name (the `(created_at, id) WHERE status = 'dead'` the docs once told users to
@@ -516,6 +533,7 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
             locked_by text,
             delivered_at timestamptz,
             dead_reason text,
+            dead_at timestamptz,
             last_attempt jsonb,
             history jsonb NOT NULL DEFAULT '[]'::jsonb
           );
@@ -530,10 +548,11 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
         -- Each change below waits at most this long for its lock (see OutboxMigrateOptions).
         ${lockTimeoutMs === undefined ? '' : `PERFORM set_config('lock_timeout', '${Math.max(1, Math.round(lockTimeoutMs))}ms', true);`}
         IF (SELECT count(*) FROM pg_attribute
-             WHERE attrelid = outbox AND attname IN ('claims', 'requeued_at') AND NOT attisdropped) < 2
+             WHERE attrelid = outbox AND attname IN ('claims', 'requeued_at', 'dead_at') AND NOT attisdropped) < 3
         THEN
           ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS claims integer NOT NULL DEFAULT 0,
-                               ADD COLUMN IF NOT EXISTS requeued_at timestamptz;
+                               ADD COLUMN IF NOT EXISTS requeued_at timestamptz,
+                               ADD COLUMN IF NOT EXISTS dead_at timestamptz;
         END IF;
 ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     `);
@@ -644,6 +663,10 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // A crashed row's lost attempt gets its history entry here (withLost), in the statement that
     // takes the row over: so even when this relay dies right after, or the claim dead-letters the
     // row. last_attempt is left alone: it is the last result that came back, and none did.
+    // dead_at is when a row was dead-lettered, on every path that does it (this claim, `ending`, a
+    // 410's disableUrl, a hold's past the horizon): purge() ages dead rows by it. A claim, and the
+    // write that ends it, set it afresh (null on a row they leave alive), so that a row requeued by
+    // an earlier version (which knows no dead_at) does not keep the time it first died.
     const leaseSql = `due AS (
               SELECT id, locked_by IS NOT NULL AS crashed,
                      CASE WHEN attempts >= $5::double precision THEN 'max-attempts'
@@ -658,6 +681,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
          UPDATE ${table} AS o
             SET status = CASE WHEN due.stop IS NULL THEN o.status ELSE 'dead' END,
                 dead_reason = coalesce(due.stop, o.dead_reason),
+                dead_at = CASE WHEN due.stop IS NOT NULL THEN now() END,
                 locked_until = CASE WHEN due.stop IS NULL
                                     THEN now() + ($2::double precision * interval '1 millisecond') END,
                 locked_by = CASE WHEN due.stop IS NULL THEN $3::text END,
@@ -907,7 +931,11 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       const choose = (column: 1 | 2, otherwise: string) =>
         `CASE ${branches.map((branch) => `WHEN ${branch[0]} THEN ${branch[column]}`).join(' ')} ELSE ${otherwise} END`;
       const status = choose(1, "'pending'");
-      return { set: `status = ${status}, dead_reason = ${choose(2, 'NULL')}, next_attempt_at = ${next}`, status };
+      return {
+        set: `status = ${status}, dead_reason = ${choose(2, 'NULL')}, dead_at = CASE WHEN ${status} = 'dead' THEN now() END,
+              next_attempt_at = ${next}`,
+        status,
+      };
     };
     const endingValues = (row: Claimed, waitMs: number) => [...fenceValues(row), waitMs, horizonParam];
 
@@ -978,7 +1006,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // attempt gets its entry, as in a claim. Each batch makes its rows dead, which takes them out of
     // the next batch's selection, so the loop ends once the URL has no waiting row left to take.
     const disableSql = `UPDATE ${table}
-            SET status = 'dead', dead_reason = 'gone', locked_until = NULL, locked_by = NULL,
+            SET status = 'dead', dead_reason = 'gone', locked_until = NULL, locked_by = NULL, dead_at = now(),
                 history = ${withLost('')}
           WHERE id = ANY(ARRAY(
                   SELECT id FROM ${table}
@@ -1032,6 +1060,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       return `UPDATE ${table}
               SET status = CASE WHEN ${pastHorizon} THEN 'dead' ELSE status END,
                   dead_reason = CASE WHEN ${pastHorizon} THEN 'horizon' ELSE dead_reason END,
+                  dead_at = CASE WHEN ${pastHorizon} THEN now() ELSE dead_at END,
                   history = CASE WHEN ${pastHorizon} THEN ${withLost('')} ELSE history END,
                   locked_until = CASE WHEN ${pastHorizon} THEN NULL ELSE locked_until END,
                   locked_by = CASE WHEN ${pastHorizon} THEN NULL ELSE locked_by END,
@@ -1290,7 +1319,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // OFFSET would). A requeue keeps created_at, so a row that dies again keeps its place. One row
     // more than the page says whether there is a next one.
     const { rows } = await db.query(
-      `SELECT id, url, status, attempts, created_at, requeued_at, dead_reason, last_attempt, history,
+      `SELECT id, url, status, attempts, created_at, requeued_at, dead_reason, dead_at, last_attempt, history,
               to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS position
          FROM ${table}
         WHERE status = 'dead'
@@ -1312,7 +1341,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // horizon restarts from requeued_at instead. `claims` stays too: it is the fencing token, and
     // resetting it would let a claim from before the requeue match a claim after it.
     const result = await db.query(
-      `UPDATE ${table} SET status = 'pending', dead_reason = NULL, next_attempt_at = now(), requeued_at = now(),
+      `UPDATE ${table} SET status = 'pending', dead_reason = NULL, dead_at = NULL, next_attempt_at = now(), requeued_at = now(),
               attempts = 0, locked_until = NULL, locked_by = NULL
         WHERE id = $1 AND status = 'dead'`,
       [id],
@@ -1331,7 +1360,9 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
   // write that moves the age of a delivered or dead row, and it makes the row pending.) A delivered
   // or dead row holds no lease (every statement that ends a claim clears it); the lease is checked
   // all the same, so that no row a relay holds could ever go. now() is the statement's own
-  // transaction's start on a pool, and a stable value: the index can use it.
+  // transaction's start on a pool, and a stable value: the index can use it. A requeue clears
+  // dead_at, and every statement that dead-letters a row sets it, so no other write moves a dead
+  // row's age either.
   const cutoff = `now() - ($2::double precision * interval '1 millisecond')`;
   const purgeBatch = (status: 'delivered' | 'dead', old: string, order: string) =>
     `DELETE FROM ${table}
@@ -1344,12 +1375,23 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
         AND status = '${status}' AND (locked_until IS NULL OR locked_until <= now())`;
   const purgeSql = {
     delivered: purgeBatch('delivered', `delivered_at < ${cutoff}`, 'delivered_at'),
-    // The later of created_at and requeued_at, where the row's horizon counts from, written so that
-    // the index on created_at bounds the scan: a row requeued since is read and left.
-    dead: purgeBatch(
+    // From when the row died: a row that retried for a year and died yesterday is a day old here.
+    // Ordered as `_dead_at` is, so the scan reads that index in order and stops after $1 rows.
+    dead: purgeBatch('dead', `dead_at < ${cutoff}`, 'dead_at, next_attempt_at'),
+    // A row dead-lettered before dead_at existed (by an earlier version, or by a relay of one during
+    // a rolling upgrade) has none. Its age is the later of created_at, requeued_at and
+    // next_attempt_at: every version's last write to a row it dead-lettered set next_attempt_at to
+    // then (a failed last attempt, a 410), to a wait that would have passed the horizon (later), or
+    // left the time the row fell due (a claim past its limits, a 410 of another event: earlier, by
+    // as long as the relays were behind). Never younger than created_at and requeued_at alone, the
+    // age those versions purged by: the upgrade deletes no such row sooner than they would have.
+    // The IS NULL keeps the scan to the NULLs at the end of `_dead_at`, in next_attempt_at order,
+    // and the ORDER BY is the index's own, so no sort reads them all first.
+    deadBefore: purgeBatch(
       'dead',
-      `created_at < ${cutoff} AND (requeued_at IS NULL OR requeued_at < ${cutoff})`,
-      'created_at',
+      `dead_at IS NULL AND next_attempt_at < ${cutoff} AND created_at < ${cutoff}
+                 AND (requeued_at IS NULL OR requeued_at < ${cutoff})`,
+      'dead_at, next_attempt_at',
     ),
   };
 
@@ -1367,7 +1409,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
     if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
     let deleted = 0;
-    for (const sql of dead ? [purgeSql.delivered, purgeSql.dead] : [purgeSql.delivered]) {
+    for (const sql of dead ? [purgeSql.delivered, purgeSql.dead, purgeSql.deadBefore] : [purgeSql.delivered]) {
       for (;;) {
         if (signal?.aborted) return { deleted };
         const { rowCount } = await db.query(sql, [batchSize, olderThanMs]);

@@ -49,25 +49,26 @@ describe.skipIf(!available)('outbox.purge()', () => {
   it('deletes delivered rows older than olderThan, and dead ones only with dead: true; never pending or young ones', async () => {
     const { table, outbox } = await fresh('ages');
     await pool.query(`
-      INSERT INTO "${table}" (id, url, body, status, created_at, delivered_at, requeued_at, locked_until, dead_reason) VALUES
+      INSERT INTO "${table}" (id, url, body, status, created_at, delivered_at, requeued_at, locked_until, dead_reason, dead_at, next_attempt_at) VALUES
         -- delivered 31 days ago: goes
-        ('d_old', 'https://p.example/h', '\\x7b7d', 'delivered', now() - interval '32 days', now() - interval '31 days', NULL, NULL, NULL),
+        ('d_old', 'https://p.example/h', '\\x7b7d', 'delivered', now() - interval '32 days', now() - interval '31 days', NULL, NULL, NULL, NULL, now()),
         -- added long ago but delivered 29 days ago: the delivery is what counts
-        ('d_young', 'https://p.example/h', '\\x7b7d', 'delivered', now() - interval '90 days', now() - interval '29 days', NULL, NULL, NULL),
+        ('d_young', 'https://p.example/h', '\\x7b7d', 'delivered', now() - interval '90 days', now() - interval '29 days', NULL, NULL, NULL, NULL, now()),
         -- a delivered row under a live lease (no statement leaves one so): stays all the same
-        ('d_leased', 'https://p.example/h', '\\x7b7d', 'delivered', now() - interval '90 days', now() - interval '60 days', NULL, now() + interval '1 hour', NULL),
+        ('d_leased', 'https://p.example/h', '\\x7b7d', 'delivered', now() - interval '90 days', now() - interval '60 days', NULL, now() + interval '1 hour', NULL, NULL, now()),
         -- pending, added 100 days ago (a horizon of months): never purged
-        ('p_old', 'https://p.example/h', '\\x7b7d', 'pending', now() - interval '100 days', NULL, NULL, NULL, NULL),
-        -- pending with an old delivered_at (written by hand, say): the status is what counts
-        ('p_odd', 'https://p.example/h', '\\x7b7d', 'pending', now() - interval '100 days', now() - interval '100 days', NULL, NULL, NULL),
-        -- dead, added 31 days ago: goes with dead: true
-        ('x_old', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '31 days', NULL, NULL, NULL, 'horizon'),
-        -- dead, added 100 days ago but requeued 29 days ago (and dead again): its horizon restarted then
-        ('x_requeued', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '100 days', NULL, now() - interval '29 days', NULL, 'horizon'),
-        -- dead, added 29 days ago
-        ('x_young', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '29 days', NULL, NULL, NULL, 'gone'),
-        -- requeued by an earlier version, which moved created_at and left an older requeued_at: the later counts
-        ('x_legacy', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '29 days', NULL, now() - interval '40 days', NULL, 'horizon')
+        ('p_old', 'https://p.example/h', '\\x7b7d', 'pending', now() - interval '100 days', NULL, NULL, NULL, NULL, NULL, now()),
+        -- pending with an old delivered_at and dead_at (written by hand, say): the status is what counts
+        ('p_odd', 'https://p.example/h', '\\x7b7d', 'pending', now() - interval '100 days', now() - interval '100 days', NULL, NULL, NULL, now() - interval '100 days', now()),
+        -- dead 31 days ago: goes with dead: true
+        ('x_old', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '32 days', NULL, NULL, NULL, 'horizon', now() - interval '31 days', now() - interval '31 days'),
+        -- dead 29 days ago, added 100 days ago and requeued 40 days ago: when it died is what counts
+        ('x_requeued', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '100 days', NULL, now() - interval '40 days', NULL, 'horizon', now() - interval '29 days', now() - interval '29 days'),
+        -- dead 29 days ago
+        ('x_young', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '29 days', NULL, NULL, NULL, 'gone', now() - interval '29 days', now() - interval '29 days'),
+        -- dead before dead_at existed, requeued by an earlier version, which moved created_at and left an
+        -- older requeued_at: the latest of created_at, requeued_at and next_attempt_at counts
+        ('x_legacy', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '29 days', NULL, now() - interval '40 days', NULL, 'horizon', NULL, now() - interval '35 days')
     `);
     const all = await ids(table);
 
@@ -131,9 +132,9 @@ describe.skipIf(!available)('outbox.purge()', () => {
   it('leaves a dead row that a requeue holds, and keeps it once the requeue commits; takes it if the requeue rolls back', async () => {
     const { table, outbox } = await fresh('requeue');
     await pool.query(`
-      INSERT INTO "${table}" (id, url, body, status, created_at, dead_reason) VALUES
-        ('x_kept', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '40 days', 'horizon'),
-        ('x_undone', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '40 days', 'horizon')`);
+      INSERT INTO "${table}" (id, url, body, status, created_at, dead_reason, dead_at) VALUES
+        ('x_kept', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '40 days', 'horizon', now() - interval '40 days'),
+        ('x_undone', 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '40 days', 'horizon', now() - interval '40 days')`);
     const operator = await pool.connect();
     try {
       // The operator's requeue has turned the row pending but not committed: the purge neither waits
@@ -147,7 +148,9 @@ describe.skipIf(!available)('outbox.purge()', () => {
       expect((await pool.query(`SELECT status FROM "${table}"`)).rows).toEqual([{ status: 'pending' }]);
 
       // A requeue rolled back leaves the row dead, and the next purge takes it.
-      await pool.query(`UPDATE "${table}" SET status = 'dead', requeued_at = NULL WHERE id = 'x_kept'`);
+      await pool.query(
+        `UPDATE "${table}" SET status = 'dead', requeued_at = NULL, dead_at = now() - interval '40 days' WHERE id = 'x_kept'`,
+      );
       await operator.query('BEGIN');
       expect(await outbox.requeue(operator, 'x_kept')).toBe(true);
       expect(await outbox.purge(pool, { olderThan: '1d', dead: true })).toEqual({ deleted: 0 });
@@ -226,8 +229,9 @@ describe.skipIf(!available)('outbox.purge()', () => {
     const { table, outbox } = await fresh('explain');
     await delivered(table, 'd', 50_000, '31 days');
     await pool.query(
-      `INSERT INTO "${table}" (id, url, body, status, created_at, dead_reason)
-       SELECT 'x' || lpad(g::text, 6, '0'), 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '40 days', 'horizon'
+      `INSERT INTO "${table}" (id, url, body, status, created_at, dead_reason, dead_at)
+       SELECT 'x' || lpad(g::text, 6, '0'), 'https://p.example/h', '\\x7b7d', 'dead', now() - interval '40 days', 'horizon',
+              now() - interval '40 days'
          FROM generate_series(1, 50000) g`,
     );
     for (let i = 0; i < 500; i++) await outbox.add(pool, { id: `p_${i}`, url: 'https://p.example/h', body: '{}' });
@@ -281,12 +285,12 @@ describe.skipIf(!available)('outbox.purge()', () => {
         ['Index Scan', `${table}_pkey`],
       ],
       [
-        ['Index Scan', `${table}_dead`],
+        ['Index Scan', `${table}_dead_at`],
         ['Index Scan', `${table}_pkey`],
       ],
     ]);
 
-    // The index of the dead rows serves deadLetters() too: a later page starts in the index, after
+    // deadLetters() has its own, in the order the rows were added: a later page starts in it, after
     // the previous page's last row, instead of reading every row before it.
     const page = await outbox.deadLetters(pool, { limit: 100 });
     plans.length = 0;
@@ -310,7 +314,7 @@ describe.skipIf(!available)('outbox.purge()', () => {
       ).rows.map((row) => [row.indexname, row.indexdef.replace(/^.* USING /, '')]);
     try {
       // The table as an earlier version's migrate() left it: the due index only.
-      await pool.query(`DROP INDEX "${table}_delivered", "${table}_dead", "${table}_url"`);
+      await pool.query(`DROP INDEX "${table}_delivered", "${table}_dead", "${table}_url", "${table}_dead_at"`);
       await delivered(table, 'd', 3, '40 days');
       expect(await indexDefs()).toHaveLength(1);
 
@@ -342,6 +346,7 @@ describe.skipIf(!available)('outbox.purge()', () => {
       await Promise.all([outbox.migrate(pool), outbox.migrate(pool)]);
       expect(await indexDefs()).toEqual([
         [`${table}_dead`, `btree (created_at, id) WHERE (status = 'dead'::text)`],
+        [`${table}_dead_at`, `btree (dead_at, next_attempt_at) WHERE (status = 'dead'::text)`],
         [`${table}_delivered`, `btree (delivered_at) WHERE (status = 'delivered'::text)`],
         [`${table}_due`, `btree (next_attempt_at) WHERE (status = 'pending'::text)`],
         [`${table}_url`, `btree (url, next_attempt_at) WHERE (status = 'pending'::text)`],
@@ -374,6 +379,7 @@ describe.skipIf(!available)('outbox.purge()', () => {
     ]);
     expect(rows.map((row) => row.indexname)).toEqual([
       `${table}_by_hand`,
+      `${table}_dead_at`,
       `${table}_due`,
       `${table}_mine`,
       `${table}_pkey`,
