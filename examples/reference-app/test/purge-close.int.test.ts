@@ -118,7 +118,7 @@ describe.runIf(available)('the resource stack closing during a purge pass', () =
   });
 
   it('deletes old delivered and dead webhook events from the outbox, and nothing else', async () => {
-    expect(outboxKept).toEqual({ delivered: '7d', dead: '395d' });
+    expect(outboxKept).toEqual({ delivered: '7d', dead: '30d' });
     const outbox = `${schema}.${apiTables.outbox}`;
     const stack = await startIdleStack();
     try {
@@ -126,8 +126,20 @@ describe.runIf(available)('the resource stack closing during a purge pass', () =
       const rows: Array<[string, string, string]> = [
         ['delivered-8d', 'delivered', `delivered_at = now() - interval '8 days'`],
         ['delivered-6d', 'delivered', `delivered_at = now() - interval '6 days'`],
-        ['dead-396d', 'dead', `created_at = now() - interval '396 days'`],
-        ['dead-394d', 'dead', `created_at = now() - interval '394 days'`],
+        // Dead 31 and 29 days ago, after a year of retries: when they died is what counts.
+        ['dead-31d', 'dead', `created_at = now() - interval '400 days', dead_at = now() - interval '31 days'`],
+        ['dead-29d', 'dead', `created_at = now() - interval '400 days', dead_at = now() - interval '29 days'`],
+        // Dead before the outbox kept dead_at: aged from its last scheduled attempt.
+        [
+          'dead-before-31d',
+          'dead',
+          `created_at = now() - interval '400 days', next_attempt_at = now() - interval '31 days'`,
+        ],
+        [
+          'dead-before-2d',
+          'dead',
+          `created_at = now() - interval '400 days', next_attempt_at = now() - interval '2 days'`,
+        ],
         ['pending-40d', 'pending', `created_at = now() - interval '40 days'`],
       ];
       for (const [id, status, age] of rows) {
@@ -139,10 +151,10 @@ describe.runIf(available)('the resource stack closing during a purge pass', () =
       }
       const left = async () =>
         (await db.query<{ id: string }>(`select id from ${outbox} order by id`)).rows.map((row) => row.id);
-      for (let turn = 0; turn < 400 && (await left()).length > 3; turn++) {
+      for (let turn = 0; turn < 400 && (await left()).length > 4; turn++) {
         await new Promise((resolve) => setTimeout(resolve, 25));
       }
-      expect(await left()).toEqual(['dead-394d', 'delivered-6d', 'pending-40d']);
+      expect(await left()).toEqual(['dead-29d', 'dead-before-2d', 'delivered-6d', 'pending-40d']);
     } finally {
       await stack.close();
     }

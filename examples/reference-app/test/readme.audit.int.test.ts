@@ -376,7 +376,8 @@ describe('README "Storage": the outbox keeps dead-lettered events 30 days', () =
   // requeue), and the API's sender retries for 365 days (webhookSchedule.horizon), so an event
   // dead-lettered at its horizon, the usual way to die here, was already 365 days old: the next pass,
   // within ten minutes, deleted it unseen. Decided: dead rows are kept the horizon and 30 days
-  // (outboxKept.dead '395d'), as the README now says.
+  // (outboxKept.dead '395d'). Now the outbox counts from when a row died (dead_at), and dead rows
+  // are kept 30 days after that (outboxKept.dead '30d'), as the README says.
   it('keeps an event dead-lettered at its horizon a moment ago', async () => {
     const dead = 'evt_readme_horizon';
     // Attempted once, added 366 days ago: its next claim dead-letters it (past the 365-day horizon).

@@ -184,12 +184,14 @@ const purgeBatch = 1_000;
 /**
  * How long the outbox keeps a delivered event (for support to see what was sent) and a dead-lettered
  * one (for an operator to requeue). A charge's key is kept a day, so no retry adds an event again
- * after a week. The outbox counts a dead row's age from when it was added (or last requeued), and an
- * event here dies at its sender's horizon (a year: `webhookSchedule`) unless its endpoint answered
- * 410 first: the horizon and 30 days, so that one dead at the horizon is kept 30 days for an operator
- * to see and requeue (one dead early, on a 410, stays longer; few do).
+ * after a week, nor after a dead row is gone: it is kept 30 days after it died (the outbox counts a
+ * dead row's age from `dead_at`), however long it retried first (up to its sender's one-year
+ * horizon, `webhookSchedule`), so that an operator has a month to see and requeue it. The receiver's
+ * `webhookRetention` is another matter (how long it recognises an id) and does not depend on this.
+ * A row dead-lettered before the outbox kept `dead_at` is aged from its last scheduled attempt,
+ * about when it died.
  */
-export const outboxKept = { delivered: '7d', dead: '395d' } as const;
+export const outboxKept = { delivered: '7d', dead: '30d' } as const;
 
 /**
  * Deletes expired idempotency records every `everyMs`, from the API's tables and the receiver's inbox,
