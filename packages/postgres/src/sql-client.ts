@@ -110,6 +110,8 @@ export interface PGliteLike {
   query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
   // What it resolves to is not used: PGlite before 0.2.16 declares `Promise<T | undefined>`.
   transaction<T>(callback: (tx: PGliteTransactionLike) => Promise<T>): Promise<unknown>;
+  /** Read after each statement of a transactional handler, where PGlite has it. */
+  isInTransaction?: (() => boolean) | undefined;
 }
 
 /**
@@ -177,21 +179,42 @@ const fromPGlite = (result: { rows: unknown[]; affectedRows?: number }): AnyResu
   rowCount: result.affectedRows ?? result.rows.length,
 });
 
+const endedByHandler = () =>
+  new TypeError(
+    "tx.query ended the store's transaction (a COMMIT or ROLLBACK sent through it): the handler's statements and the record's completion commit together or not at all, so nothing more runs on this handle; throw from the handler to roll back",
+  );
+
 // A transaction handle must not outlive its transaction: after COMMIT the pg connection goes back to
 // the pool, and a late query through a kept handle would run in some other request's session.
+// Nor may the handler end the transaction itself: after a COMMIT or ROLLBACK sent through the handle
+// the session runs in autocommit, so each later statement, the completion included, would commit on
+// its own, whatever the fencing token said. `inTransaction` is the driver's own view of the session
+// (pg's ReadyForQuery status, PGlite's isInTransaction), read after each statement: false once the
+// transaction block is gone, undefined where the driver does not say.
 const guarded = (
   query: (text: string, params?: readonly unknown[]) => Promise<AnyResult>,
   isOpen: () => boolean,
-): SqlExecutor => ({
-  query: async (text, params) => {
-    if (!isOpen()) throw new TypeError('this transaction is over; run queries inside the callback');
-    try {
-      return await query(text, params);
-    } catch (error) {
-      throw toStoreError(error, 'transaction query');
-    }
-  },
-});
+  inTransaction: () => boolean | undefined = () => undefined,
+): SqlExecutor => {
+  let ended = false;
+  return {
+    query: async (text, params) => {
+      if (!isOpen()) throw new TypeError('this transaction is over; run queries inside the callback');
+      if (ended) throw endedByHandler();
+      let result: AnyResult;
+      try {
+        result = await query(text, params);
+      } catch (error) {
+        throw toStoreError(error, 'transaction query');
+      }
+      if (inTransaction() === false) {
+        ended = true;
+        throw endedByHandler();
+      }
+      return result;
+    },
+  };
+};
 
 /**
  * Wraps a `pg` Pool, a `pg` Client or a PGlite instance in the store's {@link SqlClient} shim.
@@ -236,6 +259,8 @@ function pgliteClient(db: PGliteLike): SqlClient {
           const tx = guarded(
             async (text, params) => fromPGlite(await raw.query(text, params ? [...params] : [])),
             () => open,
+            // A PGlite without it (an older one) is not checked, as before.
+            () => (typeof db.isInTransaction === 'function' ? db.isInTransaction() : undefined),
           );
           let decision: TransactionDecision<T>;
           try {
@@ -266,9 +291,16 @@ async function runPgTransaction<T>(
   fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>,
 ): Promise<T> {
   let open = true;
+  // pg's status from the server's last ReadyForQuery: 'I' idle (no transaction block), 'T' in one,
+  // 'E' in a failed one. An older pg without the method is not checked.
+  const status = (connection as { getTransactionStatus?: () => unknown }).getTransactionStatus;
   const tx = guarded(
     async (text, params) => fromPg(await connection.query({ text, values: params ? [...params] : [] })),
     () => open,
+    () => {
+      const current = typeof status === 'function' ? status.call(connection) : undefined;
+      return typeof current === 'string' ? current !== 'I' : undefined;
+    },
   );
   try {
     await connection.query({ text: 'BEGIN' });

@@ -673,6 +673,45 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         await expect(kept?.query('SELECT 1')).rejects.toThrow(/transaction is over/);
       });
 
+      // Was a defect: a ROLLBACK or COMMIT sent through `tx` ended the store's transaction and the
+      // session went on in autocommit. Every later statement of the handler committed on its own, and
+      // so did the completion: a late executor's writes persisted although the call answered
+      // { committed: false }, and a handler that rolled its writes back got its response stored as
+      // if they had happened. The handle now refuses to go on once the transaction is no longer open.
+      for (const ending of ['ROLLBACK', 'COMMIT']) {
+        it(`refuses to go on after the handler sent ${ending} through tx: nothing after it commits on its own`, async () => {
+          const id = freshId();
+          const marker = randomUUID();
+          await store.claim({ id, token: 'old', fingerprint: '', leaseMs: 5_000 });
+          await expire(id);
+          await store.claim({ id, token: 'new', fingerprint: '', leaseMs: 5_000 });
+          const ended: unknown[] = [];
+          const outcome = store.transaction({ id, token: 'old' }, async (tx) => {
+            await tx.query(ending).catch((error: unknown) => ended.push(error));
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]).catch(() => undefined);
+            return { value: 'late', response: response('late'), retentionMs: 60_000 };
+          });
+          await expect(outcome).rejects.toThrow(TypeError);
+          expect(ended).toEqual([expect.any(TypeError)]);
+          expect(await effectCount(marker)).toBe(0);
+          expect(await store.get(id)).toEqual({ state: 'in_progress', token: 'new', fingerprint: '' });
+        });
+      }
+
+      it('never stores the response of a handler that rolled its own writes back through tx', async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const outcome = store.transaction({ id, token: 't' }, async (tx) => {
+          await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+          await tx.query('ROLLBACK').catch(() => undefined);
+          return { value: 'ok', response: response('ok'), retentionMs: 60_000 };
+        });
+        await expect(outcome).rejects.toThrow(/ended the store's transaction/);
+        expect(await effectCount(marker)).toBe(0);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+      });
+
       it('runs through the engine: one execution, the write and the replay agree', async () => {
         const engine = createIdempotency({ store, heartbeat: false });
         const key = randomUUID();
