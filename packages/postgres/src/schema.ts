@@ -145,6 +145,7 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
       has_table: boolean;
       has_index: boolean;
       has_lease_until: boolean;
+      has_key: boolean;
       read_only: boolean;
     }>(
       `SELECT to_regclass($1) IS NOT NULL AS has_table,
@@ -156,7 +157,11 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
                WHERE x.indrelid = to_regclass($1) AND x.indnatts = 1 AND a.attname = 'expires_at'
                  AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indisvalid AND m.amname = 'btree') AS has_index,
        EXISTS (SELECT 1 FROM pg_attribute
-               WHERE attrelid = to_regclass($1) AND attname = 'lease_until' AND NOT attisdropped) AS has_lease_until`,
+               WHERE attrelid = to_regclass($1) AND attname = 'lease_until' AND NOT attisdropped) AS has_lease_until,
+       EXISTS (SELECT 1 FROM pg_index x
+               JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
+               WHERE x.indrelid = to_regclass($1) AND x.indisunique AND x.indimmediate AND x.indnkeyatts = 1
+                 AND a.attname = 'id' AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indisvalid) AS has_key`,
       [table.sql],
     );
     // With everything there, a session that may not write (a replica, default_transaction_read_only,
@@ -165,6 +170,15 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
       throw new Error(
         'migrate(): this database session is read-only (a standby, or default_transaction_read_only); ' +
           'the store writes a row per request: connect it to the primary, with a role that may write',
+      );
+    }
+    // A table of that name made by something else: without a unique key on id alone (immediate, not
+    // partial), every claim fails (ON CONFLICT (id) has no arbiter, 42P10) and every request is a
+    // 503. Say it now rather than report the table ready.
+    if (rows[0]?.has_table === true && rows[0]?.has_key !== true) {
+      throw new Error(
+        `migrate(): table ${table.name} exists but has no unique key on id alone, which every claim needs ` +
+          '(ON CONFLICT (id)); it was not made by migrate() or schema.sql: add PRIMARY KEY (id), or name another table',
       );
     }
     if (rows[0]?.has_table !== true) await tx.query(createTable);

@@ -136,6 +136,42 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         }
       });
 
+      // Was a defect: migrate() looked only for the table's name. A table of that name without a
+      // unique key on `id` (made by another tool, or by hand without PRIMARY KEY) passed it, and then
+      // every claim failed (42P10: ON CONFLICT (id) needs a unique index on id alone), so every
+      // request was a 503 after a deploy that reported the table ready. It is refused at migrate() now.
+      it('migrate() refuses a table of that name that has no unique key on id alone', async () => {
+        const keyless = `${table}_keyless`;
+        try {
+          for (const key of ['', ', UNIQUE (id, token)', ', UNIQUE (id) DEFERRABLE INITIALLY DEFERRED']) {
+            await sql(client, `DROP TABLE IF EXISTS "${keyless}"`);
+            await sql(
+              client,
+              `CREATE TABLE "${keyless}" (id text NOT NULL, state text NOT NULL, token text NOT NULL,
+                 fingerprint text NOT NULL, status integer, headers jsonb, body bytea,
+                 expires_at timestamptz NOT NULL, lease_until timestamptz${key})`,
+            );
+            await expect(migrate(client, { table: keyless }), key).rejects.toThrow(/unique key on id/);
+          }
+          // A unique index of its own on id will do, whatever its name.
+          await sql(client, `DROP TABLE "${keyless}"`);
+          await sql(
+            client,
+            `CREATE TABLE "${keyless}" (id text NOT NULL, state text NOT NULL, token text NOT NULL,
+               fingerprint text NOT NULL, status integer, headers jsonb, body bytea,
+               expires_at timestamptz NOT NULL, lease_until timestamptz)`,
+          );
+          await sql(client, `CREATE UNIQUE INDEX "${keyless}_by_id" ON "${keyless}" (id)`);
+          await migrate(client, { table: keyless });
+          const keyed = postgresStore({ client, table: keyless });
+          expect(await keyed.claim({ id: 'x', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({
+            claimed: true,
+          });
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${keyless}"`);
+        }
+      });
+
       it('migrate() adds lease_until to a table of an older version, whose rows keep working', async () => {
         const older = `${table}_older`;
         try {
