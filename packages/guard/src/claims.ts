@@ -42,6 +42,12 @@ function audienceList(value: unknown): string[] | undefined {
   return value as string[];
 }
 
+// A scope claim: a space-delimited string, or an array of scope tokens. An array item holding a space
+// is no scope token (RFC 6749 §3.3): here it would be one scope nobody can require, and behind the
+// gateway, which passes scopes on as one space-delimited string, two scopes the edge never granted.
+const isScopeList = (value: unknown): boolean =>
+  isWordList(value) && (typeof value === 'string' || (value as string[]).every((item) => !item.includes(' ')));
+
 // A claim the token itself carries. The payload is a plain object, so `payload.constructor` or
 // `payload.toString` would be what every object inherits: a rule requiring a claim of that name
 // would pass a token without it.
@@ -75,8 +81,8 @@ export function checkClaims(
   }
   // RFC 9068 makes `scope` one space-delimited string; Duende IdentityServer emits an array of them by
   // default. Read alike (the principal takes each item as one scope); anything else is refused.
-  if (payload.scope !== undefined && !isWordList(payload.scope)) return 'claim_invalid';
-  if (payload.scp !== undefined && !isWordList(payload.scp)) return 'claim_invalid';
+  if (payload.scope !== undefined && !isScopeList(payload.scope)) return 'claim_invalid';
+  if (payload.scp !== undefined && !isScopeList(payload.scp)) return 'claim_invalid';
   for (const name of profile.requiredClaims) if (ownClaim(payload, name) === undefined) return 'claim_invalid';
   for (const [name, accepted] of profile.claimValues) {
     if (!accepted.includes(ownClaim(payload, name) as ClaimValue)) return 'claim_invalid';

@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { createGuard, createInternalTokenIssuer, createInternalVerifier, requireScopes } from '../src/index.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
+
+const GATEWAY = 'https://gateway.example';
+
+// The gateway passes the caller's scopes on as one space-delimited `scope` string, which the service
+// splits again. An array item holding a space is one (unusable) scope at the edge and two behind it:
+// the service would grant what the gateway never saw.
+describe('scope arrays across the gateway', () => {
+  for (const claim of ['scope', 'scp'] as const) {
+    it(`a ${claim} array item holding a space is refused at the edge, not split behind it`, async () => {
+      const clock = manualClock();
+      const edge = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+      const internalTokens = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now });
+      const service = createInternalVerifier({
+        issuer: GATEWAY,
+        audience: 'orders',
+        jwks: () => internalTokens.jwks(),
+        now: clock.now,
+      });
+      const token = makeToken({ claims: { scope: undefined, [claim]: ['orders:read orders:write'] } });
+      const atEdge = await edge.verify(token);
+      if (atEdge.ok) {
+        // Accepted at the edge: the service behind must see the same scopes, never more.
+        expect(edge.authorize(atEdge.principal, [requireScopes('orders:write')]).ok).toBe(false);
+        const internal = await internalTokens.mint(atEdge.principal, { audience: 'orders' });
+        const behind = await service.verify(internal);
+        if (!behind.ok) throw new Error(behind.error.code);
+        expect([...behind.principal.scope]).toEqual([...atEdge.principal.scope]);
+      }
+      expect(atEdge.ok ? 'ok' : atEdge.error.code).toBe('claim_invalid');
+      // Items without a space still pass, as Duende writes them.
+      const plain = await edge.verify(makeToken({ claims: { scope: undefined, [claim]: ['orders:read', 'a:b'] } }));
+      expect(plain.ok ? [...plain.principal.scope] : plain.error.code).toEqual(['orders:read', 'a:b']);
+    });
+  }
+});
