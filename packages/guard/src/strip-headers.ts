@@ -1,5 +1,18 @@
-// The client address in the single-value spellings proxies and CDNs write.
-const clientAddressHeaders = ['x-real-ip', 'true-client-ip', 'cf-connecting-ip', 'x-client-ip'] as const;
+// The client address in the single-value spellings proxies and CDNs write, and every header
+// request-ip (the library most Node services take the client address from) reads: it reads
+// `fastly-client-ip` before `true-client-ip` and `x-real-ip`, so one left out is the one it believes.
+const clientAddressHeaders = [
+  'x-real-ip',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'x-client-ip',
+  'fastly-client-ip',
+  'x-cluster-client-ip',
+  'x-forwarded',
+  'forwarded-for',
+  'x-appengine-user-ip',
+  'cf-pseudo-ipv4',
+] as const;
 
 // What well-known authenticating proxies write for the services behind them: a service deployed
 // behind one of them (or moved from one) may still trust these. Apache and CGI `REMOTE_USER` and

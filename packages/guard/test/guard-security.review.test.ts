@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { createGuard, createInternalTokenIssuer, createInternalVerifier, requireScopes } from '../src/index.js';
+import {
+  createGuard,
+  createInternalTokenIssuer,
+  createInternalVerifier,
+  requireScopes,
+  stripIdentityHeaders,
+} from '../src/index.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from './support/tokens.js';
 
 const GATEWAY = 'https://gateway.example';
@@ -35,4 +41,27 @@ describe('scope arrays across the gateway', () => {
       expect(plain.ok ? [...plain.principal.scope] : plain.error.code).toEqual(['orders:read', 'a:b']);
     });
   }
+});
+
+// request-ip (the npm package most Node services use for the client address) reads, in order:
+// x-client-ip, x-forwarded-for, cf-connecting-ip, fastly-client-ip, true-client-ip, x-real-ip,
+// x-cluster-client-ip, x-forwarded, forwarded-for, forwarded, x-appengine-user-ip, cf-pseudo-ipv4.
+// With the others stripped, a client's own Fastly-Client-IP was the address a service behind the
+// gateway logged, rate-limited and allowlisted.
+describe('client address headers', () => {
+  const spoofed = {
+    'Fastly-Client-IP': '10.0.0.1',
+    'x-cluster-client-ip': '10.0.0.2',
+    'X-Forwarded': 'for=10.0.0.3',
+    'forwarded-for': '10.0.0.4',
+    'x-appengine-user-ip': '10.0.0.5',
+    'Cf-Pseudo-IPv4': '10.0.0.6',
+    accept: 'application/json',
+  };
+
+  it('strips every client address header request-ip reads; keepForwarded keeps them as a proxy wrote them', () => {
+    expect(stripIdentityHeaders(spoofed)).toEqual({ accept: 'application/json' });
+    expect(stripIdentityHeaders(spoofed, { keepForwarded: true })).toEqual(spoofed);
+    expect(stripIdentityHeaders({ fastly_client_ip: '10.0.0.1' }, { keepForwarded: true })).toEqual({});
+  });
 });
