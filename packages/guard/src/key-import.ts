@@ -1,4 +1,4 @@
-import { createHash, createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto';
 import { importJWK, type JWK } from 'jose';
 import {
   ecCurveOf,
@@ -296,6 +296,12 @@ export async function importKeySet(input: unknown, policy: KeyPolicy): Promise<K
  * const jwk = pemToJwk(readFileSync('issuer.pub', 'utf8'));
  */
 export function pemToJwk(pem: string): Record<string, unknown> {
+  // createPublicKey derives the public half of a private key without a word: taken so, the signing key
+  // (the gateway's, an identity provider's) sits in every verifier's configuration, as a private JWK,
+  // which is refused, never does.
+  if (parsesAsPrivateKey(pem)) {
+    throw new TypeError('publicKeys: a PEM entry is a private key; configure its public key (SPKI) or certificate');
+  }
   let keyObject: KeyObject;
   try {
     keyObject = createPublicKey(pem);
@@ -303,6 +309,16 @@ export function pemToJwk(pem: string): Record<string, unknown> {
     throw new TypeError('publicKeys: a PEM entry is not a public key or certificate', { cause });
   }
   return publicJwkOf(keyObject);
+}
+
+function parsesAsPrivateKey(pem: string): boolean {
+  try {
+    createPrivateKey(pem);
+    return true;
+  } catch {
+    // A public key, a certificate, or no key at all: createPublicKey below tells them apart.
+    return false;
+  }
 }
 
 // The members of a public JWK (RFC 7518 6.2.1, 6.3.1; RFC 8037 2), and nothing else.

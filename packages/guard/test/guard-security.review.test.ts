@@ -1,3 +1,4 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
   createGuard,
@@ -63,5 +64,43 @@ describe('client address headers', () => {
     expect(stripIdentityHeaders(spoofed)).toEqual({ accept: 'application/json' });
     expect(stripIdentityHeaders(spoofed, { keepForwarded: true })).toEqual(spoofed);
     expect(stripIdentityHeaders({ fastly_client_ip: '10.0.0.1' }, { keepForwarded: true })).toEqual({});
+  });
+});
+
+// A private JWK among the configured keys is refused ("holds private or symmetric material"), and so is
+// a fetched set holding one. A private key in PEM was taken silently, its public half derived: the
+// gateway's signing key copied to every service (or an identity provider's to every gateway), where
+// whoever reads one service's configuration mints tokens that every other service accepts.
+describe('private key material given as a public key', () => {
+  const ed = generateKeyPairSync('ed25519').privateKey;
+  const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+  const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
+  const privatePems = {
+    'PKCS#8 Ed25519': ed.export({ type: 'pkcs8', format: 'pem' }) as string,
+    'PKCS#1 RSA': rsa.export({ type: 'pkcs1', format: 'pem' }) as string,
+    'SEC1 EC': ec.export({ type: 'sec1', format: 'pem' }) as string,
+  };
+
+  for (const [label, pem] of Object.entries(privatePems)) {
+    it(`a ${label} private key PEM is refused at construction, by the guard and by the internal verifier`, () => {
+      expect(() => createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, publicKeys: [pem] }] })).toThrow(
+        TypeError,
+      );
+      expect(() =>
+        createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, publicKeys: [{ pem, kid: 'k1' }] }] }),
+      ).toThrow(TypeError);
+      expect(() => createInternalVerifier({ issuer: GATEWAY, audience: 'orders', keys: [pem] })).toThrow(TypeError);
+    });
+  }
+
+  it('public key PEMs and certificates still load', () => {
+    const spki = generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'pem' }) as string;
+    const pkcs1 = generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey.export({
+      type: 'pkcs1',
+      format: 'pem',
+    }) as string;
+    expect(() =>
+      createGuard({ audience: AUDIENCE, issuers: [{ issuer: ISSUER, publicKeys: [spki, pkcs1] }] }),
+    ).not.toThrow();
   });
 });
