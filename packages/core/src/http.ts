@@ -1459,6 +1459,19 @@ export function readRequestBody(req: IncomingMessage, maxBytes: number): Promise
     return Promise.resolve({ ok: true, body: undefined });
   }
   if (!carriesBody(req)) return Promise.resolve({ ok: true, body: undefined });
+  // A chunked body may be empty (`0\r\n\r\n` alone), and its last chunk may sit in the packet whose
+  // head is being parsed while this runs. A listener added now would read the ended, empty request
+  // on the next tick, and its 'end' would go out before the body parser listens: nothing can be put
+  // back to take it back (see readAvailable), and the parser finds the request closed (body-parser
+  // leaves no body, @koa/bodyparser answers 499). Looked at once the packet is parsed, it is whole
+  // and untouched, and left to the parser.
+  if (!Number.isFinite(declared) && req.httpVersionMajor !== 2) {
+    return Promise.resolve().then(() =>
+      req.readableEnded || (req.complete && req.readableLength === 0)
+        ? { ok: true, body: undefined }
+        : startReading(req, maxBytes, 'readable'),
+    );
+  }
   return startReading(req, maxBytes, 'readable');
 }
 
@@ -1608,6 +1621,9 @@ function joined(chunks: Buffer[]): Buffer {
 function readAvailable(this: BodyReading<IncomingMessage>) {
   const req = this.stream;
   for (;;) {
+    // Never a read of nothing: on an ended request it schedules 'end', which no bytes put back can
+    // then cancel, and an empty chunked body would reach the parser as a closed request.
+    if (req.readableLength === 0) break;
     const chunk: Buffer | null = req.read();
     if (chunk === null) break;
     this.size += chunk.length;
