@@ -2408,6 +2408,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
   const res = this.res;
   // Past the last declared byte (see writeLast), which already settled the outcome.
   if (this.ended && !this.hold) return afterTail(this, this.originalWrite, chunk, encoding, callback);
+  if (this.ended) return heldAfterEnd(callbackOf(encoding, callback, undefined));
   if (this.closedEarly && !this.hold) {
     streamedIntoClosed.call(this);
     return this.originalWrite.call(res, chunk, encoding, callback);
@@ -2426,6 +2427,11 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     if (this.status === undefined) onHead(this, [res.statusCode]);
     const cb = typeof encoding === 'function' ? encoding : callback;
     if (typeof cb === 'function') process.nextTick(cb as () => void);
+    // Held too, a response framed by its Content-Length is whole at its last declared byte (see
+    // writeLast): a handler may never call end(), and waiting for it held the answer, and the
+    // transaction, until maxExecution gave up on a handler that had answered.
+    const length = this.eventStream ? undefined : declaredLength(this);
+    if (length !== undefined && this.size >= length) capturedEnd.call(this);
     return true;
   }
   if (!this.eventStream) {
@@ -2472,6 +2478,14 @@ function writeTail(state: CaptureState, callback: unknown) {
   state.tail = undefined;
   restore(state);
   if (tail !== undefined) state.originalWrite.call(state.res, tail, callback);
+}
+
+// A write or end after a held response ended: taken as Node takes one after its end, a no-op. Let
+// through, it reached Node while the answer was still held: Node sent an empty answer of the status
+// at hand, and the committed one, which the retries replay, never went out.
+function heldAfterEnd(callback: unknown): boolean {
+  if (typeof callback === 'function') process.nextTick(callback as () => void);
+  return true;
 }
 
 // A write or end after the last declared byte: behind that byte while it is held.
@@ -2526,6 +2540,10 @@ function cutShort(state: CaptureState, status: number): boolean {
 
 function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, callback?: unknown) {
   const res = this.res;
+  if (this.ended && this.hold) {
+    heldAfterEnd(callbackOf(chunk, encoding, callback));
+    return res;
+  }
   if (this.ended) return afterTail(this, this.originalEnd, chunk, encoding, callback);
   // What Node cannot write (a number, an object) it refuses at the call, and so does this end, before
   // the response counts as ended: deferred behind the store's answer, Node's throw would be an
