@@ -682,6 +682,65 @@ describe('docs/guides/express.md: idempotencyErrors() and the thrown handler', (
   });
 });
 
+describe('docs/guides/express.md: a mount path with parameters', () => {
+  // "Express keeps no template of a mount path ... a key reused for another tenant is another
+  // operation, which runs (on Fastify ... the template `/tenants/:tid/charges` is the operation, and
+  // that reuse is a 422)".
+  it('is concrete on Express (the reuse for another tenant runs) and a template on Fastify (the reuse is 422)', async () => {
+    const page = pageOf('express');
+    expect(page).toContain("app.use('/tenants/:tid', router)");
+    const runs = { express: 0, fastify: 0 };
+    const operations = { express: [] as string[], fastify: [] as string[] };
+    const onEvent = (framework: 'express' | 'fastify') => (event: { type: string; operation?: string }) => {
+      if (event.type === 'claim') operations[framework].push(event.operation as string);
+    };
+
+    const app = express();
+    const router = express.Router({ mergeParams: true });
+    router.post(
+      '/charges',
+      expressIdempotency({ store: memoryStore(), scope: () => 'demo', onEvent: onEvent('express') }),
+      (_req, res) => {
+        runs.express++;
+        res.status(201).json({});
+      },
+    );
+    app.use('/tenants/:tid', router);
+    const expressUrl = await serve(app);
+
+    const fastify = Fastify();
+    await fastify.register(fastifyIdempotency, {
+      store: memoryStore(),
+      scope: () => 'demo',
+      onEvent: onEvent('fastify'),
+    });
+    await fastify.register(
+      async (tenant) => {
+        tenant.post('/charges', async (_request, reply) => {
+          runs.fastify++;
+          return reply.code(201).send({});
+        });
+      },
+      { prefix: '/tenants/:tid' },
+    );
+    const fastifyUrl = await serve(fastify);
+
+    for (const [framework, url] of [
+      ['express', expressUrl],
+      ['fastify', fastifyUrl],
+    ] as const) {
+      expect((await fetch(`${url}/tenants/1/charges`, json('"t-1"', { amount: 1 }))).status, framework).toBe(201);
+    }
+    expect((await fetch(`${expressUrl}/tenants/2/charges`, json('"t-1"', { amount: 1 }))).status).toBe(201);
+    expect((await fetch(`${fastifyUrl}/tenants/2/charges`, json('"t-1"', { amount: 1 }))).status).toBe(422);
+    expect(runs).toEqual({ express: 2, fastify: 1 });
+    expect(operations).toEqual({
+      express: ['POST /tenants/1/charges', 'POST /tenants/2/charges'],
+      fastify: ['POST /tenants/:tid/charges'],
+    });
+  });
+});
+
 describe('docs/guides/fastify.md: the snippets', () => {
   it('Setup: /charges replays, /webhooks is left alone, /quotes takes no key, /payouts keeps its outcome 7 days', async () => {
     let at = Date.parse('2026-01-01T00:00:00Z');

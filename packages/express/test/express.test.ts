@@ -599,6 +599,27 @@ describe('@idem/express specifics', () => {
     });
   });
 
+  // docs/guides/express.md: a mount path with parameters is in the operation as the request spelled
+  // it (Express keeps no template of a mount path), unlike on Fastify and Koa.
+  it('mounted on a route of a router whose mount path has parameters: each concrete mount path is its own operation', async () => {
+    const app = express();
+    const tenant = express.Router({ mergeParams: true });
+    let runs = 0;
+    const events: IdempotencyEvent[] = [];
+    tenant.post('/charges', idempotency(options({ onEvent: (event) => events.push(event) })), (_req, res) => {
+      runs++;
+      res.status(201).json({ id: `ch_${runs}` });
+    });
+    app.use('/tenants/:tid', tenant);
+    await serve(app, async (url) => {
+      expect((await post(`${url}/tenants/1/charges`, 'tenant-1', ['{"amount":1}'])).status).toBe(201);
+      expect((await post(`${url}/tenants/2/charges`, 'tenant-1', ['{"amount":1}'])).status).toBe(201);
+      expect(runs).toBe(2);
+      const operations = events.filter((event) => event.type === 'claim').map((event) => event.operation);
+      expect(operations).toEqual(['POST /tenants/1/charges', 'POST /tenants/2/charges']);
+    });
+  });
+
   it('follows the app routing settings: with case sensitive and strict routing, other spellings are other operations', async () => {
     const app = express();
     app.set('case sensitive routing', true);
