@@ -139,7 +139,24 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
   }
   let origin: string | undefined;
   if (options.origin !== undefined) {
-    const url = new URL(options.origin);
+    // An origin and nothing else: `localhost:3000` parses as a URL of scheme `localhost:` whose origin
+    // is "null" (every proof then refused, without a word), and a path would be dropped in silence.
+    const url = URL.canParse(String(options.origin)) ? new URL(String(options.origin)) : undefined;
+    if (
+      url === undefined ||
+      (url.protocol !== 'https:' && url.protocol !== 'http:') ||
+      url.pathname !== '/' ||
+      url.search !== '' ||
+      url.hash !== '' ||
+      url.username !== '' ||
+      url.password !== '' ||
+      String(options.origin).endsWith('?') ||
+      String(options.origin).endsWith('#')
+    ) {
+      throw new TypeError(
+        `dpop.origin must be an http(s) origin such as https://api.example, without a path: not ${JSON.stringify(options.origin)}`,
+      );
+    }
     origin = url.origin;
   }
   return {

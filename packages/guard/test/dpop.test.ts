@@ -55,6 +55,26 @@ function code(result: GuardResult): string {
 }
 
 describe('DPoP (case 52)', () => {
+  // Was a defect: `origin: 'localhost:3000'` parsed as a URL of scheme `localhost:` whose origin is
+  // "null", so every proof was refused (invalid htu) with no word at startup; a path
+  // (`https://api.example/v1`) was dropped in silence, and `htu` then never carried it.
+  it('refuses an origin that is no http(s) origin at construction, and takes one with a trailing slash', () => {
+    for (const origin of [
+      'localhost:3000',
+      'api.example',
+      'ftp://api.example',
+      'https://api.example/v1',
+      'https://user:pw@api.example',
+      'https://api.example/?x=1',
+      'https://api.example/#top',
+    ]) {
+      expect(() => setup({ origin }), origin).toThrow(TypeError);
+    }
+    for (const origin of ['https://api.example', 'https://api.example/', 'http://127.0.0.1:8080']) {
+      expect(() => setup({ origin }), origin).not.toThrow();
+    }
+  });
+
   // Was a defect: without `origin`, the proof's `htu` was compared with `http://` + Host, and an
   // HTTP/2 request has no Host, only `:authority`: every proof over HTTP/2 was refused.
   it('without origin, an HTTP/2 request is matched by its :authority', async () => {
