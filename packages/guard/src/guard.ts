@@ -879,7 +879,8 @@ export const internalTokenType = 'internal+jwt';
  *   audience: 'https://api.example',
  *   issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/.well-known/jwks.json' }],
  * });
- * const result = await guard.authenticate({ headers: req.headers, url: req.url });
+ * // The method too: a DPoP proof is checked against it (without it, as a GET's).
+ * const result = await guard.authenticate({ headers: req.headers, url: req.url, method: req.method });
  * if (!result.ok) res.writeHead(result.error.status, { 'www-authenticate': result.error.wwwAuthenticate });
  */
 export function createGuard(options: GuardOptions): Guard {

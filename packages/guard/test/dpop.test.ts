@@ -116,6 +116,19 @@ describe('DPoP (case 52)', () => {
     expect(code(again)).toBe('ok');
   });
 
+  // docs/guard.md (htm) and GuardRequest.method: without a method the proof is checked as a GET's.
+  it("checks a request without a method as a GET's: a GET proof passes, a POST proof does not", async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const without = (htm: string) =>
+      guard.authenticate({
+        url: '/orders',
+        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, htm }, clock.seconds()) },
+      });
+    expect(code(await without('GET'))).toBe('ok');
+    expect(code(await without('POST'))).toBe('dpop_proof_invalid');
+  });
+
   it('refuses htm, htu, ath, iat, typ, alg, key and signature mismatches', async () => {
     const { clock, guard } = setup({ maxAge: 60 });
     const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
