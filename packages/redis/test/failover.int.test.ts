@@ -246,13 +246,16 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
   // write, in the same pipeline), off by default because a standalone Redis has no replica to wait
   // for and every write would be a 503; the tests below and 'one replica' run this same failover
   // with it on and lose nothing. docs/stores.md ("Failover: Sentinel and managed Redis").
-  it.runIf(chaos).fails('a planned SENTINEL FAILOVER loses no outcome answered as stored (store defaults)', async () => {
-    const client = connect();
-    const load = startLoad(engineOn(client));
-    await throughPlannedFailover(setup, load);
-    expect(load.others()).toEqual([]);
-    expect(await load.silentDuplicates()).toEqual([]);
-  });
+  it.runIf(chaos).fails(
+    'a planned SENTINEL FAILOVER loses no outcome answered as stored (store defaults)',
+    async () => {
+      const client = connect();
+      const load = startLoad(engineOn(client));
+      await throughPlannedFailover(setup, load);
+      expect(load.others()).toEqual([]);
+      expect(await load.silentDuplicates()).toEqual([]);
+    },
+  );
 
   it('holds: a planned SENTINEL FAILOVER with waitForReplicas for every replica (count 2) loses nothing silently: a handler that runs twice was reported the first time', async () => {
     const client = connect({ failoverDetector: true });
