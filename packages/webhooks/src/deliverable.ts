@@ -32,6 +32,9 @@ export function assertDeliverable(message: Deliverable): void {
   assertSendableHeaders(message.headers, message.contentType);
 }
 
+// Hop-by-hop fields the connection owns: undici throws for any value of them (`expect` as not supported).
+const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep-alive', 'upgrade', 'expect']);
+
 /**
  * Throws a `TypeError` for headers fetch would refuse (a bad name or value, a value that is not a
  * string) or a content type that is not a string: checked once, where they are given.
@@ -52,6 +55,9 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
   for (const [name, value] of entries) {
     try {
       new Headers([[name, value]]);
+      // Node's fetch (undici) takes these into a Headers object but refuses them when it sends, so
+      // every attempt would fail as a network error until the horizon.
+      if (refusedWhenSent.has(name.toLowerCase())) throw new TypeError(name);
     } catch {
       const which =
         name === 'content-type' && contentType !== undefined ? 'contentType' : `header ${JSON.stringify(name)}`;

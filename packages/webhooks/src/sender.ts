@@ -181,7 +181,12 @@ const RESPONSE_SNIPPET_BYTES = 1024;
  */
 function lowerCaseNames(headers: Record<string, string>): Record<string, string> {
   const lowered: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) lowered[name.toLowerCase()] = value;
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    // fetch counts the body itself: a caller's length can only agree with it, or make undici refuse
+    // every attempt (a body length that does not match), so it is never sent.
+    if (lower !== 'content-length') lowered[lower] = value;
+  }
   return lowered;
 }
 

@@ -1,0 +1,66 @@
+// Review: what the sender puts on the wire, checked against a real HTTP server and Node's own fetch.
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createSender } from '../src/index.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (closers.length) await closers.pop()!();
+});
+
+/** A real endpoint that answers 204 and keeps the headers and body size of every request. */
+async function endpoint() {
+  const seen: { headers: IncomingHttpHeaders; bytes: number }[] = [];
+  const server = createServer(async (request, response) => {
+    let bytes = 0;
+    for await (const chunk of request) bytes += (chunk as Buffer).length;
+    seen.push({ headers: request.headers, bytes });
+    response.statusCode = 204;
+    response.end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  closers.push(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`, seen };
+}
+
+const body = '{"type":"payment.succeeded"}';
+
+describe('headers no attempt could send', () => {
+  // Node's fetch (undici) accepts these in `new Headers()` but refuses them when it sends, on every
+  // attempt: such a message was retried as a network-error until the horizon (24 h by default).
+  it.each([
+    ['transfer-encoding', 'chunked'],
+    ['Keep-Alive', 'timeout=5'],
+    ['upgrade', 'websocket'],
+    ['expect', '100-continue'],
+  ])('refuses %s before any request goes out, as the docs promise', async (name, value) => {
+    const { url, seen } = await endpoint();
+    const sender = createSender({ secret: SECRET, schedule: { maxAttempts: 2, base: '1ms', cap: '1ms' } });
+    await expect(sender.send({ url, id: 'evt_hop', body, headers: { [name]: value } })).rejects.toThrow(TypeError);
+    expect(() => createSender({ secret: SECRET, headers: { [name]: value } })).toThrow(TypeError);
+    expect(seen).toHaveLength(0);
+  });
+
+  // fetch counts the body itself; a caller's Content-Length can only agree with it or break every
+  // attempt (undici: "Request body length does not match content-length header").
+  it('sends the length of the body it sends, whatever Content-Length a caller gave', async () => {
+    const { url, seen } = await endpoint();
+    const sender = createSender({ secret: SECRET, schedule: { maxAttempts: 1 } });
+    const wrong = await sender.send({ url, id: 'evt_len', body, headers: { 'Content-Length': '3' } });
+    expect(wrong.outcome).toBe('delivered');
+    const right = await sender.send({ url, id: 'evt_len2', body, headers: { 'content-length': String(body.length) } });
+    expect(right.outcome).toBe('delivered');
+    expect(seen.map((request) => [request.headers['content-length'], request.bytes])).toEqual([
+      [String(body.length), body.length],
+      [String(body.length), body.length],
+    ]);
+  });
+});
