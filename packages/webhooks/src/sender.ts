@@ -297,6 +297,8 @@ export function createSender(options: SenderOptions): Sender {
     const outer = attemptOptions.signal;
     const forward = () => controller.abort(outer?.reason);
     outer?.addEventListener('abort', forward, { once: true });
+    // An abort event never comes for a signal aborted already: without this the request went out.
+    if (outer?.aborted) forward();
     const finish = (
       record: Omit<AttemptRecord, 'attempt' | 'startedAt' | 'timestamp' | 'durationMs'>,
     ): AttemptRecord => ({ attempt: number, startedAt, timestamp, durationMs: elapsed() - begunAt, ...record });

@@ -64,3 +64,13 @@ describe('headers no attempt could send', () => {
     ]);
   });
 });
+
+describe('sender.attempt() with a signal', () => {
+  it('makes no request when the signal was aborted before the attempt, and says so', async () => {
+    const { url, seen } = await endpoint();
+    const sender = createSender({ secret: SECRET });
+    const record = await sender.attempt({ url, id: 'evt_abort', body }, 1, { signal: AbortSignal.abort() });
+    expect(record).toMatchObject({ result: 'network-error', error: 'aborted by the caller' });
+    expect(seen).toHaveLength(0);
+  });
+});
