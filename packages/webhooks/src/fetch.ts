@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { WebhookError } from './errors.js';
 import { type GlueOptions, glueErrorResponse } from './glue.js';
-import { defaultBodyLimit, readBodyStream } from './raw-body.js';
+import { bodyLimitOf, readBodyStream } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /**
@@ -15,7 +15,7 @@ import type { Receiver, ReceiverResponse } from './receiver.js';
  * export const POST = (request: Request) => handle(request); // a Next.js route handler
  */
 export function fetchWebhook(receiver: Receiver, options: GlueOptions = {}) {
-  const limit = options.limit ?? defaultBodyLimit;
+  const limit = bodyLimitOf(options.limit);
   return async (request: Request): Promise<Response> => {
     let response: ReceiverResponse;
     try {

@@ -18,6 +18,18 @@ export interface RawBodyOptions {
   limit?: number | undefined;
 }
 
+/**
+ * The glue's body limit in bytes: `limit`, or the default when it is undefined. Anything else that
+ * is not a non-negative integer throws a `TypeError`: compared against sizes, a string (`'1mb'`, as
+ * body parsers take it) or NaN is never exceeded, and would switch the limit off.
+ */
+export function bodyLimitOf(limit: number | undefined): number {
+  const resolved = limit ?? defaultBodyLimit;
+  if (!Number.isSafeInteger(resolved) || resolved < 0)
+    throw new TypeError('limit must be a non-negative integer number of bytes');
+  return resolved;
+}
+
 /** The `body_too_large` error for a body over `limit` bytes. */
 export const bodyTooLarge = (limit: number): WebhookError =>
   new WebhookError('body_too_large', `The webhook body is larger than ${limit} bytes.`, { details: { limit } });
@@ -68,9 +80,7 @@ export async function readRawBody(
   request: IncomingMessage | Http2ServerRequest,
   options: RawBodyOptions = {},
 ): Promise<Buffer> {
-  const limit = options.limit ?? defaultBodyLimit;
-  if (!Number.isSafeInteger(limit) || limit < 0)
-    throw new TypeError('limit must be a non-negative integer number of bytes');
+  const limit = bodyLimitOf(options.limit);
   if (request.readableDidRead || request.readableEnded) throw alreadyRead();
   return readBodyStream(request, request.headers['content-encoding'], request.headers['content-length'], limit);
 }
@@ -149,7 +159,7 @@ export async function decodeBody(
   encoding: string | undefined,
   options: RawBodyOptions = {},
 ): Promise<Buffer> {
-  const limit = options.limit ?? defaultBodyLimit;
+  const limit = bodyLimitOf(options.limit);
   const decoder = decoderFor(encoding);
   if (decoder === undefined) {
     if (body.length > limit) throw bodyTooLarge(limit);
