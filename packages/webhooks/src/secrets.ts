@@ -151,7 +151,18 @@ function ed25519Public(bytes: Buffer): ParsedSecret {
  * key.version; // 'v1'
  */
 export function parseSecret(secret: WebhookSecret): ParsedSecret {
-  if (secret instanceof Uint8Array) return hmacKey(secret);
+  if (secret instanceof Uint8Array) {
+    // The bytes of a secret's text (a secret file read without an encoding) would load as a key no
+    // sender uses, and every delivery would fail as "no matching signature". Random key bytes start
+    // with one of these prefixes about once in 2^40.
+    const head = Buffer.from(secret.buffer, secret.byteOffset, Math.min(secret.byteLength, 6)).toString('latin1');
+    if (['whsec_', 'whsk_', 'whpk_'].some((prefix) => head.startsWith(prefix))) {
+      throw invalid(
+        'The webhook secret is the bytes of its text (a file read without an encoding?); pass the text, a string.',
+      );
+    }
+    return hmacKey(secret);
+  }
   if (typeof secret !== 'string') throw invalid('A webhook secret must be a string or a Uint8Array.');
   if (secret.length === 0) throw invalid('The webhook secret is empty.');
   if (secret.trim() !== secret) {
