@@ -324,8 +324,12 @@ export function createSender(options: SenderOptions): Sender {
       if (controller.signal.aborted && !outer?.aborted)
         return finish({ result: 'timeout', error: `no response within ${timeoutMs}ms` });
       if (outer?.aborted) return finish({ result: 'network-error', error: 'aborted by the caller' });
-      const cause = (error as { cause?: { code?: string } }).cause;
-      return finish({ result: 'network-error', error: cause?.code ?? (error as Error).name ?? 'network error' });
+      // A custom fetch may reject with anything, `undefined` included: read it without assuming an Error.
+      const cause = (error as { cause?: { code?: string } } | null | undefined)?.cause;
+      return finish({
+        result: 'network-error',
+        error: cause?.code ?? (error as Error | null | undefined)?.name ?? 'network error',
+      });
     } finally {
       cancelTimeout();
       outer?.removeEventListener('abort', forward);

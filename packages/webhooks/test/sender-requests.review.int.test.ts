@@ -74,3 +74,18 @@ describe('sender.attempt() with a signal', () => {
     expect(seen).toHaveLength(0);
   });
 });
+
+describe('a fetch that fails without an Error', () => {
+  // send() promises a DeliveryResult for every failed delivery; reading `.cause` off `undefined`
+  // threw inside the catch, and send() rejected instead.
+  it.each([undefined, null, 'refused'])('records a rejection with %s as a network error', async (reason) => {
+    const sender = createSender({
+      secret: SECRET,
+      schedule: { maxAttempts: 1 },
+      fetch: (() => Promise.reject(reason)) as typeof fetch,
+    });
+    const result = await sender.send({ url: 'http://127.0.0.1:9/hooks', id: 'evt_odd', body });
+    expect(result).toMatchObject({ outcome: 'dead-letter', reason: 'max-attempts' });
+    expect(result.attempts[0]).toMatchObject({ result: 'network-error', error: 'network error' });
+  });
+});
