@@ -295,6 +295,16 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     ...(options.onStoreEvent === undefined ? {} : { onEvent: options.onStoreEvent }),
   });
   const retentionMs = engine.settings.retentionMs;
+  // The timestamp window and the recorded id are the replay defence together: a captured delivery is
+  // taken until its stamp is past the window (stamped up to `future` ahead, then `past` and the second
+  // it starts), and only its id refuses it meanwhile. A shorter retention forgets the id while the
+  // replay still passes the window, and it is applied again: no warning can make that right.
+  const { pastMs, futureMs } = verifier.tolerance;
+  if (retentionMs < pastMs + futureMs + 1000) {
+    throw new TypeError(
+      `retention (${retentionMs} ms) must outlast the timestamp tolerance (${pastMs} ms past, ${futureMs} ms future, and 1 s): a replayed delivery inside the window would be applied again`,
+    );
+  }
   const senderHorizonMs = toMilliseconds(options.senderHorizon ?? '76h', 'senderHorizon');
   const transactional = (options.transactional ?? true) && engine.transactional;
   const scope = options.scope ?? 'webhooks';
