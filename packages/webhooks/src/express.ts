@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
-import { bodyLimitOf, readRawBody } from './raw-body.js';
+import { checkGlueOptions, type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
+import { readRawBody } from './raw-body.js';
 import type { Receiver } from './receiver.js';
 
 /** The parts of an Express (or plain Node) request the handler uses. */
@@ -21,8 +21,7 @@ export type ExpressLikeRequest = IncomingMessage & { body?: unknown };
  * app.use(express.json());
  */
 export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
-  // Checked once, here: at the first request it would answer every delivery 500.
-  bodyLimitOf(options.limit);
+  checkGlueOptions(options, 'expressWebhook');
   return async (req: ExpressLikeRequest, res: ServerResponse, next?: (error?: unknown) => void): Promise<void> => {
     let response: Awaited<ReturnType<Receiver['handle']>>;
     try {

@@ -1,8 +1,8 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { carriesBody } from '@idem/core';
-import { type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
-import { bodyLimitOf, bodyTooLarge, decodeBody, readRawBody } from './raw-body.js';
+import { checkGlueOptions, type GlueOptions, glueErrorResponse, requireBuffer } from './glue.js';
+import { bodyTooLarge, decodeBody, readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /** The parts of a Fastify request the handler uses. */
@@ -61,7 +61,7 @@ const hasNoBody = (headers: IncomingHttpHeaders) =>
  * });
  */
 export function fastifyWebhookHandler(receiver: Receiver, options: GlueOptions = {}) {
-  const limit = bodyLimitOf(options.limit);
+  const limit = checkGlueOptions(options, 'fastifyWebhookHandler');
   return async (request: FastifyLikeRequest, reply: FastifyLikeReply): Promise<unknown> => {
     let response: ReceiverResponse;
     try {
@@ -112,8 +112,9 @@ export function fastifyWebhook(receiver: Receiver, options: FastifyWebhookOption
   if (!options || typeof options.path !== 'string' || !options.path.startsWith('/')) {
     throw new TypeError("fastifyWebhook needs a path starting with '/'");
   }
-  const handler = fastifyWebhookHandler(receiver, options);
-  const limit = bodyLimitOf(options.limit);
+  const limit = checkGlueOptions(options, 'fastifyWebhook', ['path']);
+  const { path: _path, ...glue } = options;
+  const handler = fastifyWebhookHandler(receiver, glue);
   return async (instance: FastifyLikeInstance): Promise<void> => {
     instance.removeAllContentTypeParsers();
     // The wire limit also bounds compressed bodies; decodeBody bounds what they expand to.

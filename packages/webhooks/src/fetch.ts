@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { WebhookError } from './errors.js';
-import { type GlueOptions, glueErrorResponse } from './glue.js';
-import { bodyLimitOf, readBodyStream } from './raw-body.js';
+import { checkGlueOptions, type GlueOptions, glueErrorResponse } from './glue.js';
+import { readBodyStream } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /**
@@ -15,7 +15,7 @@ import type { Receiver, ReceiverResponse } from './receiver.js';
  * export const POST = (request: Request) => handle(request); // a Next.js route handler
  */
 export function fetchWebhook(receiver: Receiver, options: GlueOptions = {}) {
-  const limit = bodyLimitOf(options.limit);
+  const limit = checkGlueOptions(options, 'fetchWebhook');
   return async (request: Request): Promise<Response> => {
     let response: ReceiverResponse;
     try {

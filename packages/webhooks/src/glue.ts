@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
-import { notify } from '@idem/core';
+import { assertKnownOptions, notify } from '@idem/core';
 import { isWebhookError, WebhookError } from './errors.js';
+import { bodyLimitOf } from './raw-body.js';
 import { type Receiver, type ReceiverResponse, reportGlueRejection } from './receiver.js';
 
 /** Options shared by the Express, Fastify and Koa glue. */
@@ -14,6 +15,26 @@ export interface GlueOptions {
    * retrying, without a line per delivery attempt.
    */
   onMisconfigured?: ((error: WebhookError) => void) | undefined;
+}
+
+const glueOptionNames = ['limit', 'onMisconfigured'] as const satisfies readonly (keyof GlueOptions)[];
+
+/**
+ * Checks a glue's options when the glue is built, as the factories of the package check theirs: a
+ * misspelt name (`bodyLimit` for `limit`) would otherwise be ignored, its default used in silence.
+ * Returns the body limit. `extra` names the glue's own options besides the shared ones.
+ *
+ * @example
+ * const limit = checkGlueOptions(options, 'expressWebhook');
+ */
+export function checkGlueOptions(options: GlueOptions, glue: string, extra: readonly string[] = []): number {
+  if (options === null || typeof options !== 'object') throw new TypeError(`${glue}: options must be an object`);
+  assertKnownOptions(options, new Set([...glueOptionNames, ...extra]), glue);
+  if (options.onMisconfigured !== undefined && typeof options.onMisconfigured !== 'function') {
+    throw new TypeError(`${glue}: onMisconfigured must be a function`);
+  }
+  // Checked once, here: at the first request it would answer every delivery 500.
+  return bodyLimitOf(options.limit);
 }
 
 // The options objects of routes that already warned. Each glue call holds its own options object

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
-import { type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
-import { bodyLimitOf, readRawBody } from './raw-body.js';
+import { checkGlueOptions, type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
+import { readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
 /** The parts of a Koa context the middleware uses. */
@@ -34,8 +34,7 @@ export interface KoaWebhookOptions extends GlueOptions {
  * app.use(bodyParser());
  */
 export function koaWebhook(receiver: Receiver, options: KoaWebhookOptions = {}) {
-  // Checked once, here: at the first request it would answer every delivery 500.
-  bodyLimitOf(options.limit);
+  checkGlueOptions(options, 'koaWebhook', ['path']);
   const path = options.path;
   return async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {
     if (path !== undefined && (ctx.method !== 'POST' || ctx.path !== path)) {

@@ -29,6 +29,31 @@ describe('glue limit', () => {
     expect(() => fastifyWebhook(r, { path: '/hooks', limit })).toThrow(TypeError);
   });
 
+  // Was a defect: the glue factories took any option name, so `bodyLimit` (Fastify's own name) or
+  // `onMisconfigure` was ignored and its default used in silence, where createReceiver and the
+  // sender refuse an unknown name.
+  it('refuses an unknown option name, with the near one, and a non-function onMisconfigured, in every framework', () => {
+    const r = receiver();
+    const unknown = { bodyLimit: 1024 } as never;
+    for (const build of [
+      () => expressWebhook(r, unknown),
+      () => koaWebhook(r, unknown),
+      () => fetchWebhook(r, unknown),
+      () => fastifyWebhookHandler(r, unknown),
+      () => fastifyWebhook(r, { path: '/hooks', ...(unknown as object) }),
+    ]) {
+      expect(build).toThrow(/unknown option "bodyLimit"/);
+    }
+    expect(() => expressWebhook(r, { onMisconfigure: () => undefined } as never)).toThrow(
+      /did you mean "onMisconfigured"/,
+    );
+    expect(() => koaWebhook(r, { onMisconfigured: 'log' } as never)).toThrow(TypeError);
+    // Each glue's own option is known to it, and only to it.
+    expect(() => koaWebhook(r, { path: '/hooks', limit: 1024 })).not.toThrow();
+    expect(() => fastifyWebhook(r, { path: '/hooks', limit: 1024, onMisconfigured: () => undefined })).not.toThrow();
+    expect(() => expressWebhook(r, { path: '/hooks' } as never)).toThrow(/unknown option "path"/);
+  });
+
   it('decodeBody refuses such a limit as readRawBody does, instead of decompressing without one', async () => {
     await expect(decodeBody(Buffer.from('x'), undefined, { limit: '1mb' as unknown as number })).rejects.toThrow(
       TypeError,
