@@ -32,7 +32,7 @@ export interface ReceivedEvent {
   body: Buffer;
   /** The scope (sender or endpoint) this receiver records ids under. */
   scope: string;
-  /** The body parsed as JSON (throws a `SyntaxError` on a body that is not JSON). */
+  /** The body parsed as JSON, a leading byte order mark ignored (throws a `SyntaxError` on a body that is not JSON). */
   json<T = unknown>(): T;
   /**
    * Aborts when this delivery's claim is lost: its renewal was refused or none confirmed for a whole lease,
@@ -215,6 +215,8 @@ export function reportGlueRejection(receiver: Receiver, error: WebhookError): vo
 // Keyed weakly: a store dropped by the app takes its entry with it.
 const scopesInUse = new WeakMap<Store, Map<string, number>>();
 const ACK_BODY = Buffer.from('{"received":true}');
+const utf8 = new TextDecoder();
+
 const ACK: StoredResponse = { status: 200, headers: { 'content-type': 'application/json' }, body: ACK_BODY };
 
 // The core's title and detail for these two speak of a request's Idempotency-Key and of retrying with
@@ -413,7 +415,9 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
       timestamp,
       body,
       scope,
-      json: <T>() => JSON.parse(body.toString('utf8')) as T,
+      // A leading byte order mark is dropped (TextDecoder's default), as RFC 8259 lets a parser do:
+      // JSON.parse refuses it, and the sender would retry a SyntaxError's 500 to its horizon.
+      json: <T>() => JSON.parse(utf8.decode(body)) as T,
       // A getter: the lease makes its AbortController only when someone asks for it.
       get signal() {
         return lease.signal;

@@ -88,6 +88,26 @@ describe('duplicates (cases 1, 2, 13)', () => {
   });
 });
 
+describe('event.json()', () => {
+  // Was a defect: a body that starts with a UTF-8 byte order mark (which RFC 8259 lets a parser
+  // ignore, and some senders' serialisers write) threw a SyntaxError from json(): apply failed, the
+  // receiver answered 500 and the sender retried the event to its horizon.
+  it('parses a body with a leading byte order mark; the signed bytes stay as sent', async () => {
+    const parsed: unknown[] = [];
+    const bodies: Buffer[] = [];
+    const { deliver } = setup({
+      apply: (event) => {
+        parsed.push(event.json());
+        bodies.push(event.body);
+      },
+    });
+    const withBom = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(paymentBody)]);
+    expect(await deliver('E-bom', withBom)).toMatchObject({ status: 200, outcome: 'applied' });
+    expect(parsed).toEqual([JSON.parse(paymentBody)]);
+    expect(bodies[0]?.equals(withBom)).toBe(true);
+  });
+});
+
 describe('concurrent duplicates (case 3)', () => {
   it('applies once; the others get 409 with Retry-After, and none is acknowledged before the winner commits', async () => {
     let open!: () => void;
