@@ -38,8 +38,12 @@ export function drainable(server: Server): Drain {
   let closing = false;
   const running = new Set<ServerResponse>();
   server.on('request', (_req, res) => {
-    if (closing) res.setHeader('connection', 'close');
-    else running.add(res);
+    // This listener runs after the server's handler, which may have answered at once (a pipelined
+    // request behind a running one, answered "Starting up" or 400): setHeader on a sent head throws,
+    // out of the 'request' event, and the process dies in the middle of its shutdown.
+    if (closing) {
+      if (!res.headersSent) res.setHeader('connection', 'close');
+    } else running.add(res);
     // By 'close' Node has detached the response from its socket, so the socket counts as idle.
     res.once('close', () => {
       running.delete(res);

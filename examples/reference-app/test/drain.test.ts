@@ -1,6 +1,7 @@
 // Shutdown: a request already running when a service closes still gets its answer, its keep-alive
 // connection does not hold the close for the keep-alive timeout, and a stuck one is cut at the grace.
 import { Agent, type IncomingMessage, request } from 'node:http';
+import { connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type ListeningPort, listen } from '../src/listen.js';
 
@@ -86,4 +87,53 @@ describe('closing a port (drainable)', () => {
     await first;
     await expect(post(port, new Agent())).rejects.toThrow(/ECONNREFUSED/);
   });
+});
+
+describe('closing a port with a pipelined request behind a running one', () => {
+  it('answers a request the handler ends at once without throwing from the drain', async () => {
+    // A client may pipeline: Node emits the second request while the first still runs. Once the
+    // close began, the drain marks each new response `Connection: close`; a handler that answered
+    // synchronously (the "Starting up" 503, a target that does not parse) had sent its head already,
+    // and setHeader threw ERR_HTTP_HEADERS_SENT out of the server's 'request' event: an uncaught
+    // exception, which ends the process in the middle of its graceful shutdown.
+    let hold: () => void = () => undefined;
+    const { seen, arrived } = arrival();
+    const fast = arrival();
+    const port = await portWith((req, res) => {
+      if (req.url === '/slow') {
+        hold = () => res.end('slow');
+        arrived();
+        return;
+      }
+      res.end('fast');
+      fast.arrived();
+    });
+    // What the 'request' listeners throw, caught here instead of reaching the process.
+    const thrown: unknown[] = [];
+    const emit = port.server.emit.bind(port.server);
+    port.server.emit = ((event: string, ...args: unknown[]) => {
+      try {
+        return emit(event, ...args);
+      } catch (error) {
+        thrown.push(error);
+        return true;
+      }
+    }) as typeof port.server.emit;
+    const socket = connect(port.port, '127.0.0.1');
+    let received = '';
+    socket.setEncoding('utf8').on('data', (chunk: string) => {
+      received += chunk;
+    });
+    const ended = new Promise((resolve) => socket.once('close', resolve));
+    socket.write('GET /slow HTTP/1.1\r\nHost: x\r\n\r\n');
+    await seen;
+    const closing = port.close();
+    socket.write('GET /fast HTTP/1.1\r\nHost: x\r\n\r\n');
+    await fast.seen;
+    hold();
+    await closing;
+    await ended;
+    expect(thrown).toEqual([]);
+    expect(received).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\nslow/);
+  }, 3_000);
 });
