@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
+import { principalScope, recordId } from '@idem/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
@@ -659,6 +660,31 @@ describe('POST /photos (non-transactional: keys in Redis with REDIS_URL, in SQL 
       expect((await newPhoto('Caterpillar', key)).status).toBe(201);
     },
   );
+
+  it('creates the photo anew when its key was forgotten after the retention, though that photo was deleted', async () => {
+    // Spec 3.1: once the retention expires the key is unseen, and a later request with it executes
+    // fresh. The photo's id derives from the key and the body, so that run meets the tombstone of the
+    // photo the first run made: `do nothing` answered 201 with a photo no GET lists.
+    const raw = randomUUID();
+    const first = await newPhoto('Mock turtle', `"${raw}"`);
+    expect(first.status).toBe(201);
+    expect((await call('DELETE', `/photos/${first.body.id}`)).status).toBe(204);
+    // What the purge does once the retention is over: the store forgets the key.
+    const id = recordId(
+      principalScope({ iss: test.issuer, sub: 'user-alice', clientId: 'photo-app' }, { perClient: true }) ?? '',
+      'POST /photos',
+      raw,
+    );
+    const forgotten = redis
+      ? await redis.client.del(`${redis.prefix}${id}`)
+      : (await db.query('delete from api_plain_idempotency_records where id = $1', [id])).rowCount;
+    expect(forgotten).toBe(1);
+    const again = await newPhoto('Mock turtle', `"${raw}"`);
+    expect(again.status).toBe(201);
+    expect(again.headers.get('idempotent-replayed')).toBeNull();
+    const listed = await call('GET', '/photos');
+    expect(listed.body.photos.map((photo: { id: string }) => photo.id)).toContain(again.body.id);
+  });
 
   it('does not keep a 500 under its key: nothing was created, so the retry with that key runs', async () => {
     const key = `"${randomUUID()}"`;

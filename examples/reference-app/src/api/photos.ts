@@ -30,7 +30,8 @@ export interface Photo {
  *   SQL database otherwise. A 5xx means the insert failed, so nothing was created: the key is released
  *   and a retry runs, instead of replaying the failure for 24 hours. The photo's id derives from the
  *   key's record and the request (`keyFor`), so a run after a crash between the insert and the key's
- *   completion finds the photo the killed run made and answers it, instead of adding a second one.
+ *   completion finds the photo the killed run made and answers it, instead of adding a second one
+ *   (and makes it again if it was deleted since: the same key after its retention executes fresh).
  * - `DELETE /photos/<id>` (scope `photos:write`): the owner's photo. Deletion leaves a tombstone, so a
  *   second DELETE of the same photo by its owner is a no-op answered 204 like the first (spec part 4).
  *   Another user's photo, an id that never existed and an id no photo can have ({@link resourceId}) are
@@ -80,11 +81,14 @@ export function registerPhotoRoutes(
       // killed between the two leaves the photo and a key in progress; once the lease is over, the
       // client's retry runs this again. The id is the same on every run of this request (it derives
       // from the caller, the route, the key and the body), so that run finds the photo and answers it.
+      // A run that finds it deleted makes it again: the same key after its retention (spec 3.1, it
+      // executes fresh) would otherwise answer 201 with a photo no GET lists.
       const id = `photo-${context.keyFor('photo')}`;
       const title = String((req.body as { title: string }).title).trim();
       const photo: Photo = { id, title, url: `/photos/${id}.jpg` };
       await db.query(
-        'insert into api_photos (id, owner, title, url) values ($1, $2, $3, $4) on conflict (id) do nothing',
+        `insert into api_photos (id, owner, title, url) values ($1, $2, $3, $4)
+         on conflict (id) do update set deleted_at = null where api_photos.deleted_at is not null`,
         [id, principalOf(req).sub, title, photo.url],
       );
       res.status(201).location(`/photos/${id}`).json(photo);
