@@ -678,6 +678,18 @@ describe('sign in', () => {
   });
 });
 
+describe('the signed-out page', () => {
+  it("says a sentence only for the app's own states, never a member every object has", async () => {
+    // `state` is the query anyone can link with: looked up in a plain object, `constructor` or
+    // `toString` found Object's own functions, and the page printed their source as its notice.
+    const linked = async (state: string) => (await fetch(appUrl(`/?state=${state}`))).text();
+    expect(await linked('signed-out')).toContain('<p role="status">You are signed out.</p>');
+    for (const state of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      expect(await linked(state), state).not.toContain('role="status"');
+    }
+  });
+});
+
 describe('signed in', () => {
   it('calls the API with the bearer token in the header, bound to the API audience', async () => {
     const { agent } = await signIn();

@@ -324,7 +324,10 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       if (id && !(await sessions.get(id))?.pending?.length) clearSession(res);
       // Back from the provider's logout (below): say what happened. Anyone can link here with this
       // query; it only shows a sentence to a visitor who is signed out anyway.
-      const notice = typeof req.query.state === 'string' ? signedOutNotices[req.query.state] : undefined;
+      // Own members only: `constructor` or `toString` would find Object's functions, printed as text.
+      const state = req.query.state;
+      const notice =
+        typeof state === 'string' && Object.hasOwn(signedOutNotices, state) ? signedOutNotices[state] : undefined;
       send(res, 200, signedOutPage(notice));
       return;
     }
