@@ -9,6 +9,7 @@ import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
 import { createIdp } from '../src/idp/server.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { demoUsers, seed } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
@@ -272,7 +273,7 @@ const codeRow = async (code: string) =>
   (
     await db.query<{ consumed_at: Date | null }>(
       `select consumed_at from idp_models where model = 'AuthorizationCode' and id = $1`,
-      [code],
+      [storedId('AuthorizationCode', code)],
     )
   ).rows[0];
 
@@ -1173,9 +1174,22 @@ describe('refresh and sign-out', () => {
       (
         await db.query<{ grant_id: string }>(
           `select grant_id from idp_models where model = 'RefreshToken' and id = $1`,
-          [refreshToken],
+          [storedId('RefreshToken', refreshToken)],
         )
       ).rows[0]?.grant_id;
+    // Every refresh token the provider stored, by the key of its row: the rows keep only that (a hash,
+    // `stored-id.ts`), and the test presents the tokens themselves.
+    const saved = new Map<string, string>();
+    beforeAll(() => {
+      running.idp.provider.on('refresh_token.saved', (token: { jti: string }) => {
+        saved.set(storedId('RefreshToken', token.jti), token.jti);
+      });
+    });
+    const presentable = (key: string) => {
+      const token = saved.get(key);
+      expect(token, 'a stored refresh token the provider said it saved').toEqual(expect.any(String));
+      return token!;
+    };
     const storedUnder = async (model: 'RefreshToken' | 'Grant', grantId: string) =>
       (
         await db.query<{ id: string }>(
@@ -1192,7 +1206,8 @@ describe('refresh and sign-out', () => {
         // held there, the revocation comes first, and the rotated token is never stored.
         'stores the rotated refresh token after the revocation',
         (text, params) => /\binsert into idp_models\b/.test(text) && params[0] === 'RefreshToken',
-        (params) => String(params[1]),
+        // The key of its row: the token itself only if it was stored (it is refused after the revocation).
+        (params) => saved.get(String(params[1])),
       ],
       [
         'has rotated it, and the app has not stored the new one yet',
@@ -1222,7 +1237,7 @@ describe('refresh and sign-out', () => {
       await home;
       clock = 0;
       const rotatedToken = rotated(params);
-      const tokens = new Set([refreshToken, ...(await storedUnder('RefreshToken', grantId))]);
+      const tokens = new Set([refreshToken, ...(await storedUnder('RefreshToken', grantId)).map(presentable)]);
       if (rotatedToken) tokens.add(rotatedToken);
       for (const token of tokens) {
         const which = token === rotatedToken ? 'the rotated token' : 'a token of the grant';

@@ -6,6 +6,7 @@ import { calculateJwkThumbprint, exportJWK, generateKeyPair, SignJWT } from 'jos
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, type Credentials, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
@@ -38,7 +39,7 @@ const refresh = (token: string, client: Credentials, extra: Record<string, strin
 const usedLongAgo = (token: string) =>
   whole.db.query(
     `update idp_models set consumed_at = consumed_at - interval '1 hour' where model = 'RefreshToken' and id = $1`,
-    [token],
+    [storedId('RefreshToken', token)],
   );
 
 describe('a refresh refused for its resource indicator (RFC 8707) leaves the refresh token as it was', () => {

@@ -21,6 +21,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Attempt, createClient, isRequestFailedError } from '@idem/client';
 import { describe, expect, it } from 'vitest';
+import { storedId } from '../src/idp/stored-id.js';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
@@ -414,7 +415,7 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     const consumed = await waitForRow(
       crash.admin,
       `select 1 from idp_models where model = 'RefreshToken' and id = $1 and consumed_at is not null`,
-      { ms: 10_000, params: [token] },
+      { ms: 10_000, params: [storedId('RefreshToken', token)] },
     );
     await crash.app.kill(run);
     await cut;

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { sqlAdapterFactory } from '../src/idp/adapter.js';
 import { migrateIdp } from '../src/idp/schema.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { openTestDatabase } from './services.js';
 
 // oidc-provider's request context is an AsyncLocalStorage (`Provider.ctx` reads it); entered here as
@@ -35,7 +36,7 @@ const stored = async (model: string, key: string) =>
   (
     await db.query<{ consumed: boolean; rotated_from: string | null }>(
       'select consumed_at is not null as consumed, rotated_from from idp_models where model = $1 and id = $2',
-      [model, key],
+      [model, storedId(model, key)],
     )
   ).rows[0];
 
@@ -79,7 +80,10 @@ describe('the IdP adapter: consume of a refresh token', () => {
       await adapter.upsert(another.jti, another, 3600);
     });
     expect(await stored('RefreshToken', presented.jti)).toEqual({ consumed: true, rotated_from: null });
-    expect(await stored('RefreshToken', successor.jti)).toEqual({ consumed: false, rotated_from: presented.jti });
+    expect(await stored('RefreshToken', successor.jti)).toEqual({
+      consumed: false,
+      rotated_from: storedId('RefreshToken', presented.jti),
+    });
     expect(await stored('RefreshToken', another.jti)).toEqual({ consumed: false, rotated_from: null });
   });
 

@@ -9,6 +9,7 @@ import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
 import { ownPages } from '../src/idp/own-pages.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
 import { createIdp } from '../src/idp/server.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { createUser, findUserByUsername, maxPasswordLength, maxUsernameLength } from '../src/idp/users.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
@@ -57,7 +58,7 @@ const auth = () => running.authUrl;
 const usedLongAgo = (token: string) =>
   db.query(
     `update idp_models set consumed_at = consumed_at - interval '1 hour' where model = 'RefreshToken' and id = $1`,
-    [token],
+    [storedId('RefreshToken', token)],
   );
 
 /** A second provider process on the same database (a restart), without re-seeding the clients. */
@@ -1184,7 +1185,7 @@ describe('the account switch signs alice out first', () => {
     (
       await db.query<{ grant_id: string }>('select grant_id from idp_models where model = $1 and id = $2', [
         model,
-        token,
+        storedId(model, token),
       ])
     ).rows[0]?.grant_id;
   const grantStored = async (grantId: string) =>
@@ -1307,13 +1308,13 @@ describe('storage on the shared database', () => {
     expect(await adapter('AccessToken').find('at-of-grant')).toBeUndefined();
     expect(await adapter('RefreshToken').find('rt-of-grant')).toBeUndefined();
     // A sign-in still to be resumed: the account switch revokes alice's grants before it goes on for bob.
-    expect(await adapter('Interaction').find('sign-in-naming-grant')).toEqual({ grantId });
+    expect(await adapter('Interaction').find('sign-in-naming-grant')).toEqual({ grantId, jti: 'sign-in-naming-grant' });
     // The grant itself and the session are no tokens either; oidc-provider destroys those on its own.
     await adapter('Grant').upsert(grantId, { accountId: 'user-alice', grantId }, 60);
     await adapter('Session').upsert('session-naming-grant', { grantId }, 60);
     await adapter('RefreshToken').revokeByGrantId(grantId);
     expect(await adapter('Grant').find(grantId)).toMatchObject({ accountId: 'user-alice' });
-    expect(await adapter('Session').find('session-naming-grant')).toEqual({ grantId });
+    expect(await adapter('Session').find('session-naming-grant')).toEqual({ grantId, jti: 'session-naming-grant' });
   });
 
   // Two racing resumes of one finished sign-in both read its interaction before either destroyed it,
@@ -1336,7 +1337,7 @@ describe('storage on the shared database', () => {
     expect(await tokens.find('at-destroyed')).toBeUndefined();
     await expect(tokens.destroy('at-destroyed')).resolves.toBeUndefined();
     await tokens.upsert('at-destroyed', { grantId: 'g-at-destroyed' }, 60);
-    expect(await tokens.find('at-destroyed')).toEqual({ grantId: 'g-at-destroyed' });
+    expect(await tokens.find('at-destroyed')).toEqual({ grantId: 'g-at-destroyed', jti: 'at-destroyed' });
   });
 
   // PostgreSQL holds no NUL in text or jsonb: before, `client_id=%00` or `state=%00` was a 500.
@@ -1360,15 +1361,18 @@ describe('storage on the shared database', () => {
     const adapter = sqlAdapterFactory(db)('AccessToken');
     await adapter.upsert('lives-60s', { grantId: 'g-lifetime' }, 59.2);
     await adapter.upsert('lives-forever', { grantId: 'g-lifetime' }, undefined);
-    const { rows } = await db.query<{ id: string; left: number | null }>(
-      `select id, extract(epoch from expires_at - now())::float8 as left from idp_models
-       where model = 'AccessToken' and id in ('lives-60s', 'lives-forever') order by id`,
-    );
-    const left = new Map(rows.map((row) => [row.id, row.left]));
-    expect(left.get('lives-forever')).toBeNull();
+    const leftOf = async (id: string) =>
+      (
+        await db.query<{ left: number | null }>(
+          `select extract(epoch from expires_at - now())::float8 as left from idp_models
+           where model = 'AccessToken' and id = $1`,
+          [storedId('AccessToken', id)],
+        )
+      ).rows[0]?.left;
+    expect(await leftOf('lives-forever')).toBeNull();
     // Rounded up to whole seconds, never down: a token does not die before oidc-provider said.
-    expect(left.get('lives-60s')).toBeGreaterThan(59);
-    expect(left.get('lives-60s')).toBeLessThanOrEqual(60);
+    expect(await leftOf('lives-60s')).toBeGreaterThan(59);
+    expect(await leftOf('lives-60s')).toBeLessThanOrEqual(60);
     await adapter.revokeByGrantId('g-lifetime');
   });
 
@@ -1407,7 +1411,9 @@ describe('storage on the shared database', () => {
   it('does not return expired rows', async () => {
     const adapter = sqlAdapterFactory(db)('Interaction');
     await adapter.upsert('expired-one', { uid: 'u-expired' }, 60);
-    await db.query(`update idp_models set expires_at = now() - interval '1 second' where id = 'expired-one'`);
+    await db.query(`update idp_models set expires_at = now() - interval '1 second' where id = $1`, [
+      storedId('Interaction', 'expired-one'),
+    ]);
     expect(await adapter.find('expired-one')).toBeUndefined();
   });
 });
@@ -1559,12 +1565,12 @@ describe('replays that race (rows 9 and 18, pitfall 9)', () => {
       // The first use's token records the token it was rotated from; the reuse's does not.
       const { rows } = await db.query<{ id: string }>(
         `select id from idp_models where model = 'RefreshToken' and rotated_from = $1`,
-        [used],
+        [storedId('RefreshToken', used)],
       );
       expect(rows).toHaveLength(1);
-      const firstUse = rows[0]!.id;
+      const firstUse = issued.find((token) => storedId('RefreshToken', token) === rows[0]!.id)!;
       const reuse = issued.find((token) => token !== firstUse)!;
-      expect(issued).toContain(firstUse);
+      expect(firstUse).toEqual(expect.any(String));
       const refreshWith = (token: string) =>
         tokenRequest(racing.url, { grant_type: 'refresh_token', refresh_token: token }, app);
       if (presentedFirst === 'the reuse') {

@@ -5,6 +5,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow, loginAndConsent, signOutOfApp, tokenRequest } from './flow.js';
@@ -87,7 +88,7 @@ describe.runIf(available)('reference app on PostgreSQL', () => {
     // Past the reuse interval (within it, a retry is answered once more: `refresh-reuse.int.test.ts`).
     await db.query(
       `update idp_models set consumed_at = consumed_at - interval '1 hour' where model = 'RefreshToken' and id = $1`,
-      [rt1],
+      [storedId('RefreshToken', rt1)],
     );
     expect(
       (await tokenRequest(running.authUrl, { grant_type: 'refresh_token', refresh_token: rt1 }, app)).body.error,

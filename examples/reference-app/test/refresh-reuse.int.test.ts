@@ -11,6 +11,7 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
@@ -44,7 +45,7 @@ async function usedAgo(token: string, seconds: number) {
   const { rowCount } = await db.query(
     `update idp_models set consumed_at = consumed_at - make_interval(secs => $2)
      where model = 'RefreshToken' and id = $1 and consumed_at is not null`,
-    [token, seconds],
+    [storedId('RefreshToken', token), seconds],
   );
   expect(rowCount).toBe(1);
 }
@@ -133,7 +134,7 @@ describe('a used refresh token within the reuse interval (30 seconds by default)
         await holder.query(
           `update idp_models set consumed_at = now(), payload = jsonb_set(payload, '{consumed}', to_jsonb(1))
            where model = 'RefreshToken' and id = $1 and consumed_at is null`,
-          [successor],
+          [storedId('RefreshToken', successor)],
         );
         const reuse = refresh(used);
         // Until the reuse's statement waits for that row.

@@ -18,6 +18,7 @@ import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { saveClient } from '../src/idp/clients.js';
 import { loadSigningKeys } from '../src/idp/secrets.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { demoUsers } from '../src/seed.js';
 import { loginAndConsent } from './flow.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
@@ -276,7 +277,7 @@ describe('refresh, revocation, introspection and UserInfo, through the library',
     // Past the reuse interval (within it, a retry is answered once more: `refresh-reuse.int.test.ts`).
     await whole.db.query(
       `update idp_models set consumed_at = consumed_at - interval '1 hour' where model = 'RefreshToken' and id = $1`,
-      [first],
+      [storedId('RefreshToken', first)],
     );
     const reused = oauth.processRefreshTokenResponse(
       as,

@@ -7,6 +7,7 @@ import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createThirdPartyApp } from '../src/app/server.js';
 import { createIdp } from '../src/idp/server.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, loginAndConsent } from './flow.js';
@@ -310,13 +311,13 @@ describe("the identity provider's own sign-in session", () => {
     whole.db.query(
       `update idp_models set payload = jsonb_set(payload, '{loginTs}', to_jsonb(extract(epoch from now())::bigint - $2::bigint))
         where model = 'Session' and id = $1 and payload ? 'loginTs'`,
-      [id, Math.round(days * 86_400)],
+      [storedId('Session', id), Math.round(days * 86_400)],
     );
   const daysLeft = async (id: string) =>
     (
       await whole.db.query<{ left: number }>(
         `select extract(epoch from expires_at - now())::float8 / 86400 as left from idp_models where model = 'Session' and id = $1`,
-        [id],
+        [storedId('Session', id)],
       )
     ).rows[0]?.left;
 

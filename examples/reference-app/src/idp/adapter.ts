@@ -3,6 +3,7 @@ import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
 import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds, refreshTokenReuse } from './reuse-interval.js';
 import { sessionLifetimeSeconds } from './session-lifetime.js';
+import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
 
 /**
  * An oidc-provider storage adapter on the shared database (PGlite or PostgreSQL): one row per stored
@@ -51,6 +52,11 @@ import { sessionLifetimeSeconds } from './session-lifetime.js';
  * its 5 minutes. `refreshTokenReuseSeconds: 0` turns the interval off: every reuse revokes the grant.
  * The database's clock measures the interval, as it sets every expiry.
  *
+ * A row is keyed by {@link storedId} of the model's id: a SHA-256 of it for every model whose id is a
+ * value a client or browser presents (a refresh token, a code, the session cookie...), and its payload
+ * keeps no copy of it (see `stored-id.ts`). Each call hashes the id it is given, so every lookup, every
+ * compare-and-set and `rotated_from` work on the hashes alone; `find` puts the id back in the payload.
+ *
  * PostgreSQL holds no NUL character in text or jsonb, and a client can put one in any parameter
  * (`state=%00`). A lookup by such an id finds nothing, as for any unknown id, and storing a model that
  * carries one is refused with `invalid_request`, which oidc-provider answers as a 400 in the route's
@@ -79,14 +85,15 @@ export interface SqlAdapterOptions {
 export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
 
 /**
- * The refresh token each request (oidc-provider's request context) is rotating: noted by `consume`,
- * used by the `upsert` of the token it is rotated to, which does both in one statement (see above).
+ * The refresh token each request (oidc-provider's request context) is rotating, by its row's key: noted
+ * by `consume`, used by the `upsert` of the token it is rotated to, which does both in one statement.
  */
 const rotating = new WeakMap<object, string>();
 
 /**
  * The rotation each request made, for as long as the request may still fail: `used`, the presented
- * token; `issued`, the one it was rotated to; `reuse`, whether that was the presented token's one reuse.
+ * token's key; `issued`, the key of the one it was rotated to; `reuse`, whether that was the presented
+ * token's one reuse.
  */
 const rotated = new WeakMap<object, { used: string; issued: string; reuse: boolean }>();
 
@@ -142,30 +149,35 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
   // which saved that token apart from the first use, so a reuse could come before it was there.
   const superseded = `exists (select 1 from idp_models predecessor
     where predecessor.model = m.model and predecessor.id = m.rotated_from and predecessor.reused_at is not null)`;
-  const payloadAsRead = reusable
+  const payloadAsStored = reusable
     ? `case
          when ${superseded} then jsonb_set(m.payload, '{consumed}', to_jsonb(extract(epoch from now())::bigint))
          when ${withinReuse} then m.payload - 'consumed'
          else m.payload
        end`
     : 'm.payload';
+  // The row's key for id `id` (see `stored-id.ts`): every statement below is given keys, never ids.
+  const key = (id: string) => storedId(model, id);
   const findOne = async (column: 'id' | 'uid' | 'user_code', value: string) => {
     if (holdsNul(value)) return undefined;
+    const found = column === 'id' ? key(value) : value;
     const { rows } = await db.query<PayloadRow>(
-      `select ${payloadAsRead} as payload from idp_models m
+      `select ${payloadAsStored} as payload from idp_models m
        where m.model = $1 and m.${column} = $2 and (m.expires_at is null or m.expires_at > now()) ${live}
        limit 1`,
-      reusable ? [model, value, reuseSeconds] : [model, value],
+      reusable ? [model, found, reuseSeconds] : [model, found],
     );
-    return rows[0]?.payload;
+    const payload = rows[0]?.payload;
+    // Found by its id, the model gets it back; found by a uid or user code, there is none to give.
+    return payload && column === 'id' ? payloadAsRead(model, value, payload) : payload;
   };
 
   // What `upsert` stores, `$1` to `$7`, and the row's expiry computed from `$7` by the database's clock,
   // so a skewed app clock cannot stretch a stored token.
   const rowParams = (id: string, payload: AdapterPayload, expiresIn: number | undefined) => [
     model,
-    id,
-    JSON.stringify(payload),
+    key(id),
+    JSON.stringify(payloadAtRest(model, id, payload)),
     payload.grantId ?? null,
     payload.uid ?? null,
     payload.userCode ?? null,
@@ -173,8 +185,9 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
   ];
   const expiresAt = 'case when $7::int is null then null else now() + make_interval(secs => $7::int) end';
 
-  // The first use of refresh token `$8`, and the save of the token it is rotated to, which records it
-  // (`rotated_from`: the reuse interval reads that link), in one statement: false when it was used.
+  // The first use of refresh token `$8` (its key, as every `used` here), and the save of the token it
+  // is rotated to, which records it (`rotated_from`: the reuse interval reads that link), in one
+  // statement: false when it was used.
   const rotateOnFirstUse = async (used: string, id: string, payload: AdapterPayload, expiresIn?: number) => {
     const { rows } = await db.query(
       `with used as (
@@ -229,19 +242,19 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
     return rows.length > 0;
   };
 
-  // Lost the compare-and-set: another request used `id` after both read it unused (and, for a refresh
-  // token, its one reuse was gone or taken too). That is a replay (a code redeemed twice, a rotated
-  // refresh token reused), which oidc-provider answers by revoking the grant only when it reads
-  // `consumed` itself; here it never does, so the revocation is done here. The Grant row goes too: a
-  // winner may save tokens after this delete (a code's), and without their grant they are refused at
-  // first use.
-  const refuseReplay = async (id: string): Promise<never> => {
+  // Lost the compare-and-set: another request used the row keyed `stored` after both read it unused
+  // (and, for a refresh token, its one reuse was gone or taken too). That is a replay (a code redeemed
+  // twice, a rotated refresh token reused), which oidc-provider answers by revoking the grant only
+  // when it reads `consumed` itself; here it never does, so the revocation is done here. The Grant row
+  // goes too: a winner may save tokens after this delete (a code's), and without their grant they are
+  // refused at first use.
+  const refuseReplay = async (stored: string): Promise<never> => {
     await db.query(
       `with replayed as (select grant_id from idp_models where model = $1 and id = $2 and grant_id is not null)
        delete from idp_models
        where (grant_id = (select grant_id from replayed) and model = any($3::text[]))
           or (model = 'Grant' and id = (select grant_id from replayed))`,
-      [model, id, issuedUnderGrant],
+      [model, stored, issuedUnderGrant],
     );
     throw new errors.InvalidGrant(`${model} already consumed`);
   };
@@ -256,19 +269,20 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
       const used = ctx ? rotating.get(ctx) : undefined;
       if (ctx && used !== undefined) {
         rotating.delete(ctx);
+        const issued = key(id);
         if (await rotateOnFirstUse(used, id, payload, expiresIn)) {
-          rotated.set(ctx, { used, issued: id, reuse: false });
+          rotated.set(ctx, { used, issued, reuse: false });
           return;
         }
         if (reusable && (await rotateOnReuse(used, id, payload, expiresIn))) {
-          rotated.set(ctx, { used, issued: id, reuse: true });
+          rotated.set(ctx, { used, issued, reuse: true });
           return;
         }
         // Used when the first use was tried, and unused again when the reuse was: another request's
         // rotation of it, undone since (its access token failed to save, see `undoneOnFailure`). The
         // first use is then this request's, not a replay: taken for one, the grant was revoked.
         if (await rotateOnFirstUse(used, id, payload, expiresIn)) {
-          rotated.set(ctx, { used, issued: id, reuse: false });
+          rotated.set(ctx, { used, issued, reuse: false });
           return;
         }
         await refuseReplay(used);
@@ -314,7 +328,7 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
       // statement that saves the token it is rotated to: noted here, used by that `upsert`.
       const ctx = model === 'RefreshToken' ? Provider.ctx : undefined;
       if (ctx) {
-        rotating.set(ctx, id);
+        rotating.set(ctx, key(id));
         return;
       }
       const consumed = Math.floor(Date.now() / 1000);
@@ -323,20 +337,20 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Ad
          set consumed_at = now(), payload = jsonb_set(payload, '{consumed}', to_jsonb($3::bigint))
          where model = $1 and id = $2 and consumed_at is null
          returning id`,
-        [model, id, consumed],
+        [model, key(id), consumed],
       );
-      if (rows.length === 0) await refuseReplay(id);
+      if (rows.length === 0) await refuseReplay(key(id));
     },
     async destroy(id) {
       if (!tombstoned) {
-        await db.query('delete from idp_models where model = $1 and id = $2', [model, id]);
+        await db.query('delete from idp_models where model = $1 and id = $2', [model, key(id)]);
         return;
       }
       const { rows } = await db.query(
         `update idp_models set consumed_at = now()
          where model = $1 and id = $2 and consumed_at is null
          returning id`,
-        [model, id],
+        [model, key(id)],
       );
       if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
     },
