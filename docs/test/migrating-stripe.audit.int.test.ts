@@ -188,12 +188,28 @@ describe('docs/migrating.md, From a hand-rolled Stripe-style table: behaviour di
       expect(answer.status, key).toBe(400);
       expect(await answer.json()).toMatchObject({ code: 'key_invalid' });
     }
-    // Non-ASCII cannot even be sent through fetch's Headers as text; Node's parser takes latin-1 bytes.
+    // A non-ASCII key, sent as the latin-1 byte Node's client writes (fetch's Headers refuses it).
+    const nonAscii = await new Promise<number>((resolve, reject) => {
+      const target = new URL(url);
+      const request = http.request(
+        { host: target.hostname, port: target.port, path: target.pathname, method: 'POST' },
+        (response) => {
+          response.resume();
+          resolve(response.statusCode ?? 0);
+        },
+      );
+      request.on('error', reject);
+      request.setHeader('idempotency-key', 'caf\u00e9');
+      request.setHeader('content-type', 'application/json');
+      request.end('{}');
+    });
+    expect(nonAscii).toBe(400);
     expect((await post(url, '"order 42"')).status).toBe(201);
     expect((await post(url, 'k'.repeat(255))).status).toBe(201);
     expect((await post(url, 'k'.repeat(256))).status).toBe(400);
     expect(counter.runs).toBe(2);
     expect(differenceRow('A key with a space, `,` or `;`, sent bare')).toMatch(/400 `key_invalid`/);
+    expect(optionRow('keys of up to 255 characters')).toMatch(/or a non-ASCII character is 400 `key_invalid`/);
     expect(optionRow('keys of up to 255 characters')).toMatch(/quoted \(`"order 42"`\) it may hold spaces/);
   });
 
