@@ -43,6 +43,22 @@ export function markUndecodable(body: Uint8Array): void {
   undecodable.add(body);
 }
 
+// Bodies `begin` decoded from their `Content-Encoding`, each to the bytes as they came. A parser that
+// does not decode (Fastify's own, one of the app's) refuses those bytes, and its error carries them:
+// that is a refusal of this request as much as one of the decoded text.
+const encodedOf = new WeakMap<Uint8Array, Uint8Array>();
+
+/**
+ * Records that `body` was decoded from `encoded` (the request's bytes as sent), so a parser's refusal
+ * of the encoded bytes is known for this request's (see {@link refusesRequestBody}).
+ *
+ * @example
+ * markDecoded(gunzipSync(raw), raw);
+ */
+export function markDecoded(body: Uint8Array, encoded: Uint8Array): void {
+  if (body !== encoded) encodedOf.set(body, encoded);
+}
+
 // The codes Node's decoders give their errors: zlib's (`Z_DATA_ERROR`, `Z_BUF_ERROR` for a body cut
 // short), brotli's (`ERR__ERROR_FORMAT_PADDING_1` and kin) and zstd's (`ZSTD_error_prefix_unknown`).
 // body-parser passes them on as 400 with the code kept and no `type`.
@@ -146,7 +162,8 @@ export function isBodyRefusal(error: unknown): boolean {
  * throws `entity.too.large` or `request.aborted` too. Taken for a refusal, that error would release
  * the key of an operation that ran, and the retry would run it again. What the parsers put on their
  * errors is checked against the request:
- * - `body` (the text or bytes a parser could not parse or verify) must be the request's body;
+ * - `body` (the text or bytes a parser could not parse or verify) must be the request's body,
+ *   decoded or (for a parser that does not decode `Content-Encoding`) as sent;
  * - `limit` (too large) must be below the body's size, and `expected` must be its `Content-Length`;
  * - `charset` and `encoding` (not supported) must be the request's;
  * - `request.aborted` and `request.size.invalid` are never this request's: the key is claimed only
@@ -224,10 +241,16 @@ function busboyMeets(error: Error, request: RequestBodyFacts): boolean {
 
 // The parser's copy of the body: the bytes a `verify` hook refused, or the text it could not parse,
 // decoded as the parsers decode it: body-parser by the charset of `Content-Type` (UTF-8 by
-// default), co-body (under @koa/bodyparser) as UTF-8 whatever the charset says; a BOM dropped.
+// default), co-body (under @koa/bodyparser) as UTF-8 whatever the charset says; a BOM dropped. A
+// parser that does not decode `Content-Encoding` has the bytes as sent: those are this body too.
 function sameBody(told: unknown, request: RequestBodyFacts): boolean {
   const body = request.body;
   if (body === undefined) return false;
+  const encoded = encodedOf.get(body);
+  return sameBytes(told, body, request) || (encoded !== undefined && sameBytes(told, encoded, request));
+}
+
+function sameBytes(told: unknown, body: Uint8Array, request: RequestBodyFacts): boolean {
   if (told instanceof Uint8Array) return Buffer.from(told.buffer, told.byteOffset, told.byteLength).equals(body);
   if (typeof told !== 'string') return false;
   const charset = charsetOf(request.headers) ?? 'utf-8';

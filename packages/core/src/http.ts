@@ -1,7 +1,13 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import type { Readable } from 'node:stream';
-import { isBodyRefusal, markUndecodable, type RequestBodyFacts, refusesRequestBody } from './body-refusal.js';
+import {
+  isBodyRefusal,
+  markDecoded,
+  markUndecodable,
+  type RequestBodyFacts,
+  refusesRequestBody,
+} from './body-refusal.js';
 import { decoderOf, negotiatedBody } from './content-coding.js';
 import { downstreamKey } from './downstream-key.js';
 import {
@@ -1541,7 +1547,10 @@ export function decodeRequestBody(body: Buffer, encoding: string | undefined, ma
   const decode = decoderOf(encoding.trim().toLowerCase());
   if (decode === undefined) return { ok: true, body };
   try {
-    return { ok: true, body: decode(body, { maxOutputLength: maxBytes }) };
+    const decoded = decode(body, { maxOutputLength: maxBytes });
+    // A parser that does not decode refuses the bytes as sent: still this request's refusal.
+    markDecoded(decoded, body);
+    return { ok: true, body: decoded };
   } catch (error) {
     if ((error as { code?: unknown }).code === 'ERR_BUFFER_TOO_LARGE') return { ok: false, error: tooLarge(maxBytes) };
     // The parser meets the same error and refuses the body: its 400 must release the key.

@@ -1,6 +1,8 @@
 import { Buffer } from 'node:buffer';
+import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { type RequestBodyFacts, refusesRequestBody } from '../src/body-refusal.js';
+import { decodeRequestBody } from '../src/http.js';
 
 const request = (body: string | Buffer | undefined, headers: Record<string, string> = {}): RequestBodyFacts => ({
   headers: { 'content-type': 'application/json', ...headers },
@@ -85,5 +87,23 @@ describe("refusesRequestBody: a parser's refusal is about this request's body", 
   it('an error that says nothing of what it read is taken on its word, and without facts nothing is checked', () => {
     expect(refusesRequestBody(refusal({ type: 'entity.parse.failed' }), request('{}'))).toBe(true);
     expect(refusesRequestBody(refusal({ type: 'entity.parse.failed', body: '<html>' }), undefined)).toBe(true);
+  });
+});
+
+// Was wrong: a parser that does not decode Content-Encoding (Fastify's own, a parser of one's own,
+// the Koa table's) refuses the gzip bytes themselves, and its error carries them as text. They were
+// compared with the decoded body only, so the refusal was taken for the handler's outcome: stored,
+// and the key's plain retry replayed a 400 no handler wrote.
+describe('a parser that refuses a compressed body as it came', () => {
+  it('its copy of the encoded bytes is this request body; any other text is not', () => {
+    const sent = gzipSync('{"amount":100}');
+    const read = decodeRequestBody(sent, 'gzip', 1_048_576);
+    if (!read.ok) throw new Error('the body decodes');
+    const facts = request(read.body, { 'content-encoding': 'gzip' });
+    expect(refusesRequestBody(refusal({ body: sent.toString('utf8') }), facts)).toBe(true);
+    expect(refusesRequestBody(refusal({ type: 'entity.parse.failed', body: sent.toString('utf8') }), facts)).toBe(true);
+    expect(refusesRequestBody(refusal({ body: gzipSync('{"amount":1}').toString('utf8') }), facts)).toBe(false);
+    // Sent plain, the body has no other spelling.
+    expect(refusesRequestBody(refusal({ body: sent.toString('utf8') }), request('{"amount":100}'))).toBe(false);
   });
 });

@@ -1935,6 +1935,31 @@ export function describeAdapter(
       });
     });
 
+    it('a gzip JSON body: the parser reads what it says and a plain retry replays, or it refuses it and nothing is stored', async () => {
+      await withWorld(async (world) => {
+        // express.json() and co-body inflate a request body; Fastify's own parser and a parser of
+        // one's own may not, and refuse the gzip bytes as JSON. Either way the handler runs once for
+        // the key: a refusal of the body as it was sent is no outcome, never stored and replayed.
+        const headers = { 'content-encoding': 'gzip' };
+        const first = await world.send('/charges', { key: 'gz-body-1', body: gzipSync('{"amount":100}'), headers });
+        const ran = world.server.executions() === 1;
+        if (ran) {
+          expect(first.status).toBe(201);
+          expect(first.headers['idempotency-key']).toBe('gz-body-1');
+        } else {
+          expect(first.status).toBe(400);
+          expect(first.headers['idempotency-key']).toBeUndefined();
+          expect(world.store.calls.complete).toBe(0);
+        }
+        expect(first.headers['idempotent-replayed']).toBeUndefined();
+        const plain = await world.send('/charges', { key: 'gz-body-1' });
+        expect(plain.status).toBe(201);
+        expect(plain.headers['idempotent-replayed']).toBe(ran ? 'true' : undefined);
+        if (ran) expect(plain.body).toEqual(first.body);
+        expect(world.server.executions()).toBe(1);
+      });
+    });
+
     it('a handler that did its work, then met a body-parser-shaped error from another stream: its answer is kept, the retry replays it', async () => {
       await withWorld(async (world) => {
         await expectUpstreamErrorsKept(world, 'upstream-');
