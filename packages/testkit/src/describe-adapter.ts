@@ -1935,6 +1935,32 @@ export function describeAdapter(
       });
     });
 
+    it('an empty JSON body is one request with Content-Length: 0 or chunked: replayed, or refused by the parser both times and never stored', async () => {
+      await withWorld(async (world) => {
+        // express.json() reads an empty body as {}, co-body as nothing; Fastify's parser refuses it
+        // (FST_ERR_CTP_EMPTY_JSON_BODY) before the key is claimed. The framing never makes it another request.
+        const first = await world.send('/charges', { key: 'empty-json-1', body: '' });
+        const chunked = await world.send('/charges', {
+          key: 'empty-json-1',
+          chunks: [],
+          headers: { 'transfer-encoding': 'chunked' },
+        });
+        if (first.status === 201) {
+          expect(chunked.status).toBe(201);
+          expect(chunked.headers['idempotent-replayed']).toBe('true');
+          expect(chunked.body).toEqual(first.body);
+          expect(world.server.executions()).toBe(1);
+        } else {
+          for (const refused of [first, chunked]) {
+            expect(refused.status).toBe(400);
+            expect(refused.headers['idempotency-key']).toBeUndefined();
+          }
+          expect(world.server.executions()).toBe(0);
+          expect(world.store.calls.complete).toBe(0);
+        }
+      });
+    });
+
     it('a gzip JSON body: the parser reads what it says and a plain retry replays, or it refuses it and nothing is stored', async () => {
       await withWorld(async (world) => {
         // express.json() and co-body inflate a request body; Fastify's own parser and a parser of
