@@ -17,25 +17,15 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
       reject(signal.reason);
       return;
     }
-    let left = ms;
-    let timer: ReturnType<typeof setTimeout>;
+    // Its callback runs on a later turn, by when onAbort is defined.
+    const cancel = after(ms, () => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    });
     const onAbort = () => {
-      clearTimeout(timer);
+      cancel();
       reject(signal?.reason);
     };
-    // Longer waits are taken in steps a timer can hold.
-    const step = () => {
-      if (left > maxTimerMs) {
-        left -= maxTimerMs;
-        timer = setTimeout(step, maxTimerMs);
-        return;
-      }
-      timer = setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, left);
-    };
-    step();
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
@@ -54,23 +44,32 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
  */
 export function lateTimeout(ms: number, onTimeout: () => void): () => void {
   let late: ReturnType<typeof setTimeout> | undefined;
-  let left = Math.max(0, ms);
+  // Waited in steps as abortableSleep waits (see `after`): clamped, a per-attempt timeout of 30 days
+  // would cut the attempt off after 24.9.
+  const cancel = after(Math.max(0, ms), () => {
+    late = setTimeout(onTimeout, 0);
+  });
+  return () => {
+    cancel();
+    clearTimeout(late);
+  };
+}
+
+/**
+ * Calls `then` once `ms` have passed, and returns what cancels it. A time longer than one timer holds
+ * (2^31 - 1 ms, about 24.9 days; Node fires a longer one at once) is waited in steps a timer can hold.
+ */
+function after(ms: number, then: () => void): () => void {
+  let left = ms;
   let timer: ReturnType<typeof setTimeout>;
-  // A time longer than one timer holds is waited in steps, as abortableSleep waits it: clamped, a
-  // per-attempt timeout of 30 days would cut the attempt off after 24.9.
   const step = () => {
     if (left > maxTimerMs) {
       left -= maxTimerMs;
       timer = setTimeout(step, maxTimerMs);
       return;
     }
-    timer = setTimeout(() => {
-      late = setTimeout(onTimeout, 0);
-    }, left);
+    timer = setTimeout(then, left);
   };
   step();
-  return () => {
-    clearTimeout(timer);
-    clearTimeout(late);
-  };
+  return () => clearTimeout(timer);
 }
