@@ -2,13 +2,12 @@
 // test file pinned, checked against the real app (the resource stack on the file's database and Redis
 // prefix, the identity provider, `npm start` itself). A check marked "Was wrong" failed when the audit
 // wrote it.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { exportJWK, generateKeyPair } from 'jose';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
@@ -18,7 +17,7 @@ import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow } from './flow.js';
 import { openTestDatabase } from './services.js';
-import { portVariables, startScript } from './start-script.js';
+import { portVariables, runScript, startScript } from './start-script.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
 /** `text` encoded as bytes fetch sends as they are (a string it would send as UTF-8, and as text/plain). */
@@ -206,31 +205,6 @@ function connects(host: string, port: number): Promise<boolean> {
     socket.once('error', () => resolve(false));
   });
 }
-
-/** Runs one of the app's scripts as `npm run` does (tsx, from the app's folder), without DATABASE_URL. */
-function runScript(
-  script: string,
-  args: string[],
-  env: Record<string, string>,
-): Promise<{ code: number | null; output: string }> {
-  const environment: NodeJS.ProcessEnv = { ...process.env, ...env };
-  delete environment.DATABASE_URL;
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
-    cwd: appFolder,
-    env: environment,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  return new Promise((resolve) => child.once('exit', (code) => resolve({ code, output })));
-}
-
-const appFolder = fileURLToPath(new URL('..', import.meta.url));
 
 /** The rows `sql` reads from the app's database in `dataDir`, opened for this query alone. */
 async function rowsIn<Row>(dataDir: string, sql: string): Promise<Row[]> {

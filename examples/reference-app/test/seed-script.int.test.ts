@@ -1,39 +1,21 @@
 // `npm run seed` reads its environment as `npm start` does: a mistake is one line naming the
 // variable (no stack), and the app's callback is registered where the app then sends the browser.
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db.js';
 import { findClient } from '../src/idp/clients.js';
 import { appClientId } from '../src/seed.js';
+import { runScript } from './start-script.js';
 
-const appFolder = fileURLToPath(new URL('..', import.meta.url));
 const scratch = await mkdtemp(join(tmpdir(), 'idem-seed-script-'));
 afterAll(() => rm(scratch, { recursive: true, force: true }));
 
-function seedWith(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const environment: NodeJS.ProcessEnv = { ...process.env, ...env };
-  delete environment.DATABASE_URL;
-  if (env.DATABASE_URL !== undefined) environment.DATABASE_URL = env.DATABASE_URL;
-  for (const name of ['APP_URL', 'APP_PORT']) if (env[name] === undefined) delete environment[name];
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/seed.ts'], {
-    cwd: appFolder,
-    env: environment,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  return new Promise((resolve) => child.once('exit', (code) => resolve({ code, output })));
-}
+// As `npm run seed` runs: APP_URL and APP_PORT as this test gives them, or unset.
+const seedWith = (env: Record<string, string>) =>
+  runScript('src/seed.ts', [], { APP_URL: undefined, APP_PORT: undefined, ...env });
 
 function expectOneLine(run: { code: number | null; output: string }, variable: string) {
   expect(run.code, run.output).toBe(1);

@@ -56,3 +56,39 @@ export function startScript(prefix: string) {
     },
   };
 }
+
+const appFolder = fileURLToPath(new URL('..', import.meta.url));
+
+/**
+ * Runs one of the app's scripts as `npm run` does (tsx, from the app's folder) and resolves with its
+ * exit code and output (stdout and stderr together). DATABASE_URL is left out unless `env` sets it,
+ * so the script opens PGlite (in `DATA_DIR` when given).
+ *
+ * @example
+ * const seeded = await runScript('src/seed.ts', [], { DATA_DIR: dir });
+ */
+export function runScript(
+  script: string,
+  args: string[],
+  env: Record<string, string | undefined>,
+): Promise<{ code: number | null; output: string }> {
+  const environment: NodeJS.ProcessEnv = { ...process.env };
+  delete environment.DATABASE_URL;
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) delete environment[name];
+    else environment[name] = value;
+  }
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    cwd: appFolder,
+    env: environment,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  return new Promise((resolve) => child.once('exit', (code) => resolve({ code, output })));
+}
