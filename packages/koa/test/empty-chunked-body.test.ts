@@ -4,10 +4,10 @@
 // 'end' went out before the body parser listened, and the parser found the request closed.
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { connect } from 'node:net';
 import { memoryStore } from '@idem/core';
 import Koa from 'koa';
 import { expect, it } from 'vitest';
+import { postEmptyChunked } from '../../core/test/support/empty-chunked.js';
 import { idempotency } from '../src/idempotency.js';
 
 // Loaded by specifiers TypeScript does not follow (see bodyparser.test.ts).
@@ -16,30 +16,6 @@ const [{ bodyParser }, { koaBody }] = (await Promise.all(modules.map((name) => i
   { bodyParser: () => Koa.Middleware },
   { koaBody: () => Koa.Middleware },
 ];
-
-/** The status line and body of the answer to an empty chunked POST, its last chunk sent `later` or not. */
-function postEmptyChunked(port: number, key: string, later: boolean): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    let answer = '';
-    socket.on('data', (chunk: Buffer) => {
-      answer += chunk.toString('latin1');
-    });
-    socket.on('end', () => {
-      const [head = '', body = ''] = answer.split('\r\n\r\n');
-      resolve(`${head.split('\r\n')[0]} ${body}`);
-    });
-    socket.on('error', reject);
-    const head =
-      `POST /notes HTTP/1.1\r\nHost: x\r\nConnection: close\r\nIdempotency-Key: ${key}\r\n` +
-      'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n';
-    if (!later) socket.write(`${head}0\r\n\r\n`);
-    else {
-      socket.write(head);
-      setTimeout(() => socket.write('0\r\n\r\n'), 20);
-    }
-  });
-}
 
 for (const [name, parser] of [
   ['@koa/bodyparser', () => bodyParser()],
