@@ -4,59 +4,17 @@
 // lifetime). What the page says Envoy does is cited to research/jwt-guard-anchors.md, not run:
 // Envoy is not installable here. Each row of the section's "Behaviour differences that matter"
 // table is named by the test that observes it, and the last test checks none is left unobserved.
-import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { authorize, guard as expressGuard } from '@idem/express';
 import { createGuard, createInternalTokenIssuer, forwardHeaders, type GuardOptions, requireScopes } from '@idem/guard';
 import express from 'express';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listen } from '../../packages/core/test/support/timeouts-kit.js';
+import { migratingSection } from './migrating-section.js';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
-const page = readFileSync(join(root, 'docs', 'migrating.md'), 'utf8');
 const heading = "From Envoy's JWT filter (`jwt_authn`)";
-
-function section(): string {
-  const start = page.indexOf(`\n## ${heading}\n`);
-  if (start === -1) throw new Error(`docs/migrating.md has no section "## ${heading}": revisit this audit`);
-  const end = page.indexOf('\n## ', start + 1);
-  return page.slice(start, end === -1 ? undefined : end);
-}
-
-/** The first cells of the section's "Behaviour differences that matter" table. */
-function differenceRows(): string[] {
-  const text = section();
-  return text
-    .slice(text.indexOf('### Behaviour differences that matter'))
-    .split('\n')
-    .filter((line) => line.startsWith('| ') && !line.startsWith('| |') && !line.startsWith('|---'))
-    .map((line) => line.split('|')[1]?.trim() ?? '');
-}
-
-const observed = new Set<string>();
-/** The whole row of that table whose first cell is `label`, marked as observed. */
-function differenceRow(label: string): string {
-  const text = section();
-  const line = text
-    .slice(text.indexOf('### Behaviour differences that matter'))
-    .split('\n')
-    .find((row) => row.startsWith(`| ${label} |`));
-  if (line === undefined) throw new Error(`"${heading}" has no difference row "${label}": revisit this audit`);
-  observed.add(label);
-  return line;
-}
-
-/** The cells of the options-table row whose first cell starts with `first`. */
-function optionRow(first: string): string {
-  const line = section()
-    .split('\n')
-    .find((row) => row.startsWith(`| ${first}`));
-  if (line === undefined) throw new Error(`"${heading}" has no option row "${first}": revisit this audit`);
-  return line;
-}
+const { section, differenceRows, differenceRow, optionRow, observed } = migratingSection(heading);
 
 const T0 = Date.UTC(2026, 11, 1, 12, 0, 0);
 let clock = T0;

@@ -5,10 +5,7 @@
 // cited to research/idempotency-anchors.md and is not run. Each row of the section's "Behaviour
 // differences that matter" table is named by the test that observes it; the last test of that
 // group checks none is left unobserved.
-import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { memoryStore, type OutcomePolicy } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import { migrate, postgresStore } from '@idem/postgres';
@@ -18,37 +15,10 @@ import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, describe, expect, it } from 'vitest';
 import { listen } from '../../packages/core/test/support/timeouts-kit.js';
+import { migratingSection } from './migrating-section.js';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
-const page = readFileSync(join(root, 'docs', 'migrating.md'), 'utf8');
 const heading = 'From a hand-rolled Stripe-style table';
-
-function section(): string {
-  const start = page.indexOf(`\n## ${heading}\n`);
-  if (start === -1) throw new Error(`docs/migrating.md has no section "## ${heading}": revisit this audit`);
-  const end = page.indexOf('\n## ', start + 1);
-  return page.slice(start, end === -1 ? undefined : end);
-}
-const differences = () => section().slice(section().indexOf('### Behaviour differences that matter'));
-
-const observed = new Set<string>();
-/** The row of the differences table whose first cell is `label`, marked as observed. */
-function differenceRow(label: string): string {
-  const line = differences()
-    .split('\n')
-    .find((row) => row.startsWith(`| ${label} |`));
-  if (line === undefined) throw new Error(`"${heading}" has no difference row "${label}": revisit this audit`);
-  observed.add(label);
-  return line;
-}
-/** The options-table row whose first cell starts with `first`. */
-function optionRow(first: string): string {
-  const line = section()
-    .split('\n')
-    .find((row) => row.startsWith(`| ${first}`));
-  if (line === undefined) throw new Error(`"${heading}" has no option row "${first}": revisit this audit`);
-  return line;
-}
+const { section, differences, differenceRows, differenceRow, optionRow, observed } = migratingSection(heading);
 /** A `ts` block of the section, found by a line it contains. */
 function blockWith(needle: string): string {
   for (const match of section().matchAll(/^```ts[^\n]*\n([\s\S]*?)^```\s*$/gm)) {
@@ -372,10 +342,7 @@ describe('docs/migrating.md, From a hand-rolled Stripe-style table: behaviour di
   });
 
   it('every behaviour difference of the section but the cut-over one is observed above', () => {
-    const rows = differences()
-      .split('\n')
-      .filter((line) => line.startsWith('| ') && !line.startsWith('| |'))
-      .map((line) => line.split('|')[1]?.trim() ?? '');
+    const rows = differenceRows();
     // The last row is observed by the bridge tests over PostgreSQL below.
     expect(new Set(rows.filter((row) => row !== 'Retries of requests the old table saw'))).toEqual(observed);
   });
