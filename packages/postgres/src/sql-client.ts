@@ -189,12 +189,14 @@ const endedByHandler = () =>
 // Nor may the handler end the transaction itself: after a COMMIT or ROLLBACK sent through the handle
 // the session runs in autocommit, so each later statement, the completion included, would commit on
 // its own, whatever the fencing token said. `inTransaction` is the driver's own view of the session
-// (pg's ReadyForQuery status, PGlite's isInTransaction), read after each statement: false once the
-// transaction block is gone, undefined where the driver does not say.
+// (pg's ReadyForQuery status, PGlite's as pgliteInTransaction reads it), read after each statement,
+// `failed` when it threw: false once the transaction block is gone, undefined where the driver does
+// not say. A statement that fails can end it too (a COMMIT refused by a deferred constraint or a
+// serialization failure rolls back): its error goes on, and nothing more runs on the handle.
 const guarded = (
   query: (text: string, params?: readonly unknown[]) => Promise<AnyResult>,
   isOpen: () => boolean,
-  inTransaction: () => boolean | undefined = () => undefined,
+  inTransaction: (failed: boolean) => boolean | undefined | Promise<boolean | undefined> = () => undefined,
 ): SqlExecutor => {
   let ended = false;
   return {
@@ -205,9 +207,11 @@ const guarded = (
       try {
         result = await query(text, params);
       } catch (error) {
+        // Best effort: the statement's own error is the one to report.
+        if ((await Promise.resolve(inTransaction(true)).catch(() => undefined)) === false) ended = true;
         throw toStoreError(error, 'transaction query');
       }
-      if (inTransaction() === false) {
+      if ((await inTransaction(false)) === false) {
         ended = true;
         throw endedByHandler();
       }
@@ -215,6 +219,32 @@ const guarded = (
     },
   };
 };
+
+// PGlite's isInTransaction() follows the command tags it sees, BEGIN, COMMIT and ROLLBACK: it reads
+// ROLLBACK TO SAVEPOINT (tagged ROLLBACK) as the end of the transaction, and a COMMIT that fails
+// (no tag) as none. Where it says false, or after a statement that failed, the server is asked.
+function pgliteInTransaction(
+  db: PGliteLike,
+  raw: PGliteTransactionLike,
+  failed: boolean,
+): boolean | undefined | Promise<boolean> {
+  // A PGlite without it (an older one) is not checked, as before.
+  if (typeof db.isInTransaction !== 'function') return undefined;
+  if (!failed && db.isInTransaction()) return true;
+  return askedInTransaction((text) => raw.query(text));
+}
+
+// Whether the session is still in a transaction block, asked of the server: SAVEPOINT is refused
+// outside one (25P01), and in an aborted one (25P02), which is still one.
+async function askedInTransaction(run: (text: string) => Promise<unknown>): Promise<boolean> {
+  try {
+    await run('SAVEPOINT idem_transaction_probe');
+  } catch (error) {
+    return (error as { code?: unknown }).code !== '25P01';
+  }
+  await run('RELEASE SAVEPOINT idem_transaction_probe');
+  return true;
+}
 
 /**
  * Wraps a `pg` Pool, a `pg` Client or a PGlite instance in the store's {@link SqlClient} shim.
@@ -259,8 +289,7 @@ function pgliteClient(db: PGliteLike): SqlClient {
           const tx = guarded(
             async (text, params) => fromPGlite(await raw.query(text, params ? [...params] : [])),
             () => open,
-            // A PGlite without it (an older one) is not checked, as before.
-            () => (typeof db.isInTransaction === 'function' ? db.isInTransaction() : undefined),
+            (failed) => pgliteInTransaction(db, raw, failed),
           );
           let decision: TransactionDecision<T>;
           try {
@@ -297,8 +326,13 @@ async function runPgTransaction<T>(
   const tx = guarded(
     async (text, params) => fromPg(await connection.query({ text, values: params ? [...params] : [] })),
     () => open,
-    () => {
-      const current = typeof status === 'function' ? status.call(connection) : undefined;
+    async (failed) => {
+      if (typeof status !== 'function') return undefined;
+      // pg rejects a failed statement before the server's ReadyForQuery arrives, so its status is
+      // still the one from before: an empty query (answered in any state, an aborted one included,
+      // with no error in the server's log) brings the current one.
+      if (failed) await connection.query({ text: '' });
+      const current = status.call(connection);
       return typeof current === 'string' ? current !== 'I' : undefined;
     },
   );

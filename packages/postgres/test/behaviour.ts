@@ -748,6 +748,56 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
       });
 
+      // The check must not take what stays inside the transaction for its end: ROLLBACK TO SAVEPOINT
+      // (whose command tag is ROLLBACK), a statement that fails and leaves it aborted, SET LOCAL.
+      it('lets a handler use savepoints and SET LOCAL: a statement rolled back to a savepoint is all that is undone', async () => {
+        const id = freshId();
+        const kept = randomUUID();
+        const undone = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const outcome = await store.transaction({ id, token: 't' }, async (tx) => {
+          await tx.query(`SET LOCAL statement_timeout = '5s'`);
+          await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [kept]);
+          await tx.query('SAVEPOINT before_second');
+          await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [undone]);
+          await tx.query('SELECT 1 / 0').catch(() => undefined);
+          await tx.query('ROLLBACK TO SAVEPOINT before_second');
+          await tx.query('RELEASE SAVEPOINT before_second');
+          return { value: 'ok', response: response('ok'), retentionMs: 60_000 };
+        });
+        expect(outcome).toEqual({ committed: true, value: 'ok' });
+        expect(await effectCount(kept)).toBe(1);
+        expect(await effectCount(undone)).toBe(0);
+        expect((await store.get(id))?.state).toBe('completed');
+      });
+
+      // Was a defect: only a statement that succeeded was followed by the check. A COMMIT sent through
+      // tx that fails (a deferred constraint, a serialization failure) rolls the transaction back and
+      // leaves the session idle, and rejects: a handler that caught that error and went on had its
+      // later writes, and the completion, committed one by one in autocommit.
+      it('refuses to go on after a COMMIT sent through tx failed and ended the transaction', async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        const deferred = `${effects}_deferred`;
+        await sql(client, `CREATE TABLE "${deferred}" (v int UNIQUE DEFERRABLE INITIALLY DEFERRED)`);
+        try {
+          await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+          const failed: unknown[] = [];
+          const outcome = store.transaction({ id, token: 't' }, async (tx) => {
+            await tx.query(`INSERT INTO "${deferred}" (v) VALUES (1), (1)`);
+            await tx.query('COMMIT').catch((error: unknown) => failed.push(error));
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]).catch(() => undefined);
+            return { value: 'ok', response: response('ok'), retentionMs: 60_000 };
+          });
+          await expect(outcome).rejects.toThrow(/ended the store's transaction/);
+          expect(failed).toHaveLength(1);
+          expect(await effectCount(marker)).toBe(0);
+          expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${deferred}"`);
+        }
+      });
+
       it('runs through the engine: one execution, the write and the replay agree', async () => {
         const engine = createIdempotency({ store, heartbeat: false });
         const key = randomUUID();
