@@ -153,8 +153,13 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
       String(options.origin).endsWith('?') ||
       String(options.origin).endsWith('#')
     ) {
+      // Quoted to help the reader, unless it may hold a user name and password (`@`), which the
+      // startup log must not keep.
+      const given = String(options.origin).includes('@')
+        ? 'a value with user information (not shown)'
+        : JSON.stringify(options.origin);
       throw new TypeError(
-        `dpop.origin must be an http(s) origin such as https://api.example, without a path: not ${JSON.stringify(options.origin)}`,
+        `dpop.origin must be an http(s) origin such as https://api.example, without a path or credentials: not ${given}`,
       );
     }
     origin = url.origin;

@@ -75,6 +75,20 @@ describe('DPoP (case 52)', () => {
     }
   });
 
+  // Was a defect: the refusal of an origin with credentials quoted the option whole, the password
+  // included, into a message that goes to the startup log.
+  it('refuses an origin with credentials without writing them into the message', () => {
+    let message = '';
+    try {
+      setup({ origin: 'https://gateway:s3cret-Pa55@api.example' });
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message).toMatch(/dpop\.origin/);
+    expect(message).not.toContain('s3cret-Pa55');
+    expect(message).not.toContain('gateway:');
+  });
+
   // Was a defect: without `origin`, the proof's `htu` was compared with `http://` + Host, and an
   // HTTP/2 request has no Host, only `:authority`: every proof over HTTP/2 was refused.
   it('without origin, an HTTP/2 request is matched by its :authority', async () => {
