@@ -45,8 +45,12 @@ function audienceList(value: unknown): string[] | undefined {
 // A scope claim: a space-delimited string, or an array of scope tokens. An array item holding a space
 // is no scope token (RFC 6749 §3.3): here it would be one scope nobody can require, and behind the
 // gateway, which passes scopes on as one space-delimited string, two scopes the edge never granted.
+// Other whitespace (a tab, a line break) is in no scope token either, in an item or in the string: a
+// service behind that splits on any whitespace would read scopes the edge read as one.
+const otherWhitespace = /[^\S ]/;
 const isScopeList = (value: unknown): boolean =>
-  isWordList(value) && (typeof value === 'string' || (value as string[]).every((item) => !item.includes(' ')));
+  isWordList(value) &&
+  (typeof value === 'string' ? !otherWhitespace.test(value) : (value as string[]).every((item) => !/\s/.test(item)));
 
 // A claim the token itself carries. The payload is a plain object, so `payload.constructor` or
 // `payload.toString` would be what every object inherits: a rule requiring a claim of that name

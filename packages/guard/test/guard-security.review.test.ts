@@ -42,6 +42,26 @@ describe('scope arrays across the gateway', () => {
       expect(plain.ok ? [...plain.principal.scope] : plain.error.code).toEqual(['orders:read', 'a:b']);
     });
   }
+
+  // Was a defect: a tab or a line break passed, in an array item or in the string, where a service
+  // behind the gateway that splits scopes on any whitespace (as many do) reads two scopes the edge
+  // read as one; RFC 6749 §3.3 has no whitespace but the space between tokens.
+  it('a tab or a line break in a scope item or string is refused at the edge; spaces between tokens pass', async () => {
+    const edge = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    const codeOf = async (claims: Record<string, unknown>) => {
+      const result = await edge.verify(makeToken({ claims: { scope: undefined, ...claims } }));
+      return result.ok ? 'ok' : result.error.code;
+    };
+    for (const value of ['orders:read\torders:write', 'orders:read\norders:write']) {
+      expect(await codeOf({ scope: value }), JSON.stringify(value)).toBe('claim_invalid');
+      expect(await codeOf({ scp: [value] }), JSON.stringify(value)).toBe('claim_invalid');
+    }
+    expect(await codeOf({ scope: 'orders:read orders:write' })).toBe('ok');
+  });
 });
 
 // request-ip (the npm package most Node services use for the client address) reads, in order:
