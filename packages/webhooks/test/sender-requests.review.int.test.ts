@@ -1,7 +1,7 @@
 // Review: what the sender puts on the wire, checked against a real HTTP server and Node's own fetch.
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { listen } from '../../core/test/support/timeouts-kit.js';
 import { createSender } from '../src/index.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -20,15 +20,9 @@ async function endpoint() {
     response.statusCode = 204;
     response.end();
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  closers.push(
-    () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  );
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`, seen };
+  const { url, close } = await listen(server);
+  closers.push(close);
+  return { url: `${url}/hooks`, seen };
 }
 
 const body = '{"type":"payment.succeeded"}';
