@@ -565,7 +565,8 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
           // The completion that failed may have landed after all (its answer lost, its deadline
           // passed as it was written): the record is then completed under this very token, and a
           // renewal is refused. Not a lost lease: renewals stop, and the retry's own refused
-          // completion reads the record to tell which (settleRefusedRetry).
+          // completion reads the record to tell which (settleRefusedRetry). stopHeartbeat marks the
+          // lease finished; it is not yet, and the retry's timer skips a finished one: set back.
           stopHeartbeat(lease);
           lease.finished = false;
         } else markLost(lease, 'renew-refused');
