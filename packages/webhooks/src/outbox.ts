@@ -413,7 +413,8 @@ function toRow(row: Record<string, any>): OutboxRow {
     createdAt: row.created_at,
     requeuedAt: row.requeued_at,
     deadReason: row.dead_reason,
-    deadAt: row.dead_at ?? null,
+    // A dead_at older than the last requeue is stale (see purgeSql): the row's death is not known.
+    deadAt: row.dead_at && !(row.requeued_at && row.requeued_at > row.dead_at) ? row.dead_at : null,
     lastAttempt: row.last_attempt,
     history: row.history,
   };
@@ -1377,7 +1378,16 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     delivered: purgeBatch('delivered', `delivered_at < ${cutoff}`, 'delivered_at'),
     // From when the row died: a row that retried for a year and died yesterday is a day old here.
     // Ordered as `_dead_at` is, so the scan reads that index in order and stops after $1 rows.
-    dead: purgeBatch('dead', `dead_at < ${cutoff}`, 'dead_at, next_attempt_at'),
+    // A dead_at older than requeued_at is stale: a relay of an earlier version requeued the row
+    // (keeping the first death's dead_at) and dead-lettered it again without one. Such a row is aged
+    // as one without dead_at is; its dead_at is still older than the cutoff, so the index bound holds.
+    dead: purgeBatch(
+      'dead',
+      `dead_at < ${cutoff}
+                 AND (requeued_at IS NULL OR requeued_at <= dead_at
+                      OR (requeued_at < ${cutoff} AND next_attempt_at < ${cutoff}))`,
+      'dead_at, next_attempt_at',
+    ),
     // A row dead-lettered before dead_at existed (by an earlier version, or by a relay of one during
     // a rolling upgrade) has none. Its age is the later of created_at, requeued_at and
     // next_attempt_at: every version's last write to a row it dead-lettered set next_attempt_at to

@@ -178,6 +178,26 @@ describe.skipIf(!available)('dead_at: when an outbox row died', () => {
     expect(await ids(table)).toEqual(['died_late', 'requeued', 'young']);
   });
 
+  it('a dead_at older than requeued_at (requeued and dead-lettered again by an earlier version) is not taken as the death', async () => {
+    const { table, outbox } = await fresh('stale');
+    // During a rolling upgrade a relay of the earlier version requeued the row 10 days ago (its
+    // requeue knows no dead_at, so the first death's stays) and dead-lettered it again 5 days ago.
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body, status, dead_reason, created_at, requeued_at, dead_at, next_attempt_at) VALUES
+         ('stale', $1, '\\x7b7d', 'dead', 'horizon', now() - interval '400 days', now() - interval '10 days', now() - interval '60 days', now() - interval '5 days'),
+         ('fresh', $1, '\\x7b7d', 'dead', 'gone', now() - interval '400 days', now() - interval '40 days', now() - interval '31 days', now() - interval '31 days')`,
+      [`${base}/fail`],
+    );
+    expect(await outbox.purge(pool, { olderThan: '30d', dead: true })).toEqual({ deleted: 1 });
+    expect(await ids(table)).toEqual(['stale']);
+    // Nor is it reported as when the row died.
+    const [row] = (await outbox.deadLetters(pool)).rows;
+    expect(row).toMatchObject({ id: 'stale', deadAt: null });
+    // Aged as a row without dead_at is: by the later of requeued_at and next_attempt_at.
+    expect(await outbox.purge(pool, { olderThan: '9d', dead: true })).toEqual({ deleted: 0 });
+    expect(await outbox.purge(pool, { olderThan: '4d', dead: true })).toEqual({ deleted: 1 });
+  });
+
   it('each dead purge batch is an index scan on a few thousand dead rows (EXPLAIN), and so is a deadLetters() page', async () => {
     const { table, outbox } = await fresh('explain');
     // 3,000 dead with dead_at (half old enough), 3,000 without (dead before the upgrade), 3,000 delivered.
