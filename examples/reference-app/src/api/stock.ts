@@ -66,14 +66,14 @@ export function registerStockRoutes(app: Express, options: { db: Database }): vo
         return;
       }
       const extra = unknownFields(body, ['items']);
-      if (
-        !Array.isArray(items) ||
-        items.length === 0 ||
-        !items.every((item) => typeof item === 'string' && resourceId.test(item)) ||
-        extra.length > 0
-      ) {
-        sendProblem(res, 'validation_failed', `items must list 1 to ${maxBatchItems} item ids.`, {
-          invalid: ['items', ...extra],
+      const itemsValid =
+        Array.isArray(items) &&
+        items.length > 0 &&
+        items.every((item) => typeof item === 'string' && resourceId.test(item));
+      if (!itemsValid || extra.length > 0) {
+        // `invalid` names what is wrong: valid items beside an unknown member are not themselves invalid.
+        sendProblem(res, 'validation_failed', `items must list 1 to ${maxBatchItems} item ids; no other members.`, {
+          invalid: itemsValid ? extra : ['items', ...extra],
         });
         return;
       }

@@ -8,7 +8,9 @@ export type Checked<T> = { ok: true; value: T } | { ok: false; detail: string; i
 /**
  * Parses an `application/json` body of at most `limit` and requires it to be an object. Other
  * media types, and a charset other than UTF-8, get 415, bad JSON 400, a larger body 413, all as
- * problem+json (the API's error handler maps the parser's errors).
+ * problem+json (the API's error handler maps the parser's errors). Well-formed JSON that is not an
+ * object (an array, `null`, a string, a number, a boolean) is 422 `validation_failed`: the body was
+ * read, its shape is wrong.
  *
  * @example
  * ```ts
@@ -16,7 +18,10 @@ export type Checked<T> = { ok: true; value: T } | { ok: false; detail: string; i
  * ```
  */
 export function jsonObjectBody(limit: string): RequestHandler[] {
-  const parse = express.json({ limit, strict: true, type: () => true });
+  // Not strict: the strict parser throws on a top-level value other than an object or an array, and
+  // that error is the 400 `body_malformed` of JSON that does not parse. Every shape that parses
+  // reaches `requireObject` below instead, and gets the same 422.
+  const parse = express.json({ limit, strict: false, type: () => true });
   const requireJson = (req: Request, res: Response, next: NextFunction) => {
     if (!req.is('application/json')) {
       sendProblem(res, 'unsupported_media_type', 'Send the body as application/json.');
