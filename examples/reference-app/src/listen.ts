@@ -2,6 +2,7 @@ import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { drainable } from './drain.js';
 import { withOriginForm } from './request-target.js';
+import { answerStartingUp, refuseStartingUp } from './starting-up.js';
 
 /**
  * A listening HTTP port whose handler is attached later. Components need each other's URLs before
@@ -32,7 +33,8 @@ export interface ListeningPort {
 
 /**
  * Binds a port (0 for an ephemeral one) on loopback. Until {@link ListeningPort.use} is called every
- * request gets 503, so nothing half-configured ever answers. The handler sees origin-form targets
+ * request gets 503 with `Retry-After`, an `application/problem+json` `starting_up` (see
+ * `starting-up.ts`), so nothing half-configured ever answers; a request Node's parser refuses too. The handler sees origin-form targets
  * only unless told otherwise (see {@link withOriginForm}; these ports serve the provider's and the
  * app's pages).
  *
@@ -51,8 +53,11 @@ export async function listen(
       handler(req, res);
       return;
     }
-    res.writeHead(503, { 'Content-Type': 'text/plain; charset=utf-8', 'Retry-After': '1' }).end('Starting up\n');
+    answerStartingUp(res);
   });
+  // Until a handler is attached: after that Node's own answer (or the handler's server's, such as
+  // Fastify's, which adds its own listener) takes these again.
+  server.on('clientError', refuseStartingUp);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, options.host ?? '127.0.0.1', () => {
@@ -67,6 +72,7 @@ export async function listen(
     port: bound,
     url: options.publicUrl ?? `http://localhost:${bound}`,
     use(next, targets = 'origin-form') {
+      server.off('clientError', refuseStartingUp);
       handler = targets === 'as-sent' ? next : withOriginForm(next, 'page');
     },
     close(graceMs) {

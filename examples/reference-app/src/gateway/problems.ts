@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import { type ProblemDetails, problemType } from '@idem/core';
 import type { FastifyReply } from 'fastify';
 import { apiProblemTable } from '../api/problem.js';
+import { startingUpProblem, startingUpRetryAfterSeconds } from '../starting-up.js';
 
 /** Answers with an `application/problem+json` body (RFC 9457), never cached; `challenge` is a `WWW-Authenticate`. */
 export function sendProblem(reply: FastifyReply, status: number, problem: object, challenge?: string): FastifyReply {
@@ -12,6 +13,19 @@ export function sendProblem(reply: FastifyReply, status: number, problem: object
     .header('cache-control', 'no-store')
     .type('application/problem+json')
     .send(JSON.stringify(problem));
+}
+
+/**
+ * Answers the 503 `starting_up` problem with `Retry-After`: the gateway is not ready yet.
+ *
+ * @example
+ * ```ts
+ * if (!ready) return sendStartingUp(reply);
+ * ```
+ */
+export function sendStartingUp(reply: FastifyReply): FastifyReply {
+  reply.header('retry-after', String(startingUpRetryAfterSeconds));
+  return sendProblem(reply, 503, startingUpProblem);
 }
 
 /** The problem of an upstream that could not be reached (502) or did not answer in time (504). */

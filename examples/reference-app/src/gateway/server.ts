@@ -15,6 +15,7 @@ import { dpopAlgorithms } from '../dpop-algorithms.js';
 import { type Drain, drainable } from '../drain.js';
 import type { ListeningPort } from '../listen.js';
 import { toOwnOriginForm } from '../request-target.js';
+import { answerStartingUp, refuseStartingUp } from '../starting-up.js';
 import { discoverProvider } from './discovery.js';
 import {
   clientErrorProblem,
@@ -22,8 +23,8 @@ import {
   methodNotAllowedProblem,
   pathMalformedProblem,
   sendProblem,
+  sendStartingUp,
   upstreamFailureProblem,
-  upstreamProblem,
 } from './problems.js';
 
 /** The `realm` of the gateway's challenges, and of those the services behind it answer with. */
@@ -196,14 +197,30 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // and the guard checks a DPoP proof's `htu` against it. Any other stays absolute, and is refused
   // below as a path that leaves its service.
   const ownOrigins = new Set<string>();
+  // The guard and the internal issuer need the base URL, which an ephemeral port only gives after
+  // listen; until they exist every request gets the 503 `starting_up` with Retry-After (nothing
+  // half-configured answers). Declared before Fastify is made: a port bound beforehand hands it
+  // requests from then on.
+  let ready:
+    | { guard: Guard; internal: InternalTokenIssuer; verify: (request: FastifyRequest, reply: FastifyReply) => unknown }
+    | undefined;
   const app = Fastify({
     logger: false,
     // Errors raised before any route runs (FST_ERR_BAD_URL); the error handler below takes the rest.
     frameworkErrors: frameworkError,
-    // Requests Node's parser refused (malformed heads, oversize headers): problems too.
-    clientErrorHandler: clientErrorProblem,
+    // Requests Node's parser refused (malformed heads, oversize headers): problems too, and before
+    // the gateway is ready the same 503 as every other request.
+    clientErrorHandler: (error, socket) =>
+      ready ? clientErrorProblem(error, socket) : refuseStartingUp(error, socket),
     serverFactory: (fastifyHandler: Parameters<ListeningPort['use']>[0]): Server => {
       const handler: typeof fastifyHandler = (req, res) => {
+        // Answered before Fastify sees the request: its router, its content-type parsers and its
+        // framework errors (a path that does not decode) would otherwise answer it first, each in its
+        // own way, and no route's check of `ready` would run.
+        if (!ready) {
+          answerStartingUp(res);
+          return;
+        }
         toOwnOriginForm(req, ownOrigins);
         fastifyHandler(req, res);
       };
@@ -234,15 +251,12 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     undici: { headersTimeout: upstreamTimeout, bodyTimeout: upstreamTimeout },
   });
 
-  // The guard and the internal issuer need the base URL, which an ephemeral port only gives after
-  // listen; until they exist a request gets 503 (nothing half-configured answers).
-  let ready:
-    | { guard: Guard; internal: InternalTokenIssuer; verify: (request: FastifyRequest, reply: FastifyReply) => unknown }
-    | undefined;
   await app.register(authPlugin);
 
   app.get(resourceMetadataPath, async (_request, reply) => {
-    if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
+    // Not reached before ready (the server's handler answers first), here and in the routes below:
+    // these checks only spare the types a non-null assertion.
+    if (!ready) return sendStartingUp(reply);
     reply.header('cache-control', 'public, max-age=300');
     return {
       resource: baseUrl,
@@ -257,7 +271,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // would answer it before the guard, as JSON that echoes the method and path. The guard answers it
   // first, as it does every request; an authenticated caller then gets 405 with the methods taken.
   app.setNotFoundHandler(async (request, reply) => {
-    if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
+    if (!ready) return sendStartingUp(reply);
     await ready.verify(request, reply);
     if (reply.sent) return reply;
     reply.header('allow', forwardedMethods.join(', '));
@@ -269,11 +283,11 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     url: '/*',
     // The earliest hook: a refused request never has its body read, let alone forwarded.
     onRequest: async (request, reply) => {
-      if (!ready) return sendProblem(reply, 503, upstreamProblem(502));
+      if (!ready) return sendStartingUp(reply);
       return ready.verify(request, reply);
     },
     handler: async (request, reply) => {
-      if (!ready || !request.auth) return sendProblem(reply, 503, upstreamProblem(502));
+      if (!ready || !request.auth) return sendStartingUp(reply);
       const upstream = upstreamOf(request.url);
       // A target still absolute names another origin than the gateway's (toOwnOriginForm took its
       // own): refused even when it names the upstream, which resolved onto it and went through.
