@@ -1,4 +1,5 @@
 import { type Database, onlyIfMissing, schemaLock } from '../db.js';
+import { storedIdSql } from '../idp/stored-id.js';
 
 /**
  * Creates the third-party app's session table. Sessions live server-side: the browser holds only a
@@ -23,5 +24,23 @@ export async function migrateApp(db: Database): Promise<void> {
     ${onlyIfMissing({ relation: 'app_sessions', column: 'created_at' }, 'alter table app_sessions add column if not exists created_at timestamptz not null default now()')}
     -- Each new session deletes a batch of expired ones, oldest first.
     ${onlyIfMissing({ relation: 'app_sessions_expires_at' }, 'create index if not exists app_sessions_expires_at on app_sessions (expires_at)')}
+    ${hashPendingStates}
   `);
 }
+
+/**
+ * Sign-ins in progress an earlier version stored with their `state` as it is get it as `stateHash`
+ * (sessions.ts), in their order, so their callbacks still find them. A sign-in lives 15 minutes, so
+ * there are few; the statement is idempotent (it picks only entries that still have a `state`), so it
+ * runs at every start instead of once under a recorded name: a row an earlier version's process
+ * writes after one start is rewritten by the next (its callback fails until then: sign in again).
+ */
+const hashPendingStates = `
+    update app_sessions s set data = jsonb_set(s.data, '{pending}', (
+      select jsonb_agg(case
+        when entry ? 'state' then (entry - 'state') || jsonb_build_object('stateHash', ${storedIdSql("entry ->> 'state'")})
+        else entry
+      end order by n)
+      from jsonb_array_elements(s.data -> 'pending') with ordinality as t(entry, n)
+    ))
+    where jsonb_typeof(s.data -> 'pending') = 'array' and jsonb_path_exists(s.data, '$.pending[*] ? (exists(@.state))');`;

@@ -9,6 +9,20 @@ export interface PendingSignIn {
   returnTo: string;
 }
 
+/**
+ * A {@link PendingSignIn} as the session table keeps it: its `state` only as a SHA-256 (`stateHash`).
+ * The callback's lookup is all the state is for, and a reader of the table who held it, next to the
+ * nonce and the PKCE verifier, could forge the callback of a sign-in in progress (login CSRF: the
+ * victim's browser signed in to the reader's account). The nonce and the verifier are presented in
+ * clear (compared with the ID token's, sent to the token endpoint), so they are kept as they are.
+ */
+export interface StoredSignIn {
+  stateHash: string;
+  nonce: string;
+  codeVerifier: string;
+  returnTo: string;
+}
+
 /** What the user sees from the ID token. */
 export interface SignedInUser {
   sub: string;
@@ -62,13 +76,16 @@ export interface OpenCharge {
  * the page that shows it names: two tabs never take each other's.
  */
 export interface SessionData {
-  pending?: PendingSignIn[];
+  pending?: StoredSignIn[];
   user?: SignedInUser;
   tokens?: SessionTokens;
   flashes?: Record<string, Flash>;
   /** At most one per session: the first charge sent while none was open (see {@link OpenCharge}). */
   openCharge?: OpenCharge;
 }
+
+/** What {@link SessionStore.create} takes: {@link SessionData}, its sign-ins in progress as the flow made them. */
+export type NewSessionData = Omit<SessionData, 'pending'> & { pending?: PendingSignIn[] };
 
 /** At most this many sign-ins in progress per browser; a further one drops the oldest. */
 export const maxPendingSignIns = 5;
@@ -84,8 +101,11 @@ export const maxPendingSignIns = 5;
  * ```
  */
 export interface SessionStore {
-  /** A new session for `ttlSeconds` (the store's TTL by default). Also deletes a batch of expired rows. */
-  create(data: SessionData, ttlSeconds?: number): Promise<string>;
+  /**
+   * A new session for `ttlSeconds` (the store's TTL by default), its sign-ins in progress given as they
+   * are (their state is stored hashed). Also deletes a batch of expired rows.
+   */
+  create(data: NewSessionData, ttlSeconds?: number): Promise<string>;
   get(id: string | undefined): Promise<SessionData | undefined>;
   /**
    * Changes only the fields named in `changes` (a field given as `undefined` is removed) and leaves
@@ -133,6 +153,8 @@ export interface SessionStore {
 }
 
 const hashId = (id: string) => createHash('sha256').update(id).digest('base64url');
+
+const stored = ({ state, ...rest }: PendingSignIn): StoredSignIn => ({ stateHash: hashId(state), ...rest });
 
 /** The default of {@link SessionStoreOptions.lifetimeSeconds}: 12 hours. */
 const defaultLifetimeSeconds = 12 * 3600;
@@ -193,7 +215,12 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       await db.query(
         `insert into app_sessions (id_hash, data, created_at, expires_at)
          values ($1, $2, now(), now() + make_interval(secs => least($3::int, $4::int)))`,
-        [hashId(id), JSON.stringify(data), seconds(ttlSeconds), lifetime],
+        [
+          hashId(id),
+          JSON.stringify(data.pending ? { ...data, pending: data.pending.map(stored) } : data),
+          seconds(ttlSeconds),
+          lifetime,
+        ],
       );
       return id;
     },
@@ -279,7 +306,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
           where id_hash = $1 and ${live} and not (data ? 'user')
             and jsonb_typeof(data -> 'pending') = 'array'
           returning 1`,
-        [hashId(id), JSON.stringify(pending), maxPendingSignIns],
+        [hashId(id), JSON.stringify(stored(pending)), maxPendingSignIns],
       );
       return rows.length > 0;
     },
@@ -290,21 +317,24 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
         [hashId(id)],
       );
       const list = found[0]?.data.pending;
-      const pending = Array.isArray(list) ? list.find((entry) => entry.state === state) : undefined;
-      if (!pending) return undefined;
+      const stateHash = hashId(state);
+      const entry = Array.isArray(list) ? list.find((other) => other.stateHash === stateHash) : undefined;
+      if (!entry) return undefined;
       // Removed only if still there (the condition is checked again on the row as it is when locked):
       // of two callbacks with one state, one gets the transaction, the other nothing.
       const { rows } = await db.query(
         `update app_sessions set data = jsonb_set(data, '{pending}', (
              select coalesce(jsonb_agg(other), '[]'::jsonb)
-               from jsonb_array_elements(data -> 'pending') other where other ->> 'state' <> $2
+               from jsonb_array_elements(data -> 'pending') other where other ->> 'stateHash' <> $2
            ))
           where id_hash = $1 and ${live} and jsonb_typeof(data -> 'pending') = 'array'
-            and data -> 'pending' @> jsonb_build_array(jsonb_build_object('state', $2::text))
+            and data -> 'pending' @> jsonb_build_array(jsonb_build_object('stateHash', $2::text))
           returning 1`,
-        [hashId(id), state],
+        [hashId(id), stateHash],
       );
-      return rows.length > 0 ? pending : undefined;
+      if (rows.length === 0) return undefined;
+      const { stateHash: _hash, ...rest } = entry;
+      return { state, ...rest };
     },
     async destroy(id) {
       if (!id) return;
