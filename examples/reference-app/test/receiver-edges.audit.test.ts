@@ -115,6 +115,27 @@ describe('receiver admin API: notes and lists', () => {
     expect(added).toMatchObject({ status: 201, body: { text: 'kept' } });
   });
 
+  // Was wrong: a body that is not JSON at all got 422 validation_failed, where the API (and the HTTP
+  // table) answer JSON that does not parse with 400 body_malformed; JSON of another shape stays 422.
+  it.each([
+    ['{"text":', 400, 'body_malformed'],
+    ['not json', 400, 'body_malformed'],
+    ['', 422, 'validation_failed'],
+    ['null', 422, 'validation_failed'],
+    ['["text"]', 422, 'validation_failed'],
+  ])('answers a note body %j with %i %s, and adds no note', async (body, status, code) => {
+    const id = `evt_shape_${randomUUID()}`;
+    expect(await post(id, { type: 'payment.succeeded', data: { id: `ch_${id}`, amount: 1, currency: 'EUR' } })).toBe(
+      200,
+    );
+    expect(await postNote(id, body)).toMatchObject({ status, body: { code } });
+    const { rows } = await test.db.query<{ n: number }>(
+      'select count(*)::int as n from receiver_event_notes where event_id = $1',
+      [id],
+    );
+    expect(rows[0]?.n).toBe(0);
+  });
+
   // Was wrong: validNote left a body it could not decode (a coding it does not take, bytes that do not
   // inflate) to the idempotency middleware, which fingerprints such a body as it came and answers
   // nothing: the handler then added an empty note (201), against the 1-to-500-characters rule. Such a

@@ -456,12 +456,20 @@ async function validNote(ctx: Context, next: Next): Promise<unknown> {
     );
     return;
   }
-  let text: unknown;
+  let parsed: unknown;
   try {
-    text = bytes ? (JSON.parse(bytes.toString('utf8')) as { text?: unknown }).text : undefined;
+    // An empty body is no note (422), as the API's parser reads it.
+    parsed = bytes && bytes.length > 0 ? JSON.parse(bytes.toString('utf8')) : undefined;
   } catch {
-    text = undefined;
+    // Not JSON at all is a malformed body (400), as the API answers it; JSON of another shape, or a
+    // note out of bounds, is the 422 below.
+    sendProblem(ctx, 400, 'body_malformed', 'The body could not be read', 'The body is not valid JSON.');
+    return;
   }
+  const text =
+    typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)
+      ? (parsed as { text?: unknown }).text
+      : undefined;
   // The length is the stored note's, trimmed, as a photo title's is.
   const kept = typeof text === 'string' ? text.trim() : '';
   if (
