@@ -2,14 +2,15 @@ import type { GuardErrorCode } from './errors.js';
 import type { KeyDropReason, KeySetRejection } from './key-import.js';
 
 /**
- * What the guard reports through `onEvent`, for metrics and logs. Events carry no token, claim value
- * or header: only codes, issuers and key ids that matched configuration.
+ * What the guard reports through `onEvent`, for metrics and logs. Events carry no token, claim value,
+ * header or URL query: only codes, issuers, key ids that matched configuration and JWKS URLs without query.
  * - `authenticated`: a token was accepted (`cached` when the verified-token cache answered); `issuer`
  *   is the configured issuer whose keys verified it (behind the gateway, the gateway).
  * - `rejected`: a request was refused; `code` is the {@link GuardErrorCode}. `issuer` is the
  *   configured issuer the token named, or for an `authorize()` refusal the principal's `iss`
  *   (behind the gateway, the edge issuer from `orig_iss`: the 403 is about what that issuer granted).
- * - `jwks-fetch`: a JWKS request finished (`ok` false with a `reason` on failure).
+ * - `jwks-fetch`: a JWKS request finished (`ok` false with a `reason` on failure). The `uri` of every
+ *   `jwks-*` event is the JWKS URL without its query or fragment: a signed URL's query is a credential.
  * - `jwks-rejected`: a fetched key set was refused as a whole; the previous set stays.
  * - `jwks-key-dropped`: one key of a set was unusable and left out.
  * - `jwks-stale`: the cache had expired and a refresh failed, so the last good keys were used.

@@ -362,12 +362,15 @@ export function remoteKeySource(
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
     throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
   }
-  // fetch refuses a URL with credentials, so every fetch would fail as if the endpoint were down, and
-  // the password would ride in every jwks-fetch event's `uri`.
+  // fetch refuses a URL with credentials, so every fetch would fail as if the endpoint were down.
   if (url.username !== '' || url.password !== '') {
     throw new TypeError('jwksUri must not hold a user name or password: send them in jwksOptions.headers');
   }
-  const uri = url.href;
+  // Fetched as configured, less the fragment (never sent). Reported in events without the query: a
+  // signed URL or an API key in a parameter is a credential, and events go to logs and metrics.
+  url.hash = '';
+  const fetchUri = url.href;
+  const uri = `${url.origin}${url.pathname}`;
   // 0 would abort every fetch at once: no key would ever load.
   const timeoutMs = seconds(options.timeout ?? 5, 'jwks timeout', { min: 0.001 }) * 1000;
   const cooldownMs = seconds(options.cooldown ?? 30, 'jwks cooldown') * 1000;
@@ -400,7 +403,7 @@ export function remoteKeySource(
     try {
       let response: Response;
       try {
-        response = await context.fetch(uri, {
+        response = await context.fetch(fetchUri, {
           // A redirect is a failure: the configured URL is the trust anchor, not wherever it points.
           redirect: 'manual',
           signal: AbortSignal.timeout(timeoutMs),
