@@ -294,12 +294,24 @@ export function createInternalVerifier(options: InternalVerifierOptions): Guard 
 }
 
 /**
- * One-shot form of {@link createInternalVerifier}: verifies a single internal token. Prefer a verifier
- * built once per process; this one imports the keys on every call.
+ * One-shot form of {@link createInternalVerifier}: verifies a single internal token with keys given in
+ * the options (`keys` or `jwks`). Prefer a verifier built once per process; this one imports the keys
+ * on every call. `jwksUri` (and `jwksOptions`) is a `TypeError` here: each call would fetch the JWKS
+ * again, one request to the gateway per request served. A remote JWKS needs the cache, cooldown and
+ * refresh rules of a verifier that lives as long as the process: {@link createInternalVerifier}.
  *
  * @example
  * const result = await verifyInternalToken(token, { issuer: 'https://gateway.example', audience: 'orders', jwks });
  */
 export function verifyInternalToken(token: string, options: InternalVerifierOptions) {
+  // A hidden module-level cache keyed by URI was the other way. It would have to choose whose `fetch`,
+  // headers, `now` and `onEvent` a URI's entry keeps, and would grow with every URI ever passed.
+  for (const name of ['jwksUri', 'jwksOptions'] as const) {
+    if (options?.[name] !== undefined) {
+      throw new TypeError(
+        `verifyInternalToken does not take ${name}: it would fetch the JWKS on every call. Build one verifier with createInternalVerifier({ jwksUri, ... }) and reuse it`,
+      );
+    }
+  }
   return createInternalVerifier({ ...options, cache: false }).verify(token);
 }

@@ -116,6 +116,36 @@ describe('internal token', () => {
     expect(expired.ok ? 'ok' : expired.error.code).toBe('token_expired');
   });
 
+  // Was a defect: with `jwksUri`, each one-shot call built a verifier of its own and fetched the JWKS
+  // again, so a service verifying per request sent one JWKS request per request to the gateway.
+  it('refuses jwksUri in the one-shot form, pointing to createInternalVerifier, which fetches once', async () => {
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now });
+    const server = await startJwksServer({
+      kind: 'json',
+      body: issuer.jwks(),
+      headers: { 'cache-control': 'max-age=300' },
+    });
+    try {
+      const token = await issuer.mint(await edgePrincipal(), { audience: 'orders' });
+      const options = { issuer: GATEWAY, audience: 'orders', jwksUri: server.url, now: clock.now };
+      for (let i = 0; i < 3; i++) {
+        expect(() => verifyInternalToken(token, options)).toThrow(TypeError);
+        expect(() => verifyInternalToken(token, options)).toThrow(/jwksUri.*createInternalVerifier/);
+        const { jwksUri: _, ...withoutUri } = options;
+        expect(() => verifyInternalToken(token, { ...withoutUri, jwksOptions: { cooldown: 1 } })).toThrow(
+          /jwksOptions.*createInternalVerifier/,
+        );
+      }
+      expect(server.requests).toBe(0);
+      const verifier = createInternalVerifier({ ...options, cache: false });
+      for (let i = 0; i < 3; i++) expect((await verifier.verify(token)).ok).toBe(true);
+      expect(server.requests).toBe(1);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('an edge token never passes as an internal token, and an internal token never passes at the edge', async () => {
     const edgeToken = makeToken({ alg: 'HS256' });
     const verifier = createInternalVerifier({
