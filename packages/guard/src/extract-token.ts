@@ -11,7 +11,7 @@ export interface GuardRequest {
   // `| undefined` spelt out: Node's IncomingMessage declares them so, and under
   // exactOptionalPropertyTypes a request must be accepted as it is.
   url?: string | undefined;
-  /** The request method; a DPoP proof's `htm` is checked against it (without it, as a GET's). */
+  /** The request method; a DPoP proof's `htm` is checked against it. Required when the guard has `dpop` (else a `TypeError`). */
   method?: string | undefined;
   /** Route parameters, when the framework has them (for attribute policies). */
   params?: unknown;

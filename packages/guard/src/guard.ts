@@ -887,7 +887,7 @@ export const internalTokenType = 'internal+jwt';
  *   audience: 'https://api.example',
  *   issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/.well-known/jwks.json' }],
  * });
- * // The method too: a DPoP proof is checked against it (without it, as a GET's).
+ * // The method too: a DPoP proof is checked against it (with `dpop` set, a call without it is a TypeError).
  * const result = await guard.authenticate({ headers: req.headers, url: req.url, method: req.method });
  * if (!result.ok) res.writeHead(result.error.status, { 'www-authenticate': result.error.wwwAuthenticate });
  */
@@ -970,15 +970,25 @@ export function guardFromEngine(
     async authenticate(input) {
       // Never a throw for a bad request: no request or no header map reads as a request without a token.
       const request = isRequestLike(input) ? input : noRequest;
+      // A DPoP proof is bound to the method (`htm`). Read as a GET's when missing, a POST's own proof was
+      // refused and a GET's proof taken on a POST. Checked on every request, bearer ones too, so a call
+      // that forgets it fails on the first request in development, not on the first DPoP client.
+      const method = request.method;
+      if (engine.dpop !== undefined && request !== noRequest && (typeof method !== 'string' || method === '')) {
+        throw new TypeError(
+          'authenticate needs request.method when the guard has dpop: a DPoP proof is checked against it (htm)',
+        );
+      }
       const found = extract(request);
       if (!found.ok) {
         engine.emit({ type: 'rejected', code: found.code, at: engine.now() });
         const scheme = found.scheme === undefined ? {} : { scheme: found.scheme };
         return { ok: false, error: new GuardError(found.code, { ...engine.errorOptions, ...scheme }) };
       }
-      if (found.scheme === 'DPoP' && engine.dpop !== undefined && found.proof !== undefined) {
+      // `method` is a string here: checked above for any request-like input, and a non-request carries no proof.
+      if (found.scheme === 'DPoP' && engine.dpop !== undefined && found.proof !== undefined && method !== undefined) {
         const proof = await verifyDpopProof(found.proof, engine.dpop, {
-          method: request.method ?? 'GET',
+          method,
           url: requestHtu(engine.dpop, request),
           accessToken: found.token,
           nowMs: engine.now(),

@@ -131,18 +131,6 @@ describe('DPoP (case 52)', () => {
   });
 
   // docs/guard.md (htm) and GuardRequest.method: without a method the proof is checked as a GET's.
-  it("checks a request without a method as a GET's: a GET proof passes, a POST proof does not", async () => {
-    const { clock, guard } = setup();
-    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    const without = (htm: string) =>
-      guard.authenticate({
-        url: '/orders',
-        headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, htm }, clock.seconds()) },
-      });
-    expect(code(await without('GET'))).toBe('ok');
-    expect(code(await without('POST'))).toBe('dpop_proof_invalid');
-  });
-
   it('refuses htm, htu, ath, iat, typ, alg, key and signature mismatches', async () => {
     const { clock, guard } = setup({ maxAge: 60 });
     const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
@@ -294,9 +282,13 @@ describe('DPoP (case 52)', () => {
   it('a DPoP-bound token sent as Bearer is refused; plain bearer tokens still work when DPoP is optional', async () => {
     const { guard } = setup();
     const bound = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${bound}` } }))).toBe('token_bound');
-    expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${makeToken()}` } }))).toBe('ok');
-    const missing = await guard.authenticate({ headers: {} });
+    expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${bound}` } }))).toBe(
+      'token_bound',
+    );
+    expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${makeToken()}` } }))).toBe(
+      'ok',
+    );
+    const missing = await guard.authenticate({ method: 'GET', headers: {} });
     expect(!missing.ok && missing.error.wwwAuthenticate).toBe(
       'Bearer realm="api", DPoP realm="api", algs="ES256 EdDSA Ed25519 PS256 RS256"',
     );
@@ -304,14 +296,14 @@ describe('DPoP (case 52)', () => {
 
   it('required mode refuses Bearer and challenges with DPoP only', async () => {
     const { guard } = setup({ required: true, algorithms: ['ES256'] });
-    const result = await guard.authenticate({ headers: { authorization: `Bearer ${makeToken()}` } });
+    const result = await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${makeToken()}` } });
     expect(code(result)).toBe('token_missing');
     if (!result.ok) expect(result.error.wwwAuthenticate).toBe('DPoP realm="api", algs="ES256"');
     // A query token is a bearer token too: with DPoP required it is no credential, not even read.
     // (`allowQueryToken` with `dpop.required` is a TypeError: guard-notes.audit.test.ts.)
-    expect(code(await guard.authenticate({ headers: {}, url: `/orders?access_token=${makeToken()}` }))).toBe(
-      'token_missing',
-    );
+    expect(
+      code(await guard.authenticate({ method: 'GET', headers: {}, url: `/orders?access_token=${makeToken()}` })),
+    ).toBe('token_missing');
   });
 
   it('refuses a proof whose alg is not on dpop.algorithms, or whose header carries crit, b64 or a key reference', async () => {
@@ -401,11 +393,13 @@ describe('DPoP (case 52)', () => {
     expect(code(await guard.verify(`${bound} ${thumbprint}`))).toBe('token_malformed');
     // Nor by gluing the thumbprint and the token into one bearer string (both are in the compact alphabet).
     expect(code(await guard.verify(`${thumbprint}${bound}`))).not.toBe('ok');
-    expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${thumbprint}${bound}` } }))).not.toBe(
-      'ok',
-    );
+    expect(
+      code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${thumbprint}${bound}` } })),
+    ).not.toBe('ok');
     expect(code(await guard.verify(`${thumbprint}:${bound}`))).not.toBe('ok');
-    expect(code(await guard.authenticate({ headers: { authorization: `Bearer ${bound}` } }))).toBe('token_bound');
+    expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${bound}` } }))).toBe(
+      'token_bound',
+    );
     expect(guard.stats().cacheHits).toBe(0);
   });
 
@@ -759,5 +753,35 @@ describe('DPoP server nonces (RFC 9449 §9)', () => {
       expect(() => setup({ nonce: bad as never }), JSON.stringify(bad)).toThrow(TypeError);
     }
     expect(() => setup({ nonce: { secret: new Uint8Array(32) } })).not.toThrow();
+  });
+});
+
+describe('DPoP and the request method', () => {
+  // Was a defect: without `method`, a proof was checked as a GET's. A POST with its own proof (htm
+  // POST) was refused, and a proof made for a GET was taken on a POST: `htm` bound nothing.
+  it('authenticate without a method is a TypeError naming it when the guard has DPoP, bearer or not', async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const getProof = proof({ accessToken, htm: 'GET' }, clock.seconds());
+    const dpopHeaders = { authorization: `DPoP ${accessToken}`, dpop: getProof };
+    await expect(guard.authenticate({ url: '/orders', headers: dpopHeaders })).rejects.toThrow(TypeError);
+    await expect(guard.authenticate({ url: '/orders', headers: dpopHeaders })).rejects.toThrow(/method/);
+    await expect(
+      guard.authenticate({ url: '/orders', headers: { authorization: `Bearer ${makeToken()}` } }),
+    ).rejects.toThrow(/method/);
+    await expect(guard.authenticate({ url: '/orders', method: '', headers: dpopHeaders })).rejects.toThrow(/method/);
+    // With it, htm binds: the GET proof is refused on a POST, the POST proof taken.
+    expect(code(await guard.authenticate({ url: '/orders', method: 'POST', headers: dpopHeaders }))).toBe(
+      'dpop_proof_invalid',
+    );
+    const postProof = proof({ accessToken, htm: 'POST' }, clock.seconds());
+    const post = { url: '/orders', method: 'POST', headers: { authorization: `DPoP ${accessToken}`, dpop: postProof } };
+    expect(code(await guard.authenticate(post))).toBe('ok');
+    // A guard without DPoP needs no method; no request at all still reads as one without a token.
+    const plain = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    expect(code(await plain.authenticate({ method: 'GET', headers: { authorization: `Bearer ${makeToken()}` } }))).toBe(
+      'ok',
+    );
+    expect(code(await guard.authenticate(undefined as never))).toBe('token_missing');
   });
 });
