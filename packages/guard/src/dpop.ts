@@ -276,6 +276,8 @@ export interface VerifiedProof {
   jkt: string;
   /** The replay memory's key for this proof: `jkt:jti`. */
   replayKey: string;
+  /** The last instant the proof passes its `iat` window: it is not remembered (nor taken) after it. */
+  validUntilMs: number;
   /** When the proof could no longer pass the `iat` window anyway, so the memory may forget it. */
   expiresAtMs: number;
   /** The proof's nonce is of the last window: the answer brings the current one (`DPoP-Nonce`). */
@@ -370,22 +372,35 @@ export async function verifyDpopProof(
 
   // The RFC 7638 thumbprint of the proof's key: the `cnf.jkt` a bound token must carry.
   const jkt = key.thumbprint;
-  // Remembered until the proof could no longer pass the iat window anyway.
-  const expiresAtMs = issuedMs + runtime.maxAgeMs + 2 * context.clockToleranceMs;
-  return { ok: true, jkt, replayKey: `${jkt}:${jti}`, expiresAtMs, renewNonce };
+  // The iat check above passes up to and including this instant.
+  const validUntilMs = issuedMs + runtime.maxAgeMs + context.clockToleranceMs;
+  // Remembered until the proof could no longer pass the iat window anyway: past `validUntilMs`, plus
+  // the tolerance for a shared store whose clock runs behind. The memory forgets a key at its time, so
+  // the time is 1 ms after the last instant it passes (with a tolerance of 0 they were the same).
+  const expiresAtMs = validUntilMs + context.clockToleranceMs + 1;
+  return { ok: true, jkt, replayKey: `${jkt}:${jti}`, validUntilMs, expiresAtMs, renewNonce };
 }
 
 /**
  * Records a verified proof in the replay memory (the `jti` memory A0 lacks). Returns the refusal:
- * `dpop_proof_replayed` for a proof seen before, `dpop_replay_full` when the memory cannot take it,
+ * `dpop_proof_invalid` for a proof whose `iat` window ended meanwhile, `dpop_proof_replayed` for a proof seen before, `dpop_replay_full` when the memory cannot take it,
  * `dpop_replay_unavailable` when it throws or rejects; `undefined` when the proof is new and now
  * remembered. Call it only after the access token verified and matched the proof's key.
  *
  * @example
- * const refusal = await rememberProof(runtime, proof);
+ * const refusal = await rememberProof(runtime, proof, Date.now());
  * if (refusal !== undefined) return refuse(refusal);
  */
-export async function rememberProof(runtime: DpopRuntime, proof: VerifiedProof): Promise<GuardErrorCode | undefined> {
+export async function rememberProof(
+  runtime: DpopRuntime,
+  proof: VerifiedProof,
+  nowMs: number,
+): Promise<GuardErrorCode | undefined> {
+  // The window was checked when the request came in; the token's verification (a JWKS fetch, up to its
+  // timeout) may have outlasted it. Stored now, the key would already be due: a second request with the
+  // same proof, checked in the window too, would clear it out and pass. Only a proof that still passes
+  // is remembered, so its key outlives every request that could still present it.
+  if (nowMs > proof.validUntilMs) return 'dpop_proof_invalid';
   let answer: ReplayAnswer;
   try {
     const pending = runtime.replay(proof.replayKey, proof.expiresAtMs);

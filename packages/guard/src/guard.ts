@@ -678,7 +678,8 @@ async function accept(
   if (binding !== undefined) {
     // A proof is only ever verified where DPoP is on, so the runtime is there; fail closed all the
     // same, as with a replay memory that cannot answer.
-    const refusal = engine.dpop === undefined ? 'dpop_replay_unavailable' : await rememberProof(engine.dpop, binding);
+    const refusal =
+      engine.dpop === undefined ? 'dpop_replay_unavailable' : await rememberProof(engine.dpop, binding, engine.now());
     if (refusal !== undefined) return refuse(engine, binding, refusal, issuer);
   }
   // The configured issuer, never `principal.iss`: behind the gateway that is a claim (`orig_iss`).

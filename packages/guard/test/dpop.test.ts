@@ -785,3 +785,60 @@ describe('DPoP and the request method', () => {
     expect(code(await guard.authenticate(undefined as never))).toBe('token_missing');
   });
 });
+
+describe('DPoP replay memory and the proof window', () => {
+  // Was a defect: a proof passes its iat check up to and including iat + maxAge + tolerance, and the
+  // memory forgot it at iat + maxAge + 2 × tolerance. With clockTolerance 0 both are the same instant,
+  // and the memory drops what is due at that instant: the proof passed a second time, then.
+  it('with clockTolerance 0, a proof replayed at the last instant of its window is refused', async () => {
+    const { clock, guard } = setup({ maxAge: 60 }, { clockTolerance: 0 });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const request = {
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    };
+    expect(code(await guard.authenticate(request))).toBe('ok');
+    clock.advance(60);
+    expect(code(await guard.authenticate(request))).toBe('dpop_proof_replayed');
+    clock.advance(0.001);
+    expect(code(await guard.authenticate(request))).toBe('dpop_proof_invalid');
+  });
+
+  // Was a defect: the iat window was checked when the request came in, the proof remembered once the
+  // token had verified, which can take a JWKS fetch (up to its timeout). Two requests with one proof,
+  // both checked in the window, both remembered after it: the first was stored already expired, the
+  // second cleared it out and was stored in its place, and both passed.
+  it('two requests with one proof are not both accepted when the window ends while their tokens verify', async () => {
+    const { clock, guard } = setup({ maxAge: 60 }, { cache: false });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const request = {
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    };
+    // Both proofs are checked now (authenticate reads the clock before its first await); the token
+    // checks and the memory run after the window (60 s + 5 s tolerance) and the memory's slack (5 s).
+    const first = guard.authenticate(request);
+    const second = guard.authenticate(request);
+    clock.advance(71);
+    const codes = [code(await first), code(await second)];
+    expect(codes).not.toEqual(['ok', 'ok']);
+    // Neither is taken: a proof past its window when it would be remembered is refused as expired.
+    expect(codes).toEqual(['dpop_proof_invalid', 'dpop_proof_invalid']);
+  });
+
+  it('a proof still inside its window when the token has verified is taken once', async () => {
+    const { clock, guard } = setup({ maxAge: 60 }, { cache: false });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const request = {
+      method: 'POST',
+      url: '/orders',
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
+    };
+    const first = guard.authenticate(request);
+    const second = guard.authenticate(request);
+    clock.advance(65);
+    expect([code(await first), code(await second)].sort()).toEqual(['dpop_proof_replayed', 'ok']);
+  });
+});
