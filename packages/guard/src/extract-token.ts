@@ -10,6 +10,7 @@ export interface GuardRequest {
   headers: Record<string, string | string[] | undefined>;
   // `| undefined` spelt out: Node's IncomingMessage declares them so, and under
   // exactOptionalPropertyTypes a request must be accepted as it is.
+  /** The request target (path and query); a DPoP proof's `htu` is checked against it. Required when the guard has `dpop` (else a `TypeError`). */
   url?: string | undefined;
   /** The request method; a DPoP proof's `htm` is checked against it. Required when the guard has `dpop` (else a `TypeError`). */
   method?: string | undefined;

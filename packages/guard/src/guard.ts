@@ -888,7 +888,7 @@ export const internalTokenType = 'internal+jwt';
  *   audience: 'https://api.example',
  *   issuers: [{ issuer: 'https://id.example', jwksUri: 'https://id.example/.well-known/jwks.json' }],
  * });
- * // The method too: a DPoP proof is checked against it (with `dpop` set, a call without it is a TypeError).
+ * // The method and URL too: a DPoP proof is checked against them (with `dpop` set, a call without them is a TypeError).
  * const result = await guard.authenticate({ headers: req.headers, url: req.url, method: req.method });
  * if (!result.ok) res.writeHead(result.error.status, { 'www-authenticate': result.error.wwwAuthenticate });
  */
@@ -971,14 +971,22 @@ export function guardFromEngine(
     async authenticate(input) {
       // Never a throw for a bad request: no request or no header map reads as a request without a token.
       const request = isRequestLike(input) ? input : noRequest;
-      // A DPoP proof is bound to the method (`htm`). Read as a GET's when missing, a POST's own proof was
-      // refused and a GET's proof taken on a POST. Checked on every request, bearer ones too, so a call
-      // that forgets it fails on the first request in development, not on the first DPoP client.
+      // A DPoP proof is bound to the method (`htm`) and the URL (`htu`). Read as a GET's when missing, a
+      // POST's own proof was refused and a GET's proof taken on a POST; a missing URL read as `/` let a
+      // proof for the root pass on any path. Checked on every request, bearer ones too, so a call that
+      // forgets them fails on the first request in development, not on the first DPoP client.
       const method = request.method;
-      if (engine.dpop !== undefined && request !== noRequest && (typeof method !== 'string' || method === '')) {
-        throw new TypeError(
-          'authenticate needs request.method when the guard has dpop: a DPoP proof is checked against it (htm)',
-        );
+      if (engine.dpop !== undefined && request !== noRequest) {
+        if (typeof method !== 'string' || method === '') {
+          throw new TypeError(
+            'authenticate needs request.method when the guard has dpop: a DPoP proof is checked against it (htm)',
+          );
+        }
+        if (typeof request.url !== 'string' || request.url === '') {
+          throw new TypeError(
+            'authenticate needs request.url when the guard has dpop: a DPoP proof is checked against it (htu)',
+          );
+        }
       }
       const found = extract(request);
       if (!found.ok) {

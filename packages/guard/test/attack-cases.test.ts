@@ -52,7 +52,7 @@ function expectOk(result: GuardResult) {
   return result.principal;
 }
 
-const bearer = (token: string) => ({ method: 'GET', headers: { authorization: `Bearer ${token}` } });
+const bearer = (token: string) => ({ method: 'GET', url: '/', headers: { authorization: `Bearer ${token}` } });
 
 describe('request-level cases', () => {
   const guard = guardWith();

@@ -226,7 +226,11 @@ describe('docs/guard.md: Results and errors', () => {
   it('HELD: the 401 and 400 challenges are the ones the page prints', async () => {
     const { edge } = pageGuard();
     const expired = await accessToken({ exp: nowSeconds() - 60 });
-    const result = await edge.authenticate({ method: 'GET', headers: { authorization: `Bearer ${expired}` } });
+    const result = await edge.authenticate({
+      method: 'GET',
+      url: '/',
+      headers: { authorization: `Bearer ${expired}` },
+    });
     expect(result.ok || result.error.wwwAuthenticate).toBe(
       'Bearer realm="api", error="invalid_token", error_description="The access token expired"',
     );
@@ -341,11 +345,17 @@ describe('docs/guard.md: At the gateway and Behind the gateway', () => {
       audience: 'orders-service',
       jwks: () => internalTokens.jwks(),
     });
-    const behind = await verifier.authenticate({ method: 'GET', headers: { 'idem-internal-token': token } });
+    const behind = await verifier.authenticate({ method: 'GET', url: '/', headers: { 'idem-internal-token': token } });
     expect(behind.ok && [behind.principal.iss, [...behind.principal.aud]]).toEqual([ISSUER, [AUDIENCE]]);
     // An edge token is never accepted in place of the internal one, nor the reverse.
     expect(
-      code(await verifier.authenticate({ method: 'GET', headers: { 'idem-internal-token': await accessToken() } })),
+      code(
+        await verifier.authenticate({
+          method: 'GET',
+          url: '/',
+          headers: { 'idem-internal-token': await accessToken() },
+        }),
+      ),
     ).not.toBe('ok');
     expect(code(await edge.verify(token))).not.toBe('ok');
   });
@@ -399,11 +409,11 @@ describe('docs/guard.md: DPoP', () => {
         'DPoP realm="api", error="invalid_dpop_proof", error_description="The DPoP proof was already used", algs="ES256 EdDSA Ed25519 PS256 RS256"',
       ]);
       // A bound token as a plain bearer: token_bound.
-      expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${token}` } }))).toBe(
-        'token_bound',
-      );
+      expect(
+        code(await guard.authenticate({ method: 'GET', url: '/', headers: { authorization: `Bearer ${token}` } })),
+      ).toBe('token_bound');
       // Both schemes accepted: a 401 offers both, as the page prints it.
-      const none = await guard.authenticate({ method: 'GET', headers: {} });
+      const none = await guard.authenticate({ method: 'GET', url: '/', headers: {} });
       expect(none.ok || none.error.wwwAuthenticate).toBe(
         'Bearer realm="api", DPoP realm="api", algs="ES256 EdDSA Ed25519 PS256 RS256"',
       );
@@ -647,9 +657,9 @@ describe('docs/guard.md: dpop.required and verify()', () => {
   it('verify() of any token is refused when DPoP is required (dpop_proof_invalid)', async () => {
     const { edge } = pageGuard({ dpop: { required: true, origin: 'https://api.example' } });
     const token = await accessToken();
-    expect(code(await edge.authenticate({ method: 'GET', headers: { authorization: `Bearer ${token}` } }))).toBe(
-      'token_missing',
-    );
+    expect(
+      code(await edge.authenticate({ method: 'GET', url: '/', headers: { authorization: `Bearer ${token}` } })),
+    ).toBe('token_missing');
     expect(code(await edge.verify(token))).toBe('dpop_proof_invalid');
   });
 });

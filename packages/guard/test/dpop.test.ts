@@ -282,13 +282,13 @@ describe('DPoP (case 52)', () => {
   it('a DPoP-bound token sent as Bearer is refused; plain bearer tokens still work when DPoP is optional', async () => {
     const { guard } = setup();
     const bound = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${bound}` } }))).toBe(
-      'token_bound',
-    );
-    expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${makeToken()}` } }))).toBe(
-      'ok',
-    );
-    const missing = await guard.authenticate({ method: 'GET', headers: {} });
+    expect(
+      code(await guard.authenticate({ method: 'GET', url: '/', headers: { authorization: `Bearer ${bound}` } })),
+    ).toBe('token_bound');
+    expect(
+      code(await guard.authenticate({ method: 'GET', url: '/', headers: { authorization: `Bearer ${makeToken()}` } })),
+    ).toBe('ok');
+    const missing = await guard.authenticate({ method: 'GET', url: '/', headers: {} });
     expect(!missing.ok && missing.error.wwwAuthenticate).toBe(
       'Bearer realm="api", DPoP realm="api", algs="ES256 EdDSA Ed25519 PS256 RS256"',
     );
@@ -296,7 +296,11 @@ describe('DPoP (case 52)', () => {
 
   it('required mode refuses Bearer and challenges with DPoP only', async () => {
     const { guard } = setup({ required: true, algorithms: ['ES256'] });
-    const result = await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${makeToken()}` } });
+    const result = await guard.authenticate({
+      method: 'GET',
+      url: '/',
+      headers: { authorization: `Bearer ${makeToken()}` },
+    });
     expect(code(result)).toBe('token_missing');
     if (!result.ok) expect(result.error.wwwAuthenticate).toBe('DPoP realm="api", algs="ES256"');
     // A query token is a bearer token too: with DPoP required it is no credential, not even read.
@@ -394,12 +398,18 @@ describe('DPoP (case 52)', () => {
     // Nor by gluing the thumbprint and the token into one bearer string (both are in the compact alphabet).
     expect(code(await guard.verify(`${thumbprint}${bound}`))).not.toBe('ok');
     expect(
-      code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${thumbprint}${bound}` } })),
+      code(
+        await guard.authenticate({
+          method: 'GET',
+          url: '/',
+          headers: { authorization: `Bearer ${thumbprint}${bound}` },
+        }),
+      ),
     ).not.toBe('ok');
     expect(code(await guard.verify(`${thumbprint}:${bound}`))).not.toBe('ok');
-    expect(code(await guard.authenticate({ method: 'GET', headers: { authorization: `Bearer ${bound}` } }))).toBe(
-      'token_bound',
-    );
+    expect(
+      code(await guard.authenticate({ method: 'GET', url: '/', headers: { authorization: `Bearer ${bound}` } })),
+    ).toBe('token_bound');
     expect(guard.stats().cacheHits).toBe(0);
   });
 
@@ -779,9 +789,9 @@ describe('DPoP and the request method', () => {
     expect(code(await guard.authenticate(post))).toBe('ok');
     // A guard without DPoP needs no method; no request at all still reads as one without a token.
     const plain = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
-    expect(code(await plain.authenticate({ method: 'GET', headers: { authorization: `Bearer ${makeToken()}` } }))).toBe(
-      'ok',
-    );
+    expect(
+      code(await plain.authenticate({ method: 'GET', url: '/', headers: { authorization: `Bearer ${makeToken()}` } })),
+    ).toBe('ok');
     expect(code(await guard.authenticate(undefined as never))).toBe('token_missing');
   });
 });
@@ -840,5 +850,21 @@ describe('DPoP replay memory and the proof window', () => {
     const second = guard.authenticate(request);
     clock.advance(65);
     expect([code(await first), code(await second)].sort()).toEqual(['dpop_proof_replayed', 'ok']);
+  });
+});
+
+describe('DPoP and the request URL', () => {
+  // Was a defect: without `url`, the proof's htu was compared with the origin plus `/`, so a proof made
+  // for the root was taken on a request to any path of a caller who forgot the URL: `htu` bound nothing.
+  it('authenticate without a url is a TypeError naming it when the guard has DPoP', async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const rootProof = proof({ accessToken, htu: `${ORIGIN}/` }, clock.seconds());
+    const headers = { authorization: `DPoP ${accessToken}`, dpop: rootProof };
+    await expect(guard.authenticate({ method: 'POST', headers })).rejects.toThrow(TypeError);
+    await expect(guard.authenticate({ method: 'POST', headers })).rejects.toThrow(/url/);
+    await expect(guard.authenticate({ method: 'POST', url: '', headers })).rejects.toThrow(/url/);
+    expect(code(await guard.authenticate({ method: 'POST', url: '/orders', headers }))).toBe('dpop_proof_invalid');
+    expect(code(await guard.authenticate({ method: 'POST', url: '/', headers }))).toBe('ok');
   });
 });

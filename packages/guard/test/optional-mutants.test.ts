@@ -62,8 +62,8 @@ describe('optional guards: what counts as anonymous', () => {
     it(`${label}: a request it calls anonymous is one authenticate answers token_missing, never one it would verify`, async () => {
       for (const request of requests) {
         if (guard.carriesCredentials(request)) continue;
-        // The method glue always passes (a guard with `dpop` refuses a call without it as misuse).
-        const result = await guard.authenticate({ method: 'GET', ...request });
+        // The method and URL glue always passes (a guard with `dpop` refuses a call without them as misuse).
+        const result = await guard.authenticate({ method: 'GET', url: '/', ...request });
         expect(result.ok ? 'ok' : result.error.code, `${label}: ${describeRequest(request)}`).toBe('token_missing');
       }
     });
