@@ -353,12 +353,12 @@ export function remoteKeySource(
     onKeysRetired?: () => void;
   },
 ): RemoteKeySource {
-  let url: URL;
-  try {
-    url = new URL(options.uri);
-  } catch (cause) {
-    throw new TypeError('jwksUri must be an absolute URL', { cause });
+  // No parser error as the cause: its `input` is the whole value, and a signed URL's query is a
+  // credential that a logger printing the cause would write out.
+  if (typeof options.uri !== 'string' || !URL.canParse(options.uri)) {
+    throw new TypeError('jwksUri must be an absolute URL');
   }
+  const url = new URL(options.uri);
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
     throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
   }

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createGuard, type GuardEvent } from '../src/index.js';
 import { startJwksServer } from './support/jwks-server.js';
@@ -81,5 +82,24 @@ describe('resourceMetadata', () => {
     expect(guard.error('token_missing').wwwAuthenticate).toContain(
       'resource_metadata="https://api.example/meta?tenant=t1"',
     );
+  });
+});
+
+describe('a jwksUri that does not parse', () => {
+  // Was a defect: the TypeError's cause was the URL parser's error, whose `input` is the whole value:
+  // a logger printing the error with its cause (util.inspect does) wrote a signed URL's query out.
+  it('is a TypeError that carries neither the value nor its query, in the message or the cause', () => {
+    let caught: unknown;
+    try {
+      createGuard({
+        audience: AUDIENCE,
+        issuers: [{ issuer: ISSUER, jwksUri: `/jwks?${SECRET_QUERY}`, algorithms: ['ES256'] }],
+      });
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(TypeError);
+    expect((caught as Error).message).toMatch(/jwksUri must be an absolute URL/);
+    expect(inspect(caught, { depth: 5 })).not.toMatch(/topsecret|hunter2/);
   });
 });
