@@ -420,6 +420,7 @@ export async function rememberProof(
 
 /**
  * The URL a proof's `htu` must match: the configured origin (or `http://` + Host) and the request path.
+ * An absolute-form target counts by its path, and without `origin` its own origin replaces Host's.
  * Without `origin`, the Host header decides the origin, and the client writes it: a proof made for
  * another server (same path) passes when the client sends that server's name as Host. Only the
  * configured `origin` binds proofs to this server.
@@ -431,8 +432,21 @@ export function requestHtu(
   runtime: DpopRuntime,
   request: { headers: Record<string, string | string[] | undefined>; url?: string },
 ): string {
+  const target = typeof request.url === 'string' ? request.url : '/';
+  // An absolute-form target (`POST https://api.example/orders HTTP/1.1`, as forward proxies send it)
+  // is taken as RFC 9112 §3.2.2 asks: its authority names the server (in place of Host), and with a
+  // configured origin only its path and query count, as they do for an origin-form target.
+  if (absoluteForm.test(target) && URL.canParse(target)) {
+    const url = new URL(target);
+    if (url.protocol === 'http:' || url.protocol === 'https:') {
+      return runtime.origin === undefined ? url.href : runtime.origin + url.pathname + url.search;
+    }
+  }
   // HTTP/2 names the host in `:authority` (RFC 9113 8.3.1), which Node lists with the headers.
   const host = request.headers.host ?? request.headers[':authority'];
   const origin = runtime.origin ?? `http://${typeof host === 'string' ? host : 'invalid.invalid'}`;
-  return origin + (typeof request.url === 'string' ? request.url : '/');
+  return origin + target;
 }
+
+// A request target that starts with a scheme: every other form starts with `/` (or is `*`).
+const absoluteForm = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//;

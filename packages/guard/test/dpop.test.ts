@@ -868,3 +868,41 @@ describe('DPoP and the request URL', () => {
     expect(code(await guard.authenticate({ method: 'POST', url: '/', headers }))).toBe('ok');
   });
 });
+
+describe('DPoP and an absolute-form request target', () => {
+  // Was wrong: a request sent in absolute form (`POST https://api.example/orders HTTP/1.1`, as a
+  // forward proxy sends it; RFC 9112 §3.2.2 says a server must take it) had the configured origin put
+  // in front of the whole target, so its own valid proof was refused.
+  it('with origin configured, the path and query of an absolute target are matched against the origin', async () => {
+    const { clock, guard } = setup();
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const request = (url: string, htu: string) => ({
+      method: 'POST',
+      url,
+      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken, htu }, clock.seconds()) },
+    });
+    expect(code(await guard.authenticate(request(`${ORIGIN}/orders?page=2`, `${ORIGIN}/orders?page=2`)))).toBe('ok');
+    // The configured origin binds the proof, whatever authority the target names.
+    expect(code(await guard.authenticate(request('http://api.example:80/orders', `${ORIGIN}/orders`)))).toBe('ok');
+    expect(code(await guard.authenticate(request(`${ORIGIN}/orders`, `${ORIGIN}/other`)))).toBe('dpop_proof_invalid');
+    expect(code(await guard.authenticate(request(`${ORIGIN}/orders`, 'https://other.example/orders')))).toBe(
+      'dpop_proof_invalid',
+    );
+  });
+
+  it('without origin, the absolute target is the URL (its authority, not Host, names the server)', async () => {
+    const { clock, guard } = setup({ origin: undefined });
+    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+    const request = (htu: string) => ({
+      method: 'POST',
+      url: 'http://api.example/orders',
+      headers: {
+        authorization: `DPoP ${accessToken}`,
+        dpop: proof({ accessToken, htu }, clock.seconds()),
+        host: 'ignored.example',
+      },
+    });
+    expect(code(await guard.authenticate(request('http://api.example/orders')))).toBe('ok');
+    expect(code(await guard.authenticate(request('http://ignored.example/orders')))).toBe('dpop_proof_invalid');
+  });
+});
