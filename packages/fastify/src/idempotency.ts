@@ -11,6 +11,7 @@ import {
   type HttpResponse,
   headerRecord,
   type IdempotencyContext,
+  IdempotencyError,
   isJsonContentType,
   isLeaseLost,
   jsonBodyText,
@@ -132,6 +133,20 @@ function settleUnsent(reply: FastifyReply, capture: ResponseCapture) {
   if (capture.ended) return;
   capture.completeWith({ status: reply.statusCode, headers: headerRecord(reply.getHeaders()), body: Buffer.alloc(0) });
 }
+
+// How Fastify's parser fails on a body that never arrived whole: Node's 'aborted' error of a request
+// whose connection closed mid-body, or fewer bytes than its Content-Length at the stream's end.
+function cutShort(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 'ECONNRESET' || code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH';
+}
+
+// The refusal Express and Koa answer a cut upload with (their body read returns it).
+const incompleteBody = () =>
+  new IdempotencyError(
+    'body_incomplete',
+    'The request body ended before it was complete; send it again with the same key.',
+  );
 
 // Shared and bound to each execution, rather than a closure made per request.
 function threw(this: Execution): boolean {
@@ -516,6 +531,24 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
       .then((started) => begun(own, request, reply, started, done), done);
   });
 
+  // An error before the key was claimed (Fastify's parser or bodyLimit, a schema's validation), on a
+  // request this plugin covers. Express and Koa claim the key before their parser runs, so the
+  // capture already says `Cache-Control: no-store` on such an answer: it gets the same here, unless
+  // an earlier hook set its own. And a JSON body of declared length cut short (the client hung up,
+  // or Node's request timeout cut it) was left to Fastify's parser, which fails on it: reported as
+  // the `refused` event (`body_incomplete`) that Express and Koa report, having read it themselves.
+  function refusedBeforeClaim(request: FastifyRequest, reply: FastifyReply, error: unknown) {
+    const { config: route, overrides, url: template } = routeOf(request);
+    if (route === false) return;
+    const own = instanceOf(route);
+    if (own instanceof Error || !own.handles(request.method, own.keyHeader(request.raw), overrides)) return;
+    if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
+    const state = stateOf(request);
+    if (state[kOwner] === http && state[kFromParsed] === true && !request.raw.complete && cutShort(error)) {
+      own.refuse(incompleteBody(), { method: request.method, route: template ?? pathOf(originForm(request.url)) });
+    }
+  }
+
   function begun(
     own: HttpIdempotency<FastifyRequest>,
     request: FastifyRequest,
@@ -571,7 +604,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
   // key's echo and not stored, and the key is released, so the retry with the upload fixed runs.
   fastify.addHook('onError', async (request, reply, error) => {
     const execution = stateOf(request)[kExecution];
-    if (execution === undefined) return;
+    if (execution === undefined) {
+      refusedBeforeClaim(request, reply, error);
+      return;
+    }
     execution.thrown = true;
     if (execution.capture?.failedWith(error)) {
       reply.removeHeader('idempotency-key');
