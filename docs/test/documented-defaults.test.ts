@@ -275,7 +275,7 @@ describe('engine defaults (createIdempotency)', () => {
     const documented = Number(/up to `entries` \(([\d,]+)\)/.exec(readme?.cells[2] ?? '')?.[1]?.replace(/,/g, ''));
     expect(
       lineOf('docs/stores.md', `up to \`entries\` of them (default ${documented.toLocaleString('en-US')})`).where,
-    ).toBe('docs/stores.md:153');
+    ).toBe('docs/stores.md:164');
     // A store other processes would share (no `inProcess`), counting its calls.
     const firstKeyReadAfter = async (completions: number) => {
       const inner = memoryStore();
@@ -477,7 +477,7 @@ describe('store defaults', () => {
     const prefix = documentedDefault('docs/stores.md', markers, 'prefix').text.replace(/`|'/g, '');
     expect(store.key('abc')).toBe(`${prefix}abc`);
     expect(store.maxResponseBytes).toBe(amount(documentedDefault('docs/stores.md', markers, 'maxResponseBytes').text));
-    // docs/stores.md:85: "(`undefined` gives `defaultMaxResponseBytes`, 4 MiB)"
+    // docs/stores.md:96: "(`undefined` gives `defaultMaxResponseBytes`, 4 MiB)"
     expect(defaultMaxResponseBytes).toBe(4 * MIB);
   });
 

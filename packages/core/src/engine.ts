@@ -1273,7 +1273,12 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
 // `complete` was given, as a store keeps one, so a caller of the engine that reuses its response
 // object afterwards does not change what the cache replays.
 function completedRecord(lease: Lease, response: StoredResponse): CompletedRecord {
-  const copy = { status: response.status, headers: { ...response.headers }, body: Buffer.from(response.body) };
+  const copy: StoredResponse = {
+    status: response.status,
+    headers: { ...response.headers },
+    body: Buffer.from(response.body),
+  };
+  if (response.statusMessage !== undefined) copy.statusMessage = response.statusMessage;
   return { state: 'completed', token: lease.token, fingerprint: lease.fingerprint, response: copy };
 }
 

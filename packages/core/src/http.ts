@@ -243,6 +243,8 @@ export interface HttpResponse {
   status: number;
   headers: Record<string, string>;
   body: Uint8Array;
+  /** A reason phrase of its own (a replay of one the handler set); the status's default when absent. */
+  statusMessage?: string | undefined;
 }
 
 /** What an adapter knows about a request once its body has been read. */
@@ -834,7 +836,10 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     headers['idempotent-replayed'] = 'true';
     // A replay is one caller's result: shared caches must not keep it (anchors case 40).
     headers['cache-control'] = 'no-store';
-    return { status: stored.status, headers, body };
+    const statusMessage = stored.statusMessage;
+    return statusMessage === undefined
+      ? { status: stored.status, headers, body }
+      : { status: stored.status, headers, body, statusMessage };
   };
 
   const refuse = (error: IdempotencyError, request: { method: string; route: string }): HttpResponse => {
@@ -997,7 +1002,12 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     try {
       if (result.kind === 'complete' && !hadNoEffect(lease)) {
         const stored = result.response;
-        const response = { status: stored.status, headers: pick(stored.headers, allow), body: stored.body };
+        const response: StoredResponse = {
+          status: stored.status,
+          headers: pick(stored.headers, allow),
+          body: stored.body,
+        };
+        if (stored.statusMessage !== undefined) response.statusMessage = stored.statusMessage;
         // Over the store's own cap: refused by the store, it would only release the key. Settled as
         // a response over maxResponseBytes is, whichever cap is the smaller.
         if (overStoreCap(response)) {
@@ -1773,7 +1783,9 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
   }
   const body = response.body;
   if (!bodyless) headers['content-length'] = String(body.length);
-  res.writeHead(response.status, headers);
+  // HTTP/2 has no reason phrase (Node warns when given one there).
+  if (response.statusMessage !== undefined && !h2) res.writeHead(response.status, response.statusMessage, headers);
+  else res.writeHead(response.status, headers);
   if (bodyless) res.end();
   // Node sends a string body in one write together with the head (a Buffer takes a second chunk and
   // a writev). Latin-1 maps each byte to one character and back, so the bytes on the wire are the
@@ -2517,8 +2529,36 @@ function settleWritten(state: CaptureState) {
     const chunks = state.chunks;
     const written = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
     const headers = state.headers ?? responseHeaders(res, state.headHeaders, state.replayed);
-    finish(state, { kind: 'complete', response: { status: finalStatus, headers, body: asFramed(state, written) } });
+    const response: StoredResponse = { status: finalStatus, headers, body: asFramed(state, written) };
+    const statusMessage = ownReasonPhrase(state, finalStatus);
+    if (statusMessage !== undefined) response.statusMessage = statusMessage;
+    finish(state, { kind: 'complete', response });
   }
+}
+
+/**
+ * The reason phrase the response went out with (or goes out with, held), when it is not the one Node
+ * sends for the status by default: given to `writeHead(status, reason)` or set as `statusMessage`
+ * (Express `res.statusMessage`, Koa `ctx.message`, Fastify `reply.raw.statusMessage`). Stored with
+ * the response, so its replays say it too. None over HTTP/2, which has no reason phrase.
+ */
+function ownReasonPhrase(state: CaptureState, status: number): string | undefined {
+  const res = state.res;
+  if (streamOf(res) !== undefined) return undefined;
+  const given = state.headArgs?.[1];
+  const reason = typeof given === 'string' ? given : res.statusMessage;
+  // Node sends the default for an empty or missing one (`statusMessage ||= STATUS_CODES[status]`).
+  if (typeof reason !== 'string' || reason === '' || reason === defaultReasonPhrases()[status]) return undefined;
+  return reason;
+}
+
+// Node's table of default phrases, looked up when a response is stored rather than imported: this
+// module loads on runtimes without node:http (the engine on Workers).
+let reasonPhrases: Readonly<Record<number, string | undefined>> | undefined;
+function defaultReasonPhrases(): Readonly<Record<number, string | undefined>> {
+  reasonPhrases ??=
+    (process.getBuiltinModule?.('node:http') as typeof import('node:http') | undefined)?.STATUS_CODES ?? {};
+  return reasonPhrases;
 }
 
 /**

@@ -91,6 +91,8 @@ class Entry {
   bytes = 0;
   completed = false;
   status = 0;
+  /** The handler's own reason phrase, if it set one (see `StoredResponse.statusMessage`). */
+  statusMessage: string | undefined = undefined;
   headers: Record<string, string> | undefined = undefined;
   /** The body as a Latin-1 string, one byte per character: one plain heap object, cheapest to keep. */
   body = '';
@@ -278,6 +280,7 @@ function recordOf(entry: Entry, t: number): StoreRecord {
           status: entry.status,
           headers: { ...entry.headers },
           body: Buffer.from(entry.body, 'latin1'),
+          ...(entry.statusMessage === undefined ? {} : { statusMessage: entry.statusMessage }),
         },
       }
     : { state: 'in_progress', token, fingerprint };
@@ -519,9 +522,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       if (responseSize > maxBytes) throw new ResponseTooLargeError(responseSize, maxBytes);
       // Counted at most as the whole budget: such a record pushes out every other one and stays, a few
       // bytes (its id, token and fingerprint) over what it counts.
-      const size = Math.min(maxBytes, sizeOf(id, token, existing.fingerprint, response.headers, body.byteLength));
+      const reason = response.statusMessage;
+      const size = Math.min(
+        maxBytes,
+        sizeOf(id, token, existing.fingerprint, response.headers, body.byteLength + (reason?.length ?? 0)),
+      );
       existing.completed = true;
       existing.status = response.status;
+      existing.statusMessage = reason;
       existing.headers = { ...response.headers };
       existing.body = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('latin1');
       existing.expiresAt = t + retentionMs;

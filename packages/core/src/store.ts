@@ -97,6 +97,13 @@ export interface StoredResponse {
   status: number;
   headers: Record<string, string>;
   body: Uint8Array;
+  /**
+   * The reason phrase of the status line, only when the handler set one of its own (`201 Created
+   * Fine`); absent for the status's default phrase, and over HTTP/2, which has none. A store keeps
+   * it when given and returns it with the record; a record without it (written by an older version,
+   * or by a store that does not keep it) replays the default phrase.
+   */
+  statusMessage?: string | undefined;
 }
 
 /**

@@ -104,8 +104,13 @@ const FRAMING_BYTES = 15;
  * storedResponseSize({ status: 201, headers: {}, body: new Uint8Array(3) }); // 20
  */
 export function storedResponseSize(response: StoredResponse): number {
-  return FRAMING_BYTES + Buffer.byteLength(JSON.stringify(response.headers)) + response.body.byteLength;
+  const size = FRAMING_BYTES + Buffer.byteLength(JSON.stringify(response.headers)) + response.body.byteLength;
+  // A reason phrase of the handler's own is one more member in the same JSON: `,"m":` and the string.
+  const message = response.statusMessage;
+  return message === undefined ? size : size + MESSAGE_FRAMING_BYTES + Buffer.byteLength(JSON.stringify(message));
 }
+
+const MESSAGE_FRAMING_BYTES = 5;
 
 /** Options of {@link assertStoredResponse}. */
 export interface StoredResponseLimits {
@@ -121,7 +126,8 @@ export interface StoredResponseLimits {
  *
  * A response is storable when its status is an integer from 100 to 599, its headers a plain object
  * whose names are HTTP tokens and whose values are strings that are HTTP field values, and its body a
- * `Uint8Array` (a `Buffer` is one). Each rule is what some store or the replay needs: PostgreSQL
+ * `Uint8Array` (a `Buffer` is one), and its `statusMessage`, when it has one, a string of
+ * field-value characters. Each rule is what some store or the replay needs: PostgreSQL
  * keeps the status in an `integer` column and refuses a NUL in `jsonb`; Redis reads back only string
  * headers; a `Map` of headers would be stored as `{}`; Node refuses to write a header with a line
  * break. Written anyway, such a record would fail every read or replay of its key until its retention
@@ -142,6 +148,11 @@ export function assertStoredResponse(
   if (!isPlainObject(headers)) throw new InvalidResponseError('response headers must be a plain object');
   for (const name of Object.keys(headers)) checkHeader(name, headers[name]);
   if (!(body instanceof Uint8Array)) throw new InvalidResponseError('response body must be a Uint8Array');
+  // Node refuses to write a reason phrase with a line break, as it refuses such a header value.
+  const { statusMessage } = response as Partial<StoredResponse>;
+  if (statusMessage !== undefined && (typeof statusMessage !== 'string' || !isFieldValue(statusMessage))) {
+    throw new InvalidResponseError('response statusMessage must be a string of HTTP field-value characters');
+  }
   const { maxBytes } = limits;
   if (maxBytes !== undefined) {
     const bytes = storedResponseSize(response as StoredResponse);

@@ -82,6 +82,7 @@ function write(res: Response, reply: ScenarioReply) {
   res.status(reply.status).set(reply.headers);
   switch (reply.kind) {
     case 'json':
+      if (reply.statusMessage !== undefined) res.statusMessage = reply.statusMessage;
       res.json(reply.json);
       return;
     case 'text':

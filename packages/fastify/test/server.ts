@@ -80,6 +80,8 @@ function write(reply: FastifyReply, answer: ScenarioReply) {
   reply.code(answer.status).headers(answer.headers);
   switch (answer.kind) {
     case 'json':
+      // Fastify has no API for a reason phrase: Node's, on the raw response, which Fastify writes.
+      if (answer.statusMessage !== undefined) reply.raw.statusMessage = answer.statusMessage;
       return reply.send(answer.json);
     case 'text':
       return reply.send(answer.text);

@@ -112,6 +112,7 @@ function write(ctx: Context, reply: ScenarioReply) {
   switch (reply.kind) {
     case 'json':
       ctx.body = reply.json;
+      if (reply.statusMessage !== undefined) ctx.message = reply.statusMessage;
       return;
     case 'text':
       ctx.body = reply.text;

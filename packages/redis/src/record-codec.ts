@@ -4,13 +4,17 @@ import type { StoredResponse, StoreRecord } from '@idem/core';
  * One Redis string per record, binary safe, laid out so that the Lua scripts never parse anything:
  *
  *   in progress:  'p' <token as JSON> '\n' <fingerprint as JSON> '\n' [<keepAfterLeaseMs in decimal> '\n']
- *   completed:    'c' <token as JSON> '\n' <fingerprint as JSON> '\n' <{"s":status,"h":headers} as JSON> '\n' <raw body bytes>
+ *   completed:    'c' <token as JSON> '\n' <fingerprint as JSON> '\n' <{"s":status,"h":headers[,"m":reason]} as JSON> '\n' <raw body bytes>
  *
  * A claim kept after its lease (`keepAfterLeaseMs` > 0) lives for its lease plus that keep (`PX`),
  * and says how long the keep is: its lease has run out, and the record is abandoned, once the key's
  * PTTL is at most the keep. Without a keep the claim is written exactly as before the keep existed,
  * and completing a claim drops the keep line, so completed records never changed: a version that
  * predates the keep reads them, and only such a claim of a newer version is a value it cannot read.
+ *
+ * `"m"`, the handler's own reason phrase, is there only when it set one: a record without it is byte for
+ * byte what versions before it wrote, and one with it is read by them too (they never look for it),
+ * replayed with the default phrase.
  *
  * JSON never contains a raw 0x0A byte (JSON.stringify escapes every control character, and UTF-8
  * continuation bytes are all >= 0x80), so the first three newlines are always separators, and the
@@ -78,7 +82,8 @@ export function encodeClaim(token: string, fingerprint: string, keepMs = 0): Buf
  * encodeOutcome({ status: 201, headers: {}, body: new Uint8Array([1]) }).length; // 18
  */
 export function encodeOutcome(response: StoredResponse): Buffer {
-  const meta = encoder.encode(`${JSON.stringify({ s: response.status, h: response.headers })}\n`);
+  const { status: s, headers: h, statusMessage: m } = response;
+  const meta = encoder.encode(`${JSON.stringify(m === undefined ? { s, h } : { s, h, m })}\n`);
   const out = Buffer.allocUnsafe(meta.length + response.body.length);
   out.set(meta, 0);
   out.set(response.body, meta.length);
@@ -109,14 +114,17 @@ export function decodeRecord(value: Uint8Array, pttl?: number): StoreRecord {
   }
   const metaEnd = value.indexOf(NEWLINE, fingerprintEnd + 1);
   if (metaEnd < 0) throw new RecordFormatError('truncated idem record');
-  const meta = parseJson(value.subarray(fingerprintEnd + 1, metaEnd)) as { s?: unknown; h?: unknown };
+  const meta = parseJson(value.subarray(fingerprintEnd + 1, metaEnd)) as { s?: unknown; h?: unknown; m?: unknown };
   if (!meta || typeof meta !== 'object' || typeof meta.s !== 'number' || !isHeaders(meta.h)) {
     throw new RecordFormatError('malformed idem response');
   }
+  if (meta.m !== undefined && typeof meta.m !== 'string') throw new RecordFormatError('malformed idem response');
   // A copy, not a view: the client may hand out slices of a reused socket buffer, and a caller may
   // keep the body long after this reply.
   const body = new Uint8Array(value.subarray(metaEnd + 1));
-  return { state: 'completed', token, fingerprint, response: { status: meta.s, headers: meta.h, body } };
+  const response: StoredResponse = { status: meta.s, headers: meta.h, body };
+  if (meta.m !== undefined) response.statusMessage = meta.m;
+  return { state: 'completed', token, fingerprint, response };
 }
 
 /**

@@ -108,8 +108,31 @@ describe('record codec', () => {
     const responses: StoredResponse[] = [
       { status: 201, headers: {}, body: new Uint8Array(0) },
       { status: 599, headers: { 'content-type': 'application/json', etag: '"é\t"' }, body: new Uint8Array(950) },
+      { status: 201, headers: {}, body: new Uint8Array(3), statusMessage: 'Créé "fine"' },
     ];
     for (const response of responses) expect(encodeOutcome(response).length).toBe(storedResponseSize(response));
+  });
+
+  it('keeps a handler\'s own reason phrase as an "m" member; a record without one is written and read as before', () => {
+    const claim = encodeClaim('t', 'f');
+    const body = new Uint8Array([1]);
+    const withPhrase = Buffer.concat([
+      claim,
+      encodeOutcome({ status: 201, headers: {}, body, statusMessage: 'Created Fine' }),
+    ]);
+    withPhrase[0] = 0x63;
+    expect(withPhrase.toString()).toBe('c"t"\n"f"\n{"s":201,"h":{},"m":"Created Fine"}\n\u0001');
+    expect(decodeRecord(withPhrase)).toEqual({
+      state: 'completed',
+      token: 't',
+      fingerprint: 'f',
+      response: { status: 201, headers: {}, body, statusMessage: 'Created Fine' },
+    });
+    // A record of a version before the phrase: the same bytes as ever, and no statusMessage read back.
+    expect(encodeOutcome({ status: 201, headers: {}, body }).toString()).toBe('{"s":201,"h":{}}\n\u0001');
+    const old = decodeRecord(bytes('c"t"\n"f"\n{"s":201,"h":{}}\n\u0001'));
+    expect(old.state === 'completed' && 'statusMessage' in old.response).toBe(false);
+    expect(() => decodeRecord(bytes('c"t"\n"f"\n{"s":201,"h":{},"m":7}\n'))).toThrow(RecordFormatError);
   });
 
   it('refuses to encode a claim whose token or fingerprint is not a string', () => {

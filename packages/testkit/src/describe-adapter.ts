@@ -31,7 +31,9 @@ import { type TransactionOutcome, transactionalMemoryStore } from './transaction
 /**
  * What a route handler answers, in framework-neutral terms. Each framework's test server writes it
  * the idiomatic way, so the table exercises every write path:
- * - `json`: Express `res.json`, Fastify `reply.send(object)`, Koa `ctx.body = object`
+ * - `json`: Express `res.json`, Fastify `reply.send(object)`, Koa `ctx.body = object`; with a
+ *   `statusMessage` (reason phrase): Express `res.statusMessage`, Fastify `reply.raw.statusMessage`,
+ *   Koa `ctx.message`
  * - `text`: Express `res.send(string)`, Fastify `reply.send(string)`, Koa `ctx.body = string`
  * - `bytes`: Express `res.write` + `res.end`, Fastify `reply.send(buffer)`, Koa `ctx.body = buffer`
  * - `stream`: a `Readable` piped (Express `stream.pipe(res)`, Fastify `reply.send(stream)`, Koa `ctx.body = stream`)
@@ -47,7 +49,7 @@ import { type TransactionOutcome, transactionalMemoryStore } from './transaction
  *   then `ctx.res.destroy()`
  */
 export type ScenarioReply =
-  | { kind: 'json'; status: number; headers: Record<string, string>; json: unknown }
+  | { kind: 'json'; status: number; headers: Record<string, string>; json: unknown; statusMessage?: string }
   | { kind: 'text'; status: number; headers: Record<string, string>; text: string }
   | { kind: 'bytes'; status: number; headers: Record<string, string>; bytes: Buffer }
   | { kind: 'stream'; status: number; headers: Record<string, string>; stream: () => Readable }
@@ -173,6 +175,11 @@ export interface DescribeAdapterOptions {
   clock?: boolean | undefined;
   /** A store supporting transactions, for the transactional scenarios. Default: a memory store with a recording transaction. */
   transactionalStore?: (() => Promise<AdapterStoreHarness> | AdapterStoreHarness) | undefined;
+  /**
+   * Whether the stores keep a response's reason phrase (`StoredResponse.statusMessage`). Default
+   * true; false for a store that drops it, whose replays then carry the status's default phrase.
+   */
+  keepsStatusMessage?: boolean | undefined;
   /** Concurrent identical requests in the race scenario. Default 100. */
   concurrency?: number | undefined;
   /**
@@ -184,6 +191,8 @@ export interface DescribeAdapterOptions {
 
 interface Sent {
   status: number;
+  /** The reason phrase of the status line. */
+  statusMessage: string;
   headers: IncomingHttpHeaders;
   body: Buffer;
   /** The client end of the connection that carried it: the same on a reused keep-alive connection. */
@@ -239,6 +248,7 @@ function send(base: string, path: string, options: SendOptions = {}): Promise<Se
           if (!options.leaveAfterFirstChunk) return;
           const sent = {
             status: res.statusCode ?? 0,
+            statusMessage: res.statusMessage ?? '',
             headers: res.headers,
             body: chunk,
             localPort: req.socket?.localPort,
@@ -249,6 +259,7 @@ function send(base: string, path: string, options: SendOptions = {}): Promise<Se
         res.on('end', () =>
           resolve({
             status: res.statusCode ?? 0,
+            statusMessage: res.statusMessage ?? '',
             headers: res.headers,
             body: Buffer.concat(chunks),
             localPort: req.socket?.localPort,
@@ -421,6 +432,7 @@ export function describeAdapter(
 ): void {
   const makeStore = options.store ?? memoryHarness;
   const concurrency = options.concurrency ?? 100;
+  const keepsStatusMessage = options.keepsStatusMessage ?? true;
   const itWithClock = (options.clock ?? options.store === undefined) ? it : () => undefined;
   const file = join(tmpdir(), `idem-adapter-${randomUUID()}.bin`);
   const fileBytes = Buffer.from(Array.from({ length: 70_000 }, (_, i) => (i * 31) % 256));
@@ -501,6 +513,10 @@ export function describeAdapter(
           return {
             kind: 'json',
             status: request.route === '/charges' ? 201 : 200,
+            // `statusMessage`: a reason phrase of the handler's own.
+            ...(typeof (request.body as { statusMessage?: unknown } | undefined)?.statusMessage === 'string'
+              ? { statusMessage: (request.body as { statusMessage: string }).statusMessage }
+              : {}),
             headers: {
               // `cacheable`: a handler that says its answer may be cached, which idem leaves as it is.
               ...((request.body as { cacheable?: boolean } | undefined)?.cacheable
@@ -740,6 +756,25 @@ export function describeAdapter(
         expect(again.headers['cache-control']).toBe('no-store');
         expect(again.headers['idempotency-key']).toBe('"replay-1"');
         expect(world.server.executions()).toBe(1);
+      });
+    });
+
+    it('a reason phrase the handler set goes out with its answer and with every replay; a default one is stored as none', async () => {
+      await withWorld(async (world) => {
+        const body = '{"amount":100,"statusMessage":"Created Fine"}';
+        const first = await world.send('/charges', { key: 'reason-1', body });
+        expect(first.status).toBe(201);
+        expect(first.statusMessage).toBe('Created Fine');
+        const again = await world.send('/charges', { key: 'reason-1', body });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        // Was wrong: the replay said `201 Created`, the first answer `201 Created Fine`.
+        expect(again.statusMessage).toBe(keepsStatusMessage ? 'Created Fine' : 'Created');
+        const plain = await world.send('/charges', { key: 'reason-2' });
+        expect(plain.statusMessage).toBe('Created');
+        expect((await world.send('/charges', { key: 'reason-2' })).statusMessage).toBe('Created');
+        const record = await world.store.store.get(idOf('reason-2'));
+        if (record?.state === 'completed') expect(record.response.statusMessage).toBeUndefined();
+        expect(world.server.executions()).toBe(2);
       });
     });
 
@@ -2474,6 +2509,24 @@ export function describeAdapter(
             expect(again.body.equals(first.body)).toBe(true);
             expect(world.server.executions()).toBe(1);
             if (!options.transactionalStore) expect(log.entries.at(-1)?.outcome).toBe('committed');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
+      it('a reason phrase the handler set goes out when the held answer does, and with its replays', async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const body = '{"amount":100,"statusMessage":"Created Fine"}';
+            const first = await world.send('/charges', { key: 'tx-reason-1', body });
+            expect(first.status).toBe(201);
+            expect(first.statusMessage).toBe('Created Fine');
+            const again = await world.send('/charges', { key: 'tx-reason-1', body });
+            expect(again.headers['idempotent-replayed']).toBe('true');
+            expect(again.statusMessage).toBe(keepsStatusMessage ? 'Created Fine' : 'Created');
+            expect(world.server.executions()).toBe(1);
           },
           { transactional: true },
           harness,
