@@ -81,6 +81,15 @@ function write(res: Response, reply: ScenarioReply) {
   }
   res.status(reply.status).set(reply.headers);
   switch (reply.kind) {
+    case 'late-header':
+      res.write(reply.chunks[0]);
+      try {
+        res.set(reply.late);
+      } catch {
+        // ERR_HTTP_HEADERS_SENT: the head went out with the first chunk.
+      }
+      res.end(reply.chunks[1]);
+      return;
     case 'json':
       if (reply.statusMessage !== undefined) res.statusMessage = reply.statusMessage;
       res.json(reply.json);

@@ -79,6 +79,18 @@ function write(reply: FastifyReply, answer: ScenarioReply) {
   }
   reply.code(answer.status).headers(answer.headers);
   switch (answer.kind) {
+    case 'late-header': {
+      reply.hijack();
+      reply.raw.writeHead(answer.status, answer.headers);
+      reply.raw.write(answer.chunks[0]);
+      try {
+        for (const [name, value] of Object.entries(answer.late)) reply.raw.setHeader(name, value);
+      } catch {
+        // ERR_HTTP_HEADERS_SENT: the head went out with the first chunk.
+      }
+      reply.raw.end(answer.chunks[1]);
+      return reply;
+    }
     case 'json':
       // Fastify has no API for a reason phrase: Node's, on the raw response, which Fastify writes.
       if (answer.statusMessage !== undefined) reply.raw.statusMessage = answer.statusMessage;

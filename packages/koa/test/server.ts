@@ -110,6 +110,13 @@ function write(ctx: Context, reply: ScenarioReply) {
   ctx.status = reply.status;
   ctx.set(reply.headers);
   switch (reply.kind) {
+    case 'late-header':
+      ctx.respond = false;
+      ctx.res.write(reply.chunks[0]);
+      // Koa skips a header once the head went out (ctx.headerSent).
+      ctx.set(reply.late);
+      ctx.res.end(reply.chunks[1]);
+      return;
     case 'json':
       ctx.body = reply.json;
       if (reply.statusMessage !== undefined) ctx.message = reply.statusMessage;
