@@ -3,13 +3,20 @@ import type { StoredResponse } from '@idem/core';
 import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RedisStore, type RedisStoreOptions, redisCommandRunner, redisStore } from '../src/index.js';
+import {
+  type RedisClientLike,
+  type RedisStore,
+  type RedisStoreOptions,
+  redisCommandRunner,
+  redisStore,
+} from '../src/index.js';
 import { claimKeepMs } from '../src/record-codec.js';
 import { renewScript } from '../src/scripts.js';
 import { startRedisCluster } from './cluster.js';
 import { startedOnFirstUse } from './on-first-use.js';
 import { deleteKeys, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
 import { startReplicatedRedis } from './replicated.js';
+import { redisStoreHarness } from './store-harness.js';
 
 // redisStore over an array of ioredis clients, against real Redis: the whole store contract, with
 // and without waitForReplicas, a claim race spread over every client, and scripts the server has
@@ -31,28 +38,13 @@ const harness = (
   clients: readonly (Redis | Cluster)[],
   store: RedisStore,
   options: Pick<RedisStoreOptions, 'waitForReplicas'> = {},
-): StoreHarness => {
-  const runner = redisCommandRunner(clients);
-  return {
+) =>
+  redisStoreHarness(
+    clients as RedisClientLike,
     store,
-    expire: async (id) => {
-      await runner.send(store.key(id), ['PEXPIRE', store.key(id), '0']);
-    },
-    ttl: async (id) => {
-      const ms = Number(await runner.send(store.key(id), ['PTTL', store.key(id)]));
-      return ms >= 0 ? ms : undefined;
-    },
-    endLease: async (id) => {
-      const value = await runner.send(store.key(id), ['GET', store.key(id)]);
-      await runner.send(store.key(id), ['PEXPIRE', store.key(id), String(claimKeepMs(value as Uint8Array))]);
-    },
-    makeCapped: (maxBytes) =>
-      redisStore({ client: clients, prefix: store.prefix, maxResponseBytes: maxBytes, ...options }),
-    close: async () => {
-      await Promise.all(clients.map((client) => client.quit()));
-    },
-  };
-};
+    () => Promise.all(clients.map((client) => client.quit())),
+    options,
+  );
 
 // Counts what each client is asked to send: ioredis sends every command, in a pipeline or not,
 // through its sendCommand.

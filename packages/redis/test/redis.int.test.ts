@@ -27,6 +27,7 @@ import { startedOnFirstUse } from './on-first-use.js';
 import { deleteKeys, freePort, redisAvailable, redisBinariesAvailable, redisUrl } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
 import { startReplicatedRedis } from './replicated.js';
+import { redisStoreHarness } from './store-harness.js';
 
 const withRedis = await redisAvailable();
 const withBinaries = await redisBinariesAvailable();
@@ -34,36 +35,7 @@ const withBinaries = await redisBinariesAvailable();
 // One prefix per file and run, so parallel files and earlier runs never meet.
 const prefix = `idem-test:redis-int:${randomUUID()}:`;
 
-const harness = (
-  client: RedisClientLike,
-  store: RedisStore,
-  close: () => Promise<unknown>,
-  options: Pick<RedisStoreOptions, 'waitForReplicas'> = {},
-): StoreHarness => {
-  const runner = redisCommandRunner(client);
-  return {
-    store,
-    // PEXPIRE with 0 deletes the key: the same as the server's clock running out the lease.
-    expire: async (id) => {
-      await runner.send(store.key(id), ['PEXPIRE', store.key(id), '0']);
-    },
-    ttl: async (id) => {
-      const ms = Number(await runner.send(store.key(id), ['PTTL', store.key(id)]));
-      return ms >= 0 ? ms : undefined;
-    },
-    // What the server's clock does when a crashed holder's lease runs out: the key's time left
-    // becomes the claim's keep (0 for a claim without one, which deletes it).
-    endLease: async (id) => {
-      const value = await runner.send(store.key(id), ['GET', store.key(id)]);
-      const keep = claimKeepMs(value as Uint8Array);
-      await runner.send(store.key(id), ['PEXPIRE', store.key(id), String(keep)]);
-    },
-    makeCapped: (maxBytes) => redisStore({ client, prefix: store.prefix, maxResponseBytes: maxBytes, ...options }),
-    close: async () => {
-      await close();
-    },
-  };
-};
+const harness = redisStoreHarness;
 
 const response = (body: Uint8Array, status = 201): StoredResponse => ({
   status,
