@@ -10,6 +10,7 @@ export {
 export { type MigrateOptions, migrate, schemaSql, schemaStatements } from './schema.js';
 export type {
   PGliteLike,
+  PGliteQueryOptions,
   PGliteTransactionLike,
   PgClientLike,
   PgPoolClientLike,

@@ -130,7 +130,8 @@ const isLockTimeout = (error: unknown): boolean => {
 
 async function migrateOnce(client: PostgresClient, table: TableName, lockTimeoutMs: number | undefined): Promise<void> {
   const [createTable, createIndex, addLeaseUntil] = schemaStatements(table.name) as [string, string, string];
-  const sql = createSqlClient(client, { preparedStatements: false });
+  // Its catalog reads (booleans) must not go through parsers the application set for pg as a whole.
+  const sql = createSqlClient(client, { preparedStatements: false, storeTypesInTransactions: true });
   await sql.transaction(async (tx) => {
     // One lock for every idem migration of the database, not one per name as given: `idem_records`
     // and `public.idem_records` are one table, and two CREATE TABLEs of it racing under two locks

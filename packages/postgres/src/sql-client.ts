@@ -1,4 +1,5 @@
 import type { Statement } from './statements.js';
+import { storeParsers, storeTypes } from './store-types.js';
 import { toStoreError } from './unavailable.js';
 
 /**
@@ -32,6 +33,8 @@ export interface PgQueryConfig {
   text: string;
   values?: unknown[];
   name?: string;
+  /** The parsers of this query's columns, in place of pg's process-wide ones (see store-types.ts). */
+  types?: typeof storeTypes;
 }
 
 /**
@@ -89,13 +92,27 @@ export interface PgClientLike {
 }
 
 /**
+ * The subset of PGlite's per-query options the store uses: its own parsers, over the instance's.
+ *
+ * @example
+ * const options: PGliteQueryOptions = { parsers: { 16: (text) => text === 't' } };
+ */
+export interface PGliteQueryOptions {
+  parsers?: Readonly<Record<number, (text: string, typeId: number) => unknown>>;
+}
+
+/**
  * The handle PGlite passes to `transaction()` callbacks.
  *
  * @example
  * await db.transaction(async (tx: PGliteTransactionLike) => tx.query('SELECT 1'));
  */
 export interface PGliteTransactionLike {
-  query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
+  query<Row>(
+    text: string,
+    params?: any[],
+    options?: PGliteQueryOptions,
+  ): Promise<{ rows: Row[]; affectedRows?: number }>;
   rollback(): Promise<void>;
 }
 
@@ -107,7 +124,11 @@ export interface PGliteTransactionLike {
  * const db: PGliteLike = new PGlite('./idem-data');
  */
 export interface PGliteLike {
-  query<Row>(text: string, params?: any[]): Promise<{ rows: Row[]; affectedRows?: number }>;
+  query<Row>(
+    text: string,
+    params?: any[],
+    options?: PGliteQueryOptions,
+  ): Promise<{ rows: Row[]; affectedRows?: number }>;
   // What it resolves to is not used: PGlite before 0.2.16 declares `Promise<T | undefined>`.
   transaction<T>(callback: (tx: PGliteTransactionLike) => Promise<T>): Promise<unknown>;
   /** Read after each statement of a transactional handler, where PGlite has it. */
@@ -155,6 +176,12 @@ export interface SqlClient extends SqlExecutor {
 export interface SqlClientOptions {
   /** Use named prepared statements on pg (parsed once per connection). Default true. */
   preparedStatements?: boolean;
+  /**
+   * Read the rows of `transaction()`'s queries with the store's own parsers too, as migrate() does
+   * for its catalog reads. Default false: a transactional handler's queries are the application's,
+   * read with its parsers. (The store's own statements always use the store's.)
+   */
+  storeTypesInTransactions?: boolean;
 }
 
 const isPGlite = (client: object): client is PGliteLike =>
@@ -165,6 +192,11 @@ const isPgPool = (client: object): client is PgPoolLike =>
   typeof (client as Partial<PgPoolLike>).connect === 'function' &&
   typeof (client as Partial<PgPoolLike>).totalCount === 'number' &&
   typeof (client as Partial<PgPoolLike>).idleCount === 'number';
+
+// A pg Client keeps its config's `binary` as a property, a Pool in `options` for its clients.
+const sendsBinary = (client: object): boolean =>
+  (client as { binary?: unknown }).binary === true ||
+  (client as { options?: { binary?: unknown } }).options?.binary === true;
 
 // Rows are typed by the caller's query (`query<Row>`), so the shim itself handles them untyped.
 type AnyResult = SqlResult<any>;
@@ -259,14 +291,26 @@ export function createSqlClient(client: PostgresClient, options: SqlClientOption
   if (!client || typeof client !== 'object' || typeof (client as { query?: unknown }).query !== 'function') {
     throw new TypeError('client must be a pg Pool, a pg Client or a PGlite instance');
   }
+  // pg's `binary: true` asks every result in binary format, and pg 8 decodes each field as UTF-8
+  // text before parsing it: any byte of a bytea, an integer or a timestamp that is not valid UTF-8
+  // comes back as U+FFFD, so a replay would differ from the answer stored (a 201 read back as 239).
+  if (sendsBinary(client)) {
+    throw new TypeError(
+      'client was made with binary: true, which pg reads back lossily (each binary field is decoded as UTF-8 text): give the store a client without it',
+    );
+  }
   const prepared = options.preparedStatements ?? true;
-  if (isPGlite(client)) return pgliteClient(client);
-  if (isPgPool(client)) return pgPoolClient(client, prepared);
-  return pgSingleClient(client as PgClientLike, prepared);
+  const transactionTypes = options.storeTypesInTransactions === true ? storeTypes : undefined;
+  if (isPGlite(client)) return pgliteClient(client, transactionTypes !== undefined);
+  if (isPgPool(client)) return pgPoolClient(client, prepared, transactionTypes);
+  return pgSingleClient(client as PgClientLike, prepared, transactionTypes);
 }
 
-function pgliteClient(db: PGliteLike): SqlClient {
-  const query = async (text: string, params: readonly unknown[] = []) => fromPGlite(await db.query(text, [...params]));
+function pgliteClient(db: PGliteLike, storeTypesInTransactions: boolean): SqlClient {
+  const own = { parsers: storeParsers };
+  const query = async (text: string, params: readonly unknown[] = []) =>
+    fromPGlite(await db.query(text, [...params], own));
+  const inTransaction = storeTypesInTransactions ? own : undefined;
   return {
     kind: 'pglite',
     query: (text, params) =>
@@ -287,7 +331,7 @@ function pgliteClient(db: PGliteLike): SqlClient {
       try {
         await db.transaction(async (raw) => {
           const tx = guarded(
-            async (text, params) => fromPGlite(await raw.query(text, params ? [...params] : [])),
+            async (text, params) => fromPGlite(await raw.query(text, params ? [...params] : [], inTransaction)),
             () => open,
             (failed) => pgliteInTransaction(db, raw, failed),
           );
@@ -318,13 +362,15 @@ function pgliteClient(db: PGliteLike): SqlClient {
 async function runPgTransaction<T>(
   connection: { query(config: PgQueryConfig): Promise<PgQueryResult> },
   fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>,
+  types: typeof storeTypes | undefined,
 ): Promise<T> {
   let open = true;
   // pg's status from the server's last ReadyForQuery: 'I' idle (no transaction block), 'T' in one,
   // 'E' in a failed one. An older pg without the method is not checked.
   const status = (connection as { getTransactionStatus?: () => unknown }).getTransactionStatus;
   const tx = guarded(
-    async (text, params) => fromPg(await connection.query({ text, values: params ? [...params] : [] })),
+    async (text, params) =>
+      fromPg(await connection.query({ text, values: params ? [...params] : [], ...(types && { types }) })),
     () => open,
     async (failed) => {
       if (typeof status !== 'function') return undefined;
@@ -423,19 +469,19 @@ function preparing(
   return async (name, text, params) => {
     if (named) {
       try {
-        return await send({ name, text, values: [...params] });
+        return await send({ name, text, values: [...params], types: storeTypes });
       } catch (error) {
         if (!lostPreparation(error)) throw error;
         named = false;
       }
     }
-    return send({ text, values: [...params] });
+    return send({ text, values: [...params], types: storeTypes });
   };
 }
 
-function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
+function pgPoolClient(pool: PgPoolLike, prepared: boolean, transactionTypes: typeof storeTypes | undefined): SqlClient {
   const query = async (text: string, params: readonly unknown[] = []) =>
-    fromPg(await pool.query({ text, values: [...params] }));
+    fromPg(await pool.query({ text, values: [...params], types: storeTypes }));
   const run = preparing(async (config) => fromPg(await pool.query(config)), prepared);
   return {
     kind: 'pg-pool',
@@ -471,7 +517,7 @@ function pgPoolClient(pool: PgPoolLike, prepared: boolean): SqlClient {
       } catch (error) {
         throw toStoreError(error, 'transaction connect');
       }
-      return settle(runPgTransaction(connection, fn), (broken) => {
+      return settle(runPgTransaction(connection, fn, transactionTypes), (broken) => {
         connection.removeListener('error', onError);
         const reason = broken ?? lost;
         // A connection that failed mid-transaction is in an unknown state: destroy it rather than
@@ -501,7 +547,11 @@ const turnsOf = (client: object): Exclusive => {
   return exclusive;
 };
 
-function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
+function pgSingleClient(
+  client: PgClientLike,
+  prepared: boolean,
+  transactionTypes: typeof storeTypes | undefined,
+): SqlClient {
   // One connection shared by everything, so one statement or transaction at a time, in call order.
   // A transaction holds the turn from BEGIN to COMMIT: the store's other statements (claims for
   // other keys, heartbeats) wait, or they would run inside it and vanish with its rollback. pg 8
@@ -513,7 +563,7 @@ function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
   return {
     kind: 'pg-client',
     query: (text, params) =>
-      query({ text, values: params ? [...params] : [] }).catch((error) => {
+      query({ text, values: params ? [...params] : [], types: storeTypes }).catch((error) => {
         throw toStoreError(error, 'query');
       }),
     run: (statement, params) =>
@@ -521,6 +571,6 @@ function pgSingleClient(client: PgClientLike, prepared: boolean): SqlClient {
         throw toStoreError(error, statement.operation);
       }),
     transaction: <T>(fn: (tx: SqlExecutor) => Promise<TransactionDecision<T>>): Promise<T> =>
-      exclusive(() => settle(runPgTransaction(client, fn), () => undefined)),
+      exclusive(() => settle(runPgTransaction(client, fn, transactionTypes), () => undefined)),
   };
 }
