@@ -502,8 +502,8 @@ describe('store defaults', () => {
     });
 
     it('purgeExpired: deletes at most 1000 rows by default, and keeps a row in progress one hour past its expiry', async () => {
-      // docs/stores.md:858-859: "deletes at most `batchSize` expired rows (default 1000)".
-      // docs/stores.md:874 and docs/operations.md:72: "`inProgressGraceMs` (default one hour)".
+      // docs/stores.md:950-951: "deletes at most `batchSize` expired rows (default 1000)".
+      // docs/stores.md:966 and docs/operations.md:72: "`inProgressGraceMs` (default one hour)".
       const text = readFileSync(join(root, 'docs/stores.md'), 'utf8');
       const batch = amount(/expired rows \(default ([\d,]+)\)/.exec(text)?.[1] ?? '');
       expect(text).toContain('only `inProgressGraceMs` (default one hour) after it expired');

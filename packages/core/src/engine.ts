@@ -216,7 +216,8 @@ export interface IdempotencyEngine {
    * that also completes the record, so the handler's writes and the stored outcome commit together or
    * not at all. If the lease was lost, nothing of `fn` commits. If `fn` throws, or left the
    * transaction aborted (the store rejects with `TransactionAbortedError`: a statement of `fn`'s
-   * failed and it went on without a SAVEPOINT), everything rolls back and the error is rethrown with
+   * failed and it went on without a SAVEPOINT, or a deferred constraint refused its writes at
+   * COMMIT), everything rolls back and the error is rethrown with
    * the lease still held: release it, or store an error outcome, as for any failed handler.
    */
   transaction<T, Tx = unknown>(

@@ -128,7 +128,8 @@ export class StoreUnavailableError extends Error {
  * Thrown by a transactional store when the handler left its transaction aborted: a statement of
  * the handler's failed and the handler went on (a unique violation caught and ignored, without a
  * SAVEPOINT), so PostgreSQL refuses everything until the transaction ends (SQLSTATE 25P02), the
- * record's completion included. Nothing of the transaction commits. It is the handler's failure,
+ * record's completion included; or when PostgreSQL refused the handler's writes at COMMIT (a
+ * deferred unique or foreign key, a constraint trigger). Nothing of the transaction commits. It is the handler's failure,
  * not the store's: the engine rethrows it as it would the handler's own error (no `store-error`),
  * the HTTP adapters answer 500 `transaction_aborted` and release the key, and the webhook receiver
  * answers 500 `apply_failed`. `cause` is the database's error.

@@ -1106,7 +1106,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
   const transactionAborted = () =>
     new IdempotencyError(
       'transaction_aborted',
-      'The server could not commit this request: its handler left the database transaction aborted. Nothing was committed, and the key is free again, but a retry is likely to fail the same way until the server is fixed.',
+      'The server could not commit this request: its handler left the database transaction aborted, or the database refused its writes at commit (a deferred constraint). Nothing was committed, and the key is free again, but the same request is likely to fail the same way.',
     );
 
   const transactionOf = async (

@@ -7,8 +7,9 @@ import type { Store, StoredResponse } from './store.js';
  * transaction, compare-and-set on `token`. If the token is no longer current, everything rolls back
  * and the promise resolves `{ committed: false }`. If `fn` throws, everything rolls back and the
  * error propagates. If `fn` left the transaction unable to commit (in PostgreSQL a statement of its
- * own failed and it went on: 25P02), the store rejects with `TransactionAbortedError`, which the
- * engine takes for the handler's failure, not the store's.
+ * own failed and it went on: 25P02), or the database refused the handler's writes at COMMIT (a
+ * deferred constraint or constraint trigger), the store rejects with `TransactionAbortedError`,
+ * which the engine takes for the handler's failure, not the store's.
  */
 export interface TransactionalStore<Tx = unknown> extends Store {
   transaction<T>(

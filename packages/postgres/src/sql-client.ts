@@ -1,3 +1,4 @@
+import { StoreUnavailableError } from '@idem/core';
 import type { Statement } from './statements.js';
 import { storeParsers, storeTypes } from './store-types.js';
 import { toStoreError } from './unavailable.js';
@@ -328,6 +329,8 @@ function pgliteClient(db: PGliteLike, storeTypesInTransactions: boolean): SqlCli
       // Kept here, not taken from what transaction() resolves to, which a PGlite before 0.2.16
       // declares as possibly undefined (after a rollback, say).
       let value = undefined as T;
+      // Set once fn has decided to commit: a failure after it is PGlite's COMMIT.
+      let committing = false;
       try {
         await db.transaction(async (raw) => {
           const tx = guarded(
@@ -347,10 +350,12 @@ function pgliteClient(db: PGliteLike, storeTypesInTransactions: boolean): SqlCli
           }
           value = decision.value;
           if (!decision.commit) await raw.rollback();
+          else committing = true;
         });
         return value;
       } catch (error) {
         if (error instanceof HandlerFailure) throw error.error;
+        if (committing && refusedAtCommit(error)) throw new CommitRefused(error);
         throw toStoreError(error, 'transaction');
       }
     },
@@ -405,12 +410,44 @@ async function runPgTransaction<T>(
   try {
     await connection.query({ text: decision.commit ? 'COMMIT' : 'ROLLBACK' });
   } catch (error) {
+    // Refused, the transaction is over and rolled back, and the connection is fine: kept.
+    if (decision.commit && refusedAtCommit(error)) throw new HandlerFailure(new CommitRefused(error));
     // A COMMIT cut off by a dropped connection has an unknown outcome; the caller gets
     // store_unavailable, and a release() by the engine afterwards is a harmless no-op if it did commit.
     throw new ConnectionFailure(toStoreError(error, decision.commit ? 'commit' : 'rollback'), error);
   }
   return decision.value;
 }
+
+/**
+ * A COMMIT the server refused for what the transaction's own statements queued for it (a deferred
+ * constraint, a constraint trigger), not for an outage: it rolled back, and the same writes would be
+ * refused again. `cause` is the server's error; the store reports it as the handler's failure.
+ */
+export class CommitRefused extends Error {
+  constructor(cause: unknown) {
+    super(
+      'PostgreSQL refused to COMMIT the transaction (a deferred constraint or trigger failed); nothing was committed',
+      {
+        cause,
+      },
+    );
+    this.name = 'CommitRefused';
+  }
+}
+
+// A COMMIT's failure that is the server's answer (it has a SQLSTATE) and no outage: the store's own
+// statements had all run, so what COMMIT checked was deferred work of the handler's writes. One that
+// failed for a transient reason (a connection lost, a serialization failure, a lock not had in time)
+// stays a store failure: its outcome is unknown, or a retry may pass.
+const refusedAtCommit = (error: unknown): boolean => {
+  const code = (error as { code?: unknown } | null)?.code;
+  return (
+    typeof code === 'string' &&
+    /^[0-9A-Z]{5}$/.test(code) &&
+    !(toStoreError(error, 'commit') instanceof StoreUnavailableError)
+  );
+};
 
 // Carries a handler's error through the clean-up so it is rethrown unchanged.
 class HandlerFailure {

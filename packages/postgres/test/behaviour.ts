@@ -16,6 +16,7 @@ import {
   migrate,
   type PostgresClient,
   type PostgresStore,
+  type PostgresTransaction,
   postgresStore,
   ResponseTooLargeError,
 } from '../src/index.js';
@@ -44,6 +45,8 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
     let store: PostgresStore;
     // The handler's own table, written inside transactions.
     let effects: string;
+    // A handler's table whose unique key is checked only at COMMIT.
+    let deferred: string;
 
     const expire = (id: string) =>
       sql(client, `UPDATE "${table}" SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1`, [
@@ -68,12 +71,18 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
       ({ table, drop } = await freshTable(client, 'behaviour'));
       effects = `${table}_effects`;
       await sql(client, `CREATE TABLE "${effects}" (marker text NOT NULL)`);
+      deferred = `${table}_slots`;
+      await sql(
+        client,
+        `CREATE TABLE "${deferred}" (slot text NOT NULL, CONSTRAINT "${deferred}_slot" UNIQUE (slot) DEFERRABLE INITIALLY DEFERRED)`,
+      );
       store = postgresStore({ client, table });
     });
 
     afterAll(async () => {
       if (client) {
         await sql(client, `DROP TABLE IF EXISTS "${effects}"`);
+        await sql(client, `DROP TABLE IF EXISTS "${deferred}"`);
         await drop();
       }
       await backend?.close();
@@ -668,6 +677,60 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         expect((await store.get(first.lease.id))?.state).toBe('in_progress');
         expect(await engine.release(first.lease)).toEqual({ ok: true });
         expect((await engine.begin(request)).kind).toBe('execute');
+      });
+
+      // Was wrong: a deferred constraint that refused the handler's writes at COMMIT (a unique key
+      // DEFERRABLE INITIALLY DEFERRED, a constraint trigger) came out as that raw error, which the
+      // engine took for the store's: a store-error event and 503 store_unavailable, "retry", when the
+      // store was fine and the retry would fail the same way. The handler's data failed: it is
+      // TransactionAbortedError, the record left in progress for the engine to release.
+      it("rejects with TransactionAbortedError when a deferred constraint refuses the handler's writes at COMMIT", async () => {
+        const id = freshId();
+        const marker = randomUUID();
+        const slot = randomUUID();
+        await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 });
+        const failure = await store
+          .transaction({ id, token: 't' }, async (tx) => {
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [marker]);
+            // Twice: accepted by each statement, refused by the COMMIT.
+            await tx.query(`INSERT INTO "${deferred}" (slot) VALUES ($1), ($1)`, [slot]);
+            return { value: undefined, response: response('never'), retentionMs: 60_000 };
+          })
+          .catch((error: unknown) => error);
+        expect(isTransactionAbortedError(failure)).toBe(true);
+        expect(failure).not.toBeInstanceOf(StoreUnavailableError);
+        expect(((failure as Error).cause as { code?: string }).code).toBe('23505');
+        expect(await effectCount(marker)).toBe(0);
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+        // The connection is usable again afterwards.
+        expect(await store.release({ id, token: 't' })).toBe(true);
+      });
+
+      it('through the engine, a COMMIT refused by a deferred constraint is the handler failure, and a corrected retry runs', async () => {
+        const events: IdempotencyEvent[] = [];
+        const engine = createIdempotency({ store, heartbeat: false, onEvent: (event) => events.push(event) });
+        const request = { key: randomUUID(), scope: 'user:1', operation: 'POST /orders' };
+        const slot = randomUUID();
+        const first = await engine.begin(request);
+        if (first.kind !== 'execute') throw new Error(`expected execute, got ${first.kind}`);
+        const failure = await engine
+          .transaction(first.lease, async (tx: PostgresTransaction) => {
+            await tx.query(`INSERT INTO "${deferred}" (slot) VALUES ($1), ($1)`, [slot]);
+            return { value: undefined, response: response('{}') };
+          })
+          .catch((error: unknown) => error);
+        expect(isTransactionAbortedError(failure)).toBe(true);
+        expect(events.filter((event) => event.type === 'store-error')).toEqual([]);
+        // As for a handler that threw, the lease is still held: the caller releases it.
+        expect((await store.get(first.lease.id))?.state).toBe('in_progress');
+        expect(await engine.release(first.lease)).toEqual({ ok: true });
+        const retry = await engine.begin(request);
+        if (retry.kind !== 'execute') throw new Error(`expected execute, got ${retry.kind}`);
+        const fixed = await engine.transaction(retry.lease, async (tx: PostgresTransaction) => {
+          await tx.query(`INSERT INTO "${deferred}" (slot) VALUES ($1)`, [slot]);
+          return { value: 'ok', response: response('{}') };
+        });
+        expect(fixed).toMatchObject({ committed: true, value: 'ok' });
       });
 
       it('commits nothing when the token is no longer current, and says so', async () => {

@@ -39,6 +39,8 @@ export async function describeAbortedTransaction(framework: string, mount: Mount
       const table = `idem_${framework}_aborted_${run}`;
       const payments = `idem_${framework}_aborted_payments_${run}`;
       const effects = `idem_${framework}_aborted_effects_${run}`;
+      // Its unique key is checked at COMMIT only.
+      const slots = `idem_${framework}_aborted_slots_${run}`;
       let pool: pg.Pool;
       beforeAll(async () => {
         pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
@@ -47,9 +49,10 @@ export async function describeAbortedTransaction(framework: string, mount: Mount
         await pool.query(`CREATE TABLE "${payments}" (id text PRIMARY KEY)`);
         await pool.query(`INSERT INTO "${payments}" (id) VALUES ('pay_1')`);
         await pool.query(`CREATE TABLE "${effects}" (key text)`);
+        await pool.query(`CREATE TABLE "${slots}" (slot text, UNIQUE (slot) DEFERRABLE INITIALLY DEFERRED)`);
       });
       afterAll(async () => {
-        for (const name of [table, payments, effects]) await pool.query(`DROP TABLE IF EXISTS "${name}"`);
+        for (const name of [table, payments, effects, slots]) await pool.query(`DROP TABLE IF EXISTS "${name}"`);
         await pool.end();
       });
 
@@ -101,6 +104,41 @@ export async function describeAbortedTransaction(framework: string, mount: Mount
           const replay = await post(`${app.url}/charges`, key);
           expect(replay.status).toBe(201);
           expect(replay.headers['idempotent-replayed']).toBe('true');
+        } finally {
+          await app.close();
+        }
+      });
+
+      // Was wrong: a COMMIT refused by a deferred constraint on the handler's own writes was taken
+      // for the store's failure: 503 store_unavailable ("retry"), and a store-error event, though the
+      // store was fine and the same request would be refused again. It is the handler's failure.
+      it('answers 500 transaction_aborted when a deferred constraint refuses the COMMIT, and a corrected retry runs', async () => {
+        const events: IdempotencyEvent[] = [];
+        let fixed = false;
+        const app = await mount({
+          store: postgresStore({ client: pool, table }),
+          onEvent: (event) => events.push(event),
+          work: async (tx, key) => {
+            await tx.query(`INSERT INTO "${effects}" (key) VALUES ($1)`, [key]);
+            // Twice unless fixed: each statement passes, the COMMIT does not.
+            await tx.query(`INSERT INTO "${slots}" (slot) VALUES ($1)${fixed ? '' : ', ($1)'}`, [key]);
+          },
+        });
+        const key = `${framework}-deferred-${run}`;
+        try {
+          const first = await post(`${app.url}/charges`, key);
+          expect(first.status).toBe(500);
+          expect(JSON.parse(first.body)).toMatchObject({ status: 500, code: 'transaction_aborted', retryable: false });
+          expect(first.headers['retry-after']).toBeUndefined();
+          expect((await pool.query(`SELECT key FROM "${effects}" WHERE key = $1`, [key])).rows).toEqual([]);
+          expect(events.filter((event) => event.type === 'store-error')).toEqual([]);
+          expect(events.map((event) => event.type)).toContain('release');
+
+          fixed = true;
+          const retry = await post(`${app.url}/charges`, key);
+          expect(retry.status).toBe(201);
+          expect(retry.headers['idempotent-replayed']).toBeUndefined();
+          expect((await pool.query(`SELECT key FROM "${effects}" WHERE key = $1`, [key])).rows).toEqual([{ key }]);
         } finally {
           await app.close();
         }
