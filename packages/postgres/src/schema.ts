@@ -18,6 +18,49 @@ const expiresAtIndex = (table: TableName): string => {
   return `${table.base.slice(0, maxIdentifier - indexSuffix.length - hash.length - 1)}_${hash}${indexSuffix}`;
 };
 
+// The type each column must have, as PostgreSQL names it (`atttypid::regtype`), and why it matters:
+// every column is read or compared by the store. `body` as text would store a body as its hex text
+// and replay other bytes; `status` as bigint reads back as a string; `headers` as json or text fails
+// the `$4::jsonb` write; timestamps as text fail every claim (no text > timestamptz), and `timestamp`
+// without a zone would be compared through each session's TimeZone. varchar without a length is the
+// same as text to PostgreSQL (one with a length could refuse a long token), so it passes too.
+const columnTypes: Readonly<Record<string, readonly string[]>> = {
+  id: ['text', 'character varying'],
+  state: ['text', 'character varying'],
+  token: ['text', 'character varying'],
+  fingerprint: ['text', 'character varying'],
+  status: ['integer'],
+  headers: ['jsonb'],
+  body: ['bytea'],
+  expires_at: ['timestamp with time zone'],
+  lease_until: ['timestamp with time zone'],
+};
+
+/**
+ * What is wrong with the columns of an existing records table (`found`: each column's type as
+ * `regtype` names it, and as `format_type` prints it, with its length), or undefined when each has
+ * the type the store needs. `lease_until` may be missing: migrate() adds it.
+ */
+function columnProblem(
+  table: string,
+  found: ReadonlyMap<string, { type: string; display: string }>,
+): string | undefined {
+  for (const [column, expected] of Object.entries(columnTypes)) {
+    const actual = found.get(column);
+    if (actual === undefined) {
+      if (column === 'lease_until') continue;
+      return `migrate(): table ${table} exists but has no column ${column}, which the store reads and writes; it was not made by migrate() or schema.sql: name another table`;
+    }
+    if (
+      !expected.includes(actual.type) ||
+      (actual.type === 'character varying' && actual.display !== 'character varying')
+    ) {
+      return `migrate(): table ${table} exists but its column ${column} is ${actual.display}, not ${expected[0]} as the store needs (see schema.sql); it was not made by migrate() or schema.sql: change the column's type, or name another table`;
+    }
+  }
+  return undefined;
+}
+
 /**
  * The DDL of the records table, one statement per entry. `schema.sql` in this package is exactly
  * these statements for the default table name, for teams that run migrations with their own tool.
@@ -94,7 +137,8 @@ export interface MigrateOptions {
  * a table made before it. Safe to run on every deploy and from many processes at once: it takes a
  * transaction-scoped advisory lock so concurrent runs queue instead of racing on the catalog. When
  * all is there it runs no DDL at all, so a role that may only read and write the table can call it
- * too. The store itself never runs DDL.
+ * too. The store itself never runs DDL. A table of that name that the store could not use (no unique
+ * key on `id`, a column missing or of another type) is refused with an error that names what is wrong.
  *
  * @example
  * import pg from 'pg';
@@ -181,6 +225,20 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
         `migrate(): table ${table.name} exists but has no unique key on id alone, which every claim needs ` +
           '(ON CONFLICT (id)); it was not made by migrate() or schema.sql: add PRIMARY KEY (id), or name another table',
       );
+    }
+    // A table of that name whose columns are missing or of other types would pass every check above
+    // and fail at run time, or worse, replay other bytes than it stored: say which column, now.
+    if (rows[0]?.has_table === true) {
+      const { rows: columns } = await tx.query<{ name: string; type: string; display: string }>(
+        `SELECT attname::text AS name, atttypid::regtype::text AS type, format_type(atttypid, atttypmod) AS display
+         FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`,
+        [table.sql],
+      );
+      const problem = columnProblem(
+        table.name,
+        new Map(columns.map(({ name, type, display }) => [name, { type, display }])),
+      );
+      if (problem !== undefined) throw new Error(problem);
     }
     if (rows[0]?.has_table !== true) await tx.query(createTable);
     // A change to a table that exists waits for its open transactions while every request queues

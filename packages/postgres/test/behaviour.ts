@@ -181,6 +181,62 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         }
       });
 
+      // Was a defect: migrate() checked a same-named table's key but not its columns' types. `body`
+      // as text stored a body as its hex text and replayed other bytes; `expires_at` as text failed
+      // every claim at run time (no text > timestamptz), a 503 after a deploy that reported the table
+      // ready. A column of another type, or missing, is refused at migrate() now, by name.
+      it('migrate() refuses a table of that name whose columns are missing or of another type', async () => {
+        const typed = `${table}_typed`;
+        const columns: Record<string, string> = {
+          id: 'text PRIMARY KEY',
+          state: 'text NOT NULL',
+          token: 'text NOT NULL',
+          fingerprint: 'text NOT NULL',
+          status: 'integer',
+          headers: 'jsonb',
+          body: 'bytea',
+          expires_at: 'timestamptz NOT NULL',
+          lease_until: 'timestamptz',
+        };
+        const create = async (changed: Record<string, string | undefined>) => {
+          await sql(client, `DROP TABLE IF EXISTS "${typed}"`);
+          const all = { ...columns, ...changed };
+          const list = Object.entries(all)
+            .filter(([, type]) => type !== undefined)
+            .map(([name, type]) => `${name} ${type}`);
+          await sql(client, `CREATE TABLE "${typed}" (${list.join(', ')})`);
+        };
+        try {
+          for (const [column, type, expected] of [
+            ['body', 'text', 'bytea'],
+            ['expires_at', 'text NOT NULL', 'timestamp with time zone'],
+            ['expires_at', 'timestamp NOT NULL', 'timestamp with time zone'],
+            ['lease_until', 'text', 'timestamp with time zone'],
+            ['headers', 'text', 'jsonb'],
+            ['status', 'bigint', 'integer'],
+            ['token', 'bytea NOT NULL', 'text'],
+          ] as const) {
+            await create({ [column]: type });
+            const failure = await migrate(client, { table: typed }).catch((error: unknown) => error);
+            expect(failure, `${column} ${type}`).toBeInstanceOf(Error);
+            const message = (failure as Error).message;
+            expect(message, `${column} ${type}`).toContain(`column ${column} `);
+            expect(message, `${column} ${type}`).toContain(expected);
+          }
+          await create({ fingerprint: undefined });
+          await expect(migrate(client, { table: typed })).rejects.toThrow(/has no column fingerprint/);
+          // The types as schema.sql makes them pass, and so does varchar for a text column.
+          await create({ token: 'varchar NOT NULL' });
+          await migrate(client, { table: typed });
+          const store_ = postgresStore({ client, table: typed });
+          expect(await store_.claim({ id: 'x', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({
+            claimed: true,
+          });
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${typed}"`);
+        }
+      });
+
       it('migrate() adds lease_until to a table of an older version, whose rows keep working', async () => {
         const older = `${table}_older`;
         try {
