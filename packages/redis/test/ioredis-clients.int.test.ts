@@ -1,16 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { StoredResponse } from '@idem/core';
-import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
+import { createTcpProxy, describeStore } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  type RedisClientLike,
-  type RedisStore,
-  type RedisStoreOptions,
-  redisCommandRunner,
-  redisStore,
-} from '../src/index.js';
-import { claimKeepMs } from '../src/record-codec.js';
+import { type RedisClientLike, type RedisStore, type RedisStoreOptions, redisStore } from '../src/index.js';
 import { renewScript } from '../src/scripts.js';
 import { startRedisCluster } from './cluster.js';
 import { startedOnFirstUse } from './on-first-use.js';

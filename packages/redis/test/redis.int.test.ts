@@ -8,7 +8,7 @@ import {
   type StoredResponse,
   StoreUnavailableError,
 } from '@idem/core';
-import { createTcpProxy, describeStore, type StoreHarness } from '@idem/testkit';
+import { createTcpProxy, describeStore } from '@idem/testkit';
 import { Cluster, Redis } from 'ioredis';
 import { createClient, createClientPool, createCluster, RESP_TYPES } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,11 +16,10 @@ import {
   type RedisClientLike,
   type RedisCommandRunner,
   type RedisStore,
-  type RedisStoreOptions,
   redisCommandRunner,
   redisStore,
 } from '../src/index.js';
-import { claimKeepMs, encodeOutcome } from '../src/record-codec.js';
+import { encodeOutcome } from '../src/record-codec.js';
 import { inspectScript } from '../src/scripts.js';
 import { startRedisCluster } from './cluster.js';
 import { startedOnFirstUse } from './on-first-use.js';
