@@ -5,8 +5,23 @@ import { StoreUnavailableError, withoutCommandValues } from '@idem/core';
 // intervention such as pg_terminate_backend or a shutdown (57P), statement_timeout (57014),
 // lock_timeout (55P03), the transient serialization and deadlock failures (40001, 40P01), a write
 // sent to a server that is read-only now (25006: a failover left the pool on the old primary, or on
-// a replica), and the server's own system and I/O errors (58000, 58030).
-const transientStates = ['08', '53', '57P', '57014', '55P03', '40001', '40P01', '25006', '58000', '58030'];
+// a replica), the server's own system and I/O errors (58000, 58030), and a session it ended for
+// idling in a transaction or outlasting transaction_timeout (25P03, 25P04: pg reports the code on the
+// client's error event, the query after it "not queryable"), timeouts as statement_timeout's is.
+const transientStates = [
+  '08',
+  '53',
+  '57P',
+  '57014',
+  '55P03',
+  '40001',
+  '40P01',
+  '25006',
+  '25P03',
+  '25P04',
+  '58000',
+  '58030',
+];
 
 // Socket-level failures reported by Node's net and dns modules.
 const transientSystemCodes = new Set([

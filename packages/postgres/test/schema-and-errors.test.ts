@@ -78,6 +78,9 @@ describe('infrastructure errors', () => {
       '25006',
       '58000',
       '58030',
+      // The server ending a session idle in a transaction, or one past transaction_timeout (PG 17).
+      '25P03',
+      '25P04',
     ]) {
       expect(isTransientDatabaseError(coded(code)), code).toBe(true);
     }
