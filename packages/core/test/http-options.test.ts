@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { fingerprintRequest } from '../src/fingerprint.js';
 import { createHttpIdempotency } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 
@@ -74,6 +75,19 @@ describe('createHttpIdempotency options', () => {
     for (const good of [[], ['API-Version'], ['stripe-version', 'x-tenant', 'Stripe-Version']]) {
       expect(made(good), JSON.stringify(good)).not.toThrow();
     }
+  });
+
+  // Decided: HTTP gives an empty field value no meaning of its own, and proxies and clients drop or
+  // add empty headers freely, so a named header sent empty is the same request as one not sent; its
+  // value is compared as sent otherwise (Node trims the edges, repeats joined with ", ").
+  it('fingerprint.headers: a header sent empty fingerprints as one not sent; any value differs from both', () => {
+    const parts = { method: 'POST', route: '/charges', path: '/charges' };
+    const withHeader = (value: string | undefined) =>
+      fingerprintRequest({ ...parts, headers: { 'api-version': value } });
+    expect(withHeader('')).toBe(withHeader(undefined));
+    expect(withHeader('1')).not.toBe(withHeader(undefined));
+    expect(withHeader('1')).not.toBe(withHeader('1, 2'));
+    expect(withHeader('v1')).not.toBe(withHeader('V1'));
   });
 
   it('fingerprint.headers needs the request headers from the adapter, and reads them in any case', async () => {
