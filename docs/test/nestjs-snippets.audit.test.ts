@@ -1,8 +1,8 @@
-// docs/guides/nestjs.md fences its NestJS snippets as text (NestJS is no dependency here, so they are
-// not type-checked). What can still be checked without NestJS: every @idem export a snippet uses is
-// imported by it, and a snippet that mounts idempotency says where its scope comes from (a guard
-// before it, or a `scope` option), since without either every keyed request is 500 scope_missing.
-// Its node:http section, which needs no NestJS, is run.
+// docs/guides/nestjs.md's NestJS snippets are type-checked by code-blocks.test.ts and run, as the page
+// mounts them, by nestjs-guide.int.test.ts. What is checked here, quickly and without NestJS: every
+// @idem export a snippet uses is imported by it, and a snippet that mounts idempotency says where
+// its scope comes from (a guard before it, or a `scope` option), since without either every keyed
+// request is 500 scope_missing. Its node:http section is run.
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -17,10 +17,16 @@ import { describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(join(root, 'docs', 'guides', 'nestjs.md'), 'utf8');
-const blocks = [...page.matchAll(/^```text\n([\s\S]*?)^```/gm)].map((match) => match[1] as string);
+const blocks = [...page.matchAll(/^```ts\n([\s\S]*?)^```/gm)]
+  .map((match) => match[1] as string)
+  .filter((block) => block.includes("from '@nestjs/"));
 const packages = { '@idem/express': Object.keys(express), '@idem/fastify': Object.keys(fastify) };
 
-describe('docs/guides/nestjs.md, its text snippets', () => {
+describe('docs/guides/nestjs.md, its NestJS snippets', () => {
+  it('has the two NestJS mounting snippets', () => {
+    expect(blocks.filter((block) => /from '@idem\/(express|fastify)'/.test(block))).toHaveLength(2);
+  });
+
   // Was wrong: the "NestJS on Express" snippet called `guard(edge)` without importing `guard`, and
   // the "NestJS on Fastify" one registered idempotency with neither a guard nor a `scope`.
   it.each(
