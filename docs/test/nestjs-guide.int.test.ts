@@ -134,6 +134,13 @@ function ordersController(runs: Runs) {
       runs.count++;
       throw new Error('the database is down');
     }
+    cancel() {
+      runs.count++;
+    }
+    missing() {
+      runs.count++;
+      throw new NotFoundException('no such order');
+    }
     refund(id: string) {
       runs.count++;
       return { refund: runs.count, order: id };
@@ -149,6 +156,8 @@ function ordersController(runs: Runs) {
   decorate(OrdersController, 'slow', Post('slow'));
   decorate(OrdersController, 'bad', Post('bad'));
   decorate(OrdersController, 'boom', Post('boom'));
+  decorate(OrdersController, 'cancel', Post('cancel'), HttpCode(204));
+  decorate(OrdersController, 'missing', Post('missing'));
   decorate(OrdersController, 'refund', Post(':id/refunds'));
   Param('id')(OrdersController.prototype, 'refund', 0);
   return OrdersController;
@@ -305,6 +314,14 @@ describe.each(platforms)('docs/guides/nestjs.md on NestJS %s', (platform) => {
       expect(runs.count).toBe(1);
     });
 
+    it('keeps an @HttpCode(204) on replay, with no body', async () => {
+      const { url, runs } = await start(platform, { store: store() });
+      expect((await post(`${url}/orders/cancel`, 'k-204')).status).toBe(204);
+      const again = await post(`${url}/orders/cancel`, 'k-204');
+      expect([again.status, again.headers.get('idempotent-replayed'), again.body.length]).toEqual([204, 'true', 0]);
+      expect(runs.count).toBe(1);
+    });
+
     it('answers 422 fingerprint_mismatch for another body under the same key', async () => {
       const { url, runs } = await start(platform, { store: store() });
       expect((await post(`${url}/orders`, 'k-422')).status).toBe(201);
@@ -392,6 +409,14 @@ describe.each(platforms)('docs/guides/nestjs.md on NestJS %s', (platform) => {
     const again = await post(`${url}/orders/bad`, 'k-400');
     expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([400, 'true']);
     expect(again.body.equals(first.body)).toBe(true);
+    expect(runs.count).toBe(1);
+  });
+
+  it("the page's filter keeps a handler's own thrown NotFoundException: its 404 is replayed", async () => {
+    const { url, runs } = await start(platform, { storeOutcome: 'stripe', filter: true, prefix: 'api' });
+    expect((await post(`${url}/api/orders/missing`, 'k-own-404')).status).toBe(404);
+    const again = await post(`${url}/api/orders/missing`, 'k-own-404');
+    expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([404, 'true']);
     expect(runs.count).toBe(1);
   });
 
