@@ -543,6 +543,8 @@ export const defaultReplayHeaders = [
   'content-type',
   'content-encoding',
   'content-language',
+  // The file name of a download (RFC 6266): it describes the stored body, as the type does.
+  'content-disposition',
   'location',
   'content-location',
   'etag',
