@@ -5,6 +5,9 @@ import net from 'node:net';
 const services = [
   ['Redis', process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', 6379],
   ['PostgreSQL', process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test', 5432],
+  // The queue consumers guide's test (docs/test/queues-guide.int.test.ts) runs on real brokers.
+  ['RabbitMQ', process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672', 5672],
+  ['NATS', process.env.NATS_URL ?? 'nats://127.0.0.1:4222', 4222],
 ];
 
 const reachable = (url, fallbackPort) =>
