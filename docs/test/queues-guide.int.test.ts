@@ -1,0 +1,591 @@
+// docs/guides/queues.md's two consumers, run as the page writes them (queues-guide-consumers.ts
+// compiles them from the page's blocks) against a real RabbitMQ and a real NATS JetStream, with the
+// Redis and the PostgreSQL store, and real concurrency: three consumers, each with its own broker
+// connection, engine and store client, as three processes would have; a fourth, a child process,
+// killed with SIGKILL mid-handler. Each test makes its own queues or stream, prefix or tables, and
+// removes them. Broker time is real (a nack waits out `retryAfter`, 1 s; a dead consumer's lease is
+// 1 s); nothing waits for a retention.
+import { type ChildProcess, fork } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import type { IdempotencyEvent } from '@idem/core';
+import { databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from '@idem/testkit';
+import { AckPolicy, type JsMsg, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { connect as connectNats, nanos } from '@nats-io/transport-node';
+import { type Channel, type ConsumeMessage, connect as connectRabbit, type Message } from 'amqplib';
+import { describe, it } from 'vitest';
+import { natsConsumer, type Order, rabbitConsumer } from './queues-guide-consumers.js';
+import type { CrashConfig } from './queues-guide-crash-worker.js';
+import { consumerEngine, openStore, preparePlace, type StoreKind, type StorePlace } from './queues-guide-stores.js';
+
+const rabbitUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const worker = fileURLToPath(new URL('./queues-guide-crash-worker.ts', import.meta.url));
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+/** True when the server at `url` greets (NATS sends `INFO` first) or answers `hello` as `ok` says. */
+function answers(url: string, port: number, hello: Buffer, ok: (first: Buffer) => boolean): Promise<boolean> {
+  return new Promise((resolve) => {
+    const parsed = new URL(url);
+    const socket = net.connect({ host: parsed.hostname || '127.0.0.1', port: Number(parsed.port || port) });
+    const done = (result: boolean) => {
+      socket.destroy();
+      resolve(result);
+    };
+    socket.setTimeout(1_500, () => done(false));
+    socket.once('error', () => done(false));
+    socket.once('close', () => done(false));
+    socket.once('connect', () => socket.write(hello));
+    socket.once('data', (first: Buffer) => done(ok(first)));
+  });
+}
+// AMQP 0-9-1: the protocol header, answered by a method frame (type 1), connection.start.
+const rabbitAnswers = () => answers(rabbitUrl, 5672, Buffer.from('AMQP\x00\x00\x09\x01', 'latin1'), (a) => a[0] === 1);
+const natsAnswers = () => answers(natsUrl, 4222, Buffer.alloc(0), (a) => a.toString('latin1').startsWith('INFO '));
+
+const stores: { kind: StoreKind; url: string; available: boolean }[] = [
+  {
+    kind: 'redis',
+    url: redisUrl(),
+    available: serviceAvailable(`Redis at ${redisUrl()}`, await redisAnswers(), 'the queues guide tests on Redis'),
+  },
+  {
+    kind: 'postgres',
+    url: databaseUrl(),
+    available: serviceAvailable(
+      `PostgreSQL at ${databaseUrl()}`,
+      await postgresAnswers(),
+      'the queues guide tests on PostgreSQL',
+    ),
+  },
+];
+const withRabbit = serviceAvailable(`RabbitMQ at ${rabbitUrl}`, await rabbitAnswers(), 'the RabbitMQ consumer tests');
+const withNats = serviceAvailable(`NATS at ${natsUrl}`, await natsAnswers(), 'the NATS JetStream consumer tests');
+
+/** Resolves when `check` holds, polling (never a fixed sleep); fails after `ms`. */
+async function until(what: string, check: () => boolean | Promise<boolean>, ms = 12_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`not in time: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What the consumers of one test did, by order id, seen from the outside. */
+class Tally {
+  readonly counts = new Map<string, number>();
+  add(what: string, id: string): void {
+    const name = `${what}:${id}`;
+    this.counts.set(name, (this.counts.get(name) ?? 0) + 1);
+  }
+  get(what: string, id: string): number {
+    return this.counts.get(`${what}:${id}`) ?? 0;
+  }
+  total(what: string): number {
+    let n = 0;
+    for (const [name, count] of this.counts) if (name.startsWith(`${what}:`)) n += count;
+    return n;
+  }
+}
+
+/** The `chargeCard` the guide leaves to the reader: slow enough for copies to overlap, effect counted. */
+function charger(effect: (id: string) => Promise<void>, tally: Tally, ms: number) {
+  return async (order: Order) => {
+    tally.add('charge', order.id);
+    await pause(ms);
+    await effect(order.id);
+    return { chargeId: `ch_${order.id}` };
+  };
+}
+
+/** Counts the engine's takeovers of a crashed consumer's key, and its fingerprint mismatches. */
+const watchEngine = (tally: Tally) => (event: IdempotencyEvent) => {
+  if (event.type === 'claim' && event.recovered) tally.add('recovered', event.operation);
+  if (event.type === 'mismatch') tally.add('mismatch', event.operation);
+};
+
+const orderId = (content: Buffer | Uint8Array): string => {
+  try {
+    return (JSON.parse(Buffer.from(content).toString('utf8')) as Order).id;
+  } catch {
+    return 'not-json';
+  }
+};
+
+interface Place {
+  place: StorePlace;
+  effects(id: string): Promise<number>;
+  drop(): Promise<void>;
+}
+
+async function freshPlace(kind: StoreKind, url: string): Promise<Place> {
+  const suffix = randomUUID().slice(0, 8);
+  const place: StorePlace = {
+    kind,
+    url,
+    name: kind === 'redis' ? `queues-guide:${suffix}:` : `queues_guide_${suffix}`,
+  };
+  const removeAll = await preparePlace(place);
+  const reader = await openStore(place);
+  return {
+    place,
+    effects: (id) => reader.effects(id),
+    drop: async () => {
+      await reader.close();
+      await removeAll();
+    },
+  };
+}
+
+/** Runs `n` of the guide's consumers in this process, each as its own process would: own connection, engine, store client. */
+interface Consumers {
+  tally: Tally;
+  /** Every delivery was acked or nacked (no retry timer left). */
+  settled(): boolean;
+  close(): Promise<void>;
+}
+
+// ---- RabbitMQ ----
+
+interface RabbitQueue {
+  queue: string;
+  publish(order: Order): void;
+  publishRaw(body: Buffer): void;
+  /** What reached the dead-letter queue. */
+  deadLetters(): Promise<Message[]>;
+  readyCount(): Promise<number>;
+  remove(): Promise<void>;
+}
+
+async function rabbitQueue(): Promise<RabbitQueue> {
+  const connection = await connectRabbit(rabbitUrl);
+  const channel = await connection.createChannel();
+  const queue = `queues-guide.${randomUUID()}`;
+  const dlx = `${queue}.dlx`;
+  const dlq = `${queue}.dead`;
+  await channel.assertExchange(dlx, 'fanout', { durable: false });
+  await channel.assertQueue(dlq, { durable: false });
+  await channel.bindQueue(dlq, dlx, '');
+  await channel.assertQueue(queue, { durable: false, deadLetterExchange: dlx });
+  const dead: Message[] = [];
+  return {
+    queue,
+    publish: (order) => void channel.sendToQueue(queue, Buffer.from(JSON.stringify(order)), { messageId: order.id }),
+    publishRaw: (body) => void channel.sendToQueue(queue, body),
+    deadLetters: async () => {
+      for (let got = await channel.get(dlq, { noAck: true }); got; got = await channel.get(dlq, { noAck: true })) {
+        dead.push(got);
+      }
+      return dead;
+    },
+    readyCount: async () => (await channel.checkQueue(queue)).messageCount,
+    remove: async () => {
+      await channel.deleteQueue(queue);
+      await channel.deleteQueue(dlq);
+      await channel.deleteExchange(dlx);
+      await connection.close();
+    },
+  };
+}
+
+async function rabbitConsumers(n: number, queue: string, place: StorePlace, chargeMs: number): Promise<Consumers> {
+  const tally = new Tally();
+  const running: { close(): Promise<void> }[] = [];
+  for (let i = 0; i < n; i++) {
+    const opened = await openStore(place);
+    const engine = consumerEngine(opened.store, '5s', watchEngine(tally));
+    const connection = await connectRabbit(rabbitUrl);
+    const channel = await connection.createChannel();
+    await channel.prefetch(10);
+    // The guide's consumer, given a channel that counts what it does with each delivery.
+    const watched = {
+      consume: (q: string, onMessage: (msg: ConsumeMessage | null) => void) =>
+        channel.consume(q, (msg) => {
+          if (msg) tally.add('delivery', orderId(msg.content));
+          onMessage(msg);
+        }),
+      ack: (msg: Message) => {
+        tally.add('ack', orderId(msg.content));
+        channel.ack(msg);
+      },
+      nack: (msg: Message, allUpTo?: boolean, requeue?: boolean) => {
+        tally.add(requeue ? 'requeue' : 'dead-letter', orderId(msg.content));
+        channel.nack(msg, allUpTo, requeue);
+      },
+    } as unknown as Channel;
+    await rabbitConsumer(charger(opened.effect, tally, chargeMs))(watched, queue, engine);
+    running.push({
+      close: async () => {
+        await connection.close();
+        await opened.close();
+      },
+    });
+  }
+  return {
+    tally,
+    settled: () => tally.total('delivery') === tally.total('ack') + tally.total('requeue') + tally.total('dead-letter'),
+    close: async () => {
+      for (const consumer of running) await consumer.close();
+    },
+  };
+}
+
+// ---- NATS JetStream ----
+
+interface NatsStream {
+  stream: string;
+  durable: string;
+  publish(order: Order): Promise<void>;
+  /** Nothing left to deliver and nothing delivered unacked. */
+  drained(): Promise<boolean>;
+  remove(): Promise<void>;
+}
+
+async function natsStream(ackWaitMs: number): Promise<NatsStream> {
+  const nc = await connectNats({ servers: natsUrl });
+  const jsm = await jetstreamManager(nc);
+  const suffix = randomUUID().slice(0, 8);
+  const stream = `queues-guide-${suffix}`;
+  const subject = `queues-guide.${suffix}.orders`;
+  const durable = 'orders-worker';
+  await jsm.streams.add({ name: stream, subjects: [subject], storage: StorageType.Memory });
+  await jsm.consumers.add(stream, {
+    durable_name: durable,
+    ack_policy: AckPolicy.Explicit,
+    ack_wait: nanos(ackWaitMs),
+  });
+  const js = jetstream(nc);
+  return {
+    stream,
+    durable,
+    // No Nats-Msg-Id: the stream would drop the copies as duplicates; these must all reach consumers.
+    publish: async (order) => void (await js.publish(subject, JSON.stringify(order))),
+    drained: async () => {
+      const info = await jsm.consumers.info(stream, durable);
+      return info.num_pending === 0 && info.num_ack_pending === 0;
+    },
+    remove: async () => {
+      await jsm.streams.delete(stream);
+      await nc.close();
+    },
+  };
+}
+
+async function natsConsumers(n: number, stream: NatsStream, place: StorePlace, chargeMs: number): Promise<Consumers> {
+  const tally = new Tally();
+  const running: { close(): Promise<void> }[] = [];
+  let inHand = 0;
+  for (let i = 0; i < n; i++) {
+    const opened = await openStore(place);
+    const engine = consumerEngine(opened.store, '5s', watchEngine(tally));
+    const nc = await connectNats({ servers: natsUrl });
+    const consumer = await jetstream(nc).consumers.get(stream.stream, stream.durable);
+    // Two at a time (a prefetch above 1), so copies of one message reach the three at once.
+    const messages = await consumer.consume({ max_messages: 2 });
+    // The guide's loop, given messages that count what it does with each.
+    async function* watched(): AsyncGenerator<JsMsg> {
+      for await (const msg of messages) {
+        const id = orderId(msg.data);
+        tally.add('delivery', id);
+        inHand++;
+        const settle = (what: string, call: () => void) => {
+          tally.add(what, id);
+          inHand--;
+          call();
+        };
+        yield new Proxy(msg, {
+          get(target, property) {
+            if (property === 'ack') return () => settle('ack', () => target.ack());
+            if (property === 'nak') return (delay?: number) => settle('nak', () => target.nak(delay));
+            if (property === 'term') return (reason?: string) => settle('term', () => target.term(reason));
+            const value = Reflect.get(target, property, target);
+            return typeof value === 'function' ? value.bind(target) : value;
+          },
+        });
+      }
+    }
+    const loop = natsConsumer(charger(opened.effect, tally, chargeMs))(watched(), engine);
+    running.push({
+      close: async () => {
+        messages.stop();
+        await loop;
+        await nc.close();
+        await opened.close();
+      },
+    });
+  }
+  return {
+    tally,
+    settled: () => inHand === 0,
+    close: async () => {
+      for (const consumer of running) await consumer.close();
+    },
+  };
+}
+
+// ---- the consumer process that is killed ----
+
+interface Killable {
+  /** Resolves with the first message of the child that says it is `at` that point. */
+  reached(at: string): Promise<void>;
+  kill(): Promise<NodeJS.Signals | null>;
+}
+
+function crashingConsumer(config: CrashConfig): Killable {
+  const child: ChildProcess = fork(worker, [JSON.stringify(config)], {
+    cwd: root,
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const seen = new Set<string>();
+  const waiters: { at: string; resolve: () => void }[] = [];
+  child.on('message', (message) => {
+    const at = (message as { at: string }).at;
+    seen.add(at);
+    for (const waiter of waiters.filter((w) => w.at === at)) waiter.resolve();
+  });
+  const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+    child.once('exit', (_code, signal) => resolve(signal)),
+  );
+  return {
+    reached: (at) =>
+      new Promise<void>((resolve, reject) => {
+        if (seen.has(at)) return resolve();
+        waiters.push({ at, resolve });
+        void exited.then(() => reject(new Error(`the consumer process exited before ${at}`)));
+      }),
+    kill: async () => {
+      child.kill('SIGKILL');
+      return exited;
+    },
+  };
+}
+
+const order = (amount = 5): Order => ({ id: `order-${randomUUID().slice(0, 8)}`, amount });
+
+for (const backend of stores) {
+  describe
+    .runIf(backend.available && withRabbit)
+    .concurrent(`the guide's RabbitMQ consumer, ${backend.kind} store`, () => {
+      it('5 copies of each message, 3 consumers at once: one effect per id, the in-progress copies requeued after retryAfter, every copy acked', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const consumers = await rabbitConsumers(3, queue.queue, place.place, 300);
+        try {
+          const orders = [order(), order(), order()];
+          // A message's copies one after another: the consumers take them at the same time.
+          for (const o of orders) for (let copy = 0; copy < 5; copy++) queue.publish(o);
+          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
+          await until('no retry timer left', consumers.settled);
+          for (const o of orders) {
+            expect(await place.effects(o.id)).toBe(1);
+            expect(consumers.tally.get('charge', o.id)).toBe(1);
+          }
+          // The copies overlapped: some found their key in progress and went back after retryAfter.
+          expect(consumers.tally.total('requeue')).toBeGreaterThan(0);
+          expect(consumers.tally.total('dead-letter')).toBe(0);
+          expect(await queue.readyCount()).toBe(0);
+          expect(await queue.deadLetters()).toEqual([]);
+        } finally {
+          await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      for (const mode of ['before-effect', 'after-effect'] as const) {
+        it(`a consumer killed ${mode === 'before-effect' ? 'before its effect' : 'after its effect was stored, before its ack'}: the redelivery ${mode === 'before-effect' ? 'takes the key over after the 1 s lease' : 'replays'}, one effect`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const queue = await rabbitQueue();
+          const crashing = crashingConsumer({
+            broker: 'rabbitmq',
+            brokerUrl: rabbitUrl,
+            queue: queue.queue,
+            durable: '',
+            place: place.place,
+            mode,
+            leaseMs: 1_000,
+          });
+          let consumers: Consumers | undefined;
+          try {
+            await crashing.reached('ready');
+            const o = order();
+            queue.publish(o);
+            await crashing.reached(mode === 'before-effect' ? 'charging' : 'acking');
+            // Only now do the others start: the message was the dead consumer's.
+            consumers = await rabbitConsumers(2, queue.queue, place.place, 50);
+            expect(await crashing.kill()).toBe('SIGKILL');
+            const survivors = consumers;
+            await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
+            await until('no retry timer left', survivors.settled);
+            expect(await place.effects(o.id)).toBe(1);
+            if (mode === 'before-effect') {
+              // RabbitMQ redelivered at once, inside the dead consumer's lease: requeued, then taken over.
+              expect(survivors.tally.get('requeue', o.id)).toBeGreaterThan(0);
+              expect(survivors.tally.get('charge', o.id)).toBe(1);
+              expect(survivors.tally.total('recovered')).toBe(1);
+            } else {
+              expect(survivors.tally.get('charge', o.id)).toBe(0);
+            }
+            expect(await queue.readyCount()).toBe(0);
+          } finally {
+            await crashing.kill();
+            await consumers?.close();
+            await queue.remove();
+            await place.drop();
+          }
+        });
+      }
+
+      it('a body that is no JSON is dead-lettered, and the consumer goes on', async ({ expect }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+        try {
+          queue.publishRaw(Buffer.from('not json'));
+          const o = order();
+          queue.publish(o);
+          // Was wrong: the guide parsed the body outside its promise chain, so the SyntaxError went
+          // into amqplib, which closed the channel: the consumer stopped, every message it held went
+          // back, and the poison message went on to close the next consumer's channel.
+          await until('the next message acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('the body dead-lettered', () => consumers.tally.get('dead-letter', 'not-json') === 1);
+          const dead = await queue.deadLetters();
+          expect(dead.map((m) => m.content.toString('utf8'))).toEqual(['not json']);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it('the same key with another payload is dead-lettered: fingerprint_mismatch, the handler does not run', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const consumers = await rabbitConsumers(3, queue.queue, place.place, 50);
+        try {
+          const o = order(5);
+          queue.publish(o);
+          await until('the first acked', () => consumers.tally.get('ack', o.id) === 1);
+          queue.publish({ ...o, amount: 6 });
+          await until('the other payload dead-lettered', () => consumers.tally.get('dead-letter', o.id) === 1);
+          const dead = await queue.deadLetters();
+          expect(dead.map((m) => JSON.parse(m.content.toString('utf8')))).toEqual([{ ...o, amount: 6 }]);
+          expect(dead[0]?.properties.headers?.['x-death']?.[0]?.reason).toBe('rejected');
+          expect(consumers.tally.total('mismatch')).toBe(1);
+          expect(consumers.tally.get('charge', o.id)).toBe(1);
+          expect(await place.effects(o.id)).toBe(1);
+          expect(consumers.settled()).toBe(true);
+        } finally {
+          await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+    });
+
+  describe
+    .runIf(backend.available && withNats)
+    .concurrent(`the guide's NATS JetStream consumer, ${backend.kind} store`, () => {
+      it('5 copies of each message, 3 consumers of one durable consumer at once: one effect per id, the in-progress copies nak’d with retryAfter, every copy acked', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000);
+        const consumers = await natsConsumers(3, stream, place.place, 300);
+        try {
+          const orders = [order(), order(), order()];
+          for (const o of orders) for (let copy = 0; copy < 5; copy++) await stream.publish(o);
+          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) >= 5));
+          await until('nothing pending on the consumer', stream.drained);
+          for (const o of orders) {
+            expect(await place.effects(o.id)).toBe(1);
+            expect(consumers.tally.get('charge', o.id)).toBe(1);
+          }
+          expect(consumers.tally.total('nak')).toBeGreaterThan(0);
+          expect(consumers.settled()).toBe(true);
+        } finally {
+          await consumers.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      for (const mode of ['before-effect', 'after-effect'] as const) {
+        it(`a consumer killed ${mode === 'before-effect' ? 'before its effect' : 'after its effect was stored, before its ack'}: redelivered after ack_wait, ${mode === 'before-effect' ? 'the key taken over after the 1 s lease' : 'replayed'}, one effect`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          // JetStream redelivers what a dead consumer held only after ack_wait.
+          const stream = await natsStream(1_000);
+          const crashing = crashingConsumer({
+            broker: 'nats',
+            brokerUrl: natsUrl,
+            queue: stream.stream,
+            durable: stream.durable,
+            place: place.place,
+            mode,
+            leaseMs: 1_000,
+          });
+          let consumers: Consumers | undefined;
+          try {
+            await crashing.reached('ready');
+            const o = order();
+            await stream.publish(o);
+            await crashing.reached(mode === 'before-effect' ? 'charging' : 'acking');
+            consumers = await natsConsumers(2, stream, place.place, 50);
+            expect(await crashing.kill()).toBe('SIGKILL');
+            const survivors = consumers;
+            await until('the redelivery acked', () => survivors.tally.get('ack', o.id) >= 1);
+            await until('nothing pending on the consumer', stream.drained);
+            expect(await place.effects(o.id)).toBe(1);
+            if (mode === 'before-effect') {
+              expect(survivors.tally.get('charge', o.id)).toBe(1);
+              expect(survivors.tally.total('recovered')).toBe(1);
+            } else {
+              expect(survivors.tally.get('charge', o.id)).toBe(0);
+            }
+          } finally {
+            await crashing.kill();
+            await consumers?.close();
+            await stream.remove();
+            await place.drop();
+          }
+        });
+      }
+
+      it('the same key with another payload is terminated: fingerprint_mismatch, the handler does not run', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000);
+        const consumers = await natsConsumers(3, stream, place.place, 50);
+        try {
+          const o = order(5);
+          await stream.publish(o);
+          await until('the first acked', () => consumers.tally.get('ack', o.id) === 1);
+          await stream.publish({ ...o, amount: 6 });
+          await until('the other payload terminated', () => consumers.tally.get('term', o.id) === 1);
+          await until('nothing pending on the consumer', stream.drained);
+          expect(consumers.tally.total('mismatch')).toBe(1);
+          expect(consumers.tally.get('charge', o.id)).toBe(1);
+          expect(await place.effects(o.id)).toBe(1);
+          expect(consumers.tally.total('nak')).toBe(0);
+        } finally {
+          await consumers.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+    });
+}
