@@ -1,14 +1,14 @@
 // The two consumers of docs/guides/queues.md (RabbitMQ and NATS JetStream), taken from the page's
 // code blocks at run time and compiled, so queues-guide.int.test.ts and the process it kills run
 // the page's own code, never a copy that could drift from it. What the blocks leave to the reader
-// (`chargeCard`) is given here.
+// (`chargeCard`) is given here. The test compiles them once and hands the JavaScript to the process
+// it kills, which so never loads the TypeScript compiler (most of its start-up time).
 import { Buffer } from 'node:buffer';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { type IdempotencyEngine, isIdempotencyError, makeIdempotent } from '@idem/core';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { Channel, Replies } from 'amqplib';
-import ts from 'typescript';
 
 export type Order = { id: string; amount: number };
 export type ChargeCard = (order: Order) => Promise<unknown>;
@@ -32,10 +32,15 @@ function consumerSource(from: string): string {
   throw new Error(`docs/guides/queues.md has no ts block importing ${from}`);
 }
 
-function compile(from: string, chargeCard: ChargeCard): unknown {
-  const js = ts.transpileModule(`${consumerSource(from)}\nreturn consumeOrders;`, {
+/** The page's consumer of that block, as JavaScript (a function body that returns `consumeOrders`). */
+export async function guideConsumerJs(from: 'amqplib' | '@nats-io/jetstream'): Promise<string> {
+  const { default: ts } = await import('typescript');
+  return ts.transpileModule(`${consumerSource(from)}\nreturn consumeOrders;`, {
     compilerOptions: { target: ts.ScriptTarget.ES2023 },
   }).outputText;
+}
+
+function instantiate(js: string, chargeCard: ChargeCard): unknown {
   return new Function('makeIdempotent', 'isIdempotencyError', 'Buffer', 'chargeCard', js)(
     makeIdempotent,
     isIdempotencyError,
@@ -44,10 +49,24 @@ function compile(from: string, chargeCard: ChargeCard): unknown {
   );
 }
 
-/** The page's RabbitMQ consumer, its `chargeCard` being the given one. */
-export const rabbitConsumer = (chargeCard: ChargeCard): RabbitConsumer =>
-  compile('amqplib', chargeCard) as RabbitConsumer;
+/** The page's RabbitMQ consumer (`guideConsumerJs('amqplib')`), its `chargeCard` being the given one. */
+export const rabbitConsumer = (js: string, chargeCard: ChargeCard): RabbitConsumer =>
+  instantiate(js, chargeCard) as RabbitConsumer;
 
-/** The page's NATS JetStream consumer, its `chargeCard` being the given one. */
-export const natsConsumer = (chargeCard: ChargeCard): NatsConsumer =>
-  compile('@nats-io/jetstream', chargeCard) as NatsConsumer;
+/** The page's NATS JetStream consumer (`guideConsumerJs('@nats-io/jetstream')`), with the given `chargeCard`. */
+export const natsConsumer = (js: string, chargeCard: ChargeCard): NatsConsumer =>
+  instantiate(js, chargeCard) as NatsConsumer;
+
+/**
+ * The channel with some of its methods replaced (to count or hold acks): every other property is
+ * the channel's own, bound to it, so the guide's code meets a real amqplib channel.
+ */
+export function channelWith(channel: Channel, replaced: Partial<Pick<Channel, 'ack' | 'nack' | 'consume'>>): Channel {
+  return new Proxy(channel, {
+    get(target, property) {
+      if (Object.hasOwn(replaced, property)) return replaced[property as keyof typeof replaced];
+      const value = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}

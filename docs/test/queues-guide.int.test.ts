@@ -9,13 +9,13 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
-import type { IdempotencyEvent } from '@idem/core';
+import { type IdempotencyEvent, makeIdempotent } from '@idem/core';
 import { databaseUrl, postgresAnswers, redisAnswers, redisUrl, serviceAvailable } from '@idem/testkit';
 import { AckPolicy, type JsMsg, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect as connectNats, nanos } from '@nats-io/transport-node';
-import { type Channel, type ConsumeMessage, connect as connectRabbit, type Message } from 'amqplib';
+import { connect as connectRabbit, type Message } from 'amqplib';
 import { describe, it } from 'vitest';
-import { natsConsumer, type Order, rabbitConsumer } from './queues-guide-consumers.js';
+import { channelWith, guideConsumerJs, natsConsumer, type Order, rabbitConsumer } from './queues-guide-consumers.js';
 import type { CrashConfig } from './queues-guide-crash-worker.js';
 import { consumerEngine, openStore, preparePlace, type StoreKind, type StorePlace } from './queues-guide-stores.js';
 
@@ -23,6 +23,8 @@ const rabbitUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672
 const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const worker = fileURLToPath(new URL('./queues-guide-crash-worker.ts', import.meta.url));
 const root = fileURLToPath(new URL('../..', import.meta.url));
+const rabbitJs = await guideConsumerJs('amqplib');
+const natsJs = await guideConsumerJs('@nats-io/jetstream');
 
 /** True when the server at `url` greets (NATS sends `INFO` first) or answers `hello` as `ok` says. */
 function answers(url: string, port: number, hello: Buffer, ok: (first: Buffer) => boolean): Promise<boolean> {
@@ -201,22 +203,26 @@ async function rabbitConsumers(n: number, queue: string, place: StorePlace, char
     const channel = await connection.createChannel();
     await channel.prefetch(10);
     // The guide's consumer, given a channel that counts what it does with each delivery.
-    const watched = {
-      consume: (q: string, onMessage: (msg: ConsumeMessage | null) => void) =>
-        channel.consume(q, (msg) => {
-          if (msg) tally.add('delivery', orderId(msg.content));
-          onMessage(msg);
-        }),
-      ack: (msg: Message) => {
+    const watched = channelWith(channel, {
+      consume: (q, onMessage, options) =>
+        channel.consume(
+          q,
+          (msg) => {
+            if (msg) tally.add('delivery', orderId(msg.content));
+            onMessage(msg);
+          },
+          options,
+        ),
+      ack: (msg, allUpTo) => {
         tally.add('ack', orderId(msg.content));
-        channel.ack(msg);
+        channel.ack(msg, allUpTo);
       },
-      nack: (msg: Message, allUpTo?: boolean, requeue?: boolean) => {
+      nack: (msg, allUpTo, requeue) => {
         tally.add(requeue ? 'requeue' : 'dead-letter', orderId(msg.content));
         channel.nack(msg, allUpTo, requeue);
       },
-    } as unknown as Channel;
-    await rabbitConsumer(charger(opened.effect, tally, chargeMs))(watched, queue, engine);
+    });
+    await rabbitConsumer(rabbitJs, charger(opened.effect, tally, chargeMs))(watched, queue, engine);
     running.push({
       close: async () => {
         await connection.close();
@@ -307,7 +313,7 @@ async function natsConsumers(n: number, stream: NatsStream, place: StorePlace, c
         });
       }
     }
-    const loop = natsConsumer(charger(opened.effect, tally, chargeMs))(watched(), engine);
+    const loop = natsConsumer(natsJs, charger(opened.effect, tally, chargeMs))(watched(), engine);
     running.push({
       close: async () => {
         messages.stop();
@@ -332,6 +338,8 @@ interface Killable {
   /** Resolves with the first message of the child that says it is `at` that point. */
   reached(at: string): Promise<void>;
   kill(): Promise<NodeJS.Signals | null>;
+  /** How it ended: its exit code, or the signal that ended it. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
 function crashingConsumer(config: CrashConfig): Killable {
@@ -347,9 +355,10 @@ function crashingConsumer(config: CrashConfig): Killable {
     seen.add(at);
     for (const waiter of waiters.filter((w) => w.at === at)) waiter.resolve();
   });
-  const exited = new Promise<NodeJS.Signals | null>((resolve) =>
-    child.once('exit', (_code, signal) => resolve(signal)),
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
   );
+
   return {
     reached: (at) =>
       new Promise<void>((resolve, reject) => {
@@ -359,8 +368,9 @@ function crashingConsumer(config: CrashConfig): Killable {
       }),
     kill: async () => {
       child.kill('SIGKILL');
-      return exited;
+      return (await exited).signal;
     },
+    exited,
   };
 }
 
@@ -412,6 +422,7 @@ for (const backend of stores) {
             place: place.place,
             mode,
             leaseMs: 1_000,
+            consumerJs: rabbitJs,
           });
           let consumers: Consumers | undefined;
           try {
@@ -462,6 +473,108 @@ for (const backend of stores) {
           expect(await place.effects(o.id)).toBe(1);
         } finally {
           await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it('a consumer whose connection closes while a copy waits out retryAfter does not crash', async ({ expect }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        // Another consumer's run holds the key, in progress until released.
+        const holderStore = await openStore(place.place);
+        let claimed = false;
+        let release = () => {};
+        const holding = new Promise<void>((resolve) => {
+          release = resolve;
+        });
+        const holder = makeIdempotent(
+          async (o: Order) => {
+            await holding;
+            await holderStore.effect(o.id);
+          },
+          {
+            engine: consumerEngine(holderStore.store, '5s', (event) => {
+              if (event.type === 'claim') claimed = true;
+            }),
+            operation: 'processOrder',
+            key: (o: Order) => o.id,
+            payload: (o: Order) => JSON.stringify(o),
+          },
+        );
+        const waiting = crashingConsumer({
+          broker: 'rabbitmq',
+          brokerUrl: rabbitUrl,
+          queue: queue.queue,
+          durable: '',
+          place: place.place,
+          mode: 'close-while-waiting',
+          leaseMs: 1_000,
+          consumerJs: rabbitJs,
+        });
+        let consumers: Consumers | undefined;
+        let first: Promise<unknown> | undefined;
+        try {
+          const o = order();
+          first = holder(o);
+          await until('the holder claimed the key', () => claimed);
+          await waiting.reached('ready');
+          queue.publish(o);
+          await waiting.reached('closed');
+          // Was wrong: the guide's nack timer fired on the closed channel and amqplib threw
+          // IllegalOperationError out of the timer: the process died (exit code 1, an uncaught exception).
+          expect(await waiting.exited).toEqual({ code: 0, signal: null });
+          release();
+          await first;
+          // RabbitMQ requeued the copy when the connection closed; a consumer replays it.
+          consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+          const survivors = consumers;
+          await until('the copy acked', () => survivors.tally.get('ack', o.id) === 1);
+          expect(survivors.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          release();
+          await first?.catch(() => undefined);
+          await waiting.kill();
+          await consumers?.close();
+          await holderStore.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it('a consumer whose connection closes while its handler runs does not crash, and the redelivery replays', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const closing = crashingConsumer({
+          broker: 'rabbitmq',
+          brokerUrl: rabbitUrl,
+          queue: queue.queue,
+          durable: '',
+          place: place.place,
+          mode: 'close-while-charging',
+          leaseMs: 1_000,
+          consumerJs: rabbitJs,
+        });
+        let consumers: Consumers | undefined;
+        try {
+          await closing.reached('ready');
+          const o = order();
+          queue.publish(o);
+          await closing.reached('closed');
+          // Was wrong: the guide acked on the closed channel; amqplib threw, the catch's nack threw
+          // again, out of the consume callback's promise: an unhandled rejection ended the process.
+          expect(await closing.exited).toEqual({ code: 0, signal: null });
+          consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+          const survivors = consumers;
+          await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
+          expect(survivors.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await closing.kill();
+          await consumers?.close();
           await queue.remove();
           await place.drop();
         }
@@ -536,6 +649,7 @@ for (const backend of stores) {
             place: place.place,
             mode,
             leaseMs: 1_000,
+            consumerJs: natsJs,
           });
           let consumers: Consumers | undefined;
           try {
