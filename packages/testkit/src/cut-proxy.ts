@@ -14,6 +14,25 @@ export interface CutProxyBytes {
 }
 
 /**
+ * Closes `socket` from our side with a FIN and resolves once it is closed. A client that sees our FIN
+ * drops the connection from its pool before it answers with its own, so once the answer arrives the
+ * client cannot send its next request on this connection: an event, where a fixed pause would only
+ * guess how long the client takes to notice. A peer that keeps its half open gets a reset after a
+ * second.
+ */
+function closeByPeer(socket: net.Socket): Promise<void> {
+  if (socket.closed) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const giveUp = setTimeout(() => socket.resetAndDestroy(), 1000);
+    socket.once('close', () => {
+      clearTimeout(giveUp);
+      resolve();
+    });
+    socket.end();
+  });
+}
+
+/**
  * A proxy that cuts the next connection once: after `at` bytes of the request (`request`) or of the
  * answer (`response`), by FIN on both sides (`fin`) or RST on both sides (`reset`). Later
  * connections pass untouched until armed again.
@@ -21,6 +40,8 @@ export interface CutProxyBytes {
 export async function createCutProxy(targetPort: number) {
   let armed: { dir: 'request' | 'response'; at: number; how: CutHow } | undefined;
   const open = new Set<net.Socket>();
+  // The client side of each open connection, to close through its peer when arming.
+  const clients = new Set<net.Socket>();
   let cutsDone = 0;
   // Typed by hand: inferred, it is `Buffer<ArrayBuffer>` in the declarations, which TypeScript
   // before 5.7 (whose @types/node has no generic Buffer) refuses.
@@ -36,6 +57,7 @@ export async function createCutProxy(targetPort: number) {
     const upstream = net.connect(targetPort, '127.0.0.1');
     open.add(client);
     open.add(upstream);
+    clients.add(client);
     client.on('error', () => undefined);
     upstream.on('error', () => undefined);
     let cut = false;
@@ -94,6 +116,7 @@ export async function createCutProxy(targetPort: number) {
       upstream.destroy();
       open.delete(client);
       open.delete(upstream);
+      clients.delete(client);
     };
     client.on('close', teardown);
     upstream.on('close', teardown);
@@ -106,11 +129,7 @@ export async function createCutProxy(targetPort: number) {
      * keep-alive pool) are closed first, so the next request really opens the armed one.
      */
     async arm(dir: 'request' | 'response', at: number, how: CutHow) {
-      if (open.size > 0) {
-        for (const socket of open) socket.destroy();
-        open.clear();
-        await new Promise((resolve) => setTimeout(resolve, 30));
-      }
+      await Promise.all([...clients].map(closeByPeer));
       armed = { dir, at, how };
     },
     /** Bytes seen each way on the latest connection. */
