@@ -5,7 +5,7 @@ import { type AddressInfo, connect as connectTcp, createServer as createNetServe
 import { createIdempotency, type IdempotencyEngine } from '@idem/core';
 import { Redis, type RedisOptions } from 'ioredis';
 import { createClient, createSentinel } from 'redis';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, type TestContext } from 'vitest';
 import { type RedisClientLike, type RedisStoreOptions, redisStore } from '../src/index.js';
 import { redisBinariesAvailable } from './redis-env.js';
 import { type RedisServerProcess, startRedisServer } from './redis-server.js';
@@ -186,28 +186,39 @@ async function throughPlannedFailover(setup: SentinelSetup, load: ReturnType<typ
   }
 }
 
+// The tests below wait on Sentinel's own clock, not on this process: about 10 s for Sentinel to turn
+// an old primary into a replica after a planned failover, which no setting shortens (and the split
+// brain until then is what they are about). Each has a setup of its own (its own servers and
+// sentinels on their own ports), so they run concurrently and those waits overlap.
 describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primary is replaced', () => {
-  let setup: SentinelSetup;
-  const clients: Redis[] = [];
+  // Process-wide: a test sees the others' unhandled rejections too, and expects none from any.
   const unhandled: unknown[] = [];
   const onUnhandled = (reason: unknown) => unhandled.push(reason);
-
-  beforeEach(async () => {
+  beforeAll(() => {
     process.on('unhandledRejection', onUnhandled);
-    // Two replicas: after a failover the new primary still has one to replicate to.
-    setup = await startSentinelSetup({ replicas: 2 });
   });
-  afterEach(async () => {
+  afterAll(() => {
     process.off('unhandledRejection', onUnhandled);
-    for (const client of clients.splice(0)) client.disconnect();
-    await setup?.stop();
   });
 
-  const connect = (options: RedisOptions = {}) => {
-    const client = new Redis({ sentinels: [...setup.sentinels], name: MASTER_NAME, ...options });
-    client.on('error', () => undefined);
-    clients.push(client);
-    return client;
+  /**
+   * A Sentinel setup for this test alone, and ioredis clients on it; all stopped when the test ends.
+   * `context` is the test's own: global hooks cannot tell concurrent tests apart.
+   */
+  const sentinelSetup = async (context: Pick<TestContext, 'onTestFinished'>, replicas: number) => {
+    const setup = await startSentinelSetup({ replicas });
+    const clients: Redis[] = [];
+    context.onTestFinished(async () => {
+      for (const client of clients) client.disconnect();
+      await setup.stop();
+    });
+    const connect = (options: RedisOptions = {}) => {
+      const client = new Redis({ sentinels: [...setup.sentinels], name: MASTER_NAME, ...options });
+      client.on('error', () => undefined);
+      clients.push(client);
+      return client;
+    };
+    return { setup, connect };
   };
   const engineOn = (client: RedisClientLike, options: Pick<RedisStoreOptions, 'waitForReplicas'> = {}) =>
     createIdempotency({
@@ -215,7 +226,12 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
       storeTimeout: STORE_TIMEOUT_MS,
     });
 
-  it('holds: the primary killed (SIGKILL) under load: successes and 503s only, then service on the promoted replica; with waitForReplicas count 1 no stored outcome is lost', async () => {
+  it.concurrent('holds: the primary killed (SIGKILL) under load: successes and 503s only, then service on the promoted replica; with waitForReplicas count 1 no stored outcome is lost', async ({
+    expect,
+    onTestFinished,
+  }) => {
+    // Two replicas: after a failover the new primary still has one to replicate to.
+    const { setup, connect } = await sentinelSetup({ onTestFinished }, 2);
     const client = connect();
     const load = startLoad(engineOn(client, { waitForReplicas: { count: 1, timeout: 200 } }));
     try {
@@ -235,6 +251,37 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
     expect(unhandled).toEqual([]);
   });
 
+  it.concurrent('holds: a planned SENTINEL FAILOVER with waitForReplicas for every replica (count 2) loses nothing silently: a handler that runs twice was reported the first time', async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const { setup, connect } = await sentinelSetup({ onTestFinished }, 2);
+    const client = connect({ failoverDetector: true });
+    const load = startLoad(engineOn(client, { waitForReplicas: { count: 2, timeout: 200 } }));
+    await throughPlannedFailover(setup, load, 2);
+    expect(load.others()).toEqual([]);
+    expect(await load.silentDuplicates()).toEqual([]);
+    expect(unhandled).toEqual([]);
+  });
+
+  // The it.fails below with the option on (count 1, every replica there is). The promoted replica
+  // stops acknowledging the old primary the moment it is promoted, so every write the old primary
+  // takes in the split brain times out in WAIT and is a 503 (or an outcome served but not stored,
+  // with an event), never a 201 that the failover then drops. The new primary has no replica until
+  // Sentinel turns the old one into it and it has synced: until then its writes are 503s too.
+  it.concurrent('holds, with one replica: a planned SENTINEL FAILOVER loses no outcome answered as stored (waitForReplicas count 1)', async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const { setup, connect } = await sentinelSetup({ onTestFinished }, 1);
+    const load = startLoad(engineOn(connect(), { waitForReplicas: { count: 1, timeout: 200 } }));
+    await throughPlannedFailover(setup, load, 1);
+    expect(load.others()).toEqual([]);
+    expect(load.count('unavailable')).toBeGreaterThan(0);
+    expect(await load.silentDuplicates()).toEqual([]);
+    expect(unhandled).toEqual([]);
+  });
+
   // The default's limit, kept failing on purpose. A planned failover (SENTINEL FAILOVER, or a managed
   // service's maintenance) promotes a replica while the old primary still takes writes, until
   // Sentinel turns it into a replica seconds later and it drops them. With the store's defaults its
@@ -244,64 +291,18 @@ describe.runIf(withBinaries)('ioredis Sentinel client: requests while the primar
   // HTTP with Express, 900 to 3,500 keys in a 6 s run with ioredis's defaults, 550 to 1,100 with
   // failoverDetector: true. The fix is the store's option `waitForReplicas` (WAIT behind every
   // write, in the same pipeline), off by default because a standalone Redis has no replica to wait
-  // for and every write would be a 503; the tests below and 'one replica' run this same failover
-  // with it on and lose nothing. docs/stores.md ("Failover: Sentinel and managed Redis").
+  // for and every write would be a 503; the tests above run this same failover with it on and lose
+  // nothing. docs/stores.md ("Failover: Sentinel and managed Redis").
   it.runIf(chaos).fails(
     'a planned SENTINEL FAILOVER loses no outcome answered as stored (store defaults)',
-    async () => {
-      const client = connect();
-      const load = startLoad(engineOn(client));
+    async ({ onTestFinished }) => {
+      const { setup, connect } = await sentinelSetup({ onTestFinished }, 2);
+      const load = startLoad(engineOn(connect()));
       await throughPlannedFailover(setup, load);
       expect(load.others()).toEqual([]);
       expect(await load.silentDuplicates()).toEqual([]);
     },
   );
-
-  it('holds: a planned SENTINEL FAILOVER with waitForReplicas for every replica (count 2) loses nothing silently: a handler that runs twice was reported the first time', async () => {
-    const client = connect({ failoverDetector: true });
-    const load = startLoad(engineOn(client, { waitForReplicas: { count: 2, timeout: 200 } }));
-    await throughPlannedFailover(setup, load, 2);
-    expect(load.others()).toEqual([]);
-    expect(await load.silentDuplicates()).toEqual([]);
-    expect(unhandled).toEqual([]);
-  });
-});
-
-describe.runIf(withBinaries)('ioredis Sentinel client, one replica: a planned failover with waitForReplicas', () => {
-  let setup: SentinelSetup;
-  let client: Redis;
-  const unhandled: unknown[] = [];
-  const onUnhandled = (reason: unknown) => unhandled.push(reason);
-
-  beforeEach(async () => {
-    process.on('unhandledRejection', onUnhandled);
-    setup = await startSentinelSetup({ replicas: 1 });
-    client = new Redis({ sentinels: [...setup.sentinels], name: MASTER_NAME });
-    client.on('error', () => undefined);
-  });
-  afterEach(async () => {
-    process.off('unhandledRejection', onUnhandled);
-    client?.disconnect();
-    await setup?.stop();
-  });
-
-  // The it.fails above with the option on (count 1, every replica there is). The promoted replica
-  // stops acknowledging the old primary the moment it is promoted, so every write the old primary
-  // takes in the split brain times out in WAIT and is a 503 (or an outcome served but not stored,
-  // with an event), never a 201 that the failover then drops. The new primary has no replica until
-  // Sentinel turns the old one into it and it has synced: until then its writes are 503s too.
-  it('holds: a planned SENTINEL FAILOVER loses no outcome answered as stored (waitForReplicas count 1)', async () => {
-    const engine = createIdempotency({
-      store: redisStore({ client, prefix: 'failover:', waitForReplicas: { count: 1, timeout: 200 } }),
-      storeTimeout: STORE_TIMEOUT_MS,
-    });
-    const load = startLoad(engine);
-    await throughPlannedFailover(setup, load, 1);
-    expect(load.others()).toEqual([]);
-    expect(load.count('unavailable')).toBeGreaterThan(0);
-    expect(await load.silentDuplicates()).toEqual([]);
-    expect(unhandled).toEqual([]);
-  });
 });
 
 /** An error and every `cause` under it. */
