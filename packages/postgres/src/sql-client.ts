@@ -35,7 +35,7 @@ export interface PgQueryConfig {
   values?: unknown[];
   name?: string;
   /** The parsers of this query's columns, in place of pg's process-wide ones (see store-types.ts). */
-  types?: typeof storeTypes;
+  types?: typeof storeTypes | undefined;
 }
 
 /**
@@ -99,7 +99,7 @@ export interface PgClientLike {
  * const options: PGliteQueryOptions = { parsers: { 16: (text) => text === 't' } };
  */
 export interface PGliteQueryOptions {
-  parsers?: Readonly<Record<number, (text: string, typeId: number) => unknown>>;
+  parsers?: Readonly<Record<number, (text: string, typeId: number) => unknown>> | undefined;
 }
 
 /**
