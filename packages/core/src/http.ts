@@ -1785,9 +1785,15 @@ export function writeResponse(res: ServerResponse, response: HttpResponse): void
   }
   const body = response.body;
   if (!bodyless) headers['content-length'] = String(body.length);
-  // HTTP/2 has no reason phrase (Node warns when given one there).
+  // HTTP/2 has no reason phrase (Node warns when given one there, or when one is set).
   if (response.statusMessage !== undefined && !h2) res.writeHead(response.status, response.statusMessage, headers);
-  else res.writeHead(response.status, headers);
+  else {
+    // The status line is this response's own. Node keeps a phrase set on `res` before (a handler's
+    // `res.statusMessage`, Koa's `ctx.status`, which sets its status's) over a writeHead without one:
+    // idem's 500 in place of a held 201 whose COMMIT was refused went out as `500 Created`.
+    if (!h2) res.statusMessage = '';
+    res.writeHead(response.status, headers);
+  }
   if (bodyless) res.end();
   // Node sends a string body in one write together with the head (a Buffer takes a second chunk and
   // a writev). Latin-1 maps each byte to one character and back, so the bytes on the wire are the
