@@ -12,6 +12,7 @@ const BOOL = 16;
 const BYTEA = 17;
 const INT4 = 23;
 const TEXT = 25;
+const VARCHAR = 1043;
 const JSON_OID = 114;
 const JSONB = 3802;
 
@@ -63,9 +64,10 @@ export const storeTypes = {
 
 /**
  * The same parsers as PGlite's per-query `parsers` option, which it lays over the instance's own
- * (`new PGlite({ parsers })`); text is listed too, since an instance may parse that its own way.
+ * (`new PGlite({ parsers })`); text and varchar are listed too, since an instance may parse them its
+ * own way (migrate() accepts varchar for the text columns; `get` reads them as the table has them).
  *
  * @example
  * await db.query('SELECT true AS ok', [], { parsers: storeParsers });
  */
-export const storeParsers: Readonly<Record<number, Parser>> = { ...parsers, [TEXT]: asText };
+export const storeParsers: Readonly<Record<number, Parser>> = { ...parsers, [TEXT]: asText, [VARCHAR]: asText };
