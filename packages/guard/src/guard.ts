@@ -250,10 +250,13 @@ export type GuardResult =
  *
  * @example
  * const guard: Guard = createGuard(options);
- * const result = await guard.authenticate({ headers: req.headers });
+ * const result = await guard.authenticate({ headers: req.headers, url: req.url, method: req.method });
  */
 export interface Guard {
-  /** Finds the bearer token of a request and verifies it. Never throws for a bad request. */
+  /**
+   * Finds the bearer token of a request and verifies it. Never throws for a bad request. With `dpop`
+   * set, a request without `method` or `url` is misuse: it rejects with a `TypeError`.
+   */
   authenticate(request: GuardRequest): Promise<GuardResult>;
   /**
    * Verifies a token string. Never throws for bad input: a non-string is `token_malformed`. A token
