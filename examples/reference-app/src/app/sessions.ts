@@ -321,11 +321,13 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       const entry = Array.isArray(list) ? list.find((other) => other.stateHash === stateHash) : undefined;
       if (!entry) return undefined;
       // Removed only if still there (the condition is checked again on the row as it is when locked):
-      // of two callbacks with one state, one gets the transaction, the other nothing.
+      // of two callbacks with one state, one gets the transaction, the other nothing. `is distinct
+      // from`, not `<>`: an entry an earlier-version process added during a rolling deploy has no
+      // stateHash (NULL), and is kept for the next start's rewrite (schema.ts), not dropped.
       const { rows } = await db.query(
         `update app_sessions set data = jsonb_set(data, '{pending}', (
              select coalesce(jsonb_agg(other), '[]'::jsonb)
-               from jsonb_array_elements(data -> 'pending') other where other ->> 'stateHash' <> $2
+               from jsonb_array_elements(data -> 'pending') other where other ->> 'stateHash' is distinct from $2
            ))
           where id_hash = $1 and ${live} and jsonb_typeof(data -> 'pending') = 'array'
             and data -> 'pending' @> jsonb_build_array(jsonb_build_object('stateHash', $2::text))
