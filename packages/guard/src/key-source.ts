@@ -355,10 +355,13 @@ export function remoteKeySource(
 ): RemoteKeySource {
   // No parser error as the cause: its `input` is the whole value, and a signed URL's query is a
   // credential that a logger printing the cause would write out.
-  if (typeof options.uri !== 'string' || !URL.canParse(options.uri)) {
+  // A URL object (JavaScript callers pass one; it worked before the parse check) is taken as its href.
+  const given: unknown = options.uri;
+  const text = given instanceof URL ? given.href : given;
+  if (typeof text !== 'string' || !URL.canParse(text)) {
     throw new TypeError('jwksUri must be an absolute URL');
   }
-  const url = new URL(options.uri);
+  const url = new URL(text);
   if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
     throw new TypeError('jwksUri must use https: (http: is allowed for loopback hosts only)');
   }

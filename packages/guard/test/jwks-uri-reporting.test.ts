@@ -103,3 +103,18 @@ describe('a jwksUri that does not parse', () => {
     expect(inspect(caught, { depth: 5 })).not.toMatch(/topsecret|hunter2/);
   });
 });
+
+describe('a jwksUri given as a URL object', () => {
+  // Was a regression of the parse check above: a JavaScript caller passing `new URL(...)` (the type
+  // says string, but it worked before) got "must be an absolute URL". It is taken as its href.
+  it('is taken as its href', () => {
+    const make = (jwksUri: unknown) => () =>
+      createGuard({
+        audience: AUDIENCE,
+        issuers: [{ issuer: ISSUER, jwksUri: jwksUri as string, algorithms: ['ES256'] }],
+      });
+    expect(make(new URL('https://id.example/jwks'))).not.toThrow();
+    expect(make(new URL('http://id.example/jwks'))).toThrow(/https/);
+    expect(make(42)).toThrow(/jwksUri must be an absolute URL/);
+  });
+});

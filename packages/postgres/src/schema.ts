@@ -23,7 +23,10 @@ const expiresAtIndex = (table: TableName): string => {
 // and replay other bytes; `status` as bigint reads back as a string; `headers` as json or text fails
 // the `$4::jsonb` write; timestamps as text fail every claim (no text > timestamptz), and `timestamp`
 // without a zone would be compared through each session's TimeZone. varchar without a length is the
-// same as text to PostgreSQL (one with a length could refuse a long token), so it passes too.
+// same as text to PostgreSQL, so it passes too, and so does one at least as long as what the store
+// writes (hand-made tables often say varchar(255)): a fingerprint is 64 hex digits, a record id 43
+// characters, a token at most 33, a state 11.
+const minVarcharLength = 64;
 const columnTypes: Readonly<Record<string, readonly string[]>> = {
   id: ['text', 'character varying'],
   state: ['text', 'character varying'],
@@ -51,10 +54,11 @@ function columnProblem(
       if (column === 'lease_until') continue;
       return `migrate(): table ${table} exists but has no column ${column}, which the store reads and writes; it was not made by migrate() or schema.sql: name another table`;
     }
-    if (
-      !expected.includes(actual.type) ||
-      (actual.type === 'character varying' && actual.display !== 'character varying')
-    ) {
+    const length = /^character varying\((\d+)\)$/.exec(actual.display)?.[1];
+    if (length !== undefined && Number(length) < minVarcharLength) {
+      return `migrate(): table ${table} exists but its column ${column} is ${actual.display}, shorter than the store writes there: make it text, or varchar of at least ${minVarcharLength}`;
+    }
+    if (!expected.includes(actual.type)) {
       return `migrate(): table ${table} exists but its column ${column} is ${actual.display}, not ${expected[0]} as the store needs (see schema.sql); it was not made by migrate() or schema.sql: change the column's type, or name another table`;
     }
   }

@@ -215,6 +215,8 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
             ['headers', 'text', 'jsonb'],
             ['status', 'bigint', 'integer'],
             ['token', 'bytea NOT NULL', 'text'],
+            // Shorter than a fingerprint (64 hex digits): every completion would fail at run time.
+            ['fingerprint', 'varchar(63) NOT NULL', 'at least 64'],
           ] as const) {
             await create({ [column]: type });
             const failure = await migrate(client, { table: typed }).catch((error: unknown) => error);
@@ -225,8 +227,13 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           }
           await create({ fingerprint: undefined });
           await expect(migrate(client, { table: typed })).rejects.toThrow(/has no column fingerprint/);
-          // The types as schema.sql makes them pass, and so does varchar for a text column.
-          await create({ token: 'varchar NOT NULL' });
+          // The types as schema.sql makes them pass, and so does varchar for a text column, with a
+          // length of at least what the store writes there (a hand-made varchar(255), say).
+          await create({
+            token: 'varchar NOT NULL',
+            id: 'varchar(255) PRIMARY KEY',
+            fingerprint: 'varchar(64) NOT NULL',
+          });
           await migrate(client, { table: typed });
           const store_ = postgresStore({ client, table: typed });
           expect(await store_.claim({ id: 'x', token: 't', fingerprint: '', leaseMs: 1_000 })).toEqual({
