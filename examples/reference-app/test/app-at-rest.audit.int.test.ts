@@ -82,3 +82,28 @@ describe('the app session table at rest', () => {
     expect(await store.takePending(id, old[1]!.state)).toEqual(old[1]);
   });
 });
+
+// During a rolling deploy a process of the earlier version may add a sign-in with its state as it is
+// after this version's start rewrote the table (schema.ts, hashPendingStates): its callback waits for
+// the next start's rewrite, or an earlier-version process. Another sign-in's callback on this version
+// must not throw it away meanwhile.
+describe('sign-ins in progress across a rolling deploy', () => {
+  // Was wrong: takePending kept only the entries whose stateHash differed from the one taken, and an
+  // entry of the earlier version has none (NULL <> x is not true): taking any sign-in of the session
+  // dropped it, so its callback failed even after the next start's rewrite.
+  it("taking this version's sign-in keeps one the earlier version added, which the next start makes usable", async () => {
+    const store = createSessionStore(db, { ttlSeconds: 600 });
+    const current = signIn();
+    const legacy = signIn();
+    const id = await store.create({ pending: [current] }, 60);
+    // An earlier-version process appends its sign-in as it stores them: the state as it is.
+    await db.query(
+      `update app_sessions set data = jsonb_set(data, '{pending}', (data -> 'pending') || jsonb_build_array($2::jsonb))
+        where id_hash = $1`,
+      [hashOf(id), JSON.stringify(legacy)],
+    );
+    expect(await store.takePending(id, current.state)).toEqual(current);
+    await migrateApp(db);
+    expect(await store.takePending(id, legacy.state)).toEqual(legacy);
+  });
+});
