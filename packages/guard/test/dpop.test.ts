@@ -50,6 +50,16 @@ function proof(spec: ProofSpec, nowSeconds: number): string {
   return signSegments(b64url(header), b64url(claims), alg, pair.privateKey);
 }
 
+/** A POST /orders with a token bound to the test key and one proof made at `nowSeconds`. */
+async function boundRequest(nowSeconds: number) {
+  const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
+  return {
+    method: 'POST',
+    url: '/orders',
+    headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, nowSeconds) },
+  };
+}
+
 function code(result: GuardResult): string {
   return result.ok ? 'ok' : result.error.code;
 }
@@ -188,12 +198,7 @@ describe('DPoP (case 52)', () => {
 
   it('a proof is remembered for as long as its iat window lets it pass, clock tolerance included', async () => {
     const { clock, guard } = setup({ maxAge: 60 });
-    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    const request = {
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
-    };
+    const request = await boundRequest(clock.seconds());
     expect(code(await guard.authenticate(request))).toBe('ok');
     // Past maxAge but inside the 5 s tolerance the proof still passes its iat check: it must still be a replay.
     clock.advance(65);
@@ -802,12 +807,7 @@ describe('DPoP replay memory and the proof window', () => {
   // and the memory drops what is due at that instant: the proof passed a second time, then.
   it('with clockTolerance 0, a proof replayed at the last instant of its window is refused', async () => {
     const { clock, guard } = setup({ maxAge: 60 }, { clockTolerance: 0 });
-    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    const request = {
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
-    };
+    const request = await boundRequest(clock.seconds());
     expect(code(await guard.authenticate(request))).toBe('ok');
     clock.advance(60);
     expect(code(await guard.authenticate(request))).toBe('dpop_proof_replayed');
@@ -821,12 +821,7 @@ describe('DPoP replay memory and the proof window', () => {
   // second cleared it out and was stored in its place, and both passed.
   it('two requests with one proof are not both accepted when the window ends while their tokens verify', async () => {
     const { clock, guard } = setup({ maxAge: 60 }, { cache: false });
-    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    const request = {
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
-    };
+    const request = await boundRequest(clock.seconds());
     // Both proofs are checked now (authenticate reads the clock before its first await); the token
     // checks and the memory run after the window (60 s + 5 s tolerance) and the memory's slack (5 s).
     const first = guard.authenticate(request);
@@ -840,12 +835,7 @@ describe('DPoP replay memory and the proof window', () => {
 
   it('a proof still inside its window when the token has verified is taken once', async () => {
     const { clock, guard } = setup({ maxAge: 60 }, { cache: false });
-    const accessToken = makeToken({ claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) } } });
-    const request = {
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: `DPoP ${accessToken}`, dpop: proof({ accessToken }, clock.seconds()) },
-    };
+    const request = await boundRequest(clock.seconds());
     const first = guard.authenticate(request);
     const second = guard.authenticate(request);
     clock.advance(65);
