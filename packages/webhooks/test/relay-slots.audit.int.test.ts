@@ -104,13 +104,17 @@ describe.skipIf(!available)('outbox relay slots, on real PostgreSQL', () => {
   it('an idle relay queries once per pollInterval; a busy one about once more per attempt', async () => {
     await clear();
     const watch = watched(pool);
+    const since = performance.now();
     const relay = started(
       outbox.relay({ db: watch.db, sender: createSender({ secret: SECRET }), pollInterval: '100ms' }),
     );
     await sleep(1_050);
     const idle = watch.queries.length;
-    expect(idle).toBeGreaterThanOrEqual(9);
-    expect(idle).toBeLessThanOrEqual(12);
+    // Never more than one claim per interval that passed (plus the first, at start). A loaded box
+    // only delays timers (8 claims in 1.05 s were seen in CI with both cores busy), so the lower
+    // bound asks only that it keeps polling at about that pace, not that every timer was on time.
+    expect(idle).toBeLessThanOrEqual(Math.ceil((performance.now() - since) / 100) + 1);
+    expect(idle).toBeGreaterThanOrEqual(6);
     expect(watch.claims()).toHaveLength(idle);
     // Busy: 200 events for 20 URLs of an endpoint that takes 30 ms.
     const server = await endpoint(slowly(30));
