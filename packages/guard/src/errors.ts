@@ -215,6 +215,22 @@ export function assertChallengeSafe(value: string, name: string): void {
 }
 
 /**
+ * Throws a `TypeError` unless `value` can be a challenge's `resource_metadata`: challenge-safe, and
+ * no user name or password in it, since it goes to every client (its query stays: the address clients
+ * fetch is a public one). The message never quotes the value.
+ *
+ * @example
+ * assertResourceMetadata('https://api.example/.well-known/oauth-protected-resource'); // ok
+ */
+export function assertResourceMetadata(value: string): void {
+  assertChallengeSafe(value, 'resourceMetadata');
+  const url = URL.canParse(value) ? new URL(value) : undefined;
+  if (url !== undefined && (url.username !== '' || url.password !== '')) {
+    throw new TypeError('resourceMetadata must not hold a user name or password: it is sent to every client');
+  }
+}
+
+/**
  * Throws a `TypeError` unless `value` is an RFC 6749 scope token.
  *
  * @example
@@ -368,7 +384,7 @@ function buildChallenge(
     challenge += `, max_age="${maxAge}"`;
   }
   if (resourceMetadata !== undefined) {
-    assertChallengeSafe(resourceMetadata, 'resourceMetadata');
+    assertResourceMetadata(resourceMetadata);
     challenge += `, resource_metadata="${resourceMetadata}"`;
   }
   if (primary === 'DPoP') return challenge + algs;

@@ -18,7 +18,7 @@ import {
   type VerifiedProof,
   verifyDpopProof,
 } from './dpop.js';
-import { assertChallengeSafe, GuardError, type GuardErrorCode } from './errors.js';
+import { assertChallengeSafe, assertResourceMetadata, GuardError, type GuardErrorCode } from './errors.js';
 import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
 import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
@@ -798,15 +798,8 @@ export function buildEngine(
   }
   const realm = options.realm ?? 'api';
   assertChallengeSafe(realm, 'realm');
-  if (options.resourceMetadata !== undefined) {
-    assertChallengeSafe(options.resourceMetadata, 'resourceMetadata');
-    // It goes to every client in WWW-Authenticate: a password in it would be handed to anyone who asks.
-    // Its query stays: it is the address clients fetch, and a public one.
-    const url = URL.canParse(options.resourceMetadata) ? new URL(options.resourceMetadata) : undefined;
-    if (url !== undefined && (url.username !== '' || url.password !== '')) {
-      throw new TypeError('resourceMetadata must not hold a user name or password: it is sent to every client');
-    }
-  }
+  // It goes to every client in WWW-Authenticate: a password in it would be handed to anyone who asks.
+  if (options.resourceMetadata !== undefined) assertResourceMetadata(options.resourceMetadata);
   const now = options.now ?? Date.now;
   // Either would only fail at the first request, as a 500 or as every JWKS fetch failing.
   if (typeof now !== 'function') throw new TypeError('now must be a function returning epoch milliseconds');

@@ -1,6 +1,6 @@
 import { inspect } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createGuard, type GuardEvent } from '../src/index.js';
+import { authorizeRequest, createGuard, type GuardEvent, principalFromClaims, requireScopes } from '../src/index.js';
 import { startJwksServer } from './support/jwks-server.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, testKeys } from './support/tokens.js';
 
@@ -78,6 +78,13 @@ describe('resourceMetadata', () => {
       expect(() => createGuard({ ...base, resourceMetadata })).toThrow(/user name or password/);
       expect(() => createGuard({ ...base, resourceMetadata })).not.toThrow(/hunter2/);
     }
+    // authorizeRequest writes its own challenge from its options: the same refusal (it took one before).
+    const principal = principalFromClaims({ sub: 'u1', iss: ISSUER, aud: AUDIENCE, scope: 'orders:read' });
+    const authorize = (resourceMetadata: string) => () =>
+      authorizeRequest(principal, [requireScopes('orders:write')], { headers: {} }, { resourceMetadata });
+    expect(authorize('https://user:hunter2@api.example/meta')).toThrow(/user name or password/);
+    expect(authorize('https://user:hunter2@api.example/meta')).not.toThrow(/hunter2/);
+    expect(authorize('https://api.example/meta')).not.toThrow();
     const guard = createGuard({ ...base, resourceMetadata: 'https://api.example/meta?tenant=t1' });
     expect(guard.error('token_missing').wwwAuthenticate).toContain(
       'resource_metadata="https://api.example/meta?tenant=t1"',
