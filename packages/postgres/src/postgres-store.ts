@@ -18,7 +18,7 @@ import {
   type TransactionalStore,
 } from '@idem/core';
 import { retrySerializationFailures } from './serialization-retry.js';
-import { CommitRefused, createSqlClient, type PostgresClient, type SqlExecutor, type SqlResult } from './sql-client.js';
+import { createSqlClient, type PostgresClient, type SqlExecutor, type SqlResult } from './sql-client.js';
 import { buildStatements, type Statement } from './statements.js';
 import { defaultTable, parseTableName } from './table-name.js';
 
@@ -185,18 +185,6 @@ const abortedByHandler = (error: unknown): Error | undefined => {
   return new TransactionAbortedError(
     'The handler left its transaction aborted: one of its statements failed and it went on without rolling back to a SAVEPOINT; nothing was committed',
     { cause: error },
-  );
-};
-
-// A COMMIT refused by what the handler's writes queued for it (a deferred unique or foreign key, a
-// constraint trigger): its own data failed, as if a statement of its own had, only later. The store
-// is fine, and the same request would be refused the same way: no 503, no store-error. The engine
-// rethrows it with the lease held, and the adapters release the key so a corrected request can run.
-const refusedCommit = (error: unknown): Error | undefined => {
-  if (!(error instanceof CommitRefused)) return undefined;
-  return new TransactionAbortedError(
-    "PostgreSQL refused to commit the handler's writes: a deferred constraint or constraint trigger failed at COMMIT; nothing was committed",
-    { cause: error.cause },
   );
 };
 
@@ -367,7 +355,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     checkToken(input?.token);
     const { id, token } = input;
     type Outcome = { committed: true; value: T } | { committed: false };
-    const outcome = sql.transaction<Outcome>(async (tx) => {
+    // A COMMIT refused by a deferred constraint rejects from the SQL client as the handler's
+    // TransactionAbortedError already.
+    return sql.transaction<Outcome>(async (tx) => {
       const produced = await fn(tx);
       const response = produced.response;
       if (response !== undefined) {
@@ -384,9 +374,6 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
       // commit, neither the handler's writes nor the outcome.
       if (cas.rowCount === 0) return { commit: false, value: { committed: false } };
       return { commit: true, value: { committed: true, value: produced.value } };
-    });
-    return outcome.catch((error: unknown) => {
-      throw refusedCommit(error) ?? error;
     });
   };
 

@@ -1,7 +1,7 @@
-import { StoreUnavailableError } from '@idem/core';
+import { TransactionAbortedError } from '@idem/core';
 import type { Statement } from './statements.js';
 import { storeParsers, storeTypes } from './store-types.js';
-import { toStoreError } from './unavailable.js';
+import { isTransientDatabaseError, toStoreError } from './unavailable.js';
 
 /**
  * Rows and the number of rows a statement touched, the same shape for pg and PGlite.
@@ -355,7 +355,7 @@ function pgliteClient(db: PGliteLike, storeTypesInTransactions: boolean): SqlCli
         return value;
       } catch (error) {
         if (error instanceof HandlerFailure) throw error.error;
-        if (committing && refusedAtCommit(error)) throw new CommitRefused(error);
+        if (committing && refusedAtCommit(error)) throw commitRefused(error);
         throw toStoreError(error, 'transaction');
       }
     },
@@ -411,7 +411,7 @@ async function runPgTransaction<T>(
     await connection.query({ text: decision.commit ? 'COMMIT' : 'ROLLBACK' });
   } catch (error) {
     // Refused, the transaction is over and rolled back, and the connection is fine: kept.
-    if (decision.commit && refusedAtCommit(error)) throw new HandlerFailure(new CommitRefused(error));
+    if (decision.commit && refusedAtCommit(error)) throw new HandlerFailure(commitRefused(error));
     // A COMMIT cut off by a dropped connection has an unknown outcome; the caller gets
     // store_unavailable, and a release() by the engine afterwards is a harmless no-op if it did commit.
     throw new ConnectionFailure(toStoreError(error, decision.commit ? 'commit' : 'rollback'), error);
@@ -421,20 +421,15 @@ async function runPgTransaction<T>(
 
 /**
  * A COMMIT the server refused for what the transaction's own statements queued for it (a deferred
- * constraint, a constraint trigger), not for an outage: it rolled back, and the same writes would be
- * refused again. `cause` is the server's error; the store reports it as the handler's failure.
+ * unique or foreign key, a constraint trigger), not for an outage: it rolled back, and the same writes
+ * would be refused again. The handler's own data failed, as if one of its statements had, only later:
+ * no 503, no store-error; the adapters release the key so a corrected request can run.
  */
-export class CommitRefused extends Error {
-  constructor(cause: unknown) {
-    super(
-      'PostgreSQL refused to COMMIT the transaction (a deferred constraint or trigger failed); nothing was committed',
-      {
-        cause,
-      },
-    );
-    this.name = 'CommitRefused';
-  }
-}
+const commitRefused = (error: unknown) =>
+  new TransactionAbortedError(
+    "PostgreSQL refused to commit the handler's writes: a deferred constraint or constraint trigger failed at COMMIT; nothing was committed",
+    { cause: error },
+  );
 
 // A COMMIT's failure that is the server's answer (it has a SQLSTATE) and no outage: the store's own
 // statements had all run, so what COMMIT checked was deferred work of the handler's writes. One that
@@ -442,11 +437,7 @@ export class CommitRefused extends Error {
 // stays a store failure: its outcome is unknown, or a retry may pass.
 const refusedAtCommit = (error: unknown): boolean => {
   const code = (error as { code?: unknown } | null)?.code;
-  return (
-    typeof code === 'string' &&
-    /^[0-9A-Z]{5}$/.test(code) &&
-    !(toStoreError(error, 'commit') instanceof StoreUnavailableError)
-  );
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !isTransientDatabaseError(error);
 };
 
 // Carries a handler's error through the clean-up so it is rethrown unchanged.
