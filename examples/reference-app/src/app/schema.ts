@@ -1,5 +1,5 @@
 import { type Database, onlyIfMissing, schemaLock } from '../db.js';
-import { storedIdSql } from '../idp/stored-id.js';
+import { sha256IdSql } from '../sha256-id.js';
 
 /**
  * Creates the third-party app's session table. Sessions live server-side: the browser holds only a
@@ -38,7 +38,7 @@ export async function migrateApp(db: Database): Promise<void> {
 const hashPendingStates = `
     update app_sessions s set data = jsonb_set(s.data, '{pending}', (
       select jsonb_agg(case
-        when entry ? 'state' then (entry - 'state') || jsonb_build_object('stateHash', ${storedIdSql("entry ->> 'state'")})
+        when entry ? 'state' then (entry - 'state') || jsonb_build_object('stateHash', ${sha256IdSql("entry ->> 'state'")})
         else entry
       end order by n)
       from jsonb_array_elements(s.data -> 'pending') with ordinality as t(entry, n)

@@ -1,5 +1,6 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type { Database } from '../db.js';
+import { sha256Id } from '../sha256-id.js';
 
 /** One sign-in in progress: everything the callback must check, used once and then deleted. */
 export interface PendingSignIn {
@@ -152,9 +153,7 @@ export interface SessionStore {
   destroy(id: string | undefined): Promise<void>;
 }
 
-const hashId = (id: string) => createHash('sha256').update(id).digest('base64url');
-
-const stored = ({ state, ...rest }: PendingSignIn): StoredSignIn => ({ stateHash: hashId(state), ...rest });
+const stored = ({ state, ...rest }: PendingSignIn): StoredSignIn => ({ stateHash: sha256Id(state), ...rest });
 
 /** The default of {@link SessionStoreOptions.lifetimeSeconds}: 12 hours. */
 const defaultLifetimeSeconds = 12 * 3600;
@@ -216,7 +215,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
         `insert into app_sessions (id_hash, data, created_at, expires_at)
          values ($1, $2, now(), now() + make_interval(secs => least($3::int, $4::int)))`,
         [
-          hashId(id),
+          sha256Id(id),
           JSON.stringify(data.pending ? { ...data, pending: data.pending.map(stored) } : data),
           seconds(ttlSeconds),
           lifetime,
@@ -228,7 +227,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       if (!id) return undefined;
       const { rows } = await db.query<{ data: SessionData }>(
         `select data from app_sessions where id_hash = $1 and ${live}`,
-        [hashId(id)],
+        [sha256Id(id)],
       );
       return rows[0]?.data;
     },
@@ -239,7 +238,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
         `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
            expires_at = ${extended('$4')}
          where id_hash = $1 and ${live} and data ? 'user'`,
-        [hashId(id), JSON.stringify(changes), removed, ttl],
+        [sha256Id(id), JSON.stringify(changes), removed, ttl],
       );
     },
     async setFlash(id, slot, flash) {
@@ -249,7 +248,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
             set data = jsonb_set(data, '{flashes}', coalesce(data -> 'flashes', '{}'::jsonb) || jsonb_build_object($2::text, $3::jsonb)),
                 expires_at = ${extended('$4')}
           where id_hash = $1 and ${live} and data ? 'user'`,
-        [hashId(id), slot, JSON.stringify(flash), ttl],
+        [sha256Id(id), slot, JSON.stringify(flash), ttl],
       );
     },
     async takeFlash(id, slot) {
@@ -264,7 +263,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
            from shown
          where app_sessions.id_hash = shown.id_hash
          returning shown.flash`,
-        [hashId(id), slot],
+        [sha256Id(id), slot],
       );
       return rows[0]?.flash ?? undefined;
     },
@@ -275,7 +274,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
             set data = case when data ? 'openCharge' then data else jsonb_set(data, '{openCharge}', $2::jsonb) end
           where id_hash = $1 and ${live} and data ? 'user'
           returning data -> 'openCharge' as open`,
-        [hashId(id), JSON.stringify(charge)],
+        [sha256Id(id), JSON.stringify(charge)],
       );
       return rows[0]?.open ?? undefined;
     },
@@ -283,14 +282,14 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       await db.query(
         `update app_sessions set data = jsonb_set(data, '{openCharge}', $3::jsonb)
           where id_hash = $1 and ${live} and data -> 'openCharge' ->> 'key' = $2`,
-        [hashId(id), charge.key, JSON.stringify(charge)],
+        [sha256Id(id), charge.key, JSON.stringify(charge)],
       );
     },
     async closeCharge(id, key) {
       await db.query(
         `update app_sessions set data = data - 'openCharge'
           where id_hash = $1 and ${live} and data -> 'openCharge' ->> 'key' = $2`,
-        [hashId(id), key],
+        [sha256Id(id), key],
       );
     },
     async addPending(id, pending) {
@@ -306,7 +305,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
           where id_hash = $1 and ${live} and not (data ? 'user')
             and jsonb_typeof(data -> 'pending') = 'array'
           returning 1`,
-        [hashId(id), JSON.stringify(stored(pending)), maxPendingSignIns],
+        [sha256Id(id), JSON.stringify(stored(pending)), maxPendingSignIns],
       );
       return rows.length > 0;
     },
@@ -314,10 +313,10 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       if (!id) return undefined;
       const { rows: found } = await db.query<{ data: SessionData }>(
         `select data from app_sessions where id_hash = $1 and ${live}`,
-        [hashId(id)],
+        [sha256Id(id)],
       );
       const list = found[0]?.data.pending;
-      const stateHash = hashId(state);
+      const stateHash = sha256Id(state);
       const entry = Array.isArray(list) ? list.find((other) => other.stateHash === stateHash) : undefined;
       if (!entry) return undefined;
       // Removed only if still there (the condition is checked again on the row as it is when locked):
@@ -332,7 +331,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
           where id_hash = $1 and ${live} and jsonb_typeof(data -> 'pending') = 'array'
             and data -> 'pending' @> jsonb_build_array(jsonb_build_object('stateHash', $2::text))
           returning 1`,
-        [hashId(id), stateHash],
+        [sha256Id(id), stateHash],
       );
       if (rows.length === 0) return undefined;
       const { stateHash: _hash, ...rest } = entry;
@@ -340,7 +339,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
     },
     async destroy(id) {
       if (!id) return;
-      await db.query('delete from app_sessions where id_hash = $1', [hashId(id)]);
+      await db.query('delete from app_sessions where id_hash = $1', [sha256Id(id)]);
     },
   };
 }

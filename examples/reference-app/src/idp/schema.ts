@@ -1,5 +1,6 @@
 import { type Database, onlyIfMissing, schemaLock } from '../db.js';
-import { idsKeptAsGiven, storedIdSql } from './stored-id.js';
+import { sha256IdSql } from '../sha256-id.js';
+import { idsKeptAsGiven } from './stored-id.js';
 
 /**
  * Creates the identity provider's tables if they are missing. Safe to run on every start.
@@ -81,8 +82,8 @@ const kept = idsKeptAsGiven.map((model) => `'${model}'`).join(', ');
 const hashStoredIds = `do $$ begin
   if not exists (select 1 from idp_upgrades where name = 'ids hashed') then
     update idp_models m set
-      id = ${storedIdSql('m.id')},
-      rotated_from = ${storedIdSql('m.rotated_from')},
+      id = ${sha256IdSql('m.id')},
+      rotated_from = ${sha256IdSql('m.rotated_from')},
       payload = case
         when m.model = 'Interaction' then
           ((m.payload - 'jti') #- '{session,cookie}') || case

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { sha256Id } from '../sha256-id.js';
 
 /**
  * The models whose rows in `idp_models` are keyed by their id as oidc-provider gives it. Every other
@@ -34,20 +34,7 @@ export const idsKeptAsGiven: readonly string[] = ['Grant', 'Client', 'ReplayDete
  * ```
  */
 export function storedId(model: string, id: string): string {
-  return idsKeptAsGiven.includes(model) ? id : createHash('sha256').update(id).digest('base64url');
-}
-
-/**
- * {@link storedId} in SQL, of the expression `id`, for the ids of rows stored by an earlier version
- * (see `schema.ts`). NULL stays NULL.
- *
- * @example
- * ```ts
- * await db.exec(`update idp_models m set id = ${storedIdSql('m.id')} where m.model = 'RefreshToken'`);
- * ```
- */
-export function storedIdSql(id: string): string {
-  return `translate(rtrim(encode(sha256(convert_to(${id}, 'UTF8')), 'base64'), '='), '+/', '-_')`;
+  return idsKeptAsGiven.includes(model) ? id : sha256Id(id);
 }
 
 /**
