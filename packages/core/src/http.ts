@@ -480,6 +480,11 @@ export interface HttpIdempotency<Req> {
    */
   refuse(error: IdempotencyError, request: { method: string; route: string }): HttpResponse;
   /**
+   * {@link refuse} with `body_incomplete`: for an adapter whose framework read the body and found it
+   * cut short (the same error Express's and Koa's body reads give).
+   */
+  refuseIncompleteBody(request: { method: string; route: string }): HttpResponse;
+  /**
    * The response that replays `stored`; `echo` is the `Idempotency-Key` value to send back. A body
    * stored compressed is decoded when `acceptEncoding` (the retry's field) does not take its coding.
    */
@@ -1249,6 +1254,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     context: (started) => new ExecutionContext(started.key, started.minted, started.lease, sayNoEffect),
     problem,
     refuse,
+    refuseIncompleteBody: (request) => refuse(incompleteBody(), request),
     replay,
     capture: (res, captureOptions) => {
       const target = captureOptions?.settle;

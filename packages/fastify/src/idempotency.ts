@@ -11,7 +11,6 @@ import {
   type HttpResponse,
   headerRecord,
   type IdempotencyContext,
-  IdempotencyError,
   isJsonContentType,
   isLeaseLost,
   jsonBodyText,
@@ -140,13 +139,6 @@ function cutShort(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   return code === 'ECONNRESET' || code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH';
 }
-
-// The refusal Express and Koa answer a cut upload with (their body read returns it).
-const incompleteBody = () =>
-  new IdempotencyError(
-    'body_incomplete',
-    'The request body ended before it was complete; send it again with the same key.',
-  );
 
 // Shared and bound to each execution, rather than a closure made per request.
 function threw(this: Execution): boolean {
@@ -545,7 +537,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
     const state = stateOf(request);
     if (state[kOwner] === http && state[kFromParsed] === true && !request.raw.complete && cutShort(error)) {
-      own.refuse(incompleteBody(), { method: request.method, route: template ?? pathOf(originForm(request.url)) });
+      own.refuseIncompleteBody({ method: request.method, route: template ?? pathOf(originForm(request.url)) });
     }
   }
 
