@@ -835,6 +835,8 @@ describe('signed in', () => {
     });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(4);
+    // Spec part 8's whole ladder, 1 s then 2 s then 4 s, each with full jitter (random() = 0.5).
+    expect(waits).toEqual([500, 1000, 2000]);
     const key = attempts[0]?.idempotencyKey;
     failuresLeft = 0;
     const after = await landing(agent, posted);
