@@ -71,6 +71,7 @@ describe('the gateway before it is ready', () => {
     ['GET', '/photos'],
     ['GET', '/.well-known/oauth-protected-resource'],
     ['GET', '/health'],
+    ['GET', '/healthz'],
     ['OPTIONS', '/photos'],
     ['DELETE', '/photos/p-1'],
   ])('answers %s %s with a 503 problem and Retry-After', async (method, path) => {

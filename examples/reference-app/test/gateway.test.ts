@@ -232,6 +232,34 @@ describe('gateway: forwarding', () => {
   });
 });
 
+describe('gateway: health', () => {
+  // An operator's probe (a load balancer, an orchestrator) sends no token: every other path of the
+  // gateway answers it 401, which a probe reads as down.
+  it('answers GET /healthz without a token: 200, not cached', async () => {
+    const response = await call('/healthz');
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(response.headers.get('cache-control')).toBe('no-store');
+    expect(response.json()).toEqual({ status: 'ok' });
+  });
+
+  it('answers HEAD /healthz the same, without a body', async () => {
+    const response = await call('/healthz', { method: 'HEAD' });
+    expect(response.status).toBe(200);
+    expect(response.text).toBe('');
+  });
+
+  it('takes no token and reads none: a bad one changes nothing', async () => {
+    const response = await call('/healthz', { token: 'not.a.token' });
+    expect(response.status).toBe(200);
+  });
+
+  it('is the one path answered without a token: a path under it, or another method, still needs one', async () => {
+    expect((await call('/healthz/x')).status).toBe(401);
+    expect((await call('/healthz', { method: 'POST' })).status).toBe(401);
+  });
+});
+
 describe('gateway: not permitted is 403', () => {
   it('refuses a charge without charges:write, naming the scope in the challenge', async () => {
     const response = await call('/charges', {

@@ -30,6 +30,13 @@ import {
 /** The `realm` of the gateway's challenges, and of those the services behind it answer with. */
 export const gatewayRealm = 'reference-api';
 
+/**
+ * The gateway's health route, for an operator's probe (a load balancer, an orchestrator's readiness
+ * check), which sends no token: every other path needs one and answers such a probe 401. The `z`
+ * keeps it off names the services behind the gateway might use.
+ */
+const healthPath = '/healthz';
+
 /** Where the gateway serves its RFC 9728 protected resource metadata. */
 export const resourceMetadataPath = '/.well-known/oauth-protected-resource';
 
@@ -265,6 +272,17 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       dpop_signing_alg_values_supported: [...dpopAlgorithms],
       ...(options.scopesSupported ? { scopes_supported: [...options.scopesSupported] } : {}),
     };
+  });
+
+  // 200 once the gateway checks tokens (before, the server's handler answers 503 `starting_up` with
+  // Retry-After; once it closes, new connections are refused). The gateway's own state only, not the
+  // services': a probe that failed while the API is down would take the gateway out of its balancer
+  // too, and its callers would get no answer at all instead of a retryable 502. Nothing forwarded,
+  // no token read; GET and HEAD only, any other method goes through the guard as every path does.
+  app.get(healthPath, async (_request, reply) => {
+    if (!ready) return sendStartingUp(reply);
+    reply.header('cache-control', 'no-store');
+    return { status: 'ok' };
   });
 
   // Any other method Node parses (PROPFIND, TRACE, LOCK, ...) matches no route: Fastify's own 404
