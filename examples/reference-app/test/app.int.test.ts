@@ -425,6 +425,43 @@ describe('sign in', () => {
     expect(cookie).toMatch(/SameSite=Lax/);
   });
 
+  it('takes the password at the provider only: no request to the app carries it (spec 5.6 b)', async () => {
+    const authOrigin = new URL(running.authUrl).origin;
+    const appOrigin = new URL(running.appUrl).origin;
+    const login = await createUserAgent().follow(appUrl('/signin'), (url) => url.startsWith(callbackPrefix()));
+    expect(new URL(login.url).origin).toBe(authOrigin);
+    expect(login.body).toContain('<h1>Sign in</h1>');
+    // Resolved against the page, as a browser does: the form posts to the provider.
+    expect(new URL(formAction(login.body, 'login'), login.url).origin).toBe(authOrigin);
+    const sent: Array<{ url: string; text: string }> = [];
+    const realFetch = globalThis.fetch;
+    const recorder = vi.spyOn(globalThis, 'fetch').mockImplementation((input, init) => {
+      const url = input instanceof Request ? input.url : String(input);
+      const headers: string[] = [];
+      new Headers(init?.headers).forEach((value, name) => {
+        headers.push(`${name}: ${value}`);
+      });
+      sent.push({ url, text: `${url} ${headers.join('\n')} ${String(init?.body ?? '')}` });
+      return realFetch(input, init);
+    });
+    let landed: Awaited<ReturnType<typeof signIn>>['landed'];
+    try {
+      ({ landed } = await signIn());
+    } finally {
+      recorder.mockRestore();
+    }
+    expect(landed.response.status).toBe(303);
+    const password = new URLSearchParams({ p: alice.password }).toString().slice(2);
+    // The recorder sees the password where it goes, the provider: it would see it anywhere else too.
+    expect(sent.some(({ url, text }) => new URL(url).origin === authOrigin && text.includes(password))).toBe(true);
+    const toApp = sent.filter(({ url }) => new URL(url).origin === appOrigin);
+    expect(toApp.length).toBeGreaterThan(1);
+    for (const { text } of toApp) {
+      expect(text).not.toContain(password);
+      expect(text).not.toContain(alice.password);
+    }
+  });
+
   it('signs in through the provider, sets a new HttpOnly SameSite=Lax session and shows the user (rows 35, 39)', async () => {
     const agent = createUserAgent();
     const callback = await throughProvider(agent);
@@ -865,6 +902,10 @@ describe('signed in', () => {
     });
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(4);
+    // A 409 is treated like a timeout (part 7): backed off, then retried with the same key. Its
+    // Retry-After (1 s) is a floor under the jittered waits (500 ms, 1 s, 2 s with random() = 0.5).
+    expect(new Set(attempts.map((request) => request.idempotencyKey)).size).toBe(1);
+    expect(waits).toEqual([1000, 1000, 2000]);
     const after = await landing(agent, posted);
     expect(after.body).toContain('Still in progress at the API (409): send it again with the same key in a moment.');
     expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));

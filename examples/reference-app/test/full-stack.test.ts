@@ -9,7 +9,7 @@ import type { Database } from '../src/db.js';
 import { startGateway } from '../src/gateway/server.js';
 import { demoUsers } from '../src/seed.js';
 import type { RunningReferenceApp } from '../src/start.js';
-import { codeFlow, tokenRequest } from './flow.js';
+import { codeFlow, introspect, tokenRequest } from './flow.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { decodeJwt } from './user-agent.js';
 
@@ -114,6 +114,28 @@ describe('tokens from the real identity provider at the gateway', () => {
     } finally {
       await other.close();
     }
+  });
+
+  it('issues a refresh token that lives days where the access token lives minutes, traded for a new one the gateway takes (spec 5.8)', async () => {
+    const flow = await codeFlow(running.authUrl, running.clients.app, alice, { scope });
+    const { access_token: token, refresh_token: refreshToken } = flow.tokens.body;
+    const access = decodeJwt(token).payload;
+    expect(access.exp - access.iat).toBeLessThanOrEqual(10 * 60);
+    const client = running.clients.app;
+    const refresh = await introspect(running.authUrl, refreshToken, client);
+    expect(refresh).toMatchObject({ active: true, client_id: client.clientId });
+    // Long-lived: a day at the very least, so a user comes back tomorrow without signing in again.
+    expect(refresh.exp - Math.floor(Date.now() / 1000)).toBeGreaterThanOrEqual(24 * 3600);
+    const traded = await tokenRequest(
+      running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: refreshToken },
+      client,
+    );
+    expect(traded.status).toBe(200);
+    const fresh = traded.body.access_token as string;
+    expect(fresh).not.toBe(token);
+    expect(decodeJwt(fresh).payload).toMatchObject({ sub: access.sub, aud: access.aud, client_id: access.client_id });
+    expect((await call('/photos', { token: fresh })).status).toBe(200);
   });
 
   it('revoking the refresh token ends access once the 5-minute access token expires (row 22, spec 5.8)', async () => {
