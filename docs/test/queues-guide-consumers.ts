@@ -1,5 +1,5 @@
-// The two consumers of docs/guides/queues.md (RabbitMQ and NATS JetStream), taken from the page's
-// code blocks at run time and compiled, so queues-guide.int.test.ts and the process it kills run
+// The two consumers of docs/guides/queues.md (RabbitMQ and NATS JetStream), and the `retryDelay`
+// both call, taken from the page's code blocks at run time and compiled, so queues-guide.int.test.ts and the process it kills run
 // the page's own code, never a copy that could drift from it. What the blocks leave to the reader
 // (`chargeCard`) is given here. The test compiles them once and hands the JavaScript to the process
 // it kills, which so never loads the TypeScript compiler (most of its start-up time).
@@ -18,24 +18,38 @@ export type NatsConsumer = (messages: AsyncIterable<JsMsg>, engine: IdempotencyE
 
 const guide = fileURLToPath(new URL('../guides/queues.md', import.meta.url));
 
+const tsBlocks = (): string[] =>
+  [...readFileSync(guide, 'utf8').matchAll(/^```ts[^\n]*\n([\s\S]*?)^```\s*$/gm)].map((match) => match[1] as string);
+
+/** The top-level `function <name>` of a block, through its closing brace. */
+function functionSource(block: string, name: string): string | undefined {
+  const start = block.search(new RegExp(`^(?:async )?function ${name}\\(`, 'm'));
+  const end = block.indexOf('\n}\n', start);
+  return start < 0 || end < 0 ? undefined : block.slice(start, end + 2);
+}
+
 /** The `function consumeOrders` of the page's ts block that imports `from`, through its closing brace. */
 function consumerSource(from: string): string {
-  const text = readFileSync(guide, 'utf8');
-  for (const match of text.matchAll(/^```ts[^\n]*\n([\s\S]*?)^```\s*$/gm)) {
-    const block = match[1] as string;
-    if (!block.includes(`from '${from}'`)) continue;
-    const start = block.search(/^(?:async )?function consumeOrders\(/m);
-    const end = block.indexOf('\n}\n', start);
-    if (start < 0 || end < 0) throw new Error(`docs/guides/queues.md: the ${from} block has no function consumeOrders`);
-    return block.slice(start, end + 2);
+  const block = tsBlocks().find((code) => code.includes(`from '${from}'`));
+  if (block === undefined) throw new Error(`docs/guides/queues.md has no ts block importing ${from}`);
+  const source = functionSource(block, 'consumeOrders');
+  if (source === undefined) throw new Error(`docs/guides/queues.md: the ${from} block has no function consumeOrders`);
+  return source;
+}
+
+/** The page's `function retryDelay`, which both consumers call. */
+function retryDelaySource(): string {
+  for (const block of tsBlocks()) {
+    const source = functionSource(block, 'retryDelay');
+    if (source !== undefined) return source;
   }
-  throw new Error(`docs/guides/queues.md has no ts block importing ${from}`);
+  throw new Error('docs/guides/queues.md has no function retryDelay');
 }
 
 /** The page's consumer of that block, as JavaScript (a function body that returns `consumeOrders`). */
 export async function guideConsumerJs(from: 'amqplib' | '@nats-io/jetstream'): Promise<string> {
   const { default: ts } = await import('typescript');
-  return ts.transpileModule(`${consumerSource(from)}\nreturn consumeOrders;`, {
+  return ts.transpileModule(`${retryDelaySource()}\n${consumerSource(from)}\nreturn consumeOrders;`, {
     compilerOptions: { target: ts.ScriptTarget.ES2023 },
   }).outputText;
 }

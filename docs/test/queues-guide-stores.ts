@@ -6,6 +6,7 @@ import {
   type Duration,
   type IdempotencyEngine,
   type IdempotencyEvent,
+  type IdempotencyOptions,
   type Store,
 } from '@idem/core';
 import { migrate, postgresStore } from '@idem/postgres';
@@ -81,15 +82,19 @@ export async function preparePlace(place: StorePlace): Promise<() => Promise<voi
   };
 }
 
+/** What a test sets beside the guide's settings: `wait` (the guide's `'15s'`), `conflictRetryAfter`. */
+export type EngineExtras = Pick<IdempotencyOptions, 'wait' | 'conflictRetryAfter'>;
+
 /**
- * A consumer process's engine, as the guide's "Settings for consumers" has it but without `wait`,
- * so a copy that finds its key in progress takes the guide's redelivery path (nack or nak after
- * `retryAfter`).
+ * A consumer process's engine, as the guide's "Settings for consumers" has it but, unless `extras`
+ * sets it, without `wait`, so a copy that finds its key in progress takes the guide's redelivery
+ * path (nack or nak after `retryAfter`).
  */
 export function consumerEngine(
   store: Store,
   lease: Duration,
   onEvent?: (event: IdempotencyEvent) => void,
+  extras: EngineExtras = {},
 ): IdempotencyEngine {
-  return createIdempotency({ store, storeOutcome: 'stripe', lease, ...(onEvent ? { onEvent } : {}) });
+  return createIdempotency({ store, storeOutcome: 'stripe', lease, ...extras, ...(onEvent ? { onEvent } : {}) });
 }

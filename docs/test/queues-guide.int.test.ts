@@ -17,7 +17,14 @@ import { connect as connectRabbit, type Message } from 'amqplib';
 import { describe, it } from 'vitest';
 import { channelWith, guideConsumerJs, natsConsumer, type Order, rabbitConsumer } from './queues-guide-consumers.js';
 import type { CrashConfig } from './queues-guide-crash-worker.js';
-import { consumerEngine, openStore, preparePlace, type StoreKind, type StorePlace } from './queues-guide-stores.js';
+import {
+  consumerEngine,
+  type EngineExtras,
+  openStore,
+  preparePlace,
+  type StoreKind,
+  type StorePlace,
+} from './queues-guide-stores.js';
 
 const rabbitUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -79,9 +86,19 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** What the consumers of one test did, by order id, seen from the outside. */
 class Tally {
   readonly counts = new Map<string, number>();
+  /** When each thing happened, by the same names (Date.now()). */
+  readonly times = new Map<string, number[]>();
   add(what: string, id: string): void {
     const name = `${what}:${id}`;
     this.counts.set(name, (this.counts.get(name) ?? 0) + 1);
+    this.times.set(name, [...(this.times.get(name) ?? []), Date.now()]);
+  }
+  /** The shortest time between two of `what` for `id`, in ms (Infinity if fewer than two). */
+  shortestGap(what: string, id: string): number {
+    const at = this.times.get(`${what}:${id}`) ?? [];
+    let gap = Number.POSITIVE_INFINITY;
+    for (let i = 1; i < at.length; i++) gap = Math.min(gap, (at[i] as number) - (at[i - 1] as number));
+    return gap;
   }
   get(what: string, id: string): number {
     return this.counts.get(`${what}:${id}`) ?? 0;
@@ -93,11 +110,15 @@ class Tally {
   }
 }
 
-/** The `chargeCard` the guide leaves to the reader: slow enough for copies to overlap, effect counted. */
-function charger(effect: (id: string) => Promise<void>, tally: Tally, ms: number) {
+/**
+ * The `chargeCard` the guide leaves to the reader: slow enough for copies to overlap, effect counted.
+ * Its first `failures` calls for an order throw (a card network that is down), before any effect.
+ */
+function charger(effect: (id: string) => Promise<void>, tally: Tally, ms: number, failures = 0) {
   return async (order: Order) => {
     tally.add('charge', order.id);
     await pause(ms);
+    if (tally.get('charge', order.id) <= failures) throw new Error('the card network is down');
     await effect(order.id);
     return { chargeId: `ch_${order.id}` };
   };
@@ -162,7 +183,8 @@ interface RabbitQueue {
   remove(): Promise<void>;
 }
 
-async function rabbitQueue(): Promise<RabbitQueue> {
+/** A classic queue, or (given a `deliveryLimit`) a quorum queue that dead-letters past that many redeliveries. */
+async function rabbitQueue(deliveryLimit?: number): Promise<RabbitQueue> {
   const connection = await connectRabbit(rabbitUrl);
   const channel = await connection.createChannel();
   const queue = `queues-guide.${randomUUID()}`;
@@ -171,7 +193,16 @@ async function rabbitQueue(): Promise<RabbitQueue> {
   await channel.assertExchange(dlx, 'fanout', { durable: false });
   await channel.assertQueue(dlq, { durable: false });
   await channel.bindQueue(dlq, dlx, '');
-  await channel.assertQueue(queue, { durable: false, deadLetterExchange: dlx });
+  await channel.assertQueue(
+    queue,
+    deliveryLimit === undefined
+      ? { durable: false, deadLetterExchange: dlx }
+      : {
+          durable: true, // a quorum queue is always durable
+          deadLetterExchange: dlx,
+          arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': deliveryLimit },
+        },
+  );
   const dead: Message[] = [];
   return {
     queue,
@@ -193,12 +224,24 @@ async function rabbitQueue(): Promise<RabbitQueue> {
   };
 }
 
-async function rabbitConsumers(n: number, queue: string, place: StorePlace, chargeMs: number): Promise<Consumers> {
+/** What a test changes in its consumers: engine settings, and how many first charges of an order fail. */
+interface Setup {
+  extras?: EngineExtras;
+  failures?: number;
+}
+
+async function rabbitConsumers(
+  n: number,
+  queue: string,
+  place: StorePlace,
+  chargeMs: number,
+  setup: Setup = {},
+): Promise<Consumers> {
   const tally = new Tally();
   const running: { close(): Promise<void> }[] = [];
   for (let i = 0; i < n; i++) {
     const opened = await openStore(place);
-    const engine = consumerEngine(opened.store, '5s', watchEngine(tally));
+    const engine = consumerEngine(opened.store, '5s', watchEngine(tally), setup.extras);
     const connection = await connectRabbit(rabbitUrl);
     const channel = await connection.createChannel();
     await channel.prefetch(10);
@@ -222,7 +265,7 @@ async function rabbitConsumers(n: number, queue: string, place: StorePlace, char
         channel.nack(msg, allUpTo, requeue);
       },
     });
-    await rabbitConsumer(rabbitJs, charger(opened.effect, tally, chargeMs))(watched, queue, engine);
+    await rabbitConsumer(rabbitJs, charger(opened.effect, tally, chargeMs, setup.failures))(watched, queue, engine);
     running.push({
       close: async () => {
         await connection.close();
@@ -250,7 +293,7 @@ interface NatsStream {
   remove(): Promise<void>;
 }
 
-async function natsStream(ackWaitMs: number): Promise<NatsStream> {
+async function natsStream(ackWaitMs: number, maxDeliver = -1): Promise<NatsStream> {
   const nc = await connectNats({ servers: natsUrl });
   const jsm = await jetstreamManager(nc);
   const suffix = randomUUID().slice(0, 8);
@@ -262,6 +305,7 @@ async function natsStream(ackWaitMs: number): Promise<NatsStream> {
     durable_name: durable,
     ack_policy: AckPolicy.Explicit,
     ack_wait: nanos(ackWaitMs),
+    max_deliver: maxDeliver,
   });
   const js = jetstream(nc);
   return {
@@ -280,13 +324,19 @@ async function natsStream(ackWaitMs: number): Promise<NatsStream> {
   };
 }
 
-async function natsConsumers(n: number, stream: NatsStream, place: StorePlace, chargeMs: number): Promise<Consumers> {
+async function natsConsumers(
+  n: number,
+  stream: NatsStream,
+  place: StorePlace,
+  chargeMs: number,
+  setup: Setup = {},
+): Promise<Consumers> {
   const tally = new Tally();
   const running: { close(): Promise<void> }[] = [];
   let inHand = 0;
   for (let i = 0; i < n; i++) {
     const opened = await openStore(place);
-    const engine = consumerEngine(opened.store, '5s', watchEngine(tally));
+    const engine = consumerEngine(opened.store, '5s', watchEngine(tally), setup.extras);
     const nc = await connectNats({ servers: natsUrl });
     const consumer = await jetstream(nc).consumers.get(stream.stream, stream.durable);
     // Two at a time (a prefetch above 1), so copies of one message reach the three at once.
@@ -313,7 +363,7 @@ async function natsConsumers(n: number, stream: NatsStream, place: StorePlace, c
         });
       }
     }
-    const loop = natsConsumer(natsJs, charger(opened.effect, tally, chargeMs))(watched(), engine);
+    const loop = natsConsumer(natsJs, charger(opened.effect, tally, chargeMs, setup.failures))(watched(), engine);
     running.push({
       close: async () => {
         messages.stop();
@@ -371,6 +421,44 @@ function crashingConsumer(config: CrashConfig): Killable {
       return (await exited).signal;
     },
     exited,
+  };
+}
+
+/**
+ * Another consumer's run that holds the order's key in progress (its lease renewed) until `release()`,
+ * then makes its effect: what a copy of the message meets while the first delivery is being handled.
+ */
+async function holdKey(place: StorePlace, o: Order) {
+  const opened = await openStore(place);
+  let claimed = false;
+  let release = () => {};
+  const holding = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const holder = makeIdempotent(
+    async (held: Order) => {
+      await holding;
+      await opened.effect(held.id);
+    },
+    {
+      engine: consumerEngine(opened.store, '5s', (event) => {
+        if (event.type === 'claim') claimed = true;
+      }),
+      operation: 'processOrder',
+      key: (held: Order) => held.id,
+      payload: (held: Order) => JSON.stringify(held),
+    },
+  );
+  const done = holder(o);
+  await until('the holder claimed the key', () => claimed);
+  return {
+    release,
+    /** Releases the key (if not yet), waits for the holder's run, closes its store. */
+    close: async () => {
+      release();
+      await done.catch(() => undefined);
+      await opened.close();
+    },
   };
 }
 
@@ -605,6 +693,181 @@ for (const backend of stores) {
           await place.drop();
         }
       });
+
+      it("a handler that throws (storeOutcome 'stripe'): its key released, the message redelivered after 1 s and run again, one effect, nothing dead-lettered", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { failures: 1 });
+        try {
+          const o = order();
+          queue.publish(o);
+          // Was wrong: the guide dead-lettered every error but a retryable IdempotencyError, so a
+          // handler's own failure, whose key 'stripe' had released for the redelivery to run it
+          // again, went to the dead-letter queue: the message was never retried.
+          await until('the redelivery acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('no retry timer left', consumers.settled);
+          expect(consumers.tally.get('charge', o.id)).toBe(2);
+          expect(consumers.tally.get('requeue', o.id)).toBe(1);
+          expect(consumers.tally.get('dead-letter', o.id)).toBe(0);
+          // Not at once: a handler that always fails would loop hot.
+          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
+          expect(await place.effects(o.id)).toBe(1);
+          expect(await queue.deadLetters()).toEqual([]);
+        } finally {
+          await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it('conflictRetryAfter: 0: a copy whose key is held elsewhere comes back once a second, not in a hot loop', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, {
+          extras: { conflictRetryAfter: 0 },
+        });
+        try {
+          queue.publish(o);
+          await until('three deliveries of the held copy', () => consumers.tally.get('delivery', o.id) >= 3);
+          // Was wrong: the guide waited `retryAfter` seconds before its nack, and 0 is a valid
+          // `conflictRetryAfter` (it is sent as `Retry-After: 0`): the copy went round the broker
+          // as fast as it could, a store read and a nack each time, for as long as the key was held.
+          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
+          holder.release();
+          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('no retry timer left', consumers.settled);
+          expect(consumers.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await consumers.close();
+          await holder.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it("wait '15s' (the guide's setting): 5 copies, 3 consumers at once: the copies wait for the first run's result, none requeued, one effect per id", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const consumers = await rabbitConsumers(3, queue.queue, place.place, 300, { extras: { wait: '15s' } });
+        try {
+          const orders = [order(), order(), order()];
+          for (const o of orders) for (let copy = 0; copy < 5; copy++) queue.publish(o);
+          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
+          await until('no retry timer left', consumers.settled);
+          for (const o of orders) {
+            expect(await place.effects(o.id)).toBe(1);
+            expect(consumers.tally.get('charge', o.id)).toBe(1);
+            expect(consumers.tally.get('delivery', o.id)).toBe(5);
+          }
+          expect(consumers.tally.total('requeue')).toBe(0);
+          expect(consumers.tally.total('dead-letter')).toBe(0);
+        } finally {
+          await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it("wait '15s': a consumer killed before its effect: the redelivery waits out its 1 s lease and takes the key over, never requeued, one effect", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const crashing = crashingConsumer({
+          broker: 'rabbitmq',
+          brokerUrl: rabbitUrl,
+          queue: queue.queue,
+          durable: '',
+          place: place.place,
+          mode: 'before-effect',
+          leaseMs: 1_000,
+          consumerJs: rabbitJs,
+        });
+        let consumers: Consumers | undefined;
+        try {
+          await crashing.reached('ready');
+          const o = order();
+          queue.publish(o);
+          await crashing.reached('charging');
+          consumers = await rabbitConsumers(2, queue.queue, place.place, 50, { extras: { wait: '15s' } });
+          expect(await crashing.kill()).toBe('SIGKILL');
+          const survivors = consumers;
+          await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
+          await until('no retry timer left', survivors.settled);
+          expect(survivors.tally.get('delivery', o.id)).toBe(1);
+          expect(survivors.tally.get('requeue', o.id)).toBe(0);
+          expect(survivors.tally.get('charge', o.id)).toBe(1);
+          expect(survivors.tally.total('recovered')).toBe(1);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await crashing.kill();
+          await consumers?.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it("a quorum queue's delivery-limit, without wait: each 'in progress' requeue counts, so a copy is dead-lettered only because another consumer held its key", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue(1);
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+        try {
+          queue.publish(o);
+          // Nothing failed: the key was held elsewhere, and every requeue used up a delivery. This
+          // is why the guide sets `wait` and sizes the limit ("Redeliveries and the broker's limit").
+          await until('the copy dead-lettered', async () => (await queue.deadLetters()).length === 1);
+          const [dead] = await queue.deadLetters();
+          expect(dead?.properties.headers?.['x-death']?.[0]?.reason).toBe('delivery_limit');
+          expect(consumers.tally.get('requeue', o.id)).toBe(2);
+          expect(consumers.tally.get('charge', o.id)).toBe(0);
+        } finally {
+          await consumers.close();
+          await holder.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
+      it("a quorum queue's delivery-limit, with the guide's wait: a copy held past what the limit would allow waits, is never requeued, and is acked", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue(1);
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '15s' } });
+        try {
+          queue.publish(o);
+          await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
+          // Held 2.5 s: without wait, the 1 s requeues would pass the limit (the test above).
+          await pause(2_500);
+          holder.release();
+          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+          expect(consumers.tally.get('delivery', o.id)).toBe(1);
+          expect(consumers.tally.get('requeue', o.id)).toBe(0);
+          expect(consumers.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+          expect(await queue.deadLetters()).toEqual([]);
+        } finally {
+          await consumers.close();
+          await holder.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
     });
 
   describe
@@ -697,6 +960,131 @@ for (const backend of stores) {
           expect(consumers.tally.total('nak')).toBe(0);
         } finally {
           await consumers.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      it("a handler that throws (storeOutcome 'stripe'): its key released, the message nak'd with 1 s and run again, one effect, not terminated", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000);
+        const consumers = await natsConsumers(1, stream, place.place, 50, { failures: 1 });
+        try {
+          const o = order();
+          await stream.publish(o);
+          // Was wrong: the guide terminated every error but a retryable IdempotencyError, so a
+          // handler's own failure, whose key 'stripe' had released, ended the message's deliveries.
+          await until('the redelivery acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('nothing pending on the consumer', stream.drained);
+          expect(consumers.tally.get('charge', o.id)).toBe(2);
+          expect(consumers.tally.get('nak', o.id)).toBe(1);
+          expect(consumers.tally.get('term', o.id)).toBe(0);
+          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await consumers.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      it('conflictRetryAfter: 0: a copy whose key is held elsewhere comes back once a second, not in a hot loop', async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000);
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await natsConsumers(1, stream, place.place, 50, { extras: { conflictRetryAfter: 0 } });
+        try {
+          await stream.publish(o);
+          await until('three deliveries of the held copy', () => consumers.tally.get('delivery', o.id) >= 3);
+          // Was wrong: `nak(0)` redelivers at once: the copy went round as fast as the broker could.
+          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
+          holder.release();
+          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('nothing pending on the consumer', stream.drained);
+          expect(consumers.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await consumers.close();
+          await holder.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      it("wait '15s' (the guide's setting): 5 copies, 3 consumers at once: the copies wait for the first run's result, none nak'd, one effect per id", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000);
+        const consumers = await natsConsumers(3, stream, place.place, 300, { extras: { wait: '15s' } });
+        try {
+          const orders = [order(), order(), order()];
+          for (const o of orders) for (let copy = 0; copy < 5; copy++) await stream.publish(o);
+          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
+          await until('nothing pending on the consumer', stream.drained);
+          for (const o of orders) {
+            expect(await place.effects(o.id)).toBe(1);
+            expect(consumers.tally.get('charge', o.id)).toBe(1);
+          }
+          expect(consumers.tally.total('nak')).toBe(0);
+          expect(consumers.tally.total('term')).toBe(0);
+        } finally {
+          await consumers.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      it("max_deliver, without wait: each 'in progress' nak counts, so a message's deliveries end only because another consumer held its key", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000, 2);
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await natsConsumers(1, stream, place.place, 50);
+        try {
+          await stream.publish(o);
+          await until('both deliveries nak’d', () => consumers.tally.get('nak', o.id) === 2);
+          await until('nothing pending on the consumer', stream.drained);
+          // JetStream delivers it no more: nothing failed, the key was only held elsewhere.
+          expect(consumers.tally.get('delivery', o.id)).toBe(2);
+          expect(consumers.tally.get('ack', o.id)).toBe(0);
+        } finally {
+          await consumers.close();
+          await holder.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      it("max_deliver, with the guide's wait: a message held past what max_deliver would allow waits, is never nak'd, and is acked", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000, 1);
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await natsConsumers(1, stream, place.place, 50, { extras: { wait: '15s' } });
+        try {
+          await stream.publish(o);
+          await until('the message delivered', () => consumers.tally.get('delivery', o.id) === 1);
+          await pause(2_500);
+          holder.release();
+          await until('the message acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('nothing pending on the consumer', stream.drained);
+          expect(consumers.tally.get('delivery', o.id)).toBe(1);
+          expect(consumers.tally.get('nak', o.id)).toBe(0);
+          expect(consumers.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await consumers.close();
+          await holder.close();
           await stream.remove();
           await place.drop();
         }
