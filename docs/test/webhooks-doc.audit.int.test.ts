@@ -570,7 +570,7 @@ describe('## Errors', () => {
 });
 
 describe('docs/guides/queues.md: Lost lease', () => {
-  // docs/guides/queues.md:148-149: "one that finishes anyway has made its effect, and the wrapper
+  // docs/guides/queues.md:154-155: "one that finishes anyway has made its effect, and the wrapper
   // acks it": the wrapper resolves with the result; a redelivery that came after gets it too (nobody
   // had taken the key over).
   it('a handler that finishes past its lost lease resolves with its result; the redelivery gets it without running', async () => {
