@@ -868,6 +868,35 @@ for (const backend of stores) {
           await place.drop();
         }
       });
+
+      it("a quorum queue's delivery-limit sized by the guide's rule: a run that holds its key longer than wait sends the copy back, within the limit", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        // Held 3 s with wait 1 s and retryAfter 1 s: the rule gives ⌈3 / (1 + 1)⌉ = 2 returns.
+        const queue = await rabbitQueue(2);
+        const o = order();
+        const holder = await holdKey(place.place, o);
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '1s' } });
+        try {
+          queue.publish(o);
+          await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
+          await pause(3_000);
+          holder.release();
+          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+          await until('no retry timer left', consumers.settled);
+          expect(consumers.tally.get('requeue', o.id)).toBeGreaterThanOrEqual(1);
+          expect(consumers.tally.get('requeue', o.id)).toBeLessThanOrEqual(2);
+          expect(consumers.tally.get('charge', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(1);
+          expect(await queue.deadLetters()).toEqual([]);
+        } finally {
+          await consumers.close();
+          await holder.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
     });
 
   describe
