@@ -6,7 +6,7 @@
 import { Buffer } from 'node:buffer';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type IdempotencyEngine, isIdempotencyError, makeIdempotent } from '@idem/core';
+import { type IdempotencyEngine, isIdempotencyError, isReplayedFailure, makeIdempotent } from '@idem/core';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { Channel, Replies } from 'amqplib';
 
@@ -55,9 +55,10 @@ export async function guideConsumerJs(from: 'amqplib' | '@nats-io/jetstream'): P
 }
 
 function instantiate(js: string, chargeCard: ChargeCard): unknown {
-  return new Function('makeIdempotent', 'isIdempotencyError', 'Buffer', 'chargeCard', js)(
+  return new Function('makeIdempotent', 'isIdempotencyError', 'isReplayedFailure', 'Buffer', 'chargeCard', js)(
     makeIdempotent,
     isIdempotencyError,
+    isReplayedFailure,
     Buffer,
     chargeCard,
   );

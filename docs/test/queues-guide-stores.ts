@@ -83,7 +83,7 @@ export async function preparePlace(place: StorePlace): Promise<() => Promise<voi
 }
 
 /** What a test sets beside the guide's settings: `wait` (the guide's `'15s'`), `conflictRetryAfter`. */
-export type EngineExtras = Pick<IdempotencyOptions, 'wait' | 'conflictRetryAfter'>;
+export type EngineExtras = Pick<IdempotencyOptions, 'wait' | 'conflictRetryAfter' | 'storeOutcome'>;
 
 /**
  * A consumer process's engine, as the guide's "Settings for consumers" has it but, unless `extras`

@@ -722,6 +722,35 @@ for (const backend of stores) {
         }
       });
 
+      it("a handler that throws under storeOutcome 'all': the new failure comes back after 1 s, its replay is dead-lettered at once, the handler runs once", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const queue = await rabbitQueue();
+        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, {
+          failures: 1,
+          extras: { storeOutcome: 'all' },
+        });
+        try {
+          const o = order();
+          queue.publish(o);
+          // Was wrong: a failure kept under 'all' came back on each redelivery as a plain Error the
+          // consumer took for a new failure: requeued every second, the handler never run again,
+          // until the queue's delivery limit (none on a classic queue: for ever).
+          await until('the replayed failure dead-lettered', () => consumers.tally.get('dead-letter', o.id) === 1);
+          await until('no retry timer left', consumers.settled);
+          expect(consumers.tally.get('charge', o.id)).toBe(1);
+          expect(consumers.tally.get('requeue', o.id)).toBe(1);
+          expect(consumers.tally.get('ack', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(0);
+          expect(await queue.deadLetters()).toHaveLength(1);
+        } finally {
+          await consumers.close();
+          await queue.remove();
+          await place.drop();
+        }
+      });
+
       it('conflictRetryAfter: 0: a copy whose key is held elsewhere comes back once a second, not in a hot loop', async ({
         expect,
       }) => {
@@ -1012,6 +1041,32 @@ for (const backend of stores) {
           expect(consumers.tally.get('term', o.id)).toBe(0);
           expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
           expect(await place.effects(o.id)).toBe(1);
+        } finally {
+          await consumers.close();
+          await stream.remove();
+          await place.drop();
+        }
+      });
+
+      it("a handler that throws under storeOutcome 'all': the new failure is nak'd with 1 s, its replay terminated at once, the handler runs once", async ({
+        expect,
+      }) => {
+        const place = await freshPlace(backend.kind, backend.url);
+        const stream = await natsStream(5_000);
+        const consumers = await natsConsumers(1, stream, place.place, 50, {
+          failures: 1,
+          extras: { storeOutcome: 'all' },
+        });
+        try {
+          const o = order();
+          await stream.publish(o);
+          // Was wrong: the replayed failure was nak'd as a new one, again and again up to max_deliver.
+          await until('the replayed failure terminated', () => consumers.tally.get('term', o.id) === 1);
+          await until('nothing pending on the consumer', stream.drained);
+          expect(consumers.tally.get('charge', o.id)).toBe(1);
+          expect(consumers.tally.get('nak', o.id)).toBe(1);
+          expect(consumers.tally.get('ack', o.id)).toBe(0);
+          expect(await place.effects(o.id)).toBe(0);
         } finally {
           await consumers.close();
           await stream.remove();

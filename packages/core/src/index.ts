@@ -79,7 +79,13 @@ export {
   writeResponse,
 } from './http.js';
 export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key.js';
-export { type IdempotentRun, type MakeIdempotentOptions, makeIdempotent, type Replayed } from './make-idempotent.js';
+export {
+  type IdempotentRun,
+  isReplayedFailure,
+  type MakeIdempotentOptions,
+  makeIdempotent,
+  type Replayed,
+} from './make-idempotent.js';
 export { type MemoryEviction, type MemoryStore, type MemoryStoreOptions, memoryStore } from './memory-store.js';
 export { mintKey } from './mint.js';
 export { notify } from './notify.js';

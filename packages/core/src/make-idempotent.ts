@@ -392,6 +392,32 @@ function failureResponse(error: unknown): StoredResponse {
   return { status: 500, headers: { [kind]: 'error' }, body: Buffer.from(JSON.stringify(failure)) };
 }
 
+// Marks the Error a replayed failure is thrown as. A registered symbol, so a second copy of this
+// module (an app bundling two versions) recognises it too; `replayed: true` alone is for people reading
+// logs, since a handler's own error might carry such a field.
+const replayedBrand = Symbol.for('@idem/core.replayedFailure');
+
+/**
+ * Whether `error` is a failure a wrapper of {@link makeIdempotent} replayed: under `storeOutcome: 'all'`
+ * a thrown handler is kept, and every later delivery under its key throws an `Error` with the first
+ * error's `name` and `message` (and `replayed: true`) without running the handler. Redelivering such
+ * a message only replays the same failure, so a consumer dead-letters it; any other error is new
+ * (the handler's own, or an `IdempotencyError` refusal).
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await processOrder(order);
+ * } catch (error) {
+ *   if (isReplayedFailure(error)) deadLetter(msg); // the first run failed; it will not run again
+ *   else redeliverLater(msg);
+ * }
+ * ```
+ */
+export function isReplayedFailure(error: unknown): error is Error & { replayed: true } {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[replayedBrand] === true;
+}
+
 const unstorable = (cause?: unknown) =>
   new IdempotencyError(
     'response_not_replayable',
@@ -411,7 +437,9 @@ function decode(response: StoredResponse): unknown {
     case 'error': {
       // A failure kept by the engine's `storeOutcome` policy ('all'): replayed as an error.
       const { name, message } = JSON.parse(text()) as { name: string; message: string };
-      throw Object.assign(new Error(message), { name });
+      throw Object.defineProperty(Object.assign(new Error(message), { name, replayed: true }), replayedBrand, {
+        value: true,
+      });
     }
     default:
       // 'unstorable', or a record some other writer left under this operation and key.

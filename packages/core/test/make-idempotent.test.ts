@@ -6,7 +6,12 @@ import { describe, expect, it } from 'vitest';
 import { createIdempotency, type IdempotencyOptions } from '../src/engine.js';
 import { isIdempotencyError } from '../src/errors.js';
 import { payloadFingerprint } from '../src/fingerprint.js';
-import { type IdempotentRun, type MakeIdempotentOptions, makeIdempotent } from '../src/make-idempotent.js';
+import {
+  type IdempotentRun,
+  isReplayedFailure,
+  type MakeIdempotentOptions,
+  makeIdempotent,
+} from '../src/make-idempotent.js';
 import { memoryStore } from '../src/memory-store.js';
 import { recordId } from '../src/record-id.js';
 import type { Store } from '../src/store.js';
@@ -380,6 +385,22 @@ describe('makeIdempotent: a thrown handler', () => {
     expect((replayed as Error).name).toBe('RangeError');
     expect((replayed as Error).message).toBe('card declined');
     expect(runs).toBe(1);
+  });
+
+  it("under 'all': a replayed failure says so (replayed: true), so a consumer can tell it from a new one; the first run's error is the handler's own", async () => {
+    const { wrap } = setup({ storeOutcome: 'all' });
+    const handle = wrap(async () => {
+      throw new TypeError('bad order');
+    });
+    const first = await rejection(handle(order('o-1')));
+    expect((first as { replayed?: unknown }).replayed).toBeUndefined();
+    const replayed = await rejection(handle(order('o-1')));
+    expect(isReplayedFailure(replayed)).toBe(true);
+    expect((replayed as { replayed?: unknown }).replayed).toBe(true);
+    expect(isReplayedFailure(first)).toBe(false);
+    expect(isReplayedFailure(new Error('x'))).toBe(false);
+    expect(isReplayedFailure(Object.assign(new Error('x'), { replayed: 'yes' }))).toBe(false);
+    expect(isReplayedFailure(null)).toBe(false);
   });
 
   it("under 'all': a thrown non-Error (a string, null) is kept as an Error with its text", async () => {
