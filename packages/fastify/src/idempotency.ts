@@ -473,7 +473,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
   // answer early it does not call `done`: the reply is hijacked and written, and the handler never runs.
   fastify.addHook('preHandler', (request, reply, done) => {
     const { config: route, overrides, url: template } = routeOf(request);
-    if (route === false) return done();
+    if (route === false) {
+      if (request.is404) keepNotFoundFromCaches(request, reply);
+      return done();
+    }
     const own = instanceOf(route);
     if (own instanceof Error) return done(own);
     const keyHeader = own.keyHeader(request.raw);
@@ -522,6 +525,17 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
       )
       .then((started) => begun(own, request, reply, started, done), done);
   });
+
+  // A keyed request no route took: Express and Koa claim its key before any route is looked for (and
+  // release it), so their capture marks the 404 `Cache-Control: no-store`; Fastify knows first and
+  // claims nothing. The answer is still one to a keyed write, which a shared cache must not keep (the
+  // route may exist on the next instance a moment later): marked alike here, before the not-found
+  // handler runs, so one that sets its own Cache-Control still wins. A request the plugin would not
+  // cover (a GET, a POST without a key where none is required) is left as Fastify answers it.
+  function keepNotFoundFromCaches(request: FastifyRequest, reply: FastifyReply) {
+    if (!http.handles(request.method, http.keyHeader(request.raw))) return;
+    if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
+  }
 
   // An error before the key was claimed (Fastify's parser or bodyLimit, a schema's validation), on a
   // request this plugin covers. Express and Koa claim the key before their parser runs, so the

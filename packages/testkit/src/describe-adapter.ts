@@ -1281,6 +1281,28 @@ export function describeAdapter(
       }
     });
 
+    it('a keyed request where no route matches: its 404 says Cache-Control: no-store, as every answer to a keyed request does (40)', async () => {
+      // Express and Koa claim the key before any route is looked for, so their capture marks the 404;
+      // Fastify knows first and never claims. A cache in front must not keep it either way: the route
+      // may exist on the next instance a moment later (a rolling deploy).
+      const world = await start({}, undefined, olderDeployment);
+      try {
+        const keyed = await world.send('/refunds', { key: 'rf-cc' });
+        expect(keyed.status).toBe(404);
+        // Was wrong: Fastify's not-found answer had no Cache-Control at all.
+        expect(keyed.headers['cache-control']).toBe('no-store');
+        // A malformed key: Express and Koa refuse it (400) before any route is looked for, Fastify
+        // answers its 404; neither may be kept.
+        expect((await world.send('/refunds', { key: 'a, b' })).headers['cache-control']).toBe('no-store');
+        const plain = await world.send('/refunds', { key: null, method: 'GET' });
+        expect(plain.status).toBe(404);
+        // A request idem does not cover is the framework's alone.
+        expect(plain.headers['cache-control']).toBeUndefined();
+      } finally {
+        await world.close();
+      }
+    });
+
     it('the handler sees its lease as signal: live while renewed, aborted once a renewal is refused', async () => {
       await withWorld(
         async (world) => {
