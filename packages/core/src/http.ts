@@ -2544,7 +2544,7 @@ function settleWritten(state: CaptureState) {
     const written = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
     const headers = state.headers ?? responseHeaders(res, state.headHeaders, state.replayed);
     const response: StoredResponse = { status: finalStatus, headers, body: asFramed(state, written) };
-    const statusMessage = ownReasonPhrase(state, finalStatus);
+    const statusMessage = capturedReasonPhrase(state, finalStatus);
     if (statusMessage !== undefined) response.statusMessage = statusMessage;
     finish(state, { kind: 'complete', response });
   }
@@ -2556,11 +2556,27 @@ function settleWritten(state: CaptureState) {
  * (Express `res.statusMessage`, Koa `ctx.message`, Fastify `reply.raw.statusMessage`). Stored with
  * the response, so its replays say it too. None over HTTP/2, which has no reason phrase.
  */
-function ownReasonPhrase(state: CaptureState, status: number): string | undefined {
-  const res = state.res;
-  if (streamOf(res) !== undefined) return undefined;
+function capturedReasonPhrase(state: CaptureState, status: number): string | undefined {
   const given = state.headArgs?.[1];
-  const reason = typeof given === 'string' ? given : res.statusMessage;
+  return typeof given === 'string' ? phraseOfOwn(state.res, given, status) : ownReasonPhrase(state.res, status);
+}
+
+/**
+ * The reason phrase `res` would go out with for `status` (its `statusMessage`: Express
+ * `res.statusMessage`, Koa `ctx.message`, Fastify `reply.raw.statusMessage`), when it is the
+ * handler's own rather than the one Node sends by default; undefined otherwise, and over HTTP/2,
+ * which has none. For an adapter that settles an outcome from what the handler left, the framework
+ * writing nothing (a client gone): the record then says what a written answer would have said.
+ *
+ * @example
+ * capture.completeWith({ status: 201, headers, body, statusMessage: ownReasonPhrase(res, 201) });
+ */
+export function ownReasonPhrase(res: ServerResponse, status: number): string | undefined {
+  return phraseOfOwn(res, res.statusMessage, status);
+}
+
+function phraseOfOwn(res: ServerResponse, reason: unknown, status: number): string | undefined {
+  if (streamOf(res) !== undefined) return undefined;
   // Node sends the default for an empty or missing one (`statusMessage ||= STATUS_CODES[status]`).
   if (typeof reason !== 'string' || reason === '' || reason === defaultReasonPhrases()[status]) return undefined;
   return reason;

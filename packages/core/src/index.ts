@@ -64,6 +64,7 @@ export {
   headerRecord,
   type IdempotencyContext,
   isLeaseLost,
+  ownReasonPhrase,
   type ParsedBodyFields,
   type PrincipalScopeOptions,
   parsedBodyRead,

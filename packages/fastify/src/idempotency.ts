@@ -15,6 +15,7 @@ import {
   isLeaseLost,
   jsonBodyText,
   originForm,
+  ownReasonPhrase,
   parsedBodyRead,
   principalScope,
   problemResponse,
@@ -22,6 +23,7 @@ import {
   type RouteOverrides,
   readRequestBody,
   readStream,
+  type StoredResponse,
   writeResponse,
 } from '@idem/core';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify';
@@ -127,10 +129,15 @@ function answeredLeaseLost(request: FastifyRequest, reply: FastifyReply, error: 
   return true;
 }
 
-// What Fastify sends for an async handler's undefined: the status and headers set, an empty body.
+// What Fastify sends for an async handler's undefined: the status and headers set, an empty body,
+// and the handler's own reason phrase (`reply.raw.statusMessage`), which Node's head would carry.
 function settleUnsent(reply: FastifyReply, capture: ResponseCapture) {
   if (capture.ended) return;
-  capture.completeWith({ status: reply.statusCode, headers: headerRecord(reply.getHeaders()), body: Buffer.alloc(0) });
+  const status = reply.statusCode;
+  const response: StoredResponse = { status, headers: headerRecord(reply.getHeaders()), body: Buffer.alloc(0) };
+  const statusMessage = ownReasonPhrase(reply.raw, status);
+  if (statusMessage !== undefined) response.statusMessage = statusMessage;
+  capture.completeWith(response);
 }
 
 // How Fastify's parser fails on a body that never arrived whole: Node's 'aborted' error of a request

@@ -66,3 +66,53 @@ it('client gone, an async handler that sets its status and returns nothing (Fast
     await instance.close();
   }
 });
+
+it("client gone, an async handler that returns nothing: its own reason phrase is stored as on a connected client's answer", async () => {
+  // Connected, Fastify sends for the handler and the capture reads the phrase off the head; gone, the
+  // plugin settles the outcome from the reply, which must say the same, or the replay says
+  // `201 Created` where the first answer said `201 Created Fine`.
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => {
+    started = resolve;
+  });
+  let returned!: () => void;
+  const handlerReturned = new Promise<void>((resolve) => {
+    returned = resolve;
+  });
+  const instance = await app({ lease: '1s' }, (a) => {
+    a.post('/charges', async (request, reply) => {
+      const leaving = request.headers['idempotency-key'] === 'gone-2';
+      if (leaving) {
+        const gone = new Promise((resolve) => request.raw.socket.once('close', resolve));
+        started();
+        await gone;
+      }
+      reply.code(201);
+      reply.raw.statusMessage = 'Created Fine';
+      if (leaving) setImmediate(returned);
+    });
+  });
+  await instance.listen({ port: 0, host: '127.0.0.1' });
+  const url = `http://127.0.0.1:${(instance.server.address() as AddressInfo).port}`;
+  try {
+    const connected = await post(url, 'here-2');
+    expect(connected.statusText).toBe('Created Fine');
+    expect((await post(url, 'here-2')).statusText).toBe('Created Fine');
+    const req = httpRequest(`${url}/charges`, {
+      method: 'POST',
+      headers: { 'idempotency-key': 'gone-2', 'content-type': 'application/json', 'content-length': '12' },
+    });
+    req.on('error', () => undefined);
+    req.end('{"amount":1}');
+    await running;
+    req.destroy();
+    await handlerReturned;
+    const retry = await post(url, 'gone-2');
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.status).toBe(201);
+    // Was wrong: the record settled from the reply had no reason phrase.
+    expect(retry.statusText).toBe('Created Fine');
+  } finally {
+    await instance.close();
+  }
+});

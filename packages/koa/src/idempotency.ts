@@ -12,6 +12,7 @@ import {
   type IdempotencyContext,
   isLeaseLost,
   originForm,
+  ownReasonPhrase,
   type ParsedBodyFields,
   principalScope,
   problemResponse,
@@ -94,10 +95,15 @@ function responseOf(ctx: Context): StoredResponse {
   // Only a Buffer is written as bytes: Koa writes any other Uint8Array as JSON, like an object.
   else if (Buffer.isBuffer(body)) bytes = body;
   else bytes = Buffer.from(JSON.stringify(body));
-  if (!emptyStatuses.has(status)) return { status, headers, body: bytes };
+  // The handler's own reason phrase (`ctx.message`), which Koa's head would have carried.
+  const statusMessage = ownReasonPhrase(ctx.res, status);
+  const response: StoredResponse = { status, headers, body: bytes };
+  if (statusMessage !== undefined) response.statusMessage = statusMessage;
+  if (!emptyStatuses.has(status)) return response;
   // Koa drops the body of these statuses, and its type with it.
   delete headers['content-type'];
-  return { status, headers, body: Buffer.alloc(0) };
+  response.body = Buffer.alloc(0);
+  return response;
 }
 
 // Statuses Koa always answers without a body.
