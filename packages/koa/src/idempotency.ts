@@ -126,7 +126,7 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
     return;
   }
   if (error !== undefined) {
-    capture.completeWith(plainStatus(Number((error as { status?: unknown }).status) || 500));
+    capture.completeWith(errorResponse(error));
     return;
   }
   const body: unknown = ctx.body;
@@ -154,6 +154,29 @@ function plainStatus(status: number): StoredResponse {
     headers: { 'content-type': 'text/plain; charset=utf-8' },
     body: Buffer.from(STATUS_CODES[status] ?? String(status)),
   };
+}
+
+/**
+ * The answer Koa's `ctx.onerror` writes for an error no middleware caught, for a client that stayed:
+ * `err.status || err.statusCode` when it is a number Koa knows a message for (else 500), the error's
+ * message as the body when it is exposed (http-errors' 4xx, `ctx.throw(409, 'card taken')`) or the
+ * status's text, and the error's own `headers` but its content type and length. Something thrown
+ * that is no Error Koa replaces with one, so a plain 500. Stored otherwise for a client gone, the
+ * retry would get another answer than the one a client that stayed got.
+ */
+function errorResponse(error: unknown): StoredResponse {
+  if (!(error instanceof Error || Object.prototype.toString.call(error) === '[object Error]')) return plainStatus(500);
+  const { status: given, statusCode, expose, message, headers: own } = error as Error & Record<string, unknown>;
+  const candidate = given || statusCode;
+  const status = typeof candidate === 'number' && STATUS_CODES[candidate] !== undefined ? candidate : 500;
+  const response = plainStatus(status);
+  if (expose && typeof message === 'string') response.body = Buffer.from(message);
+  if (own !== null && typeof own === 'object') {
+    const headers = headerRecord(own as Record<string, unknown>);
+    delete headers['content-length'];
+    response.headers = { ...headers, 'content-type': 'text/plain; charset=utf-8' };
+  }
+  return response;
 }
 
 /**

@@ -65,3 +65,57 @@ it('client gone: a phrase that is only the status default is stored as none, as 
     expect((record as { response: { statusMessage?: string } }).response.statusMessage).toBeUndefined();
   });
 });
+
+it("client gone, the handler throws: the outcome stored is the answer Koa's error handler would have written, as for a client that stayed", async () => {
+  // Koa's ctx.onerror answers `err.status || err.statusCode` when it is a status it knows (else 500),
+  // with the error's message as the body when it is exposed (http-errors' 4xx, `ctx.throw(409, '...')`),
+  // and the error's own `headers`. Settled for a client gone, the record must say the same.
+  const errors: Record<string, () => Error> = {
+    exposed: () => Object.assign(new Error('card taken'), { status: 409, expose: true }),
+    statusCode: () => Object.assign(new Error('unprocessable'), { statusCode: 422 }),
+    textStatus: () => Object.assign(new Error('text status'), { status: '409' }),
+    unknownStatus: () => Object.assign(new Error('unknown status'), { status: 999 }),
+    withHeaders: () =>
+      Object.assign(new Error('moved'), { status: 409, expose: true, headers: { Location: '/charges/ch_9' } }),
+  };
+  const store = memoryStore();
+  let leaving = clientLeaves();
+  let returned!: () => void;
+  const app = new Koa();
+  app.use(idempotency({ store, scope: () => 'tenant-1' }));
+  app.use(async (ctx) => {
+    const [where, name] = ctx.get('idempotency-key').split(':') as [string, string];
+    if (where === 'gone') {
+      await leaving.untilGone(ctx);
+      setImmediate(returned);
+    }
+    throw (errors[name] as () => Error)();
+  });
+  const stored = async (key: string) => {
+    const record = await store.get(recordId('tenant-1', 'POST /', key));
+    const response = (
+      record as {
+        response: { status: number; headers: Record<string, string>; body: Uint8Array; statusMessage?: string };
+      }
+    ).response;
+    return {
+      status: response.status,
+      statusMessage: response.statusMessage,
+      headers: response.headers,
+      body: Buffer.from(response.body).toString(),
+    };
+  };
+  await listen(app, async (url) => {
+    for (const name of Object.keys(errors)) {
+      await post(url, `here:${name}`);
+      const handlerReturned = new Promise<void>((resolve) => {
+        returned = resolve;
+      });
+      await abandonedPost(url, `gone:${name}`, leaving.running);
+      await handlerReturned;
+      leaving = clientLeaves();
+      // Was wrong: stored as `Number(err.status) || 500` with the status's text, whatever the error said.
+      expect(await stored(`gone:${name}`), name).toEqual(await stored(`here:${name}`));
+    }
+  });
+});
