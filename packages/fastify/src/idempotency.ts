@@ -552,7 +552,11 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
   // the `refused` event (`body_incomplete`) that Express and Koa report, having read it themselves.
   function refusedBeforeClaim(request: FastifyRequest, reply: FastifyReply, error: unknown) {
     const { config: route, overrides, url: template } = routeOf(request);
-    if (route === false) return;
+    if (route === false) {
+      // Fastify's parser reads the body of a not-found request too, and may refuse it first.
+      if (request.is404) keepNotFoundFromCaches(request, reply);
+      return;
+    }
     const own = instanceOf(route);
     if (own instanceof Error || !own.handles(request.method, own.keyHeader(request.raw), overrides)) return;
     if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
