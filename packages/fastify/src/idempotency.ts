@@ -625,6 +625,13 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
       refusedBeforeClaim(request, reply, error);
       return;
     }
+    // Fastify's own `handlerTimeout` answering for a handler that runs on: as for a timer of the
+    // app's that says `answeringForHandler()`, its 503 is no outcome of the operation (Express's
+    // connect-timeout and Koa's koa-timeout are taken alike). The handler did not throw.
+    if ((error as { code?: unknown } | null)?.code === 'FST_ERR_HANDLER_TIMEOUT') {
+      execution.capture?.answeredForHandler();
+      return;
+    }
     execution.thrown = true;
     if (execution.capture?.failedWith(error)) {
       reply.removeHeader('idempotency-key');
