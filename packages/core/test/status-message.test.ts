@@ -1,13 +1,15 @@
 // A reason phrase of the handler's own (`201 Created Fine`): checked like a header value, counted in
 // the record's size, kept by the memory store, and written back by writeResponse over HTTP/1.1.
 import { once } from 'node:events';
-import { createServer, request } from 'node:http';
+import { createServer, IncomingMessage, request, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import {
   assertStoredResponse,
   InvalidResponseError,
   memoryStore,
+  ownReasonPhrase,
   type StoredResponse,
   storedResponseSize,
   writeResponse,
@@ -76,5 +78,24 @@ describe('StoredResponse.statusMessage', () => {
     } finally {
       server.close();
     }
+  });
+});
+
+// What an adapter stores for a response the framework never wrote (a client gone): the phrase the
+// head would have carried, when it is the handler's own.
+describe('ownReasonPhrase', () => {
+  const response = (statusMessage?: string) => {
+    const res = new ServerResponse(new IncomingMessage(new Socket()));
+    if (statusMessage !== undefined) res.statusMessage = statusMessage;
+    return res;
+  };
+
+  it("is the handler's own phrase, and none for the status's default, an empty one or none set", () => {
+    expect(ownReasonPhrase(response('Created Fine'), 201)).toBe('Created Fine');
+    expect(ownReasonPhrase(response('Created'), 201)).toBeUndefined();
+    expect(ownReasonPhrase(response(''), 201)).toBeUndefined();
+    expect(ownReasonPhrase(response(), 201)).toBeUndefined();
+    // The default of another status is the handler's choice for this one.
+    expect(ownReasonPhrase(response('OK'), 201)).toBe('OK');
   });
 });
