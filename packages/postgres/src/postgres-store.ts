@@ -19,7 +19,8 @@ import {
 } from '@idem/core';
 import { retrySerializationFailures } from './serialization-retry.js';
 import { createSqlClient, type PostgresClient, type SqlExecutor, type SqlResult } from './sql-client.js';
-import { buildStatements, type Statement } from './statements.js';
+import { buildStatements, type Statement, type Statements } from './statements.js';
+import { statusMessageColumn } from './status-message-column.js';
 import { defaultTable, parseTableName } from './table-name.js';
 
 /**
@@ -115,6 +116,8 @@ interface RecordRow {
   status: number | null;
   headers: Record<string, string> | null;
   body: Uint8Array | null;
+  /** The handler's own reason phrase; absent from the row when the table has no column for it yet. */
+  status_message?: string | null;
   /** A record in progress whose lease ran out unrenewed. */
   abandoned: boolean;
 }
@@ -152,6 +155,9 @@ const toRecord = (row: RecordRow): StoreRecord => {
         // pg hands back a Buffer, PGlite a Uint8Array; a plain copy is the same for both and does not
         // pin the driver's receive buffer.
         body: new Uint8Array(row.body),
+        // NULL for the status's default phrase, and for a record written without the column (by an
+        // earlier version, or before migrate() added it): its replay says the default phrase.
+        ...(typeof row.status_message === 'string' ? { statusMessage: row.status_message } : {}),
       },
     };
   }
@@ -186,6 +192,18 @@ const abortedByHandler = (error: unknown): Error | undefined => {
     'The handler left its transaction aborted: one of its statements failed and it went on without rolling back to a SAVEPOINT; nothing was committed',
     { cause: error },
   );
+};
+
+// 42703 (undefined_column) naming `status_message`: a table that lost the column after the store saw it.
+// Told by the message, as PostgreSQL's error names the column it did not find (on the error itself,
+// or on the cause `unmigrated` keeps).
+const mentionsPhraseColumn = (error: unknown): boolean => {
+  if ((error as { code?: unknown } | null)?.code !== '42703') return false;
+  const said = (value: unknown) => {
+    const message = (value as { message?: unknown } | null)?.message;
+    return typeof message === 'string' && message.includes('status_message');
+  };
+  return said(error) || said((error as { cause?: unknown }).cause);
 };
 
 const checkId = (id: unknown) => {
@@ -253,16 +271,38 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   };
   const sql = createSqlClient(options.client, { preparedStatements: options.preparedStatements ?? true });
   const tag = createHash('sha256').update(table.name).digest('hex').slice(0, 12);
-  const statements = buildStatements(table, tag);
+  const withPhrase = buildStatements(table, tag, { statusMessage: true });
+  const withoutPhrase = buildStatements(table, tag, { statusMessage: false });
+  // Which of the two a call uses: see status-message-column.ts (a table not yet migrated).
+  const phraseColumn = statusMessageColumn(sql, table);
+  const statementsNow = async (operation: string): Promise<Statements> =>
+    (await phraseColumn.present(operation)) ? withPhrase : withoutPhrase;
 
   // Each of these statements runs in a transaction of its own, so one that failed with a
   // serialization failure (REPEATABLE READ or SERIALIZABLE sessions) had no effect and runs again
   // with a fresh snapshot: see serialization-retry.ts. The transactional mode's statements never
   // come through here.
-  const run = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
+  const runOnce = <Row>(statement: Statement, params: unknown[]): Promise<SqlResult<Row>> =>
     retrySerializationFailures(() => sql.run<Row>(statement, params)).catch((error: unknown) => {
       throw unmigrated(error, table.name) ?? error;
     });
+
+  // Runs the statement `pick` chooses from the set in use. The column found gone after it was seen
+  // (dropped again, a migration rolled back): the statement without it runs instead, and the next
+  // calls ask the catalog again in a while. `params` takes the set, since `complete` has one more.
+  const run = async <Row>(
+    pick: (set: Statements) => Statement,
+    params: (set: Statements) => unknown[],
+  ): Promise<SqlResult<Row>> => {
+    const set = await statementsNow(pick(withPhrase).operation);
+    try {
+      return await runOnce<Row>(pick(set), params(set));
+    } catch (error) {
+      if (set === withoutPhrase || !mentionsPhraseColumn(error)) throw error;
+      phraseColumn.missing();
+      return runOnce<Row>(pick(withoutPhrase), params(withoutPhrase));
+    }
+  };
 
   const claim = async ({
     id,
@@ -280,7 +320,10 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     if (typeof fingerprint !== 'string') throw new TypeError('fingerprint must be a string');
     const params = [id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces ?? null];
     for (let attempt = 0; attempt < claimAttempts; attempt++) {
-      const { rows } = await run<ClaimRow>(statements.claim, params);
+      const { rows } = await run<ClaimRow>(
+        (set) => set.claim,
+        () => params,
+      );
       const row = rows[0];
       if (row === undefined) continue;
       if (row.claimed) return { claimed: true };
@@ -293,45 +336,62 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     checkId(id);
     checkToken(token);
     checkMs(leaseMs, 'leaseMs');
-    const { rowCount } = await run(statements.renew, [id, token, leaseMs]);
+    const { rowCount } = await run(
+      (set) => set.renew,
+      () => [id, token, leaseMs],
+    );
     return rowCount > 0;
   };
 
-  const completeParams = (id: string, token: string, response: StoredResponse, retentionMs: number) => [
-    id,
-    token,
-    response.status,
-    JSON.stringify(response.headers ?? {}),
-    response.body,
-    retentionMs,
-  ];
+  const completeParams = (
+    set: Statements,
+    id: string,
+    token: string,
+    response: StoredResponse,
+    retentionMs: number,
+  ): unknown[] => {
+    const params = [id, token, response.status, JSON.stringify(response.headers ?? {}), response.body, retentionMs];
+    return set === withPhrase ? [...params, response.statusMessage ?? null] : params;
+  };
 
   const complete = async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
     checkId(id);
     checkToken(token);
     checkSize(response);
     checkMs(retentionMs, 'retentionMs');
-    const { rowCount } = await run(statements.complete, completeParams(id, token, response, retentionMs));
+    const { rowCount } = await run(
+      (set) => set.complete,
+      (set) => completeParams(set, id, token, response, retentionMs),
+    );
     return rowCount > 0;
   };
 
   const release = async ({ id, token }: ReleaseInput): Promise<boolean> => {
     checkId(id);
     checkToken(token);
-    const { rowCount } = await run(statements.release, [id, token]);
+    const { rowCount } = await run(
+      (set) => set.release,
+      () => [id, token],
+    );
     return rowCount > 0;
   };
 
   const forget = async ({ id, token }: ForgetInput): Promise<boolean> => {
     checkId(id);
     checkToken(token);
-    const { rowCount } = await run(statements.forget, [id, token]);
+    const { rowCount } = await run(
+      (set) => set.forget,
+      () => [id, token],
+    );
     return rowCount > 0;
   };
 
   const get = async (id: string): Promise<StoreRecord | undefined> => {
     checkId(id);
-    const { rows } = await run<RecordRow>(statements.get, [id]);
+    const { rows } = await run<RecordRow>(
+      (set) => set.get,
+      () => [id],
+    );
     const row = rows[0];
     return row === undefined ? undefined : toRecord(row);
   };
@@ -343,7 +403,10 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     if (typeof inProgressGraceMs !== 'number' || !Number.isFinite(inProgressGraceMs) || inProgressGraceMs < 0) {
       throw new TypeError('inProgressGraceMs must be a number of milliseconds, 0 or more');
     }
-    const { rowCount } = await run(statements.purge, [batchSize, inProgressGraceMs]);
+    const { rowCount } = await run(
+      (set) => set.purge,
+      () => [batchSize, inProgressGraceMs],
+    );
     return rowCount;
   };
 
@@ -355,6 +418,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     checkToken(input?.token);
     const { id, token } = input;
     type Outcome = { committed: true; value: T } | { committed: false };
+    // Chosen before the transaction opens: asking the catalog inside it could only add a way for the
+    // handler's transaction to fail.
+    const set = await statementsNow('transaction');
     // A COMMIT refused by a deferred constraint rejects from the SQL client as the handler's
     // TransactionAbortedError already.
     return sql.transaction<Outcome>(async (tx) => {
@@ -365,9 +431,12 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
         checkMs(produced.retentionMs, 'retentionMs');
       }
       const cas = await (response === undefined
-        ? tx.query(statements.releaseInTransaction.text, [id, token])
-        : tx.query(statements.completeInTransaction.text, completeParams(id, token, response, produced.retentionMs))
+        ? tx.query(set.releaseInTransaction.text, [id, token])
+        : tx.query(set.completeInTransaction.text, completeParams(set, id, token, response, produced.retentionMs))
       ).catch((error: unknown) => {
+        // The column gone since it was seen: this transaction is lost (503), the next ones store
+        // without the phrase.
+        if (set === withPhrase && mentionsPhraseColumn(error)) phraseColumn.missing();
         throw abortedByHandler(error) ?? error;
       });
       // The token is no longer current: someone else owns the record, so nothing of this run may

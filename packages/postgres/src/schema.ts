@@ -25,7 +25,9 @@ const expiresAtIndex = (table: TableName): string => {
 // without a zone would be compared through each session's TimeZone. varchar without a length is the
 // same as text to PostgreSQL, so it passes too, and so does one at least as long as what the store
 // writes (hand-made tables often say varchar(255)): a fingerprint is 64 hex digits, a record id 43
-// characters, a token at most 33, a state 11.
+// characters, a token at most 33, a state 11. `status_message`, a reason phrase of any length the
+// handler chose, must be text or varchar without a length: a shorter one would refuse a long phrase
+// at completion.
 const minVarcharLength = 64;
 const columnTypes: Readonly<Record<string, readonly string[]>> = {
   id: ['text', 'character varying'],
@@ -37,12 +39,16 @@ const columnTypes: Readonly<Record<string, readonly string[]>> = {
   body: ['bytea'],
   expires_at: ['timestamp with time zone'],
   lease_until: ['timestamp with time zone'],
+  status_message: ['text', 'character varying'],
 };
+
+// Columns a later version added, which migrate() adds to a table made before them.
+const addedLater: ReadonlySet<string> = new Set(['lease_until', 'status_message']);
 
 /**
  * What is wrong with the columns of an existing records table (`found`: each column's type as
  * `regtype` names it, and as `format_type` prints it, with its length), or undefined when each has
- * the type the store needs. `lease_until` may be missing: migrate() adds it.
+ * the type the store needs. `lease_until` and `status_message` may be missing: migrate() adds them.
  */
 function columnProblem(
   table: string,
@@ -51,10 +57,13 @@ function columnProblem(
   for (const [column, expected] of Object.entries(columnTypes)) {
     const actual = found.get(column);
     if (actual === undefined) {
-      if (column === 'lease_until') continue;
+      if (addedLater.has(column)) continue;
       return `migrate(): table ${table} exists but has no column ${column}, which the store reads and writes; it was not made by migrate() or schema.sql: name another table`;
     }
     const length = /^character varying\((\d+)\)$/.exec(actual.display)?.[1];
+    if (length !== undefined && column === 'status_message') {
+      return `migrate(): table ${table} exists but its column status_message is ${actual.display}, which would refuse a longer reason phrase: make it text`;
+    }
     if (length !== undefined && Number(length) < minVarcharLength) {
       return `migrate(): table ${table} exists but its column ${column} is ${actual.display}, shorter than the store writes there: make it text, or varchar of at least ${minVarcharLength}`;
     }
@@ -73,8 +82,11 @@ function columnProblem(
  * progress, its retention once completed), and `lease_until` when the lease of a record in progress
  * ends (NULL for a claim kept no longer than its lease, and once completed): between the two the
  * record is abandoned. Both are always computed by the database. `body` is bytea so replays are byte
- * for byte; `headers` is jsonb; the index on `expires_at` keeps {@link PostgresStore.purgeExpired}
- * bounded. The last statement adds `lease_until` to a table made before it existed (a no-op else).
+ * for byte; `headers` is jsonb; `status_message` is the handler's own reason phrase (`201 Created
+ * Fine`), NULL for the status's default one; the index on `expires_at` keeps
+ * {@link PostgresStore.purgeExpired} bounded. The last two statements add `lease_until` and
+ * `status_message` to a table made before they existed (no-ops else): nullable columns without a
+ * default, a change of the catalog only.
  *
  * @example
  * for (const statement of schemaStatements('app.idem_records')) await pool.query(statement);
@@ -83,18 +95,20 @@ export function schemaStatements(table: string = defaultTable): string[] {
   const name = parseTableName(table);
   return [
     `CREATE TABLE IF NOT EXISTS ${name.sql} (
-  id          text        PRIMARY KEY,
-  state       text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
-  token       text        NOT NULL,
-  fingerprint text        NOT NULL,
-  status      integer,
-  headers     jsonb,
-  body        bytea,
-  expires_at  timestamptz NOT NULL,
-  lease_until timestamptz
+  id             text        PRIMARY KEY,
+  state          text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
+  token          text        NOT NULL,
+  fingerprint    text        NOT NULL,
+  status         integer,
+  headers        jsonb,
+  body           bytea,
+  expires_at     timestamptz NOT NULL,
+  lease_until    timestamptz,
+  status_message text
 )`,
     `CREATE INDEX IF NOT EXISTS "${expiresAtIndex(name)}" ON ${name.sql} (expires_at)`,
     `ALTER TABLE ${name.sql} ADD COLUMN IF NOT EXISTS lease_until timestamptz`,
+    `ALTER TABLE ${name.sql} ADD COLUMN IF NOT EXISTS status_message text`,
   ];
 }
 
@@ -122,7 +136,7 @@ export interface MigrateOptions {
   /** Table name, `name` or `schema.name`. Default `idem_records`. */
   table?: string | undefined;
   /**
-   * How long one try of a change to an existing table (adding `lease_until`, building a missing index)
+   * How long one try of a change to an existing table (adding `lease_until` or `status_message`, building a missing index)
    * waits for the table's lock. Such a change waits for every transaction open on the table, and
    * every replay, 409 and claim of every instance queues behind it while it waits: a try that waits
    * longer gives up (`lock_timeout`), frees the queue, and is tried again after a pause. Default
@@ -137,8 +151,8 @@ export interface MigrateOptions {
 }
 
 /**
- * Creates the records table and its index if they do not exist, and adds the `lease_until` column to
- * a table made before it. Safe to run on every deploy and from many processes at once: it takes a
+ * Creates the records table and its index if they do not exist, and adds the `lease_until` and
+ * `status_message` columns to a table made before them. Safe to run on every deploy and from many processes at once: it takes a
  * transaction-scoped advisory lock so concurrent runs queue instead of racing on the catalog. When
  * all is there it runs no DDL at all, so a role that may only read and write the table can call it
  * too. The store itself never runs DDL. A table of that name that the store could not use (no unique
@@ -177,7 +191,12 @@ const isLockTimeout = (error: unknown): boolean => {
 };
 
 async function migrateOnce(client: PostgresClient, table: TableName, lockTimeoutMs: number | undefined): Promise<void> {
-  const [createTable, createIndex, addLeaseUntil] = schemaStatements(table.name) as [string, string, string];
+  const [createTable, createIndex, addLeaseUntil, addStatusMessage] = schemaStatements(table.name) as [
+    string,
+    string,
+    string,
+    string,
+  ];
   // Its catalog reads (booleans) must not go through parsers the application set for pg as a whole.
   const sql = createSqlClient(client, { preparedStatements: false, storeTypesInTransactions: true });
   await sql.transaction(async (tx) => {
@@ -194,6 +213,7 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
       has_table: boolean;
       has_index: boolean;
       has_lease_until: boolean;
+      has_status_message: boolean;
       has_key: boolean;
       read_only: boolean;
     }>(
@@ -207,6 +227,8 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
                  AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indisvalid AND m.amname = 'btree') AS has_index,
        EXISTS (SELECT 1 FROM pg_attribute
                WHERE attrelid = to_regclass($1) AND attname = 'lease_until' AND NOT attisdropped) AS has_lease_until,
+       EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass($1) AND attname = 'status_message' AND NOT attisdropped) AS has_status_message,
        EXISTS (SELECT 1 FROM pg_index x
                JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
                WHERE x.indrelid = to_regclass($1) AND x.indisunique AND x.indimmediate AND x.indnkeyatts = 1
@@ -248,7 +270,8 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
     // A change to a table that exists waits for its open transactions while every request queues
     // behind it: a short wait per try (after the advisory lock, which may wait for another migrate()).
     const changesExisting =
-      rows[0]?.has_table === true && (rows[0]?.has_index !== true || rows[0]?.has_lease_until !== true);
+      rows[0]?.has_table === true &&
+      (rows[0]?.has_index !== true || rows[0]?.has_lease_until !== true || rows[0]?.has_status_message !== true);
     if (changesExisting && lockTimeoutMs !== undefined) {
       await tx.query(`SET LOCAL lock_timeout = '${Math.max(1, Math.round(lockTimeoutMs))}ms'`);
     }
@@ -256,6 +279,9 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
     // A table made by a version before abandoned records: a nullable column without a default is a
     // change of the catalog only, no rewrite of the table (its ACCESS EXCLUSIVE lock is brief).
     if (rows[0]?.has_table === true && rows[0]?.has_lease_until !== true) await tx.query(addLeaseUntil);
+    // The same for a table made before reason phrases were kept. Instances already serving from it
+    // without the column (this version's included, see status-message-column.ts) are unaffected.
+    if (rows[0]?.has_table === true && rows[0]?.has_status_message !== true) await tx.query(addStatusMessage);
     return { commit: true, value: undefined };
   });
 }

@@ -22,7 +22,7 @@ export interface Statements {
   purge: Statement;
 }
 
-const columns = 'state, token, fingerprint, status, headers, body';
+const legacyColumns = 'state, token, fingerprint, status, headers, body';
 // A record in progress whose lease ran out with nobody renewing it: abandoned until `expires_at`.
 // `lease_until` is NULL for a claim kept no longer than its lease (and for a row of an older version).
 const abandoned = `(state = 'in_progress' AND lease_until IS NOT NULL AND lease_until <= clock_timestamp())`;
@@ -52,12 +52,24 @@ const purgeClock = '(SELECT clock_timestamp())';
  * a statement it prepared on one session by name on the next: under a name that stood for the table
  * alone, an older version's claim ran in place of this one's.
  *
+ * `statusMessage` says whether the table has the `status_message` column (added by a later
+ * migrate()): without it the statements are those of the versions before it, which neither write
+ * nor read a reason phrase, so a store deployed before its table was migrated keeps working. With
+ * it, `complete` and `completeInTransaction` take the phrase as $7 (NULL for none), the claim that
+ * takes a record over clears it with the rest of the last answer, and the reads return it.
+ *
  * @example
- * const sql = buildStatements(parseTableName('idem_records'), 'a1b2c3d4');
+ * const sql = buildStatements(parseTableName('idem_records'), 'a1b2c3d4', { statusMessage: true });
  * await pool.query({ ...sql.get, values: [id, 0] });
  */
-export function buildStatements(table: TableName, tag: string): Statements {
+export function buildStatements(table: TableName, tag: string, options: { statusMessage: boolean }): Statements {
   const t = table.sql;
+  const phrase = options.statusMessage;
+  const columns = phrase ? `${legacyColumns}, status_message` : legacyColumns;
+  // Each text below is the earlier versions' exactly when `phrase` is false: same SQL, same name.
+  const clearPhrase = phrase ? ', status_message = NULL' : '';
+  const noPhrase = phrase ? ', NULL::text AS status_message' : '';
+  const setPhrase = phrase ? ', status_message = $7::text' : '';
   const named = (op: string, text: string): Statement => ({
     name: `idem_${op}_${createHash('sha256').update(`${tag}\0${text}`).digest('hex').slice(0, 12)}`,
     text,
@@ -91,13 +103,13 @@ export function buildStatements(table: TableName, tag: string): Statements {
   WHERE NOT EXISTS (SELECT 1 FROM live WHERE NOT replaced)
   ON CONFLICT (id) DO UPDATE
     SET state = 'in_progress', token = excluded.token, fingerprint = excluded.fingerprint,
-        status = NULL, headers = NULL, body = NULL, lease_until = excluded.lease_until, expires_at = excluded.expires_at
+        status = NULL, headers = NULL, body = NULL${clearPhrase}, lease_until = excluded.lease_until, expires_at = excluded.expires_at
     WHERE r.expires_at <= ${clock}
        OR (r.state = 'in_progress' AND r.lease_until <= ${clock} AND r.token = $6::text)
   RETURNING r.id
 )
 SELECT true AS claimed, NULL::text AS state, NULL::text AS token, NULL::text AS fingerprint,
-       NULL::integer AS status, NULL::jsonb AS headers, NULL::bytea AS body, NULL::boolean AS abandoned
+       NULL::integer AS status, NULL::jsonb AS headers, NULL::bytea AS body${noPhrase}, NULL::boolean AS abandoned
 FROM claimed
 UNION ALL
 SELECT false, ${columns}, abandoned FROM live WHERE NOT replaced`,
@@ -113,7 +125,7 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}
     // An abandoned record completes too (nobody took it over): its holder did the work.
     complete: named(
       'complete',
-      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, lease_until = NULL,
+      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5${setPhrase}, lease_until = NULL,
   expires_at = ${after(6)}
 WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}`,
     ),
@@ -131,7 +143,7 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}
     // and then finds the record completed.
     completeInTransaction: named(
       'complete_tx',
-      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5, lease_until = NULL,
+      `UPDATE ${t} SET state = 'completed', status = $3, headers = $4::jsonb, body = $5${setPhrase}, lease_until = NULL,
   expires_at = ${after(6)}
 WHERE id = $1 AND token = $2 AND state = 'in_progress'`,
     ),

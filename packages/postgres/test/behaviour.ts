@@ -20,6 +20,9 @@ import {
   postgresStore,
   ResponseTooLargeError,
 } from '../src/index.js';
+import { createSqlClient } from '../src/sql-client.js';
+import { statusMessageColumn } from '../src/status-message-column.js';
+import { parseTableName } from '../src/table-name.js';
 import { freshTable, sql } from './database.js';
 
 const response = (text: string, status = 201): StoredResponse => ({
@@ -106,6 +109,7 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           'body:bytea',
           'expires_at:timestamp with time zone',
           'lease_until:timestamp with time zone',
+          'status_message:text',
         ]);
         const indexes = await sql(client, 'SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname', [
           table,
@@ -217,6 +221,9 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
             ['token', 'bytea NOT NULL', 'text'],
             // Shorter than a fingerprint (64 hex digits): every completion would fail at run time.
             ['fingerprint', 'varchar(63) NOT NULL', 'at least 64'],
+            ['status_message', 'integer', 'text'],
+            // A reason phrase has no length limit: any varchar(n) would refuse a longer one at completion.
+            ['status_message', 'varchar(255)', 'make it text'],
           ] as const) {
             await create({ [column]: type });
             const failure = await migrate(client, { table: typed }).catch((error: unknown) => error);
@@ -233,6 +240,7 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
             token: 'varchar NOT NULL',
             id: 'varchar(255) PRIMARY KEY',
             fingerprint: 'varchar(64) NOT NULL',
+            status_message: 'varchar',
           });
           await migrate(client, { table: typed });
           const store_ = postgresStore({ client, table: typed });
@@ -244,7 +252,7 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         }
       });
 
-      it('migrate() adds lease_until to a table of an older version, whose rows keep working', async () => {
+      it('migrate() adds lease_until and status_message to a table of an older version, whose rows keep working', async () => {
         const older = `${table}_older`;
         try {
           // The table as versions before abandoned records made it, with a claim and a completed
@@ -268,10 +276,16 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
             `SELECT column_name FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position`,
             [older],
           );
-          expect(columns.map((c) => c.column_name).at(-1)).toBe('lease_until');
+          expect(columns.map((c) => c.column_name).slice(-2)).toEqual(['lease_until', 'status_message']);
           const upgraded = postgresStore({ client, table: older });
           expect(await upgraded.get('claimed')).toEqual({ state: 'in_progress', token: 'old', fingerprint: 'fp' });
-          expect((await upgraded.get('done'))?.state).toBe('completed');
+          // Written without a phrase: it replays the status's default one.
+          expect(await upgraded.get('done')).toEqual({
+            state: 'completed',
+            token: 'old',
+            fingerprint: 'fp',
+            response: { status: 201, headers: {}, body: new Uint8Array([1]) },
+          });
           // The older claim renews and completes as ever, and a new claim is kept after its lease.
           expect(await upgraded.renew({ id: 'claimed', token: 'old', leaseMs: 5_000 })).toBe(true);
           expect(await upgraded.get('claimed')).toEqual({ state: 'in_progress', token: 'old', fingerprint: 'fp' });
@@ -622,6 +636,172 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           expect((await sql(client, `SELECT id FROM "${own}" ORDER BY id`)).map((row) => row.id)).toEqual(['r1', 'r2']);
         } finally {
           await sql(client, `DROP TABLE IF EXISTS "${own}"`);
+        }
+      });
+    });
+
+    describe('the reason phrase (status_message)', () => {
+      const withPhrase = (text: string, statusMessage: string, status = 201): StoredResponse => ({
+        ...response(text, status),
+        statusMessage,
+      });
+      const phraseOf = async (target: PostgresStore, id: string) => {
+        const record = await target.get(id);
+        return record?.state === 'completed' ? [record.response.status, record.response.statusMessage] : record?.state;
+      };
+      // The records table as the versions before status_message made it (lease_until, no phrase).
+      const tableBeforePhrase = async (name: string) => {
+        await sql(client, `DROP TABLE IF EXISTS "${name}"`);
+        await sql(
+          client,
+          `CREATE TABLE "${name}" (id text PRIMARY KEY, state text NOT NULL CHECK (state IN ('in_progress', 'completed')),
+             token text NOT NULL, fingerprint text NOT NULL, status integer, headers jsonb, body bytea,
+             expires_at timestamptz NOT NULL, lease_until timestamptz)`,
+        );
+        await sql(client, `CREATE INDEX "${name}_expires_at" ON "${name}" (expires_at)`);
+      };
+
+      it('is committed with the response in transactional mode; a response without one stores none, also over an earlier one', async () => {
+        const id = freshId();
+        await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+        const first = await store.transaction({ id, token: 't' }, async () => ({
+          value: 'ran',
+          response: withPhrase('made', 'Created Fine'),
+          retentionMs: 60_000,
+        }));
+        expect(first).toEqual({ committed: true, value: 'ran' });
+        expect(await phraseOf(store, id)).toEqual([201, 'Created Fine']);
+        // Its retention over, the key runs again, and its new answer has the default phrase.
+        await expire(id);
+        expect(await store.claim({ id, token: 'u', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+        await store.transaction({ id, token: 'u' }, async () => ({
+          value: 'ran',
+          response: response('again', 200),
+          retentionMs: 60_000,
+        }));
+        expect(await phraseOf(store, id)).toEqual([200, undefined]);
+        const replay = await store.claim({ id, token: 'v', fingerprint: 'fp', leaseMs: 5_000 });
+        expect(replay.claimed === false && replay.record.state === 'completed' && replay.record.response).toEqual(
+          response('again', 200),
+        );
+      });
+
+      it('is stored as given, characters beyond ASCII and an empty one included', async () => {
+        for (const statusMessage of ['Créé – bien', '', 'x'.repeat(2_000)]) {
+          const id = freshId();
+          await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          await store.complete({ id, token: 't', response: withPhrase('ok', statusMessage), retentionMs: 60_000 });
+          expect(await phraseOf(store, id)).toEqual([201, statusMessage]);
+        }
+      });
+
+      // A rolling deploy that starts this version before anyone runs its migrate(): the table has no
+      // status_message column. Statements naming it would fail every request (42703); the store
+      // runs the earlier statements instead and keeps no phrase until the column is there.
+      it('a store on a table not migrated for it yet serves every operation, without the phrase', async () => {
+        const early = `${table}_before_phrase`;
+        try {
+          await tableBeforePhrase(early);
+          const deployed = postgresStore({ client, table: early });
+          const id = freshId();
+          expect(await deployed.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({
+            claimed: true,
+          });
+          expect(await deployed.renew({ id, token: 't', leaseMs: 5_000 })).toBe(true);
+          expect(
+            await deployed.complete({
+              id,
+              token: 't',
+              response: withPhrase('ok', 'Created Fine'),
+              retentionMs: 60_000,
+            }),
+          ).toBe(true);
+          expect(await phraseOf(deployed, id)).toEqual([201, undefined]);
+          const replay = await deployed.claim({ id, token: 'u', fingerprint: 'fp', leaseMs: 5_000 });
+          expect(replay.claimed === false && replay.record.state).toBe('completed');
+
+          const inTransaction = freshId();
+          await deployed.claim({ id: inTransaction, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          const outcome = await deployed.transaction({ id: inTransaction, token: 't' }, async (tx) => {
+            await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [inTransaction]);
+            return { value: 'ran', response: withPhrase('ok', 'Created Fine'), retentionMs: 60_000 };
+          });
+          expect(outcome).toEqual({ committed: true, value: 'ran' });
+          expect(await phraseOf(deployed, inTransaction)).toEqual([201, undefined]);
+
+          const released = freshId();
+          await deployed.claim({ id: released, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          expect(await deployed.release({ id: released, token: 't' })).toBe(true);
+          expect(await deployed.forget({ id, token: 't' })).toBe(true);
+          expect(await deployed.purgeExpired()).toBe(0);
+
+          // Migrated, the table keeps phrases for a store made from then on (a restart, the next
+          // instance); an instance already running asks again within its recheck (see the next test).
+          await migrate(client, { table: early });
+          const next = postgresStore({ client, table: early });
+          const later = freshId();
+          await next.claim({ id: later, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          await next.complete({
+            id: later,
+            token: 't',
+            response: withPhrase('ok', 'Created Fine'),
+            retentionMs: 60_000,
+          });
+          expect(await phraseOf(next, later)).toEqual([201, 'Created Fine']);
+          // The record written before the column replays the default phrase.
+          expect(await phraseOf(next, inTransaction)).toEqual([201, undefined]);
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${early}"`);
+        }
+      });
+
+      it('is asked of the catalog once when there, and again only after a while when missing', async () => {
+        const early = `${table}_phrase_recheck`;
+        try {
+          await tableBeforePhrase(early);
+          let now = 1_000_000;
+          const column = statusMessageColumn(createSqlClient(client), parseTableName(early), () => now);
+          expect(await column.present('claim')).toBe(false);
+          await migrate(client, { table: early });
+          now += 29_000;
+          expect(await column.present('claim'), 'asked again too soon').toBe(false);
+          now += 1_000;
+          expect(await column.present('claim')).toBe(true);
+          // Found, it is never asked again: the steady state costs no round trip.
+          await sql(client, `ALTER TABLE "${early}" DROP COLUMN status_message`);
+          now += 3_600_000;
+          expect(await column.present('claim')).toBe(true);
+          // A statement that finds it gone says so; the next calls ask again after a while.
+          column.missing();
+          expect(await column.present('claim')).toBe(false);
+          await migrate(client, { table: early });
+          now += 30_000;
+          expect(await column.present('claim')).toBe(true);
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${early}"`);
+        }
+      });
+
+      // The column dropped after the store saw it (a migration rolled back by hand): its statements
+      // fail with 42703 once, and it goes on without the phrase instead of failing every request.
+      it('a store whose table lost the column after it saw it goes on without the phrase', async () => {
+        const shrinking = `${table}_phrase_dropped`;
+        try {
+          await migrate(client, { table: shrinking });
+          const running = postgresStore({ client, table: shrinking });
+          const before = freshId();
+          await running.claim({ id: before, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          await running.complete({ id: before, token: 't', response: withPhrase('ok', 'Fine'), retentionMs: 60_000 });
+          expect(await phraseOf(running, before)).toEqual([201, 'Fine']);
+          await sql(client, `ALTER TABLE "${shrinking}" DROP COLUMN status_message`);
+          const id = freshId();
+          expect(await running.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+          expect(
+            await running.complete({ id, token: 't', response: withPhrase('ok', 'Fine'), retentionMs: 60_000 }),
+          ).toBe(true);
+          expect(await phraseOf(running, id)).toEqual([201, undefined]);
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${shrinking}"`);
         }
       });
     });

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { migrate, postgresStore, schemaStatements } from '../src/index.js';
 
 const body = new Uint8Array([0, 1, 2, 255]);
-const response = { status: 201, headers: { 'content-type': 'application/octet-stream' }, body };
+const response = { status: 201, headers: { 'content-type': 'application/octet-stream' }, body, statusMessage: 'Fine' };
 
 describe('PGlite made with its own varchar parser, on a table of varchar columns', () => {
   // Was wrong: the store passed PGlite its own parsers for text but not for varchar (1043), so the
@@ -16,7 +16,7 @@ describe('PGlite made with its own varchar parser, on a table of varchar columns
     const db = new PGlite({ parsers: { 1043: (value: string) => ({ appParsed: 1043, value }) } });
     try {
       const [create] = schemaStatements() as [string];
-      await db.exec(create.replace(/^(\s+(?:id|state|token|fingerprint)\s+)text\b/gm, '$1varchar'));
+      await db.exec(create.replace(/^(\s+(?:id|state|token|fingerprint|status_message)\s+)text\b/gm, '$1varchar'));
       await migrate(db);
       const { rows } = await db.query<{ t: string }>(
         `SELECT format_type(atttypid, atttypmod) AS t FROM pg_attribute WHERE attrelid = 'idem_records'::regclass AND attname = 'token'`,

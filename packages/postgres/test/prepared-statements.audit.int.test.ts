@@ -58,9 +58,12 @@ describe.runIf(available)('a write whose prepared statement the server session l
   });
 
   it("every statement's name fits PostgreSQL's 63-byte identifier, for the longest table name", () => {
-    const statements = buildStatements(parseTableName(`s${'x'.repeat(62)}.t${'y'.repeat(62)}`), 'f'.repeat(12));
-    const names = Object.values(statements).map((statement) => statement.name);
-    expect(new Set(names).size).toBe(names.length);
-    for (const name of names) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
+    const table = parseTableName(`s${'x'.repeat(62)}.t${'y'.repeat(62)}`);
+    for (const statusMessage of [true, false]) {
+      const statements = buildStatements(table, 'f'.repeat(12), { statusMessage });
+      const names = Object.values(statements).map((statement) => statement.name);
+      expect(new Set(names).size).toBe(names.length);
+      for (const name of names) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
+    }
   });
 });

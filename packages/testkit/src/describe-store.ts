@@ -51,6 +51,12 @@ export interface DescribeStoreOptions {
   concurrency?: number | undefined;
   /** Size of the large body round trip. Default 1 MiB. */
   largeBodyBytes?: number | undefined;
+  /**
+   * Whether the store keeps a response's reason phrase (`StoredResponse.statusMessage`). Default
+   * true: it is given back with the record, and a response without one reads back without one. False
+   * for a store that drops it: its records must then come back without any phrase, never another's.
+   */
+  keepsStatusMessage?: boolean | undefined;
 }
 
 const response = (body: Uint8Array, status = 201, headers: Record<string, string> = {}): StoredResponse => ({
@@ -120,6 +126,7 @@ export function describeStore(
 ): void {
   const concurrency = options.concurrency ?? 50;
   const largeBodyBytes = options.largeBodyBytes ?? 1024 * 1024;
+  const keepsStatusMessage = options.keepsStatusMessage ?? true;
 
   describe(`Store contract: ${name}`, () => {
     let harness: StoreHarness;
@@ -222,6 +229,36 @@ export function describeStore(
         await store.release({ id, token: 'a' }),
         'release() of a completed record, even with its token: it must refuse and keep the outcome',
       ).toBe(false);
+    });
+
+    it("keeps a reason phrase of the handler's own and gives it back with the record; a response without one reads back without one", async () => {
+      const phraseOf = (record: StoreRecord | undefined) =>
+        record?.state === 'completed' ? [record.response.status, record.response.statusMessage] : record?.state;
+      const replayOf = async (id: string) => {
+        const again = await store.claim({ id, token: 'reader', fingerprint: 'fp', leaseMs: 5_000 });
+        return again.claimed ? 'claimed' : phraseOf(again.record);
+      };
+      const own = freshId();
+      await store.claim({ id: own, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
+      const withPhrase = { ...response(new Uint8Array([1])), statusMessage: 'Created Fine' };
+      expect(await store.complete({ id: own, token: 'a', response: withPhrase, retentionMs: 60_000 })).toBe(true);
+      const kept = keepsStatusMessage ? 'Created Fine' : undefined;
+      expect(phraseOf(await store.get(own))).toEqual([201, kept]);
+      expect(await replayOf(own)).toEqual([201, kept]);
+
+      const plain = freshId();
+      await store.claim({ id: plain, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
+      await store.complete({ id: plain, token: 'a', response: response(new Uint8Array([1])), retentionMs: 60_000 });
+      const record = await store.get(plain);
+      expect(record?.state === 'completed' && 'statusMessage' in record.response).toBe(false);
+
+      // A record that goes and is claimed again keeps nothing of the last answer's phrase.
+      await harness.expire(own);
+      expect(await store.claim({ id: own, token: 'b', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+      const next = response(new Uint8Array([2]), 200);
+      expect(await store.complete({ id: own, token: 'b', response: next, retentionMs: 60_000 })).toBe(true);
+      expect(phraseOf(await store.get(own))).toEqual([200, undefined]);
+      expect(await replayOf(own)).toEqual([200, undefined]);
     });
 
     it('stores the response as it was at completion: the caller reusing its buffer or headers changes no replay', async () => {

@@ -1,0 +1,71 @@
+import { createHash } from 'node:crypto';
+import type { SqlClient } from './sql-client.js';
+import type { TableName } from './table-name.js';
+
+// A rolling deploy may start this version before anyone has run its migrate(): the table then
+// lacks `status_message`, and statements that name it would fail every claim, completion and replay
+// (42703) until someone migrates. So the store asks the catalog once whether the column is there,
+// and without it runs the earlier versions' statements, which keep no reason phrase. Once the
+// column is found it is never asked again (the steady state costs nothing); while it is missing it
+// is asked again at most once per `recheckMs`, so instances already running start keeping phrases
+// soon after migrate() adds it, without a restart.
+const recheckMs = 30_000;
+
+/**
+ * Whether the store's table has the `status_message` column, learned from the catalog and cached
+ * per store (see above). `present(operation)` resolves to the answer to use now (a failure to ask is
+ * reported under `operation`, the store call that needed it); `missing()` records that a statement
+ * found the column gone (42703), so the next call asks again after `recheckMs`.
+ *
+ * @example
+ * const column = statusMessageColumn(sql, parseTableName('idem_records'));
+ * const statements = (await column.present('claim')) ? withPhrase : withoutPhrase;
+ */
+export function statusMessageColumn(
+  sql: Pick<SqlClient, 'run'>,
+  table: TableName,
+  now: () => number = Date.now,
+): { present(operation: string): Promise<boolean>; missing(): void } {
+  let known: boolean | undefined;
+  let checkedAt = 0;
+  // Concurrent first calls share one catalog read.
+  let asking: Promise<boolean> | undefined;
+
+  const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
+       EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass($1) AND attname = 'status_message' AND NOT attisdropped) AS present`;
+  const name = `idem_phrase_${createHash('sha256').update(text).digest('hex').slice(0, 12)}`;
+  // Read with the store's own parsers (sql.run), in a statement of its own: never inside a handler's
+  // transaction, where a failure would abort the handler's work. No table at all decides nothing
+  // either: every statement fails until migrate() makes it, with the column.
+  const ask = async (operation: string): Promise<boolean | undefined> => {
+    const { rows } = await sql.run<{ has_table: boolean; present: boolean }>({ name, text, operation }, [table.sql]);
+    return rows[0]?.has_table === true ? rows[0].present === true : undefined;
+  };
+
+  return {
+    present(operation) {
+      if (known === true) return Promise.resolve(true);
+      if (known === false && now() - checkedAt < recheckMs) return Promise.resolve(false);
+      asking ??= ask(operation).then(
+        (answer) => {
+          known = answer;
+          checkedAt = now();
+          asking = undefined;
+          return answer === true;
+        },
+        // A failed read (the database is down) decides nothing: the statement that follows would
+        // fail the same way, and the next call asks again.
+        (error: unknown) => {
+          asking = undefined;
+          throw error;
+        },
+      );
+      return asking;
+    },
+    missing() {
+      known = false;
+      checkedAt = now();
+    },
+  };
+}
