@@ -64,8 +64,6 @@ export async function describeOnRealStores(name: string, makeServer: MakeAdapter
       store,
       transactionalStore: store,
       adapterOptions: sharedServiceOptions,
-      // The table has no column for a reason phrase yet: its replays carry the default one.
-      keepsStatusMessage: false,
     });
   });
 }
