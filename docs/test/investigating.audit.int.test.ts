@@ -429,6 +429,8 @@ describe.runIf(withPostgres)('investigating one key on PostgreSQL, with psql', (
       token: record?.token,
       fingerprint: record?.fingerprint,
       status: '201',
+      // The handler set no phrase of its own: NULL, printed empty.
+      status_message: '',
       expired: 'f',
       lease_left: '',
     });
