@@ -49,6 +49,7 @@ describe('describeStore() against a third-party store with one realistic bug', (
     'forget-ignores-token',
     'wall-clock',
     'renew-drops-keep',
+    'drops-status-message',
   ] as const) {
     it(`catches ${bug}`, () => {
       expect(checksOf(bug).length).toBeGreaterThan(20);

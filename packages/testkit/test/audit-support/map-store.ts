@@ -46,6 +46,9 @@ export const storeBugs = [
   // forget() deletes by id alone (what a plain DEL or `DELETE WHERE id = ?` does): an operator's
   // forget of a record read a while ago deletes the newer claim that took the key over since.
   'forget-ignores-token',
+  // complete() copies status, headers and body, and drops the handler's own reason phrase
+  // (`statusMessage`): a store written before phrases were kept.
+  'drops-status-message',
 ] as const;
 export type StoreBug = (typeof storeBugs)[number];
 
@@ -75,6 +78,8 @@ const copyResponse = (response: StoredResponse): StoredResponse => ({
   status: response.status,
   headers: { ...response.headers },
   body: new Uint8Array(response.body),
+  // The handler's own reason phrase, when it set one: the contract keeps it (StoredResponse.statusMessage).
+  ...(response.statusMessage === undefined ? {} : { statusMessage: response.statusMessage }),
 });
 
 export function mapStore(options: MapStoreOptions): AsyncStore & { readonly records: Map<string, Row> } {
@@ -173,7 +178,8 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
         const bytes = storedResponseSize(input.response);
         if (bytes > cap) throw new ResponseTooLargeError(bytes, cap);
       }
-      const response = copyResponse(input.response);
+      const { statusMessage: _dropped, ...withoutPhrase } = input.response;
+      const response = copyResponse(bug === 'drops-status-message' ? withoutPhrase : input.response);
       await hop();
       const row = live(input.id, clock());
       if (row === undefined || row.state !== 'in_progress') return false;
