@@ -47,19 +47,22 @@ export function envUrl(env: NodeJS.ProcessEnv, name: string): string | undefined
 }
 
 /**
- * The whole number of seconds from 0 to `max` in `name`, or undefined when it is unset. Set but empty
- * (an unfilled template), anything but digits (`30s`, `1.5`, `-1`), or more than `max` is a
- * ConfigError: `Number('')` is 0, which for a reuse interval would turn it off in silence.
+ * The whole number of seconds from `min` (default 0) to `max` in `name`, or undefined when it is
+ * unset. Set but empty (an unfilled template), anything but digits (`30s`, `1.5`, `-1`), or out of
+ * bounds is a ConfigError: `Number('')` is 0, which for a reuse interval would turn it off in silence.
  *
  * @example
  * const reuse = envSeconds(process.env, 'REFRESH_TOKEN_REUSE_SECONDS', 1_209_600);
+ * const lease = envSeconds(process.env, 'IDEMPOTENCY_LEASE_SECONDS', 604_800, 1);
  */
-export function envSeconds(env: NodeJS.ProcessEnv, name: string, max: number): number | undefined {
+export function envSeconds(env: NodeJS.ProcessEnv, name: string, max: number, min = 0): number | undefined {
   const value = env[name];
   if (value === undefined) return undefined;
   const seconds = wholeNumber(value);
-  if (!(seconds >= 0 && seconds <= max)) {
-    throw new ConfigError(`${name} must be a whole number of seconds from 0 to ${max}, not ${JSON.stringify(value)}`);
+  if (!(seconds >= min && seconds <= max)) {
+    throw new ConfigError(
+      `${name} must be a whole number of seconds from ${min} to ${max}, not ${JSON.stringify(value)}`,
+    );
   }
   return seconds;
 }

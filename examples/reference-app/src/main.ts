@@ -31,6 +31,10 @@ async function main(): Promise<void> {
   const redisUrl = env.REDIS_URL === '' ? undefined : env.REDIS_URL;
   // The identity provider's refresh token reuse interval (`createIdp`); unset, its default (30).
   const refreshTokenReuseSeconds = envSeconds(env, 'REFRESH_TOKEN_REUSE_SECONDS', maxRefreshTokenReuseSeconds);
+  // How long a killed execution's idempotency key stays locked (`startResourceStack`'s
+  // idempotencyLease); unset, the core's default (10 s). At least a second: the lease is renewed every
+  // third of it, and a shorter one is lost to a busy event loop. At most the core's own limit (7 days).
+  const idempotencyLeaseSeconds = envSeconds(env, 'IDEMPOTENCY_LEASE_SECONDS', 7 * 24 * 3600, 1);
   const names = Object.keys(ports) as (keyof typeof ports)[];
   for (const [index, name] of names.entries()) {
     const other = names.slice(index + 1).find((candidate) => ports[candidate] === ports[name]);
@@ -87,6 +91,7 @@ async function main(): Promise<void> {
       baseUrl,
       authUrl: running.authUrl,
       ...(redis ? { redis: { client: redis } } : {}),
+      ...(idempotencyLeaseSeconds === undefined ? {} : { idempotencyLease: idempotencyLeaseSeconds * 1000 }),
     });
   } catch (error) {
     await running.close();

@@ -134,6 +134,13 @@ describe('npm start: configuration mistakes', () => {
     40_000,
   );
 
+  // The idempotency lease (how long a killed execution's key stays locked) is set by
+  // IDEMPOTENCY_LEASE_SECONDS, read as REFRESH_TOKEN_REUSE_SECONDS is (the cases above), but from 1:
+  // 0 would be no lease at all (the core refuses it with a stack trace), not the default.
+  it('an IDEMPOTENCY_LEASE_SECONDS of 0 is refused at start', async () => {
+    expectClearRefusal(await start({ IDEMPOTENCY_LEASE_SECONDS: '0' }), 'IDEMPOTENCY_LEASE_SECONDS');
+  }, 40_000);
+
   // Was a defect: a DATABASE_URL nobody answers ended in a `connect ECONNREFUSED` stack.
   it('an unreachable DATABASE_URL is one line naming the variable', async () => {
     const run = await start({ DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${await freePort()}/test` });

@@ -24,7 +24,7 @@ import { describe, expect, it } from 'vitest';
 import { storedId } from '../src/idp/stored-id.js';
 import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
-import { postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
+import { crashLeaseSeconds, postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
 import { createUserAgent, formField, pkcePair } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
@@ -172,8 +172,11 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     let run = run0;
     for (let cycle = 0; cycle < cycles; cycle++) {
       const moment = moments[cycle % moments.length]!;
-      // Some load first, so the relay and the receiver have events to work on.
-      await pause(300 + Math.random() * 700);
+      // Some load first, so the relay and the receiver have events to work on: a few charges answered
+      // by this process (a condition, not a guessed pause; on a busy box it takes what it takes).
+      const answeredBefore = answered.size;
+      const loadEnd = performance.now() + 10_000;
+      while (answered.size < answeredBefore + chargeWorkers && performance.now() < loadEnd) await pause(20);
       let hit = false;
       if (moment.sql !== undefined && moment.seen !== undefined) {
         const { rows } = await crash.admin.query<{ seen: string[] }>(moment.seen);
@@ -283,8 +286,9 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
     expect(outsideWindows.map((attempt) => `${attempt.status} ${attempt.key}`)).toEqual([]);
     expect(unexpected.map((attempt) => `${attempt.status} ${attempt.key}`)).toEqual([]);
     expect(answered.size).toBeGreaterThan(20);
-    // A key a killed process held is free once its lease (10 s) ends: from its first 409 to its 201
-    // takes no longer than that, a Retry-After and a backoff, with room for a busy machine. Counted
+    // A key a killed process held is free once its lease (crashLeaseSeconds, set for the killed apps)
+    // ends: from its first 409 to its 201 takes no longer than that, a Retry-After (1 s) and a backoff
+    // (at most 500 ms), with room for a busy machine; the default lease of 10 s would not fit. Counted
     // from the last restart before the 201 when a kill came in between: the cycles come every few
     // seconds, so a wait spans several kills, and while the app is down or starting (seconds, on a
     // loaded machine) nothing can answer, and a retry that took the key may be killed holding it.
@@ -298,8 +302,12 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       const from = Math.max(since, ...restarted.map((window) => window.readyAt));
       longestWait = Math.max(longestWait, attempt.at - from);
     }
-    console.log(`longest wait of a key a killed process held: ${Math.round(longestWait)} ms`);
-    expect(longestWait).toBeLessThan(20_000);
+    // With restarts longer than the lease (a very busy box) no retry meets a held key: say so.
+    const downtimes = windows.map((window) => window.readyAt - window.killedAt);
+    console.log(
+      `longest wait of a key a killed process held: ${Math.round(longestWait)} ms (${firstConflict.size} keys met held; lease ${crashLeaseSeconds} s, restarts took ${downtimes.join(', ')} ms)`,
+    );
+    expect(longestWait).toBeLessThan(crashLeaseSeconds * 1000 + 6000);
 
     // One charge per key, the one the key was answered with; no charge of a key never answered.
     const { rows: charges } = await crash.admin.query<{ id: string; key: string }>(

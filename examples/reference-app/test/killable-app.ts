@@ -10,6 +10,15 @@ import { portVariables } from './start-script.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 
+/**
+ * The idempotency lease of the killed apps (IDEMPOTENCY_LEASE_SECONDS), in seconds: how long a key a
+ * killed process held stays locked. The audits wait such keys out for real (the store's clock ends
+ * the lease, nothing is moved into the past); at the default 10 s those waits were a third of their
+ * time. Still longer than a restart (2 to 3 s on a busy 2-core box): a shorter lease ends while the
+ * app is down, no retry ever meets a held key (409), and the wait the audits bound is never measured.
+ */
+export const crashLeaseSeconds = 4;
+
 /** PostgreSQL for the crash audits; the schema of each file is created and dropped by it. */
 export const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -69,7 +78,11 @@ export async function killableApp(schema: string) {
   let current: AppRun | undefined;
 
   const start = (): AppRun => {
-    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: inSchema(databaseUrl, schema) };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      DATABASE_URL: inSchema(databaseUrl, schema),
+      IDEMPOTENCY_LEASE_SECONDS: String(crashLeaseSeconds),
+    };
     // Charges keep their keys in the database whatever REDIS_URL says; without it the photos' keys
     // go there too (the app's Redis prefix is fixed, and would be shared with other runs).
     delete env.REDIS_URL;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type IdempotencyEvent, principalScope } from '@idem/core';
+import { type Duration, type IdempotencyEvent, principalScope } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { PostgresStore, PostgresTransaction } from '@idem/postgres';
@@ -30,6 +30,8 @@ export interface ChargeRouteOptions {
   webhookUrl: string;
   /** Told the idempotency events of the route (the API's `onIdempotencyEvent`). */
   onEvent?: (event: IdempotencyEvent) => void;
+  /** The claim's lease (the API's `idempotencyLease`). Default the core's, `'10s'`. */
+  lease?: Duration | undefined;
 }
 
 function checkCharge(body: Record<string, unknown>): Checked<{ amount: number; currency: string }> {
@@ -81,6 +83,7 @@ export function registerChargeRoutes(app: Express, options: ChargeRouteOptions):
       // A 5xx rolls the whole transaction back (charge and event included): nothing happened.
       storeOutcome: releaseServerErrors,
       ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+      ...(options.lease === undefined ? {} : { lease: options.lease }),
     }),
     async (req: Request, res: Response) => {
       const context = req.idempotency;

@@ -1,4 +1,4 @@
-import { type IdempotencyEvent, principalScope, type Store } from '@idem/core';
+import { type Duration, type IdempotencyEvent, principalScope, type Store } from '@idem/core';
 import { authorize, idempotency } from '@idem/express';
 import { requireScopes } from '@idem/guard';
 import type { Express, Request, Response } from 'express';
@@ -44,7 +44,13 @@ export interface Photo {
  */
 export function registerPhotoRoutes(
   app: Express,
-  options: { db: Database; store: Store; onEvent?: (event: IdempotencyEvent) => void },
+  options: {
+    db: Database;
+    store: Store;
+    onEvent?: (event: IdempotencyEvent) => void;
+    /** The claim's lease (the API's `idempotencyLease`). Default the core's, `'10s'`. */
+    lease?: Duration | undefined;
+  },
 ): void {
   const { db } = options;
 
@@ -73,6 +79,7 @@ export function registerPhotoRoutes(
       // The insert is the only effect and a single statement: a 5xx means it did not happen.
       storeOutcome: releaseServerErrors,
       ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+      ...(options.lease === undefined ? {} : { lease: options.lease }),
     }),
     async (req: Request, res: Response) => {
       const context = req.idempotency;

@@ -39,6 +39,12 @@ export interface ResourceStackOptions {
   redis?: { client: RedisClientLike; prefix?: string };
   /** Clock of every token and signature check, epoch ms. */
   now?: () => number;
+  /**
+   * The lease of every idempotency key the stack claims (the API's charges and photos, the receiver's
+   * inbox and notes; env IDEMPOTENCY_LEASE_SECONDS): how long the key of an execution that crashed
+   * stays locked before a retry may take it over. Default the core's, `'10s'`.
+   */
+  idempotencyLease?: Duration | undefined;
   /** `fetch` the gateway uses for discovery and the JWKS. */
   fetch?: typeof globalThis.fetch;
   /**
@@ -96,6 +102,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     if (options.seed !== false) await seedApi(db);
     const webhookSecret = await loadWebhookSecret(db);
     const now = options.now ? { now: options.now } : {};
+    const lease = options.idempotencyLease === undefined ? {} : { idempotencyLease: options.idempotencyLease };
     const internalIssuer = createInternalTokenIssuer({
       issuer: options.internalIssuerName ?? 'reference-gateway',
       ...now,
@@ -123,6 +130,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       webhookSecret,
       internal: { ...internal, audience: receiverAudience },
       ...(options.onReceiverIdempotencyEvent ? { onIdempotencyEvent: options.onReceiverIdempotencyEvent } : {}),
+      ...lease,
       ...now,
     });
     started.push(receiver);
@@ -135,6 +143,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
       ...(options.relay === undefined ? {} : { relay: options.relay }),
       ...(options.redis ? { redis: options.redis } : {}),
       ...(options.onApiIdempotencyEvent ? { onIdempotencyEvent: options.onApiIdempotencyEvent } : {}),
+      ...lease,
       ...now,
     });
     started.push(api);

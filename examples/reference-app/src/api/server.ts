@@ -72,6 +72,8 @@ export interface ApiOptions {
    * {@link idempotencyLogger}), `API: idempotency ...`, nothing for a claim, a replay or a completion.
    */
   onIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
+  /** The lease of the keyed routes' claims (`POST /charges`, `POST /photos`). Default the core's, `'10s'`. */
+  idempotencyLease?: Duration | undefined;
 }
 
 /** A running API. */
@@ -127,9 +129,10 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
   app.use(internalAuth(verifier));
   // The operators' trail: without it a "charged twice" ticket has nothing to follow.
   const onEvent = options.onIdempotencyEvent ?? idempotencyLogger('API');
-  registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl, onEvent });
+  const lease = options.idempotencyLease === undefined ? {} : { lease: options.idempotencyLease };
+  registerChargeRoutes(app, { store, outbox, webhookUrl: options.webhookUrl, onEvent, ...lease });
   registerStockRoutes(app, { db });
-  registerPhotoRoutes(app, { db, store: plainStore, onEvent });
+  registerPhotoRoutes(app, { db, store: plainStore, onEvent, ...lease });
   registerSettingsRoutes(app, { db });
   app.use(
     methodNotAllowed(app, (_req, res, allow) =>

@@ -2,6 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
+  type Duration,
   decoderOf,
   IdempotencyError,
   type IdempotencyEvent,
@@ -62,6 +63,11 @@ export interface ReceiverOptions {
    * ...; see {@link idempotencyLogger}), nothing for a claim, a replay or a completion.
    */
   onIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
+  /**
+   * The lease of the inbox's claim on an event id while it is applied, and of the notes route's keys.
+   * Default the core's, `'10s'`.
+   */
+  idempotencyLease?: Duration | undefined;
 }
 
 /** Where the receiver's admin API lives; the gateway forwards this prefix to the receiver. */
@@ -125,6 +131,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
       await applyChargeEvent(executor, event.id, payload);
     },
     ...(options.now ? { now: options.now } : {}),
+    ...(options.idempotencyLease === undefined ? {} : { lease: options.idempotencyLease }),
     onEvent: (event) => {
       if (event.type === 'rejected' || event.type === 'record-failed' || event.id === undefined) return;
       const counted = recordDelivery(db, event.id).catch(() => undefined);
@@ -175,6 +182,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
         store,
         // The operators' trail, as the API's: without it a note's 503 leaves nothing to follow.
         onEvent: options.onIdempotencyEvent ?? idempotencyLogger('receiver'),
+        ...(options.idempotencyLease === undefined ? {} : { lease: options.idempotencyLease }),
       }),
     );
   }
@@ -255,6 +263,8 @@ export interface AdminApiOptions {
   store: Store;
   /** Told the idempotency events of the notes route (the receiver's `onIdempotencyEvent`). */
   onEvent?: (event: IdempotencyEvent) => void;
+  /** The lease of the notes route's keys (the receiver's `idempotencyLease`). Default the core's, `'10s'`. */
+  lease?: Duration | undefined;
 }
 
 /** Largest note, in characters. */
@@ -318,6 +328,7 @@ export function adminApi(db: Database, options: AdminApiOptions): KoaMiddleware 
       maxBodyBytes: maxNoteBodyBytes,
       scope: (ctx) => principalScope((ctx.state as { auth?: Principal }).auth, { perClient: true }),
       ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+      ...(options.lease === undefined ? {} : { lease: options.lease }),
     }),
   ];
   const write = runChain(writeChain, async (ctx) => {
