@@ -5,8 +5,9 @@
 // again once the killed execution's lease is over, as @idem/client does.
 //
 // The window between the two writes is a millisecond; to kill the process inside it every time, a
-// trigger holds the key's completion (it waits, then fails, so it never lands): exactly what a crash
-// there leaves behind, the created row and a key still in progress.
+// trigger holds the key's completion (it waits on an advisory lock this test holds until the kill,
+// then fails, so it never lands): exactly what a crash there leaves behind, the created row and a key
+// still in progress.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createClient } from '@idem/client';
 import { describe, expect, it } from 'vitest';
@@ -50,10 +51,15 @@ describe.runIf(available)('creates killed between their insert and their key com
       }),
     ).toBe(true);
 
+    // Held by this test until the process is killed: the completions wait on it exactly as long as
+    // needed (a fixed pg_sleep was either too short on a busy box or seconds too long).
+    const lockKey = Number.parseInt(randomBytes(6).toString('hex'), 16);
+    const holder = await crash.admin.connect();
+    await holder.query('select pg_advisory_lock($1)', [lockKey]);
     await crash.admin.query(`
       create function audit_hold_completion() returns trigger language plpgsql as $$
       begin
-        perform pg_sleep(3);
+        perform pg_advisory_xact_lock(${lockKey});
         raise exception 'crash audit: this completion never lands';
       end $$;
       create trigger audit_hold_completion before update on api_plain_idempotency_records
@@ -93,6 +99,8 @@ describe.runIf(available)('creates killed between their insert and their key com
     }
     await crash.app.kill(run);
     await Promise.all(cut);
+    await holder.query('select pg_advisory_unlock($1)', [lockKey]);
+    holder.release();
     // Dropping the trigger waits for the held completions to fail and roll back.
     await crash.admin.query('drop trigger audit_hold_completion on api_plain_idempotency_records');
     await crash.admin.query('drop function audit_hold_completion()');
