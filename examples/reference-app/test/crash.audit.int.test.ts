@@ -126,6 +126,9 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       { name: 'at random', sql: undefined, seen: undefined },
     ];
     const cycles = 6;
+    // What is left of the leases of the charges in progress at a kill, in ms (the database's clock):
+    // never more than the lease the app was started with (IDEMPOTENCY_LEASE_SECONDS reaches the route).
+    const leasesLeft: number[] = [];
     const windows: { killedAt: number; readyAt: number }[] = [];
     const log: string[] = [];
     let run = run0;
@@ -140,6 +143,13 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       if (moment.sql !== undefined && moment.seen !== undefined) {
         const { rows } = await crash.admin.query<{ seen: string[] }>(moment.seen);
         hit = await waitForRow(crash.admin, moment.sql, { ms: 4000, params: [rows[0]?.seen ?? []] });
+        if (hit && moment.sql.includes('api_idempotency_records')) {
+          const { rows: left } = await crash.admin.query<{ ms: string | null }>(
+            `select extract(epoch from max(lease_until - clock_timestamp())) * 1000 as ms
+               from api_idempotency_records where state = 'in_progress'`,
+          );
+          if (left[0]?.ms != null) leasesLeft.push(Number(left[0].ms));
+        }
       } else {
         await pause(Math.random() * 1000);
       }
@@ -261,6 +271,8 @@ describe.runIf(available)('the reference app killed with SIGKILL at random point
       const from = Math.max(since, ...restarted.map((window) => window.readyAt));
       longestWait = Math.max(longestWait, attempt.at - from);
     }
+    console.log(`lease left of the charges in progress at a kill: ${leasesLeft.map(Math.round).join(', ')} ms`);
+    expect(leasesLeft.filter((ms) => ms > crashLeaseSeconds * 1000)).toEqual([]);
     // With restarts longer than the lease (a very busy box) no retry meets a held key: say so.
     const downtimes = windows.map((window) => window.readyAt - window.killedAt);
     console.log(
