@@ -126,13 +126,11 @@ describe('npm start: configuration mistakes', () => {
   // for `npm start` at all, though the README tells an operator who wants every reuse taken for theft
   // to set it to 0; REFRESH_TOKEN_REUSE_SECONDS now sets it, and a value that is no whole number of
   // seconds (or is empty, as an unfilled template leaves it) is refused, not read as 0 or the default.
-  it.each(['abc', '', '-1', '1.5', '30s', '999999999999999'])(
-    'a REFRESH_TOKEN_REUSE_SECONDS of %j is refused at start',
-    async (value) => {
-      expectClearRefusal(await start({ REFRESH_TOKEN_REUSE_SECONDS: value }), 'REFRESH_TOKEN_REUSE_SECONDS');
-    },
-    40_000,
-  );
+  // One start here proves the refusal reaches `npm start` as one line; every value the reader refuses
+  // is checked without a process each, in env.test.ts.
+  it('an empty REFRESH_TOKEN_REUSE_SECONDS is refused at start', async () => {
+    expectClearRefusal(await start({ REFRESH_TOKEN_REUSE_SECONDS: '' }), 'REFRESH_TOKEN_REUSE_SECONDS');
+  }, 40_000);
 
   // The idempotency lease (how long a killed execution's key stays locked) is set by
   // IDEMPOTENCY_LEASE_SECONDS, read as REFRESH_TOKEN_REUSE_SECONDS is (the cases above), but from 1:
