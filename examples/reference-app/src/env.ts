@@ -54,6 +54,7 @@ export function envUrl(env: NodeJS.ProcessEnv, name: string): string | undefined
  * @example
  * const reuse = envSeconds(process.env, 'REFRESH_TOKEN_REUSE_SECONDS', 1_209_600);
  * const lease = envSeconds(process.env, 'IDEMPOTENCY_LEASE_SECONDS', 604_800, 1);
+ * const lifetime = envSeconds(process.env, 'SESSION_LIFETIME_SECONDS', 2_592_000, 1);
  */
 export function envSeconds(env: NodeJS.ProcessEnv, name: string, max: number, min = 0): number | undefined {
   const value = env[name];

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { ConfigError, envPort, envSeconds, envUrl } from './env.js';
 import { maxRefreshTokenReuseSeconds } from './idp/reuse-interval.js';
+import { maxSessionLifetimeSeconds } from './idp/session-lifetime.js';
 import { openDatabaseFromEnv } from './open-from-env.js';
 import { closeInOrder } from './shutdown.js';
 import type { startReferenceApp } from './start.js';
@@ -35,6 +36,8 @@ async function main(): Promise<void> {
   // idempotencyLease); unset, the core's default (10 s). At least a second: the lease is renewed every
   // third of it, and a shorter one is lost to a busy event loop. At most the core's own limit (7 days).
   const idempotencyLeaseSeconds = envSeconds(env, 'IDEMPOTENCY_LEASE_SECONDS', 7 * 24 * 3600, 1);
+  // How long its sign-in session lasts after the password (`createIdp`); unset, its default (12 hours).
+  const sessionLifetimeSeconds = envSeconds(env, 'SESSION_LIFETIME_SECONDS', maxSessionLifetimeSeconds, 1);
   const names = Object.keys(ports) as (keyof typeof ports)[];
   for (const [index, name] of names.entries()) {
     const other = names.slice(index + 1).find((candidate) => ports[candidate] === ports[name]);
@@ -76,6 +79,7 @@ async function main(): Promise<void> {
       ...(authUrl ? { authUrl } : {}),
       ...(appUrl ? { appUrl } : {}),
       refreshTokenReuseSeconds,
+      sessionLifetimeSeconds,
     });
   } catch (error) {
     await closeStorage();

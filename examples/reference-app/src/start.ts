@@ -6,6 +6,7 @@ import { createLoginThrottle } from './idp/login-throttle.js';
 import { refreshTokenReuse } from './idp/reuse-interval.js';
 import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp, type IdpOptions } from './idp/server.js';
+import { sessionLifetime } from './idp/session-lifetime.js';
 import { type ListeningPort, listen } from './listen.js';
 import { purgeEvery } from './purge-every.js';
 import { type SeededClients, seed } from './seed.js';
@@ -37,6 +38,8 @@ export interface StartOptions {
   loginThrottle?: IdpOptions['loginThrottle'] | undefined;
   /** The provider's refresh token reuse interval (env REFRESH_TOKEN_REUSE_SECONDS; see `createIdp`). */
   refreshTokenReuseSeconds?: number | undefined;
+  /** The provider's sign-in session lifetime (env SESSION_LIFETIME_SECONDS; see `createIdp`). */
+  sessionLifetimeSeconds?: number | undefined;
 }
 
 /** The running components. */
@@ -72,6 +75,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
   // its environment first: a bad value is one TypeError, not a start half made and closed again.
   const purgeEveryMs = purgeEvery(options.purgeEveryMs, 'purgeEveryMs');
   refreshTokenReuse(options.refreshTokenReuseSeconds);
+  sessionLifetime(options.sessionLifetimeSeconds);
   createLoginThrottle(options.loginThrottle);
   const ports: ListeningPort[] = [];
   try {
@@ -90,6 +94,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       resource: options.baseUrl,
       ...(options.loginThrottle ? { loginThrottle: options.loginThrottle } : {}),
       refreshTokenReuseSeconds: options.refreshTokenReuseSeconds,
+      sessionLifetimeSeconds: options.sessionLifetimeSeconds,
     });
     authPort.use(idp.app);
     const { app } = await createThirdPartyApp({

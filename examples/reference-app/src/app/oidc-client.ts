@@ -13,12 +13,20 @@ export interface OidcClientOptions {
   scope: string;
   /** Epoch milliseconds; injected so tests can age tokens without waiting. */
   now: () => number;
+  /**
+   * The longest ago, in seconds, the user may have given the password for a sign-in to be taken: sent
+   * as `max_age`, so the provider asks for it again rather than reuse an older sign-in session, and
+   * checked against the ID token's `auth_time`, which it makes the provider include. Unset, neither.
+   */
+  maxAgeSeconds?: number | undefined;
 }
 
 /** Tokens and the user after a successful callback or refresh. */
 export interface SignInResult {
   tokens: SessionTokens;
   user?: SignedInUser;
+  /** When the user gave the password, epoch seconds by the provider's clock: the ID token's `auth_time`. */
+  authTime?: number;
 }
 
 /**
@@ -96,7 +104,10 @@ export function createOidcClient(options: OidcClientOptions): OidcClient {
       };
     }
     const expiresIn = typeof result.expires_in === 'number' ? result.expires_in : 300;
+    const authTime =
+      typeof claims?.auth_time === 'number' && Number.isFinite(claims.auth_time) ? claims.auth_time : undefined;
     return {
+      ...(authTime !== undefined ? { authTime } : {}),
       tokens: {
         accessToken: result.access_token,
         ...(result.refresh_token ? { refreshToken: result.refresh_token } : {}),
@@ -125,6 +136,9 @@ export function createOidcClient(options: OidcClientOptions): OidcClient {
       url.searchParams.set('resource', options.resource);
       // offline_access (a refresh token) is granted only with an explicit consent prompt (OIDC Core 11).
       url.searchParams.set('prompt', 'consent');
+      // The password no older than this: a sign-in session of the provider's that lives longer (it may
+      // be set to) is not reused past it. The ID token then carries `auth_time` (OIDC Core 3.1.2.1).
+      if (options.maxAgeSeconds !== undefined) url.searchParams.set('max_age', String(options.maxAgeSeconds));
       url.searchParams.set('state', pending.state);
       url.searchParams.set('nonce', pending.nonce);
       url.searchParams.set('code_challenge', await oauth.calculatePKCECodeChallenge(pending.codeVerifier));
@@ -148,6 +162,7 @@ export function createOidcClient(options: OidcClientOptions): OidcClient {
       const result = await oauth.processAuthorizationCodeResponse(as, client, response, {
         expectedNonce: pending.nonce,
         requireIdToken: true,
+        ...(options.maxAgeSeconds !== undefined ? { maxAge: options.maxAgeSeconds } : {}),
       });
       return toResult(as, response, result);
     },

@@ -198,8 +198,12 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const redirectUri = new URL('/callback', options.appUrl).href;
   // Where the provider's logout sends the browser back (registered as the client's post-logout URI).
   const postLogoutRedirectUri = new URL('/', options.appUrl).href;
-  // 8 hours after its last use, 12 after the sign-in however much it is used (OWASP ASVS 3.3.2).
-  const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600, lifetimeSeconds: 12 * 3600 });
+  // 8 hours after its last use, 12 after the password however much it is used (OWASP ASVS 3.3.2): 12
+  // after the sign-in, and 12 after the `auth_time` of its ID token, which a sign-in that reused the
+  // provider's session without the password carries from that earlier sign-in. The provider is asked
+  // for a password no older than that (`max_age`): an older one would end the new session at once.
+  const lifetimeSeconds = 12 * 3600;
+  const sessions = createSessionStore(options.db, { ttlSeconds: 8 * 3600, lifetimeSeconds });
   const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: csrfCookie, path: '/', secure });
   const oidc = createOidcClient({
     issuer: options.issuer,
@@ -209,6 +213,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     resource: options.resource ?? options.baseUrl,
     scope: appScope,
     now,
+    maxAgeSeconds: lifetimeSeconds,
   });
   const stockItems = options.stockItems ?? ['item-1', 'item-2', 'item-3'];
   const refreshMargin = options.refreshMargin ?? 30_000;
@@ -476,7 +481,11 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return;
     }
     // A new session id after sign-in: an id planted before it (session fixation) is worthless.
-    const id = await sessions.create({ user: result.user, tokens: result.tokens });
+    const id = await sessions.create({
+      user: result.user,
+      tokens: result.tokens,
+      ...(result.authTime !== undefined ? { authTime: result.authTime } : {}),
+    });
     setSession(res, id);
     res.set('Cache-Control', 'no-store').redirect(303, pending.returnTo);
   });

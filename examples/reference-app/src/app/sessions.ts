@@ -83,6 +83,11 @@ export interface SessionData {
   flashes?: Record<string, Flash>;
   /** At most one per session: the first charge sent while none was open (see {@link OpenCharge}). */
   openCharge?: OpenCharge;
+  /**
+   * When the user gave the password (the ID token's `auth_time`, epoch seconds): the session ends
+   * `lifetimeSeconds` after it too. Set at sign-in only; absent in a row an earlier version wrote.
+   */
+  authTime?: number;
 }
 
 /** What {@link SessionStore.create} takes: {@link SessionData}, its sign-ins in progress as the flow made them. */
@@ -166,8 +171,9 @@ export interface SessionStoreOptions {
   /** How long a session lives after its last update (its idle timeout), in seconds. */
   ttlSeconds: number;
   /**
-   * How long a session lives after its creation however much it is used (its absolute timeout, OWASP
-   * ASVS 3.3.2), in seconds; at least `ttlSeconds`. Default 12 hours, or `ttlSeconds` if longer.
+   * How long a session lives after its creation, and after its `authTime` (the password), however much
+   * it is used (its absolute timeout, OWASP ASVS 3.3.2), in seconds; at least `ttlSeconds`. Default 12
+   * hours, or `ttlSeconds` if longer.
    */
   lifetimeSeconds?: number | undefined;
 }
@@ -175,9 +181,10 @@ export interface SessionStoreOptions {
 /**
  * Creates a {@link SessionStore}. Ids are 256 random bits; only their hash is stored.
  *
- * A session ends `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation at the
- * latest: without that limit a session in use, or a stolen cookie replayed every few hours, would
- * never end. Both are measured by the database's clock, the lifetime from `created_at`, which the
+ * A session ends `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation, or
+ * after its `authTime` when that is earlier, at the latest: without that limit a session in use, or a
+ * stolen cookie replayed every few hours, would never end; and a sign-in that reused the provider's
+ * session without the password is no new password. Both are measured by the database's clock, the lifetime from `created_at`, which the
  * browser never sees and no request changes. Every read and write treats a session past either as
  * gone, and an update extends `expires_at` only up to the end of the lifetime, so the purge below
  * finds those rows too.
@@ -198,8 +205,12 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
   if (!Number.isSafeInteger(lifetime) || lifetime < ttl) {
     throw new TypeError('lifetimeSeconds must be a whole number of seconds, at least ttlSeconds');
   }
-  // A whole number, checked above: written into the statements as it is.
-  const end = `created_at + make_interval(secs => ${lifetime})`;
+  // A whole number, checked above: written into the statements as it is. `least` ignores a NULL: a row
+  // without `authTime` (an earlier version wrote it) ends by its creation alone. `authTime` is the
+  // provider's clock, `now()` the database's: seconds apart, against 12 hours.
+  const fromPassword = `case when jsonb_typeof(data -> 'authTime') = 'number'
+    then to_timestamp((data ->> 'authTime')::float8) + make_interval(secs => ${lifetime}) end`;
+  const end = `least(created_at + make_interval(secs => ${lifetime}), ${fromPassword})`;
   const live = `expires_at > now() and ${end} > now()`;
   const extended = (param: string) => `least(now() + make_interval(secs => ${param}::int), ${end})`;
   return {
@@ -213,12 +224,16 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       const id = randomBytes(32).toString('base64url');
       await db.query(
         `insert into app_sessions (id_hash, data, created_at, expires_at)
-         values ($1, $2, now(), now() + make_interval(secs => least($3::int, $4::int)))`,
+         values ($1, $2, now(), least(
+           now() + make_interval(secs => least($3::int, $4::int)),
+           to_timestamp($5::float8) + make_interval(secs => $4::int)
+         ))`,
         [
           sha256Id(id),
           JSON.stringify(data.pending ? { ...data, pending: data.pending.map(stored) } : data),
           seconds(ttlSeconds),
           lifetime,
+          typeof data.authTime === 'number' && Number.isFinite(data.authTime) ? data.authTime : null,
         ],
       );
       return id;

@@ -2,7 +2,7 @@ import type { Adapter, AdapterPayload } from 'oidc-provider';
 import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
 import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds, refreshTokenReuse } from './reuse-interval.js';
-import { sessionLifetimeSeconds } from './session-lifetime.js';
+import { sessionLifetime } from './session-lifetime.js';
 import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
 
 /**
@@ -70,7 +70,8 @@ import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
 export function sqlAdapterFactory(db: Database, options: SqlAdapterOptions = {}): (model: string) => Adapter {
   // Bounded above too (see `reuse-interval.ts`).
   const reuseSeconds = refreshTokenReuse(options.refreshTokenReuseSeconds);
-  return (model) => createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0);
+  const lifetimeSeconds = sessionLifetime(options.sessionLifetimeSeconds);
+  return (model) => createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0, lifetimeSeconds);
 }
 
 /** What {@link sqlAdapterFactory} takes besides the database. */
@@ -80,6 +81,11 @@ export interface SqlAdapterOptions {
    * revoking the grant (see {@link sqlAdapterFactory}); 30 by default, 0 turns the interval off.
    */
   refreshTokenReuseSeconds?: number | undefined;
+  /**
+   * How long a sign-in session lives after the password (`session-lifetime.ts`), in seconds: a
+   * Session whose `loginTs` is older is not read. 12 hours by default.
+   */
+  sessionLifetimeSeconds?: number | undefined;
 }
 
 export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
@@ -119,14 +125,15 @@ interface PayloadRow {
  * `reuseSeconds` is the refresh token reuse interval (0 for every other model). The SQL below names the
  * row read or consumed `m`; `$3` is the interval where it is read, `$9` where a rotation takes it.
  */
-function createSqlAdapter(db: Database, model: string, reuseSeconds: number): Adapter {
+function createSqlAdapter(db: Database, model: string, reuseSeconds: number, sessionLifetimeSeconds: number): Adapter {
   // A consumed Interaction is a tombstone (see above): never read, never saved back. A consumed
   // token is still read, with its `consumed` flag, which is how oidc-provider notices a code or
   // refresh token used twice.
   const tombstoned = model === 'Interaction';
   // A sign-in session past its lifetime from the sign-in (`session-lifetime.ts`) is not read, whatever
   // its row's expiry: one an earlier version extended on each visit would otherwise sign in once more.
-  // `loginTs` is the provider's clock, the expiry the database's; seconds apart, against 14 days.
+  // `loginTs` is the provider's clock, the expiry the database's; seconds apart, against 12 hours.
+  // `sessionLifetimeSeconds` is a whole number, checked by `sessionLifetime`: written in as it is.
   const signInAged =
     model === 'Session'
       ? `and (m.payload ->> 'loginTs' is null or (m.payload ->> 'loginTs')::numeric > extract(epoch from now()) - ${sessionLifetimeSeconds})`

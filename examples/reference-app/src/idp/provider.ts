@@ -19,7 +19,7 @@ import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
-import { sessionLifetimeSeconds, sessionTtl } from './session-lifetime.js';
+import { defaultSessionLifetimeSeconds, sessionLifetime, sessionTtl } from './session-lifetime.js';
 import { findUserById } from './users.js';
 
 /** The OpenID Connect scopes, with the claims each one releases. */
@@ -32,8 +32,11 @@ export const tokenLifetimes = {
   AuthorizationCode: 60,
   Interaction: 600,
   RefreshToken: 14 * 24 * 3600,
-  /** The most a sign-in session lives, counted from the sign-in (see `session-lifetime.ts`). */
-  Session: sessionLifetimeSeconds,
+  /**
+   * The most a sign-in session lives by default, counted from the password (see `session-lifetime.ts`;
+   * `sessionLifetimeSeconds` sets it).
+   */
+  Session: defaultSessionLifetimeSeconds,
   Grant: 14 * 24 * 3600,
 } as const;
 
@@ -49,6 +52,11 @@ export interface ProviderOptions {
    * revoking the grant (the reuse interval, `adapter.ts`); 30 by default, 0 for the strict rule.
    */
   refreshTokenReuseSeconds?: number | undefined;
+  /**
+   * How long the sign-in session lives after the password, however it is used (`session-lifetime.ts`);
+   * 12 hours by default.
+   */
+  sessionLifetimeSeconds?: number | undefined;
 }
 
 /**
@@ -73,7 +81,11 @@ export interface ProviderOptions {
 export async function createProvider(options: ProviderOptions): Promise<Provider> {
   const { db, issuer, resource } = options;
   // First: it refuses a bad reuse interval before anything is read.
-  const adapter = sqlAdapterFactory(db, { refreshTokenReuseSeconds: options.refreshTokenReuseSeconds });
+  const adapter = sqlAdapterFactory(db, {
+    refreshTokenReuseSeconds: options.refreshTokenReuseSeconds,
+    sessionLifetimeSeconds: options.sessionLifetimeSeconds,
+  });
+  const sessionLifetimeSeconds = sessionLifetime(options.sessionLifetimeSeconds);
   const [keys, cookieKeys] = await Promise.all([loadSigningKeys(db), loadCookieKeys(db)]);
 
   // A client that names no resource gets the API only when it asks for an API scope. One that asks
@@ -160,9 +172,12 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     },
     // No CORS beyond discovery and JWKS: the clients here are server-side or native.
     clientBasedCORS: () => false,
-    // The sign-in session ends 14 days after the password was given, not 14 days after its last use
-    // (`session-lifetime.ts`): oidc-provider saves it again, with this TTL, on each visit.
-    ttl: { ...tokenLifetimes, Session: (_ctx, session) => sessionTtl(session.loginTs, Math.floor(Date.now() / 1000)) },
+    // The sign-in session ends 12 hours (by default) after the password was given, not after its last
+    // use (`session-lifetime.ts`): oidc-provider saves it again, with this TTL, on each visit.
+    ttl: {
+      ...tokenLifetimes,
+      Session: (_ctx, session) => sessionTtl(session.loginTs, Math.floor(Date.now() / 1000), sessionLifetimeSeconds),
+    },
     interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {
       devInteractions: { enabled: false },

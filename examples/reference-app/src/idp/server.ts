@@ -27,6 +27,13 @@ export interface IdpOptions {
    * token's lifetime); anything else is a `TypeError`.
    */
   refreshTokenReuseSeconds?: number | undefined;
+  /**
+   * How long the sign-in session (the provider's cookie) lives after the password was given, however
+   * often it is used, before the password is asked again: 12 hours (43200) by default, OWASP ASVS
+   * 3.3.2 at level 2. A whole number of seconds up to 30 days (2592000, what level 1 allows); anything
+   * else is a `TypeError`.
+   */
+  sessionLifetimeSeconds?: number | undefined;
 }
 
 /** The identity provider: an Express app serving our pages in front of oidc-provider. */
