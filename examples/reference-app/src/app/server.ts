@@ -499,7 +499,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
     const revoked = await revokeTokens(data?.tokens, 'sign-out');
     res.set('Cache-Control', 'no-store');
-    // Then the browser signs out at the provider too (RP-initiated logout): its session (14 days) would
+    // Then the browser signs out at the provider too (RP-initiated logout): its session (12 hours) would
     // otherwise let the next person at this computer press "Sign in" and be alice after one click on
     // the consent page. The provider asks to confirm, then sends the browser back to the app's root.
     // A provider that could not be reached to revoke is not sent to: the page says so instead.
