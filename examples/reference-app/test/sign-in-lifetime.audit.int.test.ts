@@ -193,6 +193,26 @@ describe("the app's session", () => {
     expect(await signedIn(agent)).toBe(false);
   });
 
+  // Was wrong: ASVS 3.3.2 at level 2 also asks for the password after 30 minutes idle. The app ends a
+  // session 8 hours after its last change, and the provider's sign-in session has no idle limit at
+  // all (a sign-in at the app after its session idled out reuses it without the password); 30 minutes
+  // at both would sign an active reader out of the app and out of single sign-on; needs a decision.
+  it.fails('ends after 30 minutes idle, and the next sign-in asks for the password', async () => {
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      whole.running.authUrl,
+      appUrl('/signin'),
+      client().redirectUri,
+      alice,
+    );
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    expect(await signedIn(agent)).toBe(true);
+    // 31 minutes without a request: every time of the row moved back.
+    await ageAppSession(agent, 31 * 60);
+    expect(await signedIn(agent)).toBe(false);
+  });
+
   // A row an earlier version wrote carries no `authTime`: it lives by its creation, as it did.
   it('keeps a session an earlier version stored, 12 hours from its creation', async () => {
     const sessions = createSessionStore(whole.db, { ttlSeconds: 8 * hour, lifetimeSeconds: 12 * hour });
