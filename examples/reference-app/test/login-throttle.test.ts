@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { addressGroup, createLoginThrottle } from '../src/idp/login-throttle.js';
+import { addressGroup, addressNetwork, createLoginThrottle } from '../src/idp/login-throttle.js';
 
 const minute = 60_000;
 
@@ -211,5 +211,76 @@ describe('createLoginThrottle: failures per address, across names', () => {
     expect(() => createLoginThrottle({ maxFailures: 10, maxFailuresPerAddress: 10 })).not.toThrow();
     // The default follows a per-pair limit set above it.
     expect(() => createLoginThrottle({ maxFailures: 500 })).not.toThrow();
+  });
+});
+
+// Was wrong: an IPv6 client was counted by its /64 only, and a site, or anyone with a free tunnel
+// broker account, holds a /48: 65,536 /64s, each a fresh count, so 655,360 guesses at one name per
+// window instead of 10. A /48 now has caps of its own, ten times the /64's (a /48 may be many
+// subscribers of a mobile network: one of them must not lock out the rest at the /64's numbers).
+describe('addressNetwork: the /48 of an IPv6 address', () => {
+  it.each([
+    ['2001:db8:1:2:aaaa::1', '2001:db8:1::/48'],
+    ['[2001:DB8:1:ffff::1]:443', '2001:db8:1::/48'],
+    ['2001:db8::1', '2001:db8:0::/48'],
+  ])('%s is in %s', (address, network) => {
+    expect(addressNetwork(address)).toBe(network);
+  });
+
+  it.each(['192.0.2.1', '::ffff:192.0.2.1', '::ffff:c000:201', '192.0.2.1:443', 'not an address'])(
+    '%s has none (an IPv4 client is one address)',
+    (address) => {
+      expect(addressNetwork(address)).toBeUndefined();
+    },
+  );
+});
+
+describe('createLoginThrottle: a /48, ten times the caps of a /64', () => {
+  const clocked = (options: { maxFailures?: number; maxFailuresPerAddress?: number } = {}) => {
+    let now = Date.UTC(2026, 0, 1);
+    const throttle = createLoginThrottle({ windowMs: 10 * minute, ...options, now: () => now });
+    return { throttle, advance: (ms: number) => (now += ms) };
+  };
+  const subnet = (n: number) => `2001:db8:1:${n.toString(16)}::1`;
+
+  it('refuses a guesser that takes a new /64 of its /48 for each wrong password, from 10 × maxFailures on', () => {
+    const { throttle, advance } = clocked({ maxFailures: 2, maxFailuresPerAddress: 100 });
+    for (let n = 1; n <= 20; n++) {
+      expect(throttle.retryAfter('alice', subnet(n))).toBe(0);
+      throttle.failed('alice', subnet(n));
+    }
+    expect(throttle.retryAfter('alice', subnet(21))).toBe(10 * 60);
+    // Other names from that /48, and alice from another /48, are not refused.
+    expect(throttle.retryAfter('bob', subnet(21))).toBe(0);
+    expect(throttle.retryAfter('alice', '2001:db8:2::1')).toBe(0);
+    advance(10 * minute);
+    expect(throttle.retryAfter('alice', subnet(21))).toBe(0);
+  });
+
+  it('refuses a sprayer that rotates its /64s within a /48, from 10 × maxFailuresPerAddress on', () => {
+    const { throttle } = clocked({ maxFailures: 1, maxFailuresPerAddress: 2 });
+    for (let n = 1; n <= 20; n++) {
+      expect(throttle.retryAfter(`user-${n}`, subnet(n))).toBe(0);
+      throttle.failed(`user-${n}`, subnet(n));
+    }
+    expect(throttle.retryAfter('user-21', subnet(21))).toBeGreaterThan(0);
+    expect(throttle.retryAfter('user-21', '2001:db8:2::1')).toBe(0);
+  });
+
+  it("forgives a right password's failures at the /48 too", () => {
+    const { throttle } = clocked({ maxFailures: 1, maxFailuresPerAddress: 1 });
+    // Each sign-in is counted before its password is checked (interactions.ts), then forgiven.
+    for (let n = 1; n <= 30; n++) {
+      expect(throttle.retryAfter('alice', subnet(n))).toBe(0);
+      throttle.failed('alice', subnet(n));
+      throttle.succeeded('alice', subnet(n));
+    }
+    expect(throttle.retryAfter('bob', subnet(31))).toBe(0);
+  });
+
+  it('leaves IPv4 clients as they were: one address, one count', () => {
+    const { throttle } = clocked({ maxFailures: 1, maxFailuresPerAddress: 1 });
+    for (let n = 1; n <= 30; n++) throttle.failed('alice', `198.51.100.${n}`);
+    expect(throttle.retryAfter('alice', '198.51.100.31')).toBe(0);
   });
 });

@@ -13,8 +13,8 @@ export interface LoginThrottleOptions {
   /** How long a failure counts, in ms. Default 15 minutes. */
   windowMs?: number | undefined;
   /**
-   * Most name and address pairs followed at once, and most addresses; the longest-quiet one not locked
-   * is forgotten first. Default 10,000.
+   * Most name and address pairs followed at once, and most addresses, each for addresses (an IPv6 one
+   * by its /64) and again for /48s; the longest-quiet one not locked is forgotten first. Default 10,000.
    */
   maxEntries?: number | undefined;
   now?: (() => number) | undefined;
@@ -47,6 +47,9 @@ export interface LoginThrottle {
  * many people behind one address (an office's NAT) who together mistype 100 passwords in 15 minutes
  * wait too.
  *
+ * An IPv6 client is counted by its /64 (`addressGroup`), and its /48 has caps of its own, ten times
+ * those of a /64 (`networkFactor`): a holder of a /48 would otherwise have 65,536 fresh counts.
+ *
  * The memory is bounded: when it is full, the pair (or address) quiet the longest among those not
  * locked is forgotten, so that unlocking one takes `maxEntries` other locked ones.
  *
@@ -66,26 +69,65 @@ export function createLoginThrottle(options: LoginThrottleOptions = {}): LoginTh
   }
   if (!Number.isFinite(windowMs) || windowMs <= 0) throw new TypeError('windowMs must be a positive number');
   if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new TypeError('maxEntries must be a positive integer');
-  const pairs = failureLog(maxFailures, windowMs, maxEntries);
-  const addresses = failureLog(maxFailuresPerAddress, windowMs, maxEntries);
-  const keyOf = (name: string, address: string) => `${name.toLowerCase()}\u0000${addressGroup(address)}`;
+  // Two tiers, each a pair log and an address log: the address (an IPv6 one by its /64) at the limits
+  // as given, and an IPv6 address's /48 at ten times them (`addressNetwork`). An IPv4 address has no
+  // /48: its second tier is skipped.
+  const tiers = [
+    {
+      group: addressGroup,
+      pairs: failureLog(maxFailures, windowMs, maxEntries),
+      addresses: failureLog(maxFailuresPerAddress, windowMs, maxEntries),
+    },
+    {
+      group: addressNetwork,
+      pairs: failureLog(maxFailures * networkFactor, windowMs, maxEntries),
+      addresses: failureLog(maxFailuresPerAddress * networkFactor, windowMs, maxEntries),
+    },
+  ];
+  const keyOf = (name: string, group: string) => `${name.toLowerCase()}\u0000${group}`;
   return {
     retryAfter(name, address) {
       const t = now();
-      return Math.max(pairs.wait(keyOf(name, address), t), addresses.wait(addressGroup(address), t));
+      let wait = 0;
+      for (const { group: groupOf, pairs, addresses } of tiers) {
+        const group = groupOf(address);
+        if (group === undefined) continue;
+        wait = Math.max(wait, pairs.wait(keyOf(name, group), t), addresses.wait(group, t));
+      }
+      return wait;
     },
     failed(name, address) {
       const t = now();
-      pairs.add(keyOf(name, address), t);
-      addresses.add(addressGroup(address), t);
+      for (const { group: groupOf, pairs, addresses } of tiers) {
+        const group = groupOf(address);
+        if (group === undefined) continue;
+        pairs.add(keyOf(name, group), t);
+        addresses.add(group, t);
+      }
     },
     succeeded(name, address) {
-      const key = keyOf(name, address);
-      addresses.remove(addressGroup(address), pairs.recent(key, now()));
-      pairs.forget(key);
+      const t = now();
+      for (const { group: groupOf, pairs, addresses } of tiers) {
+        const group = groupOf(address);
+        if (group === undefined) continue;
+        const key = keyOf(name, group);
+        addresses.remove(group, pairs.recent(key, t));
+        pairs.forget(key);
+      }
     },
   };
 }
+
+/**
+ * How many times the caps of one /64 a /48 has. A site, or anyone with a tunnel broker's free /48,
+ * holds 65,536 /64s: counted by its /64 alone, it could guess 65,536 times as often as one client. But
+ * a /48 is not always one subscriber (a mobile network hands each device a /64 of its pools, and an
+ * office or campus is one /48), so the /64's caps there would let one of them lock out the rest, as
+ * an office behind one NAT address is locked out by its own mistypes: ten times, the factor between a
+ * pair's cap and an address's, bounds a /48 holder to ten times one client's guesses and leaves room
+ * for its honest neighbours. A /56 (a home) gets no tier of its own: a /48's caps hold it too.
+ */
+const networkFactor = 10;
 
 /**
  * Failure times per key within the window, oldest first, at most `limit` of them, for at most
@@ -174,6 +216,26 @@ export function addressGroup(address: string): string {
     .slice(0, 4)
     .map((group) => group.toString(16))
     .join(':')}::/64`;
+}
+
+/**
+ * The /48 an IPv6 address is in, the second tier of the count (see `networkFactor`); undefined for an
+ * IPv4 address (an IPv4-mapped one included, in any spelling) and for anything that is no address.
+ * A port, brackets and a zone id are dropped as in {@link addressGroup}.
+ *
+ * @example
+ * addressNetwork('2001:db8:1:2:aaaa::1'); // '2001:db8:1::/48'
+ * addressNetwork('192.0.2.1'); // undefined
+ */
+export function addressNetwork(address: string): string | undefined {
+  const bare = withoutPort(address).replace(/%.*$/, '');
+  if (!isIPv6(bare)) return undefined;
+  const groups = ipv6Groups(bare);
+  if (groups.slice(0, 5).every((group) => group === 0) && groups[5] === 0xffff) return undefined;
+  return `${groups
+    .slice(0, 3)
+    .map((group) => group.toString(16))
+    .join(':')}::/48`;
 }
 
 /** `address` without a port (`a.b.c.d:port`, `[v6]:port`) or the brackets of `[v6]`. */
