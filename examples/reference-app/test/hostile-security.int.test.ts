@@ -99,7 +99,7 @@ describe('the identity provider behind a TLS proxy (TRUST_PROXY=1) under a forge
 describe('the identity provider on an https issuer, behind a TLS proxy, with TRUST_PROXY left unset', () => {
   // `AUTH_URL=https://...` makes the issuer https. oidc-provider marks its cookies Secure only when it
   // reads the request as https (`ctx.secure`), and behind a proxy that ends TLS the request arrives over
-  // plain http: without the scheme taken from the issuer, the sign-in session `_session` (14 days) and
+  // plain http: without the scheme taken from the issuer, the sign-in session `_session` (12 hours) and
   // the interaction cookies would go out without Secure, and a browser would send them in clear on any
   // http:// request to the provider's host that an attacker on the network triggers.
   const issuer = 'https://idp.hostile-security.test';
@@ -208,7 +208,7 @@ describe('password guessing at the login page', () => {
 });
 
 describe('signing out of the third-party app on a shared computer', () => {
-  // The provider keeps a session in a persistent `_session` cookie (14 days). Were the app's sign-out
+  // The provider keeps a session in a persistent `_session` cookie (12 hours from the password). Were the app's sign-out
   // only its own, the next person at the computer would press "Sign in" and get the consent page
   // "Signed in as Alice Liddell": one click on Allow and they are in as alice, never asked for a
   // password. The app sends the browser through the provider's logout (RP-initiated logout) instead.
