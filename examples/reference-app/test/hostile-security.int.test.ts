@@ -210,8 +210,8 @@ describe('password guessing at the login page', () => {
 describe('signing out of the third-party app on a shared computer', () => {
   // The provider keeps a session in a persistent `_session` cookie (12 hours from the password). Were
   // the app's sign-out only its own, the next person at the computer would press "Sign in" and get the
-  // consent page "Signed in as Alice Liddell": one click on Allow and they are in as alice, never asked for a
-  // password. The app sends the browser through the provider's logout (RP-initiated logout) instead.
+  // consent page "Signed in as Alice Liddell": one click on Allow and they are in as alice, never
+  // asked for a password. The app sends the browser through the provider's logout (RP-initiated logout) instead.
   let agent: UserAgent;
 
   beforeAll(async () => {
