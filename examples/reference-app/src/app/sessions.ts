@@ -184,8 +184,8 @@ export interface SessionStoreOptions {
  * A session ends `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation, or
  * after its `authTime` when that is earlier, at the latest: without that limit a session in use, or a
  * stolen cookie replayed every few hours, would never end; and a sign-in that reused the provider's
- * session without the password is no new password. Both are measured by the database's clock, the lifetime from `created_at`, which the
- * browser never sees and no request changes. Every read and write treats a session past either as
+ * session without the password is no new password. Both are measured by the database's clock, the
+ * lifetime from `created_at` and `authTime`, which the browser never sees and no request changes. Every read and write treats a session past either as
  * gone, and an update extends `expires_at` only up to the end of the lifetime, so the purge below
  * finds those rows too.
  *
