@@ -142,13 +142,11 @@ describe('npm start: configuration mistakes', () => {
   // The provider's sign-in session lifetime (12 hours by default, ASVS 3.3.2 level 2) is set with
   // SESSION_LIFETIME_SECONDS: a value that is no whole number of seconds from 1 to 30 days (0, which
   // would sign nobody in, included) is refused with one line naming it, not a stack or the default.
-  it.each(['abc', '', '0', '-1', '1.5', '12h', '2592001'])(
-    'a SESSION_LIFETIME_SECONDS of %j is refused at start',
-    async (value) => {
-      expectClearRefusal(await start({ SESSION_LIFETIME_SECONDS: value }), 'SESSION_LIFETIME_SECONDS');
-    },
-    40_000,
-  );
+  // One start (the values envSeconds refuses are checked in env.test.ts); past the 30 days, to prove
+  // main passes the bound.
+  it('a SESSION_LIFETIME_SECONDS over 30 days is refused at start', async () => {
+    expectClearRefusal(await start({ SESSION_LIFETIME_SECONDS: '2592001' }), 'SESSION_LIFETIME_SECONDS');
+  }, 40_000);
 
   // Was a defect: a DATABASE_URL nobody answers ended in a `connect ECONNREFUSED` stack.
   it('an unreachable DATABASE_URL is one line naming the variable', async () => {
