@@ -2572,6 +2572,8 @@ function capturedReasonPhrase(state: CaptureState, status: number): string | und
  * capture.completeWith({ status: 201, headers, body, statusMessage: ownReasonPhrase(res, 201) });
  */
 export function ownReasonPhrase(res: ServerResponse, status: number): string | undefined {
+  // Not read over HTTP/2: Node's Http2ServerResponse warns (UnsupportedWarning) when it is.
+  if (streamOf(res) !== undefined) return undefined;
   return phraseOfOwn(res, res.statusMessage, status);
 }
 
