@@ -6,7 +6,7 @@ import { createLoginThrottle } from './idp/login-throttle.js';
 import { refreshTokenReuse } from './idp/reuse-interval.js';
 import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp, type IdpOptions } from './idp/server.js';
-import { sessionLifetime } from './idp/session-lifetime.js';
+import { sessionIdle, sessionLifetime } from './idp/session-lifetime.js';
 import { type ListeningPort, listen } from './listen.js';
 import { purgeEvery } from './purge-every.js';
 import { type SeededClients, seed } from './seed.js';
@@ -40,6 +40,11 @@ export interface StartOptions {
   refreshTokenReuseSeconds?: number | undefined;
   /** The provider's sign-in session lifetime (env SESSION_LIFETIME_SECONDS; see `createIdp`). */
   sessionLifetimeSeconds?: number | undefined;
+  /**
+   * How long a sign-in lasts without use, at the provider and at the third-party app alike (env
+   * SESSION_IDLE_SECONDS): 30 minutes by default; from 60 to the provider's session lifetime.
+   */
+  sessionIdleSeconds?: number | undefined;
 }
 
 /** The running components. */
@@ -75,7 +80,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
   // its environment first: a bad value is one TypeError, not a start half made and closed again.
   const purgeEveryMs = purgeEvery(options.purgeEveryMs, 'purgeEveryMs');
   refreshTokenReuse(options.refreshTokenReuseSeconds);
-  sessionLifetime(options.sessionLifetimeSeconds);
+  sessionIdle(options.sessionIdleSeconds, sessionLifetime(options.sessionLifetimeSeconds));
   createLoginThrottle(options.loginThrottle);
   const ports: ListeningPort[] = [];
   try {
@@ -95,6 +100,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       ...(options.loginThrottle ? { loginThrottle: options.loginThrottle } : {}),
       refreshTokenReuseSeconds: options.refreshTokenReuseSeconds,
       sessionLifetimeSeconds: options.sessionLifetimeSeconds,
+      sessionIdleSeconds: options.sessionIdleSeconds,
     });
     authPort.use(idp.app);
     const { app } = await createThirdPartyApp({
@@ -107,6 +113,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       ...(options.now ? { now: options.now } : {}),
       ...(options.retryTiming ? { retryTiming: options.retryTiming } : {}),
       ...(options.onAppEvent ? { onEvent: options.onAppEvent } : {}),
+      sessionIdleSeconds: options.sessionIdleSeconds,
     });
     appPort.use(app);
 

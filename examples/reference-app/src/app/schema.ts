@@ -22,6 +22,9 @@ export async function migrateApp(db: Database): Promise<void> {
     -- A session's lifetime counts from here (sessions.ts). A table made before the column gets it with
     -- its rows taken as created now: they end 12 hours after the upgrade at the latest.
     ${onlyIfMissing({ relation: 'app_sessions', column: 'created_at' }, 'alter table app_sessions add column if not exists created_at timestamptz not null default now()')}
+    -- A signed-in session's last request, for its idle limit (sessions.ts). NULL in a row an earlier
+    -- version wrote: its last change stands for it.
+    ${onlyIfMissing({ relation: 'app_sessions', column: 'last_seen' }, 'alter table app_sessions add column if not exists last_seen timestamptz')}
     -- Each new session deletes a batch of expired ones, oldest first.
     ${onlyIfMissing({ relation: 'app_sessions_expires_at' }, 'create index if not exists app_sessions_expires_at on app_sessions (expires_at)')}
     ${hashPendingStates}

@@ -168,7 +168,7 @@ const purgeBatch = 100;
 
 /** What {@link createSessionStore} takes. */
 export interface SessionStoreOptions {
-  /** How long a session lives after its last update (its idle timeout), in seconds. */
+  /** How long a session lives after its last update (sign-in, token refresh, form sent), in seconds. */
   ttlSeconds: number;
   /**
    * How long a session lives after its creation, and after its `authTime` (the password), however much
@@ -176,16 +176,34 @@ export interface SessionStoreOptions {
    * hours, or `ttlSeconds` if longer.
    */
   lifetimeSeconds?: number | undefined;
+  /**
+   * How long a signed-in session lives without a request, reads included (its inactivity timeout,
+   * OWASP ASVS 3.3.2 at level 2), in seconds; a whole number, at least {@link seenEverySeconds}.
+   * Default 30 minutes.
+   */
+  idleSeconds?: number | undefined;
 }
+
+/** The default of {@link SessionStoreOptions.idleSeconds}: 30 minutes. */
+const defaultIdleSeconds = 30 * 60;
+
+/**
+ * A read records the session's use (`last_seen`) only when the last record is older than this, in
+ * seconds: an idle limit counted in minutes needs no finer clock, and a page that reads the session
+ * several times, or a reader who clicks every few seconds, costs one write a minute, not one a request.
+ */
+export const seenEverySeconds = 60;
 
 /**
  * Creates a {@link SessionStore}. Ids are 256 random bits; only their hash is stored.
  *
- * A session ends `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation, or
+ * A signed-in session ends `idleSeconds` after its last request (a read counts: see
+ * {@link seenEverySeconds}), `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation, or
  * after its `authTime` when that is earlier, at the latest: without that limit a session in use, or a
  * stolen cookie replayed every few hours, would never end; and a sign-in that reused the provider's
  * session without the password is no new password. Both are measured by the database's clock, the
- * lifetime from `created_at` and `authTime`, which the browser never sees and no request changes. Every read and write treats a session past either as
+ * lifetime from `created_at` and `authTime`, which the browser never sees and no request changes, the
+ * idle time from `last_seen`. Every read and write treats a session past any of them as
  * gone, and an update extends `expires_at` only up to the end of the lifetime, so the purge below
  * finds those rows too.
  *
@@ -205,13 +223,25 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
   if (!Number.isSafeInteger(lifetime) || lifetime < ttl) {
     throw new TypeError('lifetimeSeconds must be a whole number of seconds, at least ttlSeconds');
   }
+  const idle = options.idleSeconds ?? defaultIdleSeconds;
+  if (!Number.isSafeInteger(idle) || idle < seenEverySeconds) {
+    throw new TypeError(`idleSeconds must be a whole number of seconds, at least ${seenEverySeconds}`);
+  }
   // A whole number, checked above: written into the statements as it is. `least` ignores a NULL: a row
   // without `authTime` (an earlier version wrote it) ends by its creation alone. `authTime` is the
   // provider's clock, `now()` the database's: seconds apart, against 12 hours.
   const fromPassword = `case when jsonb_typeof(data -> 'authTime') = 'number'
     then to_timestamp((data ->> 'authTime')::float8) + make_interval(secs => ${lifetime}) end`;
   const end = `least(created_at + make_interval(secs => ${lifetime}), ${fromPassword})`;
-  const live = `expires_at > now() and ${end} > now()`;
+  // A signed-in session's last request: `last_seen`, or its last change when that is later. A row an
+  // earlier version wrote has no `last_seen` (NULL, which `greatest` ignores), and a process of that
+  // version still serving during a rolling deploy changes rows without setting it: their last change
+  // is `expires_at - ttl` (exactly, until the lifetime caps `expires_at`; the earliest it can be after
+  // that), so they end `idle` after it as they would have here. A sign-in in progress (no `user`) has a
+  // life of its own, shorter, and nothing to read in between: the idle limit is not its.
+  const seen = `greatest(last_seen, expires_at - make_interval(secs => ${ttl}))`;
+  const active = `(not (data ? 'user') or ${seen} > now() - make_interval(secs => ${idle}))`;
+  const live = `expires_at > now() and ${end} > now() and ${active}`;
   const extended = (param: string) => `least(now() + make_interval(secs => ${param}::int), ${end})`;
   return {
     async create(data, ttlSeconds = ttl) {
@@ -223,8 +253,8 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       );
       const id = randomBytes(32).toString('base64url');
       await db.query(
-        `insert into app_sessions (id_hash, data, created_at, expires_at)
-         values ($1, $2, now(), least(
+        `insert into app_sessions (id_hash, data, created_at, last_seen, expires_at)
+         values ($1, $2, now(), now(), least(
            now() + make_interval(secs => least($3::int, $4::int)),
            to_timestamp($5::float8) + make_interval(secs => $4::int)
          ))`,
@@ -240,8 +270,17 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
     },
     async get(id) {
       if (!id) return undefined;
+      // A read is a use: recorded in the same statement (a statement in `with` runs whether the
+      // query reads it or not), and only when the last record is over a minute old, so reads cost a
+      // write a minute at most. Both parts see the row as it was: the session idle until now is not
+      // brought back by this very request.
       const { rows } = await db.query<{ data: SessionData }>(
-        `select data from app_sessions where id_hash = $1 and ${live}`,
+        `with seen as (
+           update app_sessions set last_seen = now()
+            where id_hash = $1 and ${live} and data ? 'user'
+              and (last_seen is null or last_seen < now() - make_interval(secs => ${seenEverySeconds}))
+         )
+         select data from app_sessions where id_hash = $1 and ${live}`,
         [sha256Id(id)],
       );
       return rows[0]?.data;
@@ -251,7 +290,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
       await db.query(
         `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
-           expires_at = ${extended('$4')}
+           expires_at = ${extended('$4')}, last_seen = now()
          where id_hash = $1 and ${live} and data ? 'user'`,
         [sha256Id(id), JSON.stringify(changes), removed, ttl],
       );
@@ -261,7 +300,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       await db.query(
         `update app_sessions
             set data = jsonb_set(data, '{flashes}', coalesce(data -> 'flashes', '{}'::jsonb) || jsonb_build_object($2::text, $3::jsonb)),
-                expires_at = ${extended('$4')}
+                expires_at = ${extended('$4')}, last_seen = now()
           where id_hash = $1 and ${live} and data ? 'user'`,
         [sha256Id(id), slot, JSON.stringify(flash), ttl],
       );

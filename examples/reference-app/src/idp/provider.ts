@@ -19,7 +19,7 @@ import { providerMethods } from './methods.js';
 import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
-import { defaultSessionLifetimeSeconds, sessionLifetime, sessionTtl } from './session-lifetime.js';
+import { defaultSessionLifetimeSeconds, sessionIdle, sessionLifetime, sessionTtl } from './session-lifetime.js';
 import { findUserById } from './users.js';
 
 /** The OpenID Connect scopes, with the claims each one releases. */
@@ -57,6 +57,11 @@ export interface ProviderOptions {
    * 12 hours by default.
    */
   sessionLifetimeSeconds?: number | undefined;
+  /**
+   * How long the sign-in session lives without a visit (`session-lifetime.ts`); 30 minutes by default,
+   * at most `sessionLifetimeSeconds`.
+   */
+  sessionIdleSeconds?: number | undefined;
 }
 
 /**
@@ -86,6 +91,7 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     sessionLifetimeSeconds: options.sessionLifetimeSeconds,
   });
   const sessionLifetimeSeconds = sessionLifetime(options.sessionLifetimeSeconds);
+  const sessionIdleSeconds = sessionIdle(options.sessionIdleSeconds, sessionLifetimeSeconds);
   const [keys, cookieKeys] = await Promise.all([loadSigningKeys(db), loadCookieKeys(db)]);
 
   // A client that names no resource gets the API only when it asks for an API scope. One that asks
@@ -172,11 +178,13 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
     },
     // No CORS beyond discovery and JWKS: the clients here are server-side or native.
     clientBasedCORS: () => false,
-    // The sign-in session ends 12 hours (by default) after the password was given, not after its last
-    // use (`session-lifetime.ts`): oidc-provider saves it again, with this TTL, on each visit.
+    // The sign-in session ends 30 minutes (by default) after its last visit, and 12 hours after the
+    // password was given however it is used (`session-lifetime.ts`): oidc-provider saves it again, with
+    // this TTL, on each visit, and the row's expiry is counted by the database's clock.
     ttl: {
       ...tokenLifetimes,
-      Session: (_ctx, session) => sessionTtl(session.loginTs, Math.floor(Date.now() / 1000), sessionLifetimeSeconds),
+      Session: (_ctx, session) =>
+        sessionTtl(session.loginTs, Math.floor(Date.now() / 1000), sessionLifetimeSeconds, sessionIdleSeconds),
     },
     interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {

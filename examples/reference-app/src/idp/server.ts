@@ -34,6 +34,12 @@ export interface IdpOptions {
    * else is a `TypeError`.
    */
   sessionLifetimeSeconds?: number | undefined;
+  /**
+   * How long the sign-in session lives without a visit (an app's "Sign in") before the password is
+   * asked again: 30 minutes (1800) by default, OWASP ASVS 3.3.2 at level 2. A whole number of seconds
+   * from 60 to the session's lifetime; anything else is a `TypeError`.
+   */
+  sessionIdleSeconds?: number | undefined;
 }
 
 /** The identity provider: an Express app serving our pages in front of oidc-provider. */
