@@ -3,11 +3,7 @@ import { Redis } from 'ioredis';
 import { startResourceStack } from './api/resource-stack.js';
 import { ConfigError, envPort, envSeconds, envUrl } from './env.js';
 import { maxRefreshTokenReuseSeconds } from './idp/reuse-interval.js';
-import {
-  defaultSessionLifetimeSeconds,
-  maxSessionLifetimeSeconds,
-  minSessionIdleSeconds,
-} from './idp/session-lifetime.js';
+import { maxSessionLifetimeSeconds, sessionIdleBounds } from './idp/session-lifetime.js';
 import { openDatabaseFromEnv } from './open-from-env.js';
 import { closeInOrder } from './shutdown.js';
 import type { startReferenceApp } from './start.js';
@@ -44,12 +40,8 @@ async function main(): Promise<void> {
   const sessionLifetimeSeconds = envSeconds(env, 'SESSION_LIFETIME_SECONDS', maxSessionLifetimeSeconds, 1);
   // How long a sign-in lasts without use, at the provider and the app (`startReferenceApp`); unset, its
   // default (30 minutes). At least a minute (the app records use once a minute), at most the lifetime.
-  const sessionIdleSeconds = envSeconds(
-    env,
-    'SESSION_IDLE_SECONDS',
-    sessionLifetimeSeconds ?? defaultSessionLifetimeSeconds,
-    minSessionIdleSeconds,
-  );
+  const idleBounds = sessionIdleBounds(sessionLifetimeSeconds);
+  const sessionIdleSeconds = envSeconds(env, 'SESSION_IDLE_SECONDS', idleBounds.max, idleBounds.min);
   const names = Object.keys(ports) as (keyof typeof ports)[];
   for (const [index, name] of names.entries()) {
     const other = names.slice(index + 1).find((candidate) => ports[candidate] === ports[name]);

@@ -148,6 +148,16 @@ describe('npm start: configuration mistakes', () => {
     expectClearRefusal(await start({ SESSION_LIFETIME_SECONDS: '2592001' }), 'SESSION_LIFETIME_SECONDS');
   }, 40_000);
 
+  // The idle limit of a sign-in (30 minutes by default, ASVS 3.3.2 level 2) is set with
+  // SESSION_IDLE_SECONDS, from 60 seconds to the session's lifetime. One start (the values are checked
+  // in env.test.ts): over a SESSION_LIFETIME_SECONDS set, to prove main bounds it by that lifetime.
+  it('a SESSION_IDLE_SECONDS over SESSION_LIFETIME_SECONDS is refused at start', async () => {
+    expectClearRefusal(
+      await start({ SESSION_LIFETIME_SECONDS: '3600', SESSION_IDLE_SECONDS: '3601' }),
+      'SESSION_IDLE_SECONDS',
+    );
+  }, 40_000);
+
   // Was a defect: a DATABASE_URL nobody answers ended in a `connect ECONNREFUSED` stack.
   it('an unreachable DATABASE_URL is one line naming the variable', async () => {
     const run = await start({ DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${await freePort()}/test` });

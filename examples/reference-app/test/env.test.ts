@@ -3,6 +3,7 @@
 // the values each reader takes and refuses are checked here.
 import { describe, expect, it } from 'vitest';
 import { ConfigError, envPort, envSeconds } from '../src/env.js';
+import { sessionIdleBounds } from '../src/idp/session-lifetime.js';
 
 const refusal = (read: () => unknown): string => {
   try {
@@ -42,6 +43,38 @@ describe('envSeconds', () => {
   it('a minimum of 1 refuses 0 (a lease of nothing), and takes 1', () => {
     expect(refusal(() => read('0', 1))).toContain('from 1 to');
     expect(read('1', 1)).toBe(1);
+  });
+});
+
+// SESSION_IDLE_SECONDS as main.ts reads it: a minute at least (the app records use once a minute), at
+// most the sign-in session's lifetime (SESSION_LIFETIME_SECONDS, 12 hours unset): a longer idle limit
+// would never be reached.
+describe('SESSION_IDLE_SECONDS', () => {
+  const name = 'SESSION_IDLE_SECONDS';
+  const read = (value: string, lifetime?: number) => {
+    const { min, max } = sessionIdleBounds(lifetime);
+    return envSeconds({ [name]: value }, name, max, min);
+  };
+
+  it('takes 60 to 43200 seconds with the default lifetime, and up to the lifetime set', () => {
+    expect(read('60')).toBe(60);
+    expect(read('1800')).toBe(1800);
+    expect(read('43200')).toBe(43_200);
+    expect(read('1209600', 1_209_600)).toBe(1_209_600);
+  });
+
+  it.each([
+    ['59', undefined, 'from 60 to 43200'],
+    ['0', undefined, 'from 60 to 43200'],
+    ['43201', undefined, 'from 60 to 43200'],
+    ['3601', 3600, 'from 60 to 3600'],
+    ['', undefined, 'from 60 to 43200'],
+    ['30m', undefined, 'from 60 to 43200'],
+  ])('refuses %j (lifetime %s) with one line naming the variable', (value, lifetime, bounds) => {
+    const message = refusal(() => read(value, lifetime));
+    expect(message).toContain(name);
+    expect(message).toContain(bounds);
+    expect(message).not.toContain('\n');
   });
 });
 

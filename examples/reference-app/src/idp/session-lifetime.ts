@@ -46,6 +46,19 @@ export const defaultSessionIdleSeconds = 30 * 60;
 export const minSessionIdleSeconds = 60;
 
 /**
+ * The idle limits that may be set next to a session lifetime (`undefined`: the default one): from
+ * {@link minSessionIdleSeconds} to the lifetime, as `npm start` reads SESSION_IDLE_SECONDS.
+ *
+ * @example
+ * ```ts
+ * sessionIdleBounds(undefined); // { min: 60, max: 43200 }
+ * ```
+ */
+export function sessionIdleBounds(lifetimeSeconds: number | undefined): { min: number; max: number } {
+  return { min: minSessionIdleSeconds, max: lifetimeSeconds ?? defaultSessionLifetimeSeconds };
+}
+
+/**
  * The idle limit `value` (seconds), or the default when it is undefined (30 minutes, or
  * `lifetimeSeconds` when shorter); anything but a whole number from {@link minSessionIdleSeconds} to
  * `lifetimeSeconds` is a `TypeError`: a limit past the lifetime would never be reached.
