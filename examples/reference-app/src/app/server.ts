@@ -204,7 +204,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const redirectUri = new URL('/callback', options.appUrl).href;
   // Where the provider's logout sends the browser back (registered as the client's post-logout URI).
   const postLogoutRedirectUri = new URL('/', options.appUrl).href;
-  // 8 hours after its last use, 12 after the password however much it is used (OWASP ASVS 3.3.2): 12
+  // 8 hours after its last change, 12 after the password however much it is used (OWASP ASVS 3.3.2): 12
   // after the sign-in, and 12 after the `auth_time` of its ID token, which a sign-in that reused the
   // provider's session without the password carries from that earlier sign-in. The provider is asked
   // for a password no older than that (`max_age`): an older one would end the new session at once.
@@ -510,7 +510,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
     const revoked = await revokeTokens(data?.tokens, 'sign-out');
     res.set('Cache-Control', 'no-store');
-    // Then the browser signs out at the provider too (RP-initiated logout): its session (12 hours) would
+    // Then the browser signs out at the provider too (RP-initiated logout): its session (30 minutes idle) would
     // otherwise let the next person at this computer press "Sign in" and be alice after one click on
     // the consent page. The provider asks to confirm, then sends the browser back to the app's root.
     // A provider that could not be reached to revoke is not sent to: the page says so instead.
