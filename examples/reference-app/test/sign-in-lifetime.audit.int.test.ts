@@ -413,6 +413,42 @@ describe("the app's session", () => {
     expect(await seenAgo()).toBeLessThan(5);
   });
 
+  // Concurrent reads of a session whose record is over a minute old: the condition is checked again
+  // on the row as each update finds it locked, so one of them writes and the others see its record.
+  it('records one use for twenty reads at once', async () => {
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      whole.running.authUrl,
+      appUrl('/signin'),
+      client().redirectUri,
+      alice,
+    );
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    await ageAppSession(agent, 61);
+    // Each change of `last_seen` of this row from now on is counted by a trigger, for this test only.
+    await whole.db.exec(`
+      create table seen_writes (id_hash text not null);
+      create function count_seen() returns trigger language plpgsql as $$ begin
+        if new.last_seen is distinct from old.last_seen then insert into seen_writes values (new.id_hash); end if;
+        return new;
+      end $$;
+      create trigger count_seen after update on app_sessions for each row execute function count_seen();`);
+    try {
+      const pages = await Promise.all(Array.from({ length: 20 }, () => agent.request(appUrl('/'))));
+      for (const page of pages) expect(page.body).toContain('Alice');
+      const { rows } = await whole.db.query<{ n: number }>(
+        'select count(*)::int as n from seen_writes where id_hash = $1',
+        [appSessionHash(agent)],
+      );
+      expect(rows[0]?.n).toBe(1);
+    } finally {
+      await whole.db.exec(
+        'drop trigger count_seen on app_sessions; drop function count_seen(); drop table seen_writes;',
+      );
+    }
+  });
+
   // The provider's session idles out on its own: once the app's session has ended (gone here), the
   // app's next sign-in finds no session at the provider, and the password is asked.
   it("asks for the password when the provider's session is 31 minutes idle", async () => {
