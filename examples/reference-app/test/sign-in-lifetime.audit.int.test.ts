@@ -559,3 +559,50 @@ describe('startReferenceApp with a provider session of 14 days', () => {
     }
   });
 });
+
+describe('startReferenceApp with sessionIdleSeconds', () => {
+  // The option reaches both: the app's session and the provider's end 2 minutes after their last use.
+  it('sets the idle limit of the app and of the provider', async () => {
+    const own = await openTestDatabase('sign_in_idle_start');
+    const running = await startReferenceApp({
+      db: own,
+      authPort: 0,
+      appPort: 0,
+      baseUrl: whole.stack.gateway.baseUrl,
+      sessionIdleSeconds: 120,
+    });
+    try {
+      const agent = createUserAgent();
+      const appUrl = (path: string) => new URL(path, running.appUrl).href;
+      const callback = await loginAndConsent(
+        agent,
+        running.authUrl,
+        appUrl('/signin'),
+        running.clients.app.redirectUri,
+        alice,
+      );
+      expect((await agent.request(callback.href)).response.status).toBe(303);
+      const left = await own.query<{ left: number }>(
+        `select extract(epoch from expires_at - now())::float8 as left from idp_models where model = 'Session' and id = $1`,
+        [storedId('Session', providerSession(agent)!)],
+      );
+      expect(left.rows[0]?.left).toBeLessThanOrEqual(120);
+      expect(left.rows[0]?.left).toBeGreaterThan(60);
+      const signedIn = async () => (await agent.request(appUrl('/'))).body.includes('Alice');
+      // Time passes for the row (its change too, which also counts as a use).
+      const idle = (seconds: number) =>
+        own.query(
+          `update app_sessions set last_seen = last_seen - make_interval(secs => $1),
+              expires_at = expires_at - make_interval(secs => $1), created_at = created_at - make_interval(secs => $1)`,
+          [seconds],
+        );
+      await idle(110);
+      expect(await signedIn()).toBe(true);
+      await idle(121);
+      expect(await signedIn()).toBe(false);
+    } finally {
+      await running.close();
+      await own.close();
+    }
+  });
+});
