@@ -201,7 +201,7 @@ export const seenEverySeconds = 60;
  * {@link seenEverySeconds}), `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation, or
  * after its `authTime` when that is earlier, at the latest: without that limit a session in use, or a
  * stolen cookie replayed every few hours, would never end; and a sign-in that reused the provider's
- * session without the password is no new password. Both are measured by the database's clock, the
+ * session without the password is no new password. All are measured by the database's clock, the
  * lifetime from `created_at` and `authTime`, which the browser never sees and no request changes, the
  * idle time from `last_seen`. Every read and write treats a session past any of them as
  * gone, and an update extends `expires_at` only up to the end of the lifetime, so the purge below
