@@ -3,6 +3,8 @@
  * of oidc-provider, so `main.ts` can check REFRESH_TOKEN_REUSE_SECONDS before it loads the provider.
  */
 
+import { wholeSeconds } from './whole-seconds.js';
+
 /** The reuse interval of a rotated refresh token when none is given. */
 export const defaultRefreshTokenReuseSeconds = 30;
 
@@ -21,11 +23,10 @@ export const maxRefreshTokenReuseSeconds = 14 * 24 * 3600;
  * const reuseSeconds = refreshTokenReuse(options.refreshTokenReuseSeconds);
  */
 export function refreshTokenReuse(value: number | undefined): number {
-  const seconds = value ?? defaultRefreshTokenReuseSeconds;
-  if (!Number.isSafeInteger(seconds) || seconds < 0 || seconds > maxRefreshTokenReuseSeconds) {
-    throw new TypeError(
-      `refreshTokenReuseSeconds must be a whole number of seconds from 0 to ${maxRefreshTokenReuseSeconds}`,
-    );
-  }
-  return seconds;
+  return wholeSeconds(
+    value ?? defaultRefreshTokenReuseSeconds,
+    'refreshTokenReuseSeconds',
+    0,
+    maxRefreshTokenReuseSeconds,
+  );
 }

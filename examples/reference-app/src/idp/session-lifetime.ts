@@ -10,6 +10,8 @@
  * minutes idle too: the TTL is then the idle limit, or what is left of the lifetime when less.
  */
 
+import { wholeSeconds } from './whole-seconds.js';
+
 /** The default: 12 hours, ASVS 3.3.2 at level 2. */
 export const defaultSessionLifetimeSeconds = 12 * 3600;
 
@@ -27,13 +29,7 @@ export const maxSessionLifetimeSeconds = 30 * 24 * 3600;
  * ```
  */
 export function sessionLifetime(value: number | undefined): number {
-  const seconds = value ?? defaultSessionLifetimeSeconds;
-  if (!Number.isSafeInteger(seconds) || seconds < 1 || seconds > maxSessionLifetimeSeconds) {
-    throw new TypeError(
-      `sessionLifetimeSeconds must be a whole number of seconds from 1 to ${maxSessionLifetimeSeconds}`,
-    );
-  }
-  return seconds;
+  return wholeSeconds(value ?? defaultSessionLifetimeSeconds, 'sessionLifetimeSeconds', 1, maxSessionLifetimeSeconds);
 }
 
 /** The default idle limit: 30 minutes without a visit, ASVS 3.3.2 at level 2. */
@@ -71,13 +67,13 @@ export function sessionIdleBounds(lifetimeSeconds: number | undefined): { min: n
  */
 export function sessionIdle(value: number | undefined, lifetimeSeconds: number): number {
   if (value === undefined) return Math.min(defaultSessionIdleSeconds, lifetimeSeconds);
-  const seconds = value;
-  if (!Number.isSafeInteger(seconds) || seconds < minSessionIdleSeconds || seconds > lifetimeSeconds) {
-    throw new TypeError(
-      `sessionIdleSeconds must be a whole number of seconds from ${minSessionIdleSeconds} to the session lifetime (${lifetimeSeconds})`,
-    );
-  }
-  return seconds;
+  return wholeSeconds(
+    value,
+    'sessionIdleSeconds',
+    minSessionIdleSeconds,
+    lifetimeSeconds,
+    `the session lifetime (${lifetimeSeconds})`,
+  );
 }
 
 /**
