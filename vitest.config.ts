@@ -62,6 +62,11 @@ export default defineConfig({
           testTimeout: 60_000,
           hookTimeout: 60_000,
           maxWorkers: 1,
+          // Within a file, independent scenarios (one per store, each with its own workers and keys)
+          // run at once and start together (support.ts, startTogether): every one of them must be
+          // let in at once, or those started would wait for the others' start-up forever. The most
+          // in one file is six (store-slow.int.test.ts).
+          maxConcurrency: 8,
           sequence: { groupOrder: 2 },
         },
       },

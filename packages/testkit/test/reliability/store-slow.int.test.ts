@@ -24,11 +24,16 @@ import {
   redisAvailable,
   retryUntilSettled,
   startChargeWorkers,
+  startTogether,
   stats,
 } from './support.js';
 
 const available = { redis: await redisAvailable(), postgres: await postgresAvailable() };
 const runs = (kind: BackendKind) => (kind === 'redis' ? available.redis : available.postgres);
+// The six scenarios (three stores, two latencies) run at once: each has its own proxy, workers and
+// key, and each mostly waits on its handler and leases. They begin together, after every worker
+// has started.
+const together = startTogether(2 * backendKinds.filter(runs).length);
 
 /** Retries `key` on `url` every 50 ms while `running` is pending; resolves to every answer. */
 async function pester(url: string, key: string, running: Promise<unknown>): Promise<Answer[]> {
@@ -45,7 +50,7 @@ async function pester(url: string, key: string, running: Promise<unknown>): Prom
 }
 
 for (const kind of backendKinds) {
-  describe.runIf(runs(kind))(`store slow on ${kind}`, () => {
+  describe.runIf(runs(kind))(`store slow on ${kind}`, { concurrent: true }, () => {
     let backend: Backend;
 
     beforeAll(async () => {
@@ -58,21 +63,23 @@ for (const kind of backendKinds) {
     describe('latency below the lease', () => {
       let group: Workers;
       let proxy: TcpProxy;
-      beforeAll(async () => {
-        proxy = await createTcpProxy({ target: backend.target });
-        const direct = backend.env();
-        group = await startChargeWorkers(
-          backend,
-          2,
-          (i) => ({
-            LEASE_MS: '1500',
-            STORE_TIMEOUT_MS: '3000',
-            HANDLER_MS: i === 0 ? '4000' : '0',
-            ...(i === 1 ? { STORE_URL: direct.STORE_URL as string } : {}),
-          }),
-          backend.via(proxy.port),
-        );
-      });
+      beforeAll(() =>
+        together(async () => {
+          proxy = await createTcpProxy({ target: backend.target });
+          const direct = backend.env();
+          group = await startChargeWorkers(
+            backend,
+            2,
+            (i) => ({
+              LEASE_MS: '1500',
+              STORE_TIMEOUT_MS: '3000',
+              HANDLER_MS: i === 0 ? '4000' : '0',
+              ...(i === 1 ? { STORE_URL: direct.STORE_URL as string } : {}),
+            }),
+            backend.via(proxy.port),
+          );
+        }),
+      );
       afterAll(async () => {
         await group?.close();
         await proxy?.close();
@@ -113,21 +120,23 @@ for (const kind of backendKinds) {
     describe('latency beyond the lease', () => {
       let group: Workers;
       let proxy: TcpProxy;
-      beforeAll(async () => {
-        proxy = await createTcpProxy({ target: backend.target });
-        const direct = backend.env();
-        group = await startChargeWorkers(
-          backend,
-          2,
-          (i) => ({
-            LEASE_MS: '400',
-            STORE_TIMEOUT_MS: '5000',
-            HANDLER_MS: i === 0 ? '1500' : '0',
-            ...(i === 1 ? { STORE_URL: direct.STORE_URL as string } : {}),
-          }),
-          backend.via(proxy.port),
-        );
-      });
+      beforeAll(() =>
+        together(async () => {
+          proxy = await createTcpProxy({ target: backend.target });
+          const direct = backend.env();
+          group = await startChargeWorkers(
+            backend,
+            2,
+            (i) => ({
+              LEASE_MS: '400',
+              STORE_TIMEOUT_MS: '5000',
+              HANDLER_MS: i === 0 ? '1500' : '0',
+              ...(i === 1 ? { STORE_URL: direct.STORE_URL as string } : {}),
+            }),
+            backend.via(proxy.port),
+          );
+        }),
+      );
       afterAll(async () => {
         await group?.close();
         await proxy?.close();

@@ -356,3 +356,27 @@ export async function retryUntilSettled(
 export function figures(scenario: string, data: Record<string, unknown>): void {
   console.info(`[figures] ${scenario} ${JSON.stringify(data)}`);
 }
+
+/**
+ * Lets the scenarios of one file run at once without one's timing paying for another's start-up.
+ * Each of `count` concurrent blocks wraps its `beforeAll` setup in the returned function; every setup
+ * then waits until all of them have finished (or failed) before its block's tests begin. Starting
+ * worker processes (Node, tsx) is the CPU-heavy part of a scenario; the scenarios themselves mostly
+ * wait on leases, which is why they can overlap, but a lease of a few hundred milliseconds timed
+ * while other processes compile would lose its margin.
+ */
+export function startTogether(count: number): <T>(setup: () => Promise<T>) => Promise<T> {
+  let arrived = 0;
+  let release!: () => void;
+  const everyone = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return async (setup) => {
+    try {
+      return await setup();
+    } finally {
+      if (++arrived >= count) release();
+      await everyone;
+    }
+  };
+}
