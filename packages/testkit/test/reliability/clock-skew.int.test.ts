@@ -21,34 +21,40 @@ import {
   redisAvailable,
   retryUntilSettled,
   startChargeWorkers,
+  startTogether,
 } from './support.js';
 
 const available = { redis: await redisAvailable(), postgres: await postgresAvailable() };
 const runs = (kind: BackendKind) => (kind === 'redis' ? available.redis : available.postgres);
+// The three stores' blocks run at once (own workers, table or prefix, keys), beginning together once
+// every worker has started; within a block the tests stay in order, as they kill and restart its workers.
+const together = startTogether(backendKinds.filter(runs).length);
 const leaseMs = 500;
 const retentionMs = 60_000;
 const skews = [30_000, -30_000];
 
 for (const kind of backendKinds) {
-  describe.runIf(runs(kind))(`clock skew of ±30 s on ${kind}`, () => {
+  describe.runIf(runs(kind))(`clock skew of ±30 s on ${kind}`, { concurrent: true }, () => {
     let backend: Backend;
     let group: Workers;
 
-    beforeAll(async () => {
-      backend = await createBackend(kind, 'skew');
-      group = await startChargeWorkers(backend, 2, (i) => ({
-        LEASE_MS: String(leaseMs),
-        RETENTION_MS: String(retentionMs),
-        SKEW_MS: String(skews[i]),
-        HANDLER_MS: '1200',
-      }));
-    });
+    beforeAll(() =>
+      together(async () => {
+        backend = await createBackend(kind, 'skew');
+        group = await startChargeWorkers(backend, 2, (i) => ({
+          LEASE_MS: String(leaseMs),
+          RETENTION_MS: String(retentionMs),
+          SKEW_MS: String(skews[i]),
+          HANDLER_MS: '1200',
+        }));
+      }),
+    );
     afterAll(async () => {
       await group?.close();
       await backend?.close();
     });
 
-    it("a live lease holds across skewed workers, and retention is the store clock's", async () => {
+    it.sequential("a live lease holds across skewed workers, and retention is the store clock's", async () => {
       const observed: Record<string, unknown> = {};
       for (const [runner, other] of [
         [0, 1],
@@ -87,7 +93,7 @@ for (const kind of backendKinds) {
       figures(`clock-skew-lease ${kind}`, observed);
     });
 
-    it("a dead worker's lease ends after about one lease on the other worker's skewed clock", async () => {
+    it.sequential("a dead worker's lease ends after about one lease on the other worker's skewed clock", async () => {
       const observed: Record<string, number> = {};
       for (const [dying, survivor] of [
         [0, 1],

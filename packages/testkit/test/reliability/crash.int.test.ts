@@ -17,11 +17,15 @@ import {
   redisAvailable,
   retryUntilSettled,
   startChargeWorkers,
+  startTogether,
 } from './support.js';
 
 const leaseMs = 500;
 const available = { redis: await redisAvailable(), postgres: await postgresAvailable() };
 const runs = (kind: BackendKind) => (kind === 'redis' ? available.redis : available.postgres);
+// The three stores' blocks run at once (own workers, table or prefix, keys), beginning together once
+// every worker has started; within a block the tests stay in order, as each kills and restarts worker 0.
+const together = startTogether(backendKinds.filter(runs).length);
 
 // What each kill point must leave behind, once the retry has settled: effects counted in the store's
 // database, and whether the first retry is already the replay.
@@ -36,14 +40,16 @@ const expectations: Record<
 };
 
 for (const kind of backendKinds) {
-  describe.runIf(runs(kind))(`SIGKILL mid-request on ${kind}`, () => {
+  describe.runIf(runs(kind))(`SIGKILL mid-request on ${kind}`, { concurrent: true }, () => {
     let backend: Backend;
     let group: Workers;
 
-    beforeAll(async () => {
-      backend = await createBackend(kind, 'crash');
-      group = await startChargeWorkers(backend, 2, { LEASE_MS: String(leaseMs) });
-    });
+    beforeAll(() =>
+      together(async () => {
+        backend = await createBackend(kind, 'crash');
+        group = await startChargeWorkers(backend, 2, { LEASE_MS: String(leaseMs) });
+      }),
+    );
 
     afterAll(async () => {
       await group?.close();
@@ -51,7 +57,7 @@ for (const kind of backendKinds) {
     });
 
     for (const [killAt, expected] of Object.entries(expectations)) {
-      it(`killed ${killAt}: never wedged, the retry settles within a lease, ${expected.effects(kind === 'postgres-tx')} effect(s) in total`, async () => {
+      it.sequential(`killed ${killAt}: never wedged, the retry settles within a lease, ${expected.effects(kind === 'postgres-tx')} effect(s) in total`, async () => {
         const key = randomUUID();
         const first = await charge(group.workers[0]!.url, key, { killAt });
         expect(first.status).toBe(0); // the connection died with the worker

@@ -24,6 +24,7 @@ import {
   pause,
   postgresAvailable,
   redisAvailable,
+  startTogether,
 } from './support.js';
 
 const available = { redis: await redisAvailable(), postgres: await postgresAvailable() };
@@ -32,6 +33,10 @@ const procfs = existsSync('/proc/self/stat');
 const runs = (kind: BackendKind) => procfs && (kind === 'redis' ? available.redis : available.postgres);
 const freezeWorker = fileURLToPath(new URL('./fixtures/freeze-worker.ts', import.meta.url));
 const leaseMs = 1000;
+// The four blocks below (three stores on Express, then Fastify and Koa on Redis) run at once, each
+// with its own workers, table or prefix and keys, and begin together once every worker has started.
+// Within a block the tests stay in order: they freeze and thaw the same worker 0.
+const together = startTogether(backendKinds.filter(runs).length + (procfs && available.redis ? 1 : 0));
 
 /** The downstream payment service: one payment per idempotency key, every call counted per request key. */
 interface Payments {
@@ -194,25 +199,27 @@ let counter = 0;
 const freshKey = (label: string) => `freeze-${label}-${process.pid}-${Date.now()}-${++counter}`;
 
 for (const kind of backendKinds) {
-  describe.runIf(runs(kind))(`process freeze on ${kind} (express)`, () => {
+  describe.runIf(runs(kind))(`process freeze on ${kind} (express)`, { concurrent: true }, () => {
     let backend: Backend;
     let group: Workers;
 
-    beforeAll(async () => {
-      backend = await createBackend(kind, 'audit_freeze');
-      group = await startWorkers({
-        count: 2,
-        script: freezeWorker,
-        readyTimeoutMs: 40_000,
-        env: () => ({
-          ...backend.env(),
-          FRAMEWORK: 'express',
-          LEASE_MS: String(leaseMs),
-          STORE_TIMEOUT_MS: '2000',
-          DOWNSTREAM_URL: payments.url,
-        }),
-      });
-    });
+    beforeAll(() =>
+      together(async () => {
+        backend = await createBackend(kind, 'audit_freeze');
+        group = await startWorkers({
+          count: 2,
+          script: freezeWorker,
+          readyTimeoutMs: 40_000,
+          env: () => ({
+            ...backend.env(),
+            FRAMEWORK: 'express',
+            LEASE_MS: String(leaseMs),
+            STORE_TIMEOUT_MS: '2000',
+            DOWNSTREAM_URL: payments.url,
+          }),
+        });
+      }),
+    );
     // A stopped child must never outlive its test: thaw it whatever happened.
     afterEach(() => {
       for (const worker of group?.workers ?? []) thaw(worker);
@@ -223,7 +230,7 @@ for (const kind of backendKinds) {
       await backend?.close();
     });
 
-    it('frozen before its effect past the lease: the takeover runs once, the thawed run sees its lease lost and makes no effect, its completion is fenced', async () => {
+    it.sequential('frozen before its effect past the lease: the takeover runs once, the thawed run sees its lease lost and makes no effect, its completion is fenced', async () => {
       const [w0, w1] = group.workers as [Worker, Worker];
       const key = freshKey('before');
       const before = await eventsOf(w0);
@@ -256,7 +263,7 @@ for (const kind of backendKinds) {
       expect(late.status).toBeGreaterThanOrEqual(400);
     });
 
-    it('frozen after its effect, before its response: the downstream payment is made once (keyFor), the late completion is fenced', async () => {
+    it.sequential('frozen after its effect, before its response: the downstream payment is made once (keyFor), the late completion is fenced', async () => {
       const [w0, w1] = group.workers as [Worker, Worker];
       const key = freshKey('after');
       const before = await eventsOf(w0);
@@ -287,7 +294,7 @@ for (const kind of backendKinds) {
       if (late.status === 201) expect(late.json.payment).toBe(taken.json.payment);
     });
 
-    it('frozen with its completion in flight: the store has it, retries replay it during the freeze, and the thawed process serves it without a false lease loss', async () => {
+    it.sequential('frozen with its completion in flight: the store has it, retries replay it during the freeze, and the thawed process serves it without a false lease loss', async () => {
       const [w0, w1] = group.workers as [Worker, Worker];
       const key = freshKey('inflight');
       const before = await eventsOf(w0);
@@ -342,7 +349,7 @@ for (const kind of backendKinds) {
       return frozen;
     }
 
-    it('frozen past its lease with nobody competing, its signal unread: the heartbeat renews the abandoned claim and the outcome is stored', async () => {
+    it.sequential('frozen past its lease with nobody competing, its signal unread: the heartbeat renews the abandoned claim and the outcome is stored', async () => {
       const [w0, w1] = group.workers as [Worker, Worker];
       const key = freshKey('alone');
       const before = await eventsOf(w0);
@@ -362,7 +369,7 @@ for (const kind of backendKinds) {
       expect(events.complete).toBe(1);
     });
 
-    it('frozen past its lease with nobody competing, stopping on its signal: nothing is stored, the same request runs once on retry', async () => {
+    it.sequential('frozen past its lease with nobody competing, stopping on its signal: nothing is stored, the same request runs once on retry', async () => {
       const [w0, w1] = group.workers as [Worker, Worker];
       const key = freshKey('alone-stop');
       const before = await eventsOf(w0);
@@ -388,26 +395,28 @@ for (const kind of backendKinds) {
 // Fastify and Koa, on Redis: the same freeze before the effect. Worker 0 runs Fastify, worker 1 Koa,
 // worker 2 Express; each frozen one's key is taken over by a worker of another framework, which
 // also checks that the three adapters claim the same record for the same request.
-describe.runIf(procfs && available.redis)('process freeze, each framework (redis)', () => {
+describe.runIf(procfs && available.redis)('process freeze, each framework (redis)', { concurrent: true }, () => {
   let backend: Backend;
   let group: Workers;
   const frameworks = ['fastify', 'koa', 'express'] as const;
 
-  beforeAll(async () => {
-    backend = await createBackend('redis', 'audit_freeze_fw');
-    group = await startWorkers({
-      count: 3,
-      script: freezeWorker,
-      readyTimeoutMs: 40_000,
-      env: (index) => ({
-        ...backend.env(),
-        FRAMEWORK: frameworks[index] as string,
-        LEASE_MS: String(leaseMs),
-        STORE_TIMEOUT_MS: '2000',
-        DOWNSTREAM_URL: payments.url,
-      }),
-    });
-  });
+  beforeAll(() =>
+    together(async () => {
+      backend = await createBackend('redis', 'audit_freeze_fw');
+      group = await startWorkers({
+        count: 3,
+        script: freezeWorker,
+        readyTimeoutMs: 40_000,
+        env: (index) => ({
+          ...backend.env(),
+          FRAMEWORK: frameworks[index] as string,
+          LEASE_MS: String(leaseMs),
+          STORE_TIMEOUT_MS: '2000',
+          DOWNSTREAM_URL: payments.url,
+        }),
+      });
+    }),
+  );
   afterEach(() => {
     for (const worker of group?.workers ?? []) thaw(worker);
   });
@@ -437,7 +446,7 @@ describe.runIf(procfs && available.redis)('process freeze, each framework (redis
     return late;
   }
 
-  it.each([
+  it.sequential.each([
     [0, 1],
     [1, 0],
   ])(
@@ -448,7 +457,7 @@ describe.runIf(procfs && available.redis)('process freeze, each framework (redis
     },
   );
 
-  it.each([0, 1])(
+  it.sequential.each([0, 1])(
     'worker %i (fastify, koa) frozen past its lease with nobody competing, stopping on its signal: nothing is stored, the retry runs once',
     async (index) => {
       const frozenWorker = group.workers[index] as Worker;
@@ -477,7 +486,7 @@ describe.runIf(procfs && available.redis)('process freeze, each framework (redis
   // (outside production), Fastify a 500 JSON with the message, Koa a 500 "Internal Server Error".
   // Decided: the signal aborts with an IdempotencyError `lease_lost` (503, retryable, Retry-After),
   // which the adapters answer as problem+json (Express through idempotencyErrors()).
-  it.each(frameworks.map((name, index) => [name, index, (index + 1) % 3] as const))(
+  it.sequential.each(frameworks.map((name, index) => [name, index, (index + 1) % 3] as const))(
     '%s: the client of a run that stopped on its lost lease gets 503 with Retry-After and a problem body, not a 500',
     async (_name, frozenIndex, takerIndex) => {
       const late = await freezeAndTakeOver(frozenIndex, takerIndex);

@@ -17,23 +17,29 @@ import {
   postgresAvailable,
   redisAvailable,
   startChargeWorkers,
+  startTogether,
 } from './support.js';
 
 const available = { redis: await redisAvailable(), postgres: await postgresAvailable() };
 const runs = (kind: BackendKind) => (kind === 'redis' ? available.redis : available.postgres);
+// The three stores' blocks run at once (own workers, proxy, table or prefix, keys), beginning together
+// once every worker has started: each mostly waits for its lost answers' client timeouts.
+const together = startTogether(backendKinds.filter(runs).length);
 
 for (const kind of backendKinds) {
-  describe.runIf(runs(kind))(`response lost after completion on ${kind}`, () => {
+  describe.runIf(runs(kind))(`response lost after completion on ${kind}`, { concurrent: true }, () => {
     let backend: Backend;
     let group: Workers;
     let proxy: TcpProxy;
 
-    beforeAll(async () => {
-      backend = await createBackend(kind, 'lost');
-      group = await startChargeWorkers(backend, 2, { LEASE_MS: '500' });
-      const url = new URL(group.workers[0]!.url);
-      proxy = await createTcpProxy({ target: { host: url.hostname, port: Number(url.port) } });
-    });
+    beforeAll(() =>
+      together(async () => {
+        backend = await createBackend(kind, 'lost');
+        group = await startChargeWorkers(backend, 2, { LEASE_MS: '500' });
+        const url = new URL(group.workers[0]!.url);
+        proxy = await createTcpProxy({ target: { host: url.hostname, port: Number(url.port) } });
+      }),
+    );
 
     afterAll(async () => {
       await proxy?.close();
@@ -41,7 +47,7 @@ for (const kind of backendKinds) {
       await backend?.close();
     });
 
-    it('the retry gets the replay of the lost answer; one effect', async () => {
+    it.sequential('the retry gets the replay of the lost answer; one effect', async () => {
       const rounds = 3;
       let replays = 0;
       for (let round = 0; round < rounds; round++) {
