@@ -73,6 +73,11 @@ for (const kind of backendKinds) {
             (i) => ({
               LEASE_MS: '1500',
               STORE_TIMEOUT_MS: '3000',
+              // A PostgreSQL connection opened through the delayed proxy needs a 400 ms round trip
+              // before its first query: with the pool's default 500 ms wait for one, a store call
+              // needing a second connection (a renewal while another holds the first) can fail on a
+              // busy box, and twice under load the first client got 503. Not this scenario's fault.
+              POOL_CONNECT_TIMEOUT_MS: '3000',
               HANDLER_MS: i === 0 ? '4000' : '0',
               ...(i === 1 ? { STORE_URL: direct.STORE_URL as string } : {}),
             }),
