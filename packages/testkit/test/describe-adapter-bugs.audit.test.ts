@@ -7,7 +7,8 @@
 // it fails some scenarios whatever the bug. The question is therefore asked differentially: a bug
 // is caught when a scenario the correct adapter passes fails with the bug. The table runs in a child
 // vitest (see audit-support/child-vitest.ts), without its transactional scenarios, which the tiny
-// adapter does not implement and which would each wait out a 20 s test timeout.
+// adapter does not implement, nor the one of a header set after the head went out, which its plain
+// writes never answer: each would wait out a 20 s test timeout, per variant.
 //
 // All three bugs are caught: these are pins, not defects. (The table's own 'never replays
 // Set-Cookie' scenario covers the fourth mistake of the brief; through core's capture an adapter
@@ -37,7 +38,7 @@ beforeAll(async () => {
   results = await runChildVitest(
     fixture,
     { IDEM_AUDIT_ADAPTER_BUGS: adapterBugs.join(',') },
-    ['-t', '^(?!.*transactional mode).*$'],
+    ['-t', '^(?!.*(transactional mode|a header set after the head went out)).*$'],
     fixtureConfig,
   );
 }, 250_000);
