@@ -9,7 +9,8 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
 import { migrateApi } from '../src/schema/api-schema.js';
-import { seed } from '../src/seed.js';
+import { createUser, findUserByUsername } from '../src/idp/users.js';
+import { demoUsers, seed } from '../src/seed.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 // Asked first: without PostgreSQL these tests are skipped with a warning (failed under CI=true), as
@@ -50,6 +51,57 @@ describe.runIf(available)('two reference-app processes starting at once on an em
     expect(failures).toEqual([]);
   });
 
+  // Was a defect: createUser inserted with `on conflict (username) do nothing`, but a demo account
+  // has a fixed id too, and two inserts in flight at once meet first on the primary key, which that
+  // clause does not cover: the second start failed with 23505 idp_users_pkey (seen in CI, seeding).
+  it('both create the same demo account without failing', async () => {
+    const [a, b] = await twoProcesses();
+    await migrateIdp(a);
+    const alice = { ...demoUsers[0], roles: [...demoUsers[0].roles] };
+    // Pins the interleaving: a third session holds an uncommitted row with the account's id (under
+    // another name), so both inserts get past the username check and wait on the primary key; when
+    // it rolls back, one insert goes in and the other meets it there.
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    let created: PromiseSettledResult<unknown>[];
+    try {
+      await holder.query('begin');
+      await holder.query(
+        `insert into ${schemaOf(a)}.idp_users (id, username, password_hash, name, email) values ($1, 'placeholder', 'x', 'x', 'x')`,
+        [alice.id],
+      );
+      const creating = Promise.allSettled([createUser(a, alice), createUser(b, alice)]);
+      await vi.waitFor(
+        async () => {
+          const waiting = await holder.query(
+            "select count(*)::int as n from pg_locks where locktype = 'transactionid' and not granted",
+          );
+          expect(waiting.rows[0].n).toBeGreaterThanOrEqual(2);
+        },
+        { timeout: 10_000, interval: 20 },
+      );
+      await holder.query('rollback');
+      created = await creating;
+    } finally {
+      await holder.end();
+    }
+    const failures = created.flatMap((result) =>
+      result.status === 'rejected' ? [`${result.reason?.code} ${result.reason?.message}`] : [],
+    );
+    expect(failures).toEqual([]);
+    expect((await findUserByUsername(a, alice.username))?.id).toBe(alice.id);
+  });
+
+  it('refuses an account whose id another user has, naming both (no bare 23505)', async () => {
+    const [a] = await twoProcesses();
+    await migrateIdp(a);
+    const account = { id: 'user-shared', password: 'pw', name: 'N', email: 'n@example.com' };
+    await createUser(a, { ...account, username: 'first' });
+    await expect(createUser(a, { ...account, username: 'second' })).rejects.toThrow(
+      'createUser: the id user-shared belongs to another user than second',
+    );
+  });
+
   // Was a defect: seed() reads the app client, makes a secret when there is none and upserts the client, so two first starts each keep their own secret and the last upsert wins: the other process's third-party app then authenticates with a secret the provider no longer has (invalid_client on every sign-in).
   it('both seed the same secret for the third-party app client', async () => {
     const [a, b] = await twoProcesses();
@@ -65,8 +117,15 @@ describe.runIf(available)('two reference-app processes starting at once on an em
       await holder.query(`lock table ${schemaOf(a)}.idp_models in share mode`);
       const appRedirectUri = 'http://localhost:8083/callback';
       const seeding = Promise.all([seed(a, { appRedirectUri }), seed(b, { appRedirectUri })]);
+      // A seed that fails before it reaches the lock is this test's failure, reported as itself
+      // (it was an unhandled rejection and a lock count that never came).
+      let failed: unknown;
+      seeding.catch((error: unknown) => {
+        failed = error;
+      });
       await vi.waitFor(
         async () => {
+          if (failed) throw failed;
           const waiting = await holder.query(
             'select count(*)::int as n from pg_locks where relation = $1::regclass and not granted',
             [`${schemaOf(a)}.idp_models`],

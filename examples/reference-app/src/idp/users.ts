@@ -76,13 +76,16 @@ export async function createUser(db: Database, given: NewUser): Promise<User> {
   const existing = await findUserByUsername(db, user.username);
   if (existing) return existing;
   const passwordHash = await hashPassword(user.password);
+  const id = user.id ?? randomUUID();
+  // No conflict target: the id is unique too, and two starts seeding one account at once meet on
+  // whichever key they reach first; a target of `username` alone let the id clash through as 23505.
   await db.query(
     `insert into idp_users (id, username, password_hash, name, email, roles)
-     values ($1, $2, $3, $4, $5, $6) on conflict (username) do nothing`,
-    [user.id ?? randomUUID(), user.username, passwordHash, user.name, user.email, user.roles ?? []],
+     values ($1, $2, $3, $4, $5, $6) on conflict do nothing`,
+    [id, user.username, passwordHash, user.name, user.email, user.roles ?? []],
   );
   const stored = await findUserByUsername(db, user.username);
-  if (!stored) throw new Error(`createUser: ${user.username} vanished right after insert`);
+  if (!stored) throw new Error(`createUser: the id ${id} belongs to another user than ${user.username}`);
   return stored;
 }
 
