@@ -8,8 +8,8 @@ import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type Database, openDatabase } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
-import { migrateApi } from '../src/schema/api-schema.js';
 import { createUser, findUserByUsername } from '../src/idp/users.js';
+import { migrateApi } from '../src/schema/api-schema.js';
 import { demoUsers, seed } from '../src/seed.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
