@@ -40,6 +40,24 @@ async function twoProcesses(): Promise<[Database, Database]> {
   return [a, b];
 }
 
+/**
+ * Waits until `count` sessions wait on a lock the holder has (theirs alone: other test files share
+ * the server), failing at once with what `failure()` returns once it returns something.
+ */
+async function untilBlocked(holder: pg.Client, count: number, failure: () => unknown = () => undefined) {
+  await vi.waitFor(
+    async () => {
+      const failed = failure();
+      if (failed) throw failed;
+      const { rows } = await holder.query(
+        'select count(*)::int as n from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))',
+      );
+      expect(rows[0].n).toBe(count);
+    },
+    { timeout: 10_000, interval: 20 },
+  );
+}
+
 describe.runIf(available)('two reference-app processes starting at once on an empty PostgreSQL database', () => {
   // Was a defect: migrateApi (and migrateIdp, migrateApp) run bare CREATE TABLE IF NOT EXISTS with no lock, so the second process fails its start with 23505 on pg_type_typname_nsp_index.
   it('both create the API and identity-provider schema without failing', async () => {
@@ -71,15 +89,7 @@ describe.runIf(available)('two reference-app processes starting at once on an em
         [alice.id],
       );
       const creating = Promise.allSettled([createUser(a, alice), createUser(b, alice)]);
-      await vi.waitFor(
-        async () => {
-          const waiting = await holder.query(
-            "select count(*)::int as n from pg_locks where locktype = 'transactionid' and not granted",
-          );
-          expect(waiting.rows[0].n).toBeGreaterThanOrEqual(2);
-        },
-        { timeout: 10_000, interval: 20 },
-      );
+      await untilBlocked(holder, 2);
       await holder.query('rollback');
       created = await creating;
     } finally {
@@ -123,17 +133,7 @@ describe.runIf(available)('two reference-app processes starting at once on an em
       seeding.catch((error: unknown) => {
         failed = error;
       });
-      await vi.waitFor(
-        async () => {
-          if (failed) throw failed;
-          const waiting = await holder.query(
-            'select count(*)::int as n from pg_locks where relation = $1::regclass and not granted',
-            [`${schemaOf(a)}.idp_models`],
-          );
-          expect(waiting.rows[0].n).toBe(2);
-        },
-        { timeout: 10_000, interval: 20 },
-      );
+      await untilBlocked(holder, 2, () => failed);
       await holder.query('commit');
       seeded = await seeding;
     } finally {
