@@ -6,13 +6,14 @@
 // be moved: the rows are aged instead (the clocks run on). Real HTTP against real servers.
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createThirdPartyApp } from '../src/app/server.js';
 import { createSessionStore } from '../src/app/sessions.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { startReferenceApp } from '../src/start.js';
-import { authorizationUrl, loginAndConsent } from './flow.js';
+import { authorizationUrl, loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, pkcePair, type UserAgent } from './user-agent.js';
@@ -120,6 +121,25 @@ describe("the provider's sign-in session, by default", () => {
       [storedId('Session', id)],
     );
     await passwordGivenAgo(id, 13 * hour);
+    const page = await agent.follow(start(whole.running.authUrl), (url) => url.startsWith(client().redirectUri));
+    expect(page.body).toContain('<h1>Sign in</h1>');
+  });
+});
+
+describe("the provider's sign-in session an earlier version stored", () => {
+  // Was a defect: the earlier version saved the session for what was left of its 12 hours, with no
+  // idle limit; read by this one, such a row idle for over 30 minutes signed in once more without the
+  // password. A row that expires later than the idle limit from now was not saved under it: it is
+  // read as idle too long (the password once more, at worst, for a session in use during the upgrade).
+  it('asks for the password once it is 31 minutes idle', async () => {
+    const agent = createUserAgent();
+    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const id = providerSession(agent)!;
+    await passwordGivenAgo(id, 31 * 60);
+    await whole.db.query(
+      `update idp_models set expires_at = now() + interval '11 hours 29 minutes' where model = 'Session' and id = $1`,
+      [storedId('Session', id)],
+    );
     const page = await agent.follow(start(whole.running.authUrl), (url) => url.startsWith(client().redirectUri));
     expect(page.body).toContain('<h1>Sign in</h1>');
   });
@@ -508,6 +528,77 @@ describe("the app's session", () => {
       [hash],
     );
     expect(await sessions.get(id)).toBeUndefined();
+  });
+});
+
+describe("the end of the app's session", () => {
+  const appUrl = (path: string) => new URL(path, whole.running.appUrl).href;
+  const refreshTokenOf = async (agent: UserAgent) =>
+    (
+      await whole.db.query<{ token: string }>(
+        "select data -> 'tokens' ->> 'refreshToken' as token from app_sessions where id_hash = $1",
+        [appSessionHash(agent)],
+      )
+    ).rows[0]?.token;
+  const refreshWith = (token: string) =>
+    tokenRequest(whole.running.authUrl, { grant_type: 'refresh_token', refresh_token: token }, client());
+
+  // Was a defect: a session that ended by its idle limit (or its 12 hours) was only no longer read;
+  // its refresh token stayed in the row and worked at the provider until its own expiry (14 days),
+  // where sign-out revokes it. Now the visit that finds the session ended revokes it, as sign-out does.
+  it.each([
+    ['31 minutes idle', 31 * 60],
+    ['12 hours after the password', 12 * hour + 60],
+  ])('revokes its refresh token when it ends %s', async (_name, seconds) => {
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      whole.running.authUrl,
+      appUrl('/signin'),
+      client().redirectUri,
+      alice,
+    );
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const token = await refreshTokenOf(agent);
+    expect(token).toBeDefined();
+    await ageAppSession(agent, seconds);
+    expect((await agent.request(appUrl('/'))).body).not.toContain('Alice');
+    expect((await refreshWith(token!)).body.error).toBe('invalid_grant');
+    // The row went with it: no token is left at rest.
+    expect(await refreshTokenOf(agent)).toBeUndefined();
+  });
+
+  it('leaves the refresh token of a session still live alone', async () => {
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      whole.running.authUrl,
+      appUrl('/signin'),
+      client().redirectUri,
+      alice,
+    );
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    await ageAppSession(agent, 29 * 60);
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice');
+    expect(await refreshTokenOf(agent)).toBeDefined();
+  });
+});
+
+describe('createThirdPartyApp sessionIdleSeconds', () => {
+  // Was a defect: a bad value was refused as `idleSeconds`, the session store's option, which the
+  // caller never wrote.
+  it.each([59, 1.5, Number.NaN])('refuses %s naming sessionIdleSeconds', async (seconds) => {
+    const refused = createThirdPartyApp({
+      db: whole.db,
+      issuer: whole.running.authUrl,
+      clientId: client().clientId,
+      clientSecret: 'unused',
+      appUrl: 'http://localhost:1',
+      baseUrl: 'http://localhost:1',
+      sessionIdleSeconds: seconds,
+    });
+    await expect(refused).rejects.toThrow(TypeError);
+    await expect(refused).rejects.toThrow(/^sessionIdleSeconds /);
   });
 });
 

@@ -13,7 +13,7 @@ import { methodNotAllowed } from '../methods.js';
 import { type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
-import { createSessionStore, type Flash, type SessionData, type SessionTokens } from './sessions.js';
+import { createSessionStore, type Flash, type SessionData, type SessionTokens, seenEverySeconds } from './sessions.js';
 
 /**
  * The scopes the third-party app asks for: only what it uses (spec 5.7). It lists photos, reads stock
@@ -62,13 +62,14 @@ export interface ThirdPartyAppOptions {
 
 /**
  * What the third-party app reports through {@link ThirdPartyAppOptions.onEvent}:
- * - `revocation-failed`: a token of a session that ended (replaced by a new sign-in, or signed out)
- *   could not be revoked (RFC 7009): the provider could not be reached or refused. The session is gone
+ * - `revocation-failed`: a token of a session that ended (replaced by a new sign-in, signed out, or
+ *   timed out: idle, or 12 hours after the password, found so by the browser's next request) could not
+ *   be revoked (RFC 7009): the provider could not be reached or refused. The session is gone
  *   here all the same; the token works at the provider until it expires.
  */
 export type ThirdPartyAppEvent = {
   type: 'revocation-failed';
-  during: 'sign-in' | 'sign-out';
+  during: 'sign-in' | 'sign-out' | 'timeout';
   tokenType: 'refresh_token' | 'access_token';
   /**
    * What went wrong, as a plain Error: the network's or the provider's message, with its OAuth `error`
@@ -210,10 +211,15 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   // for a password no older than that (`max_age`): an older one would end the new session at once.
   // And 30 minutes (by default) after its last request, reads included (ASVS 3.3.2 at level 2).
   const lifetimeSeconds = 12 * 3600;
+  // Checked here, by the name the caller wrote: the store would refuse it as its own `idleSeconds`.
+  const idleSeconds = options.sessionIdleSeconds;
+  if (idleSeconds !== undefined && (!Number.isSafeInteger(idleSeconds) || idleSeconds < seenEverySeconds)) {
+    throw new TypeError(`sessionIdleSeconds must be a whole number of seconds, at least ${seenEverySeconds}`);
+  }
   const sessions = createSessionStore(options.db, {
     ttlSeconds: 8 * 3600,
     lifetimeSeconds,
-    idleSeconds: options.sessionIdleSeconds,
+    idleSeconds,
   });
   const csrf = createCsrf({ key: await loadCsrfKey(options.db), cookieName: csrfCookie, path: '/', secure });
   const oidc = createOidcClient({
@@ -244,7 +250,14 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const signedIn = async (req: Request): Promise<{ id: string; data: SessionData } | undefined> => {
     const id = readCookie(req, sessionCookie);
     const data = await sessions.get(id);
-    if (!id || !data?.tokens || !data.user) return undefined;
+    if (data === undefined) {
+      // A session that ended by its time (idle, or 12 hours after the password) goes as a sign-out
+      // does: its refresh token would otherwise work at the provider until its own expiry (14 days).
+      const ended = await sessions.takeEnded(id);
+      if (ended?.tokens) await revokeTokens(ended.tokens, 'timeout');
+      return undefined;
+    }
+    if (!id || !data.tokens || !data.user) return undefined;
     if (data.tokens.expiresAt - refreshMargin > now()) return { id, data };
     let pending = refreshing.get(id);
     if (!pending) {
@@ -303,7 +316,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
    * refresh token whose grant is gone, so the rotated one is dead even when it is stored after the
    * revocation (`app.int.test.ts` holds the request at each interleaving).
    */
-  const revokeTokens = async (tokens: SessionTokens | undefined, during: 'sign-in' | 'sign-out') => {
+  const revokeTokens = async (tokens: SessionTokens | undefined, during: ThirdPartyAppEvent['during']) => {
     const held = [
       { token: tokens?.refreshToken, tokenType: 'refresh_token' as const },
       { token: tokens?.accessToken, tokenType: 'access_token' as const },
@@ -504,7 +517,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   app.post('/signout', form, async (req, res) => {
     const id = formSession(req, res);
     if (id === undefined) return;
-    const data = await sessions.get(id);
+    // A session that ended by its time meanwhile still holds tokens to revoke.
+    const data = (await sessions.get(id)) ?? (await sessions.takeEnded(id));
     await sessions.destroy(id);
     clearSession(res);
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.

@@ -156,6 +156,12 @@ export interface SessionStore {
    */
   takePending(id: string | undefined, state: string): Promise<PendingSignIn | undefined>;
   destroy(id: string | undefined): Promise<void>;
+  /**
+   * Deletes a signed-in session that has ended (idle, past its lifetime or its last update's TTL) and
+   * returns what it held, in one statement, so its tokens can be revoked once: of two requests that
+   * find it ended, one gets it. Undefined for a live session, a sign-in in progress, or none.
+   */
+  takeEnded(id: string | undefined): Promise<SessionData | undefined>;
 }
 
 const stored = ({ state, ...rest }: PendingSignIn): StoredSignIn => ({ stateHash: sha256Id(state), ...rest });
@@ -394,6 +400,14 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
     async destroy(id) {
       if (!id) return;
       await db.query('delete from app_sessions where id_hash = $1', [sha256Id(id)]);
+    },
+    async takeEnded(id) {
+      if (!id) return undefined;
+      const { rows } = await db.query<{ data: SessionData }>(
+        `delete from app_sessions where id_hash = $1 and data ? 'user' and not (${live}) returning data`,
+        [sha256Id(id)],
+      );
+      return rows[0]?.data;
     },
   };
 }

@@ -2,7 +2,7 @@ import type { Adapter, AdapterPayload } from 'oidc-provider';
 import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
 import { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds, refreshTokenReuse } from './reuse-interval.js';
-import { sessionLifetime } from './session-lifetime.js';
+import { sessionIdle, sessionLifetime } from './session-lifetime.js';
 import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
 
 /**
@@ -71,7 +71,9 @@ export function sqlAdapterFactory(db: Database, options: SqlAdapterOptions = {})
   // Bounded above too (see `reuse-interval.ts`).
   const reuseSeconds = refreshTokenReuse(options.refreshTokenReuseSeconds);
   const lifetimeSeconds = sessionLifetime(options.sessionLifetimeSeconds);
-  return (model) => createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0, lifetimeSeconds);
+  const idleSeconds = sessionIdle(options.sessionIdleSeconds, lifetimeSeconds);
+  return (model) =>
+    createSqlAdapter(db, model, model === 'RefreshToken' ? reuseSeconds : 0, lifetimeSeconds, idleSeconds);
 }
 
 /** What {@link sqlAdapterFactory} takes besides the database. */
@@ -86,6 +88,12 @@ export interface SqlAdapterOptions {
    * Session whose `loginTs` is older is not read. 12 hours by default.
    */
   sessionLifetimeSeconds?: number | undefined;
+  /**
+   * How long a sign-in session lives without a visit (`session-lifetime.ts`), in seconds: a Session
+   * whose row expires later than that from now was not saved under this limit, and is not read. 30
+   * minutes by default, at most `sessionLifetimeSeconds`.
+   */
+  sessionIdleSeconds?: number | undefined;
 }
 
 export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
@@ -125,7 +133,13 @@ interface PayloadRow {
  * `reuseSeconds` is the refresh token reuse interval (0 for every other model). The SQL below names the
  * row read or consumed `m`; `$3` is the interval where it is read, `$9` where a rotation takes it.
  */
-function createSqlAdapter(db: Database, model: string, reuseSeconds: number, sessionLifetimeSeconds: number): Adapter {
+function createSqlAdapter(
+  db: Database,
+  model: string,
+  reuseSeconds: number,
+  sessionLifetimeSeconds: number,
+  sessionIdleSeconds: number,
+): Adapter {
   // A consumed Interaction is a tombstone (see above): never read, never saved back. A consumed
   // token is still read, with its `consumed` flag, which is how oidc-provider notices a code or
   // refresh token used twice.
@@ -134,9 +148,15 @@ function createSqlAdapter(db: Database, model: string, reuseSeconds: number, ses
   // its row's expiry: one an earlier version extended on each visit would otherwise sign in once more.
   // `loginTs` is the provider's clock, the expiry the database's; seconds apart, against 12 hours.
   // `sessionLifetimeSeconds` is a whole number, checked by `sessionLifetime`: written in as it is.
+  // Nor one whose row expires later than the idle limit from now: each visit saves a session for the
+  // idle limit at most (`sessionTtl`), so such a row was saved by an earlier version, for what was
+  // left of its lifetime, and when it was last visited is not known. Read as idle too long, not as
+  // fresh: the password once more, at worst, for a session in use during the upgrade (or when the
+  // limit was lowered), where reading it would sign in a session idle for hours.
   const signInAged =
     model === 'Session'
-      ? `and (m.payload ->> 'loginTs' is null or (m.payload ->> 'loginTs')::numeric > extract(epoch from now()) - ${sessionLifetimeSeconds})`
+      ? `and (m.payload ->> 'loginTs' is null or (m.payload ->> 'loginTs')::numeric > extract(epoch from now()) - ${sessionLifetimeSeconds})
+         and m.expires_at <= now() + make_interval(secs => ${sessionIdleSeconds})`
       : '';
   const live = `${tombstoned ? 'and consumed_at is null' : ''} ${signInAged}`;
   const reusable = reuseSeconds > 0;

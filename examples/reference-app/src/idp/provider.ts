@@ -89,6 +89,7 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   const adapter = sqlAdapterFactory(db, {
     refreshTokenReuseSeconds: options.refreshTokenReuseSeconds,
     sessionLifetimeSeconds: options.sessionLifetimeSeconds,
+    sessionIdleSeconds: options.sessionIdleSeconds,
   });
   const sessionLifetimeSeconds = sessionLifetime(options.sessionLifetimeSeconds);
   const sessionIdleSeconds = sessionIdle(options.sessionIdleSeconds, sessionLifetimeSeconds);
