@@ -3,7 +3,7 @@
 // other servers go through drainable() (src/drain.ts); the gateway is Fastify's own server.
 import { randomUUID } from 'node:crypto';
 import { Agent, createServer, type IncomingMessage, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningGateway, startGateway } from '../src/gateway/server.js';
@@ -143,6 +143,53 @@ describe('gateway shutdown with a request in flight on a keep-alive connection',
     );
     expect(second).toBe('ECONNREFUSED');
   }, 10_000);
+  // Checked, no defect: a balancer's probe on its kept-alive connection is never answered 200 once
+  // the gateway drains. The close ends the idle connection at once (the probe's next try finds the
+  // port closed), and a probe pipelined behind a running request is not read: the running request's
+  // answer says `Connection: close` and ends the connection.
+  it('answers no /healthz probe ok once it drains, kept-alive or pipelined', async () => {
+    const upstream = await slowUpstream();
+    const gateway = await gatewayTo(upstream.port);
+    cleanups.push(() => gateway.close());
+    const { port, host } = new URL(gateway.url);
+    const probe = (agent: Agent) =>
+      new Promise<number | string>((resolve) => {
+        const req = request(new URL('/healthz', gateway.url), { agent }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
+        req.end();
+      });
+    const balancer = new Agent({ keepAlive: true, maxSockets: 1 });
+    cleanups.push(() => balancer.destroy());
+    expect(await probe(balancer)).toBe(200);
+    const socket = connect(Number(port), '127.0.0.1');
+    cleanups.push(() => {
+      socket.destroy();
+    });
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      received += chunk;
+    });
+    const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.write(
+      `GET /photos HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${await mint()}\r\n\r\n` +
+        `GET /healthz HTTP/1.1\r\nHost: ${host}\r\n\r\n`,
+    );
+    await upstream.arrived;
+    const closing = gateway.close();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Draining (the request above still runs): the balancer's connection is gone.
+    expect(await probe(balancer)).not.toBe(200);
+    upstream.answer();
+    expect(await within(ended, 2_000)).toBe('settled');
+    const statuses = [...received.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((match) => match[1]);
+    expect(statuses).toEqual(['200']);
+    await closing;
+  }, 10_000);
+
   // Was a defect: the gateway's close() has no grace (unlike drainable's 10 s): a request the API never answers holds the shutdown until reply-from's 300 s undici timeout, and the API behind it, whose own drain would cut the request at 10 s, is only closed after the gateway.
   it('gives a request that never ends at most the 10 s grace, then closes', async () => {
     const upstream = await slowUpstream();
