@@ -281,4 +281,26 @@ describe('options that may be undefined, under exactOptionalPropertyTypes', () =
     const walked = new Set(walk.checked.map((where) => where.split(' ')[1]?.split('.')[0]));
     expect(Object.keys(alsoInputs).filter((name) => !walked.has(name))).toEqual([]);
   }, 120_000);
+
+  // Was a defect: the walk above covered the packages only. The reference app's components are
+  // started from configuration too (`createThirdPartyApp`, `startGateway`, `startReferenceApp`...),
+  // and some of their optional options (ThirdPartyAppOptions.resource, now, ...) refused an
+  // `undefined` under exactOptionalPropertyTypes. The app's own modules only, through each
+  // component's index and `start.ts`.
+  it("every optional property of the reference app's options types takes `undefined`", () => {
+    const appDir = join(root, 'examples', 'reference-app', 'src');
+    const entries = ['api', 'app', 'gateway', 'idp', 'receiver', 'schema']
+      .map((dir) => ({ pkg: 'reference-app', file: join(appDir, dir, 'index.ts') }))
+      .concat({ pkg: 'reference-app', file: join(appDir, 'start.ts') });
+    const program = programWith(entries.map((e) => e.file));
+    const ownSource = (name: string) => !relative(appDir, name).startsWith('..') && !name.includes('/node_modules/');
+    const walk = walkOptions(program, entries, ownSource, new Set(Object.keys(notSettings)));
+    expect(walk.checked).toEqual(
+      expect.arrayContaining([
+        'reference-app ThirdPartyAppOptions.sessionIdleSeconds',
+        'reference-app ProviderOptions.sessionIdleSeconds',
+      ]),
+    );
+    expect(walk.missing).toEqual([]);
+  }, 120_000);
 });

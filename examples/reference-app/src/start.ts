@@ -21,14 +21,14 @@ export interface StartOptions {
   /** The gateway's base URL, which is also the API's resource indicator (env BASE_URL). */
   baseUrl: string;
   /** Public URLs when they differ from `http://localhost:<port>` (a proxy in front). */
-  authUrl?: string;
-  appUrl?: string;
+  authUrl?: string | undefined;
+  appUrl?: string | undefined;
   /** The third-party app's clock, epoch milliseconds. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** The third-party app's retry timers for "Create charge" (tests). */
-  retryTiming?: ThirdPartyAppOptions['retryTiming'];
+  retryTiming?: ThirdPartyAppOptions['retryTiming'] | undefined;
   /** What the third-party app reports (default: a line on stderr). */
-  onAppEvent?: ThirdPartyAppOptions['onEvent'];
+  onAppEvent?: ThirdPartyAppOptions['onEvent'] | undefined;
   /**
    * How often the provider's expired rows are deleted, in milliseconds: a whole number from 1 to
    * 2147483647 (a Node timer's longest), else a `TypeError` before any port is bound. Default ten minutes.

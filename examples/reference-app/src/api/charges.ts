@@ -29,7 +29,7 @@ export interface ChargeRouteOptions {
   /** Where the `payment.succeeded` event goes (the webhook receiver's endpoint). */
   webhookUrl: string;
   /** Told the idempotency events of the route (the API's `onIdempotencyEvent`). */
-  onEvent?: (event: IdempotencyEvent) => void;
+  onEvent?: ((event: IdempotencyEvent) => void) | undefined;
   /** The claim's lease (the API's `idempotencyLease`). Default the core's, `'10s'`. */
   lease?: Duration | undefined;
 }

@@ -47,7 +47,7 @@ export function registerPhotoRoutes(
   options: {
     db: Database;
     store: Store;
-    onEvent?: (event: IdempotencyEvent) => void;
+    onEvent?: ((event: IdempotencyEvent) => void) | undefined;
     /** The claim's lease (the API's `idempotencyLease`). Default the core's, `'10s'`. */
     lease?: Duration | undefined;
   },

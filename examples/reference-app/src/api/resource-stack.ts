@@ -24,21 +24,21 @@ export interface ResourceStackOptions {
   /** env RECEIVER_PORT, default 8084. */
   receiverPort: number;
   /** The gateway's public URL and the access tokens' audience (env BASE_URL); default `http://localhost:<gatewayPort>`. */
-  baseUrl?: string;
+  baseUrl?: string | undefined;
   /** The identity provider's issuer (env AUTH_URL); the gateway discovers its JWKS. */
-  authUrl?: string;
+  authUrl?: string | undefined;
   /** Trusted issuers instead of discovery (tests). */
-  issuers?: readonly IssuerOptions[];
+  issuers?: readonly IssuerOptions[] | undefined;
   /** The `iss` of the gateway's internal tokens. Default `reference-gateway`. */
-  internalIssuerName?: string;
+  internalIssuerName?: string | undefined;
   /** The API's background outbox relay; `false` to drive it with `api.relayOnce()`. */
-  relay?: false | { pollInterval?: Duration };
+  relay?: false | { pollInterval?: Duration | undefined } | undefined;
   /** Seed the demo photos and stock (default true). */
-  seed?: boolean;
+  seed?: boolean | undefined;
   /** Redis (env REDIS_URL) for the idempotency keys of the API's non-transactional routes. */
-  redis?: { client: RedisClientLike; prefix?: string };
+  redis?: { client: RedisClientLike; prefix?: string | undefined } | undefined;
   /** Clock of every token and signature check, epoch ms. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /**
    * The lease of every idempotency key the stack claims (the API's charges and photos, the receiver's
    * inbox and notes; env IDEMPOTENCY_LEASE_SECONDS): how long the key of an execution that crashed
@@ -46,7 +46,7 @@ export interface ResourceStackOptions {
    */
   idempotencyLease?: Duration | undefined;
   /** `fetch` the gateway uses for discovery and the JWKS. */
-  fetch?: typeof globalThis.fetch;
+  fetch?: typeof globalThis.fetch | undefined;
   /**
    * How often expired idempotency records (the API's and the receiver's) are deleted, in milliseconds:
    * a whole number from 1 to 2147483647, else a `TypeError` before anything starts. Default ten minutes.

@@ -28,19 +28,19 @@ export interface InternalTokenTrust {
   /** This API's name: the `aud` the gateway mints for it. */
   audience: string;
   /** The gateway's public keys (`() => internalIssuer.jwks()`, which follows its `rotate()`), or a URL serving them. */
-  jwks?: LocalJwks;
-  jwksUri?: string;
+  jwks?: LocalJwks | undefined;
+  jwksUri?: string | undefined;
   /**
    * The gateway's challenge attributes (its `realm`, its RFC 9728 metadata URL), for the 403s this
    * service answers through it: to the client, they come from the one resource it called.
    */
-  challenge?: ServiceChallenge;
+  challenge?: ServiceChallenge | undefined;
 }
 
 /** What a service behind the gateway puts in its challenges, so they read like the gateway's own. */
 export interface ServiceChallenge {
   realm: string;
-  resourceMetadata?: string;
+  resourceMetadata?: string | undefined;
 }
 
 /** Options of {@link startApi}. */
@@ -48,7 +48,7 @@ export interface ApiOptions {
   /** Port (env API_PORT, default 8082); 0 for an ephemeral one. */
   port: number;
   /** Interface to bind. Default `127.0.0.1`: the API is reachable on loopback only, behind the gateway. */
-  host?: string;
+  host?: string | undefined;
   db: Database;
   internal: InternalTokenTrust;
   /** The webhook receiver's endpoint for `payment.succeeded`. */
@@ -56,15 +56,15 @@ export interface ApiOptions {
   /** The Standard Webhooks secret (`whsec_...`) events are signed with. */
   webhookSecret: string;
   /** Run the outbox relay in the background (default `{ pollInterval: '1s' }`); `false` to drive it with `relayOnce()`. */
-  relay?: false | { pollInterval?: Duration };
+  relay?: false | { pollInterval?: Duration | undefined } | undefined;
   /** Clock of the internal-token checks and of the webhook signatures, epoch ms. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /**
    * Redis (env REDIS_URL) for the idempotency keys of the routes that are not transactional
    * (`POST /photos`); the caller owns the client. Without it those keys live in the SQL database.
    * Charges stay on the SQL store either way: their key commits with the charge and its event.
    */
-  redis?: { client: RedisClientLike; prefix?: string };
+  redis?: { client: RedisClientLike; prefix?: string | undefined } | undefined;
   /**
    * Told every idempotency event of the API's keyed routes (`POST /charges`, `POST /photos`), with
    * its record id, never the key. Default: one line on stderr for each event an operator should look

@@ -35,23 +35,23 @@ export interface ThirdPartyAppOptions {
   /** The API through the gateway ({base_url}). */
   baseUrl: string;
   /** The resource indicator to ask tokens for; the base URL by default. */
-  resource?: string;
+  resource?: string | undefined;
   /** Epoch milliseconds; injected so tests can age tokens without waiting. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** Items whose stock the page shows. */
-  stockItems?: readonly string[];
+  stockItems?: readonly string[] | undefined;
   /** Refresh this long before the access token expires (ms); default 30 s. */
-  refreshMargin?: number;
+  refreshMargin?: number | undefined;
   /**
    * How "Create charge" waits between retries and draws its jitter (default: real timers and
    * `Math.random`); tests inject both to check the backoff without waiting for it.
    */
-  retryTiming?: Pick<ClientOptions, 'sleep' | 'random'>;
+  retryTiming?: Pick<ClientOptions, 'sleep' | 'random'> | undefined;
   /**
    * Told what went wrong out of the user's sight: a revocation the provider did not confirm, whose
    * token stays valid until it expires. Default: one line on stderr, without the token.
    */
-  onEvent?: (event: ThirdPartyAppEvent) => void;
+  onEvent?: ((event: ThirdPartyAppEvent) => void) | undefined;
   /**
    * How long a signed-in session lives without a request from the browser, reads included, in
    * seconds: 30 minutes (1800) by default, OWASP ASVS 3.3.2 at level 2. A whole number, at least 60;

@@ -27,16 +27,16 @@ export interface StoredSignIn {
 /** What the user sees from the ID token. */
 export interface SignedInUser {
   sub: string;
-  name?: string;
-  email?: string;
+  name?: string | undefined;
+  email?: string | undefined;
 }
 
 /** Tokens, kept on the server only. `expiresAt` is epoch milliseconds by the app's clock. */
 export interface SessionTokens {
   accessToken: string;
-  refreshToken?: string;
+  refreshToken?: string | undefined;
   expiresAt: number;
-  scope?: string;
+  scope?: string | undefined;
 }
 
 /** A one-shot message shown on the next page (post/redirect/get). */

@@ -75,39 +75,39 @@ export interface GatewayOptions {
    */
   port: number | ListeningPort;
   /** Interface to bind. Default `127.0.0.1`. */
-  host?: string;
+  host?: string | undefined;
   /**
    * The gateway's public base URL (env BASE_URL, default `http://localhost:<port>`): the audience
    * every access token must carry (the resource indicator the identity provider binds tokens to).
    */
-  baseUrl?: string;
+  baseUrl?: string | undefined;
   /** The API the gateway forwards to, e.g. `http://127.0.0.1:8082`. */
   apiUrl: string;
   /** The API's name: the `aud` of the internal tokens minted for it. Default `reference-api`. */
-  apiAudience?: string;
+  apiAudience?: string | undefined;
   /** Services other than the API, by path prefix; everything else goes to the API. */
-  upstreams?: readonly GatewayUpstream[];
+  upstreams?: readonly GatewayUpstream[] | undefined;
   /** The identity provider's issuer (env AUTH_URL); its keys come from the `jwks_uri` of its discovery document. */
-  authUrl?: string;
+  authUrl?: string | undefined;
   /**
    * Trusted issuers, replacing discovery at `authUrl` (tests inject a test issuer's keys). Their
    * audience defaults to `baseUrl`.
    */
-  issuers?: readonly IssuerOptions[];
+  issuers?: readonly IssuerOptions[] | undefined;
   /** The internal token issuer; default one with a fresh Ed25519 key, `iss` = `baseUrl`. */
-  internalIssuer?: InternalTokenIssuer;
+  internalIssuer?: InternalTokenIssuer | undefined;
   /** Scopes announced in the protected-resource metadata (RFC 9728). */
-  scopesSupported?: readonly string[];
+  scopesSupported?: readonly string[] | undefined;
   /** Clock of the token checks, epoch ms. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** `fetch` for discovery and the JWKS. */
-  fetch?: typeof globalThis.fetch;
+  fetch?: typeof globalThis.fetch | undefined;
   /**
    * How long the gateway waits for the API's head, and then between body chunks, in ms, before it
    * answers 504 `upstream_timeout` (or cuts the answer already under way). Default 30 000; without
    * it an API that accepts the connection and never answers held each request for undici's 300 s.
    */
-  upstreamTimeout?: number;
+  upstreamTimeout?: number | undefined;
 }
 
 /** A running gateway. */

@@ -43,19 +43,21 @@ export interface ReceiverOptions {
   /** Port (env RECEIVER_PORT, default 8084); 0 for an ephemeral one. */
   port: number;
   /** Interface to bind. Default `127.0.0.1`. */
-  host?: string;
+  host?: string | undefined;
   db: Database;
   /** The Standard Webhooks secret the API signs with (`whsec_...`). */
   webhookSecret: string;
   /** Where events are posted. Default `/webhooks/payments`. */
-  path?: string;
+  path?: string | undefined;
   /** Clock of the signature tolerance and of the internal-token checks, epoch ms. */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /**
    * The gateway's internal tokens, for the admin API under {@link receiverAdminPrefix}. Without it
    * the admin API answers 404: there is nobody it could trust.
    */
-  internal?: { issuer: string; audience: string; jwks: LocalJwks; challenge?: ServiceChallenge };
+  internal?:
+    | { issuer: string; audience: string; jwks: LocalJwks; challenge?: ServiceChallenge | undefined }
+    | undefined;
   /**
    * Told every idempotency event of the admin API's keyed route (`POST /webhook-events/<id>/notes`),
    * with its record id, never the key. Default: one line on stderr, `receiver: idempotency ...`, for
@@ -262,7 +264,7 @@ export interface AdminApiOptions {
   /** Where the notes' `Idempotency-Key`s live. */
   store: Store;
   /** Told the idempotency events of the notes route (the receiver's `onIdempotencyEvent`). */
-  onEvent?: (event: IdempotencyEvent) => void;
+  onEvent?: ((event: IdempotencyEvent) => void) | undefined;
   /** The lease of the notes route's keys (the receiver's `idempotencyLease`). Default the core's, `'10s'`. */
   lease?: Duration | undefined;
 }
