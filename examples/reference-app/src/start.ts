@@ -1,5 +1,5 @@
 import { migrateApp } from './app/schema.js';
-import { createThirdPartyApp, type ThirdPartyAppOptions } from './app/server.js';
+import { appSessionLifetimeSeconds, createThirdPartyApp, type ThirdPartyAppOptions } from './app/server.js';
 import type { Database } from './db.js';
 import { purgeExpiredModels } from './idp/adapter.js';
 import { createLoginThrottle } from './idp/login-throttle.js';
@@ -101,6 +101,8 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       refreshTokenReuseSeconds: options.refreshTokenReuseSeconds,
       sessionLifetimeSeconds: options.sessionLifetimeSeconds,
       sessionIdleSeconds: options.sessionIdleSeconds,
+      // The app's session ends 12 hours after the password: its refresh tokens with it.
+      refreshTokensEndAfterPassword: { [clients.app.clientId]: appSessionLifetimeSeconds },
     });
     authPort.use(idp.app);
     const { app } = await createThirdPartyApp({

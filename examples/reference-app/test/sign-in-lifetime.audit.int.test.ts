@@ -568,6 +568,36 @@ describe("the end of the app's session", () => {
     expect(await refreshTokenOf(agent)).toBeUndefined();
   });
 
+  /** Seconds the provider's row of refresh token `token` has left. */
+  const refreshTokenLeft = async (token: string) =>
+    (
+      await whole.db.query<{ left: number }>(
+        `select extract(epoch from expires_at - now())::float8 as left from idp_models where model = 'RefreshToken' and id = $1`,
+        [storedId('RefreshToken', token)],
+      )
+    ).rows[0]?.left;
+
+  // Was wrong: the app's refresh token lived 14 days, and each rotation gave the next one 14 days
+  // more: past the app session's 12 hours from the password, whoever held it (the app's table, read
+  // with the client secret) kept the user's access. The app has no use for it then: its session is
+  // over. Its tokens now end 12 hours after the password, rotations included; other clients' keep
+  // their 14 days (offline access, spec 8: refresh tokens are long-lived).
+  it('has a refresh token that ends 12 hours after the password, rotations included', async () => {
+    const agent = createUserAgent();
+    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    await passwordGivenAgo(providerSession(agent)!, 12 * hour - 600);
+    const callback = await loginAndConsent(agent, whole.running.authUrl, appUrl('/signin'), client().redirectUri, {
+      username: 'alice',
+      password: 'not asked',
+    });
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const token = (await refreshTokenOf(agent))!;
+    expect(await refreshTokenLeft(token)).toBeLessThanOrEqual(600);
+    expect(await refreshTokenLeft(token)).toBeGreaterThan(500);
+    const rotated = await refreshWith(token);
+    expect(rotated.status).toBe(200);
+    expect(await refreshTokenLeft(rotated.body.refresh_token)).toBeLessThanOrEqual(600);
+  });
   it('leaves the refresh token of a session still live alone', async () => {
     const agent = createUserAgent();
     const callback = await loginAndConsent(
@@ -581,6 +611,19 @@ describe("the end of the app's session", () => {
     await ageAppSession(agent, 29 * 60);
     expect((await agent.request(appUrl('/'))).body).toContain('Alice');
     expect(await refreshTokenOf(agent)).toBeDefined();
+  });
+});
+
+describe('refreshTokensEndAfterPassword', () => {
+  it.each([0, 1.5, Number.NaN, 14 * 24 * hour + 1])('refuses %s with a TypeError naming it', async (seconds) => {
+    await expect(
+      createIdp({
+        db: whole.db,
+        issuer: 'http://localhost:1',
+        resource: 'http://localhost:1',
+        refreshTokensEndAfterPassword: { 'some-client': seconds },
+      }),
+    ).rejects.toThrow(/^refreshTokensEndAfterPassword\.some-client /);
   });
 });
 

@@ -23,6 +23,13 @@ import { createSessionStore, type Flash, type SessionData, type SessionTokens, s
 export const appScope =
   'openid profile email offline_access photos:read stock:read charges:write settings:read settings:write';
 
+/**
+ * How long the app's session lives after the password (the ID token's `auth_time`), however much it
+ * is used: 12 hours, OWASP ASVS 3.3.2 at level 2. `startReferenceApp` has the provider end the app's
+ * refresh tokens then too.
+ */
+export const appSessionLifetimeSeconds = 12 * 3600;
+
 /** What {@link createThirdPartyApp} needs. */
 export interface ThirdPartyAppOptions {
   db: Database;
@@ -210,7 +217,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   // provider's session without the password carries from that earlier sign-in. The provider is asked
   // for a password no older than that (`max_age`): an older one would end the new session at once.
   // And 30 minutes (by default) after its last request, reads included (ASVS 3.3.2 at level 2).
-  const lifetimeSeconds = 12 * 3600;
+  const lifetimeSeconds = appSessionLifetimeSeconds;
   // Checked here, by the name the caller wrote: the store would refuse it as its own `idleSeconds`.
   const idleSeconds = options.sessionIdleSeconds;
   if (idleSeconds !== undefined && (!Number.isSafeInteger(idleSeconds) || idleSeconds < seenEverySeconds)) {

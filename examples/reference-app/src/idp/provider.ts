@@ -21,6 +21,7 @@ import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { defaultSessionLifetimeSeconds, sessionIdle, sessionLifetime, sessionTtl } from './session-lifetime.js';
 import { findUserById } from './users.js';
+import { wholeSeconds } from './whole-seconds.js';
 
 /** The OpenID Connect scopes, with the claims each one releases. */
 export const oidcScopes = ['openid', 'profile', 'email', 'offline_access'] as const;
@@ -62,6 +63,8 @@ export interface ProviderOptions {
    * at most `sessionLifetimeSeconds`.
    */
   sessionIdleSeconds?: number | undefined;
+  /** Clients whose refresh tokens end that many seconds after the password (see `createIdp`). */
+  refreshTokensEndAfterPassword?: Readonly<Record<string, number>> | undefined;
 }
 
 /**
@@ -93,6 +96,12 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   });
   const sessionLifetimeSeconds = sessionLifetime(options.sessionLifetimeSeconds);
   const sessionIdleSeconds = sessionIdle(options.sessionIdleSeconds, sessionLifetimeSeconds);
+  const passwordBound = new Map(
+    Object.entries(options.refreshTokensEndAfterPassword ?? {}).map(([clientId, seconds]) => [
+      clientId,
+      wholeSeconds(seconds, `refreshTokensEndAfterPassword.${clientId}`, 1, tokenLifetimes.RefreshToken),
+    ]),
+  );
   const [keys, cookieKeys] = await Promise.all([loadSigningKeys(db), loadCookieKeys(db)]);
 
   // A client that names no resource gets the API only when it asks for an API scope. One that asks
@@ -186,6 +195,14 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
       ...tokenLifetimes,
       Session: (_ctx, session) =>
         sessionTtl(session.loginTs, Math.floor(Date.now() / 1000), sessionLifetimeSeconds, sessionIdleSeconds),
+      // Counted from the password at each issue, a rotation's too (oidc-provider carries `authTime`
+      // over), so no rotation extends it; 14 days for every other client. `sessionTtl` is the same
+      // sum: what is left of a lifetime from a time in epoch seconds, at least 1.
+      RefreshToken: (_ctx, token, client) => {
+        const afterPassword = passwordBound.get(client.clientId);
+        if (afterPassword === undefined) return tokenLifetimes.RefreshToken;
+        return sessionTtl(token.authTime, Math.floor(Date.now() / 1000), afterPassword);
+      },
     },
     interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {

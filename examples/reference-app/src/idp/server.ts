@@ -40,6 +40,14 @@ export interface IdpOptions {
    * from 60 to the session's lifetime; anything else is a `TypeError`.
    */
   sessionIdleSeconds?: number | undefined;
+  /**
+   * Clients whose refresh tokens end this many seconds after the password (the ID token's
+   * `auth_time`), each rotation included, instead of 14 days after their issue: a client whose own
+   * session ends then (the third-party app's, 12 hours after the password) has no use for one later,
+   * and whoever read it from its storage would keep the user's access. Other clients keep 14 days
+   * (offline access). Each a whole number of seconds from 1 to 14 days; anything else is a `TypeError`.
+   */
+  refreshTokensEndAfterPassword?: Readonly<Record<string, number>> | undefined;
 }
 
 /** The identity provider: an Express app serving our pages in front of oidc-provider. */
