@@ -16,7 +16,7 @@ import { startReferenceApp } from '../src/start.js';
 import { authorizationUrl, loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
-import { createUserAgent, pkcePair, type UserAgent } from './user-agent.js';
+import { createUserAgent, formField, pkcePair, type UserAgent } from './user-agent.js';
 
 const alice = { username: 'alice', password: demoUsers[0].password };
 const hour = 3600;
@@ -598,6 +598,24 @@ describe("the end of the app's session", () => {
     expect(rotated.status).toBe(200);
     expect(await refreshTokenLeft(rotated.body.refresh_token)).toBeLessThanOrEqual(600);
   });
+  // The sign-out form of a page left open past the session's end: the same revocation.
+  it('revokes its refresh token when its page left open signs out after 31 minutes idle', async () => {
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      whole.running.authUrl,
+      appUrl('/signin'),
+      client().redirectUri,
+      alice,
+    );
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const csrf = formField((await agent.request(appUrl('/'))).body, 'csrf');
+    const token = await refreshTokenOf(agent);
+    await ageAppSession(agent, 31 * 60);
+    await agent.postForm(appUrl('/signout'), { csrf });
+    expect((await refreshWith(token!)).body.error).toBe('invalid_grant');
+  });
+
   it('leaves the refresh token of a session still live alone', async () => {
     const agent = createUserAgent();
     const callback = await loginAndConsent(
