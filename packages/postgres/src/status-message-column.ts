@@ -11,11 +11,21 @@ import type { TableName } from './table-name.js';
 // soon after migrate() adds it, without a restart.
 const recheckMs = 30_000;
 
+// A column of that name counts only with a type the store can write any phrase into, the types
+// migrate() accepts for it: text, or varchar without a length. Another one (integer, jsonb, added by
+// hand or by another tool) would fail every claim (its UNION meets text with that type, 42804) and
+// every completion; varchar(n) each phrase longer than n. Such a table is served as if it had no
+// column, without the phrase, and migrate() refuses it with a message that names the column.
+const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
+       EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass($1) AND attname = 'status_message' AND NOT attisdropped
+                 AND (atttypid = 'text'::regtype OR (atttypid = 'varchar'::regtype AND atttypmod = -1))) AS present`;
+
 /**
- * Whether the store's table has the `status_message` column, learned from the catalog and cached
- * per store (see above). `present(operation)` resolves to the answer to use now (a failure to ask is
- * reported under `operation`, the store call that needed it); `missing()` records that a statement
- * found the column gone (42703), so the next call asks again after `recheckMs`.
+ * Whether the store's table has a usable `status_message` column, learned from the catalog and
+ * cached per store (see above). `present(operation)` resolves to the answer to use now (a failure to
+ * ask is reported under `operation`, the store call that needed it); `missing()` records that a
+ * statement found the column gone (42703), so the next call asks again after `recheckMs`.
  *
  * @example
  * const column = statusMessageColumn(sql, parseTableName('idem_records'));
@@ -31,9 +41,6 @@ export function statusMessageColumn(
   // Concurrent first calls share one catalog read.
   let asking: Promise<boolean> | undefined;
 
-  const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
-       EXISTS (SELECT 1 FROM pg_attribute
-               WHERE attrelid = to_regclass($1) AND attname = 'status_message' AND NOT attisdropped) AS present`;
   const name = `idem_phrase_${createHash('sha256').update(text).digest('hex').slice(0, 12)}`;
   // Read with the store's own parsers (sql.run), in a statement of its own: never inside a handler's
   // transaction, where a failure would abort the handler's work. No table at all decides nothing
