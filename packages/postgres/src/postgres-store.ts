@@ -274,7 +274,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const withPhrase = buildStatements(table, tag, { statusMessage: true });
   const withoutPhrase = buildStatements(table, tag, { statusMessage: false });
   // Which of the two a call uses: see status-message-column.ts (a table not yet migrated).
-  const phraseColumn = statusMessageColumn(sql, table);
+  const phraseColumn = statusMessageColumn(sql, table, tag);
   const statementsNow = async (operation: string): Promise<Statements> =>
     (await phraseColumn.present(operation)) ? withPhrase : withoutPhrase;
 

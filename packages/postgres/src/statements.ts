@@ -45,6 +45,22 @@ const purgeable = (now: string) =>
 const purgeClock = '(SELECT clock_timestamp())';
 
 /**
+ * One of the store's statements under its prepared name: `idem_<op>_` and a hash of the store's `tag`
+ * (its table's) and of the text, so a name stands for one text of one table (see {@link buildStatements}).
+ *
+ * @example
+ * const get = namedStatement('get', tag, 'SELECT 1');
+ * get.name; // 'idem_get_' and 12 hex digits
+ */
+export function namedStatement(op: string, tag: string, text: string): Statement {
+  return {
+    name: `idem_${op}_${createHash('sha256').update(`${tag}\0${text}`).digest('hex').slice(0, 12)}`,
+    text,
+    operation: op,
+  };
+}
+
+/**
  * Builds the store's SQL for `table`. A statement's name is a hash of `tag` (the table's) and of
  * its text: two stores on different tables never reuse each other's prepared statements on a
  * shared connection, and neither do two versions of this package whose SQL differs. Behind a pooler
@@ -70,11 +86,7 @@ export function buildStatements(table: TableName, tag: string, options: { status
   const clearPhrase = phrase ? ', status_message = NULL' : '';
   const noPhrase = phrase ? ', NULL::text AS status_message' : '';
   const setPhrase = phrase ? ', status_message = $7::text' : '';
-  const named = (op: string, text: string): Statement => ({
-    name: `idem_${op}_${createHash('sha256').update(`${tag}\0${text}`).digest('hex').slice(0, 12)}`,
-    text,
-    operation: op,
-  });
+  const named = (op: string, text: string): Statement => namedStatement(op, tag, text);
   return {
     // One statement, three outcomes (a fourth with `replaces`, see below):
     // - `live` reads the record with the statement's snapshot. If it is live, the INSERT inserts

@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import type { SqlClient } from './sql-client.js';
+import { namedStatement } from './statements.js';
 import type { TableName } from './table-name.js';
 
 // A rolling deploy may start this version before anyone has run its migrate(): the table then
@@ -25,15 +25,17 @@ const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
  * Whether the store's table has a usable `status_message` column, learned from the catalog and
  * cached per store (see above). `present(operation)` resolves to the answer to use now (a failure to
  * ask is reported under `operation`, the store call that needed it); `missing()` records that a
- * statement found the column gone (42703), so the next call asks again after `recheckMs`.
+ * statement found the column gone (42703), so the next call asks again after `recheckMs`. `tag` is
+ * the store's, which its statements' names carry.
  *
  * @example
- * const column = statusMessageColumn(sql, parseTableName('idem_records'));
+ * const column = statusMessageColumn(sql, parseTableName('idem_records'), tag);
  * const statements = (await column.present('claim')) ? withPhrase : withoutPhrase;
  */
 export function statusMessageColumn(
   sql: Pick<SqlClient, 'run'>,
   table: TableName,
+  tag: string,
   now: () => number = Date.now,
 ): { present(operation: string): Promise<boolean>; missing(): void } {
   let known: boolean | undefined;
@@ -41,12 +43,13 @@ export function statusMessageColumn(
   // Concurrent first calls share one catalog read.
   let asking: Promise<boolean> | undefined;
 
-  const name = `idem_phrase_${createHash('sha256').update(text).digest('hex').slice(0, 12)}`;
+  // Named as the store's statements are (statements.ts): by its tag and the text.
+  const statement = namedStatement('phrase_column', tag, text);
   // Read with the store's own parsers (sql.run), in a statement of its own: never inside a handler's
   // transaction, where a failure would abort the handler's work. No table at all decides nothing
   // either: every statement fails until migrate() makes it, with the column.
   const ask = async (operation: string): Promise<boolean | undefined> => {
-    const { rows } = await sql.run<{ has_table: boolean; present: boolean }>({ name, text, operation }, [table.sql]);
+    const { rows } = await sql.run<{ has_table: boolean; present: boolean }>({ ...statement, operation }, [table.sql]);
     return rows[0]?.has_table === true ? rows[0].present === true : undefined;
   };
 

@@ -760,7 +760,7 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         try {
           await tableBeforePhrase(early);
           let now = 1_000_000;
-          const column = statusMessageColumn(createSqlClient(client), parseTableName(early), () => now);
+          const column = statusMessageColumn(createSqlClient(client), parseTableName(early), 'tag', () => now);
           expect(await column.present('claim')).toBe(false);
           await migrate(client, { table: early });
           now += 29_000;

@@ -534,7 +534,7 @@ describe.runIf(available)('PostgreSQL server', () => {
           // The get, and the one read of the catalog for the status_message column before it.
           expect((await prepared(client)).sort()).toEqual([
             expect.stringMatching(/^idem_get_[0-9a-f]{12}$/),
-            expect.stringMatching(/^idem_phrase_[0-9a-f]{12}$/),
+            expect.stringMatching(/^idem_phrase_column_[0-9a-f]{12}$/),
           ]);
         }
       } finally {
