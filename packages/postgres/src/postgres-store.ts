@@ -259,6 +259,24 @@ const knownPurgeOptions: ReadonlySet<string> = new Set<keyof PurgeOptions>(['bat
  * const store = postgresStore({ client: db });
  */
 export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+  return postgresStoreOnClock(options, monotonicClock);
+}
+
+// What the store times itself (when to ask the catalog again, status-message-column.ts) needs a clock
+// that only moves forward: the wall clock stepped back by NTP, or by a VM resumed, would put the next
+// question off by as long. Record times are never the process's: they are the database's.
+const monotonicClock = () => performance.now();
+
+/**
+ * {@link postgresStore} on a given clock (milliseconds) for what the store times itself: tests inject
+ * one. Not exported from the package.
+ *
+ * @example
+ * let now = 0;
+ * const store = postgresStoreOnClock({ client: db }, () => now);
+ * now += 30_000; // the store asks the catalog again for a column it found missing
+ */
+export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => number): PostgresStore {
   if (!options || typeof options !== 'object') throw new TypeError('postgresStore needs an options object');
   assertKnownOptions(options, knownOptions, 'postgresStore');
   const table = parseTableName(options.table ?? defaultTable);
@@ -274,7 +292,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const withPhrase = buildStatements(table, tag, { statusMessage: true });
   const withoutPhrase = buildStatements(table, tag, { statusMessage: false });
   // Which of the two a call uses: see status-message-column.ts (a table not yet migrated).
-  const phraseColumn = statusMessageColumn(sql, table, tag);
+  const phraseColumn = statusMessageColumn(sql, table, tag, now);
   const statementsNow = async (operation: string): Promise<Statements> =>
     (await phraseColumn.present(operation)) ? withPhrase : withoutPhrase;
 

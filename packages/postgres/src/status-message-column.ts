@@ -26,17 +26,18 @@ const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
  * cached per store (see above). `present(operation)` resolves to the answer to use now (a failure to
  * ask is reported under `operation`, the store call that needed it); `missing()` records that a
  * statement found the column gone (42703), so the next call asks again after `recheckMs`. `tag` is
- * the store's, which its statements' names carry.
+ * the store's, which its statements' names carry; `now` the store's clock in milliseconds, which
+ * only has to move forward (monotonic, not the wall clock: see postgres-store.ts).
  *
  * @example
- * const column = statusMessageColumn(sql, parseTableName('idem_records'), tag);
+ * const column = statusMessageColumn(sql, parseTableName('idem_records'), tag, () => performance.now());
  * const statements = (await column.present('claim')) ? withPhrase : withoutPhrase;
  */
 export function statusMessageColumn(
   sql: Pick<SqlClient, 'run'>,
   table: TableName,
   tag: string,
-  now: () => number = Date.now,
+  now: () => number,
 ): { present(operation: string): Promise<boolean>; missing(): void } {
   let known: boolean | undefined;
   let checkedAt = 0;

@@ -11,7 +11,7 @@ import {
   StoreUnavailableError,
   TransactionAbortedError,
 } from '@idem/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   migrate,
   type PostgresClient,
@@ -20,6 +20,7 @@ import {
   postgresStore,
   ResponseTooLargeError,
 } from '../src/index.js';
+import { postgresStoreOnClock } from '../src/postgres-store.js';
 import { createSqlClient } from '../src/sql-client.js';
 import { statusMessageColumn } from '../src/status-message-column.js';
 import { parseTableName } from '../src/table-name.js';
@@ -824,6 +825,57 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           await expect(migrate(client, { table: odd })).rejects.toThrow(/column status_message is/);
         } finally {
           await sql(client, `DROP TABLE IF EXISTS "${odd}"`);
+        }
+      });
+
+      // Was a defect: the store timed its recheck with Date.now, whatever the test (or the host) did
+      // with time; now on its own clock, which the tests inject.
+      it('a running store keeps phrases once the column is there, 30 s later on its clock and not before', async () => {
+        const early = `${table}_phrase_clock`;
+        try {
+          await tableBeforePhrase(early);
+          let now = 5_000_000;
+          const running = postgresStoreOnClock({ client, table: early }, () => now);
+          const completedWith = async (statusMessage: string) => {
+            const id = freshId();
+            await running.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+            await running.complete({ id, token: 't', response: withPhrase('ok', statusMessage), retentionMs: 60_000 });
+            return phraseOf(running, id);
+          };
+          expect(await completedWith('Before')).toEqual([201, undefined]);
+          await migrate(client, { table: early });
+          now += 29_999;
+          expect(await completedWith('Too soon'), 'asked the catalog again before 30 s').toEqual([201, undefined]);
+          now += 1;
+          expect(await completedWith('After')).toEqual([201, 'After']);
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${early}"`);
+        }
+      });
+
+      // Was a defect: the default was the wall clock, so one stepped back (NTP, a resumed VM) put the
+      // recheck off by as long, and a running store kept no phrase for that while.
+      it('by default the recheck is timed by a monotonic clock, which a wall clock stepped back does not delay', async () => {
+        const early = `${table}_phrase_wall`;
+        const wall = vi.spyOn(Date, 'now');
+        const monotonic = vi.spyOn(performance, 'now');
+        try {
+          await tableBeforePhrase(early);
+          const running = postgresStore({ client, table: early });
+          wall.mockReturnValue(10_000_000);
+          monotonic.mockReturnValue(1_000);
+          expect(await running.get(freshId())).toBeUndefined();
+          await migrate(client, { table: early });
+          wall.mockReturnValue(10_000_000 - 3_600_000);
+          monotonic.mockReturnValue(31_000);
+          const id = freshId();
+          await running.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          await running.complete({ id, token: 't', response: withPhrase('ok', 'After'), retentionMs: 60_000 });
+          expect(await phraseOf(running, id)).toEqual([201, 'After']);
+        } finally {
+          wall.mockRestore();
+          monotonic.mockRestore();
+          await sql(client, `DROP TABLE IF EXISTS "${early}"`);
         }
       });
 
