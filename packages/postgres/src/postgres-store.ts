@@ -214,9 +214,15 @@ const checkToken = (token: unknown) => {
   if (typeof token !== 'string' || token.length === 0) throw new TypeError('token must be a non-empty string');
 };
 
+// A duration becomes an interval added to (or, the purge's grace, taken from) the database's clock,
+// and PostgreSQL's timestamps run from 4713 BC to 294276 AD: far past them a statement fails with
+// "interval out of range" (22008). A thousand years is more than any lease, retention or grace, and
+// well inside them either way. (The engine's own limits are 7 days of lease, 3650 of retention.)
+const maxMs = 1000 * 365.25 * 24 * 60 * 60 * 1000;
+
 const checkMs = (value: unknown, what: string) => {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new TypeError(`${what} must be a positive number of milliseconds`);
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > maxMs) {
+    throw new TypeError(`${what} must be a positive number of milliseconds, at most ${maxMs} (1000 years)`);
   }
 };
 
@@ -417,9 +423,17 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
   const purgeExpired = async (options: PurgeOptions = {}): Promise<number> => {
     assertKnownOptions(options, knownPurgeOptions, 'purgeExpired');
     const { batchSize = 1000, inProgressGraceMs = defaultInProgressGraceMs } = options;
-    if (!Number.isInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
-    if (typeof inProgressGraceMs !== 'number' || !Number.isFinite(inProgressGraceMs) || inProgressGraceMs < 0) {
-      throw new TypeError('inProgressGraceMs must be a number of milliseconds, 0 or more');
+    // A safe integer: a larger one is past PostgreSQL's bigint (22003), and none is a count of rows.
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    if (
+      typeof inProgressGraceMs !== 'number' ||
+      !Number.isFinite(inProgressGraceMs) ||
+      inProgressGraceMs < 0 ||
+      inProgressGraceMs > maxMs
+    ) {
+      throw new TypeError(
+        `inProgressGraceMs must be a number of milliseconds, 0 or more, at most ${maxMs} (1000 years)`,
+      );
     }
     const { rowCount } = await run(
       (set) => set.purge,

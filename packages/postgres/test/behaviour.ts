@@ -457,6 +457,23 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           ['forget, empty id', () => store.forget({ id: '', token: 't' })],
           ['get, empty id', () => store.get('')],
           ['purge, fractional batch', () => store.purgeExpired({ batchSize: 1.5 })],
+          // Was a defect: finite but past what PostgreSQL's timestamps and bigint hold, these got
+          // pg's "interval out of range" (22008) or "out of range for type bigint" (22003).
+          [
+            'claim, lease of 300,000 years',
+            () => store.claim({ id: freshId(), token: 't', fingerprint: '', leaseMs: 1e16 }),
+          ],
+          [
+            'claim, keep of 300,000 years',
+            () => store.claim({ id: freshId(), token: 't', fingerprint: '', leaseMs: 1_000, keepAfterLeaseMs: 1e16 }),
+          ],
+          ['renew, lease of 300,000 years', () => store.renew({ id, token: 't', leaseMs: 1e16 })],
+          [
+            'complete, retention of 300,000 years',
+            () => store.complete({ id, token: 't', response: response('x'), retentionMs: 1e16 }),
+          ],
+          ['purge, grace of 300,000 years', () => store.purgeExpired({ inProgressGraceMs: 1e16 })],
+          ['purge, batch past bigint', () => store.purgeExpired({ batchSize: 1e20 })],
         ];
         for (const [what, call] of misuses) await expect(call(), what).rejects.toThrow(TypeError);
         // The renewal with a zero lease did not end the lease.
