@@ -45,15 +45,39 @@ const columnTypes: Readonly<Record<string, readonly string[]>> = {
 // Columns a later version added, which migrate() adds to a table made before them.
 const addedLater: ReadonlySet<string> = new Set(['lease_until', 'status_message']);
 
+// The columns every claim's INSERT writes. The store's others it leaves NULL (no status, headers or
+// body while in progress, no lease_until for a claim without a keep, no phrase), and sets back to
+// NULL when it takes a record over, so they must be nullable, default or not; a column of the
+// application's own it never writes, so one that is NOT NULL needs a default (or to be generated).
+const alwaysWritten: ReadonlySet<string> = new Set(['id', 'state', 'token', 'fingerprint', 'expires_at']);
+
+/** One column of an existing table, as the catalog describes it. */
+interface FoundColumn {
+  /** The type as `regtype` names it. */
+  type: string;
+  /** The type as `format_type` prints it, with its length. */
+  display: string;
+  /** NOT NULL. */
+  notNull: boolean;
+  /** Filled by PostgreSQL when an INSERT leaves it out: a default, an identity, a generated column. */
+  filled: boolean;
+}
+
 /**
- * What is wrong with the columns of an existing records table (`found`: each column's type as
- * `regtype` names it, and as `format_type` prints it, with its length), or undefined when each has
- * the type the store needs. `lease_until` and `status_message` may be missing: migrate() adds them.
+ * What is wrong with the columns of an existing records table, or undefined when each has the type
+ * the store needs and none the store leaves empty is NOT NULL. `lease_until` and `status_message`
+ * may be missing: migrate() adds them.
  */
-function columnProblem(
-  table: string,
-  found: ReadonlyMap<string, { type: string; display: string }>,
-): string | undefined {
+function columnProblem(table: string, found: ReadonlyMap<string, FoundColumn>): string | undefined {
+  for (const [column, actual] of found) {
+    if (!actual.notNull || alwaysWritten.has(column)) continue;
+    if (column in columnTypes) {
+      return `migrate(): table ${table} exists but its column ${column} is NOT NULL, and the store leaves it NULL (a claim in progress has none); it was not made by migrate() or schema.sql: drop the constraint (ALTER COLUMN ${column} DROP NOT NULL)`;
+    }
+    if (!actual.filled) {
+      return `migrate(): table ${table} exists but its column ${column} is NOT NULL without a default, and the store never writes it, so every claim would fail: give it a default, drop the constraint, or name another table`;
+    }
+  }
   for (const [column, expected] of Object.entries(columnTypes)) {
     const actual = found.get(column);
     if (actual === undefined) {
@@ -156,7 +180,8 @@ export interface MigrateOptions {
  * transaction-scoped advisory lock so concurrent runs queue instead of racing on the catalog. When
  * all is there it runs no DDL at all, so a role that may only read and write the table can call it
  * too. The store itself never runs DDL. A table of that name that the store could not use (no unique
- * key on `id`, a column missing or of another type) is refused with an error that names what is wrong.
+ * key on `id`, a column missing or of another type, a NOT NULL column the store leaves empty) is refused
+ * with an error that names what is wrong.
  *
  * @example
  * import pg from 'pg';
@@ -255,15 +280,13 @@ async function migrateOnce(client: PostgresClient, table: TableName, lockTimeout
     // A table of that name whose columns are missing or of other types would pass every check above
     // and fail at run time, or worse, replay other bytes than it stored: say which column, now.
     if (rows[0]?.has_table === true) {
-      const { rows: columns } = await tx.query<{ name: string; type: string; display: string }>(
-        `SELECT attname::text AS name, atttypid::regtype::text AS type, format_type(atttypid, atttypmod) AS display
+      const { rows: columns } = await tx.query<{ name: string } & FoundColumn>(
+        `SELECT attname::text AS name, atttypid::regtype::text AS type, format_type(atttypid, atttypmod) AS display,
+                attnotnull AS "notNull", (atthasdef OR attidentity <> '' OR attgenerated <> '') AS filled
          FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`,
         [table.sql],
       );
-      const problem = columnProblem(
-        table.name,
-        new Map(columns.map(({ name, type, display }) => [name, { type, display }])),
-      );
+      const problem = columnProblem(table.name, new Map(columns.map(({ name, ...column }) => [name, column])));
       if (problem !== undefined) throw new Error(problem);
     }
     if (rows[0]?.has_table !== true) await tx.query(createTable);

@@ -253,6 +253,54 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         }
       });
 
+      // Was a defect: migrate() checked the columns' types but not whether they may be NULL. A claim
+      // inserts a row with no status, headers, body (nor lease_until for a claim without a keep, nor
+      // status_message), and writes nothing to a column it does not know: a hand-made table where one
+      // of those is NOT NULL without a default passed migrate() and failed every claim (23502).
+      it('migrate() refuses a table of that name with a NOT NULL column the store leaves empty', async () => {
+        const strict = `${table}_strict`;
+        const base =
+          'id text PRIMARY KEY, state text NOT NULL, token text NOT NULL, fingerprint text NOT NULL, expires_at timestamptz NOT NULL';
+        const optional: Record<string, string> = {
+          status: 'integer',
+          headers: 'jsonb',
+          body: 'bytea',
+          lease_until: 'timestamptz',
+          status_message: 'text',
+        };
+        const create = async (extra: string) => {
+          await sql(client, `DROP TABLE IF EXISTS "${strict}"`);
+          await sql(client, `CREATE TABLE "${strict}" (${base}, ${extra})`);
+        };
+        const all = (changed: Record<string, string>) =>
+          Object.entries({ ...optional, ...changed })
+            .map(([name, type]) => `${name} ${type}`)
+            .join(', ');
+        try {
+          for (const column of Object.keys(optional)) {
+            await create(all({ [column]: `${optional[column]} NOT NULL` }));
+            await expect(migrate(client, { table: strict }), column).rejects.toThrow(
+              new RegExp(`column ${column} is NOT NULL`),
+            );
+          }
+          await create(all({ tenant: 'text NOT NULL' }));
+          await expect(migrate(client, { table: strict })).rejects.toThrow(/column tenant is NOT NULL/);
+          // A column of the application's own with a default is fine: the claim's INSERT fills it.
+          await create(all({ tenant: "text NOT NULL DEFAULT 'main'" }));
+          await migrate(client, { table: strict });
+          expect(
+            await postgresStore({ client, table: strict }).claim({
+              id: 'x',
+              token: 't',
+              fingerprint: '',
+              leaseMs: 1_000,
+            }),
+          ).toEqual({ claimed: true });
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${strict}"`);
+        }
+      });
+
       it('migrate() adds lease_until and status_message to a table of an older version, whose rows keep working', async () => {
         const older = `${table}_older`;
         try {
