@@ -33,15 +33,58 @@ async function npm(args: string[], cwd: string): Promise<void> {
   if (done.status !== 0) throw new Error(`npm ${args.join(' ')} failed:\n${done.output}`);
 }
 
-// `tsc` on files of a consumer project, with the flags of that consumer (strict always).
-async function typecheck(cwd: string, files: Record<string, string>, flags: string[]): Promise<Run> {
-  const folder = join(cwd, `check-${Object.keys(files).join('-').replace(/\W+/g, '_')}`);
-  mkdirSync(folder, { recursive: true });
-  const names = Object.entries(files).map(([name, code]) => {
-    writeFileSync(join(folder, name), code);
-    return join(folder, name);
-  });
-  return run(process.execPath, [tsc, '--noEmit', '--strict', ...flags, ...names], cwd);
+// `tsc` on files of a consumer project, with the flags of that consumer (strict always). The files of
+// the tests that share a project and flags are one tsc run (each run loads @types/node and the
+// frameworks' types again: seconds of CPU), started once the projects are installed; each test gets
+// the diagnostics of its own file and those that name none of the group's files (a crash, a bad flag),
+// so it fails for what its own code meets, as when it was a run of its own.
+interface TypecheckGroup {
+  /** Adds a file (at collection time); what it returns gives that file's part of the group's run. */
+  add(name: string, code: string): () => Promise<Run>;
+  start(): Promise<Run>;
+}
+
+const groups: TypecheckGroup[] = [];
+
+function typecheckGroup(label: string, cwd: () => string, flags: string[]): TypecheckGroup {
+  const files = new Map<string, string>();
+  let whole: Promise<Run> | undefined;
+  const folder = `check-${label}`;
+  const group: TypecheckGroup = {
+    add(name, code) {
+      if (whole !== undefined) throw new Error(`typecheck group ${label} already ran`);
+      files.set(name, code);
+      return async () => ownPart(await group.start(), name);
+    },
+    start() {
+      whole ??= (async () => {
+        mkdirSync(join(cwd(), folder), { recursive: true });
+        const paths = [...files].map(([name, code]) => {
+          writeFileSync(join(cwd(), folder, name), code);
+          return join(folder, name);
+        });
+        return run(process.execPath, [tsc, '--noEmit', '--strict', ...flags, ...paths], cwd());
+      })();
+      return whole;
+    },
+  };
+  // tsc prints `<path>(line,col): error TS...: ...` with its continuation lines indented below it.
+  const ownPart = (done: Run, name: string): Run => {
+    const mine: string[] = [];
+    let keep = true;
+    for (const line of done.output.split('\n')) {
+      if (line === '') continue;
+      if (!/^\s/.test(line)) {
+        const about = [...files.keys()].find((file) => line.startsWith(`${folder}/${file}(`));
+        keep = about === undefined || about === name;
+      }
+      if (keep) mine.push(line);
+    }
+    const output = mine.length === 0 ? '' : `${mine.join('\n')}\n`;
+    return { output, status: output === '' ? 0 : done.status || 1 };
+  };
+  groups.push(group);
+  return group;
 }
 
 let packed: PackedPackages | undefined;
@@ -74,7 +117,7 @@ beforeAll(async () => {
   mkdirSync(project);
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
   const idem = ['core', 'guard', 'client', 'webhooks', 'express', 'fastify', 'koa'].map((f) => tarball(`@idem/${f}`));
-  await npm(
+  const hoisted = npm(
     ['install', ...idem, 'express@5', 'fastify@5', 'koa@3', '@types/express', '@types/koa', '@types/node'],
     project,
   );
@@ -93,7 +136,7 @@ beforeAll(async () => {
       overrides: { '@idem/guard': `file:${tarball('@idem/guard')}` },
     }),
   );
-  await npm(
+  const isolated = npm(
     [
       'install',
       '--install-strategy=linked',
@@ -105,6 +148,17 @@ beforeAll(async () => {
     ],
     linked,
   );
+  // The two installs at once: each waits on npm's cache and the registry more than on a core.
+  const installs = await Promise.allSettled([hoisted, isolated]);
+  for (const install of installs) if (install.status === 'rejected') throw install.reason;
+
+  // The type checks of the tests below, two at a time, while the first tests run.
+  const queue = [...groups];
+  const lane = async (): Promise<void> => {
+    for (let group = queue.shift(); group !== undefined; group = queue.shift()) await group.start();
+  };
+  // A failure reaches the tests that await that group.
+  void Promise.all([lane(), lane()]).catch(() => undefined);
 }, 240_000);
 
 afterAll(() => {
@@ -121,6 +175,27 @@ const typeAssertions = `
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 const check = <T extends true>(): void => {};
 `;
+
+// The checks of the first block, by project and compiler settings. skipLibCheck where Koa is
+// imported: @types/koa 3 itself does not compile against the content-disposition it gets.
+const nodeSkipLib = typecheckGroup('node-skiplib', () => project, [
+  '--module',
+  'nodenext',
+  '--target',
+  'es2023',
+  '--types',
+  'node',
+  '--skipLibCheck',
+]);
+const nodeOnly = typecheckGroup('node', () => project, nodeProject);
+const isolatedLayout = typecheckGroup('isolated', () => linked, [
+  '--module',
+  'nodenext',
+  '--target',
+  'es2023',
+  '--types',
+  'node',
+]);
 
 describe('the packed packages, installed into a project outside the repository', () => {
   // Pinned: what holds today, and was not checked anywhere before.
@@ -166,8 +241,9 @@ describe('the packed packages, installed into a project outside the repository',
   });
 
   // Pinned: the Express and Fastify augmentations, as the READMEs use them, under npm's layout.
-  it('req.idempotency / req.auth (Express) and request.idempotency / request.auth (Fastify) are typed', async () => {
-    const code = `
+  const merging = nodeSkipLib.add(
+    'merging.ts',
+    `
 import type { IdempotencyContext } from '@idem/core';
 import { memoryStore } from '@idem/core';
 import type { Principal } from '@idem/guard';
@@ -191,16 +267,10 @@ server.post('/orders', { config: { idempotency: { required: false } } }, async (
   return {};
 });
 export {};
-`;
-    const done = await typecheck(project, { 'merging.ts': code }, [
-      '--module',
-      'nodenext',
-      '--target',
-      'es2023',
-      '--types',
-      'node',
-      '--skipLibCheck',
-    ]);
+`,
+  );
+  it('req.idempotency / req.auth (Express) and request.idempotency / request.auth (Fastify) are typed', async () => {
+    const done = await merging();
     expect(done.output).toBe('');
     expect(done.status).toBe(0);
   });
@@ -212,15 +282,18 @@ export {};
   // '@idem/webhooks'`, which imports it; with skipLibCheck the option is silently `any`. The package
   // says it runs in Node. Expected: declarations that compile with Node's types alone (for example
   // `Headers | Record<string, string> | [string, string][]`, or the type of fetch's own parameter).
-  it('@idem/client and @idem/webhooks type-check in a Node project without the DOM library', async () => {
-    const code = `
+  const nodeClient = nodeOnly.add(
+    'node-client.ts',
+    `
 import { createClient } from '@idem/client';
 import { createSender } from '@idem/webhooks';
 const api = createClient({ baseUrl: 'https://api.example', headers: { 'x-tenant': 'a' } });
 console.log(api, createSender);
 export {};
-`;
-    const done = await typecheck(project, { 'node-client.ts': code }, nodeProject);
+`,
+  );
+  it('@idem/client and @idem/webhooks type-check in a Node project without the DOM library', async () => {
+    const done = await nodeClient();
     expect(done.output).not.toContain("Cannot find name 'HeadersInit'");
     expect(done.status, done.output).toBe(0);
   });
@@ -233,8 +306,9 @@ export {};
   // own `ctx.state.auth?.sub` does not. Expected: the package augments Koa's `DefaultState` (meant
   // for that) with `auth?: Principal` and `idempotency?: IdempotencyContext`, as Express and Fastify
   // get theirs.
-  it('ctx.state.auth and ctx.state.idempotency (Koa) are typed as on Express and Fastify', async () => {
-    const code = `
+  const koaState = nodeSkipLib.add(
+    'koa-state.ts',
+    `
 import type { IdempotencyContext } from '@idem/core';
 import { memoryStore } from '@idem/core';
 import type { Principal } from '@idem/guard';
@@ -249,17 +323,10 @@ app.use(async (ctx) => {
   check<Equal<typeof ctx.state.idempotency, IdempotencyContext | undefined>>();
 });
 export {};
-`;
-    // skipLibCheck: @types/koa 3 itself does not compile against the content-disposition it gets.
-    const done = await typecheck(project, { 'koa-state.ts': code }, [
-      '--module',
-      'nodenext',
-      '--target',
-      'es2023',
-      '--types',
-      'node',
-      '--skipLibCheck',
-    ]);
+`,
+  );
+  it('ctx.state.auth and ctx.state.idempotency (Koa) are typed as on Express and Fastify', async () => {
+    const done = await koaState();
     expect(done.output).not.toContain('TS2344');
     expect(done.status, done.output).toBe(0);
   });
@@ -372,8 +439,9 @@ export {};
   // `req.auth?.sub` are TS2339 errors. Expected: the augmentation targets what every layout
   // resolves, such as the global `Express.Request` interface (which express-serve-static-core's
   // Request extends), so a project that installs @types/express gets the types whatever its layout.
-  it('req.idempotency and req.auth type-check in a project with an isolated node_modules', async () => {
-    const code = `
+  const isolated = isolatedLayout.add(
+    'isolated.ts',
+    `
 import { memoryStore } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express from 'express';
@@ -383,16 +451,11 @@ app.post('/orders', (req, res) => {
   res.status(201).json({ key: req.idempotency?.key, by: req.auth?.sub });
 });
 export {};
-`;
+`,
+  );
+  it('req.idempotency and req.auth type-check in a project with an isolated node_modules', async () => {
     expect(existsSync(join(linked, 'node_modules', '@idem', 'guard'))).toBe(false);
-    const done = await typecheck(linked, { 'isolated.ts': code }, [
-      '--module',
-      'nodenext',
-      '--target',
-      'es2023',
-      '--types',
-      'node',
-    ]);
+    const done = await isolated();
     expect(done.output).not.toContain('TS2339');
     expect(done.status, done.output).toBe(0);
   });
@@ -410,6 +473,8 @@ const strictConsumer = [
   '--skipLibCheck',
 ];
 
+const strict = typecheckGroup('strict', () => project, strictConsumer);
+
 // Found by an audit of the types as a strict consumer meets them; each check failed when written.
 describe('the packed packages, as a strict TypeScript consumer uses them', () => {
   // Was a defect: `guardRequestFromNode(req)` with the `http.IncomingMessage` it exists for (and the
@@ -418,11 +483,9 @@ describe('the packed packages, as a strict TypeScript consumer uses them', () =>
   // GuardRequest: @types/node declares `url?: string | undefined`, NodeRequestLike and GuardRequest
   // `url?: string` / `method?: string`; expected: the Node request shape they describe is accepted
   // as is (`url?: string | undefined`, `method?: string | undefined`), without a cast.
-  it('guardRequestFromNode() and GuardRequest accept a Node IncomingMessage under exactOptionalPropertyTypes', async () => {
-    const done = await typecheck(
-      project,
-      {
-        'guard-node-request.ts': `
+  const guardNodeRequest = strict.add(
+    'guard-node-request.ts',
+    `
 import type { IncomingMessage } from 'node:http';
 import { createGuard, guardRequestFromNode, type GuardRequest, type NodeRequestLike } from '@idem/guard';
 declare const req: IncomingMessage;
@@ -433,9 +496,9 @@ const request: GuardRequest = { headers: req.headers, url: req.url, method: req.
 const direct = await guard.authenticate(request);
 console.log(message, viaNode.ok, direct.ok);
 `,
-      },
-      strictConsumer,
-    );
+  );
+  it('guardRequestFromNode() and GuardRequest accept a Node IncomingMessage under exactOptionalPropertyTypes', async () => {
+    const done = await guardNodeRequest();
     expect(done.output).toBe('');
     expect(done.status).toBe(0);
   });
@@ -445,11 +508,9 @@ console.log(message, viaNode.ok, direct.ok);
   // fail only at run time (the key is dropped or refused), and the typed PEM form checks nothing (the
   // guard's own source casts it back); expected: a typo in a key option is a compile error, e.g. the JWK
   // member typed as jose's `JWK` (which @idem/guard's declarations already import), not any record.
-  it('a misspelt PEM key option (publicKeys, keys) is a compile error', async () => {
-    const done = await typecheck(
-      project,
-      {
-        'public-key-input.ts': `
+  const publicKeyInput = strict.add(
+    'public-key-input.ts',
+    `
 import { createGuard, createInternalVerifier, type PublicKeyInput } from '@idem/guard';
 declare const pem: string;
 // @ts-expect-error 'RS257' is no JwsAlgorithm
@@ -473,9 +534,9 @@ createGuard({
 });
 console.log(badAlg, badName, parsed);
 `,
-      },
-      strictConsumer,
-    );
+  );
+  it('a misspelt PEM key option (publicKeys, keys) is a compile error', async () => {
+    const done = await publicKeyInput();
     expect(done.output).toBe('');
     expect(done.status).toBe(0);
   });
@@ -487,11 +548,9 @@ console.log(badAlg, badName, parsed);
   // `string` without them or after `express.json()`; the reference app works around it with
   // `String(req.params.id)`. Expected: the middlewares leave the route's params alone (typed as
   // `RequestHandler<any>` or a non-generic handler like connect's, as `express.json()` is).
-  it("@idem/express middlewares in a route do not widen the route's typed params", async () => {
-    const done = await typecheck(
-      project,
-      {
-        'express-route-params.ts': `
+  const expressRouteParams = strict.add(
+    'express-route-params.ts',
+    `
 import { memoryStore } from '@idem/core';
 import { requireRoles, requireScopes } from '@idem/guard';
 import { authorize, guard, idempotency } from '@idem/express';
@@ -512,9 +571,9 @@ app.post('/orders/:id/refunds', authorize(requireScopes('orders:write')), idempo
   res.status(201).json({ id, key: req.idempotency?.key });
 });
 `,
-      },
-      strictConsumer,
-    );
+  );
+  it("@idem/express middlewares in a route do not widen the route's typed params", async () => {
+    const done = await expressRouteParams();
     expect(done.output).toBe('');
     expect(done.status).toBe(0);
   });
@@ -524,19 +583,17 @@ app.post('/orders/:id/refunds', authorize(requireScopes('orders:write')), idempo
   // @idem/core declares but does not export (TS2724); the exported FingerprintOptions lacks `headers`,
   // so a shared `const fingerprint: FingerprintOptions = { headers: ['api-version'] }` is refused.
   // Expected: every type that appears in a public option can be named from the package.
-  it("HttpFingerprintOptions, the type of the adapters' `fingerprint` option, is exported by @idem/core", async () => {
-    const done = await typecheck(
-      project,
-      {
-        'http-fingerprint-options.ts': `
+  const httpFingerprintOptions = strict.add(
+    'http-fingerprint-options.ts',
+    `
 import { memoryStore, type HttpFingerprintOptions, type HttpIdempotencyOptions } from '@idem/core';
 const fingerprint: HttpFingerprintOptions = { exclude: ['/sentAt'], headers: ['api-version'] };
 const options: HttpIdempotencyOptions<unknown> = { store: memoryStore(), fingerprint };
 console.log(options);
 `,
-      },
-      strictConsumer,
-    );
+  );
+  it("HttpFingerprintOptions, the type of the adapters' `fingerprint` option, is exported by @idem/core", async () => {
+    const done = await httpFingerprintOptions();
     expect(done.output).toBe('');
     expect(done.status).toBe(0);
   });
@@ -545,11 +602,9 @@ console.log(options);
   // carry `reason: KeyDropReason` / `KeySetRejection`, unions @idem/guard declares and documents but
   // does not export (TS2724): a metrics label map `Record<KeyDropReason, string>` cannot name them.
   // Expected: the reason unions of the exported events are exported (as NotStoredReason is by @idem/core).
-  it('the reason unions of GuardEvent (KeyDropReason, KeySetRejection) are exported by @idem/guard', async () => {
-    const done = await typecheck(
-      project,
-      {
-        'guard-event-reasons.ts': `
+  const guardEventReasons = strict.add(
+    'guard-event-reasons.ts',
+    `
 import type { GuardEvent, KeyDropReason, KeySetRejection } from '@idem/guard';
 const dropped: Record<KeyDropReason, number> = {
   'not-an-object': 0, 'wrong-use': 0, 'wrong-key-ops': 0, 'unknown-alg': 0, 'alg-mismatch': 0, 'alg-not-allowed': 0,
@@ -561,9 +616,9 @@ const onEvent = (event: GuardEvent): void => {
 };
 console.log(onEvent);
 `,
-      },
-      strictConsumer,
-    );
+  );
+  it('the reason unions of GuardEvent (KeyDropReason, KeySetRejection) are exported by @idem/guard', async () => {
+    const done = await guardEventReasons();
     expect(done.output).toBe('');
     expect(done.status).toBe(0);
   });

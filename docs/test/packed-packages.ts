@@ -5,7 +5,7 @@
 // tsconfig for the build, the licence and its copy script), whose node_modules links the
 // checkout's dependencies and points `@idem/*` at the copies, and each copy is packed there.
 import { execFile } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -20,8 +20,8 @@ export interface PackedPackages {
 }
 
 /**
- * Packs `names` (package folders under `packages/`, in build order: a package after those it
- * imports) from the checkout at `root`, with `npm` from `env`'s PATH.
+ * Packs `names` (package folders under `packages/`) from the checkout at `root`, with `npm` from
+ * `env`'s PATH: a package after those of `names` its manifest depends on, two at a time otherwise.
  *
  * @example
  * const packed = await packPackages(root, ['core', 'guard', 'express'], process.env);
@@ -49,8 +49,7 @@ export async function packPackages(root: string, names: string[], env: NodeJS.Pr
     const packs = join(tree, 'packs');
     mkdirSync(packs);
     const tarballs = new Map<string, string>();
-    // One at a time: a package's type declarations are built against those packed before it.
-    for (const name of names) {
+    const pack = async (name: string): Promise<void> => {
       const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', packs], {
         cwd: join(tree, 'packages', name),
         env,
@@ -63,12 +62,95 @@ export async function packPackages(root: string, names: string[], env: NodeJS.Pr
       }>;
       if (report === undefined) throw new Error(`npm pack of ${name} reported nothing:\n${stdout}`);
       tarballs.set(report.name, join(packs, report.filename));
-    }
+    };
+    // A package's type declarations are built against the packages it imports, so it is packed once
+    // those are; packages that need none of each other are packed two at a time (each pack is a
+    // build: about one core's worth, and CI has two).
+    await inDependencyOrder(names, siblingsOf(tree, names), 2, pack);
     return { tarballs, remove: () => rmSync(tree, { recursive: true, force: true }) };
   } catch (error) {
     rmSync(tree, { recursive: true, force: true });
     throw error;
   }
+}
+
+/** For each folder in `names`, the folders in `names` whose packages its manifest depends on. */
+function siblingsOf(tree: string, names: string[]): Map<string, string[]> {
+  const folderOf = new Map<string, string>();
+  const manifests = new Map<
+    string,
+    { name: string; dependencies?: object; peerDependencies?: object; devDependencies?: object }
+  >();
+  for (const name of names) {
+    const manifest = JSON.parse(readFileSync(join(tree, 'packages', name, 'package.json'), 'utf8'));
+    manifests.set(name, manifest);
+    folderOf.set(manifest.name, name);
+  }
+  const siblings = new Map<string, string[]>();
+  for (const [name, manifest] of manifests) {
+    const wanted = Object.keys({ ...manifest.dependencies, ...manifest.peerDependencies, ...manifest.devDependencies });
+    siblings.set(
+      name,
+      wanted.flatMap((dependency) => {
+        const folder = folderOf.get(dependency);
+        return folder === undefined ? [] : [folder];
+      }),
+    );
+  }
+  return siblings;
+}
+
+/**
+ * Runs `task` for every name, at most `limit` at once, each only after the tasks of the names it
+ * depends on have finished. The first failure rejects (once the tasks running then have settled).
+ */
+async function inDependencyOrder(
+  names: string[],
+  dependsOn: ReadonlyMap<string, readonly string[]>,
+  limit: number,
+  task: (name: string) => Promise<void>,
+): Promise<void> {
+  const done = new Set<string>();
+  const started = new Set<string>();
+  let failure: unknown;
+  let running = 0;
+  await new Promise<void>((resolve) => {
+    const next = (): void => {
+      if (failure !== undefined || done.size === names.length) {
+        if (running === 0) resolve();
+        return;
+      }
+      for (const name of names) {
+        if (running >= limit) break;
+        if (started.has(name)) continue;
+        if (!(dependsOn.get(name) ?? []).every((dependency) => done.has(dependency) || !names.includes(dependency))) {
+          continue;
+        }
+        started.add(name);
+        running += 1;
+        task(name).then(
+          () => {
+            done.add(name);
+            running -= 1;
+            next();
+          },
+          (error: unknown) => {
+            failure ??= error;
+            running -= 1;
+            next();
+          },
+        );
+      }
+      if (running === 0 && failure === undefined && done.size < names.length) {
+        failure = new Error(
+          `no package of ${names.filter((name) => !started.has(name)).join(', ')} can be packed first`,
+        );
+        resolve();
+      }
+    };
+    next();
+  });
+  if (failure !== undefined) throw failure;
 }
 
 /**
