@@ -12,7 +12,7 @@ import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
-import { startReferenceApp } from '../src/start.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl, loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
@@ -40,6 +40,39 @@ const start = (authUrl: string) =>
     challenge: pkcePair().challenge,
     challengeMethod: 'S256',
   });
+/**
+ * Signs alice in, as a browser does, in `agent` (a new browser unless given): from the app's "Sign in"
+ * of `running` (the whole stack unless given) through its callback, or (`from: 'provider'`) by an
+ * authorization request of the app's client straight at `authUrl`, not followed to the app. A sign-in
+ * that is to reuse the provider's session passes `password: 'not asked'`: a login page would fail.
+ */
+async function signIn(
+  options: {
+    from?: 'app' | 'provider';
+    authUrl?: string;
+    running?: RunningReferenceApp;
+    agent?: UserAgent;
+    password?: string;
+  } = {},
+): Promise<UserAgent> {
+  const { from = 'app', running = whole.running, agent = createUserAgent(), password = alice.password } = options;
+  const user = { username: alice.username, password };
+  if (from === 'provider') {
+    const authUrl = options.authUrl ?? whole.running.authUrl;
+    await loginAndConsent(agent, authUrl, start(authUrl), client().redirectUri, user);
+    return agent;
+  }
+  const redirectUri = running.clients.app.redirectUri;
+  const callback = await loginAndConsent(
+    agent,
+    running.authUrl,
+    new URL('/signin', running.appUrl).href,
+    redirectUri,
+    user,
+  );
+  expect((await agent.request(callback.href)).response.status).toBe(303);
+  return agent;
+}
 const providerSession = (agent: UserAgent) => agent.jar.cookies.get('_session')?.value;
 /** Moves the password of the provider's session `id` to `seconds` ago. */
 const passwordGivenAgo = async (id: string, seconds: number) => {
@@ -74,8 +107,7 @@ describe("the provider's sign-in session, by default", () => {
   // Was wrong: it ended 14 days after the password (ASVS 3.3.2 level 1); a sign-in at any app within
   // them reused it without the password. Now 12 hours (level 2), however often it is used.
   it('lives 12 hours from the password, and a use does not extend it', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     const id = providerSession(agent)!;
     await passwordGivenAgo(id, 11 * hour + 50 * 60);
     // Another sign-in: the provider reads the session, and saves it again, for the 10 minutes left.
@@ -87,8 +119,7 @@ describe("the provider's sign-in session, by default", () => {
   // Was wrong: a visit saved the session for what was left of its 12 hours: idle for hours, it was
   // still signed in. Now each visit saves it for 30 minutes (or what is left of the 12 hours, if less).
   it('lives 30 minutes from its last visit', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     const id = providerSession(agent)!;
     expect(await providerLeft(id)).toBeLessThanOrEqual(30 * 60);
     expect(await providerLeft(id)).toBeGreaterThan(30 * 60 - 60);
@@ -104,8 +135,7 @@ describe("the provider's sign-in session, by default", () => {
   });
 
   it('asks for the password again 12 hours after it was given', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     await passwordGivenAgo(providerSession(agent)!, 12 * hour + 1);
     const page = await agent.follow(start(whole.running.authUrl), (url) => url.startsWith(client().redirectUri));
     expect(page.body).toContain('<h1>Sign in</h1>');
@@ -113,8 +143,7 @@ describe("the provider's sign-in session, by default", () => {
 
   // A row the previous version wrote (14 days to go on its expiry) is read by the new rule.
   it('ends a session an earlier version stored for 14 days once its password is 12 hours old', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     const id = providerSession(agent)!;
     await whole.db.query(
       `update idp_models set expires_at = now() + interval '13 days' where model = 'Session' and id = $1`,
@@ -132,8 +161,7 @@ describe("the provider's sign-in session an earlier version stored", () => {
   // password. A row that expires later than the idle limit from now was not saved under it: it is
   // read as idle too long (the password once more, at worst, for a session in use during the upgrade).
   it('asks for the password once it is 31 minutes idle', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     const id = providerSession(agent)!;
     await passwordGivenAgo(id, 31 * 60);
     await whole.db.query(
@@ -162,8 +190,7 @@ describe('sessionLifetimeSeconds', () => {
   });
 
   it('sets the lifetime of the sign-in session (14 days here: level 1)', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, port.url, start(port.url), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider', authUrl: port.url });
     const id = providerSession(agent)!;
     await passwordGivenAgo(id, 13 * 24 * hour);
     // Within its 14 days: no password, straight to the consent page or back to the client.
@@ -205,8 +232,7 @@ describe('sessionIdleSeconds', () => {
   });
 
   it("sets the provider's idle limit (2 hours here)", async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, port.url, start(port.url), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider', authUrl: port.url });
     const id = providerSession(agent)!;
     expect(await providerLeft(id)).toBeGreaterThan(2 * hour - 60);
     await providerIdle(id, 2 * hour - 60);
@@ -281,16 +307,11 @@ describe("the app's session", () => {
   // session without the password: signed in again 11 hours after the password, the app kept the user
   // 23 hours after it.
   it('ends 12 hours after the password, not 12 hours after a sign-in that reused the provider session', async () => {
-    const agent = createUserAgent();
     // Signed in at the provider (another app's sign-in, say) 11 h 58 min ago.
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     await passwordGivenAgo(providerSession(agent)!, 12 * hour - 120);
     // "Sign in" at the app now: the provider's session is reused, no password (a login page would fail).
-    const callback = await loginAndConsent(agent, whole.running.authUrl, appUrl('/signin'), client().redirectUri, {
-      username: 'alice',
-      password: 'not asked',
-    });
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    await signIn({ agent, password: 'not asked' });
     expect(await signedIn(agent)).toBe(true);
     expect(await appLeft(agent)).toBeLessThanOrEqual(120);
     // Three minutes on: the password is 12 h 1 min old, and the app signs the user out.
@@ -301,15 +322,7 @@ describe("the app's session", () => {
   // A refresh brings back an ID token with the first `auth_time` and stores new tokens: it must not
   // move the session's end past 12 hours from the password, nor its `authTime`.
   it('a token refresh does not extend the session past 12 hours from the password', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     // The sign-in and the password 11 h 58 min ago, the access token expired: the next page refreshes.
     await whole.db.query(
       `update app_sessions set created_at = created_at - interval '11 hours 58 minutes',
@@ -336,15 +349,7 @@ describe("the app's session", () => {
   // sign-in at the app after its session idled out reused it without the password). Now both end
   // after 30 minutes without a request.
   it('ends after 30 minutes idle, and the next sign-in asks for the password', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     expect(await signedIn(agent)).toBe(true);
     // 31 minutes without a request, at the app and at the provider: every time of the rows moved back.
     await ageAppSession(agent, 31 * 60);
@@ -355,15 +360,7 @@ describe("the app's session", () => {
   });
 
   it('is still signed in after 29 minutes idle', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     await ageAppSession(agent, 29 * 60);
     expect(await signedIn(agent)).toBe(true);
   });
@@ -371,15 +368,7 @@ describe("the app's session", () => {
   // Reads only (the access token is not aged, so no refresh writes the session): the idle limit
   // counts from the last request, not from the last change, and the 12 hours still end it.
   it('keeps a reader who comes back every 10 minutes signed in, until 12 hours after the password', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     const tokens = async () =>
       (
         await whole.db.query<{ tokens: unknown }>(
@@ -409,15 +398,7 @@ describe("the app's session", () => {
 
   // A read records the use at most once a minute: reads cost no write per request.
   it('records a read at most once a minute', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     const seenAgo = async () =>
       (
         await whole.db.query<{ ago: number }>(
@@ -436,15 +417,7 @@ describe("the app's session", () => {
   // Concurrent reads of a session whose record is over a minute old: the condition is checked again
   // on the row as each update finds it locked, so one of them writes and the others see its record.
   it('records one use for twenty reads at once', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     await ageAppSession(agent, 61);
     // Each change of `last_seen` of this row from now on is counted by a trigger, for this test only.
     await whole.db.exec(`
@@ -472,15 +445,7 @@ describe("the app's session", () => {
   // The provider's session idles out on its own: once the app's session has ended (gone here), the
   // app's next sign-in finds no session at the provider, and the password is asked.
   it("asks for the password when the provider's session is 31 minutes idle", async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     const appSessionEnded = () =>
       whole.db.query('delete from app_sessions where id_hash = $1', [appSessionHash(agent)]);
     await appSessionEnded();
@@ -550,15 +515,7 @@ describe("the end of the app's session", () => {
     ['31 minutes idle', 31 * 60],
     ['12 hours after the password', 12 * hour + 60],
   ])('revokes its refresh token when it ends %s', async (_name, seconds) => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     const token = await refreshTokenOf(agent);
     expect(token).toBeDefined();
     await ageAppSession(agent, seconds);
@@ -583,14 +540,9 @@ describe("the end of the app's session", () => {
   // over. Its tokens now end 12 hours after the password, rotations included; other clients' keep
   // their 14 days (offline access, spec 8: refresh tokens are long-lived).
   it('has a refresh token that ends 12 hours after the password, rotations included', async () => {
-    const agent = createUserAgent();
-    await loginAndConsent(agent, whole.running.authUrl, start(whole.running.authUrl), client().redirectUri, alice);
+    const agent = await signIn({ from: 'provider' });
     await passwordGivenAgo(providerSession(agent)!, 12 * hour - 600);
-    const callback = await loginAndConsent(agent, whole.running.authUrl, appUrl('/signin'), client().redirectUri, {
-      username: 'alice',
-      password: 'not asked',
-    });
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    await signIn({ agent, password: 'not asked' });
     const token = (await refreshTokenOf(agent))!;
     expect(await refreshTokenLeft(token)).toBeLessThanOrEqual(600);
     expect(await refreshTokenLeft(token)).toBeGreaterThan(500);
@@ -600,15 +552,7 @@ describe("the end of the app's session", () => {
   });
   // The sign-out form of a page left open past the session's end: the same revocation.
   it('revokes its refresh token when its page left open signs out after 31 minutes idle', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     const csrf = formField((await agent.request(appUrl('/'))).body, 'csrf');
     const token = await refreshTokenOf(agent);
     await ageAppSession(agent, 31 * 60);
@@ -617,15 +561,7 @@ describe("the end of the app's session", () => {
   });
 
   it('leaves the refresh token of a session still live alone', async () => {
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      whole.running.authUrl,
-      appUrl('/signin'),
-      client().redirectUri,
-      alice,
-    );
-    expect((await agent.request(callback.href)).response.status).toBe(303);
+    const agent = await signIn();
     await ageAppSession(agent, 29 * 60);
     expect((await agent.request(appUrl('/'))).body).toContain('Alice');
     expect(await refreshTokenOf(agent)).toBeDefined();
@@ -679,16 +615,8 @@ describe('startReferenceApp with a provider session of 14 days', () => {
       sessionIdleSeconds: 14 * 24 * hour,
     });
     try {
-      const agent = createUserAgent();
+      const agent = await signIn({ running });
       const appUrl = (path: string) => new URL(path, running.appUrl).href;
-      const callback = await loginAndConsent(
-        agent,
-        running.authUrl,
-        appUrl('/signin'),
-        running.clients.app.redirectUri,
-        alice,
-      );
-      expect((await agent.request(callback.href)).response.status).toBe(303);
       const id = providerSession(agent)!;
       const left = await own.query<{ left: number }>(
         `select extract(epoch from expires_at - now())::float8 as left from idp_models where model = 'Session' and id = $1`,
@@ -724,16 +652,8 @@ describe('startReferenceApp with sessionIdleSeconds', () => {
       sessionIdleSeconds: 120,
     });
     try {
-      const agent = createUserAgent();
+      const agent = await signIn({ running });
       const appUrl = (path: string) => new URL(path, running.appUrl).href;
-      const callback = await loginAndConsent(
-        agent,
-        running.authUrl,
-        appUrl('/signin'),
-        running.clients.app.redirectUri,
-        alice,
-      );
-      expect((await agent.request(callback.href)).response.status).toBe(303);
       const left = await own.query<{ left: number }>(
         `select extract(epoch from expires_at - now())::float8 as left from idp_models where model = 'Session' and id = $1`,
         [storedId('Session', providerSession(agent)!)],
