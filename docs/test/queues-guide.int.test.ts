@@ -464,714 +464,615 @@ async function holdKey(place: StorePlace, o: Order) {
 
 const order = (amount = 5): Order => ({ id: `order-${randomUUID().slice(0, 8)}`, amount });
 
-for (const backend of stores) {
-  describe
-    .runIf(backend.available && withRabbit)
-    .concurrent(`the guide's RabbitMQ consumer, ${backend.kind} store`, () => {
-      it('5 copies of each message, 3 consumers at once: one effect per id, the in-progress copies requeued after retryAfter, every copy acked', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const consumers = await rabbitConsumers(3, queue.queue, place.place, 300);
-        try {
-          const orders = [order(), order(), order()];
-          // A message's copies one after another: the consumers take them at the same time.
-          for (const o of orders) for (let copy = 0; copy < 5; copy++) queue.publish(o);
-          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
-          await until('no retry timer left', consumers.settled);
-          for (const o of orders) {
-            expect(await place.effects(o.id)).toBe(1);
-            expect(consumers.tally.get('charge', o.id)).toBe(1);
-          }
-          // The copies overlapped: some found their key in progress and went back after retryAfter.
-          expect(consumers.tally.total('requeue')).toBeGreaterThan(0);
-          expect(consumers.tally.total('dead-letter')).toBe(0);
-          expect(await queue.readyCount()).toBe(0);
-          expect(await queue.deadLetters()).toEqual([]);
-        } finally {
-          await consumers.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
+// ---- one set of tests for both brokers ----
 
-      for (const mode of ['before-effect', 'after-effect'] as const) {
-        it(`a consumer killed ${mode === 'before-effect' ? 'before its effect' : 'after its effect was stored, before its ack'}: the redelivery ${mode === 'before-effect' ? 'takes the key over after the 1 s lease' : 'replays'}, one effect`, async ({
-          expect,
-        }) => {
-          const place = await freshPlace(backend.kind, backend.url);
-          const queue = await rabbitQueue();
-          const crashing = crashingConsumer({
+/** One test's queue (RabbitMQ) or stream and durable consumer (JetStream), and how to drive it. */
+interface Line {
+  publish(order: Order): Promise<void>;
+  consumers(n: number, place: StorePlace, chargeMs: number, setup?: Setup): Promise<Consumers>;
+  /** The guide's consumer in a child process, on this queue or stream, to be killed. */
+  crashing(place: StorePlace, mode: CrashConfig['mode']): Killable;
+  /** Waits until nothing is in flight: RabbitMQ, no retry timer left; JetStream, nothing pending on the consumer. */
+  settled(consumers: Consumers): Promise<void>;
+  /** The RabbitMQ queue, for the checks only it allows (its ready count, its dead letters). */
+  rabbit: RabbitQueue | undefined;
+  remove(): Promise<void>;
+}
+
+interface Broker {
+  kind: 'rabbitmq' | 'nats';
+  name: string;
+  available: boolean;
+  /** What the guide's consumer does, as the tally names it, with a copy to come back later, and with one it gives up on. */
+  returns: 'requeue' | 'nak';
+  refuses: 'dead-letter' | 'term';
+  /** A fresh queue or stream; `ackWaitMs` is JetStream's ack_wait (RabbitMQ redelivers a dead consumer's at once). */
+  open(ackWaitMs: number): Promise<Line>;
+}
+
+const brokers: Broker[] = [
+  {
+    kind: 'rabbitmq',
+    name: 'RabbitMQ',
+    available: withRabbit,
+    returns: 'requeue',
+    refuses: 'dead-letter',
+    open: async () => {
+      const queue = await rabbitQueue();
+      return {
+        publish: async (o) => queue.publish(o),
+        consumers: (n, place, chargeMs, setup) => rabbitConsumers(n, queue.queue, place, chargeMs, setup),
+        crashing: (place, mode) =>
+          crashingConsumer({
             broker: 'rabbitmq',
             brokerUrl: rabbitUrl,
             queue: queue.queue,
             durable: '',
-            place: place.place,
+            place,
             mode,
             leaseMs: 1_000,
             consumerJs: rabbitJs,
-          });
-          let consumers: Consumers | undefined;
-          try {
-            await crashing.reached('ready');
-            const o = order();
-            queue.publish(o);
-            await crashing.reached(mode === 'before-effect' ? 'charging' : 'acking');
-            // Only now do the others start: the message was the dead consumer's.
-            consumers = await rabbitConsumers(2, queue.queue, place.place, 50);
-            expect(await crashing.kill()).toBe('SIGKILL');
-            const survivors = consumers;
-            await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
-            await until('no retry timer left', survivors.settled);
-            expect(await place.effects(o.id)).toBe(1);
-            if (mode === 'before-effect') {
-              // RabbitMQ redelivered at once, inside the dead consumer's lease: requeued, then taken over.
-              expect(survivors.tally.get('requeue', o.id)).toBeGreaterThan(0);
-              expect(survivors.tally.get('charge', o.id)).toBe(1);
-              expect(survivors.tally.total('recovered')).toBe(1);
-            } else {
-              expect(survivors.tally.get('charge', o.id)).toBe(0);
-            }
-            expect(await queue.readyCount()).toBe(0);
-          } finally {
-            await crashing.kill();
-            await consumers?.close();
-            await queue.remove();
-            await place.drop();
-          }
-        });
-      }
-
-      it('a body that is no JSON is dead-lettered, and the consumer goes on', async ({ expect }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
-        try {
-          queue.publishRaw(Buffer.from('not json'));
-          const o = order();
-          queue.publish(o);
-          // Was wrong: the guide parsed the body outside its promise chain, so the SyntaxError went
-          // into amqplib, which closed the channel: the consumer stopped, every message it held went
-          // back, and the poison message went on to close the next consumer's channel.
-          await until('the next message acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('the body dead-lettered', () => consumers.tally.get('dead-letter', 'not-json') === 1);
-          const dead = await queue.deadLetters();
-          expect(dead.map((m) => m.content.toString('utf8'))).toEqual(['not json']);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await consumers.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it('a consumer whose connection closes while a copy waits out retryAfter does not crash', async ({ expect }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        // Another consumer's run holds the key, in progress until released.
-        const holderStore = await openStore(place.place);
-        let claimed = false;
-        let release = () => {};
-        const holding = new Promise<void>((resolve) => {
-          release = resolve;
-        });
-        const holder = makeIdempotent(
-          async (o: Order) => {
-            await holding;
-            await holderStore.effect(o.id);
-          },
-          {
-            engine: consumerEngine(holderStore.store, '5s', (event) => {
-              if (event.type === 'claim') claimed = true;
-            }),
-            operation: 'processOrder',
-            key: (o: Order) => o.id,
-            payload: (o: Order) => JSON.stringify(o),
-          },
-        );
-        const waiting = crashingConsumer({
-          broker: 'rabbitmq',
-          brokerUrl: rabbitUrl,
-          queue: queue.queue,
-          durable: '',
-          place: place.place,
-          mode: 'close-while-waiting',
-          leaseMs: 1_000,
-          consumerJs: rabbitJs,
-        });
-        let consumers: Consumers | undefined;
-        let first: Promise<unknown> | undefined;
-        try {
-          const o = order();
-          first = holder(o);
-          await until('the holder claimed the key', () => claimed);
-          await waiting.reached('ready');
-          queue.publish(o);
-          await waiting.reached('closed');
-          // Was wrong: the guide's nack timer fired on the closed channel and amqplib threw
-          // IllegalOperationError out of the timer: the process died (exit code 1, an uncaught exception).
-          expect(await waiting.exited).toEqual({ code: 0, signal: null });
-          release();
-          await first;
-          // RabbitMQ requeued the copy when the connection closed; a consumer replays it.
-          consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
-          const survivors = consumers;
-          await until('the copy acked', () => survivors.tally.get('ack', o.id) === 1);
-          expect(survivors.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          release();
-          await first?.catch(() => undefined);
-          await waiting.kill();
-          await consumers?.close();
-          await holderStore.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it('a consumer whose connection closes while its handler runs does not crash, and the redelivery replays', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const closing = crashingConsumer({
-          broker: 'rabbitmq',
-          brokerUrl: rabbitUrl,
-          queue: queue.queue,
-          durable: '',
-          place: place.place,
-          mode: 'close-while-charging',
-          leaseMs: 1_000,
-          consumerJs: rabbitJs,
-        });
-        let consumers: Consumers | undefined;
-        try {
-          await closing.reached('ready');
-          const o = order();
-          queue.publish(o);
-          await closing.reached('closed');
-          // Was wrong: the guide acked on the closed channel; amqplib threw, the catch's nack threw
-          // again, out of the consume callback's promise: an unhandled rejection ended the process.
-          expect(await closing.exited).toEqual({ code: 0, signal: null });
-          consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
-          const survivors = consumers;
-          await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
-          expect(survivors.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await closing.kill();
-          await consumers?.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it('the same key with another payload is dead-lettered: fingerprint_mismatch, the handler does not run', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const consumers = await rabbitConsumers(3, queue.queue, place.place, 50);
-        try {
-          const o = order(5);
-          queue.publish(o);
-          await until('the first acked', () => consumers.tally.get('ack', o.id) === 1);
-          queue.publish({ ...o, amount: 6 });
-          await until('the other payload dead-lettered', () => consumers.tally.get('dead-letter', o.id) === 1);
-          const dead = await queue.deadLetters();
-          expect(dead.map((m) => JSON.parse(m.content.toString('utf8')))).toEqual([{ ...o, amount: 6 }]);
-          expect(dead[0]?.properties.headers?.['x-death']?.[0]?.reason).toBe('rejected');
-          expect(consumers.tally.total('mismatch')).toBe(1);
-          expect(consumers.tally.get('charge', o.id)).toBe(1);
-          expect(await place.effects(o.id)).toBe(1);
-          expect(consumers.settled()).toBe(true);
-        } finally {
-          await consumers.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("a handler that throws (storeOutcome 'stripe'): its key released, the message redelivered after 1 s and run again, one effect, nothing dead-lettered", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { failures: 1 });
-        try {
-          const o = order();
-          queue.publish(o);
-          // Was wrong: the guide dead-lettered every error but a retryable IdempotencyError, so a
-          // handler's own failure, whose key 'stripe' had released for the redelivery to run it
-          // again, went to the dead-letter queue: the message was never retried.
-          await until('the redelivery acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('no retry timer left', consumers.settled);
-          expect(consumers.tally.get('charge', o.id)).toBe(2);
-          expect(consumers.tally.get('requeue', o.id)).toBe(1);
-          expect(consumers.tally.get('dead-letter', o.id)).toBe(0);
-          // Not at once: a handler that always fails would loop hot.
-          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
-          expect(await place.effects(o.id)).toBe(1);
-          expect(await queue.deadLetters()).toEqual([]);
-        } finally {
-          await consumers.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("a handler that throws under storeOutcome 'all': the new failure comes back after 1 s, its replay is dead-lettered at once, the handler runs once", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, {
-          failures: 1,
-          extras: { storeOutcome: 'all' },
-        });
-        try {
-          const o = order();
-          queue.publish(o);
-          // Was wrong: a failure kept under 'all' came back on each redelivery as a plain Error the
-          // consumer took for a new failure: requeued every second, the handler never run again,
-          // until the queue's delivery limit (none on a classic queue: for ever).
-          await until('the replayed failure dead-lettered', () => consumers.tally.get('dead-letter', o.id) === 1);
-          await until('no retry timer left', consumers.settled);
-          expect(consumers.tally.get('charge', o.id)).toBe(1);
-          expect(consumers.tally.get('requeue', o.id)).toBe(1);
-          expect(consumers.tally.get('ack', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(0);
-          expect(await queue.deadLetters()).toHaveLength(1);
-        } finally {
-          await consumers.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it('conflictRetryAfter: 0: a copy whose key is held elsewhere comes back once a second, not in a hot loop', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, {
-          extras: { conflictRetryAfter: 0 },
-        });
-        try {
-          queue.publish(o);
-          await until('three deliveries of the held copy', () => consumers.tally.get('delivery', o.id) >= 3);
-          // Was wrong: the guide waited `retryAfter` seconds before its nack, and 0 is a valid
-          // `conflictRetryAfter` (it is sent as `Retry-After: 0`): the copy went round the broker
-          // as fast as it could, a store read and a nack each time, for as long as the key was held.
-          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
-          holder.release();
-          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('no retry timer left', consumers.settled);
-          expect(consumers.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("wait '15s' (the guide's setting): 5 copies, 3 consumers at once: the copies wait for the first run's result, none requeued, one effect per id", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const consumers = await rabbitConsumers(3, queue.queue, place.place, 300, { extras: { wait: '15s' } });
-        try {
-          const orders = [order(), order(), order()];
-          for (const o of orders) for (let copy = 0; copy < 5; copy++) queue.publish(o);
-          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
-          await until('no retry timer left', consumers.settled);
-          for (const o of orders) {
-            expect(await place.effects(o.id)).toBe(1);
-            expect(consumers.tally.get('charge', o.id)).toBe(1);
-            expect(consumers.tally.get('delivery', o.id)).toBe(5);
-          }
-          expect(consumers.tally.total('requeue')).toBe(0);
-          expect(consumers.tally.total('dead-letter')).toBe(0);
-        } finally {
-          await consumers.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("wait '15s': a consumer killed before its effect: the redelivery waits out its 1 s lease and takes the key over, never requeued, one effect", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue();
-        const crashing = crashingConsumer({
-          broker: 'rabbitmq',
-          brokerUrl: rabbitUrl,
-          queue: queue.queue,
-          durable: '',
-          place: place.place,
-          mode: 'before-effect',
-          leaseMs: 1_000,
-          consumerJs: rabbitJs,
-        });
-        let consumers: Consumers | undefined;
-        try {
-          await crashing.reached('ready');
-          const o = order();
-          queue.publish(o);
-          await crashing.reached('charging');
-          consumers = await rabbitConsumers(2, queue.queue, place.place, 50, { extras: { wait: '15s' } });
-          expect(await crashing.kill()).toBe('SIGKILL');
-          const survivors = consumers;
-          await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
-          await until('no retry timer left', survivors.settled);
-          expect(survivors.tally.get('delivery', o.id)).toBe(1);
-          expect(survivors.tally.get('requeue', o.id)).toBe(0);
-          expect(survivors.tally.get('charge', o.id)).toBe(1);
-          expect(survivors.tally.total('recovered')).toBe(1);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await crashing.kill();
-          await consumers?.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("a quorum queue's delivery-limit, without wait: each 'in progress' requeue counts, so a copy is dead-lettered only because another consumer held its key", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue(1);
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
-        try {
-          queue.publish(o);
-          // Nothing failed: the key was held elsewhere, and every requeue used up a delivery. This
-          // is why the guide sets `wait` and sizes the limit ("Redeliveries and the broker's limit").
-          await until('the copy dead-lettered', async () => (await queue.deadLetters()).length === 1);
-          const [dead] = await queue.deadLetters();
-          expect(dead?.properties.headers?.['x-death']?.[0]?.reason).toBe('delivery_limit');
-          expect(consumers.tally.get('requeue', o.id)).toBe(2);
-          expect(consumers.tally.get('charge', o.id)).toBe(0);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("a quorum queue's delivery-limit, with the guide's wait: a copy held past what the limit would allow waits, is never requeued, and is acked", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const queue = await rabbitQueue(1);
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '15s' } });
-        try {
-          queue.publish(o);
-          await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
-          // Held 2.5 s: without wait, the 1 s requeues would pass the limit (the test above).
-          await pause(2_500);
-          holder.release();
-          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
-          expect(consumers.tally.get('delivery', o.id)).toBe(1);
-          expect(consumers.tally.get('requeue', o.id)).toBe(0);
-          expect(consumers.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-          expect(await queue.deadLetters()).toEqual([]);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-
-      it("a quorum queue's delivery-limit sized by the guide's rule: a run that holds its key longer than wait sends the copy back, within the limit", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        // Held 3 s with wait 1 s and retryAfter 1 s: the rule gives ⌈3 / (1 + 1)⌉ = 2 returns.
-        const queue = await rabbitQueue(2);
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '1s' } });
-        try {
-          queue.publish(o);
-          await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
-          await pause(3_000);
-          holder.release();
-          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('no retry timer left', consumers.settled);
-          expect(consumers.tally.get('requeue', o.id)).toBeGreaterThanOrEqual(1);
-          expect(consumers.tally.get('requeue', o.id)).toBeLessThanOrEqual(2);
-          expect(consumers.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-          expect(await queue.deadLetters()).toEqual([]);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await queue.remove();
-          await place.drop();
-        }
-      });
-    });
-
-  describe
-    .runIf(backend.available && withNats)
-    .concurrent(`the guide's NATS JetStream consumer, ${backend.kind} store`, () => {
-      it('5 copies of each message, 3 consumers of one durable consumer at once: one effect per id, the in-progress copies nak’d with retryAfter, every copy acked', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000);
-        const consumers = await natsConsumers(3, stream, place.place, 300);
-        try {
-          const orders = [order(), order(), order()];
-          for (const o of orders) for (let copy = 0; copy < 5; copy++) await stream.publish(o);
-          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) >= 5));
-          await until('nothing pending on the consumer', stream.drained);
-          for (const o of orders) {
-            expect(await place.effects(o.id)).toBe(1);
-            expect(consumers.tally.get('charge', o.id)).toBe(1);
-          }
-          expect(consumers.tally.total('nak')).toBeGreaterThan(0);
-          expect(consumers.settled()).toBe(true);
-        } finally {
-          await consumers.close();
-          await stream.remove();
-          await place.drop();
-        }
-      });
-
-      for (const mode of ['before-effect', 'after-effect'] as const) {
-        it(`a consumer killed ${mode === 'before-effect' ? 'before its effect' : 'after its effect was stored, before its ack'}: redelivered after ack_wait, ${mode === 'before-effect' ? 'the key taken over after the 1 s lease' : 'replayed'}, one effect`, async ({
-          expect,
-        }) => {
-          const place = await freshPlace(backend.kind, backend.url);
-          // JetStream redelivers what a dead consumer held only after ack_wait.
-          const stream = await natsStream(1_000);
-          const crashing = crashingConsumer({
+          }),
+        settled: (consumers) => until('no retry timer left', consumers.settled),
+        rabbit: queue,
+        remove: () => queue.remove(),
+      };
+    },
+  },
+  {
+    kind: 'nats',
+    name: 'NATS JetStream',
+    available: withNats,
+    returns: 'nak',
+    refuses: 'term',
+    open: async (ackWaitMs) => {
+      const stream = await natsStream(ackWaitMs);
+      return {
+        publish: (o) => stream.publish(o),
+        consumers: (n, place, chargeMs, setup) => natsConsumers(n, stream, place, chargeMs, setup),
+        crashing: (place, mode) =>
+          crashingConsumer({
             broker: 'nats',
             brokerUrl: natsUrl,
             queue: stream.stream,
             durable: stream.durable,
-            place: place.place,
+            place,
             mode,
             leaseMs: 1_000,
             consumerJs: natsJs,
-          });
-          let consumers: Consumers | undefined;
+          }),
+        settled: () => until('nothing pending on the consumer', stream.drained),
+        rabbit: undefined,
+        remove: () => stream.remove(),
+      };
+    },
+  },
+];
+
+for (const backend of stores) {
+  for (const broker of brokers) {
+    const { returns, refuses } = broker;
+    const returned = returns === 'requeue' ? 'requeued' : 'nak’d';
+    describe
+      .runIf(backend.available && broker.available)
+      .concurrent(`the guide's ${broker.name} consumer, ${backend.kind} store`, () => {
+        it(`5 copies of each message, 3 consumers at once: one effect per id, the in-progress copies ${returned} with retryAfter, every copy acked`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const line = await broker.open(5_000);
+          const consumers = await line.consumers(3, place.place, 300);
           try {
-            await crashing.reached('ready');
-            const o = order();
-            await stream.publish(o);
-            await crashing.reached(mode === 'before-effect' ? 'charging' : 'acking');
-            consumers = await natsConsumers(2, stream, place.place, 50);
-            expect(await crashing.kill()).toBe('SIGKILL');
-            const survivors = consumers;
-            await until('the redelivery acked', () => survivors.tally.get('ack', o.id) >= 1);
-            await until('nothing pending on the consumer', stream.drained);
-            expect(await place.effects(o.id)).toBe(1);
-            if (mode === 'before-effect') {
-              expect(survivors.tally.get('charge', o.id)).toBe(1);
-              expect(survivors.tally.total('recovered')).toBe(1);
+            const orders = [order(), order(), order()];
+            // A message's copies one after another: the consumers take them at the same time.
+            for (const o of orders) for (let copy = 0; copy < 5; copy++) await line.publish(o);
+            // JetStream's acks are counted as at least 5, as this test always has.
+            const acked = (o: Order) =>
+              line.rabbit ? consumers.tally.get('ack', o.id) === 5 : consumers.tally.get('ack', o.id) >= 5;
+            await until('every copy acked', () => orders.every(acked));
+            await line.settled(consumers);
+            for (const o of orders) {
+              expect(await place.effects(o.id)).toBe(1);
+              expect(consumers.tally.get('charge', o.id)).toBe(1);
+            }
+            // The copies overlapped: some found their key in progress and went back after retryAfter.
+            expect(consumers.tally.total(returns)).toBeGreaterThan(0);
+            if (line.rabbit) {
+              expect(consumers.tally.total('dead-letter')).toBe(0);
+              expect(await line.rabbit.readyCount()).toBe(0);
+              expect(await line.rabbit.deadLetters()).toEqual([]);
             } else {
-              expect(survivors.tally.get('charge', o.id)).toBe(0);
+              expect(consumers.settled()).toBe(true);
             }
           } finally {
-            await crashing.kill();
-            await consumers?.close();
-            await stream.remove();
+            await consumers.close();
+            await line.remove();
             await place.drop();
           }
         });
-      }
 
-      it('the same key with another payload is terminated: fingerprint_mismatch, the handler does not run', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000);
-        const consumers = await natsConsumers(3, stream, place.place, 50);
-        try {
-          const o = order(5);
-          await stream.publish(o);
-          await until('the first acked', () => consumers.tally.get('ack', o.id) === 1);
-          await stream.publish({ ...o, amount: 6 });
-          await until('the other payload terminated', () => consumers.tally.get('term', o.id) === 1);
-          await until('nothing pending on the consumer', stream.drained);
-          expect(consumers.tally.total('mismatch')).toBe(1);
-          expect(consumers.tally.get('charge', o.id)).toBe(1);
-          expect(await place.effects(o.id)).toBe(1);
-          expect(consumers.tally.total('nak')).toBe(0);
-        } finally {
-          await consumers.close();
-          await stream.remove();
-          await place.drop();
+        for (const mode of ['before-effect', 'after-effect'] as const) {
+          it(`a consumer killed ${mode === 'before-effect' ? 'before its effect' : 'after its effect was stored, before its ack'}: the redelivery ${mode === 'before-effect' ? 'takes the key over after the 1 s lease' : 'replays'}, one effect`, async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            // JetStream redelivers what a dead consumer held only after ack_wait.
+            const line = await broker.open(1_000);
+            const crashing = line.crashing(place.place, mode);
+            let consumers: Consumers | undefined;
+            try {
+              await crashing.reached('ready');
+              const o = order();
+              await line.publish(o);
+              await crashing.reached(mode === 'before-effect' ? 'charging' : 'acking');
+              // Only now do the others start: the message was the dead consumer's.
+              consumers = await line.consumers(2, place.place, 50);
+              expect(await crashing.kill()).toBe('SIGKILL');
+              const survivors = consumers;
+              await until('the redelivery acked', () =>
+                line.rabbit ? survivors.tally.get('ack', o.id) === 1 : survivors.tally.get('ack', o.id) >= 1,
+              );
+              await line.settled(survivors);
+              expect(await place.effects(o.id)).toBe(1);
+              if (mode === 'before-effect') {
+                // RabbitMQ redelivered at once, inside the dead consumer's lease: requeued, then taken over.
+                if (line.rabbit) expect(survivors.tally.get('requeue', o.id)).toBeGreaterThan(0);
+                expect(survivors.tally.get('charge', o.id)).toBe(1);
+                expect(survivors.tally.total('recovered')).toBe(1);
+              } else {
+                expect(survivors.tally.get('charge', o.id)).toBe(0);
+              }
+              if (line.rabbit) expect(await line.rabbit.readyCount()).toBe(0);
+            } finally {
+              await crashing.kill();
+              await consumers?.close();
+              await line.remove();
+              await place.drop();
+            }
+          });
         }
-      });
 
-      it("a handler that throws (storeOutcome 'stripe'): its key released, the message nak'd with 1 s and run again, one effect, not terminated", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000);
-        const consumers = await natsConsumers(1, stream, place.place, 50, { failures: 1 });
-        try {
-          const o = order();
-          await stream.publish(o);
-          // Was wrong: the guide terminated every error but a retryable IdempotencyError, so a
-          // handler's own failure, whose key 'stripe' had released, ended the message's deliveries.
-          await until('the redelivery acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('nothing pending on the consumer', stream.drained);
-          expect(consumers.tally.get('charge', o.id)).toBe(2);
-          expect(consumers.tally.get('nak', o.id)).toBe(1);
-          expect(consumers.tally.get('term', o.id)).toBe(0);
-          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await consumers.close();
-          await stream.remove();
-          await place.drop();
-        }
-      });
-
-      it("a handler that throws under storeOutcome 'all': the new failure is nak'd with 1 s, its replay terminated at once, the handler runs once", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000);
-        const consumers = await natsConsumers(1, stream, place.place, 50, {
-          failures: 1,
-          extras: { storeOutcome: 'all' },
-        });
-        try {
-          const o = order();
-          await stream.publish(o);
-          // Was wrong: the replayed failure was nak'd as a new one, again and again up to max_deliver.
-          await until('the replayed failure terminated', () => consumers.tally.get('term', o.id) === 1);
-          await until('nothing pending on the consumer', stream.drained);
-          expect(consumers.tally.get('charge', o.id)).toBe(1);
-          expect(consumers.tally.get('nak', o.id)).toBe(1);
-          expect(consumers.tally.get('ack', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(0);
-        } finally {
-          await consumers.close();
-          await stream.remove();
-          await place.drop();
-        }
-      });
-
-      it('conflictRetryAfter: 0: a copy whose key is held elsewhere comes back once a second, not in a hot loop', async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000);
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await natsConsumers(1, stream, place.place, 50, { extras: { conflictRetryAfter: 0 } });
-        try {
-          await stream.publish(o);
-          await until('three deliveries of the held copy', () => consumers.tally.get('delivery', o.id) >= 3);
-          // Was wrong: `nak(0)` redelivers at once: the copy went round as fast as the broker could.
-          expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
-          holder.release();
-          await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('nothing pending on the consumer', stream.drained);
-          expect(consumers.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await stream.remove();
-          await place.drop();
-        }
-      });
-
-      it("wait '15s' (the guide's setting): 5 copies, 3 consumers at once: the copies wait for the first run's result, none nak'd, one effect per id", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000);
-        const consumers = await natsConsumers(3, stream, place.place, 300, { extras: { wait: '15s' } });
-        try {
-          const orders = [order(), order(), order()];
-          for (const o of orders) for (let copy = 0; copy < 5; copy++) await stream.publish(o);
-          await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
-          await until('nothing pending on the consumer', stream.drained);
-          for (const o of orders) {
-            expect(await place.effects(o.id)).toBe(1);
+        it(`the same key with another payload is ${broker.kind === 'rabbitmq' ? 'dead-lettered' : 'terminated'}: fingerprint_mismatch, the handler does not run`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const line = await broker.open(5_000);
+          const consumers = await line.consumers(3, place.place, 50);
+          try {
+            const o = order(5);
+            await line.publish(o);
+            await until('the first acked', () => consumers.tally.get('ack', o.id) === 1);
+            await line.publish({ ...o, amount: 6 });
+            await until('the other payload refused', () => consumers.tally.get(refuses, o.id) === 1);
+            if (line.rabbit) {
+              const dead = await line.rabbit.deadLetters();
+              expect(dead.map((m) => JSON.parse(m.content.toString('utf8')))).toEqual([{ ...o, amount: 6 }]);
+              expect(dead[0]?.properties.headers?.['x-death']?.[0]?.reason).toBe('rejected');
+            } else {
+              await line.settled(consumers);
+            }
+            expect(consumers.tally.total('mismatch')).toBe(1);
             expect(consumers.tally.get('charge', o.id)).toBe(1);
+            expect(await place.effects(o.id)).toBe(1);
+            if (line.rabbit) expect(consumers.settled()).toBe(true);
+            else expect(consumers.tally.total('nak')).toBe(0);
+          } finally {
+            await consumers.close();
+            await line.remove();
+            await place.drop();
           }
-          expect(consumers.tally.total('nak')).toBe(0);
-          expect(consumers.tally.total('term')).toBe(0);
-        } finally {
-          await consumers.close();
-          await stream.remove();
-          await place.drop();
-        }
-      });
+        });
 
-      it("max_deliver, without wait: each 'in progress' nak counts, so a message's deliveries end only because another consumer held its key", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000, 2);
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await natsConsumers(1, stream, place.place, 50);
-        try {
-          await stream.publish(o);
-          await until('both deliveries nak’d', () => consumers.tally.get('nak', o.id) === 2);
-          await until('nothing pending on the consumer', stream.drained);
-          // JetStream delivers it no more: nothing failed, the key was only held elsewhere.
-          expect(consumers.tally.get('delivery', o.id)).toBe(2);
-          expect(consumers.tally.get('ack', o.id)).toBe(0);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await stream.remove();
-          await place.drop();
-        }
-      });
+        it(`a handler that throws (storeOutcome 'stripe'): its key released, the message ${returned} with 1 s and run again, one effect, not ${broker.kind === 'rabbitmq' ? 'dead-lettered' : 'terminated'}`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const line = await broker.open(5_000);
+          const consumers = await line.consumers(1, place.place, 50, { failures: 1 });
+          try {
+            const o = order();
+            await line.publish(o);
+            // Was wrong: the guide dead-lettered (terminated) every error but a retryable
+            // IdempotencyError, so a handler's own failure, whose key 'stripe' had released for the
+            // redelivery to run it again, was never retried.
+            await until('the redelivery acked', () => consumers.tally.get('ack', o.id) === 1);
+            await line.settled(consumers);
+            expect(consumers.tally.get('charge', o.id)).toBe(2);
+            expect(consumers.tally.get(returns, o.id)).toBe(1);
+            expect(consumers.tally.get(refuses, o.id)).toBe(0);
+            // Not at once: a handler that always fails would loop hot.
+            expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
+            expect(await place.effects(o.id)).toBe(1);
+            if (line.rabbit) expect(await line.rabbit.deadLetters()).toEqual([]);
+          } finally {
+            await consumers.close();
+            await line.remove();
+            await place.drop();
+          }
+        });
 
-      it("max_deliver, with the guide's wait: a message held past what max_deliver would allow waits, is never nak'd, and is acked", async ({
-        expect,
-      }) => {
-        const place = await freshPlace(backend.kind, backend.url);
-        const stream = await natsStream(5_000, 1);
-        const o = order();
-        const holder = await holdKey(place.place, o);
-        const consumers = await natsConsumers(1, stream, place.place, 50, { extras: { wait: '15s' } });
-        try {
-          await stream.publish(o);
-          await until('the message delivered', () => consumers.tally.get('delivery', o.id) === 1);
-          await pause(2_500);
-          holder.release();
-          await until('the message acked', () => consumers.tally.get('ack', o.id) === 1);
-          await until('nothing pending on the consumer', stream.drained);
-          expect(consumers.tally.get('delivery', o.id)).toBe(1);
-          expect(consumers.tally.get('nak', o.id)).toBe(0);
-          expect(consumers.tally.get('charge', o.id)).toBe(0);
-          expect(await place.effects(o.id)).toBe(1);
-        } finally {
-          await consumers.close();
-          await holder.close();
-          await stream.remove();
-          await place.drop();
+        it(`a handler that throws under storeOutcome 'all': the new failure is ${returned} with 1 s, its replay ${broker.kind === 'rabbitmq' ? 'dead-lettered' : 'terminated'} at once, the handler runs once`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const line = await broker.open(5_000);
+          const consumers = await line.consumers(1, place.place, 50, {
+            failures: 1,
+            extras: { storeOutcome: 'all' },
+          });
+          try {
+            const o = order();
+            await line.publish(o);
+            // Was wrong: a failure kept under 'all' came back on each redelivery as a plain Error the
+            // consumer took for a new failure: sent back every second, the handler never run again,
+            // until the queue's delivery limit or max_deliver (none on a classic queue: for ever).
+            await until('the replayed failure refused', () => consumers.tally.get(refuses, o.id) === 1);
+            await line.settled(consumers);
+            expect(consumers.tally.get('charge', o.id)).toBe(1);
+            expect(consumers.tally.get(returns, o.id)).toBe(1);
+            expect(consumers.tally.get('ack', o.id)).toBe(0);
+            expect(await place.effects(o.id)).toBe(0);
+            if (line.rabbit) expect(await line.rabbit.deadLetters()).toHaveLength(1);
+          } finally {
+            await consumers.close();
+            await line.remove();
+            await place.drop();
+          }
+        });
+
+        it('conflictRetryAfter: 0: a copy whose key is held elsewhere comes back once a second, not in a hot loop', async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const line = await broker.open(5_000);
+          const o = order();
+          const holder = await holdKey(place.place, o);
+          const consumers = await line.consumers(1, place.place, 50, { extras: { conflictRetryAfter: 0 } });
+          try {
+            await line.publish(o);
+            await until('three deliveries of the held copy', () => consumers.tally.get('delivery', o.id) >= 3);
+            // Was wrong: the guide waited `retryAfter` seconds before its nack, or nak'd with it, and 0
+            // is a valid `conflictRetryAfter` (it is sent as `Retry-After: 0`): the copy went round the
+            // broker as fast as it could, a store read and a nack each time, for as long as the key was held.
+            expect(consumers.tally.shortestGap('delivery', o.id)).toBeGreaterThanOrEqual(900);
+            holder.release();
+            await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+            await line.settled(consumers);
+            expect(consumers.tally.get('charge', o.id)).toBe(0);
+            expect(await place.effects(o.id)).toBe(1);
+          } finally {
+            await consumers.close();
+            await holder.close();
+            await line.remove();
+            await place.drop();
+          }
+        });
+
+        it(`wait '15s' (the guide's setting): 5 copies, 3 consumers at once: the copies wait for the first run's result, none ${returned}, one effect per id`, async ({
+          expect,
+        }) => {
+          const place = await freshPlace(backend.kind, backend.url);
+          const line = await broker.open(5_000);
+          const consumers = await line.consumers(3, place.place, 300, { extras: { wait: '15s' } });
+          try {
+            const orders = [order(), order(), order()];
+            for (const o of orders) for (let copy = 0; copy < 5; copy++) await line.publish(o);
+            await until('every copy acked', () => orders.every((o) => consumers.tally.get('ack', o.id) === 5));
+            await line.settled(consumers);
+            for (const o of orders) {
+              expect(await place.effects(o.id)).toBe(1);
+              expect(consumers.tally.get('charge', o.id)).toBe(1);
+              if (line.rabbit) expect(consumers.tally.get('delivery', o.id)).toBe(5);
+            }
+            expect(consumers.tally.total(returns)).toBe(0);
+            expect(consumers.tally.total(refuses)).toBe(0);
+          } finally {
+            await consumers.close();
+            await line.remove();
+            await place.drop();
+          }
+        });
+
+        // ---- what only one broker has ----
+        if (broker.kind === 'rabbitmq') {
+          it('a body that is no JSON is dead-lettered, and the consumer goes on', async ({ expect }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const queue = await rabbitQueue();
+            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+            try {
+              queue.publishRaw(Buffer.from('not json'));
+              const o = order();
+              queue.publish(o);
+              // Was wrong: the guide parsed the body outside its promise chain, so the SyntaxError went
+              // into amqplib, which closed the channel: the consumer stopped, every message it held went
+              // back, and the poison message went on to close the next consumer's channel.
+              await until('the next message acked', () => consumers.tally.get('ack', o.id) === 1);
+              await until('the body dead-lettered', () => consumers.tally.get('dead-letter', 'not-json') === 1);
+              const dead = await queue.deadLetters();
+              expect(dead.map((m) => m.content.toString('utf8'))).toEqual(['not json']);
+              expect(await place.effects(o.id)).toBe(1);
+            } finally {
+              await consumers.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+
+          it('a consumer whose connection closes while a copy waits out retryAfter does not crash', async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const queue = await rabbitQueue();
+            // Another consumer's run holds the key, in progress until released.
+            const holderStore = await openStore(place.place);
+            let claimed = false;
+            let release = () => {};
+            const holding = new Promise<void>((resolve) => {
+              release = resolve;
+            });
+            const holder = makeIdempotent(
+              async (o: Order) => {
+                await holding;
+                await holderStore.effect(o.id);
+              },
+              {
+                engine: consumerEngine(holderStore.store, '5s', (event) => {
+                  if (event.type === 'claim') claimed = true;
+                }),
+                operation: 'processOrder',
+                key: (o: Order) => o.id,
+                payload: (o: Order) => JSON.stringify(o),
+              },
+            );
+            const waiting = crashingConsumer({
+              broker: 'rabbitmq',
+              brokerUrl: rabbitUrl,
+              queue: queue.queue,
+              durable: '',
+              place: place.place,
+              mode: 'close-while-waiting',
+              leaseMs: 1_000,
+              consumerJs: rabbitJs,
+            });
+            let consumers: Consumers | undefined;
+            let first: Promise<unknown> | undefined;
+            try {
+              const o = order();
+              first = holder(o);
+              await until('the holder claimed the key', () => claimed);
+              await waiting.reached('ready');
+              queue.publish(o);
+              await waiting.reached('closed');
+              // Was wrong: the guide's nack timer fired on the closed channel and amqplib threw
+              // IllegalOperationError out of the timer: the process died (exit code 1, an uncaught exception).
+              expect(await waiting.exited).toEqual({ code: 0, signal: null });
+              release();
+              await first;
+              // RabbitMQ requeued the copy when the connection closed; a consumer replays it.
+              consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+              const survivors = consumers;
+              await until('the copy acked', () => survivors.tally.get('ack', o.id) === 1);
+              expect(survivors.tally.get('charge', o.id)).toBe(0);
+              expect(await place.effects(o.id)).toBe(1);
+            } finally {
+              release();
+              await first?.catch(() => undefined);
+              await waiting.kill();
+              await consumers?.close();
+              await holderStore.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+
+          it('a consumer whose connection closes while its handler runs does not crash, and the redelivery replays', async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const queue = await rabbitQueue();
+            const closing = crashingConsumer({
+              broker: 'rabbitmq',
+              brokerUrl: rabbitUrl,
+              queue: queue.queue,
+              durable: '',
+              place: place.place,
+              mode: 'close-while-charging',
+              leaseMs: 1_000,
+              consumerJs: rabbitJs,
+            });
+            let consumers: Consumers | undefined;
+            try {
+              await closing.reached('ready');
+              const o = order();
+              queue.publish(o);
+              await closing.reached('closed');
+              // Was wrong: the guide acked on the closed channel; amqplib threw, the catch's nack threw
+              // again, out of the consume callback's promise: an unhandled rejection ended the process.
+              expect(await closing.exited).toEqual({ code: 0, signal: null });
+              consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+              const survivors = consumers;
+              await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
+              expect(survivors.tally.get('charge', o.id)).toBe(0);
+              expect(await place.effects(o.id)).toBe(1);
+            } finally {
+              await closing.kill();
+              await consumers?.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+
+          it("wait '15s': a consumer killed before its effect: the redelivery waits out its 1 s lease and takes the key over, never requeued, one effect", async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const queue = await rabbitQueue();
+            const crashing = crashingConsumer({
+              broker: 'rabbitmq',
+              brokerUrl: rabbitUrl,
+              queue: queue.queue,
+              durable: '',
+              place: place.place,
+              mode: 'before-effect',
+              leaseMs: 1_000,
+              consumerJs: rabbitJs,
+            });
+            let consumers: Consumers | undefined;
+            try {
+              await crashing.reached('ready');
+              const o = order();
+              queue.publish(o);
+              await crashing.reached('charging');
+              consumers = await rabbitConsumers(2, queue.queue, place.place, 50, { extras: { wait: '15s' } });
+              expect(await crashing.kill()).toBe('SIGKILL');
+              const survivors = consumers;
+              await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
+              await until('no retry timer left', survivors.settled);
+              expect(survivors.tally.get('delivery', o.id)).toBe(1);
+              expect(survivors.tally.get('requeue', o.id)).toBe(0);
+              expect(survivors.tally.get('charge', o.id)).toBe(1);
+              expect(survivors.tally.total('recovered')).toBe(1);
+              expect(await place.effects(o.id)).toBe(1);
+            } finally {
+              await crashing.kill();
+              await consumers?.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+
+          it("a quorum queue's delivery-limit, without wait: each 'in progress' requeue counts, so a copy is dead-lettered only because another consumer held its key", async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const queue = await rabbitQueue(1);
+            const o = order();
+            const holder = await holdKey(place.place, o);
+            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+            try {
+              queue.publish(o);
+              // Nothing failed: the key was held elsewhere, and every requeue used up a delivery. This
+              // is why the guide sets `wait` and sizes the limit ("Redeliveries and the broker's limit").
+              await until('the copy dead-lettered', async () => (await queue.deadLetters()).length === 1);
+              const [dead] = await queue.deadLetters();
+              expect(dead?.properties.headers?.['x-death']?.[0]?.reason).toBe('delivery_limit');
+              expect(consumers.tally.get('requeue', o.id)).toBe(2);
+              expect(consumers.tally.get('charge', o.id)).toBe(0);
+            } finally {
+              await consumers.close();
+              await holder.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+
+          it("a quorum queue's delivery-limit, with the guide's wait: a copy held past what the limit would allow waits, is never requeued, and is acked", async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const queue = await rabbitQueue(1);
+            const o = order();
+            const holder = await holdKey(place.place, o);
+            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '15s' } });
+            try {
+              queue.publish(o);
+              await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
+              // Held 2.5 s: without wait, the 1 s requeues would pass the limit (the test above).
+              await pause(2_500);
+              holder.release();
+              await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+              expect(consumers.tally.get('delivery', o.id)).toBe(1);
+              expect(consumers.tally.get('requeue', o.id)).toBe(0);
+              expect(consumers.tally.get('charge', o.id)).toBe(0);
+              expect(await place.effects(o.id)).toBe(1);
+              expect(await queue.deadLetters()).toEqual([]);
+            } finally {
+              await consumers.close();
+              await holder.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+
+          it("a quorum queue's delivery-limit sized by the guide's rule: a run that holds its key longer than wait sends the copy back, within the limit", async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            // Held 3 s with wait 1 s and retryAfter 1 s: the rule gives ⌈3 / (1 + 1)⌉ = 2 returns.
+            const queue = await rabbitQueue(2);
+            const o = order();
+            const holder = await holdKey(place.place, o);
+            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '1s' } });
+            try {
+              queue.publish(o);
+              await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
+              await pause(3_000);
+              holder.release();
+              await until('the copy acked', () => consumers.tally.get('ack', o.id) === 1);
+              await until('no retry timer left', consumers.settled);
+              expect(consumers.tally.get('requeue', o.id)).toBeGreaterThanOrEqual(1);
+              expect(consumers.tally.get('requeue', o.id)).toBeLessThanOrEqual(2);
+              expect(consumers.tally.get('charge', o.id)).toBe(0);
+              expect(await place.effects(o.id)).toBe(1);
+              expect(await queue.deadLetters()).toEqual([]);
+            } finally {
+              await consumers.close();
+              await holder.close();
+              await queue.remove();
+              await place.drop();
+            }
+          });
+        } else {
+          it("max_deliver, without wait: each 'in progress' nak counts, so a message's deliveries end only because another consumer held its key", async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const stream = await natsStream(5_000, 2);
+            const o = order();
+            const holder = await holdKey(place.place, o);
+            const consumers = await natsConsumers(1, stream, place.place, 50);
+            try {
+              await stream.publish(o);
+              await until('both deliveries nak’d', () => consumers.tally.get('nak', o.id) === 2);
+              await until('nothing pending on the consumer', stream.drained);
+              // JetStream delivers it no more: nothing failed, the key was only held elsewhere.
+              expect(consumers.tally.get('delivery', o.id)).toBe(2);
+              expect(consumers.tally.get('ack', o.id)).toBe(0);
+            } finally {
+              await consumers.close();
+              await holder.close();
+              await stream.remove();
+              await place.drop();
+            }
+          });
+
+          it("max_deliver, with the guide's wait: a message held past what max_deliver would allow waits, is never nak'd, and is acked", async ({
+            expect,
+          }) => {
+            const place = await freshPlace(backend.kind, backend.url);
+            const stream = await natsStream(5_000, 1);
+            const o = order();
+            const holder = await holdKey(place.place, o);
+            const consumers = await natsConsumers(1, stream, place.place, 50, { extras: { wait: '15s' } });
+            try {
+              await stream.publish(o);
+              await until('the message delivered', () => consumers.tally.get('delivery', o.id) === 1);
+              await pause(2_500);
+              holder.release();
+              await until('the message acked', () => consumers.tally.get('ack', o.id) === 1);
+              await until('nothing pending on the consumer', stream.drained);
+              expect(consumers.tally.get('delivery', o.id)).toBe(1);
+              expect(consumers.tally.get('nak', o.id)).toBe(0);
+              expect(consumers.tally.get('charge', o.id)).toBe(0);
+              expect(await place.effects(o.id)).toBe(1);
+            } finally {
+              await consumers.close();
+              await holder.close();
+              await stream.remove();
+              await place.drop();
+            }
+          });
         }
       });
-    });
+  }
 }
