@@ -389,6 +389,18 @@ export interface ResponseCapture {
    */
   completeWith(response: StoredResponse): void;
   /**
+   * Completes the capture, as `completeWith` does, from the response the framework would have
+   * written for what the handler left (Fastify's send for an async handler's undefined, Koa's
+   * `respond` from `ctx.body`), for a client gone: the response's reason phrase is taken as a
+   * written head takes it, so the record is what a connected client's answer would have made it.
+   * That is the handler's own phrase (`statusMessage`), when it set one. A `statusMessage` on
+   * `response` is replaced.
+   *
+   * @example
+   * capture.completeAsWritten({ status: reply.statusCode, headers, body: Buffer.alloc(0) });
+   */
+  completeAsWritten(response: StoredResponse): void;
+  /**
    * Gives up on a response without storing it: one the framework will never finish writing (the
    * client left mid-stream, `'streaming'`, the default), whose key the policy keeps or releases as
    * for its status (see {@link HttpIdempotency.settle}), or the 404 of a request no route took
@@ -2147,6 +2159,15 @@ const captureMethods: ResponseCapture = {
     if (response.body.byteLength > state.maxBytes) unreplayable(state, 'too-large', response.status);
     else finish(state, { kind: 'complete', response });
   },
+  completeAsWritten(response) {
+    const state = (this as CaptureHandle)[captureStateKey];
+    if (state.ended) return;
+    const { statusMessage: _given, ...rest } = response;
+    const own: StoredResponse = rest;
+    const statusMessage = capturedReasonPhrase(state, response.status);
+    if (statusMessage !== undefined) own.statusMessage = statusMessage;
+    this.completeWith(own);
+  },
   abandon(finalStatus, reason = 'streaming') {
     abandon((this as CaptureHandle)[captureStateKey], finalStatus, reason);
   },
@@ -2565,11 +2586,11 @@ function capturedReasonPhrase(state: CaptureState, status: number): string | und
  * The reason phrase `res` would go out with for `status` (its `statusMessage`: Express
  * `res.statusMessage`, Koa `ctx.message`, Fastify `reply.raw.statusMessage`), when it is the
  * handler's own rather than the one Node sends by default; undefined otherwise, and over HTTP/2,
- * which has none. For an adapter that settles an outcome from what the handler left, the framework
- * writing nothing (a client gone): the record then says what a written answer would have said.
+ * which has none. An adapter that settles an outcome from what the handler left calls
+ * {@link ResponseCapture.completeAsWritten}, which takes the phrase so.
  *
  * @example
- * capture.completeWith({ status: 201, headers, body, statusMessage: ownReasonPhrase(res, 201) });
+ * const phrase = ownReasonPhrase(res, 201); // 'Created Fine', or undefined for 'Created'
  */
 export function ownReasonPhrase(res: ServerResponse, status: number): string | undefined {
   // Not read over HTTP/2: Node's Http2ServerResponse warns (UnsupportedWarning) when it is.

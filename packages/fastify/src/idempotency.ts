@@ -15,7 +15,6 @@ import {
   isLeaseLost,
   jsonBodyText,
   originForm,
-  ownReasonPhrase,
   parsedBodyRead,
   principalScope,
   problemResponse,
@@ -23,7 +22,6 @@ import {
   type RouteOverrides,
   readRequestBody,
   readStream,
-  type StoredResponse,
   writeResponse,
 } from '@idem/core';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify';
@@ -130,14 +128,14 @@ function answeredLeaseLost(request: FastifyRequest, reply: FastifyReply, error: 
 }
 
 // What Fastify sends for an async handler's undefined: the status and headers set, an empty body,
-// and the handler's own reason phrase (`reply.raw.statusMessage`), which Node's head would carry.
+// and the reason phrase Node's head would carry (the capture takes it from `reply.raw`).
 function settleUnsent(reply: FastifyReply, capture: ResponseCapture) {
   if (capture.ended) return;
-  const status = reply.statusCode;
-  const response: StoredResponse = { status, headers: headerRecord(reply.getHeaders()), body: Buffer.alloc(0) };
-  const statusMessage = ownReasonPhrase(reply.raw, status);
-  if (statusMessage !== undefined) response.statusMessage = statusMessage;
-  capture.completeWith(response);
+  capture.completeAsWritten({
+    status: reply.statusCode,
+    headers: headerRecord(reply.getHeaders()),
+    body: Buffer.alloc(0),
+  });
 }
 
 // How Fastify's parser fails on a body that never arrived whole: Node's 'aborted' error of a request

@@ -12,7 +12,6 @@ import {
   type IdempotencyContext,
   isLeaseLost,
   originForm,
-  ownReasonPhrase,
   type ParsedBodyFields,
   principalScope,
   problemResponse,
@@ -95,10 +94,8 @@ function responseOf(ctx: Context): StoredResponse {
   // Only a Buffer is written as bytes: Koa writes any other Uint8Array as JSON, like an object.
   else if (Buffer.isBuffer(body)) bytes = body;
   else bytes = Buffer.from(JSON.stringify(body));
-  // The handler's own reason phrase (`ctx.message`), which Koa's head would have carried.
-  const statusMessage = ownReasonPhrase(ctx.res, status);
+  // Its reason phrase (`ctx.message`) the capture takes as a head would (see settleUnwritten).
   const response: StoredResponse = { status, headers, body: bytes };
-  if (statusMessage !== undefined) response.statusMessage = statusMessage;
   if (!emptyStatuses.has(status)) return response;
   // Koa drops the body of these statuses, and its type with it.
   delete headers['content-type'];
@@ -142,9 +139,11 @@ function settleUnwritten(ctx: Context, capture: ResponseCapture, error?: unknown
   } catch {
     // A body JSON cannot write (a BigInt, a cycle): Koa's respond would have thrown too and answered
     // 500. This may run in the response's 'close' listener, where a throw would end the process.
-    response = plainStatus(500);
+    capture.completeWith(plainStatus(500));
+    return;
   }
-  capture.completeWith(response);
+  // With the reason phrase Koa's head would have carried: the handler's own (`ctx.message`).
+  capture.completeAsWritten(response);
 }
 
 // The plain text answer Koa writes for an error of this status.
