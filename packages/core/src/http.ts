@@ -28,6 +28,7 @@ import {
   isJsonContentType,
   type RequestParts,
 } from './fingerprint.js';
+import { isFieldValue } from './header-syntax.js';
 import { parseIdempotencyKey } from './key.js';
 import { mintKey } from './mint.js';
 import { notify } from './notify.js';
@@ -393,8 +394,9 @@ export interface ResponseCapture {
    * written for what the handler left (Fastify's send for an async handler's undefined, Koa's
    * `respond` from `ctx.body`), for a client gone: the response's reason phrase is taken as a
    * written head takes it, so the record is what a connected client's answer would have made it.
-   * That is the handler's own phrase (`statusMessage`), when it set one. A `statusMessage` on
-   * `response` is replaced.
+   * That is the handler's own phrase (`statusMessage`), when it set one Node can write; one Node
+   * refuses is dropped (see `IDEM_UNWRITABLE_REASON_PHRASE`). A `statusMessage` on `response` is
+   * replaced.
    *
    * @example
    * capture.completeAsWritten({ status: reply.statusCode, headers, body: Buffer.alloc(0) });
@@ -981,6 +983,14 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
     (status: number): string | undefined =>
       hadNoEffect(lease) ? undefined : expiryOf(lease.operation, status, thrown());
   let warnedLateRelease = false;
+  let warnedUnwritablePhrase = false;
+  // A handler's mistake that idem repairs (the phrase is dropped), said once per instance so it is
+  // fixed where it is made.
+  const warnUnwritablePhrase = () => {
+    if (warnedUnwritablePhrase) return;
+    warnedUnwritablePhrase = true;
+    process.emitWarning(unwritablePhraseWarning, { code: 'IDEM_UNWRITABLE_REASON_PHRASE' });
+  };
   const sayNoEffect = (lease: Lease) => {
     if (!hasEnded(lease)) {
       mark(lease, noEffectMark);
@@ -1280,6 +1290,7 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
         onResult,
         replayed,
         expires,
+        warnUnwritablePhrase,
       );
       if (target !== undefined) watchedBy(target.lease, capture);
       return capture;
@@ -2027,6 +2038,8 @@ interface CaptureState {
   forHandler: boolean;
   /** The status of an answer written while the handler ran, once it ended (see `endAnsweredEarly`). */
   answeredEarly: number | undefined;
+  /** Says that a reason phrase Node cannot write was dropped (see dropUnwritablePhrase). */
+  readonly unwritablePhrase: () => void;
 }
 
 /**
@@ -2041,6 +2054,7 @@ function captureResponse(
   onResult: ((result: CaptureResult) => Promise<void> | undefined) | undefined,
   replayed: ReplayedHeaders,
   expires: ((status: number) => string | undefined) | undefined,
+  unwritablePhrase: () => void,
 ): ResponseCapture {
   const state: CaptureState = {
     res,
@@ -2090,6 +2104,7 @@ function captureResponse(
     handler: options.handler,
     forHandler: false,
     answeredEarly: undefined,
+    unwritablePhrase,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
   res.write = capturedWrite.bind(state) as ServerResponse['write'];
@@ -2162,6 +2177,7 @@ const captureMethods: ResponseCapture = {
   completeAsWritten(response) {
     const state = (this as CaptureHandle)[captureStateKey];
     if (state.ended) return;
+    dropUnwritablePhrase(state);
     const { statusMessage: _given, ...rest } = response;
     const own: StoredResponse = rest;
     const statusMessage = capturedReasonPhrase(state, response.status);
@@ -2203,6 +2219,8 @@ const captureMethods: ResponseCapture = {
     // A response destroyed meanwhile (closed before its head) takes nothing more.
     if (res.writableEnded || destroyedOf(res)) return;
     const head = state.headArgs ?? [state.status ?? res.statusCode];
+    // A phrase set after the end, which the capture did not see.
+    dropUnwritablePhrase(state, head);
     state.originalWriteHead.apply(res, head);
     res.end(Buffer.concat(state.chunks));
   },
@@ -2447,6 +2465,7 @@ function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
   // (ERR_HTTP_HEADERS_SENT), so nothing of it is taken. Taken, its status was stored with the body
   // the handler sent under its own, and every retry was replayed a status its client never read.
   if (!this.hold && this.res.headersSent) return this.originalWriteHead.apply(this.res, args);
+  dropUnwritablePhrase(this, args);
   onHead(this, args);
   if (this.hold) {
     this.headArgs = args;
@@ -2476,6 +2495,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     this.status = res.statusCode;
     advertise(this, res.statusCode);
     keepFromCaches(res);
+    dropUnwritablePhrase(this);
     this.headers ??= responseHeaders(res, this.headHeaders, this.replayed);
   }
   if (!this.eventStream) copy(this, chunk, encoding);
@@ -2585,8 +2605,9 @@ function capturedReasonPhrase(state: CaptureState, status: number): string | und
 /**
  * The reason phrase `res` would go out with for `status` (its `statusMessage`: Express
  * `res.statusMessage`, Koa `ctx.message`, Fastify `reply.raw.statusMessage`), when it is the
- * handler's own rather than the one Node sends by default; undefined otherwise, and over HTTP/2,
- * which has none. An adapter that settles an outcome from what the handler left calls
+ * handler's own rather than the one Node sends by default; undefined otherwise, for one Node cannot
+ * write (idem drops it: see `IDEM_UNWRITABLE_REASON_PHRASE`), and over HTTP/2, which has none. An
+ * adapter that settles an outcome from what the handler left calls
  * {@link ResponseCapture.completeAsWritten}, which takes the phrase so.
  *
  * @example
@@ -2602,7 +2623,35 @@ function phraseOfOwn(res: ServerResponse, reason: unknown, status: number): stri
   if (streamOf(res) !== undefined) return undefined;
   // Node sends the default for an empty or missing one (`statusMessage ||= STATUS_CODES[status]`).
   if (typeof reason !== 'string' || reason === '' || reason === defaultReasonPhrases()[status]) return undefined;
-  return reason;
+  // One Node refuses to write never goes out (see dropUnwritablePhrase), so none is replayed either.
+  return isFieldValue(reason) ? reason : undefined;
+}
+
+/**
+ * Drops a reason phrase of the handler's own that Node refuses to write: one that is no field value
+ * (a line break, a control character, a character above U+00FF). Node's `writeHead` throws
+ * `ERR_INVALID_CHAR` on it when the head leaves, after the handler made its effect: the framework
+ * answered 500 in place of the handler's status (Fastify answered nothing, the client waiting), the
+ * outcome was refused by the store, and the key released, so a retry ran the handler again. Dropped,
+ * the head goes out with the status and its default phrase, the outcome is stored as any other, and
+ * its replays say the same. Given `args` (a `writeHead` call), a phrase among them is dropped too.
+ * Called wherever a head can leave, as keepFromCaches is. Nothing over HTTP/2, which has no phrase.
+ */
+function dropUnwritablePhrase(state: CaptureState, args?: unknown[]) {
+  const res = state.res;
+  if (streamOf(res) !== undefined) return;
+  let dropped = false;
+  if (args !== undefined && typeof args[1] === 'string' && !isFieldValue(args[1])) {
+    // writeHead(status, headers) is what remains, as Node takes it.
+    args.splice(1, 1);
+    dropped = true;
+  }
+  const own: unknown = res.statusMessage;
+  if (typeof own === 'string' && !isFieldValue(own)) dropped = true;
+  if (!dropped) return;
+  // Empty, Node sends the status's default (an own phrase set before a dropped writeHead one too).
+  res.statusMessage = '';
+  state.unwritablePhrase();
 }
 
 // Node's table of default phrases, looked up when a response is stored rather than imported: this
@@ -2656,6 +2705,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   // Before any of the ends below: each leaves through Node's own writeHead (the wrappers restored).
   // After whatever cleared the headers on the way (Koa's error handler removes every one).
   keepFromCaches(res);
+  dropUnwritablePhrase(this);
   const declined = this.declined ?? (this.unrouted?.() ? 'no-route' : undefined);
   if (declined !== undefined) return endDeclined(this, declined, chunk, encoding, callback);
   if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
@@ -2939,6 +2989,10 @@ function giveUp(state: CaptureState) {
 // Said once per instance.
 const lateReleaseWarning =
   'release() was called after the response ended, so it changed nothing: the outcome was already settled (stored, unless the policy released it). Call it before the response ends.';
+
+// A reason phrase Node refuses to write (see dropUnwritablePhrase). Said once per instance.
+const unwritablePhraseWarning =
+  'A handler set a reason phrase Node cannot write (a line break, a control character, or a character above U+00FF): it was dropped, and the response went out, was stored and is replayed with its status and the default phrase. Set a phrase of visible ASCII, or none.';
 
 // A configuration mistake: a route given its own instance (for its own retention, say) behind an
 // app-wide one, whose settings then apply. Said once per instance, with what to change.

@@ -21,6 +21,8 @@ import type { Store } from '../src/store.js';
 // (to count repeated fields), and the body's exact bytes.
 export interface Received {
   status: number;
+  /** The reason phrase of the status line. */
+  statusMessage: string;
   headers: IncomingHttpHeaders;
   raw: string[];
   body: Buffer;
@@ -37,6 +39,7 @@ export function post(base: string, path: string, key: string | undefined, leave?
       res.on('end', () =>
         resolve({
           status: res.statusCode ?? 0,
+          statusMessage: res.statusMessage ?? '',
           headers: res.headers,
           raw: res.rawHeaders,
           body: Buffer.concat(chunks),
