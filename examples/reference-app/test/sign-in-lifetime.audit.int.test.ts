@@ -560,6 +560,18 @@ describe("the end of the app's session", () => {
     expect((await refreshWith(token!)).body.error).toBe('invalid_grant');
   });
 
+  // Was a defect: "Sign in" (GET /signin, a link or bookmark) from a browser whose session had ended
+  // by its time read no session (`get` skips an ended one), so it deleted the row with its refresh
+  // token unrevoked; the token worked at the provider until its own end (up to 12 hours).
+  it('revokes its refresh token when the browser goes to Sign in after 31 minutes idle', async () => {
+    const agent = await signIn();
+    const token = await refreshTokenOf(agent);
+    expect(token).toBeDefined();
+    await ageAppSession(agent, 31 * 60);
+    expect((await agent.request(appUrl('/signin'))).response.status).toBe(303);
+    expect((await refreshWith(token!)).body.error).toBe('invalid_grant');
+  });
+
   it('leaves the refresh token of a session still live alone', async () => {
     const agent = await signIn();
     await ageAppSession(agent, 29 * 60);

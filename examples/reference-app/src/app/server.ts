@@ -424,7 +424,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
       return;
     }
-    const old = await sessions.get(oldId);
+    // One that ended by its time (idle, 12 hours) is no longer read, and still holds tokens to revoke.
+    const old = (await sessions.get(oldId)) ?? (await sessions.takeEnded(oldId));
     await sessions.destroy(oldId);
     await revokeTokens(old?.tokens, 'sign-in');
     const id = await sessions.create({ pending: [started.pending] }, pendingTtlSeconds);
