@@ -13,7 +13,7 @@ import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { authorizationUrl, loginAndConsent, tokenRequest } from './flow.js';
+import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formField, pkcePair, type UserAgent } from './user-agent.js';
@@ -550,6 +550,25 @@ describe("the end of the app's session", () => {
     expect(rotated.status).toBe(200);
     expect(await refreshTokenLeft(rotated.body.refresh_token)).toBeLessThanOrEqual(600);
   });
+  // The claim beside it (README, `createIdp`): a client not named in refreshTokensEndAfterPassword
+  // keeps 14 days (offline access), its password as old as the app's above.
+  it("leaves another client's refresh token its 14 days", async () => {
+    const cli = {
+      clientId: whole.running.clients.publicClient.clientId,
+      redirectUri: 'http://127.0.0.1:4321/callback',
+    };
+    const agent = await signIn({ from: 'provider' });
+    await passwordGivenAgo(providerSession(agent)!, 12 * hour - 600);
+    const { tokens } = await codeFlow(
+      whole.running.authUrl,
+      cli,
+      { username: alice.username, password: 'not asked' },
+      { scope: 'openid offline_access photos:read' },
+      agent,
+    );
+    expect(await refreshTokenLeft(tokens.body.refresh_token)).toBeGreaterThan(14 * 24 * hour - 600);
+  });
+
   // The sign-out form of a page left open past the session's end: the same revocation.
   it('revokes its refresh token when its page left open signs out after 31 minutes idle', async () => {
     const agent = await signIn();
