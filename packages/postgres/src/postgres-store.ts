@@ -424,7 +424,9 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
     assertKnownOptions(options, knownPurgeOptions, 'purgeExpired');
     const { batchSize = 1000, inProgressGraceMs = defaultInProgressGraceMs } = options;
     // A safe integer: a larger one is past PostgreSQL's bigint (22003), and none is a count of rows.
-    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1) {
+      throw new TypeError(`batchSize must be a positive safe integer (at most ${Number.MAX_SAFE_INTEGER})`);
+    }
     if (
       typeof inProgressGraceMs !== 'number' ||
       !Number.isFinite(inProgressGraceMs) ||

@@ -524,6 +524,10 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           ['purge, batch past bigint', () => store.purgeExpired({ batchSize: 1e20 })],
         ];
         for (const [what, call] of misuses) await expect(call(), what).rejects.toThrow(TypeError);
+        // 2^60 is a positive integer: the refusal says which kind it must be.
+        await expect(store.purgeExpired({ batchSize: 2 ** 60 })).rejects.toThrow(
+          `batchSize must be a positive safe integer (at most ${Number.MAX_SAFE_INTEGER})`,
+        );
         // The renewal with a zero lease did not end the lease.
         expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
       });
