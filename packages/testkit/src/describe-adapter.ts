@@ -779,6 +779,30 @@ export function describeAdapter(
       });
     });
 
+    // Was a defect: Node's writeHead threw ERR_INVALID_CHAR after the handler's effect (Express and
+    // Koa answered 500, Fastify nothing), the store refused the outcome and the key was released.
+    it('a reason phrase Node cannot write is dropped: the status goes out with its default phrase, stored once and replayed so', async () => {
+      await withWorld(async (world) => {
+        const unwritable = ['Fehler \u2717', 'Created\r\nX-Injected: 1', 'Created\u0001'];
+        for (const [i, statusMessage] of unwritable.entries()) {
+          const key = `unwritable-${i}`;
+          const body = JSON.stringify({ amount: 100, statusMessage });
+          const first = await world.send('/charges', { key, body });
+          expect([first.status, first.statusMessage, first.headers['x-injected']]).toEqual([201, 'Created', undefined]);
+          const again = await world.send('/charges', { key, body });
+          expect([again.status, again.statusMessage, again.headers['idempotent-replayed']]).toEqual([
+            201,
+            'Created',
+            'true',
+          ]);
+          expect(again.body.equals(first.body)).toBe(true);
+          const record = await world.store.store.get(idOf(key));
+          expect(record?.state === 'completed' && 'statusMessage' in record.response).toBe(false);
+        }
+        expect(world.server.executions()).toBe(unwritable.length);
+      });
+    });
+
     it('a reason phrase the handler set goes out with its answer and with every replay; a default one is stored as none', async () => {
       await withWorld(async (world) => {
         const body = '{"amount":100,"statusMessage":"Created Fine"}';
