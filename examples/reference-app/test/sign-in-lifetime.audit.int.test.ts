@@ -171,6 +171,26 @@ describe("the provider's sign-in session an earlier version stored", () => {
     const page = await agent.follow(start(whole.running.authUrl), (url) => url.startsWith(client().redirectUri));
     expect(page.body).toContain('<h1>Sign in</h1>');
   });
+
+  // The released version before the 12-hour limit saved each visit for 14 days (oidc-provider's
+  // default), so its row says when it was last visited: 14 days before it expires.
+  it.each([
+    ['signs in without the password when the 14-day version saw it a minute ago', 60, false],
+    ['asks for the password when the 14-day version saw it 31 minutes ago', 31 * 60, true],
+  ])('%s', async (_name, idle, asked) => {
+    const agent = await signIn({ from: 'provider' });
+    const id = providerSession(agent)!;
+    await passwordGivenAgo(id, idle);
+    await whole.db.query(
+      `update idp_models set expires_at = now() + interval '14 days' - make_interval(secs => $2)
+       where model = 'Session' and id = $1`,
+      [storedId('Session', id), idle],
+    );
+    const page = await agent.follow(start(whole.running.authUrl), (url) => url.startsWith(client().redirectUri));
+    // Was a defect (this session's own, caught by the upgrade test): every such row was read as idle
+    // too long, so each browser signed in before the upgrade was asked for its password again.
+    expect(page.body.includes('<h1>Sign in</h1>')).toBe(asked);
+  });
 });
 
 describe('sessionLifetimeSeconds', () => {

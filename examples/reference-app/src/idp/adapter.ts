@@ -148,15 +148,17 @@ function createSqlAdapter(
   // its row's expiry: one an earlier version extended on each visit would otherwise sign in once more.
   // `loginTs` is the provider's clock, the expiry the database's; seconds apart, against 12 hours.
   // `sessionLifetimeSeconds` is a whole number, checked by `sessionLifetime`: written in as it is.
-  // Nor one whose row expires later than the idle limit from now: each visit saves a session for the
-  // idle limit at most (`sessionTtl`), so such a row was saved by an earlier version, for what was
-  // left of its lifetime, and when it was last visited is not known. Read as idle too long, not as
-  // fresh: the password once more, at worst, for a session in use during the upgrade (or when the
-  // limit was lowered), where reading it would sign in a session idle for hours.
+  // Nor one idle too long. Each visit saves a session for the idle limit at most (`sessionTtl`), so a
+  // row that expires later than that from now was saved otherwise. The released version before the
+  // limits saved every visit for 14 days (oidc-provider's default), so its row was last visited 14
+  // days before it expires: read while that is within the idle limit, as a session in use through
+  // the upgrade is. Any other (a limit since lowered) is read as idle too long: the password once
+  // more, at worst, where reading it could sign in a session idle for hours.
   const signInAged =
     model === 'Session'
       ? `and (m.payload ->> 'loginTs' is null or (m.payload ->> 'loginTs')::numeric > extract(epoch from now()) - ${sessionLifetimeSeconds})
-         and m.expires_at <= now() + make_interval(secs => ${sessionIdleSeconds})`
+         and (m.expires_at <= now() + make_interval(secs => ${sessionIdleSeconds})
+              or m.expires_at - interval '14 days' > now() - make_interval(secs => ${sessionIdleSeconds}))`
       : '';
   const live = `${tombstoned ? 'and consumed_at is null' : ''} ${signInAged}`;
   const reusable = reuseSeconds > 0;
