@@ -259,7 +259,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     const data = await sessions.get(id);
     if (data === undefined) {
       // A session that ended by its time (idle, or 12 hours after the password) goes as a sign-out
-      // does: its refresh token would otherwise work at the provider until its own expiry (14 days).
+      // does: its refresh token would otherwise work at the provider until its own end (12 hours after the password).
       const ended = await sessions.takeEnded(id);
       if (ended?.tokens) await revokeTokens(ended.tokens, 'timeout');
       return undefined;
