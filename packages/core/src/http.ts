@@ -2634,19 +2634,26 @@ function phraseOfOwn(res: ServerResponse, reason: unknown, status: number): stri
  * answered 500 in place of the handler's status (Fastify answered nothing, the client waiting), the
  * outcome was refused by the store, and the key released, so a retry ran the handler again. Dropped,
  * the head goes out with the status and its default phrase, the outcome is stored as any other, and
- * its replays say the same. Given `args` (a `writeHead` call), a phrase among them is dropped too.
+ * its replays say the same. Given `head` (a `writeHead` call's arguments, or the held one's), a phrase
+ * among them is dropped too, and a writable one there is what goes out, whatever `statusMessage` says.
  * Called wherever a head can leave, as keepFromCaches is. Nothing over HTTP/2, which has no phrase.
  */
-function dropUnwritablePhrase(state: CaptureState, args?: unknown[]) {
+function dropUnwritablePhrase(state: CaptureState, head?: unknown[]) {
   const res = state.res;
+  // A held writeHead's arguments count as given: its phrase is the one that will go out.
+  const args = head ?? state.headArgs;
   if (streamOf(res) !== undefined) return;
   let dropped = false;
-  if (args !== undefined && typeof args[1] === 'string' && !isFieldValue(args[1])) {
+  const phrase = args?.[1];
+  const given = typeof phrase === 'string';
+  if (given && !isFieldValue(phrase)) {
     // writeHead(status, headers) is what remains, as Node takes it.
-    args.splice(1, 1);
+    args?.splice(1, 1);
     dropped = true;
   }
-  const own: unknown = res.statusMessage;
+  // A writable phrase given to writeHead replaces the one set before (Node sets statusMessage to it):
+  // that one never goes out, so nothing is dropped or said.
+  const own: unknown = given && !dropped ? undefined : res.statusMessage;
   if (typeof own === 'string' && !isFieldValue(own)) dropped = true;
   if (!dropped) return;
   // Empty, Node sends the status's default (an own phrase set before a dropped writeHead one too).

@@ -85,6 +85,35 @@ describe('a reason phrase Node cannot write', () => {
     }
   }
 
+  // Was wrong: the unwritable statusMessage was reported though the writeHead phrase replaced it.
+  it('a writable writeHead phrase over an unwritable statusMessage goes out and is replayed, without a warning', async () => {
+    for (const hold of [false, true]) {
+      const served = await serve({
+        hold,
+        answer: (res) => {
+          res.statusMessage = 'Created\r\nX-Injected: 1';
+          res.writeHead(201, 'Created Fine').end(body);
+        },
+      });
+      try {
+        const first = await served.post('over');
+        expect([first.status, first.statusMessage, first.body.toString()]).toEqual([201, 'Created Fine', body]);
+        const again = await served.post('over');
+        expect([again.statusMessage, again.headers['idempotent-replayed'], served.runs()]).toEqual([
+          'Created Fine',
+          'true',
+          1,
+        ]);
+      } finally {
+        await served.close();
+      }
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(
+      warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_UNWRITABLE_REASON_PHRASE'),
+    ).toEqual([]);
+  });
+
   it('is no own phrase to ownReasonPhrase; obs-text and a tab are', () => {
     const res = (statusMessage: string) => ({ statusMessage }) as ServerResponse;
     for (const phrase of unwritable) expect(ownReasonPhrase(res(phrase), 201)).toBeUndefined();
