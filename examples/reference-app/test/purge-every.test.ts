@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
+import { purgeExpiredModels } from '../src/idp/adapter.js';
 import { listen } from '../src/listen.js';
 import { defaultPurgeEveryMs, purgeEvery } from '../src/purge-every.js';
 import { startReferenceApp } from '../src/start.js';
@@ -98,4 +99,17 @@ describe('purgeEveryMs', () => {
       await again.close();
     },
   );
+});
+
+describe('purgeExpiredModels', () => {
+  // The refusal said "a positive integer" for 1e21, which is one: it now names the real bound.
+  it('refuses a batchSize that is not a positive safe integer before any statement, naming the bound', async () => {
+    for (const batchSize of [0, -1, 1.5, Number.NaN, 1e21, 2 ** 53]) {
+      const db = refusingDatabase();
+      await expect(purgeExpiredModels(db, batchSize), String(batchSize)).rejects.toThrow(
+        new TypeError('batchSize must be a positive safe integer (at most 9007199254740991)'),
+      );
+      expect(db.tried).toEqual([]);
+    }
+  });
 });

@@ -595,7 +595,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     if (!sender || typeof sender.attempt !== 'function') throw new TypeError('relay needs a sender');
     const batchSize = relayOptions.batchSize ?? 10;
     // A safe integer: pg would send 1e21 as "1e+21", which LIMIT refuses in every round.
-    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+      throw new TypeError(`batchSize must be a positive safe integer (at most ${Number.MAX_SAFE_INTEGER})`);
     // Half the slots by default: an endpoint that hangs keeps at most half of them for its timeout,
     // and the other endpoints' events go out through the rest.
     const maxPerUrl = relayOptions.maxPerUrl ?? Math.max(1, Math.floor(batchSize / 2));
@@ -1313,7 +1314,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
   const deadLetters = async (db: Queryable, listOptions: DeadLetterOptions = {}): Promise<DeadLetterPage> => {
     const limit = listOptions.limit ?? 100;
     // A safe integer, as the relay's batchSize.
-    if (!Number.isSafeInteger(limit) || limit < 1) throw new TypeError('limit must be a positive integer');
+    if (!Number.isSafeInteger(limit) || limit < 1)
+      throw new TypeError(`limit must be a positive safe integer (at most ${Number.MAX_SAFE_INTEGER})`);
     const after = listOptions.after === undefined ? undefined : decodeCursor(listOptions.after);
     // Keyset pagination on (created_at, id): a page starts after the last row of the one before, so
     // rows dead-lettered or requeued meanwhile never shift the others to a page already read (as an
@@ -1416,7 +1418,8 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     const olderThanMs = Math.min(toMilliseconds(olderThan, 'olderThan'), maxOlderThanMs);
     if (typeof dead !== 'boolean') throw new TypeError('dead must be true or false');
     // A safe integer: pg would send 1e21 as "1e+21", which LIMIT refuses on every batch.
-    if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+    if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+      throw new TypeError(`batchSize must be a positive safe integer (at most ${Number.MAX_SAFE_INTEGER})`);
     if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
     let deleted = 0;
     for (const sql of dead ? [purgeSql.delivered, purgeSql.dead, purgeSql.deadBefore] : [purgeSql.delivered]) {

@@ -61,7 +61,7 @@ describe('unknown option names are refused at construction', () => {
       await expect(
         outbox.purge(db, { olderThan: '30d', batchSize: batchSize as never }),
         String(batchSize),
-      ).rejects.toThrow(new TypeError('batchSize must be a positive integer'));
+      ).rejects.toThrow(new TypeError('batchSize must be a positive safe integer (at most 9007199254740991)'));
     }
     await expect(outbox.purge(db, { olderThan: '30d', dead: 'yes' as never })).rejects.toThrow(
       new TypeError('dead must be true or false'),

@@ -41,10 +41,10 @@ describe('relay options', () => {
     const sender = createSender({ secret: `whsec_${Buffer.alloc(32, 1).toString('base64')}` });
     const outbox = createOutbox();
     expect(() => outbox.relay({ db: db as never, sender, batchSize: 1e21 })).toThrow(
-      new TypeError('batchSize must be a positive integer'),
+      new TypeError('batchSize must be a positive safe integer (at most 9007199254740991)'),
     );
     await expect(outbox.deadLetters(db as never, { limit: 1e21 })).rejects.toThrow(
-      new TypeError('limit must be a positive integer'),
+      new TypeError('limit must be a positive safe integer (at most 9007199254740991)'),
     );
     expect(() => outbox.relay({ db: db as never, sender, batchSize: Number.MAX_SAFE_INTEGER })).not.toThrow();
   });

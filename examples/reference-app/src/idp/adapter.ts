@@ -477,7 +477,8 @@ function holdsNul(value: unknown): boolean {
  * ```
  */
 export async function purgeExpiredModels(db: Database, batchSize = 1_000): Promise<number> {
-  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new TypeError('batchSize must be a positive integer');
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1)
+    throw new TypeError(`batchSize must be a positive safe integer (at most ${Number.MAX_SAFE_INTEGER})`);
   let removed = 0;
   for (;;) {
     const { rowCount } = await db.query(
