@@ -2038,6 +2038,8 @@ interface CaptureState {
   forHandler: boolean;
   /** The status of an answer written while the handler ran, once it ended (see `endAnsweredEarly`). */
   answeredEarly: number | undefined;
+  /** Something was handed down to Node's write or end: the head has left with it (see inLatin1Head). */
+  headLeft: boolean;
   /** Says that a reason phrase Node cannot write was dropped (see dropUnwritablePhrase). */
   readonly unwritablePhrase: () => void;
 }
@@ -2104,6 +2106,7 @@ function captureResponse(
     handler: options.handler,
     forHandler: false,
     answeredEarly: undefined,
+    headLeft: false,
     unwritablePhrase,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
@@ -2518,7 +2521,44 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
       if (this.passed >= length) return writeLast(this, bytes, typeof encoding === 'function' ? encoding : callback);
     }
   }
-  return this.originalWrite.call(res, chunk, encoding, callback);
+  const [bytes, as] = inLatin1Head(this, chunk, encoding);
+  return this.originalWrite.call(res, bytes, as, callback);
+}
+
+/**
+ * The first chunk handed down to Node, made so that the head leaves in Latin-1. Node sends the head
+ * together with the first string it is given to write in UTF-8 (or with no encoding, as Express's
+ * `res.send`, Fastify's reply and Koa write a text or JSON body): joined into that one string, each
+ * character U+0080..U+00FF of its reason phrase and header values went out as two UTF-8 bytes, where
+ * any other head (before a Buffer body, an end with none, a held answer's flush, every replay) goes
+ * out in Latin-1, one byte each. The replay of such an answer said `Créé` where its first answer
+ * said `CrÃ©Ã©` (spec: a replay is the original response). Only a head with such a character is
+ * concerned: its first string chunk goes down as its bytes (the same bytes), so the head leaves in
+ * Latin-1, as the stored record replays it. Anything else goes as it came. Not over HTTP/2, whose
+ * head is no string.
+ */
+function inLatin1Head(state: CaptureState, chunk: unknown, encoding: unknown): [unknown, unknown] {
+  if (state.headLeft) return [chunk, encoding];
+  state.headLeft = true;
+  if (typeof chunk !== 'string' || (typeof encoding === 'string' && encoding !== 'utf8') || chunk === '')
+    return [chunk, encoding];
+  if (streamOf(state.res) !== undefined || !headHasLatin1(state)) return [chunk, encoding];
+  return [Buffer.from(chunk, 'utf8'), typeof encoding === 'function' ? encoding : undefined];
+}
+
+const latin1Chars = /[\u0080-\u00ff]/;
+
+// Whether the head about to leave has a character U+0080..U+00FF: its reason phrase, the headers
+// set on the response, or those given to writeHead.
+function headHasLatin1(state: CaptureState): boolean {
+  const res = state.res;
+  if (latin1Chars.test(res.statusMessage ?? '')) return true;
+  for (const value of Object.values(state.headHeaders)) if (latin1Chars.test(value)) return true;
+  for (const value of Object.values(res.getHeaders())) {
+    if (typeof value === 'string' && latin1Chars.test(value)) return true;
+    if (Array.isArray(value) && value.some((one) => latin1Chars.test(one))) return true;
+  }
+  return false;
 }
 
 // With a Content-Length the client has the whole response once the last declared byte arrives,
@@ -2783,7 +2823,8 @@ function endDeclined(
 
 // Sends the end that capturedEnd held back.
 function endNow(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
-  state.originalEnd.call(state.res, chunk, encoding, callback);
+  const [bytes, as] = inLatin1Head(state, chunk, encoding);
+  state.originalEnd.call(state.res, bytes, as, callback);
 }
 
 // The end deferred behind the store's answer. Node can still refuse it there: with
