@@ -71,6 +71,8 @@ export function harness(client: PostgresClient, store: PostgresStore, close?: ()
       return rows[0] === undefined ? undefined : Number(rows[0].ms);
     },
     makeCapped: (maxBytes) => postgresStore({ client, table: store.table, maxResponseBytes: maxBytes }),
+    // A store made afresh over the same table, as a restarted process makes it.
+    reopen: () => postgresStore({ client, table: store.table }),
   };
   if (close) built.close = close;
   return built;

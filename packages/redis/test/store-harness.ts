@@ -43,6 +43,8 @@ export function redisStoreHarness(
         maxResponseBytes: maxBytes,
         ...options,
       }),
+    // A store made afresh over the same records, as a restarted process makes it.
+    reopen: () => redisStore({ client, prefix: store.prefix, ...options }),
     close: async () => {
       await close();
     },

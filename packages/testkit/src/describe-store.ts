@@ -42,6 +42,12 @@ export interface StoreHarness {
    * written; one of exactly the cap is stored.
    */
   makeCapped?(maxBytes: number): Store | Promise<Store>;
+  /**
+   * A store made afresh over the same backend (same records), as a restarted process makes it.
+   * Enables the check that what one instance wrote, another reads back exactly; a harness without it
+   * has that check reported as skipped.
+   */
+  reopen?(): Store | Promise<Store>;
   close?(): Promise<void>;
 }
 
@@ -229,6 +235,46 @@ export function describeStore(
         await store.release({ id, token: 'a' }),
         'release() of a completed record, even with its token: it must refuse and keep the outcome',
       ).toBe(false);
+    });
+
+    // Node writes a head in Latin-1: a phrase or header value with characters U+0080..U+00FF is
+    // replayed as its first answer only when the store gives back those very characters (not their
+    // UTF-8 bytes read as Latin-1, nor the other way round), to a store made after a restart too.
+    it('gives back a reason phrase and header values with characters U+0080..U+00FF exactly, to this store and to one made afresh', async ({
+      skip,
+    }) => {
+      const latin1 = Array.from({ length: 128 }, (_, i) => String.fromCharCode(0x80 + i)).join('');
+      const statusMessage = `Créé ${latin1}`;
+      const headers = {
+        'content-type': 'application/json; profile="reçu"',
+        location: '/charges/café',
+        link: `</charges>; title="${latin1}"`,
+        etag: '"v-é"',
+        'x-region': 'Zürich ± ÿ',
+      };
+      const id = freshId();
+      await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 5_000 });
+      const written: StoredResponse = { status: 201, headers, body: Buffer.from('{"n":"é"}'), statusMessage };
+      expect(await store.complete({ id, token: 'a', response: written, retentionMs: 60_000 })).toBe(true);
+      const read = (record: StoreRecord | undefined) =>
+        record?.state === 'completed'
+          ? {
+              statusMessage: record.response.statusMessage,
+              headers: record.response.headers,
+              body: Buffer.from(record.response.body).toString('hex'),
+            }
+          : record?.state;
+      const expected = {
+        statusMessage: keepsStatusMessage ? statusMessage : undefined,
+        headers,
+        body: Buffer.from('{"n":"é"}').toString('hex'),
+      };
+      expect(read(await store.get(id))).toEqual(expected);
+      if (harness.reopen === undefined) return skip('the harness has no reopen()');
+      const fresh = await harness.reopen();
+      expect(read(await fresh.get(id))).toEqual(expected);
+      const again = await fresh.claim({ id, token: 'b', fingerprint: 'fp', leaseMs: 5_000 });
+      expect(again.claimed ? 'claimed' : read(again.record)).toEqual(expected);
     });
 
     it("keeps a reason phrase of the handler's own and gives it back with the record; a response without one reads back without one", async () => {
