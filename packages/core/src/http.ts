@@ -1967,6 +1967,8 @@ interface CaptureState {
   readonly originalWriteHead: Apply;
   readonly originalWrite: Apply;
   readonly originalEnd: Apply;
+  /** HTTP/1.1 only, not held: the response's own `flushHeaders`, wrapped so its head leaves in Latin-1 (see inLatin1Head). */
+  originalFlushHeaders: Apply | undefined;
   /** HTTP/2 only: the response's own `destroy`, wrapped to see a destroy by the server (below). */
   originalDestroy: Apply | undefined;
   /**
@@ -2071,6 +2073,7 @@ function captureResponse(
     originalWriteHead: res.writeHead as Apply,
     originalWrite: res.write as Apply,
     originalEnd: res.end as Apply,
+    originalFlushHeaders: undefined,
     originalDestroy: undefined,
     timeoutEmitter: undefined,
     originalEmit: undefined,
@@ -2119,6 +2122,10 @@ function captureResponse(
   if (streamOf(res) !== undefined) {
     state.originalDestroy = res.destroy as Apply;
     res.destroy = capturedDestroy.bind(state) as ServerResponse['destroy'];
+  } else if (!state.hold) {
+    // Held, Node's flushHeaders sends nothing: its head is the capture's, held with the rest.
+    state.originalFlushHeaders = res.flushHeaders as Apply;
+    res.flushHeaders = capturedFlushHeaders.bind(state) as ServerResponse['flushHeaders'];
   }
   if (state.handler === undefined) watchTimeouts(state);
   // The client went away while a streamed body was being written: the pipe stops and `end` never
@@ -2277,6 +2284,9 @@ function restore(state: CaptureState) {
   res.write = state.originalWrite as ServerResponse['write'];
   res.end = state.originalEnd as ServerResponse['end'];
   if (state.originalDestroy !== undefined) res.destroy = state.originalDestroy as ServerResponse['destroy'];
+  if (state.originalFlushHeaders !== undefined) {
+    res.flushHeaders = state.originalFlushHeaders as ServerResponse['flushHeaders'];
+  }
   if (state.timeoutEmitter !== undefined) state.timeoutEmitter.emit = state.originalEmit as Apply;
 }
 
@@ -2544,6 +2554,22 @@ function inLatin1Head(state: CaptureState, chunk: unknown, encoding: unknown): [
     return [chunk, encoding];
   if (streamOf(state.res) !== undefined || !headHasLatin1(state)) return [chunk, encoding];
   return [Buffer.from(chunk, 'utf8'), typeof encoding === 'function' ? encoding : undefined];
+}
+
+// Node's flushHeaders sends the head as a string with no encoding: in UTF-8 (see inLatin1Head). One
+// with a character U+0080..U+00FF is sent ahead of an empty Buffer instead, so in Latin-1: the same
+// head, now, as flushHeaders would (a 204 or 304 takes no write, and is left to Node's own).
+function capturedFlushHeaders(this: CaptureState) {
+  const res = this.res;
+  const original = this.originalFlushHeaders as Apply;
+  if (this.headLeft || this.ended) return original.call(res);
+  // What Node's flushHeaders does first (`_implicitHeader`), through the capture's writeHead.
+  if (!res.headersSent) res.writeHead(res.statusCode);
+  if (res.statusCode === 204 || res.statusCode === 304 || !headHasLatin1(this)) {
+    this.headLeft = true;
+    return original.call(res);
+  }
+  return capturedWrite.call(this, Buffer.alloc(0));
 }
 
 const latin1Chars = /[\u0080-\u00ff]/;

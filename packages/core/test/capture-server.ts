@@ -83,6 +83,8 @@ export interface ServeOptions {
 
 /** A started {@link serve}. */
 export interface Served {
+  /** Base URL, e.g. `http://127.0.0.1:41234`, for a client of its own (a raw socket). */
+  base: string;
   /** A POST with `key` (to `/charges` by default); `leave`: the client leaves once it resolves. */
   post(key: string, path?: string, leave?: Promise<void>): Promise<Received>;
   events: IdempotencyEvent[];
@@ -154,6 +156,7 @@ export async function serve(options: ServeOptions): Promise<Served> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
+    base,
     post: (key: string, path = '/charges', leave?: Promise<void>) => post(base, path, key, leave),
     events,
     runs: () => runs,
