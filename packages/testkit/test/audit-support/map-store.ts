@@ -230,7 +230,7 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
  * The describeStore() harness a store author writes from the testkit README: the store on a clock
  * the test drives, so nothing sleeps. `expire` moves the clock past any lease or retention (as the
  * README's example does), `advance` enables the duration checks, `endLease` the abandoned-record
- * checks, `makeCapped` the size cap checks.
+ * checks, `makeCapped` the size cap checks, `reopen` the read by a store made afresh.
  */
 export function mapStoreHarness(bug?: StoreBug): StoreHarness {
   let now = 1_000_000;
@@ -248,5 +248,6 @@ export function mapStoreHarness(bug?: StoreBug): StoreHarness {
       now += leaseMs;
     },
     makeCapped: (maxBytes) => mapStore({ now: clock, records: store.records, maxResponseBytes: maxBytes, bug }),
+    reopen: () => mapStore({ now: clock, records: store.records, bug }),
   };
 }

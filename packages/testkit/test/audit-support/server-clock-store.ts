@@ -58,5 +58,6 @@ export function serverClockHarness(bug?: ServerClockBug): StoreHarness {
       row.expiresAt = row.leaseUntil + row.keepMs;
     },
     makeCapped: (maxBytes) => mapStore({ now: clock, records, maxResponseBytes: maxBytes }),
+    reopen: () => mapStore({ now: clock, records }),
   };
 }
