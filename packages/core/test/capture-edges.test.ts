@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { type ResponseCapture, writeResponse } from '../src/http.js';
 import { memoryStore } from '../src/memory-store.js';
 import { networkLike, plainServer, serve, waitFor } from './capture-server.js';
+import { captureWarnings } from './support/warnings.js';
 
 // The bytes a capture holds, read from its state (kept under a symbol of http.ts's own).
 function heldBytes(capture: ResponseCapture): number {
@@ -384,9 +385,7 @@ describe('release() on the context', () => {
   });
 
   it('release() and keyFor() work taken off the context; release() after the end warns once and changes nothing', async () => {
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     const keys: string[] = [];
     const served = await serve({
       answer: (res, run, _capture, context) => {
@@ -411,9 +410,9 @@ describe('release() on the context', () => {
       // The same downstream key on every run of one request.
       expect(keys[0]).toBe(keys[1]);
       await new Promise((resolve) => setImmediate(resolve));
-      expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_LATE_RELEASE')).toHaveLength(1);
+      expect(warnings.withCode('IDEM_LATE_RELEASE')).toHaveLength(1);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await served.close();
     }
   });

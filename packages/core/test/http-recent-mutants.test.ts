@@ -8,6 +8,7 @@ import type { HttpIdempotencyOptions, IdempotencyContext, ResponseCapture } from
 import { memoryStore } from '../src/memory-store.js';
 import type { Outcome } from '../src/outcome-policy.js';
 import { type Served, serve } from './capture-server.js';
+import { captureWarnings } from './support/warnings.js';
 
 const at = Date.UTC(2026, 10, 22, 9, 30, 15);
 const httpDate = (ms: number) => new Date(ms).toUTCString();
@@ -156,9 +157,7 @@ describe('Idempotency-Expires on an answer that is no outcome, not held', () => 
 
 describe('release() on the context', () => {
   it('called before the response ends, it warns nothing (IDEM_LATE_RELEASE is for a late one only)', async () => {
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     const served = await layer({}, (res, run, context) => {
       context.release();
       res.statusCode = 503;
@@ -168,9 +167,9 @@ describe('release() on the context', () => {
       expect((await served.post('k')).body.toString()).toBe('run 1');
       expect((await served.post('k')).body.toString()).toBe('run 2');
       await new Promise((resolve) => setImmediate(resolve));
-      expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_LATE_RELEASE')).toEqual([]);
+      expect(warnings.withCode('IDEM_LATE_RELEASE')).toEqual([]);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await served.close();
     }
   });
@@ -196,9 +195,7 @@ describe('release() on the context', () => {
   });
 
   it('called before the end and again after it: released, and the late call still warns', async () => {
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     const served = await layer({}, (res, run, context) => {
       context.release();
       res.statusCode = 503;
@@ -209,9 +206,9 @@ describe('release() on the context', () => {
       expect((await served.post('k')).body.toString()).toBe('run 1');
       expect((await served.post('k')).body.toString()).toBe('run 2');
       await new Promise((resolve) => setImmediate(resolve));
-      expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_LATE_RELEASE')).toHaveLength(1);
+      expect(warnings.withCode('IDEM_LATE_RELEASE')).toHaveLength(1);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await served.close();
     }
   });

@@ -3,9 +3,10 @@
 // the head leaves, by every way a head can leave, held (transactional) or not: the answer goes out
 // with its status and the default phrase, is stored without a phrase, and is replayed so.
 import type { ServerResponse } from 'node:http';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ownReasonPhrase } from '../src/index.js';
 import { networkLike, serve } from './capture-server.js';
+import { captureWarningsEachTest } from './support/warnings.js';
 
 const body = '{"id":"ch_1"}';
 const unwritable = ['Fehler \u2717', 'Created\r\nX-Injected: 1', 'Created\u0001', 'Created\u007f'];
@@ -39,15 +40,7 @@ const heads: Record<string, (res: ServerResponse, phrase: string) => void> = {
   },
 };
 
-let warnings: Error[] = [];
-const onWarning = (warning: Error) => warnings.push(warning);
-beforeEach(() => {
-  warnings = [];
-  process.on('warning', onWarning);
-});
-afterEach(() => {
-  process.off('warning', onWarning);
-});
+const warnings = captureWarningsEachTest();
 
 describe('a reason phrase Node cannot write', () => {
   for (const hold of [false, true]) {
@@ -78,9 +71,7 @@ describe('a reason phrase Node cannot write', () => {
         }
         await new Promise((resolve) => setImmediate(resolve));
         // Once per instance: each served() is one.
-        expect(
-          warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_UNWRITABLE_REASON_PHRASE'),
-        ).toHaveLength(unwritable.length);
+        expect(warnings.withCode('IDEM_UNWRITABLE_REASON_PHRASE')).toHaveLength(unwritable.length);
       });
     }
   }
@@ -109,9 +100,7 @@ describe('a reason phrase Node cannot write', () => {
       }
     }
     await new Promise((resolve) => setImmediate(resolve));
-    expect(
-      warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_UNWRITABLE_REASON_PHRASE'),
-    ).toEqual([]);
+    expect(warnings.withCode('IDEM_UNWRITABLE_REASON_PHRASE')).toEqual([]);
   });
 
   it('is no own phrase to ownReasonPhrase; obs-text and a tab are', () => {

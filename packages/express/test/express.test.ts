@@ -5,6 +5,7 @@ import { multipartForm, transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
 import multer from 'multer';
 import { describe, expect, it } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import { send, serve, withCompletion } from './support.js';
 
 // Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
@@ -247,9 +248,7 @@ describe('@idem/express specifics', () => {
         res.status(201).json({ id: `ch_${runs}` });
       },
     );
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       await serve(app, async (url) => {
         // Before, the route instance claimed the key the app-wide one held: 409 for every first request.
@@ -261,13 +260,13 @@ describe('@idem/express specifics', () => {
         expect((await post(`${url}/charges`, 'stacked-2', ['{}'])).status).toBe(201);
       });
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
     }
     expect(runs).toBe(2);
     expect(outer.filter((event) => event.type === 'claim')).toHaveLength(2);
     expect(inner).toEqual([]);
     await new Promise((resolve) => setImmediate(resolve));
-    expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
+    expect(warnings.withCode('IDEM_STACKED')).toHaveLength(1);
   });
 
   it('refuses bad options once, at construction', () => {

@@ -6,20 +6,13 @@
 import { memoryStore, recordId } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express from 'express';
-import { afterEach, beforeEach, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
+import { captureWarningsEachTest } from '../../core/test/support/warnings.js';
 import { serve } from './support.js';
 
 const unwritable = ['Fehler \u2717', 'Created\r\nX-Injected: 1', 'Created\u0001'];
 
-let warnings: Error[] = [];
-const onWarning = (warning: Error) => warnings.push(warning);
-beforeEach(() => {
-  warnings = [];
-  process.on('warning', onWarning);
-});
-afterEach(() => {
-  process.off('warning', onWarning);
-});
+const warnings = captureWarningsEachTest();
 
 const post = (url: string, key: string) =>
   fetch(`${url}/charges`, {
@@ -67,7 +60,5 @@ it('a phrase Node cannot write, given to writeHead: the real status goes out wit
     }
   });
   await new Promise((resolve) => setImmediate(resolve));
-  expect(
-    warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_UNWRITABLE_REASON_PHRASE'),
-  ).toHaveLength(1);
+  expect(warnings.withCode('IDEM_UNWRITABLE_REASON_PHRASE')).toHaveLength(1);
 });

@@ -5,6 +5,7 @@ import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { idempotency, type RouteIdempotencyOptions } from '@idem/fastify';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import { app } from './support.js';
 
 // The plugin over a real socket, in front of a POST /charges that answers the amount it parsed (a
@@ -69,9 +70,7 @@ describe('@idem/fastify specifics', () => {
         child.post('/charges', async (_request, reply) => reply.code(201).send({ id: `ch_${++runs}` }));
       });
     });
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       // Before, the second instance claimed the key the first one held: 409 for every first request.
       expect((await post(instance, '/charges', 'stacked-1')).statusCode).toBe(201);
@@ -80,13 +79,13 @@ describe('@idem/fastify specifics', () => {
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect((await post(instance, '/charges', 'stacked-2')).statusCode).toBe(201);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await instance.close();
     }
     expect(runs).toBe(2);
     expect(inner).toEqual([]);
     await new Promise((resolve) => setImmediate(resolve));
-    expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
+    expect(warnings.withCode('IDEM_STACKED')).toHaveLength(1);
   });
 
   it('the instance that steps aside enforces none of its settings: its maxBodyBytes gives no 413', async () => {
@@ -96,13 +95,12 @@ describe('@idem/fastify specifics', () => {
         child.post('/charges', async (_request, reply) => reply.code(201).send({ ok: true }));
       });
     });
-    const onWarning = () => {};
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       const reply = await post(instance, '/charges', 'stacked-body', { note: 'x'.repeat(100) });
       expect(reply.statusCode).toBe(201);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await instance.close();
     }
   });
@@ -202,9 +200,7 @@ describe('@idem/fastify specifics', () => {
     instance.post('/early', { config: { idempotency: setting } }, async () => ({ run: ++runs }));
     await instance.register(idempotency, { store: memoryStore(), scope: () => 'tenant-1' });
     await instance.ready();
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       for (const key of ['e-1', 'e-1', 'e-2']) {
         const reply = await post(instance, '/early', key);
@@ -213,11 +209,11 @@ describe('@idem/fastify specifics', () => {
       }
       await new Promise((resolve) => setImmediate(resolve));
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await instance.close();
     }
     expect(runs).toBe(0);
-    const refused = warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_ROUTE_SETTINGS');
+    const refused = warnings.withCode('IDEM_ROUTE_SETTINGS');
     expect(refused).toHaveLength(1);
     expect(refused[0]?.message).toContain('config.idempotency.retension is not a per-route setting');
   });

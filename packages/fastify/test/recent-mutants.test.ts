@@ -4,6 +4,7 @@ import { memoryStore } from '@idem/core';
 import { createGuard } from '@idem/guard';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import { AUDIENCE, ISSUER, SECRET } from '../../guard/test/support/tokens.js';
 import { authPlugin, guard } from '../src/auth.js';
 import { idempotency } from '../src/idempotency.js';
@@ -55,8 +56,7 @@ describe('an anonymous write through two registrations on one route', () => {
       child.post('/charges', { onRequest: optional }, async (_request, reply) => reply.code(201).send({ n: ++runs }));
     });
     await app.ready();
-    const onWarning = () => {};
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       const post = () =>
         app.inject({ method: 'POST', url: '/charges', headers: { 'idempotency-key': 'anon-stacked' } });
@@ -65,7 +65,7 @@ describe('an anonymous write through two registrations on one route', () => {
       expect([again.statusCode, again.headers['idempotent-replayed']]).toEqual([201, 'true']);
       expect(runs).toBe(1);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await app.close();
     }
   });

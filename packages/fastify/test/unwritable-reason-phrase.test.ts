@@ -4,20 +4,12 @@
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { memoryStore } from '@idem/core';
-import { afterEach, beforeEach, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
+import { captureWarningsEachTest } from '../../core/test/support/warnings.js';
 import { app } from './support.js';
 
-let warnings: Error[] = [];
-const onWarning = (warning: Error) => warnings.push(warning);
-beforeEach(() => {
-  warnings = [];
-  process.on('warning', onWarning);
-});
-afterEach(() => {
-  process.off('warning', onWarning);
-});
-const phraseWarnings = () =>
-  warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_UNWRITABLE_REASON_PHRASE');
+const warnings = captureWarningsEachTest();
+const phraseWarnings = () => warnings.withCode('IDEM_UNWRITABLE_REASON_PHRASE');
 
 const post = (url: string, key: string) =>
   fetch(`${url}/charges`, {

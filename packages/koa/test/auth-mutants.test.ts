@@ -5,6 +5,7 @@ import { createGuard } from '@idem/guard';
 import { calculateJwkThumbprint } from 'jose';
 import Koa, { type Context, type Middleware } from 'koa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import {
   AUDIENCE,
   b64url,
@@ -72,8 +73,7 @@ describe('Koa guard(edge, { optional: true }) before two stacked idempotency mid
   afterAll(() => close());
 
   it('an anonymous write through two stacked middlewares is governed by the first: served and replayed, no 401', async () => {
-    const onWarning = () => {};
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       const post = () =>
         fetch(`${url}/stacked-charge`, { method: 'POST', headers: { 'idempotency-key': 'anon-stacked' } });
@@ -84,7 +84,7 @@ describe('Koa guard(edge, { optional: true }) before two stacked idempotency mid
       expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
       expect(await again.json()).toEqual({ n });
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
     }
   });
 

@@ -14,6 +14,7 @@ import { type IdempotencyEvent, memoryStore, resolveOutcomePolicy } from '@idem/
 import { idempotency, type KoaIdempotencyOptions } from '@idem/koa';
 import Koa from 'koa';
 import { describe, expect, it } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import { abandonedPost, clientLeaves, eventLog, listen } from './support.js';
 
 async function serve(
@@ -102,9 +103,7 @@ describe('@idem/koa specifics', () => {
       onEvent: (event) => inner.push(event),
     });
     let runs = 0;
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     try {
       await serve(
         {},
@@ -124,12 +123,12 @@ describe('@idem/koa specifics', () => {
         },
       );
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
     }
     expect(runs).toBe(2);
     expect(inner).toEqual([]);
     await new Promise((resolve) => setImmediate(resolve));
-    expect(warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_STACKED')).toHaveLength(1);
+    expect(warnings.withCode('IDEM_STACKED')).toHaveLength(1);
   });
 
   it("knows when the handler threw: policy 'stripe' releases the key instead of storing the 500", async () => {

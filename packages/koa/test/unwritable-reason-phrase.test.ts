@@ -4,20 +4,12 @@
 import { memoryStore } from '@idem/core';
 import { idempotency } from '@idem/koa';
 import Koa from 'koa';
-import { afterEach, beforeEach, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
+import { captureWarningsEachTest } from '../../core/test/support/warnings.js';
 import { abandonedPost, clientLeaves, listen } from './support.js';
 
-let warnings: Error[] = [];
-const onWarning = (warning: Error) => warnings.push(warning);
-beforeEach(() => {
-  warnings = [];
-  process.on('warning', onWarning);
-});
-afterEach(() => {
-  process.off('warning', onWarning);
-});
-const phraseWarnings = () =>
-  warnings.filter((warning) => (warning as { code?: string }).code === 'IDEM_UNWRITABLE_REASON_PHRASE');
+const warnings = captureWarningsEachTest();
+const phraseWarnings = () => warnings.withCode('IDEM_UNWRITABLE_REASON_PHRASE');
 
 const post = (url: string, key: string) =>
   fetch(url, {

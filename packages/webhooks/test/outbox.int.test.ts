@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { memoryStore } from '@idem/core';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import {
   createOutbox,
   createReceiver,
@@ -1355,9 +1356,7 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     await clear();
     // The loop's stop signal, found as the loop's first wait listens on it.
     const listen = vi.spyOn(EventTarget.prototype, 'addEventListener');
-    const warnings: Error[] = [];
-    const onWarning = (warning: Error) => void warnings.push(warning);
-    process.on('warning', onWarning);
+    const warnings = captureWarnings();
     // Listeners on the signal while a round runs, that is, between two waits.
     const between: number[] = [];
     const db = {
@@ -1374,9 +1373,9 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
     } finally {
       await relay.stop();
       listen.mockRestore();
-      process.off('warning', onWarning);
+      warnings.stop();
     }
     expect(Math.max(...between)).toBe(0);
-    expect(warnings.filter((warning) => warning.name === 'MaxListenersExceededWarning')).toEqual([]);
+    expect(warnings.all.filter((warning) => warning.name === 'MaxListenersExceededWarning')).toEqual([]);
   });
 });

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { memoryStore, recordId, type Store, type TransactionalStore } from '@idem/core';
 import { describe, expect, it, vi } from 'vitest';
+import { captureWarnings } from '../../core/test/support/warnings.js';
 import {
   createReceiver,
   createSender,
@@ -469,18 +470,16 @@ describe('scopes and options', () => {
   });
 
   it('warns about a shared scope through process.emitWarning when there is no onWarning', async () => {
-    const seen: Error[] = [];
-    const listener = (warning: Error) => void seen.push(warning);
-    process.on('warning', listener);
+    const warnings = captureWarnings();
     try {
       const store = memoryStore();
       const make = () => createReceiver({ store, secret: SECRET, scope: 'stripe', apply: () => undefined });
       make();
       make();
       await new Promise((resolve) => setImmediate(resolve));
-      expect(seen.map((w) => (w as Error & { code?: string }).code)).toEqual(['IDEM_WEBHOOK_SCOPE_SHARED']);
+      expect(warnings.all.map((w) => (w as Error & { code?: string }).code)).toEqual(['IDEM_WEBHOOK_SCOPE_SHARED']);
     } finally {
-      process.off('warning', listener);
+      warnings.stop();
     }
   });
 
