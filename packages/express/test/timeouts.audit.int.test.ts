@@ -1,33 +1,24 @@
-import type { AddressInfo } from 'node:net';
-import { frameRequest, sendRaw } from '@idem/testkit';
 import type { RequestHandler } from 'express';
 import { describe, expect, it } from 'vitest';
-import { post, retryPast409, type StoreBackend, timeoutBackends, until } from '../../core/test/support/timeouts-kit.js';
+import {
+  itServerTimeouts,
+  post,
+  retryPast409,
+  type StoreBackend,
+  timeoutBackends,
+  until,
+} from '../../core/test/support/timeouts-kit.js';
 import { connectTimeout, start } from './support/timeout-app.js';
 
 const backends: StoreBackend[] = await timeoutBackends('express');
 
 describe.each(backends)('Express on $name: server timeouts around idempotency()', (backend) => {
-  it('HELD: server.timeout cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed', async () => {
-    const app = await start({ store: backend.store(), configure: (server) => server.setTimeout(300) });
-    try {
-      const first = await post(app.url, 'socket-timeout');
-      // Node destroys an idle socket whose timeout nobody listens for: the client sees it cut.
-      expect(first.status).toBe(0);
-      expect(app.effects.started).toBe(1);
-      // The handler still runs: its key is in progress, not free, not stored as a failure.
-      expect((await post(app.url, 'socket-timeout')).status).toBe(409);
-      app.provider.open();
-      await until(() => app.effects.finished === 1);
-      const retry = await retryPast409(app.url, 'socket-timeout');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBe('true');
-      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
-      expect(app.effects.started).toBe(1);
-    } finally {
-      app.provider.open();
-      await app.close();
-    }
+  itServerTimeouts(backend, {
+    idle: 'server.timeout',
+    request: 'server.requestTimeout',
+    idleApp: (store, ms) => start({ store, configure: (server) => server.setTimeout(ms) }),
+    requestApp: (store) =>
+      start({ store, server: { requestTimeout: 400, headersTimeout: 300, connectionsCheckingInterval: 50 } }),
   });
 
   it('HELD: res.setTimeout with no callback cuts the socket as server.timeout does; one effect, real outcome replayed', async () => {
@@ -50,59 +41,6 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
       expect(app.effects.started).toBe(1);
     } finally {
       app.provider.open();
-      await app.close();
-    }
-  });
-
-  it('HELD: server.requestTimeout cuts a body mid-upload; nothing is claimed, the retry runs once', async () => {
-    const app = await start({
-      store: backend.store(),
-      server: { requestTimeout: 400, headersTimeout: 300, connectionsCheckingInterval: 50 },
-    });
-    app.provider.open();
-    try {
-      const { port } = app.server.address() as AddressInfo;
-      const body = Buffer.from(JSON.stringify({ amount: 100 }));
-      const framed = frameRequest(
-        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: request-timeout\r\n',
-        body,
-      );
-      // The head and five bytes of the body, then nothing: Node's request timeout answers 408.
-      const cut = await sendRaw(port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
-      expect(cut.timedOut).toBe(false);
-      expect(cut.status).toBe(408);
-      expect(app.effects.started).toBe(0);
-      // The client got Node's 408; the middleware saw the body cut short and claimed nothing.
-      await until(() => app.events.some((event) => event.type === 'refused'));
-      expect(app.events.map((event) => (event.type === 'refused' ? event.code : event.type))).toEqual([
-        'body_incomplete',
-      ]);
-      const retry = await post(app.url, 'request-timeout');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(app.effects.started).toBe(1);
-    } finally {
-      await app.close();
-    }
-  });
-
-  it('HELD: server.timeout cuts an upload that stalls; nothing is claimed, the retry runs once', async () => {
-    const app = await start({ store: backend.store(), configure: (server) => server.setTimeout(300) });
-    app.provider.open();
-    try {
-      const { port } = app.server.address() as AddressInfo;
-      const framed = frameRequest(
-        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: socket-timeout-body\r\n',
-        Buffer.from(JSON.stringify({ amount: 100 })),
-      );
-      const cut = await sendRaw(port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
-      expect(cut.timedOut).toBe(false);
-      expect(app.effects.started).toBe(0);
-      const retry = await post(app.url, 'socket-timeout-body');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(app.effects.started).toBe(1);
-    } finally {
       await app.close();
     }
   });

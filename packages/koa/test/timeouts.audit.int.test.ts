@@ -5,13 +5,13 @@
 // stored outcome.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Store } from '@idem/core';
+import type { IdempotencyEvent, Store } from '@idem/core';
 import { idempotency } from '@idem/koa';
-import { frameRequest, sendRaw } from '@idem/testkit';
 import Koa, { type Middleware } from 'koa';
 import { describe, expect, it } from 'vitest';
 import {
   gate,
+  itServerTimeouts,
   listen,
   post,
   retryPast409,
@@ -37,6 +37,7 @@ interface StartOptions {
 async function start(store: Store, options: StartOptions) {
   const effects = { started: 0, finished: 0 };
   const provider = gate();
+  const events: IdempotencyEvent[] = [];
   const app = new Koa();
   // Koa logs every error it answers; these are expected.
   app.silent = true;
@@ -45,7 +46,14 @@ async function start(store: Store, options: StartOptions) {
     await next();
   });
   for (const middleware of options.before ?? []) app.use(middleware);
-  app.use(idempotency({ store, storeTimeout: '15s', storeOutcome: options.storeOutcome ?? 'all' }));
+  app.use(
+    idempotency({
+      store,
+      storeTimeout: '15s',
+      storeOutcome: options.storeOutcome ?? 'all',
+      onEvent: (event) => events.push(event),
+    }),
+  );
   // The route, as the one handler of the app: the operation is the path.
   app.use(async (ctx) => {
     const id = `ch_${++effects.started}`;
@@ -59,50 +67,17 @@ async function start(store: Store, options: StartOptions) {
   const server = http.createServer(options.server ?? {}, app.callback());
   options.configure?.(server);
   const listening = await listen(server);
-  return { ...listening, url: `${listening.url}/charges`, server, effects, provider };
+  const { port } = server.address() as AddressInfo;
+  return { ...listening, url: `${listening.url}/charges`, port, server, effects, provider, events };
 }
 
 describe.each(backends)('Koa on $name: server timeouts around idempotency()', (backend) => {
-  it('HELD: server.timeout cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed', async () => {
-    const app = await start(backend.store(), { configure: (server) => server.setTimeout(300) });
-    try {
-      expect((await post(app.url, 'socket-timeout')).status).toBe(0);
-      expect((await post(app.url, 'socket-timeout')).status).toBe(409);
-      app.provider.open();
-      await until(() => app.effects.finished === 1);
-      const retry = await retryPast409(app.url, 'socket-timeout');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBe('true');
-      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
-      expect(app.effects.started).toBe(1);
-    } finally {
-      app.provider.open();
-      await app.close();
-    }
-  });
-
-  it('HELD: server.requestTimeout cuts a body mid-upload; nothing is claimed, the retry runs once', async () => {
-    const app = await start(backend.store(), {
-      server: { requestTimeout: 400, headersTimeout: 300, connectionsCheckingInterval: 50 },
-    });
-    app.provider.open();
-    try {
-      const { port } = app.server.address() as AddressInfo;
-      const framed = frameRequest(
-        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: request-timeout\r\n',
-        Buffer.from(JSON.stringify({ amount: 100 })),
-      );
-      const cut = await sendRaw(port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
-      expect(cut.timedOut).toBe(false);
-      expect(cut.status).toBe(408);
-      expect(app.effects.started).toBe(0);
-      const retry = await post(app.url, 'request-timeout');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(app.effects.started).toBe(1);
-    } finally {
-      await app.close();
-    }
+  itServerTimeouts(backend, {
+    idle: 'server.timeout',
+    request: 'server.requestTimeout',
+    idleApp: (store, ms) => start(store, { configure: (server) => server.setTimeout(ms) }),
+    requestApp: (store) =>
+      start(store, { server: { requestTimeout: 400, headersTimeout: 300, connectionsCheckingInterval: 50 } }),
   });
 
   // Was wrong (fixed): the timeout's 503, written by Koa's error handler while idempotency()'s own

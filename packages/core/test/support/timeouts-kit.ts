@@ -1,14 +1,15 @@
 // Shared by the timeout audits of the three adapters: the stores they run on (memory, and the real
 // Redis under a prefix of their own), a gate a handler waits on, a plain HTTP client that reports a
-// cut connection instead of throwing, and a reverse proxy that gives up on its origin as nginx does.
+// cut connection instead of throwing, a reverse proxy that gives up on its origin as nginx does, and
+// the rows every adapter plays against the server's own timeouts (itServerTimeouts).
 import { randomBytes } from 'node:crypto';
 import http, { type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { memoryStore, type Store } from '@idem/core';
+import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { redisStore } from '@idem/redis';
-import { redisAnswers, serviceAvailable } from '@idem/testkit';
+import { frameRequest, redisAnswers, sendRaw, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
-import { afterAll } from 'vitest';
+import { afterAll, expect, it } from 'vitest';
 import { deleteKeys } from '../../../redis/test/redis-env.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -189,4 +190,106 @@ export async function retryPast409(url: string, key: string, body?: unknown, lim
     if (answer.status !== 409 || Date.now() - started > limitMs) return answer;
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
+}
+
+/** An adapter's app for {@link itServerTimeouts}: its POST /charges waits on `provider`, counting its effects. */
+export interface TimeoutApp {
+  /** The URL of POST /charges. */
+  url: string;
+  port: number;
+  effects: { started: number; finished: number };
+  provider: { open: () => void };
+  /** The adapter's events (its `onEvent`). */
+  events: IdempotencyEvent[];
+  close: () => Promise<void>;
+}
+
+/** How one adapter sets the server's timeouts, for {@link itServerTimeouts}. */
+export interface ServerTimeouts {
+  /** The idle-socket setting, as the rows' names say it: `server.timeout`, `connectionTimeout`. */
+  idle: string;
+  /** The request-timeout setting, as the rows' names say it. */
+  request: string;
+  /** The app on a server whose sockets are cut after `ms` idle. */
+  idleApp: (store: Store, ms: number) => Promise<TimeoutApp>;
+  /** The app on a server with requestTimeout 400 ms, headersTimeout 300 ms, checked every 50 ms. */
+  requestApp: (store: Store) => Promise<TimeoutApp>;
+}
+
+/**
+ * The rows every adapter plays against the server's own timeouts, on one backend: a socket cut
+ * mid-handler, and an upload cut by an idle socket or by the request timeout. Call it inside the
+ * adapter's `describe.each(backends)`.
+ */
+export function itServerTimeouts(backend: StoreBackend, server: ServerTimeouts): void {
+  it(`HELD: ${server.idle} cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed`, async () => {
+    const app = await server.idleApp(backend.store(), 300);
+    try {
+      const first = await post(app.url, 'socket-timeout');
+      // Node destroys an idle socket whose timeout nobody listens for: the client sees it cut.
+      expect(first.status).toBe(0);
+      expect(app.effects.started).toBe(1);
+      // The handler still runs: its key is in progress, not free, not stored as a failure.
+      expect((await post(app.url, 'socket-timeout')).status).toBe(409);
+      app.provider.open();
+      await until(() => app.effects.finished === 1);
+      const retry = await retryPast409(app.url, 'socket-timeout');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+      expect(app.effects.started).toBe(1);
+    } finally {
+      app.provider.open();
+      await app.close();
+    }
+  });
+
+  it(`HELD: ${server.idle} cuts an upload that stalls; nothing is claimed, the retry runs once`, async () => {
+    // A second, not 300 ms: the retry's own connection has the same idle limit, and on a loaded box
+    // its handler and store calls once took longer than 300 ms, so the retry itself was cut.
+    const app = await server.idleApp(backend.store(), 1_000);
+    app.provider.open();
+    try {
+      const framed = frameRequest(
+        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: socket-timeout-body\r\n',
+        Buffer.from(JSON.stringify({ amount: 100 })),
+      );
+      const cut = await sendRaw(app.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+      expect(cut.timedOut).toBe(false);
+      expect(app.effects.started).toBe(0);
+      const retry = await post(app.url, 'socket-timeout-body');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(app.effects.started).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it(`HELD: ${server.request} cuts a body mid-upload; nothing is claimed, the retry runs once`, async () => {
+    const app = await server.requestApp(backend.store());
+    app.provider.open();
+    try {
+      const framed = frameRequest(
+        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: request-timeout\r\n',
+        Buffer.from(JSON.stringify({ amount: 100 })),
+      );
+      // The head and five bytes of the body, then nothing: Node's request timeout answers 408.
+      const cut = await sendRaw(app.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+      expect(cut.timedOut).toBe(false);
+      expect(cut.status).toBe(408);
+      expect(app.effects.started).toBe(0);
+      // The client got Node's 408; the adapter saw the body cut short and claimed nothing.
+      await until(() => app.events.some((event) => event.type === 'refused'));
+      expect(app.events.map((event) => (event.type === 'refused' ? event.code : event.type))).toEqual([
+        'body_incomplete',
+      ]);
+      const retry = await post(app.url, 'request-timeout');
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(app.effects.started).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
 }

@@ -1,6 +1,7 @@
 // The Express app the timeout audits run: POST /charges behind idempotency(), on a real node:http
 // server, with middleware of the test's own before or after it, and connect-timeout as its README has it.
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { IdempotencyEvent, Store } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import express, { type RequestHandler } from 'express';
@@ -85,5 +86,6 @@ export async function start(options: AppOptions) {
   const server = http.createServer(options.server ?? {}, app);
   options.configure?.(server);
   const listening = await listen(server);
-  return { ...listening, url: `${listening.url}/charges`, server, effects, provider, events };
+  const { port } = server.address() as AddressInfo;
+  return { ...listening, url: `${listening.url}/charges`, port, server, effects, provider, events };
 }
