@@ -1,12 +1,12 @@
 // Leaks a long-running service would accumulate, found by an audit; each test failed when written.
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { type IdempotencyEvent, recordId } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express from 'express';
 import { expect, it } from 'vitest';
-import { gatedStore, settledTypes } from '../../core/test/support/gated-store.js';
+import { abandonedPost } from '../../core/test/support/client-gone.js';
+import { gatedStore, settledOrRenewed } from '../../core/test/support/gated-store.js';
 
 const file = fileURLToPath(import.meta.url);
 
@@ -42,14 +42,7 @@ it('client gone during the claim (store round trip), then res.sendFile: the key 
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   try {
-    const req = httpRequest(`${url}/exports`, {
-      method: 'POST',
-      headers: { 'idempotency-key': 'gone-during-claim', 'content-type': 'application/json', 'content-length': '2' },
-    });
-    req.on('error', () => undefined);
-    req.end('{}');
-    await gated.claiming;
-    req.destroy();
+    await abandonedPost(`${url}/exports`, 'gone-during-claim', gated.claiming);
     await closedOnServer;
     gated.open();
     // Since a client gone during the claim gets no handler at all (client-gone-during-claim.audit
@@ -57,16 +50,7 @@ it('client gone during the claim (store round trip), then res.sendFile: the key 
     // aborted request with ECONNABORTED, and the capture settled it as a file cut short.)
     void sendFileDone;
     // Settled by now, or else renewed on and on: three renewals after the pipeline failed tell them apart.
-    let check: ReturnType<typeof setInterval> | undefined;
-    const settledOrRenewed = await Promise.race([
-      new Promise<string>((resolve) => {
-        check = setInterval(() => {
-          if (events.some((event) => settledTypes.has(event.type))) resolve('settled');
-        }, 5);
-      }),
-      gated.renewed(3).then(() => 'renewed'),
-    ]).finally(() => clearInterval(check));
-    expect(settledOrRenewed).toBe('settled');
+    expect(await settledOrRenewed(gated, events)).toBe('settled');
     expect(events.map((event) => event.type)).toEqual(['claim', 'release']);
     expect(await gated.inner.get(recordId('tenant-leak', 'POST /exports', 'gone-during-claim'))).toBeUndefined();
   } finally {

@@ -1,5 +1,4 @@
 // What the Koa test files share.
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { IdempotencyEvent } from '@idem/core';
 import type Koa from 'koa';
@@ -56,14 +55,5 @@ export function clientLeaves() {
   };
 }
 
-// Sends a request and drops the connection once `started` resolves (the handler is running).
-export async function abandonedPost(url: string, key: string, started: Promise<void>) {
-  const req = httpRequest(url, {
-    method: 'POST',
-    headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
-  });
-  req.on('error', () => undefined);
-  req.end('{}');
-  await started;
-  req.destroy();
-}
+// Sends a request and drops the connection once the handler is running (shared with the other adapters).
+export { abandonedPost } from '../../core/test/support/client-gone.js';

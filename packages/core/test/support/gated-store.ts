@@ -59,3 +59,26 @@ export function gatedStore() {
 
 /** The events that settle a claim one way or the other. */
 export const settledTypes: ReadonlySet<string> = new Set(['complete', 'release', 'not-stored', 'lease-lost']);
+
+/**
+ * Whether the claim of `gated` settles (`'settled'`: one of {@link settledTypes} shows in `events`)
+ * before the heartbeat renews it three more times (`'renewed'`: a key held for as long as the
+ * process lives).
+ *
+ * @example
+ * expect(await settledOrRenewed(gated, events)).toBe('settled');
+ */
+export async function settledOrRenewed(
+  gated: ReturnType<typeof gatedStore>,
+  events: readonly { type: string }[],
+): Promise<'settled' | 'renewed'> {
+  let check: ReturnType<typeof setInterval> | undefined;
+  return Promise.race([
+    new Promise<'settled'>((resolve) => {
+      check = setInterval(() => {
+        if (events.some((event) => settledTypes.has(event.type))) resolve('settled');
+      }, 5);
+    }),
+    gated.renewed(3).then(() => 'renewed' as const),
+  ]).finally(() => clearInterval(check));
+}
