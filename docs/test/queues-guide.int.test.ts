@@ -453,6 +453,11 @@ async function holdKey(place: StorePlace, o: Order) {
   await until('the holder claimed the key', () => claimed);
   return {
     release,
+    /** Releases the key and waits for the holder's run: its effect made. */
+    finish: async () => {
+      release();
+      await done;
+    },
     /** Releases the key (if not yet), waits for the holder's run, closes its store. */
     close: async () => {
       release();
@@ -486,8 +491,12 @@ interface Broker {
   /** What the guide's consumer does, as the tally names it, with a copy to come back later, and with one it gives up on. */
   returns: 'requeue' | 'nak';
   refuses: 'dead-letter' | 'term';
-  /** A fresh queue or stream; `ackWaitMs` is JetStream's ack_wait (RabbitMQ redelivers a dead consumer's at once). */
-  open(ackWaitMs: number): Promise<Line>;
+  /**
+   * A fresh queue or stream; `ackWaitMs` is JetStream's ack_wait (RabbitMQ redelivers a dead consumer's
+   * at once). Given `limit`, the broker gives a message up past it: RabbitMQ, a quorum queue's
+   * `x-delivery-limit` (redeliveries); JetStream, `max_deliver` (deliveries).
+   */
+  open(ackWaitMs: number, limit?: number): Promise<Line>;
 }
 
 const brokers: Broker[] = [
@@ -497,8 +506,8 @@ const brokers: Broker[] = [
     available: withRabbit,
     returns: 'requeue',
     refuses: 'dead-letter',
-    open: async () => {
-      const queue = await rabbitQueue();
+    open: async (_ackWaitMs, limit) => {
+      const queue = await rabbitQueue(limit);
       return {
         publish: async (o) => queue.publish(o),
         consumers: (n, place, chargeMs, setup) => rabbitConsumers(n, queue.queue, place, chargeMs, setup),
@@ -525,8 +534,8 @@ const brokers: Broker[] = [
     available: withNats,
     returns: 'nak',
     refuses: 'term',
-    open: async (ackWaitMs) => {
-      const stream = await natsStream(ackWaitMs);
+    open: async (ackWaitMs, limit) => {
+      const stream = await natsStream(ackWaitMs, limit);
       return {
         publish: (o) => stream.publish(o),
         consumers: (n, place, chargeMs, setup) => natsConsumers(n, stream, place, chargeMs, setup),
@@ -548,6 +557,42 @@ const brokers: Broker[] = [
     },
   },
 ];
+
+/** What {@link withHeldKey} hands its test. */
+interface HeldKey {
+  place: Place;
+  line: Line;
+  o: Order;
+  holder: Awaited<ReturnType<typeof holdKey>>;
+  consumers: Consumers;
+}
+
+/**
+ * One consumer of the guide's on a fresh `line` (given `limit`, a broker that gives up past it), with
+ * the order `o` published while another run holds its key (until `holder.release()`); everything is
+ * removed after `run`.
+ */
+async function withHeldKey(
+  backend: { kind: StoreKind; url: string },
+  broker: Broker,
+  line: { ackWaitMs: number; limit: number; extras?: EngineExtras },
+  run: (held: HeldKey) => Promise<void>,
+): Promise<void> {
+  const place = await freshPlace(backend.kind, backend.url);
+  const opened = await broker.open(line.ackWaitMs, line.limit);
+  const o = order();
+  const holder = await holdKey(place.place, o);
+  const consumers = await opened.consumers(1, place.place, 50, line.extras ? { extras: line.extras } : {});
+  try {
+    await opened.publish(o);
+    await run({ place, line: opened, o, holder, consumers });
+  } finally {
+    await consumers.close();
+    await holder.close();
+    await opened.remove();
+    await place.drop();
+  }
+}
 
 for (const backend of stores) {
   for (const broker of brokers) {
@@ -802,65 +847,32 @@ for (const backend of stores) {
             expect,
           }) => {
             const place = await freshPlace(backend.kind, backend.url);
-            const queue = await rabbitQueue();
-            // Another consumer's run holds the key, in progress until released.
-            const holderStore = await openStore(place.place);
-            let claimed = false;
-            let release = () => {};
-            const holding = new Promise<void>((resolve) => {
-              release = resolve;
-            });
-            const holder = makeIdempotent(
-              async (o: Order) => {
-                await holding;
-                await holderStore.effect(o.id);
-              },
-              {
-                engine: consumerEngine(holderStore.store, '5s', (event) => {
-                  if (event.type === 'claim') claimed = true;
-                }),
-                operation: 'processOrder',
-                key: (o: Order) => o.id,
-                payload: (o: Order) => JSON.stringify(o),
-              },
-            );
-            const waiting = crashingConsumer({
-              broker: 'rabbitmq',
-              brokerUrl: rabbitUrl,
-              queue: queue.queue,
-              durable: '',
-              place: place.place,
-              mode: 'close-while-waiting',
-              leaseMs: 1_000,
-              consumerJs: rabbitJs,
-            });
+            const line = await broker.open(0);
+            const waiting = line.crashing(place.place, 'close-while-waiting');
+            let holder: Awaited<ReturnType<typeof holdKey>> | undefined;
             let consumers: Consumers | undefined;
-            let first: Promise<unknown> | undefined;
             try {
               const o = order();
-              first = holder(o);
-              await until('the holder claimed the key', () => claimed);
+              // Another consumer's run holds the key, in progress until released.
+              holder = await holdKey(place.place, o);
               await waiting.reached('ready');
-              queue.publish(o);
+              await line.publish(o);
               await waiting.reached('closed');
               // Was wrong: the guide's nack timer fired on the closed channel and amqplib threw
               // IllegalOperationError out of the timer: the process died (exit code 1, an uncaught exception).
               expect(await waiting.exited).toEqual({ code: 0, signal: null });
-              release();
-              await first;
+              await holder.finish();
               // RabbitMQ requeued the copy when the connection closed; a consumer replays it.
-              consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+              consumers = await line.consumers(1, place.place, 50);
               const survivors = consumers;
               await until('the copy acked', () => survivors.tally.get('ack', o.id) === 1);
               expect(survivors.tally.get('charge', o.id)).toBe(0);
               expect(await place.effects(o.id)).toBe(1);
             } finally {
-              release();
-              await first?.catch(() => undefined);
+              await holder?.close();
               await waiting.kill();
               await consumers?.close();
-              await holderStore.close();
-              await queue.remove();
+              await line.remove();
               await place.drop();
             }
           });
@@ -869,27 +881,18 @@ for (const backend of stores) {
             expect,
           }) => {
             const place = await freshPlace(backend.kind, backend.url);
-            const queue = await rabbitQueue();
-            const closing = crashingConsumer({
-              broker: 'rabbitmq',
-              brokerUrl: rabbitUrl,
-              queue: queue.queue,
-              durable: '',
-              place: place.place,
-              mode: 'close-while-charging',
-              leaseMs: 1_000,
-              consumerJs: rabbitJs,
-            });
+            const line = await broker.open(0);
+            const closing = line.crashing(place.place, 'close-while-charging');
             let consumers: Consumers | undefined;
             try {
               await closing.reached('ready');
               const o = order();
-              queue.publish(o);
+              await line.publish(o);
               await closing.reached('closed');
               // Was wrong: the guide acked on the closed channel; amqplib threw, the catch's nack threw
               // again, out of the consume callback's promise: an unhandled rejection ended the process.
               expect(await closing.exited).toEqual({ code: 0, signal: null });
-              consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
+              consumers = await line.consumers(1, place.place, 50);
               const survivors = consumers;
               await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
               expect(survivors.tally.get('charge', o.id)).toBe(0);
@@ -897,7 +900,7 @@ for (const backend of stores) {
             } finally {
               await closing.kill();
               await consumers?.close();
-              await queue.remove();
+              await line.remove();
               await place.drop();
             }
           });
@@ -906,28 +909,19 @@ for (const backend of stores) {
             expect,
           }) => {
             const place = await freshPlace(backend.kind, backend.url);
-            const queue = await rabbitQueue();
-            const crashing = crashingConsumer({
-              broker: 'rabbitmq',
-              brokerUrl: rabbitUrl,
-              queue: queue.queue,
-              durable: '',
-              place: place.place,
-              mode: 'before-effect',
-              leaseMs: 1_000,
-              consumerJs: rabbitJs,
-            });
+            const line = await broker.open(0);
+            const crashing = line.crashing(place.place, 'before-effect');
             let consumers: Consumers | undefined;
             try {
               await crashing.reached('ready');
               const o = order();
-              queue.publish(o);
+              await line.publish(o);
               await crashing.reached('charging');
-              consumers = await rabbitConsumers(2, queue.queue, place.place, 50, { extras: { wait: '15s' } });
+              consumers = await line.consumers(2, place.place, 50, { extras: { wait: '15s' } });
               expect(await crashing.kill()).toBe('SIGKILL');
               const survivors = consumers;
               await until('the redelivery acked', () => survivors.tally.get('ack', o.id) === 1);
-              await until('no retry timer left', survivors.settled);
+              await line.settled(survivors);
               expect(survivors.tally.get('delivery', o.id)).toBe(1);
               expect(survivors.tally.get('requeue', o.id)).toBe(0);
               expect(survivors.tally.get('charge', o.id)).toBe(1);
@@ -936,7 +930,7 @@ for (const backend of stores) {
             } finally {
               await crashing.kill();
               await consumers?.close();
-              await queue.remove();
+              await line.remove();
               await place.drop();
             }
           });
@@ -944,13 +938,8 @@ for (const backend of stores) {
           it("a quorum queue's delivery-limit, without wait: each 'in progress' requeue counts, so a copy is dead-lettered only because another consumer held its key", async ({
             expect,
           }) => {
-            const place = await freshPlace(backend.kind, backend.url);
-            const queue = await rabbitQueue(1);
-            const o = order();
-            const holder = await holdKey(place.place, o);
-            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50);
-            try {
-              queue.publish(o);
+            await withHeldKey(backend, broker, { ackWaitMs: 0, limit: 1 }, async ({ line, o, consumers }) => {
+              const queue = line.rabbit as RabbitQueue;
               // Nothing failed: the key was held elsewhere, and every requeue used up a delivery. This
               // is why the guide sets `wait` and sizes the limit ("Redeliveries and the broker's limit").
               await until('the copy dead-lettered', async () => (await queue.deadLetters()).length === 1);
@@ -958,24 +947,14 @@ for (const backend of stores) {
               expect(dead?.properties.headers?.['x-death']?.[0]?.reason).toBe('delivery_limit');
               expect(consumers.tally.get('requeue', o.id)).toBe(2);
               expect(consumers.tally.get('charge', o.id)).toBe(0);
-            } finally {
-              await consumers.close();
-              await holder.close();
-              await queue.remove();
-              await place.drop();
-            }
+            });
           });
 
           it("a quorum queue's delivery-limit, with the guide's wait: a copy held past what the limit would allow waits, is never requeued, and is acked", async ({
             expect,
           }) => {
-            const place = await freshPlace(backend.kind, backend.url);
-            const queue = await rabbitQueue(1);
-            const o = order();
-            const holder = await holdKey(place.place, o);
-            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '15s' } });
-            try {
-              queue.publish(o);
+            const held = { ackWaitMs: 0, limit: 1, extras: { wait: '15s' } } as const;
+            await withHeldKey(backend, broker, held, async ({ place, line, o, holder, consumers }) => {
               await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
               // Held 2.5 s: without wait, the 1 s requeues would pass the limit (the test above).
               await pause(2_500);
@@ -985,26 +964,16 @@ for (const backend of stores) {
               expect(consumers.tally.get('requeue', o.id)).toBe(0);
               expect(consumers.tally.get('charge', o.id)).toBe(0);
               expect(await place.effects(o.id)).toBe(1);
-              expect(await queue.deadLetters()).toEqual([]);
-            } finally {
-              await consumers.close();
-              await holder.close();
-              await queue.remove();
-              await place.drop();
-            }
+              expect(await (line.rabbit as RabbitQueue).deadLetters()).toEqual([]);
+            });
           });
 
           it("a quorum queue's delivery-limit sized by the guide's rule: a run that holds its key longer than wait sends the copy back, within the limit", async ({
             expect,
           }) => {
-            const place = await freshPlace(backend.kind, backend.url);
             // Held 3 s with wait 1 s and retryAfter 1 s: the rule gives ⌈3 / (1 + 1)⌉ = 2 returns.
-            const queue = await rabbitQueue(2);
-            const o = order();
-            const holder = await holdKey(place.place, o);
-            const consumers = await rabbitConsumers(1, queue.queue, place.place, 50, { extras: { wait: '1s' } });
-            try {
-              queue.publish(o);
+            const held = { ackWaitMs: 0, limit: 2, extras: { wait: '1s' } } as const;
+            await withHeldKey(backend, broker, held, async ({ place, line, o, holder, consumers }) => {
               await until('the copy delivered', () => consumers.tally.get('delivery', o.id) === 1);
               await pause(3_000);
               holder.release();
@@ -1014,63 +983,37 @@ for (const backend of stores) {
               expect(consumers.tally.get('requeue', o.id)).toBeLessThanOrEqual(2);
               expect(consumers.tally.get('charge', o.id)).toBe(0);
               expect(await place.effects(o.id)).toBe(1);
-              expect(await queue.deadLetters()).toEqual([]);
-            } finally {
-              await consumers.close();
-              await holder.close();
-              await queue.remove();
-              await place.drop();
-            }
+              expect(await (line.rabbit as RabbitQueue).deadLetters()).toEqual([]);
+            });
           });
         } else {
           it("max_deliver, without wait: each 'in progress' nak counts, so a message's deliveries end only because another consumer held its key", async ({
             expect,
           }) => {
-            const place = await freshPlace(backend.kind, backend.url);
-            const stream = await natsStream(5_000, 2);
-            const o = order();
-            const holder = await holdKey(place.place, o);
-            const consumers = await natsConsumers(1, stream, place.place, 50);
-            try {
-              await stream.publish(o);
+            await withHeldKey(backend, broker, { ackWaitMs: 5_000, limit: 2 }, async ({ line, o, consumers }) => {
               await until('both deliveries nak’d', () => consumers.tally.get('nak', o.id) === 2);
-              await until('nothing pending on the consumer', stream.drained);
+              await line.settled(consumers);
               // JetStream delivers it no more: nothing failed, the key was only held elsewhere.
               expect(consumers.tally.get('delivery', o.id)).toBe(2);
               expect(consumers.tally.get('ack', o.id)).toBe(0);
-            } finally {
-              await consumers.close();
-              await holder.close();
-              await stream.remove();
-              await place.drop();
-            }
+            });
           });
 
           it("max_deliver, with the guide's wait: a message held past what max_deliver would allow waits, is never nak'd, and is acked", async ({
             expect,
           }) => {
-            const place = await freshPlace(backend.kind, backend.url);
-            const stream = await natsStream(5_000, 1);
-            const o = order();
-            const holder = await holdKey(place.place, o);
-            const consumers = await natsConsumers(1, stream, place.place, 50, { extras: { wait: '15s' } });
-            try {
-              await stream.publish(o);
+            const held = { ackWaitMs: 5_000, limit: 1, extras: { wait: '15s' } } as const;
+            await withHeldKey(backend, broker, held, async ({ place, line, o, holder, consumers }) => {
               await until('the message delivered', () => consumers.tally.get('delivery', o.id) === 1);
               await pause(2_500);
               holder.release();
               await until('the message acked', () => consumers.tally.get('ack', o.id) === 1);
-              await until('nothing pending on the consumer', stream.drained);
+              await line.settled(consumers);
               expect(consumers.tally.get('delivery', o.id)).toBe(1);
               expect(consumers.tally.get('nak', o.id)).toBe(0);
               expect(consumers.tally.get('charge', o.id)).toBe(0);
               expect(await place.effects(o.id)).toBe(1);
-            } finally {
-              await consumers.close();
-              await holder.close();
-              await stream.remove();
-              await place.drop();
-            }
+            });
           });
         }
       });
