@@ -2,17 +2,14 @@
 // answer for a running handler, never stored): what else it changed for listeners that answer
 // nothing, for the listeners' identity (removeListener, once) and for transactional mode, over real
 // sockets, on the memory store, Redis and PostgreSQL.
-import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { memoryStore } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
-import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
-import { postgresAnswers, serviceAvailable } from '@idem/testkit';
+import type { PostgresTransaction } from '@idem/postgres';
 import express, { type RequestHandler } from 'express';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   gate,
   listen,
@@ -22,6 +19,7 @@ import {
   timeoutBackends,
   until,
 } from '../../core/test/support/timeouts-kit.js';
+import { postgresForTimeouts, transactionalTables } from '../../core/test/support/transactional-tables.js';
 import { start } from './support/timeout-app.js';
 
 const backends: StoreBackend[] = await timeoutBackends('express-review');
@@ -180,29 +178,11 @@ describe.each(backends)('Express on $name: res timeout listeners that answer not
   });
 });
 
-const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const withPostgres = serviceAvailable(
-  `PostgreSQL at ${databaseUrl}`,
-  await postgresAnswers(databaseUrl),
-  'the transactional timeout listener review',
-);
+const withPostgres = await postgresForTimeouts('the transactional timeout listener review');
 
 describe.runIf(withPostgres)('Express transactional on PostgreSQL: an answer written in a timeout listener', () => {
-  const run = randomBytes(4).toString('hex');
-  const table = `idem_review_timeout_${run}`;
-  const effects = `idem_review_timeout_effects_${run}`;
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
-    pool.on('error', () => undefined);
-    await migrate(pool, { table });
-    await pool.query(`CREATE TABLE "${effects}" (key text, step text)`);
-  });
-  afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-    await pool.query(`DROP TABLE IF EXISTS "${effects}"`);
-    await pool.end();
-  });
+  const db = transactionalTables('review_timeout');
+  const { effects, run, steps } = db;
 
   // A handler writes half its effect in the transaction, then waits on its provider; the app's
   // timeout callback answers for it meanwhile (202 "still working", or 503).
@@ -226,7 +206,7 @@ describe.runIf(withPostgres)('Express transactional on PostgreSQL: an answer wri
       }
       next();
     });
-    app.use(idempotency({ store: postgresStore({ client: pool, table }), transactional: true, storeTimeout: '15s' }));
+    app.use(idempotency({ store: db.store(), transactional: true, storeTimeout: '15s' }));
     app.use(express.json());
     app.post('/charges', async (req, res) => {
       const tx = req.idempotency?.tx as PostgresTransaction;
@@ -244,11 +224,6 @@ describe.runIf(withPostgres)('Express transactional on PostgreSQL: an answer wri
     const listening = await listen(http.createServer(app));
     return { ...listening, url: `${listening.url}/charges`, provider, failures };
   }
-
-  const steps = async (key: string) =>
-    (await pool.query(`SELECT step FROM "${effects}" WHERE key = $1 ORDER BY step`, [key])).rows.map(
-      (row: { step: string }) => row.step,
-    );
 
   // Was wrong: held, the capture paid no heed to the mark: the listener's answer was the
   // transaction's outcome. A 2xx ("still working") committed the handler's writes so far (a debit

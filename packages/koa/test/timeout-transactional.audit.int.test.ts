@@ -6,45 +6,20 @@
 // Was wrong: Koa's held capture did not know the handler still ran, so koa-timeout's 503 ("Request
 // timeout") was the transaction's outcome: the handler's writes rolled back (a 5xx), yet the 503 was
 // stored and replayed to every retry for the retention, and the operation could never run under its key.
-import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { idempotency } from '@idem/koa';
-import { migrate, type PostgresTransaction, postgresStore } from '@idem/postgres';
-import { postgresAnswers, serviceAvailable } from '@idem/testkit';
+import type { PostgresTransaction } from '@idem/postgres';
 import Koa from 'koa';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { gate, listen, post, retryPast409, until } from '../../core/test/support/timeouts-kit.js';
+import { postgresForTimeouts, transactionalTables } from '../../core/test/support/transactional-tables.js';
 import { koaTimeout } from './support/koa-timeout.js';
 
-const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const withPostgres = serviceAvailable(
-  `PostgreSQL at ${databaseUrl}`,
-  await postgresAnswers(databaseUrl),
-  'the Koa transactional timeout audit',
-);
+const withPostgres = await postgresForTimeouts('the Koa transactional timeout audit');
 
 describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answers while the handler runs', () => {
-  const run = randomBytes(4).toString('hex');
-  const table = `idem_koa_timeout_tx_${run}`;
-  const effects = `idem_koa_timeout_tx_effects_${run}`;
-  let pool: pg.Pool;
-  beforeAll(async () => {
-    pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
-    pool.on('error', () => undefined);
-    await migrate(pool, { table });
-    await pool.query(`CREATE TABLE "${effects}" (key text, step text)`);
-  });
-  afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
-    await pool.query(`DROP TABLE IF EXISTS "${effects}"`);
-    await pool.end();
-  });
-
-  const steps = async (key: string) =>
-    (await pool.query(`SELECT step FROM "${effects}" WHERE key = $1 ORDER BY step`, [key])).rows.map(
-      (row: { step: string }) => row.step,
-    );
+  const db = transactionalTables('koa_timeout_tx');
+  const { effects, run, steps } = db;
 
   it('the timeout rolls the transaction back and releases the key (503 store_unavailable); the retry runs it once, whole', async () => {
     const provider = gate();
@@ -56,7 +31,7 @@ describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answe
       await next();
     });
     app.use(koaTimeout(150));
-    app.use(idempotency({ store: postgresStore({ client: pool, table }), transactional: true, storeTimeout: '15s' }));
+    app.use(idempotency({ store: db.store(), transactional: true, storeTimeout: '15s' }));
     let first = true;
     app.use(async (ctx) => {
       const tx = ctx.state.idempotency?.tx as PostgresTransaction;
@@ -106,7 +81,7 @@ describe.runIf(withPostgres)('Koa transactional on PostgreSQL: koa-timeout answe
       ctx.state.auth = { sub: 'user-1', iss: 'https://issuer.test' } as never;
       await next();
     });
-    app.use(idempotency({ store: postgresStore({ client: pool, table }), transactional: true, storeTimeout: '15s' }));
+    app.use(idempotency({ store: db.store(), transactional: true, storeTimeout: '15s' }));
     app.use(async (ctx) => {
       const tx = ctx.state.idempotency?.tx as PostgresTransaction;
       await tx.query(`INSERT INTO "${effects}" (key, step) VALUES ($1, 'debit')`, [String(ctx.get('idempotency-key'))]);
