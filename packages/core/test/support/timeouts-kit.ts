@@ -217,6 +217,25 @@ export interface ServerTimeouts {
 }
 
 /**
+ * The scenario of a connection cut while the handler runs, by a timeout (the app's `key` answered
+ * nothing: the client sees it cut): the handler goes on, its key stays in progress (409, not free,
+ * not stored as a failure) until it ends, then its 201 is stored and replayed; one effect.
+ */
+export async function cutMidHandler(app: Pick<TimeoutApp, 'url' | 'effects' | 'provider'>, key: string): Promise<void> {
+  const first = await post(app.url, key);
+  expect(first.status).toBe(0);
+  expect(app.effects.started).toBe(1);
+  expect((await post(app.url, key)).status).toBe(409);
+  app.provider.open();
+  await until(() => app.effects.finished === 1);
+  const retry = await retryPast409(app.url, key);
+  expect(retry.status).toBe(201);
+  expect(retry.headers['idempotent-replayed']).toBe('true');
+  expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
+  expect(app.effects.started).toBe(1);
+}
+
+/**
  * The rows every adapter plays against the server's own timeouts, on one backend: a socket cut
  * mid-handler, and an upload cut by an idle socket or by the request timeout. Call it inside the
  * adapter's `describe.each(backends)`.
@@ -225,19 +244,8 @@ export function itServerTimeouts(backend: StoreBackend, server: ServerTimeouts):
   it(`HELD: ${server.idle} cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed`, async () => {
     const app = await server.idleApp(backend.store(), 300);
     try {
-      const first = await post(app.url, 'socket-timeout');
-      // Node destroys an idle socket whose timeout nobody listens for: the client sees it cut.
-      expect(first.status).toBe(0);
-      expect(app.effects.started).toBe(1);
-      // The handler still runs: its key is in progress, not free, not stored as a failure.
-      expect((await post(app.url, 'socket-timeout')).status).toBe(409);
-      app.provider.open();
-      await until(() => app.effects.finished === 1);
-      const retry = await retryPast409(app.url, 'socket-timeout');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBe('true');
-      expect(JSON.parse(retry.body)).toEqual({ id: 'ch_1' });
-      expect(app.effects.started).toBe(1);
+      // Node destroys an idle socket whose timeout nobody listens for.
+      await cutMidHandler(app, 'socket-timeout');
     } finally {
       app.provider.open();
       await app.close();
