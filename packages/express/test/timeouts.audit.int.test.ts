@@ -9,7 +9,7 @@ import {
   timeoutBackends,
   until,
 } from '../../core/test/support/timeouts-kit.js';
-import { connectTimeout, start } from './support/timeout-app.js';
+import { answeredEarly, connectTimeout, start } from './support/timeout-app.js';
 
 const backends: StoreBackend[] = await timeoutBackends('express');
 
@@ -79,24 +79,7 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
       const app = await start({ store: backend.store(), before: [connectTimeout(300)], storeOutcome });
       const key = `connect-timeout-${storeOutcome}`;
       try {
-        const first = await post(app.url, key);
-        expect(first.status).toBe(503);
-        expect(first.headers['idempotent-replayed']).toBeUndefined();
-        expect(app.effects.started).toBe(1);
-        // The handler still runs: the retry is told the operation ran, not that its outcome is a 503.
-        const during = await post(app.url, key);
-        expect(during.status).toBe(500);
-        expect(during.headers['idempotent-replayed']).toBe('true');
-        expect(JSON.parse(during.body)).toMatchObject({ code: 'response_not_replayable' });
-        app.provider.open();
-        await until(() => app.effects.finished === 1);
-        const retry = await retryPast409(app.url, key);
-        expect(retry.status).toBe(500);
-        expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
-        expect(app.effects.started).toBe(1);
-        expect(
-          app.events.some((event) => event.type === 'response-not-stored' && event.reason === 'answered-early'),
-        ).toBe(true);
+        await answeredEarly(app, key);
       } finally {
         app.provider.open();
         await app.close();
@@ -184,22 +167,7 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
       const app = await start({ store: backend.store(), storeOutcome, [where]: [resTimeout503] });
       const key = `res-timeout-503-${storeOutcome}-${where}`;
       try {
-        const first = await post(app.url, key);
-        expect(first.status).toBe(503);
-        expect(first.headers['idempotent-replayed']).toBeUndefined();
-        const during = await post(app.url, key);
-        expect(during.status).toBe(500);
-        expect(during.headers['idempotent-replayed']).toBe('true');
-        expect(JSON.parse(during.body)).toMatchObject({ code: 'response_not_replayable' });
-        app.provider.open();
-        await until(() => app.effects.finished === 1);
-        const retry = await retryPast409(app.url, key);
-        expect(retry.status).toBe(500);
-        expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
-        expect(app.effects.started).toBe(1);
-        expect(
-          app.events.some((event) => event.type === 'response-not-stored' && event.reason === 'answered-early'),
-        ).toBe(true);
+        await answeredEarly(app, key);
       } finally {
         app.provider.open();
         await app.close();

@@ -5,7 +5,8 @@ import type { AddressInfo } from 'node:net';
 import type { IdempotencyEvent, Store } from '@idem/core';
 import { idempotency, idempotencyErrors } from '@idem/express';
 import express, { type RequestHandler } from 'express';
-import { gate, listen } from '../../../core/test/support/timeouts-kit.js';
+import { expect } from 'vitest';
+import { gate, listen, post, retryPast409, until } from '../../../core/test/support/timeouts-kit.js';
 
 // connect-timeout (1.9), as its README shows it: after `ms` it marks the request timed out and
 // hands Express a 503 error (`code: 'ETIMEDOUT'`) while the handler goes on. The package is not
@@ -88,4 +89,31 @@ export async function start(options: AppOptions) {
   const listening = await listen(server);
   const { port } = server.address() as AddressInfo;
   return { ...listening, url: `${listening.url}/charges`, port, server, effects, provider, events };
+}
+
+/**
+ * The scenario of a timeout that answers 503 for the handler while it runs (connect-timeout, or a
+ * res.setTimeout callback), on an app of {@link start}: the 503 is served unstored, the key is kept
+ * at once with 500 response_not_replayable (replayed while the handler runs and after it ended, so
+ * the retry learns the operation ran), and the handler runs once.
+ */
+export async function answeredEarly(app: Awaited<ReturnType<typeof start>>, key: string): Promise<void> {
+  const first = await post(app.url, key);
+  expect(first.status).toBe(503);
+  expect(first.headers['idempotent-replayed']).toBeUndefined();
+  expect(app.effects.started).toBe(1);
+  // The handler still runs: the retry is told the operation ran, not that its outcome is a 503.
+  const during = await post(app.url, key);
+  expect(during.status).toBe(500);
+  expect(during.headers['idempotent-replayed']).toBe('true');
+  expect(JSON.parse(during.body)).toMatchObject({ code: 'response_not_replayable' });
+  app.provider.open();
+  await until(() => app.effects.finished === 1);
+  const retry = await retryPast409(app.url, key);
+  expect(retry.status).toBe(500);
+  expect(JSON.parse(retry.body)).toMatchObject({ code: 'response_not_replayable' });
+  expect(app.effects.started).toBe(1);
+  expect(app.events.some((event) => event.type === 'response-not-stored' && event.reason === 'answered-early')).toBe(
+    true,
+  );
 }
