@@ -1,13 +1,13 @@
 // Transactional (held) mode: a client that leaves while the handler works, then the handler pipes
 // its answer. In held mode every write is kept until the outcome is stored, so the pipe never
 // stalls on the closed response and the answer is known in full.
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { idempotency } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
 import { expect, it } from 'vitest';
+import { abandonedPost } from '../../core/test/support/client-gone.js';
 
 async function goneThenAnswer(key: string, pipe: boolean) {
   let runs = 0;
@@ -40,14 +40,7 @@ async function goneThenAnswer(key: string, pipe: boolean) {
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   try {
-    const req = httpRequest(`${url}/exports`, {
-      method: 'POST',
-      headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
-    });
-    req.on('error', () => undefined);
-    req.end('{}');
-    await running;
-    req.destroy();
+    await abandonedPost(`${url}/exports`, key, running);
     await done;
     const retry = await fetch(`${url}/exports`, {
       method: 'POST',

@@ -2,13 +2,13 @@
 // capture's watch for a pipe into a closed response (onCapturedClose in packages/core/src/http.ts)
 // misses, and what it takes for a pipe when there is none.
 import fs from 'node:fs';
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pipeline } from 'node:stream';
 import { memoryStore, recordId } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express, { type Request, type Response } from 'express';
 import { expect, it } from 'vitest';
+import { abandonedPost } from '../../core/test/support/client-gone.js';
 
 type Answer = (req: Request, res: Response) => Promise<void>;
 
@@ -37,14 +37,7 @@ async function clientGoneThen(key: string, answer: Answer, before?: Answer) {
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   try {
-    const req = httpRequest(`${url}/exports`, {
-      method: 'POST',
-      headers: { 'idempotency-key': key, 'content-type': 'application/json', 'content-length': '2' },
-    });
-    req.on('error', () => undefined);
-    req.end('{}');
-    await running;
-    req.destroy();
+    await abandonedPost(`${url}/exports`, key, running);
     await done;
     const record = await store.get(recordId('tenant-1', 'POST /exports', key));
     const retry = await fetch(`${url}/exports`, {

@@ -1,12 +1,12 @@
 // A client that leaves while the handler works, then the handler answers with res.sendFile: Express's
 // sendFile gives up on a request its client aborted (ECONNABORTED) and ends nothing.
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { type IdempotencyEvent, memoryStore, recordId } from '@idem/core';
 import { idempotency } from '@idem/express';
 import express, { type Response } from 'express';
 import { expect, it } from 'vitest';
+import { abandonedPost } from '../../core/test/support/client-gone.js';
 
 type Callback = (error?: NodeJS.ErrnoException) => void;
 const file = fileURLToPath(import.meta.url);
@@ -48,14 +48,7 @@ it.each<[string, (res: Response, done: Callback) => void]>([
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     try {
-      const req = httpRequest(`${url}/exports`, {
-        method: 'POST',
-        headers: { 'idempotency-key': 'gone-file', 'content-type': 'application/json', 'content-length': '2' },
-      });
-      req.on('error', () => undefined);
-      req.end('{}');
-      await running;
-      req.destroy();
+      await abandonedPost(`${url}/exports`, 'gone-file', running);
       expect(((await sendFileDone) as { code?: string } | undefined)?.code).toBe('ECONNABORTED');
       // The memory store settles at once: a settled outcome shows by now.
       expect(events.map((event) => event.type)).not.toEqual(['claim']);
