@@ -4,10 +4,10 @@
 // operation, whose first run left no effect. Waited for instead, the transaction stayed open and the
 // key in progress (409) for as long as the process lived.
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
-  type PipeLeftServer,
-  type PipeLeftServerName,
+  closedAfterEach,
+  pipeLeftCases,
   postSlow,
   startPipeLeftServer,
   within,
@@ -19,26 +19,12 @@ const { available: withPostgres, store } = await postgresStoreTable(
   'the transactional pipe-left audit',
 );
 
-const servers: PipeLeftServer[] = [];
-afterEach(async () => {
-  while (servers.length > 0) await servers.pop()?.close();
-});
-
-const cases: Array<[PipeLeftServerName, boolean]> = [
-  ['express-pipeline', false],
-  ['express-pipe', false],
-  ['fastify', false],
-  ['fastify', true],
-  ['koa', false],
-  ['koa', true],
-  ['koa-raw', false],
-  ['koa-raw', true],
-];
+const servers = closedAfterEach();
 
 describe.runIf(withPostgres)(
   'transactional: a client that leaves before the first chunk of a piped body stream',
   () => {
-    it.each(cases)(
+    it.each(pipeLeftCases)(
       '%s (HTTP/2: %s): the transaction rolls back and the key is released, the retry runs',
       async (name, http2) => {
         const server = await startPipeLeftServer(name, store(), {

@@ -8,33 +8,19 @@
 // packages/core/src/http.ts). Transactional mode is pipe-left-transactional.audit.int.test.ts.
 import { randomUUID } from 'node:crypto';
 import { memoryStore } from '@idem/core';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
-  type PipeLeftServer,
-  type PipeLeftServerName,
+  closedAfterEach,
+  pipeLeftCases,
   postSlow,
   startPipeLeftServer,
   within,
 } from './audit-support/pipe-left-servers.js';
 
-const servers: PipeLeftServer[] = [];
-afterEach(async () => {
-  while (servers.length > 0) await servers.pop()?.close();
-});
-
-const cases: Array<[PipeLeftServerName, boolean]> = [
-  ['express-pipeline', false],
-  ['express-pipe', false],
-  ['fastify', false],
-  ['fastify', true],
-  ['koa', false],
-  ['koa', true],
-  ['koa-raw', false],
-  ['koa-raw', true],
-];
+const servers = closedAfterEach();
 
 describe('a client that leaves before the first chunk of a piped body stream', () => {
-  it.each(cases)(
+  it.each(pipeLeftCases)(
     '%s (HTTP/2: %s): the key is kept as a stream cut short, the retry gets 500 response_not_replayable',
     async (name, http2) => {
       const server = await startPipeLeftServer(name, memoryStore(), { http2 });

@@ -21,8 +21,30 @@ import { idempotency as koaIdempotency } from '@idem/koa';
 import express from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
 import Koa from 'koa';
+import { afterEach } from 'vitest';
 
 export type PipeLeftServerName = 'express-pipeline' | 'express-pipe' | 'fastify' | 'koa' | 'koa-raw';
+
+/** Every server and protocol the pipe-left audits play (name, HTTP/2): h2c for Fastify and Koa. */
+export const pipeLeftCases: Array<[PipeLeftServerName, boolean]> = [
+  ['express-pipeline', false],
+  ['express-pipe', false],
+  ['fastify', false],
+  ['fastify', true],
+  ['koa', false],
+  ['koa', true],
+  ['koa-raw', false],
+  ['koa-raw', true],
+];
+
+/** A list to push each test's servers to; they are closed after each test of the calling file. */
+export function closedAfterEach(): PipeLeftServer[] {
+  const servers: PipeLeftServer[] = [];
+  afterEach(async () => {
+    while (servers.length > 0) await servers.pop()?.close();
+  });
+  return servers;
+}
 
 export interface PipeLeftServer {
   readonly port: number;
