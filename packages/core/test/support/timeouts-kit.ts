@@ -7,7 +7,7 @@ import http, { type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type IdempotencyEvent, memoryStore, type Store } from '@idem/core';
 import { redisStore } from '@idem/redis';
-import { frameRequest, redisAnswers, sendRaw, serviceAvailable } from '@idem/testkit';
+import { frameRequest, type RawAnswer, redisAnswers, sendRaw, serviceAvailable } from '@idem/testkit';
 import { Redis } from 'ioredis';
 import { afterAll, expect, it } from 'vitest';
 import { deleteKeys } from '../../../redis/test/redis-env.js';
@@ -236,6 +236,35 @@ export async function cutMidHandler(app: Pick<TimeoutApp, 'url' | 'effects' | 'p
 }
 
 /**
+ * Sends the head of a charge with `key` and five bytes of its body, then nothing, until the server's
+ * timeout cuts it (`cutAnswered` checks what it answered); nothing may have run, and the retry runs
+ * the handler once. Closes `app`.
+ */
+async function uploadCutThenRetried(
+  app: TimeoutApp,
+  key: string,
+  cutAnswered: (cut: RawAnswer) => Promise<void> | void = () => undefined,
+): Promise<void> {
+  app.provider.open();
+  try {
+    const framed = frameRequest(
+      `POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: ${key}\r\n`,
+      Buffer.from(JSON.stringify({ amount: 100 })),
+    );
+    const cut = await sendRaw(app.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
+    expect(cut.timedOut).toBe(false);
+    await cutAnswered(cut);
+    expect(app.effects.started).toBe(0);
+    const retry = await post(app.url, key);
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    expect(app.effects.started).toBe(1);
+  } finally {
+    await app.close();
+  }
+}
+
+/**
  * The rows every adapter plays against the server's own timeouts, on one backend: a socket cut
  * mid-handler, and an upload cut by an idle socket or by the request timeout. Call it inside the
  * adapter's `describe.each(backends)`.
@@ -256,48 +285,18 @@ export function itServerTimeouts(backend: StoreBackend, server: ServerTimeouts):
     // A second, not 300 ms: the retry's own connection has the same idle limit, and on a loaded box
     // its handler and store calls once took longer than 300 ms, so the retry itself was cut.
     const app = await server.idleApp(backend.store(), 1_000);
-    app.provider.open();
-    try {
-      const framed = frameRequest(
-        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: socket-timeout-body\r\n',
-        Buffer.from(JSON.stringify({ amount: 100 })),
-      );
-      const cut = await sendRaw(app.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
-      expect(cut.timedOut).toBe(false);
-      expect(app.effects.started).toBe(0);
-      const retry = await post(app.url, 'socket-timeout-body');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(app.effects.started).toBe(1);
-    } finally {
-      await app.close();
-    }
+    await uploadCutThenRetried(app, 'socket-timeout-body');
   });
 
   it(`HELD: ${server.request} cuts a body mid-upload; nothing is claimed, the retry runs once`, async () => {
     const app = await server.requestApp(backend.store());
-    app.provider.open();
-    try {
-      const framed = frameRequest(
-        'POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nIdempotency-Key: request-timeout\r\n',
-        Buffer.from(JSON.stringify({ amount: 100 })),
-      );
-      // The head and five bytes of the body, then nothing: Node's request timeout answers 408.
-      const cut = await sendRaw(app.port, framed.bytes, framed.headEnd + 5, undefined, 8_000);
-      expect(cut.timedOut).toBe(false);
+    await uploadCutThenRetried(app, 'request-timeout', async (cut) => {
+      // Node's request timeout answers 408; the adapter saw the body cut short and claimed nothing.
       expect(cut.status).toBe(408);
-      expect(app.effects.started).toBe(0);
-      // The client got Node's 408; the adapter saw the body cut short and claimed nothing.
       await until(() => app.events.some((event) => event.type === 'refused'));
       expect(app.events.map((event) => (event.type === 'refused' ? event.code : event.type))).toEqual([
         'body_incomplete',
       ]);
-      const retry = await post(app.url, 'request-timeout');
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBeUndefined();
-      expect(app.effects.started).toBe(1);
-    } finally {
-      await app.close();
-    }
+    });
   });
 }
