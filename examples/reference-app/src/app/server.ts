@@ -424,9 +424,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       res.set('Cache-Control', 'no-store').redirect(303, started.url.href);
       return;
     }
-    // One that ended by its time (idle, 12 hours) is no longer read, and still holds tokens to revoke.
-    const old = (await sessions.get(oldId)) ?? (await sessions.takeEnded(oldId));
-    await sessions.destroy(oldId);
+    // Taken, live or ended by its time (idle, 12 hours), in one statement: of two sign-ins (or a
+    // sign-out) sent at once, one revokes its tokens. A read and then a delete let each revoke them.
+    const old = await sessions.take(oldId);
     await revokeTokens(old?.tokens, 'sign-in');
     const id = await sessions.create({ pending: [started.pending] }, pendingTtlSeconds);
     setSession(res, id);
@@ -525,9 +525,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   app.post('/signout', form, async (req, res) => {
     const id = formSession(req, res);
     if (id === undefined) return;
-    // A session that ended by its time meanwhile still holds tokens to revoke.
-    const data = (await sessions.get(id)) ?? (await sessions.takeEnded(id));
-    await sessions.destroy(id);
+    // Taken, live or ended by its time meanwhile (it still holds tokens to revoke), in one statement:
+    // of two sign-outs sent at once (a double click, two tabs), one revokes its tokens.
+    const data = await sessions.take(id);
     clearSession(res);
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
     const revoked = await revokeTokens(data?.tokens, 'sign-out');

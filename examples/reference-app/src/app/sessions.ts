@@ -157,6 +157,12 @@ export interface SessionStore {
   takePending(id: string | undefined, state: string): Promise<PendingSignIn | undefined>;
   destroy(id: string | undefined): Promise<void>;
   /**
+   * Deletes the session, live or ended, and returns what it held, in one statement, so its tokens can
+   * be revoked once: of requests that end it at once (a sign-out sent twice, from two tabs or two app
+   * processes; a sign-out racing a page that finds it timed out), one gets it. Undefined when none.
+   */
+  take(id: string | undefined): Promise<SessionData | undefined>;
+  /**
    * Deletes a signed-in session that has ended (idle, past its lifetime or its last update's TTL) and
    * returns what it held, in one statement, so its tokens can be revoked once: of two requests that
    * find it ended, one gets it. Undefined for a live session, a sign-in in progress, or none.
@@ -400,6 +406,14 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
     async destroy(id) {
       if (!id) return;
       await db.query('delete from app_sessions where id_hash = $1', [sha256Id(id)]);
+    },
+    async take(id) {
+      if (!id) return undefined;
+      const { rows } = await db.query<{ data: SessionData }>(
+        'delete from app_sessions where id_hash = $1 returning data',
+        [sha256Id(id)],
+      );
+      return rows[0]?.data;
     },
     async takeEnded(id) {
       if (!id) return undefined;

@@ -1,0 +1,256 @@
+// A signed-in session that ended by its time (idle, or past its lifetime) still holds tokens, which
+// the app revokes at the provider when a request finds it ended. Of several requests that find it so
+// at once (tabs reloading, two app processes behind one load balancer, a sign-out racing a page), one
+// must revoke: `SessionStore.takeEnded` claims the row with one DELETE ... RETURNING. Real concurrency
+// on the real databases (the embedded PGlite, and PostgreSQL when DATABASE_URL is set, through two
+// pools); the database's clock cannot be moved, so the rows are aged instead.
+import { createHash, randomBytes } from 'node:crypto';
+import type { RequestListener } from 'node:http';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { migrateApp } from '../src/app/schema.js';
+import { createThirdPartyApp } from '../src/app/server.js';
+import { createSessionStore, type NewSessionData } from '../src/app/sessions.js';
+import { type Database, openDatabase } from '../src/db.js';
+import { migrateIdp } from '../src/idp/schema.js';
+import { createIdp } from '../src/idp/server.js';
+import { type ListeningPort, listen } from '../src/listen.js';
+import { demoUsers, seed } from '../src/seed.js';
+import { introspect, loginAndConsent } from './flow.js';
+import { createUserAgent, formField } from './user-agent.js';
+
+const alice = { username: 'alice', password: demoUsers[0].password };
+const callers = 20;
+
+/**
+ * Two handles on one database: two pools on PostgreSQL (as two app processes have), the one PGlite
+ * instance twice for the embedded store (a single process owns it).
+ */
+async function openTwice(
+  name: string,
+  options: { embedded?: boolean } = {},
+): Promise<{ one: Database; two: Database; close(): Promise<void> }> {
+  const url = process.env.DATABASE_URL;
+  if (!url || options.embedded) {
+    const db = await openDatabase({ memory: true });
+    return { one: db, two: db, close: () => db.close() };
+  }
+  const schema = `refapp_${name}_${randomBytes(5).toString('hex')}`;
+  const one = await openDatabase({ url, schema });
+  const two = await openDatabase({ url, schema });
+  return {
+    one,
+    two,
+    async close() {
+      await two.close();
+      await one.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
+      await one.close();
+    },
+  };
+}
+
+const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
+/** Moves every time of the session row `seconds` back, as if that much time had passed. */
+const age = (db: Database, id: string, seconds: number) =>
+  db.query(
+    `update app_sessions set created_at = created_at - make_interval(secs => $2),
+        expires_at = expires_at - make_interval(secs => $2), last_seen = last_seen - make_interval(secs => $2)
+      where id_hash = $1`,
+    [hashOf(id), seconds],
+  );
+
+// The embedded store always; PostgreSQL too when DATABASE_URL is set.
+const stores: Array<[string, () => ReturnType<typeof openTwice>]> = [
+  ['the embedded PGlite', () => openTwice('ended_store', { embedded: true })],
+];
+if (process.env.DATABASE_URL) stores.push(['PostgreSQL, through two pools', () => openTwice('ended_store')]);
+
+describe.each(stores)('takeEnded on %s', (_name, open) => {
+  let dbs: Awaited<ReturnType<typeof openTwice>>;
+  beforeAll(async () => {
+    dbs = await open();
+    await migrateApp(dbs.one);
+  }, 60_000);
+  afterAll(async () => {
+    await dbs?.close();
+  });
+
+  const signedIn: NewSessionData = {
+    user: { sub: 'alice' },
+    tokens: { accessToken: 'access', refreshToken: 'refresh', expiresAt: 0 },
+  };
+
+  it.each([
+    ['idle', 31 * 60],
+    ['past its lifetime', 12 * 3600 + 1],
+  ])(`gives a session ended (%s) to exactly one of ${callers} concurrent callers`, async (_why, seconds) => {
+    const options = { ttlSeconds: 8 * 3600, lifetimeSeconds: 12 * 3600, idleSeconds: 30 * 60 };
+    const first = createSessionStore(dbs.one, options);
+    const second = createSessionStore(dbs.two, options);
+    const id = await first.create(signedIn);
+    await age(dbs.one, id, seconds);
+    const taken = await Promise.all(
+      Array.from({ length: callers }, (_, i) => (i % 2 === 0 ? first : second).takeEnded(id)),
+    );
+    expect(taken.filter((data) => data !== undefined)).toEqual([signedIn]);
+    expect(await first.takeEnded(id)).toBeUndefined();
+  });
+
+  it('gives nothing for a live session, and leaves it live', async () => {
+    const store = createSessionStore(dbs.one, { ttlSeconds: 3600 });
+    const id = await store.create(signedIn);
+    const taken = await Promise.all(Array.from({ length: callers }, () => store.takeEnded(id)));
+    expect(taken.every((data) => data === undefined)).toBe(true);
+    expect(await store.get(id)).toEqual(signedIn);
+  });
+});
+
+/**
+ * A provider, and the app twice (as two processes behind one address, each on its own pool when on
+ * PostgreSQL), counting the revocation requests the provider gets.
+ */
+let dbs: Awaited<ReturnType<typeof openTwice>>;
+const ports: ListeningPort[] = [];
+let authUrl: string;
+let appUrls: [string, string];
+let revocations = 0;
+
+beforeAll(async () => {
+  dbs = await openTwice('ended_http');
+  const authPort = await listen(0);
+  const appPorts = [await listen(0), await listen(0)] as const;
+  ports.push(authPort, ...appPorts);
+  authUrl = authPort.url;
+  appUrls = [appPorts[0].url, appPorts[1].url];
+  await migrateIdp(dbs.one);
+  await migrateApp(dbs.one);
+  const redirectUri = new URL('/callback', appUrls[0]).href;
+  const clients = await seed(dbs.one, { appRedirectUri: redirectUri });
+  const idp = await createIdp({ db: dbs.one, issuer: authUrl, resource: 'http://127.0.0.1:1' });
+  const counting: RequestListener = (req, res) => {
+    if (req.method === 'POST' && req.url?.startsWith('/token/revocation')) revocations++;
+    idp.app(req, res);
+  };
+  authPort.use(counting);
+  for (const [i, db] of [dbs.one, dbs.two].entries()) {
+    const { app } = await createThirdPartyApp({
+      db,
+      issuer: authUrl,
+      clientId: clients.app.clientId,
+      clientSecret: clients.app.clientSecret,
+      // Both answer as the first: the provider knows one redirect URI, as behind a load balancer.
+      appUrl: appUrls[0],
+      baseUrl: 'http://127.0.0.1:1',
+    });
+    appPorts[i]?.use(app);
+  }
+  clientCredentials = clients.app;
+}, 120_000);
+
+let clientCredentials: { clientId: string; clientSecret: string };
+
+afterAll(async () => {
+  await Promise.allSettled(ports.map((port) => port.close()));
+  await dbs?.close();
+});
+
+beforeEach(() => {
+  revocations = 0;
+});
+
+/** Signs alice in; returns the session id, the cookie header and a CSRF token of the signed-in page. */
+async function signIn() {
+  const agent = createUserAgent();
+  const callback = await loginAndConsent(
+    agent,
+    authUrl,
+    new URL('/signin', appUrls[0]).href,
+    new URL('/callback', appUrls[0]).href,
+    alice,
+  );
+  await agent.request(callback.href);
+  const page = await agent.request(new URL('/', appUrls[0]).href);
+  expect(page.body).toContain('Alice');
+  const id = agent.jar.cookies.get('app_session')?.value ?? '';
+  const tokens = (await createSessionStore(dbs.one, { ttlSeconds: 60 }).get(id))?.tokens;
+  expect(tokens?.refreshToken).toEqual(expect.any(String));
+  revocations = 0;
+  return { id, cookie: agent.jar.header(), csrf: formField(page.body, 'csrf'), tokens: tokens! };
+}
+
+/** GET / at app `i` (of two) with the browser's cookies. */
+const page = (i: number, cookie: string) =>
+  fetch(new URL('/', appUrls[i % 2]!).href, { headers: { cookie }, redirect: 'manual' }).then(async (response) => ({
+    status: response.status,
+    body: await response.text(),
+  }));
+const signOut = (i: number, cookie: string, csrf: string) =>
+  fetch(new URL('/signout', appUrls[i % 2]!).href, {
+    method: 'POST',
+    headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ csrf }),
+    redirect: 'manual',
+  });
+const active = async (token: string) => (await introspect(authUrl, token, clientCredentials)).active;
+
+describe('a timed-out session, found so by concurrent requests', () => {
+  it(`is revoked at the provider once for ${callers} concurrent pages on two app processes`, async () => {
+    const { id, cookie, tokens } = await signIn();
+    await age(dbs.one, id, 31 * 60);
+    const pages = await Promise.all(Array.from({ length: callers }, (_, i) => page(i, cookie)));
+    for (const answer of pages) {
+      expect(answer.status).toBe(200);
+      expect(answer.body).not.toContain('Alice');
+    }
+    // One revocation: its refresh token and its access token, one request each.
+    expect(revocations).toBe(2);
+    expect(await active(tokens.refreshToken!)).toBe(false);
+  });
+
+  it('is revoked once when sign-out races pages of the same session', async () => {
+    const { id, cookie, csrf, tokens } = await signIn();
+    await age(dbs.one, id, 31 * 60);
+    const answers = await Promise.all([
+      ...Array.from({ length: callers / 2 }, (_, i) => page(i, cookie).then((answer) => answer.status)),
+      ...Array.from({ length: callers / 2 }, (_, i) => signOut(i, cookie, csrf).then((response) => response.status)),
+    ]);
+    expect(answers.every((status) => status === 200 || status === 303)).toBe(true);
+    expect(revocations).toBe(2);
+    expect(await active(tokens.refreshToken!)).toBe(false);
+  });
+});
+
+describe('a live session', () => {
+  it('is revoked once when sign-out races pages of the same session', async () => {
+    const { cookie, csrf, tokens } = await signIn();
+    await Promise.all([...Array.from({ length: callers / 2 }, (_, i) => page(i, cookie)), signOut(0, cookie, csrf)]);
+    expect(revocations).toBe(2);
+    expect(await active(tokens.refreshToken!)).toBe(false);
+  });
+
+  it('is revoked once when sign-out is sent several times at once (a double click, two processes)', async () => {
+    const { cookie, csrf, tokens } = await signIn();
+    const answers = await Promise.all(Array.from({ length: 4 }, (_, i) => signOut(i, cookie, csrf)));
+    expect(answers.map((response) => response.status)).toEqual([303, 303, 303, 303]);
+    expect(revocations).toBe(2);
+    expect(await active(tokens.refreshToken!)).toBe(false);
+  });
+});
+
+describe('a live session replaced by a new sign-in', () => {
+  it('is revoked once when "Sign in" is sent several times at once', async () => {
+    const { cookie, csrf, tokens } = await signIn();
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, (_, i) =>
+        fetch(new URL('/signin', appUrls[i % 2]!).href, {
+          method: 'POST',
+          headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({ csrf, return_to: '/' }),
+          redirect: 'manual',
+        }),
+      ),
+    );
+    expect(answers.map((response) => response.status)).toEqual([303, 303, 303, 303]);
+    expect(revocations).toBe(2);
+    expect(await active(tokens.refreshToken!)).toBe(false);
+  });
+});
