@@ -760,7 +760,7 @@ describe('signed in', () => {
   });
 
   it('shows "API unavailable" when nothing listens at the base URL', async () => {
-    const other = await openDatabase({ memory: true });
+    const other = await openTestDatabase('app_closed_api');
     const closed = await startReferenceApp({ db: other, authPort: 0, appPort: 0, baseUrl: 'http://127.0.0.1:9' });
     try {
       const agent = createUserAgent();
@@ -782,7 +782,7 @@ describe('signed in', () => {
   });
 
   it("deletes the provider's expired rows on a timer, and only those, until it is closed", async () => {
-    const own = await openDatabase({ memory: true });
+    const own = await openTestDatabase('app_purge');
     // Only the purge's interval is faked: the database and the servers run as they do.
     vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
     try {
