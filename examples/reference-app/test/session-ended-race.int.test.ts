@@ -104,6 +104,33 @@ describe.each(stores)('takeEnded on %s', (_name, open) => {
   });
 });
 
+/** The next statement of the second app that `match` picks: it runs, then its answer waits for `release`. */
+let held:
+  | { match: (text: string, params: readonly unknown[]) => boolean; reached: () => void; opened: Promise<void> }
+  | undefined;
+function holdAfter(match: (text: string, params: readonly unknown[]) => boolean) {
+  let release = () => {};
+  const opened = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const reached = new Promise<void>((resolve) => {
+    held = { match, reached: resolve, opened };
+  });
+  return { reached, release };
+}
+const gated = (inner: Database): Database => ({
+  ...inner,
+  async query<Row>(text: string, params: readonly unknown[] = []) {
+    const hold = held;
+    if (!hold?.match(text, params)) return inner.query<Row>(text, params);
+    held = undefined;
+    const result = await inner.query<Row>(text, params);
+    hold.reached();
+    await hold.opened;
+    return result;
+  },
+});
+
 /**
  * A provider, and the app twice (as two processes behind one address, each on its own pool when on
  * PostgreSQL), counting the revocation requests the provider gets.
@@ -131,7 +158,7 @@ beforeAll(async () => {
     idp.app(req, res);
   };
   authPort.use(counting);
-  for (const [i, db] of [dbs.one, dbs.two].entries()) {
+  for (const [i, db] of [dbs.one, gated(dbs.two)].entries()) {
     const { app } = await createThirdPartyApp({
       db,
       issuer: authUrl,
@@ -220,6 +247,23 @@ describe('a timed-out session, found so by concurrent requests', () => {
 });
 
 describe('a live session', () => {
+  // Was wrong: sign-out read the session, then deleted it. A page of the session that came in between,
+  // just as it timed out, took it as ended and revoked its tokens, and the sign-out revoked them again.
+  it('is revoked once when it times out between the sign-out and a page', async () => {
+    const { id, cookie, csrf, tokens } = await signIn();
+    // The sign-out's first statement on the session runs on a live session; its answer is held.
+    const gate = holdAfter((text, params) => text.includes('app_sessions') && params[0] === hashOf(id));
+    const signingOut = signOut(1, cookie, csrf);
+    await gate.reached;
+    await age(dbs.one, id, 31 * 60);
+    const between = await page(0, cookie);
+    expect(between.body).not.toContain('Alice');
+    gate.release();
+    expect((await signingOut).status).toBe(303);
+    expect(revocations).toBe(2);
+    expect(await active(tokens.refreshToken!)).toBe(false);
+  });
+
   it('is revoked once when sign-out races pages of the same session', async () => {
     const { cookie, csrf, tokens } = await signIn();
     await Promise.all([...Array.from({ length: callers / 2 }, (_, i) => page(i, cookie)), signOut(0, cookie, csrf)]);
