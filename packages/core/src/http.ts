@@ -1967,7 +1967,10 @@ interface CaptureState {
   readonly originalWriteHead: Apply;
   readonly originalWrite: Apply;
   readonly originalEnd: Apply;
-  /** HTTP/1.1 only, not held: the response's own `flushHeaders`, wrapped so its head leaves in Latin-1 (see inLatin1Head). */
+  /**
+   * HTTP/1.1 only: the response's own `flushHeaders`, wrapped so its head leaves in Latin-1 (see
+   * inLatin1Head), or, held, so that it keeps the held head (see heldFlushHeaders).
+   */
   originalFlushHeaders: Apply | undefined;
   /** HTTP/2 only: the response's own `destroy`, wrapped to see a destroy by the server (below). */
   originalDestroy: Apply | undefined;
@@ -2122,10 +2125,11 @@ function captureResponse(
   if (streamOf(res) !== undefined) {
     state.originalDestroy = res.destroy as Apply;
     res.destroy = capturedDestroy.bind(state) as ServerResponse['destroy'];
-  } else if (!state.hold) {
-    // Held, Node's flushHeaders sends nothing: its head is the capture's, held with the rest.
+  } else {
     state.originalFlushHeaders = res.flushHeaders as Apply;
-    res.flushHeaders = capturedFlushHeaders.bind(state) as ServerResponse['flushHeaders'];
+    res.flushHeaders = (state.hold ? heldFlushHeaders : capturedFlushHeaders).bind(
+      state,
+    ) as ServerResponse['flushHeaders'];
   }
   if (state.handler === undefined) watchTimeouts(state);
   // The client went away while a streamed body was being written: the pipe stops and `end` never
@@ -2570,6 +2574,15 @@ function capturedFlushHeaders(this: CaptureState) {
     return original.call(res);
   }
   return capturedWrite.call(this, Buffer.alloc(0));
+}
+
+// Held, nothing leaves before the commit: the head is the capture's, held with the rest. Node's own
+// flushHeaders wrote its implicit head through the capture's writeHead, as `writeHead(statusCode)`,
+// over one the handler had written: `writeHead(201, 'Created Fine', { location })` then
+// `flushHeaders()` went out, and was stored, as a bare `201 Created`, without the headers given.
+// Only a response with no head yet takes the implicit one, as Node's does.
+function heldFlushHeaders(this: CaptureState) {
+  if (this.headArgs === undefined && !this.ended) this.res.writeHead(this.res.statusCode);
 }
 
 const latin1Chars = /[\u0080-\u00ff]/;
