@@ -2554,7 +2554,10 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
 function inLatin1Head(state: CaptureState, chunk: unknown, encoding: unknown): [unknown, unknown] {
   if (state.headLeft) return [chunk, encoding];
   state.headLeft = true;
-  if (typeof chunk !== 'string' || (typeof encoding === 'string' && encoding !== 'utf8') || chunk === '')
+  // Node joins the head to a string written with 'utf8', 'latin1' or no encoding (an empty one, null
+  // or a callback in its place), and sends it apart, in Latin-1, with any other ('utf-8' too). An
+  // empty string is joined as well: a first write('') sent the head in UTF-8.
+  if (typeof chunk !== 'string' || (typeof encoding === 'string' && encoding !== '' && encoding !== 'utf8'))
     return [chunk, encoding];
   if (streamOf(state.res) !== undefined || !headHasLatin1(state)) return [chunk, encoding];
   return [Buffer.from(chunk, 'utf8'), typeof encoding === 'function' ? encoding : undefined];
@@ -2862,7 +2865,9 @@ function endDeclined(
 
 // Sends the end that capturedEnd held back.
 function endNow(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
-  const [bytes, as] = inLatin1Head(state, chunk, encoding);
+  // Node's end('') writes nothing and sends the head in Latin-1 itself; an empty Buffer in its place
+  // would be a write, which a server with `rejectNonStandardBodyWrites` refuses on a 204 or a HEAD.
+  const [bytes, as] = chunk === '' ? [chunk, encoding] : inLatin1Head(state, chunk, encoding);
   state.originalEnd.call(state.res, bytes, as, callback);
 }
 

@@ -1,9 +1,260 @@
-// Edges of the Latin-1 head (see latin1-head.test.ts) and of a head flushed early (flushHeaders),
-// held or not, read off the wire.
+// Edges of the Latin-1 head (see latin1-head.test.ts): every way a plain node:http handler can hand
+// Node its first bytes, with a reason phrase and a header value that have characters U+0080..U+00FF.
+// Read off a raw socket: the first answer's head is in Latin-1 (one byte per character), so the
+// replay, which writes Latin-1, sends the same head bytes; the body bytes are what the handler wrote.
+import type { ServerResponse } from 'node:http';
+import { frameRequest, type RawAnswer, sendRaw } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import { serve } from './capture-server.js';
 
+const phrase = 'Créé ¤ ÿ';
+const location = '/charges/café';
 const body = '{"id":"ch_1","note":"é"}';
+
+function headOf(answer: RawAnswer): Buffer {
+  return answer.raw.subarray(0, answer.raw.indexOf('\r\n\r\n'));
+}
+
+function statusLine(answer: RawAnswer): Buffer {
+  const head = headOf(answer);
+  return head.subarray(0, head.indexOf('\r\n'));
+}
+
+// The bytes of one header's value (the first with that name), as sent.
+function value(answer: RawAnswer, name: string): Buffer | undefined {
+  const head = headOf(answer);
+  for (let at = head.indexOf('\r\n') + 2; at > 1 && at < head.length; ) {
+    const next = head.indexOf('\r\n', at);
+    const line = head.subarray(at, next === -1 ? head.length : next);
+    const colon = line.indexOf(':');
+    if (line.subarray(0, colon).toString('latin1').toLowerCase() === name) return line.subarray(colon + 1);
+    at = next === -1 ? head.length : next + 2;
+  }
+  return undefined;
+}
+
+const latin1 = (text: string) => Buffer.from(text, 'latin1');
+
+const request = (key: string) =>
+  frameRequest(
+    `POST /charges HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nIdempotency-Key: ${key}\r\n`,
+    Buffer.alloc(0),
+  ).bytes;
+
+function prepare(res: ServerResponse, status = 201) {
+  res.statusCode = status;
+  res.statusMessage = phrase;
+  res.setHeader('location', location);
+}
+
+// `answer` writes the first answer; the body the client must read is `sent` (bytes).
+const ways: [string, (res: ServerResponse) => void, Buffer][] = [
+  [
+    "write('') first, then write(string), chunked",
+    (res) => {
+      prepare(res);
+      res.write('');
+      res.write(body);
+      res.end();
+    },
+    Buffer.from(body),
+  ],
+  [
+    "write('') first, then end(string), with a Content-Length",
+    (res) => {
+      prepare(res);
+      res.setHeader('content-length', Buffer.byteLength(body));
+      res.write('');
+      res.end(body);
+    },
+    Buffer.from(body),
+  ],
+  [
+    "write('', 'utf8') first, then end(string)",
+    (res) => {
+      prepare(res);
+      res.write('', 'utf8');
+      res.end(body);
+    },
+    Buffer.from(body),
+  ],
+  [
+    "end('')",
+    (res) => {
+      prepare(res);
+      res.end('');
+    },
+    Buffer.alloc(0),
+  ],
+  // Node takes any case and 'utf-8' (its types list only some spellings).
+  ...(['utf-8', 'UTF8', 'UTF-8', 'utf8', 'latin1', 'binary'] as BufferEncoding[]).map(
+    (encoding) =>
+      [
+        `end(string, '${encoding}')`,
+        (res: ServerResponse) => {
+          prepare(res);
+          res.end(body, encoding);
+        },
+        Buffer.from(body, encoding),
+      ] as [string, (res: ServerResponse) => void, Buffer],
+  ),
+  [
+    "write(string, '') (an empty encoding, taken as UTF-8), with a Content-Length",
+    (res) => {
+      prepare(res);
+      res.setHeader('content-length', Buffer.byteLength(body));
+      // Short of the length: the last declared byte takes another path (see writeLast).
+      res.write(body.slice(0, 7), '' as BufferEncoding);
+      res.end(body.slice(7));
+    },
+    Buffer.from(body),
+  ],
+  [
+    'write(string, null, callback), with a Content-Length',
+    (res) => {
+      prepare(res);
+      res.setHeader('content-length', Buffer.byteLength(body));
+      res.write(body.slice(0, 7), null as unknown as BufferEncoding, () => {});
+      res.end(body.slice(7));
+    },
+    Buffer.from(body),
+  ],
+  [
+    'cork(), two string writes, uncork(), end(), with a Content-Length',
+    (res) => {
+      prepare(res);
+      res.setHeader('content-length', Buffer.byteLength(body));
+      res.cork();
+      res.write(body.slice(0, 7));
+      res.write(body.slice(7, 9));
+      res.uncork();
+      res.end(body.slice(9));
+    },
+    Buffer.from(body),
+  ],
+  [
+    'writeHead with an array of headers, then end(string)',
+    (res) => {
+      res.writeHead(201, phrase, ['location', location, 'content-type', 'application/json']);
+      res.end(body);
+    },
+    Buffer.from(body),
+  ],
+  [
+    'flushHeaders() twice, then end(string)',
+    (res) => {
+      prepare(res);
+      res.flushHeaders();
+      res.flushHeaders();
+      res.end(body);
+    },
+    Buffer.from(body),
+  ],
+  [
+    'writeHead, then flushHeaders(), then write(string) and end()',
+    (res) => {
+      res.writeHead(201, phrase, { location });
+      res.flushHeaders();
+      res.write(body);
+      res.end();
+    },
+    Buffer.from(body),
+  ],
+];
+
+describe.each([false, true])('held: %s', (hold) => {
+  it.each(ways)(
+    '%s: the head leaves in Latin-1, its replay sends the same head and body bytes',
+    async (_, answer, sent) => {
+      const served = await serve({ hold, answer: (res) => answer(res) });
+      try {
+        const port = Number(new URL(served.base).port);
+        const first = await sendRaw(port, request('k-1'));
+        const again = await sendRaw(port, request('k-1'));
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(served.runs()).toBe(1);
+        expect(statusLine(first).toString('hex')).toBe(latin1(`HTTP/1.1 201 ${phrase}`).toString('hex'));
+        expect(value(first, 'location')?.toString('hex')).toBe(latin1(` ${location}`).toString('hex'));
+        expect(statusLine(again).toString('hex')).toBe(statusLine(first).toString('hex'));
+        expect(value(again, 'location')?.toString('hex')).toBe(value(first, 'location')?.toString('hex'));
+        expect(first.body.toString('hex')).toBe(sent.toString('hex'));
+        expect(again.body.toString('hex')).toBe(sent.toString('hex'));
+      } finally {
+        await served.close();
+      }
+    },
+  );
+});
+
+describe.each([false, true])('held: %s, callbacks', (hold) => {
+  it('write(string, callback) and end(string, callback): each callback is called once, the head in Latin-1', async () => {
+    let wrote = 0;
+    let ended = 0;
+    let finished!: () => void;
+    const done = new Promise<void>((resolve) => {
+      finished = resolve;
+    });
+    const served = await serve({
+      hold,
+      answer: (res) => {
+        prepare(res);
+        res.write(body.slice(0, 7), () => wrote++);
+        res.end(body.slice(7), () => {
+          ended++;
+          finished();
+        });
+      },
+    });
+    try {
+      const port = Number(new URL(served.base).port);
+      const first = await sendRaw(port, request('k-1'));
+      await done;
+      // A turn more, for a second call of either.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect([wrote, ended]).toEqual([1, 1]);
+      expect(statusLine(first).toString('hex')).toBe(latin1(`HTTP/1.1 201 ${phrase}`).toString('hex'));
+      expect(first.body.toString()).toBe(body);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+// A 204 or 304 has no body: Node takes no write for it, so a head flushed early goes out through
+// Node's own flushHeaders, which sends it as a string with no encoding (UTF-8). Held, the head waits
+// for the commit and leaves in Latin-1.
+async function bodylessFlushed(status: number, hold: boolean) {
+  const served = await serve({
+    hold,
+    answer: (res) => {
+      prepare(res, status);
+      res.flushHeaders();
+      res.end();
+    },
+  });
+  try {
+    const port = Number(new URL(served.base).port);
+    const first = await sendRaw(port, request('k-1'));
+    const again = await sendRaw(port, request('k-1'));
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(statusLine(first).toString('hex')).toBe(latin1(`HTTP/1.1 ${status} ${phrase}`).toString('hex'));
+    expect(statusLine(again).toString('hex')).toBe(statusLine(first).toString('hex'));
+    expect(value(again, 'location')?.toString('hex')).toBe(value(first, 'location')?.toString('hex'));
+  } finally {
+    await served.close();
+  }
+}
+
+describe.each([204, 304])('%s, flushHeaders() then end()', (status) => {
+  it('held: the head leaves in Latin-1, as its replay', () => bodylessFlushed(status, true));
+  // Was wrong: the first answer's head went out in UTF-8 (`CrÃ©Ã©`), its replay's in Latin-1. Node
+  // ignores every write to a 204 or 304 (and to a HEAD: there the wrapper's empty write sends
+  // nothing, and the head flushed early waits for the end), so no public call sends such a head
+  // now in Latin-1. Needs a decision: (a) call Node's internal `res._send('', 'latin1')`, as its own
+  // end() does; (b) hold a bodyless head with such characters back to the end (flushHeaders then
+  // sends nothing early); (c) accept it, and document that such a head flushed early goes out in UTF-8.
+  it.fails('not held: the head leaves in Latin-1, as its replay', () => bodylessFlushed(status, false));
+});
 
 describe('held, flushHeaders() after writeHead', () => {
   it('the head the handler wrote is kept: its phrase and headers go out and are stored, plain ASCII too', async () => {
