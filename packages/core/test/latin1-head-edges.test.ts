@@ -33,6 +33,32 @@ function value(answer: RawAnswer, name: string): Buffer | undefined {
   return undefined;
 }
 
+// Every value of a header, trimmed, as one list: Node sends each item of a list set on the response
+// as a field of its own, and a replay sends the list joined (the same field value, RFC 9110 5.3).
+function joined(answer: RawAnswer, name: string): Buffer {
+  const head = headOf(answer);
+  const found: Buffer[] = [];
+  for (let at = head.indexOf('\r\n') + 2; at > 1 && at < head.length; ) {
+    const next = head.indexOf('\r\n', at);
+    const line = head.subarray(at, next === -1 ? head.length : next);
+    const colon = line.indexOf(':');
+    if (line.subarray(0, colon).toString('latin1').toLowerCase() === name) {
+      if (found.length > 0) found.push(Buffer.from(', '));
+      found.push(
+        Buffer.from(
+          line
+            .subarray(colon + 1)
+            .toString('latin1')
+            .trim(),
+          'latin1',
+        ),
+      );
+    }
+    at = next === -1 ? head.length : next + 2;
+  }
+  return Buffer.concat(found);
+}
+
 const latin1 = (text: string) => Buffer.from(text, 'latin1');
 
 const request = (key: string) =>
@@ -280,6 +306,63 @@ describe('held, flushHeaders() after writeHead', () => {
         ]);
         expect(answer.body.toString()).toBe(body);
       }
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+// No phrase of its own: only one header value carries such characters, wherever it was set.
+const onlyHeader: [string, (res: ServerResponse) => void, string][] = [
+  [
+    'a list set on the response, its second item',
+    (res) => {
+      res.statusCode = 201;
+      res.setHeader('link', ['</charges>; rel="collection"', '</reçus>; rel="related"']);
+      res.end(body);
+    },
+    'link',
+  ],
+  [
+    'given to writeHead',
+    (res) => {
+      res.writeHead(201, { 'content-location': '/charges/naïve' });
+      res.end(body);
+    },
+    'content-location',
+  ],
+  [
+    'given to writeHead as a flat list',
+    (res) => {
+      res.writeHead(201, ['etag', '"v-é"']);
+      res.end(body);
+    },
+    'etag',
+  ],
+  [
+    'set on the response',
+    (res) => {
+      res.statusCode = 201;
+      res.setHeader('content-language', 'fr');
+      res.setHeader('location', location);
+      res.end(body);
+    },
+    'location',
+  ],
+];
+
+describe.each([false, true])('held: %s, one header value only', (hold) => {
+  it.each(onlyHeader)('%s: it leaves in Latin-1, as its replay sends it', async (_, answer, name) => {
+    const served = await serve({ hold, answer: (res) => answer(res) });
+    try {
+      const port = Number(new URL(served.base).port);
+      const first = await sendRaw(port, request('k-1'));
+      const again = await sendRaw(port, request('k-1'));
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      const sent = joined(first, name).toString('latin1');
+      expect([sent.includes('Ã'), /[\u0080-\u00ff]/.test(sent)]).toEqual([false, true]);
+      expect(joined(again, name).toString('hex')).toBe(joined(first, name).toString('hex'));
+      expect(first.body.toString()).toBe(body);
     } finally {
       await served.close();
     }
