@@ -368,3 +368,45 @@ describe.each([false, true])('held: %s, one header value only', (hold) => {
     }
   });
 });
+
+// A HEAD has no body either: Node ignores the empty write the capture hands it for a head with such
+// characters, so flushHeaders() sent nothing at all, and the head waited for the end (a handler
+// that flushes early to tell its client it works, then takes its time, kept it waiting). How many
+// bytes the socket took for the flush, an ASCII head's and one with such characters.
+async function headFlushed(statusMessage: string): Promise<number> {
+  let flushed = -1;
+  const served = await serve({
+    answer: (res) => {
+      res.statusCode = 201;
+      res.statusMessage = statusMessage;
+      const before = res.socket?.bytesWritten ?? 0;
+      res.flushHeaders();
+      flushed = (res.socket?.bytesWritten ?? 0) - before;
+      res.end();
+    },
+  });
+  try {
+    const port = Number(new URL(served.base).port);
+    await sendRaw(
+      port,
+      frameRequest(
+        'HEAD /charges HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nIdempotency-Key: k-1\r\n',
+        Buffer.alloc(0),
+      ).bytes,
+    );
+    return flushed;
+  } finally {
+    await served.close();
+  }
+}
+
+it('a HEAD: flushHeaders() with an ASCII head sends it at once', async () => {
+  expect(await headFlushed('Created Fine')).toBeGreaterThan(0);
+});
+// Was wrong: with such characters the head did not leave at flushHeaders() but at the end. Needs a
+// decision, the one of the 204 and 304 above: (a) Node's internal `res._send('', 'latin1')` sends it
+// at once in Latin-1; (b) leave it to Node's own flushHeaders: at once, in UTF-8, as a 204's; (c)
+// accept that it waits for the end, and document it.
+it.fails('a HEAD: flushHeaders() with a head of such characters sends it at once', async () => {
+  expect(await headFlushed(phrase)).toBeGreaterThan(0);
+});
