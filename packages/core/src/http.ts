@@ -2564,19 +2564,20 @@ function inLatin1Head(state: CaptureState, chunk: unknown, encoding: unknown): [
 }
 
 // Node's flushHeaders sends the head as a string with no encoding: in UTF-8 (see inLatin1Head). One
-// with a character U+0080..U+00FF is sent ahead of an empty Buffer instead, so in Latin-1: the same
-// head, now, as flushHeaders would (a 204 or 304 takes no write, and is left to Node's own).
+// with a character U+0080..U+00FF is sent as Node's own end() sends a head with no body: its `_send`
+// of an empty string in Latin-1. That is flushHeaders itself with the encoding named, so it goes out
+// now, for a 204, a 304 or a HEAD too (Node takes no body write for them, so an empty write would
+// hold it back to the end). Off Node (no `_send`), the runtime's own flushHeaders.
 function capturedFlushHeaders(this: CaptureState) {
   const res = this.res;
   const original = this.originalFlushHeaders as Apply;
   if (this.headLeft || this.ended) return original.call(res);
   // What Node's flushHeaders does first (`_implicitHeader`), through the capture's writeHead.
   if (!res.headersSent) res.writeHead(res.statusCode);
-  if (res.statusCode === 204 || res.statusCode === 304 || !headHasLatin1(this)) {
-    this.headLeft = true;
-    return original.call(res);
-  }
-  return capturedWrite.call(this, Buffer.alloc(0));
+  this.headLeft = true;
+  const send = (res as unknown as { _send?: unknown })._send;
+  if (typeof send !== 'function' || !headHasLatin1(this)) return original.call(res);
+  send.call(res, '', 'latin1');
 }
 
 // Held, nothing leaves before the commit: the head is the capture's, held with the rest. Node's own
