@@ -3,6 +3,7 @@
 // stalls on the closed response and the answer is known in full.
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
+import type { IdempotencyEvent } from '@idem/core';
 import { idempotency } from '@idem/express';
 import { transactionalMemoryStore } from '@idem/testkit';
 import express from 'express';
@@ -15,12 +16,17 @@ async function goneThenAnswer(key: string, pipe: boolean) {
   const running = new Promise<void>((resolve) => {
     started = resolve;
   });
-  let answered!: () => void;
+  // The first run's key settled: its outcome stored (complete) or its key given back (release). The
+  // retry goes out only then; sent earlier it would meet the key in progress.
+  let settled!: () => void;
   const done = new Promise<void>((resolve) => {
-    answered = resolve;
+    settled = resolve;
   });
+  const onEvent = (event: IdempotencyEvent) => {
+    if (event.type === 'complete' || event.type === 'release') settled();
+  };
   const app = express();
-  app.use(idempotency({ store: transactionalMemoryStore(), scope: () => 'caller', transactional: true }));
+  app.use(idempotency({ store: transactionalMemoryStore(), scope: () => 'caller', transactional: true, onEvent }));
   app.post('/exports', async (req, res) => {
     runs++;
     if (runs > 1) {
@@ -34,7 +40,6 @@ async function goneThenAnswer(key: string, pipe: boolean) {
     res.status(201).type('text/csv');
     if (pipe) Readable.from(['a,b\n', '1,2\n']).pipe(res);
     else res.end('a,b\n1,2\n');
-    setTimeout(answered, 100);
   });
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));

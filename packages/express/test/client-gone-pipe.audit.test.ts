@@ -23,6 +23,7 @@ async function clientGoneThen(key: string, answer: Answer, before?: Answer) {
   const done = new Promise<void>((resolve) => {
     answered = resolve;
   });
+  const id = recordId('tenant-1', 'POST /exports', key);
   const app = express();
   app.use(idempotency({ store, scope: () => 'tenant-1' }));
   app.post('/exports', async (req, res) => {
@@ -31,7 +32,7 @@ async function clientGoneThen(key: string, answer: Answer, before?: Answer) {
     started();
     await gone;
     await answer(req, res);
-    setTimeout(answered, 50);
+    answered();
   });
   const server = app.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
@@ -39,7 +40,10 @@ async function clientGoneThen(key: string, answer: Answer, before?: Answer) {
   try {
     await abandonedPost(`${url}/exports`, key, running);
     await done;
-    const record = await store.get(recordId('tenant-1', 'POST /exports', key));
+    // The capture settles the key once the answer has gone into the closed response: wait for
+    // that (a key left in progress fails here, after the poll's timeout) rather than a fixed time.
+    await expect.poll(async () => (await store.get(id))?.state, { timeout: 2_000 }).not.toBe('in_progress');
+    const record = await store.get(id);
     const retry = await fetch(`${url}/exports`, {
       method: 'POST',
       headers: { 'idempotency-key': key, 'content-type': 'application/json' },
