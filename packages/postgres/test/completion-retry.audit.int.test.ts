@@ -49,8 +49,11 @@ describe.runIf(available)('a completion retried after one that timed out but lan
 
     // The outcome is stored (by the first UPDATE), and the retry replays it.
     await expect.poll(async () => (await engine.begin(request)).kind, { timeout: 5_000 }).toBe('replay');
-    // Give the background retry time to meet the completed record.
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // The background retry meets the completed record: wait for what it reports, stored
+    // ('complete') or fenced ('lease-lost'), rather than a fixed time.
+    await expect
+      .poll(() => events.some((event) => event.type === 'complete' || event.type === 'lease-lost'), { timeout: 5_000 })
+      .toBe(true);
     const types = events.map((event) => event.type).filter((type) => type !== 'conflict' && type !== 'replay');
     // One handler, one stored outcome, no overlap: no `lease-lost` (reason `fenced` says a late
     // finisher was refused because another execution held the key, which never happened).

@@ -49,11 +49,17 @@ describe.runIf(available)('transactional mode on an exhausted pool', () => {
     const gate = new Promise<void>((resolve) => {
       open = resolve;
     });
+    // The first transaction has the pool's one connection once its callback runs: wait for that.
+    let holding = () => {};
+    const held = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
     const holder = engine.transaction(first.lease, async () => {
+      holding();
       await gate;
       return { value: 1, response: body('first') };
     });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await held;
     const timer = setTimeout(open, 4_000);
     try {
       const began = performance.now();
