@@ -36,6 +36,18 @@ function post(port: ListeningPort, agent: Agent): Promise<{ status: number; body
   });
 }
 
+/** True once `port` refuses a new connection: its close has begun (the listener is gone). */
+function refuses(port: ListeningPort): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port.port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code === 'ECONNREFUSED'));
+  });
+}
+
 /** A promise (`seen`) that the handler resolves (`arrived`) once the request has reached it. */
 function arrival(): { seen: Promise<void>; arrived: () => void } {
   let arrived: () => void = () => undefined;
@@ -60,7 +72,8 @@ describe('closing a port (drainable)', () => {
     const closing = port.close().then(() => {
       closed = true;
     });
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    // Closing (new connections refused), and still not closed while the request runs.
+    await expect.poll(() => refuses(port)).toBe(true);
     expect(closed).toBe(false);
     answer();
     await expect(running).resolves.toEqual({ status: 200, body: 'done' });

@@ -87,6 +87,18 @@ function get(
   });
 }
 
+/** True once the gateway at `url` refuses a new connection: its close has begun (the listener is gone). */
+function refuses(url: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(Number(new URL(url).port), '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', (error: NodeJS.ErrnoException) => resolve(error.code === 'ECONNREFUSED'));
+  });
+}
+
 const within = <T>(promise: Promise<T>, ms: number) =>
   Promise.race([
     promise.then(() => 'settled' as const),
@@ -107,7 +119,8 @@ describe('gateway shutdown with a request in flight on a keep-alive connection',
     const closing = gateway.close().then(() => {
       closed = true;
     });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Draining (new connections refused), and still not closed while the request runs.
+    await expect.poll(() => refuses(gateway.url)).toBe(true);
     expect(closed).toBe(false);
     upstream.answer();
     const answered = await response;
@@ -131,7 +144,8 @@ describe('gateway shutdown with a request in flight on a keep-alive connection',
     const first = get(gateway.url, agent, token);
     await upstream.arrived;
     const closing = gateway.close();
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Answered only once the gateway drains (new connections refused).
+    await expect.poll(() => refuses(gateway.url)).toBe(true);
     upstream.answer();
     const answered = await first;
     expect(answered.status).toBe(200);
@@ -180,7 +194,7 @@ describe('gateway shutdown with a request in flight on a keep-alive connection',
     );
     await upstream.arrived;
     const closing = gateway.close();
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await expect.poll(() => refuses(gateway.url)).toBe(true);
     // Draining (the request above still runs): the balancer's connection is gone.
     expect(await probe(balancer)).not.toBe(200);
     upstream.answer();
