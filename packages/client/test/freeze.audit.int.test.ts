@@ -113,8 +113,8 @@ describe.runIf(existsSync('/proc/self/stat'))('@idem/client frozen and thawed', 
     child = start({ BASE_URL: baseUrl, DEADLINE_MS: '1500', BASE_DELAY_MS: '1000', MAX_ATTEMPTS: '5' });
     const pid = child.process.pid as number;
     await until(() => requests === 1, 'the first attempt');
-    // Frozen in its wait, well past the deadline.
-    await pause(100);
+    // Frozen in its wait (the client says when it begins one), well past the deadline.
+    await child.line('retrying');
     child.process.kill('SIGSTOP');
     await until(() => stopped(pid), 'the client to stop');
     await pause(2_000);
