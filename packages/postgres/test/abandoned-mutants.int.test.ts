@@ -59,6 +59,10 @@ describe.runIf(available)('@idem/postgres abandoned records, the corners', () =>
     throw new Error('the claim never waited for the row lock');
   };
 
+  // Until the database clock has ended the record's (1 ms) lease: the store then calls it abandoned.
+  const leaseOver = (id: string) =>
+    expect.poll(async () => (await store.get(id))?.state, { interval: 2 }).toBe('abandoned');
+
   // The claim of a version before abandoned records (as of e06de80): it knows no lease_until, so it
   // leaves whatever a newer version wrote there.
   const olderClaim = (id: string, token: string) =>
@@ -162,7 +166,7 @@ describe.runIf(available)('@idem/postgres abandoned records, the corners', () =>
     const id = freshId();
     // A crashed claim whose lease (1 ms) and whole keep ran out, reclaimed by the older version.
     await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 1, keepAfterLeaseMs: keepMs });
-    await sleep(5);
+    await leaseOver(id);
     await sql(pool, `UPDATE ${quoted} SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE id = $1`, [
       id,
     ]);
@@ -231,7 +235,7 @@ describe.runIf(available)('@idem/postgres abandoned records, the corners', () =>
       const id = freshId();
       // A lease of 1 ms: over by the time it completes (an abandoned record completes too).
       await store.claim({ id, token: 'a', fingerprint: 'fp', leaseMs: 1, keepAfterLeaseMs: keepMs });
-      await sleep(5);
+      await leaseOver(id);
       if (transactional) {
         expect(
           await store.transaction({ id, token: 'a' }, async () => ({
