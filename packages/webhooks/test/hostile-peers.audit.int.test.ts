@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createOutbox, createReceiver, createSender, createSigner, expressWebhook } from '../src/index.js';
 import { databaseUrl, postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
+import { watched } from './support/relay-kit.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -120,8 +121,9 @@ describe.skipIf(!postgresUp)('relay when its PostgreSQL goes silent', () => {
     });
     pool.on('error', () => undefined);
     const errors: unknown[] = [];
+    const watch = watched(pool);
     const relay = outbox.relay({
-      db: pool,
+      db: watch.db,
       sender: createSender({ secret: SECRET, timeout: '100ms' }),
       lease: '400ms',
       pollInterval: '20ms',
@@ -131,7 +133,8 @@ describe.skipIf(!postgresUp)('relay when its PostgreSQL goes silent', () => {
       // A pooled connection through the proxy first, so the rounds' queries go out on one that is open.
       await pool.query('SELECT 1');
       relay.start();
-      await sleep(150);
+      // Polling: its first claim went out (and, at 20 ms a round, more follow).
+      await expect.poll(() => watch.claims().length).toBeGreaterThan(0);
       proxy.blackhole('downstream'); // the server's answers stop; the connection stays open
       // Waited for, not timed: on a loaded box a round's lease (400 ms) may end well after 400 ms. Without
       // a deadline no error ever comes and stop() never returns (the defect), so the bounds below
