@@ -4,7 +4,6 @@ import type { Database } from './db.js';
 import { purgeExpiredModels } from './idp/adapter.js';
 import { createLoginThrottle } from './idp/login-throttle.js';
 import { refreshTokenReuse } from './idp/reuse-interval.js';
-import { migrateIdp } from './idp/schema.js';
 import { createIdp, type Idp, type IdpOptions } from './idp/server.js';
 import { sessionIdle, sessionLifetime } from './idp/session-lifetime.js';
 import { type ListeningPort, listen } from './listen.js';
@@ -89,7 +88,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
     const appPort = await listen(options.appPort, options.appUrl ? { publicUrl: options.appUrl } : {});
     ports.push(appPort);
 
-    await migrateIdp(options.db);
+    // seed() makes the provider's tables (migrateIdp) before it writes to them.
     await migrateApp(options.db);
     const clients = await seed(options.db, { appRedirectUri: new URL('/callback', appPort.url).href });
 

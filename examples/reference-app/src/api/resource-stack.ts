@@ -127,6 +127,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     const receiver = await startReceiver({
       port: options.receiverPort,
       db,
+      schemaReady: true,
       webhookSecret,
       internal: { ...internal, audience: receiverAudience },
       ...(options.onReceiverIdempotencyEvent ? { onIdempotencyEvent: options.onReceiverIdempotencyEvent } : {}),
@@ -137,6 +138,7 @@ export async function startResourceStack(options: ResourceStackOptions): Promise
     const api = await startApi({
       port: options.apiPort,
       db,
+      schemaReady: true,
       internal: { ...internal, audience: apiAudience },
       webhookUrl: receiver.webhookUrl,
       webhookSecret,

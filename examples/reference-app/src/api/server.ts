@@ -50,6 +50,11 @@ export interface ApiOptions {
   /** Interface to bind. Default `127.0.0.1`: the API is reachable on loopback only, behind the gateway. */
   host?: string | undefined;
   db: Database;
+  /**
+   * The caller already ran `migrateApi` on `db` (as `startResourceStack` does before it starts the
+   * receiver and the API): not run again. Default false: the tables are made (or checked) here.
+   */
+  schemaReady?: boolean | undefined;
   internal: InternalTokenTrust;
   /** The webhook receiver's endpoint for `payment.succeeded`. */
   webhookUrl: string;
@@ -108,7 +113,7 @@ export interface RunningApi {
  */
 export async function startApi(options: ApiOptions): Promise<RunningApi> {
   const { db } = options;
-  await migrateApi(db);
+  if (!options.schemaReady) await migrateApi(db);
   const verifier = createInternalVerifier({
     issuer: options.internal.issuer,
     audience: options.internal.audience,

@@ -45,6 +45,11 @@ export interface ReceiverOptions {
   /** Interface to bind. Default `127.0.0.1`. */
   host?: string | undefined;
   db: Database;
+  /**
+   * The caller already ran `migrateApi` on `db` (as `startResourceStack` does before it starts the
+   * receiver and the API): not run again. Default false: the tables are made (or checked) here.
+   */
+  schemaReady?: boolean | undefined;
   /** The Standard Webhooks secret the API signs with (`whsec_...`). */
   webhookSecret: string;
   /** Where events are posted. Default `/webhooks/payments`. */
@@ -113,7 +118,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   const pageTokenDigest = createHash('sha256').update(pageToken).digest();
   const holdsPageToken = (given: unknown) =>
     typeof given === 'string' && timingSafeEqual(createHash('sha256').update(given).digest(), pageTokenDigest);
-  await migrateApi(db);
+  if (!options.schemaReady) await migrateApi(db);
   // Delivery counts are written after the inbox answered; the response waits for them, so the page
   // is up to date by the time the sender sees its acknowledgement.
   const pendingCounts = new Set<Promise<void>>();
