@@ -2043,7 +2043,10 @@ interface CaptureState {
   forHandler: boolean;
   /** The status of an answer written while the handler ran, once it ended (see `endAnsweredEarly`). */
   answeredEarly: number | undefined;
-  /** Something was handed down to Node's write or end: the head has left with it (see inLatin1Head). */
+  /**
+   * Something was handed down to Node's write or end: the head has left with it, or (a 204, a 304, a
+   * HEAD: Node drops a body write) waits for the end or a flush (see inLatin1Head, capturedFlushHeaders).
+   */
   headLeft: boolean;
   /** Says that a reason phrase Node cannot write was dropped (see dropUnwritablePhrase). */
   readonly unwritablePhrase: () => void;
@@ -2567,11 +2570,13 @@ function inLatin1Head(state: CaptureState, chunk: unknown, encoding: unknown): [
 // with a character U+0080..U+00FF is sent as Node's own end() sends a head with no body: its `_send`
 // of an empty string in Latin-1. That is flushHeaders itself with the encoding named, so it goes out
 // now, for a 204, a 304 or a HEAD too (Node takes no body write for them, so an empty write would
-// hold it back to the end). Off Node (no `_send`), the runtime's own flushHeaders.
+// hold it back to the end). Off Node (no `_send`), the runtime's own flushHeaders. Asked after a
+// write too: one to a response with no body did not send the head (Node dropped it), this flush does;
+// once the head has left, `_send` of an empty string sends nothing, as Node's flushHeaders then.
 function capturedFlushHeaders(this: CaptureState) {
   const res = this.res;
   const original = this.originalFlushHeaders as Apply;
-  if (this.headLeft || this.ended) return original.call(res);
+  if (this.ended) return original.call(res);
   // What Node's flushHeaders does first (`_implicitHeader`), through the capture's writeHead.
   if (!res.headersSent) res.writeHead(res.statusCode);
   this.headLeft = true;
