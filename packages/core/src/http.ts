@@ -2048,6 +2048,11 @@ interface CaptureState {
    * HEAD: Node drops a body write) waits for the end or a flush (see inLatin1Head, capturedFlushHeaders).
    */
   headLeft: boolean;
+  /**
+   * Not held, over HTTP/1: the reason phrase Node wrote into the head at writeHead. One set on the
+   * response after it never goes out, so it is not the one stored (see capturedReasonPhrase).
+   */
+  sentPhrase: string | undefined;
   /** Says that a reason phrase Node cannot write was dropped (see dropUnwritablePhrase). */
   readonly unwritablePhrase: () => void;
 }
@@ -2116,6 +2121,7 @@ function captureResponse(
     forHandler: false,
     answeredEarly: undefined,
     headLeft: false,
+    sentPhrase: undefined,
     unwritablePhrase,
   };
   res.writeHead = capturedWriteHead.bind(state) as ServerResponse['writeHead'];
@@ -2496,7 +2502,10 @@ function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
     return this.res;
   }
   this.headers ??= responseHeaders(this.res, this.headHeaders, this.replayed);
-  return this.originalWriteHead.apply(this.res, args);
+  const written = this.originalWriteHead.apply(this.res, args);
+  // Node wrote the phrase into the head just now. (Not read over HTTP/2: see ownReasonPhrase.)
+  if (streamOf(this.res) === undefined) this.sentPhrase = this.res.statusMessage;
+  return written;
 }
 
 function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, callback?: unknown) {
@@ -2698,7 +2707,11 @@ function settleWritten(state: CaptureState) {
  */
 function capturedReasonPhrase(state: CaptureState, status: number): string | undefined {
   const given = state.headArgs?.[1];
-  return typeof given === 'string' ? phraseOfOwn(state.res, given, status) : ownReasonPhrase(state.res, status);
+  if (typeof given === 'string') return phraseOfOwn(state.res, given, status);
+  // A head already written: a phrase set after it (res.statusMessage once flushHeaders() or a first
+  // write sent it) went out on no status line, and its replays must not say it either.
+  if (state.sentPhrase !== undefined) return phraseOfOwn(state.res, state.sentPhrase, status);
+  return ownReasonPhrase(state.res, status);
 }
 
 /**
