@@ -2561,7 +2561,10 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
  * said `CrÃ©Ã©` (spec: a replay is the original response). Only a head with such a character is
  * concerned: its first string chunk goes down as its bytes (the same bytes), so the head leaves in
  * Latin-1, as the stored record replays it. Anything else goes as it came. Not over HTTP/2, whose
- * head is no string.
+ * head is no string. (A chunked write of a string that is not empty was never concerned: Node sends
+ * its size first, in Latin-1, and the head with it; made bytes, it goes out the same. Joined to the
+ * body's string are the head of an end(string), of a write framed by a Content-Length or on an
+ * HTTP/1.0 connection, and of an empty write.)
  */
 function inLatin1Head(state: CaptureState, chunk: unknown, encoding: unknown): [unknown, unknown] {
   if (state.headLeft) return [chunk, encoding];
