@@ -4,6 +4,8 @@
 // The outcome must be settled (stored, or stored as not replayable), the key must not stay in
 // progress, and a retry must never get bytes the handler did not send.
 import { randomBytes } from 'node:crypto';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import type { IncomingMessage } from 'node:http';
 import net from 'node:net';
 import { memoryStore, type Store } from '@idem/core';
 import { migrate, postgresStore } from '@idem/postgres';
@@ -15,7 +17,6 @@ import {
   type CutServer,
   type FrameworkName,
   newKey,
-  pause,
   requestBytes,
   retryUntilSettled,
   startCutServer,
@@ -61,10 +62,29 @@ async function resetWhileStreaming(server: CutServer, key: string) {
   server.gate.reset();
   const socket = net.connect(server.port, '127.0.0.1');
   socket.on('error', () => undefined);
-  socket.write(bytes);
-  await server.gate.started;
-  socket.resetAndDestroy();
-  await pause(50);
+  // The server's end of this connection, from Node's own report of each request it starts (every
+  // framework here serves on node:http), so the test can wait for it to close rather than guess.
+  // Boxed: a promise resolved with a promise would wait for that one.
+  let serverSide!: (side: { closed: Promise<void> }) => void;
+  const serverSocket = new Promise<{ closed: Promise<void> }>((resolve) => {
+    serverSide = resolve;
+  });
+  const onRequest = (message: unknown) => {
+    const { request } = message as { request: IncomingMessage };
+    if (request.socket.remotePort !== socket.localPort) return;
+    serverSide({ closed: new Promise<void>((resolve) => request.socket.once('close', () => resolve())) });
+  };
+  subscribe('http.server.request.start', onRequest);
+  try {
+    socket.write(bytes);
+    await server.gate.started;
+    const { closed } = await serverSocket;
+    socket.resetAndDestroy();
+    // The server saw the reset (its socket closed) before the handler answers.
+    await closed;
+  } finally {
+    unsubscribe('http.server.request.start', onRequest);
+  }
   server.gate.open();
   return retryUntilSettled(server.port, bytes, 3500);
 }
