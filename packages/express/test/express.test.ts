@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import { type IdempotencyEvent, memoryStore } from '@idem/core';
 import { type ExpressIdempotencyOptions, idempotency, idempotencyErrors } from '@idem/express';
@@ -7,7 +8,7 @@ import multer from 'multer';
 import { describe, expect, it } from 'vitest';
 import { replaysCompressedJson } from '../../core/test/support/compressed-json.js';
 import { captureWarnings } from '../../core/test/support/warnings.js';
-import { send, serve, withCompletion } from './support.js';
+import { type Answer, send, serve, withCompletion } from './support.js';
 
 // Express 4 (the `express4` alias), for what depends on how its router works: the same API as far
 // as these tests use it, without types of its own.
@@ -306,10 +307,45 @@ describe('@idem/express specifics', () => {
       res.end();
     });
     await serve(app, async (url) => {
-      const first = post(`${url}/files`, 'length-1', ['{}']);
+      // Counts the body bytes the client has, and says when it has all but the last one: what it
+      // holds while the outcome is being stored, if the capture holds that byte back.
+      let received = 0;
+      let allButLast!: (count: number) => void;
+      const allButLastIn = new Promise<number>((resolve) => {
+        allButLast = resolve;
+      });
+      const first = new Promise<Answer>((resolve, reject) => {
+        const req = httpRequest(
+          `${url}/files`,
+          {
+            method: 'POST',
+            agent: false,
+            headers: { 'idempotency-key': 'length-1', 'content-type': 'application/json', 'content-length': '2' },
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (chunk: Buffer) => {
+              chunks.push(chunk);
+              received += chunk.length;
+              if (received >= body.length - 1) allButLast(received);
+            });
+            res.on('end', () =>
+              resolve({
+                status: res.statusCode ?? 0,
+                headers: res.headers,
+                body: Buffer.concat(chunks).toString('latin1'),
+              }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end('{}');
+      });
       await completeCalled;
-      const early = await Promise.race([first.then(() => 'answered'), new Promise((r) => setTimeout(r, 150, 'held'))]);
+      const early = await Promise.race([first.then(() => 'answered'), allButLastIn.then(() => 'held')]);
       expect(early).toBe('held');
+      // Everything but the last byte, which waits for the store: the client cannot have the whole response.
+      expect(await allButLastIn).toBe(body.length - 1);
       openGate();
       const answered = await first;
       expect(answered.status).toBe(200);
