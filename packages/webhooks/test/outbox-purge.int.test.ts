@@ -337,8 +337,20 @@ describe.skipIf(!available)('outbox.purge()', () => {
       }
       await gaveUp;
       // With lockTimeout false it waits for the writer as long as it takes, as before.
+      const [migratorPid, holderPid] = await Promise.all(
+        [migrator, holder].map(async (client) => (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid),
+      );
       const waiting = outbox.migrate(migrator, { lockTimeout: false }).then(() => 'migrated' as const);
-      const early = await Promise.race([waiting, new Promise((resolve) => setTimeout(() => resolve('waiting'), 700))]);
+      // Waiting: the server has the migrator blocked on the writer's lock.
+      const blocked = expect
+        .poll(
+          async () =>
+            (await pool.query('SELECT $2::int = ANY(pg_blocking_pids($1)) AS blocked', [migratorPid, holderPid]))
+              .rows[0].blocked,
+        )
+        .toBe(true)
+        .then(() => 'waiting' as const);
+      const early = await Promise.race([waiting, blocked]);
       expect(early).toBe('waiting');
       await holder.query('ROLLBACK');
       expect(await waiting).toBe('migrated');
