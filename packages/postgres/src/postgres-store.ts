@@ -206,6 +206,21 @@ const mentionsPhraseColumn = (error: unknown): boolean => {
   return said(error) || said((error as { cause?: unknown }).cause);
 };
 
+// A statement that names `status_message` failed in a way a change of the column since the store
+// saw it explains: gone (42703, above), or of another type (ALTER COLUMN ... TYPE, a bad manual
+// migration). Another type fails the claim's UNION and the completion's SET with 42804
+// (datatype_mismatch), a varchar(n) the completion of a longer phrase with 22001 (no other column a
+// completion writes is a string), and on pg a statement prepared before the change with 0A000 (a
+// cached plan must not change its result type: the get). The codes do not name the column, so the
+// statement runs again without it: if the column was the cause that one succeeds, and an unrelated
+// failure fails again the same way and is thrown.
+const phraseColumnChanged = (error: unknown, operation: string): boolean => {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code === '42804' || code === '0A000') return true;
+  if (code === '22001') return operation === 'complete' || operation === 'complete_tx';
+  return mentionsPhraseColumn(error);
+};
+
 const checkId = (id: unknown) => {
   if (typeof id !== 'string' || id.length === 0) throw new TypeError('id must be a non-empty string');
 };
@@ -311,9 +326,11 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
       throw unmigrated(error, table.name) ?? error;
     });
 
-  // Runs the statement `pick` chooses from the set in use. The column found gone after it was seen
-  // (dropped again, a migration rolled back): the statement without it runs instead, and the next
-  // calls ask the catalog again in a while. `params` takes the set, since `complete` has one more.
+  // Runs the statement `pick` chooses from the set in use. The column found gone or of another type
+  // after it was seen (dropped again, a migration rolled back, its type altered by hand): the
+  // statement without it runs instead, and the next calls ask the catalog again in a while, which
+  // refuses a column of the wrong type as it would a missing one. `params` takes the set, since
+  // `complete` has one more. (Statements whose text is the same in both sets never name the column.)
   const run = async <Row>(
     pick: (set: Statements) => Statement,
     params: (set: Statements) => unknown[],
@@ -322,7 +339,9 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
     try {
       return await runOnce<Row>(pick(set), params(set));
     } catch (error) {
-      if (set === withoutPhrase || !mentionsPhraseColumn(error)) throw error;
+      const statement = pick(withPhrase);
+      if (set === withoutPhrase || statement.text === pick(withoutPhrase).text) throw error;
+      if (!phraseColumnChanged(error, statement.operation)) throw error;
       phraseColumn.missing();
       return runOnce<Row>(pick(withoutPhrase), params(withoutPhrase));
     }
@@ -468,9 +487,16 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
         ? tx.query(set.releaseInTransaction.text, [id, token])
         : tx.query(set.completeInTransaction.text, completeParams(set, id, token, response, produced.retentionMs))
       ).catch((error: unknown) => {
-        // The column gone since it was seen: this transaction is lost (503), the next ones store
+        // The column gone or of another type since it was seen: this transaction is lost (503; its
+        // statement cannot run again in a transaction the failure aborted), the next ones store
         // without the phrase.
-        if (set === withPhrase && mentionsPhraseColumn(error)) phraseColumn.missing();
+        if (
+          set === withPhrase &&
+          response !== undefined &&
+          phraseColumnChanged(error, set.completeInTransaction.operation)
+        ) {
+          phraseColumn.missing();
+        }
         throw abortedByHandler(error) ?? error;
       });
       // The token is no longer current: someone else owns the record, so nothing of this run may

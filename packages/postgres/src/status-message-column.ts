@@ -15,7 +15,10 @@ const recheckMs = 30_000;
 // migrate() accepts for it: text, or varchar without a length. Another one (integer, jsonb, added by
 // hand or by another tool) would fail every claim (its UNION meets text with that type, 42804) and
 // every completion; varchar(n) each phrase longer than n. Such a table is served as if it had no
-// column, without the phrase, and migrate() refuses it with a message that names the column.
+// column, without the phrase, and migrate() refuses it with a message that names the column. A
+// column whose type is changed under a running store that had found it usable is the same: the
+// first statement that fails for it (postgres-store.ts) calls missing(), and the next question, 30 s
+// on, finds it unusable by its type, until it is text again.
 const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
        EXISTS (SELECT 1 FROM pg_attribute
                WHERE attrelid = to_regclass($1) AND attname = 'status_message' AND NOT attisdropped
@@ -25,7 +28,8 @@ const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
  * Whether the store's table has a usable `status_message` column, learned from the catalog and
  * cached per store (see above). `present(operation)` resolves to the answer to use now (a failure to
  * ask is reported under `operation`, the store call that needed it); `missing()` records that a
- * statement found the column gone (42703), so the next call asks again after `recheckMs`. `tag` is
+ * statement found the column gone (42703) or of another type (42804, 22001, 0A000), so the next
+ * calls run without it and ask again after `recheckMs`. `tag` is
  * the store's, which its statements' names carry; `now` the store's clock in milliseconds, which
  * only has to move forward (monotonic, not the wall clock: see postgres-store.ts).
  *

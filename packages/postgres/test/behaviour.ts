@@ -951,6 +951,139 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
           await sql(client, `DROP TABLE IF EXISTS "${shrinking}"`);
         }
       });
+
+      // Was a defect: a store that had seen a usable column kept naming it for ever, so a column whose
+      // type was changed under it (a bad manual migration) failed every claim (42804: the UNION meets
+      // text with the new type), every completion with a phrase (42804, or 22001 for one longer than a
+      // varchar(n)) and, on pg, every read through a statement prepared before (0A000: a cached plan
+      // must not change its result type), until the process restarted. A fresh store serves such a
+      // table without the phrase; so does a running one now, and keeps it again once the type is text.
+      it.each([
+        ['integer', 'integer USING NULL'],
+        ['jsonb', 'jsonb USING NULL'],
+        // The phrases already kept are cut to fit, or the ALTER fails.
+        ['varchar(5)', 'varchar(5) USING left(status_message, 5)'],
+      ])(
+        'a store whose status_message became %s after it saw it goes on without the phrase, and keeps it again once text',
+        async (_label, type) => {
+          const retyped = `${table}_phrase_retyped`;
+          // Longer than a varchar(5): a completion that wrote it would fail.
+          const long = 'Created Fine and dandy';
+          try {
+            await migrate(client, { table: retyped });
+            let now = 9_000_000;
+            const running = postgresStoreOnClock({ client, table: retyped }, () => now);
+            const retype = (to: string) =>
+              sql(client, `ALTER TABLE "${retyped}" ALTER COLUMN status_message TYPE ${to}`);
+            // Read through a replay rather than get(): the claim's columns keep their types whatever the
+            // column's, so the answer does not depend on which pg connection prepared what.
+            const replayedPhrase = async (id: string) => {
+              const replay = await running.claim({ id, token: 'r', fingerprint: 'fp', leaseMs: 5_000 });
+              return replay.claimed === false && replay.record.state === 'completed'
+                ? replay.record.response.statusMessage
+                : replay;
+            };
+            // Completes a fresh record with the phrase; its id, and the phrase its replay says.
+            const completedWithPhrase = async () => {
+              const id = freshId();
+              await running.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+              await running.complete({ id, token: 't', response: withPhrase('ok', long), retentionMs: 60_000 });
+              return { id, replayed: await replayedPhrase(id) };
+            };
+            const keepsPhrase = async () => {
+              const { id, replayed } = await completedWithPhrase();
+              expect(replayed).toBe(long);
+              return id;
+            };
+            // A transactional handler that writes and completes `id` (claimed with token t) with the phrase.
+            const inTransaction = (id: string) =>
+              running.transaction({ id, token: 't' }, async (tx) => {
+                await tx.query(`INSERT INTO "${effects}" (marker) VALUES ($1)`, [id]);
+                return { value: 'ran', response: withPhrase('ok', long), retentionMs: 60_000 };
+              });
+            // Each operation in turn meets the change first, after the store served with the column
+            // (its statements prepared, on pg, while it was text).
+            for (const first of ['claim', 'complete', 'get', 'replay', 'transaction'] as const) {
+              if (first !== 'claim') {
+                await retype('text USING status_message::text');
+                now += 30_000;
+              }
+              const done = await keepsPhrase();
+              expect(await phraseOf(running, done)).toEqual([201, long]);
+              const [pending, next] = [freshId(), freshId()];
+              for (const id of [pending, next])
+                await running.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+              await retype(type);
+              if (first === 'claim') {
+                expect(await running.claim({ id: freshId(), token: 't', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({
+                  claimed: true,
+                });
+              } else if (first === 'complete') {
+                const stored = { id: pending, token: 't', response: withPhrase('ok', long), retentionMs: 60_000 };
+                expect(await running.complete(stored)).toBe(true);
+              } else if (first === 'get') {
+                expect((await running.get(done))?.state).toBe('completed');
+              } else if (first === 'replay') {
+                const replay = await running.claim({ id: done, token: 'u', fingerprint: 'fp', leaseMs: 5_000 });
+                expect(replay.claimed === false && replay.record.state).toBe('completed');
+              } else {
+                // Met inside a handler's transaction, the change costs that transaction (rolled back,
+                // nothing of it kept; the engine answers 503), as a column dropped does: the store
+                // cannot run its statement again there. The next ones store without the phrase.
+                await expect(inTransaction(pending)).rejects.toMatchObject({
+                  code: type.startsWith('varchar') ? '22001' : '42804',
+                });
+                expect(await effectCount(pending)).toBe(0);
+                expect(await inTransaction(next)).toEqual({ committed: true, value: 'ran' });
+                expect(await effectCount(next)).toBe(1);
+              }
+              // No restart, no 30 s: every operation as a fresh store on that table serves it.
+              await servesWithoutPhrase(running, long);
+            }
+
+            // Asked again after 30 s, the catalog says the column is no use by its type: still without
+            // the phrase, and a transaction (whose completion the store cannot run again) commits.
+            const pending = freshId();
+            await running.claim({ id: pending, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+            now += 30_000;
+            expect(await inTransaction(pending)).toEqual({ committed: true, value: 'ran' });
+            expect(await replayedPhrase(pending)).toBeUndefined();
+            await servesWithoutPhrase(running, long);
+
+            // Text again: within 30 s on the store's clock, it keeps phrases again, without a restart.
+            await retype('text USING status_message::text');
+            now += 29_999;
+            expect((await completedWithPhrase()).replayed, 'asked the catalog again before 30 s').toBeUndefined();
+            now += 1;
+            await keepsPhrase();
+          } finally {
+            await sql(client, `DROP TABLE IF EXISTS "${retyped}"`);
+          }
+        },
+      );
+      // The codes a column of another type fails with do not name it, so the statement runs again
+      // without the phrase; a failure of another column's making fails that one too, and is thrown.
+      it("a datatype mismatch that is not the phrase column's is still thrown, on every path", async () => {
+        const broken = `${table}_phrase_unrelated`;
+        try {
+          await migrate(client, { table: broken });
+          const running = postgresStore({ client, table: broken });
+          const [id, other] = [freshId(), freshId()];
+          for (const each of [id, other])
+            await running.claim({ id: each, token: 't', fingerprint: 'fp', leaseMs: 5_000 });
+          // The completions write `$4::jsonb` into it: 42804, whatever the phrase.
+          await sql(client, `ALTER TABLE "${broken}" ALTER COLUMN headers TYPE bytea USING NULL`);
+          const stored = { token: 't', response: withPhrase('ok', 'Fine'), retentionMs: 60_000 };
+          await expect(running.complete({ id, ...stored })).rejects.toMatchObject({ code: '42804' });
+          await expect(running.complete({ id, ...stored })).rejects.toMatchObject({ code: '42804' });
+          await expect(
+            running.transaction({ id: other, token: 't' }, async () => ({ value: 'ran', ...stored })),
+          ).rejects.toMatchObject({ code: '42804' });
+          expect((await running.get(id))?.state).toBe('in_progress');
+        } finally {
+          await sql(client, `DROP TABLE IF EXISTS "${broken}"`);
+        }
+      });
     });
 
     describe('transaction', () => {
