@@ -148,7 +148,13 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}
     // Any state: the token is the only fence (see Store.forget). An expired row is gone to every
     // other statement, so it is gone here too: false, and purge reclaims it.
     forget: named('forget', `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND expires_at > ${clock}`),
-    get: named('get', `SELECT ${columns}, ${abandoned} AS abandoned FROM ${t} WHERE id = $1 AND expires_at > ${clock}`),
+    // The phrase read as text whatever the column's type now: a pg statement prepared while it was
+    // text would otherwise refuse to run on that connection once it became varchar, a type the store
+    // accepts (0A000, "cached plan must not change result type"), and each such read lost the phrase.
+    get: named(
+      'get',
+      `SELECT ${phrase ? `${legacyColumns}, status_message::text AS status_message` : legacyColumns}, ${abandoned} AS abandoned FROM ${t} WHERE id = $1 AND expires_at > ${clock}`,
+    ),
     // Inside a transaction the compare-and-set is on the token alone. A lease that ran out while the
     // handler worked is still safe to complete if nobody took it over: a takeover replaces the token
     // (so this matches nothing), and a takeover attempted after this UPDATE waits for the row lock
