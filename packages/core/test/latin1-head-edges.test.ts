@@ -3,69 +3,10 @@
 // Read off a raw socket: the first answer's head is in Latin-1 (one byte per character), so the
 // replay, which writes Latin-1, sends the same head bytes; the body bytes are what the handler wrote.
 import type { ServerResponse } from 'node:http';
-import { frameRequest, type RawAnswer, sendRaw } from '@idem/testkit';
+import { frameRequest, sendRaw } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import { serve } from './capture-server.js';
-
-const phrase = 'Créé ¤ ÿ';
-const location = '/charges/café';
-const body = '{"id":"ch_1","note":"é"}';
-
-function headOf(answer: RawAnswer): Buffer {
-  return answer.raw.subarray(0, answer.raw.indexOf('\r\n\r\n'));
-}
-
-function statusLine(answer: RawAnswer): Buffer {
-  const head = headOf(answer);
-  return head.subarray(0, head.indexOf('\r\n'));
-}
-
-// The bytes of one header's value (the first with that name), as sent.
-function value(answer: RawAnswer, name: string): Buffer | undefined {
-  const head = headOf(answer);
-  for (let at = head.indexOf('\r\n') + 2; at > 1 && at < head.length; ) {
-    const next = head.indexOf('\r\n', at);
-    const line = head.subarray(at, next === -1 ? head.length : next);
-    const colon = line.indexOf(':');
-    if (line.subarray(0, colon).toString('latin1').toLowerCase() === name) return line.subarray(colon + 1);
-    at = next === -1 ? head.length : next + 2;
-  }
-  return undefined;
-}
-
-// Every value of a header, trimmed, as one list: Node sends each item of a list set on the response
-// as a field of its own, and a replay sends the list joined (the same field value, RFC 9110 5.3).
-function joined(answer: RawAnswer, name: string): Buffer {
-  const head = headOf(answer);
-  const found: Buffer[] = [];
-  for (let at = head.indexOf('\r\n') + 2; at > 1 && at < head.length; ) {
-    const next = head.indexOf('\r\n', at);
-    const line = head.subarray(at, next === -1 ? head.length : next);
-    const colon = line.indexOf(':');
-    if (line.subarray(0, colon).toString('latin1').toLowerCase() === name) {
-      if (found.length > 0) found.push(Buffer.from(', '));
-      found.push(
-        Buffer.from(
-          line
-            .subarray(colon + 1)
-            .toString('latin1')
-            .trim(),
-          'latin1',
-        ),
-      );
-    }
-    at = next === -1 ? head.length : next + 2;
-  }
-  return Buffer.concat(found);
-}
-
-const latin1 = (text: string) => Buffer.from(text, 'latin1');
-
-const request = (key: string) =>
-  frameRequest(
-    `POST /charges HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nIdempotency-Key: ${key}\r\n`,
-    Buffer.alloc(0),
-  ).bytes;
+import { body, joined, latin1, location, phrase, request, statusLine, value } from './support/raw-head.js';
 
 function prepare(res: ServerResponse, status = 201) {
   res.statusCode = status;
