@@ -210,13 +210,12 @@ const mentionsPhraseColumn = (error: unknown): boolean => {
 // saw it explains: gone (42703, above), or of another type (ALTER COLUMN ... TYPE, a bad manual
 // migration). Another type fails the claim's UNION and the completion's SET with 42804
 // (datatype_mismatch), a varchar(n) the completion of a longer phrase with 22001 (no other column a
-// completion writes is a string), and on pg a statement prepared before the change with 0A000 (a
-// cached plan must not change its result type: the get). The codes do not name the column, so the
-// statement runs again without it: if the column was the cause that one succeeds, and an unrelated
-// failure fails again the same way and is thrown.
+// completion writes is a string). (The get reads it as text, so its result type never changes.) The
+// codes do not name the column, so the statement runs again without it: if the column was the cause
+// that one succeeds, and an unrelated failure fails again the same way and is thrown.
 const phraseColumnChanged = (error: unknown, operation: string): boolean => {
   const code = (error as { code?: unknown } | null)?.code;
-  if (code === '42804' || code === '0A000') return true;
+  if (code === '42804') return true;
   if (code === '22001') return operation === 'complete' || operation === 'complete_tx';
   return mentionsPhraseColumn(error);
 };

@@ -149,8 +149,8 @@ WHERE id = $1 AND token = $2 AND state = 'in_progress' AND expires_at > ${clock}
     // other statement, so it is gone here too: false, and purge reclaims it.
     forget: named('forget', `DELETE FROM ${t} WHERE id = $1 AND token = $2 AND expires_at > ${clock}`),
     // The phrase read as text whatever the column's type now: a pg statement prepared while it was
-    // text would otherwise refuse to run on that connection once it became varchar, a type the store
-    // accepts (0A000, "cached plan must not change result type"), and each such read lost the phrase.
+    // text would otherwise refuse to run on that connection once it had another type (0A000, "cached
+    // plan must not change result type"), varchar included, which the store accepts.
     get: named(
       'get',
       `SELECT ${phrase ? `${legacyColumns}, status_message::text AS status_message` : legacyColumns}, ${abandoned} AS abandoned FROM ${t} WHERE id = $1 AND expires_at > ${clock}`,

@@ -28,7 +28,7 @@ const text = `SELECT to_regclass($1) IS NOT NULL AS has_table,
  * Whether the store's table has a usable `status_message` column, learned from the catalog and
  * cached per store (see above). `present(operation)` resolves to the answer to use now (a failure to
  * ask is reported under `operation`, the store call that needed it); `missing()` records that a
- * statement found the column gone (42703) or of another type (42804, 22001, 0A000), so the next
+ * statement found the column gone (42703) or of another type (42804, 22001), so the next
  * calls run without it and ask again after `recheckMs`. `tag` is
  * the store's, which its statements' names carry; `now` the store's clock in milliseconds, which
  * only has to move forward (monotonic, not the wall clock: see postgres-store.ts).
