@@ -2853,12 +2853,8 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
     restore(this);
   }
   settleWritten(this);
-  if (!this.hold) {
-    // The end goes out once the outcome is stored: at once when the store answered at once.
-    const settling = this.settling;
-    if (settling === undefined) endNow(this, chunk, encoding, callback);
-    else void settling.then(() => endLater(this, chunk, encoding, callback));
-  }
+  // The end goes out once the outcome is stored: at once when the store answered at once.
+  if (!this.hold) sendEnd(this, chunk, encoding, callback);
   return res;
 }
 
@@ -2890,10 +2886,40 @@ function endDeclined(
     return res;
   }
   abandon(state, status, reason);
-  const settling = state.settling;
-  if (settling === undefined) endNow(state, chunk, encoding, callback);
-  else void settling.then(() => endLater(state, chunk, encoding, callback));
+  sendEnd(state, chunk, encoding, callback);
   return res;
+}
+
+/**
+ * Sends an end once the outcome is settled: at once when the store answered at once, or once it has.
+ * Node writes a head at `end()`, and what is set on the response after it never goes out; deferred,
+ * the head is written later, from whatever the response says then. A `statusMessage` or `statusCode`
+ * set right after `end()` (a handler's line below its end, a logger's hook) went out on the first
+ * answer, while the record (taken at the end) kept the one before, and every replay said that: the
+ * status line is put back as it was at the end, as Node would have sent it.
+ */
+function sendEnd(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
+  const settling = state.settling;
+  if (settling === undefined) {
+    endNow(state, chunk, encoding, callback);
+    return;
+  }
+  const res = state.res;
+  if (res.headersSent) {
+    void settling.then(() => endLater(state, chunk, encoding, callback));
+    return;
+  }
+  const status = res.statusCode;
+  // Not read over HTTP/2, which has no phrase (Node warns on the read: see ownReasonPhrase).
+  const h1 = streamOf(res) === undefined;
+  const phrase = h1 ? res.statusMessage : undefined;
+  void settling.then(() => {
+    if (!res.headersSent) {
+      res.statusCode = status;
+      if (h1) res.statusMessage = phrase as string;
+    }
+    endLater(state, chunk, encoding, callback);
+  });
 }
 
 // Sends the end that capturedEnd held back.
@@ -2943,9 +2969,7 @@ function answeredEarly(state: CaptureState) {
 // a retry that comes the moment it is read gets the replay, not a 409.
 function endAnsweredEarly(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
   answeredEarly(state);
-  const settling = state.settling;
-  if (settling === undefined) endNow(state, chunk, encoding, callback);
-  else void settling.then(() => endLater(state, chunk, encoding, callback));
+  sendEnd(state, chunk, encoding, callback);
   return state.res;
 }
 
