@@ -2913,13 +2913,29 @@ function sendEnd(state: CaptureState, chunk: unknown, encoding: unknown, callbac
   // Not read over HTTP/2, which has no phrase (Node warns on the read: see ownReasonPhrase).
   const h1 = streamOf(res) === undefined;
   const phrase = h1 ? res.statusMessage : undefined;
+  // The headers too: one set, changed or removed after end() went out on the first answer while the
+  // record kept them as they were. A copy per deferred end only: this path waits on a store anyway.
+  const headers = res.getHeaders();
   void settling.then(() => {
     if (!res.headersSent) {
       res.statusCode = status;
       if (h1) res.statusMessage = phrase as string;
+      putHeadersBack(res, headers);
     }
     endLater(state, chunk, encoding, callback);
   });
+}
+
+// Makes the response's headers those of `headers` (a getHeaders() copy): the ones added since are
+// removed, the ones changed or removed since are set again.
+function putHeadersBack(res: ServerResponse, headers: OutgoingHttpHeaders) {
+  for (const name of res.getHeaderNames()) {
+    if (!Object.hasOwn(headers, name)) res.removeHeader(name);
+  }
+  for (const name of Object.keys(headers)) {
+    const value = headers[name];
+    if (value !== undefined && res.getHeader(name) !== value) res.setHeader(name, value);
+  }
 }
 
 // Sends the end that capturedEnd held back.

@@ -55,6 +55,38 @@ describe('a phrase set between end() and the deferred end (store answering a few
   });
 });
 
+describe('a header set, changed or removed between end() and the deferred end', () => {
+  it('goes out as it was at end(), which the record keeps and the replay sends', async () => {
+    const served = await serve({
+      store: networkLike(),
+      answer: (res) => {
+        res.statusCode = 201;
+        res.setHeader('content-type', 'application/json');
+        res.setHeader('etag', '"v1"');
+        res.setHeader('link', '</a>; rel=x');
+        res.end('{"id":"ch_1"}');
+        // The head has not left yet; on a plain response each of these would throw
+        // ERR_HTTP_HEADERS_SENT (the head was written at end()).
+        res.setHeader('location', '/late');
+        res.setHeader('etag', '"v2"');
+        res.removeHeader('link');
+      },
+    });
+    try {
+      const first = await served.post('k-1');
+      const again = await served.post('k-1');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      for (const received of [first, again]) {
+        expect(received.headers.location).toBeUndefined();
+        expect(received.headers.etag).toBe('"v1"');
+        expect(received.headers.link).toBe('</a>; rel=x');
+      }
+    } finally {
+      await served.close();
+    }
+  });
+});
+
 const listHeaders: [string, string[]][] = [
   ['link', ['<a>; rel=x', '<b>; rel=y']],
   ['vary', ['accept', 'accept-language']],
