@@ -35,10 +35,13 @@ export interface DpopOptions {
    * Replay memory. Called with a key unique to the proof (`jkt:jti`) and the time it can be forgotten,
    * once the access token has verified and is bound to the proof's key (so requests that authenticate
    * no one never fill it); returns false when the key was already seen, or `'full'` when it cannot be
-   * remembered (the proof is then refused with `dpop_replay_full`). A store that throws or rejects
+   * remembered (the proof is then refused with `dpop_replay_full`), or `'share-full'` when the proof's
+   * key holds its share of the store (`dpop_replay_share_full`). A store that throws or rejects
    * refuses the proof with `dpop_replay_unavailable`. Default: in process, at most
-   * `maxReplayEntries` proofs. Give a shared store (Redis `SET NX PX`) when several gateways run;
-   * it bounds itself (`maxReplayEntries` with a store is a `TypeError`).
+   * `maxReplayEntries` proofs and `maxReplayEntriesPerKey` of one key. Give a shared store (Redis
+   * `SET NX PX`) when several gateways run; it bounds itself, and should give each key (the key's
+   * part before the first `:`) a share of its own, or one client can fill it for all the others
+   * (`maxReplayEntries` or `maxReplayEntriesPerKey` with a store is a `TypeError`).
    */
   replay?: ((key: string, expiresAtMs: number) => ReplayAnswer | Promise<ReplayAnswer>) | undefined;
   /**
@@ -52,6 +55,15 @@ export interface DpopOptions {
    * are refused. Not with `replay` (a `TypeError`): a store of one's own is bounded by its own means.
    */
   maxReplayEntries?: number | undefined;
+  /**
+   * How many live proofs of one key (the token's `cnf.jkt`) the in-process memory holds (default a
+   * hundredth of `maxReplayEntries`, at least 1: 1,000, about 14 requests a second of one key with
+   * the default 70 s a proof is remembered). Past it, that key's new proofs are refused with
+   * `dpop_replay_share_full` until its own proofs expire, and other keys still get in: without it,
+   * one holder of a bound token could fill the whole memory and lock every other client out. At most
+   * `maxReplayEntries` (equal to it: no share). Not with `replay` (a `TypeError`), like `maxReplayEntries`.
+   */
+  maxReplayEntriesPerKey?: number | undefined;
   /**
    * Require a nonce this server provides in every proof (RFC 9449 §9): `true`, or `{ secret,
    * lifetime }`. A proof without one, or with one past its time, is refused with 401
@@ -73,6 +85,7 @@ const dpopOptionNames = [
   'replay',
   'replayTimeout',
   'maxReplayEntries',
+  'maxReplayEntriesPerKey',
   'nonce',
 ] as const satisfies readonly (keyof DpopOptions)[];
 const dpopNamesAll: NamesAll<DpopOptions, typeof dpopOptionNames> = true;
@@ -124,6 +137,11 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
       'dpop.maxReplayEntries bounds the in-process replay memory and cannot be combined with dpop.replay: bound your store itself',
     );
   }
+  if (options.replay !== undefined && options.maxReplayEntriesPerKey !== undefined) {
+    throw new TypeError(
+      'dpop.maxReplayEntriesPerKey bounds the in-process replay memory and cannot be combined with dpop.replay: give each key a share in your store itself',
+    );
+  }
   if (options.replay === undefined && options.replayTimeout !== undefined) {
     throw new TypeError(
       'dpop.replayTimeout applies to a dpop.replay store only: the in-process memory answers at once',
@@ -169,7 +187,8 @@ export function buildDpop(options: DpopOptions, now: () => number): DpopRuntime 
     algorithms,
     maxAgeMs: maxAge * 1000,
     origin,
-    replay: options.replay ?? memoryReplayCache(options.maxReplayEntries ?? 100_000, now),
+    replay:
+      options.replay ?? memoryReplayCache(options.maxReplayEntries ?? 100_000, now, options.maxReplayEntriesPerKey),
     replayTimeoutMs: replayTimeout * 1000,
     nonces: nonceOptions(options.nonce),
   };
@@ -384,6 +403,7 @@ export async function verifyDpopProof(
 /**
  * Records a verified proof in the replay memory (the `jti` memory A0 lacks). Returns the refusal:
  * `dpop_proof_invalid` for a proof whose `iat` window ended meanwhile, `dpop_proof_replayed` for a proof seen before, `dpop_replay_full` when the memory cannot take it,
+ * `dpop_replay_share_full` when the proof's key already holds its share of the memory,
  * `dpop_replay_unavailable` when it throws or rejects; `undefined` when the proof is new and now
  * remembered. Call it only after the access token verified and matched the proof's key.
  *
@@ -415,7 +435,8 @@ export async function rememberProof(
     return 'dpop_replay_unavailable';
   }
   if (answer === true) return undefined;
-  return answer === 'full' ? 'dpop_replay_full' : 'dpop_proof_replayed';
+  if (answer === 'full') return 'dpop_replay_full';
+  return answer === 'share-full' ? 'dpop_replay_share_full' : 'dpop_proof_replayed';
 }
 
 /**

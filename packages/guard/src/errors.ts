@@ -148,6 +148,16 @@ export const guardErrorTable = {
     title: 'DPoP replay memory full',
     description: 'The DPoP proof cannot be accepted now: the replay memory is full',
   },
+  // Apart from `dpop_replay_full` though the client's remedy is the same (retry later with a fresh
+  // proof): the operator's is not. Full means the memory is too small for the traffic; this means one
+  // proof key sent more proofs in one window than its share (`dpop.maxReplayEntriesPerKey`), a client
+  // to look at or a share to raise, and the other clients were not affected.
+  dpop_replay_share_full: {
+    status: 401,
+    error: 'invalid_dpop_proof',
+    title: 'DPoP replay share full',
+    description: 'The DPoP proof cannot be accepted now: this key has too many recent proofs',
+  },
   // RFC 9449 §9: the proof carries no nonce, or one this server no longer takes. The answer brings
   // the current one in `DPoP-Nonce` (the glue sends `GuardError.dpopNonce`), for the client's retry.
   dpop_nonce_required: {
@@ -285,8 +295,8 @@ export interface GuardProblem {
   code: GuardErrorCode;
   /**
    * True where the same token may pass later: `keys_unavailable` (once the issuer's keys can be
-   * fetched), `dpop_replay_full` and `dpop_replay_unavailable` (with a fresh proof, once the replay
-   * memory has room or answers again).
+   * fetched), `dpop_replay_full`, `dpop_replay_share_full` and `dpop_replay_unavailable` (with a
+   * fresh proof, once the replay memory has room or answers again).
    */
   retryable: boolean;
   [extension: string]: unknown;
@@ -308,7 +318,7 @@ export class GuardError extends Error {
   readonly status: 400 | 401 | 403;
   /**
    * Whether the same request (same token) can succeed later: true for `keys_unavailable`,
-   * `dpop_replay_full` and `dpop_replay_unavailable`, refusals about the server's own dependencies
+   * `dpop_replay_full`, `dpop_replay_share_full` and `dpop_replay_unavailable`, refusals about the server's own dependencies
    * (the issuer's key endpoint, the replay memory), not the token. Every other refusal is repeated.
    */
   readonly retryable: boolean;
@@ -351,6 +361,7 @@ export class GuardError extends Error {
 const retryableCodes: ReadonlySet<GuardErrorCode> = new Set([
   'keys_unavailable',
   'dpop_replay_full',
+  'dpop_replay_share_full',
   'dpop_replay_unavailable',
 ]);
 

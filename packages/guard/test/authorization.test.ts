@@ -156,6 +156,7 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
       dpop_proof_invalid: [401, 'invalid_dpop_proof'],
       dpop_proof_replayed: [401, 'invalid_dpop_proof'],
       dpop_replay_full: [401, 'invalid_dpop_proof'],
+      dpop_replay_share_full: [401, 'invalid_dpop_proof'],
       dpop_nonce_required: [401, 'use_dpop_nonce'],
       dpop_replay_unavailable: [401, 'invalid_dpop_proof'],
       token_binding_invalid: [401, 'invalid_token'],
@@ -187,7 +188,12 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
         detail: row.description,
         code,
         // The server's own dependencies (key endpoint, DPoP replay memory): the same token may pass later.
-        retryable: ['keys_unavailable', 'dpop_replay_full', 'dpop_replay_unavailable'].includes(code),
+        retryable: [
+          'keys_unavailable',
+          'dpop_replay_full',
+          'dpop_replay_share_full',
+          'dpop_replay_unavailable',
+        ].includes(code),
       });
       expect(isGuardError(error)).toBe(true);
     }

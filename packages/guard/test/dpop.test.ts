@@ -474,7 +474,7 @@ describe('DPoP (case 52)', () => {
   });
 
   it('a full replay memory refuses new proofs (dpop_replay_full) instead of forgetting a live one', async () => {
-    const { clock, guard } = setup({ maxReplayEntries: 2 });
+    const { clock, guard } = setup({ maxReplayEntries: 2, maxReplayEntriesPerKey: 2 });
     const accessToken = makeToken({
       claims: { cnf: { jkt: await jkt(keys.ec.publicJwk) }, exp: clock.seconds() + 3600 },
     });
