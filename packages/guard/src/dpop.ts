@@ -283,6 +283,9 @@ function normalizePercentEncoding(path: string): string {
 function normalizeHtu(value: string): string | undefined {
   try {
     const url = new URL(value);
+    // RFC 9110 §4.2.4: an http(s) URI in a message carries no userinfo, and a recipient treats one as
+    // an error. The origin below would drop it, and a proof naming `user:pw@` would match.
+    if (url.username !== '' || url.password !== '') return undefined;
     return `${url.protocol}//${url.host}${normalizePercentEncoding(url.pathname)}`;
   } catch {
     return undefined;
