@@ -56,9 +56,10 @@ export interface DpopOptions {
    */
   maxReplayEntries?: number | undefined;
   /**
-   * How many live proofs of one key (the token's `cnf.jkt`) the in-process memory holds (default a
-   * hundredth of `maxReplayEntries`, at least 1: 1,000, about 14 requests a second of one key with
-   * the default 70 s a proof is remembered). Past it, that key's new proofs are refused with
+   * How many live proofs of one key (the token's `cnf.jkt`) the in-process memory holds once it is half
+   * full (default a hundredth of `maxReplayEntries`, at least 1: 1,000, about 14 requests a second of
+   * one key with the default 70 s a proof is remembered; below half, no key is held back, so a busy
+   * client is refused only while the memory is under pressure). Past it, that key's new proofs are refused with
    * `dpop_replay_share_full` until its own proofs expire, and other keys still get in: without it,
    * one holder of a bound token could fill the whole memory and lock every other client out. At most
    * `maxReplayEntries` (equal to it: no share). Not with `replay` (a `TypeError`), like `maxReplayEntries`.

@@ -25,9 +25,10 @@ function ownerOf(key: string): string {
 }
 
 /**
- * The share one proof key gets when none is given: a hundredth of the memory, at least 1. It takes a
- * hundred keys, so a hundred tokens the issuer bound to distinct keys, to fill the memory; one key
- * still gets about 14 proofs a second with the defaults (1,000 per 70 s a proof is remembered).
+ * The share one proof key gets when none is given: a hundredth of the memory, at least 1. Past half
+ * of the memory it takes fifty more keys, so tokens the issuer bound to distinct keys, to fill it;
+ * one key then still gets about 14 proofs a second with the defaults (1,000 per 70 s a proof is
+ * remembered), and below half as many as it sends.
  */
 const defaultShareOf = (maxEntries: number): number => Math.max(1, Math.floor(maxEntries / 100));
 
@@ -72,10 +73,11 @@ function popMin(heap: Remembered[]): Remembered | undefined {
  * first `:`: the proof key's thumbprint, as the guard's keys are `jkt:jti`). When every slot holds a
  * key that has not expired it answers `'full'` rather than forget one: a forgotten key is a proof that
  * can be replayed inside its window, so under a flood the guard refuses new proofs (fails closed)
- * instead. The share is what keeps that flood from being one client's to cause: a holder of one
- * bound token sending fresh proofs as fast as it can gets `'share-full'` for its own proofs once it
- * holds its share, and the rest of the memory stays for everyone else. Size it for the proofs one
- * `dpop.maxAge` window brings; the share defaults to a hundredth of it.
+ * instead. The share is what keeps that flood from being one client's to cause: once the memory is
+ * half full, a key holding its share gets `'share-full'` for its new proofs, so a holder of one bound
+ * token sending fresh proofs as fast as it can leaves at least half of the memory to everyone else;
+ * below half, no key is held back. Size it for the proofs one `dpop.maxAge` window brings; the share
+ * defaults to a hundredth of it.
  *
  * @example
  * const seen = memoryReplayCache(1000, Date.now, 50);
@@ -97,6 +99,10 @@ export function memoryReplayCache(
   if (share > maxEntries) {
     throw new TypeError(`dpop.maxReplayEntriesPerKey (${share}) must be at most dpop.maxReplayEntries (${maxEntries})`);
   }
+  // The share holds once the memory is half full. Below that every key gets in, so a single busy
+  // client is never held back while there is room; above it a key past its share is refused, so
+  // however many proofs one key sends, at least half of the memory stays for the others.
+  const pressure = Math.ceil(maxEntries / 2);
   // The keys remembered now; their expiries live in the heap.
   const entries = new Set<string>();
   // How many live keys each owner holds; an owner is deleted at zero, so this map never holds more
@@ -122,7 +128,7 @@ export function memoryReplayCache(
     // The memory's bound before the owner's: where both hold, everyone is being refused and `'full'`
     // is what the operator must hear; and a share equal to the memory (no share) answers as before.
     if (entries.size >= maxEntries) return 'full';
-    if (count >= share) return 'share-full';
+    if (count >= share && entries.size >= pressure) return 'share-full';
     entries.add(key);
     held.set(owner, count + 1);
     push(heap, { expiresAt: expiresAtMs, key, owner });

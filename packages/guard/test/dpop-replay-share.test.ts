@@ -62,19 +62,20 @@ describe('DPoP replay memory: a share per proof key', () => {
     for (let i = 0; i < 20; i++) flood.push(code(await guard.authenticate(flooder())));
     // Another client's valid proof still gets in, inside the same window...
     expect(code(await guard.authenticate(other()))).toBe('ok');
-    // ...and the flooder was refused past its share, with a code of its own.
+    // ...and the flooder was refused once it held its share of a memory half full, with a code of its own.
+    expect(flood.filter((answer) => answer === 'ok')).toHaveLength(10);
     expect(flood).toContain('dpop_replay_share_full');
     expect(flood).not.toContain('dpop_replay_full');
   });
 
-  it('the share boundary: exactly maxReplayEntriesPerKey live proofs per key, then that key alone is refused', async () => {
+  it('the share boundary: below half of the memory no key is held back; from half on, a key holding maxReplayEntriesPerKey live proofs is refused alone', async () => {
     const { clock, guard } = setup({ maxReplayEntries: 10, maxReplayEntriesPerKey: 3 });
     const flooder = await holder(keys.ec, 'ES256', clock);
     const other = await holder(keys.ed, 'EdDSA', clock);
     const first = flooder();
     expect(code(await guard.authenticate(first))).toBe('ok');
-    expect(code(await guard.authenticate(flooder()))).toBe('ok');
-    expect(code(await guard.authenticate(flooder()))).toBe('ok');
+    // Past its share of 3, but the memory is below half (5 of 10): a busy key is not held back.
+    for (let i = 0; i < 4; i++) expect(code(await guard.authenticate(flooder()))).toBe('ok');
     const refused = await guard.authenticate(flooder());
     expect(code(refused)).toBe('dpop_replay_share_full');
     if (!refused.ok) {
@@ -86,31 +87,39 @@ describe('DPoP replay memory: a share per proof key', () => {
     }
     // Fail closed: the key's remembered proofs were kept, a replay of the first is still caught.
     expect(code(await guard.authenticate(first))).toBe('dpop_proof_replayed');
-    expect(code(await guard.authenticate(other()))).toBe('ok');
-    expect(guard.stats().rejected.dpop_replay_share_full).toBe(1);
+    // Another key gets its share of what is left, then is held to it too.
+    for (let i = 0; i < 3; i++) expect(code(await guard.authenticate(other()))).toBe('ok');
+    expect(code(await guard.authenticate(other()))).toBe('dpop_replay_share_full');
+    expect(guard.stats().rejected.dpop_replay_share_full).toBe(2);
   });
 
-  it('the share frees up as the key’s own proofs expire (injected clock)', async () => {
+  it('the share frees up as proofs expire (injected clock)', async () => {
     const { clock, guard } = setup({ maxReplayEntries: 10, maxReplayEntriesPerKey: 2 });
     const flooder = await holder(keys.ec, 'ES256', clock);
-    expect(code(await guard.authenticate(flooder()))).toBe('ok');
+    for (let i = 0; i < 4; i++) expect(code(await guard.authenticate(flooder()))).toBe('ok');
     clock.advance(30);
     expect(code(await guard.authenticate(flooder()))).toBe('ok');
     expect(code(await guard.authenticate(flooder()))).toBe('dpop_replay_share_full');
-    // The first proof is remembered for 60 s + twice the 5 s tolerance (+1 ms): still live at 70 s.
+    // The first four are remembered for 60 s + twice the 5 s tolerance (+1 ms): still live at 70 s.
     clock.advance(40);
     expect(code(await guard.authenticate(flooder()))).toBe('dpop_replay_share_full');
+    // At 71 s they are gone: one live proof of 10, below half, and the key gets in again.
     clock.advance(1);
     expect(code(await guard.authenticate(flooder()))).toBe('ok');
-    expect(code(await guard.authenticate(flooder()))).toBe('dpop_replay_share_full');
   });
 
   it('the default share is a hundredth of maxReplayEntries (at least 1)', async () => {
     const { clock, guard } = setup({ maxReplayEntries: 300 });
     const flooder = await holder(keys.ec, 'ES256', clock);
+    const other = await holder(keys.ed, 'EdDSA', clock);
+    // One key fills half of the memory (150), then is held to its share of 3.
     const codes: string[] = [];
-    for (let i = 0; i < 4; i++) codes.push(code(await guard.authenticate(flooder())));
-    expect(codes).toEqual(['ok', 'ok', 'ok', 'dpop_replay_share_full']);
+    for (let i = 0; i < 151; i++) codes.push(code(await guard.authenticate(flooder())));
+    expect(codes.filter((answer) => answer === 'ok')).toHaveLength(150);
+    expect(codes.at(-1)).toBe('dpop_replay_share_full');
+    const others: string[] = [];
+    for (let i = 0; i < 4; i++) others.push(code(await guard.authenticate(other())));
+    expect(others).toEqual(['ok', 'ok', 'ok', 'dpop_replay_share_full']);
     const tiny = setup({ maxReplayEntries: 2 });
     const alone = await holder(keys.ec, 'ES256', tiny.clock);
     expect(code(await tiny.guard.authenticate(alone()))).toBe('ok');
@@ -147,14 +156,18 @@ describe('memoryReplayCache with a share per key', () => {
   it('keys are owned by what precedes their first ":" (the guard’s keys are jkt:jti)', () => {
     let now = 0;
     const seen = memoryReplayCache(10, () => now, 2);
+    // Below half of the memory (5), no owner is held to its share.
+    expect([seen('Z:1', 1000), seen('Z:2', 1000), seen('Z:3', 1000)]).toEqual([true, true, true]);
     expect(seen('A:1', 100)).toBe(true);
     expect(seen('A:2', 200)).toBe(true);
     expect(seen('A:3', 300)).toBe('share-full');
+    expect(seen('Z:4', 1000)).toBe('share-full');
     // A seen key is a replay, whatever its owner's share: `false`, never `'share-full'`.
     expect(seen('A:1', 100)).toBe(false);
     // A jti may hold a ":"; the owner is still A.
     expect(seen('A:x:y', 300)).toBe('share-full');
     expect(seen('B:1', 100)).toBe(true);
+    // A:1 and B:1 expire: 4 live, below half.
     now = 100;
     expect(seen('A:3', 300)).toBe(true);
     expect(seen('A:4', 300)).toBe('share-full');
@@ -191,12 +204,13 @@ describe('memoryReplayCache with a share per key', () => {
         if (expiresAt > now) expect(seen(key, 5000), `${key} at ${now}`).toBe(false);
       }
     }
-    // All expired: every owner has its whole share again (19 of them: 95 slots, room left).
+    // All expired: below half again, so one owner may fill half of the memory, then is held to its
+    // share while the others get theirs.
     now = 5000;
-    for (let owner = 0; owner < 19; owner++) {
-      for (let i = 0; i < share; i++) expect(seen(`o${owner}:again${i}`, 6000)).toBe(true);
-      expect(seen(`o${owner}:again-past`, 6000)).toBe('share-full');
-    }
+    for (let i = 0; i < capacity / 2; i++) expect(seen(`o0:again${i}`, 6000)).toBe(true);
+    expect(seen('o0:again-past', 6000)).toBe('share-full');
+    for (let i = 0; i < share; i++) expect(seen(`o1:again${i}`, 6000)).toBe(true);
+    expect(seen('o1:again-past', 6000)).toBe('share-full');
   });
 
   it('with a share equal to the memory there is no share: one key fills it and is told full', () => {
