@@ -2654,6 +2654,15 @@ function writeLast(state: CaptureState, bytes: Buffer, callback: unknown): boole
     return state.originalWrite.call(res, bytes, callback) as boolean;
   }
   state.tail = Buffer.from(bytes.subarray(bytes.length - 1));
+  if (bytes.length === 1 && !res.headersSent) {
+    // The whole body is this byte: the head waits with it (see headAsNow).
+    const putBack = headAsNow(res);
+    void settling.then(() => {
+      putBack();
+      writeTail(state, callback);
+    });
+    return true;
+  }
   void settling.then(() => writeTail(state, callback));
   if (bytes.length === 1) return true;
   return state.originalWrite.call(res, bytes.subarray(0, bytes.length - 1)) as boolean;
@@ -2891,12 +2900,9 @@ function endDeclined(
 }
 
 /**
- * Sends an end once the outcome is settled: at once when the store answered at once, or once it has.
- * Node writes a head at `end()`, and what is set on the response after it never goes out; deferred,
- * the head is written later, from whatever the response says then. A `statusMessage` or `statusCode`
- * set right after `end()` (a handler's line below its end, a logger's hook) went out on the first
- * answer, while the record (taken at the end) kept the one before, and every replay said that: the
- * status line is put back as it was at the end, as Node would have sent it.
+ * Sends an end once the outcome is settled: at once when the store answered at once, or once it has,
+ * with the head as it was at `end()` (see headAsNow): a status, phrase or header set right after
+ * `end()` (a handler's line below its end, a logger's hook) does not go out, as with Node.
  */
 function sendEnd(state: CaptureState, chunk: unknown, encoding: unknown, callback: unknown) {
   const settling = state.settling;
@@ -2904,26 +2910,37 @@ function sendEnd(state: CaptureState, chunk: unknown, encoding: unknown, callbac
     endNow(state, chunk, encoding, callback);
     return;
   }
-  const res = state.res;
-  if (res.headersSent) {
+  if (state.res.headersSent) {
     void settling.then(() => endLater(state, chunk, encoding, callback));
     return;
   }
+  const putBack = headAsNow(state.res);
+  void settling.then(() => {
+    putBack();
+    endLater(state, chunk, encoding, callback);
+  });
+}
+
+/**
+ * Keeps the head of a response whose head has not left yet, for when it does: the returned function
+ * puts the status, phrase and headers back as they are now, unless the head left meanwhile. An end
+ * (or the last declared byte) held until the outcome is stored writes its head later, from whatever
+ * the response says then, where Node would have written it at once; what is set, changed or removed
+ * in between went out on the first answer while the record kept the head as it was, and every
+ * replay said that. A copy per held head only: this path waits on a store anyway.
+ */
+function headAsNow(res: ServerResponse): () => void {
   const status = res.statusCode;
   // Not read over HTTP/2, which has no phrase (Node warns on the read: see ownReasonPhrase).
   const h1 = streamOf(res) === undefined;
   const phrase = h1 ? res.statusMessage : undefined;
-  // The headers too: one set, changed or removed after end() went out on the first answer while the
-  // record kept them as they were. A copy per deferred end only: this path waits on a store anyway.
   const headers = res.getHeaders();
-  void settling.then(() => {
-    if (!res.headersSent) {
-      res.statusCode = status;
-      if (h1) res.statusMessage = phrase as string;
-      putHeadersBack(res, headers);
-    }
-    endLater(state, chunk, encoding, callback);
-  });
+  return () => {
+    if (res.headersSent) return;
+    res.statusCode = status;
+    if (h1) res.statusMessage = phrase as string;
+    putHeadersBack(res, headers);
+  };
 }
 
 // Makes the response's headers those of `headers` (a getHeaders() copy): the ones added since are

@@ -87,6 +87,36 @@ describe('a header set, changed or removed between end() and the deferred end', 
   });
 });
 
+describe('a one-byte body framed by its Content-Length, its head held with its byte', () => {
+  it('a status or header set after that byte was written goes out as it was at the write', async () => {
+    const served = await serve({
+      store: networkLike(),
+      answer: (res) => {
+        res.statusCode = 201;
+        res.setHeader('content-length', '1');
+        res.setHeader('etag', '"v1"');
+        // The last declared byte: the response is whole, settled here, its byte held for the store.
+        res.write('1');
+        res.statusCode = 500;
+        res.setHeader('etag', '"v2"');
+        res.setHeader('location', '/late');
+        res.end();
+      },
+    });
+    try {
+      const first = await served.post('k-1');
+      const again = await served.post('k-1');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      for (const received of [first, again]) {
+        expect([received.status, received.headers.etag, received.headers.location]).toEqual([201, '"v1"', undefined]);
+        expect(received.body.toString()).toBe('1');
+      }
+    } finally {
+      await served.close();
+    }
+  });
+});
+
 const listHeaders: [string, string[]][] = [
   ['link', ['<a>; rel=x', '<b>; rel=y']],
   ['vary', ['accept', 'accept-language']],
