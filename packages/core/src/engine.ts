@@ -251,6 +251,19 @@ export interface IdempotencyEngine {
  */
 export const settleNow = Symbol('idem settle now');
 
+/**
+ * Key of an internal option: a function of the attempt (0 to 4) giving the pause in ms before that
+ * background retry of a failed completion, in place of the production 100 ms doubling to 1.6 s.
+ * For conformance tables only (testkit's `describeAdapter` runs its "store keeps failing" scenario
+ * in every framework x store x mode, and would wait 3.1 s of real time in each). A registry symbol,
+ * so testkit can set it without this package exporting it: no public option, not documented, and
+ * the option-name check (string names only) lets it through. The number of retries is not part of it.
+ */
+export const completionRetryPauses: unique symbol = Symbol.for('@idem/core.completionRetryPauses');
+
+// The production pause before retry `attempt` (0 to 4) of a failed completion: 100 ms, doubling to 1.6 s.
+const completionRetryPause = (attempt: number) => 100 * 2 ** attempt;
+
 /** What {@link settleNow} holds. */
 export interface SettleNow {
   /**
@@ -441,6 +454,10 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // then takes a running key over), an hour forward give up on every handler. An injected `now`
   // (tests, simulations) drives both; `now` alone stamps events.
   const elapsed = options.now ?? monotonicNow;
+  const injectedPause: unknown = (options as { [completionRetryPauses]?: unknown })[completionRetryPauses];
+  if (injectedPause !== undefined && typeof injectedPause !== 'function')
+    throw new TypeError('the completion retry pauses must be a function of the attempt');
+  const retryPause = (injectedPause as ((attempt: number) => number) | undefined) ?? completionRetryPause;
   const onEvent = options.onEvent;
   if (onEvent !== undefined && typeof onEvent !== 'function') throw new TypeError('onEvent must be a function');
   const replays = replayCacheOf(options.replayCache, store.inProcess === true);
@@ -1067,7 +1084,7 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
   // in between (so the key is not abandoned to a retry that would run the handler again). After the
   // last failure the key is freed as before; if even that fails, the lease ends it. A lease lost
   // meanwhile for good (another execution took the key over) ends the attempts: the late outcome
-  // would be fenced anyway.
+  // would be fenced anyway. (Tests may shorten the pauses: see completionRetryPauses.)
   const retryCompletion = (lease: LeaseState, input: CompleteInput, attempt: number) => {
     // While the completion was out (no renewals meanwhile) the key may have gone to another claim of
     // this process: its lease is the one `held` renews. Put back over it, this one would push it out
@@ -1082,31 +1099,28 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     lease.retrying = true;
     held.set(lease.id, lease);
     startHeartbeat(lease);
-    const timer = setTimeout(
-      () => {
-        if (lease.finished) return;
-        stopHeartbeat(lease);
-        const started = onEvent ? elapsed() : 0;
-        let answer: Awaitable<boolean>;
-        try {
-          answer = storeCall('complete', () => store.complete(input));
-        } catch (error) {
-          answer = Promise.reject(error);
-        }
-        Promise.resolve(answer).then(
-          (completed) => {
-            if (completed) afterComplete(lease, input.response, started, true);
-            else settleRefusedRetry(lease, input, started);
-          },
-          (error: unknown) => {
-            reportCompleteError(lease, error);
-            if (attempt + 1 < completionRetries) retryCompletion(lease, input, attempt + 1);
-            else freeKey(lease);
-          },
-        );
-      },
-      100 * 2 ** attempt,
-    );
+    const timer = setTimeout(() => {
+      if (lease.finished) return;
+      stopHeartbeat(lease);
+      const started = onEvent ? elapsed() : 0;
+      let answer: Awaitable<boolean>;
+      try {
+        answer = storeCall('complete', () => store.complete(input));
+      } catch (error) {
+        answer = Promise.reject(error);
+      }
+      Promise.resolve(answer).then(
+        (completed) => {
+          if (completed) afterComplete(lease, input.response, started, true);
+          else settleRefusedRetry(lease, input, started);
+        },
+        (error: unknown) => {
+          reportCompleteError(lease, error);
+          if (attempt + 1 < completionRetries) retryCompletion(lease, input, attempt + 1);
+          else freeKey(lease);
+        },
+      );
+    }, retryPause(attempt));
     timer.unref?.();
   };
 

@@ -410,12 +410,28 @@ function transactionalMemoryHarness(log: TransactionLog): AdapterStoreHarness {
 // out, as every idem option takes it, so `adapterOptions: { onEvent: undefined }` (a configuration
 // handed on as it is) keeps the table's store and listener instead of replacing them with nothing.
 function layered<T extends object>(...layers: readonly (Partial<T> | undefined)[]): T {
-  const merged: Record<string, unknown> = {};
+  const merged: Record<PropertyKey, unknown> = {};
   for (const layer of layers) {
-    for (const [name, value] of Object.entries(layer ?? {})) if (value !== undefined) merged[name] = value;
+    if (layer === undefined) continue;
+    // Symbol keys too: the internal completionRetryPauses below must reach routes' own instances.
+    for (const name of Reflect.ownKeys(layer)) {
+      const value = (layer as Record<PropertyKey, unknown>)[name];
+      if (value !== undefined && Object.prototype.propertyIsEnumerable.call(layer, name)) merged[name] = value;
+    }
   }
   return merged as T;
 }
+
+/**
+ * The engine's internal option (a registry symbol @idem/core does not export) for the pauses before
+ * its background retries of a failed completion: 100 ms doubling to 1.6 s in production, 3.1 s of
+ * real waiting in every table's "store keeps failing" scenario. The table only checks what the
+ * retries lead to (served, retried, released or replayed); the schedule itself is pinned in core's
+ * own tests on fake timers. An adapter that copies its options by their string names drops it, and
+ * its table only waits the production pauses.
+ */
+const completionRetryPauses = Symbol.for('@idem/core.completionRetryPauses');
+const quickRetryPauses = () => 1;
 
 /**
  * The scenario table every idem adapter passes (anchors section 7, cases 1-3, 5, 6, 11-15, 18-20,
@@ -675,7 +691,9 @@ export function describeAdapter(
       }
     };
     const shared = layered<HttpIdempotencyOptions<any>>(
-      { store: store.store, onEvent },
+      { store: store.store, onEvent, [completionRetryPauses]: quickRetryPauses } as Partial<
+        HttpIdempotencyOptions<any>
+      >,
       options.adapterOptions,
       adapterOptions,
     );
