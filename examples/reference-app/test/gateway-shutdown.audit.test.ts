@@ -5,8 +5,8 @@ import { randomUUID } from 'node:crypto';
 import { Agent, createServer, type IncomingMessage, request, type Server } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningGateway, startGateway } from '../src/gateway/server.js';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { type GatewayOptions, type RunningGateway, startGateway } from '../src/gateway/server.js';
 
 const issuer = 'https://issuer.gateway-shutdown.example';
 const audience = 'http://gateway-shutdown.test';
@@ -54,15 +54,22 @@ async function slowUpstream(): Promise<{ port: number; arrived: Promise<void>; a
     server.closeAllConnections();
     return new Promise<void>((resolve) => server.close(() => resolve()));
   });
-  return { port: (server.address() as AddressInfo).port, arrived, answer: () => pending?.() };
+  // Answers once: a test that answered leaves its cleanup nothing to answer.
+  const answer = () => {
+    const now = pending;
+    pending = undefined;
+    now?.();
+  };
+  return { port: (server.address() as AddressInfo).port, arrived, answer };
 }
 
-async function gatewayTo(port: number): Promise<RunningGateway> {
+async function gatewayTo(port: number, options: Partial<GatewayOptions> = {}): Promise<RunningGateway> {
   const gateway = await startGateway({
     port: 0,
     apiUrl: `http://127.0.0.1:${port}`,
     baseUrl: audience,
     issuers: [{ issuer, jwks: { keys: [publicJwk] }, algorithms: ['ES256'] }],
+    ...options,
   });
   return gateway;
 }
@@ -204,10 +211,10 @@ describe('gateway shutdown with a request in flight on a keep-alive connection',
     await closing;
   }, 10_000);
 
-  // Was a defect: the gateway's close() has no grace (unlike drainable's 10 s): a request the API never answers holds the shutdown until reply-from's 300 s undici timeout, and the API behind it, whose own drain would cut the request at 10 s, is only closed after the gateway.
-  it('gives a request that never ends at most the 10 s grace, then closes', async () => {
+  /** A gateway holding one request its upstream never answers: closed, only its grace ends it. */
+  async function stuckRequest(options: Partial<GatewayOptions> = {}) {
     const upstream = await slowUpstream();
-    const gateway = await gatewayTo(upstream.port);
+    const gateway = await gatewayTo(upstream.port, options);
     // Reverse order: the upstream is shut last-registered-first, so the gateway's own close can end.
     cleanups.push(() => gateway.close());
     const agent = new Agent({ keepAlive: true });
@@ -218,6 +225,44 @@ describe('gateway shutdown with a request in flight on a keep-alive connection',
       await response;
     });
     await upstream.arrived;
-    expect(await within(gateway.close(), 12_000)).toBe('settled');
-  }, 20_000);
+    return { gateway, upstream, response };
+  }
+
+  // Was a defect: the gateway's close() has no grace (unlike drainable's 10 s): a request the API never answers holds the shutdown until reply-from's 300 s undici timeout, and the API behind it, whose own drain would cut the request at 10 s, is only closed after the gateway.
+  // The grace is shutdownGraceMs (a short one here: the default's 10 s is pinned below without waiting it).
+  it('gives a request that never ends at most its grace (shutdownGraceMs), then closes', async () => {
+    const { gateway, response } = await stuckRequest({ shutdownGraceMs: 300 });
+    const started = performance.now();
+    let closed = false;
+    const closing = gateway.close().then(() => {
+      closed = true;
+    });
+    // Held while the grace runs: the request is not cut before it ends.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(closed).toBe(false);
+    expect(await within(closing, 5_000)).toBe('settled');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(290);
+    // Cut, not answered: the client sees its connection end.
+    expect(await response).toBeInstanceOf(Error);
+  }, 10_000);
+
+  it('gives 10 s of grace by default: the timer that cuts what still runs is set to 10 000 ms', async () => {
+    const { gateway, upstream } = await stuckRequest();
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    try {
+      const closing = gateway.close();
+      const delays = timers.mock.calls.map((call) => call[1]);
+      expect(delays).toContain(10_000);
+      upstream.answer();
+      expect(await within(closing, 5_000)).toBe('settled');
+    } finally {
+      timers.mockRestore();
+    }
+  }, 10_000);
+
+  it('refuses a shutdownGraceMs that is not a whole number of milliseconds from 0 to 2^31 - 1', async () => {
+    for (const shutdownGraceMs of [-1, 1.5, Number.NaN, 2 ** 31, '10s' as unknown as number]) {
+      await expect(gatewayTo(9, { shutdownGraceMs })).rejects.toThrow(/shutdownGraceMs/);
+    }
+  });
 });
