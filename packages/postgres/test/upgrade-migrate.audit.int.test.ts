@@ -90,7 +90,8 @@ describe.runIf(await postgresAvailable())(
       const { table, handler } = await setUp('upgrade_lock_timeout');
       const migrator = await pool.connect();
       try {
-        const migrating = migrate(migrator, { table, lockTimeout: '300ms', lockWait: '1s' });
+        // Two tries of 150 ms (the pause between them is 250 ms), then the 500 ms are spent.
+        const migrating = migrate(migrator, { table, lockTimeout: '150ms', lockWait: '500ms' });
         await waitForBlockedAlter();
         // Queued behind the ALTER, but only until the ALTER gives up.
         const replay = pool.query(oldGet(table), ['replayed']);
@@ -118,9 +119,11 @@ describe.runIf(await postgresAvailable())(
     it('with lockTimeout false, migrate() waits for the open transaction as long as it takes', async () => {
       const { table, handler } = await setUp('upgrade_lock_wait');
       try {
-        const migrating = migrate(pool, { table, lockTimeout: false, lockWait: '1s' });
+        // Still waiting well past lockWait and past what the default lockTimeout (500 ms) would give
+        // up at: a `false` read as the default, or a lockWait applied anyway, has rejected by then.
+        const migrating = migrate(pool, { table, lockTimeout: false, lockWait: '100ms' });
         await waitForBlockedAlter();
-        expect(await within(1_500, migrating)).toBe('still waiting');
+        expect(await within(800, migrating)).toBe('still waiting');
         await handler.query('COMMIT');
         await migrating;
       } finally {

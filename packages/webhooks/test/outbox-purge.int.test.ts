@@ -323,7 +323,8 @@ describe.skipIf(!available)('outbox.purge()', () => {
       // lockWait migrate() gives up with 55P03, having changed nothing.
       await holder.query('BEGIN');
       await outbox.add(holder, { id: 'open', url: 'https://p.example/h', body: '{}' });
-      const migrating = outbox.migrate(migrator, { lockTimeout: '200ms', lockWait: '1s' });
+      // lockWait below the first pause (250 ms): one try of 200 ms, then it gives up.
+      const migrating = outbox.migrate(migrator, { lockTimeout: '200ms', lockWait: '400ms' });
       const gaveUp = expect(migrating).rejects.toMatchObject({ code: '55P03' });
       const other = await pool.connect();
       try {
