@@ -2910,15 +2910,37 @@ function sendEnd(state: CaptureState, chunk: unknown, encoding: unknown, callbac
     endNow(state, chunk, encoding, callback);
     return;
   }
-  if (state.res.headersSent) {
-    void settling.then(() => endLater(state, chunk, encoding, callback));
-    return;
-  }
-  const putBack = headAsNow(state.res);
+  const putBack = state.res.headersSent ? undefined : headAsNow(state.res);
+  guardUntilEnd(state, settling);
   void settling.then(() => {
-    putBack();
+    restore(state);
+    putBack?.();
     endLater(state, chunk, encoding, callback);
   });
+}
+
+/**
+ * Until a held end goes out, takes what follows it as Node takes it after its end. Let through to
+ * Node, a `write()` sent its chunk (and the head) ahead of the held end: the first client read `ba`
+ * for `end('a'); write('b')`, where Node sends `a` and refuses the write, and the record and every
+ * replay said `a`. A write or end now waits for the held end and meets it there as Node's own would
+ * (ERR_STREAM_WRITE_AFTER_END); a `writeHead()` throws, as Node's does once `end()` wrote the head.
+ */
+function guardUntilEnd(state: CaptureState, settling: Promise<unknown>) {
+  const res = state.res;
+  res.write = ((chunk: unknown, encoding: unknown, callback: unknown) => {
+    void settling.then(() => state.originalWrite.call(res, chunk, encoding, callback));
+    return false;
+  }) as ServerResponse['write'];
+  res.end = ((chunk: unknown, encoding: unknown, callback: unknown) => {
+    void settling.then(() => state.originalEnd.call(res, chunk, encoding, callback));
+    return res;
+  }) as ServerResponse['end'];
+  res.writeHead = (() => {
+    throw Object.assign(new Error('Cannot write headers after they are sent to the client'), {
+      code: 'ERR_HTTP_HEADERS_SENT',
+    });
+  }) as ServerResponse['writeHead'];
 }
 
 /**

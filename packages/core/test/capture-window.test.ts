@@ -87,6 +87,39 @@ describe('a header set, changed or removed between end() and the deferred end', 
   });
 });
 
+describe('a write, end or writeHead between end() and the deferred end', () => {
+  it('is taken as after the end, as Node takes it: the first client reads what the record keeps', async () => {
+    const seen: unknown[] = [];
+    const served = await serve({
+      store: networkLike(),
+      answer: (res) => {
+        res.statusCode = 201;
+        res.on('error', (error: NodeJS.ErrnoException) => seen.push(error.code));
+        res.end('a');
+        res.write('b', (error?: NodeJS.ErrnoException | null) => seen.push(`write: ${error?.code}`));
+        res.end('c');
+        try {
+          res.writeHead(500, { location: '/late' });
+        } catch (error) {
+          seen.push(`writeHead: ${(error as NodeJS.ErrnoException).code}`);
+        }
+      },
+    });
+    try {
+      const first = await served.post('k-1');
+      const again = await served.post('k-1');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      for (const received of [first, again]) {
+        expect([received.status, received.body.toString(), received.headers.location]).toEqual([201, 'a', undefined]);
+      }
+      expect(seen).toContain('writeHead: ERR_HTTP_HEADERS_SENT');
+      await expect.poll(() => seen).toContain('write: ERR_STREAM_WRITE_AFTER_END');
+    } finally {
+      await served.close();
+    }
+  });
+});
+
 describe('a one-byte body framed by its Content-Length, its head held with its byte', () => {
   it('a status or header set after that byte was written goes out as it was at the write', async () => {
     const served = await serve({
