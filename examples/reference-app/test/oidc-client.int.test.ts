@@ -12,6 +12,16 @@ type Mode = 'good' | 'wrong-key' | 'wrong-nonce' | 'alg-none' | 'wrong-issuer-di
 let server: Server;
 let issuer: string;
 let mode: Mode = 'good';
+/**
+ * What the scripted ID token changes before it is signed, a member set to undefined removed: the
+ * client's check of each claim and header member.
+ */
+interface Patch {
+  claims?: Record<string, unknown>;
+  header?: { alg?: string; kid?: string | undefined };
+}
+let patch: Patch = {};
+let hmacKey: Uint8Array;
 let expectedNonce = '';
 let tokenRequests = 0;
 let signingKey: CryptoKey;
@@ -26,6 +36,7 @@ beforeAll(async () => {
   const b = await generateKeyPair('RS256');
   signingKey = a.privateKey;
   otherKey = b.privateKey;
+  hmacKey = new TextEncoder().encode('secret');
   publicJwk = { ...(await exportJWK(a.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
 
   server = createServer(async (req, res) => {
@@ -46,7 +57,7 @@ beforeAll(async () => {
     if (req.url === '/token') {
       tokenRequests++;
       const now = Math.floor(Date.now() / 1000);
-      const claims = {
+      const claims: Record<string, unknown> = {
         iss: issuer,
         aud: 'photo-app',
         sub: 'user-1',
@@ -55,12 +66,22 @@ beforeAll(async () => {
         exp: now + 300,
         nonce: mode === 'wrong-nonce' ? 'not-the-nonce' : expectedNonce,
       };
+      const header: Record<string, unknown> = { alg: 'RS256', kid: 'k1' };
+      for (const [target, changes] of [
+        [claims, patch.claims],
+        [header, patch.header],
+      ] as const) {
+        for (const [name, value] of Object.entries(changes ?? {})) {
+          if (value === undefined) delete target[name];
+          else target[name] = value;
+        }
+      }
       const idToken =
         mode === 'alg-none'
           ? unsigned(claims)
           : await new SignJWT(claims)
-              .setProtectedHeader({ alg: 'RS256', kid: 'k1' })
-              .sign(mode === 'wrong-key' ? otherKey : signingKey);
+              .setProtectedHeader(header as { alg: string })
+              .sign(header.alg === 'HS256' ? hmacKey : mode === 'wrong-key' ? otherKey : signingKey);
       return json({ access_token: 'opaque-at', token_type: 'Bearer', expires_in: 300, id_token: idToken });
     }
     res.writeHead(404).end();
@@ -75,11 +96,13 @@ afterAll(async () => {
 
 beforeEach(() => {
   mode = 'good';
+  patch = {};
   tokenRequests = 0;
 });
 
-const client = (): OidcClient =>
+const client = (maxAgeSeconds?: number): OidcClient =>
   createOidcClient({
+    maxAgeSeconds,
     issuer,
     clientId: 'photo-app',
     clientSecret: 'secret',
@@ -125,5 +148,48 @@ describe('the app protocol client against a scripted server', () => {
     mode = 'wrong-issuer-discovery';
     await expect(client().startSignIn('/')).rejects.toThrow(/issuer/);
     expect(tokenRequests).toBe(0);
+  });
+
+  // What oauth4webapi checks in processAuthorizationCodeResponse, pinned through the app's client: a
+  // release, or a change of options (a clockTolerance, a skipped check), that let any through fails here.
+  const now = () => Math.floor(Date.now() / 1000);
+  it.each<[string, Patch, RegExp]>([
+    ['for another client (aud)', { claims: { aud: 'other-app' } }, /"aud"/],
+    [
+      'with another audience beside the app, and no azp',
+      { claims: { aud: ['photo-app', 'other-app'] } },
+      /additional untrusted audiences/,
+    ],
+    ['authorized for another party (azp)', { claims: { aud: ['photo-app', 'other-app'], azp: 'other-app' } }, /"azp"/],
+    ['past its exp', { claims: { exp: now() - 120 } }, /"exp".*past/],
+    ['without exp', { claims: { exp: undefined } }, /"exp".*missing/],
+    ['without iat', { claims: { iat: undefined } }, /"iat".*missing/],
+    ['from another issuer (iss)', { claims: { iss: 'https://someone-else.example' } }, /"iss"/],
+    ['without sub', { claims: { sub: undefined } }, /"sub".*missing/],
+    ['without the nonce it was sent (row 34)', { claims: { nonce: undefined } }, /"nonce".*missing/],
+    [
+      'signed HS256 with the client secret, not the RS256 the client registered',
+      { header: { alg: 'HS256', kid: undefined } },
+      /"alg" header/,
+    ],
+    ['naming a key the JWKS does not hold (kid)', { header: { kid: 'k-unknown' } }, /no applicable keys/],
+  ])('refuses an ID token %s, and signs no one in', async (_name, change, message) => {
+    patch = change;
+    await expect(attempt(client())).rejects.toThrow(message);
+  });
+
+  it.each<[string, Patch]>([
+    ['without auth_time', {}],
+    ['whose auth_time is older than max_age', { claims: { auth_time: now() - 3600 } }],
+  ])('refuses an ID token %s when the app sends max_age', async (_name, change) => {
+    patch = change;
+    await expect(attempt(client(600))).rejects.toThrow(/auth_time|since the last End-User authentication/);
+  });
+
+  it('pins: takes an ID token whose auth_time is within max_age (the contrast)', async () => {
+    const authTime = now() - 60;
+    patch = { claims: { auth_time: authTime } };
+    const result = await attempt(client(600));
+    expect(result.authTime).toBe(authTime);
   });
 });

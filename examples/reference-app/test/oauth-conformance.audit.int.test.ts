@@ -1,0 +1,182 @@
+// Conformance re-audit of the provider (research/oauth-oidc-anchors.md, section 4): the checks no
+// other file pinned. Redirect URIs of the native client (RFC 8252 section 7.3 exempts the loopback
+// port, nothing else), the RP-initiated logout's post_logout_redirect_uri (no open redirector,
+// RFC 9700 section 4.11), and a refresh token of the confidential app presented without its secret.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Database } from '../src/db.js';
+import { demoUsers } from '../src/seed.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { authorizationUrl, type Credentials, codeFlow, tokenRequest } from './flow.js';
+import { openTestDatabase } from './services.js';
+import { createUserAgent, pkcePair } from './user-agent.js';
+
+const resource = 'http://localhost:8080';
+const alice = { username: 'alice', password: demoUsers[0].password };
+
+let db: Database;
+let running: RunningReferenceApp;
+let app: Required<Credentials>;
+let cli: Credentials;
+
+beforeAll(async () => {
+  db = await openTestDatabase('oauth_conformance');
+  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
+  app = {
+    clientId: running.clients.app.clientId,
+    clientSecret: running.clients.app.clientSecret,
+    redirectUri: running.clients.app.redirectUri,
+  };
+  cli = { clientId: running.clients.publicClient.clientId, redirectUri: 'http://127.0.0.1:4321/callback' };
+});
+
+afterAll(async () => {
+  await running?.close();
+  await db?.close();
+});
+
+const auth = () => running.authUrl;
+
+async function authorizeOnly(clientId: string, redirectUri: string) {
+  const { challenge } = pkcePair();
+  return fetch(authorizationUrl(auth(), { clientId, redirectUri, challenge, challengeMethod: 'S256' }), {
+    redirect: 'manual',
+  });
+}
+
+describe('the native client: any loopback port, and nothing else different (RFC 8252 section 7.3, row 1)', () => {
+  it('pins: takes its registered loopback URI on any port (the contrast)', async () => {
+    for (const port of ['4321', '65000']) {
+      const response = await authorizeOnly(cli.clientId, `http://127.0.0.1:${port}/callback`);
+      expect(response.status).toBe(303);
+      expect(response.headers.get('location')).toMatch(/^\/interaction\//);
+    }
+  });
+
+  it.each([
+    ['another loopback name (localhost)', 'http://localhost:4321/callback'],
+    ['another loopback address (::1)', 'http://[::1]:4321/callback'],
+    ['an extra path', 'http://127.0.0.1:4321/callback/x'],
+    ['a trailing slash', 'http://127.0.0.1:4321/callback/'],
+    ['another case', 'http://127.0.0.1:4321/Callback'],
+    ['a query', 'http://127.0.0.1:4321/callback?next=https://evil.example'],
+    ['https', 'https://127.0.0.1:4321/callback'],
+    ['user information', 'http://evil@127.0.0.1:4321/callback'],
+    ['a host behind user information', 'http://127.0.0.1:4321@evil.example/callback'],
+    ['another host on the port', 'http://evil.example:4321/callback'],
+  ])('refuses %s with a page, not a redirect', async (_name, redirectUri) => {
+    const response = await authorizeOnly(cli.clientId, redirectUri);
+    expect(response.status).toBe(400);
+    expect(response.headers.get('location')).toBeNull();
+    expect(await response.text()).toContain('redirect_uri');
+  });
+
+  it.each([
+    ['a query', (uri: string) => `${uri}?next=https://evil.example`],
+    ['user information', (uri: string) => uri.replace('http://', 'http://evil@')],
+    ['a fragment', (uri: string) => `${uri}#x`],
+  ])("refuses the web app's redirect URI with %s, without redirecting to it", async (_name, mutate) => {
+    const response = await authorizeOnly(app.clientId, mutate(app.redirectUri));
+    expect(response.status).toBe(400);
+    expect(response.headers.get('location')).toBeNull();
+  });
+});
+
+describe('RP-initiated logout: post_logout_redirect_uri is no open redirector', () => {
+  const appHome = () => new URL('/', app.redirectUri).href;
+
+  it.each([
+    ['another site', () => ({ client_id: app.clientId, post_logout_redirect_uri: 'https://evil.example/' })],
+    ['an extra path', () => ({ client_id: app.clientId, post_logout_redirect_uri: `${appHome()}x` })],
+    ['a query', () => ({ client_id: app.clientId, post_logout_redirect_uri: `${appHome()}?to=https://evil.example` })],
+    [
+      "the app's redirect URI, not its post-logout one",
+      () => ({ client_id: app.clientId, post_logout_redirect_uri: app.redirectUri }),
+    ],
+    ['another client named with it', () => ({ client_id: cli.clientId, post_logout_redirect_uri: appHome() })],
+  ])('refuses one of %s for a signed-in user, and sends the browser nowhere', async (_name, fields) => {
+    const { agent } = await codeFlow(auth(), app, alice);
+    const url = new URL('/session/end', auth());
+    for (const [name, value] of Object.entries(fields())) url.searchParams.set(name, value);
+    url.searchParams.set('state', 'state-7');
+    const step = await agent.request(url.href);
+    expect(step.response.status).toBe(400);
+    expect(step.response.headers.get('location')).toBeNull();
+    expect(step.body).not.toContain('evil.example');
+    // No form that would carry the browser on to it either.
+    expect(step.body).not.toContain('op.logoutForm');
+  });
+
+  it("drops one that comes without a client: the confirmed logout ends on the provider's own page", async () => {
+    const { agent } = await codeFlow(auth(), app, alice);
+    const url = new URL('/session/end', auth());
+    url.searchParams.set('post_logout_redirect_uri', 'https://evil.example/');
+    const confirm = await agent.request(url.href);
+    expect(confirm.response.status).toBe(200);
+    expect(confirm.body).not.toContain('evil.example');
+    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(confirm.body)?.[1];
+    const xsrf = /name="xsrf" value="([^"]+)"/.exec(confirm.body)?.[1];
+    const done = await agent.postForm(new URL(action ?? '', auth()).href, { xsrf: xsrf ?? '', logout: 'yes' });
+    expect(done.response.status).toBe(303);
+    const location = new URL(done.response.headers.get('location') ?? '', auth());
+    expect(location.origin).toBe(new URL(auth()).origin);
+    expect((await agent.request(location.href)).body).toContain('<h1>Signed out</h1>');
+  });
+
+  it('pins: goes back to the registered one, with the state, once the user confirms (the contrast)', async () => {
+    const { agent } = await codeFlow(auth(), app, alice);
+    const url = new URL('/session/end', auth());
+    url.searchParams.set('client_id', app.clientId);
+    url.searchParams.set('post_logout_redirect_uri', appHome());
+    url.searchParams.set('state', 'state-7');
+    const confirm = await agent.request(url.href);
+    expect(confirm.response.status).toBe(200);
+    const action = /<form id="op.logoutForm" method="post" action="([^"]+)"/.exec(confirm.body)?.[1];
+    const xsrf = /name="xsrf" value="([^"]+)"/.exec(confirm.body)?.[1];
+    const done = await agent.postForm(new URL(action ?? '', auth()).href, { xsrf: xsrf ?? '', logout: 'yes' });
+    expect(done.response.status).toBe(303);
+    expect(done.response.headers.get('location')).toBe(`${appHome()}?state=state-7`);
+  });
+});
+
+describe('token endpoint client authentication on a refresh (row 15)', () => {
+  it("refuses the app's refresh token presented without its secret, or as the public client, and leaves it usable", async () => {
+    const flow = await codeFlow(auth(), app, alice);
+    const refreshToken = flow.tokens.body.refresh_token as string;
+    expect(refreshToken).toEqual(expect.any(String));
+    const noSecret = await tokenRequest(
+      auth(),
+      { grant_type: 'refresh_token', refresh_token: refreshToken },
+      { clientId: app.clientId },
+    );
+    expect(noSecret.status).toBe(401);
+    expect(noSecret.body.error).toBe('invalid_client');
+    const asPublic = await tokenRequest(
+      auth(),
+      { grant_type: 'refresh_token', refresh_token: refreshToken },
+      { clientId: cli.clientId },
+    );
+    expect(asPublic.body.error).toBe('invalid_grant');
+    // Neither spent it: the app itself still refreshes with it.
+    const own = await tokenRequest(auth(), { grant_type: 'refresh_token', refresh_token: refreshToken }, app);
+    expect(own.status).toBe(200);
+    expect(own.body.refresh_token).not.toBe(refreshToken);
+  });
+});
+
+describe('the authorization endpoint never answers in a frame or to a script of another site', () => {
+  it('sends the login page a browser lands on with frame-ancestors none and X-Frame-Options DENY (row 29)', async () => {
+    const agent = createUserAgent();
+    const { challenge } = pkcePair();
+    const step = await agent.follow(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+    );
+    expect(step.body).toContain('<h1>Sign in</h1>');
+    expect(step.response.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    expect(step.response.headers.get('x-frame-options')).toBe('DENY');
+  });
+});
