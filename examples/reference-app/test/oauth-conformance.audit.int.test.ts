@@ -180,3 +180,21 @@ describe('the authorization endpoint never answers in a frame or to a script of 
     expect(step.response.headers.get('x-frame-options')).toBe('DENY');
   });
 });
+
+describe("the third-party app's authorization requests", () => {
+  it('makes state, nonce and the PKCE challenge fresh for every sign-in, in one browser or two (RFC 9700 section 2.1.1)', async () => {
+    const one = createUserAgent();
+    const two = createUserAgent();
+    const starts = [];
+    for (const agent of [one, one, two]) {
+      const step = await agent.request(new URL('/signin', running.appUrl).href);
+      expect(step.response.status).toBe(303);
+      starts.push(new URL(step.response.headers.get('location') ?? '').searchParams);
+    }
+    for (const name of ['state', 'nonce', 'code_challenge']) {
+      const values = starts.map((params) => params.get(name));
+      expect(values.every((value) => typeof value === 'string' && value.length >= 43)).toBe(true);
+      expect(new Set(values).size).toBe(starts.length);
+    }
+  });
+});

@@ -4,7 +4,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createOidcClient, type OidcClient } from '../src/app/oidc-client.js';
 
 type Mode = 'good' | 'wrong-key' | 'wrong-nonce' | 'alg-none' | 'wrong-issuer-discovery';
@@ -27,6 +27,9 @@ let tokenRequests = 0;
 let signingKey: CryptoKey;
 let otherKey: CryptoKey;
 let publicJwk: Record<string, unknown>;
+let otherPublicJwk: Record<string, unknown>;
+/** Keys the scripted provider publishes beside `publicJwk`: a key rotation's new key. */
+let publishedToo: Record<string, unknown>[] = [];
 
 const unsigned = (payload: Record<string, unknown>) =>
   `${Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')}.${Buffer.from(JSON.stringify(payload)).toString('base64url')}.`;
@@ -38,6 +41,7 @@ beforeAll(async () => {
   otherKey = b.privateKey;
   hmacKey = new TextEncoder().encode('secret');
   publicJwk = { ...(await exportJWK(a.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
+  otherPublicJwk = { ...(await exportJWK(b.publicKey)), kid: 'k2', alg: 'RS256', use: 'sig' };
 
   server = createServer(async (req, res) => {
     const json = (value: unknown) =>
@@ -53,7 +57,7 @@ beforeAll(async () => {
         id_token_signing_alg_values_supported: ['RS256'],
       });
     }
-    if (req.url === '/jwks') return json({ keys: [publicJwk] });
+    if (req.url === '/jwks') return json({ keys: [publicJwk, ...publishedToo] });
     if (req.url === '/token') {
       tokenRequests++;
       const now = Math.floor(Date.now() / 1000);
@@ -97,6 +101,7 @@ afterAll(async () => {
 beforeEach(() => {
   mode = 'good';
   patch = {};
+  publishedToo = [];
   tokenRequests = 0;
 });
 
@@ -191,5 +196,23 @@ describe('the app protocol client against a scripted server', () => {
     patch = { claims: { auth_time: authTime } };
     const result = await attempt(client(600));
     expect(result.authTime).toBe(authTime);
+  });
+
+  it("takes a key the provider published after the client read its JWKS, once the client's copy is a minute old (key rotation)", async () => {
+    // docs/operations.md: a new signing key is published 5 minutes before it signs, since a relying
+    // party on oauth4webapi reads the JWKS again for an unknown kid only once its copy is 60 s old.
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      const oidc = client();
+      await attempt(oidc);
+      publishedToo = [otherPublicJwk];
+      mode = 'wrong-key';
+      patch = { header: { kid: 'k2' } };
+      await expect(attempt(oidc)).rejects.toThrow(/no applicable keys/);
+      vi.setSystemTime(Date.now() + 61_000);
+      expect((await attempt(oidc)).user?.sub).toBe('user-1');
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
