@@ -215,4 +215,20 @@ describe('the app protocol client against a scripted server', () => {
       vi.useRealTimers();
     }
   });
+
+  it.each(['http://idp.example', 'http://127.0.0.1.evil.example', 'http://localhost.evil.example'])(
+    'refuses a plain-http issuer that is not loopback (%s) before any request (pitfall 7)',
+    async (httpIssuer) => {
+      const oidc = createOidcClient({
+        issuer: httpIssuer,
+        clientId: 'photo-app',
+        clientSecret: 'secret',
+        redirectUri: 'http://localhost:1/callback',
+        resource: 'http://localhost:8080',
+        scope: 'openid',
+        now: Date.now,
+      });
+      await expect(oidc.startSignIn('/')).rejects.toThrow(/HTTPS/);
+    },
+  );
 });
