@@ -81,6 +81,52 @@ describe('the native client: any loopback port, and nothing else different (RFC 
   });
 });
 
+describe('no open redirector at the authorization endpoint (RFC 9700 section 4.11.1)', () => {
+  const evil = 'https://evil.example/callback';
+  const base = () => {
+    const url = new URL('/auth', auth());
+    url.searchParams.set('client_id', app.clientId);
+    url.searchParams.set('redirect_uri', evil);
+    url.searchParams.set('response_type', 'code');
+    url.searchParams.set('scope', 'openid');
+    url.searchParams.set('state', 's');
+    url.searchParams.set('code_challenge', pkcePair().challenge);
+    url.searchParams.set('code_challenge_method', 'S256');
+    return url;
+  };
+  it.each<[string, (url: URL) => void]>([
+    ['response_type=token', (url) => url.searchParams.set('response_type', 'token')],
+    ['no response_type', (url) => url.searchParams.delete('response_type')],
+    ['an unknown scope', (url) => url.searchParams.set('scope', 'openid nope')],
+    ['code_challenge_method=plain', (url) => url.searchParams.set('code_challenge_method', 'plain')],
+    ['no PKCE', (url) => url.searchParams.delete('code_challenge')],
+    ['response_mode=form_post', (url) => url.searchParams.set('response_mode', 'form_post')],
+    ['an unknown response_mode', (url) => url.searchParams.set('response_mode', 'web_message')],
+    ['a request object', (url) => url.searchParams.set('request', 'eyJhbGciOiJub25lIn0.e30.')],
+    ['a request_uri', (url) => url.searchParams.set('request_uri', 'urn:ietf:params:oauth:request_uri:x')],
+    ['prompt=none', (url) => url.searchParams.set('prompt', 'none')],
+    ['the registered redirect_uri next to it', (url) => url.searchParams.append('redirect_uri', app.redirectUri)],
+    [
+      'the registered redirect_uri before it',
+      (url) => {
+        url.searchParams.delete('redirect_uri');
+        url.searchParams.append('redirect_uri', app.redirectUri);
+        url.searchParams.append('redirect_uri', evil);
+      },
+    ],
+  ])(
+    'sends the browser nowhere off the provider for a request with an unregistered redirect_uri and %s',
+    async (_name, change) => {
+      const url = base();
+      change(url);
+      const response = await fetch(url, { redirect: 'manual' });
+      const location = response.headers.get('location');
+      if (location !== null) expect(new URL(location, auth()).origin).toBe(new URL(auth()).origin);
+      expect(await response.text()).not.toContain('evil.example');
+    },
+  );
+});
+
 describe('RP-initiated logout: post_logout_redirect_uri is no open redirector', () => {
   const appHome = () => new URL('/', app.redirectUri).href;
 
@@ -161,6 +207,33 @@ describe('token endpoint client authentication on a refresh (row 15)', () => {
     expect(own.status).toBe(200);
     expect(own.body.refresh_token).not.toBe(refreshToken);
   });
+  it.each([
+    ['the right secret twice', (secret: string) => secret],
+    ['a wrong one in the header, the right one in the body', () => 'wrong'],
+  ])(
+    'refuses a request that authenticates two ways at once, %s (RFC 6749 section 2.3)',
+    async (_name, headerSecret) => {
+      const flow = await codeFlow(auth(), app, alice);
+      const refreshToken = flow.tokens.body.refresh_token as string;
+      const basic = Buffer.from(`${app.clientId}:${headerSecret(app.clientSecret)}`).toString('base64');
+      const response = await fetch(new URL('/token', auth()), {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${basic}` },
+        body: new URLSearchParams({
+          grant_type: 'refresh_token',
+          refresh_token: refreshToken,
+          client_id: app.clientId,
+          client_secret: app.clientSecret,
+        }),
+      });
+      expect(response.status).toBeGreaterThanOrEqual(400);
+      expect(response.status).toBeLessThan(500);
+      expect(((await response.json()) as { error: string }).error).toMatch(/^invalid_(request|client)$/);
+      // Refused before the grant was looked at: the token still refreshes.
+      const own = await tokenRequest(auth(), { grant_type: 'refresh_token', refresh_token: refreshToken }, app);
+      expect(own.status).toBe(200);
+    },
+  );
 });
 
 describe('the authorization endpoint never answers in a frame or to a script of another site', () => {
