@@ -271,3 +271,47 @@ describe("the third-party app's authorization requests", () => {
     }
   });
 });
+
+describe("the provider's cookies (row 39)", () => {
+  it('sends every cookie of a sign-in, login and consent included, HttpOnly and SameSite, with no Domain', async () => {
+    const agent = createUserAgent();
+    const seen: string[] = [];
+    const request = agent.request.bind(agent);
+    // Every answer of the flow goes through the agent: keep what each sets.
+    const watched = {
+      ...agent,
+      async request(url: string, init?: RequestInit) {
+        const step = await request(url, init);
+        seen.push(...step.response.headers.getSetCookie());
+        return step;
+      },
+    };
+    watched.follow = async (url, stop = () => false) => {
+      let step = await watched.request(url);
+      for (let hops = 0; hops < 20; hops++) {
+        const location = step.response.headers.get('location');
+        if (!location || step.response.status < 300 || step.response.status > 399) return step;
+        const next = new URL(location, step.url).href;
+        if (stop(next)) return { ...step, url: next };
+        step = await watched.request(next);
+      }
+      throw new Error('too many redirects');
+    };
+    watched.postForm = (url, fields, headers = {}) =>
+      watched.request(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+        body: new URLSearchParams(fields),
+      });
+    const { tokens } = await codeFlow(auth(), app, alice, {}, watched);
+    expect(tokens.status).toBe(200);
+    const set = seen.filter((raw) => !/max-age=0|expires=thu, 01 jan 1970/i.test(raw));
+    // The interaction's, the resume's, the sign-in session's and the login form's CSRF cookie at least.
+    expect(set.length).toBeGreaterThanOrEqual(4);
+    for (const raw of set) {
+      expect(raw, raw.split('=')[0]).toMatch(/;\s*httponly/i);
+      expect(raw, raw.split('=')[0]).toMatch(/;\s*samesite=(lax|strict)/i);
+      expect(raw, raw.split('=')[0]).not.toMatch(/;\s*domain=/i);
+    }
+  });
+});
