@@ -237,6 +237,20 @@ describe('token endpoint client authentication on a refresh (row 15)', () => {
 });
 
 describe('the authorization endpoint never answers in a frame or to a script of another site', () => {
+  it('answers a CORS preflight of the authorization endpoint without allowing the origin (row 30)', async () => {
+    const response = await fetch(new URL('/auth', auth()), {
+      method: 'OPTIONS',
+      headers: {
+        origin: 'https://evil.example',
+        'access-control-request-method': 'GET',
+        'access-control-request-headers': 'authorization',
+      },
+    });
+    expect(response.status).toBeLessThan(500);
+    expect(response.headers.get('access-control-allow-origin')).toBeNull();
+    expect(response.headers.get('access-control-allow-credentials')).toBeNull();
+  });
+
   it('sends the login page a browser lands on with frame-ancestors none and X-Frame-Options DENY (row 29)', async () => {
     const agent = createUserAgent();
     const { challenge } = pkcePair();
