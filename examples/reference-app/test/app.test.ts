@@ -41,10 +41,39 @@ describe('assertRedirectUris (row 31)', () => {
     ['a script URL', 'javascript://app.example/%0aalert(1)'],
     ['http on a host that only starts like loopback', 'http://127.0.0.1.evil.example/callback'],
     ['not a URL', 'callback'],
+    // RFC 9110 section 4.2.4: an http(s) URI carries no user information; one that does reads as a
+    // host to a person and as another to a parser (https://app.example@evil.example/cb).
+    ['user information', 'https://app.example@evil.example/callback'],
+    ['a user and password', 'https://user:pw@app.example/callback'],
   ])('refuses a redirect URI with %s', (_name, uri) => {
     expect(() => assertRedirectUris({ client_id: 'x', redirect_uris: ['https://app.example/ok', uri] })).toThrow(
       TypeError,
     );
+  });
+
+  it.each([
+    ['http on a public host', 'http://app.example/signed-out'],
+    ['a fragment', 'https://app.example/signed-out#x'],
+    ['user information', 'https://app.example@evil.example/signed-out'],
+    ['not a URL', 'signed-out'],
+  ])('refuses a post-logout redirect URI with %s, as a redirect URI', (_name, uri) => {
+    expect(() =>
+      assertRedirectUris({
+        client_id: 'x',
+        redirect_uris: ['https://app.example/ok'],
+        post_logout_redirect_uris: ['https://app.example/signed-out', uri],
+      }),
+    ).toThrow(/^client x: post_logout_redirect_uri /);
+  });
+
+  it('allows post-logout redirect URIs on https and on loopback http', () => {
+    expect(() =>
+      assertRedirectUris({
+        client_id: 'x',
+        redirect_uris: ['https://app.example/ok'],
+        post_logout_redirect_uris: ['https://app.example/signed-out', 'http://127.0.0.1:8083/'],
+      }),
+    ).not.toThrow();
   });
 
   it('allows http on every loopback name, IPv6 included (RFC 8252 section 7.3)', () => {

@@ -6,7 +6,10 @@ const loopbackHosts = new Set(['localhost', '127.0.0.1', '[::1]']);
 /**
  * Refuses redirect URIs RFC 9700 section 2.6 forbids and oidc-provider would accept: `http:` on any
  * host but loopback. Web clients must use `https:`; `http:` is allowed only for loopback (a native app,
- * or this demo running on one machine). Fragments are refused too (RFC 6749 section 3.1.2).
+ * or this demo running on one machine). Fragments are refused too (RFC 6749 section 3.1.2), and user
+ * information (RFC 9110 section 4.2.4: `https://app.example@evil.example/cb` reads as one host to a
+ * person and is another). Post-logout redirect URIs are held to the same rules: the provider sends
+ * browsers there too, and a registered one on plain http could be taken over on the way.
  *
  * @example
  * ```ts
@@ -16,16 +19,24 @@ const loopbackHosts = new Set(['localhost', '127.0.0.1', '[::1]']);
 export function assertRedirectUris(metadata: ClientMetadata): void {
   const uris = metadata.redirect_uris ?? [];
   if (uris.length === 0) throw new TypeError(`client ${metadata.client_id}: at least one redirect_uri is required`);
-  for (const uri of uris) {
-    const parsed = URL.parse(uri);
-    if (!parsed) throw new TypeError(`client ${metadata.client_id}: redirect_uri is not a URL`);
-    if (parsed.hash !== '' || uri.includes('#')) {
-      throw new TypeError(`client ${metadata.client_id}: redirect_uri must not have a fragment`);
-    }
-    if (parsed.protocol === 'https:') continue;
-    if (parsed.protocol === 'http:' && loopbackHosts.has(parsed.hostname)) continue;
-    throw new TypeError(`client ${metadata.client_id}: redirect_uri must be https (http only on loopback)`);
+  for (const uri of uris) assertRedirectUri(metadata.client_id, 'redirect_uri', uri);
+  for (const uri of metadata.post_logout_redirect_uris ?? []) {
+    assertRedirectUri(metadata.client_id, 'post_logout_redirect_uri', uri);
   }
+}
+
+function assertRedirectUri(clientId: string, kind: string, uri: string): void {
+  const parsed = URL.parse(uri);
+  if (!parsed) throw new TypeError(`client ${clientId}: ${kind} is not a URL`);
+  if (parsed.hash !== '' || uri.includes('#')) {
+    throw new TypeError(`client ${clientId}: ${kind} must not have a fragment`);
+  }
+  if (parsed.username !== '' || parsed.password !== '') {
+    throw new TypeError(`client ${clientId}: ${kind} must not carry user information`);
+  }
+  if (parsed.protocol === 'https:') return;
+  if (parsed.protocol === 'http:' && loopbackHosts.has(parsed.hostname)) return;
+  throw new TypeError(`client ${clientId}: ${kind} must be https (http only on loopback)`);
 }
 
 /**
