@@ -415,6 +415,33 @@ describe('OpenID Connect Core: max_age, auth_time, prompt=none, sub', () => {
     expect(callback.searchParams.get('code')).toBeNull();
   });
 
+  it('session fixation: cookies an attacker planted before the sign-in do not become the signed-in session', async () => {
+    // The attacker opens a sign-in of their own and plants every cookie the provider gave them in
+    // the victim's browser (a sibling subdomain can toss cookies); the victim then signs in.
+    const attacker = createUserAgent();
+    const page = await attacker.follow(start({}).url, toApp);
+    expect(page.body).toContain('<h1>Sign in</h1>');
+    const planted = new Map(attacker.jar.cookies);
+    // Interaction cookies only: the provider makes no session before a sign-in, so there is none to fix.
+    expect([...planted.keys()].sort()).toEqual([
+      '_interaction',
+      '_interaction.sig',
+      '_interaction_resume',
+      '_interaction_resume.sig',
+      'idp_csrf',
+    ]);
+    const victim = createUserAgent();
+    for (const [name, cookie] of planted) victim.jar.cookies.set(name, cookie);
+    await codeFlow(auth(), app, alice, {}, victim);
+    expect(victim.jar.cookies.get('_session')?.value).toEqual(expect.any(String));
+    // With the cookies it planted, the attacker is not signed in as the victim: its own sign-in still
+    // asks for a password, and a silent one finds no session.
+    expect((await attacker.request(page.url)).body).toContain('<h1>Sign in</h1>');
+    const silent = await attacker.follow(start({ prompt: 'none' }).url, toApp);
+    expect(new URL(silent.url).searchParams.get('error')).toBe('login_required');
+    expect(new URL(silent.url).searchParams.get('code')).toBeNull();
+  });
+
   it('answers prompt=none for a scope not yet granted with consent_required', async () => {
     const agent = await signedInAgent();
     const step = await agent.follow(start({ prompt: 'none' }, 'openid settings:write').url, toApp);
