@@ -34,7 +34,7 @@ import { mintKey } from './mint.js';
 import { notify } from './notify.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
 import { type Awaitable, isPending, type StoredResponse } from './store.js';
-import { storedResponseSize } from './stored-response.js';
+import { sizeOverLimit } from './stored-response.js';
 
 /**
  * Options shared by the Express, Fastify and Koa adapters: the engine's options plus the HTTP ones.
@@ -1003,7 +1003,8 @@ export function createHttpIdempotency<Req>(options: HttpIdempotencyOptions<Req>)
       process.emitWarning(lateReleaseWarning, { code: 'IDEM_LATE_RELEASE' });
     }
   };
-  const overStoreCap = (response: StoredResponse) => storeCap !== undefined && storedResponseSize(response) > storeCap;
+  const overStoreCap = (response: StoredResponse) =>
+    storeCap !== undefined && sizeOverLimit(response, storeCap) !== undefined;
   // Releases the key of an execution whose handler said it had no effect, then says so as a policy
   // that releases does: `release`, then `not-stored` with the status the client was sent.
   const releaseWithoutEffect = (lease: Lease, status: number): Awaitable<unknown> => {

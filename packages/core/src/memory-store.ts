@@ -11,7 +11,7 @@ import type {
   Store,
   StoreRecord,
 } from './store.js';
-import { ResponseTooLargeError, storedResponseSize } from './stored-response.js';
+import { ResponseTooLargeError, sizeOverLimit } from './stored-response.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -518,8 +518,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // check it in advance and keep the key as unreplayable. Measured here with the record's id,
       // token and fingerprint too, a response just under the declared cap was refused unannounced,
       // its key released, and the retry ran the operation again.
-      const responseSize = storedResponseSize(response);
-      if (responseSize > maxBytes) throw new ResponseTooLargeError(responseSize, maxBytes);
+      const responseSize = sizeOverLimit(response, maxBytes);
+      if (responseSize !== undefined) throw new ResponseTooLargeError(responseSize, maxBytes);
       // Counted at most as the whole budget: such a record pushes out every other one and stays, a few
       // bytes (its id, token and fingerprint) over what it counts.
       const reason = response.statusMessage;
