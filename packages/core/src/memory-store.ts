@@ -11,6 +11,7 @@ import type {
   Store,
   StoreRecord,
 } from './store.js';
+import { assertStoreString } from './store-strings.js';
 import { ResponseTooLargeError, sizeOverLimit } from './stored-response.js';
 
 /** Options of {@link memoryStore}. */
@@ -475,6 +476,12 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return evicted;
     },
     claim({ id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces }: ClaimInput): ClaimResult {
+      // Refused as the Redis and PostgreSQL stores refuse them (store-strings.ts): this store could
+      // keep them, but a swap of stores must not change which ids and tokens are accepted.
+      assertStoreString(id, 'id');
+      assertStoreString(token, 'token');
+      assertStoreString(fingerprint, 'fingerprint');
+      if (replaces !== undefined) assertStoreString(replaces, 'replaces');
       const t = now();
       const keepMs = keepAfterLeaseMs ?? 0;
       const existing = live(id, t);
@@ -500,6 +507,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return CLAIMED;
     },
     renew({ id, token, leaseMs }: RenewInput): boolean {
+      assertStoreString(id, 'id');
+      assertStoreString(token, 'token');
       const t = now();
       const existing = live(id, t);
       if (existing === undefined || existing.completed || existing.token !== token) return false;
@@ -507,6 +516,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return true;
     },
     complete({ id, token, response, retentionMs }: CompleteInput): boolean {
+      assertStoreString(id, 'id');
+      assertStoreString(token, 'token');
       const t = now();
       const existing = live(id, t);
       if (existing === undefined || existing.completed || existing.token !== token) return false;
@@ -540,6 +551,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return true;
     },
     release({ id, token }: ReleaseInput): boolean {
+      assertStoreString(id, 'id');
+      assertStoreString(token, 'token');
       const existing = live(id, now());
       if (existing === undefined || existing.completed || existing.token !== token) return false;
       remove(existing);
@@ -548,12 +561,15 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     // Any state, the token the only fence. `remove` gives back what the record counted against
     // maxEntries and maxBytes; its slot in its lane is skipped as gone, as a release's is.
     forget({ id, token }: ForgetInput): boolean {
+      assertStoreString(id, 'id');
+      assertStoreString(token, 'token');
       const existing = live(id, now());
       if (existing === undefined || existing.token !== token) return false;
       remove(existing);
       return true;
     },
     get(id: string): StoreRecord | undefined {
+      assertStoreString(id, 'id');
       const t = now();
       const entry = live(id, t);
       return entry === undefined ? undefined : recordOf(entry, t);

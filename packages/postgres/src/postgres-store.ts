@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   type AsyncStore,
   assertKnownOptions,
+  assertStoreString,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -220,12 +221,17 @@ const phraseColumnChanged = (error: unknown, operation: string): boolean => {
   return mentionsPhraseColumn(error);
 };
 
+// `text` cannot hold U+0000 (22021, a raw driver error answered 503), and pg sends a lone surrogate
+// as U+FFFD, so "a\ud800" and "a\udc00" were one record, and one token passed another's fence:
+// refused before any statement, as every store refuses them (assertStoreString in @idem/core).
 const checkId = (id: unknown) => {
   if (typeof id !== 'string' || id.length === 0) throw new TypeError('id must be a non-empty string');
+  assertStoreString(id, 'id');
 };
 
-const checkToken = (token: unknown) => {
-  if (typeof token !== 'string' || token.length === 0) throw new TypeError('token must be a non-empty string');
+const checkToken = (token: unknown, name = 'token') => {
+  if (typeof token !== 'string' || token.length === 0) throw new TypeError(`${name} must be a non-empty string`);
+  assertStoreString(token, name);
 };
 
 // A duration becomes an interval added to (or, the purge's grace, taken from) the database's clock,
@@ -358,8 +364,8 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
     checkToken(token);
     checkMs(leaseMs, 'leaseMs');
     if (keepAfterLeaseMs !== 0) checkMs(keepAfterLeaseMs, 'keepAfterLeaseMs');
-    if (replaces !== undefined) checkToken(replaces);
-    if (typeof fingerprint !== 'string') throw new TypeError('fingerprint must be a string');
+    if (replaces !== undefined) checkToken(replaces, 'replaces');
+    assertStoreString(fingerprint, 'fingerprint');
     const params = [id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces ?? null];
     for (let attempt = 0; attempt < claimAttempts; attempt++) {
       const { rows } = await run<ClaimRow>(

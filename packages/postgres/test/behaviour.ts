@@ -1442,6 +1442,13 @@ export function describePostgresBehaviour(name: string, open: () => Promise<Back
         // An empty id or token matches no record: without the check the handler would run for nothing.
         await expect(store.transaction({ id: '', token: 't' }, handler)).rejects.toThrow(TypeError);
         await expect(store.transaction({ id, token: '' }, handler)).rejects.toThrow(TypeError);
+        // Nor one `text` cannot hold (a NUL) or pg sends as U+FFFD (a lone surrogate): the handler
+        // ran, then the completion failed with a raw 22021, or fenced on a token that is not the
+        // caller's. Refused as every store refuses them, before the transaction opens.
+        for (const bad of ['\u0000', '\ud800', '\udc00']) {
+          await expect(store.transaction({ id: `${id}${bad}`, token: 't' }, handler)).rejects.toThrow(TypeError);
+          await expect(store.transaction({ id, token: `t${bad}` }, handler)).rejects.toThrow(TypeError);
+        }
         expect(runs).toBe(0);
         // A retention of 0 would commit a record that is gone at once, and the handler's writes with it.
         const failure = await store

@@ -1,6 +1,7 @@
 import {
   type AsyncStore,
   assertKnownOptions,
+  assertStoreString,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -158,9 +159,20 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   const writer =
     options.waitForReplicas === undefined ? runner : waitingWriter(runner, replicaWait(options.waitForReplicas));
 
+  // Every operation makes its key here first, so an id Redis could not keep apart from another (a
+  // lone surrogate goes out as U+FFFD) is refused before any command, as every store refuses it
+  // (see assertStoreString in @idem/core).
   const key = (id: string) => {
     if (typeof id !== 'string' || id.length === 0) throw new TypeError('a record id must be a non-empty string');
+    assertStoreString(id, 'id');
     return prefix + id;
+  };
+
+  // A token is JSON in the value, where a lone surrogate or a NUL would survive (escaped); refused
+  // anyway, so that no store accepts what another refuses.
+  const fence = (token: string) => {
+    assertStoreString(token, 'token');
+    return leasePrefix(token);
   };
 
   // Anything that goes wrong between us and Redis (refused, reset, timeout, reply error, a value we
@@ -243,6 +255,8 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       replaces,
     }: ClaimInput): Promise<ClaimResult> => {
       const k = key(id);
+      assertStoreString(token, 'token');
+      assertStoreString(fingerprint, 'fingerprint');
       const keepMs =
         keepAfterLeaseMs === undefined || keepAfterLeaseMs === 0 ? 0 : wholeMs(keepAfterLeaseMs, 'keepAfterLeaseMs');
       const value = encodeClaim(token, fingerprint, keepMs);
@@ -250,6 +264,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       if (replaces !== undefined && (typeof replaces !== 'string' || replaces === '')) {
         throw new TypeError('replaces must be a non-empty token');
       }
+      if (replaces !== undefined) assertStoreString(replaces, 'replaces');
       let takeover = replaces === undefined ? undefined : leasePrefix(replaces);
       return guarded('claim', async () => {
         // The fresh key, the common case, costs one plain SET NX PX: cheaper for Redis than a script.
@@ -313,14 +328,14 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 
     renew: async ({ id, token, leaseMs }: RenewInput): Promise<boolean> => {
       const k = key(id);
+      const lease = fence(token);
       const px = milliseconds(leaseMs, 'leaseMs');
-      return guarded('renew', async () =>
-        flag('renew', await runScript(writer, renewScript, k, [leasePrefix(token), px])),
-      );
+      return guarded('renew', async () => flag('renew', await runScript(writer, renewScript, k, [lease, px])));
     },
 
     complete: async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
       const k = key(id);
+      const lease = fence(token);
       const px = milliseconds(retentionMs, 'retentionMs');
       // The engine checked the response's shape. Its size is the encoding's length (what
       // storedResponseSize counts), checked before anything is sent: an oversized response leaves the
@@ -328,22 +343,20 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       const outcome = encodeOutcome(response);
       if (outcome.length > maxResponseBytes) throw new ResponseTooLargeError(outcome.length, maxResponseBytes);
       return guarded('complete', async () =>
-        flag('complete', await runScript(writer, completeScript, k, [leasePrefix(token), outcome, px])),
+        flag('complete', await runScript(writer, completeScript, k, [lease, outcome, px])),
       );
     },
 
     release: async ({ id, token }: ReleaseInput): Promise<boolean> => {
       const k = key(id);
-      return guarded('release', async () =>
-        flag('release', await runScript(writer, releaseScript, k, [leasePrefix(token)])),
-      );
+      const lease = fence(token);
+      return guarded('release', async () => flag('release', await runScript(writer, releaseScript, k, [lease])));
     },
 
     forget: async ({ id, token }: ForgetInput): Promise<boolean> => {
       const k = key(id);
-      return guarded('forget', async () =>
-        flag('forget', await runScript(writer, forgetScript, k, [leasePrefix(token)])),
-      );
+      const lease = fence(token);
+      return guarded('forget', async () => flag('forget', await runScript(writer, forgetScript, k, [lease])));
     },
 
     get: async (id: string): Promise<StoreRecord | undefined> => {

@@ -54,6 +54,41 @@ describe('redisStore record ids', () => {
     }
     expect(sent).toEqual([]);
   });
+
+  // A lone surrogate goes out as U+FFFD: 'a\ud800' and 'a\udc00' were one key, two callers one
+  // record. Refused as every store refuses it (a TypeError, misuse), never sent, and never wrapped
+  // as StoreUnavailableError (a 503 that a retry would meet again).
+  it('refuses an id, token, fingerprint or replaces holding U+0000 or a lone surrogate with a TypeError, and sends nothing', async () => {
+    const { runner, sent } = recorder();
+    const store = redisStore({ client: runner });
+    const refused = async (call: () => Promise<unknown>) => {
+      const error = await call().then(
+        () => undefined,
+        (thrown: unknown) => thrown,
+      );
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error).not.toBeInstanceOf(StoreUnavailableError);
+    };
+    const response = { status: 201, headers: {}, body: new Uint8Array(0) };
+    for (const bad of ['a\u0000', 'a\ud800', 'a\udc00']) {
+      expect(() => store.key(bad)).toThrow(TypeError);
+      await refused(() => store.claim({ id: bad, token: 't', fingerprint: '', leaseMs: 1_000 }));
+      await refused(() => store.claim({ id: 'k', token: bad, fingerprint: '', leaseMs: 1_000 }));
+      await refused(() => store.claim({ id: 'k', token: 't', fingerprint: bad, leaseMs: 1_000 }));
+      await refused(() => store.claim({ id: 'k', token: 't', fingerprint: '', leaseMs: 1_000, replaces: bad }));
+      await refused(() => store.get(bad));
+      for (const input of [
+        { id: bad, token: 't' },
+        { id: 'k', token: bad },
+      ]) {
+        await refused(() => store.renew({ ...input, leaseMs: 1_000 }));
+        await refused(() => store.complete({ ...input, response, retentionMs: 1_000 }));
+        await refused(() => store.release(input));
+        await refused(() => store.forget(input));
+      }
+    }
+    expect(sent).toEqual([]);
+  });
 });
 
 describe('redisStore failures', () => {

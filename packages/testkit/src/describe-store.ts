@@ -782,6 +782,64 @@ export function describeStore(
       }
     });
 
+    // A string with no UTF-8 form (a lone surrogate) is sent by node-postgres and ioredis as U+FFFD,
+    // so "a\ud800" and "a\udc00" would be one record there (two callers meeting on one record), and
+    // PostgreSQL `text` cannot hold U+0000 at all. The engine hands stores SHA-256 digests, but a
+    // direct caller may hand any string: every store refuses these, the same way, before any I/O.
+    it('refuses, with a TypeError and before it writes anything, an id, token or fingerprint holding U+0000 or a lone surrogate', async () => {
+      const unkeepable = ['nul\u0000', '\u0000', 'high\ud800', 'low\udc00', 'reversed\udc00\ud800', '\ud800'];
+      const refused = async (call: () => unknown) => {
+        let thrown: unknown;
+        try {
+          await call();
+        } catch (error) {
+          thrown = error;
+        }
+        expect(thrown).toBeInstanceOf(TypeError);
+      };
+      const done = response(new Uint8Array([1]));
+      for (const bad of unkeepable) {
+        const id = freshId();
+        await refused(() => store.claim({ id: `${id}${bad}`, token: 't', fingerprint: 'fp', leaseMs: 5_000 }));
+        await refused(() => store.claim({ id, token: `t${bad}`, fingerprint: 'fp', leaseMs: 5_000 }));
+        await refused(() => store.claim({ id, token: 't', fingerprint: `fp${bad}`, leaseMs: 5_000 }));
+        await refused(() => store.get(`${id}${bad}`));
+        expect(await store.get(id)).toBeUndefined();
+        expect(await store.claim({ id, token: 't', fingerprint: 'fp', leaseMs: 5_000 })).toEqual({ claimed: true });
+        await refused(() => store.claim({ id, token: 'u', fingerprint: 'fp', leaseMs: 5_000, replaces: `t${bad}` }));
+        for (const [field, value] of [
+          ['id', `${id}${bad}`],
+          ['token', `t${bad}`],
+        ] as const) {
+          const input = { id, token: 't', [field]: value };
+          await refused(() => store.renew({ ...input, leaseMs: 5_000 }));
+          await refused(() => store.complete({ ...input, response: done, retentionMs: 60_000 }));
+          await refused(() => store.release(input));
+          if (store.forget !== undefined) await refused(() => store.forget?.(input));
+        }
+        expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: 'fp' });
+        expect(await store.release({ id, token: 't' })).toBe(true);
+      }
+    });
+
+    // The refusal is of those strings only: a store must keep apart, and give back exactly, every
+    // other string, U+FFFD (what a lone surrogate would have become), astral characters (a surrogate
+    // pair, well formed) and control characters other than U+0000 included.
+    it('keeps ids, tokens and fingerprints apart that differ only in characters outside ASCII: U+FFFD, astral, control', async () => {
+      const run = randomUUID();
+      const odd = ['\ufffd', '\ud83d\ude00', '\ud800\udc00', '\u0001', '\u007f', '\u0085', '\u2028', '\uffff', 'é'];
+      for (const [i, c] of odd.entries()) {
+        const id = `${run}:${c}`;
+        expect(await store.claim({ id, token: `t${c}`, fingerprint: `fp${c}`, leaseMs: 5_000 })).toEqual({
+          claimed: true,
+        });
+        expect(await store.renew({ id, token: `t${c}`, leaseMs: 5_000 }), `renew ${i}`).toBe(true);
+      }
+      for (const c of odd) {
+        expect(await store.get(`${run}:${c}`)).toEqual({ state: 'in_progress', token: `t${c}`, fingerprint: `fp${c}` });
+      }
+    });
+
     it('keeps a claim for its lease, a renewal for the new lease and an outcome for its retention, by the store clock', async ({
       skip,
     }) => {

@@ -50,6 +50,7 @@ describe('describeStore() against a third-party store with one realistic bug', (
     'wall-clock',
     'renew-drops-keep',
     'drops-status-message',
+    'accepts-any-string',
   ] as const) {
     it(`catches ${bug}`, () => {
       expect(checksOf(bug).length).toBeGreaterThan(20);

@@ -7,6 +7,7 @@
 // `bugs` switches on realistic mistakes, one at a time, to see whether describeStore() notices.
 import {
   type AsyncStore,
+  assertStoreString,
   type ClaimInput,
   type ClaimResult,
   type CompleteInput,
@@ -49,6 +50,10 @@ export const storeBugs = [
   // complete() copies status, headers and body, and drops the handler's own reason phrase
   // (`statusMessage`): a store written before phrases were kept.
   'drops-status-message',
+  // Takes any string as id, token or fingerprint, as a Map can: skips assertStoreString, so it keeps
+  // what the Redis and PostgreSQL stores refuse (a NUL, a lone surrogate), and a swap of stores
+  // changes which ids are accepted.
+  'accepts-any-string',
 ] as const;
 export type StoreBug = (typeof storeBugs)[number];
 
@@ -100,6 +105,12 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     }
     return row;
   };
+  // docs/stores.md: every store refuses, before any I/O, an id, token or fingerprint that is not
+  // well-formed UTF-16 or holds U+0000 (a Map could keep them; the other stores could not).
+  const checked = (...strings: [value: unknown, name: string][]) => {
+    if (bug === 'accepts-any-string') return;
+    for (const [value, name] of strings) assertStoreString(value, name);
+  };
   const abandoned = (row: Row, now: number) => row.state === 'in_progress' && now >= row.leaseUntil;
   const view = (row: Row, now: number): StoreRecord =>
     row.state === 'completed'
@@ -127,6 +138,8 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     ...(cap === undefined ? {} : { maxResponseBytes: cap }),
 
     async claim(input: ClaimInput): Promise<ClaimResult> {
+      checked([input.id, 'id'], [input.token, 'token'], [input.fingerprint, 'fingerprint']);
+      if (input.replaces !== undefined) checked([input.replaces, 'replaces']);
       await hop();
       if (bug === 'racy-claim') {
         const seen = live(input.id, clock());
@@ -163,6 +176,7 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     },
 
     async renew(input: RenewInput): Promise<boolean> {
+      checked([input.id, 'id'], [input.token, 'token']);
       await hop();
       const now = clock();
       const row = live(input.id, now);
@@ -174,6 +188,7 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     },
 
     async complete(input: CompleteInput): Promise<boolean> {
+      checked([input.id, 'id'], [input.token, 'token']);
       if (cap !== undefined) {
         const bytes = storedResponseSize(input.response);
         if (bytes > cap) throw new ResponseTooLargeError(bytes, cap);
@@ -199,6 +214,7 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     },
 
     async release(input: ReleaseInput): Promise<boolean> {
+      checked([input.id, 'id'], [input.token, 'token']);
       await hop();
       const row = live(input.id, clock());
       if (row === undefined || row.token !== input.token) return false;
@@ -209,6 +225,7 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
 
     // Optional in the contract: any state, fenced on the token alone.
     async forget(input: ForgetInput): Promise<boolean> {
+      checked([input.id, 'id'], [input.token, 'token']);
       await hop();
       const row = live(input.id, clock());
       if (row === undefined || (row.token !== input.token && bug !== 'forget-ignores-token')) return false;
@@ -217,6 +234,7 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     },
 
     async get(id: string): Promise<StoreRecord | undefined> {
+      checked([id, 'id']);
       await hop();
       const now = clock();
       const row = live(id, now);
