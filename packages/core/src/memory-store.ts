@@ -459,6 +459,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     }
   };
 
+  // The answer of a call that found no record of its own, which checks its strings (store-strings.ts)
+  // here, off the hot path: a call that found its record holds an id and a token equal to those its
+  // claim checked. So a malformed one is refused with a TypeError as in every store, and the calls
+  // that find their record (nearly all of them) pay nothing for it.
+  const miss = (id: string, token: string): false => {
+    assertStoreString(id, 'id');
+    assertStoreString(token, 'token');
+    return false;
+  };
+
   return {
     inProcess: true,
     // A response over the whole budget is refused (see complete): declared, so the adapters settle
@@ -477,8 +487,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
     },
     claim({ id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces }: ClaimInput): ClaimResult {
       // Refused as the Redis and PostgreSQL stores refuse them (store-strings.ts): this store could
-      // keep them, but a swap of stores must not change which ids and tokens are accepted.
-      assertStoreString(id, 'id');
+      // keep them, but a swap of stores must not change which strings are accepted. The token and
+      // fingerprint are new on every path; the id only where no record holds it (see `miss`).
       assertStoreString(token, 'token');
       assertStoreString(fingerprint, 'fingerprint');
       if (replaces !== undefined) assertStoreString(replaces, 'replaces');
@@ -498,6 +508,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         if (bytes > maxBytes) evict(t);
         return CLAIMED;
       }
+      assertStoreString(id, 'id');
       const entry = new Entry(id, token, fingerprint, 0);
       entry.keepMs = keepMs;
       entries.set(id, entry);
@@ -507,20 +518,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return CLAIMED;
     },
     renew({ id, token, leaseMs }: RenewInput): boolean {
-      assertStoreString(id, 'id');
-      assertStoreString(token, 'token');
       const t = now();
       const existing = live(id, t);
-      if (existing === undefined || existing.completed || existing.token !== token) return false;
+      if (existing === undefined || existing.completed || existing.token !== token) return miss(id, token);
       lease(existing, leaseMs, t);
       return true;
     },
     complete({ id, token, response, retentionMs }: CompleteInput): boolean {
-      assertStoreString(id, 'id');
-      assertStoreString(token, 'token');
       const t = now();
       const existing = live(id, t);
-      if (existing === undefined || existing.completed || existing.token !== token) return false;
+      if (existing === undefined || existing.completed || existing.token !== token) return miss(id, token);
       // Copies of headers and body: the caller may reuse its objects, and a replay must be the bytes
       // of this moment. Completed in place: the entry moves to its retention's lane.
       const body = response.body;
@@ -551,28 +558,25 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       return true;
     },
     release({ id, token }: ReleaseInput): boolean {
-      assertStoreString(id, 'id');
-      assertStoreString(token, 'token');
       const existing = live(id, now());
-      if (existing === undefined || existing.completed || existing.token !== token) return false;
+      if (existing === undefined || existing.completed || existing.token !== token) return miss(id, token);
       remove(existing);
       return true;
     },
     // Any state, the token the only fence. `remove` gives back what the record counted against
     // maxEntries and maxBytes; its slot in its lane is skipped as gone, as a release's is.
     forget({ id, token }: ForgetInput): boolean {
-      assertStoreString(id, 'id');
-      assertStoreString(token, 'token');
       const existing = live(id, now());
-      if (existing === undefined || existing.token !== token) return false;
+      if (existing === undefined || existing.token !== token) return miss(id, token);
       remove(existing);
       return true;
     },
     get(id: string): StoreRecord | undefined {
-      assertStoreString(id, 'id');
       const t = now();
       const entry = live(id, t);
-      return entry === undefined ? undefined : recordOf(entry, t);
+      if (entry !== undefined) return recordOf(entry, t);
+      assertStoreString(id, 'id');
+      return undefined;
     },
   };
 }
