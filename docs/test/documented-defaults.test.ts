@@ -275,7 +275,7 @@ describe('engine defaults (createIdempotency)', () => {
     const documented = Number(/up to `entries` \(([\d,]+)\)/.exec(readme?.cells[2] ?? '')?.[1]?.replace(/,/g, ''));
     expect(
       lineOf('docs/stores.md', `up to \`entries\` of them (default ${documented.toLocaleString('en-US')})`).where,
-    ).toBe('docs/stores.md:164');
+    ).toBe('docs/stores.md:188');
     // A store other processes would share (no `inProcess`), counting its calls.
     const firstKeyReadAfter = async (completions: number) => {
       const inner = memoryStore();
@@ -477,7 +477,7 @@ describe('store defaults', () => {
     const prefix = documentedDefault('docs/stores.md', markers, 'prefix').text.replace(/`|'/g, '');
     expect(store.key('abc')).toBe(`${prefix}abc`);
     expect(store.maxResponseBytes).toBe(amount(documentedDefault('docs/stores.md', markers, 'maxResponseBytes').text));
-    // docs/stores.md:96: "(`undefined` gives `defaultMaxResponseBytes`, 4 MiB)"
+    // docs/stores.md:120: "(`undefined` gives `defaultMaxResponseBytes`, 4 MiB)"
     expect(defaultMaxResponseBytes).toBe(4 * MIB);
   });
 
@@ -502,8 +502,8 @@ describe('store defaults', () => {
     });
 
     it('purgeExpired: deletes at most 1000 rows by default, and keeps a row in progress one hour past its expiry', async () => {
-      // docs/stores.md:950-951: "deletes at most `batchSize` expired rows (default 1000)".
-      // docs/stores.md:966 and docs/operations.md:72: "`inProgressGraceMs` (default one hour)".
+      // docs/stores.md:1006-1007: "deletes at most `batchSize` expired rows (default 1000)".
+      // docs/stores.md:1022 and docs/operations.md:72: "`inProgressGraceMs` (default one hour)".
       const text = readFileSync(join(root, 'docs/stores.md'), 'utf8');
       const batch = amount(/expired rows \(default ([\d,]+)\)/.exec(text)?.[1] ?? '');
       expect(text).toContain('only `inProgressGraceMs` (default one hour) after it expired');

@@ -21,11 +21,18 @@
  * - Infrastructure failures reject with an error (ideally `StoreUnavailableError`); expected outcomes
  *   (lost race, stale token) are values.
  * - Response bodies are bytes and come back byte for byte.
+ * - Ids, tokens and fingerprints come back, and are told apart, exactly as given. A string no
+ *   store could keep so (not well-formed UTF-16: a lone surrogate has no UTF-8 form, and the pg and
+ *   Redis drivers send it as U+FFFD; or holding U+0000, which PostgreSQL `text` cannot hold) every
+ *   store refuses with a `TypeError`, before any I/O, in every method: `assertStoreString` checks
+ *   one. The engine never sends one (its ids are SHA-256 digests); a direct caller may.
  * - `complete` (and a transactional store's commit) may take the response's shape as given: the
  *   engine runs `assertStoredResponse` on every response before any store sees it, so a status
  *   outside 100–599, headers that are not a plain object of HTTP field values, or a body that is not
- *   a `Uint8Array` never reach a store. A store with a size cap refuses, before it writes anything, a
- *   response over it with `ResponseTooLargeError`, measured as `storedResponseSize` measures it.
+ *   a `Uint8Array` never reach a store (nor a header value or reason phrase with U+0000 or a
+ *   surrogate: field values are characters up to U+00FF). A direct caller runs it itself. A store
+ *   with a size cap refuses, before it writes anything, a response over it with
+ *   `ResponseTooLargeError`, measured as `storedResponseSize` measures it.
  * - Any method may answer with a value instead of a promise (the memory store does): callers `await`
  *   the result, and the engine skips the await, and the microtask it costs, when there is nothing to
  *   wait for. A store that answers synchronously reports failures by throwing.
