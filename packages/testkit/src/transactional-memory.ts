@@ -1,4 +1,4 @@
-import { type MemoryStore, memoryStore, type TransactionalStore } from '@idem/core';
+import { assertStoreString, type MemoryStore, memoryStore, type TransactionalStore } from '@idem/core';
 
 /** How a {@link transactionalMemoryStore} transaction ended. */
 export type TransactionOutcome = 'committed' | 'rolled-back' | 'lost';
@@ -33,6 +33,9 @@ export function transactionalMemoryStore(options: TransactionalMemoryOptions = {
     forget: (input) => store.forget(input),
     get: (id) => store.get(id),
     async transaction(input, fn) {
+      // Before the handler, as every store's transaction refuses them: its commit could not land.
+      assertStoreString(input.id, 'id');
+      assertStoreString(input.token, 'token');
       let produced: Awaited<ReturnType<typeof fn>>;
       try {
         produced = await fn({ id: input.id });
