@@ -109,7 +109,7 @@ export type {
   StoreRecord,
 } from './store.js';
 export { isPending } from './store.js';
-export { assertStoreString } from './store-strings.js';
+export { assertStoreId, assertStoreString } from './store-strings.js';
 export {
   assertStoredResponse,
   defaultMaxResponseBytes,

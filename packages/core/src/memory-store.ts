@@ -11,7 +11,7 @@ import type {
   Store,
   StoreRecord,
 } from './store.js';
-import { assertStoreString } from './store-strings.js';
+import { assertStoreId, assertStoreString } from './store-strings.js';
 import { ResponseTooLargeError, sizeOverLimit } from './stored-response.js';
 
 /** Options of {@link memoryStore}. */
@@ -464,8 +464,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   // claim checked. So a malformed one is refused with a TypeError as in every store, and the calls
   // that find their record (nearly all of them) pay nothing for it.
   const miss = (id: string, token: string): false => {
-    assertStoreString(id, 'id');
-    assertStoreString(token, 'token');
+    assertStoreId(id, 'id');
+    assertStoreId(token, 'token');
     return false;
   };
 
@@ -489,9 +489,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       // Refused as the Redis and PostgreSQL stores refuse them (store-strings.ts): this store could
       // keep them, but a swap of stores must not change which strings are accepted. The token and
       // fingerprint are new on every path; the id only where no record holds it (see `miss`).
-      assertStoreString(token, 'token');
+      assertStoreId(token, 'token');
       assertStoreString(fingerprint, 'fingerprint');
-      if (replaces !== undefined) assertStoreString(replaces, 'replaces');
+      if (replaces !== undefined) assertStoreId(replaces, 'replaces');
       const t = now();
       const keepMs = keepAfterLeaseMs ?? 0;
       const existing = live(id, t);
@@ -508,7 +508,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
         if (bytes > maxBytes) evict(t);
         return CLAIMED;
       }
-      assertStoreString(id, 'id');
+      assertStoreId(id, 'id');
       const entry = new Entry(id, token, fingerprint, 0);
       entry.keepMs = keepMs;
       entries.set(id, entry);
@@ -575,7 +575,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
       const t = now();
       const entry = live(id, t);
       if (entry !== undefined) return recordOf(entry, t);
-      assertStoreString(id, 'id');
+      assertStoreId(id, 'id');
       return undefined;
     },
   };

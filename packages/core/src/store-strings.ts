@@ -33,3 +33,18 @@ export function assertStoreString(value: unknown, name: string): asserts value i
 
 // String.prototype.isWellFormed (ES2024, Node 20+), which the ES2023 library types do not declare.
 type WellFormedCheck = string & { isWellFormed(): boolean };
+
+/**
+ * {@link assertStoreString}, and not empty: what an id, a token or `replaces` must be. An empty id
+ * would be one record for every caller that gives none, an empty token a fence any caller passes
+ * without holding a claim; an empty fingerprint is a fingerprint (a caller that compares none), so
+ * fingerprints are checked with assertStoreString alone.
+ *
+ * @example
+ * assertStoreId(input.token, 'token');
+ * assertStoreId('', 'id'); // throws TypeError: id must be a non-empty string
+ */
+export function assertStoreId(value: unknown, name: string): asserts value is string {
+  assertStoreString(value, name);
+  if (value.length === 0) throw new TypeError(`${name} must be a non-empty string`);
+}

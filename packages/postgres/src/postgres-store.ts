@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   type AsyncStore,
   assertKnownOptions,
+  assertStoreId,
   assertStoreString,
   type ClaimInput,
   type ClaimResult,
@@ -225,13 +226,11 @@ const phraseColumnChanged = (error: unknown, operation: string): boolean => {
 // as U+FFFD, so "a\ud800" and "a\udc00" were one record, and one token passed another's fence:
 // refused before any statement, as every store refuses them (assertStoreString in @idem/core).
 const checkId = (id: unknown) => {
-  if (typeof id !== 'string' || id.length === 0) throw new TypeError('id must be a non-empty string');
-  assertStoreString(id, 'id');
+  assertStoreId(id, 'id');
 };
 
 const checkToken = (token: unknown, name = 'token') => {
-  if (typeof token !== 'string' || token.length === 0) throw new TypeError(`${name} must be a non-empty string`);
-  assertStoreString(token, name);
+  assertStoreId(token, name);
 };
 
 // A duration becomes an interval added to (or, the purge's grace, taken from) the database's clock,

@@ -1,6 +1,7 @@
 import {
   type AsyncStore,
   assertKnownOptions,
+  assertStoreId,
   assertStoreString,
   type ClaimInput,
   type ClaimResult,
@@ -163,15 +164,14 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   // lone surrogate goes out as U+FFFD) is refused before any command, as every store refuses it
   // (see assertStoreString in @idem/core).
   const key = (id: string) => {
-    if (typeof id !== 'string' || id.length === 0) throw new TypeError('a record id must be a non-empty string');
-    assertStoreString(id, 'id');
+    assertStoreId(id, 'id');
     return prefix + id;
   };
 
   // A token is JSON in the value, where a lone surrogate or a NUL would survive (escaped); refused
   // anyway, so that no store accepts what another refuses.
   const fence = (token: string) => {
-    assertStoreString(token, 'token');
+    assertStoreId(token, 'token');
     return leasePrefix(token);
   };
 
@@ -255,16 +255,13 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       replaces,
     }: ClaimInput): Promise<ClaimResult> => {
       const k = key(id);
-      assertStoreString(token, 'token');
+      assertStoreId(token, 'token');
       assertStoreString(fingerprint, 'fingerprint');
       const keepMs =
         keepAfterLeaseMs === undefined || keepAfterLeaseMs === 0 ? 0 : wholeMs(keepAfterLeaseMs, 'keepAfterLeaseMs');
       const value = encodeClaim(token, fingerprint, keepMs);
       const px = String(wholeMs(leaseMs, 'leaseMs') + keepMs);
-      if (replaces !== undefined && (typeof replaces !== 'string' || replaces === '')) {
-        throw new TypeError('replaces must be a non-empty token');
-      }
-      if (replaces !== undefined) assertStoreString(replaces, 'replaces');
+      if (replaces !== undefined) assertStoreId(replaces, 'replaces');
       let takeover = replaces === undefined ? undefined : leasePrefix(replaces);
       return guarded('claim', async () => {
         // The fresh key, the common case, costs one plain SET NX PX: cheaper for Redis than a script.

@@ -822,6 +822,40 @@ export function describeStore(
       }
     });
 
+    // An empty id would be one record for every caller that sends none, and an empty token a fence
+    // any caller passes without holding a claim: refused by every store, as the strings above are. An
+    // empty fingerprint is a fingerprint (a caller that compares none).
+    it('refuses, with a TypeError and before it writes anything, an empty id, token or replaces; takes an empty fingerprint', async () => {
+      const refused = async (call: () => unknown) => {
+        let thrown: unknown;
+        try {
+          await call();
+        } catch (error) {
+          thrown = error;
+        }
+        expect(thrown).toBeInstanceOf(TypeError);
+      };
+      const id = freshId();
+      const done = response(new Uint8Array([1]));
+      await refused(() => store.claim({ id: '', token: 't', fingerprint: 'fp', leaseMs: 5_000 }));
+      await refused(() => store.claim({ id, token: '', fingerprint: 'fp', leaseMs: 5_000 }));
+      await refused(() => store.get(''));
+      expect(await store.get(id)).toBeUndefined();
+      expect(await store.claim({ id, token: 't', fingerprint: '', leaseMs: 5_000 })).toEqual({ claimed: true });
+      await refused(() => store.claim({ id, token: 'u', fingerprint: '', leaseMs: 5_000, replaces: '' }));
+      for (const input of [
+        { id: '', token: 't' },
+        { id, token: '' },
+      ]) {
+        await refused(() => store.renew({ ...input, leaseMs: 5_000 }));
+        await refused(() => store.complete({ ...input, response: done, retentionMs: 60_000 }));
+        await refused(() => store.release(input));
+        if (store.forget !== undefined) await refused(() => store.forget?.(input));
+      }
+      expect(await store.get(id)).toEqual({ state: 'in_progress', token: 't', fingerprint: '' });
+      expect(await store.release({ id, token: 't' })).toBe(true);
+    });
+
     // The refusal is of those strings only: a store must keep apart, and give back exactly, every
     // other string, U+FFFD (what a lone surrogate would have become), astral characters (a surrogate
     // pair, well formed) and control characters other than U+0000 included.

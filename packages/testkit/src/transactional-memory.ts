@@ -1,4 +1,4 @@
-import { assertStoreString, type MemoryStore, memoryStore, type TransactionalStore } from '@idem/core';
+import { assertStoreId, type MemoryStore, memoryStore, type TransactionalStore } from '@idem/core';
 
 /** How a {@link transactionalMemoryStore} transaction ended. */
 export type TransactionOutcome = 'committed' | 'rolled-back' | 'lost';
@@ -34,8 +34,8 @@ export function transactionalMemoryStore(options: TransactionalMemoryOptions = {
     get: (id) => store.get(id),
     async transaction(input, fn) {
       // Before the handler, as every store's transaction refuses them: its commit could not land.
-      assertStoreString(input.id, 'id');
-      assertStoreString(input.token, 'token');
+      assertStoreId(input.id, 'id');
+      assertStoreId(input.token, 'token');
       let produced: Awaited<ReturnType<typeof fn>>;
       try {
         produced = await fn({ id: input.id });

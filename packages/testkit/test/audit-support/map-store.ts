@@ -7,6 +7,7 @@
 // `bugs` switches on realistic mistakes, one at a time, to see whether describeStore() notices.
 import {
   type AsyncStore,
+  assertStoreId,
   assertStoreString,
   type ClaimInput,
   type ClaimResult,
@@ -106,10 +107,14 @@ export function mapStore(options: MapStoreOptions): AsyncStore & { readonly reco
     return row;
   };
   // docs/stores.md: every store refuses, before any I/O, an id, token or fingerprint that is not
-  // well-formed UTF-16 or holds U+0000 (a Map could keep them; the other stores could not).
+  // well-formed UTF-16 or holds U+0000 (a Map could keep them; the other stores could not), and an
+  // empty id or token.
   const checked = (...strings: [value: unknown, name: string][]) => {
     if (bug === 'accepts-any-string') return;
-    for (const [value, name] of strings) assertStoreString(value, name);
+    for (const [value, name] of strings) {
+      if (name === 'fingerprint') assertStoreString(value, name);
+      else assertStoreId(value, name);
+    }
   };
   const abandoned = (row: Row, now: number) => row.state === 'in_progress' && now >= row.leaseUntil;
   const view = (row: Row, now: number): StoreRecord =>
