@@ -82,6 +82,11 @@ export type ReceiverEvent =
       /** The problem's code, on a refused delivery: a webhook one (`signature_mismatch`, ...) or idem's. */
       code?: WebhookErrorCode | IdempotencyErrorCode;
       at: number;
+      /**
+       * What went wrong, when there is something to say: what `apply` threw (`failed`), the store's
+       * error (`unavailable`), or the {@link WebhookError} of a `rejected` delivery, whose `details`
+       * hold facts such as the length of the body received (never its bytes, a key or a signature).
+       */
       error?: unknown;
     }
   | { type: 'record-failed'; id: string; reason: 'lease-lost' | 'store-error'; at: number; error?: unknown };
@@ -379,7 +384,10 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     if (!request || typeof request !== 'object') throw new TypeError('handle needs { headers, body }');
     const body = toBodyBytes(request.body);
     const verified = verifier.verify({ headers: request.headers, body });
-    if (!verified.ok) return done(problemResponse(verified.error, 'rejected'), { code: verified.error.code });
+    // The error goes with the code: its details (the length of the body as received, never its bytes)
+    // are what tell a trimmed or re-encoded body from a wrong secret in an operator's log.
+    if (!verified.ok)
+      return done(problemResponse(verified.error, 'rejected'), { code: verified.error.code, error: verified.error });
     const { id, timestamp } = verified.webhook;
     const fingerprint = createHash('sha256').update(body).digest('hex');
     const started = await engine.begin({ key: id, scope, operation: OPERATION, fingerprint });
@@ -477,6 +485,6 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     engine,
     settings: Object.freeze({ retentionMs, senderHorizonMs, transactional, scope }),
   };
-  glueReporters.set(receiver, (error) => report({ type: 'rejected', at: now(), code: error.code }));
+  glueReporters.set(receiver, (error) => report({ type: 'rejected', at: now(), code: error.code, error }));
   return receiver;
 }

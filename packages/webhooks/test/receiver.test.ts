@@ -6,6 +6,7 @@ import {
   createReceiver,
   createSender,
   createSigner,
+  fetchWebhook,
   isWebhookError,
   type ReceiverEvent,
   type ReceiverOptions,
@@ -264,6 +265,45 @@ describe('failures (cases 6, 9, 11, 14)', () => {
     await expect(receiver.handle({ headers, body: JSON.parse(paymentBody) })).rejects.toSatisfy(
       (error: unknown) => isWebhookError(error) && error.code === 'raw_body_required',
     );
+  });
+});
+
+describe('a body altered in transit (case 26)', () => {
+  // Was a defect: a rejected delivery reached onEvent with its code only. The verifier's error holds
+  // the length of the body as received (never the bytes), which is what tells an operator that a
+  // proxy trimmed, re-encoded or base64-wrapped the body; without it a log of rejections could only
+  // say "signature_mismatch", the same as a wrong secret.
+  it("reports the verifier's error, with the length of the body it received, through onEvent", async () => {
+    const { receiver, events, store, clock } = setup();
+    const sent = Buffer.from(`${paymentBody}\n`);
+    const headers = signer.sign({ id: 'E1', body: sent, timestamp: Math.floor(clock() / 1000) });
+    const stripped = await receiver.handle({ headers, body: sent.subarray(0, sent.length - 1) });
+    expect(stripped).toMatchObject({ status: 400, outcome: 'rejected' });
+    const wrapped = await receiver.handle({ headers, body: Buffer.from(sent.toString('base64')) });
+    expect(wrapped).toMatchObject({ status: 400, outcome: 'rejected' });
+    expect(events).toHaveLength(2);
+    const [first, second] = events;
+    expect(first).toMatchObject({ type: 'rejected', code: 'signature_mismatch' });
+    expect(isWebhookError(first?.error) && first.error.details).toEqual({ bodyBytes: sent.length - 1, signatures: 1 });
+    expect(isWebhookError(second?.error) && second.error.details.bodyBytes).toBe(
+      Buffer.from(sent.toString('base64')).length,
+    );
+    // Facts, never the bytes: nothing of the body or the signature is in what onEvent gets.
+    expect(`${(first?.error as Error | undefined)?.message} ${JSON.stringify(first)}`).not.toContain('payment');
+    expect(store.size).toBe(0);
+  });
+
+  it('reports a refusal by the glue (over the limit) with its error too', async () => {
+    const { receiver, events, clock } = setup();
+    const handle = fetchWebhook(receiver, { limit: 16 });
+    const headers = signer.sign({ id: 'E1', body: paymentBody, timestamp: Math.floor(clock() / 1000) });
+    const response = await handle(
+      new Request('https://receiver.test/hooks', { method: 'POST', headers, body: paymentBody }),
+    );
+    expect(response.status).toBe(413);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ type: 'rejected', code: 'body_too_large' });
+    expect(isWebhookError(events[0]?.error) && events[0].error.details).toEqual({ limit: 16 });
   });
 });
 
