@@ -27,6 +27,27 @@ function isOneShot(value: unknown): boolean {
   return Symbol.asyncIterator in value || typeof (value as { pipe?: unknown }).pipe === 'function';
 }
 
+// Values JSON.stringify turns into `{}` whatever they hold: a Promise (a missing `await`), and
+// collections and iterators, whose values live where it does not look. Sent, `{}` is a valid body
+// that a lenient server runs the operation on. A `toJSON` says how the value is meant to be sent.
+function lostInJson(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return undefined;
+  if (typeof (value as { then?: unknown }).then === 'function') {
+    return 'the body is a Promise: await it first, then pass its value';
+  }
+  if (
+    value instanceof Map ||
+    value instanceof Set ||
+    value instanceof WeakMap ||
+    value instanceof WeakSet ||
+    typeof (value as { [Symbol.iterator]?: unknown })[Symbol.iterator] === 'function'
+  ) {
+    return 'a Map, Set or iterator body would be sent as {}: pass an array or a plain object (Object.fromEntries, [...values])';
+  }
+  return undefined;
+}
+
 // An ArrayBuffer made in another realm (a vm context, a jsdom test environment, an iframe) fails
 // `instanceof ArrayBuffer`, and JSON.stringify would send `{}` for it. fetch sends its bytes, and so
 // does this: such a buffer still says `[object ArrayBuffer]`.
@@ -45,7 +66,8 @@ function copyBytes(value: ArrayBuffer | ArrayBufferView): Uint8Array<ArrayBuffer
  * Encodes a request body once, so every attempt sends the very same bytes (a server comparing
  * fingerprints then sees one request, not several). `undefined` sends no body; anything else that
  * is not listed here is JSON. A stream (web or Node) or an async iterable is refused with a
- * `TypeError`: it can be read only once, so it cannot be retried.
+ * `TypeError`: it can be read only once, so it cannot be retried. So is a value JSON would send as
+ * `{}` whatever it holds: a Promise (a missing `await`), a Map, a Set or an iterator.
  *
  * Everything the body depends on is read synchronously, in this call, as `fetch` itself does: the
  * retries run after awaits (a backoff, a token refresh), and by then the caller may have refilled a
@@ -82,6 +104,8 @@ export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
     const contentType = multipart.headers.get('content-type') ?? undefined;
     return multipart.arrayBuffer().then((bytes) => ({ body: new Uint8Array(bytes), contentType }));
   }
+  const lost = lostInJson(value);
+  if (lost !== undefined) throw new TypeError(lost);
   const json = JSON.stringify(value);
   if (json === undefined) throw new TypeError('the body cannot be encoded as JSON');
   return { body: json, contentType: 'application/json' };
