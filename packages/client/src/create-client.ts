@@ -3,7 +3,7 @@ import { backoffDelay } from './backoff.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
 import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
-import { followingRedirects } from './redirects.js';
+import { followingRedirects, unfollowedRedirect } from './redirects.js';
 import { encodeBody } from './request-body.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { retryAfterOf } from './retry-after.js';
@@ -503,9 +503,14 @@ export function createClient(options: ClientOptions): Client {
         const { response } = run;
         // What a browser gives a script for a redirect it may not read: status 0, no headers.
         if (response.type === 'opaqueredirect') throw fail('redirect_unreadable');
+        // A read's redirect that could not be followed (a loop, a Location that is no http(s) URL) is
+        // the answer every attempt gets: final, and a failure, as the resource was not reached.
+        const unfollowed = unfollowedRedirect(response);
         // A replay is the stored outcome itself: asking again returns the same thing.
         retryable =
-          !attempt.replayed && isRetryableStatus(response.status, { method: verb, keyed: keyField !== undefined });
+          unfollowed === undefined &&
+          !attempt.replayed &&
+          isRetryableStatus(response.status, { method: verb, keyed: keyField !== undefined });
         if (run.bytes !== undefined) {
           try {
             lastBody = decodeBody(run.bytes, response.headers.get('content-type'), parse === 'none' ? 'bytes' : parse);
@@ -513,7 +518,9 @@ export function createClient(options: ClientOptions): Client {
             if (!(error instanceof BodyParseError)) throw error;
             // An error page that claims JSON and is not: keep its text for the error.
             lastBody = new TextDecoder().decode(run.bytes);
-            if (!retryable && response.status < 400) throw fail('invalid_response_body', error);
+            if (!retryable && response.status < 400 && unfollowed === undefined) {
+              throw fail('invalid_response_body', error);
+            }
           }
         }
         const problem = problemOf(response.headers.get('content-type'), run.bytes);
@@ -527,6 +534,7 @@ export function createClient(options: ClientOptions): Client {
           isSafeToRepeat({ method: verb, keyed: keyField !== undefined })
         )
           retryable = true;
+        if (unfollowed !== undefined) throw fail('http_error', unfollowed);
         if (!retryable) {
           if (response.status < 400) {
             return {

@@ -31,10 +31,35 @@ function asUtf8(location: string): string {
   }
 }
 
+// The redirects a read could not follow, with why. fetch rejects such a read with a TypeError, which
+// a retrying client cannot tell from a dropped connection: it would repeat a loop of 21 requests, or
+// a Location it can never follow, on every attempt. Returned instead, the 3xx is the server's
+// answer, the same on every attempt, and its Location stays readable (an app's own scheme).
+const unfollowedRedirects = new WeakMap<Response, TypeError>();
+
+function unfollowed(response: Response, reason: TypeError, hops: number): Response {
+  if (hops > 0) Object.defineProperty(response, 'redirected', { value: true });
+  unfollowedRedirects.set(response, reason);
+  return response;
+}
+
+/**
+ * Why a read's redirect was not followed (a 21st hop, a Location that is no http(s) URL), for the
+ * 3xx {@link followingRedirects} answered with instead of rejecting; `undefined` for any other response.
+ *
+ * @example
+ * const reason = unfollowedRedirect(response); // TypeError('redirect count exceeded')
+ */
+export function unfollowedRedirect(response: Response): TypeError | undefined {
+  return unfollowedRedirects.get(response);
+}
+
 /**
  * A fetch for reads that follows redirects itself, as fetch would, except that on a hop to another
  * origin it drops `dropAcrossOrigins` (the names of the client-wide `headers`) and the credential
- * headers, for that hop and every later one. fetch drops only Authorization and cookies, so an API
+ * headers, for that hop and every later one. A redirect it does not follow (past 20 hops, or to a
+ * Location that is no http(s) URL) is answered with that 3xx, unread, where fetch would reject (see
+ * {@link unfollowedRedirect}). fetch drops only Authorization and cookies, so an API
  * key set once on the client went to whatever origin a GET's 302 named; the client refuses absolute
  * paths so that credentials stay on baseUrl's origin, and a redirect must not undo that.
  *
@@ -95,18 +120,18 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
         if (hops > 0) Object.defineProperty(response, 'redirected', { value: true });
         return response;
       }
-      // The redirect itself is not the answer: its body is not read.
-      response.body?.cancel().catch(() => undefined);
-      if (hops >= maxRedirects) throw new TypeError('fetch failed: redirect count exceeded');
+      if (hops >= maxRedirects) return unfollowed(response, new TypeError('redirect count exceeded'), hops);
       let next: URL;
       try {
         next = new URL(asUtf8(location), url);
       } catch (error) {
-        throw new TypeError('fetch failed: the redirect location is not a URL', { cause: error });
+        return unfollowed(response, new TypeError('the redirect location is not a URL', { cause: error }), hops);
       }
       if (next.protocol !== 'http:' && next.protocol !== 'https:') {
-        throw new TypeError(`fetch failed: a redirect to a ${next.protocol} URL is not followed`);
+        return unfollowed(response, new TypeError(`a redirect to a ${next.protocol} URL is not followed`), hops);
       }
+      // The redirect itself is not the answer: its body is not read.
+      response.body?.cancel().catch(() => undefined);
       // 303 turns anything but GET and HEAD into a GET; 301 and 302 turn a POST into one (fetch's
       // rule, kept for the browser compatibility it encodes). 307 and 308 keep method and body.
       if (

@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { createClient } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
+import { failure } from './support/failure.js';
 import { fakeTime } from './support/fake-time.js';
 
 interface Seen {
@@ -96,5 +97,34 @@ describe('bodies whose JSON form drops what they hold', () => {
       'null',
       '"1970-01-01T00:00:00.000Z"',
     ]);
+  });
+});
+
+describe('a read whose redirect cannot be followed', () => {
+  // Was wrong: a GET into a redirect loop made 21 requests per attempt and was retried as a network
+  // error, 105 requests and up to 15 s of backoff for an answer that never changes (writes were
+  // fixed before: their 3xx is their answer). A Location that is no http(s) URL, or no URL at all,
+  // was retried the same way. Each is the server's deterministic answer: http_error at once, with
+  // that 3xx as the response, so its Location can be read (an app scheme such as myapp://).
+  it('a loop: http_error after one attempt of 21 requests, the last 302 in the error', async () => {
+    const s = await serve((_req, res) => {
+      res.writeHead(302, { location: '/loop' }).end();
+    });
+    const error = await failure(fakeClient(s.url).client.get('/loop'));
+    expect([error.code, error.status, error.attempts.length, s.log.length]).toEqual(['http_error', 302, 1, 21]);
+    expect(error.cause).toBeInstanceOf(TypeError);
+  });
+
+  it.each([
+    ['an app scheme', 'myapp://callback?code=1'],
+    ['ftp', 'ftp://files.example.test/x'],
+    ['no URL at all', 'http://[not-a-host'],
+  ])('a Location of %s: http_error after one request, the Location readable', async (_name, location) => {
+    const s = await serve((_req, res) => {
+      res.writeHead(302, { location }).end();
+    });
+    const error = await failure(fakeClient(s.url).client.get('/authorize'));
+    expect([error.code, error.status, s.log.length]).toEqual(['http_error', 302, 1]);
+    expect(error.response?.headers.get('location')).toBe(location);
   });
 });
