@@ -374,10 +374,10 @@ export function createClient(options: ClientOptions): Client {
       keyField = formatKeyField(key, keyFormat);
     }
 
-    // The first await of the call. encodeBody copies the body before its own first await (see
-    // there), so every attempt sends the bytes the caller passed, whatever it does afterwards with
-    // its buffer, URLSearchParams or FormData while this call backs off.
-    const encoded = await encodeBody(body);
+    // Before the first await of the call: encodeBody takes the body synchronously (see there), so
+    // every attempt sends the bytes the caller passed, whatever it does afterwards with its buffer,
+    // URLSearchParams or FormData while this call backs off.
+    const encoded = encodeBody(body);
     if (encoded.contentType !== undefined && !baseHeaders.has('content-type')) {
       baseHeaders.set('content-type', encoded.contentType);
     }

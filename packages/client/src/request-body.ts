@@ -2,7 +2,7 @@
  * A request body once encoded: sent as-is on every attempt.
  *
  * @example
- * const { body, contentType } = await encodeBody({ amount: 500 });
+ * const { body, contentType } = encodeBody({ amount: 500 });
  */
 export interface EncodedBody {
   body: RequestInit['body'] | undefined;
@@ -62,6 +62,39 @@ function copyBytes(value: ArrayBuffer | ArrayBufferView): Uint8Array<ArrayBuffer
   return new Uint8Array(value.buffer, value.byteOffset, value.byteLength).slice();
 }
 
+// What the multipart/form-data encoding (HTML standard) does to a name and a filename, and to the
+// line breaks of a name and of a string value, as fetch (undici, browsers) writes them.
+const escapeName = (text: string) => text.replace(/\n/g, '%0A').replace(/\r/g, '%0D').replace(/"/g, '%22');
+const crlf = (text: string) => text.replace(/\r?\n|\r/g, '\r\n');
+
+/**
+ * A form as one multipart body, with one boundary for every attempt (fetch would draw a new one per
+ * attempt, and a server that hashes the bytes would see another request). A Blob of the parts, not
+ * their bytes: a file in the form (a Blob on disk from `fs.openAsBlob`, a File from a file input) is
+ * read when an attempt sends it, not held in memory whole for the life of the call. Its entries are
+ * strings and Files, both immutable, and are taken here, synchronously, as fetch takes them.
+ */
+function encodeMultipart(form: FormData): EncodedBody {
+  const random = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  const boundary = `----formdata-idem-${Array.from(random, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+  const parts: BlobPart[] = [];
+  form.forEach((entry, name) => {
+    const head = `--${boundary}\r\nContent-Disposition: form-data; name="${escapeName(crlf(name))}"`;
+    if (typeof entry === 'string') {
+      parts.push(`${head}\r\n\r\n${crlf(entry)}\r\n`);
+      return;
+    }
+    const filename = entry.name ? `; filename="${escapeName(entry.name)}"` : '';
+    parts.push(
+      `${head}${filename}\r\nContent-Type: ${entry.type || 'application/octet-stream'}\r\n\r\n`,
+      entry,
+      '\r\n',
+    );
+  });
+  parts.push(`--${boundary}--\r\n`);
+  return { body: new Blob(parts), contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
 /**
  * Encodes a request body once, so every attempt sends the very same bytes (a server comparing
  * fingerprints then sees one request, not several). `undefined` sends no body; anything else that
@@ -72,14 +105,14 @@ function copyBytes(value: ArrayBuffer | ArrayBufferView): Uint8Array<ArrayBuffer
  * Everything the body depends on is read synchronously, in this call, as `fetch` itself does: the
  * retries run after awaits (a backoff, a token refresh), and by then the caller may have refilled a
  * buffer or reused one `URLSearchParams` for the next call. So bytes (`ArrayBuffer`, typed arrays,
- * `DataView`) are copied, `URLSearchParams` is serialised, and `FormData` is copied entry by entry
- * before its multipart encoding, which needs an await, starts (fetch would draw a new boundary per
- * attempt, so it is encoded here, once). Strings and `Blob`s are immutable and go as they are.
+ * `DataView`) are copied, `URLSearchParams` is serialised, and `FormData` is encoded here, once, as
+ * a Blob of its parts (fetch would draw a new boundary per attempt), whose files are read only as
+ * each attempt sends them. Strings and `Blob`s are immutable and go as they are.
  *
  * @example
- * await encodeBody({ amount: 500 }); // { body: '{"amount":500}', contentType: 'application/json' }
+ * encodeBody({ amount: 500 }); // { body: '{"amount":500}', contentType: 'application/json' }
  */
-export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
+export function encodeBody(value: unknown): EncodedBody {
   if (value === undefined) return { body: undefined, contentType: undefined };
   if (isOneShot(value)) {
     throw new TypeError('a stream body can be read only once and so cannot be retried: pass a string, bytes or a Blob');
@@ -94,16 +127,7 @@ export function encodeBody(value: unknown): EncodedBody | Promise<EncodedBody> {
     // The type fetch would give it; set here because the body is now a plain string.
     return { body: String(value), contentType: 'application/x-www-form-urlencoded;charset=UTF-8' };
   }
-  if (isInstance(value, 'FormData')) {
-    // Entries are strings or Files, both immutable: copying the list is copying the form.
-    const copy = new FormData();
-    (value as FormData).forEach((entry, name) => {
-      copy.append(name, entry);
-    });
-    const multipart = new Response(copy);
-    const contentType = multipart.headers.get('content-type') ?? undefined;
-    return multipart.arrayBuffer().then((bytes) => ({ body: new Uint8Array(bytes), contentType }));
-  }
+  if (isInstance(value, 'FormData')) return encodeMultipart(value as FormData);
   const lost = lostInJson(value);
   if (lost !== undefined) throw new TypeError(lost);
   const json = JSON.stringify(value);
