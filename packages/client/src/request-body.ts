@@ -31,7 +31,7 @@ function isOneShot(value: unknown): boolean {
 // collections and iterators, whose values live where it does not look. Sent, `{}` is a valid body
 // that a lenient server runs the operation on. A `toJSON` says how the value is meant to be sent.
 function lostInJson(value: unknown): string | undefined {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || value instanceof String) return undefined;
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return undefined;
   if (typeof (value as { then?: unknown }).then === 'function') {
     return 'the body is a Promise: await it first, then pass its value';

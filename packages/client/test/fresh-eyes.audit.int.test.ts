@@ -92,13 +92,16 @@ describe('bodies whose JSON form drops what they hold', () => {
       constructor(readonly amount: number) {}
     }
     const withToJson = Object.assign(new Map([['a', 1]]), { toJSON: () => ({ a: 1 }) });
-    for (const body of [['sku-1'], withToJson, new Money(500), null, new Date(0)]) await client.post('/x', body);
+    // A boxed string is iterable, and JSON sends its text.
+    const boxed = new String('note');
+    for (const body of [['sku-1'], withToJson, new Money(500), null, new Date(0), boxed]) await client.post('/x', body);
     expect(s.log.map((seen) => seen.body.toString())).toEqual([
       '["sku-1"]',
       '{"a":1}',
       '{"amount":500}',
       'null',
       '"1970-01-01T00:00:00.000Z"',
+      '"note"',
     ]);
   });
 });
