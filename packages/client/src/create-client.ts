@@ -10,6 +10,7 @@ import { retryAfterOf } from './retry-after.js';
 import {
   isCertificateError,
   isIdempotentMethod,
+  isNotConnected,
   isRetryableStatus,
   isSafeToRepeat,
   normalizeMethod,
@@ -553,8 +554,10 @@ export function createClient(options: ClientOptions): Client {
         // A certificate the runtime refused: nothing was sent, and every retry meets it again.
         if (run.kind === 'network-error' && isCertificateError(run.error)) throw fail('tls_failed', run.error);
         // The outcome is unknown: the server may have run the request. Only a key or an idempotent
-        // method makes a repeat harmless.
-        retryable = isSafeToRepeat({ method: verb, keyed: keyField !== undefined });
+        // method makes a repeat harmless, unless the connection was never made: nothing was sent.
+        retryable =
+          isSafeToRepeat({ method: verb, keyed: keyField !== undefined }) ||
+          (run.kind === 'network-error' && isNotConnected(run.error));
         // Before the deadline's own code: an unkeyed write cut short by the deadline may have run and
         // has no key to retry it with, which is what `timeout` tells (`deadline_exceeded` says
         // "retry later with error.key").

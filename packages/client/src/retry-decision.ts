@@ -127,6 +127,39 @@ export function isCertificateError(error: unknown): boolean {
   return false;
 }
 
+// The codes Node (and undici) give a connection that was never made: refused, no route, a name that
+// did not resolve, a connect that timed out. No byte of the request left the client.
+const notConnectedCodes: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EADDRNOTAVAIL',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/**
+ * True when a failed fetch never connected (refused, unreachable, a name that did not resolve, a
+ * connect timeout), read from the `code` of the error or of a `cause` under it, as undici wraps it
+ * in `TypeError: fetch failed`. Nothing was sent, so a repeat is harmless whatever the method, which
+ * a connection that broke after the request went out (a reset, a hang-up) does not say. Browsers
+ * hide the cause, so there every network error stays an unknown outcome.
+ *
+ * @example
+ * isNotConnected(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ECONNREFUSED' }) })); // true
+ */
+export function isNotConnected(error: unknown): boolean {
+  let current: unknown = error;
+  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const { code } = current as { code?: unknown };
+    if (typeof code === 'string' && notConnectedCodes.has(code)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /**
  * Whether a request whose outcome is unknown (connection lost, timed out) may be sent again: only
  * when the method is idempotent or a key makes the server run it at most once.

@@ -238,3 +238,52 @@ describe('the connection of a failed attempt', () => {
     expect([result.status, s.log.length, s.connections()]).toEqual([201, 5, 1]);
   });
 });
+
+describe('an unkeyed write whose connection was refused', () => {
+  // Was wrong: a POST sent without a key (idempotencyKey: false, waiting for a key the server mints)
+  // ended with network_error at once when the connection was refused, as if it might have run.
+  // A refused connection (or a name that did not resolve) sent nothing: repeating it is harmless
+  // whatever the method, as a connection that broke after the request went out is not.
+  it('is retried, and runs once when the server is back', async () => {
+    const probe = createServer();
+    probe.listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const { port } = probe.address() as AddressInfo;
+    probe.close();
+    await once(probe, 'close');
+    const time = fakeTime();
+    let back: Awaited<ReturnType<typeof serve>> | undefined;
+    const log: Seen[] = [];
+    time.onSleep(async () => {
+      if (back) return;
+      // The server comes back on the same port during the wait.
+      const server = createServer(async (req, res) => {
+        const chunks: Buffer[] = [];
+        for await (const chunk of req) chunks.push(chunk as Buffer);
+        log.push({ method: req.method ?? '', headers: req.headers, body: Buffer.concat(chunks) });
+        res.writeHead(201, { 'idempotency-key': '"minted-1"' }).end();
+      });
+      server.listen(port, '127.0.0.1');
+      await once(server, 'listening');
+      servers.push(server);
+      back = { url: '', log, connections: () => 0 };
+    });
+    const client = createClient({ baseUrl: `http://127.0.0.1:${port}`, sleep: time.sleep, now: time.now });
+    const result = await client.post('/charges', { amount: 1 }, { idempotencyKey: false });
+    expect([result.status, result.key, result.attempts.map((a) => a.outcome), log.length]).toEqual([
+      201,
+      'minted-1',
+      ['network-error', 'response'],
+      1,
+    ]);
+    expect(log[0]?.headers['idempotency-key']).toBeUndefined();
+  });
+
+  it('is not retried when the connection broke after the request was sent', async () => {
+    const s = await serve((req) => {
+      req.socket.destroy();
+    });
+    const error = await failure(fakeClient(s.url).client.post('/charges', {}, { idempotencyKey: false }));
+    expect([error.code, s.log.length]).toEqual(['network_error', 1]);
+  });
+});
