@@ -307,10 +307,10 @@ describe.runIf(hasChromium)('@idem/client in a real browser, cross-origin', () =
     const gzipped = gzipSync(bundle).length;
     console.info(`client bundle: ${bundle.length} bytes minified, ${gzipped} gzipped`);
     expect(gzipped).toBeLessThan(16 * 1024);
-    // docs/client.md, In browsers: "bundled and minified it is about 22 KB, 9 KB gzipped".
+    // docs/client.md, In browsers: "bundled and minified it is about 24 KB, 9 KB gzipped".
     const kb = (bytes: number) => Math.round(bytes / 1000);
-    expect(kb(bundle.length)).toBeGreaterThanOrEqual(20);
-    expect(kb(bundle.length)).toBeLessThanOrEqual(24);
+    expect(kb(bundle.length)).toBeGreaterThanOrEqual(22);
+    expect(kb(bundle.length)).toBeLessThanOrEqual(26);
     expect(kb(gzipped)).toBeGreaterThanOrEqual(8);
     expect(kb(gzipped)).toBeLessThanOrEqual(10);
   });
