@@ -287,3 +287,32 @@ describe('an unkeyed write whose connection was refused', () => {
     expect([error.code, s.log.length]).toEqual(['network_error', 1]);
   });
 });
+
+describe('a crowd turned away with one Retry-After', () => {
+  // Was wrong: the wait is max(jittered backoff, Retry-After), so once Retry-After is above the
+  // backoff ceiling every client waits exactly what it says: a crowd a rate limiter turned away with
+  // 429 and Retry-After: 5 comes back in the same millisecond, and is turned away again.
+  // Needs a decision: jitter above the floor (how much: up to the backoff ceiling, a fraction of
+  // Retry-After?), which makes some clients wait longer than the server asked, and grows retryHorizon.
+  it.fails('20 clients told Retry-After: 5 do not all come back at the same instant', async () => {
+    const turnedAway = new Set<string>();
+    const s = await serve((req, res) => {
+      const key = String(req.headers['idempotency-key']);
+      const first = !turnedAway.has(key);
+      turnedAway.add(key);
+      res.writeHead(first ? 429 : 201, { 'retry-after': '5' }).end();
+    });
+    const waits: number[] = [];
+    await Promise.all(
+      Array.from({ length: 20 }, async () => {
+        const time = fakeTime();
+        const client = createClient({ baseUrl: s.url, sleep: time.sleep, now: time.now });
+        await client.post('/charges', { amount: 1 });
+        waits.push(...time.waits);
+      }),
+    );
+    expect(waits).toHaveLength(20);
+    expect(Math.min(...waits)).toBeGreaterThanOrEqual(5000);
+    expect(new Set(waits).size).toBeGreaterThan(1);
+  });
+});
