@@ -48,8 +48,48 @@ export function backoffCeiling(retry: number, baseDelayMs: number, maxDelayMs: n
 export function backoffDelay(retry: number, schedule: BackoffSchedule): number {
   const ceiling = backoffCeiling(retry, schedule.baseDelayMs, schedule.maxDelayMs);
   if (schedule.jitter === 'none') return Math.round(ceiling);
-  // A misbehaving injected source must not push a wait outside its bounds.
-  const r = Math.min(1, Math.max(0, Number(schedule.random()) || 0));
-  if (schedule.jitter === 'equal') return Math.round(ceiling / 2 + (r * ceiling) / 2);
-  return Math.round(r * ceiling);
+  return Math.round(jittered(ceiling, schedule.jitter, draw(schedule)));
+}
+
+/**
+ * The most a wait may run past a `Retry-After` of `retryAfterMs` (see {@link retryWait}): one
+ * `baseDelay`, and at most a fifth of what the server asked for.
+ *
+ * @example
+ * retryAfterSpread(5000, 1000); // 1000
+ * retryAfterSpread(2000, 1000); // 400
+ */
+export function retryAfterSpread(retryAfterMs: number, baseDelayMs: number): number {
+  return Math.min(baseDelayMs, retryAfterMs / 5);
+}
+
+/**
+ * The wait, in whole milliseconds, before retry number `retry` (1-based) when the server may have
+ * said when to come back (`retryAfterMs`, a "not before"). The jittered backoff when that is as long;
+ * else `Retry-After` plus a jittered share of {@link retryAfterSpread}: without it, every client a
+ * rate limiter turned away with one `Retry-After` came back in the same millisecond, and was turned
+ * away again. One draw of `random` for both, as {@link backoffDelay} makes; none with `'none'`.
+ *
+ * @example
+ * retryWait(1, { baseDelayMs: 1000, maxDelayMs: 30_000, jitter: 'full', random: () => 0.5 }, 5000); // 5500
+ */
+export function retryWait(retry: number, schedule: BackoffSchedule, retryAfterMs: number | undefined): number {
+  const ceiling = backoffCeiling(retry, schedule.baseDelayMs, schedule.maxDelayMs);
+  const r = schedule.jitter === 'none' ? 1 : draw(schedule);
+  const backoff = Math.round(jittered(ceiling, schedule.jitter, r));
+  if (retryAfterMs === undefined || backoff >= retryAfterMs) return backoff;
+  if (schedule.jitter === 'none') return retryAfterMs;
+  const spread = retryAfterSpread(retryAfterMs, schedule.baseDelayMs);
+  return Math.round(retryAfterMs + jittered(spread, schedule.jitter, r));
+}
+
+// A misbehaving injected source must not push a wait outside its bounds.
+function draw(schedule: BackoffSchedule): number {
+  return Math.min(1, Math.max(0, Number(schedule.random()) || 0));
+}
+
+function jittered(ceiling: number, jitter: Jitter, r: number): number {
+  if (jitter === 'none') return ceiling;
+  if (jitter === 'equal') return ceiling / 2 + (r * ceiling) / 2;
+  return r * ceiling;
 }

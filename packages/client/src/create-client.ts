@@ -1,5 +1,5 @@
 import type { Attempt, AttemptOutcome } from './attempt.js';
-import { backoffDelay } from './backoff.js';
+import { retryWait } from './backoff.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
 import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
@@ -571,8 +571,8 @@ export function createClient(options: ClientOptions): Client {
         throw fail('retry_after_too_long', cause);
       }
       // Retry-After is a floor ("not before"), and the backoff keeps growing under it, so a key that
-      // stays in progress is asked about less and less often.
-      const wait = Math.max(backoffDelay(number, { ...retry, random }), attempt.retryAfterMs ?? 0);
+      // stays in progress is asked about less and less often; above it, a little jitter (retryWait).
+      const wait = retryWait(number, { ...retry, random }, attempt.retryAfterMs);
       if (elapsed() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
       attempt.waitMs = wait;
       // Observers never change the outcome, whether they throw or reject.

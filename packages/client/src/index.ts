@@ -1,5 +1,12 @@
 export type { Attempt, AttemptOutcome } from './attempt.js';
-export { type BackoffSchedule, backoffCeiling, backoffDelay, type Jitter } from './backoff.js';
+export {
+  type BackoffSchedule,
+  backoffCeiling,
+  backoffDelay,
+  type Jitter,
+  retryAfterSpread,
+  retryWait,
+} from './backoff.js';
 export {
   type Client,
   type ClientOptions,

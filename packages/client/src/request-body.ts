@@ -36,12 +36,15 @@ function lostInJson(value: unknown): string | undefined {
   if (typeof (value as { then?: unknown }).then === 'function') {
     return 'the body is a Promise: await it first, then pass its value';
   }
+  // An iterable of another kind counts only when JSON would find nothing in it (a generator, an
+  // iterator): one with fields of its own is sent with them, as before.
+  const iterable = typeof (value as { [Symbol.iterator]?: unknown })[Symbol.iterator] === 'function';
   if (
     value instanceof Map ||
     value instanceof Set ||
     value instanceof WeakMap ||
     value instanceof WeakSet ||
-    typeof (value as { [Symbol.iterator]?: unknown })[Symbol.iterator] === 'function'
+    (iterable && Object.keys(value).length === 0)
   ) {
     return 'a Map, Set or iterator body would be sent as {}: pass an array or a plain object (Object.fromEntries, [...values])';
   }

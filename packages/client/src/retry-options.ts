@@ -1,4 +1,4 @@
-import { backoffCeiling, type Jitter } from './backoff.js';
+import { backoffCeiling, type Jitter, retryAfterSpread } from './backoff.js';
 import { type Duration, durationToMs } from './duration.js';
 
 /**
@@ -96,20 +96,23 @@ export function resolveRetry(options: RetryOptions | undefined, base?: ResolvedR
 /**
  * The longest time, in milliseconds, after the first attempt starts at which a retry of the same
  * operation can still start: the total deadline, or, if that is longer, every attempt timing out and
- * every wait at its longest (the backoff ceiling or the largest accepted `Retry-After`).
+ * every wait at its longest (the backoff ceiling, or the largest accepted `Retry-After` and the
+ * jitter a wait may add past it: see retryWait).
  * `Infinity` when neither a deadline nor a per-attempt timeout bounds it.
  *
  * A server's retention must outlive this, or a late retry executes again (spec part 8).
  *
  * @example
  * retryHorizonMs(resolveRetry({ maxAttempts: 3, timeout: '5s', deadline: false, maxRetryAfter: '2s' }));
- * // (5000 + 2000) + (5000 + 2000) = 14000
+ * // (5000 + 2000 + 400) + (5000 + 2000 + 400) = 14800: each wait up to Retry-After and its spread
  */
 export function retryHorizonMs(retry: ResolvedRetry): number {
   let horizon = 0;
   for (let retryNumber = 1; retryNumber < retry.maxAttempts; retryNumber++) {
     const ceiling = backoffCeiling(retryNumber, retry.baseDelayMs, retry.maxDelayMs);
-    const step = retry.timeoutMs + Math.max(ceiling, retry.maxRetryAfterMs);
+    // The longest accepted Retry-After, and the jitter a wait may add past it (retryWait).
+    const spread = retry.jitter === 'none' ? 0 : retryAfterSpread(retry.maxRetryAfterMs, retry.baseDelayMs);
+    const step = retry.timeoutMs + Math.max(ceiling, retry.maxRetryAfterMs + spread);
     if (ceiling >= retry.maxDelayMs) {
       // Every later retry adds this same step: multiplied, not looped, so a maxAttempts in the
       // millions (retries bounded by a deadline, or by nothing) does not hang a startup check.

@@ -1,4 +1,4 @@
-import { backoffCeiling, backoffDelay, createClient } from '@idem/client';
+import { backoffCeiling, backoffDelay, createClient, retryAfterSpread, retryWait } from '@idem/client';
 import { describe, expect, it } from 'vitest';
 import { empty, scriptedFetch } from './support/fake-fetch.js';
 import { fakeTime, seededRandom } from './support/fake-time.js';
@@ -81,5 +81,40 @@ describe('backoff', () => {
     expect(backoffDelay(1, { ...schedule, random: () => 7 })).toBe(1000);
     expect(backoffDelay(1, { ...schedule, random: () => -3 })).toBe(0);
     expect(backoffDelay(1, { ...schedule, random: () => Number.NaN })).toBe(0);
+  });
+
+  it('retryWait: the backoff when it is as long as Retry-After; else Retry-After and a jittered spread past it', () => {
+    const schedule = (r: number, jitter: 'full' | 'equal' | 'none' = 'full') => ({
+      baseDelayMs: 1000,
+      maxDelayMs: 30_000,
+      jitter,
+      random: () => r,
+    });
+    // No Retry-After, or a shorter one: the backoff alone.
+    expect(retryWait(3, schedule(0.5), undefined)).toBe(2000);
+    expect(retryWait(3, schedule(0.5), 1500)).toBe(2000);
+    // Longer: Retry-After, plus up to a fifth of it and at most the base delay, by the same draw.
+    expect(retryWait(1, schedule(0), 5000)).toBe(5000);
+    expect(retryWait(1, schedule(0.5), 5000)).toBe(5500);
+    expect(retryWait(1, schedule(1), 5000)).toBe(6000);
+    expect(retryWait(1, schedule(1), 2000)).toBe(2400);
+    expect(retryWait(1, schedule(0.5, 'equal'), 5000)).toBe(5750);
+    // Without jitter, exactly what the server asked for.
+    expect(retryWait(1, schedule(0.5, 'none'), 5000)).toBe(5000);
+    expect(retryAfterSpread(60_000, 1000)).toBe(1000);
+    expect(retryAfterSpread(1000, 1000)).toBe(200);
+  });
+
+  it('retryWait spreads a crowd told one Retry-After over its spread, never below it', () => {
+    const random = seededRandom(7);
+    const waits = Array.from({ length: 2000 }, () =>
+      retryWait(1, { baseDelayMs: 1000, maxDelayMs: 30_000, jitter: 'full', random }, 5000),
+    );
+    expect(Math.min(...waits)).toBeGreaterThanOrEqual(5000);
+    expect(Math.max(...waits)).toBeLessThanOrEqual(6000);
+    // Uniform on [5000, 6000]: about half in each half.
+    const low = waits.filter((w) => w < 5500).length;
+    expect(low).toBeGreaterThan(850);
+    expect(low).toBeLessThan(1150);
   });
 });

@@ -397,7 +397,8 @@ describe('what is retried', () => {
 
 describe('waits, limits and deadlines', () => {
   it('honours Retry-After in seconds as a floor over the backoff', async () => {
-    const { client, time } = setup([empty(503, { 'Retry-After': '3' }), json(201, {})]);
+    // Without jitter: the wait is exactly the floor (the spread past it is pinned in backoff.test.ts).
+    const { client, time } = setup([empty(503, { 'Retry-After': '3' }), json(201, {})], { retry: { jitter: 'none' } });
     const result = await client.post('/charges', {});
     expect(time.waits).toEqual([3000]);
     expect(result.attempts[0]?.retryAfterMs).toBe(3000);
@@ -442,7 +443,7 @@ describe('waits, limits and deadlines', () => {
 
   it('honours a Retry-After of exactly maxRetryAfter: only a longer one gives up', async () => {
     const { client, seen, time } = setup([empty(503, { 'Retry-After': '60' }), json(201, {})], {
-      retry: { maxRetryAfter: '60s', deadline: false },
+      retry: { maxRetryAfter: '60s', deadline: false, jitter: 'none' },
     });
     expect((await client.post('/charges', {})).status).toBe(201);
     expect(seen).toHaveLength(2);
@@ -698,6 +699,7 @@ describe('tokens, results and bodies', () => {
   it('tells onRetry about each retry, and ignores what it throws', async () => {
     const events: Array<[number | undefined, number, string | undefined]> = [];
     const { client } = setup([empty(503, { 'Retry-After': '2' }), empty(429), json(201, {})], {
+      retry: { jitter: 'none' },
       onRetry: ({ attempt, waitMs, key }) => {
         events.push([attempt.status, waitMs, key]);
         throw new Error('observer bug');
@@ -889,7 +891,10 @@ describe('URLs and options', () => {
     const client = createClient({ baseUrl: 'https://x.test', fetch });
     expect(client.retryHorizon()).toBe(60_000);
     expect(client.retryHorizon({ maxAttempts: 1 })).toBe(0);
-    expect(client.retryHorizon({ maxAttempts: 3, timeout: '5s', deadline: false, maxRetryAfter: '2s' })).toBe(14_000);
+    expect(client.retryHorizon({ maxAttempts: 3, timeout: '5s', deadline: false, maxRetryAfter: '2s' })).toBe(
+      // Each wait: up to the 2 s Retry-After and its spread (a fifth of it, 400 ms).
+      14_800,
+    );
     expect(client.retryHorizon({ maxAttempts: 4, timeout: '1s', deadline: false, maxRetryAfter: 0 })).toBe(
       3_000 + 1_000 + 2_000 + 4_000,
     );

@@ -94,7 +94,15 @@ describe('bodies whose JSON form drops what they hold', () => {
     const withToJson = Object.assign(new Map([['a', 1]]), { toJSON: () => ({ a: 1 }) });
     // A boxed string is iterable, and JSON sends its text.
     const boxed = new String('note');
-    for (const body of [['sku-1'], withToJson, new Money(500), null, new Date(0), boxed]) await client.post('/x', body);
+    // An iterable with fields of its own: JSON sends the fields.
+    class Basket {
+      constructor(readonly items: string[]) {}
+      *[Symbol.iterator]() {
+        yield* this.items;
+      }
+    }
+    const bodies = [['sku-1'], withToJson, new Money(500), null, new Date(0), boxed, new Basket(['sku-1'])];
+    for (const body of bodies) await client.post('/x', body);
     expect(s.log.map((seen) => seen.body.toString())).toEqual([
       '["sku-1"]',
       '{"a":1}',
@@ -102,6 +110,7 @@ describe('bodies whose JSON form drops what they hold', () => {
       'null',
       '"1970-01-01T00:00:00.000Z"',
       '"note"',
+      '{"items":["sku-1"]}',
     ]);
   });
 });
@@ -294,7 +303,7 @@ describe('a crowd turned away with one Retry-After', () => {
   // 429 and Retry-After: 5 comes back in the same millisecond, and is turned away again.
   // Needs a decision: jitter above the floor (how much: up to the backoff ceiling, a fraction of
   // Retry-After?), which makes some clients wait longer than the server asked, and grows retryHorizon.
-  it.fails('20 clients told Retry-After: 5 do not all come back at the same instant', async () => {
+  it('20 clients told Retry-After: 5 do not all come back at the same instant', async () => {
     const turnedAway = new Set<string>();
     const s = await serve((req, res) => {
       const key = String(req.headers['idempotency-key']);

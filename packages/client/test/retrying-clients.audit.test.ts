@@ -113,8 +113,9 @@ describe('defects found by the audit', () => {
   it('retryHorizon with an enormous maxAttempts is computed, not looped', () => {
     const start = performance.now();
     const unbounded = resolveRetry({ maxAttempts: Number.MAX_SAFE_INTEGER, deadline: false });
-    // 10 s timeout + max(ceiling, 60 s maxRetryAfter) for every one of the MAX_SAFE_INTEGER - 1 retries.
-    expect(retryHorizonMs(unbounded)).toBe(70_000 * (Number.MAX_SAFE_INTEGER - 1));
+    // 10 s timeout + max(ceiling, 60 s maxRetryAfter + its 1 s spread) for every one of the
+    // MAX_SAFE_INTEGER - 1 retries.
+    expect(retryHorizonMs(unbounded)).toBe(71_000 * (Number.MAX_SAFE_INTEGER - 1));
     const small = resolveRetry({ maxAttempts: 9, deadline: false, timeout: 100, maxRetryAfter: 0, maxDelay: '8s' });
     // Ceilings 1, 2, 4, 8, 8, 8, 8, 8 s, each after a 100 ms timeout: the loop and the product agree.
     expect(retryHorizonMs(small)).toBe(47_000 + 8 * 100);
@@ -126,7 +127,10 @@ describe('defects found by the audit', () => {
     const summed = (r: ReturnType<typeof resolveRetry>) => {
       let horizon = 0;
       for (let n = 1; n < r.maxAttempts; n++) {
-        horizon += r.timeoutMs + Math.max(Math.min(r.maxDelayMs, r.baseDelayMs * 2 ** (n - 1)), r.maxRetryAfterMs);
+        // The longest accepted Retry-After, and the jitter a wait may add past it.
+        const spread = r.jitter === 'none' ? 0 : Math.min(r.baseDelayMs, r.maxRetryAfterMs / 5);
+        horizon +=
+          r.timeoutMs + Math.max(Math.min(r.maxDelayMs, r.baseDelayMs * 2 ** (n - 1)), r.maxRetryAfterMs + spread);
       }
       return Math.min(horizon, r.deadlineMs);
     };
