@@ -248,7 +248,16 @@ describe('## Receiving', () => {
     expect(rejected.id).toBeUndefined();
     expect(events).toEqual([
       { type: 'applied', id: 'evt_1', at: 1_767_225_600_000 },
-      { type: 'rejected', code: 'signature_mismatch', at: 1_767_225_601_234 },
+      // With the verifier's error, whose details say how long the body received was.
+      {
+        type: 'rejected',
+        code: 'signature_mismatch',
+        at: 1_767_225_601_234,
+        error: expect.objectContaining({
+          code: 'signature_mismatch',
+          details: expect.objectContaining({ bodyBytes: 2 }),
+        }),
+      },
     ]);
   });
 });
