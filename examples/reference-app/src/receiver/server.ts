@@ -37,6 +37,7 @@ import {
 } from './events.js';
 import { addEventNote, listEventNotes } from './notes.js';
 import { eventsPage } from './page.js';
+import { rejectionLogger } from './rejections.js';
 
 /** Options of {@link startReceiver}. */
 export interface ReceiverOptions {
@@ -70,6 +71,12 @@ export interface ReceiverOptions {
    * ...; see {@link idempotencyLogger}), nothing for a claim, a replay or a completion.
    */
   onIdempotencyEvent?: ((event: IdempotencyEvent) => void) | undefined;
+  /**
+   * Told a line about webhook deliveries the receiver refused (a wrong secret, a body changed on the
+   * way, a clock far off): the first at once, then at most one a minute with how many of each code
+   * came in (see {@link rejectionLogger}). Default: on stderr.
+   */
+  onRejectedDeliveries?: ((line: string) => void) | undefined;
   /**
    * The lease of the inbox's claim on an event id while it is applied, and of the notes route's keys.
    * Default the core's, `'10s'`.
@@ -122,6 +129,10 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   // Delivery counts are written after the inbox answered; the response waits for them, so the page
   // is up to date by the time the sender sees its acknowledgement.
   const pendingCounts = new Set<Promise<void>>();
+  const rejections = rejectionLogger({
+    write: options.onRejectedDeliveries ?? ((line) => process.stderr.write(`${line}\n`)),
+    ...(options.now ? { now: options.now } : {}),
+  });
   const receiver = createReceiver({
     store: postgresStore({ client: db.client, table: apiTables.receiverInbox }),
     secret: options.webhookSecret,
@@ -140,7 +151,11 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     ...(options.now ? { now: options.now } : {}),
     ...(options.idempotencyLease === undefined ? {} : { lease: options.idempotencyLease }),
     onEvent: (event) => {
-      if (event.type === 'rejected' || event.type === 'record-failed' || event.id === undefined) return;
+      if (event.type === 'rejected') {
+        rejections.note(event);
+        return;
+      }
+      if (event.type === 'record-failed' || event.id === undefined) return;
       const counted = recordDelivery(db, event.id).catch(() => undefined);
       pendingCounts.add(counted);
       void counted.finally(() => pendingCounts.delete(counted));
@@ -222,6 +237,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
     webhookUrl: `${url}${path}`,
     async close() {
       await drain.close();
+      rejections.flush();
     },
   };
 }
