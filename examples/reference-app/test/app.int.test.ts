@@ -904,9 +904,10 @@ describe('signed in', () => {
     const attempts = seen.filter((request) => request.url === '/charges');
     expect(attempts).toHaveLength(4);
     // A 409 is treated like a timeout (part 7): backed off, then retried with the same key. Its
-    // Retry-After (1 s) is a floor under the jittered waits (500 ms, 1 s, 2 s with random() = 0.5).
+    // Retry-After (1 s) is a floor under the jittered waits (500 ms, 1 s, 2 s with random() = 0.5);
+    // a wait it lengthens gets half of its spread past it (a fifth of 1 s: 100 ms).
     expect(new Set(attempts.map((request) => request.idempotencyKey)).size).toBe(1);
-    expect(waits).toEqual([1000, 1000, 2000]);
+    expect(waits).toEqual([1100, 1000, 2000]);
     const after = await landing(agent, posted);
     expect(after.body).toContain('Still in progress at the API (409): send it again with the same key in a moment.');
     expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));

@@ -60,7 +60,8 @@ export function backoffDelay(retry: number, schedule: BackoffSchedule): number {
  * retryAfterSpread(2000, 1000); // 400
  */
 export function retryAfterSpread(retryAfterMs: number, baseDelayMs: number): number {
-  return Math.min(baseDelayMs, retryAfterMs / 5);
+  // Whole milliseconds, as every wait is.
+  return Math.min(baseDelayMs, Math.floor(retryAfterMs / 5));
 }
 
 /**

@@ -128,7 +128,7 @@ describe('defects found by the audit', () => {
       let horizon = 0;
       for (let n = 1; n < r.maxAttempts; n++) {
         // The longest accepted Retry-After, and the jitter a wait may add past it.
-        const spread = r.jitter === 'none' ? 0 : Math.min(r.baseDelayMs, r.maxRetryAfterMs / 5);
+        const spread = r.jitter === 'none' ? 0 : Math.min(r.baseDelayMs, Math.floor(r.maxRetryAfterMs / 5));
         horizon +=
           r.timeoutMs + Math.max(Math.min(r.maxDelayMs, r.baseDelayMs * 2 ** (n - 1)), r.maxRetryAfterMs + spread);
       }
