@@ -71,6 +71,18 @@ const response = (body: Uint8Array, status = 201, headers: Record<string, string
   body,
 });
 
+// A store call that must throw (or reject with) a TypeError, whether the store throws at the call or
+// rejects the promise it returns.
+const refused = async (call: () => unknown) => {
+  let thrown: unknown;
+  try {
+    await call();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown).toBeInstanceOf(TypeError);
+};
+
 const freshId = () => recordId(`scope-${randomUUID()}`, 'POST /charges', randomUUID());
 
 // Durations of the duration checks. None is a default of the engine (10 s lease, 24 h retention) or a
@@ -788,15 +800,6 @@ export function describeStore(
     // direct caller may hand any string: every store refuses these, the same way, before any I/O.
     it('refuses, with a TypeError and before it writes anything, an id, token or fingerprint holding U+0000 or a lone surrogate', async () => {
       const unkeepable = ['nul\u0000', '\u0000', 'high\ud800', 'low\udc00', 'reversed\udc00\ud800', '\ud800'];
-      const refused = async (call: () => unknown) => {
-        let thrown: unknown;
-        try {
-          await call();
-        } catch (error) {
-          thrown = error;
-        }
-        expect(thrown).toBeInstanceOf(TypeError);
-      };
       const done = response(new Uint8Array([1]));
       for (const bad of unkeepable) {
         const id = freshId();
@@ -826,15 +829,6 @@ export function describeStore(
     // any caller passes without holding a claim: refused by every store, as the strings above are. An
     // empty fingerprint is a fingerprint (a caller that compares none).
     it('refuses, with a TypeError and before it writes anything, an empty id, token or replaces; takes an empty fingerprint', async () => {
-      const refused = async (call: () => unknown) => {
-        let thrown: unknown;
-        try {
-          await call();
-        } catch (error) {
-          thrown = error;
-        }
-        expect(thrown).toBeInstanceOf(TypeError);
-      };
       const id = freshId();
       const done = response(new Uint8Array([1]));
       await refused(() => store.claim({ id: '', token: 't', fingerprint: 'fp', leaseMs: 5_000 }));
