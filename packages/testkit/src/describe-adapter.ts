@@ -2658,6 +2658,14 @@ export function describeAdapter(
           expect(b.status).toBe(201);
           expect(b.headers['idempotent-replayed']).toBe('true');
           expect(b.body.equals(a.body)).toBe(true);
+          // A replay after a wait is a replay like any other (1, 24, 36, 40): the allowlisted headers,
+          // the key echoed, no-store, and nothing of the first answer's own (its cookie, its Date).
+          expect(b.headers.location).toBe(a.headers.location);
+          expect(b.headers.etag).toBe(a.headers.etag);
+          expect(b.headers['idempotency-key']).toBe('wait-1');
+          expect(b.headers['cache-control']).toBe('no-store');
+          expect(b.headers['set-cookie']).toBeUndefined();
+          expect(b.headers['x-request-id']).toBeUndefined();
           expect(world.server.executions()).toBe(1);
         },
         { wait: '5s' },
