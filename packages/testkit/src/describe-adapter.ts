@@ -2026,6 +2026,12 @@ export function describeAdapter(
         async (world) => {
           const noKey = await world.send('/charges', { key: null });
           expect(noKey.status).toBe(201);
+          // Powertools #1501: key-less requests all replayed the first one's result. Each runs here.
+          const again = await world.send('/charges', { key: null });
+          expect(again.status).toBe(201);
+          expect(again.headers['idempotent-replayed']).toBeUndefined();
+          expect(again.body.equals(noKey.body)).toBe(false);
+          expect(world.server.executions()).toBe(2);
           expect(world.store.calls.claim).toBe(0);
         },
         { required: false },
