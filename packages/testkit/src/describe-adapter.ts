@@ -630,8 +630,14 @@ export function describeAdapter(
           };
         case '/declined':
           return { kind: 'json', status: 402, headers: {}, json: { error: 'card_declined', n } };
-        case '/limited':
+        case '/limited': {
+          // `refusedWith`: the handler's own refusal before doing anything, 401 or 403 (an app that
+          // checks credentials in its handler), instead of the 429.
+          const refusedWith = (request.body as { refusedWith?: 401 | 403 } | undefined)?.refusedWith;
+          if (refusedWith !== undefined)
+            return { kind: 'json', status: refusedWith, headers: {}, json: { error: 'refused', n } };
           return { kind: 'json', status: 429, headers: { 'retry-after': '1' }, json: { error: 'slow_down', n } };
+        }
         case '/boom': {
           // `upstream`: the handler did its work, then met one of the errors raw-body raises for
           // any stream, reading another service's answer: shaped like a body parser's refusal.
@@ -1110,7 +1116,7 @@ export function describeAdapter(
       });
     });
 
-    it('a stored 4xx business error replays exactly; 429 is never stored (37)', async () => {
+    it('a stored 4xx business error replays exactly; 429, 401 and 403 are never stored (37)', async () => {
       await withWorld(async (world) => {
         const declined = await world.send('/declined', { key: 'declined-1' });
         const again = await world.send('/declined', { key: 'declined-1' });
@@ -1124,6 +1130,18 @@ export function describeAdapter(
         expect(retried.status).toBe(429);
         expect(retried.headers['idempotent-replayed']).toBeUndefined();
         expect(world.server.executions()).toBe(3);
+        // 401 and 403 say the request was refused before anything ran: not stored either, so a
+        // retry with a fixed token runs (the default policy, as Stripe answers them ahead of the key).
+        for (const refusedWith of [401, 403]) {
+          const body = JSON.stringify({ refusedWith });
+          const refused = await world.send('/limited', { key: `refused-${refusedWith}`, body });
+          const retry = await world.send('/limited', { key: `refused-${refusedWith}`, body });
+          expect(refused.status).toBe(refusedWith);
+          expect(retry.status).toBe(refusedWith);
+          expect(retry.headers['idempotent-replayed']).toBeUndefined();
+          expect(retry.body.equals(refused.body)).toBe(false);
+        }
+        expect(world.server.executions()).toBe(7);
       });
     });
 
