@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import {
+  errorTable,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
   type IdempotencyEvent,
@@ -307,6 +308,8 @@ function expectProblem(sent: Sent, status: number, code: string, replayed = fals
   expect(problem).toMatchObject({ status, code, type: problemType(code) });
   expect(typeof problem.title).toBe('string');
   expect(typeof problem.detail).toBe('string');
+  // DESIGN's problem bodies carry `retryable` too: the one the error table gives the code.
+  expect(problem.retryable, 'retryable').toBe(errorTable[code as keyof typeof errorTable]?.retryable);
   expect(sent.headers['idempotent-replayed']).toBe(replayed ? 'true' : undefined);
   return problem;
 }
