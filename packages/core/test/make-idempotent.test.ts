@@ -617,3 +617,30 @@ describe("makeIdempotent: a result the store's own cap refuses", () => {
     expect(runs).toBe(1);
   });
 });
+
+describe('makeIdempotent: nested operations on one engine (Powertools #5707)', () => {
+  // Powertools completed a nested operation under the outer one's key prefix. Here each wrapped
+  // function keeps its own record, whichever of them runs inside the other, under one key.
+  it('an inner operation called by an outer one, under the same key, is stored and replayed under its own', async () => {
+    const { wrap } = setup();
+    const runs = { outer: 0, inner: 0 };
+    const charge = wrap(
+      async (message) => {
+        runs.inner++;
+        return { charged: message.amount, by: 'inner' };
+      },
+      { operation: 'chargeCard' },
+    );
+    const process = wrap(async (message) => {
+      runs.outer++;
+      const charged = await charge(message);
+      return { processed: message.id, charged, by: 'outer' };
+    });
+    const first = await process(order('o-1', 7));
+    expect(first).toEqual({ processed: 'o-1', charged: { charged: 7, by: 'inner' }, by: 'outer' });
+    // The outer one replays its own result; the inner one, called alone, replays its own, not the outer's.
+    expect(await process(order('o-1', 7))).toEqual(first);
+    expect(await charge(order('o-1', 7))).toEqual({ charged: 7, by: 'inner' });
+    expect(runs).toEqual({ outer: 1, inner: 1 });
+  });
+});
