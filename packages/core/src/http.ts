@@ -347,8 +347,9 @@ export interface CaptureOptions {
    */
   unrouted?: (() => boolean) | undefined;
   /**
-   * The `Idempotency-Key` echo, put back when the response ends if something took it off while its
-   * head had not gone out (Koa's error handler removes every header). Not on an unrouted answer.
+   * The `Idempotency-Key` echo, put back over whatever the response says under that name when its
+   * head leaves: something took it off (Koa's error handler removes every header), or the handler
+   * passed on an upstream's key (see ownKeyHeaders). Not on an unrouted answer.
    */
   echo?: string | undefined;
   /**
@@ -2485,6 +2486,76 @@ function onHead(state: CaptureState, args: unknown[]) {
   }
   advertise(state, status);
   keepFromCaches(state.res);
+  ownKeyHeaders(state);
+}
+
+/**
+ * `Idempotent-Replayed` and the `Idempotency-Key` echo are idem's to say on an answer to a keyed
+ * request: a handler that passes on an upstream's headers (a proxy, an upstream that answers as
+ * Stripe does) sent its first execution out marked as a replay, with the upstream's key in place of
+ * the client's, and the client took a first run for a replay and might retry under a key it never
+ * sent. The marker is dropped and the echo put back over the handler's, wherever a head can leave
+ * (as keepFromCaches); {@link ownedHeadArgs} does the same for headers passed to `writeHead`.
+ */
+function ownKeyHeaders(state: CaptureState) {
+  const res = state.res;
+  if (res.headersSent) return;
+  // Looked up first: most answers carry neither, and setting one that is there already costs more.
+  if (res.hasHeader('idempotent-replayed')) res.removeHeader('idempotent-replayed');
+  const echo = state.echo;
+  if (echo !== undefined && state.declined === undefined && res.getHeader('idempotency-key') !== echo) {
+    res.setHeader('idempotency-key', echo);
+  }
+}
+
+/**
+ * `writeHead`'s arguments with the headers passed there owned as {@link ownKeyHeaders} owns the
+ * response's (Fastify passes all of its reply's there, and they replace the response's): the same
+ * array when they name neither, else a copy without the marker and with the echo.
+ */
+function ownedHeadArgs(state: CaptureState, args: unknown[]): unknown[] {
+  for (let i = 1; i < args.length; i++) {
+    const arg = args[i];
+    if (arg === null || typeof arg !== 'object') continue;
+    const owned = Array.isArray(arg) ? ownedHeaderList(state, arg) : ownedHeaderObject(state, arg as object);
+    if (owned === arg) return args;
+    const copy = args.slice();
+    copy[i] = owned;
+    return copy;
+  }
+  return args;
+}
+
+// Names of 15 (`idempotency-key`) or 19 (`idempotent-replayed`) characters only are looked at twice.
+function ownedName(name: string): 'key' | 'marker' | undefined {
+  if (name.length === 15) return name.toLowerCase() === 'idempotency-key' ? 'key' : undefined;
+  if (name.length === 19) return name.toLowerCase() === 'idempotent-replayed' ? 'marker' : undefined;
+  return undefined;
+}
+
+function ownedHeaderObject(state: CaptureState, headers: object): object {
+  let copy: Record<string, unknown> | undefined;
+  for (const name of Object.keys(headers)) {
+    const owned = ownedName(name);
+    if (owned === undefined) continue;
+    copy ??= { ...(headers as Record<string, unknown>) };
+    delete copy[name];
+    if (owned === 'key' && state.echo !== undefined && state.declined === undefined) copy[name] = state.echo;
+  }
+  return copy ?? headers;
+}
+
+function ownedHeaderList(state: CaptureState, list: unknown[]): unknown[] {
+  let named = false;
+  for (let i = 0; i + 1 < list.length && !named; i += 2) named = ownedName(String(list[i])) !== undefined;
+  if (!named) return list;
+  const out: unknown[] = [];
+  for (let i = 0; i + 1 < list.length; i += 2) {
+    const owned = ownedName(String(list[i]));
+    if (owned === undefined) out.push(list[i], list[i + 1]);
+    else if (owned === 'key' && state.echo !== undefined && state.declined === undefined) out.push(list[i], state.echo);
+  }
+  return out;
 }
 
 function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
@@ -2492,6 +2563,7 @@ function capturedWriteHead(this: CaptureState, ...args: unknown[]) {
   // (ERR_HTTP_HEADERS_SENT), so nothing of it is taken. Taken, its status was stored with the body
   // the handler sent under its own, and every retry was replayed a status its client never read.
   if (!this.hold && this.res.headersSent) return this.originalWriteHead.apply(this.res, args);
+  args = ownedHeadArgs(this, args);
   dropUnwritablePhrase(this, args);
   onHead(this, args);
   if (this.hold) {
@@ -2525,6 +2597,7 @@ function capturedWrite(this: CaptureState, chunk: unknown, encoding?: unknown, c
     this.status = res.statusCode;
     advertise(this, res.statusCode);
     keepFromCaches(res);
+    ownKeyHeaders(this);
     dropUnwritablePhrase(this);
     this.headers ??= responseHeaders(res, this.headHeaders, this.replayed);
   }
@@ -2840,9 +2913,7 @@ function capturedEnd(this: CaptureState, chunk?: unknown, encoding?: unknown, ca
   dropUnwritablePhrase(this);
   const declined = this.declined ?? (this.unrouted?.() ? 'no-route' : undefined);
   if (declined !== undefined) return endDeclined(this, declined, chunk, encoding, callback);
-  if (this.echo !== undefined && !res.headersSent && !res.hasHeader('idempotency-key')) {
-    res.setHeader('idempotency-key', this.echo);
-  }
+  ownKeyHeaders(this);
   if (answeredForRunning(this)) {
     if (!this.hold) return endAnsweredEarly(this, chunk, encoding, callback);
     // Held, the transaction reads the mark once the end is known and rolls back (see transactionOf):

@@ -127,7 +127,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
     // What a body parser's refusal, seen by idempotencyErrors(), must be about to release the key.
     const request = { headers: req.headers, body: started.body };
     if (http.transactional) {
-      const capture = http.capture(res, { hold: true, unrouted, request });
+      const capture = http.capture(res, { hold: true, unrouted, request, echo: started.echo });
       execution.capture = capture;
       res.sendFile = sendFileWatched;
       void http.runTransaction(
@@ -143,7 +143,7 @@ export function idempotency(options: ExpressIdempotencyOptions): Middleware {
     }
     // Express hands a thrown error to the error handlers, whose response is captured like any
     // other; idempotencyErrors(), mounted first among them, tells the policy it was thrown.
-    execution.capture = http.capture(res, { settle: { lease, thrown }, unrouted, request });
+    execution.capture = http.capture(res, { settle: { lease, thrown }, unrouted, request, echo: started.echo });
     res.sendFile = sendFileWatched;
     next();
   };

@@ -591,10 +591,14 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
     // What a refusal of the body, thrown where the handler reads it, must be about to release the key.
     const facts = { headers: request.headers, body: started.body };
     if (!own.transactional) {
-      execution.capture = own.capture(reply.raw, { settle: { lease, thrown: threw.bind(execution) }, request: facts });
+      execution.capture = own.capture(reply.raw, {
+        settle: { lease, thrown: threw.bind(execution) },
+        request: facts,
+        echo: started.echo,
+      });
       return done();
     }
-    const capture = own.capture(reply.raw, { hold: true, request: facts });
+    const capture = own.capture(reply.raw, { hold: true, request: facts, echo: started.echo });
     execution.capture = capture;
     // The handler must run inside the transaction: Fastify is let on to the handler only from
     // within the transaction's callback.
