@@ -1,5 +1,6 @@
 import type { Attempt, AttemptOutcome } from './attempt.js';
 import { retryWait } from './backoff.js';
+import { drainBody, drainCapBytes } from './drain-body.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
 import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
@@ -577,15 +578,25 @@ export function createClient(options: ClientOptions): Client {
       attempt.waitMs = wait;
       // Observers never change the outcome, whether they throw or reject.
       if (onRetry) notify(onRetry, { method: verb, url, attempt: Object.freeze({ ...attempt }), waitMs: wait, key });
-      if (run.kind === 'response' && run.bytes === undefined) {
-        // parse: 'none' left the body unread; release the connection before waiting.
-        run.response.body?.cancel().catch(() => undefined);
-      }
+      // parse: 'none' left the body unread. A small one is read to its end during the wait, so its
+      // connection is reused (a cancelled body costs the connection whenever it has not fully
+      // arrived); a large one is given up at once. The drain ends within an attempt's timeout (and
+      // the deadline), or, with neither, with the wait: a body that stalls must not hold the retry.
+      const drainMs = Math.min(retry.timeoutMs, deadlineAt - elapsed());
+      const drain =
+        run.kind === 'response' && run.bytes === undefined
+          ? drainBody(run.response, drainCapBytes, drainMs)
+          : undefined;
       try {
         await sleep(wait, callerSignal);
       } catch (error) {
+        drain?.cancel();
         if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
         throw error;
+      }
+      if (drain !== undefined) {
+        if (!Number.isFinite(drainMs)) drain.cancel();
+        await drain.done;
       }
       if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
     }

@@ -13,7 +13,10 @@ export interface EncodedBody {
   contentType: string | undefined;
 }
 
-const isInstance = (value: unknown, name: 'Blob' | 'FormData' | 'URLSearchParams' | 'ReadableStream'): boolean => {
+const isInstance = (
+  value: unknown,
+  name: 'Blob' | 'FormData' | 'URLSearchParams' | 'ReadableStream' | 'Response' | 'Request',
+): boolean => {
   // Looked up at call time so the module loads in runtimes that lack one of these classes.
   const ctor = (globalThis as Record<string, unknown>)[name];
   return typeof ctor === 'function' && value instanceof (ctor as new (...args: never[]) => unknown);
@@ -27,14 +30,27 @@ function isOneShot(value: unknown): boolean {
   return Symbol.asyncIterator in value || typeof (value as { pipe?: unknown }).pipe === 'function';
 }
 
-// Values JSON.stringify turns into `{}` whatever they hold: a Promise (a missing `await`), and
-// collections and iterators, whose values live where it does not look. Sent, `{}` is a valid body
+// Values JSON.stringify turns into `{}` whatever they hold: a Promise (a missing `await`),
+// collections and iterators, whose values live where it does not look, an Error, a Response and a
+// Request. Sent, `{}` is a valid body
 // that a lenient server runs the operation on. A `toJSON` says how the value is meant to be sent.
 function lostInJson(value: unknown): string | undefined {
   if (typeof value !== 'object' || value === null || Array.isArray(value) || value instanceof String) return undefined;
   if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return undefined;
   if (typeof (value as { then?: unknown }).then === 'function') {
     return 'the body is a Promise: await it first, then pass its value';
+  }
+  // An Error's message and stack are not enumerable: a caught error passed on as the body went as
+  // `{}` (or with only the extra fields some libraries add), its point lost. Another realm's Error
+  // fails instanceof but still says `[object Error]`.
+  if (value instanceof Error || Object.prototype.toString.call(value) === '[object Error]') {
+    return 'an Error body would be sent as {} (its message is not enumerable): pass the fields you mean ({ message: error.message }) or give it a toJSON';
+  }
+  // A fetch Response or Request keeps its body and headers in internal slots: a proxying handler
+  // that passed one on sent `{}`.
+  if (isInstance(value, 'Response') || isInstance(value, 'Request')) {
+    const name = isInstance(value, 'Response') ? 'Response' : 'Request';
+    return `a ${name} body would be sent as {}: pass its content instead (await it.bytes(), or await it.json())`;
   }
   // An iterable of another kind counts only when JSON would find nothing in it (a generator, an
   // iterator): one with fields of its own is sent with them, as before.
@@ -103,7 +119,8 @@ function encodeMultipart(form: FormData): EncodedBody {
  * fingerprints then sees one request, not several). `undefined` sends no body; anything else that
  * is not listed here is JSON. A stream (web or Node) or an async iterable is refused with a
  * `TypeError`: it can be read only once, so it cannot be retried. So is a value JSON would send as
- * `{}` whatever it holds: a Promise (a missing `await`), a Map, a Set or an iterator.
+ * `{}` whatever it holds: a Promise (a missing `await`), a Map, a Set, an iterator, an Error, a
+ * Response or a Request.
  *
  * Everything the body depends on is read synchronously, in this call, as `fetch` itself does: the
  * retries run after awaits (a backoff, a token refresh), and by then the caller may have refilled a
