@@ -111,7 +111,8 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
         opaque = true;
         // What create-client ends with redirect_unreadable: the request ran, and where the redirect
         // points cannot be read.
-        if (method !== 'GET' && method !== 'HEAD') return response;
+        // A QUERY is safe (IETF draft httpbis-safe-method-w-body): sending it again runs nothing twice.
+        if (method !== 'GET' && method !== 'HEAD' && method !== 'QUERY') return response;
         return followed(input, init);
       }
       const location = response.headers.get('location');
@@ -133,7 +134,9 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
       // The redirect itself is not the answer: its body is not read.
       response.body?.cancel().catch(() => undefined);
       // 303 turns anything but GET and HEAD into a GET; 301 and 302 turn a POST into one (fetch's
-      // rule, kept for the browser compatibility it encodes). 307 and 308 keep method and body.
+      // rule, kept for the browser compatibility it encodes). 307 and 308 keep method and body. A
+      // QUERY follows the draft that defines it: a 303 points at the result, fetched with GET; any
+      // other redirect repeats the QUERY, body and all, at the new URL.
       if (
         (response.status === 303 && method !== 'GET' && method !== 'HEAD') ||
         (response.status <= 302 && method === 'POST')

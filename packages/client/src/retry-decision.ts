@@ -1,9 +1,21 @@
-// Methods whose repeat leaves the same result (RFC 9110 9.2.2; spec part 1: PUT and DELETE).
-const idempotentMethods: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
+// Methods whose repeat leaves the same result (RFC 9110 9.2.2; spec part 1: PUT and DELETE), and
+// QUERY, a GET with a body that the IETF draft (httpbis-safe-method-w-body) defines safe and
+// idempotent: a search sent twice searches twice and changes nothing.
+const idempotentMethods: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE', 'QUERY']);
 
-// The names fetch upper-cases (Fetch standard, "normalize a method"), and PATCH: `request('patch')`
-// is what a caller means, and a lower-case patch reaches no server's PATCH route.
-const normalizedMethods: ReadonlySet<string> = new Set(['DELETE', 'GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH']);
+// The names fetch upper-cases (Fetch standard, "normalize a method"), PATCH and QUERY:
+// `request('patch')` is what a caller means, and a lower-case patch reaches no server's PATCH route
+// (Node's parser does not even accept a lower-case `query`).
+const normalizedMethods: ReadonlySet<string> = new Set([
+  'DELETE',
+  'GET',
+  'HEAD',
+  'OPTIONS',
+  'POST',
+  'PUT',
+  'PATCH',
+  'QUERY',
+]);
 
 /**
  * A method as it goes on the wire: the standard names upper-cased, any other as written (methods
@@ -19,8 +31,8 @@ export function normalizeMethod(method: string): string {
 }
 
 /**
- * True for methods that are safe to repeat without a key: GET, HEAD, OPTIONS, TRACE, PUT, DELETE.
- * POST and PATCH are not, and get an `Idempotency-Key`.
+ * True for methods that are safe to repeat without a key: GET, HEAD, OPTIONS, TRACE, PUT, DELETE,
+ * and QUERY. POST and PATCH are not, and get an `Idempotency-Key`.
  *
  * @example
  * isIdempotentMethod('PUT');  // true
