@@ -18,6 +18,7 @@ import {
   problemOf,
   saysBodyIncomplete,
   saysNotRetryable,
+  saysTokenInvalid,
 } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 import { abortableSleep, lateTimeout, maxTimerMs } from './sleep.js';
@@ -40,6 +41,18 @@ export type HeaderValues = ConstructorParameters<typeof Headers>[0];
 export type FetchFunction = (input: string, init: RequestInit) => Promise<Response>;
 
 /**
+ * What {@link ClientOptions.getToken} is told. `refresh` is true once per call at most: the server
+ * refused the token it gave (401 with `WWW-Authenticate: Bearer error="invalid_token"`), so a cached
+ * token must not be given again.
+ *
+ * @example
+ * createClient({ baseUrl, getToken: ({ refresh }) => (refresh ? auth.refresh() : auth.accessToken()) });
+ */
+export interface TokenContext {
+  readonly refresh: boolean;
+}
+
+/**
  * Options of {@link createClient}.
  *
  * @example
@@ -59,8 +72,10 @@ export interface ClientOptions {
    * anything but a string, `null` or `undefined` ends the request with `token_failed`. Not called for a
    * request that gives its own `Authorization` header: that one is sent.
    * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
+   * A 401 with `WWW-Authenticate: Bearer error="invalid_token"` to a token it gave is sent again at
+   * once with one it gives when asked `{ refresh: true }`, once per call, and only if that one differs.
    */
-  getToken?: (() => string | null | undefined | Promise<string | null | undefined>) | undefined;
+  getToken?: ((context: TokenContext) => string | null | undefined | Promise<string | null | undefined>) | undefined;
   /** Headers sent with every request. */
   headers?: HeaderValues;
   /** How requests are retried; each request can override it. */
@@ -386,6 +401,12 @@ export function createClient(options: ClientOptions): Client {
 
     const attempts: AttemptRecord[] = [];
     const deadlineAt = elapsed() + retry.deadlineMs;
+    // The token the last attempt carried from getToken, and one asked for afresh after the server
+    // refused it (401 invalid_token): at most one refresh per call, so a server that refuses every
+    // token costs one more request, not a loop.
+    let sentToken: string | undefined;
+    let refreshedToken: string | undefined;
+    let refreshed = false;
     let lastResponse: Response | undefined;
     let lastBody: unknown;
 
@@ -398,6 +419,27 @@ export function createClient(options: ClientOptions): Client {
         cause,
       });
 
+    // Asks getToken for the token of the next attempt; how it fails ends the call.
+    const tokenOf = async (refresh: boolean): Promise<string | null | undefined> => {
+      if (tokenFor === undefined) return undefined;
+      let fetched: TokenRun;
+      try {
+        fetched = await awaitToken(tokenFor, callerSignal, deadlineAt - elapsed(), refresh);
+      } catch (error) {
+        // Wrapped, not passed through: the caller needs the key, since an earlier attempt may have run.
+        throw fail('token_failed', error);
+      }
+      if (fetched.kind === 'aborted') throw fail('aborted', fetched.reason);
+      if (fetched.kind === 'deadline') throw fail('deadline_exceeded');
+      const { token } = fetched;
+      // Anything else (an object a token endpoint returned, passed on unread) would send the request
+      // without Authorization, and the caller would see only a 401: getToken failed.
+      if (typeof token !== 'string' && token !== null && token !== undefined) {
+        throw fail('token_failed', new TypeError('getToken must give a string, null or undefined'));
+      }
+      return token;
+    };
+
     if (callerSignal?.aborted) throw fail('aborted', callerSignal.reason);
 
     for (let number = 1; ; number++) {
@@ -406,21 +448,10 @@ export function createClient(options: ClientOptions): Client {
       if (tokenFor) {
         // A token refresh that hangs (an identity provider that does not answer) must not outlive
         // the caller's signal or the deadline: both end the operation while it is pending.
-        let fetched: TokenRun;
-        try {
-          fetched = await awaitToken(tokenFor, callerSignal, deadlineAt - elapsed());
-        } catch (error) {
-          // Wrapped, not passed through: the caller needs the key, since an earlier attempt may have run.
-          throw fail('token_failed', error);
-        }
-        if (fetched.kind === 'aborted') throw fail('aborted', fetched.reason);
-        if (fetched.kind === 'deadline') throw fail('deadline_exceeded');
-        const { token } = fetched;
-        // Anything else (an object a token endpoint returned, passed on unread) would send the request
-        // without Authorization, and the caller would see only a 401: getToken failed.
-        if (typeof token !== 'string' && token !== null && token !== undefined) {
-          throw fail('token_failed', new TypeError('getToken must give a string, null or undefined'));
-        }
+        // The refreshed token was asked for when the 401 came: this attempt carries it.
+        const token = refreshedToken ?? (await tokenOf(false));
+        refreshedToken = undefined;
+        sentToken = typeof token === 'string' && token.length > 0 ? token : undefined;
         if (typeof token === 'string' && token.length > 0) {
           try {
             headers.set('authorization', `Bearer ${token}`);
@@ -536,6 +567,25 @@ export function createClient(options: ClientOptions): Client {
           isSafeToRepeat({ method: verb, keyed: keyField !== undefined })
         )
           retryable = true;
+        // RFC 6750 3.1: the token expired or was revoked, and the server refused the request before
+        // running it (whatever the method: it was not let in). A token asked for afresh may pass:
+        // sent again at once, once per call, and only with a token other than the one refused (a
+        // getToken that ignores `refresh` gives its cached one back, and the same 401 would follow).
+        if (
+          response.status === 401 &&
+          sentToken !== undefined &&
+          !refreshed &&
+          !attempt.replayed &&
+          number < retry.maxAttempts &&
+          saysTokenInvalid(response.headers.get('www-authenticate'))
+        ) {
+          refreshed = true;
+          const fresh = await tokenOf(true);
+          if (typeof fresh === 'string' && fresh.length > 0 && fresh !== sentToken) {
+            refreshedToken = fresh;
+            retryable = true;
+          } else retryable = false;
+        }
         if (unfollowed !== undefined) throw fail('http_error', unfollowed);
         if (!retryable) {
           if (response.status < 400) {
@@ -568,12 +618,14 @@ export function createClient(options: ClientOptions): Client {
 
       const cause = run.kind === 'response' ? undefined : run.error;
       if (number >= retry.maxAttempts) throw fail('attempts_exhausted', cause);
-      if (attempt.retryAfterMs !== undefined && attempt.retryAfterMs > retry.maxRetryAfterMs) {
+      // A refreshed token is no reason to wait: the server refused the old one, not the load.
+      const refreshing = refreshedToken !== undefined;
+      if (!refreshing && attempt.retryAfterMs !== undefined && attempt.retryAfterMs > retry.maxRetryAfterMs) {
         throw fail('retry_after_too_long', cause);
       }
       // Retry-After is a floor ("not before"), and the backoff keeps growing under it, so a key that
       // stays in progress is asked about less and less often; above it, a little jitter (retryWait).
-      const wait = retryWait(number, { ...retry, random }, attempt.retryAfterMs);
+      const wait = refreshing ? 0 : retryWait(number, { ...retry, random }, attempt.retryAfterMs);
       if (elapsed() + wait >= deadlineAt) throw fail('deadline_exceeded', cause);
       attempt.waitMs = wait;
       // Observers never change the outcome, whether they throw or reject.
@@ -629,6 +681,7 @@ async function awaitToken(
   getToken: NonNullable<ClientOptions['getToken']>,
   callerSignal: AbortSignal | undefined,
   remainingMs: number,
+  refresh: boolean,
 ): Promise<TokenRun> {
   if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason };
   let stop!: (run: TokenRun) => void;
@@ -640,7 +693,7 @@ async function awaitToken(
   // A deadline longer than one timer holds is left to the checks around the attempt.
   const timer =
     remainingMs <= maxTimerMs ? setTimeout(() => stop({ kind: 'deadline' }), Math.max(0, remainingMs)) : undefined;
-  const pending = new Promise<string | null | undefined>((resolve) => resolve(getToken()));
+  const pending = new Promise<string | null | undefined>((resolve) => resolve(getToken({ refresh })));
   try {
     return await Promise.race([pending.then((token): TokenRun => ({ kind: 'token', token })), stopped]);
   } finally {

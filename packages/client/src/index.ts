@@ -18,6 +18,7 @@ export {
   type RequestOptions,
   type RequestWithBodyOptions,
   type RetryEvent,
+  type TokenContext,
 } from './create-client.js';
 export { type Duration, durationToMs } from './duration.js';
 export {

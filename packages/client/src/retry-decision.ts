@@ -231,3 +231,27 @@ export function saysNotRetryable(problem: Record<string, unknown> | undefined): 
 export function saysBodyIncomplete(problem: Record<string, unknown> | undefined): boolean {
   return problem?.code === 'body_incomplete' && problem.retryable !== false;
 }
+
+/**
+ * True when a `WWW-Authenticate` field holds a Bearer challenge with `error="invalid_token"` (RFC
+ * 6750 3.1: the token expired, was revoked or is malformed; "the client MAY request a new access
+ * token and retry"). A challenge without an error (no token was sent) or with another one
+ * (`insufficient_scope`: a new token of the same grant changes nothing) gives false.
+ *
+ * @example
+ * saysTokenInvalid('Bearer realm="api", error="invalid_token"'); // true
+ * saysTokenInvalid('Bearer realm="api"'); // false
+ */
+export function saysTokenInvalid(wwwAuthenticate: string | null): boolean {
+  if (wwwAuthenticate === null) return false;
+  const bearer = /(?:^|,)\s*Bearer(?:\s|,|$)/i.exec(wwwAuthenticate);
+  if (bearer === null) return false;
+  // The parameters after the Bearer scheme, up to the next challenge's scheme (a token followed by
+  // a space, then a token68 or a parameter). Quoted values are blanked to the same length for that
+  // search, so a comma or a word inside an error_description cannot be mistaken for one.
+  const rest = wwwAuthenticate.slice(bearer.index + bearer[0].length);
+  const blanked = rest.replace(/"(?:[^"\\]|\\.)*"/g, (quoted) => `"${'_'.repeat(quoted.length - 2)}"`);
+  const next = /,\s*[!#$%&'*+.^`|~\w-]+\s+[!#$%&'*+.^`|~\w-]+\s*(?:=|,|$)/.exec(blanked);
+  const params = next === null ? rest : rest.slice(0, next.index);
+  return /(?:^|[\s,])error\s*=\s*(?:"invalid_token"|invalid_token)(?:\s*(?:,|$))/i.test(params);
+}
