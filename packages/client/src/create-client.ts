@@ -632,9 +632,10 @@ export function createClient(options: ClientOptions): Client {
       if (onRetry) notify(onRetry, { method: verb, url, attempt: Object.freeze({ ...attempt }), waitMs: wait, key });
       // parse: 'none' left the body unread. A small one is read to its end during the wait, so its
       // connection is reused (a cancelled body costs the connection whenever it has not fully
-      // arrived); a large one is given up at once. The drain ends within an attempt's timeout (and
-      // the deadline), or, with neither, with the wait: a body that stalls must not hold the retry.
-      const drainMs = Math.min(retry.timeoutMs, deadlineAt - elapsed());
+      // arrived); a large one is given up at once. The drain ends within what is left of the
+      // attempt's timeout (its headers took the rest), and the deadline, or, with neither, with the
+      // wait: a body that stalls must not hold the retry, nor stretch the retry horizon.
+      const drainMs = Math.min(retry.timeoutMs - attempt.durationMs, deadlineAt - elapsed());
       const drain =
         run.kind === 'response' && run.bytes === undefined
           ? drainBody(run.response, drainCapBytes, drainMs)

@@ -127,6 +127,35 @@ describe("parse: 'none': a retried answer's body", () => {
     expect(await result.response.text()).toBe('ok');
     expect(s.log).toHaveLength(2);
   });
+
+  it("the drain of a stalled body has only what is left of the attempt's timeout, so the retry horizon holds", async () => {
+    const s = await serve((_req, res, n) => {
+      if (n === 1) {
+        res.writeHead(503, { 'content-type': 'text/plain' });
+        res.write('half'); // and never the rest
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end('ok');
+    });
+    // The headers took the whole 10 s timeout on the injected clock: nothing is left for the body,
+    // which is given up at once (a drain of another 10 s would outlast this test).
+    const time = fakeTime();
+    const client = createClient({
+      baseUrl: s.url,
+      sleep: time.sleep,
+      now: time.now,
+      random: () => 0,
+      fetch: async (input, init) => {
+        const response = await fetch(input, init);
+        time.advance(10_000);
+        return response;
+      },
+    });
+    const result = await client.get('/x', { parse: 'none' });
+    expect(result.status).toBe(200);
+    expect(s.log).toHaveLength(2);
+  }, 5_000);
 });
 
 describe('QUERY (draft-ietf-httpbis-safe-method-w-body: safe and idempotent)', () => {
