@@ -793,6 +793,16 @@ describe('claim cases', () => {
     expectCode(await guardWith().verify(makeToken({ claims: { iat: nowSeconds + 60 } })), 'token_issued_in_future');
   });
 
+  it('case 33 at its boundary: an iat the tolerance ahead passes, one second more is refused', async () => {
+    // The default tolerance (5 s), then none: `iat` may be as far ahead as the tolerance, not a second more.
+    const lenient = guardWith();
+    expectOk(await lenient.verify(makeToken({ claims: { iat: nowSeconds + 5 } })));
+    expectCode(await lenient.verify(makeToken({ claims: { iat: nowSeconds + 6 } })), 'token_issued_in_future');
+    const strict = guardWith({ clockTolerance: 0 });
+    expectOk(await strict.verify(makeToken({ claims: { iat: nowSeconds } })));
+    expectCode(await strict.verify(makeToken({ claims: { iat: nowSeconds + 1 } })), 'token_issued_in_future');
+  });
+
   it('advisory CVE-2026-44459: an iat or nbf that is not a finite non-negative integer is refused, not skipped', async () => {
     const guard = guardWith();
     for (const value of ['1800000000', true, null, -1, nowSeconds - 0.5, [nowSeconds], { n: nowSeconds }]) {
@@ -861,6 +871,24 @@ describe('claim cases', () => {
     expectOk(await guard.verify(makeToken({ claims: { aud: ['x', AUDIENCE] } })));
     // An empty list is no audience at all: malformed, not merely someone else's.
     expectCode(await guard.verify(makeToken({ claims: { aud: [] } })), 'claim_invalid');
+  });
+
+  it('case 36 (RFC 8725 §3.9): an audience is compared whole, never as a prefix, in another case or with a slash', async () => {
+    const guard = guardWith();
+    const near = [
+      `${AUDIENCE}.evil.example`,
+      `${AUDIENCE}/`,
+      `${AUDIENCE}/other`,
+      `${AUDIENCE}x`,
+      AUDIENCE.slice(0, -1),
+      AUDIENCE.toUpperCase(),
+      ` ${AUDIENCE}`,
+    ];
+    for (const aud of near) {
+      expectCode(await guard.verify(makeToken({ claims: { aud } })), 'audience_invalid');
+      expectCode(await guard.verify(makeToken({ claims: { aud: ['x', aud] } })), 'audience_invalid');
+    }
+    expectOk(await guard.verify(makeToken({ claims: { aud: AUDIENCE } })));
   });
 
   it('case 37: sub missing or not a string, client_id missing in a strict profile, are refused', async () => {
