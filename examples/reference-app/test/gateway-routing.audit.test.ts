@@ -284,7 +284,7 @@ describe('gateway: the issuer it discovers', () => {
     await discovered?.close();
   });
 
-  const token = (options: { omit?: 'jti' | 'client_id'; alg?: 'RS256' | 'ES256' } = {}) => {
+  const token = (options: { omit?: 'jti' | 'client_id' | 'iat'; alg?: 'RS256' | 'ES256' } = {}) => {
     const iat = Math.floor(Date.now() / 1000);
     const alg = options.alg ?? 'RS256';
     const jwt = new SignJWT(
@@ -294,8 +294,8 @@ describe('gateway: the issuer it discovers', () => {
       .setIssuer(authUrl)
       .setSubject('user-alice')
       .setAudience(audience)
-      .setIssuedAt(iat)
       .setExpirationTime(iat + 300);
+    if (options.omit !== 'iat') jwt.setIssuedAt(iat);
     if (options.omit !== 'jti') jwt.setJti(randomUUID());
     return jwt.sign(alg === 'RS256' ? rsaKey : ecKey);
   };
@@ -310,6 +310,8 @@ describe('gateway: the issuer it discovers', () => {
   it.each([
     ['without a jti', { omit: 'jti' as const }],
     ['without a client_id', { omit: 'client_id' as const }],
+    // RFC 9068 §2.2 requires iat too; the gateway sets no maxTokenAge, so only requiredClaims asks for it.
+    ['without an iat', { omit: 'iat' as const }],
     ['signed ES256 by a key of its JWKS', { alg: 'ES256' as const }],
   ])('refuses a token %s with 401', async (_name, options) => {
     const response = await fetch(new URL('/photos', discovered.url), {
