@@ -239,6 +239,28 @@ describe('gateway: what it forwards', () => {
     expect(response.status).toBe(200);
   });
 
+  // Research case 53: express-jwt lets a CORS preflight through on its own. The gateway has no CORS
+  // layer, so a preflight is a request like any other: without a token it is refused, never forwarded.
+  it('answers a CORS preflight without a token 401 with a bare challenge, and forwards nothing', async () => {
+    api.length = 0;
+    events.length = 0;
+    for (const path of ['/photos', '/events']) {
+      const response = await fetch(new URL(path, gateway.url), {
+        method: 'OPTIONS',
+        headers: {
+          origin: 'https://app.example',
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization, content-type',
+        },
+      });
+      expect(response.status).toBe(401);
+      expect(response.headers.get('www-authenticate')).toMatch(/^Bearer realm="[^"]+"(?!.*error=)/);
+      expect(response.headers.get('access-control-allow-origin')).toBeNull();
+    }
+    expect(api).toEqual([]);
+    expect(events).toEqual([]);
+  });
+
   // A repeated request is the client's decision, made with its key: reply-from by default retries a
   // GET the upstream answered 503 (up to 10 times, after its Retry-After).
   it('never retries a GET the API answered 503: the client gets the 503, the API saw one request', async () => {
