@@ -80,8 +80,11 @@ export function checkClaims(
   if (!isNumericDate(exp)) return 'claim_invalid';
   if (nbf !== undefined && !isNumericDate(nbf)) return 'claim_invalid';
   if (iat !== undefined && !isNumericDate(iat)) return 'claim_invalid';
+  // Non-empty, as `sub`: an empty one names no token and no client, yet would satisfy `requiredClaims`
+  // (RFC 9068 §2.2) and travel on behind the gateway as the caller's client.
   for (const name of ['jti', 'client_id'] as const) {
-    if (payload[name] !== undefined && typeof payload[name] !== 'string') return 'claim_invalid';
+    const value = payload[name];
+    if (value !== undefined && (typeof value !== 'string' || value.length === 0)) return 'claim_invalid';
   }
   // RFC 9068 makes `scope` one space-delimited string; Duende IdentityServer emits an array of them by
   // default. Read alike (the principal takes each item as one scope); anything else is refused.

@@ -914,6 +914,18 @@ describe('claim cases', () => {
     }
   });
 
+  it('case 37: an empty jti or client_id is refused as an empty sub is, required or not', async () => {
+    // Present but naming nothing: `requiredClaims` asked for a client and a token id (RFC 9068 §2.2), and
+    // an empty one would satisfy it; behind the gateway it would travel on as the caller's client.
+    const strict = guardWith({ requiredClaims: ['client_id', 'jti'] });
+    for (const guard of [guardWith(), strict]) {
+      expectCode(await guard.verify(makeToken({ claims: { jti: '' } })), 'claim_invalid');
+      expectCode(await guard.verify(makeToken({ claims: { client_id: '' } })), 'claim_invalid');
+      expectCode(await guard.verify(makeToken({ claims: { client_id: '', azp: 'app' } })), 'claim_invalid');
+    }
+    expectOk(await strict.verify(makeToken({ claims: { jti: 'j', client_id: 'c' } })));
+  });
+
   it('case 38: ID tokens (typ JWT, or nonce) and internal tokens are refused as access tokens', async () => {
     const guard = guardWith();
     expectCode(await guard.verify(makeToken({ header: { typ: 'JWT' } })), 'type_invalid');
