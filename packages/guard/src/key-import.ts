@@ -308,7 +308,18 @@ export function pemToJwk(pem: string): Record<string, unknown> {
   } catch (cause) {
     throw new TypeError('publicKeys: a PEM entry is not a public key or certificate', { cause });
   }
-  return publicJwkOf(keyObject);
+  try {
+    return publicJwkOf(keyObject);
+  } catch (cause) {
+    // DSA and DH keys have no JWK form (Node throws a plain Error): no JWS algorithm verifies with them
+    // (CVE-2022-23539), and a bad option is a TypeError that names it.
+    throw new TypeError(
+      `publicKeys: a PEM entry is a ${keyObject.asymmetricKeyType} key, which no JWS algorithm uses`,
+      {
+        cause,
+      },
+    );
+  }
 }
 
 function parsesAsPrivateKey(pem: string): boolean {

@@ -1,4 +1,4 @@
-import { createPublicKey, randomBytes, X509Certificate } from 'node:crypto';
+import { createPublicKey, generateKeyPairSync, type KeyObject, randomBytes, X509Certificate } from 'node:crypto';
 import { rootCertificates } from 'node:tls';
 import { describe, expect, it, vi } from 'vitest';
 import {
@@ -643,6 +643,21 @@ describe('algorithm and key cases', () => {
     expect(offByOne).toBeDefined();
     const healthy = BigInt(`0x${Buffer.from(keys.rsa.publicJwk.n as string, 'base64url').toString('hex')}`);
     expect(isRocaModulus(healthy)).toBe(false);
+  });
+
+  it('advisory CVE-2022-23539: a PEM key of a type no JWS algorithm uses (DSA, DH) is a TypeError naming publicKeys', () => {
+    const pems = [
+      generateKeyPairSync('dsa', { modulusLength: 1024, divisorLength: 160 }).publicKey,
+      // Node's types list no 'dh' overload; the runtime takes it.
+      (generateKeyPairSync as (type: string, options: object) => { publicKey: KeyObject })('dh', { group: 'modp14' })
+        .publicKey,
+    ].map((key) => key.export({ type: 'spki', format: 'pem' }) as string);
+    for (const pem of pems) {
+      // A TypeError at construction, as every bad option is, with words about the option, not Node's
+      // "Unsupported JWK Key Type." from deep inside.
+      expect(() => guardWith({ secret: undefined, publicKeys: [pem] })).toThrow(TypeError);
+      expect(() => guardWith({ secret: undefined, publicKeys: [pem] })).toThrow(/publicKeys/);
+    }
   });
 
   it('case 43: empty, short or guessable HMAC secrets are refused at startup', () => {
