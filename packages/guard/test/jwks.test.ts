@@ -401,6 +401,29 @@ describe('remote JWKS', () => {
     });
   }
 
+  it('case 51: a body declared over maxBytes is refused on its Content-Length, without waiting for a byte of it', async () => {
+    // A body that never comes, and a fetch timeout far past the test's own: only the declared length
+    // can refuse it in time. Read instead, the fetch would wait for the timeout (reason 'timeout').
+    const events: GuardEvent[] = [];
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      cache: false,
+      onEvent: (event) => events.push(event),
+      fetch: async () =>
+        new Response(new ReadableStream<Uint8Array>(), {
+          status: 200,
+          headers: { 'content-length': String(10 * 1024 * 1024) },
+        }),
+      issuers: [
+        { issuer: ISSUER, jwksUri: 'https://id.example/jwks', algorithms: ['ES256'], jwksOptions: { timeout: 60 } },
+      ],
+    });
+    const result = await guard.verify(makeToken({ alg: 'ES256', key: keys.ec.privateKey, header: { kid: 'k1' } }));
+    expect(result.ok ? 'ok' : result.error.code).toBe('keys_unavailable');
+    expect(events).toContainEqual(expect.objectContaining({ type: 'jwks-fetch', ok: false, reason: 'too-large' }));
+  });
+
   // A body that parses as a key set but leaves no key to verify with: nothing in it, or only keys that
   // are dropped (another use, an unsupported key type, an algorithm off the issuer's list, bad material).
   const keyless: Array<[string, JwksReply]> = [
