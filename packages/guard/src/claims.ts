@@ -90,7 +90,11 @@ export function checkClaims(
   // default. Read alike (the principal takes each item as one scope); anything else is refused.
   if (payload.scope !== undefined && !isScopeList(payload.scope)) return 'claim_invalid';
   if (payload.scp !== undefined && !isScopeList(payload.scp)) return 'claim_invalid';
-  for (const name of profile.requiredClaims) if (ownClaim(payload, name) === undefined) return 'claim_invalid';
+  // A required claim sent empty names nothing, as an empty `sub` or `client_id` does: missing.
+  for (const name of profile.requiredClaims) {
+    const value = ownClaim(payload, name);
+    if (value === undefined || value === '') return 'claim_invalid';
+  }
   for (const [name, accepted] of profile.claimValues) {
     if (!accepted.includes(ownClaim(payload, name) as ClaimValue)) return 'claim_invalid';
   }

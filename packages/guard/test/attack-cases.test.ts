@@ -941,6 +941,13 @@ describe('claim cases', () => {
     expectOk(await strict.verify(makeToken({ claims: { jti: 'j', client_id: 'c' } })));
   });
 
+  it('case 37: a required claim sent as an empty string is missing, whatever its name; other values count', async () => {
+    const guard = guardWith({ requiredClaims: ['tenant'] });
+    expectCode(await guard.verify(makeToken({ claims: { tenant: '' } })), 'claim_invalid');
+    expectCode(await guard.verify(makeToken()), 'claim_invalid');
+    for (const tenant of ['t1', 0, false, [], {}]) expectOk(await guard.verify(makeToken({ claims: { tenant } })));
+  });
+
   it('case 38: ID tokens (typ JWT, or nonce) and internal tokens are refused as access tokens', async () => {
     const guard = guardWith();
     expectCode(await guard.verify(makeToken({ header: { typ: 'JWT' } })), 'type_invalid');
