@@ -15,7 +15,11 @@ function manual() {
     schedule(run: () => void, ms: number) {
       const timer = { due: at + ms, run, cancelled: false };
       timers.push(timer);
-      return { cancel: () => void (timer.cancelled = true) };
+      return {
+        cancel: () => {
+          timer.cancelled = true;
+        },
+      };
     },
     advance(ms: number) {
       at += ms;
