@@ -1,55 +1,11 @@
-// Follow-ups of the 2026-12 client audit, against real node:http servers on ephemeral ports. Tests
-// marked "Was wrong" each state the correct behaviour of a defect found there, fixed since.
-import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { ServerResponse } from 'node:http';
 import { createClient } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { failure } from './support/failure.js';
 import { fakeTime } from './support/fake-time.js';
+import { closeServers, serve } from './support/logging-server.js';
 
-interface Seen {
-  method: string;
-  url: string;
-  headers: IncomingMessage['headers'];
-  body: string;
-}
-
-const servers: Server[] = [];
-
-async function serve(handler: (req: IncomingMessage, res: ServerResponse, n: number) => void) {
-  const log: Seen[] = [];
-  let connections = 0;
-  const server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    log.push({
-      method: req.method ?? '',
-      url: req.url ?? '',
-      headers: req.headers,
-      body: Buffer.concat(chunks).toString('utf8'),
-    });
-    handler(req, res, log.length);
-  });
-  server.on('connection', () => {
-    connections++;
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  servers.push(server);
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, log, connections: () => connections };
-}
-
-afterEach(async () => {
-  await Promise.all(
-    servers.splice(0).map(async (s) => {
-      s.closeAllConnections();
-      s.close();
-      await once(s, 'close');
-    }),
-  );
-});
+afterEach(closeServers);
 
 describe("parse: 'none': a retried answer's body", () => {
   // The body follows its headers a moment later, as it does whenever a server streams or the
@@ -170,7 +126,7 @@ describe('QUERY (draft-ietf-httpbis-safe-method-w-body: safe and idempotent)', (
     expect(result.key).toBeUndefined();
     expect(s.log[0]?.method).toBe('QUERY');
     expect(s.log[0]?.headers['idempotency-key']).toBeUndefined();
-    expect(s.log[0]?.body).toBe('{"q":"sku"}');
+    expect(s.log[0]?.text).toBe('{"q":"sku"}');
 
     await client.request('QUERY', '/search', { body: { q: 'sku' }, idempotencyKey: 'q-1' });
     expect(s.log[1]?.headers['idempotency-key']).toBe('"q-1"');
@@ -186,7 +142,7 @@ describe('QUERY (draft-ietf-httpbis-safe-method-w-body: safe and idempotent)', (
     // No key at all: the method alone makes the repeat harmless.
     const result = await client.request('QUERY', '/search', { body: { q: 'sku' }, idempotencyKey: false });
     expect(result.status).toBe(200);
-    expect(s.log.map((seen) => seen.body)).toEqual(['{"q":"sku"}', '{"q":"sku"}']);
+    expect(s.log.map((seen) => seen.text)).toEqual(['{"q":"sku"}', '{"q":"sku"}']);
   });
 
   it('Was wrong: its redirects were not followed; a 307 keeps QUERY and its body, a 303 is fetched with GET', async () => {
@@ -205,7 +161,7 @@ describe('QUERY (draft-ietf-httpbis-safe-method-w-body: safe and idempotent)', (
     const client = createClient({ baseUrl: s.url });
     const result = await client.request('QUERY', '/search', { body: { q: 'sku' } });
     expect(result.body).toEqual({ hits: 42 });
-    expect(s.log.map((seen) => [seen.method, seen.url, seen.body])).toEqual([
+    expect(s.log.map((seen) => [seen.method, seen.url, seen.text])).toEqual([
       ['QUERY', '/search', '{"q":"sku"}'],
       ['QUERY', '/v2/search', '{"q":"sku"}'],
       ['GET', '/results/42', ''],
@@ -377,6 +333,6 @@ describe('bodies JSON would send as {}', () => {
     const client = createClient({ baseUrl: s.url });
     const error = Object.assign(new Error('card declined'), { toJSON: () => ({ message: 'card declined' }) });
     await client.post('/x', error);
-    expect(s.log[0]?.body).toBe('{"message":"card declined"}');
+    expect(s.log[0]?.text).toBe('{"message":"card declined"}');
   });
 });

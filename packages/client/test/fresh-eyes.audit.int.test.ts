@@ -2,7 +2,7 @@
 // node:http servers on ephemeral ports. Plain tests pin behaviour the audit checked and found right;
 // those marked "Was wrong" state the correct behaviour of a defect the audit found, fixed since.
 import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createClient, isRequestFailedError } from '@idem/client';
 import { memoryStore } from '@idem/core';
@@ -11,43 +11,9 @@ import express from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
 import { failure } from './support/failure.js';
 import { fakeTime } from './support/fake-time.js';
+import { closeServers, serve, track } from './support/logging-server.js';
 
-interface Seen {
-  method: string;
-  headers: IncomingMessage['headers'];
-  body: Buffer;
-}
-
-const servers: Server[] = [];
-
-async function serve(handler: (req: IncomingMessage, res: ServerResponse, n: number) => void) {
-  const log: Seen[] = [];
-  let connections = 0;
-  const server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    log.push({ method: req.method ?? '', headers: req.headers, body: Buffer.concat(chunks) });
-    handler(req, res, log.length);
-  });
-  server.on('connection', () => {
-    connections++;
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  servers.push(server);
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, log, connections: () => connections };
-}
-
-afterEach(async () => {
-  await Promise.all(
-    servers.splice(0).map(async (s) => {
-      s.closeAllConnections();
-      s.close();
-      await once(s, 'close');
-    }),
-  );
-});
+afterEach(closeServers);
 
 /** Real server, fake clock; the jitter draws the middle of each window. */
 function fakeClient(url: string) {
@@ -210,8 +176,7 @@ describe('client and idem server agree on a form', () => {
       runs++;
       res.status(201).json({ upload: runs });
     });
-    const server = app.listen(0, '127.0.0.1');
-    servers.push(server);
+    const server = track(app.listen(0, '127.0.0.1'));
     await once(server, 'listening');
     const { client } = fakeClient(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     const form = (bytes: string) => {
@@ -262,30 +227,21 @@ describe('an unkeyed write whose connection was refused', () => {
     await once(probe, 'close');
     const time = fakeTime();
     let back: Awaited<ReturnType<typeof serve>> | undefined;
-    const log: Seen[] = [];
     time.onSleep(async () => {
-      if (back) return;
       // The server comes back on the same port during the wait.
-      const server = createServer(async (req, res) => {
-        const chunks: Buffer[] = [];
-        for await (const chunk of req) chunks.push(chunk as Buffer);
-        log.push({ method: req.method ?? '', headers: req.headers, body: Buffer.concat(chunks) });
+      back ??= await serve((_req, res) => {
         res.writeHead(201, { 'idempotency-key': '"minted-1"' }).end();
-      });
-      server.listen(port, '127.0.0.1');
-      await once(server, 'listening');
-      servers.push(server);
-      back = { url: '', log, connections: () => 0 };
+      }, port);
     });
     const client = createClient({ baseUrl: `http://127.0.0.1:${port}`, sleep: time.sleep, now: time.now });
     const result = await client.post('/charges', { amount: 1 }, { idempotencyKey: false });
-    expect([result.status, result.key, result.attempts.map((a) => a.outcome), log.length]).toEqual([
+    expect([result.status, result.key, result.attempts.map((a) => a.outcome), back?.log.length]).toEqual([
       201,
       'minted-1',
       ['network-error', 'response'],
       1,
     ]);
-    expect(log[0]?.headers['idempotency-key']).toBeUndefined();
+    expect(back?.log[0]?.headers['idempotency-key']).toBeUndefined();
   });
 
   it('is not retried when the connection broke after the request was sent', async () => {

@@ -1,53 +1,15 @@
 // Audit of 2026-12 (client vs odd or hostile servers, and odd caller input), against real node:http
 // servers on ephemeral ports. Plain tests pin behaviour the audit checked; those marked "Was wrong" each
 // state the correct behaviour of a defect the audit found, fixed since.
-import { getEventListeners, once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { getEventListeners } from 'node:events';
 import { createClient } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startChargesServer } from './support/charges-server.js';
 import { failure } from './support/failure.js';
 import { fakeTime, seededRandom } from './support/fake-time.js';
+import { closeServers, serve } from './support/logging-server.js';
 
-interface Seen {
-  method: string;
-  url: string;
-  headers: IncomingMessage['headers'];
-  body: string;
-}
-
-const servers: Server[] = [];
-
-async function serve(handler: (req: IncomingMessage, res: ServerResponse, n: number) => void) {
-  const log: Seen[] = [];
-  const server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    log.push({
-      method: req.method ?? '',
-      url: req.url ?? '',
-      headers: req.headers,
-      body: Buffer.concat(chunks).toString('utf8'),
-    });
-    handler(req, res, log.length);
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  servers.push(server);
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, log };
-}
-
-afterEach(async () => {
-  await Promise.all(
-    servers.splice(0).map(async (s) => {
-      s.closeAllConnections();
-      s.close();
-      await once(s, 'close');
-    }),
-  );
-});
+afterEach(closeServers);
 
 /** Real server, fake clock; the jittered backoff is 0, so a wait is exactly what Retry-After asked for. */
 function fakeClient(url: string, extra: Partial<Parameters<typeof createClient>[0]> = {}) {
