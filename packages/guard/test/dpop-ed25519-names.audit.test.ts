@@ -1,13 +1,17 @@
-// RFC 9864 names EdDSA on Ed25519 `Ed25519`, and the guard takes either name for one key: a JWKS key
-// named `EdDSA` verifies `Ed25519` access tokens (fully-specified-alg.test.ts). A DPoP proof's own
-// key was held to more: a proof signed `Ed25519` whose `jwk` says `alg: "EdDSA"` (or the other way
-// round) was refused with dpop_proof_invalid. Found by a mutation pass: dropping the check that the
-// proof's key names exactly the header's alg changed no test.
-import { createHash, randomUUID } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { createGuard, type GuardResult } from '../src/index.js';
-import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
+import {
+  AUDIENCE,
+  b64url,
+  ISSUER,
+  makeToken,
+  manualClock,
+  proofClaims,
+  SECRET,
+  signSegments,
+  testKeys,
+} from './support/tokens.js';
 
 const keys = testKeys();
 const ORIGIN = 'https://api.example';
@@ -31,11 +35,7 @@ describe('DPoP proofs and the two names of Ed25519', () => {
     const accessToken = makeToken({ claims: { cnf: { jkt } } });
     const header = { typ: 'dpop+jwt', alg: headerAlg, jwk: { ...keys.ed.publicJwk, alg: jwkAlg } };
     const claims = {
-      jti: randomUUID(),
-      htm: 'POST',
-      htu: `${ORIGIN}/orders`,
-      iat: clock.seconds(),
-      ath: createHash('sha256').update(accessToken).digest('base64url'),
+      ...proofClaims(accessToken, `${ORIGIN}/orders`, clock.seconds()),
     };
     const dpop = signSegments(b64url(header), b64url(claims), headerAlg, keys.ed.privateKey);
     return code(

@@ -1,8 +1,17 @@
-import { createHash, randomUUID } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { createGuard, type DpopOptions, type GuardResult, memoryReplayCache } from '../src/index.js';
-import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
+import {
+  AUDIENCE,
+  b64url,
+  ISSUER,
+  makeToken,
+  manualClock,
+  proofClaims,
+  SECRET,
+  signSegments,
+  testKeys,
+} from './support/tokens.js';
 
 // The in-process DPoP replay memory is one bound shared by every client. Was wrong: one holder of a
 // valid DPoP-bound token could fill all of it with fresh proofs inside one `maxAge` window, and every
@@ -34,11 +43,7 @@ async function holder(pair: Pair, alg: string, clock: ReturnType<typeof manualCl
   return () => {
     const header = { typ: 'dpop+jwt', alg, jwk: pair.publicJwk };
     const claims = {
-      jti: randomUUID(),
-      htm: 'POST',
-      htu: `${ORIGIN}/orders`,
-      iat: clock.seconds(),
-      ath: createHash('sha256').update(accessToken).digest('base64url'),
+      ...proofClaims(accessToken, `${ORIGIN}/orders`, clock.seconds()),
     };
     return {
       method: 'POST',

@@ -1,8 +1,18 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { createGuard } from '../src/index.js';
-import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
+import {
+  AUDIENCE,
+  b64url,
+  ISSUER,
+  makeToken,
+  manualClock,
+  proofClaims,
+  SECRET,
+  signSegments,
+  testKeys,
+} from './support/tokens.js';
 
 // RFC 9449 §4.3's checks of a proof, each pinned where dpop.test.ts left a form of it open: what a
 // resource server must refuse, and the spellings it must still take.
@@ -29,11 +39,7 @@ async function attempt(edit: Edit, url = '/orders') {
   });
   const header = { typ: 'dpop+jwt', alg: 'PS256', jwk: pair.publicJwk, ...edit.header };
   const claims = {
-    jti: randomUUID(),
-    htm: 'POST',
-    htu: `${ORIGIN}/orders`,
-    iat: clock.seconds(),
-    ath: createHash('sha256').update(accessToken).digest('base64url'),
+    ...proofClaims(accessToken, `${ORIGIN}/orders`, clock.seconds()),
     ...(typeof edit.claims === 'function' ? edit.claims({ accessToken, now: clock.seconds() }) : edit.claims),
   };
   const dpop = signSegments(b64url(header), b64url(claims), String(header.alg), pair.privateKey);

@@ -3,12 +3,21 @@
 // grows with the modulus (52 µs at 2048 bits, 227 µs at 4096, 605 µs at 8192 here), and the
 // default maxHeaderLength lets an 8192-bit key through: twelve times an ordinary proof's work per
 // request, for free. A proof's RSA key past 4096 bits is refused before any verification.
-import { createHash, generateKeyPair, type KeyObject, randomUUID } from 'node:crypto';
+import { generateKeyPair, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
 import { calculateJwkThumbprint, type JWK } from 'jose';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createGuard } from '../src/index.js';
-import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments } from './support/tokens.js';
+import {
+  AUDIENCE,
+  b64url,
+  ISSUER,
+  makeToken,
+  manualClock,
+  proofClaims,
+  SECRET,
+  signSegments,
+} from './support/tokens.js';
 
 const ORIGIN = 'https://api.example';
 const generate = promisify(generateKeyPair);
@@ -37,11 +46,7 @@ describe('the size of a DPoP proof’s RSA key', () => {
     const jkt = await calculateJwkThumbprint(key.publicJwk, 'sha256');
     const accessToken = makeToken({ claims: { cnf: { jkt } } });
     const claims = {
-      jti: randomUUID(),
-      htm: 'POST',
-      htu: `${ORIGIN}/orders`,
-      iat: clock.seconds(),
-      ath: createHash('sha256').update(accessToken).digest('base64url'),
+      ...proofClaims(accessToken, `${ORIGIN}/orders`, clock.seconds()),
     };
     const header = { typ: 'dpop+jwt', alg: 'RS256', jwk: key.publicJwk };
     const dpop = signSegments(b64url(header), b64url(claims), 'RS256', key.privateKey);

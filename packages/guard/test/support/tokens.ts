@@ -1,4 +1,4 @@
-import { constants, createHmac, generateKeyPairSync, type KeyObject, sign } from 'node:crypto';
+import { constants, createHash, createHmac, generateKeyPairSync, type KeyObject, randomUUID, sign } from 'node:crypto';
 
 /** Test fixtures: keys, a manual clock, and a signer that signs any header/payload bytes. */
 
@@ -122,4 +122,18 @@ export function makeToken(spec: TokenSpec = {}): string {
   const headerSegment = spec.rawHeader !== undefined ? b64url(spec.rawHeader) : b64url(header);
   const payloadSegment = spec.rawPayload !== undefined ? b64url(spec.rawPayload) : b64url(claims);
   return signSegments(headerSegment, payloadSegment, alg, key);
+}
+
+/**
+ * The claims of a fresh DPoP proof for `POST <htu>`, made at `iat` (seconds) and bound to
+ * `accessToken` by its hash (`ath`), with a new `jti`.
+ */
+export function proofClaims(accessToken: string, htu: string, iat: number) {
+  return {
+    jti: randomUUID(),
+    htm: 'POST',
+    htu,
+    iat,
+    ath: createHash('sha256').update(accessToken).digest('base64url'),
+  };
 }
