@@ -2747,6 +2747,24 @@ export function describeAdapter(
         );
       });
 
+      it("a handler's own Idempotent-Replayed and Idempotency-Key do not reach the held answer either (36)", async () => {
+        const harness = await makeTransactional();
+        await withWorld(
+          async (world) => {
+            const headers = { 'idempotent-replayed': 'true', 'idempotency-key': 'upstream-key' };
+            const first = await world.send('/charges', {
+              key: 'tx-own-marker-1',
+              body: JSON.stringify({ amount: 1, headers }),
+            });
+            expect(first.status).toBe(201);
+            expect(first.headers['idempotent-replayed']).toBeUndefined();
+            expect(first.headers['idempotency-key']).toBe('tx-own-marker-1');
+          },
+          { transactional: true },
+          harness,
+        );
+      });
+
       it('a reason phrase the handler set goes out when the held answer does, and with its replays', async () => {
         const harness = await makeTransactional();
         await withWorld(
