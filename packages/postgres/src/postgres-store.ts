@@ -222,17 +222,6 @@ const phraseColumnChanged = (error: unknown, operation: string): boolean => {
   return mentionsPhraseColumn(error);
 };
 
-// `text` cannot hold U+0000 (22021, a raw driver error answered 503), and pg sends a lone surrogate
-// as U+FFFD, so "a\ud800" and "a\udc00" were one record, and one token passed another's fence:
-// refused before any statement, as every store refuses them (assertStoreString in @idem/core).
-const checkId = (id: unknown) => {
-  assertStoreId(id, 'id');
-};
-
-const checkToken = (token: unknown, name = 'token') => {
-  assertStoreId(token, name);
-};
-
 // A duration becomes an interval added to (or, the purge's grace, taken from) the database's clock,
 // and PostgreSQL's timestamps run from 4713 BC to 294276 AD: far past them a statement fails with
 // "interval out of range" (22008). A thousand years is more than any lease, retention or grace, and
@@ -359,11 +348,15 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
     keepAfterLeaseMs = 0,
     replaces,
   }: ClaimInput): Promise<ClaimResult> => {
-    checkId(id);
-    checkToken(token);
+    // `text` cannot hold U+0000 (22021, a raw driver error answered 503), and pg sends a lone surrogate
+    // as U+FFFD, so "a\ud800" and "a\udc00" were one record, and one token passed another's fence:
+    // refused before any statement, as every store refuses them (assertStoreId in @idem/core), here
+    // and in every method below.
+    assertStoreId(id, 'id');
+    assertStoreId(token, 'token');
     checkMs(leaseMs, 'leaseMs');
     if (keepAfterLeaseMs !== 0) checkMs(keepAfterLeaseMs, 'keepAfterLeaseMs');
-    if (replaces !== undefined) checkToken(replaces, 'replaces');
+    if (replaces !== undefined) assertStoreId(replaces, 'replaces');
     assertStoreString(fingerprint, 'fingerprint');
     const params = [id, token, fingerprint, leaseMs, keepAfterLeaseMs, replaces ?? null];
     for (let attempt = 0; attempt < claimAttempts; attempt++) {
@@ -380,8 +373,8 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
   };
 
   const renew = async ({ id, token, leaseMs }: RenewInput): Promise<boolean> => {
-    checkId(id);
-    checkToken(token);
+    assertStoreId(id, 'id');
+    assertStoreId(token, 'token');
     checkMs(leaseMs, 'leaseMs');
     const { rowCount } = await run(
       (set) => set.renew,
@@ -402,8 +395,8 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
   };
 
   const complete = async ({ id, token, response, retentionMs }: CompleteInput): Promise<boolean> => {
-    checkId(id);
-    checkToken(token);
+    assertStoreId(id, 'id');
+    assertStoreId(token, 'token');
     checkSize(response);
     checkMs(retentionMs, 'retentionMs');
     const { rowCount } = await run(
@@ -414,8 +407,8 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
   };
 
   const release = async ({ id, token }: ReleaseInput): Promise<boolean> => {
-    checkId(id);
-    checkToken(token);
+    assertStoreId(id, 'id');
+    assertStoreId(token, 'token');
     const { rowCount } = await run(
       (set) => set.release,
       () => [id, token],
@@ -424,8 +417,8 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
   };
 
   const forget = async ({ id, token }: ForgetInput): Promise<boolean> => {
-    checkId(id);
-    checkToken(token);
+    assertStoreId(id, 'id');
+    assertStoreId(token, 'token');
     const { rowCount } = await run(
       (set) => set.forget,
       () => [id, token],
@@ -434,7 +427,7 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
   };
 
   const get = async (id: string): Promise<StoreRecord | undefined> => {
-    checkId(id);
+    assertStoreId(id, 'id');
     const { rows } = await run<RecordRow>(
       (set) => set.get,
       () => [id],
@@ -471,8 +464,8 @@ export function postgresStoreOnClock(options: PostgresStoreOptions, now: () => n
     input: { id: string; token: string },
     fn: (tx: PostgresTransaction) => Promise<{ value: T; response: StoredResponse | undefined; retentionMs: number }>,
   ) => {
-    checkId(input?.id);
-    checkToken(input?.token);
+    assertStoreId(input?.id, 'id');
+    assertStoreId(input?.token, 'token');
     const { id, token } = input;
     type Outcome = { committed: true; value: T } | { committed: false };
     // Chosen before the transaction opens: asking the catalog inside it could only add a way for the
