@@ -35,9 +35,8 @@ const newlyFailed = (bug: string) => {
 };
 
 // One child vitest per adapter (the correct one, then one per bug), all at once: a table spends its
-// time waiting (a store that keeps failing is retried with pauses; a bug that withholds the replay
-// marker makes a poll wait out its 15 s) and about 1 s of CPU per table, so one after the other
-// they took some 35 s where together they take as long as the slowest. Each child runs the same
+// time waiting (a store that keeps failing is retried with pauses) and about 1 s of CPU per table,
+// so one after the other they took some 35 s where together they take as long as the slowest. Each child runs the same
 // fixture and reports the same titles as when one child ran all the tables.
 beforeAll(async () => {
   const runs = await Promise.all(
