@@ -9,27 +9,22 @@ import type { Database } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
 import { loadCookieKeys } from '../src/idp/secrets.js';
 import { storedId } from '../src/idp/stored-id.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl, codeFlow, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
+import { alice, resource, startTestIdp, type TestIdp } from './test-idp.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
 
-const resource = 'http://localhost:8080';
-const alice = { username: 'alice', password: demoUsers[0].password };
-
+let started: TestIdp;
 let db: Database;
 let running: RunningReferenceApp;
 
 beforeAll(async () => {
-  db = await openTestDatabase('idp_at_rest');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
+  started = await startTestIdp('idp_at_rest');
+  ({ db, running } = started);
 }, 60_000);
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 /** Each of `values` found in a row of `rows`, said as `what in row`: none is what every test wants. */
 function foundIn(rows: string[], held: Record<string, readonly unknown[]>): string[] {

@@ -1,25 +1,21 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db.js';
 import { providerRouteAt, providerRoutes } from '../src/idp/methods.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
-import { openTestDatabase } from './services.js';
+import type { RunningReferenceApp } from '../src/start.js';
+import { startTestIdp, type TestIdp } from './test-idp.js';
 
 // A method a path of the identity provider does not take: 405 with Allow, in the path's format. The
 // provider's routes are a table of ours (its router keeps them to itself), so the first tests also
 // keep that table honest: every method goes to every path, and the provider's answer must agree.
 
-let db: Database;
+let started: TestIdp;
 let running: RunningReferenceApp;
 
 beforeAll(async () => {
-  db = await openTestDatabase('idp_methods');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: 'http://localhost:8080' });
+  started = await startTestIdp('idp_methods');
+  ({ running } = started);
 }, 60_000);
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 const methods = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
 const concrete = (path: string) => path.replace(':uid', 'no-such-interaction');

@@ -1,13 +1,12 @@
 // Audit (internationalisation): people whose names and passwords are not ASCII sign in at the
 // provider as anyone else does, whichever Unicode normalisation form their keyboard produced.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { createUser, maxPasswordLength } from '../src/idp/users.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { type Credentials, openLoginForm, tokenRequest } from './flow.js';
+import { startTestIdp, type TestIdp } from './test-idp.js';
 import { decodeJwt, formAction, formField } from './user-agent.js';
-
-const resource = 'http://localhost:8080';
 
 // Composed (NFC) as most keyboards type them; macOS file names, some input methods and copy-paste
 // from decomposed sources give the NFD spelling of the very same text.
@@ -19,26 +18,19 @@ const nfc = {
 };
 const nfd = { username: nfc.username.normalize('NFD'), password: nfc.password.normalize('NFD') };
 
+let started: TestIdp;
 let db: Database;
 let running: RunningReferenceApp;
 let app: Required<Credentials>;
 
 beforeAll(async () => {
   // PGlite in memory: nothing shared with the other suites running on this machine.
-  db = await openDatabase({ memory: true });
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
-  app = {
-    clientId: running.clients.app.clientId,
-    clientSecret: running.clients.app.clientSecret,
-    redirectUri: running.clients.app.redirectUri,
-  };
+  started = await startTestIdp('idp_unicode', { embedded: true });
+  ({ db, running, app } = started);
   await createUser(db, { ...nfc, id: 'user-zoe' });
 }, 60_000);
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 /** Opens the login page for the app and posts the credentials; the login answer and the agent. */
 async function signIn(credentials: { username: string; password: string }) {

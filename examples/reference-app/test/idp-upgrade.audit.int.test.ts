@@ -5,24 +5,25 @@
 // typed: its row and its argon2id hash are in fixtures/upgrade, exactly as commit 90ee851 wrote them.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { openLoginForm } from './flow.js';
+import { startTestIdp, type TestIdp } from './test-idp.js';
 
-const resource = 'http://localhost:8080';
 const fixture = JSON.parse(
   readFileSync(new URL('./fixtures/upgrade/idp-users-90ee851.json', import.meta.url), 'utf8'),
 ) as { rows: { id: string; username: string; password_hash: string; name: string; email: string; roles: string[] }[] };
 const composed = { username: 'zoë.åström', password: 'Grüße aus Köln, café ☕' };
 const decomposed = { username: composed.username.normalize('NFD'), password: composed.password.normalize('NFD') };
 
+let started: TestIdp;
 let db: Database;
 let running: RunningReferenceApp;
 
 beforeAll(async () => {
-  db = await openDatabase({ memory: true });
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
+  started = await startTestIdp('idp_upgrade', { embedded: true });
+  ({ db, running } = started);
 }, 60_000);
 
 // The rows exactly as the earlier version wrote them, before each test: a sign-in rewrites them.
@@ -36,10 +37,7 @@ beforeEach(async () => {
   }
 });
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 async function signIn(credentials: { username: string; password: string }) {
   const { agent, action, csrf } = await openLoginForm(running.authUrl, running.clients.app);

@@ -13,7 +13,7 @@ import { storedId } from '../src/idp/stored-id.js';
 import { createUser, findUserByUsername, maxPasswordLength, maxUsernameLength } from '../src/idp/users.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import {
   authorizationUrl,
   type Credentials,
@@ -23,34 +23,21 @@ import {
   switchAccount,
   tokenRequest,
 } from './flow.js';
-import { openTestDatabase } from './services.js';
+import { alice, bob, resource, startTestIdp, type TestIdp } from './test-idp.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair, withoutSendOnce } from './user-agent.js';
 
-const resource = 'http://localhost:8080';
-const alice = { username: 'alice', password: demoUsers[0].password };
-const bob = { username: 'bob', password: demoUsers[1].password };
-
+let started: TestIdp;
 let db: Database;
 let running: RunningReferenceApp;
 let app: Required<Credentials>;
 let cli: Credentials;
 
 beforeAll(async () => {
-  db = await openTestDatabase('idp');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
-  app = {
-    clientId: running.clients.app.clientId,
-    clientSecret: running.clients.app.clientSecret,
-    redirectUri: running.clients.app.redirectUri,
-  };
-  // A native public client may use any loopback port (RFC 8252 section 7.3).
-  cli = { clientId: running.clients.publicClient.clientId, redirectUri: 'http://127.0.0.1:4321/callback' };
+  started = await startTestIdp('idp');
+  ({ db, running, app, cli } = started);
 });
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 const auth = () => running.authUrl;
 

@@ -3,36 +3,22 @@
 // port, nothing else), the RP-initiated logout's post_logout_redirect_uri (no open redirector,
 // RFC 9700 section 4.11), and a refresh token of the confidential app presented without its secret.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db.js';
-import { demoUsers } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { authorizationUrl, type Credentials, codeFlow, tokenRequest } from './flow.js';
-import { openTestDatabase } from './services.js';
+import { alice, startTestIdp, type TestIdp } from './test-idp.js';
 import { createUserAgent, pkcePair } from './user-agent.js';
 
-const resource = 'http://localhost:8080';
-const alice = { username: 'alice', password: demoUsers[0].password };
-
-let db: Database;
+let started: TestIdp;
 let running: RunningReferenceApp;
 let app: Required<Credentials>;
 let cli: Credentials;
 
 beforeAll(async () => {
-  db = await openTestDatabase('oauth_conformance');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
-  app = {
-    clientId: running.clients.app.clientId,
-    clientSecret: running.clients.app.clientSecret,
-    redirectUri: running.clients.app.redirectUri,
-  };
-  cli = { clientId: running.clients.publicClient.clientId, redirectUri: 'http://127.0.0.1:4321/callback' };
+  started = await startTestIdp('oauth_conformance');
+  ({ running, app, cli } = started);
 });
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 const auth = () => running.authUrl;
 

@@ -12,14 +12,12 @@ import { purgeExpiredModels } from '../src/idp/adapter.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { listen } from '../src/listen.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { type Credentials, codeFlow, type TokenResponse, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
+import { alice, resource, startTestIdp, type TestIdp } from './test-idp.js';
 
-const resource = 'http://localhost:8080';
-const alice = { username: 'alice', password: demoUsers[0].password };
-
+let started: TestIdp;
 let db: Database;
 let running: RunningReferenceApp;
 let app: Required<Credentials>;
@@ -48,9 +46,8 @@ const savesRefreshToken = (text: string, params?: readonly unknown[]) =>
   params?.[0] === 'RefreshToken' && /\binsert into idp_models\b/.test(text);
 
 beforeAll(async () => {
-  db = await openTestDatabase('refresh_reuse_audit');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
-  app = { ...running.clients.app };
+  started = await startTestIdp('refresh_reuse_audit');
+  ({ db, running, app } = started);
   const riggedDb: Database = {
     ...db,
     async query<Row>(text: string, params?: readonly unknown[]) {
@@ -94,8 +91,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await rigged?.close();
-  await running?.close();
-  await db?.close();
+  await started?.close();
 });
 
 const refresh = (token: string): Promise<TokenResponse> =>

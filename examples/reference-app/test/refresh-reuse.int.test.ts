@@ -13,29 +13,22 @@ import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { listen } from '../src/listen.js';
-import { demoUsers } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { type Credentials, codeFlow, introspect, tokenRequest } from './flow.js';
-import { openTestDatabase } from './services.js';
+import { alice, resource, startTestIdp, type TestIdp } from './test-idp.js';
 import { decodeJwt } from './user-agent.js';
 
-const resource = 'http://localhost:8080';
-const alice = { username: 'alice', password: demoUsers[0].password };
-
+let started: TestIdp;
 let db: Database;
 let running: RunningReferenceApp;
 let app: Required<Credentials>;
 
 beforeAll(async () => {
-  db = await openTestDatabase('refresh_reuse');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: resource });
-  app = { ...running.clients.app };
+  started = await startTestIdp('refresh_reuse');
+  ({ db, running, app } = started);
 });
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 const refresh = (token: string, base = running.authUrl) =>
   tokenRequest(base, { grant_type: 'refresh_token', refresh_token: token }, app);

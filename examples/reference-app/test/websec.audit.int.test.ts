@@ -1,24 +1,19 @@
 // A browser attacker's requests that need no browser: what the identity provider's pages promise
 // (README, "What the identity provider enforces") checked at the HTTP level.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db.js';
-import { demoUsers } from '../src/seed.js';
-import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import type { RunningReferenceApp } from '../src/start.js';
 import { openLoginForm } from './flow.js';
-import { openTestDatabase } from './services.js';
+import { bob, startTestIdp, type TestIdp } from './test-idp.js';
 
-let db: Database;
+let started: TestIdp;
 let running: RunningReferenceApp;
 
 beforeAll(async () => {
-  db = await openTestDatabase('websec_audit');
-  running = await startReferenceApp({ db, authPort: 0, appPort: 0, baseUrl: 'http://localhost:8080' });
+  started = await startTestIdp('websec_audit');
+  ({ running } = started);
 }, 120_000);
 
-afterAll(async () => {
-  await running?.close();
-  await db?.close();
-});
+afterAll(() => started?.close());
 
 describe('password guessing at the login page, all at once', () => {
   // README: "after 10 wrong passwords for one name from one address within 15 minutes, that name and
@@ -41,7 +36,7 @@ describe('password guessing at the login page, all at once', () => {
     const right = await agent.postForm(loginUrl, {
       csrf,
       username: 'bob',
-      password: demoUsers.find((user) => user.username === 'bob')?.password ?? '',
+      password: bob.password,
     });
     expect(right.response.status).toBe(429);
   });
