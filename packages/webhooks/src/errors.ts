@@ -39,8 +39,9 @@ export interface WebhookErrorOptions {
 
 /**
  * The one error class of @idem/webhooks. Verification returns it inside `{ ok: false }`; it is thrown
- * only for misuse (a parsed body where raw bytes are needed, an invalid secret), and by an outbox relay
- * round that outlived its lease (`relay_round_timeout`).
+ * only for misuse (a parsed body where raw bytes are needed, an invalid secret), by an outbox `add()` of
+ * an id the outbox already holds with another event (`event_id_reused`, the sender's side of the
+ * receiver's answer), and by an outbox relay round that outlived its lease (`relay_round_timeout`).
  *
  * Messages are written from fixed text and never contain secrets, signatures or payloads.
  *

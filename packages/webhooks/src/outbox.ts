@@ -300,7 +300,9 @@ export interface Outbox {
   migrate(db: Queryable, options?: OutboxMigrateOptions): Promise<void>;
   /**
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
-   * if that transaction commits. Adding an id twice keeps the first (`added: false`). An event that
+   * if that transaction commits. Adding the same event (url, body bytes, content type and headers)
+   * under an id the outbox holds is a no-op (`added: false`); another event under it is refused with a
+   * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An event that
    * could never be sent (a URL that is not http: or https:, a header fetch refuses, no body) throws a
    * `TypeError` here instead of failing every attempt until the horizon.
    */
@@ -574,17 +576,39 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // JSON.stringify gives undefined for undefined, a function or a symbol: there is nothing to send.
     if (!isBytes && json === undefined) throw new TypeError('body must be bytes, a string or a JSON value');
     const body = isBytes ? toBodyBytes(raw) : Buffer.from(json as string, 'utf8');
-    const result = await tx
-      .query(
-        `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
-       ON CONFLICT (id) DO NOTHING`,
-        [id, url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})],
-      )
-      .catch((error: unknown) => {
-        // Without the event's body and headers, which PGlite puts on its errors as `params`.
+    const values = [id, url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})];
+    // Without the event's body and headers, which PGlite puts on its errors as `params`.
+    const query = (text: string) =>
+      tx.query(text, values).catch((error: unknown) => {
         throw withoutCommandValues(error);
       });
-    return { id, added: result.rowCount === 1 };
+    // A row deleted (purged) between the conflict and the look at it: the id is free again, and the
+    // insert is tried again. Twice is enough unless something deletes the id as fast as it comes.
+    for (let tries = 0; tries < 3; tries++) {
+      const inserted = await query(
+        `INSERT INTO ${table} (id, url, body, content_type, headers) VALUES ($1, $2, $3, $4, $5::jsonb)
+         ON CONFLICT (id) DO NOTHING`,
+      );
+      if (inserted.rowCount === 1) return { id, added: true };
+      // The id is taken: by this event (a retried producer, the point of the id) or by another one,
+      // which `added: false` would lose while the producer believes it queued. An event is its url,
+      // bytes, content type and headers (jsonb equality: key order does not count). A second
+      // statement, so that under READ COMMITTED it sees a row a concurrent transaction committed
+      // while the insert waited on it (the insert's own snapshot does not); under REPEATABLE READ or
+      // SERIALIZABLE the insert fails with a serialization error instead. Only the verdict comes back.
+      const { rows } = await query(
+        `SELECT url = $2 AND body = $3 AND content_type = $4 AND headers = $5::jsonb AS same
+           FROM ${table} WHERE id = $1`,
+      );
+      if (rows.length === 0) continue;
+      if (rows[0].same === true) return { id, added: false };
+      throw new WebhookError(
+        'event_id_reused',
+        'The outbox already holds another event (url, body, content type or headers) under this id: give a new event a new id.',
+        { details: { id } },
+      );
+    }
+    throw new Error(`The outbox row of ${id} was deleted each time add() looked at it; nothing was added.`);
   };
 
   const relay = (relayOptions: RelayOptions): Relay => {

@@ -1,7 +1,7 @@
 // docs/webhooks.md claims about the outbox's add(), checked on the real PostgreSQL (docs audit of
 // 2026-12): true claims that no test held.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOutbox } from '../src/index.js';
+import { createOutbox, isWebhookError } from '../src/index.js';
 import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
 const available = await postgresAvailable('outbox docs claims');
@@ -20,11 +20,11 @@ describe.skipIf(!available)('docs/webhooks.md: a row is one event for one endpoi
     await pool.end();
   });
 
-  // docs/webhooks.md, createOutbox's add(): "Adding an id that already exists keeps the first row and
-  // returns `added: false`, whatever its `url`: a row is one event for one endpoint. To send one
-  // event, under one id, to several endpoints ... give each endpoint its own outbox
-  // (`createOutbox({ table })`) and add the event to each in the same transaction."
-  it('an id added again for another url keeps the first row; one outbox per endpoint takes the id in each', async () => {
+  // docs/webhooks.md, createOutbox's add(): "Another event under an id the outbox holds throws a
+  // `WebhookError` `event_id_reused` (the transaction is not aborted ...). A row is one event for one
+  // endpoint. To send one event, under one id, to several endpoints ... give each endpoint its own
+  // outbox (`createOutbox({ table })`) and add the event to each in the same transaction."
+  it('an id added again for another url is refused and keeps the first row; one outbox per endpoint takes the id in each', async () => {
     if (first === undefined || second === undefined) throw new Error('two outboxes');
     const client = await pool.connect();
     try {
@@ -34,10 +34,8 @@ describe.skipIf(!available)('docs/webhooks.md: a row is one event for one endpoi
         id: 'evt_shared',
         added: true,
       });
-      expect(await first.add(client, { ...event, url: 'https://b.example/hooks' })).toEqual({
-        id: 'evt_shared',
-        added: false,
-      });
+      const refused = await first.add(client, { ...event, url: 'https://b.example/hooks' }).catch((error) => error);
+      expect(isWebhookError(refused) && refused.code).toBe('event_id_reused');
       expect(await second.add(client, { ...event, url: 'https://b.example/hooks' })).toEqual({
         id: 'evt_shared',
         added: true,

@@ -1,10 +1,11 @@
 // Two producers add one event id at once, each in its own transaction on its own connection
 // (graphile/worker#580: a job_key race under contention; pg-boss#492: a unique-key violation on a
 // retry that halted the caller). The second insert waits on the unique index until the first
-// transaction ends: it must then add nothing (the first committed) or add its own row (the first
-// rolled back), and never throw a unique violation into the producer's business transaction.
+// transaction ends. The first committed: the same event is a no-op, another event under the id is
+// refused with event_id_reused (not `added: false`, which would lose it). The first rolled back: the
+// second adds its own row. Never a unique violation into the producer's business transaction.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createOutbox, type Outbox } from '../src/index.js';
+import { createOutbox, isWebhookError, type Outbox } from '../src/index.js';
 import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
 
 const available = await postgresAvailable('outbox add race');
@@ -39,14 +40,14 @@ describe.skipIf(!available)('outbox.add of one id by two transactions at once', 
     throw new Error('the second add never waited on the first');
   }
 
-  async function race(firstEnds: 'COMMIT' | 'ROLLBACK') {
+  async function race(firstEnds: 'COMMIT' | 'ROLLBACK', secondBody = 'second') {
     const first = await pool.connect();
     const second = await pool.connect();
     try {
       await first.query('BEGIN');
       await second.query('BEGIN');
       expect(await outbox.add(first, { id: 'evt_race', url, body: 'first' })).toEqual({ id: 'evt_race', added: true });
-      const late = outbox.add(second, { id: 'evt_race', url, body: 'second' });
+      const late = outbox.add(second, { id: 'evt_race', url, body: secondBody }).catch((error: unknown) => error);
       await secondIsWaiting();
       await first.query(firstEnds);
       const result = await late;
@@ -58,8 +59,15 @@ describe.skipIf(!available)('outbox.add of one id by two transactions at once', 
     }
   }
 
-  it('the first commits: the second adds nothing, without an error, and its transaction commits', async () => {
-    expect(await race('COMMIT')).toEqual({ id: 'evt_race', added: false });
+  it('the first commits: the same event again adds nothing, without an error, and its transaction commits', async () => {
+    expect(await race('COMMIT', 'first')).toEqual({ id: 'evt_race', added: false });
+    const { rows } = await pool.query(`SELECT id, convert_from(body, 'UTF8') AS body FROM "${table}"`);
+    expect(rows).toEqual([{ id: 'evt_race', body: 'first' }]);
+  });
+
+  it('the first commits: another event under the id is refused with event_id_reused, and its transaction commits', async () => {
+    const refused = await race('COMMIT');
+    expect(isWebhookError(refused) && refused.code).toBe('event_id_reused');
     const { rows } = await pool.query(`SELECT id, convert_from(body, 'UTF8') AS body FROM "${table}"`);
     expect(rows).toEqual([{ id: 'evt_race', body: 'first' }]);
   });

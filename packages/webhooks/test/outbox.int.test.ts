@@ -85,7 +85,7 @@ describe.skipIf(!available)('PostgreSQL transactional outbox', () => {
         await client.query('BEGIN');
         const added = await outbox.add(client, { id: 'committed', url: endpoint.url, body: { type: 'order.paid' } });
         expect(added).toEqual({ id: 'committed', added: true });
-        expect(await outbox.add(client, { id: 'committed', url: endpoint.url, body: 'other' })).toEqual({
+        expect(await outbox.add(client, { id: 'committed', url: endpoint.url, body: { type: 'order.paid' } })).toEqual({
           id: 'committed',
           added: false,
         });
