@@ -76,7 +76,7 @@ describe.skipIf(!redisUp)('two receiver processes on Redis', () => {
     admin.disconnect();
   });
 
-  it('HELD: one delivery sent at once to both is applied once; the rest are 200 duplicates or 409, and a later retry is a duplicate', async () => {
+  it('twenty attempts of one delivery at once, split over both processes: applied once, every answer 200 or 409; twenty later attempts are all 200 and apply nothing', async () => {
     const env = { STORE: 'redis', REDIS_URL: redisUrl, REDIS_PREFIX: prefix };
     const urls = await Promise.all([start(env), start(env)]);
     for (const id of ['evt_pair_1', 'evt_pair_2', 'evt_pair_3']) {
@@ -95,7 +95,7 @@ describe.skipIf(!pgUp)('two receiver processes on PostgreSQL (transactional)', (
     await pool.query(`CREATE TABLE "${effects}" (n serial PRIMARY KEY, event_id text NOT NULL, pid integer NOT NULL)`);
   });
 
-  it('HELD: one delivery sent at once to both is applied once; the rest are 200 duplicates or 409, and a later retry is a duplicate', async () => {
+  it('twenty attempts of one delivery at once, split over both processes: applied once, every answer 200 or 409; twenty later attempts are all 200 and apply nothing', async () => {
     const env = { STORE: 'postgres', DATABASE_URL: databaseUrl, RECORDS_TABLE: records, EFFECTS_TABLE: effects };
     const urls = await Promise.all([start(env), start(env)]);
     const applied = async (id: string) =>
