@@ -1,6 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createBackoff, seededRandom } from '../src/index.js';
+import { createBackoff, createSender, seededRandom } from '../src/index.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 
 describe('full-jitter backoff (case 27)', () => {
   const backoff = createBackoff({ base: '1s', cap: '60s' });
@@ -38,28 +40,65 @@ describe('full-jitter backoff (case 27)', () => {
   });
 });
 
-describe('no synchronisation (case 28)', () => {
-  const histogram = (waits: number[]) => {
+// Research case 28 (events-anchors.md): "1,000 senders fail at the same instant. In the retry-1
+// arrival histogram, no 100 ms bucket holds more than 5% of them (fixed schedules fail this)."
+// Departed from at the first two retries, by arithmetic, not by choice of jitter: the spec (part 8)
+// wants the first retry after about 1 s, so full jitter spreads it over [0, 1 s), ten 100 ms buckets:
+// 10% each at best, never 5%; the second, over [0, 2 s), is 5% at best, and sampling noise puts one
+// bucket above it. From the third retry on, case 28's 5% holds as written. docs/webhooks.md says so.
+describe('no synchronisation (case 28, held from the third retry on)', () => {
+  // The largest share of `times` that falls in one 100 ms bucket.
+  const histogram = (times: number[]) => {
     const buckets = new Map<number, number>();
-    for (const wait of waits) buckets.set(Math.floor(wait / 100), (buckets.get(Math.floor(wait / 100)) ?? 0) + 1);
-    return Math.max(...buckets.values()) / waits.length;
+    for (const time of times) buckets.set(Math.floor(time / 100), (buckets.get(Math.floor(time / 100)) ?? 0) + 1);
+    return Math.max(...buckets.values()) / times.length;
   };
+  // At most 5% (case 28) from the third retry on; near the best the spec's schedule allows before:
+  // 10% for the first retry, 5% for the second, with room for the noise of 1,000 draws.
+  const limit = (retry: number) => (retry === 1 ? 0.15 : retry === 2 ? 0.08 : 0.05);
+  const retries = 8;
 
-  it('spreads 1,000 senders that failed together: no 100 ms bucket holds more than 5% from the third retry on', () => {
-    const backoff = createBackoff({ base: '1s', cap: '1h' });
-    const senders = Array.from({ length: 1000 }, (_, i) => seededRandom(i * 7919 + 1));
-    for (let retry = 1; retry <= 8; retry++) {
-      const waits = senders.map((random) => backoff.delay(retry, random));
-      const share = histogram(waits);
-      // The first retry waits under 1 s (spec part 8) so it can only spread over ten 100 ms buckets:
-      // a uniform spread there is 10% each, and no bucket may hold much more than that.
-      const limit = retry === 1 ? 0.15 : retry === 2 ? 0.08 : 0.05;
-      expect(share, `retry ${retry}`).toBeLessThanOrEqual(limit);
+  it('1,000 senders that fail at the same instant: their retries arrive with no 100 ms bucket over 5% from the third retry on (retry 1 at most 15%, retry 2 at most 8%)', async () => {
+    const start = Date.UTC(2026, 0, 1);
+    // Each sender its own random source, as separate processes have; an endpoint that always fails;
+    // a clock that the injected sleep moves, so the arrival times are the schedule itself.
+    const arrivals = await Promise.all(
+      Array.from({ length: 1000 }, async (_, i) => {
+        let t = start;
+        const at: number[] = [];
+        const sender = createSender({
+          secret: SECRET,
+          schedule: { maxAttempts: retries + 1, horizon: '7d' },
+          random: seededRandom(i * 7919 + 1),
+          now: () => t,
+          sleep: async (ms) => {
+            t += ms;
+          },
+          fetch: (async () => {
+            at.push(t - start);
+            return new Response(null, { status: 500 });
+          }) as typeof fetch,
+        });
+        await sender.send({ url: 'https://receiver.test/hooks', id: `evt_${i}`, body: '{}' });
+        return at;
+      }),
+    );
+    expect(arrivals.every((at) => at.length === retries + 1 && at[0] === 0)).toBe(true);
+    for (let retry = 1; retry <= retries; retry++) {
+      expect(histogram(arrivals.map((at) => at[retry] as number)), `retry ${retry}`).toBeLessThanOrEqual(limit(retry));
     }
   });
 
-  it('a fixed schedule fails the same check (the test can fail)', () => {
-    const fixed = Array.from({ length: 1000 }, () => 1000);
-    expect(histogram(fixed)).toBe(1);
+  it("createBackoff's draws, 1,000 sources: no 100 ms bucket over 5% from the third retry on (retry 1 at most 15%, retry 2 at most 8%)", () => {
+    const backoff = createBackoff({ base: '1s', cap: '1h' });
+    const senders = Array.from({ length: 1000 }, (_, i) => seededRandom(i * 7919 + 1));
+    for (let retry = 1; retry <= retries; retry++) {
+      const waits = senders.map((random) => backoff.delay(retry, random));
+      expect(histogram(waits), `retry ${retry}`).toBeLessThanOrEqual(limit(retry));
+    }
+  });
+
+  it('the measure puts 1,000 equal waits (a schedule without jitter) in one bucket: 100%', () => {
+    expect(histogram(Array.from({ length: 1000 }, () => 1000))).toBe(1);
   });
 });
