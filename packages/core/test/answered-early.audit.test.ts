@@ -150,7 +150,7 @@ describe.each([
     expect(app.runs).toHaveLength(1);
   });
 
-  it('HELD: an end the handler writes itself (writesItself) while it runs is its outcome, stored as usual', async () => {
+  it('an end the handler writes itself (writesItself) while it runs is its outcome: stored, announced with its expiry, and replayed', async () => {
     const app = await serve(store(), 'all');
     const first = app.post('k');
     await waitFor(() => app.runs.length === 1);
@@ -168,7 +168,7 @@ describe.each([
     expect(app.runs).toHaveLength(1);
   });
 
-  it('HELD: an end after the handler settled is its outcome; answeredForHandler() after the end changes nothing', async () => {
+  it('an end after the handler settled is its outcome, replayed; answeredForHandler() after the end changes nothing', async () => {
     const app = await serve(store(), 'all');
     const first = app.post('k');
     await waitFor(() => app.runs.length === 1);

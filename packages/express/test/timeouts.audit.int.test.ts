@@ -22,7 +22,7 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
       start({ store, server: { requestTimeout: 400, headersTimeout: 300, connectionsCheckingInterval: 50 } }),
   });
 
-  it('HELD: res.setTimeout with no callback cuts the socket as server.timeout does; one effect, real outcome replayed', async () => {
+  it('res.setTimeout with no callback cuts the socket as server.timeout does; one effect, real outcome replayed', async () => {
     const app = await start({
       store: backend.store(),
       before: [
@@ -40,7 +40,7 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
     }
   });
 
-  it('HELD: server.requestTimeout counts only the upload: a handler running past it is not cut, its 201 is the outcome', async () => {
+  it('server.requestTimeout counts only the upload: a handler running past it is not cut, its 201 is the outcome', async () => {
     const app = await start({
       store: backend.store(),
       server: { requestTimeout: 200, headersTimeout: 150, connectionsCheckingInterval: 25 },
@@ -116,7 +116,7 @@ describe.each(backends)('Express on $name: server timeouts around idempotency()'
   );
 
   it.each(['all', 'stripe'] as const)(
-    "HELD: a handler's own ETIMEDOUT 503 (an upstream call that timed out, no `timeout` field) is its failure, judged by the policy '%s' as before",
+    "a handler's own ETIMEDOUT 503 (an upstream call that timed out, no `timeout` field) is its failure, judged by the policy '%s': 'all' replays it, 'stripe' runs the retry again",
     async (storeOutcome) => {
       const failWith = Object.assign(new Error('upstream timed out'), { status: 503, code: 'ETIMEDOUT' });
       const app = await start({ store: backend.store(), storeOutcome, failWith });

@@ -73,7 +73,7 @@ describe.each(backends)('Fastify on $name: server timeouts around the plugin', (
       ),
   });
 
-  it('HELD: the plugin registers without store I/O, well within a short pluginTimeout', async () => {
+  it('the plugin registers without store I/O, well within a short pluginTimeout', async () => {
     const app = Fastify({ pluginTimeout: 200 });
     try {
       await app.register(idempotency, { store: backend.store() });
@@ -83,7 +83,7 @@ describe.each(backends)('Fastify on $name: server timeouts around the plugin', (
     }
   });
 
-  it('HELD: return503OnClosing answers a retry pipelined behind the running request 503 without storing it; the other instance replays the real 201', async () => {
+  it('return503OnClosing answers a retry pipelined behind the running request 503 without storing it; the other instance replays the real 201', async () => {
     const store = backend.store();
     const effects: Effects = { started: 0, finished: 0 };
     const provider = gate();

@@ -100,7 +100,7 @@ const listen = (app: express.Express) => listenOn(http.createServer(app));
 const code = (result: GuardResult) => (result.ok ? 'ok' : result.error.code);
 
 describe('docs/guard.md: the first example (Express gateway)', () => {
-  it('HELD: runs as written: 401 and 403 as the page shows them, and the upstream gets only the internal token', async () => {
+  it('runs as written: 401 and 403 as the page shows them, and the upstream gets only the internal token', async () => {
     let upstream: { headers: Record<string, string>; body: string } | undefined;
     routeFetch({
       [JWKS_URI]: jwksRoute(),
@@ -210,7 +210,7 @@ function pageGuard(extra: Partial<Parameters<typeof createGuard>[0]> = {}) {
 }
 
 describe('docs/guard.md: Results and errors', () => {
-  it('HELD: the example reads the principal as the comments say (Duende array scope, azp as clientId)', async () => {
+  it('the example reads the principal as the comments say (Duende array scope, azp as clientId)', async () => {
     const { edge: guard } = pageGuard();
     const token = await accessToken({ scope: ['orders:write', 'orders:read'], client_id: undefined, azp: 'spa' });
     const headers: Record<string, string | string[] | undefined> = { authorization: `Bearer ${token}` };
@@ -223,7 +223,7 @@ describe('docs/guard.md: Results and errors', () => {
     expect(principal.clientId).toBe('spa');
   });
 
-  it('HELD: the 401 and 400 challenges are the ones the page prints', async () => {
+  it('the 401 and 400 challenges are the ones the page prints', async () => {
     const { edge } = pageGuard();
     const expired = await accessToken({ exp: nowSeconds() - 60 });
     const result = await edge.authenticate({
@@ -246,7 +246,7 @@ describe('docs/guard.md: Results and errors', () => {
 });
 
 describe('docs/guard.md: Authorization', () => {
-  it('HELD: the policy example and the step-up challenge printed under it', async () => {
+  it('the policy example and the step-up challenge printed under it', async () => {
     const { edge } = pageGuard();
     const result = await edge.verify(await accessToken({ tenant: 't1', roles: ['clerk', 'eu'] }));
     if (!result.ok) throw result.error;
@@ -275,7 +275,7 @@ describe('docs/guard.md: Authorization', () => {
 });
 
 describe('docs/guard.md: Events and counters', () => {
-  it('HELD: the counters the example reads move as the page says', async () => {
+  it('the counters the example reads move as the page says', async () => {
     const { edge: guard, events } = pageGuard();
     const token = await accessToken();
     await guard.verify(token);
@@ -291,7 +291,7 @@ describe('docs/guard.md: Events and counters', () => {
 });
 
 describe('docs/guard.md: At the gateway and Behind the gateway', () => {
-  it('HELD: the internal token carries the claims the page lists, and the verifier example takes it', async () => {
+  it('the internal token carries the claims the page lists, and the verifier example takes it', async () => {
     const { edge } = pageGuard();
     const verified = await edge.verify(await accessToken({ email: 'u@example.com', tenant: 't1', roles: ['clerk'] }));
     if (!verified.ok) throw verified.error;
@@ -375,7 +375,7 @@ async function dpopProof(key: CryptoKey, jwk: JWK, token: string, claims: Record
 }
 
 describe('docs/guard.md: DPoP', () => {
-  it('HELD: the example runs as written on a real Redis: a proof passes once, its replay is refused', async () => {
+  it('the example runs as written on a real Redis: a proof passes once, its replay is refused', async () => {
     routeFetch({ 'https://id.example/jwks': jwksRoute() });
     const client = createRedisClient({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' });
     const redis = {
@@ -424,7 +424,7 @@ describe('docs/guard.md: DPoP', () => {
 });
 
 describe('docs/guard.md: Optional authentication', () => {
-  it('HELD: the example runs as written: anonymous served, bad credentials refused, anonymous writes 401', async () => {
+  it('the example runs as written: anonymous served, bad credentials refused, anonymous writes 401', async () => {
     routeFetch({ [JWKS_URI]: jwksRoute() });
     // ---- the page's example, as written ----
     const edge = createGuard({
@@ -467,7 +467,7 @@ describe('docs/guard.md: Optional authentication', () => {
 });
 
 describe('docs/guard.md: Issuers', () => {
-  it('HELD: the multi-issuer example: a PEM without kid verifies a token naming kid partner-2026', async () => {
+  it('the multi-issuer example: a PEM without kid verifies a token naming kid partner-2026', async () => {
     const partner = await generateKeyPair('ES256', { extractable: true });
     const dir = mkdtempSync(join(tmpdir(), 'audit-docsguard-'));
     writeFileSync(join(dir, 'partner.pem'), await exportSPKI(partner.publicKey));
@@ -522,7 +522,7 @@ describe('docs/guard.md: Issuers', () => {
 });
 
 describe('docs/guard.md: Fastify and Koa', () => {
-  it('HELD: the example runs as written on both', async () => {
+  it('the example runs as written on Fastify and on Koa', async () => {
     routeFetch({ 'https://id.example/jwks': jwksRoute() });
     // ---- the page's example, as written ----
     const edge = createGuard({
@@ -601,7 +601,7 @@ describe('docs/guard.md: a jwks function', () => {
     }
   });
 
-  it('HELD: that throws after construction is keys_unavailable, and the same token passes once it reads again', async () => {
+  it('a jwks function that throws after construction is keys_unavailable, and the same token passes once it reads again', async () => {
     const gateway = createInternalTokenIssuer({ issuer: 'https://gateway.example' });
     let failing = false;
     const verifier = createInternalVerifier({
@@ -626,7 +626,7 @@ describe('docs/guard.md: a jwks function', () => {
 });
 
 describe('docs/guard.md: DPoP proof times', () => {
-  it("HELD: a proof's iat is held to the guard's clockTolerance, not to an issuer's own", async () => {
+  it("a proof's iat is held to the guard's clockTolerance, not to an issuer's own", async () => {
     const { privateKey, publicKey } = await generateKeyPair('ES256', { extractable: true });
     const jwk = await exportJWK(publicKey);
     const build = (guardTolerance: number) =>

@@ -69,7 +69,7 @@ describe('forwardHeaders and the caller credentials', () => {
 
   // The guard reads no cookie, so none is its credential to drop: a route behind the gateway may need
   // them (documented, with `extra: ['cookie']` to strip them).
-  it('HELD: Cookie passes unless the gateway adds it to extra', async () => {
+  it('Cookie passes unless the gateway adds it to extra', async () => {
     const issuer = createInternalTokenIssuer({ issuer: 'https://gateway.example' });
     const incoming = { cookie: 'session=1', accept: 'application/json' };
     const passed = await forwardHeaders(incoming, await principal(), { issuer, audience: 'orders' });
@@ -169,7 +169,7 @@ describe('remote JWKS over http: on loopback', () => {
     }
   });
 
-  it('HELD: refuses http: on every other host, names that merely start like loopback included', () => {
+  it('refuses http: on every other host, names that merely start like loopback included', () => {
     for (const uri of [
       'http://128.0.0.1/jwks',
       'http://126.255.255.255/jwks',

@@ -62,7 +62,7 @@ describe.runIf(withPostgres)(
       return { handle: app.callback(), caught };
     }
 
-    it('HELD over HTTP/1.1 and HTTP/2: the error handler writes nothing over it; 503 store_unavailable goes out whole', async () => {
+    it('over HTTP/1.1 and HTTP/2 the error handler writes nothing over the held end; 503 store_unavailable goes out whole', async () => {
       const h1 = callback();
       const server = http.createServer(h1.handle);
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

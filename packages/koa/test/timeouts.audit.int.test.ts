@@ -176,7 +176,7 @@ describe.each(backends)('Koa on $name: server timeouts around idempotency()', (b
     }
   });
 
-  it('HELD: a handler that takes the response over (ctx.respond = false) and ends it before returning: its 201 is the stored outcome', async () => {
+  it('a handler that takes the response over (ctx.respond = false) and ends it before returning: its 201 is the stored outcome', async () => {
     const store = backend.store();
     const app = new Koa();
     let started = 0;

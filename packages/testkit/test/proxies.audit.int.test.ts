@@ -141,7 +141,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     ['HTTP/1.0 to the origin (nginx default, buffered)', ''],
     ['HTTP/1.1 with keepalive upstreams', 'proxy_http_version 1.1; proxy_set_header Connection "";'],
   ])(
-    'HELD: nginx, %s: first answers and replays of JSON, chunk-by-chunk and 512 KiB bodies match byte for byte, one run each',
+    'nginx, %s: first answers and replays of JSON, chunk-by-chunk and 512 KiB bodies match byte for byte, one run each',
     async (_name, directives) => {
       await withProxy(
         { framework, backend },
@@ -172,7 +172,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     },
   );
 
-  it('HELD: nginx `proxy_next_upstream error timeout non_idempotent` resends the POST after the first origin died mid-request or timed out: the second origin answers 409, one run, then the replay', async () => {
+  it('nginx `proxy_next_upstream error timeout non_idempotent` resends the POST after the first origin died mid-request or timed out: the second origin answers 409, one run, then the replay', async () => {
     await withProxy(
       { framework, backend, origins: 2 },
       (ports) =>
@@ -203,7 +203,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     );
   });
 
-  it('HELD: nginx without `non_idempotent` never resends a POST: the client gets the 502 and its retry the replay', async () => {
+  it('nginx without `non_idempotent` never resends a POST: the client gets the 502 and its retry the replay', async () => {
     await withProxy(
       { framework, backend, origins: 2 },
       (ports) =>
@@ -223,7 +223,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     );
   });
 
-  it('HELD: HAProxy `retry-on all-retryable-errors` with `option redispatch` resends the POST to the other origin after a cut or a response timeout: 409, one run, then the replay', async () => {
+  it('HAProxy `retry-on all-retryable-errors` with `option redispatch` resends the POST to the other origin after a cut or a response timeout: 409, one run, then the replay', async () => {
     await withProxy(
       { framework, backend, origins: 2 },
       ([a, b]) =>
@@ -274,7 +274,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
         }),
     ],
   ])(
-    'HELD: %s cannot resend a body it did not keep: the client gets 502 despite the retry settings, its retry the replay',
+    '%s cannot resend a body it did not keep: the client gets 502 despite the retry settings, its retry the replay',
     async (_name, proxy) => {
       await withProxy({ framework, backend, origins: 2 }, proxy, async (p, s) => {
         const big = { body: Buffer.alloc(200_000, 97), headers: { 'content-type': 'application/octet-stream' } };
@@ -290,7 +290,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     },
   );
 
-  it('HELD: HAProxy `retry-on response-timeout` on one origin resends the POST to the same origin: 409, one run', async () => {
+  it('HAProxy `retry-on response-timeout` on one origin resends the POST to the same origin: 409, one run', async () => {
     await withProxy(
       { framework, backend },
       ([a]) =>
@@ -322,7 +322,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
       ([a]: number[]) => startHaproxy({ backend: `timeout server ${proxyTimeoutMs}\n  server a 127.0.0.1:${a}` }),
     ],
   ])(
-    'HELD: %s expires while the handler runs: 504, the retry 409, then the handler’s own answer replayed, one run',
+    '%s expires while the handler runs: 504, the retry 409, then the handler’s own answer replayed, one run',
     async (_name, proxy) => {
       await withProxy({ framework, backend }, proxy, async (p, s) => {
         expect((await post(`${p.url}/slow`, 'timeout')).status).toBe(504);
@@ -335,7 +335,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     },
   );
 
-  it('HELD: a client that gives up behind nginx (499, nginx closes its origin connection) leaves the run going: its retry gets 409, then the replay, one run', async () => {
+  it('a client that gives up behind nginx (499, nginx closes its origin connection) leaves the run going: its retry gets 409, then the replay, one run', async () => {
     await withProxy(
       { framework, backend },
       ([a]) => startNginx({ server: `location / { proxy_pass http://127.0.0.1:${a}; }` }),
@@ -360,7 +360,7 @@ describe.concurrent.each(combos)('real proxies in front of $name', ({ framework,
     );
   });
 
-  it('HELD: HAProxy `http-reuse always` shares origin connections between users: the same key from two users runs twice, each replayed only their own', async () => {
+  it('HAProxy `http-reuse always` shares origin connections between users: the same key from two users runs twice, each replayed only their own', async () => {
     await withProxy(
       { framework, backend },
       ([a]) => startHaproxy({ backend: `http-reuse always\n  server a 127.0.0.1:${a}` }),
@@ -423,7 +423,7 @@ const uploadHead = (key: string, framing: string) =>
   `POST /upload HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/octet-stream\r\n${framing}\r\nIdempotency-Key: ${key}\r\nX-User: alice\r\nConnection: close\r\n\r\n`;
 
 describe.each(frameworkNames)('request bodies through nginx in front of %s', (framework) => {
-  it('HELD: a body over `client_max_body_size` is refused 413 by nginx; idem never claims its key', async () => {
+  it('a body over `client_max_body_size` is refused 413 by nginx; idem never claims its key', async () => {
     await withProxy(
       { framework, backend: 'memory' },
       ([a]) => startNginx({ server: `client_max_body_size 64k; location / { proxy_pass http://127.0.0.1:${a}; }` }),
@@ -442,7 +442,7 @@ describe.each(frameworkNames)('request bodies through nginx in front of %s', (fr
     );
   });
 
-  it('HELD: with `proxy_request_buffering off`, a slow upload reaches the handler whole, and an upload the client cuts (Content-Length or chunked) claims nothing: its retry runs once', async () => {
+  it('with `proxy_request_buffering off`, a slow upload reaches the handler whole, and an upload the client cuts (Content-Length or chunked) claims nothing: its retry runs once', async () => {
     await withProxy(
       { framework, backend: 'memory' },
       ([a]) =>
@@ -518,7 +518,7 @@ describe.each(frameworkNames)('an nginx `proxy_cache` on POST in front of %s', (
     );
   });
 
-  it('HELD: replays carry `Cache-Control: no-store`, so nginx never caches one', async () => {
+  it('replays carry `Cache-Control: no-store`, so nginx never caches one', async () => {
     await withProxy(
       { framework, backend: 'memory' },
       ([a]) =>

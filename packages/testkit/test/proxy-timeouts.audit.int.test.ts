@@ -102,7 +102,7 @@ const frameworks = Object.keys(origins).flatMap((framework) =>
 describe.each(frameworks)('a proxy that times out in front of $name', ({ framework, backend }) => {
   const makeOrigin = origins[framework] as (store: Store, shared: Shared, extra?: Extra) => Promise<Origin>;
 
-  it('HELD: the proxy answers 504 and hangs up; the retry gets 409 while the handler runs, then its 201, one effect', async () => {
+  it('the proxy answers 504 and hangs up; the retry gets 409 while the handler runs, then its 201, one effect', async () => {
     const shared: Shared = { started: 0, finished: 0, provider: gate() };
     const origin = await makeOrigin(backend.store(), shared);
     const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
@@ -129,7 +129,7 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
     }
   });
 
-  it('HELD: proxy_next_upstream sends the same request to a second origin on the same store: it gets 409, never a second run', async () => {
+  it('proxy_next_upstream sends the same request to a second origin on the same store: it gets 409, never a second run', async () => {
     const shared: Shared = { started: 0, finished: 0, provider: gate() };
     const store = backend.store();
     const first = await makeOrigin(store, shared);
@@ -157,7 +157,7 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
     }
   });
 
-  it('HELD: a retry that waits at the origin (`wait`) and is cut by the proxy too runs nothing; the next retry replays', async () => {
+  it('a retry that waits at the origin (`wait`) and is cut by the proxy too runs nothing; the next retry replays', async () => {
     const shared: Shared = { started: 0, finished: 0, provider: gate() };
     const origin = await makeOrigin(backend.store(), shared, { wait: '5s' });
     const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });
@@ -180,7 +180,7 @@ describe.each(frameworks)('a proxy that times out in front of $name', ({ framewo
     }
   });
 
-  it("HELD: @idem/client through the proxy: 504, then 409 while the handler runs, then the handler's 201 replayed, one effect", async () => {
+  it("@idem/client through the proxy: 504, then 409 while the handler runs, then the handler's 201 replayed, one effect", async () => {
     const shared: Shared = { started: 0, finished: 0, provider: gate() };
     const origin = await makeOrigin(backend.store(), shared);
     const proxy = await timeoutProxy({ upstreams: [origin.url], timeoutMs: 300 });

@@ -270,7 +270,7 @@ async function uploadCutThenRetried(
  * adapter's `describe.each(backends)`.
  */
 export function itServerTimeouts(backend: StoreBackend, server: ServerTimeouts): void {
-  it(`HELD: ${server.idle} cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed`, async () => {
+  it(`${server.idle} cuts the socket mid-handler; the handler finishes, its outcome is stored and replayed`, async () => {
     const app = await server.idleApp(backend.store(), 300);
     try {
       // Node destroys an idle socket whose timeout nobody listens for.
@@ -281,14 +281,14 @@ export function itServerTimeouts(backend: StoreBackend, server: ServerTimeouts):
     }
   });
 
-  it(`HELD: ${server.idle} cuts an upload that stalls; nothing is claimed, the retry runs once`, async () => {
+  it(`${server.idle} cuts an upload that stalls; nothing is claimed, the retry runs once`, async () => {
     // A second, not 300 ms: the retry's own connection has the same idle limit, and on a loaded box
     // its handler and store calls once took longer than 300 ms, so the retry itself was cut.
     const app = await server.idleApp(backend.store(), 1_000);
     await uploadCutThenRetried(app, 'socket-timeout-body');
   });
 
-  it(`HELD: ${server.request} cuts a body mid-upload; nothing is claimed, the retry runs once`, async () => {
+  it(`${server.request} cuts a body mid-upload; nothing is claimed, the retry runs once`, async () => {
     const app = await server.requestApp(backend.store());
     await uploadCutThenRetried(app, 'request-timeout', async (cut) => {
       // Node's request timeout answers 408; the adapter saw the body cut short and claimed nothing.
