@@ -266,24 +266,63 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     }
     if (!id || !data.tokens || !data.user) return undefined;
     if (data.tokens.expiresAt - refreshMargin > now()) return { id, data };
-    let pending = refreshing.get(id);
-    if (!pending) {
-      pending = refreshSession(id).finally(() => refreshing.delete(id));
-      refreshing.set(id, pending);
-    }
-    const fresh = await pending;
+    const fresh = await refreshOnce(id).pending;
     return fresh ? { id, data: fresh } : undefined;
   };
 
-  const refreshSession = async (id: string): Promise<SessionData | undefined> => {
+  /**
+   * The refresh of session `id` in flight, joined, or a new one: one at a time per session in this
+   * process, so that two requests never present the same refresh token (the provider would take the
+   * second for reuse and revoke the grant). `joined` says it was started by another request.
+   */
+  const refreshOnce = (id: string, refused?: string) => {
+    const inFlight = refreshing.get(id);
+    if (inFlight) return { pending: inFlight, joined: true };
+    const pending = refreshSession(id, refused).finally(() => refreshing.delete(id));
+    refreshing.set(id, pending);
+    return { pending, joined: false };
+  };
+
+  /**
+   * A new access token for the session of `req`, whose token `refused` the API refused (401
+   * invalid_token: revoked, of a retired key, expired by the API's clock) while the session holds it
+   * for valid. Asked by @idem/client with `{ refresh: true }`, once per call. Undefined when no other
+   * token can be had (no refresh token, the provider unreachable, the grant gone): the call then ends
+   * with the API's 401.
+   */
+  const refreshedToken = async (req: Request, refused: string | undefined): Promise<string | undefined> => {
+    const session = await signedIn(req);
+    const current = session?.data.tokens?.accessToken;
+    // Signed out, or another request refreshed since this one was refused: the session's token is it.
+    if (!session || refused === undefined || current !== refused) return current;
+    // A refresh this one joins may have been one for an expiring token that found it fresh, and kept
+    // the refused one: then this request starts its own, once.
+    for (let tries = 0; tries < 2; tries++) {
+      const { pending, joined } = refreshOnce(session.id, refused);
+      const token = (await pending)?.tokens?.accessToken;
+      if (token !== refused) return token;
+      if (!joined) break;
+    }
+    return undefined;
+  };
+
+  /**
+   * Refreshes session `id`: when its access token is about to expire, or, given `refused`, when it
+   * still holds that token the API refused. Undefined when the session is over.
+   */
+  const refreshSession = async (id: string, refused?: string): Promise<SessionData | undefined> => {
     // Read again: another request of this session may have refreshed between our read and our turn
     // (its refresh ended, and left the map, in that window). Its refresh token is used up: presenting
     // it again would look like reuse to the provider, which then revokes the grant.
     const data = await sessions.get(id);
     if (!data?.tokens || !data.user) return undefined;
-    if (data.tokens.expiresAt - refreshMargin > now()) return data;
+    const due =
+      refused === undefined ? data.tokens.expiresAt - refreshMargin <= now() : data.tokens.accessToken === refused;
+    if (!due) return data;
     const refreshToken = data.tokens?.refreshToken;
     if (!refreshToken) {
+      // A token the API refused ends nothing: the session lasts its own time, the call fails.
+      if (refused !== undefined) return data;
       await sessions.destroy(id);
       return undefined;
     }
@@ -616,10 +655,17 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       // @idem/client makes one key for this logical charge and reuses it on every retry (network
       // errors, 409 while the first attempt runs, 502-504), backing off about 1 s, 2 s, 4 s with
       // jitter. Each attempt reads the session's access token as it is then, refreshed if it is about
-      // to expire (once per session, as for any request); none if the session ended meanwhile.
+      // to expire (once per session, as for any request); none if the session ended meanwhile. After
+      // a 401 invalid_token the client asks once for a token other than the one it sent
+      // (`refresh: true`): the session is refreshed then, whatever its token's expiry says, or the
+      // same refused token would go again.
+      let given: string | undefined;
       const client = createClient({
         baseUrl: options.baseUrl,
-        getToken: async () => (await signedIn(req))?.data.tokens?.accessToken,
+        getToken: async ({ refresh }) => {
+          given = refresh ? await refreshedToken(req, given) : (await signedIn(req))?.data.tokens?.accessToken;
+          return given;
+        },
         retry: { maxAttempts: 4, deadline: '15s', timeout: '5s' },
         ...options.retryTiming,
       });

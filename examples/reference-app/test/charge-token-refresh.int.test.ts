@@ -1,0 +1,118 @@
+// A charge whose access token the API refuses while the session still holds it for valid: the app's
+// client asks getToken for a fresh token once (`{ refresh: true }`, after a 401 invalid_token), and
+// the app must refresh the session then, once per session however many requests ask at the same
+// time, instead of handing back the token just refused. The whole app on real PostgreSQL and Redis.
+//
+// A JWT access token cannot be recalled at the provider, so the token is made one the API refuses
+// in the session's row: its signature broken, its expiry left as it was. The gateway answers it
+// 401 `invalid_token`, as it answers a token of a retired key or one an API clock ahead calls expired.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
+import { storedId } from '../src/idp/stored-id.js';
+import { demoUsers } from '../src/seed.js';
+import { loginAndConsent, tokenRequest } from './flow.js';
+import { startWholeStack, type WholeStack } from './test-stack.js';
+import { createUserAgent, formField, type UserAgent } from './user-agent.js';
+
+const alice = { username: 'alice', password: demoUsers[0].password };
+
+let whole: WholeStack;
+
+beforeAll(async () => {
+  whole = await startWholeStack('charge_token_refresh');
+}, 120_000);
+
+afterAll(async () => {
+  await whole?.close();
+});
+
+const appUrl = (path: string) => new URL(path, whole.running.appUrl).href;
+const sessions = () => createSessionStore(whole.db, { ttlSeconds: 3600 });
+const sessionId = (agent: UserAgent) => agent.jar.cookies.get('app_session')?.value ?? '';
+
+async function signIn(): Promise<UserAgent> {
+  const agent = createUserAgent();
+  const callback = await loginAndConsent(agent, whole.running.authUrl, appUrl('/signin'), appUrl('/callback'), alice);
+  await agent.request(callback.href);
+  return agent;
+}
+
+/** The session's tokens, with the access token replaced by one the API refuses (a broken signature). */
+async function refuseAccessToken(agent: UserAgent): Promise<SessionTokens> {
+  const tokens = (await sessions().get(sessionId(agent)))?.tokens;
+  expect(tokens?.refreshToken).toEqual(expect.any(String));
+  const [header, payload, signature = ''] = tokens!.accessToken.split('.');
+  const broken = `${header}.${payload}.${signature.startsWith('A') ? 'B' : 'A'}${signature.slice(1)}`;
+  await sessions().update(sessionId(agent), { tokens: { ...tokens!, accessToken: broken } });
+  return { ...tokens!, accessToken: broken };
+}
+
+/** How many refresh tokens the grant of `refreshToken` has had: one more per refresh. */
+async function refreshTokensOfGrant(refreshToken: string): Promise<number> {
+  const { rows } = await whole.db.query<{ count: number }>(
+    `select count(*)::int as count from idp_models where model = 'RefreshToken' and grant_id =
+       (select grant_id from idp_models where model = 'RefreshToken' and id = $1)`,
+    [storedId('RefreshToken', refreshToken)],
+  );
+  return rows[0]?.count ?? 0;
+}
+
+async function postCharge(agent: UserAgent, amount: string) {
+  const page = await agent.request(appUrl('/'));
+  const posted = await agent.postForm(appUrl('/charges'), {
+    csrf: formField(page.body, 'csrf'),
+    amount,
+    currency: 'EUR',
+  });
+  expect(posted.response.status).toBe(303);
+  return agent.request(appUrl(posted.response.headers.get('location') ?? '/'));
+}
+
+describe('a charge whose access token the API refuses (401 invalid_token)', () => {
+  it('goes through after one refresh of the session, with the refreshed token', async () => {
+    const agent = await signIn();
+    const refused = await refuseAccessToken(agent);
+    const before = await refreshTokensOfGrant(refused.refreshToken!);
+    const shown = await postCharge(agent, '700');
+    expect(shown.body).toContain('Charge created.');
+    expect(shown.body).toContain('Attempts: 2');
+    const after = (await sessions().get(sessionId(agent)))?.tokens;
+    expect(after?.accessToken).not.toBe(refused.accessToken);
+    expect(after?.refreshToken).not.toBe(refused.refreshToken);
+    expect(await refreshTokensOfGrant(refused.refreshToken!)).toBe(before + 1);
+    // The grant is whole: no refresh token was presented twice.
+    const check = await tokenRequest(
+      whole.running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: after!.refreshToken! },
+      whole.running.clients.app,
+    );
+    expect(check.status, JSON.stringify(check.body)).toBe(200);
+  });
+
+  it('refreshes once for two charges of one session refused at the same time', async () => {
+    const agent = await signIn();
+    const refused = await refuseAccessToken(agent);
+    const before = await refreshTokensOfGrant(refused.refreshToken!);
+    const shown = await Promise.all([postCharge(agent, '710'), postCharge(agent, '720')]);
+    for (const page of shown) expect(page.body).toContain('Charge created.');
+    expect(await refreshTokensOfGrant(refused.refreshToken!)).toBe(before + 1);
+    const after = (await sessions().get(sessionId(agent)))?.tokens;
+    const check = await tokenRequest(
+      whole.running.authUrl,
+      { grant_type: 'refresh_token', refresh_token: after!.refreshToken! },
+      whole.running.clients.app,
+    );
+    expect(check.status, JSON.stringify(check.body)).toBe(200);
+  });
+
+  it('without a refresh token, gives no token: the charge fails as the API answered', async () => {
+    const agent = await signIn();
+    const refused = await refuseAccessToken(agent);
+    await sessions().update(sessionId(agent), { tokens: { ...refused, refreshToken: undefined } });
+    const shown = await postCharge(agent, '730');
+    expect(shown.body).toContain('The API refused: 401');
+    expect(shown.body).toContain('Attempts: 1');
+    // Still signed in: a refused token is no sign-out.
+    expect((await agent.request(appUrl('/'))).body).toContain('Alice Liddell');
+  });
+});
