@@ -1,10 +1,16 @@
 import type { FetchFunction } from './create-client.js';
+import { drainBody, drainCapBytes } from './drain-body.js';
 import { normalizeMethod } from './retry-decision.js';
 
 // What fetch allows before it gives up on a chain of redirects (WHATWG Fetch, "HTTP-redirect fetch").
 const maxRedirects = 20;
 
 const redirectStatuses: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
+
+// How long a redirect's body may take to end once its headers came: about what a new connection
+// costs (a few round trips). A body that stalls longer is given up, and the next hop takes a new
+// connection rather than the whole attempt's timeout.
+const redirectDrainMs = 250;
 
 // The headers that describe a request body: dropped with the body when a redirect turns the request
 // into a GET, as fetch does.
@@ -131,8 +137,14 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
       if (next.protocol !== 'http:' && next.protocol !== 'https:') {
         return unfollowed(response, new TypeError(`a redirect to a ${next.protocol} URL is not followed`), hops);
       }
-      // The redirect itself is not the answer: its body is not read.
-      response.body?.cancel().catch(() => undefined);
+      // The redirect itself is not the answer, but its body is read to its end (up to 64 KiB, and
+      // redirectDrainMs) before the next hop: cancelled, it made undici close the socket whenever it
+      // had not fully arrived, and every hop opened a new connection. The attempt's signal (its
+      // timeout, the caller's abort) ends the drain too, even under a fetch whose body ignores it.
+      const drain = drainBody(response, drainCapBytes, redirectDrainMs);
+      init.signal?.addEventListener('abort', drain.cancel, { once: true });
+      await drain.done;
+      init.signal?.removeEventListener('abort', drain.cancel);
       // 303 turns anything but GET and HEAD into a GET; 301 and 302 turn a POST into one (fetch's
       // rule, kept for the browser compatibility it encodes). 307 and 308 keep method and body. A
       // QUERY follows the draft that defines it: a 303 points at the result, fetched with GET; any
