@@ -902,7 +902,7 @@ describe('client defaults (createClient)', () => {
     expect(error.code).toBe('retry_after_too_long');
   });
 
-  it('deadline 60s: an attempt 59 s in still starts, none 61 s in; retryHorizon() is 60 s (docs/client.md:173)', async () => {
+  it('deadline 60s: an attempt 59 s in still starts, none 61 s in; retryHorizon() is 60 s (docs/client.md:182)', async () => {
     const deadline = amount(retryTable('deadline').text);
     const attemptsWhenEachTakes = async (ms: number) => {
       const r = recording(() => {
@@ -915,7 +915,7 @@ describe('client defaults (createClient)', () => {
     expect(await attemptsWhenEachTakes(deadline - 1000)).toBe(2);
     expect(await attemptsWhenEachTakes(deadline + 1000)).toBe(1);
     expect(lineOf('docs/client.md', 'With the defaults the horizon is 60 s, which is the deadline').where).toBe(
-      'docs/client.md:173',
+      'docs/client.md:182',
     );
     expect(recording(unavailable).client.retryHorizon()).toBe(60_000);
   });

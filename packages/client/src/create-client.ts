@@ -18,6 +18,7 @@ import {
   problemOf,
   saysBodyIncomplete,
   saysNotRetryable,
+  saysRefusedForNow,
   saysTokenInvalid,
 } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
@@ -73,7 +74,9 @@ export interface ClientOptions {
    * request that gives its own `Authorization` header: that one is sent.
    * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
    * A 401 with `WWW-Authenticate: Bearer error="invalid_token"` to a token it gave is sent again at
-   * once with one it gives when asked `{ refresh: true }`, once per call, and only if that one differs.
+   * once with one it gives when asked `{ refresh: true }`, once per call, and only if that one differs;
+   * not when its problem says `"retryable": true` and a repeat is harmless (the server could not check
+   * the token, as idem's guard says of `keys_unavailable`): that one is retried with backoff instead.
    */
   getToken?: ((context: TokenContext) => string | null | undefined | Promise<string | null | undefined>) | undefined;
   /** Headers sent with every request. */
@@ -567,11 +570,21 @@ export function createClient(options: ClientOptions): Client {
           isSafeToRepeat({ method: verb, keyed: keyField !== undefined })
         )
           retryable = true;
+        // A 401 the server will lift by itself (@idem/guard's keys_unavailable, a DPoP replay memory
+        // full or down): retried with backoff, with the same token, where a repeat is harmless. The
+        // token was not found wanting, so none is asked for afresh (keys_unavailable comes with an
+        // invalid_token challenge) and the one refresh of the call stays for a 401 that is about it.
+        const refusedForNow =
+          !attempt.replayed &&
+          saysRefusedForNow(response.status, problem) &&
+          isSafeToRepeat({ method: verb, keyed: keyField !== undefined });
+        if (refusedForNow) retryable = true;
         // RFC 6750 3.1: the token expired or was revoked, and the server refused the request before
         // running it (whatever the method: it was not let in). A token asked for afresh may pass:
         // sent again at once, once per call, and only with a token other than the one refused (a
         // getToken that ignores `refresh` gives its cached one back, and the same 401 would follow).
         if (
+          !refusedForNow &&
           response.status === 401 &&
           sentToken !== undefined &&
           !refreshed &&

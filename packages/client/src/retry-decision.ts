@@ -220,6 +220,22 @@ export function saysNotRetryable(problem: Record<string, unknown> | undefined): 
 }
 
 /**
+ * True for a 401 whose problem says `"retryable": true`: @idem/guard's fail-closed refusals
+ * (`keys_unavailable`: the issuer's keys could not be fetched; `dpop_replay_full`,
+ * `dpop_replay_share_full`, `dpop_replay_unavailable`: the DPoP replay memory is full or down). The
+ * fault is the server's dependency, not the token, and the same token may pass later. Only a 401
+ * (the request was not let in), and a repeat is only made where one is harmless: a `retryable` on a
+ * 4xx is not trusted to mean that nothing ran.
+ *
+ * @example
+ * saysRefusedForNow(401, { code: 'keys_unavailable', retryable: true }); // true
+ * saysRefusedForNow(403, { retryable: true }); // false
+ */
+export function saysRefusedForNow(status: number, problem: Record<string, unknown> | undefined): boolean {
+  return status === 401 && problem?.retryable === true;
+}
+
+/**
  * True for idem's 400 `body_incomplete`: the body reached the server cut short (a proxy or the
  * network dropped the end of the upload), and the server claimed and ran nothing. Sending the same
  * request again is what fixes it. Only this code turns the status rule up: a generic
