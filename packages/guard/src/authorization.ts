@@ -1,6 +1,7 @@
 import { assertScopeToken, GuardError, type GuardErrorOptions } from './errors.js';
 import type { GuardRequest } from './extract-token.js';
 import type { Principal } from './principal.js';
+import { seconds } from './seconds.js';
 
 /**
  * One authorization rule. Build them with {@link requireScopes}, {@link requireRoles}, {@link policy}.
@@ -75,7 +76,8 @@ export function policy(check: (principal: Principal, request: GuardRequest) => b
 
 /**
  * Requires a strong or recent enough user authentication (RFC 9470): the token's `acr` must be one of
- * `acrValues`, and/or its `auth_time` at most `maxAge` seconds old. A refusal is 401
+ * `acrValues`, and/or its `auth_time` at most `maxAge` seconds old, and not later than now plus the
+ * clock tolerance (as for `iat`: a login in the future is no recent login). A refusal is 401
  * `insufficient_user_authentication` with `acr_values` / `max_age` in the challenge, so the client can
  * send the user through a step-up login. No anchor sends this challenge (research section 10, item 6).
  *
@@ -114,6 +116,11 @@ export interface AuthorizeOptions
   extends Pick<GuardErrorOptions, 'realm' | 'resourceMetadata' | 'dpopAlgorithms' | 'dpopOnly'> {
   /** Clock in epoch milliseconds for `maxAge` checks (default `Date.now`). */
   now?: (() => number) | undefined;
+  /**
+   * Seconds an `auth_time` may lie ahead of `now` for `maxAge` checks (default 5, at most 60): the
+   * guard's `clockTolerance` for `exp`, `nbf` and `iat`. A guard passes its token issuer's own.
+   */
+  clockTolerance?: number | undefined;
 }
 
 /**
@@ -134,16 +141,23 @@ export function authorizeRequest(
   request: GuardRequest,
   options: AuthorizeOptions = {},
 ): AuthorizationResult {
-  const { now, ...errorOptions } = options;
+  const { now, clockTolerance, ...errorOptions } = options;
+  // Checked even when no rule reads it, so a bad value fails on the first call, not the first step-up.
+  const tolerance = seconds(clockTolerance ?? 5, 'clockTolerance', { max: 60 });
   for (const requirement of requirements) {
     if (requirement.kind === 'authentication') {
       const { acr, auth_time: authTime } = principal.claims;
       const acrOk =
         requirement.acrValues === undefined || (typeof acr === 'string' && requirement.acrValues.includes(acr));
       const nowSeconds = (now ?? Date.now)() / 1000;
+      // A login time ahead of the clock beyond the tolerance is no recent login: with `now - auth_time`
+      // negative, an issuer writing milliseconds (or a forged far-future time) passed every maxAge forever.
       const ageOk =
         requirement.maxAge === undefined ||
-        (typeof authTime === 'number' && Number.isSafeInteger(authTime) && nowSeconds - authTime <= requirement.maxAge);
+        (typeof authTime === 'number' &&
+          Number.isSafeInteger(authTime) &&
+          nowSeconds - authTime <= requirement.maxAge &&
+          authTime - nowSeconds <= tolerance);
       if (!acrOk || !ageOk) {
         return {
           ok: false,

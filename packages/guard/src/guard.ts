@@ -363,6 +363,8 @@ export interface EngineConfig {
   dpop?: DpopRuntime;
   /** Clock tolerance for DPoP proofs, in milliseconds. */
   proofToleranceMs: number;
+  /** The guard-wide `clockTolerance` in seconds, for principals of no configured issuer. */
+  clockTolerance: number;
 }
 
 // An optional duration: unset stays unset (no such bound).
@@ -858,6 +860,7 @@ export function buildEngine(
     },
     ...(dpop === undefined ? {} : { dpop }),
     proofToleranceMs: proofTolerance * 1000,
+    clockTolerance: proofTolerance,
   };
   return { engine, stats: sink.stats, realm };
 }
@@ -958,6 +961,10 @@ export function guardFromEngine(
   // Authorization refusals carry what every other challenge of this guard carries (realm, RFC 9728
   // resource_metadata, the DPoP offer); built once, not per call.
   const authorizeOptions = { ...engine.errorOptions, now: engine.now };
+  // A future `auth_time` gets the skew its issuer's `exp`/`nbf`/`iat` get. Behind the gateway `iss` is
+  // the original issuer, which the internal verifier does not list: the guard-wide value then.
+  const clockTolerance = (principal: Principal) =>
+    engine.issuers.get(principal.iss)?.profile.clockTolerance ?? engine.clockTolerance;
   return {
     realm,
     tokenHeader,
@@ -1030,7 +1037,10 @@ export function guardFromEngine(
       return verifyWithEngine(token, engine);
     },
     authorize(principal, requirements, request) {
-      const decision = authorizeRequest(principal, requirements, request ?? { headers: {} }, authorizeOptions);
+      const decision = authorizeRequest(principal, requirements, request ?? { headers: {} }, {
+        ...authorizeOptions,
+        clockTolerance: clockTolerance(principal),
+      });
       // A 403 (or a step-up 401) is a refusal like a bad token's: told to onEvent and counted, or an
       // operator asking why clients get 403 finds only successes.
       if (!decision.ok) {

@@ -121,6 +121,74 @@ describe('authorization', () => {
     expect(authorizeRequest(fractional, [rule], { headers: {} }, { now }).ok).toBe(false);
   });
 
+  it('step-up: an auth_time in the future passes only within the clock tolerance (default 5 s, as exp/nbf/iat)', () => {
+    const nowSeconds = 1_800_000_000;
+    const user = (authTime: number) =>
+      principalFromClaims({ sub: 'u', iss: ISSUER, aud: AUDIENCE, auth_time: authTime });
+    const rule = requireAuthentication({ maxAge: 300 });
+    const decide = (authTime: number, options: { clockTolerance?: number; offsetMs?: number } = {}) => {
+      const now = () => nowSeconds * 1000 + (options.offsetMs ?? 0);
+      const tolerance = options.clockTolerance === undefined ? {} : { clockTolerance: options.clockTolerance };
+      return authorizeRequest(user(authTime), [rule], { headers: {} }, { now, ...tolerance });
+    };
+    expect(decide(nowSeconds + 5).ok).toBe(true);
+    const late = decide(nowSeconds + 6);
+    expect(!late.ok && late.error.code).toBe('insufficient_user_authentication');
+    expect(decide(nowSeconds, { clockTolerance: 0 }).ok).toBe(true);
+    expect(decide(nowSeconds + 1, { clockTolerance: 0 }).ok).toBe(false);
+    expect(decide(nowSeconds + 60, { clockTolerance: 60 }).ok).toBe(true);
+    expect(decide(nowSeconds + 61, { clockTolerance: 60 }).ok).toBe(false);
+    // Measured from the exact instant, as iat is: half a second past now + 5 is still beyond it.
+    expect(decide(nowSeconds + 5, { offsetMs: 500 }).ok).toBe(true);
+    expect(decide(nowSeconds + 6, { offsetMs: 500 }).ok).toBe(false);
+    // Years ahead (an issuer writing milliseconds) is no recent login either.
+    expect(decide(nowSeconds * 1000).ok).toBe(false);
+    for (const clockTolerance of [-1, 61, Number.NaN, '5' as unknown as number]) {
+      expect(() => decide(nowSeconds, { clockTolerance }), String(clockTolerance)).toThrow(TypeError);
+    }
+  });
+
+  it("step-up through a guard: a future auth_time gets the clock tolerance of the token's issuer", async () => {
+    const clock = manualClock();
+    const nowSeconds = clock.seconds();
+    const rule = requireAuthentication({ maxAge: 300 });
+    const guard = createGuard({
+      audience: AUDIENCE,
+      clockTolerance: 10,
+      now: clock.now,
+      issuers: [
+        { issuer: ISSUER, secret: SECRET },
+        { issuer: 'https://slow.example', secret: SECRET, clockTolerance: 30 },
+      ],
+    });
+    const decide = async (issuer: string, authTime: number) => {
+      const verified = await guard.verify(
+        makeToken({ claims: { iss: issuer, jti: `${issuer}${authTime}`, auth_time: authTime } }),
+      );
+      if (!verified.ok) throw verified.error;
+      return guard.authorize(verified.principal, [rule]).ok;
+    };
+    expect(await decide(ISSUER, nowSeconds + 10)).toBe(true);
+    expect(await decide(ISSUER, nowSeconds + 11)).toBe(false);
+    expect(await decide('https://slow.example', nowSeconds + 30)).toBe(true);
+    expect(await decide('https://slow.example', nowSeconds + 31)).toBe(false);
+    // A principal from no configured issuer (built by hand) gets the guard-wide tolerance.
+    const stranger = principalFromClaims({
+      sub: 'u',
+      iss: 'https://other.example',
+      aud: AUDIENCE,
+      auth_time: nowSeconds + 10,
+    });
+    expect(guard.authorize(stranger, [rule]).ok).toBe(true);
+    const later = principalFromClaims({
+      sub: 'u',
+      iss: 'https://other.example',
+      aud: AUDIENCE,
+      auth_time: nowSeconds + 11,
+    });
+    expect(guard.authorize(later, [rule]).ok).toBe(false);
+  });
+
   it('refuses scope names that cannot be placed in a challenge', () => {
     expect(() => requireScopes('a b')).toThrow(TypeError);
     expect(() => requireScopes('a"b')).toThrow(TypeError);
