@@ -52,6 +52,13 @@ const isScopeList = (value: unknown): boolean =>
   isWordList(value) &&
   (typeof value === 'string' ? !otherWhitespace.test(value) : (value as string[]).every((item) => !/\s/.test(item)));
 
+// A subject names someone: not empty, not whitespace only (' ', a tab, U+00A0), and free of control
+// characters (C0, DEL, C1). `sub` keys the idempotency scope and the audit lines: a blank one is one
+// shared "nobody" for every such token, and a line break or NUL in it forges or cuts a log line.
+const controlCharacter = /\p{Cc}/u;
+const isSubject = (value: unknown): value is string =>
+  typeof value === 'string' && value.trim().length > 0 && !controlCharacter.test(value);
+
 // A claim the token itself carries. The payload is a plain object, so `payload.constructor` or
 // `payload.toString` would be what every object inherits: a rule requiring a claim of that name
 // would pass a token without it.
@@ -76,7 +83,7 @@ export function checkClaims(
   const tolerance = profile.clockTolerance;
   const { exp, nbf, iat } = payload;
 
-  if (typeof payload.sub !== 'string' || payload.sub.length === 0) return 'claim_invalid';
+  if (!isSubject(payload.sub)) return 'claim_invalid';
   if (!isNumericDate(exp)) return 'claim_invalid';
   if (nbf !== undefined && !isNumericDate(nbf)) return 'claim_invalid';
   if (iat !== undefined && !isNumericDate(iat)) return 'claim_invalid';

@@ -929,6 +929,22 @@ describe('claim cases', () => {
     }
   });
 
+  it('case 37: a sub that is whitespace only or holds a control character names nobody and is refused', async () => {
+    // It keys the idempotency scope and the audit lines: ' ' or '\t' would be one shared "nobody", and a
+    // line break or NUL in it would forge or cut a log line.
+    const guard = guardWith();
+    const blank = [' ', '   ', '\t', '\n', '\r\n', '\u00a0', '\u2028', '\u3000', '\ufeff'];
+    const control = ['user\n1', 'user\u00001', 'user\r', '\u001b[31muser', 'user\u007f', 'user\u0085', 'user\u009f'];
+    for (const sub of [...blank, ...control]) {
+      expectCode(await guard.verify(makeToken({ claims: { sub, jti: `j-${JSON.stringify(sub)}` } })), 'claim_invalid');
+    }
+    // Names with spaces inside, non-ASCII letters and invisible-but-not-control characters stay accepted:
+    // issuers use them (Kubernetes `system:serviceaccount:ns:name`, e-mail-like and display-like subjects).
+    for (const sub of ['user 1', 'système', 'system:serviceaccount:ns:name', 'a', 'ü\u200db']) {
+      expectOk(await guard.verify(makeToken({ claims: { sub, jti: `j-${sub}` } })));
+    }
+  });
+
   it('case 37: an empty jti or client_id is refused as an empty sub is, required or not', async () => {
     // Present but naming nothing: `requiredClaims` asked for a client and a token id (RFC 9068 §2.2), and
     // an empty one would satisfy it; behind the gateway it would travel on as the caller's client.

@@ -98,6 +98,19 @@ describe('internal token', () => {
     expect(result.principal.jti).toBe('jti-1');
   });
 
+  it('an internal token whose sub is blank or holds a control character is refused downstream, as at the edge', async () => {
+    // A principal built by hand (the edge guard refuses such a token) minted anyway: the service behind
+    // the gateway must not take ' ' as its caller either.
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now });
+    const options = { issuer: GATEWAY, audience: 'orders', jwks: issuer.jwks(), now: clock.now };
+    for (const sub of [' ', '\t', 'user\n1']) {
+      const principal = principalFromClaims({ sub, iss: ISSUER, aud: AUDIENCE });
+      const result = await verifyInternalToken(await issuer.mint(principal, { audience: 'orders' }), options);
+      expect(result.ok ? 'ok' : result.error.code, JSON.stringify(sub)).toBe('claim_invalid');
+    }
+  });
+
   it('checks audience, expiry, issuer and type, and nothing of the edge profile', async () => {
     const clock = manualClock();
     const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now });
