@@ -507,6 +507,65 @@ describe('gateway: what reaches the upstream', () => {
   });
 });
 
+// RFC 6750 §2.3: a token in the URL lands in access logs (the API's, any proxy's) and in Referer. The
+// gateway reads tokens from the header only (bearer_methods_supported: header), so the query is not a
+// second credential for it to read, but forwarded it would still carry the token on. A request with
+// a header token and an `access_token` parameter uses two methods at once (RFC 6750 §2): 400
+// invalid_request, the guard's `multiple_tokens`, and nothing reaches any service.
+describe('gateway: a token in the query is never forwarded', () => {
+  it('refuses a header token plus ?access_token= with 400 invalid_request problem+json, through gateway and API', async () => {
+    const token = await mint();
+    const response = await call(`/stock?item=item-1&access_token=${token}`, { token });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toContain('application/problem+json');
+    expect(response.headers.get('www-authenticate')).toMatch(
+      /^Bearer realm="reference-api", error="invalid_request", error_description="[^"]+"/,
+    );
+    expect(response.json()).toMatchObject({ status: 400, code: 'multiple_tokens', retryable: false });
+    for (const part of token.split('.')) expect(response.text).not.toContain(part);
+    // The control case: the same request without the parameter goes through to the API.
+    expect((await call('/stock?item=item-1', { token })).status).toBe(200);
+  });
+
+  it('forwards no spelling of the parameter to the upstream; other parameters go through', async () => {
+    const { url, seen, close } = await gatewayBeforeEcho();
+    try {
+      const send = async (path: string, method = 'GET') =>
+        (await fetch(new URL(path, url), { method, headers: { authorization: `Bearer ${await mint()}` } })).status;
+      const leaked = 'eyJhbGciOiJFUzI1NiJ9.e30.c2ln';
+      for (const path of [
+        `/photos?access_token=${leaked}`,
+        `/photos?a=1&access_token=${leaked}`,
+        `/photos?access%5Ftoken=${leaked}`,
+        '/photos?access_token=',
+        '/photos?access_token',
+        `/webhook-events?access_token=${leaked}`,
+      ]) {
+        expect(await send(path), path).toBe(400);
+        expect(await send(path, 'POST'), `POST ${path}`).toBe(400);
+      }
+      expect(seen).toEqual([]);
+      for (const path of ['/photos?token=x', '/photos?my_access_token=x', '/photos?x=access_token']) {
+        expect(await send(path), path).toBe(200);
+      }
+      expect(seen.map((request) => request.url)).toEqual([
+        '/photos?token=x',
+        '/photos?my_access_token=x',
+        '/photos?x=access_token',
+      ]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a token only in the query is no credential: 401 without an error code, as the guard answers (RFC 6750 §3.1)', async () => {
+    const response = await call(`/photos?access_token=${await mint()}`);
+    expect(response.status).toBe(401);
+    expect(response.headers.get('www-authenticate')).not.toContain('error=');
+    expect(response.json()).toMatchObject({ status: 401, code: 'token_missing' });
+  });
+});
+
 describe('gateway: other upstreams', () => {
   it.each(['webhook-events', '/', '/a/b', '/Events', '/x?y'])(
     'refuses the upstream prefix %j at start',

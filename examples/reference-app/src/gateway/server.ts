@@ -26,6 +26,7 @@ import {
   sendStartingUp,
   upstreamFailureProblem,
 } from './problems.js';
+import { hasQueryToken } from './query-token.js';
 
 /** The `realm` of the gateway's challenges, and of those the services behind it answer with. */
 export const gatewayRealm = 'reference-api';
@@ -313,7 +314,18 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     // The earliest hook: a refused request never has its body read, let alone forwarded.
     onRequest: async (request, reply) => {
       if (!ready) return sendStartingUp(reply);
-      return ready.verify(request, reply);
+      await ready.verify(request, reply);
+      if (reply.sent) return reply;
+      // A token in the query too (RFC 6750 §2.3): forwarded, it would reach the service's access log.
+      // Not stripped: a header and a query token are two methods in one request (RFC 6750 §2), which
+      // the guard refuses as 400 invalid_request where it reads the query; the client learns to stop
+      // putting a token in URLs. Checked after the guard, so a token only in the query stays what
+      // the guard makes of it: no credential, 401 without an error code.
+      if (hasQueryToken(request.url)) {
+        const refusal = ready.guard.error('multiple_tokens');
+        return sendProblem(reply, refusal.status, refusal.toProblem(), refusal.wwwAuthenticate);
+      }
+      return undefined;
     },
     handler: async (request, reply) => {
       if (!ready || !request.auth) return sendStartingUp(reply);
