@@ -9,6 +9,7 @@ import {
   joinHeaderValues,
   type Principal,
   principalFromClaims,
+  requireAuthentication,
   requireScopes,
   stripIdentityHeaders,
   verifyInternalToken,
@@ -109,6 +110,28 @@ describe('internal token', () => {
       const result = await verifyInternalToken(await issuer.mint(principal, { audience: 'orders' }), options);
       expect(result.ok ? 'ok' : result.error.code, JSON.stringify(sub)).toBe('claim_invalid');
     }
+  });
+
+  it("a future auth_time behind the gateway gets the verifier's clockTolerance in authorize()", async () => {
+    // The principal names the edge issuer, which the verifier does not list: its own tolerance applies.
+    const clock = manualClock();
+    const issuer = createInternalTokenIssuer({ issuer: GATEWAY, now: clock.now, claims: ['auth_time'] });
+    const verifier = createInternalVerifier({
+      issuer: GATEWAY,
+      audience: 'orders',
+      jwks: issuer.jwks(),
+      now: clock.now,
+      clockTolerance: 30,
+    });
+    const rule = requireAuthentication({ maxAge: 300 });
+    const decide = async (authTime: number) => {
+      const edge = await edgePrincipal({ auth_time: authTime });
+      const result = await verifier.verify(await issuer.mint(edge, { audience: 'orders' }));
+      if (!result.ok) throw new Error(result.error.code);
+      return verifier.authorize(result.principal, [rule]).ok;
+    };
+    expect(await decide(clock.seconds() + 30)).toBe(true);
+    expect(await decide(clock.seconds() + 31)).toBe(false);
   });
 
   it('checks audience, expiry, issuer and type, and nothing of the edge profile', async () => {
