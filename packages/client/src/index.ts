@@ -37,6 +37,7 @@ export {
   isRetryableStatus,
   isSafeToRepeat,
   type RetryContext,
+  saysTokenInvalid,
 } from './retry-decision.js';
 export { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 export { abortableSleep, lateTimeout, maxTimerMs } from './sleep.js';
