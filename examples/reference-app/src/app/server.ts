@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type ClientOptions, createClient, isRequestFailedError } from '@idem/client';
+import { type ClientOptions, createClient, isRequestFailedError, saysTokenInvalid } from '@idem/client';
 import { notify } from '@idem/core';
 import express, { type Express, type Request, type Response } from 'express';
 import * as oauth from 'oauth4webapi';
@@ -10,7 +10,7 @@ import type { Database } from '../db.js';
 import { errorPage, pageHeaders } from '../html.js';
 import { loadCsrfKey } from '../idp/secrets.js';
 import { methodNotAllowed } from '../methods.js';
-import { type ApiResult, callApi } from './api-client.js';
+import { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
 import { createSessionStore, type Flash, type SessionData, type SessionTokens, seenEverySeconds } from './sessions.js';
@@ -307,6 +307,23 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   };
 
   /**
+   * Calls the API as the session of `req`, with its access token `token`. A 401 invalid_token (RFC
+   * 6750 3.1: the gateway refused the token, which the session holds for valid) refreshes the session
+   * once, through {@link refreshedToken}: the page's parallel reads refused at once share that one
+   * refresh. The request then goes once more with the new token, and whatever it gets is the answer:
+   * never a second refresh. Without another token (no refresh token, the provider unreachable) the 401
+   * is the answer. A request is sent again only after the gateway refused it, before the API ran it.
+   */
+  const callApiAs = async (req: Request, token: string, request: ApiRequest): Promise<ApiResult> => {
+    const result = await callApi(options.baseUrl, token, request);
+    if (result.kind !== 'refused' || result.status !== 401) return result;
+    if (!saysTokenInvalid(result.headers.get('www-authenticate'))) return result;
+    const fresh = await refreshedToken(req, token);
+    if (fresh === undefined || fresh === token) return result;
+    return callApi(options.baseUrl, fresh, request);
+  };
+
+  /**
    * Refreshes session `id`: when its access token is about to expire, or, given `refused`, when it
    * still holds that token the API refused. Undefined when the session is over.
    */
@@ -408,10 +425,11 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     }
     const { id, data } = session;
     const token = data.tokens!.accessToken;
+    const call = (request: ApiRequest) => callApiAs(req, token, request);
     const [photos, stock, settings] = await Promise.all([
-      callApi(options.baseUrl, token, { method: 'GET', path: '/photos' }),
-      fetchStock(options.baseUrl, token, stockItems),
-      callApi(options.baseUrl, token, { method: 'GET', path: '/settings' }),
+      call({ method: 'GET', path: '/photos' }),
+      fetchStock(call, stockItems),
+      call({ method: 'GET', path: '/settings' }),
     ]);
     // The message of the form this page answers, named in its URL: each tab takes its own, and a
     // message of another tab's form stays for that tab. Taken from the session as it is now, not as
@@ -620,7 +638,11 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     form,
     withSession(async (req, res, id, data) => {
       const theme = req.body?.theme === 'dark' ? 'dark' : 'light';
-      const result = await callApi(options.baseUrl, data.tokens!.accessToken, {
+      // A write, sent again after a refresh when the first was refused 401 invalid_token: that answer
+      // comes from the gateway's guard (or the API's check of the gateway's token), before the route
+      // ran, so the repeat is the first time it runs. And PUT /settings replaces the whole document:
+      // even run twice, it leaves the same theme.
+      const result = await callApiAs(req, data.tokens!.accessToken, {
         method: 'PUT',
         path: '/settings',
         body: { theme },
@@ -797,9 +819,12 @@ function describe(result: ApiResult, success: string): string[] {
   return [success, `Status ${result.status}`, JSON.stringify(result.body)];
 }
 
-async function fetchStock(baseUrl: string, token: string, items: readonly string[]): Promise<ApiResult> {
+async function fetchStock(
+  call: (request: ApiRequest) => Promise<ApiResult>,
+  items: readonly string[],
+): Promise<ApiResult> {
   const results = await Promise.all(
-    items.map((item) => callApi(baseUrl, token, { method: 'GET', path: `/stock?item=${encodeURIComponent(item)}` })),
+    items.map((item) => call({ method: 'GET', path: `/stock?item=${encodeURIComponent(item)}` })),
   );
   const unavailable = results.find((result) => result.kind === 'unavailable');
   if (unavailable) return unavailable;
