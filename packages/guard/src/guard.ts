@@ -491,6 +491,13 @@ function staticKeys(
     if (!algorithms.every((alg) => alg.startsWith('HS'))) {
       throw new TypeError(`issuer ${options.issuer}: a secret only verifies HS algorithms`);
     }
+    // One key, one algorithm (RFC 8725 §3.1): the secret is pinned to its algorithm, so with two listed
+    // every token of the second was key_unknown for good, and nothing said so at startup.
+    if (algorithms.length !== 1) {
+      throw new TypeError(
+        `issuer ${options.issuer}: a secret verifies one algorithm; list one (got ${algorithms.join(', ')})`,
+      );
+    }
     inputs.push({ ...secretToJwk(options.secret), alg: algorithms[0] });
   }
   for (const input of options.publicKeys ?? []) {

@@ -134,6 +134,15 @@ describe('key sources and options', () => {
       }),
     ).toThrow(/twice/);
     expect(() => createGuard({ ...base, issuers: [{ issuer: ISSUER, publicKeys: ['not a pem'] }] })).toThrow(TypeError);
+    // A secret is pinned to one algorithm: with two listed, tokens of the second were key_unknown for
+    // good and nothing said so.
+    const long = 'x'.repeat(16) + SECRET + SECRET;
+    expect(() =>
+      createGuard({ ...base, issuers: [{ issuer: ISSUER, secret: long, algorithms: ['HS256', 'HS512'] }] }),
+    ).toThrow(/a secret verifies one algorithm; list one \(got HS256, HS512\)/);
+    expect(() =>
+      createGuard({ ...base, issuers: [{ issuer: ISSUER, secret: long, algorithms: ['HS512'] }] }),
+    ).not.toThrow();
   });
 
   it('announces RFC 9728 resource metadata and a custom realm in 401 challenges', async () => {
