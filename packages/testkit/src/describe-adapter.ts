@@ -314,8 +314,16 @@ function expectProblem(sent: Sent, status: number, code: string, replayed = fals
   return problem;
 }
 
+/**
+ * How the table presents its store to the engine. `as-is`: with the flags it sets. `remote`: as a
+ * store behind a network (no `inProcess`), so an in-process store (the memory store) runs the
+ * engine's remote-store paths: per-call deadlines, the heartbeat's lease watch, completion retries,
+ * the local held map. For Redis and PostgreSQL the two are the same.
+ */
+type StoreFlavour = 'as-is' | 'remote';
+
 // Wraps a store to count calls and inject failures, without changing what it does otherwise.
-function instrument(store: Store) {
+function instrument(store: Store, flavour: StoreFlavour = 'as-is') {
   /** `refused`: claims the store answered with someone else's record (counted once answered). */
   const calls = { claim: 0, refused: 0, complete: 0, release: 0 };
   /** Each completion's record and the retention it was written with. */
@@ -361,6 +369,10 @@ function instrument(store: Store) {
       return store.release(input);
     },
     get: (id) => store.get(id),
+    // The flags the engine and the HTTP layer read off a store, kept as the store sets them: without
+    // `inProcess` a memory store's table would run the engine's remote-store paths, not what its
+    // users run. Dropped only when asked to (`remote`).
+    ...(store.inProcess === undefined || flavour === 'remote' ? {} : { inProcess: store.inProcess }),
     ...(store.maxResponseBytes === undefined ? {} : { maxResponseBytes: store.maxResponseBytes }),
   };
   // An operator's forget, passed through untouched: the engine never calls it, so nothing to count.
@@ -497,9 +509,10 @@ export function describeAdapter(
     harness?: AdapterStoreHarness,
     routes: readonly ScenarioRoute[] = scenarioRoutes,
     routeOptions: Partial<Record<ScenarioRoute['path'], Partial<HttpIdempotencyOptions<any>>>> = {},
+    flavour: StoreFlavour = 'as-is',
   ): Promise<World> => {
     const storeHarness = harness ?? (await makeStore());
-    const store = instrument(storeHarness.store);
+    const store = instrument(storeHarness.store, flavour);
     const events: IdempotencyEvent[] = [];
     const waiters: { type: string; resolve: (e: IdempotencyEvent) => void }[] = [];
     let gate: { promise: Promise<void>; entered: () => void } | undefined;
@@ -748,14 +761,23 @@ export function describeAdapter(
     run: (world: World) => Promise<void>,
     adapterOptions?: Partial<HttpIdempotencyOptions<any>>,
     harness?: AdapterStoreHarness,
+    flavour: StoreFlavour = 'as-is',
   ) => {
-    const world = await start(adapterOptions, harness);
+    const world = await start(adapterOptions, harness, scenarioRoutes, {}, flavour);
     try {
       await run(world);
     } finally {
       await world.close();
     }
   };
+
+  // The flavours a scenario that injects store faults runs on. The faults are those of a store
+  // behind a network, and the engine meets them on other paths for an in-process store (no
+  // deadlines, no completion retries, no lease watch): so on an in-process store (the memory
+  // store's tables) such a scenario runs on both, and on a store behind a network once. Asked of a
+  // store of the table's kind, as each scenario makes its own.
+  const storeFlavours = async (): Promise<StoreFlavour[]> =>
+    (await makeStore()).store.inProcess === true ? ['as-is', 'remote'] : ['as-is'];
 
   const idOf = (key: string, operation = 'POST /charges', user = 'alice') =>
     recordId(principalScope({ sub: user, iss: ISSUER })!, operation, key);
@@ -1122,20 +1144,27 @@ export function describeAdapter(
     });
 
     it('an answer leaves only once it is stored: a retry sent the moment it arrived replays it, never 409, however slow the store', async () => {
-      await withWorld(async (world) => {
-        world.store.faults.complete = 'slow';
-        // Ended with its body (json), written then ended (bytes), piped (stream), and with a
-        // Content-Length whose last byte ends it for the client (Express's sendFile).
-        for (const path of ['/charges', '/binary', '/stream', '/file']) {
-          const key = `instant${path}`;
-          const first = await world.send(path, { key });
-          const retry = await world.send(path, { key });
-          expect(retry.status, path).toBe(first.status);
-          expect(retry.headers['idempotent-replayed'], path).toBe('true');
-          expect(retry.body.equals(first.body), path).toBe(true);
-        }
-        expect(world.server.executions()).toBe(4);
-      });
+      for (const flavour of await storeFlavours()) {
+        await withWorld(
+          async (world) => {
+            world.store.faults.complete = 'slow';
+            // Ended with its body (json), written then ended (bytes), piped (stream), and with a
+            // Content-Length whose last byte ends it for the client (Express's sendFile).
+            for (const path of ['/charges', '/binary', '/stream', '/file']) {
+              const key = `instant${path}`;
+              const first = await world.send(path, { key });
+              const retry = await world.send(path, { key });
+              expect(retry.status, `${flavour} ${path}`).toBe(first.status);
+              expect(retry.headers['idempotent-replayed'], `${flavour} ${path}`).toBe('true');
+              expect(retry.body.equals(first.body), `${flavour} ${path}`).toBe(true);
+            }
+            expect(world.server.executions()).toBe(4);
+          },
+          {},
+          undefined,
+          flavour,
+        );
+      }
     });
 
     it('a stored 4xx business error replays exactly; 429, 401 and 403 are never stored (37)', async () => {
@@ -1348,18 +1377,30 @@ export function describeAdapter(
       });
     });
 
-    it('while a key is in flight, duplicates are answered without store round trips (6)', async () => {
-      await withWorld(async (world) => {
-        const gate = world.hold();
-        const first = world.send('/charges', { key: 'hot-1' });
-        await gate.entered;
-        const claimsBefore = world.store.calls.claim;
-        const storm = await Promise.all(Array.from({ length: 50 }, () => world.send('/charges', { key: 'hot-1' })));
-        expect(storm.every((sent) => sent.status === 409)).toBe(true);
-        expect(world.store.calls.claim).toBe(claimsBefore);
-        gate.open();
-        await first;
-      });
+    // On a store behind a network only: for an in-process store the engine keeps no map of its own
+    // leases (the store answers as fast as the map would), so each duplicate is refused by the store
+    // itself, with the 409 the scenario "first still running" checks.
+    it('while a key is in flight, duplicates are answered without store round trips (a store behind a network) (6)', async () => {
+      await withWorld(
+        async (world) => {
+          const gate = world.hold();
+          const first = world.send('/charges', { key: 'hot-1' });
+          try {
+            await gate.entered;
+            const claimsBefore = world.store.calls.claim;
+            const storm = await Promise.all(Array.from({ length: 50 }, () => world.send('/charges', { key: 'hot-1' })));
+            expect(storm.every((sent) => sent.status === 409)).toBe(true);
+            expect(world.store.calls.claim).toBe(claimsBefore);
+          } finally {
+            // Opened whatever failed above: a first request left hanging would hold the close.
+            gate.open();
+            await first;
+          }
+        },
+        {},
+        undefined,
+        'remote',
+      );
     });
 
     it('two servers sharing one store: concurrent identical requests run once (3)', async () => {
@@ -1379,18 +1420,20 @@ export function describeAdapter(
     });
 
     it('a key sent where no route matches: the 404 leaves only once the key is released, so an instant retry is not refused', async () => {
-      const world = await start({}, undefined, olderDeployment);
-      try {
-        world.store.faults.release = 'slow';
-        const first = await world.send('/refunds', { key: 'rf-instant' });
-        expect(first.status).toBe(404);
-        // Sent the moment the 404 arrived: the key must already be free, not in progress (409).
-        const retry = await world.send('/refunds', { key: 'rf-instant' });
-        expect(retry.status).toBe(404);
-        expect(retry.headers['retry-after']).toBeUndefined();
-        expect(world.store.calls.complete).toBe(0);
-      } finally {
-        await world.close();
+      for (const flavour of await storeFlavours()) {
+        const world = await start({}, undefined, olderDeployment, {}, flavour);
+        try {
+          world.store.faults.release = 'slow';
+          const first = await world.send('/refunds', { key: 'rf-instant' });
+          expect(first.status, flavour).toBe(404);
+          // Sent the moment the 404 arrived: the key must already be free, not in progress (409).
+          const retry = await world.send('/refunds', { key: 'rf-instant' });
+          expect(retry.status, flavour).toBe(404);
+          expect(retry.headers['retry-after'], flavour).toBeUndefined();
+          expect(world.store.calls.complete).toBe(0);
+        } finally {
+          await world.close();
+        }
       }
     });
 
@@ -1479,54 +1522,62 @@ export function describeAdapter(
     const shortestLease = '100ms';
 
     it('the handler sees its lease as signal: live while renewed, aborted once a renewal is refused', async () => {
-      const clock = renewalClock();
-      await withWorld(
-        async (world) => {
-          const gate = world.hold();
-          const sending = world.send('/charges', { key: 'signal-1' });
-          await gate.entered;
-          const signal = world.requests[0]?.signal;
-          expect(signal).toBeInstanceOf(AbortSignal);
-          expect(signal?.aborted).toBe(false);
-          // Another execution took the key over: the next renewal is refused and the lease is lost.
-          world.store.faults.renew = 'refuse';
-          clock.renewalDue();
-          await world.waitForEvent('lease-lost');
-          expect(signal?.aborted).toBe(true);
-          gate.open();
-          expect((await sending).status).toBe(201);
-        },
-        { lease: shortestLease, now: clock.now },
-      );
+      for (const flavour of await storeFlavours()) {
+        const clock = renewalClock();
+        await withWorld(
+          async (world) => {
+            const gate = world.hold();
+            const sending = world.send('/charges', { key: 'signal-1' });
+            await gate.entered;
+            const signal = world.requests[0]?.signal;
+            expect(signal).toBeInstanceOf(AbortSignal);
+            expect(signal?.aborted).toBe(false);
+            // Another execution took the key over: the next renewal is refused and the lease is lost.
+            world.store.faults.renew = 'refuse';
+            clock.renewalDue();
+            await world.waitForEvent('lease-lost');
+            expect(signal?.aborted).toBe(true);
+            gate.open();
+            expect((await sending).status).toBe(201);
+          },
+          { lease: shortestLease, now: clock.now },
+          undefined,
+          flavour,
+        );
+      }
     });
 
     it('a handler that stops on its lost lease (signal.throwIfAborted()) is answered 503 lease_lost problem+json with Retry-After, nothing stored', async () => {
-      const clock = renewalClock();
-      await withWorld(
-        async (world) => {
-          const gate = world.hold();
-          const sending = world.send('/boom', { key: 'lost-1', body: JSON.stringify({ stopOnLostLease: true }) });
-          await gate.entered;
-          const signal = world.requests[0]?.signal;
-          // Another execution took the key over: the next renewal is refused and the lease is lost.
-          world.store.faults.renew = 'refuse';
-          clock.renewalDue();
-          await world.waitForEvent('lease-lost');
-          expect(signal?.aborted).toBe(true);
-          gate.open();
-          const answer = await sending;
-          expect(answer.status).toBe(503);
-          expect(answer.headers['content-type']).toBe('application/problem+json');
-          expect(answer.headers['retry-after']).toBe('1');
-          expect(JSON.parse(answer.body.toString())).toMatchObject({
-            code: 'lease_lost',
-            status: 503,
-            retryable: true,
-          });
-          expect(world.events.filter((event) => event.type === 'complete')).toEqual([]);
-        },
-        { lease: shortestLease, now: clock.now },
-      );
+      for (const flavour of await storeFlavours()) {
+        const clock = renewalClock();
+        await withWorld(
+          async (world) => {
+            const gate = world.hold();
+            const sending = world.send('/boom', { key: 'lost-1', body: JSON.stringify({ stopOnLostLease: true }) });
+            await gate.entered;
+            const signal = world.requests[0]?.signal;
+            // Another execution took the key over: the next renewal is refused and the lease is lost.
+            world.store.faults.renew = 'refuse';
+            clock.renewalDue();
+            await world.waitForEvent('lease-lost');
+            expect(signal?.aborted).toBe(true);
+            gate.open();
+            const answer = await sending;
+            expect(answer.status).toBe(503);
+            expect(answer.headers['content-type']).toBe('application/problem+json');
+            expect(answer.headers['retry-after']).toBe('1');
+            expect(JSON.parse(answer.body.toString())).toMatchObject({
+              code: 'lease_lost',
+              status: 503,
+              retryable: true,
+            });
+            expect(world.events.filter((event) => event.type === 'complete')).toEqual([]);
+          },
+          { lease: shortestLease, now: clock.now },
+          undefined,
+          flavour,
+        );
+      }
     });
 
     it('keyFor: every run of a request gets one downstream key, a run after the key was released too; callers, routes, keys, bodies and purposes get others', async () => {
@@ -1553,54 +1604,72 @@ export function describeAdapter(
       );
     });
 
-    it('a completion that fails once is tried again: the response is served, the retry gets 409 or the replay, never a second run (13)', async () => {
-      await withWorld(async (world) => {
-        world.store.faults.complete = 'throw-once';
-        const first = await world.send('/charges', { key: 'unstored-once' });
-        expect(first.status).toBe(201);
-        expect(first.headers['idempotent-replayed']).toBeUndefined();
-        expect(await world.waitForEvent('store-error')).toMatchObject({ type: 'store-error', phase: 'complete' });
-        // Held while the completion is tried again (409), or replayed if it was written already.
-        const meanwhile = await world.send('/charges', { key: 'unstored-once' });
-        if (meanwhile.status === 409) expectProblem(meanwhile, 409, 'in_progress');
-        else expect([meanwhile.status, meanwhile.headers['idempotent-replayed']]).toEqual([201, 'true']);
-        // Then replayed: the handler never runs twice. The store is polled, not the replay: an adapter
-        // that drops the replay marker fails the check below at once, not after the poll's 15 s.
-        // (Real stores on a busy box answer slower than expect.poll's default second.)
-        await expect
-          .poll(() => storedRecord(world, 'unstored-once'), { timeout: 15_000 })
-          .toMatchObject({ state: 'completed' });
-        const retry = await world.send('/charges', { key: 'unstored-once' });
-        expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, 'true']);
-        expect(world.server.executions()).toBe(1);
-      });
-    });
-
-    it('the outcome cannot be stored (the store keeps failing): the response is served, the completion tried again, then the key released, store-errors reported; the retry runs (13)', async () => {
+    // On a store behind a network only: an in-process store has no connection to lose, its
+    // completion fails only for what the response is (too large, not storable), which asking again
+    // cannot mend, so the engine frees the key at once (the next scenario, on both flavours).
+    it('a completion that fails once is tried again: the response is served, the retry gets 409 or the replay, never a second run (a store behind a network) (13)', async () => {
       await withWorld(
         async (world) => {
-          world.store.faults.complete = 'throw';
-          const first = await world.send('/charges', { key: 'unstored-1' });
-          // The handler ran: its answer goes out as it is, with the key, and is not marked a replay.
+          world.store.faults.complete = 'throw-once';
+          const first = await world.send('/charges', { key: 'unstored-once' });
           expect(first.status).toBe(201);
-          expect(JSON.parse(first.body.toString()).id).toBe('ch_1');
-          expect(first.headers['idempotency-key']).toBe('unstored-1');
           expect(first.headers['idempotent-replayed']).toBeUndefined();
           expect(await world.waitForEvent('store-error')).toMatchObject({ type: 'store-error', phase: 'complete' });
-          // Released (in the background, so polled), not left in progress for a lease: with a lease
-          // of an hour, the retry below would get 409.
-          // Real stores on a busy box answer slower than expect.poll's default second.
-          await expect.poll(() => storedRecord(world, 'unstored-1'), { timeout: 15_000 }).toBeUndefined();
-          world.store.faults.complete = undefined;
-          const retry = await world.send('/charges', { key: 'unstored-1' });
-          expect(retry.status).toBe(201);
-          expect(retry.headers['idempotent-replayed']).toBeUndefined();
-          expect(JSON.parse(retry.body.toString()).id).toBe('ch_2');
-          expect((await world.send('/charges', { key: 'unstored-1' })).headers['idempotent-replayed']).toBe('true');
-          expect(world.server.executions()).toBe(2);
+          // Held while the completion is tried again (409), or replayed if it was written already.
+          const meanwhile = await world.send('/charges', { key: 'unstored-once' });
+          if (meanwhile.status === 409) expectProblem(meanwhile, 409, 'in_progress');
+          else expect([meanwhile.status, meanwhile.headers['idempotent-replayed']]).toEqual([201, 'true']);
+          // Then replayed: the handler never runs twice. The store is polled, not the replay: an adapter
+          // that drops the replay marker fails the check below at once, not after the poll's 15 s.
+          // (Real stores on a busy box answer slower than expect.poll's default second.)
+          await expect
+            .poll(() => storedRecord(world, 'unstored-once'), { timeout: 15_000 })
+            .toMatchObject({ state: 'completed' });
+          const retry = await world.send('/charges', { key: 'unstored-once' });
+          expect([retry.status, retry.headers['idempotent-replayed']]).toEqual([201, 'true']);
+          expect(world.server.executions()).toBe(1);
         },
-        { lease: '1h' },
+        {},
+        undefined,
+        'remote',
       );
+    });
+
+    it('the outcome cannot be stored (the store keeps failing): the response is served, the completion tried again behind a network, then the key released, store-errors reported; the retry runs (13)', async () => {
+      for (const flavour of await storeFlavours()) {
+        await withWorld(
+          async (world) => {
+            world.store.faults.complete = 'throw';
+            const first = await world.send('/charges', { key: 'unstored-1' });
+            // The handler ran: its answer goes out as it is, with the key, and is not marked a replay.
+            expect(first.status).toBe(201);
+            expect(JSON.parse(first.body.toString()).id).toBe('ch_1');
+            expect(first.headers['idempotency-key']).toBe('unstored-1');
+            expect(first.headers['idempotent-replayed']).toBeUndefined();
+            expect(await world.waitForEvent('store-error')).toMatchObject({ type: 'store-error', phase: 'complete' });
+            // Released (in the background, so polled), not left in progress for a lease: with a lease
+            // of an hour, the retry below would get 409.
+            // Real stores on a busy box answer slower than expect.poll's default second.
+            await expect.poll(() => storedRecord(world, 'unstored-1'), { timeout: 15_000 }).toBeUndefined();
+            // Asked again first behind a network (a lost connection mends); released at once in
+            // process, where nothing that failed would go better a second time. Read off the table's
+            // own store: a wrapper that lost its `inProcess` would retry here, and fail this.
+            if (flavour === 'as-is' && world.harness.store.inProcess === true)
+              expect(world.store.calls.complete, 'in process').toBe(1);
+            else expect(world.store.calls.complete, 'behind a network').toBeGreaterThan(1);
+            world.store.faults.complete = undefined;
+            const retry = await world.send('/charges', { key: 'unstored-1' });
+            expect(retry.status).toBe(201);
+            expect(retry.headers['idempotent-replayed']).toBeUndefined();
+            expect(JSON.parse(retry.body.toString()).id).toBe('ch_2');
+            expect((await world.send('/charges', { key: 'unstored-1' })).headers['idempotent-replayed']).toBe('true');
+            expect(world.server.executions()).toBe(2);
+          },
+          { lease: '1h' },
+          undefined,
+          flavour,
+        );
+      }
     });
 
     it("the same key on another route of the same method is another record: never the other route's response (18)", async () => {
@@ -1651,18 +1720,22 @@ export function describeAdapter(
     });
 
     it('store unavailable: 503 + Retry-After problem+json, handler never runs (14)', async () => {
-      await withWorld(
-        async (world) => {
-          world.store.faults.claim = 'throw';
-          const sent = await world.send('/charges', { key: 'down-1' });
-          const problem = expectProblem(sent, 503, 'store_unavailable');
-          expect(problem.retryable).toBe(true);
-          // The unavailableRetryAfter option, in whole seconds.
-          expect(sent.headers['retry-after']).toBe('5');
-          expect(world.server.executions()).toBe(0);
-        },
-        { unavailableRetryAfter: 5 },
-      );
+      for (const flavour of await storeFlavours()) {
+        await withWorld(
+          async (world) => {
+            world.store.faults.claim = 'throw';
+            const sent = await world.send('/charges', { key: 'down-1' });
+            const problem = expectProblem(sent, 503, 'store_unavailable');
+            expect(problem.retryable).toBe(true);
+            // The unavailableRetryAfter option, in whole seconds.
+            expect(sent.headers['retry-after']).toBe('5');
+            expect(world.server.executions()).toBe(0);
+          },
+          { unavailableRetryAfter: 5 },
+          undefined,
+          flavour,
+        );
+      }
     });
 
     // Only with a movable store clock: nothing here sleeps out a lease. The store suites cover
@@ -1670,50 +1743,56 @@ export function describeAdapter(
     itWithClock(
       'claim written but its reply lost: 409 only until the lease ends, not for the retention (5)',
       async () => {
-        const harness = await makeStore();
-        await withWorld(
-          async (world) => {
-            world.store.faults.claim = 'lose-ack';
-            expectProblem(await world.send('/charges', { key: 'lost-ack-1' }), 503, 'store_unavailable');
-            world.store.faults.claim = undefined;
-            expectProblem(await world.send('/charges', { key: 'lost-ack-1' }), 409, 'in_progress');
-            harness.advance?.(10_001);
-            const retried = await world.send('/charges', { key: 'lost-ack-1' });
-            expect(retried.status).toBe(201);
-            expect(world.server.executions()).toBe(1);
-          },
-          { lease: '10s' },
-          harness,
-        );
+        for (const flavour of await storeFlavours()) {
+          const harness = await makeStore();
+          await withWorld(
+            async (world) => {
+              world.store.faults.claim = 'lose-ack';
+              expectProblem(await world.send('/charges', { key: 'lost-ack-1' }), 503, 'store_unavailable');
+              world.store.faults.claim = undefined;
+              expectProblem(await world.send('/charges', { key: 'lost-ack-1' }), 409, 'in_progress');
+              harness.advance?.(10_001);
+              const retried = await world.send('/charges', { key: 'lost-ack-1' });
+              expect(retried.status).toBe(201);
+              expect(world.server.executions()).toBe(1);
+            },
+            { lease: '10s' },
+            harness,
+            flavour,
+          );
+        }
       },
     );
 
     itWithClock(
       'a crashed attempt: other parameters under its key get 422 and never run; the same ones take it over, recovered (7)',
       async () => {
-        // A claim written with its reply lost is, to the store, an attempt whose process died: nobody
-        // renews it. After its lease it is abandoned, and keeps its fingerprint (spec part 3, rule 2).
-        const harness = await makeStore();
-        await withWorld(
-          async (world) => {
-            world.store.faults.claim = 'lose-ack';
-            expectProblem(await world.send('/charges', { key: 'crashed-1' }), 503, 'store_unavailable');
-            world.store.faults.claim = undefined;
-            harness.advance?.(10_001);
-            const other = await world.send('/charges', { key: 'crashed-1', body: JSON.stringify({ amount: 999 }) });
-            expectProblem(other, 422, 'fingerprint_mismatch');
-            expect(world.server.executions()).toBe(0);
-            const retried = await world.send('/charges', { key: 'crashed-1' });
-            expect(retried.status).toBe(201);
-            expect(world.server.executions()).toBe(1);
-            expect(world.requests.at(-1)?.context?.recovered).toBe(true);
-            expect((await world.send('/charges', { key: 'crashed-1' })).headers['idempotent-replayed']).toBe('true');
-            expect((await world.send('/charges', { key: 'fresh-after-crash' })).status).toBe(201);
-            expect(world.requests.at(-1)?.context?.recovered).toBe(false);
-          },
-          { lease: '10s' },
-          harness,
-        );
+        for (const flavour of await storeFlavours()) {
+          // A claim written with its reply lost is, to the store, an attempt whose process died: nobody
+          // renews it. After its lease it is abandoned, and keeps its fingerprint (spec part 3, rule 2).
+          const harness = await makeStore();
+          await withWorld(
+            async (world) => {
+              world.store.faults.claim = 'lose-ack';
+              expectProblem(await world.send('/charges', { key: 'crashed-1' }), 503, 'store_unavailable');
+              world.store.faults.claim = undefined;
+              harness.advance?.(10_001);
+              const other = await world.send('/charges', { key: 'crashed-1', body: JSON.stringify({ amount: 999 }) });
+              expectProblem(other, 422, 'fingerprint_mismatch');
+              expect(world.server.executions()).toBe(0);
+              const retried = await world.send('/charges', { key: 'crashed-1' });
+              expect(retried.status).toBe(201);
+              expect(world.server.executions()).toBe(1);
+              expect(world.requests.at(-1)?.context?.recovered).toBe(true);
+              expect((await world.send('/charges', { key: 'crashed-1' })).headers['idempotent-replayed']).toBe('true');
+              expect((await world.send('/charges', { key: 'fresh-after-crash' })).status).toBe(201);
+              expect(world.requests.at(-1)?.context?.recovered).toBe(false);
+            },
+            { lease: '10s' },
+            harness,
+            flavour,
+          );
+        }
       },
     );
 
@@ -2380,45 +2459,50 @@ export function describeAdapter(
     });
 
     it("response over the store's own cap (under maxResponseBytes): settled as one over maxResponseBytes, never handed to the store", async () => {
-      const harness = await makeStore();
-      const inner = harness.store;
-      const offered: number[] = [];
-      // A store that declares a cap of 2,000 bytes, and refuses above it, as the Redis and PostgreSQL
-      // stores do with theirs.
-      const capped: Store = {
-        claim: (input) => inner.claim(input),
-        renew: (input) => inner.renew(input),
-        async complete(input) {
-          const size = storedResponseSize(input.response);
-          offered.push(size);
-          if (size > 2_000) throw new ResponseTooLargeError(size, 2_000);
-          return inner.complete(input);
-        },
-        release: (input) => inner.release(input),
-        get: (id) => inner.get(id),
-        maxResponseBytes: 2_000,
-      };
-      await withWorld(
-        async (world) => {
-          const first = await world.send('/stream', { key: 'capped-1', body: '{"size":5000}' });
-          expect(first.body.length).toBe(5_000);
-          expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'too-large', status: 200 });
-          await world.waitForEvent('complete');
-          const again = await world.send('/stream', { key: 'capped-1', body: '{"size":5000}' });
-          expectProblem(again, 500, 'response_not_replayable', true);
-          expect(world.server.executions()).toBe(1);
-          // What fits is stored as usual.
-          expect((await world.send('/stream', { key: 'fits-1', body: '{"size":1000}' })).body.length).toBe(1_000);
-          const replayed = await world.send('/stream', { key: 'fits-1', body: '{"size":1000}' });
-          expect(replayed.headers['idempotent-replayed']).toBe('true');
-          expect(replayed.body.length).toBe(1_000);
-          // The store was offered the problem in place of the 5,000 bytes, and the 1,000 bytes.
-          expect(offered.every((size) => size <= 2_000)).toBe(true);
-          expect(world.events.some((event) => event.type === 'store-error')).toBe(false);
-        },
-        undefined,
-        { ...harness, store: capped },
-      );
+      for (const flavour of await storeFlavours()) {
+        const harness = await makeStore();
+        const inner = harness.store;
+        const offered: number[] = [];
+        // A store that declares a cap of 2,000 bytes, and refuses above it, as the Redis and PostgreSQL
+        // stores do with theirs.
+        const capped: Store = {
+          claim: (input) => inner.claim(input),
+          renew: (input) => inner.renew(input),
+          async complete(input) {
+            const size = storedResponseSize(input.response);
+            offered.push(size);
+            if (size > 2_000) throw new ResponseTooLargeError(size, 2_000);
+            return inner.complete(input);
+          },
+          release: (input) => inner.release(input),
+          get: (id) => inner.get(id),
+          maxResponseBytes: 2_000,
+          // A memory store with its own cap (`maxBytes`) is still in process.
+          ...(inner.inProcess === undefined ? {} : { inProcess: inner.inProcess }),
+        };
+        await withWorld(
+          async (world) => {
+            const first = await world.send('/stream', { key: 'capped-1', body: '{"size":5000}' });
+            expect(first.body.length).toBe(5_000);
+            expect(await world.waitForEvent('response-not-stored')).toMatchObject({ reason: 'too-large', status: 200 });
+            await world.waitForEvent('complete');
+            const again = await world.send('/stream', { key: 'capped-1', body: '{"size":5000}' });
+            expectProblem(again, 500, 'response_not_replayable', true);
+            expect(world.server.executions()).toBe(1);
+            // What fits is stored as usual.
+            expect((await world.send('/stream', { key: 'fits-1', body: '{"size":1000}' })).body.length).toBe(1_000);
+            const replayed = await world.send('/stream', { key: 'fits-1', body: '{"size":1000}' });
+            expect(replayed.headers['idempotent-replayed']).toBe('true');
+            expect(replayed.body.length).toBe(1_000);
+            // The store was offered the problem in place of the 5,000 bytes, and the 1,000 bytes.
+            expect(offered.every((size) => size <= 2_000)).toBe(true);
+            expect(world.events.some((event) => event.type === 'store-error')).toBe(false);
+          },
+          undefined,
+          { ...harness, store: capped },
+          flavour,
+        );
+      }
     });
 
     it('a handler that says it had no effect (release()): its 503 is served, not stored, nothing announced, and the retry runs', async () => {
