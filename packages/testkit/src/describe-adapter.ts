@@ -7,10 +7,12 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import {
+  type Awaitable,
   errorTable,
   type HttpIdempotencyOptions,
   type IdempotencyContext,
   type IdempotencyEvent,
+  isPending,
   type MemoryStore,
   memoryStore,
   type Outcome,
@@ -342,33 +344,45 @@ function instrument(store: Store, flavour: StoreFlavour = 'as-is') {
      */
     complete: undefined as undefined | 'throw' | 'throw-once' | 'slow',
   };
+  // Each call answers as the store does: an in-process store answers in the same tick (a value, or
+  // a throw), and the engine and the HTTP layer then end a response without a promise, a path of
+  // their own. Presented as remote, such a store answers with a promise, as one behind a network.
+  // A `slow` fault answers later whatever the store.
+  const presentedRemote = flavour === 'remote' && store.inProcess === true;
+  const answer = <T>(work: () => Awaitable<T>): Awaitable<T> => (presentedRemote ? (async () => work())() : work());
+  const afterwards = <T, U>(value: Awaitable<T>, next: (value: T) => U): Awaitable<U> =>
+    isPending(value) ? value.then(next) : next(value);
+  const later = <T>(work: () => Awaitable<T>): Promise<T> =>
+    new Promise((resolve) => setTimeout(resolve, 100)).then(work);
   const wrapped: Store = {
-    async claim(input) {
-      calls.claim++;
-      if (faults.claim === 'throw') throw new Error('store down (injected)');
-      const result = await store.claim(input);
-      if (faults.claim === 'lose-ack') throw new Error('claim written, reply lost (injected)');
-      if (!result.claimed) calls.refused++;
-      return result;
-    },
-    renew: (input) => (faults.renew === 'refuse' ? false : store.renew(input)),
-    async complete(input) {
-      calls.complete++;
-      if (faults.complete === 'throw') throw new Error('store down while storing the outcome (injected)');
-      if (faults.complete === 'throw-once') {
-        faults.complete = undefined;
-        throw new Error('connection lost while storing the outcome (injected)');
-      }
-      completions.push({ id: input.id, retentionMs: input.retentionMs });
-      if (faults.complete === 'slow') await new Promise((resolve) => setTimeout(resolve, 100));
-      return store.complete(input);
-    },
-    async release(input) {
-      calls.release++;
-      if (faults.release === 'slow') await new Promise((resolve) => setTimeout(resolve, 100));
-      return store.release(input);
-    },
-    get: (id) => store.get(id),
+    claim: (input) =>
+      answer(() => {
+        calls.claim++;
+        if (faults.claim === 'throw') throw new Error('store down (injected)');
+        return afterwards(store.claim(input), (result) => {
+          if (faults.claim === 'lose-ack') throw new Error('claim written, reply lost (injected)');
+          if (!result.claimed) calls.refused++;
+          return result;
+        });
+      }),
+    renew: (input) => answer(() => (faults.renew === 'refuse' ? false : store.renew(input))),
+    complete: (input) =>
+      answer(() => {
+        calls.complete++;
+        if (faults.complete === 'throw') throw new Error('store down while storing the outcome (injected)');
+        if (faults.complete === 'throw-once') {
+          faults.complete = undefined;
+          throw new Error('connection lost while storing the outcome (injected)');
+        }
+        completions.push({ id: input.id, retentionMs: input.retentionMs });
+        return faults.complete === 'slow' ? later(() => store.complete(input)) : store.complete(input);
+      }),
+    release: (input) =>
+      answer(() => {
+        calls.release++;
+        return faults.release === 'slow' ? later(() => store.release(input)) : store.release(input);
+      }),
+    get: (id) => answer(() => store.get(id)),
     // The flags the engine and the HTTP layer read off a store, kept as the store sets them: without
     // `inProcess` a memory store's table would run the engine's remote-store paths, not what its
     // users run. Dropped only when asked to (`remote`).
