@@ -929,18 +929,29 @@ describe('claim cases', () => {
     }
   });
 
-  it('case 37: a sub that is whitespace only or holds a control character names nobody and is refused', async () => {
+  it('case 37: a sub that is whitespace only or holds a control or bidirectional control character names nobody and is refused', async () => {
     // It keys the idempotency scope and the audit lines: ' ' or '\t' would be one shared "nobody", and a
     // line break or NUL in it would forge or cut a log line.
     const guard = guardWith();
     const blank = [' ', '   ', '\t', '\n', '\r\n', '\u00a0', '\u2028', '\u3000', '\ufeff'];
     const control = ['user\n1', 'user\u00001', 'user\r', '\u001b[31muser', 'user\u007f', 'user\u0085', 'user\u009f'];
-    for (const sub of [...blank, ...control]) {
+    // Bidirectional controls reorder how a log line reads ("Trojan Source"): 'admin\u202e1resu' shows as 'adminuser1'.
+    const bidi = ['admin\u202e1resu', 'a\u202ab', 'a\u202db', 'a\u2066b', 'a\u2069', '\u200fa', 'a\u200e', 'a\u061cb'];
+    for (const sub of [...blank, ...control, ...bidi]) {
       expectCode(await guard.verify(makeToken({ claims: { sub, jti: `j-${JSON.stringify(sub)}` } })), 'claim_invalid');
     }
     // Names with spaces inside, non-ASCII letters and invisible-but-not-control characters stay accepted:
     // issuers use them (Kubernetes `system:serviceaccount:ns:name`, e-mail-like and display-like subjects).
-    for (const sub of ['user 1', 'système', 'system:serviceaccount:ns:name', 'a', 'ü\u200db']) {
+    for (const sub of [
+      'user 1',
+      'système',
+      'system:serviceaccount:ns:name',
+      'a',
+      'ü\u200db',
+      'a\u200cb',
+      'עברית',
+      'العربية',
+    ]) {
       expectOk(await guard.verify(makeToken({ claims: { sub, jti: `j-${sub}` } })));
     }
   });
