@@ -1,3 +1,4 @@
+import { checkConfirmation, type PresentedBinding } from './confirmation.js';
 import type { GuardErrorCode } from './errors.js';
 import { isWordList } from './principal.js';
 
@@ -70,8 +71,8 @@ const ownClaim = (payload: Record<string, unknown>, name: string): unknown =>
 
 /**
  * Checks the claims of a token whose signature already verified. Returns the error code of the first
- * failed rule, or `undefined` when every rule holds. `nowMs` is the injected clock; `boundKey` is the
- * JWK thumbprint of a verified DPoP proof, when the token came with one.
+ * failed rule, or `undefined` when every rule holds. `nowMs` is the injected clock; `presented` is what
+ * the request proved it holds (a DPoP proof's key, a client certificate), checked against `cnf` last.
  *
  * @example
  * checkClaims(payload, profile, Date.now()); // undefined, or 'token_expired', 'audience_invalid', ...
@@ -80,7 +81,7 @@ export function checkClaims(
   payload: Record<string, unknown>,
   profile: ClaimProfile,
   nowMs: number,
-  boundKey?: string,
+  presented: PresentedBinding = {},
 ): GuardErrorCode | undefined {
   const now = nowMs / 1000;
   const tolerance = profile.clockTolerance;
@@ -126,15 +127,5 @@ export function checkClaims(
   if (audiences === undefined) return 'claim_invalid';
   if (!audiences.some((audience) => profile.audiences.includes(audience))) return 'audience_invalid';
 
-  if (boundKey !== undefined) {
-    // Presented with a DPoP proof: the token must be bound to exactly the proof's key (RFC 9449 §6).
-    const cnf = payload.cnf;
-    if (typeof cnf !== 'object' || cnf === null || (cnf as { jkt?: unknown }).jkt !== boundKey) {
-      return 'token_binding_invalid';
-    }
-    return undefined;
-  }
-  // A sender-constrained token (DPoP `cnf.jkt`, mTLS `cnf.x5t#S256`) is not a bearer token.
-  if (payload.cnf !== undefined) return 'token_bound';
-  return undefined;
+  return checkConfirmation(payload.cnf, presented);
 }

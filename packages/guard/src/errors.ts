@@ -180,6 +180,21 @@ export const guardErrorTable = {
     title: 'Token not bound to the DPoP key',
     description: 'The access token is not bound to the key of the DPoP proof',
   },
+  // RFC 8705 §3: a certificate-bound token from a request with no client certificate (or none that
+  // parses), or with another one than it is bound to. Two codes, as the remedies differ: configure
+  // the client (or the proxy passing its certificate on) to present one, or use the right one.
+  certificate_missing: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Client certificate required',
+    description: 'The access token is bound to a client certificate and none was presented',
+  },
+  certificate_mismatch: {
+    status: 401,
+    error: 'invalid_token',
+    title: 'Wrong client certificate',
+    description: 'The access token is bound to another client certificate',
+  },
   insufficient_user_authentication: {
     status: 401,
     error: 'insufficient_user_authentication',

@@ -16,6 +16,11 @@ export interface GuardRequest {
   method?: string | undefined;
   /** Route parameters, when the framework has them (for attribute policies). */
   params?: unknown;
+  /**
+   * The connection the request came on (Node's `req.socket`), for the TLS client certificate a
+   * guard with `mtls` reads by default. Typed loosely: a plain `net.Socket` and a `TLSSocket` both fit.
+   */
+  socket?: unknown;
 }
 
 /**
@@ -140,6 +145,8 @@ export interface NodeRequestLike {
   // exactOptionalPropertyTypes a request must be accepted as it is.
   url?: string | undefined;
   method?: string | undefined;
+  /** The connection (a `TLSSocket` over HTTPS), passed on for `mtls`. */
+  socket?: unknown;
 }
 
 // Every value of a field, from the name/value list Node keeps as sent. For an HTTP/2 request, which
@@ -181,5 +188,7 @@ export function guardRequestFromNode(
     headers,
     ...(url === undefined ? {} : { url }),
     ...(message.method === undefined ? {} : { method: message.method }),
+    // For `mtls`: the TLS peer certificate is read from it, and only for a certificate-bound token.
+    ...(message.socket === undefined || message.socket === null ? {} : { socket: message.socket }),
   };
 }

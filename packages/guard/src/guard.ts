@@ -9,6 +9,7 @@ import {
   parseCompactJws,
   type TokenLimits,
 } from './compact-jws.js';
+import { checkConfirmation, type PresentedBinding } from './confirmation.js';
 import {
   buildDpop,
   type DpopOptions,
@@ -35,6 +36,7 @@ import {
   remoteKeySource,
   staticKeySource,
 } from './key-source.js';
+import { buildMtls, type MtlsOptions, type MtlsRuntime, presentedThumbprint } from './mtls.js';
 import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { type Principal, principalFromClaims } from './principal.js';
 import { seconds } from './seconds.js';
@@ -208,6 +210,12 @@ export interface GuardOptions extends TokenRules {
   onEvent?: ((event: GuardEvent) => void) | undefined;
   /** Accept DPoP-bound tokens with proofs (RFC 9449); `{ required: true }` refuses plain bearer tokens. */
   dpop?: DpopOptions | undefined;
+  /**
+   * Accept mTLS certificate-bound tokens (RFC 8705, `cnf["x5t#S256"]`): `{}` reads the TLS peer
+   * certificate of the request's socket; `{ certificate }` reads it where a TLS-terminating proxy
+   * puts it. Without it, a token with `cnf` is refused unless it comes with its DPoP proof.
+   */
+  mtls?: MtlsOptions | undefined;
   /** The gateway's internal token issuer, used by `guard.forwardHeaders()` and the glue's `forwardHeaders()`. */
   internalTokens?: InternalTokenIssuer | undefined;
 }
@@ -224,6 +232,7 @@ const guardOptionNames = [
   'fetch',
   'onEvent',
   'dpop',
+  'mtls',
   'internalTokens',
 ] as const satisfies readonly (keyof GuardOptions)[];
 const guardNamesAll: NamesAll<GuardOptions, typeof guardOptionNames> = true;
@@ -361,6 +370,8 @@ export interface EngineConfig {
   errorOptions: { realm: string; resourceMetadata?: string; dpopAlgorithms?: readonly string[]; dpopOnly?: boolean };
   /** DPoP settings, when enabled. */
   dpop?: DpopRuntime;
+  /** mTLS certificate-binding settings, when enabled. */
+  mtls?: MtlsRuntime;
   /** Clock tolerance for DPoP proofs, in milliseconds. */
   proofToleranceMs: number;
   /** The guard-wide `clockTolerance` in seconds, for principals of no configured issuer. */
@@ -380,7 +391,7 @@ const ownedClaims: Readonly<Record<string, string>> = {
   exp: 'maxLifetime',
   nbf: 'clockTolerance',
   iat: 'maxTokenAge',
-  cnf: 'dpop',
+  cnf: 'dpop and mtls',
 };
 
 const isClaimValue = (value: unknown): value is ClaimValue =>
@@ -699,6 +710,29 @@ async function accept(
   return { ok: true, principal };
 }
 
+// What the request proved it holds: the DPoP proof's key, and where `mtls` is on, the thumbprint of
+// its client certificate, read once and only when a token bound to one asks for it. A token string
+// (`verify`) comes with no request, so with no certificate.
+function presentedBinding(
+  engine: EngineConfig,
+  binding: VerifiedProof | undefined,
+  request: GuardRequest | undefined,
+): PresentedBinding {
+  const jkt = binding?.jkt;
+  const mtls = engine.mtls;
+  if (mtls === undefined) return jkt === undefined ? {} : { jkt };
+  let read = false;
+  let thumbprint: string | undefined;
+  const certificate = () => {
+    if (!read) {
+      read = true;
+      thumbprint = request === undefined ? undefined : presentedThumbprint(mtls, request);
+    }
+    return thumbprint;
+  };
+  return jkt === undefined ? { certificate } : { jkt, certificate };
+}
+
 // The JWS compact serialization in canonical base64url: three segments of [A-Za-z0-9_-] joined by
 // dots, no padding. Anything else is malformed whatever follows, so it is refused before the cache.
 const compactJwsAlphabet = /^[A-Za-z0-9_.-]+$/;
@@ -718,6 +752,7 @@ export async function verifyWithEngine(
   token: string,
   engine: EngineConfig,
   binding?: VerifiedProof,
+  request?: GuardRequest,
 ): Promise<GuardResult> {
   // `verify` is documented never to throw for bad input, and JavaScript callers can pass anything.
   if (typeof token !== 'string') return refuse(engine, binding, 'token_malformed');
@@ -726,7 +761,14 @@ export async function verifyWithEngine(
   // A DPoP-bound result is cached under the token and its key together, apart from bearer results:
   // same token, other key or no proof, no hit.
   const cached = engine.cache?.get(token, binding?.jkt, engine.now());
+  const presented = presentedBinding(engine, binding, request);
   if (cached !== undefined) {
+    // The cache holds the token, not the connection it came on: a certificate binding is checked on
+    // every request, a hit too (the DPoP key is part of the cache key already).
+    if (presented.certificate !== undefined) {
+      const refusal = checkConfirmation(cached.principal.claims.cnf, presented);
+      if (refusal !== undefined) return refuse(engine, binding, refusal, cached.issuer);
+    }
     const at = engine.now();
     // A hit starts the refresh a lookup would have started, so the keys behind hits stay current.
     engine.issuers.get(cached.issuer)?.keys.refreshIfDue();
@@ -780,7 +822,7 @@ export async function verifyWithEngine(
   if (!signature.ok) return refuse(engine, binding, signature.code, issuer.issuer);
 
   const nowMs = engine.now();
-  const claimError = checkClaims(payload, issuer.profile, nowMs, binding?.jkt);
+  const claimError = checkClaims(payload, issuer.profile, nowMs, presented);
   if (claimError !== undefined) return refuse(engine, binding, claimError, issuer.issuer);
 
   const principal = engine.principal(payload, issuer);
@@ -832,6 +874,7 @@ export function buildEngine(
   const limits = checkLimits(options.limits);
   const fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
   const dpop = options.dpop === undefined ? undefined : buildDpop(options.dpop, now);
+  const mtls = options.mtls === undefined ? undefined : buildMtls(options.mtls);
   const proofTolerance = options.clockTolerance ?? 5;
   if (!Number.isFinite(proofTolerance) || proofTolerance < 0 || proofTolerance > 60) {
     throw new TypeError('clockTolerance must be a number of seconds between 0 and 60');
@@ -866,6 +909,7 @@ export function buildEngine(
       ...(dpop === undefined ? {} : { dpopAlgorithms: dpop.algorithms, dpopOnly: dpop.required }),
     },
     ...(dpop === undefined ? {} : { dpop }),
+    ...(mtls === undefined ? {} : { mtls }),
     proofToleranceMs: proofTolerance * 1000,
     clockTolerance: proofTolerance,
   };
@@ -1024,7 +1068,7 @@ export function guardFromEngine(
               : {};
           return { ok: false, error: new GuardError(proof.code, { ...engine.errorOptions, scheme: 'DPoP', ...nonce }) };
         }
-        const result = await verifyWithEngine(found.token, engine, proof);
+        const result = await verifyWithEngine(found.token, engine, proof, request);
         // A nonce of the last window still passes; the answer brings the current one, so the
         // client's next proof does not meet a refusal when the last window is gone.
         if (result.ok && proof.renewNonce && nonces !== undefined) {
@@ -1032,7 +1076,7 @@ export function guardFromEngine(
         }
         return result;
       }
-      return verifyWithEngine(found.token, engine);
+      return verifyWithEngine(found.token, engine, undefined, request);
     },
     verify(token) {
       // `dpop: { required: true }` refuses bearer use, and a token string comes with no proof: every

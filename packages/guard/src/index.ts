@@ -58,6 +58,7 @@ export {
 } from './internal-token.js';
 export type { KeyDropReason, KeySetRejection } from './key-import.js';
 export type { RemoteJwksOptions } from './key-source.js';
+export { type ClientCertificate, certificateThumbprint, type MtlsOptions } from './mtls.js';
 export { type Principal, principalFromClaims } from './principal.js';
 export { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
 export { defaultIdentityHeaders, type StripOptions, stripIdentityHeaders } from './strip-headers.js';

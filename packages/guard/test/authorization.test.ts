@@ -228,6 +228,8 @@ describe('errors (case 54: nothing from the request is reflected)', () => {
       dpop_nonce_required: [401, 'use_dpop_nonce'],
       dpop_replay_unavailable: [401, 'invalid_dpop_proof'],
       token_binding_invalid: [401, 'invalid_token'],
+      certificate_missing: [401, 'invalid_token'],
+      certificate_mismatch: [401, 'invalid_token'],
       insufficient_user_authentication: [401, 'insufficient_user_authentication'],
       insufficient_scope: [403, 'insufficient_scope'],
     };

@@ -1,0 +1,149 @@
+import { execFileSync } from 'node:child_process';
+import { createHash, X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** A certificate and its key, as PEM, with the RFC 8705 thumbprint of its DER. */
+export interface IssuedCert {
+  key: Buffer;
+  cert: Buffer;
+  /** base64url(SHA-256(DER)): what a token bound to this certificate carries in `cnf["x5t#S256"]`. */
+  x5t: string;
+}
+
+/** A CA, a server certificate for localhost and two client certificates, made with the openssl CLI. */
+export interface TestPki {
+  ca: Buffer;
+  server: IssuedCert;
+  clientA: IssuedCert;
+  clientB: IssuedCert;
+  /** A client certificate signed by no one (RFC 8705 §2.2 allows self-signed ones). */
+  selfSigned: IssuedCert;
+  remove(): void;
+}
+
+const openssl = (args: string[]) => execFileSync('/usr/bin/openssl', args, { stdio: 'ignore' });
+
+// Computed from the PEM by node:crypto's parser rather than by the code under test, so a test
+// compares the guard's thumbprint with an independent one.
+const thumbprint = (pem: Buffer) => createHash('sha256').update(new X509Certificate(pem).raw).digest('base64url');
+
+/** Builds the test PKI in a temporary folder (P-256 keys, one day of validity). */
+export function makeTestPki(): TestPki {
+  const dir = mkdtempSync(join(tmpdir(), 'idem-mtls-'));
+  const path = (name: string) => join(dir, name);
+  const newKey = (name: string) =>
+    openssl(['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', path(`${name}.key`)]);
+  newKey('ca');
+  openssl([
+    'req',
+    '-x509',
+    '-new',
+    '-key',
+    path('ca.key'),
+    '-days',
+    '1',
+    '-subj',
+    '/CN=idem test CA',
+    '-out',
+    path('ca.pem'),
+  ]);
+  const issue = (name: string, subject: string, extensions: string): IssuedCert => {
+    newKey(name);
+    openssl(['req', '-new', '-key', path(`${name}.key`), '-subj', subject, '-out', path(`${name}.csr`)]);
+    writeFileSync(path(`${name}.ext`), extensions);
+    openssl([
+      'x509',
+      '-req',
+      '-in',
+      path(`${name}.csr`),
+      '-CA',
+      path('ca.pem'),
+      '-CAkey',
+      path('ca.key'),
+      '-CAcreateserial',
+      '-days',
+      '1',
+      '-extfile',
+      path(`${name}.ext`),
+      '-out',
+      path(`${name}.pem`),
+    ]);
+    const cert = readFileSync(path(`${name}.pem`));
+    return { key: readFileSync(path(`${name}.key`)), cert, x5t: thumbprint(cert) };
+  };
+  const server = issue('server', '/CN=localhost', 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  const clientA = issue('client-a', '/CN=client-a', 'extendedKeyUsage=clientAuth\n');
+  const clientB = issue('client-b', '/CN=client-b', 'extendedKeyUsage=clientAuth\n');
+  newKey('self');
+  openssl([
+    'req',
+    '-x509',
+    '-new',
+    '-key',
+    path('self.key'),
+    '-days',
+    '1',
+    '-subj',
+    '/CN=self',
+    '-out',
+    path('self.pem'),
+  ]);
+  const selfCert = readFileSync(path('self.pem'));
+  const selfSigned = { key: readFileSync(path('self.key')), cert: selfCert, x5t: thumbprint(selfCert) };
+  return {
+    ca: readFileSync(path('ca.pem')),
+    server,
+    clientA,
+    clientB,
+    selfSigned,
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+/** What a request over TLS got back. */
+export interface TlsAnswer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/** Sends a request to `https://localhost:<port><path>`, with `client` as the TLS client certificate when given. */
+export function tlsRequest(
+  port: number,
+  pki: TestPki,
+  options: { path?: string; method?: string; headers?: Record<string, string>; client?: IssuedCert },
+): Promise<TlsAnswer> {
+  return new Promise((resolve, reject) => {
+    const request = https.request(
+      {
+        host: '127.0.0.1',
+        servername: 'localhost',
+        port,
+        path: options.path ?? '/orders',
+        method: options.method ?? 'GET',
+        headers: options.headers ?? {},
+        ca: pki.ca,
+        // A fresh connection per request: a pooled one would carry the certificate of an earlier request.
+        agent: false,
+        ...(options.client === undefined ? {} : { key: options.client.key, cert: options.client.cert }),
+      },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => {
+          body += chunk;
+        });
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, body }));
+      },
+    );
+    request.on('error', reject);
+    request.end();
+  });
+}
+
+/** The ephemeral port a listening server got. */
+export const portOf = (server: { address(): AddressInfo | string | null }) => (server.address() as AddressInfo).port;
