@@ -1,0 +1,85 @@
+// RFC 8705 certificate-bound tokens through the Fastify glue, over real TLS (HTTPS and HTTP/2 over
+// TLS): the hook hands `request.raw`'s socket to the guard, which reads the client certificate.
+import http2 from 'node:http2';
+import { createGuard } from '@idem/guard';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { makeTestPki, type TestPki, tlsRequest } from '../../guard/test/support/tls-certs.js';
+import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
+import { guard } from '../src/auth.js';
+
+let pki: TestPki;
+const apps: FastifyInstance[] = [];
+
+beforeAll(() => {
+  pki = makeTestPki();
+});
+afterAll(async () => {
+  await Promise.all(apps.map((app) => app.close()));
+  pki.remove();
+});
+
+async function start(http2Enabled: boolean): Promise<number> {
+  const edge = createGuard({
+    audience: AUDIENCE,
+    now: manualClock().now,
+    issuers: [{ issuer: ISSUER, secret: SECRET }],
+    mtls: {},
+  });
+  const tls = { key: pki.server.key, cert: pki.server.cert, ca: pki.ca, requestCert: true, rejectUnauthorized: false };
+  const app = (
+    http2Enabled ? Fastify({ http2: true, https: { ...tls, allowHTTP1: false } }) : Fastify({ https: tls })
+  ) as FastifyInstance;
+  app.get('/orders', { onRequest: guard(edge) }, async (request) => ({ sub: request.auth?.sub }));
+  apps.push(app);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.server.address();
+  return typeof address === 'object' && address !== null ? address.port : 0;
+}
+
+const boundHeaders = () => ({
+  authorization: `Bearer ${makeToken({ claims: { cnf: { 'x5t#S256': pki.clientA.x5t } } })}`,
+});
+
+it('Fastify over HTTPS: the bound certificate passes; another or none is 401 with its code', async () => {
+  const port = await start(false);
+  const headers = boundHeaders();
+  expect((await tlsRequest(port, pki, { headers, client: pki.clientA })).status).toBe(200);
+  const other = await tlsRequest(port, pki, { headers, client: pki.clientB });
+  expect([other.status, JSON.parse(other.body).code]).toEqual([401, 'certificate_mismatch']);
+  const none = await tlsRequest(port, pki, { headers });
+  expect([none.status, JSON.parse(none.body).code]).toEqual([401, 'certificate_missing']);
+});
+
+it('Fastify over HTTP/2 with TLS: the certificate is read through the stream to its session socket', async () => {
+  const port = await start(true);
+  const send = (client?: { key: Buffer; cert: Buffer }) =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const session = http2.connect(`https://localhost:${port}`, {
+        ca: pki.ca,
+        ...(client === undefined ? {} : { key: client.key, cert: client.cert }),
+      });
+      session.on('error', reject);
+      const stream = session.request({ ':method': 'GET', ':path': '/orders', ...boundHeaders() });
+      let status = 0;
+      let body = '';
+      stream.setEncoding('utf8');
+      stream.on('response', (headers) => {
+        status = Number(headers[':status']);
+      });
+      stream.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      stream.on('end', () => {
+        session.close();
+        resolve({ status, body });
+      });
+      stream.on('error', reject);
+      stream.end();
+    });
+  expect((await send(pki.clientA)).status).toBe(200);
+  const other = await send(pki.clientB);
+  expect([other.status, JSON.parse(other.body).code]).toEqual([401, 'certificate_mismatch']);
+  const none = await send();
+  expect([none.status, JSON.parse(none.body).code]).toEqual([401, 'certificate_missing']);
+});
