@@ -63,6 +63,12 @@ const tables: readonly TableSpec[] = [
   },
   { source: 'packages/guard/src/dpop.ts', interface: 'DpopOptions', doc: 'docs/guard.md', markers: ['## DPoP'] },
   {
+    source: 'packages/guard/src/mtls.ts',
+    interface: 'MtlsOptions',
+    doc: 'docs/guard.md',
+    markers: ['## mTLS-bound tokens (RFC 8705)'],
+  },
+  {
     source: 'packages/guard/src/internal-token.ts',
     interface: 'InternalTokenIssuerOptions',
     doc: 'docs/guard.md',
