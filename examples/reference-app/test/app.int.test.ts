@@ -1256,7 +1256,8 @@ describe('refresh and sign-out', () => {
       ],
       [
         'has rotated it, and the app has not stored the new one yet',
-        (text) => text.trimStart().startsWith('update app_sessions'),
+        // The statement that stores the refreshed tokens (not the claim on the refresh before it).
+        (text, params) => text.trimStart().startsWith('update app_sessions') && String(params[1]).includes('"tokens"'),
         (params) => (JSON.parse(String(params[1])) as { tokens: { refreshToken: string } }).tokens.refreshToken,
       ],
       [

@@ -25,6 +25,10 @@ export async function migrateApp(db: Database): Promise<void> {
     -- A signed-in session's last request, for its idle limit (sessions.ts). NULL in a row an earlier
     -- version wrote: its last change stands for it.
     ${onlyIfMissing({ relation: 'app_sessions', column: 'last_seen' }, 'alter table app_sessions add column if not exists last_seen timestamptz')}
+    -- A refresh of the session's tokens under way in some app process (its claim, and when the claim
+    -- ends), so that processes sharing the session refresh one at a time (sessions.ts, claimRefresh).
+    ${onlyIfMissing({ relation: 'app_sessions', column: 'refreshing_until' }, 'alter table app_sessions add column if not exists refreshing_until timestamptz')}
+    ${onlyIfMissing({ relation: 'app_sessions', column: 'refreshing_by' }, 'alter table app_sessions add column if not exists refreshing_by text')}
     -- Each new session deletes a batch of expired ones, oldest first.
     ${onlyIfMissing({ relation: 'app_sessions_expires_at' }, 'create index if not exists app_sessions_expires_at on app_sessions (expires_at)')}
     ${hashPendingStates}

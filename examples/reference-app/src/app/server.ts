@@ -13,7 +13,14 @@ import { methodNotAllowed } from '../methods.js';
 import { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
-import { createSessionStore, type Flash, type SessionData, type SessionTokens, seenEverySeconds } from './sessions.js';
+import {
+  createSessionStore,
+  type Flash,
+  refreshLeaseSeconds,
+  type SessionData,
+  type SessionTokens,
+  seenEverySeconds,
+} from './sessions.js';
 
 /**
  * The scopes the third-party app asks for: only what it uses (spec 5.7). It lists photos, reads stock
@@ -193,8 +200,8 @@ export function safeReturnTo(value: unknown): string {
  * Builds the third-party app: "Sign in" (authorization code with state, nonce and PKCE), the callback
  * (state and `iss` checked, code exchanged server-to-server with the client secret, ID token validated
  * including its signature), tokens kept server-side behind an HttpOnly, SameSite=Lax cookie, refresh when
- * the access token is about to expire (one refresh at a time per session: two concurrent refreshes of a
- * rotating token would look like reuse and revoke the grant), and revocation of the tokens of a session
+ * the access token is about to expire (one refresh at a time per session, across app processes on one
+ * database too: two concurrent refreshes of a rotating token would look like reuse and revoke the grant), and revocation of the tokens of a session
  * that ends, by sign-out or by a new sign-in in the same browser.
  *
  * @example
@@ -273,7 +280,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   /**
    * The refresh of session `id` in flight, joined, or a new one: one at a time per session in this
    * process, so that two requests never present the same refresh token (the provider would take the
-   * second for reuse and revoke the grant). `joined` says it was started by another request.
+   * second for reuse and revoke the grant). Across processes, {@link refreshSession} claims it on the
+   * session's row; this map spares the requests of one process that claim's waiting and reading.
+   * `joined` says it was started by another request.
    */
   const refreshOnce = (id: string, refused?: string) => {
     const inFlight = refreshing.get(id);
@@ -323,28 +332,71 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     return callApi(options.baseUrl, fresh, request);
   };
 
+  /** Whether `tokens` are to be refreshed: about to expire, or, given `refused`, still that refused token. */
+  const due = (tokens: SessionTokens, refused: string | undefined) =>
+    refused === undefined ? tokens.expiresAt - refreshMargin <= now() : tokens.accessToken === refused;
+
   /**
    * Refreshes session `id`: when its access token is about to expire, or, given `refused`, when it
    * still holds that token the API refused. Undefined when the session is over.
+   *
+   * One refresh of a session at a time across every app process on the database, not only this one
+   * (the map above): the refresh is claimed on the session's row first (`claimRefresh`, sessions.ts).
+   * A request that finds it claimed waits, reading the session again, until the other refresh has
+   * stored its tokens, and takes them: it spends nothing. Two processes presenting one refresh token
+   * would look like reuse to the provider, which then revokes the grant (signed out everywhere).
    */
   const refreshSession = async (id: string, refused?: string): Promise<SessionData | undefined> => {
-    // Read again: another request of this session may have refreshed between our read and our turn
-    // (its refresh ended, and left the map, in that window). Its refresh token is used up: presenting
-    // it again would look like reuse to the provider, which then revokes the grant.
-    const data = await sessions.get(id);
-    if (!data?.tokens || !data.user) return undefined;
-    const due =
-      refused === undefined ? data.tokens.expiresAt - refreshMargin <= now() : data.tokens.accessToken === refused;
-    if (!due) return data;
-    const refreshToken = data.tokens?.refreshToken;
-    if (!refreshToken) {
-      // A token the API refused ends nothing: the session lasts its own time, the call fails.
-      if (refused !== undefined) return data;
-      await sessions.destroy(id);
-      return undefined;
+    const claim = randomUUID();
+    // The real clock, not `now`: how long this request waits, not how old a token is. A claim ends
+    // with its time (a process that died), and is taken over then; this bounds the wait all the same.
+    const giveUp = Date.now() + (refreshLeaseSeconds + 5) * 1000;
+    for (let pause = 20; ; pause = Math.min(pause * 2, 250)) {
+      // Read again each turn: another request (here or in another process) may have refreshed since.
+      // Its refresh token is used up: presenting it again would look like reuse to the provider.
+      const data = await sessions.get(id);
+      if (!data?.tokens || !data.user) return undefined;
+      if (!due(data.tokens, refused)) return data;
+      if (!data.tokens.refreshToken) {
+        // A token the API refused ends nothing: the session lasts its own time, the call fails.
+        if (refused !== undefined) return data;
+        await sessions.destroy(id);
+        return undefined;
+      }
+      const claimed = await sessions.claimRefresh(id, claim);
+      if (claimed) return refreshClaimed(id, claim, claimed, refused);
+      if (Date.now() >= giveUp) return data;
+      await new Promise((resolve) => setTimeout(resolve, pause));
     }
+  };
+
+  /**
+   * The refresh itself, once `claim` holds it. The claim ends when the tokens are stored, and in any
+   * case before this returns; a crash in between leaves it to end with its time.
+   */
+  const refreshClaimed = async (
+    id: string,
+    claim: string,
+    data: SessionData,
+    refused: string | undefined,
+  ): Promise<SessionData | undefined> => {
+    let stored = false;
     try {
-      const result = await oidc.refresh(refreshToken);
+      // The row as it was claimed: a refresh that ended between the read and the claim stored new tokens.
+      const refreshToken = data.tokens?.refreshToken;
+      if (!data.tokens || !data.user || !refreshToken || !due(data.tokens, refused)) return data;
+      let result: Awaited<ReturnType<typeof oidc.refresh>>;
+      try {
+        result = await oidc.refresh(refreshToken);
+      } catch (error) {
+        if (error instanceof oauth.ResponseBodyError) {
+          // invalid_grant: the refresh token was revoked, reused or expired; the session is over.
+          await sessions.destroy(id);
+          return undefined;
+        }
+        // The provider is unreachable: keep the session and the old token; the API will say if it expired.
+        return data;
+      }
       // OIDC Core 12.2: an ID token from a refresh names the same user. One that names another is no
       // refresh of this session: it ends, and the tokens just issued are revoked.
       if (result.user !== undefined && result.user.sub !== data.user.sub) {
@@ -354,16 +406,13 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       }
       const tokens = { ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken };
       // Only the tokens (and the user, when the provider sent a new ID token): a flash set meanwhile stays.
-      await sessions.update(id, { tokens, ...(result.user ? { user: result.user } : {}) });
-      return { ...data, user: result.user ?? data.user, tokens };
-    } catch (error) {
-      if (error instanceof oauth.ResponseBodyError) {
-        // invalid_grant: the refresh token was revoked, reused or expired; the session is over.
-        await sessions.destroy(id);
-        return undefined;
-      }
-      // The provider is unreachable: keep the session and the old token; the API will say if it expired.
-      return data;
+      stored = await sessions.finishRefresh(id, claim, { tokens, ...(result.user ? { user: result.user } : {}) });
+      // Not stored: the claim was taken over after its time (that refresh's tokens are the session's),
+      // or the session ended meanwhile. The session as it is now, then.
+      return stored ? { ...data, user: result.user ?? data.user, tokens } : await sessions.get(id);
+    } finally {
+      // A failed release leaves the claim to end with its time.
+      if (!stored) await sessions.releaseRefresh(id, claim).catch(() => undefined);
     }
   };
 

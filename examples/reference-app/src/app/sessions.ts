@@ -124,6 +124,30 @@ export interface SessionStore {
    */
   update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
   /**
+   * Claims the refresh of the session's tokens for `claim` (the caller's own value, unique to this
+   * refresh) for {@link refreshLeaseSeconds}, in one statement, unless another claim holds it and its
+   * time has not passed; returns the session as it is when claimed. Undefined when it is not claimed:
+   * another refresh is under way (in this process or another one), or there is no signed-in session.
+   * Refreshes of one session then run one at a time across every app process on the database: two
+   * would present one refresh token twice, which the provider takes for reuse and revokes the grant.
+   * The claim is a row's value, no lock held: the provider is called with no transaction open (on
+   * PGlite's single connection one would stop every other statement, the provider's own included),
+   * and a process that dies while it holds a claim keeps it only until its time passes.
+   */
+  claimRefresh(id: string, claim: string): Promise<SessionData | undefined>;
+  /**
+   * Stores the refreshed `changes` as {@link SessionStore.update} does and ends the claim, if `claim`
+   * is still the session's; false when it is not (taken over after its time, or the session is gone):
+   * nothing is written then.
+   */
+  finishRefresh(
+    id: string,
+    claim: string,
+    changes: { [K in keyof SessionData]?: SessionData[K] | undefined },
+  ): Promise<boolean>;
+  /** Ends `claim` with nothing stored (no refresh was due after all, or the provider could not be reached). */
+  releaseRefresh(id: string, claim: string): Promise<void>;
+  /**
    * Sets one flash slot of a signed-in session, leaving the others (set by other tabs) as they are,
    * and extends the session as {@link SessionStore.update} does.
    */
@@ -174,6 +198,15 @@ const stored = ({ state, ...rest }: PendingSignIn): StoredSignIn => ({ stateHash
 
 /** The default of {@link SessionStoreOptions.lifetimeSeconds}: 12 hours. */
 const defaultLifetimeSeconds = 12 * 3600;
+
+/**
+ * How long a claim on a session's refresh ({@link SessionStore.claimRefresh}) lasts, in seconds. A
+ * refresh makes at most three requests to the provider (discovery, the token request, its keys), each
+ * given up after 5 seconds (oidc-client.ts): 15 seconds, doubled. A claim held longer is taken to be
+ * of a process that died, and is taken over; the longest a dead process keeps a session from
+ * refreshing.
+ */
+export const refreshLeaseSeconds = 30;
 
 /** At most this many expired rows are deleted per {@link SessionStore.create}. */
 const purgeBatch = 100;
@@ -255,6 +288,22 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
   const active = `(not (data ? 'user') or ${seen} > now() - make_interval(secs => ${idle}))`;
   const live = `expires_at > now() and ${end} > now() and ${active}`;
   const extended = (param: string) => `least(now() + make_interval(secs => ${param}::int), ${end})`;
+  /**
+   * {@link SessionStore.update}, and with `claim`, {@link SessionStore.finishRefresh}: only while the
+   * session's refresh is claimed by it, and the claim ends. The number of rows changed.
+   */
+  const change = async (id: string, changes: Partial<SessionData>, claim?: string) => {
+    const removed = Object.keys(changes).filter((key) => changes[key as keyof SessionData] === undefined);
+    // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
+    const { rowCount } = await db.query(
+      `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
+         expires_at = ${extended('$4')}, last_seen = now()
+         ${claim === undefined ? '' : ', refreshing_until = null, refreshing_by = null'}
+       where id_hash = $1 and ${live} and data ? 'user' ${claim === undefined ? '' : 'and refreshing_by = $5'}`,
+      [sha256Id(id), JSON.stringify(changes), removed, ttl, ...(claim === undefined ? [] : [claim])],
+    );
+    return rowCount;
+  };
   return {
     async create(data, ttlSeconds = ttl) {
       await db.query(
@@ -298,13 +347,30 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       return rows[0]?.data;
     },
     async update(id, changes) {
-      const removed = Object.keys(changes).filter((key) => changes[key as keyof SessionData] === undefined);
-      // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
+      await change(id, changes);
+    },
+    async claimRefresh(id, claim) {
+      // Under READ COMMITTED a second claim sent at once waits for the first's row lock, then checks
+      // its condition again on the row the first left: claimed, so it claims nothing.
+      const { rows } = await db.query<{ data: SessionData }>(
+        `update app_sessions
+            set refreshing_until = now() + make_interval(secs => ${refreshLeaseSeconds}), refreshing_by = $2
+          where id_hash = $1 and ${live} and data ? 'user'
+            and (refreshing_until is null or refreshing_until <= now())
+          returning data`,
+        [sha256Id(id), claim],
+      );
+      return rows[0]?.data;
+    },
+    async finishRefresh(id, claim, changes) {
+      // Still ours even past its time, unless another took it over: that one presents the same
+      // refresh token (the provider answers it, or revokes the grant), and its tokens are the ones kept.
+      return (await change(id, changes, claim)) > 0;
+    },
+    async releaseRefresh(id, claim) {
       await db.query(
-        `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
-           expires_at = ${extended('$4')}, last_seen = now()
-         where id_hash = $1 and ${live} and data ? 'user'`,
-        [sha256Id(id), JSON.stringify(changes), removed, ttl],
+        'update app_sessions set refreshing_until = null, refreshing_by = null where id_hash = $1 and refreshing_by = $2',
+        [sha256Id(id), claim],
       );
     },
     async setFlash(id, slot, flash) {
