@@ -72,6 +72,8 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
 
   /** The provider's token requests while `hold` is set: the first waits for `hold.release`. */
   let hold: { first: () => void; second: () => void; released: Promise<void>; taken: boolean } | undefined;
+  /** The token endpoint drops every connection while this is set. */
+  let unreachable = false;
   /** Statements the second process ran on the watched session row. */
   let watched: { hash: string; count: number } | undefined;
 
@@ -95,6 +97,11 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     const holding: RequestListener = (req, res) => {
       const current = hold;
       const token = req.method === 'POST' && (req.url === '/token' || req.url?.startsWith('/token?'));
+      if (token && unreachable) {
+        // As a provider that cannot be reached: the connection ends with no answer.
+        req.socket.destroy();
+        return;
+      }
       if (!current || !token) {
         idp.app(req, res);
         return;
@@ -241,6 +248,27 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     const later = (await sessions().get(id))?.tokens;
     expect(later?.refreshToken).not.toBe(now?.refreshToken);
     expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
+  });
+
+  it('gives up its claim when the provider cannot be reached, so the other process refreshes at once', async () => {
+    const { id, cookie, tokens } = await signIn();
+    clock = 301_000;
+    unreachable = true;
+    try {
+      // The session is kept with its old token (the API will say if it expired), the claim let go.
+      expect((await page(0, cookie)).body).toContain('Alice');
+    } finally {
+      unreachable = false;
+    }
+    expect((await sessions().get(id))?.tokens).toEqual(tokens);
+    const { rows } = await dbs.one.query<{ by: string | null }>(
+      'select refreshing_by as by from app_sessions where id_hash = $1',
+      [hashOf(id)],
+    );
+    expect(rows).toEqual([{ by: null }]);
+    const answer = await Promise.race([page(1, cookie), after(refreshLeaseSeconds * 500, 'the page waited')]);
+    expect(answer.body).toContain('Alice');
+    expect((await sessions().get(id))?.tokens?.refreshToken).not.toBe(tokens.refreshToken);
   });
 
   it('refreshes a session whose refresh was left unfinished by a process that died', async () => {
