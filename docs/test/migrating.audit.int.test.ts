@@ -78,7 +78,7 @@ describe('docs/migrating.md, From express-idempotency', () => {
 
   // Row "Hit flag": nothing a client sends marks a request as a replay (express-idempotency trusted
   // an `x-hit` request header).
-  it('HELD: a client-sent x-hit header neither skips the handler nor marks the answer replayed', async () => {
+  it('a client-sent x-hit header neither skips the handler nor marks the answer replayed', async () => {
     let runs = 0;
     const app = express();
     app.use(idempotency({ store: memoryStore(), scope: () => 'tenant-1' }));

@@ -53,7 +53,7 @@ describe('docs/guides/nestjs.md, its NestJS snippets', () => {
 describe('docs/guides/nestjs.md, Connect and plain node:http', () => {
   // "every 404 counts as 'no route': it is not stored and its key is released", on a server that is
   // not Express (there is no route to tell a handler's 404 from a missing route's).
-  it("HELD: on plain node:http a 404 is not stored: the retry runs; the page's 201 is replayed", async () => {
+  it("on plain node:http a 404 is not stored: the retry runs; the page's 201 is replayed", async () => {
     const middleware = express.idempotency({ store: memoryStore(), scope: () => 'tenant-1' });
     let runs = 0;
     const server = createServer((req, res) => {

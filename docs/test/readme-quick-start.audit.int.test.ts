@@ -30,7 +30,7 @@ afterAll(async () => {
 });
 
 describe("the root README's Quick start", () => {
-  it('HELD: its curl line sent twice gives one 201 and its replay, byte for byte; a POST without a key is 400', async () => {
+  it('its curl line sent twice gives one 201 and its replay, byte for byte; a POST without a key is 400', async () => {
     expect(code, 'README.md has no ts block under "## Quick start"').toBeDefined();
     expect(curl, 'README.md has no curl line followed by "twice"').toBeDefined();
     expect(code).toContain('app.listen(3000);');

@@ -127,7 +127,7 @@ async function startAdapterSnippet(pkg: 'express' | 'fastify' | 'koa'): Promise<
 
 /** What the adapter READMEs' first paragraph and snippet promise, the same on the three frameworks. */
 function adapterPromises(pkg: 'express' | 'fastify' | 'koa', base: () => string): void {
-  it('HELD: a POST /orders with a token and a key runs once; its retry replays it byte for byte, and names the caller and the key', async () => {
+  it('a POST /orders with a token and a key runs once; its retry replays it byte for byte, and names the caller and the key', async () => {
     const bearer = `Bearer ${await token('user-1', 'orders:write')}`;
     const request = {
       headers: { authorization: bearer, 'idempotency-key': `"${pkg}-k1"`, 'content-type': 'application/json' },
@@ -143,7 +143,7 @@ function adapterPromises(pkg: 'express' | 'fastify' | 'koa', base: () => string)
     expect(second.text).toBe(first.text);
   });
 
-  it('HELD: keys are scoped by the verified caller: another user with the same key gets their own execution', async () => {
+  it('keys are scoped by the verified caller: another user with the same key gets their own execution', async () => {
     const headers = (bearer: string) => ({
       authorization: `Bearer ${bearer}`,
       'idempotency-key': `"${pkg}-shared"`,
@@ -157,7 +157,7 @@ function adapterPromises(pkg: 'express' | 'fastify' | 'koa', base: () => string)
     expect(JSON.parse(b.text).id).not.toBe(JSON.parse(a.text).id);
   });
 
-  it('HELD: no token is 401 with a Bearer challenge; a token without orders:write is 403 insufficient_scope; no key is 400 key_missing', async () => {
+  it('no token is 401 with a Bearer challenge; a token without orders:write is 403 insufficient_scope; no key is 400 key_missing', async () => {
     const anonymous = await send(`${base()}/orders`, { headers: { 'idempotency-key': '"x"' }, body: '' });
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers.get('www-authenticate')).toMatch(/^Bearer /);
@@ -185,7 +185,7 @@ describe('packages/express/README.md', () => {
 
   const bearer = () => token('user-3', 'orders:write');
 
-  it('HELD: "A 404 no route answered ... is not stored": the same key again is a fresh 404, not a replay', async () => {
+  it('a 404 no route answered is not stored: the same key again is a fresh 404, not a replay', async () => {
     const request = async () =>
       send(`${base}/nowhere`, { headers: { authorization: `Bearer ${await bearer()}`, 'idempotency-key': '"e404"' } });
     const first = await request();
@@ -194,7 +194,7 @@ describe('packages/express/README.md', () => {
     expect(second.headers.get('idempotent-replayed')).toBeNull();
   });
 
-  it('HELD: "nor, with idempotencyErrors() mounted, a body parser\'s refusal": malformed JSON, then the fixed body under the same key runs', async () => {
+  it("with idempotencyErrors() mounted, a body parser's refusal is not stored: after malformed JSON, the fixed body under the same key runs", async () => {
     const headers = {
       authorization: `Bearer ${await bearer()}`,
       'idempotency-key': '"e-json"',
@@ -207,7 +207,7 @@ describe('packages/express/README.md', () => {
     expect(fixed.headers.get('idempotent-replayed')).toBeNull();
   });
 
-  it('HELD: with app.use, the operation is the concrete path as Express matches it (lower case, no trailing slash): /Orders/ is the operation of /orders', async () => {
+  it('with app.use, the operation is the concrete path as Express matches it (lower case, no trailing slash): /Orders/ is the operation of /orders', async () => {
     const headers = {
       authorization: `Bearer ${await bearer()}`,
       'idempotency-key': '"e-case"',
@@ -222,7 +222,7 @@ describe('packages/express/README.md', () => {
     expect(JSON.parse(other.text)).toMatchObject({ code: 'fingerprint_mismatch' });
   });
 
-  it("HELD: a body over express.json()'s limit (100 kB) is not stored either: the smaller retry runs", async () => {
+  it("a body over express.json()'s limit (100 kB) is a 413 that is not stored: the smaller retry under the key runs", async () => {
     const headers = {
       authorization: `Bearer ${await bearer()}`,
       'idempotency-key': '"e-limit"',
@@ -254,7 +254,7 @@ describe('packages/koa/README.md', () => {
 describe('packages/fastify/README.md: the paragraph after the snippet', () => {
   const text = readme('fastify');
 
-  it('HELD: per route, `config: { idempotency: false }` leaves a route alone and an object overrides the plugin; the operation is the route template', async () => {
+  it('per route, `config: { idempotency: false }` leaves a route alone and an object overrides the plugin; the operation is the route template', async () => {
     const { memoryStore } = await import('@idem/core');
     const { idempotency } = await import('@idem/fastify');
     const Fastify = (await import('fastify')).default;
@@ -279,7 +279,7 @@ describe('packages/fastify/README.md: the paragraph after the snippet', () => {
     expect(runs).toBe(3);
   });
 
-  it('HELD: "a wrong name or value fails at startup"; bad plugin options are a TypeError when the plugin is registered', async () => {
+  it('a misspelt per-route setting fails at startup, and bad plugin options when the plugin is registered, both with a TypeError', async () => {
     expect(text).toContain('a wrong name or value fails at');
     const { memoryStore } = await import('@idem/core');
     const { idempotency } = await import('@idem/fastify');
@@ -368,7 +368,7 @@ export function setBody(type: string, bytes: Uint8Array): void { contentType = t
     return replies.at(-1) as Reply;
   }
 
-  it('HELD: the engine block runs the handler once per key and caller; the repeat replays its bytes; another request under the key is 422; no key is 400', async () => {
+  it('the engine block runs the handler once per key and caller; the repeat replays its bytes; another request under the key is 422; no key is 400', async () => {
     const first = await call('"k-1"', '{"amount":5}');
     const repeat = await call('"k-1"', '{"amount":5}');
     expect(first.status).toBe(201);
@@ -381,7 +381,7 @@ export function setBody(type: string, bytes: Uint8Array): void { contentType = t
     expect(runs).toBe(2);
   });
 
-  it('HELD: makeIdempotent: a later call under the key gets the stored result; another payload under it is refused', async () => {
+  it('makeIdempotent: a later call under the key gets the stored result; another payload under it is refused', async () => {
     const { processOrder } = await runSnippet<{
       processOrder: (order: { id: string; amount: number }) => Promise<unknown>;
     }>(`${wrapperBlock}\nexport { processOrder };\n`);
@@ -416,7 +416,7 @@ describe('packages/client/README.md', () => {
     base = await listening(app.listen(0, '127.0.0.1'));
   });
 
-  it('HELD: the snippet posts with the token and a key; when the first answer is lost, the retry sends the same key and `replayed` is true', async () => {
+  it('the snippet posts with the token and a key; when the first answer is lost, the retry sends the same key and `replayed` is true', async () => {
     let code = tsBlocks(readme('client'))[0] as string;
     code = edit(code, "baseUrl: 'https://api.example.com/v1'", `baseUrl: '${base}/v1'`);
     // What the prelude declares: the session that holds the caller's access token.
@@ -464,7 +464,7 @@ describe('packages/guard/README.md', () => {
     }
   }
 
-  it('HELD: pasted as it is, the placeholder token is refused as a value: 401, a Bearer challenge, a problem body (the JWKS is never fetched)', async () => {
+  it('pasted as it is, the placeholder token is refused as a value: 401, a Bearer challenge, a problem body (the JWKS is never fetched)', async () => {
     const logged = await runLogged(block);
     expect(logged).toHaveLength(1);
     const [status, challenge, problem] = logged[0] as [number, string, Record<string, unknown>];
@@ -473,7 +473,7 @@ describe('packages/guard/README.md', () => {
     expect(problem).toMatchObject({ status: 401, code: 'token_malformed' });
   });
 
-  it('HELD: with a real access token from the issuer, authenticate() gives the principal and authorize() allows orders:write', async () => {
+  it('with a real access token from the issuer, authenticate() gives the principal; authorize() allows orders:write and refuses a token with only orders:read', async () => {
     let code = edit(block, "jwksUri: 'https://id.example/.well-known/jwks.json'", `jwksUri: '${jwksUri}'`);
     code = edit(code, "'Bearer eyJ...'", `'Bearer ${await token('user-1', 'orders:write')}'`);
     expect(await runLogged(code)).toEqual([[true]]);
@@ -517,7 +517,7 @@ describe.skipIf(!withPostgres)('packages/postgres/README.md', () => {
     await pool.query('CREATE TABLE IF NOT EXISTS readme_audit_payments (id text PRIMARY KEY)');
   });
 
-  it('HELD: the snippet migrates and gives an engine: a claim runs once and its repeat replays', async () => {
+  it('the snippet migrates and gives an engine: a claim runs once and its repeat replays', async () => {
     const request = { key: crypto.randomUUID(), scope: 'demo', operation: 'POST /charges', fingerprint: 'fp' };
     const first = await engine.begin(request);
     expect(first.kind).toBe('execute');
@@ -528,7 +528,7 @@ describe.skipIf(!withPostgres)('packages/postgres/README.md', () => {
     if (again.kind === 'replay') expect(Buffer.from(again.response.body).toString()).toBe('{"id":1}');
   });
 
-  it('HELD: "Transactional mode": the handler\'s SQL and the stored response commit together, or neither does', async () => {
+  it("in transactional mode, the handler's SQL and the stored response commit together, or neither does", async () => {
     expect(engine.transactional).toBe(true);
     const request = { key: crypto.randomUUID(), scope: 'demo', operation: 'POST /payments', fingerprint: 'fp' };
     const committed = await engine.begin(request);
@@ -637,7 +637,7 @@ class Redis extends IoRedis {
     expect(unnamed, `claim sentence: "${claimSentence}"; in progress sent ${inProgress.names}`).toEqual([]);
   });
 
-  it('HELD: "through the engine alone, the store refuses it and the key is released": a response over 4 MiB', async () => {
+  it('through the engine alone, a response over 4 MiB is refused by the store (response_too_large) and its key is released', async () => {
     const request = { key: 'k-big', scope: crypto.randomUUID(), operation: 'POST /exports', fingerprint: 'fp' };
     const first = await engine.begin(request);
     if (first.kind !== 'execute') throw new Error(first.kind);
@@ -678,7 +678,7 @@ describe('packages/webhooks/README.md', () => {
     });
   }
 
-  it('HELD: a signed event delivered twice is applied once; both deliveries are acknowledged', async () => {
+  it('a signed event delivered twice is applied once; both deliveries are acknowledged', async () => {
     const body = '{"type":"payment.succeeded","data":{"id":"pay_1"}}';
     const first = await deliver('msg_1', body);
     const second = await deliver('msg_1', body);
@@ -688,7 +688,7 @@ describe('packages/webhooks/README.md', () => {
     expect(applied).toEqual([['applied once', 'msg_1', 'payment.succeeded']]);
   });
 
-  it('HELD: the Errors table: a bad signature is 400 signature_mismatch; the id again with another body is 422 event_id_reused', async () => {
+  it('a bad signature is 400 signature_mismatch; the id again with another body is 422 event_id_reused', async () => {
     const forged = await deliver('msg_2', '{"type":"a"}', { 'webhook-signature': 'v1,AAAA' });
     expect(forged.status).toBe(400);
     expect(JSON.parse(forged.text)).toMatchObject({ code: 'signature_mismatch' });
@@ -698,7 +698,7 @@ describe('packages/webhooks/README.md', () => {
     expect(JSON.parse(reused.text)).toMatchObject({ code: 'event_id_reused' });
   });
 
-  it('HELD: pasted without WEBHOOK_SECRET, the snippet fails at once with secret_invalid ("A bad secret, at construction")', async () => {
+  it('pasted without WEBHOOK_SECRET, the snippet fails at construction with secret_invalid', async () => {
     const saved = process.env.WEBHOOK_SECRET;
     delete process.env.WEBHOOK_SECRET;
     try {
@@ -710,7 +710,7 @@ describe('packages/webhooks/README.md', () => {
 });
 
 describe('packages/testkit/README.md', () => {
-  it('HELD: the snippet registers the Store contract for the memory store (the suite itself runs below, as "memory store")', () => {
+  it('the snippet registers the Store contract for the memory store (the suite itself runs below, as "memory store")', () => {
     expect(tsBlocks(readme('testkit'))[0]).toContain("describeStore('memory store'");
   });
 });
