@@ -11,13 +11,12 @@ import { migrateIdp } from '../src/idp/schema.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
-import { demoUsers, seed } from '../src/seed.js';
+import { seed } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { introspect, loginAndConsent, signOutOfApp, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
+import { alice } from './test-idp.js';
 import { createUserAgent, decodeJwt, formAction, formField, type UserAgent, withoutSendOnce } from './user-agent.js';
-
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 interface SeenRequest {
   method: string;

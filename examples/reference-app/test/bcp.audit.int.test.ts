@@ -8,12 +8,10 @@ import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { listen } from '../src/listen.js';
-import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, type Credentials, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
+import { alice } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, decodeJwt, formAction, formField, pkcePair } from './user-agent.js';
-
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 let whole: WholeStack;
 let app: Required<Credentials>;

@@ -10,12 +10,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
 import { storedId } from '../src/idp/stored-id.js';
-import { demoUsers } from '../src/seed.js';
 import { loginAndConsent, tokenRequest } from './flow.js';
+import { alice } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formField, type UserAgent } from './user-agent.js';
-
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 let whole: WholeStack;
 

@@ -21,12 +21,11 @@ import { randomUUID } from 'node:crypto';
 import { type Attempt, createClient, isRequestFailedError } from '@idem/client';
 import { describe, expect, it } from 'vitest';
 import { storedId } from '../src/idp/stored-id.js';
-import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { crashLeaseSeconds, postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
+import { alice } from './test-idp.js';
 import { createUserAgent, formField, pkcePair } from './user-agent.js';
 
-const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 const scope = 'openid offline_access charges:write';
 const chargeWorkers = 4;
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

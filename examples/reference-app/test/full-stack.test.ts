@@ -7,14 +7,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { startGateway } from '../src/gateway/server.js';
-import { demoUsers } from '../src/seed.js';
 import type { RunningReferenceApp } from '../src/start.js';
 import { codeFlow, introspect, tokenRequest } from './flow.js';
+import { alice } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { decodeJwt } from './user-agent.js';
 
 const scope = 'openid profile email offline_access photos:read photos:write stock:read charges:write settings:write';
-const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 
 let whole: WholeStack;
 let db: Database;

@@ -9,15 +9,15 @@
 // past the first refusals; a failure prints the shrunk plan.
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { appClientId, demoUsers, publicClientId } from '../src/seed.js';
+import { appClientId, publicClientId } from '../src/seed.js';
 import type { RunningReferenceApp } from '../src/start.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { type HostileAnswer, type HostileRequest, sendHostile } from './hostile-send.js';
+import { alice, bob } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { type CookieJar, createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
 
 const limitMs = 5000;
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 let whole: WholeStack;
 let running: RunningReferenceApp;
@@ -1358,10 +1358,7 @@ describe('what the properties above found, pinned', () => {
 describe('after the hostile input', () => {
   it('still signs a new user in end to end, and the app shows the API behind it', async () => {
     const agent = createUserAgent();
-    const callback = await loginAndConsent(agent, running.authUrl, appUrl('/signin'), appUrl('/callback'), {
-      username: 'bob',
-      password: demoUsers[1].password,
-    });
+    const callback = await loginAndConsent(agent, running.authUrl, appUrl('/signin'), appUrl('/callback'), bob);
     const landed = await agent.request(callback.href);
     expect(landed.response.status).toBe(303);
     const home = await agent.request(appUrl('/'));

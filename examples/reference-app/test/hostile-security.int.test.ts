@@ -7,13 +7,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { loadWebhookSecret } from '../src/schema/api-schema.js';
-import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, codeFlow, loginAndConsent, openLoginForm, signOutOfApp } from './flow.js';
 import { sendHostile } from './hostile-send.js';
+import { alice, bob } from './test-idp.js';
 import { startIdpBehindProxy, startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formAction, formField, pkcePair, type UserAgent } from './user-agent.js';
-
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 let whole: WholeStack;
 
@@ -201,7 +199,7 @@ describe('password guessing at the login page', () => {
     const right = await agent.postForm(loginUrl, {
       csrf,
       username: 'BOB',
-      password: demoUsers.find((user) => user.username === 'bob')?.password ?? '',
+      password: bob.password,
     });
     expect(right.response.status).toBe(429);
   });

@@ -16,9 +16,9 @@ import {
 } from '../../../packages/testkit/test/audit-support/pgbouncer.js';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import { type Database, openDatabase } from '../src/db.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow, tokenRequest } from './flow.js';
+import { alice } from './test-idp.js';
 import { allScopes } from './test-stack.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -32,7 +32,6 @@ const available =
 const name = `refapp_pgb_${randomBytes(4).toString('hex')}`;
 const issuer = 'https://issuer.pgb-audit.example';
 const audience = 'http://gateway.pgb-audit';
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 describe.runIf(available)('the reference app on PostgreSQL through PgBouncer (transaction mode)', () => {
   const admin = new pg.Pool({ connectionString: databaseUrl, max: 1 });

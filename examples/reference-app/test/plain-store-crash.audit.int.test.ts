@@ -11,11 +11,10 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createClient } from '@idem/client';
 import { describe, expect, it } from 'vitest';
-import { demoUsers } from '../src/seed.js';
 import { codeFlow } from './flow.js';
 import { postgresForCrashAudit, useCrashSchema, waitForRow } from './killable-app.js';
+import { alice } from './test-idp.js';
 
-const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 const available = await postgresForCrashAudit('the reference-app crash audit of plain-store creates');
 
 describe.runIf(available)('creates killed between their insert and their key completing (crash audit)', () => {

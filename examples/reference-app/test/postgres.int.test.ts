@@ -6,9 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { storedId } from '../src/idp/stored-id.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow, loginAndConsent, signOutOfApp, tokenRequest } from './flow.js';
+import { alice } from './test-idp.js';
 import { createUserAgent, decodeJwt } from './user-agent.js';
 
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -32,7 +32,6 @@ async function reachable(): Promise<boolean> {
 
 const available = await reachable();
 const schema = `refapp_${randomBytes(6).toString('hex')}`;
-const alice = { username: 'alice', password: demoUsers[0].password };
 const resource = 'http://localhost:8080';
 
 describe.runIf(available)('reference app on PostgreSQL', () => {

@@ -13,11 +13,11 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { apiTables } from '../src/schema/api-schema.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow } from './flow.js';
 import { openTestDatabase } from './services.js';
 import { portVariables, runScript, startScript } from './start-script.js';
+import { alice } from './test-idp.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
 /** `text` encoded as bytes fetch sends as they are (a string it would send as UTF-8, and as text/plain). */
@@ -393,8 +393,7 @@ describe('README "What the identity provider enforces": refresh tokens', () => {
   it.each(['login', 'consent'])(
     'gives a refresh token for offline_access only with prompt=consent (prompt=%s)',
     async (prompt) => {
-      const user = { username: 'alice', password: demoUsers[0].password };
-      const { tokens } = await codeFlow(running.authUrl, running.clients.app, user, {
+      const { tokens } = await codeFlow(running.authUrl, running.clients.app, alice, {
         scope: 'openid offline_access photos:read',
         prompt,
       });

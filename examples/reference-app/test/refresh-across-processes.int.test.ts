@@ -19,11 +19,11 @@ import { type Database, openDatabase } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
-import { demoUsers, seed } from '../src/seed.js';
+import { seed } from '../src/seed.js';
 import { introspect, loginAndConsent } from './flow.js';
+import { alice } from './test-idp.js';
 import { createUserAgent } from './user-agent.js';
 
-const alice = { username: 'alice', password: demoUsers[0].password };
 /** Pages of one session sent at once, half to each process. */
 const callers = 10;
 

@@ -16,14 +16,14 @@ import { migrateIdp } from '../src/idp/schema.js';
 import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { rotateSecret } from '../src/rotate-secrets.js';
-import { demoUsers, type SeededClients, seed } from '../src/seed.js';
+import { type SeededClients, seed } from '../src/seed.js';
 import { authorizationUrl, codeFlow, openLoginForm, tokenRequest } from './flow.js';
 import { databaseUrl, postgresForCrashAudit } from './killable-app.js';
 import { restartablePorts } from './ports.js';
+import { alice } from './test-idp.js';
 import { createUserAgent, decodeJwt, type UserAgent } from './user-agent.js';
 
 const available = await postgresForCrashAudit('the reference-app rotation audit');
-const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 
 describe.runIf(available)('rotating the reference app secrets and keys while it runs', () => {
   const schema = `audit_rotation_${randomBytes(4).toString('hex')}`;

@@ -19,12 +19,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { saveClient } from '../src/idp/clients.js';
 import { loadSigningKeys } from '../src/idp/secrets.js';
 import { storedId } from '../src/idp/stored-id.js';
-import { demoUsers } from '../src/seed.js';
 import { loginAndConsent } from './flow.js';
+import { alice } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent } from './user-agent.js';
 
-const alice = { username: 'alice', password: demoUsers[0].password };
 // The demo runs on plain http on loopback; every oauth4webapi call must be told so (README).
 const insecure = { [oauth.allowInsecureRequests]: true } as const;
 

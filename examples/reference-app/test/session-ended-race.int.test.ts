@@ -14,11 +14,11 @@ import { type Database, openDatabase } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
 import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
-import { demoUsers, seed } from '../src/seed.js';
+import { seed } from '../src/seed.js';
 import { introspect, loginAndConsent } from './flow.js';
+import { alice } from './test-idp.js';
 import { createUserAgent, formField } from './user-agent.js';
 
-const alice = { username: 'alice', password: demoUsers[0].password };
 const callers = 20;
 
 /**

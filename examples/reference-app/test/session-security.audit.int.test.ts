@@ -9,12 +9,10 @@ import { createThirdPartyApp } from '../src/app/server.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
-import { demoUsers } from '../src/seed.js';
 import { authorizationUrl, loginAndConsent } from './flow.js';
+import { alice, bob } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formAction, formField, pkcePair } from './user-agent.js';
-
-const alice = { username: 'alice', password: demoUsers[0].password };
 
 let whole: WholeStack;
 
@@ -155,7 +153,6 @@ describe('a sign-in in progress while the app is open in another tab', () => {
 
   it("pins: login CSRF at the callback: bob's own callback, opened in alice's browser mid sign-in, is refused and leaves hers", async () => {
     const { authUrl, appUrl } = whole.running;
-    const bob = { username: 'bob', password: demoUsers[1].password };
     const redirectUri = whole.running.clients.app.redirectUri;
     // The attacker (bob) signs in in his own browser and stops at the callback, code unused.
     const attacker = createUserAgent();

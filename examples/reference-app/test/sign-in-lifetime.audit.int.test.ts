@@ -11,14 +11,13 @@ import { createSessionStore } from '../src/app/sessions.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { authorizationUrl, codeFlow, loginAndConsent, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
+import { alice } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formField, pkcePair, type UserAgent } from './user-agent.js';
 
-const alice = { username: 'alice', password: demoUsers[0].password };
 const hour = 3600;
 
 let whole: WholeStack;

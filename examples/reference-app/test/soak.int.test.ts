@@ -18,9 +18,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import { type Database, openDatabase } from '../src/db.js';
 import { listen } from '../src/listen.js';
-import { demoUsers } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { codeFlow, tokenRequest } from './flow.js';
+import { alice } from './test-idp.js';
 
 const chaos = process.env.IDEM_CHAOS === '1';
 const durationMs = chaos ? 60_000 : 8000;
@@ -29,7 +29,6 @@ const refreshEveryMs = 400;
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const scope = 'openid profile email offline_access photos:read stock:read charges:write';
-const alice = { username: 'alice', password: demoUsers.find((user) => user.username === 'alice')?.password ?? '' };
 
 /** Says loudly that a service is missing; with CI=true that fails the run instead of skipping. */
 function announce(what: string, ok: boolean): boolean {
