@@ -1268,11 +1268,11 @@ describe('documented bounds', () => {
     expect(issuer({ rotationDelay: 3601 })).toThrow(TypeError);
   });
 
-  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:790)', async () => {
+  it('outbox deadLetters: limit defaults to 100 (docs/webhooks.md:792)', async () => {
     const documented = Number(
       /`limit` defaults to (\d+)\./.exec(readFileSync(join(root, 'docs/webhooks.md'), 'utf8'))?.[1],
     );
-    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:790');
+    expect(lineOf('docs/webhooks.md', `\`limit\` defaults to ${documented}.`).where).toBe('docs/webhooks.md:792');
     const asked: unknown[][] = [];
     const db = {
       query: async (_text: string, values?: unknown[]) => {

@@ -567,6 +567,7 @@ describe('## Errors', () => {
       apply_failed: 500,
       raw_body_required: 500,
       secret_invalid: 'thrown',
+      event_id_contended: 'thrown',
       relay_round_timeout: 'thrown',
     };
     expect(Object.keys(webhookErrorTable).sort()).toEqual(Object.keys(documented).sort());

@@ -25,6 +25,7 @@ export const webhookErrorTable = {
   raw_body_required: { status: 500, title: 'Webhook raw body required', retryable: true },
   secret_invalid: { status: 500, title: 'Webhook secret is invalid', retryable: false },
   relay_round_timeout: { status: 503, title: 'Outbox relay round outlived its lease', retryable: true },
+  event_id_contended: { status: 503, title: 'Outbox id deleted under add() each time', retryable: true },
 } as const;
 
 /** A stable @idem/webhooks error code. */
@@ -41,7 +42,8 @@ export interface WebhookErrorOptions {
  * The one error class of @idem/webhooks. Verification returns it inside `{ ok: false }`; it is thrown
  * only for misuse (a parsed body where raw bytes are needed, an invalid secret), by an outbox `add()` of
  * an id the outbox already holds with another event (`event_id_reused`, the sender's side of the
- * receiver's answer), and by an outbox relay round that outlived its lease (`relay_round_timeout`).
+ * receiver's answer) or whose row others kept adding and deleting while it looked (`event_id_contended`),
+ * and by an outbox relay round that outlived its lease (`relay_round_timeout`).
  *
  * Messages are written from fixed text and never contain secrets, signatures or payloads.
  *

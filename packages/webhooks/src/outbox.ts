@@ -302,7 +302,9 @@ export interface Outbox {
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
    * if that transaction commits. Adding the same event (url, body bytes, content type and headers)
    * under an id the outbox holds is a no-op (`added: false`); another event under it is refused with a
-   * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An event that
+   * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An id that others
+   * keep adding and deleting while add() looks at it (three times over) is `event_id_contended`:
+   * nothing added, the transaction left as it was, and add() may be tried again. An event that
    * could never be sent (a URL that is not http: or https:, a header fetch refuses, no body) throws a
    * `TypeError` here instead of failing every attempt until the horizon.
    */
@@ -608,7 +610,13 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
         { details: { id } },
       );
     }
-    throw new Error(`The outbox row of ${id} was deleted each time add() looked at it; nothing was added.`);
+    // Matched on by its code like every other error of the package: nothing was added, and add() in a
+    // new transaction may succeed (retryable), where event_id_reused never will.
+    throw new WebhookError(
+      'event_id_contended',
+      'The outbox row of this id was deleted each time add() looked at it; nothing was added.',
+      { details: { id } },
+    );
   };
 
   const relay = (relayOptions: RelayOptions): Relay => {
