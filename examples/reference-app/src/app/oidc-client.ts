@@ -54,6 +54,16 @@ export interface OidcClient {
 
 const loopback = new Set(['localhost', '127.0.0.1', '[::1]']);
 
+/** How long one request to the provider may take, in milliseconds, body included: then it is given up. */
+export const providerTimeoutMs = 5000;
+
+/**
+ * The most requests {@link OidcClient.refresh} makes to the provider: discovery (once per process),
+ * the token request, and its keys (to check the new ID token's signature). With
+ * {@link providerTimeoutMs}, the longest a refresh takes: sessions.ts's refresh claim outlasts it.
+ */
+export const providerRequestsPerRefresh = 3;
+
 /**
  * Creates an {@link OidcClient}.
  *
@@ -69,7 +79,7 @@ const loopback = new Set(['localhost', '127.0.0.1', '[::1]']);
 export function createOidcClient(options: OidcClientOptions): OidcClient {
   const issuerUrl = new URL(options.issuer);
   const insecure = issuerUrl.protocol === 'http:' && loopback.has(issuerUrl.hostname);
-  const http = { [oauth.allowInsecureRequests]: insecure, signal: () => AbortSignal.timeout(5000) };
+  const http = { [oauth.allowInsecureRequests]: insecure, signal: () => AbortSignal.timeout(providerTimeoutMs) };
   const client: oauth.Client = { client_id: options.clientId };
   const clientAuth = oauth.ClientSecretBasic(options.clientSecret);
   let discovered: Promise<oauth.AuthorizationServer> | undefined;

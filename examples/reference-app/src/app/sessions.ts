@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Database } from '../db.js';
 import { sha256Id } from '../sha256-id.js';
+import { providerRequestsPerRefresh, providerTimeoutMs } from './oidc-client.js';
 
 /** One sign-in in progress: everything the callback must check, used once and then deleted. */
 export interface PendingSignIn {
@@ -202,11 +203,12 @@ const defaultLifetimeSeconds = 12 * 3600;
 /**
  * How long a claim on a session's refresh ({@link SessionStore.claimRefresh}) lasts, in seconds. A
  * refresh makes at most three requests to the provider (discovery, the token request, its keys), each
- * given up after 5 seconds (oidc-client.ts): 15 seconds, doubled. A claim held longer is taken to be
- * of a process that died, and is taken over; the longest a dead process keeps a session from
- * refreshing.
+ * given up after 5 seconds (oidc-client.ts): 15 seconds, doubled (30). Computed from those, so a longer
+ * provider timeout lengthens the claim too: a claim that ended while its refresh still ran would be
+ * taken over, and the two would present one refresh token. A claim held longer is taken to be of a
+ * process that died, and is taken over; the longest a dead process keeps a session from refreshing.
  */
-export const refreshLeaseSeconds = 30;
+export const refreshLeaseSeconds = (2 * providerRequestsPerRefresh * providerTimeoutMs) / 1000;
 
 /** At most this many expired rows are deleted per {@link SessionStore.create}. */
 const purgeBatch = 100;
