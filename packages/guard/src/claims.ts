@@ -54,12 +54,14 @@ const isScopeList = (value: unknown): boolean =>
   (typeof value === 'string' ? !otherWhitespace.test(value) : (value as string[]).every((item) => !/\s/.test(item)));
 
 // A subject names someone: not empty, not whitespace only (' ', a tab, U+00A0), and free of control
-// characters (C0, DEL, C1) and of the bidirectional controls (U+061C, U+200E/F, U+202A-E, U+2066-9).
+// characters (C0, DEL, C1), of the line and paragraph separators (U+2028/9, line breaks that are no
+// control characters: str.splitlines() and log viewers end a line there) and of the bidirectional
+// controls (U+061C, U+200E/F, U+202A-E, U+2066-9).
 // `sub` keys the idempotency scope and the audit lines: a blank one is one shared "nobody" for every
 // such token, a line break or NUL in it forges or cuts a log line, and a right-to-left override shows
 // a line's text in another order than it holds (the "Trojan Source" reordering). Joiners (U+200C/D)
 // stay: scripts and emoji spell names with them.
-const controlCharacter = /[\p{Cc}\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
+const controlCharacter = /[\p{Cc}\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/u;
 const isSubject = (value: unknown): value is string =>
   typeof value === 'string' && value.trim().length > 0 && !controlCharacter.test(value);
 
