@@ -19,8 +19,9 @@ export interface PresentedBinding {
   certificate?: (() => string | undefined) | undefined;
 }
 
-// 32 bytes of SHA-256 in canonical base64url: 43 characters, the last one carrying 2 bits (so
-// 4 trailing bits zero), no padding. Anything else matches no certificate and is a broken claim.
+// 32 bytes of SHA-256 in canonical base64url: 43 characters, the last one carrying 4 bits (so its
+// 2 trailing bits zero: 16 of the 64), no padding. Anything else matches no certificate and is a
+// broken claim.
 const thumbprintShape = /^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$/;
 
 // Both are 43 ASCII characters here (the claim checked by shape, the other computed), so the
