@@ -47,9 +47,13 @@ export function checkConfirmation(cnf: unknown, presented: PresentedBinding): Gu
   if (certificate === undefined) {
     if (jkt !== undefined) {
       // Presented with a DPoP proof: the token must be bound to exactly the proof's key (RFC 9449 §6).
-      return typeof cnf === 'object' && cnf !== null && (cnf as { jkt?: unknown }).jkt === jkt
-        ? undefined
-        : 'token_binding_invalid';
+      if (typeof cnf !== 'object' || cnf === null || (cnf as { jkt?: unknown }).jkt !== jkt) {
+        return 'token_binding_invalid';
+      }
+      // Bound to a certificate too, which this guard (no `mtls`) cannot check: refused, as a bound
+      // token without its proof is. Passing it on the proof alone would let a holder of the DPoP key
+      // without the certificate through, while a guard with `mtls` asks for both.
+      return Object.hasOwn(cnf, 'x5t#S256') ? 'token_bound' : undefined;
     }
     // A sender-constrained token (DPoP `cnf.jkt`, mTLS `cnf.x5t#S256`) is not a bearer token.
     return cnf === undefined ? undefined : 'token_bound';

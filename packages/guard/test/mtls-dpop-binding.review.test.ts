@@ -12,13 +12,9 @@ const ORIGIN = 'https://api.example';
 const X5T = createHash('sha256').update('some client certificate').digest('base64url');
 
 describe('a DPoP + mTLS-bound token on a guard without mtls', () => {
-  // Was wrong: with only `dpop` set, a token bound to a DPoP key and a certificate passes with the
-  // DPoP proof alone: the certificate binding is skipped, while with `mtls` on the same token needs
-  // both and docs/guard.md's claims table says a `cnf` is refused "unless its binding holds".
-  // Needs a decision: (a) refuse it as token_bound (a binding this guard cannot check, as a `cnf`
-  // with no proof is refused today; fail closed), or (b) keep RFC 7800 §3.1's "members not
-  // understood MUST be ignored" and say so in docs/guard.md ("Without mtls, nothing changes").
-  it.fails('is refused (token_bound): its certificate binding cannot be checked here', async () => {
+  // It passed on the DPoP proof alone, the certificate binding skipped, while with `mtls` on the same
+  // token needs both. Decided: refused, as a bound token presented without its proof is (fail closed).
+  it('is refused (token_bound): its certificate binding cannot be checked here', async () => {
     const keys = testKeys();
     const clock = manualClock();
     const guard = createGuard({
