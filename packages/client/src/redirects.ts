@@ -142,9 +142,13 @@ export function followingRedirects(fetchFn: FetchFunction, dropAcrossOrigins: re
       // had not fully arrived, and every hop opened a new connection. The attempt's signal (its
       // timeout, the caller's abort) ends the drain too, even under a fetch whose body ignores it.
       const drain = drainBody(response, drainCapBytes, redirectDrainMs);
-      init.signal?.addEventListener('abort', drain.cancel, { once: true });
+      if (init.signal?.aborted) drain.cancel();
+      else init.signal?.addEventListener('abort', drain.cancel, { once: true });
       await drain.done;
       init.signal?.removeEventListener('abort', drain.cancel);
+      // Aborted meanwhile: no further hop. A fetch that honours its signal would refuse it anyway; one
+      // that ignores it would send it after the caller gave up.
+      init.signal?.throwIfAborted();
       // 303 turns anything but GET and HEAD into a GET; 301 and 302 turn a POST into one (fetch's
       // rule, kept for the browser compatibility it encodes). 307 and 308 keep method and body. A
       // QUERY follows the draft that defines it: a 303 points at the result, fetched with GET; any

@@ -238,6 +238,32 @@ describe('a read follows its redirects as fetch does', () => {
     expect((await pending).code).toBe('aborted');
   });
 
+  // Was wrong: the redirect's body is drained before the next hop, and a caller's abort during that
+  // drain ended the drain but not the chain: under a fetch that ignores its signal (a wrapper that
+  // drops it, a runtime's own), the next hop was still sent after the caller gave up.
+  it("sends no further hop once the caller's signal aborted during a redirect body's drain", async () => {
+    const api = await serve((req, res) => {
+      if (req.url === '/stall') {
+        // A body announced and never sent: the drain waits for it.
+        res.writeHead(302, { location: '/next', 'content-length': '100' });
+        res.write('x');
+      } else res.end('{}');
+    });
+    const deaf: ClientOptions['fetch'] = (input, init) => fetch(input, { ...init, signal: null });
+    const client = createClient({ baseUrl: api.base, fetch: deaf, retry: { maxAttempts: 1, timeout: '30s' } });
+    const controller = new AbortController();
+    const pending = failure(client.get('/stall', { signal: controller.signal }));
+    const deadline = Date.now() + 10_000;
+    while (!api.log.some((s) => s.url === '/stall') && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    controller.abort(new Error('caller gave up'));
+    expect((await pending).code).toBe('aborted');
+    // Past the drain's own bound (250 ms): had the chain gone on, /next would be in the log by now.
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect(api.log.map((s) => s.url)).toEqual(['/stall']);
+  });
+
   it('keeps the connection for the next hop: redirected reads do not open a socket per hop', async () => {
     const api = await serve((req, res) => {
       if (req.url === '/r') redirect(res, 302, '/ok', 'see /ok');
