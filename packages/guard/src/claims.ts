@@ -53,7 +53,7 @@ const isScopeList = (value: unknown): boolean =>
   isWordList(value) &&
   (typeof value === 'string' ? !otherWhitespace.test(value) : (value as string[]).every((item) => !/\s/.test(item)));
 
-// A subject names someone: not empty, not whitespace only (' ', a tab, U+00A0), and free of control
+// A subject names someone: not empty, not blank (whitespace or invisible characters only), and free of control
 // characters (C0, DEL, C1), of the line and paragraph separators (U+2028/9, line breaks that are no
 // control characters: str.splitlines() and log viewers end a line there) and of the bidirectional
 // controls (U+061C, U+200E/F, U+202A-E, U+2066-9).
@@ -62,8 +62,12 @@ const isScopeList = (value: unknown): boolean =>
 // a line's text in another order than it holds (the "Trojan Source" reordering). Joiners (U+200C/D)
 // stay: scripts and emoji spell names with them.
 const controlCharacter = /[\p{Cc}\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/u;
+// Blank to the eye although no whitespace to trim(): it needs one character that is none of
+// whitespace, a format character (U+200B zero width space, U+FEFF, the joiners), the Hangul fillers
+// (U+115F, U+1160, U+3164, U+FFA0) or the blank braille pattern (U+2800). 'ZWSP' alone is "nobody" too.
+const visibleCharacter = /[^\s\p{Cf}\u115f\u1160\u3164\uffa0\u2800]/u;
 const isSubject = (value: unknown): value is string =>
-  typeof value === 'string' && value.trim().length > 0 && !controlCharacter.test(value);
+  typeof value === 'string' && visibleCharacter.test(value) && !controlCharacter.test(value);
 
 // A claim the token itself carries. The payload is a plain object, so `payload.constructor` or
 // `payload.toString` would be what every object inherits: a rule requiring a claim of that name

@@ -19,4 +19,33 @@ describe('a sub holding a Unicode line or paragraph separator', () => {
       expect(result.ok ? 'ok' : result.error.code, JSON.stringify(sub)).toBe('claim_invalid');
     }
   });
+
+  // Was wrong: blank to the eye but no whitespace to trim(): a sub of only a zero width space, a
+  // Hangul filler or the blank braille pattern passed, one shared invisible "nobody".
+  it('is claim_invalid when it holds no visible character, whitespace or not', async () => {
+    const guard = createGuard({
+      audience: AUDIENCE,
+      now: manualClock().now,
+      issuers: [{ issuer: ISSUER, secret: SECRET }],
+    });
+    for (const sub of [
+      '\u200b',
+      '\u200b\u200b',
+      '\u3164',
+      '\u115f',
+      '\u1160',
+      '\uffa0',
+      '\u2800',
+      '\u200d',
+      ' \u200b ',
+      '\u2060',
+    ]) {
+      const result = await guard.verify(makeToken({ claims: { sub } }));
+      expect(result.ok ? 'ok' : result.error.code, JSON.stringify(sub)).toBe('claim_invalid');
+    }
+    for (const sub of ['a\u200bb', '\u200bx', 'ü\u200db', '\u3164a', '0']) {
+      const result = await guard.verify(makeToken({ claims: { sub } }));
+      expect(result.ok ? 'ok' : result.error.code, JSON.stringify(sub)).toBe('ok');
+    }
+  });
 });
