@@ -54,4 +54,44 @@ describe.skipIf(!available)('outbox.add of an id deleted under it each time it l
       client.release();
     }
   });
+
+  // docs/webhooks.md and docs/errors.md say "three times over": it gives up after the third look,
+  // not the second (a purge racing one add twice is rare, three times is churn) nor the fourth.
+  it('looks three times: churned twice, the third insert adds the event; churned every time, it stops at three', async () => {
+    const attempt = async (id: string, churnTimes: number) => {
+      const client = await pool.connect();
+      let inserts = 0;
+      try {
+        await client.query('BEGIN');
+        const churned: Queryable = {
+          async query(text, values) {
+            if (text.includes('INSERT INTO')) {
+              inserts += 1;
+              if (inserts <= churnTimes) await outbox.add(pool, { id, url, body: 'theirs' });
+            }
+            if (text.includes('SELECT url =') && inserts <= churnTimes) {
+              await pool.query(`DELETE FROM "${table}" WHERE id = $1`, [id]);
+            }
+            return client.query(text, values);
+          },
+        };
+        const outcome = await outbox.add(churned, { id, url, body: 'mine' }).then(
+          (result) => result,
+          (error: unknown) => (isWebhookError(error) ? error.code : error),
+        );
+        await client.query('COMMIT');
+        return { outcome, inserts };
+      } finally {
+        client.release();
+      }
+    };
+    expect(await attempt('evt_churn_twice', 2)).toEqual({
+      outcome: { id: 'evt_churn_twice', added: true },
+      inserts: 3,
+    });
+    expect(await attempt('evt_churn_always', Number.POSITIVE_INFINITY)).toEqual({
+      outcome: 'event_id_contended',
+      inserts: 3,
+    });
+  });
 });
