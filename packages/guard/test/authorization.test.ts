@@ -148,6 +148,22 @@ describe('authorization', () => {
     }
   });
 
+  // docs/guard.md: "`auth_time` is read only by this rule: token verification does not check it." A
+  // token of an issuer that writes it oddly still authenticates; only a maxAge rule refuses it.
+  it('auth_time is read only by requireAuthentication: verification takes any value, the maxAge rule refuses a bad one', async () => {
+    const clock = manualClock();
+    const guard = createGuard({ audience: AUDIENCE, now: clock.now, issuers: [{ issuer: ISSUER, secret: SECRET }] });
+    for (const authTime of ['yesterday', -1, 1.5, clock.seconds() + 86_400, null, true]) {
+      const verified = await guard.verify(makeToken({ claims: { auth_time: authTime, jti: `a${String(authTime)}` } }));
+      expect(verified.ok ? 'ok' : verified.error.code, JSON.stringify(authTime)).toBe('ok');
+      if (!verified.ok) continue;
+      const decision = guard.authorize(verified.principal, [requireAuthentication({ maxAge: 300 })]);
+      expect(decision.ok ? 'ok' : decision.error.code, JSON.stringify(authTime)).toBe(
+        'insufficient_user_authentication',
+      );
+    }
+  });
+
   it("step-up through a guard: a future auth_time gets the clock tolerance of the token's issuer", async () => {
     const clock = manualClock();
     const nowSeconds = clock.seconds();
