@@ -8,12 +8,14 @@
 // objects, not copies. The Express block's `readFileSync('server.key')` and friends read this
 // test's PKI instead of files in the working directory, and it listens on a free port rather than
 // 8443; both substitutions are checked to have happened, so a reworded block fails here, not
-// silently.
+// silently. The compiled blocks sit under node_modules, so Node imports them as an app would, and
+// their `@idem/*` imports are the built packages (dist): build the guard after changing its source.
+import { createHash, X509Certificate } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { type Guard, guardRequestFromNode } from '@idem/guard';
+import { certificateThumbprint, type Guard, guardRequestFromNode } from '@idem/guard';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -216,3 +218,14 @@ function get(url: string, headers: Record<string, string>): Promise<[number, str
     req.end();
   });
 }
+
+describe('docs/guard.md: certificateThumbprint(cert)', () => {
+  it('gives the x5t#S256 of an X509Certificate and of DER bytes: base64url SHA-256 of the DER, no padding', () => {
+    const parsed = new X509Certificate(pki.clientA.cert);
+    const expected = createHash('sha256').update(parsed.raw).digest('base64url');
+    expect(certificateThumbprint(parsed)).toBe(expected);
+    expect(certificateThumbprint(parsed.raw)).toBe(expected);
+    expect(certificateThumbprint(new Uint8Array(parsed.raw))).toBe(expected);
+    expect(expected).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+});
