@@ -8,8 +8,7 @@
 // objects, not copies. The Express block's `readFileSync('server.key')` and friends read this
 // test's PKI instead of files in the working directory, and it listens on a free port rather than
 // 8443; both substitutions are checked to have happened, so a reworded block fails here, not
-// silently. The compiled blocks sit under node_modules, so Node imports them as an app would, and
-// their `@idem/*` imports are the built packages (dist): build the guard after changing its source.
+// silently.
 import { createHash, X509Certificate } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type Server } from 'node:http';
@@ -36,7 +35,11 @@ function sectionBlocks(): string[] {
   return [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1] as string);
 }
 
-const scratch = join(root, 'node_modules', '.cache', `idem-guard-mtls-doc-${process.pid}`);
+// Inside the repository but outside node_modules: vitest transforms the compiled blocks as it does
+// the tests, so their `@idem/*` imports resolve to the packages' source (vitest.config.ts) and no
+// build is needed first (CI runs the tests on a clean clone, never built); their other imports
+// resolve from the workspace's node_modules as an app's would.
+const scratch = join(root, 'docs', 'test', '.scratch', `guard-mtls-doc-${process.pid}`);
 let pki: TestPki;
 let signingKey: CryptoKey;
 let jwks: { keys: unknown[] };
