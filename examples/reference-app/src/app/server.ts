@@ -15,10 +15,12 @@ import { createOidcClient } from './oidc-client.js';
 import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
 import {
   createSessionStore,
+  defaultIdleSeconds,
   type Flash,
   refreshLeaseSeconds,
   type SessionData,
   type SessionTokens,
+  type SignedInUser,
   seenEverySeconds,
 } from './sessions.js';
 
@@ -130,6 +132,26 @@ function logEvent(event: ThirdPartyAppEvent): void {
     `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
   );
 }
+
+/** What a refresh stores in the session: the new tokens, and the user when a new ID token came. */
+type RefreshChanges = { tokens: SessionTokens; user?: SignedInUser };
+
+/**
+ * Tokens the provider issued that the database would not store, held by the process that asked for
+ * them, with the claim on the session's refresh they were issued under (kept, not released).
+ */
+interface UnstoredRefresh {
+  claim: string;
+  changes: RefreshChanges;
+  /** When a request last used them (the real clock, ms): an entry untouched past the idle limit goes. */
+  touched: number;
+}
+
+/**
+ * The pauses before each retry of a refresh's store (ms): three attempts in about a third of a second,
+ * enough for a pool timeout or a failover's blip, short against the page the person waits for.
+ */
+const storePausesMs = [50, 250];
 
 /** The third-party app, an Express app. */
 export interface ThirdPartyApp {
@@ -249,6 +271,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const stockItems = options.stockItems ?? ['item-1', 'item-2', 'item-3'];
   const refreshMargin = options.refreshMargin ?? 30_000;
   const refreshing = new Map<string, Promise<SessionData | undefined>>();
+  const unstored = new Map<string, UnstoredRefresh>();
+  // An entry untouched this long is of a session that has ended (idle): it goes at the next one kept.
+  const unstoredForMs = (idleSeconds ?? defaultIdleSeconds) * 1000;
   const onEvent = options.onEvent ?? logEvent;
 
   const send = (res: Response, status: number, html: string) => res.status(status).set(pageHeaders).send(html);
@@ -272,7 +297,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return undefined;
     }
     if (!id || !data.tokens || !data.user) return undefined;
-    if (data.tokens.expiresAt - refreshMargin > now()) return { id, data };
+    const current = await withUnstored(id, data);
+    if (!current?.tokens) return undefined;
+    if (current.tokens.expiresAt - refreshMargin > now()) return { id, data: current };
     const fresh = await refreshOnce(id).pending;
     return fresh ? { id, data: fresh } : undefined;
   };
@@ -354,9 +381,14 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     for (let pause = 20; ; pause = Math.min(pause * 2, 250)) {
       // Read again each turn: another request (here or in another process) may have refreshed since.
       // Its refresh token is used up: presenting it again would look like reuse to the provider.
-      const data = await sessions.get(id);
+      const read = await sessions.get(id);
+      const data = read?.tokens && read.user ? await withUnstored(id, read) : undefined;
       if (!data?.tokens || !data.user) return undefined;
       if (!due(data.tokens, refused)) return data;
+      // Tokens this process holds and could not store: their refresh token is the live one, and the
+      // claim they were issued under is still this process's, so they are refreshed under it.
+      const held = unstored.get(id);
+      if (held) return refreshClaimed(id, held.claim, data, refused);
       if (!data.tokens.refreshToken) {
         // A token the API refused ends nothing: the session lasts its own time, the call fails.
         if (refused !== undefined) return data;
@@ -371,8 +403,65 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   };
 
   /**
+   * Stores a refresh's tokens under its claim ({@link SessionStore.finishRefresh}), sent again after a
+   * short pause when the database fails (a blip, a pool timeout): the provider has rotated the refresh
+   * token already, so giving up loses the only live one. A retry is safe: the statement writes only
+   * while `claim` is the session's, and ends it, so a second run after a first that did write (its
+   * answer lost) writes nothing and says false. Throws the last error when every attempt failed.
+   */
+  const storeRefreshed = async (id: string, claim: string, changes: RefreshChanges): Promise<boolean> => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await sessions.finishRefresh(id, claim, changes);
+      } catch (error) {
+        const pause = storePausesMs[attempt];
+        if (pause === undefined) throw error;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
+  };
+
+  /**
+   * Session `id` as read (`data`), with the tokens this process holds for it unstored, if any (see
+   * {@link refreshClaimed}): they are offered to the database again first. Stored, the claim ends and
+   * the entry goes; refused (the claim was taken over after its time, or the session ended), the
+   * entry goes and the session is as the database has it now; failed again, the held tokens are the
+   * session's for this request, and the claim stays.
+   */
+  const withUnstored = async (id: string, data: SessionData): Promise<SessionData | undefined> => {
+    const held = unstored.get(id);
+    if (!held) return data;
+    let stored: boolean;
+    try {
+      stored = await sessions.finishRefresh(id, held.claim, held.changes);
+    } catch {
+      held.touched = Date.now();
+      return { ...data, ...held.changes };
+    }
+    if (unstored.get(id) === held) unstored.delete(id);
+    return stored ? { ...data, ...held.changes } : await sessions.get(id);
+  };
+
+  /** Keeps `changes`, issued under `claim`, for {@link withUnstored}; drops entries of ended sessions. */
+  const keepUnstored = (id: string, claim: string, changes: RefreshChanges) => {
+    const at = Date.now();
+    for (const [other, entry] of unstored) if (at - entry.touched > unstoredForMs) unstored.delete(other);
+    unstored.set(id, { claim, changes, touched: at });
+  };
+
+  /**
    * The refresh itself, once `claim` holds it. The claim ends when the tokens are stored, and in any
-   * case before this returns; a crash in between leaves it to end with its time.
+   * case before this returns (a crash in between leaves it to end with its time), except when the
+   * tokens could not be stored.
+   *
+   * Then the provider has rotated the refresh token and the session's row still holds the spent one:
+   * whoever presents that one next looks like reuse to the provider, which revokes the grant (signed
+   * out everywhere). So the claim is kept, not released: no request of any process presents the spent
+   * token while it lasts (30 seconds), as they wait for a refresh they take to be under way. This
+   * request goes on with the new tokens, and this process keeps them ({@link unstored}) for its next
+   * requests of the session, which offer them to the database again before anything else: the first
+   * one it takes ends the claim. Past the claim's time, another process may take it over and present
+   * the spent token; only the provider's reuse interval saves the grant then.
    */
   const refreshClaimed = async (
     id: string,
@@ -391,6 +480,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       } catch (error) {
         if (error instanceof oauth.ResponseBodyError) {
           // invalid_grant: the refresh token was revoked, reused or expired; the session is over.
+          unstored.delete(id);
           await sessions.destroy(id);
           return undefined;
         }
@@ -400,19 +490,28 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       // OIDC Core 12.2: an ID token from a refresh names the same user. One that names another is no
       // refresh of this session: it ends, and the tokens just issued are revoked.
       if (result.user !== undefined && result.user.sub !== data.user.sub) {
+        unstored.delete(id);
         await sessions.destroy(id);
         await revokeTokens({ ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken }, 'sign-out');
         return undefined;
       }
       const tokens = { ...result.tokens, refreshToken: result.tokens.refreshToken ?? refreshToken };
       // Only the tokens (and the user, when the provider sent a new ID token): a flash set meanwhile stays.
-      stored = await sessions.finishRefresh(id, claim, { tokens, ...(result.user ? { user: result.user } : {}) });
-      // Not stored: the claim was taken over after its time (that refresh's tokens are the session's),
-      // or the session ended meanwhile. The session as it is now, then.
-      return stored ? { ...data, user: result.user ?? data.user, tokens } : await sessions.get(id);
+      const changes: RefreshChanges = { tokens, ...(result.user ? { user: result.user } : {}) };
+      try {
+        stored = await storeRefreshed(id, claim, changes);
+      } catch {
+        // The database would not take them: kept here, the claim kept (see above).
+        keepUnstored(id, claim, changes);
+        return { ...data, ...changes };
+      }
+      // Stored, or held no more: the claim was taken over after its time (that refresh's tokens are
+      // the session's), or the session ended meanwhile. The session as it is now, then.
+      if (unstored.get(id)?.claim === claim) unstored.delete(id);
+      return stored ? { ...data, ...changes } : await sessions.get(id);
     } finally {
-      // A failed release leaves the claim to end with its time.
-      if (!stored) await sessions.releaseRefresh(id, claim).catch(() => undefined);
+      // A failed release leaves the claim to end with its time. Tokens held unstored keep theirs.
+      if (!stored && unstored.get(id)?.claim !== claim) await sessions.releaseRefresh(id, claim).catch(() => undefined);
     }
   };
 

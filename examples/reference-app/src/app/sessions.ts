@@ -232,7 +232,7 @@ export interface SessionStoreOptions {
 }
 
 /** The default of {@link SessionStoreOptions.idleSeconds}: 30 minutes. */
-const defaultIdleSeconds = 30 * 60;
+export const defaultIdleSeconds = 30 * 60;
 
 /**
  * A read records the session's use (`last_seen`) only when the last record is older than this, in

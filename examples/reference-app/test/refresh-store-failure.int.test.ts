@@ -1,0 +1,266 @@
+// A refresh whose new tokens the database will not take. The provider rotates the refresh token when
+// it answers: from then on the session's stored refresh token is spent, and presenting it again is
+// reuse, which revokes the whole grant (the user signed out everywhere). So the statement that
+// stores the new tokens (`finishRefresh`) failing once (a blip, a pool timeout) must not lose them,
+// and failing for good must not let the spent token be presented again while the claim lasts.
+//
+// The fault is the database's own: the store statement is replaced by one the database refuses with
+// the error of a connection terminated by the server (57P01), on PostgreSQL and on PGlite. The app
+// runs twice on one database, as in refresh-across-processes.int.test.ts, with the provider's reuse
+// interval off (`refreshTokenReuseSeconds: 0`): a second use of a spent token revokes at once.
+import { createHash, randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrateApp } from '../src/app/schema.js';
+import { createThirdPartyApp } from '../src/app/server.js';
+import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
+import { type Database, openDatabase } from '../src/db.js';
+import { createIdp } from '../src/idp/server.js';
+import { storedId } from '../src/idp/stored-id.js';
+import { type ListeningPort, listen } from '../src/listen.js';
+import { seed } from '../src/seed.js';
+import { introspect, loginAndConsent } from './flow.js';
+import { alice } from './test-idp.js';
+import { createUserAgent } from './user-agent.js';
+
+/** Two handles on one database: two pools on PostgreSQL, the one PGlite instance twice. */
+async function openTwice(embedded: boolean): Promise<{ one: Database; two: Database; close(): Promise<void> }> {
+  const url = process.env.DATABASE_URL;
+  if (!url || embedded) {
+    const db = await openDatabase({ memory: true });
+    return { one: db, two: db, close: () => db.close() };
+  }
+  const schema = `refapp_refresh_store_${randomBytes(5).toString('hex')}`;
+  const one = await openDatabase({ url, schema });
+  const two = await openDatabase({ url, schema });
+  return {
+    one,
+    two,
+    async close() {
+      await two.close();
+      await one.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
+      await one.close();
+    },
+  };
+}
+
+const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
+
+/** The statement that stores a refresh's tokens and ends its claim (sessions.ts, `finishRefresh`). */
+const storesRefresh = (text: string, params: readonly unknown[]) =>
+  text.trimStart().startsWith('update app_sessions set data') &&
+  text.includes('refreshing_by = $5') &&
+  String(params[1]).includes('"tokens"');
+
+/** A statement the database itself refuses, as it does on a connection the server ends. */
+const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
+  using errcode = '57P01'; end $$`;
+
+const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
+if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
+
+describe.each(stores)('a refresh whose tokens the database fails to store, on %s', (_name, embedded) => {
+  let dbs: Awaited<ReturnType<typeof openTwice>>;
+  const ports: ListeningPort[] = [];
+  let authUrl: string;
+  let appUrls: [string, string];
+  let client: { clientId: string; clientSecret: string };
+  /** The app's clock, ahead of the real one by this much (both processes share it). */
+  let clock = 0;
+  /** Access tokens the first process sent to the API. */
+  const sentTokens: string[] = [];
+  /** How many more of the first process's store statements fail (Infinity: all of them). */
+  let failures = 0;
+  /** How many of them were sent. */
+  let storeAttempts = 0;
+
+  beforeAll(async () => {
+    dbs = await openTwice(embedded);
+    const authPort = await listen(0);
+    const appPorts = [await listen(0), await listen(0)] as const;
+    const apiPort = await listen(0);
+    ports.push(authPort, ...appPorts, apiPort);
+    authUrl = authPort.url;
+    appUrls = [appPorts[0].url, appPorts[1].url];
+    await migrateApp(dbs.one);
+    const clients = await seed(dbs.one, { appRedirectUri: new URL('/callback', appUrls[0]).href });
+    client = clients.app;
+    const idp = await createIdp({
+      db: dbs.one,
+      issuer: authUrl,
+      resource: 'http://127.0.0.1:1',
+      refreshTokenReuseSeconds: 0,
+    });
+    authPort.use(idp.app);
+    apiPort.use((req, res) => {
+      sentTokens.push((req.headers.authorization ?? '').replace(/^Bearer /, ''));
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+    const failing: Database = {
+      ...dbs.one,
+      query<Row>(text: string, params: readonly unknown[] = []) {
+        if (storesRefresh(text, params)) {
+          storeAttempts++;
+          if (failures > 0) {
+            failures--;
+            return dbs.one.query<Row>(terminated);
+          }
+        }
+        return dbs.one.query<Row>(text, params);
+      },
+    };
+    for (const [i, db] of [failing, dbs.two].entries()) {
+      const { app } = await createThirdPartyApp({
+        db,
+        issuer: authUrl,
+        clientId: clients.app.clientId,
+        clientSecret: clients.app.clientSecret,
+        appUrl: appUrls[0],
+        baseUrl: apiPort.url,
+        resource: 'http://127.0.0.1:1',
+        now: () => Date.now() + clock,
+        stockItems: ['item-1'],
+      });
+      appPorts[i]?.use(app);
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.allSettled(ports.map((port) => port.close()));
+    await dbs?.close();
+  });
+
+  const sessions = () => createSessionStore(dbs.one, { ttlSeconds: 3600 });
+
+  async function signIn(): Promise<{ id: string; cookie: string; tokens: SessionTokens }> {
+    clock = 0;
+    failures = 0;
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      authUrl,
+      new URL('/signin', appUrls[0]).href,
+      new URL('/callback', appUrls[0]).href,
+      alice,
+    );
+    await agent.request(callback.href);
+    const id = agent.jar.cookies.get('app_session')?.value ?? '';
+    const tokens = (await sessions().get(id))?.tokens;
+    expect(tokens?.refreshToken).toEqual(expect.any(String));
+    sentTokens.length = 0;
+    storeAttempts = 0;
+    return { id, cookie: agent.jar.header(), tokens: tokens! };
+  }
+
+  const page = (i: 0 | 1, cookie: string) =>
+    fetch(new URL('/', appUrls[i]).href, { headers: { cookie }, redirect: 'manual' }).then(async (response) => ({
+      status: response.status,
+      body: await response.text(),
+    }));
+
+  /** The claim on the session's refresh: who holds it, and whether its time is still running. */
+  async function claimOf(id: string): Promise<{ by: string | null; running: boolean }> {
+    const { rows } = await dbs.one.query<{ by: string | null; running: boolean }>(
+      `select refreshing_by as by, coalesce(refreshing_until > now(), false) as running
+         from app_sessions where id_hash = $1`,
+      [hashOf(id)],
+    );
+    return rows[0]!;
+  }
+
+  /** How many refresh tokens the grant of `refreshToken` has had: one more per refresh. */
+  async function refreshTokensOfGrant(refreshToken: string): Promise<number> {
+    const { rows } = await dbs.one.query<{ count: number }>(
+      `select count(*)::int as count from idp_models where model = 'RefreshToken' and grant_id =
+         (select grant_id from idp_models where model = 'RefreshToken' and id = $1)`,
+      [storedId('RefreshToken', refreshToken)],
+    );
+    return rows[0]?.count ?? 0;
+  }
+
+  it('stores the new tokens when the store fails once, and the grant lives on', async () => {
+    const { id, cookie, tokens } = await signIn();
+    clock = 301_000;
+    failures = 1;
+    const answer = await page(0, cookie);
+    expect(answer.status).toBe(200);
+    expect(answer.body).toContain('Alice');
+    expect(storeAttempts).toBe(2);
+    const now = (await sessions().get(id))?.tokens;
+    expect(now?.refreshToken).not.toBe(tokens.refreshToken);
+    expect(await claimOf(id)).toEqual({ by: null, running: false });
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(new Set(sentTokens)).toEqual(new Set([now!.accessToken]));
+  });
+
+  it('never presents the spent refresh token again while its claim lasts when the store keeps failing', async () => {
+    const { id, cookie, tokens } = await signIn();
+    clock = 301_000;
+    failures = Number.POSITIVE_INFINITY;
+    // The page is served with the new access token, the one the provider just issued.
+    const first = await page(0, cookie);
+    expect(first.status).toBe(200);
+    expect(first.body).toContain('Alice');
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    expect(sentTokens.length).toBeGreaterThan(0);
+    const issued = sentTokens[0]!;
+    expect(issued).not.toBe(tokens.accessToken);
+    expect(new Set(sentTokens)).toEqual(new Set([issued]));
+    // Tried more than once, and then the claim kept: its time is running.
+    expect(storeAttempts).toBeGreaterThan(1);
+    expect((await sessions().get(id))?.tokens).toEqual(tokens);
+    const claim = await claimOf(id);
+    expect(claim.by).toEqual(expect.any(String));
+    expect(claim.running).toBe(true);
+
+    // This process's next pages use the tokens it holds: no second refresh, no spent token.
+    sentTokens.length = 0;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    expect(new Set(sentTokens)).toEqual(new Set([issued]));
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    // Another process cannot claim the refresh while the claim lasts, so it presents nothing either.
+    expect(await sessions().claimRefresh(id, 'another process')).toBeUndefined();
+
+    // The database takes statements again: the next page stores the tokens held, and ends the claim.
+    failures = 0;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    const stored = (await sessions().get(id))?.tokens;
+    expect(stored?.accessToken).toBe(issued);
+    expect(stored?.refreshToken).not.toBe(tokens.refreshToken);
+    expect(await claimOf(id)).toEqual({ by: null, running: false });
+    // The grant was never revoked: one rotation (a second use of the spent token would have revoked
+    // it at once), and the stored refresh token is live.
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+    // And the other process refreshes it later as usual.
+    clock = 602_000;
+    expect((await page(1, cookie)).body).toContain('Alice');
+    const later = (await sessions().get(id))?.tokens;
+    expect(later?.refreshToken).not.toBe(stored?.refreshToken);
+    expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
+  });
+
+  it('refreshes the tokens it holds unstored with their own refresh token, the live one, when they expire', async () => {
+    const { id, cookie, tokens } = await signIn();
+    clock = 301_000;
+    failures = Number.POSITIVE_INFINITY;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    const issued = sentTokens[0]!;
+    // The held access token expires too, with the database still failing: the next refresh presents
+    // the held refresh token (the spent one would revoke the grant) under the claim still held.
+    clock = 602_000;
+    sentTokens.length = 0;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    const again = sentTokens[0]!;
+    expect(again).not.toBe(issued);
+    expect(new Set(sentTokens)).toEqual(new Set([again]));
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(3);
+    expect((await claimOf(id)).running).toBe(true);
+    failures = 0;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    const stored = (await sessions().get(id))?.tokens;
+    expect(stored?.accessToken).toBe(again);
+    expect(await claimOf(id)).toEqual({ by: null, running: false });
+    expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+  });
+});
