@@ -293,6 +293,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       // A session that ended by its time (idle, or 12 hours after the password) goes as a sign-out
       // does: its refresh token would otherwise work at the provider until its own end (12 hours after the password).
       const ended = await sessions.takeEnded(id);
+      if (id) unstored.delete(id);
       if (ended?.tokens) await revokeTokens(ended.tokens, 'timeout');
       return undefined;
     }
@@ -632,6 +633,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // Taken, live or ended by its time (idle, 12 hours), in one statement: of two sign-ins (or a
     // sign-out) sent at once, one revokes its tokens. A read and then a delete let each revoke them.
     const old = await sessions.take(oldId);
+    // Tokens held unstored go with it: revoking its (spent) refresh token revokes their grant too.
+    if (oldId) unstored.delete(oldId);
     await revokeTokens(old?.tokens, 'sign-in');
     const id = await sessions.create({ pending: [started.pending] }, pendingTtlSeconds);
     setSession(res, id);
@@ -733,6 +736,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // Taken, live or ended by its time meanwhile (it still holds tokens to revoke), in one statement:
     // of two sign-outs sent at once (a double click, two tabs), one revokes its tokens.
     const data = await sessions.take(id);
+    unstored.delete(id);
     clearSession(res);
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
     const revoked = await revokeTokens(data?.tokens, 'sign-out');
