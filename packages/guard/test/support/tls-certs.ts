@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, X509Certificate } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http2 from 'node:http2';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -142,6 +143,45 @@ export function tlsRequest(
     );
     request.on('error', reject);
     request.end();
+  });
+}
+
+/**
+ * Sends a request over HTTP/2 with TLS to `https://localhost:<port><path>`, with `client` as the TLS
+ * client certificate when given. One session per request, closed after it, for the reason
+ * {@link tlsRequest} takes a fresh connection.
+ */
+export function h2Request(
+  port: number,
+  pki: TestPki,
+  options: { path?: string; method?: string; headers?: Record<string, string>; client?: IssuedCert },
+): Promise<TlsAnswer> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`https://localhost:${port}`, {
+      ca: pki.ca,
+      ...(options.client === undefined ? {} : { key: options.client.key, cert: options.client.cert }),
+    });
+    session.on('error', reject);
+    const stream = session.request({
+      ':method': options.method ?? 'GET',
+      ':path': options.path ?? '/orders',
+      ...options.headers,
+    });
+    let headers: TlsAnswer['headers'] = {};
+    let body = '';
+    stream.setEncoding('utf8');
+    stream.on('response', (received) => {
+      headers = received;
+    });
+    stream.on('data', (chunk: string) => {
+      body += chunk;
+    });
+    stream.on('end', () => {
+      session.close();
+      resolve({ status: Number(headers[':status']), headers, body });
+    });
+    stream.on('error', reject);
+    stream.end();
   });
 }
 
