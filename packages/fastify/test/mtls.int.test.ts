@@ -1,10 +1,15 @@
 // RFC 8705 certificate-bound tokens through the Fastify glue, over real TLS (HTTPS and HTTP/2 over
 // TLS): the hook hands `request.raw`'s socket to the guard, which reads the client certificate.
-import http2 from 'node:http2';
 import { createGuard } from '@idem/guard';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { makeTestPki, type TestPki, tlsRequest } from '../../guard/test/support/tls-certs.js';
+import {
+  h2Request,
+  type IssuedCert,
+  makeTestPki,
+  type TestPki,
+  tlsRequest,
+} from '../../guard/test/support/tls-certs.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { guard } from '../src/auth.js';
 
@@ -53,30 +58,8 @@ it('Fastify over HTTPS: the bound certificate passes; another or none is 401 wit
 
 it('Fastify over HTTP/2 with TLS: the certificate is read through the stream to its session socket', async () => {
   const port = await start(true);
-  const send = (client?: { key: Buffer; cert: Buffer }) =>
-    new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const session = http2.connect(`https://localhost:${port}`, {
-        ca: pki.ca,
-        ...(client === undefined ? {} : { key: client.key, cert: client.cert }),
-      });
-      session.on('error', reject);
-      const stream = session.request({ ':method': 'GET', ':path': '/orders', ...boundHeaders() });
-      let status = 0;
-      let body = '';
-      stream.setEncoding('utf8');
-      stream.on('response', (headers) => {
-        status = Number(headers[':status']);
-      });
-      stream.on('data', (chunk: string) => {
-        body += chunk;
-      });
-      stream.on('end', () => {
-        session.close();
-        resolve({ status, body });
-      });
-      stream.on('error', reject);
-      stream.end();
-    });
+  const send = (client?: IssuedCert) =>
+    h2Request(port, pki, { headers: boundHeaders(), ...(client === undefined ? {} : { client }) });
   expect((await send(pki.clientA)).status).toBe(200);
   const other = await send(pki.clientB);
   expect([other.status, JSON.parse(other.body).code]).toEqual([401, 'certificate_mismatch']);
