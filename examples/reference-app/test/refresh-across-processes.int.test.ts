@@ -9,44 +9,24 @@
 // The first refresh's request is held at the provider until the other process has either sent its
 // own (the defect) or is seen waiting (it keeps reading the session row), so the two overlap every
 // run, not by luck of timing.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { RequestListener } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrateApp } from '../src/app/schema.js';
 import { createThirdPartyApp } from '../src/app/server.js';
 import { createSessionStore, refreshLeaseSeconds, type SessionTokens } from '../src/app/sessions.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { seed } from '../src/seed.js';
 import { introspect, loginAndConsent } from './flow.js';
+import { openTestDatabaseTwice, type TwoHandles } from './services.js';
 import { alice } from './test-idp.js';
 import { createUserAgent } from './user-agent.js';
 
 /** Pages of one session sent at once, half to each process. */
 const callers = 10;
-
-/** Two handles on one database: two pools on PostgreSQL, the one PGlite instance twice. */
-async function openTwice(embedded: boolean): Promise<{ one: Database; two: Database; close(): Promise<void> }> {
-  const url = process.env.DATABASE_URL;
-  if (!url || embedded) {
-    const db = await openDatabase({ memory: true });
-    return { one: db, two: db, close: () => db.close() };
-  }
-  const schema = `refapp_refresh_lock_${randomBytes(5).toString('hex')}`;
-  const one = await openDatabase({ url, schema });
-  const two = await openDatabase({ url, schema });
-  return {
-    one,
-    two,
-    async close() {
-      await two.close();
-      await one.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
-      await one.close();
-    },
-  };
-}
 
 const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 
@@ -60,7 +40,7 @@ const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) stores.push(['PostgreSQL, through two pools', false]);
 
 describe.each(stores)('a session refreshed by two app processes at once, on %s', (_name, embedded) => {
-  let dbs: Awaited<ReturnType<typeof openTwice>>;
+  let dbs: TwoHandles;
   const ports: ListeningPort[] = [];
   let authUrl: string;
   let appUrls: [string, string];
@@ -78,7 +58,7 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
   let watched: { hash: string; count: number } | undefined;
 
   beforeAll(async () => {
-    dbs = await openTwice(embedded);
+    dbs = await openTestDatabaseTwice('refresh_lock', { embedded });
     const authPort = await listen(0);
     const appPorts = [await listen(0), await listen(0)] as const;
     const apiPorts = [await listen(0), await listen(0)] as const;

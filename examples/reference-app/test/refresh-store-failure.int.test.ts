@@ -8,40 +8,20 @@
 // the error of a connection terminated by the server (57P01), on PostgreSQL and on PGlite. The app
 // runs twice on one database, as in refresh-across-processes.int.test.ts, with the provider's reuse
 // interval off (`refreshTokenReuseSeconds: 0`): a second use of a spent token revokes at once.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrateApp } from '../src/app/schema.js';
 import { createThirdPartyApp } from '../src/app/server.js';
 import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { seed } from '../src/seed.js';
 import { introspect, loginAndConsent } from './flow.js';
+import { openTestDatabaseTwice, type TwoHandles } from './services.js';
 import { alice } from './test-idp.js';
 import { createUserAgent } from './user-agent.js';
-
-/** Two handles on one database: two pools on PostgreSQL, the one PGlite instance twice. */
-async function openTwice(embedded: boolean): Promise<{ one: Database; two: Database; close(): Promise<void> }> {
-  const url = process.env.DATABASE_URL;
-  if (!url || embedded) {
-    const db = await openDatabase({ memory: true });
-    return { one: db, two: db, close: () => db.close() };
-  }
-  const schema = `refapp_refresh_store_${randomBytes(5).toString('hex')}`;
-  const one = await openDatabase({ url, schema });
-  const two = await openDatabase({ url, schema });
-  return {
-    one,
-    two,
-    async close() {
-      await two.close();
-      await one.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
-      await one.close();
-    },
-  };
-}
 
 const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 
@@ -59,7 +39,7 @@ const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
 
 describe.each(stores)('a refresh whose tokens the database fails to store, on %s', (_name, embedded) => {
-  let dbs: Awaited<ReturnType<typeof openTwice>>;
+  let dbs: TwoHandles;
   const ports: ListeningPort[] = [];
   let authUrl: string;
   let appUrls: [string, string];
@@ -74,7 +54,7 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
   let storeAttempts = 0;
 
   beforeAll(async () => {
-    dbs = await openTwice(embedded);
+    dbs = await openTestDatabaseTwice('refresh_store', { embedded });
     const authPort = await listen(0);
     const appPorts = [await listen(0), await listen(0)] as const;
     const apiPort = await listen(0);

@@ -21,6 +21,38 @@ export async function openTestDatabase(name: string): Promise<Database> {
   };
 }
 
+/** Two handles on one test database, and how to close both (dropping the schema on PostgreSQL). */
+export interface TwoHandles {
+  one: Database;
+  two: Database;
+  close(): Promise<void>;
+}
+
+/**
+ * Two handles on one test database, as two app processes behind one load balancer have: two pools
+ * on one schema on PostgreSQL (DATABASE_URL), the one PGlite instance twice otherwise or when
+ * `embedded` (a single process owns it). `name` goes into the schema as for `openTestDatabase`.
+ */
+export async function openTestDatabaseTwice(name: string, options: { embedded?: boolean } = {}): Promise<TwoHandles> {
+  const url = process.env.DATABASE_URL;
+  if (!url || options.embedded) {
+    const db = await openDatabase({ memory: true });
+    return { one: db, two: db, close: () => db.close() };
+  }
+  const schema = `refapp_${name}_${randomBytes(5).toString('hex')}`;
+  const one = await openDatabase({ url, schema });
+  const two = await openDatabase({ url, schema });
+  return {
+    one,
+    two,
+    async close() {
+      await two.close();
+      await one.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
+      await one.close();
+    },
+  };
+}
+
 /** A connected Redis client and a key prefix for this file, or undefined when REDIS_URL is not set. */
 export async function openTestRedis(name: string): Promise<{ client: Redis; prefix: string } | undefined> {
   const url = process.env.REDIS_URL;

@@ -4,49 +4,23 @@
 // must revoke: `SessionStore.takeEnded` claims the row with one DELETE ... RETURNING. Real concurrency
 // on the real databases (the embedded PGlite, and PostgreSQL when DATABASE_URL is set, through two
 // pools); the database's clock cannot be moved, so the rows are aged instead.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { RequestListener } from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { migrateApp } from '../src/app/schema.js';
 import { createThirdPartyApp } from '../src/app/server.js';
 import { createSessionStore, type NewSessionData } from '../src/app/sessions.js';
-import { type Database, openDatabase } from '../src/db.js';
+import type { Database } from '../src/db.js';
 import { migrateIdp } from '../src/idp/schema.js';
 import { createIdp } from '../src/idp/server.js';
 import { type ListeningPort, listen } from '../src/listen.js';
 import { seed } from '../src/seed.js';
 import { introspect, loginAndConsent } from './flow.js';
+import { openTestDatabaseTwice, type TwoHandles } from './services.js';
 import { alice } from './test-idp.js';
 import { createUserAgent, formField } from './user-agent.js';
 
 const callers = 20;
-
-/**
- * Two handles on one database: two pools on PostgreSQL (as two app processes have), the one PGlite
- * instance twice for the embedded store (a single process owns it).
- */
-async function openTwice(
-  name: string,
-  options: { embedded?: boolean } = {},
-): Promise<{ one: Database; two: Database; close(): Promise<void> }> {
-  const url = process.env.DATABASE_URL;
-  if (!url || options.embedded) {
-    const db = await openDatabase({ memory: true });
-    return { one: db, two: db, close: () => db.close() };
-  }
-  const schema = `refapp_${name}_${randomBytes(5).toString('hex')}`;
-  const one = await openDatabase({ url, schema });
-  const two = await openDatabase({ url, schema });
-  return {
-    one,
-    two,
-    async close() {
-      await two.close();
-      await one.query(`drop schema if exists ${schema} cascade`).catch(() => undefined);
-      await one.close();
-    },
-  };
-}
 
 const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 /** Moves every time of the session row `seconds` back, as if that much time had passed. */
@@ -59,13 +33,14 @@ const age = (db: Database, id: string, seconds: number) =>
   );
 
 // The embedded store always; PostgreSQL too when DATABASE_URL is set.
-const stores: Array<[string, () => ReturnType<typeof openTwice>]> = [
-  ['the embedded PGlite', () => openTwice('ended_store', { embedded: true })],
+const stores: Array<[string, () => Promise<TwoHandles>]> = [
+  ['the embedded PGlite', () => openTestDatabaseTwice('ended_store', { embedded: true })],
 ];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL, through two pools', () => openTwice('ended_store')]);
+if (process.env.DATABASE_URL)
+  stores.push(['PostgreSQL, through two pools', () => openTestDatabaseTwice('ended_store')]);
 
 describe.each(stores)('takeEnded on %s', (_name, open) => {
-  let dbs: Awaited<ReturnType<typeof openTwice>>;
+  let dbs: TwoHandles;
   beforeAll(async () => {
     dbs = await open();
     await migrateApp(dbs.one);
@@ -135,14 +110,14 @@ const gated = (inner: Database): Database => ({
  * A provider, and the app twice (as two processes behind one address, each on its own pool when on
  * PostgreSQL), counting the revocation requests the provider gets.
  */
-let dbs: Awaited<ReturnType<typeof openTwice>>;
+let dbs: TwoHandles;
 const ports: ListeningPort[] = [];
 let authUrl: string;
 let appUrls: [string, string];
 let revocations = 0;
 
 beforeAll(async () => {
-  dbs = await openTwice('ended_http');
+  dbs = await openTestDatabaseTwice('ended_http');
   const authPort = await listen(0);
   const appPorts = [await listen(0), await listen(0)] as const;
   ports.push(authPort, ...appPorts);
