@@ -1,16 +1,14 @@
 // RFC 8705 certificate-bound tokens through the Express glue, over real TLS: the glue hands the
 // request's socket to the guard (guardRequestFromNode), which reads the client certificate from it.
-import https from 'node:https';
 import { createGuard } from '@idem/guard';
 import express from 'express';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { makeTestPki, portOf, type TestPki, tlsRequest } from '../../guard/test/support/tls-certs.js';
+import { makeTestPki, serveTls, type TestPki, type TlsServer, tlsRequest } from '../../guard/test/support/tls-certs.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { guard } from '../src/auth.js';
 
 let pki: TestPki;
-let server: https.Server;
-let port: number;
+let server: TlsServer;
 let handled = 0;
 
 beforeAll(async () => {
@@ -26,21 +24,16 @@ beforeAll(async () => {
     handled += 1;
     res.json({ sub: req.auth?.sub, cnf: req.auth?.claims.cnf });
   });
-  server = https.createServer(
-    { key: pki.server.key, cert: pki.server.cert, ca: pki.ca, requestCert: true, rejectUnauthorized: false },
-    app,
-  );
-  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
-  port = portOf(server);
+  server = await serveTls(pki, app);
 });
 afterAll(async () => {
-  await new Promise((done) => server.close(done));
+  await server.close();
   pki.remove();
 });
 
 it('Express over TLS: the bound certificate passes; another or none is 401 with its code and a Bearer challenge', async () => {
   const headers = { authorization: `Bearer ${makeToken({ claims: { cnf: { 'x5t#S256': pki.clientA.x5t } } })}` };
-  const pass = await tlsRequest(port, pki, { headers, client: pki.clientA });
+  const pass = await tlsRequest(server.port, pki, { headers, client: pki.clientA });
   expect(pass.status).toBe(200);
   expect(JSON.parse(pass.body)).toEqual({ sub: 'user-1', cnf: { 'x5t#S256': pki.clientA.x5t } });
   expect(handled).toBe(1);
@@ -49,7 +42,7 @@ it('Express over TLS: the bound certificate passes; another or none is 401 with 
     [pki.clientB, 'certificate_mismatch'],
     [undefined, 'certificate_missing'],
   ] as const) {
-    const refused = await tlsRequest(port, pki, { headers, ...(client === undefined ? {} : { client }) });
+    const refused = await tlsRequest(server.port, pki, { headers, ...(client === undefined ? {} : { client }) });
     expect(refused.status).toBe(401);
     expect(JSON.parse(refused.body)).toMatchObject({ code, status: 401 });
     expect(refused.headers['www-authenticate']).toMatch(/^Bearer realm="api", error="invalid_token"/);

@@ -9,6 +9,7 @@ import {
   makeTestPki,
   type TestPki,
   tlsRequest,
+  tlsServerOptions,
 } from '../../guard/test/support/tls-certs.js';
 import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { guard } from '../src/auth.js';
@@ -31,7 +32,7 @@ async function start(http2Enabled: boolean): Promise<number> {
     issuers: [{ issuer: ISSUER, secret: SECRET }],
     mtls: {},
   });
-  const tls = { key: pki.server.key, cert: pki.server.cert, ca: pki.ca, requestCert: true, rejectUnauthorized: false };
+  const tls = tlsServerOptions(pki);
   const app = (
     http2Enabled ? Fastify({ http2: true, https: { ...tls, allowHTTP1: false } }) : Fastify({ https: tls })
   ) as FastifyInstance;

@@ -3,7 +3,7 @@ import https from 'node:https';
 import { calculateJwkThumbprint } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGuard, type Guard, type GuardOptions, type GuardRequest, guardRequestFromNode } from '../src/index.js';
-import { makeTestPki, portOf, type TestPki, tlsRequest } from './support/tls-certs.js';
+import { makeTestPki, portOf, type TestPki, tlsRequest, tlsServerOptions } from './support/tls-certs.js';
 import { AUDIENCE, b64url, ISSUER, makeToken, manualClock, SECRET, signSegments, testKeys } from './support/tokens.js';
 
 // RFC 8705 §3: certificate-bound access tokens. The token carries `cnf["x5t#S256"]`, the SHA-256 of
@@ -25,20 +25,17 @@ afterAll(async () => {
 
 /** An https server asking for client certificates (any: the chain is not the guard's business). */
 async function serve(guard: Guard, tls: https.ServerOptions = {}): Promise<number> {
-  const server = https.createServer(
-    { key: pki.server.key, cert: pki.server.cert, ca: pki.ca, requestCert: true, rejectUnauthorized: false, ...tls },
-    (req, res) => {
-      guard.authenticate(guardRequestFromNode(req)).then((result) => {
-        if (result.ok) {
-          res.writeHead(200, { 'content-type': 'application/json' });
-          res.end(JSON.stringify({ sub: result.principal.sub, cnf: result.principal.claims.cnf }));
-          return;
-        }
-        res.writeHead(result.error.status, { 'www-authenticate': result.error.wwwAuthenticate });
-        res.end(result.error.code);
-      });
-    },
-  );
+  const server = https.createServer({ ...tlsServerOptions(pki), ...tls }, (req, res) => {
+    guard.authenticate(guardRequestFromNode(req)).then((result) => {
+      if (result.ok) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ sub: result.principal.sub, cnf: result.principal.claims.cnf }));
+        return;
+      }
+      res.writeHead(result.error.status, { 'www-authenticate': result.error.wwwAuthenticate });
+      res.end(result.error.code);
+    });
+  });
   servers.push(server);
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   return portOf(server);

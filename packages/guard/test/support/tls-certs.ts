@@ -1,7 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, X509Certificate } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import http2 from 'node:http2';
+import type { RequestListener } from 'node:http';
+import http2, { type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -183,6 +184,53 @@ export function h2Request(
     stream.on('error', reject);
     stream.end();
   });
+}
+
+/**
+ * TLS options of a server asking for a client certificate and taking any, or none: the chain is
+ * the TLS layer's business, not the guard's, and the guard is what must refuse a missing one.
+ */
+export const tlsServerOptions = (pki: TestPki) => ({
+  key: pki.server.key,
+  cert: pki.server.cert,
+  ca: pki.ca,
+  requestCert: true,
+  rejectUnauthorized: false,
+});
+
+/** A server listening on an ephemeral port of 127.0.0.1, and how to close it. */
+export interface TlsServer {
+  port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * Serves `listener` over HTTPS, or over HTTP/2 with TLS only (no fallback to HTTP/1.1, so a test
+ * meant for HTTP/2 cannot pass over HTTP/1.1), with {@link tlsServerOptions}.
+ */
+export function serveTls(pki: TestPki, listener: RequestListener): Promise<TlsServer>;
+export function serveTls(
+  pki: TestPki,
+  listener: (req: Http2ServerRequest, res: Http2ServerResponse) => void,
+  options: { http2: true },
+): Promise<TlsServer>;
+export async function serveTls(
+  pki: TestPki,
+  listener: RequestListener | ((req: Http2ServerRequest, res: Http2ServerResponse) => void),
+  options: { http2?: boolean } = {},
+): Promise<TlsServer> {
+  // The overloads pair each kind of server with its kind of listener.
+  const server = options.http2
+    ? http2.createSecureServer(
+        { ...tlsServerOptions(pki), allowHTTP1: false },
+        listener as (req: Http2ServerRequest, res: Http2ServerResponse) => void,
+      )
+    : https.createServer(tlsServerOptions(pki), listener as RequestListener);
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  return {
+    port: portOf(server),
+    close: () => new Promise<void>((done) => server.close(() => done())),
+  };
 }
 
 /** The ephemeral port a listening server got. */
