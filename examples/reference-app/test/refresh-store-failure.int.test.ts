@@ -23,6 +23,10 @@ import { openTestDatabaseTwice, type TwoHandles } from './services.js';
 import { alice } from './test-idp.js';
 import { createUserAgent } from './user-agent.js';
 
+/** Rejects after `ms` (a bound on a wait that must end). */
+const after = (ms: number, reason: string) =>
+  new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error(reason)), ms));
+
 const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 
 /** The statement that stores a refresh's tokens and ends its claim (sessions.ts, `finishRefresh`). */
@@ -52,6 +56,10 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
   let failures = 0;
   /** How many of them were sent. */
   let storeAttempts = 0;
+  /** While set, the provider's token requests wait for `released`; `came` is called as each arrives. */
+  let hold: { came: () => void; released: Promise<void> } | undefined;
+  /** While set, called with each session read (`get`) of the first process, once it is answered. */
+  let onRead: ((answered: Promise<unknown>) => void) | undefined;
 
   beforeAll(async () => {
     dbs = await openTestDatabaseTwice('refresh_store', { embedded });
@@ -70,7 +78,15 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
       resource: 'http://127.0.0.1:1',
       refreshTokenReuseSeconds: 0,
     });
-    authPort.use(idp.app);
+    authPort.use((req, res) => {
+      const current = hold;
+      if (!current || req.method !== 'POST' || !req.url?.startsWith('/token')) {
+        idp.app(req, res);
+        return;
+      }
+      current.came();
+      void current.released.then(() => idp.app(req, res));
+    });
     apiPort.use((req, res) => {
       sentTokens.push((req.headers.authorization ?? '').replace(/^Bearer /, ''));
       res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
@@ -85,7 +101,9 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
             return dbs.one.query<Row>(terminated);
           }
         }
-        return dbs.one.query<Row>(text, params);
+        const answer = dbs.one.query<Row>(text, params);
+        if (onRead && text.includes('with seen as')) onRead(answer);
+        return answer;
       },
     };
     for (const [i, db] of [failing, dbs.two].entries()) {
@@ -242,5 +260,63 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     expect(stored?.accessToken).toBe(again);
     expect(await claimOf(id)).toEqual({ by: null, running: false });
     expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+  });
+
+  it('keeps the tokens of a refresh of held tokens when another request stores the held ones meanwhile', async () => {
+    // The held tokens' refresh token is being presented (their access token expired, the database
+    // still failing) when the database comes back and another page of the same process offers the
+    // held tokens to it. Stored then, they end the claim, and the refresh's own tokens, issued for
+    // the held refresh token, find no claim to be stored under: the row keeps the refresh token just
+    // spent, and the next refresh presents it (reuse: the grant is revoked).
+    const { id, cookie, tokens } = await signIn();
+    clock = 301_000;
+    failures = Number.POSITIVE_INFINITY;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    clock = 602_000;
+    let came = () => {};
+    let release = () => {};
+    const atProvider = new Promise<void>((resolve) => {
+      came = resolve;
+    });
+    hold = {
+      came,
+      released: new Promise<void>((resolve) => {
+        release = resolve;
+      }),
+    };
+    try {
+      const refreshing = page(0, cookie);
+      await Promise.race([atProvider, after(10_000, 'the held tokens were never refreshed')]);
+      failures = 0;
+      storeAttempts = 0;
+      // The other page's read of the session, answered, and what that page does next with it (the
+      // offer of the held tokens follows at once: no timer between them).
+      const read = new Promise<Promise<unknown>>((resolve) => {
+        onRead = resolve;
+      });
+      const other = page(0, cookie);
+      await await Promise.race([read, after(10_000, 'the other page never read the session')]);
+      onRead = undefined;
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+      release();
+      for (const answer of await Promise.all([refreshing, other])) expect(answer.body).toContain('Alice');
+    } finally {
+      hold = undefined;
+      onRead = undefined;
+      release();
+    }
+    // Two refreshes in all, and the row holds the second one's tokens: its refresh token is live.
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(3);
+    const stored = (await sessions().get(id))?.tokens;
+    expect(await claimOf(id)).toEqual({ by: null, running: false });
+    expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+    // And the session refreshes again later: no spent token presented, the grant lives on.
+    clock = 903_000;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    const later = (await sessions().get(id))?.tokens;
+    expect(later?.refreshToken).not.toBe(stored?.refreshToken);
+    expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
   });
 });

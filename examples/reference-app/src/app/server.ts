@@ -145,6 +145,13 @@ interface UnstoredRefresh {
   changes: RefreshChanges;
   /** When a request last used them (the real clock, ms): an entry untouched past the idle limit goes. */
   touched: number;
+  /**
+   * Their refresh token is being presented to the provider (a refresh under their claim is under way):
+   * they are not offered to the database meanwhile. Stored, they would end the claim, and the tokens
+   * that refresh brings back would find none to be stored under: the row would keep the refresh token
+   * just spent.
+   */
+  presenting?: boolean;
 }
 
 /**
@@ -432,6 +439,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const withUnstored = async (id: string, data: SessionData): Promise<SessionData | undefined> => {
     const held = unstored.get(id);
     if (!held) return data;
+    if (held.presenting) return { ...data, ...held.changes };
     let stored: boolean;
     try {
       stored = await sessions.finishRefresh(id, held.claim, held.changes);
@@ -471,10 +479,15 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     refused: string | undefined,
   ): Promise<SessionData | undefined> => {
     let stored = false;
+    let presenting: UnstoredRefresh | undefined;
     try {
       // The row as it was claimed: a refresh that ended between the read and the claim stored new tokens.
       const refreshToken = data.tokens?.refreshToken;
       if (!data.tokens || !data.user || !refreshToken || !due(data.tokens, refused)) return data;
+      // Tokens held unstored under this claim: not offered to the database while their refresh token
+      // is spent (see UnstoredRefresh.presenting); this refresh's own tokens replace them.
+      presenting = unstored.get(id)?.claim === claim ? unstored.get(id) : undefined;
+      if (presenting) presenting.presenting = true;
       let result: Awaited<ReturnType<typeof oidc.refresh>>;
       try {
         result = await oidc.refresh(refreshToken);
@@ -511,6 +524,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       if (unstored.get(id)?.claim === claim) unstored.delete(id);
       return stored ? { ...data, ...changes } : await sessions.get(id);
     } finally {
+      // Held tokens still held (the provider could not be reached) are offered to the database again.
+      if (presenting) presenting.presenting = false;
       // A failed release leaves the claim to end with its time. Tokens held unstored keep theirs.
       if (!stored && unstored.get(id)?.claim !== claim) await sessions.releaseRefresh(id, claim).catch(() => undefined);
     }
