@@ -54,6 +54,8 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
   let hold: { first: () => void; second: () => void; released: Promise<void>; taken: boolean } | undefined;
   /** The token endpoint drops every connection while this is set. */
   let unreachable = false;
+  /** The provider's database refuses every statement while this is set (it answers 500 server_error). */
+  let providerDatabaseDown = false;
   /** Statements the second process ran on the watched session row. */
   let watched: { hash: string; count: number } | undefined;
 
@@ -68,8 +70,18 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     await migrateApp(dbs.one);
     const clients = await seed(dbs.one, { appRedirectUri: new URL('/callback', appUrls[0]).href });
     client = clients.app;
+    const idpDb: Database = {
+      ...dbs.one,
+      query<Row>(text: string, params: readonly unknown[] = []) {
+        if (providerDatabaseDown) {
+          return dbs.one.query<Row>(`do $$ begin raise exception 'the database system is shutting down'
+            using errcode = '57P03'; end $$`);
+        }
+        return dbs.one.query<Row>(text, params);
+      },
+    };
     const idp = await createIdp({
-      db: dbs.one,
+      db: idpDb,
       issuer: authUrl,
       resource: 'http://127.0.0.1:1',
       refreshTokenReuseSeconds: 0,
@@ -249,6 +261,33 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     const answer = await Promise.race([page(1, cookie), after(refreshLeaseSeconds * 500, 'the page waited')]);
     expect(answer.body).toContain('Alice');
     expect((await sessions().get(id))?.tokens?.refreshToken).not.toBe(tokens.refreshToken);
+  });
+
+  it('keeps the session when the provider answers the refresh with server_error, and refreshes it later', async () => {
+    // A provider whose own database fails answers 500 with an OAuth error body (`server_error`): a
+    // fault of the provider, which says nothing of the grant. The session must not end with it.
+    const { id, cookie, tokens } = await signIn();
+    clock = 301_000;
+    providerDatabaseDown = true;
+    let answer: { status: number; body: string };
+    try {
+      answer = await page(0, cookie);
+    } finally {
+      providerDatabaseDown = false;
+    }
+    expect(answer.status).toBe(200);
+    expect(answer.body).toContain('Alice');
+    expect((await sessions().get(id))?.tokens).toEqual(tokens);
+    const { rows } = await dbs.one.query<{ by: string | null }>(
+      'select refreshing_by as by from app_sessions where id_hash = $1',
+      [hashOf(id)],
+    );
+    expect(rows).toEqual([{ by: null }]);
+    // The provider is back: the next page refreshes with the refresh token the session still holds.
+    expect((await page(1, cookie)).body).toContain('Alice');
+    const now = (await sessions().get(id))?.tokens;
+    expect(now?.refreshToken).not.toBe(tokens.refreshToken);
+    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
   });
 
   it('refreshes a session whose refresh was left unfinished by a process that died', async () => {
