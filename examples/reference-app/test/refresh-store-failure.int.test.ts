@@ -21,7 +21,7 @@ import { seed } from '../src/seed.js';
 import { introspect, loginAndConsent } from './flow.js';
 import { openTestDatabaseTwice, type TwoHandles } from './services.js';
 import { alice } from './test-idp.js';
-import { createUserAgent } from './user-agent.js';
+import { createUserAgent, formField, type UserAgent } from './user-agent.js';
 
 /** Rejects after `ms` (a bound on a wait that must end). */
 const after = (ms: number, reason: string) =>
@@ -129,7 +129,7 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
 
   const sessions = () => createSessionStore(dbs.one, { ttlSeconds: 3600 });
 
-  async function signIn(): Promise<{ id: string; cookie: string; tokens: SessionTokens }> {
+  async function signIn(): Promise<{ id: string; cookie: string; tokens: SessionTokens; agent: UserAgent }> {
     clock = 0;
     failures = 0;
     const agent = createUserAgent();
@@ -146,7 +146,7 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     expect(tokens?.refreshToken).toEqual(expect.any(String));
     sentTokens.length = 0;
     storeAttempts = 0;
-    return { id, cookie: agent.jar.header(), tokens: tokens! };
+    return { id, cookie: agent.jar.header(), tokens: tokens!, agent };
   }
 
   const page = (i: 0 | 1, cookie: string) =>
@@ -318,5 +318,30 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     const later = (await sessions().get(id))?.tokens;
     expect(later?.refreshToken).not.toBe(stored?.refreshToken);
     expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
+  });
+
+  it('drops the tokens it holds unstored when the session is signed out at another process, whose revocation kills them', async () => {
+    const { id, cookie, tokens, agent } = await signIn();
+    const form = await agent.request(new URL('/', appUrls[0]).href);
+    clock = 301_000;
+    failures = Number.POSITIVE_INFINITY;
+    expect((await page(0, cookie)).body).toContain('Alice');
+    // The held tokens: one refresh, not stored.
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    expect((await sessions().get(id))?.tokens).toEqual(tokens);
+    // Signed out at the other process: it revokes the row's refresh token, the spent one.
+    const out = await agent.postForm(new URL('/signout', appUrls[1]).href, { csrf: formField(form.body, 'csrf') });
+    expect(out.response.status).toBe(303);
+    expect(await sessions().get(id)).toBeUndefined();
+    // That revoked the grant, so the refresh token held unstored is dead too: no token of it is left.
+    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(0);
+    // The first process, its database back or not, uses nothing it held for that session.
+    for (const down of [Number.POSITIVE_INFINITY, 0]) {
+      failures = down;
+      sentTokens.length = 0;
+      const answer = await page(0, cookie);
+      expect(answer.body).not.toContain('Alice');
+      expect(sentTokens).toEqual([]);
+    }
   });
 });
