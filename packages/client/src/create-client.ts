@@ -17,6 +17,7 @@ import {
   normalizeMethod,
   problemOf,
   saysBodyIncomplete,
+  saysCertificateMissing,
   saysNotRetryable,
   saysRefusedForNow,
   saysTokenInvalid,
@@ -77,6 +78,8 @@ export interface ClientOptions {
    * once with one it gives when asked `{ refresh: true }`, once per call, and only if that one differs;
    * not when its problem says `"retryable": true` and a repeat is harmless (the server could not check
    * the token, as idem's guard says of `keys_unavailable`): that one is retried with backoff instead.
+   * Nor when its problem's `code` is `certificate_missing` (idem's guard: a token bound to a client
+   * certificate came without one), as a new token does not bring the certificate: that one is final.
    */
   getToken?: ((context: TokenContext) => string | null | undefined | Promise<string | null | undefined>) | undefined;
   /** Headers sent with every request. */
@@ -583,8 +586,10 @@ export function createClient(options: ClientOptions): Client {
         // running it (whatever the method: it was not let in). A token asked for afresh may pass:
         // sent again at once, once per call, and only with a token other than the one refused (a
         // getToken that ignores `refresh` gives its cached one back, and the same 401 would follow).
+        // Not for a token bound to a client certificate the request lacks: a fresh one lacks it too.
         if (
           !refusedForNow &&
+          !saysCertificateMissing(problem) &&
           response.status === 401 &&
           sentToken !== undefined &&
           !refreshed &&

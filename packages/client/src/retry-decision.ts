@@ -249,6 +249,21 @@ export function saysBodyIncomplete(problem: Record<string, unknown> | undefined)
 }
 
 /**
+ * True for @idem/guard's `certificate_missing`: a token bound to a client certificate (RFC 8705) came
+ * on a request without one. Its challenge says `invalid_token` (RFC 8705 §3), but a token asked for
+ * afresh does not give the request the certificate it lacks, so it is no reason to refresh. Its twin
+ * `certificate_mismatch` is not caught here: after a certificate rotation, the cached token is bound
+ * to the old certificate and a fresh one, issued over the new, passes.
+ *
+ * @example
+ * saysCertificateMissing({ code: 'certificate_missing', retryable: false }); // true
+ * saysCertificateMissing({ code: 'certificate_mismatch' }); // false
+ */
+export function saysCertificateMissing(problem: Record<string, unknown> | undefined): boolean {
+  return problem?.code === 'certificate_missing';
+}
+
+/**
  * True when a `WWW-Authenticate` field holds a Bearer challenge with `error="invalid_token"` (RFC
  * 6750 3.1: the token expired, was revoked or is malformed; "the client MAY request a new access
  * token and retry"). A challenge without an error (no token was sent) or with another one
