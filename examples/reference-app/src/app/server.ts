@@ -65,7 +65,8 @@ export interface ThirdPartyAppOptions {
   retryTiming?: Pick<ClientOptions, 'sleep' | 'random'> | undefined;
   /**
    * Told what went wrong out of the user's sight: a revocation the provider did not confirm, whose
-   * token stays valid until it expires. Default: one line on stderr, without the token.
+   * token stays valid until it expires; a refresh the provider refused for another reason than the
+   * grant (a client secret rotated at the provider only). Default: one line on stderr, without the token.
    */
   onEvent?: ((event: ThirdPartyAppEvent) => void) | undefined;
   /**
@@ -82,26 +83,42 @@ export interface ThirdPartyAppOptions {
  *   timed out: idle, or 12 hours after the password, found so by the browser's next request) could not
  *   be revoked (RFC 7009): the provider could not be reached or refused. The session is gone
  *   here all the same; the token works at the provider until it expires.
+ * - `refresh-refused`: the provider refused a refresh with an OAuth error other than `invalid_grant`
+ *   (RFC 6749 5.2), which says nothing of the grant: `invalid_client` (the app's client secret is not
+ *   the provider's: rotated at one and not yet at the other), `unauthorized_client`, `invalid_scope`,
+ *   `invalid_request`, a 429. The session is kept with the tokens it has, and its next request that
+ *   finds the access token due asks again. Reported at each attempt: a wrong client secret refuses every
+ *   session's refresh, and the operator is the one to fix it. (`invalid_grant` ends the session, the
+ *   user's business, and is not reported; nor is a provider that cannot be reached, or answers 5xx.)
  */
-export type ThirdPartyAppEvent = {
-  type: 'revocation-failed';
-  during: 'sign-in' | 'sign-out' | 'timeout';
-  tokenType: 'refresh_token' | 'access_token';
-  /**
-   * What went wrong, as a plain Error: the network's or the provider's message, with its OAuth `error`
-   * code, HTTP `status` and network `code` where there is one; never the token (see withoutToken).
-   */
-  error: Error & { error?: string; status?: number; code?: string };
-};
+export type ThirdPartyAppEvent =
+  | {
+      type: 'revocation-failed';
+      during: 'sign-in' | 'sign-out' | 'timeout';
+      tokenType: 'refresh_token' | 'access_token';
+      /**
+       * What went wrong, as a plain Error: the network's or the provider's message, with its OAuth `error`
+       * code, HTTP `status` and network `code` where there is one; never the token (see withoutToken).
+       */
+      error: ReportedError;
+    }
+  | {
+      type: 'refresh-refused';
+      /** The provider's refusal, as a plain Error with its OAuth `error` code and HTTP `status`; never the token. */
+      error: ReportedError;
+    };
+
+/** An error as events report it (see withoutToken). */
+type ReportedError = Error & { error?: string; status?: number; code?: string };
 
 /**
- * The error to report for a token that could not be revoked: a new one with the original's name,
- * message, OAuth `error` code, HTTP status and network code (`ECONNREFUSED`), every copy of the token
- * blanked, and nothing else. Never the original: a provider's answer may quote the token back (in an
+ * The error to report for a token that could not be revoked or refreshed: a new one with the
+ * original's name, message, OAuth `error` code, HTTP status and network code (`ECONNREFUSED`), every
+ * copy of the token blanked, and nothing else. Never the original: a provider's answer may quote the token back (in an
  * `error_description`, URL-encoded, or in an HTML page left unread in a `Response` cause), and that
  * answer would reach whatever `onEvent` logs.
  */
-function withoutToken(error: unknown, token: string): Error {
+function withoutToken(error: unknown, token: string): ReportedError {
   const encoded = encodeURIComponent(token);
   const blank = (text: string) => text.replaceAll(token, '[token]').replaceAll(encoded, '[token]');
   try {
@@ -111,7 +128,7 @@ function withoutToken(error: unknown, token: string): Error {
       unknown
     >;
     const text = (value: unknown) => (typeof value === 'string' ? blank(value) : undefined);
-    const reported = new Error(text(source.message) ?? 'the revocation request failed');
+    const reported = new Error(text(source.message) ?? 'the request to the provider failed');
     reported.name = text(source.name) ?? 'Error';
     const code = text(source.code) ?? text(cause.code);
     return Object.assign(reported, {
@@ -121,16 +138,39 @@ function withoutToken(error: unknown, token: string): Error {
     });
   } catch {
     // A getter that throws, say: the failure is still reported, with nothing of the error.
-    return new Error('the revocation request failed');
+    return new Error('the request to the provider failed');
   }
 }
 
 /** The default of {@link ThirdPartyAppOptions.onEvent}: one line on stderr. */
 function logEvent(event: ThirdPartyAppEvent): void {
   const reason = event.error instanceof Error ? event.error.message : String(event.error);
+  if (event.type === 'refresh-refused') {
+    const code = event.error.error ?? 'no OAuth error code';
+    const hint = code === 'invalid_client' ? "; is the app's client secret the provider's?" : '';
+    console.warn(
+      `third-party app: the provider refused a refresh (${code}, HTTP ${event.error.status ?? '?'}: ${reason}); the session keeps its tokens${hint}`,
+    );
+    return;
+  }
   console.warn(
     `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
   );
+}
+
+/**
+ * The OAuth error code of a refused token request (RFC 6749 5.2), or undefined when the provider did
+ * not answer with one (unreachable, a 5xx, an answer that is no OAuth error). From the JSON body, or
+ * from a `WWW-Authenticate` challenge: oauth4webapi reads the challenge first, and oidc-provider
+ * sends one (`Basic`) with a 401 `invalid_client`. Only the shape of a code is taken from a challenge.
+ */
+function refusalCode(error: unknown): string | undefined {
+  if (error instanceof oauth.ResponseBodyError) return error.error;
+  if (error instanceof oauth.WWWAuthenticateChallengeError) {
+    const code = error.cause.find((challenge) => challenge.parameters.error !== undefined)?.parameters.error;
+    return code !== undefined && /^[a-z_]{1,64}$/.test(code) ? code : undefined;
+  }
+  return undefined;
 }
 
 /** What a refresh stores in the session: the new tokens, and the user when a new ID token came. */
@@ -492,13 +532,24 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       try {
         result = await oidc.refresh(refreshToken);
       } catch (error) {
-        if (error instanceof oauth.ResponseBodyError) {
-          // invalid_grant: the refresh token was revoked, reused or expired; the session is over.
+        const code = refusalCode(error);
+        if (code === 'invalid_grant') {
+          // The refresh token was revoked, reused or expired (RFC 6749 5.2): the session is over.
           unstored.delete(id);
           await sessions.destroy(id);
           return undefined;
         }
-        // The provider is unreachable: keep the session and the old token; the API will say if it expired.
+        // Any other refusal speaks of the client (invalid_client: a client secret rotated at the
+        // provider only) or of the moment, not of this grant: ending the session would sign every user
+        // out. It is kept, with the refresh token unspent, as when the provider cannot be reached; the
+        // claim goes (below), the API says if the old access token expired, and the next request that
+        // finds it due asks the provider once more: one attempt per request, never a loop.
+        if (code !== undefined) {
+          const reported = withoutToken(error, refreshToken);
+          // A challenge's code is not on the error itself; its shape was checked (no token in it).
+          reported.error ??= code;
+          notify(onEvent, { type: 'refresh-refused', error: reported });
+        }
         return data;
       }
       // OIDC Core 12.2: an ID token from a refresh names the same user. One that names another is no
@@ -543,7 +594,10 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
    * refresh token whose grant is gone, so the rotated one is dead even when it is stored after the
    * revocation (`app.int.test.ts` holds the request at each interleaving).
    */
-  const revokeTokens = async (tokens: SessionTokens | undefined, during: ThirdPartyAppEvent['during']) => {
+  const revokeTokens = async (
+    tokens: SessionTokens | undefined,
+    during: Extract<ThirdPartyAppEvent, { type: 'revocation-failed' }>['during'],
+  ) => {
     const held = [
       { token: tokens?.refreshToken, tokenType: 'refresh_token' as const },
       { token: tokens?.accessToken, tokenType: 'access_token' as const },
