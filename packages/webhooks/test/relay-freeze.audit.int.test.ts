@@ -129,7 +129,10 @@ describe.skipIf(!available)('outbox relay frozen mid-attempt', () => {
   it('frozen past its lease while another relay takes the row over: its late result is fenced, the takeover stands, the event is delivered again once (at least once)', async () => {
     const id = `evt_freeze_long_${Date.now()}`;
     await outbox.add(pool, { id, url, body: { id } });
-    relay = await spawnRelay(table, { SENDER_TIMEOUT_MS: '500', RELAY_LEASE_MS: '1000' });
+    // A per-attempt timeout well above a loaded box's stalls: with 500 ms, a CI run once saw the
+    // relay give its first attempt up before the endpoint (in this busy process) read it, and the
+    // freeze caught a later claim (attempts 2, claims 4 at the takeover).
+    relay = await spawnRelay(table, { SENDER_TIMEOUT_MS: '2500', RELAY_LEASE_MS: '3000' });
     freezeOnArrival = relay.process;
     await until(() => arrivals.get(id), 'the attempt to arrive');
     // Another relay (this process) takes the row over once the lease ends by the database's clock.
@@ -142,7 +145,13 @@ describe.skipIf(!available)('outbox relay frozen mid-attempt', () => {
     });
     await until(async () => (await survivor.runOnce()).claimed > 0, 'the takeover');
     const taken = await row(id);
-    expect(taken).toMatchObject({ status: 'pending', attempts: 1, claims: 2, locked_by: null });
+    // What the relay reported before its freeze, should this ever fail again.
+    expect(taken, JSON.stringify(relay.lines)).toMatchObject({
+      status: 'pending',
+      attempts: 1,
+      claims: 2,
+      locked_by: null,
+    });
     expect(taken.history).toEqual([expect.objectContaining({ result: 'lost', relayId: 'freezing-relay', claim: 1 })]);
 
     relay.process.kill('SIGCONT');
