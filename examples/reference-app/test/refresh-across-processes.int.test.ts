@@ -9,26 +9,15 @@
 // The first refresh's request is held at the provider until the other process has either sent its
 // own (the defect) or is seen waiting (it keeps reading the session row), so the two overlap every
 // run, not by luck of timing.
-import { createHash } from 'node:crypto';
 import type { RequestListener } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrateApp } from '../src/app/schema.js';
-import { createThirdPartyApp } from '../src/app/server.js';
-import { createSessionStore, refreshLeaseSeconds, type SessionTokens } from '../src/app/sessions.js';
+import { refreshLeaseSeconds } from '../src/app/sessions.js';
 import type { Database } from '../src/db.js';
-import { createIdp } from '../src/idp/server.js';
-import { storedId } from '../src/idp/stored-id.js';
-import { type ListeningPort, listen } from '../src/listen.js';
-import { seed } from '../src/seed.js';
-import { introspect, loginAndConsent } from './flow.js';
-import { openTestDatabaseTwice, type TwoHandles } from './services.js';
-import { alice } from './test-idp.js';
-import { createUserAgent } from './user-agent.js';
+import { introspect } from './flow.js';
+import { hashOf, startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 
 /** Pages of one session sent at once, half to each process. */
 const callers = 10;
-
-const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 
 /** Resolves after `ms`, or rejects after it when `reason` is given (a bound on a wait that must end). */
 const after = (ms: number, reason?: string) =>
@@ -40,15 +29,9 @@ const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) stores.push(['PostgreSQL, through two pools', false]);
 
 describe.each(stores)('a session refreshed by two app processes at once, on %s', (_name, embedded) => {
-  let dbs: TwoHandles;
-  const ports: ListeningPort[] = [];
-  let authUrl: string;
-  let appUrls: [string, string];
-  let client: { clientId: string; clientSecret: string };
+  let stack: TwoAppStack;
   /** The app's clock, ahead of the real one by this much (both processes share it). */
   let clock = 0;
-  /** Access tokens each process sent to the API, by process. */
-  const sentTokens: [string[], string[]] = [[], []];
 
   /** The provider's token requests while `hold` is set: the first waits for `hold.release`. */
   let hold: { first: () => void; second: () => void; released: Promise<void>; taken: boolean } | undefined;
@@ -60,132 +43,74 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
   let watched: { hash: string; count: number } | undefined;
 
   beforeAll(async () => {
-    dbs = await openTestDatabaseTwice('refresh_lock', { embedded });
-    const authPort = await listen(0);
-    const appPorts = [await listen(0), await listen(0)] as const;
-    const apiPorts = [await listen(0), await listen(0)] as const;
-    ports.push(authPort, ...appPorts, ...apiPorts);
-    authUrl = authPort.url;
-    appUrls = [appPorts[0].url, appPorts[1].url];
-    await migrateApp(dbs.one);
-    const clients = await seed(dbs.one, { appRedirectUri: new URL('/callback', appUrls[0]).href });
-    client = clients.app;
-    const idpDb: Database = {
-      ...dbs.one,
-      query<Row>(text: string, params: readonly unknown[] = []) {
-        if (providerDatabaseDown) {
-          return dbs.one.query<Row>(`do $$ begin raise exception 'the database system is shutting down'
-            using errcode = '57P03'; end $$`);
-        }
-        return dbs.one.query<Row>(text, params);
-      },
-    };
-    const idp = await createIdp({
-      db: idpDb,
-      issuer: authUrl,
-      resource: 'http://127.0.0.1:1',
-      refreshTokenReuseSeconds: 0,
+    stack = await startTwoAppStack({
+      name: 'refresh_lock',
+      embedded,
+      idp: { refreshTokenReuseSeconds: 0 },
+      now: () => Date.now() + clock,
+      wrapIdpDb: (db): Database => ({
+        ...db,
+        query<Row>(text: string, params: readonly unknown[] = []) {
+          if (providerDatabaseDown) {
+            return db.query<Row>(`do $$ begin raise exception 'the database system is shutting down'
+              using errcode = '57P03'; end $$`);
+          }
+          return db.query<Row>(text, params);
+        },
+      }),
+      authMiddleware:
+        (provider): RequestListener =>
+        (req, res) => {
+          const current = hold;
+          const token = req.method === 'POST' && (req.url === '/token' || req.url?.startsWith('/token?'));
+          if (token && unreachable) {
+            // As a provider that cannot be reached: the connection ends with no answer.
+            req.socket.destroy();
+            return;
+          }
+          if (!current || !token) {
+            provider(req, res);
+            return;
+          }
+          // The first waits; any other goes through at once, and says it came.
+          if (!current.taken) {
+            current.taken = true;
+            current.first();
+            void current.released.then(() => provider(req, res));
+            return;
+          }
+          current.second();
+          provider(req, res);
+        },
+      wrapDb: (db, i): Database =>
+        i === 0
+          ? db
+          : {
+              ...db,
+              query<Row>(text: string, params: readonly unknown[] = []) {
+                if (watched && params[0] === watched.hash && text.includes('app_sessions')) watched.count++;
+                return db.query<Row>(text, params);
+              },
+            },
     });
-    const holding: RequestListener = (req, res) => {
-      const current = hold;
-      const token = req.method === 'POST' && (req.url === '/token' || req.url?.startsWith('/token?'));
-      if (token && unreachable) {
-        // As a provider that cannot be reached: the connection ends with no answer.
-        req.socket.destroy();
-        return;
-      }
-      if (!current || !token) {
-        idp.app(req, res);
-        return;
-      }
-      // The first waits; any other goes through at once, and says it came.
-      if (!current.taken) {
-        current.taken = true;
-        current.first();
-        void current.released.then(() => idp.app(req, res));
-        return;
-      }
-      current.second();
-      idp.app(req, res);
-    };
-    authPort.use(holding);
-    // Each process calls an API of its own, which answers 200 and records the token it was sent.
-    for (const [i, port] of apiPorts.entries()) {
-      port.use((req, res) => {
-        sentTokens[i]?.push((req.headers.authorization ?? '').replace(/^Bearer /, ''));
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-      });
-    }
-    const second: Database = {
-      ...dbs.two,
-      query<Row>(text: string, params: readonly unknown[] = []) {
-        if (watched && params[0] === watched.hash && text.includes('app_sessions')) watched.count++;
-        return dbs.two.query<Row>(text, params);
-      },
-    };
-    for (const [i, db] of [dbs.one, second].entries()) {
-      const { app } = await createThirdPartyApp({
-        db,
-        issuer: authUrl,
-        clientId: clients.app.clientId,
-        clientSecret: clients.app.clientSecret,
-        // Both answer as the first: the provider knows one redirect URI, as behind a load balancer.
-        appUrl: appUrls[0],
-        baseUrl: apiPorts[i]!.url,
-        resource: 'http://127.0.0.1:1',
-        now: () => Date.now() + clock,
-        stockItems: ['item-1'],
-      });
-      appPorts[i]?.use(app);
-    }
   }, 120_000);
 
   afterAll(async () => {
-    await Promise.allSettled(ports.map((port) => port.close()));
-    await dbs?.close();
+    await stack?.close();
   });
 
-  const sessions = () => createSessionStore(dbs.one, { ttlSeconds: 3600 });
-
-  /** Signs alice in at the first process; returns the session id, the cookie header and its tokens. */
-  async function signIn(): Promise<{ id: string; cookie: string; tokens: SessionTokens }> {
+  /** Signs alice in at the first process, by the real clock. */
+  const signIn = () => {
     clock = 0;
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      authUrl,
-      new URL('/signin', appUrls[0]).href,
-      new URL('/callback', appUrls[0]).href,
-      alice,
-    );
-    await agent.request(callback.href);
-    const id = agent.jar.cookies.get('app_session')?.value ?? '';
-    const tokens = (await sessions().get(id))?.tokens;
-    expect(tokens?.refreshToken).toEqual(expect.any(String));
-    return { id, cookie: agent.jar.header(), tokens: tokens! };
-  }
-
-  /** GET / at process `i` with the browser's cookie. */
-  const page = (i: 0 | 1, cookie: string) =>
-    fetch(new URL('/', appUrls[i]).href, { headers: { cookie }, redirect: 'manual' }).then(async (response) => ({
-      status: response.status,
-      body: await response.text(),
-    }));
-
-  /** How many refresh tokens the grant of `refreshToken` has had: one more per refresh. */
-  async function refreshTokensOfGrant(refreshToken: string): Promise<number> {
-    const { rows } = await dbs.one.query<{ count: number }>(
-      `select count(*)::int as count from idp_models where model = 'RefreshToken' and grant_id =
-         (select grant_id from idp_models where model = 'RefreshToken' and id = $1)`,
-      [storedId('RefreshToken', refreshToken)],
-    );
-    return rows[0]?.count ?? 0;
-  }
+    return stack.signIn();
+  };
+  const sessions = () => stack.sessions();
+  const page = (i: 0 | 1, cookie: string) => stack.page(i, cookie);
 
   it(`refreshes once for ${callers} concurrent pages on two processes, and the grant lives on`, async () => {
     const { id, cookie, tokens } = await signIn();
-    sentTokens[0].length = 0;
-    sentTokens[1].length = 0;
+    stack.sentTokens[0].length = 0;
+    stack.sentTokens[1].length = 0;
     let first = () => {};
     let second = () => {};
     let release = () => {};
@@ -225,21 +150,21 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
       release();
     }
     // One refresh: the grant has the first refresh token and the one it was rotated to, no more.
-    expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+    expect(await stack.refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
     const now = (await sessions().get(id))?.tokens;
     expect(now?.refreshToken).not.toBe(tokens.refreshToken);
     expect(now?.accessToken).not.toBe(tokens.accessToken);
     // Not revoked: the stored refresh token is live at the provider.
-    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, now!.refreshToken!, stack.client)).toMatchObject({ active: true });
     // Both processes called the API with the one new access token, and only with it.
-    expect(new Set(sentTokens[0])).toEqual(new Set([now!.accessToken]));
-    expect(new Set(sentTokens[1])).toEqual(new Set([now!.accessToken]));
+    expect(new Set(stack.sentTokens[0])).toEqual(new Set([now!.accessToken]));
+    expect(new Set(stack.sentTokens[1])).toEqual(new Set([now!.accessToken]));
     // And the session refreshes again later, from either process.
     clock = 602_000;
     expect((await page(1, cookie)).body).toContain('Alice');
     const later = (await sessions().get(id))?.tokens;
     expect(later?.refreshToken).not.toBe(now?.refreshToken);
-    expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, later!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
   it('gives up its claim when the provider cannot be reached, so the other process refreshes at once', async () => {
@@ -253,7 +178,7 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
       unreachable = false;
     }
     expect((await sessions().get(id))?.tokens).toEqual(tokens);
-    const { rows } = await dbs.one.query<{ by: string | null }>(
+    const { rows } = await stack.dbs.one.query<{ by: string | null }>(
       'select refreshing_by as by from app_sessions where id_hash = $1',
       [hashOf(id)],
     );
@@ -278,7 +203,7 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     expect(answer.status).toBe(200);
     expect(answer.body).toContain('Alice');
     expect((await sessions().get(id))?.tokens).toEqual(tokens);
-    const { rows } = await dbs.one.query<{ by: string | null }>(
+    const { rows } = await stack.dbs.one.query<{ by: string | null }>(
       'select refreshing_by as by from app_sessions where id_hash = $1',
       [hashOf(id)],
     );
@@ -287,7 +212,7 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     expect((await page(1, cookie)).body).toContain('Alice');
     const now = (await sessions().get(id))?.tokens;
     expect(now?.refreshToken).not.toBe(tokens.refreshToken);
-    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, now!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
   it('refreshes a session whose refresh was left unfinished by a process that died', async () => {
@@ -295,7 +220,7 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     // A process claimed the refresh and was gone before it finished: its claim ends with its time,
     // which has passed (the database's clock cannot be moved: the claim is aged instead).
     expect(await sessions().claimRefresh(id, 'a process that died')).toBeDefined();
-    const { rowCount } = await dbs.one.query(
+    const { rowCount } = await stack.dbs.one.query(
       `update app_sessions set refreshing_until = now() - interval '1 second' where id_hash = $1`,
       [hashOf(id)],
     );
@@ -305,6 +230,6 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
     expect(answer.body).toContain('Alice');
     const now = (await sessions().get(id))?.tokens;
     expect(now?.refreshToken).not.toBe(tokens.refreshToken);
-    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, now!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 });
