@@ -8,26 +8,15 @@
 // the error of a connection terminated by the server (57P01), on PostgreSQL and on PGlite. The app
 // runs twice on one database, as in refresh-across-processes.int.test.ts, with the provider's reuse
 // interval off (`refreshTokenReuseSeconds: 0`): a second use of a spent token revokes at once.
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrateApp } from '../src/app/schema.js';
-import { createThirdPartyApp } from '../src/app/server.js';
-import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
 import type { Database } from '../src/db.js';
-import { createIdp } from '../src/idp/server.js';
-import { storedId } from '../src/idp/stored-id.js';
-import { type ListeningPort, listen } from '../src/listen.js';
-import { seed } from '../src/seed.js';
-import { introspect, loginAndConsent } from './flow.js';
-import { openTestDatabaseTwice, type TwoHandles } from './services.js';
-import { alice } from './test-idp.js';
-import { createUserAgent, formField, type UserAgent } from './user-agent.js';
+import { introspect } from './flow.js';
+import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
+import { formField } from './user-agent.js';
 
 /** Rejects after `ms` (a bound on a wait that must end). */
 const after = (ms: number, reason: string) =>
   new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error(reason)), ms));
-
-const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 
 /** The statement that stores a refresh's tokens and ends its claim (sessions.ts, `finishRefresh`). */
 const storesRefresh = (text: string, params: readonly unknown[]) =>
@@ -43,15 +32,11 @@ const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
 
 describe.each(stores)('a refresh whose tokens the database fails to store, on %s', (_name, embedded) => {
-  let dbs: TwoHandles;
-  const ports: ListeningPort[] = [];
-  let authUrl: string;
-  let appUrls: [string, string];
-  let client: { clientId: string; clientSecret: string };
+  let stack: TwoAppStack;
   /** The app's clock, ahead of the real one by this much (both processes share it). */
   let clock = 0;
-  /** Access tokens the first process sent to the API. */
-  const sentTokens: string[] = [];
+  /** Access tokens the processes sent to the API (one API for both). */
+  let sentTokens: string[] = [];
   /** How many more of the first process's store statements fail (Infinity: all of them). */
   let failures = 0;
   /** How many of them were sent. */
@@ -62,118 +47,60 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
   let onRead: ((answered: Promise<unknown>) => void) | undefined;
 
   beforeAll(async () => {
-    dbs = await openTestDatabaseTwice('refresh_store', { embedded });
-    const authPort = await listen(0);
-    const appPorts = [await listen(0), await listen(0)] as const;
-    const apiPort = await listen(0);
-    ports.push(authPort, ...appPorts, apiPort);
-    authUrl = authPort.url;
-    appUrls = [appPorts[0].url, appPorts[1].url];
-    await migrateApp(dbs.one);
-    const clients = await seed(dbs.one, { appRedirectUri: new URL('/callback', appUrls[0]).href });
-    client = clients.app;
-    const idp = await createIdp({
-      db: dbs.one,
-      issuer: authUrl,
-      resource: 'http://127.0.0.1:1',
-      refreshTokenReuseSeconds: 0,
-    });
-    authPort.use((req, res) => {
-      const current = hold;
-      if (!current || req.method !== 'POST' || !req.url?.startsWith('/token')) {
-        idp.app(req, res);
-        return;
-      }
-      current.came();
-      void current.released.then(() => idp.app(req, res));
-    });
-    apiPort.use((req, res) => {
-      sentTokens.push((req.headers.authorization ?? '').replace(/^Bearer /, ''));
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-    });
-    const failing: Database = {
-      ...dbs.one,
-      query<Row>(text: string, params: readonly unknown[] = []) {
-        if (storesRefresh(text, params)) {
-          storeAttempts++;
-          if (failures > 0) {
-            failures--;
-            return dbs.one.query<Row>(terminated);
-          }
+    stack = await startTwoAppStack({
+      name: 'refresh_store',
+      embedded,
+      idp: { refreshTokenReuseSeconds: 0 },
+      now: () => Date.now() + clock,
+      sharedApi: true,
+      authMiddleware: (provider) => (req, res) => {
+        const current = hold;
+        if (!current || req.method !== 'POST' || !req.url?.startsWith('/token')) {
+          provider(req, res);
+          return;
         }
-        const answer = dbs.one.query<Row>(text, params);
-        if (onRead && text.includes('with seen as')) onRead(answer);
-        return answer;
+        current.came();
+        void current.released.then(() => provider(req, res));
       },
-    };
-    for (const [i, db] of [failing, dbs.two].entries()) {
-      const { app } = await createThirdPartyApp({
-        db,
-        issuer: authUrl,
-        clientId: clients.app.clientId,
-        clientSecret: clients.app.clientSecret,
-        appUrl: appUrls[0],
-        baseUrl: apiPort.url,
-        resource: 'http://127.0.0.1:1',
-        now: () => Date.now() + clock,
-        stockItems: ['item-1'],
-      });
-      appPorts[i]?.use(app);
-    }
+      wrapDb: (db, i): Database =>
+        i === 1
+          ? db
+          : {
+              ...db,
+              query<Row>(text: string, params: readonly unknown[] = []) {
+                if (storesRefresh(text, params)) {
+                  storeAttempts++;
+                  if (failures > 0) {
+                    failures--;
+                    return db.query<Row>(terminated);
+                  }
+                }
+                const answer = db.query<Row>(text, params);
+                if (onRead && text.includes('with seen as')) onRead(answer);
+                return answer;
+              },
+            },
+    });
+    sentTokens = stack.sentTokens[0];
   }, 120_000);
 
   afterAll(async () => {
-    await Promise.allSettled(ports.map((port) => port.close()));
-    await dbs?.close();
+    await stack?.close();
   });
 
-  const sessions = () => createSessionStore(dbs.one, { ttlSeconds: 3600 });
-
-  async function signIn(): Promise<{ id: string; cookie: string; tokens: SessionTokens; agent: UserAgent }> {
+  /** Signs alice in at the first process, by the real clock and with a database that takes every statement. */
+  async function signIn() {
     clock = 0;
     failures = 0;
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      authUrl,
-      new URL('/signin', appUrls[0]).href,
-      new URL('/callback', appUrls[0]).href,
-      alice,
-    );
-    await agent.request(callback.href);
-    const id = agent.jar.cookies.get('app_session')?.value ?? '';
-    const tokens = (await sessions().get(id))?.tokens;
-    expect(tokens?.refreshToken).toEqual(expect.any(String));
+    const signedIn = await stack.signIn();
     sentTokens.length = 0;
     storeAttempts = 0;
-    return { id, cookie: agent.jar.header(), tokens: tokens!, agent };
+    return signedIn;
   }
-
-  const page = (i: 0 | 1, cookie: string) =>
-    fetch(new URL('/', appUrls[i]).href, { headers: { cookie }, redirect: 'manual' }).then(async (response) => ({
-      status: response.status,
-      body: await response.text(),
-    }));
-
-  /** The claim on the session's refresh: who holds it, and whether its time is still running. */
-  async function claimOf(id: string): Promise<{ by: string | null; running: boolean }> {
-    const { rows } = await dbs.one.query<{ by: string | null; running: boolean }>(
-      `select refreshing_by as by, coalesce(refreshing_until > now(), false) as running
-         from app_sessions where id_hash = $1`,
-      [hashOf(id)],
-    );
-    return rows[0]!;
-  }
-
-  /** How many refresh tokens the grant of `refreshToken` has had: one more per refresh. */
-  async function refreshTokensOfGrant(refreshToken: string): Promise<number> {
-    const { rows } = await dbs.one.query<{ count: number }>(
-      `select count(*)::int as count from idp_models where model = 'RefreshToken' and grant_id =
-         (select grant_id from idp_models where model = 'RefreshToken' and id = $1)`,
-      [storedId('RefreshToken', refreshToken)],
-    );
-    return rows[0]?.count ?? 0;
-  }
+  const sessions = () => stack.sessions();
+  const page = (i: 0 | 1, cookie: string) => stack.page(i, cookie);
+  const claimOf = (id: string) => stack.claimOf(id);
+  const refreshTokensOfGrant = (refreshToken: string) => stack.refreshTokensOfGrant(refreshToken);
 
   it('stores the new tokens when the store fails once, and the grant lives on', async () => {
     const { id, cookie, tokens } = await signIn();
@@ -187,7 +114,7 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     expect(now?.refreshToken).not.toBe(tokens.refreshToken);
     expect(await claimOf(id)).toEqual({ by: null, running: false });
     expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
-    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, now!.refreshToken!, stack.client)).toMatchObject({ active: true });
     expect(new Set(sentTokens)).toEqual(new Set([now!.accessToken]));
   });
 
@@ -229,13 +156,13 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     // The grant was never revoked: one rotation (a second use of the spent token would have revoked
     // it at once), and the stored refresh token is live.
     expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
-    expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, stored!.refreshToken!, stack.client)).toMatchObject({ active: true });
     // And the other process refreshes it later as usual.
     clock = 602_000;
     expect((await page(1, cookie)).body).toContain('Alice');
     const later = (await sessions().get(id))?.tokens;
     expect(later?.refreshToken).not.toBe(stored?.refreshToken);
-    expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, later!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
   it('refreshes the tokens it holds unstored with their own refresh token, the live one, when they expire', async () => {
@@ -259,7 +186,7 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     const stored = (await sessions().get(id))?.tokens;
     expect(stored?.accessToken).toBe(again);
     expect(await claimOf(id)).toEqual({ by: null, running: false });
-    expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, stored!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
   it('keeps the tokens of a refresh of held tokens when another request stores the held ones meanwhile', async () => {
@@ -311,18 +238,18 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(3);
     const stored = (await sessions().get(id))?.tokens;
     expect(await claimOf(id)).toEqual({ by: null, running: false });
-    expect(await introspect(authUrl, stored!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, stored!.refreshToken!, stack.client)).toMatchObject({ active: true });
     // And the session refreshes again later: no spent token presented, the grant lives on.
     clock = 903_000;
     expect((await page(0, cookie)).body).toContain('Alice');
     const later = (await sessions().get(id))?.tokens;
     expect(later?.refreshToken).not.toBe(stored?.refreshToken);
-    expect(await introspect(authUrl, later!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, later!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
   it('drops the tokens it holds unstored when the session is signed out at another process, whose revocation kills them', async () => {
     const { id, cookie, tokens, agent } = await signIn();
-    const form = await agent.request(new URL('/', appUrls[0]).href);
+    const form = await agent.request(new URL('/', stack.appUrls[0]).href);
     clock = 301_000;
     failures = Number.POSITIVE_INFINITY;
     expect((await page(0, cookie)).body).toContain('Alice');
@@ -330,7 +257,9 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
     expect((await sessions().get(id))?.tokens).toEqual(tokens);
     // Signed out at the other process: it revokes the row's refresh token, the spent one.
-    const out = await agent.postForm(new URL('/signout', appUrls[1]).href, { csrf: formField(form.body, 'csrf') });
+    const out = await agent.postForm(new URL('/signout', stack.appUrls[1]).href, {
+      csrf: formField(form.body, 'csrf'),
+    });
     expect(out.response.status).toBe(303);
     expect(await sessions().get(id)).toBeUndefined();
     // That revoked the grant, so the refresh token held unstored is dead too: no token of it is left.

@@ -43,6 +43,8 @@ export interface TwoAppStackOptions {
   app?: (i: Process, client: { clientId: string; clientSecret: string }) => Partial<ThirdPartyAppOptions>;
   /** The apps' clock (both processes share it); the real one by default. */
   now?: () => number;
+  /** Both processes call the first process's API, so `sentTokens[0]` has every call in the order it came. */
+  sharedApi?: boolean;
 }
 
 export interface TwoAppStack {
@@ -51,7 +53,7 @@ export interface TwoAppStack {
   readonly appUrls: [string, string];
   /** The app's seeded confidential client, as the provider knows it. */
   readonly client: { clientId: string; clientSecret: string };
-  /** Access tokens each process sent to its API, by process. */
+  /** Access tokens each process sent to its API, by process (all in the first with `sharedApi`). */
   readonly sentTokens: [string[], string[]];
   /** A session store on the first handle, to read and claim rows as either process would. */
   sessions(): SessionStore;
@@ -119,7 +121,7 @@ export async function startTwoAppStack(options: TwoAppStackOptions): Promise<Two
         clientId: clients.app.clientId,
         clientSecret: clients.app.clientSecret,
         appUrl: appUrls[0],
-        baseUrl: apiPorts[i].url,
+        baseUrl: apiPorts[options.sharedApi ? 0 : i].url,
         resource: 'http://127.0.0.1:1',
         now: options.now,
         stockItems: ['item-1'],
