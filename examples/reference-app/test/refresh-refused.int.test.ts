@@ -10,20 +10,10 @@
 // provider's token endpoint answering a chosen error while `refusal` is set, as providers that send no
 // WWW-Authenticate challenge answer. The second process holds a client secret the provider does not
 // know: oidc-provider refuses it for real (401 invalid_client, with a `Basic` challenge).
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrateApp } from '../src/app/schema.js';
-import { createThirdPartyApp, type ThirdPartyAppEvent } from '../src/app/server.js';
-import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
-import { createIdp } from '../src/idp/server.js';
-import { type ListeningPort, listen } from '../src/listen.js';
-import { seed } from '../src/seed.js';
-import { introspect, loginAndConsent } from './flow.js';
-import { openTestDatabaseTwice, type TwoHandles } from './services.js';
-import { alice } from './test-idp.js';
-import { createUserAgent } from './user-agent.js';
-
-const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
+import type { ThirdPartyAppEvent } from '../src/app/server.js';
+import { introspect } from './flow.js';
+import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 
 /** Errors that say nothing of the grant: status and OAuth error code, as a provider sends them. */
 const notTheGrant: Array<[number, string]> = [
@@ -39,11 +29,7 @@ const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
 
 describe.each(stores)('a refresh the provider refuses, on %s', (_name, embedded) => {
-  let dbs: TwoHandles;
-  const ports: ListeningPort[] = [];
-  let authUrl: string;
-  let appUrls: [string, string];
-  let client: { clientId: string; clientSecret: string };
+  let stack: TwoAppStack;
   /** The app's clock, ahead of the real one by this much (both processes share it). */
   let clock = 0;
   /** While set, the token endpoint answers with this, unasked of the provider. */
@@ -54,102 +40,59 @@ describe.each(stores)('a refresh the provider refuses, on %s', (_name, embedded)
   const events: [ThirdPartyAppEvent[], ThirdPartyAppEvent[]] = [[], []];
 
   beforeAll(async () => {
-    dbs = await openTestDatabaseTwice('refresh_refused', { embedded });
-    const authPort = await listen(0);
-    const appPorts = [await listen(0), await listen(0)] as const;
-    const apiPort = await listen(0);
-    ports.push(authPort, ...appPorts, apiPort);
-    authUrl = authPort.url;
-    appUrls = [appPorts[0].url, appPorts[1].url];
-    await migrateApp(dbs.one);
-    const clients = await seed(dbs.one, { appRedirectUri: new URL('/callback', appUrls[0]).href });
-    client = clients.app;
-    const idp = await createIdp({ db: dbs.one, issuer: authUrl, resource: 'http://127.0.0.1:1' });
-    authPort.use((req, res) => {
-      const token = req.method === 'POST' && (req.url === '/token' || req.url?.startsWith('/token?'));
-      if (!token) {
-        idp.app(req, res);
-        return;
-      }
-      // After the sign-in (the counter is reset then) every token request is a refresh.
-      refreshRequests++;
-      const current = refusal;
-      if (!current) {
-        idp.app(req, res);
-        return;
-      }
-      // The refusal quotes the refresh token back, as a careless provider may: it must reach no event.
-      const chunks: Buffer[] = [];
-      req.on('data', (chunk: Buffer) => chunks.push(chunk));
-      req.on('end', () => {
-        const presented = new URLSearchParams(Buffer.concat(chunks).toString()).get('refresh_token');
-        res
-          .writeHead(current.status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
-          .end(JSON.stringify({ error: current.error, error_description: `refused: ${presented}` }));
-      });
+    stack = await startTwoAppStack({
+      name: 'refresh_refused',
+      embedded,
+      now: () => Date.now() + clock,
+      authMiddleware: (provider) => (req, res) => {
+        const token = req.method === 'POST' && (req.url === '/token' || req.url?.startsWith('/token?'));
+        if (!token) {
+          provider(req, res);
+          return;
+        }
+        // After the sign-in (the counter is reset then) every token request is a refresh.
+        refreshRequests++;
+        const current = refusal;
+        if (!current) {
+          provider(req, res);
+          return;
+        }
+        // The refusal quotes the refresh token back, as a careless provider may: it must reach no event.
+        const chunks: Buffer[] = [];
+        req.on('data', (chunk: Buffer) => chunks.push(chunk));
+        req.on('end', () => {
+          const presented = new URLSearchParams(Buffer.concat(chunks).toString()).get('refresh_token');
+          res
+            .writeHead(current.status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+            .end(JSON.stringify({ error: current.error, error_description: `refused: ${presented}` }));
+        });
+      },
+      app: (i, seeded) => ({
+        // The second process holds a client secret the provider does not know (rotated there only).
+        clientSecret: i === 0 ? seeded.clientSecret : `${seeded.clientSecret}-before-the-rotation`,
+        onEvent: (event) => events[i].push(event),
+      }),
     });
-    apiPort.use((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
-    // The second process holds a client secret the provider does not know (rotated there only).
-    const secrets = [clients.app.clientSecret, `${clients.app.clientSecret}-before-the-rotation`];
-    for (const [i, db] of [dbs.one, dbs.two].entries()) {
-      const { app } = await createThirdPartyApp({
-        db,
-        issuer: authUrl,
-        clientId: clients.app.clientId,
-        clientSecret: secrets[i]!,
-        appUrl: appUrls[0],
-        baseUrl: apiPort.url,
-        resource: 'http://127.0.0.1:1',
-        now: () => Date.now() + clock,
-        stockItems: ['item-1'],
-        onEvent: (event) => events[i]?.push(event),
-      });
-      appPorts[i]?.use(app);
-    }
   }, 120_000);
 
   afterAll(async () => {
-    await Promise.allSettled(ports.map((port) => port.close()));
-    await dbs?.close();
+    await stack?.close();
   });
 
-  const sessions = () => createSessionStore(dbs.one, { ttlSeconds: 3600 });
-
-  async function signIn(): Promise<{ id: string; cookie: string; tokens: SessionTokens }> {
+  /** Signs alice in at the first process, by the real clock, with the provider taking refreshes. */
+  async function signIn() {
     clock = 0;
     refusal = undefined;
-    const agent = createUserAgent();
-    const callback = await loginAndConsent(
-      agent,
-      authUrl,
-      new URL('/signin', appUrls[0]).href,
-      new URL('/callback', appUrls[0]).href,
-      alice,
-    );
-    await agent.request(callback.href);
-    const id = agent.jar.cookies.get('app_session')?.value ?? '';
-    const tokens = (await sessions().get(id))?.tokens;
-    expect(tokens?.refreshToken).toEqual(expect.any(String));
+    const signedIn = await stack.signIn();
     refreshRequests = 0;
     events[0].length = 0;
     events[1].length = 0;
-    return { id, cookie: agent.jar.header(), tokens: tokens! };
+    return signedIn;
   }
-
-  const page = (i: 0 | 1, cookie: string) =>
-    fetch(new URL('/', appUrls[i]).href, { headers: { cookie }, redirect: 'manual' }).then(async (response) => ({
-      status: response.status,
-      body: await response.text(),
-    }));
-
+  const sessions = () => stack.sessions();
+  const page = (i: 0 | 1, cookie: string) => stack.page(i, cookie);
   /** Who holds the claim on the session's refresh (null: nobody). */
-  async function claimOf(id: string): Promise<string | null> {
-    const { rows } = await dbs.one.query<{ by: string | null }>(
-      'select refreshing_by as by from app_sessions where id_hash = $1',
-      [hashOf(id)],
-    );
-    return rows[0]?.by ?? null;
-  }
+  const claimOf = async (id: string) => (await stack.claimOf(id)).by;
 
   it.each(notTheGrant)(
     'keeps the session on a %i %s, and refreshes it once the provider takes the refresh',
@@ -171,7 +114,7 @@ describe.each(stores)('a refresh the provider refuses, on %s', (_name, embedded)
       expect((await sessions().get(id))?.tokens).toEqual(tokens);
       expect(await claimOf(id)).toBeNull();
       // The refresh token was never spent: it is live at the provider.
-      expect(await introspect(authUrl, tokens.refreshToken!, client)).toMatchObject({ active: true });
+      expect(await introspect(stack.authUrl, tokens.refreshToken!, stack.client)).toMatchObject({ active: true });
       expect(events[0]).toEqual([
         { type: 'refresh-refused', error: expect.objectContaining({ error, status }) },
         { type: 'refresh-refused', error: expect.objectContaining({ error, status }) },
@@ -186,7 +129,7 @@ describe.each(stores)('a refresh the provider refuses, on %s', (_name, embedded)
       const now = (await sessions().get(id))?.tokens;
       expect(now?.refreshToken).not.toBe(tokens.refreshToken);
       expect(now?.accessToken).not.toBe(tokens.accessToken);
-      expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+      expect(await introspect(stack.authUrl, now!.refreshToken!, stack.client)).toMatchObject({ active: true });
     },
   );
 
@@ -207,14 +150,16 @@ describe.each(stores)('a refresh the provider refuses, on %s', (_name, embedded)
     expect((await page(0, cookie)).body).toContain('Alice');
     const now = (await sessions().get(id))?.tokens;
     expect(now?.refreshToken).not.toBe(tokens.refreshToken);
-    expect(await introspect(authUrl, now!.refreshToken!, client)).toMatchObject({ active: true });
+    expect(await introspect(stack.authUrl, now!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
   it('ends the session on invalid_grant: the grant was revoked at the provider', async () => {
     const { id, cookie, tokens } = await signIn();
     // Revoked at the provider (RFC 7009), as an administrator or the user's "sign out everywhere" does.
-    const basic = Buffer.from(`${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.clientSecret)}`);
-    const revoked = await fetch(new URL('/token/revocation', authUrl), {
+    const basic = Buffer.from(
+      `${encodeURIComponent(stack.client.clientId)}:${encodeURIComponent(stack.client.clientSecret)}`,
+    );
+    const revoked = await fetch(new URL('/token/revocation', stack.authUrl), {
       method: 'POST',
       headers: {
         'content-type': 'application/x-www-form-urlencoded',
