@@ -4,25 +4,17 @@
 // must revoke: `SessionStore.takeEnded` claims the row with one DELETE ... RETURNING. Real concurrency
 // on the real databases (the embedded PGlite, and PostgreSQL when DATABASE_URL is set, through two
 // pools); the database's clock cannot be moved, so the rows are aged instead.
-import { createHash } from 'node:crypto';
-import type { RequestListener } from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { migrateApp } from '../src/app/schema.js';
-import { createThirdPartyApp } from '../src/app/server.js';
 import { createSessionStore, type NewSessionData } from '../src/app/sessions.js';
 import type { Database } from '../src/db.js';
-import { migrateIdp } from '../src/idp/schema.js';
-import { createIdp } from '../src/idp/server.js';
-import { type ListeningPort, listen } from '../src/listen.js';
-import { seed } from '../src/seed.js';
-import { introspect, loginAndConsent } from './flow.js';
+import { introspect } from './flow.js';
 import { openTestDatabaseTwice, type TwoHandles } from './services.js';
-import { alice } from './test-idp.js';
-import { createUserAgent, formField } from './user-agent.js';
+import { hashOf, startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
+import { formField } from './user-agent.js';
 
 const callers = 20;
 
-const hashOf = (id: string) => createHash('sha256').update(id).digest('base64url');
 /** Moves every time of the session row `seconds` back, as if that much time had passed. */
 const age = (db: Database, id: string, seconds: number) =>
   db.query(
@@ -110,49 +102,24 @@ const gated = (inner: Database): Database => ({
  * A provider, and the app twice (as two processes behind one address, each on its own pool when on
  * PostgreSQL), counting the revocation requests the provider gets.
  */
-let dbs: TwoHandles;
-const ports: ListeningPort[] = [];
-let authUrl: string;
-let appUrls: [string, string];
+let stack: TwoAppStack;
 let revocations = 0;
 
 beforeAll(async () => {
-  dbs = await openTestDatabaseTwice('ended_http');
-  const authPort = await listen(0);
-  const appPorts = [await listen(0), await listen(0)] as const;
-  ports.push(authPort, ...appPorts);
-  authUrl = authPort.url;
-  appUrls = [appPorts[0].url, appPorts[1].url];
-  await migrateIdp(dbs.one);
-  await migrateApp(dbs.one);
-  const redirectUri = new URL('/callback', appUrls[0]).href;
-  const clients = await seed(dbs.one, { appRedirectUri: redirectUri });
-  const idp = await createIdp({ db: dbs.one, issuer: authUrl, resource: 'http://127.0.0.1:1' });
-  const counting: RequestListener = (req, res) => {
-    if (req.method === 'POST' && req.url?.startsWith('/token/revocation')) revocations++;
-    idp.app(req, res);
-  };
-  authPort.use(counting);
-  for (const [i, db] of [dbs.one, gated(dbs.two)].entries()) {
-    const { app } = await createThirdPartyApp({
-      db,
-      issuer: authUrl,
-      clientId: clients.app.clientId,
-      clientSecret: clients.app.clientSecret,
-      // Both answer as the first: the provider knows one redirect URI, as behind a load balancer.
-      appUrl: appUrls[0],
-      baseUrl: 'http://127.0.0.1:1',
-    });
-    appPorts[i]?.use(app);
-  }
-  clientCredentials = clients.app;
+  stack = await startTwoAppStack({
+    name: 'ended_http',
+    authMiddleware: (provider) => (req, res) => {
+      if (req.method === 'POST' && req.url?.startsWith('/token/revocation')) revocations++;
+      provider(req, res);
+    },
+    wrapDb: (db, i) => (i === 1 ? gated(db) : db),
+    // No API (a port nothing listens on) and no stock to show: these tests need none.
+    app: () => ({ baseUrl: 'http://127.0.0.1:1', resource: undefined, stockItems: undefined }),
+  });
 }, 120_000);
 
-let clientCredentials: { clientId: string; clientSecret: string };
-
 afterAll(async () => {
-  await Promise.allSettled(ports.map((port) => port.close()));
-  await dbs?.close();
+  await stack?.close();
 });
 
 beforeEach(() => {
@@ -161,43 +128,29 @@ beforeEach(() => {
 
 /** Signs alice in; returns the session id, the cookie header and a CSRF token of the signed-in page. */
 async function signIn() {
-  const agent = createUserAgent();
-  const callback = await loginAndConsent(
-    agent,
-    authUrl,
-    new URL('/signin', appUrls[0]).href,
-    new URL('/callback', appUrls[0]).href,
-    alice,
-  );
-  await agent.request(callback.href);
-  const page = await agent.request(new URL('/', appUrls[0]).href);
+  const { id, tokens, agent } = await stack.signIn();
+  const page = await agent.request(new URL('/', stack.appUrls[0]).href);
   expect(page.body).toContain('Alice');
-  const id = agent.jar.cookies.get('app_session')?.value ?? '';
-  const tokens = (await createSessionStore(dbs.one, { ttlSeconds: 60 }).get(id))?.tokens;
-  expect(tokens?.refreshToken).toEqual(expect.any(String));
   revocations = 0;
-  return { id, cookie: agent.jar.header(), csrf: formField(page.body, 'csrf'), tokens: tokens! };
+  // The cookies as the signed-in page left them: it sets the CSRF cookie its form's token goes with.
+  return { id, cookie: agent.jar.header(), csrf: formField(page.body, 'csrf'), tokens };
 }
 
 /** GET / at app `i` (of two) with the browser's cookies. */
-const page = (i: number, cookie: string) =>
-  fetch(new URL('/', appUrls[i % 2]!).href, { headers: { cookie }, redirect: 'manual' }).then(async (response) => ({
-    status: response.status,
-    body: await response.text(),
-  }));
+const page = (i: number, cookie: string) => stack.page(i % 2 === 0 ? 0 : 1, cookie);
 const signOut = (i: number, cookie: string, csrf: string) =>
-  fetch(new URL('/signout', appUrls[i % 2]!).href, {
+  fetch(new URL('/signout', stack.appUrls[i % 2]!).href, {
     method: 'POST',
     headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
     body: new URLSearchParams({ csrf }),
     redirect: 'manual',
   });
-const active = async (token: string) => (await introspect(authUrl, token, clientCredentials)).active;
+const active = async (token: string) => (await introspect(stack.authUrl, token, stack.client)).active;
 
 describe('a timed-out session, found so by concurrent requests', () => {
   it(`is revoked at the provider once for ${callers} concurrent pages on two app processes`, async () => {
     const { id, cookie, tokens } = await signIn();
-    await age(dbs.one, id, 31 * 60);
+    await age(stack.dbs.one, id, 31 * 60);
     const pages = await Promise.all(Array.from({ length: callers }, (_, i) => page(i, cookie)));
     for (const answer of pages) {
       expect(answer.status).toBe(200);
@@ -210,7 +163,7 @@ describe('a timed-out session, found so by concurrent requests', () => {
 
   it('is revoked once when sign-out races pages of the same session', async () => {
     const { id, cookie, csrf, tokens } = await signIn();
-    await age(dbs.one, id, 31 * 60);
+    await age(stack.dbs.one, id, 31 * 60);
     const answers = await Promise.all([
       ...Array.from({ length: callers / 2 }, (_, i) => page(i, cookie).then((answer) => answer.status)),
       ...Array.from({ length: callers / 2 }, (_, i) => signOut(i, cookie, csrf).then((response) => response.status)),
@@ -230,7 +183,7 @@ describe('a live session', () => {
     const gate = holdAfter((text, params) => text.includes('app_sessions') && params[0] === hashOf(id));
     const signingOut = signOut(1, cookie, csrf);
     await gate.reached;
-    await age(dbs.one, id, 31 * 60);
+    await age(stack.dbs.one, id, 31 * 60);
     const between = await page(0, cookie);
     expect(between.body).not.toContain('Alice');
     gate.release();
@@ -260,7 +213,7 @@ describe('a live session replaced by a new sign-in', () => {
     const { cookie, csrf, tokens } = await signIn();
     const answers = await Promise.all(
       Array.from({ length: 4 }, (_, i) =>
-        fetch(new URL('/signin', appUrls[i % 2]!).href, {
+        fetch(new URL('/signin', stack.appUrls[i % 2]!).href, {
           method: 'POST',
           headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
           body: new URLSearchParams({ csrf, return_to: '/' }),
