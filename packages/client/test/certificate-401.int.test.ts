@@ -8,63 +8,35 @@
 // new certificate) is bound to the new one, so the one refresh of the call stays. The answers below
 // are the guard's (packages/guard/src/errors.ts: GuardError's wwwAuthenticate and toProblem).
 import type { ServerResponse } from 'node:http';
-import { createClient, type TokenContext } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { failure } from './support/failure.js';
-import { fakeTime } from './support/fake-time.js';
+import { clientWithTokens, type GuardRefusal, refuseAsGuard } from './support/guard-401.js';
 import { closeServers, serve } from './support/logging-server.js';
 
 afterEach(closeServers);
 
-const refusals = {
+const refusals: Record<'certificate_missing' | 'certificate_mismatch', GuardRefusal> = {
   certificate_missing: {
+    code: 'certificate_missing',
     title: 'Client certificate required',
+    error: 'invalid_token',
     description: 'The access token is bound to a client certificate and none was presented',
+    retryable: false,
   },
   certificate_mismatch: {
+    code: 'certificate_mismatch',
     title: 'Wrong client certificate',
+    error: 'invalid_token',
     description: 'The access token is bound to another client certificate',
+    retryable: false,
   },
-} as const;
+};
 
 /** Answers as the guard's glue does: 401, its Bearer challenge, its problem. */
-function refuse(res: ServerResponse, code: keyof typeof refusals) {
-  const { title, description } = refusals[code];
-  res
-    .writeHead(401, {
-      'content-type': 'application/problem+json',
-      'www-authenticate': `Bearer realm="api", error="invalid_token", error_description="${description}"`,
-    })
-    .end(
-      JSON.stringify({
-        type: `https://idem.dev/problems/${code.replaceAll('_', '-')}`,
-        title,
-        status: 401,
-        detail: description,
-        code,
-        retryable: false,
-      }),
-    );
-}
+const refuse = (res: ServerResponse, code: keyof typeof refusals) => refuseAsGuard(res, refusals[code]);
 
 /** A client on fake time, and a getToken that records what it was asked and gives a new token on refresh. */
-function clientFor(url: string) {
-  const time = fakeTime();
-  const asked: TokenContext[] = [];
-  let issued = 0;
-  const client = createClient({
-    baseUrl: url,
-    sleep: time.sleep,
-    now: time.now,
-    random: () => 0.5,
-    getToken: (context) => {
-      asked.push(context);
-      if (context.refresh) issued++;
-      return `token-${issued}`;
-    },
-  });
-  return { client, asked };
-}
+const clientFor = (url: string) => clientWithTokens(url);
 
 describe('a 401 certificate_missing (a certificate-bound token sent without a client certificate)', () => {
   it('Was wrong: it asked getToken for a fresh token and sent again; it is final on the first answer', async () => {

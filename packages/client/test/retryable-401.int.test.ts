@@ -6,15 +6,13 @@
 // harmless (a safe or idempotent method, or a write with a key), never an unkeyed POST. The answers
 // below are the guard's (packages/guard/src/errors.ts: GuardError's wwwAuthenticate and toProblem).
 import type { ServerResponse } from 'node:http';
-import { createClient, type TokenContext } from '@idem/client';
+import type { RetryOptions } from '@idem/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { failure } from './support/failure.js';
-import { fakeTime } from './support/fake-time.js';
+import { clientWithTokens, type GuardRefusal as Refusal, refuseAsGuard as refuse } from './support/guard-401.js';
 import { closeServers, serve } from './support/logging-server.js';
 
 afterEach(closeServers);
-
-type Refusal = { code: string; title: string; error: string; description: string; retryable: boolean };
 
 const keysUnavailable: Refusal = {
   code: 'keys_unavailable',
@@ -45,48 +43,12 @@ const tokenExpired: Refusal = {
   retryable: false,
 };
 
-/** Answers as the guard's glue does: 401, its challenge, its problem. */
-function refuse(res: ServerResponse, refusal: Refusal) {
-  const scheme = refusal.error === 'invalid_dpop_proof' ? 'DPoP' : 'Bearer';
-  res
-    .writeHead(401, {
-      'content-type': 'application/problem+json',
-      'www-authenticate': `${scheme} realm="api", error="${refusal.error}", error_description="${refusal.description}"`,
-    })
-    .end(
-      JSON.stringify({
-        type: `https://idem.dev/problems/${refusal.code.replaceAll('_', '-')}`,
-        title: refusal.title,
-        status: 401,
-        detail: refusal.description,
-        code: refusal.code,
-        retryable: refusal.retryable,
-      }),
-    );
-}
-
 const ok = (res: ServerResponse, status = 200) =>
   res.writeHead(status, { 'content-type': 'application/json' }).end('{"ok":true}');
 
-/** A client on fake time (waits recorded, none real), and a getToken that records what it was asked. */
-function clientFor(url: string, retry: Record<string, unknown> = {}) {
-  const time = fakeTime();
-  const asked: TokenContext[] = [];
-  let issued = 0;
-  const client = createClient({
-    baseUrl: url,
-    sleep: time.sleep,
-    now: time.now,
-    random: () => 0.5,
-    retry: { baseDelay: '1s', jitter: 'none', ...retry },
-    getToken: (context) => {
-      asked.push(context);
-      if (context.refresh) issued++;
-      return `token-${issued}`;
-    },
-  });
-  return { client, time, asked };
-}
+/** A client on fake time (waits recorded, none real), 1 s backoff without jitter unless `retry` says otherwise. */
+const clientFor = (url: string, retry: RetryOptions = {}) =>
+  clientWithTokens(url, { baseDelay: '1s', jitter: 'none', ...retry });
 
 describe('a 401 that says "retryable": true', () => {
   it('Was wrong: a GET refused keys_unavailable was final; it is retried with backoff and the same token, no refresh', async () => {
