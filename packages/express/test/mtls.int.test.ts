@@ -1,10 +1,9 @@
 // RFC 8705 certificate-bound tokens through the Express glue, over real TLS: the glue hands the
 // request's socket to the guard (guardRequestFromNode), which reads the client certificate from it.
-import { createGuard } from '@idem/guard';
 import express from 'express';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { boundHeaders, mtlsGuard } from '../../guard/test/support/mtls-glue.js';
 import { makeTestPki, serveTls, type TestPki, type TlsServer, tlsRequest } from '../../guard/test/support/tls-certs.js';
-import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { guard } from '../src/auth.js';
 
 let pki: TestPki;
@@ -13,12 +12,7 @@ let handled = 0;
 
 beforeAll(async () => {
   pki = makeTestPki();
-  const edge = createGuard({
-    audience: AUDIENCE,
-    now: manualClock().now,
-    issuers: [{ issuer: ISSUER, secret: SECRET }],
-    mtls: {},
-  });
+  const edge = mtlsGuard();
   const app = express();
   app.get('/orders', guard(edge), (req, res) => {
     handled += 1;
@@ -32,7 +26,7 @@ afterAll(async () => {
 });
 
 it('Express over TLS: the bound certificate passes; another or none is 401 with its code and a Bearer challenge', async () => {
-  const headers = { authorization: `Bearer ${makeToken({ claims: { cnf: { 'x5t#S256': pki.clientA.x5t } } })}` };
+  const headers = boundHeaders(pki.clientA);
   const pass = await tlsRequest(server.port, pki, { headers, client: pki.clientA });
   expect(pass.status).toBe(200);
   expect(JSON.parse(pass.body)).toEqual({ sub: 'user-1', cnf: { 'x5t#S256': pki.clientA.x5t } });

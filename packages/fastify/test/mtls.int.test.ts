@@ -1,8 +1,8 @@
 // RFC 8705 certificate-bound tokens through the Fastify glue, over real TLS (HTTPS and HTTP/2 over
 // TLS): the hook hands `request.raw`'s socket to the guard, which reads the client certificate.
-import { createGuard } from '@idem/guard';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { boundHeaders, mtlsGuard } from '../../guard/test/support/mtls-glue.js';
 import {
   h2Request,
   type IssuedCert,
@@ -11,7 +11,6 @@ import {
   tlsRequest,
   tlsServerOptions,
 } from '../../guard/test/support/tls-certs.js';
-import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { guard } from '../src/auth.js';
 
 let pki: TestPki;
@@ -26,12 +25,7 @@ afterAll(async () => {
 });
 
 async function start(http2Enabled: boolean): Promise<number> {
-  const edge = createGuard({
-    audience: AUDIENCE,
-    now: manualClock().now,
-    issuers: [{ issuer: ISSUER, secret: SECRET }],
-    mtls: {},
-  });
+  const edge = mtlsGuard();
   const tls = tlsServerOptions(pki);
   const app = (
     http2Enabled ? Fastify({ http2: true, https: { ...tls, allowHTTP1: false } }) : Fastify({ https: tls })
@@ -43,13 +37,9 @@ async function start(http2Enabled: boolean): Promise<number> {
   return typeof address === 'object' && address !== null ? address.port : 0;
 }
 
-const boundHeaders = () => ({
-  authorization: `Bearer ${makeToken({ claims: { cnf: { 'x5t#S256': pki.clientA.x5t } } })}`,
-});
-
 it('Fastify over HTTPS: the bound certificate passes; another or none is 401 with its code', async () => {
   const port = await start(false);
-  const headers = boundHeaders();
+  const headers = boundHeaders(pki.clientA);
   expect((await tlsRequest(port, pki, { headers, client: pki.clientA })).status).toBe(200);
   const other = await tlsRequest(port, pki, { headers, client: pki.clientB });
   expect([other.status, JSON.parse(other.body).code]).toEqual([401, 'certificate_mismatch']);
@@ -60,7 +50,7 @@ it('Fastify over HTTPS: the bound certificate passes; another or none is 401 wit
 it('Fastify over HTTP/2 with TLS: the certificate is read through the stream to its session socket', async () => {
   const port = await start(true);
   const send = (client?: IssuedCert) =>
-    h2Request(port, pki, { headers: boundHeaders(), ...(client === undefined ? {} : { client }) });
+    h2Request(port, pki, { headers: boundHeaders(pki.clientA), ...(client === undefined ? {} : { client }) });
   expect((await send(pki.clientA)).status).toBe(200);
   const other = await send(pki.clientB);
   expect([other.status, JSON.parse(other.body).code]).toEqual([401, 'certificate_mismatch']);

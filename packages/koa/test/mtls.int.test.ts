@@ -1,9 +1,9 @@
 // RFC 8705 certificate-bound tokens through the Koa glue, over real TLS (HTTPS and HTTP/2 over TLS):
 // the glue hands `ctx.req`'s socket to the guard (guardRequestFromNode), which reads the client
 // certificate from it. Over HTTP/2 that socket is Node's proxy of the session's TLS socket.
-import { createGuard } from '@idem/guard';
 import Koa from 'koa';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { boundHeaders, mtlsGuard } from '../../guard/test/support/mtls-glue.js';
 import {
   h2Request,
   makeTestPki,
@@ -12,7 +12,6 @@ import {
   type TlsServer,
   tlsRequest,
 } from '../../guard/test/support/tls-certs.js';
-import { AUDIENCE, ISSUER, makeToken, manualClock, SECRET } from '../../guard/test/support/tokens.js';
 import { guard } from '../src/auth.js';
 
 let pki: TestPki;
@@ -21,12 +20,7 @@ let overH2: TlsServer;
 
 beforeAll(async () => {
   pki = makeTestPki();
-  const edge = createGuard({
-    audience: AUDIENCE,
-    now: manualClock().now,
-    issuers: [{ issuer: ISSUER, secret: SECRET }],
-    mtls: {},
-  });
+  const edge = mtlsGuard();
   const app = new Koa();
   app.use(guard(edge));
   app.use((ctx) => {
@@ -41,7 +35,7 @@ afterAll(async () => {
 });
 
 it('Koa over TLS: the bound certificate passes; another or none is 401 with its code', async () => {
-  const headers = { authorization: `Bearer ${makeToken({ claims: { cnf: { 'x5t#S256': pki.clientA.x5t } } })}` };
+  const headers = boundHeaders(pki.clientA);
   expect((await tlsRequest(overHttps.port, pki, { headers, client: pki.clientA })).status).toBe(200);
   const other = await tlsRequest(overHttps.port, pki, { headers, client: pki.clientB });
   expect([other.status, JSON.parse(other.body).code]).toEqual([401, 'certificate_mismatch']);
@@ -50,7 +44,7 @@ it('Koa over TLS: the bound certificate passes; another or none is 401 with its 
 });
 
 it('Koa over HTTP/2 with TLS: the bound certificate passes; another or none is 401 with its code', async () => {
-  const headers = { authorization: `Bearer ${makeToken({ claims: { cnf: { 'x5t#S256': pki.clientA.x5t } } })}` };
+  const headers = boundHeaders(pki.clientA);
   const pass = await h2Request(overH2.port, pki, { headers, client: pki.clientA });
   expect([pass.status, JSON.parse(pass.body)]).toEqual([200, { sub: 'user-1' }]);
   const other = await h2Request(overH2.port, pki, { headers, client: pki.clientB });
