@@ -33,7 +33,7 @@ describe.each(stores)('a session refreshed by two app processes at once, on %s',
   /** The app's clock, ahead of the real one by this much (both processes share it). */
   let clock = 0;
 
-  /** The provider's token requests while `hold` is set: the first waits for `hold.release`. */
+  /** The provider's token requests while `hold` is set: the first waits for `hold.released`. */
   let hold: { first: () => void; second: () => void; released: Promise<void>; taken: boolean } | undefined;
   /** The token endpoint drops every connection while this is set. */
   let unreachable = false;
