@@ -47,6 +47,22 @@ function values(value: string | string[] | undefined): string[] {
   return value.every((item) => typeof item === 'string') ? value : value.filter((item) => typeof item === 'string');
 }
 
+/**
+ * True when the request target `url` carries the RFC 6750 §2.3 `access_token` query parameter, with
+ * or without a value, under any percent-encoding of its name (`access%5Ftoken` is the same parameter
+ * once decoded, as the guard decodes it where it reads one). For a guard that tells a request with
+ * a credential from an anonymous one, and for a gateway that must not forward a token in a URL.
+ *
+ * @example
+ * hasQueryToken('/photos?access_token=eyJ...'); // true
+ * hasQueryToken('/photos?token=x'); // false
+ */
+export function hasQueryToken(url: string | undefined): boolean {
+  if (typeof url !== 'string') return false;
+  const question = url.indexOf('?');
+  return question !== -1 && new URLSearchParams(url.slice(question + 1)).has('access_token');
+}
+
 function queryTokens(url: string | undefined): string[] {
   if (typeof url !== 'string') return [];
   const question = url.indexOf('?');

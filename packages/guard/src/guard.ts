@@ -21,7 +21,7 @@ import {
 } from './dpop.js';
 import { assertChallengeSafe, assertResourceMetadata, GuardError, type GuardErrorCode } from './errors.js';
 import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
-import { extractBearerToken, type GuardRequest, type TokenExtraction } from './extract-token.js';
+import { extractBearerToken, type GuardRequest, hasQueryToken, type TokenExtraction } from './extract-token.js';
 import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 import { normalizeTyp } from './guard-typ.js';
 import { secretToJwk } from './hmac-secret.js';
@@ -974,12 +974,6 @@ export function createGuard(options: GuardOptions): Guard {
 // A header counts as sent when it is there at all, even empty: `Authorization:` is a credential
 // that fails, not an anonymous request.
 const present = (value: string | readonly string[] | undefined) => value !== undefined;
-
-function hasQueryToken(url: string | undefined): boolean {
-  if (typeof url !== 'string') return false;
-  const question = url.indexOf('?');
-  return question !== -1 && new URLSearchParams(url.slice(question + 1)).has('access_token');
-}
 
 const noRequest: GuardRequest = Object.freeze({ headers: Object.freeze({}) });
 

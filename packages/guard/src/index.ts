@@ -26,6 +26,7 @@ export {
   extractBearerToken,
   type GuardRequest,
   guardRequestFromNode,
+  hasQueryToken,
   type NodeRequestLike,
   type TokenExtraction,
 } from './extract-token.js';

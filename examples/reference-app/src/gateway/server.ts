@@ -5,6 +5,7 @@ import {
   createGuard,
   createInternalTokenIssuer,
   type Guard,
+  hasQueryToken,
   type InternalTokenIssuer,
   type IssuerOptions,
   withoutHopByHop,
@@ -26,7 +27,6 @@ import {
   sendStartingUp,
   upstreamFailureProblem,
 } from './problems.js';
-import { hasQueryToken } from './query-token.js';
 
 /** The `realm` of the gateway's challenges, and of those the services behind it answer with. */
 export const gatewayRealm = 'reference-api';
