@@ -10,6 +10,7 @@ import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { retryAfterOf } from './retry-after.js';
 import {
   isCertificateError,
+  isHandshakeRefused,
   isIdempotentMethod,
   isNotConnected,
   isRetryableStatus,
@@ -622,6 +623,9 @@ export function createClient(options: ClientOptions): Client {
       } else {
         // A certificate the runtime refused: nothing was sent, and every retry meets it again.
         if (run.kind === 'network-error' && isCertificateError(run.error)) throw fail('tls_failed', run.error);
+        // The server refused the client's certificate in the handshake: it processed nothing, and the
+        // next attempt presents the same certificate. Not `network_error`: that says it may have run.
+        if (run.kind === 'network-error' && isHandshakeRefused(run.error)) throw fail('tls_refused', run.error);
         // The outcome is unknown: the server may have run the request. Only a key or an idempotent
         // method makes a repeat harmless, unless the connection was never made: nothing was sent.
         retryable =

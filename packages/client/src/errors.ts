@@ -12,6 +12,8 @@ export const requestFailedCodes = {
   network_error: 'The connection failed and the request could not be repeated safely (no key, not idempotent).',
   tls_failed:
     "The server's TLS certificate was refused (expired, self-signed, another host's); the attempt was not sent.",
+  tls_refused:
+    "The server refused the TLS handshake over the client's certificate (none presented, or one it does not trust); the request was not processed.",
   timeout:
     'The attempt timed out (its own timeout, or the deadline cutting it short) and the request could not be repeated safely (no key, not idempotent).',
   attempts_exhausted: 'Every allowed attempt failed with a retryable outcome.',

@@ -33,6 +33,7 @@ export type { ParseMode } from './response-body.js';
 export { parseHttpDate, parseRetryAfter, retryAfterOf } from './retry-after.js';
 export {
   isCertificateError,
+  isHandshakeRefused,
   isIdempotentMethod,
   isRetryableStatus,
   isSafeToRepeat,

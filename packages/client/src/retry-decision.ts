@@ -139,6 +139,52 @@ export function isCertificateError(error: unknown): boolean {
   return false;
 }
 
+// The alerts a server sends when it refuses the TLS handshake over the client's certificate: none
+// was presented (TLS 1.3 `certificate_required`; over TLS 1.2 OpenSSL says `handshake_failure`,
+// which also covers no shared cipher or version, as final), or one it does not trust or accept.
+// Node names them from OpenSSL's reason strings: "ssl/tls alert ..." since OpenSSL 3, "sslv3 alert
+// ..." before. The next attempt presents the same certificate and meets the same refusal.
+const handshakeRefusalCodes: ReadonlySet<string> = new Set([
+  'ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE',
+  'ERR_SSL_SSLV3_ALERT_HANDSHAKE_FAILURE',
+  'ERR_SSL_SSL/TLS_ALERT_BAD_CERTIFICATE',
+  'ERR_SSL_SSLV3_ALERT_BAD_CERTIFICATE',
+  'ERR_SSL_SSL/TLS_ALERT_UNSUPPORTED_CERTIFICATE',
+  'ERR_SSL_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE',
+  'ERR_SSL_SSL/TLS_ALERT_CERTIFICATE_REVOKED',
+  'ERR_SSL_SSLV3_ALERT_CERTIFICATE_REVOKED',
+  'ERR_SSL_SSL/TLS_ALERT_CERTIFICATE_EXPIRED',
+  'ERR_SSL_SSLV3_ALERT_CERTIFICATE_EXPIRED',
+  'ERR_SSL_SSL/TLS_ALERT_CERTIFICATE_UNKNOWN',
+  'ERR_SSL_SSLV3_ALERT_CERTIFICATE_UNKNOWN',
+  'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA',
+  'ERR_SSL_TLSV1_ALERT_ACCESS_DENIED',
+  'ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED',
+]);
+
+/**
+ * True when a failed fetch was the server refusing the TLS handshake with an alert about the
+ * client's certificate (none presented, one its CA did not sign, an expired or revoked one), read
+ * from the `code` of the error or of a `cause` under it, as undici wraps it in `TypeError: fetch
+ * failed`. The server processed nothing, and a retry presents the same certificate: a configuration
+ * error, not a "try later". Only when the alert reaches the error: over TLS 1.3 it arrives after the
+ * client sent the request, and undici reports the socket closing instead (`UND_ERR_SOCKET`), which
+ * cannot be told from a connection dropped after the request went out. Browsers hide the cause.
+ *
+ * @example
+ * isHandshakeRefused(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA' }) })); // true
+ */
+export function isHandshakeRefused(error: unknown): boolean {
+  let current: unknown = error;
+  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const { code } = current as { code?: unknown };
+    if (typeof code === 'string' && handshakeRefusalCodes.has(code)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 // The codes Node (and undici) give a connection that was never made: refused, no route, a name that
 // did not resolve, a connect that timed out. No byte of the request left the client.
 const notConnectedCodes: ReadonlySet<string> = new Set([
