@@ -197,12 +197,19 @@ const notConnectedCodes: ReadonlySet<string> = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
 
+// Node's message for a connection closed during the TLS handshake (lib/_tls_wrap.js, code
+// ECONNRESET): the client writes no request before its handshake is done, so nothing was sent. A
+// Node server gives this to a client certificate its CA did not sign (it drops the connection
+// without an alert), as does a network that cuts the handshake.
+const beforeTlsEstablished = /\bbefore secure TLS connection was established\b/;
+
 /**
  * True when a failed fetch never connected (refused, unreachable, a name that did not resolve, a
- * connect timeout), read from the `code` of the error or of a `cause` under it, as undici wraps it
- * in `TypeError: fetch failed`. Nothing was sent, so a repeat is harmless whatever the method, which
- * a connection that broke after the request went out (a reset, a hang-up) does not say. Browsers
- * hide the cause, so there every network error stays an unknown outcome.
+ * connect timeout, a TLS handshake cut off before it was done), read from the `code` (and, for the
+ * handshake, Node's message) of the error or of a `cause` under it, as undici wraps it in
+ * `TypeError: fetch failed`. Nothing was sent, so a repeat is harmless whatever the method, which a
+ * connection that broke after the request went out (a reset, a hang-up) does not say. Browsers hide
+ * the cause, so there every network error stays an unknown outcome.
  *
  * @example
  * isNotConnected(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ECONNREFUSED' }) })); // true
@@ -211,8 +218,9 @@ export function isNotConnected(error: unknown): boolean {
   let current: unknown = error;
   // A few levels at most: a cause chain is short, and a cyclic one must not loop.
   for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    const { code } = current as { code?: unknown };
+    const { code, message } = current as { code?: unknown; message?: unknown };
     if (typeof code === 'string' && notConnectedCodes.has(code)) return true;
+    if (code === 'ECONNRESET' && typeof message === 'string' && beforeTlsEstablished.test(message)) return true;
     current = (current as { cause?: unknown }).cause;
   }
   return false;

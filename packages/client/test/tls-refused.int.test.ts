@@ -6,6 +6,10 @@
 //   OpenSSL server, `ERR_SSL_TLSV1_ALERT_UNKNOWN_CA` for one its CA did not sign). Every retry meets
 //   the same refusal: the call must end at once with its own code, not spend its attempts, and not
 //   say `network_error` ("it may have run"), since nothing ran.
+// - A Node server (https, `rejectUnauthorized`) checks a certificate it got after the handshake and
+//   drops the connection without an alert: the client sees ECONNRESET "before secure TLS connection
+//   was established". That cannot be told from a handshake cut by a busy network, but nothing was
+//   sent, so a repeat is harmless whatever the method.
 // - TLS 1.3: the client's handshake is done before the server has read the certificate, the request
 //   goes out, and the alert comes after; undici then reports only "other side closed"
 //   (UND_ERR_SOCKET), the alert lost, which is how a connection dropped after the request was sent
@@ -165,6 +169,20 @@ describe('a client certificate the server refuses in a TLS 1.2 handshake', () =>
       expect(error.code).toBe('tls_refused');
       expect(error.attempts).toHaveLength(1);
     }
+  });
+
+  it('one its CA did not sign, to a Node server (dropped, no alert): nothing was sent, so even an unkeyed POST is retried', async () => {
+    const { url, handled } = await nodeServer('TLSv1.2');
+    const client = clientOf(url, { ca: pki.ca, certificate: pki.selfSigned });
+    const error = await failure(client.post('/charges', { amount: 1 }, { idempotencyKey: false }));
+    expect(codesOf(error)).toContain('ECONNRESET');
+    expect(error.code).toBe('attempts_exhausted');
+    expect(error.attempts.map((attempt) => attempt.outcome)).toEqual([
+      'network-error',
+      'network-error',
+      'network-error',
+    ]);
+    expect(handled()).toBe(0);
   });
 
   it('the right certificate passes', async () => {
