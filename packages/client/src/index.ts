@@ -38,6 +38,7 @@ export {
   isRetryableStatus,
   isSafeToRepeat,
   type RetryContext,
+  saysCertificateMissing,
   saysTokenInvalid,
 } from './retry-decision.js';
 export { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';

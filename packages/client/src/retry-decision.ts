@@ -307,7 +307,8 @@ export function saysBodyIncomplete(problem: Record<string, unknown> | undefined)
  * on a request without one. Its challenge says `invalid_token` (RFC 8705 §3), but a token asked for
  * afresh does not give the request the certificate it lacks, so it is no reason to refresh. Its twin
  * `certificate_mismatch` is not caught here: after a certificate rotation, the cached token is bound
- * to the old certificate and a fresh one, issued over the new, passes.
+ * to the old certificate and a fresh one, issued over the new, passes. Exported for callers with a
+ * retry or refresh loop of their own, to read a 401's problem (`error.body`) as the client does.
  *
  * @example
  * saysCertificateMissing({ code: 'certificate_missing', retryable: false }); // true
