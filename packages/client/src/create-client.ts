@@ -13,6 +13,7 @@ import {
   isHandshakeRefused,
   isIdempotentMethod,
   isNotConnected,
+  isProtocolMismatch,
   isRetryableStatus,
   isSafeToRepeat,
   normalizeMethod,
@@ -621,8 +622,10 @@ export function createClient(options: ClientOptions): Client {
           throw fail('http_error');
         }
       } else {
-        // A certificate the runtime refused: nothing was sent, and every retry meets it again.
-        if (run.kind === 'network-error' && isCertificateError(run.error)) throw fail('tls_failed', run.error);
+        // A certificate the runtime refused, or a handshake that failed over the protocol (a port that
+        // does not speak TLS, no version in common): nothing was sent, and every retry meets it again.
+        if (run.kind === 'network-error' && (isCertificateError(run.error) || isProtocolMismatch(run.error)))
+          throw fail('tls_failed', run.error);
         // The server refused the client's certificate in the handshake: it processed nothing, and the
         // next attempt presents the same certificate. Not `network_error`: that says it may have run.
         if (run.kind === 'network-error' && isHandshakeRefused(run.error)) throw fail('tls_refused', run.error);

@@ -35,6 +35,7 @@ export {
   isCertificateError,
   isHandshakeRefused,
   isIdempotentMethod,
+  isProtocolMismatch,
   isRetryableStatus,
   isSafeToRepeat,
   type RetryContext,

@@ -139,6 +139,36 @@ export function isCertificateError(error: unknown): boolean {
   return false;
 }
 
+// The codes of a handshake that failed over the protocol itself: the port does not speak TLS (its
+// plain-HTTP answer read as a TLS record: "wrong version number"), or the two ends share no TLS
+// version (the server's `protocol_version` alert, or one the client will not speak). Nothing was
+// sent, and every attempt meets the same server: a configuration error, as a refused certificate.
+const protocolMismatchCodes: ReadonlySet<string> = new Set([
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+  'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION',
+  'ERR_SSL_UNSUPPORTED_PROTOCOL',
+  'ERR_SSL_NO_PROTOCOLS_AVAILABLE',
+]);
+
+/**
+ * True when a failed fetch was a TLS handshake that failed over the protocol: `https:` to a port
+ * that answers plain HTTP, or a server and client with no TLS version in common. Read from the
+ * `code` of the error or of a `cause` under it. The request never left the client.
+ *
+ * @example
+ * isProtocolMismatch(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ERR_SSL_WRONG_VERSION_NUMBER' }) })); // true
+ */
+export function isProtocolMismatch(error: unknown): boolean {
+  let current: unknown = error;
+  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const { code } = current as { code?: unknown };
+    if (typeof code === 'string' && protocolMismatchCodes.has(code)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 // The alerts a server sends when it refuses the TLS handshake over the client's certificate: none
 // was presented (TLS 1.3 `certificate_required`; over TLS 1.2 OpenSSL says `handshake_failure`,
 // which also covers no shared cipher or version, as final), or one it does not trust or accept.

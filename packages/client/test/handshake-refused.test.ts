@@ -2,7 +2,7 @@
 // refusal of their client certificate (final) from a dropped connection exactly as the client does.
 // The errors are shaped as undici's fetch gives them: `TypeError: fetch failed`, the cause under it.
 import { describe, expect, it } from 'vitest';
-import { isHandshakeRefused } from '../src/index.js';
+import { isHandshakeRefused, isProtocolMismatch } from '../src/index.js';
 
 const fetchFailed = (code: string) =>
   new TypeError('fetch failed', { cause: Object.assign(new Error('ssl3_read_bytes'), { code }) });
@@ -41,4 +41,20 @@ describe('isHandshakeRefused', () => {
     cyclic.cause = cyclic;
     expect(isHandshakeRefused(cyclic)).toBe(false);
   });
+});
+
+describe('isProtocolMismatch', () => {
+  it.each(['ERR_SSL_WRONG_VERSION_NUMBER', 'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION', 'ERR_SSL_UNSUPPORTED_PROTOCOL'])(
+    '%s under fetch failed: true',
+    (code) => {
+      expect(isProtocolMismatch(fetchFailed(code))).toBe(true);
+    },
+  );
+
+  it.each(['ECONNRESET', 'UND_ERR_SOCKET', 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA', 'DEPTH_ZERO_SELF_SIGNED_CERT'])(
+    '%s under fetch failed: false',
+    (code) => {
+      expect(isProtocolMismatch(fetchFailed(code))).toBe(false);
+    },
+  );
 });

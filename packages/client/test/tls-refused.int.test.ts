@@ -111,11 +111,12 @@ async function opensslServer(version: TlsVersion): Promise<string> {
 /** A client whose fetch presents `certificate` (when given) and trusts `ca`; three attempts, no real waits. */
 function clientOf(
   url: string,
-  options: { certificate?: IssuedCert; ca?: Buffer | undefined; servername?: string } = {},
+  options: { certificate?: IssuedCert; ca?: Buffer | undefined; servername?: string; maxVersion?: TlsVersion } = {},
 ) {
   const dispatcher = new Agent({
     connect: {
       ...(options.servername === undefined ? {} : { servername: options.servername }),
+      ...(options.maxVersion === undefined ? {} : { maxVersion: options.maxVersion }),
       ...(options.ca === undefined ? {} : { ca: options.ca }),
       ...(options.certificate === undefined ? {} : { key: options.certificate.key, cert: options.certificate.cert }),
     },
@@ -253,12 +254,10 @@ describe('a server certificate the client refuses, over real TLS', () => {
   });
 });
 
-describe('https to a port that speaks plain HTTP', () => {
-  // Was wrong: the handshake fails on the server's first plain-HTTP bytes (ERR_SSL_WRONG_VERSION_NUMBER)
-  // before the client sent anything, on every attempt alike, yet a keyed POST spends all its attempts
-  // and an unkeyed one ends with network_error ("it may have run"); needs a decision: which code ends
-  // it at once (tls_failed speaks of the server's certificate, tls_refused of the client's; a new one?).
-  it.fails('ends at once, with a code that says nothing was sent', async () => {
+describe('a handshake that fails over the protocol', () => {
+  // The handshake fails on the server's first plain-HTTP bytes (ERR_SSL_WRONG_VERSION_NUMBER) before
+  // the client sent anything, on every attempt alike: tls_failed at once, keyed or not.
+  it('https to a port that speaks plain HTTP: tls_failed at once, nothing was sent', async () => {
     let handled = 0;
     const server = http.createServer((_req, res) => {
       handled++;
@@ -271,8 +270,24 @@ describe('https to a port that speaks plain HTTP', () => {
       const error = await failure(client.post('/charges', { amount: 1 }, { idempotencyKey }));
       expect(codesOf(error)).toEqual([undefined, 'ERR_SSL_WRONG_VERSION_NUMBER']);
       expect(error.attempts).toHaveLength(1);
-      expect(['network_error', 'attempts_exhausted']).not.toContain(error.code);
+      expect(error.code).toBe('tls_failed');
     }
+    expect(handled).toBe(0);
+  });
+
+  it('a server that speaks only TLS 1.3 to a client that stops at 1.2: tls_failed after one attempt', async () => {
+    const server = https.createServer({ ...tlsServerOptions(pki), minVersion: 'TLSv1.3' }, (_req, res) =>
+      res.end('{}'),
+    );
+    let handled = 0;
+    server.on('request', () => handled++);
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    closers.push(() => new Promise<void>((done) => server.close(() => done())));
+    const client = clientOf(`https://localhost:${portOf(server)}`, { ca: pki.ca, maxVersion: 'TLSv1.2' });
+    const error = await failure(client.post('/charges', { amount: 1 }, { idempotencyKey: false }));
+    expect(codesOf(error)).toEqual([undefined, 'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION']);
+    expect(error.code).toBe('tls_failed');
+    expect(error.attempts).toHaveLength(1);
     expect(handled).toBe(0);
   });
 });
