@@ -1,5 +1,5 @@
 import type { JWK } from 'jose';
-import { assertAlgorithms, type JwsAlgorithm } from './algorithms.js';
+import { assertAlgorithms, type hmacMinimumBytes, type JwsAlgorithm } from './algorithms.js';
 import { type AuthorizationResult, authorizeRequest, type Requirement } from './authorization.js';
 import { type ClaimProfile, type ClaimValue, checkClaims } from './claims.js';
 import {
@@ -24,7 +24,7 @@ import { createEventSink, type GuardEvent, type GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, hasQueryToken, type TokenExtraction } from './extract-token.js';
 import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 import { normalizeTyp } from './guard-typ.js';
-import { secretToJwk } from './hmac-secret.js';
+import { secretToJwk, secretWeakness } from './hmac-secret.js';
 import type { InternalTokenIssuer } from './internal-token.js';
 import { checkJwsHeader, verifyJwsSignature } from './jws-verify.js';
 import { checkJwk, importCheckedKey, type KeyPolicy, kidSlot, pemToJwk, type VerificationKey } from './key-import.js';
@@ -509,7 +509,13 @@ function staticKeys(
         `issuer ${options.issuer}: a secret verifies one algorithm; list one (got ${algorithms.join(', ')})`,
       );
     }
-    inputs.push({ ...secretToJwk(options.secret), alg: algorithms[0] });
+    const alg = algorithms[0] as keyof typeof hmacMinimumBytes;
+    const jwk = secretToJwk(options.secret);
+    // Checked here, where the algorithm is known, so the error names the minimum rather than the
+    // bare `weak-key` the key check below would give.
+    const weakness = secretWeakness(options.secret, alg);
+    if (weakness !== undefined) throw new TypeError(`issuer ${options.issuer}: ${weakness}`);
+    inputs.push({ ...jwk, alg });
   }
   for (const input of options.publicKeys ?? []) {
     if (typeof input === 'string') inputs.push(pemToJwk(input));

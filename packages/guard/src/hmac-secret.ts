@@ -1,4 +1,5 @@
 import { createPrivateKey, createPublicKey, X509Certificate } from 'node:crypto';
+import { hmacMinimumBytes } from './algorithms.js';
 
 // The DER forms a key or certificate travels in. node:crypto (OpenSSL) parses each strictly: a DER
 // structure has to be well-formed all the way down (tags, lengths that add up exactly, a known
@@ -139,4 +140,25 @@ export function secretToJwk(secret: string | Uint8Array): Record<string, unknown
   }
   const bytes = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
   return { kty: 'oct', k: bytes.toString('base64url') };
+}
+
+/**
+ * Why `secret` is too weak for `alg`, or `undefined` when it is not. RFC 7518 §3.2 requires at least
+ * the hash output (32, 48 or 64 bytes); a string is used as its UTF-8 bytes, so those are counted, not
+ * its characters. A secret of one byte repeated is refused at any length: it carries 8 bits at most,
+ * and no generated secret of 32 bytes or more is one (odds of 2^-248): it is a placeholder
+ * (`'x'.repeat(32)`) or a buffer never filled (`new Uint8Array(32)`). The reason names lengths only,
+ * never a byte of the secret.
+ *
+ * @example
+ * secretWeakness('x'.repeat(31) + 'y', 'HS384'); // 'a HS384 secret must be at least 48 bytes (RFC 7518 §3.2); this one is 32'
+ */
+export function secretWeakness(secret: string | Uint8Array, alg: keyof typeof hmacMinimumBytes): string | undefined {
+  const bytes = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : secret;
+  const minimum = hmacMinimumBytes[alg];
+  if (bytes.length < minimum) {
+    return `a ${alg} secret must be at least ${minimum} bytes (RFC 7518 §3.2); this one is ${bytes.length}`;
+  }
+  if (bytes.every((byte) => byte === bytes[0])) return 'the secret is one byte repeated; use random bytes';
+  return undefined;
 }

@@ -661,11 +661,11 @@ describe('algorithm and key cases', () => {
   });
 
   it('case 43: empty, short or guessable HMAC secrets are refused at startup', () => {
-    for (const secret of ['', 'secret', 'x'.repeat(31), new Uint8Array(16)]) {
+    for (const secret of ['', 'secret', 'x'.repeat(31), new Uint8Array(16), 'x'.repeat(32), new Uint8Array(32)]) {
       expect(() => guardWith({ secret })).toThrow(TypeError);
     }
     expect(() => guardWith({ secret: 'x'.repeat(47), algorithms: ['HS384'] })).toThrow(TypeError);
-    expect(() => guardWith({ secret: 'x'.repeat(32) })).not.toThrow();
+    expect(() => guardWith({ secret: 'x'.repeat(31) + 'y' })).not.toThrow();
   });
 
   it('case 56: HMAC is compared by WebCrypto verify (constant time), never by string comparison', async () => {

@@ -472,7 +472,7 @@ describe('docs/guard.md: Issuers', () => {
     const dir = mkdtempSync(join(tmpdir(), 'audit-docsguard-'));
     writeFileSync(join(dir, 'partner.pem'), await exportSPKI(partner.publicKey));
     const previous = process.env.LEGACY_HS256_SECRET;
-    process.env.LEGACY_HS256_SECRET = 'l'.repeat(32);
+    process.env.LEGACY_HS256_SECRET = 'legacy-hs256-secret-of-32-bytes+';
     const cwd = process.cwd();
     process.chdir(dir);
     try {
@@ -502,7 +502,7 @@ describe('docs/guard.md: Issuers', () => {
         .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
         .setIssuer('https://legacy.internal')
         .setExpirationTime(nowSeconds() + 300)
-        .sign(new TextEncoder().encode('l'.repeat(32)));
+        .sign(new TextEncoder().encode('legacy-hs256-secret-of-32-bytes+'));
       expect(code(await guard.verify(legacy))).toBe('ok');
       // maxTokenAge: iat becomes required.
       expect(code(await guard.verify(await accessToken({ iat: undefined })))).toBe('claim_invalid');

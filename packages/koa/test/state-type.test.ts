@@ -9,7 +9,10 @@ import { guard, type IdemState, idempotency } from '../src/index.js';
 it('an app with its own state type reads auth and idempotency through IdemState', () => {
   const app = new Koa<{ tenant: string } & IdemState>();
   app.use(
-    guard({ audience: 'https://api.example', issuers: [{ issuer: 'https://id.example', secret: 'x'.repeat(32) }] }),
+    guard({
+      audience: 'https://api.example',
+      issuers: [{ issuer: 'https://id.example', secret: 'koa-state-type-test-secret-32-bytes+' }],
+    }),
   );
   app.use(idempotency({ store: memoryStore() }));
   app.use((ctx) => {
