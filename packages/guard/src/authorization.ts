@@ -76,8 +76,8 @@ export function policy(check: (principal: Principal, request: GuardRequest) => b
 
 /**
  * Requires a strong or recent enough user authentication (RFC 9470): the token's `acr` must be one of
- * `acrValues`, and/or its `auth_time` at most `maxAge` seconds old, and not later than now plus the
- * clock tolerance (as for `iat`: a login in the future is no recent login). A refusal is 401
+ * `acrValues`, and/or its `auth_time` at most `maxAge` seconds old, and not later than now, each give
+ * or take the clock tolerance (as for `iat`: a login in the future is no recent login). A refusal is 401
  * `insufficient_user_authentication` with `acr_values` / `max_age` in the challenge, so the client can
  * send the user through a step-up login. No anchor sends this challenge (research section 10, item 6).
  *
@@ -117,7 +117,7 @@ export interface AuthorizeOptions
   /** Clock in epoch milliseconds for `maxAge` checks (default `Date.now`). */
   now?: (() => number) | undefined;
   /**
-   * Seconds an `auth_time` may lie ahead of `now` for `maxAge` checks (default 5, at most 60): the
+   * Seconds an `auth_time` may lie ahead of `now`, or beyond `maxAge` behind it, for `maxAge` checks (default 5, at most 60): the
    * guard's `clockTolerance` for `exp`, `nbf` and `iat`. A guard passes its token issuer's own.
    */
   clockTolerance?: number | undefined;
@@ -152,11 +152,13 @@ export function authorizeRequest(
       const nowSeconds = (now ?? Date.now)() / 1000;
       // A login time ahead of the clock beyond the tolerance is no recent login: with `now - auth_time`
       // negative, an issuer writing milliseconds (or a forged far-future time) passed every maxAge forever.
+      // The issuer's clock may be behind ours as much as ahead, so the age gets the same tolerance, as
+      // OIDC clients give it (oauth4webapi, openid-client: auth_time + max_age < now - tolerance).
       const ageOk =
         requirement.maxAge === undefined ||
         (typeof authTime === 'number' &&
           Number.isSafeInteger(authTime) &&
-          nowSeconds - authTime <= requirement.maxAge &&
+          nowSeconds - authTime <= requirement.maxAge + tolerance &&
           authTime - nowSeconds <= tolerance);
       if (!acrOk || !ageOk) {
         return {

@@ -1012,8 +1012,9 @@ export function guardFromEngine(
   // Authorization refusals carry what every other challenge of this guard carries (realm, RFC 9728
   // resource_metadata, the DPoP offer); built once, not per call.
   const authorizeOptions = { ...engine.errorOptions, now: engine.now };
-  // A future `auth_time` gets the skew its issuer's `exp`/`nbf`/`iat` get. Behind the gateway `iss` is
-  // the original issuer, which the internal verifier does not list: the guard-wide value then.
+  // An `auth_time` (ahead of the clock, or past `maxAge`) gets the skew its issuer's `exp`/`nbf`/`iat`
+  // get. Behind the gateway `iss` is the original issuer, which the internal verifier does not list:
+  // the guard-wide value then.
   const clockTolerance = (principal: Principal) =>
     engine.issuers.get(principal.iss)?.profile.clockTolerance ?? engine.clockTolerance;
   return {

@@ -269,7 +269,7 @@ export function createInternalVerifier(options: InternalVerifierOptions): Guard 
           ...(options.clockTolerance === undefined ? {} : { clockTolerance: options.clockTolerance }),
         },
       ],
-      // Guard-wide too, not only on the gateway's issuer: authorize() reads it for a future `auth_time`
+      // Guard-wide too, not only on the gateway's issuer: authorize() reads it for an `auth_time`
       // of a principal whose `iss` is the edge issuer, which this verifier does not list.
       ...(options.clockTolerance === undefined ? {} : { clockTolerance: options.clockTolerance }),
       ...(options.realm === undefined ? {} : { realm: options.realm }),

@@ -97,7 +97,8 @@ describe('authorization', () => {
     expect(authorizeRequest(edge, [rule], { headers: {} }, { now }).ok).toBe(true);
     for (const claims of [
       { acr: 'urn:example:pwd', auth_time: 1_800_000_000 - 100 },
-      { acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 301 },
+      // maxAge plus the default clock tolerance (5 s), and one second more.
+      { acr: 'urn:example:mfa', auth_time: 1_800_000_000 - 306 },
       { acr: 'urn:example:mfa' },
       { auth_time: 1_800_000_000 },
     ]) {
@@ -146,6 +147,64 @@ describe('authorization', () => {
     for (const clockTolerance of [-1, 61, Number.NaN, '5' as unknown as number]) {
       expect(() => decide(nowSeconds, { clockTolerance }), String(clockTolerance)).toThrow(TypeError);
     }
+  });
+
+  it('step-up: an auth_time just past maxAge passes within the clock tolerance, as a future one does', () => {
+    // oauth4webapi and openid-client refuse only when auth_time + max_age < now - tolerance: the
+    // issuer's clock may run behind ours in the past direction as much as in the future one.
+    const nowSeconds = 1_800_000_000;
+    const user = (authTime: number) =>
+      principalFromClaims({ sub: 'u', iss: ISSUER, aud: AUDIENCE, auth_time: authTime });
+    const decide = (
+      authTime: number,
+      options: { clockTolerance?: number; offsetMs?: number; maxAge?: number } = {},
+    ) => {
+      const now = () => nowSeconds * 1000 + (options.offsetMs ?? 0);
+      const tolerance = options.clockTolerance === undefined ? {} : { clockTolerance: options.clockTolerance };
+      const rule = requireAuthentication({ maxAge: options.maxAge ?? 300 });
+      return authorizeRequest(user(authTime), [rule], { headers: {} }, { now, ...tolerance }).ok;
+    };
+    // The default tolerance, 5 s.
+    expect(decide(nowSeconds - 300 - 3)).toBe(true);
+    expect(decide(nowSeconds - 300 - 5)).toBe(true);
+    expect(decide(nowSeconds - 300 - 6)).toBe(false);
+    // clockTolerance 0: exactly maxAge, and not a second more.
+    expect(decide(nowSeconds - 300, { clockTolerance: 0 })).toBe(true);
+    expect(decide(nowSeconds - 301, { clockTolerance: 0 })).toBe(false);
+    expect(decide(nowSeconds - 360, { clockTolerance: 60 })).toBe(true);
+    expect(decide(nowSeconds - 361, { clockTolerance: 60 })).toBe(false);
+    // Measured from the exact instant: half a second after the whole second, 305 s back is past it.
+    expect(decide(nowSeconds - 304, { offsetMs: 500 })).toBe(true);
+    expect(decide(nowSeconds - 305, { offsetMs: 500 })).toBe(false);
+    // maxAge 0 (RFC 9470: a login made for this request) still allows the skew, both ways.
+    expect(decide(nowSeconds - 5, { maxAge: 0 })).toBe(true);
+    expect(decide(nowSeconds - 6, { maxAge: 0 })).toBe(false);
+  });
+
+  it("step-up through a guard: an auth_time past maxAge gets the clock tolerance of the token's issuer", async () => {
+    const clock = manualClock();
+    const nowSeconds = clock.seconds();
+    const rule = requireAuthentication({ maxAge: 300 });
+    const guard = createGuard({
+      audience: AUDIENCE,
+      clockTolerance: 10,
+      now: clock.now,
+      issuers: [
+        { issuer: ISSUER, secret: SECRET },
+        { issuer: 'https://slow.example', secret: SECRET, clockTolerance: 30 },
+      ],
+    });
+    const decide = async (issuer: string, authTime: number) => {
+      const verified = await guard.verify(
+        makeToken({ claims: { iss: issuer, jti: `${issuer}${authTime}`, auth_time: authTime } }),
+      );
+      if (!verified.ok) throw verified.error;
+      return guard.authorize(verified.principal, [rule]).ok;
+    };
+    expect(await decide(ISSUER, nowSeconds - 310)).toBe(true);
+    expect(await decide(ISSUER, nowSeconds - 311)).toBe(false);
+    expect(await decide('https://slow.example', nowSeconds - 330)).toBe(true);
+    expect(await decide('https://slow.example', nowSeconds - 331)).toBe(false);
   });
 
   // docs/guard.md: "`auth_time` is read only by this rule: token verification does not check it." A
