@@ -126,7 +126,10 @@ export interface IssuerOptions extends TokenRules {
    * `['RS256', 'PS256', 'ES256', 'EdDSA', 'Ed25519']`). Each key is pinned to one of them.
    */
   algorithms?: readonly JwsAlgorithm[] | undefined;
-  /** A shared HMAC secret (at least the hash length: 32 bytes for HS256). Not combinable with public keys. */
+  /**
+   * A shared HMAC secret: at least the hash length (32, 48 or 64 bytes for HS256, HS384, HS512; a
+   * string counts its UTF-8 bytes), not one byte repeated. Not combinable with public keys.
+   */
   secret?: string | Uint8Array | undefined;
   /** Public keys as PEM or JWK. */
   publicKeys?: readonly PublicKeyInput[] | undefined;
