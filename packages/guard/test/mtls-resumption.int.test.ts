@@ -1,8 +1,9 @@
 import { constants } from 'node:crypto';
+import http2 from 'node:http2';
 import https from 'node:https';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { guardRequestFromNode } from '../src/index.js';
+import { type Guard, guardRequestFromNode } from '../src/index.js';
 import { mtlsGuard } from './support/mtls-glue.js';
 import { type IssuedCert, makeTestPki, portOf, type TestPki, tlsServerOptions } from './support/tls-certs.js';
 import { makeToken } from './support/tokens.js';
@@ -14,7 +15,7 @@ import { makeToken } from './support/tokens.js';
 // session ids; and that a session made without a certificate never lends one.
 
 let pki: TestPki;
-const servers: https.Server[] = [];
+const servers: Array<https.Server | http2.Http2SecureServer> = [];
 
 beforeAll(() => {
   pki = makeTestPki();
@@ -38,23 +39,36 @@ function withSessionCache(server: https.Server) {
   });
 }
 
-async function serve(resumption: 'ticket' | 'session id'): Promise<number> {
-  const guard = mtlsGuard();
-  const server = https.createServer(
-    {
-      ...tlsServerOptions(pki),
-      ...(resumption === 'session id' ? { secureOptions: constants.SSL_OP_NO_TICKET } : {}),
-    },
-    (req, res) => {
-      guard.authenticate(guardRequestFromNode(req)).then((result) => {
-        const body = result.ok ? 'ok' : result.error.code;
-        // A length, not chunks, so the client below reads the body as it is.
-        res.writeHead(result.ok ? 200 : result.error.status, { 'content-length': Buffer.byteLength(body) });
-        res.end(body);
-      });
-    },
-  );
-  if (resumption === 'session id') withSessionCache(server);
+// What both HTTP/1.1 and HTTP/2 responses offer, for the one handler.
+interface Answer {
+  writeHead(status: number, headers: Record<string, number>): unknown;
+  end(body: string): unknown;
+}
+
+// Answers `ok` or the guard's error code; a guard of its own per server, so no test reads another's
+// verified-token cache.
+const answerWith = (guard: Guard) => (req: Parameters<typeof guardRequestFromNode>[0], res: Answer) => {
+  guard.authenticate(guardRequestFromNode(req)).then((result) => {
+    const body = result.ok ? 'ok' : result.error.code;
+    // A length, not chunks, so the HTTP/1.1 client below reads the body as it is.
+    res.writeHead(result.ok ? 200 : result.error.status, { 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+};
+
+async function serve(resumption: 'ticket' | 'session id' | 'http2'): Promise<number> {
+  const answer = answerWith(mtlsGuard());
+  const server =
+    resumption === 'http2'
+      ? http2.createSecureServer({ ...tlsServerOptions(pki), allowHTTP1: false }, answer)
+      : https.createServer(
+          {
+            ...tlsServerOptions(pki),
+            ...(resumption === 'session id' ? { secureOptions: constants.SSL_OP_NO_TICKET } : {}),
+          },
+          answer,
+        );
+  if (resumption === 'session id') withSessionCache(server as https.Server);
   servers.push(server);
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   return portOf(server);
@@ -168,5 +182,67 @@ describe.each(cases)('mTLS on a resumed session: %s, %s', (version, resumption) 
         true,
       ]);
     }
+  });
+});
+
+// The same over HTTP/2: the request's socket is the session's TLS socket (a proxy of it).
+function h2Exchange(
+  port: number,
+  options: { token: string; client?: IssuedCert | undefined; session?: Buffer | undefined },
+): Promise<Exchange> {
+  return new Promise((resolve, reject) => {
+    let session: Buffer | undefined;
+    let reused = false;
+    const connection = http2.connect(`https://localhost:${port}`, {
+      createConnection: () => {
+        const socket = tls.connect({
+          host: '127.0.0.1',
+          servername: 'localhost',
+          port,
+          ca: pki.ca,
+          ALPNProtocols: ['h2'],
+          minVersion: 'TLSv1.3',
+          ...(options.client === undefined ? {} : { key: options.client.key, cert: options.client.cert }),
+          ...(options.session === undefined ? {} : { session: options.session }),
+        });
+        socket.on('session', (received: Buffer) => {
+          session = received;
+        });
+        socket.once('secureConnect', () => {
+          reused = socket.isSessionReused();
+        });
+        return socket;
+      },
+    });
+    connection.on('error', reject);
+    const stream = connection.request({ ':path': '/orders', authorization: `Bearer ${options.token}` });
+    let status = 0;
+    let body = '';
+    stream.setEncoding('utf8');
+    stream.on('response', (headers) => {
+      status = Number(headers[':status']);
+    });
+    stream.on('data', (chunk: string) => {
+      body += chunk;
+    });
+    stream.on('error', reject);
+    stream.on('end', () => connection.close());
+    connection.on('close', () => resolve({ status, body, reused, session }));
+    stream.end();
+  });
+}
+
+describe('mTLS on a resumed session over HTTP/2 (TLS 1.3 ticket)', () => {
+  it("binds the resumed session's certificate, and a session made without one lends none", async () => {
+    const port = await serve('http2');
+    const first = await h2Exchange(port, { token: boundTo(pki.clientA), client: pki.clientA });
+    expect([first.status, first.body, first.reused]).toEqual([200, 'ok', false]);
+    const again = await h2Exchange(port, { token: boundTo(pki.clientA), client: pki.clientA, session: first.session });
+    expect([again.status, again.body, again.reused]).toEqual([200, 'ok', true]);
+    const other = await h2Exchange(port, { token: boundTo(pki.clientB), client: pki.clientB, session: first.session });
+    expect([other.status, other.body, other.reused]).toEqual([401, 'certificate_mismatch', true]);
+    const bare = await h2Exchange(port, { token: makeToken() });
+    const resumed = await h2Exchange(port, { token: boundTo(pki.clientA), client: pki.clientA, session: bare.session });
+    expect([resumed.status, resumed.body, resumed.reused]).toEqual([401, 'certificate_missing', true]);
   });
 });
