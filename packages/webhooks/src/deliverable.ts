@@ -37,7 +37,8 @@ const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep
 
 /**
  * Throws a `TypeError` for headers fetch would refuse (a bad name or value, a value that is not a
- * string) or a content type that is not a string: checked once, where they are given.
+ * string), one name given twice in two spellings (`X-A` and `x-a`), or a content type that is not a
+ * string: checked once, where they are given.
  *
  * @example
  * assertSendableHeaders({ 'x-tenant': 't1' }); // fine
@@ -47,6 +48,15 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
   if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
     throw new TypeError('headers must map header names to strings');
   if (contentType !== undefined && typeof contentType !== 'string') throw new TypeError('contentType must be a string');
+  // One field spelt twice (`X-A` and `x-a`): the sender lower-cases names, so only one of the two
+  // values would go out, and which one depends on key order (the outbox's jsonb reorders keys).
+  // Refused rather than guessed or joined: a joined value is another value than either of them.
+  const seen = new Set<string>();
+  for (const name of Object.keys(headers)) {
+    const lower = name.toLowerCase();
+    if (seen.has(lower)) throw new TypeError(`header ${JSON.stringify(lower)} is given twice, in two spellings`);
+    seen.add(lower);
+  }
   // Named, never quoted: fetch's own error holds the value, which may be a partner's credential.
   const entries = Object.entries({
     ...(headers as Record<string, string>),

@@ -40,7 +40,10 @@ export interface OutboxEvent {
   body: WebhookBody | Record<string, unknown>;
   /** Default `application/json`. */
   contentType?: string | undefined;
-  /** Extra headers for this event. */
+  /**
+   * Extra headers for this event. Names are case-insensitive: stored lower-cased, as they are sent,
+   * and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`.
+   */
   headers?: Record<string, string> | undefined;
 }
 
@@ -300,8 +303,8 @@ export interface Outbox {
   migrate(db: Queryable, options?: OutboxMigrateOptions): Promise<void>;
   /**
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
-   * if that transaction commits. Adding the same event (url, body bytes, content type and headers)
-   * under an id the outbox holds is a no-op (`added: false`); another event under it is refused with a
+   * if that transaction commits. Adding the same event (url, body bytes, content type and headers,
+   * header names in any case) under an id the outbox holds is a no-op (`added: false`); another event under it is refused with a
    * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An id that others
    * keep adding and deleting while add() looks at it (three times over) is `event_id_contended`:
    * nothing added, the transaction left as it was, and add() may be tried again. An event that
@@ -578,7 +581,12 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // JSON.stringify gives undefined for undefined, a function or a symbol: there is nothing to send.
     if (!isBytes && json === undefined) throw new TypeError('body must be bytes, a string or a JSON value');
     const body = isBytes ? toBodyBytes(raw) : Buffer.from(json as string, 'utf8');
-    const values = [id, url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})];
+    // Names lower-cased, as the sender sends them: HTTP field names are case-insensitive (RFC 9110
+    // 5.1), so `X-Tenant` and `x-tenant` are one event. assertDeliverable refused two spellings of one.
+    const headers = Object.fromEntries(
+      Object.entries(event.headers ?? {}).map(([name, value]) => [name.toLowerCase(), value]),
+    );
+    const values = [id, url, body, event.contentType ?? 'application/json', JSON.stringify(headers)];
     // Without the event's body and headers, which PGlite puts on its errors as `params`.
     const query = (text: string) =>
       tx.query(text, values).catch((error: unknown) => {
@@ -598,8 +606,14 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // statement, so that under READ COMMITTED it sees a row a concurrent transaction committed
       // while the insert waited on it (the insert's own snapshot does not); under REPEATABLE READ or
       // SERIALIZABLE the insert fails with a serialization error instead. Only the verdict comes back.
+      // The held row's names are lower-cased here too: an earlier version stored them as the caller
+      // spelt them. Where such a row holds one name in two spellings, the later in jsonb's key order
+      // wins, as it does when the relay sends the row (the sender lower-cases names in that order).
       const { rows } = await query(
-        `SELECT url = $2 AND body = $3 AND content_type = $4 AND headers = $5::jsonb AS same
+        `SELECT url = $2 AND body = $3 AND content_type = $4
+                AND COALESCE((SELECT jsonb_object_agg(lower(h.key), h.value ORDER BY h.n)
+                                FROM jsonb_each(headers) WITH ORDINALITY AS h(key, value, n)), '{}'::jsonb)
+                    = $5::jsonb AS same
            FROM ${table} WHERE id = $1`,
       );
       if (rows.length === 0) continue;
