@@ -55,8 +55,8 @@ describe('## Signing and verifying', () => {
   const body = Buffer.from('{"type":"payment.succeeded"}');
   const at = 1_767_225_600;
 
-  // docs/webhooks.md:65-66: "The `sign()` and `verify()` functions take the same options as the
-  // factories".
+  // docs/webhooks.md, the paragraph after the first example: "The `sign()` and `verify()` functions take the
+  // same options as the factories".
   it('sign() and verify() take the factories options: several secrets, tolerance and now', () => {
     const other = generateSecret('v1');
     if (other.version !== 'v1') throw new Error('unreachable');
@@ -70,8 +70,9 @@ describe('## Signing and verifying', () => {
     expect(late.ok === false && late.error.code).toBe('timestamp_too_old');
   });
 
-  // docs/webhooks.md:61 and 72-74: generateSecret('v1a') gives a whsk_/whpk_ pair; a whsk_ key signs
-  // "(and verify)"; a whpk_ key verifies only. The v1 secret is whsec_ and 24 to 64 bytes.
+  // docs/webhooks.md, the first example and the **Secrets.** table: generateSecret('v1a') gives a whsk_/whpk_
+  // pair; a whsk_ key signs "(and verify)"; a whpk_ key verifies only. The v1 secret is whsec_ and 24 to 64
+  // bytes.
   it('generateSecret: a v1a pair whose private key signs and verifies, whose public key verifies only', () => {
     const pair = generateSecret('v1a');
     expect(pair).toEqual({
@@ -95,7 +96,8 @@ describe('## Signing and verifying', () => {
     expect(bytes).toBeLessThanOrEqual(64);
   });
 
-  // docs/webhooks.md:72: "`whsec_<base64>` (or bare base64, or a `Uint8Array`)": one key, three forms.
+  // docs/webhooks.md, the **Secrets.** table: "`whsec_<base64>` (or bare base64, or a `Uint8Array`)": one
+  // key, three forms.
   it('a whsec_ secret, its bare base64 and its bytes are one key', () => {
     const base64 = SECRET.slice('whsec_'.length);
     const signatures = [SECRET, base64, new Uint8Array(Buffer.from(base64, 'base64'))].map(
@@ -104,7 +106,8 @@ describe('## Signing and verifying', () => {
     expect(new Set(signatures).size).toBe(1);
   });
 
-  // docs/webhooks.md:107-108: "The check runs before any signature work and before any store access".
+  // docs/webhooks.md, **Timestamp tolerance.**: "The check runs before any signature work and before any
+  // store access".
   it('a stale timestamp is refused as too old before the signature is looked at, and the store is never asked', async () => {
     let storeCalls = 0;
     const inner = memoryStore();
@@ -135,11 +138,11 @@ describe('## Signing and verifying', () => {
     expect(JSON.parse(Buffer.from(response.body).toString()).code).toBe('timestamp_too_old');
     expect(storeCalls).toBe(0);
   });
-  // docs/webhooks.md:97-98, after the refused timestamps `1700000000abc`, ` 1700000000`, `1.7e9` and
-  // `-5`. Was: "The reference libraries parse the timestamp with `parseInt` and accept all of these
-  // inputs". parseInt reads `1.7e9` as 1 and `-5` as -5, which the standardwebhooks package then
-  // refuses as too old: it accepts the first two (the signature covers the number it parsed, not
-  // the text sent), not all four.
+  // docs/webhooks.md, **Strict headers.**, after the refused timestamps `1700000000abc`, ` 1700000000`,
+  // `1.7e9` and `-5`. Was: "The reference libraries parse the timestamp with `parseInt` and accept all of
+  // these inputs". parseInt reads `1.7e9` as 1 and `-5` as -5, which the standardwebhooks package then
+  // refuses as too old: it accepts the first two (the signature covers the number it parsed, not the text
+  // sent), not all four.
   it('the standardwebhooks package accepts a timestamp with trailing text or a leading space, and refuses 1.7e9 and -5 as too old', () => {
     const reference = new Webhook(SECRET);
     const seconds = Math.floor(Date.now() / 1000);
@@ -172,9 +175,9 @@ describe('## Signing and verifying', () => {
     }
   });
 
-  // docs/webhooks.md:112-113: "`standardwebhooks` ... decode[s] lossily and accept[s] that swap": its
-  // signature over a body with byte 0xff (decoded to U+FFFD) verifies the body with 0xfe there too.
-  // Ours, over the same headers, refuses it.
+  // docs/webhooks.md, **Bytes, not text.**: "`standardwebhooks` ... decode[s] lossily and accept[s] that
+  // swap": its signature over a body with byte 0xff (decoded to U+FFFD) verifies the body with 0xfe there
+  // too. Ours, over the same headers, refuses it.
   it('the standardwebhooks package takes its signature over 0xff for a body with 0xfe; ours refuses it', () => {
     const reference = new Webhook(SECRET);
     const seconds = Math.floor(Date.now() / 1000);
@@ -190,8 +193,8 @@ describe('## Signing and verifying', () => {
     expect(result.ok === false && result.error.code).toBe('signature_mismatch');
   });
 
-  // docs/webhooks.md:116-118: the two interoperate "for bodies that are valid UTF-8: over other bytes
-  // `standardwebhooks` signs and checks its lossy decoding, so neither side verifies the other's
+  // docs/webhooks.md, **Interoperability.**: the two interoperate "for bodies that are valid UTF-8: over
+  // other bytes `standardwebhooks` signs and checks its lossy decoding, so neither side verifies the other's
   // signature".
   it('over a body that is not UTF-8, neither verifies the other; over UTF-8 each does (the control)', () => {
     const reference = new Webhook(SECRET);
@@ -225,9 +228,9 @@ describe('## Signing and verifying', () => {
 describe('## Receiving', () => {
   const body = Buffer.from('{"data":{"id":"pay_1","amount":5}}');
 
-  // docs/webhooks.md:155 (`handle()` returns `{ status, headers, body, outcome, id }`) and the
-  // events table, 306-312: `id` once the headers were verified (a `rejected` event has none), `code`
-  // of a rejected delivery is the verification code, `at` is the receiver's `now`.
+  // docs/webhooks.md, ## Receiving (`handle()` returns `{ status, headers, body, outcome, id }`) and its
+  // **Events.** table: `id` once the headers were verified (a `rejected` event has none), `code` of a
+  // rejected delivery is the verification code, `at` is the receiver's `now`.
   it("onEvent: at is the receiver's now, a rejected event has no id and the verification code", async () => {
     let clock = 1_767_225_600_000;
     const events: ReceiverEvent[] = [];
@@ -293,9 +296,9 @@ describe('## Raw body per framework (Koa)', () => {
       body,
     });
 
-  // docs/webhooks.md:413-414: "`ctx.request.rawBody` from `@koa/bodyparser` is never trusted: it is a
-  // decoded string". A parser ran (its object and its rawBody are there, the stream drained):
-  // refused, whatever rawBody holds, even the exact bytes.
+  // docs/webhooks.md, ## Raw body per framework, **Koa.**: "`ctx.request.rawBody` from `@koa/bodyparser` is
+  // never trusted: it is a decoded string". A parser ran (its object and its rawBody are there, the stream
+  // drained): refused, whatever rawBody holds, even the exact bytes.
   it('fails closed under a parsed body even when rawBody holds the exact text', async () => {
     let applied = 0;
     const { url, misconfigured } = await koaServer(
@@ -314,8 +317,8 @@ describe('## Raw body per framework (Koa)', () => {
     expect(misconfigured).toHaveLength(1);
   });
 
-  // docs/webhooks.md:411-413, as corrected: a Buffer that a raw parser left in ctx.request.body is
-  // the exact bytes (as with express.raw()), and is taken; anything else set there fails closed.
+  // docs/webhooks.md, **Koa.**, as corrected: a Buffer that a raw parser left in ctx.request.body is the
+  // exact bytes (as with express.raw()), and is taken; anything else set there fails closed.
   it('takes a Buffer a raw parser left in ctx.request.body, as Express takes express.raw()', async () => {
     let applied = 0;
     const { url } = await koaServer(
@@ -332,8 +335,8 @@ describe('## Raw body per framework (Koa)', () => {
 });
 
 describe('## Sending', () => {
-  // docs/webhooks.md:506-508: "Each attempt record holds its number, start time, signed timestamp,
-  // duration, result, status, `Retry-After`, the first KiB of the response body and the wait that
+  // docs/webhooks.md, ## Sending, **Giving up.**: "Each attempt record holds its number, start time, signed
+  // timestamp, duration, result, status, `Retry-After`, the first KiB of the response body and the wait that
   // followed."
   it('an attempt record holds each field the page lists', async () => {
     let calls = 0;
@@ -380,8 +383,9 @@ describe('## Sending', () => {
     });
   });
 
-  // docs/webhooks.md:513-517: "`send()` rejects with a `TypeError` before any request goes out: ...
-  // a header value that is not a string, a `contentType` that is not a string".
+  // docs/webhooks.md, ## Sending, **A message no attempt could send.**: "`send()` rejects with a `TypeError`
+  // before any request goes out: ... (or a header value that is not a string; ...), a `contentType` that is
+  // not a string".
   it('send() refuses a header value or a contentType that is not a string, before any request', async () => {
     let requests = 0;
     const url = await serveHooks(
@@ -421,8 +425,8 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     return name;
   };
 
-  // docs/webhooks.md, "The table has these columns": the columns, and five partial indexes with their
-  // columns and predicates.
+  // docs/webhooks.md, "The table has these columns": the columns, and five partial indexes with their columns
+  // and predicates.
   it('migrate() makes exactly the columns and the five partial indexes the page lists', async () => {
     const table = fresh('cols');
     await createOutbox({ table }).migrate(pool);
@@ -472,8 +476,9 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     ]);
   });
 
-  // docs/webhooks.md:689-690 (`id` defaults to `evt_<uuid>`; an object body is sent as its JSON) and
-  // the options table: `table` defaults to 'idem_webhook_outbox'; `relayId` is a random UUID.
+  // docs/webhooks.md, ## The transactional outbox (PostgreSQL), the `add(tx, event)` item (`id` defaults to
+  // `evt_<uuid>`; an object body is sent as its JSON) and the options table: `table` defaults to
+  // 'idem_webhook_outbox'; `relayId` is a random UUID.
   it('add(): an evt_<uuid> id, an object body sent as its JSON; the default table and relayId', async () => {
     expect(createOutbox().table).toBe('idem_webhook_outbox');
     const table = fresh('add');
@@ -496,14 +501,15 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     expect(id).toMatch(/^evt_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     const relay = outbox.relay({ db: pool, sender: createSender({ secret: SECRET }) });
     expect(relay.relayId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    // docs/webhooks.md:750: "`runOnce()` resolves to what the round did: `{ claimed, delivered, retrying, dead, fenced }`".
+    // docs/webhooks.md, the `runOnce()` item: "`runOnce()` resolves to what the round did: `{ claimed,
+    // delivered, retrying, dead, fenced }`".
     expect(await relay.runOnce()).toEqual({ claimed: 1, delivered: 1, retrying: 0, dead: 0, fenced: 0 });
     expect(received).toEqual([{ id, type: 'application/json', body: '{"type":"order.paid","order":"ord_7"}' }]);
   });
 
-  // docs/webhooks.md:665-667, as corrected: "a 429, or any failed answer with a `Retry-After`" holds
-  // the URL's other waiting rows. Was "any answer": a 2xx that carries a `Retry-After` is a
-  // delivery, and holds nothing.
+  // docs/webhooks.md, the paragraph on an endpoint that says it is overloaded, as corrected: "a 429, or any
+  // failed answer with a `Retry-After`" holds the URL's other waiting rows. Was "any answer": a 2xx that
+  // carries a `Retry-After` is a delivery, and holds nothing.
   it('a 2xx with a Retry-After holds none of the URL’s other rows; a 503 with one does (the control)', async () => {
     const table = fresh('hold');
     const outbox = createOutbox({ table });
@@ -534,9 +540,9 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
     expect(await waiting()).toEqual(['evt_b', 'evt_c']);
   });
 
-  // docs/webhooks.md:762-765: `requeue(db, id)` "puts a dead row back to pending". What it does with a
-  // row that is not dead, and what it resolves to, the page did not say: it changes nothing and
-  // resolves to false (true when it requeued).
+  // docs/webhooks.md, the `requeue(db, id)` item: "puts a dead row back to pending". What it does with a row
+  // that is not dead, and what it resolves to, the page did not say then (it does now): it changes nothing
+  // and resolves to false (true when it requeued).
   it('requeue() of a row that is not dead changes nothing and resolves to false', async () => {
     const table = fresh('requeue');
     const outbox = createOutbox({ table });
@@ -551,7 +557,7 @@ describe.skipIf(!withPostgres)('## The transactional outbox (PostgreSQL)', () =>
 });
 
 describe('## Errors', () => {
-  // docs/webhooks.md:900-902: "`toProblem()`, which gives an RFC 9457 body whose `type` is
+  // docs/webhooks.md, ## Errors: "`toProblem()`, which gives an RFC 9457 body whose `type` is
   // `https://idem.dev/problems/<code with - for _>`" for every code of the table.
   it('every code of the table has its problem type, and the statuses the table gives', () => {
     const documented: Record<string, number | 'thrown'> = {
@@ -580,9 +586,9 @@ describe('## Errors', () => {
 });
 
 describe('docs/guides/queues.md: Lost lease', () => {
-  // docs/guides/queues.md:154-155: "one that finishes anyway has made its effect, and the wrapper
-  // acks it": the wrapper resolves with the result; a redelivery that came after gets it too (nobody
-  // had taken the key over).
+  // docs/guides/queues.md, ## Settings for consumers, **Lost lease.**: "one that finishes anyway has made its
+  // effect, and the wrapper acks it": the wrapper resolves with the result; a redelivery that came after gets
+  // it too (nobody had taken the key over).
   it('a handler that finishes past its lost lease resolves with its result; the redelivery gets it without running', async () => {
     const engine: IdempotencyEngine = createIdempotency({
       store: memoryStore(),
