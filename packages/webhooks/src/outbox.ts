@@ -219,6 +219,10 @@ export interface DeadLetterOptions {
   after?: string | undefined;
 }
 
+const deadLetterOptionNames = ['limit', 'after'] as const satisfies readonly (keyof DeadLetterOptions)[];
+const deadLetterOptionNamesAll: ListsEvery<DeadLetterOptions, typeof deadLetterOptionNames> = true;
+void deadLetterOptionNamesAll;
+
 /** Options of {@link Outbox.migrate}. */
 export interface OutboxMigrateOptions {
   /**
@@ -316,8 +320,8 @@ export interface Outbox {
   relay(options: RelayOptions): Relay;
   /**
    * Lists dead-lettered events, oldest first (by `created_at`, then id), one page at a time: pass a
-   * page's `next` as `after` to get the following one. A malformed `after` or `limit` throws a
-   * `TypeError`.
+   * page's `next` as `after` to get the following one. A malformed `after` or `limit`, or an option
+   * it does not know, rejects with a `TypeError`.
    *
    * @example
    * let page = await outbox.deadLetters(pool, { limit: 100 });
@@ -1358,6 +1362,11 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
   };
 
   const deadLetters = async (db: Queryable, listOptions: DeadLetterOptions = {}): Promise<DeadLetterPage> => {
+    if (!db || typeof db.query !== 'function') throw new TypeError('deadLetters needs db (a pg Pool or client)');
+    if (!listOptions || typeof listOptions !== 'object') throw new TypeError('deadLetters takes an options object');
+    // A misspelt `after` would be ignored: every page the first one, and a pager that reads until
+    // `next` is undefined would never end.
+    assertKnownOptions(listOptions, new Set(deadLetterOptionNames), 'deadLetters');
     const limit = listOptions.limit ?? 100;
     // A safe integer, as the relay's batchSize.
     if (!Number.isSafeInteger(limit) || limit < 1)
@@ -1386,6 +1395,9 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
   };
 
   const requeue = async (db: Queryable, id: string) => {
+    if (!db || typeof db.query !== 'function') throw new TypeError('requeue needs db (a pg Pool or client)');
+    // Anything else matches no row, and `false` would read as "not dead" instead of a caller's bug.
+    if (typeof id !== 'string') throw new TypeError('requeue needs the id of a dead event (a string)');
     // created_at stays: it is when the event happened, and the order deadLetters() lists in. The
     // horizon restarts from requeued_at instead. `claims` stays too: it is the fencing token, and
     // resetting it would let a claim from before the requeue match a claim after it.

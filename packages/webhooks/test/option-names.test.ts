@@ -77,6 +77,40 @@ describe('unknown option names are refused at construction', () => {
     await expect(outbox.purge(db, { olderThan: 0 })).resolves.toEqual({ deleted: 0 });
   });
 
+  // A misspelt `after` was ignored: every call returned the first page again, and a pager that
+  // loops until `next` is undefined never ended.
+  it('outbox.deadLetters and requeue: an unknown option, no db, an options value or id of the wrong type', async () => {
+    const outbox = createOutbox();
+    await expect(outbox.deadLetters(db, { limit: 10, cursor: 'x' } as never)).rejects.toThrow(
+      new TypeError('deadLetters: unknown option "cursor"; it takes limit, after'),
+    );
+    await expect(outbox.deadLetters(db, { limit: 10, After: 'x' } as never)).rejects.toThrow(
+      new TypeError('deadLetters: unknown option "After" (did you mean "after"?)'),
+    );
+    await expect(outbox.deadLetters(db, null as never)).rejects.toThrow(
+      new TypeError('deadLetters takes an options object'),
+    );
+    await expect(outbox.deadLetters(undefined as never)).rejects.toThrow(
+      new TypeError('deadLetters needs db (a pg Pool or client)'),
+    );
+    await expect(outbox.requeue(undefined as never, 'evt_1')).rejects.toThrow(
+      new TypeError('requeue needs db (a pg Pool or client)'),
+    );
+    // An id that is not a string matched no row, and requeue() said false as for a row not dead.
+    for (const id of [undefined, null, 1, { id: 'evt_1' }]) {
+      await expect(outbox.requeue(db, id as never), String(id)).rejects.toThrow(
+        new TypeError('requeue needs the id of a dead event (a string)'),
+      );
+    }
+    // Every name it takes.
+    await expect(outbox.deadLetters(db, { limit: 10, after: undefined })).resolves.toEqual({
+      rows: [],
+      next: undefined,
+    });
+    await expect(outbox.deadLetters(db)).resolves.toEqual({ rows: [], next: undefined });
+    await expect(outbox.requeue(db, 'evt_1')).resolves.toBe(false);
+  });
+
   it('a relay pollInterval under 10ms is refused: 0 queried the database back to back while idle', () => {
     const sender = createSender({ secret });
     for (const pollInterval of [0, '0s', '5ms', 9]) {
