@@ -37,8 +37,9 @@ const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep
 
 /**
  * Throws a `TypeError` for headers fetch would refuse (a bad name or value, a value that is not a
- * string), one name given twice in two spellings (`X-A` and `x-a`), or a content type that is not a
- * string: checked once, where they are given.
+ * string), headers that are not a plain object (a `Headers` or a `Map` would lose every entry), one
+ * name given twice in two spellings (`X-A` and `x-a`), or a content type that is not a string:
+ * checked once, where they are given.
  *
  * @example
  * assertSendableHeaders({ 'x-tenant': 't1' }); // fine
@@ -47,6 +48,11 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
   const headers: unknown = given ?? {};
   if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
     throw new TypeError('headers must map header names to strings');
+  // A Headers or a Map keeps its entries where Object.entries does not look: it would pass the
+  // check above and go out (or be stored) with none of them.
+  const prototype = Object.getPrototypeOf(headers);
+  if (prototype !== Object.prototype && prototype !== null)
+    throw new TypeError('headers must be a plain object (for a Headers or a Map, pass Object.fromEntries(it))');
   if (contentType !== undefined && typeof contentType !== 'string') throw new TypeError('contentType must be a string');
   // One field spelt twice (`X-A` and `x-a`): the sender lower-cases names, so only one of the two
   // values would go out, and which one depends on key order (the outbox's jsonb reorders keys).
