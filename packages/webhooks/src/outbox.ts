@@ -41,8 +41,8 @@ export interface OutboxEvent {
   /** Default `application/json`. */
   contentType?: string | undefined;
   /**
-   * Extra headers for this event. Names are case-insensitive: stored lower-cased, as they are sent,
-   * and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`.
+   * Extra headers for this event. Names are case-insensitive (sent lower-cased, compared so by
+   * `add()`), and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`.
    */
   headers?: Record<string, string> | undefined;
 }
@@ -360,6 +360,16 @@ export interface Outbox {
   purge(db: Queryable, options: PurgeOptions): Promise<{ deleted: number }>;
 }
 
+// SQL for a headers object (jsonb) with its names lower-cased, for add() to compare events by: HTTP
+// field names are case-insensitive (RFC 9110 5.1), and the sender sends them lower-cased, so
+// `X-Tenant: a` and `x-tenant: a` are one event. Rows keep the names as the caller spelt them, as
+// every version stored them: a producer of an earlier version, during a rolling upgrade, still finds
+// its own event the same. A row that holds one name in two spellings (stored before add() refused
+// them) compares as the later in jsonb's key order, the value the relay sends for it.
+const namesLowered = (headers: string) =>
+  `coalesce((SELECT jsonb_object_agg(lower(h.key), h.value ORDER BY h.n)
+               FROM jsonb_each(${headers}) WITH ORDINALITY AS h(key, value, n)), '{}'::jsonb)`;
+
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
 function quoteTable(name: string): { sql: string; base: string } {
@@ -585,12 +595,7 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // JSON.stringify gives undefined for undefined, a function or a symbol: there is nothing to send.
     if (!isBytes && json === undefined) throw new TypeError('body must be bytes, a string or a JSON value');
     const body = isBytes ? toBodyBytes(raw) : Buffer.from(json as string, 'utf8');
-    // Names lower-cased, as the sender sends them: HTTP field names are case-insensitive (RFC 9110
-    // 5.1), so `X-Tenant` and `x-tenant` are one event. assertDeliverable refused two spellings of one.
-    const headers = Object.fromEntries(
-      Object.entries(event.headers ?? {}).map(([name, value]) => [name.toLowerCase(), value]),
-    );
-    const values = [id, url, body, event.contentType ?? 'application/json', JSON.stringify(headers)];
+    const values = [id, url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})];
     // Without the event's body and headers, which PGlite puts on its errors as `params`.
     const query = (text: string) =>
       tx.query(text, values).catch((error: unknown) => {
@@ -610,14 +615,10 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // statement, so that under READ COMMITTED it sees a row a concurrent transaction committed
       // while the insert waited on it (the insert's own snapshot does not); under REPEATABLE READ or
       // SERIALIZABLE the insert fails with a serialization error instead. Only the verdict comes back.
-      // The held row's names are lower-cased here too: an earlier version stored them as the caller
-      // spelt them. Where such a row holds one name in two spellings, the later in jsonb's key order
-      // wins, as it does when the relay sends the row (the sender lower-cases names in that order).
+      // Header names compare lower-cased on both sides (see namesLowered).
       const { rows } = await query(
         `SELECT url = $2 AND body = $3 AND content_type = $4
-                AND COALESCE((SELECT jsonb_object_agg(lower(h.key), h.value ORDER BY h.n)
-                                FROM jsonb_each(headers) WITH ORDINALITY AS h(key, value, n)), '{}'::jsonb)
-                    = $5::jsonb AS same
+                AND ${namesLowered('headers')} = ${namesLowered('$5::jsonb')} AS same
            FROM ${table} WHERE id = $1`,
       );
       if (rows.length === 0) continue;

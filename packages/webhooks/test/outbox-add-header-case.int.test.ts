@@ -2,7 +2,7 @@
 // and the sender sends them lower-cased, so `X-Tenant: a` and `x-tenant: a` are one event: a producer
 // that retries with its headers spelt another way must get `added: false`, not `event_id_reused`.
 // Rows that an earlier version stored with mixed-case names stay in the table through an upgrade and
-// must compare the same way, with no migration.
+// must compare the same way, with no migration; rows keep the names as spelt, as before.
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -44,9 +44,15 @@ describe.skipIf(!available)('outbox.add and header names that differ only in cas
     expect(await outbox.add(pool, { ...event, headers: { 'X-TENANT': 'a' } })).toEqual({ id: 'evt_1', added: false });
   });
 
-  it('stores the names lower-cased, as the relay sends them', async () => {
+  // Not lower-cased: a producer of the earlier version, during a rolling upgrade, compares the row
+  // exactly (jsonb equality) and must still find the event it added itself the same.
+  it('stores the names as the caller spelt them, as earlier versions did', async () => {
     await outbox.add(pool, { ...event, headers: { 'X-Tenant': 'a', 'Idempotency-Key': '"k"' } });
-    expect(await storedHeaders()).toEqual([{ 'x-tenant': 'a', 'idempotency-key': '"k"' }]);
+    expect(await storedHeaders()).toEqual([{ 'X-Tenant': 'a', 'Idempotency-Key': '"k"' }]);
+    const earlierCompare = await pool.query(`SELECT headers = $1::jsonb AS same FROM "${table}" WHERE id = 'evt_1'`, [
+      JSON.stringify({ 'X-Tenant': 'a', 'Idempotency-Key': '"k"' }),
+    ]);
+    expect(earlierCompare.rows).toEqual([{ same: true }]);
   });
 
   it('values still count as written: another value case is another event', async () => {
@@ -90,7 +96,7 @@ describe.skipIf(!available)('outbox.add and header names that differ only in cas
       ]) {
         expect(await outbox.add(pool, { ...event, id: 'evt_old', headers })).toEqual({ id: 'evt_old', added: false });
       }
-      // Left as they were: nothing rewrites an old row.
+      // Left as they were: nothing rewrites a row.
       expect(await storedHeaders()).toEqual([{ 'X-Tenant': 'a', 'Idempotency-Key': 'k' }]);
     });
 
