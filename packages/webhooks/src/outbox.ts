@@ -34,7 +34,10 @@ export interface OutboxOptions {
 export interface OutboxEvent {
   /** The event id (`webhook-id`). Default: a fresh `evt_<uuid>`. */
   id?: string | undefined;
-  /** The endpoint (a `URL` is taken as its text, as `sender.send()` takes it). */
+  /**
+   * The endpoint. Stored as its href, as fetch parses it (host lower-cased, default port dropped), so
+   * that two spellings of one endpoint are one event to `add()` and one URL to the relay.
+   */
   url: string | URL;
   /** The exact bytes to send; an object is sent as its JSON. */
   body: WebhookBody | Record<string, unknown>;
@@ -595,10 +598,14 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // JSON.stringify gives undefined for undefined, a function or a symbol: there is nothing to send.
     if (!isBytes && json === undefined) throw new TypeError('body must be bytes, a string or a JSON value');
     const body = isBytes ? toBodyBytes(raw) : Buffer.from(json as string, 'utf8');
-    const values = [id, url, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})];
+    // Stored as fetch will parse it (the WHATWG href: host lower-cased, default port dropped, `/` for
+    // an empty path), so that two spellings of one endpoint are one event to add() and one URL to the
+    // relay's per-URL share, its hold after a 429 and its dead-lettering after a 410.
+    const href = new URL(url).href;
+    const values = [id, href, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})];
     // Without the event's body and headers, which PGlite puts on its errors as `params`.
-    const query = (text: string) =>
-      tx.query(text, values).catch((error: unknown) => {
+    const query = (text: string, params: unknown[] = values) =>
+      tx.query(text, params).catch((error: unknown) => {
         throw withoutCommandValues(error);
       });
     // A row deleted (purged) between the conflict and the look at it: the id is free again, and the
@@ -615,11 +622,13 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // statement, so that under READ COMMITTED it sees a row a concurrent transaction committed
       // while the insert waited on it (the insert's own snapshot does not); under REPEATABLE READ or
       // SERIALIZABLE the insert fails with a serialization error instead. Only the verdict comes back.
-      // Header names compare lower-cased on both sides (see namesLowered).
+      // Header names compare lower-cased on both sides (see namesLowered). The url matches as stored
+      // now (the href) or, for a row an earlier version stored, as the caller spelt it ($6).
       const { rows } = await query(
-        `SELECT url = $2 AND body = $3 AND content_type = $4
+        `SELECT (url = $2 OR url = $6) AND body = $3 AND content_type = $4
                 AND ${namesLowered('headers')} = ${namesLowered('$5::jsonb')} AS same
            FROM ${table} WHERE id = $1`,
+        [...values, url],
       );
       if (rows.length === 0) continue;
       if (rows[0].same === true) return { id, added: false };
