@@ -14,6 +14,7 @@ import { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
 import { createRefresher } from './refresh.js';
+import { refusalLogger } from './refusal-log.js';
 import { type ReportedError, withoutToken } from './reported-error.js';
 import {
   createSessionStore,
@@ -66,7 +67,8 @@ export interface ThirdPartyAppOptions {
   /**
    * Told what went wrong out of the user's sight: a revocation the provider did not confirm, whose
    * token stays valid until it expires; a refresh the provider refused for another reason than the
-   * grant (a client secret rotated at the provider only). Default: one line on stderr, without the token.
+   * grant (a client secret rotated at the provider only). Default: a line on stderr, without the token;
+   * refused refreshes counted, at most one line a minute.
    */
   onEvent?: ((event: ThirdPartyAppEvent) => void) | undefined;
   /**
@@ -90,6 +92,8 @@ export interface ThirdPartyAppOptions {
  *   finds the access token due asks again. Reported at each attempt: a wrong client secret refuses every
  *   session's refresh, and the operator is the one to fix it. (`invalid_grant` ends the session, the
  *   user's business, and is not reported; nor is a provider that cannot be reached, or answers 5xx.)
+ *   The default report counts them: the first line at once, then at most one a minute with how many
+ *   of each code came in, not a line per request.
  */
 export type ThirdPartyAppEvent =
   | {
@@ -108,20 +112,23 @@ export type ThirdPartyAppEvent =
       error: ReportedError;
     };
 
-/** The default of {@link ThirdPartyAppOptions.onEvent}: one line on stderr. */
-function logEvent(event: ThirdPartyAppEvent): void {
-  const reason = event.error instanceof Error ? event.error.message : String(event.error);
-  if (event.type === 'refresh-refused') {
-    const code = event.error.error ?? 'no OAuth error code';
-    const hint = code === 'invalid_client' ? "; is the app's client secret the provider's?" : '';
+/**
+ * The default of {@link ThirdPartyAppOptions.onEvent}: a line on stderr. A revocation that failed, one
+ * line each; refused refreshes counted (see {@link refusalLogger}): the first at once, then at most
+ * one line a minute, by the app's clock `now`.
+ */
+function eventLogger(now: () => number): (event: ThirdPartyAppEvent) => void {
+  const refusals = refusalLogger({ write: (line) => console.warn(line), now });
+  return (event) => {
+    if (event.type === 'refresh-refused') {
+      refusals.note(event.error);
+      return;
+    }
+    const reason = event.error instanceof Error ? event.error.message : String(event.error);
     console.warn(
-      `third-party app: the provider refused a refresh (${code}, HTTP ${event.error.status ?? '?'}: ${reason}); the session keeps its tokens${hint}`,
+      `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
     );
-    return;
-  }
-  console.warn(
-    `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
-  );
+  };
 }
 
 /** The third-party app, an Express app. */
@@ -241,7 +248,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   });
   const stockItems = options.stockItems ?? ['item-1', 'item-2', 'item-3'];
   const refreshMargin = options.refreshMargin ?? 30_000;
-  const onEvent = options.onEvent ?? logEvent;
+  const onEvent = options.onEvent ?? eventLogger(now);
   const refresher = createRefresher({
     sessions,
     oidc,
