@@ -35,7 +35,7 @@ type RefreshChanges = { tokens: SessionTokens; user?: SignedInUser };
 interface UnstoredRefresh {
   claim: string;
   changes: RefreshChanges;
-  /** When a request last used them (the real clock, ms): an entry untouched past the idle limit goes. */
+  /** When a request last used them (the real clock, `clock`, ms): an entry untouched past the idle limit goes. */
   touched: number;
   /**
    * Their refresh token is being presented to the provider (a refresh under their claim is under way):
@@ -62,6 +62,11 @@ export interface RefresherOptions {
   refreshMargin: number;
   /** Tokens held unstored and untouched this long (ms) are of a session that has ended (idle). */
   unstoredForMs: number;
+  /**
+   * The real clock (epoch ms), for how long held tokens went untouched: not `now`, which tests move
+   * to age tokens. Default `Date.now`.
+   */
+  clock?: (() => number) | undefined;
   /** Told a refusal of the provider that says nothing of the grant (see `refresh-refused` in server.ts). */
   onRefused: (error: ReportedError) => void;
   /** Revokes tokens the provider issued to another user than the session's (sign-out's revocation). */
@@ -82,6 +87,8 @@ export interface Refresher {
   replaceRefused(id: string, refused: string): Promise<string | undefined>;
   /** Drops what this process holds for session `id` (it ended: signed out, replaced, timed out). */
   forget(id: string): void;
+  /** How many sessions' tokens this process holds unstored: a figure of health, zero in a good day. */
+  held(): number;
 }
 
 /**
@@ -97,6 +104,7 @@ export interface Refresher {
  */
 export function createRefresher(options: RefresherOptions): Refresher {
   const { sessions, oidc, now, refreshMargin, unstoredForMs } = options;
+  const clock = options.clock ?? Date.now;
   const refreshing = new Map<string, Promise<SessionData | undefined>>();
   const unstored = new Map<string, UnstoredRefresh>();
 
@@ -185,6 +193,7 @@ export function createRefresher(options: RefresherOptions): Refresher {
    * session's for this request, and the claim stays.
    */
   const withUnstored = async (id: string, data: SessionData): Promise<SessionData | undefined> => {
+    sweep(id);
     const held = unstored.get(id);
     if (!held) return data;
     if (held.presenting) return { ...data, ...held.changes };
@@ -192,18 +201,30 @@ export function createRefresher(options: RefresherOptions): Refresher {
     try {
       stored = await sessions.finishRefresh(id, held.claim, held.changes);
     } catch {
-      held.touched = Date.now();
+      held.touched = clock();
       return { ...data, ...held.changes };
     }
     if (unstored.get(id) === held) unstored.delete(id);
     return stored ? { ...data, ...held.changes } : await sessions.get(id);
   };
 
+  /**
+   * Drops the entries untouched for `unstoredForMs`, but `id`'s (its session was just read live): each
+   * is of a session that ended by its idle time at the database, whose browser never came back to tell
+   * this process. Run at every read of a session, not only when an entry is added: a process that
+   * holds one entry would keep it for good. Not an entry whose refresh token is being presented.
+   */
+  const sweep = (id: string) => {
+    if (unstored.size === 0) return;
+    const at = clock();
+    for (const [other, entry] of unstored)
+      if (other !== id && !entry.presenting && at - entry.touched > unstoredForMs) unstored.delete(other);
+  };
+
   /** Keeps `changes`, issued under `claim`, for {@link withUnstored}; drops entries of ended sessions. */
   const keepUnstored = (id: string, claim: string, changes: RefreshChanges) => {
-    const at = Date.now();
-    for (const [other, entry] of unstored) if (at - entry.touched > unstoredForMs) unstored.delete(other);
-    unstored.set(id, { claim, changes, touched: at });
+    sweep(id);
+    unstored.set(id, { claim, changes, touched: clock() });
   };
 
   /**
@@ -317,5 +338,6 @@ export function createRefresher(options: RefresherOptions): Refresher {
     forget: (id) => {
       unstored.delete(id);
     },
+    held: () => unstored.size,
   };
 }
