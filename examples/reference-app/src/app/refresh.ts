@@ -52,6 +52,22 @@ interface UnstoredRefresh {
  */
 const storePausesMs = [50, 250];
 
+/**
+ * What one request of the browser (a page load, a form) has seen of its session's refreshes, shared
+ * by everything it does: the page's parallel reads, each read's forced refresh after a 401, a charge's
+ * retries. Once a refresh it started or joined failed (the provider refused it or could not be
+ * reached, or another refresh held the claim past its time), the request asks for no other: the same
+ * refresh token would meet the same answer, and a page of five reads would ask the provider five times.
+ */
+export interface RefreshTurn {
+  failed: boolean;
+}
+
+/** How a refresh ended, for those who started or joined it: `failed` when no new tokens could be had. */
+interface RefreshOutcome {
+  failed: boolean;
+}
+
 /** What {@link createRefresher} needs. */
 export interface RefresherOptions {
   sessions: SessionStore;
@@ -79,12 +95,12 @@ export interface Refresher {
    * Session `id` as read (`data`, signed in), with the tokens this process holds for it unstored, and
    * refreshed when its access token is about to expire. Undefined when the session is over.
    */
-  fresh(id: string, data: SessionData): Promise<SessionData | undefined>;
+  fresh(id: string, data: SessionData, turn?: RefreshTurn): Promise<SessionData | undefined>;
   /**
    * A new access token for session `id`, whose token `refused` the API refused (401 invalid_token)
    * while the session holds it still. Undefined when no other token can be had.
    */
-  replaceRefused(id: string, refused: string): Promise<string | undefined>;
+  replaceRefused(id: string, refused: string, turn?: RefreshTurn): Promise<string | undefined>;
   /** Drops what this process holds for session `id` (it ended: signed out, replaced, timed out). */
   forget(id: string): void;
   /** How many sessions' tokens this process holds unstored: a figure of health, zero in a good day. */
@@ -105,7 +121,7 @@ export interface Refresher {
 export function createRefresher(options: RefresherOptions): Refresher {
   const { sessions, oidc, now, refreshMargin, unstoredForMs } = options;
   const clock = options.clock ?? Date.now;
-  const refreshing = new Map<string, Promise<SessionData | undefined>>();
+  const refreshing = new Map<string, { pending: Promise<SessionData | undefined>; outcome: RefreshOutcome }>();
   const unstored = new Map<string, UnstoredRefresh>();
 
   /**
@@ -113,14 +129,16 @@ export function createRefresher(options: RefresherOptions): Refresher {
    * process, so that two requests never present the same refresh token (the provider would take the
    * second for reuse and revoke the grant). Across processes, {@link refreshSession} claims it on the
    * session's row; this map spares the requests of one process that claim's waiting and reading.
-   * `joined` says it was started by another request.
+   * `joined` says it was started by another request; `outcome.failed`, once it is settled, that it
+   * brought no new tokens because none could be had (see {@link RefreshOutcome}).
    */
   const refreshOnce = (id: string, refused?: string) => {
     const inFlight = refreshing.get(id);
-    if (inFlight) return { pending: inFlight, joined: true };
-    const pending = refreshSession(id, refused).finally(() => refreshing.delete(id));
-    refreshing.set(id, pending);
-    return { pending, joined: false };
+    if (inFlight) return { ...inFlight, joined: true };
+    const outcome: RefreshOutcome = { failed: false };
+    const pending = refreshSession(id, outcome, refused).finally(() => refreshing.delete(id));
+    refreshing.set(id, { pending, outcome });
+    return { pending, outcome, joined: false };
   };
 
   /** Whether `tokens` are to be refreshed: about to expire, or, given `refused`, still that refused token. */
@@ -137,7 +155,11 @@ export function createRefresher(options: RefresherOptions): Refresher {
    * stored its tokens, and takes them: it spends nothing. Two processes presenting one refresh token
    * would look like reuse to the provider, which then revokes the grant (signed out everywhere).
    */
-  const refreshSession = async (id: string, refused?: string): Promise<SessionData | undefined> => {
+  const refreshSession = async (
+    id: string,
+    outcome: RefreshOutcome,
+    refused?: string,
+  ): Promise<SessionData | undefined> => {
     const claim = randomUUID();
     // The real clock, not `now`: how long this request waits, not how old a token is. A claim ends
     // with its time (a process that died), and is taken over then; this bounds the wait all the same.
@@ -152,7 +174,7 @@ export function createRefresher(options: RefresherOptions): Refresher {
       // Tokens this process holds and could not store: their refresh token is the live one, and the
       // claim they were issued under is still this process's, so they are refreshed under it.
       const held = unstored.get(id);
-      if (held) return refreshClaimed(id, held.claim, data, refused);
+      if (held) return refreshClaimed(id, held.claim, data, refused, outcome);
       if (!data.tokens.refreshToken) {
         // A token the API refused ends nothing: the session lasts its own time, the call fails.
         if (refused !== undefined) return data;
@@ -160,8 +182,11 @@ export function createRefresher(options: RefresherOptions): Refresher {
         return undefined;
       }
       const claimed = await sessions.claimRefresh(id, claim);
-      if (claimed) return refreshClaimed(id, claim, claimed, refused);
-      if (Date.now() >= giveUp) return data;
+      if (claimed) return refreshClaimed(id, claim, claimed, refused, outcome);
+      if (Date.now() >= giveUp) {
+        outcome.failed = true;
+        return data;
+      }
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
   };
@@ -246,6 +271,7 @@ export function createRefresher(options: RefresherOptions): Refresher {
     claim: string,
     data: SessionData,
     refused: string | undefined,
+    outcome: RefreshOutcome,
   ): Promise<SessionData | undefined> => {
     let stored = false;
     let presenting: UnstoredRefresh | undefined;
@@ -279,6 +305,7 @@ export function createRefresher(options: RefresherOptions): Refresher {
           reported.error ??= code;
           options.onRefused(reported);
         }
+        outcome.failed = true;
         return data;
       }
       // OIDC Core 12.2: an ID token from a refresh names the same user. One that names another is no
@@ -315,24 +342,37 @@ export function createRefresher(options: RefresherOptions): Refresher {
    * A new access token for session `id`, whose token `refused` the API refused (401 invalid_token:
    * revoked, of a retired key, expired by the API's clock) while the session holds it for valid.
    */
-  const replaceRefused = async (id: string, refused: string): Promise<string | undefined> => {
+  const replaceRefused = async (id: string, refused: string, turn?: RefreshTurn): Promise<string | undefined> => {
+    // This request saw a refresh fail already (the page's own, or one another read of it joined).
+    if (turn?.failed) return undefined;
     // A refresh this one joins may have been one for an expiring token that found it fresh, and kept
-    // the refused one: then this request starts its own, once.
+    // the refused one: then this request starts its own, once. Not after one that asked the provider
+    // and failed: the same refresh token with the same client secret would fail the same way.
     for (let tries = 0; tries < 2; tries++) {
-      const { pending, joined } = refreshOnce(id, refused);
+      const { pending, joined, outcome } = refreshOnce(id, refused);
       const token = (await pending)?.tokens?.accessToken;
       if (token !== refused) return token;
+      if (outcome.failed) {
+        if (turn) turn.failed = true;
+        return undefined;
+      }
       if (!joined) break;
     }
     return undefined;
   };
 
   return {
-    async fresh(id, data) {
+    async fresh(id, data, turn) {
       const current = await withUnstored(id, data);
       if (!current?.tokens) return undefined;
       if (current.tokens.expiresAt - refreshMargin > now()) return current;
-      return refreshOnce(id).pending;
+      // Due, and this request saw a refresh fail already: it goes on with the tokens it has, as after
+      // that failure; its next request asks again.
+      if (turn?.failed) return current;
+      const { pending, outcome } = refreshOnce(id);
+      const fresh = await pending;
+      if (outcome.failed && turn) turn.failed = true;
+      return fresh;
     },
     replaceRefused,
     forget: (id) => {

@@ -13,7 +13,7 @@ import { methodNotAllowed } from '../methods.js';
 import { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
-import { createRefresher } from './refresh.js';
+import { createRefresher, type RefreshTurn } from './refresh.js';
 import { refusalLogger } from './refusal-log.js';
 import { type ReportedError, withoutToken } from './reported-error.js';
 import {
@@ -269,6 +269,17 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       serializeCookie(sessionCookie, '', { path: '/', sameSite: 'Lax', secure, maxAge: 0 }),
     );
 
+  // Each request's refreshes (see RefreshTurn): at most one that fails, however many reads it makes.
+  const turns = new WeakMap<Request, RefreshTurn>();
+  const turnOf = (req: Request) => {
+    let turn = turns.get(req);
+    if (turn === undefined) {
+      turn = { failed: false };
+      turns.set(req, turn);
+    }
+    return turn;
+  };
+
   /** The signed-in session with fresh tokens, or undefined (signed out, or the grant is gone). */
   const signedIn = async (req: Request): Promise<{ id: string; data: SessionData } | undefined> => {
     const id = readCookie(req, sessionCookie);
@@ -282,7 +293,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return undefined;
     }
     if (!id || !data.tokens || !data.user) return undefined;
-    const fresh = await refresher.fresh(id, data);
+    const fresh = await refresher.fresh(id, data, turnOf(req));
     return fresh ? { id, data: fresh } : undefined;
   };
 
@@ -298,7 +309,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     const current = session?.data.tokens?.accessToken;
     // Signed out, or another request refreshed since this one was refused: the session's token is it.
     if (!session || refused === undefined || current !== refused) return current;
-    return refresher.replaceRefused(session.id, refused);
+    return refresher.replaceRefused(session.id, refused, turnOf(req));
   };
 
   /**
