@@ -172,6 +172,12 @@ const signedOutNotices: Record<string, string> = {
   [formUnsentState]: 'Your session ended before this form arrived: nothing was done. Sign in to go on.',
 };
 
+/**
+ * The `Retry-After` of a page the app answers 503 because its database failed (seconds): as long as
+ * the idempotency core's own for a store that is unavailable, a blip or a failover.
+ */
+const storeRetryAfterSeconds = 2;
+
 /** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
 const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -551,7 +557,24 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     if (id === undefined) return;
     // Taken, live or ended by its time meanwhile (it still holds tokens to revoke), in one statement:
     // of two sign-outs sent at once (a double click, two tabs), one revokes its tokens.
-    const data = await sessions.take(id);
+    let data: SessionData | undefined;
+    try {
+      data = await sessions.take(id);
+    } catch {
+      // The database failed: nothing was done, the session is there with its tokens. Not a 500 (the
+      // house's HTTP table: a store that failed is a 503 with Retry-After), and the cookie stays, so
+      // the same form sent again signs out and revokes them.
+      res.set('Retry-After', String(storeRetryAfterSeconds));
+      send(
+        res,
+        503,
+        appErrorPage(
+          'Not signed out',
+          'You are still signed in: the app could not reach its database, and nothing was done. Try again in a moment.',
+        ),
+      );
+      return;
+    }
     refresher.forget(id);
     clearSession(res);
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
