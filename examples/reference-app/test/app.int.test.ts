@@ -15,6 +15,7 @@ import { seed } from '../src/seed.js';
 import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { introspect, loginAndConsent, signOutOfApp, tokenRequest } from './flow.js';
 import { openTestDatabase } from './services.js';
+import { writeSession } from './store-write.js';
 import { alice } from './test-idp.js';
 import { createUserAgent, decodeJwt, formAction, formField, type UserAgent, withoutSendOnce } from './user-agent.js';
 
@@ -1465,10 +1466,10 @@ describe.each([
   });
   const tokens = (refreshToken: string) => ({ accessToken: `at-${refreshToken}`, refreshToken, expiresAt: 1 });
 
-  it('changes only the fields it is given, whatever the caller read before', async () => {
+  it('changes only the fields a refresh stores, whatever the caller read before', async () => {
     const store = createSessionStore(own, { ttlSeconds: 60 });
     const id = await store.create({ user: { sub: 'user-alice' }, tokens: tokens('rt-1') });
-    await store.update(id, { tokens: tokens('rt-2') });
+    await writeSession(store, id, { tokens: tokens('rt-2') });
     await store.setFlash(id, 'tab-1', { title: 'Create charge', lines: ['Charge created.'] });
     await store.setFlash(id, 'tab-2', { title: 'Theme', lines: [] });
     expect(await store.get(id)).toEqual({
@@ -1479,7 +1480,7 @@ describe.each([
         'tab-2': { title: 'Theme', lines: [] },
       },
     });
-    await store.update(id, { flashes: undefined });
+    await writeSession(store, id, { flashes: undefined });
     expect(await store.get(id)).toEqual({ user: { sub: 'user-alice' }, tokens: tokens('rt-2') });
     await store.destroy(id);
     await store.setFlash(id, 'tab-1', { title: 'Theme', lines: [] });
@@ -1575,7 +1576,7 @@ describe.each([
     const store = createSessionStore(own, { ttlSeconds: 600 });
     const pending = [{ state: 's', nonce: 'n', codeVerifier: 'v', returnTo: '/' }];
     const id = await store.create({ pending }, 5);
-    await store.update(id, { tokens: tokens('rt-1') });
+    await writeSession(store, id, { tokens: tokens('rt-1') });
     await store.setFlash(id, 'slot', { title: 'Theme', lines: [] });
     expect(await secondsLeft(id)).toBeLessThanOrEqual(5);
     expect(await store.get(id)).toEqual({
@@ -1583,11 +1584,11 @@ describe.each([
     });
   });
 
-  it('never brings an expired session back: update and takeFlash leave it expired and unseen', async () => {
+  it('never brings an expired session back: a refresh stored and takeFlash leave it expired and unseen', async () => {
     const store = createSessionStore(own, { ttlSeconds: 600 });
     const id = await store.create({ user: { sub: 'user-alice' }, flashes: { slot: { title: 'Theme', lines: [] } } });
     await age(id);
-    await store.update(id, { tokens: tokens('rt-late') });
+    await writeSession(store, id, { tokens: tokens('rt-late') });
     await store.setFlash(id, 'other', { title: 'Theme', lines: [] });
     expect(await secondsLeft(id)).toBeLessThan(0);
     expect(await store.get(id)).toBeUndefined();
@@ -1604,14 +1605,14 @@ describe.each([
     await born('3550 seconds');
     await store.setFlash(id, 'slot', { title: 'Theme', lines: [] });
     expect(await secondsLeft(id)).toBeLessThanOrEqual(50);
-    await store.update(id, { tokens: tokens('rt-2') });
+    await writeSession(store, id, { tokens: tokens('rt-2') });
     expect(await secondsLeft(id)).toBeLessThanOrEqual(50);
     expect(await store.takeFlash(id, 'slot')).toBeDefined();
     // Past its lifetime, whatever its idle expiry says: unseen, as an expired one, and not brought back.
     await born('3601 seconds');
     await own.query(`update app_sessions set expires_at = now() + interval '1 hour' where id_hash = $1`, [hashOf(id)]);
     expect(await store.get(id)).toBeUndefined();
-    await store.update(id, { tokens: tokens('rt-3') });
+    await writeSession(store, id, { tokens: tokens('rt-3') });
     expect(await store.get(id)).toBeUndefined();
     expect(await store.openCharge(id, { key: 'k', amount: 1, currency: 'EUR' })).toBeUndefined();
     expect(await store.takePending(id, 's')).toBeUndefined();

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSessionStore, type SessionTokens } from '../src/app/sessions.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { loginAndConsent, tokenRequest } from './flow.js';
+import { writeSession } from './store-write.js';
 import { alice } from './test-idp.js';
 import { startWholeStack, type WholeStack } from './test-stack.js';
 import { createUserAgent, formField, type UserAgent } from './user-agent.js';
@@ -42,7 +43,7 @@ async function refuseAccessToken(agent: UserAgent): Promise<SessionTokens> {
   expect(tokens?.refreshToken).toEqual(expect.any(String));
   const [header, payload, signature = ''] = tokens!.accessToken.split('.');
   const broken = `${header}.${payload}.${signature.startsWith('A') ? 'B' : 'A'}${signature.slice(1)}`;
-  await sessions().update(sessionId(agent), { tokens: { ...tokens!, accessToken: broken } });
+  await writeSession(sessions(), sessionId(agent), { tokens: { ...tokens!, accessToken: broken } });
   return { ...tokens!, accessToken: broken };
 }
 
@@ -110,7 +111,7 @@ describe('a charge whose access token the API refuses (401 invalid_token)', () =
     const agent = await signIn();
     const page = await agent.request(appUrl('/'));
     const refused = await refuseAccessToken(agent);
-    await sessions().update(sessionId(agent), { tokens: { ...refused, refreshToken: undefined } });
+    await writeSession(sessions(), sessionId(agent), { tokens: { ...refused, refreshToken: undefined } });
     const shown = await postCharge(agent, page, '730');
     expect(shown.body).toContain('The API refused: 401');
     expect(shown.body).toContain('Attempts: 1');
@@ -162,7 +163,7 @@ describe('the home page and the theme when the API refuses the access token (401
     const page = await agent.request(appUrl('/'));
     const refused = await refuseAccessToken(agent);
     const before = await refreshTokensOfGrant(refused.refreshToken!);
-    await sessions().update(sessionId(agent), { tokens: { ...refused, refreshToken: undefined } });
+    await writeSession(sessions(), sessionId(agent), { tokens: { ...refused, refreshToken: undefined } });
     const home = await agent.request(appUrl('/'));
     expect(home.body.match(/The API refused: 401/g)).toHaveLength(3);
     const posted = await agent.postForm(appUrl('/theme'), { csrf: formField(page.body, 'csrf'), theme: 'dark' });

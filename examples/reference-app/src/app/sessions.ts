@@ -115,16 +115,6 @@ export interface SessionStore {
   create(data: NewSessionData, ttlSeconds?: number): Promise<string>;
   get(id: string | undefined): Promise<SessionData | undefined>;
   /**
-   * Changes only the fields named in `changes` (a field given as `undefined` is removed) and leaves
-   * every other field as the database holds it now, not as the caller read it: a request that read
-   * the session before a slow call must not write back a refresh token that a concurrent refresh
-   * has used up meanwhile (the provider would take it for reuse and revoke the grant). It also
-   * extends the session to the store's full `ttlSeconds` (a signed-in session in use stays alive), never
-   * past its `lifetimeSeconds` from its creation; only signed-in sessions (those with a `user`) are updated, so a pending sign-in keeps its short
-   * life and its data: the sign-in's callback starts a new session instead.
-   */
-  update(id: string, changes: { [K in keyof SessionData]?: SessionData[K] | undefined }): Promise<void>;
-  /**
    * Claims the refresh of the session's tokens for `claim` (the caller's own value, unique to this
    * refresh) for {@link refreshLeaseSeconds}, in one statement, unless another claim holds it and its
    * time has not passed; returns the session as it is when claimed. Undefined when it is not claimed:
@@ -137,9 +127,17 @@ export interface SessionStore {
    */
   claimRefresh(id: string, claim: string): Promise<SessionData | undefined>;
   /**
-   * Stores the refreshed `changes` as {@link SessionStore.update} does and ends the claim, if `claim`
-   * is still the session's; false when it is not (taken over after its time, or the session is gone):
-   * nothing is written then.
+   * Stores the refreshed `changes` and ends the claim, if `claim` is still the session's; false when it
+   * is not (taken over after its time, or the session is gone): nothing is written then.
+   *
+   * Changes only the fields named in `changes` (a field given as `undefined` is removed) and leaves
+   * every other field as the database holds it now, not as the caller read it: a request that read
+   * the session before a slow call must not write back a refresh token that a concurrent refresh
+   * has used up meanwhile (the provider would take it for reuse and revoke the grant). It also
+   * extends the session to the store's full `ttlSeconds` (a signed-in session in use stays alive), never
+   * past its `lifetimeSeconds` from its creation; only signed-in sessions (those with a `user`) are
+   * updated, so a pending sign-in keeps its short life and its data: the sign-in's callback starts a
+   * new session instead.
    */
   finishRefresh(
     id: string,
@@ -150,7 +148,7 @@ export interface SessionStore {
   releaseRefresh(id: string, claim: string): Promise<void>;
   /**
    * Sets one flash slot of a signed-in session, leaving the others (set by other tabs) as they are,
-   * and extends the session as {@link SessionStore.update} does.
+   * and extends the session as {@link SessionStore.finishRefresh} does.
    */
   setFlash(id: string, slot: string, flash: Flash): Promise<void>;
   /** Removes one flash slot and returns it, in one statement. */
@@ -291,18 +289,17 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
   const live = `expires_at > now() and ${end} > now() and ${active}`;
   const extended = (param: string) => `least(now() + make_interval(secs => ${param}::int), ${end})`;
   /**
-   * {@link SessionStore.update}, and with `claim`, {@link SessionStore.finishRefresh}: only while the
-   * session's refresh is claimed by it, and the claim ends. The number of rows changed.
+   * {@link SessionStore.finishRefresh}: only while the session's refresh is claimed by `claim`, and the
+   * claim ends. The number of rows changed.
    */
-  const change = async (id: string, changes: Partial<SessionData>, claim?: string) => {
+  const change = async (id: string, changes: Partial<SessionData>, claim: string) => {
     const removed = Object.keys(changes).filter((key) => changes[key as keyof SessionData] === undefined);
     // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
     const { rowCount } = await db.query(
       `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
-         expires_at = ${extended('$4')}, last_seen = now()
-         ${claim === undefined ? '' : ', refreshing_until = null, refreshing_by = null'}
-       where id_hash = $1 and ${live} and data ? 'user' ${claim === undefined ? '' : 'and refreshing_by = $5'}`,
-      [sha256Id(id), JSON.stringify(changes), removed, ttl, ...(claim === undefined ? [] : [claim])],
+         expires_at = ${extended('$4')}, last_seen = now(), refreshing_until = null, refreshing_by = null
+       where id_hash = $1 and ${live} and data ? 'user' and refreshing_by = $5`,
+      [sha256Id(id), JSON.stringify(changes), removed, ttl, claim],
     );
     return rowCount;
   };
@@ -347,9 +344,6 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
         [sha256Id(id)],
       );
       return rows[0]?.data;
-    },
-    async update(id, changes) {
-      await change(id, changes);
     },
     async claimRefresh(id, claim) {
       // Under READ COMMITTED a second claim sent at once waits for the first's row lock, then checks
