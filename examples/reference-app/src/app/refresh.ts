@@ -56,7 +56,7 @@ const storePausesMs = [50, 250];
  * What one request of the browser (a page load, a form) has seen of its session's refreshes, shared
  * by everything it does: the page's parallel reads, each read's forced refresh after a 401, a charge's
  * retries. Once a refresh it started or joined failed (the provider refused it or could not be
- * reached, or another refresh held the claim past its time), the request asks for no other: the same
+ * reached, or this request waited out another process's claim), the request asks for no other: the same
  * refresh token would meet the same answer, and a page of five reads would ask the provider five times.
  */
 export interface RefreshTurn {
