@@ -10,6 +10,7 @@
 // interval off (`refreshTokenReuseSeconds: 0`): a second use of a spent token revokes at once.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
+import { storedId } from '../src/idp/stored-id.js';
 import { introspect } from './flow.js';
 import { hashOf, startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { formField } from './user-agent.js';
@@ -101,6 +102,22 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
   const page = (i: 0 | 1, cookie: string) => stack.page(i, cookie);
   const claimOf = (id: string) => stack.claimOf(id);
   const refreshTokensOfGrant = (refreshToken: string) => stack.refreshTokensOfGrant(refreshToken);
+  /** The provider's grant id of a refresh token. */
+  const grantOf = async (refreshToken: string) =>
+    (
+      await stack.dbs.one.query<{ grant: string }>(
+        `select grant_id as grant from idp_models where model = 'RefreshToken' and id = $1`,
+        [storedId('RefreshToken', refreshToken)],
+      )
+    ).rows[0]!.grant;
+  /** How many refresh tokens the provider holds under `grant`. */
+  const refreshTokensUnder = async (grant: string) =>
+    (
+      await stack.dbs.one.query<{ count: number }>(
+        `select count(*)::int as count from idp_models where model = 'RefreshToken' and grant_id = $1`,
+        [grant],
+      )
+    ).rows[0]!.count;
 
   it('stores the new tokens when the store fails once, and the grant lives on', async () => {
     const { id, cookie, tokens } = await signIn();
@@ -165,21 +182,24 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
     expect(await introspect(stack.authUrl, later!.refreshToken!, stack.client)).toMatchObject({ active: true });
   });
 
-  // Was wrong: once the kept claim's time (30 s) has passed while the first process still holds the
-  // new tokens unstored (its store keeps failing), another process takes the claim over and presents
-  // the row's refresh token, the spent one: the provider takes it for reuse and revokes the grant (the
-  // user signed out everywhere). The first process cannot renew the claim through a database that
-  // fails it, and the second cannot tell a claim that lapsed after the provider answered from one of a
-  // process that died before asking. Refusing to present after a lapsed claim strands the session
-  // instead; a timer retrying the store narrows the window but does not close it; the provider's reuse
-  // interval is the only guard today; needs a decision
-  it.fails('never presents the spent refresh token after a kept claim lapsed with the tokens still held', async () => {
+  // Decided: once the kept claim's time (30 s) has passed while the first process still holds the new
+  // tokens unstored (its store keeps failing), another process takes the claim over and presents the
+  // row's refresh token, the spent one: the provider takes it for reuse and revokes the grant. The
+  // first process cannot renew the claim through a database that fails it, and the second cannot
+  // tell a claim that lapsed after the provider answered from one of a process that died before
+  // asking; refusing to present after a lapsed claim would strand the session. So this double fault
+  // (the store failing past the claim's time, the session served by another process) ends the session
+  // as a refused refresh does, closed: the user signs in again, every process sees it ended, and no
+  // token of the grant stays usable, the held ones included.
+  it('ends the session, closed, when a kept claim lapses with the tokens still held and another process refreshes', async () => {
     const { id, cookie, tokens } = await signIn();
     clock = 301_000;
     failures = Number.POSITIVE_INFINITY;
     try {
       expect((await page(0, cookie)).body).toContain('Alice');
       expect(await refreshTokensOfGrant(tokens.refreshToken!)).toBe(2);
+      const grant = await grantOf(tokens.refreshToken!);
+      expect(await refreshTokensUnder(grant)).toBe(2);
       expect((await claimOf(id)).running).toBe(true);
       // The claim's time passes (the row is aged: the database's clock cannot be moved).
       await stack.dbs.one.query(
@@ -187,10 +207,15 @@ describe.each(stores)('a refresh whose tokens the database fails to store, on %s
         [hashOf(id)],
       );
       // The other process finds the token due, takes the lapsed claim over, and presents the row's refresh token.
-      await page(1, cookie);
-      // The grant lives on, and the session with it, at either process.
-      expect((await page(1, cookie)).body).toContain('Alice');
-      expect((await page(0, cookie)).body).toContain('Alice');
+      const other = await page(1, cookie);
+      expect(other.status).toBeLessThan(500);
+      expect(other.body).not.toContain('Alice');
+      expect(await sessions().get(id)).toBeUndefined();
+      const first = await page(0, cookie);
+      expect(first.status).toBeLessThan(500);
+      expect(first.body).not.toContain('Alice');
+      // The grant is revoked: the refresh token held unstored went with it.
+      expect(await refreshTokensUnder(grant)).toBe(0);
     } finally {
       failures = 0;
     }
