@@ -45,7 +45,8 @@ export interface OutboxEvent {
   contentType?: string | undefined;
   /**
    * Extra headers for this event. Names are case-insensitive (sent lower-cased, compared so by
-   * `add()`), and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`.
+   * `add()`), and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`. Values
+   * go out (and compare) trimmed; `content-length`, `content-type` and `webhook-*` never go out.
    */
   headers?: Record<string, string> | undefined;
 }
@@ -310,8 +311,10 @@ export interface Outbox {
   migrate(db: Queryable, options?: OutboxMigrateOptions): Promise<void>;
   /**
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
-   * if that transaction commits. Adding the same event (url, body bytes, content type and headers,
-   * header names in any case) under an id the outbox holds is a no-op (`added: false`); another event under it is refused with a
+   * if that transaction commits. Adding the same event (url, body bytes, content type and headers, as
+   * the relay sends them: header names in any case, values trimmed, no `content-length`, `content-type`
+   * or `webhook-*` header, the media type in any case) under an id the outbox holds is a no-op
+   * (`added: false`); another event under it is refused with a
    * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An id that others
    * keep adding and deleting while add() looks at it (three times over) is `event_id_contended`:
    * nothing added, the transaction left as it was, and add() may be tried again. An event that
@@ -363,15 +366,30 @@ export interface Outbox {
   purge(db: Queryable, options: PurgeOptions): Promise<{ deleted: number }>;
 }
 
-// SQL for a headers object (jsonb) with its names lower-cased, for add() to compare events by: HTTP
-// field names are case-insensitive (RFC 9110 5.1), and the sender sends them lower-cased, so
-// `X-Tenant: a` and `x-tenant: a` are one event. Rows keep the names as the caller spelt them, as
-// every version stored them: a producer of an earlier version, during a rolling upgrade, still finds
-// its own event the same. A row that holds one name in two spellings (stored before add() refused
-// them) compares as the later in jsonb's key order, the value the relay sends for it.
+// SQL for a headers object (jsonb) as the sender sends it, for add() to compare events by. Names
+// lower-cased: HTTP field names are case-insensitive (RFC 9110 5.1), and the sender sends them
+// lower-cased, so `X-Tenant: a` and `x-tenant: a` are one event. Values without the whitespace around
+// them, which fetch trims (RFC 9110 5.5). Without the names that never go out as given: the sender
+// drops `content-length`, `contentType` replaces `content-type` and the signer the `webhook-*` three.
+// Rows keep the headers as the caller spelt them, as every version stored them: a producer of an
+// earlier version, during a rolling upgrade, compares them exactly and still finds its own event the
+// same. A row that holds one name in two spellings (stored before add() refused them) compares as
+// the later in jsonb's key order, the value the relay sends for it.
+const sentNotAsGiven = `('content-length', 'content-type', 'webhook-id', 'webhook-timestamp', 'webhook-signature')`;
 const namesLowered = (headers: string) =>
-  `coalesce((SELECT jsonb_object_agg(lower(h.key), h.value ORDER BY h.n)
-               FROM jsonb_each(${headers}) WITH ORDINALITY AS h(key, value, n)), '{}'::jsonb)`;
+  `coalesce((SELECT jsonb_object_agg(lower(h.key), to_jsonb(btrim(h.value, E' \\t\\r\\n')) ORDER BY h.n)
+               FROM jsonb_each_text(${headers}) WITH ORDINALITY AS h(key, value, n)
+              WHERE lower(h.key) NOT IN ${sentNotAsGiven}), '{}'::jsonb)`;
+
+// SQL for a content type as add() compares it: trimmed as fetch sends it, and its media type (type
+// and subtype, before the first `;`) in lower case, which RFC 9110 8.3.1 says is case-insensitive.
+// ASCII only (translate, not lower(): the database's collation must not decide). Parameters stay as
+// written: a parameter's value may be case-sensitive (a `profile` URL). Stored as spelt, as headers.
+const asciiUpper = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+const mediaTypeLowered = (contentType: string) =>
+  `(SELECT translate(left(t.v, coalesce(nullif(strpos(t.v, ';'), 0) - 1, length(t.v))), '${asciiUpper}', '${asciiUpper.toLowerCase()}')
+           || substr(t.v, coalesce(nullif(strpos(t.v, ';'), 0), length(t.v) + 1))
+      FROM (SELECT btrim(${contentType}, E' \\t\\r\\n') AS v) AS t)`;
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -622,10 +640,11 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // statement, so that under READ COMMITTED it sees a row a concurrent transaction committed
       // while the insert waited on it (the insert's own snapshot does not); under REPEATABLE READ or
       // SERIALIZABLE the insert fails with a serialization error instead. Only the verdict comes back.
-      // Header names compare lower-cased on both sides (see namesLowered). The url matches as stored
-      // now (the href) or, for a row an earlier version stored, as the caller spelt it ($6).
+      // Headers and content type compare as they will be sent, on both sides (see namesLowered and
+      // mediaTypeLowered). The url matches as stored now (the href) or, for a row an earlier version
+      // stored, as the caller spelt it ($6).
       const { rows } = await query(
-        `SELECT (url = $2 OR url = $6) AND body = $3 AND content_type = $4
+        `SELECT (url = $2 OR url = $6) AND body = $3 AND ${mediaTypeLowered('content_type')} = ${mediaTypeLowered('$4::text')}
                 AND ${namesLowered('headers')} = ${namesLowered('$5::jsonb')} AS same
            FROM ${table} WHERE id = $1`,
         [...values, url],

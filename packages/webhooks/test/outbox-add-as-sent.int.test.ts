@@ -1,0 +1,148 @@
+// outbox.add() compares an event with the one it holds under the id as the relay will SEND them, not
+// as they were spelt. What the sender drops or overrides, and what fetch trims, cannot make two
+// events differ on the wire, so a producer that retries with such a difference must get
+// `added: false`, not `event_id_reused`:
+// (a) a `content-length` header: the sender never sends it (fetch counts the body itself);
+// (b) a `content-type` (or `webhook-id`, `webhook-timestamp`, `webhook-signature`) header: the
+//     event's `contentType` and the signer's headers replace it;
+// (c) leading and trailing whitespace of a header value or of `contentType`: fetch trims it (HTTP
+//     field values carry no outer whitespace, RFC 9110 5.5);
+// (d) the case of the media type in `contentType` (`Application/JSON`): type and subtype are
+//     case-insensitive (RFC 9110 8.3.1). Parameters stay as written: their values may be
+//     case-sensitive. This one is not byte-for-byte the same on the wire (the stored spelling goes
+//     out), but no receiver may read the two differently.
+// Rows keep the event as the caller spelt it, as every version stored them: a producer of the
+// version before, during a rolling upgrade, compares the row exactly and must still find its own
+// event the same. Rows such a version wrote compare the same way, normalised on both sides.
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createOutbox, createSender, isWebhookError, type Outbox, type OutboxEvent } from '../src/index.js';
+import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const available = await postgresAvailable('outbox add as sent');
+
+describe.skipIf(!available)('outbox.add compares events as the relay sends them', () => {
+  const pool = testPool();
+  const table = uniqueTable('outbox_as_sent');
+  const outbox: Outbox = createOutbox({ table });
+  const event: OutboxEvent = { id: 'evt_1', url: 'https://receiver.test/hooks', body: '{"n":1}' };
+  const reused = (error: unknown) => isWebhookError(error) && error.code === 'event_id_reused';
+  const addBoth = async (first: Partial<OutboxEvent>, second: Partial<OutboxEvent>) => {
+    await pool.query(`DELETE FROM "${table}"`);
+    expect(await outbox.add(pool, { ...event, ...first })).toEqual({ id: 'evt_1', added: true });
+    return outbox.add(pool, { ...event, ...second }).catch((caught: unknown) => caught);
+  };
+  /** The same event in two spellings, each added first: both orders must find the other the same. */
+  const same = async (one: Partial<OutboxEvent>, other: Partial<OutboxEvent>) => {
+    expect(await addBoth(one, other), JSON.stringify([one, other])).toEqual({ id: 'evt_1', added: false });
+    expect(await addBoth(other, one), JSON.stringify([other, one])).toEqual({ id: 'evt_1', added: false });
+  };
+  const different = async (one: Partial<OutboxEvent>, other: Partial<OutboxEvent>) => {
+    expect(reused(await addBoth(one, other)), JSON.stringify([one, other])).toBe(true);
+    expect(reused(await addBoth(other, one)), JSON.stringify([other, one])).toBe(true);
+  };
+  /** A row as a version before this one wrote it: the event exactly as the caller spelt it. */
+  const writtenByEarlierVersion = (contentType: string, headers: Record<string, string>) =>
+    pool.query(
+      `INSERT INTO "${table}" (id, url, body, content_type, headers) VALUES ('evt_1', $1, convert_to('{"n":1}', 'UTF8'), $2, $3::jsonb)`,
+      [event.url, contentType, JSON.stringify(headers)],
+    );
+
+  beforeAll(async () => {
+    await outbox.migrate(pool);
+  });
+  beforeEach(async () => {
+    await pool.query(`DELETE FROM "${table}"`);
+  });
+  afterAll(async () => {
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+
+  it('(a) a content-length header, which the sender never sends, makes no other event', async () => {
+    await same({}, { headers: { 'Content-Length': '7' } });
+    await same({ headers: { 'x-tenant': 'a' } }, { headers: { 'x-tenant': 'a', 'content-length': '999' } });
+  });
+
+  it('(b) a content-type header, which contentType replaces, makes no other event', async () => {
+    await same({}, { headers: { 'Content-Type': 'text/plain' } });
+    await same({ contentType: 'text/csv' }, { contentType: 'text/csv', headers: { 'content-type': 'text/plain' } });
+    // The content type that goes out is still compared.
+    await different({ contentType: 'text/csv' }, { headers: { 'content-type': 'text/csv' } });
+  });
+
+  it('(b) nor does a webhook-* header, which the signer replaces', async () => {
+    await same({}, { headers: { 'Webhook-Id': 'other', 'webhook-timestamp': '1', 'webhook-signature': 'v1,x' } });
+  });
+
+  it('(c) whitespace around a header value or the content type, which fetch trims, makes no other event', async () => {
+    await same({ headers: { 'x-tenant': 'a' } }, { headers: { 'x-tenant': ' a\t' } });
+    await same({ contentType: 'text/csv' }, { contentType: '  text/csv ' });
+    // Inside a value it counts.
+    await different({ headers: { 'x-tenant': 'a b' } }, { headers: { 'x-tenant': 'a  b' } });
+  });
+
+  it('(d) the media type in another case is the same event; a parameter value in another case is not', async () => {
+    await same({}, { contentType: 'Application/JSON' });
+    await same(
+      { contentType: 'application/json; profile="https://schemas.test/Order"' },
+      { contentType: 'APPLICATION/JSON; profile="https://schemas.test/Order"' },
+    );
+    await different(
+      { contentType: 'application/json; profile="https://schemas.test/Order"' },
+      { contentType: 'application/json; profile="https://schemas.test/order"' },
+    );
+    await different({ contentType: 'application/json' }, { contentType: 'application/cloudevents+json' });
+  });
+
+  it('stores the event as the caller spelt it, which a producer of the version before compares exactly', async () => {
+    const headers = { 'X-Tenant': ' a ', 'Content-Length': '7' };
+    await outbox.add(pool, { ...event, contentType: 'Application/JSON', headers });
+    const { rows } = await pool.query(
+      `SELECT content_type = $1 AND headers = $2::jsonb AS same FROM "${table}" WHERE id = 'evt_1'`,
+      ['Application/JSON', JSON.stringify(headers)],
+    );
+    expect(rows).toEqual([{ same: true }]);
+  });
+
+  it('a row an earlier version wrote compares as it will be sent', async () => {
+    await writtenByEarlierVersion(' Application/JSON', {
+      'X-Tenant': ' a ',
+      'Content-Length': '7',
+      'Content-Type': 'x/y',
+    });
+    expect(await outbox.add(pool, { ...event, headers: { 'x-tenant': 'a' } })).toEqual({ id: 'evt_1', added: false });
+    const error = await outbox.add(pool, { ...event, headers: { 'x-tenant': 'b' } }).catch((caught) => caught);
+    expect(reused(error)).toBe(true);
+  });
+
+  // The decisions above rest on what goes out: (a), (b) and (c) are sent byte for byte the same.
+  it('the spellings (a) to (c) count as one reach the receiver as the same request', async () => {
+    const received: IncomingHttpHeaders[] = [];
+    const server = createServer((request, response) => {
+      received.push(request.headers);
+      request.resume();
+      response.writeHead(204).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+      const sender = createSender({ secret: SECRET, timeout: '5s', random: () => 0, now: () => 1_700_000_000_000 });
+      await sender.send({ id: 'evt_1', url, body: '{"n":1}', contentType: 'text/csv', headers: { 'x-tenant': 'a' } });
+      await sender.send({
+        id: 'evt_1',
+        url,
+        body: '{"n":1}',
+        contentType: ' text/csv ',
+        headers: { 'X-Tenant': ' a\t', 'Content-Length': '999', 'Content-Type': 'text/plain', 'Webhook-Id': 'other' },
+      });
+      expect(received).toHaveLength(2);
+      expect(received[1]).toEqual(received[0]);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+});
