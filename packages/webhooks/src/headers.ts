@@ -36,22 +36,23 @@ const MAX_ENTRIES = 32;
 
 /**
  * Reads one header by lower-case name. Two field lines for one name count as malformed: a proxy
- * or an attacker appending a second value must not get a say in which one is checked.
+ * or an attacker appending a second value must not get a say in which one is checked. In a plain
+ * object that is an array, or one name under two spellings (`webhook-signature` and
+ * `Webhook-Signature`: a hand-built map, or a gateway's that keeps names as the client sent them).
  */
 function readHeader(headers: HeaderInput, name: string): string | undefined | false {
   if (typeof (headers as Headers).get === 'function' && typeof (headers as Headers).has === 'function') {
     return (headers as Headers).get(name) ?? undefined;
   }
   const bag = headers as Record<string, string | readonly string[] | number | undefined>;
-  let value = bag[name];
-  if (value === undefined) {
-    for (const key of Object.keys(bag)) {
-      if (key.toLowerCase() === name) {
-        value = bag[key];
-        break;
-      }
-    }
+  let value: string | readonly string[] | number | undefined;
+  let spellings = 0;
+  for (const key of Object.keys(bag)) {
+    if (key.toLowerCase() !== name || bag[key] === undefined) continue;
+    value = bag[key];
+    spellings++;
   }
+  if (spellings > 1) return false;
   if (value === undefined) return undefined;
   if (Array.isArray(value)) return value.length === 1 && typeof value[0] === 'string' ? value[0] : false;
   return String(value);
@@ -109,7 +110,15 @@ export function parseWebhookHeaders(
         return { ok: false, error: malformed('webhook-signature') };
       continue;
     }
-    signatures.push({ version: match[1] as string, signature: Buffer.from(match[2] as string, 'base64') });
+    const [, version, text] = match as unknown as [string, string, string];
+    const signature = Buffer.from(text, 'base64');
+    // One spelling per signature: Buffer.from also decodes a base64 without its padding, or with the
+    // unused bits of its last character set, to the same bytes, a second spelling of one signature
+    // (that a receiver logging or deduplicating entries would count as another). The Standard
+    // Webhooks libraries compare the text, and refuse those too.
+    if (KNOWN_VERSIONS.has(version) && signature.toString('base64') !== text)
+      return { ok: false, error: malformed('webhook-signature') };
+    signatures.push({ version, signature });
   }
   return { ok: true, value: { id, timestamp: Number(timestampText), timestampText, signatures } };
 }
