@@ -1,5 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { checkGlueOptions, type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
+import {
+  checkGlueOptions,
+  type GlueOptions,
+  glueErrorResponse,
+  isUnreadPlaceholder,
+  requireBuffer,
+  withinLimit,
+} from './glue.js';
 import { readRawBody } from './raw-body.js';
 import type { Receiver } from './receiver.js';
 
@@ -21,7 +28,7 @@ export type ExpressLikeRequest = IncomingMessage & { body?: unknown };
  * app.use(express.json());
  */
 export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
-  checkGlueOptions(options, 'expressWebhook');
+  const limit = checkGlueOptions(options, 'expressWebhook');
   return async (req: ExpressLikeRequest, res: ServerResponse, next?: (error?: unknown) => void): Promise<void> => {
     let response: Awaited<ReturnType<Receiver['handle']>>;
     try {
@@ -30,9 +37,12 @@ export function expressWebhook(receiver: Receiver, options: GlueOptions = {}) {
       const body =
         req.body === undefined || isUnreadPlaceholder(req.body, req)
           ? await readRawBody(req, options)
-          : requireBuffer(
-              req.body,
-              'Mount the webhook route before express.json()/express.text(), or use express.raw() on it.',
+          : withinLimit(
+              requireBuffer(
+                req.body,
+                'Mount the webhook route before express.json()/express.text(), or use express.raw() on it.',
+              ),
+              limit,
             );
       response = await receiver.handle({ headers: req.headers, body });
     } catch (error) {

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { assertKnownOptions, notify } from '@idem/core';
 import { isWebhookError, WebhookError } from './errors.js';
-import { bodyLimitOf } from './raw-body.js';
+import { bodyLimitOf, bodyTooLarge } from './raw-body.js';
 import { type Receiver, type ReceiverResponse, reportGlueRejection } from './receiver.js';
 
 /** Options shared by the Express, Fastify and Koa glue. */
@@ -68,6 +68,19 @@ export function glueErrorResponse(
     body: Buffer.from(JSON.stringify(error.toProblem())),
     outcome: 'rejected',
   };
+}
+
+/**
+ * `body`, a Buffer a parser on the route already read (express.raw(), a Koa body parser), held to the
+ * glue's `limit` as a body the glue reads itself, and as Fastify's handler holds its parsed Buffer:
+ * one outcome in every framework, 413 `body_too_large`. A parser's larger limit does not lift it.
+ *
+ * @example
+ * withinLimit(Buffer.alloc(2048), 1024); // throws WebhookError body_too_large
+ */
+export function withinLimit(body: Buffer, limit: number): Buffer {
+  if (body.length > limit) throw bodyTooLarge(limit);
+  return body;
 }
 
 /**

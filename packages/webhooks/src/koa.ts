@@ -1,5 +1,12 @@
 import type { IncomingMessage } from 'node:http';
-import { checkGlueOptions, type GlueOptions, glueErrorResponse, isUnreadPlaceholder, requireBuffer } from './glue.js';
+import {
+  checkGlueOptions,
+  type GlueOptions,
+  glueErrorResponse,
+  isUnreadPlaceholder,
+  requireBuffer,
+  withinLimit,
+} from './glue.js';
 import { readRawBody } from './raw-body.js';
 import type { Receiver, ReceiverResponse } from './receiver.js';
 
@@ -34,7 +41,7 @@ export interface KoaWebhookOptions extends GlueOptions {
  * app.use(bodyParser());
  */
 export function koaWebhook(receiver: Receiver, options: KoaWebhookOptions = {}) {
-  checkGlueOptions(options, 'koaWebhook', ['path']);
+  const limit = checkGlueOptions(options, 'koaWebhook', ['path']);
   const path = options.path;
   return async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {
     if (path !== undefined && (ctx.method !== 'POST' || ctx.path !== path)) {
@@ -47,7 +54,10 @@ export function koaWebhook(receiver: Receiver, options: KoaWebhookOptions = {}) 
         // koa-bodyparser, like Express 4's, leaves `{}` on a request of a type it skipped, unread.
         ctx.request.body === undefined || isUnreadPlaceholder(ctx.request.body, ctx.req)
           ? await readRawBody(ctx.req, options)
-          : requireBuffer(ctx.request.body, 'Register the webhook middleware before the body parser.');
+          : withinLimit(
+              requireBuffer(ctx.request.body, 'Register the webhook middleware before the body parser.'),
+              limit,
+            );
       response = await receiver.handle({ headers: ctx.req.headers, body });
     } catch (error) {
       const failed = glueErrorResponse(error, options, receiver);
