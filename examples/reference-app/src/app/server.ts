@@ -7,6 +7,7 @@ import { clientErrorStatus } from '../client-error.js';
 import { readCookie, serializeCookie } from '../cookies.js';
 import { createCsrf } from '../csrf.js';
 import type { Database } from '../db.js';
+import { dbUnavailable, storeRetryAfterSeconds } from '../db-unavailable.js';
 import { errorPage, pageHeaders } from '../html.js';
 import { loadCsrfKey } from '../idp/secrets.js';
 import { methodNotAllowed } from '../methods.js';
@@ -173,10 +174,44 @@ const signedOutNotices: Record<string, string> = {
 };
 
 /**
- * The `Retry-After` of a page the app answers 503 because its database failed (seconds): as long as
- * the idempotency core's own for a store that is unavailable, a blip or a failover.
+ * The page of a request the app answers 503 because its database failed (see the last error
+ * handler): what came of it, said for the route it met. A form the database failed before it called
+ * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
+ * may have changed something there, and the person is told to look before sending it again.
  */
-const storeRetryAfterSeconds = 2;
+function storeUnavailablePage(req: Request, sentToApi: boolean): string {
+  if (req.method === 'POST' && req.path === '/signout') {
+    return appErrorPage(
+      'Not signed out',
+      'You are still signed in: the app could not reach its database, and nothing was done. Try again in a moment.',
+    );
+  }
+  if (req.path === '/callback') {
+    return appErrorPage(
+      'Not signed in',
+      'The app could not reach its database to finish the sign-in. Sign in again in a moment.',
+    );
+  }
+  if (req.path === '/signin') {
+    return appErrorPage(
+      'Sign-in not started',
+      'The app could not reach its database, and nothing was done. Try again in a moment.',
+    );
+  }
+  if (req.method === 'POST' && sentToApi) {
+    return appErrorPage(
+      'Outcome not known',
+      'Your request was sent to the API, but the app could not reach its database to show what came of it. Open the app again in a moment and check before sending it again.',
+    );
+  }
+  if (req.method === 'POST') {
+    return appErrorPage(
+      'Not sent',
+      'Nothing was done: the app could not reach its database, so this form was not sent. You are still signed in: send it again in a moment.',
+    );
+  }
+  return appErrorPage('Unavailable', 'The app could not reach its database. Try again in a moment.');
+}
 
 /** The keys `@idem/client` makes (UUIDs) and nothing else, when a key comes back in a form. */
 const keyShape = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -277,6 +312,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
 
   // Each request's refreshes (see RefreshTurn): at most one that fails, however many reads it makes.
   const turns = new WeakMap<Request, RefreshTurn>();
+  // The requests that sent a write to the API: a database that fails after that cannot say the form did nothing.
+  const sentToApi = new WeakSet<Request>();
   const turnOf = (req: Request) => {
     let turn = turns.get(req);
     if (turn === undefined) {
@@ -327,6 +364,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
    * is the answer. A request is sent again only after the gateway refused it, before the API ran it.
    */
   const callApiAs = async (req: Request, token: string, request: ApiRequest): Promise<ApiResult> => {
+    if (request.method !== 'GET') sentToApi.add(req);
     const result = await callApi(options.baseUrl, token, request);
     if (result.kind !== 'refused' || result.status !== 401) return result;
     if (!saysTokenInvalid(result.headers.get('www-authenticate'))) return result;
@@ -557,24 +595,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     if (id === undefined) return;
     // Taken, live or ended by its time meanwhile (it still holds tokens to revoke), in one statement:
     // of two sign-outs sent at once (a double click, two tabs), one revokes its tokens.
-    let data: SessionData | undefined;
-    try {
-      data = await sessions.take(id);
-    } catch {
-      // The database failed: nothing was done, the session is there with its tokens. Not a 500 (the
-      // house's HTTP table: a store that failed is a 503 with Retry-After), and the cookie stays, so
-      // the same form sent again signs out and revokes them.
-      res.set('Retry-After', String(storeRetryAfterSeconds));
-      send(
-        res,
-        503,
-        appErrorPage(
-          'Not signed out',
-          'You are still signed in: the app could not reach its database, and nothing was done. Try again in a moment.',
-        ),
-      );
-      return;
-    }
+    // A database that fails here fails before anything was done: the last error handler answers 503,
+    // the cookie stays, and the same form sent again signs out and revokes the tokens.
+    const data = await sessions.take(id);
     refresher.forget(id);
     clearSession(res);
     // Revoking the refresh token revokes the grant at the provider, so nothing issued from it refreshes.
@@ -677,6 +700,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         baseUrl: options.baseUrl,
         getToken: async ({ refresh }) => {
           given = refresh ? await refreshedToken(req, given) : (await signedIn(req))?.data.tokens?.accessToken;
+          // With a token the charge goes out: from here on it may have run.
+          if (given !== undefined) sentToApi.add(req);
           return given;
         },
         retry: { maxAttempts: 4, deadline: '15s', timeout: '5s' },
@@ -786,9 +811,21 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   // Express's own 404 page is not ours: it lacks the headers every page carries.
   app.use((_req: Request, res: Response) => send(res, 404, errorPage('Page not found', 'There is no page here.')));
 
-  app.use((error: unknown, _req: Request, res: Response, next: (error: unknown) => void) => {
+  app.use((error: unknown, req: Request, res: Response, next: (error: unknown) => void) => {
     if (res.headersSent) {
       next(error);
+      return;
+    }
+    // The one place a database that failed (a connection refused or ended, a pool that timed out)
+    // is answered, on any route: not a 500 (the house's HTTP table: a store that failed is a 503 with
+    // Retry-After). The session cookie goes back as the browser sent it (a callback clears it before it
+    // stores the new session): the person tries the same thing again with it.
+    if (dbUnavailable(error)) {
+      const cookies = [res.getHeader('Set-Cookie') ?? []].flat().map(String);
+      res.removeHeader('Set-Cookie');
+      for (const line of cookies) if (!line.startsWith(`${sessionCookie}=`)) res.appendHeader('Set-Cookie', line);
+      res.set('Retry-After', String(storeRetryAfterSeconds));
+      send(res, 503, storeUnavailablePage(req, sentToApi.has(req)));
       return;
     }
     // A form the body parser refused (too large, an unknown charset) blames the request: its 4xx.

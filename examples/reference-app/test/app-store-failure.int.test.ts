@@ -1,0 +1,149 @@
+// The third-party app while its database fails, on every route family besides sign-out (see
+// signout-store-failure.int.test.ts): the page, the forms (theme, charge), "Sign in" and the OAuth
+// callback. DESIGN.md's HTTP table: a store that failed is a 503 with Retry-After, never a 500; for
+// the browser, an HTML page that says what happened. A form that met it did nothing: the API was not
+// called, and the session and its cookie are kept, so the same form sent again works. A bug of the
+// app (a TypeError) is still a 500: only the database's unavailability becomes a 503.
+//
+// The fault is the database's own: while `fault` is 'down', every statement of the first process is
+// replaced by one the database refuses with the error of a connection terminated by the server (57P01),
+// on PGlite and PostgreSQL. The provider keeps its own, working, handle.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Database } from '../src/db.js';
+import { loginAndConsent } from './flow.js';
+import { alice } from './test-idp.js';
+import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
+import { createUserAgent, formField } from './user-agent.js';
+
+/** A statement the database itself refuses, as it does on a connection the server ends. */
+const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
+  using errcode = '57P01'; end $$`;
+
+const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
+if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
+
+describe.each(stores)('the app while its database fails, on %s', (_name, embedded) => {
+  let stack: TwoAppStack;
+  /** 'down': the first process's statements fail as on a terminated connection; 'bug': as a bug would. */
+  let fault: 'none' | 'down' | 'bug' = 'none';
+
+  beforeAll(async () => {
+    stack = await startTwoAppStack({
+      name: 'app_store',
+      embedded,
+      sharedApi: true,
+      wrapDb: (db, i): Database =>
+        i === 1
+          ? db
+          : {
+              ...db,
+              query: <Row>(text: string, params: readonly unknown[] = []) => {
+                if (fault === 'down') return db.query<Row>(terminated);
+                if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
+                return db.query<Row>(text, params);
+              },
+            },
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await stack?.close();
+  });
+
+  /** Runs `request` with the fault on, and turns it off whatever happens. */
+  const during = async <T>(kind: 'down' | 'bug', request: () => Promise<T>): Promise<T> => {
+    fault = kind;
+    try {
+      return await request();
+    } finally {
+      fault = 'none';
+    }
+  };
+
+  const expectUnavailablePage = async (answer: Response, says: string) => {
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+    expect(answer.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(answer.headers.get('cache-control')).toBe('no-store');
+    // The session cookie is neither cleared nor replaced: the session is there, and the next try uses it.
+    expect(answer.headers.getSetCookie().filter((line) => line.startsWith('app_session='))).toEqual([]);
+    expect(await answer.text()).toContain(says);
+  };
+
+  const post = (path: string, cookie: string, fields: Record<string, string>) =>
+    fetch(new URL(path, stack.appUrls[0]).href, {
+      method: 'POST',
+      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams(fields),
+      redirect: 'manual',
+    });
+
+  it('answers the page 503 with Retry-After, and the page again once the database is back', async () => {
+    const { cookie } = await stack.signIn();
+    const answer = await during('down', () =>
+      fetch(new URL('/', stack.appUrls[0]).href, { headers: { cookie }, redirect: 'manual' }),
+    );
+    await expectUnavailablePage(answer, 'could not reach its database');
+    expect((await stack.page(0, cookie)).status).toBe(200);
+  });
+
+  it('answers the theme and charge forms 503, calls no API, keeps the session, and the same forms work again', async () => {
+    const { id, tokens, agent } = await stack.signIn();
+    const page = await agent.request(new URL('/', stack.appUrls[0]).href);
+    // The page issues the CSRF cookie its forms' token is checked against.
+    const cookie = agent.jar.header();
+    const csrf = formField(page.body, 'csrf');
+    const key = formField(page.body, 'key');
+    const charge = { csrf, key, amount: '1000', currency: 'EUR' };
+    const sent = stack.sentTokens[0].length;
+
+    const theme = await during('down', () => post('/theme', cookie, { csrf, theme: 'dark' }));
+    await expectUnavailablePage(theme, 'Nothing was done');
+    const charged = await during('down', () => post('/charges', cookie, charge));
+    await expectUnavailablePage(charged, 'Nothing was done');
+    expect(stack.sentTokens[0].length).toBe(sent);
+    expect((await stack.sessions().get(id))?.tokens).toEqual(tokens);
+
+    expect((await post('/theme', cookie, { csrf, theme: 'dark' })).status).toBe(303);
+    expect((await post('/charges', cookie, charge)).status).toBe(303);
+    expect(stack.sentTokens[0].length).toBeGreaterThan(sent);
+  });
+
+  it('answers "Sign in" and the callback 503, and the next sign-in goes through', async () => {
+    const signin = await during('down', () => fetch(new URL('/signin', stack.appUrls[0]).href, { redirect: 'manual' }));
+    await expectUnavailablePage(signin, 'could not reach its database');
+
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      stack.authUrl,
+      new URL('/signin', stack.appUrls[0]).href,
+      new URL('/callback', stack.appUrls[0]).href,
+      alice,
+    );
+    const answer = await during('down', () => agent.request(callback.href));
+    expect(answer.response.status).toBe(503);
+    expect(answer.response.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+    expect(answer.response.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(answer.body).toContain('Not signed in');
+
+    const again = await loginAndConsent(
+      agent,
+      stack.authUrl,
+      new URL('/signin', stack.appUrls[0]).href,
+      new URL('/callback', stack.appUrls[0]).href,
+      alice,
+    );
+    expect((await agent.request(again.href)).response.status).toBe(303);
+    expect((await agent.request(new URL('/', stack.appUrls[0]).href)).body).toContain('Create charge');
+  });
+
+  it('still answers 500 for a bug of the app, not 503', async () => {
+    const { cookie } = await stack.signIn();
+    const answer = await during('bug', () =>
+      fetch(new URL('/', stack.appUrls[0]).href, { headers: { cookie }, redirect: 'manual' }),
+    );
+    expect(answer.status).toBe(500);
+    expect(answer.headers.get('retry-after')).toBeNull();
+  });
+});
