@@ -6,10 +6,13 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { type Database, openDatabase } from '../src/db.js';
 
-/** Opens the test database; `name` goes into the PostgreSQL schema so a stray one says whose it is. */
-export async function openTestDatabase(name: string): Promise<Database> {
+/**
+ * Opens the test database; `name` goes into the PostgreSQL schema so a stray one says whose it is.
+ * `embedded`: an in-memory PGlite whatever DATABASE_URL says.
+ */
+export async function openTestDatabase(name: string, options: { embedded?: boolean } = {}): Promise<Database> {
   const url = process.env.DATABASE_URL;
-  if (!url) return openDatabase({ memory: true });
+  if (!url || options.embedded) return openDatabase({ memory: true });
   const schema = `refapp_${name}_${randomBytes(5).toString('hex')}`;
   const db = await openDatabase({ url, schema });
   return {

@@ -41,7 +41,15 @@ export const allScopes =
 export type TestStackOptions = Pick<
   ResourceStackOptions,
   'redis' | 'seed' | 'onApiIdempotencyEvent' | 'onReceiverIdempotencyEvent'
->;
+> & {
+  /** An in-memory PGlite whatever DATABASE_URL says. */
+  embedded?: boolean;
+  /**
+   * The handle the API and the receiver run on (a statement made to fail, say); the stack's `db`
+   * stays the file's own. Their idempotency stores and the outbox take the driver (`client`) itself.
+   */
+  wrapDb?: (db: Database) => Database;
+};
 
 /**
  * Starts the stack for the test file `name`: an ES256 test issuer, tokens with `typ: at+jwt` for the
@@ -59,10 +67,11 @@ export async function startTestStack(name: string, options: TestStackOptions = {
   const kid = `${name}-test`;
   const pair = await generateKeyPair('ES256');
   const jwk = { ...(await exportJWK(pair.publicKey)), kid, alg: 'ES256' };
-  const db = await openTestDatabase(name);
+  const { embedded, wrapDb, ...stackOptions } = options;
+  const db = await openTestDatabase(name, { embedded: embedded ?? false });
   const redis = options.redis === undefined ? await openTestRedis(name) : undefined;
   const stack = await startResourceStack({
-    db,
+    db: wrapDb ? wrapDb(db) : db,
     gatewayPort: 0,
     apiPort: 0,
     receiverPort: 0,
@@ -70,7 +79,7 @@ export async function startTestStack(name: string, options: TestStackOptions = {
     issuers: [{ issuer, jwks: { keys: [jwk] }, algorithms: ['ES256'] }],
     relay: false,
     ...(redis ? { redis } : {}),
-    ...options,
+    ...stackOptions,
   });
   return {
     stack,

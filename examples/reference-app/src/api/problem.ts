@@ -18,6 +18,10 @@ export const apiProblemTable = {
   photo_not_found: { status: 404, title: 'No such photo', retryable: false },
   route_not_found: { status: 404, title: 'No such resource', retryable: false },
   method_not_allowed: { status: 405, title: 'Method not allowed', retryable: false },
+  // The API's database could not answer (a connection refused or ended, a pool that timed out): the
+  // same request, sent again after Retry-After, may succeed. The idempotency layer's own store
+  // failing is the core's 503 `store_unavailable`.
+  database_unavailable: { status: 503, title: 'The database is unavailable', retryable: true },
   // The creates release a 5xx (outcome.ts): nothing happened, and the same request may succeed.
   internal_error: { status: 500, title: 'Internal error', retryable: true },
 } as const;

@@ -9,6 +9,7 @@ import { createOutbox, createSender, type Relay, type RelayRound } from '@idem/w
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { clientErrorStatus } from '../client-error.js';
 import type { Database } from '../db.js';
+import { dbUnavailable, storeRetryAfterSeconds } from '../db-unavailable.js';
 import { drainable } from '../drain.js';
 import { idempotencyLogger } from '../idempotency-log.js';
 import { methodNotAllowed } from '../methods.js';
@@ -183,7 +184,8 @@ export async function startApi(options: ApiOptions): Promise<RunningApi> {
  * `expose` (see {@link clientErrorStatus}) and becomes a problem with that status, 413 `body_too_large`,
  * 415 `unsupported_media_type` (a charset other than UTF-8, an unknown `Content-Encoding`) or 400
  * `body_malformed` (bad JSON, a body that does not inflate, an aborted upload), and the router's 400
- * for a path parameter that does not decode is `path_malformed`. Anything else is a bug
+ * for a path parameter that does not decode is `path_malformed`. A database that could not answer
+ * (see {@link dbUnavailable}) is 503 `database_unavailable` with Retry-After. Anything else is a bug
  * and says nothing more than 500 `internal_error`.
  */
 function bodyErrors(error: unknown, _req: Request, res: Response, next: NextFunction): void {
@@ -208,5 +210,9 @@ function bodyErrors(error: unknown, _req: Request, res: Response, next: NextFunc
   else if (error instanceof URIError && status === 400) {
     sendProblem(res, 'path_malformed', 'A path parameter does not decode as UTF-8.');
   } else if (status !== undefined) sendProblem(res, 'body_malformed', 'The body could not be read.');
-  else sendProblem(res, 'internal_error', 'The request could not be processed.');
+  else if (dbUnavailable(error)) {
+    // DESIGN.md's HTTP table: a store that failed is a 503 with Retry-After, never a 500.
+    res.set('Retry-After', String(storeRetryAfterSeconds));
+    sendProblem(res, 'database_unavailable', 'The database could not be reached; send the request again later.');
+  } else sendProblem(res, 'internal_error', 'The request could not be processed.');
 }

@@ -20,6 +20,7 @@ import Koa, { type Context, type Next } from 'koa';
 import type { ServiceChallenge } from '../api/server.js';
 import { isUtf8Charset } from '../charset.js';
 import type { Database } from '../db.js';
+import { dbUnavailable, storeRetryAfterSeconds } from '../db-unavailable.js';
 import { drainable } from '../drain.js';
 import { htmlPage, pageHeaders } from '../html.js';
 import { idempotencyLogger } from '../idempotency-log.js';
@@ -164,6 +165,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<RunningRe
   const webhook = koaWebhook(receiver, { path, limit: 64 * 1024 });
 
   const app = new Koa();
+  app.use(databaseErrors);
   app.use(async (ctx, next) => {
     if ((ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path === '/') {
       ctx.set(pageHeaders);
@@ -255,12 +257,53 @@ function runChain(chain: readonly KoaMiddleware[], last: (ctx: Context) => Promi
   };
 }
 
+/**
+ * The receiver's one answer to a database that could not answer (see {@link dbUnavailable}), on any
+ * route: DESIGN.md's HTTP table makes it a 503 with Retry-After, never Koa's 500. The events page, a
+ * browser's, gets a page; every other route a problem. Anything else goes on to Koa (a bug: 500).
+ */
+async function databaseErrors(ctx: Context, next: Next): Promise<void> {
+  try {
+    await next();
+  } catch (error) {
+    if (!dbUnavailable(error) || ctx.headerSent) throw error;
+    ctx.set('Retry-After', String(storeRetryAfterSeconds));
+    if ((ctx.method === 'GET' || ctx.method === 'HEAD') && ctx.path === '/') {
+      ctx.status = 503;
+      ctx.set(pageHeaders);
+      ctx.body = htmlPage(
+        'Webhook receiver',
+        '<h1>Webhook receiver</h1>\n<p>The receiver could not reach its database. Try again in a moment.</p>',
+      );
+      return;
+    }
+    sendProblem(
+      ctx,
+      503,
+      'database_unavailable',
+      'The database is unavailable',
+      'The database could not be reached; send the request again later.',
+      true,
+    );
+  }
+}
+
 function notFound(ctx: Context, detail: string): void {
   sendProblem(ctx, 404, 'event_not_found', 'No such event', detail);
 }
 
-/** An `application/problem+json` answer (RFC 9457), never cached, with its stable `code`. */
-function sendProblem(ctx: Context, status: number, code: string, title: string, detail: string): void {
+/**
+ * An `application/problem+json` answer (RFC 9457), never cached, with its stable `code`; `retryable`
+ * when the same request sent again may succeed.
+ */
+function sendProblem(
+  ctx: Context,
+  status: number,
+  code: string,
+  title: string,
+  detail: string,
+  retryable = false,
+): void {
   ctx.status = status;
   ctx.set('Cache-Control', 'no-store');
   ctx.type = 'application/problem+json';
@@ -270,7 +313,7 @@ function sendProblem(ctx: Context, status: number, code: string, title: string, 
     status,
     detail,
     code,
-    retryable: false,
+    retryable,
   });
 }
 
