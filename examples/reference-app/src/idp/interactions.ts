@@ -4,6 +4,7 @@ import { errors } from 'oidc-provider';
 import { clientErrorStatus } from '../client-error.js';
 import type { Csrf } from '../csrf.js';
 import type { Database } from '../db.js';
+import { dbUnavailable, storeRetryAfterSeconds } from '../db-unavailable.js';
 import { errorPage, pageHeaders } from '../html.js';
 import { methodNotAllowed } from '../methods.js';
 import { credentialText, hasControlCharacters } from '../text.js';
@@ -208,7 +209,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
  * Express error handler for the interaction routes: a lost or expired interaction (the cookie is
  * gone, the uid is unknown) gets a plain page, not a stack trace; any other error that blames the
  * request, such as a form the body parser refused (too large, an unknown charset), gets its 4xx
- * status and a plain page too.
+ * status and a plain page too; a database that could not answer, a 503 with Retry-After and a page.
  *
  * @example
  * ```ts
@@ -236,6 +237,21 @@ export function interactionErrors(error: unknown, _req: Request, res: Response, 
       errorPage(
         'Request refused',
         'This request could not be read. Go back and try again, or start again from the application.',
+      ),
+    );
+    return;
+  }
+  // The one answer of these pages to a database that could not answer: not a 500 (DESIGN.md's HTTP
+  // table: a store that failed is a 503 with Retry-After). Nothing was done, and the sign-in is still
+  // there: the same page, or the same form sent again, goes on once the database is back.
+  if (dbUnavailable(error)) {
+    res.set('Retry-After', String(storeRetryAfterSeconds));
+    send(
+      res,
+      503,
+      errorPage(
+        'Sign-in unavailable',
+        'The sign-in service could not reach its database, and nothing was done. Try again in a moment.',
       ),
     );
     return;
