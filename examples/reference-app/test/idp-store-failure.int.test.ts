@@ -77,6 +77,37 @@ describe.each(stores)("the provider's sign-in pages while its database fails, on
     expect((await agent.postForm(action, login)).response.status).toBe(303);
   });
 
+  // Was wrong: the provider's own endpoints (oidc-provider's error handler) answer a database that
+  // fails 500 server_error, not DESIGN's 503 with Retry-After; needs a decision: the OAuth error to
+  // send with a 503 (RFC 6749 defines `temporarily_unavailable` for the authorization endpoint only),
+  // and refresh-reuse.audit.int.test.ts pins the token endpoint's 500 as the answer a client retries.
+  it.fails('answers the token endpoint 503 with Retry-After (a refresh)', async () => {
+    const { tokens } = await stack.signIn();
+    const basic = Buffer.from(
+      `${encodeURIComponent(stack.client.clientId)}:${encodeURIComponent(stack.client.clientSecret)}`,
+    ).toString('base64');
+    const answer = await during('down', () =>
+      fetch(new URL('/token', stack.authUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${basic}` },
+        body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: tokens.refreshToken! }),
+      }),
+    );
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+  });
+
+  // Was wrong: the authorization endpoint answers a database that fails 500 (its error page), not
+  // 503 with Retry-After; needs a decision, with the token endpoint's above.
+  it.fails('answers the authorization endpoint 503 with Retry-After', async () => {
+    const start = await fetch(new URL('/signin', stack.appUrls[0]).href, { redirect: 'manual' });
+    const authorize = start.headers.get('location')!;
+    expect(authorize.startsWith(stack.authUrl)).toBe(true);
+    const answer = await during('down', () => fetch(authorize, { redirect: 'manual' }));
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+  });
+
   it('still answers 500 for a bug', async () => {
     const { agent, page } = await atLoginPage();
     const answer = await during('bug', () => agent.request(page.url));
