@@ -81,6 +81,26 @@ describe.each(stores)('the API and the receiver while their database fails, on %
     expect((await call(method, path, { body })).status).toBe(200);
   });
 
+  it('answers a keyed create 503 with Retry-After and keeps nothing under its key: the retry with it creates', async () => {
+    const key = `"${randomUUID()}"`;
+    const create = async () =>
+      fetch(new URL('/photos', test.stack.gateway.url), {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${await test.token()}`,
+          'content-type': 'application/json',
+          'idempotency-key': key,
+        },
+        body: JSON.stringify({ title: 'Gryphon' }),
+      });
+    await expectUnavailableProblem(await during('down', create));
+    const retried = await create();
+    expect(retried.status).toBe(201);
+    expect(retried.headers.get('idempotent-replayed')).toBeNull();
+    const { id } = (await retried.json()) as { id: string };
+    await expectUnavailableProblem(await during('down', () => call('DELETE', `/photos/${id}`)));
+  });
+
   it("answers the receiver's admin reads and notes 503 problem+json with Retry-After", async () => {
     const admin = { roles: ['admin'] };
     await expectUnavailableProblem(await during('down', () => call('GET', receiverAdminPrefix, admin)));
