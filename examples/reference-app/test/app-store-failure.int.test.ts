@@ -25,7 +25,7 @@ if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
 describe.each(stores)('the app while its database fails, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** 'down': the first process's statements fail as on a terminated connection; 'bug': as a bug would. */
-  let fault: 'none' | 'down' | 'bug' = 'none';
+  let fault: 'none' | 'down' | 'flash-down' | 'bug' = 'none';
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
@@ -39,6 +39,8 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
               ...db,
               query: <Row>(text: string, params: readonly unknown[] = []) => {
                 if (fault === 'down') return db.query<Row>(terminated);
+                // Only the statement that keeps a form's outcome for the page (sessions.ts, `setFlash`).
+                if (fault === 'flash-down' && text.includes("'{flashes}'")) return db.query<Row>(terminated);
                 if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
                 return db.query<Row>(text, params);
               },
@@ -51,7 +53,7 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
   });
 
   /** Runs `request` with the fault on, and turns it off whatever happens. */
-  const during = async <T>(kind: 'down' | 'bug', request: () => Promise<T>): Promise<T> => {
+  const during = async <T>(kind: 'down' | 'flash-down' | 'bug', request: () => Promise<T>): Promise<T> => {
     fault = kind;
     try {
       return await request();
@@ -107,6 +109,18 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
     expect((await post('/theme', cookie, { csrf, theme: 'dark' })).status).toBe(303);
     expect((await post('/charges', cookie, charge)).status).toBe(303);
     expect(stack.sentTokens[0].length).toBeGreaterThan(sent);
+  });
+
+  it('says the outcome is not known, not that nothing was done, when the database fails after the API was called', async () => {
+    const { agent } = await stack.signIn();
+    const page = await agent.request(new URL('/', stack.appUrls[0]).href);
+    const cookie = agent.jar.header();
+    const sent = stack.sentTokens[0].length;
+    const answer = await during('flash-down', () =>
+      post('/theme', cookie, { csrf: formField(page.body, 'csrf'), theme: 'dark' }),
+    );
+    expect(stack.sentTokens[0].length).toBe(sent + 1);
+    await expectUnavailablePage(answer, 'Your request was sent to the API');
   });
 
   it('answers "Sign in" and the callback 503, and the next sign-in goes through', async () => {
