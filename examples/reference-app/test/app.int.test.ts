@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { format, inspect } from 'node:util';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { migrateApp } from '../src/app/schema.js';
+import { openTokens } from '../src/app/sealed-tokens.js';
 import { createThirdPartyApp, type ThirdPartyAppEvent } from '../src/app/server.js';
 import { createSessionStore } from '../src/app/sessions.js';
 import { type Database, openDatabase } from '../src/db.js';
@@ -1245,7 +1246,7 @@ describe('refresh and sign-out', () => {
         )
       ).rows.map((row) => row.id);
 
-    it.each<[string, Statement, (params: readonly unknown[]) => string | undefined]>([
+    it.each<[string, Statement, (params: readonly unknown[], id: string) => string | undefined]>([
       [
         // The rotation's save, which is one statement with its use of the old token (`adapter.ts`):
         // held there, the revocation comes first, and the rotated token is never stored.
@@ -1257,8 +1258,14 @@ describe('refresh and sign-out', () => {
       [
         'has rotated it, and the app has not stored the new one yet',
         // The statement that stores the refreshed tokens (not the claim on the refresh before it).
-        (text, params) => text.trimStart().startsWith('update app_sessions') && String(params[1]).includes('"tokens"'),
-        (params) => (JSON.parse(String(params[1])) as { tokens: { refreshToken: string } }).tokens.refreshToken,
+        (text, params) => text.trimStart().startsWith('update app_sessions') && String(params[1]).includes('"sealed"'),
+        // Sealed with a key of the session id (sessions.ts): opened as only the app, with the cookie, can.
+        (params, id) => {
+          const { sealed } = JSON.parse(String(params[1])) as { sealed: unknown };
+          const tokens = openTokens(id, String(params[0]), sealed);
+          expect(tokens?.refreshToken, 'the rotated refresh token, opened with the cookie').toEqual(expect.any(String));
+          return tokens?.refreshToken;
+        },
       ],
       [
         'gets the revocation before the refresh consumes the old token',
@@ -1268,7 +1275,8 @@ describe('refresh and sign-out', () => {
     ])('leaves no refresh token of the session working when the provider %s', async (_name, statement, rotated) => {
       const { agent } = await signIn();
       const csrf = formField((await agent.request(appUrl('/'))).body, 'csrf');
-      const refreshToken = (await sessions().get(sessionId(agent)))!.tokens!.refreshToken!;
+      const id = sessionId(agent)!;
+      const refreshToken = (await sessions().get(id))!.tokens!.refreshToken!;
       const grantId = (await grantOf(refreshToken))!;
       expect(grantId).toEqual(expect.any(String));
       clock = 301_000;
@@ -1282,7 +1290,7 @@ describe('refresh and sign-out', () => {
       held.release();
       await home;
       clock = 0;
-      const rotatedToken = rotated(params);
+      const rotatedToken = rotated(params, id);
       const tokens = new Set([refreshToken, ...(await storedUnder('RefreshToken', grantId)).map(presentable)]);
       if (rotatedToken) tokens.add(rotatedToken);
       for (const token of tokens) {

@@ -1,6 +1,8 @@
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openTokens, sealTokens } from '../src/app/sealed-tokens.js';
 import { listen } from '../src/listen.js';
 import { demoUsers } from '../src/seed.js';
 import { chromiumOptions, hasChromium } from './chromium.js';
@@ -93,9 +95,18 @@ describe.runIf(hasChromium)('the reference app in a real browser: what a person 
     const context = await browser.newContext();
     const page = await signIn(context);
     // The access token expired while the form was open (no waiting: the session says so).
-    await whole.db.query(
-      `update app_sessions set data = jsonb_set(data, '{tokens,expiresAt}', '0'::jsonb) where data ? 'user'`,
+    // The tokens are sealed with the session id (sealed-tokens.ts): resealed with it, from the cookie.
+    const id = (await context.cookies()).find((cookie) => cookie.name === 'app_session')!.value;
+    const hash = createHash('sha256').update(id).digest('base64url');
+    const { rows } = await whole.db.query<{ sealed: unknown }>(
+      "select data -> 'sealed' as sealed from app_sessions where id_hash = $1",
+      [hash],
     );
+    const expired = { ...openTokens(id, hash, rows[0]?.sealed)!, expiresAt: 0 };
+    await whole.db.query(`update app_sessions set data = jsonb_set(data, '{sealed}', $2::jsonb) where id_hash = $1`, [
+      hash,
+      JSON.stringify(sealTokens(id, hash, expired)),
+    ]);
     await page.getByRole('spinbutton', { name: 'Amount' }).fill('5101');
     await page.getByRole('button', { name: 'Create charge' }).click();
     await flash(page).waitFor();

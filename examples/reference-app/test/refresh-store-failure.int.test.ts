@@ -23,7 +23,7 @@ const after = (ms: number, reason: string) =>
 const storesRefresh = (text: string, params: readonly unknown[]) =>
   text.trimStart().startsWith('update app_sessions set data') &&
   text.includes('refreshing_by = $5') &&
-  String(params[1]).includes('"tokens"');
+  String(params[1]).includes('"sealed"');
 
 /** A statement the database itself refuses, as it does on a connection the server ends. */
 const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'

@@ -6,6 +6,7 @@
 // be moved: the rows are aged instead (the clocks run on). Real HTTP against real servers.
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openTokens, sealTokens } from '../src/app/sealed-tokens.js';
 import { createThirdPartyApp } from '../src/app/server.js';
 import { createSessionStore } from '../src/app/sessions.js';
 import { createIdp } from '../src/idp/server.js';
@@ -293,6 +294,22 @@ const appSessionHash = (agent: UserAgent) =>
   createHash('sha256')
     .update(String(agent.jar.cookies.get('app_session')?.value))
     .digest('base64url');
+/** The tokens of `agent`'s session row, opened with its cookie as the app does (sealed-tokens.ts). */
+const appTokens = async (agent: UserAgent) => {
+  const { rows } = await whole.db.query<{ sealed: unknown }>(
+    "select data -> 'sealed' as sealed from app_sessions where id_hash = $1",
+    [appSessionHash(agent)],
+  );
+  return openTokens(String(agent.jar.cookies.get('app_session')?.value), appSessionHash(agent), rows[0]?.sealed);
+};
+/** The seal of `agent`'s tokens with their access token expired, for its row. */
+const expiredSeal = async (agent: UserAgent) =>
+  JSON.stringify(
+    sealTokens(String(agent.jar.cookies.get('app_session')?.value), appSessionHash(agent), {
+      ...(await appTokens(agent))!,
+      expiresAt: 0,
+    }),
+  );
 const appLeft = async (agent: UserAgent) =>
   (
     await whole.db.query<{ left: number }>(
@@ -345,20 +362,21 @@ describe("the app's session", () => {
     // The sign-in and the password 11 h 58 min ago, the access token expired: the next page refreshes.
     await whole.db.query(
       `update app_sessions set created_at = created_at - interval '11 hours 58 minutes',
-          data = jsonb_set(jsonb_set(data, '{authTime}', to_jsonb((data ->> 'authTime')::bigint - 43080)), '{tokens,expiresAt}', '0')
+          data = jsonb_set(jsonb_set(data, '{authTime}', to_jsonb((data ->> 'authTime')::bigint - 43080)), '{sealed}', $2::jsonb)
         where id_hash = $1`,
-      [appSessionHash(agent)],
+      [appSessionHash(agent), await expiredSeal(agent)],
     );
-    const before = await whole.db.query<{ data: { authTime: number; tokens: { accessToken: string } } }>(
+    const beforeToken = (await appTokens(agent))?.accessToken;
+    const before = await whole.db.query<{ data: { authTime: number } }>(
       'select data from app_sessions where id_hash = $1',
       [appSessionHash(agent)],
     );
     expect(await signedIn(agent)).toBe(true);
-    const after = await whole.db.query<{ data: { authTime: number; tokens: { accessToken: string } } }>(
+    const after = await whole.db.query<{ data: { authTime: number } }>(
       'select data from app_sessions where id_hash = $1',
       [appSessionHash(agent)],
     );
-    expect(after.rows[0]?.data.tokens.accessToken).not.toBe(before.rows[0]?.data.tokens.accessToken);
+    expect((await appTokens(agent))?.accessToken).not.toBe(beforeToken);
     expect(after.rows[0]?.data.authTime).toBe(before.rows[0]?.data.authTime);
     expect(await appLeft(agent)).toBeLessThanOrEqual(120);
   });
@@ -391,7 +409,7 @@ describe("the app's session", () => {
     const tokens = async () =>
       (
         await whole.db.query<{ tokens: unknown }>(
-          "select data -> 'tokens' as tokens from app_sessions where id_hash = $1",
+          "select data -> 'sealed' as tokens from app_sessions where id_hash = $1",
           [appSessionHash(agent)],
         )
       ).rows[0]?.tokens;
@@ -517,13 +535,7 @@ describe("the app's session", () => {
 
 describe("the end of the app's session", () => {
   const appUrl = (path: string) => new URL(path, whole.running.appUrl).href;
-  const refreshTokenOf = async (agent: UserAgent) =>
-    (
-      await whole.db.query<{ token: string }>(
-        "select data -> 'tokens' ->> 'refreshToken' as token from app_sessions where id_hash = $1",
-        [appSessionHash(agent)],
-      )
-    ).rows[0]?.token;
+  const refreshTokenOf = async (agent: UserAgent) => (await appTokens(agent))?.refreshToken;
   const refreshWith = (token: string) =>
     tokenRequest(whole.running.authUrl, { grant_type: 'refresh_token', refresh_token: token }, client());
 
@@ -537,11 +549,12 @@ describe("the end of the app's session", () => {
     const agent = await signIn();
     const token = await refreshTokenOf(agent);
     expect(token).toBeDefined();
+    const row = appSessionHash(agent);
     await ageAppSession(agent, seconds);
     expect((await agent.request(appUrl('/'))).body).not.toContain('Alice');
     expect((await refreshWith(token!)).body.error).toBe('invalid_grant');
-    // The row went with it: no token is left at rest.
-    expect(await refreshTokenOf(agent)).toBeUndefined();
+    // The row went with it: not even its sealed tokens are left at rest.
+    expect((await whole.db.query('select 1 from app_sessions where id_hash = $1', [row])).rows).toEqual([]);
   });
 
   /** Seconds the provider's row of refresh token `token` has left. */

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Database } from '../db.js';
 import { sha256Id } from '../sha256-id.js';
 import { providerRequestsPerRefresh, providerTimeoutMs } from './oidc-client.js';
+import { openTokens, sealTokens } from './sealed-tokens.js';
 
 /** One sign-in in progress: everything the callback must check, used once and then deleted. */
 export interface PendingSignIn {
@@ -195,6 +196,37 @@ export interface SessionStore {
 
 const stored = ({ state, ...rest }: PendingSignIn): StoredSignIn => ({ stateHash: sha256Id(state), ...rest });
 
+/**
+ * {@link SessionData} as the row holds it: its tokens in `sealed` (sealed-tokens.ts), which only the
+ * session id opens, in place of `tokens`. A row an earlier version wrote holds `tokens` in clear.
+ */
+type StoredData = Omit<SessionData, 'tokens'> & { tokens?: SessionTokens; sealed?: unknown };
+
+/** `data` of session `id` as its row is to hold it: its tokens sealed. */
+const sealed = (id: string, data: SessionData): StoredData => {
+  if (!data.tokens) return data;
+  const { tokens, ...rest } = data;
+  return { ...rest, sealed: sealTokens(id, sha256Id(id), tokens) };
+};
+
+/**
+ * The row's `data` of session `id` as the app uses it, and whether its seal failed to open (`broken`:
+ * altered, copied from another row). A broken seal is a session that is over: the caller ends it and
+ * revokes nothing, having no token to revoke. A seal of a format this version does not know (a later
+ * version's, during a rolling deploy) is no tokens here, as a sealed row is to an earlier version: not
+ * broken, so this process does not end what the other can read. A row without a seal is an earlier
+ * version's, its tokens in clear: used as they are, sealed at its next refresh.
+ */
+const opened = (id: string, data: StoredData): { data: SessionData; broken: boolean } => {
+  const { sealed: seal, ...rest } = data;
+  if (seal === undefined) return { data: rest, broken: false };
+  const { tokens: _clear, ...withoutTokens } = rest;
+  const later = typeof seal === 'object' && seal !== null && (seal as { v?: unknown }).v !== 1;
+  if (later) return { data: withoutTokens, broken: false };
+  const tokens = openTokens(id, sha256Id(id), seal);
+  return tokens ? { data: { ...withoutTokens, tokens }, broken: false } : { data: withoutTokens, broken: true };
+};
+
 /** The default of {@link SessionStoreOptions.lifetimeSeconds}: 12 hours. */
 const defaultLifetimeSeconds = 12 * 3600;
 
@@ -240,7 +272,10 @@ export const defaultIdleSeconds = 30 * 60;
 export const seenEverySeconds = 60;
 
 /**
- * Creates a {@link SessionStore}. Ids are 256 random bits; only their hash is stored.
+ * Creates a {@link SessionStore}. Ids are 256 random bits; only their hash is stored. A session's
+ * tokens are stored sealed with a key derived from its id (sealed-tokens.ts): every method that reads
+ * or writes them is given the id, from the browser's cookie, so the row alone (a dump, a replica, a
+ * read-only SQL injection) holds no token to present. The purge below reads none: it revokes nothing.
  *
  * A signed-in session ends `idleSeconds` after its last request (a read counts: see
  * {@link seenEverySeconds}), `ttlSeconds` after its last update, and `lifetimeSeconds` after its creation, or
@@ -294,14 +329,36 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
    */
   const change = async (id: string, changes: Partial<SessionData>, claim: string) => {
     const removed = Object.keys(changes).filter((key) => changes[key as keyof SessionData] === undefined);
+    let set: Partial<StoredData> = changes;
+    if ('tokens' in changes) {
+      // New tokens replace the seal, and the clear ones of a row an earlier version wrote go with it.
+      const { tokens, ...rest } = changes;
+      set = tokens ? { ...rest, sealed: sealTokens(id, sha256Id(id), tokens) } : rest;
+      removed.push('tokens', ...(tokens ? [] : ['sealed']));
+    }
     // JSON.stringify drops the undefined fields: `set` holds only the ones given a value.
     const { rowCount } = await db.query(
       `update app_sessions set data = (data - $3::text[]) || $2::jsonb,
          expires_at = ${extended('$4')}, last_seen = now(), refreshing_until = null, refreshing_by = null
        where id_hash = $1 and ${live} and data ? 'user' and refreshing_by = $5`,
-      [sha256Id(id), JSON.stringify(changes), removed, ttl, claim],
+      [sha256Id(id), JSON.stringify(set), removed, ttl, claim],
     );
     return rowCount;
+  };
+  /**
+   * The session `id`'s row `data` as the app uses it; undefined when its seal does not open, after
+   * deleting the row if it still holds that seal: a session that is over (never a 500), whose cookie
+   * then goes as a signed-out one does. Nothing is revoked: there is no token to revoke.
+   */
+  const usable = async (id: string, data: StoredData | undefined): Promise<SessionData | undefined> => {
+    if (data === undefined) return undefined;
+    const { data: open, broken } = opened(id, data);
+    if (!broken) return open;
+    await db.query(`delete from app_sessions where id_hash = $1 and data -> 'sealed' = $2::jsonb`, [
+      sha256Id(id),
+      JSON.stringify(data.sealed),
+    ]);
+    return undefined;
   };
   return {
     async create(data, ttlSeconds = ttl) {
@@ -312,6 +369,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
         [purgeBatch],
       );
       const id = randomBytes(32).toString('base64url');
+      const row = sealed(id, data.pending ? { ...data, pending: data.pending.map(stored) } : (data as SessionData));
       await db.query(
         `insert into app_sessions (id_hash, data, created_at, last_seen, expires_at)
          values ($1, $2, now(), now(), least(
@@ -320,7 +378,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
          ))`,
         [
           sha256Id(id),
-          JSON.stringify(data.pending ? { ...data, pending: data.pending.map(stored) } : data),
+          JSON.stringify(row),
           seconds(ttlSeconds),
           lifetime,
           typeof data.authTime === 'number' && Number.isFinite(data.authTime) ? data.authTime : null,
@@ -334,7 +392,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
       // query reads it or not), and only when the last record is over a minute old, so reads cost a
       // write a minute at most. Both parts see the row as it was: the session idle until now is not
       // brought back by this very request.
-      const { rows } = await db.query<{ data: SessionData }>(
+      const { rows } = await db.query<{ data: StoredData }>(
         `with seen as (
            update app_sessions set last_seen = now()
             where id_hash = $1 and ${live} and data ? 'user'
@@ -343,12 +401,12 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
          select data from app_sessions where id_hash = $1 and ${live}`,
         [sha256Id(id)],
       );
-      return rows[0]?.data;
+      return usable(id, rows[0]?.data);
     },
     async claimRefresh(id, claim) {
       // Under READ COMMITTED a second claim sent at once waits for the first's row lock, then checks
       // its condition again on the row the first left: claimed, so it claims nothing.
-      const { rows } = await db.query<{ data: SessionData }>(
+      const { rows } = await db.query<{ data: StoredData }>(
         `update app_sessions
             set refreshing_until = now() + make_interval(secs => ${refreshLeaseSeconds}), refreshing_by = $2
           where id_hash = $1 and ${live} and data ? 'user'
@@ -356,7 +414,7 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
           returning data`,
         [sha256Id(id), claim],
       );
-      return rows[0]?.data;
+      return usable(id, rows[0]?.data);
     },
     async finishRefresh(id, claim, changes) {
       // Still ours even past its time, unless another took it over: that one presents the same
@@ -471,19 +529,20 @@ export function createSessionStore(db: Database, options: SessionStoreOptions): 
     },
     async take(id) {
       if (!id) return undefined;
-      const { rows } = await db.query<{ data: SessionData }>(
+      const { rows } = await db.query<{ data: StoredData }>(
         'delete from app_sessions where id_hash = $1 returning data',
         [sha256Id(id)],
       );
-      return rows[0]?.data;
+      // A seal that does not open gives no tokens: the caller revokes nothing, with nothing made up.
+      return rows[0] && opened(id, rows[0].data).data;
     },
     async takeEnded(id) {
       if (!id) return undefined;
-      const { rows } = await db.query<{ data: SessionData }>(
+      const { rows } = await db.query<{ data: StoredData }>(
         `delete from app_sessions where id_hash = $1 and data ? 'user' and not (${live}) returning data`,
         [sha256Id(id)],
       );
-      return rows[0]?.data;
+      return rows[0] && opened(id, rows[0].data).data;
     },
   };
 }
