@@ -213,9 +213,10 @@ const sealed = (id: string, data: SessionData): StoredData => {
  * The row's `data` of session `id` as the app uses it, and whether its seal failed to open (`broken`:
  * altered, copied from another row). A broken seal is a session that is over: the caller ends it and
  * revokes nothing, having no token to revoke. A seal of a format this version does not know (a later
- * version's, during a rolling deploy) is no tokens here, as a sealed row is to an earlier version: not
- * broken, so this process does not end what the other can read. A row without a seal is an earlier
- * version's, its tokens in clear: used as they are, sealed at its next refresh.
+ * version's, during a rolling deploy) is no tokens here, as a sealed row is to an earlier version:
+ * that browser is answered as signed out (its cookie cleared), but the row is not deleted: a process
+ * of the later version still reads it (a request that went there first). A row without a seal is an
+ * earlier version's, its tokens in clear: used as they are, sealed at its next refresh.
  */
 const opened = (id: string, data: StoredData): { data: SessionData; broken: boolean } => {
   const { sealed: seal, ...rest } = data;
