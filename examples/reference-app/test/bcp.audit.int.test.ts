@@ -209,7 +209,7 @@ describe('a refresh whose new refresh token the database failed to store', () =>
   });
 
   // Was wrong: oidc-provider consumes the presented refresh token, then stores its successor; when the
-  // store fails the client gets a 500 and keeps the token it sent, which is now consumed. Its retry
+  // store fails the client gets a 5xx (503 now) and keeps the token it sent, which is now consumed. Its retry
   // (what a client does with a 5xx) was taken for reuse, and the whole grant revoked: one database
   // blip signed the user out. Now a used refresh token is answered once more within the reuse interval
   // (`refreshTokenReuseSeconds`, 30 seconds by default; `refresh-reuse.int.test.ts` has its bounds).
@@ -222,7 +222,7 @@ describe('a refresh whose new refresh token the database failed to store', () =>
       app,
     );
     expect(failNextSave).toBe(false);
-    expect(failed.status).toBe(500);
+    expect(failed.status).toBe(503);
     const retry = await refresh(tokens.body.refresh_token, app);
     expect(retry.status).toBe(200);
   });

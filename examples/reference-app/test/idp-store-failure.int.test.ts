@@ -1,4 +1,5 @@
-// The identity provider's own pages (sign-in, consent) while its database fails. DESIGN.md's HTTP
+// The identity provider's own pages (sign-in, consent) and endpoints (token, authorization) while
+// its database fails. DESIGN.md's HTTP
 // table: a store that failed is a 503 with Retry-After, never a 500; these are a browser's pages, so
 // an HTML page that says to try again. The sign-in is not lost: the same page, and the same form,
 // work once the database is back. A bug is still a 500.
@@ -77,11 +78,9 @@ describe.each(stores)("the provider's sign-in pages while its database fails, on
     expect((await agent.postForm(action, login)).response.status).toBe(303);
   });
 
-  // Was wrong: the provider's own endpoints (oidc-provider's error handler) answer a database that
-  // fails 500 server_error, not DESIGN's 503 with Retry-After; needs a decision: the OAuth error to
-  // send with a 503 (RFC 6749 defines `temporarily_unavailable` for the authorization endpoint only),
-  // and refresh-reuse.audit.int.test.ts pins the token endpoint's 500 as the answer a client retries.
-  it.fails('answers the token endpoint 503 with Retry-After (a refresh)', async () => {
+  // The provider's own endpoints: oidc-provider's handler answered 500 server_error; now 503 with
+  // Retry-After, the JSON error temporarily_unavailable.
+  it('answers the token endpoint 503 with Retry-After (a refresh)', async () => {
     const { tokens } = await stack.signIn();
     const basic = Buffer.from(
       `${encodeURIComponent(stack.client.clientId)}:${encodeURIComponent(stack.client.clientSecret)}`,
@@ -95,11 +94,27 @@ describe.each(stores)("the provider's sign-in pages while its database fails, on
     );
     expect(answer.status).toBe(503);
     expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+    expect(await answer.json()).toMatchObject({ error: 'temporarily_unavailable' });
   });
 
-  // Was wrong: the authorization endpoint answers a database that fails 500 (its error page), not
-  // 503 with Retry-After; needs a decision, with the token endpoint's above.
-  it.fails('answers the authorization endpoint 503 with Retry-After', async () => {
+  it('still answers the token endpoint 500 server_error for a bug', async () => {
+    const { tokens } = await stack.signIn();
+    const basic = Buffer.from(
+      `${encodeURIComponent(stack.client.clientId)}:${encodeURIComponent(stack.client.clientSecret)}`,
+    ).toString('base64');
+    const answer = await during('bug', () =>
+      fetch(new URL('/token', stack.authUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${basic}` },
+        body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: tokens.refreshToken! }),
+      }),
+    );
+    expect(answer.status).toBe(500);
+    expect(answer.headers.get('retry-after')).toBeNull();
+    expect(await answer.json()).toMatchObject({ error: 'server_error' });
+  });
+
+  it('answers the authorization endpoint 503 with Retry-After', async () => {
     const start = await fetch(new URL('/signin', stack.appUrls[0]).href, { redirect: 'manual' });
     const authorize = start.headers.get('location')!;
     expect(authorize.startsWith(stack.authUrl)).toBe(true);

@@ -135,7 +135,7 @@ async function grantTokens(token: string) {
   return rows;
 }
 
-describe('a failed save of the token a refresh rotates to (a 500 the client retries)', () => {
+describe('a failed save of the token a refresh rotates to (a 503 the client retries)', () => {
   // Was wrong: oidc-provider consumes the presented token, then saves its successor. The adapter took
   // the one reuse in `consume`, so a reuse whose save failed had spent it: the client's honest retry
   // of that 500 (the retry of a retry: the first answer was lost too) was a third use and revoked the
@@ -145,7 +145,7 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
     rig.failSaves = 1;
     const failed = await refresh(used);
     expect(rig.failSaves).toBe(0);
-    expect(failed.status).toBe(500);
+    expect(failed.status).toBe(503);
     const retry = await refresh(used);
     expect(retry.status, JSON.stringify(retry.body)).toBe(200);
     const renewed = retry.body.refresh_token as string;
@@ -160,8 +160,8 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
   it('two failed saves in a row: the third try is answered, the grant intact', async () => {
     const token = await signedIn();
     rig.failSaves = 2;
-    expect((await refresh(token)).status).toBe(500);
-    expect((await refresh(token)).status).toBe(500);
+    expect((await refresh(token)).status).toBe(503);
+    expect((await refresh(token)).status).toBe(503);
     expect(rig.failSaves).toBe(0);
     const third = await refresh(token);
     expect(third.status, JSON.stringify(third.body)).toBe(200);
@@ -181,8 +181,8 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
     const token = tokens.body.refresh_token as string;
     rig.failAccessTokenSaves = 2;
     try {
-      expect((await refresh(token)).status).toBe(500);
-      expect((await refresh(token)).status).toBe(500);
+      expect((await refresh(token)).status).toBe(503);
+      expect((await refresh(token)).status).toBe(503);
       expect(rig.failAccessTokenSaves).toBe(0);
     } finally {
       rig.failAccessTokenSaves = 0;
@@ -200,7 +200,7 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
     const successor = first.body.refresh_token as string;
     rig.failAccessTokenSaves = 1;
     try {
-      expect((await refresh(used)).status).toBe(500);
+      expect((await refresh(used)).status).toBe(503);
       expect(rig.failAccessTokenSaves).toBe(0);
     } finally {
       rig.failAccessTokenSaves = 0;
@@ -218,7 +218,7 @@ describe('a failed save of the token a refresh rotates to (a 500 the client retr
   it('a failed save leaves the presented token as it was: unused, its one reuse still ahead', async () => {
     const token = await signedIn();
     rig.failSaves = 1;
-    expect((await refresh(token)).status).toBe(500);
+    expect((await refresh(token)).status).toBe(503);
     const [row] = (await grantTokens(token)).filter((stored) => stored.id === key(token));
     expect(row?.consumed).toBe(false);
   });
@@ -424,7 +424,7 @@ describe('the undo of a rotation whose opaque access token failed to save, again
       const a = refresh(token);
       await aRotated.fired;
       const b = refresh(token);
-      expect((await a).status).toBe(500);
+      expect((await a).status).toBe(503);
       const answered = await b;
       expect(answered.status, JSON.stringify(answered.body)).toBe(200);
       const next = await refresh(answered.body.refresh_token as string);

@@ -20,6 +20,7 @@ import { ownPages } from './own-pages.js';
 import { logoutPage, signedOutPage } from './pages.js';
 import { loadCookieKeys, loadSigningKeys } from './secrets.js';
 import { defaultSessionLifetimeSeconds, sessionIdle, sessionLifetime, sessionTtl } from './session-lifetime.js';
+import { databaseUnavailable } from './unavailable.js';
 import { findUserById } from './users.js';
 import { wholeSeconds } from './whole-seconds.js';
 
@@ -283,6 +284,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
   if (!codeHandlerChecked) throw new Error('oidc-provider registered no authorization_code handler to check');
   // The steps oidc-provider answers with pages of its own, out of reach of the hooks above: the logout
   // of a visitor with no session, the account switch, the form_post response mode.
+  // A database that could not answer: 503 with Retry-After, not 500 server_error. First, so that it
+  // sees what the middlewares below throw as well.
+  provider.use(databaseUnavailable(provider));
   provider.use(ownPages(db));
   // A method a provider path does not take: 405 with Allow, not Koa's plain-text 404.
   provider.use(providerMethods());
