@@ -128,11 +128,13 @@ async function abandonedKey(store: Store) {
   return { key, crashed, first };
 }
 
-// A fresh key's run on an engine that stops renewing after `maxExecution` (300 ms, two 150 ms leases):
-// the handler hangs, and the test decides when (and whether) it answers.
+// A fresh key's run on an engine that stops renewing after `maxExecution` (1.2 s, two 600 ms leases):
+// the handler hangs, and the test decides when (and whether) it answers. Real time on a real store:
+// a lease of 150 ms lost itself to a renewal answered late on a loaded box (renew-failed before
+// max-execution); 600 ms leaves a renewal 400 ms.
 async function hungRun(store: Store) {
   const key = randomUUID();
-  const hung = engineOn(store, { lease: '150ms', maxExecution: '300ms' });
+  const hung = engineOn(store, { lease: '600ms', maxExecution: '1200ms' });
   const lease = await executed(hung.engine, input(key, 'body-a'));
   return { key, hung, lease };
 }
