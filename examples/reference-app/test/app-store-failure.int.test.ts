@@ -25,7 +25,7 @@ if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
 describe.each(stores)('the app while its database fails, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** 'down': the first process's statements fail as on a terminated connection; 'bug': as a bug would. */
-  let fault: 'none' | 'down' | 'flash-down' | 'bug' = 'none';
+  let fault: 'none' | 'down' | 'flash-down' | 'create-down' | 'bug' = 'none';
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
@@ -41,6 +41,9 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
                 if (fault === 'down') return db.query<Row>(terminated);
                 // Only the statement that keeps a form's outcome for the page (sessions.ts, `setFlash`).
                 if (fault === 'flash-down' && text.includes("'{flashes}'")) return db.query<Row>(terminated);
+                // Only the statement that stores a new session (sessions.ts, `create`).
+                if (fault === 'create-down' && text.includes('insert into app_sessions'))
+                  return db.query<Row>(terminated);
                 if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
                 return db.query<Row>(text, params);
               },
@@ -53,7 +56,10 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
   });
 
   /** Runs `request` with the fault on, and turns it off whatever happens. */
-  const during = async <T>(kind: 'down' | 'flash-down' | 'bug', request: () => Promise<T>): Promise<T> => {
+  const during = async <T>(
+    kind: 'down' | 'flash-down' | 'create-down' | 'bug',
+    request: () => Promise<T>,
+  ): Promise<T> => {
     fault = kind;
     try {
       return await request();
@@ -150,6 +156,22 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
     );
     expect((await agent.request(again.href)).response.status).toBe(303);
     expect((await agent.request(new URL('/', stack.appUrls[0]).href)).body).toContain('Create charge');
+  });
+
+  it('says "Sign in again" signed the person out, not that nothing was done, when the database fails after the old session ended', async () => {
+    const { id, agent } = await stack.signIn();
+    const again = await agent.request(new URL('/signin', stack.appUrls[0]).href);
+    const cookie = agent.jar.header();
+    const answer = await during('create-down', () =>
+      post('/signin', cookie, { csrf: formField(again.body, 'csrf'), return_to: '/' }),
+    );
+    // The old session ended (its tokens revoked) before the new one could be stored: signed out.
+    expect(await stack.sessions().get(id)).toBeUndefined();
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+    const body = await answer.text();
+    expect(body).not.toContain('nothing was done');
+    expect(body).toContain('You are signed out');
   });
 
   it('still answers 500 for a bug of the app, not 503', async () => {

@@ -177,9 +177,11 @@ const signedOutNotices: Record<string, string> = {
  * The page of a request the app answers 503 because its database failed (see the last error
  * handler): what came of it, said for the route it met. A form the database failed before it called
  * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
- * may have changed something there, and the person is told to look before sending it again.
+ * may have changed something there, and the person is told to look before sending it again. A "Sign
+ * in" that ended a signed-in session (`signedOut`: taken, its tokens revoked) before the database
+ * failed to store the new one did something: the person is signed out, and is told so.
  */
-function storeUnavailablePage(req: Request, sentToApi: boolean): string {
+function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOut: boolean }): string {
   if (req.method === 'POST' && req.path === '/signout') {
     return appErrorPage(
       'Not signed out',
@@ -192,13 +194,19 @@ function storeUnavailablePage(req: Request, sentToApi: boolean): string {
       'The app could not reach its database to finish the sign-in. Sign in again in a moment.',
     );
   }
+  if (req.path === '/signin' && done.signedOut) {
+    return appErrorPage(
+      'Sign-in not started',
+      'You are signed out here: your session ended, but the app could not reach its database to start the new sign-in. Sign in again in a moment.',
+    );
+  }
   if (req.path === '/signin') {
     return appErrorPage(
       'Sign-in not started',
       'The app could not reach its database, and nothing was done. Try again in a moment.',
     );
   }
-  if (req.method === 'POST' && sentToApi) {
+  if (req.method === 'POST' && done.sentToApi) {
     return appErrorPage(
       'Outcome not known',
       'Your request was sent to the API, but the app could not reach its database to show what came of it. Open the app again in a moment and check before sending it again.',
@@ -314,6 +322,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   const turns = new WeakMap<Request, RefreshTurn>();
   // The requests that sent a write to the API: a database that fails after that cannot say the form did nothing.
   const sentToApi = new WeakSet<Request>();
+  // The requests that ended a signed-in session ("Sign in" again): a database that fails after that cannot say nothing was done.
+  const signedOutBy = new WeakSet<Request>();
   const turnOf = (req: Request) => {
     let turn = turns.get(req);
     if (turn === undefined) {
@@ -493,6 +503,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // Taken, live or ended by its time (idle, 12 hours), in one statement: of two sign-ins (or a
     // sign-out) sent at once, one revokes its tokens. A read and then a delete let each revoke them.
     const old = await sessions.take(oldId);
+    if (old?.user) signedOutBy.add(req);
     // Tokens held unstored go with it: revoking its (spent) refresh token revokes their grant too.
     if (oldId) refresher.forget(oldId);
     await revokeTokens(old?.tokens, 'sign-in');
@@ -825,7 +836,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       res.removeHeader('Set-Cookie');
       for (const line of cookies) if (!line.startsWith(`${sessionCookie}=`)) res.appendHeader('Set-Cookie', line);
       res.set('Retry-After', String(storeRetryAfterSeconds));
-      send(res, 503, storeUnavailablePage(req, sentToApi.has(req)));
+      send(res, 503, storeUnavailablePage(req, { sentToApi: sentToApi.has(req), signedOut: signedOutBy.has(req) }));
       return;
     }
     // A form the body parser refused (too large, an unknown charset) blames the request: its 4xx.
