@@ -25,7 +25,9 @@ if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
 describe.each(stores)('the app while its database fails, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** 'down': the first process's statements fail as on a terminated connection; 'bug': as a bug would. */
-  let fault: 'none' | 'down' | 'flash-down' | 'create-down' | 'bug' = 'none';
+  let fault: 'none' | 'down' | 'flash-down' | 'create-down' | 'read-down' | 'bug' = 'none';
+  /** For 'read-down': how many reads of a session (sessions.ts, `get`) still go through before they fail. */
+  let readsLeft = 0;
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
@@ -44,6 +46,9 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
                 // Only the statement that stores a new session (sessions.ts, `create`).
                 if (fault === 'create-down' && text.includes('insert into app_sessions'))
                   return db.query<Row>(terminated);
+                // The reads of a session after the first `readsLeft` (sessions.ts, `get`).
+                if (fault === 'read-down' && text.includes('with seen as') && readsLeft-- <= 0)
+                  return db.query<Row>(terminated);
                 if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
                 return db.query<Row>(text, params);
               },
@@ -57,7 +62,7 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
 
   /** Runs `request` with the fault on, and turns it off whatever happens. */
   const during = async <T>(
-    kind: 'down' | 'flash-down' | 'create-down' | 'bug',
+    kind: 'down' | 'flash-down' | 'create-down' | 'read-down' | 'bug',
     request: () => Promise<T>,
   ): Promise<T> => {
     fault = kind;
@@ -172,6 +177,25 @@ describe.each(stores)('the app while its database fails, on %s', (_name, embedde
     const body = await answer.text();
     expect(body).not.toContain('nothing was done');
     expect(body).toContain('You are signed out');
+  });
+
+  it('answers a charge whose token the database fails to read 503 (nothing was done), not "API unavailable"', async () => {
+    const { agent } = await stack.signIn();
+    const page = await agent.request(new URL('/', stack.appUrls[0]).href);
+    const cookie = agent.jar.header();
+    const sent = stack.sentTokens[0].length;
+    // The form's own read of the session goes through; the charge's read of its token (getToken) fails.
+    readsLeft = 1;
+    const answer = await during('read-down', () =>
+      post('/charges', cookie, {
+        csrf: formField(page.body, 'csrf'),
+        key: formField(page.body, 'key'),
+        amount: '1000',
+        currency: 'EUR',
+      }),
+    );
+    expect(stack.sentTokens[0].length).toBe(sent);
+    await expectUnavailablePage(answer, 'Nothing was done');
   });
 
   it('still answers 500 for a bug of the app, not 503', async () => {

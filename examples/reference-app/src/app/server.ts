@@ -742,6 +742,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         );
       } catch (error) {
         if (!isRequestFailedError(error)) throw error;
+        // The session's token could not be read (getToken): the app's database failed, not the API.
+        // Its last error handler answers that, saying whether an earlier attempt went out.
+        if (error.code === 'token_failed' && dbUnavailable(error.cause)) throw error.cause;
         const title =
           typeof error.body === 'object' && error.body !== null && 'title' in error.body
             ? String(error.body.title)
