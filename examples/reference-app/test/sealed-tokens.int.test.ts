@@ -125,6 +125,29 @@ describe.each(stores)('session tokens at rest on %s', (_name, open) => {
     expect((await store().get(victim))?.user).toEqual({ sub: 'alice' });
   });
 
+  it('keeps the row when a refresh sealed new tokens between the read of a broken seal and its delete', async () => {
+    const id = await store().create({ user: { sub: 'alice' }, tokens: tokensOf() });
+    await db.query(`update app_sessions set data = jsonb_set(data, '{sealed,ct}', '"AAAA"') where id_hash = $1`, [
+      hashOf(id),
+    ]);
+    const fresh = tokensOf();
+    // The concurrent refresh's write lands just before the delete of the broken seal is sent.
+    const racing: Database = {
+      ...db,
+      query: async <Row>(text: string, params: readonly unknown[] = []) => {
+        if (text.startsWith('delete from app_sessions where id_hash = $1 and')) {
+          await db.query(`update app_sessions set data = jsonb_set(data, '{sealed}', $2::jsonb) where id_hash = $1`, [
+            hashOf(id),
+            JSON.stringify(sealTokens(id, hashOf(id), fresh)),
+          ]);
+        }
+        return db.query<Row>(text, params);
+      },
+    };
+    expect(await createSessionStore(racing, { ttlSeconds: 3600 }).get(id)).toBeUndefined();
+    expect((await store().get(id))?.tokens).toEqual(fresh);
+  });
+
   it('gives nothing to revoke, and throws nothing, for a seal that does not open', async () => {
     const id = await store().create({ user: { sub: 'alice' }, tokens: tokensOf() });
     await db.query(`update app_sessions set data = jsonb_set(data, '{sealed,ct}', '"AAAA"') where id_hash = $1`, [
