@@ -60,6 +60,12 @@ export function isTransientDatabaseError(error: unknown): boolean {
   if (error.name === 'StoreUnavailableError') return true;
   const code = (error as { code?: unknown }).code;
   if (typeof code === 'string') {
+    // 08P01 (protocol_violation) is both: PgBouncer sends its own passing failures under it
+    // (query_wait_timeout, no more connections, cannot connect to the server), and PostgreSQL or
+    // PGlite a client's misuse of the protocol, a statement sent with the wrong number of parameters
+    // ("bind message supplies 1 parameters, but prepared statement "" requires 2"): a bug that every
+    // retry meets again, and no "try later".
+    if (code === '08P01' && /^bind message\b/.test(error.message)) return false;
     if (transientSystemCodes.has(code)) return true;
     if (/^[0-9A-Z]{5}$/.test(code) && transientStates.some((state) => code.startsWith(state))) return true;
   }

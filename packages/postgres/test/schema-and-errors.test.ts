@@ -92,6 +92,17 @@ describe('infrastructure errors', () => {
     expect(isTransientDatabaseError(new AggregateError([coded('ECONNREFUSED')], ''))).toBe(true);
   });
 
+  it("treats PgBouncer's 08P01 failures as unavailability, a statement's wrong parameter count (08P01 too) as a bug", () => {
+    const protocol = (message: string) => Object.assign(new Error(message), { code: '08P01' });
+    expect(isTransientDatabaseError(protocol('query_wait_timeout'))).toBe(true);
+    expect(isTransientDatabaseError(protocol('no more connections allowed (max_client_conn)'))).toBe(true);
+    expect(isTransientDatabaseError(protocol('pgbouncer cannot connect to server'))).toBe(true);
+    expect(
+      isTransientDatabaseError(protocol('bind message supplies 1 parameters, but prepared statement "" requires 2')),
+    ).toBe(false);
+    expect(isTransientDatabaseError(protocol('bind message has 2 parameter formats but 1 parameters'))).toBe(false);
+  });
+
   it('treats every socket-level failure Node reports as unavailability', () => {
     for (const code of [
       'ECONNREFUSED',
