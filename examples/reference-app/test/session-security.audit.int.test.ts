@@ -173,7 +173,7 @@ describe('a sign-in in progress while the app is open in another tab', () => {
 describe('a refresh whose ID token names another user', () => {
   // OIDC Core 12.2: an ID token from a refresh "MUST" have the same `iss` and `sub` as the one of the
   // original authentication. oauth4webapi checks iss, aud, exp and the signature, but cannot know the
-  // first `sub`; the app (refreshSession) then replaces the session's user with whatever the new ID
+  // first `sub`; the app (refreshClaimed, refresh.ts) then replaces the session's user with whatever the new ID
   // token names. A scripted provider, signing with its own published key, stands in for a provider that
   // gets this wrong (a mix-up of accounts, a bug in a pairwise subject): the app must refuse it.
   let provider: Server;
@@ -274,7 +274,7 @@ describe('a refresh whose ID token names another user', () => {
     expect(home.body).toContain('Alice Liddell');
   });
 
-  // Was a defect: refreshSession (server.ts) stores `result.user` from a refreshed ID token without comparing its sub with the session's, so the signed-in session silently becomes another account.
+  // Was a defect: refreshClaimed (refresh.ts; then refreshSession in server.ts) stored `result.user` from a refreshed ID token without comparing its sub with the session's, so the signed-in session silently becomes another account.
   it("never turns alice's session into another user's on a refresh (OIDC Core 12.2)", async () => {
     const agent = await signIn();
     clock += 10 * 60_000;
