@@ -366,6 +366,12 @@ export interface Outbox {
   purge(db: Queryable, options: PurgeOptions): Promise<{ deleted: number }>;
 }
 
+// SQL lower-casing ASCII letters only, as JavaScript's toLowerCase() does to the names the sender
+// sends: lower() follows the database's collation, and a Turkish one turns `I` into a dotless `ı`,
+// so `X-ID` and `x-id` (or `Webhook-ID` and the signer's `webhook-id`) would compare as two names.
+const asciiUpper = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+const asciiLowered = (text: string) => `translate(${text}, '${asciiUpper}', '${asciiUpper.toLowerCase()}')`;
+
 // SQL for a headers object (jsonb) as the sender sends it, for add() to compare events by. Names
 // lower-cased: HTTP field names are case-insensitive (RFC 9110 5.1), and the sender sends them
 // lower-cased, so `X-Tenant: a` and `x-tenant: a` are one event. Values without the whitespace around
@@ -377,17 +383,16 @@ export interface Outbox {
 // the later in jsonb's key order, the value the relay sends for it.
 const sentNotAsGiven = `('content-length', 'content-type', 'webhook-id', 'webhook-timestamp', 'webhook-signature')`;
 const namesLowered = (headers: string) =>
-  `coalesce((SELECT jsonb_object_agg(lower(h.key), to_jsonb(btrim(h.value, E' \\t\\r\\n')) ORDER BY h.n)
+  `coalesce((SELECT jsonb_object_agg(${asciiLowered('h.key')}, to_jsonb(btrim(h.value, E' \\t\\r\\n')) ORDER BY h.n)
                FROM jsonb_each_text(${headers}) WITH ORDINALITY AS h(key, value, n)
-              WHERE lower(h.key) NOT IN ${sentNotAsGiven}), '{}'::jsonb)`;
+              WHERE ${asciiLowered('h.key')} NOT IN ${sentNotAsGiven}), '{}'::jsonb)`;
 
 // SQL for a content type as add() compares it: trimmed as fetch sends it, and its media type (type
 // and subtype, before the first `;`) in lower case, which RFC 9110 8.3.1 says is case-insensitive.
-// ASCII only (translate, not lower(): the database's collation must not decide). Parameters stay as
-// written: a parameter's value may be case-sensitive (a `profile` URL). Stored as spelt, as headers.
-const asciiUpper = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ';
+// ASCII only, as the names. Parameters stay as written: a parameter's value may be case-sensitive (a
+// `profile` URL). Stored as spelt, as headers.
 const mediaTypeLowered = (contentType: string) =>
-  `(SELECT translate(left(t.v, coalesce(nullif(strpos(t.v, ';'), 0) - 1, length(t.v))), '${asciiUpper}', '${asciiUpper.toLowerCase()}')
+  `(SELECT ${asciiLowered(`left(t.v, coalesce(nullif(strpos(t.v, ';'), 0) - 1, length(t.v)))`)}
            || substr(t.v, coalesce(nullif(strpos(t.v, ';'), 0), length(t.v) + 1))
       FROM (SELECT btrim(${contentType}, E' \\t\\r\\n') AS v) AS t)`;
 
