@@ -46,7 +46,8 @@ export interface OutboxEvent {
   /**
    * Extra headers for this event. Names are case-insensitive (sent lower-cased, compared so by
    * `add()`), and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`. Values
-   * go out (and compare) trimmed; `content-length`, `content-type` and `webhook-*` never go out.
+   * go out (and compare) trimmed; `content-length`, `content-type` and the signer's three `webhook-*`
+   * headers never go out as given.
    */
   headers?: Record<string, string> | undefined;
 }
@@ -313,7 +314,7 @@ export interface Outbox {
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
    * if that transaction commits. Adding the same event (url, body bytes, content type and headers, as
    * the relay sends them: header names in any case, values trimmed, no `content-length`, `content-type`
-   * or `webhook-*` header, the media type in any case) under an id the outbox holds is a no-op
+   * or signer's `webhook-*` header, the media type in any case) under an id the outbox holds is a no-op
    * (`added: false`); another event under it is refused with a
    * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An id that others
    * keep adding and deleting while add() looks at it (three times over) is `event_id_contended`:

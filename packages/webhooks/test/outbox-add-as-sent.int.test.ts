@@ -75,6 +75,8 @@ describe.skipIf(!available)('outbox.add compares events as the relay sends them'
 
   it('(b) nor does a webhook-* header, which the signer replaces', async () => {
     await same({}, { headers: { 'Webhook-Id': 'other', 'webhook-timestamp': '1', 'webhook-signature': 'v1,x' } });
+    // Only those three: another webhook-* name goes out as given, so it counts.
+    await different({}, { headers: { 'webhook-tenant': 'a' } });
   });
 
   it('(c) whitespace around a header value or the content type, which fetch trims, makes no other event', async () => {
