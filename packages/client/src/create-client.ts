@@ -622,8 +622,8 @@ export function createClient(options: ClientOptions): Client {
           throw fail('http_error');
         }
       } else {
-        // A certificate the runtime refused, or a handshake that failed over the protocol (a port that
-        // does not speak TLS, no version in common): nothing was sent, and every retry meets it again.
+        // A certificate the runtime refused, or a handshake that failed over the protocol (no TLS
+        // version in common): nothing was sent, and every retry meets it again.
         if (run.kind === 'network-error' && (isCertificateError(run.error) || isProtocolMismatch(run.error)))
           throw fail('tls_failed', run.error);
         // The server refused the client's certificate in the handshake: it processed nothing, and the

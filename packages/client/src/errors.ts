@@ -11,7 +11,7 @@ export const requestFailedCodes = {
   http_error: 'The server answered with a status that retrying cannot fix (for example 400, 404, 422).',
   network_error: 'The connection failed and the request could not be repeated safely (no key, not idempotent).',
   tls_failed:
-    "The TLS handshake failed on the client's side: the server's certificate was refused (expired, self-signed, another host's), or the port does not speak TLS, or the two ends share no TLS version; the attempt was not sent.",
+    "The TLS handshake failed on the client's side: the server's certificate was refused (expired, self-signed, another host's), or the two ends share no TLS version; the attempt was not sent.",
   tls_refused:
     "The server refused the TLS handshake over the client's certificate (none presented, or one it does not trust); the request was not processed.",
   timeout:

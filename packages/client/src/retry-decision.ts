@@ -139,24 +139,27 @@ export function isCertificateError(error: unknown): boolean {
   return false;
 }
 
-// The codes of a handshake that failed over the protocol itself: the port does not speak TLS (its
-// plain-HTTP answer read as a TLS record: "wrong version number"), or the two ends share no TLS
-// version (the server's `protocol_version` alert, or one the client will not speak). Nothing was
-// sent, and every attempt meets the same server: a configuration error, as a refused certificate.
+// The codes of a handshake that failed over the protocol itself: the two ends share no TLS version
+// (the server's `protocol_version` alert, or one the client will not speak). They come only from the
+// handshake: nothing was sent, and every attempt meets the same server, a configuration error as a
+// refused certificate. Not "wrong version number" (`https:` to a port that answers plain HTTP):
+// OpenSSL says the same of a record that is not TLS on a connection whose handshake is done, a
+// middlebox's plain-text answer after the request went out, and a fetch over node:https keeps that
+// code: the request may have run, an unknown outcome like any connection lost.
 const protocolMismatchCodes: ReadonlySet<string> = new Set([
-  'ERR_SSL_WRONG_VERSION_NUMBER',
   'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION',
   'ERR_SSL_UNSUPPORTED_PROTOCOL',
   'ERR_SSL_NO_PROTOCOLS_AVAILABLE',
 ]);
 
 /**
- * True when a failed fetch was a TLS handshake that failed over the protocol: `https:` to a port
- * that answers plain HTTP, or a server and client with no TLS version in common. Read from the
- * `code` of the error or of a `cause` under it. The request never left the client.
+ * True when a failed fetch was a TLS handshake that failed over the protocol: a server and client
+ * with no TLS version in common. Read from the `code` of the error or of a `cause` under it. The
+ * request never left the client. (`https:` to a port that answers plain HTTP is not one: its "wrong
+ * version number" may also come after the request went out; see the codes above.)
  *
  * @example
- * isProtocolMismatch(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ERR_SSL_WRONG_VERSION_NUMBER' }) })); // true
+ * isProtocolMismatch(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION' }) })); // true
  */
 export function isProtocolMismatch(error: unknown): boolean {
   let current: unknown = error;

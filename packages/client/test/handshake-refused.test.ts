@@ -44,17 +44,21 @@ describe('isHandshakeRefused', () => {
 });
 
 describe('isProtocolMismatch', () => {
-  it.each(['ERR_SSL_WRONG_VERSION_NUMBER', 'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION', 'ERR_SSL_UNSUPPORTED_PROTOCOL'])(
+  it.each(['ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION', 'ERR_SSL_UNSUPPORTED_PROTOCOL', 'ERR_SSL_NO_PROTOCOLS_AVAILABLE'])(
     '%s under fetch failed: true',
     (code) => {
       expect(isProtocolMismatch(fetchFailed(code))).toBe(true);
     },
   );
 
-  it.each(['ECONNRESET', 'UND_ERR_SOCKET', 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA', 'DEPTH_ZERO_SELF_SIGNED_CERT'])(
-    '%s under fetch failed: false',
-    (code) => {
-      expect(isProtocolMismatch(fetchFailed(code))).toBe(false);
-    },
-  );
+  it.each([
+    'ECONNRESET',
+    'UND_ERR_SOCKET',
+    'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA',
+    'DEPTH_ZERO_SELF_SIGNED_CERT',
+    // Also said of a record that is not TLS after the handshake: the request may have gone out.
+    'ERR_SSL_WRONG_VERSION_NUMBER',
+  ])('%s under fetch failed: false', (code) => {
+    expect(isProtocolMismatch(fetchFailed(code))).toBe(false);
+  });
 });

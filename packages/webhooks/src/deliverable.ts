@@ -19,14 +19,19 @@ interface Deliverable {
  * assertDeliverable({ url: 'https://example.com/hooks', id: 'a.b' }); // throws TypeError
  */
 export function assertDeliverable(message: Deliverable): void {
-  let protocol: string;
+  let url: URL;
   try {
-    protocol = new URL(message.url).protocol;
+    url = new URL(message.url);
   } catch {
     // No cause: the parser's error holds the whole URL, a password in its userinfo included.
     throw new TypeError('url must be an absolute http: or https: URL');
   }
-  if (protocol !== 'http:' && protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new TypeError('url must be an http: or https: URL');
+  // fetch refuses to build a request from a URL with credentials in it, on every attempt; and in the
+  // outbox the url is stored, listed by deadLetters() and told to onAttempt: a password there leaks.
+  // Never quoted.
+  if (url.username !== '' || url.password !== '')
+    throw new TypeError('url must not hold a user name or password: send credentials in headers (authorization)');
   if (!isValidWebhookId(message.id))
     throw new TypeError('id must be 1 to 256 printable ASCII characters without spaces or dots');
   assertSendableHeaders(message.headers, message.contentType);
