@@ -5,33 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db.js';
 import { rejectionLogger } from '../src/receiver/rejections.js';
 import { startReceiver } from '../src/receiver/server.js';
-
-// A clock and a timer the test moves by hand.
-function manual() {
-  let at = 1_000_000;
-  const timers: { due: number; run: () => void; cancelled: boolean }[] = [];
-  return {
-    now: () => at,
-    schedule(run: () => void, ms: number) {
-      const timer = { due: at + ms, run, cancelled: false };
-      timers.push(timer);
-      return {
-        cancel: () => {
-          timer.cancelled = true;
-        },
-      };
-    },
-    advance(ms: number) {
-      at += ms;
-      for (const timer of timers.splice(0)) {
-        if (timer.cancelled) continue;
-        if (timer.due <= at) timer.run();
-        else timers.push(timer);
-      }
-    },
-    pending: () => timers.filter((timer) => !timer.cancelled).length,
-  };
-}
+import { manualClock as manual } from './manual-clock.js';
 
 const mismatch = (bodyBytes: number) => ({
   code: 'signature_mismatch',

@@ -1,16 +1,8 @@
+import { type CountedLinesOptions, countedLines } from '../counted-lines.js';
 import type { ReportedError } from './reported-error.js';
 
 /** What {@link refusalLogger} needs. */
-export interface RefusalLoggerOptions {
-  /** Where a line goes. */
-  write: (line: string) => void;
-  /** At most one line per this many ms (the first refusal goes out at once). Default 60,000. */
-  everyMs?: number | undefined;
-  /** Epoch ms. Default `Date.now`. */
-  now?: (() => number) | undefined;
-  /** Schedules the line of refusals that came in since the last one. Default `setTimeout`, unref'd. */
-  schedule?: ((run: () => void, ms: number) => { cancel(): void }) | undefined;
-}
+export type RefusalLoggerOptions = CountedLinesOptions;
 
 /** The logger {@link refusalLogger} makes. */
 export interface RefusalLogger {
@@ -37,54 +29,24 @@ export interface RefusalLogger {
  * ```
  */
 export function refusalLogger(options: RefusalLoggerOptions): RefusalLogger {
-  const everyMs = options.everyMs ?? 60_000;
-  if (!Number.isSafeInteger(everyMs) || everyMs < 1)
-    throw new TypeError('everyMs must be a positive whole number of ms');
-  const now = options.now ?? Date.now;
-  const schedule = options.schedule ?? unrefTimeout;
-  const counts = new Map<string, number>();
   let last: ReportedError | undefined;
-  let lastLineAt: number | undefined;
-  let pending: { cancel(): void } | undefined;
-
-  const writeLine = () => {
-    pending?.cancel();
-    pending = undefined;
-    if (counts.size === 0 || last === undefined) return;
-    let total = 0;
-    const parts: string[] = [];
-    for (const [code, count] of counts) {
-      total += count;
-      parts.push(`${code} ${count}`);
-    }
+  let invalidClient = false;
+  const lines = countedLines(options, ({ total, parts }) => {
     // A wrong client secret is the likeliest cause, and the operator's to fix: said when it is one.
-    const hint = counts.has('invalid_client') ? "; is the app's client secret the provider's?" : '';
-    const reason = `the last HTTP ${last.status ?? '?'}: ${last.message}`;
-    counts.clear();
+    const hint = invalidClient ? "; is the app's client secret the provider's?" : '';
+    const reason = `the last HTTP ${last?.status ?? '?'}: ${last?.message}`;
     last = undefined;
-    lastLineAt = now();
-    options.write(
-      `third-party app: the provider refused ${total} ${total === 1 ? 'refresh' : 'refreshes'} (${parts.join(', ')}; ${reason}); the sessions keep their tokens${hint}`,
-    );
-  };
-
+    invalidClient = false;
+    return `third-party app: the provider refused ${total} ${total === 1 ? 'refresh' : 'refreshes'} (${parts}; ${reason}); the sessions keep their tokens${hint}`;
+  });
   return {
     note(error) {
-      // The code was checked where it came from (a challenge's shape) or is the provider's JSON: only
-      // a code's shape is written as it came.
-      const code = typeof error.error === 'string' && /^[a-z_]{1,64}$/.test(error.error) ? error.error : 'other';
-      counts.set(code, (counts.get(code) ?? 0) + 1);
+      // Kept before the count, which may write the line at once. The code was checked where it came
+      // from (a challenge's shape) or is the provider's JSON: the count writes only a code's shape.
       last = error;
-      const since = lastLineAt === undefined ? Number.POSITIVE_INFINITY : now() - lastLineAt;
-      if (since >= everyMs) writeLine();
-      else pending ??= schedule(writeLine, everyMs - since);
+      if (error.error === 'invalid_client') invalidClient = true;
+      lines.count(error.error);
     },
-    flush: writeLine,
+    flush: lines.flush,
   };
-}
-
-function unrefTimeout(run: () => void, ms: number): { cancel(): void } {
-  const timer = setTimeout(run, ms);
-  timer.unref?.();
-  return { cancel: () => clearTimeout(timer) };
 }

@@ -1,14 +1,7 @@
+import { type CountedLinesOptions, countedLines } from '../counted-lines.js';
+
 /** What {@link rejectionLogger} needs. */
-export interface RejectionLoggerOptions {
-  /** Where a line goes. */
-  write: (line: string) => void;
-  /** At most one line per this many ms (the first refusal goes out at once). Default 60,000. */
-  everyMs?: number | undefined;
-  /** Epoch ms. Default `Date.now`. */
-  now?: (() => number) | undefined;
-  /** Schedules the line of refusals that came in since the last one. Default `setTimeout`, unref'd. */
-  schedule?: ((run: () => void, ms: number) => { cancel(): void }) | undefined;
-}
+export type RejectionLoggerOptions = CountedLinesOptions;
 
 /** A refused delivery, as the receiver's `rejected` event tells it. */
 export interface RefusedDelivery {
@@ -42,52 +35,19 @@ export interface RejectionLogger {
  * ```
  */
 export function rejectionLogger(options: RejectionLoggerOptions): RejectionLogger {
-  const everyMs = options.everyMs ?? 60_000;
-  if (!Number.isSafeInteger(everyMs) || everyMs < 1)
-    throw new TypeError('everyMs must be a positive whole number of ms');
-  const now = options.now ?? Date.now;
-  const schedule = options.schedule ?? unrefTimeout;
-  const counts = new Map<string, number>();
   let lastBodyBytes: number | undefined;
-  let lastLineAt: number | undefined;
-  let pending: { cancel(): void } | undefined;
-
-  const writeLine = () => {
-    pending?.cancel();
-    pending = undefined;
-    if (counts.size === 0) return;
-    let total = 0;
-    const parts: string[] = [];
-    for (const [code, count] of counts) {
-      total += count;
-      parts.push(`${code} ${count}`);
-    }
+  const lines = countedLines(options, ({ total, parts }) => {
     const bytes = lastBodyBytes === undefined ? '' : `; the last mismatch over a body of ${lastBodyBytes} bytes`;
-    counts.clear();
     lastBodyBytes = undefined;
-    lastLineAt = now();
-    options.write(
-      `receiver: ${total} webhook ${total === 1 ? 'delivery' : 'deliveries'} refused (${parts.join(', ')}${bytes})`,
-    );
-  };
-
+    return `receiver: ${total} webhook ${total === 1 ? 'delivery' : 'deliveries'} refused (${parts}${bytes})`;
+  });
   return {
     note(refused) {
-      // A code is one of the receiver's own; anything else is not written as it came.
-      const code = typeof refused.code === 'string' && /^[a-z_]{1,64}$/.test(refused.code) ? refused.code : 'other';
-      counts.set(code, (counts.get(code) ?? 0) + 1);
+      // Kept before the count, which may write the line at once.
       const bodyBytes = (refused.error as { details?: { bodyBytes?: unknown } } | undefined)?.details?.bodyBytes;
-      if (code === 'signature_mismatch' && Number.isSafeInteger(bodyBytes)) lastBodyBytes = bodyBytes as number;
-      const since = lastLineAt === undefined ? Number.POSITIVE_INFINITY : now() - lastLineAt;
-      if (since >= everyMs) writeLine();
-      else pending ??= schedule(writeLine, everyMs - since);
+      if (refused.code === 'signature_mismatch' && Number.isSafeInteger(bodyBytes)) lastBodyBytes = bodyBytes as number;
+      lines.count(refused.code);
     },
-    flush: writeLine,
+    flush: lines.flush,
   };
-}
-
-function unrefTimeout(run: () => void, ms: number): { cancel(): void } {
-  const timer = setTimeout(run, ms);
-  timer.unref?.();
-  return { cancel: () => clearTimeout(timer) };
 }
