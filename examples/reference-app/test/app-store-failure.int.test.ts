@@ -10,19 +10,13 @@
 // on PGlite and PostgreSQL. The provider keeps its own, working, handle.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
+import { databases, terminated } from './db-faults.js';
 import { loginAndConsent } from './flow.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formField } from './user-agent.js';
 
-/** A statement the database itself refuses, as it does on a connection the server ends. */
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
-
-const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
-
-describe.each(stores)('the app while its database fails, on %s', (_name, embedded) => {
+describe.each(databases)('the app while its database fails, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** 'down': the first process's statements fail as on a terminated connection; 'bug': as a bug would. */
   let fault: 'none' | 'down' | 'flash-down' | 'create-down' | 'read-down' | 'bug' = 'none';

@@ -9,18 +9,12 @@
 // (57P01), on PGlite and PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
+import { databases, terminated } from './db-faults.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formAction, formField } from './user-agent.js';
 
-/** A statement the database itself refuses, as it does on a connection the server ends. */
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
-
-const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
-
-describe.each(stores)("the provider's sign-in pages while its database fails, on %s", (_name, embedded) => {
+describe.each(databases)("the provider's sign-in pages while its database fails, on %s", (_name, embedded) => {
   let stack: TwoAppStack;
   let fault: 'none' | 'down' | 'bug' = 'none';
 

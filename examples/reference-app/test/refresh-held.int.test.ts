@@ -11,15 +11,12 @@ import { createRefresher } from '../src/app/refresh.js';
 import { migrateApp } from '../src/app/schema.js';
 import { createSessionStore } from '../src/app/sessions.js';
 import type { Database } from '../src/db.js';
+import { terminated } from './db-faults.js';
 import { openTestDatabase } from './services.js';
 
 /** The statement that stores a refresh's tokens and ends its claim (sessions.ts, `finishRefresh`). */
 const storesRefresh = (text: string) =>
   text.trimStart().startsWith('update app_sessions set data') && text.includes('refreshing_by = $5');
-
-/** A statement the database itself refuses, as it does on a connection the server ends. */
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
 
 describe('tokens held unstored', () => {
   let db: Database;

@@ -6,10 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ThirdPartyAppEvent } from '../src/app/server.js';
 import type { Database } from '../src/db.js';
+import { terminated } from './db-faults.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
-
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
 
 describe('a refresh the provider answers 503 because its database fails', () => {
   let stack: TwoAppStack;

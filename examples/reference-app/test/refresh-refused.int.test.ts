@@ -12,6 +12,7 @@
 // know: oidc-provider refuses it for real (401 invalid_client, with a `Basic` challenge).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ThirdPartyAppEvent } from '../src/app/server.js';
+import { databases } from './db-faults.js';
 import { introspect } from './flow.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 
@@ -25,10 +26,7 @@ const notTheGrant: Array<[number, string]> = [
   [429, 'temporarily_unavailable'],
 ];
 
-const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
-
-describe.each(stores)('a refresh the provider refuses, on %s', (_name, embedded) => {
+describe.each(databases)('a refresh the provider refuses, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** The app's clock, ahead of the real one by this much (both processes share it). */
   let clock = 0;

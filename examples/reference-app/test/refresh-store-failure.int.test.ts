@@ -11,6 +11,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { storedId } from '../src/idp/stored-id.js';
+import { databases, terminated } from './db-faults.js';
 import { introspect } from './flow.js';
 import { hashOf, startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { formField } from './user-agent.js';
@@ -25,14 +26,7 @@ const storesRefresh = (text: string, params: readonly unknown[]) =>
   text.includes('refreshing_by = $5') &&
   String(params[1]).includes('"sealed"');
 
-/** A statement the database itself refuses, as it does on a connection the server ends. */
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
-
-const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
-
-describe.each(stores)('a refresh whose tokens the database fails to store, on %s', (_name, embedded) => {
+describe.each(databases)('a refresh whose tokens the database fails to store, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** The app's clock, ahead of the real one by this much (both processes share it). */
   let clock = 0;

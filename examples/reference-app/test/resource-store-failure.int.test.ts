@@ -11,16 +11,10 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { receiverAdminPrefix } from '../src/receiver/server.js';
+import { databases, terminated } from './db-faults.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
-/** A statement the database itself refuses, as it does on a connection the server ends. */
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
-
-const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
-
-describe.each(stores)('the API and the receiver while their database fails, on %s', (_name, embedded) => {
+describe.each(databases)('the API and the receiver while their database fails, on %s', (_name, embedded) => {
   let test: TestStack;
   let fault: 'none' | 'down' | 'bug' = 'none';
 

@@ -7,6 +7,7 @@
 // refuses with the error of a connection terminated by the server (57P01), on PGlite and PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
+import { databases, terminated } from './db-faults.js';
 import { introspect } from './flow.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { formField } from './user-agent.js';
@@ -14,14 +15,7 @@ import { formField } from './user-agent.js';
 /** The statement that takes a session on sign-out (sessions.ts, `take`). */
 const takesSession = (text: string) => text.trim() === 'delete from app_sessions where id_hash = $1 returning data';
 
-/** A statement the database itself refuses, as it does on a connection the server ends. */
-const terminated = `do $$ begin raise exception 'terminating connection due to administrator command'
-  using errcode = '57P01'; end $$`;
-
-const stores: Array<[string, boolean]> = [['the embedded PGlite', true]];
-if (process.env.DATABASE_URL) stores.push(['PostgreSQL', false]);
-
-describe.each(stores)('sign-out while the database fails, on %s', (_name, embedded) => {
+describe.each(databases)('sign-out while the database fails, on %s', (_name, embedded) => {
   let stack: TwoAppStack;
   /** While true, the first process's database refuses to take a session. */
   let failing = false;
