@@ -8,10 +8,11 @@
 // The fault is the database's own: while `fault` is 'down', every statement of the first process is
 // replaced by one the database refuses with the error of a connection terminated by the server (57P01),
 // on PGlite and PostgreSQL. The provider keeps its own, working, handle.
+import type { RequestListener } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db.js';
 import { databases, terminated } from './db-faults.js';
-import { loginAndConsent } from './flow.js';
+import { introspect, loginAndConsent } from './flow.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formField } from './user-agent.js';
@@ -22,12 +23,31 @@ describe.each(databases)('the app while its database fails, on %s', (_name, embe
   let fault: 'none' | 'down' | 'flash-down' | 'create-down' | 'read-down' | 'bug' = 'none';
   /** For 'read-down': how many reads of a session (sessions.ts, `get`) still go through before they fail. */
   let readsLeft = 0;
+  /** The refresh tokens the provider's token endpoint issued, in order: the app may keep none of them. */
+  const issued: string[] = [];
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
       name: 'app_store',
       embedded,
       sharedApi: true,
+      // Reads the token endpoint's answers on their way out: a token the app never stored is seen here.
+      authMiddleware:
+        (provider): RequestListener =>
+        (req, res) => {
+          if (req.method === 'POST' && req.url === '/token') {
+            const end = res.end.bind(res) as (...args: unknown[]) => typeof res;
+            res.end = ((...args: unknown[]) => {
+              const [chunk] = args;
+              if (typeof chunk === 'string' || Buffer.isBuffer(chunk)) {
+                const token = (JSON.parse(String(chunk)) as { refresh_token?: unknown }).refresh_token;
+                if (typeof token === 'string') issued.push(token);
+              }
+              return end(...args);
+            }) as typeof res.end;
+          }
+          provider(req, res);
+        },
       wrapDb: (db, i): Database =>
         i === 1
           ? db
@@ -155,6 +175,40 @@ describe.each(databases)('the app while its database fails, on %s', (_name, embe
     );
     expect((await agent.request(again.href)).response.status).toBe(303);
     expect((await agent.request(new URL('/', stack.appUrls[0]).href)).body).toContain('Create charge');
+  });
+
+  it('revokes the tokens a callback got but could not store, and the next sign-in goes through', async () => {
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      stack.authUrl,
+      new URL('/signin', stack.appUrls[0]).href,
+      new URL('/callback', stack.appUrls[0]).href,
+      alice,
+    );
+    const before = issued.length;
+    // The code is exchanged; only the statement that stores the new session fails.
+    const answer = await during('create-down', () => agent.request(callback.href));
+    expect(answer.response.status).toBe(503);
+    expect(answer.body).toContain('Not signed in');
+    expect(issued.length).toBe(before + 1);
+    // Nobody holds them now: left alive, they would work at the provider for 12 hours.
+    expect(await introspect(stack.authUrl, issued.at(-1)!, stack.client)).toMatchObject({ active: false });
+
+    // The revoked grant does not keep the same browser out: "Sign in" again goes through.
+    const again = await loginAndConsent(
+      agent,
+      stack.authUrl,
+      new URL('/signin', stack.appUrls[0]).href,
+      new URL('/callback', stack.appUrls[0]).href,
+      alice,
+    );
+    expect((await agent.request(again.href)).response.status).toBe(303);
+    expect((await agent.request(new URL('/', stack.appUrls[0]).href)).body).toContain('Create charge');
+    const id = agent.jar.cookies.get('app_session')?.value ?? '';
+    const stored = (await stack.sessions().get(id))?.tokens?.refreshToken;
+    expect(stored).toBe(issued.at(-1));
+    expect(await introspect(stack.authUrl, stored!, stack.client)).toMatchObject({ active: true });
   });
 
   it('says "Sign in again" signed the person out, not that nothing was done, when the database fails after the old session ended', async () => {

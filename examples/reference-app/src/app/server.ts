@@ -83,9 +83,10 @@ export interface ThirdPartyAppOptions {
 /**
  * What the third-party app reports through {@link ThirdPartyAppOptions.onEvent}:
  * - `revocation-failed`: a token of a session that ended (replaced by a new sign-in, signed out, or
- *   timed out: idle, or 12 hours after the password, found so by the browser's next request) could not
- *   be revoked (RFC 7009): the provider could not be reached or refused. The session is gone
- *   here all the same; the token works at the provider until it expires.
+ *   timed out: idle, or 12 hours after the password, found so by the browser's next request), or of a
+ *   sign-in whose session the database failed to store (`during: 'sign-in'`), could not be revoked
+ *   (RFC 7009): the provider could not be reached or refused. The session is gone here all the same;
+ *   the token works at the provider until it expires.
  * - `refresh-refused`: the provider refused a refresh with an OAuth error other than `invalid_grant`
  *   (RFC 6749 5.2), which says nothing of the grant: `invalid_client` (the app's client secret is not
  *   the provider's: rotated at one and not yet at the other), `unauthorized_client`, `invalid_scope`,
@@ -592,11 +593,22 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       return;
     }
     // A new session id after sign-in: an id planted before it (session fixation) is worthless.
-    const id = await sessions.create({
-      user: result.user,
-      tokens: result.tokens,
-      ...(result.authTime !== undefined ? { authTime: result.authTime } : {}),
-    });
+    let id: string;
+    try {
+      id = await sessions.create({
+        user: result.user,
+        tokens: result.tokens,
+        ...(result.authTime !== undefined ? { authTime: result.authTime } : {}),
+      });
+    } catch (error) {
+      // The code is spent and its tokens are held nowhere: left alone, the refresh token would work at
+      // the provider until its end (12 hours). Revoked as on sign-out, best effort, before the error
+      // is answered. The revoked grant does not keep the next "Sign in" out: the app asks for consent
+      // on every sign-in (offline_access), and that consent makes the grant the new tokens come from
+      // (app-store-failure.int.test.ts signs in again right after).
+      await revokeTokens(result.tokens, 'sign-in');
+      throw error;
+    }
     setSession(res, id);
     res.set('Cache-Control', 'no-store').redirect(303, pending.returnTo);
   });
