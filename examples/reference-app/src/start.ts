@@ -53,7 +53,8 @@ export interface RunningReferenceApp {
   readonly clients: SeededClients;
   readonly idp: Idp;
   /**
-   * Closes the third-party app alone (its requests still running finish first). A shutdown closes it
+   * Closes the third-party app alone (its requests still running finish first), then writes the line
+   * its default report of refused refreshes counted since its last one. A shutdown closes it
    * before the gateway and the API it calls, and the provider last: the gateway checks tokens with the
    * provider's keys while it drains.
    */
@@ -104,7 +105,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       refreshTokensEndAfterPassword: { [clients.app.clientId]: appSessionLifetimeSeconds },
     });
     authPort.use(idp.app);
-    const { app } = await createThirdPartyApp({
+    const { app, flushLog } = await createThirdPartyApp({
       db: options.db,
       issuer: authPort.url,
       clientId: clients.app.clientId,
@@ -134,11 +135,17 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       appUrl: appPort.url,
       clients,
       idp,
-      closeApp: () => appPort.close(),
+      // The app's counted log last, once its requests are done: the refusals they met are told too.
+      // A second flush writes nothing (the first emptied it): closeApp() may have run before close().
+      async closeApp() {
+        await appPort.close();
+        flushLog();
+      },
       async close() {
         clearInterval(purge);
         // A second close of the app's port is the first one's (see drainable): closeApp() may have run.
         await appPort.close();
+        flushLog();
         await authPort.close();
       },
     };

@@ -7,7 +7,14 @@
 // client secret the provider does not know (oidc-provider refuses it: 401 invalid_client).
 import { format } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { Database } from '../src/db.js';
+import { rotateSecret } from '../src/rotate-secrets.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
+import { loginAndConsent } from './flow.js';
+import { openTestDatabase } from './services.js';
+import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
+import { createUserAgent } from './user-agent.js';
 
 describe('the default report of refused refreshes', () => {
   let stack: TwoAppStack;
@@ -59,6 +66,65 @@ describe('the default report of refused refreshes', () => {
     } finally {
       warn.mockRestore();
       clock = 0;
+    }
+  });
+});
+
+// The counted line of the last minute waits for a timer (unref'd: it keeps no process alive). A
+// shutdown writes it once the app's requests are done, as the receiver does with its refused
+// deliveries: the refusals of the app's last minute are told too.
+describe('the default report of refused refreshes at shutdown', () => {
+  let db: Database;
+  let running: RunningReferenceApp | undefined;
+  let clock = 0;
+
+  beforeAll(async () => {
+    db = await openTestDatabase('refused_log_close', { embedded: true });
+    // No API behind it: the page says "API unavailable" and still shows who is signed in.
+    running = await startReferenceApp({
+      db,
+      authPort: 0,
+      appPort: 0,
+      baseUrl: 'http://127.0.0.1:1',
+      now: () => Date.now() + clock,
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.close();
+  });
+
+  it('writes the refusals counted since the last line when the app closes', async () => {
+    const app = running!;
+    const agent = createUserAgent();
+    const callback = await loginAndConsent(
+      agent,
+      app.authUrl,
+      new URL('/signin', app.appUrl).href,
+      new URL('/callback', app.appUrl).href,
+      alice,
+    );
+    expect((await agent.request(callback.href)).response.status).toBe(303);
+    // The provider's secret changes under the running app (the provider reads its clients from the
+    // database): each refresh is refused invalid_client from now on.
+    await rotateSecret(db, 'app-client-secret');
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+    try {
+      clock = 301_000;
+      const refusals = () => warn.mock.calls.map((args) => format(...args)).filter((line) => line.includes('refused'));
+      for (let i = 0; i < 3; i++) expect((await agent.request(new URL('/', app.appUrl).href)).body).toContain('Alice');
+      // The first at once; the other two wait for a minute that never comes before the shutdown.
+      expect(refusals()).toHaveLength(1);
+      await app.closeApp();
+      expect(refusals()).toHaveLength(2);
+      expect(refusals()[1]).toMatch(/refused 2 refreshes \(invalid_client 2; the last HTTP 401/);
+      // Closing the rest writes nothing more: the count was emptied.
+      await app.close();
+      running = undefined;
+      expect(refusals()).toHaveLength(2);
+    } finally {
+      warn.mockRestore();
     }
   });
 });

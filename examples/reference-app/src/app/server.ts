@@ -69,7 +69,8 @@ export interface ThirdPartyAppOptions {
    * Told what went wrong out of the user's sight: a revocation the provider did not confirm, whose
    * token stays valid until it expires; a refresh the provider refused for another reason than the
    * grant (a client secret rotated at the provider only). Default: a line on stderr, without the token;
-   * refused refreshes counted, at most one line a minute.
+   * refused refreshes counted, at most one line a minute (the last count at shutdown: see
+   * {@link ThirdPartyApp.flushLog}).
    */
   onEvent?: ((event: ThirdPartyAppEvent) => void) | undefined;
   /**
@@ -119,9 +120,9 @@ export type ThirdPartyAppEvent =
  * line each; refused refreshes counted (see {@link refusalLogger}): the first at once, then at most
  * one line a minute, by the app's clock `now`.
  */
-function eventLogger(now: () => number): (event: ThirdPartyAppEvent) => void {
+function eventLogger(now: () => number): { onEvent: (event: ThirdPartyAppEvent) => void; flush: () => void } {
   const refusals = refusalLogger({ write: (line) => console.warn(line), now });
-  return (event) => {
+  const onEvent = (event: ThirdPartyAppEvent) => {
     if (event.type === 'refresh-refused') {
       refusals.note(event.error);
       return;
@@ -131,11 +132,18 @@ function eventLogger(now: () => number): (event: ThirdPartyAppEvent) => void {
       `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
     );
   };
+  return { onEvent, flush: refusals.flush };
 }
 
 /** The third-party app, an Express app. */
 export interface ThirdPartyApp {
   readonly app: Express;
+  /**
+   * Writes the line of refused refreshes the default report (no `onEvent`) counted since its last
+   * one, if any, and stops its timer. For a shutdown, once the app's port is closed: the refusals of
+   * its last minute would otherwise never be told. Nothing to do with an `onEvent` of one's own.
+   */
+  flushLog(): void;
 }
 
 /**
@@ -257,8 +265,11 @@ export function safeReturnTo(value: unknown): string {
  * @example
  * ```ts
  * const port = await listen(8083);
- * const { app } = await createThirdPartyApp({ db, issuer, clientId, clientSecret, appUrl: port.url, baseUrl });
+ * const { app, flushLog } = await createThirdPartyApp({ db, issuer, clientId, clientSecret, appUrl: port.url, baseUrl });
  * port.use(app);
+ * // At shutdown:
+ * await port.close();
+ * flushLog();
  * ```
  */
 export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promise<ThirdPartyApp> {
@@ -298,7 +309,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
   });
   const stockItems = options.stockItems ?? ['item-1', 'item-2', 'item-3'];
   const refreshMargin = options.refreshMargin ?? 30_000;
-  const onEvent = options.onEvent ?? eventLogger(now);
+  const logger = options.onEvent ? undefined : eventLogger(now);
+  const onEvent = options.onEvent ?? logger!.onEvent;
   const refresher = createRefresher({
     sessions,
     oidc,
@@ -864,7 +876,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     send(res, 500, appErrorPage('Something went wrong', 'Please try again.'));
   });
 
-  return { app };
+  return { app, flushLog: () => logger?.flush() };
 }
 
 function describe(result: ApiResult, success: string): string[] {
