@@ -11,7 +11,7 @@ interface Deliverable {
 /**
  * Throws a `TypeError` for a message no attempt could send: a URL that is not http: or https:, an id
  * that cannot be a `webhook-id` (the signer refuses it), a header name or value fetch refuses, a
- * header value that is not a string, a content type that is not a string. Retried, such a message fails until the horizon and only then surfaces as a
+ * header value that is not a string, a header the sender sets itself (the signer's three, `content-type`), a content type that is not a string. Retried, such a message fails until the horizon and only then surfaces as a
  * dead letter; refused, it fails once, in the call that made it.
  *
  * @example
@@ -37,14 +37,20 @@ export function assertDeliverable(message: Deliverable): void {
   assertSendableHeaders(message.headers, message.contentType);
 }
 
+// Set by the signer on every attempt (see signature.ts).
+const signerHeaders: ReadonlySet<string> = new Set(['webhook-id', 'webhook-timestamp', 'webhook-signature']);
+
 // Hop-by-hop fields the connection owns: undici throws for any value of them (`expect` as not supported).
 const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep-alive', 'upgrade', 'expect']);
 
 /**
  * Throws a `TypeError` for headers fetch would refuse (a bad name or value, a value that is not a
  * string), headers that are not a plain object (a `Headers` or a `Map` would lose every entry), one
- * name given twice in two spellings (`X-A` and `x-a`), or a content type that is not a string:
- * checked once, where they are given.
+ * name given twice in two spellings (`X-A` and `x-a`), a header every attempt sets itself (the
+ * signer's `webhook-id`, `webhook-timestamp` and `webhook-signature`, and `content-type`, which
+ * comes from `contentType`), in any case, or a content type that is not a string: checked once,
+ * where they are given. Rows an earlier version stored with such headers are not checked again: the
+ * relay's attempts send them, with the signer's headers and the row's content type.
  *
  * @example
  * assertSendableHeaders({ 'x-tenant': 't1' }); // fine
@@ -67,6 +73,14 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
     const lower = name.toLowerCase();
     if (seen.has(lower)) throw new TypeError(`header ${JSON.stringify(lower)} is given twice, in two spellings`);
     seen.add(lower);
+    // Every attempt sets these itself, so a caller's value would be replaced in silence: a
+    // `content-type: text/plain` without `contentType` went out as application/json. Refused even
+    // when it equals what goes out: sender-level headers have no contentType to compare with, and a
+    // rule that holds for one value and not another is harder to keep than "not here".
+    if (signerHeaders.has(lower))
+      throw new TypeError(`header ${JSON.stringify(lower)} is the signer's own, set on every attempt: leave it out`);
+    if (lower === 'content-type')
+      throw new TypeError('header "content-type" is set from contentType: pass contentType on the message instead');
   }
   // Named, never quoted: fetch's own error holds the value, which may be a partner's credential.
   const entries = Object.entries({

@@ -17,8 +17,9 @@ export interface WebhookMessage {
   /** Default `application/json`. */
   contentType?: string | undefined;
   /**
-   * Extra headers for this message, over the sender's `headers`. Names are case-insensitive:
-   * `content-type` (see `contentType`) and the three `webhook-*` headers are always ours.
+   * Extra headers for this message, over the sender's `headers`. Names are case-insensitive.
+   * `content-type` (see `contentType`) and the signer's `webhook-id`, `webhook-timestamp` and
+   * `webhook-signature` are always ours: given here, in any case, they are a `TypeError`.
    */
   headers?: Record<string, string> | undefined;
 }
@@ -71,7 +72,7 @@ export interface SenderOptions {
    * the horizon and attempt durations (a stepped wall clock moves neither). An injected one does all.
    */
   now?: (() => number) | undefined;
-  /** Headers sent with every message, e.g. `user-agent`. */
+  /** Headers sent with every message, e.g. `user-agent`; not `content-type` nor the signer's `webhook-*` three. */
   headers?: Record<string, string> | undefined;
   /** Called after every attempt, for logs and metrics. What it throws or rejects with is swallowed. */
   onAttempt?: ((attempt: AttemptRecord, message: WebhookMessage) => void) | undefined;

@@ -41,9 +41,14 @@ describe.skipIf(!available)('outbox.add in a database with a Turkish collation',
     expect(await outbox.add(pool, { ...event, headers: { 'x-id': 'a' } })).toEqual({ id: 'evt_1', added: false });
   });
 
+  // add() refuses a Webhook-ID now (a TypeError); a row an earlier version stored may still hold one.
   it('a Webhook-ID the sender replaces with its own is left out of the compare, as webhook-id is', async () => {
     const id = 'evt_2';
-    expect(await outbox.add(pool, { ...event, id, headers: { 'Webhook-ID': 'x' } })).toEqual({ id, added: true });
+    await pool.query(
+      `INSERT INTO "${table}" (id, url, body, content_type, headers)
+       VALUES ($1, $2, convert_to('{"n":1}', 'UTF8'), 'application/json', '{"Webhook-ID": "x"}'::jsonb)`,
+      [id, event.url],
+    );
     expect(await outbox.add(pool, { ...event, id })).toEqual({ id, added: false });
   });
 });

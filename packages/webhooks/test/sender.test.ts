@@ -234,19 +234,24 @@ describe('attempts', () => {
   it('merges header names case-insensitively: a caller cannot add a second content-type or webhook-* value', async () => {
     // fetch appends names that differ only in case, so `Content-Type` beside our `content-type` would
     // go out as one combined value, and a stray `Webhook-Signature` would break every delivery.
+    // send() and add() refuse those names now; attempt() is the relay's path, which still sends the
+    // outbox rows an earlier version stored with them.
     const { sender, calls } = harness([{ status: 200 }], { headers: { 'User-Agent': 'base', 'X-Tenant': 'base' } });
     const body = '{"ok":true}';
-    await sender.send({
-      ...message,
-      body,
-      contentType: 'application/cloudevents+json',
-      headers: {
-        'Content-Type': 'text/plain',
-        'Webhook-Signature': 'v1,AAAA',
-        'WEBHOOK-ID': 'other',
-        'x-tenant': 't1',
+    await sender.attempt(
+      {
+        ...message,
+        body,
+        contentType: 'application/cloudevents+json',
+        headers: {
+          'Content-Type': 'text/plain',
+          'Webhook-Signature': 'v1,AAAA',
+          'WEBHOOK-ID': 'other',
+          'x-tenant': 't1',
+        },
       },
-    });
+      1,
+    );
     const sent = new Headers(calls[0]!.init.headers);
     expect(sent.get('content-type')).toBe('application/cloudevents+json');
     expect(sent.get('webhook-id')).toBe(message.id);
