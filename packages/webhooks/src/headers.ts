@@ -8,8 +8,13 @@ export type WebhookHeaders = {
   'webhook-signature': string;
 };
 
-/** Request headers in any common shape: a fetch `Headers`, or Node's (or a framework's) plain object. */
-export type HeaderInput = Headers | Readonly<Record<string, string | readonly string[] | number | undefined>>;
+type HeaderValue = string | readonly string[] | number | undefined;
+
+/**
+ * Request headers in any common shape: a fetch `Headers`, Node's (or a framework's) plain object, or
+ * a `Map` of names to values (read as the plain object is: names in any case).
+ */
+export type HeaderInput = Headers | Readonly<Record<string, HeaderValue>> | ReadonlyMap<string, HeaderValue>;
 
 /** The parsed, validated Standard Webhooks headers. */
 export interface ParsedWebhookHeaders {
@@ -37,19 +42,26 @@ const MAX_ENTRIES = 32;
 /**
  * Reads one header by lower-case name. Two field lines for one name count as malformed: a proxy
  * or an attacker appending a second value must not get a say in which one is checked. In a plain
- * object that is an array, or one name under two spellings (`webhook-signature` and
+ * object or a Map that is an array, or one name under two spellings (`webhook-signature` and
  * `Webhook-Signature`: a hand-built map, or a gateway's that keeps names as the client sent them).
  */
 function readHeader(headers: HeaderInput, name: string): string | undefined | false {
-  if (typeof (headers as Headers).get === 'function' && typeof (headers as Headers).has === 'function') {
+  // A Map has get() and has() too, but its keys are exact: taken for a Headers, it missed a
+  // `Webhook-Id` spelt in capitals. Its entries are read as a plain object's are.
+  if (
+    !(headers instanceof Map) &&
+    typeof (headers as Headers).get === 'function' &&
+    typeof (headers as Headers).has === 'function'
+  ) {
     return (headers as Headers).get(name) ?? undefined;
   }
-  const bag = headers as Record<string, string | readonly string[] | number | undefined>;
-  let value: string | readonly string[] | number | undefined;
+  const entries: Iterable<[unknown, HeaderValue]> =
+    headers instanceof Map ? headers : Object.entries(headers as Readonly<Record<string, HeaderValue>>);
+  let value: HeaderValue;
   let spellings = 0;
-  for (const key of Object.keys(bag)) {
-    if (key.toLowerCase() !== name || bag[key] === undefined) continue;
-    value = bag[key];
+  for (const [key, entry] of entries) {
+    if (typeof key !== 'string' || key.toLowerCase() !== name || entry === undefined) continue;
+    value = entry;
     spellings++;
   }
   if (spellings > 1) return false;
@@ -75,7 +87,7 @@ export function parseWebhookHeaders(
   headers: HeaderInput,
 ): { ok: true; value: ParsedWebhookHeaders } | { ok: false; error: WebhookError } {
   if (!headers || typeof headers !== 'object')
-    throw new TypeError('headers must be a Headers object or a plain object');
+    throw new TypeError('headers must be a Headers object, a plain object or a Map');
   const id = readHeader(headers, 'webhook-id');
   const timestampText = readHeader(headers, 'webhook-timestamp');
   const signature = readHeader(headers, 'webhook-signature');
