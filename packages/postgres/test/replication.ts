@@ -4,7 +4,7 @@
 // keeps answering its clients. initdb and pg_ctl refuse to run as root: as root, every command runs
 // as the `postgres` user (runuser).
 import { execFile } from 'node:child_process';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -61,6 +61,38 @@ export interface ReplicatedCluster {
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Ends the server of `data` as a crash would: `pg_ctl stop -m immediate`, bounded at 20 s by pg_ctl
+ * itself. On a loaded box that wait once ran out (pg_ctl still "waiting for server to shut down"
+ * past 30 s); then the postmaster is killed outright (SIGKILL, its pid from postmaster.pid) and its
+ * children, which watch it, end on their own. Resolves once nothing is left to stop.
+ */
+async function crash(data: string): Promise<void> {
+  try {
+    await run('pg_ctl', ['-D', data, 'stop', '-m', 'immediate', '-t', '20']);
+  } catch (error) {
+    const pidFile = join(data, 'postmaster.pid');
+    if (!existsSync(pidFile)) return;
+    const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+    if (!Number.isSafeInteger(pid) || pid <= 0) throw error;
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      return; // gone already
+    }
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        process.kill(pid, 0);
+      } catch {
+        return;
+      }
+      if (Date.now() > deadline) throw error;
+      await pause(50);
+    }
+  }
+}
+
 /** Starts the primary and its standby on the given free ports, and waits until the standby streams. */
 export async function startReplicatedCluster(primaryPort: number, standbyPort: number): Promise<ReplicatedCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-pg-failover-'));
@@ -70,7 +102,7 @@ export async function startReplicatedCluster(primaryPort: number, standbyPort: n
   const link = await createTcpProxy({ target: { host: '127.0.0.1', port: primaryPort } });
   const started: string[] = [];
   const stop = async () => {
-    for (const data of started) await run('pg_ctl', ['-D', data, 'stop', '-m', 'immediate']).catch(() => undefined);
+    for (const data of started) await crash(data).catch(() => undefined);
     await link.close();
     rmSync(dir, { recursive: true, force: true });
   };
@@ -146,7 +178,7 @@ export async function startReplicatedCluster(primaryPort: number, standbyPort: n
         }
       },
       crashPrimary: async () => {
-        await run('pg_ctl', ['-D', primary, 'stop', '-m', 'immediate']);
+        await crash(primary);
         started.splice(started.indexOf(primary), 1);
       },
       promote: async () => {
