@@ -1,4 +1,6 @@
-// What the tests of a failing database share: the fault itself, and the databases it runs on.
+// What the tests of a failing database share: the fault itself, a switch for it, and the databases
+// it runs on.
+import type { Database } from '../src/db.js';
 
 /**
  * A statement the database itself refuses, as it does on a connection the server ends (57P01): sent
@@ -13,3 +15,37 @@ export const terminated = `do $$ begin raise exception 'terminating connection d
  */
 export const databases: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) databases.push(['PostgreSQL', false]);
+
+/**
+ * A switch over every statement of a database: `wrap` it where a stack takes a database (`wrapDb`,
+ * `wrapIdpDb`), then `during('down', request)` makes each statement the database's own refusal
+ * (57P01) while `request` runs, and `during('bug', request)` a TypeError, as a bug of the app throws.
+ *
+ * @example
+ * ```ts
+ * const faults = dbFaults();
+ * const stack = await startTestStack('x', { wrapDb: faults.wrap });
+ * const answer = await faults.during('down', () => fetch(url));
+ * ```
+ */
+export function dbFaults() {
+  let fault: 'none' | 'down' | 'bug' = 'none';
+  return {
+    wrap: (db: Database): Database => ({
+      ...db,
+      query: <Row>(text: string, params: readonly unknown[] = []) => {
+        if (fault === 'down') return db.query<Row>(terminated);
+        if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
+        return db.query<Row>(text, params);
+      },
+    }),
+    async during<T>(kind: 'down' | 'bug', request: () => Promise<T>): Promise<T> {
+      fault = kind;
+      try {
+        return await request();
+      } finally {
+        fault = 'none';
+      }
+    },
+  };
+}

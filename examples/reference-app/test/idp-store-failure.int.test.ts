@@ -8,28 +8,20 @@
 // replaced by one the database refuses with the error of a connection terminated by the server
 // (57P01), on PGlite and PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db.js';
-import { databases, terminated } from './db-faults.js';
+import { databases, dbFaults } from './db-faults.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formAction, formField } from './user-agent.js';
 
 describe.each(databases)("the provider's sign-in pages while its database fails, on %s", (_name, embedded) => {
   let stack: TwoAppStack;
-  let fault: 'none' | 'down' | 'bug' = 'none';
+  const faults = dbFaults();
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
       name: 'idp_store',
       embedded,
-      wrapIdpDb: (db): Database => ({
-        ...db,
-        query: <Row>(text: string, params: readonly unknown[] = []) => {
-          if (fault === 'down') return db.query<Row>(terminated);
-          if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
-          return db.query<Row>(text, params);
-        },
-      }),
+      wrapIdpDb: faults.wrap,
     });
   }, 120_000);
 
@@ -37,14 +29,7 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
     await stack?.close();
   });
 
-  const during = async <T>(kind: 'down' | 'bug', request: () => Promise<T>): Promise<T> => {
-    fault = kind;
-    try {
-      return await request();
-    } finally {
-      fault = 'none';
-    }
-  };
+  const during = faults.during;
 
   /** A browser at the provider's sign-in page, started from the app's "Sign in". */
   const atLoginPage = async () => {

@@ -9,26 +9,18 @@
 // terminated by the server (57P01), on PGlite and PostgreSQL.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Database } from '../src/db.js';
 import { receiverAdminPrefix } from '../src/receiver/server.js';
-import { databases, terminated } from './db-faults.js';
+import { databases, dbFaults } from './db-faults.js';
 import { startTestStack, type TestStack } from './test-stack.js';
 
 describe.each(databases)('the API and the receiver while their database fails, on %s', (_name, embedded) => {
   let test: TestStack;
-  let fault: 'none' | 'down' | 'bug' = 'none';
+  const faults = dbFaults();
 
   beforeAll(async () => {
     test = await startTestStack('resource_store', {
       embedded,
-      wrapDb: (db): Database => ({
-        ...db,
-        query: <Row>(text: string, params: readonly unknown[] = []) => {
-          if (fault === 'down') return db.query<Row>(terminated);
-          if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
-          return db.query<Row>(text, params);
-        },
-      }),
+      wrapDb: faults.wrap,
     });
   }, 60_000);
 
@@ -36,14 +28,7 @@ describe.each(databases)('the API and the receiver while their database fails, o
     await test?.close();
   });
 
-  const during = async <T>(kind: 'down' | 'bug', request: () => Promise<T>): Promise<T> => {
-    fault = kind;
-    try {
-      return await request();
-    } finally {
-      fault = 'none';
-    }
-  };
+  const during = faults.during;
 
   const call = async (method: string, path: string, options: { roles?: string[]; body?: unknown } = {}) =>
     fetch(new URL(path, test.stack.gateway.url), {
