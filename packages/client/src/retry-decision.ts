@@ -117,6 +117,21 @@ const certificateErrorCodes: ReadonlySet<string> = new Set([
 const rustlsCertificateRefusal = /\binvalid peer certificate\b/;
 
 /**
+ * True when `test` holds for `error` or an error in its `cause` chain (undici wraps the socket's error
+ * in `TypeError: fetch failed`), read as `{ code, message }`. A few levels at most: a cause chain is
+ * short, and a cyclic one must not loop.
+ */
+function inCauseChain(error: unknown, test: (code: unknown, message: unknown) => boolean): boolean {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const { code, message } = current as { code?: unknown; message?: unknown };
+    if (test(code, message)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/**
  * True when a failed fetch was a TLS certificate the runtime refused (expired, self-signed, another
  * host's), read from the `code` of the error or of a `cause` under it (undici wraps it in
  * `TypeError: fetch failed`; Bun's error carries the same codes), or, on Deno, which sets no code,
@@ -128,15 +143,12 @@ const rustlsCertificateRefusal = /\binvalid peer certificate\b/;
  * isCertificateError(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'CERT_HAS_EXPIRED' }) })); // true
  */
 export function isCertificateError(error: unknown): boolean {
-  let current: unknown = error;
-  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
-  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    const { code, message } = current as { code?: unknown; message?: unknown };
-    if (typeof code === 'string' && certificateErrorCodes.has(code)) return true;
-    if (typeof message === 'string' && rustlsCertificateRefusal.test(message)) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
+  return inCauseChain(
+    error,
+    (code, message) =>
+      (typeof code === 'string' && certificateErrorCodes.has(code)) ||
+      (typeof message === 'string' && rustlsCertificateRefusal.test(message)),
+  );
 }
 
 // The codes of a handshake that failed over the protocol itself: the two ends share no TLS version
@@ -162,14 +174,7 @@ const protocolMismatchCodes: ReadonlySet<string> = new Set([
  * isProtocolMismatch(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION' }) })); // true
  */
 export function isProtocolMismatch(error: unknown): boolean {
-  let current: unknown = error;
-  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
-  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    const { code } = current as { code?: unknown };
-    if (typeof code === 'string' && protocolMismatchCodes.has(code)) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
+  return inCauseChain(error, (code) => typeof code === 'string' && protocolMismatchCodes.has(code));
 }
 
 // The alerts a server sends when it refuses the TLS handshake over the client's certificate: none
@@ -208,14 +213,7 @@ const handshakeRefusalCodes: ReadonlySet<string> = new Set([
  * isHandshakeRefused(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA' }) })); // true
  */
 export function isHandshakeRefused(error: unknown): boolean {
-  let current: unknown = error;
-  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
-  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    const { code } = current as { code?: unknown };
-    if (typeof code === 'string' && handshakeRefusalCodes.has(code)) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
+  return inCauseChain(error, (code) => typeof code === 'string' && handshakeRefusalCodes.has(code));
 }
 
 // The codes Node (and undici) give a connection that was never made: refused, no route, a name that
@@ -248,15 +246,12 @@ const beforeTlsEstablished = /\bbefore secure TLS connection was established\b/;
  * isNotConnected(new TypeError('fetch failed', { cause: Object.assign(new Error(), { code: 'ECONNREFUSED' }) })); // true
  */
 export function isNotConnected(error: unknown): boolean {
-  let current: unknown = error;
-  // A few levels at most: a cause chain is short, and a cyclic one must not loop.
-  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    const { code, message } = current as { code?: unknown; message?: unknown };
-    if (typeof code === 'string' && notConnectedCodes.has(code)) return true;
-    if (code === 'ECONNRESET' && typeof message === 'string' && beforeTlsEstablished.test(message)) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
+  return inCauseChain(
+    error,
+    (code, message) =>
+      (typeof code === 'string' && notConnectedCodes.has(code)) ||
+      (code === 'ECONNRESET' && typeof message === 'string' && beforeTlsEstablished.test(message)),
+  );
 }
 
 /**

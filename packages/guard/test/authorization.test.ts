@@ -25,6 +25,31 @@ const principal = principalFromClaims({
   tenant: 't1',
 });
 
+// A guard with a guard-wide clock tolerance of 10 s and an issuer of its own 30 s, on a hand-moved
+// clock, and whether a token of `issuer` with `authTime` passes requireAuthentication({ maxAge: 300 }).
+function stepUpGuard() {
+  const clock = manualClock();
+  const nowSeconds = clock.seconds();
+  const rule = requireAuthentication({ maxAge: 300 });
+  const guard = createGuard({
+    audience: AUDIENCE,
+    clockTolerance: 10,
+    now: clock.now,
+    issuers: [
+      { issuer: ISSUER, secret: SECRET },
+      { issuer: 'https://slow.example', secret: SECRET, clockTolerance: 30 },
+    ],
+  });
+  const decide = async (issuer: string, authTime: number) => {
+    const verified = await guard.verify(
+      makeToken({ claims: { iss: issuer, jti: `${issuer}${authTime}`, auth_time: authTime } }),
+    );
+    if (!verified.ok) throw verified.error;
+    return guard.authorize(verified.principal, [rule]).ok;
+  };
+  return { nowSeconds, guard, rule, decide };
+}
+
 describe('authorization', () => {
   it('case 48: a missing scope is 403 insufficient_scope naming the needed scopes', () => {
     const decision = authorizeRequest(
@@ -182,25 +207,7 @@ describe('authorization', () => {
   });
 
   it("step-up through a guard: an auth_time past maxAge gets the clock tolerance of the token's issuer", async () => {
-    const clock = manualClock();
-    const nowSeconds = clock.seconds();
-    const rule = requireAuthentication({ maxAge: 300 });
-    const guard = createGuard({
-      audience: AUDIENCE,
-      clockTolerance: 10,
-      now: clock.now,
-      issuers: [
-        { issuer: ISSUER, secret: SECRET },
-        { issuer: 'https://slow.example', secret: SECRET, clockTolerance: 30 },
-      ],
-    });
-    const decide = async (issuer: string, authTime: number) => {
-      const verified = await guard.verify(
-        makeToken({ claims: { iss: issuer, jti: `${issuer}${authTime}`, auth_time: authTime } }),
-      );
-      if (!verified.ok) throw verified.error;
-      return guard.authorize(verified.principal, [rule]).ok;
-    };
+    const { nowSeconds, decide } = stepUpGuard();
     expect(await decide(ISSUER, nowSeconds - 310)).toBe(true);
     expect(await decide(ISSUER, nowSeconds - 311)).toBe(false);
     expect(await decide('https://slow.example', nowSeconds - 330)).toBe(true);
@@ -224,25 +231,7 @@ describe('authorization', () => {
   });
 
   it("step-up through a guard: a future auth_time gets the clock tolerance of the token's issuer", async () => {
-    const clock = manualClock();
-    const nowSeconds = clock.seconds();
-    const rule = requireAuthentication({ maxAge: 300 });
-    const guard = createGuard({
-      audience: AUDIENCE,
-      clockTolerance: 10,
-      now: clock.now,
-      issuers: [
-        { issuer: ISSUER, secret: SECRET },
-        { issuer: 'https://slow.example', secret: SECRET, clockTolerance: 30 },
-      ],
-    });
-    const decide = async (issuer: string, authTime: number) => {
-      const verified = await guard.verify(
-        makeToken({ claims: { iss: issuer, jti: `${issuer}${authTime}`, auth_time: authTime } }),
-      );
-      if (!verified.ok) throw verified.error;
-      return guard.authorize(verified.principal, [rule]).ok;
-    };
+    const { nowSeconds, guard, rule, decide } = stepUpGuard();
     expect(await decide(ISSUER, nowSeconds + 10)).toBe(true);
     expect(await decide(ISSUER, nowSeconds + 11)).toBe(false);
     expect(await decide('https://slow.example', nowSeconds + 30)).toBe(true);

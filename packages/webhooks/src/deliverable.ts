@@ -40,6 +40,13 @@ export function assertDeliverable(message: Deliverable): void {
 // Set by the signer on every attempt (see signature.ts).
 const signerHeaders: ReadonlySet<string> = new Set(['webhook-id', 'webhook-timestamp', 'webhook-signature']);
 
+/**
+ * The header names (lower case) that never go out as a caller gave them: the sender drops
+ * `content-length` (fetch counts the body), `contentType` sets `content-type`, and the signer sets its
+ * three. The outbox leaves them out when it compares two events as sent.
+ */
+export const headersNotSentAsGiven: readonly string[] = ['content-length', 'content-type', ...signerHeaders];
+
 // Hop-by-hop fields the connection owns: undici throws for any value of them (`expect` as not supported).
 const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep-alive', 'upgrade', 'expect']);
 

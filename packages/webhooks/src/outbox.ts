@@ -10,7 +10,7 @@ import {
   withoutCommandValues,
 } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
-import { assertDeliverable } from './deliverable.js';
+import { assertDeliverable, headersNotSentAsGiven } from './deliverable.js';
 import { WebhookError } from './errors.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
 import { runSlots } from './relay-slots.js';
@@ -385,7 +385,7 @@ const asciiLowered = (text: string) => `translate(${text}, '${asciiUpper}', '${a
 // earlier version, during a rolling upgrade, compares them exactly and still finds its own event the
 // same. A row that holds one name in two spellings (stored before add() refused them) compares as
 // the later in jsonb's key order, the value the relay sends for it.
-const sentNotAsGiven = `('content-length', 'content-type', 'webhook-id', 'webhook-timestamp', 'webhook-signature')`;
+const sentNotAsGiven = `(${headersNotSentAsGiven.map((name) => `'${name}'`).join(', ')})`;
 const namesLowered = (headers: string) =>
   `coalesce((SELECT jsonb_object_agg(${asciiLowered('h.key')}, to_jsonb(btrim(h.value, E' \\t\\r\\n')) ORDER BY h.n)
                FROM jsonb_each_text(${headers}) WITH ORDINALITY AS h(key, value, n)

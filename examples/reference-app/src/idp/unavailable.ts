@@ -32,10 +32,11 @@ export function databaseUnavailable(provider: Provider): ProviderMiddleware {
       // From a middleware of ours outside the provider's handler (the pages of ownPages): Koa would
       // answer it a plain-text 500.
       if (!dbUnavailable(error)) throw error;
-      failed.add(ctx);
-      ctx.status = 500;
+      ctx.status = 503;
+      ctx.set('Retry-After', String(storeRetryAfterSeconds));
       ctx.type = 'text/plain; charset=utf-8';
       ctx.body = 'The sign-in service could not reach its database. Try again in a moment.';
+      return;
     }
     if (ctx.status !== 500 || !failed.has(ctx)) return;
     ctx.status = 503;
