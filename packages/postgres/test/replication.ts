@@ -64,8 +64,8 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /**
  * Ends the server of `data` as a crash would: `pg_ctl stop -m immediate`, bounded at 20 s by pg_ctl
  * itself. On a loaded box that wait once ran out (pg_ctl still "waiting for server to shut down"
- * past 30 s); then the postmaster is killed outright (SIGKILL, its pid from postmaster.pid) and its
- * children, which watch it, end on their own. Resolves once nothing is left to stop.
+ * past 30 s); then its children and the postmaster are killed outright (SIGKILL, the pid from
+ * postmaster.pid), as a crash of the machine would end them. Resolves once nothing is left to stop.
  */
 async function crash(data: string): Promise<void> {
   try {
@@ -75,6 +75,9 @@ async function crash(data: string): Promise<void> {
     if (!existsSync(pidFile)) return;
     const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
     if (!Number.isSafeInteger(pid) || pid <= 0) throw error;
+    // Its children first: a backend or walsender left running after its postmaster would go on
+    // streaming WAL to the standby, which no crash does.
+    await new Promise<void>((done) => execFile('pkill', ['-KILL', '-P', String(pid)], () => done()));
     try {
       process.kill(pid, 'SIGKILL');
     } catch {
