@@ -11,7 +11,8 @@ interface Deliverable {
 /**
  * Throws a `TypeError` for a message no attempt could send: a URL that is not http: or https:, an id
  * that cannot be a `webhook-id` (the signer refuses it), a header name or value fetch refuses, a
- * header value that is not a string, a header the sender sets itself (the signer's three, `content-type`), a content type that is not a string. Retried, such a message fails until the horizon and only then surfaces as a
+ * header value that is not a string, a header the sender sets itself (the signer's three, `content-type`) or
+ * never sends as given (`content-length`), a content type that is not a string. Retried, such a message fails until the horizon and only then surfaces as a
  * dead letter; refused, it fails once, in the call that made it.
  *
  * @example
@@ -43,7 +44,9 @@ const signerHeaders: ReadonlySet<string> = new Set(['webhook-id', 'webhook-times
 /**
  * The header names (lower case) that never go out as a caller gave them: the sender drops
  * `content-length` (fetch counts the body), `contentType` sets `content-type`, and the signer sets its
- * three. The outbox leaves them out when it compares two events as sent.
+ * three. All five are refused where headers are given (see assertSendableHeaders); the sender still
+ * drops and replaces them in a row an earlier version stored, and the outbox leaves them out when it
+ * compares two events as sent, so such a row compares as it is sent.
  */
 export const headersNotSentAsGiven: readonly string[] = ['content-length', 'content-type', ...signerHeaders];
 
@@ -55,7 +58,8 @@ const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep
  * string), headers that are not a plain object (a `Headers` or a `Map` would lose every entry), one
  * name given twice in two spellings (`X-A` and `x-a`), a header every attempt sets itself (the
  * signer's `webhook-id`, `webhook-timestamp` and `webhook-signature`, and `content-type`, which
- * comes from `contentType`), in any case, or a content type that is not a string: checked once,
+ * comes from `contentType`), a `content-length` (fetch counts the body, so it never goes out as
+ * given), in any case, or a content type that is not a string: checked once,
  * where they are given. Rows an earlier version stored with such headers are not checked again: the
  * relay's attempts send them, with the signer's headers and the row's content type.
  *
@@ -88,6 +92,10 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
       throw new TypeError(`header ${JSON.stringify(lower)} is the signer's own, set on every attempt: leave it out`);
     if (lower === 'content-type')
       throw new TypeError('header "content-type" is set from contentType: pass contentType on the message instead');
+    // Dropped in silence before: fetch counts the body itself, and a caller's length could only agree
+    // with it or make undici refuse every attempt. Refused as the four above are, for one rule.
+    if (lower === 'content-length')
+      throw new TypeError('header "content-length" is counted from the body on every attempt: leave it out');
   }
   // Named, never quoted: fetch's own error holds the value, which may be a partner's credential.
   const entries = Object.entries({

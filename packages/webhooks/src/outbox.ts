@@ -46,7 +46,7 @@ export interface OutboxEvent {
   /**
    * Extra headers for this event. Names are case-insensitive (sent lower-cased, compared so by
    * `add()`), and one name in two spellings (`X-A` and `x-a`) is refused with a `TypeError`. Values
-   * go out (and compare) trimmed; `content-length` never goes out, and `content-type` (see
+   * go out (and compare) trimmed; `content-length` (counted from the body), `content-type` (see
    * `contentType`) and the signer's three `webhook-*` headers are a `TypeError`.
    */
   headers?: Record<string, string> | undefined;
@@ -319,7 +319,7 @@ export interface Outbox {
    * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An id that others
    * keep adding and deleting while add() looks at it (three times over) is `event_id_contended`:
    * nothing added, the transaction left as it was, and add() may be tried again. An event that
-   * could never be sent (a URL that is not http: or https:, a header fetch refuses or the sender sets
+   * could never be sent (a URL that is not http: or https:, a header fetch refuses or the sender sets or counts
    * itself, no body) throws a
    * `TypeError` here instead of failing every attempt until the horizon.
    */
@@ -379,7 +379,7 @@ const asciiLowered = (text: string) => `translate(${text}, '${asciiUpper}', '${a
 // lower-cased, so `X-Tenant: a` and `x-tenant: a` are one event. Values without the whitespace around
 // them, which fetch trims (RFC 9110 5.5). Without the names that never go out as given: the sender
 // drops `content-length`, `contentType` replaces `content-type` and the signer the `webhook-*` three.
-// add() refuses the last four now, but rows an earlier version stored may hold them, and the relay
+// add() refuses all five now, but rows an earlier version stored may hold them, and the relay
 // still sends those rows: a producer retrying such an event without them adds nothing.
 // Rows keep the headers as the caller spelt them, as every version stored them: a producer of an
 // earlier version, during a rolling upgrade, compares them exactly and still finds its own event the

@@ -19,7 +19,8 @@ export interface WebhookMessage {
   /**
    * Extra headers for this message, over the sender's `headers`. Names are case-insensitive.
    * `content-type` (see `contentType`) and the signer's `webhook-id`, `webhook-timestamp` and
-   * `webhook-signature` are always ours: given here, in any case, they are a `TypeError`.
+   * `webhook-signature` are always ours, and `content-length` is counted from the body: given here,
+   * in any case, they are a `TypeError`.
    */
   headers?: Record<string, string> | undefined;
 }
@@ -72,7 +73,7 @@ export interface SenderOptions {
    * the horizon and attempt durations (a stepped wall clock moves neither). An injected one does all.
    */
   now?: (() => number) | undefined;
-  /** Headers sent with every message, e.g. `user-agent`; not `content-type` nor the signer's `webhook-*` three. */
+  /** Headers sent with every message, e.g. `user-agent`; not `content-type`, `content-length` nor the signer's `webhook-*` three. */
   headers?: Record<string, string> | undefined;
   /** Called after every attempt, for logs and metrics. What it throws or rejects with is swallowed. */
   onAttempt?: ((attempt: AttemptRecord, message: WebhookMessage) => void) | undefined;
@@ -185,7 +186,9 @@ function lowerCaseNames(headers: Record<string, string>): Record<string, string>
   for (const [name, value] of Object.entries(headers)) {
     const lower = name.toLowerCase();
     // fetch counts the body itself: a caller's length can only agree with it, or make undici refuse
-    // every attempt (a body length that does not match), so it is never sent.
+    // every attempt (a body length that does not match), so it is never sent. send(), createSender()
+    // and outbox.add() refuse it; a row an earlier version stored may hold it, and attempt() sends
+    // that row as before.
     if (lower !== 'content-length') lowered[lower] = value;
   }
   return lowered;

@@ -76,15 +76,37 @@ describe("the signer's headers and the content type given in headers", () => {
     expect(sent[0]).toMatchObject({ 'webhook-tenant': 'a', 'webhook-region': 'eu', 'content-type': 'text/plain' });
   });
 
+  // Was wrong: a content-length in headers was dropped in silence (fetch counts the body), while the
+  // other names that never go out as given were refused. Refused too now, naming it.
+  for (const name of ['content-length', 'Content-Length']) {
+    it(`send() refuses ${name} before any request, naming it, without quoting its value`, async () => {
+      const { sender, sent } = recordingSender();
+      const error = await refusal(() => sender.send({ ...message, headers: { [name]: '7654321' } }));
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error.message).toContain('content-length');
+      expect(error.message).not.toContain('7654321');
+      expect(sent).toHaveLength(0);
+    });
+
+    it(`createSender({ headers }) refuses ${name}, naming it`, async () => {
+      const error = await refusal(() => recordingSender({ [name]: '7654321' }));
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error.message).toContain('content-length');
+      expect(error.message).not.toContain('7654321');
+    });
+  }
+
   // attempt() is the relay's path: a row an earlier version stored with such headers is still sent,
   // with the signer's headers and the row's content type, as before.
   it('attempt() still sends a stored message that holds them, with its own values', async () => {
     const { sender, sent } = recordingSender();
     const record = await sender.attempt(
-      { ...message, headers: { 'Webhook-Id': 'other', 'Content-Type': 'text/plain' } },
+      { ...message, headers: { 'Webhook-Id': 'other', 'Content-Type': 'text/plain', 'Content-Length': '3' } },
       1,
     );
     expect(record.result).toBe('delivered');
     expect(sent[0]).toMatchObject({ 'webhook-id': 'evt_1', 'content-type': 'application/json' });
+    // Its content-length is still left to fetch, which counts the body.
+    expect(Object.keys(sent[0] ?? {}).map((name) => name.toLowerCase())).not.toContain('content-length');
   });
 });
