@@ -10,6 +10,7 @@ import {
   withoutCommandValues,
 } from '@idem/core';
 import { toBodyBytes, type WebhookBody } from './body.js';
+import { contentTypeAsCompared } from './content-type-compare.js';
 import { assertDeliverable, headersNotSentAsGiven } from './deliverable.js';
 import { WebhookError } from './errors.js';
 import { decodeCursor, encodeCursor } from './outbox-cursor.js';
@@ -314,7 +315,8 @@ export interface Outbox {
    * Records an event inside the caller's transaction: pass the client that ran `BEGIN`. It is sent only
    * if that transaction commits. Adding the same event (url, body bytes, content type and headers, as
    * the relay sends them: header names in any case, values trimmed, no `content-length`, `content-type`
-   * or signer's `webhook-*` header, the media type in any case) under an id the outbox holds is a no-op
+   * or signer's `webhook-*` header, the media type and parameter names in any case, the charset's
+   * value too, a parameter's value quoted or not) under an id the outbox holds is a no-op
    * (`added: false`); another event under it is refused with a
    * {@link WebhookError} `event_id_reused`, and the transaction is left as it was. An id that others
    * keep adding and deleting while add() looks at it (three times over) is `event_id_contended`:
@@ -390,15 +392,6 @@ const namesLowered = (headers: string) =>
   `coalesce((SELECT jsonb_object_agg(${asciiLowered('h.key')}, to_jsonb(btrim(h.value, E' \\t\\r\\n')) ORDER BY h.n)
                FROM jsonb_each_text(${headers}) WITH ORDINALITY AS h(key, value, n)
               WHERE ${asciiLowered('h.key')} NOT IN ${sentNotAsGiven}), '{}'::jsonb)`;
-
-// SQL for a content type as add() compares it: trimmed as fetch sends it, and its media type (type
-// and subtype, before the first `;`) in lower case, which RFC 9110 8.3.1 says is case-insensitive.
-// ASCII only, as the names. Parameters stay as written: a parameter's value may be case-sensitive (a
-// `profile` URL). Stored as spelt, as headers.
-const mediaTypeLowered = (contentType: string) =>
-  `(SELECT ${asciiLowered(`left(t.v, coalesce(nullif(strpos(t.v, ';'), 0) - 1, length(t.v)))`)}
-           || substr(t.v, coalesce(nullif(strpos(t.v, ';'), 0), length(t.v) + 1))
-      FROM (SELECT btrim(${contentType}, E' \\t\\r\\n') AS v) AS t)`;
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -629,7 +622,9 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
     // an empty path), so that two spellings of one endpoint are one event to add() and one URL to the
     // relay's per-URL share, its hold after a 429 and its dead-lettering after a 410.
     const href = new URL(url).href;
-    const values = [id, href, body, event.contentType ?? 'application/json', JSON.stringify(event.headers ?? {})];
+    const contentType = event.contentType ?? 'application/json';
+    const headers = JSON.stringify(event.headers ?? {});
+    const values = [id, href, body, contentType, headers];
     // Without the event's body and headers, which PGlite puts on its errors as `params`.
     const query = (text: string, params: unknown[] = values) =>
       tx.query(text, params).catch((error: unknown) => {
@@ -650,16 +645,19 @@ ${indexes.map((index) => createIndexIfMissing(index)).join('')}      END $$;
       // while the insert waited on it (the insert's own snapshot does not); under REPEATABLE READ or
       // SERIALIZABLE the insert fails with a serialization error instead. Only the verdict comes back.
       // Headers and content type compare as they will be sent, on both sides (see namesLowered and
-      // mediaTypeLowered). The url matches as stored now (the href) or, for a row an earlier version
-      // stored, as the caller spelt it ($6).
+      // contentTypeAsCompared). The url matches as stored now (the href) or, for a row an earlier
+      // version stored, as the caller spelt it ($5). The content type comes back to be compared here:
+      // its parameters (RFC 9110 5.6.6: quoted strings, names in any case) parse better in code than
+      // in SQL; nothing else of the row does.
       const { rows } = await query(
-        `SELECT (url = $2 OR url = $6) AND body = $3 AND ${mediaTypeLowered('content_type')} = ${mediaTypeLowered('$4::text')}
-                AND ${namesLowered('headers')} = ${namesLowered('$5::jsonb')} AS same
+        `SELECT (url = $2 OR url = $5) AND body = $3 AND ${namesLowered('headers')} = ${namesLowered('$4::jsonb')} AS same,
+                content_type
            FROM ${table} WHERE id = $1`,
-        [...values, url],
+        [id, href, body, headers, url],
       );
       if (rows.length === 0) continue;
-      if (rows[0].same === true) return { id, added: false };
+      if (rows[0].same === true && contentTypeAsCompared(rows[0].content_type) === contentTypeAsCompared(contentType))
+        return { id, added: false };
       throw new WebhookError(
         'event_id_reused',
         'The outbox already holds another event (url, body, content type or headers) under this id: give a new event a new id.',

@@ -10,9 +10,11 @@
 // (c) leading and trailing whitespace of a header value or of `contentType`: fetch trims it (HTTP
 //     field values carry no outer whitespace, RFC 9110 5.5);
 // (d) the case of the media type in `contentType` (`Application/JSON`): type and subtype are
-//     case-insensitive (RFC 9110 8.3.1). Parameters stay as written: their values may be
-//     case-sensitive. This one is not byte-for-byte the same on the wire (the stored spelling goes
-//     out), but no receiver may read the two differently.
+//     case-insensitive (RFC 9110 8.3.1). This one is not byte-for-byte the same on the wire (the
+//     stored spelling goes out), but no receiver may read the two differently;
+// (e) so too the spelling of its parameters (RFC 9110 5.6.6): names in any case, whitespace around
+//     `;`, a value quoted or not, the `charset` value in any case. Other values stay as written:
+//     they may be case-sensitive (a `profile` URL).
 // Rows keep the event as the caller spelt it, as every version stored them: a producer of the
 // version before, during a rolling upgrade, compares the row exactly and must still find its own
 // event the same. Rows such a version wrote compare the same way, normalised on both sides.
@@ -129,6 +131,31 @@ describe.skipIf(!available)('outbox.add compares events as the relay sends them'
       { contentType: 'application/json; profile="https://schemas.test/order"' },
     );
     await different({ contentType: 'application/json' }, { contentType: 'application/cloudevents+json' });
+  });
+
+  // Was wrong: the media type was compared in any case, its parameters byte for byte. RFC 9110 8.3.1
+  // and 5.6.6: parameter names are case-insensitive, so is the charset value, whitespace around `;`
+  // is optional, and a value quoted or not is one value.
+  it('(e) parameters in another spelling of one value are the same event; another value is not', async () => {
+    await same({ contentType: 'application/json; charset=UTF-8' }, { contentType: 'application/json;charset=utf-8' });
+    await same({ contentType: 'text/plain;charset=utf-8' }, { contentType: 'Text/Plain ; Charset="UTF-8"' });
+    await same(
+      { contentType: 'application/json; profile="https://schemas.test/Order"; charset=utf-8' },
+      { contentType: 'application/json;PROFILE="https://schemas.test/Order";charset="utf-8"' },
+    );
+    await same({ contentType: 'text/plain; format=flowed' }, { contentType: 'text/plain;format="flowed"' });
+    await same({ contentType: 'text/plain; x="a\\"b"' }, { contentType: 'text/plain;x="a\\"b"' });
+    // Another value of a case-sensitive parameter, another charset, or a parameter more is another event.
+    await different({ contentType: 'text/plain; format=flowed' }, { contentType: 'text/plain; format=Flowed' });
+    await different({ contentType: 'text/plain; charset=utf-8' }, { contentType: 'text/plain; charset=iso-8859-1' });
+    await different({ contentType: 'text/plain' }, { contentType: 'text/plain; charset=utf-8' });
+    await different({ contentType: 'text/plain; a=1; b=2' }, { contentType: 'text/plain; a=1' });
+  });
+
+  it('(e) parameters of a row an earlier version wrote compare as they mean too', async () => {
+    expect(
+      await overEarlierRow('Application/JSON ;Charset="UTF-8"', {}, { contentType: 'application/json; charset=utf-8' }),
+    ).toEqual({ id: 'evt_1', added: false });
   });
 
   it('stores the event as the caller spelt it, which a producer of the version before compares exactly', async () => {
