@@ -4,6 +4,7 @@
 // with the signer's headers and the row's content type, signed so that a receiver verifies it.
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import vm from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOutbox, createSender, createVerifier, type OutboxEvent } from '../src/index.js';
 import { postgresAvailable, testPool, uniqueTable } from './support/postgres.js';
@@ -45,6 +46,16 @@ describe.skipIf(!available)("outbox and the signer's headers", () => {
       expect(rows).toHaveLength(0);
     });
   }
+
+  // Was wrong: a plain object made in another realm (node:vm) was refused as not a plain object.
+  it('add() takes headers made in another realm, and stores their entries', async () => {
+    const headers = vm.runInNewContext(`({ 'X-Tenant': 'a' })`) as Record<string, string>;
+    expect(await outbox.add(pool, { ...event, id: 'evt_realm', headers })).toEqual({ id: 'evt_realm', added: true });
+    const { rows } = await pool.query(`SELECT headers FROM "${table}" WHERE id = 'evt_realm'`);
+    expect(rows).toEqual([{ headers: { 'X-Tenant': 'a' } }]);
+    const map = vm.runInNewContext(`new Map([['x-tenant', 'a']])`) as Record<string, string>;
+    await expect(outbox.add(pool, { ...event, id: 'evt_realm_map', headers: map })).rejects.toThrow(TypeError);
+  });
 
   it('the relay still delivers a row an earlier version stored with them, signed and typed as its own', async () => {
     await pool.query(`DELETE FROM "${table}"`);
