@@ -67,7 +67,9 @@ export interface ReceiverResponse {
    * - `in-progress`: the same event is being applied right now; 409, the sender retries.
    * - `mismatch`: the id was already used for another body; 422, never acknowledged.
    * - `failed`: `apply` threw; nothing is recorded, the retry applies.
-   * - `unavailable`: the store could not be reached; 503, the sender retries.
+   * - `unavailable`: the store could not be reached, before, inside (`apply` failed with a
+   *   `StoreUnavailableError`, as its `tx` raises for a lost connection) or after `apply`; nothing is
+   *   recorded; 503 with `Retry-After`, the sender retries.
    */
   outcome: 'applied' | 'duplicate' | 'rejected' | 'in-progress' | 'mismatch' | 'failed' | 'unavailable';
   /** The event id, once the headers were verified. */
@@ -266,7 +268,8 @@ function problemResponse(
  * - The first delivery runs `apply` and is acknowledged 200; a repeat is acknowledged without applying.
  * - A concurrent duplicate gets 409 (or waits, with `wait`); the same id with another body gets 422 and
  *   an `onEvent` report, never a silent 2xx.
- * - If `apply` throws, nothing is recorded and the answer is 500, so the sender's retry applies it.
+ * - If `apply` throws, nothing is recorded and the answer is 500, so the sender's retry applies it;
+ *   503 with `Retry-After` when what it threw is the database's unavailability (a `StoreUnavailableError`).
  * - With a transactional store (PostgreSQL) the effect and the record commit in one transaction.
  *
  * @example
@@ -370,6 +373,18 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
   const applyFailed = async (lease: Lease, id: string, error: unknown) => {
     // Forget the claim so the sender's retry applies the event; nothing of it was recorded.
     await engine.release(lease);
+    // The database failed under `apply` (its `tx.query` lost the connection, timed out): the same
+    // outage as the store failing first or at commit, and answered as those are, 503 with
+    // Retry-After, so the sender retries later. Read as the core's HTTP adapters read a handler's
+    // failure: a `StoreUnavailableError` (by name, so another copy of @idem/core raised it too),
+    // which the stores raise for exactly those failures. Anything else is a bug: 500.
+    if (error instanceof Error && error.name === 'StoreUnavailableError') {
+      const unavailable = new IdempotencyError('store_unavailable', 'The webhook could not be applied; retry later.', {
+        retryAfter: engine.settings.unavailableRetryAfter,
+        cause: error,
+      });
+      return done(problemResponse(unavailable, 'unavailable', id), { code: unavailable.code, error });
+    }
     return done(
       problemResponse(
         new WebhookError('apply_failed', 'The webhook could not be applied; it will be retried.', { cause: error }),
