@@ -474,7 +474,7 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
         return done(problemResponse(busy, 'in-progress', id), { code: busy.code });
       }
       const unavailable = new IdempotencyError('store_unavailable', 'The webhook could not be recorded; retry later.', {
-        retryAfter: 2,
+        retryAfter: engine.settings.unavailableRetryAfter,
         cause: result.error,
       });
       return done(problemResponse(unavailable, 'unavailable', id), { code: unavailable.code, error: result.error });
