@@ -192,6 +192,42 @@ export function appErrorPage(title: string, detail: string): string {
 }
 
 /**
+ * The page of a charge that was sent to the API when the app's database failed (503): it may have gone
+ * through, and the app could not keep or show what came of it. Spec 2.1 wants the same key on every
+ * retry, so the page does not leave the person to find it: it names the key, and its form sends the
+ * very same charge (key, amount, currency), which the API charges at most once: its stored answer
+ * comes back when the first went through. The CSRF token is the session's, which takes no database
+ * to make. The text is fixed; the charge's fields are escaped.
+ *
+ * @example
+ * ```ts
+ * res.status(503).send(chargeOutcomeUnknownPage({ key, amount: 1000, currency: 'EUR', csrf }));
+ * ```
+ */
+export function chargeOutcomeUnknownPage(charge: {
+  key: string;
+  amount: number;
+  currency: string;
+  csrf: string;
+}): string {
+  const title = 'Outcome not known';
+  return htmlPage(
+    title,
+    `<h1>${title}</h1>
+<p>Your charge of ${escapeHtml(charge.amount)} ${escapeHtml(charge.currency)} was sent to the API, but the app could not reach its database to show what came of it: it may have gone through.</p>
+<p>In a moment, send it again with the button below. It is the same charge with the same key, so it is charged at most once, and the page that follows shows what came of it.</p>
+<p>Idempotency-Key: <code>${escapeHtml(charge.key)}</code></p>
+<form method="post" action="/charges"><input type="hidden" name="csrf" value="${escapeHtml(charge.csrf)}">
+<input type="hidden" name="key" value="${escapeHtml(charge.key)}">
+<input type="hidden" name="amount" value="${escapeHtml(charge.amount)}">
+<input type="hidden" name="currency" value="${escapeHtml(charge.currency)}">
+<button type="submit">Send the same charge again (same key)</button>
+</form>
+<p><a href="/">Back</a></p>`,
+  );
+}
+
+/**
  * The page for a failed or refused sign-in. The text is fixed: no provider message is echoed.
  *
  * @example

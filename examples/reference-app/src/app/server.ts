@@ -13,7 +13,14 @@ import { loadCsrfKey } from '../idp/secrets.js';
 import { methodNotAllowed } from '../methods.js';
 import { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
-import { appErrorPage, homePage, signedOutPage, signInAgainPage, signInFailedPage } from './pages.js';
+import {
+  appErrorPage,
+  chargeOutcomeUnknownPage,
+  homePage,
+  signedOutPage,
+  signInAgainPage,
+  signInFailedPage,
+} from './pages.js';
 import { createRefresher, type RefreshTurn } from './refresh.js';
 import { refusalLogger } from './refusal-log.js';
 import { type ReportedError, withoutToken } from './reported-error.js';
@@ -183,6 +190,13 @@ const signedOutNotices: Record<string, string> = {
 };
 
 /**
+ * The charge each POST /charges is about to send (a runnable one only), with the session's CSRF token
+ * for a form that sends it again: what the 503 page of a database that failed after the charge went out
+ * offers (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
+ */
+const chargeOf = new WeakMap<Request, { key: string; amount: number; currency: string; csrf: string }>();
+
+/**
  * The page of a request the app answers 503 because its database failed (see the last error
  * handler): what came of it, said for the route it met. A form the database failed before it called
  * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
@@ -215,6 +229,13 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
       'The app could not reach its database, and nothing was done. Try again in a moment.',
     );
   }
+  // A charge that went out may have been created. What a person needs then is the retry spec 2.1
+  // asks for, the same key: a page that only says "check before sending it again" leaves them a
+  // new form, under a new key, and a second charge. So the page names the key and its form sends
+  // the same charge again (same key, amount, currency; the CSRF token takes no database): the API
+  // charges it at most once, and the page after it says what came of it.
+  const charge = req.method === 'POST' && req.path === '/charges' && done.sentToApi ? chargeOf.get(req) : undefined;
+  if (charge !== undefined) return chargeOutcomeUnknownPage(charge);
   if (req.method === 'POST' && done.sentToApi) {
     return appErrorPage(
       'Outcome not known',
@@ -742,15 +763,15 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         retry: { maxAttempts: 4, deadline: '15s', timeout: '5s' },
         ...options.retryTiming,
       });
+      // The key is settled here, not left to the client to make, so that a database failing after the
+      // charge went out can offer the same charge again under it (chargeOf, storeUnavailablePage).
+      const key = repeatKey ?? randomUUID();
+      if (runnable) chargeOf.set(req, { key, amount, currency, csrf: csrf.issue(req, res, id) });
       const lines: string[] = [];
       let repeat: { key: string; amount: number; currency: string } | undefined;
       let charge: Flash['charge'];
       try {
-        const result = await client.post(
-          '/charges',
-          { amount, currency },
-          repeatKey === undefined ? {} : { idempotencyKey: repeatKey },
-        );
+        const result = await client.post('/charges', { amount, currency }, { idempotencyKey: key });
         await settle('created');
         if (result.key) {
           repeat = { key: result.key, amount, currency };

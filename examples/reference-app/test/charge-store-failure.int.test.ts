@@ -1,0 +1,128 @@
+// "Create charge" when the app's database fails after the API answered the charge: the charge may have
+// been created, and the app cannot keep or show what came of it. Spec 2.1: the same key on every retry.
+// The 503 page says the outcome is not known and offers the same charge again, with the same
+// Idempotency-Key, amount and currency (and the session's CSRF token, which takes no database); sent
+// once the database is back, the API replays its first charge: one charge at the API, not two.
+//
+// The API is the real one (gateway, API on the file's database), trusting the provider of the stack.
+// The app's database fails from the moment the gateway answers the charge: a listener that runs before
+// the gateway's own turns the fault on as the answer is written, so the app meets it on its next
+// statement (keeping the outcome for the page), never earlier.
+import type { ServerResponse } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
+import type { Database } from '../src/db.js';
+import { type ListeningPort, listen } from '../src/listen.js';
+import { databases, terminated } from './db-faults.js';
+import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
+import { formField } from './user-agent.js';
+
+describe.each(databases)('a charge whose outcome the app could not keep, on %s', (_name, embedded) => {
+  let stack: TwoAppStack;
+  let gatewayPort: ListeningPort;
+  let resources: RunningResourceStack | undefined;
+  /** Set: the app's statements fail as on a terminated connection. */
+  let down = false;
+  /** Set: the gateway's answer to the next POST /charges turns `down` on. */
+  let downOnCharge = false;
+
+  beforeAll(async () => {
+    gatewayPort = await listen(0);
+    gatewayPort.server.prependListener('request', (req, res: ServerResponse) => {
+      if (!downOnCharge || req.method !== 'POST' || !req.url?.startsWith('/charges')) return;
+      const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+      res.end = ((...args: unknown[]) => {
+        down = true;
+        return end(...args);
+      }) as typeof res.end;
+    });
+    stack = await startTwoAppStack({
+      name: 'charge_store',
+      embedded,
+      wrapDb: (db, i): Database =>
+        i === 1
+          ? db
+          : {
+              ...db,
+              query: <Row>(text: string, params: readonly unknown[] = []) =>
+                down ? db.query<Row>(terminated) : db.query<Row>(text, params),
+            },
+      // The provider's access tokens name the stack's resource (http://127.0.0.1:1) as their audience.
+      app: () => ({ baseUrl: gatewayPort.url }),
+    });
+    resources = await startResourceStack({
+      db: stack.dbs.one,
+      gatewayPort,
+      apiPort: 0,
+      receiverPort: 0,
+      baseUrl: 'http://127.0.0.1:1',
+      authUrl: stack.authUrl,
+      relay: false,
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await resources?.close();
+    if (!resources) await gatewayPort?.close();
+    await stack?.close();
+  });
+
+  const charges = async (key: string) =>
+    (
+      await stack.dbs.one.query<{ count: number }>(
+        'select count(*)::int as count from api_charges where idempotency_key = $1',
+        [key],
+      )
+    ).rows[0]?.count;
+
+  const post = (url: string, cookie: string, fields: Record<string, string>) =>
+    fetch(url, {
+      method: 'POST',
+      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams(fields),
+      redirect: 'manual',
+    });
+
+  it('offers the same charge again with the same key, and that replays the first charge', async () => {
+    const { agent } = await stack.signIn();
+    const home = await agent.request(new URL('/', stack.appUrls[0]).href);
+    const cookie = agent.jar.header();
+    const key = formField(home.body, 'key');
+    const url = new URL('/charges', stack.appUrls[0]).href;
+
+    downOnCharge = true;
+    let answer: Response;
+    try {
+      answer = await post(url, cookie, { csrf: formField(home.body, 'csrf'), key, amount: '1234', currency: 'EUR' });
+    } finally {
+      downOnCharge = false;
+      down = false;
+    }
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+    const page = await answer.text();
+    expect(await charges(key)).toBe(1);
+    expect(page).toContain('Outcome not known');
+    expect(page).not.toContain('Nothing was done');
+    // The key, said in words, and a form that sends the very same charge.
+    expect(page).toContain(key);
+    expect(page).toContain('action="/charges"');
+    expect(formField(page, 'key')).toBe(key);
+    expect(formField(page, 'amount')).toBe('1234');
+    expect(formField(page, 'currency')).toBe('EUR');
+
+    // Sent again once the database is back: the API's stored answer, not a second charge.
+    const again = await post(url, cookie, {
+      csrf: formField(page, 'csrf'),
+      key: formField(page, 'key'),
+      amount: formField(page, 'amount'),
+      currency: formField(page, 'currency'),
+    });
+    expect(again.status).toBe(303);
+    const shown = await agent.request(new URL(again.headers.get('location')!, stack.appUrls[0]).href);
+    expect(shown.body).toContain('Charge created.');
+    expect(shown.body).toContain(`Idempotency-Key: ${key}`);
+    expect(shown.body).toContain('Replayed: yes');
+    expect(await charges(key)).toBe(1);
+  });
+});
