@@ -16,10 +16,15 @@ export const terminated = `do $$ begin raise exception 'terminating connection d
 export const databases: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) databases.push(['PostgreSQL', false]);
 
+/** Whether a statement (its text and parameters) is one that fails. */
+type Which = (text: string, params: readonly unknown[]) => boolean;
+
 /**
  * A switch over every statement of a database: `wrap` it where a stack takes a database (`wrapDb`,
  * `wrapIdpDb`), then `during('down', request)` makes each statement the database's own refusal
  * (57P01) while `request` runs, and `during('bug', request)` a TypeError, as a bug of the app throws.
+ * A third argument `which` picks the statements that fail (the others go through): asked before each
+ * statement, in order, so it may also note one that goes through ("from the one after this on").
  *
  * @example
  * ```ts
@@ -30,21 +35,26 @@ if (process.env.DATABASE_URL) databases.push(['PostgreSQL', false]);
  */
 export function dbFaults() {
   let fault: 'none' | 'down' | 'bug' = 'none';
+  let fails: Which = () => true;
   return {
     wrap: (db: Database): Database => ({
       ...db,
       query: <Row>(text: string, params: readonly unknown[] = []) => {
-        if (fault === 'down') return db.query<Row>(terminated);
-        if (fault === 'bug') return Promise.reject(new TypeError('Cannot read properties of undefined'));
+        if (fault !== 'none' && fails(text, params)) {
+          if (fault === 'down') return db.query<Row>(terminated);
+          return Promise.reject(new TypeError('Cannot read properties of undefined'));
+        }
         return db.query<Row>(text, params);
       },
     }),
-    async during<T>(kind: 'down' | 'bug', request: () => Promise<T>): Promise<T> {
+    async during<T>(kind: 'down' | 'bug', request: () => Promise<T>, which: Which = () => true): Promise<T> {
       fault = kind;
+      fails = which;
       try {
         return await request();
       } finally {
         fault = 'none';
+        fails = () => true;
       }
     },
   };
