@@ -9,6 +9,7 @@
 // (57P01), on PGlite and PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databases, dbFaults } from './db-faults.js';
+import { loginAndConsent } from './flow.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formAction, formField } from './user-agent.js';
@@ -55,6 +56,137 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
 
     expect((await agent.request(page.url)).response.status).toBe(200);
     expect((await agent.postForm(action, login)).response.status).toBe(303);
+  });
+
+  /** A browser at the provider's consent page, signed in there as alice. */
+  const atConsentPage = async () => {
+    const { agent, page, action } = await atLoginPage();
+    const login = await agent.postForm(action, {
+      csrf: formField(page.body, 'csrf'),
+      username: alice.username,
+      password: alice.password,
+    });
+    expect(login.response.status).toBe(303);
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, stack.authUrl).href);
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    return {
+      agent,
+      csrf: formField(consent.body, 'csrf'),
+      action: new URL(formAction(consent.body, 'consent'), stack.authUrl).href,
+    };
+  };
+
+  const grants = async () =>
+    Number(
+      (
+        await stack.dbs.one.query<{ count: number }>(
+          "select count(*)::int as count from idp_models where model = 'Grant'",
+        )
+      ).rows[0]?.count,
+    );
+
+  /**
+   * For `during`'s `which`: every statement after the consent's grant was inserted fails (`only`
+   * narrows them), the grant's own insert goes through. `saved()` says whether it came.
+   */
+  const afterGrantInsert = (only: (params: readonly unknown[]) => boolean = () => true) => {
+    let saved = false;
+    return {
+      saved: () => saved,
+      which: (text: string, params: readonly unknown[]) => {
+        if (saved) return only(params);
+        if (params[0] === 'Grant' && text.includes('insert into idp_models')) saved = true;
+        return false;
+      },
+    };
+  };
+
+  // The consent saves its grant, then finishes the interaction: a database that fails between the two
+  // must not leave the page saying "nothing was done" over a grant that was saved.
+  it('takes the grant back when the database fails after the consent saved it, and says nothing was done', async () => {
+    const { agent, csrf, action } = await atConsentPage();
+    const before = await grants();
+    // Only the interaction's statements fail (a blip): the grant's delete goes through.
+    const fault = afterGrantInsert((params) => params[0] === 'Interaction');
+    const answer = await during('down', () => agent.postForm(action, { csrf }), fault.which);
+    expect(fault.saved()).toBe(true);
+    expectUnavailablePage(answer);
+    expect(answer.body).toContain('nothing was done');
+    expect(await grants()).toBe(before);
+
+    // The same form sent again goes through.
+    const again = await agent.postForm(action, { csrf });
+    expect(again.response.status).toBe(303);
+    expect(await grants()).toBe(before + 1);
+  });
+
+  it('puts an existing grant back as it was when the database fails after the consent widened it', async () => {
+    // A first sign-in at the provider makes alice's grant for the app; the app's callback is not
+    // visited, so "Sign in" again goes straight back to the provider, whose session skips the password.
+    const agent = createUserAgent();
+    const ids = async () =>
+      (await stack.dbs.one.query<{ id: string }>("select id from idp_models where model = 'Grant'")).rows.map(
+        (row) => row.id,
+      );
+    const earlier = new Set(await ids());
+    await loginAndConsent(
+      agent,
+      stack.authUrl,
+      new URL('/signin', stack.appUrls[0]).href,
+      new URL('/callback', stack.appUrls[0]).href,
+      alice,
+    );
+    const [id, ...others] = (await ids()).filter((grant) => !earlier.has(grant));
+    expect(others).toEqual([]);
+    const scopeOf = async () =>
+      (
+        await stack.dbs.one.query<{ scope: string }>(
+          "select payload #>> '{openid,scope}' as scope from idp_models where model = 'Grant' and id = $1",
+          [id],
+        )
+      ).rows[0]?.scope;
+    // The grant as if alice had never allowed `email`: the next consent adds it to this grant.
+    const narrow = (await scopeOf())!
+      .split(' ')
+      .filter((scope) => scope !== 'email')
+      .join(' ');
+    await stack.dbs.one.query(
+      "update idp_models set payload = jsonb_set(payload, '{openid,scope}', to_jsonb($2::text)) where model = 'Grant' and id = $1",
+      [id, narrow],
+    );
+    const consent = await agent.follow(new URL('/signin', stack.appUrls[0]).href, (url) =>
+      url.startsWith(new URL('/callback', stack.appUrls[0]).href),
+    );
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    const csrf = formField(consent.body, 'csrf');
+    const action = new URL(formAction(consent.body, 'consent'), stack.authUrl).href;
+
+    const fault = afterGrantInsert((params) => params[0] === 'Interaction');
+    const answer = await during('down', () => agent.postForm(action, { csrf }), fault.which);
+    expect(fault.saved()).toBe(true);
+    expectUnavailablePage(answer);
+    expect(answer.body).toContain('nothing was done');
+    expect(await scopeOf()).toBe(narrow);
+
+    expect((await agent.postForm(action, { csrf })).response.status).toBe(303);
+    expect((await scopeOf())?.split(' ')).toContain('email');
+  });
+
+  it('says the consent may have been kept, not that nothing was done, when the grant cannot be taken back', async () => {
+    const { agent, csrf, action } = await atConsentPage();
+    const before = await grants();
+    // Every statement after the grant's insert fails, its delete too.
+    const fault = afterGrantInsert();
+    const answer = await during('down', () => agent.postForm(action, { csrf }), fault.which);
+    expect(fault.saved()).toBe(true);
+    expectUnavailablePage(answer);
+    expect(await grants()).toBe(before + 1);
+    expect(answer.body).not.toContain('nothing was done');
+    expect(answer.body).toContain('may have been kept');
+    expect(answer.body).toContain('no application');
+
+    const again = await agent.postForm(action, { csrf });
+    expect(again.response.status).toBe(303);
   });
 
   // The provider's own endpoints: oidc-provider's handler answered 500 server_error; now 503 with

@@ -42,6 +42,12 @@ function foreignOrigin(req: Request, origin: string): boolean {
 const formBody = express.urlencoded({ extended: false, limit: '8kb' });
 
 /**
+ * The consents whose grant was saved when the sign-in could not finish, and could not be undone (see
+ * the consent route): their error page cannot say nothing was done.
+ */
+const consentKept = new WeakSet<Request>();
+
+/**
  * Our own login and consent pages on oidc-provider's interaction API, as an Express router mounted
  * before the provider. Body parsing is applied to these routes only: the provider parses its own.
  * Every POST answers with a 303 (never 307, which would re-post the password to the client).
@@ -166,10 +172,13 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       return;
     }
     const clientId = String(details.params.client_id);
+    // The grant as it was before this consent (none for a new one): put back if the sign-in cannot
+    // finish (below). A copy of its own, read apart from the one this consent changes.
+    const before = details.grantId ? await provider.Grant.find(details.grantId) : undefined;
     const grant = details.grantId
       ? await provider.Grant.find(details.grantId)
       : new provider.Grant({ accountId, clientId });
-    if (!grant) throw new errors.SessionNotFound('grant not found');
+    if (!grant || (details.grantId && !before)) throw new errors.SessionNotFound('grant not found');
     const promptDetails = details.prompt.details;
     const scopes = promptDetails.missingOIDCScope as string[] | undefined;
     if (scopes?.length) grant.addOIDCScope(scopes.join(' '));
@@ -181,7 +190,26 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     }
     const grantId = await grant.save();
     res.set('Cache-Control', 'no-store');
-    await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
+    try {
+      await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
+    } catch (error) {
+      // The grant is saved, but the interaction that would name it is not (its database failed): the
+      // sign-in does not go on, and the page says nothing was done. So this consent is undone, best
+      // effort: a new grant, which nothing names and no token came from, is deleted; an existing one
+      // is saved back as it was read before this consent (the person's earlier tokens hold no more
+      // than that). When that fails too (the database is still down), the grant stays as saved (a new
+      // one unused until it expires) and the page says that what was allowed may have been kept.
+      // Only for the database's failure: another error (an interaction another request already
+      // finished, a double click) leaves the grant to the request that finished it.
+      if (!res.headersSent && dbUnavailable(error)) {
+        const undone = await (before ? before.save() : grant.destroy()).then(
+          () => true,
+          () => false,
+        );
+        if (!undone) consentKept.add(req);
+      }
+      throw error;
+    }
   });
 
   router.post('/interaction/:uid/abort', formBody, async (req, res) => {
@@ -216,7 +244,7 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
  * app.use(interactionErrors);
  * ```
  */
-export function interactionErrors(error: unknown, _req: Request, res: Response, next: (error: unknown) => void): void {
+export function interactionErrors(error: unknown, req: Request, res: Response, next: (error: unknown) => void): void {
   if (res.headersSent) {
     next(error);
     return;
@@ -243,7 +271,8 @@ export function interactionErrors(error: unknown, _req: Request, res: Response, 
   }
   // The one answer of these pages to a database that could not answer: not a 500 (DESIGN.md's HTTP
   // table: a store that failed is a 503 with Retry-After). Nothing was done, and the sign-in is still
-  // there: the same page, or the same form sent again, goes on once the database is back.
+  // there: the same page, or the same form sent again, goes on once the database is back. Unless a
+  // consent's grant was saved and could not be taken back: that is said as it is.
   if (dbUnavailable(error)) {
     res.set('Retry-After', String(storeRetryAfterSeconds));
     send(
@@ -251,7 +280,9 @@ export function interactionErrors(error: unknown, _req: Request, res: Response, 
       503,
       errorPage(
         'Sign-in unavailable',
-        'The sign-in service could not reach its database, and nothing was done. Try again in a moment.',
+        consentKept.has(req)
+          ? 'The sign-in service could not reach its database to finish this sign-in. What you allowed on this page may have been kept, but the sign-in did not go on and no application received anything from it. Try again in a moment.'
+          : 'The sign-in service could not reach its database, and nothing was done. Try again in a moment.',
       ),
     );
     return;
