@@ -5,7 +5,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createThirdPartyApp } from '../src/app/server.js';
+import { createThirdPartyApp, type ThirdPartyAppEvent } from '../src/app/server.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { type ListeningPort, listen } from '../src/listen.js';
@@ -181,6 +181,8 @@ describe('a refresh whose ID token names another user', () => {
   let appPort: ListeningPort;
   let clock = Date.now();
   let nonce = '';
+  /** What the app reported: the scripted provider has no revocation endpoint to answer (404). */
+  const events: ThirdPartyAppEvent[] = [];
 
   beforeAll(async () => {
     const { privateKey, publicKey } = await generateKeyPair('RS256');
@@ -243,7 +245,7 @@ describe('a refresh whose ID token names another user', () => {
       appUrl: appPort.url,
       baseUrl: whole.stack.gateway.baseUrl,
       now: () => clock,
-      onEvent: () => undefined,
+      onEvent: (event) => events.push(event),
     });
     appPort.use(app);
   });
@@ -281,6 +283,23 @@ describe('a refresh whose ID token names another user', () => {
     const home = await agent.request(new URL('/', appPort.url).href);
     expect(home.body).not.toContain('Mallory Intruder');
     expect(home.body).not.toContain('user-mallory');
+  });
+
+  // Was wrong: the revocation of the tokens such a refresh brought back, when it failed, was reported
+  // as `during: 'sign-out'`, though nobody signed out: the operator reading it looked in the wrong place.
+  it("reports a failed revocation of that refresh's tokens as during a refresh, not a sign-out", async () => {
+    const agent = await signIn();
+    events.length = 0;
+    clock += 10 * 60_000;
+    await agent.request(new URL('/', appPort.url).href);
+    const failed = events.filter((event) => event.type === 'revocation-failed');
+    expect(failed.map((event) => event.type === 'revocation-failed' && [event.during, event.tokenType])).toEqual(
+      expect.arrayContaining([
+        ['refresh', 'refresh_token'],
+        ['refresh', 'access_token'],
+      ]),
+    );
+    expect(failed).toHaveLength(2);
   });
 });
 

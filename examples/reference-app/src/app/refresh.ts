@@ -85,7 +85,10 @@ export interface RefresherOptions {
   clock?: (() => number) | undefined;
   /** Told a refusal of the provider that says nothing of the grant (see `refresh-refused` in server.ts). */
   onRefused: (error: ReportedError) => void;
-  /** Revokes tokens the provider issued to another user than the session's (sign-out's revocation). */
+  /**
+   * Revokes tokens the provider issued to another user than the session's, as sign-out revokes its
+   * own; a failure is reported as `during: 'refresh'` (see `revocation-failed` in server.ts).
+   */
   revoke: (tokens: SessionTokens) => Promise<unknown>;
 }
 

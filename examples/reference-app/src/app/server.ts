@@ -91,10 +91,12 @@ export interface ThirdPartyAppOptions {
 /**
  * What the third-party app reports through {@link ThirdPartyAppOptions.onEvent}:
  * - `revocation-failed`: a token of a session that ended (replaced by a new sign-in, signed out, or
- *   timed out: idle, or 12 hours after the password, found so by the browser's next request), or of a
- *   sign-in whose session the database failed to store (`during: 'sign-in'`), could not be revoked
- *   (RFC 7009): the provider could not be reached or refused. The session is gone here all the same;
- *   the token works at the provider until it expires.
+ *   timed out: idle, or 12 hours after the password, found so by the browser's next request), of a
+ *   sign-in whose session the database failed to store (`during: 'sign-in'`), or of a refresh whose ID
+ *   token named another user than the session's (`during: 'refresh'`: the session ends, and the tokens
+ *   that refresh brought are revoked), could not be revoked (RFC 7009): the provider could not be
+ *   reached or refused. The session is gone here all the same; the token works at the provider until
+ *   it expires.
  * - `refresh-refused`: the provider refused a refresh with an OAuth error other than `invalid_grant`
  *   (RFC 6749 5.2), which says nothing of the grant: `invalid_client` (the app's client secret is not
  *   the provider's: rotated at one and not yet at the other), `unauthorized_client`, `invalid_scope`,
@@ -108,7 +110,7 @@ export interface ThirdPartyAppOptions {
 export type ThirdPartyAppEvent =
   | {
       type: 'revocation-failed';
-      during: 'sign-in' | 'sign-out' | 'timeout';
+      during: 'sign-in' | 'sign-out' | 'timeout' | 'refresh';
       tokenType: 'refresh_token' | 'access_token';
       /**
        * What went wrong, as a plain Error: the network's or the provider's message, with its OAuth `error`
@@ -135,8 +137,9 @@ function eventLogger(now: () => number): { onEvent: (event: ThirdPartyAppEvent) 
       return;
     }
     const reason = event.error instanceof Error ? event.error.message : String(event.error);
+    const cause = event.during === 'refresh' ? 'a refresh that named another user' : event.during;
     console.warn(
-      `third-party app: the ${event.tokenType} of a session ended by ${event.during} could not be revoked (${reason}); it stays valid until it expires`,
+      `third-party app: the ${event.tokenType} of a session ended by ${cause} could not be revoked (${reason}); it stays valid until it expires`,
     );
   };
   return { onEvent, flush: refusals.flush };
@@ -340,7 +343,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     // Tokens held unstored and untouched this long are of a session that has ended (idle).
     unstoredForMs: (idleSeconds ?? defaultIdleSeconds) * 1000,
     onRefused: (error) => notify(onEvent, { type: 'refresh-refused', error }),
-    revoke: (tokens) => revokeTokens(tokens, 'sign-out'),
+    revoke: (tokens) => revokeTokens(tokens, 'refresh'),
   });
 
   const send = (res: Response, status: number, html: string) => res.status(status).set(pageHeaders).send(html);
