@@ -878,6 +878,15 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       next(error);
       return;
     }
+    // A form the body parser refused blames the request: its 4xx (413 too large, 415 an unknown charset
+    // or encoding, 400 unreadable or aborted). Asked first: an aborted request's error carries the code
+    // ECONNABORTED (or a socket's ECONNRESET), which a database's lost connection carries too, and is
+    // no database's. Any form of the app lands here (a charge, the theme, sign-out): the page names no sign-in.
+    const status = clientErrorStatus(error);
+    if (status !== undefined) {
+      send(res, status, appErrorPage('Form not read', 'This form could not be read. Go back and try again.'));
+      return;
+    }
     // The one place a database that failed (a connection refused or ended, a pool that timed out)
     // is answered, on any route: not a 500 (the house's HTTP table: a store that failed is a 503 with
     // Retry-After). The session cookie goes back as the browser sent it (a callback clears it before it
@@ -888,13 +897,6 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       for (const line of cookies) if (!line.startsWith(`${sessionCookie}=`)) res.appendHeader('Set-Cookie', line);
       res.set('Retry-After', String(storeRetryAfterSeconds));
       send(res, 503, storeUnavailablePage(req, { sentToApi: sentToApi.has(req), signedOut: signedOutBy.has(req) }));
-      return;
-    }
-    // A form the body parser refused (too large, an unknown charset) blames the request: its 4xx.
-    // Any form of the app lands here (a charge, the theme, sign-out): the page names no sign-in.
-    const status = clientErrorStatus(error);
-    if (status !== undefined) {
-      send(res, status, appErrorPage('Form not read', 'This form could not be read. Go back and try again.'));
       return;
     }
     send(res, 500, appErrorPage('Something went wrong', 'Please try again.'));
