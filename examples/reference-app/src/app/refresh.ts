@@ -79,10 +79,16 @@ export interface RefresherOptions {
   /** Tokens held unstored and untouched this long (ms) are of a session that has ended (idle). */
   unstoredForMs: number;
   /**
-   * The real clock (epoch ms), for how long held tokens went untouched: not `now`, which tests move
-   * to age tokens. Default `Date.now`.
+   * The real clock (epoch ms), for how long held tokens went untouched and how long a request waits for
+   * another process's refresh: not `now`, which tests move to age tokens. Default `Date.now`.
    */
   clock?: (() => number) | undefined;
+  /**
+   * Waits `ms` on that clock: between the reads of a session whose refresh another process holds, and
+   * between the tries to store a refresh's tokens. Default a real timer; tests inject it with `clock`
+   * to reach the give-up without waiting.
+   */
+  sleep?: ((ms: number) => Promise<void>) | undefined;
   /** Told a refusal of the provider that says nothing of the grant (see `refresh-refused` in server.ts). */
   onRefused: (error: ReportedError) => void;
   /**
@@ -124,6 +130,7 @@ export interface Refresher {
 export function createRefresher(options: RefresherOptions): Refresher {
   const { sessions, oidc, now, refreshMargin, unstoredForMs } = options;
   const clock = options.clock ?? Date.now;
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const refreshing = new Map<string, { pending: Promise<SessionData | undefined>; outcome: RefreshOutcome }>();
   const unstored = new Map<string, UnstoredRefresh>();
 
@@ -164,9 +171,9 @@ export function createRefresher(options: RefresherOptions): Refresher {
     refused?: string,
   ): Promise<SessionData | undefined> => {
     const claim = randomUUID();
-    // The real clock, not `now`: how long this request waits, not how old a token is. A claim ends
-    // with its time (a process that died), and is taken over then; this bounds the wait all the same.
-    const giveUp = Date.now() + (refreshLeaseSeconds + 5) * 1000;
+    // The real clock (`clock`), not `now`: how long this request waits, not how old a token is. A claim
+    // ends with its time (a process that died), and is taken over then; this bounds the wait all the same.
+    const giveUp = clock() + (refreshLeaseSeconds + 5) * 1000;
     for (let pause = 20; ; pause = Math.min(pause * 2, 250)) {
       // Read again each turn: another request (here or in another process) may have refreshed since.
       // Its refresh token is used up: presenting it again would look like reuse to the provider.
@@ -186,11 +193,11 @@ export function createRefresher(options: RefresherOptions): Refresher {
       }
       const claimed = await sessions.claimRefresh(id, claim);
       if (claimed) return refreshClaimed(id, claim, claimed, refused, outcome);
-      if (Date.now() >= giveUp) {
+      if (clock() >= giveUp) {
         outcome.failed = true;
         return data;
       }
-      await new Promise((resolve) => setTimeout(resolve, pause));
+      await sleep(pause);
     }
   };
 
@@ -208,7 +215,7 @@ export function createRefresher(options: RefresherOptions): Refresher {
       } catch (error) {
         const pause = storePausesMs[attempt];
         if (pause === undefined) throw error;
-        await new Promise((resolve) => setTimeout(resolve, pause));
+        await sleep(pause);
       }
     }
   };
