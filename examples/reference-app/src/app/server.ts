@@ -488,18 +488,22 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       call({ method: 'GET', path: '/settings' }),
     ]);
     // The message of the form this page answers, named in its URL: each tab takes its own, and a
-    // message of another tab's form stays for that tab. Taken from the session as it is now, not as
-    // it was read before the API calls, so tokens a concurrent refresh stored meanwhile stay.
+    // message of another tab's form stays for that tab. Seen here in the session as read, and taken
+    // (removed) only after the page's other statements, the last before it is shown: a database that
+    // fails before that answers 503, and the message waits for the page sent again. Taken from the
+    // session as it is now (only its slot is written), so tokens a concurrent refresh stored meanwhile stay.
     const slot = typeof req.query.shown === 'string' && flashSlot.test(req.query.shown) ? req.query.shown : undefined;
-    const flash = slot === undefined ? undefined : await sessions.takeFlash(id, slot);
+    const seen = slot === undefined ? undefined : data.flashes?.[slot];
     // This page shows the outcome of that charge: the person knows it now, so its key is no longer
     // kept, and the form below is a new charge. An unknown outcome (no answer, 409) keeps the key.
-    if (flash?.charge?.settled) await sessions.closeCharge(id, flash.charge.key);
+    if (seen?.charge?.settled) await sessions.closeCharge(id, seen.charge.key);
     // A charge sent from this session whose outcome no page has shown (its answer was lost: Back, a
     // reload, another tab) comes back with its key and details: sent again, the API replays it.
     // Otherwise a key per rendered form: a double click, or a reload that sends the form again, is one
     // operation. A form never sent is no operation yet, so two tabs opened to make two charges get two.
     const open = (await sessions.get(id))?.openCharge;
+    // In one statement: of two loads of this page at once, one shows it.
+    const flash = seen === undefined || slot === undefined ? undefined : await sessions.takeFlash(id, slot);
     send(
       res,
       200,
