@@ -236,6 +236,17 @@ describe('clientErrorStatus (which errors blame the request)', () => {
     expect(clientErrorStatus(Object.assign(new URIError('bad path'), { status: 400 }))).toBe(400);
   });
 
+  // Was wrong: only `status` was read; an exposed 4xx that carries its status as `statusCode` alone
+  // (Express's finalhandler reads either) stayed a 500, or a 503 when its code read as a lost connection.
+  it('reads `statusCode` when there is no `status`, as Express does', () => {
+    const socketError = Object.assign(new Error('aborted'), { code: 'ECONNRESET', statusCode: 400, expose: true });
+    expect(clientErrorStatus(socketError)).toBe(400);
+    expect(clientErrorStatus(Object.assign(new Error('x'), { statusCode: 500, expose: true }))).toBeUndefined();
+    expect(clientErrorStatus(Object.assign(new Error('x'), { status: 500, statusCode: 400, expose: true }))).toBe(
+      undefined,
+    );
+  });
+
   it.each([
     ['a 3xx, even exposed', httpError(399, true)],
     ['a 5xx, even exposed', httpError(500, true)],
