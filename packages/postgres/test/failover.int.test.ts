@@ -45,8 +45,14 @@ const poolOn = (port: number, options: pg.PoolConfig = {}) => {
   return pool;
 };
 
+// A lease far longer than any run: the claims these tests leave behind (k-second) must read as held
+// (in_progress) on the promoted standby however slow the box. With the default 10 s, a crash and
+// promotion that took that long under CI load let the check take the abandoned claim over (execute),
+// which read as if the unconfirmed outcome had reached the standby.
+const LEASE = '10m';
+
 const engineOn = (pool: pg.Pool) =>
-  createIdempotency({ store: postgresStore({ client: pool }), storeTimeout: STORE_TIMEOUT_MS });
+  createIdempotency({ store: postgresStore({ client: pool }), storeTimeout: STORE_TIMEOUT_MS, lease: LEASE });
 
 describe.runIf(available)('PostgreSQL failover: the standby promoted', () => {
   let cluster: ReplicatedCluster;
