@@ -16,6 +16,14 @@ export interface LocalRedisCluster {
   readonly urls: readonly string[];
   /** Every server, masters and replicas, in the order they were started. */
   readonly servers: readonly RedisServerProcess[];
+  /**
+   * Resolves once the cluster is as it started, for a case that counts on its masters: every node
+   * answers `cluster_state:ok` and flags no node failing, the masters of `nodes` own all the slots
+   * again (a replica promoted meanwhile, by a failover a case caused, is failed back with CLUSTER
+   * FAILOVER on its old master), and each master has its replicas online. Throws, with every
+   * node's CLUSTER NODES, when that is not so within 30 s.
+   */
+  healthy(): Promise<void>;
   /** Kills the servers and removes their directory. */
   stop(): Promise<void>;
 }
@@ -28,6 +36,8 @@ const clusterPort = async (taken: Set<number>): Promise<number> => {
     return port;
   }
 };
+
+const cli = async (port: number, ...args: string[]) => (await run('redis-cli', ['-p', String(port), ...args])).stdout;
 
 const clusterOk = async (port: number) => {
   const { stdout } = await run('redis-cli', ['-p', String(port), 'cluster', 'info']);
@@ -119,7 +129,56 @@ export async function startRedisCluster({ replicas = 0 }: { replicas?: number } 
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
     }
+    const healthy = async () => {
+      const deadline = Date.now() + 30_000;
+      let failedBackAt = 0;
+      for (;;) {
+        const state = await Promise.all(
+          servers.map(async (server) => ({
+            server,
+            ok: await clusterOk(server.port).catch(() => false),
+            // Flags of every node as this one sees it: "fail" or "fail?" (suspected) is a node down.
+            failing: /^\S+ \S+ \S*fail/m.test(await cli(server.port, 'cluster', 'nodes').catch(() => 'x x fail')),
+          })),
+        );
+        const roles = await Promise.all(
+          masters.map(async (master) => (await cli(master.port, 'role').catch(() => '')).split('\n')[0]),
+        );
+        const online = await Promise.all(
+          masters.map(async (master) => {
+            const replication = await cli(master.port, 'info', 'replication').catch(() => '');
+            return (replication.match(/^slave\d+:.*state=online/gm) ?? []).length >= replicas;
+          }),
+        );
+        const settled = state.every((node) => node.ok && !node.failing);
+        if (settled && roles.every((role) => role === 'master') && online.every(Boolean)) return;
+        // A master that became a replica, its link to the one that took over up: take its slots back
+        // (a coordinated failover: the promoted replica hands over once this one has caught up).
+        if (settled && Date.now() - failedBackAt > 5_000) {
+          const demoted = masters.filter((_, i) => roles[i] === 'slave');
+          for (const master of demoted) {
+            if (/master_link_status:up/.test(await cli(master.port, 'info', 'replication').catch(() => ''))) {
+              await cli(master.port, 'cluster', 'failover').catch(() => undefined);
+              failedBackAt = Date.now();
+            }
+          }
+        }
+        if (Date.now() > deadline) {
+          const views = await Promise.all(
+            servers.map(
+              async (server) =>
+                `${server.port}:\n${await cli(server.port, 'cluster', 'nodes').catch((error: unknown) => String(error))}`,
+            ),
+          );
+          throw new Error(
+            `the local Redis Cluster is not as it started (masters ${masters.map((m) => m.port).join(', ')}):\n${views.join('\n')}`,
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    };
     return {
+      healthy,
       nodes: masters.map((server) => ({ host: '127.0.0.1', port: server.port })),
       urls: masters.map((server) => server.url),
       servers,
