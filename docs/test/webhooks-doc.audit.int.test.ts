@@ -570,6 +570,7 @@ describe('## Errors', () => {
       event_id_reused: 422,
       body_too_large: 413,
       body_encoding_unsupported: 415,
+      body_incomplete: 400,
       apply_failed: 500,
       raw_body_required: 500,
       secret_invalid: 'thrown',

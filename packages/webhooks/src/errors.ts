@@ -21,6 +21,7 @@ export const webhookErrorTable = {
   event_id_reused: { status: 422, title: 'Webhook id already used for another payload', retryable: false },
   body_too_large: { status: 413, title: 'Webhook body too large', retryable: false },
   body_encoding_unsupported: { status: 415, title: 'Webhook body encoding unsupported', retryable: false },
+  body_incomplete: { status: 400, title: 'Webhook body cut short', retryable: true },
   apply_failed: { status: 500, title: 'Webhook could not be applied', retryable: true },
   raw_body_required: { status: 500, title: 'Webhook raw body required', retryable: true },
   secret_invalid: { status: 500, title: 'Webhook secret is invalid', retryable: false },

@@ -70,7 +70,8 @@ async function collect(stream: AsyncIterable<Buffer | string>, limit: number): P
  * and HTTP/2 requests alike (`http.createServer`, `http2.createServer`, `request.raw` of Fastify).
  *
  * Fails closed: a stream another middleware already read throws `raw_body_required`; an unknown
- * encoding throws `body_encoding_unsupported`; too many bytes throw `body_too_large`.
+ * encoding throws `body_encoding_unsupported`; too many bytes throw `body_too_large`; a body the
+ * connection ended before it was whole throws `body_incomplete`.
  *
  * @example
  * const body = await readRawBody(req, { limit: 256 * 1024 });
@@ -112,9 +113,25 @@ export async function readBodyStream(
     source.resume();
     throw bodyTooLarge(limit);
   }
-  if (decoder === undefined) return collect(source, limit);
+  if (decoder === undefined) {
+    try {
+      return await collect(source, limit);
+    } catch (error) {
+      if (error instanceof WebhookError) throw error;
+      throw cutShort(error);
+    }
+  }
   return decodeStream(source, decoder(), limit);
 }
+
+/**
+ * The sender hung up (or the stream failed) before the whole body arrived. Node's error for that is
+ * `aborted` with code ECONNRESET, the code a lost database connection carries too: passed on as it
+ * is, an app's error handler that answers database failures 503 took a sender's hang-up for its own
+ * database going down. A WebhookError of its own, the glue answers it (to nobody, most often).
+ */
+const cutShort = (cause: unknown): WebhookError =>
+  new WebhookError('body_incomplete', 'The connection ended before the whole webhook body arrived.', { cause });
 
 async function decodeStream(source: Readable, decoder: NodeJS.ReadWriteStream, limit: number): Promise<Buffer> {
   // pipe() passes on neither an error nor an aborted connection: the decoder would wait forever for
@@ -136,7 +153,7 @@ async function decodeStream(source: Readable, decoder: NodeJS.ReadWriteStream, l
   } catch (error) {
     source.unpipe();
     source.resume();
-    if (broken !== undefined) throw broken;
+    if (broken !== undefined) throw cutShort(broken);
     if (error instanceof WebhookError) throw error;
     throw new WebhookError('body_encoding_unsupported', 'The webhook body could not be decompressed.', {
       cause: error,

@@ -4,7 +4,14 @@ import { type AddressInfo, connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { memoryStore } from '@idem/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createReceiver, createSigner, expressWebhook, type Receiver } from '../src/index.js';
+import {
+  createReceiver,
+  createSigner,
+  expressWebhook,
+  type Receiver,
+  readRawBody,
+  WebhookError,
+} from '../src/index.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = createSigner({ secret: SECRET });
@@ -108,6 +115,43 @@ describe('readRawBody with a Content-Encoding', () => {
     // Before, pipe() never told the decoder: the handler, its zlib stream and the request stayed
     // held for good (this test then ran into its timeout).
     await expect(run).resolves.toBeUndefined();
-    expect(errors).toHaveLength(1);
+    // Answered by the glue as body_incomplete (see "a body cut short"), not passed to next.
+    expect(errors).toEqual([]);
   }, 5_000);
+});
+
+describe('a body cut short', () => {
+  // A sender that hangs up mid-body gives the request stream Node's `aborted` error, code
+  // ECONNRESET: the very code a lost database connection carries. Passed on as it is, an app's error
+  // handler that answers database failures 503 (and counts them) read a sender's hang-up as its
+  // database going down. The glue answers it itself, as the WebhookError it is.
+  it.each([
+    ['identity', {}],
+    ['gzip', { 'Content-Encoding': 'gzip' }],
+  ])('is body_incomplete (400, retryable) from readRawBody, never the connection error (%s)', async (_name, extra) => {
+    const seen: unknown[] = [];
+    const target = await serve(async (req) => {
+      try {
+        await readRawBody(req);
+      } catch (error) {
+        seen.push(error);
+      }
+    });
+    const body = 'Content-Encoding' in extra ? gzipSync(payload) : payload;
+    const { run } = await hangUpMidBody(target, body.subarray(0, 12), body.length, extra);
+    await run;
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toBeInstanceOf(WebhookError);
+    expect(seen[0]).toMatchObject({ code: 'body_incomplete', status: 400 });
+    expect((seen[0] as WebhookError).toProblem()).toMatchObject({ retryable: true });
+  });
+
+  it('is answered by the Express glue itself: next never sees it', async () => {
+    const glue = expressWebhook(receiver());
+    const errors: unknown[] = [];
+    const target = await serve((req, res) => glue(req, res, (error) => void errors.push(error)));
+    const { run } = await hangUpMidBody(target, payload.subarray(0, 10), payload.length);
+    await expect(run).resolves.toBeUndefined();
+    expect(errors).toEqual([]);
+  });
 });
