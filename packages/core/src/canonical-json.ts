@@ -1,3 +1,5 @@
+import { isPlainObject } from './plain-object.js';
+
 /**
  * RFC 8785 (JSON Canonicalization Scheme) serialisation of a parsed JSON value: object members
  * sorted by their UTF-16 code units, no whitespace, numbers and strings as ECMAScript's
@@ -9,7 +11,8 @@
  *
  * Returns `undefined` for values deeper than `maxDepth`, so hostile nesting cannot exhaust the stack,
  * and for anything that is not plain JSON data (a `Date`, a class instance, `undefined`, a function),
- * which a parser with a reviver may leave behind, or a number that is not finite (`1e400` parses to
+ * which a parser with a reviver may leave behind (a plain object of another realm, a vm context's, is
+ * data: see {@link isPlainObject}), or a number that is not finite (`1e400` parses to
  * Infinity): such a value has no canonical form (RFC 8785 has none for them; written as `null`, as
  * `JSON.stringify` does, `{"amount":1e400}` would be one request with `{"amount":null}`), and the
  * caller then hashes bytes instead.
@@ -89,9 +92,9 @@ function write(value: unknown, depth: number): string {
     }
     return `${out}]`;
   }
-  const prototype = Object.getPrototypeOf(value);
-  if (prototype !== Object.prototype && prototype !== null) throw notJson;
-  const object = value as Record<string, unknown>;
+  // An object of another realm too (a vm context's `{}`): plain JSON data whatever made it.
+  if (!isPlainObject(value)) throw notJson;
+  const object = value;
   const keys = sortCodeUnits(Object.keys(object));
   let out = '{';
   for (let i = 0; i < keys.length; i++) {

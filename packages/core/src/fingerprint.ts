@@ -2,6 +2,7 @@ import { createHash, hash } from 'node:crypto';
 import { canonicalJson, integerText, isRawJson, rawJson } from './canonical-json.js';
 import { parameterOf, parameterPattern } from './media-type.js';
 import { canonicalMultipart } from './multipart.js';
+import { isPlainObject } from './plain-object.js';
 import { normalisePercentEncoding } from './route-path.js';
 
 /** The parts of a request that make up its identity. */
@@ -441,7 +442,7 @@ function compactJson(root: unknown): string | undefined {
     else if (Array.isArray(value)) {
       out += '[';
       levels.push({ items: value, names: undefined, next: 0 });
-    } else if (typeof value === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(value))) {
+    } else if (isPlainObject(value)) {
       out += '{';
       levels.push({ items: value as Record<string, unknown>, names: Object.keys(value), next: 0 });
     } else return undefined;

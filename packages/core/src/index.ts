@@ -92,6 +92,7 @@ export { mintKey } from './mint.js';
 export { notify } from './notify.js';
 export { assertKnownOptions, type ListsEvery } from './option-names.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
+export { isPlainObject } from './plain-object.js';
 export { recordId } from './record-id.js';
 export { retryWithPauses } from './retry-pauses.js';
 export { foldRoutePath, normalisePercentEncoding, originForm, type RoutePathOptions } from './route-path.js';
