@@ -1,5 +1,6 @@
 import { Buffer } from 'node:buffer';
 import { isFieldValue, isHttpToken } from './header-syntax.js';
+import { isPlainObject } from './plain-object.js';
 import type { StoredResponse } from './store.js';
 
 /**
@@ -182,6 +183,8 @@ export function assertStoredResponse(
   if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599) {
     throw new InvalidResponseError('response status must be an integer from 100 to 599');
   }
+  // Of any realm (a vm context's too); not an array, Map, Headers, class
+  // instance or object over a plain one, whose entries a store would drop without a word.
   if (!isPlainObject(headers)) throw new InvalidResponseError('response headers must be a plain object');
   for (const name of Object.keys(headers)) checkHeader(name, headers[name]);
   if (!(body instanceof Uint8Array)) throw new InvalidResponseError('response body must be a Uint8Array');
@@ -206,13 +209,4 @@ const checkHeader = (name: string, value: unknown) => {
   if (typeof value !== 'string' || !isFieldValue(value)) {
     throw new InvalidResponseError('a response header value is not a string of HTTP field-value characters');
   }
-};
-
-// An object literal or JSON.parse result, from this realm or another (its prototype's prototype is
-// null), or a null-prototype object: not an array, Map, Headers or class instance, whose entries a
-// store would drop without a word.
-const isPlainObject = (value: unknown): value is Record<string, unknown> => {
-  if (typeof value !== 'object' || value === null) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === null || Object.getPrototypeOf(proto) === null;
 };
