@@ -1,3 +1,4 @@
+import { isPlainObject } from '@idem/core';
 import { isValidWebhookId } from './headers.js';
 
 /** What fetch and the signer need of a message to send it at all. */
@@ -54,23 +55,6 @@ export const headersNotSentAsGiven: readonly string[] = ['content-length', 'cont
 const refusedWhenSent: ReadonlySet<string> = new Set(['transfer-encoding', 'keep-alive', 'upgrade', 'expect']);
 
 /**
- * True for an object literal of any realm, or an object without a prototype. Another realm's (a
- * node:vm context's) `{}` has that realm's Object.prototype, not this one's; it is still known by
- * what an Object.prototype is: no prototype of its own, and an own `constructor` that is a function
- * named `Object` whose `prototype` is it. A Headers, a Map or a class instance, of any realm, is not
- * plain, nor is an object over a plain object (its entries may be inherited).
- */
-function isPlainObject(value: object): boolean {
-  const prototype: unknown = Object.getPrototypeOf(value);
-  if (prototype === null || prototype === Object.prototype) return true;
-  if (typeof prototype !== 'object' || Object.getPrototypeOf(prototype) !== null) return false;
-  // Read as own data properties: an accessor would run the caller's code here.
-  const maker: unknown = Object.getOwnPropertyDescriptor(prototype, 'constructor')?.value;
-  if (typeof maker !== 'function' || Object.getOwnPropertyDescriptor(maker, 'name')?.value !== 'Object') return false;
-  return Object.getOwnPropertyDescriptor(maker, 'prototype')?.value === prototype;
-}
-
-/**
  * Throws a `TypeError` for headers fetch would refuse (a bad name or value, a value that is not a
  * string), headers that are not a plain object (a `Headers` or a `Map` would lose every entry), one
  * name given twice in two spellings (`X-A` and `x-a`), a header every attempt sets itself (the
@@ -88,7 +72,8 @@ export function assertSendableHeaders(given: Record<string, string> | undefined,
   if (typeof headers !== 'object' || headers === null || !Object.values(headers).every((v) => typeof v === 'string'))
     throw new TypeError('headers must map header names to strings');
   // A Headers or a Map keeps its entries where Object.entries does not look: it would pass the
-  // check above and go out (or be stored) with none of them.
+  // check above and go out (or be stored) with none of them. A plain object of another realm (a vm
+  // context's) is plain: @idem/core's isPlainObject, the rule its canonical JSON uses.
   if (!isPlainObject(headers))
     throw new TypeError('headers must be a plain object (for a Headers or a Map, pass Object.fromEntries(it))');
   if (contentType !== undefined && typeof contentType !== 'string') throw new TypeError('contentType must be a string');
