@@ -172,6 +172,22 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       return;
     }
     const clientId = String(details.params.client_id);
+    // This form was sent already and its POST finished the interaction, which the browser has not
+    // followed yet (a double click, a reload that posts it again): the same way on, naming the grant
+    // that POST made. No grant of this one's own: the interaction would name it instead, and the
+    // first one's grant would be left behind, named by nothing until it expires. Only while that grant
+    // is there (a POST whose interaction was saved though its database answered an error deleted it).
+    const consented = details.result?.consent?.grantId;
+    if (typeof consented === 'string' && consented !== '' && (await provider.Grant.find(consented))) {
+      res.set('Cache-Control', 'no-store');
+      await provider.interactionFinished(
+        req,
+        res,
+        { consent: { grantId: consented } },
+        { mergeWithLastSubmission: true },
+      );
+      return;
+    }
     // The grant as it was before this consent (none for a new one): put back if the sign-in cannot
     // finish (below). A copy of its own, read apart from the one this consent changes.
     const before = details.grantId ? await provider.Grant.find(details.grantId) : undefined;
@@ -193,16 +209,22 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     try {
       await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
     } catch (error) {
-      // The grant is saved, but the interaction that would name it is not (its database failed): the
-      // sign-in does not go on, and the page says nothing was done. So this consent is undone, best
-      // effort: a new grant, which nothing names and no token came from, is deleted; an existing one
+      // The grant is saved, but the interaction that would name it is not: its database failed, or
+      // another POST of this form (a double click) finished it and the browser followed it on (the
+      // interaction is gone: SessionNotFound). The sign-in does not go on from here, so this consent
+      // is undone, best effort. A new grant is this POST's own (every POST of the form makes its own,
+      // under its own id), which nothing names and no token came from: deleted. An existing grant is
+      // the one every POST of this interaction widens: when another POST finished the interaction, its
+      // sign-in runs on this same grant id, widened as this one widened it, and it stays; otherwise it
       // is saved back as it was read before this consent (the person's earlier tokens hold no more
-      // than that). When that fails too (the database is still down), the grant stays as saved (a new
-      // one unused until it expires) and the page says that what was allowed may have been kept.
-      // Only for the database's failure: another error (an interaction another request already
-      // finished, a double click) leaves the grant to the request that finished it.
-      if (!res.headersSent && dbUnavailable(error)) {
-        const undone = await (before ? before.save() : grant.destroy()).then(
+      // than that). When the undo fails too (the database is still down), the grant stays as saved (a
+      // new one unused until it expires) and a 503 page says that what was allowed may have been kept.
+      if (!res.headersSent) {
+        // The grant another POST's finished sign-in names is the interaction's own (details.grantId),
+        // or that POST's new one: never this POST's new grant, whose id nothing else has.
+        const namedByAnother = grantId === details.grantId && error instanceof errors.SessionNotFound;
+        const undo = namedByAnother ? undefined : before ? before.save() : grant.destroy();
+        const undone = await (undo ?? Promise.resolve()).then(
           () => true,
           () => false,
         );

@@ -1,0 +1,176 @@
+// The consent form sent twice (a double click, a reload that posts it again): each POST saves a grant,
+// then finishes the interaction. The first one to finish signs the person in with its grant; the
+// other one must not leave a grant of its own behind, named by nothing until its 14-day TTL, nor undo
+// the grant the first one made (a re-consent widens the person's existing grant: both POSTs save it).
+//
+// The second POST is held at its grant's save (a statement of the provider's database that waits for
+// the test) while the first one finishes and the browser follows it back to the app, as a double
+// click whose second request is slower does.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Database } from '../src/db.js';
+import { storedId } from '../src/idp/stored-id.js';
+import { databases } from './db-faults.js';
+import { loginAndConsent } from './flow.js';
+import { alice } from './test-idp.js';
+import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
+import { createUserAgent, formAction, formField, type UserAgent } from './user-agent.js';
+
+describe.each(databases)('the consent form sent twice, on %s', (_name, embedded) => {
+  let stack: TwoAppStack;
+  // When set, the next save of a grant waits for `release` (and says so through `reached`).
+  let hold: { reached: () => void; release: Promise<void> } | undefined;
+
+  beforeAll(async () => {
+    stack = await startTwoAppStack({
+      name: 'consent_twice',
+      embedded,
+      wrapIdpDb: (db): Database => ({
+        ...db,
+        query: async <Row>(text: string, params: readonly unknown[] = []) => {
+          if (hold && params[0] === 'Grant' && text.includes('insert into idp_models')) {
+            const held = hold;
+            hold = undefined;
+            held.reached();
+            await held.release;
+          }
+          return db.query<Row>(text, params);
+        },
+      }),
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await stack?.close();
+  });
+
+  const signinUrl = () => new URL('/signin', stack.appUrls[0]).href;
+  const callbackUrl = () => new URL('/callback', stack.appUrls[0]).href;
+  const toApp = (url: string) => url.startsWith(callbackUrl());
+
+  /** Ids of the app's grants (alice is the only one who signs in here). */
+  const grantIds = async () =>
+    (
+      await stack.dbs.one.query<{ id: string }>(
+        "select id from idp_models where model = 'Grant' and payload->>'clientId' = $1 order by id",
+        [stack.client.clientId],
+      )
+    ).rows.map((row) => row.id);
+
+  /** The grant the app's session was signed in with (its refresh token's). */
+  const grantOfSession = async (agent: UserAgent) => {
+    const id = agent.jar.cookies.get('app_session')?.value ?? '';
+    const tokens = (await stack.sessions().get(id))?.tokens;
+    expect(tokens?.refreshToken).toEqual(expect.any(String));
+    const { rows } = await stack.dbs.one.query<{ grant_id: string }>(
+      "select grant_id from idp_models where model = 'RefreshToken' and id = $1",
+      [storedId('RefreshToken', tokens!.refreshToken!)],
+    );
+    return rows[0]?.grant_id;
+  };
+
+  /** A browser at the consent page (`agent` signed in at the provider already, or a new one). */
+  const atConsentPage = async (agent: UserAgent = createUserAgent()) => {
+    let page = await agent.follow(signinUrl(), toApp);
+    if (page.body.includes('<h1>Sign in</h1>')) {
+      const login = await agent.postForm(new URL(formAction(page.body, 'login'), stack.authUrl).href, {
+        csrf: formField(page.body, 'csrf'),
+        username: alice.username,
+        password: alice.password,
+      });
+      expect(login.response.status).toBe(303);
+      page = await agent.follow(new URL(login.response.headers.get('location')!, stack.authUrl).href, toApp);
+    }
+    expect(page.body).toContain('<h1>Allow access</h1>');
+    return {
+      agent,
+      fields: { csrf: formField(page.body, 'csrf') },
+      action: new URL(formAction(page.body, 'consent'), stack.authUrl).href,
+    };
+  };
+
+  /**
+   * Sends the form twice: the slower POST is held at its grant's save while the other one finishes
+   * and the browser follows it back to the app (the sign-in completes); then the slower one goes on.
+   */
+  const sendTwice = async ({ agent, fields, action }: Awaited<ReturnType<typeof atConsentPage>>) => {
+    let reached!: () => void;
+    const atSave = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    let release!: () => void;
+    hold = {
+      reached,
+      release: new Promise<void>((resolve) => {
+        release = resolve;
+      }),
+    };
+    const slower = agent.postForm(action, fields);
+    await atSave;
+    const first = await agent.postForm(action, fields);
+    expect(first.response.status).toBe(303);
+    const back = await agent.follow(new URL(first.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    const signedIn = await agent.request(back.url);
+    expect(signedIn.response.status).toBe(303);
+    release();
+    return { second: await slower };
+  };
+
+  it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
+    const consent = await atConsentPage();
+    const before = new Set(await grantIds());
+    const { second } = await sendTwice(consent);
+    // The page the second POST got before: the interaction is gone, the sign-in link expired.
+    expect(second.response.status).toBe(400);
+    expect(second.body).toContain('Sign-in expired');
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toEqual([await grantOfSession(consent.agent)]);
+  });
+
+  it('keeps the grant the first POST widened as it widened it (a re-consent sent twice)', async () => {
+    const agent = createUserAgent();
+    const before = new Set(await grantIds());
+    await loginAndConsent(agent, stack.authUrl, signinUrl(), callbackUrl(), alice);
+    const [id, ...others] = (await grantIds()).filter((grant) => !before.has(grant));
+    expect(others).toEqual([]);
+    const scopeOf = async () =>
+      (
+        await stack.dbs.one.query<{ scope: string }>(
+          "select payload #>> '{openid,scope}' as scope from idp_models where model = 'Grant' and id = $1",
+          [id],
+        )
+      ).rows[0]?.scope;
+    // The grant as if alice had never allowed `email`: the next consent adds it to this grant.
+    const narrow = (await scopeOf())!
+      .split(' ')
+      .filter((scope) => scope !== 'email')
+      .join(' ');
+    await stack.dbs.one.query(
+      "update idp_models set payload = jsonb_set(payload, '{openid,scope}', to_jsonb($2::text)) where model = 'Grant' and id = $1",
+      [id, narrow],
+    );
+    const consent = await atConsentPage(agent);
+    const { second } = await sendTwice(consent);
+    expect(second.response.status).toBe(400);
+    expect(await grantOfSession(agent)).toBe(id);
+    expect((await scopeOf())?.split(' ')).toContain('email');
+    expect((await grantIds()).filter((grant) => !before.has(grant))).toEqual([id]);
+  });
+
+  it('answers a second POST that comes once the first finished, before the browser followed it, with the same way on', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const first = await agent.postForm(action, fields);
+    expect(first.response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    const second = await agent.postForm(action, fields);
+    expect(second.response.status).toBe(303);
+    expect(second.response.headers.get('location')).toBe(first.response.headers.get('location'));
+    const back = await agent.follow(new URL(second.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+});
