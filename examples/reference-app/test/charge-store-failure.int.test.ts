@@ -10,6 +10,7 @@
 // statement (keeping the outcome for the page), never earlier.
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { maxChargeAmount } from '../src/api/charges.js';
 import { type RunningResourceStack, startResourceStack } from '../src/api/resource-stack.js';
 import type { Database } from '../src/db.js';
 import { type ListeningPort, listen } from '../src/listen.js';
@@ -125,4 +126,45 @@ describe.each(databases)('a charge whose outcome the app could not keep, on %s',
     expect(shown.body).toContain('Replayed: yes');
     expect(await charges(key)).toBe(1);
   });
+
+  /** Sends a charge from the home page's form, the app's database failing from the gateway's answer on. */
+  const chargeWithStoreDownAfterApi = async (amount: string) => {
+    const { agent } = await stack.signIn();
+    const home = await agent.request(new URL('/', stack.appUrls[0]).href);
+    const key = formField(home.body, 'key');
+    downOnCharge = true;
+    try {
+      const answer = await post(new URL('/charges', stack.appUrls[0]).href, agent.jar.header(), {
+        csrf: formField(home.body, 'csrf'),
+        key,
+        amount,
+        currency: 'EUR',
+      });
+      return { key, answer, page: await answer.text() };
+    } finally {
+      downOnCharge = false;
+      down = false;
+    }
+  };
+
+  // Was wrong: a charge the API refused on sight (422: nothing ran) got the 503 "Outcome not known"
+  // page, with the same charge offered again (refused again), although the outcome is known.
+  it.each([
+    ['an amount the app sends on (over the API limit)', String(maxChargeAmount + 1)],
+    ['an amount the app does not take for a charge (negative)', '-5'],
+  ])(
+    'says nothing was charged when the API refused the charge, %s, and offers no same charge again',
+    async (_what, amount) => {
+      const { key, answer, page } = await chargeWithStoreDownAfterApi(amount);
+      expect(answer.status).toBe(503);
+      expect(answer.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
+      expect(await charges(key)).toBe(0);
+      expect(page).toContain('Not charged');
+      expect(page).toContain('nothing was charged');
+      expect(page).toContain('422');
+      expect(page).not.toContain('Outcome not known');
+      expect(page).not.toContain('may have');
+      expect(page).not.toContain('action="/charges"');
+    },
+  );
 });

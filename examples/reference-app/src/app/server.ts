@@ -200,6 +200,13 @@ const signedOutNotices: Record<string, string> = {
 const chargeOf = new WeakMap<Request, { key: string; amount: number; currency: string; csrf: string }>();
 
 /**
+ * The status of a POST /charges the API refused on every attempt (a 4xx each time: nothing ran, as the
+ * route's `mayHaveRun` says): its 503 page, when the database fails after that, says nothing was
+ * charged (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
+ */
+const chargeRefused = new WeakMap<Request, number>();
+
+/**
  * The page of a request the app answers 503 because its database failed (see the last error
  * handler): what came of it, said for the route it met. A form the database failed before it called
  * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
@@ -230,6 +237,15 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
     return appErrorPage(
       'Sign-in not started',
       'The app could not reach its database, and nothing was done. Try again in a moment.',
+    );
+  }
+  // A charge the API refused on every attempt ran nothing: the outcome is known, and the same charge
+  // sent again would be refused again. Nothing to offer but the form, with the reason once it is back.
+  const refused = req.method === 'POST' && req.path === '/charges' ? chargeRefused.get(req) : undefined;
+  if (refused !== undefined) {
+    return appErrorPage(
+      'Not charged',
+      `The API refused this charge (${refused}), so nothing was charged, but the app could not reach its database to show why. Open the app again in a moment, check the amount and currency, and send the charge as a new one.`,
     );
   }
   // A charge that went out may have been created. What a person needs then is the retry spec 2.1
@@ -838,6 +854,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           error.attempts.some((attempt) => unanswered(attempt.status)) ||
           (error.status !== undefined && error.status < 400);
         if (mayHaveRun && error.key) repeat = { key: error.key, amount, currency };
+        // Before anything below meets the database: a 503 then says nothing was charged.
+        if (!mayHaveRun && error.status !== undefined) chargeRefused.set(req, error.status);
         if (!mayHaveRun) await settle('refused');
         if (error.key) charge = { key: error.key, settled: !mayHaveRun };
         lines.push(
