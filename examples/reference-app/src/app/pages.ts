@@ -228,6 +228,33 @@ export function chargeOutcomeUnknownPage(charge: {
 }
 
 /**
+ * The page of a theme form that was sent to the API when the app's database failed (503): the theme
+ * may or may not have been set, and the app could not keep or show what came of it. Setting the
+ * theme is a PUT /settings that replaces the whole document, so the same form sent again is safe
+ * (run twice, it leaves the same theme): the page offers it, with the session's CSRF token, which
+ * takes no database to make. The text is fixed; the form's fields are escaped.
+ *
+ * @example
+ * ```ts
+ * res.status(503).send(themeOutcomeUnknownPage({ theme: 'dark', csrf }));
+ * ```
+ */
+export function themeOutcomeUnknownPage(form: { theme: 'light' | 'dark'; csrf: string }): string {
+  const title = 'Outcome not known';
+  return htmlPage(
+    title,
+    `<h1>${title}</h1>
+<p>Your theme was sent to the API, but the app could not reach its database to show what came of it: it may or may not have been set to ${escapeHtml(form.theme)}.</p>
+<p>Setting the theme again does no harm: in a moment, send it again with the button below.</p>
+<form method="post" action="/theme"><input type="hidden" name="csrf" value="${escapeHtml(form.csrf)}">
+<input type="hidden" name="theme" value="${escapeHtml(form.theme)}">
+<button type="submit">Set the theme to ${escapeHtml(form.theme)} again</button>
+</form>
+<p><a href="/">Back</a></p>`,
+  );
+}
+
+/**
  * The page for a failed or refused sign-in. The text is fixed: no provider message is echoed.
  *
  * @example

@@ -20,6 +20,7 @@ import {
   signedOutPage,
   signInAgainPage,
   signInFailedPage,
+  themeOutcomeUnknownPage,
 } from './pages.js';
 import { createRefresher, type RefreshTurn } from './refresh.js';
 import { refusalLogger } from './refusal-log.js';
@@ -200,6 +201,13 @@ const signedOutNotices: Record<string, string> = {
 const chargeOf = new WeakMap<Request, { key: string; amount: number; currency: string; csrf: string }>();
 
 /**
+ * The theme each POST /theme is about to set, with the session's CSRF token: what the 503 page of a
+ * database that failed after it went out offers again (PUT /settings replaces the whole document, so
+ * sending it twice is safe; see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
+ */
+const themeOf = new WeakMap<Request, { theme: 'light' | 'dark'; csrf: string }>();
+
+/**
  * The status of a POST /charges the API refused on every attempt (a 4xx each time: nothing ran, as the
  * route's `mayHaveRun` says): its 503 page, when the database fails after that, says nothing was
  * charged (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
@@ -255,6 +263,10 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
   // charges it at most once, and the page after it says what came of it.
   const charge = req.method === 'POST' && req.path === '/charges' && done.sentToApi ? chargeOf.get(req) : undefined;
   if (charge !== undefined) return chargeOutcomeUnknownPage(charge);
+  // A theme that went out may or may not have been set; the same form again is safe (a PUT of the
+  // whole settings document, see the route), so the page offers it.
+  const theme = req.method === 'POST' && req.path === '/theme' && done.sentToApi ? themeOf.get(req) : undefined;
+  if (theme !== undefined) return themeOutcomeUnknownPage(theme);
   if (req.method === 'POST' && done.sentToApi) {
     return appErrorPage(
       'Outcome not known',
@@ -731,6 +743,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     form,
     withSession(async (req, res, id, data) => {
       const theme = req.body?.theme === 'dark' ? 'dark' : 'light';
+      themeOf.set(req, { theme, csrf: csrf.issue(req, res, id) });
       // A write, sent again after a refresh when the first was refused 401 invalid_token: that answer
       // comes from the gateway's guard (or the API's check of the gateway's token), before the route
       // ran, so the repeat is the first time it runs. And PUT /settings replaces the whole document:
