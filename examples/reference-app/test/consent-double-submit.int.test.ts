@@ -116,6 +116,38 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     return { second: await slower };
   };
 
+  it('leaves only the grant of the POST that finished first when the other one finishes too (side by side)', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    let reached!: () => void;
+    const atSave = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    let release!: () => void;
+    hold = {
+      reached,
+      release: new Promise<void>((resolve) => {
+        release = resolve;
+      }),
+    };
+    const slower = agent.postForm(action, fields);
+    await atSave;
+    const first = await agent.postForm(action, fields);
+    expect(first.response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    // The browser has not followed the first answer: the slower POST finds the interaction there.
+    release();
+    const second = await slower;
+    expect(second.response.status).toBe(303);
+    expect(second.response.headers.get('location')).toBe(first.response.headers.get('location'));
+    const back = await agent.follow(new URL(second.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
   it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
     const consent = await atConsentPage();
     const before = new Set(await grantIds());

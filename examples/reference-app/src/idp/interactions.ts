@@ -67,6 +67,15 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     return client?.clientName ?? (typeof clientId === 'string' ? clientId : 'an application');
   };
 
+  /**
+   * The grant an earlier POST of this interaction's consent named when it finished it, while that grant
+   * is there (a POST whose interaction was saved though its database answered an error deleted it).
+   */
+  const consentedGrant = async (details: { result?: { consent?: { grantId?: unknown } } }) => {
+    const id = details.result?.consent?.grantId;
+    return typeof id === 'string' && id !== '' && (await provider.Grant.find(id)) ? id : undefined;
+  };
+
   const guardPost = (req: Request, res: Response, uid: string): boolean => {
     if (foreignOrigin(req, origin) || !csrf.verify(req, uid, req.body?.csrf)) {
       send(res, 403, errorPage('Request refused', 'This form was not sent from this sign-in page. Start again.'));
@@ -175,10 +184,9 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     // This form was sent already and its POST finished the interaction, which the browser has not
     // followed yet (a double click, a reload that posts it again): the same way on, naming the grant
     // that POST made. No grant of this one's own: the interaction would name it instead, and the
-    // first one's grant would be left behind, named by nothing until it expires. Only while that grant
-    // is there (a POST whose interaction was saved though its database answered an error deleted it).
-    const consented = details.result?.consent?.grantId;
-    if (typeof consented === 'string' && consented !== '' && (await provider.Grant.find(consented))) {
+    // first one's grant would be left behind, named by nothing until it expires.
+    const consented = await consentedGrant(details);
+    if (consented !== undefined) {
       res.set('Cache-Control', 'no-store');
       await provider.interactionFinished(
         req,
@@ -207,6 +215,21 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     const grantId = await grant.save();
     res.set('Cache-Control', 'no-store');
     try {
+      // The same, when the other POST finished the interaction while this one saved its grant (the two
+      // requests of a double click side by side): this POST's grant is new (an existing one is the
+      // grant both name) and nothing names it, so it goes, best effort. A window stays between this
+      // read and the finish below, where the later of two finishes names its own grant.
+      const meanwhile = await consentedGrant(await provider.interactionDetails(req, res));
+      if (meanwhile !== undefined && meanwhile !== grantId) {
+        await grant.destroy().catch(() => undefined);
+        await provider.interactionFinished(
+          req,
+          res,
+          { consent: { grantId: meanwhile } },
+          { mergeWithLastSubmission: true },
+        );
+        return;
+      }
       await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
     } catch (error) {
       // The grant is saved, but the interaction that would name it is not: its database failed, or
