@@ -228,6 +228,29 @@ export function chargeOutcomeUnknownPage(charge: {
 }
 
 /**
+ * The page of a charge the API answered 2xx (created, or its stored 201 replayed) when the app's
+ * database failed after that (503): the charge went through, and the app could not keep or show its
+ * page. It says so, with the amount, currency and key, and offers nothing to send again: sending the
+ * form again is not needed. The text is fixed; the charge's fields are escaped.
+ *
+ * @example
+ * ```ts
+ * res.status(503).send(chargeCreatedPage({ key, amount: 1000, currency: 'EUR' }));
+ * ```
+ */
+export function chargeCreatedPage(charge: { key: string; amount: number; currency: string }): string {
+  const title = 'Charge created';
+  return htmlPage(
+    title,
+    `<h1>${title}</h1>
+<p>Your charge of ${escapeHtml(charge.amount)} ${escapeHtml(charge.currency)} went through: the API created it. The app could not reach its database to keep or show it.</p>
+<p>There is no need to send the form again.</p>
+<p>Idempotency-Key: <code>${escapeHtml(charge.key)}</code></p>
+<p><a href="/">Back</a></p>`,
+  );
+}
+
+/**
  * The page of a theme form that was sent to the API when the app's database failed (503): the theme
  * may or may not have been set, and the app could not keep or show what came of it. Setting the
  * theme is a PUT /settings that replaces the whole document, so the same form sent again is safe

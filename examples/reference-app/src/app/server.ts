@@ -15,6 +15,7 @@ import { type ApiRequest, type ApiResult, callApi } from './api-client.js';
 import { createOidcClient } from './oidc-client.js';
 import {
   appErrorPage,
+  chargeCreatedPage,
   chargeOutcomeUnknownPage,
   homePage,
   signedOutPage,
@@ -215,6 +216,13 @@ const themeOf = new WeakMap<Request, { theme: 'light' | 'dark'; csrf: string }>(
 const chargeRefused = new WeakMap<Request, number>();
 
 /**
+ * The charge of a POST /charges the API answered 2xx on this request (created, or its stored 201
+ * replayed): its 503 page, when the database fails after that, says it was created, with nothing to
+ * send again (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
+ */
+const chargeCreated = new WeakMap<Request, { key: string; amount: number; currency: string }>();
+
+/**
  * The page of a request the app answers 503 because its database failed (see the last error
  * handler): what came of it, said for the route it met. A form the database failed before it called
  * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
@@ -247,6 +255,10 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
       'The app could not reach its database, and nothing was done. Try again in a moment.',
     );
   }
+  // A charge the API answered 2xx on this request went through: the outcome is known, and the page
+  // says so, with nothing to send again.
+  const created = req.method === 'POST' && req.path === '/charges' ? chargeCreated.get(req) : undefined;
+  if (created !== undefined) return chargeCreatedPage(created);
   // A charge the API refused on every attempt ran nothing: the outcome is known, and the same charge
   // sent again would be refused again. Nothing to offer but the form, with the reason once it is back.
   const refused = req.method === 'POST' && req.path === '/charges' ? chargeRefused.get(req) : undefined;
@@ -808,6 +820,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       let charge: Flash['charge'];
       try {
         const result = await client.post('/charges', { amount, currency }, { idempotencyKey: key });
+        // Before anything below meets the database: a 503 then says the charge was created, as the
+        // API's 2xx on this request says (the client resolves on any status below 400).
+        if (result.status >= 200 && result.status < 300) chargeCreated.set(req, { key, amount, currency });
         await settle('created');
         if (result.key) {
           repeat = { key: result.key, amount, currency };
