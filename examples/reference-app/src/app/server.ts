@@ -223,6 +223,14 @@ const chargeRefused = new WeakMap<Request, number>();
 const chargeCreated = new WeakMap<Request, { key: string; amount: number; currency: string }>();
 
 /**
+ * The status and code of a POST /charges the API refused because its key stands for another charge
+ * (`fingerprint_mismatch`, `idempotency_error`: nothing ran for this one): its 503 page, when the
+ * database fails after that, says this charge was not made and offers no same key again (see
+ * {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
+ */
+const chargeKeyTaken = new WeakMap<Request, { status: number; code: string }>();
+
+/**
  * The page of a request the app answers 503 because its database failed (see the last error
  * handler): what came of it, said for the route it met. A form the database failed before it called
  * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
@@ -259,6 +267,15 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
   // says so, with nothing to send again.
   const created = req.method === 'POST' && req.path === '/charges' ? chargeCreated.get(req) : undefined;
   if (created !== undefined) return chargeCreatedPage(created);
+  // A charge whose key stands for another charge ran nothing, and the same key would be refused
+  // again: the page offers no same charge, only a new one from the home page.
+  const keyTaken = req.method === 'POST' && req.path === '/charges' ? chargeKeyTaken.get(req) : undefined;
+  if (keyTaken !== undefined) {
+    return appErrorPage(
+      'Not charged',
+      `This charge was not made: its key stands for an earlier charge sent with other details, so the API ran nothing for this one (${keyTaken.status} ${keyTaken.code}). The app could not reach its database to show more. Open the app again in a moment and make it as a new charge from the home page.`,
+    );
+  }
   // A charge the API refused on every attempt ran nothing: the outcome is known, and the same charge
   // sent again would be refused again. Nothing to offer but the form, with the reason once it is back.
   const refused = req.method === 'POST' && req.path === '/charges' ? chargeRefused.get(req) : undefined;
@@ -848,6 +865,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         const code =
           typeof error.body === 'object' && error.body !== null && 'code' in error.body ? error.body.code : undefined;
         if (error.key && (code === 'fingerprint_mismatch' || code === 'idempotency_error')) {
+          // Before the session is read: a 503 then says this charge was not made, offering no same key.
+          if (error.status !== undefined) chargeKeyTaken.set(req, { status: error.status, code });
           // Its key already stands for another charge (a kept form whose amount was changed, or an
           // old tab's form): this one never ran, whatever its earlier attempts met (had one run, its
           // record would hold this very request, and be replayed). Said in words, with that first
