@@ -16,6 +16,17 @@ export const terminated = `do $$ begin raise exception 'terminating connection d
 export const databases: Array<[string, boolean]> = [['the embedded PGlite', true]];
 if (process.env.DATABASE_URL) databases.push(['PostgreSQL', false]);
 
+/** The statement that stores a refresh's tokens and ends its claim (sessions.ts, `finishRefresh`). */
+export const storesRefresh = (text: string) =>
+  text.trimStart().startsWith('update app_sessions set data') && text.includes('refreshing_by = $5');
+
+/** `db`, whose every store of a refresh's tokens is the database's refusal (57P01) while `failing()`. */
+export const failingRefreshStores = (db: Database, failing: () => boolean): Database => ({
+  ...db,
+  query: <Row>(text: string, params: readonly unknown[] = []) =>
+    failing() && storesRefresh(text) ? db.query<Row>(terminated) : db.query<Row>(text, params),
+});
+
 /** Whether a statement (its text and parameters) is one that fails. */
 type Which = (text: string, params: readonly unknown[]) => boolean;
 

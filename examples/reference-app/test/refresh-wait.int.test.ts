@@ -11,22 +11,14 @@ import { createRefresher, type RefreshTurn } from '../src/app/refresh.js';
 import { migrateApp } from '../src/app/schema.js';
 import { createSessionStore, refreshLeaseSeconds } from '../src/app/sessions.js';
 import type { Database } from '../src/db.js';
-import { terminated } from './db-faults.js';
+import { failingRefreshStores } from './db-faults.js';
 import { openTestDatabase } from './services.js';
-
-/** The statement that stores a refresh's tokens and ends its claim (sessions.ts, `finishRefresh`). */
-const storesRefresh = (text: string) =>
-  text.trimStart().startsWith('update app_sessions set data') && text.includes('refreshing_by = $5');
 
 describe("the refresher's waits", () => {
   let db: Database;
   /** While true, every store of a refresh's tokens fails. */
   let failing = false;
-  const failingDb = (): Database => ({
-    ...db,
-    query: <Row>(text: string, params: readonly unknown[] = []) =>
-      failing && storesRefresh(text) ? db.query<Row>(terminated) : db.query<Row>(text, params),
-  });
+  const failingDb = () => failingRefreshStores(db, () => failing);
 
   beforeAll(async () => {
     db = await openTestDatabase('refresh_wait');

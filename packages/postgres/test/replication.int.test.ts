@@ -1,9 +1,15 @@
 // The failover harness itself (replication.ts): what its crash of the primary does on a slow box.
-import { readdirSync, readFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type ReplicatedCluster, replicationAvailable, startReplicatedCluster } from './replication.js';
+import {
+  childrenOf,
+  procStat,
+  type ReplicatedCluster,
+  replicationAvailable,
+  running,
+  startReplicatedCluster,
+} from './replication.js';
 
 const available = await replicationAvailable();
 
@@ -18,21 +24,6 @@ const freePort = () =>
       );
     });
   });
-
-// /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces, so read after its last ')'.
-const stat = (pid: number): { state: string; ppid: number } | undefined => {
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const [state, ppid] = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    return { state: state as string, ppid: Number(ppid) };
-  } catch {
-    return undefined;
-  }
-};
-const alive = (pid: number) => {
-  const found = stat(pid);
-  return found !== undefined && found.state !== 'Z';
-};
 
 // Connection attempts until the primary no longer takes one: "shutting down" (57P03) or nobody listening.
 const shuttingDown = async (port: number) => {
@@ -70,10 +61,8 @@ describe.runIf(available)('the failover harness: crashPrimary', () => {
     cluster = await startReplicatedCluster(await freePort(), await freePort());
     const held = await cluster.client(cluster.primaryPort);
     const [{ pid: backend }] = (await held.query('SELECT pg_backend_pid() AS pid')).rows as [{ pid: number }];
-    const postmaster = stat(backend)?.ppid as number;
-    const children = readdirSync('/proc')
-      .map(Number)
-      .filter((pid) => Number.isSafeInteger(pid) && stat(pid)?.ppid === postmaster);
+    const postmaster = procStat(backend)?.ppid as number;
+    const children = childrenOf(postmaster);
     expect(children).toContain(backend);
     cluster.link.blackhole();
     process.kill(backend, 'SIGSTOP');
@@ -87,9 +76,9 @@ describe.runIf(available)('the failover harness: crashPrimary', () => {
       silent.push(socket);
       await crashing;
       expect(Date.now() - started).toBeLessThan(10_000);
-      expect([postmaster, ...children].filter(alive)).toEqual([]);
+      expect([postmaster, ...children].filter(running)).toEqual([]);
     } finally {
-      if (alive(backend)) process.kill(backend, 'SIGKILL');
+      if (running(backend)) process.kill(backend, 'SIGKILL');
       for (const socket of silent) socket.destroy();
       await held.end().catch(() => undefined);
     }

@@ -62,7 +62,7 @@ export interface ReplicatedCluster {
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // /proc/<pid>/stat: "pid (comm) state ppid ...": comm may hold spaces, so it is read after the last ')'.
-const procStat = (pid: number): { state: string; ppid: number } | undefined => {
+export const procStat = (pid: number): { state: string; ppid: number } | undefined => {
   try {
     const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const [state, ppid] = text.slice(text.lastIndexOf(')') + 2).split(' ');
@@ -72,11 +72,11 @@ const procStat = (pid: number): { state: string; ppid: number } | undefined => {
   }
 };
 // A zombie has let go of its sockets and files: only its parent's wait is left of it.
-const running = (pid: number) => {
+export const running = (pid: number) => {
   const found = procStat(pid);
   return found !== undefined && found.state !== 'Z';
 };
-const childrenOf = (pid: number) =>
+export const childrenOf = (pid: number) =>
   readdirSync('/proc')
     .map(Number)
     .filter((child) => Number.isSafeInteger(child) && procStat(child)?.ppid === pid);
