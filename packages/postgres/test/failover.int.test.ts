@@ -3,13 +3,12 @@
 // is never touched. pg takes one host per pool (no `host=a,b target_session_attrs=read-write`), so
 // the application reaches the database through an endpoint that moves on failover: here a TCP
 // proxy, in production a virtual IP, a DNS name, HAProxy or PgBouncer.
-import { createServer } from 'node:net';
 import { createIdempotency, type IdempotencyEngine, StoreUnavailableError } from '@idem/core';
 import { createTcpProxy, type TcpProxy } from '@idem/testkit';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { migrate, postgresStore } from '../src/index.js';
-import { type ReplicatedCluster, replicationAvailable, startReplicatedCluster } from './replication.js';
+import { freePort, type ReplicatedCluster, replicationAvailable, startReplicatedCluster } from './replication.js';
 
 const available = await replicationAvailable();
 
@@ -17,18 +16,6 @@ const STORE_TIMEOUT_MS = 1_000;
 const HANG_AFTER_MS = STORE_TIMEOUT_MS * 3 + 2_000;
 const outcome = { status: 201, headers: { 'content-type': 'application/json' }, body: new Uint8Array([123, 125]) };
 const request = (key: string) => ({ key, scope: 'user:1', operation: 'POST /orders', fingerprint: 'fp' });
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
 
 const poolOn = (port: number, options: pg.PoolConfig = {}) => {
   const pool = new pg.Pool({

@@ -1,9 +1,10 @@
 // The failover harness itself (replication.ts): what its crash of the primary does on a slow box.
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   childrenOf,
+  freePort,
   procStat,
   type ReplicatedCluster,
   replicationAvailable,
@@ -12,18 +13,6 @@ import {
 } from './replication.js';
 
 const available = await replicationAvailable();
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
 
 // Connection attempts until the primary no longer takes one: "shutting down" (57P03) or nobody listening.
 const shuttingDown = async (port: number) => {

@@ -6,6 +6,7 @@
 import { execFile } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTcpProxy, serviceAvailable, type TcpProxy } from '@idem/testkit';
@@ -21,6 +22,19 @@ const binDir = (() => {
 })();
 
 const asRoot = process.getuid?.() === 0;
+
+/** A port free on 127.0.0.1 now, for a server of the cluster to take. */
+export const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
+    });
+  });
 
 /** True when initdb, pg_basebackup and pg_ctl are installed; says so loudly when not. */
 export const replicationAvailable = () =>

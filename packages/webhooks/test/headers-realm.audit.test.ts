@@ -5,22 +5,9 @@
 import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { createSender } from '../src/index.js';
+import { recordingSender } from './support/recording-sender.js';
 
-const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const message = { url: 'https://receiver.test/hooks', id: 'evt_1', body: '{"n":1}' };
-
-function recordingSender(headers?: Record<string, string>) {
-  const sent: Record<string, string>[] = [];
-  const sender = createSender({
-    secret: SECRET,
-    ...(headers ? { headers } : {}),
-    fetch: (async (_url: string | URL, init: RequestInit = {}) => {
-      sent.push(init.headers as Record<string, string>);
-      return new Response(null, { status: 204 });
-    }) as typeof globalThis.fetch,
-  });
-  return { sender, sent };
-}
 
 const otherRealm = (source: string) => vm.runInNewContext(source) as Record<string, string>;
 
