@@ -19,6 +19,9 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   let stack: TwoAppStack;
   // When set, the next save of a grant waits for `release` (and says so through `reached`).
   let hold: { reached: () => void; release: Promise<void> } | undefined;
+  // Each save of an Interaction that names a consent takes the first of these, if any, and waits for it:
+  // a POST held past everything it read, just before its finish is stored.
+  const finishHolds: Array<{ reached: () => void; release: Promise<void> }> = [];
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
@@ -32,6 +35,15 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
             hold = undefined;
             held.reached();
             await held.release;
+          }
+          const finishing =
+            params[0] === 'Interaction' &&
+            text.includes('insert into idp_models') &&
+            String(params[2]).includes('"consent"');
+          const atFinish = finishing ? finishHolds.shift() : undefined;
+          if (atFinish) {
+            atFinish.reached();
+            await atFinish.release;
           }
           return db.query<Row>(text, params);
         },
@@ -145,6 +157,70 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(toApp(back.url)).toBe(true);
     expect((await agent.request(back.url)).response.status).toBe(303);
     expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
+  /** A point a POST waits at: `reached` once it is there, and it goes on when `release` is called. */
+  const gate = () => {
+    let reached!: () => void;
+    let release!: () => void;
+    const at = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    return { at, release, hold: { reached, release: held } };
+  };
+
+  it('leaves one grant when both POSTs read the interaction unfinished and both go to finish it', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    // Both POSTs saved their grants and read the interaction as nobody's yet; each is held just
+    // before the save of the interaction that would name its grant.
+    const first = gate();
+    const second = gate();
+    finishHolds.push(first.hold, second.hold);
+    const firstPost = agent.postForm(action, fields);
+    await first.at;
+    const secondPost = agent.postForm(action, fields);
+    await second.at;
+    expect((await grantIds()).filter((id) => !before.has(id))).toHaveLength(2);
+    first.release();
+    const firstAnswer = await firstPost;
+    expect(firstAnswer.response.status).toBe(303);
+    second.release();
+    const secondAnswer = await secondPost;
+    expect(secondAnswer.response.status).toBe(303);
+    expect(secondAnswer.response.headers.get('location')).toBe(firstAnswer.response.headers.get('location'));
+    // The browser follows the first answer (the second is the same way on).
+    const back = await agent.follow(new URL(firstAnswer.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
+  it('goes on with a grant of its own when the interaction names a grant deleted since (its finish failed)', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    // As a POST leaves it whose interaction was saved though the database answered an error: the
+    // interaction names that POST's grant, which it deleted.
+    const uid = new URL(action).pathname.split('/')[2]!;
+    const { rowCount } = await stack.dbs.one.query(
+      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
+       where model = 'Interaction' and id = $1`,
+      [storedId('Interaction', uid)],
+    );
+    expect(rowCount).toBe(1);
+    const sent = await agent.postForm(action, fields);
+    expect(sent.response.status).toBe(303);
+    const back = await agent.follow(new URL(sent.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
     expect(await grantOfSession(agent)).toBe(made[0]);
   });
 

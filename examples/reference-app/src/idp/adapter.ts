@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Adapter, AdapterPayload } from 'oidc-provider';
 import Provider, { errors } from 'oidc-provider';
 import type { Database } from '../db.js';
@@ -20,6 +21,14 @@ import { payloadAsRead, payloadAtRest, storedId } from './stored-id.js';
  * would both issue one. The row is kept as a tombstone (`consumed_at`, until it expires): only the
  * resume that sets it goes on, the other gets `SessionNotFound`, a read no longer finds it, and a
  * login or consent posted meanwhile cannot save it back to life (its save is refused the same way).
+ *
+ * The save of an Interaction that finishes a consent is one as well, when made within
+ * {@link finishConsentRead}: stored only while the interaction names the consent's grant it named when
+ * the consent read it (none, or a grant deleted since), or names the same grant as this save. Two
+ * POSTs of one consent form (a double click) each save a grant of their own and finish the
+ * interaction; without it, the later finish overwrote the first's result, and the first's grant was
+ * named by nothing (or the browser that followed the first answer resumed with the second's grant).
+ * The later one is refused with {@link ConsentedByAnother} instead.
  *
  * A rotated refresh token presented again within `refreshTokenReuseSeconds` (30 by default) of its
  * first use is answered once more instead of revoking the grant: the reuse interval, Auth0's name
@@ -97,6 +106,38 @@ export interface SqlAdapterOptions {
 }
 
 export { defaultRefreshTokenReuseSeconds, maxRefreshTokenReuseSeconds };
+
+/**
+ * A consent's finish was not stored: another POST of the same form finished the interaction, naming
+ * its own grant, after this one read it. The interaction is there, finished, and names that grant.
+ */
+export class ConsentedByAnother extends errors.SessionNotFound {}
+
+/** The grant the interaction's consent named when the POST finishing it now read it (see below). */
+const consentRead = new AsyncLocalStorage<{ grantId: string | undefined }>();
+
+/**
+ * Runs `finish` (a consent's `provider.interactionFinished`) so that the Interaction's save in it is
+ * stored only while the interaction's consent still names `grantId`, the grant it named when this POST
+ * read it (`undefined`: none), or names the grant the save names: otherwise it throws
+ * {@link ConsentedByAnother}. The condition is checked in the save's own statement, so of two
+ * concurrent finishes exactly one is stored.
+ *
+ * @example
+ * ```ts
+ * await finishConsentRead(details.result?.consent?.grantId, () =>
+ *   provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
+ * );
+ * ```
+ */
+export function finishConsentRead<Result>(grantId: unknown, finish: () => Promise<Result>): Promise<Result> {
+  return consentRead.run({ grantId: consentGrantId(grantId) }, finish);
+}
+
+/** A consent result's grant id as stored (`result.consent.grantId`): a non-empty string, or none. */
+function consentGrantId(value: unknown): string | undefined {
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
 
 /**
  * The refresh token each request (oidc-provider's request context) is rotating, by its row's key: noted
@@ -316,6 +357,10 @@ function createSqlAdapter(
         }
         await refuseReplay(used);
       }
+      // A consent's finish (see `finishConsentRead`): `$8`, the grant the consent named when it was
+      // read; `$9`, the one this save names.
+      const read = tombstoned ? consentRead.getStore() : undefined;
+      const stored = "idp_models.payload #>> '{result,consent,grantId}'";
       const save = db.query(
         `insert into idp_models (model, id, payload, grant_id, uid, user_code, expires_at)
          values ($1, $2, $3, $4, $5, $6, ${expiresAt})
@@ -323,11 +368,25 @@ function createSqlAdapter(
            payload = excluded.payload, grant_id = excluded.grant_id, uid = excluded.uid,
            user_code = excluded.user_code, expires_at = excluded.expires_at
          ${tombstoned ? 'where idp_models.consumed_at is null' : ''}
+         ${read ? `and (${stored} is not distinct from $8::text or ${stored} = $9::text)` : ''}
          returning id`,
-        rowParams(id, payload, expiresIn),
+        read
+          ? [...rowParams(id, payload, expiresIn), read.grantId ?? null, consentGrantOf(payload) ?? null]
+          : rowParams(id, payload, expiresIn),
       );
       const { rows } = model === 'AccessToken' ? await undoneOnFailure(db, save) : await save;
-      if (rows.length === 0) throw new errors.SessionNotFound('interaction already resumed');
+      if (rows.length > 0) return;
+      // Refused: the interaction was resumed (a tombstone), or another consent finished it since.
+      const finished =
+        read &&
+        (await db.query('select 1 from idp_models where model = $1 and id = $2 and consumed_at is null', [
+          model,
+          key(id),
+        ]));
+      if (finished && finished.rows.length > 0) {
+        throw new ConsentedByAnother('interaction finished by another consent');
+      }
+      throw new errors.SessionNotFound('interaction already resumed');
     },
     async find(id) {
       if (model !== 'ReplayDetection' || holdsNul(id)) return findOne('id', id);
@@ -452,6 +511,12 @@ async function undoRotation(db: Database, rotation: { used: string; issued: stri
      where earlier.model = 'RefreshToken' and earlier.rotated_from = untaken.id and earlier.consumed_at = '-infinity'`,
     [rotation.used, rotation.issued],
   );
+}
+
+/** The grant an Interaction's payload names as its consent's result, if any. */
+function consentGrantOf(payload: AdapterPayload): string | undefined {
+  const result = payload.result as { consent?: { grantId?: unknown } } | undefined;
+  return consentGrantId(result?.consent?.grantId);
 }
 
 /** True when `value`, or any string in it however deep, holds U+0000, which PostgreSQL cannot store. */

@@ -8,6 +8,7 @@ import { dbUnavailable, storeRetryAfterSeconds } from '../db-unavailable.js';
 import { errorPage, pageHeaders } from '../html.js';
 import { methodNotAllowed } from '../methods.js';
 import { credentialText, hasControlCharacters } from '../text.js';
+import { ConsentedByAnother, finishConsentRead } from './adapter.js';
 import type { LoginThrottle } from './login-throttle.js';
 import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
@@ -215,22 +216,32 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     const grantId = await grant.save();
     res.set('Cache-Control', 'no-store');
     try {
-      // The same, when the other POST finished the interaction while this one saved its grant (the two
-      // requests of a double click side by side): this POST's grant is new (an existing one is the
-      // grant both name) and nothing names it, so it goes, best effort. A window stays between this
-      // read and the finish below, where the later of two finishes names its own grant.
-      const meanwhile = await consentedGrant(await provider.interactionDetails(req, res));
-      if (meanwhile !== undefined && meanwhile !== grantId) {
-        await grant.destroy().catch(() => undefined);
-        await provider.interactionFinished(
-          req,
-          res,
-          { consent: { grantId: meanwhile } },
-          { mergeWithLastSubmission: true },
+      try {
+        // Stored only while the interaction names no other grant than it did when this POST read it
+        // (see `finishConsentRead`), in the save's own statement: of the two requests of a double
+        // click side by side, whatever each read before, one finish is stored and the other refused.
+        await finishConsentRead(details.result?.consent?.grantId, () =>
+          provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
         );
-        return;
+      } catch (error) {
+        // The same as above, when the other POST finished the interaction after this one read it: this
+        // POST's grant is new (an existing one is the grant both name, never refused) and nothing names
+        // it, so it goes, best effort, and this POST answers the same way on, naming the other's.
+        const meanwhile =
+          error instanceof ConsentedByAnother && !before
+            ? await consentedGrant(await provider.interactionDetails(req, res))
+            : undefined;
+        if (meanwhile === undefined) throw error;
+        await grant.destroy().catch(() => undefined);
+        await finishConsentRead(meanwhile, () =>
+          provider.interactionFinished(
+            req,
+            res,
+            { consent: { grantId: meanwhile } },
+            { mergeWithLastSubmission: true },
+          ),
+        );
       }
-      await provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
     } catch (error) {
       // The grant is saved, but the interaction that would name it is not: its database failed, or
       // another POST of this form (a double click) finished it and the browser followed it on (the
