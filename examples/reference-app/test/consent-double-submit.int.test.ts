@@ -224,6 +224,33 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(await grantOfSession(agent)).toBe(made[0]);
   });
 
+  it('goes on with its own grant when another POST finished the interaction meanwhile and then deleted its grant', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const held = gate();
+    finishHolds.push(held.hold);
+    const post = agent.postForm(action, fields);
+    await held.at;
+    // Meanwhile another POST finished the interaction, but its database answered an error though the
+    // save was made: it deleted its grant, which the interaction names.
+    const uid = new URL(action).pathname.split('/')[2]!;
+    const { rowCount } = await stack.dbs.one.query(
+      `update idp_models set payload = jsonb_set(payload, '{result}', '{"consent":{"grantId":"deleted-grant"}}')
+       where model = 'Interaction' and id = $1`,
+      [storedId('Interaction', uid)],
+    );
+    expect(rowCount).toBe(1);
+    held.release();
+    const sent = await post;
+    expect(sent.response.status).toBe(303);
+    const back = await agent.follow(new URL(sent.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
   it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
     const consent = await atConsentPage();
     const before = new Set(await grantIds());

@@ -227,11 +227,19 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         // The same as above, when the other POST finished the interaction after this one read it: this
         // POST's grant is new (an existing one is the grant both name, never refused) and nothing names
         // it, so it goes, best effort, and this POST answers the same way on, naming the other's.
-        const meanwhile =
-          error instanceof ConsentedByAnother && !before
-            ? await consentedGrant(await provider.interactionDetails(req, res))
-            : undefined;
-        if (meanwhile === undefined) throw error;
+        // When the other POST's grant is gone too (its finish was stored though its database answered
+        // an error, and it deleted its grant), this POST's finish is made once more, against what the
+        // interaction names now.
+        const again =
+          error instanceof ConsentedByAnother && !before ? await provider.interactionDetails(req, res) : undefined;
+        if (again === undefined) throw error;
+        const meanwhile = await consentedGrant(again);
+        if (meanwhile === undefined) {
+          await finishConsentRead(again.result?.consent?.grantId, () =>
+            provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true }),
+          );
+          return;
+        }
         await grant.destroy().catch(() => undefined);
         await finishConsentRead(meanwhile, () =>
           provider.interactionFinished(
