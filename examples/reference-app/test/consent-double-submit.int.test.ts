@@ -202,6 +202,28 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(await grantOfSession(agent)).toBe(made[0]);
   });
 
+  it('leaves one grant when both POSTs past every read store their finish at the same moment', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const first = gate();
+    const second = gate();
+    finishHolds.push(first.hold, second.hold);
+    const posts = [agent.postForm(action, fields), agent.postForm(action, fields)];
+    await Promise.all([first.at, second.at]);
+    // Both saves of the interaction sent at once (on PostgreSQL, on two connections side by side).
+    first.release();
+    second.release();
+    const answers = await Promise.all(posts);
+    expect(answers.map((answer) => answer.response.status)).toEqual([303, 303]);
+    expect(answers[1]!.response.headers.get('location')).toBe(answers[0]!.response.headers.get('location'));
+    const back = await agent.follow(new URL(answers[0]!.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
   it('goes on with a grant of its own when the interaction names a grant deleted since (its finish failed)', async () => {
     const { agent, fields, action } = await atConsentPage();
     const before = new Set(await grantIds());
