@@ -279,6 +279,12 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
   router.post('/interaction/:uid/abort', formBody, async (req, res) => {
     const details = await provider.interactionDetails(req, res);
     if (!guardPost(req, res, details.uid)) return;
+    // Allow was sent first and finished the interaction, and its answer was not followed yet: the
+    // person's last word is Cancel, the answer the browser follows, so the sign-in is cancelled. A
+    // grant that Allow made (new: not the interaction's own) would be named by nothing once the
+    // cancel is stored, so it goes, best effort. A grant Allow widened stays widened (its earlier
+    // state is not kept here): no token came of the widening, as none comes without a sign-in.
+    const allowed = details.result?.consent?.grantId;
     res.set('Cache-Control', 'no-store');
     await provider.interactionFinished(
       req,
@@ -286,6 +292,11 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
       { error: 'access_denied', error_description: 'The user cancelled the request' },
       { mergeWithLastSubmission: false },
     );
+    if (typeof allowed === 'string' && allowed !== details.grantId) {
+      await provider.Grant.find(allowed)
+        .then((grant) => grant?.destroy())
+        .catch(() => undefined);
+    }
   });
 
   // A method these pages do not take: 405 with Allow (any other path goes on to the provider).
