@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databases, dbFaults } from './db-faults.js';
 import { loginAndConsent } from './flow.js';
+import { grantScope, narrowGrant } from './grants.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
 import { createUserAgent, formAction, formField } from './user-agent.js';
@@ -138,22 +139,9 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
     );
     const [id, ...others] = (await ids()).filter((grant) => !earlier.has(grant));
     expect(others).toEqual([]);
-    const scopeOf = async () =>
-      (
-        await stack.dbs.one.query<{ scope: string }>(
-          "select payload #>> '{openid,scope}' as scope from idp_models where model = 'Grant' and id = $1",
-          [id],
-        )
-      ).rows[0]?.scope;
+    const scopeOf = () => grantScope(stack.dbs.one, id!);
     // The grant as if alice had never allowed `email`: the next consent adds it to this grant.
-    const narrow = (await scopeOf())!
-      .split(' ')
-      .filter((scope) => scope !== 'email')
-      .join(' ');
-    await stack.dbs.one.query(
-      "update idp_models set payload = jsonb_set(payload, '{openid,scope}', to_jsonb($2::text)) where model = 'Grant' and id = $1",
-      [id, narrow],
-    );
+    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
     const consent = await agent.follow(new URL('/signin', stack.appUrls[0]).href, (url) =>
       url.startsWith(new URL('/callback', stack.appUrls[0]).href),
     );
