@@ -195,11 +195,23 @@ const signedOutNotices: Record<string, string> = {
 };
 
 /**
- * The charge each POST /charges is about to send (a runnable one only), with the session's CSRF token
- * for a form that sends it again: what the 503 page of a database that failed after the charge went out
- * offers (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
+ * What a POST /charges knows of its charge, as it goes: what the 503 page of a database that fails
+ * next says (see {@link storeUnavailablePage}). Each step is noted before the route's next database
+ * statement, and replaces the one before it. Keyed by the request, so it goes with it.
+ * - `sending`: a runnable charge about to go out, with the session's CSRF token for a form that sends
+ *   it again under its key (only once it went out does the page offer it).
+ * - `created`: the API answered 2xx on this request (created, or its stored 201 replayed).
+ * - `refused`: the API refused it on every attempt (a 4xx each time: nothing ran, as the route's
+ *   `mayHaveRun` says), with the last status.
+ * - `key-taken`: the API refused it because its key stands for another charge (`fingerprint_mismatch`,
+ *   `idempotency_error`): nothing ran for this one, and the same key would be refused again.
  */
-const chargeOf = new WeakMap<Request, { key: string; amount: number; currency: string; csrf: string }>();
+type ChargeSoFar =
+  | { step: 'sending'; key: string; amount: number; currency: string; csrf: string }
+  | { step: 'created'; key: string; amount: number; currency: string }
+  | { step: 'refused'; status: number }
+  | { step: 'key-taken'; status: number; code: string };
+const chargeSoFar = new WeakMap<Request, ChargeSoFar>();
 
 /**
  * The theme each POST /theme is about to set, with the session's CSRF token: what the 503 page of a
@@ -207,28 +219,6 @@ const chargeOf = new WeakMap<Request, { key: string; amount: number; currency: s
  * sending it twice is safe; see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
  */
 const themeOf = new WeakMap<Request, { theme: 'light' | 'dark'; csrf: string }>();
-
-/**
- * The status of a POST /charges the API refused on every attempt (a 4xx each time: nothing ran, as the
- * route's `mayHaveRun` says): its 503 page, when the database fails after that, says nothing was
- * charged (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
- */
-const chargeRefused = new WeakMap<Request, number>();
-
-/**
- * The charge of a POST /charges the API answered 2xx on this request (created, or its stored 201
- * replayed): its 503 page, when the database fails after that, says it was created, with nothing to
- * send again (see {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
- */
-const chargeCreated = new WeakMap<Request, { key: string; amount: number; currency: string }>();
-
-/**
- * The status and code of a POST /charges the API refused because its key stands for another charge
- * (`fingerprint_mismatch`, `idempotency_error`: nothing ran for this one): its 503 page, when the
- * database fails after that, says this charge was not made and offers no same key again (see
- * {@link storeUnavailablePage}). Keyed by the request, so it goes with it.
- */
-const chargeKeyTaken = new WeakMap<Request, { status: number; code: string }>();
 
 /**
  * The page of a request the app answers 503 because its database failed (see the last error
@@ -263,26 +253,24 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
       'The app could not reach its database, and nothing was done. Try again in a moment.',
     );
   }
+  const charge = req.method === 'POST' && req.path === '/charges' ? chargeSoFar.get(req) : undefined;
   // A charge the API answered 2xx on this request went through: the outcome is known, and the page
   // says so, with nothing to send again.
-  const created = req.method === 'POST' && req.path === '/charges' ? chargeCreated.get(req) : undefined;
-  if (created !== undefined) return chargeCreatedPage(created);
+  if (charge?.step === 'created') return chargeCreatedPage(charge);
   // A charge whose key stands for another charge ran nothing, and the same key would be refused
   // again: the page offers no same charge, only a new one from the home page.
-  const keyTaken = req.method === 'POST' && req.path === '/charges' ? chargeKeyTaken.get(req) : undefined;
-  if (keyTaken !== undefined) {
+  if (charge?.step === 'key-taken') {
     return appErrorPage(
       'Not charged',
-      `This charge was not made: its key stands for an earlier charge sent with other details, so the API ran nothing for this one (${keyTaken.status} ${keyTaken.code}). The app could not reach its database to show more. Open the app again in a moment and make it as a new charge from the home page.`,
+      `This charge was not made: its key stands for an earlier charge sent with other details, so the API ran nothing for this one (${charge.status} ${charge.code}). The app could not reach its database to show more. Open the app again in a moment and make it as a new charge from the home page.`,
     );
   }
   // A charge the API refused on every attempt ran nothing: the outcome is known, and the same charge
   // sent again would be refused again. Nothing to offer but the form, with the reason once it is back.
-  const refused = req.method === 'POST' && req.path === '/charges' ? chargeRefused.get(req) : undefined;
-  if (refused !== undefined) {
+  if (charge?.step === 'refused') {
     return appErrorPage(
       'Not charged',
-      `The API refused this charge (${refused}), so nothing was charged, but the app could not reach its database to show why. Open the app again in a moment, check the amount and currency, and send the charge as a new one.`,
+      `The API refused this charge (${charge.status}), so nothing was charged, but the app could not reach its database to show why. Open the app again in a moment, check the amount and currency, and send the charge as a new one.`,
     );
   }
   // A charge that went out may have been created. What a person needs then is the retry spec 2.1
@@ -290,8 +278,7 @@ function storeUnavailablePage(req: Request, done: { sentToApi: boolean; signedOu
   // new form, under a new key, and a second charge. So the page names the key and its form sends
   // the same charge again (same key, amount, currency; the CSRF token takes no database): the API
   // charges it at most once, and the page after it says what came of it.
-  const charge = req.method === 'POST' && req.path === '/charges' && done.sentToApi ? chargeOf.get(req) : undefined;
-  if (charge !== undefined) return chargeOutcomeUnknownPage(charge);
+  if (charge?.step === 'sending' && done.sentToApi) return chargeOutcomeUnknownPage(charge);
   // A theme that went out may or may not have been set; the same form again is safe (a PUT of the
   // whole settings document, see the route), so the page offers it.
   const theme = req.method === 'POST' && req.path === '/theme' && done.sentToApi ? themeOf.get(req) : undefined;
@@ -829,9 +816,9 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         ...options.retryTiming,
       });
       // The key is settled here, not left to the client to make, so that a database failing after the
-      // charge went out can offer the same charge again under it (chargeOf, storeUnavailablePage).
+      // charge went out can offer the same charge again under it (chargeSoFar, storeUnavailablePage).
       const key = repeatKey ?? randomUUID();
-      if (runnable) chargeOf.set(req, { key, amount, currency, csrf: csrf.issue(req, res, id) });
+      if (runnable) chargeSoFar.set(req, { step: 'sending', key, amount, currency, csrf: csrf.issue(req, res, id) });
       const lines: string[] = [];
       let repeat: { key: string; amount: number; currency: string } | undefined;
       let charge: Flash['charge'];
@@ -839,7 +826,8 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         const result = await client.post('/charges', { amount, currency }, { idempotencyKey: key });
         // Before anything below meets the database: a 503 then says the charge was created, as the
         // API's 2xx on this request says (the client resolves on any status below 400).
-        if (result.status >= 200 && result.status < 300) chargeCreated.set(req, { key, amount, currency });
+        if (result.status >= 200 && result.status < 300)
+          chargeSoFar.set(req, { step: 'created', key, amount, currency });
         await settle('created');
         if (result.key) {
           repeat = { key: result.key, amount, currency };
@@ -866,7 +854,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           typeof error.body === 'object' && error.body !== null && 'code' in error.body ? error.body.code : undefined;
         if (error.key && (code === 'fingerprint_mismatch' || code === 'idempotency_error')) {
           // Before the session is read: a 503 then says this charge was not made, offering no same key.
-          if (error.status !== undefined) chargeKeyTaken.set(req, { status: error.status, code });
+          if (error.status !== undefined) chargeSoFar.set(req, { step: 'key-taken', status: error.status, code });
           // Its key already stands for another charge (a kept form whose amount was changed, or an
           // old tab's form): this one never ran, whatever its earlier attempts met (had one run, its
           // record would hold this very request, and be replayed). Said in words, with that first
@@ -902,7 +890,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
           (error.status !== undefined && error.status < 400);
         if (mayHaveRun && error.key) repeat = { key: error.key, amount, currency };
         // Before anything below meets the database: a 503 then says nothing was charged.
-        if (!mayHaveRun && error.status !== undefined) chargeRefused.set(req, error.status);
+        if (!mayHaveRun && error.status !== undefined) chargeSoFar.set(req, { step: 'refused', status: error.status });
         if (!mayHaveRun) await settle('refused');
         if (error.key) charge = { key: error.key, settled: !mayHaveRun };
         lines.push(
