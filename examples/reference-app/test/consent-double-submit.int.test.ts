@@ -101,66 +101,6 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     };
   };
 
-  /**
-   * Sends the form twice: the slower POST is held at its grant's save while the other one finishes
-   * and the browser follows it back to the app (the sign-in completes); then the slower one goes on.
-   */
-  const sendTwice = async ({ agent, fields, action }: Awaited<ReturnType<typeof atConsentPage>>) => {
-    let reached!: () => void;
-    const atSave = new Promise<void>((resolve) => {
-      reached = resolve;
-    });
-    let release!: () => void;
-    hold = {
-      reached,
-      release: new Promise<void>((resolve) => {
-        release = resolve;
-      }),
-    };
-    const slower = agent.postForm(action, fields);
-    await atSave;
-    const first = await agent.postForm(action, fields);
-    expect(first.response.status).toBe(303);
-    const back = await agent.follow(new URL(first.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(toApp(back.url)).toBe(true);
-    const signedIn = await agent.request(back.url);
-    expect(signedIn.response.status).toBe(303);
-    release();
-    return { second: await slower };
-  };
-
-  it('leaves only the grant of the POST that finished first when the other one finishes too (side by side)', async () => {
-    const { agent, fields, action } = await atConsentPage();
-    const before = new Set(await grantIds());
-    let reached!: () => void;
-    const atSave = new Promise<void>((resolve) => {
-      reached = resolve;
-    });
-    let release!: () => void;
-    hold = {
-      reached,
-      release: new Promise<void>((resolve) => {
-        release = resolve;
-      }),
-    };
-    const slower = agent.postForm(action, fields);
-    await atSave;
-    const first = await agent.postForm(action, fields);
-    expect(first.response.status).toBe(303);
-    const made = (await grantIds()).filter((id) => !before.has(id));
-    expect(made).toHaveLength(1);
-    // The browser has not followed the first answer: the slower POST finds the interaction there.
-    release();
-    const second = await slower;
-    expect(second.response.status).toBe(303);
-    expect(second.response.headers.get('location')).toBe(first.response.headers.get('location'));
-    const back = await agent.follow(new URL(second.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(toApp(back.url)).toBe(true);
-    expect((await agent.request(back.url)).response.status).toBe(303);
-    expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
-    expect(await grantOfSession(agent)).toBe(made[0]);
-  });
-
   /** A point a POST waits at: `reached` once it is there, and it goes on when `release` is called. */
   const gate = () => {
     let reached!: () => void;
@@ -173,6 +113,48 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     });
     return { at, release, hold: { reached, release: held } };
   };
+
+  /**
+   * Sends the form twice: the slower POST is held at its grant's save while the other one finishes
+   * and the browser follows it back to the app (the sign-in completes); then the slower one goes on.
+   */
+  const sendTwice = async ({ agent, fields, action }: Awaited<ReturnType<typeof atConsentPage>>) => {
+    const atGrantSave = gate();
+    hold = atGrantSave.hold;
+    const slower = agent.postForm(action, fields);
+    await atGrantSave.at;
+    const first = await agent.postForm(action, fields);
+    expect(first.response.status).toBe(303);
+    const back = await agent.follow(new URL(first.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    const signedIn = await agent.request(back.url);
+    expect(signedIn.response.status).toBe(303);
+    atGrantSave.release();
+    return { second: await slower };
+  };
+
+  it('leaves only the grant of the POST that finished first when the other one finishes too (side by side)', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const atGrantSave = gate();
+    hold = atGrantSave.hold;
+    const slower = agent.postForm(action, fields);
+    await atGrantSave.at;
+    const first = await agent.postForm(action, fields);
+    expect(first.response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    // The browser has not followed the first answer: the slower POST finds the interaction there.
+    atGrantSave.release();
+    const second = await slower;
+    expect(second.response.status).toBe(303);
+    expect(second.response.headers.get('location')).toBe(first.response.headers.get('location'));
+    const back = await agent.follow(new URL(second.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
 
   it('leaves one grant when both POSTs read the interaction unfinished and both go to finish it', async () => {
     const { agent, fields, action } = await atConsentPage();
