@@ -81,6 +81,19 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     return rows[0]?.grant_id;
   };
 
+  /**
+   * Follows an answer's `location` back to the app, whose sign-in completes, and expects the grant it
+   * was signed in with to be the one grant made since `before`.
+   */
+  const expectSignedInWithOneNewGrant = async (agent: UserAgent, location: string | null, before: Set<string>) => {
+    const back = await agent.follow(new URL(location!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect((await agent.request(back.url)).response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  };
+
   /** A browser at the consent page (`agent` signed in at the provider already, or a new one). */
   const atConsentPage = async (agent: UserAgent = createUserAgent()) => {
     let page = await agent.follow(signinUrl(), toApp);
@@ -177,12 +190,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(secondAnswer.response.status).toBe(303);
     expect(secondAnswer.response.headers.get('location')).toBe(firstAnswer.response.headers.get('location'));
     // The browser follows the first answer (the second is the same way on).
-    const back = await agent.follow(new URL(firstAnswer.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(toApp(back.url)).toBe(true);
-    expect((await agent.request(back.url)).response.status).toBe(303);
-    const made = (await grantIds()).filter((id) => !before.has(id));
-    expect(made).toHaveLength(1);
-    expect(await grantOfSession(agent)).toBe(made[0]);
+    await expectSignedInWithOneNewGrant(agent, firstAnswer.response.headers.get('location'), before);
   });
 
   it('leaves one grant when both POSTs past every read store their finish at the same moment', async () => {
@@ -199,12 +207,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     const answers = await Promise.all(posts);
     expect(answers.map((answer) => answer.response.status)).toEqual([303, 303]);
     expect(answers[1]!.response.headers.get('location')).toBe(answers[0]!.response.headers.get('location'));
-    const back = await agent.follow(new URL(answers[0]!.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(toApp(back.url)).toBe(true);
-    expect((await agent.request(back.url)).response.status).toBe(303);
-    const made = (await grantIds()).filter((id) => !before.has(id));
-    expect(made).toHaveLength(1);
-    expect(await grantOfSession(agent)).toBe(made[0]);
+    await expectSignedInWithOneNewGrant(agent, answers[0]!.response.headers.get('location'), before);
   });
 
   it('goes on with a grant of its own when the interaction names a grant deleted since (its finish failed)', async () => {
@@ -221,12 +224,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(rowCount).toBe(1);
     const sent = await agent.postForm(action, fields);
     expect(sent.response.status).toBe(303);
-    const back = await agent.follow(new URL(sent.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(toApp(back.url)).toBe(true);
-    expect((await agent.request(back.url)).response.status).toBe(303);
-    const made = (await grantIds()).filter((id) => !before.has(id));
-    expect(made).toHaveLength(1);
-    expect(await grantOfSession(agent)).toBe(made[0]);
+    await expectSignedInWithOneNewGrant(agent, sent.response.headers.get('location'), before);
   });
 
   it('goes on with its own grant when another POST finished the interaction meanwhile and then deleted its grant', async () => {
@@ -248,12 +246,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     held.release();
     const sent = await post;
     expect(sent.response.status).toBe(303);
-    const back = await agent.follow(new URL(sent.response.headers.get('location')!, stack.authUrl).href, toApp);
-    expect(toApp(back.url)).toBe(true);
-    expect((await agent.request(back.url)).response.status).toBe(303);
-    const made = (await grantIds()).filter((id) => !before.has(id));
-    expect(made).toHaveLength(1);
-    expect(await grantOfSession(agent)).toBe(made[0]);
+    await expectSignedInWithOneNewGrant(agent, sent.response.headers.get('location'), before);
   });
 
   // Was wrong: "Allow", then "Cancel" before the browser followed Allow's answer (the cancel's finish
