@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { assertKnownOptions, notify } from '@idem/core';
+import { assertKnownOptions, isPlainObject, notify } from '@idem/core';
 import { isWebhookError, WebhookError } from './errors.js';
 import { bodyLimitOf, bodyTooLarge } from './raw-body.js';
 import { type Receiver, type ReceiverResponse, reportGlueRejection } from './receiver.js';
@@ -101,15 +101,16 @@ export function requireBuffer(body: unknown, hint: string): Buffer {
 
 /**
  * True when a framework's `body` is only a placeholder over a stream nobody read: an empty plain
- * object, no parser's "I parsed it" flag, and not a byte taken from the stream. Express 4's
- * body-parser sets `req.body = {}` on every request it skips (another content type), so a form or
+ * object (of any realm), no parser's "I parsed it" flag, and not a byte taken from the stream.
+ * Express 4's body-parser sets `req.body = {}` on every request it skips (another content type), so a form or
  * JSON parser mounted app-wide would otherwise make every webhook fail closed although the exact
  * bytes are still there to read. A parser that did read (even a body of `{}`) sets `req._body` and
  * drains the stream, so that case still fails closed.
  */
 export function isUnreadPlaceholder(body: unknown, request: IncomingMessage): boolean {
-  if (typeof body !== 'object' || body === null || Object.getPrototypeOf(body) !== Object.prototype) return false;
-  if (Object.keys(body).length > 0) return false;
+  // Core's test of a plain object, not `Object.prototype` itself: a parser running in another realm
+  // (a node:vm context) leaves its own realm's `{}`, as much a placeholder as ours.
+  if (!isPlainObject(body) || Object.keys(body).length > 0) return false;
   if ((request as IncomingMessage & { _body?: unknown })._body === true) return false;
   return !request.readableDidRead && !request.readableEnded;
 }

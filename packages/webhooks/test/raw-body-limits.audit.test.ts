@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
+import vm from 'node:vm';
 import { gzipSync } from 'node:zlib';
 import { memoryStore } from '@idem/core';
 import { describe, expect, it } from 'vitest';
@@ -137,6 +138,40 @@ describe('express glue: only an unread, empty, unflagged `{}` is a placeholder',
     await expressWebhook(made)(req, res);
     expect(sent.status).toBe(200);
     expect(applied).toEqual(['evt_skip']);
+  });
+
+  // Was wrong: only this realm's `{}` was a placeholder, so the `{}` of a parser running in another
+  // realm (a node:vm context, a sandboxed app) failed every delivery closed with 500 although the
+  // stream was still unread. The prototype test is core's `isPlainObject`, which knows any realm's.
+  it("reads the stream under another realm's unflagged `{}`", async () => {
+    const { receiver: made, applied } = receiver();
+    const placeholder: unknown = vm.runInNewContext('({})');
+    expect(Object.getPrototypeOf(placeholder)).not.toBe(Object.prototype);
+    const req = Object.assign(
+      request([payload], { ...signer.sign({ id: 'evt_realm', body: payload, timestamp: new Date() }) }),
+      { body: placeholder },
+    );
+    const { res, sent } = response();
+    await expressWebhook(made)(req, res);
+    expect(sent.status).toBe(200);
+    expect(applied).toEqual(['evt_realm']);
+  });
+
+  it.each([
+    ['an empty class instance of another realm', () => vm.runInNewContext('new (class Parsed {})()')],
+    ['an empty Map of another realm', () => vm.runInNewContext('new Map()')],
+    ['an object over an empty plain object', () => Object.create({})],
+  ])('fails closed on %s, even over a stream nobody read', async (_what, make) => {
+    const { receiver: made, applied } = receiver();
+    const req = Object.assign(
+      request([payload], { ...signer.sign({ id: 'evt_other', body: payload, timestamp: new Date() }) }),
+      { body: make() as unknown },
+    );
+    const { res, sent } = response();
+    await expressWebhook(made, { onMisconfigured: () => {} })(req, res);
+    expect(sent.status).toBe(500);
+    expect(JSON.parse(sent.body.toString()).code).toBe('raw_body_required');
+    expect(applied).toEqual([]);
   });
 });
 
