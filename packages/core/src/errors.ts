@@ -125,6 +125,18 @@ export class StoreUnavailableError extends Error {
 }
 
 /**
+ * True when `value` is a {@link StoreUnavailableError}: the one test of it the packages use (the HTTP
+ * adapters, the webhook receiver, `@idem/postgres`). By name, so one raised by another copy of
+ * `@idem/core` (a store built against it) is recognised too, where `instanceof` is not.
+ *
+ * @example
+ * if (isStoreUnavailableError(error)) return answer503(error);
+ */
+export function isStoreUnavailableError(value: unknown): value is StoreUnavailableError {
+  return value instanceof Error && value.name === 'StoreUnavailableError';
+}
+
+/**
  * Thrown by a transactional store when the handler left its transaction aborted: a statement of
  * the handler's failed and the handler went on (a unique violation caught and ignored, without a
  * SAVEPOINT), so PostgreSQL refuses everything until the transaction ends (SQLSTATE 25P02), the

@@ -19,7 +19,7 @@ import {
   type SettleNow,
   settleNow,
 } from './engine.js';
-import { IdempotencyError, isIdempotencyError, isTransactionAbortedError } from './errors.js';
+import { IdempotencyError, isIdempotencyError, isStoreUnavailableError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason, RefusalCode } from './events.js';
 import {
   checkExcludes,
@@ -2216,7 +2216,7 @@ const captureMethods: ResponseCapture = {
     const state = (this as CaptureHandle)[captureStateKey];
     // Kept for transactional mode, where it is the transaction's own store that failed (see
     // transactionOf). By name, so a copy of the package raised it as well.
-    if (error instanceof Error && error.name === 'StoreUnavailableError') state.storeFailure = { error };
+    if (isStoreUnavailableError(error)) state.storeFailure = { error };
     if (!isBodyRefusal(error) || !refusesRequestBody(error as object, state.request)) return false;
     state.declined = 'body-refused';
     return true;

@@ -20,6 +20,7 @@ export {
   type IdempotencyErrorCode,
   type IdempotencyErrorOptions,
   isIdempotencyError,
+  isStoreUnavailableError,
   isTransactionAbortedError,
   type ProblemDetails,
   problemType,

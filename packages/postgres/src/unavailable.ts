@@ -1,4 +1,4 @@
-import { StoreUnavailableError, withoutCommandValues } from '@idem/core';
+import { isStoreUnavailableError, StoreUnavailableError, withoutCommandValues } from '@idem/core';
 
 // SQLSTATE codes (or class prefixes) that say "the database could not do it right now", not "the
 // statement is wrong": connection exceptions (08), insufficient resources (53), operator
@@ -57,7 +57,7 @@ const transientMessages = [
  */
 export function isTransientDatabaseError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
-  if (error.name === 'StoreUnavailableError') return true;
+  if (isStoreUnavailableError(error)) return true;
   const code = (error as { code?: unknown }).code;
   if (typeof code === 'string') {
     // 08P01 (protocol_violation) is both: PgBouncer sends its own passing failures under it

@@ -9,6 +9,7 @@ import {
   type IdempotencyErrorCode,
   type IdempotencyEvent,
   isIdempotencyError,
+  isStoreUnavailableError,
   type Lease,
   type ListsEvery,
   notify,
@@ -376,9 +377,10 @@ export function createReceiver<Tx = unknown>(options: ReceiverOptions<Tx>): Rece
     // The database failed under `apply` (its `tx.query` lost the connection, timed out): the same
     // outage as the store failing first or at commit, and answered as those are, 503 with
     // Retry-After, so the sender retries later. Read as the core's HTTP adapters read a handler's
-    // failure: a `StoreUnavailableError` (by name, so another copy of @idem/core raised it too),
-    // which the stores raise for exactly those failures. Anything else is a bug: 500.
-    if (error instanceof Error && error.name === 'StoreUnavailableError') {
+    // failure: a `StoreUnavailableError` (`isStoreUnavailableError`, by name, so another copy of
+    // @idem/core raised it too), which the stores raise for exactly those failures. Anything else
+    // is a bug: 500.
+    if (isStoreUnavailableError(error)) {
       const unavailable = new IdempotencyError('store_unavailable', 'The webhook could not be applied; retry later.', {
         retryAfter: engine.settings.unavailableRetryAfter,
         cause: error,

@@ -116,6 +116,10 @@ describe('receiver without transactions: a store apply uses fails inside apply',
     expect(response.headers['retry-after']).toBe('2');
     expect(problem(response)).toMatchObject({ code: 'store_unavailable' });
 
+    // One raised by a store built against another copy of @idem/core: known by its name.
+    failWith = Object.assign(new Error('Redis get failed'), { name: 'StoreUnavailableError' });
+    expect(await deliver()).toMatchObject({ status: 503, outcome: 'unavailable' });
+
     failWith = new RangeError('Invalid time value');
     const bug = await deliver();
     expect(bug).toMatchObject({ status: 500, outcome: 'failed' });
