@@ -84,7 +84,7 @@ export function isTransientDatabaseError(error: unknown): boolean {
  * await pool.query(sql).catch((error) => { throw toStoreError(error, 'claim'); });
  */
 export function toStoreError(error: unknown, operation: string): unknown {
-  if (error instanceof StoreUnavailableError) return error;
+  if (isStoreUnavailableError(error)) return error;
   // A non-transient error is passed on as it is, so it is trimmed here too (PGlite's `params`).
   withoutCommandValues(error);
   if (isTransientDatabaseError(error)) {

@@ -151,6 +151,8 @@ describe('infrastructure errors', () => {
     // One from another copy of @idem/core is recognised by its name.
     const foreign = Object.assign(new Error('unavailable'), { name: 'StoreUnavailableError' });
     expect(isTransientDatabaseError(foreign)).toBe(true);
+    // ... and passed on as it is, not wrapped a second time (its message and cause stay its own).
+    expect(toStoreError(foreign, 'commit')).toBe(foreign);
   });
 
   it('leaves mistakes alone: syntax, missing table, constraint violations, non-errors', () => {

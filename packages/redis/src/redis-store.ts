@@ -8,6 +8,7 @@ import {
   type CompleteInput,
   type Duration,
   type ForgetInput,
+  isStoreUnavailableError,
   type ListsEvery,
   type ReleaseInput,
   type RenewInput,
@@ -181,7 +182,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
     try {
       return await work();
     } catch (cause) {
-      if (cause instanceof StoreUnavailableError) throw cause;
+      if (isStoreUnavailableError(cause)) throw cause;
       throw new StoreUnavailableError(`Redis ${operation} failed`, { cause });
     }
   };
