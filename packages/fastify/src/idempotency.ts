@@ -477,6 +477,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, re
   // (A callback hook, like the others: Fastify then makes no promise of its own per request.) To
   // answer early it does not call `done`: the reply is hijacked and written, and the handler never runs.
   fastify.addHook('preHandler', (request, reply, done) => {
+    // This plugin's own execution, met again: a handler's `reply.callNotFound()` runs the not-found
+    // context's preHandler hooks on the same request. Its 404 is the handler's answer, already
+    // captured; it is not a second registration (IDEM_STACKED).
+    if (stateOf(request)[kExecution] !== undefined && stateOf(request)[kOwner] === http) return done();
     const { config: route, overrides, url: template } = routeOf(request);
     if (route === false) {
       if (request.is404) keepNotFoundFromCaches(request, reply);
