@@ -31,7 +31,7 @@ interface SeenRequest {
 /** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
 let api: Server;
 let apiUrl: string;
-let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' | 'crash' | 'drop' | 'garbled' = 'ok';
+let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' | 'crash' | 'drop' | 'garbled' | 'moved' = 'ok';
 /** In 'flaky' mode, how many more POST /charges answer 503 before one succeeds. */
 let failuresLeft = 0;
 /** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
@@ -168,6 +168,12 @@ beforeAll(async () => {
     }
     if (apiMode === 'garbled' && req.url === '/charges') {
       res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1",');
+      return;
+    }
+    // A 303 to the charge (an API or a proxy in front of it that answers a POST so): no 2xx, and no
+    // refusal either; the client does not follow a write's redirect.
+    if (apiMode === 'moved' && req.url === '/charges') {
+      res.writeHead(303, { location: '/charges/ch_1' }).end();
       return;
     }
     if (apiMode === 'refuse' && req.url === '/charges' && failuresLeft-- > 0) {
@@ -984,6 +990,31 @@ describe('signed in', () => {
     const after = await landing(agent, posted);
     expect(after.body).toContain('Send the same charge again (same key)');
     expect(formField(after.body, 'key')).toBe(attempts[0]?.idempotencyKey?.slice(1, -1));
+  });
+
+  // Was wrong: @idem/client resolves on any status below 400, and the app said "Charge created." for
+  // a 3xx too, ending the key. A redirect is no 2xx: what came of the charge is not known.
+  it('says a charge the API answered with a redirect (303) may have run, and keeps its key', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const key = formField(page.body, 'key');
+    apiMode = 'moved';
+    const posted = await agent.postForm(appUrl('/charges'), {
+      csrf: formField(page.body, 'csrf'),
+      key,
+      amount: '700',
+      currency: 'EUR',
+    });
+    expect(seen.filter((request) => request.url === '/charges')).toHaveLength(1);
+    const after = await landing(agent, posted);
+    expect(after.body).not.toContain('Charge created.');
+    expect(after.body).toContain('303');
+    expect(after.body).toContain('Send the same charge again (same key)');
+    expect(formField(after.body, 'key')).toBe(key);
+    // The outcome shown is unknown: the key stays the session's open charge, not one that went through.
+    const back = await agent.request(appUrl('/'));
+    expect(back.body).toContain('Your charge of 700 EUR was sent; it may have gone through.');
+    expect(formField(back.body, 'key')).toBe(key);
   });
 
   it('keeps the key of a charge refused only after an attempt whose outcome is unknown (503, then 422)', async () => {

@@ -824,23 +824,36 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
       let charge: Flash['charge'];
       try {
         const result = await client.post('/charges', { amount, currency }, { idempotencyKey: key });
-        // Before anything below meets the database: a 503 then says the charge was created, as the
-        // API's 2xx on this request says (the client resolves on any status below 400).
-        if (result.status >= 200 && result.status < 300)
+        // The client resolves on any status below 400, and does not follow a write's redirect: a 3xx
+        // (the API, or a proxy in front of it, answering 303 or 307) is its answer. That is no 2xx,
+        // and no refusal either: the charge may have run. Said so, and its key kept for the same
+        // charge sent again, as after a lost answer; the 503 page's step stays `sending` (outcome unknown).
+        if (result.status < 200 || result.status >= 300) {
+          repeat = { key, amount, currency };
+          charge = { key, settled: false };
+          lines.push(
+            `The API answered ${result.status} and not whether the charge was made: it may have gone through. Send it again with the same key to find out.`,
+            `Idempotency-Key: ${key}`,
+            `Attempts: ${result.attempts.length}`,
+          );
+        } else {
+          // Before anything below meets the database: a 503 then says the charge was created, as the
+          // API's 2xx on this request says.
           chargeSoFar.set(req, { step: 'created', key, amount, currency });
-        await settle('created');
-        if (result.key) {
-          repeat = { key: result.key, amount, currency };
-          charge = { key: result.key, settled: true };
+          await settle('created');
+          if (result.key) {
+            repeat = { key: result.key, amount, currency };
+            charge = { key: result.key, settled: true };
+          }
+          lines.push(
+            'Charge created.',
+            `Idempotency-Key: ${result.key}`,
+            `Status ${result.status}`,
+            `Attempts: ${result.attempts.length}`,
+            `Replayed: ${result.replayed ? 'yes' : 'no'}`,
+            JSON.stringify(result.body),
+          );
         }
-        lines.push(
-          'Charge created.',
-          `Idempotency-Key: ${result.key}`,
-          `Status ${result.status}`,
-          `Attempts: ${result.attempts.length}`,
-          `Replayed: ${result.replayed ? 'yes' : 'no'}`,
-          JSON.stringify(result.body),
-        );
       } catch (error) {
         if (!isRequestFailedError(error)) throw error;
         // The session's token could not be read (getToken): the app's database failed, not the API.
