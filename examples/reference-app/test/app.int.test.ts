@@ -31,7 +31,7 @@ interface SeenRequest {
 /** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
 let api: Server;
 let apiUrl: string;
-let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' | 'crash' | 'drop' | 'garbled' | 'moved' = 'ok';
+let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' | 'crash' | 'drop' | 'garbled' | 'moved' | 'key-taken' = 'ok';
 /** In 'flaky' mode, how many more POST /charges answer 503 before one succeeds. */
 let failuresLeft = 0;
 /** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
@@ -174,6 +174,13 @@ beforeAll(async () => {
     // refusal either; the client does not follow a write's redirect.
     if (apiMode === 'moved' && req.url === '/charges') {
       res.writeHead(303, { location: '/charges/ch_1' }).end();
+      return;
+    }
+    // The key stands for another charge, as an engine with `mismatchStatus: 400` answers (spec part 7).
+    if (apiMode === 'key-taken' && req.url === '/charges') {
+      res
+        .writeHead(400, { 'content-type': 'application/problem+json' })
+        .end('{"title":"Idempotency-Key is already used with another request","code":"idempotency_error"}');
       return;
     }
     if (apiMode === 'refuse' && req.url === '/charges' && failuresLeft-- > 0) {
@@ -1015,6 +1022,30 @@ describe('signed in', () => {
     const back = await agent.request(appUrl('/'));
     expect(back.body).toContain('Your charge of 700 EUR was sent; it may have gone through.');
     expect(formField(back.body, 'key')).toBe(key);
+  });
+
+  // The API's other way to say a key stands for another charge: 400 `idempotency_error` (an engine
+  // with `mismatchStatus: 400`, spec part 7), answered in words as its 422 `fingerprint_mismatch` is.
+  it('answers a kept key refused 400 idempotency_error in words: the first charge stands, nothing new was charged', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    const key = formField(page.body, 'key');
+    const send = (amount: string) =>
+      agent.postForm(appUrl('/charges'), { csrf: formField(page.body, 'csrf'), key, amount, currency: 'EUR' });
+    // The first charge goes through; its answer is lost (the redirect to its message never followed).
+    await send('700');
+    apiMode = 'key-taken';
+    const refused = await send('800');
+    const after = await landing(agent, refused);
+    expect(after.body).toContain('Not charged: this form had already been sent with other details.');
+    expect(after.body).toContain('(400 idempotency_error)');
+    expect(after.body).toContain('Your charge of 700 EUR went through: that is the first charge.');
+    expect(after.body).toContain(`Idempotency-Key: ${key}`);
+    expect(after.body).not.toContain('The API refused');
+    expect(after.body).not.toContain('Send the same charge again (same key)');
+    // The form below is a new charge, and so is the next page's.
+    expect(formField(after.body, 'key')).not.toBe(key);
+    expect(formField((await agent.request(appUrl('/'))).body, 'key')).not.toBe(key);
   });
 
   it('keeps the key of a charge refused only after an attempt whose outcome is unknown (503, then 422)', async () => {
