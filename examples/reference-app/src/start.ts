@@ -26,6 +26,8 @@ export interface StartOptions {
   now?: (() => number) | undefined;
   /** The third-party app's retry timers for "Create charge" (tests). */
   retryTiming?: ThirdPartyAppOptions['retryTiming'] | undefined;
+  /** The third-party app's clock and pause for its refresh waits (tests; see `createThirdPartyApp`). */
+  refreshTiming?: ThirdPartyAppOptions['refreshTiming'] | undefined;
   /** What the third-party app reports (default: a line on stderr). */
   onAppEvent?: ThirdPartyAppOptions['onEvent'] | undefined;
   /**
@@ -114,6 +116,7 @@ export async function startReferenceApp(options: StartOptions): Promise<RunningR
       baseUrl: options.baseUrl,
       ...(options.now ? { now: options.now } : {}),
       ...(options.retryTiming ? { retryTiming: options.retryTiming } : {}),
+      ...(options.refreshTiming ? { refreshTiming: options.refreshTiming } : {}),
       ...(options.onAppEvent ? { onEvent: options.onAppEvent } : {}),
       sessionIdleSeconds: options.sessionIdleSeconds,
     });

@@ -5,14 +5,19 @@
 // both without waiting for them.
 //
 // The refresher on the real database (PostgreSQL with DATABASE_URL, PGlite otherwise); the provider
-// is a stand-in (no refresh is asked of it in the first test).
+// is a stand-in (no refresh is asked of it in the first test). The last test runs the whole app
+// (startReferenceApp), whose `refreshTiming` reaches the refresher.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRefresher, type RefreshTurn } from '../src/app/refresh.js';
 import { migrateApp } from '../src/app/schema.js';
 import { createSessionStore, refreshLeaseSeconds } from '../src/app/sessions.js';
 import type { Database } from '../src/db.js';
+import { type RunningReferenceApp, startReferenceApp } from '../src/start.js';
 import { failingRefreshStores } from './db-faults.js';
+import { loginAndConsent } from './flow.js';
 import { openTestDatabase } from './services.js';
+import { alice } from './test-idp.js';
+import { createUserAgent } from './user-agent.js';
 
 describe("the refresher's waits", () => {
   let db: Database;
@@ -98,5 +103,62 @@ describe("the refresher's waits", () => {
     }
     expect(pauses).toEqual([50, 250]);
     expect(refresher.held()).toBe(1);
+  }, 10_000);
+});
+
+describe("the app's refresh waits, on the timing given to startReferenceApp", () => {
+  let db: Database;
+  let running: RunningReferenceApp;
+  /** The app's token clock (`now`), ahead of the real one by this much. */
+  let clock = 0;
+  /** The refresher's own clock, moved only by the pauses it asks for, which it gets at once. */
+  let at = 1_000_000;
+
+  beforeAll(async () => {
+    db = await openTestDatabase('refresh_wait_app');
+    running = await startReferenceApp({
+      db,
+      authPort: 0,
+      appPort: 0,
+      // Nothing listens there: the page's reads say "API unavailable", the page itself is shown.
+      baseUrl: 'http://127.0.0.1:9',
+      now: () => Date.now() + clock,
+      refreshTiming: {
+        clock: () => at,
+        sleep: async (ms) => {
+          at += ms;
+        },
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.close();
+    await db?.close();
+  });
+
+  // Was wrong: createThirdPartyApp (and startReferenceApp) took no clock or pause for the refresher,
+  // which then always waited on Date.now and real timers: a page whose session another process was
+  // refreshing could be driven to the give-up only by waiting 35 real seconds.
+  it("gives up a page's wait for another process's claim by the injected clock, and shows the page", async () => {
+    const agent = createUserAgent();
+    const appUrl = (path: string) => new URL(path, running.appUrl).href;
+    await agent.request(
+      (await loginAndConsent(agent, running.authUrl, appUrl('/signin'), appUrl('/callback'), alice)).href,
+    );
+    const id = agent.jar.cookies.get('app_session')?.value ?? '';
+    const sessions = createSessionStore(db, { ttlSeconds: 3600 });
+    const before = (await sessions.get(id))?.tokens;
+    expect(before?.refreshToken).toEqual(expect.any(String));
+    // Another process's refresh, under way; the access token is due.
+    expect(await sessions.claimRefresh(id, 'another-process')).toBeDefined();
+    clock = 301_000;
+    const started = at;
+    const page = await agent.request(appUrl('/'));
+    expect(page.response.status).toBe(200);
+    expect(page.body).toContain('Alice Liddell');
+    expect(at - started).toBeGreaterThanOrEqual((refreshLeaseSeconds + 5) * 1000);
+    // Nothing was refreshed here: the other process's refresh is the session's.
+    expect((await sessions.get(id))?.tokens).toEqual(before);
   }, 10_000);
 });

@@ -23,7 +23,7 @@ import {
   signInFailedPage,
   themeOutcomeUnknownPage,
 } from './pages.js';
-import { createRefresher, type RefreshTurn } from './refresh.js';
+import { createRefresher, type RefresherOptions, type RefreshTurn } from './refresh.js';
 import { refusalLogger } from './refusal-log.js';
 import { type ReportedError, withoutToken } from './reported-error.js';
 import {
@@ -74,6 +74,13 @@ export interface ThirdPartyAppOptions {
    * `Math.random`); tests inject both to check the backoff without waiting for it.
    */
   retryTiming?: Pick<ClientOptions, 'sleep' | 'random'> | undefined;
+  /**
+   * The real clock (epoch ms) and the pause of the refresher's waits: how long a request waits for
+   * another process's refresh of its session (the claim's time and 5 s), and the pauses between tries
+   * to store a refresh's tokens (default: `Date.now` and real timers). Not `now`, which ages tokens and
+   * which tests move by minutes; tests inject both to reach a give-up without waiting for it.
+   */
+  refreshTiming?: Pick<RefresherOptions, 'clock' | 'sleep'> | undefined;
   /**
    * Told what went wrong out of the user's sight: a revocation the provider did not confirm, whose
    * token stays valid until it expires; a refresh the provider refused for another reason than the
@@ -388,6 +395,7 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
     unstoredForMs: (idleSeconds ?? defaultIdleSeconds) * 1000,
     onRefused: (error) => notify(onEvent, { type: 'refresh-refused', error }),
     revoke: (tokens) => revokeTokens(tokens, 'refresh'),
+    ...options.refreshTiming,
   });
 
   const send = (res: Response, status: number, html: string) => res.status(status).set(pageHeaders).send(html);
