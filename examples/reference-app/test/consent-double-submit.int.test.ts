@@ -288,7 +288,7 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(others).toEqual([]);
     const scopeOf = () => grantScope(stack.dbs.one, id!);
     // The grant as if alice had never allowed `email`: the next consent adds it to this grant.
-    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
+    await narrowGrant(stack.dbs.one, id!, 'email');
     const consent = await atConsentPage(agent);
     const { second } = await sendTwice(consent);
     expect(second.response.status).toBe(400);

@@ -4,7 +4,6 @@
 // (of any realm) is still refused, its entries being where Object.entries does not look.
 import vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { createSender } from '../src/index.js';
 import { recordingSender } from './support/recording-sender.js';
 
 const message = { url: 'https://receiver.test/hooks', id: 'evt_1', body: '{"n":1}' };

@@ -4,7 +4,6 @@
 // `application/json` and never knew. They are a `TypeError` where the headers are given, as any other
 // header no attempt could send as written; the value is never quoted (it may be a credential).
 import { describe, expect, it } from 'vitest';
-import { createSender } from '../src/index.js';
 import { recordingSender } from './support/recording-sender.js';
 
 const message = { url: 'https://receiver.test/hooks', id: 'evt_1', body: '{"n":1}' };
