@@ -269,6 +269,40 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(made).toEqual([]);
   });
 
+  // Was wrong: Cancel sent while Allow was still on its way (both of one interaction at once) could
+  // read the interaction unfinished, then store its cancel over Allow's finish: the sign-in was denied
+  // and Allow's new grant left named by nothing until it expired.
+  it('ends in one consistent state every time Allow and Cancel are sent at once', async () => {
+    for (let round = 0; round < 20; round++) {
+      const { agent, fields, action } = await atConsentPage();
+      const before = new Set(await grantIds());
+      const abort = action.replace(/\/consent$/, '/abort');
+      // Either one sent first, in turn: which one the provider reads first is left to the race.
+      const [allowed, cancelled] =
+        round % 2 === 0
+          ? await Promise.all([agent.postForm(action, fields), agent.postForm(abort, fields)])
+          : await Promise.all([agent.postForm(abort, fields), agent.postForm(action, fields)]).then(([c, a]) => [a, c]);
+      expect([allowed!.response.status, cancelled!.response.status]).toEqual([303, 303]);
+      expect(cancelled!.response.headers.get('location')).toBe(allowed!.response.headers.get('location'));
+      const back = await agent.follow(new URL(cancelled!.response.headers.get('location')!, stack.authUrl).href, toApp);
+      expect(toApp(back.url)).toBe(true);
+      const denied = new URL(back.url).searchParams.get('error');
+      const landed = await agent.request(back.url);
+      const made = (await grantIds()).filter((id) => !before.has(id));
+      if (denied === null) {
+        // Allow won: one grant, and the app signed in with it.
+        expect(landed.response.status).toBe(303);
+        expect(made).toHaveLength(1);
+        expect(await grantOfSession(agent)).toBe(made[0]);
+      } else {
+        // Cancel won: no new grant left, no session at the app.
+        expect(denied).toBe('access_denied');
+        expect(agent.jar.cookies.get('app_session')).toBeUndefined();
+        expect(made).toEqual([]);
+      }
+    }
+  }, 120_000);
+
   it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
     const consent = await atConsentPage();
     const before = new Set(await grantIds());

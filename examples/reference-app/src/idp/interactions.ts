@@ -277,25 +277,43 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
   });
 
   router.post('/interaction/:uid/abort', formBody, async (req, res) => {
-    const details = await provider.interactionDetails(req, res);
+    let details = await provider.interactionDetails(req, res);
     if (!guardPost(req, res, details.uid)) return;
     // Allow was sent first and finished the interaction, and its answer was not followed yet: the
     // person's last word is Cancel, the answer the browser follows, so the sign-in is cancelled. A
     // grant that Allow made (new: not the interaction's own) would be named by nothing once the
     // cancel is stored, so it goes, best effort. A grant Allow widened stays widened (its earlier
     // state is not kept here): no token came of the widening, as none comes without a sign-in.
-    const allowed = details.result?.consent?.grantId;
     res.set('Cache-Control', 'no-store');
-    await provider.interactionFinished(
-      req,
-      res,
-      { error: 'access_denied', error_description: 'The user cancelled the request' },
-      { mergeWithLastSubmission: false },
-    );
-    if (typeof allowed === 'string' && allowed !== details.grantId) {
-      await provider.Grant.find(allowed)
-        .then((grant) => grant?.destroy())
-        .catch(() => undefined);
+    // The cancel is stored only while the interaction names the grant it named when read (see
+    // `finishConsentRead`): an Allow sent at the same time that finished it after this read would
+    // otherwise be overwritten, its new grant unknown here and left named by nothing. Refused, the
+    // interaction is read again and the cancel, still the later word, made against what it names now.
+    // An Allow that stores its finish after this cancel is stored is the later word: it wins, and
+    // this answer leads the same way on, signed in.
+    for (let attempt = 1; ; attempt++) {
+      const allowed = details.result?.consent?.grantId;
+      try {
+        await finishConsentRead(allowed, () =>
+          provider.interactionFinished(
+            req,
+            res,
+            { error: 'access_denied', error_description: 'The user cancelled the request' },
+            { mergeWithLastSubmission: false },
+          ),
+        );
+      } catch (error) {
+        // Each refusal is one more Allow finished meanwhile: a few at most (a double click).
+        if (!(error instanceof ConsentedByAnother) || attempt >= 3) throw error;
+        details = await provider.interactionDetails(req, res);
+        continue;
+      }
+      if (typeof allowed === 'string' && allowed !== details.grantId) {
+        await provider.Grant.find(allowed)
+          .then((grant) => grant?.destroy())
+          .catch(() => undefined);
+      }
+      return;
     }
   });
 
