@@ -170,9 +170,9 @@ beforeAll(async () => {
       res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1",');
       return;
     }
-    // A 303 to the charge (an API or a proxy in front of it that answers a POST so): no 2xx, and no
-    // refusal either; the client does not follow a write's redirect.
-    if (apiMode === 'moved' && req.url === '/charges') {
+    // A 303 to the charge, or to the settings (an API or a proxy in front of it that answers a write
+    // so): no 2xx, and no refusal either; the client does not follow a write's redirect.
+    if (apiMode === 'moved' && (req.url === '/charges' || (req.method === 'PUT' && req.url === '/settings'))) {
       res.writeHead(303, { location: '/charges/ch_1' }).end();
       return;
     }
@@ -1121,6 +1121,23 @@ describe('signed in', () => {
     const put = seen.find((request) => request.method === 'PUT');
     expect(put?.url).toBe('/settings');
     expect(JSON.parse(put!.body)).toEqual({ theme: 'dark' });
+  });
+
+  // Was wrong: a theme the API answered 303 was shown as "The API refused: 303 HTTP 303". A redirect
+  // is no refusal, and no 2xx either: whether the theme was set is not known.
+  it('says a theme the API answered with a redirect (303) may or may not be set, and is safe to send again', async () => {
+    const { agent } = await signIn();
+    const page = await agent.request(appUrl('/'));
+    apiMode = 'moved';
+    const posted = await agent.postForm(appUrl('/theme'), { csrf: formField(page.body, 'csrf'), theme: 'dark' });
+    expect(posted.response.status).toBe(303);
+    expect(seen.filter((request) => request.method === 'PUT' && request.url === '/settings')).toHaveLength(1);
+    const after = await landing(agent, posted);
+    expect(after.body).not.toContain('refused');
+    expect(after.body).not.toContain('Theme set to dark.');
+    expect(after.body).toContain('The API answered 303');
+    expect(after.body).toContain('may or may not have been set to dark');
+    expect(after.body).toContain('Setting the theme again does no harm');
   });
 
   it('answers a form the parser refuses with its 4xx and a plain page, not a 500', async () => {

@@ -777,7 +777,17 @@ export async function createThirdPartyApp(options: ThirdPartyAppOptions): Promis
         path: '/settings',
         body: { theme },
       });
-      await showOnce(res, id, { title: 'Theme', lines: describe(result, `Theme set to ${theme}.`) });
+      // A 3xx (the API, or a proxy in front of it, redirecting the PUT, which `callApi` does not
+      // follow) is no refusal and no 2xx: the theme may or may not be set. Said so, as the 503 page
+      // of a theme that went out says it (themeOutcomeUnknownPage), the same form being safe again.
+      const redirected = result.kind === 'refused' && result.status >= 300 && result.status < 400;
+      const lines = redirected
+        ? [
+            `The API answered ${result.status} and not whether the theme was set: it may or may not have been set to ${theme}.`,
+            'Setting the theme again does no harm: send the form again.',
+          ]
+        : describe(result, `Theme set to ${theme}.`);
+      await showOnce(res, id, { title: 'Theme', lines });
     }),
   );
 
