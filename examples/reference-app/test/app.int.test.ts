@@ -31,7 +31,18 @@ interface SeenRequest {
 /** A stand-in for the gateway: a real HTTP server that records what the app sends it. */
 let api: Server;
 let apiUrl: string;
-let apiMode: 'ok' | 'down' | 'flaky' | 'refuse' | 'busy' | 'crash' | 'drop' | 'garbled' | 'moved' | 'key-taken' = 'ok';
+let apiMode:
+  | 'ok'
+  | 'down'
+  | 'flaky'
+  | 'refuse'
+  | 'busy'
+  | 'crash'
+  | 'drop'
+  | 'garbled'
+  | 'moved'
+  | 'moved-reads'
+  | 'key-taken' = 'ok';
 /** In 'flaky' mode, how many more POST /charges answer 503 before one succeeds. */
 let failuresLeft = 0;
 /** The waits the app's client asked for between charge attempts (sleep is injected: nothing waits). */
@@ -174,6 +185,11 @@ beforeAll(async () => {
     // so): no 2xx, and no refusal either; the client does not follow a write's redirect.
     if (apiMode === 'moved' && (req.url === '/charges' || (req.method === 'PUT' && req.url === '/settings'))) {
       res.writeHead(303, { location: '/charges/ch_1' }).end();
+      return;
+    }
+    // A 303 to the home page's reads (a proxy in front of the API redirecting them, say to a sign-in).
+    if (apiMode === 'moved-reads' && req.method === 'GET') {
+      res.writeHead(303, { location: '/elsewhere' }).end();
       return;
     }
     // The key stands for another charge, as an engine with `mismatchStatus: 400` answers (spec part 7).
@@ -1138,6 +1154,19 @@ describe('signed in', () => {
     expect(after.body).toContain('The API answered 303');
     expect(after.body).toContain('may or may not have been set to dark');
     expect(after.body).toContain('Setting the theme again does no harm');
+  });
+
+  // Was wrong: a read the API answered 303 was shown as "The API refused: 303 HTTP 303". A redirect
+  // the app does not follow is no refusal: there is only nothing to show.
+  it("says the home page's reads the API answered with a redirect (303) were redirected, not refused", async () => {
+    const { agent } = await signIn();
+    apiMode = 'moved-reads';
+    const page = await agent.request(appUrl('/'));
+    expect(page.response.status).toBe(200);
+    expect(page.body).not.toContain('refused');
+    expect(
+      page.body.match(/The API answered 303 \(a redirect the app does not follow\): nothing to show\./g)?.length,
+    ).toBe(3);
   });
 
   it('answers a form the parser refuses with its 4xx and a plain page, not a 500', async () => {
