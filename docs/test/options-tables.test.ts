@@ -111,13 +111,13 @@ const tables: readonly TableSpec[] = [
     markers: ['`createOutbox(options)`:'],
   },
   {
-    source: 'packages/webhooks/src/outbox.ts',
+    source: 'packages/webhooks/src/relay-options.ts',
     interface: 'RelayOptions',
     doc: 'docs/webhooks.md',
     markers: ['`outbox.relay(options)`:'],
   },
   {
-    source: 'packages/webhooks/src/outbox.ts',
+    source: 'packages/webhooks/src/purge.ts',
     interface: 'PurgeOptions',
     doc: 'docs/webhooks.md',
     markers: ['`outbox.purge(db, options)`:'],

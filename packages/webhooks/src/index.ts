@@ -2,6 +2,7 @@
 export { parseRetryAfter } from '@idem/client';
 export { type Backoff, type BackoffOptions, createBackoff, seededRandom } from './backoff.js';
 export { toBodyBytes, type WebhookBody } from './body.js';
+export type { DeadLetterOptions, DeadLetterPage } from './dead-letters.js';
 export {
   isWebhookError,
   WebhookError,
@@ -28,22 +29,12 @@ export {
   type WebhookHeaders,
 } from './headers.js';
 export { type KoaLikeContext, type KoaWebhookOptions, koaWebhook } from './koa.js';
-export {
-  createOutbox,
-  type DeadLetterOptions,
-  type DeadLetterPage,
-  type LostAttempt,
-  type Outbox,
-  type OutboxEvent,
-  type OutboxMigrateOptions,
-  type OutboxOptions,
-  type OutboxRow,
-  type PurgeOptions,
-  type Queryable,
-  type Relay,
-  type RelayOptions,
-  type RelayRound,
-} from './outbox.js';
+export { createOutbox, type Outbox, type OutboxOptions } from './outbox.js';
+export type { OutboxEvent } from './outbox-add.js';
+export type { LostAttempt, OutboxRow } from './outbox-row.js';
+export type { OutboxMigrateOptions } from './outbox-schema.js';
+export type { PurgeOptions } from './purge.js';
+export type { Queryable } from './queryable.js';
 export { decodeBody, defaultBodyLimit, type RawBodyOptions, readRawBody } from './raw-body.js';
 export {
   createReceiver,
@@ -55,6 +46,8 @@ export {
   type ReceiverResponse,
   type ReceiverWarning,
 } from './receiver.js';
+export type { Relay, RelayRound } from './relay.js';
+export type { RelayOptions } from './relay-options.js';
 export {
   type GeneratedSecret,
   generateSecret,
