@@ -1,4 +1,4 @@
-// Audit of the relay's hold on a throttling URL (holdUrl in packages/webhooks/src/outbox.ts): a 429,
+// Audit of the relay's hold on a throttling URL (holdUrl in packages/webhooks/src/relay-url-writes.ts): a 429,
 // or any answer with a Retry-After, puts the URL's other waiting rows off. Real PostgreSQL (a table
 // of its own), a real endpoint on an ephemeral port, one relay round at a time (`runOnce`); waits are
 // read from next_attempt_at by the database's clock, never waited out.
@@ -199,7 +199,7 @@ describe.skipIf(!available)('the relay holds a throttling URL', () => {
   });
 
   // Was wrong: a hold that put a row's next attempt past its horizon left it pending, where the row's
-  // own wait ending past the horizon dead-letters it at once ('horizon', `ending` in outbox.ts): it
+  // own wait ending past the horizon dead-letters it at once ('horizon', `ending` in relay-results.ts): it
   // sat until the hold ended and the claim that found it dead-lettered it without an attempt, up to
   // `maxRetryAfter` late. Decided: the hold dead-letters such a row (one already attempted) at once.
   it('a row the hold puts past its horizon is dead-lettered at once, as its own wait would', async () => {

@@ -46,7 +46,7 @@ describe.runIf(available)('outbox migrate() under a role that may only read and 
     expect(added.added).toBe(true);
   });
 
-  // Was a defect: createOutbox().migrate() (packages/webhooks/src/outbox.ts, `migrate`) always runs
+  // Was a defect: createOutbox().migrate() (packages/webhooks/src/outbox-schema.ts, `migrate`) always runs
   // `CREATE TABLE IF NOT EXISTS`, and PostgreSQL checks CREATE on the schema before it looks whether
   // the table exists: with the table, its columns and its index all there, a role that may only read
   // and write the table gets `permission denied for schema` (42501), so an app that calls migrate()
