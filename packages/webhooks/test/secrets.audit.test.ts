@@ -4,7 +4,7 @@
 
 import { PGlite } from '@electric-sql/pglite';
 import { reachableText } from '@idem/testkit';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOutbox, createSender, generateSecret, type Queryable } from '../src/index.js';
 
 const thrown = async (run: () => unknown): Promise<unknown> => {
@@ -68,6 +68,9 @@ describe('outbox errors on PGlite (an outbox table never migrated)', () => {
   const CARD = '4111111111111111';
   const db = new PGlite();
   const outbox = createOutbox({ table: 'outbox_never_migrated' });
+  // PGlite's start (its WASM compiled) waited out the first test's 20 s once on a loaded box: it is
+  // waited for here, with time of its own.
+  beforeAll(() => db.waitReady, 120_000);
   afterAll(() => db.close());
 
   it('PGlite itself does attach the values (the control)', async () => {
