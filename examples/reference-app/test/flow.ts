@@ -251,3 +251,25 @@ export async function signOutOfApp(agent: UserAgent, appUrl: string, csrf: strin
   expect(done.response.status).toBe(303);
   return agent.follow(new URL(done.response.headers.get('location') ?? '', confirm.url).href);
 }
+
+/** One scope as the consent page lists it: its name, and whether the grant held it before this consent. */
+export interface ConsentItem {
+  scope: string;
+  allowedBefore: boolean;
+}
+
+/**
+ * The scopes a consent page lists, in its order (identity scopes first, then each resource's), each
+ * read from its `<code>` name and its "(allowed before)" mark.
+ *
+ * @example
+ * ```ts
+ * expect(consentItems(page.body)).toContainEqual({ scope: 'email', allowedBefore: true });
+ * ```
+ */
+export function consentItems(html: string): ConsentItem[] {
+  return [...html.matchAll(/<li>[^<]*<code>([^<]*)<\/code>([^<]*)<\/li>/g)].map((match) => ({
+    scope: match[1]!,
+    allowedBefore: match[2]!.includes('(allowed before)'),
+  }));
+}

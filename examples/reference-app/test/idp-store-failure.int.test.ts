@@ -9,7 +9,7 @@
 // (57P01), on PGlite and PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { databases, dbFaults } from './db-faults.js';
-import { loginAndConsent } from './flow.js';
+import { consentItems, loginAndConsent } from './flow.js';
 import { grantScope, narrowGrant } from './grants.js';
 import { alice } from './test-idp.js';
 import { startTwoAppStack, type TwoAppStack } from './two-app-stack.js';
@@ -197,16 +197,12 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
   });
 
   // Was wrong: a re-consent that widened the person's grant (here: `email` added), whose sign-in could
-  // not finish and whose widening could not be put back (the database failed throughout), leaves the
-  // grant widened; it is the grant the provider's session names, so the next sign-in's consent page
-  // lists only what that grant lacks: nothing about `email`, which its Allow then hands out. The person
-  // did press Allow for it once, and the 503 page says that may have been kept; but the sign-in they
-  // allowed it for never happened. (For a client that does not send `prompt=consent`, the page would
-  // not come at all.) Needs a decision: accept it (the page says so; pin it here as it is), or list
-  // every scope asked for on the consent page (a re-consent then names all of it), or mark a widening
-  // unconfirmed until a sign-in is resumed with it (the scopes it added kept apart in the grant and
-  // asked again), which needs a store of its own outside oidc-provider's Grant model.
-  it.fails('names the widened scope again at the next sign-in when a widened grant could not be put back', async () => {
+  // not finish and whose widening could not be put back (the database failed throughout), left the
+  // grant widened; it is the grant the provider's session names, so the next sign-in's consent page,
+  // which listed only what that grant lacked, said nothing about `email`, and its Allow handed it out.
+  // Decided: the consent page lists every scope the request asks for, those the grant holds already
+  // marked as allowed before: the kept widening is named again, and the person sees it before Allow.
+  it('names the widened scope again at the next sign-in when a widened grant could not be put back', async () => {
     const agent = createUserAgent();
     const ids = async () =>
       (await stack.dbs.one.query<{ id: string }>("select id from idp_models where model = 'Grant'")).rows.map(
@@ -236,10 +232,11 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
     expect(answer.body).toContain('may have been kept');
     expect((await grantScope(stack.dbs.one, id!))?.split(' ')).toContain('email');
     const next = await nextSignIn(agent);
-    // The app asks `prompt=consent` (offline_access), so the page comes; it lists what the grant
-    // lacks, and the kept widening lacks nothing: `email` is not named, yet Allow hands it out.
+    // The app asks `prompt=consent` (offline_access), so the page comes; it names `email`, which the
+    // kept widening holds (so it is marked as allowed before).
     expect(next.body).toContain('<h1>Allow access</h1>');
     expect(next.body).toContain('See your email address');
+    expect(consentItems(next.body)).toContainEqual({ scope: 'email', allowedBefore: true });
   });
 
   // The provider's own endpoints: oidc-provider's handler answered 500 server_error; now 503 with

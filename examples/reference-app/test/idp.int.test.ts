@@ -18,6 +18,7 @@ import {
   authorizationUrl,
   type Credentials,
   codeFlow,
+  consentItems,
   introspect,
   openLoginForm,
   switchAccount,
@@ -344,6 +345,39 @@ describe('login and consent pages', () => {
     for (const scope of ['stock:write', 'events:read', 'events:write']) {
       expect(admin).toContain(`with your administrator role <code>${scope}</code>`);
     }
+  });
+
+  /** The scopes the app asks for by default (`authorizationUrl`), in the consent page's order. */
+  const requested = ['openid', 'profile', 'email', 'offline_access', 'photos:read', 'charges:write'];
+
+  it('lists every scope a first sign-in asks for on the consent page, none as allowed before', async () => {
+    const { agent, action, csrf } = await openLoginForm(auth(), app);
+    const login = await agent.postForm(action, { csrf, ...alice });
+    const consent = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    expect(consentItems(consent.body)).toEqual(requested.map((scope) => ({ scope, allowedBefore: false })));
+    expect(consent.body).toContain(`<h2>At ${resource}</h2>`);
+  });
+
+  // Was wrong: the page listed only what the grant lacked. At a re-sign-in with `prompt=consent` (the
+  // app sends it, as it asks for `offline_access`) the grant holds all of it, and the page said "asks
+  // to:" over an empty list: Allow with nothing shown. Decided: every scope asked for is listed, those
+  // the grant holds already marked as allowed before.
+  it('lists every scope again at a re-sign-in, each marked allowed before, never an empty list', async () => {
+    const { agent } = await codeFlow(auth(), app, alice);
+    const { challenge } = pkcePair();
+    const again = await agent.follow(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      (url) => url.startsWith(app.redirectUri),
+    );
+    expect(again.body).toContain('<h1>Allow access</h1>');
+    expect(consentItems(again.body)).toEqual(requested.map((scope) => ({ scope, allowedBefore: true })));
+    expect(again.body).toContain('See your email address <code>email</code> (allowed before)');
   });
 
   it('refuses a login post without the CSRF token, or from another origin', async () => {

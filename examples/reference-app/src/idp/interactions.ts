@@ -9,6 +9,7 @@ import { errorPage, pageHeaders } from '../html.js';
 import { methodNotAllowed } from '../methods.js';
 import { credentialText, hasControlCharacters } from '../text.js';
 import { ConsentedByAnother, finishConsentRead } from './adapter.js';
+import type { RequestedScopes } from './consent-policy.js';
 import type { LoginThrottle } from './login-throttle.js';
 import { consentPage, invalidLoginMessage, loginPage, tooManyLogins } from './pages.js';
 import type { PasswordChecker } from './passwords.js';
@@ -41,6 +42,34 @@ function foreignOrigin(req: Request, origin: string): boolean {
 }
 
 const formBody = express.urlencoded({ extended: false, limit: '8kb' });
+
+/**
+ * What the consent page lists: every scope the request asks for (the consent prompt's `requested*`
+ * details, see `consent-policy.ts`), those the grant holds already (not among its `missing*` details,
+ * which Allow adds) marked as allowed before. An interaction saved before those details existed lists
+ * what the grant lacks, as it did.
+ */
+function asked(details: { prompt: { details: Record<string, unknown> } }) {
+  const shown = details.prompt.details as Partial<RequestedScopes> & {
+    missingOIDCScope?: string[];
+    missingResourceScopes?: Record<string, string[]>;
+  };
+  const missingScopes = shown.missingOIDCScope ?? [];
+  const missingResources = shown.missingResourceScopes ?? {};
+  const held = (scopes: readonly string[], missing: readonly string[]) =>
+    scopes.filter((scope) => !missing.includes(scope));
+  const scopes = shown.requestedOIDCScope ?? missingScopes;
+  const resources = shown.requestedResourceScopes ?? missingResources;
+  return {
+    scopes,
+    scopesAllowedBefore: held(scopes, missingScopes),
+    resources: Object.entries(resources).map(([resource, requested]) => ({
+      resource,
+      scopes: requested,
+      allowedBefore: held(requested, missingResources[resource] ?? []),
+    })),
+  };
+}
 
 /**
  * The consents whose grant was saved when the sign-in could not finish, and could not be undone (see
@@ -96,20 +125,10 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     }
     const accountId = details.session?.accountId;
     const user = accountId ? await findUserById(db, accountId) : undefined;
-    const missingScopes = (details.prompt.details.missingOIDCScope as string[] | undefined) ?? [];
-    const missingResources =
-      (details.prompt.details.missingResourceScopes as Record<string, string[]> | undefined) ?? {};
     send(
       res,
       200,
-      consentPage({
-        uid,
-        csrf: token,
-        clientName: name,
-        userName: user?.name ?? 'unknown user',
-        scopes: missingScopes,
-        resources: Object.entries(missingResources).map(([resource, scopes]) => ({ resource, scopes })),
-      }),
+      consentPage({ uid, csrf: token, clientName: name, userName: user?.name ?? 'unknown user', ...asked(details) }),
     );
   });
 

@@ -62,8 +62,12 @@ export interface ConsentPageInput {
   csrf: string;
   clientName: string;
   userName: string;
+  /** Every identity scope the request asks for, those the grant holds already too. */
   scopes: readonly string[];
-  resources: ReadonlyArray<{ resource: string; scopes: readonly string[] }>;
+  /** Of {@link ConsentPageInput.scopes}, those the grant holds already: marked "(allowed before)". */
+  scopesAllowedBefore?: readonly string[];
+  /** Per resource, every scope the request asks for there, and those the grant holds already. */
+  resources: ReadonlyArray<{ resource: string; scopes: readonly string[]; allowedBefore?: readonly string[] }>;
 }
 
 /** Each scope in words. The administrators' scopes say that they act with the user's admin role. */
@@ -83,13 +87,19 @@ const scopeText: Record<string, string> = {
   'events:write': 'Add notes to the payment events the webhook receiver got, with your administrator role',
 };
 
-function scopeItem(scope: string): string {
-  const text = scopeText[scope];
-  return `<li>${escapeHtml(text ?? scope)} <code>${escapeHtml(scope)}</code></li>`;
+/** One scope in words and by name; one the grant holds already says so, in words a screen reader reads too. */
+function scopeList(scopes: readonly string[], allowedBefore: readonly string[] = []): string {
+  const items = scopes.map((scope) => {
+    const mark = allowedBefore.includes(scope) ? ' (allowed before)' : '';
+    return `<li>${escapeHtml(scopeText[scope] ?? scope)} <code>${escapeHtml(scope)}</code>${mark}</li>`;
+  });
+  return `<ul>${items.join('')}</ul>`;
 }
 
 /**
- * The consent form: what the client asks for, in words and by scope name, per resource.
+ * The consent form: everything the client asks for, in words and by scope name, per resource; what
+ * the person allowed before is listed too, marked so. A re-consent (the client asks again for what it
+ * holds) thus shows what Allow lets the client have, never an empty list.
  *
  * @example
  * ```ts
@@ -98,13 +108,19 @@ function scopeItem(scope: string): string {
  */
 export function consentPage(input: ConsentPageInput): string {
   const resources = input.resources
-    .map((entry) => `<h2>At ${escapeHtml(entry.resource)}</h2>\n<ul>${entry.scopes.map(scopeItem).join('')}</ul>`)
+    .filter((entry) => entry.scopes.length)
+    .map((entry) => `<h2>At ${escapeHtml(entry.resource)}</h2>\n${scopeList(entry.scopes, entry.allowedBefore)}`)
     .join('\n');
-  const identity = input.scopes.length ? `<h2>About you</h2>\n<ul>${input.scopes.map(scopeItem).join('')}</ul>` : '';
+  const identity = input.scopes.length
+    ? `<h2>About you</h2>\n${scopeList(input.scopes, input.scopesAllowedBefore)}`
+    : '';
+  const client = `<strong>${escapeHtml(input.clientName)}</strong>`;
+  // A request that names no scope at all (none the provider knows) still comes here: said in words.
+  const asks = identity || resources ? `${client} asks to:` : `${client} asks for no access beyond this sign-in.`;
   return htmlPage(
     'Allow access',
     `<h1>Allow access</h1>
-<p>Signed in as <strong>${escapeHtml(input.userName)}</strong>. <strong>${escapeHtml(input.clientName)}</strong> asks to:</p>
+<p>Signed in as <strong>${escapeHtml(input.userName)}</strong>. ${asks}</p>
 ${identity}
 ${resources}
 <form method="post" action="/interaction/${escapeHtml(input.uid)}/consent">

@@ -13,6 +13,7 @@ import { apiScopes, asksForApiScope, carriesRoleScope } from '../scopes.js';
 import { sqlAdapterFactory } from './adapter.js';
 import { clientAuthErrors } from './client-auth-errors.js';
 import { checkCodeResourceFirst, type GrantHandler } from './code-resource.js';
+import { consentPolicy } from './consent-policy.js';
 import { assertRefreshResource } from './granted-resource.js';
 import { jwtIntrospection } from './jwt-introspection.js';
 import { providerMethods } from './methods.js';
@@ -205,7 +206,9 @@ export async function createProvider(options: ProviderOptions): Promise<Provider
         return sessionTtl(token.authTime, Math.floor(Date.now() / 1000), afterPassword);
       },
     },
-    interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
+    // The consent prompt carries everything the request asks for, for the consent page to list all
+    // of it (`consent-policy.ts`), not only what the grant lacks.
+    interactions: { policy: consentPolicy(), url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {
       devInteractions: { enabled: false },
       revocation: {
