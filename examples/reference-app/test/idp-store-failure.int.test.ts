@@ -42,6 +42,30 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
     return { agent, page, action: new URL(formAction(page.body, 'login'), stack.authUrl).href };
   };
 
+  /**
+   * A browser that signed in at the provider and allowed the app (its callback not visited, so "Sign
+   * in" again goes straight back to the provider, whose session skips the password), with the one
+   * grant that consent made.
+   */
+  const firstGrant = async () => {
+    const agent = createUserAgent();
+    const ids = async () =>
+      (await stack.dbs.one.query<{ id: string }>("select id from idp_models where model = 'Grant'")).rows.map(
+        (row) => row.id,
+      );
+    const earlier = new Set(await ids());
+    await loginAndConsent(
+      agent,
+      stack.authUrl,
+      new URL('/signin', stack.appUrls[0]).href,
+      new URL('/callback', stack.appUrls[0]).href,
+      alice,
+    );
+    const made = (await ids()).filter((grant) => !earlier.has(grant));
+    expect(made).toHaveLength(1);
+    return { agent, id: made[0]! };
+  };
+
   const expectUnavailablePage = (answer: { response: Response; body: string }) => {
     expect(answer.response.status).toBe(503);
     expect(answer.response.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/);
@@ -122,26 +146,10 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
   });
 
   it('puts an existing grant back as it was when the database fails after the consent widened it', async () => {
-    // A first sign-in at the provider makes alice's grant for the app; the app's callback is not
-    // visited, so "Sign in" again goes straight back to the provider, whose session skips the password.
-    const agent = createUserAgent();
-    const ids = async () =>
-      (await stack.dbs.one.query<{ id: string }>("select id from idp_models where model = 'Grant'")).rows.map(
-        (row) => row.id,
-      );
-    const earlier = new Set(await ids());
-    await loginAndConsent(
-      agent,
-      stack.authUrl,
-      new URL('/signin', stack.appUrls[0]).href,
-      new URL('/callback', stack.appUrls[0]).href,
-      alice,
-    );
-    const [id, ...others] = (await ids()).filter((grant) => !earlier.has(grant));
-    expect(others).toEqual([]);
-    const scopeOf = () => grantScope(stack.dbs.one, id!);
+    const { agent, id } = await firstGrant();
+    const scopeOf = () => grantScope(stack.dbs.one, id);
     // The grant as if alice had never allowed `email`: the next consent adds it to this grant.
-    const narrow = await narrowGrant(stack.dbs.one, id!, 'email');
+    const narrow = await narrowGrant(stack.dbs.one, id, 'email');
     const consent = await agent.follow(new URL('/signin', stack.appUrls[0]).href, (url) =>
       url.startsWith(new URL('/callback', stack.appUrls[0]).href),
     );
@@ -203,21 +211,8 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
   // Decided: the consent page lists every scope the request asks for, those the grant holds already
   // marked as allowed before: the kept widening is named again, and the person sees it before Allow.
   it('names the widened scope again at the next sign-in when a widened grant could not be put back', async () => {
-    const agent = createUserAgent();
-    const ids = async () =>
-      (await stack.dbs.one.query<{ id: string }>("select id from idp_models where model = 'Grant'")).rows.map(
-        (row) => row.id,
-      );
-    const earlier = new Set(await ids());
-    await loginAndConsent(
-      agent,
-      stack.authUrl,
-      new URL('/signin', stack.appUrls[0]).href,
-      new URL('/callback', stack.appUrls[0]).href,
-      alice,
-    );
-    const [id] = (await ids()).filter((grant) => !earlier.has(grant));
-    await narrowGrant(stack.dbs.one, id!, 'email');
+    const { agent, id } = await firstGrant();
+    await narrowGrant(stack.dbs.one, id, 'email');
     const consent = await nextSignIn(agent);
     expect(consent.body).toContain('<h1>Allow access</h1>');
     const fault = afterGrantInsert();
@@ -230,7 +225,7 @@ describe.each(databases)("the provider's sign-in pages while its database fails,
       fault.which,
     );
     expect(answer.body).toContain('may have been kept');
-    expect((await grantScope(stack.dbs.one, id!))?.split(' ')).toContain('email');
+    expect((await grantScope(stack.dbs.one, id))?.split(' ')).toContain('email');
     const next = await nextSignIn(agent);
     // The app asks `prompt=consent` (offline_access), so the page comes; it names `email`, which the
     // kept widening holds (so it is marked as allowed before).
