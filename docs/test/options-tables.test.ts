@@ -30,7 +30,7 @@ interface TableSpec {
 }
 
 const adapterOptions = (guide: string): TableSpec => ({
-  source: 'packages/core/src/http.ts',
+  source: 'packages/core/src/http-options.ts',
   interface: 'HttpIdempotencyOptions',
   doc: `docs/guides/${guide}.md`,
   markers: ['## Options'],

@@ -46,40 +46,37 @@ export {
 } from './fingerprint.js';
 export {
   type BodyRead,
-  type CaptureOptions,
-  type CaptureResult,
   carriesBody,
-  clientLeft,
-  connectionSpecificField,
-  createHttpIdempotency,
   decodeRequestBody,
-  defaultReplayHeaders,
-  destroyedOf,
-  type HttpBeginResult,
-  type HttpFingerprintOptions,
-  type HttpFingerprintSettings,
-  type HttpIdempotency,
-  type HttpIdempotencyOptions,
-  type HttpRequestInfo,
-  type HttpResponse,
-  headerRecord,
-  type IdempotencyContext,
-  isLeaseLost,
-  ownReasonPhrase,
   type ParsedBodyFields,
-  type PrincipalScopeOptions,
   parsedBodyRead,
-  principalScope,
-  problemResponse,
   type ReadBodyResult,
-  type ResponseCapture,
-  type RouteOverrides,
-  type RunningHandler,
   readBodyForFingerprint,
   readRequestBody,
   readStream,
-  writeResponse,
-} from './http.js';
+} from './http-body.js';
+export { ownReasonPhrase } from './http-capture.js';
+export { createHttpIdempotency } from './http-idempotency.js';
+export {
+  defaultReplayHeaders,
+  type HttpFingerprintOptions,
+  type HttpFingerprintSettings,
+  type HttpIdempotencyOptions,
+} from './http-options.js';
+export { isLeaseLost, problemResponse } from './http-problem.js';
+export type {
+  CaptureOptions,
+  CaptureResult,
+  HttpBeginResult,
+  HttpIdempotency,
+  HttpRequestInfo,
+  HttpResponse,
+  IdempotencyContext,
+  ResponseCapture,
+  RouteOverrides,
+  RunningHandler,
+} from './http-types.js';
+export { connectionSpecificField, headerRecord, writeResponse } from './http-write.js';
 export { type ParsedKey, type ParseKeyOptions, parseIdempotencyKey } from './key.js';
 export {
   type IdempotentRun,
@@ -94,7 +91,9 @@ export { notify } from './notify.js';
 export { assertKnownOptions, type ListsEvery } from './option-names.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { isPlainObject } from './plain-object.js';
+export { type PrincipalScopeOptions, principalScope } from './principal-scope.js';
 export { recordId } from './record-id.js';
+export { clientLeft, destroyedOf } from './response-state.js';
 export { retryWithPauses } from './retry-pauses.js';
 export { foldRoutePath, normalisePercentEncoding, originForm, type RoutePathOptions } from './route-path.js';
 export type {

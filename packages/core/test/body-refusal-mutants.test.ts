@@ -4,7 +4,8 @@ import { Socket } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { isBodyRefusal, markUndecodable, type RequestBodyFacts, refusesRequestBody } from '../src/body-refusal.js';
-import { createHttpIdempotency, readBodyForFingerprint } from '../src/http.js';
+import { readBodyForFingerprint } from '../src/http-body.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 
 // Cases the first tests of refusesRequestBody left open: each one tells a refusal of the request's

@@ -2,7 +2,7 @@ import { Buffer } from 'node:buffer';
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { type RequestBodyFacts, refusesRequestBody } from '../src/body-refusal.js';
-import { decodeRequestBody } from '../src/http.js';
+import { decodeRequestBody } from '../src/http-body.js';
 
 const request = (body: string | Buffer | undefined, headers: Record<string, string> = {}): RequestBodyFacts => ({
   headers: { 'content-type': 'application/json', ...headers },

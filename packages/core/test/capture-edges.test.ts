@@ -1,17 +1,18 @@
 // The response capture of the HTTP layer (writeResponse, the wrapped writeHead, write and end, held and
-// settled): behaviours that mutation testing of packages/core/src/http.ts showed no test held.
+// settled): behaviours that mutation testing of packages/core/src/http-write.ts and http-capture.ts showed no test held.
 import { once } from 'node:events';
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
-import { type ResponseCapture, writeResponse } from '../src/http.js';
+import type { ResponseCapture } from '../src/http-types.js';
+import { writeResponse } from '../src/http-write.js';
 import { memoryStore } from '../src/memory-store.js';
 import { networkLike, plainServer, serve, waitFor } from './capture-server.js';
 import { captureWarnings } from './support/warnings.js';
 
-// The bytes a capture holds, read from its state (kept under a symbol of http.ts's own).
+// The bytes a capture holds, read from its state (kept under a symbol of http-capture.ts's own).
 function heldBytes(capture: ResponseCapture): number {
   const [key] = Object.getOwnPropertySymbols(capture);
   const state = (capture as unknown as Record<symbol, { chunks: Buffer[] } | undefined>)[key as symbol];

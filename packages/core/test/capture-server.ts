@@ -6,14 +6,10 @@ import type { AddressInfo } from 'node:net';
 import { transactionalMemoryStore } from '@idem/testkit';
 import type { Duration } from '../src/duration.js';
 import type { IdempotencyEvent } from '../src/events.js';
-import {
-  type CaptureOptions,
-  createHttpIdempotency,
-  type HttpIdempotencyOptions,
-  type IdempotencyContext,
-  type ResponseCapture,
-  writeResponse,
-} from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import type { HttpIdempotencyOptions } from '../src/http-options.js';
+import type { CaptureOptions, IdempotencyContext, ResponseCapture } from '../src/http-types.js';
+import { writeResponse } from '../src/http-write.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
 

@@ -1,11 +1,12 @@
-// The response capture's edges (packages/core/src/http.ts), each against a real server: what the
+// The response capture's edges (packages/core/src/http-capture.ts), each against a real server: what the
 // first client read is what the record keeps and what a replay sends.
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { createHttpIdempotency, writeResponse } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import { writeResponse } from '../src/http-write.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
 import { networkLike, serve } from './capture-server.js';

@@ -4,7 +4,7 @@
 // waiting per scenario.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { completionRetryPauses, createIdempotency } from '../src/engine.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
 

@@ -3,7 +3,7 @@
 // defect that still exists.
 import { describe, expect, it } from 'vitest';
 import { createIdempotency } from '../src/engine.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store } from '../src/store.js';
 

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import * as zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { decoderOf, negotiatedBody } from '../src/content-coding.js';
-import { readBodyForFingerprint } from '../src/http.js';
+import { readBodyForFingerprint } from '../src/http-body.js';
 
 // zstd where the runtime has it (Node 22.15 and later): a body of 4 MiB of zeros is about 150
 // bytes compressed. Decoded without a cap, a few such requests would fill the memory of the server.

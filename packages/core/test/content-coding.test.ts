@@ -2,7 +2,7 @@ import * as zlib from 'node:zlib';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { acceptsCoding, negotiatedBody } from '../src/content-coding.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 
 describe('acceptsCoding: RFC 9110 Accept-Encoding', () => {

@@ -3,7 +3,7 @@
 import { expect, it } from 'vitest';
 import { canonicalJson, rawJson } from '../src/canonical-json.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 
 const maxBodyBytes = 1024 * 1024;

@@ -1,7 +1,8 @@
 import { Buffer } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { createHttpIdempotency, type HttpRequestInfo } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import type { HttpRequestInfo } from '../src/http-types.js';
 import { memoryStore } from '../src/memory-store.js';
 
 // Cases the first tests of fingerprint.headers and fingerprint.exclude left open.

@@ -7,7 +7,9 @@ import { describe, expect, it, vi } from 'vitest';
 import { createIdempotency } from '../src/engine.js';
 import type { IdempotencyEvent } from '../src/events.js';
 import * as fingerprints from '../src/fingerprint.js';
-import { createHttpIdempotency, type HttpFingerprintOptions, type HttpRequestInfo } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import type { HttpFingerprintOptions } from '../src/http-options.js';
+import type { HttpRequestInfo } from '../src/http-types.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Store, StoredResponse } from '../src/store.js';
 

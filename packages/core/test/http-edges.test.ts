@@ -1,19 +1,14 @@
 // The framework-free HTTP layer's options, begin() and body reading: behaviours that mutation
-// testing of packages/core/src/http.ts showed no test held.
+// testing of packages/core/src/http-*.ts showed no test held.
 import { createServer, IncomingMessage, type Server, ServerResponse } from 'node:http';
 import { type AddressInfo, connect, Socket } from 'node:net';
 import { PassThrough, Readable } from 'node:stream';
 import { transactionalMemoryStore } from '@idem/testkit';
 import { describe, expect, it } from 'vitest';
 import type { IdempotencyEvent } from '../src/events.js';
-import {
-  createHttpIdempotency,
-  type HttpRequestInfo,
-  type ReadBodyResult,
-  type ResponseCapture,
-  readBodyForFingerprint,
-  readStream,
-} from '../src/http.js';
+import { type ReadBodyResult, readBodyForFingerprint, readStream } from '../src/http-body.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import type { HttpRequestInfo, ResponseCapture } from '../src/http-types.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { TransactionalStore } from '../src/transactional.js';
 

@@ -1,7 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { IdempotencyError } from '../src/errors.js';
-import { carriesBody, isLeaseLost } from '../src/http.js';
+import { carriesBody } from '../src/http-body.js';
+import { isLeaseLost } from '../src/http-problem.js';
 
 // Mutation test of isLeaseLost's context check (the adapters answer only their own execution's lost
 // lease): without a unit test, only an integration test against Redis held it.

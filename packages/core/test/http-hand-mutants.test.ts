@@ -1,10 +1,12 @@
-// The HTTP layer's decisions a hand mutation pass of packages/core/src/http.ts found no test held:
+// The HTTP layer's decisions a hand mutation pass of packages/core/src/http-*.ts found no test held:
 // each test fails with the mutant named above it and passes without it.
 import { createServer, IncomingMessage, ServerResponse } from 'node:http';
 import { type AddressInfo, Socket } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createHttpIdempotency, type HttpRequestInfo, readBodyForFingerprint, readStream } from '../src/http.js';
+import { readBodyForFingerprint, readStream } from '../src/http-body.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import type { HttpRequestInfo } from '../src/http-types.js';
 import { memoryStore } from '../src/memory-store.js';
 import { serve } from './capture-server.js';
 

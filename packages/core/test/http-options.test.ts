@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 
 // A keyed POST /charges of one caller, with no body.

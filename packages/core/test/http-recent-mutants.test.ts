@@ -1,10 +1,11 @@
 // The HTTP layer's recent changes (advertiseExpiry, transactional mode's store cap, release() on the
-// context, the lease marks): behaviours that mutation testing of packages/core/src/http.ts and
+// context, the lease marks): behaviours that mutation testing of packages/core/src/http-*.ts and
 // engine.ts showed no test held.
 import type { ServerResponse } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { createIdempotency } from '../src/engine.js';
-import type { HttpIdempotencyOptions, IdempotencyContext, ResponseCapture } from '../src/http.js';
+import type { HttpIdempotencyOptions } from '../src/http-options.js';
+import type { IdempotencyContext, ResponseCapture } from '../src/http-types.js';
 import { memoryStore } from '../src/memory-store.js';
 import type { Outcome } from '../src/outcome-policy.js';
 import { type Served, serve } from './capture-server.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createIdempotency } from '../src/engine.js';
-import { createHttpIdempotency } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
 import { memoryStore } from '../src/memory-store.js';
 import { assertKnownOptions } from '../src/option-names.js';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { principalScope } from '../src/http.js';
+import { principalScope } from '../src/principal-scope.js';
 
 describe('principalScope', () => {
   const alice = { iss: 'https://id.example', sub: 'alice', clientId: 'photo-app' };

@@ -7,7 +7,7 @@ import * as zlib from 'node:zlib';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { readBodyForFingerprint } from '../src/http.js';
+import { readBodyForFingerprint } from '../src/http-body.js';
 
 // A request whose body an earlier parser already read to its end.
 const drained = () => ({ headers: { 'content-length': '12' }, readableEnded: true }) as unknown as IncomingMessage;

@@ -3,7 +3,8 @@
 // (`String(claims.tenant ?? '')`, `req.auth?.claims.org ?? ''`), and then every request without
 // the claim would share one namespace: exactly the cross-tenant leak `scope_missing` exists to stop.
 import { describe, expect, it } from 'vitest';
-import { createHttpIdempotency, type HttpRequestInfo } from '../src/http.js';
+import { createHttpIdempotency } from '../src/http-idempotency.js';
+import type { HttpRequestInfo } from '../src/http-types.js';
 import { memoryStore } from '../src/memory-store.js';
 
 const charge = (scope: string | undefined): HttpRequestInfo => ({
