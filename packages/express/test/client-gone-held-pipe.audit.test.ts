@@ -65,6 +65,6 @@ it('held mode, client gone, the handler ends its answer itself: the answer is st
 });
 
 it('held mode, client gone, the handler pipes its answer: the answer is stored and replayed, as when it ends it itself', async () => {
-  // Was a defect: pipedIntoClosed (packages/core/src/http.ts) abandons any response piped after its client left as a stream cut short, but in held mode the capture keeps every write (the pipe never stalls) and the answer would be known in full; instead the transaction is rolled back and the key released, so the retry runs the handler again.
+  // Was a defect: pipedIntoClosed (packages/core/src/http-capture.ts) abandons any response piped after its client left as a stream cut short, but in held mode the capture keeps every write (the pipe never stalls) and the answer would be known in full; instead the transaction is rolled back and the key released, so the retry runs the handler again.
   expect(await goneThenAnswer('held-pipe', true)).toMatchObject({ runs: 1, status: 201, body: 'a,b\n1,2\n' });
 });

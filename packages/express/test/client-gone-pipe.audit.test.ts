@@ -1,5 +1,5 @@
 // A client that leaves while the handler works, then the handler streams (or tried to): what the
-// capture's watch for a pipe into a closed response (onCapturedClose in packages/core/src/http.ts)
+// capture's watch for a pipe into a closed response (onCapturedClose in packages/core/src/http-capture.ts)
 // misses, and what it takes for a pipe when there is none.
 import fs from 'node:fs';
 import type { AddressInfo } from 'node:net';

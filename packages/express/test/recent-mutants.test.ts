@@ -1,6 +1,6 @@
 // The Express adapter's recent changes (the anonymous-request check, advertiseExpiry with the
 // policy's view of a thrown handler): behaviours that mutation testing and a critical read of
-// packages/express/src/idempotency.ts and packages/core/src/http.ts showed no test held.
+// packages/express/src/idempotency.ts and packages/core/src/http-*.ts showed no test held.
 import { memoryStore } from '@idem/core';
 import { createGuard } from '@idem/guard';
 import express from 'express';

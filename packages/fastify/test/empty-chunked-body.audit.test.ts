@@ -76,7 +76,7 @@ describe('an empty chunked body on a covered route', () => {
     expect(await sendEmptyChunked(plain.port, 'application/json')).toMatch(/^HTTP\/1\.1 400 /);
   });
 
-  // Was a defect: the preParsing hook reads the raw request with readRequestBody (core http.ts,
+  // Was a defect: the preParsing hook reads the raw request with readRequestBody (core http-body.ts,
   // readAvailable) and puts the bytes back with `unshift` so Fastify's parser can read them again.
   // An empty chunked body has no bytes to put back, so nothing cancels the request's 'end', which is
   // emitted before Fastify's parser starts listening; the parser then waits for an 'end' that never

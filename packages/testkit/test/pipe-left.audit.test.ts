@@ -5,7 +5,7 @@
 // progress, renewed by the heartbeat, and every retry got 409 for as long as the process lived.
 // The handler ran and handed its body over: the key is kept as a stream cut short, and the retry
 // gets `500 response_not_replayable`, never a second run (onCapturedClose in
-// packages/core/src/http.ts). Transactional mode is pipe-left-transactional.audit.int.test.ts.
+// packages/core/src/http-capture.ts). Transactional mode is pipe-left-transactional.audit.int.test.ts.
 import { randomUUID } from 'node:crypto';
 import { memoryStore } from '@idem/core';
 import { describe, expect, it } from 'vitest';

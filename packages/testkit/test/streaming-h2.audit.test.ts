@@ -1,6 +1,6 @@
 // The streaming audit over HTTP/2 (h2c): Fastify with `http2: true` and Koa on `http2.createServer`
 // write to an Http2ServerResponse, whose close and destroy the capture reads differently from a
-// ServerResponse's (packages/core/src/http.ts, streamOf / erroredOf). The same promises as over
+// ServerResponse's (packages/core/src/response-state.ts, streamOf / erroredOf). The same promises as over
 // HTTP/1.1 (streaming.audit.int.test.ts): whole bodies replay byte for byte; a body the client
 // cancels mid-way, whose source fails, or that ends short of its Content-Length is never replayed.
 import { randomUUID } from 'node:crypto';

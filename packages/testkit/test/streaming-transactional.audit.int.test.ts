@@ -1,5 +1,5 @@
 // Streamed responses in transactional mode (PostgreSQL), through the three adapters: the capture
-// holds the response back until the transaction commits ("held" mode in packages/core/src/http.ts),
+// holds the response back until the transaction commits ("held" mode in packages/core/src/http-capture.ts),
 // so what it keeps meanwhile is bounded only by what it chooses to keep.
 import { randomUUID } from 'node:crypto';
 import type { IdempotencyContext } from '@idem/core';

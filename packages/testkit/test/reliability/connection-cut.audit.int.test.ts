@@ -96,7 +96,7 @@ for (const store of stores) {
     const start = (name: FrameworkName) => startCutServer(name, store.make(), { lease: '1s' });
 
     it('Express: a streamed answer piped to a response whose client left settles the key (no endless 409)', async () => {
-      // Was a defect: Express's `stream.pipe(res)` into a response closed before its head never ends it, and the capture (core http.ts onCapturedClose: closedEarly, no handlerReturned on Express) waits for an end forever while the heartbeat renews the lease, so every retry gets 409.
+      // Was a defect: Express's `stream.pipe(res)` into a response closed before its head never ends it, and the capture (core http-capture.ts onCapturedClose: closedEarly, no handlerReturned on Express) waits for an end forever while the heartbeat renews the lease, so every retry gets 409.
       const server = await start('express');
       try {
         const key = newKey();
