@@ -6,6 +6,8 @@ import { isFieldValue } from './header-syntax.js';
 import { expiresHeader } from './http-options.js';
 import type { CaptureOptions, CaptureResult, ResponseCapture, RunningHandler } from './http-types.js';
 import { headerRecord, writeResponse } from './http-write.js';
+import { livePipeInto, markPiped, markUnpiped, type Piped, pipedKey } from './pipe-marks.js';
+import { ownReasonPhrase, phraseOfOwn } from './reason-phrase.js';
 import { destroyedOf, erroredOf, streamOf } from './response-state.js';
 import type { StoredResponse } from './store.js';
 
@@ -936,31 +938,6 @@ function capturedReasonPhrase(state: CaptureState, status: number): string | und
 }
 
 /**
- * The reason phrase `res` would go out with for `status` (its `statusMessage`: Express
- * `res.statusMessage`, Koa `ctx.message`, Fastify `reply.raw.statusMessage`), when it is the
- * handler's own rather than the one Node sends by default; undefined otherwise, for one Node cannot
- * write (idem drops it: see `IDEM_UNWRITABLE_REASON_PHRASE`), and over HTTP/2, which has none. An
- * adapter that settles an outcome from what the handler left calls
- * {@link ResponseCapture.completeAsWritten}, which takes the phrase so.
- *
- * @example
- * const phrase = ownReasonPhrase(res, 201); // 'Created Fine', or undefined for 'Created'
- */
-export function ownReasonPhrase(res: ServerResponse, status: number): string | undefined {
-  // Not read over HTTP/2: Node's Http2ServerResponse warns (UnsupportedWarning) when it is.
-  if (streamOf(res) !== undefined) return undefined;
-  return phraseOfOwn(res, res.statusMessage, status);
-}
-
-function phraseOfOwn(res: ServerResponse, reason: unknown, status: number): string | undefined {
-  if (streamOf(res) !== undefined) return undefined;
-  // Node sends the default for an empty or missing one (`statusMessage ||= STATUS_CODES[status]`).
-  if (typeof reason !== 'string' || reason === '' || reason === defaultReasonPhrases()[status]) return undefined;
-  // One Node refuses to write never goes out (see dropUnwritablePhrase), so none is replayed either.
-  return isFieldValue(reason) ? reason : undefined;
-}
-
-/**
  * Drops a reason phrase of the handler's own that Node refuses to write: one that is no field value
  * (a line break, a control character, a character above U+00FF). Node's `writeHead` throws
  * `ERR_INVALID_CHAR` on it when the head leaves, after the handler made its effect: the framework
@@ -992,15 +969,6 @@ function dropUnwritablePhrase(state: CaptureState, head?: unknown[]) {
   // Empty, Node sends the status's default (an own phrase set before a dropped writeHead one too).
   res.statusMessage = '';
   state.unwritablePhrase();
-}
-
-// Node's table of default phrases, looked up when a response is stored rather than imported: this
-// module loads on runtimes without node:http (the engine on Workers).
-let reasonPhrases: Readonly<Record<number, string | undefined>> | undefined;
-function defaultReasonPhrases(): Readonly<Record<number, string | undefined>> {
-  reasonPhrases ??=
-    (process.getBuiltinModule?.('node:http') as typeof import('node:http') | undefined)?.STATUS_CODES ?? {};
-  return reasonPhrases;
 }
 
 /**
@@ -1291,38 +1259,6 @@ function onCapturedClose(this: CaptureState) {
 // leaves after the head. A response ended whole (`res.end(body)`, `res.json()`) is stored as usual.
 function streamedIntoClosed(this: CaptureState) {
   if (!this.ended) abandon(this, this.status ?? this.res.statusCode, 'streaming');
-}
-
-const pipedKey = Symbol('idem piped');
-
-// The last body stream piped into a response ('pipe' hands it over), kept on the response itself so
-// that one listener serves every response, not a closure per request.
-type Piped = ServerResponse & { [pipedKey]?: PipedSource };
-
-type PipedSource = { destroyed?: boolean; readableEnded?: boolean; errored?: unknown } | true;
-
-function markPiped(this: Piped, source: unknown) {
-  this[pipedKey] = typeof source === 'object' && source !== null ? (source as PipedSource) : true;
-}
-
-// The source stays marked as once piped (a destroy after it is still a failed answer), but is no
-// longer held: what `livePipeInto` asks is whether a body stream is piped into the response now.
-// Only a response still open forgets it: the unpipe a close brings (over HTTP/2 before the
-// response's own 'close' is seen) is the pipe stopping with it, which `livePipeInto` is about.
-function markUnpiped(this: Piped, source: unknown) {
-  if (this[pipedKey] === source && !destroyedOf(this)) this[pipedKey] = true;
-}
-
-/**
- * Whether a body stream piped into the response is still live: neither destroyed (failed, or torn
- * down by a pipeline) nor ended. One that failed before the close is over, and the handler may answer
- * whole after it (a cached file missing, the answer built instead); one that ended has ended the
- * response too, or handed it back to the handler (`{ end: false }`).
- */
-function livePipeInto(res: ServerResponse): boolean {
-  const source = (res as Piped)[pipedKey];
-  if (source === undefined || source === true) return false;
-  return source.destroyed !== true && source.readableEnded !== true && (source.errored ?? null) === null;
 }
 
 /**

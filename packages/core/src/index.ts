@@ -55,7 +55,6 @@ export {
   readRequestBody,
   readStream,
 } from './http-body.js';
-export { ownReasonPhrase } from './http-capture.js';
 export { createHttpIdempotency } from './http-idempotency.js';
 export {
   defaultReplayHeaders,
@@ -92,6 +91,7 @@ export { assertKnownOptions, type ListsEvery } from './option-names.js';
 export { type Outcome, type OutcomeDecision, type OutcomePolicy, resolveOutcomePolicy } from './outcome-policy.js';
 export { isPlainObject } from './plain-object.js';
 export { type PrincipalScopeOptions, principalScope } from './principal-scope.js';
+export { ownReasonPhrase } from './reason-phrase.js';
 export { recordId } from './record-id.js';
 export { clientLeft, destroyedOf } from './response-state.js';
 export { retryWithPauses } from './retry-pauses.js';
