@@ -42,13 +42,13 @@ const tables: readonly TableSpec[] = [
   adapterOptions('fastify'),
   adapterOptions('koa'),
   {
-    source: 'packages/guard/src/guard.ts',
+    source: 'packages/guard/src/guard-options.ts',
     interface: 'GuardOptions',
     doc: 'docs/guard.md',
     markers: ['### `createGuard(options)`'],
   },
   {
-    source: 'packages/guard/src/guard.ts',
+    source: 'packages/guard/src/guard-options.ts',
     interface: 'IssuerOptions',
     doc: 'docs/guard.md',
     markers: ['### Issuers'],
@@ -147,7 +147,7 @@ const tables: readonly TableSpec[] = [
     }),
   ),
   {
-    source: 'packages/guard/src/guard.ts',
+    source: 'packages/guard/src/guard-options.ts',
     interface: 'GuardOptions',
     doc: 'packages/guard/README.md',
     markers: ['## Options of `createGuard()`'],

@@ -32,20 +32,15 @@ export {
 } from './extract-token.js';
 export { type ForwardOptions, forwardHeaders, joinHeaderValues, withoutHopByHop } from './forward-headers.js';
 export { type GuardGlueOptions, optionalGuard } from './glue-options.js';
-export {
-  createGuard,
-  type Guard,
-  type GuardOptions,
-  type GuardResult,
-  type IssuerOptions,
-  internalTokenType,
-  isGuard,
-  type KeyRefresh,
-  type LocalJwks,
-  type PemKeyInput,
-  type PublicKeyInput,
-  type TokenRules,
-} from './guard.js';
+export { createGuard, type Guard, internalTokenType, isGuard, type KeyRefresh } from './guard.js';
+export type {
+  GuardOptions,
+  IssuerOptions,
+  LocalJwks,
+  PemKeyInput,
+  PublicKeyInput,
+  TokenRules,
+} from './guard-options.js';
 export { normalizeTyp } from './guard-typ.js';
 export { defaultInternalTokenHeader } from './internal-header.js';
 export {
@@ -63,3 +58,4 @@ export { type ClientCertificate, certificateThumbprint, type MtlsOptions } from 
 export { type Principal, principalFromClaims } from './principal.js';
 export { memoryReplayCache, type ReplayAnswer } from './replay-memory.js';
 export { defaultIdentityHeaders, type StripOptions, stripIdentityHeaders } from './strip-headers.js';
+export type { GuardResult } from './verify.js';

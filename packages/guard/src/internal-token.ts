@@ -1,15 +1,10 @@
 import { type JWK, SignJWT } from 'jose';
 import type { JwsAlgorithm } from './algorithms.js';
+import { buildEngine } from './engine.js';
 import type { GuardEvent } from './events.js';
 import { extractHeaderToken } from './extract-token.js';
-import {
-  buildEngine,
-  type Guard,
-  guardFromEngine,
-  internalTokenType,
-  type LocalJwks,
-  type PublicKeyInput,
-} from './guard.js';
+import { type Guard, guardFromEngine, internalTokenType } from './guard.js';
+import type { LocalJwks, PublicKeyInput } from './guard-options.js';
 import { defaultInternalTokenHeader } from './internal-header.js';
 import { type InternalSigningKey, signingKeyRing, toSigningEntry } from './internal-signing-keys.js';
 import type { RemoteJwksOptions } from './key-source.js';

@@ -10,8 +10,9 @@ import {
 import { importKeySet } from '../src/key-import.js';
 import { AUDIENCE, ISSUER, manualClock, SECRET } from './support/tokens.js';
 
-// Tests written by a mutation-testing pass over guard.ts, internal-signing-keys.ts and key-import.ts:
-// each kills a mutant the other tests let live (named in its comment).
+// Tests written by a mutation-testing pass over guard.ts (since split into guard.ts, guard-options.ts,
+// option-checks.ts, static-keys.ts, issuer.ts, engine.ts and verify.ts), internal-signing-keys.ts and
+// key-import.ts: each kills a mutant the other tests let live (named in its comment).
 
 function edge() {
   const events: GuardEvent[] = [];

@@ -104,7 +104,7 @@ describe('key source (mutants)', () => {
     }
   });
 
-  // Kills (guard.ts): the signature not verified again with what the recheck brought; the token that
+  // Kills (verify.ts): the signature not verified again with what the recheck brought; the token that
   // triggers the refetch must itself pass, not only the ones after it.
   it('the first token signed with new material under a known kid passes on the refetch it triggers', async () => {
     const first = await esKey();
