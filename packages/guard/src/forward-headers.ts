@@ -1,5 +1,5 @@
 import { defaultInternalTokenHeader } from './internal-header.js';
-import type { InternalTokenIssuer } from './internal-token.js';
+import type { InternalTokenIssuer } from './internal-token-issuer.js';
 import type { Principal } from './principal.js';
 import { type StripOptions, stripIdentityHeaders } from './strip-headers.js';
 

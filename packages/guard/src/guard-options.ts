@@ -4,7 +4,7 @@ import type { ClaimValue } from './claims.js';
 import type { TokenLimits } from './compact-jws.js';
 import type { DpopOptions } from './dpop.js';
 import type { GuardEvent } from './events.js';
-import type { InternalTokenIssuer } from './internal-token.js';
+import type { InternalTokenIssuer } from './internal-token-issuer.js';
 import type { RemoteJwksOptions } from './key-source.js';
 import type { MtlsOptions } from './mtls.js';
 import type { NamesAll } from './option-names.js';

@@ -6,7 +6,7 @@ import type { GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, hasQueryToken, type TokenExtraction } from './extract-token.js';
 import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 import { type GuardOptions, guardOptionNames } from './guard-options.js';
-import type { InternalTokenIssuer } from './internal-token.js';
+import type { InternalTokenIssuer } from './internal-token-issuer.js';
 import type { KeyReloadOutcome } from './key-source.js';
 import { refuseUnknownOptions } from './option-names.js';
 import type { Principal } from './principal.js';

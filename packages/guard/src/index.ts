@@ -47,11 +47,11 @@ export {
   createInternalTokenIssuer,
   createInternalVerifier,
   type InternalSigningKey,
-  type InternalTokenIssuer,
   type InternalTokenIssuerOptions,
   type InternalVerifierOptions,
   verifyInternalToken,
 } from './internal-token.js';
+export type { InternalTokenIssuer } from './internal-token-issuer.js';
 export type { KeyDropReason, KeySetRejection } from './key-import.js';
 export type { RemoteJwksOptions } from './key-source.js';
 export { type ClientCertificate, certificateThumbprint, type MtlsOptions } from './mtls.js';

@@ -7,6 +7,7 @@ import { type Guard, guardFromEngine, internalTokenType } from './guard.js';
 import type { LocalJwks, PublicKeyInput } from './guard-options.js';
 import { defaultInternalTokenHeader } from './internal-header.js';
 import { type InternalSigningKey, signingKeyRing, toSigningEntry } from './internal-signing-keys.js';
+import type { InternalTokenIssuer } from './internal-token-issuer.js';
 import type { RemoteJwksOptions } from './key-source.js';
 import { type NamesAll, refuseUnknownOptions } from './option-names.js';
 import { type Principal, principalFromClaims } from './principal.js';
@@ -55,36 +56,6 @@ const issuerOptionNames = [
 ] as const satisfies readonly (keyof InternalTokenIssuerOptions)[];
 const issuerOptionNamesAll: NamesAll<InternalTokenIssuerOptions, typeof issuerOptionNames> = true;
 void issuerOptionNamesAll;
-
-/**
- * Mints the gateway's internal tokens and publishes their keys.
- *
- * @example
- * const token = await issuer.mint(principal, { audience: 'orders-service' });
- */
-export interface InternalTokenIssuer {
-  readonly issuer: string;
-  /** The kid of the key that signs now (after a `rotate()`, the previous one until the delay has passed). */
-  readonly currentKid: string;
-  /** Mints a token for one upstream (`aud`) carrying the caller's identity. */
-  mint(principal: Principal, options: { audience: string }): Promise<string>;
-  /**
-   * The public keys as a JWKS, for services to verify with (serve it, or pass it to
-   * `createInternalVerifier`): a key waiting to sign, the current one, and older ones while their
-   * tokens may still verify (and up to `maxPublishedKeys`, except keys an immediate rotation
-   * withdrew). Ask again after a `rotate()`.
-   */
-  jwks(): { keys: JWK[] };
-  /**
-   * Publishes `key` (default: a fresh Ed25519 key) in `jwks()` at once and makes it the signing key
-   * once `delay` seconds have passed (default: the `rotationDelay` option, 60). The current key signs
-   * until then and stays published until its last tokens expired. `delay: 0` switches at once, for a
-   * key known to be compromised: the keys before it are withdrawn from `jwks()` once their own tokens
-   * expired (not kept for `maxPublishedKeys`), and services that fetched the JWKS within their cooldown
-   * refuse the new tokens (`key_unknown`) until it ends. Returns the new kid.
-   */
-  rotate(key?: InternalSigningKey, options?: { delay?: number | undefined }): string;
-}
 
 /** Claims reserved by the internal token; extra claims never overwrite them. */
 const reservedClaims = new Set([
