@@ -2,6 +2,7 @@ import type { Attempt, AttemptOutcome } from './attempt.js';
 import { retryWait } from './backoff.js';
 import { drainBody, drainCapBytes } from './drain-body.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
+import type { FetchFunction } from './fetch-function.js';
 import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
 import { followingRedirects, unfollowedRedirect } from './redirects.js';
@@ -35,14 +36,6 @@ import { abortableSleep, lateTimeout, maxTimerMs } from './sleep.js';
  * const headers: HeaderValues = { 'x-tenant': 'acme' };
  */
 export type HeaderValues = ConstructorParameters<typeof Headers>[0];
-
-/**
- * The `fetch` the client calls: the standard one, or any function with its shape.
- *
- * @example
- * createClient({ baseUrl, fetch: (url, init) => fetch(url, { ...init, credentials: 'include' }) });
- */
-export type FetchFunction = (input: string, init: RequestInit) => Promise<Response>;
 
 /**
  * What {@link ClientOptions.getToken} is told. `refresh` is true once per call at most: the server

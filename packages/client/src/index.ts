@@ -12,7 +12,6 @@ export {
   type ClientOptions,
   type ClientResult,
   createClient,
-  type FetchFunction,
   type HeaderValues,
   type QueryValue,
   type RequestOptions,
@@ -28,6 +27,7 @@ export {
   RequestFailedError,
   requestFailedCodes,
 } from './errors.js';
+export type { FetchFunction } from './fetch-function.js';
 export { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 export type { ParseMode } from './response-body.js';
 export { parseHttpDate, parseRetryAfter, retryAfterOf } from './retry-after.js';

@@ -1,5 +1,5 @@
-import type { FetchFunction } from './create-client.js';
 import { drainBody, drainCapBytes } from './drain-body.js';
+import type { FetchFunction } from './fetch-function.js';
 import { normalizeMethod } from './retry-decision.js';
 
 // What fetch allows before it gives up on a chain of redirects (WHATWG Fetch, "HTTP-redirect fetch").

@@ -6,7 +6,7 @@ export {
   type NodeRedisClusterLike,
   type NodeRedisSentinelLike,
   type RedisClientLike,
-  type RedisCommandRunner,
   redisCommandRunner,
 } from './command-runner.js';
+export type { RedisCommandRunner } from './redis-command-runner.js';
 export { type RedisStore, type RedisStoreOptions, type ReplicaWait, redisStore } from './redis-store.js';

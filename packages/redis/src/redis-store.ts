@@ -19,8 +19,9 @@ import {
   StoreUnavailableError,
   toMilliseconds,
 } from '@idem/core';
-import { type RedisClientLike, type RedisCommandRunner, redisCommandRunner } from './command-runner.js';
+import { type RedisClientLike, redisCommandRunner } from './command-runner.js';
 import { claimKeepMs, decodeRecord, encodeClaim, encodeOutcome, leasePrefix } from './record-codec.js';
+import type { RedisCommandRunner } from './redis-command-runner.js';
 import { integerReply, isOk } from './replies.js';
 import { completeScript, forgetScript, inspectScript, releaseScript, renewScript, runScript } from './scripts.js';
 

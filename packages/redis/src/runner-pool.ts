@@ -1,4 +1,4 @@
-import type { RedisCommandRunner } from './command-runner.js';
+import type { RedisCommandRunner } from './redis-command-runner.js';
 
 /**
  * One runner over several, each with a connection of its own: every command, or pipeline, goes to the

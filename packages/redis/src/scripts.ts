@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { RedisCommandRunner } from './command-runner.js';
+import type { RedisCommandRunner } from './redis-command-runner.js';
 
 /**
  * A Lua script with its SHA1, the name EVALSHA knows it by.

@@ -1,5 +1,5 @@
 import * as oauth from 'oauth4webapi';
-import type { PendingSignIn, SessionTokens, SignedInUser } from './sessions.js';
+import type { PendingSignIn, SessionTokens, SignedInUser } from './session-values.js';
 
 /** What {@link createOidcClient} needs. */
 export interface OidcClientOptions {

@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
-import type { SessionTokens } from './sessions.js';
+import type { SessionTokens } from './session-values.js';
 
 /**
  * A session's tokens as its row keeps them: AES-256-GCM under a key only the session id opens

@@ -3,14 +3,11 @@ import type { Database } from '../db.js';
 import { sha256Id } from '../sha256-id.js';
 import { providerRequestsPerRefresh, providerTimeoutMs } from './oidc-client.js';
 import { openTokens, sealTokens } from './sealed-tokens.js';
+import type { PendingSignIn, SessionTokens, SignedInUser } from './session-values.js';
 
-/** One sign-in in progress: everything the callback must check, used once and then deleted. */
-export interface PendingSignIn {
-  state: string;
-  nonce: string;
-  codeVerifier: string;
-  returnTo: string;
-}
+// The values of a session, in a module of their own so that the provider client and the token seal
+// read them without importing this one (which imports both).
+export type { PendingSignIn, SessionTokens, SignedInUser } from './session-values.js';
 
 /**
  * A {@link PendingSignIn} as the session table keeps it: its `state` only as a SHA-256 (`stateHash`).
@@ -24,21 +21,6 @@ export interface StoredSignIn {
   nonce: string;
   codeVerifier: string;
   returnTo: string;
-}
-
-/** What the user sees from the ID token. */
-export interface SignedInUser {
-  sub: string;
-  name?: string | undefined;
-  email?: string | undefined;
-}
-
-/** Tokens, kept on the server only. `expiresAt` is epoch milliseconds by the app's clock. */
-export interface SessionTokens {
-  accessToken: string;
-  refreshToken?: string | undefined;
-  expiresAt: number;
-  scope?: string | undefined;
 }
 
 /** A one-shot message shown on the next page (post/redirect/get). */
