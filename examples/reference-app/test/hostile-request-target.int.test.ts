@@ -132,7 +132,7 @@ describe('the API under an absolute-form request target', () => {
 });
 
 describe('the third-party app under an absolute-form callback', () => {
-  // The callback rebuilds its URL as `new URL(req.originalUrl, options.appUrl)` (src/app/server.ts:378),
+  // The callback rebuilds its URL as `new URL(req.originalUrl, appUrl)` (src/app/sign-in-routes.ts, getCallback),
   // outside the try that turns a failed sign-in into the 400 page. Express routes
   // `GET http://x:99999/callback?...` to /callback (parseurl's legacy url.parse takes the port), but
   // `new URL` refuses port 99999 and throws: a 500 "Something went wrong" for a sign-in that is

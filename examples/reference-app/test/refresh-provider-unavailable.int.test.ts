@@ -1,6 +1,6 @@
 // A provider whose database fails answers the refresh 503 temporarily_unavailable (src/idp/unavailable.ts),
 // a 5xx: that says nothing of the app's client or of the grant, so it is no `refresh-refused` for the
-// operator (server.ts: "nor is a provider that cannot be reached, or answers 5xx"), and the session
+// operator (src/app/events.ts: "nor is a provider that cannot be reached, or answers 5xx"), and the session
 // keeps its tokens. The provider's database really fails: its statements are refused as on a
 // connection the server ends (57P01), the apps' own database works.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -89,11 +89,11 @@ export interface RefresherOptions {
    * to reach the give-up without waiting.
    */
   sleep?: ((ms: number) => Promise<void>) | undefined;
-  /** Told a refusal of the provider that says nothing of the grant (see `refresh-refused` in server.ts). */
+  /** Told a refusal of the provider that says nothing of the grant (see `refresh-refused` in events.ts). */
   onRefused: (error: ReportedError) => void;
   /**
    * Revokes tokens the provider issued to another user than the session's, as sign-out revokes its
-   * own; a failure is reported as `during: 'refresh'` (see `revocation-failed` in server.ts).
+   * own; a failure is reported as `during: 'refresh'` (see `revocation-failed` in events.ts).
    */
   revoke: (tokens: SessionTokens) => Promise<unknown>;
 }

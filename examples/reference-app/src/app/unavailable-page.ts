@@ -4,7 +4,7 @@ import { appErrorPage, chargeCreatedPage, chargeOutcomeUnknownPage, themeOutcome
 import { themeOf } from './theme-route.js';
 
 /**
- * The page of a request the app answers 503 because its database failed (see the last error
+ * The page of a request the app answers 503 because its database failed (see createThirdPartyApp's last error
  * handler): what came of it, said for the route it met. A form the database failed before it called
  * the API did nothing, and the session is still there; one that had called the API (`sentToApi`)
  * may have changed something there, and the person is told to look before sending it again. A "Sign
