@@ -303,6 +303,34 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     }
   }, 120_000);
 
+  // Was wrong: Allow sent again after Allow finished (a double click, its answer not followed yet)
+  // reads the first Allow's grant and finished naming it whatever the interaction named by then. A
+  // Cancel that came in between stored its cancel and deleted that grant; the second Allow's finish
+  // then overwrote the cancel, naming the deleted grant: the browser, following Cancel's answer, was
+  // shown the consent page again instead of the cancel (the person's last word).
+  it('cancels when Cancel comes between a finished Allow and the same Allow sent again', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const allowed = await agent.postForm(action, fields);
+    expect(allowed.response.status).toBe(303);
+    // The same form sent again: it reads the first Allow's grant, and is held just before its finish.
+    const atFinish = gate();
+    finishHolds.push(atFinish.hold);
+    const again = agent.postForm(action, fields);
+    await atFinish.at;
+    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+    expect(cancelled.response.status).toBe(303);
+    atFinish.release();
+    // The Allow sent again gets a page of its own (no 500); the browser follows the last form sent.
+    expect((await again).response.status).toBeLessThan(500);
+    const back = await agent.follow(new URL(cancelled.response.headers.get('location')!, stack.authUrl).href, toApp);
+    expect(toApp(back.url)).toBe(true);
+    expect(new URL(back.url).searchParams.get('error')).toBe('access_denied');
+    await agent.request(back.url);
+    expect(agent.jar.cookies.get('app_session')).toBeUndefined();
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual([]);
+  });
+
   it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
     const consent = await atConsentPage();
     const before = new Set(await grantIds());

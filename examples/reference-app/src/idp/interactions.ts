@@ -208,11 +208,11 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
     const consented = await consentedGrant(details);
     if (consented !== undefined) {
       res.set('Cache-Control', 'no-store');
-      await provider.interactionFinished(
-        req,
-        res,
-        { consent: { grantId: consented } },
-        { mergeWithLastSubmission: true },
+      // Stored only while the interaction still names that grant (see `finishConsentRead`): a Cancel
+      // stored since deleted it, and this finish would write it back over the cancel. Refused, it
+      // answers the error page; the browser follows the Cancel, the later form.
+      await finishConsentRead(consented, () =>
+        provider.interactionFinished(req, res, { consent: { grantId: consented } }, { mergeWithLastSubmission: true }),
       );
       return;
     }
