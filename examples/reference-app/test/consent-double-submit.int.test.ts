@@ -331,6 +331,19 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect((await grantIds()).filter((id) => !before.has(id))).toEqual([]);
   });
 
+  it('answers a Cancel sent once Allow was followed (the sign-in done) with a page, leaving the sign-in and its grant', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const allowed = await agent.postForm(action, fields);
+    await expectSignedInWithOneNewGrant(agent, allowed.response.headers.get('location'), before);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+    expect(cancelled.response.status).toBe(400);
+    expect(cancelled.body).toContain('Sign-in expired');
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
+    expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
   it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
     const consent = await atConsentPage();
     const before = new Set(await grantIds());
