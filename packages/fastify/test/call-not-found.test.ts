@@ -33,3 +33,29 @@ it("reply.callNotFound() from a handler: its 404 is the handler's answer, with n
     await instance.close();
   }
 });
+
+it("a not-found handler that itself writes runs once: its answer is the claimed request's, replayed on the retry", async () => {
+  let writes = 0;
+  const instance = await app({}, (a) => {
+    a.setNotFoundHandler(async (_request, reply) => {
+      writes++;
+      return reply.code(404).send({ noted: writes });
+    });
+    a.post('/charges/:id/refunds', async (_request, reply) => reply.callNotFound());
+  });
+  try {
+    const post = () =>
+      instance.inject({ method: 'POST', url: '/charges/ch_404/refunds', headers: { 'idempotency-key': 'cnf-2' } });
+    const first = await post();
+    expect(first.statusCode).toBe(404);
+    const retry = await post();
+    expect(retry.statusCode).toBe(404);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(retry.json()).toEqual({ noted: 1 });
+    expect(writes).toBe(1);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(warnings.withCode('IDEM_STACKED')).toEqual([]);
+  } finally {
+    await instance.close();
+  }
+});
