@@ -293,6 +293,29 @@ describe('framework specifics', () => {
     expect(applied).toEqual(['E1']);
   });
 
+  it('express 5: a body its parsers read to `{}` (JSON `{}`, a form of no fields) fails closed, at once', async () => {
+    // body-parser 2 sets no `req._body`, and the form parser's `{}` has no prototype: only the read
+    // stream tells such a `{}` from a placeholder. Read again, it would wait for bytes already taken.
+    const { receiver, applied } = makeReceiver();
+    const seen: WebhookError[] = [];
+    const app = express();
+    app.use(express.json(), express.urlencoded({ extended: false }));
+    app.post('/hooks', expressWebhook(receiver, { onMisconfigured: (error) => seen.push(error) }) as never);
+    const base = await listen(createServer(app));
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    for (const [payload, extra] of [
+      [Buffer.from('{}'), {}],
+      [Buffer.from('&'), form],
+      [Buffer.from('='), form],
+    ] as const) {
+      const response = await post(`${base}/hooks`, 'E3', payload, extra);
+      expect(response.status, payload.toString()).toBe(500);
+      expect((await response.json()).code).toBe('raw_body_required');
+    }
+    expect(seen).toHaveLength(3);
+    expect(applied).toEqual([]);
+  }, 10_000);
+
   it('koa: reads the stream under the {} a parser left on a request it skipped, unread', async () => {
     const { receiver, applied } = makeReceiver();
     const app = new Koa();
