@@ -23,6 +23,8 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
   // Each save of an Interaction that names a consent takes the first of these, if any, and waits for it:
   // a POST held past everything it read, just before its finish is stored.
   const finishHolds: Array<{ reached: () => void; release: Promise<void> }> = [];
+  // When set, runs before each save of an Interaction that stores a cancel (given the row's id).
+  let beforeCancel: ((rowId: string) => Promise<void>) | undefined;
 
   beforeAll(async () => {
     stack = await startTwoAppStack({
@@ -46,6 +48,11 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
             atFinish.reached();
             await atFinish.release;
           }
+          const cancelling =
+            params[0] === 'Interaction' &&
+            text.includes('insert into idp_models') &&
+            JSON.parse(String(params[2]))?.result?.error === 'access_denied';
+          if (cancelling) await beforeCancel?.(params[1] as string);
           return db.query<Row>(text, params);
         },
       }),
@@ -342,6 +349,34 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect(cancelled.body).toContain('Sign-in expired');
     expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
     expect(await grantOfSession(agent)).toBe(made[0]);
+  });
+
+  it('answers a Cancel that another consent beat three times with a page, leaving the grant that consent named', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const allowed = await agent.postForm(action, fields);
+    expect(allowed.response.status).toBe(303);
+    const [made] = (await grantIds()).filter((id) => !before.has(id));
+    // Before each of the Cancel's saves, the interaction is finished again naming another grant, as
+    // one more consent finishing it in between would.
+    let beaten = 0;
+    beforeCancel = async (rowId) => {
+      beaten++;
+      await stack.dbs.one.query(
+        `update idp_models set payload = jsonb_set(payload, '{result,consent,grantId}', to_jsonb($2::text))
+         where model = 'Interaction' and id = $1`,
+        [rowId, beaten % 2 === 1 ? 'another-grant' : made],
+      );
+    };
+    try {
+      const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+      expect(beaten).toBe(3);
+      expect(cancelled.response.status).toBe(400);
+      expect(cancelled.body).toContain('<h1>');
+    } finally {
+      beforeCancel = undefined;
+    }
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual([made]);
   });
 
   it("leaves only the grant of the POST that finished, not the other's new grant", async () => {
