@@ -380,6 +380,27 @@ describe('login and consent pages', () => {
     expect(again.body).toContain('See your email address <code>email</code> (allowed before)');
   });
 
+  it('lists what the grant lacks for an interaction saved before the page listed every scope asked for', async () => {
+    const { agent, action, csrf } = await openLoginForm(auth(), app);
+    const login = await agent.postForm(action, { csrf, ...alice });
+    const first = await agent.follow(new URL(login.response.headers.get('location')!, auth()).href);
+    expect(first.body).toContain('<h1>Allow access</h1>');
+    const url = first.url;
+    const uid = new URL(url).pathname.split('/')[2]!;
+    // The interaction as an earlier version saved it: its consent details without `requested*`.
+    const { rowCount } = await db.query(
+      `update idp_models set payload = jsonb_set(payload, '{prompt,details}',
+         (payload #> '{prompt,details}') - 'requestedOIDCScope' - 'requestedResourceScopes')
+       where model = 'Interaction' and id = $1`,
+      [storedId('Interaction', uid)],
+    );
+    expect(rowCount).toBe(1);
+    const consent = await agent.request(url);
+    expect(consent.body).toContain('<h1>Allow access</h1>');
+    expect(consentItems(consent.body)).toEqual(requested.map((scope) => ({ scope, allowedBefore: false })));
+    expect(consent.body).toContain(`<h2>At ${resource}</h2>`);
+  });
+
   it('refuses a login post without the CSRF token, or from another origin', async () => {
     const { agent, action, csrf } = await openLoginForm(auth(), app);
     const noToken = await agent.postForm(action, { username: 'alice', password: alice.password });
