@@ -302,10 +302,23 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
         expect(made).toHaveLength(1);
         expect(await grantOfSession(agent)).toBe(made[0]);
       } else {
-        // Cancel won: no new grant left, no session at the app.
+        // Cancel won: no new grant left, no session at the app. (Seen once under heavy load, never
+        // reproduced in 560 rounds since: a new grant left behind a denied sign-in. The message says
+        // what the grant holds and when it was made, should it come again.)
         expect(denied).toBe('access_denied');
         expect(agent.jar.cookies.get('app_session')).toBeUndefined();
-        expect(made).toEqual([]);
+        const left = made.length
+          ? (
+              await stack.dbs.one.query(
+                "select id, payload, expires_at from idp_models where model = 'Grant' and id = any($1)",
+                [made],
+              )
+            ).rows
+          : [];
+        expect(
+          made,
+          `round ${round} (${round % 2 === 0 ? 'Allow' : 'Cancel'} sent first): ${JSON.stringify(left)}`,
+        ).toEqual([]);
       }
     }
   }, 120_000);
