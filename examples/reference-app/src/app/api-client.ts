@@ -2,6 +2,7 @@
 export type ApiResult =
   | { kind: 'ok'; status: number; body: unknown; headers: Headers }
   | { kind: 'refused'; status: number; title: string; body: unknown; headers: Headers }
+  | { kind: 'redirected'; status: number; headers: Headers }
   | { kind: 'unavailable'; reason: string };
 
 /** One request to the API. */
@@ -14,8 +15,10 @@ export interface ApiRequest {
 
 /**
  * Calls the API at `baseUrl` with the access token in the `Authorization` header (never in the URL).
- * A network failure, a timeout or a gateway error (502, 503, 504) is `unavailable`; any other non-2xx
- * is `refused` with the problem's title when it sent one.
+ * A network failure, a timeout or a gateway error (502, 503, 504) is `unavailable`; a 3xx (the API,
+ * or a proxy in front of it, sending the request elsewhere: never followed, a token goes nowhere but
+ * the API) is `redirected`, which says nothing of whether a write was done; any other non-2xx is
+ * `refused` with the problem's title when it sent one.
  *
  * @example
  * ```ts
@@ -52,6 +55,9 @@ export async function callApi(baseUrl: string, accessToken: string, request: Api
     }
   }
   if (response.ok) return { kind: 'ok', status: response.status, body, headers: response.headers };
+  if (response.status >= 300 && response.status < 400) {
+    return { kind: 'redirected', status: response.status, headers: response.headers };
+  }
   if (response.status === 502 || response.status === 503 || response.status === 504) {
     return { kind: 'unavailable', reason: `answered ${response.status}` };
   }

@@ -90,8 +90,9 @@ async function fetchStock(
   );
   const unavailable = results.find((result) => result.kind === 'unavailable');
   if (unavailable) return unavailable;
-  const refused = results.find((result) => result.kind === 'refused');
-  if (refused) return refused;
+  // A refusal, or a redirect: the first read that brought no stock level says why for all of them.
+  const notOk = results.find((result) => result.kind !== 'ok');
+  if (notOk) return notOk;
   const first = results[0];
   return {
     kind: 'ok',

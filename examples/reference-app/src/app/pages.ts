@@ -25,9 +25,7 @@ function apiSection(heading: string, id: string, result: ApiResult, extra = ''):
   let content: string;
   if (result.kind === 'unavailable') {
     content = `<p class="error" role="alert">API unavailable (${escapeHtml(result.reason)}). Try again later.</p>`;
-  } else if (result.kind === 'refused' && result.status >= 300 && result.status < 400) {
-    // A redirect (a proxy in front of the API sending the read elsewhere), which the app's calls do
-    // not follow: no refusal, only no result here.
+  } else if (result.kind === 'redirected') {
     content = `<p class="error">The API answered ${escapeHtml(result.status)} (a redirect the app does not follow): nothing to show.</p>`;
   } else if (result.kind === 'refused') {
     content = `<p class="error">The API refused: ${escapeHtml(result.status)} ${escapeHtml(result.title)}</p>`;

@@ -25,22 +25,23 @@ export function setTheme(ctx: AppContext) {
       path: '/settings',
       body: { theme },
     });
-    // A 3xx (the API, or a proxy in front of it, redirecting the PUT, which `callApi` does not
-    // follow) is no refusal and no 2xx: the theme may or may not be set. Said so, as the 503 page
-    // of a theme that went out says it (themeOutcomeUnknownPage), the same form being safe again.
-    const redirected = result.kind === 'refused' && result.status >= 300 && result.status < 400;
-    const lines = redirected
-      ? [
-          `The API answered ${result.status} and not whether the theme was set: it may or may not have been set to ${theme}.`,
-          'Setting the theme again does no harm: send the form again.',
-        ]
-      : describe(result, `Theme set to ${theme}.`);
+    const lines = describe(result, theme);
     await showOnce(res, id, { title: 'Theme', lines });
   };
 }
 
-function describe(result: ApiResult, success: string): string[] {
+/** What came of a theme sent to the API, in words for the next page. */
+function describe(result: ApiResult, theme: 'light' | 'dark'): string[] {
   if (result.kind === 'unavailable') return [`API unavailable (${result.reason}).`];
   if (result.kind === 'refused') return [`The API refused: ${result.status} ${result.title}`];
-  return [success, `Status ${result.status}`, JSON.stringify(result.body)];
+  // No refusal and no 2xx: the theme may or may not be set. Said so, as the 503 page of a theme that
+  // went out says it (themeOutcomeUnknownPage), the same form being safe again (a PUT of the whole
+  // settings document).
+  if (result.kind === 'redirected') {
+    return [
+      `The API answered ${result.status} and not whether the theme was set: it may or may not have been set to ${theme}.`,
+      'Setting the theme again does no harm: send the form again.',
+    ];
+  }
+  return [`Theme set to ${theme}.`, `Status ${result.status}`, JSON.stringify(result.body)];
 }
