@@ -27,6 +27,30 @@ it('marks a scope allowed before at its own resource only, and escapes what it s
   expect(page).toContain('<h2>At https://b.example/?x=&lt;y&gt;</h2>');
 });
 
+it('marks a scope refused before as not given, at its own resource only, never as allowed before', () => {
+  const page = consentPage({
+    ...base,
+    scopes: ['openid', 'email'],
+    scopesAllowedBefore: ['openid'],
+    scopesRefusedBefore: ['email'],
+    resources: [
+      { resource: 'https://a.example', scopes: ['photos:read'], refusedBefore: ['photos:read'] },
+      { resource: 'https://b.example', scopes: ['photos:read'] },
+    ],
+  });
+  expect(consentItems(page)).toEqual([
+    { scope: 'openid', allowedBefore: true },
+    { scope: 'email', allowedBefore: false },
+    { scope: 'photos:read', allowedBefore: false },
+    { scope: 'photos:read', allowedBefore: false },
+  ]);
+  expect(page).toContain('See your email address <code>email</code> (refused before, not given)</li>');
+  expect(page).toContain(
+    '<h2>At https://a.example</h2>\n<ul><li>See your photos <code>photos:read</code> (refused before, not given)</li></ul>',
+  );
+  expect(page).toContain('<h2>At https://b.example</h2>\n<ul><li>See your photos <code>photos:read</code></li></ul>');
+});
+
 // Was wrong: a consent that asked for no scope the provider knows said "asks to:" over nothing.
 it('says in words that nothing is asked for, rather than "asks to:" over an empty list', () => {
   const page = consentPage({ ...base, scopes: [], resources: [{ resource: 'https://a.example', scopes: [] }] });

@@ -8,6 +8,7 @@ import { purgeExpiredModels, sqlAdapterFactory } from '../src/idp/adapter.js';
 import { assertRedirectUris, saveClient } from '../src/idp/clients.js';
 import { ownPages } from '../src/idp/own-pages.js';
 import { createPasswordChecker } from '../src/idp/passwords.js';
+import { createProvider } from '../src/idp/provider.js';
 import { createIdp } from '../src/idp/server.js';
 import { storedId } from '../src/idp/stored-id.js';
 import { createUser, findUserByUsername, maxPasswordLength, maxUsernameLength } from '../src/idp/users.js';
@@ -378,6 +379,49 @@ describe('login and consent pages', () => {
     expect(again.body).toContain('<h1>Allow access</h1>');
     expect(consentItems(again.body)).toEqual(requested.map((scope) => ({ scope, allowedBefore: true })));
     expect(again.body).toContain('See your email address <code>email</code> (allowed before)');
+  });
+
+  // Was wrong: "(allowed before)" marked what the request asks for minus what the grant lacks, and
+  // oidc-provider counts a scope the grant refused (`rejectOIDCScope`, `rejectResourceScope`) as not
+  // lacking: a refused scope read as allowed before. Allow adds only what the grant lacks, so it does
+  // not give that scope either. Decided: a scope refused before is marked so, and as not given.
+  it('marks a scope the grant refused as refused before and not given, and Allow does not give it', async () => {
+    const first = await codeFlow(auth(), app, alice);
+    const { rows } = await db.query<{ grantId: string }>(
+      `select payload->>'grantId' as "grantId" from idp_models where model = 'RefreshToken' and id = $1`,
+      [storedId('RefreshToken', first.tokens.body.refresh_token)],
+    );
+    const grantId = rows[0]!.grantId;
+    const provider = await createProvider({ db, issuer: auth(), resource });
+    const grant = (await provider.Grant.find(grantId))!;
+    grant.rejectOIDCScope('email');
+    grant.rejectResourceScope(resource, 'photos:read');
+    await grant.save();
+    const refused = ['email', 'photos:read'];
+    const { challenge } = pkcePair();
+    const page = await first.agent.follow(
+      authorizationUrl(auth(), {
+        clientId: app.clientId,
+        redirectUri: app.redirectUri,
+        challenge,
+        challengeMethod: 'S256',
+      }),
+      (url) => url.startsWith(app.redirectUri),
+    );
+    expect(page.body).toContain('<h1>Allow access</h1>');
+    expect(consentItems(page.body)).toEqual(
+      requested.map((scope) => ({ scope, allowedBefore: !refused.includes(scope) })),
+    );
+    expect(page.body).toContain('See your email address <code>email</code> (refused before, not given)');
+    expect(page.body).toContain('See your photos <code>photos:read</code> (refused before, not given)');
+    // Allow gives what the page says it gives: neither refused scope.
+    const again = await codeFlow(auth(), app, alice, {}, first.agent);
+    expect(again.tokens.status).toBe(200);
+    const after = (await provider.Grant.find(grantId))!;
+    expect(after.getOIDCScope().split(' ')).not.toContain('email');
+    expect(after.getResourceScope(resource).split(' ')).not.toContain('photos:read');
+    expect(decodeJwt(again.tokens.body.id_token).payload.email).toBeUndefined();
+    expect(String(again.tokens.body.scope).split(' ')).not.toContain('photos:read');
   });
 
   it('lists what the grant lacks for an interaction saved before the page listed every scope asked for', async () => {

@@ -45,9 +45,11 @@ const formBody = express.urlencoded({ extended: false, limit: '8kb' });
 
 /**
  * What the consent page lists: every scope the request asks for (the consent prompt's `requested*`
- * details, see `consent-policy.ts`), those the grant holds already (not among its `missing*` details,
- * which Allow adds) marked as allowed before. An interaction saved before those details existed lists
- * what the grant lacks, as it did.
+ * details, see `consent-policy.ts`), those the grant holds (its `granted*` details) marked as allowed
+ * before, and those it neither holds nor lacks (it refused them: oidc-provider asks no more about them,
+ * and Allow adds only its `missing*` details) marked as refused before, not given. An interaction saved
+ * before the `granted*` details existed marks what is not missing as allowed before, as it did; one
+ * saved before the `requested*` details existed lists what the grant lacks.
  */
 function asked(details: { prompt: { details: Record<string, unknown> } }) {
   const shown = details.prompt.details as Partial<RequestedScopes> & {
@@ -56,18 +58,23 @@ function asked(details: { prompt: { details: Record<string, unknown> } }) {
   };
   const missingScopes = shown.missingOIDCScope ?? [];
   const missingResources = shown.missingResourceScopes ?? {};
-  const held = (scopes: readonly string[], missing: readonly string[]) =>
-    scopes.filter((scope) => !missing.includes(scope));
+  const notIn = (scopes: readonly string[], others: readonly string[]) =>
+    scopes.filter((scope) => !others.includes(scope));
+  const split = (requested: readonly string[], missing: readonly string[], granted: readonly string[] | undefined) => {
+    const allowedBefore = granted ?? notIn(requested, missing);
+    return { allowedBefore, refusedBefore: notIn(notIn(requested, missing), allowedBefore) };
+  };
   const scopes = shown.requestedOIDCScope ?? missingScopes;
   const resources = shown.requestedResourceScopes ?? missingResources;
+  const identity = split(scopes, missingScopes, shown.grantedOIDCScope);
   return {
     scopes,
-    scopesAllowedBefore: held(scopes, missingScopes),
-    resources: Object.entries(resources).map(([resource, requested]) => ({
-      resource,
-      scopes: requested,
-      allowedBefore: held(requested, missingResources[resource] ?? []),
-    })),
+    scopesAllowedBefore: identity.allowedBefore,
+    scopesRefusedBefore: identity.refusedBefore,
+    resources: Object.entries(resources).map(([resource, requested]) => {
+      const granted = shown.grantedResourceScopes && (shown.grantedResourceScopes[resource] ?? []);
+      return { resource, scopes: requested, ...split(requested, missingResources[resource] ?? [], granted) };
+    }),
   };
 }
 

@@ -66,8 +66,18 @@ export interface ConsentPageInput {
   scopes: readonly string[];
   /** Of {@link ConsentPageInput.scopes}, those the grant holds already: marked "(allowed before)". */
   scopesAllowedBefore?: readonly string[];
-  /** Per resource, every scope the request asks for there, and those the grant holds already. */
-  resources: ReadonlyArray<{ resource: string; scopes: readonly string[]; allowedBefore?: readonly string[] }>;
+  /**
+   * Of {@link ConsentPageInput.scopes}, those the grant refused before: Allow does not give them, and
+   * they are marked "(refused before, not given)".
+   */
+  scopesRefusedBefore?: readonly string[];
+  /** Per resource, every scope the request asks for there, those the grant holds already, and those it refused. */
+  resources: ReadonlyArray<{
+    resource: string;
+    scopes: readonly string[];
+    allowedBefore?: readonly string[];
+    refusedBefore?: readonly string[];
+  }>;
 }
 
 /** Each scope in words. The administrators' scopes say that they act with the user's admin role. */
@@ -87,10 +97,21 @@ const scopeText: Record<string, string> = {
   'events:write': 'Add notes to the payment events the webhook receiver got, with your administrator role',
 };
 
-/** One scope in words and by name; one the grant holds already says so, in words a screen reader reads too. */
-function scopeList(scopes: readonly string[], allowedBefore: readonly string[] = []): string {
+/**
+ * One scope in words and by name; one the grant holds already says so, and one it refused says that
+ * Allow does not give it, in words a screen reader reads too.
+ */
+function scopeList(
+  scopes: readonly string[],
+  allowedBefore: readonly string[] = [],
+  refusedBefore: readonly string[] = [],
+): string {
   const items = scopes.map((scope) => {
-    const mark = allowedBefore.includes(scope) ? ' (allowed before)' : '';
+    const mark = allowedBefore.includes(scope)
+      ? ' (allowed before)'
+      : refusedBefore.includes(scope)
+        ? ' (refused before, not given)'
+        : '';
     return `<li>${escapeHtml(scopeText[scope] ?? scope)} <code>${escapeHtml(scope)}</code>${mark}</li>`;
   });
   return `<ul>${items.join('')}</ul>`;
@@ -98,7 +119,7 @@ function scopeList(scopes: readonly string[], allowedBefore: readonly string[] =
 
 /**
  * The consent form: everything the client asks for, in words and by scope name, per resource; what
- * the person allowed before is listed too, marked so. A re-consent (the client asks again for what it
+ * the person allowed before is listed too, marked so, and what they refused before, marked as not given. A re-consent (the client asks again for what it
  * holds) thus shows what Allow lets the client have, never an empty list.
  *
  * @example
@@ -109,10 +130,13 @@ function scopeList(scopes: readonly string[], allowedBefore: readonly string[] =
 export function consentPage(input: ConsentPageInput): string {
   const resources = input.resources
     .filter((entry) => entry.scopes.length)
-    .map((entry) => `<h2>At ${escapeHtml(entry.resource)}</h2>\n${scopeList(entry.scopes, entry.allowedBefore)}`)
+    .map(
+      (entry) =>
+        `<h2>At ${escapeHtml(entry.resource)}</h2>\n${scopeList(entry.scopes, entry.allowedBefore, entry.refusedBefore)}`,
+    )
     .join('\n');
   const identity = input.scopes.length
-    ? `<h2>About you</h2>\n${scopeList(input.scopes, input.scopesAllowedBefore)}`
+    ? `<h2>About you</h2>\n${scopeList(input.scopes, input.scopesAllowedBefore, input.scopesRefusedBefore)}`
     : '';
   const client = `<strong>${escapeHtml(input.clientName)}</strong>`;
   // A request that names no scope at all (none the provider knows) still comes here: said in words.
