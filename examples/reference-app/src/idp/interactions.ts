@@ -330,7 +330,20 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         );
       } catch (error) {
         // Each refusal is one more Allow finished meanwhile: a few at most (a double click).
-        if (!(error instanceof ConsentedByAnother) || attempt >= 3) throw error;
+        if (!(error instanceof ConsentedByAnother)) throw error;
+        if (attempt >= 3) {
+          // The interaction holds the Allow that won, and the sign-in goes on from it: not the
+          // "Sign-in expired" page of a lost interaction, which would say the link is dead.
+          send(
+            res,
+            400,
+            errorPage(
+              'Already allowed',
+              'This sign-in was already allowed in another tab or window, so it was not cancelled. Go back to the application.',
+            ),
+          );
+          return;
+        }
         details = await provider.interactionDetails(req, res);
         continue;
       }
