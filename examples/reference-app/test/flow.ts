@@ -15,6 +15,8 @@ export interface AuthorizeParams {
   resource?: string;
   /** Who the client expects to sign in (OIDC Core 3.1.2.1); a hint for someone else asks for a switch. */
   idTokenHint?: string;
+  /** Claims asked for one by one (OIDC Core 5.5), as JSON, e.g. `{"id_token":{"email":null}}`. */
+  claims?: string;
 }
 
 export function authorizationUrl(authUrl: string, params: AuthorizeParams): string {
@@ -28,6 +30,7 @@ export function authorizationUrl(authUrl: string, params: AuthorizeParams): stri
   url.searchParams.set('prompt', params.prompt ?? 'consent');
   if (params.resource) url.searchParams.set('resource', params.resource);
   if (params.idTokenHint) url.searchParams.set('id_token_hint', params.idTokenHint);
+  if (params.claims) url.searchParams.set('claims', params.claims);
   if (params.challenge !== undefined) url.searchParams.set('code_challenge', params.challenge);
   if (params.challengeMethod !== undefined) url.searchParams.set('code_challenge_method', params.challengeMethod);
   return url.href;
