@@ -50,8 +50,9 @@ function requestedScopes(ctx: KoaContextWithOIDC): RequestedScopes {
  * oidc-provider's default interaction policy, its consent prompt's details carrying everything the
  * request asks for (`requestedOIDCScope`, `requestedResourceScopes`) and what of it the grant holds
  * (`grantedOIDCScope`, `grantedResourceScopes`) next to what the grant lacks (`missingOIDCScope`,
- * `missingResourceScopes`). The consent page lists all of it, marking what the grant holds already: a re-consent (`prompt=consent` at a grant that holds everything) then shows
- * what Allow lets the client have, not an empty list.
+ * `missingResourceScopes`). The consent page lists all of it, marking what the grant holds already:
+ * a re-consent (`prompt=consent` at a grant that holds everything) then shows what Allow lets the
+ * client have, not an empty list.
  *
  * @example
  * ```ts
