@@ -69,13 +69,13 @@ const tables: readonly TableSpec[] = [
     markers: ['## mTLS-bound tokens (RFC 8705)'],
   },
   {
-    source: 'packages/guard/src/internal-token.ts',
+    source: 'packages/guard/src/internal-token-issuer.ts',
     interface: 'InternalTokenIssuerOptions',
     doc: 'docs/guard.md',
     markers: ['### `createInternalTokenIssuer(options)`'],
   },
   {
-    source: 'packages/guard/src/internal-token.ts',
+    source: 'packages/guard/src/internal-verifier.ts',
     interface: 'InternalVerifierOptions',
     doc: 'docs/guard.md',
     markers: ['### `createInternalVerifier(options)`'],

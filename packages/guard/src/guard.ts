@@ -6,6 +6,7 @@ import type { GuardStats } from './events.js';
 import { extractBearerToken, type GuardRequest, hasQueryToken, type TokenExtraction } from './extract-token.js';
 import { type ForwardOptions, forwardHeaders } from './forward-headers.js';
 import { type GuardOptions, guardOptionNames } from './guard-options.js';
+import { internalTokenType } from './guard-typ.js';
 import type { InternalTokenIssuer } from './internal-token-issuer.js';
 import type { KeyReloadOutcome } from './key-source.js';
 import { refuseUnknownOptions } from './option-names.js';
@@ -99,14 +100,6 @@ export function isGuard(value: unknown): value is Guard {
     typeof (value as Guard).verify === 'function'
   );
 }
-
-/**
- * The `typ` of the gateway's internal token; the edge guard refuses it whatever an issuer allows.
- *
- * @example
- * internalTokenType; // 'internal+jwt'
- */
-export const internalTokenType = 'internal+jwt';
 
 /**
  * Builds a guard that verifies access tokens at the edge (spec part 5).

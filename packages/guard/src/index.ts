@@ -32,7 +32,7 @@ export {
 } from './extract-token.js';
 export { type ForwardOptions, forwardHeaders, joinHeaderValues, withoutHopByHop } from './forward-headers.js';
 export { type GuardGlueOptions, optionalGuard } from './glue-options.js';
-export { createGuard, type Guard, internalTokenType, isGuard, type KeyRefresh } from './guard.js';
+export { createGuard, type Guard, isGuard, type KeyRefresh } from './guard.js';
 export type {
   GuardOptions,
   IssuerOptions,
@@ -41,17 +41,15 @@ export type {
   PublicKeyInput,
   TokenRules,
 } from './guard-options.js';
-export { normalizeTyp } from './guard-typ.js';
+export { internalTokenType, normalizeTyp } from './guard-typ.js';
 export { defaultInternalTokenHeader } from './internal-header.js';
+export type { InternalSigningKey } from './internal-signing-keys.js';
 export {
   createInternalTokenIssuer,
-  createInternalVerifier,
-  type InternalSigningKey,
+  type InternalTokenIssuer,
   type InternalTokenIssuerOptions,
-  type InternalVerifierOptions,
-  verifyInternalToken,
-} from './internal-token.js';
-export type { InternalTokenIssuer } from './internal-token-issuer.js';
+} from './internal-token-issuer.js';
+export { createInternalVerifier, type InternalVerifierOptions, verifyInternalToken } from './internal-verifier.js';
 export type { KeyDropReason, KeySetRejection } from './key-import.js';
 export type { RemoteJwksOptions } from './key-source.js';
 export { type ClientCertificate, certificateThumbprint, type MtlsOptions } from './mtls.js';
