@@ -81,7 +81,7 @@ const tables: readonly TableSpec[] = [
     markers: ['### `createInternalVerifier(options)`'],
   },
   {
-    source: 'packages/client/src/create-client.ts',
+    source: 'packages/client/src/client-options.ts',
     interface: 'ClientOptions',
     doc: 'docs/client.md',
     markers: ['## Options of `createClient`'],

@@ -1,9 +1,11 @@
 import type { Attempt, AttemptOutcome } from './attempt.js';
+import { awaitToken, type TokenRun } from './await-token.js';
 import { retryWait } from './backoff.js';
+import type { ClientOptions, RequestOptions, RequestWithBodyOptions } from './client-options.js';
 import { drainBody, drainCapBytes } from './drain-body.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
 import type { FetchFunction } from './fetch-function.js';
-import { formatKeyField, type KeyFormat, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
+import { formatKeyField, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
 import { followingRedirects, unfollowedRedirect } from './redirects.js';
 import { encodeBody } from './request-body.js';
@@ -26,145 +28,8 @@ import {
   saysTokenInvalid,
 } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
-import { abortableSleep, lateTimeout, maxTimerMs } from './sleep.js';
-
-/**
- * Headers as `new Headers(...)` takes them: a `Headers`, a record, or name-value pairs. Spelled out
- * from `Headers` because only the DOM library names it `HeadersInit`, and a Node project has none.
- *
- * @example
- * const headers: HeaderValues = { 'x-tenant': 'acme' };
- */
-export type HeaderValues = ConstructorParameters<typeof Headers>[0];
-
-/**
- * What {@link ClientOptions.getToken} is told. `refresh` is true once per call at most: the server
- * refused the token it gave (401 with `WWW-Authenticate: Bearer error="invalid_token"`), so a cached
- * token must not be given again.
- *
- * @example
- * createClient({ baseUrl, getToken: ({ refresh }) => (refresh ? auth.refresh() : auth.accessToken()) });
- */
-export interface TokenContext {
-  readonly refresh: boolean;
-}
-
-/**
- * Options of {@link createClient}.
- *
- * @example
- * const client = createClient({
- *   baseUrl: 'https://api.example.com/v1',
- *   getToken: () => auth.accessToken(),
- *   retry: { maxAttempts: 5, deadline: '60s' },
- * });
- */
-export interface ClientOptions {
-  /** Absolute http(s) URL every path is relative to, e.g. `https://api.example.com/v1`; no query, fragment or credentials. */
-  baseUrl: string | URL;
-  /** Default `globalThis.fetch`. */
-  fetch?: FetchFunction | undefined;
-  /**
-   * Called before every attempt; a non-empty result is sent as `Authorization: Bearer <token>`, and
-   * anything but a string, `null` or `undefined` ends the request with `token_failed`. Not called for a
-   * request that gives its own `Authorization` header: that one is sent.
-   * Per attempt, not per operation, so a token refreshed during the backoff is the one a retry uses.
-   * A 401 with `WWW-Authenticate: Bearer error="invalid_token"` to a token it gave is sent again at
-   * once with one it gives when asked `{ refresh: true }`, once per call, and only if that one differs;
-   * not when its problem says `"retryable": true` and a repeat is harmless (the server could not check
-   * the token, as idem's guard says of `keys_unavailable`): that one is retried with backoff instead.
-   * Nor when its problem's `code` is `certificate_missing` (idem's guard: a token bound to a client
-   * certificate came without one), as a new token does not bring the certificate: that one is final.
-   */
-  getToken?: ((context: TokenContext) => string | null | undefined | Promise<string | null | undefined>) | undefined;
-  /** Headers sent with every request. */
-  headers?: HeaderValues;
-  /** How requests are retried; each request can override it. */
-  retry?: RetryOptions | undefined;
-  /** How client-made keys are written in the header. Default `'sf-string'`. */
-  keyFormat?: KeyFormat | undefined;
-  /** Uniform in `[0, 1)`, for the backoff jitter. Default `Math.random`; inject a seeded one in tests. */
-  random?: (() => number) | undefined;
-  /** Waits between attempts; must reject when `signal` aborts. Inject one that records waits in tests. */
-  sleep?: ((ms: number, signal?: AbortSignal) => Promise<void>) | undefined;
-  /**
-   * The clock (epoch ms) for deadlines, attempt times and HTTP-date `Retry-After`. Default: `Date.now`
-   * for attempt times and `Retry-After`, a monotonic clock for the deadline and durations (a stepped
-   * wall clock moves neither); an injected one does all. The per-attempt timeout itself runs on a
-   * real timer: it cuts off a real connection.
-   */
-  now?: (() => number) | undefined;
-  /**
-   * The longest response body read, in bytes (default 16 MiB; `Infinity` for no limit). A longer
-   * one ends the request with `response_too_large` instead of filling memory; it is not retried, as
-   * the same request gets the same answer. Not applied with `parse: 'none'`: that body is yours.
-   */
-  maxResponseBytes?: number | undefined;
-  /**
-   * Called before each wait for a retry, e.g. to show "retrying in 4 s" or to log. What it throws, or
-   * the promise it returns rejects with, is ignored: an observer never changes the outcome of a request.
-   */
-  onRetry?: ((event: RetryEvent) => void) | undefined;
-}
-
-/**
- * What {@link ClientOptions.onRetry} is told before each wait.
- *
- * @example
- * createClient({ baseUrl, onRetry: ({ attempt, waitMs }) => log.info({ status: attempt.status, waitMs }, 'retrying') });
- */
-export interface RetryEvent {
-  method: string;
-  url: string;
-  /** The attempt that failed. */
-  attempt: Attempt;
-  /** How long the client waits before the next attempt, in milliseconds. */
-  waitMs: number;
-  /** The key the next attempt carries (decoded), if any. */
-  key: string | undefined;
-}
-
-/**
- * Values of a query string: repeated for arrays, left out when `undefined`.
- *
- * @example
- * await client.get('/stock', { query: { item: 'sku-1', tag: ['a', 'b'], page: undefined } }); // ?item=sku-1&tag=a&tag=b
- */
-export type QueryValue = string | number | boolean | readonly (string | number | boolean)[] | undefined;
-
-/**
- * Options of one request.
- *
- * @example
- * await client.post('/charges', { amount: 500 }, { idempotencyKey: order.chargeKey, signal });
- */
-export interface RequestOptions {
-  /**
-   * The operation's key. By default POST and PATCH get a fresh UUIDv4, made once and sent on every
-   * attempt; other methods get none. Pass your own to retry one logical operation across calls (or
-   * restarts), or `false` to send none and rely on a key the server mints.
-   */
-  idempotencyKey?: string | false | undefined;
-  headers?: HeaderValues;
-  query?: URLSearchParams | Record<string, QueryValue> | undefined;
-  signal?: AbortSignal | undefined;
-  /** Overrides the client's retry options for this request. */
-  retry?: RetryOptions | undefined;
-  /** How the response body is read. Default `'auto'`. */
-  parse?: ParseMode | undefined;
-  /** Overrides the client's {@link ClientOptions.maxResponseBytes} for this request. */
-  maxResponseBytes?: number | undefined;
-}
-
-/**
- * Options of {@link Client.request}: {@link RequestOptions} plus a body.
- *
- * @example
- * await client.request('POST', '/charges', { body: { amount: 500 }, idempotencyKey: key });
- */
-export interface RequestWithBodyOptions extends RequestOptions {
-  body?: unknown;
-}
+import { runAttempt } from './run-attempt.js';
+import { abortableSleep } from './sleep.js';
 
 /**
  * A successful outcome (status below 400) of one logical operation.
@@ -212,13 +77,6 @@ export interface Client {
 }
 
 type AttemptRecord = { -readonly [K in keyof Attempt]: Attempt[K] };
-
-// `response` is set on the failures too once the headers had arrived: the status says the server ran it.
-type AttemptRun =
-  | { kind: 'response'; response: Response; bytes: Uint8Array | undefined }
-  | { kind: 'too-large'; response: Response }
-  | { kind: 'network-error' | 'timeout'; error: unknown; response: Response | undefined }
-  | { kind: 'aborted'; reason: unknown; response: Response | undefined };
 
 /** 16 MiB: far above any API answer, far below what runs a server or a browser tab out of memory. */
 const defaultMaxResponseBytes = 16 * 2 ** 20;
@@ -685,42 +543,6 @@ export function createClient(options: ClientOptions): Client {
   };
 }
 
-type TokenRun =
-  | { kind: 'token'; token: string | null | undefined }
-  | { kind: 'aborted'; reason: unknown }
-  | { kind: 'deadline' };
-
-/**
- * Calls `getToken` and waits for it, but no longer than the caller's signal allows or `remainingMs`
- * (the time left before the deadline, on a real timer like the per-attempt timeout). What getToken
- * throws or rejects with is rethrown (the caller wraps it as `token_failed`); a token that arrives
- * after the wait was cut is dropped, and so is a late rejection.
- */
-async function awaitToken(
-  getToken: NonNullable<ClientOptions['getToken']>,
-  callerSignal: AbortSignal | undefined,
-  remainingMs: number,
-  refresh: boolean,
-): Promise<TokenRun> {
-  if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason };
-  let stop!: (run: TokenRun) => void;
-  const stopped = new Promise<TokenRun>((resolve) => {
-    stop = resolve;
-  });
-  const onAbort = () => stop({ kind: 'aborted', reason: callerSignal?.reason });
-  callerSignal?.addEventListener('abort', onAbort, { once: true });
-  // A deadline longer than one timer holds is left to the checks around the attempt.
-  const timer =
-    remainingMs <= maxTimerMs ? setTimeout(() => stop({ kind: 'deadline' }), Math.max(0, remainingMs)) : undefined;
-  const pending = new Promise<string | null | undefined>((resolve) => resolve(getToken({ refresh })));
-  try {
-    return await Promise.race([pending.then((token): TokenRun => ({ kind: 'token', token })), stopped]);
-  } finally {
-    clearTimeout(timer);
-    callerSignal?.removeEventListener('abort', onAbort);
-  }
-}
-
 function normalizeBaseUrl(value: string | URL): string {
   let url: URL;
   try {
@@ -745,116 +567,4 @@ function checkMaxBytes(value: number): number {
     throw new TypeError('maxResponseBytes must be a positive whole number of bytes, or Infinity');
   }
   return value;
-}
-
-/** Thrown inside an attempt when the body runs past its limit. */
-class ResponseTooLarge extends Error {}
-
-/** Reads a body into memory, but no further than `maxBytes`: past it, stops reading and throws. */
-async function readCapped(response: Response, maxBytes: number): Promise<Uint8Array> {
-  // No body at all: the answer to a HEAD, a 204 or a 304 (fetch gives them a null body). Its
-  // Content-Length is that of the representation (RFC 9110 8.6), which is not being sent: a HEAD that
-  // asks the size of a large file, or a 304 that revalidates it, is no body over the limit.
-  if (response.body === null) return new Uint8Array(0);
-  if (maxBytes === Number.POSITIVE_INFINITY) return new Uint8Array(await response.arrayBuffer());
-  // A declared length over the limit refuses the body unread. Not under a content coding: it counts
-  // the coded bytes, and the decoded body, the one kept, may be shorter (then it fits); a longer one
-  // is caught by the count below anyway. A browser shows a script only the headers a cross-origin
-  // server exposed (type 'cors'), and Content-Encoding is not among those it shows unasked: there a
-  // missing one proves nothing, and a gzipped body that fits was refused by its coded length.
-  const declared = Number(response.headers.get('content-length') ?? Number.NaN);
-  if (declared > maxBytes && response.type !== 'cors' && !response.headers.has('content-encoding')) {
-    response.body?.cancel().catch(() => undefined);
-    throw new ResponseTooLarge();
-  }
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > maxBytes) {
-      reader.cancel().catch(() => undefined);
-      throw new ResponseTooLarge();
-    }
-    chunks.push(value);
-  }
-  if (chunks.length === 1) return chunks[0] as Uint8Array;
-  const bytes = new Uint8Array(total);
-  let at = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, at);
-    at += chunk.byteLength;
-  }
-  return bytes;
-}
-
-/**
- * The signal an attempt's fetch runs under. While the attempt runs, the caller's abort reaches it
- * through `own` (runAttempt forwards it, and removes its listener when the attempt ends), so its own
- * signal is enough. Only with `parse: 'none'` (`bodyOutlives`) does the body outlive the attempt and
- * must still stop when the caller aborts: `AbortSignal.any` follows the caller's signal without a
- * listener on it. It is kept to that case because Node 22 (up to 22.23 at least) leaves about 170
- * bytes on a long-lived caller signal for every `AbortSignal.any` made from it, for good; where it is
- * missing (older browsers) the caller's signal stops the attempt only.
- */
-function attemptSignal(
-  own: AbortController,
-  callerSignal: AbortSignal | undefined,
-  bodyOutlives: boolean,
-): AbortSignal {
-  if (callerSignal === undefined || !bodyOutlives) return own.signal;
-  if (typeof AbortSignal.any === 'function') return AbortSignal.any([callerSignal, own.signal]);
-  return own.signal;
-}
-
-/**
- * One attempt: the fetch and, unless `maxBytes` is undefined (`parse: 'none'`), the whole body up to
- * `maxBytes`, under one timeout. A body that breaks off half way is a network error like a refused
- * connection: the outcome is unknown, though the response's headers, when they came, are kept.
- */
-async function runAttempt(
-  fetchFn: FetchFunction,
-  url: string,
-  init: RequestInit,
-  timeoutMs: number,
-  callerSignal: AbortSignal | undefined,
-  maxBytes: number | undefined,
-): Promise<AttemptRun> {
-  const controller = new AbortController();
-  let timedOut = false;
-  const onCallerAbort = () => controller.abort(callerSignal?.reason);
-  callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
-  // One turn late (see lateTimeout): an answer that arrived during a freeze of the program counts.
-  const cancelTimeout = Number.isFinite(timeoutMs)
-    ? lateTimeout(timeoutMs, () => {
-        timedOut = true;
-        controller.abort(new DOMException('The attempt timed out.', 'TimeoutError'));
-      })
-    : undefined;
-  // A fetch that ignores its signal must still not hold the attempt past its timeout.
-  const abortion = new Promise<never>((_, reject) => {
-    controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
-  });
-  let response: Response | undefined;
-  const work = (async () => {
-    response = await fetchFn(url, { ...init, signal: attemptSignal(controller, callerSignal, maxBytes === undefined) });
-    const bytes = maxBytes === undefined ? undefined : await readCapped(response, maxBytes);
-    return { response, bytes };
-  })();
-  work.catch(() => undefined);
-  abortion.catch(() => undefined);
-  try {
-    const done = await Promise.race([work, abortion]);
-    return { kind: 'response', response: done.response, bytes: done.bytes };
-  } catch (error) {
-    if (error instanceof ResponseTooLarge && response !== undefined) return { kind: 'too-large', response };
-    if (callerSignal?.aborted) return { kind: 'aborted', reason: callerSignal.reason, response };
-    if (timedOut) return { kind: 'timeout', error, response };
-    return { kind: 'network-error', error, response };
-  } finally {
-    cancelTimeout?.();
-    callerSignal?.removeEventListener('abort', onCallerAbort);
-  }
 }

@@ -7,18 +7,16 @@ export {
   retryAfterSpread,
   retryWait,
 } from './backoff.js';
-export {
-  type Client,
-  type ClientOptions,
-  type ClientResult,
-  createClient,
-  type HeaderValues,
-  type QueryValue,
-  type RequestOptions,
-  type RequestWithBodyOptions,
-  type RetryEvent,
-  type TokenContext,
-} from './create-client.js';
+export type {
+  ClientOptions,
+  HeaderValues,
+  QueryValue,
+  RequestOptions,
+  RequestWithBodyOptions,
+  RetryEvent,
+  TokenContext,
+} from './client-options.js';
+export { type Client, type ClientResult, createClient } from './create-client.js';
 export { type Duration, durationToMs } from './duration.js';
 export {
   isRequestFailedError,
