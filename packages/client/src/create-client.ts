@@ -2,13 +2,14 @@ import type { Attempt, AttemptOutcome } from './attempt.js';
 import { awaitToken, type TokenRun } from './await-token.js';
 import { retryWait } from './backoff.js';
 import type { ClientOptions, RequestOptions, RequestWithBodyOptions } from './client-options.js';
+import { checkMaxBytes, clientSettings } from './client-settings.js';
 import { drainBody, drainCapBytes } from './drain-body.js';
 import { type RequestFailedCode, RequestFailedError } from './errors.js';
-import type { FetchFunction } from './fetch-function.js';
-import { formatKeyField, newIdempotencyKey, parseKeyField } from './idempotency-key.js';
 import { notify } from './notify.js';
-import { followingRedirects, unfollowedRedirect } from './redirects.js';
+import { chooseKey, mintedKey } from './operation-key.js';
+import { unfollowedRedirect } from './redirects.js';
 import { encodeBody } from './request-body.js';
+import { requestUrl } from './request-url.js';
 import { BodyParseError, decodeBody, type ParseMode } from './response-body.js';
 import { retryAfterOf } from './retry-after.js';
 import {
@@ -29,7 +30,6 @@ import {
 } from './retry-decision.js';
 import { type ResolvedRetry, type RetryOptions, resolveRetry, retryHorizonMs } from './retry-options.js';
 import { runAttempt } from './run-attempt.js';
-import { abortableSleep } from './sleep.js';
 
 /**
  * A successful outcome (status below 400) of one logical operation.
@@ -78,9 +78,6 @@ export interface Client {
 
 type AttemptRecord = { -readonly [K in keyof Attempt]: Attempt[K] };
 
-/** 16 MiB: far above any API answer, far below what runs a server or a browser tab out of memory. */
-const defaultMaxResponseBytes = 16 * 2 ** 20;
-
 const methodToken = /^[!#$%&'*+.^`|~\w-]+$/;
 const parseModes: readonly ParseMode[] = ['auto', 'json', 'text', 'bytes', 'none'];
 
@@ -98,83 +95,21 @@ const isReplay = (response: Response) => response.headers.get('idempotent-replay
  * console.log(charge.body.id, charge.replayed ? 'replayed' : 'executed', charge.key);
  */
 export function createClient(options: ClientOptions): Client {
-  if (!options || typeof options !== 'object') throw new TypeError('createClient needs an options object');
-  const baseUrl = normalizeBaseUrl(options.baseUrl);
-  const fetchFn: FetchFunction =
-    options.fetch ??
-    // Called through globalThis: browsers refuse a fetch detached from its window ("Illegal invocation").
-    ((input, init) => globalThis.fetch(input, init));
-  if (typeof fetchFn !== 'function' || (options.fetch === undefined && typeof globalThis.fetch !== 'function')) {
-    throw new TypeError('no fetch in this runtime: pass the fetch option');
-  }
-  if (options.getToken !== undefined && typeof options.getToken !== 'function') {
-    throw new TypeError('getToken must be a function');
-  }
-  const keyFormat = options.keyFormat ?? 'sf-string';
-  if (keyFormat !== 'sf-string' && keyFormat !== 'bare') throw new TypeError("keyFormat must be 'sf-string' or 'bare'");
-  const defaultHeaders = new Headers(options.headers);
-  // One key on every call would make every operation the client ever makes the same operation: the
-  // second charge would be answered with the first one's stored response (spec 2.1: one key per
-  // logical operation). Headers compare names case-insensitively, so every spelling is caught.
-  if (defaultHeaders.has('idempotency-key')) {
-    throw new TypeError(
-      'headers must not hold an Idempotency-Key: it would be sent with every call, making them all one operation. ' +
-        'Pass a key per call instead: client.post(path, body, { idempotencyKey })',
-    );
-  }
-  // Reads follow redirects by hand, so that the client-wide headers (an API key, most often) stay
-  // on the origins they were meant for.
-  const clientHeaderNames: string[] = [];
-  defaultHeaders.forEach((_value, name) => {
-    clientHeaderNames.push(name);
-  });
-  const readFetch = followingRedirects(fetchFn, clientHeaderNames);
-  const clientRetry = resolveRetry(options.retry);
-  const random = options.random ?? Math.random;
-  const sleep = options.sleep ?? abortableSleep;
-  const now = options.now ?? Date.now;
-  // The deadline and attempt durations on a monotonic clock: a wall clock stepped forward (NTP, a
-  // resumed laptop) would end every operation in flight at once, one stepped back let it run past
-  // its deadline. An injected `now` drives both.
-  const elapsed = options.now ?? (() => performance.now());
-  const getToken = options.getToken;
-  const onRetry = options.onRetry;
-  if (onRetry !== undefined && typeof onRetry !== 'function') throw new TypeError('onRetry must be a function');
-  const clientMaxBytes = checkMaxBytes(options.maxResponseBytes ?? defaultMaxResponseBytes);
-  for (const [name, value] of [
-    ['random', random],
-    ['sleep', sleep],
-    ['now', now],
-  ] as const) {
-    if (typeof value !== 'function') throw new TypeError(`${name} must be a function`);
-  }
-
-  const buildUrl = (path: string, query: RequestOptions['query']): string => {
-    if (typeof path !== 'string') throw new TypeError('path must be a string');
-    // An absolute URL would send the bearer token to whatever host it names.
-    if (/^[a-z][a-z\d+.-]*:/i.test(path) || path.startsWith('//')) {
-      throw new TypeError('path must be relative to baseUrl; create another client for another origin');
-    }
-    // A dot segment (`..`, or `%2e%2e` as encodeURIComponent leaves it) climbs out of baseUrl's path:
-    // `get('/photos/' + encodeURIComponent(id))` with an id of `..` would reach another endpoint of
-    // the API with the caller's token. URLs treat `\` as `/`, so it splits segments too.
-    const segments = (path.split(/[?#]/, 1)[0] ?? '').split(/[\\/]/);
-    if (segments.some((segment) => /^(?:\.|%2e){1,2}$/i.test(segment))) {
-      throw new TypeError("path must not hold a '.' or '..' segment (nor %2e): it would name another resource");
-    }
-    const url = new URL(`${baseUrl}/${path.replace(/^\/+/, '')}`);
-    if (query instanceof URLSearchParams) {
-      query.forEach((value, name) => {
-        url.searchParams.append(name, value);
-      });
-    } else if (query !== undefined) {
-      for (const [name, value] of Object.entries(query)) {
-        if (value === undefined) continue;
-        for (const item of Array.isArray(value) ? value : [value]) url.searchParams.append(name, String(item));
-      }
-    }
-    return url.href;
-  };
+  const {
+    baseUrl,
+    fetchFn,
+    readFetch,
+    keyFormat,
+    defaultHeaders,
+    clientRetry,
+    random,
+    sleep,
+    now,
+    elapsed,
+    getToken,
+    onRetry,
+    clientMaxBytes,
+  } = clientSettings(options);
 
   const send = async <T>(
     method: string,
@@ -194,7 +129,7 @@ export function createClient(options: ClientOptions): Client {
     const parse = request.parse ?? 'auto';
     if (!parseModes.includes(parse)) throw new TypeError("parse must be 'auto', 'json', 'text', 'bytes' or 'none'");
     const maxBytes = request.maxResponseBytes === undefined ? clientMaxBytes : checkMaxBytes(request.maxResponseBytes);
-    const url = buildUrl(path, request.query);
+    const url = requestUrl(baseUrl, path, request.query);
     // fetch refuses these with a TypeError on every attempt, which would look like a network error
     // and be retried until attempts_exhausted.
     if ((verb === 'GET' || verb === 'HEAD') && body !== undefined) {
@@ -216,39 +151,10 @@ export function createClient(options: ClientOptions): Client {
     // The key belongs to the logical operation: chosen here, once, before the first attempt. Making
     // a new one per attempt would turn every retry into a new operation (spec 2.1: "a new key per
     // retry is wrong").
-    let key: string | undefined;
-    let keyField: string | undefined;
-    // A key the caller chose is theirs: they may have stored it to retry this operation later, so
-    // an echo of another key (a proxy or server rewriting it) never replaces it. Only a key this
-    // client made up, or none at all, gives way to the one the server minted.
-    let callerKeyed = false;
-    if (
-      request.idempotencyKey !== undefined &&
-      request.idempotencyKey !== false &&
-      typeof request.idempotencyKey !== 'string'
-    ) {
-      throw new TypeError('idempotencyKey must be a string or false');
-    }
-    const headerKey = baseHeaders.get('idempotency-key');
-    baseHeaders.delete('idempotency-key');
-    if (typeof request.idempotencyKey === 'string') {
-      key = request.idempotencyKey;
-      keyField = formatKeyField(key, keyFormat);
-      callerKeyed = true;
-    } else if (request.idempotencyKey === false) {
-      // No key until the server mints one.
-    } else if (headerKey !== null) {
-      // Headers trim the value, so a blank one arrives empty. Sent, it would make the request count
-      // as keyed and be repeated, while a server treats an empty key as none (or refuses it).
-      if (headerKey === '') throw new TypeError('an Idempotency-Key header must not be empty');
-      // A key set by hand as a header is sent as written.
-      keyField = headerKey;
-      key = parseKeyField(headerKey) ?? headerKey;
-      callerKeyed = true;
-    } else if (!isIdempotentMethod(verb)) {
-      key = newIdempotencyKey();
-      keyField = formatKeyField(key, keyFormat);
-    }
+    const chosen = chooseKey(request.idempotencyKey, baseHeaders, verb, keyFormat);
+    let key = chosen.key;
+    let keyField = chosen.field;
+    const callerKeyed = chosen.callerKeyed;
 
     // Before the first await of the call: encodeBody takes the body synchronously (see there), so
     // every attempt sends the bytes the caller passed, whatever it does afterwards with its buffer,
@@ -366,20 +272,10 @@ export function createClient(options: ClientOptions): Client {
         attempt.status = response.status;
         attempt.replayed = isReplay(response);
         attempt.retryAfterMs = retryAfterOf(response.headers, now());
-        // Spec 3.1 rule 3: a key the server minted is attached to every later retry, exactly as the
-        // server wrote it, so the server recognises its own key whatever syntax it prefers. Only a
-        // write takes one: a key echoed on a GET or PUT would make its real conflict (409) retried.
-        const echoed = response.headers.get('idempotency-key');
-        const echoedKey = parseKeyField(echoed);
-        if (
-          !callerKeyed &&
-          !isIdempotentMethod(verb) &&
-          echoed !== null &&
-          echoedKey !== undefined &&
-          echoedKey !== key
-        ) {
-          key = echoedKey;
-          keyField = echoed.trim();
+        const minted = mintedKey(response.headers, verb, callerKeyed, key);
+        if (minted !== undefined) {
+          key = minted.key;
+          keyField = minted.field;
         }
         lastResponse = response;
         lastBody = undefined;
@@ -541,30 +437,4 @@ export function createClient(options: ClientOptions): Client {
     retryHorizon: (retry) => retryHorizonMs(retry === undefined ? clientRetry : resolveRetry(retry, clientRetry)),
     baseUrl,
   };
-}
-
-function normalizeBaseUrl(value: string | URL): string {
-  let url: URL;
-  try {
-    url = new URL(String(value));
-  } catch {
-    throw new TypeError('baseUrl must be an absolute URL');
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:')
-    throw new TypeError('baseUrl must be an http or https URL');
-  if (url.search !== '' || url.hash !== '') throw new TypeError('baseUrl must not have a query or a fragment');
-  // The normalized URL keeps origin and path only: credentials in it would be dropped without a word
-  // (and fetch refuses a URL that holds them).
-  if (url.username !== '' || url.password !== '') {
-    throw new TypeError('baseUrl must not hold credentials: send them with headers or getToken');
-  }
-  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
-}
-
-/** Checks a `maxResponseBytes` setting: a positive whole number of bytes, or `Infinity`. */
-function checkMaxBytes(value: number): number {
-  if (value !== Number.POSITIVE_INFINITY && !(Number.isSafeInteger(value) && value > 0)) {
-    throw new TypeError('maxResponseBytes must be a positive whole number of bytes, or Infinity');
-  }
-  return value;
 }
