@@ -351,6 +351,67 @@ describe.each(databases)('the consent form sent twice, on %s', (_name, embedded)
     expect((await grantIds()).filter((id) => !before.has(id))).toEqual([]);
   });
 
+  // Was wrong: the Allow refused because a Cancel stored since won answered "Sign-in expired: This
+  // sign-in link is no longer valid", while the sign-in was there, cancelled. Decided: the page says that.
+  it('answers the Allow that a Cancel beat with a page that says the sign-in was cancelled, making no grant', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const allowed = await agent.postForm(action, fields);
+    expect(allowed.response.status).toBe(303);
+    // The same form sent again reads the first Allow's grant and is held just before its finish, while
+    // a Cancel is stored.
+    const atFinish = gate();
+    finishHolds.push(atFinish.hold);
+    const again = agent.postForm(action, fields);
+    await atFinish.at;
+    const cancelled = await agent.postForm(action.replace(/\/consent$/, '/abort'), fields);
+    expect(cancelled.response.status).toBe(303);
+    atFinish.release();
+    const refused = await again;
+    expect(refused.response.status).toBe(400);
+    expect(refused.response.headers.get('cache-control')).toBe('no-store');
+    expect(refused.body).not.toContain('Sign-in expired');
+    expect(refused.body).toContain('<h1>Sign-in cancelled</h1>');
+    expect(refused.body).toContain(
+      '<p>This sign-in was cancelled in another tab or window, so it was not allowed. Go back to the application.</p>',
+    );
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual([]);
+  });
+
+  // Was wrong: the Allow refused because another consent finished the sign-in since answered "Sign-in
+  // expired", while the sign-in was there, allowed by that consent. Decided: the page says that.
+  it('answers the Allow that another consent beat with a page that says the sign-in was already allowed', async () => {
+    const { agent, fields, action } = await atConsentPage();
+    const before = new Set(await grantIds());
+    const allowed = await agent.postForm(action, fields);
+    expect(allowed.response.status).toBe(303);
+    const made = (await grantIds()).filter((id) => !before.has(id));
+    expect(made).toHaveLength(1);
+    // The same form sent again is held just before its finish, while another consent finishes the
+    // interaction naming a grant of its own.
+    const atFinish = gate();
+    finishHolds.push(atFinish.hold);
+    const again = agent.postForm(action, fields);
+    await atFinish.at;
+    const uid = new URL(action).pathname.split('/')[2]!;
+    const { rowCount } = await stack.dbs.one.query(
+      `update idp_models set payload = jsonb_set(payload, '{result,consent,grantId}', '"another-grant"')
+       where model = 'Interaction' and id = $1`,
+      [storedId('Interaction', uid)],
+    );
+    expect(rowCount).toBe(1);
+    atFinish.release();
+    const refused = await again;
+    expect(refused.response.status).toBe(400);
+    expect(refused.response.headers.get('cache-control')).toBe('no-store');
+    expect(refused.body).not.toContain('Sign-in expired');
+    expect(refused.body).toContain('<h1>Already allowed</h1>');
+    expect(refused.body).toContain(
+      '<p>This sign-in was already allowed in another tab or window. Go back to the application.</p>',
+    );
+    expect((await grantIds()).filter((id) => !before.has(id))).toEqual(made);
+  });
+
   it('answers a Cancel sent once Allow was followed (the sign-in done) with a page, leaving the sign-in and its grant', async () => {
     const { agent, fields, action } = await atConsentPage();
     const before = new Set(await grantIds());

@@ -1,4 +1,4 @@
-import express, { type Request, type Response, type Router } from 'express';
+import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import type Provider from 'oidc-provider';
 import { errors } from 'oidc-provider';
 import { clientErrorStatus } from '../client-error.js';
@@ -299,6 +299,46 @@ export function interactionRoutes(options: InteractionRoutesOptions): Router {
         if (!undone) consentKept.add(req);
       }
       throw error;
+    }
+  });
+
+  // An Allow that another POST beat (ConsentedByAnother): not the "Sign-in expired" page of a lost
+  // interaction (the interaction is there, finished by the one that won), but a page that says which
+  // won, as the interaction holds it now: a Cancel stores an `access_denied` result, another consent
+  // the grant it names. Anything else (the interaction gone meanwhile, its database failing) goes on
+  // to `interactionErrors`.
+  router.use('/interaction/:uid/consent', async (error: unknown, req: Request, res: Response, next: NextFunction) => {
+    if (!(error instanceof ConsentedByAnother) || res.headersSent) {
+      next(error);
+      return;
+    }
+    let result: { error?: unknown; consent?: { grantId?: unknown } } | undefined;
+    try {
+      result = (await provider.interactionDetails(req, res)).result;
+    } catch (readError) {
+      next(readError);
+      return;
+    }
+    if (result?.error === 'access_denied') {
+      send(
+        res,
+        400,
+        errorPage(
+          'Sign-in cancelled',
+          'This sign-in was cancelled in another tab or window, so it was not allowed. Go back to the application.',
+        ),
+      );
+    } else if (typeof result?.consent?.grantId === 'string' && result.consent.grantId !== '') {
+      send(
+        res,
+        400,
+        errorPage(
+          'Already allowed',
+          'This sign-in was already allowed in another tab or window. Go back to the application.',
+        ),
+      );
+    } else {
+      next(error);
     }
   });
 
