@@ -76,8 +76,8 @@ const section = (heading: string) => sectionOf(errorsPage, heading);
 
 // The unions of literal types the catalogue documents, read from the sources with the type checker.
 const program = ts.createProgram(
-  ['packages/core/src/engine.ts', 'packages/core/src/events.ts', 'packages/webhooks/src/receiver.ts'].map((file) =>
-    join(root, file),
+  ['packages/core/src/engine-types.ts', 'packages/core/src/events.ts', 'packages/webhooks/src/receiver.ts'].map(
+    (file) => join(root, file),
   ),
   (() => {
     const config = ts.readConfigFile(join(root, 'tsconfig.json'), ts.sys.readFile);
@@ -191,7 +191,7 @@ describe('the error catalogue (docs/errors.md)', () => {
       ['TransactionResult', 'transaction()'],
     ] as const) {
       it(`documents ${call} and every reason its failure carries`, () => {
-        const reasons = literalsOf(aliasType('packages/core/src/engine.ts', alias), 'reason');
+        const reasons = literalsOf(aliasType('packages/core/src/engine-types.ts', alias), 'reason');
         expect(reasons).not.toBeNull();
         expect(reasons?.length).toBeGreaterThan(0);
         expect(documented).toContain(`\`${call}\``);

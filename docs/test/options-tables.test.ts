@@ -130,7 +130,7 @@ const tables: readonly TableSpec[] = [
   },
   // The package READMEs keep a short table of the same options.
   {
-    source: 'packages/core/src/engine.ts',
+    source: 'packages/core/src/engine-options.ts',
     interface: 'IdempotencyOptions',
     doc: 'packages/core/README.md',
     markers: ['## Options of `createIdempotency`'],

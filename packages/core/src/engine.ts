@@ -1,16 +1,35 @@
-import { Buffer } from 'node:buffer';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createDeadlines } from './deadlines.js';
-import { type Duration, toMilliseconds } from './duration.js';
+import { toMilliseconds } from './duration.js';
+import { completionRetryPause, completionRetryPauses, type SettleNow, settleNow } from './engine-hooks.js';
+import {
+  DAY_MS,
+  delaySeconds,
+  type IdempotencyOptions,
+  knownEngineOptions,
+  MAX_LEASE_MS,
+  MAX_RETENTION_MS,
+  requestScopedTimers,
+} from './engine-options.js';
+import { completedRecord, replayCacheOf } from './engine-replay-cache.js';
+import type {
+  BeginInput,
+  BeginResult,
+  CompleteResult,
+  IdempotencyEngine,
+  Lease,
+  ReleaseResult,
+  TransactionResult,
+} from './engine-types.js';
 import { IdempotencyError, isIdempotencyError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent, LeaseLostReason } from './events.js';
-import { fingerprintsMatch } from './fingerprint.js';
+import { LeaseState } from './lease-state.js';
 import { notify } from './notify.js';
-import { assertKnownOptions, type ListsEvery } from './option-names.js';
-import { type Outcome, type OutcomePolicy, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
+import { assertKnownOptions } from './option-names.js';
+import { type Outcome, presetPolicy, resolveOutcomePolicy } from './outcome-policy.js';
 import { unreadableRecord } from './record-check.js';
+import { Alternates, keptFingerprint, sameRequest, storableFingerprint } from './record-fingerprint.js';
 import { recordId } from './record-id.js';
-import { type CompletedRecord, createReplayCache, type ReplayCache } from './replay-cache.js';
 import {
   type Awaitable,
   type ClaimInput,
@@ -24,362 +43,24 @@ import {
 import { assertStoredResponse, isResponseTooLargeError } from './stored-response.js';
 import { isTransactionalStore, type TransactionalStore } from './transactional.js';
 
-const DAY_MS = 86_400_000;
-// Upper bounds that keep every duration inside what stores and timers take. Past them, Redis gets a
-// `PX` of `1e+21`, PostgreSQL an interval out of range (every request a 503), and a heartbeat of a
-// quarter lease over 2^31 ms, which Node runs every millisecond.
-const MAX_RETENTION_MS = 3650 * DAY_MS;
-const MAX_LEASE_MS = 7 * DAY_MS;
+// Imported from here by the tests (and any import site older than the modules these now live in):
+// this package's own modules import them from those modules.
+export { completionRetryPauses, type SettleNow, settleNow } from './engine-hooks.js';
+export { engineOptionNames, type IdempotencyOptions } from './engine-options.js';
+export type {
+  BeginInput,
+  BeginResult,
+  CompleteResult,
+  IdempotencyEngine,
+  Lease,
+  ReleaseResult,
+  TransactionResult,
+} from './engine-types.js';
 
 // The global's, read at each call (not node:perf_hooks' object): fake timers replace the global.
 const monotonicNow = () => performance.now();
 
-/** Options of {@link createIdempotency}. */
-export interface IdempotencyOptions {
-  /** Where records live. */
-  store: Store;
-  /**
-   * How long a completed outcome is kept and replayed. Default `'24h'` (spec part 8). Shorter needs
-   * `acknowledgeShortRetention: true`: retention must outlive the client's retry horizon, or a late
-   * retry executes again.
-   */
-  retention?: Duration | undefined;
-  /** Set to true to allow `retention` below 24 hours. */
-  acknowledgeShortRetention?: boolean | undefined;
-  /**
-   * How long a claim lives without renewal. Default `'10s'`. While the handler runs the lease is
-   * renewed every third of this, so a crashed executor's key is abandoned after one lease: a retry
-   * with the same request takes it over, and other requests under the key are refused for the
-   * retention.
-   */
-  lease?: Duration | undefined;
-  /**
-   * Renew leases in the background while a handler runs. Default true: one shared timer renews every
-   * lease of the engine. `'per-lease'`: each claim sets its own renewal timer, in the request that
-   * claimed; for runtimes that run a timer only while the request that set it is alive (Cloudflare
-   * Workers, where it is the default), on which a shared timer dies with the request that started
-   * it. Off (for tests), a handler that runs longer than one lease is taken for crashed: a retry may
-   * take its key over.
-   */
-  heartbeat?: boolean | 'per-lease' | undefined;
-  /**
-   * The longest a handler may hold its key. Default off: a handler that never settles keeps its
-   * key in progress (409) for as long as its process lives. When set, the heartbeat stops renewing
-   * a lease this old: the lease is marked lost (its `signal` aborts, a `lease-lost` event says
-   * `max-execution`), and the key is free for a retry once the store lets the lease run out, within
-   * one `lease` more. A handler that finishes within that lease still has its outcome stored; later,
-   * it is a late finisher like a stalled executor's, refused by the store (`lease-lost`), and its
-   * response is served but not stored. Set it above your slowest legitimate handler: a retry after
-   * it runs the operation again. Over HTTP the execution lasts until the response is ended, so the
-   * time a streamed body waits on a client that reads it slowly counts too. Needs the heartbeat.
-   */
-  maxExecution?: Duration | false | undefined;
-  /**
-   * How long a request that finds its key in progress waits for the first one's outcome before it
-   * gets 409. Default off (answer 409 at once, as the spec says). The store calls made while waiting
-   * keep their own `storeTimeout`: with a slow store, the answer can come up to that much later.
-   */
-  wait?: Duration | false | undefined;
-  /** Which outcomes are stored. Default `'all'`. See {@link OutcomePolicy}. */
-  storeOutcome?: OutcomePolicy | undefined;
-  /** Status for "same key, other request": 422 (default) or 400 with code `idempotency_error` (spec part 7). */
-  mismatchStatus?: 422 | 400 | undefined;
-  /** Longest time one store operation may take before the request gets 503. Default `'2s'`. */
-  storeTimeout?: Duration | undefined;
-  /** Seconds in `Retry-After` on 409. Default 1. */
-  conflictRetryAfter?: number | undefined;
-  /** Seconds in `Retry-After` on 503. Default 2. */
-  unavailableRetryAfter?: number | undefined;
-  /** Called for every state change, with timings. What it throws or rejects with is swallowed. */
-  onEvent?: ((event: IdempotencyEvent) => void) | undefined;
-  /**
-   * Clock (epoch ms). Default: `Date.now` stamps events, and a monotonic clock times renewals,
-   * `maxExecution`, `wait`, `storeTimeout` and the replay cache, so a wall clock stepped by NTP or a
-   * resumed VM moves none of them. An injected clock drives both (tests, simulations). Lease and
-   * retention are timed by the store.
-   */
-  now?: (() => number) | undefined;
-  /**
-   * For a store that other processes share (Redis, PostgreSQL): keep each completed outcome read
-   * from the store or written to it in this process for `ttl`, up to `entries` of them (default
-   * 10,000), and answer repeats of those keys from there, a mismatch (422) included. A hot key's
-   * replays then cost no store round trip, as Powertools' local cache spares its warm hits. A
-   * completed record only changes by going away, so what it costs is that a replay can still come
-   * up to `ttl` after the store forgot the key (its retention ended, or an operator deleted it);
-   * keep it short: `'1s'` takes a key hit a thousand times a second down to one store read a
-   * second. At most `'1h'`. Default off; the memory store answers at once and takes none.
-   */
-  replayCache?: { ttl: Duration; entries?: number | undefined } | false | undefined;
-}
-
-/** Every name {@link IdempotencyOptions} has; the type check below keeps the list complete. */
-export const engineOptionNames = [
-  'store',
-  'retention',
-  'acknowledgeShortRetention',
-  'lease',
-  'heartbeat',
-  'maxExecution',
-  'wait',
-  'storeOutcome',
-  'mismatchStatus',
-  'storeTimeout',
-  'conflictRetryAfter',
-  'unavailableRetryAfter',
-  'onEvent',
-  'now',
-  'replayCache',
-] as const satisfies readonly (keyof IdempotencyOptions)[];
-const everyEngineOptionNamed: ListsEvery<IdempotencyOptions, typeof engineOptionNames> = true;
-void everyEngineOptionNamed;
-const knownEngineOptions: ReadonlySet<string> = new Set(engineOptionNames);
-
-/** What {@link IdempotencyEngine.begin} needs to know about a request. */
-export interface BeginInput {
-  /** The client's (or server-minted) idempotency key, already parsed. */
-  key: string;
-  /** Who is calling: the authenticated principal. Different scopes never share a record. */
-  scope: string;
-  /** What is being done, e.g. `POST /charges`. The same key on another operation is another record. */
-  operation: string;
-  /** The request fingerprint, or `''` to skip the comparison. Stored as a SHA-256: a hex digest as given, any other text hashed. */
-  fingerprint?: string | undefined;
-  /**
-   * The same request's fingerprints under earlier ways of computing it (a rolling change of what the
-   * fingerprint covers: the HTTP layer's `fingerprint.previous`), each taken as `fingerprint` is.
-   * Called at most once, and only when a record's fingerprint does not match `fingerprint`: a record
-   * that matches one of them is this request, made under the earlier settings (replayed, or taken
-   * over with its own fingerprint kept, so instances of those settings still match it). `''` among
-   * them matches nothing.
-   */
-  alternateFingerprints?: (() => readonly string[] | undefined) | undefined;
-}
-
-/** A claim on a key: hold it while the handler runs, then `complete` or `release` it. */
-export interface Lease {
-  readonly id: string;
-  readonly key: string;
-  readonly scope: string;
-  readonly operation: string;
-  /** The fencing token: only the holder of the current token can complete or release the record. */
-  readonly token: string;
-  readonly fingerprint: string;
-  readonly startedAt: number;
-  /**
-   * Aborted when the lease is lost: a renewal refused, or none confirmed for a whole lease (counted
-   * from the last confirmed one's sending, even while a renewal is still unanswered), or `maxExecution`.
-   * With `heartbeat: false` nothing renews or watches the lease: only a takeover by another request
-   * of this process aborts it.
-   */
-  readonly signal: AbortSignal;
-  /** True once the lease is known to be lost. */
-  readonly lost: boolean;
-  /**
-   * True when this claim took the key over from an attempt whose lease ran out unrenewed (its
-   * process crashed or hung), with the same parameters: that attempt may have done part of the work,
-   * so a handler with effects outside a transaction may want to look for them first.
-   */
-  readonly recovered: boolean;
-}
-
-/** The outcome of {@link IdempotencyEngine.begin}. */
-export type BeginResult =
-  | { kind: 'execute'; lease: Lease }
-  | { kind: 'replay'; response: StoredResponse }
-  | { kind: 'reject'; error: IdempotencyError };
-
-/** The outcome of {@link IdempotencyEngine.complete}. */
-export type CompleteResult =
-  | { ok: true; stored: boolean }
-  | { ok: false; reason: 'lease-lost' | 'store-error'; error?: unknown };
-
-/** The outcome of {@link IdempotencyEngine.release}. */
-export type ReleaseResult = { ok: true } | { ok: false; reason: 'lease-lost' | 'store-error'; error?: unknown };
-
-/** The outcome of {@link IdempotencyEngine.transaction}. */
-export type TransactionResult<T> =
-  | { committed: true; value: T; stored: boolean }
-  | { committed: false; reason: 'lease-lost' | 'store-error'; error?: unknown };
-
-/** The idempotency engine: one per service, shared by every request. */
-export interface IdempotencyEngine {
-  begin(input: BeginInput): Promise<BeginResult>;
-  /**
-   * Stores `response` per the outcome policy (or releases the key when the policy says so). The
-   * policy sees `outcome`, with the response's status unless `outcome.status` says otherwise.
-   */
-  complete(lease: Lease, response: StoredResponse, outcome?: Partial<Outcome>): Promise<CompleteResult>;
-  /** Forgets the claim so that a retry runs. */
-  release(lease: Lease): Promise<ReleaseResult>;
-  /**
-   * Transactional mode (stores that support it, such as PostgreSQL): runs `fn` in one transaction
-   * that also completes the record, so the handler's writes and the stored outcome commit together or
-   * not at all. If the lease was lost, nothing of `fn` commits. If `fn` throws, or left the
-   * transaction aborted (the store rejects with `TransactionAbortedError`: a statement of `fn`'s
-   * failed and it went on without a SAVEPOINT, or a deferred constraint refused its writes at
-   * COMMIT), everything rolls back and the error is rethrown with
-   * the lease still held: release it, or store an error outcome, as for any failed handler.
-   */
-  transaction<T, Tx = unknown>(
-    lease: Lease,
-    fn: (tx: Tx) => Promise<{ value: T; response: StoredResponse; outcome?: Partial<Outcome> }>,
-  ): Promise<TransactionResult<T>>;
-  /** True when the store supports {@link IdempotencyEngine.transaction}. */
-  readonly transactional: boolean;
-  /** The resolved settings, in milliseconds. */
-  readonly settings: Readonly<{
-    retentionMs: number;
-    leaseMs: number;
-    waitMs: number;
-    storeTimeoutMs: number;
-    /** 0 when off. */
-    maxExecutionMs: number;
-    /** Seconds in `Retry-After` on 503. */
-    unavailableRetryAfter: number;
-    /**
-     * The store's own cap on a stored response (`store.maxResponseBytes`), when it declares one: a
-     * larger one is refused by the store and the key released, so a caller that must never run twice
-     * checks its result against it first (as the HTTP adapters and {@link makeIdempotent} do).
-     */
-    storeMaxResponseBytes: number | undefined;
-  }>;
-}
-
-/**
- * Key of the engine's `complete` and `release` that answer with a value when the store did, for the
- * HTTP layer of this package only (not exported from the package).
- */
-export const settleNow = Symbol('idem settle now');
-
-/**
- * Key of an internal option: a function of the attempt (0 to 4) giving the pause in ms before that
- * background retry of a failed completion, in place of the production 100 ms doubling to 1.6 s.
- * For conformance tables only (testkit's `describeAdapter` runs its "store keeps failing" scenario
- * in every framework x store x mode, and would wait 3.1 s of real time in each). A registry symbol,
- * so testkit can set it without this package exporting it: no public option, not documented, and
- * the option-name check (string names only) lets it through. The number of retries is not part of it.
- */
-export const completionRetryPauses: unique symbol = Symbol.for('@idem/core.completionRetryPauses');
-
-// The production pause before retry `attempt` (0 to 4) of a failed completion: 100 ms, doubling to 1.6 s.
-const completionRetryPause = (attempt: number) => 100 * 2 ** attempt;
-
-/** What {@link settleNow} holds. */
-export interface SettleNow {
-  /**
-   * With `keep`, the response is stored whatever the outcome policy says, with the default
-   * retention or, when longer, the one the policy gives a success (200) of the operation: the HTTP
-   * layer's answer for an execution whose own outcome can never be known (a timeout answered while
-   * the handler ran), which must not run again.
-   */
-  complete(
-    lease: Lease,
-    response: StoredResponse,
-    outcome?: Partial<Outcome>,
-    keep?: boolean,
-  ): Awaitable<CompleteResult>;
-  release(lease: Lease): Awaitable<ReleaseResult>;
-  /**
-   * How long an outcome of `status` (of a handler that threw, with `thrown`) would be kept, per the
-   * outcome policy, or undefined when the policy releases it: what the HTTP layer's
-   * `advertiseExpiry` announces when the head goes out. Reports nothing: the completion decides
-   * again, and reports a policy that throws.
-   */
-  retentionFor(status: number, operation: string, thrown?: boolean): number | undefined;
-}
-
-/**
- * The engine's own lease object. A class, so every lease has one hidden shape with its fields in
- * the object itself, and `signal` is a getter on the prototype: an object literal with its own
- * getter costs a closure and a slow literal per claim.
- */
-class LeaseState implements Lease {
-  lost = false;
-  /** The signal's abort reason once the lease is lost (set with `lost`). */
-  lostError: IdempotencyError | undefined = undefined;
-  recovered = false;
-  /** Made on first use of `signal`: most handlers never look at it. */
-  controller: AbortController | undefined = undefined;
-  renewing = false;
-  /** Set once complete, release or transaction took over: a renewal still in flight then means nothing. */
-  finished = false;
-  /** Set while a failed completion is tried again in the background (see `retryCompletion`). */
-  retrying = false;
-  lastRenewedAt: number;
-  /**
-   * Marks the lease lost when its end has passed unrenewed (see `signal`); set by the engine for
-   * stores behind a network, where another worker may take the key over at that end.
-   */
-  check: ((lease: LeaseState) => void) | undefined = undefined;
-  /** Its own renewal timer and end-of-lease wake-up, with `heartbeat: 'per-lease'` only. */
-  beat: ReturnType<typeof setInterval> | undefined = undefined;
-  watch: ReturnType<typeof setTimeout> | undefined = undefined;
-
-  constructor(
-    readonly id: string,
-    readonly key: string,
-    readonly scope: string,
-    readonly operation: string,
-    readonly token: string,
-    readonly fingerprint: string,
-    readonly startedAt: number,
-    /** When it began on the engine's interval clock (see `elapsed`), which maxExecution counts from. */
-    readonly begunAt: number,
-  ) {
-    this.lastRenewedAt = begunAt;
-  }
-
-  get signal(): AbortSignal {
-    this.check?.(this);
-    if (this.controller === undefined) {
-      this.controller = new AbortController();
-      if (this.lost) this.controller.abort(this.lostError);
-      if (this.check !== undefined) watchReads(this.controller.signal, this);
-    }
-    return this.controller.signal;
-  }
-}
-
-/**
- * Makes a lease's signal current when it is read, not only when the heartbeat ticks. After an event
- * loop stall past the lease, overdue timers run in the order they were due: a handler's callback may
- * run before the tick that finds the lease ended, read `aborted` as false and make its effect while
- * another worker, which took the key over during the stall, makes it too. So reading `aborted` (or
- * calling `throwIfAborted()`) first looks at the clock. Own members of this one signal; `fetch` and
- * listeners see the abort itself as usual.
- */
-function watchReads(signal: AbortSignal, lease: LeaseState): void {
-  const aborted = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborted')?.get;
-  const throwIfAborted = AbortSignal.prototype.throwIfAborted;
-  if (aborted === undefined) return;
-  Object.defineProperty(signal, 'aborted', {
-    configurable: true,
-    get() {
-      lease.check?.(lease);
-      return aborted.call(signal);
-    },
-  });
-  Object.defineProperty(signal, 'throwIfAborted', {
-    configurable: true,
-    writable: true,
-    value() {
-      lease.check?.(lease);
-      return throwIfAborted.call(signal);
-    },
-  });
-}
-
 // Results that carry no data are shared: a fresh object per call is garbage the collector must chase.
-/**
- * True on Cloudflare Workers, which documents `navigator.userAgent` as `'Cloudflare-Workers'` for
- * telling it apart: there a timer runs only while the request that set it is alive, so the shared
- * heartbeat, started by whichever request claimed first, would stop renewing with that request.
- */
-function requestScopedTimers(): boolean {
-  const agent = (globalThis as { navigator?: { userAgent?: unknown } }).navigator?.userAgent;
-  return agent === 'Cloudflare-Workers';
-}
-
 const STORED: CompleteResult = Object.freeze({ ok: true, stored: true });
 const NOT_STORED: CompleteResult = Object.freeze({ ok: true, stored: false });
 const RELEASED: ReleaseResult = Object.freeze({ ok: true });
@@ -1282,101 +963,4 @@ export function engineFrom(options: IdempotencyOptions): IdempotencyEngine {
     }),
   };
   return engine;
-}
-
-// The record a completion leaves in the store, as a read would give it back: a copy of what
-// `complete` was given, as a store keeps one, so a caller of the engine that reuses its response
-// object afterwards does not change what the cache replays.
-function completedRecord(lease: Lease, response: StoredResponse): CompletedRecord {
-  const copy: StoredResponse = {
-    status: response.status,
-    headers: { ...response.headers },
-    body: Buffer.from(response.body),
-  };
-  if (response.statusMessage !== undefined) copy.statusMessage = response.statusMessage;
-  return { state: 'completed', token: lease.token, fingerprint: lease.fingerprint, response: copy };
-}
-
-/**
- * The `replayCache` option, checked: undefined when off, or for a store in this process, which
- * answers as fast as the cache would.
- */
-const knownReplayCacheOptions: ReadonlySet<string> = new Set<
-  keyof Exclude<IdempotencyOptions['replayCache'], false | undefined>
->(['ttl', 'entries']);
-
-function replayCacheOf(option: IdempotencyOptions['replayCache'], inProcess: boolean): ReplayCache | undefined {
-  if (option === undefined || option === false) return undefined;
-  if (option === null || typeof option !== 'object')
-    throw new TypeError('replayCache must be { ttl, entries? } or false');
-  assertKnownOptions(option, knownReplayCacheOptions, 'replayCache');
-  const ttlMs = toMilliseconds(option.ttl, 'replayCache.ttl');
-  if (!(ttlMs >= 1) || ttlMs > 3_600_000) throw new TypeError('replayCache.ttl must be from 1ms to 1h');
-  const entries = option.entries ?? 10_000;
-  if (!Number.isSafeInteger(entries) || entries < 1)
-    throw new TypeError('replayCache.entries must be a positive integer');
-  return inProcess ? undefined : createReplayCache(ttlMs, entries);
-}
-
-/**
- * The fingerprint as every store keeps it: a SHA-256 digest in hex (what the adapters and the webhook
- * receiver pass) as given, anything else as `sha256:` and the hex SHA-256 of its JSON text. Never
- * the text itself: a caller that passes the request (`JSON.stringify(body)`, the natural first try)
- * would have the body kept in every store for the lease and a whole retention, at any length, though
- * the record is documented to hold a SHA-256 and no request body. Hashing also makes every
- * fingerprint mean the same on every store: PostgreSQL cannot hold a NUL in text and turns a lone
- * surrogate into U+FFFD (JSON text keeps lone surrogates apart). `''` stays: it means "no fingerprint".
- */
-function storableFingerprint(fingerprint: string | undefined): string {
-  if (fingerprint === undefined) return '';
-  if (typeof fingerprint !== 'string') throw new TypeError('begin needs a string fingerprint, or none');
-  return fingerprint === '' || hexDigest.test(fingerprint)
-    ? fingerprint
-    : `sha256:${createHash('sha256').update(JSON.stringify(fingerprint)).digest('hex')}`;
-}
-
-const hexDigest = /^(?:sha256:)?[0-9a-f]{64}$/;
-
-/**
- * A request's fingerprints under earlier settings (`alternateFingerprints`), asked for once and only
- * when a record's fingerprint is not the request's own: a mismatch is rare, so the common path never
- * computes them (and a begin without them allocates nothing for them).
- */
-class Alternates {
-  private list: readonly string[] | undefined = undefined;
-
-  constructor(private readonly ask: () => readonly string[] | undefined) {}
-
-  /** True when `stored` is one of them. */
-  has(stored: string): boolean {
-    this.list ??= (this.ask() ?? []).map(storableFingerprint);
-    // An empty alternate means "no fingerprint", which would match anything: never a match here.
-    return this.list.some((other) => other !== '' && fingerprintsMatch(stored, other));
-  }
-}
-
-/** True when a record's fingerprint is of this request: its own, or one of its alternates. */
-function sameRequest(stored: string, fingerprint: string, alternates: Alternates | undefined): boolean {
-  return fingerprintsMatch(stored, fingerprint) || alternates?.has(stored) === true;
-}
-
-/**
- * The fingerprint a takeover of an abandoned record (one of this request) writes: the record's own,
- * unless it has none. A request without a fingerprint keeps the record's, or the record would then
- * replay to any parameters and the crashed attempt's be refused no more; a request that matched it
- * only under earlier settings keeps it too, so instances still on those settings (a rolling deploy)
- * match the outcome, and records are never rewritten to the new settings.
- */
-function keptFingerprint(fingerprint: string, stored: string): string {
-  return stored === '' ? fingerprint : stored;
-}
-
-// Sent as `Retry-After`, whose value is delay-seconds, digits only (RFC 9110, 10.2.3): '1s', 1.5, -1
-// or NaN would go on the wire as a field no client can read.
-function delaySeconds(value: unknown, fallback: number, name: string): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || (value as number) < 0) {
-    throw new TypeError(`${name} must be a whole number of seconds, at least 0 (it is sent as Retry-After)`);
-  }
-  return value as number;
 }

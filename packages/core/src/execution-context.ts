@@ -1,5 +1,5 @@
 import { downstreamKey } from './downstream-key.js';
-import type { Lease } from './engine.js';
+import type { Lease } from './engine-types.js';
 import type { IdempotencyContext } from './http-types.js';
 import { answeringForHandler } from './lease-marks.js';
 

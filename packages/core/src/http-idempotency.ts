@@ -1,6 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { negotiatedBody } from './content-coding.js';
-import { engineFrom, type IdempotencyEngine, type Lease, type SettleNow, settleNow } from './engine.js';
+import { engineFrom } from './engine.js';
+import { type SettleNow, settleNow } from './engine-hooks.js';
+import type { IdempotencyEngine, Lease } from './engine-types.js';
 import { IdempotencyError, isTransactionAbortedError } from './errors.js';
 import type { IdempotencyEvent, RefusalCode } from './events.js';
 import { ExecutionContext } from './execution-context.js';

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { engineOptionNames, type IdempotencyOptions } from './engine.js';
+import { engineOptionNames, type IdempotencyOptions } from './engine-options.js';
 import { checkExcludes, type FingerprintOptions, fingerprintRequest, type RequestParts } from './fingerprint.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
 

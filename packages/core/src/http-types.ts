@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestBodyFacts } from './body-refusal.js';
-import type { IdempotencyEngine, Lease } from './engine.js';
+import type { IdempotencyEngine, Lease } from './engine-types.js';
 import type { IdempotencyError } from './errors.js';
 import type { IdempotencyEvent, NotStoredReason } from './events.js';
 import type { BodyRead } from './http-body.js';

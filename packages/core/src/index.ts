@@ -3,17 +3,17 @@ export { canonicalJson } from './canonical-json.js';
 export { decoderOf } from './content-coding.js';
 export { type DownstreamKeySource, downstreamKey } from './downstream-key.js';
 export { type Duration, toMilliseconds } from './duration.js';
-export {
-  type BeginInput,
-  type BeginResult,
-  type CompleteResult,
-  createIdempotency,
-  type IdempotencyEngine,
-  type IdempotencyOptions,
-  type Lease,
-  type ReleaseResult,
-  type TransactionResult,
-} from './engine.js';
+export { createIdempotency } from './engine.js';
+export type { IdempotencyOptions } from './engine-options.js';
+export type {
+  BeginInput,
+  BeginResult,
+  CompleteResult,
+  IdempotencyEngine,
+  Lease,
+  ReleaseResult,
+  TransactionResult,
+} from './engine-types.js';
 export {
   errorTable,
   IdempotencyError,

@@ -1,4 +1,4 @@
-import type { Lease } from './engine.js';
+import type { Lease } from './engine-types.js';
 import { headWentOut } from './http-capture.js';
 import type { ResponseCapture } from './http-types.js';
 

@@ -1,5 +1,5 @@
 import { Buffer } from 'node:buffer';
-import type { IdempotencyEngine } from './engine.js';
+import type { IdempotencyEngine } from './engine-types.js';
 import { IdempotencyError } from './errors.js';
 import { payloadFingerprint } from './fingerprint.js';
 import { assertKnownOptions, type ListsEvery } from './option-names.js';
